@@ -1,0 +1,3 @@
+from gemma4_t4.cli import main
+
+raise SystemExit(main())

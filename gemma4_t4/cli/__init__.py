@@ -1,0 +1,107 @@
+"""The ``gemma4-t4`` command line: a thin adapter over the package's functions.
+
+Every capability owns one module in this folder that defines ``register(subparsers)``.
+``main`` discovers them, so adding a capability never edits this file. Handlers return an
+:class:`Output`; ``--json`` (on every command) prints its ``data`` instead of its ``text``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import pkgutil
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gemma4_t4 import __version__
+from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.jsonable import to_jsonable
+
+
+@dataclass
+class Output:
+    """What a command produced: machine-readable ``data``, human ``text``, an exit code."""
+
+    data: Any
+    text: str | None = None
+    exit_code: int = 0
+
+
+Handler = Callable[[argparse.Namespace], Output]
+
+
+def add_command(
+    subparsers: argparse._SubParsersAction,
+    name: str,
+    handler: Handler,
+    help: str,
+    description: str | None = None,
+) -> argparse.ArgumentParser:
+    """Add a subcommand with the shared ``--json`` flag and ``handler`` bound to it."""
+    parser = subparsers.add_parser(name, help=help, description=description or help)
+    parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    parser.set_defaults(_handler=handler)
+    return parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gemma4-t4",
+        description="Run Google's Gemma 4 on NVIDIA T4 GPUs with vLLM: checks, fixes, serving, "
+        "benchmarks, 4-bit repacking and SageMaker deployment.",
+    )
+    parser.add_argument("--version", action="version", version=f"gemma4-t4 {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module in _command_modules():
+        module.register(subparsers)
+    return parser
+
+
+def _command_modules() -> list[Any]:
+    modules = []
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        if hasattr(module, "register"):
+            modules.append(module)
+    return modules
+
+
+def emit(output: Output, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(to_jsonable(output.data), indent=2, sort_keys=False))
+    else:
+        text = output.text if output.text is not None else json.dumps(to_jsonable(output.data), indent=2)
+        if text:
+            print(text)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Handler | None = getattr(args, "_handler", None)
+    if handler is None:
+        parser.print_help()
+        return 2
+    as_json = bool(getattr(args, "json", False))
+    try:
+        output = handler(args)
+    except Gemma4T4Error as exc:
+        if as_json:
+            print(json.dumps(exc.to_dict(), indent=2))
+        else:
+            print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    emit(output, as_json)
+    return output.exit_code
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,253 @@
+"""A tiny random-weight Gemma 4 text model with an offline tokenizer.
+
+Everything the tests, CI and the CPU notebooks serve is built here, in seconds, with no
+model hub: a ``Gemma4ForCausalLM`` with both sliding and full attention layers (head_dim
+and global_head_dim kept distinct, like the real 256/512), tied embeddings, per-layer
+embeddings, a BPE tokenizer trained on a few sentences with Gemma's special-token ids and a
+chat template. Variant ``qat`` snaps every Linear and embedding onto a symmetric int4
+group-32 grid (levels -8..7, stored as bf16), the way Google's ``-qat-q4_0-unquantized``
+checkpoints are, so the quantization tools have something real to check.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from gemma4_t4.errors import Gemma4T4Error
+
+Variant = Literal["bf16", "qat"]
+
+# Gemma's special tokens, in Gemma's id order (pad 0, eos 1, bos 2, unk 3), then turn markers.
+SPECIAL_TOKENS = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"]
+TURN_TOKENS = ["<|turn>", "<turn|>"]
+
+CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% for message in messages %}"
+    "{{ '<|turn>' + message['role'] + '\n' + message['content'] | trim + '<turn|>\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|turn>model\n' }}{% endif %}"
+)
+
+# A small corpus: enough merges for a few hundred tokens, and every ASCII letter/digit.
+CORPUS = [
+    "Gemma 4 runs on the NVIDIA T4, a Turing GPU with 16 GB of memory and 65536 bytes of shared memory.",
+    "The quick brown fox jumps over the lazy dog while the vLLM server streams tokens.",
+    "Quantization aware training puts every weight on a four bit grid of sixteen levels.",
+    "Decode speed is bound by memory bandwidth: bytes read per token set the roofline.",
+    "SageMaker endpoints bill by the hour, so delete them when the benchmark is done.",
+    "Prefix caching reuses the key value cache of a shared prompt prefix.",
+    "What is the capital of France? Paris. What is two plus two? Four.",
+    "0123456789 ABCDEFGHIJKLMNOPQRSTUVWXYZ abcdefghijklmnopqrstuvwxyz .,;:!?'\"()[]{}<>/-_=+*&%$#@",
+]
+
+
+@dataclass(frozen=True)
+class TinySpec:
+    """Shape of the tiny model. Defaults serve on vLLM's CPU build and suit group-32 quant tests."""
+
+    hidden_size: int = 128
+    intermediate_size: int = 256
+    num_hidden_layers: int = 4
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 1
+    head_dim: int = 32  # vLLM's CPU backend supports 32, 64, ..., 256, 512
+    global_head_dim: int = 64  # distinct from head_dim, like Gemma 4's 256 / 512
+    hidden_size_per_layer_input: int = 32  # multiple of 32 so group-32 quantization divides it
+    sliding_window: int = 64
+    full_attention_every: int = 2  # every 2nd layer is global; the last layer must be global
+    max_position_embeddings: int = 4096
+    vocab_size: int = 512
+    seed: int = 0
+
+    def layer_types(self) -> list[str]:
+        types = [
+            "full_attention" if (i + 1) % self.full_attention_every == 0 else "sliding_attention"
+            for i in range(self.num_hidden_layers)
+        ]
+        types[-1] = "full_attention"
+        return types
+
+
+@dataclass
+class TinyModelInfo:
+    """What :func:`build_tiny_gemma4` wrote."""
+
+    path: Path
+    variant: str
+    spec: dict[str, Any]
+    vocab_size: int
+    num_parameters: int
+    files: list[str] = field(default_factory=list)
+    served_model_name: str = "tiny-gemma4"
+
+
+def build_tokenizer(vocab_size: int = 512):
+    """Train a byte-fallback BPE tokenizer offline and wrap it as a transformers tokenizer."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    byte_tokens = [f"<0x{i:02X}>" for i in range(256)]
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=False))
+    tokenizer.normalizer = normalizers.Replace(" ", "▁")
+    tokenizer.pre_tokenizer = pre_tokenizers.Split("▁", behavior="merged_with_next")
+    tokenizer.decoder = decoders.Sequence(
+        [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()]
+    )
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS + byte_tokens + TURN_TOKENS,
+        initial_alphabet=list("▁"),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(CORPUS * 4, trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        bos_token="<bos>",
+        eos_token="<eos>",
+        unk_token="<unk>",
+        pad_token="<pad>",
+        mask_token="<mask>",
+        additional_special_tokens=TURN_TOKENS,
+        add_bos_token=False,
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def snap_to_int4_grid(weight, group_size: int = 32, generator=None):
+    """Return ``weight`` moved onto a symmetric int4 grid: per group of ``group_size`` input
+    columns one scale s, every value s*q with q in -8..7 (stored in the weight's dtype).
+
+    Peaks land on a random level in 5..8 per group (never always 8), as in real QAT weights.
+    """
+    import torch
+
+    rows, cols = weight.shape
+    if cols % group_size:
+        raise Gemma4T4Error(
+            f"cannot snap a {tuple(weight.shape)} tensor to group {group_size}",
+            fix=f"use a shape whose last dimension is a multiple of {group_size}",
+        )
+    w = weight.detach().float().reshape(rows, cols // group_size, group_size)
+    absmax = w.abs().amax(dim=-1, keepdim=True).clamp_min(1e-8)
+    peak = torch.randint(5, 9, absmax.shape, generator=generator).float()
+    scale = absmax / peak
+    levels = torch.clamp(torch.round(w / scale), -8, 7)
+    snapped = (levels * scale).reshape(rows, cols)
+    return snapped.to(weight.dtype)
+
+
+def _portable_config(config_path: Path, spec: TinySpec) -> None:
+    """Rewrite config.json with the pre-5.15 keys (``global_head_dim``,
+    ``num_global_key_value_heads``) that every vLLM release reads; transformers >= 5.15
+    converts them back into ``per_layer_config`` on load."""
+    config = json.loads(config_path.read_text())
+    config.pop("per_layer_config", None)
+    config["global_head_dim"] = spec.global_head_dim
+    config["num_global_key_value_heads"] = spec.num_key_value_heads
+    config["architectures"] = ["Gemma4ForCausalLM"]
+    config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+
+def build_tiny_gemma4(
+    out_dir: str | os.PathLike,
+    variant: Variant = "bf16",
+    spec: TinySpec | None = None,
+    overwrite: bool = False,
+) -> TinyModelInfo:
+    """Build the tiny Gemma 4 checkpoint + tokenizer into ``out_dir`` (atomically).
+
+    Deterministic for a given ``spec.seed``. Written to a temporary sibling directory and
+    renamed, so an interrupted build never leaves a half-written checkpoint behind.
+    """
+    import torch
+    from transformers import Gemma4ForCausalLM, Gemma4TextConfig
+
+    if variant not in ("bf16", "qat"):
+        raise Gemma4T4Error(f"unknown tiny variant {variant!r}", fix="use 'bf16' or 'qat'")
+    spec = spec or TinySpec()
+    out = Path(out_dir)
+    if out.exists() and not overwrite:
+        raise Gemma4T4Error(
+            f"{out} already exists", fix="pass overwrite=True (CLI: --overwrite) or pick a new path"
+        )
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    tokenizer = build_tokenizer(spec.vocab_size)
+    vocab = len(tokenizer)
+    torch.manual_seed(spec.seed)
+    generator = torch.Generator().manual_seed(spec.seed + 1)
+    config = Gemma4TextConfig(
+        vocab_size=vocab,
+        vocab_size_per_layer_input=vocab,
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_hidden_layers,
+        num_attention_heads=spec.num_attention_heads,
+        num_key_value_heads=spec.num_key_value_heads,
+        head_dim=spec.head_dim,
+        global_head_dim=spec.global_head_dim,
+        num_global_key_value_heads=spec.num_key_value_heads,
+        hidden_size_per_layer_input=spec.hidden_size_per_layer_input,
+        sliding_window=spec.sliding_window,
+        layer_types=spec.layer_types(),
+        max_position_embeddings=spec.max_position_embeddings,
+        final_logit_softcapping=30.0,
+        tie_word_embeddings=True,
+        pad_token_id=0,
+        eos_token_id=[1, tokenizer.convert_tokens_to_ids("<turn|>")],
+        bos_token_id=2,
+    )
+    model = Gemma4ForCausalLM(config)
+    # Random init is tiny (std 0.02); widen it so greedy outputs differ between prompts.
+    with torch.no_grad():
+        for _name, param in model.named_parameters():
+            if param.dim() == 2:
+                param.normal_(0.0, 0.08, generator=generator)
+        model = model.to(torch.bfloat16)
+        if variant == "qat":
+            for _name, param in model.named_parameters():
+                if param.dim() == 2 and param.shape[-1] % 32 == 0:
+                    param.copy_(snap_to_int4_grid(param, 32, generator))
+    model.generation_config.do_sample = False
+
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        _portable_config(tmp / "config.json", spec)
+        (tmp / "tiny_gemma4.json").write_text(
+            json.dumps({"variant": variant, "spec": asdict(spec)}, indent=2) + "\n"
+        )
+        tmp.chmod(0o755)  # mkdtemp makes it private; the checkpoint is meant to be shared
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return TinyModelInfo(
+        path=out,
+        variant=variant,
+        spec=asdict(spec),
+        vocab_size=vocab,
+        num_parameters=sum(p.numel() for p in model.parameters()),
+        files=sorted(p.name for p in out.iterdir()),
+    )
+
+
+def ensure_tiny_gemma4(out_dir: str | os.PathLike, variant: Variant = "bf16") -> Path:
+    """Build the tiny model once and reuse it (tests, notebooks, ``make run``)."""
+    out = Path(out_dir)
+    marker = out / "tiny_gemma4.json"
+    if marker.exists() and json.loads(marker.read_text()).get("variant") == variant:
+        return out
+    build_tiny_gemma4(out, variant=variant, overwrite=True)
+    return out

