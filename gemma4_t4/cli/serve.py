@@ -1,0 +1,147 @@
+"""``gemma4-t4 serve start|stop|status|logs``: one vLLM server, managed across processes.
+
+``serve start`` launches vLLM detached (it keeps running after the command returns), waits for
+``/health`` and records the server under ``--work-dir``; ``stop``, ``status`` and ``logs`` find
+it there from any later shell. On ``--target t4`` the start gate runs first and refuses, with
+every reason and its fix, when the machine cannot succeed (``--force`` overrides, loudly).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import warnings
+
+from gemma4_t4.cli import Output, add_command
+from gemma4_t4.errors import Gemma4T4Error
+
+DEFAULT_T4_MODEL = "google/gemma-4-E2B-it-qat-w4a16-ct"
+
+
+def _config(args: argparse.Namespace):
+    from gemma4_t4.server import ServerConfig
+
+    model = args.model or (DEFAULT_T4_MODEL if args.target == "t4" else None)
+    if model is None:
+        raise Gemma4T4Error("--model is required with --target cpu",
+                            fix="build a tiny one (gemma4-t4 tiny models/tiny-gemma4) and pass --model models/tiny-gemma4")
+    return ServerConfig(
+        model=model,
+        target=args.target,
+        served_model_name=args.served_model_name,
+        host=args.host,
+        port=args.port,
+        dtype=args.dtype,
+        max_model_len=args.max_model_len,
+        max_num_seqs=args.max_num_seqs,
+        enable_prefix_caching=not args.no_prefix_caching,
+        enforce_eager=not args.compile,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        tensor_parallel_size=args.tensor_parallel_size,
+        language_model_only=args.language_model_only,
+        kv_cache_space_gib=args.kv_cache_space,
+        block_size=args.block_size,
+        api_key=args.api_key or os.environ.get("GEMMA4_T4_API_KEY"),
+        extra_args=list(args.vllm_arg or []),
+        work_dir=args.work_dir,
+        python=args.python,
+    )
+
+
+def _start(args: argparse.Namespace) -> Output:
+    from gemma4_t4.server import start_server
+
+    config = _config(args)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        server = start_server(config, force=args.force, gate=not args.no_gate, wait=not args.no_wait,
+                              timeout=args.timeout)
+    overrides = [str(w.message) for w in caught if "START GATE OVERRIDDEN" in str(w.message)]
+    status = server.status()
+    data = {"status": status, "launch_record": server.launch_record, "gate_overridden": overrides}
+    text = "\n".join(overrides + [status.summary().split("\n--- log tail")[0],
+                                  f"stop it with: gemma4-t4 serve stop --port {config.port} --work-dir {config.work_dir}"])
+    return Output(data, text)
+
+
+def _stop(args: argparse.Namespace) -> Output:
+    from gemma4_t4.server import stop_server
+
+    status = stop_server(args.port, args.work_dir, grace=args.grace)
+    return Output(status, status.summary())
+
+
+def _status(args: argparse.Namespace) -> Output:
+    from gemma4_t4.server import VLLMServer, list_servers
+
+    if args.port is None:
+        statuses = list_servers(args.work_dir)
+        if not statuses:
+            return Output([], f"no server recorded under {args.work_dir}")
+        code = 1 if any(s.state == "dead" for s in statuses) else 0
+        return Output(statuses, "\n\n".join(s.summary() for s in statuses), code)
+    status = VLLMServer.attach(args.port, args.work_dir).status()
+    return Output(status, status.summary(), 1 if status.state == "dead" else 0)
+
+
+def _logs(args: argparse.Namespace) -> Output:
+    from gemma4_t4.server import VLLMServer
+
+    server = VLLMServer.attach(args.port, args.work_dir)
+    tail = server.log_tail(args.lines)
+    return Output({"port": server.config.port, "log_path": str(server.log_path), "lines": tail.splitlines()},
+                  tail)
+
+
+def _where(parser: argparse.ArgumentParser, port_default: int | None = None) -> None:
+    from gemma4_t4.server import DEFAULT_WORK_DIR
+
+    parser.add_argument("--port", type=int, default=port_default,
+                        help="which server (default: the only one recorded)" if port_default is None else None)
+    parser.add_argument("--work-dir", default=DEFAULT_WORK_DIR, help="where servers are recorded (default %(default)s)")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from gemma4_t4.server import DEFAULT_PORT, STOP_GRACE_S
+
+    top = subparsers.add_parser("serve", help="start, stop and inspect a vLLM server (T4 or CPU)",
+                                description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    top.set_defaults(_handler=lambda _args: Output(None, top.format_help(), 2))
+    sub = top.add_subparsers(dest="serve_command", metavar="SUBCOMMAND")
+
+    p = add_command(sub, "start", _start, "launch vLLM detached and wait until /health answers")
+    p.add_argument("--target", choices=["t4", "cpu"], default="t4")
+    p.add_argument("--model", default=None, help=f"hub id or local folder (t4 default: {DEFAULT_T4_MODEL})")
+    p.add_argument("--served-model-name", default=None)
+    p.add_argument("--host", default="127.0.0.1", help="other than localhost needs --api-key")
+    _where(p, DEFAULT_PORT)
+    p.add_argument("--dtype", default=None, help="default float16 on t4 (no bf16 on Turing), bfloat16 on cpu")
+    p.add_argument("--max-model-len", type=int, default=4096)
+    p.add_argument("--max-num-seqs", type=int, default=8)
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.90)
+    p.add_argument("--tensor-parallel-size", type=int, default=1, help="multi-T4 hosts, e.g. 4 on g4dn.12xlarge")
+    p.add_argument("--language-model-only", action="store_true", help="skip the vision/audio towers")
+    p.add_argument("--no-prefix-caching", action="store_true")
+    p.add_argument("--compile", action="store_true", help="use torch.compile/CUDA graphs (slower start)")
+    p.add_argument("--kv-cache-space", type=int, default=1, help="cpu: KV cache GiB")
+    p.add_argument("--block-size", type=int, default=None)
+    p.add_argument("--api-key", default=None, help="required when binding beyond localhost "
+                                                   "(or set GEMMA4_T4_API_KEY)")
+    p.add_argument("--python", default=None, help="interpreter with vLLM installed (default: this one)")
+    p.add_argument("--vllm-arg", action="append", metavar="ARG", help="extra vLLM argument (repeatable; "
+                                                                       "use --vllm-arg=--flag)")
+    p.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait for /health")
+    p.add_argument("--no-wait", action="store_true", help="return right after launching")
+    p.add_argument("--force", action="store_true", help="launch even if the start gate refuses (loud)")
+    p.add_argument("--no-gate", action="store_true", help="skip the start gate entirely")
+
+    p = add_command(sub, "stop", _stop, "SIGTERM the server's process group, SIGKILL after a grace period")
+    _where(p)
+    p.add_argument("--grace", type=float, default=STOP_GRACE_S)
+
+    p = add_command(sub, "status", _status, "running / starting / dead (exit code, log tail) / stopped")
+    _where(p)
+
+    p = add_command(sub, "logs", _logs, "the end of the server's log")
+    _where(p)
+    p.add_argument("--lines", type=int, default=80)

