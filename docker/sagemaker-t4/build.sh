@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Build the T4 image from AWS's vLLM container and push it to your ECR in REGION.
+# Usage: docker/sagemaker-t4/build.sh REGION [BASE_TAG]
+# Needs docker and the aws CLI, logged in to an account that can pull the AWS DLC registry.
+set -euo pipefail
+region="${1:?usage: build.sh REGION [BASE_TAG]}"
+tag="${2:-$(python -c 'from gemma4_t4.sagemaker.image import DEFAULT_VLLM_TAG; print(DEFAULT_VLLM_TAG)')}"
+base="$(python -c "from gemma4_t4.sagemaker.image import vllm_image_uri; print(vllm_image_uri('$region', '$tag'))")"
+account="$(aws sts get-caller-identity --query Account --output text)"
+target="$(python -c "from gemma4_t4.sagemaker.image import t4_image_uri; print(t4_image_uri('$account', '$region', '$tag'))")"
+repo_root="$(cd "$(dirname "$0")/../.." && pwd)"
+
+aws ecr get-login-password --region "$region" | docker login --username AWS --password-stdin "${base%%/*}"
+docker build -f "$repo_root/docker/sagemaker-t4/Dockerfile" --build-arg "BASE_IMAGE=$base" -t "$target" "$repo_root"
+aws ecr describe-repositories --region "$region" --repository-names gemma4-t4-vllm >/dev/null 2>&1 \
+  || aws ecr create-repository --region "$region" --repository-name gemma4-t4-vllm >/dev/null
+aws ecr get-login-password --region "$region" | docker login --username AWS --password-stdin "${target%%/*}"
+docker push "$target"
+echo "deploy with: gemma4-t4 sagemaker deploy --region $region --image-uri $target"

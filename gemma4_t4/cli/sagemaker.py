@@ -1,0 +1,285 @@
+"""``gemma4-t4 sagemaker quotas|image|deploy|list|status|logs|invoke|delete|reap``.
+
+Every subcommand takes ``--dry-run``: it prints the equivalent ``aws`` CLI commands and calls
+nothing. Destructive commands (delete, reap) need ``--yes``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from gemma4_t4.cli import Output, add_command
+from gemma4_t4.errors import Gemma4T4Error
+
+
+def _default_region() -> str:
+    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-2"
+
+
+def _regions(value: str | None) -> list[str]:
+    from gemma4_t4.sagemaker.image import US_REGIONS
+
+    return [r.strip() for r in value.split(",") if r.strip()] if value else list(US_REGIONS)
+
+
+def _common(parser: argparse.ArgumentParser, region: bool = True) -> None:
+    if region:
+        parser.add_argument("--region", default=None, help="AWS region (default: $AWS_REGION or us-east-2)")
+    parser.add_argument("--dry-run", action="store_true", help="print the equivalent aws CLI commands; call nothing")
+
+
+def _recipe(commands: list[str]) -> str:
+    return "# dry run: nothing was called. Equivalent AWS CLI:\n" + "\n".join(commands)
+
+
+# -- handlers ---------------------------------------------------------------------------------
+def _quotas(args: argparse.Namespace) -> Output:
+    from gemma4_t4.sagemaker.quotas import check_quotas, pick_region, quota_plan
+
+    regions = _regions(args.regions)
+    types = args.instance_types.split(",")
+    if args.dry_run:
+        return Output({"dry_run": True, "plan": [c.cli() for c in quota_plan(types, regions)]},
+                      _recipe([c.cli() for c in quota_plan(types, regions)]))
+    report = check_quotas(types, regions)
+    picks = {}
+    for instance in types:
+        try:
+            picks[instance] = pick_region(report, instance)
+        except Gemma4T4Error as exc:
+            picks[instance] = None
+            report_note = str(exc)
+    text = report.table() + "\n" + "\n".join(
+        f"-> {t}: deploy in {r}" if r else f"-> {t}: {report_note}" for t, r in picks.items())
+    code = 0 if any(picks.values()) else 1
+    return Output({"rows": report.rows, "picked": picks}, text, code)
+
+
+def _image(args: argparse.Namespace) -> Output:
+    from gemma4_t4.sagemaker.cli_recipe import ApiCall
+    from gemma4_t4.sagemaker.image import dlc_account, find_vllm_image, required_ami_version
+
+    region = args.region or _default_region()
+    if args.dry_run:
+        call = ApiCall("ecr", "list_images", {"RegistryId": dlc_account(region), "RepositoryName": "vllm",
+                                              "Filter": {"tagStatus": "TAGGED"}}, region)
+        return Output({"dry_run": True, "plan": [call.cli()]}, _recipe([call.cli()]))
+    choice = find_vllm_image(region, args.tag, query_registry=args.latest)
+    ami = required_ami_version(choice.image_uri, args.instance_type)
+    data = {**choice.__dict__, "instance_type": args.instance_type, "inference_ami_version": ami}
+    text = (f"{choice.image_uri}\n  source: {choice.source}; CUDA {choice.cuda}; on {args.instance_type} "
+            f"needs InferenceAmiVersion={ami or '(instance default)'}")
+    return Output(data, text)
+
+
+def _config_from(args: argparse.Namespace):
+    from gemma4_t4.sagemaker.config import DeployConfig
+
+    env = {}
+    for item in args.env or []:
+        if "=" not in item:
+            raise Gemma4T4Error(f"--env {item!r} is not KEY=VALUE", fix="write --env SM_VLLM_SEED=0")
+        key, value = item.split("=", 1)
+        env[key] = value
+    return DeployConfig(
+        name=args.name, model_id=args.model_id, region=args.region or _default_region(),
+        instance_type=args.instance_type, role_arn=args.role_arn, image_uri=args.image_uri,
+        image_tag=args.image_tag, dtype=args.dtype, max_model_len=args.max_model_len,
+        max_num_seqs=args.max_num_seqs, tensor_parallel_size=args.tensor_parallel_size,
+        gpu_memory_utilization=args.gpu_memory_utilization, extra_args=list(args.vllm_arg or []), extra_env=env,
+        fallback_instance_types=[t for t in (args.fallback_instance_types or "").split(",") if t],
+        inference_ami_version=None if args.inference_ami_version == "none" else args.inference_ami_version,
+        startup_timeout_s=args.startup_timeout, ttl_hours=args.ttl_hours,
+    )
+
+
+def _deploy(args: argparse.Namespace) -> Output:
+    from gemma4_t4.sagemaker.cost import estimate
+    from gemma4_t4.sagemaker.deploy import DeployFailed, deploy, deploy_with_failover, deployment_plan
+
+    config = _config_from(args)
+    if args.dry_run:
+        plan = deployment_plan(config)
+        cost = estimate(config.instance_type, config.instance_count).line()
+        return Output({"dry_run": True, "config": config.summary(), "cost": cost, "plan": plan},
+                      cost + "\n" + _recipe(plan))
+    config.validate()
+    print(estimate(config.instance_type, config.instance_count).line(), file=sys.stderr)
+    kwargs = {"wait": not args.no_wait, "timeout_s": args.timeout, "progress": not args.json}
+    if args.failover:
+        result = deploy_with_failover(config, _regions(args.failover), **kwargs)
+        lines = [f"{a.region}: {a.outcome} after {a.elapsed_s:.0f} s" + (f" ({a.reason})" if a.reason else "")
+                 for a in result.attempts]
+        return Output(result, "\n".join(lines), 0 if result.success else 1)
+    try:
+        result = deploy(config, **kwargs)
+    except DeployFailed as exc:
+        timeline = "\n".join(f"  {e.t_s:8.1f} s  {e.stage}  {e.detail}" for e in exc.result.timeline)
+        return Output(exc.result, f"error: {exc}\n{timeline}", 1)
+    timeline = "\n".join(f"  {e.t_s:8.1f} s  {e.stage}  {e.detail}" for e in result.timeline)
+    return Output(result, f"{result.name} in {result.region}: {result.status}\n{timeline}")
+
+
+def _list(args: argparse.Namespace) -> Output:
+    from gemma4_t4.sagemaker.cli_recipe import ApiCall
+    from gemma4_t4.sagemaker.ops import list_endpoints
+
+    regions = _regions(args.regions)
+    if args.dry_run:
+        plan = [ApiCall("sagemaker", "list_endpoints", {}, r).cli() for r in regions]
+        return Output({"dry_run": True, "plan": plan}, _recipe(plan))
+    endpoints = list_endpoints(regions, project_only=not args.all)
+    text = "\n".join(f"{e.region:<10} {e.name:<40} {e.status:<12} expires {e.expires_at or '-'}"
+                     for e in endpoints) or "no endpoints"
+    return Output(endpoints, text)
+
+
+def _status(args: argparse.Namespace) -> Output:
+    from gemma4_t4.sagemaker.cli_recipe import ApiCall
+    from gemma4_t4.sagemaker.ops import endpoint_status
+
+    region = args.region or _default_region()
+    if args.dry_run:
+        plan = [ApiCall("sagemaker", "describe_endpoint", {"EndpointName": args.name}, region).cli()]
+        return Output({"dry_run": True, "plan": plan}, _recipe(plan))
+    status = endpoint_status(args.name, region)
+    if not status.exists:
+        return Output(status, f"{args.name}: not found in {region}", 1)
+    cost = f"${status.cost_so_far_usd:.2f} so far" if status.cost_so_far_usd is not None else ""
+    text = (f"{status.name} ({status.region}): {status.status} {status.failure_reason or ''}\n"
+            f"  instance {', '.join(status.instance_types)}; AMI {status.inference_ami_version}; age "
+            f"{status.age_minutes} min; expires {status.expires_at}; {cost}\n  {status.advice or ''}")
+    return Output(status, text)
+
+
+def _logs(args: argparse.Namespace) -> Output:
+    from gemma4_t4.sagemaker.cli_recipe import ApiCall
+    from gemma4_t4.sagemaker.ops import endpoint_logs, log_group
+
+    region = args.region or _default_region()
+    if args.dry_run:
+        plan = [ApiCall("logs", "tail", {"LogGroupName": log_group(args.name), "Since": "1h"}, region).cli()
+                .replace("--log-group-name ", "")]
+        return Output({"dry_run": True, "plan": plan}, _recipe(plan))
+    result = endpoint_logs(args.name, region, lines=args.lines)
+    if not result.found:
+        return Output(result, f"{result.log_group}: {result.explanation}", 1)
+    return Output(result, "\n".join(result.lines) or result.explanation or "")
+
+
+def _invoke(args: argparse.Namespace) -> Output:
+    from gemma4_t4.sagemaker.ops import chat_payload, invoke, invoke_plan, invoke_stream
+
+    region = args.region or _default_region()
+    if args.dry_run:
+        plan = [invoke_plan(args.name, region, chat_payload(args.prompt, max_tokens=args.max_tokens)).cli()]
+        return Output({"dry_run": True, "plan": plan}, _recipe(plan))
+    if args.stream:
+        result = invoke_stream(args.name, region, args.prompt, max_tokens=args.max_tokens,
+                               on_text=None if args.json else lambda t: print(t, end="", flush=True))
+        ttft = f"{result.ttft_s:.2f} s" if result.ttft_s is not None else "-"
+        return Output(result, f"\n[time to first token {ttft}, total {result.total_s:.2f} s]")
+    result = invoke(args.name, region, args.prompt, max_tokens=args.max_tokens)
+    return Output(result, result.text)
+
+
+def _delete(args: argparse.Namespace) -> Output:
+    from gemma4_t4.sagemaker.ops import delete_endpoint
+
+    region = args.region or _default_region()
+    if args.dry_run:
+        result = delete_endpoint(args.name, region, dry_run=True)
+        return Output(result, _recipe(result.plan))
+    if not args.yes:
+        raise Gemma4T4Error(f"refusing to delete {args.name} in {region} without --yes",
+                            fix="re-run with --yes, or --dry-run to see what would be deleted")
+    result = delete_endpoint(args.name, region)
+    text = "deleted: " + (", ".join(result.deleted) or "nothing")
+    if result.already_absent:
+        text += "\nalready absent: " + ", ".join(result.already_absent)
+    return Output(result, text)
+
+
+def _reap(args: argparse.Namespace) -> Output:
+    from gemma4_t4.sagemaker.cost import reap
+
+    dry = args.dry_run or not args.yes
+    result = reap(_regions(args.regions), dry_run=dry)
+    lines = [f"{d.region:<10} {d.name:<40} {d.action:<8} {d.reason}" for d in result.decisions]
+    if dry and not args.dry_run and result.expired:
+        lines.append("(nothing deleted: re-run with --yes to delete the expired endpoints)")
+    return Output(result, "\n".join(lines) or "no project endpoints found")
+
+
+# -- registration -------------------------------------------------------------------------------
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from gemma4_t4.sagemaker.config import DEFAULT_INSTANCE, DEFAULT_MODEL_ID
+    from gemma4_t4.sagemaker.image import DEFAULT_VLLM_TAG
+
+    top = subparsers.add_parser("sagemaker", help="deploy to and manage SageMaker endpoints (boto3)",
+                                description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    top.set_defaults(_handler=lambda _args: Output(None, top.format_help(), 2))
+    sub = top.add_subparsers(dest="sagemaker_command", metavar="SUBCOMMAND")
+
+    p = add_command(sub, "quotas", _quotas, "endpoint quotas by name across regions; picks a region")
+    p.add_argument("--instance-types", default=DEFAULT_INSTANCE, help="comma-separated")
+    p.add_argument("--regions", default=None, help="comma-separated (default: the US regions)")
+    _common(p, region=False)
+
+    p = add_command(sub, "image", _image, "the AWS vLLM container image and the driver it needs")
+    p.add_argument("--tag", default=None, help=f"pin a tag (default {DEFAULT_VLLM_TAG})")
+    p.add_argument("--latest", action="store_true", help="look up the newest pinned tag in the registry")
+    p.add_argument("--instance-type", default=DEFAULT_INSTANCE)
+    _common(p)
+
+    p = add_command(sub, "deploy", _deploy, "create model, endpoint config and endpoint; roll back on failure")
+    p.add_argument("--name", default="gemma4-t4")
+    p.add_argument("--model-id", default=DEFAULT_MODEL_ID)
+    p.add_argument("--instance-type", default=DEFAULT_INSTANCE)
+    p.add_argument("--fallback-instance-types", default=None, help="comma-separated InstancePools fallbacks")
+    p.add_argument("--role-arn", default=None, help="execution role (default: $GEMMA4_T4_SAGEMAKER_ROLE_ARN)")
+    p.add_argument("--image-uri", default=None)
+    p.add_argument("--image-tag", default=DEFAULT_VLLM_TAG)
+    p.add_argument("--dtype", default=None, help="default float16 on T4, bfloat16 elsewhere")
+    p.add_argument("--max-model-len", type=int, default=8192)
+    p.add_argument("--max-num-seqs", type=int, default=4)
+    p.add_argument("--tensor-parallel-size", type=int, default=1)
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.90)
+    p.add_argument("--vllm-arg", action="append", help="extra vLLM flag, e.g. --vllm-arg=--enforce-eager")
+    p.add_argument("--env", action="append", help="extra container variable KEY=VALUE (wins)")
+    p.add_argument("--inference-ami-version", default="auto", help="'auto' (from the image's CUDA) or 'none'")
+    p.add_argument("--startup-timeout", type=int, default=1800, help="container startup health-check timeout, s")
+    p.add_argument("--ttl-hours", type=float, default=4.0, help="lifetime tag enforced by `reap`")
+    p.add_argument("--timeout", type=float, default=None, help="how long to wait for InService, s")
+    p.add_argument("--no-wait", action="store_true", help="return once the endpoint is Creating")
+    p.add_argument("--failover", default=None, metavar="REGIONS",
+                   help="comma-separated regions to try in order (skips those without quota)")
+    _common(p)
+
+    p = add_command(sub, "list", _list, "this project's endpoints across regions")
+    p.add_argument("--regions", default=None)
+    p.add_argument("--all", action="store_true", help="include endpoints without the project tag")
+    _common(p, region=False)
+
+    for name, handler, help_text in (("status", _status, "endpoint status, instance, AMI, age and cost so far"),
+                                     ("logs", _logs, "the endpoint's CloudWatch log tail"),
+                                     ("invoke", _invoke, "send an OpenAI-style chat request"),
+                                     ("delete", _delete, "delete endpoint, config and model (idempotent)")):
+        p = add_command(sub, name, handler, help_text)
+        p.add_argument("name", help="endpoint name")
+        _common(p)
+        if name == "logs":
+            p.add_argument("--lines", type=int, default=50)
+        if name == "invoke":
+            p.add_argument("--prompt", required=True)
+            p.add_argument("--max-tokens", type=int, default=256)
+            p.add_argument("--stream", action="store_true", help="stream tokens; reports time to first token")
+        if name == "delete":
+            p.add_argument("--yes", action="store_true", help="really delete")
+
+    p = add_command(sub, "reap", _reap, "delete project endpoints past their lifetime tag")
+    p.add_argument("--regions", default=None)
+    p.add_argument("--yes", action="store_true", help="really delete (otherwise only report)")
+    _common(p, region=False)

@@ -1,0 +1,591 @@
+"""The MCP server: SageMaker lifecycle and local T4/CPU serving tools for an AI assistant.
+
+Every tool is a thin adapter over a package function; results are typed (structured content),
+annotated read-only or destructive, and blocking work runs in a thread. Destructive or billing
+tools (deploy_endpoint, delete_endpoint, apply_turing_patch, stop_vllm_server) do nothing unless
+called with ``confirm=True``: without it they return a structured refusal describing what would
+happen. Credentials are never logged or returned: results are scrubbed of secret values.
+
+Run it with ``gemma4-t4 mcp`` or ``python -m gemma4_t4.mcp_server`` (stdio).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import json
+import logging
+import os
+import re
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import anyio
+from pydantic import BaseModel, TypeAdapter
+
+from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.jsonable import to_jsonable
+
+try:
+    from mcp.server import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+    from mcp.types import ToolAnnotations
+except ImportError as exc:  # pragma: no cover - the mcp extra is optional
+    raise Gemma4T4Error("the MCP SDK is not installed", fix="pip install 'gemma4-t4[mcp]'") from exc
+
+WORK_DIR_ENV = "GEMMA4_T4_WORK_DIR"
+READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=True)
+LOCAL_READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=False)
+CREATES = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
+                          open_world_hint=True)
+DESTRUCTIVE = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True,
+                              open_world_hint=True)
+
+_SECRET_ENV = re.compile(r"(?:^|_)(?:TOKEN|SECRET|PASSWORD|ACCESS_KEY|KEY_ID|API_KEY)(?:$|_)", re.I)
+
+
+def _secret_values() -> list[str]:
+    """Values of secret-looking environment variables (AWS keys, HF tokens) worth scrubbing."""
+    return [v for k, v in os.environ.items() if _SECRET_ENV.search(k) and len(v) >= 6]
+
+
+def _scrub(value: Any, secrets: list[str]) -> Any:
+    if isinstance(value, str):
+        for secret in secrets:
+            value = value.replace(secret, "***")
+        return value
+    if isinstance(value, dict):
+        return {k: ("***" if _SECRET_ENV.search(str(k)) and isinstance(v, str) and v else _scrub(v, secrets))
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scrub(v, secrets) for v in value]
+    return value
+
+
+def _adapter(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Run ``fn`` in a worker thread, turn package errors into tool errors, scrub secrets."""
+    signature = inspect.signature(fn, eval_str=True)
+    return_type = signature.return_annotation
+
+    @functools.wraps(fn)
+    async def tool(*args: Any, **kwargs: Any) -> Any:
+        try:
+            result = await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
+        except Gemma4T4Error as exc:
+            raise ToolError(_scrub(str(exc), _secret_values())) from None
+        secrets = _secret_values()
+        plain = to_jsonable(result)
+        scrubbed = _scrub(plain, secrets)
+        if scrubbed != plain:
+            return TypeAdapter(return_type).validate_python(scrubbed)
+        return result
+
+    tool.__signature__ = signature  # type: ignore[attr-defined]
+    return tool
+
+
+def _optional(module: str, what: str) -> Any:
+    """Import a capability lazily: a missing module is a clear tool error, not a broken server."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise Gemma4T4Error(f"{what} is not available in this installation ({module}: {exc})",
+                            fix="install the full package: pip install 'gemma4-t4[cpu,aws,mcp]'") from exc
+
+
+def _work_dir() -> str:
+    from gemma4_t4.server import DEFAULT_WORK_DIR
+
+    return os.environ.get(WORK_DIR_ENV, DEFAULT_WORK_DIR)
+
+
+# -- result types ---------------------------------------------------------------------------------
+class Refusal(BaseModel):
+    """What a destructive tool would do; nothing was done."""
+
+    refused: bool = True
+    reason: str
+    would: list[str] = []
+
+
+class HelpResult(BaseModel):
+    workflow: list[str]
+    tools: dict[str, str]
+    cli: list[str]
+    notes: list[str]
+
+
+class QuotaResult(BaseModel):
+    rows: list[dict[str, Any]]
+    picked: dict[str, str | None]
+    summary: str
+
+
+class ConfigResult(BaseModel):
+    valid: bool
+    problem: str | None = None
+    fix: str | None = None
+    config: dict[str, Any] = {}
+    cost: str = ""
+    usd_per_hour: float | None = None
+    aws_cli: list[str] = []
+
+
+class DeployToolResult(BaseModel):
+    refused: bool
+    reason: str | None = None
+    cost: str = ""
+    aws_cli: list[str] = []
+    deployment: dict[str, Any] | None = None
+    next_step: str | None = None
+
+
+class DeleteToolResult(BaseModel):
+    refused: bool
+    reason: str | None = None
+    deleted: list[str] = []
+    already_absent: list[str] = []
+    would_run: list[str] = []
+
+
+class StatusToolResult(BaseModel):
+    endpoint: dict[str, Any]
+    deployment_watch: dict[str, Any] | None = None
+
+
+class QueryResult(BaseModel):
+    target: str
+    text: str
+    latency_s: float
+    finish_reason: str | None = None
+    usage: dict[str, Any] | None = None
+
+
+class ServerToolResult(BaseModel):
+    refused: bool = False
+    reason: str | None = None
+    servers: list[dict[str, Any]] = []
+    summary: str = ""
+
+
+@dataclass
+class _Watches:
+    """Deployments returned at Creating and still watched (rolled back on failure)."""
+
+    by_key: dict[tuple[str, str], Any] = field(default_factory=dict)
+
+
+_WATCHES = _Watches()
+
+
+# -- SageMaker tools ---------------------------------------------------------------------------------
+def get_help() -> HelpResult:
+    """How to use these tools: the order of work, every tool, and the CLI equivalents."""
+    return HelpResult(
+        workflow=[
+            "1. check_quotas: find a region with '<instance> for endpoint usage' quota (new accounts often have 0)",
+            "2. find_vllm_image: the AWS vLLM container for that region and the driver (AMI) it needs",
+            "3. get_deployment_config: validate the config, see $/hour and the equivalent aws CLI",
+            "4. deploy_endpoint(confirm=True): create model, endpoint config, endpoint (billing starts)",
+            "5. get_endpoint_status / get_endpoint_logs until InService (a T4 start takes ~13 min)",
+            "6. verify_model_health, then query_model",
+            "7. delete_endpoint(confirm=True) when done (endpoints bill by the hour)",
+            "Local: check_environment, verify_gpu_arch, verify_turing_patch / apply_turing_patch(confirm=True), "
+            "start_vllm_server, server_status, query_model(base_url=...), run_benchmark, "
+            "stop_vllm_server(confirm=True)",
+        ],
+        tools={name: (fn.__doc__ or "").strip().splitlines()[0] for name, fn in _TOOLS.items()},
+        cli=[
+            "gemma4-t4 sagemaker quotas", "gemma4-t4 sagemaker image --region us-east-2",
+            "gemma4-t4 sagemaker deploy --dry-run", "gemma4-t4 sagemaker deploy --name NAME",
+            "gemma4-t4 sagemaker status NAME", "gemma4-t4 sagemaker logs NAME",
+            "gemma4-t4 sagemaker invoke NAME --prompt '...' [--stream]",
+            "gemma4-t4 sagemaker delete NAME --yes", "gemma4-t4 sagemaker reap --yes",
+        ],
+        notes=[
+            "Destructive or billing tools need confirm=True; without it they describe what they would do.",
+            "Every endpoint carries an expiry tag; `gemma4-t4 sagemaker reap` deletes endpoints past it.",
+            "A failed or timed-out deploy deletes what it created.",
+        ],
+    )
+
+
+def check_quotas(instance_types: list[str] | None = None, regions: list[str] | None = None) -> QuotaResult:
+    """Endpoint quotas by name across regions (sequential), and the region to deploy in."""
+    from gemma4_t4.sagemaker import quotas
+    from gemma4_t4.sagemaker.image import US_REGIONS
+
+    types = instance_types or ["ml.g4dn.xlarge"]
+    report = quotas.check_quotas(types, regions or US_REGIONS)
+    picked: dict[str, str | None] = {}
+    notes = []
+    for instance in types:
+        try:
+            picked[instance] = quotas.pick_region(report, instance)
+        except Gemma4T4Error as exc:
+            picked[instance] = None
+            notes.append(str(exc))
+    summary = "; ".join(f"{t}: {r or 'no region with quota'}" for t, r in picked.items())
+    if notes:
+        summary += "\n" + "\n".join(notes)
+    return QuotaResult(rows=to_jsonable(report.rows), picked=picked, summary=summary)
+
+
+def find_vllm_image(region: str = "us-east-2", tag: str | None = None, latest: bool = False,
+                    instance_type: str = "ml.g4dn.xlarge") -> dict[str, Any]:
+    """The AWS vLLM container image for a region (pinned tag or newest in the registry) and its AMI."""
+    from gemma4_t4.sagemaker.image import find_vllm_image as find
+    from gemma4_t4.sagemaker.image import required_ami_version
+
+    choice = find(region, tag, query_registry=latest)
+    return to_jsonable(choice) | {"instance_type": instance_type,
+                                  "inference_ami_version": required_ami_version(choice.image_uri, instance_type)}
+
+
+def _config(name: str, model_id: str, region: str, instance_type: str, max_model_len: int, max_num_seqs: int,
+            dtype: str | None, fallback_instance_types: list[str] | None, extra_vllm_args: list[str] | None,
+            ttl_hours: float, image_tag: str | None, role_arn: str | None) -> Any:
+    from gemma4_t4.sagemaker.config import DeployConfig
+    from gemma4_t4.sagemaker.image import DEFAULT_VLLM_TAG
+
+    return DeployConfig(name=name, model_id=model_id, region=region, instance_type=instance_type,
+                        max_model_len=max_model_len, max_num_seqs=max_num_seqs, dtype=dtype,
+                        fallback_instance_types=list(fallback_instance_types or []),
+                        extra_args=list(extra_vllm_args or []), ttl_hours=ttl_hours,
+                        image_tag=image_tag or DEFAULT_VLLM_TAG, role_arn=role_arn)
+
+
+def get_deployment_config(name: str = "gemma4-t4", model_id: str = "google/gemma-4-E2B-it",
+                          region: str = "us-east-2", instance_type: str = "ml.g4dn.xlarge",
+                          max_model_len: int = 8192, max_num_seqs: int = 4, dtype: str | None = None,
+                          fallback_instance_types: list[str] | None = None,
+                          extra_vllm_args: list[str] | None = None, ttl_hours: float = 4.0,
+                          image_tag: str | None = None, role_arn: str | None = None) -> ConfigResult:
+    """Validate a deployment config (no AWS calls): container env, AMI, $/hour and the aws CLI recipe."""
+    from gemma4_t4.sagemaker.cost import estimate
+    from gemma4_t4.sagemaker.deploy import deployment_plan
+
+    config = _config(name, model_id, region, instance_type, max_model_len, max_num_seqs, dtype,
+                     fallback_instance_types, extra_vllm_args, ttl_hours, image_tag, role_arn)
+    try:
+        plan = deployment_plan(config)
+    except Gemma4T4Error as exc:
+        return ConfigResult(valid=False, problem=exc.message, fix=exc.fix)
+    cost = estimate(config.instance_type, config.instance_count)
+    return ConfigResult(valid=True, config=config.summary(), cost=cost.line(), usd_per_hour=cost.usd_per_hour,
+                        aws_cli=plan)
+
+
+def deploy_endpoint(name: str = "gemma4-t4", model_id: str = "google/gemma-4-E2B-it", region: str = "us-east-2",
+                    instance_type: str = "ml.g4dn.xlarge", max_model_len: int = 8192, max_num_seqs: int = 4,
+                    dtype: str | None = None, fallback_instance_types: list[str] | None = None,
+                    extra_vllm_args: list[str] | None = None, ttl_hours: float = 4.0, image_tag: str | None = None,
+                    role_arn: str | None = None, wait: bool = False, timeout_s: float | None = None,
+                    confirm: bool = False) -> DeployToolResult:
+    """Deploy to a SageMaker endpoint (billing starts). Needs confirm=True; without it, returns the plan.
+
+    wait=False returns at Creating and keeps watching: a Failed or timed-out endpoint is deleted.
+    """
+    from gemma4_t4.sagemaker.cost import estimate
+    from gemma4_t4.sagemaker.deploy import DeployFailed, deploy, deploy_in_background, deployment_plan
+
+    config = _config(name, model_id, region, instance_type, max_model_len, max_num_seqs, dtype,
+                     fallback_instance_types, extra_vllm_args, ttl_hours, image_tag, role_arn)
+    plan = deployment_plan(config)  # validates before anything else
+    cost = estimate(config.instance_type, config.instance_count).line()
+    if not confirm:
+        return DeployToolResult(refused=True, cost=cost, aws_cli=plan,
+                                reason="deploying creates billed resources: call again with confirm=True")
+    try:
+        if wait:
+            result = deploy(config, timeout_s=timeout_s, progress=False)
+        else:
+            watcher = deploy_in_background(config, timeout_s=timeout_s)
+            _WATCHES.by_key[(region, name)] = watcher
+            result = watcher.result
+    except DeployFailed as exc:
+        return DeployToolResult(refused=False, reason=str(exc), cost=cost, aws_cli=plan,
+                                deployment=to_jsonable(exc.result),
+                                next_step="read get_endpoint_logs; what was created has been deleted")
+    return DeployToolResult(refused=False, cost=cost, aws_cli=plan, deployment=to_jsonable(result),
+                            next_step="poll get_endpoint_status until InService, then verify_model_health")
+
+
+def get_endpoint_status(name: str, region: str = "us-east-2") -> StatusToolResult:
+    """Endpoint status, failure reason, instance, AMI, age, expiry, cost so far and advice."""
+    from gemma4_t4.sagemaker.ops import endpoint_status
+
+    watch = _WATCHES.by_key.get((region, name))
+    return StatusToolResult(endpoint=to_jsonable(endpoint_status(name, region)),
+                            deployment_watch=to_jsonable(watch.result) if watch else None)
+
+
+def list_endpoints(regions: list[str] | None = None, include_untagged: bool = False) -> dict[str, Any]:
+    """Endpoints across regions (this project's tagged ones unless include_untagged)."""
+    from gemma4_t4.sagemaker.image import US_REGIONS
+    from gemma4_t4.sagemaker.ops import list_endpoints as list_all
+
+    found = list_all(regions or US_REGIONS, project_only=not include_untagged)
+    return {"endpoints": to_jsonable([e.__dict__ | {"expires_at": e.expires_at} for e in found]),
+            "count": len(found)}
+
+
+def get_endpoint_logs(name: str, region: str = "us-east-2", lines: int = 50) -> dict[str, Any]:
+    """The endpoint's CloudWatch log tail and startup milestones; explains a missing log group."""
+    from gemma4_t4.sagemaker.ops import endpoint_logs
+
+    return to_jsonable(endpoint_logs(name, region, lines=lines))
+
+
+def _local_chat(base_url: str, prompt: str, max_tokens: int, temperature: float,
+                model: str | None = None) -> QueryResult:
+    """One non-streaming chat request to a local vLLM server (/v1/chat/completions)."""
+    from gemma4_t4.sagemaker.ops import parse_chat_response
+
+    if model is None:
+        with urllib.request.urlopen(base_url.rstrip("/") + "/v1/models", timeout=10) as response:
+            model = json.loads(response.read())["data"][0]["id"]
+    payload = {"model": model, "messages": [{"role": "user", "content": prompt}],
+               "max_tokens": max_tokens, "temperature": temperature}
+    request = urllib.request.Request(base_url.rstrip("/") + "/v1/chat/completions",
+                                     data=json.dumps(payload).encode(),
+                                     headers={"Content-Type": "application/json"})
+    start = time.perf_counter()
+    try:
+        with urllib.request.urlopen(request, timeout=300) as response:
+            body = response.read()
+    except (urllib.error.URLError, OSError) as exc:
+        raise Gemma4T4Error(f"no answer from {base_url}: {exc}",
+                            fix="check server_status; start one with start_vllm_server") from exc
+    text, finish, usage = parse_chat_response(body)
+    return QueryResult(target=base_url, text=text, latency_s=round(time.perf_counter() - start, 3),
+                       finish_reason=finish, usage=usage)
+
+
+def _target(endpoint_name: str | None, base_url: str | None) -> None:
+    if bool(endpoint_name) == bool(base_url):
+        raise Gemma4T4Error("say where to send the request",
+                            fix="pass endpoint_name (SageMaker) or base_url (local vLLM), not both")
+
+
+def query_model(prompt: str, endpoint_name: str | None = None, region: str = "us-east-2",
+                base_url: str | None = None, max_tokens: int = 256, temperature: float = 0.0) -> QueryResult:
+    """Send one chat prompt to a SageMaker endpoint (endpoint_name) or a local vLLM server (base_url)."""
+    from gemma4_t4.sagemaker.ops import invoke
+
+    _target(endpoint_name, base_url)
+    if base_url:
+        return _local_chat(base_url, prompt, max_tokens, temperature)
+    result = invoke(endpoint_name, region, prompt, max_tokens=max_tokens, temperature=temperature)
+    return QueryResult(target=f"sagemaker:{region}/{endpoint_name}", text=result.text,
+                       latency_s=round(result.latency_s, 3), finish_reason=result.finish_reason, usage=result.usage)
+
+
+def verify_model_health(endpoint_name: str | None = None, region: str = "us-east-2",
+                        base_url: str | None = None) -> dict[str, Any]:
+    """A real generation check: known-answer prompts; degenerate or repetitive replies fail."""
+    from gemma4_t4.sagemaker.health import check_health
+
+    _target(endpoint_name, base_url)
+
+    def ask(prompt: str) -> str:
+        return query_model(prompt, endpoint_name, region, base_url, max_tokens=32, temperature=0.0).text
+
+    return to_jsonable(check_health(ask))
+
+
+def delete_endpoint(name: str, region: str = "us-east-2", confirm: bool = False) -> DeleteToolResult:
+    """Delete endpoint, endpoint config and model (idempotent). Needs confirm=True."""
+    from gemma4_t4.sagemaker.ops import delete_endpoint as delete
+
+    if not confirm:
+        plan = delete(name, region, dry_run=True).plan
+        return DeleteToolResult(refused=True, would_run=plan,
+                                reason=f"deleting {name} in {region} is irreversible: call again with confirm=True")
+    result = delete(name, region)
+    return DeleteToolResult(refused=False, deleted=result.deleted, already_absent=result.already_absent,
+                            would_run=result.plan)
+
+
+# -- local machine tools ---------------------------------------------------------------------------------
+def check_environment(probe_shared_memory: bool = False) -> dict[str, Any]:
+    """Doctor: Python, torch, vLLM, GPU, driver, RAM/swap, disk, and the problems to fix first."""
+    env = _optional("gemma4_t4.env", "the environment doctor")
+    report = env.doctor(smem=probe_shared_memory)
+    return report.to_dict()
+
+
+def verify_gpu_arch() -> dict[str, Any]:
+    """Is this GPU sm_75 (T4), does torch carry its kernels, and does Gemma 4 need the Turing fix here?"""
+    env = _optional("gemma4_t4.env", "the environment doctor")
+    turing = _optional("gemma4_t4.turing", "the Turing checks")
+    facts = env.probe(smem=True)  # initialises CUDA through torch only when a GPU is present
+    arch_flags = None
+    try:
+        import torch
+
+        arch_flags = getattr(torch._C, "_cuda_getArchFlags", lambda: "")() or None
+    except ImportError:
+        pass
+    capability = facts.torch_compute_capability or (facts.gpus[0].compute_capability if facts.gpus else None)
+    cap = tuple(int(x) for x in capability.split(".")) if capability else None
+    needs = (turing.needs_fix(facts.smem_per_block_optin, cap)
+             if cap and facts.smem_per_block_optin else None)
+    arch = f"sm_{cap[0]}{cap[1]}" if cap else None
+    if not facts.gpus:
+        summary = "no NVIDIA GPU visible (CPU host): the Turing fix is not needed here"
+    elif arch and arch_flags is not None and arch not in arch_flags:
+        summary = f"torch was built without {arch} kernels ({arch_flags}): install a CUDA torch that has them"
+    else:
+        summary = (f"{facts.gpus[0].name} ({arch}); shared memory per block {facts.smem_per_block_optin} B; "
+                   f"Gemma 4 {'needs' if needs else 'does not need'} the Turing fix")
+    return {"gpus": to_jsonable(facts.gpus), "compute_capability": capability, "arch": arch,
+            "torch_arch_flags": arch_flags, "smem_per_block_optin": facts.smem_per_block_optin,
+            "needs_turing_fix": needs, "cuda_probe_error": facts.cuda_probe_error, "summary": summary}
+
+
+def _fix_active(state: Any) -> bool:
+    """Whether the fix reaches vLLM's processes (plugin or file patch), per turing.status()."""
+    return bool(getattr(state, "active", getattr(state, "fix_reaches_vllm", False)))
+
+
+def verify_turing_patch(functional: bool = False, arch: str = "sm_75") -> dict[str, Any]:
+    """Does the Turing fix reach vLLM (plugin or file patch)? functional=True compiles vLLM's kernel for arch."""
+    turing = _optional("gemma4_t4.turing", "the Turing fix")
+    state = turing.status()
+    report: dict[str, Any] = {"status": to_jsonable(state), "ok": _fix_active(state), "summary": state.summary}
+    if functional:
+        verified = turing.verify(arch)
+        report["verify"] = {k: v for k, v in to_jsonable(verified).items() if k != "launches"} | {
+            "failures": to_jsonable(verified.failures())}
+        report["ok"] = bool(verified.ok and report["ok"])
+    return report
+
+
+def apply_turing_patch(revert: bool = False, confirm: bool = False) -> dict[str, Any]:
+    """Make the Turing fix reach vLLM (file patch with backup when the plugin cannot); revert=True undoes it.
+
+    Needs confirm=True. When the installed plugin already reaches vLLM nothing is changed.
+    """
+    turing = _optional("gemma4_t4.turing", "the Turing fix")
+    state = turing.status()
+    if not confirm:
+        would = ["restore vLLM's kernel file from its backup"] if revert else (
+            ["nothing: the plugin already reaches every vLLM process"] if _fix_active(state)
+            else ["patch vLLM's attention kernel file (a backup is kept; revert=True restores it)"])
+        return Refusal(reason="this changes the installed vLLM: call again with confirm=True",
+                       would=would).model_dump() | {"status": to_jsonable(state)}
+    if revert:
+        return {"refused": False, "result": to_jsonable(turing.revert_file_patch()),
+                "status": to_jsonable(turing.status())}
+    if _fix_active(state):
+        return {"refused": False, "result": None, "status": to_jsonable(state),
+                "message": "already active: " + state.summary}
+    return {"refused": False, "result": to_jsonable(turing.apply_file_patch()),
+            "status": to_jsonable(turing.status())}
+
+
+def start_vllm_server(model: str, target: Literal["cpu", "t4"] = "cpu", port: int | None = None,
+                      served_model_name: str | None = None, max_model_len: int = 4096, max_num_seqs: int = 8,
+                      timeout_s: float = 600.0) -> ServerToolResult:
+    """Start vLLM on 127.0.0.1 (free port by default) through the start gate; waits for /health."""
+    from gemma4_t4.server import ServerConfig, free_port, start_server
+
+    config = ServerConfig(model=model, target=target, port=port or free_port(),
+                          served_model_name=served_model_name, max_model_len=max_model_len,
+                          max_num_seqs=max_num_seqs, work_dir=_work_dir())
+    server = start_server(config, wait=True, timeout=timeout_s)
+    status = server.status()
+    return ServerToolResult(servers=[to_jsonable(status)], summary=status.summary())
+
+
+def stop_vllm_server(port: int | None = None, confirm: bool = False) -> ServerToolResult:
+    """Stop a vLLM server started here (SIGTERM, then SIGKILL). Needs confirm=True."""
+    from gemma4_t4.server import VLLMServer, stop_server
+
+    if not confirm:
+        target = VLLMServer.attach(port, _work_dir())
+        return ServerToolResult(refused=True, servers=[to_jsonable(target.status())],
+                                reason="stopping drops in-flight requests: call again with confirm=True")
+    status = stop_server(port, _work_dir())
+    return ServerToolResult(servers=[to_jsonable(status)], summary=status.summary())
+
+
+def server_status() -> ServerToolResult:
+    """Every vLLM server this work directory knows: state, pid, URL, health, log tail if it died."""
+    from gemma4_t4.server import list_servers
+
+    servers = list_servers(_work_dir())
+    return ServerToolResult(servers=to_jsonable(servers),
+                            summary="\n".join(s.summary() for s in servers) or "no servers recorded")
+
+
+def run_benchmark(base_url: str, model: str | None = None,
+                  workload: Literal["decode", "ttft", "prefix", "answers"] = "decode",
+                  concurrency: list[int] | None = None, input_len: int | None = None,
+                  output_len: int | None = None, num_prompts: int | None = None,
+                  out_dir: str | None = None) -> dict[str, Any]:
+    """Benchmark a running OpenAI-compatible server (TTFT, TPOT, throughput); writes a results dir."""
+    bench = _optional("gemma4_t4.bench", "the benchmark")
+    if model is None:
+        with urllib.request.urlopen(base_url.rstrip("/") + "/v1/models", timeout=10) as response:
+            model = json.loads(response.read())["data"][0]["id"]
+    out = out_dir or os.path.join(_work_dir(), "bench", f"{workload}-{time.strftime('%Y%m%d-%H%M%S')}")
+    opts = {k: v for k, v in {"concurrency": concurrency, "input_len": input_len, "output_len": output_len,
+                              "num_prompts": num_prompts}.items() if v is not None}
+    run = bench.run_benchmark(base_url, model, workload, out, **opts)
+    return {"status": run.status, "out_dir": str(run.dir), "failed": run.failed, "table": run.table(),
+            "cells": to_jsonable(run.cells)}
+
+
+_TOOLS: dict[str, Callable[..., Any]] = {
+    "get_help": get_help, "check_quotas": check_quotas, "find_vllm_image": find_vllm_image,
+    "get_deployment_config": get_deployment_config, "deploy_endpoint": deploy_endpoint,
+    "get_endpoint_status": get_endpoint_status, "list_endpoints": list_endpoints,
+    "get_endpoint_logs": get_endpoint_logs, "verify_model_health": verify_model_health,
+    "query_model": query_model, "delete_endpoint": delete_endpoint, "check_environment": check_environment,
+    "verify_gpu_arch": verify_gpu_arch, "apply_turing_patch": apply_turing_patch,
+    "verify_turing_patch": verify_turing_patch, "start_vllm_server": start_vllm_server,
+    "stop_vllm_server": stop_vllm_server, "server_status": server_status, "run_benchmark": run_benchmark,
+}
+_ANNOTATIONS: dict[str, ToolAnnotations] = {
+    "get_help": LOCAL_READ_ONLY, "get_deployment_config": LOCAL_READ_ONLY, "check_environment": LOCAL_READ_ONLY,
+    "verify_gpu_arch": LOCAL_READ_ONLY, "verify_turing_patch": LOCAL_READ_ONLY, "server_status": LOCAL_READ_ONLY,
+    "check_quotas": READ_ONLY, "find_vllm_image": READ_ONLY, "get_endpoint_status": READ_ONLY,
+    "list_endpoints": READ_ONLY, "get_endpoint_logs": READ_ONLY, "verify_model_health": READ_ONLY,
+    "query_model": READ_ONLY,
+    "deploy_endpoint": CREATES, "start_vllm_server": CREATES, "run_benchmark": CREATES,
+    "delete_endpoint": DESTRUCTIVE, "apply_turing_patch": DESTRUCTIVE, "stop_vllm_server": DESTRUCTIVE,
+}
+CONFIRM_REQUIRED = ("deploy_endpoint", "delete_endpoint", "apply_turing_patch", "stop_vllm_server")
+
+
+def build_server() -> MCPServer:
+    server = MCPServer(
+        "gemma4-t4",
+        log_level="WARNING",
+        instructions="Deploy and serve Gemma 4 on NVIDIA T4 GPUs (SageMaker and local vLLM). Start with get_help. "
+        "Tools that bill or delete need confirm=True.",
+    )
+    for name, fn in _TOOLS.items():
+        annotations = _ANNOTATIONS[name].model_copy(update={"title": name.replace("_", " ").capitalize()})
+        server.add_tool(_adapter(fn), name=name, title=annotations.title, annotations=annotations)
+    return server
+
+
+def main() -> None:
+    # stdout is the protocol channel: nothing else may print there. Keep library logs quiet
+    # (botocore at DEBUG would log request signing details).
+    logging.basicConfig(level=logging.WARNING)
+    for noisy in ("botocore", "boto3", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    build_server().run()
+
+
+if __name__ == "__main__":
+    main()

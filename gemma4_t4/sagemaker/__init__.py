@@ -1,0 +1,35 @@
+"""Deploy Gemma 4 to a SageMaker real-time endpoint with AWS's vLLM container (boto3).
+
+``config`` (typed DeployConfig) -> ``deploy`` (create, wait, roll back on failure) ->
+``ops`` (status, list, logs, invoke, stream, delete) with ``quotas``, ``image``, ``cost``
+(the $/hour estimate and the TTL reaper) and ``cli_recipe`` (dry runs as aws CLI commands).
+``local.LocalAWS`` runs all of it offline against moto and a fake Service Quotas server.
+"""
+
+from gemma4_t4.sagemaker.config import DeployConfig, extra_args_to_env
+from gemma4_t4.sagemaker.cost import estimate, reap
+from gemma4_t4.sagemaker.deploy import (
+    DeployFailed,
+    DeployResult,
+    deploy,
+    deploy_with_failover,
+    deployment_plan,
+)
+from gemma4_t4.sagemaker.health import check_health
+from gemma4_t4.sagemaker.image import find_vllm_image, required_ami_version, vllm_image_uri
+from gemma4_t4.sagemaker.ops import (
+    delete_endpoint,
+    endpoint_logs,
+    endpoint_status,
+    invoke,
+    invoke_stream,
+    list_endpoints,
+)
+from gemma4_t4.sagemaker.quotas import check_quotas, pick_region
+
+__all__ = [
+    "DeployConfig", "DeployFailed", "DeployResult", "check_health", "check_quotas", "delete_endpoint", "deploy",
+    "deploy_with_failover", "deployment_plan", "endpoint_logs", "endpoint_status", "estimate",
+    "extra_args_to_env", "find_vllm_image", "invoke", "invoke_stream", "list_endpoints", "pick_region", "reap",
+    "required_ami_version", "vllm_image_uri",
+]

@@ -1,0 +1,99 @@
+"""boto3 client construction in one place: adaptive retries, optional session, and a
+factory type so multi-region functions can be handed stubbed or moto-backed clients."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from gemma4_t4.errors import Gemma4T4Error
+
+ClientFactory = Callable[[str, str], Any]  # (service, region) -> boto3 client
+
+
+_SHARED: dict[tuple, Any] = {}
+
+
+def client_factory(session: Any = None) -> ClientFactory:
+    """Cached clients per (service, region). boto3 honours AWS_ENDPOINT_URL[_<SERVICE>].
+
+    Without a session, clients are shared process-wide (building one costs ~0.2 s) and keyed by
+    the AWS_* environment, so changing profile, keys or endpoint URLs gets fresh clients.
+    """
+    if session is None:
+        return _shared_client
+    return _session_factory(session)
+
+
+def _shared_client(service: str, region: str) -> Any:
+    import os
+
+    key = (service, region, tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_"))))
+    if key not in _SHARED:
+        _SHARED[key] = _session_factory(None)(service, region)
+    return _SHARED[key]
+
+
+def _session_factory(session: Any) -> ClientFactory:
+    try:
+        import boto3
+        from botocore.config import Config
+    except ImportError as exc:  # pragma: no cover - boto3 is in the aws extra
+        raise Gemma4T4Error("boto3 is not installed", fix="pip install 'gemma4-t4[aws]'") from exc
+    session = session or boto3.session.Session()
+    config = Config(retries={"mode": "adaptive", "max_attempts": 8}, user_agent_extra="gemma4-t4")
+    cache: dict[tuple[str, str], Any] = {}
+
+    def make(service: str, region: str) -> Any:
+        key = (service, region)
+        if key not in cache:
+            cache[key] = session.client(service, region_name=region, config=config)
+        return cache[key]
+
+    return make
+
+
+def aws_exceptions() -> tuple[type[BaseException], ...]:
+    """botocore's failure types (client errors, connection and credential errors)."""
+    try:
+        from botocore.exceptions import BotoCoreError, ClientError
+    except ImportError:  # pragma: no cover
+        return ()
+    return (ClientError, BotoCoreError)
+
+
+def error_code(exc: BaseException) -> str | None:
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        return response.get("Error", {}).get("Code")
+    return None
+
+
+def error_message(exc: BaseException) -> str:
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        return response.get("Error", {}).get("Message") or str(exc)
+    return str(exc)
+
+
+def is_not_found(exc: BaseException) -> bool:
+    """SageMaker reports a missing resource as ValidationException 'Could not find ...'."""
+    code = error_code(exc)
+    if code in ("ResourceNotFound", "ResourceNotFoundException", "NoSuchResourceException"):
+        return True
+    return code == "ValidationException" and "could not find" in error_message(exc).lower()
+
+
+def aws_error(exc: BaseException, action: str) -> Gemma4T4Error:
+    """A botocore failure as a Gemma4T4Error with the fix for the common causes."""
+    code = error_code(exc) or type(exc).__name__
+    message = error_message(exc)
+    fixes = {
+        "NoCredentialsError": "configure credentials (aws configure / aws sso login) or set AWS_PROFILE",
+        "ExpiredTokenException": "refresh your session: aws sso login",
+        "AccessDeniedException": "grant the caller the SageMaker permissions listed in docs/sagemaker.md",
+        "ResourceLimitExceeded": "request a quota increase for '<instance> for endpoint usage' in Service "
+        "Quotas, or deploy to a region with quota (gemma4-t4 sagemaker quotas)",
+        "ThrottlingException": "retry in a minute; calls already use adaptive retries",
+    }
+    return Gemma4T4Error(f"{action} failed: {code}: {message}", fix=fixes.get(code))

@@ -1,0 +1,70 @@
+"""Dry runs: the exact boto3 calls a command would make, printed as equivalent ``aws`` CLI
+commands (the series teaches the CLI). Plans are built from the same parameters the real
+call sends, so the recipe cannot drift from what runs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from gemma4_t4.sagemaker.config import redact_env
+
+# boto3 client name -> aws CLI service name, where they differ
+_CLI_SERVICE = {"sagemaker-runtime": "sagemaker-runtime", "logs": "logs", "service-quotas": "service-quotas"}
+
+
+@dataclass
+class ApiCall:
+    """One AWS API call: ``service`` (boto3 client name), ``operation`` (boto3 method), params."""
+
+    service: str
+    operation: str
+    params: dict[str, Any] = field(default_factory=dict)
+    region: str | None = None
+    note: str | None = None  # printed as a comment above the command
+
+    def cli(self) -> str:
+        return to_cli(self)
+
+
+def _kebab(name: str) -> str:
+    name = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "-", name)
+    return re.sub(r"(?<=[A-Z])(?=[A-Z][a-z])", "-", name).replace("_", "-").lower()
+
+
+def _redact(value: Any) -> Any:
+    if isinstance(value, dict):
+        out = {k: _redact(v) for k, v in value.items()}
+        if "Environment" in out and isinstance(out["Environment"], dict):
+            out["Environment"] = redact_env(out["Environment"])
+        return out
+    if isinstance(value, list):
+        return [_redact(v) for v in value]
+    return value
+
+
+def to_cli(call: ApiCall) -> str:
+    """``aws <service> <operation> --param value ...``; structures are passed as JSON."""
+    parts = ["aws", _CLI_SERVICE.get(call.service, call.service), _kebab(call.operation)]
+    if call.region:
+        parts += ["--region", call.region]
+    for key, value in _redact(call.params).items():
+        flag = "--" + _kebab(key)
+        if isinstance(value, bool):
+            parts.append(flag if value else "--no-" + flag[2:])
+        elif isinstance(value, (dict, list)):
+            parts += [flag, shlex.quote(json.dumps(value, separators=(",", ":")))]
+        elif isinstance(value, bytes):
+            parts += [flag, shlex.quote(value.decode())]
+        else:
+            parts += [flag, shlex.quote(str(value))]
+    command = " ".join(parts)
+    return f"# {call.note}\n{command}" if call.note else command
+
+
+def recipe(calls: list[ApiCall]) -> str:
+    return "\n".join(to_cli(c) for c in calls)

@@ -1,0 +1,263 @@
+"""The typed deployment config: one dataclass from which the model's container environment,
+the endpoint config's production variant and every resource's tags are derived.
+
+``validate()`` runs before any AWS call, so a bad region, instance type, dtype or name is a
+clear :class:`Gemma4T4Error`, never a half-created endpoint.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.hardware import SAGEMAKER_INSTANCES
+from gemma4_t4.sagemaker import image as images
+
+PROJECT_TAG = "project"
+PROJECT_VALUE = "gemma4-t4"
+CREATED_BY_TAG = "created-by"
+EXPIRES_TAG = "gemma4-t4:expires-at"
+TTL_TAG = "gemma4-t4:ttl-hours"
+DEFAULT_MODEL_ID = "google/gemma-4-E2B-it"
+DEFAULT_INSTANCE = "ml.g4dn.xlarge"
+DEFAULT_REGION = "us-east-2"
+ROLE_ENV = "GEMMA4_T4_SAGEMAKER_ROLE_ARN"
+
+_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")  # SageMaker resource-name rule
+_ROLE = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
+_VLLM_FLAG = re.compile(r"^--[a-z0-9][a-z0-9-]*$")
+
+
+# Whole-word match so SM_VLLM_MAX_NUM_BATCHED_TOKENS stays visible while HF_TOKEN is hidden.
+_SECRET_KEY = re.compile(r"(?:^|_)(?:TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?|API_KEY|ACCESS_KEY|KEY_ID)(?:$|_)",
+                         re.I)
+
+
+def redact_env(env: dict[str, str]) -> dict[str, str]:
+    """Hide values of secret-looking variables (HF_TOKEN, ...) in anything shown or returned."""
+    return {k: ("***" if _SECRET_KEY.search(k) else v) for k, v in env.items()}
+
+
+def extra_args_to_env(args: list[str]) -> dict[str, str]:
+    """vLLM flags -> the container's ``SM_VLLM_*`` variables (the inverse of its launcher).
+
+    ``["--enforce-eager", "--max-num-batched-tokens", "1024"]`` gives
+    ``{"SM_VLLM_ENFORCE_EAGER": "true", "SM_VLLM_MAX_NUM_BATCHED_TOKENS": "1024"}``.
+    """
+    env: dict[str, str] = {}
+    i = 0
+    while i < len(args):
+        flag = args[i]
+        value: str | None = None
+        if "=" in flag:
+            flag, value = flag.split("=", 1)
+        if not _VLLM_FLAG.match(flag):
+            raise Gemma4T4Error(
+                f"extra vLLM argument {args[i]!r} is not a --long-flag",
+                fix="pass flags like ['--enforce-eager', '--max-num-batched-tokens', '1024']",
+            )
+        if value is None and i + 1 < len(args) and not args[i + 1].startswith("--"):
+            value = args[i + 1]
+            i += 1
+        env["SM_VLLM_" + flag[2:].replace("-", "_").upper()] = "true" if value is None else value
+        i += 1
+    return env
+
+
+@dataclass
+class DeployConfig:
+    """Everything one SageMaker deployment needs. Model, config and endpoint share ``name``."""
+
+    name: str = "gemma4-t4"
+    model_id: str = DEFAULT_MODEL_ID
+    region: str = DEFAULT_REGION
+    instance_type: str = DEFAULT_INSTANCE
+    role_arn: str | None = None  # default: $GEMMA4_T4_SAGEMAKER_ROLE_ARN
+    image_uri: str | None = None  # default: the regional vLLM DLC at image_tag
+    image_tag: str = images.DEFAULT_VLLM_TAG
+    dtype: str | None = None  # default: float16 on T4 (no bf16 on Turing), else bfloat16
+    max_model_len: int = 8192
+    max_num_seqs: int = 4
+    tensor_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.90
+    served_model_name: str | None = None
+    extra_args: list[str] = field(default_factory=list)  # more vLLM flags, sent as SM_VLLM_*
+    extra_env: dict[str, str] = field(default_factory=dict)  # wins over everything derived
+    fallback_instance_types: list[str] = field(default_factory=list)  # InstancePools, in priority order
+    inference_ami_version: str | None = "auto"  # "auto": derived from the image's CUDA
+    instance_count: int = 1
+    startup_timeout_s: int = 1800  # ContainerStartupHealthCheckTimeoutInSeconds (60..3600)
+    download_timeout_s: int = 1800  # ModelDataDownloadTimeoutInSeconds
+    ttl_hours: float = 4.0  # cost guard: `reap` deletes the endpoint after this
+    created_by: str = "gemma4-t4"
+    tags: dict[str, str] = field(default_factory=dict)
+
+    # -- derived values -------------------------------------------------------------------
+    @property
+    def gpu(self) -> str:
+        return SAGEMAKER_INSTANCES[self.instance_type][0]
+
+    def resolved_dtype(self) -> str:
+        if self.dtype:
+            return self.dtype
+        return "float16" if self.gpu == "t4" else "bfloat16"
+
+    def resolved_role(self) -> str | None:
+        return self.role_arn or os.environ.get(ROLE_ENV) or None
+
+    def resolved_image(self) -> str:
+        return self.image_uri or images.vllm_image_uri(self.region, self.image_tag)
+
+    def resolved_ami_version(self) -> str | None:
+        if self.inference_ami_version == "auto":
+            needed = [images.required_ami_version(self.resolved_image(), t) for t in self.instance_types]
+            known = [n for n in needed if n]
+            # one AMI per variant: the newest any pool member needs
+            return max(known, key=lambda a: images.AMI_DRIVERS[a][0]) if known else None
+        return self.inference_ami_version
+
+    @property
+    def instance_types(self) -> list[str]:
+        return [self.instance_type, *self.fallback_instance_types]
+
+    def container_env(self) -> dict[str, str]:
+        """``SM_VLLM_*`` for the AWS vLLM container; extra_args, then extra_env, override."""
+        env = {
+            "SM_VLLM_MODEL": self.model_id,
+            "SM_VLLM_SERVED_MODEL_NAME": self.served_model_name or self.model_id.rsplit("/", 1)[-1],
+            "SM_VLLM_DTYPE": self.resolved_dtype(),
+            "SM_VLLM_MAX_MODEL_LEN": str(self.max_model_len),
+            "SM_VLLM_MAX_NUM_SEQS": str(self.max_num_seqs),
+            "SM_VLLM_GPU_MEMORY_UTILIZATION": str(self.gpu_memory_utilization),
+        }
+        if self.tensor_parallel_size > 1:
+            env["SM_VLLM_TENSOR_PARALLEL_SIZE"] = str(self.tensor_parallel_size)
+        env.update(extra_args_to_env(self.extra_args))
+        env.update(self.extra_env)
+        return env
+
+    def production_variant(self) -> dict[str, Any]:
+        variant: dict[str, Any] = {
+            "VariantName": "AllTraffic",
+            "ModelName": self.name,
+            "InitialInstanceCount": self.instance_count,
+            "ContainerStartupHealthCheckTimeoutInSeconds": self.startup_timeout_s,
+            "ModelDataDownloadTimeoutInSeconds": self.download_timeout_s,
+        }
+        if self.fallback_instance_types:
+            # SageMaker places the first pool with capacity; quota is reserved for every type listed.
+            variant["InstancePools"] = [
+                {"InstanceType": t, "Priority": i + 1} for i, t in enumerate(self.instance_types)
+            ]
+        else:
+            variant["InstanceType"] = self.instance_type
+        ami = self.resolved_ami_version()
+        if ami:
+            variant["InferenceAmiVersion"] = ami
+        return variant
+
+    def expires_at(self, now: dt.datetime | None = None) -> dt.datetime:
+        now = now or dt.datetime.now(dt.UTC)
+        return now + dt.timedelta(hours=self.ttl_hours)
+
+    def resource_tags(self, now: dt.datetime | None = None) -> list[dict[str, str]]:
+        tags = {
+            PROJECT_TAG: PROJECT_VALUE,
+            CREATED_BY_TAG: self.created_by,
+            TTL_TAG: f"{self.ttl_hours:g}",
+            EXPIRES_TAG: self.expires_at(now).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "model-id": self.model_id[:256],
+        }
+        tags.update(self.tags)
+        return [{"Key": k, "Value": v} for k, v in tags.items()]
+
+    # -- validation -----------------------------------------------------------------------
+    def validate(self, require_role: bool = True) -> None:
+        """Every check that needs no AWS call; raises Gemma4T4Error naming the fix."""
+        images.validate_region(self.region)
+        for instance in self.instance_types:
+            if instance not in SAGEMAKER_INSTANCES:
+                raise Gemma4T4Error(
+                    f"unsupported SageMaker instance type {instance!r}",
+                    fix=f"use one of: {', '.join(SAGEMAKER_INSTANCES)}",
+                )
+        if len(set(self.instance_types)) != len(self.instance_types):
+            raise Gemma4T4Error("an instance type appears twice in the pool list",
+                                fix="list each fallback instance type once")
+        if not _NAME.match(self.name):
+            raise Gemma4T4Error(
+                f"invalid endpoint name {self.name!r}",
+                fix="use 1-63 letters, digits and hyphens, starting with a letter or digit",
+            )
+        if not self.model_id or len(self.model_id) > 1024:
+            raise Gemma4T4Error("model_id is empty", fix="pass a Hugging Face id such as " + DEFAULT_MODEL_ID)
+        dtype = self.resolved_dtype()
+        if dtype not in ("float16", "bfloat16", "auto", "half", "float32"):
+            raise Gemma4T4Error(f"unknown dtype {dtype!r}", fix="use float16 on T4, bfloat16 on L4/A10G")
+        turing = [t for t in self.instance_types if SAGEMAKER_INSTANCES[t][0] == "t4"]
+        if turing and dtype in ("bfloat16", "auto"):
+            raise Gemma4T4Error(
+                f"dtype {dtype} on {turing[0]} (T4, sm_75): Turing has no bf16 and vLLM refuses it",
+                fix="use dtype='float16' (the T4 default)",
+            )
+        for instance in self.instance_types:
+            gpus = SAGEMAKER_INSTANCES[instance][1]
+            if self.tensor_parallel_size > gpus:
+                raise Gemma4T4Error(
+                    f"tensor_parallel_size={self.tensor_parallel_size} but {instance} has {gpus} GPU(s)",
+                    fix="lower tensor_parallel_size or pick a multi-GPU instance such as ml.g4dn.12xlarge",
+                )
+        if self.tensor_parallel_size < 1 or self.instance_count < 1:
+            raise Gemma4T4Error("tensor_parallel_size and instance_count must be >= 1")
+        if self.max_model_len < 256 or self.max_num_seqs < 1:
+            raise Gemma4T4Error("max_model_len must be >= 256 and max_num_seqs >= 1",
+                                fix="T4 defaults: max_model_len=8192, max_num_seqs=4")
+        if not 0.1 <= self.gpu_memory_utilization <= 0.99:
+            raise Gemma4T4Error(f"gpu_memory_utilization={self.gpu_memory_utilization} is outside 0.1..0.99",
+                                fix="use 0.90")
+        if not 60 <= self.startup_timeout_s <= 3600 or not 60 <= self.download_timeout_s <= 3600:
+            raise Gemma4T4Error("startup/download timeouts must be 60..3600 s (SageMaker's limits)",
+                                fix="use 1800 for a first start that downloads weights")
+        if not 0 < self.ttl_hours <= 24 * 7:
+            raise Gemma4T4Error(f"ttl_hours={self.ttl_hours} must be in (0, 168]",
+                                fix="choose a lifetime such as 4 hours; `reap` deletes endpoints past it")
+        for key in self.extra_env:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,1023}", key):
+                raise Gemma4T4Error(f"invalid environment variable name {key!r}")
+        extra_args_to_env(self.extra_args)
+        if self.inference_ami_version not in (None, "auto"):
+            images.check_ami_for_image(self.inference_ami_version, self.resolved_image(), self.instance_type)
+        ecr_region = re.search(r"\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws", self.image_uri or "")
+        if ecr_region and ecr_region[1] != self.region:
+            raise Gemma4T4Error(
+                f"image {self.image_uri} is in {ecr_region[1]} but the endpoint is in {self.region}",
+                fix="SageMaker pulls from ECR in the endpoint's region: replicate the image there or deploy there",
+            )
+        if self.image_uri is None and images.parse_tag(self.image_tag) is None:
+            raise Gemma4T4Error(
+                f"image tag {self.image_tag!r} is not a pinned vLLM SageMaker tag",
+                fix=f"use a tag like {images.DEFAULT_VLLM_TAG} (floating, -soci and omni tags are refused)",
+            )
+        if require_role:
+            role = self.resolved_role()
+            if not role:
+                raise Gemma4T4Error(
+                    "no SageMaker execution role",
+                    fix=f"pass role_arn=... (CLI: --role-arn) or set {ROLE_ENV}; docs/sagemaker.md lists "
+                    "the minimal policy",
+                )
+            if not _ROLE.match(role):
+                raise Gemma4T4Error(f"{role!r} is not an IAM role ARN",
+                                    fix="use arn:aws:iam::<12-digit account>:role/<name>")
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "region": self.region, "model_id": self.model_id,
+            "instance_types": self.instance_types, "image": self.resolved_image(),
+            "inference_ami_version": self.resolved_ami_version(), "dtype": self.resolved_dtype(),
+            "container_env": redact_env(self.container_env()), "ttl_hours": self.ttl_hours,
+        }

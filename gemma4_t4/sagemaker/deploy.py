@@ -1,0 +1,391 @@
+"""Deploy the typed config as model -> endpoint config -> endpoint, wait for InService with a
+progress bar and a timeout, and on ANY failure (an exception, ``Failed``, the timeout, Ctrl-C)
+delete exactly what this deploy created, so a failed start stops billing at once.
+
+``deploy_with_failover`` tries regions in order (skipping those without quota) and keeps a
+per-attempt timeline.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.sagemaker.aws import (
+    ClientFactory,
+    aws_error,
+    aws_exceptions,
+    client_factory,
+    error_code,
+    error_message,
+    is_not_found,
+)
+from gemma4_t4.sagemaker.cli_recipe import ApiCall
+from gemma4_t4.sagemaker.config import DeployConfig
+from gemma4_t4.sagemaker.cost import estimate
+from gemma4_t4.sagemaker.image import US_REGIONS
+from gemma4_t4.sagemaker.ops import DeleteResult, delete_resources
+
+# Capacity-type failures: worth trying another region. Anything else (a bad model, OOM) would
+# fail the same way everywhere.
+CAPACITY_MARKERS = ("InsufficientInstanceCapacity", "ResourceLimitExceeded", "insufficient capacity",
+                    "capacity", "quota")
+
+
+@dataclass
+class TimelineEvent:
+    t_s: float  # seconds since the deploy started
+    stage: str
+    detail: str = ""
+
+
+@dataclass
+class DeployResult:
+    name: str
+    region: str
+    status: str  # InService | Creating (wait=False) | Failed | TimedOut | Error | DryRun
+    success: bool
+    elapsed_s: float = 0.0
+    created: list[str] = field(default_factory=list)  # "model:NAME", ...
+    rolled_back: list[str] = field(default_factory=list)
+    failure_reason: str | None = None
+    usd_per_hour: float | None = None
+    cost_line: str = ""
+    timeline: list[TimelineEvent] = field(default_factory=list)
+    plan: list[str] = field(default_factory=list)  # equivalent aws CLI commands
+
+
+class DeployFailed(Gemma4T4Error):
+    """The deploy failed and was rolled back; ``result`` has the timeline and what was deleted."""
+
+    def __init__(self, result: DeployResult, fix: str | None = None):
+        rolled = ", ".join(result.rolled_back) or "nothing"
+        super().__init__(f"deploy of {result.name} in {result.region} ended {result.status}: "
+                         f"{result.failure_reason}; rolled back: {rolled}", fix=fix)
+        self.result = result
+
+
+def deployment_calls(config: DeployConfig, now: dt.datetime | None = None) -> list[ApiCall]:
+    """The three create calls, with exactly the parameters ``deploy`` sends."""
+    tags = config.resource_tags(now)
+    region = config.region
+    return [
+        ApiCall("sagemaker", "create_model", {
+            "ModelName": config.name,
+            "ExecutionRoleArn": config.resolved_role() or "arn:aws:iam::<ACCOUNT>:role/<SageMakerExecutionRole>",
+            "PrimaryContainer": {"Image": config.resolved_image(), "Environment": config.container_env()},
+            "Tags": tags,
+        }, region, note=f"model {config.model_id} in the vLLM container"),
+        ApiCall("sagemaker", "create_endpoint_config", {
+            "EndpointConfigName": config.name,
+            "ProductionVariants": [config.production_variant()],
+            "Tags": tags,
+        }, region, note="instance, driver (InferenceAmiVersion) and startup timeouts"),
+        ApiCall("sagemaker", "create_endpoint", {
+            "EndpointName": config.name, "EndpointConfigName": config.name, "Tags": tags,
+        }, region, note=estimate(config.instance_type, config.instance_count).line()),
+    ]
+
+
+def deployment_plan(config: DeployConfig) -> list[str]:
+    """Dry run: validate, then the equivalent aws CLI commands (nothing is called)."""
+    config.validate(require_role=False)
+    calls = deployment_calls(config)
+    commands = [c.cli() for c in calls]
+    commands.append("# wait for InService (a T4 start takes ~13 min)\n"
+                    f"aws sagemaker wait endpoint-in-service --region {config.region} --endpoint-name {config.name}")
+    return commands
+
+
+def _exists(sm: Any, operation: str, **kwargs: Any) -> bool:
+    try:
+        getattr(sm, operation)(**kwargs)
+        return True
+    except aws_exceptions() as exc:
+        if is_not_found(exc):
+            return False
+        raise aws_error(exc, operation) from exc
+
+
+class _Clock:
+    def __init__(self, monotonic: Callable[[], float]):
+        self.monotonic = monotonic
+        self.start = monotonic()
+
+    def elapsed(self) -> float:
+        return round(self.monotonic() - self.start, 2)
+
+
+def rollback(sm: Any, created: list[str]) -> list[str]:
+    """Delete what ``created`` lists, endpoint first (reverse creation order). Returns what went."""
+    kinds = {"endpoint": 0, "endpoint-config": 1, "model": 2}
+    resources = sorted((tuple(c.split(":", 1)) for c in created), key=lambda r: kinds[r[0]])
+    result = DeleteResult("", "")
+    for resource in resources:
+        try:
+            delete_resources(sm, [resource], result)  # type: ignore[list-item]
+        except Gemma4T4Error as exc:  # keep going: the other resources must still be deleted
+            result.already_absent.append(f"{resource[0]}:{resource[1]} (delete failed: {exc.message})")
+    return result.deleted + [a for a in result.already_absent if "delete failed" not in a]
+
+
+def deploy(config: DeployConfig, *, client: Any = None, session: Any = None, wait: bool = True,
+           timeout_s: float | None = None, poll_s: float = 15.0, progress: bool = True, dry_run: bool = False,
+           on_event: Callable[[TimelineEvent], None] | None = None,
+           sleep: Callable[[float], None] = time.sleep,
+           monotonic: Callable[[], float] = time.monotonic) -> DeployResult:
+    """Create model, endpoint config and endpoint; wait for InService; roll back on failure.
+
+    ``timeout_s`` defaults to the container startup timeout plus 15 minutes for placement.
+    Raises :class:`DeployFailed` (after rolling back) on failure; validation errors are raised
+    before any AWS call.
+    """
+    config.validate(require_role=not dry_run)
+    cost = estimate(config.instance_type, config.instance_count)
+    result = DeployResult(config.name, config.region, "DryRun" if dry_run else "Error", False,
+                          usd_per_hour=cost.usd_per_hour, cost_line=cost.line())
+    if dry_run:
+        result.plan = deployment_plan(config)
+        return result
+    clock = _Clock(monotonic)
+
+    def event(stage: str, detail: str = "") -> None:
+        item = TimelineEvent(clock.elapsed(), stage, detail)
+        result.timeline.append(item)
+        if on_event:
+            on_event(item)
+
+    sm = client or client_factory(session)("sagemaker", config.region)
+    calls = deployment_calls(config)
+    result.plan = [c.cli() for c in calls]
+    event("validated", cost.line())
+    # Refuse to touch resources this deploy did not create.
+    for kind, operation, key in (("endpoint", "describe_endpoint", "EndpointName"),
+                                 ("endpoint-config", "describe_endpoint_config", "EndpointConfigName"),
+                                 ("model", "describe_model", "ModelName")):
+        if _exists(sm, operation, **{key: config.name}):
+            raise Gemma4T4Error(
+                f"{kind} {config.name!r} already exists in {config.region}; deploy never overwrites",
+                fix=f"delete it first (gemma4-t4 sagemaker delete {config.name} --region {config.region} --yes) "
+                "or choose another --name",
+            )
+    kind_of = {"create_model": "model", "create_endpoint_config": "endpoint-config",
+               "create_endpoint": "endpoint"}
+    fix: str | None = None
+    try:
+        for call in calls:
+            try:
+                getattr(sm, call.operation)(**call.params)
+            except aws_exceptions() as exc:
+                result.failure_reason = f"{error_code(exc)}: {error_message(exc)}"
+                fix = aws_error(exc, call.operation).fix
+                event("error", f"{call.operation}: {result.failure_reason}")
+                raise _Failure from exc
+            result.created.append(f"{kind_of[call.operation]}:{config.name}")
+            event(call.operation, config.name)
+        if not wait:
+            result.status, result.success = "Creating", True
+            return result
+        timeout = timeout_s if timeout_s is not None else config.startup_timeout_s + 900
+        final = wait_in_service(sm, config.name, timeout, poll_s, progress, event, sleep, monotonic)
+        result.status = final["status"]
+        result.failure_reason = final.get("reason")
+        if result.status != "InService":
+            fix = _fix_for(result)
+            raise _Failure
+        result.success = True
+        event("InService", f"after {clock.elapsed():.0f} s")
+        return result
+    except BaseException as exc:
+        if not isinstance(exc, _Failure):
+            result.failure_reason = result.failure_reason or f"{type(exc).__name__}: {exc}"
+        result.status = result.status if result.status not in ("Error", "InService") else (
+            "Interrupted" if isinstance(exc, KeyboardInterrupt) else "Error")
+        result.rolled_back = rollback(sm, result.created)
+        event("rolled back", ", ".join(result.rolled_back) or "nothing created")
+        result.elapsed_s = clock.elapsed()
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        raise DeployFailed(result, fix=fix or _fix_for(result)) from exc
+    finally:
+        result.elapsed_s = clock.elapsed()
+
+
+class _Failure(Exception):
+    """Internal: a handled failure whose reason is already on the result."""
+
+
+def _fix_for(result: DeployResult) -> str:
+    reason = result.failure_reason or ""
+    if "CannotStartContainer" in reason:
+        return "the container never started: check inference_ami_version matches the image's CUDA"
+    if any(m.lower() in reason.lower() for m in CAPACITY_MARKERS):
+        return "try another region (deploy --failover) or another instance type"
+    if result.status == "TimedOut":
+        return "raise the timeout or read the logs (gemma4-t4 sagemaker logs); the endpoint was deleted"
+    return "read the logs (gemma4-t4 sagemaker logs NAME) before retrying"
+
+
+def wait_in_service(sm: Any, name: str, timeout_s: float, poll_s: float = 15.0, progress: bool = True,
+                    event: Callable[[str, str], None] | None = None,
+                    sleep: Callable[[float], None] = time.sleep,
+                    monotonic: Callable[[], float] = time.monotonic) -> dict[str, Any]:
+    """Poll DescribeEndpoint until InService, Failed or the timeout ({"status", "reason"})."""
+    from tqdm.auto import tqdm
+
+    start = monotonic()
+    last = None
+    with tqdm(total=int(timeout_s), desc=name, disable=not progress, leave=True,
+              bar_format="{desc}: {postfix} | {n}/{total} s of the timeout") as bar:
+        while True:
+            try:
+                desc = sm.describe_endpoint(EndpointName=name)
+            except aws_exceptions() as exc:
+                if error_code(exc) in ("ThrottlingException",):
+                    desc = {"EndpointStatus": last or "Creating"}
+                else:
+                    return {"status": "Error", "reason": f"{error_code(exc)}: {error_message(exc)}"}
+            status = desc.get("EndpointStatus", "?")
+            elapsed = monotonic() - start
+            bar.n = min(int(elapsed), int(timeout_s))
+            bar.set_postfix_str(status)  # also refreshes the bar
+            if status != last and event:
+                event(f"status {status}", desc.get("FailureReason") or "")
+            last = status
+            if status == "InService":
+                return {"status": status}
+            if status in ("Failed", "OutOfService", "Deleting", "RollingBack"):
+                return {"status": "Failed", "reason": desc.get("FailureReason") or status}
+            if elapsed >= timeout_s:
+                return {"status": "TimedOut", "reason": f"still {status} after {elapsed:.0f} s"}
+            sleep(min(poll_s, max(0.0, timeout_s - elapsed)) or poll_s)
+
+
+# -- region failover ------------------------------------------------------------------------------
+@dataclass
+class FailoverAttempt:
+    region: str
+    outcome: str  # "InService" | "skipped: no quota" | "capacity" | "failed"
+    started_at: str
+    elapsed_s: float
+    reason: str | None = None
+    timeline: list[TimelineEvent] = field(default_factory=list)
+    rolled_back: list[str] = field(default_factory=list)
+
+
+@dataclass
+class FailoverResult:
+    success: bool
+    region: str | None
+    attempts: list[FailoverAttempt] = field(default_factory=list)
+    deployment: DeployResult | None = None
+
+
+def is_capacity_failure(reason: str | None) -> bool:
+    text = (reason or "").lower()
+    return any(marker.lower() in text for marker in CAPACITY_MARKERS)
+
+
+def deploy_with_failover(config: DeployConfig, regions: Sequence[str] = US_REGIONS, *,
+                         clients: ClientFactory | None = None, session: Any = None, check_quota: bool = True,
+                         **deploy_kwargs: Any) -> FailoverResult:
+    """Try ``regions`` in order; move on after no quota or a capacity failure, stop on others."""
+    from gemma4_t4.sagemaker.quotas import region_quotas
+
+    make = clients or client_factory(session)
+    for region in regions:  # validate every attempt's config before any call
+        dataclasses.replace(config, region=region).validate()
+    outcome = FailoverResult(False, None)
+    for region in regions:
+        attempt_config = dataclasses.replace(config, region=region)
+        started = dt.datetime.now(dt.UTC).isoformat()
+        t0 = time.monotonic()
+        if check_quota:
+            rows = region_quotas(region, attempt_config.instance_types, make("service-quotas", region))
+            if not any(r.available for r in rows):
+                reasons = "; ".join(f"{r.instance_type}={r.value if r.value is not None else r.error}" for r in rows)
+                outcome.attempts.append(FailoverAttempt(region, "skipped: no quota", started, 0.0, reasons))
+                continue
+        try:
+            result = deploy(attempt_config, client=make("sagemaker", region), **deploy_kwargs)
+        except DeployFailed as exc:
+            capacity = is_capacity_failure(exc.result.failure_reason)
+            outcome.attempts.append(FailoverAttempt(
+                region, "capacity" if capacity else "failed", started, round(time.monotonic() - t0, 2),
+                exc.result.failure_reason, exc.result.timeline, exc.result.rolled_back))
+            if not capacity:
+                return outcome
+            continue
+        outcome.attempts.append(FailoverAttempt(region, result.status, started, round(time.monotonic() - t0, 2),
+                                                None, result.timeline))
+        outcome.success, outcome.region, outcome.deployment = True, region, result
+        return outcome
+    if outcome.attempts and all(a.outcome == "skipped: no quota" for a in outcome.attempts):
+        from gemma4_t4.sagemaker.quotas import quota_name
+
+        raise Gemma4T4Error(
+            f"no quota for {quota_name(config.instance_type)!r} in any region tried "
+            f"({', '.join(a.region for a in outcome.attempts)}); nothing was created",
+            fix="request a quota increase in Service Quotas (new accounts often have 0), "
+            "or add --fallback-instance-types",
+        )
+    return outcome
+
+
+# -- background watch (deploy without blocking the caller) ----------------------------------------
+class DeploymentWatcher:
+    """Wait for an endpoint created with ``deploy(wait=False)`` in a background thread and roll
+    it back on Failed or timeout, so a caller that returned at ``Creating`` (an MCP tool, a
+    notebook cell) still never leaves a crashed endpoint billing."""
+
+    def __init__(self, sm: Any, result: DeployResult, timeout_s: float, poll_s: float = 15.0):
+        import threading
+
+        self.sm = sm
+        self.result = result
+        self.timeout_s = timeout_s
+        self.poll_s = poll_s
+        self.done = threading.Event()
+        self._start = time.monotonic()
+        self._thread = threading.Thread(target=self._run, name=f"watch-{result.name}", daemon=True)
+
+    def start(self) -> DeploymentWatcher:
+        self._thread.start()
+        return self
+
+    def _event(self, stage: str, detail: str = "") -> None:
+        self.result.timeline.append(TimelineEvent(round(time.monotonic() - self._start, 2), stage, detail))
+
+    def _run(self) -> None:
+        try:
+            final = wait_in_service(self.sm, self.result.name, self.timeout_s, self.poll_s, progress=False,
+                                    event=self._event)
+            self.result.status = final["status"]
+            self.result.failure_reason = final.get("reason")
+            self.result.success = self.result.status == "InService"
+        except Exception as exc:  # noqa: BLE001 - reported on the result, then rolled back
+            self.result.status, self.result.success = "Error", False
+            self.result.failure_reason = f"{type(exc).__name__}: {exc}"
+        if not self.result.success:
+            self.result.rolled_back = rollback(self.sm, self.result.created)
+            self._event("rolled back", ", ".join(self.result.rolled_back) or "nothing created")
+        self.result.elapsed_s = round(time.monotonic() - self._start, 2)
+        self.done.set()
+
+    def wait(self, timeout: float | None = None) -> DeployResult:
+        self.done.wait(timeout)
+        return self.result
+
+
+def deploy_in_background(config: DeployConfig, *, client: Any = None, session: Any = None,
+                         timeout_s: float | None = None, poll_s: float = 15.0) -> DeploymentWatcher:
+    """Create the resources now (rolled back if a create fails), then watch in the background."""
+    sm = client or client_factory(session)("sagemaker", config.region)
+    result = deploy(config, client=sm, wait=False, progress=False)
+    timeout = timeout_s if timeout_s is not None else config.startup_timeout_s + 900
+    return DeploymentWatcher(sm, result, timeout, poll_s).start()

@@ -1,0 +1,252 @@
+"""The AWS vLLM Deep Learning Container (DLC) for SageMaker: registry accounts, tag choice,
+and the driver (``InferenceAmiVersion``) an image's CUDA needs.
+
+AWS publishes the same ``vllm`` images from a per-region registry account (763104351884 in
+most regions). Tags look like ``0.30.0-gpu-py312-cu130-ubuntu24.04-sagemaker-v1.3``; floating
+tags, ``-soci`` (lazy-loading) and omni variants are never chosen automatically.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from gemma4_t4.errors import Gemma4T4Error
+
+DLC_REPOSITORY = "vllm"
+DEFAULT_DLC_ACCOUNT = "763104351884"
+# Regions whose registry account differs from the default, from AWS's DLC region-availability table.
+DLC_ACCOUNT_EXCEPTIONS: dict[str, str] = {
+    "af-south-1": "626614931356",
+    "ap-east-1": "871362719292",
+    "ap-east-2": "975050140332",
+    "ap-northeast-3": "364406365360",
+    "ap-south-2": "772153158452",
+    "ap-southeast-3": "907027046896",
+    "ap-southeast-4": "457447274322",
+    "ap-southeast-5": "550225433462",
+    "ap-southeast-7": "590183813437",
+    "ca-west-1": "204538143572",
+    "cn-north-1": "727897471807",
+    "cn-northwest-1": "727897471807",
+    "eu-central-2": "380420809688",
+    "eu-south-1": "692866216735",
+    "eu-south-2": "503227376785",
+    "il-central-1": "780543022126",
+    "me-central-1": "914824155844",
+    "me-south-1": "217643126080",
+    "mx-central-1": "637423239942",
+}
+# Regions served by the default account.
+DLC_DEFAULT_ACCOUNT_REGIONS = (
+    "us-east-1", "us-east-2", "us-west-1", "us-west-2", "ca-central-1", "sa-east-1",
+    "eu-west-1", "eu-west-2", "eu-west-3", "eu-central-1", "eu-north-1",
+    "ap-south-1", "ap-northeast-1", "ap-northeast-2",
+    "ap-southeast-1", "ap-southeast-2",
+)
+KNOWN_REGIONS: tuple[str, ...] = tuple(sorted((*DLC_DEFAULT_ACCOUNT_REGIONS, *DLC_ACCOUNT_EXCEPTIONS)))
+US_REGIONS: tuple[str, ...] = ("us-east-1", "us-east-2", "us-west-2", "us-west-1")
+
+# The tag the series deployed and measured; ``find_latest_tag`` looks for newer ones.
+DEFAULT_VLLM_TAG = "0.30.0-gpu-py312-cu130-ubuntu24.04-sagemaker-v1.3"
+
+_TAG = re.compile(
+    r"^(?P<version>\d+\.\d+\.\d+)-gpu-py(?P<py>\d+)-cu(?P<cuda>\d{3})-(?P<os>[a-z]+[\d.]+)"
+    r"-sagemaker-v(?P<sm>\d+(?:\.\d+)?)$"
+)
+_AL2023_TAG = re.compile(r"^server-sagemaker-cuda-v(?P<sm>\d+(?:\.\d+)?)$")
+
+# InferenceAmiVersion -> (NVIDIA driver, newest CUDA it runs). The instance default (no AMI
+# version) on g4dn is driver 470 / CUDA 11.4.
+AMI_DRIVERS: dict[str, tuple[int, tuple[int, int]]] = {
+    "al2-ami-sagemaker-inference-gpu-2": (535, (12, 2)),
+    "al2-ami-sagemaker-inference-gpu-2-1": (535, (12, 2)),
+    "al2-ami-sagemaker-inference-gpu-3-1": (550, (12, 4)),
+    "al2023-ami-sagemaker-inference-gpu-4-1": (580, (13, 0)),
+}
+DEFAULT_AMI_CUDA = (11, 4)
+
+
+@dataclass(frozen=True)
+class ImageTag:
+    """A parsed DLC tag. ``sort_key`` orders by vLLM version, then the SageMaker revision."""
+
+    tag: str
+    vllm_version: tuple[int, int, int]
+    python: str
+    cuda: tuple[int, int]
+    os: str
+    sagemaker_revision: tuple[int, ...]
+
+    @property
+    def sort_key(self) -> tuple:
+        return (self.vllm_version, self.sagemaker_revision)
+
+
+def parse_tag(tag: str) -> ImageTag | None:
+    """Parse a pinned vLLM DLC tag; ``None`` for floating, ``-soci``, omni or unknown tags."""
+    match = _TAG.match(tag)
+    if not match:
+        return None
+    cuda = match["cuda"]
+    return ImageTag(
+        tag=tag,
+        vllm_version=tuple(int(p) for p in match["version"].split(".")),  # type: ignore[arg-type]
+        python=match["py"],
+        cuda=(int(cuda[:-1]), int(cuda[-1])),
+        os=match["os"],
+        sagemaker_revision=tuple(int(p) for p in match["sm"].split(".")),
+    )
+
+
+def select_latest_tag(tags: Iterable[str]) -> str:
+    """The newest pinned tag by numeric version (never lexical: 0.10 > 0.9)."""
+    parsed = [p for p in (parse_tag(t) for t in tags) if p is not None]
+    if not parsed:
+        raise Gemma4T4Error(
+            "no pinned vLLM SageMaker tag among the tags given",
+            fix=f"pass an explicit tag, e.g. {DEFAULT_VLLM_TAG}",
+        )
+    return max(parsed, key=lambda p: p.sort_key).tag
+
+
+def dlc_account(region: str) -> str:
+    validate_region(region)
+    return DLC_ACCOUNT_EXCEPTIONS.get(region, DEFAULT_DLC_ACCOUNT)
+
+
+def validate_region(region: str) -> None:
+    if region not in KNOWN_REGIONS:
+        raise Gemma4T4Error(
+            f"unknown or unsupported AWS region {region!r}",
+            fix=f"use one of: {', '.join(KNOWN_REGIONS)}",
+        )
+
+
+def ecr_domain(region: str) -> str:
+    return "amazonaws.com.cn" if region.startswith("cn-") else "amazonaws.com"
+
+
+def vllm_image_uri(region: str, tag: str = DEFAULT_VLLM_TAG, account: str | None = None,
+                   repository: str = DLC_REPOSITORY) -> str:
+    """``<account>.dkr.ecr.<region>.amazonaws.com/vllm:<tag>``."""
+    account = account or dlc_account(region)
+    return f"{account}.dkr.ecr.{region}.{ecr_domain(region)}/{repository}:{tag}"
+
+
+def image_tag(image_uri: str) -> str:
+    return image_uri.rsplit(":", 1)[-1] if ":" in image_uri.rsplit("/", 1)[-1] else "latest"
+
+
+def image_cuda(image_uri: str) -> tuple[int, int] | None:
+    """CUDA version named in the tag (``cu130`` -> (13, 0)); None when the tag does not say."""
+    tag = image_tag(image_uri)
+    parsed = parse_tag(tag)
+    if parsed:
+        return parsed.cuda
+    match = re.search(r"cu(\d{3})", tag)
+    if match:
+        return (int(match[1][:-1]), int(match[1][-1]))
+    if _AL2023_TAG.match(tag):
+        return (13, 0)
+    return None
+
+
+def required_ami_version(image_uri: str, instance_type: str) -> str | None:
+    """The oldest ``InferenceAmiVersion`` whose driver runs the image's CUDA on a GPU instance.
+
+    A cu130 image on g4dn without ``al2023-ami-sagemaker-inference-gpu-4-1`` fails ~6 min in
+    with ``CannotStartContainerError`` and no log group, because the default driver is 470.
+    """
+    if not instance_type.startswith(("ml.g", "ml.p")):
+        return None
+    cuda = image_cuda(image_uri)
+    if cuda is None or cuda <= DEFAULT_AMI_CUDA:
+        return None
+    fitting = [(driver, ami) for ami, (driver, max_cuda) in AMI_DRIVERS.items() if max_cuda >= cuda]
+    if not fitting:
+        raise Gemma4T4Error(
+            f"no SageMaker inference AMI runs CUDA {cuda[0]}.{cuda[1]} (image {image_uri})",
+            fix="use an image built for CUDA 13.0 or older",
+        )
+    return min(fitting)[1]
+
+
+def check_ami_for_image(ami_version: str | None, image_uri: str, instance_type: str) -> None:
+    """Refuse an explicit AMI whose driver is too old for the image (caught before any call)."""
+    needed = required_ami_version(image_uri, instance_type)
+    if needed is None:
+        return
+    if ami_version is None:
+        raise Gemma4T4Error(
+            f"image {image_tag(image_uri)} needs a newer GPU driver than {instance_type}'s default",
+            fix=f"set inference_ami_version={needed!r} (or leave it on 'auto')",
+        )
+    if ami_version not in AMI_DRIVERS:
+        raise Gemma4T4Error(
+            f"unknown InferenceAmiVersion {ami_version!r}", fix=f"use one of: {', '.join(AMI_DRIVERS)}"
+        )
+    if AMI_DRIVERS[ami_version][1] < AMI_DRIVERS[needed][1]:
+        raise Gemma4T4Error(
+            f"{ami_version} (driver {AMI_DRIVERS[ami_version][0]}) cannot run image "
+            f"{image_tag(image_uri)}: the container would fail with CannotStartContainerError",
+            fix=f"use inference_ami_version={needed!r} (or 'auto')",
+        )
+
+
+def list_vllm_tags(region: str, ecr_client: Any = None, account: str | None = None,
+                   repository: str = DLC_REPOSITORY) -> list[str]:
+    """Every tag in the regional vLLM DLC repository (needs ECR read permission on it)."""
+    ecr = ecr_client or _client("ecr", region)
+    tags: list[str] = []
+    paginator = ecr.get_paginator("list_images")
+    for page in paginator.paginate(registryId=account or dlc_account(region), repositoryName=repository,
+                                   filter={"tagStatus": "TAGGED"}):
+        tags += [i["imageTag"] for i in page.get("imageIds", []) if i.get("imageTag")]
+    return sorted(set(tags))
+
+
+@dataclass
+class ImageChoice:
+    region: str
+    image_uri: str
+    tag: str
+    source: str  # "default" | "registry" | "override"
+    cuda: str | None
+    candidates: int = 0
+
+
+def find_vllm_image(region: str, tag: str | None = None, query_registry: bool = False,
+                    ecr_client: Any = None) -> ImageChoice:
+    """The vLLM image for ``region``: an explicit tag, the newest in the registry, or the default."""
+    if tag:
+        uri, source, count = vllm_image_uri(region, tag), "override", 0
+    elif query_registry:
+        tags = list_vllm_tags(region, ecr_client)
+        tag, source, count = select_latest_tag(tags), "registry", len(tags)
+        uri = vllm_image_uri(region, tag)
+    else:
+        tag, source, count = DEFAULT_VLLM_TAG, "default", 0
+        uri = vllm_image_uri(region, tag)
+    cuda = image_cuda(uri)
+    return ImageChoice(region, uri, tag, source, f"{cuda[0]}.{cuda[1]}" if cuda else None, count)
+
+
+# The derived T4 image: the DLC plus this package (the Turing fix loads as a vLLM plugin).
+T4_IMAGE_REPOSITORY = "gemma4-t4-vllm"
+
+
+def t4_image_uri(account: str, region: str, tag: str | None = None) -> str:
+    """Where ``docker/sagemaker-t4/build.sh`` pushes the derived image (your own account's ECR)."""
+    validate_region(region)
+    if not re.fullmatch(r"\d{12}", account):
+        raise Gemma4T4Error(f"AWS account id {account!r} is not 12 digits", fix="pass your 12-digit account id")
+    return f"{account}.dkr.ecr.{region}.{ecr_domain(region)}/{T4_IMAGE_REPOSITORY}:{tag or DEFAULT_VLLM_TAG}"
+
+
+def _client(service: str, region: str) -> Any:
+    import boto3
+
+    return boto3.client(service, region_name=region)

@@ -1,0 +1,159 @@
+"""Offline AWS for tests and ``TARGET=cpu`` notebooks: a local moto server (SageMaker,
+SageMaker runtime, CloudWatch Logs, IAM, STS) plus the FAKE Service Quotas server, with the
+environment pointed at both and dummy credentials, so no call can reach real AWS.
+
+    with LocalAWS() as aws:
+        deploy(DeployConfig(...))           # talks to moto
+        aws.queue_invoke_results([...])     # what the "endpoint" will answer
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import urllib.request
+from typing import Any
+
+from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.sagemaker.config import ROLE_ENV
+from gemma4_t4.sagemaker.quota_fake import FakeServiceQuotas
+
+FAKE_ROLE_ARN = "arn:aws:iam::123456789012:role/gemma4-t4-local-fake"
+DEFAULT_QUOTAS: dict[str, dict[str, float]] = {
+    "us-east-1": {"ml.g4dn.xlarge": 0, "ml.g6.xlarge": 0},
+    "us-east-2": {"ml.g4dn.xlarge": 2, "ml.g6.xlarge": 1},
+    "us-west-2": {"ml.g4dn.xlarge": 1, "ml.g6.xlarge": 0},
+    "us-west-1": {"ml.g4dn.xlarge": 0, "ml.g6.xlarge": 0},
+}
+# Never print or pass these on; they are dummies, but the rule is the same as for real ones.
+_CREDENTIAL_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN",
+                   "AWS_PROFILE")
+
+
+class LocalAWS:
+    """Start moto + the quota fake on 127.0.0.1 (free ports) and point boto3 at them."""
+
+    def __init__(self, quotas: dict[str, dict[str, float]] | None = None, region: str = "us-east-2",
+                 set_env: bool = True):
+        self.quotas = {r: dict(v) for r, v in (quotas if quotas is not None else DEFAULT_QUOTAS).items()}
+        self.region = region
+        self.set_env = set_env
+        self.moto: Any = None
+        self.quota_fake: FakeServiceQuotas | None = None
+        self.endpoint_url = ""
+        self._saved_env: dict[str, str | None] = {}
+
+    def env(self) -> dict[str, str]:
+        """The variables that route boto3 here (for subprocesses such as the MCP server)."""
+        if not self.quota_fake:
+            raise Gemma4T4Error("LocalAWS is not started", fix="use it as a context manager or call start()")
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint_url,
+            "AWS_ENDPOINT_URL_SERVICE_QUOTAS": self.quota_fake.url,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": self.region,
+            "AWS_REGION": self.region,
+            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,  # never fall back to a real profile
+            "AWS_CONFIG_FILE": os.devnull,
+            ROLE_ENV: FAKE_ROLE_ARN,
+        }
+
+    def start(self) -> LocalAWS:
+        try:
+            from moto.server import ThreadedMotoServer
+        except ImportError as exc:
+            raise Gemma4T4Error("moto is not installed", fix="pip install 'moto[server]'") from exc
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)
+        self.moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        self.moto.start()
+        host, port = self.moto.get_host_and_port()
+        self.endpoint_url = f"http://{host}:{port}"
+        self.quota_fake = FakeServiceQuotas(self.quotas).start()
+        if self.set_env:
+            for key, value in self.env().items():
+                self._saved_env[key] = os.environ.get(key)
+                os.environ[key] = value
+            for key in ("AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_PROFILE"):
+                self._saved_env[key] = os.environ.pop(key, None)
+        return self
+
+    def stop(self) -> None:
+        for key, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        self._saved_env.clear()
+        if self.quota_fake:
+            self.quota_fake.stop()
+            self.quota_fake = None
+        if self.moto:
+            self.moto.stop()
+            self.moto = None
+
+    def __enter__(self) -> LocalAWS:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _post(self, path: str, payload: dict[str, Any] | None = None) -> None:
+        data = json.dumps(payload or {}).encode()
+        request = urllib.request.Request(self.endpoint_url + path, data=data, method="POST",
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            response.read()
+
+    def reset(self) -> None:
+        """Forget every moto resource (between tests)."""
+        self._post("/moto-api/reset")
+
+    def queue_invoke_results(self, bodies: list[Any], region: str | None = None,
+                             content_type: str = "application/json") -> None:
+        """The next endpoint invocations (any endpoint) answer these bodies, in order.
+
+        moto keys answers by request body: repeating an identical request returns the same answer.
+        """
+        results = [{"Body": b if isinstance(b, str) else json.dumps(b), "ContentType": content_type}
+                   for b in bodies]
+        self._post("/moto-api/static/sagemaker/endpoint-results",
+                   {"account_id": "123456789012", "region": region or self.region, "results": results})
+
+    def queue_chat_replies(self, texts: list[str], region: str | None = None) -> None:
+        """Queue OpenAI chat-completion bodies whose assistant message is each text."""
+        self.queue_invoke_results([chat_completion(t) for t in texts], region)
+
+    def put_endpoint_logs(self, endpoint: str, lines: list[str], region: str | None = None) -> None:
+        """Write container log lines where SageMaker would (/aws/sagemaker/Endpoints/NAME)."""
+        import boto3
+
+        logs = boto3.client("logs", region_name=region or self.region, endpoint_url=self.endpoint_url,
+                            aws_access_key_id="testing", aws_secret_access_key="testing")
+        group = f"/aws/sagemaker/Endpoints/{endpoint}"
+        try:
+            logs.create_log_group(logGroupName=group)
+        except logs.exceptions.ResourceAlreadyExistsException:
+            pass
+        stream = "AllTraffic/i-0fake0000000000000"
+        try:
+            logs.create_log_stream(logGroupName=group, logStreamName=stream)
+        except logs.exceptions.ResourceAlreadyExistsException:
+            pass
+        now = int(time.time() * 1000)
+        logs.put_log_events(logGroupName=group, logStreamName=stream,
+                            logEvents=[{"timestamp": now + i, "message": line} for i, line in enumerate(lines)])
+
+
+def chat_completion(text: str, model: str = "gemma-4-E2B-it", finish_reason: str = "stop") -> dict[str, Any]:
+    """An OpenAI chat-completion response body, as the vLLM container returns it."""
+    return {
+        "id": "chatcmpl-local", "object": "chat.completion", "created": int(time.time()), "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                     "finish_reason": finish_reason}],
+        "usage": {"prompt_tokens": 12, "completion_tokens": max(1, len(text.split())),
+                  "total_tokens": 12 + max(1, len(text.split()))},
+    }

@@ -1,0 +1,423 @@
+"""Day-2 operations on an endpoint: status, list, CloudWatch logs, invoke (OpenAI chat
+payload), streaming invoke, and an idempotent delete of endpoint, config and model."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.sagemaker.aws import (
+    ClientFactory,
+    aws_error,
+    aws_exceptions,
+    client_factory,
+    error_code,
+    is_not_found,
+)
+from gemma4_t4.sagemaker.cli_recipe import ApiCall
+from gemma4_t4.sagemaker.config import EXPIRES_TAG
+from gemma4_t4.sagemaker.cost import estimate, hours_between, is_ours
+from gemma4_t4.sagemaker.image import US_REGIONS, validate_region
+
+LOG_MILESTONES = ("Model loading took", "KV cache", "Maximum concurrency", "CUDA out of memory",
+                  "Application startup complete", "Traceback", "Error", "error:")
+
+
+def _client(client: Any, service: str, region: str) -> Any:
+    validate_region(region)
+    return client or client_factory()(service, region)
+
+
+def _aware(value: Any) -> dt.datetime | None:
+    if not isinstance(value, dt.datetime):
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+
+
+# -- status -------------------------------------------------------------------------------
+@dataclass
+class EndpointStatus:
+    name: str
+    region: str
+    exists: bool
+    status: str | None = None  # Creating | InService | Failed | Updating | Deleting | ...
+    failure_reason: str | None = None
+    config_name: str | None = None
+    instance_types: list[str] = field(default_factory=list)
+    placed_instance_type: str | None = None
+    inference_ami_version: str | None = None
+    images: list[str] = field(default_factory=list)
+    created_at: str | None = None
+    age_minutes: float | None = None
+    expires_at: str | None = None
+    usd_per_hour: float | None = None
+    cost_so_far_usd: float | None = None
+    advice: str | None = None
+
+
+def endpoint_status(name: str, region: str, client: Any = None,
+                    now: dt.datetime | None = None) -> EndpointStatus:
+    sm = _client(client, "sagemaker", region)
+    try:
+        desc = sm.describe_endpoint(EndpointName=name)
+    except aws_exceptions() as exc:
+        if is_not_found(exc):
+            return EndpointStatus(name, region, False, advice="no such endpoint in this region")
+        raise aws_error(exc, f"DescribeEndpoint {name}") from exc
+    now = now or dt.datetime.now(dt.UTC)
+    status = EndpointStatus(name, region, True, desc.get("EndpointStatus"), desc.get("FailureReason"),
+                            desc.get("EndpointConfigName"))
+    created = _aware(desc.get("CreationTime"))
+    if created:
+        status.created_at = created.isoformat()
+        status.age_minutes = round((now - created).total_seconds() / 60.0, 1)
+    for variant in desc.get("ProductionVariants", []):
+        for image in variant.get("DeployedImages", []):
+            status.images.append(image.get("ResolvedImage") or image.get("SpecifiedImage", ""))
+        pools = variant.get("InstancePools") or []
+        placed = [p.get("InstanceType") for p in pools if p.get("CurrentInstanceCount")]
+        if placed:
+            status.placed_instance_type = placed[0]
+    if status.config_name:
+        try:
+            config = sm.describe_endpoint_config(EndpointConfigName=status.config_name)
+            for variant in config.get("ProductionVariants", []):
+                if variant.get("InstanceType"):
+                    status.instance_types.append(variant["InstanceType"])
+                status.instance_types += [p["InstanceType"] for p in variant.get("InstancePools", [])]
+                status.inference_ami_version = variant.get("InferenceAmiVersion")
+        except aws_exceptions() as exc:
+            if not is_not_found(exc):
+                raise aws_error(exc, "DescribeEndpointConfig") from exc
+    tags = _tags(sm, desc.get("EndpointArn"))
+    status.expires_at = tags.get(EXPIRES_TAG)
+    billed_type = status.placed_instance_type or (status.instance_types[0] if status.instance_types else None)
+    if billed_type:
+        status.usd_per_hour = estimate(billed_type).usd_per_hour
+        if status.usd_per_hour is not None and created and status.status not in ("Failed", "Deleting"):
+            status.cost_so_far_usd = round(status.usd_per_hour * hours_between(created, now), 3)
+    status.advice = _advice(status)
+    return status
+
+
+def _advice(status: EndpointStatus) -> str | None:
+    if status.status == "Failed":
+        reason = status.failure_reason or ""
+        if "CannotStartContainer" in reason:
+            return ("the container never started: on g4dn with a CUDA 13 image set InferenceAmiVersion "
+                    "al2023-ami-sagemaker-inference-gpu-4-1; delete the endpoint to stop billing")
+        if "Capacity" in reason or "capacity" in reason:
+            return "no capacity for this instance type here: try another region (deploy --failover)"
+        return "read the logs (gemma4-t4 sagemaker logs NAME), then delete the endpoint"
+    if status.status == "Creating" and status.age_minutes and status.age_minutes > 45:
+        return (f"still Creating after {status.age_minutes:.0f} min (a T4 start takes ~13 min): check the logs; "
+                "you are billed while it waits")
+    if status.status == "InService":
+        return "ready: invoke it, and delete it when done"
+    return None
+
+
+def _tags(sm: Any, arn: str | None) -> dict[str, str]:
+    if not arn:
+        return {}
+    try:
+        return {t["Key"]: t["Value"] for t in sm.list_tags(ResourceArn=arn).get("Tags", [])}
+    except aws_exceptions():
+        return {}
+
+
+# -- list -----------------------------------------------------------------------------------
+@dataclass
+class EndpointSummary:
+    name: str
+    region: str
+    status: str
+    created_at: str | None
+    tags: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def expires_at(self) -> str | None:
+        return self.tags.get(EXPIRES_TAG)
+
+
+def list_endpoints(regions: Sequence[str] = US_REGIONS, *, clients: ClientFactory | None = None,
+                   project_only: bool = False, session: Any = None) -> list[EndpointSummary]:
+    """Endpoints in each region (sequentially); ``project_only`` keeps this project's tagged ones."""
+    make = clients or client_factory(session)
+    out: list[EndpointSummary] = []
+    for region in regions:
+        validate_region(region)
+        sm = make("sagemaker", region)
+        try:
+            for page in sm.get_paginator("list_endpoints").paginate():
+                for ep in page.get("Endpoints", []):
+                    tags = _tags(sm, ep.get("EndpointArn"))
+                    if project_only and not is_ours(tags):
+                        continue
+                    created = _aware(ep.get("CreationTime"))
+                    out.append(EndpointSummary(ep["EndpointName"], region, ep.get("EndpointStatus", "?"),
+                                               created.isoformat() if created else None, tags))
+        except aws_exceptions() as exc:
+            raise aws_error(exc, f"ListEndpoints in {region}") from exc
+    return out
+
+
+# -- logs -------------------------------------------------------------------------------------
+@dataclass
+class LogsResult:
+    name: str
+    region: str
+    log_group: str
+    found: bool
+    lines: list[str] = field(default_factory=list)
+    milestones: list[str] = field(default_factory=list)
+    explanation: str | None = None
+
+
+def log_group(name: str) -> str:
+    return f"/aws/sagemaker/Endpoints/{name}"
+
+
+def endpoint_logs(name: str, region: str, lines: int = 50, client: Any = None) -> LogsResult:
+    """The newest ``lines`` of the endpoint's CloudWatch logs, plus startup milestones."""
+    logs = _client(client, "logs", region)
+    group = log_group(name)
+    result = LogsResult(name, region, group, True)
+    try:
+        streams = logs.describe_log_streams(logGroupName=group, orderBy="LastEventTime", descending=True,
+                                            limit=5).get("logStreams", [])
+    except aws_exceptions() as exc:
+        if error_code(exc) == "ResourceNotFoundException":
+            result.found = False
+            result.explanation = (
+                "no log group: the container never started. Common causes: the image's CUDA needs a newer "
+                "driver (set InferenceAmiVersion al2023-ami-sagemaker-inference-gpu-4-1 for cu130 images on "
+                "g4dn), the image is in another region or account, or the instance was never placed (capacity)."
+            )
+            return result
+        raise aws_error(exc, f"DescribeLogStreams {group}") from exc
+    events: list[tuple[int, str]] = []
+    for stream in streams:
+        response = logs.get_log_events(logGroupName=group, logStreamName=stream["logStreamName"],
+                                       limit=lines, startFromHead=False)
+        events += [(e.get("timestamp", 0), e.get("message", "")) for e in response.get("events", [])]
+    events.sort()
+    result.lines = [m.rstrip("\n") for _, m in events[-lines:]]
+    result.milestones = [m for _, m in events if any(k in m for k in LOG_MILESTONES)]
+    if not streams:
+        result.explanation = "log group exists but has no streams yet: the instance is still starting"
+    return result
+
+
+# -- invoke -------------------------------------------------------------------------------------
+@dataclass
+class InvokeResult:
+    text: str
+    finish_reason: str | None
+    usage: dict[str, Any] | None
+    latency_s: float
+    raw: Any
+
+
+def chat_payload(prompt: str | None = None, messages: list[dict[str, str]] | None = None, max_tokens: int = 256,
+                 temperature: float = 0.0, stream: bool = False, **extra: Any) -> dict[str, Any]:
+    if not messages:
+        if not prompt:
+            raise Gemma4T4Error("nothing to send", fix="pass prompt='...' or messages=[...]")
+        messages = [{"role": "user", "content": prompt}]
+    payload: dict[str, Any] = {"messages": messages, "max_tokens": max_tokens, "temperature": temperature}
+    if stream:
+        payload["stream"] = True
+        payload["stream_options"] = {"include_usage": True}
+    payload.update(extra)
+    return payload
+
+
+def parse_chat_response(body: Any) -> tuple[str, str | None, dict | None]:
+    """(text, finish_reason, usage) from an OpenAI chat or completion response."""
+    if isinstance(body, (bytes, str)):
+        try:
+            body = json.loads(body)
+        except ValueError:
+            return (body.decode(errors="replace") if isinstance(body, bytes) else body), None, None
+    if not isinstance(body, dict) or not body.get("choices"):
+        raise Gemma4T4Error(f"unexpected response from the endpoint: {str(body)[:300]}",
+                            fix="check the endpoint serves the vLLM OpenAI API (read its logs)")
+    choice = body["choices"][0]
+    text = (choice.get("message") or {}).get("content")
+    if text is None:
+        text = choice.get("text", "")
+    return text or "", choice.get("finish_reason"), body.get("usage")
+
+
+def invoke_plan(name: str, region: str, payload: dict[str, Any]) -> ApiCall:
+    return ApiCall("sagemaker-runtime", "invoke_endpoint",
+                   {"EndpointName": name, "ContentType": "application/json", "Body": json.dumps(payload)},
+                   region, note="add --cli-binary-format raw-in-base64-out and an output file: /dev/stdout")
+
+
+def invoke(name: str, region: str, prompt: str | None = None, *, messages: list[dict[str, str]] | None = None,
+           max_tokens: int = 256, temperature: float = 0.0, client: Any = None, **extra: Any) -> InvokeResult:
+    """One non-streaming OpenAI-style chat request to the endpoint."""
+    runtime = _client(client, "sagemaker-runtime", region)
+    payload = chat_payload(prompt, messages, max_tokens, temperature, **extra)
+    start = time.perf_counter()
+    try:
+        response = runtime.invoke_endpoint(EndpointName=name, ContentType="application/json",
+                                           Accept="application/json", Body=json.dumps(payload))
+    except aws_exceptions() as exc:
+        raise aws_error(exc, f"InvokeEndpoint {name}") from exc
+    body = response["Body"].read()
+    latency = time.perf_counter() - start
+    text, finish, usage = parse_chat_response(body)
+    return InvokeResult(text, finish, usage, latency, _safe_json(body))
+
+
+def _safe_json(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except ValueError:
+        return body.decode(errors="replace")
+
+
+class SSEDecoder:
+    """Server-sent events from arbitrarily split byte chunks (SageMaker PayloadParts split anywhere)."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+
+    def feed(self, chunk: bytes) -> list[dict[str, Any]]:
+        self._buffer += chunk
+        events = []
+        while b"\n" in self._buffer:
+            line, self._buffer = self._buffer.split(b"\n", 1)
+            line = line.strip()
+            if not line.startswith(b"data:"):
+                continue
+            data = line[5:].strip()
+            if data == b"[DONE]" or not data:
+                continue
+            events.append(json.loads(data))
+        return events
+
+
+def stream_deltas(payload_parts: Iterator[bytes]) -> Iterator[dict[str, Any]]:
+    """OpenAI stream events -> {"text": delta} / {"usage": {...}} items."""
+    decoder = SSEDecoder()
+    for part in [*payload_parts, b"\n"]:
+        for event in decoder.feed(part):
+            for choice in event.get("choices") or []:
+                delta = (choice.get("delta") or {}).get("content") or choice.get("text") or ""
+                if delta:
+                    yield {"text": delta}
+            if event.get("usage"):
+                yield {"usage": event["usage"]}
+
+
+@dataclass
+class StreamResult:
+    text: str
+    ttft_s: float | None
+    total_s: float
+    chunks: int
+    usage: dict[str, Any] | None
+
+
+def invoke_stream(name: str, region: str, prompt: str | None = None, *,
+                  messages: list[dict[str, str]] | None = None, max_tokens: int = 256, temperature: float = 0.0,
+                  client: Any = None, on_text: Any = None, **extra: Any) -> StreamResult:
+    """Streaming chat via InvokeEndpointWithResponseStream; measures time to first token."""
+    runtime = _client(client, "sagemaker-runtime", region)
+    payload = chat_payload(prompt, messages, max_tokens, temperature, stream=True, **extra)
+    start = time.perf_counter()
+    try:
+        response = runtime.invoke_endpoint_with_response_stream(
+            EndpointName=name, ContentType="application/json", Body=json.dumps(payload))
+    except aws_exceptions() as exc:
+        raise aws_error(exc, f"InvokeEndpointWithResponseStream {name}") from exc
+    parts = (event["PayloadPart"]["Bytes"] for event in response["Body"] if "PayloadPart" in event)
+    pieces: list[str] = []
+    ttft = None
+    usage = None
+    for item in stream_deltas(parts):
+        if "text" in item:
+            if ttft is None:
+                ttft = time.perf_counter() - start
+            pieces.append(item["text"])
+            if on_text:
+                on_text(item["text"])
+        else:
+            usage = item["usage"]
+    return StreamResult("".join(pieces), ttft, time.perf_counter() - start, len(pieces), usage)
+
+
+# -- delete -------------------------------------------------------------------------------------
+@dataclass
+class DeleteResult:
+    name: str
+    region: str
+    deleted: list[str] = field(default_factory=list)  # "endpoint:NAME", "endpoint-config:NAME", "model:NAME"
+    already_absent: list[str] = field(default_factory=list)
+    dry_run: bool = False
+    plan: list[str] = field(default_factory=list)
+
+
+def _resources(sm: Any, name: str) -> list[tuple[str, str]]:
+    """(kind, name) to delete, endpoint first; names come from the live chain when it exists."""
+    config_name, models = name, [name]
+    try:
+        config_name = sm.describe_endpoint(EndpointName=name).get("EndpointConfigName", name)
+    except aws_exceptions() as exc:
+        if not is_not_found(exc):
+            raise aws_error(exc, f"DescribeEndpoint {name}") from exc
+    try:
+        variants = sm.describe_endpoint_config(EndpointConfigName=config_name).get("ProductionVariants", [])
+        models = sorted({v["ModelName"] for v in variants if v.get("ModelName")}) or models
+    except aws_exceptions() as exc:
+        if not is_not_found(exc):
+            raise aws_error(exc, f"DescribeEndpointConfig {config_name}") from exc
+    return [("endpoint", name), ("endpoint-config", config_name), *[("model", m) for m in models]]
+
+
+_DELETE = {
+    "endpoint": ("delete_endpoint", "EndpointName"),
+    "endpoint-config": ("delete_endpoint_config", "EndpointConfigName"),
+    "model": ("delete_model", "ModelName"),
+}
+
+
+def delete_plan(name: str, region: str, resources: list[tuple[str, str]] | None = None) -> list[ApiCall]:
+    resources = resources or [("endpoint", name), ("endpoint-config", name), ("model", name)]
+    return [ApiCall("sagemaker", _DELETE[kind][0], {_DELETE[kind][1]: res}, region) for kind, res in resources]
+
+
+def delete_resources(sm: Any, resources: list[tuple[str, str]], result: DeleteResult) -> None:
+    for kind, res in resources:
+        operation, key = _DELETE[kind]
+        try:
+            getattr(sm, operation)(**{key: res})
+            result.deleted.append(f"{kind}:{res}")
+        except aws_exceptions() as exc:
+            if is_not_found(exc):
+                result.already_absent.append(f"{kind}:{res}")
+            else:
+                raise aws_error(exc, f"{operation} {res}") from exc
+
+
+def delete_endpoint(name: str, region: str, *, client: Any = None, dry_run: bool = False) -> DeleteResult:
+    """Delete endpoint, endpoint config and model(s). Safe to repeat: missing parts are reported."""
+    validate_region(region)
+    result = DeleteResult(name, region, dry_run=dry_run)
+    if dry_run:
+        result.plan = [c.cli() for c in delete_plan(name, region)]
+        return result
+    sm = _client(client, "sagemaker", region)
+    resources = _resources(sm, name)
+    result.plan = [c.cli() for c in delete_plan(name, region, resources)]
+    delete_resources(sm, resources, result)
+    return result

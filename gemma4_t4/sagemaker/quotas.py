@@ -1,0 +1,114 @@
+"""SageMaker endpoint quotas, looked up by name ("ml.g4dn.xlarge for endpoint usage") because
+quota codes differ between instance types and are not a stable public contract.
+
+Regions are queried one after another: parallel Service Quotas calls get throttled.
+The check is advisory (it cannot see instances already in use by other endpoints).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.hardware import SAGEMAKER_INSTANCES
+from gemma4_t4.sagemaker.aws import ClientFactory, aws_error, aws_exceptions, client_factory
+from gemma4_t4.sagemaker.cli_recipe import ApiCall
+from gemma4_t4.sagemaker.image import US_REGIONS, validate_region
+
+
+def quota_name(instance_type: str) -> str:
+    return f"{instance_type} for endpoint usage"
+
+
+@dataclass
+class QuotaRow:
+    region: str
+    instance_type: str
+    quota_name: str
+    value: float | None  # None: not found or the lookup failed
+    quota_code: str | None = None
+    adjustable: bool | None = None
+    error: str | None = None
+
+    @property
+    def available(self) -> bool:
+        return bool(self.value and self.value >= 1)
+
+
+@dataclass
+class QuotaReport:
+    rows: list[QuotaRow] = field(default_factory=list)
+
+    def regions_with_capacity(self, instance_type: str, need: int = 1) -> list[str]:
+        return [r.region for r in self.rows
+                if r.instance_type == instance_type and r.value is not None and r.value >= need]
+
+    def table(self) -> str:
+        lines = [f"{'region':<12} {'instance':<18} {'quota':>6}  note"]
+        for r in self.rows:
+            value = "-" if r.value is None else f"{r.value:g}"
+            note = r.error or ("ok" if r.available else "no quota: request an increase")
+            lines.append(f"{r.region:<12} {r.instance_type:<18} {value:>6}  {note}")
+        return "\n".join(lines)
+
+
+def quota_plan(instance_types: Sequence[str], regions: Sequence[str]) -> list[ApiCall]:
+    return [ApiCall("service-quotas", "list_service_quotas", {"ServiceCode": "sagemaker"}, region,
+                    note=f"look for: {', '.join(quota_name(t) for t in instance_types)}")
+            for region in regions]
+
+
+def _validate(instance_types: Sequence[str], regions: Sequence[str]) -> None:
+    for region in regions:
+        validate_region(region)
+    for instance in instance_types:
+        if instance not in SAGEMAKER_INSTANCES:
+            raise Gemma4T4Error(f"unsupported SageMaker instance type {instance!r}",
+                                fix=f"use one of: {', '.join(SAGEMAKER_INSTANCES)}")
+
+
+def region_quotas(region: str, instance_types: Sequence[str], client: Any) -> list[QuotaRow]:
+    """All wanted endpoint quotas in one region (one paginated list call)."""
+    wanted = {quota_name(t): t for t in instance_types}
+    found: dict[str, QuotaRow] = {}
+    try:
+        paginator = client.get_paginator("list_service_quotas")
+        for page in paginator.paginate(ServiceCode="sagemaker"):
+            for quota in page.get("Quotas", []):
+                instance = wanted.get(quota.get("QuotaName", ""))
+                if instance:
+                    found[instance] = QuotaRow(region, instance, quota["QuotaName"], float(quota["Value"]),
+                                               quota.get("QuotaCode"), quota.get("Adjustable"))
+    except aws_exceptions() as exc:  # recorded per region; the other regions still answer
+        message = str(aws_error(exc, "ListServiceQuotas")).splitlines()[0]
+        return [QuotaRow(region, t, quota_name(t), None, error=message) for t in instance_types]
+    return [found.get(t) or QuotaRow(region, t, quota_name(t), None, error="quota not listed in this region")
+            for t in instance_types]
+
+
+def check_quotas(instance_types: Sequence[str] = ("ml.g4dn.xlarge",), regions: Sequence[str] = US_REGIONS,
+                 clients: ClientFactory | None = None, session: Any = None) -> QuotaReport:
+    """Endpoint quotas for each instance type in each region, queried sequentially."""
+    _validate(instance_types, regions)
+    make = clients or client_factory(session)
+    report = QuotaReport()
+    for region in regions:
+        report.rows += region_quotas(region, instance_types, make("service-quotas", region))
+    return report
+
+
+def pick_region(report: QuotaReport, instance_type: str, preferred: Sequence[str] = (), need: int = 1) -> str:
+    """The first region (preferred first, then report order) with quota for ``instance_type``."""
+    candidates = report.regions_with_capacity(instance_type, need)
+    for region in [*preferred, *candidates]:
+        if region in candidates:
+            return region
+    checked = sorted({r.region for r in report.rows if r.instance_type == instance_type})
+    raise Gemma4T4Error(
+        f"no quota for {quota_name(instance_type)!r} in any region checked ({', '.join(checked)})",
+        fix=f"request an increase: aws service-quotas request-service-quota-increase --service-code sagemaker "
+        f"--quota-code <code for '{quota_name(instance_type)}'> --desired-value {need} --region <region>, "
+        "or try another instance type",
+    )

