@@ -1,0 +1,242 @@
+"""Async streaming client for OpenAI-compatible ``/v1/completions`` and ``/v1/chat/completions``.
+
+One request in, one :class:`RequestRecord` out, with ``time.perf_counter`` stamps (seconds on
+the caller's clock) for: send, first byte, first chunk, first output token, first non-empty
+content, every output chunk, the last chunk carrying ``choices`` and the end of the stream.
+Token counts come from the server's ``usage`` (streamed with ``include_usage``); the record
+says where its counts came from. Failures never raise: they are recorded with an error class.
+
+Why "first output token" and not "first chunk": on chat endpoints vLLM sends a role-only
+delta before any token exists, so "first chunk" understates TTFT. A chunk whose token decoded
+to an incomplete UTF-8 character carries empty text but is still a generated token, so "first
+non-empty content" can overstate it by a step; both stamps are kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import aiohttp
+
+Api = Literal["completions", "chat"]
+
+ENDPOINTS: dict[str, str] = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+
+
+@dataclass
+class RequestSpec:
+    """What to send. ``input_len`` is the intended prompt length in tokens (for the record)."""
+
+    request_id: str
+    prompt: str
+    max_tokens: int
+    api: Api = "completions"
+    ignore_eos: bool = True
+    temperature: float = 0.0
+    input_len: int | None = None
+    extra_body: dict[str, Any] = field(default_factory=dict)
+
+    def payload(self, model: str) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": model,
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if self.ignore_eos:
+            body["ignore_eos"] = True  # vLLM extension; other servers ignore unknown fields
+        if self.api == "chat":
+            body["messages"] = [{"role": "user", "content": self.prompt}]
+        else:
+            body["prompt"] = self.prompt
+        body.update(self.extra_body)
+        return body
+
+
+@dataclass
+class RequestRecord:
+    """Raw measurements of one request. Times are seconds on the ``perf_counter`` clock."""
+
+    request_id: str
+    api: str
+    input_len_target: int | None
+    max_tokens: int
+    send_s: float
+    first_byte_s: float | None = None
+    first_chunk_s: float | None = None
+    first_token_s: float | None = None
+    first_content_s: float | None = None
+    last_choice_s: float | None = None
+    end_s: float | None = None
+    chunk_times_s: list[float] = field(default_factory=list)
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None
+    token_source: str | None = None
+    finish_reason: str | None = None
+    http_status: int | None = None
+    error: str | None = None
+    error_detail: str | None = None
+    output_chars: int = 0
+    text: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _error_class(exc: BaseException) -> str:
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return "connect_error"
+    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError | aiohttp.ClientOSError
+                  | ConnectionResetError):
+        return "disconnected"
+    if isinstance(exc, asyncio.TimeoutError | TimeoutError | aiohttp.ServerTimeoutError):
+        return "timeout"
+    if isinstance(exc, aiohttp.ClientError):
+        return "client_error"
+    return type(exc).__name__
+
+
+async def send_request(
+    session: aiohttp.ClientSession,
+    base_url: str,
+    model: str,
+    spec: RequestSpec,
+    api_key: str | None = None,
+    keep_text: bool = False,
+    clock: Callable[[], float] = time.perf_counter,
+) -> RequestRecord:
+    """Stream one request and record its timings. Never raises for server or network faults."""
+    url = base_url.rstrip("/") + ENDPOINTS[spec.api]
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    body = json.dumps(spec.payload(model))
+    chat = spec.api == "chat"
+    texts: list[str] = []
+    chunk_times: list[float] = []
+    record = RequestRecord(spec.request_id, spec.api, spec.input_len, spec.max_tokens, send_s=clock())
+    done = False
+    try:
+        async with session.post(url, data=body, headers=headers) as response:
+            record.http_status = response.status
+            if response.status != 200:
+                detail = (await response.text())[:300]
+                record.end_s = clock()
+                record.error, record.error_detail = f"http_{response.status}", detail
+                return record
+            async for raw in response.content:
+                now = clock()
+                if record.first_byte_s is None:
+                    record.first_byte_s = now
+                if not raw.startswith(b"data:"):
+                    continue  # blank separators, SSE comments, event names
+                payload = raw[5:].strip()
+                if payload == b"[DONE]":
+                    done = True
+                    break
+                try:
+                    event = json.loads(payload)
+                    choices = event.get("choices")
+                except (ValueError, AttributeError):
+                    record.error, record.error_detail = "malformed_sse", payload[:200].decode("utf-8", "replace")
+                    break
+                if "error" in event and not choices:
+                    record.error = "server_error_event"
+                    record.error_detail = json.dumps(event["error"])[:300]
+                    break
+                if choices:
+                    choice = choices[0]
+                    if record.first_chunk_s is None:
+                        record.first_chunk_s = now
+                    record.last_choice_s = now
+                    if chat:
+                        delta = choice.get("delta") or {}
+                        piece = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+                        # a role-only delta (no text) is the preamble vLLM sends before any token
+                        is_token = bool(piece) or ("role" not in delta and "content" in delta)
+                    else:
+                        piece = choice.get("text")
+                        is_token = piece is not None
+                    if is_token:
+                        if record.first_token_s is None:
+                            record.first_token_s = now
+                        chunk_times.append(now)
+                    if piece:
+                        if record.first_content_s is None:
+                            record.first_content_s = now
+                        texts.append(piece)
+                    if choice.get("finish_reason"):
+                        record.finish_reason = choice["finish_reason"]
+                usage = event.get("usage")
+                if usage:
+                    record.prompt_tokens = usage.get("prompt_tokens")
+                    record.completion_tokens = usage.get("completion_tokens")
+                    details = usage.get("prompt_tokens_details") or {}
+                    record.cached_tokens = details.get("cached_tokens")
+                    record.token_source = "usage"
+        record.end_s = clock()
+        if record.error is None and not done:
+            record.error, record.error_detail = "truncated_stream", "the stream ended without [DONE]"
+    except Exception as exc:  # noqa: BLE001 - every fault becomes a counted, classified failure
+        record.end_s = clock()
+        record.error, record.error_detail = _error_class(exc), f"{type(exc).__name__}: {exc}"[:300]
+    record.chunk_times_s = chunk_times
+    text = "".join(texts)
+    record.output_chars = len(text)
+    if keep_text:
+        record.text = text
+    if record.error is None:
+        if record.completion_tokens is None:
+            # no usage: one token per output chunk is the best the stream says (flagged)
+            record.completion_tokens = len(chunk_times)
+            record.token_source = "chunks"
+        if record.first_token_s is None and spec.max_tokens > 0:
+            record.error, record.error_detail = "no_output", "the stream carried no output tokens"
+    return record
+
+
+def make_session(concurrency: int, timeout_s: float | None = 600.0) -> aiohttp.ClientSession:
+    """One pooled session for a run: enough connections for the concurrency, no total timeout."""
+    connector = aiohttp.TCPConnector(limit=max(1, concurrency), force_close=False, enable_cleanup_closed=True)
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0, sock_read=timeout_s)
+    return aiohttp.ClientSession(connector=connector, timeout=timeout, read_bufsize=2**16)
+
+
+async def run_closed_loop(
+    session: aiohttp.ClientSession,
+    base_url: str,
+    model: str,
+    specs: Sequence[RequestSpec],
+    concurrency: int,
+    on_record: Callable[[RequestRecord], Awaitable[None] | None] | None = None,
+    api_key: str | None = None,
+    keep_text: bool = False,
+) -> list[RequestRecord]:
+    """Keep ``concurrency`` requests in flight until ``specs`` are done (closed loop)."""
+    queue: asyncio.Queue[tuple[int, RequestSpec]] = asyncio.Queue()
+    for item in enumerate(specs):
+        queue.put_nowait(item)
+    results: list[RequestRecord | None] = [None] * len(specs)
+
+    async def worker() -> None:
+        while True:
+            try:
+                index, spec = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            record = await send_request(session, base_url, model, spec, api_key=api_key, keep_text=keep_text)
+            results[index] = record
+            if on_record is not None:
+                maybe = on_record(record)
+                if asyncio.iscoroutine(maybe):
+                    await maybe
+
+    await asyncio.gather(*(worker() for _ in range(max(1, min(concurrency, len(specs))))))
+    return [r for r in results if r is not None]

@@ -1,0 +1,264 @@
+"""A FAKE OpenAI-compatible streaming server with injected timings, for testing the client.
+
+It generates nothing: every response is a scripted stream whose timing is set per request
+(``"fake"`` in the request body) or by server defaults. It records when it actually wrote each
+chunk (``perf_counter``, the same system-wide monotonic clock the client uses on Linux), so a
+test can compare what the client measured with what the server really did (``GET /fake/log``).
+
+Scripts can include: the delay to the first token, gaps between chunks, several tokens per
+chunk, chat's role-only first chunk, usage in the last chunk, a malformed chunk, and a server
+that exits mid-run. It also answers ``/health``, ``/v1/models``, ``/metrics``, ``/tokenize``
+and ``/detokenize`` (one token per character) so the whole benchmark can run against it.
+
+Run it standalone with ``python -m gemma4_t4.bench.fake_server --port N``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+
+@dataclass
+class FakeScript:
+    """How one fake response behaves. Times in seconds."""
+
+    ttft_s: float = 0.05
+    gap_s: float = 0.01
+    tokens: int | None = None  # default: the request's max_tokens
+    tokens_per_chunk: int = 1
+    role_chunk: bool = True  # chat only: vLLM's role-only first delta
+    role_chunk_delay_s: float = 0.0
+    usage: bool = True
+    malformed_after_chunks: int | None = None
+    http_status: int = 200
+    prompt_tokens: int | None = None  # default: prompt length in characters
+
+
+@dataclass
+class FakeServerState:
+    default: FakeScript = field(default_factory=FakeScript)
+    exit_after_requests: int | None = None  # os._exit when this many requests have started
+    requests: int = 0
+    log: list[dict[str, Any]] = field(default_factory=list)
+    queries: int = 0
+    hits: int = 0
+
+
+STATE_KEY = web.AppKey("state", FakeServerState)
+MODEL_KEY = web.AppKey("model", str)
+
+
+def _script_for(state: FakeServerState, body: dict[str, Any]) -> FakeScript:
+    overrides = body.get("fake") or {}
+    return FakeScript(**(asdict(state.default) | overrides))
+
+
+def _chunk(chat: bool, text: str | None, finish: str | None, role: bool = False) -> bytes:
+    if chat:
+        delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else {"content": text}
+        choice = {"index": 0, "delta": delta, "finish_reason": finish}
+        obj = {"id": "fake", "object": "chat.completion.chunk", "choices": [choice]}
+    else:
+        obj = {"id": "fake", "object": "text_completion", "choices": [{"index": 0, "text": text,
+                                                                       "finish_reason": finish}]}
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+async def _stream(request: web.Request, chat: bool) -> web.StreamResponse:
+    state: FakeServerState = request.app[STATE_KEY]
+    received = time.perf_counter()
+    body = await request.json()
+    state.requests += 1
+    if state.exit_after_requests is not None and state.requests > state.exit_after_requests:
+        os._exit(3)  # simulate a crash: no response, connections reset
+    script = _script_for(state, body)
+    if script.http_status != 200:
+        return web.json_response({"error": {"message": "fake failure"}}, status=script.http_status)
+    prompt = body.get("prompt") if not chat else "".join(m.get("content", "") for m in body.get("messages", []))
+    prompt_tokens = script.prompt_tokens if script.prompt_tokens is not None else len(prompt or "")
+    n_tokens = script.tokens if script.tokens is not None else int(body.get("max_tokens") or 16)
+    state.queries += prompt_tokens
+    entry: dict[str, Any] = {"received_s": received, "writes_s": [], "role_s": None,
+                             "tokens": n_tokens, "id": body.get("fake_id")}
+    state.log.append(entry)
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    if chat and script.role_chunk:
+        await asyncio.sleep(script.role_chunk_delay_s)
+        await response.write(_chunk(chat, None, None, role=True))
+        entry["role_s"] = time.perf_counter()
+    start = received
+    sent = 0
+    chunk_index = 0
+    target = start + script.ttft_s
+    while sent < n_tokens:
+        delay = target - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        if script.malformed_after_chunks is not None and chunk_index >= script.malformed_after_chunks:
+            await response.write(b'data: {"choices": [ {"text": broken\n\n')
+            entry["writes_s"].append(time.perf_counter())
+            await response.write_eof()
+            return response
+        take = min(script.tokens_per_chunk, n_tokens - sent)
+        sent += take
+        finish = "length" if sent >= n_tokens else None
+        await response.write(_chunk(chat, "ab" * take, finish))
+        entry["writes_s"].append(time.perf_counter())
+        chunk_index += 1
+        target += script.gap_s
+    if script.usage:
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n_tokens,
+                 "total_tokens": prompt_tokens + n_tokens, "prompt_tokens_details": {"cached_tokens": 0}}
+        await response.write(b"data: " + json.dumps({"id": "fake", "choices": [], "usage": usage}).encode()
+                             + b"\n\n")
+    await response.write(b"data: [DONE]\n\n")
+    await response.write_eof()
+    return response
+
+
+async def _completions(request: web.Request) -> web.StreamResponse:
+    return await _stream(request, chat=False)
+
+
+async def _chat(request: web.Request) -> web.StreamResponse:
+    return await _stream(request, chat=True)
+
+
+async def _health(request: web.Request) -> web.Response:
+    return web.Response(text="")
+
+
+async def _models(request: web.Request) -> web.Response:
+    return web.json_response({"object": "list", "data": [{"id": request.app[MODEL_KEY], "object": "model",
+                                                          "max_model_len": 8192}]})
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    state: FakeServerState = request.app[STATE_KEY]
+    name = request.app[MODEL_KEY]
+    text = (
+        f'vllm:prefix_cache_queries_total{{engine="0",model_name="{name}"}} {float(state.queries)}\n'
+        f'vllm:prefix_cache_hits_total{{engine="0",model_name="{name}"}} {float(state.hits)}\n'
+        f'vllm:num_requests_running{{engine="0",model_name="{name}"}} 0.0\n'
+        f'vllm:num_requests_waiting{{engine="0",model_name="{name}"}} 0.0\n'
+        f'vllm:cache_config_info{{block_size="32",enable_prefix_caching="False",engine="0"}} 1.0\n'
+    )
+    return web.Response(text=text)
+
+
+async def _tokenize(request: web.Request) -> web.Response:
+    body = await request.json()
+    if "messages" in body:
+        text = "".join(m.get("content", "") for m in body["messages"])
+        tokens = [2] + [ord(c) for c in text] + [7, 7]  # a fake template: bos + content + 2 markers
+    else:
+        tokens = [ord(c) for c in body.get("prompt", "")]
+    return web.json_response({"count": len(tokens), "tokens": tokens, "max_model_len": 8192})
+
+
+async def _detokenize(request: web.Request) -> web.Response:
+    body = await request.json()
+    return web.json_response({"prompt": "".join(chr(t) for t in body.get("tokens", []))})
+
+
+async def _log(request: web.Request) -> web.Response:
+    return web.json_response(request.app[STATE_KEY].log)
+
+
+async def _version(request: web.Request) -> web.Response:
+    return web.json_response({"version": "fake"})
+
+
+def build_app(state: FakeServerState | None = None, model: str = "fake-model") -> web.Application:
+    app = web.Application()
+    app[STATE_KEY] = state or FakeServerState()
+    app[MODEL_KEY] = model
+    app.router.add_post("/v1/completions", _completions)
+    app.router.add_post("/v1/chat/completions", _chat)
+    app.router.add_get("/health", _health)
+    app.router.add_get("/v1/models", _models)
+    app.router.add_get("/metrics", _metrics)
+    app.router.add_get("/version", _version)
+    app.router.add_post("/tokenize", _tokenize)
+    app.router.add_post("/detokenize", _detokenize)
+    app.router.add_get("/fake/log", _log)
+    return app
+
+
+class FakeServer:
+    """The fake server on its own event loop in a background thread (in-process tests)."""
+
+    def __init__(self, port: int, state: FakeServerState | None = None, model: str = "fake-model"):
+        self.port = port
+        self.state = state or FakeServerState()
+        self.model = model
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> FakeServer:
+        def serve() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            asyncio.set_event_loop(loop)
+            self._runner = web.AppRunner(build_app(self.state, self.model), access_log=None)
+            loop.run_until_complete(self._runner.setup())
+            loop.run_until_complete(web.TCPSite(self._runner, "127.0.0.1", self.port).start())
+            self._ready.set()
+            loop.run_forever()
+            loop.run_until_complete(self._runner.cleanup())
+            loop.close()
+
+        self._thread = threading.Thread(target=serve, name="fake-openai-server", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("fake server did not start")
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def __enter__(self) -> FakeServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="FAKE OpenAI-compatible SSE server with injected timings")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--model", default="fake-model")
+    parser.add_argument("--ttft", type=float, default=0.05)
+    parser.add_argument("--gap", type=float, default=0.01)
+    parser.add_argument("--tokens-per-chunk", type=int, default=1)
+    parser.add_argument("--exit-after-requests", type=int, default=None)
+    args = parser.parse_args(argv)
+    state = FakeServerState(
+        default=FakeScript(ttft_s=args.ttft, gap_s=args.gap, tokens_per_chunk=args.tokens_per_chunk),
+        exit_after_requests=args.exit_after_requests,
+    )
+    web.run_app(build_app(state, args.model), host="127.0.0.1", port=args.port, access_log=None,
+                print=lambda *_: print(f"fake server on 127.0.0.1:{args.port}", flush=True))
+
+
+if __name__ == "__main__":
+    main()

