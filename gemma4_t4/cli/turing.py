@@ -1,0 +1,98 @@
+"""``gemma4-t4 turing status|verify|apply|revert``: the T4 attention fix."""
+
+from __future__ import annotations
+
+import argparse
+
+from gemma4_t4.cli import Output, add_command
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "turing", help="the T4 (sm_75) attention fix: status, offline proof, file patch",
+        description="vLLM's attention kernel needs 98,304 B of shared memory for Gemma 4's head-512 layers; "
+        "a T4 allows 65,536 B. This package's vLLM plugin caps the tile in every vLLM process. "
+        "`verify` proves it offline by compiling vLLM's own kernel for the target; `apply`/`revert` "
+        "patch vLLM's file where the package cannot be installed next to vLLM.",
+    )
+    commands = parser.add_subparsers(dest="turing_command", metavar="COMMAND", required=True)
+    add_command(commands, "status", _status, help="is the fix registered / patched / active here?")
+
+    verify = add_command(commands, "verify", _verify,
+                         help="compile every Gemma 4 attention launch for a GPU target; check it fits")
+    verify.add_argument("--arch", default="sm_75", help="target: sm_75 (T4, default), sm_80, sm_86, sm_89")
+    verify.add_argument("--limit-bytes", type=int, default=None,
+                        help="per-block shared-memory limit (default: the architecture's opt-in maximum)")
+    verify.add_argument("--vllm-root", default=None, help="vLLM package folder (default: the installed vLLM)")
+    verify.add_argument("--jobs", type=int, default=None, help="parallel compile processes (default: CPUs)")
+
+    for name, handler, text in (
+        ("apply", _apply, "patch vLLM's kernel file (backup + marker); for images without the plugin"),
+        ("revert", _revert, "restore vLLM's original kernel file from the backup (checksum-verified)"),
+    ):
+        command = add_command(commands, name, handler, help=text)
+        command.add_argument("--path", default=None,
+                             help="the triton_unified_attention.py to change (default: the installed vLLM's)")
+
+
+def _status(args: argparse.Namespace) -> Output:
+    from gemma4_t4.turing import status
+
+    state = status()
+    patch = state.file_patch
+    lines = [
+        f"vLLM:             {state.vllm_version or 'not installed'}",
+        f"plugin:           {'registered' if state.plugin_registered else 'not registered'}"
+        + ("" if state.plugin_enabled or not state.plugin_registered else f" but disabled ({state.disabled_reason})"),
+        f"file patch:       {_patch_state(patch)}",
+        f"active:           {'yes' if state.active else 'no'} - {state.summary}",
+    ]
+    return Output(state, "\n".join(lines))
+
+
+def _patch_state(patch) -> str:
+    if patch is None:
+        return "n/a"
+    if patch.patched:
+        return f"patched (backup {'ok' if patch.backup_matches else 'MISSING or changed'}) {patch.path}"
+    return f"not patched{' (apply would refuse: ' + patch.refusal + ')' if patch.refusal else ''} {patch.path}"
+
+
+def _verify(args: argparse.Namespace) -> Output:
+    from gemma4_t4.turing import verify
+
+    report = verify(args.arch, limit_bytes=args.limit_bytes, vllm_root=args.vllm_root, jobs=args.jobs)
+    lines = [
+        f"vLLM {report.vllm_version} kernel {report.kernel_file}",
+        f"target {report.arch}, limit {report.limit_bytes:,} B per block, Triton {report.triton_version}; "
+        f"tile cap: {report.patch_action} ({report.patch_reason})",
+        "",
+        f"{'model':<8}{'layer':<8}{'case':<13}{'head':>5}{'q/kv':>7}{'path':>5}{'BLOCK_M':>8}{'TILE':>9}"
+        f"{'unpatched B':>13}{'patched B':>11}  ok",
+    ]
+    for c in report.launches:
+        tile = f"{c.tile_size_unpatched}->{c.tile_size}" if c.tile_size != c.tile_size_unpatched else str(c.tile_size)
+        lines.append(
+            f"{c.model:<8}{c.layer:<8}{c.case:<13}{c.head_size:>5}{f'{c.num_q_heads}/{c.num_kv_heads}':>7}"
+            f"{c.path:>5}{c.block_m:>8}{tile:>9}{c.shared_bytes_unpatched:>13,}{c.shared_bytes_patched:>11,}  "
+            f"{'ok' if c.ok else 'OVER'}")
+    lines += ["", f"{report.changed_launches} launches re-tiled; {report.compiles} compiles in {report.seconds:.0f} s; "
+              "smem model " + {True: "matches every compile", False: "DISAGREES with a compile",
+                               None: "not checked (an estimate above sm_75)"}[report.model_exact],
+              "PASS: every patched launch fits" if report.ok else "FAIL: a patched launch exceeds the limit "
+              "or the tile cap refused this vLLM"]
+    return Output(report, "\n".join(lines), exit_code=0 if report.ok else 1)
+
+
+def _apply(args: argparse.Namespace) -> Output:
+    from gemma4_t4.turing import apply_file_patch
+
+    result = apply_file_patch(args.path)
+    return Output(result, f"{result.action}: {result.path}\n{result.message}")
+
+
+def _revert(args: argparse.Namespace) -> Output:
+    from gemma4_t4.turing import revert_file_patch
+
+    result = revert_file_patch(args.path)
+    return Output(result, f"{result.action}: {result.path}\n{result.message}")

@@ -1,0 +1,226 @@
+"""The file-patch fallback: the tile cap written into vLLM's installed kernel file.
+
+For images where this package cannot be installed into vLLM's environment (e.g. an AWS vLLM
+container), ``apply`` appends one marked block to
+``vllm/v1/attention/ops/triton_unified_attention.py``. The block embeds the text of
+``smem.py`` and ``tilecap.py`` and runs the same ``install()`` as the plugin when vLLM imports
+the module, so the two routes behave identically (and never both: the second sees the first).
+
+Safety: the original file is backed up next to it first, the marker records the original's
+SHA-256, every write is atomic (temporary file + rename), ``apply`` twice is a no-op, and
+``revert`` restores the backup and checks that the bytes match the recorded checksum.
+The same refusal rule as the plugin: an untested vLLM version or a changed kernel is refused
+and nothing is written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.turing import smem, tilecap
+from gemma4_t4.turing.offline import KERNEL_RELPATH, find_vllm_root, read_vllm_version
+
+PATCH_VERSION = 1
+BEGIN = "# >>> gemma4-t4 turing tile cap >>>"
+END = "# <<< gemma4-t4 turing tile cap <<<"
+BACKUP_SUFFIX = ".gemma4_t4.orig"
+_MARKER = re.compile(re.escape(BEGIN) + r" patch (\d+); original sha256 ([0-9a-f]{64})")
+
+
+@dataclass
+class FilePatchStatus:
+    path: str
+    exists: bool
+    patched: bool
+    patch_version: int | None
+    stale: bool  # patched by another version of this package: revert, then apply
+    vllm_version: str
+    current_sha256: str | None
+    original_sha256: str | None  # recorded in the marker when patched
+    backup_path: str
+    backup_exists: bool
+    backup_matches: bool | None  # backup's checksum equals the recorded original (None: not patched)
+    refusal: str | None  # why apply would refuse this file (None: it can be patched)
+
+
+@dataclass
+class FilePatchResult:
+    action: str  # applied | already-applied | reverted
+    path: str
+    backup_path: str
+    vllm_version: str
+    original_sha256: str
+    current_sha256: str
+    message: str
+
+
+def kernel_file(path: str | Path | None = None) -> Path:
+    """The kernel file to patch: ``path`` if given, else the installed vLLM's."""
+    if path is not None:
+        return Path(path)
+    return find_vllm_root() / KERNEL_RELPATH
+
+
+def backup_path(path: Path) -> Path:
+    return path.with_name(path.name + BACKUP_SUFFIX)
+
+
+def _version_for(path: Path, vllm_version: str | None) -> str:
+    if vllm_version:
+        return vllm_version
+    root = path.resolve().parents[3] if len(path.resolve().parents) > 3 else None
+    return read_vllm_version(root) if root is not None else "unknown"
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def patch_block(original_sha256: str) -> str:
+    """The text appended to vLLM's kernel file."""
+    sources = (Path(smem.__file__).read_text(), Path(tilecap.__file__).read_text())
+    return (
+        f"\n\n{BEGIN} patch {PATCH_VERSION}; original sha256 {original_sha256}\n"
+        "# Written by `gemma4-t4 turing apply`: caps the attention tile so every launch fits the GPU's\n"
+        "# shared memory (T4 / sm_75). `gemma4-t4 turing revert` restores the original file from\n"
+        f"# {KERNEL_RELPATH.name}{BACKUP_SUFFIX}. {tilecap.ENV_DISABLE}=0 turns it off at run time.\n"
+        f"_GEMMA4_T4_TILE_CAP_SOURCES = {sources!r}\n\n\n"
+        "def _gemma4_t4_install_tile_cap():\n"
+        "    import sys\n\n"
+        '    namespace = {"__name__": "gemma4_t4_turing_embedded"}\n'
+        "    for source in _GEMMA4_T4_TILE_CAP_SOURCES:\n"
+        '        exec(compile(source, "<gemma4-t4 tile cap>", "exec"), namespace)\n'
+        '    namespace["install"](sys.modules[__name__], origin="file-patch")\n\n\n'
+        "_gemma4_t4_install_tile_cap()\n"
+        f"{END}\n"
+    )
+
+
+def file_patch_status(path: str | Path | None = None, vllm_version: str | None = None) -> FilePatchStatus:
+    """Whether the kernel file is patched, its backup, and whether ``apply`` would refuse it."""
+    target = kernel_file(path)
+    backup = backup_path(target)
+    version = _version_for(target, vllm_version)
+    if not target.is_file():
+        return FilePatchStatus(str(target), False, False, None, False, version, None, None, str(backup),
+                               backup.is_file(), None, f"{target} does not exist")
+    data = target.read_bytes()
+    text = data.decode("utf-8")
+    match = _MARKER.search(text)
+    patched = match is not None
+    original = match.group(2) if match else None
+    backup_matches = None
+    if patched:
+        backup_matches = backup.is_file() and _sha256(backup.read_bytes()) == original
+    refusal = None
+    if not patched:
+        refusal = tilecap.version_problem(version) or tilecap.structure_problem(text)
+        if refusal:
+            refusal = f"vLLM {version}: {refusal}"
+    stale = patched and (int(match.group(1)) != PATCH_VERSION or patch_block(original).strip("\n") not in text)
+    return FilePatchStatus(
+        path=str(target), exists=True, patched=patched, patch_version=int(match.group(1)) if match else None,
+        stale=stale, vllm_version=version, current_sha256=_sha256(data), original_sha256=original,
+        backup_path=str(backup), backup_exists=backup.is_file(), backup_matches=backup_matches, refusal=refusal,
+    )
+
+
+def _atomic_write(path: Path, data: bytes, mode_from: Path) -> None:
+    """Write ``data`` to ``path`` via a temporary file in the same folder and a rename."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        shutil.copymode(mode_from, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _permission_error(path: Path, exc: OSError) -> Gemma4T4Error:
+    return Gemma4T4Error(
+        f"cannot write {path}: {exc.strerror}",
+        fix="run it where vLLM's files are writable (as root in the image's Dockerfile, or with sudo)",
+    )
+
+
+def apply_file_patch(path: str | Path | None = None, vllm_version: str | None = None) -> FilePatchResult:
+    """Patch vLLM's kernel file (backup first). A second call is a no-op."""
+    status = file_patch_status(path, vllm_version)
+    target = Path(status.path)
+    if not status.exists:
+        raise Gemma4T4Error(f"{target} does not exist", fix="pass --path to vLLM's triton_unified_attention.py")
+    if status.patched:
+        if status.stale:
+            raise Gemma4T4Error(
+                f"{target} carries a different version of the tile-cap patch",
+                fix="gemma4-t4 turing revert, then gemma4-t4 turing apply",
+            )
+        return FilePatchResult("already-applied", str(target), status.backup_path, status.vllm_version,
+                               status.original_sha256 or "", status.current_sha256 or "",
+                               "already patched: nothing changed")
+    if status.refusal:
+        raise Gemma4T4Error(
+            f"refusing to patch {target}: {status.refusal}; nothing was changed",
+            fix=f"use a tested vLLM (0.32.x, 0.33.x), or set {tilecap.ENV_ALLOW_UNTESTED}=1 after "
+            "`gemma4-t4 turing verify` passes on this version",
+        )
+    original = target.read_bytes()
+    original_sha = _sha256(original)
+    text = original.decode("utf-8")
+    patched_text = text + ("" if text.endswith("\n") else "\n") + patch_block(original_sha).lstrip("\n")
+    compile(patched_text, str(target), "exec")  # never write a file that would not import
+    backup = Path(status.backup_path)
+    try:
+        _atomic_write(backup, original, mode_from=target)
+        _atomic_write(target, patched_text.encode("utf-8"), mode_from=target)
+    except PermissionError as exc:
+        raise _permission_error(target, exc) from exc
+    return FilePatchResult("applied", str(target), str(backup), status.vllm_version, original_sha,
+                           _sha256(patched_text.encode("utf-8")), f"patched; original saved to {backup}")
+
+
+def revert_file_patch(path: str | Path | None = None) -> FilePatchResult:
+    """Restore the original kernel file from the backup, checked against the recorded checksum."""
+    status = file_patch_status(path)
+    target = Path(status.path)
+    reinstall = f"pip install --force-reinstall --no-deps 'vllm=={status.vllm_version}'"
+    if not status.patched:
+        raise Gemma4T4Error(
+            f"{target} is not patched: nothing to revert"
+            + (f" (a leftover backup is at {status.backup_path})" if status.backup_exists else ""),
+            fix="nothing to do; `gemma4-t4 turing status` shows the file's state",
+        )
+    if not status.backup_exists:
+        raise Gemma4T4Error(f"{target} is patched but its backup {status.backup_path} is missing",
+                            fix=f"reinstall vLLM's original file: {reinstall}")
+    if not status.backup_matches:
+        raise Gemma4T4Error(
+            f"the backup {status.backup_path} does not match the original's recorded checksum "
+            f"{status.original_sha256}; not restoring it",
+            fix=f"reinstall vLLM's original file: {reinstall}",
+        )
+    backup = Path(status.backup_path)
+    original = backup.read_bytes()
+    try:
+        _atomic_write(target, original, mode_from=target)
+        backup.unlink()
+    except PermissionError as exc:
+        raise _permission_error(target, exc) from exc
+    restored = _sha256(target.read_bytes())
+    if restored != status.original_sha256:  # pragma: no cover - a failing disk
+        raise Gemma4T4Error(f"{target} does not match the original checksum after restoring",
+                            fix=f"reinstall vLLM's original file: {reinstall}")
+    return FilePatchResult("reverted", str(target), str(backup), status.vllm_version,
+                           status.original_sha256 or "", restored, "original file restored (checksum verified)")

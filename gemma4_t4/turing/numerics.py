@@ -1,0 +1,205 @@
+"""Run vLLM's unified-attention kernel on paged KV and compare it with a float32 reference.
+
+Used by the CPU test (Triton's interpreter, ``load_kernel_module(interpret=True)``) and by the GPU
+benchmark (``scripts/turing_gpu_bench.py``): the same inputs, the same reference, the same launcher.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from gemma4_t4.turing.smem import head_size_padded
+
+NUM_SOFTMAX_SEGMENTS = 16
+
+
+@dataclass
+class AttentionCase:
+    """Inputs in TRITON_ATTN's layout: q [tokens, q_heads, head], KV cache [blocks, block, kv_heads, head]."""
+
+    q: Any
+    key_cache: Any
+    value_cache: Any
+    block_table: Any
+    cu_seqlens_q: Any
+    seqused_k: Any
+    query_lens: list[int]
+    context_lens: list[int]
+    head_size: int
+    num_q_heads: int
+    num_kv_heads: int
+    sliding_window: int | None
+    softmax_scale: float
+
+
+def make_case(
+    head_size: int,
+    num_q_heads: int,
+    num_kv_heads: int,
+    query_lens: list[int],
+    context_lens: list[int],
+    sliding_window: int | None = None,
+    block_size: int = 16,
+    dtype: Any = None,
+    device: str = "cpu",
+    seed: int = 0,
+    softmax_scale: float = 1.0,
+) -> AttentionCase:
+    """Random unit-RMS q/k/v (Gemma 4 normalises q and k, scale 1.0) in a shuffled paged KV cache."""
+    import torch
+
+    dtype = dtype or torch.float16
+    generator = torch.Generator().manual_seed(seed)
+    blocks_per_seq = [-(-ctx // block_size) for ctx in context_lens]
+    num_blocks = sum(blocks_per_seq) + 1
+    shape = (num_blocks, block_size, num_kv_heads, head_size)
+    key_cache = torch.randn(shape, generator=generator).to(dtype)
+    value_cache = torch.randn(shape, generator=generator).to(dtype)
+    order = torch.randperm(num_blocks - 1, generator=generator) + 1  # block 0 unused, as in vLLM
+    block_table = torch.zeros(len(context_lens), max(blocks_per_seq), dtype=torch.int32)
+    start = 0
+    for i, count in enumerate(blocks_per_seq):
+        block_table[i, :count] = order[start:start + count]
+        start += count
+    q = torch.randn(sum(query_lens), num_q_heads, head_size, generator=generator).to(dtype)
+    cu = torch.zeros(len(query_lens) + 1, dtype=torch.int32)
+    cu[1:] = torch.cumsum(torch.tensor(query_lens), 0)
+    return AttentionCase(
+        q.to(device), key_cache.to(device), value_cache.to(device), block_table.to(device), cu.to(device),
+        torch.tensor(context_lens, dtype=torch.int32, device=device), list(query_lens), list(context_lens),
+        head_size, num_q_heads, num_kv_heads, sliding_window, softmax_scale,
+    )
+
+
+def reference_attention(case: AttentionCase) -> Any:
+    """Causal (optionally sliding-window) GQA attention in float32 over the paged cache."""
+    import torch
+
+    outputs = []
+    group = case.num_q_heads // case.num_kv_heads
+    block_size = case.key_cache.shape[1]
+    start = 0
+    for i, (q_len, ctx) in enumerate(zip(case.query_lens, case.context_lens, strict=True)):
+        blocks = case.block_table[i, : -(-ctx // block_size)].long()
+        keys = case.key_cache[blocks].reshape(-1, case.num_kv_heads, case.head_size)[:ctx].float()
+        values = case.value_cache[blocks].reshape(-1, case.num_kv_heads, case.head_size)[:ctx].float()
+        keys = keys.repeat_interleave(group, dim=1)  # [ctx, q_heads, head]
+        values = values.repeat_interleave(group, dim=1)
+        q = case.q[start:start + q_len].float()  # [q_len, q_heads, head]
+        scores = torch.einsum("qhd,khd->hqk", q, keys) * case.softmax_scale
+        query_pos = torch.arange(ctx - q_len, ctx, device=q.device)[:, None]
+        key_pos = torch.arange(ctx, device=q.device)[None, :]
+        allowed = key_pos <= query_pos
+        if case.sliding_window:
+            allowed &= (query_pos - key_pos) < case.sliding_window
+        scores = scores.masked_fill(~allowed[None], float("-inf"))
+        outputs.append(torch.einsum("hqk,khd->qhd", scores.softmax(-1), values))
+        start += q_len
+    return torch.cat(outputs)
+
+
+def run_unified_attention(module: Any, case: AttentionCase, use_3d: bool = True) -> Any:
+    """Call vLLM's launcher (``module.unified_attention``) on ``case``; returns the output tensor.
+
+    ``use_3d``: hand the launcher its split-KV buffers, as TRITON_ATTN does, so decode batches
+    take the 3D path; prefill and mixed batches take the 2D path either way.
+    """
+    import torch
+
+    q = case.q
+    tokens = q.shape[0]
+    out = torch.empty_like(q)
+    window = (case.sliding_window - 1, 0) if case.sliding_window else (-1, -1)
+    padded = head_size_padded(case.head_size)
+    segments = {}
+    if use_3d:
+        segments = dict(
+            seq_threshold_3D=128 // case.num_kv_heads, num_par_softmax_segments=NUM_SOFTMAX_SEGMENTS,
+            softmax_segm_output=torch.empty(tokens, case.num_q_heads, NUM_SOFTMAX_SEGMENTS, padded,
+                                            dtype=torch.float32, device=q.device),
+            softmax_segm_max=torch.empty(tokens, case.num_q_heads, NUM_SOFTMAX_SEGMENTS, dtype=torch.float32,
+                                         device=q.device),
+            softmax_segm_expsum=torch.empty(tokens, case.num_q_heads, NUM_SOFTMAX_SEGMENTS,
+                                            dtype=torch.float32, device=q.device),
+        )
+    module.unified_attention(
+        q=q, k=case.key_cache, v=case.value_cache, out=out, cu_seqlens_q=case.cu_seqlens_q,
+        max_seqlen_q=max(case.query_lens), seqused_k=case.seqused_k, max_seqlen_k=max(case.context_lens),
+        softmax_scale=case.softmax_scale, causal=True, window_size=window, block_table=case.block_table,
+        softcap=0, q_descale=None, k_descale=None, v_descale=None, **segments,
+    )
+    return out
+
+
+@contextmanager
+def forced_tile(module: Any, tile: int):
+    """Make vLLM's launcher use ``tile`` for both paths (the benchmark's default-vs-clamped switch)."""
+    original = module._get_tile_size
+    module._get_tile_size = lambda head_size, sliding_window, element_size, is_prefill: tile
+    try:
+        yield
+    finally:
+        module._get_tile_size = original
+
+
+# (head, q heads, kv heads, query lens, context lens, sliding window): Gemma 4's head-512 global
+# and head-256 sliding layers, prefill/mixed batches (2D path) and decode batches (3D path).
+INTERPRETER_CASES = (
+    ("global prefill+decode", 512, 8, 1, [20, 1], [40, 33], None),
+    ("global decode (3D)", 512, 8, 2, [1, 1], [40, 70], None),
+    ("sliding prefill, window 16", 256, 8, 2, [24], [40], 16),
+    ("sliding decode (3D), window 16", 256, 16, 8, [1, 1], [50, 23], 16),
+)
+T4_TARGET = {"platform": "cuda", "name": "sm_75 target", "capability": (7, 5), "limit": 65_536,
+             "limit_source": "target"}
+
+
+def interpreter_check() -> dict[str, Any]:
+    """Run the kernel under Triton's CPU interpreter at the T4-clamped tiles and at TILE 32.
+
+    Needs ``TRITON_INTERPRET=1`` in the environment before Triton is imported (``main`` below).
+    Returns, per case, the clamped kernel's max error against the float32 reference and the max
+    difference between clamped and default-tile outputs.
+    """
+    import torch
+
+    from gemma4_t4.turing import tilecap
+    from gemma4_t4.turing.offline import load_kernel_module
+
+    kernel = load_kernel_module(interpret=True)
+    original = kernel.module._get_tile_size
+    outcome = tilecap.install(kernel.module, origin="numerics", device=T4_TARGET,
+                              vllm_version=kernel.vllm_version, log=False)
+    results = []
+    for name, head, nq, nkv, query_lens, context_lens, window in INTERPRETER_CASES:
+        case = make_case(head, nq, nkv, query_lens, context_lens, sliding_window=window, seed=len(results))
+        reference = reference_attention(case)
+        clamped = run_unified_attention(kernel.module, case).float()
+        tiles = {"prefill": kernel.module._get_tile_size(head, window or 0, 2, True),
+                 "decode": kernel.module._get_tile_size(head, window or 0, 2, False)}
+        with forced_tile(kernel.module, 32):
+            default = run_unified_attention(kernel.module, case).float()
+        results.append({
+            "case": name, "head_size": head, "num_q_heads": nq, "num_kv_heads": nkv,
+            "query_lens": query_lens, "context_lens": context_lens, "sliding_window": window,
+            "clamped_tiles": tiles, "default_tiles": {"prefill": original(head, window or 0, 2, True),
+                                                      "decode": original(head, window or 0, 2, False)},
+            "max_abs_error": float((clamped - reference).abs().max()),
+            "max_abs_error_default_tile": float((default - reference).abs().max()),
+            "max_abs_diff_clamped_vs_default": float((clamped - default).abs().max()),
+            "reference_max_abs": float(reference.abs().max()),
+            "finite": bool(torch.isfinite(clamped).all()),
+        })
+    return {"vllm_version": kernel.vllm_version, "patch_action": outcome["action"], "cases": results}
+
+
+def main() -> None:  # python -m gemma4_t4.turing.numerics (with TRITON_INTERPRET=1)
+    import json
+
+    print(json.dumps(interpreter_check(), indent=2))
+
+
+if __name__ == "__main__":
+    main()

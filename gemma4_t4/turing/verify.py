@@ -1,0 +1,298 @@
+"""Offline proof that the tile cap makes every Gemma 4 attention launch fit a GPU's shared memory.
+
+For every attention shape Gemma 4 produces (each size's sliding head-256 and global head-512
+layers; prefill, 3D decode and large-batch 2D decode), :func:`verify` calls the installed vLLM's
+real ``unified_attention`` launcher on CPU tensors, records the kernel launch it would make,
+compiles that launch with Triton's ahead-of-time path for the target (``GPUTarget("cuda", 75,
+32)`` for a T4) and reads the compiled kernel's shared-memory bytes: the number a GPU compares
+with its per-block limit when it loads the kernel. It does so once with vLLM's own tiles and
+once with the tile cap installed for the target. No GPU is needed.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.turing import smem, tilecap
+from gemma4_t4.turing.offline import KernelModule, load_kernel_module, recording_launches, require_triton
+
+KV_BLOCK_SIZE = 16  # vLLM's CUDA default KV block size
+NUM_SOFTMAX_SEGMENTS = 16  # vLLM's TRITON_ATTN default for the 3D path
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    model: str
+    layer: str  # "sliding" or "global"
+    head_size: int
+    num_q_heads: int
+    num_kv_heads: int
+    sliding_window: int | None
+
+
+@dataclass
+class LaunchCheck:
+    model: str
+    layer: str
+    case: str  # prefill | decode | decode-batch
+    head_size: int
+    num_q_heads: int
+    num_kv_heads: int
+    path: str  # "2d" or "3d"
+    block_m: int
+    tile_size: int  # with the tile cap
+    tile_size_unpatched: int
+    shared_bytes_unpatched: int
+    shared_bytes_patched: int
+    model_bytes: int  # smem.attention_smem_bytes for the patched launch
+    limit_bytes: int
+    ok: bool  # patched launch fits the limit
+
+
+@dataclass
+class VerifyReport:
+    ok: bool
+    arch: str
+    capability: tuple[int, int]
+    limit_bytes: int
+    vllm_version: str
+    kernel_file: str
+    kernel_sha256: str
+    triton_version: str
+    patch_action: str  # what the tile cap decided for this target: capped / no-change / refused
+    patch_reason: str
+    model_exact: bool | None  # smem model == every compile (checked below sm_80; None above: an estimate)
+    changed_launches: int
+    compiles: int
+    seconds: float
+    launches: list[LaunchCheck] = field(default_factory=list)
+
+    def failures(self) -> list[LaunchCheck]:
+        return [launch for launch in self.launches if not launch.ok]
+
+
+def gemma4_attention_shapes() -> list[AttentionShape]:
+    """Every distinct attention layer shape of the Gemma 4 family."""
+    from gemma4_t4.models import VARIANTS
+
+    shapes = []
+    for variant in VARIANTS.values():
+        shapes.append(AttentionShape(variant.size, "sliding", variant.head_dim, variant.num_q_heads,
+                                     variant.num_kv_heads_sliding, variant.sliding_window))
+        shapes.append(AttentionShape(variant.size, "global", variant.global_head_dim, variant.num_q_heads,
+                                     variant.num_kv_heads_global, None))
+    return shapes
+
+
+def parse_arch(arch: str) -> tuple[int, int]:
+    """'sm_75', 'sm75', '75' or '7.5' -> (7, 5)."""
+    text = str(arch).strip().lower()
+    match = re.fullmatch(r"(?:sm_?)?(\d)\.?(\d)", text) or re.fullmatch(r"(?:sm_?)?(\d\d)(\d)", text)
+    if not match:
+        raise Gemma4T4Error(f"unknown architecture {arch!r}", fix="use sm_75 (T4), sm_80, sm_86 or sm_89")
+    return int(match.group(1)), int(match.group(2))
+
+
+def arch_name(capability: tuple[int, int]) -> str:
+    return f"sm_{capability[0]}{capability[1]}"
+
+
+def _launch_cases(shape: AttentionShape) -> dict[str, dict[str, int]]:
+    threshold_3d = 128 // shape.num_kv_heads  # TRITON_ATTN's seq_threshold_3D
+    return {
+        "prefill": {"seqs": 2, "q_len": 64, "ctx": 64},  # 2D: query length > 1
+        "decode": {"seqs": min(4, threshold_3d), "q_len": 1, "ctx": 256},  # 3D split-KV
+        "decode-batch": {"seqs": threshold_3d + 1, "q_len": 1, "ctx": 32},  # 2D: above the threshold
+    }
+
+
+def call_launcher(kernel: KernelModule, shape: AttentionShape, seqs: int, q_len: int, ctx: int) -> None:
+    """Call vLLM's ``unified_attention`` with CPU fp16 tensors in TRITON_ATTN's layout."""
+    import torch
+
+    module = kernel.module
+    blocks_per_seq = -(-ctx // KV_BLOCK_SIZE)
+    tokens = seqs * q_len
+    q = torch.zeros(tokens, shape.num_q_heads, shape.head_size, dtype=torch.float16)
+    kv_cache = torch.zeros(seqs * blocks_per_seq + 1, 2, KV_BLOCK_SIZE, shape.num_kv_heads, shape.head_size,
+                           dtype=torch.float16)
+    key_cache, value_cache = kv_cache.unbind(1)
+    padded = smem.head_size_padded(shape.head_size)
+    window = (shape.sliding_window - 1, 0) if shape.sliding_window else (-1, -1)
+    module.unified_attention(
+        q=q, k=key_cache, v=value_cache, out=torch.empty_like(q),
+        cu_seqlens_q=torch.arange(0, seqs + 1, dtype=torch.int32) * q_len, max_seqlen_q=q_len,
+        seqused_k=torch.full((seqs,), ctx, dtype=torch.int32), max_seqlen_k=ctx,
+        softmax_scale=1.0, causal=True, window_size=window,
+        block_table=torch.arange(seqs * blocks_per_seq, dtype=torch.int32).reshape(seqs, blocks_per_seq),
+        softcap=0, q_descale=None, k_descale=None, v_descale=None,
+        seq_threshold_3D=128 // shape.num_kv_heads, num_par_softmax_segments=NUM_SOFTMAX_SEGMENTS,
+        softmax_segm_output=torch.empty(tokens, shape.num_q_heads, NUM_SOFTMAX_SEGMENTS, padded),
+        softmax_segm_max=torch.empty(tokens, shape.num_q_heads, NUM_SOFTMAX_SEGMENTS),
+        softmax_segm_expsum=torch.empty(tokens, shape.num_q_heads, NUM_SOFTMAX_SEGMENTS),
+    )
+
+
+def capture_attention_launches(kernel: KernelModule, shapes: list[AttentionShape]) -> list[dict[str, Any]]:
+    """One recorded ``kernel_unified_attention`` launch per (shape, case)."""
+    launches = []
+    for shape in shapes:
+        for case, sizes in _launch_cases(shape).items():
+            with recording_launches(kernel) as recorded:
+                call_launcher(kernel, shape, **sizes)
+            attention = [r for r in recorded if r["kernel"] == "kernel_unified_attention"]
+            if len(attention) != 1:
+                raise Gemma4T4Error(f"expected one attention launch for {shape} {case}, saw {len(attention)}")
+            launches.append({"shape": shape, "case": case, **attention[0]})
+    return launches
+
+
+class SharedMemoryCompiler:
+    """Compiles recorded launches for one GPU target and returns ``metadata.shared``.
+
+    Launches with the same Triton specialization compile once per run (and Triton's on-disk
+    cache makes a second run fast).
+    """
+
+    def __init__(self, capability: tuple[int, int], warp_size: int = 32):
+        triton = require_triton()
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import ASTSource, make_backend
+        from triton.runtime.jit import create_function_from_signature
+
+        self.triton = triton
+        self.target = GPUTarget("cuda", capability[0] * 10 + capability[1], warp_size)
+        self.backend = make_backend(self.target)
+        self._ast_source = ASTSource
+        self._binder_factory = create_function_from_signature
+        self._binders: dict[int, Any] = {}
+        self.cache: dict[tuple, int] = {}
+        self.compiles = 0
+
+    def _key(self, jit: Any, kwargs: dict[str, Any]) -> tuple[tuple, tuple]:
+        if not hasattr(jit, "_pack_args"):
+            raise Gemma4T4Error(
+                f"Triton {self.triton.__version__} lacks the JIT internals the offline compile uses",
+                fix="install the tested Triton: " + "pip install 'triton==3.9.0'",
+            )
+        binder = self._binders.get(id(jit))
+        if binder is None:
+            binder = self._binders[id(jit)] = self._binder_factory(jit.signature, jit.params, self.backend)
+        kwargs = dict(kwargs)
+        bound, specialization, options = binder(**kwargs)
+        return (jit.fn.__qualname__, repr(specialization), repr(options)), (kwargs, bound, specialization, options)
+
+    def _compile(self, jit: Any, kwargs: dict[str, Any]) -> int:
+        _, (kwargs, bound, specialization, options) = self._key(jit, kwargs)
+        packed_options, signature, constexprs, attrs = jit._pack_args(
+            self.backend, kwargs, bound, specialization, options)
+        source = self._ast_source(jit, signature, constexprs, attrs)
+        compiled = self.triton.compile(source, target=self.target, options=packed_options.__dict__)
+        return int(compiled.metadata.shared)
+
+    def shared_bytes(self, jit: Any, kwargs: dict[str, Any]) -> int:
+        key, _ = self._key(jit, kwargs)
+        if key not in self.cache:
+            self.cache[key] = self._compile(jit, kwargs)
+            self.compiles += 1
+        return self.cache[key]
+
+    def precompile(self, jit: Any, launches: list[dict[str, Any]], jobs: int) -> None:
+        """Compile the distinct launches in ``jobs`` forked processes (each compile is CPU-bound)."""
+        pending: dict[tuple, dict[str, Any]] = {}
+        for kwargs in launches:
+            key, _ = self._key(jit, kwargs)
+            if key not in self.cache:
+                pending.setdefault(key, kwargs)
+        if jobs <= 1 or len(pending) <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+            return
+        global _FORKED_WORK
+        _FORKED_WORK = (self, jit, list(pending.values()))
+        try:
+            context = multiprocessing.get_context("fork")
+            with context.Pool(min(jobs, len(pending))) as pool:
+                results = pool.map(_compile_forked, range(len(pending)), chunksize=1)
+        except Exception:  # a pool that cannot start: shared_bytes() compiles in this process
+            return
+        finally:
+            _FORKED_WORK = None
+        for key, shared in zip(pending, results, strict=True):
+            self.cache[key] = shared
+        self.compiles += len(pending)
+
+
+_FORKED_WORK: tuple[SharedMemoryCompiler, Any, list[dict[str, Any]]] | None = None
+
+
+def _compile_forked(index: int) -> int:
+    compiler, jit, launches = _FORKED_WORK
+    return compiler._compile(jit, launches[index])
+
+
+def verify(
+    arch: str | tuple[int, int] = "sm_75",
+    limit_bytes: int | None = None,
+    vllm_root: str | None = None,
+    shapes: list[AttentionShape] | None = None,
+    jobs: int | None = None,
+) -> VerifyReport:
+    """Compile every Gemma 4 attention launch for ``arch``, unpatched and with the tile cap.
+
+    ``ok`` is False if the tile cap refuses this vLLM or any patched launch needs more than the
+    target's per-block limit (``limit_bytes``, default: the architecture's opt-in maximum).
+    ``jobs``: compile processes (default: one per CPU).
+    """
+    started = time.monotonic()
+    triton = require_triton()
+    capability = parse_arch(arch) if isinstance(arch, str) else tuple(arch)
+    limit = limit_bytes or smem.OPTIN_SMEM_BY_CAPABILITY.get(capability)
+    if limit is None:
+        raise Gemma4T4Error(f"no known shared-memory limit for {arch_name(capability)}",
+                            fix="pass limit_bytes (CLI: --limit-bytes)")
+    shapes = shapes or gemma4_attention_shapes()
+    kernel = load_kernel_module(vllm_root, capability=capability)
+    unpatched = capture_attention_launches(kernel, shapes)
+    target = {"platform": "cuda", "name": f"{arch_name(capability)} target", "capability": capability,
+              "limit": limit, "limit_source": "target"}
+    outcome = tilecap.install(kernel.module, origin="verify", device=target,
+                              vllm_version=kernel.vllm_version, log=False)
+    patched = capture_attention_launches(kernel, shapes) if outcome["action"] != "refused" else unpatched
+    compiler = SharedMemoryCompiler(capability)
+    jit = kernel.module.kernel_unified_attention
+    compiler.precompile(jit, [r["kwargs"] for r in unpatched + patched], jobs or os.cpu_count() or 1)
+    checks = []
+    model_exact: bool | None = True
+    for before, after in zip(unpatched, patched, strict=True):
+        shape: AttentionShape = before["shape"]
+        kw_before, kw_after = before["kwargs"], after["kwargs"]
+        bytes_before = compiler.shared_bytes(jit, kw_before)
+        bytes_after = compiler.shared_bytes(jit, kw_after) if kw_after is not kw_before else bytes_before
+        predicted = smem.attention_smem_bytes(kw_after["TILE_SIZE"], kw_after["BLOCK_M"], shape.head_size, 2,
+                                              capability)
+        if capability < (8, 0):  # the model is exact below sm_80 and only estimated above
+            model_exact = bool(model_exact) and predicted == bytes_after
+        else:
+            model_exact = None
+        checks.append(LaunchCheck(
+            model=shape.model, layer=shape.layer, case=before["case"], head_size=shape.head_size,
+            num_q_heads=shape.num_q_heads, num_kv_heads=shape.num_kv_heads,
+            path="3d" if kw_after["IS_3D"] else "2d", block_m=kw_after["BLOCK_M"],
+            tile_size=kw_after["TILE_SIZE"], tile_size_unpatched=kw_before["TILE_SIZE"],
+            shared_bytes_unpatched=bytes_before, shared_bytes_patched=bytes_after, model_bytes=predicted,
+            limit_bytes=limit, ok=bytes_after <= limit,
+        ))
+    refused = outcome["action"] == "refused"
+    return VerifyReport(
+        ok=not refused and all(c.ok for c in checks), arch=arch_name(capability), capability=capability,
+        limit_bytes=limit, vllm_version=kernel.vllm_version, kernel_file=str(kernel.kernel_file),
+        kernel_sha256=kernel.sha256, triton_version=triton.__version__, patch_action=outcome["action"],
+        patch_reason=outcome["reason"], model_exact=model_exact,
+        changed_launches=sum(c.tile_size != c.tile_size_unpatched for c in checks),
+        compiles=compiler.compiles, seconds=round(time.monotonic() - started, 1), launches=checks,
+    )
