@@ -1,0 +1,120 @@
+"""``gemma4-t4 grid-check | grid-compare | repack | requant-awq``: thin adapters over gemma4_t4.quant."""
+
+from __future__ import annotations
+
+import argparse
+
+from gemma4_t4.cli import Output, add_command
+
+
+def _grid_check(args: argparse.Namespace) -> Output:
+    from gemma4_t4.quant import grid_check
+
+    report = grid_check(args.checkpoint, tensors=args.tensor or None, group_size=args.group_size,
+                        tol=args.tol, progress=not args.json and not args.quiet)
+    lines = [
+        f"{report.source}: {report.tensors_on_grid}/{report.tensors_checked} tensors on the int4 grid "
+        f"(group {report.group_size}, tolerance {report.tolerance_levels} level)",
+        f"  groups off grid: {report.groups_off_grid:,} of {report.groups_total:,}; weights checked: {report.weights_total:,}",
+        "  values a repack keeps bit-identical: "
+        + ", ".join(f"{k} scales {v:.2f} %" for k, v in report.values_bit_identical_pct.items()),
+        f"  read {report.bytes_read / 1e6:,.1f} MB in {report.seconds:.1f} s ({report.mb_per_s:,.0f} MB/s)",
+    ]
+    for t in report.tensors:
+        if not t.on_grid:
+            lines.append(f"  OFF GRID {t.name}: {t.groups_off_grid:,}/{t.groups:,} groups, worst "
+                         f"{t.max_deviation_levels:.3f} level, e.g. [row, group] {t.off_grid_examples[:2]}")
+    for name, why in report.tensors_skipped.items():
+        lines.append(f"  skipped {name}: {why}")
+    return Output(report, "\n".join(lines), exit_code=0 if report.on_grid else 1)
+
+
+def _grid_compare(args: argparse.Namespace) -> Output:
+    from gemma4_t4.quant import grid_compare
+
+    r = grid_compare(args.ref, args.other, group_size=args.group_size, modules=args.tensor or None,
+                     progress=not args.json)
+    lines = [
+        f"{r.other} vs {r.ref}: {r.modules_compared} modules, {r.weights_total:,} weights",
+        f"  level changed (REF grid): {r.level_changed:,} ({r.level_changed_pct:.2f} % of "
+        f"{r.weights_with_ref_lattice:,} weights on REF's lattice)",
+        f"  values bit-identical: {r.bit_identical_pct:.2f} %   groups bit-identical: {r.groups_bit_identical_pct:.2f} %"
+        f"   max |diff| {r.max_abs_diff:.3g}",
+    ]
+    if r.modules_only_in_ref or r.modules_only_in_other:
+        lines.append(f"  only in REF: {len(r.modules_only_in_ref)}  only in OTHER: {len(r.modules_only_in_other)}")
+    return Output(r, "\n".join(lines))
+
+
+def _repack_text(r) -> str:
+    return "\n".join([
+        f"wrote {r.dst} ({r.method}, int4 g{r.group_size} {'symmetric' if r.symmetric else 'asymmetric'}, "
+        f"{r.scale_dtype} scales{', emb4' if r.emb4 else ''})",
+        f"  {r.tensors_quantized} tensors packed ({r.weights_quantized:,} weights), {r.tensors_copied} copied; "
+        f"ignore list: {len(r.ignore)} modules",
+        f"  groups off grid: {r.groups_off_grid:,}, requantized: {r.groups_requantized:,}, levels changed: "
+        f"{r.levels_changed if r.levels_changed is not None else 'n/a'}",
+        "  values bit-identical: " + ", ".join(f"{k} scales {v:.2f} %" for k, v in r.values_bit_identical_pct.items()),
+        f"  {r.bytes_read / 1e6:,.1f} MB -> {r.bytes_written / 1e6:,.1f} MB in {r.seconds:.1f} s ({r.mb_per_s:,.0f} MB/s)",
+    ])
+
+
+def _repack(args: argparse.Namespace) -> Output:
+    from gemma4_t4.quant import repack
+
+    r = repack(args.src, args.dst, emb4=args.emb4, scale_dtype=args.scale_dtype, group_size=args.group_size,
+               allow_requant=args.allow_requant, overwrite=args.overwrite, progress=not args.json,
+               compare_scale_dtypes=args.compare_scale_dtypes)
+    return Output(r, _repack_text(r))
+
+
+def _requant_awq(args: argparse.Namespace) -> Output:
+    from gemma4_t4.quant import awq_requantize
+
+    r = awq_requantize(args.src, args.dst, group_size=args.group_size, scale_dtype=args.scale_dtype,
+                       overwrite=args.overwrite, progress=not args.json)
+    return Output(r, _repack_text(r))
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = add_command(subparsers, "grid-check", _grid_check,
+                    help="check every 2-D weight of a safetensors checkpoint against the int4 QAT grid",
+                    description="Stream a (sharded) safetensors checkpoint, local or an http(s) folder URL "
+                    "(range requests), and report which weights sit on the symmetric int4 group lattice. "
+                    "Exit code 1 when any tensor is off grid.")
+    p.add_argument("checkpoint", help="folder, .safetensors file, or http(s):// folder URL")
+    p.add_argument("--tensor", action="append", metavar="NAME", help="only this tensor (repeatable)")
+    p.add_argument("--group-size", type=int, default=32)
+    p.add_argument("--tol", type=float, default=0.05, help="tolerance in levels (default 0.05)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    p = add_command(subparsers, "grid-compare", _grid_compare,
+                    help="compare two builds of the same weights (levels changed, bit-identical values)")
+    p.add_argument("ref", help="reference build (e.g. the bf16 QAT checkpoint)")
+    p.add_argument("other", help="build to compare (our repack, a w4a16 build, an AWQ build)")
+    p.add_argument("--tensor", action="append", metavar="MODULE", help="only this module (repeatable)")
+    p.add_argument("--group-size", type=int, default=32, help="REF's group size when REF is dense")
+
+    p = add_command(subparsers, "repack", _repack,
+                    help="repack a QAT checkpoint into compressed-tensors int4 without changing any level")
+    p.add_argument("src")
+    p.add_argument("dst")
+    p.add_argument("--emb4", action="store_true",
+                   help="also pack embed_tokens and embed_tokens_per_layer and write an untied 4-bit lm_head")
+    p.add_argument("--scale-dtype", choices=["fp16", "bf16"], default="fp16",
+                   help="fp16 (default: T4 has no bf16 and keeps more values bit-identical) or bf16")
+    p.add_argument("--group-size", type=int, default=32)
+    p.add_argument("--allow-requant", action="store_true",
+                   help="round off-grid groups instead of refusing (their values change)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing DST (atomically)")
+    p.add_argument("--compare-scale-dtypes", action="store_true",
+                   help="also count the values the other scale dtype would keep bit-identical (slower; "
+                   "grid-check always reports both)")
+
+    p = add_command(subparsers, "requant-awq", _requant_awq,
+                    help="AWQ-style baseline build (asymmetric, zero point, group 128) for comparison")
+    p.add_argument("src")
+    p.add_argument("dst")
+    p.add_argument("--group-size", type=int, default=128)
+    p.add_argument("--scale-dtype", choices=["fp16", "bf16"], default="fp16")
+    p.add_argument("--overwrite", action="store_true")

@@ -1,0 +1,100 @@
+"""Read any build of a model's weights back as float values, a block of rows at a time.
+
+A module's weight can be stored dense (``X.weight``: bf16/fp16/fp32) or compressed-tensors
+``pack-quantized`` (``X.weight_packed`` int32, ``X.weight_scale``, ``X.weight_shape`` and,
+for asymmetric builds, ``X.weight_zero_point`` packed along dim 0). Decompression follows
+compressed-tensors exactly: round_scale_dtype((q - z) * s).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.quant import lattice, pack
+from gemma4_t4.quant.safetensors_io import CheckpointReader
+
+FLOAT_DTYPES = ("BF16", "F16", "F32")
+
+
+def to_f32(raw: np.ndarray, dtype: str) -> np.ndarray:
+    if dtype == "BF16":
+        return lattice.bf16_bits_to_f32(raw)
+    return raw.astype(np.float32)
+
+
+def scale_dtype_name(st_dtype: str) -> str:
+    return {"F16": "fp16", "BF16": "bf16", "F32": "fp32"}[st_dtype]
+
+
+@dataclass
+class WeightBlock:
+    values: np.ndarray  # float32 [rows, cols]
+    levels: np.ndarray | None = None  # int8, packed builds only
+    scale: np.ndarray | None = None  # float32 [rows, groups]
+    zero_point: np.ndarray | None = None  # int8 [rows, groups]
+
+
+@dataclass
+class ModuleWeight:
+    """One module's weight in one build."""
+
+    module: str
+    shape: tuple[int, int]
+    packed: bool
+    dtype: str  # dense dtype, or the scale dtype of a packed build
+    group_size: int | None = None
+    symmetric: bool = True
+
+    def blocks(self, reader: CheckpointReader, rows_per_block: int) -> Iterator[tuple[int, WeightBlock]]:
+        rows_per_block = max(8, rows_per_block - rows_per_block % 8)  # zero points pack 8 rows per word
+        for start in range(0, self.shape[0], rows_per_block):
+            stop = min(self.shape[0], start + rows_per_block)
+            yield start, self.read(reader, start, stop)
+
+    def read(self, reader: CheckpointReader, start: int, stop: int) -> WeightBlock:
+        m = self.module
+        if not self.packed:
+            return WeightBlock(to_f32(reader.read_rows(f"{m}.weight", start, stop), self.dtype))
+        cols = self.shape[1]
+        levels = pack.unpack_int4(reader.read_rows(f"{m}.weight_packed", start, stop), cols)
+        scale_info = reader.info(f"{m}.weight_scale")
+        scale = to_f32(reader.read_rows(f"{m}.weight_scale", start, stop), scale_info.dtype)
+        zp = None
+        if not self.symmetric:
+            packed_zp = reader.read_rows(f"{m}.weight_zero_point", start // 8, (stop + 7) // 8)
+            zp = pack.unpack_int4_dim0(packed_zp, packed_zp.shape[0] * 8)[: stop - start]
+        values = lattice.dequantize(levels, scale, self.group_size or cols, scale_dtype_name(scale_info.dtype), zp)
+        return WeightBlock(values, levels, scale, zp)
+
+
+def module_weights(reader: CheckpointReader) -> dict[str, ModuleWeight]:
+    """Every 2-D weight in the checkpoint, dense or packed, keyed by module name."""
+    out: dict[str, ModuleWeight] = {}
+    for name, info in reader.tensors.items():
+        if name.endswith(".weight") and len(info.shape) == 2 and info.dtype in FLOAT_DTYPES:
+            module = name[: -len(".weight")]
+            out[module] = ModuleWeight(module, (info.shape[0], info.shape[1]), False, info.dtype)
+        elif name.endswith(".weight_packed"):
+            module = name[: -len(".weight_packed")]
+            try:
+                shape = tuple(int(x) for x in reader.read(f"{module}.weight_shape"))
+                scale = reader.info(f"{module}.weight_scale")
+            except Gemma4T4Error as exc:
+                raise Gemma4T4Error(f"{reader.source}: packed module {module} is incomplete ({exc.message})",
+                                    fix="the checkpoint is not a valid pack-quantized build") from exc
+            if len(shape) != 2 or info.dtype != "I32":
+                raise Gemma4T4Error(f"{reader.source}: {module} is packed as {info.dtype}{shape}; only 2-D int32 int4 is read",
+                                    fix="compare 2-D int4 pack-quantized builds")
+            if shape[1] != info.shape[1] * 8:
+                raise Gemma4T4Error(f"{reader.source}: {module}.weight_packed holds {info.shape[1] * 8} columns, "
+                                    f"weight_shape says {shape[1]} (not int4?)", fix="only 4-bit packed builds are read")
+            groups = scale.shape[1]
+            out[module] = ModuleWeight(
+                module, (shape[0], shape[1]), True, scale.dtype, group_size=shape[1] // groups,
+                symmetric=f"{module}.weight_zero_point" not in reader.tensors,
+            )
+    return out

@@ -1,0 +1,104 @@
+"""Which tensors a repack quantizes, and the compressed-tensors ``quantization_config`` it writes.
+
+Quantized: the language model's Linear weights whose input dimension divides the group size,
+plus (``emb4``) the token and per-layer embedding tables and an untied 4-bit ``lm_head``.
+Everything else that vLLM could treat as a quantizable layer goes on the ``ignore`` list by
+exact module name (vLLM fails with "no module or parameter named ...weight" otherwise).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# Modules that stay in their original dtype: multimodal towers and projectors, MoE routers.
+KEEP_PATTERNS = (
+    r"(^|\.)vision_tower\.",
+    r"(^|\.)audio_tower\.",
+    r"(^|\.)embed_vision\.",
+    r"(^|\.)embed_audio\.",
+    r"(^|\.)multi_modal_projector\.",
+    r"(^|\.)router\.",
+    r"(^|\.)gate\.weight$",  # MoE router linear in some exports
+    r"norm\.weight$",
+)
+EMBED_RE = re.compile(r"(^|\.)embed_tokens\.weight$")
+LM_HEAD_RE = re.compile(r"(^|\.)lm_head\.weight$")
+PLE_RE = re.compile(r"(^|\.)embed_tokens_per_layer\.weight$")
+LM_HEAD = "lm_head"
+_KEEP = [re.compile(p) for p in KEEP_PATTERNS]
+
+COMPRESSED_TENSORS_VERSION = "0.17.0"
+
+
+@dataclass(frozen=True)
+class TensorRole:
+    name: str
+    module: str
+    kind: str  # "linear" | "embedding" | "other"
+    quantize: bool
+    reason: str
+
+
+def module_of(tensor_name: str) -> str:
+    return tensor_name[: -len(".weight")] if tensor_name.endswith(".weight") else tensor_name
+
+
+def classify(name: str, shape: tuple[int, ...], dtype: str, group_size: int, emb4: bool) -> TensorRole:
+    """Decide what happens to one checkpoint tensor."""
+    module = module_of(name)
+    # an explicit lm_head is packed only together with the embeddings (emb4)
+    is_embedding = bool(EMBED_RE.search(name) or PLE_RE.search(name) or LM_HEAD_RE.search(name))
+    if not name.endswith(".weight") or len(shape) != 2 or dtype not in ("BF16", "F16", "F32"):
+        return TensorRole(name, module, "other", False, "not a 2-D float weight")
+    if any(p.search(name) for p in _KEEP):
+        return TensorRole(name, module, "linear", False, "tower/router/norm kept in original dtype")
+    if is_embedding:
+        if not emb4:
+            return TensorRole(name, module, "embedding", False, "embedding kept (use --emb4 to pack it)")
+        if shape[1] % group_size:
+            return TensorRole(name, module, "embedding", False, f"width {shape[1]} not a multiple of {group_size}")
+        return TensorRole(name, module, "embedding", True, "4-bit embedding (emb4)")
+    if shape[1] % group_size:
+        return TensorRole(name, module, "linear", False, f"input dim {shape[1]} not a multiple of {group_size}")
+    return TensorRole(name, module, "linear", True, "int4 linear")
+
+
+def quantization_config(group_size: int, ignore: list[str], emb4: bool, symmetric: bool = True,
+                        scale_dtype: str = "fp16", observer: str = "minmax") -> dict:
+    """compressed-tensors ``quantization_config`` for a pack-quantized int4 weight-only build."""
+    targets = ["Linear"]
+    if emb4:
+        targets += [r"re:.*embed_tokens$", r"re:.*embed_tokens_per_layer$", r"re:^lm_head$"]
+    weights = {
+        "num_bits": 4,
+        "type": "int",
+        "symmetric": symmetric,
+        "strategy": "group",
+        "group_size": group_size,
+        "dynamic": False,
+        "actorder": None,
+        "observer": observer,
+        "observer_kwargs": {},
+        "block_structure": None,
+    }
+    return {
+        "quant_method": "compressed-tensors",
+        "format": "pack-quantized",
+        "quantization_status": "compressed",
+        "config_groups": {
+            "group_0": {
+                "targets": targets,
+                "weights": weights,
+                "input_activations": None,
+                "output_activations": None,
+                "format": "pack-quantized",
+            }
+        },
+        "ignore": sorted(set(ignore)),
+        "kv_cache_scheme": None,
+        "sparsity_config": {},
+        "transform_config": {},
+        "global_compression_ratio": None,
+        "version": COMPRESSED_TENSORS_VERSION,
+    }

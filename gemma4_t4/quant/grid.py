@@ -1,0 +1,317 @@
+"""grid_check: is every weight of a checkpoint on the symmetric int4 group lattice?
+grid_compare: how many levels / values does one build of the same weights change vs another?
+
+Both stream tensor by tensor (and block of rows by block of rows), so memory stays bounded
+whatever the checkpoint size; both work on local folders and, for grid_check, over HTTP
+range requests.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.quant import lattice
+from gemma4_t4.quant.builds import FLOAT_DTYPES, ModuleWeight, module_weights, to_f32
+from gemma4_t4.quant.safetensors_io import CheckpointReader, open_checkpoint
+
+BLOCK_BYTES = 32 * 2**20  # source bytes per block: bounds memory, keeps all cores busy
+MAX_EXAMPLES = 5
+
+
+@dataclass
+class TensorGrid:
+    name: str
+    shape: list[int]
+    dtype: str
+    weights: int
+    groups: int
+    groups_off_grid: int
+    on_grid: bool
+    max_deviation_levels: float  # worst |w/s - q| over groups (off-grid groups: at their best peak)
+    peak_histogram: dict[int, int]  # coarsest peak level -> groups (0: all-zero group)
+    values_bit_identical: dict[str, int]  # per scale dtype: values reproduced exactly by a repack
+    groups_bit_identical: dict[str, int]
+    off_grid_examples: list[list[int]] = field(default_factory=list)  # [row, group]
+
+
+@dataclass
+class GridReport:
+    source: str
+    group_size: int
+    tolerance_levels: float
+    tensors_checked: int
+    tensors_on_grid: int
+    tensors_off_grid: list[str]
+    tensors_skipped: dict[str, str]  # name -> why it was not checked
+    groups_total: int
+    groups_off_grid: int
+    weights_total: int
+    values_bit_identical_pct: dict[str, float]
+    groups_bit_identical_pct: dict[str, float]
+    bytes_read: int
+    seconds: float
+    mb_per_s: float
+    tensors: list[TensorGrid]
+
+    @property
+    def on_grid(self) -> bool:
+        return self.tensors_checked > 0 and not self.tensors_off_grid
+
+
+def _pct(part: float, whole: float) -> float:
+    return round(100.0 * part / whole, 4) if whole else 0.0
+
+
+def check_tensor(reader: CheckpointReader, name: str, group_size: int = lattice.DEFAULT_GROUP,
+                 tol: float = lattice.DEFAULT_TOL, scale_dtypes: Sequence[str] = lattice.SCALE_DTYPES,
+                 block_bytes: int = BLOCK_BYTES) -> TensorGrid:
+    info = reader.info(name)
+    rows, cols = info.shape
+    hist = np.zeros(10, np.int64)  # index peak + 1: -1 (off grid), 0..8
+    off = 0
+    worst = 0.0
+    exact = dict.fromkeys(scale_dtypes, 0)
+    gexact = dict.fromkeys(scale_dtypes, 0)
+    examples: list[list[int]] = []
+    for start, stop in reader.row_blocks(name, block_bytes):
+        w = to_f32(reader.read_rows(name, start, stop), info.dtype)
+        fit = lattice.fit_lattice(w, group_size, tol)
+        hist += np.bincount(fit.peak.reshape(-1).astype(np.int64) + 1, minlength=10)[:10]
+        bad = ~fit.on_grid
+        n_bad = int(bad.sum())
+        if n_bad and len(examples) < MAX_EXAMPLES:
+            r, g = np.nonzero(bad)
+            examples += [[int(a) + start, int(b)] for a, b in zip(r[:MAX_EXAMPLES], g[:MAX_EXAMPLES], strict=True)]
+        off += n_bad
+        dev = fit.deviation[np.isfinite(fit.deviation)]
+        if dev.size:
+            worst = max(worst, float(dev.max()))
+        if n_bad and not np.isfinite(fit.deviation).all():
+            worst = float("inf")
+        for dt in scale_dtypes:
+            choice = lattice.choose_scale(w, fit, dt)
+            exact[dt] += int(np.maximum(choice.exact, 0).sum())
+            gexact[dt] += int((choice.exact == group_size).sum())
+    groups = rows * cols // group_size
+    return TensorGrid(
+        name=name, shape=[rows, cols], dtype=info.dtype, weights=rows * cols, groups=groups,
+        groups_off_grid=off, on_grid=off == 0, max_deviation_levels=round(worst, 6),
+        peak_histogram={k - 1: int(v) for k, v in enumerate(hist) if v and k > 0},
+        values_bit_identical=exact, groups_bit_identical=gexact, off_grid_examples=examples[:MAX_EXAMPLES],
+    )
+
+
+def grid_check(path: str, tensors: Sequence[str] | None = None, group_size: int = lattice.DEFAULT_GROUP,
+               tol: float = lattice.DEFAULT_TOL, progress: bool = False,
+               scale_dtypes: Sequence[str] = lattice.SCALE_DTYPES) -> GridReport:
+    """Check every 2-D float weight of a checkpoint (or only ``tensors``) against the int4 lattice.
+
+    ``path`` is a local folder / ``.safetensors`` file or an ``http(s)://`` folder URL (then only
+    the headers and the named tensors' bytes are downloaded).
+    """
+    t0 = time.perf_counter()
+    with open_checkpoint(path) as reader:
+        names, skipped = select_tensors(reader, tensors, group_size)
+        rows_out: list[TensorGrid] = []
+        bytes_read = 0
+        bar = _progress_bar(sum(reader.tensors[n].nbytes for n in names), progress, "grid-check")
+        try:
+            for name in names:
+                rows_out.append(check_tensor(reader, name, group_size, tol, scale_dtypes))
+                bytes_read += reader.tensors[name].nbytes
+                if bar is not None:
+                    bar.update(reader.tensors[name].nbytes)
+        finally:
+            if bar is not None:
+                bar.close()
+    seconds = time.perf_counter() - t0
+    weights = sum(r.weights for r in rows_out)
+    groups = sum(r.groups for r in rows_out)
+    return GridReport(
+        source=str(path), group_size=group_size, tolerance_levels=tol,
+        tensors_checked=len(rows_out), tensors_on_grid=sum(r.on_grid for r in rows_out),
+        tensors_off_grid=[r.name for r in rows_out if not r.on_grid], tensors_skipped=skipped,
+        groups_total=groups, groups_off_grid=sum(r.groups_off_grid for r in rows_out), weights_total=weights,
+        values_bit_identical_pct={dt: _pct(sum(r.values_bit_identical[dt] for r in rows_out), weights)
+                                  for dt in scale_dtypes},
+        groups_bit_identical_pct={dt: _pct(sum(r.groups_bit_identical[dt] for r in rows_out), groups)
+                                  for dt in scale_dtypes},
+        bytes_read=bytes_read, seconds=round(seconds, 3),
+        mb_per_s=round(bytes_read / 1e6 / seconds, 1) if seconds > 0 else 0.0, tensors=rows_out,
+    )
+
+
+def select_tensors(reader: CheckpointReader, wanted: Sequence[str] | None,
+                   group_size: int) -> tuple[list[str], dict[str, str]]:
+    skipped: dict[str, str] = {}
+    if wanted:
+        names = []
+        for name in wanted:
+            candidates = [name, f"{name}.weight"]
+            hit = next((c for c in candidates if c in reader.tensors), None)
+            if hit is None:
+                close = [n for n in reader.tensors if name in n][:5]
+                raise Gemma4T4Error(f"{reader.source} has no tensor {name!r}",
+                                    fix=f"use a full tensor name{', e.g. ' + close[0] if close else ''}")
+            names.append(hit)
+    else:
+        names = sorted(reader.tensors)
+    out = []
+    for name in names:
+        info = reader.tensors[name]
+        if len(info.shape) != 2 or info.dtype not in FLOAT_DTYPES:
+            if wanted:
+                skipped[name] = f"{info.dtype}{list(info.shape)} is not a 2-D float weight"
+            continue
+        if info.shape[1] % group_size:
+            skipped[name] = f"{info.shape[1]} columns are not a multiple of group size {group_size}"
+            continue
+        out.append(name)
+    return out, skipped
+
+
+def _progress_bar(total: int, enabled: bool, desc: str):
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, unit="B", unit_scale=True, desc=desc, leave=False)
+
+
+# ------------------------------------------------------------------------------------------
+# grid_compare
+
+
+@dataclass
+class TensorCompare:
+    module: str
+    shape: list[int]
+    ref_format: str
+    other_format: str
+    weights: int
+    level_changed: int | None  # None where REF is not on a lattice
+    level_changed_pct: float | None
+    weights_on_ref_lattice: int
+    bit_identical: int
+    bit_identical_pct: float
+    groups_bit_identical_pct: float
+    max_abs_diff: float
+    mean_abs_diff: float
+
+
+@dataclass
+class CompareReport:
+    ref: str
+    other: str
+    group_size: int
+    modules_compared: int
+    modules_only_in_ref: list[str]
+    modules_only_in_other: list[str]
+    weights_total: int
+    level_changed: int
+    level_changed_pct: float
+    weights_with_ref_lattice: int
+    bit_identical_pct: float
+    groups_bit_identical_pct: float
+    max_abs_diff: float
+    tensors: list[TensorCompare]
+
+
+def _describe(w: ModuleWeight) -> str:
+    if not w.packed:
+        return w.dtype.lower()
+    return f"int4 g{w.group_size} {'sym' if w.symmetric else 'asym'} {w.dtype.lower()} scales"
+
+
+def compare_module(ref_reader: CheckpointReader, other_reader: CheckpointReader, ref: ModuleWeight,
+                   other: ModuleWeight, group_size: int, tol: float = lattice.DEFAULT_TOL) -> TensorCompare:
+    rows, cols = ref.shape
+    gs = ref.group_size if ref.packed else group_size
+    rows_per_block = max(8, BLOCK_BYTES // (cols * 4))
+    changed = identical = groups_identical = lattice_weights = 0
+    max_diff = 0.0
+    sum_diff = 0.0
+    other_blocks = other.blocks(other_reader, rows_per_block)
+    for (_, rb), (_, ob) in zip(ref.blocks(ref_reader, rows_per_block), other_blocks, strict=True):
+        v_ref = rb.values
+        if ref.packed and ref.symmetric:
+            ref_scale, on = rb.scale, np.ones(rb.scale.shape, bool)
+        elif not ref.packed and cols % gs == 0:
+            fit = lattice.fit_lattice(v_ref, gs, tol)
+            ref_scale, on = fit.scale, fit.on_grid
+        else:
+            ref_scale, on = None, None
+        # values compared as the bf16 model would load them (the published grid_check's metric)
+        v_ref = lattice.round_to_dtype(v_ref, "bf16")
+        v_other = lattice.round_to_dtype(ob.values, "bf16")
+        diff = np.abs(v_other.astype(np.float64) - v_ref.astype(np.float64))
+        same = v_other == v_ref
+        identical += int(same.sum())
+        max_diff = max(max_diff, float(diff.max()) if diff.size else 0.0)
+        sum_diff += float(diff.sum())
+        if cols % gs == 0:
+            groups_identical += int(same.reshape(same.shape[0], -1, gs).all(axis=-1).sum())
+        if ref_scale is not None:
+            d = diff.reshape(diff.shape[0], -1, gs)
+            off_level = d > 0.5 * ref_scale[..., None].astype(np.float64)
+            changed += int((off_level & on[..., None]).sum())
+            lattice_weights += int(on.sum()) * gs
+    n = rows * cols
+    has_lattice = lattice_weights > 0
+    return TensorCompare(
+        module=ref.module, shape=[rows, cols], ref_format=_describe(ref), other_format=_describe(other),
+        weights=n, level_changed=changed if has_lattice else None,
+        level_changed_pct=_pct(changed, lattice_weights) if has_lattice else None,
+        weights_on_ref_lattice=lattice_weights,
+        bit_identical=identical, bit_identical_pct=_pct(identical, n),
+        groups_bit_identical_pct=_pct(groups_identical, n // gs) if cols % gs == 0 else 0.0,
+        max_abs_diff=max_diff, mean_abs_diff=sum_diff / n if n else 0.0,
+    )
+
+
+def grid_compare(ref: str, other: str, group_size: int = lattice.DEFAULT_GROUP, modules: Sequence[str] | None = None,
+                 progress: bool = False) -> CompareReport:
+    """Compare two builds of the same weights (dense QAT, our repack, a w4a16 build, an AWQ build).
+
+    Levels are counted in REF's lattice (its packed levels, or the lattice recovered from its
+    dense values): a weight "changes level" when it moved by more than half of REF's scale.
+    Values are bit-identical when the decompressed numbers are exactly equal.
+    """
+    with open_checkpoint(ref) as r_reader, open_checkpoint(other) as o_reader:
+        r_mods, o_mods = module_weights(r_reader), module_weights(o_reader)
+        common = sorted(set(r_mods) & set(o_mods))
+        if modules:
+            common = [m for m in common if any(m == x or m == x.removesuffix(".weight") for x in modules)]
+        if not common:
+            raise Gemma4T4Error(f"{ref} and {other} share no 2-D weight modules",
+                                fix="compare two builds of the same model (names must match)")
+        rows_out = []
+        bar = _progress_bar(len(common), progress, "grid-compare")
+        for m in common:
+            if r_mods[m].shape != o_mods[m].shape:
+                raise Gemma4T4Error(f"{m}: shape {r_mods[m].shape} in {ref} but {o_mods[m].shape} in {other}",
+                                    fix="compare two builds of the same model")
+            rows_out.append(compare_module(r_reader, o_reader, r_mods[m], o_mods[m], group_size))
+            if bar is not None:
+                bar.update(1)
+        if bar is not None:
+            bar.close()
+    weights = sum(t.weights for t in rows_out)
+    lat_weights = sum(t.weights_on_ref_lattice for t in rows_out)
+    changed = sum(t.level_changed or 0 for t in rows_out)
+    groups = sum(t.weights // group_size for t in rows_out)
+    return CompareReport(
+        ref=str(ref), other=str(other), group_size=group_size, modules_compared=len(rows_out),
+        modules_only_in_ref=sorted(set(r_mods) - set(o_mods)), modules_only_in_other=sorted(set(o_mods) - set(r_mods)),
+        weights_total=weights, level_changed=changed, level_changed_pct=_pct(changed, lat_weights),
+        weights_with_ref_lattice=lat_weights,
+        bit_identical_pct=_pct(sum(t.bit_identical for t in rows_out), weights),
+        groups_bit_identical_pct=_pct(sum(t.groups_bit_identical_pct * t.weights / group_size / 100 for t in rows_out),
+                                      groups),
+        max_abs_diff=max((t.max_abs_diff for t in rows_out), default=0.0), tensors=rows_out,
+    )

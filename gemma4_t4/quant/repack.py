@@ -1,0 +1,405 @@
+"""Repack a QAT checkpoint (bf16 values on the int4 grid) into compressed-tensors
+``pack-quantized`` int4, keeping every level: levels and scales are recovered from the
+values (lattice.py), not re-derived from absmax.
+
+The build streams block by block into a temporary sibling of DST and is renamed into place
+only when complete: an interruption or an off-grid refusal leaves no DST behind, and the
+source is only ever read.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.quant import config as qconfig
+from gemma4_t4.quant import lattice, pack
+from gemma4_t4.quant.builds import to_f32
+from gemma4_t4.quant.safetensors_io import (
+    INDEX_NAME,
+    PICKLE_SUFFIXES,
+    LocalCheckpoint,
+    PlannedTensor,
+    ShardedWriter,
+    TensorInfo,
+)
+
+BLOCK_BYTES = 32 * 2**20
+SHARD_BYTES = 4 * 10**9
+REPORT_NAME = "gemma4_t4_repack.json"
+MAX_LISTED = 20
+
+
+@dataclass
+class TensorRepack:
+    name: str
+    shape: list[int]
+    action: str  # "int4" | "copy"
+    reason: str
+    groups: int = 0
+    groups_off_grid: int = 0
+    groups_requantized: int = 0
+    values_bit_identical: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class RepackReport:
+    src: str
+    dst: str
+    method: str  # "lattice" (this repack) or "awq-rtn"
+    emb4: bool
+    scale_dtype: str
+    group_size: int
+    symmetric: bool
+    files: list[str]
+    tensors_quantized: int
+    tensors_copied: int
+    weights_quantized: int
+    groups_total: int
+    groups_off_grid: int
+    groups_requantized: int
+    levels_changed: int | None  # weights moved to another level; 0 for a lattice repack of on-grid groups
+    values_bit_identical: dict[str, int]  # per scale dtype (the written one and the alternative)
+    values_bit_identical_pct: dict[str, float]
+    ignore: list[str]
+    bytes_read: int
+    bytes_written: int
+    seconds: float
+    mb_per_s: float
+    tensors: list[TensorRepack]
+
+
+class OffGridError(Gemma4T4Error):
+    """Some groups are not on the int4 lattice; nothing was written."""
+
+    def __init__(self, message: str, fix: str, tensors: dict[str, int]):
+        super().__init__(message, fix=fix)
+        self.tensors = tensors
+
+    def to_dict(self) -> dict:
+        return {**super().to_dict(), "off_grid_tensors": self.tensors}
+
+
+# A quantizer turns one float32 block into (levels int8, scale float32 in scale dtype,
+# zero point int8 or None) and per-block stats.
+@dataclass
+class BlockResult:
+    levels: np.ndarray
+    scale: np.ndarray
+    zero_point: np.ndarray | None
+    off_grid: int = 0
+    requantized: int = 0
+    off_grid_examples: list[tuple[int, int]] = field(default_factory=list)
+    exact: dict[str, int] = field(default_factory=dict)
+    levels_changed: int = 0
+
+
+Quantizer = Callable[[np.ndarray], BlockResult]
+
+
+def lattice_quantizer(group_size: int, scale_dtype: str, allow_requant: bool, tol: float = lattice.DEFAULT_TOL,
+                      report_dtypes: tuple[str, ...] = lattice.SCALE_DTYPES) -> Quantizer:
+    def quantize(w: np.ndarray) -> BlockResult:
+        fit = lattice.fit_lattice(w, group_size, tol)
+        off_mask = ~fit.on_grid
+        off = int(off_mask.sum())
+        examples = [(int(r), int(g)) for r, g in zip(*np.nonzero(off_mask), strict=True)][:3] if off else []
+        requant = 0
+        changed = 0
+        if off and allow_requant:
+            requant = lattice.requantize_off_grid(w, fit)
+            deq = lattice.dequantize(fit.levels, fit.scale, group_size, "fp32")
+            changed = int((np.abs(deq - w) > 0.5 * np.repeat(fit.scale, group_size, axis=1)).sum())
+        exact = {}
+        chosen = None
+        for dt in report_dtypes:
+            c = lattice.choose_scale(w, fit, dt)
+            exact[dt] = int(np.maximum(c.exact, 0).sum())
+            if dt == scale_dtype:
+                chosen = c
+        if chosen is None:
+            chosen = lattice.choose_scale(w, fit, scale_dtype)
+        if not np.all(np.isfinite(chosen.scale)):
+            raise Gemma4T4Error(f"a scale overflows {scale_dtype}", fix="use --scale-dtype bf16")
+        return BlockResult(fit.levels, chosen.scale, None, off, requant, examples, exact, changed)
+
+    return quantize
+
+
+def _copy_side_files(src: Path, dst: Path) -> list[str]:
+    copied = []
+    for item in sorted(src.iterdir()):
+        name = item.name
+        if name.endswith(".safetensors") or name in (INDEX_NAME, REPORT_NAME) or name.startswith("."):
+            continue
+        if name.lower().endswith(PICKLE_SUFFIXES):
+            continue  # pickle weights are never carried over (and would duplicate the model)
+        if item.is_dir():
+            shutil.copytree(item, dst / name)
+        else:
+            shutil.copy2(item, dst / name)
+        copied.append(name)
+    return copied
+
+
+def _updated_config(config: dict | None, qcfg: dict, untie: bool) -> dict:
+    config = dict(config or {})
+    config["quantization_config"] = qcfg
+    text = config.get("text_config")
+    if isinstance(text, dict):
+        text = dict(text)
+        text.pop("quantization_config", None)  # a QAT source's partial block confuses detectors
+        config["text_config"] = text
+    if untie:
+        config["tie_word_embeddings"] = False
+        if isinstance(text, dict):
+            text["tie_word_embeddings"] = False
+    return config
+
+
+def build_quantized(
+    src: str | Path,
+    dst: str | Path,
+    quantizer: Quantizer,
+    *,
+    method: str,
+    group_size: int,
+    scale_dtype: str,
+    symmetric: bool,
+    emb4: bool = False,
+    overwrite: bool = False,
+    shard_bytes: int = SHARD_BYTES,
+    block_bytes: int = BLOCK_BYTES,
+    progress: bool | Callable[[str], None] = False,
+) -> RepackReport:
+    """Shared writer for the lattice repack and the AWQ-style baseline."""
+    t0 = time.perf_counter()
+    src_path, dst_path = Path(src), Path(dst)
+    if str(src).startswith(("http://", "https://")):
+        raise Gemma4T4Error("repack reads local checkpoints only", fix="download the checkpoint first")
+    reader = LocalCheckpoint(src_path)
+    src_root = reader.root
+    if dst_path.resolve() == src_root.resolve():
+        raise Gemma4T4Error("DST is the source folder; the source is never modified", fix="choose a new DST")
+    if dst_path.exists() and not overwrite:
+        raise Gemma4T4Error(f"{dst_path} already exists", fix="choose a new DST or pass --overwrite")
+    if scale_dtype not in lattice.SCALE_DTYPES:
+        raise Gemma4T4Error(f"unknown scale dtype {scale_dtype!r}", fix="use fp16 (T4 default) or bf16")
+
+    roles = {n: qconfig.classify(n, i.shape, i.dtype, group_size, emb4) for n, i in reader.tensors.items()}
+    quant = [n for n, r in roles.items() if r.quantize]
+    if not quant:
+        raise Gemma4T4Error(f"{src} has no 2-D weights to quantize", fix="point at a Gemma 4 checkpoint folder")
+    config_text = reader.read_text("config.json")
+    config = json.loads(config_text) if config_text else None
+    embed_name = next((n for n in quant if qconfig.EMBED_RE.search(n)), None)
+    untie = emb4 and embed_name is not None and "lm_head.weight" not in reader.tensors
+    scale_st = "F16" if scale_dtype == "fp16" else "BF16"
+
+    # plan: source order, each quantized weight replaced by its three tensors
+    plan: list[PlannedTensor] = []
+    for name in sorted(reader.tensors):
+        info = reader.tensors[name]
+        if roles[name].quantize:
+            mod = roles[name].module
+            plan += _packed_plan(mod, info, group_size, scale_st, symmetric)
+        else:
+            plan.append(PlannedTensor(name, info.dtype, info.shape))
+    if untie:
+        plan += _packed_plan(qconfig.LM_HEAD, reader.tensors[embed_name], group_size, scale_st, symmetric)
+
+    ignore = sorted(r.module for r in roles.values() if r.kind in ("linear", "embedding") and not r.quantize)
+    lm_head_packed = untie or ("lm_head.weight" in roles and roles["lm_head.weight"].quantize)
+    if not lm_head_packed and qconfig.LM_HEAD not in ignore:
+        ignore.append(qconfig.LM_HEAD)
+    qcfg = qconfig.quantization_config(group_size, ignore, emb4, symmetric=symmetric, scale_dtype=scale_dtype,
+                                       observer="lattice" if method == "lattice" else "minmax")
+
+    dst_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dst_path.name}.partial-", dir=dst_path.parent))
+    writer = None
+    rows_report: list[TensorRepack] = []
+    off_grid: dict[str, int] = {}
+    off_examples: dict[str, list[tuple[int, int]]] = {}
+    totals = {"groups": 0, "off": 0, "requant": 0, "weights": 0, "changed": 0}
+    exact_totals: dict[str, int] = {}
+    bytes_read = 0
+    total_bytes = reader.total_bytes
+    bar = None
+    if progress is True:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=total_bytes, unit="B", unit_scale=True, desc=method, leave=False)
+    callback = progress if callable(progress) else None
+    try:
+        writer = ShardedWriter(tmp, plan, max_shard_bytes=shard_bytes)
+        for name in sorted(reader.tensors):
+            info = reader.tensors[name]
+            role = roles[name]
+            if not role.quantize:
+                if not off_grid:
+                    for start, stop in reader.row_blocks(name, block_bytes):
+                        writer.write_rows(name, start, reader.read_rows(name, start, stop))
+                rows_report.append(TensorRepack(name, list(info.shape), "copy", role.reason))
+            else:
+                row = _quantize_tensor(reader, writer, info, role.module, quantizer, group_size, block_bytes,
+                                       write=not off_grid, lm_head=untie and name == embed_name)
+                rows_report.append(row)
+                totals["groups"] += row.groups
+                totals["off"] += row.groups_off_grid
+                totals["requant"] += row.groups_requantized
+                totals["weights"] += info.numel
+                totals["changed"] += getattr(row, "_changed", 0)
+                for k, v in row.values_bit_identical.items():
+                    exact_totals[k] = exact_totals.get(k, 0) + v
+                if row.groups_off_grid and not row.groups_requantized:
+                    off_grid[name] = row.groups_off_grid
+                    off_examples[name] = getattr(row, "_examples", [])
+            bytes_read += info.nbytes
+            if bar is not None:
+                bar.update(info.nbytes)
+            if callback is not None:
+                callback(name)
+        if off_grid:
+            listed = ", ".join(f"{n} ({c} groups, e.g. row/group {off_examples[n][:1]})"
+                               for n, c in list(off_grid.items())[:MAX_LISTED])
+            more = f" and {len(off_grid) - MAX_LISTED} more" if len(off_grid) > MAX_LISTED else ""
+            raise OffGridError(
+                f"{sum(off_grid.values())} groups in {len(off_grid)} tensor(s) are not on the int4 grid, "
+                f"so a lossless repack is impossible; nothing was written: {listed}{more}",
+                fix="check the source is a QAT (-qat-q4_0-unquantized) checkpoint with `gemma4-t4 grid-check`; "
+                "pass --allow-requant to round those groups (their values change)",
+                tensors=off_grid,
+            )
+        files = writer.finish()
+        writer = None
+        side = _copy_side_files(src_root, tmp)
+        new_config = _updated_config(config, qcfg, untie)
+        (tmp / "config.json").write_text(json.dumps(new_config, indent=2, sort_keys=True) + "\n")
+        if "config.json" not in side:
+            side.append("config.json")
+        seconds = time.perf_counter() - t0
+        bytes_written = sum((tmp / f).stat().st_size for f in files)
+        weights = totals["weights"]
+        report = RepackReport(
+            src=str(src), dst=str(dst_path), method=method, emb4=emb4, scale_dtype=scale_dtype,
+            group_size=group_size, symmetric=symmetric, files=sorted(files + side),
+            tensors_quantized=sum(r.action == "int4" for r in rows_report),
+            tensors_copied=sum(r.action == "copy" for r in rows_report), weights_quantized=weights,
+            groups_total=totals["groups"], groups_off_grid=totals["off"], groups_requantized=totals["requant"],
+            levels_changed=totals["changed"] if method == "lattice" else None,
+            values_bit_identical=exact_totals,
+            values_bit_identical_pct={k: round(100.0 * v / weights, 4) if weights else 0.0 for k, v in exact_totals.items()},
+            ignore=qcfg["ignore"], bytes_read=bytes_read, bytes_written=bytes_written, seconds=round(seconds, 3),
+            mb_per_s=round(bytes_read / 1e6 / seconds, 1) if seconds > 0 else 0.0, tensors=rows_report,
+        )
+        from gemma4_t4.jsonable import to_jsonable
+
+        (tmp / REPORT_NAME).write_text(json.dumps(to_jsonable(report), indent=1) + "\n")
+        tmp.chmod(0o755)
+        if dst_path.exists():
+            backup = dst_path.with_name(f".{dst_path.name}.old-{int(time.time())}")
+            dst_path.rename(backup)
+            tmp.rename(dst_path)
+            shutil.rmtree(backup, ignore_errors=True)
+        else:
+            tmp.rename(dst_path)
+        return report
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+        reader.close()
+
+
+def _packed_plan(module: str, info: TensorInfo, group_size: int, scale_st: str, symmetric: bool) -> list[PlannedTensor]:
+    rows, cols = info.shape
+    plan = [
+        PlannedTensor(f"{module}.weight_packed", "I32", (rows, cols // 8)),
+        PlannedTensor(f"{module}.weight_scale", scale_st, (rows, cols // group_size)),
+        PlannedTensor(f"{module}.weight_shape", "I64", (2,)),
+    ]
+    if not symmetric:
+        plan.append(PlannedTensor(f"{module}.weight_zero_point", "I32", ((rows + 7) // 8, cols // group_size)))
+    return plan
+
+
+def _quantize_tensor(reader: LocalCheckpoint, writer: ShardedWriter, info: TensorInfo, module: str,
+                     quantizer: Quantizer, group_size: int, block_bytes: int, write: bool,
+                     lm_head: bool) -> TensorRepack:
+    rows, cols = info.shape
+    targets = [module] + ([qconfig.LM_HEAD] if lm_head else [])
+    row = TensorRepack(info.name, [rows, cols], "int4", "4-bit embedding (emb4), also written as an untied lm_head"
+                       if lm_head else ("int4 embedding" if "embed" in module else "int4 linear"),
+                       groups=rows * cols // group_size)
+    changed = 0
+    examples: list[tuple[int, int]] = []
+    # zero points pack 8 rows per int32 word: keep blocks a multiple of 8 rows
+    step = max(8, (block_bytes // max(1, info.row_bytes)) // 8 * 8)
+    if write:
+        for t in targets:
+            writer.write_rows(f"{t}.weight_shape", 0, np.array([rows, cols], np.int64))
+    for start in range(0, rows, step):
+        stop = min(rows, start + step)
+        w = to_f32(reader.read_rows(info.name, start, stop), info.dtype)
+        res = quantizer(w)
+        row.groups_off_grid += res.off_grid
+        row.groups_requantized += res.requantized
+        changed += res.levels_changed
+        examples += [(r + start, g) for r, g in res.off_grid_examples]
+        for k, v in res.exact.items():
+            row.values_bit_identical[k] = row.values_bit_identical.get(k, 0) + v
+        if write and not (res.off_grid and not res.requantized):
+            packed = pack.pack_int4(res.levels)
+            scale = lattice.scale_to_bits(res.scale, "fp16" if writer.plan[f"{module}.weight_scale"].dtype == "F16"
+                                          else "bf16")
+            for t in targets:
+                writer.write_rows(f"{t}.weight_packed", start, packed)
+                writer.write_rows(f"{t}.weight_scale", start, scale)
+                if res.zero_point is not None:
+                    writer.write_rows(f"{t}.weight_zero_point", start // 8, pack.pack_int4_dim0(res.zero_point))
+        elif res.off_grid and not res.requantized:
+            write = False  # refusing anyway: keep scanning to name every off-grid tensor
+    row._changed = changed  # type: ignore[attr-defined]
+    row._examples = examples[:3]  # type: ignore[attr-defined]
+    return row
+
+
+def repack(
+    src: str | Path,
+    dst: str | Path,
+    emb4: bool = False,
+    scale_dtype: str = "fp16",
+    group_size: int = lattice.DEFAULT_GROUP,
+    allow_requant: bool = False,
+    overwrite: bool = False,
+    tol: float = lattice.DEFAULT_TOL,
+    shard_bytes: int = SHARD_BYTES,
+    progress: bool | Callable[[str], None] = False,
+    compare_scale_dtypes: bool = False,
+) -> RepackReport:
+    """Repack a QAT checkpoint into compressed-tensors int4 (symmetric, ``group_size``), losslessly
+    on the grid. ``emb4`` also packs ``embed_tokens`` / ``embed_tokens_per_layer`` and writes an
+    untied 4-bit ``lm_head``. fp16 scales are the T4 default (Turing has no bf16).
+    Off-grid groups raise :class:`OffGridError` (nothing written) unless ``allow_requant``.
+    The report counts the values kept bit-identical with ``scale_dtype``; ``compare_scale_dtypes``
+    also counts them for the other scale dtype (about 40 % more compute; ``grid_check`` always
+    reports both).
+    """
+    report_dtypes = lattice.SCALE_DTYPES if compare_scale_dtypes else (scale_dtype,)
+    quantizer = lattice_quantizer(group_size, scale_dtype, allow_requant, tol, report_dtypes)
+    return build_quantized(src, dst, quantizer, method="lattice", group_size=group_size, scale_dtype=scale_dtype,
+                           symmetric=True, emb4=emb4, overwrite=overwrite, shard_bytes=shard_bytes,
+                           progress=progress)

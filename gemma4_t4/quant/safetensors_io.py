@@ -1,0 +1,526 @@
+"""Streaming access to (sharded) safetensors checkpoints, local or over HTTP range requests.
+
+Tensors are read a block of rows at a time: local files through a short-lived ``mmap`` of
+just that byte range (unmapped right after, so resident memory stays bounded however large
+the checkpoint), remote files through ``Range`` requests (the 8-byte header length, the JSON
+header, then only the bytes of the requested rows). Pickle checkpoints (``.bin``, ``.pt``)
+are refused and never opened: unpickling runs arbitrary code.
+
+Writing is the mirror image: :class:`ShardedWriter` lays out every output tensor up front
+(so headers are final before any data is written), then tensors are written block by block
+with ``pwrite`` into a temporary directory that the caller renames into place.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import struct
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from gemma4_t4.errors import Gemma4T4Error
+
+# safetensors dtype -> (numpy dtype used to hold the raw bytes, bytes per element).
+# BF16 has no numpy dtype: it is carried as uint16 bit patterns.
+DTYPES: dict[str, tuple[np.dtype, int]] = {
+    "BF16": (np.dtype("<u2"), 2),
+    "F16": (np.dtype("<f2"), 2),
+    "F32": (np.dtype("<f4"), 4),
+    "F64": (np.dtype("<f8"), 8),
+    "I8": (np.dtype("i1"), 1),
+    "U8": (np.dtype("u1"), 1),
+    "I16": (np.dtype("<i2"), 2),
+    "U16": (np.dtype("<u2"), 2),
+    "I32": (np.dtype("<i4"), 4),
+    "U32": (np.dtype("<u4"), 4),
+    "I64": (np.dtype("<i8"), 8),
+    "U64": (np.dtype("<u8"), 8),
+    "BOOL": (np.dtype("?"), 1),
+    "F8_E4M3": (np.dtype("u1"), 1),
+    "F8_E5M2": (np.dtype("u1"), 1),
+}
+
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+INDEX_NAME = "model.safetensors.index.json"
+SINGLE_NAME = "model.safetensors"
+MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors format's own limit
+PAGE = mmap.ALLOCATIONGRANULARITY
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """Where one tensor lives: its shard, dtype, shape and absolute byte range in the shard."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    shard: str
+    start: int  # absolute offset in the shard file
+    end: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.end - self.start
+
+    @property
+    def numel(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes per index of the first dimension."""
+        return self.nbytes // self.shape[0] if self.shape and self.shape[0] else self.nbytes
+
+
+def refuse_pickle(path: str) -> None:
+    if str(path).lower().endswith(PICKLE_SUFFIXES):
+        raise Gemma4T4Error(
+            f"{path} is a pickle checkpoint; loading it would run arbitrary code, so it is never opened",
+            fix="use the model's .safetensors files (most Hub repos have them), or convert the .bin to "
+            "safetensors yourself in a sandbox you trust",
+        )
+
+
+def parse_header(raw_len: bytes, read_header, source: str, file_size: int | None) -> tuple[dict, int]:
+    """Validate and parse a safetensors header. ``read_header(n)`` returns the n header bytes."""
+    if len(raw_len) < 8:
+        raise Gemma4T4Error(f"{source} is too short to be a safetensors file", fix="re-download the file")
+    (header_len,) = struct.unpack("<Q", raw_len)
+    if header_len == 0 or header_len > MAX_HEADER_BYTES or (file_size is not None and 8 + header_len > file_size):
+        raise Gemma4T4Error(
+            f"{source} is not a safetensors file (header length {header_len})",
+            fix="check the path; pickle checkpoints (.bin) are not supported, convert them to safetensors",
+        )
+    try:
+        header = json.loads(read_header(header_len))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise Gemma4T4Error(f"{source} has a corrupt safetensors header: {exc}", fix="re-download the file") from exc
+    if not isinstance(header, dict):
+        raise Gemma4T4Error(f"{source} has a corrupt safetensors header", fix="re-download the file")
+    return header, 8 + header_len
+
+
+def tensors_from_header(header: dict, data_start: int, shard: str, file_size: int | None) -> dict[str, TensorInfo]:
+    tensors: dict[str, TensorInfo] = {}
+    for name, meta in header.items():
+        if name == "__metadata__":
+            continue
+        dtype, shape, offsets = meta.get("dtype"), meta.get("shape"), meta.get("data_offsets")
+        if dtype not in DTYPES:
+            raise Gemma4T4Error(f"{shard}: tensor {name} has unsupported dtype {dtype}", fix="re-export the checkpoint")
+        begin, end = int(offsets[0]), int(offsets[1])
+        expected = int(np.prod(shape, dtype=np.int64)) * DTYPES[dtype][1] if shape else DTYPES[dtype][1]
+        if end - begin != expected or begin < 0:
+            raise Gemma4T4Error(
+                f"{shard}: tensor {name} byte range {begin}..{end} does not match {dtype}{list(shape)}",
+                fix="the file is corrupt; re-download it",
+            )
+        if file_size is not None and data_start + end > file_size:
+            raise Gemma4T4Error(
+                f"{shard}: tensor {name} ends past the end of the file (truncated download?)",
+                fix="re-download the shard",
+            )
+        tensors[name] = TensorInfo(name, dtype, tuple(int(s) for s in shape), shard, data_start + begin, data_start + end)
+    return tensors
+
+
+class CheckpointReader:
+    """A (sharded) safetensors checkpoint: its tensor table and block reads. Subclasses supply bytes."""
+
+    def __init__(self, source: str):
+        self.source = source
+        self.tensors: dict[str, TensorInfo] = {}
+        self.shards: list[str] = []
+        self.metadata: dict = {}
+
+    # -- subclass hooks -----------------------------------------------------------------
+    def _read(self, shard: str, start: int, length: int) -> bytes | memoryview:
+        raise NotImplementedError
+
+    def _size(self, shard: str) -> int | None:
+        return None
+
+    def _exists(self, shard: str) -> bool:
+        raise NotImplementedError
+
+    # -- layout -------------------------------------------------------------------------
+    def _load_layout(self, index_text: str | None, single: str | None) -> None:
+        if index_text is not None:
+            try:
+                index = json.loads(index_text)
+                weight_map: dict[str, str] = index["weight_map"]
+            except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                raise Gemma4T4Error(f"{self.source}: {INDEX_NAME} is not a valid index ({exc})",
+                                    fix="re-download the index file") from exc
+            self.shards = sorted(set(weight_map.values()))
+            missing = [s for s in self.shards if not self._exists(s)]
+            if missing:
+                raise Gemma4T4Error(
+                    f"{self.source}: {len(missing)} shard(s) named in {INDEX_NAME} are missing: {', '.join(missing[:5])}",
+                    fix="download every shard listed in the index (an interrupted download leaves some out)",
+                )
+            for shard in self.shards:
+                self.tensors.update(self._read_shard_header(shard))
+            in_files = {n for n, t in self.tensors.items()}
+            not_found = [n for n, s in weight_map.items() if n not in self.tensors or self.tensors[n].shard != s]
+            unlisted = sorted(in_files - set(weight_map))
+            if not_found or unlisted:
+                detail = []
+                if not_found:
+                    detail.append(f"{len(not_found)} indexed tensor(s) not in their shard (e.g. {not_found[0]})")
+                if unlisted:
+                    detail.append(f"{len(unlisted)} tensor(s) in shards but not in the index (e.g. {unlisted[0]})")
+                raise Gemma4T4Error(f"{self.source}: index and shards disagree: {'; '.join(detail)}",
+                                    fix="the index belongs to another revision; re-download index and shards together")
+            self.metadata = index.get("metadata") or {}
+        else:
+            assert single is not None
+            self.shards = [single]
+            self.tensors = self._read_shard_header(single)
+
+    def _read_shard_header(self, shard: str) -> dict[str, TensorInfo]:
+        size = self._size(shard)
+        header, data_start = parse_header(
+            bytes(self._read(shard, 0, 8)), lambda n: bytes(self._read(shard, 8, n)), f"{self.source}/{shard}", size
+        )
+        return tensors_from_header(header, data_start, shard, size)
+
+    # -- reads ----------------------------------------------------------------------------
+    def info(self, name: str) -> TensorInfo:
+        try:
+            return self.tensors[name]
+        except KeyError:
+            raise Gemma4T4Error(f"{self.source} has no tensor {name!r}",
+                                fix="list the names with `gemma4-t4 grid-check CKPT --json`") from None
+
+    def read_rows(self, name: str, row_start: int = 0, row_stop: int | None = None) -> np.ndarray:
+        """Rows ``row_start:row_stop`` (first dimension) as a fresh numpy array (BF16 as uint16 bits)."""
+        info = self.info(name)
+        np_dtype = DTYPES[info.dtype][0]
+        if not info.shape:
+            return np.frombuffer(bytes(self._read(info.shard, info.start, info.nbytes)), np_dtype).copy()
+        rows = info.shape[0]
+        row_stop = rows if row_stop is None else min(row_stop, rows)
+        start = info.start + row_start * info.row_bytes
+        length = (row_stop - row_start) * info.row_bytes
+        buf = self._read(info.shard, start, length)
+        return np.frombuffer(buf, np_dtype).reshape((row_stop - row_start, *info.shape[1:])).copy()
+
+    def read(self, name: str) -> np.ndarray:
+        return self.read_rows(name)
+
+    def row_blocks(self, name: str, max_bytes: int) -> Iterator[tuple[int, int]]:
+        """Row ranges of at most ``max_bytes`` source bytes each (at least one row)."""
+        info = self.info(name)
+        rows = info.shape[0] if info.shape else 1
+        step = max(1, max_bytes // max(1, info.row_bytes))
+        for start in range(0, rows, step):
+            yield start, min(rows, start + step)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(t.nbytes for t in self.tensors.values())
+
+    def read_text(self, name: str) -> str | None:
+        """A small side file (config.json ...) next to the checkpoint, or None."""
+        return None
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> CheckpointReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class LocalCheckpoint(CheckpointReader):
+    """A directory with ``model.safetensors`` or an index + shards, or one ``.safetensors`` file."""
+
+    def __init__(self, path: str | os.PathLike):
+        super().__init__(str(path))
+        p = Path(path)
+        refuse_pickle(str(p))
+        if not p.exists():
+            raise Gemma4T4Error(f"{p} does not exist", fix="check the checkpoint path")
+        self._fds: dict[str, int] = {}
+        if p.is_file():
+            if p.name == INDEX_NAME:
+                p = p.parent
+            else:
+                self.root = p.parent
+                self._load_layout(None, p.name)
+                return
+        self.root = p
+        index = p / INDEX_NAME
+        if index.exists():
+            self._load_layout(index.read_text(), None)
+        elif (p / SINGLE_NAME).exists():
+            self._load_layout(None, SINGLE_NAME)
+        else:
+            singles = sorted(x.name for x in p.glob("*.safetensors"))
+            pickles = sorted(x.name for x in p.iterdir() if x.name.lower().endswith(PICKLE_SUFFIXES))
+            if len(singles) == 1:
+                self._load_layout(None, singles[0])
+            elif pickles and not singles:
+                refuse_pickle(str(p / pickles[0]))
+            else:
+                raise Gemma4T4Error(
+                    f"{p} has no {SINGLE_NAME} or {INDEX_NAME}"
+                    + (f" ({len(singles)} .safetensors files without an index)" if singles else ""),
+                    fix="point at a Hugging Face checkpoint directory (config.json + safetensors)",
+                )
+
+    def _path(self, shard: str) -> Path:
+        return self.root / shard
+
+    def _exists(self, shard: str) -> bool:
+        return self._path(shard).is_file()
+
+    def _size(self, shard: str) -> int | None:
+        return self._path(shard).stat().st_size
+
+    def _fd(self, shard: str) -> int:
+        fd = self._fds.get(shard)
+        if fd is None:
+            fd = self._fds[shard] = os.open(self._path(shard), os.O_RDONLY)
+        return fd
+
+    def _read(self, shard: str, start: int, length: int) -> bytes | memoryview:
+        if length <= 0:
+            return b""
+        if length < 1 << 16:
+            return os.pread(self._fd(shard), length, start)
+        # Map only this range and unmap it as soon as the caller has copied it: resident
+        # memory stays one block, not the whole file.
+        aligned = start - start % PAGE
+        with mmap.mmap(self._fd(shard), length + (start - aligned), access=mmap.ACCESS_READ, offset=aligned) as mm:
+            return bytes(memoryview(mm)[start - aligned:start - aligned + length])
+
+    def read_rows(self, name: str, row_start: int = 0, row_stop: int | None = None) -> np.ndarray:
+        info = self.info(name)
+        if not info.shape or info.nbytes < 1 << 16:
+            return super().read_rows(name, row_start, row_stop)
+        rows = info.shape[0]
+        row_stop = rows if row_stop is None else min(row_stop, rows)
+        start = info.start + row_start * info.row_bytes
+        length = (row_stop - row_start) * info.row_bytes
+        np_dtype = DTYPES[info.dtype][0]
+        shape = (row_stop - row_start, *info.shape[1:])
+        if length == 0:
+            return np.empty(shape, np_dtype)
+        aligned = start - start % PAGE
+        mm = mmap.mmap(self._fd(info.shard), length + (start - aligned), access=mmap.ACCESS_READ, offset=aligned)
+        try:
+            view = np.frombuffer(mm, np_dtype, count=length // np_dtype.itemsize, offset=start - aligned)
+            out = view.reshape(shape).copy()
+            del view
+        finally:
+            mm.close()
+        return out
+
+    def read_text(self, name: str) -> str | None:
+        p = self.root / name
+        return p.read_text() if p.is_file() else None
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+
+class RemoteCheckpoint(CheckpointReader):
+    """A checkpoint served over HTTP(S): ``base_url`` is the folder (``.../resolve/main``) or one file URL.
+
+    Only the header and the requested byte ranges are downloaded.
+    """
+
+    def __init__(self, url: str, timeout: float = 60.0, headers: dict[str, str] | None = None):
+        super().__init__(url)
+        refuse_pickle(url)
+        self.timeout = timeout
+        self.headers = dict(headers or {})
+        self.bytes_downloaded = 0
+        if url.endswith(".safetensors"):
+            self.base, single = url.rsplit("/", 1)
+            self._load_layout(None, single)
+            return
+        self.base = url.rstrip("/")
+        index_text = self._get_text(INDEX_NAME)
+        if index_text is not None:
+            self._load_layout(index_text, None)
+        elif self._exists(SINGLE_NAME):
+            self._load_layout(None, SINGLE_NAME)
+        else:
+            raise Gemma4T4Error(f"{url} has neither {INDEX_NAME} nor {SINGLE_NAME}",
+                                fix="use the checkpoint folder URL, e.g. https://huggingface.co/ORG/NAME/resolve/main")
+
+    def _request(self, shard: str, method: str = "GET", byte_range: tuple[int, int] | None = None):
+        req = urllib.request.Request(f"{self.base}/{shard}", method=method, headers=dict(self.headers))
+        if byte_range is not None:
+            req.add_header("Range", f"bytes={byte_range[0]}-{byte_range[1] - 1}")
+        return urllib.request.urlopen(req, timeout=self.timeout)  # noqa: S310 - user-chosen URL
+
+    def _get_text(self, name: str) -> str | None:
+        try:
+            with self._request(name) as resp:
+                return resp.read().decode()
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return None
+            raise Gemma4T4Error(f"GET {self.base}/{name} failed: HTTP {exc.code}", fix="check the URL and token") from exc
+        except urllib.error.URLError as exc:
+            raise Gemma4T4Error(f"cannot reach {self.base}: {exc.reason}", fix="check the URL and network") from exc
+
+    def _exists(self, shard: str) -> bool:
+        try:
+            with self._request(shard, byte_range=(0, 1)):
+                return True
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return False
+            raise Gemma4T4Error(f"{self.base}/{shard}: HTTP {exc.code}", fix="check the URL and token") from exc
+        except urllib.error.URLError as exc:
+            raise Gemma4T4Error(f"cannot reach {self.base}: {exc.reason}", fix="check the URL and network") from exc
+
+    def _read(self, shard: str, start: int, length: int) -> bytes:
+        if length <= 0:
+            return b""
+        try:
+            with self._request(shard, byte_range=(start, start + length)) as resp:
+                if resp.status != 206:
+                    raise Gemma4T4Error(
+                        f"{self.base}/{shard} ignored the Range request (HTTP {resp.status})",
+                        fix="use a server that supports HTTP range requests (the Hugging Face Hub does)",
+                    )
+                data = resp.read()
+        except urllib.error.URLError as exc:
+            raise Gemma4T4Error(f"range read of {self.base}/{shard} failed: {exc}", fix="check the URL and network") from exc
+        if len(data) != length:
+            raise Gemma4T4Error(f"{self.base}/{shard}: short read ({len(data)} of {length} bytes)",
+                                fix="retry; the file may have changed on the server")
+        self.bytes_downloaded += len(data)
+        return data
+
+    def read_text(self, name: str) -> str | None:
+        return self._get_text(name)
+
+
+def open_checkpoint(path: str | os.PathLike) -> CheckpointReader:
+    """Open a local folder/file or an ``http(s)://`` checkpoint."""
+    text = str(path)
+    if text.startswith(("http://", "https://")):
+        return RemoteCheckpoint(text)
+    return LocalCheckpoint(path)
+
+
+# --------------------------------------------------------------------------------------------
+# writing
+
+
+@dataclass
+class PlannedTensor:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return (int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1) * DTYPES[self.dtype][1]
+
+
+@dataclass
+class _Shard:
+    file: str
+    tensors: list[PlannedTensor] = field(default_factory=list)
+    offsets: dict[str, int] = field(default_factory=dict)  # absolute data offset per tensor
+    size: int = 0
+
+
+class ShardedWriter:
+    """Write planned tensors into ``out_dir`` as one file or shards + index, block by block.
+
+    The full layout is fixed up front (``plan``), every file is created at its final size,
+    and ``write_rows`` places bytes with ``pwrite``; nothing is held in memory.
+    """
+
+    def __init__(self, out_dir: Path, plan: list[PlannedTensor], max_shard_bytes: int = 4 * 10**9,
+                 metadata: dict[str, str] | None = None):
+        self.out_dir = Path(out_dir)
+        self.plan = {t.name: t for t in plan}
+        groups: list[list[PlannedTensor]] = [[]]
+        size = 0
+        for t in plan:
+            if groups[-1] and size + t.nbytes > max_shard_bytes:
+                groups.append([])
+                size = 0
+            groups[-1].append(t)
+            size += t.nbytes
+        n = len(groups)
+        names = [SINGLE_NAME] if n == 1 else [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
+        self.shards: list[_Shard] = []
+        self._where: dict[str, _Shard] = {}
+        self._fds: dict[str, int] = {}
+        for file, tensors in zip(names, groups, strict=True):
+            shard = _Shard(file, tensors)
+            header: dict = {"__metadata__": dict(metadata or {"format": "pt"})}
+            cursor = 0
+            for t in tensors:
+                header[t.name] = {"dtype": t.dtype, "shape": list(t.shape), "data_offsets": [cursor, cursor + t.nbytes]}
+                cursor += t.nbytes
+            raw = json.dumps(header, separators=(",", ":")).encode()
+            raw += b" " * (-len(raw) % 8)  # data starts 8-byte aligned
+            data_start = 8 + len(raw)
+            for t in tensors:
+                shard.offsets[t.name] = data_start + header[t.name]["data_offsets"][0]
+                self._where[t.name] = shard
+            shard.size = data_start + cursor
+            fd = os.open(self.out_dir / file, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.pwrite(fd, struct.pack("<Q", len(raw)) + raw, 0)
+            os.ftruncate(fd, shard.size)
+            self._fds[file] = fd
+            self.shards.append(shard)
+
+    def write_rows(self, name: str, row_start: int, array: np.ndarray) -> None:
+        """Write ``array`` (rows ``row_start:...`` of tensor ``name``, already in its stored dtype)."""
+        t = self.plan[name]
+        shard = self._where[name]
+        row_bytes = t.nbytes // t.shape[0] if t.shape and t.shape[0] else t.nbytes
+        data = np.ascontiguousarray(array).view(np.uint8).reshape(-1)
+        if row_start * row_bytes + data.nbytes > t.nbytes:
+            raise ValueError(f"write past the end of {name}")
+        offset = shard.offsets[name] + row_start * row_bytes
+        view = memoryview(data)
+        while view:
+            written = os.pwrite(self._fds[shard.file], view, offset)
+            view = view[written:]
+            offset += written
+
+    def finish(self) -> list[str]:
+        """Flush, close and write the index (when sharded). Returns the files written."""
+        for fd in self._fds.values():
+            os.fsync(fd)
+            os.close(fd)
+        self._fds.clear()
+        files = [s.file for s in self.shards]
+        if len(self.shards) > 1:
+            index = {
+                "metadata": {"total_size": sum(t.nbytes for t in self.plan.values())},
+                "weight_map": {t.name: s.file for s in self.shards for t in s.tensors},
+            }
+            (self.out_dir / INDEX_NAME).write_text(json.dumps(index, indent=2) + "\n")
+            files.append(INDEX_NAME)
+        return files
+
+    def abort(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()

@@ -1,0 +1,173 @@
+"""Checkpoint reading: pickle refusal, sharded index validation, HTTP range requests."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import os
+import pickle
+import re
+import shutil
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.quant import grid_check, open_checkpoint, repack
+from gemma4_t4.quant.safetensors_io import PlannedTensor, ShardedWriter
+
+
+class _Trap:
+    """Unpickling this creates a marker file: proves a pickle was (not) loaded."""
+
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.makedirs, (self.marker,))
+
+
+def test_pickle_checkpoint_is_refused_without_unpickling(tmp_path):
+    marker = tmp_path / "UNPICKLED"
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    (folder / "pytorch_model.bin").write_bytes(pickle.dumps(_Trap(str(marker))))
+    (folder / "config.json").write_text("{}")
+    for target in (folder, folder / "pytorch_model.bin"):
+        with pytest.raises(Gemma4T4Error, match="pickle") as err:
+            grid_check(str(target))
+        assert "safetensors" in err.value.fix
+    with pytest.raises(Gemma4T4Error, match="pickle"):
+        repack(folder, tmp_path / "out")
+    assert not marker.exists() and not (tmp_path / "out").exists()
+    # a pickle renamed to .safetensors is rejected by the header check, not unpickled
+    (folder / "model.safetensors").write_bytes(pickle.dumps(_Trap(str(marker))))
+    with pytest.raises(Gemma4T4Error, match="not a safetensors file|corrupt"):
+        grid_check(str(folder))
+    assert not marker.exists()
+
+
+@pytest.fixture()
+def sharded(tiny_qat_model_dir, tmp_path):
+    """The tiny QAT model re-written as 4 shards + index by our writer."""
+    src = open_checkpoint(tiny_qat_model_dir)
+    out = tmp_path / "sharded"
+    out.mkdir()
+    plan = [PlannedTensor(n, t.dtype, t.shape) for n, t in sorted(src.tensors.items())]
+    writer = ShardedWriter(out, plan, max_shard_bytes=500_000)
+    for p in plan:
+        writer.write_rows(p.name, 0, src.read(p.name))
+    files = writer.finish()
+    assert len(files) == 5 and (out / "model.safetensors.index.json").exists()
+    shutil.copy(tiny_qat_model_dir / "config.json", out / "config.json")
+    return out
+
+
+def test_sharded_writer_output_reads_back_with_the_safetensors_library(sharded, tiny_qat_model_dir):
+    import torch
+    from safetensors.torch import load_file
+
+    index = json.loads((sharded / "model.safetensors.index.json").read_text())
+    src = open_checkpoint(tiny_qat_model_dir)
+    for shard in set(index["weight_map"].values()):
+        for name, arr in load_file(str(sharded / shard)).items():
+            raw = arr.contiguous().view(-1).view(torch.uint8).numpy()
+            assert np.array_equal(raw, src.read(name).reshape(-1).view(np.uint8)), name
+    assert grid_check(str(sharded)).tensors_on_grid == grid_check(str(tiny_qat_model_dir)).tensors_on_grid
+
+
+def test_missing_shard_and_index_mismatch_are_clear_errors(sharded):
+    index_path = sharded / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    first = sorted(set(index["weight_map"].values()))[0]
+    (sharded / first).rename(sharded / "moved.bin.tmp")
+    with pytest.raises(Gemma4T4Error, match="missing") as err:
+        open_checkpoint(sharded)
+    assert first in err.value.message and "download" in err.value.fix
+    (sharded / "moved.bin.tmp").rename(sharded / first)
+    name = next(iter(index["weight_map"]))
+    index["weight_map"][name + ".renamed"] = index["weight_map"].pop(name)
+    index_path.write_text(json.dumps(index))
+    with pytest.raises(Gemma4T4Error, match="index and shards disagree"):
+        open_checkpoint(sharded)
+
+
+def test_truncated_shard_is_detected(sharded):
+    index = json.loads((sharded / "model.safetensors.index.json").read_text())
+    shard = sharded / sorted(set(index["weight_map"].values()))[-1]
+    data = shard.read_bytes()
+    shard.write_bytes(data[: len(data) - 100])
+    with pytest.raises(Gemma4T4Error, match="past the end"):
+        open_checkpoint(sharded)
+
+
+class _RangeHandler(http.server.SimpleHTTPRequestHandler):
+    """A static file server with single-range ``Range: bytes=a-b`` support (206 responses)."""
+
+    requests_seen: list[str] = []
+
+    def log_message(self, *args):  # keep test output quiet
+        pass
+
+    def do_GET(self):
+        path = Path(self.translate_path(self.path))
+        if not path.is_file():
+            self.send_error(404)
+            return
+        data = path.read_bytes()
+        match = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range", ""))
+        type(self).requests_seen.append(f"{self.path} {self.headers.get('Range', '')}")
+        if match:
+            start, end = int(match.group(1)), min(int(match.group(2)), len(data) - 1)
+            body = data[start:end + 1]
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
+        else:
+            body = data
+            self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.fixture()
+def http_folder(sharded):
+    from gemma4_t4.server import free_port
+
+    handler = functools.partial(_RangeHandler, directory=str(sharded))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    _RangeHandler.requests_seen = []
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", sharded
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+def test_remote_grid_check_reads_only_headers_and_the_named_tensor(http_folder):
+    url, folder = http_folder
+    name = "model.layers.1.mlp.gate_proj.weight"
+    report = grid_check(url, tensors=[name])
+    assert report.tensors_checked == 1 and report.tensors_on_grid == 1
+    local = grid_check(str(folder), tensors=[name])
+    assert report.tensors[0].values_bit_identical == local.tensors[0].values_bit_identical
+    total = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
+    assert report.bytes_read == 256 * 128 * 2
+    ranged = [r for r in _RangeHandler.requests_seen if "bytes=" in r]
+    assert ranged and all("index.json" not in r for r in ranged)
+    downloaded = sum(int(b) - int(a) + 1 for a, b in re.findall(r"bytes=(\d+)-(\d+)", " ".join(ranged)))
+    assert downloaded < total / 4
+
+
+def test_remote_missing_tensor_and_bad_url(http_folder):
+    url, _ = http_folder
+    with pytest.raises(Gemma4T4Error, match="no tensor"):
+        grid_check(url, tensors=["model.nope.weight"])
+    with pytest.raises(Gemma4T4Error, match="neither"):
+        grid_check(url + "/no-such-folder")

@@ -1,0 +1,106 @@
+"""Lattice recovery, float rounding and int4 packing on synthetic tensors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gemma4_t4.quant import lattice, pack
+
+
+def _qat_matrix(rows=256, cols=512, seed=0, scale_dtype="fp32"):
+    """Values bf16(q * s) with peaks on random levels 1..8 and scales spread over 3 decades."""
+    rng = np.random.default_rng(seed)
+    groups = cols // 32
+    peak = rng.integers(1, 9, size=(rows, groups))
+    scale = (10 ** rng.uniform(-4, -1, size=(rows, groups))).astype(np.float32)
+    scale = lattice.round_to_dtype(scale, scale_dtype) if scale_dtype != "fp32" else scale
+    q = rng.integers(-8, 8, size=(rows, groups, 32))
+    q = np.clip(q, -peak[..., None], np.minimum(peak[..., None], 7))
+    q[..., 0] = np.where(peak == 8, -8, peak)  # make each group's peak actually present
+    w = lattice.round_to_dtype(q * scale[..., None].astype(np.float64), "bf16").reshape(rows, cols)
+    return w, q.reshape(rows, cols).astype(np.int8), scale, peak
+
+
+@pytest.mark.parametrize("use_numba", [False, True])
+def test_recovers_levels_and_peaks_without_assuming_eight(use_numba):
+    w, q, _scale, peak = _qat_matrix()
+    fit = lattice.fit_lattice(w, use_numba=use_numba)
+    assert fit.on_grid.all()
+    # the coarsest lattice: levels equal to the generator's up to a common factor per group
+    deq = lattice.dequantize(fit.levels, fit.scale, 32, "fp32")
+    assert np.all(np.abs(deq - w) <= lattice.DEFAULT_TOL * np.repeat(fit.scale, 32, axis=1))
+    assert set(np.unique(fit.peak)) >= {1, 2, 3, 5, 6, 7, 8}
+    assert np.all(fit.peak <= peak)
+    # absmax / 8 (the classic assumption) would move most groups with a peak below 8
+    naive = np.abs(w).reshape(256, -1, 32).max(-1) / 8
+    moved = np.rint(w.reshape(256, -1, 32) / naive[..., None]) * naive[..., None] != w.reshape(256, -1, 32)
+    assert moved.any(axis=-1)[peak < 8].mean() > 0.5
+
+
+def test_numba_and_numpy_agree_bit_for_bit():
+    if lattice.numba is None:
+        pytest.skip("numba is not installed (the numpy path is then the only one)")
+    w, *_ = _qat_matrix(seed=3)
+    w[5, 40] += 0.37 * abs(w[5, 40]) + 1e-3  # one off-grid group
+    w[7, :32] = 0.0  # an all-zero group
+    a = lattice.fit_lattice(w, use_numba=False)
+    b = lattice.fit_lattice(w, use_numba=True)
+    for field in ("levels", "scale", "peak"):
+        assert np.array_equal(getattr(a, field), getattr(b, field)), field
+    assert np.allclose(a.deviation, b.deviation, equal_nan=True)
+    for dt in lattice.SCALE_DTYPES:
+        ca, cb = lattice.choose_scale(w, a, dt, use_numba=False), lattice.choose_scale(w, b, dt, use_numba=True)
+        assert np.array_equal(ca.scale, cb.scale) and np.array_equal(ca.exact, cb.exact)
+    assert not a.on_grid[5, 1] and a.peak[7, 0] == 0 and a.on_grid.sum() == a.on_grid.size - 1
+
+
+def test_tolerance_matters_for_bf16_rounding():
+    w, *_ = _qat_matrix(seed=1)
+    assert lattice.fit_lattice(w, tol=0.05).on_grid.all()
+    assert lattice.fit_lattice(w, tol=1e-4).on_grid.mean() < 0.9
+
+
+def test_off_grid_groups_are_reported_with_their_deviation():
+    rng = np.random.default_rng(2)
+    w = lattice.round_to_dtype(rng.normal(0, 0.05, size=(64, 256)), "bf16")
+    fit = lattice.fit_lattice(w)
+    assert fit.on_grid.mean() < 0.05
+    assert np.all(fit.deviation[~fit.on_grid] > 0.05)
+    w[0, 0] = np.nan
+    assert lattice.fit_lattice(w).peak[0, 0] == -1
+
+
+def test_bf16_scale_source_is_reproduced_exactly_and_fp16_scales_keep_more_values():
+    w, *_ = _qat_matrix(seed=4, scale_dtype="bf16")
+    fit = lattice.fit_lattice(w)
+    assert (lattice.choose_scale(w, fit, "bf16").exact == 32).all()
+    w2, *_ = _qat_matrix(seed=5)  # full-precision scales, like real QAT exports
+    fit2 = lattice.fit_lattice(w2)
+    fp16 = lattice.choose_scale(w2, fit2, "fp16").exact.sum()
+    bf16 = lattice.choose_scale(w2, fit2, "bf16").exact.sum()
+    assert fp16 > bf16 and fp16 > 0.97 * w2.size
+
+
+def test_rounding_helpers_match_torch():
+    import torch
+
+    x = np.concatenate([np.random.default_rng(0).normal(0, 1, 10000), [1 + 2**-8, 1 + 3 * 2**-8, 2**-20, 70000.0]])
+    x32 = x.astype(np.float32)
+    assert np.array_equal(lattice.round_to_dtype(x32, "bf16"), torch.from_numpy(x32).bfloat16().float().numpy())
+    assert np.array_equal(lattice.round_to_dtype(x32, "fp16"), torch.from_numpy(x32).half().float().numpy())
+
+
+def test_packing_is_bit_exact_with_compressed_tensors():
+    import torch
+    from compressed_tensors.compressors.pack_quantized.helpers import pack_to_int32, unpack_from_int32
+
+    levels = np.random.default_rng(0).integers(-8, 8, size=(33, 256)).astype(np.int8)
+    ref = pack_to_int32(torch.from_numpy(levels), 4).numpy()
+    for use_numba in (False, True):
+        assert np.array_equal(pack.pack_int4(levels, use_numba=use_numba), ref)
+    assert np.array_equal(pack.unpack_int4(ref, 256), levels)
+    assert np.array_equal(unpack_from_int32(torch.from_numpy(ref), 4, torch.Size([33, 256])).numpy(), levels)
+    zp = levels[:, :5]
+    assert np.array_equal(pack.pack_int4_dim0(zp), pack_to_int32(torch.from_numpy(zp.copy()), 4, packed_dim=0).numpy())
+    assert np.array_equal(pack.unpack_int4_dim0(pack.pack_int4_dim0(zp), 33), zp)
