@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import html
 import importlib.metadata
-import json
 import math
 import os
 import platform
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gemma4_t4.atomic import atomic_write_json
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.jsonable import to_jsonable
 
@@ -243,9 +243,7 @@ def save_summary(out_dir: str | Path, part: int, results: Mapping[str, Any],
     payload = {"part": part, "results": to_jsonable(dict(results)),
                "tables": to_jsonable([dict(t) for t in tables]), "notes": list(notes)}
     path = out / SUMMARY_FILE
-    tmp = path.with_name(f".{SUMMARY_FILE}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(payload, indent=2), encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write_json(path, payload)
     print(f"summary written to {path}")
 
 

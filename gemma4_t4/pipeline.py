@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import html
 import json
-import os
 import re
 import time
 import traceback
@@ -23,6 +22,7 @@ from typing import Any, Literal
 
 import yaml
 
+from gemma4_t4.atomic import atomic_write_text
 from gemma4_t4.errors import Gemma4T4Error
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -250,7 +250,7 @@ def export_notebook_html(executed: Path) -> Path:
     notebook = nbformat.read(str(executed), as_version=4)
     body, _ = nbconvert.HTMLExporter().from_notebook_node(notebook)
     target = executed.with_suffix(".html")
-    _atomic_write(target, body)
+    atomic_write_text(target, body)
     return target
 
 
@@ -259,9 +259,9 @@ def write_index(report: PipelineReport) -> tuple[str, str]:
     out = Path(report.out)
     md = render_index_markdown(report)
     md_path = out / "index.md"
-    _atomic_write(md_path, md)
+    atomic_write_text(md_path, md)
     html_path = out / "index.html"
-    _atomic_write(html_path, _markdown_to_html(md, title=f"gemma4_t4 notebooks ({report.target})"))
+    atomic_write_text(html_path, _markdown_to_html(md, title=f"gemma4_t4 notebooks ({report.target})"))
     return str(md_path), str(html_path)
 
 
@@ -381,9 +381,3 @@ def _inline(text: str) -> str:
     text = re.sub(r"!\[([^\]]*)\]\(([^)]+)\)", r"<img alt='\1' src='\2'>", text)
     text = re.sub(r"\[([^\]]+)\]\(([^)]+)\)", r"<a href='\2'>\1</a>", text)
     return re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", text)
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)

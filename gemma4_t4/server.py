@@ -38,6 +38,7 @@ from typing import Any, Literal
 
 import psutil
 
+from gemma4_t4.atomic import atomic_write_json
 from gemma4_t4.errors import Gemma4T4Error
 
 Target = Literal["t4", "cpu"]
@@ -188,7 +189,7 @@ def free_port(host: str = DEFAULT_HOST) -> int:
         return sock.getsockname()[1]
 
 
-def _http_get(url: str, timeout: float = 2.0, api_key: str | None = None) -> tuple[int, bytes]:
+def http_get(url: str, timeout: float = 2.0, api_key: str | None = None) -> tuple[int, bytes]:
     request = urllib.request.Request(url)
     if api_key:
         request.add_header("Authorization", f"Bearer {api_key}")
@@ -227,15 +228,6 @@ def pid_alive(pid: int | None, create_time: float | None = None) -> bool:
     if create_time is None or started < 0:
         return True
     return abs(started - create_time) < 1.0
-
-
-def _write_json_atomic(path: Path, data: Any) -> None:
-    from gemma4_t4.jsonable import to_jsonable
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(to_jsonable(data), indent=2))
-    os.replace(tmp, path)
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -302,7 +294,7 @@ class ServerLock:
 
     def update(self, owner: dict[str, Any]) -> None:
         if self.owned:
-            _write_json_atomic(self.path, owner)
+            atomic_write_json(self.path, owner)
 
     def release(self, pid: int | None = None) -> None:
         """Remove the lock if we own it, or if it names ``pid`` (stopping from another process)."""
@@ -526,7 +518,7 @@ class VLLMServer:
         self._write_state("starting")
 
     def _write_state(self, state: str, **extra: Any) -> None:
-        _write_json_atomic(self.state_path, {
+        atomic_write_json(self.state_path, {
             "state": state,
             "pid": self._pid,
             "pid_create_time": self._pid_create_time,
@@ -572,19 +564,19 @@ class VLLMServer:
 
     def healthy(self) -> bool:
         try:
-            status, _ = _http_get(self.base_url + "/health", timeout=2.0)
+            status, _ = http_get(self.base_url + "/health", timeout=2.0)
         except (OSError, urllib.error.URLError):
             return False
         return status == 200
 
     def get_json(self, path: str, timeout: float = 10.0) -> Any:
-        status, body = _http_get(self.base_url + path, timeout=timeout, api_key=self.config.api_key)
+        status, body = http_get(self.base_url + path, timeout=timeout, api_key=self.config.api_key)
         if status != 200:
             raise Gemma4T4Error(f"GET {path} returned HTTP {status}: {body[:200]!r}")
         return json.loads(body)
 
     def metrics_text(self, timeout: float = 10.0) -> str:
-        status, body = _http_get(self.base_url + "/metrics", timeout=timeout, api_key=self.config.api_key)
+        status, body = http_get(self.base_url + "/metrics", timeout=timeout, api_key=self.config.api_key)
         if status != 200:
             raise Gemma4T4Error(f"GET /metrics returned HTTP {status}")
         return body.decode()
@@ -833,7 +825,7 @@ def _supervise(exit_file: str, command: list[str]) -> int:
     signal.signal(signal.SIGHUP, remember)
     child = subprocess.Popen(command)
     code = child.wait()
-    _write_json_atomic(Path(exit_file), {
+    atomic_write_json(Path(exit_file), {
         "pid": os.getpid(),
         "child_pid": child.pid,
         "exit_code": code,

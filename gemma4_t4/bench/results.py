@@ -16,11 +16,11 @@ import csv
 import io
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gemma4_t4.atomic import atomic_write_json, atomic_write_text
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.jsonable import to_jsonable
 
@@ -31,26 +31,6 @@ CSV_STATS = ("mean", "median", "p90", "p99", "ci_low", "ci_high")
 CSV_SCALARS = ("cell", "workload", "variant", "concurrency", "input_len", "output_len", "num_prompts",
                "completed", "failed", "queueing", "output_throughput_tok_s", "request_throughput_req_s",
                "tokens_per_chunk", "prefix_cache_hit_rate", "partial")
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write via a temporary file and rename: readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def atomic_write_json(path: Path, data: Any) -> None:
-    atomic_write_text(path, json.dumps(to_jsonable(data), indent=2) + "\n")
 
 
 def cells_to_csv(cells: list[dict[str, Any]]) -> str:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.server import http_get
 
 _SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)')
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
@@ -72,21 +73,10 @@ def snapshot_from_text(text: str, at_s: float | None = None) -> MetricsSnapshot:
     return MetricsSnapshot(time.time() if at_s is None else at_s, values, info)
 
 
-def _get(url: str, api_key: str | None = None, timeout: float = 10.0) -> tuple[int, bytes]:
-    request = urllib.request.Request(url)
-    if api_key:
-        request.add_header("Authorization", f"Bearer {api_key}")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
-
-
 def scrape(base_url: str, api_key: str | None = None, timeout: float = 10.0) -> MetricsSnapshot | None:
     """One ``/metrics`` scrape, or None if the server exposes none (the run goes on without)."""
     try:
-        status, body = _get(base_url.rstrip("/") + "/metrics", api_key, timeout)
+        status, body = http_get(base_url.rstrip("/") + "/metrics", timeout=timeout, api_key=api_key)
     except (urllib.error.URLError, OSError):
         return None
     if status != 200:
@@ -125,7 +115,7 @@ def check_reachable(base_url: str, model: str | None = None, api_key: str | None
     """Fail before the run if the server is unreachable or does not serve ``model``."""
     url = base_url.rstrip("/")
     try:
-        status, body = _get(url + "/v1/models", api_key, timeout=10.0)
+        status, body = http_get(url + "/v1/models", timeout=10.0, api_key=api_key)
     except (urllib.error.URLError, OSError) as exc:
         raise Gemma4T4Error(f"cannot reach the server at {base_url}: {exc}",
                             fix="start it (gemma4-t4 serve ...) or correct --base-url") from None
@@ -149,7 +139,7 @@ def check_reachable(base_url: str, model: str | None = None, api_key: str | None
 
 def server_version(base_url: str, api_key: str | None = None) -> str | None:
     try:
-        status, body = _get(base_url.rstrip("/") + "/version", api_key, timeout=5.0)
+        status, body = http_get(base_url.rstrip("/") + "/version", timeout=5.0, api_key=api_key)
         return json.loads(body).get("version") if status == 200 else None
     except (urllib.error.URLError, OSError, ValueError):
         return None

@@ -16,13 +16,11 @@ and nothing is written.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from gemma4_t4.atomic import atomic_write_bytes
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.turing import smem, tilecap
 from gemma4_t4.turing.offline import KERNEL_RELPATH, find_vllm_root, read_vllm_version
@@ -132,22 +130,6 @@ def file_patch_status(path: str | Path | None = None, vllm_version: str | None =
     )
 
 
-def _atomic_write(path: Path, data: bytes, mode_from: Path) -> None:
-    """Write ``data`` to ``path`` via a temporary file in the same folder and a rename."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        shutil.copymode(mode_from, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def _permission_error(path: Path, exc: OSError) -> Gemma4T4Error:
     return Gemma4T4Error(
         f"cannot write {path}: {exc.strerror}",
@@ -183,8 +165,8 @@ def apply_file_patch(path: str | Path | None = None, vllm_version: str | None = 
     compile(patched_text, str(target), "exec")  # never write a file that would not import
     backup = Path(status.backup_path)
     try:
-        _atomic_write(backup, original, mode_from=target)
-        _atomic_write(target, patched_text.encode("utf-8"), mode_from=target)
+        atomic_write_bytes(backup, original, mode_from=target)
+        atomic_write_bytes(target, patched_text.encode("utf-8"), mode_from=target)
     except PermissionError as exc:
         raise _permission_error(target, exc) from exc
     return FilePatchResult("applied", str(target), str(backup), status.vllm_version, original_sha,
@@ -214,7 +196,7 @@ def revert_file_patch(path: str | Path | None = None) -> FilePatchResult:
     backup = Path(status.backup_path)
     original = backup.read_bytes()
     try:
-        _atomic_write(target, original, mode_from=target)
+        atomic_write_bytes(target, original, mode_from=target)
         backup.unlink()
     except PermissionError as exc:
         raise _permission_error(target, exc) from exc

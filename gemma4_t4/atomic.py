@@ -1,0 +1,40 @@
+"""Atomic file writes: a temporary file in the same folder, fsync, then a rename, so readers
+never see half a file and an interrupted write leaves the old file (or nothing) in place."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from gemma4_t4.jsonable import to_jsonable
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes, mode_from: str | os.PathLike | None = None) -> None:
+    """Replace ``path`` with ``data``; copy permission bits from ``mode_from`` when given."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if mode_from is not None:
+            shutil.copymode(mode_from, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | os.PathLike, data: Any) -> None:
+    atomic_write_text(path, json.dumps(to_jsonable(data), indent=2) + "\n")
