@@ -78,4 +78,4 @@ def test_arch_parsing_and_missing_triton(monkeypatch):
     monkeypatch.setitem(sys.modules, "triton", None)  # "import triton" now fails, as when it is missing
     with pytest.raises(Gemma4T4Error, match="Triton is not installed") as info:
         verify("sm_75")
-    assert "pip install 'triton==3.9.0'" in info.value.fix
+    assert "pip install 'triton==3.8.0'" in info.value.fix

@@ -43,7 +43,7 @@ from gemma4_t4.errors import Gemma4T4Error
 KERNEL_RELPATH = Path("v1/attention/ops/triton_unified_attention.py")
 KERNEL_NAME = "vllm.v1.attention.ops.triton_unified_attention"
 KERNELS = ("kernel_unified_attention", "reduce_segments")
-TRITON_FIX = "pip install 'triton==3.9.0'  (or: pip install -e '.[dev]')"
+TRITON_FIX = "pip install 'triton==3.8.0'  (or: pip install -e '.[dev]')"
 _LOAD_LOCK = threading.Lock()
 
 DeviceCapability = namedtuple("DeviceCapability", "major minor")

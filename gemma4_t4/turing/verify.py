@@ -179,7 +179,7 @@ class SharedMemoryCompiler:
         if not hasattr(jit, "_pack_args"):
             raise Gemma4T4Error(
                 f"Triton {self.triton.__version__} lacks the JIT internals the offline compile uses",
-                fix="install the tested Triton: " + "pip install 'triton==3.9.0'",
+                fix="install the tested Triton: " + "pip install 'triton==3.8.0'",
             )
         binder = self._binders.get(id(jit))
         if binder is None:
