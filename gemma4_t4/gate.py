@@ -338,35 +338,15 @@ def _nvidia_gpu_present() -> bool | None:
 
 
 def probe_turing(compute_capability: tuple[int, int] | None) -> dict[str, Any]:
-    """Is the Turing fix active for vLLM's processes? If that is unknown: is it proven for this arch?"""
-    turing = _optional_module("gemma4_t4.turing")
-    facts: dict[str, Any] = {}
-    status_fn = getattr(turing, "status", None)
-    if status_fn is not None:
-        status = status_fn()
-        active = next((_field(status, name, None) for name in ("active", "plugin_active", "ok")
-                       if _field(status, name, None) is not None), None)
-        facts["turing_fix_active"] = None if active is None else bool(active)
-        facts["turing_detail"] = _field(status, "detail", None) or _field(status, "message", None) \
-            or _field(status, "summary", None)
-    else:
-        facts["_note"] = "gemma4_t4.turing has no status() to say whether the fix is active"
-    if facts.get("turing_fix_active") is None and compute_capability is not None:
-        verify_fn = getattr(turing, "verify", None) or getattr(_optional_module("gemma4_t4.turing.verify"),
-                                                               "verify", None)
-        arch = f"sm_{compute_capability[0]}{compute_capability[1]}"
-        if verify_fn is not None:
-            try:
-                facts["turing_fix_proven"] = bool(_field(verify_fn(arch), "ok", False))
-            except Exception as exc:  # triton missing, vLLM changed: unproven, and say why
-                facts["_note"] = f"turing verify {arch} failed: {exc}"
-    return facts
+    """Is the Turing fix active for vLLM's processes (plugin registered and enabled, or file patch)?
 
+    ``compute_capability`` is kept for the probe signature; the status already reads the device.
+    """
+    from gemma4_t4 import turing
 
-def _field(obj: Any, name: str, default: Any) -> Any:
-    if isinstance(obj, dict):
-        return obj.get(name, default)
-    return getattr(obj, name, default)
+    status = turing.status()
+    return {"turing_fix_active": bool(status.active), "turing_detail": status.summary}
+
 
 
 def probe_host_memory() -> dict[str, Any]:

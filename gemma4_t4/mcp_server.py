@@ -17,7 +17,6 @@ import inspect
 import json
 import logging
 import os
-import re
 import time
 import urllib.error
 import urllib.request
@@ -30,6 +29,7 @@ from pydantic import BaseModel, TypeAdapter
 
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.jsonable import to_jsonable
+from gemma4_t4.sagemaker.config import SECRET_KEY
 
 try:
     from mcp.server import MCPServer
@@ -46,7 +46,7 @@ CREATES = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempote
 DESTRUCTIVE = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True,
                               open_world_hint=True)
 
-_SECRET_ENV = re.compile(r"(?:^|_)(?:TOKEN|SECRET|PASSWORD|ACCESS_KEY|KEY_ID|API_KEY)(?:$|_)", re.I)
+_SECRET_ENV = SECRET_KEY  # one rule, shared with the SageMaker env redaction, for what counts as secret
 
 
 def _secret_values() -> list[str]:
@@ -342,14 +342,23 @@ def get_endpoint_logs(name: str, region: str = "us-east-2", lines: int = 50) -> 
     return to_jsonable(endpoint_logs(name, region, lines=lines))
 
 
+def _served_model(base_url: str) -> str:
+    """The first model a local server serves (clear error if it is unreachable or serves none)."""
+    from gemma4_t4.bench.telemetry import check_reachable
+
+    models = check_reachable(base_url)["models"]
+    if not models:
+        raise Gemma4T4Error(f"{base_url} serves no model", fix="start one with start_vllm_server")
+    return models[0]
+
+
 def _local_chat(base_url: str, prompt: str, max_tokens: int, temperature: float,
                 model: str | None = None) -> QueryResult:
     """One non-streaming chat request to a local vLLM server (/v1/chat/completions)."""
     from gemma4_t4.sagemaker.ops import parse_chat_response
 
     if model is None:
-        with urllib.request.urlopen(base_url.rstrip("/") + "/v1/models", timeout=10) as response:
-            model = json.loads(response.read())["data"][0]["id"]
+        model = _served_model(base_url)
     payload = {"model": model, "messages": [{"role": "user", "content": prompt}],
                "max_tokens": max_tokens, "temperature": temperature}
     request = urllib.request.Request(base_url.rstrip("/") + "/v1/chat/completions",
@@ -533,8 +542,7 @@ def run_benchmark(base_url: str, model: str | None = None,
     """Benchmark a running OpenAI-compatible server (TTFT, TPOT, throughput); writes a results dir."""
     bench = _optional("gemma4_t4.bench", "the benchmark")
     if model is None:
-        with urllib.request.urlopen(base_url.rstrip("/") + "/v1/models", timeout=10) as response:
-            model = json.loads(response.read())["data"][0]["id"]
+        model = _served_model(base_url)
     out = out_dir or os.path.join(_work_dir(), "bench", f"{workload}-{time.strftime('%Y%m%d-%H%M%S')}")
     opts = {k: v for k, v in {"concurrency": concurrency, "input_len": input_len, "output_len": output_len,
                               "num_prompts": num_prompts}.items() if v is not None}

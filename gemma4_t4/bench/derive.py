@@ -14,20 +14,13 @@ from gemma4_t4.hardware import GPUS, PRICES, get_gpu, usd_per_million_tokens
 
 
 def lookup_bytes_per_token(model: str, fmt: str) -> float | None:
-    """Bytes read per decoded token for a catalogue model/format, if ``gemma4_t4.models`` knows it."""
+    """Bytes read per decoded token for a catalogue model/format (None if the catalogue lacks it)."""
+    from gemma4_t4 import models
+
     try:
-        from gemma4_t4 import models  # written alongside; imported lazily
-    except ImportError:
+        return float(models.decode_bytes_per_token(model, fmt).total_bytes)
+    except Gemma4T4Error:  # unknown model or format: no roofline, not a failure
         return None
-    for name in ("bytes_per_token", "decode_bytes_per_token", "bytes_read_per_token"):
-        fn = getattr(models, name, None)
-        if callable(fn):
-            try:
-                value = fn(model, fmt)
-            except Exception:  # noqa: BLE001 - unknown model or format: no roofline, not a failure
-                return None
-            return float(value) if value else None
-    return None
 
 
 def roofline(per_stream_tok_s: float | None, bytes_per_token: float, gpu_key: str,

@@ -41,18 +41,18 @@ def _quotas(args: argparse.Namespace) -> Output:
     regions = _regions(args.regions)
     types = args.instance_types.split(",")
     if args.dry_run:
-        return Output({"dry_run": True, "plan": [c.cli() for c in quota_plan(types, regions)]},
-                      _recipe([c.cli() for c in quota_plan(types, regions)]))
+        plan = [c.cli() for c in quota_plan(types, regions)]
+        return Output({"dry_run": True, "plan": plan}, _recipe(plan))
     report = check_quotas(types, regions)
-    picks = {}
+    picks, notes = {}, {}
     for instance in types:
         try:
             picks[instance] = pick_region(report, instance)
         except Gemma4T4Error as exc:
             picks[instance] = None
-            report_note = str(exc)
+            notes[instance] = str(exc)  # each type's own reason
     text = report.table() + "\n" + "\n".join(
-        f"-> {t}: deploy in {r}" if r else f"-> {t}: {report_note}" for t, r in picks.items())
+        f"-> {t}: deploy in {r}" if r else f"-> {t}: {notes[t]}" for t, r in picks.items())
     code = 0 if any(picks.values()) else 1
     return Output({"rows": report.rows, "picked": picks}, text, code)
 

@@ -119,7 +119,7 @@ def grid_check(path: str, tensors: Sequence[str] | None = None, group_size: int 
         names, skipped = select_tensors(reader, tensors, group_size)
         rows_out: list[TensorGrid] = []
         bytes_read = 0
-        bar = _progress_bar(sum(reader.tensors[n].nbytes for n in names), progress, "grid-check")
+        bar = progress_bar(sum(reader.tensors[n].nbytes for n in names), progress, "grid-check")
         try:
             for name in names:
                 rows_out.append(check_tensor(reader, name, group_size, tol, scale_dtypes))
@@ -175,7 +175,7 @@ def select_tensors(reader: CheckpointReader, wanted: Sequence[str] | None,
     return out, skipped
 
 
-def _progress_bar(total: int, enabled: bool, desc: str):
+def progress_bar(total: int, enabled: bool, desc: str):
     if not enabled:
         return None
     from tqdm.auto import tqdm
@@ -291,7 +291,7 @@ def grid_compare(ref: str, other: str, group_size: int = lattice.DEFAULT_GROUP, 
             raise Gemma4T4Error(f"{ref} and {other} share no 2-D weight modules",
                                 fix="compare two builds of the same model (names must match)")
         rows_out = []
-        bar = _progress_bar(len(common), progress, "grid-compare")
+        bar = progress_bar(len(common), progress, "grid-compare")
         for m in common:
             if r_mods[m].shape != o_mods[m].shape:
                 raise Gemma4T4Error(f"{m}: shape {r_mods[m].shape} in {ref} but {o_mods[m].shape} in {other}",

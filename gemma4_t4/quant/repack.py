@@ -23,6 +23,7 @@ from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.quant import config as qconfig
 from gemma4_t4.quant import lattice, pack
 from gemma4_t4.quant.builds import to_f32
+from gemma4_t4.quant.grid import progress_bar
 from gemma4_t4.quant.safetensors_io import (
     INDEX_NAME,
     PICKLE_SUFFIXES,
@@ -233,11 +234,7 @@ def build_quantized(
     exact_totals: dict[str, int] = {}
     bytes_read = 0
     total_bytes = reader.total_bytes
-    bar = None
-    if progress is True:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=total_bytes, unit="B", unit_scale=True, desc=method, leave=False)
+    bar = progress_bar(total_bytes, progress is True, method)
     callback = progress if callable(progress) else None
     try:
         writer = ShardedWriter(tmp, plan, max_shard_bytes=shard_bytes)

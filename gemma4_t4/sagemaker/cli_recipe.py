@@ -13,9 +13,6 @@ from typing import Any
 
 from gemma4_t4.sagemaker.config import redact_env
 
-# boto3 client name -> aws CLI service name, where they differ
-_CLI_SERVICE = {"sagemaker-runtime": "sagemaker-runtime", "logs": "logs", "service-quotas": "service-quotas"}
-
 
 @dataclass
 class ApiCall:
@@ -49,7 +46,7 @@ def _redact(value: Any) -> Any:
 
 def to_cli(call: ApiCall) -> str:
     """``aws <service> <operation> --param value ...``; structures are passed as JSON."""
-    parts = ["aws", _CLI_SERVICE.get(call.service, call.service), _kebab(call.operation)]
+    parts = ["aws", call.service, _kebab(call.operation)]  # boto3 and CLI service names agree
     if call.region:
         parts += ["--region", call.region]
     for key, value in _redact(call.params).items():
@@ -65,6 +62,3 @@ def to_cli(call: ApiCall) -> str:
     command = " ".join(parts)
     return f"# {call.note}\n{command}" if call.note else command
 
-
-def recipe(calls: list[ApiCall]) -> str:
-    return "\n".join(to_cli(c) for c in calls)

@@ -33,13 +33,13 @@ _VLLM_FLAG = re.compile(r"^--[a-z0-9][a-z0-9-]*$")
 
 
 # Whole-word match so SM_VLLM_MAX_NUM_BATCHED_TOKENS stays visible while HF_TOKEN is hidden.
-_SECRET_KEY = re.compile(r"(?:^|_)(?:TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?|API_KEY|ACCESS_KEY|KEY_ID)(?:$|_)",
+SECRET_KEY = re.compile(r"(?:^|_)(?:TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?|API_KEY|ACCESS_KEY|KEY_ID)(?:$|_)",
                          re.I)
 
 
 def redact_env(env: dict[str, str]) -> dict[str, str]:
     """Hide values of secret-looking variables (HF_TOKEN, ...) in anything shown or returned."""
-    return {k: ("***" if _SECRET_KEY.search(k) else v) for k, v in env.items()}
+    return {k: ("***" if SECRET_KEY.search(k) else v) for k, v in env.items()}
 
 
 def extra_args_to_env(args: list[str]) -> dict[str, str]:

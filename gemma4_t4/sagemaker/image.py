@@ -199,7 +199,11 @@ def check_ami_for_image(ami_version: str | None, image_uri: str, instance_type: 
 def list_vllm_tags(region: str, ecr_client: Any = None, account: str | None = None,
                    repository: str = DLC_REPOSITORY) -> list[str]:
     """Every tag in the regional vLLM DLC repository (needs ECR read permission on it)."""
-    ecr = ecr_client or _client("ecr", region)
+    if ecr_client is None:
+        from gemma4_t4.sagemaker.aws import client_factory
+
+        ecr_client = client_factory()("ecr", region)
+    ecr = ecr_client
     tags: list[str] = []
     paginator = ecr.get_paginator("list_images")
     for page in paginator.paginate(registryId=account or dlc_account(region), repositoryName=repository,
@@ -245,8 +249,3 @@ def t4_image_uri(account: str, region: str, tag: str | None = None) -> str:
         raise Gemma4T4Error(f"AWS account id {account!r} is not 12 digits", fix="pass your 12-digit account id")
     return f"{account}.dkr.ecr.{region}.{ecr_domain(region)}/{T4_IMAGE_REPOSITORY}:{tag or DEFAULT_VLLM_TAG}"
 
-
-def _client(service: str, region: str) -> Any:
-    import boto3
-
-    return boto3.client(service, region_name=region)

@@ -76,7 +76,7 @@ class LocalAWS:
             for key, value in self.env().items():
                 self._saved_env[key] = os.environ.get(key)
                 os.environ[key] = value
-            for key in ("AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_PROFILE"):
+            for key in _CREDENTIAL_ENV[2:]:  # keys come from env(); drop session/profile left over
                 self._saved_env[key] = os.environ.pop(key, None)
         return self
 

@@ -274,8 +274,9 @@ def invoke(name: str, region: str, prompt: str | None = None, *, messages: list[
         raise aws_error(exc, f"InvokeEndpoint {name}") from exc
     body = response["Body"].read()
     latency = time.perf_counter() - start
-    text, finish, usage = parse_chat_response(body)
-    return InvokeResult(text, finish, usage, latency, _safe_json(body))
+    raw = _safe_json(body)
+    text, finish, usage = parse_chat_response(raw)
+    return InvokeResult(text, finish, usage, latency, raw)
 
 
 def _safe_json(body: bytes) -> Any:

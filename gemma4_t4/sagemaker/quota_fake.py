@@ -33,10 +33,6 @@ class FakeServiceQuotas:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}"
 
-    def set_quota(self, region: str, instance_type: str, value: float) -> None:
-        with self._lock:
-            self.quotas.setdefault(region, {})[instance_type] = value
-
     def _quota_list(self, region: str) -> list[dict[str, Any]]:
         with self._lock:
             values = dict(self.quotas.get(region, {}))

@@ -63,7 +63,7 @@ class TuringStatus:
 
 
 def _plugin_disabled_reason() -> str | None:
-    if os.environ.get(tilecap.ENV_DISABLE, "1").strip().lower() in ("0", "false", "no", "off"):
+    if tilecap._disabled():
         return f"{tilecap.ENV_DISABLE}={os.environ[tilecap.ENV_DISABLE]}"
     allowed = os.environ.get("VLLM_PLUGINS")
     if allowed is not None and plugin.ENTRY_POINT_NAME not in [p.strip() for p in allowed.split(",")]:

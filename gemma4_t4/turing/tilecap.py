@@ -166,9 +166,9 @@ def current_device(platform=None):
     import torch
 
     if torch.cuda.is_initialized():
-        props = torch.cuda.get_device_properties(torch.cuda.current_device())
-        return {"platform": "cuda", "name": name, "capability": (props.major, props.minor),
-                "limit": int(props.shared_memory_per_block_optin), "limit_source": "device"}
+        limit, device_capability = _device_limit_now()
+        return {"platform": "cuda", "name": name, "capability": device_capability,
+                "limit": limit, "limit_source": "device"}
     return {"platform": "cuda", "name": name, "capability": capability,
             "limit": OPTIN_SMEM_BY_CAPABILITY.get(capability), "limit_source": "capability"}
 
