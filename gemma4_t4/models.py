@@ -403,10 +403,6 @@ class DecodeBytes:
     def weights_gb(self) -> float:
         return self.weights_bytes / GB
 
-    @property
-    def total_gb(self) -> float:
-        return self.total_bytes / GB
-
 
 def kv_read_bytes_per_token(variant: str | Gemma4Variant, context_len: int, kv_dtype_bytes: int = 2) -> int:
     """KV cache bytes one decode step reads for one sequence at ``context_len``.

@@ -20,10 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
 from gemma4_t4.atomic import atomic_write_text
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.notebook import SUMMARY_FILE, TARGETS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
@@ -36,8 +35,6 @@ PARTS: dict[str, str] = {
     "03": "Part 3: check the QAT grid, repack to int4 with 4-bit embeddings, serve it",
     "04": "Part 4: Gemma 4 on a T4 - doctor, fixes, serve, benchmark, what fits, $/Mtok",
 }
-TARGETS = ("cpu", "t4", "sagemaker")
-SUMMARY_FILE = "summary.json"
 
 Status = Literal["ok", "failed", "missing", "skipped"]
 SKIP_KEY = "_skip"  # in a params section: this part does not run for that target, and why
@@ -105,6 +102,8 @@ def load_parameters(target: str, params_dir: Path = PARAMS_DIR) -> dict[str, dic
     path = Path(params_dir) / f"{target}.yaml"
     if not path.exists():
         raise Gemma4T4Error(f"no parameter file {path}", fix=f"create it (see {Path(params_dir) / 'cpu.yaml'})")
+    import yaml  # only when parameters are loaded, not on every CLI start
+
     data = yaml.safe_load(path.read_text()) or {}
     if not isinstance(data, dict):
         raise Gemma4T4Error(f"{path} must hold a mapping", fix="see notebooks/params/cpu.yaml")

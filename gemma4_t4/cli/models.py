@@ -109,8 +109,8 @@ def _fit(args: argparse.Namespace) -> Output:
     )
     formats = [m.normalize_format(args.format)] if args.format else list(m.FORMATS)
     models = [m.get_variant(args.model).key] if args.model else None
-    results = m.fit_table(gpu, args.context, num_gpus, models=models, formats=formats, **kwargs)
     everything = m.fit_table(gpu, args.context, num_gpus, **kwargs)
+    results = [r for r in everything if (models is None or r.model in models) and r.format in formats]
     best = m.largest_fitting(everything)
     where = f"{num_gpus}x {gpu.upper()}" if num_gpus > 1 else f"one {gpu.upper()}"
     if best:

@@ -9,10 +9,8 @@ from gemma4_t4.errors import Gemma4T4Error
 
 
 def _tiny(args: argparse.Namespace) -> Output:
-    try:
-        from gemma4_t4.tiny import build_tiny_gemma4
-    except ImportError as exc:  # pragma: no cover - the module itself imports lazily
-        raise Gemma4T4Error(f"cannot build the tiny model: {exc}", fix="pip install -e '.[model]'") from exc
+    from gemma4_t4.tiny import build_tiny_gemma4  # imports torch/transformers only when building
+
     try:
         info = build_tiny_gemma4(args.out, variant=args.variant, overwrite=args.overwrite)
     except ImportError as exc:
