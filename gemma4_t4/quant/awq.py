@@ -37,7 +37,8 @@ def awq_levels(w: np.ndarray, group_size: int = AWQ_GROUP, scale_dtype: str = "f
 
 
 def awq_quantizer(group_size: int, scale_dtype: str) -> Callable[[np.ndarray], BlockResult]:
-    def quantize(w: np.ndarray) -> BlockResult:
+    def quantize(block: np.ndarray) -> BlockResult:
+        w = lattice.as_values(block)
         levels, scale, zero = awq_levels(w, group_size, scale_dtype)
         deq = lattice.round_to_dtype(lattice.dequantize(levels, scale, group_size, scale_dtype, zero), "bf16")
         exact = int((deq == w).sum())

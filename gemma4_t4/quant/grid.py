@@ -16,7 +16,7 @@ import numpy as np
 
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.quant import lattice
-from gemma4_t4.quant.builds import FLOAT_DTYPES, ModuleWeight, module_weights, to_f32
+from gemma4_t4.quant.builds import FLOAT_DTYPES, ModuleWeight, module_weights
 from gemma4_t4.quant.safetensors_io import CheckpointReader, open_checkpoint
 
 BLOCK_BYTES = 32 * 2**20  # source bytes per block: bounds memory, keeps all cores busy
@@ -79,8 +79,7 @@ def check_tensor(reader: CheckpointReader, name: str, group_size: int = lattice.
     gexact = dict.fromkeys(scale_dtypes, 0)
     examples: list[list[int]] = []
     for start, stop in reader.row_blocks(name, block_bytes):
-        w = to_f32(reader.read_rows(name, start, stop), info.dtype)
-        fit = lattice.fit_lattice(w, group_size, tol)
+        fit, choices = lattice.analyze(reader.read_rows(name, start, stop), group_size, tol, tuple(scale_dtypes))
         hist += np.bincount(fit.peak.reshape(-1).astype(np.int64) + 1, minlength=10)[:10]
         bad = ~fit.on_grid
         n_bad = int(bad.sum())
@@ -93,8 +92,7 @@ def check_tensor(reader: CheckpointReader, name: str, group_size: int = lattice.
             worst = max(worst, float(dev.max()))
         if n_bad and not np.isfinite(fit.deviation).all():
             worst = float("inf")
-        for dt in scale_dtypes:
-            choice = lattice.choose_scale(w, fit, dt)
+        for dt, choice in choices.items():
             exact[dt] += int(np.maximum(choice.exact, 0).sum())
             gexact[dt] += int((choice.exact == group_size).sum())
     groups = rows * cols // group_size

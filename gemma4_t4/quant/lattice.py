@@ -13,15 +13,14 @@ The recipe (see docs/quantization.md):
 4. choose the scale representable in the target dtype (fp16 or bf16) that reproduces the
    most values exactly, as the consumer computes them: round_dtype(q * s).
 
-Two implementations with identical results: plain numpy (the readable reference) and a
-fused numba kernel (used when numba is importable; one pass over memory, all cores).
-Inputs are float32 arrays of shape [rows, cols]; BF16 checkpoints are widened with
-:func:`bf16_bits_to_f32` (exact).
+Two implementations with identical results: plain numpy here (the readable reference) and
+fused numba kernels in kernels.py (used when numba is importable: one vectorised pass per
+block, all cores). Inputs are [rows, cols] float arrays or, straight from a checkpoint, bf16
+bit patterns (uint16), which the kernels widen on the fly.
 """
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
 
@@ -39,8 +38,10 @@ try:  # optional accelerator
     if os.environ.get("GEMMA4_T4_NO_NUMBA"):
         raise ImportError("disabled by GEMMA4_T4_NO_NUMBA")
     import numba
+
+    from gemma4_t4.quant import kernels
 except ImportError:  # pragma: no cover - exercised when numba is absent
-    numba = None
+    numba = kernels = None
 
 
 # ------------------------------------------------------------------------------------------
@@ -201,218 +202,67 @@ def choose_scale_numpy(w: np.ndarray, fit: LatticeFit, dtype: str, value_dtype: 
     return ScaleChoice(best, best_exact, dtype)
 
 
-# ------------------------------------------------------------------------------------------
-# numba fused kernels (same results as the numpy reference)
-
-if numba is not None:
-    _FP16, _BF16, _FP32 = 0, 1, 2
-
-    @numba.njit(cache=True, nogil=True, inline="always")
-    def _bits(buf_f, buf_u, x):
-        buf_f[0] = x
-        return buf_u[0]
-
-    @numba.njit(cache=True, nogil=True, inline="always")
-    def _value(buf_f, buf_u, u):
-        buf_u[0] = u
-        return buf_f[0]
-
-    @numba.njit(cache=True, nogil=True)
-    def _round_bits(buf_f, buf_u, x, fmt):
-        """Round float32 ``x`` to fp16 / bf16 / fp32 (RNE); returns the float32 bit pattern."""
-        u = _bits(buf_f, buf_u, x)
-        if fmt == _FP32:
-            return u
-        if (u & np.uint32(0x7F800000)) == np.uint32(0x7F800000):
-            return u  # inf / nan
-        if fmt == _BF16:
-            return (u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)
-        a = abs(x)
-        if a < 6.103515625e-05:  # fp16 subnormal range: fixed ulp 2**-24
-            return _bits(buf_f, buf_u, np.float32(np.rint(np.float64(x) * 16777216.0) / 16777216.0))
-        r = (u + np.uint32(0xFFF) + ((u >> np.uint32(13)) & np.uint32(1))) & np.uint32(0xFFFFE000)
-        if abs(_value(buf_f, buf_u, r)) > 65504.0:
-            return (u & np.uint32(0x80000000)) | np.uint32(0x7F800000)
-        return r
-
-    @numba.njit(cache=True, nogil=True)
-    def _step_bits(buf_f, buf_u, c, fmt, steps):
-        """The positive representable value ``steps`` away from representable ``c`` > 0 (as float32)."""
-        y = c
-        for _ in range(abs(steps)):
-            if fmt == _FP16 and (y < 6.103515625e-05 or (steps < 0 and y == 6.103515625e-05)):
-                y = np.float32(y + (5.960464477539063e-08 if steps > 0 else -5.960464477539063e-08))
-            else:
-                inc = np.uint32(1 << 13) if fmt == _FP16 else np.uint32(1 << 16)
-                u = _bits(buf_f, buf_u, y)
-                y = _value(buf_f, buf_u, u + inc if steps > 0 else u - inc)
-            if y <= 0.0:
-                y = np.float32(5.960464477539063e-08) if fmt == _FP16 else _value(buf_f, buf_u, np.uint32(1 << 16))
-        return y
-
-    @numba.njit(cache=True, nogil=True, parallel=True)
-    def _fit_kernel(w, gs, tol, levels, scale, peak, deviation):
-        rows, cols = w.shape
-        ng = cols // gs
-        trials = np.array([8, 7, 6, 5, 4, 3, 2, 1], dtype=np.int64)
-        for r in numba.prange(rows):
-            qbuf = np.empty(gs, dtype=np.int64)
-            unit = np.empty(gs, dtype=np.float32)
-            for g in range(ng):
-                base = g * gs
-                absmax = np.float32(0.0)
-                finite = True
-                for j in range(gs):
-                    x = w[r, base + j]
-                    if not math.isfinite(x):
-                        finite = False
-                    elif abs(x) > absmax:
-                        absmax = abs(x)
-                if not finite or absmax == 0.0:
-                    for j in range(gs):
-                        levels[r, base + j] = 0
-                    scale[r, g] = 1.0
-                    peak[r, g] = 0 if finite else -1
-                    deviation[r, g] = 0.0 if finite else math.inf
-                    continue
-                for j in range(gs):
-                    unit[j] = w[r, base + j] / absmax  # float32, as the numpy reference
-                chosen = 0
-                chosen_dev = np.float32(0.0)
-                for t in range(trials.shape[0]):
-                    k = np.float32(trials[t])
-                    fits = True
-                    worst32 = np.float32(0.0)
-                    for j in range(gs):
-                        rr = unit[j] * k
-                        q = np.rint(rr)
-                        d32 = abs(np.float32(rr - q))
-                        if q < -8 or q > 7 or d32 > tol:
-                            fits = False
-                            break
-                        if d32 > worst32:
-                            worst32 = d32
-                        qbuf[j] = np.int64(q)
-                    if fits:
-                        chosen = trials[t]
-                        chosen_dev = worst32
-                        break
-                if chosen == 0:
-                    best_dev = math.inf  # off grid: report the deviation at the best in-range peak
-                    for t in range(trials.shape[0]):
-                        k = np.float32(trials[t])
-                        worst = 0.0
-                        in_range = True
-                        for j in range(gs):
-                            rr = unit[j] * k
-                            q = np.rint(rr)
-                            if q < -8 or q > 7:
-                                in_range = False
-                            d = abs(np.float32(rr - q))
-                            if d > worst:
-                                worst = d
-                        if in_range and worst < best_dev:
-                            best_dev = worst
-                    for j in range(gs):
-                        levels[r, base + j] = 0
-                    scale[r, g] = 1.0
-                    peak[r, g] = -1
-                    deviation[r, g] = best_dev
-                    continue
-                # gcd of the levels (usually 1 after the first odd level; the peak k is a level)
-                div = chosen
-                for j in range(gs):
-                    if div == 1:
-                        break
-                    a = abs(qbuf[j])
-                    if a % div:
-                        b = div
-                        while a:
-                            b, a = a, b % a
-                        div = b
-                qq = 0.0
-                qw = 0.0
-                for j in range(gs):
-                    q = qbuf[j] // div
-                    qbuf[j] = q
-                    levels[r, base + j] = q
-                    qq += q * q
-                    qw += q * np.float64(w[r, base + j])
-                scale[r, g] = np.float32(qw / qq)
-                peak[r, g] = chosen // div
-                deviation[r, g] = chosen_dev / np.float32(div)  # in levels of the coarsest lattice
-
-    @numba.njit(cache=True, nogil=True, parallel=True)
-    def _choose_kernel(w, levels, lsq, peak, gs, fmt, vfmt, out_scale, out_exact):
-        rows, cols = w.shape
-        ng = cols // gs
-        steps_list = np.array([0, 1, -1, 2, -2], dtype=np.int64)
-        for r in numba.prange(rows):
-            buf_f = np.empty(1, dtype=np.float32)
-            buf_u = buf_f.view(np.uint32)
-            for g in range(ng):
-                base = g * gs
-                c0 = _value(buf_f, buf_u, _round_bits(buf_f, buf_u, lsq[r, g], fmt))
-                if c0 <= 0.0:
-                    c0 = _step_bits(buf_f, buf_u, np.float32(0.0), fmt, 1)
-                if peak[r, g] < 0:
-                    out_scale[r, g] = c0
-                    out_exact[r, g] = -1
-                    continue
-                best = c0
-                best_exact = -1
-                for t in range(steps_list.shape[0]):
-                    cand = c0 if steps_list[t] == 0 else _step_bits(buf_f, buf_u, c0, fmt, steps_list[t])
-                    exact = 0
-                    for j in range(gs):
-                        prod = np.float32(np.float64(levels[r, base + j]) * np.float64(cand))  # exact
-                        v = _value(buf_f, buf_u, _round_bits(buf_f, buf_u, prod, fmt))
-                        v = _value(buf_f, buf_u, _round_bits(buf_f, buf_u, v, vfmt))
-                        if v == w[r, base + j]:
-                            exact += 1
-                    if exact > best_exact:
-                        best_exact = exact
-                        best = cand
-                    if best_exact == gs:
-                        break
-                out_scale[r, g] = best
-                out_exact[r, g] = best_exact
-
-    @numba.njit(cache=True, nogil=True, parallel=True)
-    def _pack_kernel(levels, out):
-        rows, cols = levels.shape
-        for r in numba.prange(rows):
-            for c in range(cols // 8):
-                word = np.uint32(0)
-                for i in range(8):
-                    word |= np.uint32((levels[r, c * 8 + i] + 8) & 0xF) << np.uint32(4 * i)
-                out[r, c] = word
-
-_FORMAT_CODES = {"fp16": 0, "bf16": 1, "fp32": 2}
-
-
 def _use_numba(flag: bool | None) -> bool:
     return numba is not None if flag is None else (flag and numba is not None)
 
 
-def fit_lattice(w: np.ndarray, group_size: int = DEFAULT_GROUP, tol: float = DEFAULT_TOL,
-                use_numba: bool | None = None) -> LatticeFit:
-    """Recover levels and least-squares scales of a [rows, cols] float32 tensor."""
-    w = np.ascontiguousarray(w, dtype=np.float32)
+def as_values(block: np.ndarray) -> np.ndarray:
+    """A block as read from a checkpoint (uint16 = bf16 bit patterns, or floats) -> float32."""
+    if block.dtype == np.uint16:
+        return bf16_bits_to_f32(block)
+    return np.ascontiguousarray(block, dtype=np.float32)
+
+
+def _kernel_input(block: np.ndarray) -> np.ndarray:
+    # the kernels read bf16 bits directly (no float32 copy) and widen anything else once
+    if block.dtype == np.uint16:
+        return np.ascontiguousarray(block)
+    return np.ascontiguousarray(block, dtype=np.float32)
+
+
+def _check_shape(w: np.ndarray, group_size: int) -> None:
     if w.ndim != 2:
         raise ValueError(f"expected a 2-D tensor, got shape {w.shape}")
+    if w.shape[1] % group_size:
+        raise ValueError(f"{w.shape[1]} columns are not a multiple of group size {group_size}")
+
+
+def analyze(block: np.ndarray, group_size: int = DEFAULT_GROUP, tol: float = DEFAULT_TOL,
+            scale_dtypes: tuple[str, ...] | list[str] = ("fp16",), value_dtype: str = "bf16",
+            use_numba: bool | None = None) -> tuple[LatticeFit, dict[str, ScaleChoice]]:
+    """Lattice fit plus the scale choice for each of ``scale_dtypes``, in one pass.
+
+    ``block`` is [rows, cols] as read from a checkpoint: uint16 bf16 bit patterns or floats.
+    Same results as :func:`fit_lattice` followed by :func:`choose_scale` per dtype.
+    """
+    for dt in scale_dtypes:
+        if dt not in SCALE_DTYPES:
+            raise ValueError(f"scale dtype must be one of {SCALE_DTYPES}, got {dt!r}")
+    _check_shape(block, group_size)
     if not _use_numba(use_numba):
-        return fit_lattice_numpy(w, group_size, tol)
-    rows, cols = w.shape
-    if cols % group_size:
-        raise ValueError(f"{cols} columns are not a multiple of group size {group_size}")
+        w = as_values(block)
+        fit = fit_lattice_numpy(w, group_size, tol)
+        return fit, {dt: choose_scale_numpy(w, fit, dt, value_dtype) for dt in scale_dtypes}
+    rows, cols = block.shape
     ng = cols // group_size
+    nd = len(scale_dtypes)
     levels = np.empty((rows, cols), np.int8)
-    scale = np.empty((rows, ng), np.float32)
+    lsq = np.empty((rows, ng), np.float32)
     peak = np.empty((rows, ng), np.int8)
     deviation = np.empty((rows, ng), np.float32)
-    _fit_kernel(w, group_size, float(tol), levels, scale, peak, deviation)
-    return LatticeFit(levels, scale, peak, deviation, group_size)
+    scales = np.empty((max(nd, 1), rows, ng), np.float32)
+    exact = np.empty((max(nd, 1), rows, ng), np.int16)
+    fmts = np.array([kernels.FORMAT_CODES[dt] for dt in scale_dtypes] or [0], np.int64)
+    kernels.analyze_kernel(_kernel_input(block), group_size, np.float32(tol), fmts, nd,
+                           kernels.FORMAT_CODES[value_dtype], levels, lsq, peak, deviation, scales, exact)
+    fit = LatticeFit(levels, lsq, peak, deviation, group_size)
+    return fit, {dt: ScaleChoice(scales[i], exact[i], dt) for i, dt in enumerate(scale_dtypes)}
+
+
+def fit_lattice(w: np.ndarray, group_size: int = DEFAULT_GROUP, tol: float = DEFAULT_TOL,
+                use_numba: bool | None = None) -> LatticeFit:
+    """Recover levels and least-squares scales of a [rows, cols] tensor (floats or bf16 bits)."""
+    return analyze(np.asarray(w), group_size, tol, (), use_numba=use_numba)[0]
 
 
 def choose_scale(w: np.ndarray, fit: LatticeFit, dtype: str = "fp16", value_dtype: str = "bf16",
@@ -425,13 +275,14 @@ def choose_scale(w: np.ndarray, fit: LatticeFit, dtype: str = "fp16", value_dtyp
     """
     if dtype not in SCALE_DTYPES:
         raise ValueError(f"scale dtype must be one of {SCALE_DTYPES}, got {dtype!r}")
-    w = np.ascontiguousarray(w, dtype=np.float32)
+    w = np.asarray(w)
+    _check_shape(w, fit.group_size)
     if not _use_numba(use_numba):
-        return choose_scale_numpy(w, fit, dtype, value_dtype)
+        return choose_scale_numpy(as_values(w), fit, dtype, value_dtype)
     out_scale = np.empty(fit.scale.shape, np.float32)
     out_exact = np.empty(fit.scale.shape, np.int16)
-    _choose_kernel(w, fit.levels, fit.scale, fit.peak, fit.group_size, _FORMAT_CODES[dtype],
-                   _FORMAT_CODES[value_dtype], out_scale, out_exact)
+    kernels.choose_kernel(_kernel_input(w), fit.levels, fit.scale, fit.peak, fit.group_size,
+                          kernels.FORMAT_CODES[dtype], kernels.FORMAT_CODES[value_dtype], out_scale, out_exact)
     return ScaleChoice(out_scale, out_exact, dtype)
 
 

@@ -23,7 +23,7 @@ def pack_int4(levels: np.ndarray, use_numba: bool | None = None) -> np.ndarray:
         raise ValueError(f"{cols} columns are not a multiple of 8")
     if lattice._use_numba(use_numba):
         out = np.empty((rows, cols // 8), np.uint32)
-        lattice._pack_kernel(levels, out)
+        lattice.kernels.pack_kernel(levels, out)
         return out.view(np.int32)
     nibbles = ((levels.astype(np.int16) + 8) & 0xF).astype(np.uint32).reshape(rows, cols // 8, 8)
     return np.bitwise_or.reduce(nibbles << _SHIFTS, axis=-1).astype(np.uint32).view(np.int32)

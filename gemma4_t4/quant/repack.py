@@ -22,7 +22,6 @@ import numpy as np
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.quant import config as qconfig
 from gemma4_t4.quant import lattice, pack
-from gemma4_t4.quant.builds import to_f32
 from gemma4_t4.quant.grid import progress_bar
 from gemma4_t4.quant.safetensors_io import (
     INDEX_NAME,
@@ -89,8 +88,8 @@ class OffGridError(Gemma4T4Error):
         return {**super().to_dict(), "off_grid_tensors": self.tensors}
 
 
-# A quantizer turns one float32 block into (levels int8, scale float32 in scale dtype,
-# zero point int8 or None) and per-block stats.
+# A quantizer turns one block as read (uint16 bf16 bits or floats; lattice.as_values widens it)
+# into (levels int8, scale float32 in scale dtype, zero point int8 or None) and per-block stats.
 @dataclass
 class BlockResult:
     levels: np.ndarray
@@ -108,26 +107,23 @@ Quantizer = Callable[[np.ndarray], BlockResult]
 
 def lattice_quantizer(group_size: int, scale_dtype: str, allow_requant: bool, tol: float = lattice.DEFAULT_TOL,
                       report_dtypes: tuple[str, ...] = lattice.SCALE_DTYPES) -> Quantizer:
-    def quantize(w: np.ndarray) -> BlockResult:
-        fit = lattice.fit_lattice(w, group_size, tol)
+    dtypes = tuple(dict.fromkeys((scale_dtype, *report_dtypes)))  # the written one first
+
+    def quantize(block: np.ndarray) -> BlockResult:
+        fit, choices = lattice.analyze(block, group_size, tol, dtypes)
         off_mask = ~fit.on_grid
         off = int(off_mask.sum())
         examples = [(int(r), int(g)) for r, g in zip(*np.nonzero(off_mask), strict=True)][:3] if off else []
         requant = 0
         changed = 0
-        if off and allow_requant:
+        if off and allow_requant:  # rare: fit the off-grid groups with plain RTN, then re-choose scales
+            w = lattice.as_values(block)
             requant = lattice.requantize_off_grid(w, fit)
             deq = lattice.dequantize(fit.levels, fit.scale, group_size, "fp32")
             changed = int((np.abs(deq - w) > 0.5 * np.repeat(fit.scale, group_size, axis=1)).sum())
-        exact = {}
-        chosen = None
-        for dt in report_dtypes:
-            c = lattice.choose_scale(w, fit, dt)
-            exact[dt] = int(np.maximum(c.exact, 0).sum())
-            if dt == scale_dtype:
-                chosen = c
-        if chosen is None:
-            chosen = lattice.choose_scale(w, fit, scale_dtype)
+            choices = {dt: lattice.choose_scale(w, fit, dt) for dt in dtypes}
+        exact = {dt: int(np.maximum(choices[dt].exact, 0).sum()) for dt in report_dtypes}
+        chosen = choices[scale_dtype]
         if not np.all(np.isfinite(chosen.scale)):
             raise Gemma4T4Error(f"a scale overflows {scale_dtype}", fix="use --scale-dtype bf16")
         return BlockResult(fit.levels, chosen.scale, None, off, requant, examples, exact, changed)
@@ -350,8 +346,7 @@ def _quantize_tensor(reader: LocalCheckpoint, writer: ShardedWriter, info: Tenso
             writer.write_rows(f"{t}.weight_shape", 0, np.array([rows, cols], np.int64))
     for start in range(0, rows, step):
         stop = min(rows, start + step)
-        w = to_f32(reader.read_rows(info.name, start, stop), info.dtype)
-        res = quantizer(w)
+        res = quantizer(reader.read_rows(info.name, start, stop))
         row.groups_off_grid += res.off_grid
         row.groups_requantized += res.requantized
         changed += res.levels_changed

@@ -1,0 +1,444 @@
+"""numba kernels for lattice.py: one fused pass per block of rows, bit-identical to the numpy
+reference there (tests/test_quant_lattice.py checks it).
+
+Why it is fast: every inner loop runs over one group of ``group_size`` values with 32-bit
+lanes and no early exit, so LLVM vectorises it. numba widens 32-bit integer arithmetic to
+64 bits (halving the SIMD width), so the bit tricks (bf16 widening, |x| as bits, round to
+fp16 / bf16) are small LLVM intrinsics that stay 32-bit. Rows are split across all cores.
+
+Inputs are either raw bf16 bit patterns (uint16, read straight from the checkpoint) or
+float32 values; levels/scales/peaks/deviations follow :class:`gemma4_t4.quant.lattice.LatticeFit`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic, overload
+
+FP16, BF16, FP32 = 0, 1, 2
+FORMAT_CODES = {"fp16": FP16, "bf16": BF16, "fp32": FP32}
+_PEAK_TRIALS = (8, 7, 6, 5, 4, 3, 2, 1)  # as lattice._PEAK_TRIALS
+_SCALE_STEPS = (0, 1, -1, 2, -2)  # ulps around the rounded least-squares scale, as the reference
+_FP16_MIN_NORMAL = 6.103515625e-05
+_FP16_MIN_SUB = 5.960464477539063e-08
+
+_I32, _F32 = ir.IntType(32), ir.FloatType()
+
+
+def _i32(v: int) -> ir.Constant:
+    return ir.Constant(_I32, v)
+
+
+# ------------------------------------------------------------------------------------------
+# 32-bit bit tricks as LLVM intrinsics
+
+
+@intrinsic
+def _f32_bits(typingctx, x):
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], _I32)
+    return types.uint32(types.float32), codegen
+
+
+@intrinsic
+def _bits_f32(typingctx, u):
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], _F32)
+    return types.float32(types.uint32), codegen
+
+
+@intrinsic
+def _abs_bits(typingctx, x):
+    """|x| as uint32 bits: ordered like |x| (NaN above inf), so max() needs no float compare."""
+    def codegen(context, builder, sig, args):
+        return builder.and_(builder.bitcast(args[0], _I32), _i32(0x7FFFFFFF))
+    return types.uint32(types.float32), codegen
+
+
+@intrinsic
+def _signed_bits(typingctx, x):
+    """x's bits as int32: ordered like x over the positive floats."""
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], _I32)
+    return types.int32(types.float32), codegen
+
+
+@intrinsic
+def _bf16_to_f32(typingctx, b):
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(builder.shl(builder.zext(args[0], _I32), _i32(16)), _F32)
+    return types.float32(types.uint16), codegen
+
+
+@intrinsic
+def _small_uint(typingctx, x):
+    """A float32 holding a small non-negative integer, as uint32."""
+    def codegen(context, builder, sig, args):
+        return builder.fptoui(args[0], _I32)
+    return types.uint32(types.float32), codegen
+
+
+@intrinsic
+def _u32_add(typingctx, a, b):
+    def codegen(context, builder, sig, args):
+        return builder.add(args[0], args[1])
+    return types.uint32(types.uint32, types.uint32), codegen
+
+
+@intrinsic
+def _u32_or(typingctx, a, b):
+    def codegen(context, builder, sig, args):
+        return builder.or_(args[0], args[1])
+    return types.uint32(types.uint32, types.uint32), codegen
+
+
+@intrinsic
+def _equal(typingctx, a, b):
+    """1 if the float32 values are equal (0.0 == -0.0, as the reference's ==), else 0."""
+    def codegen(context, builder, sig, args):
+        return builder.zext(builder.fcmp_ordered("==", args[0], args[1]), _I32)
+    return types.uint32(types.float32, types.float32), codegen
+
+
+def _bf16_ir(builder, u):
+    odd = builder.and_(builder.lshr(u, _i32(16)), _i32(1))
+    return builder.and_(builder.add(builder.add(u, _i32(0x7FFF)), odd), _i32(0xFFFF0000))
+
+
+def _fp16_ir(builder, x):
+    u = builder.bitcast(x, _I32)
+    odd = builder.and_(builder.lshr(u, _i32(13)), _i32(1))
+    normal = builder.and_(builder.add(builder.add(u, _i32(0xFFF)), odd), _i32(0xFFFFE000))
+    inf = builder.or_(builder.and_(u, _i32(0x80000000)), _i32(0x7F800000))
+    overflow = builder.icmp_unsigned(">", builder.and_(normal, _i32(0x7FFFFFFF)), _i32(0x477FE000))  # > 65504
+    normal = builder.select(overflow, inf, normal)
+    # below 2**-14 fp16 is subnormal: a fixed ulp of 2**-24 (scaling by powers of two is exact)
+    rint = builder.module.declare_intrinsic("llvm.rint", [_F32])
+    sub = builder.fmul(builder.call(rint, [builder.fmul(x, ir.Constant(_F32, 16777216.0))]),
+                       ir.Constant(_F32, _FP16_MIN_SUB))
+    tiny = builder.icmp_unsigned("<", builder.and_(u, _i32(0x7FFFFFFF)), _i32(0x38800000))
+    return builder.select(tiny, builder.bitcast(sub, _I32), normal)
+
+
+@intrinsic
+def _round_bf16(typingctx, x):
+    """Nearest bf16 (ties to even) of a finite or infinite float32, as float32."""
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(_bf16_ir(builder, builder.bitcast(args[0], _I32)), _F32)
+    return types.float32(types.float32), codegen
+
+
+@intrinsic
+def _round_fp16(typingctx, x):
+    """Nearest fp16 (ties to even, subnormals, overflow to inf) of a float32, as float32."""
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(_fp16_ir(builder, args[0]), _F32)
+    return types.float32(types.float32), codegen
+
+
+@intrinsic
+def _round_fp16_bf16(typingctx, x):
+    """fp16 then bf16: the value a bf16 model loads from an fp16-scaled int4 weight."""
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(_bf16_ir(builder, _fp16_ir(builder, args[0])), _F32)
+    return types.float32(types.float32), codegen
+
+
+def _widen(x):  # pragma: no cover - replaced by the overload inside kernels
+    raise NotImplementedError
+
+
+@overload(_widen, inline="always")
+def _widen_impl(x):
+    if isinstance(x, types.Integer):  # a bf16 bit pattern
+        return lambda x: _bf16_to_f32(x)
+    return lambda x: np.float32(x)
+
+
+# ------------------------------------------------------------------------------------------
+# per-group helpers
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _round_to(x, fmt):
+    if fmt == FP16:
+        return _round_fp16(x)
+    if fmt == BF16:
+        return _round_bf16(x)
+    return x
+
+
+@numba.njit(cache=True, nogil=True)
+def step_scale(c, fmt, steps):
+    """The positive value representable in ``fmt`` that is ``steps`` ulps from representable c >= 0."""
+    y = c
+    for _ in range(abs(steps)):
+        if fmt == FP16 and (y < _FP16_MIN_NORMAL or (steps < 0 and y == _FP16_MIN_NORMAL)):
+            y = np.float32(y + (_FP16_MIN_SUB if steps > 0 else -_FP16_MIN_SUB))
+        else:
+            u = _f32_bits(y)
+            inc = np.uint32(1 << 13) if fmt == FP16 else np.uint32(1 << 16)
+            y = _bits_f32(u + inc if steps > 0 else u - inc)
+        if y <= 0.0:
+            y = np.float32(_FP16_MIN_SUB) if fmt == FP16 else _bits_f32(np.uint32(1 << 16))
+    return y
+
+
+@numba.njit(cache=True, nogil=True)
+def _count_exact(qf, vals, gs, cand, fmt, vfmt):
+    """How many round_vfmt(round_fmt(q * cand)) equal the source values (q * cand is exact in float32)."""
+    n = np.uint32(0)
+    if fmt == FP16 and vfmt == BF16:
+        for j in range(gs):
+            n = _u32_add(n, _equal(_round_fp16_bf16(qf[j] * cand), vals[j]))
+    elif fmt == BF16 and vfmt == BF16:
+        for j in range(gs):
+            n = _u32_add(n, _equal(_round_bf16(qf[j] * cand), vals[j]))
+    else:
+        for j in range(gs):
+            n = _u32_add(n, _equal(_round_to(_round_to(qf[j] * cand, fmt), vfmt), vals[j]))
+    return n
+
+
+@numba.njit(cache=True, nogil=True)
+def _choose_group(qf, vals, gs, lsq, fmt, vfmt):
+    """(scale in fmt, values reproduced exactly): the rounded least-squares scale or the best of
+    its +-2 ulp neighbours, first one wins ties."""
+    c0 = _round_to(lsq, fmt)
+    if c0 <= 0.0:
+        c0 = step_scale(np.float32(0.0), fmt, 1)  # underflow: the smallest positive scale
+    best = c0
+    best_n = np.uint32(0)
+    first = True
+    for t in _SCALE_STEPS:
+        cand = c0 if t == 0 else step_scale(c0, fmt, t)
+        n = _count_exact(qf, vals, gs, cand, fmt, vfmt)
+        if first or n > best_n:
+            best, best_n, first = cand, n, False
+        if best_n == gs:
+            break
+    return best, best_n
+
+
+@numba.njit(cache=True, nogil=True)
+def _pairwise_block(p, start, n):
+    """numpy's pairwise float64 summation of p[start:start+n] for n <= 128 (8 accumulators)."""
+    if n < 8:
+        s = 0.0
+        for i in range(start, start + n):
+            s += p[i]
+        return s
+    r0, r1, r2, r3 = p[start], p[start + 1], p[start + 2], p[start + 3]
+    r4, r5, r6, r7 = p[start + 4], p[start + 5], p[start + 6], p[start + 7]
+    i = 8
+    while i < n - n % 8:
+        b = start + i
+        r0 += p[b]
+        r1 += p[b + 1]
+        r2 += p[b + 2]
+        r3 += p[b + 3]
+        r4 += p[b + 4]
+        r5 += p[b + 5]
+        r6 += p[b + 6]
+        r7 += p[b + 7]
+        i += 8
+    s = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < n:
+        s += p[start + i]
+        i += 1
+    return s
+
+
+@numba.njit(cache=True, nogil=True)
+def _pairwise_sum(p, n):
+    """numpy's pairwise summation of p[:n], bit-identical to ndarray.sum().
+
+    Above 128 values numpy splits in two halves (rounded down to a multiple of 8) and adds the
+    halves' sums; that tree is walked here with explicit stacks (cached numba code must not
+    recurse).
+    """
+    if n <= 128:
+        return _pairwise_block(p, 0, n)
+    todo_start = np.empty(64, np.int64)
+    todo_n = np.empty(64, np.int64)
+    todo_join = np.empty(64, np.bool_)
+    sums = np.empty(64, np.float64)
+    top, depth = 0, 0
+    todo_start[0], todo_n[0], todo_join[0] = 0, n, False
+    while top >= 0:
+        start, m, join = todo_start[top], todo_n[top], todo_join[top]
+        top -= 1
+        if join:  # both halves done: left sum below right sum
+            depth -= 1
+            sums[depth - 1] = sums[depth - 1] + sums[depth]
+        elif m <= 128:
+            sums[depth] = _pairwise_block(p, start, m)
+            depth += 1
+        else:
+            half = m // 2
+            half -= half % 8
+            todo_start[top + 1], todo_n[top + 1], todo_join[top + 1] = start, m, True
+            todo_start[top + 2], todo_n[top + 2], todo_join[top + 2] = start + half, m - half, False
+            todo_start[top + 3], todo_n[top + 3], todo_join[top + 3] = start, half, False
+            top += 3
+    return sums[0]
+
+
+# ------------------------------------------------------------------------------------------
+# kernels
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def analyze_kernel(w, gs, tol, fmts, nd, vfmt, levels, lsq, peak, deviation, scales, exact):
+    """Lattice fit of every group plus, for the first ``nd`` scale formats in ``fmts``, the chosen
+    scale and its exact-value count. ``tol`` is float32 (the reference compares in float32).
+    ``fmts``, ``scales`` and ``exact`` keep at least one entry (zero-length ones crash parfors)."""
+    rows, cols = w.shape
+    ng = cols // gs
+    for r in numba.prange(rows):
+        vals = np.empty(gs, np.float32)
+        unit = np.empty(gs, np.float32)
+        qf = np.empty(gs, np.float32)
+        prod = np.empty(gs, np.float64)
+        for g in range(ng):
+            base = g * gs
+            amax_bits = np.uint32(0)
+            top_bits = np.int32(0)
+            for j in range(gs):
+                x = _widen(w[r, base + j])
+                vals[j] = x
+                amax_bits = max(amax_bits, _abs_bits(x))
+                top_bits = max(top_bits, _signed_bits(x))
+            if amax_bits >= np.uint32(0x7F800000):  # inf or nan: off grid, nothing to fit
+                for j in range(gs):
+                    levels[r, base + j] = 0
+                lsq[r, g] = 1.0
+                peak[r, g] = -1
+                deviation[r, g] = math.inf
+                for d in range(nd):
+                    scales[d, r, g] = 1.0
+                    exact[d, r, g] = -1
+                continue
+            if amax_bits == 0:  # all zero: on grid, any scale
+                for j in range(gs):
+                    levels[r, base + j] = 0
+                    qf[j] = 0.0
+                s = np.float32(1.0)
+                peak[r, g] = 0
+                deviation[r, g] = 0.0
+            else:
+                absmax = _bits_f32(amax_bits)
+                for j in range(gs):
+                    unit[j] = vals[j] / absmax
+                # at k = 8 the positive peak must stay below 7.5 (levels stop at +7)
+                over8 = top_bits > 0 and np.rint(np.float32(_bits_f32(np.uint32(top_bits)) / absmax)
+                                                 * np.float32(8.0)) > 7.0
+                chosen = 0
+                worst = np.uint32(0)
+                for k in _PEAK_TRIALS:
+                    if k == 8 and over8:
+                        continue
+                    kf = np.float32(k)
+                    worst = np.uint32(0)
+                    for j in range(gs):
+                        rr = unit[j] * kf
+                        worst = max(worst, _abs_bits(rr - np.rint(rr)))
+                    if _bits_f32(worst) <= tol:
+                        chosen = k
+                        break
+                if chosen == 0:  # off grid: report the deviation at the best in-range peak
+                    best = np.uint32(0x7F800000)
+                    for k in _PEAK_TRIALS:
+                        if k == 8 and over8:
+                            continue
+                        kf = np.float32(k)
+                        worst = np.uint32(0)
+                        for j in range(gs):
+                            rr = unit[j] * kf
+                            worst = max(worst, _abs_bits(rr - np.rint(rr)))
+                        best = min(best, worst)
+                    for j in range(gs):
+                        levels[r, base + j] = 0
+                    lsq[r, g] = 1.0
+                    peak[r, g] = -1
+                    deviation[r, g] = _bits_f32(best)
+                    for d in range(nd):
+                        scales[d, r, g] = 1.0
+                        exact[d, r, g] = -1
+                    continue
+                kf = np.float32(chosen)
+                odd = np.uint32(0)
+                for j in range(gs):
+                    q = np.rint(unit[j] * kf)
+                    qf[j] = q
+                    odd = _u32_or(odd, _small_uint(abs(q)))
+                # coarsest lattice: divide by the levels' gcd, a divisor of k (the peak is a level);
+                # even divisors are skipped at once when some level is odd
+                div = 1
+                for d in range(chosen, 1, -1):
+                    if chosen % d == 0 and (d % 2 == 1 or (odd & 1) == 0):
+                        divides = True
+                        for j in range(gs):
+                            if np.int64(qf[j]) % d:
+                                divides = False
+                                break
+                        if divides:
+                            div = d
+                            break
+                if div > 1:
+                    dv = np.float32(div)
+                    for j in range(gs):
+                        qf[j] = qf[j] / dv  # exact
+                qq = np.float32(0.0)  # integer-valued, exact
+                for j in range(gs):
+                    levels[r, base + j] = np.int8(qf[j])
+                    prod[j] = np.float64(qf[j]) * np.float64(vals[j])
+                    qq += qf[j] * qf[j]
+                s = np.float32(_pairwise_sum(prod, gs) / np.float64(qq))
+                peak[r, g] = chosen // div
+                deviation[r, g] = _bits_f32(worst) / np.float32(div)  # in levels of the coarsest lattice
+            lsq[r, g] = s
+            for d in range(nd):
+                c, n = _choose_group(qf, vals, gs, s, fmts[d], vfmt)
+                scales[d, r, g] = c
+                exact[d, r, g] = n
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def choose_kernel(w, levels, lsq, peak, gs, fmt, vfmt, out_scale, out_exact):
+    """Scale choice for a given fit (after requantising off-grid groups, say)."""
+    rows, cols = w.shape
+    ng = cols // gs
+    for r in numba.prange(rows):
+        vals = np.empty(gs, np.float32)
+        qf = np.empty(gs, np.float32)
+        for g in range(ng):
+            base = g * gs
+            if peak[r, g] < 0:
+                c = _round_to(lsq[r, g], fmt)
+                out_scale[r, g] = c if c > 0.0 else step_scale(np.float32(0.0), fmt, 1)
+                out_exact[r, g] = -1
+                continue
+            for j in range(gs):
+                vals[j] = _widen(w[r, base + j])
+                qf[j] = np.float32(levels[r, base + j])
+            c, n = _choose_group(qf, vals, gs, lsq[r, g], fmt, vfmt)
+            out_scale[r, g] = c
+            out_exact[r, g] = n
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def pack_kernel(levels, out):
+    """int8 levels -> little-endian biased nibbles in uint32 words (see pack.py)."""
+    rows, cols = levels.shape
+    for r in numba.prange(rows):
+        for c in range(cols // 8):
+            word = np.uint32(0)
+            for i in range(8):
+                word |= np.uint32((levels[r, c * 8 + i] + 8) & 0xF) << np.uint32(4 * i)
+            out[r, c] = word
