@@ -55,6 +55,65 @@ def test_numba_and_numpy_agree_bit_for_bit():
     assert not a.on_grid[5, 1] and a.peak[7, 0] == 0 and a.on_grid.sum() == a.on_grid.size - 1
 
 
+def _adversarial_matrix(group_size: int, seed: int = 7) -> np.ndarray:
+    """On-grid rows with every corner the kernels special-case, plus off-grid and non-finite groups."""
+    w, *_ = _qat_matrix(rows=64, cols=8 * group_size, seed=seed)
+    rng = np.random.default_rng(seed)
+    gs = group_size
+
+    def group(r, g, levels, scale):
+        lv = np.resize(np.asarray(levels, np.float64), gs)
+        w[r, g * gs:(g + 1) * gs] = lattice.round_to_dtype(lv * scale, "bf16")
+
+    group(0, 0, [7, -7, 0, 7], 0.013)  # odd common factor 7: coarsest lattice is +-1
+    group(0, 1, [6, -3, 0, 3], 0.021)  # factor 3 with odd levels
+    group(0, 2, [8, -4, 2, 0, -6], 0.002)  # even levels, peak 8: factor 2
+    group(0, 3, [7, -3, 1, 0], 0.05)  # positive peak at +7: k = 8 would put it on +8 (out of range)
+    group(1, 0, [-8, 7, 1, -1], 3e-7)  # fp16-subnormal scales
+    group(1, 1, [-8, 7, 3, 2], 1e-9)  # below fp16's smallest subnormal: scale underflows to 0
+    group(1, 2, [-8, 7, 5], 9000.0)  # q * s beyond fp16's max: no fp16 scale reproduces it
+    group(1, 3, [0], 1.0)
+    w[1, 3 * gs + 1] = -0.0  # negative zero in an all-zero group
+    w[2, 0] = np.nan
+    w[2, gs + 3] = np.inf
+    w[3, :gs] = lattice.round_to_dtype(rng.normal(0, 0.02, gs), "bf16")  # off grid
+    w[4, gs + 5] *= 1.19  # one value nudged off its level
+    return lattice.round_to_dtype(w, "bf16")  # a bf16 checkpoint's values
+
+
+@pytest.mark.parametrize("group_size", [32, 64, 128, 256])
+def test_kernels_match_the_numpy_reference_bit_for_bit(group_size):
+    """The numba kernels (fed float32 or raw bf16 bits) equal the numpy reference on every field."""
+    if lattice.numba is None:
+        pytest.skip("numba is not installed (the numpy path is then the only one)")
+    w = _adversarial_matrix(group_size)
+    bits = lattice.f32_to_bf16_bits(w)
+    ref_fit, ref = lattice.analyze(w, group_size, scale_dtypes=lattice.SCALE_DTYPES, use_numba=False)
+    assert {1, -1, 0} <= set(np.unique(ref_fit.peak))  # the corners are really there
+    assert ref_fit.peak[0, 0] == 1 and ref_fit.peak[0, 1] == 2 and ref_fit.peak[0, 2] == 4 and ref_fit.peak[0, 3] == 7
+    for block in (w, bits):
+        fit, got = lattice.analyze(block, group_size, scale_dtypes=lattice.SCALE_DTYPES, use_numba=True)
+        for field in ("levels", "scale", "peak", "deviation"):
+            assert np.array_equal(getattr(fit, field), getattr(ref_fit, field)), field
+        for dt in lattice.SCALE_DTYPES:
+            assert np.array_equal(got[dt].scale, ref[dt].scale), dt
+            assert np.array_equal(got[dt].exact, ref[dt].exact), dt
+            # the separate entry point gives the same choice
+            alone = lattice.choose_scale(block, fit, dt, use_numba=True)
+            assert np.array_equal(alone.scale, ref[dt].scale) and np.array_equal(alone.exact, ref[dt].exact)
+    assert np.isinf(ref["fp16"].scale[1, 2]) or ref["fp16"].exact[1, 2] < group_size
+
+
+def test_kernel_pairwise_sum_is_numpys():
+    if lattice.numba is None:
+        pytest.skip("numba is not installed")
+    from gemma4_t4.quant import kernels
+
+    p = np.random.default_rng(0).normal(size=5000)
+    for n in (1, 7, 8, 9, 31, 32, 127, 128, 129, 256, 300, 1000, 4096, 5000):
+        assert kernels._pairwise_sum(p, n) == p[:n].sum(), n
+
+
 def test_tolerance_matters_for_bf16_rounding():
     w, *_ = _qat_matrix(seed=1)
     assert lattice.fit_lattice(w, tol=0.05).on_grid.all()
