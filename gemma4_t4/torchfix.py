@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import shutil
 import sys
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -24,7 +23,7 @@ from gemma4_t4 import env
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.swap import CommandResult, Runner, subprocess_runner
 
-PYTORCH_INDEX = "https://download.pytorch.org/whl/{variant}"
+PYTORCH_INDEX = env.PYTORCH_INDEX
 # vLLM release → (torch it pins, CUDA variant of its default wheels): one table, shared with doctor.
 VLLM_TORCH: dict[str, tuple[str, str]] = env.VLLM_TORCH
 DEFAULT_VLLM = env.GPU_VLLM  # the version the package's `gpu` extra pins
@@ -92,8 +91,10 @@ _PROBE = (
 )
 
 
-def probe_torch_facts(python: str | None = None, runner: Runner = subprocess_runner) -> TorchFacts:
-    """What torch ``python`` has (asked in a subprocess, so a broken torch can't break us)."""
+def probe_torch_facts(python: str | None = None, runner: Runner = subprocess_runner,
+                      probes: env.Probes | None = None) -> TorchFacts:
+    """What torch ``python`` has (asked in a subprocess, so a broken torch can't break us); the
+    GPU and driver come from the doctor's nvidia-smi probe."""
     python = python or sys.executable
     facts = TorchFacts(python=python)
     done = runner([python, "-c", _PROBE])
@@ -105,23 +106,14 @@ def probe_torch_facts(python: str | None = None, runner: Runner = subprocess_run
         found["import_error"] = "torch is not installed"
     for key, value in found.items():
         setattr(facts, key, value)
-    facts.gpu_present, facts.driver_version = _nvidia_driver(runner)
+    _, gpus, facts.driver_version = env.probe_gpus(probes or env.Probes())
+    facts.gpu_present = bool(gpus)
     try:
         facts.vllm_version = metadata.version("vllm")
         facts.vllm_torch_pin = _torch_pin(metadata.requires("vllm") or [])
     except metadata.PackageNotFoundError:
         pass
     return facts
-
-
-def _nvidia_driver(runner: Runner) -> tuple[bool | None, str | None]:
-    if shutil.which("nvidia-smi") is None:
-        return False, None
-    done = runner(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
-    if done.returncode != 0:
-        return False, None
-    versions = done.stdout.split()
-    return bool(versions), (versions[0] if versions else None)
 
 
 def _torch_pin(requirements: list[str]) -> str | None:
@@ -149,8 +141,7 @@ def plan_torch_fix(facts: TorchFacts | None = None, vllm_version: str | None = N
         raise Gemma4T4Error(f"no known torch build for vLLM {vllm}",
                             fix=f"install vLLM first (its metadata names the torch), or use vLLM {DEFAULT_VLLM}")
     index = PYTORCH_INDEX.format(variant=variant)
-    command = [facts.python or sys.executable, "-m", "pip", "install", f"torch=={torch_version}+{variant}",
-               "--index-url", index]  # with dependencies: --no-deps loses libcudnn
+    command = [facts.python or sys.executable, "-m", "pip", "install", *env.torch_install_args(torch_version, variant)]
     plan = TorchFixPlan(False, "", vllm, torch_version, variant, index, command, facts=facts)
 
     if facts.gpu_present is False:

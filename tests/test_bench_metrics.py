@@ -145,3 +145,34 @@ def test_bytes_per_token_come_from_the_model_catalogue():
     assert lookup_bytes_per_token("gemma-4-E2B", "qat") == pytest.approx(1.862e9, rel=1e-3)
     assert lookup_bytes_per_token("gemma-4-E2B", "bf16") == pytest.approx(4.597e9, rel=1e-3)
     assert lookup_bytes_per_token("not-a-model", "bf16") is None
+
+
+def test_gpu_sampler_falls_back_to_nvidia_smi_and_reads_throttling():
+    """Without pynvml the sampler polls nvidia-smi; a 70 W T4 at its power cap shows up as such."""
+    from gemma4_t4.bench import telemetry
+
+    lines = iter(["1590, 69.80, 0x0000000000000004, 5120, 98, 71",
+                  "585, 70.10, 0x0000000000000004, 5200, 99, 74",
+                  "1590, 41.00, 0x0000000000000000, 5200, [N/A], 70"] * 50)
+    seen: list[list[str]] = []
+
+    def fake_smi(cmd):  # a stand-in for nvidia-smi (no GPU here)
+        seen.append(cmd)
+        return next(lines) + "\n"
+
+    sampler = telemetry.GPUSampler(interval_s=0.001, smi=fake_smi, use_nvml=False)
+    assert sampler.source == "nvidia-smi" and sampler.available
+    sampler.start()
+    import time
+
+    deadline = time.monotonic() + 5
+    while len(sampler.samples) < 6 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    summary = sampler.stop()
+    assert summary["source"] == "nvidia-smi" and summary["samples"] >= 6
+    assert summary["sm_clock_mhz_min"] == 585 and summary["memory_used_mib_max"] == 5200
+    assert 0.5 < summary["throttled_fraction"]["sw_power_cap"] < 1
+    assert any("--query-gpu=clocks.sm,power.draw,clocks_throttle_reasons.active" in " ".join(c) for c in seen)
+    assert telemetry.parse_smi_sample("garbage") is None
+    none = telemetry.GPUSampler(smi=lambda cmd: None, use_nvml=False)
+    assert not none.available and none.start().stop() is None

@@ -207,3 +207,19 @@ def test_doctor_on_this_machine():
 ])
 def test_platform_detection(env, platform):
     assert probe(fake_probes(env=env or {"HOME": "/h"})).platform == platform
+
+
+def test_notebook_runtime_check_reads_the_doctor_probe(capsys):
+    """The notebooks' first cell judges TARGET from the same facts as `gemma4-t4 doctor`."""
+    from gemma4_t4 import notebook as nb
+    from gemma4_t4.errors import Gemma4T4Error
+
+    info = nb.runtime_check("t4", probes=fake_probes(ram_gib=12.7), show=True)
+    assert info.is_t4 and info.gpu_memory_gib == 15.0 and info.driver == "595.91.07"
+    assert info.ram_gib == 12.7 and info.packages["vllm"] == "0.33.0" and not info.colab
+    assert "Tesla T4 sm_75 15.0 GiB" in capsys.readouterr().out
+    with pytest.raises(Gemma4T4Error, match="no NVIDIA GPU") as err:
+        nb.runtime_check("t4", probes=fake_probes(gpu=False), show=False)
+    assert "T4 GPU" in err.value.fix
+    colab_cpu = nb.runtime_check("cpu", probes=fake_probes(gpu=False, env={"COLAB_RELEASE_TAG": "x"}), show=False)
+    assert colab_cpu.colab and colab_cpu.gpu_name is None and colab_cpu.notes

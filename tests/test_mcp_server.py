@@ -145,10 +145,11 @@ async def test_local_tools_on_a_cpu_host(tmp_path, monkeypatch):
         assert arch["gpus"] == [] and "no NVIDIA GPU" in arch["summary"]
         patch = (await client.call_tool("verify_turing_patch", {})).structured_content
         status = patch["status"]
-        assert patch["ok"] == bool(status.get("active", status.get("fix_reaches_vllm")))
-        assert patch["summary"]
+        # the editable install registers the plugin entry point: the fix reaches vLLM, no file edited
+        assert patch["ok"] is True and patch["summary"]
+        assert status["plugin_registered"] and status["plugin_enabled"] and not status["file_patch"]["patched"]
         refused = (await client.call_tool("apply_turing_patch", {})).structured_content
-        assert refused["refused"] is True and refused["would"]
+        assert refused["refused"] is True and refused["would"] == ["nothing: the plugin already reaches every vLLM process"]
         servers = (await client.call_tool("server_status", {})).structured_content
         assert servers["servers"] == [] and servers["summary"] == "no servers recorded"
         with FakeServer(free_port(), model="fake-model") as fake:  # the bench package's fake OpenAI server

@@ -17,7 +17,7 @@ import pytest
 
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.quant import grid_check, open_checkpoint, repack
-from gemma4_t4.quant.safetensors_io import PlannedTensor, ShardedWriter
+from gemma4_t4.quant.safetensors_io import PlannedTensor, RemoteCheckpoint, ShardedWriter, hub_headers
 
 
 class _Trap:
@@ -108,11 +108,16 @@ class _RangeHandler(http.server.SimpleHTTPRequestHandler):
     """A static file server with single-range ``Range: bytes=a-b`` support (206 responses)."""
 
     requests_seen: list[str] = []
+    bytes_sent = 0
+    require_auth: str | None = None  # play a gated repository: 401 without this Authorization
 
     def log_message(self, *args):  # keep test output quiet
         pass
 
     def do_GET(self):
+        if self.require_auth is not None and self.headers.get("Authorization") != self.require_auth:
+            self.send_error(401)
+            return
         path = Path(self.translate_path(self.path))
         if not path.is_file():
             self.send_error(404)
@@ -131,6 +136,7 @@ class _RangeHandler(http.server.SimpleHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+        type(self).bytes_sent += len(body)
 
 
 @pytest.fixture()
@@ -142,6 +148,8 @@ def http_folder(sharded):
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     _RangeHandler.requests_seen = []
+    _RangeHandler.bytes_sent = 0
+    _RangeHandler.require_auth = None
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}", sharded
     finally:
@@ -150,7 +158,11 @@ def http_folder(sharded):
         thread.join(timeout=10)
 
 
-def test_remote_grid_check_reads_only_headers_and_the_named_tensor(http_folder):
+def test_remote_grid_check_reads_only_headers_and_the_named_tensor(http_folder, monkeypatch):
+    from gemma4_t4.quant import safetensors_io
+
+    # real shards are GBs behind a header of tens of KB; these are ~0.5 MB, so shrink the header fetch
+    monkeypatch.setattr(safetensors_io, "HEAD_BYTES", 16 * 1024)
     url, folder = http_folder
     name = "model.layers.1.mlp.gate_proj.weight"
     report = grid_check(url, tensors=[name])
@@ -161,8 +173,38 @@ def test_remote_grid_check_reads_only_headers_and_the_named_tensor(http_folder):
     assert report.bytes_read == 256 * 128 * 2
     ranged = [r for r in _RangeHandler.requests_seen if "bytes=" in r]
     assert ranged and all("index.json" not in r for r in ranged)
-    downloaded = sum(int(b) - int(a) + 1 for a, b in re.findall(r"bytes=(\d+)-(\d+)", " ".join(ranged)))
-    assert downloaded < total / 4
+    shards = {p.name for p in folder.glob("*.safetensors")}
+    # one ranged GET per shard (its header, existence and size) plus one for the tensor's rows
+    assert len(ranged) == len(shards) + 1
+    assert sorted(r.split()[0].lstrip("/") for r in ranged[:-1]) == sorted(shards)
+    assert _RangeHandler.bytes_sent < total / 4
+
+
+def test_remote_gated_repository_names_the_token_and_accepts_it(http_folder):
+    url, _ = http_folder
+    _RangeHandler.require_auth = "Bearer hf_test"
+    with pytest.raises(Gemma4T4Error) as err:
+        grid_check(url)
+    assert "401" in str(err.value) and "HF_TOKEN" in err.value.fix
+    reader = RemoteCheckpoint(url, headers={"Authorization": "Bearer hf_test"})
+    assert reader.tensors and reader.bytes_downloaded > 0
+
+
+def test_hub_token_is_sent_to_hugging_face_hosts_only():
+    env = {"HF_TOKEN": "hf_abc"}
+    assert hub_headers("https://huggingface.co/google/x/resolve/main", env) == {"Authorization": "Bearer hf_abc"}
+    assert hub_headers("https://cdn-lfs.hf.co/repos/x", env) == {"Authorization": "Bearer hf_abc"}
+    assert hub_headers("http://127.0.0.1:8000/ckpt", env) == {}
+    assert hub_headers("https://evilhuggingface.co/x", env) == {}
+    assert hub_headers("https://huggingface.co/x", {}) == {}
+
+
+def test_remote_truncated_shard_is_detected(http_folder):
+    url, folder = http_folder
+    shard = sorted(folder.glob("*.safetensors"))[-1]
+    shard.write_bytes(shard.read_bytes()[:-100])
+    with pytest.raises(Gemma4T4Error, match="past the end"):
+        RemoteCheckpoint(url)
 
 
 def test_remote_missing_tensor_and_bad_url(http_folder):

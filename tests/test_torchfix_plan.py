@@ -84,3 +84,15 @@ def test_probe_reads_this_machine_and_the_cli_prints_the_command(capsys):
     assert data["plan"]["command_line"].endswith("torch==2.14.0+cu130 --index-url https://download.pytorch.org/whl/cu130")
     if not facts.gpu_present:  # this CI machine: CPU torch is correct, nothing to fix
         assert data["plan"]["needed"] is False
+
+
+def test_probe_takes_gpu_and_driver_from_the_doctor_probe():
+    from gemma4_t4 import env
+
+    t4 = env.Probes(run=lambda cmd: (0, "0, Tesla T4, 15360, 7.5, 535.104.05\n"))
+    facts = probe_torch_facts(probes=t4)
+    assert facts.gpu_present is True and facts.driver_version == "535.104.05"
+    plan = plan_torch_fix(facts, vllm_version="0.33.0")
+    assert any("535.104.05" in w and ">= 580" in w for w in plan.warnings)
+    no_smi = probe_torch_facts(probes=env.Probes(run=lambda cmd: None))
+    assert no_smi.gpu_present is False and no_smi.driver_version is None

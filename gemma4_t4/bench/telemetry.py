@@ -197,28 +197,72 @@ def capture_environment(base_url: str, model: str, api_key: str | None = None,
     }
 
 
-class GPUSampler:
-    """NVML samples (SM clock, power, throttle reasons, memory) once per ``interval_s`` in a
-    thread. Does nothing where pynvml or a GPU is missing; ``available`` says which."""
+SMI_SAMPLE_QUERY = ("clocks.sm", "power.draw", "clocks_throttle_reasons.active", "memory.used", "utilization.gpu",
+                    "temperature.gpu")
+SMI_SAMPLE_KEYS = ("sm_clock_mhz", "power_w", "throttle_reasons", "memory_used_mib", "gpu_util_pct", "temperature_c")
 
-    def __init__(self, interval_s: float = 0.5, index: int = 0):
+
+def _smi_output(cmd: list[str]) -> str | None:
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=5, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def parse_smi_sample(line: str) -> dict[str, Any] | None:
+    """One ``nvidia-smi --query-gpu=<SMI_SAMPLE_QUERY> --format=csv,noheader,nounits`` line -> a sample
+    shaped like an NVML one (``[N/A]`` fields become 0; throttle reasons are a hex mask)."""
+    parts = [p.strip() for p in line.split(",")]
+    if len(parts) != len(SMI_SAMPLE_KEYS):
+        return None
+    sample: dict[str, Any] = {"t": time.time()}
+    for key, raw in zip(SMI_SAMPLE_KEYS, parts, strict=True):
+        try:
+            sample[key] = int(raw, 16) if key == "throttle_reasons" else float(raw)
+        except ValueError:
+            sample[key] = 0
+    return sample
+
+
+class GPUSampler:
+    """GPU samples (SM clock, power, throttle reasons, memory) once per ``interval_s`` in a thread:
+    through NVML when ``pynvml`` (nvidia-ml-py) is importable, else by polling ``nvidia-smi``.
+    Does nothing without a GPU; ``source`` says which ("nvml", "nvidia-smi" or None)."""
+
+    def __init__(self, interval_s: float = 0.5, index: int = 0, smi: Any = _smi_output, use_nvml: bool = True):
         self.interval_s = interval_s
         self.index = index
         self.samples: list[dict[str, Any]] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.available = False
-        try:
-            import pynvml  # nvidia-ml-py
+        self._smi = smi
+        self.source: str | None = None
+        self._nvml = None
+        if use_nvml:
+            try:
+                import pynvml  # nvidia-ml-py
 
-            pynvml.nvmlInit()
-            self._nvml = pynvml
-            self._handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            self.available = True
-        except Exception:  # noqa: BLE001 - no driver, no GPU, no package: telemetry is optional
-            self._nvml = None
+                pynvml.nvmlInit()
+                self._handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+                self._nvml, self.source = pynvml, "nvml"
+            except Exception:  # noqa: BLE001 - no driver, no GPU, no package: fall back to nvidia-smi
+                self._nvml = None
+        if self.source is None and (smi is not _smi_output or shutil.which("nvidia-smi")) and self._smi_sample():
+            self.source = "nvidia-smi"
 
-    def _sample(self) -> dict[str, Any]:
+    @property
+    def available(self) -> bool:
+        return self.source is not None
+
+    def _smi_sample(self) -> dict[str, Any] | None:
+        out = self._smi(["nvidia-smi", f"--id={self.index}", f"--query-gpu={','.join(SMI_SAMPLE_QUERY)}",
+                         "--format=csv,noheader,nounits"])
+        return parse_smi_sample(out.strip().splitlines()[0]) if out and out.strip() else None
+
+    def _sample(self) -> dict[str, Any] | None:
+        if self.source == "nvidia-smi":
+            return self._smi_sample()
         nv, h = self._nvml, self._handle
         return {
             "t": time.time(),
@@ -237,12 +281,14 @@ class GPUSampler:
         def loop() -> None:
             while not self._stop.is_set():
                 try:
-                    self.samples.append(self._sample())
+                    sample = self._sample()
+                    if sample is not None:
+                        self.samples.append(sample)
                 except Exception:  # noqa: BLE001
                     pass
                 self._stop.wait(self.interval_s)
 
-        self._thread = threading.Thread(target=loop, name="nvml-sampler", daemon=True)
+        self._thread = threading.Thread(target=loop, name="gpu-sampler", daemon=True)
         self._thread.start()
         return self
 
@@ -250,7 +296,9 @@ class GPUSampler:
         self._stop.set()
         if self._thread:
             self._thread.join(5)
-        return summarize_gpu_samples(self.samples) if self.available else None
+        if not self.available:
+            return None
+        return summarize_gpu_samples(self.samples) | {"source": self.source}
 
 
 # NVML clocks-throttle bits that matter on a 70 W T4

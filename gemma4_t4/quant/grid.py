@@ -17,7 +17,7 @@ import numpy as np
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.quant import lattice
 from gemma4_t4.quant.builds import FLOAT_DTYPES, ModuleWeight, module_weights
-from gemma4_t4.quant.safetensors_io import CheckpointReader, open_checkpoint
+from gemma4_t4.quant.safetensors_io import DTYPES, CheckpointReader, open_checkpoint
 
 BLOCK_BYTES = 32 * 2**20  # source bytes per block: bounds memory, keeps all cores busy
 MAX_EXAMPLES = 5
@@ -78,8 +78,11 @@ def check_tensor(reader: CheckpointReader, name: str, group_size: int = lattice.
     exact = dict.fromkeys(scale_dtypes, 0)
     gexact = dict.fromkeys(scale_dtypes, 0)
     examples: list[list[int]] = []
+    scratch = np.empty(min(info.nbytes, max(block_bytes, info.row_bytes)), np.uint8)  # reused by every block
+    levels = np.empty(scratch.nbytes // DTYPES[info.dtype][0].itemsize, np.int8)
     for start, stop in reader.row_blocks(name, block_bytes):
-        fit, choices = lattice.analyze(reader.read_rows(name, start, stop), group_size, tol, tuple(scale_dtypes))
+        block = reader.read_rows(name, start, stop, out=scratch)
+        fit, choices = lattice.analyze(block, group_size, tol, tuple(scale_dtypes), levels_out=levels)
         hist += np.bincount(fit.peak.reshape(-1).astype(np.int64) + 1, minlength=10)[:10]
         bad = ~fit.on_grid
         n_bad = int(bad.sum())
@@ -197,6 +200,8 @@ class TensorCompare:
     weights_on_ref_lattice: int
     bit_identical: int
     bit_identical_pct: float
+    groups: int
+    groups_bit_identical: int
     groups_bit_identical_pct: float
     max_abs_diff: float
     mean_abs_diff: float
@@ -267,6 +272,7 @@ def compare_module(ref_reader: CheckpointReader, other_reader: CheckpointReader,
         level_changed_pct=_pct(changed, lattice_weights) if has_lattice else None,
         weights_on_ref_lattice=lattice_weights,
         bit_identical=identical, bit_identical_pct=_pct(identical, n),
+        groups=n // gs if cols % gs == 0 else 0, groups_bit_identical=groups_identical,
         groups_bit_identical_pct=_pct(groups_identical, n // gs) if cols % gs == 0 else 0.0,
         max_abs_diff=max_diff, mean_abs_diff=sum_diff / n if n else 0.0,
     )
@@ -302,14 +308,12 @@ def grid_compare(ref: str, other: str, group_size: int = lattice.DEFAULT_GROUP, 
     weights = sum(t.weights for t in rows_out)
     lat_weights = sum(t.weights_on_ref_lattice for t in rows_out)
     changed = sum(t.level_changed or 0 for t in rows_out)
-    groups = sum(t.weights // group_size for t in rows_out)
     return CompareReport(
         ref=str(ref), other=str(other), group_size=group_size, modules_compared=len(rows_out),
         modules_only_in_ref=sorted(set(r_mods) - set(o_mods)), modules_only_in_other=sorted(set(o_mods) - set(r_mods)),
         weights_total=weights, level_changed=changed, level_changed_pct=_pct(changed, lat_weights),
         weights_with_ref_lattice=lat_weights,
         bit_identical_pct=_pct(sum(t.bit_identical for t in rows_out), weights),
-        groups_bit_identical_pct=_pct(sum(t.groups_bit_identical_pct * t.weights / group_size / 100 for t in rows_out),
-                                      groups),
+        groups_bit_identical_pct=_pct(sum(t.groups_bit_identical for t in rows_out), sum(t.groups for t in rows_out)),
         max_abs_diff=max((t.max_abs_diff for t in rows_out), default=0.0), tensors=rows_out,
     )

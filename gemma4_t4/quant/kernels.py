@@ -344,6 +344,10 @@ def analyze_kernel(w, gs, tol, fmts, nd, vfmt, levels, lsq, peak, deviation, sca
                     if k == 8 and over8:
                         continue
                     kf = np.float32(k)
+                    # most wrong peaks already fail on the first value: skip their full pass
+                    r0 = unit[0] * kf
+                    if abs(r0 - np.rint(r0)) > tol:
+                        continue
                     worst = np.uint32(0)
                     for j in range(gs):
                         rr = unit[j] * kf
@@ -382,12 +386,12 @@ def analyze_kernel(w, gs, tol, fmts, nd, vfmt, levels, lsq, peak, deviation, sca
                 div = 1
                 for d in range(chosen, 1, -1):
                     if chosen % d == 0 and (d % 2 == 1 or (odd & 1) == 0):
-                        divides = True
+                        dv = np.float32(d)
+                        rest = np.uint32(0)  # division of small integers is exact when d divides
                         for j in range(gs):
-                            if np.int64(qf[j]) % d:
-                                divides = False
-                                break
-                        if divides:
+                            x = qf[j] / dv
+                            rest = _u32_or(rest, _abs_bits(x - np.rint(x)))
+                        if rest == 0:
                             div = d
                             break
                 if div > 1:

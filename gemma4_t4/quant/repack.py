@@ -47,7 +47,9 @@ class TensorRepack:
     groups: int = 0
     groups_off_grid: int = 0
     groups_requantized: int = 0
+    levels_changed: int = 0  # weights of requantized groups that moved to another level
     values_bit_identical: dict[str, int] = field(default_factory=dict)
+    off_grid_examples: list[list[int]] = field(default_factory=list)  # [row, group], at most 3
 
 
 @dataclass
@@ -108,9 +110,13 @@ Quantizer = Callable[[np.ndarray], BlockResult]
 def lattice_quantizer(group_size: int, scale_dtype: str, allow_requant: bool, tol: float = lattice.DEFAULT_TOL,
                       report_dtypes: tuple[str, ...] = lattice.SCALE_DTYPES) -> Quantizer:
     dtypes = tuple(dict.fromkeys((scale_dtype, *report_dtypes)))  # the written one first
+    levels_buf = np.empty(0, np.int8)  # reused block after block: each block is packed before the next
 
     def quantize(block: np.ndarray) -> BlockResult:
-        fit, choices = lattice.analyze(block, group_size, tol, dtypes)
+        nonlocal levels_buf
+        if levels_buf.size < block.size:
+            levels_buf = np.empty(block.size, np.int8)
+        fit, choices = lattice.analyze(block, group_size, tol, dtypes, levels_out=levels_buf)
         off_mask = ~fit.on_grid
         off = int(off_mask.sum())
         examples = [(int(r), int(g)) for r, g in zip(*np.nonzero(off_mask), strict=True)][:3] if off else []
@@ -250,12 +256,12 @@ def build_quantized(
                 totals["off"] += row.groups_off_grid
                 totals["requant"] += row.groups_requantized
                 totals["weights"] += info.numel
-                totals["changed"] += getattr(row, "_changed", 0)
+                totals["changed"] += row.levels_changed
                 for k, v in row.values_bit_identical.items():
                     exact_totals[k] = exact_totals.get(k, 0) + v
                 if row.groups_off_grid and not row.groups_requantized:
                     off_grid[name] = row.groups_off_grid
-                    off_examples[name] = getattr(row, "_examples", [])
+                    off_examples[name] = row.off_grid_examples
             bytes_read += info.nbytes
             if bar is not None:
                 bar.update(info.nbytes)
@@ -337,20 +343,20 @@ def _quantize_tensor(reader: LocalCheckpoint, writer: ShardedWriter, info: Tenso
     row = TensorRepack(info.name, [rows, cols], "int4", "4-bit embedding (emb4), also written as an untied lm_head"
                        if lm_head else ("int4 embedding" if "embed" in module else "int4 linear"),
                        groups=rows * cols // group_size)
-    changed = 0
-    examples: list[tuple[int, int]] = []
     # zero points pack 8 rows per int32 word: keep blocks a multiple of 8 rows
     step = max(8, (block_bytes // max(1, info.row_bytes)) // 8 * 8)
     if write:
         for t in targets:
             writer.write_rows(f"{t}.weight_shape", 0, np.array([rows, cols], np.int64))
+    scratch = np.empty(min(info.nbytes, step * info.row_bytes), np.uint8)  # one read buffer for all blocks
     for start in range(0, rows, step):
         stop = min(rows, start + step)
-        res = quantizer(reader.read_rows(info.name, start, stop))
+        res = quantizer(reader.read_rows(info.name, start, stop, out=scratch))
         row.groups_off_grid += res.off_grid
         row.groups_requantized += res.requantized
-        changed += res.levels_changed
-        examples += [(r + start, g) for r, g in res.off_grid_examples]
+        row.levels_changed += res.levels_changed
+        room = 3 - len(row.off_grid_examples)
+        row.off_grid_examples += [[r + start, g] for r, g in res.off_grid_examples[:room]]
         for k, v in res.exact.items():
             row.values_bit_identical[k] = row.values_bit_identical.get(k, 0) + v
         if write and not (res.off_grid and not res.requantized):
@@ -364,8 +370,6 @@ def _quantize_tensor(reader: LocalCheckpoint, writer: ShardedWriter, info: Tenso
                     writer.write_rows(f"{t}.weight_zero_point", start // 8, pack.pack_int4_dim0(res.zero_point))
         elif res.off_grid and not res.requantized:
             write = False  # refusing anyway: keep scanning to name every off-grid tensor
-    row._changed = changed  # type: ignore[attr-defined]
-    row._examples = examples[:3]  # type: ignore[attr-defined]
     return row
 
 

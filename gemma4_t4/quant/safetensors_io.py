@@ -1,9 +1,9 @@
 """Streaming access to (sharded) safetensors checkpoints, local or over HTTP range requests.
 
-Tensors are read a block of rows at a time: local files through a short-lived ``mmap`` of
-just that byte range (unmapped right after, so resident memory stays bounded however large
-the checkpoint), remote files through ``Range`` requests (the 8-byte header length, the JSON
-header, then only the bytes of the requested rows). Pickle checkpoints (``.bin``, ``.pt``)
+Tensors are read a block of rows at a time: local files with ``preadv`` of just that byte
+range (into a reusable buffer, so resident memory stays bounded however large the checkpoint),
+remote files through ``Range`` requests (one per shard for its header, then only the bytes of
+the requested rows). Pickle checkpoints (``.bin``, ``.pt``)
 are refused and never opened: unpickling runs arbitrary code.
 
 Writing is the mirror image: :class:`ShardedWriter` lays out every output tensor up front
@@ -14,10 +14,10 @@ with ``pwrite`` into a temporary directory that the caller renames into place.
 from __future__ import annotations
 
 import json
-import mmap
 import os
 import struct
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -51,7 +51,6 @@ PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors format's own limit
-PAGE = mmap.ALLOCATIONGRANULARITY
 
 
 @dataclass(frozen=True)
@@ -200,8 +199,10 @@ class CheckpointReader:
             raise Gemma4T4Error(f"{self.source} has no tensor {name!r}",
                                 fix="list the names with `gemma4-t4 grid-check CKPT --json`") from None
 
-    def read_rows(self, name: str, row_start: int = 0, row_stop: int | None = None) -> np.ndarray:
-        """Rows ``row_start:row_stop`` (first dimension) as a fresh numpy array (BF16 as uint16 bits)."""
+    def read_rows(self, name: str, row_start: int = 0, row_stop: int | None = None,
+                  out: np.ndarray | None = None) -> np.ndarray:
+        """Rows ``row_start:row_stop`` (first dimension) as a numpy array (BF16 as uint16 bits).
+        ``out`` is a scratch buffer local reads fill instead of allocating (others ignore it)."""
         info = self.info(name)
         np_dtype = DTYPES[info.dtype][0]
         if not info.shape:
@@ -295,17 +296,23 @@ class LocalCheckpoint(CheckpointReader):
         return fd
 
     def _read(self, shard: str, start: int, length: int) -> bytes | memoryview:
-        if length <= 0:
-            return b""
-        if length < 1 << 16:
-            return os.pread(self._fd(shard), length, start)
-        # Map only this range and unmap it as soon as the caller has copied it: resident
-        # memory stays one block, not the whole file.
-        aligned = start - start % PAGE
-        with mmap.mmap(self._fd(shard), length + (start - aligned), access=mmap.ACCESS_READ, offset=aligned) as mm:
-            return bytes(memoryview(mm)[start - aligned:start - aligned + length])
+        return self._pread(shard, start, memoryview(bytearray(max(0, length))))
 
-    def read_rows(self, name: str, row_start: int = 0, row_stop: int | None = None) -> np.ndarray:
+    def _pread(self, shard: str, start: int, view: memoryview) -> memoryview:
+        """Fill ``view`` from ``shard`` at ``start`` (preadv may return short counts: loop)."""
+        done = 0
+        while done < len(view):
+            n = os.preadv(self._fd(shard), [view[done:]], start + done)
+            if n <= 0:
+                raise Gemma4T4Error(f"{self._path(shard)} ended at byte {start + done}, before the data its "
+                                    "header describes", fix="the file is truncated; re-download it")
+            done += n
+        return view
+
+    def read_rows(self, name: str, row_start: int = 0, row_stop: int | None = None,
+                  out: np.ndarray | None = None) -> np.ndarray:
+        """As :meth:`CheckpointReader.read_rows`, read with ``preadv`` straight into ``out`` (a
+        reusable uint8 buffer; the result is then a view of it) or into a fresh array."""
         info = self.info(name)
         if not info.shape or info.nbytes < 1 << 16:
             return super().read_rows(name, row_start, row_stop)
@@ -315,17 +322,9 @@ class LocalCheckpoint(CheckpointReader):
         length = (row_stop - row_start) * info.row_bytes
         np_dtype = DTYPES[info.dtype][0]
         shape = (row_stop - row_start, *info.shape[1:])
-        if length == 0:
-            return np.empty(shape, np_dtype)
-        aligned = start - start % PAGE
-        mm = mmap.mmap(self._fd(info.shard), length + (start - aligned), access=mmap.ACCESS_READ, offset=aligned)
-        try:
-            view = np.frombuffer(mm, np_dtype, count=length // np_dtype.itemsize, offset=start - aligned)
-            out = view.reshape(shape).copy()
-            del view
-        finally:
-            mm.close()
-        return out
+        buf = out[:length] if out is not None and out.nbytes >= length else np.empty(length, np.uint8)
+        self._pread(info.shard, start, memoryview(buf))
+        return buf.view(np_dtype).reshape(shape)
 
     def read_text(self, name: str) -> str | None:
         p = self.root / name
@@ -337,20 +336,39 @@ class LocalCheckpoint(CheckpointReader):
         self._fds.clear()
 
 
+HEAD_BYTES = 256 * 1024  # one ranged GET per shard fetches the header (Gemma 4 shards: 10-90 KB)
+HUB_HOSTS = ("huggingface.co", "hf.co")
+
+
+def hub_headers(url: str, env: dict[str, str] | None = None) -> dict[str, str]:
+    """``Authorization`` for gated Hub repositories: HF_TOKEN, sent to Hugging Face hosts only."""
+    env = os.environ if env is None else env
+    token = env.get("HF_TOKEN") or env.get("HUGGING_FACE_HUB_TOKEN")
+    host = (urllib.parse.urlsplit(url).hostname or "").lower()
+    if token and any(host == h or host.endswith("." + h) for h in HUB_HOSTS):
+        return {"Authorization": f"Bearer {token}"}
+    return {}
+
+
 class RemoteCheckpoint(CheckpointReader):
     """A checkpoint served over HTTP(S): ``base_url`` is the folder (``.../resolve/main``) or one file URL.
 
-    Only the header and the requested byte ranges are downloaded.
+    Only the headers and the requested byte ranges are downloaded: one ranged GET per shard
+    for its header (which also tells the file size), then one per block of rows.
     """
 
     def __init__(self, url: str, timeout: float = 60.0, headers: dict[str, str] | None = None):
         super().__init__(url)
         refuse_pickle(url)
         self.timeout = timeout
-        self.headers = dict(headers or {})
+        self.headers = hub_headers(url) if headers is None else dict(headers)
         self.bytes_downloaded = 0
+        self._heads: dict[str, bytes | None] = {}
+        self._sizes: dict[str, int] = {}
         if url.endswith(".safetensors"):
             self.base, single = url.rsplit("/", 1)
+            if not self._exists(single):
+                raise Gemma4T4Error(f"{url} does not exist (HTTP 404)", fix="check the file URL")
             self._load_layout(None, single)
             return
         self.base = url.rstrip("/")
@@ -363,11 +381,19 @@ class RemoteCheckpoint(CheckpointReader):
             raise Gemma4T4Error(f"{url} has neither {INDEX_NAME} nor {SINGLE_NAME}",
                                 fix="use the checkpoint folder URL, e.g. https://huggingface.co/ORG/NAME/resolve/main")
 
-    def _request(self, shard: str, method: str = "GET", byte_range: tuple[int, int] | None = None):
-        req = urllib.request.Request(f"{self.base}/{shard}", method=method, headers=dict(self.headers))
+    def _request(self, shard: str, byte_range: tuple[int, int] | None = None):
+        req = urllib.request.Request(f"{self.base}/{shard}", headers=dict(self.headers))
         if byte_range is not None:
             req.add_header("Range", f"bytes={byte_range[0]}-{byte_range[1] - 1}")
         return urllib.request.urlopen(req, timeout=self.timeout)  # noqa: S310 - user-chosen URL
+
+    def _http_error(self, what: str, exc: urllib.error.HTTPError) -> Gemma4T4Error:
+        if exc.code in (401, 403):
+            fix = ("the repository is gated or private: set HF_TOKEN to a token whose account accepted the "
+                   "model's licence" if not self.headers else "the token was refused: check it can read this repository")
+        else:
+            fix = "check the URL"
+        return Gemma4T4Error(f"{what}: HTTP {exc.code}", fix=fix)
 
     def _get_text(self, name: str) -> str | None:
         try:
@@ -376,38 +402,61 @@ class RemoteCheckpoint(CheckpointReader):
         except urllib.error.HTTPError as exc:
             if exc.code == 404:
                 return None
-            raise Gemma4T4Error(f"GET {self.base}/{name} failed: HTTP {exc.code}", fix="check the URL and token") from exc
+            raise self._http_error(f"GET {self.base}/{name} failed", exc) from exc
         except urllib.error.URLError as exc:
             raise Gemma4T4Error(f"cannot reach {self.base}: {exc.reason}", fix="check the URL and network") from exc
 
-    def _exists(self, shard: str) -> bool:
+    def _ranged_get(self, shard: str, start: int, stop: int) -> tuple[bytes, int | None]:
+        """Bytes start..stop (fewer at the end of the file) and the file size from Content-Range."""
         try:
-            with self._request(shard, byte_range=(0, 1)):
-                return True
-        except urllib.error.HTTPError as exc:
-            if exc.code == 404:
-                return False
-            raise Gemma4T4Error(f"{self.base}/{shard}: HTTP {exc.code}", fix="check the URL and token") from exc
-        except urllib.error.URLError as exc:
-            raise Gemma4T4Error(f"cannot reach {self.base}: {exc.reason}", fix="check the URL and network") from exc
-
-    def _read(self, shard: str, start: int, length: int) -> bytes:
-        if length <= 0:
-            return b""
-        try:
-            with self._request(shard, byte_range=(start, start + length)) as resp:
+            with self._request(shard, byte_range=(start, stop)) as resp:
                 if resp.status != 206:
                     raise Gemma4T4Error(
                         f"{self.base}/{shard} ignored the Range request (HTTP {resp.status})",
                         fix="use a server that supports HTTP range requests (the Hugging Face Hub does)",
                     )
                 data = resp.read()
+                total = (resp.headers.get("Content-Range") or "").rpartition("/")[2]
+        except urllib.error.HTTPError as exc:
+            raise self._http_error(f"range read of {self.base}/{shard} failed", exc) from exc
         except urllib.error.URLError as exc:
             raise Gemma4T4Error(f"range read of {self.base}/{shard} failed: {exc}", fix="check the URL and network") from exc
+        self.bytes_downloaded += len(data)
+        return data, int(total) if total.isdigit() else None
+
+    def _head(self, shard: str) -> bytes | None:
+        """The first HEAD_BYTES of a shard (None if it does not exist), fetched once."""
+        if shard not in self._heads:
+            try:
+                data, size = self._ranged_get(shard, 0, HEAD_BYTES)
+            except Gemma4T4Error as exc:
+                if isinstance(exc.__cause__, urllib.error.HTTPError) and exc.__cause__.code == 404:
+                    self._heads[shard] = None
+                    return None
+                raise
+            self._heads[shard] = data
+            if size is not None:
+                self._sizes[shard] = size
+        return self._heads[shard]
+
+    def _exists(self, shard: str) -> bool:
+        return self._head(shard) is not None
+
+    def _size(self, shard: str) -> int | None:
+        self._head(shard)
+        return self._sizes.get(shard)
+
+    def _read(self, shard: str, start: int, length: int) -> bytes:
+        if length <= 0:
+            return b""
+        if start + length <= HEAD_BYTES:
+            head = self._head(shard) or b""
+            if start + length <= len(head):
+                return head[start:start + length]
+        data, _ = self._ranged_get(shard, start, start + length)
         if len(data) != length:
             raise Gemma4T4Error(f"{self.base}/{shard}: short read ({len(data)} of {length} bytes)",
                                 fix="retry; the file may have changed on the server")
-        self.bytes_downloaded += len(data)
         return data
 
     def read_text(self, name: str) -> str | None:
