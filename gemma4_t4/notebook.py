@@ -297,7 +297,8 @@ def bench_rows(run: Any) -> list[dict[str, Any]]:
         cache = cell.get("prefix_cache") or {}
         rows.append({
             "workload": cell.get("workload"), "variant": cell.get("variant"),
-            "concurrency": cell.get("concurrency"), "input tokens": cell.get("input_len"),
+            "concurrency": cell.get("concurrency") if cell.get("concurrency") is not None
+            else f"{(cell.get('open_loop') or {}).get('offered_rate_rps')} req/s", "input tokens": cell.get("input_len"),
             "output tokens": cell.get("output_len"), "ok": cell.get("completed"), "failed": cell.get("failed"),
             "TTFT ms (median)": _median(cell.get("ttft_ms")), "TPOT ms (median)": _median(cell.get("tpot_ms")),
             "per-stream tok/s (median)": _median(cell.get("per_stream_tok_s")),
@@ -310,13 +311,13 @@ def bench_rows(run: Any) -> list[dict[str, Any]]:
 def per_stream_by_concurrency(run: Any) -> dict[int, float]:
     """Median per-stream decode tok/s for each concurrency of a decode run."""
     return {int(c["concurrency"]): _median(c.get("per_stream_tok_s")) for c in run.cells
-            if c.get("workload") == "decode"}
+            if c.get("workload") == "decode" and c.get("concurrency") is not None}
 
 
 def throughput_by_concurrency(run: Any) -> dict[int, float]:
     """Aggregate output tok/s (all streams) for each concurrency of a decode run."""
     return {int(c["concurrency"]): c.get("output_throughput_tok_s") for c in run.cells
-            if c.get("workload") == "decode"}
+            if c.get("workload") == "decode" and c.get("concurrency") is not None}
 
 
 def ttft_by_input_len(run: Any) -> dict[int, float]:

@@ -178,18 +178,20 @@ def main() -> None:
                 gen_s = round(time.perf_counter() - t, 1)
                 done_marker.write_text(str(nbytes))
             row = {"gb": round(nbytes / 1e9, 2), "generate_s": gen_s}
-            for step in ("grid-check", "repack", "repack-both-dtypes") + (() if args.skip_baseline else ("ct-compress",)):
-                runs = []
-                for _ in range(args.repeat):  # best of N: the machine may be shared
+            steps = ("grid-check", "repack", "repack-both-dtypes") + (() if args.skip_baseline else ("ct-compress",))
+            runs: dict[str, list[dict]] = {step: [] for step in steps}
+            for _ in range(args.repeat):  # best of N, steps interleaved: a slow minute hits every step alike
+                for step in steps:
                     shutil.rmtree(dst, ignore_errors=True)
                     warm_page_cache(src)  # every step starts from the same (cached) state
-                    runs.append(run_step(step, src, dst))
-                res = min(runs, key=lambda r: r["seconds"])
-                res["peak_rss_mb"] = max(r["peak_rss_mb"] for r in runs)
+                    runs[step].append(run_step(step, src, dst))
+                    print(gb, step, {k: round(v, 2) for k, v in runs[step][-1].items()}, flush=True)
+            for step in steps:
+                res = min(runs[step], key=lambda r: r["seconds"])
+                res["peak_rss_mb"] = max(r["peak_rss_mb"] for r in runs[step])
                 res["mb_per_s"] = round(nbytes / 1e6 / res["seconds"], 1)
                 res["with_imports_s"] = res["seconds"] + res["import_s"]
                 row[step] = {k: round(v, 2) for k, v in res.items()}
-                print(gb, step, row[step], flush=True)
             if "ct-compress" in row:
                 base = row["ct-compress"]
                 for step in ("grid-check", "repack", "repack-both-dtypes"):

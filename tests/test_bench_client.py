@@ -207,3 +207,67 @@ def test_cli_run_plot_and_compare(tmp_path, capsys):
     assert data["cells"][0]["ratios"][0]["metric"] == "ttft_ms"
     assert cli_main(["bench", "compare", str(tmp_path / "ans1"), str(tmp_path / "ans2")]) == 0
     assert "identical answers: 20/20" in capsys.readouterr().out
+
+
+def test_arrival_processes():
+    from gemma4_t4.bench.client import arrival_offsets
+
+    poisson = arrival_offsets(4000, 5.0, "poisson", seed=1)
+    gaps = [b - a for a, b in zip(poisson, poisson[1:], strict=False)]
+    assert poisson[0] == 0 and all(g >= 0 for g in gaps)
+    assert sum(gaps) / len(gaps) == pytest.approx(0.2, rel=0.05)  # mean gap 1/rate
+    cv = (sum((g - 0.2) ** 2 for g in gaps) / len(gaps)) ** 0.5 / 0.2
+    assert cv == pytest.approx(1.0, rel=0.1)  # exponential gaps: std = mean
+    assert arrival_offsets(50, 5.0, "poisson", seed=1) == poisson[:50]  # seeded
+    assert arrival_offsets(4, 2.0, "constant") == [0.0, 0.5, 1.0, 1.5]
+    with pytest.raises(ValueError, match="rate"):
+        arrival_offsets(3, 0.0)
+    with pytest.raises(ValueError, match="arrival"):
+        arrival_offsets(3, 1.0, "bursty")
+
+
+def test_peak_in_flight_counts_overlaps():
+    from gemma4_t4.bench.metrics import peak_in_flight
+
+    records = [{"send_s": 0.0, "end_s": 1.0}, {"send_s": 0.5, "end_s": 2.0}, {"send_s": 1.0, "end_s": 1.5},
+               {"send_s": 1.6, "end_s": 1.7}]
+    assert peak_in_flight(records) == 2  # the first ends as the third starts
+
+
+def test_open_loop_keeps_its_schedule_and_shows_pile_up(tmp_path):
+    """Offered load is sent on schedule whatever the server does; responses slower than the
+    arrival gap pile up (peak in flight), and a full client cap shows as send lag."""
+    state = FakeServerState(default=FakeScript(ttft_s=0.15, gap_s=0.02))  # 8 tokens: ~0.3 s per request
+    with FakeServer(free_port(), state) as server:
+        run = run_benchmark(server.base_url, "fake-model", "decode", tmp_path / "open", rates=[8.0, 16.0],
+                            arrival="constant", input_len=32, output_len=8, num_prompts=12, progress=False)
+        capped = run_benchmark(server.base_url, "fake-model", "decode", tmp_path / "capped", rates=[16.0],
+                               arrival="constant", max_in_flight=1, input_len=32, output_len=8, num_prompts=6,
+                               progress=False)
+    assert run.status == "complete" and [c["variant"] for c in run.cells] == ["open_loop", "open_loop"]
+    for cell, rate in zip(run.cells, (8.0, 16.0), strict=True):
+        ol = cell["open_loop"]
+        assert cell["concurrency"] is None and cell["completed"] == 12 and ol["offered_rate_rps"] == rate
+        assert ol["achieved_send_rate_rps"] == pytest.approx(rate, rel=0.25)
+        assert ol["send_lag_ms"]["median"] < TOL_MS and not ol["cap_reached"]
+        assert ol["peak_in_flight"] >= 2  # 0.3 s requests arriving every 0.125 s or faster overlap
+    assert run.cells[1]["open_loop"]["peak_in_flight"] > run.cells[0]["open_loop"]["peak_in_flight"]
+    measured = [r for r in run.records if r["phase"] == "measure"]
+    assert all(r["scheduled_s"] is not None for r in measured)
+    ol = capped.cells[0]["open_loop"]
+    assert ol["cap_reached"] and ol["peak_in_flight"] == 1
+    assert ol["send_lag_ms"]["max"] > 800  # 6 requests of ~0.3 s through one slot, offered every 62 ms
+    assert "[in-flight cap reached]" in capped.table() and "16/s" in capped.table()
+    assert {p.name for p in plot_run(run)} == {"ttft_vs_offered_rate.png"}
+    assert "offered_rate_rps" in (tmp_path / "open" / "summary.csv").read_text().splitlines()[0]
+
+
+def test_open_loop_options_are_checked(fake, tmp_path):
+    with pytest.raises(Gemma4T4Error, match="decode workload") as err:
+        run_benchmark(fake.base_url, "fake-model", "ttft", tmp_path / "x", rates=[1.0], progress=False)
+    assert "--workload decode" in err.value.fix
+    with pytest.raises(Gemma4T4Error, match="> 0"):
+        run_benchmark(fake.base_url, "fake-model", "decode", tmp_path / "y", rates=[0.0], progress=False)
+    with pytest.raises(Gemma4T4Error, match="arrival"):
+        run_benchmark(fake.base_url, "fake-model", "decode", tmp_path / "z", rates=[1.0], arrival="bursty",
+                      progress=False)

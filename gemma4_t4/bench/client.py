@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -85,6 +86,12 @@ class RequestRecord:
     error_detail: str | None = None
     output_chars: int = 0
     text: str | None = None
+    scheduled_s: float | None = None  # open loop: when the arrival process wanted it sent
+
+    @property
+    def send_lag_s(self) -> float | None:
+        """How late the request left against its schedule (the in-flight cap was full)."""
+        return None if self.scheduled_s is None else self.send_s - self.scheduled_s
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -240,3 +247,65 @@ async def run_closed_loop(
 
     await asyncio.gather(*(worker() for _ in range(max(1, min(concurrency, len(specs))))))
     return [r for r in results if r is not None]
+
+
+ARRIVALS = ("poisson", "constant")
+
+
+def arrival_offsets(n: int, rate: float, arrival: str = "poisson", seed: int = 0) -> list[float]:
+    """Send times, in seconds from the start, of ``n`` requests offered at ``rate`` per second:
+    a Poisson process (exponential gaps from ``seed``, like real independent users) or evenly spaced."""
+    if not rate > 0:
+        raise ValueError(f"rate must be > 0 requests/s, got {rate}")
+    if arrival == "constant":
+        return [i / rate for i in range(n)]
+    if arrival != "poisson":
+        raise ValueError(f"arrival must be one of {ARRIVALS}, got {arrival!r}")
+    rng = random.Random(seed)
+    offsets, t = [], 0.0
+    for _ in range(n):
+        offsets.append(t)
+        t += rng.expovariate(rate)
+    return offsets
+
+
+async def run_open_loop(
+    session: aiohttp.ClientSession,
+    base_url: str,
+    model: str,
+    specs: Sequence[RequestSpec],
+    offsets: Sequence[float],
+    max_in_flight: int,
+    on_record: Callable[[RequestRecord], Awaitable[None] | None] | None = None,
+    api_key: str | None = None,
+    keep_text: bool = False,
+    clock: Callable[[], float] = time.perf_counter,
+) -> list[RequestRecord]:
+    """Send ``specs[i]`` at start + ``offsets[i]`` whether or not earlier ones have finished (open
+    loop: the load does not slow down when the server does). At most ``max_in_flight`` run at once;
+    a request that finds the cap full waits, and its record's ``send_lag_s`` shows by how much."""
+    gate = asyncio.Semaphore(max(1, max_in_flight))
+    start = clock()
+    results: list[RequestRecord | None] = [None] * len(specs)
+
+    async def one(index: int, spec: RequestSpec, at: float) -> None:
+        async with gate:
+            record = await send_request(session, base_url, model, spec, api_key=api_key, keep_text=keep_text,
+                                        clock=clock)
+        record.scheduled_s = at
+        results[index] = record
+        if on_record is not None:
+            maybe = on_record(record)
+            if asyncio.iscoroutine(maybe):
+                await maybe
+
+    tasks = []
+    for index, (spec, offset) in enumerate(zip(specs, offsets, strict=True)):
+        at = start + offset
+        delay = at - clock()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(one(index, spec, at)))
+    await asyncio.gather(*tasks)
+    return [r for r in results if r is not None]
+

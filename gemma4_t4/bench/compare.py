@@ -69,8 +69,8 @@ def _num(v: float | None) -> str:
 
 
 def cell_key(cell: dict[str, Any]) -> tuple:
-    return (cell.get("workload"), cell.get("variant"), cell.get("concurrency"), cell.get("input_len"),
-            cell.get("output_len"))
+    return (cell.get("workload"), cell.get("variant"), cell.get("concurrency"),
+            (cell.get("open_loop") or {}).get("offered_rate_rps"), cell.get("input_len"), cell.get("output_len"))
 
 
 def _per_request(run: BenchRun, cell: str, attr: str) -> list[float]:

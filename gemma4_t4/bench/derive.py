@@ -85,5 +85,6 @@ def derive_cell(cell: dict[str, Any], gpu_key: str | None = None, bytes_per_toke
     prices = cost(cell.get("output_throughput_tok_s"), price_keys, gpu_key)
     if prices:
         out["usd_per_million_output_tokens"] = prices
-        out["cost_assumes"] = "100 % utilisation at this cell's concurrency"
+        out["cost_assumes"] = ("100 % utilisation at this cell's offered rate" if cell.get("open_loop")
+                               else "100 % utilisation at this cell's concurrency")
     return out

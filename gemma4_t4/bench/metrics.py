@@ -187,6 +187,38 @@ def aggregate(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def peak_in_flight(records: Sequence[dict[str, Any]]) -> int:
+    """Most requests open at the same moment (a request is open from send to end of stream)."""
+    events = sorted([(r["send_s"], 1) for r in records] + [(r.get("end_s") or r["send_s"], -1) for r in records])
+    running = peak = 0
+    for _, step in events:  # at equal times an end (-1) sorts before a send (+1)
+        running += step
+        peak = max(peak, running)
+    return peak
+
+
+def open_loop_stats(records: Sequence[dict[str, Any]], rate: float, arrival: str | None,
+                    max_in_flight: int) -> dict[str, Any]:
+    """How well an open-loop cell delivered its arrival process, and how much the server piled up.
+
+    ``send_lag_ms``: sent minus scheduled; it grows when the client's in-flight cap is full, and
+    then the offered load was not really offered (``cap_reached``).
+    """
+    scheduled = [r for r in records if r.get("scheduled_s") is not None]
+    sends = sorted(r["send_s"] for r in records)
+    span = sends[-1] - sends[0] if len(sends) > 1 else 0.0
+    peak = peak_in_flight(records)
+    return {
+        "offered_rate_rps": rate,
+        "arrival": arrival,
+        "achieved_send_rate_rps": (len(sends) - 1) / span if span > 0 else None,
+        "send_lag_ms": _short(summarize(((r["send_s"] - r["scheduled_s"]) * 1000 for r in scheduled), ci=False)),
+        "max_in_flight": max_in_flight,
+        "peak_in_flight": peak,
+        "cap_reached": peak >= max_in_flight,
+    }
+
+
 def ratio_ci(
     a: Sequence[float], b: Sequence[float], statistic=median, resamples: int = 1000, seed: int = 0,
 ) -> tuple[float | None, float | None, float | None]:

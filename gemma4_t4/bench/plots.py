@@ -31,8 +31,8 @@ def _median(cell: dict[str, Any], key: str) -> float | None:
 
 
 def plot_throughput(run: BenchRun, path: Path) -> Path | None:
-    cells = sorted((c for c in run.cells if c.get("workload") == "decode" and c.get("completed")),
-                   key=lambda c: c["concurrency"])
+    cells = sorted((c for c in run.cells if c.get("workload") == "decode" and c.get("completed")
+                    and c.get("concurrency") is not None), key=lambda c: c["concurrency"])
     if not cells:
         return None
     plt = _plt()
@@ -126,10 +126,43 @@ def plot_roofline(run: BenchRun, path: Path) -> Path | None:
         if eff is not None:
             ax.annotate(f"{eff * 100:.0f} %", (x, c["derived"]["roofline"]["per_stream_tok_s"]),
                         textcoords="offset points", xytext=(0, 4), ha="center", fontsize=8)
-    ax.set_xticks(xs, [f"c={c['concurrency']}" for c in cells])
+    ax.set_xticks(xs, [f"c={c['concurrency']}" if c.get("concurrency") is not None
+                       else f"{c['open_loop']['offered_rate_rps']:g}/s" for c in cells])
     ax.set_ylabel("decode tokens / s per stream")
     ax.set_title(_title(run, f"Roofline on {roof['gpu']}"))
     ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_rate(run: BenchRun, path: Path) -> Path | None:
+    """Open-loop cells: TTFT (median, p90) and delivered output tok/s against the offered request rate."""
+    cells = sorted((c for c in run.cells if c.get("open_loop") and c.get("completed")),
+                   key=lambda c: c["open_loop"]["offered_rate_rps"])
+    if not cells:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    xs = [c["open_loop"]["offered_rate_rps"] for c in cells]
+    ax.plot(xs, [_median(c, "ttft_ms") for c in cells], "o-", label="TTFT median")
+    ax.plot(xs, [(c.get("ttft_ms") or {}).get("p90") for c in cells], "s--", label="TTFT p90")
+    ax.set_xlabel(f"offered load (requests / s, {cells[0]['open_loop'].get('arrival')} arrivals)")
+    ax.set_ylabel("TTFT (ms)")
+    ax.grid(alpha=0.3)
+    right = ax.twinx()
+    right.plot(xs, [c.get("output_throughput_tok_s") for c in cells], "^:", color="tab:green",
+               label="output tok/s (right)")
+    right.set_ylabel("output tokens / s")
+    for c, x in zip(cells, xs, strict=True):
+        if c["open_loop"].get("cap_reached"):
+            ax.annotate("in-flight cap", (x, _median(c, "ttft_ms") or 0), textcoords="offset points",
+                        xytext=(0, 8), ha="center", fontsize=8, color="tab:red")
+    lines = ax.get_legend_handles_labels()
+    more = right.get_legend_handles_labels()
+    ax.legend(lines[0] + more[0], lines[1] + more[1], fontsize=8, loc="upper left")
+    ax.set_title(_title(run, f"Open loop: in {cells[0].get('input_len')} / out {cells[0].get('output_len')}"))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -141,6 +174,7 @@ def plot_run(out_dir: str | os.PathLike | BenchRun) -> list[Path]:
     run = out_dir if isinstance(out_dir, BenchRun) else load_run(out_dir)
     made = [
         plot_throughput(run, run.dir / "throughput_vs_concurrency.png"),
+        plot_rate(run, run.dir / "ttft_vs_offered_rate.png"),
         plot_ttft(run, run.dir / "ttft_vs_input_len.png"),
         plot_prefix(run, run.dir / "prefix_cache.png"),
         plot_roofline(run, run.dir / "roofline.png"),

@@ -28,7 +28,7 @@ SCHEMA = "gemma4_t4.bench/1"
 RUN_FILE, RECORDS_FILE, SUMMARY_FILE, CSV_FILE = "run.json", "records.jsonl", "summary.json", "summary.csv"
 LATENCY_KEYS = ("ttft_ms", "ttft_first_chunk_ms", "tpot_ms", "itl_ms", "e2el_ms", "per_stream_tok_s")
 CSV_STATS = ("mean", "median", "p90", "p99", "ci_low", "ci_high")
-CSV_SCALARS = ("cell", "workload", "variant", "concurrency", "input_len", "output_len", "num_prompts",
+CSV_SCALARS = ("cell", "workload", "variant", "concurrency", "offered_rate_rps", "input_len", "output_len", "num_prompts",
                "completed", "failed", "queueing", "output_throughput_tok_s", "request_throughput_req_s",
                "tokens_per_chunk", "prefix_cache_hit_rate", "partial")
 
@@ -39,8 +39,9 @@ def cells_to_csv(cells: list[dict[str, Any]]) -> str:
     writer = csv.writer(buffer)
     writer.writerow(header)
     for cell in cells:
-        row = [cell.get(k) if k != "prefix_cache_hit_rate" else (cell.get("prefix_cache") or {}).get("hit_rate")
-               for k in CSV_SCALARS]
+        nested = {"prefix_cache_hit_rate": (cell.get("prefix_cache") or {}).get("hit_rate"),
+                  "offered_rate_rps": (cell.get("open_loop") or {}).get("offered_rate_rps")}
+        row = [nested[k] if k in nested else cell.get(k) for k in CSV_SCALARS]
         for key in LATENCY_KEYS:
             stats = cell.get(key) or {}
             row += [stats.get(s) for s in CSV_STATS]
@@ -171,8 +172,12 @@ def format_cells(cells: list[dict[str, Any]]) -> str:
     for c in cells:
         hit = (c.get("prefix_cache") or {}).get("hit_rate")
         flags = (" [queueing]" if c.get("queueing") else "") + (" [partial]" if c.get("partial") else "")
+        open_loop = c.get("open_loop") or {}
+        if open_loop.get("cap_reached"):
+            flags += " [in-flight cap reached]"
+        load = c.get("concurrency") if c.get("concurrency") is not None else f"{open_loop.get('offered_rate_rps'):g}/s"
         lines.append(
-            f"{c['cell'][:44]:<44} {c.get('concurrency', ''):>3} {_fmt(c.get('input_len')):>5} "
+            f"{c['cell'][:44]:<44} {load:>3} {_fmt(c.get('input_len')):>5} "
             f"{_fmt(c.get('output_len')):>4} {str(c.get('completed')) + '/' + str(c.get('failed')):>8} "
             f"{_fmt((c.get('ttft_ms') or {}).get('median')):>9} {_fmt((c.get('ttft_ms') or {}).get('p90')):>9} "
             f"{_fmt((c.get('tpot_ms') or {}).get('median'), 2):>9} {_fmt((c.get('itl_ms') or {}).get('p99')):>8} "

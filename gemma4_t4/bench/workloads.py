@@ -19,9 +19,18 @@ from typing import Any, Literal
 
 from gemma4_t4.bench import telemetry
 from gemma4_t4.bench.answers import QUESTIONS, is_correct
-from gemma4_t4.bench.client import Api, RequestRecord, RequestSpec, make_session, run_closed_loop
+from gemma4_t4.bench.client import (
+    ARRIVALS,
+    Api,
+    RequestRecord,
+    RequestSpec,
+    arrival_offsets,
+    make_session,
+    run_closed_loop,
+    run_open_loop,
+)
 from gemma4_t4.bench.derive import derive_cell, lookup_bytes_per_token
-from gemma4_t4.bench.metrics import aggregate
+from gemma4_t4.bench.metrics import aggregate, open_loop_stats
 from gemma4_t4.bench.prompts import HFTokenizer, PromptFactory, ServerTokenizer
 from gemma4_t4.bench.results import BenchRun, ResultsWriter, load_run
 from gemma4_t4.errors import Gemma4T4Error
@@ -46,6 +55,9 @@ class BenchConfig:
     out_dir: str
     api: Api = "completions"  # answers default to chat
     concurrency: list[int] | None = None
+    rates: list[float] | None = None  # decode: open-loop cells at these offered request rates (req/s)
+    arrival: str = "poisson"  # open loop: "poisson" or "constant" gaps
+    max_in_flight: int = 256  # open loop: requests the client keeps in flight at most
     input_len: int | None = None
     input_lens: list[int] | None = None  # ttft
     output_len: int | None = None
@@ -89,6 +101,16 @@ class BenchConfig:
             c.api = "chat"
         if c.max_num_seqs is None and self.server_launch:
             c.max_num_seqs = (self.server_launch.get("config") or {}).get("max_num_seqs")
+        if c.rates is not None:
+            if c.workload != "decode":
+                raise Gemma4T4Error(f"--rate is for the decode workload, not {c.workload}",
+                                    fix="drop --rate, or use --workload decode")
+            if not c.rates or any(not r > 0 for r in c.rates):
+                raise Gemma4T4Error(f"rates must be > 0 requests/s, got {c.rates}", fix="use e.g. --rate 0.5,1,2")
+            if c.arrival not in ARRIVALS:
+                raise Gemma4T4Error(f"unknown arrival {c.arrival!r}", fix=f"use one of: {', '.join(ARRIVALS)}")
+            if c.max_in_flight < 1:
+                raise Gemma4T4Error("max_in_flight must be at least 1", fix="use e.g. --max-in-flight 64")
         for value in c.concurrency:
             if value < 1:
                 raise Gemma4T4Error(f"concurrency {value} must be at least 1", fix="use e.g. --concurrency 1,8")
@@ -127,6 +149,8 @@ class Cell:
     specs: list[RequestSpec]
     warmup_specs: list[RequestSpec]
     meta: dict[str, Any] = field(default_factory=dict)
+    rate: float | None = None  # open loop: offered requests/s (concurrency is then the in-flight cap)
+    arrival: str | None = None
 
 
 def _specs(prompts: list[Any], cell: str, cfg: BenchConfig, ignore_eos: bool = True,
@@ -144,7 +168,15 @@ def build_cells(cfg: BenchConfig, factory: PromptFactory | None) -> list[Cell]:
     """All cells of a workload, prompts included (built before anything is measured)."""
     cells: list[Cell] = []
     w = cfg.workload
-    if w == "decode":
+    if w == "decode" and cfg.rates:
+        for rate in cfg.rates:
+            name = f"decode-r{rate:g}-{cfg.arrival}-in{cfg.input_len}-out{cfg.output_len}"
+            n = cfg.num_prompts or max(16, min(256, round(30 * rate)))  # about 30 s of arrivals
+            cells.append(Cell(name, w, "open_loop", cfg.max_in_flight, cfg.input_len, cfg.output_len,
+                              _specs(factory.unique(name, n, cfg.input_len), name, cfg),
+                              _specs(factory.unique(f"w-{name}", cfg.warmup, cfg.input_len), f"w-{name}", cfg),
+                              rate=rate, arrival=cfg.arrival))
+    elif w == "decode":
         for c in cfg.concurrency:
             name = f"decode-c{c}-in{cfg.input_len}-out{cfg.output_len}"
             n = cfg.num_prompts or max(32, 4 * c)
@@ -278,7 +310,7 @@ def _run_cell(cfg: BenchConfig, cell: Cell, writer: ResultsWriter) -> dict[str, 
             writer.add_record(cell.cell, "measure", data)
 
         try:
-            _run_async(lambda: _measure(cfg, cell.specs, cell.concurrency, keep, cell.cell))
+            _run_async(lambda: _measure(cfg, cell.specs, cell.concurrency, keep, cell.cell, cell))
         finally:
             load = sampler.stop() if sampler else {}
             gpu = gpu_sampler.stop()
@@ -302,16 +334,18 @@ def _summarize_cell(cfg: BenchConfig, cell: Cell, measured: list[dict[str, Any]]
         "workload": cell.workload,
         "variant": cell.variant,
         "api": cfg.api,
-        "concurrency": cell.concurrency,
+        "concurrency": None if cell.rate else cell.concurrency,
         "input_len": cell.input_len,
         "output_len": cell.output_len,
         "num_prompts": len(cell.specs),
         "warmup_requests": len(cell.warmup_specs),
         "max_num_seqs": cfg.max_num_seqs,
-        "queueing": _queueing(cell.concurrency, cfg.max_num_seqs),
+        "queueing": None if cell.rate else _queueing(cell.concurrency, cfg.max_num_seqs),
         "partial": partial,
         "started_at": started,
     } | agg
+    if cell.rate:
+        summary["open_loop"] = open_loop_stats(measured, cell.rate, cell.arrival, cell.concurrency)
     summary["prefix_cache"] = telemetry.prefix_cache_delta(before, after)
     summary["prefix_cache"]["prefix_caching_enabled"] = telemetry.cache_config(after).get("enable_prefix_caching")
     summary["server_load"] = load
@@ -343,7 +377,8 @@ def _answers(measured: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 async def _measure(cfg: BenchConfig, specs: list[RequestSpec], concurrency: int,
-                   on_record: Callable[[RequestRecord], None], progress_desc: str | None) -> None:
+                   on_record: Callable[[RequestRecord], None], progress_desc: str | None,
+                   cell: Cell | None = None) -> None:
     from tqdm.auto import tqdm
 
     bar = tqdm(total=len(specs), desc=progress_desc, unit="req", leave=True,
@@ -360,7 +395,12 @@ async def _measure(cfg: BenchConfig, specs: list[RequestSpec], concurrency: int,
 
     try:
         async with make_session(concurrency, cfg.request_timeout_s) as session:
-            await run_closed_loop(session, cfg.base_url, cfg.model, specs, concurrency, record,
-                                  api_key=cfg.api_key, keep_text=cfg.workload == "answers")
+            if cell is not None and cell.rate:
+                offsets = arrival_offsets(len(specs), cell.rate, cell.arrival or "poisson", seed=cfg.seed)
+                await run_open_loop(session, cfg.base_url, cfg.model, specs, offsets, concurrency, record,
+                                    api_key=cfg.api_key)
+            else:
+                await run_closed_loop(session, cfg.base_url, cfg.model, specs, concurrency, record,
+                                      api_key=cfg.api_key, keep_text=cfg.workload == "answers")
     finally:
         bar.close()

@@ -18,6 +18,16 @@ def _ints(text: str) -> list[int]:
     return values
 
 
+def _floats(text: str) -> list[float]:
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+    if not values:
+        raise argparse.ArgumentTypeError("expected at least one number")
+    return values
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     bench = add_command(subparsers, "bench", _help, help="serving benchmarks: run, compare, plot",
                         description="Benchmark an OpenAI-compatible server (vLLM): decode throughput, TTFT vs "
@@ -34,6 +44,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--api", choices=["completions", "chat"], default=None,
                      help="endpoint (default completions; answers default chat)")
     run.add_argument("--concurrency", type=_ints, default=None, help="e.g. 1,2,4,8,16 (decode default)")
+    run.add_argument("--rate", type=_floats, default=None, metavar="REQ_PER_S",
+                     help="decode: open-loop cells at these offered rates instead, e.g. 0.5,1,2")
+    run.add_argument("--arrival", choices=["poisson", "constant"], default=None,
+                     help="open loop: Poisson (default) or evenly spaced arrivals")
+    run.add_argument("--max-in-flight", type=int, default=None, help="open loop: client cap (default 256)")
     run.add_argument("--input-len", type=int, default=None, help="prompt tokens (ttft: one length)")
     run.add_argument("--input-lens", type=_ints, default=None, help="ttft lengths (default 256,...,4096)")
     run.add_argument("--output-len", type=int, default=None, help="output tokens (ignore_eos)")
@@ -74,7 +89,8 @@ def _run(args: argparse.Namespace) -> Output:
     from gemma4_t4.bench import plot_run, run_benchmark
 
     opts = {
-        "concurrency": args.concurrency, "input_len": args.input_len, "input_lens": args.input_lens,
+        "concurrency": args.concurrency, "rates": args.rate, "arrival": args.arrival,
+        "max_in_flight": args.max_in_flight, "input_len": args.input_len, "input_lens": args.input_lens,
         "output_len": args.output_len, "num_prompts": args.num_prompts, "warmup": args.warmup,
         "prefix_len": args.prefix_len, "groups": args.groups, "seed": args.seed, "nonce": args.nonce,
         "max_num_seqs": args.max_num_seqs, "gpu": args.gpu, "bytes_per_token": args.bytes_per_token,

@@ -189,7 +189,7 @@ def step_scale(c, fmt, steps):
     return y
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, inline="always")
 def _count_exact(qf, vals, gs, cand, fmt, vfmt):
     """How many round_vfmt(round_fmt(q * cand)) equal the source values (q * cand is exact in float32)."""
     n = np.uint32(0)
@@ -205,7 +205,7 @@ def _count_exact(qf, vals, gs, cand, fmt, vfmt):
     return n
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, inline="always")
 def _choose_group(qf, vals, gs, lsq, fmt, vfmt):
     """(scale in fmt, values reproduced exactly): the rounded least-squares scale or the best of
     its +-2 ulp neighbours, first one wins ties."""
@@ -225,7 +225,7 @@ def _choose_group(qf, vals, gs, lsq, fmt, vfmt):
     return best, best_n
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, inline="always")
 def _pairwise_block(p, start, n):
     """numpy's pairwise float64 summation of p[start:start+n] for n <= 128 (8 accumulators)."""
     if n < 8:
@@ -254,7 +254,7 @@ def _pairwise_block(p, start, n):
     return s
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, inline="always")
 def _pairwise_sum(p, n):
     """numpy's pairwise summation of p[:n], bit-identical to ndarray.sum().
 
@@ -340,6 +340,7 @@ def analyze_kernel(w, gs, tol, fmts, nd, vfmt, levels, lsq, peak, deviation, sca
                                                  * np.float32(8.0)) > 7.0
                 chosen = 0
                 worst = np.uint32(0)
+                odd = np.uint32(0)
                 for k in _PEAK_TRIALS:
                     if k == 8 and over8:
                         continue
@@ -349,9 +350,13 @@ def analyze_kernel(w, gs, tol, fmts, nd, vfmt, levels, lsq, peak, deviation, sca
                     if abs(r0 - np.rint(r0)) > tol:
                         continue
                     worst = np.uint32(0)
-                    for j in range(gs):
+                    odd = np.uint32(0)
+                    for j in range(gs):  # the levels come out of the same pass (kept if k fits)
                         rr = unit[j] * kf
-                        worst = max(worst, _abs_bits(rr - np.rint(rr)))
+                        q = np.rint(rr)
+                        qf[j] = q
+                        worst = max(worst, _abs_bits(rr - q))
+                        odd = _u32_or(odd, _small_uint(abs(q)))
                     if _bits_f32(worst) <= tol:
                         chosen = k
                         break
@@ -375,12 +380,6 @@ def analyze_kernel(w, gs, tol, fmts, nd, vfmt, levels, lsq, peak, deviation, sca
                         scales[d, r, g] = 1.0
                         exact[d, r, g] = -1
                     continue
-                kf = np.float32(chosen)
-                odd = np.uint32(0)
-                for j in range(gs):
-                    q = np.rint(unit[j] * kf)
-                    qf[j] = q
-                    odd = _u32_or(odd, _small_uint(abs(q)))
                 # coarsest lattice: divide by the levels' gcd, a divisor of k (the peak is a level);
                 # even divisors are skipped at once when some level is odd
                 div = 1
@@ -398,11 +397,11 @@ def analyze_kernel(w, gs, tol, fmts, nd, vfmt, levels, lsq, peak, deviation, sca
                     dv = np.float32(div)
                     for j in range(gs):
                         qf[j] = qf[j] / dv  # exact
-                qq = np.float32(0.0)  # integer-valued, exact
+                qq = np.uint32(0)  # sum of q^2 in integers: exact, and vectorises (a float sum would not)
                 for j in range(gs):
                     levels[r, base + j] = np.int8(qf[j])
                     prod[j] = np.float64(qf[j]) * np.float64(vals[j])
-                    qq += qf[j] * qf[j]
+                    qq = _u32_add(qq, _small_uint(qf[j] * qf[j]))
                 s = np.float32(_pairwise_sum(prod, gs) / np.float64(qq))
                 peak[r, g] = chosen // div
                 deviation[r, g] = _bits_f32(worst) / np.float32(div)  # in levels of the coarsest lattice
