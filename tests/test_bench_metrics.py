@@ -176,3 +176,17 @@ def test_gpu_sampler_falls_back_to_nvidia_smi_and_reads_throttling():
     assert telemetry.parse_smi_sample("garbage") is None
     none = telemetry.GPUSampler(smi=lambda cmd: None, use_nvml=False)
     assert not none.available and none.start().stop() is None
+
+
+def test_published_lookups_give_the_series_headline_ratios():
+    from gemma4_t4.bench.published import gce_t4, sagemaker_load
+
+    per_stream = gce_t4("qat").per_stream_tok_s / gce_t4("bf16").per_stream_tok_s
+    all_streams_c8 = (gce_t4("qat", concurrency=8).output_throughput_tok_s
+                      / gce_t4("bf16", concurrency=8).output_throughput_tok_s)
+    ttft_growth = gce_t4("bf16", 4096).ttft_ms / gce_t4("bf16", 512).ttft_ms
+    assert round(per_stream, 2) == 1.79 and round(all_streams_c8, 2) == 1.31 and round(ttft_growth) == 24
+    load = sagemaker_load()
+    assert load.published and load.t4_tok_s / load.l4_tok_s == pytest.approx(0.625, abs=0.001)
+    with pytest.raises(KeyError, match="published"):
+        gce_t4("qat", input_len=1000)

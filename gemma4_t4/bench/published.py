@@ -70,5 +70,43 @@ SAGEMAKER_DECODE: list[PublishedDecode] = [
 ]
 
 
+@dataclass(frozen=True)
+class PublishedLoad:
+    """Output tok/s at 16 concurrent requests of 256 tokens on SageMaker, T4 and L4."""
+
+    model: str
+    build: str
+    t4_tok_s: float
+    l4_tok_s: float
+    t4_instance: str = "ml.g4dn.xlarge"
+    l4_instance: str = "ml.g6.xlarge"
+    concurrency: int = 16
+    source: str = SAGEMAKER_SOURCE
+    published: bool = True
+
+
+SAGEMAKER_LOAD: list[PublishedLoad] = [
+    PublishedLoad("gemma-4-E2B", "emb4", 787.05, 1259.15),
+    PublishedLoad("gemma-4-E4B", "emb4", 488.05, 848.95),
+    PublishedLoad("gemma-4-12B", "emb4", 216.45, 411.8),
+]
+
+
+def gce_t4(build: str, input_len: int = 512, concurrency: int = 1) -> PublishedResult:
+    """The published GCE T4 E2B cell for a build (bf16 | qat | emb4)."""
+    for r in GCE_T4_E2B:
+        if (r.build, r.input_len, r.concurrency) == (build, input_len, concurrency):
+            return r
+    have = sorted({(r.build, r.input_len, r.concurrency) for r in GCE_T4_E2B})
+    raise KeyError(f"no published GCE T4 cell for {build} in {input_len} c={concurrency}; published: {have}")
+
+
+def sagemaker_load(model: str = "gemma-4-E2B", build: str = "emb4") -> PublishedLoad:
+    for r in SAGEMAKER_LOAD:
+        if (r.model, r.build) == (model, build):
+            return r
+    raise KeyError(f"no published SageMaker load figure for {model} {build}")
+
+
 def published_results(gpu: str | None = None, build: str | None = None) -> list[PublishedResult]:
     return [r for r in GCE_T4_E2B if (gpu is None or r.gpu == gpu) and (build is None or r.build == build)]

@@ -8,24 +8,23 @@ from gemma4_t4.cli import Output, add_command
 from gemma4_t4.errors import Gemma4T4Error
 
 
-def _ints(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not values:
-        raise argparse.ArgumentTypeError("expected at least one integer")
-    return values
+def _comma_list(cast, what: str):
+    """An argparse type for "1,2,4": a list of ``cast`` values, at least one."""
+
+    def parse(text: str) -> list:
+        try:
+            values = [cast(v) for v in text.split(",") if v.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated {what}s, got {text!r}") from None
+        if not values:
+            raise argparse.ArgumentTypeError(f"expected at least one {what}")
+        return values
+
+    return parse
 
 
-def _floats(text: str) -> list[float]:
-    try:
-        values = [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
-    if not values:
-        raise argparse.ArgumentTypeError("expected at least one number")
-    return values
+_ints = _comma_list(int, "integer")
+_floats = _comma_list(float, "number")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
