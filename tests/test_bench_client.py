@@ -203,8 +203,9 @@ def test_cli_run_plot_and_compare(tmp_path, capsys):
         assert cli_main(open_loop) == 0
         cells = json.loads(capsys.readouterr().out)["cells"]
         assert [(c["open_loop"]["offered_rate_rps"], c["open_loop"]["max_in_flight"]) for c in cells] == [(5, 4), (10, 4)]
-        assert cli_main(open_loop[:-2] + ["--out", str(tmp_path / "bad"), "--rate", "1,x"]) == 2
-        assert "comma-separated numbers" in capsys.readouterr().err
+        with pytest.raises(SystemExit) as bad:
+            cli_main(open_loop[:-2] + ["--out", str(tmp_path / "bad"), "--rate", "1,x"])
+        assert bad.value.code == 2 and "comma-separated numbers" in capsys.readouterr().err
         answers = ["bench", "run", "--base-url", server.base_url, "--model", "fake-model", "--workload", "answers"]
         assert cli_main(answers + ["--out", str(tmp_path / "ans1"), "--no-plots"]) == 0
         assert cli_main(answers + ["--out", str(tmp_path / "ans2"), "--no-plots"]) == 0
