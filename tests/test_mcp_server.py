@@ -156,8 +156,13 @@ async def test_local_tools_on_a_cpu_host(tmp_path, monkeypatch):
             bench = await client.call_tool("run_benchmark", {
                 "base_url": fake.base_url, "concurrency": [1], "input_len": 32, "output_len": 8,
                 "num_prompts": 2, "out_dir": str(tmp_path / "bench")})
+            open_loop = await client.call_tool("run_benchmark", {
+                "base_url": fake.base_url, "rates": [20.0], "arrival": "constant", "input_len": 32,
+                "output_len": 4, "num_prompts": 4, "out_dir": str(tmp_path / "open")})
         assert not bench.is_error, bench.content[0].text
         assert bench.structured_content["failed"] == 0 and bench.structured_content["cells"]
+        assert not open_loop.is_error, open_loop.content[0].text
+        assert open_loop.structured_content["cells"][0]["open_loop"]["offered_rate_rps"] == 20.0
         assert (tmp_path / "bench").is_dir()
 
 

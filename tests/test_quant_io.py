@@ -213,3 +213,27 @@ def test_remote_missing_tensor_and_bad_url(http_folder):
         grid_check(url, tensors=["model.nope.weight"])
     with pytest.raises(Gemma4T4Error, match="neither"):
         grid_check(url + "/no-such-folder")
+
+
+def test_grid_check_reads_fp16_and_fp32_checkpoints(tmp_path):
+    """Non-bf16 sources take the kernels' float path: same lattice, same verdicts."""
+    from safetensors.numpy import save_file
+
+    from gemma4_t4.quant import lattice
+
+    rng = np.random.default_rng(0)
+    q = rng.integers(-8, 8, size=(64, 128)).astype(np.float32)
+    q[:, ::32] = -8  # every group peaks at -8
+    scale = np.repeat((10 ** rng.uniform(-3, -1, size=(64, 4))).astype(np.float32), 32, axis=1)
+    on_grid = (q * scale).astype(np.float32)
+    off = on_grid.copy()
+    off[3, 5] *= 1.3
+    save_file({"a.weight": on_grid.astype(np.float16), "b.weight": on_grid, "c.weight": off},
+              str(tmp_path / "model.safetensors"))
+    report = grid_check(str(tmp_path))
+    rows = {t.name: t for t in report.tensors}
+    assert rows["a.weight"].dtype == "F16" and rows["b.weight"].dtype == "F32"
+    assert rows["a.weight"].on_grid and rows["b.weight"].on_grid and not rows["c.weight"].on_grid
+    assert rows["c.weight"].groups_off_grid == 1 and report.tensors_off_grid == ["c.weight"]
+    fit = lattice.fit_lattice(on_grid.astype(np.float16))  # float16 arrays are widened, not misread as bits
+    assert fit.on_grid.all() and set(np.unique(fit.peak)) == {8}
