@@ -539,15 +539,17 @@ def run_benchmark(base_url: str, model: str | None = None,
                   concurrency: list[int] | None = None, input_len: int | None = None,
                   output_len: int | None = None, num_prompts: int | None = None,
                   out_dir: str | None = None, rates: list[float] | None = None,
-                  arrival: Literal["poisson", "constant"] | None = None) -> dict[str, Any]:
+                  arrival: Literal["poisson", "constant"] | None = None, sweep: int | None = None) -> dict[str, Any]:
     """Benchmark a running OpenAI-compatible server (TTFT, TPOT, throughput); writes a results dir.
-    concurrency = closed loop; rates (requests/s, decode only) = open loop with Poisson or constant arrivals."""
+    concurrency = closed loop; rates (requests/s, decode only) = open loop with Poisson or constant arrivals;
+    sweep=N (decode) = one-at-a-time, all-at-once, then N open-loop rates in between."""
     bench = _optional("gemma4_t4.bench", "the benchmark")
     if model is None:
         model = _served_model(base_url)
     out = out_dir or os.path.join(_work_dir(), "bench", f"{workload}-{time.strftime('%Y%m%d-%H%M%S')}")
     opts = {k: v for k, v in {"concurrency": concurrency, "input_len": input_len, "output_len": output_len,
-                              "num_prompts": num_prompts, "rates": rates, "arrival": arrival}.items()
+                              "num_prompts": num_prompts, "rates": rates, "arrival": arrival,
+                              "sweep": sweep}.items()
             if v is not None}
     run = bench.run_benchmark(base_url, model, workload, out, **opts)
     return {"status": run.status, "out_dir": str(run.dir), "failed": run.failed, "table": run.table(),

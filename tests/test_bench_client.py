@@ -281,3 +281,38 @@ def test_open_loop_options_are_checked(fake, tmp_path):
     with pytest.raises(Gemma4T4Error, match="arrival"):
         run_benchmark(fake.base_url, "fake-model", "decode", tmp_path / "z", rates=[1.0], arrival="bursty",
                       progress=False)
+
+
+def test_sweep_measures_both_ends_then_rates_in_between(tmp_path):
+    """guidellm-style sweep: one at a time, all at once, then open-loop rates between the two."""
+    state = FakeServerState(default=FakeScript(ttft_s=0.05, gap_s=0.01))  # ~0.08 s per 4-token request
+    with FakeServer(free_port(), state) as server:
+        run = run_benchmark(server.base_url, "fake-model", "decode", tmp_path / "sweep", sweep=2, arrival="constant",
+                            input_len=32, output_len=4, num_prompts=8, progress=False)
+    assert run.status == "complete"
+    assert [c["variant"] for c in run.cells] == ["sweep_synchronous", "sweep_throughput", "sweep_rate", "sweep_rate"]
+    sync, burst = run.cells[0], run.cells[1]
+    assert (sync["concurrency"], burst["concurrency"]) == (1, 8)
+    sweep = run.run["sweep"]
+    assert sweep["synchronous_rps"] == sync["request_throughput_req_s"]
+    assert sweep["synchronous_rps"] < sweep["rates"][0] < sweep["rates"][1] < sweep["throughput_rps"]
+    assert [c["open_loop"]["offered_rate_rps"] for c in run.cells[2:]] == sweep["rates"]
+    assert 5 < sweep["synchronous_rps"] < 14  # 1 / 0.08 s at best, less on a busy machine
+
+
+def test_sweep_rates_and_options():
+    from gemma4_t4.bench.workloads import sweep_rates
+
+    assert sweep_rates(1.0, 4.0, 2) == [2.0, 3.0]
+    with pytest.raises(Gemma4T4Error, match="no load range") as err:
+        sweep_rates(5.0, 4.9, 3)
+    assert "--max-num-seqs" in err.value.fix
+
+
+def test_sweep_option_conflicts_are_refused(fake, tmp_path):
+    with pytest.raises(Gemma4T4Error, match="--sweep"):
+        run_benchmark(fake.base_url, "fake-model", "decode", tmp_path / "a", sweep=3, rates=[1.0], progress=False)
+    with pytest.raises(Gemma4T4Error, match="--sweep"):
+        run_benchmark(fake.base_url, "fake-model", "decode", tmp_path / "b", sweep=3, concurrency=[2], progress=False)
+    with pytest.raises(Gemma4T4Error, match="at least 1"):
+        run_benchmark(fake.base_url, "fake-model", "decode", tmp_path / "c", sweep=0, progress=False)

@@ -58,6 +58,7 @@ class BenchConfig:
     rates: list[float] | None = None  # decode: open-loop cells at these offered request rates (req/s)
     arrival: str = "poisson"  # open loop: "poisson" or "constant" gaps
     max_in_flight: int = 256  # open loop: requests the client keeps in flight at most
+    sweep: int | None = None  # decode: measure c=1 and all-at-once, then this many rates in between
     input_len: int | None = None
     input_lens: list[int] | None = None  # ttft
     output_len: int | None = None
@@ -101,6 +102,12 @@ class BenchConfig:
             c.api = "chat"
         if c.max_num_seqs is None and self.server_launch:
             c.max_num_seqs = (self.server_launch.get("config") or {}).get("max_num_seqs")
+        if c.sweep is not None:
+            if c.workload != "decode" or c.rates is not None or self.concurrency is not None:
+                raise Gemma4T4Error("--sweep is for the decode workload and chooses its own rates",
+                                    fix="use --workload decode and drop --rate/--concurrency")
+            if c.sweep < 1:
+                raise Gemma4T4Error(f"--sweep {c.sweep} must be at least 1", fix="use e.g. --sweep 5")
         if c.rates is not None:
             if c.workload != "decode":
                 raise Gemma4T4Error(f"--rate is for the decode workload, not {c.workload}",
@@ -168,14 +175,16 @@ def build_cells(cfg: BenchConfig, factory: PromptFactory | None) -> list[Cell]:
     """All cells of a workload, prompts included (built before anything is measured)."""
     cells: list[Cell] = []
     w = cfg.workload
-    if w == "decode" and cfg.rates:
-        for rate in cfg.rates:
-            name = f"decode-r{rate:g}-{cfg.arrival}-in{cfg.input_len}-out{cfg.output_len}"
-            n = cfg.num_prompts or max(16, min(256, round(30 * rate)))  # about 30 s of arrivals
-            cells.append(Cell(name, w, "open_loop", cfg.max_in_flight, cfg.input_len, cfg.output_len,
+    if w == "decode" and cfg.sweep:
+        n = cfg.num_prompts or 32
+        for variant, c in (("sweep_synchronous", 1), ("sweep_throughput", min(n, cfg.max_in_flight))):
+            name = f"decode-{variant.removeprefix('sweep_')}-in{cfg.input_len}-out{cfg.output_len}"
+            cells.append(Cell(name, w, variant, c, cfg.input_len, cfg.output_len,
                               _specs(factory.unique(name, n, cfg.input_len), name, cfg),
-                              _specs(factory.unique(f"w-{name}", cfg.warmup, cfg.input_len), f"w-{name}", cfg),
-                              rate=rate, arrival=cfg.arrival))
+                              _specs(factory.unique(f"w-{name}", _warm_count(cfg, c), cfg.input_len),
+                                     f"w-{name}", cfg)))
+    elif w == "decode" and cfg.rates:
+        cells += rate_cells(cfg, factory, cfg.rates)
     elif w == "decode":
         for c in cfg.concurrency:
             name = f"decode-c{c}-in{cfg.input_len}-out{cfg.output_len}"
@@ -211,6 +220,30 @@ def build_cells(cfg: BenchConfig, factory: PromptFactory | None) -> list[Cell]:
         for c in cfg.concurrency:
             cells.append(Cell(f"answers-c{c}", w, "answers", c, None, cfg.output_len, specs, warm))
     return cells
+
+
+def rate_cells(cfg: BenchConfig, factory: PromptFactory, rates: list[float], variant: str = "open_loop") -> list[Cell]:
+    """Open-loop decode cells, one per offered request rate."""
+    cells = []
+    for rate in rates:
+        name = f"decode-r{rate:g}-{cfg.arrival}-in{cfg.input_len}-out{cfg.output_len}"
+        n = cfg.num_prompts or max(16, min(256, round(30 * rate)))  # about 30 s of arrivals
+        cells.append(Cell(name, "decode", variant, cfg.max_in_flight, cfg.input_len, cfg.output_len,
+                          _specs(factory.unique(name, n, cfg.input_len), name, cfg),
+                          _specs(factory.unique(f"w-{name}", cfg.warmup, cfg.input_len), f"w-{name}", cfg),
+                          rate=rate, arrival=cfg.arrival))
+    return cells
+
+
+def sweep_rates(synchronous_rps: float, throughput_rps: float, count: int) -> list[float]:
+    """``count`` request rates evenly spaced strictly between the synchronous and the saturated rate."""
+    if not (synchronous_rps > 0 and throughput_rps > synchronous_rps):
+        raise Gemma4T4Error(
+            f"the server did not get faster with more concurrent requests ({synchronous_rps:.3g} req/s one at a "
+            f"time, {throughput_rps:.3g} req/s all at once): there is no load range to sweep",
+            fix="check the server's --max-num-seqs, or choose rates with --rate")
+    step = (throughput_rps - synchronous_rps) / (count + 1)
+    return [synchronous_rps + step * (i + 1) for i in range(count)]
 
 
 def _check_lengths(cfg: BenchConfig, max_model_len: int | None) -> None:
@@ -265,7 +298,9 @@ def run_benchmark(base_url: str, model: str, workload: str, out_dir: str | Path,
     }, overwrite=cfg.overwrite)
     status = "complete"
     try:
-        for cell in cells:
+        pending = list(cells)
+        while pending:
+            cell = pending.pop(0)
             summary = _run_cell(cfg, cell, writer)
             if summary["failed"] and cfg.stop_on_unreachable:
                 try:
@@ -273,6 +308,16 @@ def run_benchmark(base_url: str, model: str, workload: str, out_dir: str | Path,
                 except Gemma4T4Error:
                     status = "aborted: server unreachable"
                     break
+            if cell.variant == "sweep_throughput":  # both ends measured: now the rates in between
+                ends = {c["variant"]: c.get("request_throughput_req_s") or 0.0 for c in writer.cells}
+                try:
+                    rates = sweep_rates(ends["sweep_synchronous"], ends["sweep_throughput"], cfg.sweep)
+                except Gemma4T4Error:
+                    status = "aborted: no load range to sweep"
+                    raise
+                writer.update_run(sweep={"synchronous_rps": ends["sweep_synchronous"],
+                                         "throughput_rps": ends["sweep_throughput"], "rates": rates})
+                pending += rate_cells(cfg, factory, rates, variant="sweep_rate")
         if status == "complete" and any(c.get("failed") for c in writer.cells):
             status = "complete with failures"
     except KeyboardInterrupt:

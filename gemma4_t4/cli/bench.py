@@ -48,6 +48,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--arrival", choices=["poisson", "constant"], default=None,
                      help="open loop: Poisson (default) or evenly spaced arrivals")
     run.add_argument("--max-in-flight", type=int, default=None, help="open loop: client cap (default 256)")
+    run.add_argument("--sweep", type=int, default=None, metavar="N",
+                     help="decode: measure one-at-a-time and all-at-once, then N open-loop rates in between")
     run.add_argument("--input-len", type=int, default=None, help="prompt tokens (ttft: one length)")
     run.add_argument("--input-lens", type=_ints, default=None, help="ttft lengths (default 256,...,4096)")
     run.add_argument("--output-len", type=int, default=None, help="output tokens (ignore_eos)")
@@ -89,7 +91,8 @@ def _run(args: argparse.Namespace) -> Output:
 
     opts = {
         "concurrency": args.concurrency, "rates": args.rate, "arrival": args.arrival,
-        "max_in_flight": args.max_in_flight, "input_len": args.input_len, "input_lens": args.input_lens,
+        "max_in_flight": args.max_in_flight, "sweep": args.sweep, "input_len": args.input_len,
+        "input_lens": args.input_lens,
         "output_len": args.output_len, "num_prompts": args.num_prompts, "warmup": args.warmup,
         "prefix_len": args.prefix_len, "groups": args.groups, "seed": args.seed, "nonce": args.nonce,
         "max_num_seqs": args.max_num_seqs, "gpu": args.gpu, "bytes_per_token": args.bytes_per_token,
