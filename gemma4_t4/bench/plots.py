@@ -26,6 +26,13 @@ def _title(run: BenchRun, what: str) -> str:
     return f"{what} — {label}" if label else what
 
 
+def _save(fig: Any, path: str | os.PathLike) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    _plt().close(fig)
+    return Path(path)
+
+
 def _median(cell: dict[str, Any], key: str) -> float | None:
     return (cell.get(key) or {}).get("median")
 
@@ -51,10 +58,7 @@ def plot_throughput(run: BenchRun, path: Path) -> Path | None:
     ax.set_title(_title(run, f"Decode: in {cells[0].get('input_len')} / out {cells[0].get('output_len')}"))
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def plot_ttft(run: BenchRun, path: Path) -> Path | None:
@@ -79,10 +83,7 @@ def plot_ttft(run: BenchRun, path: Path) -> Path | None:
     ax.set_title(_title(run, "TTFT vs input length (unique prompts)"))
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def plot_prefix(run: BenchRun, path: Path) -> Path | None:
@@ -103,10 +104,7 @@ def plot_prefix(run: BenchRun, path: Path) -> Path | None:
     ax.set_ylabel("median TTFT (ms)")
     ax.set_title(_title(run, "Prefix cache: shared prefixes vs unique prompts"))
     ax.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def plot_roofline(run: BenchRun, path: Path) -> Path | None:
@@ -131,10 +129,7 @@ def plot_roofline(run: BenchRun, path: Path) -> Path | None:
     ax.set_ylabel("decode tokens / s per stream")
     ax.set_title(_title(run, f"Roofline on {roof['gpu']}"))
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def plot_rate(run: BenchRun, path: Path) -> Path | None:
@@ -163,10 +158,7 @@ def plot_rate(run: BenchRun, path: Path) -> Path | None:
     more = right.get_legend_handles_labels()
     ax.legend(lines[0] + more[0], lines[1] + more[1], fontsize=8, loc="upper left")
     ax.set_title(_title(run, f"Open loop: in {cells[0].get('input_len')} / out {cells[0].get('output_len')}"))
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def plot_run(out_dir: str | os.PathLike | BenchRun) -> list[Path]:
@@ -205,8 +197,4 @@ def plot_compare(a: str | os.PathLike | BenchRun, b: str | os.PathLike | BenchRu
     ax.set_title(f"A/B {metric} (median): B/A with 95 % interval")
     ax.margins(y=0.2)
     ax.legend()
-    fig.tight_layout()
-    out = Path(path)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return _save(fig, path)

@@ -47,6 +47,15 @@ def add_command(
     return parser
 
 
+def add_group(subparsers: argparse._SubParsersAction, name: str, help: str,
+              description: str | None = None) -> argparse._SubParsersAction:
+    """A command with subcommands (``gemma4-t4 serve start``...); alone it prints its help, exit 2."""
+    top = subparsers.add_parser(name, help=help, description=description or help,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    top.set_defaults(_handler=lambda _args: Output(None, top.format_help(), 2))
+    return top.add_subparsers(dest=f"{name}_command", metavar="SUBCOMMAND")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gemma4-t4",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from gemma4_t4.cli import Output, add_command
+from gemma4_t4.cli import Output, add_command, add_group
 from gemma4_t4.errors import Gemma4T4Error
 
 
@@ -28,12 +28,10 @@ _floats = _comma_list(float, "number")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    bench = add_command(subparsers, "bench", _help, help="serving benchmarks: run, compare, plot",
-                        description="Benchmark an OpenAI-compatible server (vLLM): decode throughput, TTFT vs "
-                        "input length, prefix caching, identical answers. Results go to a directory "
-                        "(records.jsonl, summary.json, summary.csv, PNG plots).")
-    sub = bench.add_subparsers(dest="bench_command", metavar="SUBCOMMAND")
-    bench.set_defaults(_bench_parser=bench)
+    sub = add_group(subparsers, "bench", "serving benchmarks: run, compare, plot",
+                    "Benchmark an OpenAI-compatible server (vLLM): decode throughput, TTFT vs input length, "
+                    "prefix caching, identical answers. Results go to a directory "
+                    "(records.jsonl, summary.json, summary.csv, PNG plots).")
 
     run = add_command(sub, "run", _run, help="run one workload against a live server")
     run.add_argument("--base-url", required=True, help="server root, e.g. http://127.0.0.1:8000")
@@ -79,11 +77,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     plot = add_command(sub, "plot", _plot, help="write the PNG plots of a results directory")
     plot.add_argument("dir")
-
-
-def _help(args: argparse.Namespace) -> Output:
-    args._bench_parser.print_help()
-    return Output(None, "", exit_code=2)
 
 
 def _run(args: argparse.Namespace) -> Output:

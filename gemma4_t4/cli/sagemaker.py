@@ -10,7 +10,7 @@ import argparse
 import os
 import sys
 
-from gemma4_t4.cli import Output, add_command
+from gemma4_t4.cli import Output, add_command, add_group
 from gemma4_t4.errors import Gemma4T4Error
 
 
@@ -218,10 +218,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     from gemma4_t4.sagemaker.config import DEFAULT_INSTANCE, DEFAULT_MODEL_ID
     from gemma4_t4.sagemaker.image import DEFAULT_VLLM_TAG
 
-    top = subparsers.add_parser("sagemaker", help="deploy to and manage SageMaker endpoints (boto3)",
-                                description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    top.set_defaults(_handler=lambda _args: Output(None, top.format_help(), 2))
-    sub = top.add_subparsers(dest="sagemaker_command", metavar="SUBCOMMAND")
+    sub = add_group(subparsers, "sagemaker", "deploy to and manage SageMaker endpoints (boto3)", __doc__)
 
     p = add_command(sub, "quotas", _quotas, "endpoint quotas by name across regions; picks a region")
     p.add_argument("--instance-types", default=DEFAULT_INSTANCE, help="comma-separated")

@@ -12,7 +12,7 @@ import argparse
 import os
 import warnings
 
-from gemma4_t4.cli import Output, add_command
+from gemma4_t4.cli import Output, add_command, add_group
 from gemma4_t4.errors import Gemma4T4Error
 
 DEFAULT_T4_MODEL = "google/gemma-4-E2B-it-qat-w4a16-ct"
@@ -104,10 +104,7 @@ def _where(parser: argparse.ArgumentParser, port_default: int | None = None) -> 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from gemma4_t4.server import DEFAULT_PORT, STOP_GRACE_S
 
-    top = subparsers.add_parser("serve", help="start, stop and inspect a vLLM server (T4 or CPU)",
-                                description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    top.set_defaults(_handler=lambda _args: Output(None, top.format_help(), 2))
-    sub = top.add_subparsers(dest="serve_command", metavar="SUBCOMMAND")
+    sub = add_group(subparsers, "serve", "start, stop and inspect a vLLM server (T4 or CPU)", __doc__)
 
     p = add_command(sub, "start", _start, "launch vLLM detached and wait until /health answers")
     p.add_argument("--target", choices=["t4", "cpu"], default="t4")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from gemma4_t4.cli import Output, add_command
+from gemma4_t4.cli import Output, add_command, add_group
 
 
 def _status(args: argparse.Namespace) -> Output:
@@ -24,10 +24,8 @@ def _create(args: argparse.Namespace) -> Output:
 def register(subparsers: argparse._SubParsersAction) -> None:
     from gemma4_t4.swap import DEFAULT_SWAP_PATH, DEFAULT_SWAP_SIZE
 
-    top = subparsers.add_parser("swap", help="show swap, or add a swap file (vLLM's weight load needs RAM + swap)",
-                                description=__doc__)
-    top.set_defaults(_handler=lambda _args: Output(None, top.format_help(), 2))
-    sub = top.add_subparsers(dest="swap_command", metavar="SUBCOMMAND")
+    sub = add_group(subparsers, "swap", "show swap, or add a swap file (vLLM's weight load needs RAM + swap)",
+                    __doc__)
     add_command(sub, "status", _status, "active swap areas, RAM, and whether swap can be added here")
     p = add_command(sub, "create", _create, "create and enable a swap file (idempotent; needs root)")
     p.add_argument("--size", default=DEFAULT_SWAP_SIZE, help="e.g. 16G (default %(default)s)")

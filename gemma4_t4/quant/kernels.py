@@ -38,71 +38,40 @@ def _i32(v: int) -> ir.Constant:
 # 32-bit bit tricks as LLVM intrinsics
 
 
-@intrinsic
-def _f32_bits(typingctx, x):
-    def codegen(context, builder, sig, args):
-        return builder.bitcast(args[0], _I32)
-    return types.uint32(types.float32), codegen
+def _unary(name: str, signature, emit):
+    """A numba-callable LLVM snippet of one argument: ``emit(builder, x)`` returns its value."""
+
+    def typer(typingctx, x):
+        return signature, lambda context, builder, sig, args: emit(builder, *args)
+
+    typer.__name__ = typer.__qualname__ = name
+    return intrinsic(typer)
 
 
-@intrinsic
-def _bits_f32(typingctx, u):
-    def codegen(context, builder, sig, args):
-        return builder.bitcast(args[0], _F32)
-    return types.float32(types.uint32), codegen
+def _binary(name: str, signature, emit):
+    """As :func:`_unary`, for two arguments (numba's ``@intrinsic`` takes no ``*args``)."""
+
+    def typer(typingctx, x, y):
+        return signature, lambda context, builder, sig, args: emit(builder, *args)
+
+    typer.__name__ = typer.__qualname__ = name
+    return intrinsic(typer)
 
 
-@intrinsic
-def _abs_bits(typingctx, x):
-    """|x| as uint32 bits: ordered like |x| (NaN above inf), so max() needs no float compare."""
-    def codegen(context, builder, sig, args):
-        return builder.and_(builder.bitcast(args[0], _I32), _i32(0x7FFFFFFF))
-    return types.uint32(types.float32), codegen
-
-
-@intrinsic
-def _signed_bits(typingctx, x):
-    """x's bits as int32: ordered like x over the positive floats."""
-    def codegen(context, builder, sig, args):
-        return builder.bitcast(args[0], _I32)
-    return types.int32(types.float32), codegen
-
-
-@intrinsic
-def _bf16_to_f32(typingctx, b):
-    def codegen(context, builder, sig, args):
-        return builder.bitcast(builder.shl(builder.zext(args[0], _I32), _i32(16)), _F32)
-    return types.float32(types.uint16), codegen
-
-
-@intrinsic
-def _small_uint(typingctx, x):
-    """A float32 holding a small non-negative integer, as uint32."""
-    def codegen(context, builder, sig, args):
-        return builder.fptoui(args[0], _I32)
-    return types.uint32(types.float32), codegen
-
-
-@intrinsic
-def _u32_add(typingctx, a, b):
-    def codegen(context, builder, sig, args):
-        return builder.add(args[0], args[1])
-    return types.uint32(types.uint32, types.uint32), codegen
-
-
-@intrinsic
-def _u32_or(typingctx, a, b):
-    def codegen(context, builder, sig, args):
-        return builder.or_(args[0], args[1])
-    return types.uint32(types.uint32, types.uint32), codegen
-
-
-@intrinsic
-def _equal(typingctx, a, b):
-    """1 if the float32 values are equal (0.0 == -0.0, as the reference's ==), else 0."""
-    def codegen(context, builder, sig, args):
-        return builder.zext(builder.fcmp_ordered("==", args[0], args[1]), _I32)
-    return types.uint32(types.float32, types.float32), codegen
+u32, i32, f32 = types.uint32, types.int32, types.float32
+_f32_bits = _unary("_f32_bits", u32(f32), lambda b, x: b.bitcast(x, _I32))
+_bits_f32 = _unary("_bits_f32", f32(u32), lambda b, u: b.bitcast(u, _F32))
+# |x| as uint32 bits: ordered like |x| (NaN above inf), so max() needs no float compare
+_abs_bits = _unary("_abs_bits", u32(f32), lambda b, x: b.and_(b.bitcast(x, _I32), _i32(0x7FFFFFFF)))
+# x's bits as int32: ordered like x over the positive floats
+_signed_bits = _unary("_signed_bits", i32(f32), lambda b, x: b.bitcast(x, _I32))
+_bf16_to_f32 = _unary("_bf16_to_f32", f32(types.uint16), lambda b, h: b.bitcast(b.shl(b.zext(h, _I32), _i32(16)), _F32))
+# a float32 holding a small non-negative integer, as uint32
+_small_uint = _unary("_small_uint", u32(f32), lambda b, x: b.fptoui(x, _I32))
+_u32_add = _binary("_u32_add", u32(u32, u32), lambda b, x, y: b.add(x, y))
+_u32_or = _binary("_u32_or", u32(u32, u32), lambda b, x, y: b.or_(x, y))
+# 1 if the float32 values are equal (0.0 == -0.0, as the reference's ==), else 0
+_equal = _binary("_equal", u32(f32, f32), lambda b, x, y: b.zext(b.fcmp_ordered("==", x, y), _I32))
 
 
 def _bf16_ir(builder, u):
@@ -125,28 +94,11 @@ def _fp16_ir(builder, x):
     return builder.select(tiny, builder.bitcast(sub, _I32), normal)
 
 
-@intrinsic
-def _round_bf16(typingctx, x):
-    """Nearest bf16 (ties to even) of a finite or infinite float32, as float32."""
-    def codegen(context, builder, sig, args):
-        return builder.bitcast(_bf16_ir(builder, builder.bitcast(args[0], _I32)), _F32)
-    return types.float32(types.float32), codegen
-
-
-@intrinsic
-def _round_fp16(typingctx, x):
-    """Nearest fp16 (ties to even, subnormals, overflow to inf) of a float32, as float32."""
-    def codegen(context, builder, sig, args):
-        return builder.bitcast(_fp16_ir(builder, args[0]), _F32)
-    return types.float32(types.float32), codegen
-
-
-@intrinsic
-def _round_fp16_bf16(typingctx, x):
-    """fp16 then bf16: the value a bf16 model loads from an fp16-scaled int4 weight."""
-    def codegen(context, builder, sig, args):
-        return builder.bitcast(_bf16_ir(builder, _fp16_ir(builder, args[0])), _F32)
-    return types.float32(types.float32), codegen
+# round to nearest, ties to even, returned as float32: bf16 (finite or inf input); fp16 with
+# subnormals and overflow to inf; fp16 then bf16 (what a bf16 model loads from an fp16-scaled weight)
+_round_bf16 = _unary("_round_bf16", f32(f32), lambda b, x: b.bitcast(_bf16_ir(b, b.bitcast(x, _I32)), _F32))
+_round_fp16 = _unary("_round_fp16", f32(f32), lambda b, x: b.bitcast(_fp16_ir(b, x), _F32))
+_round_fp16_bf16 = _unary("_round_fp16_bf16", f32(f32), lambda b, x: b.bitcast(_bf16_ir(b, _fp16_ir(b, x)), _F32))
 
 
 def _widen(x):  # pragma: no cover - replaced by the overload inside kernels
