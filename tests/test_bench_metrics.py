@@ -11,6 +11,7 @@ from gemma4_t4.bench.answers import compare_answers, is_correct
 from gemma4_t4.bench.derive import cost, derive_cell, roofline
 from gemma4_t4.bench.published import GCE_T4_E2B, published_results
 from gemma4_t4.bench.results import ResultsWriter, cells_to_csv, load_run, read_records
+from gemma4_t4.bench.schemas import CellStats
 from gemma4_t4.bench.telemetry import cache_config, prefix_cache_delta, snapshot_from_text
 from gemma4_t4.errors import Gemma4T4Error
 
@@ -26,7 +27,7 @@ def test_percentiles_match_numpy():
 
 
 def _record(send, first, chunks, n, error=None, first_chunk=None):
-    return {"send_s": send, "first_token_s": first, "first_chunk_s": first_chunk or first,
+    return {"request_id": f"r{send}", "send_s": send, "first_token_s": first, "first_chunk_s": first_chunk or first,
             "first_content_s": first, "last_choice_s": chunks[-1], "end_s": chunks[-1] + 0.001,
             "chunk_times_s": chunks, "completion_tokens": n, "prompt_tokens": 100, "error": error}
 
@@ -89,7 +90,7 @@ def test_roofline_and_cost_match_the_reference_figures():
     assert roofline(200.0, 1.862e9, "t4")["plausibility"].startswith("error")
     prices = cost(100.0, ["sagemaker:ml.g4dn.xlarge"])
     assert prices["sagemaker:ml.g4dn.xlarge"] == pytest.approx(0.736 / 0.36)
-    cell = {"per_stream_tok_s": {"median": 40.0}, "output_throughput_tok_s": 37.04}
+    cell = CellStats.model_validate({"per_stream_tok_s": {"median": 40.0}, "output_throughput_tok_s": 37.04})
     derived = derive_cell(cell, "t4", 4.597e9)
     assert derived["roofline"]["ceiling_tok_s"] == pytest.approx(69.6, abs=0.1)
     assert "ec2:g4dn.xlarge" in derived["usd_per_million_output_tokens"]
@@ -120,7 +121,7 @@ def test_results_writer_is_incremental_and_loadable(tmp_path):
     # before any cell finishes, the record is already on disk
     assert len(read_records(tmp_path / "run" / "records.jsonl")) == 1
     cell = {"cell": "c1", "workload": "decode", "concurrency": 1} | metrics.aggregate(
-        [_record(0.0, 0.1, [0.1, 0.2], 2)])
+        [_record(0.0, 0.1, [0.1, 0.2], 2)]).model_dump()
     writer.add_cell(cell)
     writer.update_run(status="complete")
     writer.close()

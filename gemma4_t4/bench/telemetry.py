@@ -19,6 +19,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
+from gemma4_t4.bench.schemas import PrefixCache, ServerInfo
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.server import http_get
 
@@ -88,20 +89,20 @@ PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
 PREFIX_HITS = "vllm:prefix_cache_hits_total"
 
 
-def prefix_cache_delta(before: MetricsSnapshot | None, after: MetricsSnapshot | None) -> dict[str, Any]:
+def prefix_cache_delta(before: MetricsSnapshot | None, after: MetricsSnapshot | None) -> PrefixCache:
     """Prefix-cache hit rate measured between two scrapes: Δhits / Δqueries (prompt tokens)."""
     if before is None or after is None:
-        return {"queries": None, "hits": None, "hit_rate": None, "source": "unavailable"}
+        return PrefixCache(source="unavailable")
     q0, q1 = before.get(PREFIX_QUERIES), after.get(PREFIX_QUERIES)
     h0, h1 = before.get(PREFIX_HITS), after.get(PREFIX_HITS)
     if None in (q0, q1, h0, h1):
-        return {"queries": None, "hits": None, "hit_rate": None, "source": "not exposed"}
+        return PrefixCache(source="not exposed")
     queries, hits = q1 - q0, h1 - h0
-    return {"queries": queries, "hits": hits, "hit_rate": (hits / queries) if queries else None,
-            "source": "/metrics"}
+    return PrefixCache(queries=queries, hits=hits, hit_rate=(hits / queries) if queries else None,
+                       source="/metrics", prefix_caching_enabled=cache_config(after).get("enable_prefix_caching"))
 
 
-def cache_config(snapshot: MetricsSnapshot | None) -> dict[str, Any]:
+def cache_config(snapshot: MetricsSnapshot | None) -> dict[str, str]:
     """Prefix caching on/off and block size, from ``vllm:cache_config_info``."""
     if snapshot is None:
         return {}
@@ -111,7 +112,7 @@ def cache_config(snapshot: MetricsSnapshot | None) -> dict[str, Any]:
     return {k: labels[k] for k in keep if k in labels}
 
 
-def check_reachable(base_url: str, model: str | None = None, api_key: str | None = None) -> dict[str, Any]:
+def check_reachable(base_url: str, model: str | None = None, api_key: str | None = None) -> ServerInfo:
     """Fail before the run if the server is unreachable or does not serve ``model``."""
     url = base_url.rstrip("/")
     try:
@@ -125,16 +126,25 @@ def check_reachable(base_url: str, model: str | None = None, api_key: str | None
         raise Gemma4T4Error(f"{base_url}/v1/models returned HTTP {status}",
                             fix="point --base-url at an OpenAI-compatible server")
     try:
-        models = json.loads(body).get("data", [])
+        listing = json.loads(body)
+        models = listing.get("data", []) if isinstance(listing, dict) else None
     except ValueError:
         raise Gemma4T4Error(f"{base_url}/v1/models did not return JSON",
                             fix="point --base-url at an OpenAI-compatible server") from None
+    if not isinstance(models, list) or not all(isinstance(m, dict) for m in models):
+        raise Gemma4T4Error(f"{base_url}/v1/models did not return an OpenAI model list",
+                            fix="point --base-url at an OpenAI-compatible server (vLLM serves /v1/models)")
+    if not models:
+        raise Gemma4T4Error(f"{base_url}/v1/models lists no model: the server serves nothing yet",
+                            fix="wait until the server has loaded its model (gemma4-t4 serve status), "
+                                "or point --base-url at a server that serves one")
     ids = [m.get("id") for m in models]
-    if model is not None and ids and model not in ids:
+    if model is not None and model not in ids:
         raise Gemma4T4Error(f"the server does not serve {model!r} (it serves {', '.join(map(str, ids))})",
                             fix=f"use --model {ids[0]}")
-    entry = next((m for m in models if m.get("id") == model), models[0] if models else {})
-    return {"models": ids, "max_model_len": entry.get("max_model_len"), "root": entry.get("root")}
+    entry = next((m for m in models if m.get("id") == model), models[0])
+    return ServerInfo(models=ids, max_model_len=entry.get("max_model_len"), root=entry.get("root"),
+                      backend="openai-http")
 
 
 def server_version(base_url: str, api_key: str | None = None) -> str | None:
@@ -173,19 +183,19 @@ def gpu_inventory() -> list[dict[str, Any]]:
     return gpus
 
 
+def client_environment() -> dict[str, str | None]:
+    return {"python": sys.version.split()[0], "platform": platform.platform(), "machine": platform.machine(),
+            "gemma4_t4": _package_version("gemma4-t4"), "aiohttp": _package_version("aiohttp"),
+            "boto3": _package_version("boto3")}
+
+
 def capture_environment(base_url: str, model: str, api_key: str | None = None,
                         server_launch: dict[str, Any] | None = None) -> dict[str, Any]:
     """Client host, server version and config, GPUs: stored in every result."""
     snap = scrape(base_url, api_key)
     return {
         "captured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "client": {
-            "python": sys.version.split()[0],
-            "platform": platform.platform(),
-            "machine": platform.machine(),
-            "gemma4_t4": _package_version("gemma4-t4"),
-            "aiohttp": _package_version("aiohttp"),
-        },
+        "client": client_environment(),
         "server": {
             "base_url": base_url,
             "model": model,
