@@ -62,7 +62,9 @@ def plot_throughput(run: BenchRun, path: Path) -> Path | None:
 
 
 def plot_ttft(run: BenchRun, path: Path) -> Path | None:
-    cells = sorted((c for c in run.cells if c.get("workload") == "ttft" and c.get("completed")),
+    # a cell whose replies were all empty text has no TTFT (tiny random models do that): not plotted
+    cells = sorted((c for c in run.cells if c.get("workload") == "ttft" and c.get("completed")
+                    and _median(c, "ttft_ms") is not None),
                    key=lambda c: (c["concurrency"], c["input_len"]))
     if not cells:
         return None
