@@ -180,8 +180,12 @@ def test_gpu_sampler_falls_back_to_nvidia_smi_and_reads_throttling():
 
 
 def test_published_lookups_give_the_series_headline_ratios():
-    from gemma4_t4.bench.published import gce_t4, sagemaker_load
+    from gemma4_t4.bench.published import SAGEMAKER_DECODE, gce_t4, sagemaker_load
 
+    # the lookups select the row an independent filter of the table finds (and only that row)
+    for build, length, c in [("qat", 512, 1), ("bf16", 512, 8), ("emb4", 4096, 1)]:
+        (row,) = [r for r in GCE_T4_E2B if (r.build, r.input_len, r.concurrency) == (build, length, c)]
+        assert gce_t4(build, length, c) is row
     per_stream = gce_t4("qat").per_stream_tok_s / gce_t4("bf16").per_stream_tok_s
     all_streams_c8 = (gce_t4("qat", concurrency=8).output_throughput_tok_s
                       / gce_t4("bf16", concurrency=8).output_throughput_tok_s)
@@ -191,3 +195,22 @@ def test_published_lookups_give_the_series_headline_ratios():
     assert load.published and load.t4_tok_s / load.l4_tok_s == pytest.approx(0.625, abs=0.001)
     with pytest.raises(KeyError, match="published"):
         gce_t4("qat", input_len=1000)
+    # the series' headline (T4 decodes at 0.77-0.82x of L4) is what its own table says
+    ratios = [p.t4_tok_s / p.l4_tok_s for p in SAGEMAKER_DECODE if p.t4_tok_s]
+    assert len(ratios) == 3 and all(0.765 <= r <= 0.825 for r in ratios)
+
+
+def test_published_single_stream_rows_sit_under_our_roofline():
+    """Checked against an independent source: the model catalogue's bytes per token and the T4's
+    bandwidth. A published c=1 decode speed above the ceiling (or a catalogue gone wrong) fails."""
+    from gemma4_t4.bench.derive import lookup_bytes_per_token
+
+    for row in [r for r in GCE_T4_E2B if r.concurrency == 1 and r.input_len == 512]:
+        fit = roofline(row.per_stream_tok_s, lookup_bytes_per_token(row.model, row.build), "t4")
+        assert fit.plausibility == "ok" and 0.3 < fit.efficiency < 1.0, (row.build, fit)
+    # and the order the series reports (emb4 > qat > bf16 per stream) follows from bytes per token
+    speeds = {b: gce_t4_row.per_stream_tok_s for b in ("bf16", "qat", "emb4")
+              for gce_t4_row in GCE_T4_E2B if (gce_t4_row.build, gce_t4_row.input_len, gce_t4_row.concurrency)
+              == (b, 512, 1)}
+    sizes = {b: lookup_bytes_per_token("gemma-4-E2B", b) for b in speeds}
+    assert sorted(speeds, key=speeds.get) == sorted(sizes, key=sizes.get, reverse=True)
