@@ -4,8 +4,11 @@ answers are identical and, for the first that differs, where it diverges."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from gemma4_t4.bench.schemas import Answer
 
 QUESTIONS: list[tuple[str, str]] = [
     ("What is the capital of France? Answer with one word.", "Paris"),
@@ -76,8 +79,9 @@ def first_difference(a: str, b: str) -> int:
     return min(len(a), len(b))
 
 
-def compare_answers(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> AnswerComparison:
-    """Compare two answer lists (``{"index", "question", "text", "correct"}``) by question index."""
+def compare_answers(a: Sequence[Answer | Mapping[str, Any]], b: Sequence[Answer | Mapping[str, Any]]
+                    ) -> AnswerComparison:
+    """Compare two answer lists (:class:`Answer` or its JSON: index, question, text, correct) by question index."""
     by_a = {r["index"]: r for r in a}
     by_b = {r["index"]: r for r in b}
     shared = sorted(set(by_a) & set(by_b))

@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 from gemma4_t4.bench import telemetry
 from gemma4_t4.bench.client import RequestSpec, StreamParser, make_session, new_record, send_request
 from gemma4_t4.bench.prompts import HFTokenizer, ServerTokenizer, Tokenizer
-from gemma4_t4.bench.schemas import RequestRecord, ServerInfo
+from gemma4_t4.bench.schemas import RawJSON, RequestRecord, ServerInfo
 from gemma4_t4.errors import Gemma4T4Error
 
 SAGEMAKER_SCHEME = "sagemaker://"
@@ -44,7 +44,7 @@ class Backend(Protocol):
     def check(self, model: str | None) -> ServerInfo: ...
     def scrape(self) -> telemetry.MetricsSnapshot | None: ...
     def tokenizer(self, model: str, local: str | None) -> Tokenizer: ...
-    def environment(self, model: str, launch: dict[str, Any] | None) -> dict[str, Any]: ...
+    def environment(self, model: str, launch: RawJSON | None) -> RawJSON: ...
     def sender(self, model: str, concurrency: int, keep_text: bool
                ) -> contextlib.AbstractAsyncContextManager[Callable[[RequestSpec], Any]]: ...
 
@@ -102,7 +102,7 @@ class OpenAIHTTPBackend:
     def tokenizer(self, model: str, local: str | None) -> Tokenizer:
         return HFTokenizer(local) if local else ServerTokenizer(self.url, model, self.api_key)
 
-    def environment(self, model: str, launch: dict[str, Any] | None) -> dict[str, Any]:
+    def environment(self, model: str, launch: RawJSON | None) -> RawJSON:
         return telemetry.capture_environment(self.url, model, self.api_key, launch)
 
     def sampler(self) -> telemetry.MetricsSampler:
@@ -121,7 +121,7 @@ class OpenAIHTTPBackend:
 # ---------------------------------------------------------------- SageMaker runtime
 
 
-def _client_error(exc: Exception) -> tuple[str, str, int | None, dict[str, Any]]:
+def _client_error(exc: Exception) -> tuple[str, str, int | None, RawJSON]:
     """(code, message, HTTP status, raw error) of a botocore ClientError."""
     response = getattr(exc, "response", None) or {}
     error = response.get("Error") or {}
@@ -187,7 +187,7 @@ class SageMakerBackend:
                                                        "of its tokenizer files)")
         return HFTokenizer(local)
 
-    def environment(self, model: str, launch: dict[str, Any] | None) -> dict[str, Any]:
+    def environment(self, model: str, launch: RawJSON | None) -> RawJSON:
         from gemma4_t4.bench.telemetry import client_environment
 
         return {"captured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "client": client_environment(),

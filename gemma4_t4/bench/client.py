@@ -20,11 +20,11 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import aiohttp
 
-from gemma4_t4.bench.schemas import RequestRecord
+from gemma4_t4.bench.schemas import RawJSON, RequestRecord
 
 Api = Literal["completions", "chat"]
 
@@ -42,10 +42,10 @@ class RequestSpec:
     ignore_eos: bool = True
     temperature: float = 0.0
     input_len: int | None = None
-    extra_body: dict[str, Any] = field(default_factory=dict)
+    extra_body: RawJSON = field(default_factory=dict)  # merged into the request body as is
 
-    def payload(self, model: str, stream: bool = True) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": model, "max_tokens": self.max_tokens, "temperature": self.temperature,
+    def payload(self, model: str, stream: bool = True) -> RawJSON:
+        body: RawJSON = {"model": model, "max_tokens": self.max_tokens, "temperature": self.temperature,
                                 "stream": stream}
         if stream:
             body["stream_options"] = {"include_usage": True}
@@ -113,7 +113,7 @@ class StreamParser:
             record.token_source = "usage"
         return True
 
-    def _choice(self, choice: dict[str, Any], now: float) -> None:
+    def _choice(self, choice: RawJSON, now: float) -> None:
         record = self.record
         if record.first_chunk_s is None:
             record.first_chunk_s = now

@@ -23,9 +23,10 @@ import os
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from aiohttp import web
+
+from gemma4_t4.bench.schemas import RawJSON
 
 
 @dataclass
@@ -50,7 +51,7 @@ class FakeServerState:
     default: FakeScript = field(default_factory=FakeScript)
     exit_after_requests: int | None = None  # os._exit when this many requests have started
     requests: int = 0
-    log: list[dict[str, Any]] = field(default_factory=list)
+    log: list[RawJSON] = field(default_factory=list)  # what the fake wrote when (GET /fake/log)
     queries: int = 0
     hits: int = 0
 
@@ -59,14 +60,14 @@ STATE_KEY = web.AppKey("state", FakeServerState)
 MODEL_KEY = web.AppKey("model", str)
 
 
-def _script_for(state: FakeServerState, body: dict[str, Any]) -> FakeScript:
+def _script_for(state: FakeServerState, body: RawJSON) -> FakeScript:
     overrides = body.get("fake") or {}
     return FakeScript(**(asdict(state.default) | overrides))
 
 
 def _chunk(chat: bool, text: str | None, finish: str | None, role: bool = False) -> bytes:
     if chat:
-        delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else {"content": text}
+        delta: RawJSON = {"role": "assistant", "content": ""} if role else {"content": text}
         choice = {"index": 0, "delta": delta, "finish_reason": finish}
         obj = {"id": "fake", "object": "chat.completion.chunk", "choices": [choice]}
     else:
@@ -91,7 +92,7 @@ async def _stream(request: web.Request, chat: bool) -> web.StreamResponse:
     prompt_tokens = script.prompt_tokens if script.prompt_tokens is not None else len(prompt or "")
     n_tokens = script.tokens if script.tokens is not None else int(body.get("max_tokens") or 16)
     state.queries += prompt_tokens
-    entry: dict[str, Any] = {"received_s": received, "writes_s": [], "role_s": None,
+    entry: RawJSON = {"received_s": received, "writes_s": [], "role_s": None,
                              "tokens": n_tokens, "id": body.get("fake_id")}
     state.log.append(entry)
     if body.get("stream") is False:  # a whole completion, as SageMaker's non-streamed invoke gets it

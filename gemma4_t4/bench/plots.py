@@ -9,6 +9,7 @@ from typing import Any
 
 from gemma4_t4.bench.compare import RunComparison, compare_runs
 from gemma4_t4.bench.results import BenchRun, load_run
+from gemma4_t4.bench.schemas import CellSummary
 
 
 def _plt():
@@ -33,7 +34,7 @@ def _save(fig: Any, path: str | os.PathLike) -> Path:
     return Path(path)
 
 
-def _median(cell: dict[str, Any], key: str) -> float | None:
+def _median(cell: CellSummary, key: str) -> float | None:
     return (cell.get(key) or {}).get("median")
 
 

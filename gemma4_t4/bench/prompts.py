@@ -15,8 +15,9 @@ import secrets
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
+from gemma4_t4.bench.schemas import RawJSON
 from gemma4_t4.errors import Gemma4T4Error
 
 WORDS = ["time", "year", "people", "way", "day", "man", "thing", "woman", "life", "child", "world", "school", "state", "family", "student", "group", "country", "problem", "hand", "part", "place", "case", "week", "company", "system", "program", "question", "work", "government", "number", "night", "point", "home", "water", "room", "mother", "area", "money", "story", "fact", "month", "lot", "right", "study", "book", "eye", "job", "word", "business", "issue", "side", "kind", "head", "house", "service", "friend", "father", "power", "hour", "game", "line", "end", "member", "law", "car", "city", "community", "name", "president", "team", "minute", "idea", "kid", "body", "information", "back", "parent", "face", "others", "level", "office", "door", "health", "person", "art", "war", "history", "party", "result", "change", "morning", "reason", "research", "girl", "guy", "moment", "air", "teacher", "force", "education", "foot", "boy", "age", "policy", "music", "market", "sense", "nation", "plan", "college", "interest", "death", "experience", "effect", "class", "control", "care", "field", "development", "role", "effort", "rate", "heart", "drug", "show", "leader", "light", "voice", "wife", "police", "mind", "price", "report", "decision", "son", "view", "relationship", "town", "road", "river", "memory", "paper", "green", "blue", "quick", "brown", "lazy", "bright", "quiet", "simple", "strong", "early", "late", "small", "large"]
@@ -38,7 +39,7 @@ class ServerTokenizer:
         self.timeout = timeout
         self.source = "server /tokenize"
 
-    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    def _post(self, path: str, body: RawJSON) -> RawJSON:
         request = urllib.request.Request(self.base_url + path, data=json.dumps(body).encode(),
                                          headers={"Content-Type": "application/json"})
         if self.api_key:

@@ -21,6 +21,10 @@ SCHEMA_FAMILY = "gemma4_t4.bench/"
 SCHEMA_VERSION = 1
 SCHEMA = f"{SCHEMA_FAMILY}{SCHEMA_VERSION}"
 
+# JSON whose shape belongs to someone else (a server's reply, a launch record, host facts):
+# stored as received, never interpreted field by field
+RawJSON = dict[str, Any]
+
 
 class BenchModel(BaseModel):
     """Base of every results model: unknown fields are kept (a newer writer's extras survive a
@@ -184,6 +188,28 @@ class Answer(BenchModel):
     error: str | None = None
 
 
+class ServerLoad(BenchModel):
+    """What the /metrics sampler saw during a cell."""
+
+    samples: int = 0
+    max_running: float | None = None
+    max_waiting: float | None = Field(None, description="> 0 means the server queued requests")
+    max_kv_cache_usage: float | None = None
+
+
+class GPUTelemetry(BenchModel):
+    """NVML / nvidia-smi samples during a cell, summarised."""
+
+    samples: int = 0
+    source: str | None = Field(None, description="nvml | nvidia-smi")
+    sm_clock_mhz_median: float | None = None
+    sm_clock_mhz_min: float | None = None
+    power_w_mean: float | None = None
+    power_w_max: float | None = None
+    memory_used_mib_max: float | None = None
+    throttled_fraction: dict[str, float] = Field(default_factory=dict, description="reason -> share of samples")
+
+
 class CellStats(BenchModel):
     """What the metrics compute from one cell's measured records (pure; see metrics.aggregate)."""
 
@@ -227,10 +253,10 @@ class CellSummary(CellStats):
     started_at: float | None = None
     open_loop: OpenLoopInfo | None = None
     prefix_cache: PrefixCache = Field(default_factory=PrefixCache)
-    server_load: dict[str, Any] = Field(default_factory=dict, description="/metrics sampler summary (free-form)")
+    server_load: ServerLoad = Field(default_factory=ServerLoad, description="/metrics sampler summary")
     queueing_observed: bool | None = None
-    gpu_telemetry: dict[str, Any] | None = Field(None, description="NVML / nvidia-smi summary (free-form)")
-    meta: dict[str, Any] = Field(default_factory=dict, description="workload-specific cell facts")
+    gpu_telemetry: GPUTelemetry | None = Field(None, description="NVML / nvidia-smi summary")
+    meta: dict[str, int | bool | str] = Field(default_factory=dict, description="workload-specific cell facts")
     input_len_exact: bool | None = None
     answers: list[Answer] | None = None
     correct: int | None = None
@@ -282,10 +308,10 @@ class RunInfo(BenchModel):
     label: str | None = None
     started_at: str | None = None
     finished_at: str | None = None
-    config: dict[str, Any] = Field(default_factory=dict, description="the BenchArgs of the run, secrets removed")
+    config: RawJSON = Field(default_factory=dict, description="the BenchArgs of the run, secrets removed")
     prompts: PromptInfo = Field(default_factory=PromptInfo)
     server: ServerInfo = Field(default_factory=ServerInfo)
-    environment: dict[str, Any] = Field(default_factory=dict, description="captured host/server facts (free-form)")
+    environment: RawJSON = Field(default_factory=dict, description="captured host/server facts (free-form)")
     definitions: str | None = None
     sweep: SweepInfo | None = None
     series_decode: SeriesDecode | None = None
@@ -294,7 +320,7 @@ class RunInfo(BenchModel):
     DIGEST: ClassVar[tuple[str, ...]] = ("run_id", "workload", "model", "base_url", "status", "started_at", "finished_at",
                                "label")
 
-    def digest(self) -> dict[str, Any]:
+    def digest(self) -> dict[str, str | None]:
         return {k: v for k, v in self.to_json().items() if k in self.DIGEST and k in self}
 
 
@@ -302,7 +328,7 @@ class SummaryFile(BenchModel):
     """``summary.json``: the run digest and every measured cell."""
 
     schema_id: str = Field(SCHEMA, alias="schema")
-    run: dict[str, Any] = Field(default_factory=dict, description="a digest of run.json")
+    run: dict[str, str | None] = Field(default_factory=dict, description="a digest of run.json")
     cells: list[CellSummary] = Field(default_factory=list)
 
 

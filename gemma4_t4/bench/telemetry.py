@@ -19,7 +19,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
-from gemma4_t4.bench.schemas import PrefixCache, ServerInfo
+from gemma4_t4.bench.schemas import GPUTelemetry, PrefixCache, RawJSON, ServerInfo, ServerLoad
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.server import http_get
 
@@ -164,7 +164,7 @@ def _package_version(name: str) -> str | None:
         return None
 
 
-def gpu_inventory() -> list[dict[str, Any]]:
+def gpu_inventory() -> list[dict[str, str]]:
     """GPUs on this machine via nvidia-smi (empty where there is none)."""
     if not shutil.which("nvidia-smi"):
         return []
@@ -190,7 +190,7 @@ def client_environment() -> dict[str, str | None]:
 
 
 def capture_environment(base_url: str, model: str, api_key: str | None = None,
-                        server_launch: dict[str, Any] | None = None) -> dict[str, Any]:
+                        server_launch: RawJSON | None = None) -> RawJSON:
     """Client host, server version and config, GPUs: stored in every result."""
     snap = scrape(base_url, api_key)
     return {
@@ -220,13 +220,16 @@ def _smi_output(cmd: list[str]) -> str | None:
     return done.stdout if done.returncode == 0 else None
 
 
-def parse_smi_sample(line: str) -> dict[str, Any] | None:
+GPUSample = dict[str, float]  # t, sm_clock_mhz, power_w, throttle_reasons (bit mask), memory_used_mib, ...
+
+
+def parse_smi_sample(line: str) -> GPUSample | None:
     """One ``nvidia-smi --query-gpu=<SMI_SAMPLE_QUERY> --format=csv,noheader,nounits`` line -> a sample
     shaped like an NVML one (``[N/A]`` fields become 0; throttle reasons are a hex mask)."""
     parts = [p.strip() for p in line.split(",")]
     if len(parts) != len(SMI_SAMPLE_KEYS):
         return None
-    sample: dict[str, Any] = {"t": time.time()}
+    sample: GPUSample = {"t": time.time()}
     for key, raw in zip(SMI_SAMPLE_KEYS, parts, strict=True):
         try:
             sample[key] = int(raw, 16) if key == "throttle_reasons" else float(raw)
@@ -243,7 +246,7 @@ class GPUSampler:
     def __init__(self, interval_s: float = 0.5, index: int = 0, smi: Any = _smi_output, use_nvml: bool = True):
         self.interval_s = interval_s
         self.index = index
-        self.samples: list[dict[str, Any]] = []
+        self.samples: list[GPUSample] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._smi = smi
@@ -265,12 +268,12 @@ class GPUSampler:
     def available(self) -> bool:
         return self.source is not None
 
-    def _smi_sample(self) -> dict[str, Any] | None:
+    def _smi_sample(self) -> GPUSample | None:
         out = self._smi(["nvidia-smi", f"--id={self.index}", f"--query-gpu={','.join(SMI_SAMPLE_QUERY)}",
                          "--format=csv,noheader,nounits"])
         return parse_smi_sample(out.strip().splitlines()[0]) if out and out.strip() else None
 
-    def _sample(self) -> dict[str, Any] | None:
+    def _sample(self) -> GPUSample | None:
         if self.source == "nvidia-smi":
             return self._smi_sample()
         nv, h = self._nvml, self._handle
@@ -302,13 +305,15 @@ class GPUSampler:
         self._thread.start()
         return self
 
-    def stop(self) -> dict[str, Any] | None:
+    def stop(self) -> GPUTelemetry | None:
         self._stop.set()
         if self._thread:
             self._thread.join(5)
         if not self.available:
             return None
-        return summarize_gpu_samples(self.samples) | {"source": self.source}
+        summary = summarize_gpu_samples(self.samples)
+        summary.source = self.source
+        return summary
 
 
 # NVML clocks-throttle bits that matter on a 70 W T4
@@ -316,9 +321,9 @@ _THROTTLE_BITS = {0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x20: "sw_thermal", 0
                   0x80: "hw_power_brake"}
 
 
-def summarize_gpu_samples(samples: list[dict[str, Any]]) -> dict[str, Any]:
+def summarize_gpu_samples(samples: list[GPUSample]) -> GPUTelemetry:
     if not samples:
-        return {"samples": 0}
+        return GPUTelemetry()
     reasons: dict[str, int] = {}
     for s in samples:
         for bit, name in _THROTTLE_BITS.items():
@@ -326,15 +331,12 @@ def summarize_gpu_samples(samples: list[dict[str, Any]]) -> dict[str, Any]:
                 reasons[name] = reasons.get(name, 0) + 1
     clocks = sorted(s["sm_clock_mhz"] for s in samples)
     power = [s["power_w"] for s in samples]
-    return {
-        "samples": len(samples),
-        "sm_clock_mhz_median": clocks[len(clocks) // 2],
-        "sm_clock_mhz_min": clocks[0],
-        "power_w_mean": sum(power) / len(power),
-        "power_w_max": max(power),
-        "memory_used_mib_max": max(s["memory_used_mib"] for s in samples),
-        "throttled_fraction": {k: v / len(samples) for k, v in reasons.items()},
-    }
+    return GPUTelemetry(
+        samples=len(samples), sm_clock_mhz_median=clocks[len(clocks) // 2], sm_clock_mhz_min=clocks[0],
+        power_w_mean=sum(power) / len(power), power_w_max=max(power),
+        memory_used_mib_max=max(s["memory_used_mib"] for s in samples),
+        throttled_fraction={k: v / len(samples) for k, v in reasons.items()},
+    )
 
 
 class MetricsSampler:
@@ -362,15 +364,12 @@ class MetricsSampler:
         self._thread.start()
         return self
 
-    def stop(self) -> dict[str, Any]:
+    def stop(self) -> ServerLoad:
         self._stop.set()
         if self._thread:
             self._thread.join(5)
         if not self.samples:
-            return {"samples": 0}
-        return {
-            "samples": len(self.samples),
-            "max_running": max(s["running"] for s in self.samples),
-            "max_waiting": max(s["waiting"] for s in self.samples),
-            "max_kv_cache_usage": max(s["kv_cache_usage"] for s in self.samples),
-        }
+            return ServerLoad()
+        return ServerLoad(samples=len(self.samples), max_running=max(s["running"] for s in self.samples),
+                          max_waiting=max(s["waiting"] for s in self.samples),
+                          max_kv_cache_usage=max(s["kv_cache_usage"] for s in self.samples))

@@ -42,11 +42,15 @@ from gemma4_t4.bench.redact import redact
 from gemma4_t4.bench.results import BenchRun, ResultsWriter
 from gemma4_t4.bench.schemas import (
     Answer,
+    BenchModel,
     CellSummary,
+    GPUTelemetry,
     PromptInfo,
+    RawJSON,
     RequestRecord,
     RunInfo,
     ServerInfo,
+    ServerLoad,
     SweepInfo,
 )
 from gemma4_t4.errors import Gemma4T4Error
@@ -100,7 +104,7 @@ class BenchArgs(BaseModel):
     bytes_per_token: float | None = None
     model_format: str | None = Field(None, description="bf16 | qat | emb4: bytes per token from the catalogue")
     price_keys: list[str] | None = None
-    server_launch: dict[str, Any] | None = Field(None, description="the server's launch record (free-form)")
+    server_launch: RawJSON | None = Field(None, description="the server's launch record (free-form)")
     request_timeout_s: float | None = Field(600.0, description="a request taking longer fails as 'timeout'")
     sample_metrics: bool = True
     progress: bool = True
@@ -209,7 +213,7 @@ class BenchArgs(BaseModel):
     def key(self) -> str | None:
         return self.api_key.get_secret_value() if self.api_key else None
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> RawJSON:
         """What run.json stores: every argument, the API key and other secrets never."""
         data = self.model_dump(mode="json", exclude={"api_key"})
         data["api_key_used"] = self.api_key is not None
@@ -264,7 +268,7 @@ class Defaults:
 
 Build = Callable[[BenchArgs, PromptFactory | None], list[Cell]]
 # after a cell is measured: more cells, and fields for run.json
-Follow = Callable[[BenchArgs, PromptFactory | None, list[CellSummary]], tuple[list[Cell], dict[str, Any]]]
+Follow = Callable[[BenchArgs, PromptFactory | None, list[CellSummary]], tuple[list[Cell], dict[str, BenchModel]]]
 
 
 @dataclass(frozen=True)
@@ -363,7 +367,7 @@ def sweep_rates(synchronous_rps: float, throughput_rps: float, count: int) -> li
 
 
 def sweep_follow(args: BenchArgs, factory: PromptFactory | None, done: list[CellSummary]
-                 ) -> tuple[list[Cell], dict[str, Any]]:
+                 ) -> tuple[list[Cell], dict[str, BenchModel]]:
     """Once both ends are measured, the rates in between come from their measured request rates."""
     if not done or done[-1].variant != "sweep_throughput":
         return [], {}
@@ -398,7 +402,7 @@ def load_cells(args: BenchArgs, factory: PromptFactory | None) -> list[Cell]:
 
 
 def _series_follow(args: BenchArgs, factory: PromptFactory | None, done: list[CellSummary]
-                   ) -> tuple[list[Cell], dict[str, Any]]:
+                   ) -> tuple[list[Cell], dict[str, BenchModel]]:
     return [], {}  # the decode figure needs the records: computed by the run loop at the end
 
 
@@ -557,8 +561,8 @@ def _run_cell(args: BenchArgs, backend: Backend, cell: Cell, writer: ResultsWrit
     measured: list[RequestRecord] = []
     started = time.time()
     before = after = None
-    load: dict[str, Any] = {}
-    gpu: dict[str, Any] | None = None
+    load = ServerLoad()
+    gpu: GPUTelemetry | None = None
     interrupted = False
     try:
         if cell.warmup_specs:
@@ -578,7 +582,7 @@ def _run_cell(args: BenchArgs, backend: Backend, cell: Cell, writer: ResultsWrit
         try:
             _run_async(lambda: _measure(args, backend, cell.specs, cell.concurrency, keep, cell.cell, cell))
         finally:
-            load = sampler.stop() if sampler else {}
+            load = sampler.stop() if sampler else ServerLoad()
             gpu = gpu_sampler.stop()
             after = backend.scrape()
     except KeyboardInterrupt:
@@ -592,7 +596,7 @@ def _run_cell(args: BenchArgs, backend: Backend, cell: Cell, writer: ResultsWrit
 
 
 def _summarize_cell(args: BenchArgs, cell: Cell, measured: list[RequestRecord], before: Any, after: Any,
-                    load: dict[str, Any], gpu: dict[str, Any] | None, started: float,
+                    load: ServerLoad, gpu: GPUTelemetry | None, started: float,
                     partial: bool) -> CellSummary:
     from gemma4_t4.bench import telemetry
 
@@ -609,7 +613,7 @@ def _summarize_cell(args: BenchArgs, cell: Cell, measured: list[RequestRecord], 
     summary.prefix_cache = telemetry.prefix_cache_delta(before, after)
     summary.prefix_cache.prefix_caching_enabled = telemetry.cache_config(after).get("enable_prefix_caching")
     summary.server_load = load
-    if load.get("max_waiting"):
+    if load.max_waiting:
         summary.queueing_observed = True
     summary.gpu_telemetry = gpu or None
     summary.meta = dict(cell.meta)
