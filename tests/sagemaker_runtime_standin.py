@@ -37,8 +37,10 @@ def event_frame(headers: dict[str, str], payload: bytes) -> bytes:
 
 
 def payload_part(data: bytes) -> bytes:
-    return event_frame({":message-type": "event", ":event-type": "PayloadPart",
-                        ":content-type": "application/octet-stream"}, data)
+    return event_frame(
+        {":message-type": "event", ":event-type": "PayloadPart", ":content-type": "application/octet-stream"},
+        data,
+    )
 
 
 @dataclass
@@ -82,26 +84,49 @@ class RuntimeStandIn:
             return _error(400, "ThrottlingException", "Rate exceeded")
         if ep.model_error and (not ep.model_error_first or ep.invocations <= ep.model_error_first):
             status, message = ep.model_error
-            return _error(424, "ModelError", f"Received client error ({status}) from primary with message "
-                                             f"\"{message}\"", OriginalStatusCode=status, OriginalMessage=message,
-                          LogStreamArn="arn:aws:logs:us-east-2:123456789012:log-group:/aws/sagemaker/Endpoints/x")
+            return _error(
+                424,
+                "ModelError",
+                f'Received client error ({status}) from primary with message "{message}"',
+                OriginalStatusCode=status,
+                OriginalMessage=message,
+                LogStreamArn="arn:aws:logs:us-east-2:123456789012:log-group:/aws/sagemaker/Endpoints/x",
+            )
         if streaming and ep.no_stream:
-            return _error(400, "ValidationError", "The container of this endpoint does not support streaming "
-                                                  "responses.")
+            return _error(
+                400, "ValidationError", "The container of this endpoint does not support streaming responses."
+            )
         body = await request.read()
-        async with aiohttp.ClientSession() as session, session.post(
-                ep.upstream.rstrip("/") + "/invocations", data=body,
-                headers={"Content-Type": "application/json"}) as upstream:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(
+                ep.upstream.rstrip("/") + "/invocations",
+                data=body,
+                headers={"Content-Type": "application/json"},
+            ) as upstream,
+        ):
             if upstream.status != 200:
                 text = await upstream.text()
-                return _error(424, "ModelError", f"Received client error ({upstream.status})",
-                              OriginalStatusCode=upstream.status, OriginalMessage=text[:500])
+                return _error(
+                    424,
+                    "ModelError",
+                    f"Received client error ({upstream.status})",
+                    OriginalStatusCode=upstream.status,
+                    OriginalMessage=text[:500],
+                )
             if not streaming:
-                return web.Response(body=await upstream.read(), content_type="application/json",
-                                    headers={"x-Amzn-Invoked-Production-Variant": "AllTraffic"})
-            response = web.StreamResponse(headers={"Content-Type": "application/vnd.amazon.eventstream",
-                                                   "x-Amzn-Invoked-Production-Variant": "AllTraffic",
-                                                   "X-Amzn-SageMaker-Content-Type": "text/event-stream"})
+                return web.Response(
+                    body=await upstream.read(),
+                    content_type="application/json",
+                    headers={"x-Amzn-Invoked-Production-Variant": "AllTraffic"},
+                )
+            response = web.StreamResponse(
+                headers={
+                    "Content-Type": "application/vnd.amazon.eventstream",
+                    "x-Amzn-Invoked-Production-Variant": "AllTraffic",
+                    "X-Amzn-SageMaker-Content-Type": "text/event-stream",
+                }
+            )
             await response.prepare(request)
             async for chunk in upstream.content.iter_any():
                 # split every chunk in two: SSE lines cross PayloadPart boundaries, as on AWS
@@ -147,8 +172,12 @@ class RuntimeStandIn:
 
 def aws_env(monkeypatch, url: str) -> None:
     """Dummy credentials and the runtime endpoint override (boto3's per-service variable)."""
-    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": "us-east-2",
-                       "AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME": url}.items():
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_SESSION_TOKEN": "testing",
+        "AWS_DEFAULT_REGION": "us-east-2",
+        "AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME": url,
+    }.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("AWS_PROFILE", raising=False)

@@ -27,9 +27,19 @@ def test_percentiles_match_numpy():
 
 
 def _record(send, first, chunks, n, error=None, first_chunk=None):
-    return {"request_id": f"r{send}", "send_s": send, "first_token_s": first, "first_chunk_s": first_chunk or first,
-            "first_content_s": first, "last_choice_s": chunks[-1], "end_s": chunks[-1] + 0.001,
-            "chunk_times_s": chunks, "completion_tokens": n, "prompt_tokens": 100, "error": error}
+    return {
+        "request_id": f"r{send}",
+        "send_s": send,
+        "first_token_s": first,
+        "first_chunk_s": first_chunk or first,
+        "first_content_s": first,
+        "last_choice_s": chunks[-1],
+        "end_s": chunks[-1] + 0.001,
+        "chunk_times_s": chunks,
+        "completion_tokens": n,
+        "prompt_tokens": 100,
+        "error": error,
+    }
 
 
 def test_request_metrics_definitions():
@@ -47,8 +57,11 @@ def test_request_metrics_definitions():
 
 
 def test_aggregate_window_and_failures():
-    records = [_record(0.0, 0.1, [0.1, 0.2], 10), _record(0.5, 0.6, [0.6, 1.0], 10),
-               _record(0.2, None, [0.3], 0, error="disconnected")]
+    records = [
+        _record(0.0, 0.1, [0.1, 0.2], 10),
+        _record(0.5, 0.6, [0.6, 1.0], 10),
+        _record(0.2, None, [0.3], 0, error="disconnected"),
+    ]
     agg = metrics.aggregate(records)
     assert agg["completed"] == 2 and agg["failed"] == 1 and agg["errors"] == {"disconnected": 1}
     assert agg["window"]["duration_s"] == pytest.approx(1.001)
@@ -105,10 +118,14 @@ def test_published_results_are_labelled():
 
 
 def test_answers_comparison_finds_first_divergence():
-    a = [{"index": 0, "question": "q0", "text": "Paris.", "correct": True},
-         {"index": 1, "question": "q1", "text": "144 is the answer", "correct": True}]
-    b = [{"index": 0, "question": "q0", "text": "Paris.", "correct": True},
-         {"index": 1, "question": "q1", "text": "144 was the answer", "correct": True}]
+    a = [
+        {"index": 0, "question": "q0", "text": "Paris.", "correct": True},
+        {"index": 1, "question": "q1", "text": "144 is the answer", "correct": True},
+    ]
+    b = [
+        {"index": 0, "question": "q0", "text": "Paris.", "correct": True},
+        {"index": 1, "question": "q1", "text": "144 was the answer", "correct": True},
+    ]
     result = compare_answers(a, b)
     assert (result.total, result.identical, result.differing) == (2, 1, [1])
     assert result.first_divergence.char == 4
@@ -121,7 +138,8 @@ def test_results_writer_is_incremental_and_loadable(tmp_path):
     # before any cell finishes, the record is already on disk
     assert len(read_records(tmp_path / "run" / "records.jsonl")) == 1
     cell = {"cell": "c1", "workload": "decode", "concurrency": 1} | metrics.aggregate(
-        [_record(0.0, 0.1, [0.1, 0.2], 2)]).model_dump()
+        [_record(0.0, 0.1, [0.1, 0.2], 2)]
+    ).model_dump()
     writer.add_cell(cell)
     writer.update_run(status="complete")
     writer.close()
@@ -152,9 +170,14 @@ def test_gpu_sampler_falls_back_to_nvidia_smi_and_reads_throttling():
     """Without pynvml the sampler polls nvidia-smi; a 70 W T4 at its power cap shows up as such."""
     from gemma4_t4.bench import telemetry
 
-    lines = iter(["1590, 69.80, 0x0000000000000004, 5120, 98, 71",
-                  "585, 70.10, 0x0000000000000004, 5200, 99, 74",
-                  "1590, 41.00, 0x0000000000000000, 5200, [N/A], 70"] * 50)
+    lines = iter(
+        [
+            "1590, 69.80, 0x0000000000000004, 5120, 98, 71",
+            "585, 70.10, 0x0000000000000004, 5200, 99, 74",
+            "1590, 41.00, 0x0000000000000000, 5200, [N/A], 70",
+        ]
+        * 50
+    )
     seen: list[list[str]] = []
 
     def fake_smi(cmd):  # a stand-in for nvidia-smi (no GPU here)
@@ -187,8 +210,10 @@ def test_published_lookups_give_the_series_headline_ratios():
         (row,) = [r for r in GCE_T4_E2B if (r.build, r.input_len, r.concurrency) == (build, length, c)]
         assert gce_t4(build, length, c) is row
     per_stream = gce_t4("qat").per_stream_tok_s / gce_t4("bf16").per_stream_tok_s
-    all_streams_c8 = (gce_t4("qat", concurrency=8).output_throughput_tok_s
-                      / gce_t4("bf16", concurrency=8).output_throughput_tok_s)
+    all_streams_c8 = (
+        gce_t4("qat", concurrency=8).output_throughput_tok_s
+        / gce_t4("bf16", concurrency=8).output_throughput_tok_s
+    )
     ttft_growth = gce_t4("bf16", 4096).ttft_ms / gce_t4("bf16", 512).ttft_ms
     assert round(per_stream, 2) == 1.79 and round(all_streams_c8, 2) == 1.31 and round(ttft_growth) == 24
     load = sagemaker_load()
@@ -209,8 +234,11 @@ def test_published_single_stream_rows_sit_under_our_roofline():
         fit = roofline(row.per_stream_tok_s, lookup_bytes_per_token(row.model, row.build), "t4")
         assert fit.plausibility == "ok" and 0.3 < fit.efficiency < 1.0, (row.build, fit)
     # and the order the series reports (emb4 > qat > bf16 per stream) follows from bytes per token
-    speeds = {b: gce_t4_row.per_stream_tok_s for b in ("bf16", "qat", "emb4")
-              for gce_t4_row in GCE_T4_E2B if (gce_t4_row.build, gce_t4_row.input_len, gce_t4_row.concurrency)
-              == (b, 512, 1)}
+    speeds = {
+        b: gce_t4_row.per_stream_tok_s
+        for b in ("bf16", "qat", "emb4")
+        for gce_t4_row in GCE_T4_E2B
+        if (gce_t4_row.build, gce_t4_row.input_len, gce_t4_row.concurrency) == (b, 512, 1)
+    }
     sizes = {b: lookup_bytes_per_token("gemma-4-E2B", b) for b in speeds}
     assert sorted(speeds, key=speeds.get) == sorted(sizes, key=sizes.get, reverse=True)

@@ -43,13 +43,23 @@ def standin(fake, monkeypatch):
 
 
 def test_base_urls_are_parsed_or_refused_in_one_line():
-    assert parse_base_url("sagemaker://us-east-2/gemma4-e2b-t4") == ("sagemaker", "us-east-2", "gemma4-e2b-t4")
+    assert parse_base_url("sagemaker://us-east-2/gemma4-e2b-t4") == (
+        "sagemaker",
+        "us-east-2",
+        "gemma4-e2b-t4",
+    )
     assert parse_base_url("http://127.0.0.1:8000/") == ("http", "http://127.0.0.1:8000", "")
     assert isinstance(backend_for("http://127.0.0.1:8000"), OpenAIHTTPBackend)
     assert isinstance(backend_for("sagemaker://eu-west-1/x"), SageMakerBackend)
-    for bad, match in [("sagemaker://us-east-2", "REGION/ENDPOINT"), ("sagemaker://nowhere/ep", "REGION/ENDPOINT"),
-                       ("sagemaker://us-east-2/bad_name!", "REGION/ENDPOINT"), ("ftp://host", "http"),
-                       ("http://127.0.0.1:8000 /v1", "space"), ("http://h:99999", "port"), ("", "empty")]:
+    for bad, match in [
+        ("sagemaker://us-east-2", "REGION/ENDPOINT"),
+        ("sagemaker://nowhere/ep", "REGION/ENDPOINT"),
+        ("sagemaker://us-east-2/bad_name!", "REGION/ENDPOINT"),
+        ("ftp://host", "http"),
+        ("http://127.0.0.1:8000 /v1", "space"),
+        ("http://h:99999", "port"),
+        ("", "empty"),
+    ]:
         with pytest.raises(Gemma4T4Error, match=match) as err:
             parse_base_url(bad)
         assert err.value.fix and "\n" not in err.value.message
@@ -99,7 +109,9 @@ def test_a_client_model_error_is_a_counted_failure_with_its_message(standin, tmp
 
 
 def test_an_endpoint_that_cannot_stream_falls_back_to_invoke(standin, tmp_path):
-    run = run_benchmark(SM + "no-stream", "fake-model", "answers", tmp_path / "ns", output_len=4, progress=False)
+    run = run_benchmark(
+        SM + "no-stream", "fake-model", "answers", tmp_path / "ns", output_len=4, progress=False
+    )
     cell = run.cells[0]
     assert run.status == "complete" and cell.completed == 20
     assert all(a.text == "abababab" for a in cell.answers)
@@ -123,8 +135,27 @@ def test_unknown_endpoint_and_missing_tokenizer_fail_before_the_run(standin, tmp
 def test_endpoint_dying_mid_benchmark_keeps_partial_results_and_exits_nonzero(standin, tmp_path, capsys):
     out = tmp_path / "partial"
     # probe 1 + warm-up 2 (a full batch for c=2) + 3 measured answers succeed, then the endpoint is gone
-    code = cli_main(["bench", "run", "--base-url", SM + "dies", "--model", "fake-model", "--workload", "answers",
-                     "--concurrency", "1,2", "--warmup", "1", "--output-len", "4", "--out", str(out), "--json"])
+    code = cli_main(
+        [
+            "bench",
+            "run",
+            "--base-url",
+            SM + "dies",
+            "--model",
+            "fake-model",
+            "--workload",
+            "answers",
+            "--concurrency",
+            "1,2",
+            "--warmup",
+            "1",
+            "--output-len",
+            "4",
+            "--out",
+            str(out),
+            "--json",
+        ]
+    )
     assert code == 1
     data = json.loads(capsys.readouterr().out)
     assert data["status"] == "aborted: server unreachable" and "not found" in data["run"]["error"]
@@ -138,9 +169,29 @@ def test_endpoint_dying_mid_benchmark_keeps_partial_results_and_exits_nonzero(st
 def test_answers_and_compare_across_two_endpoints(standin, fake, tmp_path, capsys):
     """The T4-vs-L4 shape: answers per endpoint, then one headline per model; same as over HTTP."""
     for name in ("gemma-t4", "gemma-l4"):
-        assert cli_main(["bench", "run", "--base-url", SM + name, "--model", "fake-model", "--workload", "answers",
-                         "--output-len", "6", "--out", str(tmp_path / name / "answers"), "--no-plots"]) == 0
-    http = run_benchmark(fake.base_url, "fake-model", "answers", tmp_path / "http", output_len=6, progress=False)
+        assert (
+            cli_main(
+                [
+                    "bench",
+                    "run",
+                    "--base-url",
+                    SM + name,
+                    "--model",
+                    "fake-model",
+                    "--workload",
+                    "answers",
+                    "--output-len",
+                    "6",
+                    "--out",
+                    str(tmp_path / name / "answers"),
+                    "--no-plots",
+                ]
+            )
+            == 0
+        )
+    http = run_benchmark(
+        fake.base_url, "fake-model", "answers", tmp_path / "http", output_len=6, progress=False
+    )
     via_sm = load_run(tmp_path / "gemma-t4" / "answers")
     assert via_sm.run.server.backend == "sagemaker" and via_sm.run.base_url == SM + "gemma-t4"
     assert compare_runs(http, via_sm).answers.identical == 20

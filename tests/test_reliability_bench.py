@@ -41,9 +41,19 @@ def _one_line_error(capsys, code, *needles):
 def test_a_server_that_accepts_but_never_answers_fails_each_request_at_the_timeout(tmp_path):
     with FakeServer(free_port(), FakeServerState(default=FakeScript(hang_s=30.0))) as server:
         started = time.monotonic()
-        run = run_benchmark(server.base_url, "fake-model", "decode", tmp_path / "hung", concurrency=[2],
-                            input_len=16, output_len=4, num_prompts=4, warmup=0, request_timeout_s=0.5,
-                            progress=False)
+        run = run_benchmark(
+            server.base_url,
+            "fake-model",
+            "decode",
+            tmp_path / "hung",
+            concurrency=[2],
+            input_len=16,
+            output_len=4,
+            num_prompts=4,
+            warmup=0,
+            request_timeout_s=0.5,
+            progress=False,
+        )
         elapsed = time.monotonic() - started
     cell = run.cells[0]
     assert (cell.completed, cell.failed, cell.errors) == (0, 4, {"timeout": 4})
@@ -52,15 +62,42 @@ def test_a_server_that_accepts_but_never_answers_fails_each_request_at_the_timeo
 
 
 def test_request_timeout_flag_is_validated(capsys, tmp_path):
-    code = cli_main(["bench", "run", "--base-url", "http://127.0.0.1:9", "--model", "m", "--workload", "decode",
-                     "--out", str(tmp_path / "x"), "--request-timeout", "0"])
+    code = cli_main(
+        [
+            "bench",
+            "run",
+            "--base-url",
+            "http://127.0.0.1:9",
+            "--model",
+            "m",
+            "--workload",
+            "decode",
+            "--out",
+            str(tmp_path / "x"),
+            "--request-timeout",
+            "0",
+        ]
+    )
     _one_line_error(capsys, code, "--request-timeout")
 
 
 def test_sigterm_finalises_the_run_like_ctrl_c(tmp_path):
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "gemma4_t4.bench.fake_server", "--port", str(port),
-                               "--ttft", "0.3", "--gap", "0.05"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gemma4_t4.bench.fake_server",
+            "--port",
+            str(port),
+            "--ttft",
+            "0.3",
+            "--gap",
+            "0.05",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     out = tmp_path / "term"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     try:
@@ -71,11 +108,38 @@ def test_sigterm_finalises_the_run_like_ctrl_c(tmp_path):
                 break
             except OSError:
                 time.sleep(0.1)
-        bench = subprocess.Popen([sys.executable, "-m", "gemma4_t4", "bench", "run", "--base-url",
-                                  f"http://127.0.0.1:{port}", "--model", "fake-model", "--workload", "decode",
-                                  "--concurrency", "1", "--input-len", "16", "--output-len", "8", "--num-prompts",
-                                  "40", "--warmup", "0", "--out", str(out), "--no-plots", "--json"],
-                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        bench = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gemma4_t4",
+                "bench",
+                "run",
+                "--base-url",
+                f"http://127.0.0.1:{port}",
+                "--model",
+                "fake-model",
+                "--workload",
+                "decode",
+                "--concurrency",
+                "1",
+                "--input-len",
+                "16",
+                "--output-len",
+                "8",
+                "--num-prompts",
+                "40",
+                "--warmup",
+                "0",
+                "--out",
+                str(out),
+                "--no-plots",
+                "--json",
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         try:
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:  # wait until some requests are on disk
@@ -118,8 +182,20 @@ def test_empty_model_list_is_a_one_line_error(capsys, tmp_path):
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     try:
-        code = cli_main(["bench", "run", "--base-url", f"http://127.0.0.1:{httpd.server_port}", "--model", "m",
-                         "--workload", "decode", "--out", str(tmp_path / "x")])
+        code = cli_main(
+            [
+                "bench",
+                "run",
+                "--base-url",
+                f"http://127.0.0.1:{httpd.server_port}",
+                "--model",
+                "m",
+                "--workload",
+                "decode",
+                "--out",
+                str(tmp_path / "x"),
+            ]
+        )
     finally:
         httpd.shutdown()
     _one_line_error(capsys, code, "lists no model", "serve status")
@@ -130,35 +206,85 @@ def test_out_that_is_a_file_is_refused_and_left_alone(capsys, tmp_path):
     target = tmp_path / "notes.txt"
     target.write_text("keep me")
     with FakeServer(free_port()) as server:
-        code = cli_main(["bench", "run", "--base-url", server.base_url, "--model", "fake-model", "--workload",
-                         "answers", "--out", str(target)])
+        code = cli_main(
+            [
+                "bench",
+                "run",
+                "--base-url",
+                server.base_url,
+                "--model",
+                "fake-model",
+                "--workload",
+                "answers",
+                "--out",
+                str(target),
+            ]
+        )
     _one_line_error(capsys, code, "is a file")
     assert target.read_text() == "keep me"
 
 
-@pytest.mark.parametrize("url, needle", [("http://127.0.0.1:8000 ", "space"), ("http://127.0.0.1 :8000", "space"),
-                                         ("127.0.0.1:8000", "http"), ("sagemaker://us-east-2", "REGION/ENDPOINT")])
+@pytest.mark.parametrize(
+    "url, needle",
+    [
+        ("http://127.0.0.1:8000 ", "space"),
+        ("http://127.0.0.1 :8000", "space"),
+        ("127.0.0.1:8000", "http"),
+        ("sagemaker://us-east-2", "REGION/ENDPOINT"),
+    ],
+)
 def test_malformed_base_urls_are_one_line_errors(capsys, tmp_path, url, needle):
-    code = cli_main(["bench", "run", "--base-url", url, "--model", "m", "--workload", "decode",
-                     "--out", str(tmp_path / "x")])
+    code = cli_main(
+        [
+            "bench",
+            "run",
+            "--base-url",
+            url,
+            "--model",
+            "m",
+            "--workload",
+            "decode",
+            "--out",
+            str(tmp_path / "x"),
+        ]
+    )
     _one_line_error(capsys, code, needle)
     assert not (tmp_path / "x").exists()
 
 
 def test_secrets_never_reach_the_results(tmp_path):
     key, launch_key = "sk-bench-4f9a1c", "vllm-key-77b2e0"
-    launch = {"command": ["vllm", "serve", "m", "--api-key", launch_key, f"--api-key={launch_key}"],
-              "env": {"VLLM_API_KEY": launch_key, "HF_TOKEN": launch_key}, "config": {"max_num_seqs": 4}}
+    launch = {
+        "command": ["vllm", "serve", "m", "--api-key", launch_key, f"--api-key={launch_key}"],
+        "env": {"VLLM_API_KEY": launch_key, "HF_TOKEN": launch_key},
+        "config": {"max_num_seqs": 4},
+    }
     with FakeServer(free_port()) as server:
-        run = run_benchmark(server.base_url, "fake-model", "answers", tmp_path / "s", api_key=key,
-                            server_launch=launch, output_len=4, progress=False)
+        run = run_benchmark(
+            server.base_url,
+            "fake-model",
+            "answers",
+            tmp_path / "s",
+            api_key=key,
+            server_launch=launch,
+            output_len=4,
+            progress=False,
+        )
     stored = "".join(p.read_text() for p in (tmp_path / "s").iterdir())
     assert key not in stored and launch_key not in stored
     assert key not in run.report().model_dump_json() and run.run.config["api_key_used"] is True
     assert run.cells[0].max_num_seqs == 4  # the launch record still did its job
-    assert redact(["--api-key", "x", "--port", "1", "--hf-token=y"]) == ["--api-key", "***", "--port", "1",
-                                                                         "--hf-token=***"]
-    assert redact({"prompt_tokens": 5, "completion_tokens": 3}) == {"prompt_tokens": 5, "completion_tokens": 3}
+    assert redact(["--api-key", "x", "--port", "1", "--hf-token=y"]) == [
+        "--api-key",
+        "***",
+        "--port",
+        "1",
+        "--hf-token=***",
+    ]
+    assert redact({"prompt_tokens": 5, "completion_tokens": 3}) == {
+        "prompt_tokens": 5,
+        "completion_tokens": 3,
+    }
 
 
 def test_results_written_by_the_previous_version_still_load(tmp_path):
@@ -182,9 +308,14 @@ def test_results_written_by_the_previous_version_still_load(tmp_path):
     assert BenchRun.load(copy).cells == decode.cells
 
 
-@pytest.mark.parametrize("schema, needle, fix", [("gemma4_t4.bench/2", "version 2", "upgrade"),
-                                                 ("gemma4_t4.bench/0", "version 0", "re-run"),
-                                                 ("somebody-else/1", "schema", "gemma4-t4 bench run")])
+@pytest.mark.parametrize(
+    "schema, needle, fix",
+    [
+        ("gemma4_t4.bench/2", "version 2", "upgrade"),
+        ("gemma4_t4.bench/0", "version 0", "re-run"),
+        ("somebody-else/1", "schema", "gemma4-t4 bench run"),
+    ],
+)
 def test_other_results_versions_are_refused_clearly(tmp_path, schema, needle, fix):
     copy = load_run(FIXTURE / "decode").save(tmp_path / "r")
     data = json.loads((copy / "summary.json").read_text())

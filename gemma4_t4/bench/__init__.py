@@ -21,12 +21,24 @@ from typing import Any
 # names -> defining module, imported on first use: importing the package (e.g. for its schemas)
 # stays cheap; aiohttp, boto3 and matplotlib load only when a run, a backend or a plot needs them
 _EXPORTS = {
-    "WORKLOADS": "workloads", "BenchArgs": "workloads", "BenchConfig": "workloads", "run_benchmark": "workloads",
-    "AnswerComparison": "answers", "compare_answers": "answers",
-    "RunComparison": "compare", "compare_runs": "compare", "compare_suites": "compare",
-    "plot_compare": "plots", "plot_run": "plots",
-    "BenchRun": "results", "format_cells": "results", "load_run": "results",
-    "CellSummary": "schemas", "RequestRecord": "schemas", "RunInfo": "schemas", "RunReport": "schemas",
+    "WORKLOADS": "workloads",
+    "BenchArgs": "workloads",
+    "BenchConfig": "workloads",
+    "run_benchmark": "workloads",
+    "AnswerComparison": "answers",
+    "compare_answers": "answers",
+    "RunComparison": "compare",
+    "compare_runs": "compare",
+    "compare_suites": "compare",
+    "plot_compare": "plots",
+    "plot_run": "plots",
+    "BenchRun": "results",
+    "format_cells": "results",
+    "load_run": "results",
+    "CellSummary": "schemas",
+    "RequestRecord": "schemas",
+    "RunInfo": "schemas",
+    "RunReport": "schemas",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -62,8 +62,10 @@ class AnswerComparison:
     differing: list[int]
 
     def text(self) -> str:
-        lines = [f"identical answers: {self.identical}/{self.total} "
-                 f"(correct: A {self.correct_a}, B {self.correct_b})"]
+        lines = [
+            f"identical answers: {self.identical}/{self.total} "
+            f"(correct: A {self.correct_a}, B {self.correct_b})"
+        ]
         d = self.first_divergence
         if d:
             lines.append(f"first difference: question {d.index} ({d.question!r}) at character {d.char}:")
@@ -79,8 +81,9 @@ def first_difference(a: str, b: str) -> int:
     return min(len(a), len(b))
 
 
-def compare_answers(a: Sequence[Answer | Mapping[str, Any]], b: Sequence[Answer | Mapping[str, Any]]
-                    ) -> AnswerComparison:
+def compare_answers(
+    a: Sequence[Answer | Mapping[str, Any]], b: Sequence[Answer | Mapping[str, Any]]
+) -> AnswerComparison:
     """Compare two answer lists (:class:`Answer` or its JSON: index, question, text, correct) by question index."""
     by_a = {r["index"]: r for r in a}
     by_b = {r["index"]: r for r in b}
@@ -96,10 +99,12 @@ def compare_answers(a: Sequence[Answer | Mapping[str, Any]], b: Sequence[Answer 
         if first is None:
             at = first_difference(ta, tb)
             lo = max(0, at - 20)
-            first = Divergence(i, by_a[i].get("question", ""), at, ta[lo:at + 40], tb[lo:at + 40])
+            first = Divergence(i, by_a[i].get("question", ""), at, ta[lo : at + 40], tb[lo : at + 40])
     return AnswerComparison(
-        total=len(shared), identical=identical,
+        total=len(shared),
+        identical=identical,
         correct_a=sum(1 for i in shared if by_a[i].get("correct")),
         correct_b=sum(1 for i in shared if by_b[i].get("correct")),
-        first_divergence=first, differing=differing,
+        first_divergence=first,
+        differing=differing,
     )

@@ -32,8 +32,15 @@ from gemma4_t4.errors import Gemma4T4Error
 
 SAGEMAKER_SCHEME = "sagemaker://"
 # the runtime's own faults before any output: nothing was generated for us, so a retry is safe
-RETRYABLE = frozenset({"ThrottlingException", "ServiceUnavailable", "InternalFailure", "ModelNotReadyException",
-                       "InternalDependencyException"})
+RETRYABLE = frozenset(
+    {
+        "ThrottlingException",
+        "ServiceUnavailable",
+        "InternalFailure",
+        "ModelNotReadyException",
+        "InternalDependencyException",
+    }
+)
 RETRYABLE_MODEL_STATUS = frozenset({429, 503})
 
 
@@ -45,8 +52,9 @@ class Backend(Protocol):
     def scrape(self) -> telemetry.MetricsSnapshot | None: ...
     def tokenizer(self, model: str, local: str | None) -> Tokenizer: ...
     def environment(self, model: str, launch: RawJSON | None) -> RawJSON: ...
-    def sender(self, model: str, concurrency: int, keep_text: bool
-               ) -> contextlib.AbstractAsyncContextManager[Callable[[RequestSpec], Any]]: ...
+    def sender(
+        self, model: str, concurrency: int, keep_text: bool
+    ) -> contextlib.AbstractAsyncContextManager[Callable[[RequestSpec], Any]]: ...
 
 
 def parse_base_url(url: str) -> tuple[str, str, str]:
@@ -54,20 +62,29 @@ def parse_base_url(url: str) -> tuple[str, str, str]:
     if not isinstance(url, str) or not url.strip():
         raise Gemma4T4Error("--base-url is empty", fix="pass e.g. --base-url http://127.0.0.1:8000")
     if url != url.strip() or any(c.isspace() for c in url):
-        raise Gemma4T4Error(f"--base-url {url!r} contains a space",
-                            fix="remove the spaces, e.g. --base-url http://127.0.0.1:8000")
+        raise Gemma4T4Error(
+            f"--base-url {url!r} contains a space",
+            fix="remove the spaces, e.g. --base-url http://127.0.0.1:8000",
+        )
     if url.startswith(SAGEMAKER_SCHEME):
         rest = url.removeprefix(SAGEMAKER_SCHEME).strip("/")
         parts = rest.split("/")
-        if len(parts) != 2 or not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d", parts[0]) or \
-                not re.fullmatch(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}", parts[1]):
-            raise Gemma4T4Error(f"--base-url {url!r} is not sagemaker://REGION/ENDPOINT",
-                                fix="use e.g. --base-url sagemaker://us-east-2/gemma4-e2b-t4")
+        if (
+            len(parts) != 2
+            or not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d", parts[0])
+            or not re.fullmatch(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}", parts[1])
+        ):
+            raise Gemma4T4Error(
+                f"--base-url {url!r} is not sagemaker://REGION/ENDPOINT",
+                fix="use e.g. --base-url sagemaker://us-east-2/gemma4-e2b-t4",
+            )
         return "sagemaker", parts[0], parts[1]
     split = urlsplit(url)
     if split.scheme not in ("http", "https") or not split.hostname:
-        raise Gemma4T4Error(f"--base-url {url!r} is not an http(s) URL or sagemaker://REGION/ENDPOINT",
-                            fix="use e.g. --base-url http://127.0.0.1:8000 or sagemaker://us-east-2/ENDPOINT")
+        raise Gemma4T4Error(
+            f"--base-url {url!r} is not an http(s) URL or sagemaker://REGION/ENDPOINT",
+            fix="use e.g. --base-url http://127.0.0.1:8000 or sagemaker://us-east-2/ENDPOINT",
+        )
     try:
         split.port  # noqa: B018 - raises on a bad port
     except ValueError:
@@ -75,8 +92,9 @@ def parse_base_url(url: str) -> tuple[str, str, str]:
     return "http", url.rstrip("/"), ""
 
 
-def backend_for(url: str, api_key: str | None = None, request_timeout_s: float | None = None,
-                client: Any = None) -> Backend:
+def backend_for(
+    url: str, api_key: str | None = None, request_timeout_s: float | None = None, client: Any = None
+) -> Backend:
     kind, a, b = parse_base_url(url)
     if kind == "sagemaker":
         return SageMakerBackend(a, b, request_timeout_s=request_timeout_s, client=client)
@@ -109,12 +127,22 @@ class OpenAIHTTPBackend:
         return telemetry.MetricsSampler(self.url, self.api_key)
 
     @contextlib.asynccontextmanager
-    async def sender(self, model: str, concurrency: int, keep_text: bool
-                     ) -> AsyncIterator[Callable[[RequestSpec], Any]]:
+    async def sender(
+        self, model: str, concurrency: int, keep_text: bool
+    ) -> AsyncIterator[Callable[[RequestSpec], Any]]:
         async with make_session(concurrency, self.request_timeout_s) as session:
+
             async def send(spec: RequestSpec) -> RequestRecord:
-                return await send_request(session, self.url, model, spec, api_key=self.api_key,
-                                          keep_text=keep_text, timeout_s=self.request_timeout_s)
+                return await send_request(
+                    session,
+                    self.url,
+                    model,
+                    spec,
+                    api_key=self.api_key,
+                    keep_text=keep_text,
+                    timeout_s=self.request_timeout_s,
+                )
+
             yield send
 
 
@@ -151,9 +179,13 @@ class SageMakerBackend:
             from botocore.config import Config
 
             # our loop owns retries (and records them); boto3 only signs and sends
-            config = Config(region_name=self.region, max_pool_connections=max(10, pool),
-                            read_timeout=self.request_timeout_s or 600, connect_timeout=10,
-                            retries={"total_max_attempts": 1})
+            config = Config(
+                region_name=self.region,
+                max_pool_connections=max(10, pool),
+                read_timeout=self.request_timeout_s or 600,
+                connect_timeout=10,
+                retries={"total_max_attempts": 1},
+            )
             self.client = boto3.client("sagemaker-runtime", config=config)
             self._pool_size = max(10, pool)
         return self.client
@@ -165,13 +197,19 @@ class SageMakerBackend:
         if record.error:
             detail = record.error_detail or record.error
             if record.error in ("connect_error", "timeout", "no_credentials", "endpoint_not_found"):
-                raise Gemma4T4Error(f"cannot reach the SageMaker endpoint {self.url}: {detail}",
-                                    fix=_FIXES.get(record.error, "check the region and endpoint name"))
+                raise Gemma4T4Error(
+                    f"cannot reach the SageMaker endpoint {self.url}: {detail}",
+                    fix=_FIXES.get(record.error, "check the region and endpoint name"),
+                )
             if "does not exist" in detail and model:
-                raise Gemma4T4Error(f"the endpoint {self.endpoint} does not serve {model!r}: {detail}",
-                                    fix="pass --model with the endpoint's served model name")
-            raise Gemma4T4Error(f"the SageMaker endpoint {self.url} failed a 1-token probe: {detail}",
-                                fix="check the endpoint's logs (gemma4-t4 sagemaker logs)")
+                raise Gemma4T4Error(
+                    f"the endpoint {self.endpoint} does not serve {model!r}: {detail}",
+                    fix="pass --model with the endpoint's served model name",
+                )
+            raise Gemma4T4Error(
+                f"the SageMaker endpoint {self.url} failed a 1-token probe: {detail}",
+                fix="check the endpoint's logs (gemma4-t4 sagemaker logs)",
+            )
         return ServerInfo(models=[model], backend=self.kind)
 
     def scrape(self) -> telemetry.MetricsSnapshot | None:
@@ -182,36 +220,55 @@ class SageMakerBackend:
 
     def tokenizer(self, model: str, local: str | None) -> Tokenizer:
         if not local:
-            raise Gemma4T4Error("a SageMaker endpoint has no /tokenize, so prompts of exact length need a "
-                                "local tokenizer", fix="pass --tokenizer PATH (the model's folder or a copy "
-                                                       "of its tokenizer files)")
+            raise Gemma4T4Error(
+                "a SageMaker endpoint has no /tokenize, so prompts of exact length need a local tokenizer",
+                fix="pass --tokenizer PATH (the model's folder or a copy of its tokenizer files)",
+            )
         return HFTokenizer(local)
 
     def environment(self, model: str, launch: RawJSON | None) -> RawJSON:
         from gemma4_t4.bench.telemetry import client_environment
 
-        return {"captured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "client": client_environment(),
-                "server": {"backend": self.kind, "region": self.region, "endpoint": self.endpoint, "model": model,
-                           "launch": launch}, "gpus": []}
+        return {
+            "captured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "client": client_environment(),
+            "server": {
+                "backend": self.kind,
+                "region": self.region,
+                "endpoint": self.endpoint,
+                "model": model,
+                "launch": launch,
+            },
+            "gpus": [],
+        }
 
     @contextlib.asynccontextmanager
-    async def sender(self, model: str, concurrency: int, keep_text: bool
-                     ) -> AsyncIterator[Callable[[RequestSpec], Any]]:
+    async def sender(
+        self, model: str, concurrency: int, keep_text: bool
+    ) -> AsyncIterator[Callable[[RequestSpec], Any]]:
         # boto3 is blocking: one thread per request in flight, a connection pool as large
         self._runtime(concurrency)
         pool = concurrent.futures.ThreadPoolExecutor(max(1, concurrency), thread_name_prefix="sagemaker")
         loop = asyncio.get_running_loop()
         try:
+
             async def send(spec: RequestSpec) -> RequestRecord:
                 return await loop.run_in_executor(pool, self._invoke, spec, model, keep_text, None)
+
             yield send
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
 
     # ------------------------------------------------------------ one invocation
 
-    def _invoke(self, spec: RequestSpec, model: str, keep_text: bool, stream: bool | None = None,
-                clock: Callable[[], float] = time.perf_counter) -> RequestRecord:
+    def _invoke(
+        self,
+        spec: RequestSpec,
+        model: str,
+        keep_text: bool,
+        stream: bool | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> RequestRecord:
         """One request; retries what is safe to retry; never raises for endpoint or network faults."""
         stream = self.stream if stream is None else stream
         attempt = 0
@@ -228,8 +285,9 @@ class SageMakerBackend:
                 return record
             time.sleep(self.backoff_s * 2 ** (attempt - 1))
 
-    def _attempt(self, spec: RequestSpec, model: str, keep_text: bool, stream: bool,
-                 clock: Callable[[], float]) -> RequestRecord:
+    def _attempt(
+        self, spec: RequestSpec, model: str, keep_text: bool, stream: bool, clock: Callable[[], float]
+    ) -> RequestRecord:
         from botocore.exceptions import BotoCoreError, ClientError
 
         client = self._runtime()
@@ -239,7 +297,8 @@ class SageMakerBackend:
         try:
             if stream:
                 response = client.invoke_endpoint_with_response_stream(
-                    EndpointName=self.endpoint, Body=body, ContentType="application/json")
+                    EndpointName=self.endpoint, Body=body, ContentType="application/json"
+                )
                 record.http_status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
                 buffer = b""
                 for event in response["Body"]:
@@ -254,8 +313,12 @@ class SageMakerBackend:
                 if buffer and not parser.done and record.error is None:
                     parser.feed(buffer, clock())
             else:
-                response = client.invoke_endpoint(EndpointName=self.endpoint, Body=body,
-                                                  ContentType="application/json", Accept="application/json")
+                response = client.invoke_endpoint(
+                    EndpointName=self.endpoint,
+                    Body=body,
+                    ContentType="application/json",
+                    Accept="application/json",
+                )
                 record.http_status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
                 payload = response["Body"].read()
                 _read_whole(parser, payload, clock())

@@ -45,8 +45,12 @@ class RequestSpec:
     extra_body: RawJSON = field(default_factory=dict)  # merged into the request body as is
 
     def payload(self, model: str, stream: bool = True) -> RawJSON:
-        body: RawJSON = {"model": model, "max_tokens": self.max_tokens, "temperature": self.temperature,
-                                "stream": stream}
+        body: RawJSON = {
+            "model": model,
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "stream": stream,
+        }
         if stream:
             body["stream_options"] = {"include_usage": True}
         if self.ignore_eos:
@@ -62,8 +66,13 @@ class RequestSpec:
 def _error_class(exc: BaseException) -> str:
     if isinstance(exc, aiohttp.ClientConnectorError):
         return "connect_error"
-    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError | aiohttp.ClientOSError
-                  | ConnectionResetError):
+    if isinstance(
+        exc,
+        aiohttp.ServerDisconnectedError
+        | aiohttp.ClientPayloadError
+        | aiohttp.ClientOSError
+        | ConnectionResetError,
+    ):
         return "disconnected"
     if isinstance(exc, asyncio.TimeoutError | TimeoutError | aiohttp.ServerTimeoutError):
         return "timeout"
@@ -159,8 +168,13 @@ class StreamParser:
 
 
 def new_record(spec: RequestSpec, now: float) -> RequestRecord:
-    return RequestRecord(request_id=spec.request_id, api=spec.api, input_len_target=spec.input_len,
-                         max_tokens=spec.max_tokens, send_s=now)
+    return RequestRecord(
+        request_id=spec.request_id,
+        api=spec.api,
+        input_len_target=spec.input_len,
+        max_tokens=spec.max_tokens,
+        send_s=now,
+    )
 
 
 async def send_request(
@@ -220,8 +234,9 @@ async def _emit(on_record: OnRecord, record: RequestRecord) -> None:
             await maybe
 
 
-async def closed_loop(send: Send, specs: Sequence[RequestSpec], concurrency: int,
-                      on_record: OnRecord = None) -> list[RequestRecord]:
+async def closed_loop(
+    send: Send, specs: Sequence[RequestSpec], concurrency: int, on_record: OnRecord = None
+) -> list[RequestRecord]:
     """Keep ``concurrency`` requests in flight until ``specs`` are done (closed loop), on any backend."""
     queue: asyncio.Queue[tuple[int, RequestSpec]] = asyncio.Queue()
     for item in enumerate(specs):
@@ -242,9 +257,14 @@ async def closed_loop(send: Send, specs: Sequence[RequestSpec], concurrency: int
     return [r for r in results if r is not None]
 
 
-async def open_loop(send: Send, specs: Sequence[RequestSpec], offsets: Sequence[float], max_in_flight: int,
-                    on_record: OnRecord = None, clock: Callable[[], float] = time.perf_counter
-                    ) -> list[RequestRecord]:
+async def open_loop(
+    send: Send,
+    specs: Sequence[RequestSpec],
+    offsets: Sequence[float],
+    max_in_flight: int,
+    on_record: OnRecord = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> list[RequestRecord]:
     """Send ``specs[i]`` at start + ``offsets[i]`` whether or not earlier ones have finished (open
     loop: the load does not slow down when the server does). At most ``max_in_flight`` run at once;
     a request that finds the cap full waits, and its record's ``send_lag_s`` shows by how much."""
@@ -323,6 +343,8 @@ async def run_open_loop(
     """The open loop over HTTP (see :func:`open_loop`)."""
 
     async def send(spec: RequestSpec) -> RequestRecord:
-        return await send_request(session, base_url, model, spec, api_key=api_key, keep_text=keep_text, clock=clock)
+        return await send_request(
+            session, base_url, model, spec, api_key=api_key, keep_text=keep_text, clock=clock
+        )
 
     return await open_loop(send, specs, offsets, max_in_flight, on_record, clock)

@@ -59,8 +59,10 @@ class RunComparison:
             for r in cell.ratios:
                 interval = f"[{r.ci_low:.3f}, {r.ci_high:.3f}]" if r.ci_low is not None else "[no interval]"
                 ratio = f"{r.ratio:.3f}x" if r.ratio is not None else "-"
-                lines.append(f"  {r.metric:<26} A {_num(r.a):>10}  B {_num(r.b):>10}  B/A {ratio:>8} {interval}"
-                             + ("  (higher is better)" if r.higher_is_better else ""))
+                lines.append(
+                    f"  {r.metric:<26} A {_num(r.a):>10}  B {_num(r.b):>10}  B/A {ratio:>8} {interval}"
+                    + ("  (higher is better)" if r.higher_is_better else "")
+                )
         if self.unmatched_a or self.unmatched_b:
             lines.append(f"\nunmatched cells: A {self.unmatched_a}  B {self.unmatched_b}")
         if self.answers:
@@ -73,8 +75,14 @@ def _num(v: float | None) -> str:
 
 
 def cell_key(cell: CellSummary) -> tuple:
-    return (cell.workload, cell.variant, cell.concurrency,
-            cell.open_loop.offered_rate_rps if cell.open_loop else None, cell.input_len, cell.output_len)
+    return (
+        cell.workload,
+        cell.variant,
+        cell.concurrency,
+        cell.open_loop.offered_rate_rps if cell.open_loop else None,
+        cell.input_len,
+        cell.output_len,
+    )
 
 
 def _per_request(run: BenchRun, cell: str, attr: str) -> list[float]:
@@ -102,14 +110,17 @@ def compare_runs(a: str | os.PathLike | BenchRun, b: str | os.PathLike | BenchRu
             point, low, high = ratio_ci(va, vb)
             ratios.append(Ratio(name, ca[name].median, cb[name].median, point, low, high, higher))
         ta, tb = ca.output_throughput_tok_s, cb.output_throughput_tok_s
-        ratios.append(Ratio("output_throughput_tok_s", ta, tb, (tb / ta) if ta and tb else None, None, None, True))
+        ratios.append(
+            Ratio("output_throughput_tok_s", ta, tb, (tb / ta) if ta and tb else None, None, None, True)
+        )
         matched.append(CellComparison(cell_key(ca), ca.cell, cb.cell, ratios))
     answers = None
     answers_a, answers_b = run_a.answers(), run_b.answers()
     if answers_a and answers_b:
         answers = compare_answers(answers_a, answers_b)
-    return RunComparison(str(run_a.dir), str(run_b.dir), matched, unmatched_a,
-                         [c.cell for c in by_b.values()], answers)
+    return RunComparison(
+        str(run_a.dir), str(run_b.dir), matched, unmatched_a, [c.cell for c in by_b.values()], answers
+    )
 
 
 # ---------------------------------------------------------------- T4 vs L4: one headline per model
@@ -118,7 +129,11 @@ def compare_runs(a: str | os.PathLike | BenchRun, b: str | os.PathLike | BenchRu
 def is_suite(path: str | os.PathLike) -> bool:
     """A folder of results directories (not itself one)."""
     p = Path(path)
-    return p.is_dir() and not (p / SUMMARY_FILE).exists() and any((d / SUMMARY_FILE).is_file() for d in p.iterdir())
+    return (
+        p.is_dir()
+        and not (p / SUMMARY_FILE).exists()
+        and any((d / SUMMARY_FILE).is_file() for d in p.iterdir())
+    )
 
 
 def load_suite(path: str | os.PathLike) -> list[BenchRun]:
@@ -127,7 +142,9 @@ def load_suite(path: str | os.PathLike) -> list[BenchRun]:
         return [load_run(p)]
     runs = [load_run(d) for d in sorted(p.iterdir()) if (d / SUMMARY_FILE).is_file()] if p.is_dir() else []
     if not runs:
-        raise Gemma4T4Error(f"{p} holds no benchmark results", fix="pass a results directory or a folder of them")
+        raise Gemma4T4Error(
+            f"{p} holds no benchmark results", fix="pass a results directory or a folder of them"
+        )
     return runs
 
 
@@ -153,15 +170,22 @@ class Headline:
     def text(self) -> str:
         lines = [f"{self.model}  (A/B; measured)"]
         if self.decode_ratio is not None:
-            interval = (f" [{self.decode_ci_low:.3f}, {self.decode_ci_high:.3f}]"
-                        if self.decode_ci_low is not None else " [no interval]")
-            lines.append(f"  decode tok/s ({self.decode_method}): A {_num(self.decode_a)}  B {_num(self.decode_b)}"
-                         f"  A/B {self.decode_ratio:.3f}x{interval}")
+            interval = (
+                f" [{self.decode_ci_low:.3f}, {self.decode_ci_high:.3f}]"
+                if self.decode_ci_low is not None
+                else " [no interval]"
+            )
+            lines.append(
+                f"  decode tok/s ({self.decode_method}): A {_num(self.decode_a)}  B {_num(self.decode_b)}"
+                f"  A/B {self.decode_ratio:.3f}x{interval}"
+            )
         else:
             lines.append("  decode: not measured on both sides")
         if self.ttft_ratio is not None:
-            lines.append(f"  TTFT ms (median): A {_num(self.ttft_a_ms)}  B {_num(self.ttft_b_ms)}"
-                         f"  A/B {self.ttft_ratio:.3f}x")
+            lines.append(
+                f"  TTFT ms (median): A {_num(self.ttft_a_ms)}  B {_num(self.ttft_b_ms)}"
+                f"  A/B {self.ttft_ratio:.3f}x"
+            )
         if self.answers:
             lines += ["  " + line for line in self.answers.text().splitlines()]
         for side, prices in (("A", self.usd_per_mtok_a), ("B", self.usd_per_mtok_b)):
@@ -170,9 +194,11 @@ class Headline:
         p = self.published
         if p is not None:
             ratio = f"  T4/L4 {p.t4_tok_s / p.l4_tok_s:.2f}x" if p.t4_tok_s else ""
-            lines.append(f"  published ({p.model} {p.build}, not our measurement): decode T4 "
-                         f"{_num(p.t4_tok_s)}  L4 {_num(p.l4_tok_s)}{ratio}; identical answers "
-                         f"{p.identical_answers or '-'}  [{p.source}]")
+            lines.append(
+                f"  published ({p.model} {p.build}, not our measurement): decode T4 "
+                f"{_num(p.t4_tok_s)}  L4 {_num(p.l4_tok_s)}{ratio}; identical answers "
+                f"{p.identical_answers or '-'}  [{p.source}]"
+            )
         return "\n".join(lines)
 
 
@@ -211,7 +237,9 @@ def _ttft_samples(runs: list[BenchRun]) -> list[float]:
 
 
 def _prices(runs: list[BenchRun]) -> dict[str, float]:
-    cells = [c for r in runs for c in r.cells if c.workload in ("decode", "load") and c.output_throughput_tok_s]
+    cells = [
+        c for r in runs for c in r.cells if c.workload in ("decode", "load") and c.output_throughput_tok_s
+    ]
     if not cells:
         return {}
     best = max(cells, key=lambda c: c.output_throughput_tok_s)
@@ -252,12 +280,26 @@ def compare_suites(a: str | os.PathLike, b: str | os.PathLike) -> SuiteCompariso
         ta, tb = _ttft_samples(ra), _ttft_samples(rb)
         answers_a = next((r.answers() for r in ra if r.answers()), [])
         answers_b = next((r.answers() for r in rb if r.answers()), [])
-        build = next((r.run.config.get("model_format") for r in ra + rb if r.run.config.get("model_format")), None)
+        build = next(
+            (r.run.config.get("model_format") for r in ra + rb if r.run.config.get("model_format")), None
+        )
         ma, mb = _median(ta), _median(tb)
-        headlines.append(Headline(
-            model=model, decode_method=method, decode_a=_median(da) if method else None,
-            decode_b=_median(db) if method else None, decode_ratio=point, decode_ci_low=low, decode_ci_high=high,
-            ttft_a_ms=ma, ttft_b_ms=mb, ttft_ratio=(ma / mb) if ma and mb else None,
-            answers=compare_answers(answers_a, answers_b) if answers_a and answers_b else None,
-            usd_per_mtok_a=_prices(ra), usd_per_mtok_b=_prices(rb), published=published_decode(model, build)))
+        headlines.append(
+            Headline(
+                model=model,
+                decode_method=method,
+                decode_a=_median(da) if method else None,
+                decode_b=_median(db) if method else None,
+                decode_ratio=point,
+                decode_ci_low=low,
+                decode_ci_high=high,
+                ttft_a_ms=ma,
+                ttft_b_ms=mb,
+                ttft_ratio=(ma / mb) if ma and mb else None,
+                answers=compare_answers(answers_a, answers_b) if answers_a and answers_b else None,
+                usd_per_mtok_a=_prices(ra),
+                usd_per_mtok_b=_prices(rb),
+                published=published_decode(model, build),
+            )
+        )
     return SuiteComparison(str(a), str(b), headlines, sorted(models_a ^ models_b))

@@ -22,17 +22,26 @@ def lookup_bytes_per_token(model: str, fmt: str) -> float | None:
         return None
 
 
-def roofline(per_stream_tok_s: float | None, bytes_per_token: float, gpu_key: str,
-             use_measured_bandwidth: bool = False) -> Roofline:
+def roofline(
+    per_stream_tok_s: float | None, bytes_per_token: float, gpu_key: str, use_measured_bandwidth: bool = False
+) -> Roofline:
     """Where a measured per-stream decode speed sits against the bandwidth ceiling."""
     if bytes_per_token <= 0:
         raise Gemma4T4Error("bytes_per_token must be positive", fix="pass the model's bytes read per token")
     gpu = get_gpu(gpu_key)
-    bandwidth = gpu.measured_bandwidth_gb_s if use_measured_bandwidth and gpu.measured_bandwidth_gb_s \
+    bandwidth = (
+        gpu.measured_bandwidth_gb_s
+        if use_measured_bandwidth and gpu.measured_bandwidth_gb_s
         else gpu.bandwidth_gb_s
+    )
     ceiling = bandwidth * 1e9 / bytes_per_token
-    out = Roofline(gpu=gpu.key, bandwidth_gb_s=bandwidth, bytes_per_token=bytes_per_token,
-                   ceiling_tok_s=ceiling, per_stream_tok_s=per_stream_tok_s)
+    out = Roofline(
+        gpu=gpu.key,
+        bandwidth_gb_s=bandwidth,
+        bytes_per_token=bytes_per_token,
+        ceiling_tok_s=ceiling,
+        per_stream_tok_s=per_stream_tok_s,
+    )
     if per_stream_tok_s:
         out.efficiency = per_stream_tok_s / ceiling
         out.effective_bandwidth_gb_s = per_stream_tok_s * bytes_per_token / 1e9
@@ -46,8 +55,9 @@ def roofline(per_stream_tok_s: float | None, bytes_per_token: float, gpu_key: st
     return out
 
 
-def cost(output_tok_s: float | None, price_keys: list[str] | None = None, gpu_key: str | None = None
-         ) -> dict[str, float]:
+def cost(
+    output_tok_s: float | None, price_keys: list[str] | None = None, gpu_key: str | None = None
+) -> dict[str, float]:
     """$ per million output tokens at the measured system throughput, for each priced instance
     (all instances with ``gpu_key`` when no keys are given). Assumes 100 % utilisation."""
     if not output_tok_s or output_tok_s <= 0:
@@ -64,8 +74,13 @@ def cost(output_tok_s: float | None, price_keys: list[str] | None = None, gpu_ke
     return {k: usd_per_million_tokens(PRICES[k].usd_per_hour, output_tok_s) for k in keys}
 
 
-def derive_cell(cell: CellStats, gpu_key: str | None = None, bytes_per_token: float | None = None,
-                price_keys: list[str] | None = None, open_loop: bool = False) -> Derived:
+def derive_cell(
+    cell: CellStats,
+    gpu_key: str | None = None,
+    bytes_per_token: float | None = None,
+    price_keys: list[str] | None = None,
+    open_loop: bool = False,
+) -> Derived:
     """The derived block stored in each summary cell (empty where nothing is known)."""
     out = Derived()
     if gpu_key and gpu_key.lower() not in GPUS:
@@ -75,6 +90,9 @@ def derive_cell(cell: CellStats, gpu_key: str | None = None, bytes_per_token: fl
     prices = cost(cell.output_throughput_tok_s, price_keys, gpu_key)
     if prices:
         out.usd_per_million_output_tokens = prices
-        out.cost_assumes = ("100 % utilisation at this cell's offered rate" if open_loop
-                            else "100 % utilisation at this cell's concurrency")
+        out.cost_assumes = (
+            "100 % utilisation at this cell's offered rate"
+            if open_loop
+            else "100 % utilisation at this cell's concurrency"
+        )
     return out

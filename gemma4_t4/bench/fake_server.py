@@ -71,8 +71,11 @@ def _chunk(chat: bool, text: str | None, finish: str | None, role: bool = False)
         choice = {"index": 0, "delta": delta, "finish_reason": finish}
         obj = {"id": "fake", "object": "chat.completion.chunk", "choices": [choice]}
     else:
-        obj = {"id": "fake", "object": "text_completion", "choices": [{"index": 0, "text": text,
-                                                                       "finish_reason": finish}]}
+        obj = {
+            "id": "fake",
+            "object": "text_completion",
+            "choices": [{"index": 0, "text": text, "finish_reason": finish}],
+        }
     return b"data: " + json.dumps(obj).encode() + b"\n\n"
 
 
@@ -88,21 +91,38 @@ async def _stream(request: web.Request, chat: bool) -> web.StreamResponse:
         await asyncio.sleep(script.hang_s)
     if script.http_status != 200:
         return web.json_response({"error": {"message": "fake failure"}}, status=script.http_status)
-    prompt = body.get("prompt") if not chat else "".join(m.get("content", "") for m in body.get("messages", []))
+    prompt = (
+        body.get("prompt") if not chat else "".join(m.get("content", "") for m in body.get("messages", []))
+    )
     prompt_tokens = script.prompt_tokens if script.prompt_tokens is not None else len(prompt or "")
     n_tokens = script.tokens if script.tokens is not None else int(body.get("max_tokens") or 16)
     state.queries += prompt_tokens
-    entry: RawJSON = {"received_s": received, "writes_s": [], "role_s": None,
-                             "tokens": n_tokens, "id": body.get("fake_id")}
+    entry: RawJSON = {
+        "received_s": received,
+        "writes_s": [],
+        "role_s": None,
+        "tokens": n_tokens,
+        "id": body.get("fake_id"),
+    }
     state.log.append(entry)
     if body.get("stream") is False:  # a whole completion, as SageMaker's non-streamed invoke gets it
         await asyncio.sleep(script.ttft_s + script.gap_s * max(0, n_tokens - 1))
         text = "ab" * n_tokens
-        choice = {"index": 0, "finish_reason": "length"} | ({"message": {"role": "assistant", "content": text}}
-                                                            if chat else {"text": text})
+        choice = {"index": 0, "finish_reason": "length"} | (
+            {"message": {"role": "assistant", "content": text}} if chat else {"text": text}
+        )
         entry["writes_s"].append(time.perf_counter())
-        return web.json_response({"id": "fake", "choices": [choice], "usage": {
-            "prompt_tokens": prompt_tokens, "completion_tokens": n_tokens, "total_tokens": prompt_tokens + n_tokens}})
+        return web.json_response(
+            {
+                "id": "fake",
+                "choices": [choice],
+                "usage": {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": n_tokens,
+                    "total_tokens": prompt_tokens + n_tokens,
+                },
+            }
+        )
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await response.prepare(request)
     if chat and script.role_chunk:
@@ -130,10 +150,15 @@ async def _stream(request: web.Request, chat: bool) -> web.StreamResponse:
         chunk_index += 1
         target += script.gap_s
     if script.usage:
-        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n_tokens,
-                 "total_tokens": prompt_tokens + n_tokens, "prompt_tokens_details": {"cached_tokens": 0}}
-        await response.write(b"data: " + json.dumps({"id": "fake", "choices": [], "usage": usage}).encode()
-                             + b"\n\n")
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": n_tokens,
+            "total_tokens": prompt_tokens + n_tokens,
+            "prompt_tokens_details": {"cached_tokens": 0},
+        }
+        await response.write(
+            b"data: " + json.dumps({"id": "fake", "choices": [], "usage": usage}).encode() + b"\n\n"
+        )
     await response.write(b"data: [DONE]\n\n")
     await response.write_eof()
     return response
@@ -158,8 +183,9 @@ async def _health(request: web.Request) -> web.Response:
 
 
 async def _models(request: web.Request) -> web.Response:
-    return web.json_response({"object": "list", "data": [{"id": request.app[MODEL_KEY], "object": "model",
-                                                          "max_model_len": 8192}]})
+    return web.json_response(
+        {"object": "list", "data": [{"id": request.app[MODEL_KEY], "object": "model", "max_model_len": 8192}]}
+    )
 
 
 async def _metrics(request: web.Request) -> web.Response:
@@ -275,12 +301,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--hang", type=float, default=0.0, help="accept each request, then stall this long")
     args = parser.parse_args(argv)
     state = FakeServerState(
-        default=FakeScript(ttft_s=args.ttft, gap_s=args.gap, tokens_per_chunk=args.tokens_per_chunk,
-                           hang_s=args.hang),
+        default=FakeScript(
+            ttft_s=args.ttft, gap_s=args.gap, tokens_per_chunk=args.tokens_per_chunk, hang_s=args.hang
+        ),
         exit_after_requests=args.exit_after_requests,
     )
-    web.run_app(build_app(state, args.model), host="127.0.0.1", port=args.port, access_log=None,
-                print=lambda *_: print(f"fake server on 127.0.0.1:{args.port}", flush=True))
+    web.run_app(
+        build_app(state, args.model),
+        host="127.0.0.1",
+        port=args.port,
+        access_log=None,
+        print=lambda *_: print(f"fake server on 127.0.0.1:{args.port}", flush=True),
+    )
 
 
 if __name__ == "__main__":

@@ -78,8 +78,16 @@ def summarize(values: Iterable[float | None], ci: bool = True) -> Stats:
     std = math.sqrt(sum((v - mean) ** 2 for v in data) / (len(data) - 1)) if len(data) > 1 else 0.0
     low, high = bootstrap_ci(data) if ci else (None, None)
     return LatencyStats(
-        n=len(data), mean=mean, median=median(data), p90=percentile(data, 90), p99=percentile(data, 99),
-        std=std, min=min(data), max=max(data), ci_low=low, ci_high=high,
+        n=len(data),
+        mean=mean,
+        median=median(data),
+        p90=percentile(data, 90),
+        p99=percentile(data, 99),
+        std=std,
+        min=min(data),
+        max=max(data),
+        ci_low=low,
+        ci_high=high,
     )
 
 
@@ -185,8 +193,9 @@ def peak_in_flight(records: Sequence[RecordLike]) -> int:
     return peak
 
 
-def open_loop_stats(records: Sequence[RecordLike], rate: float, arrival: str | None,
-                    max_in_flight: int) -> OpenLoopInfo:
+def open_loop_stats(
+    records: Sequence[RecordLike], rate: float, arrival: str | None, max_in_flight: int
+) -> OpenLoopInfo:
     """How well an open-loop cell delivered its arrival process, and how much the server piled up.
 
     ``send_lag_ms``: sent minus scheduled; it grows when the client's in-flight cap is full, and
@@ -208,8 +217,14 @@ def open_loop_stats(records: Sequence[RecordLike], rate: float, arrival: str | N
     )
 
 
-def series_decode(short: Sequence[RecordLike], long: Sequence[RecordLike], short_tokens: int,
-                  long_tokens: int, resamples: int = 1000, seed: int = 0) -> SeriesDecode:
+def series_decode(
+    short: Sequence[RecordLike],
+    long: Sequence[RecordLike],
+    short_tokens: int,
+    long_tokens: int,
+    resamples: int = 1000,
+    seed: int = 0,
+) -> SeriesDecode:
     """The series' decode speed: (long - short) tokens / (wall_long - wall_short), with wall the
     median end-to-end latency; prefill cancels out. The interval resamples both sides."""
     ws = [m.e2el_ms for m in map(request_metrics, short) if m.ok and m.e2el_ms is not None]
@@ -226,16 +241,25 @@ def series_decode(short: Sequence[RecordLike], long: Sequence[RecordLike], short
     out.samples = [s for s in (speed([a], [b]) for a, b in zip(ws, wl, strict=False)) if s is not None]
     if len(ws) > 1 and len(wl) > 1:
         rng = random.Random(seed)
-        estimates = sorted(v for v in (speed([ws[rng.randrange(len(ws))] for _ in ws],
-                                             [wl[rng.randrange(len(wl))] for _ in wl])
-                                       for _ in range(resamples)) if v is not None)
+        estimates = sorted(
+            v
+            for v in (
+                speed([ws[rng.randrange(len(ws))] for _ in ws], [wl[rng.randrange(len(wl))] for _ in wl])
+                for _ in range(resamples)
+            )
+            if v is not None
+        )
         if estimates:
             out.ci_low, out.ci_high = percentile(estimates, 2.5), percentile(estimates, 97.5)
     return out
 
 
 def ratio_ci(
-    a: Sequence[float], b: Sequence[float], statistic=median, resamples: int = 1000, seed: int = 0,
+    a: Sequence[float],
+    b: Sequence[float],
+    statistic=median,
+    resamples: int = 1000,
+    seed: int = 0,
 ) -> tuple[float | None, float | None, float | None]:
     """statistic(b) / statistic(a) with a 95 % bootstrap interval (both sides resampled)."""
     a = [v for v in a if v is not None]

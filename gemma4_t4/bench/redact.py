@@ -19,8 +19,10 @@ def is_secret_key(key: str) -> bool:
 def redact(value: Any) -> Any:
     """A copy of ``value`` (JSON-like) with every secret replaced by ``***``."""
     if isinstance(value, dict):
-        return {k: (MASK if v and isinstance(k, str) and is_secret_key(k) and isinstance(v, str) else redact(v))
-                for k, v in value.items()}
+        return {
+            k: (MASK if v and isinstance(k, str) and is_secret_key(k) and isinstance(v, str) else redact(v))
+            for k, v in value.items()
+        }
     if isinstance(value, (list, tuple)):
         out: list[Any] = []
         mask_next = False

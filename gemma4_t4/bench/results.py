@@ -38,9 +38,24 @@ from gemma4_t4.errors import Gemma4T4Error
 RUN_FILE, RECORDS_FILE, SUMMARY_FILE, CSV_FILE = "run.json", "records.jsonl", "summary.json", "summary.csv"
 LATENCY_KEYS = ("ttft_ms", "ttft_first_chunk_ms", "tpot_ms", "itl_ms", "e2el_ms", "per_stream_tok_s")
 CSV_STATS = ("mean", "median", "p90", "p99", "ci_low", "ci_high")
-CSV_SCALARS = ("cell", "workload", "variant", "concurrency", "offered_rate_rps", "input_len", "output_len", "num_prompts",
-               "completed", "failed", "queueing", "output_throughput_tok_s", "request_throughput_req_s",
-               "tokens_per_chunk", "prefix_cache_hit_rate", "partial")
+CSV_SCALARS = (
+    "cell",
+    "workload",
+    "variant",
+    "concurrency",
+    "offered_rate_rps",
+    "input_len",
+    "output_len",
+    "num_prompts",
+    "completed",
+    "failed",
+    "queueing",
+    "output_throughput_tok_s",
+    "request_throughput_req_s",
+    "tokens_per_chunk",
+    "prefix_cache_hit_rate",
+    "partial",
+)
 
 
 def _cell(cell: CellSummary | Mapping[str, Any]) -> CellSummary:
@@ -53,8 +68,10 @@ def cells_to_csv(cells: Sequence[CellSummary | Mapping[str, Any]]) -> str:
     writer = csv.writer(buffer)
     writer.writerow(header)
     for cell in map(_cell, cells):
-        nested = {"prefix_cache_hit_rate": cell.prefix_cache.hit_rate,
-                  "offered_rate_rps": cell.open_loop.offered_rate_rps if cell.open_loop else None}
+        nested = {
+            "prefix_cache_hit_rate": cell.prefix_cache.hit_rate,
+            "offered_rate_rps": cell.open_loop.offered_rate_rps if cell.open_loop else None,
+        }
         row = [nested[k] if k in nested else cell.get(k) for k in CSV_SCALARS]
         for key in LATENCY_KEYS:
             stats = cell[key]
@@ -67,22 +84,29 @@ class ResultsWriter:
     """Owns one run directory while a run is in progress: records are appended as requests finish,
     summary and run info rewritten atomically, so an interrupted run keeps what it measured."""
 
-    def __init__(self, out_dir: str | os.PathLike, run_info: RunInfo | Mapping[str, Any], overwrite: bool = False):
+    def __init__(
+        self, out_dir: str | os.PathLike, run_info: RunInfo | Mapping[str, Any], overwrite: bool = False
+    ):
         self.dir = Path(out_dir)
         if self.dir.exists() and not self.dir.is_dir():
-            raise Gemma4T4Error(f"--out {self.dir} is a file, not a directory",
-                                fix="choose a directory path for --out (it is created if missing)")
+            raise Gemma4T4Error(
+                f"--out {self.dir} is a file, not a directory",
+                fix="choose a directory path for --out (it is created if missing)",
+            )
         if (self.dir / SUMMARY_FILE).exists() or (self.dir / RECORDS_FILE).exists():
             if not overwrite:
-                raise Gemma4T4Error(f"{self.dir} already holds benchmark results",
-                                    fix="choose a new --out directory (or pass --overwrite)")
+                raise Gemma4T4Error(
+                    f"{self.dir} already holds benchmark results",
+                    fix="choose a new --out directory (or pass --overwrite)",
+                )
             for name in (RECORDS_FILE, SUMMARY_FILE, CSV_FILE, RUN_FILE):
                 (self.dir / name).unlink(missing_ok=True)
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise Gemma4T4Error(f"cannot create {self.dir}: {exc.strerror or exc}",
-                                fix="choose a writable --out directory") from None
+            raise Gemma4T4Error(
+                f"cannot create {self.dir}: {exc.strerror or exc}", fix="choose a writable --out directory"
+            ) from None
         info = run_info if isinstance(run_info, RunInfo) else RunInfo.model_validate(dict(run_info))
         self.run_info = info.model_copy(update={"schema_id": SCHEMA, "status": "running"})
         self.cells: list[CellSummary] = []
@@ -158,8 +182,9 @@ class BenchRun(BaseModel):
         path = Path(out_dir)
         summary_path = path / SUMMARY_FILE
         if not summary_path.is_file():
-            raise Gemma4T4Error(f"{path} holds no {SUMMARY_FILE}",
-                                fix="pass a directory written by gemma4-t4 bench run")
+            raise Gemma4T4Error(
+                f"{path} holds no {SUMMARY_FILE}", fix="pass a directory written by gemma4-t4 bench run"
+            )
         summary: SummaryFile = parse_file(SummaryFile, summary_path.read_text(), str(summary_path))
         run_path = path / RUN_FILE
         if run_path.is_file():
@@ -202,28 +227,47 @@ class BenchRun(BaseModel):
     def ok(self) -> bool:
         return self.run.status == "complete"
 
-    def cell(self, name: str | None = None, *, workload: str | None = None, variant: str | None = None,
-             concurrency: int | None = None, input_len: int | None = None) -> CellSummary:
+    def cell(
+        self,
+        name: str | None = None,
+        *,
+        workload: str | None = None,
+        variant: str | None = None,
+        concurrency: int | None = None,
+        input_len: int | None = None,
+    ) -> CellSummary:
         """The one cell matching a name or the given facts (an error naming the cells if none/several)."""
-        found = [c for c in self.cells
-                 if (name is None or c.cell == name) and (workload is None or c.workload == workload)
-                 and (variant is None or c.variant == variant)
-                 and (concurrency is None or c.concurrency == concurrency)
-                 and (input_len is None or c.input_len == input_len)]
+        found = [
+            c
+            for c in self.cells
+            if (name is None or c.cell == name)
+            and (workload is None or c.workload == workload)
+            and (variant is None or c.variant == variant)
+            and (concurrency is None or c.concurrency == concurrency)
+            and (input_len is None or c.input_len == input_len)
+        ]
         if len(found) != 1:
-            raise Gemma4T4Error(f"{len(found)} cells of {self.dir} match; cells: {[c.cell for c in self.cells]}",
-                                fix="name the cell, or give workload/variant/concurrency/input_len")
+            raise Gemma4T4Error(
+                f"{len(found)} cells of {self.dir} match; cells: {[c.cell for c in self.cells]}",
+                fix="name the cell, or give workload/variant/concurrency/input_len",
+            )
         return found[0]
 
     def per_stream_by_concurrency(self) -> dict[int, float | None]:
         """Median per-stream decode tok/s for each concurrency of a decode run."""
-        return {c.concurrency: _median(c.per_stream_tok_s) for c in self.cells
-                if c.workload == "decode" and c.concurrency is not None}
+        return {
+            c.concurrency: _median(c.per_stream_tok_s)
+            for c in self.cells
+            if c.workload == "decode" and c.concurrency is not None
+        }
 
     def throughput_by_concurrency(self) -> dict[int, float | None]:
         """Aggregate output tok/s (all streams) for each concurrency."""
-        return {c.concurrency: c.output_throughput_tok_s for c in self.cells
-                if c.workload in ("decode", "load") and c.concurrency is not None}
+        return {
+            c.concurrency: c.output_throughput_tok_s
+            for c in self.cells
+            if c.workload in ("decode", "load") and c.concurrency is not None
+        }
 
     def ttft_by_input_len(self) -> dict[int, float | None]:
         """Median TTFT (ms) for each input length of a ttft run."""
@@ -242,22 +286,41 @@ class BenchRun(BaseModel):
         """One display row per measured cell."""
         out = []
         for c in self.cells:
-            load = c.concurrency if c.concurrency is not None else \
-                f"{c.open_loop.offered_rate_rps if c.open_loop else None} req/s"
-            out.append(TableRow(workload=c.workload, variant=c.variant, concurrency=load, input_tokens=c.input_len,
-                                output_tokens=c.output_len, ok=c.completed, failed=c.failed,
-                                ttft_ms_median=c.ttft_ms.median, tpot_ms_median=c.tpot_ms.median,
-                                per_stream_tok_s_median=c.per_stream_tok_s.median,
-                                output_tok_s=c.output_throughput_tok_s,
-                                prefix_cache_hit_rate=c.prefix_cache.hit_rate))
+            load = (
+                c.concurrency
+                if c.concurrency is not None
+                else f"{c.open_loop.offered_rate_rps if c.open_loop else None} req/s"
+            )
+            out.append(
+                TableRow(
+                    workload=c.workload,
+                    variant=c.variant,
+                    concurrency=load,
+                    input_tokens=c.input_len,
+                    output_tokens=c.output_len,
+                    ok=c.completed,
+                    failed=c.failed,
+                    ttft_ms_median=c.ttft_ms.median,
+                    tpot_ms_median=c.tpot_ms.median,
+                    per_stream_tok_s_median=c.per_stream_tok_s.median,
+                    output_tok_s=c.output_throughput_tok_s,
+                    prefix_cache_hit_rate=c.prefix_cache.hit_rate,
+                )
+            )
         return out
 
     def table(self) -> str:
         return format_cells(self.cells)
 
     def report(self) -> RunReport:
-        return RunReport(status=self.status, out_dir=str(self.dir), failed=self.failed, table=self.table(),
-                         cells=self.cells, run=self.run)
+        return RunReport(
+            status=self.status,
+            out_dir=str(self.dir),
+            failed=self.failed,
+            table=self.table(),
+            cells=self.cells,
+            run=self.run,
+        )
 
 
 def read_records(path: Path) -> list[StoredRecord]:
@@ -291,16 +354,23 @@ def _fmt(value: Any, digits: int = 1) -> str:
 
 def format_cells(cells: Sequence[CellSummary | Mapping[str, Any]]) -> str:
     """A plain-text table of medians (p90 where it matters), one line per cell."""
-    header = (f"{'cell':<44} {'c':>3} {'in':>5} {'out':>4} {'ok/fail':>8} {'TTFT p50':>9} {'TTFT p90':>9} "
-              f"{'TPOT p50':>9} {'ITL p99':>8} {'stream t/s':>10} {'out tok/s':>9} {'hit %':>6}")
+    header = (
+        f"{'cell':<44} {'c':>3} {'in':>5} {'out':>4} {'ok/fail':>8} {'TTFT p50':>9} {'TTFT p90':>9} "
+        f"{'TPOT p50':>9} {'ITL p99':>8} {'stream t/s':>10} {'out tok/s':>9} {'hit %':>6}"
+    )
     lines = [header, "-" * len(header)]
     for c in map(_cell, cells):
         hit = c.prefix_cache.hit_rate
         flags = (" [queueing]" if c.queueing else "") + (" [partial]" if c.partial else "")
         if c.open_loop and c.open_loop.cap_reached:
             flags += " [in-flight cap reached]"
-        load = c.concurrency if c.concurrency is not None else \
-            f"{c.open_loop.offered_rate_rps:g}/s" if c.open_loop else "-"
+        load = (
+            c.concurrency
+            if c.concurrency is not None
+            else f"{c.open_loop.offered_rate_rps:g}/s"
+            if c.open_loop
+            else "-"
+        )
         lines.append(
             f"{c.cell[:44]:<44} {load:>3} {_fmt(c.input_len):>5} "
             f"{_fmt(c.output_len):>4} {f'{c.completed}/{c.failed}':>8} "

@@ -76,7 +76,9 @@ class RequestRecord(BenchModel):
     end_s: float | None = Field(None, description="end of the stream or of the failed request")
     chunk_times_s: list[float] = Field(default_factory=list, description="arrival of every output chunk")
     prompt_tokens: int | None = Field(None, description="server usage.prompt_tokens")
-    completion_tokens: int | None = Field(None, description="server usage.completion_tokens (else chunk count)")
+    completion_tokens: int | None = Field(
+        None, description="server usage.completion_tokens (else chunk count)"
+    )
     cached_tokens: int | None = Field(None, description="usage.prompt_tokens_details.cached_tokens")
     token_source: str | None = Field(None, description="usage | chunks: where completion_tokens came from")
     finish_reason: str | None = None
@@ -175,7 +177,8 @@ class Derived(BenchModel):
 
     roofline: Roofline | None = None
     usd_per_million_output_tokens: dict[str, float] | None = Field(
-        None, description="price key -> $ per million output tokens at this cell's throughput")
+        None, description="price key -> $ per million output tokens at this cell's throughput"
+    )
     cost_assumes: str | None = None
 
 
@@ -207,7 +210,9 @@ class GPUTelemetry(BenchModel):
     power_w_mean: float | None = None
     power_w_max: float | None = None
     memory_used_mib_max: float | None = None
-    throttled_fraction: dict[str, float] = Field(default_factory=dict, description="reason -> share of samples")
+    throttled_fraction: dict[str, float] = Field(
+        default_factory=dict, description="reason -> share of samples"
+    )
 
 
 class CellStats(BenchModel):
@@ -223,7 +228,9 @@ class CellStats(BenchModel):
     tpot_ms: LatencyStats = Field(default_factory=LatencyStats, description="(E2EL - TTFT) / (n - 1)")
     itl_ms: LatencyStats = Field(default_factory=LatencyStats, description="gaps between content chunks")
     e2el_ms: LatencyStats = Field(default_factory=LatencyStats, description="last chunk with choices - send")
-    per_stream_tok_s: LatencyStats = Field(default_factory=LatencyStats, description="1000 / TPOT per request")
+    per_stream_tok_s: LatencyStats = Field(
+        default_factory=LatencyStats, description="1000 / TPOT per request"
+    )
     output_throughput_tok_s: float | None = Field(None, description="completion tokens / window")
     input_throughput_tok_s: float | None = None
     request_throughput_req_s: float | None = Field(None, description="completed requests / window")
@@ -256,7 +263,9 @@ class CellSummary(CellStats):
     server_load: ServerLoad = Field(default_factory=ServerLoad, description="/metrics sampler summary")
     queueing_observed: bool | None = None
     gpu_telemetry: GPUTelemetry | None = Field(None, description="NVML / nvidia-smi summary")
-    meta: dict[str, int | bool | str] = Field(default_factory=dict, description="workload-specific cell facts")
+    meta: dict[str, int | bool | str] = Field(
+        default_factory=dict, description="workload-specific cell facts"
+    )
     input_len_exact: bool | None = None
     answers: list[Answer] | None = None
     correct: int | None = None
@@ -279,7 +288,9 @@ class SeriesDecode(BenchModel):
     decode_tok_s: float | None = Field(None, description="(long - short) / (wall_long - wall_short)")
     ci_low: float | None = Field(None, description="95 % bootstrap interval, low end")
     ci_high: float | None = None
-    samples: list[float] = Field(default_factory=list, description="per-pair estimates (i-th short, i-th long)")
+    samples: list[float] = Field(
+        default_factory=list, description="per-pair estimates (i-th short, i-th long)"
+    )
 
 
 class PromptInfo(BenchModel):
@@ -299,8 +310,9 @@ class RunInfo(BenchModel):
     """``run.json``: configuration, environment, prompts, status."""
 
     schema_id: str = Field(SCHEMA, alias="schema", description="results format version")
-    status: str = Field("running", description="running | complete | complete with failures | interrupted | "
-                                                "aborted: ...")
+    status: str = Field(
+        "running", description="running | complete | complete with failures | interrupted | aborted: ..."
+    )
     run_id: str | None = None
     workload: str | None = None
     model: str | None = None
@@ -317,8 +329,16 @@ class RunInfo(BenchModel):
     series_decode: SeriesDecode | None = None
     error: str | None = Field(None, description="why the run stopped early")
 
-    DIGEST: ClassVar[tuple[str, ...]] = ("run_id", "workload", "model", "base_url", "status", "started_at", "finished_at",
-                               "label")
+    DIGEST: ClassVar[tuple[str, ...]] = (
+        "run_id",
+        "workload",
+        "model",
+        "base_url",
+        "status",
+        "started_at",
+        "finished_at",
+        "label",
+    )
 
     def digest(self) -> dict[str, str | None]:
         return {k: v for k, v in self.to_json().items() if k in self.DIGEST and k in self}
@@ -341,9 +361,14 @@ def check_schema(found: Any, where: str) -> None:
         newer = version.isdigit() and int(version) > SCHEMA_VERSION
         raise Gemma4T4Error(
             f"{where} is results format version {version}; this gemma4-t4 reads version {SCHEMA_VERSION}",
-            fix="upgrade gemma4-t4 to read it" if newer else "re-run the benchmark with this version of gemma4-t4")
-    raise Gemma4T4Error(f"{where} has schema {found!r}, expected {SCHEMA!r}",
-                        fix="pass a directory written by gemma4-t4 bench run (or re-run the benchmark)")
+            fix="upgrade gemma4-t4 to read it"
+            if newer
+            else "re-run the benchmark with this version of gemma4-t4",
+        )
+    raise Gemma4T4Error(
+        f"{where} has schema {found!r}, expected {SCHEMA!r}",
+        fix="pass a directory written by gemma4-t4 bench run (or re-run the benchmark)",
+    )
 
 
 def parse_file(model: type[BenchModel], text: str, where: str) -> Any:
@@ -360,8 +385,10 @@ def parse_file(model: type[BenchModel], text: str, where: str) -> Any:
     except ValidationError as exc:
         first = exc.errors()[0]
         at = ".".join(str(p) for p in first["loc"])
-        raise Gemma4T4Error(f"{where} does not hold valid benchmark results ({at}: {first['msg']})",
-                            fix="re-run the benchmark; the file was edited or written by another tool") from None
+        raise Gemma4T4Error(
+            f"{where} does not hold valid benchmark results ({at}: {first['msg']})",
+            fix="re-run the benchmark; the file was edited or written by another tool",
+        ) from None
 
 
 class RunReport(BenchModel):

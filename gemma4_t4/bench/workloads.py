@@ -74,8 +74,9 @@ class BenchArgs(BaseModel):
 
     model_config = ConfigDict(extra="forbid", validate_default=False)
 
-    base_url: str = Field(description="http(s)://HOST:PORT of an OpenAI-compatible server, or "
-                                      "sagemaker://REGION/ENDPOINT")
+    base_url: str = Field(
+        description="http(s)://HOST:PORT of an OpenAI-compatible server, or sagemaker://REGION/ENDPOINT"
+    )
     model: str = Field(description="served model name")
     workload: str = Field(description="decode | ttft | prefix | answers | load")
     out_dir: str = Field(description="results directory (must be new unless overwrite)")
@@ -85,8 +86,12 @@ class BenchArgs(BaseModel):
     arrival: Literal["poisson", "constant"] | None = Field(None, description="open loop arrivals (poisson)")
     max_in_flight: int = Field(256, description="open loop: requests the client keeps in flight at most")
     sweep: int | None = Field(None, description="decode: one-at-a-time, all-at-once, then N rates in between")
-    method: Literal["vllm", "series"] = Field("vllm", description="decode: 'series' = (L-S)/(wall_L - wall_S)")
-    series_lens: list[int] | None = Field(None, description="series decode: short,long output tokens (16,512)")
+    method: Literal["vllm", "series"] = Field(
+        "vllm", description="decode: 'series' = (L-S)/(wall_L - wall_S)"
+    )
+    series_lens: list[int] | None = Field(
+        None, description="series decode: short,long output tokens (16,512)"
+    )
     input_len: int | None = Field(None, description="prompt tokens")
     input_lens: list[int] | None = Field(None, description="ttft: prompt lengths")
     output_len: int | None = Field(None, description="output tokens (ignore_eos)")
@@ -96,13 +101,17 @@ class BenchArgs(BaseModel):
     nonce: str | None = Field(None, description="reproduce a run's prompts; default fresh per run")
     prefix_len: int | None = Field(None, description="prefix workload: shared tokens (default 3/4 of input)")
     groups: int | None = Field(None, description="prefix workload: number of prefixes")
-    max_num_seqs: int | None = Field(None, description="the server's max-num-seqs (default: from server_launch)")
+    max_num_seqs: int | None = Field(
+        None, description="the server's max-num-seqs (default: from server_launch)"
+    )
     api_key: SecretStr | None = Field(None, description="bearer key of the server; never stored")
     tokenizer: str | None = Field(None, description="local tokenizer path (needed for SageMaker endpoints)")
     label: str | None = None
     gpu: str | None = Field(None, description="hardware key for roofline and cost (t4, l4)")
     bytes_per_token: float | None = None
-    model_format: str | None = Field(None, description="bf16 | qat | emb4: bytes per token from the catalogue")
+    model_format: str | None = Field(
+        None, description="bf16 | qat | emb4: bytes per token from the catalogue"
+    )
     price_keys: list[str] | None = None
     server_launch: RawJSON | None = Field(None, description="the server's launch record (free-form)")
     request_timeout_s: float | None = Field(600.0, description="a request taking longer fails as 'timeout'")
@@ -115,7 +124,9 @@ class BenchArgs(BaseModel):
     @classmethod
     def _known_workload(cls, value: str) -> str:
         if value not in WORKLOAD_CHOICES:
-            raise Gemma4T4Error(f"unknown workload {value!r}", fix=f"use one of: {', '.join(WORKLOAD_CHOICES)}")
+            raise Gemma4T4Error(
+                f"unknown workload {value!r}", fix=f"use one of: {', '.join(WORKLOAD_CHOICES)}"
+            )
         return value
 
     @field_validator("base_url")
@@ -140,7 +151,9 @@ class BenchArgs(BaseModel):
     @classmethod
     def _timeout(cls, value: float | None) -> float | None:
         if value is not None and not value > 0:
-            raise Gemma4T4Error(f"--request-timeout {value} must be > 0 seconds", fix="use e.g. --request-timeout 120")
+            raise Gemma4T4Error(
+                f"--request-timeout {value} must be > 0 seconds", fix="use e.g. --request-timeout 120"
+            )
         return value
 
     @model_validator(mode="after")
@@ -150,8 +163,10 @@ class BenchArgs(BaseModel):
         self.api = self.api or ("chat" if self.workload == "answers" else "completions")
         if self.sweep is not None:
             if self.workload != "decode" or self.rates is not None or self.concurrency is not None:
-                raise Gemma4T4Error("--sweep is for the decode workload and chooses its own rates",
-                                    fix="use --workload decode and drop --rate/--concurrency")
+                raise Gemma4T4Error(
+                    "--sweep is for the decode workload and chooses its own rates",
+                    fix="use --workload decode and drop --rate/--concurrency",
+                )
             if self.sweep < 1:
                 raise Gemma4T4Error(f"--sweep {self.sweep} must be at least 1", fix="use e.g. --sweep 5")
         elif self.rates is None:
@@ -169,22 +184,30 @@ class BenchArgs(BaseModel):
             self.max_num_seqs = (self.server_launch.get("config") or {}).get("max_num_seqs")
         if self.rates is not None:
             if self.workload != "decode":
-                raise Gemma4T4Error(f"--rate is for the decode workload, not {self.workload}",
-                                    fix="drop --rate, or use --workload decode")
+                raise Gemma4T4Error(
+                    f"--rate is for the decode workload, not {self.workload}",
+                    fix="drop --rate, or use --workload decode",
+                )
             if not self.rates or any(not r > 0 for r in self.rates):
-                raise Gemma4T4Error(f"rates must be > 0 requests/s, got {self.rates}", fix="use e.g. --rate 0.5,1,2")
+                raise Gemma4T4Error(
+                    f"rates must be > 0 requests/s, got {self.rates}", fix="use e.g. --rate 0.5,1,2"
+                )
         if self.arrival is None:
             self.arrival = "poisson"
         if self.max_in_flight < 1:
             raise Gemma4T4Error("max_in_flight must be at least 1", fix="use e.g. --max-in-flight 64")
         if self.method == "series":
             if self.workload != "decode" or self.rates is not None or self.sweep is not None:
-                raise Gemma4T4Error("--method series is a decode method (8 prompts at c=1)",
-                                    fix="use --workload decode without --rate/--sweep")
+                raise Gemma4T4Error(
+                    "--method series is a decode method (8 prompts at c=1)",
+                    fix="use --workload decode without --rate/--sweep",
+                )
             self.series_lens = list(self.series_lens or [16, 512])
             if len(self.series_lens) != 2 or not 0 < self.series_lens[0] < self.series_lens[1]:
-                raise Gemma4T4Error(f"--series-lens {self.series_lens} must be SHORT,LONG with SHORT < LONG",
-                                    fix="use e.g. --series-lens 16,512")
+                raise Gemma4T4Error(
+                    f"--series-lens {self.series_lens} must be SHORT,LONG with SHORT < LONG",
+                    fix="use e.g. --series-lens 16,512",
+                )
         if self.output_len is not None and self.output_len < 1:
             raise Gemma4T4Error("output length must be at least 1", fix="use --output-len 1 or more")
         if self.num_prompts is not None and self.num_prompts < 1:
@@ -192,8 +215,10 @@ class BenchArgs(BaseModel):
         if self.warmup < 0:
             raise Gemma4T4Error("warm-up requests cannot be negative", fix="use --warmup 0 or more")
         if self.workload == "prefix" and self.num_prompts < 2 * self.groups:
-            raise Gemma4T4Error(f"{self.num_prompts} prompts cannot make {self.groups} groups of at least 2",
-                                fix="raise --num-prompts or lower --groups")
+            raise Gemma4T4Error(
+                f"{self.num_prompts} prompts cannot make {self.groups} groups of at least 2",
+                fix="raise --num-prompts or lower --groups",
+            )
         if self.bytes_per_token is None and self.model_format:
             self.bytes_per_token = lookup_bytes_per_token(self.model, self.model_format)
         return self
@@ -230,12 +255,16 @@ def build_args(base_url: str, model: str, workload: str, out_dir: str | Path, **
     except ValidationError as exc:
         unknown = [str(e["loc"][0]) for e in exc.errors() if e["type"] == "extra_forbidden"]
         if unknown:
-            raise Gemma4T4Error(f"unknown option(s): {', '.join(sorted(unknown))}",
-                                fix="see gemma4_t4.bench.BenchArgs for the options") from None
+            raise Gemma4T4Error(
+                f"unknown option(s): {', '.join(sorted(unknown))}",
+                fix="see gemma4_t4.bench.BenchArgs for the options",
+            ) from None
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "arguments"
-        raise Gemma4T4Error(f"invalid benchmark option {where}: {first['msg']}",
-                            fix="see gemma4_t4.bench.BenchArgs (or gemma4-t4 bench run --help)") from None
+        raise Gemma4T4Error(
+            f"invalid benchmark option {where}: {first['msg']}",
+            fix="see gemma4_t4.bench.BenchArgs (or gemma4-t4 bench run --help)",
+        ) from None
 
 
 # ---------------------------------------------------------------- cells and the workload registry
@@ -268,7 +297,9 @@ class Defaults:
 
 Build = Callable[[BenchArgs, PromptFactory | None], list[Cell]]
 # after a cell is measured: more cells, and fields for run.json
-Follow = Callable[[BenchArgs, PromptFactory | None, list[CellSummary]], tuple[list[Cell], dict[str, BenchModel]]]
+Follow = Callable[
+    [BenchArgs, PromptFactory | None, list[CellSummary]], tuple[list[Cell], dict[str, BenchModel]]
+]
 
 
 @dataclass(frozen=True)
@@ -281,9 +312,21 @@ class Workload:
     prompts: bool = True  # needs exact-length prompts (a tokenizer)
 
 
-def _specs(prompts: list[Any], cell: str, args: BenchArgs, output_len: int | None = None) -> list[RequestSpec]:
-    return [RequestSpec(f"{cell}-{i}", p.text, output_len or args.output_len, api=args.api, ignore_eos=True,
-                        temperature=0.0, input_len=p.tokens) for i, p in enumerate(prompts)]
+def _specs(
+    prompts: list[Any], cell: str, args: BenchArgs, output_len: int | None = None
+) -> list[RequestSpec]:
+    return [
+        RequestSpec(
+            f"{cell}-{i}",
+            p.text,
+            output_len or args.output_len,
+            api=args.api,
+            ignore_eos=True,
+            temperature=0.0,
+            input_len=p.tokens,
+        )
+        for i, p in enumerate(prompts)
+    ]
 
 
 def _warm_count(args: BenchArgs, concurrency: int) -> int:
@@ -291,21 +334,56 @@ def _warm_count(args: BenchArgs, concurrency: int) -> int:
     return max(args.warmup, concurrency) if args.warmup > 0 else 0
 
 
-def _unique_cell(args: BenchArgs, factory: PromptFactory, name: str, workload: str, variant: str, c: int,
-                 n: int, length: int, output_len: int | None = None, **extra: Any) -> Cell:
+def _unique_cell(
+    args: BenchArgs,
+    factory: PromptFactory,
+    name: str,
+    workload: str,
+    variant: str,
+    c: int,
+    n: int,
+    length: int,
+    output_len: int | None = None,
+    **extra: Any,
+) -> Cell:
     out = output_len or args.output_len
-    return Cell(name, workload, variant, c, length, out, _specs(factory.unique(name, n, length), name, args, out),
-                _specs(factory.unique(f"w-{name}", _warm_count(args, c), length), f"w-{name}", args, out), **extra)
+    return Cell(
+        name,
+        workload,
+        variant,
+        c,
+        length,
+        out,
+        _specs(factory.unique(name, n, length), name, args, out),
+        _specs(factory.unique(f"w-{name}", _warm_count(args, c), length), f"w-{name}", args, out),
+        **extra,
+    )
 
 
 def decode_cells(args: BenchArgs, factory: PromptFactory | None) -> list[Cell]:
-    return [_unique_cell(args, factory, f"decode-c{c}-in{args.input_len}-out{args.output_len}", "decode", "decode",
-                         c, args.num_prompts or max(32, 4 * c), args.input_len) for c in args.concurrency]
+    return [
+        _unique_cell(
+            args,
+            factory,
+            f"decode-c{c}-in{args.input_len}-out{args.output_len}",
+            "decode",
+            "decode",
+            c,
+            args.num_prompts or max(32, 4 * c),
+            args.input_len,
+        )
+        for c in args.concurrency
+    ]
 
 
 def ttft_cells(args: BenchArgs, factory: PromptFactory | None) -> list[Cell]:
-    return [_unique_cell(args, factory, f"ttft-c{c}-in{n}-out{args.output_len}", "ttft", "ttft", c,
-                         args.num_prompts, n) for c in args.concurrency for n in args.input_lens]
+    return [
+        _unique_cell(
+            args, factory, f"ttft-c{c}-in{n}-out{args.output_len}", "ttft", "ttft", c, args.num_prompts, n
+        )
+        for c in args.concurrency
+        for n in args.input_lens
+    ]
 
 
 def prefix_cells(args: BenchArgs, factory: PromptFactory | None) -> list[Cell]:
@@ -313,46 +391,100 @@ def prefix_cells(args: BenchArgs, factory: PromptFactory | None) -> list[Cell]:
     per_group = args.num_prompts // args.groups
     for c in args.concurrency:
         base = f"prefix-c{c}-in{args.input_len}-p{args.prefix_len}-out{args.output_len}"
-        groups = factory.shared_prefix(f"{base}-shared", args.groups, per_group, args.prefix_len, args.input_len)
+        groups = factory.shared_prefix(
+            f"{base}-shared", args.groups, per_group, args.prefix_len, args.input_len
+        )
         shared = [p for group in groups for p in group]  # group-major: the first of each group fills
         meta = {"prefix_len": args.prefix_len, "groups": args.groups, "per_group": per_group}
         warm = _specs(factory.unique(f"w-{base}", _warm_count(args, c), args.input_len), f"w-{base}", args)
-        cells.append(Cell(f"{base}-shared", "prefix", "shared_prefix", c, args.input_len, args.output_len,
-                          _specs(shared, f"{base}-shared", args), warm, meta))
+        cells.append(
+            Cell(
+                f"{base}-shared",
+                "prefix",
+                "shared_prefix",
+                c,
+                args.input_len,
+                args.output_len,
+                _specs(shared, f"{base}-shared", args),
+                warm,
+                meta,
+            )
+        )
         control = factory.unique(f"{base}-unique", len(shared), args.input_len)
-        cells.append(Cell(f"{base}-unique", "prefix", "unique_prompts", c, args.input_len, args.output_len,
-                          _specs(control, f"{base}-unique", args), [], meta | {"control": True}))
+        cells.append(
+            Cell(
+                f"{base}-unique",
+                "prefix",
+                "unique_prompts",
+                c,
+                args.input_len,
+                args.output_len,
+                _specs(control, f"{base}-unique", args),
+                [],
+                meta | {"control": True},
+            )
+        )
     return cells
 
 
 def answers_cells(args: BenchArgs, factory: PromptFactory | None) -> list[Cell]:
-    specs = [RequestSpec(f"answers-{i}", q, args.output_len, api=args.api, ignore_eos=False, temperature=0.0)
-             for i, (q, _) in enumerate(QUESTIONS)]
-    warm = [RequestSpec(f"w-answers-{i}", f"Say the word number {i}.", 8, api=args.api, ignore_eos=False)
-            for i in range(_warm_count(args, max(args.concurrency)))]
-    return [Cell(f"answers-c{c}", "answers", "answers", c, None, args.output_len, specs, warm)
-            for c in args.concurrency]
+    specs = [
+        RequestSpec(f"answers-{i}", q, args.output_len, api=args.api, ignore_eos=False, temperature=0.0)
+        for i, (q, _) in enumerate(QUESTIONS)
+    ]
+    warm = [
+        RequestSpec(f"w-answers-{i}", f"Say the word number {i}.", 8, api=args.api, ignore_eos=False)
+        for i in range(_warm_count(args, max(args.concurrency)))
+    ]
+    return [
+        Cell(f"answers-c{c}", "answers", "answers", c, None, args.output_len, specs, warm)
+        for c in args.concurrency
+    ]
 
 
-def rate_cells(args: BenchArgs, factory: PromptFactory | None, rates: list[float] | None = None,
-               variant: str = "open_loop") -> list[Cell]:
+def rate_cells(
+    args: BenchArgs,
+    factory: PromptFactory | None,
+    rates: list[float] | None = None,
+    variant: str = "open_loop",
+) -> list[Cell]:
     """Open-loop decode cells, one per offered request rate."""
     cells = []
     for rate in rates if rates is not None else args.rates:
         name = f"decode-r{rate:g}-{args.arrival}-in{args.input_len}-out{args.output_len}"
         n = args.num_prompts or max(16, min(256, round(30 * rate)))  # about 30 s of arrivals
-        cells.append(Cell(name, "decode", variant, args.max_in_flight, args.input_len, args.output_len,
-                          _specs(factory.unique(name, n, args.input_len), name, args),
-                          _specs(factory.unique(f"w-{name}", args.warmup, args.input_len), f"w-{name}", args),
-                          rate=rate, arrival=args.arrival))
+        cells.append(
+            Cell(
+                name,
+                "decode",
+                variant,
+                args.max_in_flight,
+                args.input_len,
+                args.output_len,
+                _specs(factory.unique(name, n, args.input_len), name, args),
+                _specs(factory.unique(f"w-{name}", args.warmup, args.input_len), f"w-{name}", args),
+                rate=rate,
+                arrival=args.arrival,
+            )
+        )
     return cells
 
 
 def sweep_cells(args: BenchArgs, factory: PromptFactory | None) -> list[Cell]:
     n = args.num_prompts or 32
-    return [_unique_cell(args, factory, f"decode-{variant.removeprefix('sweep_')}-in{args.input_len}-"
-                                        f"out{args.output_len}", "decode", variant, c, n, args.input_len)
-            for variant, c in (("sweep_synchronous", 1), ("sweep_throughput", min(n, args.max_in_flight)))]
+    return [
+        _unique_cell(
+            args,
+            factory,
+            f"decode-{variant.removeprefix('sweep_')}-in{args.input_len}-out{args.output_len}",
+            "decode",
+            variant,
+            c,
+            n,
+            args.input_len,
+        )
+        for variant, c in (("sweep_synchronous", 1), ("sweep_throughput", min(n, args.max_in_flight)))
+    ]
 
 
 def sweep_rates(synchronous_rps: float, throughput_rps: float, count: int) -> list[float]:
@@ -361,19 +493,23 @@ def sweep_rates(synchronous_rps: float, throughput_rps: float, count: int) -> li
         raise Gemma4T4Error(
             f"the server did not get faster with more concurrent requests ({synchronous_rps:.3g} req/s one at a "
             f"time, {throughput_rps:.3g} req/s all at once): there is no load range to sweep",
-            fix="check the server's --max-num-seqs, or choose rates with --rate")
+            fix="check the server's --max-num-seqs, or choose rates with --rate",
+        )
     step = (throughput_rps - synchronous_rps) / (count + 1)
     return [synchronous_rps + step * (i + 1) for i in range(count)]
 
 
-def sweep_follow(args: BenchArgs, factory: PromptFactory | None, done: list[CellSummary]
-                 ) -> tuple[list[Cell], dict[str, BenchModel]]:
+def sweep_follow(
+    args: BenchArgs, factory: PromptFactory | None, done: list[CellSummary]
+) -> tuple[list[Cell], dict[str, BenchModel]]:
     """Once both ends are measured, the rates in between come from their measured request rates."""
     if not done or done[-1].variant != "sweep_throughput":
         return [], {}
     ends = {c.variant: c.request_throughput_req_s or 0.0 for c in done}
     rates = sweep_rates(ends["sweep_synchronous"], ends["sweep_throughput"], args.sweep)
-    info = SweepInfo(synchronous_rps=ends["sweep_synchronous"], throughput_rps=ends["sweep_throughput"], rates=rates)
+    info = SweepInfo(
+        synchronous_rps=ends["sweep_synchronous"], throughput_rps=ends["sweep_throughput"], rates=rates
+    )
     return rate_cells(args, factory, rates, variant="sweep_rate"), {"sweep": info}
 
 
@@ -381,9 +517,20 @@ def series_cells(args: BenchArgs, factory: PromptFactory | None) -> list[Cell]:
     """The series' decode method: the same 8 prompts at c=1 with a short and a long output."""
     short, long = args.series_lens
     n = args.num_prompts
-    return [_unique_cell(args, factory, f"decode-series-in{args.input_len}-out{out}", "decode", f"series_{kind}",
-                         1, n, args.input_len, output_len=out)
-            for kind, out in (("short", short), ("long", long))]
+    return [
+        _unique_cell(
+            args,
+            factory,
+            f"decode-series-in{args.input_len}-out{out}",
+            "decode",
+            f"series_{kind}",
+            1,
+            n,
+            args.input_len,
+            output_len=out,
+        )
+        for kind, out in (("short", short), ("long", long))
+    ]
 
 
 def load_cells(args: BenchArgs, factory: PromptFactory | None) -> list[Cell]:
@@ -396,33 +543,84 @@ def load_cells(args: BenchArgs, factory: PromptFactory | None) -> list[Cell]:
         n = args.num_prompts or c
         specs = _specs(prompt * n, name, args)
         warm = _specs(prompt * _warm_count(args, 1), f"w-{name}", args)
-        cells.append(Cell(name, "load", "load_shared_prompt", c, args.input_len, args.output_len, specs, warm,
-                          {"shared_prompt": True}))
+        cells.append(
+            Cell(
+                name,
+                "load",
+                "load_shared_prompt",
+                c,
+                args.input_len,
+                args.output_len,
+                specs,
+                warm,
+                {"shared_prompt": True},
+            )
+        )
     return cells
 
 
-def _series_follow(args: BenchArgs, factory: PromptFactory | None, done: list[CellSummary]
-                   ) -> tuple[list[Cell], dict[str, BenchModel]]:
+def _series_follow(
+    args: BenchArgs, factory: PromptFactory | None, done: list[CellSummary]
+) -> tuple[list[Cell], dict[str, BenchModel]]:
     return [], {}  # the decode figure needs the records: computed by the run loop at the end
 
 
-WORKLOADS: dict[str, Workload] = {w.name: w for w in (
-    Workload("decode", "closed loop at each concurrency, unique prompts", Defaults((1, 2, 4, 8, 16), 512, (), 128),
-             decode_cells),
-    Workload("ttft", "TTFT vs input length", Defaults((1,), None, (256, 512, 1024, 2048, 4096), 16, 16), ttft_cells),
-    Workload("prefix", "shared prefixes vs unique prompts, hit rate from /metrics",
-             Defaults((1,), 1024, (), 32, 32, 4), prefix_cells),
-    Workload("answers", "fixed questions, greedy: identical answers across runs", Defaults((1,), None, (), 32),
-             answers_cells, prompts=False),
-    Workload("open_loop", "decode at offered request rates (Poisson or constant)", Defaults((1,), 512, (), 128),
-             rate_cells),
-    Workload("sweep", "one at a time, all at once, then rates in between", Defaults((1,), 512, (), 128),
-             sweep_cells, sweep_follow),
-    Workload("series_decode", "the series' method: (L-S) / (wall_L - wall_S), 8 prompts at c=1",
-             Defaults((1,), 512, (), 16, 8), series_cells, _series_follow),
-    Workload("load", "the series' load test: c = 1..16 requests of one shared prompt",
-             Defaults((1, 2, 4, 8, 16), 512, (), 256), load_cells),
-)}
+WORKLOADS: dict[str, Workload] = {
+    w.name: w
+    for w in (
+        Workload(
+            "decode",
+            "closed loop at each concurrency, unique prompts",
+            Defaults((1, 2, 4, 8, 16), 512, (), 128),
+            decode_cells,
+        ),
+        Workload(
+            "ttft",
+            "TTFT vs input length",
+            Defaults((1,), None, (256, 512, 1024, 2048, 4096), 16, 16),
+            ttft_cells,
+        ),
+        Workload(
+            "prefix",
+            "shared prefixes vs unique prompts, hit rate from /metrics",
+            Defaults((1,), 1024, (), 32, 32, 4),
+            prefix_cells,
+        ),
+        Workload(
+            "answers",
+            "fixed questions, greedy: identical answers across runs",
+            Defaults((1,), None, (), 32),
+            answers_cells,
+            prompts=False,
+        ),
+        Workload(
+            "open_loop",
+            "decode at offered request rates (Poisson or constant)",
+            Defaults((1,), 512, (), 128),
+            rate_cells,
+        ),
+        Workload(
+            "sweep",
+            "one at a time, all at once, then rates in between",
+            Defaults((1,), 512, (), 128),
+            sweep_cells,
+            sweep_follow,
+        ),
+        Workload(
+            "series_decode",
+            "the series' method: (L-S) / (wall_L - wall_S), 8 prompts at c=1",
+            Defaults((1,), 512, (), 16, 8),
+            series_cells,
+            _series_follow,
+        ),
+        Workload(
+            "load",
+            "the series' load test: c = 1..16 requests of one shared prompt",
+            Defaults((1, 2, 4, 8, 16), 512, (), 256),
+            load_cells,
+        ),
+    )
+}
 
 
 def build_cells(args: BenchArgs, factory: PromptFactory | None) -> list[Cell]:
@@ -473,8 +671,13 @@ def _check_lengths(args: BenchArgs, max_model_len: int | None) -> None:
         )
 
 
-def run_benchmark(base_url: str | BenchArgs, model: str | None = None, workload: str | None = None,
-                  out_dir: str | Path | None = None, **opts: Any) -> BenchRun:
+def run_benchmark(
+    base_url: str | BenchArgs,
+    model: str | None = None,
+    workload: str | None = None,
+    out_dir: str | Path | None = None,
+    **opts: Any,
+) -> BenchRun:
     """Run one workload against a live server or endpoint; write a results directory and return
     the run (in memory). ``opts`` are :class:`BenchArgs` fields, or pass a ``BenchArgs`` alone.
     Raises :class:`Gemma4T4Error` before measuring anything if the server is unreachable."""
@@ -482,13 +685,17 @@ def run_benchmark(base_url: str | BenchArgs, model: str | None = None, workload:
         args = base_url
     else:
         if model is None or workload is None or out_dir is None:
-            raise Gemma4T4Error("run_benchmark needs base_url, model, workload and out_dir",
-                                fix="call run_benchmark(base_url, model, workload, out_dir, ...) or pass BenchArgs")
+            raise Gemma4T4Error(
+                "run_benchmark needs base_url, model, workload and out_dir",
+                fix="call run_benchmark(base_url, model, workload, out_dir, ...) or pass BenchArgs",
+            )
         args = build_args(base_url, model, workload, out_dir, **opts)
     out = Path(args.out_dir)
     if out.exists() and not out.is_dir():
-        raise Gemma4T4Error(f"--out {out} is a file, not a directory",
-                            fix="choose a directory path for --out (it is created if missing)")
+        raise Gemma4T4Error(
+            f"--out {out} is a file, not a directory",
+            fix="choose a directory path for --out (it is created if missing)",
+        )
     backend = backend_for(args.base_url, args.key(), args.request_timeout_s)
     server = backend.check(args.model)
     _check_lengths(args, server.max_model_len)
@@ -501,12 +708,25 @@ def run_benchmark(base_url: str | BenchArgs, model: str | None = None, workload:
         tokenizer_source = tok.source
         factory = PromptFactory(tok, seed=args.seed, nonce=args.nonce, chat=args.api == "chat")
     cells = entry.build(args, factory)
-    writer = ResultsWriter(out, RunInfo(
-        run_id=uuid.uuid4().hex[:12], workload=args.workload, model=args.model, base_url=args.base_url,
-        label=args.label, started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), config=args.record(),
-        prompts=PromptInfo(seed=args.seed, nonce=factory.nonce if factory else None, tokenizer=tokenizer_source),
-        server=server, environment=redact(environment), definitions="docs/benchmarks.md#metric-definitions",
-    ), overwrite=args.overwrite)
+    writer = ResultsWriter(
+        out,
+        RunInfo(
+            run_id=uuid.uuid4().hex[:12],
+            workload=args.workload,
+            model=args.model,
+            base_url=args.base_url,
+            label=args.label,
+            started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            config=args.record(),
+            prompts=PromptInfo(
+                seed=args.seed, nonce=factory.nonce if factory else None, tokenizer=tokenizer_source
+            ),
+            server=server,
+            environment=redact(environment),
+            definitions="docs/benchmarks.md#metric-definitions",
+        ),
+        overwrite=args.overwrite,
+    )
     status, error = "complete", None
     measured: dict[str, list[RequestRecord]] = {}
     try:
@@ -554,8 +774,9 @@ def _queueing(concurrency: int, max_num_seqs: int | None) -> bool | None:
     return None if max_num_seqs is None else concurrency > max_num_seqs
 
 
-def _run_cell(args: BenchArgs, backend: Backend, cell: Cell, writer: ResultsWriter
-              ) -> tuple[CellSummary, list[RequestRecord]]:
+def _run_cell(
+    args: BenchArgs, backend: Backend, cell: Cell, writer: ResultsWriter
+) -> tuple[CellSummary, list[RequestRecord]]:
     from gemma4_t4.bench import telemetry
 
     measured: list[RequestRecord] = []
@@ -566,9 +787,16 @@ def _run_cell(args: BenchArgs, backend: Backend, cell: Cell, writer: ResultsWrit
     interrupted = False
     try:
         if cell.warmup_specs:
-            _run_async(lambda: _measure(args, backend, cell.warmup_specs,
-                                        min(cell.concurrency, len(cell.warmup_specs)),
-                                        lambda r: writer.add_record(cell.cell, "warmup", r), None))
+            _run_async(
+                lambda: _measure(
+                    args,
+                    backend,
+                    cell.warmup_specs,
+                    min(cell.concurrency, len(cell.warmup_specs)),
+                    lambda r: writer.add_record(cell.cell, "warmup", r),
+                    None,
+                )
+            )
         before = backend.scrape()
         make_sampler = getattr(backend, "sampler", None)
         sampler = make_sampler() if (args.sample_metrics and make_sampler) else None
@@ -589,24 +817,50 @@ def _run_cell(args: BenchArgs, backend: Backend, cell: Cell, writer: ResultsWrit
         interrupted = True
         raise
     finally:
-        summary = _summarize_cell(args, cell, measured, before, after, load, gpu, started,
-                                  partial=interrupted or len(measured) < len(cell.specs))
+        summary = _summarize_cell(
+            args,
+            cell,
+            measured,
+            before,
+            after,
+            load,
+            gpu,
+            started,
+            partial=interrupted or len(measured) < len(cell.specs),
+        )
         writer.add_cell(summary)
     return summary, measured
 
 
-def _summarize_cell(args: BenchArgs, cell: Cell, measured: list[RequestRecord], before: Any, after: Any,
-                    load: ServerLoad, gpu: GPUTelemetry | None, started: float,
-                    partial: bool) -> CellSummary:
+def _summarize_cell(
+    args: BenchArgs,
+    cell: Cell,
+    measured: list[RequestRecord],
+    before: Any,
+    after: Any,
+    load: ServerLoad,
+    gpu: GPUTelemetry | None,
+    started: float,
+    partial: bool,
+) -> CellSummary:
     from gemma4_t4.bench import telemetry
 
     stats = aggregate(measured)
     summary = CellSummary(
-        cell=cell.cell, workload=cell.workload, variant=cell.variant, api=args.api,
-        concurrency=None if cell.rate else cell.concurrency, input_len=cell.input_len, output_len=cell.output_len,
-        num_prompts=len(cell.specs), warmup_requests=len(cell.warmup_specs), max_num_seqs=args.max_num_seqs,
-        queueing=None if cell.rate else _queueing(cell.concurrency, args.max_num_seqs), partial=partial,
-        started_at=started, **stats.model_dump(),
+        cell=cell.cell,
+        workload=cell.workload,
+        variant=cell.variant,
+        api=args.api,
+        concurrency=None if cell.rate else cell.concurrency,
+        input_len=cell.input_len,
+        output_len=cell.output_len,
+        num_prompts=len(cell.specs),
+        warmup_requests=len(cell.warmup_specs),
+        max_num_seqs=args.max_num_seqs,
+        queueing=None if cell.rate else _queueing(cell.concurrency, args.max_num_seqs),
+        partial=partial,
+        started_at=started,
+        **stats.model_dump(),
     )
     if cell.rate:
         summary.open_loop = open_loop_stats(measured, cell.rate, cell.arrival, cell.concurrency)
@@ -623,8 +877,9 @@ def _summarize_cell(args: BenchArgs, cell: Cell, measured: list[RequestRecord], 
     if cell.workload == "answers":
         summary.answers = _answers(measured)
         summary.correct = sum(1 for a in summary.answers if a.correct)
-    summary.derived = derive_cell(summary, args.gpu, args.bytes_per_token, args.price_keys,
-                                  open_loop=cell.rate is not None)
+    summary.derived = derive_cell(
+        summary, args.gpu, args.bytes_per_token, args.price_keys, open_loop=cell.rate is not None
+    )
     return summary
 
 
@@ -634,18 +889,37 @@ def _answers(measured: list[RequestRecord]) -> list[Answer]:
         index = int(record.request_id.rsplit("-", 1)[1])
         question, expected = QUESTIONS[index]
         text = record.text or ""
-        out.append(Answer(index=index, question=question, expected=expected, text=text,
-                          correct=record.error is None and is_correct(text, expected), error=record.error))
+        out.append(
+            Answer(
+                index=index,
+                question=question,
+                expected=expected,
+                text=text,
+                correct=record.error is None and is_correct(text, expected),
+                error=record.error,
+            )
+        )
     return sorted(out, key=lambda a: a.index)
 
 
-async def _measure(args: BenchArgs, backend: Backend, specs: list[RequestSpec], concurrency: int,
-                   on_record: Callable[[RequestRecord], None], progress_desc: str | None,
-                   cell: Cell | None = None) -> None:
+async def _measure(
+    args: BenchArgs,
+    backend: Backend,
+    specs: list[RequestSpec],
+    concurrency: int,
+    on_record: Callable[[RequestRecord], None],
+    progress_desc: str | None,
+    cell: Cell | None = None,
+) -> None:
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=len(specs), desc=progress_desc, unit="req", leave=True,
-               disable=not (args.progress and progress_desc))
+    bar = tqdm(
+        total=len(specs),
+        desc=progress_desc,
+        unit="req",
+        leave=True,
+        disable=not (args.progress and progress_desc),
+    )
     failed = 0
 
     def record(r: RequestRecord) -> None:
@@ -667,5 +941,19 @@ async def _measure(args: BenchArgs, backend: Backend, specs: list[RequestSpec], 
         bar.close()
 
 
-__all__ = ["ARRIVALS", "METHODS", "WORKLOADS", "WORKLOAD_CHOICES", "BenchArgs", "BenchConfig", "Cell", "ServerInfo",
-           "Workload", "build_args", "build_cells", "rate_cells", "run_benchmark", "sweep_rates"]
+__all__ = [
+    "ARRIVALS",
+    "METHODS",
+    "WORKLOADS",
+    "WORKLOAD_CHOICES",
+    "BenchArgs",
+    "BenchConfig",
+    "Cell",
+    "ServerInfo",
+    "Workload",
+    "build_args",
+    "build_cells",
+    "rate_cells",
+    "run_benchmark",
+    "sweep_rates",
+]
