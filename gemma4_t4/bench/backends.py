@@ -332,7 +332,7 @@ class SageMakerBackend:
         record.streamed = stream
         if record.error:
             record.end_s = clock()
-            return record
+            return parser.flush()
         return parser.finish(spec, keep_text, clock(), streamed=stream)
 
 

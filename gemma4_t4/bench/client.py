@@ -89,6 +89,9 @@ class StreamParser:
         self.record, self.chat = record, chat
         self.texts: list[str] = []
         self.done = False
+        self.last_choice_s: float | None = (
+            None  # kept here, set on the record once (a model setattr per chunk costs)
+        )
 
     def feed(self, raw: bytes, now: float) -> bool:
         """One line; False once the stream is over ([DONE] or an error)."""
@@ -126,7 +129,7 @@ class StreamParser:
         record = self.record
         if record.first_chunk_s is None:
             record.first_chunk_s = now
-        record.last_choice_s = now
+        self.last_choice_s = now
         if self.chat:
             delta = choice.get("delta") or {}
             piece = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
@@ -146,9 +149,14 @@ class StreamParser:
         if choice.get("finish_reason"):
             record.finish_reason = choice["finish_reason"]
 
+    def flush(self) -> RequestRecord:
+        if self.last_choice_s is not None:
+            self.record.last_choice_s = self.last_choice_s
+        return self.record
+
     def finish(self, spec: RequestSpec, keep_text: bool, now: float, streamed: bool = True) -> RequestRecord:
         """Close the record: end time, text, token-count fallback, the no-output check."""
-        record = self.record
+        record = self.flush()
         if record.end_s is None:
             record.end_s = now
         if streamed and record.error is None and not self.done:
