@@ -205,3 +205,28 @@ def test_compare_headline_per_model_with_the_published_row(tmp_path, capsys):
     assert "decode tok/s (series)" in text and "identical answers: 20/20" in text
     assert "published (gemma-4-E2B emb4, not our measurement)" in text
     assert published_decode("some-other-model") is None
+
+
+def test_notebook_benchmark_calls_match_benchargs():
+    """Every run_benchmark call in the notebooks passes only BenchArgs fields (checked statically)."""
+    import ast
+    from pathlib import Path
+
+    calls = 0
+    for path in sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb")):
+        for cell in json.loads(path.read_text())["cells"]:
+            if cell["cell_type"] != "code":
+                continue
+            source = "".join(line for line in cell["source"] if not line.lstrip().startswith(("%", "!")))
+            for node in ast.walk(ast.parse(source)):
+                func = getattr(node, "func", None)
+                name = getattr(func, "id", None) or getattr(func, "attr", None)
+                if isinstance(node, ast.Call) and name == "run_benchmark":
+                    calls += 1
+                    keywords = {k.arg for k in node.keywords if k.arg}
+                    assert keywords <= set(BenchArgs.model_fields), (
+                        path.name,
+                        keywords - set(BenchArgs.model_fields),
+                    )
+                    assert len(node.args) <= 4, path.name
+    assert calls >= 5
