@@ -38,8 +38,7 @@ ROUTE = "torch-mem-efficient (tensor-core route)"
 def batches(n: int) -> list[tuple[str, list[int], list[int]]]:
     """(name, query lens, context lens): a new prompt alone, and a mixed step around it."""
     half = n // 2 + 37
-    return [("single", [n], [n]),
-            ("mixed", [1, n, 1, half, 64, 1], [700, n, n + 300, half, 564, 33])]
+    return [("single", [n], [n]), ("mixed", [1, n, 1, half, 64, 1], [700, n, n + 300, half, 564, 33])]
 
 
 def main() -> int:
@@ -63,18 +62,37 @@ def main() -> int:
     if override:
         digits = override.lower().removeprefix("sm").removeprefix("_")
         built_for = (int(digits[:-1]), int(digits[-1]))
-    device = T4 if built_for == (7, 5) else {"platform": "cuda", "name": props.name, "capability": capability,
-                                              "limit": int(props.shared_memory_per_block_optin),
-                                              "limit_source": "target"}
+    device = (
+        T4
+        if built_for == (7, 5)
+        else {
+            "platform": "cuda",
+            "name": props.name,
+            "capability": capability,
+            "limit": int(props.shared_memory_per_block_optin),
+            "limit_source": "target",
+        }
+    )
     kernel, cap = pb.load_triton_kernel(args.vllm_root, built_for, device)
-    triton_path = f"vllm-triton sm_{built_for[0]}{built_for[1]} build" + (" (TRITON_OVERRIDE_ARCH)" if override else "")
+    triton_path = f"vllm-triton sm_{built_for[0]}{built_for[1]} build" + (
+        " (TRITON_OVERRIDE_ARCH)" if override else ""
+    )
     tile = kernel.module._get_tile_size(512, 0, 2, True)
     conditions = {
-        "device": props.name, "not_a_t4": "H200, not a T4" if "H200" in props.name else f"{props.name}, not a T4",
-        "capability": f"sm_{capability[0]}{capability[1]}", "triton_built_for": f"sm_{built_for[0]}{built_for[1]}",
-        "triton_override_arch": override, "torch": torch.__version__, "triton": triton.__version__,
-        "vllm_kernel_version": kernel.vllm_version, "kernel_sha256": kernel.sha256, "tile_cap": cap["action"],
-        "head512_prefill_tile": tile, "dtype": "float16", "softmax_scale": 1.0, "kv_block_size": 16,
+        "device": props.name,
+        "not_a_t4": "H200, not a T4" if "H200" in props.name else f"{props.name}, not a T4",
+        "capability": f"sm_{capability[0]}{capability[1]}",
+        "triton_built_for": f"sm_{built_for[0]}{built_for[1]}",
+        "triton_override_arch": override,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "vllm_kernel_version": kernel.vllm_version,
+        "kernel_sha256": kernel.sha256,
+        "tile_cap": cap["action"],
+        "head512_prefill_tile": tile,
+        "dtype": "float16",
+        "softmax_scale": 1.0,
+        "kv_block_size": 16,
         "timing": "median of 5 x 10 eager calls, CUDA events, after 3 warm-up calls",
         "reference": "float32 PyTorch over the paged cache",
     }
@@ -83,28 +101,60 @@ def main() -> int:
     for shape in (E2B_GLOBAL, E2B_SLIDING):
         for n in [int(x) for x in args.lengths.split(",")]:
             for batch, query_lens, context_lens in batches(n):
-                for shared in ((False,) if args.triton_only else (False, True)):
-                    step = pb.make_step(shape, query_lens, context_lens, seed=n + len(batch), shared_kv=shared)
+                for shared in (False,) if args.triton_only else (False, True):
+                    step = pb.make_step(
+                        shape, query_lens, context_lens, seed=n + len(batch), shared_kv=shared
+                    )
                     chosen = ("route",) if shared else paths
                     result = pb.measure(step, kernel.module, paths=chosen)
                     for p in chosen:
                         r = result[p]
-                        rows.append({
-                            "seq_len": n, "path": ROUTE if p == "route" else triton_path, "head_size": shape.head_size,
-                            "max_abs_err": r["max_abs_err"], "ms": r["ms"], "batch": batch,
-                            "query_lens": query_lens, "context_lens": context_lens,
-                            "num_q_heads": shape.num_q_heads, "num_kv_heads": shape.num_kv_heads,
-                            "window": shape.window, "finite": r["finite"],
-                            **({"kv_source": "paged cache (KV-shared layer)" if shared else "forward arguments",
-                                "routed_sequences": r["routed_sequences"], "fallback_steps": r["fallback_steps"]}
-                               if p == "route" else {"tile": kernel.module._get_tile_size(shape.head_size,
-                                                                                         shape.window or 0, 2, True)}),
-                            **({"max_abs_diff_vs_triton": r["max_abs_diff_vs_triton"]}
-                               if "max_abs_diff_vs_triton" in r else {}),
-                            "reference_max_abs": result["reference_max_abs"]["value"],
-                        })
-                        print(json.dumps({k: rows[-1][k] for k in ("seq_len", "path", "head_size", "batch",
-                                                                    "max_abs_err", "ms")}), flush=True)
+                        rows.append(
+                            {
+                                "seq_len": n,
+                                "path": ROUTE if p == "route" else triton_path,
+                                "head_size": shape.head_size,
+                                "max_abs_err": r["max_abs_err"],
+                                "ms": r["ms"],
+                                "batch": batch,
+                                "query_lens": query_lens,
+                                "context_lens": context_lens,
+                                "num_q_heads": shape.num_q_heads,
+                                "num_kv_heads": shape.num_kv_heads,
+                                "window": shape.window,
+                                "finite": r["finite"],
+                                **(
+                                    {
+                                        "kv_source": "paged cache (KV-shared layer)"
+                                        if shared
+                                        else "forward arguments",
+                                        "routed_sequences": r["routed_sequences"],
+                                        "fallback_steps": r["fallback_steps"],
+                                    }
+                                    if p == "route"
+                                    else {
+                                        "tile": kernel.module._get_tile_size(
+                                            shape.head_size, shape.window or 0, 2, True
+                                        )
+                                    }
+                                ),
+                                **(
+                                    {"max_abs_diff_vs_triton": r["max_abs_diff_vs_triton"]}
+                                    if "max_abs_diff_vs_triton" in r
+                                    else {}
+                                ),
+                                "reference_max_abs": result["reference_max_abs"]["value"],
+                            }
+                        )
+                        print(
+                            json.dumps(
+                                {
+                                    k: rows[-1][k]
+                                    for k in ("seq_len", "path", "head_size", "batch", "max_abs_err", "ms")
+                                }
+                            ),
+                            flush=True,
+                        )
                     del step
                     torch.cuda.empty_cache()
     Path(args.out).write_text(json.dumps({"conditions": conditions, "rows": rows}, indent=2) + "\n")
@@ -113,8 +163,11 @@ def main() -> int:
 
 def _pick(rows, where, prefix, kv=None):
     for r in rows:
-        if (r["head_size"], r["seq_len"], r["batch"]) == where and r["path"].startswith(prefix) \
-                and (kv is None or r.get("kv_source") == kv):
+        if (
+            (r["head_size"], r["seq_len"], r["batch"]) == where
+            and r["path"].startswith(prefix)
+            and (kv is None or r.get("kv_source") == kv)
+        ):
             return r
     return None
 
@@ -131,22 +184,37 @@ def merge(native_path: str, sm75_path: str, out: str) -> int:
                 sm75_row = _pick(rows, where, "vllm-triton sm_75")
                 native_row = _pick(rows, where, "vllm-triton sm_9") or _pick(rows, where, "vllm-triton sm_8")
                 if route and sm75_row:
-                    summary.append({
-                        "head_size": head, "seq_len": n, "batch": batch, "route_ms": route["ms"],
-                        "triton_sm75_build_ms": sm75_row["ms"], "triton_native_ms": native_row and native_row["ms"],
-                        "speedup_vs_sm75_build": round(sm75_row["ms"] / route["ms"], 1),
-                        "route_err": route["max_abs_err"], "triton_sm75_err": sm75_row["max_abs_err"],
-                        "err_ratio": round(route["max_abs_err"] / sm75_row["max_abs_err"], 3)})
+                    summary.append(
+                        {
+                            "head_size": head,
+                            "seq_len": n,
+                            "batch": batch,
+                            "route_ms": route["ms"],
+                            "triton_sm75_build_ms": sm75_row["ms"],
+                            "triton_native_ms": native_row and native_row["ms"],
+                            "speedup_vs_sm75_build": round(sm75_row["ms"] / route["ms"], 1),
+                            "route_err": route["max_abs_err"],
+                            "triton_sm75_err": sm75_row["max_abs_err"],
+                            "err_ratio": round(route["max_abs_err"] / sm75_row["max_abs_err"], 3),
+                        }
+                    )
     target = [s for s in summary if s["head_size"] == 512 and s["seq_len"] in (2048, 4096)]
     met = bool(target) and all(s["speedup_vs_sm75_build"] >= 5 and s["err_ratio"] <= 1.5 for s in target)
     result = {
-        "conditions": {**native["conditions"], "sm75_run": sm75["conditions"],
-                       "note": "measured on an NVIDIA H200, not a T4: the sm_75 Triton build run on the H200 "
-                               "stands in for what a T4 runs today; the route runs the H200's own (Sm80) "
-                               "variant of PyTorch's memory-efficient kernel, not the Sm75 one a T4 runs"},
-        "target": {"what": "head-512 routed prefill >= 5x faster than the sm_75 Triton build at 2k-4k tokens, "
-                           "max error within 1.5x of Triton's", "met": met},
-        "summary": summary, "rows": rows,
+        "conditions": {
+            **native["conditions"],
+            "sm75_run": sm75["conditions"],
+            "note": "measured on an NVIDIA H200, not a T4: the sm_75 Triton build run on the H200 "
+            "stands in for what a T4 runs today; the route runs the H200's own (Sm80) "
+            "variant of PyTorch's memory-efficient kernel, not the Sm75 one a T4 runs",
+        },
+        "target": {
+            "what": "head-512 routed prefill >= 5x faster than the sm_75 Triton build at 2k-4k tokens, "
+            "max error within 1.5x of Triton's",
+            "met": met,
+        },
+        "summary": summary,
+        "rows": rows,
     }
     Path(out).write_text(json.dumps(result, indent=2) + "\n")
     for s in summary:

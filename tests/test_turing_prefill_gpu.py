@@ -24,8 +24,13 @@ def kernel():
     from gemma4_t4.turing.prefill_bench import load_triton_kernel
 
     props = torch.cuda.get_device_properties(0)
-    device = {"platform": "cuda", "name": props.name, "capability": (props.major, props.minor),
-              "limit": int(props.shared_memory_per_block_optin), "limit_source": "target"}
+    device = {
+        "platform": "cuda",
+        "name": props.name,
+        "capability": (props.major, props.minor),
+        "limit": int(props.shared_memory_per_block_optin),
+        "limit_source": "target",
+    }
     loaded, _ = load_triton_kernel(os.environ.get("GEMMA4_T4_VLLM_ROOT"), (props.major, props.minor), device)
     return loaded
 
@@ -37,8 +42,10 @@ def test_route_matches_float32_and_triton(kernel, head, window, length, shared_k
     from gemma4_t4.turing import prefill_bench as pb
 
     shape = pb.LayerShape("E2B", "global" if window is None else "sliding", head, 8, 1, window)
-    for query_lens, context_lens in (([length], [length]),
-                                     ([1, length, 1, 300, 64], [700, length, length + 9, 300, 564])):
+    for query_lens, context_lens in (
+        ([length], [length]),
+        ([1, length, 1, 300, 64], [700, length, length + 9, 300, 564]),
+    ):
         step = pb.make_step(shape, query_lens, context_lens, seed=length + head, shared_kv=shared_kv)
         result = pb.measure(step, kernel.module, timing=False)
         route, triton = result["route"], result["triton"]

