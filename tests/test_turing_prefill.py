@@ -587,3 +587,47 @@ def test_bench_prefill_on_a_cpu_machine_says_it_needs_a_gpu(capsys):
     err = capsys.readouterr().err
     assert "needs a CUDA GPU" in err and "Traceback" not in err
     assert not Path("/nonexistent/never-written").exists()
+
+
+# ----------------------------------------------------------------------------- notebook 4's TTFT curve
+
+def test_ttft_on_off_starts_one_server_per_mode_and_records_what_the_route_did(tmp_path):
+    """Against the FAKE OpenAI server (gemma4_t4.bench.fake_server): the orchestration, not vLLM."""
+    from gemma4_t4.bench.fake_server import FakeScript, FakeServer, FakeServerState
+    from gemma4_t4.server import ServerConfig, free_port
+    from gemma4_t4.turing.ttft import ttft_route_on_off
+
+    started = []
+
+    class FakeVLLM:  # a stand-in for VLLMServer: a fake server whose TTFT depends on the switch
+        def __init__(self, cfg):
+            self.cfg = cfg
+            switch = cfg.extra_env[prefill.ENV_SWITCH]
+            ttft = 0.04 if switch == "0" else 0.01
+            self.fake = FakeServer(free_port(), FakeServerState(default=FakeScript(ttft_s=ttft, gap_s=0.001)))
+            self.log_path = tmp_path / f"vllm-{switch}.log"
+            action = "disabled" if switch == "0" else "routed"
+            self.log_path.write_text(f"INFO gemma4-t4 turing prefill: {action}: test [vLLM 0.33.0, via plugin, pid 1]\n")
+            started.append(switch)
+
+        @property
+        def base_url(self):
+            return self.fake.base_url
+
+        def __enter__(self):
+            self.fake.start()
+            return self
+
+        def __exit__(self, *exc):
+            self.fake.stop()
+
+    config = ServerConfig(model="fake-model", target="t4", extra_env={"KEEP": "1"})
+    report = ttft_route_on_off(config, tmp_path / "out", (32, 64), server_factory=FakeVLLM, output_len=2,
+                               num_prompts=2, warmup=0, progress=False)
+    assert started == ["0", "1"]
+    assert [r["input_len"] for r in report["rows"]] == [32, 64]
+    for row in report["rows"]:
+        assert row["ttft_ms_route_off"] > row["ttft_ms_route_on"] > 0 and row["speedup"] > 1.5
+    assert report["route_on_active"] and report["route_off_log"] == ["disabled"]
+    assert Path(report["plot"]).stat().st_size > 1000
+    assert config.extra_env == {"KEEP": "1"}  # the caller's config is not changed
