@@ -591,6 +591,7 @@ def test_bench_prefill_on_a_cpu_machine_says_it_needs_a_gpu(capsys):
 
 # ----------------------------------------------------------------------------- notebook 4's TTFT curve
 
+
 def test_ttft_on_off_starts_one_server_per_mode_and_records_what_the_route_did(tmp_path):
     """Against the FAKE OpenAI server (gemma4_t4.bench.fake_server): the orchestration, not vLLM."""
     from gemma4_t4.bench.fake_server import FakeScript, FakeServer, FakeServerState
@@ -607,7 +608,9 @@ def test_ttft_on_off_starts_one_server_per_mode_and_records_what_the_route_did(t
             self.fake = FakeServer(free_port(), FakeServerState(default=FakeScript(ttft_s=ttft, gap_s=0.001)))
             self.log_path = tmp_path / f"vllm-{switch}.log"
             action = "disabled" if switch == "0" else "routed"
-            self.log_path.write_text(f"INFO gemma4-t4 turing prefill: {action}: test [vLLM 0.33.0, via plugin, pid 1]\n")
+            self.log_path.write_text(
+                f"INFO gemma4-t4 turing prefill: {action}: test [vLLM 0.33.0, via plugin, pid 1]\n"
+            )
             started.append(switch)
 
         @property
@@ -622,8 +625,16 @@ def test_ttft_on_off_starts_one_server_per_mode_and_records_what_the_route_did(t
             self.fake.stop()
 
     config = ServerConfig(model="fake-model", target="t4", extra_env={"KEEP": "1"})
-    report = ttft_route_on_off(config, tmp_path / "out", (32, 64), server_factory=FakeVLLM, output_len=2,
-                               num_prompts=2, warmup=0, progress=False)
+    report = ttft_route_on_off(
+        config,
+        tmp_path / "out",
+        (32, 64),
+        server_factory=FakeVLLM,
+        output_len=2,
+        num_prompts=2,
+        warmup=0,
+        progress=False,
+    )
     assert started == ["0", "1"]
     assert [r["input_len"] for r in report["rows"]] == [32, 64]
     for row in report["rows"]:
