@@ -19,8 +19,8 @@ the cache itself, or differs in any checked way, is refused (:func:`structure_pr
 Which layers and prompts use the route is decided by measurement (``gemma4-t4 turing
 bench-prefill``, :mod:`.prefill_bench`), cached per GPU + versions. With no verdict for this GPU
 yet, the route is on for sm_7x: there the alternative is FMA code, which the memory-efficient
-kernel beat by 20x and more on the same GPU (docs/turing.md); the log line says so, and running
-the benchmark replaces that default with a measured decision.
+kernel beat by 4.5-21x at head 512 on an H200 running that code (docs/turing.md); the log line
+says so, and running the benchmark replaces that default with a measured decision.
 
 Everything here is torch-only; vLLM is imported only by :func:`install` on an sm_7x GPU.
 """
@@ -306,16 +306,10 @@ def split_kv_cache(kv_cache: Any, head_size: int) -> tuple[Any, Any]:
 
 
 def gather_prompt_kv(
-    key_cache: Any, value_cache: Any, block_table: Any, seq_ids: list[int], lengths: list[int]
+    key_cache: Any, value_cache: Any, block_table: Any, rows: Any, pos: Any
 ) -> tuple[Any, Any]:
-    """K/V of whole prompts read back from the paged cache: [sum(lengths), kv_heads, head]."""
-    import torch
-
-    device = key_cache.device
+    """K/V read back from the paged cache: token ``pos[i]`` of sequence ``rows[i]`` -> [len(pos), kv_heads, head]."""
     block_size = key_cache.shape[1]
-    rows = torch.cat([torch.full((n,), i, dtype=torch.int64) for i, n in zip(seq_ids, lengths, strict=True)])
-    pos = torch.cat([torch.arange(n, dtype=torch.int64) for n in lengths])
-    rows, pos = rows.to(device, non_blocking=True), pos.to(device, non_blocking=True)
     blocks = block_table[rows, pos // block_size].long()
     offsets = pos % block_size
     return key_cache[blocks, offsets], value_cache[blocks, offsets]
@@ -331,29 +325,49 @@ def expand_kv_heads(x: Any, num_heads: int) -> Any:
     )
 
 
-def _token_index(cu: list[int], seq_ids: list[int], device: Any) -> Any:
-    import torch
+def _index_plan(
+    query_lens: list[int], routed: list[int], rest: list[int], gather: bool
+) -> tuple[dict, list[int]]:
+    """Every index the split needs, as slices of one int64 list (one host-to-device copy per call)."""
+    cu = [0]
+    for n in query_lens:
+        cu.append(cu[-1] + n)
+    flat: list[int] = []
+    where: dict[str, slice] = {}
 
-    index = torch.cat([torch.arange(cu[i], cu[i + 1], dtype=torch.int64) for i in seq_ids])
-    return index.to(device, non_blocking=True)
+    def put(name: str, values: list[int]) -> None:
+        where[name] = slice(len(flat), len(flat) + len(values))
+        flat.extend(values)
+
+    lengths = [query_lens[i] for i in routed]
+    packed = [0]
+    for n in lengths:
+        packed.append(packed[-1] + n)
+    put("packed_cu", packed)
+    if routed != list(range(routed[0], routed[-1] + 1)):
+        put("routed_tokens", [t for i in routed for t in range(cu[i], cu[i + 1])])
+    if gather:
+        put("gather_rows", [i for i in routed for _ in range(query_lens[i])])
+        put("gather_pos", [p for i in routed for p in range(query_lens[i])])
+    if rest:
+        rest_cu = [0]
+        for i in rest:
+            rest_cu.append(rest_cu[-1] + query_lens[i])
+        put("rest_tokens", [t for i in rest for t in range(cu[i], cu[i + 1])])
+        put("rest_seqs", rest)
+        put("rest_cu", rest_cu)
+    return where, flat
 
 
-def _sub_metadata(attn_metadata: Any, seq_ids: list[int], query_lens: list[int], seq_lens: list[int]) -> Any:
-    """The metadata of a subset of the step's sequences, for vLLM's own forward."""
-    import torch
-
-    device = attn_metadata.query_start_loc.device
-    lens = [query_lens[i] for i in seq_ids]
-    cu = torch.zeros(len(seq_ids) + 1, dtype=attn_metadata.query_start_loc.dtype)
-    cu[1:] = torch.cumsum(torch.tensor(lens), 0)
-    index = torch.tensor(seq_ids, dtype=torch.int64).to(device, non_blocking=True)
+def _sub_metadata(attn_metadata: Any, seqs: Any, cu: Any, query_lens: list[int], seq_lens: list[int]) -> Any:
+    """The metadata of a subset of the step's sequences (device ``seqs`` and ``cu``), for vLLM's forward."""
     changes = dict(
-        num_actual_tokens=sum(lens),
-        max_query_len=max(lens),
-        query_start_loc=cu.to(device, non_blocking=True),
-        max_seq_len=max(seq_lens[i] for i in seq_ids),
-        seq_lens=attn_metadata.seq_lens.index_select(0, index),
-        block_table=attn_metadata.block_table.index_select(0, index),
+        num_actual_tokens=sum(query_lens),
+        max_query_len=max(query_lens),
+        query_start_loc=cu,
+        max_seq_len=max(seq_lens),
+        seq_lens=attn_metadata.seq_lens.index_select(0, seqs),
+        block_table=attn_metadata.block_table.index_select(0, seqs),
     )
     if dataclasses.is_dataclass(attn_metadata):
         sub = dataclasses.replace(attn_metadata, **changes)
@@ -363,7 +377,7 @@ def _sub_metadata(attn_metadata: Any, seq_ids: list[int], query_lens: list[int],
         sub = copy.copy(attn_metadata)
         for name, value in changes.items():
             setattr(sub, name, value)
-    setattr(sub, HOST_LENGTHS_ATTR, (lens, [seq_lens[i] for i in seq_ids]))
+    setattr(sub, HOST_LENGTHS_ATTR, (list(query_lens), list(seq_lens)))
     return sub
 
 
@@ -521,38 +535,47 @@ class PrefillRoute:
     ) -> None:
         import torch
 
-        cu = [0]
-        for n in query_lens:
-            cu.append(cu[-1] + n)
-        lengths = [query_lens[i] for i in routed]
-        contiguous = routed == list(range(routed[0], routed[-1] + 1))
-        if contiguous:
-            span = slice(cu[routed[0]], cu[routed[-1] + 1])
-            q = query[span]
-        else:
-            index = _token_index(cu, routed, query.device)
+        gather = key is None or value is None  # KV-shared layer: the prompts' K/V are in the cache already
+        where, flat = _index_plan(query_lens, routed, rest, gather)
+        indices = torch.tensor(flat, dtype=torch.int64).to(query.device, non_blocking=True)
+
+        def part(name: str) -> Any:
+            return indices[where[name]]
+
+        if "routed_tokens" in where:
+            index = part("routed_tokens")
             q = query.index_select(0, index)
-        if key is not None and value is not None:
-            k = key[span] if contiguous else key.index_select(0, index)
-            v = value[span] if contiguous else value.index_select(0, index)
-        else:  # KV-shared layer: the target layer's K/V of these prompts are in the cache already
+        else:
+            start = sum(query_lens[: routed[0]])
+            span = slice(start, start + sum(query_lens[i] for i in routed))
+            q = query[span]
+        if not gather:
+            k = key[span] if "routed_tokens" not in where else key.index_select(0, index)
+            v = value[span] if "routed_tokens" not in where else value.index_select(0, index)
+        else:
             key_cache, value_cache = split_kv_cache(kv_cache, impl.head_size)
-            k, v = gather_prompt_kv(key_cache, value_cache, attn_metadata.block_table, routed, lengths)
+            k, v = gather_prompt_kv(
+                key_cache, value_cache, attn_metadata.block_table, part("gather_rows"), part("gather_pos")
+            )
         k, v = expand_kv_heads(k, impl.num_heads), expand_kv_heads(v, impl.num_heads)
-        packed = torch.zeros(len(routed) + 1, dtype=torch.int32)
-        packed[1:] = torch.cumsum(torch.tensor(lengths), 0)
         out = self.attention(
             q.contiguous(),
             k,
             v,
-            packed.to(query.device, non_blocking=True),
-            max(lengths),
+            part("packed_cu").to(torch.int32),
+            max(query_lens[i] for i in routed),
             impl.scale,
             _window(impl),
         )
         if rest:
-            rest_index = _token_index(cu, rest, query.device)
-            sub = _sub_metadata(attn_metadata, rest, query_lens, seq_lens)
+            rest_index = part("rest_tokens")
+            sub = _sub_metadata(
+                attn_metadata,
+                part("rest_seqs"),
+                part("rest_cu").to(attn_metadata.query_start_loc.dtype),
+                [query_lens[i] for i in rest],
+                [seq_lens[i] for i in rest],
+            )
             rest_out = output.new_empty((sub.num_actual_tokens, *output.shape[1:]))
             original(
                 impl,
@@ -565,10 +588,10 @@ class PrefillRoute:
                 rest_out,
             )
             output.index_copy_(0, rest_index, rest_out)
-        if contiguous:
-            output[span] = out
-        else:
+        if "routed_tokens" in where:
             output.index_copy_(0, index, out)
+        else:
+            output[span] = out
 
 
 def _window(impl: Any) -> int | None:
