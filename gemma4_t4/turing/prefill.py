@@ -325,38 +325,47 @@ def expand_kv_heads(x: Any, num_heads: int) -> Any:
     )
 
 
-def _index_plan(
-    query_lens: list[int], routed: list[int], rest: list[int], gather: bool
-) -> tuple[dict, list[int]]:
-    """Every index the split needs, as slices of one int64 list (one host-to-device copy per call)."""
+def _ranges(starts: list[int], lengths: list[int]) -> Any:
+    """``cat(arange(s, s + n))`` over the pairs, on the CPU, in a fixed number of torch ops."""
+    import torch
+
+    starts_t, lengths_t = torch.tensor(starts, dtype=torch.int64), torch.tensor(lengths, dtype=torch.int64)
+    first = torch.cumsum(lengths_t, 0) - lengths_t  # where each range begins in the output
+    total = int(lengths_t.sum())
+    return torch.arange(total, dtype=torch.int64) + torch.repeat_interleave(starts_t - first, lengths_t)
+
+
+def _index_plan(query_lens: list[int], routed: list[int], rest: list[int], gather: bool) -> tuple[dict, Any]:
+    """Every index the split needs, as slices of one int64 CPU tensor (one host-to-device copy per call)."""
+    import torch
+
     cu = [0]
     for n in query_lens:
         cu.append(cu[-1] + n)
-    flat: list[int] = []
+    pieces: list[Any] = []
     where: dict[str, slice] = {}
+    size = 0
 
-    def put(name: str, values: list[int]) -> None:
-        where[name] = slice(len(flat), len(flat) + len(values))
-        flat.extend(values)
+    def put(name: str, values: Any) -> None:
+        nonlocal size
+        values = values if isinstance(values, torch.Tensor) else torch.tensor(values, dtype=torch.int64)
+        where[name] = slice(size, size + values.numel())
+        size += values.numel()
+        pieces.append(values)
 
     lengths = [query_lens[i] for i in routed]
-    packed = [0]
-    for n in lengths:
-        packed.append(packed[-1] + n)
-    put("packed_cu", packed)
+    put("packed_cu", [0] + [sum(lengths[: j + 1]) for j in range(len(lengths))])
     if routed != list(range(routed[0], routed[-1] + 1)):
-        put("routed_tokens", [t for i in routed for t in range(cu[i], cu[i + 1])])
+        put("routed_tokens", _ranges([cu[i] for i in routed], lengths))
     if gather:
-        put("gather_rows", [i for i in routed for _ in range(query_lens[i])])
-        put("gather_pos", [p for i in routed for p in range(query_lens[i])])
+        put("gather_rows", torch.repeat_interleave(torch.tensor(routed), torch.tensor(lengths)))
+        put("gather_pos", _ranges([0] * len(routed), lengths))
     if rest:
-        rest_cu = [0]
-        for i in rest:
-            rest_cu.append(rest_cu[-1] + query_lens[i])
-        put("rest_tokens", [t for i in rest for t in range(cu[i], cu[i + 1])])
+        rest_lens = [query_lens[i] for i in rest]
+        put("rest_tokens", _ranges([cu[i] for i in rest], rest_lens))
         put("rest_seqs", rest)
-        put("rest_cu", rest_cu)
-    return where, flat
+        put("rest_cu", [0] + torch.cumsum(torch.tensor(rest_lens), 0).tolist())
+    return where, torch.cat(pieces)
 
 
 def _sub_metadata(attn_metadata: Any, seqs: Any, cu: Any, query_lens: list[int], seq_lens: list[int]) -> Any:
@@ -537,7 +546,7 @@ class PrefillRoute:
 
         gather = key is None or value is None  # KV-shared layer: the prompts' K/V are in the cache already
         where, flat = _index_plan(query_lens, routed, rest, gather)
-        indices = torch.tensor(flat, dtype=torch.int64).to(query.device, non_blocking=True)
+        indices = flat.to(query.device, non_blocking=True)
 
         def part(name: str) -> Any:
             return indices[where[name]]
