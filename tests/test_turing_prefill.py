@@ -193,9 +193,7 @@ def test_contiguous_prompts_only_skip_vllm_forward():
 def test_gather_reads_prompts_through_a_shuffled_block_table():
     step = pb.make_step(GLOBAL, *MIXED, device="cpu", seed=11)
     key_cache, value_cache = prefill.split_kv_cache(step.kv_cache, 512)
-    rows = torch.tensor([1] * 30 + [3] * 20)
-    pos = torch.cat([torch.arange(30), torch.arange(20)])
-    k, v = prefill.gather_prompt_kv(key_cache, value_cache, step.metadata.block_table, rows, pos)
+    k, v = prefill.gather_prompt_kv(key_cache, value_cache, step.metadata.block_table, [1, 3], [30, 20])
     starts = [sum(MIXED[0][:i]) for i in (1, 3)]
     assert torch.equal(
         k, torch.cat([step.key[starts[0] : starts[0] + 30], step.key[starts[1] : starts[1] + 20]])

@@ -306,10 +306,16 @@ def split_kv_cache(kv_cache: Any, head_size: int) -> tuple[Any, Any]:
 
 
 def gather_prompt_kv(
-    key_cache: Any, value_cache: Any, block_table: Any, rows: Any, pos: Any
+    key_cache: Any, value_cache: Any, block_table: Any, seq_ids: list[int], lengths: list[int]
 ) -> tuple[Any, Any]:
-    """K/V read back from the paged cache: token ``pos[i]`` of sequence ``rows[i]`` -> [len(pos), kv_heads, head]."""
+    """K/V of whole prompts read back from the paged cache: [sum(lengths), kv_heads, head]."""
+    import torch
+
+    device = key_cache.device
     block_size = key_cache.shape[1]
+    rows = torch.cat([torch.full((n,), i, dtype=torch.int64) for i, n in zip(seq_ids, lengths, strict=True)])
+    pos = torch.cat([torch.arange(n, dtype=torch.int64) for n in lengths])
+    rows, pos = rows.to(device, non_blocking=True), pos.to(device, non_blocking=True)
     blocks = block_table[rows, pos // block_size].long()
     offsets = pos % block_size
     return key_cache[blocks, offsets], value_cache[blocks, offsets]
@@ -325,58 +331,29 @@ def expand_kv_heads(x: Any, num_heads: int) -> Any:
     )
 
 
-def _ranges(starts: list[int], lengths: list[int]) -> Any:
-    """``cat(arange(s, s + n))`` over the pairs, on the CPU, in a fixed number of torch ops."""
+def _token_index(cu: list[int], seq_ids: list[int], device: Any) -> Any:
     import torch
 
-    starts_t, lengths_t = torch.tensor(starts, dtype=torch.int64), torch.tensor(lengths, dtype=torch.int64)
-    first = torch.cumsum(lengths_t, 0) - lengths_t  # where each range begins in the output
-    total = int(lengths_t.sum())
-    return torch.arange(total, dtype=torch.int64) + torch.repeat_interleave(starts_t - first, lengths_t)
+    index = torch.cat([torch.arange(cu[i], cu[i + 1], dtype=torch.int64) for i in seq_ids])
+    return index.to(device, non_blocking=True)
 
 
-def _index_plan(query_lens: list[int], routed: list[int], rest: list[int], gather: bool) -> tuple[dict, Any]:
-    """Every index the split needs, as slices of one int64 CPU tensor (one host-to-device copy per call)."""
+def _sub_metadata(attn_metadata: Any, seq_ids: list[int], query_lens: list[int], seq_lens: list[int]) -> Any:
+    """The metadata of a subset of the step's sequences, for vLLM's own forward."""
     import torch
 
-    cu = [0]
-    for n in query_lens:
-        cu.append(cu[-1] + n)
-    pieces: list[Any] = []
-    where: dict[str, slice] = {}
-    size = 0
-
-    def put(name: str, values: Any) -> None:
-        nonlocal size
-        values = values if isinstance(values, torch.Tensor) else torch.tensor(values, dtype=torch.int64)
-        where[name] = slice(size, size + values.numel())
-        size += values.numel()
-        pieces.append(values)
-
-    lengths = [query_lens[i] for i in routed]
-    put("packed_cu", [0] + [sum(lengths[: j + 1]) for j in range(len(lengths))])
-    if routed != list(range(routed[0], routed[-1] + 1)):
-        put("routed_tokens", _ranges([cu[i] for i in routed], lengths))
-    if gather:
-        put("gather_rows", torch.repeat_interleave(torch.tensor(routed), torch.tensor(lengths)))
-        put("gather_pos", _ranges([0] * len(routed), lengths))
-    if rest:
-        rest_lens = [query_lens[i] for i in rest]
-        put("rest_tokens", _ranges([cu[i] for i in rest], rest_lens))
-        put("rest_seqs", rest)
-        put("rest_cu", [0] + torch.cumsum(torch.tensor(rest_lens), 0).tolist())
-    return where, torch.cat(pieces)
-
-
-def _sub_metadata(attn_metadata: Any, seqs: Any, cu: Any, query_lens: list[int], seq_lens: list[int]) -> Any:
-    """The metadata of a subset of the step's sequences (device ``seqs`` and ``cu``), for vLLM's forward."""
+    device = attn_metadata.query_start_loc.device
+    lens = [query_lens[i] for i in seq_ids]
+    cu = torch.zeros(len(seq_ids) + 1, dtype=attn_metadata.query_start_loc.dtype)
+    cu[1:] = torch.cumsum(torch.tensor(lens), 0)
+    index = torch.tensor(seq_ids, dtype=torch.int64).to(device, non_blocking=True)
     changes = dict(
-        num_actual_tokens=sum(query_lens),
-        max_query_len=max(query_lens),
-        query_start_loc=cu,
-        max_seq_len=max(seq_lens),
-        seq_lens=attn_metadata.seq_lens.index_select(0, seqs),
-        block_table=attn_metadata.block_table.index_select(0, seqs),
+        num_actual_tokens=sum(lens),
+        max_query_len=max(lens),
+        query_start_loc=cu.to(device, non_blocking=True),
+        max_seq_len=max(seq_lens[i] for i in seq_ids),
+        seq_lens=attn_metadata.seq_lens.index_select(0, index),
+        block_table=attn_metadata.block_table.index_select(0, index),
     )
     if dataclasses.is_dataclass(attn_metadata):
         sub = dataclasses.replace(attn_metadata, **changes)
@@ -386,7 +363,7 @@ def _sub_metadata(attn_metadata: Any, seqs: Any, cu: Any, query_lens: list[int],
         sub = copy.copy(attn_metadata)
         for name, value in changes.items():
             setattr(sub, name, value)
-    setattr(sub, HOST_LENGTHS_ATTR, (list(query_lens), list(seq_lens)))
+    setattr(sub, HOST_LENGTHS_ATTR, (lens, [seq_lens[i] for i in seq_ids]))
     return sub
 
 
@@ -544,47 +521,38 @@ class PrefillRoute:
     ) -> None:
         import torch
 
-        gather = key is None or value is None  # KV-shared layer: the prompts' K/V are in the cache already
-        where, flat = _index_plan(query_lens, routed, rest, gather)
-        indices = flat.to(query.device, non_blocking=True)
-
-        def part(name: str) -> Any:
-            return indices[where[name]]
-
-        if "routed_tokens" in where:
-            index = part("routed_tokens")
-            q = query.index_select(0, index)
-        else:
-            start = sum(query_lens[: routed[0]])
-            span = slice(start, start + sum(query_lens[i] for i in routed))
+        cu = [0]
+        for n in query_lens:
+            cu.append(cu[-1] + n)
+        lengths = [query_lens[i] for i in routed]
+        contiguous = routed == list(range(routed[0], routed[-1] + 1))
+        if contiguous:
+            span = slice(cu[routed[0]], cu[routed[-1] + 1])
             q = query[span]
-        if not gather:
-            k = key[span] if "routed_tokens" not in where else key.index_select(0, index)
-            v = value[span] if "routed_tokens" not in where else value.index_select(0, index)
         else:
+            index = _token_index(cu, routed, query.device)
+            q = query.index_select(0, index)
+        if key is not None and value is not None:
+            k = key[span] if contiguous else key.index_select(0, index)
+            v = value[span] if contiguous else value.index_select(0, index)
+        else:  # KV-shared layer: the target layer's K/V of these prompts are in the cache already
             key_cache, value_cache = split_kv_cache(kv_cache, impl.head_size)
-            k, v = gather_prompt_kv(
-                key_cache, value_cache, attn_metadata.block_table, part("gather_rows"), part("gather_pos")
-            )
+            k, v = gather_prompt_kv(key_cache, value_cache, attn_metadata.block_table, routed, lengths)
         k, v = expand_kv_heads(k, impl.num_heads), expand_kv_heads(v, impl.num_heads)
+        packed = torch.zeros(len(routed) + 1, dtype=torch.int32)
+        packed[1:] = torch.cumsum(torch.tensor(lengths), 0)
         out = self.attention(
             q.contiguous(),
             k,
             v,
-            part("packed_cu").to(torch.int32),
-            max(query_lens[i] for i in routed),
+            packed.to(query.device, non_blocking=True),
+            max(lengths),
             impl.scale,
             _window(impl),
         )
         if rest:
-            rest_index = part("rest_tokens")
-            sub = _sub_metadata(
-                attn_metadata,
-                part("rest_seqs"),
-                part("rest_cu").to(attn_metadata.query_start_loc.dtype),
-                [query_lens[i] for i in rest],
-                [seq_lens[i] for i in rest],
-            )
+            rest_index = _token_index(cu, rest, query.device)
+            sub = _sub_metadata(attn_metadata, rest, query_lens, seq_lens)
             rest_out = output.new_empty((sub.num_actual_tokens, *output.shape[1:]))
             original(
                 impl,
@@ -597,10 +565,10 @@ class PrefillRoute:
                 rest_out,
             )
             output.index_copy_(0, rest_index, rest_out)
-        if "routed_tokens" in where:
-            output.index_copy_(0, index, out)
-        else:
+        if contiguous:
             output[span] = out
+        else:
+            output.index_copy_(0, index, out)
 
 
 def _window(impl: Any) -> int | None:
