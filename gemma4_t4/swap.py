@@ -17,14 +17,17 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from gemma4_t4 import env
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.runner import CommandResult, Runner, subprocess_runner
+
+# CommandResult, Runner and subprocess_runner stay importable from here (they used to live here).
 
 GIB = 1024**3
 MIB = 1024**2
@@ -33,25 +36,6 @@ DEFAULT_SWAP_SIZE = "16G"
 DISK_HEADROOM_BYTES = 1 * GIB  # never fill the disk to the last byte
 CAP_SYS_ADMIN = 21
 SWAP_SIGNATURES = (b"SWAPSPACE2", b"SWAP-SPACE")
-
-
-@dataclass
-class CommandResult:
-    returncode: int
-    stdout: str = ""
-    stderr: str = ""
-
-
-Runner = Callable[..., CommandResult]  # runner(command: list[str], input: str | None = None)
-
-
-def subprocess_runner(command: list[str], input: str | None = None) -> CommandResult:
-    """The real runner: runs ``command`` and captures its output."""
-    try:
-        done = subprocess.run(command, input=input, capture_output=True, text=True, timeout=1800)
-    except FileNotFoundError as exc:
-        return CommandResult(127, "", str(exc))
-    return CommandResult(done.returncode, done.stdout, done.stderr)
 
 
 def parse_size(size: str | int) -> int:
@@ -131,13 +115,11 @@ def _cap_in_bounding_set(cap: int, status_text: str | None = None) -> bool | Non
 
 
 def detect_swap_environment(runner: Runner = subprocess_runner) -> SwapEnvironment:
-    from gemma4_t4.gate import detect_platform
-
     is_root = os.geteuid() == 0
     sudo_ok = False
     if not is_root and shutil.which("sudo"):
         sudo_ok = runner(["sudo", "-n", "true"]).returncode == 0
-    return SwapEnvironment(platform=detect_platform(), is_root=is_root, sudo_ok=sudo_ok,
+    return SwapEnvironment(platform=env.detect_platform(env.Probes())[0], is_root=is_root, sudo_ok=sudo_ok,
                            cap_sys_admin=_cap_in_bounding_set(CAP_SYS_ADMIN))
 
 
