@@ -127,7 +127,7 @@ class GateRefused(Gemma4T4Error):
         super().__init__(result.report(), fix="fix each reason above, or pass force=True (CLI: --force) "
                                               "to launch anyway")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         return super().to_dict() | {"reasons": to_jsonable(self.result.reasons)}
 
 
