@@ -25,7 +25,7 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import psutil
 
@@ -82,8 +82,47 @@ class GateFacts:
     weights_on_disk: bool | None = None
     disk_path: str | None = None
     disk_free_bytes: int | None = None
-    doctor_errors: list[dict[str, Any]] = field(default_factory=list)  # other blocking doctor findings
+    doctor_errors: list[DoctorError] = field(default_factory=list)  # other blocking doctor findings
     notes: list[str] = field(default_factory=list)  # why a fact is missing
+
+
+class DoctorError(TypedDict):
+    """A blocking finding of ``gemma4-t4 doctor`` that the gate passes on as a reason."""
+
+    code: str
+    message: str
+    fix: str | None
+
+
+# What one probe found: any GateFacts fields by name, and "_note" saying why something is unknown.
+class ProbeAnswer(TypedDict, total=False):
+    platform: str | None
+    torch_version: str | None
+    torch_cuda_build: str | None
+    cuda_available: bool | None
+    gpu_present: bool | None
+    gpu_name: str | None
+    gpu_count: int | None
+    compute_capability: tuple[int, int] | None
+    smem_per_block_optin: int | None
+    gpu_memory_bytes: int | None
+    turing_fix_active: bool | None
+    turing_fix_proven: bool | None
+    turing_detail: str | None
+    ram_total_bytes: int | None
+    ram_available_bytes: int | None
+    swap_total_bytes: int | None
+    swap_free_bytes: int | None
+    load_peak_bytes: int | None
+    gpu_fit_ok: bool | None
+    gpu_fit_detail: str | None
+    gpu_fit_fix: str | None
+    weights_bytes: int | None
+    weights_on_disk: bool | None
+    disk_path: str | None
+    disk_free_bytes: int | None
+    doctor_errors: list[DoctorError]
+    _note: str
 
 
 @dataclass
@@ -292,12 +331,12 @@ def _note(facts: GateFacts, *checks: str) -> str:
 _DOCTOR_CODES_COVERED = {"cpu-torch-on-gpu-host", "cuda-init-failed", "no-gpu", "nvidia-smi-failed"}
 
 
-def facts_from_host(report: env.EnvReport) -> dict[str, Any]:
+def facts_from_host(report: env.EnvReport) -> ProbeAnswer:
     """The gate's device facts (bytes, capability tuples) read from the host model."""
     f = report.facts
     gpu = f.gpus[0] if f.gpus else None
     capability = env.parse_capability(f.compute_capability)
-    facts: dict[str, Any] = {
+    facts: ProbeAnswer = {
         "platform": f.platform,
         "torch_version": f.torch_version,
         "torch_cuda_build": None if f.torch_is_cpu_build else f.torch_cuda,
@@ -318,19 +357,19 @@ def facts_from_host(report: env.EnvReport) -> dict[str, Any]:
     return facts
 
 
-def probe_torch() -> dict[str, Any]:
+def probe_torch() -> ProbeAnswer:
     """torch build, the CUDA device it sees, and the doctor's blocking errors (``gemma4_t4.env``)."""
     return facts_from_host(env.doctor(smem=True))  # smem=True initialises CUDA through torch: the check we need
 
 
-def probe_turing(compute_capability: tuple[int, int] | None) -> dict[str, Any]:
+def probe_turing(compute_capability: tuple[int, int] | None) -> ProbeAnswer:
     """Is the Turing fix active for vLLM's processes (plugin registered and enabled, or file patch),
     and proven offline for the installed vLLM + Triton (``gemma4_t4.proof``, cached)?
 
     The proof runs only for a device that needs the fix; without a readable device it stays unknown.
     """
     status = turing.status()
-    facts: dict[str, Any] = {"turing_fix_active": bool(status.active), "turing_detail": status.summary}
+    facts: ProbeAnswer = {"turing_fix_active": bool(status.active), "turing_detail": status.summary}
     if compute_capability is not None and env.needs_turing_fix(None, compute_capability):
         arch = f"sm_{compute_capability[0]}{compute_capability[1]}"
         proof = turing_proof(arch if arch == "sm_75" else "sm_75")  # the tile cap is proven for Turing limits
@@ -339,7 +378,7 @@ def probe_turing(compute_capability: tuple[int, int] | None) -> dict[str, Any]:
     return facts
 
 
-def probe_host_memory() -> dict[str, Any]:
+def probe_host_memory() -> ProbeAnswer:
     vm, sw = psutil.virtual_memory(), psutil.swap_memory()
     return {"ram_total_bytes": vm.total, "ram_available_bytes": vm.available,
             "swap_total_bytes": sw.total, "swap_free_bytes": sw.free}
@@ -392,9 +431,9 @@ def gpu_key(gpu_name: str | None, target: str) -> str:
     return "t4" if target == "t4" else target
 
 
-def probe_model(config: Any, device: dict[str, Any]) -> dict[str, Any]:
+def probe_model(config: Any, device: ProbeAnswer) -> ProbeAnswer:
     """Weights size, load peak, GPU fit and disk for ``config.model`` on ``device``."""
-    facts: dict[str, Any] = {}
+    facts: ProbeAnswer = {}
     model_path = Path(config.model)
     entry = catalog_entry(config.model)
     if model_path.exists():
@@ -422,7 +461,7 @@ def probe_model(config: Any, device: dict[str, Any]) -> dict[str, Any]:
 
 
 def _gpu_fit(config: Any, entry: tuple[str, str] | None, weights: int | None,
-             device: dict[str, Any]) -> dict[str, Any]:
+             device: ProbeAnswer) -> ProbeAnswer:
     """The fit calculator for catalog models; weights against vLLM's share of GPU memory otherwise."""
     gpu = gpu_key(device.get("gpu_name"), config.target)
     if entry is not None:
@@ -460,10 +499,10 @@ def _gpu_fit(config: Any, entry: tuple[str, str] | None, weights: int | None,
 class GateProbes:
     """Fact collectors; replace any of them to test the gate without a GPU."""
 
-    torch: Callable[[], dict[str, Any]] = probe_torch
-    turing: Callable[[tuple[int, int] | None], dict[str, Any]] = probe_turing
-    host_memory: Callable[[], dict[str, Any]] = probe_host_memory
-    model: Callable[[Any, dict[str, Any]], dict[str, Any]] = probe_model
+    torch: Callable[[], ProbeAnswer] = probe_torch
+    turing: Callable[[tuple[int, int] | None], ProbeAnswer] = probe_turing
+    host_memory: Callable[[], ProbeAnswer] = probe_host_memory
+    model: Callable[[Any, ProbeAnswer], ProbeAnswer] = probe_model
     platform: Callable[[], str] = detect_platform
     torch_fix_command: Callable[[], str | None] = lambda: _torch_fix_command()
 
@@ -483,7 +522,7 @@ def collect_facts(config: Any, probes: GateProbes | None = None) -> GateFacts:
     probes = probes or GateProbes()
     facts = GateFacts(target=config.target, model=str(config.model))
 
-    def merge(check: str, found: dict[str, Any]) -> None:
+    def merge(check: str, found: ProbeAnswer) -> None:
         note = found.pop("_note", None)
         if note:
             facts.notes.append(f"{check}: {note}")
@@ -491,7 +530,7 @@ def collect_facts(config: Any, probes: GateProbes | None = None) -> GateFacts:
             if key in _FACT_NAMES:
                 setattr(facts, key, value)
 
-    def run(check: str, probe: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
+    def run(check: str, probe: Callable[..., ProbeAnswer], *args: Any) -> ProbeAnswer:
         try:
             return dict(probe(*args))
         except Exception as exc:

@@ -39,6 +39,7 @@ from gemma4_t4 import env, turing
 from gemma4_t4.errors import Gemma4T4Error, UnexpectedError, debug_enabled, user_error
 from gemma4_t4.jsonable import to_jsonable
 from gemma4_t4.sagemaker.config import SECRET_KEY
+from gemma4_t4.sagemaker.health import HealthReport, check_health
 from gemma4_t4.server import DEFAULT_WORK_DIR
 
 try:
@@ -512,16 +513,14 @@ def query_model(prompt: str, endpoint_name: str | None = None, region: str = "us
 
 @tool(READ_ONLY)
 def verify_model_health(endpoint_name: str | None = None, region: str = "us-east-2",
-                        base_url: str | None = None) -> dict[str, Any]:
+                        base_url: str | None = None) -> HealthReport:
     """A real generation check: known-answer prompts; degenerate or repetitive replies fail."""
-    from gemma4_t4.sagemaker.health import check_health
-
     _target(endpoint_name, base_url)
 
     def ask(prompt: str) -> str:
         return query_model(prompt, endpoint_name, region, base_url, max_tokens=32, temperature=0.0).text
 
-    return to_jsonable(check_health(ask))
+    return check_health(ask)
 
 
 @tool(DESTRUCTIVE, confirm=True)
