@@ -13,7 +13,9 @@ import errno
 import os
 
 DEBUG_ENV = "GEMMA4_T4_DEBUG"
-DEBUG_FIX = f"rerun with --debug (or {DEBUG_ENV}=1) to see the traceback, and report it if the cause is not yours"
+DEBUG_FIX = (
+    f"rerun with --debug (or {DEBUG_ENV}=1) to see the traceback, and report it if the cause is not yours"
+)
 
 
 class Gemma4T4Error(Exception):

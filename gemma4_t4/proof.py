@@ -69,8 +69,12 @@ def _run_verify(arch: str, vllm_root: str | None) -> Any:
     return turing.verify(arch, vllm_root=vllm_root)
 
 
-def turing_proof(arch: str = "sm_75", vllm_root: str | Path | None = None, cache: Path | None = None,
-                 verify: Callable[[str, str | None], Any] = _run_verify) -> TuringProof:
+def turing_proof(
+    arch: str = "sm_75",
+    vllm_root: str | Path | None = None,
+    cache: Path | None = None,
+    verify: Callable[[str, str | None], Any] = _run_verify,
+) -> TuringProof:
     """The proof for the installed vLLM + Triton, from the cache or by running it (then cached)."""
     try:
         key, parts = proof_key(arch, vllm_root)
@@ -91,15 +95,21 @@ def turing_proof(arch: str = "sm_75", vllm_root: str | Path | None = None, cache
         return TuringProof(None, arch, key, False, f"no proof: {exc.message}")
     failures = report.failures()
     if report.ok:
-        detail = (f"proven offline: every Gemma 4 attention launch fits {report.limit_bytes:,} B on {report.arch} "
-                  f"(vLLM {report.vllm_version}, Triton {report.triton_version})")
+        detail = (
+            f"proven offline: every Gemma 4 attention launch fits {report.limit_bytes:,} B on {report.arch} "
+            f"(vLLM {report.vllm_version}, Triton {report.triton_version})"
+        )
     else:
-        detail = (f"offline proof FAILED on {report.arch}: tile cap {report.patch_action} ({report.patch_reason}); "
-                  f"{len(failures)} launch(es) over {report.limit_bytes:,} B")
+        detail = (
+            f"offline proof FAILED on {report.arch}: tile cap {report.patch_action} ({report.patch_reason}); "
+            f"{len(failures)} launch(es) over {report.limit_bytes:,} B"
+        )
     proof = TuringProof(bool(report.ok), arch, key, False, detail, report.seconds)
     try:
-        atomic_write_json(path, {"key": key, "parts": parts, "ok": proof.proven, "detail": detail,
-                                 "seconds": report.seconds})
+        atomic_write_json(
+            path,
+            {"key": key, "parts": parts, "ok": proof.proven, "detail": detail, "seconds": report.seconds},
+        )
     except OSError:
         pass  # a read-only home: the proof holds for this start, it is just not remembered
     return proof

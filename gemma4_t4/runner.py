@@ -39,7 +39,9 @@ Runner = Callable[..., CommandResult]  # runner(command: list[str], input: str |
 def subprocess_runner(command: list[str], input: str | None = None, timeout: float = 1800.0) -> CommandResult:
     """The real runner: runs ``command`` and captures its output (text)."""
     try:
-        done = subprocess.run(command, input=input, capture_output=True, text=True, timeout=timeout, check=False)
+        done = subprocess.run(
+            command, input=input, capture_output=True, text=True, timeout=timeout, check=False
+        )
     except FileNotFoundError as exc:
         return CommandResult(NOT_FOUND, "", str(exc))
     except subprocess.TimeoutExpired:

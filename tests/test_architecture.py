@@ -29,7 +29,8 @@ def package_modules() -> dict[str, Path]:
 def _is_type_checking(node: ast.If) -> bool:
     test = node.test
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _imports(tree: ast.AST) -> list[tuple[ast.stmt, bool]]:
@@ -45,7 +46,9 @@ def _imports(tree: ast.AST) -> list[tuple[ast.stmt, bool]]:
                 continue
             if isinstance(child, (ast.Import, ast.ImportFrom)):
                 found.append((child, in_function))
-            visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
+            visit(
+                child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            )
 
     visit(tree, False)
     return found
@@ -137,10 +140,17 @@ def test_no_import_cycles_counting_function_local_imports():
 
 
 def _is_dict_str_any(node: ast.AST | None) -> bool:
-    return (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "dict"
-            and isinstance(node.slice, ast.Tuple) and len(node.slice.elts) == 2
-            and isinstance(node.slice.elts[0], ast.Name) and node.slice.elts[0].id == "str"
-            and isinstance(node.slice.elts[1], ast.Name) and node.slice.elts[1].id == "Any")
+    return (
+        isinstance(node, ast.Subscript)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "dict"
+        and isinstance(node.slice, ast.Tuple)
+        and len(node.slice.elts) == 2
+        and isinstance(node.slice.elts[0], ast.Name)
+        and node.slice.elts[0].id == "str"
+        and isinstance(node.slice.elts[1], ast.Name)
+        and node.slice.elts[1].id == "Any"
+    )
 
 
 def dict_any_annotations(path: Path) -> int:
@@ -163,15 +173,19 @@ def dict_any_annotations(path: Path) -> int:
 
 
 def dict_any_by_file() -> Counter[str]:
-    return Counter({str(p.relative_to(PACKAGE.parent)): dict_any_annotations(p) for p in PACKAGE.rglob("*.py")})
+    return Counter(
+        {str(p.relative_to(PACKAGE.parent)): dict_any_annotations(p) for p in PACKAGE.rglob("*.py")}
+    )
 
 
 def test_the_counter_counts():
     sample = PACKAGE.parent / ".cache" / "dict_any_sample.py"
     sample.parent.mkdir(parents=True, exist_ok=True)
-    sample.write_text("from typing import Any\n"
-                      "def f(a: dict[str, Any], b: dict[str, int]) -> dict[str, Any] | None: ...\n"
-                      "x: list[dict[str, Any]] = []\n")
+    sample.write_text(
+        "from typing import Any\n"
+        "def f(a: dict[str, Any], b: dict[str, int]) -> dict[str, Any] | None: ...\n"
+        "x: list[dict[str, Any]] = []\n"
+    )
     try:
         assert dict_any_annotations(sample) == 3
     finally:

@@ -56,15 +56,21 @@ def _doctor_raising(monkeypatch, exc: BaseException) -> None:
     monkeypatch.setattr("gemma4_t4.cli.doctor.doctor", broken)
 
 
-@pytest.mark.parametrize("exc, kind, fix_words", [
-    (PermissionError(errno.EACCES, "Permission denied", "/root/.cache/huggingface"), "PermissionError",
-     "permissions (/root/.cache/huggingface)"),
-    (OSError(errno.ENOSPC, "No space left on device", "/data"), "OSError", "free disk space (/data)"),
-    (OSError(errno.EROFS, "Read-only file system", "/mnt/ro"), "OSError", "read-only"),
-    (json.JSONDecodeError("Expecting value", "{", 1), "JSONDecodeError", "not valid JSON"),
-    (KeyError("gpus"), "KeyError", "--debug"),
-    (MemoryError(), "MemoryError", "more RAM"),
-])
+@pytest.mark.parametrize(
+    "exc, kind, fix_words",
+    [
+        (
+            PermissionError(errno.EACCES, "Permission denied", "/root/.cache/huggingface"),
+            "PermissionError",
+            "permissions (/root/.cache/huggingface)",
+        ),
+        (OSError(errno.ENOSPC, "No space left on device", "/data"), "OSError", "free disk space (/data)"),
+        (OSError(errno.EROFS, "Read-only file system", "/mnt/ro"), "OSError", "read-only"),
+        (json.JSONDecodeError("Expecting value", "{", 1), "JSONDecodeError", "not valid JSON"),
+        (KeyError("gpus"), "KeyError", "--debug"),
+        (MemoryError(), "MemoryError", "more RAM"),
+    ],
+)
 def test_unexpected_exceptions_become_type_message_and_fix(monkeypatch, capsys, exc, kind, fix_words):
     _doctor_raising(monkeypatch, exc)  # a fault the doctor cannot meet on this machine
     assert main(["doctor"]) == 2
@@ -100,13 +106,19 @@ def test_a_broken_command_module_is_reported_not_raised(monkeypatch, capsys):
     assert_one_clear_error(capsys.readouterr().err)
 
 
-@pytest.mark.parametrize("argv, words", [
-    (["fit", "--overhead-gib", "-100"], "overhead_gib"),
-    (["fit", "--overhead-gib", "nan"], "overhead_gib"),
-    (["fit", "--max-num-batched-tokens", "0", "--model", "e2b", "--format", "bf16"], "max_num_batched_tokens"),
-    (["fit", "--gpu-memory-utilization", "nan"], "gpu_memory_utilization"),
-    (["swap", "create", "--size", "lots", "--dry-run"], "cannot read swap size"),
-])
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["fit", "--overhead-gib", "-100"], "overhead_gib"),
+        (["fit", "--overhead-gib", "nan"], "overhead_gib"),
+        (
+            ["fit", "--max-num-batched-tokens", "0", "--model", "e2b", "--format", "bf16"],
+            "max_num_batched_tokens",
+        ),
+        (["fit", "--gpu-memory-utilization", "nan"], "gpu_memory_utilization"),
+        (["swap", "create", "--size", "lots", "--dry-run"], "cannot read swap size"),
+    ],
+)
 def test_bad_numbers_are_refused_not_silently_wrong(capsys, argv, words):
     assert main(argv) == 2
     err = capsys.readouterr().err
@@ -128,11 +140,18 @@ sys.exit(main(sys.argv[1:]))
 
 
 def test_a_real_process_exits_2_with_the_message_on_stderr_only():
-    done = subprocess.run([sys.executable, "-c", FULL_DISK_DOCTOR, "doctor"], capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", FULL_DISK_DOCTOR, "doctor"], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 2 and done.stdout == ""
     assert_one_clear_error(done.stderr, "free disk space (/data/hf)")
-    debug = subprocess.run([sys.executable, "-c", FULL_DISK_DOCTOR, "doctor", "--debug"], capture_output=True,
-                           text=True, timeout=120)
+    debug = subprocess.run(
+        [sys.executable, "-c", FULL_DISK_DOCTOR, "doctor", "--debug"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert debug.returncode == 2 and "Traceback (most recent call last)" in debug.stderr
-    assert debug.stderr.rstrip().endswith("fix: free disk space (/data/hf), or write to a disk with more room")
+    assert debug.stderr.rstrip().endswith(
+        "fix: free disk space (/data/hf), or write to a disk with more room"
+    )

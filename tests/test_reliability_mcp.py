@@ -20,11 +20,17 @@ SECRET = "TopSecretKey-9f8e7d6c5b4a"
 
 # vLLM's ErrorResponse for an over-long request, in the shape vLLM 0.32 returns it
 # (vllm/entrypoints/serve/engine/protocol.py: {"error": {"message", "type", "param", "code"}}).
-VLLM_400 = {"error": {"message": "This model's maximum context length is 2048 tokens. However, you requested "
-                                 "5000 output tokens and your prompt contains 9 input tokens, for a total of "
-                                 "5009 tokens. Please reduce the length of the input prompt or the number of "
-                                 "requested output tokens.", "type": "BadRequestError", "param": None,
-                      "code": 400}}
+VLLM_400 = {
+    "error": {
+        "message": "This model's maximum context length is 2048 tokens. However, you requested "
+        "5000 output tokens and your prompt contains 9 input tokens, for a total of "
+        "5009 tokens. Please reduce the length of the input prompt or the number of "
+        "requested output tokens.",
+        "type": "BadRequestError",
+        "param": None,
+        "code": 400,
+    }
+}
 
 
 @pytest.fixture
@@ -44,7 +50,7 @@ def _answer(result, name: str) -> str:
     text = result.content[0].text
     prefix = f"Error executing tool {name}: "
     assert text.startswith(prefix) and len(text) > len(prefix) + 10, text
-    return text[len(prefix):]
+    return text[len(prefix) :]
 
 
 async def test_an_unexpected_exception_answers_type_message_and_fix(monkeypatch):
@@ -59,16 +65,19 @@ async def test_an_unexpected_exception_answers_type_message_and_fix(monkeypatch)
 
 async def test_a_real_bad_url_answers_a_clear_error():
     # http.client raises InvalidURL (a ValueError) for a space in the host: no package code catches it
-    text = _answer(await _call("query_model", {"prompt": "hi", "base_url": "http://local host:8000"}),
-                   "query_model")
+    text = _answer(
+        await _call("query_model", {"prompt": "hi", "base_url": "http://local host:8000"}), "query_model"
+    )
     assert "\n  fix: " in text
     assert text.split(":")[0] in ("InvalidURL", "Gemma4T4Error", "ValueError")
 
 
 async def test_package_errors_keep_message_and_fix():
     result = await _call("query_model", {"prompt": "hi"})  # neither endpoint_name nor base_url
-    assert _answer(result, "query_model") == ("Gemma4T4Error: say where to send the request\n"
-                                      "  fix: pass endpoint_name (SageMaker) or base_url (local vLLM), not both")
+    assert _answer(result, "query_model") == (
+        "Gemma4T4Error: say where to send the request\n"
+        "  fix: pass endpoint_name (SageMaker) or base_url (local vLLM), not both"
+    )
 
 
 async def test_errors_are_scrubbed_of_secrets(monkeypatch):
@@ -132,15 +141,21 @@ async def test_query_model_keeps_the_400_reason_and_suggests_the_right_fix():
         httpd.server_close()
         thread.join(5)
     text = _answer(result, "query_model")
-    assert text.startswith(f"Gemma4T4Error: {base_url} answered HTTP 400: This model's maximum context length is 2048")
+    assert text.startswith(
+        f"Gemma4T4Error: {base_url} answered HTTP 400: This model's maximum context length is 2048"
+    )
     assert "fix: shorten the prompt or lower max_tokens" in text
     assert "start_vllm_server" not in text  # the old, wrong advice
 
 
 def test_http_error_reads_both_vllm_error_shapes_and_picks_the_fix():
     assert server_reason(json.dumps(VLLM_400).encode()).startswith("This model's maximum context length")
-    old_shape = {"object": "error", "message": "temperature must be non-negative", "type": "BadRequestError",
-                 "code": 400}
+    old_shape = {
+        "object": "error",
+        "message": "temperature must be non-negative",
+        "type": "BadRequestError",
+        "code": 400,
+    }
     assert server_reason(json.dumps(old_shape).encode()) == "temperature must be non-negative"
     assert server_reason(b"<html>Bad Gateway</html>") == "<html>Bad Gateway</html>"
     assert "as the server's reason says" in http_error("u", 400, json.dumps(old_shape).encode()).fix
@@ -162,12 +177,18 @@ def test_the_registry_is_the_one_source_of_annotations_and_confirm():
         assert mcp_server._ANNOTATIONS[name] is spec.annotations
         if spec.confirm:
             assert spec.annotations.destructive_hint or not spec.annotations.read_only_hint
-    assert set(mcp_server.CONFIRM_REQUIRED) == {"deploy_endpoint", "delete_endpoint", "apply_turing_patch",
-                                                "stop_vllm_server"}
+    assert set(mcp_server.CONFIRM_REQUIRED) == {
+        "deploy_endpoint",
+        "delete_endpoint",
+        "apply_turing_patch",
+        "stop_vllm_server",
+    }
     with pytest.raises(TypeError, match="confirm"):
+
         @tool(mcp_server.DESTRUCTIVE, confirm=True)
         def wipe_everything() -> None:  # a destructive tool without confirm is refused at import
             pass
+
     assert "wipe_everything" not in REGISTRY
 
 
@@ -188,9 +209,13 @@ async def test_local_tools_return_typed_structured_output():
 
 @pytest.mark.vllm
 async def test_query_model_keeps_vllms_400_reason_on_the_real_server(vllm_server):
-    result = await _call("query_model", {"prompt": "hello", "base_url": vllm_server.base_url,
-                                         "max_tokens": 5000})
+    result = await _call(
+        "query_model", {"prompt": "hello", "base_url": vllm_server.base_url, "max_tokens": 5000}
+    )
     text = _answer(result, "query_model")
     # vLLM 0.32's own reason, kept word for word
-    assert f"{vllm_server.base_url} answered HTTP 400: max_tokens=5000 cannot be greater than max_model_len=2048" in text
+    assert (
+        f"{vllm_server.base_url} answered HTTP 400: max_tokens=5000 cannot be greater than max_model_len=2048"
+        in text
+    )
     assert "fix: shorten the prompt or lower max_tokens" in text
