@@ -40,6 +40,7 @@ from gemma4_t4.errors import Gemma4T4Error, UnexpectedError, debug_enabled, user
 from gemma4_t4.jsonable import to_jsonable
 from gemma4_t4.sagemaker.config import SECRET_KEY
 from gemma4_t4.sagemaker.health import HealthReport, check_health
+from gemma4_t4.sagemaker.ops import LogsResult
 from gemma4_t4.server import DEFAULT_WORK_DIR
 
 try:
@@ -210,6 +211,19 @@ class ServerToolResult(BaseModel):
     summary: str = ""
 
 
+class ImageResult(BaseModel):
+    """The vLLM container for a region, and the InferenceAmiVersion whose driver runs its CUDA."""
+
+    region: str
+    image_uri: str
+    tag: str
+    source: str = Field(description="default | registry | override")
+    cuda: str | None = None
+    candidates: int = 0
+    instance_type: str
+    inference_ami_version: str | None = None
+
+
 class EnvironmentResult(BaseModel):
     """The doctor's report: host facts, the vLLM + transformers pair, problems (most severe first)."""
 
@@ -313,14 +327,14 @@ def check_quotas(instance_types: list[str] | None = None, regions: list[str] | N
 
 @tool(READ_ONLY)
 def find_vllm_image(region: str = "us-east-2", tag: str | None = None, latest: bool = False,
-                    instance_type: str = "ml.g4dn.xlarge") -> dict[str, Any]:
+                    instance_type: str = "ml.g4dn.xlarge") -> ImageResult:
     """The AWS vLLM container image for a region (pinned tag or newest in the registry) and its AMI."""
     from gemma4_t4.sagemaker.image import find_vllm_image as find
     from gemma4_t4.sagemaker.image import required_ami_version
 
     choice = find(region, tag, query_registry=latest)
-    return to_jsonable(choice) | {"instance_type": instance_type,
-                                  "inference_ami_version": required_ami_version(choice.image_uri, instance_type)}
+    return ImageResult(**to_jsonable(choice), instance_type=instance_type,
+                       inference_ami_version=required_ami_version(choice.image_uri, instance_type))
 
 
 def _config(name: str, model_id: str, region: str, instance_type: str, max_model_len: int, max_num_seqs: int,
@@ -416,11 +430,11 @@ def list_endpoints(regions: list[str] | None = None, include_untagged: bool = Fa
 
 
 @tool(READ_ONLY)
-def get_endpoint_logs(name: str, region: str = "us-east-2", lines: int = 50) -> dict[str, Any]:
+def get_endpoint_logs(name: str, region: str = "us-east-2", lines: int = 50) -> LogsResult:
     """The endpoint's CloudWatch log tail and startup milestones; explains a missing log group."""
     from gemma4_t4.sagemaker.ops import endpoint_logs
 
-    return to_jsonable(endpoint_logs(name, region, lines=lines))
+    return endpoint_logs(name, region, lines=lines)
 
 
 def _served_model(base_url: str) -> str:

@@ -199,6 +199,11 @@ async def test_local_tools_return_typed_structured_output():
         assert {"facts", "pair", "problems", "ok"} <= set(env_schema["properties"])
         assert "gpus" in json.dumps(tools["verify_gpu_arch"].output_schema)
         report = (await client.call_tool("check_environment", {})).structured_content
+        image = (await client.call_tool("find_vllm_image", {"region": "us-west-2"})).structured_content
+    assert "us-west-2" in image["image_uri"] and image["instance_type"] == "ml.g4dn.xlarge"
+    assert image["source"] == "default" and image["inference_ami_version"]
+    assert set(tools["find_vllm_image"].output_schema["properties"]) >= {"image_uri", "inference_ami_version"}
+    assert set(tools["get_endpoint_logs"].output_schema["properties"]) >= {"found", "lines", "milestones"}
     from gemma4_t4.env import doctor
 
     expected = doctor()
