@@ -12,8 +12,9 @@ server's one error boundary: a package error answers its message and fix; any ot
 answers its type, message and a fix instead of a bare "Error executing tool"; with
 ``GEMMA4_T4_DEBUG=1`` the traceback goes to the server's log (stderr).
 
-Capabilities that pull in heavy libraries (boto3 for SageMaker, the benchmark's client and plots)
-are imported inside the tools that use them: the server starts in a fraction of the time.
+The benchmark (its client and plots: about a second of imports) and torch are imported inside
+the tools that use them, so the server starts faster. The SageMaker tools import their functions
+inside their bodies under other names, because several share a name with the tool itself.
 
 Run it with ``gemma4-t4 mcp`` or ``python -m gemma4_t4.mcp_server`` (stdio).
 """
@@ -41,7 +42,15 @@ from gemma4_t4.jsonable import to_jsonable
 from gemma4_t4.sagemaker.config import SECRET_KEY
 from gemma4_t4.sagemaker.health import HealthReport, check_health
 from gemma4_t4.sagemaker.ops import LogsResult
-from gemma4_t4.server import DEFAULT_WORK_DIR
+from gemma4_t4.server import (
+    DEFAULT_WORK_DIR,
+    ServerConfig,
+    VLLMServer,
+    free_port,
+    list_servers,
+    start_server,
+    stop_server,
+)
 
 try:
     from mcp.server import MCPServer
@@ -439,7 +448,7 @@ def get_endpoint_logs(name: str, region: str = "us-east-2", lines: int = 50) -> 
 
 def _served_model(base_url: str) -> str:
     """The first model a local server serves (clear error if it is unreachable or serves none)."""
-    from gemma4_t4.bench.telemetry import check_reachable
+    from gemma4_t4.bench.telemetry import check_reachable  # loads the bench package (~1 s): only when asked
 
     models = check_reachable(base_url)["models"]
     if not models:
@@ -629,8 +638,6 @@ def start_vllm_server(model: str, target: Literal["cpu", "t4"] = "cpu", port: in
                       served_model_name: str | None = None, max_model_len: int = 4096, max_num_seqs: int = 8,
                       timeout_s: float = 600.0) -> ServerToolResult:
     """Start vLLM on 127.0.0.1 (free port by default) through the start gate; waits for /health."""
-    from gemma4_t4.server import ServerConfig, free_port, start_server
-
     config = ServerConfig(model=model, target=target, port=port or free_port(),
                           served_model_name=served_model_name, max_model_len=max_model_len,
                           max_num_seqs=max_num_seqs, work_dir=_work_dir())
@@ -642,8 +649,6 @@ def start_vllm_server(model: str, target: Literal["cpu", "t4"] = "cpu", port: in
 @tool(DESTRUCTIVE, confirm=True)
 def stop_vllm_server(port: int | None = None, confirm: bool = False) -> ServerToolResult:
     """Stop a vLLM server started here (SIGTERM, then SIGKILL). Needs confirm=True."""
-    from gemma4_t4.server import VLLMServer, stop_server
-
     if not confirm:
         target = VLLMServer.attach(port, _work_dir())
         return ServerToolResult(refused=True, servers=[to_jsonable(target.status())],
@@ -655,8 +660,6 @@ def stop_vllm_server(port: int | None = None, confirm: bool = False) -> ServerTo
 @tool(LOCAL_READ_ONLY)
 def server_status() -> ServerToolResult:
     """Every vLLM server this work directory knows: state, pid, URL, health, log tail if it died."""
-    from gemma4_t4.server import list_servers
-
     servers = list_servers(_work_dir())
     return ServerToolResult(servers=to_jsonable(servers),
                             summary="\n".join(s.summary() for s in servers) or "no servers recorded")
