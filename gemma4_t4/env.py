@@ -215,9 +215,6 @@ def _read(path: str) -> str | None:
         return None
 
 
-_version = package_version  # kept: tests and older callers name it
-
-
 def _disk_free(path: str) -> float | None:
     """Free GB on the filesystem holding ``path`` (or its nearest existing parent)."""
     p = Path(path).expanduser()
@@ -367,6 +364,8 @@ def probe_gpus(p: Probes) -> tuple[bool, list[GPUInfo], str | None]:
     if smi is None:
         return False, [], None
     code, out = smi
+    if code != 0:  # a driver that rejects a newer field: ask only for the essential five
+        code, out = p.run(smi_query(SMI_FIELDS[:5])) or (code, out)
     gpus = _parse_smi(out) if code == 0 else []
     return True, gpus, next((g.driver_version for g in gpus if g.driver_version), None)
 

@@ -320,3 +320,24 @@ def test_notebook_runtime_check_reads_the_doctor_probe(capsys):
     assert "T4 GPU" in err.value.fix
     colab_cpu = nb.runtime_check("cpu", probes=fake_probes(gpu=False, env={"COLAB_RELEASE_TAG": "x"}), show=False)
     assert colab_cpu.colab and colab_cpu.gpu_name is None and colab_cpu.notes
+
+
+def test_an_old_driver_rejecting_a_field_still_lists_its_gpus():
+    asked = []
+
+    def run(cmd):  # an old nvidia-smi: the optional fields are unknown to it
+        asked.append(cmd)
+        query = next((c for c in cmd if c.startswith("--query-gpu=")), "")
+        if "power.limit" in query:
+            return 2, 'Field "power.limit" is not a valid field to query.'
+        if query:
+            return 0, "0, Tesla T4, 15360, 7.5, 470.82.01\n"
+        return 0, SMI_BANNER.format(driver="470.82.01", cuda="11.4")
+
+    p = fake_probes()
+    p.run = run
+    facts = probe(p)
+    assert [g.name for g in facts.gpus] == ["Tesla T4"] and facts.gpus[0].power_limit_w is None
+    assert len([c for c in asked if any(a.startswith("--query-gpu=") for a in c)]) == 2
+    assert "driver-too-old" in {q.code for q in judge(facts)[1]}
+    assert "nvidia-smi-failed" not in {q.code for q in judge(facts)[1]}
