@@ -371,8 +371,7 @@ def probe_turing(compute_capability: tuple[int, int] | None) -> ProbeAnswer:
     status = turing.status()
     facts: ProbeAnswer = {"turing_fix_active": bool(status.active), "turing_detail": status.summary}
     if compute_capability is not None and env.needs_turing_fix(None, compute_capability):
-        arch = f"sm_{compute_capability[0]}{compute_capability[1]}"
-        proof = turing_proof(arch if arch == "sm_75" else "sm_75")  # the tile cap is proven for Turing limits
+        proof = turing_proof("sm_75")  # the devices that need the fix are Turing-class: its limits are proven
         facts["turing_fix_proven"] = proof.proven
         facts["turing_detail"] = f"{status.summary}; {proof.detail}"
     return facts
