@@ -31,7 +31,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from gemma4_t4.jsonable import to_jsonable
 from gemma4_t4.models import load_ram
@@ -236,7 +236,15 @@ def _torch_dir() -> str | None:
     return list(spec.submodule_search_locations)[0]
 
 
-def _cuda_device() -> dict[str, Any]:
+class CudaDevice(TypedDict, total=False):
+    """Device 0 as torch reads it; ``error`` instead when CUDA cannot be initialised."""
+
+    smem_per_block_optin: int | None
+    compute_capability: str
+    error: str
+
+
+def _cuda_device() -> CudaDevice:
     """Initialise CUDA through torch and read device 0 (only with ``smem=True``)."""
     import torch
 
@@ -259,7 +267,7 @@ class Probes:
     version: Callable[[str], str | None] = package_version
     disk_free: Callable[[str], float | None] = _disk_free
     torch_dir: Callable[[], str | None] = _torch_dir
-    cuda_device: Callable[[], dict[str, Any]] = _cuda_device
+    cuda_device: Callable[[], CudaDevice] = _cuda_device
     modules: Mapping[str, Any] = field(default_factory=lambda: sys.modules)
     uname: Callable[[], Any] = platform.uname
     python_version: Callable[[], str] = platform.python_version
