@@ -104,7 +104,7 @@ def _adapter(fn: Callable[..., Any]) -> Callable[..., Any]:
     return_type = signature.return_annotation
 
     @functools.wraps(fn)
-    async def tool(*args: Any, **kwargs: Any) -> Any:
+    async def run_tool(*args: Any, **kwargs: Any) -> Any:
         try:
             result = await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
         except Exception as exc:  # the boundary: no tool answers a bare "Error executing tool"
@@ -118,8 +118,8 @@ def _adapter(fn: Callable[..., Any]) -> Callable[..., Any]:
             return TypeAdapter(return_type).validate_python(scrubbed)
         return result
 
-    tool.__signature__ = signature  # type: ignore[attr-defined]
-    return tool
+    run_tool.__signature__ = signature  # type: ignore[attr-defined]
+    return run_tool
 
 
 @dataclass(frozen=True)
