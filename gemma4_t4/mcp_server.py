@@ -6,13 +6,22 @@ tools (deploy_endpoint, delete_endpoint, apply_turing_patch, stop_vllm_server) d
 called with ``confirm=True``: without it they return a structured refusal describing what would
 happen. Credentials are never logged or returned: results are scrubbed of secret values.
 
+Each tool is declared once, with the ``@tool(...)`` decorator: its annotations and whether it needs
+``confirm=True`` live next to it (:data:`REGISTRY`). The adapter around every tool is the MCP
+server's one error boundary: a package error answers its message and fix; any other exception
+answers its type, message and a fix instead of a bare "Error executing tool"; with
+``GEMMA4_T4_DEBUG=1`` the traceback goes to the server's log (stderr).
+
+The benchmark (its client and plots: about a second of imports) and torch are imported inside
+the tools that use them, so the server starts faster. The SageMaker tools import their functions
+inside their bodies under other names, because several share a name with the tool itself.
+
 Run it with ``gemma4-t4 mcp`` or ``python -m gemma4_t4.mcp_server`` (stdio).
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
 import inspect
 import json
 import logging
@@ -25,12 +34,24 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import anyio
-from pydantic import BaseModel, TypeAdapter
+from pydantic import BaseModel, Field, TypeAdapter
 
+from gemma4_t4 import env, turing
 from gemma4_t4.bench.schemas import RunReport
-from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.errors import Gemma4T4Error, UnexpectedError, debug_enabled, user_error
 from gemma4_t4.jsonable import to_jsonable
 from gemma4_t4.sagemaker.config import SECRET_KEY
+from gemma4_t4.sagemaker.health import HealthReport, check_health
+from gemma4_t4.sagemaker.ops import LogsResult
+from gemma4_t4.server import (
+    DEFAULT_WORK_DIR,
+    ServerConfig,
+    VLLMServer,
+    free_port,
+    list_servers,
+    start_server,
+    stop_server,
+)
 
 try:
     from mcp.server import MCPServer
@@ -68,17 +89,29 @@ def _scrub(value: Any, secrets: list[str]) -> Any:
     return value
 
 
+log = logging.getLogger("gemma4_t4.mcp")
+
+
+def tool_error_text(exc: BaseException) -> str:
+    """What a failed tool answers: the error's type, its one-line message and the fix."""
+    error = user_error(exc)
+    head = error.message if isinstance(error, UnexpectedError) else f"{type(error).__name__}: {error.message}"
+    return head + (f"\n  fix: {error.fix}" if error.fix else "")
+
+
 def _adapter(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Run ``fn`` in a worker thread, turn package errors into tool errors, scrub secrets."""
+    """Run ``fn`` in a worker thread, turn every exception into a tool error, scrub secrets."""
     signature = inspect.signature(fn, eval_str=True)
     return_type = signature.return_annotation
 
     @functools.wraps(fn)
-    async def tool(*args: Any, **kwargs: Any) -> Any:
+    async def run_tool(*args: Any, **kwargs: Any) -> Any:
         try:
             result = await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
-        except Gemma4T4Error as exc:
-            raise ToolError(_scrub(str(exc), _secret_values())) from None
+        except Exception as exc:  # the boundary: no tool answers a bare "Error executing tool"
+            if debug_enabled():
+                log.error("tool %s failed", fn.__name__, exc_info=exc)
+            raise ToolError(_scrub(tool_error_text(exc), _secret_values())) from None
         secrets = _secret_values()
         plain = to_jsonable(result)
         scrubbed = _scrub(plain, secrets)
@@ -86,22 +119,36 @@ def _adapter(fn: Callable[..., Any]) -> Callable[..., Any]:
             return TypeAdapter(return_type).validate_python(scrubbed)
         return result
 
-    tool.__signature__ = signature  # type: ignore[attr-defined]
-    return tool
+    run_tool.__signature__ = signature  # type: ignore[attr-defined]
+    return run_tool
 
 
-def _optional(module: str, what: str) -> Any:
-    """Import a capability lazily: a missing module is a clear tool error, not a broken server."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        raise Gemma4T4Error(f"{what} is not available in this installation ({module}: {exc})",
-                            fix="install the full package: pip install 'gemma4-t4[cpu,aws,mcp]'") from exc
+@dataclass(frozen=True)
+class ToolSpec:
+    """One tool: its function, its MCP annotations, and whether it acts only with confirm=True."""
+
+    fn: Callable[..., Any]
+    annotations: ToolAnnotations
+    confirm: bool = False
+
+
+REGISTRY: dict[str, ToolSpec] = {}
+
+
+def tool(annotations: ToolAnnotations, confirm: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register a tool under its function's name. ``confirm=True``: it must take ``confirm: bool = False``."""
+
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        parameter = inspect.signature(fn).parameters.get("confirm")
+        if confirm and (parameter is None or parameter.default is not False):
+            raise TypeError(f"{fn.__name__} needs confirmation but has no `confirm: bool = False` parameter")
+        REGISTRY[fn.__name__] = ToolSpec(fn, annotations, confirm)
+        return fn
+
+    return register
 
 
 def _work_dir() -> str:
-    from gemma4_t4.server import DEFAULT_WORK_DIR
-
     return os.environ.get(WORK_DIR_ENV, DEFAULT_WORK_DIR)
 
 
@@ -174,6 +221,55 @@ class ServerToolResult(BaseModel):
     summary: str = ""
 
 
+class ImageResult(BaseModel):
+    """The vLLM container for a region, and the InferenceAmiVersion whose driver runs its CUDA."""
+
+    region: str
+    image_uri: str
+    tag: str
+    source: str = Field(description="default | registry | override")
+    cuda: str | None = None
+    candidates: int = 0
+    instance_type: str
+    inference_ami_version: str | None = None
+
+
+class EnvironmentResult(BaseModel):
+    """The doctor's report: host facts, the vLLM + transformers pair, problems (most severe first)."""
+
+    facts: env.Facts
+    pair: env.PairStatus
+    problems: list[env.Problem]
+    ok: bool = Field(description="no problem of severity 'error'")
+
+
+class GpuArchResult(BaseModel):
+    gpus: list[env.GPUInfo]
+    compute_capability: str | None = None
+    arch: str | None = None
+    torch_arch_flags: str | None = None
+    smem_per_block_optin: int | None = None
+    needs_turing_fix: bool | None = Field(None, description="None on a host without a GPU")
+    cuda_probe_error: str | None = None
+    summary: str
+
+
+class TuringCheckResult(BaseModel):
+    status: turing.TuringStatus
+    ok: bool = Field(description="the fix reaches vLLM (and, with functional=True, the sm_75 compile proves it)")
+    summary: str
+    verify: dict[str, Any] | None = None
+
+
+class TuringPatchResult(BaseModel):
+    refused: bool
+    reason: str | None = None
+    would: list[str] = []
+    status: turing.TuringStatus
+    result: turing.FilePatchResult | None = None
+    message: str | None = None
+
+
 @dataclass
 class _Watches:
     """Deployments returned at Creating and still watched (rolled back on failure)."""
@@ -185,6 +281,7 @@ _WATCHES = _Watches()
 
 
 # -- SageMaker tools ---------------------------------------------------------------------------------
+@tool(LOCAL_READ_ONLY)
 def get_help() -> HelpResult:
     """How to use these tools: the order of work, every tool, and the CLI equivalents."""
     return HelpResult(
@@ -200,7 +297,7 @@ def get_help() -> HelpResult:
             "start_vllm_server, server_status, query_model(base_url=...), run_benchmark, "
             "stop_vllm_server(confirm=True)",
         ],
-        tools={name: (fn.__doc__ or "").strip().splitlines()[0] for name, fn in _TOOLS.items()},
+        tools={name: (spec.fn.__doc__ or "").strip().splitlines()[0] for name, spec in REGISTRY.items()},
         cli=[
             "gemma4-t4 sagemaker quotas", "gemma4-t4 sagemaker image --region us-east-2",
             "gemma4-t4 sagemaker deploy --dry-run", "gemma4-t4 sagemaker deploy --name NAME",
@@ -216,6 +313,7 @@ def get_help() -> HelpResult:
     )
 
 
+@tool(READ_ONLY)
 def check_quotas(instance_types: list[str] | None = None, regions: list[str] | None = None) -> QuotaResult:
     """Endpoint quotas by name across regions (sequential), and the region to deploy in."""
     from gemma4_t4.sagemaker import quotas
@@ -237,15 +335,16 @@ def check_quotas(instance_types: list[str] | None = None, regions: list[str] | N
     return QuotaResult(rows=to_jsonable(report.rows), picked=picked, summary=summary)
 
 
+@tool(READ_ONLY)
 def find_vllm_image(region: str = "us-east-2", tag: str | None = None, latest: bool = False,
-                    instance_type: str = "ml.g4dn.xlarge") -> dict[str, Any]:
+                    instance_type: str = "ml.g4dn.xlarge") -> ImageResult:
     """The AWS vLLM container image for a region (pinned tag or newest in the registry) and its AMI."""
     from gemma4_t4.sagemaker.image import find_vllm_image as find
     from gemma4_t4.sagemaker.image import required_ami_version
 
     choice = find(region, tag, query_registry=latest)
-    return to_jsonable(choice) | {"instance_type": instance_type,
-                                  "inference_ami_version": required_ami_version(choice.image_uri, instance_type)}
+    return ImageResult(**to_jsonable(choice), instance_type=instance_type,
+                       inference_ami_version=required_ami_version(choice.image_uri, instance_type))
 
 
 def _config(name: str, model_id: str, region: str, instance_type: str, max_model_len: int, max_num_seqs: int,
@@ -261,6 +360,7 @@ def _config(name: str, model_id: str, region: str, instance_type: str, max_model
                         image_tag=image_tag or DEFAULT_VLLM_TAG, role_arn=role_arn)
 
 
+@tool(LOCAL_READ_ONLY)
 def get_deployment_config(name: str = "gemma4-t4", model_id: str = "google/gemma-4-E2B-it",
                           region: str = "us-east-2", instance_type: str = "ml.g4dn.xlarge",
                           max_model_len: int = 8192, max_num_seqs: int = 4, dtype: str | None = None,
@@ -282,6 +382,7 @@ def get_deployment_config(name: str = "gemma4-t4", model_id: str = "google/gemma
                         aws_cli=plan)
 
 
+@tool(CREATES, confirm=True)
 def deploy_endpoint(name: str = "gemma4-t4", model_id: str = "google/gemma-4-E2B-it", region: str = "us-east-2",
                     instance_type: str = "ml.g4dn.xlarge", max_model_len: int = 8192, max_num_seqs: int = 4,
                     dtype: str | None = None, fallback_instance_types: list[str] | None = None,
@@ -317,6 +418,7 @@ def deploy_endpoint(name: str = "gemma4-t4", model_id: str = "google/gemma-4-E2B
                             next_step="poll get_endpoint_status until InService, then verify_model_health")
 
 
+@tool(READ_ONLY)
 def get_endpoint_status(name: str, region: str = "us-east-2") -> StatusToolResult:
     """Endpoint status, failure reason, instance, AMI, age, expiry, cost so far and advice."""
     from gemma4_t4.sagemaker.ops import endpoint_status
@@ -326,6 +428,7 @@ def get_endpoint_status(name: str, region: str = "us-east-2") -> StatusToolResul
                             deployment_watch=to_jsonable(watch.result) if watch else None)
 
 
+@tool(READ_ONLY)
 def list_endpoints(regions: list[str] | None = None, include_untagged: bool = False) -> dict[str, Any]:
     """Endpoints across regions (this project's tagged ones unless include_untagged)."""
     from gemma4_t4.sagemaker.image import US_REGIONS
@@ -336,16 +439,17 @@ def list_endpoints(regions: list[str] | None = None, include_untagged: bool = Fa
             "count": len(found)}
 
 
-def get_endpoint_logs(name: str, region: str = "us-east-2", lines: int = 50) -> dict[str, Any]:
+@tool(READ_ONLY)
+def get_endpoint_logs(name: str, region: str = "us-east-2", lines: int = 50) -> LogsResult:
     """The endpoint's CloudWatch log tail and startup milestones; explains a missing log group."""
     from gemma4_t4.sagemaker.ops import endpoint_logs
 
-    return to_jsonable(endpoint_logs(name, region, lines=lines))
+    return endpoint_logs(name, region, lines=lines)
 
 
 def _served_model(base_url: str) -> str:
     """The first model a local server serves (clear error if it is unreachable or serves none)."""
-    from gemma4_t4.bench.telemetry import check_reachable
+    from gemma4_t4.bench.telemetry import check_reachable  # loads the bench package (~1 s): only when asked
 
     models = check_reachable(base_url)["models"]
     if not models:
@@ -369,6 +473,8 @@ def _local_chat(base_url: str, prompt: str, max_tokens: int, temperature: float,
     try:
         with urllib.request.urlopen(request, timeout=300) as response:
             body = response.read()
+    except urllib.error.HTTPError as exc:  # the server answered: keep its reason
+        raise http_error(base_url, exc.code, exc.read()) from None
     except (urllib.error.URLError, OSError) as exc:
         raise Gemma4T4Error(f"no answer from {base_url}: {exc}",
                             fix="check server_status; start one with start_vllm_server") from exc
@@ -377,12 +483,45 @@ def _local_chat(base_url: str, prompt: str, max_tokens: int, temperature: float,
                        finish_reason=finish, usage=usage)
 
 
+def server_reason(body: bytes) -> str:
+    """The reason an OpenAI-compatible server gives in an error body (vLLM: {"error": {"message": ...}}
+    or {"object": "error", "message": ...}); the raw text when it is not JSON."""
+    text = body.decode("utf-8", "replace").strip()
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return " ".join(text.split())[:500] or "(empty body)"
+    error = data.get("error", data) if isinstance(data, dict) else data
+    if isinstance(error, dict):
+        return str(error.get("message") or error.get("detail") or error)[:500]
+    return str(error)[:500]
+
+
+def http_error(base_url: str, status: int, body: bytes) -> Gemma4T4Error:
+    """A failed request as the user should see it: the server's own reason and the fix that matches it."""
+    reason = server_reason(body)
+    lowered = reason.lower()
+    if status == 400 and any(k in lowered for k in ("context length", "max_model_len", "max_tokens",
+                                                    "maximum context", "too long")):
+        fix = "shorten the prompt or lower max_tokens: prompt + max_tokens must fit the server's max_model_len"
+    elif status in (400, 422):
+        fix = "change the request as the server's reason says (prompt, max_tokens, temperature)"
+    elif status == 404:
+        fix = "the server does not serve that model or path: check base_url (http://HOST:PORT) with server_status"
+    elif status == 401:
+        fix = "the server needs an API key: start it without one for local use, or query it through the CLI"
+    else:
+        fix = "the server failed while answering: read its log tail with server_status, restart it if it died"
+    return Gemma4T4Error(f"{base_url} answered HTTP {status}: {reason}", fix=fix)
+
+
 def _target(endpoint_name: str | None, base_url: str | None) -> None:
     if bool(endpoint_name) == bool(base_url):
         raise Gemma4T4Error("say where to send the request",
                             fix="pass endpoint_name (SageMaker) or base_url (local vLLM), not both")
 
 
+@tool(READ_ONLY)
 def query_model(prompt: str, endpoint_name: str | None = None, region: str = "us-east-2",
                 base_url: str | None = None, max_tokens: int = 256, temperature: float = 0.0) -> QueryResult:
     """Send one chat prompt to a SageMaker endpoint (endpoint_name) or a local vLLM server (base_url)."""
@@ -396,19 +535,19 @@ def query_model(prompt: str, endpoint_name: str | None = None, region: str = "us
                        latency_s=round(result.latency_s, 3), finish_reason=result.finish_reason, usage=result.usage)
 
 
+@tool(READ_ONLY)
 def verify_model_health(endpoint_name: str | None = None, region: str = "us-east-2",
-                        base_url: str | None = None) -> dict[str, Any]:
+                        base_url: str | None = None) -> HealthReport:
     """A real generation check: known-answer prompts; degenerate or repetitive replies fail."""
-    from gemma4_t4.sagemaker.health import check_health
-
     _target(endpoint_name, base_url)
 
     def ask(prompt: str) -> str:
         return query_model(prompt, endpoint_name, region, base_url, max_tokens=32, temperature=0.0).text
 
-    return to_jsonable(check_health(ask))
+    return check_health(ask)
 
 
+@tool(DESTRUCTIVE, confirm=True)
 def delete_endpoint(name: str, region: str = "us-east-2", confirm: bool = False) -> DeleteToolResult:
     """Delete endpoint, endpoint config and model (idempotent). Needs confirm=True."""
     from gemma4_t4.sagemaker.ops import delete_endpoint as delete
@@ -423,89 +562,83 @@ def delete_endpoint(name: str, region: str = "us-east-2", confirm: bool = False)
 
 
 # -- local machine tools ---------------------------------------------------------------------------------
-def check_environment(probe_shared_memory: bool = False) -> dict[str, Any]:
+@tool(LOCAL_READ_ONLY)
+def check_environment(probe_shared_memory: bool = False) -> EnvironmentResult:
     """Doctor: Python, torch, vLLM, GPU, driver, RAM/swap, disk, and the problems to fix first."""
-    env = _optional("gemma4_t4.env", "the environment doctor")
     report = env.doctor(smem=probe_shared_memory)
-    return report.to_dict()
+    return EnvironmentResult(facts=report.facts, pair=report.pair, problems=report.problems, ok=report.ok)
 
 
-def verify_gpu_arch() -> dict[str, Any]:
-    """Is this GPU sm_75 (T4), does torch carry its kernels, and does Gemma 4 need the Turing fix here?"""
-    env = _optional("gemma4_t4.env", "the environment doctor")
-    turing = _optional("gemma4_t4.turing", "the Turing checks")
-    facts = env.probe(smem=True)  # initialises CUDA through torch only when a GPU is present
-    arch_flags = None
+def _torch_arch_flags() -> str | None:
     try:
-        import torch
-
-        arch_flags = getattr(torch._C, "_cuda_getArchFlags", lambda: "")() or None
+        import torch  # only here: torch is seconds of import, and absent on many hosts
     except ImportError:
-        pass
-    capability = facts.torch_compute_capability or (facts.gpus[0].compute_capability if facts.gpus else None)
-    cap = tuple(int(x) for x in capability.split(".")) if capability else None
-    needs = (turing.needs_fix(facts.smem_per_block_optin, cap)
-             if cap and facts.smem_per_block_optin else None)
+        return None
+    return getattr(torch._C, "_cuda_getArchFlags", lambda: "")() or None
+
+
+@tool(LOCAL_READ_ONLY)
+def verify_gpu_arch() -> GpuArchResult:
+    """Is this GPU sm_75 (T4), does torch carry its kernels, and does Gemma 4 need the Turing fix here?"""
+    facts = env.probe(smem=True)  # initialises CUDA through torch only when a GPU is present
+    arch_flags = _torch_arch_flags()
+    capability = facts.compute_capability
+    cap = env.parse_capability(capability)
+    needs = facts.turing_fix_needed()
     arch = f"sm_{cap[0]}{cap[1]}" if cap else None
     if not facts.gpus:
         summary = "no NVIDIA GPU visible (CPU host): the Turing fix is not needed here"
     elif arch and arch_flags is not None and arch not in arch_flags:
         summary = f"torch was built without {arch} kernels ({arch_flags}): install a CUDA torch that has them"
     else:
-        summary = (f"{facts.gpus[0].name} ({arch}); shared memory per block {facts.smem_per_block_optin} B; "
+        smem = f"{facts.smem_per_block_optin} B" if facts.smem_per_block_optin else "not readable"
+        summary = (f"{facts.gpus[0].name} ({arch}); shared memory per block {smem}; "
                    f"Gemma 4 {'needs' if needs else 'does not need'} the Turing fix")
-    return {"gpus": to_jsonable(facts.gpus), "compute_capability": capability, "arch": arch,
-            "torch_arch_flags": arch_flags, "smem_per_block_optin": facts.smem_per_block_optin,
-            "needs_turing_fix": needs, "cuda_probe_error": facts.cuda_probe_error, "summary": summary}
+    return GpuArchResult(gpus=facts.gpus, compute_capability=capability, arch=arch, torch_arch_flags=arch_flags,
+                         smem_per_block_optin=facts.smem_per_block_optin, needs_turing_fix=needs,
+                         cuda_probe_error=facts.cuda_probe_error, summary=summary)
 
 
-def _fix_active(state: Any) -> bool:
-    """Whether the fix reaches vLLM's processes (plugin or file patch), per turing.status()."""
-    return bool(getattr(state, "active", getattr(state, "fix_reaches_vllm", False)))
-
-
-def verify_turing_patch(functional: bool = False, arch: str = "sm_75") -> dict[str, Any]:
+@tool(LOCAL_READ_ONLY)
+def verify_turing_patch(functional: bool = False, arch: str = "sm_75") -> TuringCheckResult:
     """Does the Turing fix reach vLLM (plugin or file patch)? functional=True compiles vLLM's kernel for arch."""
-    turing = _optional("gemma4_t4.turing", "the Turing fix")
     state = turing.status()
-    report: dict[str, Any] = {"status": to_jsonable(state), "ok": _fix_active(state), "summary": state.summary}
+    result = TuringCheckResult(status=state, ok=state.active, summary=state.summary)
     if functional:
         verified = turing.verify(arch)
-        report["verify"] = {k: v for k, v in to_jsonable(verified).items() if k != "launches"} | {
+        result.verify = {k: v for k, v in to_jsonable(verified).items() if k != "launches"} | {
             "failures": to_jsonable(verified.failures())}
-        report["ok"] = bool(verified.ok and report["ok"])
-    return report
+        result.ok = bool(verified.ok and state.active)
+    return result
 
 
-def apply_turing_patch(revert: bool = False, confirm: bool = False) -> dict[str, Any]:
+@tool(DESTRUCTIVE, confirm=True)
+def apply_turing_patch(revert: bool = False, confirm: bool = False) -> TuringPatchResult:
     """Make the Turing fix reach vLLM (file patch with backup when the plugin cannot); revert=True undoes it.
 
     Needs confirm=True. When the installed plugin already reaches vLLM nothing is changed.
     """
-    turing = _optional("gemma4_t4.turing", "the Turing fix")
     state = turing.status()
     if not confirm:
         would = ["restore vLLM's kernel file from its backup"] if revert else (
-            ["nothing: the plugin already reaches every vLLM process"] if _fix_active(state)
+            ["nothing: the plugin already reaches every vLLM process"] if state.active
             else ["patch vLLM's attention kernel file (a backup is kept; revert=True restores it)"])
-        return Refusal(reason="this changes the installed vLLM: call again with confirm=True",
-                       would=would).model_dump() | {"status": to_jsonable(state)}
+        return TuringPatchResult(refused=True, reason="this changes the installed vLLM: call again with confirm=True",
+                                 would=would, status=state)
     if revert:
-        return {"refused": False, "result": to_jsonable(turing.revert_file_patch()),
-                "status": to_jsonable(turing.status())}
-    if _fix_active(state):
-        return {"refused": False, "result": None, "status": to_jsonable(state),
-                "message": "already active: " + state.summary}
-    return {"refused": False, "result": to_jsonable(turing.apply_file_patch()),
-            "status": to_jsonable(turing.status())}
+        done = turing.revert_file_patch()
+        return TuringPatchResult(refused=False, result=done, status=turing.status())
+    if state.active:
+        return TuringPatchResult(refused=False, status=state, message="already active: " + state.summary)
+    done = turing.apply_file_patch()
+    return TuringPatchResult(refused=False, result=done, status=turing.status())
 
 
+@tool(CREATES)
 def start_vllm_server(model: str, target: Literal["cpu", "t4"] = "cpu", port: int | None = None,
                       served_model_name: str | None = None, max_model_len: int = 4096, max_num_seqs: int = 8,
                       timeout_s: float = 600.0) -> ServerToolResult:
     """Start vLLM on 127.0.0.1 (free port by default) through the start gate; waits for /health."""
-    from gemma4_t4.server import ServerConfig, free_port, start_server
-
     config = ServerConfig(model=model, target=target, port=port or free_port(),
                           served_model_name=served_model_name, max_model_len=max_model_len,
                           max_num_seqs=max_num_seqs, work_dir=_work_dir())
@@ -514,10 +647,9 @@ def start_vllm_server(model: str, target: Literal["cpu", "t4"] = "cpu", port: in
     return ServerToolResult(servers=[to_jsonable(status)], summary=status.summary())
 
 
+@tool(DESTRUCTIVE, confirm=True)
 def stop_vllm_server(port: int | None = None, confirm: bool = False) -> ServerToolResult:
     """Stop a vLLM server started here (SIGTERM, then SIGKILL). Needs confirm=True."""
-    from gemma4_t4.server import VLLMServer, stop_server
-
     if not confirm:
         target = VLLMServer.attach(port, _work_dir())
         return ServerToolResult(refused=True, servers=[to_jsonable(target.status())],
@@ -526,15 +658,15 @@ def stop_vllm_server(port: int | None = None, confirm: bool = False) -> ServerTo
     return ServerToolResult(servers=[to_jsonable(status)], summary=status.summary())
 
 
+@tool(LOCAL_READ_ONLY)
 def server_status() -> ServerToolResult:
     """Every vLLM server this work directory knows: state, pid, URL, health, log tail if it died."""
-    from gemma4_t4.server import list_servers
-
     servers = list_servers(_work_dir())
     return ServerToolResult(servers=to_jsonable(servers),
                             summary="\n".join(s.summary() for s in servers) or "no servers recorded")
 
 
+@tool(CREATES)
 def run_benchmark(base_url: str, model: str | None = None,
                   workload: Literal["decode", "ttft", "prefix", "answers", "load"] = "decode",
                   concurrency: list[int] | None = None, input_len: int | None = None,
@@ -547,7 +679,8 @@ def run_benchmark(base_url: str, model: str | None = None,
     writes a results dir. concurrency = closed loop; rates (requests/s, decode only) = open loop with Poisson or
     constant arrivals; sweep=N (decode) = one-at-a-time, all-at-once, then N open-loop rates in between;
     method="series" (decode) = the series' (512-16)/(wall512 - wall16) at c=1."""
-    bench = _optional("gemma4_t4.bench.workloads", "the benchmark")
+    from gemma4_t4 import bench  # about a second of imports (client, plots): only when a benchmark runs
+
     if model is None:
         model = _served_model(base_url)
     out = out_dir or os.path.join(_work_dir(), "bench", f"{workload}-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -559,26 +692,10 @@ def run_benchmark(base_url: str, model: str | None = None,
     return bench.run_benchmark(args).report()
 
 
-_TOOLS: dict[str, Callable[..., Any]] = {
-    "get_help": get_help, "check_quotas": check_quotas, "find_vllm_image": find_vllm_image,
-    "get_deployment_config": get_deployment_config, "deploy_endpoint": deploy_endpoint,
-    "get_endpoint_status": get_endpoint_status, "list_endpoints": list_endpoints,
-    "get_endpoint_logs": get_endpoint_logs, "verify_model_health": verify_model_health,
-    "query_model": query_model, "delete_endpoint": delete_endpoint, "check_environment": check_environment,
-    "verify_gpu_arch": verify_gpu_arch, "apply_turing_patch": apply_turing_patch,
-    "verify_turing_patch": verify_turing_patch, "start_vllm_server": start_vllm_server,
-    "stop_vllm_server": stop_vllm_server, "server_status": server_status, "run_benchmark": run_benchmark,
-}
-_ANNOTATIONS: dict[str, ToolAnnotations] = {
-    "get_help": LOCAL_READ_ONLY, "get_deployment_config": LOCAL_READ_ONLY, "check_environment": LOCAL_READ_ONLY,
-    "verify_gpu_arch": LOCAL_READ_ONLY, "verify_turing_patch": LOCAL_READ_ONLY, "server_status": LOCAL_READ_ONLY,
-    "check_quotas": READ_ONLY, "find_vllm_image": READ_ONLY, "get_endpoint_status": READ_ONLY,
-    "list_endpoints": READ_ONLY, "get_endpoint_logs": READ_ONLY, "verify_model_health": READ_ONLY,
-    "query_model": READ_ONLY,
-    "deploy_endpoint": CREATES, "start_vllm_server": CREATES, "run_benchmark": CREATES,
-    "delete_endpoint": DESTRUCTIVE, "apply_turing_patch": DESTRUCTIVE, "stop_vllm_server": DESTRUCTIVE,
-}
-CONFIRM_REQUIRED = ("deploy_endpoint", "delete_endpoint", "apply_turing_patch", "stop_vllm_server")
+# Views of the registry, kept for callers that read them by these names.
+_TOOLS: dict[str, Callable[..., Any]] = {name: spec.fn for name, spec in REGISTRY.items()}
+_ANNOTATIONS: dict[str, ToolAnnotations] = {name: spec.annotations for name, spec in REGISTRY.items()}
+CONFIRM_REQUIRED = tuple(name for name, spec in REGISTRY.items() if spec.confirm)
 
 
 def build_server() -> MCPServer:
@@ -588,9 +705,9 @@ def build_server() -> MCPServer:
         instructions="Deploy and serve Gemma 4 on NVIDIA T4 GPUs (SageMaker and local vLLM). Start with get_help. "
         "Tools that bill or delete need confirm=True.",
     )
-    for name, fn in _TOOLS.items():
-        annotations = _ANNOTATIONS[name].model_copy(update={"title": name.replace("_", " ").capitalize()})
-        server.add_tool(_adapter(fn), name=name, title=annotations.title, annotations=annotations)
+    for name, spec in REGISTRY.items():
+        annotations = spec.annotations.model_copy(update={"title": name.replace("_", " ").capitalize()})
+        server.add_tool(_adapter(spec.fn), name=name, title=annotations.title, annotations=annotations)
     return server
 
 

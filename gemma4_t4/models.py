@@ -681,15 +681,8 @@ def fit(
     v = get_variant(variant)
     fmt = normalize_format(fmt)
     g = get_gpu(gpu)
-    if num_gpus < 1 or v.num_q_heads % num_gpus:
-        raise Gemma4T4Error(
-            f"{v.name} cannot be split over {num_gpus} GPUs: {v.num_q_heads} query heads",
-            fix="use a tensor-parallel size that divides the head count (1, 2, 4 or 8)",
-        )
-    if not 0.1 <= gpu_memory_utilization <= 1.0:
-        raise Gemma4T4Error("gpu_memory_utilization must be in [0.1, 1.0]", fix="typical: 0.85-0.92")
-    if context_len < 1 or max_num_seqs < 1:
-        raise Gemma4T4Error("context length and max_num_seqs must be positive", fix="e.g. --context 8192")
+    _check_fit_args(v, num_gpus, gpu_memory_utilization, context_len, max_num_seqs, max_num_batched_tokens,
+                    overhead_gib, kv_dtype_bytes)
     w = weights_estimate(v, fmt, text_only)
     usable = g.usable_memory_gib
     budget = usable * gpu_memory_utilization
@@ -706,7 +699,6 @@ def fit(
     max_ctx = _max_context(per_seq, kv_budget_bytes, v.max_position_embeddings) if weights_fit else 0
     fits = weights_fit and concurrency >= 1.0 and context_len <= v.max_position_embeddings
     google_build = not (fmt == "qat-w4a16" and v.hub.qat_w4a16_ct is None) and fmt != "emb4"
-    notes: list[str] = []
     where = f"{num_gpus}x {g.key.upper()}" if num_gpus > 1 else g.key.upper()
     if not weights_fit:
         verdict = (f"does not fit: weights {weights_gib:.2f} GiB + overhead {overhead_gib:.1f} GiB exceed "
@@ -719,16 +711,7 @@ def fit(
     else:
         verdict = (f"fits on {where}: {int(concurrency * context_len):,} KV tokens, "
                    f"{min(max_num_seqs, int(concurrency))} x {context_len}-token sequences at once")
-    if fmt == "qat-w4a16" and v.hub.qat_w4a16_ct is None:
-        notes.append("no Google -qat-w4a16-ct build for this size: repack -qat-q4_0-unquantized "
-                     "or use a community w4a16 build")
-    if fmt == "emb4":
-        notes.append(f"community text-only build, e.g. {v.hub.community_emb4}; needs vLLM >= 0.29")
-    if fits and concurrency < max_num_seqs:
-        notes.append(f"only {int(concurrency)} sequences of {context_len} tokens fit at once, "
-                     f"below max_num_seqs={max_num_seqs}")
-    if g.key == "t4" and fmt == "bf16":
-        notes.append("a T4 has no bf16: vLLM serves the weights as fp16 (--dtype float16)")
+    notes = _fit_notes(v, fmt, g.key, fits, concurrency, context_len, max_num_seqs)
     return FitResult(
         model=v.key, format=fmt, gpu=g.key, num_gpus=num_gpus, context_len=context_len,
         gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
@@ -741,6 +724,45 @@ def fit(
         max_context_fits=max_ctx, weights_fit=weights_fit, fits=fits, google_build=google_build,
         verdict=verdict, notes=notes,
     )
+
+
+def _check_fit_args(v: Gemma4Variant, num_gpus: int, gpu_memory_utilization: float, context_len: int,
+                    max_num_seqs: int, max_num_batched_tokens: int, overhead_gib: float,
+                    kv_dtype_bytes: int) -> None:
+    """Refuse arguments that would give a silently wrong verdict (NaN compares False everywhere)."""
+    if num_gpus < 1 or v.num_q_heads % num_gpus:
+        raise Gemma4T4Error(
+            f"{v.name} cannot be split over {num_gpus} GPUs: {v.num_q_heads} query heads",
+            fix="use a tensor-parallel size that divides the head count (1, 2, 4 or 8)",
+        )
+    if not 0.1 <= gpu_memory_utilization <= 1.0:
+        raise Gemma4T4Error("gpu_memory_utilization must be in [0.1, 1.0]", fix="typical: 0.85-0.92")
+    if context_len < 1 or max_num_seqs < 1:
+        raise Gemma4T4Error("context length and max_num_seqs must be positive", fix="e.g. --context 8192")
+    if max_num_batched_tokens < 1:
+        raise Gemma4T4Error("max_num_batched_tokens must be positive",
+                            fix=f"vLLM's default is {DEFAULT_MAX_NUM_BATCHED_TOKENS}")
+    if not 0.0 <= overhead_gib < 1e6:  # also refuses NaN and infinity
+        raise Gemma4T4Error(f"overhead_gib must be a non-negative number of GiB, not {overhead_gib}",
+                            fix=f"the default is {DEFAULT_OVERHEAD_GIB} GiB per GPU")
+    if kv_dtype_bytes not in (1, 2, 4):
+        raise Gemma4T4Error(f"kv_dtype_bytes must be 1, 2 or 4, not {kv_dtype_bytes}", fix="fp16 KV cache: 2")
+
+
+def _fit_notes(v: Gemma4Variant, fmt: str, gpu: str, fits: bool, concurrency: float, context_len: int,
+               max_num_seqs: int) -> list[str]:
+    notes = []
+    if fmt == "qat-w4a16" and v.hub.qat_w4a16_ct is None:
+        notes.append("no Google -qat-w4a16-ct build for this size: repack -qat-q4_0-unquantized "
+                     "or use a community w4a16 build")
+    if fmt == "emb4":
+        notes.append(f"community text-only build, e.g. {v.hub.community_emb4}; needs vLLM >= 0.29")
+    if fits and concurrency < max_num_seqs:
+        notes.append(f"only {int(concurrency)} sequences of {context_len} tokens fit at once, "
+                     f"below max_num_seqs={max_num_seqs}")
+    if gpu == "t4" and fmt == "bf16":
+        notes.append("a T4 has no bf16: vLLM serves the weights as fp16 (--dtype float16)")
+    return notes
 
 
 def _max_context(per_seq, kv_budget_bytes: float, max_positions: int) -> int:

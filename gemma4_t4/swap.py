@@ -17,14 +17,17 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from gemma4_t4 import env
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.runner import CommandResult, Runner, subprocess_runner
+
+# CommandResult, Runner and subprocess_runner stay importable from here (they used to live here).
 
 GIB = 1024**3
 MIB = 1024**2
@@ -33,25 +36,6 @@ DEFAULT_SWAP_SIZE = "16G"
 DISK_HEADROOM_BYTES = 1 * GIB  # never fill the disk to the last byte
 CAP_SYS_ADMIN = 21
 SWAP_SIGNATURES = (b"SWAPSPACE2", b"SWAP-SPACE")
-
-
-@dataclass
-class CommandResult:
-    returncode: int
-    stdout: str = ""
-    stderr: str = ""
-
-
-Runner = Callable[..., CommandResult]  # runner(command: list[str], input: str | None = None)
-
-
-def subprocess_runner(command: list[str], input: str | None = None) -> CommandResult:
-    """The real runner: runs ``command`` and captures its output."""
-    try:
-        done = subprocess.run(command, input=input, capture_output=True, text=True, timeout=1800)
-    except FileNotFoundError as exc:
-        return CommandResult(127, "", str(exc))
-    return CommandResult(done.returncode, done.stdout, done.stderr)
 
 
 def parse_size(size: str | int) -> int:
@@ -131,13 +115,11 @@ def _cap_in_bounding_set(cap: int, status_text: str | None = None) -> bool | Non
 
 
 def detect_swap_environment(runner: Runner = subprocess_runner) -> SwapEnvironment:
-    from gemma4_t4.gate import detect_platform
-
     is_root = os.geteuid() == 0
     sudo_ok = False
     if not is_root and shutil.which("sudo"):
         sudo_ok = runner(["sudo", "-n", "true"]).returncode == 0
-    return SwapEnvironment(platform=detect_platform(), is_root=is_root, sudo_ok=sudo_ok,
+    return SwapEnvironment(platform=env.detect_platform(env.Probes())[0], is_root=is_root, sudo_ok=sudo_ok,
                            cap_sys_admin=_cap_in_bounding_set(CAP_SYS_ADMIN))
 
 
@@ -293,50 +275,75 @@ def create_swap(
 
     reuse = swap_path.exists()
     if reuse:
-        if not swap_path.is_file() or not has_swap_signature(swap_path):
-            raise Gemma4T4Error(f"{path} exists and is not a swap file; leaving it untouched",
-                                fix="pass another --path, or remove that file yourself if it is not needed")
-        if swap_path.stat().st_size < size_bytes:
-            raise Gemma4T4Error(
-                f"{path} is an inactive swap file of {_human(swap_path.stat().st_size)}, smaller than "
-                f"{_human(size_bytes)}",
-                fix=f"remove it (sudo rm {path}) and run again, or pass another --path")
+        _check_reusable(swap_path, size_bytes)
     else:
-        parent = swap_path.parent
-        if not parent.is_dir():
-            raise Gemma4T4Error(f"folder {parent} does not exist", fix="pass a --path in an existing folder")
-        free = (disk_free or (lambda p: shutil.disk_usage(p).free))(parent)
-        if free < size_bytes + DISK_HEADROOM_BYTES:
-            raise Gemma4T4Error(
-                f"not enough free disk for a {_human(size_bytes)} swap file: {parent} has {_human(free)} free "
-                f"(need {_human(size_bytes + DISK_HEADROOM_BYTES)} including {_human(DISK_HEADROOM_BYTES)} "
-                "headroom)",
-                fix="pass a smaller --size, or a --path on a disk with more space")
-
+        _check_room(swap_path, size_bytes, disk_free)
     if dry_run:
-        if reuse:
-            steps(["chmod", "600", path])
-            steps(["swapon", path])
-        else:
-            _allocate(steps, "fallocate", path, size_bytes)
-            steps(["chmod", "600", path])
-            steps(["mkswap", path])
-            steps(["swapon", path])
-        result = SwapResult("dry-run", path, size_bytes,
-                            message=f"would {'activate' if reuse else 'create'} a {_human(size_bytes)} swap "
-                                    f"file at {path}")
-        return _dry(result, persist, fstab, steps, refusal)
-
+        return _dry_run(steps, swap_path, size_bytes, reuse, persist, fstab, refusal)
     if reuse:
-        try:
-            steps(["chmod", "600", path])
-            steps(["swapon", path])
-        except _StepFailed as exc:
-            raise _swap_error(exc, created=False) from None
-        result = SwapResult("activated-existing", path, swap_path.stat().st_size, commands=steps.ran,
-                            message=f"activated the existing swap file {path}")
-        return _persist(result, persist, fstab, steps)
+        return _activate_existing(steps, swap_path, persist, fstab)
+    return _create_new(steps, swap_path, size_bytes, persist, fstab)
 
+
+def _check_reusable(swap_path: Path, size_bytes: int) -> None:
+    """An existing file is only ever activated, never overwritten: it must be a big enough swap file."""
+    path = str(swap_path)
+    if not swap_path.is_file() or not has_swap_signature(swap_path):
+        raise Gemma4T4Error(f"{path} exists and is not a swap file; leaving it untouched",
+                            fix="pass another --path, or remove that file yourself if it is not needed")
+    if swap_path.stat().st_size < size_bytes:
+        raise Gemma4T4Error(
+            f"{path} is an inactive swap file of {_human(swap_path.stat().st_size)}, smaller than "
+            f"{_human(size_bytes)}",
+            fix=f"remove it (sudo rm {path}) and run again, or pass another --path")
+
+
+def _check_room(swap_path: Path, size_bytes: int, disk_free: Callable[[Path], int] | None) -> None:
+    """The folder exists and its disk keeps headroom after the new file."""
+    parent = swap_path.parent
+    if not parent.is_dir():
+        raise Gemma4T4Error(f"folder {parent} does not exist", fix="pass a --path in an existing folder")
+    free = (disk_free or (lambda p: shutil.disk_usage(p).free))(parent)
+    if free < size_bytes + DISK_HEADROOM_BYTES:
+        raise Gemma4T4Error(
+            f"not enough free disk for a {_human(size_bytes)} swap file: {parent} has {_human(free)} free "
+            f"(need {_human(size_bytes + DISK_HEADROOM_BYTES)} including {_human(DISK_HEADROOM_BYTES)} "
+            "headroom)",
+            fix="pass a smaller --size, or a --path on a disk with more space")
+
+
+def _dry_run(steps: _Steps, swap_path: Path, size_bytes: int, reuse: bool, persist: bool, fstab: Path,
+             refusal: tuple[str, str] | None) -> SwapResult:
+    """Record the commands a real run would run; run none."""
+    path = str(swap_path)
+    if not reuse:
+        _allocate(steps, "fallocate", path, size_bytes)
+    steps(["chmod", "600", path])
+    if not reuse:
+        steps(["mkswap", path])
+    steps(["swapon", path])
+    result = SwapResult("dry-run", path, size_bytes,
+                        message=f"would {'activate' if reuse else 'create'} a {_human(size_bytes)} swap "
+                                f"file at {path}")
+    return _dry(result, persist, fstab, steps, refusal)
+
+
+def _activate_existing(steps: _Steps, swap_path: Path, persist: bool, fstab: Path) -> SwapResult:
+    path = str(swap_path)
+    try:
+        steps(["chmod", "600", path])
+        steps(["swapon", path])
+    except _StepFailed as exc:
+        raise _swap_error(exc, created=False) from None
+    result = SwapResult("activated-existing", path, swap_path.stat().st_size, commands=steps.ran,
+                        message=f"activated the existing swap file {path}")
+    return _persist(result, persist, fstab, steps)
+
+
+def _create_new(steps: _Steps, swap_path: Path, size_bytes: int, persist: bool, fstab: Path) -> SwapResult:
+    """fallocate (dd where fallocate can't make a usable swap file), chmod, mkswap, swapon; any
+    failure removes the file, so nothing is left half-done."""
+    path = str(swap_path)
     last_error: _StepFailed | None = None
     for method in ("fallocate", "dd"):
         try:

@@ -16,12 +16,12 @@ import re
 import shlex
 import sys
 from dataclasses import dataclass, field
-from importlib import metadata
 from typing import Any
 
 from gemma4_t4 import env
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.swap import CommandResult, Runner, subprocess_runner
+from gemma4_t4.runner import CommandResult, Runner, subprocess_runner
+from gemma4_t4.versions import package_requires, package_version
 
 PYTORCH_INDEX = env.PYTORCH_INDEX
 # vLLM release → (torch it pins, CUDA variant of its default wheels): one table, shared with doctor.
@@ -108,11 +108,9 @@ def probe_torch_facts(python: str | None = None, runner: Runner = subprocess_run
         setattr(facts, key, value)
     _, gpus, facts.driver_version = env.probe_gpus(probes or env.Probes())
     facts.gpu_present = bool(gpus)
-    try:
-        facts.vllm_version = metadata.version("vllm")
-        facts.vllm_torch_pin = _torch_pin(metadata.requires("vllm") or [])
-    except metadata.PackageNotFoundError:
-        pass
+    facts.vllm_version = package_version("vllm")
+    if facts.vllm_version is not None:
+        facts.vllm_torch_pin = _torch_pin(package_requires("vllm"))
     return facts
 
 

@@ -62,13 +62,41 @@ def test_fit_one_model_and_instance(capsys):
     assert code == 2 and "bf16" in data["fix"]
 
 
-def test_doctor_text_and_json(capsys):
+def _simulated_host(monkeypatch, **host) -> None:
+    """Run `gemma4-t4 doctor` on a simulated host (fake probes from test_env_doctor: no GPU here)."""
+    from test_env_doctor import fake_probes
+
+    from gemma4_t4 import env
+
+    monkeypatch.setattr("gemma4_t4.cli.doctor.doctor", lambda smem=False: env.doctor(fake_probes(**host), smem=smem))
+
+
+def test_doctor_exit_code_follows_the_host(monkeypatch, capsys):
+    _simulated_host(monkeypatch, files={"/sys/class/dmi/id/product_name": "Google Compute Engine\n"})
+    assert main(["doctor"]) == 0  # a healthy GCE T4
+    text = capsys.readouterr().out
+    assert "Tesla T4 (15360 MiB, cc 7.5)" in text and text.rstrip().endswith("OK: no blocking problem")
+    _simulated_host(monkeypatch, torch="2.13.0+cpu", torch_cuda=None)  # the series' first T4 failure
+    assert main(["doctor"]) == 1
+    assert "cpu-torch-on-gpu-host" in capsys.readouterr().out
+    code, data = run_json(capsys, "doctor")
+    assert code == 1 and data["ok"] is False
+    assert [p["code"] for p in data["problems"] if p["severity"] == "error"] == ["cpu-torch-on-gpu-host"]
+
+
+def test_doctor_on_this_machine_text_and_json(capsys):
+    import platform
+    import shutil
+
     code = main(["doctor"])
     text = capsys.readouterr().out
-    assert code in (0, 1) and "Python" in text and "vLLM + transformers" in text
-    code, data = run_json(capsys, "doctor")
-    assert set(data) >= {"facts", "pair", "problems", "ok"}
-    assert code == (0 if data["ok"] else 1)
+    assert platform.python_version() in text
+    assert "vLLM + transformers" in text
+    code_json, data = run_json(capsys, "doctor")
+    assert code_json == code and set(data) >= {"facts", "pair", "problems", "ok"}
+    errors = [p for p in data["problems"] if p["severity"] == "error"]
+    assert code == (1 if errors else 0) and data["ok"] is (not errors)
+    assert data["facts"]["nvidia_smi"] is (shutil.which("nvidia-smi") is not None)
     if not data["facts"]["nvidia_smi"]:  # this CI machine
         assert any(p["code"] == "no-gpu" and p["fix"] for p in data["problems"])
 

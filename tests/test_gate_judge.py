@@ -187,19 +187,115 @@ def test_local_checkpoint_facts(tiny_model_dir):
 
 def test_real_collectors_on_this_machine():
     """The default probes (doctor, Turing status, psutil, catalog) run here without a GPU."""
+    import psutil
+
+    from gemma4_t4 import turing
     from gemma4_t4.gate import probe_turing
 
-    turing = probe_turing(None)
-    assert isinstance(turing["turing_fix_active"], bool) and turing["turing_detail"]
+    found = probe_turing(None)
+    status = turing.status()
+    # this checkout is installed editable: the plugin entry point reaches vLLM, as `turing status` says
+    assert found["turing_fix_active"] is status.active is True
+    assert found["turing_detail"] == status.summary
+    assert "turing_fix_proven" not in found  # no device read: the proof is not run for nothing
     config = ServerConfig(model="google/gemma-4-E2B-it-qat-w4a16-ct", target="t4")
     facts = collect_facts(config)
-    assert facts.ram_total_bytes and facts.load_peak_bytes and facts.gpu_fit_ok is not None
+    assert facts.ram_total_bytes == psutil.virtual_memory().total
+    assert 10 * GIB < facts.load_peak_bytes < 14 * GIB
+    assert facts.gpu_fit_ok is True and "e2b qat-w4a16 on t4" in facts.gpu_fit_detail
     result = check_start(config, force=True, facts=facts, probes=_probes())
     if facts.gpu_present is False:  # CI: the gate must say why a T4 launch can't work here
         assert result.reasons[0].check == "cuda" and "no NVIDIA GPU" in result.reasons[0].problem
     with pytest.raises(GateRefused):
         check_start(config, facts=dataclasses.replace(facts, cuda_available=False, gpu_present=False),
                     probes=_probes())
+
+
+def test_an_active_fix_without_the_offline_proof_is_refused():
+    not_run = judge(_facts(turing_fix_active=True, turing_fix_proven=None, turing_detail="no proof: Triton is "
+                           "not installed"))
+    assert [r.check for r in not_run] == ["turing"]
+    assert "not proven" in not_run[0].problem and "did not run" in not_run[0].problem
+    assert "Triton is not installed" in not_run[0].problem and "turing verify" in not_run[0].fix
+    failed = judge(_facts(turing_fix_active=True, turing_fix_proven=False))
+    assert [r.check for r in failed] == ["turing"] and "failed" in failed[0].problem
+    # a device that does not need the fix needs no proof either
+    assert judge(_facts(turing_fix_proven=None, smem_per_block_optin=101_376, compute_capability=(8, 9))) == []
+
+
+class FakeVerify:
+    """Stands in for gemma4_t4.turing.verify (the real sm_75 compile takes minutes on this CPU;
+    tests/test_turing_verify.py runs it): counts calls and answers a given verdict."""
+
+    def __init__(self, ok: bool = True):
+        self.ok, self.calls = ok, 0
+
+    def __call__(self, arch, vllm_root):
+        import types
+
+        self.calls += 1
+        return types.SimpleNamespace(ok=self.ok, arch=arch, limit_bytes=65_536, vllm_version="0.32.0",
+                                     triton_version="3.8.0", patch_action="capped", patch_reason="head 512",
+                                     seconds=1.5, failures=lambda: [] if self.ok else [object()])
+
+
+def _vllm_copy(tmp_path):
+    from gemma4_t4.turing import offline
+
+    root = tmp_path / "vllm"
+    kernel = root / offline.KERNEL_RELPATH
+    kernel.parent.mkdir(parents=True)
+    kernel.write_text(offline.find_vllm_root().joinpath(offline.KERNEL_RELPATH).read_text())
+    (root / "_version.py").write_text("__version__ = version = '0.32.0'\n")
+    return root, kernel
+
+
+def test_the_proof_runs_once_per_kernel_and_versions(tmp_path, monkeypatch):
+    from gemma4_t4 import proof
+
+    root, kernel = _vllm_copy(tmp_path)
+    cache = tmp_path / "cache"
+    verify = FakeVerify()
+    first = proof.turing_proof("sm_75", root, cache, verify)
+    assert first.proven is True and not first.cached and verify.calls == 1
+    again = proof.turing_proof("sm_75", root, cache, verify)
+    assert again.proven is True and again.cached and again.key == first.key and verify.calls == 1
+    kernel.write_text(kernel.read_text() + "\n# edited\n")  # another kernel: prove again
+    assert not proof.turing_proof("sm_75", root, cache, verify).cached and verify.calls == 2
+    monkeypatch.setattr(proof, "package_version", lambda dist: "9.9.9" if dist == "triton" else None)
+    assert not proof.turing_proof("sm_75", root, cache, verify).cached and verify.calls == 3
+    failing = proof.turing_proof("sm_75", root, tmp_path / "other", FakeVerify(ok=False))
+    assert failing.proven is False and "FAILED" in failing.detail
+    (cache / "turing-proof").mkdir(exist_ok=True)
+    for stored in (cache / "turing-proof").iterdir():
+        stored.write_text("{torn")  # an unreadable proof is run again, not trusted
+    assert proof.turing_proof("sm_75", root, cache, verify).cached is False
+
+
+def test_no_vllm_or_no_triton_leaves_the_proof_unknown(tmp_path, monkeypatch):
+    from gemma4_t4 import proof
+
+    assert proof.turing_proof("sm_75", tmp_path, tmp_path / "c", FakeVerify()).proven is None
+    root, _ = _vllm_copy(tmp_path)
+    monkeypatch.setattr(proof, "package_version", lambda dist: None)
+    no_triton = proof.turing_proof("sm_75", root, tmp_path / "c", FakeVerify())
+    assert no_triton.proven is None and "Triton is not installed" in no_triton.detail
+
+
+def test_the_gate_asks_for_the_proof_on_a_turing_device_only(monkeypatch):
+    from gemma4_t4 import gate
+    from gemma4_t4.proof import TuringProof
+
+    asked = []
+
+    def fake_proof(arch):  # the cached-proof lookup, answered without compiling
+        asked.append(arch)
+        return TuringProof(False, arch, "k", True, "offline proof FAILED on sm_75")
+
+    monkeypatch.setattr(gate, "turing_proof", fake_proof)
+    t4 = gate.probe_turing((7, 5))
+    assert asked == ["sm_75"] and t4["turing_fix_proven"] is False and "FAILED" in t4["turing_detail"]
+    assert "turing_fix_proven" not in gate.probe_turing((8, 9)) and asked == ["sm_75"]
 
 
 def test_cli_t4_start_is_refused_with_reasons_on_a_machine_without_gpu(tmp_path, capsys):

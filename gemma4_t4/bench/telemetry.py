@@ -10,7 +10,6 @@ import json
 import platform
 import re
 import shutil
-import subprocess
 import sys
 import threading
 import time
@@ -19,9 +18,12 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
+from gemma4_t4 import env
 from gemma4_t4.bench.schemas import GPUTelemetry, PrefixCache, RawJSON, ServerInfo, ServerLoad
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.runner import subprocess_runner
 from gemma4_t4.server import http_get
+from gemma4_t4.versions import package_version
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
@@ -178,45 +180,12 @@ def server_version(base_url: str, api_key: str | None = None) -> str | None:
         return None
 
 
-def _package_version(name: str) -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(name)
-    except PackageNotFoundError:
-        return None
-
-
-def gpu_inventory() -> list[dict[str, str]]:
-    """GPUs on this machine via nvidia-smi (empty where there is none)."""
-    if not shutil.which("nvidia-smi"):
-        return []
-    query = "name,driver_version,memory.total,clocks.max.sm,power.limit,compute_cap"
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    gpus = []
-    for line in out.strip().splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) >= 6:
-            gpus.append(
-                {
-                    "name": parts[0],
-                    "driver": parts[1],
-                    "memory_mib": parts[2],
-                    "max_sm_clock_mhz": parts[3],
-                    "power_limit_w": parts[4],
-                    "compute_cap": parts[5],
-                }
-            )
-    return gpus
+def gpu_inventory() -> list[RawJSON]:
+    """GPUs on this machine, from the host model's one nvidia-smi probe (empty where there is none)."""
+    _, gpus, _ = env.probe_gpus(env.Probes())
+    return [{"name": g.name, "driver": g.driver_version, "memory_mib": g.memory_mib,
+             "max_sm_clock_mhz": g.max_sm_clock_mhz, "power_limit_w": g.power_limit_w,
+             "compute_cap": g.compute_capability} for g in gpus]
 
 
 def client_environment() -> dict[str, str | None]:
@@ -224,9 +193,9 @@ def client_environment() -> dict[str, str | None]:
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "machine": platform.machine(),
-        "gemma4_t4": _package_version("gemma4-t4"),
-        "aiohttp": _package_version("aiohttp"),
-        "boto3": _package_version("boto3"),
+        "gemma4_t4": package_version("gemma4-t4"),
+        "aiohttp": package_version("aiohttp"),
+        "boto3": package_version("boto3"),
     }
 
 
@@ -268,11 +237,8 @@ SMI_SAMPLE_KEYS = (
 
 
 def _smi_output(cmd: list[str]) -> str | None:
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=5, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout if done.returncode == 0 else None
+    done = subprocess_runner(cmd, timeout=5.0)
+    return done.stdout if done.ok else None
 
 
 GPUSample = dict[str, float]  # t, sm_clock_mhz, power_w, throttle_reasons (bit mask), memory_used_mib, ...
@@ -281,11 +247,12 @@ GPUSample = dict[str, float]  # t, sm_clock_mhz, power_w, throttle_reasons (bit 
 def parse_smi_sample(line: str) -> GPUSample | None:
     """One ``nvidia-smi --query-gpu=<SMI_SAMPLE_QUERY> --format=csv,noheader,nounits`` line -> a sample
     shaped like an NVML one (``[N/A]`` fields become 0; throttle reasons are a hex mask)."""
-    parts = [p.strip() for p in line.split(",")]
-    if len(parts) != len(SMI_SAMPLE_KEYS):
+    rows = env.parse_smi_csv(line, SMI_SAMPLE_QUERY)
+    if not rows:
         return None
     sample: GPUSample = {"t": time.time()}
-    for key, raw in zip(SMI_SAMPLE_KEYS, parts, strict=True):
+    for key, field_name in zip(SMI_SAMPLE_KEYS, SMI_SAMPLE_QUERY, strict=True):
+        raw = rows[0][field_name] or ""
         try:
             sample[key] = int(raw, 16) if key == "throttle_reasons" else float(raw)
         except ValueError:
@@ -330,14 +297,7 @@ class GPUSampler:
         return self.source is not None
 
     def _smi_sample(self) -> GPUSample | None:
-        out = self._smi(
-            [
-                "nvidia-smi",
-                f"--id={self.index}",
-                f"--query-gpu={','.join(SMI_SAMPLE_QUERY)}",
-                "--format=csv,noheader,nounits",
-            ]
-        )
+        out = self._smi(env.smi_query(SMI_SAMPLE_QUERY, index=self.index))
         return parse_smi_sample(out.strip().splitlines()[0]) if out and out.strip() else None
 
     def _sample(self) -> GPUSample | None:

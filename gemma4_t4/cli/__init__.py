@@ -3,6 +3,10 @@
 Every capability owns one module in this folder that defines ``register(subparsers)``.
 ``main`` discovers them, so adding a capability never edits this file. Handlers return an
 :class:`Output`; ``--json`` (on every command) prints its ``data`` instead of its ``text``.
+
+``main`` is the CLI's one error boundary: any exception becomes ``error: <message>`` and a
+``fix:`` line on stderr (a JSON object with ``--json``) and exit code 2; ``--debug`` (or
+``GEMMA4_T4_DEBUG=1``) also prints the traceback.
 """
 
 from __future__ import annotations
@@ -12,12 +16,13 @@ import importlib
 import json
 import pkgutil
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from gemma4_t4 import __version__
-from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.errors import debug_enabled, user_error
 from gemma4_t4.jsonable import to_jsonable
 
 
@@ -43,6 +48,7 @@ def add_command(
     """Add a subcommand with the shared ``--json`` flag and ``handler`` bound to it."""
     parser = subparsers.add_parser(name, help=help, description=description or help)
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    _add_debug(parser, default=argparse.SUPPRESS)  # after the command too; SUPPRESS keeps a --debug given before
     parser.set_defaults(_handler=handler)
     return parser
 
@@ -56,6 +62,11 @@ def add_group(subparsers: argparse._SubParsersAction, name: str, help: str,
     return top.add_subparsers(dest=f"{name}_command", metavar="SUBCOMMAND")
 
 
+def _add_debug(parser: argparse.ArgumentParser, default: object = False) -> None:
+    parser.add_argument("--debug", action="store_true", default=default,
+                        help="show the full traceback when something fails (also: GEMMA4_T4_DEBUG=1)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gemma4-t4",
@@ -63,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
         "benchmarks, 4-bit repacking and SageMaker deployment.",
     )
     parser.add_argument("--version", action="version", version=f"gemma4-t4 {__version__}")
+    _add_debug(parser)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in _command_modules():
         module.register(subparsers)
@@ -89,26 +101,41 @@ def emit(output: Output, as_json: bool) -> None:
             print(text)
 
 
+def report_error(exc: BaseException, as_json: bool, debug: bool) -> int:
+    """Show ``exc`` as the user sees every failure: one message, its fix; the traceback on --debug."""
+    error = user_error(exc)
+    if debug:
+        traceback.print_exception(exc, file=sys.stderr)
+    if as_json:
+        print(json.dumps(to_jsonable(error.to_dict()), indent=2))
+    else:
+        print(f"error: {error}", file=sys.stderr)
+    return 2
+
+
+def _wants(flag: str, argv: Sequence[str] | None) -> bool:
+    return flag in (sys.argv[1:] if argv is None else argv)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    handler: Handler | None = getattr(args, "_handler", None)
-    if handler is None:
-        parser.print_help()
-        return 2
-    as_json = bool(getattr(args, "json", False))
+    as_json, debug = _wants("--json", argv), debug_enabled(_wants("--debug", argv))
     try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        handler: Handler | None = getattr(args, "_handler", None)
+        if handler is None:
+            parser.print_help()
+            return 2
+        as_json, debug = bool(getattr(args, "json", False)), debug_enabled(bool(getattr(args, "debug", False)))
         output = handler(args)
-    except Gemma4T4Error as exc:
-        if as_json:
-            print(json.dumps(exc.to_dict(), indent=2))
-        else:
-            print(f"error: {exc}", file=sys.stderr)
-        return 2
+        emit(output, as_json)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    emit(output, as_json)
+    except SystemExit:
+        raise  # argparse's usage errors (exit 2) and --help/--version (exit 0)
+    except Exception as exc:  # the boundary: nothing reaches the user raw
+        return report_error(exc, as_json, debug)
     return output.exit_code
 
 

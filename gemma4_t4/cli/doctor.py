@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from gemma4_t4.cli import Output, add_command
-from gemma4_t4.cli.models import format_table
 from gemma4_t4.env import EnvReport, doctor
+from gemma4_t4.table import format_pairs, format_table
 
 
 def _fmt(value: object, unit: str = "") -> str:
@@ -34,8 +34,7 @@ def report_text(report: EnvReport) -> str:
         ("vLLM + transformers", f"{report.pair.status}: {report.pair.detail}"),
     ]
     facts += [(f"free disk {d.label}", f"{_fmt(d.free_gb, ' GB')}  {d.path}") for d in f.disks]
-    width = max(len(k) for k, _ in facts)
-    text = "\n".join(f"{k.ljust(width)}  {v}" for k, v in facts)
+    text = format_pairs(facts)
     if report.problems:
         rows = []
         for p in report.problems:

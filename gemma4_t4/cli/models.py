@@ -3,25 +3,14 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
 
 from gemma4_t4 import models as m
 from gemma4_t4.cli import Output, add_command
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.hardware import GPUS, SAGEMAKER_INSTANCES
+from gemma4_t4.table import format_pairs, format_table
 
-
-def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]], right: Sequence[int] = ()) -> str:
-    """A plain-text table; columns listed in ``right`` are right-aligned (numbers)."""
-    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in row] for row in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-
-    def line(row: list[str]) -> str:
-        text = "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
-        return text.rstrip()
-
-    rule = "  ".join("-" * w for w in widths)
-    return "\n".join([line(cells[0]), rule] + [line(r) for r in cells[1:]])
+__all__ = ["format_table", "register"]  # format_table was defined here; it stays importable
 
 
 # ---------------------------------------------------------------------------------------
@@ -81,8 +70,7 @@ def _model_text(i: m.ModelInfo) -> str:
         ("community emb4", i.hub.community_emb4),
     ]
     lines += [("note", n) for n in i.notes]
-    width = max(len(k) for k, _ in lines)
-    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in lines)
+    return format_pairs(lines)
 
 
 # ---------------------------------------------------------------------------------------

@@ -1,0 +1,115 @@
+"""The offline sm_75 proof of the Turing fix, run once per installed vLLM kernel + Triton + fix.
+
+``gemma4_t4.turing.verify`` compiles vLLM's own attention kernel for sm_75 with the tile cap and
+reads every launch's shared memory (about 2 s, no GPU). The start gate needs that proof on a
+Turing GPU before it launches vLLM, but not every start should pay for it: the result is cached
+under a key made of everything it depends on, so a vLLM upgrade, a new Triton, an edited kernel
+file or a changed tile cap each run it again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gemma4_t4 import turing
+from gemma4_t4.atomic import atomic_write_json
+from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.turing import offline
+from gemma4_t4.versions import package_version
+
+CACHE_ENV = "GEMMA4_T4_CACHE_DIR"
+PROOF_FORMAT = 1
+
+
+@dataclass
+class TuringProof:
+    """Whether the tile cap makes every Gemma 4 launch fit ``arch``; ``proven`` is None when the
+    proof could not run here (no vLLM, no Triton)."""
+
+    proven: bool | None
+    arch: str
+    key: str | None
+    cached: bool
+    detail: str
+    seconds: float | None = None
+
+
+def cache_dir() -> Path:
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "gemma4-t4"
+
+
+def proof_key(arch: str, vllm_root: str | Path | None = None) -> tuple[str, dict[str, str]]:
+    """(key, what it is made of): the kernel file's hash, vLLM's and Triton's versions, the fix's code."""
+    root = offline.find_vllm_root(vllm_root)
+    fix_code = hashlib.sha256()
+    for name in ("smem.py", "tilecap.py"):
+        fix_code.update((Path(offline.__file__).with_name(name)).read_bytes())
+    parts = {
+        "arch": arch,
+        "kernel_sha256": offline.sha256_file(root / offline.KERNEL_RELPATH),
+        "vllm": offline.read_vllm_version(root),
+        "triton": package_version("triton") or "missing",
+        "fix_sha256": fix_code.hexdigest(),
+        "format": str(PROOF_FORMAT),
+    }
+    key = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+    return key, parts
+
+
+def _run_verify(arch: str, vllm_root: str | None) -> Any:
+    return turing.verify(arch, vllm_root=vllm_root)
+
+
+def turing_proof(
+    arch: str = "sm_75",
+    vllm_root: str | Path | None = None,
+    cache: Path | None = None,
+    verify: Callable[[str, str | None], Any] = _run_verify,
+) -> TuringProof:
+    """The proof for the installed vLLM + Triton, from the cache or by running it (then cached)."""
+    try:
+        key, parts = proof_key(arch, vllm_root)
+    except Gemma4T4Error as exc:
+        return TuringProof(None, arch, None, False, f"no proof: {exc.message}")
+    path = (cache or cache_dir()) / "turing-proof" / f"{arch}-{key[:24]}.json"
+    try:
+        stored = json.loads(path.read_text())
+        if stored.get("key") == key and isinstance(stored.get("ok"), bool):
+            return TuringProof(stored["ok"], arch, key, True, stored.get("detail", ""), stored.get("seconds"))
+    except (OSError, ValueError, AttributeError):
+        pass  # no proof yet, or an unreadable one: run it again
+    if parts["triton"] == "missing":
+        return TuringProof(None, arch, key, False, "no proof: Triton is not installed (pip install triton)")
+    try:
+        report = verify(arch, None if vllm_root is None else str(vllm_root))
+    except Gemma4T4Error as exc:
+        return TuringProof(None, arch, key, False, f"no proof: {exc.message}")
+    failures = report.failures()
+    if report.ok:
+        detail = (
+            f"proven offline: every Gemma 4 attention launch fits {report.limit_bytes:,} B on {report.arch} "
+            f"(vLLM {report.vllm_version}, Triton {report.triton_version})"
+        )
+    else:
+        detail = (
+            f"offline proof FAILED on {report.arch}: tile cap {report.patch_action} ({report.patch_reason}); "
+            f"{len(failures)} launch(es) over {report.limit_bytes:,} B"
+        )
+    proof = TuringProof(bool(report.ok), arch, key, False, detail, report.seconds)
+    try:
+        atomic_write_json(
+            path,
+            {"key": key, "parts": parts, "ok": proof.proven, "detail": detail, "seconds": report.seconds},
+        )
+    except OSError:
+        pass  # a read-only home: the proof holds for this start, it is just not remembered
+    return proof
