@@ -679,7 +679,7 @@ def run_benchmark(base_url: str, model: str | None = None,
     writes a results dir. concurrency = closed loop; rates (requests/s, decode only) = open loop with Poisson or
     constant arrivals; sweep=N (decode) = one-at-a-time, all-at-once, then N open-loop rates in between;
     method="series" (decode) = the series' (512-16)/(wall512 - wall16) at c=1."""
-    from gemma4_t4 import bench  # about a second of imports (client, plots): only when a benchmark runs
+    from gemma4_t4.bench import workloads as bench  # about a second of imports (client, plots): only here
 
     if model is None:
         model = _served_model(base_url)
