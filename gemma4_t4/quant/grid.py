@@ -116,6 +116,8 @@ def grid_check(path: str, tensors: Sequence[str] | None = None, group_size: int 
     the headers and the named tensors' bytes are downloaded).
     """
     t0 = time.perf_counter()
+    group_size = lattice.validate_group_size(group_size)
+    tol = lattice.validate_tol(tol)
     with open_checkpoint(path) as reader:
         names, skipped = select_tensors(reader, tensors, group_size)
         rows_out: list[TensorGrid] = []
@@ -286,6 +288,7 @@ def grid_compare(ref: str, other: str, group_size: int = lattice.DEFAULT_GROUP, 
     dense values): a weight "changes level" when it moved by more than half of REF's scale.
     Values are bit-identical when the decompressed numbers are exactly equal.
     """
+    group_size = lattice.validate_group_size(group_size)
     with open_checkpoint(ref) as r_reader, open_checkpoint(other) as o_reader:
         r_mods, o_mods = module_weights(r_reader), module_weights(o_reader)
         common = sorted(set(r_mods) & set(o_mods))
