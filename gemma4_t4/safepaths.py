@@ -229,11 +229,14 @@ def _owner_alive(folder: Path) -> bool:
 class Cleanup:
     """What :func:`clean_stale` did, as lines for the command's output."""
 
-    removed: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)  # partial builds
+    backups_removed: list[str] = field(default_factory=list)
     restored: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:
         return ([f"removed stale partial output {p} (left by an interrupted run)" for p in self.removed]
+                + [f"removed stale backup {p} (left by a run interrupted while replacing its target)"
+                   for p in self.backups_removed]
                 + [f"restored {p} (a run was killed while replacing it)" for p in self.restored])
 
 
@@ -264,7 +267,7 @@ def clean_stale(target: str | os.PathLike) -> Cleanup:
         elif target.exists() and is_owned(entry, ("gemma4_t4_repack.json",)):
             shutil.rmtree(entry, ignore_errors=True)
             if not entry.exists():
-                done.removed.append(str(entry))
+                done.backups_removed.append(str(entry))
     return done
 
 

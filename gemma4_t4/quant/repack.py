@@ -270,7 +270,6 @@ def _build(reader: LocalCheckpoint, src: str | Path, dst_path: Path, quantizer: 
                                        observer="lattice" if method == "lattice" else "minmax")
     # headers are at most a few MB; side files (tokenizer ...) are copied as they are
     need = sum(t.nbytes for t in plan) + 512 * len(plan) + _side_bytes(src_root)
-    safepaths.ensure_free_space(dst_path.parent, need, f"the build {dst_path}")
 
     rows_report: list[TensorRepack] = []
     off_grid: dict[str, int] = {}
@@ -279,13 +278,15 @@ def _build(reader: LocalCheckpoint, src: str | Path, dst_path: Path, quantizer: 
     exact_totals: dict[str, int] = {}
     bytes_read = 0
     total_bytes = reader.total_bytes
-    bar = progress_bar(total_bytes, progress is True, method)
+    bar = None
     callback = progress if callable(progress) else None
     writer = None
     with safepaths.cleanup_on_signals():
-        tmp = safepaths.make_partial(dst_path)
+        tmp = safepaths.make_partial(dst_path)  # first: a read-only target fails here, naming it
         try:
+            safepaths.ensure_free_space(tmp, need, f"the build {dst_path}")
             writer = ShardedWriter(tmp, plan, max_shard_bytes=shard_bytes)
+            bar = progress_bar(total_bytes, progress is True, method)
             for name in sorted(reader.tensors):
                 info = reader.tensors[name]
                 role = roles[name]
