@@ -44,7 +44,9 @@ def _real(path: str | os.PathLike) -> Path:
     return Path(os.path.realpath(os.path.abspath(os.path.expanduser(os.fspath(path)))))
 
 
-def refuse_overlap(target: str | os.PathLike, sources: Iterable[str | os.PathLike], what: str = "DST") -> None:
+def refuse_overlap(
+    target: str | os.PathLike, sources: Iterable[str | os.PathLike], what: str = "DST"
+) -> None:
     """Refuse a ``target`` that is, contains, or lies inside any of ``sources`` (symlinks resolved)."""
     t = _real(target)
     for src in sources:
@@ -67,8 +69,13 @@ def write_marker(folder: str | os.PathLike, command: str, **details: object) -> 
     """Mark ``folder`` as written by this package (``--overwrite`` may later replace it)."""
     from gemma4_t4 import __version__
 
-    payload = {MARKER_KEY: True, "command": command, "version": __version__,
-               "created_unix": round(time.time(), 3), **details}
+    payload = {
+        MARKER_KEY: True,
+        "command": command,
+        "version": __version__,
+        "created_unix": round(time.time(), 3),
+        **details,
+    }
     (Path(folder) / MARKER_NAME).write_text(json.dumps(payload, indent=1, default=str) + "\n")
 
 
@@ -85,21 +92,33 @@ def is_owned(folder: str | os.PathLike, legacy_names: Iterable[str] = ()) -> boo
     return any((folder / name).is_file() for name in legacy_names)
 
 
-def check_target(target: str | os.PathLike, *, overwrite: bool, sources: Iterable[str | os.PathLike] = (),
-                 what: str = "DST", legacy_names: Iterable[str] = ()) -> Path:
+def check_target(
+    target: str | os.PathLike,
+    *,
+    overwrite: bool,
+    sources: Iterable[str | os.PathLike] = (),
+    what: str = "DST",
+    legacy_names: Iterable[str] = (),
+) -> Path:
     """Validate an output folder before any work: not a file, not a symlink, no overlap with a
     source, and when it exists only replaceable with ``overwrite`` and only when this package
     wrote it (or it is empty). Returns the target as a Path."""
     path = Path(target)
     refuse_overlap(path, sources, what)
     if path.is_symlink():
-        raise Gemma4T4Error(f"{what} {path} is a symbolic link", fix=f"give the real folder as {what}, or a new path")
+        raise Gemma4T4Error(
+            f"{what} {path} is a symbolic link", fix=f"give the real folder as {what}, or a new path"
+        )
     if path.exists() and not path.is_dir():
-        raise Gemma4T4Error(f"{what} {path} is a file, not a folder", fix=f"choose a new folder path for {what}")
+        raise Gemma4T4Error(
+            f"{what} {path} is a file, not a folder", fix=f"choose a new folder path for {what}"
+        )
     for parent in path.absolute().parents:
         if parent.exists():
             if not parent.is_dir():
-                raise Gemma4T4Error(f"{parent} (a parent of {what}) is a file", fix=f"choose a {what} in a folder")
+                raise Gemma4T4Error(
+                    f"{parent} (a parent of {what}) is a file", fix=f"choose a {what} in a folder"
+                )
             break
     if path.exists():
         if not overwrite:
@@ -129,8 +148,9 @@ def free_bytes(path: str | os.PathLike) -> int:
     return shutil.disk_usage(_existing_ancestor(Path(path))).free
 
 
-def ensure_free_space(path: str | os.PathLike, need_bytes: int, what: str = "the output",
-                      margin: int = FREE_SPACE_MARGIN) -> None:
+def ensure_free_space(
+    path: str | os.PathLike, need_bytes: int, what: str = "the output", margin: int = FREE_SPACE_MARGIN
+) -> None:
     """Refuse to start when the filesystem of ``path`` has less than ``need_bytes`` (+ margin) free."""
     free = free_bytes(path)
     if free < need_bytes + margin:
@@ -199,8 +219,13 @@ def make_partial(target: str | os.PathLike) -> Path:
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=partial_prefix(target), dir=target.parent))
-        owner = {"pid": os.getpid(), "start": _proc_start(os.getpid()), "host": socket.gethostname(),
-                 "target": str(target), "created_unix": round(time.time(), 3)}
+        owner = {
+            "pid": os.getpid(),
+            "start": _proc_start(os.getpid()),
+            "host": socket.gethostname(),
+            "target": str(target),
+            "created_unix": round(time.time(), 3),
+        }
         (tmp / PARTIAL_OWNER).write_text(json.dumps(owner) + "\n")
     except OSError as exc:
         raise os_error(exc, f"into {target.parent}") from exc
@@ -234,10 +259,14 @@ class Cleanup:
     restored: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:
-        return ([f"removed stale partial output {p} (left by an interrupted run)" for p in self.removed]
-                + [f"removed stale backup {p} (left by a run interrupted while replacing its target)"
-                   for p in self.backups_removed]
-                + [f"restored {p} (a run was killed while replacing it)" for p in self.restored])
+        return (
+            [f"removed stale partial output {p} (left by an interrupted run)" for p in self.removed]
+            + [
+                f"removed stale backup {p} (left by a run interrupted while replacing its target)"
+                for p in self.backups_removed
+            ]
+            + [f"restored {p} (a run was killed while replacing it)" for p in self.restored]
+        )
 
 
 def clean_stale(target: str | os.PathLike) -> Cleanup:
@@ -254,12 +283,18 @@ def clean_stale(target: str | os.PathLike) -> Cleanup:
     except OSError:
         return done
     for entry in entries:
-        if (entry.name.startswith(partial_prefix(target)) and entry.is_dir() and not entry.is_symlink()
-                and not _owner_alive(entry)):
+        if (
+            entry.name.startswith(partial_prefix(target))
+            and entry.is_dir()
+            and not entry.is_symlink()
+            and not _owner_alive(entry)
+        ):
             shutil.rmtree(entry, ignore_errors=True)
             if not entry.exists():
                 done.removed.append(str(entry))
-    backups = [e for e in entries if e.name.startswith(backup_prefix(target)) and e.is_dir() and not e.is_symlink()]
+    backups = [
+        e for e in entries if e.name.startswith(backup_prefix(target)) and e.is_dir() and not e.is_symlink()
+    ]
     for entry in sorted(backups, key=lambda e: e.name, reverse=True):
         if not target.exists() and is_owned(entry, ("gemma4_t4_repack.json",)):
             entry.rename(target)

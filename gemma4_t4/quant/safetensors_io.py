@@ -88,6 +88,17 @@ def refuse_pickle(path: str) -> None:
         )
 
 
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise ValueError("a key appears twice")
+    return out
+
+
+def _no_constants(token: str) -> float:
+    raise ValueError(f"{token} is not JSON")  # Python's json accepts NaN/Infinity; the format does not
+
+
 def parse_header(raw_len: bytes, read_header, source: str, file_size: int | None) -> tuple[dict, int]:
     """Validate and parse a safetensors header. ``read_header(n)`` returns the n header bytes."""
     if len(raw_len) < 8:
@@ -99,7 +110,7 @@ def parse_header(raw_len: bytes, read_header, source: str, file_size: int | None
             fix="check the path; pickle checkpoints (.bin) are not supported, convert them to safetensors",
         )
     try:
-        header = json.loads(read_header(header_len))
+        header = json.loads(read_header(header_len), object_pairs_hook=_unique_keys, parse_constant=_no_constants)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         reason = "nested too deeply" if isinstance(exc, RecursionError) else exc
         raise Gemma4T4Error(f"{source} has a corrupt safetensors header: {reason}", fix="re-download the file") from exc
@@ -123,8 +134,9 @@ def tensors_from_header(header: dict, data_start: int, shard: str, file_size: in
     overlap, no gap, no shared range) and end where the file ends."""
     tensors: dict[str, TensorInfo] = {}
     meta_block = header.get("__metadata__")
-    if meta_block is not None and not isinstance(meta_block, dict):
-        raise _corrupt(shard, "__metadata__ is not an object")
+    if meta_block is not None and not (isinstance(meta_block, dict)
+                                       and all(isinstance(v, str) for v in meta_block.values())):
+        raise _corrupt(shard, "__metadata__ is not an object of strings")
     for name, meta in header.items():
         if name == "__metadata__":
             continue
