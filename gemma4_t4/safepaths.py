@@ -216,10 +216,12 @@ def backup_prefix(target: Path) -> str:
 def make_partial(target: str | os.PathLike) -> Path:
     """Create the hidden sibling folder a build is written into, recording its owner."""
     target = Path(target)
+    missing = [p for p in target.absolute().parents if not p.exists()]
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=partial_prefix(target), dir=target.parent))
         owner = {
+            "made_parents": [str(p) for p in missing],  # removed again if the build is discarded
             "pid": os.getpid(),
             "start": _proc_start(os.getpid()),
             "host": socket.gethostname(),
@@ -228,8 +230,24 @@ def make_partial(target: str | os.PathLike) -> Path:
         }
         (tmp / PARTIAL_OWNER).write_text(json.dumps(owner) + "\n")
     except OSError as exc:
+        for parent in missing:
+            with contextlib.suppress(OSError):
+                os.rmdir(parent)
         raise os_error(exc, f"into {target.parent}") from exc
     return tmp
+
+
+def discard_partial(tmp: Path) -> None:
+    """Remove a partial build and the (then empty) parent folders its run created."""
+    try:
+        owner = json.loads((tmp / PARTIAL_OWNER).read_text())
+        made = owner.get("made_parents", []) if isinstance(owner, dict) else []
+    except (OSError, ValueError):
+        made = []
+    shutil.rmtree(tmp, ignore_errors=True)
+    for parent in made:  # deepest first
+        with contextlib.suppress(OSError):
+            os.rmdir(parent)  # only when empty
 
 
 def _owner_alive(folder: Path) -> bool:

@@ -338,6 +338,25 @@ def test_corrupt_config_json_is_a_clear_error_and_nothing_is_written(src, tmp_pa
     assert not (tmp_path / "out").exists() and _leftovers(tmp_path) == []
 
 
+def test_a_failed_build_removes_the_folders_it_created(tiny_model_dir, tmp_path):
+    from gemma4_t4.quant.repack import OffGridError
+
+    with pytest.raises(OffGridError):  # the plain bf16 model is off grid: refused after scanning
+        repack(tiny_model_dir, tmp_path / "new" / "deeper" / "out")
+    assert os.listdir(tmp_path) == []
+    (tmp_path / "kept").mkdir()
+    with pytest.raises(OffGridError):
+        repack(tiny_model_dir, tmp_path / "kept" / "new" / "out")
+    assert os.listdir(tmp_path) == ["kept"] and os.listdir(tmp_path / "kept") == []
+
+
+def test_a_malformed_checkpoint_url_is_a_clear_error():
+    for url in ("http://127.0.0.1:9/a folder/with spaces", "http://[::1/x", "https://"):
+        with pytest.raises(Gemma4T4Error) as err:
+            grid_check(url)
+        assert err.value.fix
+
+
 def test_read_only_target_is_a_clear_error(src):
     # /sys is mounted read-only in containers and owned by root everywhere: a real unwritable place
     _refused(_cli("repack", src, "/sys/gemma4-t4-out"), "cannot write", "/sys")

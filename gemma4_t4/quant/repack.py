@@ -360,12 +360,12 @@ def _build(reader: LocalCheckpoint, src: str | Path, dst_path: Path, quantizer: 
         except OSError as exc:
             if writer is not None:
                 writer.abort()
-            shutil.rmtree(tmp, ignore_errors=True)
+            safepaths.discard_partial(tmp)
             raise safepaths.os_error(exc, f"the build {dst_path}") from exc
         except BaseException:
             if writer is not None:
                 writer.abort()
-            shutil.rmtree(tmp, ignore_errors=True)
+            safepaths.discard_partial(tmp)
             raise
         finally:
             if bar is not None:

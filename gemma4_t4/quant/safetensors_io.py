@@ -13,6 +13,7 @@ with ``pwrite`` into a temporary directory that the caller renames into place.
 
 from __future__ import annotations
 
+import http.client
 import json
 import math
 import os
@@ -445,6 +446,14 @@ class RemoteCheckpoint(CheckpointReader):
     def __init__(self, url: str, timeout: float = 60.0, headers: dict[str, str] | None = None):
         super().__init__(url)
         refuse_pickle(url)
+        try:
+            host = urllib.parse.urlsplit(url).hostname
+        except ValueError:
+            host = None
+        if not host or any(c.isspace() or ord(c) < 32 for c in url):
+            raise Gemma4T4Error(f"{url!r} is not a usable checkpoint URL",
+                                fix="use a folder URL such as https://huggingface.co/ORG/NAME/resolve/main "
+                                "(spaces must be written as %20)")
         self.timeout = timeout
         self.headers = hub_headers(url) if headers is None else dict(headers)
         self.bytes_downloaded = 0
@@ -492,7 +501,7 @@ class RemoteCheckpoint(CheckpointReader):
             raise Gemma4T4Error(f"cannot reach {self.base}: {exc.reason}", fix="check the URL and network") from exc
         except UnicodeDecodeError as exc:
             raise Gemma4T4Error(f"{self.base}/{name} is not UTF-8 text", fix="check the URL") from exc
-        except (OSError, ValueError) as exc:  # timeouts, resets, malformed URLs
+        except (OSError, ValueError, http.client.HTTPException) as exc:  # timeouts, resets, malformed URLs
             raise Gemma4T4Error(f"GET {self.base}/{name} failed: {exc}", fix="check the URL and network") from exc
 
     def _ranged_get(self, shard: str, start: int, stop: int) -> tuple[bytes, int | None]:
@@ -508,7 +517,7 @@ class RemoteCheckpoint(CheckpointReader):
                 total = (resp.headers.get("Content-Range") or "").rpartition("/")[2]
         except urllib.error.HTTPError as exc:
             raise self._http_error(f"range read of {self.base}/{shard} failed", exc) from exc
-        except (OSError, ValueError) as exc:  # URLError, timeouts, resets, malformed URLs
+        except (OSError, ValueError, http.client.HTTPException) as exc:  # URLError, timeouts, resets, bad URLs
             raise Gemma4T4Error(f"range read of {self.base}/{shard} failed: {exc}", fix="check the URL and network") from exc
         self.bytes_downloaded += len(data)
         return data, int(total) if total.isdigit() else None
