@@ -287,11 +287,12 @@ class Cleanup:
         )
 
 
-def clean_stale(target: str | os.PathLike) -> Cleanup:
+def clean_stale(target: str | os.PathLike, legacy_names: Iterable[str] = ()) -> Cleanup:
     """Remove ``.DST.partial-*`` folders whose owning process is gone, and settle ``.DST.old-*``
     backups left by a run killed while swapping in a new build (restored when DST is missing,
     removed when DST is there)."""
     target = Path(target)
+    legacy = tuple(legacy_names)
     done = Cleanup()
     parent = target.parent
     if not parent.is_dir():
@@ -314,19 +315,23 @@ def clean_stale(target: str | os.PathLike) -> Cleanup:
         e for e in entries if e.name.startswith(backup_prefix(target)) and e.is_dir() and not e.is_symlink()
     ]
     for entry in sorted(backups, key=lambda e: e.name, reverse=True):
-        if not target.exists() and is_owned(entry, ("gemma4_t4_repack.json",)):
+        if not target.exists() and is_owned(entry, legacy):
             entry.rename(target)
             done.restored.append(f"{target} from {entry.name}")
-        elif target.exists() and is_owned(entry, ("gemma4_t4_repack.json",)):
+        elif target.exists() and is_owned(entry, legacy):
             shutil.rmtree(entry, ignore_errors=True)
             if not entry.exists():
                 done.backups_removed.append(str(entry))
     return done
 
 
-def swap_into_place(tmp: Path, target: Path) -> None:
+def swap_into_place(tmp: Path, target: Path, overwrite: bool) -> None:
     """Rename the finished ``tmp`` to ``target``; an existing target is moved aside first and
     removed after (a kill in between leaves a backup the next run restores or removes)."""
+    if target.exists() and not overwrite:  # appeared while we worked (another run into the same DST)
+        raise Gemma4T4Error(
+            f"{target} appeared while this build was written", fix="choose a new DST or pass --overwrite"
+        )
     if target.exists():
         backup = target.with_name(f"{backup_prefix(target)}{int(time.time())}-{os.getpid()}")
         target.rename(backup)

@@ -144,6 +144,19 @@ def test_overwrite_replaces_only_folders_this_package_wrote(src, tmp_path):
     assert (empty / "model.safetensors").is_file()
 
 
+def test_a_destination_that_appears_during_the_build_is_not_replaced(src, tmp_path):
+    dst = tmp_path / "out"
+
+    def other_run_finishes(_name):  # another run into the same DST completes while this one works
+        if not dst.exists():
+            dst.mkdir()
+            (dst / "theirs.txt").write_text("the other run's output")
+
+    with pytest.raises(Gemma4T4Error, match="appeared while this build was written"):
+        repack(src, dst, progress=other_run_finishes)
+    assert os.listdir(dst) == ["theirs.txt"] and _leftovers(tmp_path) == []
+
+
 def test_a_destination_that_is_a_file_is_refused(src, tmp_path):
     f = tmp_path / "out.safetensors"
     f.write_bytes(b"keep me")

@@ -227,18 +227,18 @@ def build_quantized(
         if dst_path.absolute() == reader.root.absolute() or os.path.realpath(dst_path) == os.path.realpath(reader.root):
             raise Gemma4T4Error("DST is the source folder; the source is never modified", fix="choose a new DST")
         safepaths.refuse_overlap(dst_path, sources)
-        cleanup = safepaths.clean_stale(dst_path)
+        cleanup = safepaths.clean_stale(dst_path, legacy_names=(REPORT_NAME,))
         safepaths.check_target(dst_path, overwrite=overwrite, sources=sources, legacy_names=(REPORT_NAME,))
-        return _build(reader, src, dst_path, quantizer, cleanup, method=method, group_size=group_size,
-                      scale_dtype=scale_dtype, symmetric=symmetric, emb4=emb4, shard_bytes=shard_bytes,
-                      block_bytes=block_bytes, progress=progress, t0=t0)
+        return _build(reader, src, dst_path, quantizer, cleanup, overwrite=overwrite, method=method,
+                      group_size=group_size, scale_dtype=scale_dtype, symmetric=symmetric, emb4=emb4,
+                      shard_bytes=shard_bytes, block_bytes=block_bytes, progress=progress, t0=t0)
     finally:
         reader.close()
 
 
 def _build(reader: LocalCheckpoint, src: str | Path, dst_path: Path, quantizer: Quantizer,
-           cleanup: safepaths.Cleanup, *, method: str, group_size: int, scale_dtype: str, symmetric: bool,
-           emb4: bool, shard_bytes: int, block_bytes: int, progress: bool | Callable[[str], None],
+           cleanup: safepaths.Cleanup, *, overwrite: bool, method: str, group_size: int, scale_dtype: str,
+           symmetric: bool, emb4: bool, shard_bytes: int, block_bytes: int, progress: bool | Callable[[str], None],
            t0: float) -> RepackReport:
     src_root = reader.root
     roles = {n: qconfig.classify(n, i.shape, i.dtype, group_size, emb4) for n, i in reader.tensors.items()}
@@ -355,7 +355,7 @@ def _build(reader: LocalCheckpoint, src: str | Path, dst_path: Path, quantizer: 
             safepaths.write_marker(tmp, "repack" if method == "lattice" else "requant-awq", source=str(src_root))
             tmp.chmod(0o755)
             (tmp / safepaths.PARTIAL_OWNER).unlink()
-            safepaths.swap_into_place(tmp, dst_path)
+            safepaths.swap_into_place(tmp, dst_path, overwrite)
             return report
         except OSError as exc:
             if writer is not None:
