@@ -57,6 +57,20 @@ def _cli(*args: str, check_clean: bool = True, **kwargs) -> subprocess.Completed
     return proc
 
 
+def _run(*args: str) -> subprocess.CompletedProcess:
+    """The same command line in this process (fast): an exception other than the package's
+    own error would propagate and fail the test, as a traceback would."""
+    import contextlib
+    import io
+
+    from gemma4_t4.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([str(a) for a in args])
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
+
+
 def _refused(proc: subprocess.CompletedProcess, *needles: str) -> str:
     """A refusal: exit 2, one error line naming the problem, and a fix."""
     assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
@@ -89,8 +103,8 @@ def src(tiny_qat_model_dir, tmp_path) -> Path:
 def test_overwrite_of_the_sources_parent_is_refused_and_nothing_is_removed(src, command):
     before = _digest(src.parent)
     _refused(_cli(command, src, src.parent, "--overwrite"), "contains the source")
-    _refused(_cli(command, src, src / "sub" / "out"), "is inside the source")
-    _refused(_cli(command, src / "model.safetensors", src, "--overwrite"), "the source")
+    _refused(_run(command, src, src / "sub" / "out"), "is inside the source")
+    _refused(_run(command, src / "model.safetensors", src, "--overwrite"), "the source")
     assert _digest(src.parent) == before and not (src / "sub").exists()
 
 
@@ -98,8 +112,8 @@ def test_a_symlink_that_leads_to_the_source_is_refused(src, tmp_path):
     link = tmp_path / "link-to-work"
     link.symlink_to(src.parent)
     before = _digest(src.parent)
-    _refused(_cli("repack", src, link, "--overwrite"), "the source")
-    _refused(_cli("repack", src, link / "src", "--overwrite"), "the source")
+    _refused(_run("repack", src, link, "--overwrite"), "the source")
+    _refused(_run("repack", src, link / "src", "--overwrite"), "the source")
     assert _digest(src.parent) == before and link.is_symlink()
 
 
@@ -133,14 +147,14 @@ def test_overwrite_replaces_only_folders_this_package_wrote(src, tmp_path):
     theirs = tmp_path / "theirs"
     theirs.mkdir()
     (theirs / "thesis.tex").write_text("years of work")
-    err = _refused(_cli("repack", src, theirs, "--overwrite"), "not written by gemma4-t4")
+    err = _refused(_run("repack", src, theirs, "--overwrite"), "not written by gemma4-t4")
     assert "remove the folder yourself" in err
     assert (theirs / "thesis.tex").read_text() == "years of work" and _leftovers(tmp_path) == []
 
     empty = tmp_path / "empty"
     empty.mkdir()
-    _refused(_cli("repack", src, empty), "already exists")
-    assert _cli("repack", src, empty, "--overwrite").returncode == 0  # an empty folder holds nothing to lose
+    _refused(_run("repack", src, empty), "already exists")
+    assert _run("repack", src, empty, "--overwrite").returncode == 0  # an empty folder holds nothing to lose
     assert (empty / "model.safetensors").is_file()
 
 
@@ -161,8 +175,8 @@ def test_a_destination_that_is_a_file_is_refused(src, tmp_path):
     f = tmp_path / "out.safetensors"
     f.write_bytes(b"keep me")
     for extra in ([], ["--overwrite"]):
-        _refused(_cli("repack", src, f, *extra), "is a file, not a folder")
-    _refused(_cli("repack", src, f / "inside"), "is a file")
+        _refused(_run("repack", src, f, *extra), "is a file, not a folder")
+    _refused(_run("repack", src, f / "inside"), "is a file")
     assert f.read_bytes() == b"keep me" and _leftovers(tmp_path) == []
 
 
@@ -317,8 +331,8 @@ def test_malformed_header_entries_are_clear_errors(tmp_path, case):
     with pytest.raises(Gemma4T4Error) as err:
         open_checkpoint(path.parent)
     assert err.value.fix
-    _refused(_cli("grid-check", path.parent))
-    _refused(_cli("repack", path.parent, tmp_path / "out"))
+    _refused(_run("grid-check", path.parent))
+    _refused(_run("repack", path.parent, tmp_path / "out"))
     assert sorted(os.listdir(tmp_path)) == ["ckpt"]
 
 
@@ -340,14 +354,14 @@ def test_malformed_header_entries_are_clear_errors(tmp_path, case):
 )
 def test_unusable_numbers_are_refused(tiny_qat_model_dir, tmp_path, args, needle):
     argv = [a.format(src=tiny_qat_model_dir, out=tmp_path / "out") for a in args]
-    _refused(_cli(*argv), needle)
+    _refused(_run(*argv), needle)
     assert os.listdir(tmp_path) == []
 
 
 @pytest.mark.parametrize("text", ['{"model_type": "gemma4",', "[1, 2, 3]", "\udcff"])
 def test_corrupt_config_json_is_a_clear_error_and_nothing_is_written(src, tmp_path, text):
     (src / "config.json").write_bytes(text.encode("utf-8", "surrogateescape"))
-    _refused(_cli("repack", src, tmp_path / "out"), "config.json")
+    _refused(_run("repack", src, tmp_path / "out"), "config.json")
     assert not (tmp_path / "out").exists() and _leftovers(tmp_path) == []
 
 
@@ -372,7 +386,7 @@ def test_a_malformed_checkpoint_url_is_a_clear_error():
 
 def test_read_only_target_is_a_clear_error(src):
     # /sys is mounted read-only in containers and owned by root everywhere: a real unwritable place
-    _refused(_cli("repack", src, "/sys/gemma4-t4-out"), "cannot write", "/sys")
+    _refused(_run("repack", src, "/sys/gemma4-t4-out"), "cannot write", "/sys")
     assert not Path("/sys/gemma4-t4-out").exists()
 
 
@@ -494,7 +508,7 @@ def test_index_shard_paths_must_stay_inside_the_checkpoint(tmp_path, tiny_qat_mo
         (ckpt / "model.safetensors.index.json").write_text(json.dumps(index))
         with pytest.raises(Gemma4T4Error, match="outside the checkpoint folder"):
             open_checkpoint(ckpt)
-        _refused(_cli("grid-check", ckpt), "outside the checkpoint folder")
+        _refused(_run("grid-check", ckpt), "outside the checkpoint folder")
     for bad in ([1, 2], {"weight_map": ["x"]}, {"weight_map": {"w": 3}}):
         (ckpt / "model.safetensors.index.json").write_text(json.dumps(bad))
         with pytest.raises(Gemma4T4Error, match="index"):
