@@ -41,7 +41,7 @@ NO_OWNER_GRACE_S = 60.0  # a partial without an owner file is stale once this ol
 
 
 def _real(path: str | os.PathLike) -> Path:
-    return Path(os.path.realpath(os.path.abspath(os.path.expanduser(os.fspath(path)))))
+    return Path(os.path.realpath(os.path.abspath(os.fspath(path))))
 
 
 def refuse_overlap(
