@@ -56,6 +56,7 @@ def _repack_text(r) -> str:
         f"{r.levels_changed if r.levels_changed is not None else 'n/a'}",
         "  values bit-identical: " + ", ".join(f"{k} scales {v:.2f} %" for k, v in r.values_bit_identical_pct.items()),
         f"  {r.bytes_read / 1e6:,.1f} MB -> {r.bytes_written / 1e6:,.1f} MB in {r.seconds:.1f} s ({r.mb_per_s:,.0f} MB/s)",
+        *(f"  {line}" for line in r.cleanup),
     ])
 
 
@@ -106,7 +107,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--group-size", type=int, default=32)
     p.add_argument("--allow-requant", action="store_true",
                    help="round off-grid groups instead of refusing (their values change)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing DST (atomically)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing DST (atomically; only a folder gemma4-t4 wrote)")
     p.add_argument("--compare-scale-dtypes", action="store_true",
                    help="also count the values the other scale dtype would keep bit-identical (slower; "
                    "grid-check always reports both)")
@@ -117,4 +119,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("dst")
     p.add_argument("--group-size", type=int, default=128)
     p.add_argument("--scale-dtype", choices=["fp16", "bf16"], default="fp16")
-    p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing DST (atomically; only a folder gemma4-t4 wrote)")

@@ -86,13 +86,22 @@ def module_weights(reader: CheckpointReader) -> dict[str, ModuleWeight]:
             except Gemma4T4Error as exc:
                 raise Gemma4T4Error(f"{reader.source}: packed module {module} is incomplete ({exc.message})",
                                     fix="the checkpoint is not a valid pack-quantized build") from exc
-            if len(shape) != 2 or info.dtype != "I32":
+            except (ValueError, OverflowError) as exc:
+                raise Gemma4T4Error(f"{reader.source}: {module}.weight_shape is not a pair of integers",
+                                    fix="the checkpoint is not a valid pack-quantized build") from exc
+            if len(shape) != 2 or info.dtype != "I32" or len(info.shape) != 2:
                 raise Gemma4T4Error(f"{reader.source}: {module} is packed as {info.dtype}{shape}; only 2-D int32 int4 is read",
                                     fix="compare 2-D int4 pack-quantized builds")
             if shape[1] != info.shape[1] * 8:
                 raise Gemma4T4Error(f"{reader.source}: {module}.weight_packed holds {info.shape[1] * 8} columns, "
                                     f"weight_shape says {shape[1]} (not int4?)", fix="only 4-bit packed builds are read")
-            groups = scale.shape[1]
+            groups = scale.shape[1] if len(scale.shape) == 2 else 0
+            if shape[0] <= 0 or groups <= 0 or shape[1] % groups or tuple(scale.shape) != (shape[0], groups) \
+                    or tuple(info.shape) != (shape[0], shape[1] // 8) or scale.dtype not in FLOAT_DTYPES:
+                raise Gemma4T4Error(
+                    f"{reader.source}: {module} has inconsistent packed tensors (weight_shape {list(shape)}, "
+                    f"weight_packed {list(info.shape)}, weight_scale {scale.dtype}{list(scale.shape)})",
+                    fix="the checkpoint is not a valid pack-quantized build; rebuild it")
             out[module] = ModuleWeight(
                 module, (shape[0], shape[1]), True, scale.dtype, group_size=shape[1] // groups,
                 symmetric=f"{module}.weight_zero_point" not in reader.tensors,

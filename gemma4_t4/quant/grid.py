@@ -116,6 +116,8 @@ def grid_check(path: str, tensors: Sequence[str] | None = None, group_size: int 
     the headers and the named tensors' bytes are downloaded).
     """
     t0 = time.perf_counter()
+    group_size = lattice.validate_group_size(group_size)
+    tol = lattice.validate_tol(tol)
     with open_checkpoint(path) as reader:
         names, skipped = select_tensors(reader, tensors, group_size)
         rows_out: list[TensorGrid] = []
@@ -231,6 +233,30 @@ def _describe(w: ModuleWeight) -> str:
     return f"int4 g{w.group_size} {'sym' if w.symmetric else 'asym'} {w.dtype.lower()} scales"
 
 
+def finest_step(levels: np.ndarray, scale: np.ndarray, group_size: int) -> np.ndarray:
+    """Per group, the step of the finest int4 lattice REF's values sit on, float64 [rows, groups].
+
+    A group's lattice is ambiguous when its levels are small: {-8s, 0} is also {-1, 0} at 8s,
+    {-2, 0} at 4s ... A weight that moved by s is on another level of the s lattice but within
+    half a level of the 8s one, so judging by the coarsest lattice loses it. Any lattice both
+    builds share is one of REF's, and the finest of REF's is at least as fine, so it counts
+    every weight that left its level on the lattice the builds share (and, when they share
+    none, every weight further than half of REF's finest step). An all-zero group gives 0: any
+    value other than zero has left level 0.
+    """
+    rows = levels.shape[0]
+    lv = levels.reshape(rows, -1, group_size).astype(np.int16)
+    g = np.gcd.reduce(np.abs(lv), axis=-1)  # 0 only for an all-zero group
+    unit = np.maximum(g, 1)
+    coarse = lv // unit[..., None]
+    top, bottom = coarse.max(axis=-1), -coarse.min(axis=-1)
+    # the largest d with every level times d still in -8..7
+    d = np.minimum(np.where(top > 0, lattice.LEVEL_MAX // np.maximum(top, 1), 8),
+                   np.where(bottom > 0, -lattice.LEVEL_MIN // np.maximum(bottom, 1), 8))
+    step = np.abs(scale.astype(np.float64)) * unit / np.maximum(d, 1)
+    return np.where(g > 0, step, 0.0)
+
+
 def compare_module(ref_reader: CheckpointReader, other_reader: CheckpointReader, ref: ModuleWeight,
                    other: ModuleWeight, group_size: int, tol: float = lattice.DEFAULT_TOL) -> TensorCompare:
     rows, cols = ref.shape
@@ -243,12 +269,12 @@ def compare_module(ref_reader: CheckpointReader, other_reader: CheckpointReader,
     for (_, rb), (_, ob) in zip(ref.blocks(ref_reader, rows_per_block), other_blocks, strict=True):
         v_ref = rb.values
         if ref.packed and ref.symmetric:
-            ref_scale, on = rb.scale, np.ones(rb.scale.shape, bool)
+            step, on = finest_step(rb.levels, rb.scale, gs), np.ones(rb.scale.shape, bool)
         elif not ref.packed and cols % gs == 0:
             fit = lattice.fit_lattice(v_ref, gs, tol)
-            ref_scale, on = fit.scale, fit.on_grid
+            step, on = finest_step(fit.levels, fit.scale, gs), fit.on_grid
         else:
-            ref_scale, on = None, None
+            step, on = None, None
         # values compared as the bf16 model would load them (the published grid_check's metric)
         v_ref = lattice.round_to_dtype(v_ref, "bf16")
         v_other = lattice.round_to_dtype(ob.values, "bf16")
@@ -259,9 +285,9 @@ def compare_module(ref_reader: CheckpointReader, other_reader: CheckpointReader,
         sum_diff += float(diff.sum())
         if cols % gs == 0:
             groups_identical += int(same.reshape(same.shape[0], -1, gs).all(axis=-1).sum())
-        if ref_scale is not None:
+        if step is not None:
             d = diff.reshape(diff.shape[0], -1, gs)
-            off_level = d > 0.5 * ref_scale[..., None].astype(np.float64)
+            off_level = d > 0.5 * step[..., None]
             changed += int((off_level & on[..., None]).sum())
             lattice_weights += int(on.sum()) * gs
     n = rows * cols
@@ -283,9 +309,12 @@ def grid_compare(ref: str, other: str, group_size: int = lattice.DEFAULT_GROUP, 
     """Compare two builds of the same weights (dense QAT, our repack, a w4a16 build, an AWQ build).
 
     Levels are counted in REF's lattice (its packed levels, or the lattice recovered from its
-    dense values): a weight "changes level" when it moved by more than half of REF's scale.
+    dense values): a weight "changes level" when it moved by more than half a step of the
+    finest lattice REF's group sits on (:func:`finest_step`; for groups that peak at 8 or 7
+    that is REF's scale, for ambiguous groups such as {-8s, 0} it is s, not 8s).
     Values are bit-identical when the decompressed numbers are exactly equal.
     """
+    group_size = lattice.validate_group_size(group_size)
     with open_checkpoint(ref) as r_reader, open_checkpoint(other) as o_reader:
         r_mods, o_mods = module_weights(r_reader), module_weights(o_reader)
         common = sorted(set(r_mods) & set(o_mods))

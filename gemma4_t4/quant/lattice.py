@@ -21,10 +21,13 @@ bit patterns (uint16), which the kernels widen on the fly.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 
 import numpy as np
+
+from gemma4_t4.errors import Gemma4T4Error
 
 DEFAULT_GROUP = 32
 DEFAULT_TOL = 0.05  # in levels; bf16 storage rounds by up to ~0.03 level, 1e-3 rejects most groups
@@ -33,6 +36,8 @@ SCALE_DTYPES = ("fp16", "bf16")
 # Peak levels tried first; every peak 1..8 divides one of them (see the module docstring).
 _PEAK_TRIALS = (8, 7, 6, 5, 4, 3, 2, 1)
 ZERO_GROUP_SCALE = 1.0  # any scale reproduces an all-zero group; 1.0 keeps scales finite and tidy
+MAX_GROUP = 32767  # per-group exact-value counts are int16
+MAX_TOL = 0.5  # half a level: beyond it every value is "on" some level and the check means nothing
 
 try:  # optional accelerator
     if os.environ.get("GEMMA4_T4_NO_NUMBA"):
@@ -42,6 +47,28 @@ try:  # optional accelerator
     from gemma4_t4.quant import kernels
 except ImportError:  # pragma: no cover - exercised when numba is absent
     numba = kernels = None
+
+
+def validate_group_size(group_size: object, multiple_of: int = 1) -> int:
+    """A group size the tools can use: a positive integer (a multiple of ``multiple_of``)."""
+    if isinstance(group_size, bool) or not isinstance(group_size, (int, np.integer)) \
+            or not 0 < group_size <= MAX_GROUP or group_size % multiple_of:
+        need = f"a positive multiple of {multiple_of}" if multiple_of > 1 else "a positive integer"
+        raise Gemma4T4Error(f"group size {group_size!r} is not usable: it must be {need} up to {MAX_GROUP}",
+                            fix="use --group-size 32 (Gemma 4 QAT) or 128 (AWQ-style builds)")
+    return int(group_size)
+
+
+def validate_tol(tol: object) -> float:
+    """A lattice tolerance in levels: finite, 0 <= tol < 0.5."""
+    try:
+        value = float(tol)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        value = math.nan
+    if not (math.isfinite(value) and 0 <= value < MAX_TOL):
+        raise Gemma4T4Error(f"tolerance {tol!r} is not usable: it must be a number from 0 to below {MAX_TOL} level",
+                            fix=f"use --tol {DEFAULT_TOL} (bf16 storage rounds by up to ~0.03 level)")
+    return value
 
 
 # ------------------------------------------------------------------------------------------

@@ -10,8 +10,8 @@ source is only ever read.
 from __future__ import annotations
 
 import json
+import os
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gemma4_t4 import safepaths
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.quant import config as qconfig
 from gemma4_t4.quant import lattice, pack
@@ -77,6 +78,7 @@ class RepackReport:
     seconds: float
     mb_per_s: float
     tensors: list[TensorRepack]
+    cleanup: list[str] = field(default_factory=list)  # stale partial output this run removed or restored
 
 
 class OffGridError(Gemma4T4Error):
@@ -168,6 +170,33 @@ def _updated_config(config: dict | None, qcfg: dict, untie: bool) -> dict:
     return config
 
 
+def _parse_config(text: str | None, where: str) -> dict | None:
+    if not text:
+        return None
+    try:
+        config = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise Gemma4T4Error(f"{where}/config.json is not valid JSON ({str(exc)[:120]})",
+                            fix="restore the checkpoint's config.json (re-download it)") from exc
+    if not isinstance(config, dict):
+        raise Gemma4T4Error(f"{where}/config.json is not a JSON object",
+                            fix="restore the checkpoint's config.json (re-download it)")
+    return config
+
+
+def _side_bytes(src: Path) -> int:
+    total = 0
+    for item in src.iterdir():
+        if item.name.endswith(".safetensors") or item.name.startswith("."):
+            continue
+        try:
+            total += sum(f.stat().st_size for f in item.rglob("*") if f.is_file()) if item.is_dir() \
+                else item.stat().st_size
+        except OSError:
+            pass
+    return total
+
+
 def build_quantized(
     src: str | Path,
     dst: str | Path,
@@ -188,21 +217,35 @@ def build_quantized(
     src_path, dst_path = Path(src), Path(dst)
     if str(src).startswith(("http://", "https://")):
         raise Gemma4T4Error("repack reads local checkpoints only", fix="download the checkpoint first")
-    reader = LocalCheckpoint(src_path)
-    src_root = reader.root
-    if dst_path.resolve() == src_root.resolve():
-        raise Gemma4T4Error("DST is the source folder; the source is never modified", fix="choose a new DST")
-    if dst_path.exists() and not overwrite:
-        raise Gemma4T4Error(f"{dst_path} already exists", fix="choose a new DST or pass --overwrite")
+    group_size = lattice.validate_group_size(group_size, multiple_of=8)  # int4 packs 8 per int32 word
     if scale_dtype not in lattice.SCALE_DTYPES:
         raise Gemma4T4Error(f"unknown scale dtype {scale_dtype!r}", fix="use fp16 (T4 default) or bf16")
+    reader = LocalCheckpoint(src_path)
+    try:
+        # the source folder and, for symlinked shards (the Hugging Face cache), the folders they live in
+        sources = [reader.root, *{(reader.root / s).resolve().parent for s in reader.shards}]
+        if dst_path.absolute() == reader.root.absolute() or os.path.realpath(dst_path) == os.path.realpath(reader.root):
+            raise Gemma4T4Error("DST is the source folder; the source is never modified", fix="choose a new DST")
+        safepaths.refuse_overlap(dst_path, sources)
+        cleanup = safepaths.clean_stale(dst_path, legacy_names=(REPORT_NAME,))
+        safepaths.check_target(dst_path, overwrite=overwrite, sources=sources, legacy_names=(REPORT_NAME,))
+        return _build(reader, src, dst_path, quantizer, cleanup, overwrite=overwrite, method=method,
+                      group_size=group_size, scale_dtype=scale_dtype, symmetric=symmetric, emb4=emb4,
+                      shard_bytes=shard_bytes, block_bytes=block_bytes, progress=progress, t0=t0)
+    finally:
+        reader.close()
 
+
+def _build(reader: LocalCheckpoint, src: str | Path, dst_path: Path, quantizer: Quantizer,
+           cleanup: safepaths.Cleanup, *, overwrite: bool, method: str, group_size: int, scale_dtype: str,
+           symmetric: bool, emb4: bool, shard_bytes: int, block_bytes: int, progress: bool | Callable[[str], None],
+           t0: float) -> RepackReport:
+    src_root = reader.root
     roles = {n: qconfig.classify(n, i.shape, i.dtype, group_size, emb4) for n, i in reader.tensors.items()}
     quant = [n for n, r in roles.items() if r.quantize]
     if not quant:
         raise Gemma4T4Error(f"{src} has no 2-D weights to quantize", fix="point at a Gemma 4 checkpoint folder")
-    config_text = reader.read_text("config.json")
-    config = json.loads(config_text) if config_text else None
+    config = _parse_config(reader.read_text("config.json"), str(src_root))
     embed_name = next((n for n in quant if qconfig.EMBED_RE.search(n)), None)
     untie = emb4 and embed_name is not None and "lm_head.weight" not in reader.tensors
     scale_st = "F16" if scale_dtype == "fp16" else "BF16"
@@ -225,10 +268,9 @@ def build_quantized(
         ignore.append(qconfig.LM_HEAD)
     qcfg = qconfig.quantization_config(group_size, ignore, emb4, symmetric=symmetric, scale_dtype=scale_dtype,
                                        observer="lattice" if method == "lattice" else "minmax")
+    # headers are at most a few MB; side files (tokenizer ...) are copied as they are
+    need = sum(t.nbytes for t in plan) + 512 * len(plan) + _side_bytes(src_root)
 
-    dst_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dst_path.name}.partial-", dir=dst_path.parent))
-    writer = None
     rows_report: list[TensorRepack] = []
     off_grid: dict[str, int] = {}
     off_examples: dict[str, list[tuple[int, int]]] = {}
@@ -236,91 +278,98 @@ def build_quantized(
     exact_totals: dict[str, int] = {}
     bytes_read = 0
     total_bytes = reader.total_bytes
-    bar = progress_bar(total_bytes, progress is True, method)
+    bar = None
     callback = progress if callable(progress) else None
-    try:
-        writer = ShardedWriter(tmp, plan, max_shard_bytes=shard_bytes)
-        for name in sorted(reader.tensors):
-            info = reader.tensors[name]
-            role = roles[name]
-            if not role.quantize:
-                if not off_grid:
-                    for start, stop in reader.row_blocks(name, block_bytes):
-                        writer.write_rows(name, start, reader.read_rows(name, start, stop))
-                rows_report.append(TensorRepack(name, list(info.shape), "copy", role.reason))
-            else:
-                row = _quantize_tensor(reader, writer, info, role.module, quantizer, group_size, block_bytes,
-                                       write=not off_grid, lm_head=untie and name == embed_name)
-                rows_report.append(row)
-                totals["groups"] += row.groups
-                totals["off"] += row.groups_off_grid
-                totals["requant"] += row.groups_requantized
-                totals["weights"] += info.numel
-                totals["changed"] += row.levels_changed
-                for k, v in row.values_bit_identical.items():
-                    exact_totals[k] = exact_totals.get(k, 0) + v
-                if row.groups_off_grid and not row.groups_requantized:
-                    off_grid[name] = row.groups_off_grid
-                    off_examples[name] = row.off_grid_examples
-            bytes_read += info.nbytes
-            if bar is not None:
-                bar.update(info.nbytes)
-            if callback is not None:
-                callback(name)
-        if off_grid:
-            listed = ", ".join(f"{n} ({c} groups, e.g. row/group {off_examples[n][:1]})"
-                               for n, c in list(off_grid.items())[:MAX_LISTED])
-            more = f" and {len(off_grid) - MAX_LISTED} more" if len(off_grid) > MAX_LISTED else ""
-            raise OffGridError(
-                f"{sum(off_grid.values())} groups in {len(off_grid)} tensor(s) are not on the int4 grid, "
-                f"so a lossless repack is impossible; nothing was written: {listed}{more}",
-                fix="check the source is a QAT (-qat-q4_0-unquantized) checkpoint with `gemma4-t4 grid-check`; "
-                "pass --allow-requant to round those groups (their values change)",
-                tensors=off_grid,
+    writer = None
+    with safepaths.cleanup_on_signals():
+        tmp = safepaths.make_partial(dst_path)  # first: a read-only target fails here, naming it
+        try:
+            safepaths.ensure_free_space(tmp, need, f"the build {dst_path}")
+            writer = ShardedWriter(tmp, plan, max_shard_bytes=shard_bytes)
+            bar = progress_bar(total_bytes, progress is True, method)
+            for name in sorted(reader.tensors):
+                info = reader.tensors[name]
+                role = roles[name]
+                if not role.quantize:
+                    if not off_grid:
+                        for start, stop in reader.row_blocks(name, block_bytes):
+                            writer.write_rows(name, start, reader.read_rows(name, start, stop))
+                    rows_report.append(TensorRepack(name, list(info.shape), "copy", role.reason))
+                else:
+                    row = _quantize_tensor(reader, writer, info, role.module, quantizer, group_size, block_bytes,
+                                           write=not off_grid, lm_head=untie and name == embed_name)
+                    rows_report.append(row)
+                    totals["groups"] += row.groups
+                    totals["off"] += row.groups_off_grid
+                    totals["requant"] += row.groups_requantized
+                    totals["weights"] += info.numel
+                    totals["changed"] += row.levels_changed
+                    for k, v in row.values_bit_identical.items():
+                        exact_totals[k] = exact_totals.get(k, 0) + v
+                    if row.groups_off_grid and not row.groups_requantized:
+                        off_grid[name] = row.groups_off_grid
+                        off_examples[name] = row.off_grid_examples
+                bytes_read += info.nbytes
+                if bar is not None:
+                    bar.update(info.nbytes)
+                if callback is not None:
+                    callback(name)
+            if off_grid:
+                listed = ", ".join(f"{n} ({c} groups, e.g. row/group {off_examples[n][:1]})"
+                                   for n, c in list(off_grid.items())[:MAX_LISTED])
+                more = f" and {len(off_grid) - MAX_LISTED} more" if len(off_grid) > MAX_LISTED else ""
+                raise OffGridError(
+                    f"{sum(off_grid.values())} groups in {len(off_grid)} tensor(s) are not on the int4 grid, "
+                    f"so a lossless repack is impossible; nothing was written: {listed}{more}",
+                    fix="check the source is a QAT (-qat-q4_0-unquantized) checkpoint with `gemma4-t4 grid-check`; "
+                    "pass --allow-requant to round those groups (their values change)",
+                    tensors=off_grid,
+                )
+            files = writer.finish()
+            writer = None
+            side = _copy_side_files(src_root, tmp)
+            new_config = _updated_config(config, qcfg, untie)
+            (tmp / "config.json").write_text(json.dumps(new_config, indent=2, sort_keys=True) + "\n")
+            if "config.json" not in side:
+                side.append("config.json")
+            seconds = time.perf_counter() - t0
+            bytes_written = sum((tmp / f).stat().st_size for f in files)
+            weights = totals["weights"]
+            report = RepackReport(
+                src=str(src), dst=str(dst_path), method=method, emb4=emb4, scale_dtype=scale_dtype,
+                group_size=group_size, symmetric=symmetric, files=sorted(files + side),
+                tensors_quantized=sum(r.action == "int4" for r in rows_report),
+                tensors_copied=sum(r.action == "copy" for r in rows_report), weights_quantized=weights,
+                groups_total=totals["groups"], groups_off_grid=totals["off"], groups_requantized=totals["requant"],
+                levels_changed=totals["changed"] if method == "lattice" else None,
+                values_bit_identical=exact_totals,
+                values_bit_identical_pct={k: round(100.0 * v / weights, 4) if weights else 0.0
+                                          for k, v in exact_totals.items()},
+                ignore=qcfg["ignore"], bytes_read=bytes_read, bytes_written=bytes_written, seconds=round(seconds, 3),
+                mb_per_s=round(bytes_read / 1e6 / seconds, 1) if seconds > 0 else 0.0, tensors=rows_report,
+                cleanup=cleanup.lines(),
             )
-        files = writer.finish()
-        writer = None
-        side = _copy_side_files(src_root, tmp)
-        new_config = _updated_config(config, qcfg, untie)
-        (tmp / "config.json").write_text(json.dumps(new_config, indent=2, sort_keys=True) + "\n")
-        if "config.json" not in side:
-            side.append("config.json")
-        seconds = time.perf_counter() - t0
-        bytes_written = sum((tmp / f).stat().st_size for f in files)
-        weights = totals["weights"]
-        report = RepackReport(
-            src=str(src), dst=str(dst_path), method=method, emb4=emb4, scale_dtype=scale_dtype,
-            group_size=group_size, symmetric=symmetric, files=sorted(files + side),
-            tensors_quantized=sum(r.action == "int4" for r in rows_report),
-            tensors_copied=sum(r.action == "copy" for r in rows_report), weights_quantized=weights,
-            groups_total=totals["groups"], groups_off_grid=totals["off"], groups_requantized=totals["requant"],
-            levels_changed=totals["changed"] if method == "lattice" else None,
-            values_bit_identical=exact_totals,
-            values_bit_identical_pct={k: round(100.0 * v / weights, 4) if weights else 0.0 for k, v in exact_totals.items()},
-            ignore=qcfg["ignore"], bytes_read=bytes_read, bytes_written=bytes_written, seconds=round(seconds, 3),
-            mb_per_s=round(bytes_read / 1e6 / seconds, 1) if seconds > 0 else 0.0, tensors=rows_report,
-        )
-        from gemma4_t4.jsonable import to_jsonable
+            from gemma4_t4.jsonable import to_jsonable
 
-        (tmp / REPORT_NAME).write_text(json.dumps(to_jsonable(report), indent=1) + "\n")
-        tmp.chmod(0o755)
-        if dst_path.exists():
-            backup = dst_path.with_name(f".{dst_path.name}.old-{int(time.time())}")
-            dst_path.rename(backup)
-            tmp.rename(dst_path)
-            shutil.rmtree(backup, ignore_errors=True)
-        else:
-            tmp.rename(dst_path)
-        return report
-    except BaseException:
-        if writer is not None:
-            writer.abort()
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    finally:
-        if bar is not None:
-            bar.close()
-        reader.close()
+            (tmp / REPORT_NAME).write_text(json.dumps(to_jsonable(report), indent=1) + "\n")
+            safepaths.write_marker(tmp, "repack" if method == "lattice" else "requant-awq", source=str(src_root))
+            tmp.chmod(0o755)
+            (tmp / safepaths.PARTIAL_OWNER).unlink()
+            safepaths.swap_into_place(tmp, dst_path, overwrite)
+            return report
+        except OSError as exc:
+            if writer is not None:
+                writer.abort()
+            safepaths.discard_partial(tmp)
+            raise safepaths.os_error(exc, f"the build {dst_path}") from exc
+        except BaseException:
+            if writer is not None:
+                writer.abort()
+            safepaths.discard_partial(tmp)
+            raise
+        finally:
+            if bar is not None:
+                bar.close()
 
 
 def _packed_plan(module: str, info: TensorInfo, group_size: int, scale_st: str, symmetric: bool) -> list[PlannedTensor]:

@@ -13,7 +13,9 @@ with ``pwrite`` into a temporary directory that the caller renames into place.
 
 from __future__ import annotations
 
+import http.client
 import json
+import math
 import os
 import struct
 import urllib.error
@@ -87,6 +89,17 @@ def refuse_pickle(path: str) -> None:
         )
 
 
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise ValueError("a key appears twice")
+    return out
+
+
+def _no_constants(token: str) -> float:
+    raise ValueError(f"{token} is not JSON")  # Python's json accepts NaN/Infinity; the format does not
+
+
 def parse_header(raw_len: bytes, read_header, source: str, file_size: int | None) -> tuple[dict, int]:
     """Validate and parse a safetensors header. ``read_header(n)`` returns the n header bytes."""
     if len(raw_len) < 8:
@@ -98,25 +111,48 @@ def parse_header(raw_len: bytes, read_header, source: str, file_size: int | None
             fix="check the path; pickle checkpoints (.bin) are not supported, convert them to safetensors",
         )
     try:
-        header = json.loads(read_header(header_len))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise Gemma4T4Error(f"{source} has a corrupt safetensors header: {exc}", fix="re-download the file") from exc
+        header = json.loads(read_header(header_len), object_pairs_hook=_unique_keys, parse_constant=_no_constants)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else exc
+        raise Gemma4T4Error(f"{source} has a corrupt safetensors header: {reason}", fix="re-download the file") from exc
     if not isinstance(header, dict):
-        raise Gemma4T4Error(f"{source} has a corrupt safetensors header", fix="re-download the file")
+        raise Gemma4T4Error(f"{source} has a corrupt safetensors header (not a JSON object)", fix="re-download the file")
     return header, 8 + header_len
 
 
+def _corrupt(shard: str, what: str) -> Gemma4T4Error:
+    return Gemma4T4Error(f"{shard}: {what}", fix="the file is corrupt or not a safetensors file; re-download it")
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
 def tensors_from_header(header: dict, data_start: int, shard: str, file_size: int | None) -> dict[str, TensorInfo]:
+    """The tensor table of one shard, validated as the safetensors format requires: every entry an
+    object with a known dtype, a shape of non-negative integers and ``data_offsets`` [begin, end]
+    matching it; the tensors' byte ranges, in offset order, tile the data section exactly (no
+    overlap, no gap, no shared range) and end where the file ends."""
     tensors: dict[str, TensorInfo] = {}
+    meta_block = header.get("__metadata__")
+    if meta_block is not None and not (isinstance(meta_block, dict)
+                                       and all(isinstance(v, str) for v in meta_block.values())):
+        raise _corrupt(shard, "__metadata__ is not an object of strings")
     for name, meta in header.items():
         if name == "__metadata__":
             continue
+        if not isinstance(meta, dict):
+            raise _corrupt(shard, f"tensor {name!r} is described by {type(meta).__name__}, not an object")
         dtype, shape, offsets = meta.get("dtype"), meta.get("shape"), meta.get("data_offsets")
-        if dtype not in DTYPES:
+        if not isinstance(dtype, str) or dtype not in DTYPES:
             raise Gemma4T4Error(f"{shard}: tensor {name} has unsupported dtype {dtype}", fix="re-export the checkpoint")
-        begin, end = int(offsets[0]), int(offsets[1])
-        expected = int(np.prod(shape, dtype=np.int64)) * DTYPES[dtype][1] if shape else DTYPES[dtype][1]
-        if end - begin != expected or begin < 0:
+        if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
+            raise _corrupt(shard, f"tensor {name!r} has an invalid shape {shape!r}")
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_int(o) for o in offsets)):
+            raise _corrupt(shard, f"tensor {name!r} has invalid data_offsets {offsets!r} (need [begin, end])")
+        begin, end = offsets
+        expected = math.prod(shape) * DTYPES[dtype][1]  # Python ints: no overflow on absurd shapes
+        if begin < 0 or end - begin != expected:
             raise Gemma4T4Error(
                 f"{shard}: tensor {name} byte range {begin}..{end} does not match {dtype}{list(shape)}",
                 fix="the file is corrupt; re-download it",
@@ -126,8 +162,32 @@ def tensors_from_header(header: dict, data_start: int, shard: str, file_size: in
                 f"{shard}: tensor {name} ends past the end of the file (truncated download?)",
                 fix="re-download the shard",
             )
-        tensors[name] = TensorInfo(name, dtype, tuple(int(s) for s in shape), shard, data_start + begin, data_start + end)
+        tensors[name] = TensorInfo(name, dtype, tuple(shape), shard, data_start + begin, data_start + end)
+    cursor = data_start
+    previous = None
+    for info in sorted(tensors.values(), key=lambda t: (t.start, t.end)):
+        if info.start != cursor:
+            if info.start < cursor:
+                raise _corrupt(shard, f"tensors {previous} and {info.name} overlap (their data_offsets share bytes)")
+            raise _corrupt(shard, f"{info.start - cursor} bytes before tensor {info.name} belong to no tensor")
+        cursor, previous = info.end, info.name
+    if file_size is not None and cursor != file_size:
+        raise _corrupt(shard, f"{file_size - cursor} bytes after the last tensor belong to no tensor")
     return tensors
+
+
+def safe_shard_name(name: object, source: str) -> str:
+    """A shard path from an index, refused unless it stays inside the checkpoint folder."""
+    if not isinstance(name, str) or not name or "\x00" in name:
+        raise Gemma4T4Error(f"{source}: {INDEX_NAME} names an invalid shard {name!r}", fix="re-download the index file")
+    parts = name.replace("\\", "/").split("/")
+    if name.startswith(("/", "\\")) or ".." in parts or (len(name) > 1 and name[1] == ":") or "" in parts \
+            or "://" in name:
+        raise Gemma4T4Error(
+            f"{source}: {INDEX_NAME} names the shard {name!r}, which is outside the checkpoint folder",
+            fix="shard paths must be file names inside the folder; re-download the index from a source you trust",
+        )
+    return name
 
 
 class CheckpointReader:
@@ -155,10 +215,12 @@ class CheckpointReader:
             try:
                 index = json.loads(index_text)
                 weight_map: dict[str, str] = index["weight_map"]
-            except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                raise Gemma4T4Error(f"{self.source}: {INDEX_NAME} is not a valid index ({exc})",
+                if not isinstance(weight_map, dict):
+                    raise TypeError("weight_map is not an object")
+            except (ValueError, KeyError, TypeError, RecursionError) as exc:
+                raise Gemma4T4Error(f"{self.source}: {INDEX_NAME} is not a valid index ({exc!r})",
                                     fix="re-download the index file") from exc
-            self.shards = sorted(set(weight_map.values()))
+            self.shards = sorted({safe_shard_name(v, self.source) for v in weight_map.values()})
             missing = [s for s in self.shards if not self._exists(s)]
             if missing:
                 raise Gemma4T4Error(
@@ -178,7 +240,8 @@ class CheckpointReader:
                     detail.append(f"{len(unlisted)} tensor(s) in shards but not in the index (e.g. {unlisted[0]})")
                 raise Gemma4T4Error(f"{self.source}: index and shards disagree: {'; '.join(detail)}",
                                     fix="the index belongs to another revision; re-download index and shards together")
-            self.metadata = index.get("metadata") or {}
+            metadata = index.get("metadata")
+            self.metadata = metadata if isinstance(metadata, dict) else {}
         else:
             assert single is not None
             self.shards = [single]
@@ -248,11 +311,25 @@ class LocalCheckpoint(CheckpointReader):
 
     def __init__(self, path: str | os.PathLike):
         super().__init__(str(path))
-        p = Path(path)
+        self._fds: dict[str, int] = {}
+        try:
+            self._open(Path(path))
+        except OSError as exc:
+            self.close()
+            raise Gemma4T4Error(f"cannot read {path}: {exc.strerror or exc}"
+                                + (f" ({exc.filename})" if exc.filename else ""),
+                                fix="check the path exists and is readable") from exc
+        except ValueError as exc:  # e.g. a NUL byte in the path
+            self.close()
+            raise Gemma4T4Error(f"{path!r} is not a usable path ({exc})", fix="check the checkpoint path") from exc
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self, p: Path) -> None:
         refuse_pickle(str(p))
         if not p.exists():
             raise Gemma4T4Error(f"{p} does not exist", fix="check the checkpoint path")
-        self._fds: dict[str, int] = {}
         if p.is_file():
             if p.name == INDEX_NAME:
                 p = p.parent
@@ -263,7 +340,11 @@ class LocalCheckpoint(CheckpointReader):
         self.root = p
         index = p / INDEX_NAME
         if index.exists():
-            self._load_layout(index.read_text(), None)
+            try:
+                index_text = index.read_text()
+            except UnicodeDecodeError as exc:
+                raise Gemma4T4Error(f"{index} is not UTF-8 text", fix="re-download the index file") from exc
+            self._load_layout(index_text, None)
         elif (p / SINGLE_NAME).exists():
             self._load_layout(None, SINGLE_NAME)
         else:
@@ -328,7 +409,12 @@ class LocalCheckpoint(CheckpointReader):
 
     def read_text(self, name: str) -> str | None:
         p = self.root / name
-        return p.read_text() if p.is_file() else None
+        if not p.is_file():
+            return None
+        try:
+            return p.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise Gemma4T4Error(f"cannot read {p}: {exc}", fix=f"restore a readable UTF-8 {name}") from exc
 
     def close(self) -> None:
         for fd in self._fds.values():
@@ -360,6 +446,14 @@ class RemoteCheckpoint(CheckpointReader):
     def __init__(self, url: str, timeout: float = 60.0, headers: dict[str, str] | None = None):
         super().__init__(url)
         refuse_pickle(url)
+        try:
+            host = urllib.parse.urlsplit(url).hostname
+        except ValueError:
+            host = None
+        if not host or any(c.isspace() or ord(c) < 32 for c in url):
+            raise Gemma4T4Error(f"{url!r} is not a usable checkpoint URL",
+                                fix="use a folder URL such as https://huggingface.co/ORG/NAME/resolve/main "
+                                "(spaces must be written as %20)")
         self.timeout = timeout
         self.headers = hub_headers(url) if headers is None else dict(headers)
         self.bytes_downloaded = 0
@@ -405,6 +499,10 @@ class RemoteCheckpoint(CheckpointReader):
             raise self._http_error(f"GET {self.base}/{name} failed", exc) from exc
         except urllib.error.URLError as exc:
             raise Gemma4T4Error(f"cannot reach {self.base}: {exc.reason}", fix="check the URL and network") from exc
+        except UnicodeDecodeError as exc:
+            raise Gemma4T4Error(f"{self.base}/{name} is not UTF-8 text", fix="check the URL") from exc
+        except (OSError, ValueError, http.client.HTTPException) as exc:  # timeouts, resets, malformed URLs
+            raise Gemma4T4Error(f"GET {self.base}/{name} failed: {exc}", fix="check the URL and network") from exc
 
     def _ranged_get(self, shard: str, start: int, stop: int) -> tuple[bytes, int | None]:
         """Bytes start..stop (fewer at the end of the file) and the file size from Content-Range."""
@@ -419,7 +517,7 @@ class RemoteCheckpoint(CheckpointReader):
                 total = (resp.headers.get("Content-Range") or "").rpartition("/")[2]
         except urllib.error.HTTPError as exc:
             raise self._http_error(f"range read of {self.base}/{shard} failed", exc) from exc
-        except urllib.error.URLError as exc:
+        except (OSError, ValueError, http.client.HTTPException) as exc:  # URLError, timeouts, resets, bad URLs
             raise Gemma4T4Error(f"range read of {self.base}/{shard} failed: {exc}", fix="check the URL and network") from exc
         self.bytes_downloaded += len(data)
         return data, int(total) if total.isdigit() else None
@@ -532,10 +630,14 @@ class ShardedWriter:
                 shard.offsets[t.name] = data_start + header[t.name]["data_offsets"][0]
                 self._where[t.name] = shard
             shard.size = data_start + cursor
-            fd = os.open(self.out_dir / file, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-            os.pwrite(fd, struct.pack("<Q", len(raw)) + raw, 0)
-            os.ftruncate(fd, shard.size)
-            self._fds[file] = fd
+            try:
+                fd = os.open(self.out_dir / file, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+                self._fds[file] = fd
+                os.pwrite(fd, struct.pack("<Q", len(raw)) + raw, 0)
+                os.ftruncate(fd, shard.size)
+            except BaseException:
+                self.abort()
+                raise
             self.shards.append(shard)
 
     def write_rows(self, name: str, row_start: int, array: np.ndarray) -> None:
@@ -555,10 +657,9 @@ class ShardedWriter:
 
     def finish(self) -> list[str]:
         """Flush, close and write the index (when sharded). Returns the files written."""
-        for fd in self._fds.values():
-            os.fsync(fd)
-            os.close(fd)
-        self._fds.clear()
+        for file in list(self._fds):
+            os.fsync(self._fds[file])
+            os.close(self._fds.pop(file))
         files = [s.file for s in self.shards]
         if len(self.shards) > 1:
             index = {
@@ -571,5 +672,8 @@ class ShardedWriter:
 
     def abort(self) -> None:
         for fd in self._fds.values():
-            os.close(fd)
+            try:
+                os.close(fd)
+            except OSError:
+                pass  # already closed by a finish() that failed part way
         self._fds.clear()

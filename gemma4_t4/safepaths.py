@@ -1,0 +1,391 @@
+"""Safe output folders for every command that writes one (repack, requant-awq; bench and run can reuse it).
+
+The rules:
+
+* a target must not be, contain, or be contained in any source (an ``--overwrite`` of the
+  source's parent would otherwise remove the source with it);
+* ``--overwrite`` only ever removes a folder this package wrote: it carries an ownership
+  marker (:data:`MARKER_NAME`);
+* output is built in a hidden sibling ``.DST.partial-XXXX`` that records the PID that owns it,
+  and renamed into place when complete; SIGTERM and SIGHUP clean it up as Ctrl-C does, and a
+  partial left by a run that was killed outright (``kill -9``, power loss) is found and removed
+  by the next run into the same target, which names it in its output;
+* free space is checked before anything is written.
+
+Everything raises :class:`Gemma4T4Error` with a fix; nothing here prints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import shutil
+import signal
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gemma4_t4.errors import Gemma4T4Error
+
+MARKER_NAME = ".gemma4_t4-output.json"  # in every finished output folder
+PARTIAL_OWNER = ".gemma4_t4-partial.json"  # in every folder being built: who builds it
+MARKER_KEY = "gemma4_t4_output"
+FREE_SPACE_MARGIN = 64 * 2**20  # metadata, side files, the filesystem's own reserve
+NO_OWNER_GRACE_S = 60.0  # a partial without an owner file is stale once this old (its creator died at birth)
+
+
+def _real(path: str | os.PathLike) -> Path:
+    return Path(os.path.realpath(os.path.abspath(os.fspath(path))))
+
+
+def refuse_overlap(
+    target: str | os.PathLike, sources: Iterable[str | os.PathLike], what: str = "DST"
+) -> None:
+    """Refuse a ``target`` that is, contains, or lies inside any of ``sources`` (symlinks resolved)."""
+    t = _real(target)
+    for src in sources:
+        s = _real(src)
+        if t == s:
+            relation = "is"
+        elif s.is_relative_to(t):
+            relation = "contains"
+        elif t.is_relative_to(s):
+            relation = "is inside"
+        else:
+            continue
+        raise Gemma4T4Error(
+            f"{what} {target} {relation} the source {src}; writing there could destroy the source",
+            fix=f"choose a {what} outside the source folder (e.g. a sibling folder)",
+        )
+
+
+def write_marker(folder: str | os.PathLike, command: str, **details: object) -> None:
+    """Mark ``folder`` as written by this package (``--overwrite`` may later replace it)."""
+    from gemma4_t4 import __version__
+
+    payload = {
+        MARKER_KEY: True,
+        "command": command,
+        "version": __version__,
+        "created_unix": round(time.time(), 3),
+        **details,
+    }
+    (Path(folder) / MARKER_NAME).write_text(json.dumps(payload, indent=1, default=str) + "\n")
+
+
+def is_owned(folder: str | os.PathLike, legacy_names: Iterable[str] = ()) -> bool:
+    """True when ``folder`` carries this package's ownership marker (or a legacy report file
+    that only this package writes, for outputs made before the marker existed)."""
+    folder = Path(folder)
+    try:
+        data = json.loads((folder / MARKER_NAME).read_text())
+        if isinstance(data, dict) and data.get(MARKER_KEY) is True:
+            return True
+    except (OSError, ValueError):
+        pass
+    return any((folder / name).is_file() for name in legacy_names)
+
+
+def check_target(
+    target: str | os.PathLike,
+    *,
+    overwrite: bool,
+    sources: Iterable[str | os.PathLike] = (),
+    what: str = "DST",
+    legacy_names: Iterable[str] = (),
+) -> Path:
+    """Validate an output folder before any work: not a file, not a symlink, no overlap with a
+    source, and when it exists only replaceable with ``overwrite`` and only when this package
+    wrote it (or it is empty). Returns the target as a Path."""
+    path = Path(target)
+    refuse_overlap(path, sources, what)
+    if path.is_symlink():
+        raise Gemma4T4Error(
+            f"{what} {path} is a symbolic link", fix=f"give the real folder as {what}, or a new path"
+        )
+    if path.exists() and not path.is_dir():
+        raise Gemma4T4Error(
+            f"{what} {path} is a file, not a folder", fix=f"choose a new folder path for {what}"
+        )
+    for parent in path.absolute().parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise Gemma4T4Error(
+                    f"{parent} (a parent of {what}) is a file", fix=f"choose a {what} in a folder"
+                )
+            break
+    if path.exists():
+        if not overwrite:
+            raise Gemma4T4Error(f"{path} already exists", fix=f"choose a new {what} or pass --overwrite")
+        empty = not any(path.iterdir())
+        if not empty and not is_owned(path, legacy_names):
+            raise Gemma4T4Error(
+                f"{path} was not written by gemma4-t4 (no {MARKER_NAME}), so --overwrite will not remove it",
+                fix=f"choose a new {what}, or remove the folder yourself if you are sure it holds nothing you need",
+            )
+    return path
+
+
+# ------------------------------------------------------------------------------------------
+# free space
+
+
+def _existing_ancestor(path: Path) -> Path:
+    path = path.absolute()
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            return candidate
+    return Path("/")
+
+
+def free_bytes(path: str | os.PathLike) -> int:
+    return shutil.disk_usage(_existing_ancestor(Path(path))).free
+
+
+def ensure_free_space(
+    path: str | os.PathLike, need_bytes: int, what: str = "the output", margin: int = FREE_SPACE_MARGIN
+) -> None:
+    """Refuse to start when the filesystem of ``path`` has less than ``need_bytes`` (+ margin) free."""
+    free = free_bytes(path)
+    if free < need_bytes + margin:
+        where = _existing_ancestor(Path(path))
+        raise Gemma4T4Error(
+            f"not enough free space for {what}: needs {(need_bytes + margin) / 1e9:,.2f} GB, "
+            f"{free / 1e9:,.2f} GB free on the filesystem of {where}",
+            fix="free some space there, or choose a target on a disk with more room",
+        )
+
+
+def os_error(exc: OSError, what: str) -> Gemma4T4Error:
+    """A clear message for the file-system failures a user can act on."""
+    code = exc.errno
+    if code in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        fix = "free some space (or raise the quota / file-size limit), or write to another disk"
+        reason = "the disk is full" if code != errno.EFBIG else "a file-size limit was reached"
+    elif code in (errno.EROFS, errno.EACCES, errno.EPERM):
+        fix = "choose a writable location (check permissions and that the disk is not mounted read-only)"
+        reason = "the location is read-only" if code == errno.EROFS else "permission denied"
+    elif code in (errno.ENOTDIR, errno.EEXIST, errno.EISDIR):
+        fix = "check the path: a file stands where a folder is expected (or the reverse)"
+        reason = os.strerror(code)
+    else:
+        fix = "check the path and the disk"
+        reason = exc.strerror or str(exc)
+    where = f" ({exc.filename})" if exc.filename else ""
+    return Gemma4T4Error(f"cannot write {what}: {reason}{where}", fix=fix)
+
+
+# ------------------------------------------------------------------------------------------
+# partial outputs: owned by a PID, found again after a hard kill
+
+
+def _proc_start(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (Linux), to tell a reused PID apart."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rpartition(")")[2].split()[19]
+
+
+def _alive(pid: int, start: str | None) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's live process
+    current = _proc_start(pid)
+    return start is None or current is None or current == start
+
+
+def partial_prefix(target: Path) -> str:
+    return f".{target.name}.partial-"
+
+
+def backup_prefix(target: Path) -> str:
+    return f".{target.name}.old-"
+
+
+def make_partial(target: str | os.PathLike) -> Path:
+    """Create the hidden sibling folder a build is written into, recording its owner."""
+    target = Path(target)
+    missing = [p for p in target.absolute().parents if not p.exists()]
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=partial_prefix(target), dir=target.parent))
+        owner = {
+            "made_parents": [str(p) for p in missing],  # removed again if the build is discarded
+            "pid": os.getpid(),
+            "start": _proc_start(os.getpid()),
+            "host": socket.gethostname(),
+            "target": str(target),
+            "created_unix": round(time.time(), 3),
+        }
+        (tmp / PARTIAL_OWNER).write_text(json.dumps(owner) + "\n")
+    except OSError as exc:
+        for parent in missing:
+            with contextlib.suppress(OSError):
+                os.rmdir(parent)
+        raise os_error(exc, f"into {target.parent}") from exc
+    return tmp
+
+
+def discard_partial(tmp: Path) -> None:
+    """Remove a partial build and the (then empty) parent folders its run created."""
+    try:
+        owner = json.loads((tmp / PARTIAL_OWNER).read_text())
+        made = owner.get("made_parents", []) if isinstance(owner, dict) else []
+    except (OSError, ValueError):
+        made = []
+    shutil.rmtree(tmp, ignore_errors=True)
+    for parent in made:  # deepest first
+        with contextlib.suppress(OSError):
+            os.rmdir(parent)  # only when empty
+
+
+def _owner_alive(folder: Path) -> bool:
+    try:
+        owner = json.loads((folder / PARTIAL_OWNER).read_text())
+    except (OSError, ValueError):
+        owner = None
+    if not isinstance(owner, dict) or not isinstance(owner.get("pid"), int):
+        # no owner yet: a run that is creating it right now, or one that died at birth
+        try:
+            age = time.time() - folder.stat().st_mtime
+        except OSError:
+            return False
+        return age < NO_OWNER_GRACE_S
+    if owner.get("host") not in (None, socket.gethostname()):
+        return True  # a shared filesystem: another machine's run may be alive; never touch it
+    start = owner.get("start")
+    return _alive(owner["pid"], start if isinstance(start, str) else None)
+
+
+@dataclass
+class Cleanup:
+    """What :func:`clean_stale` did, as lines for the command's output."""
+
+    removed: list[str] = field(default_factory=list)  # partial builds
+    backups_removed: list[str] = field(default_factory=list)
+    restored: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        return (
+            [f"removed stale partial output {p} (left by an interrupted run)" for p in self.removed]
+            + [
+                f"removed stale backup {p} (left by a run interrupted while replacing its target)"
+                for p in self.backups_removed
+            ]
+            + [f"restored {p} (a run was killed while replacing it)" for p in self.restored]
+        )
+
+
+def clean_stale(target: str | os.PathLike, legacy_names: Iterable[str] = ()) -> Cleanup:
+    """Remove ``.DST.partial-*`` folders whose owning process is gone, and settle ``.DST.old-*``
+    backups left by a run killed while swapping in a new build (restored when DST is missing,
+    removed when DST is there)."""
+    target = Path(target)
+    legacy = tuple(legacy_names)
+    done = Cleanup()
+    parent = target.parent
+    if not parent.is_dir():
+        return done
+    try:
+        entries = sorted(parent.iterdir())
+    except OSError:
+        return done
+    for entry in entries:
+        if (
+            entry.name.startswith(partial_prefix(target))
+            and entry.is_dir()
+            and not entry.is_symlink()
+            and not _owner_alive(entry)
+        ):
+            shutil.rmtree(entry, ignore_errors=True)
+            if not entry.exists():
+                done.removed.append(str(entry))
+    backups = [
+        e for e in entries if e.name.startswith(backup_prefix(target)) and e.is_dir() and not e.is_symlink()
+    ]
+    for entry in sorted(backups, key=lambda e: e.name, reverse=True):
+        if not target.exists() and is_owned(entry, legacy):
+            entry.rename(target)
+            done.restored.append(f"{target} from {entry.name}")
+        elif target.exists() and is_owned(entry, legacy):
+            shutil.rmtree(entry, ignore_errors=True)
+            if not entry.exists():
+                done.backups_removed.append(str(entry))
+    return done
+
+
+def swap_into_place(tmp: Path, target: Path, overwrite: bool) -> None:
+    """Rename the finished ``tmp`` to ``target``; an existing target is moved aside first and
+    removed after (a kill in between leaves a backup the next run restores or removes)."""
+    if target.exists() and not overwrite:  # appeared while we worked (another run into the same DST)
+        raise Gemma4T4Error(
+            f"{target} appeared while this build was written", fix="choose a new DST or pass --overwrite"
+        )
+    if target.exists():
+        backup = target.with_name(f"{backup_prefix(target)}{int(time.time())}-{os.getpid()}")
+        target.rename(backup)
+        tmp.rename(target)
+        shutil.rmtree(backup, ignore_errors=True)
+    else:
+        tmp.rename(target)
+
+
+# ------------------------------------------------------------------------------------------
+# signals
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM / SIGHUP arrived during a write: unwinds like Ctrl-C so partial output is removed."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"terminated by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+CLEANUP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def cleanup_on_signals(signals: tuple[int, ...] = CLEANUP_SIGNALS) -> Iterator[None]:
+    """Within the block, SIGTERM/SIGHUP raise :class:`Terminated` (so ``except BaseException``
+    cleanup runs); on the way out the signal is delivered again with its default action, so
+    the process still ends the way its sender expects (exit status 128 + signal).
+
+    Only signals left at their default action are taken over (a caller's own handler wins), and
+    only in the main thread (Python delivers signals there only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous: dict[int, object] = {}
+
+    def handler(signum, _frame):
+        for sig in previous:  # a second signal must not cut the cleanup short
+            signal.signal(sig, signal.SIG_IGN)
+        raise Terminated(signum)
+
+    for sig in signals:
+        if signal.getsignal(sig) is signal.SIG_DFL:
+            previous[sig] = signal.signal(sig, handler)
+    try:
+        yield
+    except Terminated as exc:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+        previous.clear()
+        if exc.signum in signals:
+            os.kill(os.getpid(), exc.signum)  # default action: the process ends here
+        raise
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
