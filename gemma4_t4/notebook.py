@@ -299,6 +299,50 @@ def check_model_size(size: str, formats: Sequence[str], runtime: RuntimeInfo, co
     return size
 
 
+# Workload parameters a notebook leaves at None take these per target: on a T4 (or any GPU) the
+# series' published conditions, on cpu small workloads that show the method on the tiny model.
+# params/t4.yaml and params/cpu.yaml name the same values (a test keeps them equal).
+CONDITIONS: dict[int, dict[str, dict[str, Any]]] = {
+    2: {"cpu": {"CONCURRENCY": [1, 8], "INPUT_LEN": 128, "OUTPUT_LEN": 32, "NUM_PROMPTS": 8},
+        "t4": {"CONCURRENCY": [1, 8], "INPUT_LEN": 512, "OUTPUT_LEN": 128, "NUM_PROMPTS": 8}},
+    4: {"cpu": {"CONCURRENCY": [1, 2, 4], "TTFT_INPUT_LENS": [64, 128, 256, 512, 1024], "INPUT_LEN": 128,
+                "OUTPUT_LEN": 16, "NUM_PROMPTS": 8},
+        "t4": {"CONCURRENCY": [1, 8], "TTFT_INPUT_LENS": [512, 1024, 2048, 4096], "INPUT_LEN": 512,
+               "OUTPUT_LEN": 128, "NUM_PROMPTS": 8}},
+}
+
+
+def fill_defaults(part: int, target: str, **values: Any) -> tuple[Any, ...]:
+    """The parameters in the order given, each ``None`` replaced by ``target``'s condition
+    (:data:`CONDITIONS`); prints where each value came from."""
+    table = CONDITIONS[part]["cpu" if target == "cpu" else "t4"]
+    label = "CPU default" if target == "cpu" else "the series' T4 conditions"
+    out, origin = [], []
+    for name, value in values.items():
+        if value is None:
+            if name not in table:
+                raise Gemma4T4Error(f"{name} has no default for part {part}", fix=f"set {name} in the parameters cell")
+            value = table[name]
+            origin.append(f"{name}={value} ({label})")
+        else:
+            origin.append(f"{name}={value} (set)")
+        out.append(value)
+    print("workload:", ", ".join(origin))
+    return tuple(out)
+
+
+def price_for(gpu: str | None) -> Any:
+    """An hourly price for the detected GPU (GCE first, then EC2, then SageMaker); a T4 on GCE
+    where the GPU is unknown or absent (then the row says it is priced as a T4)."""
+    from gemma4_t4.hardware import PRICES
+
+    for platform in ("gce", "ec2", "sagemaker", "cloudrun"):
+        for price in PRICES.values():
+            if price.gpu == (gpu or "t4") and price.platform == platform and price.gpus == 1:
+                return price
+    return PRICES["gce:n1-standard-2+t4"]
+
+
 def prepare_dirs(out_dir: str | Path, work_dir: str | Path) -> tuple[Path, Path]:
     """Create the results folder (plots, summary) and the work folder (models, logs)."""
     out, work = Path(out_dir).expanduser().resolve(), Path(work_dir).expanduser().resolve()
@@ -391,17 +435,24 @@ def show_image(path: str | Path) -> None:
 
 
 def save_summary(out_dir: str | Path, part: int, results: Mapping[str, Any],
-                 tables: Sequence[Mapping[str, Any]] = (), notes: Sequence[str] = ()) -> None:
+                 tables: Sequence[Mapping[str, Any]] = (), notes: Sequence[str] = (),
+                 published: Mapping[str, Any] | None = None) -> None:
     """Write ``summary.json`` (the numbers the report index shows) atomically.
 
-    ``results`` maps a label to a number or short text; ``tables`` are ``{"title", "rows"}``.
-    Refuses empty results: a notebook that measured nothing must not look like it did.
+    ``results`` maps a label to what THIS run measured (a number or short text); the series'
+    published figures go in ``published`` (from :mod:`gemma4_t4.bench.published`), never in
+    ``results``. ``tables`` are ``{"title", "rows"}``. Refuses empty results: a notebook that
+    measured nothing must not look like it did.
     """
     if not results:
         raise Gemma4T4Error("no results to save", fix="run the measuring steps above first")
+    mixed = [k for k in results if "published" in str(k).lower()]
+    if mixed:
+        raise Gemma4T4Error(f"published figures among the measured results: {mixed}",
+                            fix="pass them as published={...}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    payload = {"part": part, "results": to_jsonable(dict(results)),
+    payload = {"part": part, "results": to_jsonable(dict(results)), "published": to_jsonable(dict(published or {})),
                "tables": to_jsonable([dict(t) for t in tables]), "notes": list(notes)}
     path = out / SUMMARY_FILE
     atomic_write_json(path, payload)

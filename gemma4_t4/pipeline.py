@@ -353,6 +353,8 @@ def render_index_markdown(report: PipelineReport) -> str:
         summary = run.summary or {}
         for key, value in (summary.get("results") or {}).items():
             lines.append(f"- **{key}**: {_fmt(value)}")
+        for key, value in (summary.get("published") or {}).items():
+            lines.append(f"- {key} (published, not measured here): {_fmt(value)}")
         for table in summary.get("tables") or []:
             lines += ["", f"**{table.get('title', '')}**", ""] + _md_table(table.get("rows") or [])
         for note in summary.get("notes") or []:
