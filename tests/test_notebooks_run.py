@@ -28,6 +28,15 @@ NB_DIR = REPO / "notebooks"
 WORK = REPO / ".cache" / "tests" / "notebooks-work"  # tiny models are built once and reused
 
 
+# what each notebook must have measured on the CPU default (published figures are kept apart)
+MEASURED = {
+    "01": ["deploy seconds", "query latency ms", "estimated $/hour", "MCP tools"],
+    "02": ["per-stream tok/s bf16 c=1", "per-stream tok/s QAT c=1", "QAT/bf16 ratio c=1", "QAT/bf16 all-streams ratio c=8"],
+    "03": ["weights checked", "emb4 / linear-only size", "AWQ-style g128 levels changed %"],
+    "04": ["per-stream tok/s c=1", "best output tok/s", "TTFT growth 64->1024 tokens (x)", "prefix cache hit rate"],
+}
+
+
 def _real_numbers(results: dict) -> list[str]:
     return [k for k, v in results.items()
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
@@ -79,8 +88,11 @@ def test_each_notebook_wrote_real_results_and_plots(nbval_run, number):
                                   f"{nbval_run['result'].stdout[-3000:]})"
     summary = json.loads(summary_path.read_text())
     assert summary["part"] == int(number)
-    numbers = _real_numbers(summary["results"])
-    assert numbers, f"no measured numbers in {summary['results']}"
+    results = summary["results"]
+    assert not [k for k in results if "published" in k.lower()], "published figures among measured results"
+    missing = [k for k in MEASURED[number] if k not in _real_numbers(results) or results[k] <= 0]
+    assert not missing, f"measured figures missing or not positive: {missing} in {results}"
+    assert results["target"] == "cpu"
     assert list(out_dir.rglob("*.png")), f"{source.name} saved no plot"
 
 
