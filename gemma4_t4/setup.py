@@ -92,6 +92,9 @@ class SetupPlan:
     restart: bool = False  # the running Python must restart to load what was installed
     notes: list[str] = field(default_factory=list)
 
+    def _ipython_display_(self) -> None:
+        """Shown as a notebook cell's value: nothing more, setup() already printed the summary."""
+
     @property
     def commands(self) -> list[str]:
         return [s.command_line() for s in self.steps]
@@ -119,6 +122,9 @@ class SetupResult:
     restart: bool
     message: str
     output_tail: str = ""
+
+    def _ipython_display_(self) -> None:
+        """Shown as a notebook cell's value: nothing more, setup() already printed the message."""
 
 
 def _major(version: str | None) -> int | None:

@@ -189,3 +189,86 @@ def test_doctor_advice_follows_the_plan_for_the_driver():
     torch_plan = plan_torch_fix(TorchFacts(python="py", torch_version="2.13.0+cpu", gpu_present=True,
                                            driver_version="550.54.15", vllm_version="0.33.0"))
     assert torch_plan.cuda_variant == "cu129" and "torch==2.14.0+cu129" in torch_plan.command
+
+
+# ---------------------------------------------------------------- the notebooks' side: auto, fit, setup()
+
+
+def _probes(gpu: str | None = "Tesla T4", cc: str = "7.5", driver: str = "550.54.15", colab: bool = False):
+    def run(cmd):
+        if gpu is None:
+            return None
+        if any(a.startswith("--query-gpu") for a in cmd):
+            return 0, f"0, {gpu}, 15360, {cc}, {driver}\n"
+        return 0, f"Driver Version: {driver}   CUDA Version: 12.4\n"
+
+    environ = {"HOME": "/h", **({"COLAB_RELEASE_TAG": "x"} if colab else {})}
+    return env.Probes(run=run, env=environ, modules={})
+
+
+def test_auto_target_picks_the_gpu_path_or_the_cpu_default_and_says_why(capsys):
+    from gemma4_t4 import notebook as nb
+
+    t4 = nb.runtime_check("auto", allowed=("cpu", "t4"), probes=_probes())
+    assert (t4.target, t4.requested, t4.gpu_key, t4.roofline_gpu) == ("t4", "auto", "t4", "t4")
+    assert "Tesla T4 found" in t4.reason and "TARGET=t4: TARGET='auto'" in capsys.readouterr().out
+    cpu = nb.runtime_check("auto", allowed=("cpu", "t4"), probes=_probes(gpu=None), show=False)
+    assert cpu.target == "cpu" and "no NVIDIA GPU" in cpu.reason and cpu.gpu_key is None
+    part1 = nb.runtime_check("auto", probes=_probes(), show=False, auto_gpu="cpu")
+    assert part1.target == "cpu" and "bill" in part1.reason  # auto never deploys to AWS
+    assert nb.runtime_check("sagemaker", probes=_probes(), show=False).target == "sagemaker"
+    with pytest.raises(Gemma4T4Error, match="no NVIDIA GPU") as info:
+        nb.runtime_check("t4", allowed=("cpu", "t4"), probes=_probes(gpu=None), show=False)
+    assert "TARGET='cpu'" in info.value.fix
+    with pytest.raises(Gemma4T4Error, match="not supported"):
+        nb.runtime_check("gpu", allowed=("cpu", "t4"), probes=_probes(), show=False)
+
+
+def test_a_gpu_other_than_a_t4_is_priced_and_rooflined_as_itself():
+    from gemma4_t4 import notebook as nb
+
+    l4 = nb.runtime_check("auto", allowed=("cpu", "t4"), probes=_probes("NVIDIA L4", "8.9", "580.82.07"), show=False)
+    assert l4.target == "t4" and l4.gpu_key == "l4" and not l4.is_t4
+    assert any("Turing steps" in n and "skipped" in n for n in l4.notes)
+    assert nb.price_for("l4").key == "gce:g2-standard-4" and nb.price_for(None).key == "gce:n1-standard-2+t4"
+    assert [nb.gpu_key(n) for n in ("Tesla T4", "NVIDIA A10G", "NVIDIA H100 80GB HBM3", "Quadro RTX 8000")] == \
+        ["t4", "a10g", "h100", None]
+
+
+def test_model_sizes_are_filtered_by_the_fit_calculator_for_the_detected_gpu():
+    from gemma4_t4 import notebook as nb
+
+    kept, left_out = nb.model_choices(["e2b", "e4b", "12b"], ["bf16", "qat-w4a16"], "t4")
+    assert kept == ["e2b"] and [r.split(":")[0] for r in left_out] == ["e4b", "12b"]
+    assert all("bf16" in r and "does not fit" in r for r in left_out)
+    t4 = nb.runtime_check("t4", allowed=("cpu", "t4"), probes=_probes(), show=False)
+    with pytest.raises(Gemma4T4Error, match="MODEL_SIZE='e4b' cannot run here") as info:
+        nb.check_model_size("e4b", ["bf16", "qat-w4a16"], t4)
+    assert "'e2b'" in info.value.fix
+    assert nb.check_model_size("12b", ["qat-w4a16"], t4) == "12b"  # QAT int4 12B fits a T4
+    cpu = nb.runtime_check("cpu", allowed=("cpu", "t4"), probes=_probes(gpu=None), show=False)
+    assert nb.check_model_size("12b", ["bf16"], cpu) == "12b"  # the tiny model stands in on cpu
+
+
+def test_notebook_setup_installs_per_the_plan_and_says_restart(capsys):
+    from gemma4_t4 import notebook as nb
+
+    plan = nb.setup(dry_run=True, probes=_probes(driver="550.54.15", colab=True))
+    assert plan.needed and plan.cuda_variant == "cu129" and plan.colab
+    assert "vllm==0.33.0+cu129" in capsys.readouterr().out
+    calls = []
+
+    def pip(command):
+        calls.append(command)
+        return CommandResult(0, "ok")
+
+    result = nb.setup(probes=_probes(driver="550.54.15", colab=True), runner=pip)
+    out = capsys.readouterr().out
+    assert result.applied and result.restart and "RESTART NEEDED" in out
+    assert calls == [s.command for s in plan.steps]
+    # no GPU, everything installed here: nothing runs
+    assert nb.setup(probes=_probes(gpu=None), runner=lambda c: pytest.fail("pip must not run")).needed is False
+    # extra packages only where missing, and pip's failure is one clear error
+    assert nb.setup(vllm=False, packages=["pytest>=8"], runner=lambda c: pytest.fail("present")) is None
+    with pytest.raises(Gemma4T4Error, match="pip failed installing no-such-package-xyz"):
+        nb.setup(vllm=False, packages=["no-such-package-xyz>=1"], runner=lambda c: CommandResult(1, "", "ERROR: none"))

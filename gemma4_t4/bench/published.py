@@ -202,4 +202,4 @@ def beside(label: str, measured: float | None, published: float, source: str, co
     """One display row: a measured figure next to the published one and their ratio."""
     ratio = measured / published if measured is not None and published else None
     return {"figure": label, "measured here": measured, "published": published, "measured / published": ratio,
-            "published under": conditions or source}
+            "published under": conditions, "source": source.split(" (")[0]}
