@@ -11,7 +11,6 @@ import tomllib
 from pathlib import Path
 
 import pytest
-
 import yaml
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
