@@ -168,6 +168,7 @@ def plan_torch_fix(facts: TorchFacts | None = None, vllm_version: str | None = N
                              f"one: gemma4-t4 setup installs vllm=={vllm.split('+')[0]}+{variant} with this torch")
     has_cuda_build = facts.torch_cuda_build is not None and "+cpu" not in (facts.torch_version or "")
     right_version = _base_version(facts.torch_version) == torch_version
+    built_for = f"cu{facts.torch_cuda_build.replace('.', '')}" if facts.torch_cuda_build else None
     if facts.torch_version is None:
         plan.needed, plan.reason = True, facts.import_error or "torch is not installed"
     elif not has_cuda_build:
@@ -178,6 +179,10 @@ def plan_torch_fix(facts: TorchFacts | None = None, vllm_version: str | None = N
         plan.needed = True
         plan.reason = (f"torch {facts.torch_version} (CUDA {facts.torch_cuda_build}) is not the {torch_version} "
                        f"vLLM {vllm} was built against")
+    elif built_for != variant and variant in setup_plan.MIN_DRIVER:
+        plan.needed = True
+        plan.reason = (f"torch {facts.torch_version} is built for CUDA {facts.torch_cuda_build}, but driver "
+                       f"{facts.driver_version} runs the {variant} build")
     elif facts.cuda_available is False:
         plan.reason = (f"torch {facts.torch_version} is already a CUDA build but cannot use the GPU; "
                        "reinstalling torch will not help")

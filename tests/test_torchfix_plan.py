@@ -48,6 +48,10 @@ def test_a_pre_580_driver_gets_the_cuda_12_build_it_can_run():
     assert plan.command == ["/venv/bin/python", "-m", "pip", "install", "torch==2.14.0+cu129",
                             "--index-url", "https://download.pytorch.org/whl/cu129"]
     assert any("vllm==0.33.0+cu129" in w for w in plan.warnings)
+    # the CUDA 13 torch on that driver is replaced by the cu129 one
+    cu130 = plan_torch_fix(TorchFacts(**{**facts.__dict__, "torch_version": "2.14.0+cu130", "torch_cuda_build": "13.0",
+                                         "cuda_available": False}))
+    assert cu130.needed and "built for CUDA 13.0, but driver 535.104.05 runs the cu129 build" in cu130.reason
     # older than every CUDA build vLLM publishes: warned, with the driver fix
     ancient = plan_torch_fix(TorchFacts(**{**CPU_TORCH_ON_T4.__dict__, "driver_version": "470.256.02"}))
     assert any("older than every CUDA build" in w and ">= 580" in w for w in ancient.warnings)
