@@ -288,13 +288,18 @@ def model_choices(sizes: Sequence[str], formats: Sequence[str], gpu: str | None,
 def check_model_size(size: str, formats: Sequence[str], runtime: RuntimeInfo, context_len: int = 8192) -> str:
     """Refuse a MODEL_SIZE the detected GPU cannot hold in every format the notebook serves,
     before any download; print what else fits."""
-    gpu = runtime.gpu_key if runtime.target != "cpu" else None
-    kept, left_out = model_choices([size], formats, gpu, context_len)
-    if not kept:
-        from gemma4_t4.models import VARIANTS
+    from gemma4_t4.models import VARIANTS
 
-        fitting, _ = model_choices(list(VARIANTS), formats, gpu, context_len)
-        raise Gemma4T4Error(f"MODEL_SIZE={size!r} cannot run here: {left_out[0]}",
+    gpu = runtime.gpu_key if runtime.target != "cpu" else None
+    if gpu is None:
+        return size  # the CPU default serves the tiny model whatever the size; an unknown GPU is not judged
+    fitting, left_out = model_choices(list(VARIANTS), formats, gpu, context_len)
+    print(f"model sizes that fit one {gpu} in {' and '.join(formats)}: {', '.join(fitting) or 'none'}")
+    for reason in left_out:
+        print("  left out:", reason)
+    if size not in fitting:
+        why = next((r for r in left_out if r.startswith(f"{size}:")), f"{size}: unknown size")
+        raise Gemma4T4Error(f"MODEL_SIZE={size!r} cannot run here: {why}",
                             fix=f"choose one of {', '.join(repr(s) for s in fitting) or 'none'} in the parameters cell")
     return size
 

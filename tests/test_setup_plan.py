@@ -246,7 +246,7 @@ def test_a_gpu_other_than_a_t4_is_priced_and_rooflined_as_itself():
         ["t4", "a10g", "h100", None]
 
 
-def test_model_sizes_are_filtered_by_the_fit_calculator_for_the_detected_gpu():
+def test_model_sizes_are_filtered_by_the_fit_calculator_for_the_detected_gpu(capsys):
     from gemma4_t4 import notebook as nb
 
     kept, left_out = nb.model_choices(["e2b", "e4b", "12b"], ["bf16", "qat-w4a16"], "t4")
@@ -257,6 +257,8 @@ def test_model_sizes_are_filtered_by_the_fit_calculator_for_the_detected_gpu():
         nb.check_model_size("e4b", ["bf16", "qat-w4a16"], t4)
     assert "'e2b'" in info.value.fix
     assert nb.check_model_size("12b", ["qat-w4a16"], t4) == "12b"  # QAT int4 12B fits a T4
+    shown = capsys.readouterr().out
+    assert "model sizes that fit one t4 in qat-w4a16: e2b, e4b, 12b" in shown and "left out: 26b-a4b" in shown
     cpu = nb.runtime_check("cpu", allowed=("cpu", "t4"), probes=_probes(gpu=None), show=False)
     assert nb.check_model_size("12b", ["bf16"], cpu) == "12b"  # the tiny model stands in on cpu
 
