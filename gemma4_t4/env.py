@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypedDict
 
+from gemma4_t4 import setup as setup_plan
+from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.jsonable import to_jsonable
 from gemma4_t4.models import load_ram
 from gemma4_t4.runner import probe_runner
@@ -475,9 +477,16 @@ def torch_install_args(torch_version: str, variant: str) -> list[str]:
     return [f"torch=={torch_version}+{variant}", "--index-url", PYTORCH_INDEX.format(variant=variant)]
 
 
-def torch_fix_command(vllm_version: str | None = None) -> str:
-    """The pip line that replaces a CPU-only torch with the CUDA build the vLLM release pins."""
+def torch_fix_command(vllm_version: str | None = None, driver_version: str | None = None) -> str:
+    """The pip line that replaces a CPU-only torch with the CUDA build the vLLM release pins, in
+    the CUDA variant the driver runs (gemma4_t4.setup decides; cu130 needs driver >= 580)."""
     torch_ver, variant = VLLM_TORCH.get((vllm_version or "").split("+")[0], VLLM_TORCH[GPU_VLLM])
+    if driver_version is not None:
+        try:
+            variant = setup_plan.cuda_variant_for_driver(driver_version, GPU_VLLM)
+            torch_ver = setup_plan.torch_for(GPU_VLLM, variant)
+        except Gemma4T4Error as exc:
+            return exc.fix or str(exc)
     return shlex.join(["pip", "install", *torch_install_args(torch_ver, variant)])
 
 
@@ -500,10 +509,15 @@ def judge_pair(vllm: str | None, transformers: str | None) -> PairStatus:
     return PairStatus(vllm, transformers, "unknown", f"vLLM {v} + transformers {t} not verified for Gemma 4")
 
 
-def _driver_fix(platform_name: str) -> str:
+def _driver_fix(platform_name: str, facts: Facts | None = None) -> str:
+    # a CUDA 12 build of the same vLLM runs on this driver (a SageMaker container is an image: pick the AMI)
+    if facts is not None and facts.gpus and platform_name != "sagemaker":
+        line = setup_plan.fix_line(facts)
+        if line.startswith("gemma4-t4 setup"):
+            return ("the driver stays: " if platform_name == "colab" else "") + line
     return {
-        "colab": "Colab's driver cannot be changed: install vLLM's cu129 wheel variant instead "
-                 "(see notebook 1) or use a GCE T4 VM",
+        "colab": "Colab's driver cannot be changed: run gemma4-t4 setup (vLLM's CUDA 12 build) "
+                 "or use a GCE T4 VM",
         "sagemaker": "set InferenceAmiVersion='al2023-ami-sagemaker-inference-gpu-4-1' (driver 580, CUDA 13) "
                      "on the production variant",
         "gce": "use a 2026 Deep Learning VM image (driver >= 580) or install an NVIDIA driver >= 580, then reboot",
@@ -552,7 +566,8 @@ def _judge_python_os(facts: Facts) -> list[Problem]:
 
 
 def _torch_fix_for(facts: Facts) -> str:
-    return torch_fix_command(facts.vllm_version if facts.vllm_distribution == "vllm" else None)
+    return torch_fix_command(facts.vllm_version if facts.vllm_distribution == "vllm" else None,
+                             facts.driver_version)
 
 
 def _judge_gpu(facts: Facts) -> list[Problem]:
@@ -575,7 +590,7 @@ def _judge_gpu(facts: Facts) -> list[Problem]:
         add(Problem("error", "driver-too-old",
                     f"NVIDIA driver {facts.driver_version} is older than {MIN_DRIVER_CUDA13}: the CUDA 13 "
                     f"wheels of vLLM >= 0.20 (and torch +cu130) fail with 'driver too old'",
-                    _driver_fix(facts.platform)))
+                    _driver_fix(facts.platform, facts)))
     if facts.torch_is_cpu_build:
         add(Problem("error", "cpu-torch-on-gpu-host",
                     f"torch {facts.torch_version} is a CPU-only build on a host with {gpu.name}: vLLM fails "

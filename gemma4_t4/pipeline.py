@@ -10,7 +10,6 @@ A missing or failing notebook is reported by name and makes the run fail: never 
 
 from __future__ import annotations
 
-import html
 import json
 import re
 import time
@@ -22,9 +21,11 @@ from typing import Any, Literal
 
 from gemma4_t4.atomic import atomic_write_text
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.notebook import SUMMARY_FILE, TARGETS
+from gemma4_t4.notebook import AUTO, SUMMARY_FILE, TARGETS, table_cells
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# A checkout has the notebooks next to the package; an installed package does not carry them
+# (pass --notebooks DIR, a checkout's notebooks/ folder with its params/).
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 PARAMS_DIR = NOTEBOOKS_DIR / "params"
 
@@ -104,23 +105,66 @@ def load_parameters(target: str, params_dir: Path = PARAMS_DIR) -> dict[str, dic
         raise Gemma4T4Error(f"no parameter file {path}", fix=f"create it (see {Path(params_dir) / 'cpu.yaml'})")
     import yaml  # only when parameters are loaded, not on every CLI start
 
-    data = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(data, dict):
-        raise Gemma4T4Error(f"{path} must hold a mapping", fix="see notebooks/params/cpu.yaml")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise Gemma4T4Error(f"{path} is not valid YAML{where}: {problem}",
+                            fix=f"fix that line (compare with {Path(params_dir) / 'cpu.yaml'})") from None
+    if not isinstance(data, dict) or not all(isinstance(v, dict) or v is None for v in data.values()):
+        raise Gemma4T4Error(f"{path} must hold a mapping of sections (all, '02', ...) to mappings",
+                            fix="see notebooks/params/cpu.yaml")
     return {str(k): (v or {}) for k, v in data.items()}
 
 
 def parameters_for(notebook: Path, target: str, out_dir: Path, work_dir: Path,
                    params: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The parameters injected into one notebook: shared, then per notebook, then the paths."""
-    values: dict[str, Any] = {"TARGET": target}
+    """The parameters injected into one notebook: shared, then per notebook, then the paths.
+
+    The target asked for always wins: a params file whose TARGET says otherwise is refused,
+    never silently obeyed.
+    """
+    values: dict[str, Any] = {}
     values.update(params.get("all", {}))
     values.update(params.get(notebook.name[:2], {}))
     values.update(params.get(notebook.stem, {}))
     values.pop(SKIP_KEY, None)
+    declared = values.get("TARGET", target)
+    if str(declared).strip().lower() != target:
+        raise Gemma4T4Error(f"the parameters for {notebook.name} set TARGET={declared!r}, but TARGET={target!r} "
+                            "was asked for",
+                            fix=f"remove TARGET from that params file, or set it to {target!r} (each "
+                                "params/<target>.yaml is for its own target)")
+    values["TARGET"] = target
     values["OUT_DIR"] = str(out_dir)
     values["WORK_DIR"] = str(work_dir)
     return values
+
+
+def resolve_target(target: str, probes: Any = None) -> tuple[str, str]:
+    """(target, why): ``auto`` is the GPU path (t4) on a host with an NVIDIA GPU, else cpu."""
+    if target != AUTO:
+        return target, f"--target {target}"
+    from gemma4_t4 import env
+
+    facts = env.probe(probes)
+    if facts.gpus:
+        return "t4", f"auto: {facts.gpus[0].name} found (nvidia-smi), so the GPU path (params/t4.yaml)"
+    return "cpu", "auto: no NVIDIA GPU found, so the embedded CPU default (params/cpu.yaml)"
+
+
+def check_out_dir(out: str | Path) -> Path:
+    """The output folder, refused before anything runs when it cannot be one."""
+    path = Path(out).expanduser().resolve()
+    for parent in (path, *path.parents):
+        if parent.exists():
+            if not parent.is_dir():
+                raise Gemma4T4Error(f"--out {out}: {parent} is a file, not a folder",
+                                    fix="pass a folder path (it is created if missing), e.g. --out build")
+            break
+    return path
 
 
 def run_pipeline(
@@ -142,14 +186,27 @@ def run_pipeline(
     """
     import papermill
 
-    out = Path(out).resolve()
-    nb_out = out / "notebooks"
-    nb_out.mkdir(parents=True, exist_ok=True)
-    work = Path(work_dir).resolve() if work_dir else (REPO_ROOT / ".cache" / "notebooks")
-    work.mkdir(parents=True, exist_ok=True)
+    target, why = resolve_target(target)
+    if not Path(notebooks_dir).is_dir():
+        raise Gemma4T4Error(f"no notebooks folder at {notebooks_dir} (an installed package does not carry the "
+                            "notebooks)", fix="pass --notebooks DIR: the notebooks/ folder of a checkout of the "
+                                              "repository (it holds NN_*.ipynb and params/)")
+    out = check_out_dir(out)
     params = load_parameters(target, params_dir)
     found = find_notebooks(notebooks_dir)
     selected = _select(found, only)
+    # fail on parameter conflicts before any notebook runs
+    for number in selected:
+        if found[number] is not None:
+            parameters_for(found[number], target, out, out, params)
+    if why.startswith("auto"):
+        log(f"TARGET={target} ({why})")
+    nb_out = out / "notebooks"
+    nb_out.mkdir(parents=True, exist_ok=True)
+    in_checkout = (REPO_ROOT / "notebooks").is_dir()
+    work = Path(work_dir).resolve() if work_dir else (REPO_ROOT / ".cache" / "notebooks" if in_checkout
+                                                      else out / ".work")
+    work.mkdir(parents=True, exist_ok=True)
 
     runs: list[NotebookRun] = []
     for number in selected:
@@ -296,6 +353,8 @@ def render_index_markdown(report: PipelineReport) -> str:
         summary = run.summary or {}
         for key, value in (summary.get("results") or {}).items():
             lines.append(f"- **{key}**: {_fmt(value)}")
+        for key, value in (summary.get("published") or {}).items():
+            lines.append(f"- {key} (published, not measured here): {_fmt(value)}")
         for table in summary.get("tables") or []:
             lines += ["", f"**{table.get('title', '')}**", ""] + _md_table(table.get("rows") or [])
         for note in summary.get("notes") or []:
@@ -308,17 +367,18 @@ def render_index_markdown(report: PipelineReport) -> str:
 def _md_table(rows: list[dict[str, Any]]) -> list[str]:
     if not rows:
         return []
-    columns = list(dict.fromkeys(k for row in rows for k in row))
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    for row in rows:
-        lines.append("| " + " | ".join(_fmt(row.get(c, "")) for c in columns) + " |")
+    columns, cells = table_cells(rows)
+    lines = ["| " + " | ".join(_escape(c) for c in columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(_escape(v) for v in row) + " |" for row in cells]
     return lines
 
 
 def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:,.3g}" if abs(value) < 100 else f"{value:,.1f}"
-    return str(value).replace("|", "\\|")
+    return _escape(table_cells([{"v": value}])[1][0][0])
+
+
+def _escape(text: str) -> str:
+    return str(text).replace("|", "\\|")
 
 
 def _rel(path: str | None, base: Path) -> str:
@@ -331,52 +391,13 @@ def _rel(path: str | None, base: Path) -> str:
 
 
 def _markdown_to_html(md: str, title: str) -> str:
-    """A small renderer for the index's own markdown (headings, lists, tables, images, code)."""
-    body: list[str] = []
-    in_code = False
-    table: list[str] = []
+    """The index's markdown as a standalone HTML page (mistune, which nbconvert itself uses)."""
+    import html
 
-    def flush_table() -> None:
-        if not table:
-            return
-        rows = [r.strip().strip("|").split(" | ") for r in table if not set(r.replace("|", "").strip()) <= {"-", ":"}]
-        body.append("<table>")
-        for i, cells in enumerate(rows):
-            tag = "th" if i == 0 else "td"
-            body.append("<tr>" + "".join(f"<{tag}>{_inline(c.strip())}</{tag}>" for c in cells) + "</tr>")
-        body.append("</table>")
-        table.clear()
+    import mistune
 
-    for line in md.splitlines():
-        if line.startswith("```"):
-            flush_table()
-            body.append("</pre>" if in_code else "<pre>")
-            in_code = not in_code
-            continue
-        if in_code:
-            body.append(html.escape(line))
-            continue
-        if line.startswith("|"):
-            table.append(line)
-            continue
-        flush_table()
-        if line.startswith("## "):
-            body.append(f"<h2>{_inline(line[3:])}</h2>")
-        elif line.startswith("# "):
-            body.append(f"<h1>{_inline(line[2:])}</h1>")
-        elif line.startswith("- "):
-            body.append(f"<li>{_inline(line[2:])}</li>")
-        elif line.strip():
-            body.append(f"<p>{_inline(line)}</p>")
-    flush_table()
+    body = mistune.create_markdown(escape=True, plugins=["table"])(md)
     style = "body{font-family:sans-serif;max-width:60em;margin:2em auto}table{border-collapse:collapse}" \
             "td,th{border:1px solid #ccc;padding:.2em .5em}img{max-width:100%}"
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{style}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
-
-
-def _inline(text: str) -> str:
-    text = html.escape(text, quote=False)
-    text = re.sub(r"!\[([^\]]*)\]\(([^)]+)\)", r"<img alt='\1' src='\2'>", text)
-    text = re.sub(r"\[([^\]]+)\]\(([^)]+)\)", r"<a href='\2'>\1</a>", text)
-    return re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", text)
+            f"<style>{style}</style></head><body>\n{body}\n</body></html>\n")

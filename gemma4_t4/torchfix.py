@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gemma4_t4 import env
+from gemma4_t4 import setup as setup_plan
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.runner import CommandResult, Runner, subprocess_runner
 from gemma4_t4.versions import package_requires, package_version
@@ -27,7 +28,7 @@ PYTORCH_INDEX = env.PYTORCH_INDEX
 # vLLM release → (torch it pins, CUDA variant of its default wheels): one table, shared with doctor.
 VLLM_TORCH: dict[str, tuple[str, str]] = env.VLLM_TORCH
 DEFAULT_VLLM = env.GPU_VLLM  # the version the package's `gpu` extra pins
-MIN_DRIVER = {"cu130": env.MIN_DRIVER_CUDA13, "cu129": 575, "cu128": 570}  # minimum Linux drivers per CUDA
+MIN_DRIVER = setup_plan.MIN_DRIVER  # oldest Linux driver per CUDA variant (12.x: minor-version compatibility)
 
 
 @dataclass
@@ -138,6 +139,13 @@ def plan_torch_fix(facts: TorchFacts | None = None, vllm_version: str | None = N
     else:
         raise Gemma4T4Error(f"no known torch build for vLLM {vllm}",
                             fix=f"install vLLM first (its metadata names the torch), or use vLLM {DEFAULT_VLLM}")
+    driver_note = None
+    if facts.driver_version and vllm.split("+")[0] in setup_plan.VLLM_VARIANTS:
+        try:  # the CUDA build this driver runs (cu130 needs >= 580), as `gemma4-t4 setup` plans it
+            variant = setup_plan.cuda_variant_for_driver(facts.driver_version, vllm.split("+")[0])
+            torch_version = setup_plan.torch_for(vllm.split("+")[0], variant)
+        except Gemma4T4Error as exc:
+            driver_note = f"{exc} ({exc.fix})"
     index = PYTORCH_INDEX.format(variant=variant)
     command = [facts.python or sys.executable, "-m", "pip", "install", *env.torch_install_args(torch_version, variant)]
     plan = TorchFixPlan(False, "", vllm, torch_version, variant, index, command, facts=facts)
@@ -145,14 +153,20 @@ def plan_torch_fix(facts: TorchFacts | None = None, vllm_version: str | None = N
     if facts.gpu_present is False:
         plan.reason = "no NVIDIA GPU on this machine, so a CPU build of torch is the right one"
         return plan
-    if facts.driver_version and variant in MIN_DRIVER:
+    if driver_note:
+        plan.warnings.append(driver_note)
+    elif facts.driver_version and variant in MIN_DRIVER:
         major = int(facts.driver_version.split(".")[0])
         if major < MIN_DRIVER[variant]:
             plan.warnings.append(
                 f"NVIDIA driver {facts.driver_version} is older than {variant} needs (>= {MIN_DRIVER[variant]}): "
-                "update the driver, or use vLLM's cu129 wheels with a matching torch")
+                "update the driver, or run gemma4-t4 setup (it installs the vLLM build the driver runs)")
+    if variant != "cu130" and vllm.split("+")[0] in setup_plan.VLLM_VARIANTS:
+        plan.warnings.append(f"driver {facts.driver_version} runs vLLM's {variant} build, not the default CUDA 13 "
+                             f"one: gemma4-t4 setup installs vllm=={vllm.split('+')[0]}+{variant} with this torch")
     has_cuda_build = facts.torch_cuda_build is not None and "+cpu" not in (facts.torch_version or "")
     right_version = _base_version(facts.torch_version) == torch_version
+    built_for = f"cu{facts.torch_cuda_build.replace('.', '')}" if facts.torch_cuda_build else None
     if facts.torch_version is None:
         plan.needed, plan.reason = True, facts.import_error or "torch is not installed"
     elif not has_cuda_build:
@@ -163,6 +177,10 @@ def plan_torch_fix(facts: TorchFacts | None = None, vllm_version: str | None = N
         plan.needed = True
         plan.reason = (f"torch {facts.torch_version} (CUDA {facts.torch_cuda_build}) is not the {torch_version} "
                        f"vLLM {vllm} was built against")
+    elif built_for != variant and variant in setup_plan.MIN_DRIVER:
+        plan.needed = True
+        plan.reason = (f"torch {facts.torch_version} is built for CUDA {facts.torch_cuda_build}, but driver "
+                       f"{facts.driver_version} runs the {variant} build")
     elif facts.cuda_available is False:
         plan.reason = (f"torch {facts.torch_version} is already a CUDA build but cannot use the GPU; "
                        "reinstalling torch will not help")

@@ -28,6 +28,15 @@ NB_DIR = REPO / "notebooks"
 WORK = REPO / ".cache" / "tests" / "notebooks-work"  # tiny models are built once and reused
 
 
+# what each notebook must have measured on the CPU default (published figures are kept apart)
+MEASURED = {
+    "01": ["deploy seconds", "query latency ms", "estimated $/hour", "MCP tools"],
+    "02": ["per-stream tok/s bf16 c=1", "per-stream tok/s QAT c=1", "QAT/bf16 ratio c=1", "QAT/bf16 all-streams ratio c=8"],
+    "03": ["weights checked", "emb4 / linear-only size", "AWQ-style g128 levels changed %"],
+    "04": ["per-stream tok/s c=1", "best output tok/s", "TTFT growth 64->1024 tokens (x)", "prefix cache hit rate"],
+}
+
+
 def _real_numbers(results: dict) -> list[str]:
     return [k for k, v in results.items()
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
@@ -79,8 +88,11 @@ def test_each_notebook_wrote_real_results_and_plots(nbval_run, number):
                                   f"{nbval_run['result'].stdout[-3000:]})"
     summary = json.loads(summary_path.read_text())
     assert summary["part"] == int(number)
-    numbers = _real_numbers(summary["results"])
-    assert numbers, f"no measured numbers in {summary['results']}"
+    results = summary["results"]
+    assert not [k for k in results if "published" in k.lower()], "published figures among measured results"
+    missing = [k for k in MEASURED[number] if k not in _real_numbers(results) or results[k] <= 0]
+    assert not missing, f"measured figures missing or not positive: {missing} in {results}"
+    assert results["target"] == "cpu"
     assert list(out_dir.rglob("*.png")), f"{source.name} saved no plot"
 
 
@@ -181,3 +193,75 @@ def test_pipeline_executes_a_real_notebook_with_html_and_index(tmp_path):
     assert Path(run.html).stat().st_size > 10_000
     assert run.plots and _real_numbers(run.summary["results"])
     assert "all notebooks ran" in Path(report.index_md).read_text()
+
+
+# ---------------------------------------------------------------- bad input to `gemma4-t4 run`
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gemma4_t4", "run", *args], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)))
+
+
+def _one_notebook_checkout(tmp_path: Path, params_text: str) -> Path:
+    notebooks = tmp_path / "notebooks"
+    (notebooks / "params").mkdir(parents=True)
+    (notebooks / "params" / "cpu.yaml").write_text(params_text)
+    _synthetic(notebooks / "01_good.ipynb", PARAMS, SAVE)
+    return notebooks
+
+
+@pytest.mark.notebooks
+def test_target_flag_is_never_silently_overridden_by_a_params_file(tmp_path):
+    notebooks = _one_notebook_checkout(tmp_path, "all:\n  TARGET: t4\n")
+    result = _cli("--target", "cpu", "--notebooks", str(notebooks), "--out", str(tmp_path / "build"), "--no-html")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "set TARGET='t4', but TARGET='cpu' was asked for" in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "build" / "notebooks").exists()
+    # a section naming the same target is fine, and TARGET reaches the notebook as asked
+    params = {"all": {"TARGET": "cpu"}}
+    values = parameters_for(notebooks / "01_good.ipynb", "cpu", tmp_path, tmp_path, params)
+    assert values["TARGET"] == "cpu"
+
+
+@pytest.mark.notebooks
+def test_yaml_syntax_error_and_an_out_that_is_a_file_are_one_line_errors(tmp_path):
+    notebooks = _one_notebook_checkout(tmp_path, "all:\n  TARGET: cpu\n  CLEANUP: [true\n")
+    result = _cli("--target", "cpu", "--notebooks", str(notebooks), "--out", str(tmp_path / "build"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    (line,) = [ln for ln in result.stderr.splitlines() if ln.startswith("error:")]
+    assert "cpu.yaml is not valid YAML at line" in line
+
+    notebooks = _one_notebook_checkout(tmp_path / "ok", "all:\n  TARGET: cpu\n")
+    a_file = tmp_path / "results.txt"
+    a_file.write_text("keep me")
+    for out in (a_file, a_file / "sub"):
+        result = _cli("--target", "cpu", "--notebooks", str(notebooks), "--out", str(out))
+        assert result.returncode == 2 and "is a file, not a folder" in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
+    assert a_file.read_text() == "keep me"
+
+
+@pytest.mark.notebooks
+def test_missing_notebooks_folder_names_the_flag(tmp_path):
+    result = _cli("--target", "cpu", "--notebooks", str(tmp_path / "nowhere"), "--out", str(tmp_path / "b"))
+    assert result.returncode == 2 and "--notebooks DIR" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_auto_target_follows_the_host():
+    from gemma4_t4 import env
+    from gemma4_t4.pipeline import resolve_target
+
+    t4 = env.Probes(run=lambda cmd: (0, "0, Tesla T4, 15360, 7.5, 550.54.15\n"))
+    assert resolve_target("auto", t4)[0] == "t4"
+    assert resolve_target("auto", env.Probes(run=lambda cmd: None)) == (
+        "cpu", "auto: no NVIDIA GPU found, so the embedded CPU default (params/cpu.yaml)")
+    assert resolve_target("sagemaker", t4)[0] == "sagemaker"
+
+
+def test_index_html_comes_from_a_markdown_library():
+    from gemma4_t4.pipeline import _markdown_to_html
+
+    page = _markdown_to_html("# T\n\n| a | b |\n|---|---|\n| 1 \\| 2 | <x> |\n\n- **bold** [l](x.html)\n", "t")
+    assert "<h1>T</h1>" in page and "<table>" in page and "<td>1 | 2</td>" in page
+    assert "&lt;x&gt;" in page and "<strong>bold</strong>" in page and '<a href="x.html">l</a>' in page

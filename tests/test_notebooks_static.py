@@ -147,10 +147,11 @@ def test_parameters_cell_is_a_colab_form_with_the_standard_names(nb_path):
     nb = _load(nb_path)
     cell = _tagged(nb, "parameters")[0]
     values = _parameters(nb)
-    assert values["TARGET"] == "cpu", "the embedded CPU default must be what runs without edits"
+    assert values["TARGET"] == "auto", "TARGET='auto' must be what runs without edits (GPU path or CPU default)"
     assert {"TARGET", "OUT_DIR", "WORK_DIR", "CLEANUP"} <= set(values)
     target_line = next(line for line in cell.source.splitlines() if line.startswith("TARGET"))
-    assert "# @param" in target_line and '"cpu"' in target_line.split("# @param")[1]
+    choices = ast.literal_eval(target_line.split("# @param")[1].strip())
+    assert choices[0] == "auto" and "cpu" in choices and set(choices) <= {"auto", *TARGETS}, choices
     for line in cell.source.splitlines():
         if re.match(r"^[A-Z_][A-Z0-9_]* = ", line):
             assert "# @param" in line, f"parameter without a Colab form field: {line}"
@@ -185,31 +186,56 @@ def test_title_badge_and_overview(nb_path):
         assert heading in first.source
 
 
-def test_install_cell_is_guarded_and_pins_match_pyproject(nb_path):
+def _code_lines(source: str) -> list[str]:
+    return [ln for ln in source.splitlines() if ln.strip() and not ln.strip().startswith("#")]
+
+
+def test_install_cell_is_one_pip_line_and_setup(nb_path):
     nb = _load(nb_path)
     cells = _tagged(nb, "install")
     assert len(cells) == 1
     source = cells[0].source
-    assert 'find_spec("gemma4_t4") is None' in source, "install must be a no-op where the package exists"
-    assert "google.colab" in source and "nvidia-smi" in source and '"T4"' in source
-    assert f"github.com/{REPO_URL}" in source
+    assert len(_code_lines(source)) <= 4, _code_lines(source)
+    assert 'find_spec("gemma4_t4") is None' in source, "the pip line must be a no-op where the package exists"
+    assert f"git+https://github.com/{REPO_URL}@main" in source
+    tree = ast.parse(source)
+    setup_calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "setup"]
+    assert len(setup_calls) == 1, "the install cell ends with gemma4_t4.notebook.setup()"
+    assert any(isinstance(n, ast.ImportFrom) and n.module == "gemma4_t4.notebook" for n in ast.walk(tree))
     extras = PYPROJECT["project"]["optional-dependencies"]
-    for group in re.findall(r"gemma4-t4\[([^\]{}]+)\]", source) + re.findall(r'extras = "([^"]+)"', source) \
-            + re.findall(r'else "([a-z,]+)"', source):
+    for group in re.findall(r"gemma4-t4\[([^\]{}]+)\]", source):
         for extra in group.split(","):
             assert extra in extras, f"install cell asks for extra {extra!r} which pyproject lacks"
-    pinned = {}
-    for deps in extras.values():
-        for dep in deps:
-            m = re.match(r"^([A-Za-z0-9_.\-]+)==([^;,\s]+)$", dep)
-            if m:
-                pinned[m.group(1).lower()] = m.group(2)
-    for name, version in re.findall(r"([A-Za-z0-9_.\-]+)==([0-9][^\"'\s]*)", source):
-        assert pinned.get(name.lower()) == version, f"install pins {name}=={version}, pyproject says {pinned.get(name.lower())}"
     all_deps = {dep for deps in extras.values() for dep in deps}
-    for requirement in re.findall(r'pip \+ \["([^"]+)"\]', source):
-        assert requirement in all_deps, f"install cell installs {requirement!r}, which pyproject does not list"
-    assert "import torch" not in source and "import vllm" not in source
+    for keyword in setup_calls[0].keywords:
+        if keyword.arg == "packages":
+            for requirement in ast.literal_eval(keyword.value):
+                assert requirement in all_deps, f"setup() installs {requirement!r}, which pyproject does not list"
+    assert "import torch" not in source and "import vllm" not in source and "==" not in source, \
+        "versions are pinned in one place: pyproject and gemma4_t4.setup, not the notebooks"
+
+
+def test_install_section_tells_the_learner_about_the_restart(nb_path):
+    import inspect
+
+    from gemma4_t4 import notebook
+
+    nb = _load(nb_path)
+    install = _tagged(nb, "install")[0]
+    heading = nb.cells[nb.cells.index(install) - 1]
+    assert heading.cell_type == "markdown" and heading.source.startswith("## Install")
+    assert "RESTART NEEDED" in heading.source and "setup()" in heading.source
+    assert "RESTART NEEDED" in inspect.getsource(notebook.setup)  # what setup() prints
+
+
+def test_repository_url_is_the_one_in_pyproject(nb_path):
+    """Badges, "View on GitHub" and the install line all point at [project.urls]."""
+    text = nb_path.read_text()
+    links = re.findall(r"github\.com/([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+?)(?:/|@|\.git|\"|\)|\s)", text)
+    ours = [link for link in links if "gemma4" in link.lower() and "xbill9" not in link.lower()]
+    assert ours and set(ours) == {REPO_URL}, set(ours)
+    urls = PYPROJECT["project"]["urls"]
+    assert {urls["Homepage"], urls["Repository"]} == {f"https://github.com/{REPO_URL}"}
 
 
 def test_runtime_check_before_the_steps(nb_path):
@@ -226,9 +252,28 @@ def test_cleanup_section_and_cell(nb_path):
     assert nb.cells.index(cleanup[0]) > headings[0]
 
 
-def test_assertion_cells_check_the_numbers(nb_path):
-    asserts = [c for c in _code_cells(_load(nb_path)) if re.search(r"^assert ", c.source, re.M)]
-    assert asserts, "no assertion cell: nbval/papermill would pass a notebook that measured nothing"
+_NOT_MEASURED = {"TARGET", "nb", "published", "hardware", "models", "round", "len", "f", "max", "min"}
+
+
+def test_assertion_cells_check_every_measured_result(nb_path):
+    """Each name whose value the summary reports as measured is checked by an ``assert``: a
+    notebook cannot report a number nothing verified (published figures go in ``published=``)."""
+    tree = ast.parse("\n".join(_strip_magics(c.source) for c in _code_cells(_load(nb_path))))
+    asserted = {n.id for a in ast.walk(tree) if isinstance(a, ast.Assert) for n in ast.walk(a.test)
+                if isinstance(n, ast.Name)}
+    asserts = [a for a in ast.walk(tree) if isinstance(a, ast.Assert)]
+    assert len(asserts) >= 4, "the assertion cell checks too little"
+    assert not any(isinstance(a.test, ast.Constant) for a in asserts), "assert on a constant checks nothing"
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "attr", None) == "save_summary"]
+    assert len(calls) == 1
+    results = next(k.value for k in calls[0].keywords if k.arg == "results")
+    assert isinstance(results, ast.Dict)
+    for key in results.keys:
+        assert "published" not in ast.unparse(key).lower(), "published figures belong in published={...}"
+    measured = {n.id for value in results.values for n in ast.walk(value) if isinstance(n, ast.Name)} - _NOT_MEASURED
+    assert measured, "the summary reports nothing measured"
+    unchecked = measured - asserted
+    assert not unchecked, f"reported but never asserted: {sorted(unchecked)}"
 
 
 def test_summary_is_saved_and_next_part_linked(nb_path):
@@ -291,3 +336,161 @@ def test_no_words_about_how_it_was_built(nb_path):
     text = nb_path.read_text()
     for word in (r"\bTODO\b", r"\bFIXME\b", r"issue #\d", r"\bagent\b"):
         assert not re.search(word, text, re.I), word
+
+
+def _package_names(tree: ast.AST) -> dict[str, object]:
+    """What each ``import``/``from ... import`` of gemma4_t4 binds in a notebook."""
+    names: dict[str, object] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("gemma4_t4"):
+            module = importlib.import_module(node.module)
+            for alias in node.names:
+                value = getattr(module, alias.name, None)
+                names[alias.asname or alias.name] = value if value is not None else \
+                    importlib.import_module(f"{node.module}.{alias.name}")
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("gemma4_t4"):
+                    names[alias.asname or alias.name.split(".")[0]] = importlib.import_module(alias.name)
+    return names
+
+
+# functions whose **kwargs are the fields of a config model: the keywords must be those fields
+_FORWARDS = {"run_benchmark": ("gemma4_t4.bench.workloads", ("BenchArgs", "BenchConfig")),
+             "serve": ("gemma4_t4.server", ("ServerConfig",))}
+
+
+def _bind(target, label: str, node: ast.Call) -> None:
+    """Bind a call's arguments to ``target``'s real signature (raises TypeError on a mismatch)."""
+    import dataclasses
+    import inspect
+
+    signature = inspect.signature(target)
+    starred = any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords)
+    keywords = {k.arg: k.value for k in node.keywords if k.arg}
+    var_kw = any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
+    if not starred:
+        signature.bind(*node.args, **keywords)
+    elif not var_kw:
+        unknown = sorted(set(keywords) - set(signature.parameters))
+        if unknown:
+            raise TypeError(f"got unexpected keyword argument(s) {unknown}")
+    name = getattr(target, "__name__", "")
+    if var_kw and name in _FORWARDS:
+        module = importlib.import_module(_FORWARDS[name][0])
+        model = next(getattr(module, c) for c in _FORWARDS[name][1] if hasattr(module, c))
+        fields = set(getattr(model, "model_fields", None) or {f.name for f in dataclasses.fields(model)})
+        named = {p for p, v in signature.parameters.items() if v.kind is not v.VAR_KEYWORD}
+        unknown = sorted(set(keywords) - fields - named)
+        if unknown:
+            raise TypeError(f"{label}() got unexpected keyword argument(s) {unknown} (not {model.__name__} fields)")
+
+
+def test_calls_into_the_package_match_the_real_signatures(nb_path):
+    """Every call a notebook makes into gemma4_t4 (``f(...)`` or ``module.f(...)``) binds to the
+    function's real signature: names, keywords and positional count, checked without running."""
+    import inspect
+
+    tree = ast.parse("\n".join(_strip_magics(c.source) for c in _code_cells(_load(nb_path))))
+    names = _package_names(tree)
+    checked = 0
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Name) and func.id in names:
+            target, label = names[func.id], func.id
+        elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id in names \
+                and inspect.ismodule(names[func.value.id]):
+            owner = names[func.value.id]
+            assert hasattr(owner, func.attr), f"{func.value.id}.{func.attr} does not exist"
+            target, label = getattr(owner, func.attr), f"{func.value.id}.{func.attr}"
+        else:
+            continue
+        if not callable(target) or inspect.ismodule(target):
+            continue
+        try:
+            _bind(target, label, node)
+        except ValueError:  # a builtin without a signature
+            continue
+        except TypeError as exc:
+            pytest.fail(f"{nb_path.name} line {node.lineno}: {ast.unparse(node)[:120]} does not match "
+                        f"{label}{inspect.signature(target)}: {exc}")
+        checked += 1
+    assert checked >= 5, f"only {checked} package calls found in {nb_path.name}"
+
+
+def test_the_checker_catches_a_wrong_keyword():
+    """The signature check above bites: a misspelt keyword fails to bind."""
+    import inspect
+
+    from gemma4_t4 import notebook
+    from gemma4_t4.bench.workloads import run_benchmark
+
+    call = ast.parse('run_benchmark("u", "m", "decode", "out", concurency=[1])').body[0].value
+    with pytest.raises(TypeError, match="concurency"):
+        _bind(run_benchmark, "run_benchmark", call)
+    _bind(run_benchmark, "run_benchmark", ast.parse('run_benchmark("u", "m", "decode", "o", concurrency=[1])').body[0].value)
+    with pytest.raises(TypeError, match="max_num_seq"):
+        _bind(notebook.serve, "nb.serve", ast.parse('nb.serve("m", "cpu", "w", max_num_seq=2)').body[0].value)
+    with pytest.raises(TypeError):
+        _bind(notebook.model_for, "nb.model_for", ast.parse('nb.model_for("cpu", "e2b", "bf16", "w", "x")').body[0].value)
+    assert inspect.signature(notebook.model_for)
+
+
+# ---------------------------------------------------------------- the series' conditions and claims
+
+
+def test_t4_parameters_reproduce_the_series_conditions():
+    from gemma4_t4.notebook import CONDITIONS
+
+    t4 = yaml.safe_load((PARAMS_DIR / "t4.yaml").read_text())
+    assert t4["04"]["TTFT_INPUT_LENS"] == [512, 1024, 2048, 4096] and 8 in t4["04"]["CONCURRENCY"]
+    assert t4["04"]["CONCURRENCY"] == [1, 8] and (t4["04"]["INPUT_LEN"], t4["04"]["OUTPUT_LEN"]) == (512, 128)
+    assert t4["02"] == {"MODEL_SIZE": "e2b", "CONCURRENCY": [1, 8], "INPUT_LEN": 512, "OUTPUT_LEN": 128,
+                        "NUM_PROMPTS": 8}
+    for part in (2, 4):  # the notebooks' own T4 defaults are the same values
+        section = {k: v for k, v in t4[f"{part:02d}"].items() if k != "MODEL_SIZE"}
+        assert CONDITIONS[part]["t4"] == section
+
+
+def test_workload_parameters_left_at_none_are_filled_per_target():
+    from gemma4_t4 import notebook
+
+    declared = {p.stem[:2]: _parameters(_load(p)) for p in NOTEBOOKS}
+    for part in ("02", "04"):
+        none = [k for k, v in declared[part].items() if v is None]
+        assert none and set(none) <= set(notebook.CONDITIONS[int(part)]["t4"]), none
+    assert notebook.fill_defaults(4, "t4", TTFT_INPUT_LENS=None, CONCURRENCY=[2]) == ([512, 1024, 2048, 4096], [2])
+    assert notebook.fill_defaults(2, "cpu", INPUT_LEN=None) == (128,)
+
+
+def test_published_claims_carry_their_source_and_match_it():
+    from gemma4_t4.bench import published
+
+    assert round(published.PART2_L4_QAT_VS_BF16.ratio, 2) == 2.05
+    assert (published.PART2_L4_QAT_VS_BF16.baseline_value, published.PART2_L4_QAT_VS_BF16.value) == (51.3, 105.1)
+    assert round(published.PART3_L4_EMB4_VS_QAT.ratio, 2) == 1.39 and published.PART3_L4_EMB4_VS_QAT.model == \
+        "gemma-4-26B-A4B"
+    c8 = published.T4_QAT_VS_BF16_C8
+    assert (c8.baseline_value, c8.value, round(c8.ratio, 2)) == (164.62, 215.91, 1.31)
+    assert round(published.T4_QAT_VS_BF16_C1.ratio, 2) == 1.79
+    assert all(r.published and r.source and r.conditions for r in published.RATIOS)
+    # the GCE run: 8 prompts per cell, 3 repeats, driver 615 (its REPORT.md), TTFT the median
+    assert "3 repeats" in published.GCE_SOURCE and "8 prompts per cell" in published.GCE_SOURCE
+    assert "615.71.09" in published.GCE_SOURCE
+    assert published.gce_t4("bf16", 4096, 4).ttft_ms == 15304 and published.gce_t4("qat", 4096, 16).ttft_ms == 80119
+    assert published.GRID_26B_Q_PROJ.awq_changed_pct == 30.3 and published.GRID_26B_Q_PROJ.repack_changed_pct == 0
+
+
+def test_published_numbers_in_notebooks_come_from_the_published_module(nb_path):
+    """No published figure typed into a code cell: each comes from gemma4_t4.bench.published."""
+    from gemma4_t4.bench import published
+
+    figures = {r.per_stream_tok_s for r in published.GCE_T4_E2B} | {r.output_throughput_tok_s for r in published.GCE_T4_E2B}
+    figures |= {r.ttft_ms for r in published.GCE_T4_E2B} | {r.l4_tok_s for r in published.SAGEMAKER_DECODE}
+    figures |= {published.GRID_26B_Q_PROJ.awq_changed_pct, 2.05, 1.39, 1.79, 1.31}
+    for cell in _code_cells(_load(nb_path)):
+        for node in ast.walk(ast.parse(_strip_magics(cell.source))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, float):
+                assert node.value not in figures, f"published figure {node.value} typed into {nb_path.name}"

@@ -41,9 +41,20 @@ def test_decisions(changes, needed, words):
     assert plan.needed is needed and words in plan.reason
 
 
-def test_old_driver_is_warned_about():
+def test_a_pre_580_driver_gets_the_cuda_12_build_it_can_run():
     facts = TorchFacts(**{**CPU_TORCH_ON_T4.__dict__, "driver_version": "535.104.05"})
-    assert any("older than cu130 needs" in w for w in plan_torch_fix(facts).warnings)
+    plan = plan_torch_fix(facts)
+    assert plan.cuda_variant == "cu129" and plan.torch_version == "2.14.0"
+    assert plan.command == ["/venv/bin/python", "-m", "pip", "install", "torch==2.14.0+cu129",
+                            "--index-url", "https://download.pytorch.org/whl/cu129"]
+    assert any("vllm==0.33.0+cu129" in w for w in plan.warnings)
+    # the CUDA 13 torch on that driver is replaced by the cu129 one
+    cu130 = plan_torch_fix(TorchFacts(**{**facts.__dict__, "torch_version": "2.14.0+cu130", "torch_cuda_build": "13.0",
+                                         "cuda_available": False}))
+    assert cu130.needed and "built for CUDA 13.0, but driver 535.104.05 runs the cu129 build" in cu130.reason
+    # older than every CUDA build vLLM publishes: warned, with the driver fix
+    ancient = plan_torch_fix(TorchFacts(**{**CPU_TORCH_ON_T4.__dict__, "driver_version": "470.256.02"}))
+    assert any("older than every CUDA build" in w and ">= 580" in w for w in ancient.warnings)
 
 
 def test_unknown_vllm_without_metadata_is_refused():
@@ -63,7 +74,8 @@ def test_apply_runs_pip_once_and_reports_failure():
         return CommandResult(0, "Successfully installed torch-2.14.0+cu130 nvidia-cudnn-cu13-9.13\n")
 
     result = apply_torch_fix(plan_torch_fix(CPU_TORCH_ON_T4), runner=fake_pip)
-    assert result.applied and calls == [plan_torch_fix(CPU_TORCH_ON_T4).command]
+    assert result.applied and calls == [["/venv/bin/python", "-m", "pip", "install", "torch==2.14.0+cu130",
+                                         "--index-url", "https://download.pytorch.org/whl/cu130"]]
     assert "restart" in result.message and "cudnn" in result.output_tail
 
     with pytest.raises(Gemma4T4Error, match="pip failed") as info:
@@ -93,6 +105,7 @@ def test_probe_takes_gpu_and_driver_from_the_doctor_probe():
     facts = probe_torch_facts(probes=t4)
     assert facts.gpu_present is True and facts.driver_version == "535.104.05"
     plan = plan_torch_fix(facts, vllm_version="0.33.0")
-    assert any("535.104.05" in w and ">= 580" in w for w in plan.warnings)
+    assert plan.cuda_variant == "cu129" and plan.index_url == "https://download.pytorch.org/whl/cu129"
+    assert any("driver 535.104.05 runs vLLM's cu129 build" in w for w in plan.warnings)
     no_smi = probe_torch_facts(probes=env.Probes(run=lambda cmd: None))
     assert no_smi.gpu_present is False and no_smi.driver_version is None

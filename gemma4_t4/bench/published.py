@@ -1,17 +1,26 @@
 """The series' PUBLISHED reference results, as data. These were measured by the series' author
-on their hardware with ``vllm bench serve`` (random prompts, 8 prompts per cell, prefix caching
-on with warm-ups copying prompt #0, so some cells are cache-contaminated); they are not ours.
-Every entry carries ``published=True`` and its source."""
+on their hardware (``vllm bench serve`` on GCE; ``compare.py`` on SageMaker); they are not ours.
+Every entry carries ``published=True``, its source and its conditions; every published number a
+notebook prints comes from here.
+
+Checked against the sources: the GCE run's REPORT.md and aggregate.py (8 prompts per cell, 3
+repeats with a unique seed each; throughput is the mean over repeats, TTFT the mean of the
+repeats' *median* TTFT, per-stream 1000 / the mean median TPOT) and the SageMaker write-up.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 GCE_SOURCE = ("xbill9/gemma4-dev gpu-vllm-t4-2b/benchmarks/runs/2026-09-18-qat-vs-bf16-t4/ "
-              "(GCE n1-standard-2 + T4, vLLM 0.29.0 with the hd512 clamp, fp16, max-num-seqs 8, "
-              "vllm bench serve random, output 128, --ignore-eos --num-warmups 2, 8 prompts at c=1)")
+              "(GCE n1-standard-2 + T4, us-west2-b, driver 615.71.09; vLLM 0.29.0 with the hd512 clamp, fp16, "
+              "max-model-len 16384, max-num-seqs 8; vllm bench serve random, output 128, --ignore-eos "
+              "--num-warmups 2, 8 prompts per cell, 3 repeats, mean over repeats)")
+GCE_EMB4_SOURCE = ("the series' GCE T4 emb4 sweep (same host, server and client as the 2026-09-18 run; "
+                   "its emb4 rows are not in that run's REPORT.md)")
 SAGEMAKER_SOURCE = ("xbill9/sagemaker-gemma compare.py (AWS vLLM DLC 0.30.0, context 8192, us-east-2; "
                     "decode = (512-16)/(wall512 - wall16); load uses one shared prompt)")
+GRID_SOURCE = "the series, Part 4 write-up (xbill9/sagemaker-gemma grid_check.py on gemma-4-26B-A4B)"
 
 
 @dataclass(frozen=True)
@@ -23,28 +32,31 @@ class PublishedResult:
     concurrency: int
     output_throughput_tok_s: float
     per_stream_tok_s: float
-    ttft_ms: float  # mean TTFT as published
+    ttft_ms: float  # median TTFT (the mean over 3 repeats of each repeat's median)
     source: str
     published: bool = True
     note: str = ""
 
 
-def _gce(build: str, rows: list[tuple[int, int, float, float, float]]) -> list[PublishedResult]:
+def _gce(build: str, rows: list[tuple[int, int, float, float, float]], source: str = GCE_SOURCE) -> list[PublishedResult]:
     out = []
     for input_len, c, tput, stream, ttft in rows:
         note = "queueing (c > max-num-seqs 8)" if c > 8 else ""
-        out.append(PublishedResult("t4", "gemma-4-E2B", build, input_len, c, tput, stream, ttft, GCE_SOURCE,
+        out.append(PublishedResult("t4", "gemma-4-E2B", build, input_len, c, tput, stream, ttft, source,
                                    note=note))
     return out
 
 
 GCE_T4_E2B: list[PublishedResult] = (
     _gce("bf16", [(512, 1, 37.04, 40.44, 300), (512, 4, 109.05, 32.25, 791), (512, 8, 164.62, 25.49, 1212),
-                  (512, 16, 164.36, 24.97, 7270), (4096, 1, 12.11, 30.00, 7199), (4096, 8, 15.66, 2.53, 16779)])
+                  (512, 16, 164.36, 24.97, 7270), (4096, 1, 12.11, 30.00, 7199), (4096, 4, 15.16, 6.40, 15304),
+                  (4096, 8, 15.66, 2.53, 16779), (4096, 16, 15.46, 2.42, 81551)])
     + _gce("qat", [(512, 1, 62.27, 72.31, 316), (512, 4, 157.49, 54.50, 937), (512, 8, 215.91, 37.83, 1301),
-                   (512, 16, 213.79, 34.69, 5903), (4096, 1, 14.00, 46.18, 7243), (4096, 8, 15.95, 2.59, 16879)])
+                   (512, 16, 213.79, 34.69, 5903), (4096, 1, 14.00, 46.18, 7243), (4096, 4, 15.82, 7.23, 15391),
+                   (4096, 8, 15.95, 2.59, 16879), (4096, 16, 15.75, 2.48, 80119)])
     + _gce("emb4", [(512, 1, 85.28, 99.94, 252), (512, 4, 183.08, 67.71, 971), (512, 8, 239.64, 44.68, 1394),
-                    (512, 16, 237.08, 40.05, 5369), (4096, 1, 15.03, 56.67, 7138), (4096, 8, 16.38, 2.66, 16479)])
+                    (512, 16, 237.08, 40.05, 5369), (4096, 1, 15.03, 56.67, 7138), (4096, 8, 16.38, 2.66, 16479)],
+           GCE_EMB4_SOURCE)
 )
 
 
@@ -65,6 +77,12 @@ SAGEMAKER_DECODE: list[PublishedDecode] = [
     PublishedDecode("gemma-4-E2B", "emb4", 141.7, 108.5, "40/40"),
     PublishedDecode("gemma-4-E4B", "emb4", 79.9, 65.6, "40/40"),
     PublishedDecode("gemma-4-12B", "emb4", 35.0, 28.5, "40/40"),
+    PublishedDecode("gemma-4-26B-A4B", "emb4", 91.5, None, None),  # the T4 ran out of memory at load
+    # the QAT builds with bf16 embeddings ("text-only") that Part 3's repack starts from
+    PublishedDecode("gemma-4-E2B", "qat-text", 103.0, None, None),
+    PublishedDecode("gemma-4-E4B", "qat-text", 62.1, None, None),
+    PublishedDecode("gemma-4-12B", "qat-text", 29.0, None, None),
+    PublishedDecode("gemma-4-26B-A4B", "qat-text", 65.8, None, None),
     PublishedDecode("gemma-4-E2B", "qat", 105.1, None, None),
     PublishedDecode("gemma-4-E2B", "bf16", 51.3, None, None),
 ]
@@ -110,3 +128,78 @@ def sagemaker_load(model: str = "gemma-4-E2B", build: str = "emb4") -> Published
 
 def published_results(gpu: str | None = None, build: str | None = None) -> list[PublishedResult]:
     return [r for r in GCE_T4_E2B if (gpu is None or r.gpu == gpu) and (build is None or r.build == build)]
+
+
+def sagemaker_decode(model: str = "gemma-4-E2B", build: str = "emb4") -> PublishedDecode:
+    for r in SAGEMAKER_DECODE:
+        if (r.model, r.build) == (model, build):
+            return r
+    raise KeyError(f"no published SageMaker decode figure for {model} {build}")
+
+
+@dataclass(frozen=True)
+class PublishedRatio:
+    """A headline speed-up of the series: two published figures under the same conditions."""
+
+    claim: str
+    gpu: str
+    model: str
+    baseline: str  # build the ratio divides by
+    build: str
+    metric: str
+    baseline_value: float
+    value: float
+    conditions: str
+    source: str
+    published: bool = True
+
+    @property
+    def ratio(self) -> float:
+        return self.value / self.baseline_value
+
+
+def _ratio(claim: str, gpu: str, metric: str, conditions: str, base: PublishedResult | PublishedDecode,
+           top: PublishedResult | PublishedDecode, attr: str) -> PublishedRatio:
+    return PublishedRatio(claim, gpu, base.model, base.build, top.build, metric, getattr(base, attr),
+                          getattr(top, attr), conditions, base.source)
+
+
+# Part 2: Google's QAT int4 decodes 2.05x faster than bf16 on one L4 (SageMaker ml.g6.xlarge).
+PART2_L4_QAT_VS_BF16 = _ratio("Part 2: QAT int4 vs bf16, single-stream decode on an L4", "l4", "decode tok/s",
+                              "SageMaker ml.g6.xlarge, c=1", sagemaker_decode("gemma-4-E2B", "bf16"),
+                              sagemaker_decode("gemma-4-E2B", "qat"), "l4_tok_s")
+# Part 3: the repack with 4-bit embeddings adds 1.39x on an L4 - measured on the 26B-A4B.
+PART3_L4_EMB4_VS_QAT = _ratio("Part 3: emb4 repack vs the QAT build, single-stream decode on an L4", "l4",
+                              "decode tok/s", "SageMaker ml.g6.xlarge, c=1, gemma-4-26B-A4B",
+                              sagemaker_decode("gemma-4-26B-A4B", "qat-text"),
+                              sagemaker_decode("gemma-4-26B-A4B", "emb4"), "l4_tok_s")
+# The GCE T4 pair: per stream at c=1 (1.79x) and all streams at c=8 (164.62 -> 215.91 tok/s, 1.31x).
+T4_QAT_VS_BF16_C1 = _ratio("QAT int4 vs bf16 on a T4, per stream at c=1", "t4", "per-stream decode tok/s",
+                           "GCE T4, 512 in / 128 out, c=1", gce_t4("bf16"), gce_t4("qat"), "per_stream_tok_s")
+T4_QAT_VS_BF16_C8 = _ratio("QAT int4 vs bf16 on a T4, all streams at c=8", "t4", "output tok/s (all streams)",
+                           "GCE T4, 512 in / 128 out, c=8", gce_t4("bf16", concurrency=8),
+                           gce_t4("qat", concurrency=8), "output_throughput_tok_s")
+RATIOS = [PART2_L4_QAT_VS_BF16, PART3_L4_EMB4_VS_QAT, T4_QAT_VS_BF16_C1, T4_QAT_VS_BF16_C8]
+
+
+@dataclass(frozen=True)
+class PublishedGridCheck:
+    """Share of weights a conversion moved to another int4 level (Part 3's lossless-repack claim)."""
+
+    model: str
+    tensor: str
+    weights: float  # as published ("11.5 million")
+    repack_changed_pct: float
+    awq_changed_pct: float
+    source: str = GRID_SOURCE
+    published: bool = True
+
+
+GRID_26B_Q_PROJ = PublishedGridCheck("gemma-4-26B-A4B", "layer 0 q_proj", 11.5e6, 0.0, 30.3)
+
+
+def beside(label: str, measured: float | None, published: float, source: str, conditions: str = "") -> dict:
+    """One display row: a measured figure next to the published one and their ratio."""
+    ratio = measured / published if measured is not None and published else None
+    return {"figure": label, "measured here": measured, "published": published, "measured / published": ratio,
+            "published under": conditions, "source": source.split(" (")[0]}

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from gemma4_t4.cli import Output, add_command
-from gemma4_t4.pipeline import NOTEBOOKS_DIR, TARGETS, run_pipeline
+from gemma4_t4.pipeline import AUTO, NOTEBOOKS_DIR, TARGETS, run_pipeline
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -17,14 +17,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="execute the notebooks with papermill into OUT/notebooks and write OUT/index.md",
         description="Execute the four notebooks headlessly (papermill) with the parameters of "
         "notebooks/params/TARGET.yaml, export them to HTML and write a report index. "
-        "TARGET=cpu needs no GPU and no AWS (tiny Gemma 4 on vLLM's CPU build, moto for AWS).",
+        "--target wins over a params file (a params file naming another TARGET is refused). "
+        "From an installed package, pass --notebooks DIR (a checkout's notebooks/). TARGET=cpu needs no GPU and no AWS (tiny Gemma 4 on vLLM's CPU build, moto for AWS).",
     )
-    parser.add_argument("--target", choices=TARGETS, default="cpu", help="where the notebooks run (default cpu)")
+    parser.add_argument("--target", choices=(AUTO, *TARGETS), default=AUTO,
+                        help="where the notebooks run (default auto: t4 where an NVIDIA GPU is found, else cpu)")
     parser.add_argument("--out", default="build", help="output folder (default build)")
     parser.add_argument("--only", action="append", metavar="PART",
                         help="run only this part number, e.g. --only 02 (repeatable)")
     parser.add_argument("--notebooks", default=None, metavar="DIR",
-                        help="folder holding the NN_*.ipynb notebooks and params/ (default: the repo's notebooks/)")
+                        help="folder holding the NN_*.ipynb notebooks and params/ (default: the checkout's notebooks/; "
+                             "needed when the package is installed rather than checked out)")
     parser.add_argument("--no-html", action="store_true", help="skip the HTML export")
     parser.add_argument("--cell-timeout", type=float, default=None, help="seconds allowed per cell")
 
