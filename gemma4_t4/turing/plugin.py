@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gemma4_t4 import cpuattn
 from gemma4_t4.turing import tilecap
 
 ENTRY_POINT_GROUP = "vllm.general_plugins"
@@ -27,6 +28,7 @@ def register() -> None:
     if _outcome is not None:  # vLLM may load plugins more than once per process
         return
     _outcome = tilecap.install(origin="plugin")
+    cpuattn.install_from_env()  # CPU servers: the attention set-up the start probe chose (no-op unset)
 
 
 def outcome() -> dict[str, Any] | None:
