@@ -112,8 +112,13 @@ def fingerprint(python: str | None = None) -> dict[str, Any]:
             versions[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             versions[dist] = None
-    return {"machine": platform.machine(), "cpu": model, "flags_sha": hashlib.sha256(flags.encode()).hexdigest()[:16],
-            "python": str(python or sys.executable), "versions": versions if python is None else {"interpreter": python}}
+    return {
+        "machine": platform.machine(),
+        "cpu": model,
+        "flags_sha": hashlib.sha256(flags.encode()).hexdigest()[:16],
+        "python": str(python or sys.executable),
+        "versions": versions if python is None else {"interpreter": python},
+    }
 
 
 def cache_key(python: str | None = None) -> str:
@@ -127,26 +132,41 @@ def probe(candidate: str, python: str | None = None, timeout: float = PROBE_TIME
     env = {k: v for k, v in os.environ.items() if k not in (ISA_ENV, AMX_ENV)}
     env.update(extra, PYTHONFAULTHANDLER="1", VLLM_TARGET_DEVICE="cpu")
     try:
-        done = subprocess.run([python or sys.executable, "-m", "gemma4_t4.cpuattn", dtype],
-                              capture_output=True, text=True, timeout=timeout, env=env,
-                              stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            [python or sys.executable, "-m", "gemma4_t4.cpuattn", dtype],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            stdin=subprocess.DEVNULL,
+        )
     except subprocess.TimeoutExpired:
-        return ProbeResult(name, dtype, False, None, detail=f"probe timed out after {timeout:.0f} s",
-                           seconds=timeout)
+        return ProbeResult(
+            name, dtype, False, None, detail=f"probe timed out after {timeout:.0f} s", seconds=timeout
+        )
     except OSError as exc:
         return ProbeResult(name, dtype, False, None, detail=f"could not run the probe: {exc}")
-    return parse_probe(name, dtype, done.returncode, done.stdout, done.stderr,
-                       round(time.monotonic() - started, 2))
+    return parse_probe(
+        name, dtype, done.returncode, done.stdout, done.stderr, round(time.monotonic() - started, 2)
+    )
 
 
-def parse_probe(name: str, dtype: str, code: int, stdout: str, stderr: str,
-                seconds: float | None = None) -> ProbeResult:
+def parse_probe(
+    name: str, dtype: str, code: int, stdout: str, stderr: str, seconds: float | None = None
+) -> ProbeResult:
     """A probe process's verdict from its exit code and output."""
     if code < 0:
         fatal = [line.strip() for line in stderr.splitlines() if line.startswith("Fatal Python error")]
         frames = [line.strip() for line in stderr.splitlines() if "_custom_ops.py" in line]
-        return ProbeResult(name, dtype, False, code, signal.Signals(-code).name,
-                           detail="; ".join(fatal[:1] + frames[:1])[:300], seconds=seconds)
+        return ProbeResult(
+            name,
+            dtype,
+            False,
+            code,
+            signal.Signals(-code).name,
+            detail="; ".join(fatal[:1] + frames[:1])[:300],
+            seconds=seconds,
+        )
     report = None
     for line in reversed(stdout.splitlines()):
         if line.startswith("{"):
@@ -157,7 +177,9 @@ def parse_probe(name: str, dtype: str, code: int, stdout: str, stderr: str,
             break
     if report is None:
         last = (stderr.strip().splitlines() or [""])[-1][:300]
-        return ProbeResult(name, dtype, False, code, detail=f"no result (exit {code}): {last}", seconds=seconds)
+        return ProbeResult(
+            name, dtype, False, code, detail=f"no result (exit {code}): {last}", seconds=seconds
+        )
     err = report.get("max_abs_err")
     ok = code == 0 and err is not None and err <= MAX_ABS_ERR.get(dtype, 0.05)
     detail = report.get("error") or ("" if ok else f"max abs error {err} above {MAX_ABS_ERR.get(dtype)}")
@@ -189,12 +211,25 @@ def choose(python: str | None = None, refresh: bool = False, prober: Prober | No
         probes.append(result)
         if result.unavailable:
             # no vLLM CPU there (or it cannot import): nothing learnt; keep vLLM's default, uncached
-            return Choice("vllm-default", "bfloat16", {}, f"probe could not run ({result.detail}); "
-                          "vLLM's default kept", probes, fingerprint_id=key)
+            return Choice(
+                "vllm-default",
+                "bfloat16",
+                {},
+                f"probe could not run ({result.detail}); vLLM's default kept",
+                probes,
+                fingerprint_id=key,
+            )
         if result.ok:
             failed = "; ".join(f"{p.candidate} failed ({p.signal or p.detail})" for p in probes[:-1])
             passed = f"{name} passed ({dtype} on vLLM's {result.isa} attention, max abs error {result.max_abs_err:.2g})"
-            choice = Choice(name, dtype, dict(env), f"{failed}; {passed}" if failed else passed, probes, fingerprint_id=key)
+            choice = Choice(
+                name,
+                dtype,
+                dict(env),
+                f"{failed}; {passed}" if failed else passed,
+                probes,
+                fingerprint_id=key,
+            )
             break
     if choice is None:
         from gemma4_t4.errors import Gemma4T4Error
@@ -275,12 +310,14 @@ def _run_cases(dtype_name: str) -> dict[str, Any]:
         qsl = torch.tensor([0, q_len], dtype=torch.int32)
         seq_lens = torch.tensor([seq], dtype=torch.int32)
         table = torch.arange(blocks, dtype=torch.int32).unsqueeze(0)
-        meta = ops.cpu_attn_get_scheduler_metadata(1, heads, kv_heads, head_dim, seq_lens, dtype, qsl, True, -1,
-                                                   chosen, True)
+        meta = ops.cpu_attn_get_scheduler_metadata(
+            1, heads, kv_heads, head_dim, seq_lens, dtype, qsl, True, -1, chosen, True
+        )
         out = torch.empty_like(q)
         scale = head_dim**-0.5
-        ops.cpu_attention_with_kv_cache(q, key_cache, value_cache, out, qsl, seq_lens, scale, True, None, -1,
-                                        table, 0.0, meta, None)
+        ops.cpu_attention_with_kv_cache(
+            q, key_cache, value_cache, out, qsl, seq_lens, scale, True, None, -1, table, 0.0, meta, None
+        )
         # float32 reference: causal over the cached tokens plus the new ones
         qf, kf, vf = q.float().transpose(0, 1), k.float().transpose(0, 1), v.float().transpose(0, 1)
         scores = (qf @ kf.expand(heads, -1, -1).transpose(1, 2)) * scale

@@ -21,7 +21,7 @@ _WORDS = {"TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "CREDENTIALS", 
 _TOKEN_PATTERNS = [
     re.compile(r"\bhf_[A-Za-z0-9]{16,}\b"),  # Hugging Face tokens
     re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"),  # AWS access key ids
-    re.compile(r"(?i)(\bBearer\s+)[^\s'\"]+"),
+    re.compile(r"(?i)(\bBearer\s+)[^\s;,'\"]+"),
 ]
 _MIN_VALUE_LEN = 3  # shorter "secrets" would mask every occurrence of e.g. "1" in a log
 
@@ -54,16 +54,20 @@ def mask_argv(argv: Iterable[str]) -> list[str]:
         elif arg.startswith("--") and is_secret_name(arg):
             out.append(arg)
             hide_next = True
-        elif "=" in arg and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", arg.split("=", 1)[0]) \
-                and is_secret_name(arg.split("=", 1)[0]):
+        elif (
+            "=" in arg
+            and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", arg.split("=", 1)[0])
+            and is_secret_name(arg.split("=", 1)[0])
+        ):
             out.append(arg.split("=", 1)[0] + "=" + MASK)
         else:
             out.append(arg)
     return out
 
 
-def secret_values(argv: Iterable[str] = (), env: Mapping[str, Any] | None = None,
-                  extra: Iterable[str | None] = ()) -> list[str]:
+def secret_values(
+    argv: Iterable[str] = (), env: Mapping[str, Any] | None = None, extra: Iterable[str | None] = ()
+) -> list[str]:
     """The plain values that :func:`mask_argv` / :func:`mask_env` would hide (to scrub text with)."""
     values: list[str] = [v for v in extra if v]
     argv = [str(a) for a in argv]
@@ -87,10 +91,16 @@ def mask_text(text: str, values: Iterable[str] = ()) -> str:
     for pattern in _TOKEN_PATTERNS:
         text = pattern.sub(lambda m: (m.group(1) if m.groups() else "") + MASK, text)
     # --api-key K / --api-key=K / NAME=VALUE written into free text
-    text = re.sub(r"(--[A-Za-z0-9_-]+)([ =])(\S+)",
-                  lambda m: m.group(1) + m.group(2) + MASK if is_secret_name(m.group(1)) else m.group(0), text)
-    text = re.sub(r"\b([A-Za-z_][A-Za-z0-9_]*)=([^\s'\"]+)",
-                  lambda m: m.group(1) + "=" + MASK if is_secret_name(m.group(1)) else m.group(0), text)
+    text = re.sub(
+        r"(--[A-Za-z0-9_-]+)([ =])([^\s;,'\"]+)",
+        lambda m: m.group(1) + m.group(2) + MASK if is_secret_name(m.group(1)) else m.group(0),
+        text,
+    )
+    text = re.sub(
+        r"\b([A-Za-z_][A-Za-z0-9_]*)=([^\s;,'\"]+)",
+        lambda m: m.group(1) + "=" + MASK if is_secret_name(m.group(1)) else m.group(0),
+        text,
+    )
     return text
 
 
@@ -100,8 +110,14 @@ def mask(value: Any, values: Iterable[str] = ()) -> Any:
     if isinstance(value, str):
         return mask_text(value, values)
     if isinstance(value, Mapping):
-        return {k: (MASK if isinstance(k, str) and is_secret_name(k) and value[k] not in (None, "")
-                    else mask(v, values)) for k, v in value.items()}
+        return {
+            k: (
+                MASK
+                if isinstance(k, str) and is_secret_name(k) and value[k] not in (None, "")
+                else mask(v, values)
+            )
+            for k, v in value.items()
+        }
     if isinstance(value, (list, tuple)):
         items = list(value)
         if all(isinstance(x, str) for x in items):

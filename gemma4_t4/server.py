@@ -150,7 +150,9 @@ class ServerConfig:
         if self.target not in ("t4", "cpu"):
             raise Gemma4T4Error(f"unknown target {self.target!r}", fix="use target='t4' or target='cpu'")
         if self._arg_problem:
-            raise Gemma4T4Error(self._arg_problem, fix="pass the key once, with --api-key (or GEMMA4_T4_API_KEY)")
+            raise Gemma4T4Error(
+                self._arg_problem, fix="pass the key once, with --api-key (or GEMMA4_T4_API_KEY)"
+            )
         _check_extra_args(self)
         if self.target == "t4" and self.resolved_dtype() in ("bfloat16", "bf16"):
             raise Gemma4T4Error(
@@ -170,8 +172,10 @@ class ServerConfig:
                 fix="use a value such as 0.90",
             )
         if not 0 <= int(self.restart_on_crash) <= 100:
-            raise Gemma4T4Error(f"restart_on_crash={self.restart_on_crash} is outside 0..100",
-                                fix="use a small number such as 3")
+            raise Gemma4T4Error(
+                f"restart_on_crash={self.restart_on_crash} is outside 0..100",
+                fix="use a small number such as 3",
+            )
 
 
 def _check_extra_args(config: ServerConfig) -> None:
@@ -182,8 +186,10 @@ def _check_extra_args(config: ServerConfig) -> None:
             continue
         name = arg.split("=", 1)[0].replace("_", "-").lower()
         if name == "--config":
-            raise Gemma4T4Error("a vLLM --config file in extra args could set host, port or dtype unchecked",
-                                fix="pass those settings as gemma4-t4 flags (or one --vllm-arg each)")
+            raise Gemma4T4Error(
+                "a vLLM --config file in extra args could set host, port or dtype unchecked",
+                fix="pass those settings as gemma4-t4 flags (or one --vllm-arg each)",
+            )
         for owned in OWNED_ARGS:
             # argparse also takes unambiguous prefixes (--hos); anything that names the option counts
             if name == owned or (len(name) >= 5 and owned.startswith(name)):
@@ -196,8 +202,10 @@ def _check_extra_args(config: ServerConfig) -> None:
     if config.target == "t4":
         for key, value in config.extra_env.items():
             if "DTYPE" in key.upper() and str(value).strip().lower() in ("bfloat16", "bf16"):
-                raise Gemma4T4Error(f"{key}={value} would run bf16 on a T4, which has no bf16",
-                                    fix="leave the dtype to the t4 default (float16)")
+                raise Gemma4T4Error(
+                    f"{key}={value} would run bf16 on a T4, which has no bf16",
+                    fix="leave the dtype to the t4 default (float16)",
+                )
 
 
 def target_defaults(config: ServerConfig) -> dict[str, tuple[Any, str]]:
@@ -219,15 +227,24 @@ def target_defaults(config: ServerConfig) -> dict[str, tuple[Any, str]]:
         "gpu_memory_utilization": (util, "the series' 0.90 on a 16 GB T4"),
         "max_num_seqs": (seqs, "the series' 8; CUDA graphs are captured up to this batch size"),
         "max_num_batched_tokens": (batched, "2,048-token prefill chunks, as budgeted by the fit calculator"),
-        "language_model_only": (text_only, "text only: the vision/audio towers' memory goes to KV cache "
-                                           "(pass --multimodal to keep them)"),
-        "max_model_len": t4_context(config.model, config.tensor_parallel_size, text_only, util, seqs, batched),
+        "language_model_only": (
+            text_only,
+            "text only: the vision/audio towers' memory goes to KV cache (pass --multimodal to keep them)",
+        ),
+        "max_model_len": t4_context(
+            config.model, config.tensor_parallel_size, text_only, util, seqs, batched
+        ),
     }
 
 
-def t4_context(model: str, tensor_parallel_size: int = 1, text_only: bool = True,
-               gpu_memory_utilization: float = T4_GPU_MEMORY_UTILIZATION, max_num_seqs: int = T4_MAX_NUM_SEQS,
-               max_num_batched_tokens: int = T4_MAX_NUM_BATCHED_TOKENS) -> tuple[int, str]:
+def t4_context(
+    model: str,
+    tensor_parallel_size: int = 1,
+    text_only: bool = True,
+    gpu_memory_utilization: float = T4_GPU_MEMORY_UTILIZATION,
+    max_num_seqs: int = T4_MAX_NUM_SEQS,
+    max_num_batched_tokens: int = T4_MAX_NUM_BATCHED_TOKENS,
+) -> tuple[int, str]:
     """The T4 context: the series' 16,384 where the fit calculator says it fits, else the most that does."""
     try:
         from gemma4_t4 import models
@@ -239,9 +256,17 @@ def t4_context(model: str, tensor_parallel_size: int = 1, text_only: bool = True
     if entry is None:
         return T4_FALLBACK_CONTEXT, f"{model} is not in the fit calculator's catalog: {T4_FALLBACK_CONTEXT}"
     try:
-        result = models.fit(entry[0], entry[1], gpu="t4", context_len=T4_CONTEXT, num_gpus=tensor_parallel_size,
-                            gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
-                            max_num_batched_tokens=max_num_batched_tokens, text_only=text_only)
+        result = models.fit(
+            entry[0],
+            entry[1],
+            gpu="t4",
+            context_len=T4_CONTEXT,
+            num_gpus=tensor_parallel_size,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+            text_only=text_only,
+        )
     except Gemma4T4Error as exc:
         return T4_FALLBACK_CONTEXT, f"fit calculator refused ({exc.message}): {T4_FALLBACK_CONTEXT}"
     if result.fits:
@@ -300,8 +325,9 @@ def build_command(config: ServerConfig, python: str | None = None, dtype: str | 
     return cmd
 
 
-def build_env(config: ServerConfig, base: dict[str, str] | None = None,
-              cpu_env: dict[str, str] | None = None) -> dict[str, str]:
+def build_env(
+    config: ServerConfig, base: dict[str, str] | None = None, cpu_env: dict[str, str] | None = None
+) -> dict[str, str]:
     """Environment for the server process: offline, no telemetry, caches inside work_dir."""
     env = dict(os.environ if base is None else base)
     work = Path(config.work_dir).resolve()
@@ -577,7 +603,9 @@ class ServerStatus:
         if self.survivors:
             line += "\n  survivors: " + ", ".join(f"{p['name']} pid {p['pid']}" for p in self.survivors)
         if self.owner:
-            line += f"\n  owner: {self.owner.get('kind', '?')} pid {self.owner.get('pid')}"
+            line += f"\n  owner: {self.owner.get('kind', '?')} pid {self.owner.get('pid')}" + (
+                "" if self.owner.get("alive", True) else " (gone)"
+            )
         if self.log_path:
             line += f"\n  log: {self.log_path}"
         if self.hint:
@@ -589,15 +617,19 @@ class ServerStatus:
 
 def _death_hint(exit_code: int | None, reason: str | None = None) -> str:
     if reason and "Illegal instruction" in reason:
-        return ("the CPU rejected an instruction vLLM's kernel used (docs/serving.md); start it again "
-                "without --dtype so the attention probe picks a path that works here")
+        return (
+            "the CPU rejected an instruction vLLM's kernel used (docs/serving.md); start it again "
+            "without --dtype so the attention probe picks a path that works here"
+        )
     if exit_code == -signal.SIGKILL:
-        return ("killed by SIGKILL: usually the kernel's out-of-memory killer during weight loading "
-                "(check `dmesg | grep -i oom`); add swap with `gemma4-t4 swap create --size 16G`")
+        return (
+            "killed by SIGKILL: usually the kernel's out-of-memory killer during weight loading "
+            "(check `dmesg | grep -i oom`); add swap with `gemma4-t4 swap create --size 16G`"
+        )
     if exit_code is not None and exit_code < 0:
         return f"killed by {signal.Signals(-exit_code).name}"
     if reason:
-        return "the engine died (reason above); --restart-on-crash N restarts it automatically"
+        return "the engine died (reason above, details in the log tail); --restart-on-crash N restarts it"
     return "vLLM exited on its own; the log tail shows why"
 
 
@@ -686,8 +718,14 @@ class VLLMServer:
             (work / sub).mkdir(parents=True, exist_ok=True)
 
         self._locks = []
-        owner = {"pid": os.getpid(), "create_time": _process_create_time(os.getpid()), "port": config.port,
-                 "target": config.target, "log_path": str(self.log_path), "acquired_at": time.time()}
+        owner = {
+            "pid": os.getpid(),
+            "create_time": _process_create_time(os.getpid()),
+            "port": config.port,
+            "target": config.target,
+            "log_path": str(self.log_path),
+            "acquired_at": time.time(),
+        }
         try:
             for key in lock_keys(config):
                 lock = ServerLock(self._lock_dir() / f"{key}.lock")
@@ -721,7 +759,7 @@ class VLLMServer:
                 f"a server whose supervisor died still serves on port {self.config.port} "
                 f"(pids {', '.join(str(p['pid']) for p in left)})",
                 fix=f"gemma4-t4 serve adopt --port {self.config.port} to keep it, "
-                    f"or gemma4-t4 serve stop --port {self.config.port}",
+                f"or gemma4-t4 serve stop --port {self.config.port}",
             )
         self.reaped = old.reap()
 
@@ -736,10 +774,16 @@ class VLLMServer:
         log = open(self.log_path, "wb")  # noqa: SIM115 - handed to the child, closed in stop()
         self._log_file = log
         spec_path = self.state_path.with_suffix(".spec.json")
-        atomic_write_json(spec_path, {
-            "super_path": str(self.super_path), "exit_path": str(self.exit_path), "log_path": str(self.log_path),
-            "base_url": self.base_url, "restart_on_crash": config.restart_on_crash,
-        })
+        atomic_write_json(
+            spec_path,
+            {
+                "super_path": str(self.super_path),
+                "exit_path": str(self.exit_path),
+                "log_path": str(self.log_path),
+                "base_url": self.base_url,
+                "restart_on_crash": config.restart_on_crash,
+            },
+        )
         # A small supervisor (gemma4_t4/supervisor.py) runs vLLM, records its processes, watches the
         # engine and records its exit, so a server that dies is reported as dead with its code and
         # reason even by another process (serve status).
@@ -755,8 +799,14 @@ class VLLMServer:
         self._pid = self.process.pid
         self._pid_create_time = _process_create_time(self._pid)
         self._stopped = False
-        owner = {"pid": self._pid, "create_time": self._pid_create_time, "port": config.port,
-                 "target": config.target, "log_path": str(self.log_path), "acquired_at": time.time()}
+        owner = {
+            "pid": self._pid,
+            "create_time": self._pid_create_time,
+            "port": config.port,
+            "target": config.target,
+            "log_path": str(self.log_path),
+            "acquired_at": time.time(),
+        }
         for lock in self._locks:
             lock.update(owner)
         self.launch_record = {
@@ -772,8 +822,11 @@ class VLLMServer:
             "log_path": str(self.log_path),
             "versions": runtime_versions(),
             "versions_from": sys.executable,
-            "host": {"hostname": platform.node(), "platform": platform.platform(),
-                     "cpu_count": os.cpu_count()},
+            "host": {
+                "hostname": platform.node(),
+                "platform": platform.platform(),
+                "cpu_count": os.cpu_count(),
+            },
             "gate": _gate_record(self.gate_result),
         }
         self._write_state("starting")
@@ -869,10 +922,18 @@ class VLLMServer:
 
     def status(self) -> ServerStatus:
         record = self._supervisor_record()
-        common = {"port": self.config.port, "model": self.config.model, "target": self.config.target,
-                  "started_at": (self.launch_record or {}).get("started_at"), "engine": record.get("engine"),
-                  "reason": record.get("engine_dead_reason"), "restarts": int(record.get("restarts") or 0),
-                  "owner": self.owner}
+        common = {
+            "port": self.config.port,
+            "model": self.config.model,
+            "target": self.config.target,
+            "started_at": (self.launch_record or {}).get("started_at"),
+            "engine": record.get("engine"),
+            "reason": record.get("engine_dead_reason"),
+            "restarts": int(record.get("restarts") or 0),
+            "owner": dict(self.owner, alive=pid_alive(self.owner.get("pid"), self.owner.get("create_time")))
+            if self.owner
+            else None,
+        }
         if self._pid is None:
             return ServerStatus("not started", None, self.base_url, False, **common)
         survivors = self.survivors()
@@ -886,34 +947,87 @@ class VLLMServer:
             if survivors:
                 if self.healthy():  # the supervisor died; vLLM did not
                     return ServerStatus(
-                        "unsupervised", self.pid, self.base_url, True, None, str(self.log_path),
-                        survivors=survivors, **common,
+                        "unsupervised",
+                        self.pid,
+                        self.base_url,
+                        True,
+                        None,
+                        str(self.log_path),
+                        survivors=survivors,
+                        **common,
                         hint=f"its supervisor (pid {self.pid}) is gone: gemma4-t4 serve adopt --port "
-                             f"{self.config.port} re-supervises it, serve stop --port {self.config.port} stops it")
+                        f"{self.config.port} re-supervises it, serve stop --port {self.config.port} stops it",
+                    )
                 return ServerStatus(
-                    "dead", self.pid, self.base_url, False, code, str(self.log_path), self.log_tail(),
-                    exit_signal=signame, survivors=survivors, **common,
+                    "dead",
+                    self.pid,
+                    self.base_url,
+                    False,
+                    code,
+                    str(self.log_path),
+                    self.log_tail(),
+                    exit_signal=signame,
+                    survivors=survivors,
+                    **common,
                     hint=f"{len(survivors)} of its processes still run: gemma4-t4 serve stop --port "
-                         f"{self.config.port} (or a new serve start on the port) kills them")
+                    f"{self.config.port} (or a new serve start on the port) kills them",
+                )
             self._release_locks()  # its locks died with it
             if exit_info.get("engine_dead_reason"):
                 common["reason"] = exit_info["engine_dead_reason"]
             if self._stopped:
-                return ServerStatus("stopped", self.pid, self.base_url, False, code, str(self.log_path),
-                                    None, exit_signal=signame, **common)
-            return ServerStatus("dead", self.pid, self.base_url, False, code, str(self.log_path),
-                                self.log_tail(), exit_signal=signame, hint=_death_hint(code, common["reason"]),
-                                **common)
+                return ServerStatus(
+                    "stopped",
+                    self.pid,
+                    self.base_url,
+                    False,
+                    code,
+                    str(self.log_path),
+                    None,
+                    exit_signal=signame,
+                    **common,
+                )
+            return ServerStatus(
+                "dead",
+                self.pid,
+                self.base_url,
+                False,
+                code,
+                str(self.log_path),
+                self.log_tail(),
+                exit_signal=signame,
+                hint=_death_hint(code, common["reason"]),
+                **common,
+            )
         engine = record.get("engine")
         if engine in ("dead", "restarting"):
-            hint = (f"restart {common['restarts'] + 1} of {record.get('restart_on_crash')} follows"
-                    if engine == "restarting" else "the supervisor is stopping what is left of it")
-            return ServerStatus("restarting" if engine == "restarting" else "dead", self.pid, self.base_url,
-                                False, None, str(self.log_path), self.log_tail(), hint=hint,
-                                survivors=survivors, **common)
+            hint = (
+                f"restart {common['restarts'] + 1} of {record.get('restart_on_crash')} follows"
+                if engine == "restarting"
+                else "the supervisor is stopping what is left of it"
+            )
+            return ServerStatus(
+                "restarting" if engine == "restarting" else "dead",
+                self.pid,
+                self.base_url,
+                False,
+                None,
+                str(self.log_path),
+                self.log_tail(),
+                hint=hint,
+                survivors=survivors,
+                **common,
+            )
         healthy = self.healthy()
-        return ServerStatus("running" if healthy else "starting", self.pid, self.base_url, healthy,
-                            None, str(self.log_path), **common)
+        return ServerStatus(
+            "running" if healthy else "starting",
+            self.pid,
+            self.base_url,
+            healthy,
+            None,
+            str(self.log_path),
+            **common,
+        )
 
     # -- stop ----------------------------------------------------------------------------------
 
@@ -1000,12 +1114,18 @@ class VLLMServer:
         """SIGKILL processes left in the server's group (an EngineCore orphaned by a crash)."""
         if self._pid is None:
             return
-        groups = {self._pid} | {p.get("pgid") for p in (_read_json(self.super_path) or {}).get("children", [])
-                                if p.get("pgid")}
+        groups = {self._pid} | {
+            p.get("pgid") for p in (_read_json(self.super_path) or {}).get("children", []) if p.get("pgid")
+        }
         for proc in psutil.process_iter(["pid", "create_time"]):
             with contextlib.suppress(ProcessLookupError, PermissionError, psutil.Error):
-                if proc.pid != os.getpid() and os.getpgid(proc.pid) in groups and (
-                        self._pid_create_time is None or proc.info["create_time"] >= self._pid_create_time - 1):
+                if (
+                    proc.pid != os.getpid()
+                    and os.getpgid(proc.pid) in groups
+                    and (
+                        self._pid_create_time is None or proc.info["create_time"] >= self._pid_create_time - 1
+                    )
+                ):
                     proc.kill()
 
     def _release_locks(self) -> None:
@@ -1017,33 +1137,55 @@ class VLLMServer:
     def adopt(self) -> VLLMServer:
         """Start a new supervisor for a vLLM whose supervisor died but which still serves."""
         if self._alive():
-            raise Gemma4T4Error(f"the server on port {self.config.port} is supervised (pid {self.pid})",
-                                fix="nothing to do; gemma4-t4 serve status shows it")
+            raise Gemma4T4Error(
+                f"the server on port {self.config.port} is supervised (pid {self.pid})",
+                fix="nothing to do; gemma4-t4 serve status shows it",
+            )
         record = _read_json(self.super_path) or {}
         left = self.survivors()
         api = [p for p in left if p.get("pid") == record.get("api_pid")]
         if not api or not self.healthy():
-            raise Gemma4T4Error(f"nothing to adopt on port {self.config.port}: the server does not serve",
-                                fix=f"gemma4-t4 serve stop --port {self.config.port} reaps what is left")
+            raise Gemma4T4Error(
+                f"nothing to adopt on port {self.config.port}: the server does not serve",
+                fix=f"gemma4-t4 serve stop --port {self.config.port} reaps what is left",
+            )
         spec_path = self.state_path.with_suffix(".spec.json")
-        atomic_write_json(spec_path, {
-            "super_path": str(self.super_path), "exit_path": str(self.exit_path), "log_path": str(self.log_path),
-            "base_url": self.base_url, "restart_on_crash": 0, "children": left,
-            "api_pid": api[0]["pid"], "api_create_time": api[0]["create_time"],
-        })
+        atomic_write_json(
+            spec_path,
+            {
+                "super_path": str(self.super_path),
+                "exit_path": str(self.exit_path),
+                "log_path": str(self.log_path),
+                "base_url": self.base_url,
+                "restart_on_crash": 0,
+                "children": left,
+                "api_pid": api[0]["pid"],
+                "api_create_time": api[0]["create_time"],
+            },
+        )
         with contextlib.suppress(FileNotFoundError):
             self.exit_path.unlink()
         with open(self.log_path, "ab") as log:
-            process = subprocess.Popen([sys.executable, "-m", "gemma4_t4.supervisor", "--adopt", str(spec_path)],
-                                       stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                       start_new_session=True)
+            process = subprocess.Popen(
+                [sys.executable, "-m", "gemma4_t4.supervisor", "--adopt", str(spec_path)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         self.process = None  # not waited on here: the new supervisor is detached like the first
         self._pid, self._pid_create_time = process.pid, _process_create_time(process.pid)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and self._supervisor_record().get("supervisor_pid") != self._pid:
             time.sleep(0.1)
-        owner = {"pid": self._pid, "create_time": self._pid_create_time, "port": self.config.port,
-                 "target": self.config.target, "log_path": str(self.log_path), "acquired_at": time.time()}
+        owner = {
+            "pid": self._pid,
+            "create_time": self._pid_create_time,
+            "port": self.config.port,
+            "target": self.config.target,
+            "log_path": str(self.log_path),
+            "acquired_at": time.time(),
+        }
         for lock in self._locks:
             lock.owned = True  # the dead supervisor's locks pass to the new one
             lock.update(owner)
@@ -1068,8 +1210,10 @@ class VLLMServer:
     def from_state(cls, path: str | Path, api_key: str | None = None) -> VLLMServer:
         data = _read_json(Path(path))
         if data is None:
-            raise Gemma4T4Error(f"no readable server state at {path}",
-                                fix="gemma4-t4 serve status lists the servers this work dir knows")
+            raise Gemma4T4Error(
+                f"no readable server state at {path}",
+                fix="gemma4-t4 serve status lists the servers this work dir knows",
+            )
         known = {f.name for f in fields(ServerConfig)}
         recorded = {k: v for k, v in data["config"].items() if k in known}
         recorded["api_key"] = None  # masked on disk; the caller passes the real one if it has it
@@ -1085,8 +1229,9 @@ class VLLMServer:
         return server
 
     @classmethod
-    def attach(cls, port: int | None = None, work_dir: str | Path = DEFAULT_WORK_DIR,
-               api_key: str | None = None) -> VLLMServer:
+    def attach(
+        cls, port: int | None = None, work_dir: str | Path = DEFAULT_WORK_DIR, api_key: str | None = None
+    ) -> VLLMServer:
         """The server recorded on ``port`` under ``work_dir`` (or the only live one there)."""
         if port is not None:
             path = state_path(work_dir, port)
@@ -1098,21 +1243,27 @@ class VLLMServer:
             return cls.from_state(path, api_key=api_key)
         servers = [cls.from_state(p, api_key=api_key) for p in _state_files(work_dir)]
         if not servers:
-            raise Gemma4T4Error(f"no server recorded under {work_dir}",
-                                fix="start one with gemma4-t4 serve start (or pass the --work-dir it used)")
+            raise Gemma4T4Error(
+                f"no server recorded under {work_dir}",
+                fix="start one with gemma4-t4 serve start (or pass the --work-dir it used)",
+            )
         live = [s for s in servers if s._alive() or s.survivors()]
         candidates = live or [max(servers, key=lambda s: (s.launch_record or {}).get("started_at", 0))]
         if len(candidates) > 1:
             ports = ", ".join(str(s.config.port) for s in candidates)
-            raise Gemma4T4Error(f"several servers run under {work_dir} (ports {ports})",
-                                fix="pass --port to choose one")
+            raise Gemma4T4Error(
+                f"several servers run under {work_dir} (ports {ports})", fix="pass --port to choose one"
+            )
         return candidates[0]
 
 
 def _state_files(work_dir: str | Path) -> list[Path]:
     folder = Path(work_dir) / "servers"
-    return sorted(p for p in folder.glob("server-*.json")
-                  if not p.name.endswith((".exit.json", ".super.json", ".spec.json")))
+    return sorted(
+        p
+        for p in folder.glob("server-*.json")
+        if not p.name.endswith((".exit.json", ".super.json", ".spec.json"))
+    )
 
 
 def list_servers(work_dir: str | Path = DEFAULT_WORK_DIR) -> list[ServerStatus]:
@@ -1120,8 +1271,9 @@ def list_servers(work_dir: str | Path = DEFAULT_WORK_DIR) -> list[ServerStatus]:
     return [VLLMServer.from_state(p).status() for p in _state_files(work_dir)]
 
 
-def stop_server(port: int | None = None, work_dir: str | Path = DEFAULT_WORK_DIR,
-                grace: float = STOP_GRACE_S) -> ServerStatus:
+def stop_server(
+    port: int | None = None, work_dir: str | Path = DEFAULT_WORK_DIR, grace: float = STOP_GRACE_S
+) -> ServerStatus:
     """Stop the server recorded under ``work_dir`` (any process may call this), survivors included."""
     server = VLLMServer.attach(port, work_dir)
     server.stop(grace=grace)
@@ -1182,8 +1334,9 @@ def _looks_like_hub_id(model: str) -> bool:
 
 def _is_launch_env(key: str) -> bool:
     """Variables a launch record shows (secret-named ones appear masked, via secrets.mask_env)."""
-    return key.startswith(("VLLM_", "HF_", "TRANSFORMERS_", "CUDA_", "TORCH", "GEMMA4_T4_", "PYTHONFAULTHANDLER")) \
-        or key in ("TMPDIR", "PYTHONUNBUFFERED")
+    return key.startswith(
+        ("VLLM_", "HF_", "TRANSFORMERS_", "CUDA_", "TORCH", "GEMMA4_T4_", "PYTHONFAULTHANDLER")
+    ) or key in ("TMPDIR", "PYTHONUNBUFFERED")
 
 
 if __name__ == "__main__":  # pragma: no cover - kept for supervisors started by older versions

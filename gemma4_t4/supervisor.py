@@ -43,8 +43,12 @@ HEALTH_FAILURES = 3  # consecutive error answers from /health and /metrics that 
 SILENT_DEAD_S = 120.0  # no answer at all for this long (a hung API server); not less: a busy 2-core
 # machine can time out a health check under load, and a false "dead" would kill a working server
 BACKOFF_S = (2.0, 60.0)  # first wait, longest wait between restarts
-DEAD_MARKERS = ("EngineDeadError", "died unexpectedly", "EngineCore encountered a fatal error",
-                "Fatal Python error")
+DEAD_MARKERS = (
+    "EngineDeadError",
+    "died unexpectedly",
+    "EngineCore encountered a fatal error",
+    "Fatal Python error",
+)
 
 
 def engine_death_reason(log_text: str) -> str | None:
@@ -56,16 +60,18 @@ def engine_death_reason(log_text: str) -> str | None:
         if match:
             what = match.group(1).strip()
             op = None
-            for frame in lines[i + 1:i + 30]:
+            for frame in lines[i + 1 : i + 30]:
                 found = re.search(r'File "[^"]*(?:_custom_ops|_ops)\.py", line \d+ in (\w+)', frame)
                 if found and found.group(1) != "__call__":
                     op = found.group(1)
                     break
             parts.append(f"{what} in {op}" if op else what)
             break
-    for pattern, label in ((r"Worker proc (\S+) died unexpectedly", "worker {0} died"),
-                           (r"(?:CUDA out of memory|OutOfMemoryError)", "out of GPU memory"),
-                           (r"EngineDeadError", "EngineDeadError")):
+    for pattern, label in (
+        (r"Worker proc (\S+) died unexpectedly", "worker {0} died"),
+        (r"(?:CUDA out of memory|OutOfMemoryError)", "out of GPU memory"),
+        (r"EngineDeadError", "EngineDeadError"),
+    ):
         for line in lines:
             found = re.search(pattern, line)
             if found:
@@ -98,8 +104,12 @@ def describe(proc: psutil.Process) -> dict[str, Any] | None:
             name = cmd[0]
         elif "vllm.entrypoints.openai.api_server" in " ".join(cmd[:3]):
             name = "APIServer"
-        return {"pid": proc.pid, "create_time": proc.create_time(), "name": name,
-                "pgid": os.getpgid(proc.pid)}
+        return {
+            "pid": proc.pid,
+            "create_time": proc.create_time(),
+            "name": name,
+            "pgid": os.getpgid(proc.pid),
+        }
     return None
 
 
@@ -132,13 +142,23 @@ class Supervisor:
             return
         self.last_write = time.time()
         me = psutil.Process()
-        atomic_write_json(self.super_path, {
-            "supervisor_pid": os.getpid(), "supervisor_create_time": me.create_time(),
-            "adopted": self.command is None, "api_pid": self.api_pid, "api_create_time": self.api_create_time,
-            "children": list(self.known.values()), "engine": self.engine, "engine_dead_reason": self.reason,
-            "restarts": self.restarts, "restart_on_crash": self.restart_limit, "history": self.history,
-            "updated_at": time.time(),
-        })
+        atomic_write_json(
+            self.super_path,
+            {
+                "supervisor_pid": os.getpid(),
+                "supervisor_create_time": me.create_time(),
+                "adopted": self.command is None,
+                "api_pid": self.api_pid,
+                "api_create_time": self.api_create_time,
+                "children": list(self.known.values()),
+                "engine": self.engine,
+                "engine_dead_reason": self.reason,
+                "restarts": self.restarts,
+                "restart_on_crash": self.restart_limit,
+                "history": self.history,
+                "updated_at": time.time(),
+            },
+        )
 
     def scan_children(self) -> None:
         found = []
@@ -197,7 +217,9 @@ class Supervisor:
             return self.child.poll() is None
         with contextlib.suppress(psutil.Error):
             proc = psutil.Process(self.api_pid)
-            return proc.status() != psutil.STATUS_ZOMBIE and abs(proc.create_time() - self.api_create_time) < 1
+            return (
+                proc.status() != psutil.STATUS_ZOMBIE and abs(proc.create_time() - self.api_create_time) < 1
+            )
         return False
 
     def kill_tree(self, grace: float = 10.0) -> None:
@@ -273,12 +295,13 @@ class Supervisor:
             code = self.finish_child(grace=5.0, kill=True)
             self.kill_tree(grace=2.0)  # EngineCore / Worker left behind by a dead API server
             self.engine = "dead"
-            self.reason = reason or ("vLLM exited with code "
-                                     f"{code}" if code is not None else "the API server is gone")
+            self.reason = reason or (
+                f"vLLM exited with code {code}" if code is not None else "the API server is gone"
+            )
             self.history.append({"ended_at": time.time(), "exit_code": code, "reason": self.reason})
             if self.command is None or self.restarts >= self.restart_limit:
                 break
-            wait = min(BACKOFF_S[0] * 2 ** self.restarts, BACKOFF_S[1])
+            wait = min(BACKOFF_S[0] * 2**self.restarts, BACKOFF_S[1])
             self.engine = "restarting"
             self.write(force=True)
             deadline = time.monotonic() + wait
@@ -293,13 +316,20 @@ class Supervisor:
         if self.engine != "dead":
             self.engine = "stopped" if self.terminated else "exited"
         self.write(force=True)
-        atomic_write_json(self.exit_path, {
-            "pid": os.getpid(), "child_pid": self.api_pid, "exit_code": code,
-            "signal": signal.Signals(-code).name if code is not None and code < 0 else None,
-            "terminated_by": signal.Signals(self.terminated[0]).name if self.terminated else None,
-            "engine_dead_reason": self.reason if self.engine == "dead" else None,
-            "restarts": self.restarts, "adopted": self.command is None, "ended_at": time.time(),
-        })
+        atomic_write_json(
+            self.exit_path,
+            {
+                "pid": os.getpid(),
+                "child_pid": self.api_pid,
+                "exit_code": code,
+                "signal": signal.Signals(-code).name if code is not None and code < 0 else None,
+                "terminated_by": signal.Signals(self.terminated[0]).name if self.terminated else None,
+                "engine_dead_reason": self.reason if self.engine == "dead" else None,
+                "restarts": self.restarts,
+                "adopted": self.command is None,
+                "ended_at": time.time(),
+            },
+        )
         if code is None:
             return 1
         return code if code >= 0 else 128 - code
