@@ -543,3 +543,53 @@ def test_plan_launch_on_cpu_without_vllm_keeps_the_default(fake_vllm, model_dir)
         plan.cpu_attention["candidate"] == "vllm-default" and "could not run" in plan.cpu_attention["reason"]
     )
     assert plan.command[plan.command.index("--dtype") + 1] == "bfloat16"
+
+
+def test_mcp_started_servers_record_their_owner_and_stop_with_it(fake_vllm, model_dir, tmp_path):
+    from gemma4_t4 import mcp_server
+    from gemma4_t4.server import start_server
+
+    work = tmp_path / "work"
+    config = ServerConfig(
+        model=str(model_dir),
+        port=free_port(),
+        work_dir=str(work),
+        python=str(fake_vllm),
+        extra_env={"FAKE_VLLM_MODE": "serve"},
+        probe_cpu_attention=False,
+    )
+    owner = {"kind": "mcp-server", "pid": os.getpid(), "create_time": mcp_server._own_create_time()}
+    server = start_server(config, timeout=20, owner=owner)
+    mcp_server._OWNED.append(server)
+    try:
+        other = VLLMServer.attach(config.port, work)
+        assert other.owner["kind"] == "mcp-server" and other.owner["pid"] == os.getpid()
+        assert (
+            "owner: mcp-server pid" in other.status().summary() and "(gone)" not in other.status().summary()
+        )
+        mcp_server._stop_owned()  # what the MCP server's main() runs when it exits
+        assert VLLMServer.attach(config.port, work).status().state == "stopped" and not mcp_server._OWNED
+    finally:
+        server.stop(grace=2)
+
+
+def test_a_server_whose_owner_died_says_so(fake_vllm, model_dir, tmp_path):
+    work, port = tmp_path / "work", free_port()
+    script = (
+        "from gemma4_t4.server import ServerConfig, start_server\n"
+        f"c = ServerConfig(model={str(model_dir)!r}, port={port}, work_dir={str(work)!r}, python={str(fake_vllm)!r},"
+        " extra_env={'FAKE_VLLM_MODE': 'serve'}, probe_cpu_attention=False)\n"
+        "import os, psutil\n"
+        "start_server(c, timeout=20, owner={'kind': 'mcp-server', 'pid': os.getpid(),"
+        " 'create_time': psutil.Process().create_time()})\n"
+    )
+    subprocess.run(
+        [sys.executable, "-c", script], check=True, timeout=60, env=dict(os.environ, PYTHONPATH=os.getcwd())
+    )
+    server = VLLMServer.attach(port, work)
+    try:
+        status = server.status()
+        assert status.state == "running" and status.owner["alive"] is False
+        assert "owner: mcp-server pid" in status.summary() and "(gone)" in status.summary()
+    finally:
+        server.stop(grace=2)
