@@ -1339,7 +1339,7 @@ def _is_launch_env(key: str) -> bool:
     ) or key in ("TMPDIR", "PYTHONUNBUFFERED")
 
 
-if __name__ == "__main__":  # pragma: no cover - kept for supervisors started by older versions
+if __name__ == "__main__":  # pragma: no cover - the same entry point as python -m gemma4_t4.supervisor
     from gemma4_t4.supervisor import main
 
     raise SystemExit(main(sys.argv[1:]))

@@ -612,3 +612,58 @@ def test_vllms_own_parser_takes_the_t4_command_and_would_take_a_second_host():
     assert parsed.gpu_memory_utilization == 0.9
     twice = make_arg_parser(FlexibleArgumentParser()).parse_args([*cmd[3:], "--host=0.0.0.0"])
     assert twice.host == "0.0.0.0"
+
+
+# A stand-in vLLM (named fake: real vLLM needs minutes to start) that serves /health and, like
+# vLLM's API server, has a child process (here a sleeper standing for EngineCore).
+FAKE_WITH_CHILD = """#!{python}
+import http.server, subprocess, sys, threading
+args = sys.argv[1:]
+port = int(args[args.index("--port") + 1])
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b"{{}}")
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
+"""
+
+
+def test_stop_reaps_survivors_of_a_killed_supervisor_and_api_server(model_dir, tmp_path):
+    fake = tmp_path / "fake_with_child"
+    fake.write_text(FAKE_WITH_CHILD.format(python=sys.executable))
+    fake.chmod(0o755)
+    work = tmp_path / "work"
+    server = VLLMServer(
+        ServerConfig(
+            model=str(model_dir),
+            port=free_port(),
+            work_dir=str(work),
+            python=str(fake),
+            probe_cpu_attention=False,
+        )
+    )
+    server.start(timeout=20)
+    children = _wait(
+        lambda: len((r := json.loads(server.super_path.read_text()))["children"]) >= 2 and r, timeout=20
+    )["children"]
+    try:
+        api = next(c for c in children if c["pid"] == children[0]["pid"])
+        sleeper = next(c for c in children if c["pid"] != api["pid"])
+        os.kill(server.pid, signal.SIGKILL)
+        os.kill(api["pid"], signal.SIGKILL)
+        server.process.wait()
+        _wait(lambda: not pid_alive(api["pid"], api["create_time"]), timeout=20)
+        status = VLLMServer.attach(server.config.port, work).status()
+        assert status.state == "dead" and [p["pid"] for p in status.survivors] == [sleeper["pid"]]
+        done = _cli("serve", "status", "--port", str(server.config.port), "--work-dir", str(work))
+        assert done.returncode == 1 and f"pid {sleeper['pid']}" in done.stdout and "still run" in done.stdout
+        done = _cli("serve", "stop", "--port", str(server.config.port), "--work-dir", str(work))
+        assert done.returncode == 0, done.stderr
+        assert not pid_alive(sleeper["pid"], sleeper["create_time"])
+        assert VLLMServer.attach(server.config.port, work).status().survivors == []
+    finally:
+        for info in children:
+            if pid_alive(info["pid"], info["create_time"]):
+                os.kill(info["pid"], signal.SIGKILL)
