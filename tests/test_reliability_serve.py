@@ -645,11 +645,12 @@ def test_stop_reaps_survivors_of_a_killed_supervisor_and_api_server(model_dir, t
         )
     )
     server.start(timeout=20)
-    children = _wait(
+    record = _wait(
         lambda: len((r := json.loads(server.super_path.read_text()))["children"]) >= 2 and r, timeout=20
-    )["children"]
+    )
+    children = record["children"]
     try:
-        api = next(c for c in children if c["pid"] == children[0]["pid"])
+        api = next(c for c in children if c["pid"] == record["api_pid"])
         sleeper = next(c for c in children if c["pid"] != api["pid"])
         os.kill(server.pid, signal.SIGKILL)
         os.kill(api["pid"], signal.SIGKILL)
