@@ -530,7 +530,7 @@ def _own_create_time() -> float | None:
 
 
 def _stop_owned() -> None:
-    """Stop every vLLM server this MCP server started (at its exit: none outlives the session)."""
+    """Stop every vLLM server this MCP server started (at its exit: none outlives it)."""
     while _OWNED:
         with contextlib.suppress(Exception):
             _OWNED.pop().stop(grace=10.0)
@@ -620,7 +620,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     for noisy in ("botocore", "boto3", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    # SIGTERM ends the session like a closed stdin: through the finally below
+    # SIGTERM ends the MCP server like a closed stdin: through the finally below
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         build_server().run()

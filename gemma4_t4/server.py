@@ -54,7 +54,7 @@ DEFAULT_WORK_DIR = ".cache/gemma4_t4"
 STOP_GRACE_S = 30.0
 
 
-# T4 launch defaults: the fastest configuration known for a 16 GB T4 (issue-free reasons inline).
+# T4 launch defaults: the fastest configuration known for a 16 GB T4, each with its reason.
 T4_CONTEXT = 16384  # the series served E2B with --max-model-len 16384; a 4,096-token TTFT sweep needs > 4096
 T4_FALLBACK_CONTEXT = 8192  # a model the fit calculator does not know (the SageMaker default)
 T4_MAX_NUM_SEQS = 8  # the series' value; CUDA graphs are captured up to this batch, more costs memory
