@@ -23,6 +23,7 @@ Under ``work_dir`` each server leaves:
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import platform
@@ -338,7 +339,7 @@ def build_env(
             "DO_NOT_TRACK": "1",
             "VLLM_CACHE_ROOT": str(work / "vllm-cache"),
             "TORCHINDUCTOR_CACHE_DIR": str(work / "inductor-cache"),
-            "TMPDIR": str(work / "tmp"),
+            "TMPDIR": str(server_tmp_dir(work)),
             "PYTHONUNBUFFERED": "1",
             # a worker killed by a signal (SIGILL, SIGSEGV) prints where, so the log says why
             "PYTHONFAULTHANDLER": "1",
@@ -352,6 +353,19 @@ def build_env(
         env.update(cpu_env or {})
     env.update(config.extra_env)
     return env
+
+
+def server_tmp_dir(work: Path) -> Path:
+    """The server's TMPDIR: under work_dir, unless that is too deep for vLLM's sockets.
+
+    vLLM binds ZMQ ipc sockets at TMPDIR/<uuid4> (37 more bytes), and a unix socket path holds at
+    most 107: a deep work_dir (a pytest tmp_path, a long home) would fail at start.
+    """
+    tmp = Path(work).resolve() / "tmp"
+    if len(str(tmp)) + 37 + len("ipc://") <= 100:
+        return tmp
+    digest = hashlib.sha256(str(tmp).encode()).hexdigest()[:12]
+    return Path("/tmp") / f"gemma4_t4-{digest}"
 
 
 @dataclass
@@ -716,6 +730,7 @@ class VLLMServer:
         work = Path(config.work_dir)
         for sub in ("logs", "tmp", "vllm-cache", "inductor-cache", "servers", "locks"):
             (work / sub).mkdir(parents=True, exist_ok=True)
+        server_tmp_dir(work).mkdir(mode=0o700, parents=True, exist_ok=True)
 
         self._locks = []
         owner = {

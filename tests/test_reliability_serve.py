@@ -701,3 +701,17 @@ def test_without_the_probe_the_engine_death_is_detected_and_explained(tiny_model
         assert done.returncode == 1 and "engine died: Illegal instruction" in done.stdout
     finally:
         server.stop(grace=5)
+
+
+def test_a_deep_work_dir_keeps_vllms_socket_paths_short(tmp_path):
+    from gemma4_t4.server import build_env, server_tmp_dir
+
+    deep = tmp_path / ("d" * 60) / "work"
+    tmp = server_tmp_dir(deep)
+    assert len(f"ipc://{tmp}/{'0' * 36}") <= 107 and tmp != deep / "tmp"
+    assert server_tmp_dir(deep) == tmp, "the same work dir always gets the same TMPDIR"
+    assert build_env(ServerConfig(model="m/x", work_dir=str(deep), dtype="float32"), base={})[
+        "TMPDIR"
+    ] == str(tmp)
+    shallow = Path("/w")
+    assert server_tmp_dir(shallow) == shallow / "tmp"
