@@ -21,11 +21,14 @@ Run it with ``gemma4-t4 mcp`` or ``python -m gemma4_t4.mcp_server`` (stdio).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import json
 import logging
 import os
+import signal
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -642,9 +645,29 @@ def start_vllm_server(model: str, target: Literal["cpu", "t4"] = "cpu", port: in
     config = ServerConfig(model=model, target=target, port=port or free_port(),
                           served_model_name=served_model_name, max_model_len=max_model_len,
                           max_num_seqs=max_num_seqs, work_dir=_work_dir())
-    server = start_server(config, wait=True, timeout=timeout_s)
+    # owned by this MCP server: recorded in the state file, stopped when it exits (docs/serving.md)
+    owner = {"kind": "mcp-server", "pid": os.getpid(), "create_time": _own_create_time(),
+             "on_exit": "stopped by the MCP server when it exits"}
+    server = start_server(config, wait=True, timeout=timeout_s, owner=owner)
+    _OWNED.append(server)
     status = server.status()
     return ServerToolResult(servers=[to_jsonable(status)], summary=status.summary())
+
+
+_OWNED: list[Any] = []  # vLLM servers started by this MCP server
+
+
+def _own_create_time() -> float | None:
+    import psutil
+
+    return psutil.Process().create_time()
+
+
+def _stop_owned() -> None:
+    """Stop every vLLM server this MCP server started (at its exit: none outlives it)."""
+    while _OWNED:
+        with contextlib.suppress(Exception):
+            _OWNED.pop().stop(grace=10.0)
 
 
 @tool(DESTRUCTIVE, confirm=True)
@@ -717,7 +740,12 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     for noisy in ("botocore", "boto3", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    build_server().run()
+    # SIGTERM ends the MCP server like a closed stdin: through the finally below
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        build_server().run()
+    finally:
+        _stop_owned()
 
 
 if __name__ == "__main__":

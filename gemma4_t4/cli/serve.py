@@ -1,9 +1,12 @@
-"""``gemma4-t4 serve start|stop|status|logs``: one vLLM server, managed across processes.
+"""``gemma4-t4 serve start|stop|status|logs|adopt``: one vLLM server, managed across processes.
 
 ``serve start`` launches vLLM detached (it keeps running after the command returns), waits for
 ``/health`` and records the server under ``--work-dir``; ``stop``, ``status`` and ``logs`` find
 it there from any later shell. On ``--target t4`` the start gate runs first and refuses, with
 every reason and its fix, when the machine cannot succeed (``--force`` overrides, loudly).
+``serve start --print-command`` prints the exact vLLM command line and environment (secrets
+masked) and starts nothing. ``status`` names a dead engine's reason and any surviving process;
+``stop`` reaps survivors; ``adopt`` re-supervises a vLLM whose supervisor died.
 """
 
 from __future__ import annotations
@@ -18,13 +21,29 @@ from gemma4_t4.errors import Gemma4T4Error
 DEFAULT_T4_MODEL = "google/gemma-4-E2B-it-qat-w4a16-ct"
 
 
+def _env_pairs(pairs: list[str] | None) -> dict[str, str]:
+    env = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise Gemma4T4Error(
+                f"--env expects KEY=VALUE, got {pair.split('=')[0]!r}",
+                fix="e.g. --env VLLM_LOGGING_LEVEL=DEBUG",
+            )
+        env[key.strip()] = value
+    return env
+
+
 def _config(args: argparse.Namespace):
     from gemma4_t4.server import ServerConfig
 
+    eager = True if args.eager else (False if args.compile else None)
     model = args.model or (DEFAULT_T4_MODEL if args.target == "t4" else None)
     if model is None:
-        raise Gemma4T4Error("--model is required with --target cpu",
-                            fix="build a tiny one (gemma4-t4 tiny models/tiny-gemma4) and pass --model models/tiny-gemma4")
+        raise Gemma4T4Error(
+            "--model is required with --target cpu",
+            fix="build a tiny one (gemma4-t4 tiny models/tiny-gemma4) and pass --model models/tiny-gemma4",
+        )
     return ServerConfig(
         model=model,
         target=args.target,
@@ -35,32 +54,69 @@ def _config(args: argparse.Namespace):
         max_model_len=args.max_model_len,
         max_num_seqs=args.max_num_seqs,
         enable_prefix_caching=not args.no_prefix_caching,
-        enforce_eager=not args.compile,
+        enforce_eager=eager,
+        max_num_batched_tokens=args.max_num_batched_tokens,
         gpu_memory_utilization=args.gpu_memory_utilization,
         tensor_parallel_size=args.tensor_parallel_size,
-        language_model_only=args.language_model_only,
+        language_model_only=True if args.language_model_only else (False if args.multimodal else None),
         kv_cache_space_gib=args.kv_cache_space,
         block_size=args.block_size,
         api_key=args.api_key or os.environ.get("GEMMA4_T4_API_KEY"),
         extra_args=list(args.vllm_arg or []),
+        extra_env=_env_pairs(args.env),
         work_dir=args.work_dir,
         python=args.python,
+        restart_on_crash=args.restart_on_crash,
     )
+
+
+def _print_command(args: argparse.Namespace, config) -> Output:
+    from gemma4_t4.secrets import mask
+    from gemma4_t4.server import plan_launch
+
+    plan = plan_launch(config)
+    gate = (
+        "the start gate was not run (it needs the real machine and runs at a real start)"
+        if config.target != "cpu"
+        else "cpu target: no start gate"
+    )
+    lines = [f"# nothing started; {gate}", plan.shell(), "", "# defaults chosen:"]
+    lines += [f"#   {name}: {reason}" for name, reason in plan.chosen_by.items()]
+    if plan.cpu_attention:
+        lines.append(f"# cpu attention: {plan.cpu_attention['reason']}")
+    data = {
+        "command": mask(plan.command),
+        "env": plan.launch_env(),
+        "shell": plan.shell(),
+        "chosen_by": plan.chosen_by,
+        "cpu_attention": plan.cpu_attention,
+        "started": False,
+        "gate_run": False,
+    }
+    return Output(data, "\n".join(lines))
 
 
 def _start(args: argparse.Namespace) -> Output:
     from gemma4_t4.server import start_server
 
     config = _config(args)
+    if args.print_command:
+        return _print_command(args, config)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        server = start_server(config, force=args.force, gate=not args.no_gate, wait=not args.no_wait,
-                              timeout=args.timeout)
+        server = start_server(
+            config, force=args.force, gate=not args.no_gate, wait=not args.no_wait, timeout=args.timeout
+        )
     overrides = [str(w.message) for w in caught if "START GATE OVERRIDDEN" in str(w.message)]
     status = server.status()
     data = {"status": status, "launch_record": server.launch_record, "gate_overridden": overrides}
-    text = "\n".join(overrides + [status.summary().split("\n--- log tail")[0],
-                                  f"stop it with: gemma4-t4 serve stop --port {config.port} --work-dir {config.work_dir}"])
+    text = "\n".join(
+        overrides
+        + [
+            status.summary().split("\n--- log tail")[0],
+            f"stop it with: gemma4-t4 serve stop --port {config.port} --work-dir {config.work_dir}",
+        ]
+    )
     return Output(data, text)
 
 
@@ -78,10 +134,17 @@ def _status(args: argparse.Namespace) -> Output:
         statuses = list_servers(args.work_dir)
         if not statuses:
             return Output([], f"no server recorded under {args.work_dir}")
-        code = 1 if any(s.state == "dead" for s in statuses) else 0
+        code = 1 if any(s.state in ("dead", "unsupervised") for s in statuses) else 0
         return Output(statuses, "\n\n".join(s.summary() for s in statuses), code)
     status = VLLMServer.attach(args.port, args.work_dir).status()
-    return Output(status, status.summary(), 1 if status.state == "dead" else 0)
+    return Output(status, status.summary(), 1 if status.state in ("dead", "unsupervised") else 0)
+
+
+def _adopt(args: argparse.Namespace) -> Output:
+    from gemma4_t4.server import adopt_server
+
+    status = adopt_server(args.port, args.work_dir)
+    return Output(status, status.summary())
 
 
 def _logs(args: argparse.Namespace) -> Output:
@@ -89,16 +152,23 @@ def _logs(args: argparse.Namespace) -> Output:
 
     server = VLLMServer.attach(args.port, args.work_dir)
     tail = server.log_tail(args.lines)
-    return Output({"port": server.config.port, "log_path": str(server.log_path), "lines": tail.splitlines()},
-                  tail)
+    return Output(
+        {"port": server.config.port, "log_path": str(server.log_path), "lines": tail.splitlines()}, tail
+    )
 
 
 def _where(parser: argparse.ArgumentParser, port_default: int | None = None) -> None:
     from gemma4_t4.server import DEFAULT_WORK_DIR
 
-    parser.add_argument("--port", type=int, default=port_default,
-                        help="which server (default: the only one recorded)" if port_default is None else None)
-    parser.add_argument("--work-dir", default=DEFAULT_WORK_DIR, help="where servers are recorded (default %(default)s)")
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=port_default,
+        help="which server (default: the only one recorded)" if port_default is None else None,
+    )
+    parser.add_argument(
+        "--work-dir", default=DEFAULT_WORK_DIR, help="where servers are recorded (default %(default)s)"
+    )
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -112,21 +182,62 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--served-model-name", default=None)
     p.add_argument("--host", default="127.0.0.1", help="other than localhost needs --api-key")
     _where(p, DEFAULT_PORT)
-    p.add_argument("--dtype", default=None, help="default float16 on t4 (no bf16 on Turing), bfloat16 on cpu")
-    p.add_argument("--max-model-len", type=int, default=4096)
-    p.add_argument("--max-num-seqs", type=int, default=8)
-    p.add_argument("--gpu-memory-utilization", type=float, default=0.90)
-    p.add_argument("--tensor-parallel-size", type=int, default=1, help="multi-T4 hosts, e.g. 4 on g4dn.12xlarge")
-    p.add_argument("--language-model-only", action="store_true", help="skip the vision/audio towers")
+    p.add_argument(
+        "--dtype",
+        default=None,
+        help="default float16 on t4 (no bf16 on Turing); on cpu a probe "
+        "of vLLM's attention picks bf16 or float32",
+    )
+    p.add_argument(
+        "--max-model-len",
+        type=int,
+        default=None,
+        help="t4 default: 16384 where the fit calculator says it fits; cpu: 4096",
+    )
+    p.add_argument("--max-num-seqs", type=int, default=None, help="default 8")
+    p.add_argument("--max-num-batched-tokens", type=int, default=None, help="prefill chunk (t4 default 2048)")
+    p.add_argument("--gpu-memory-utilization", type=float, default=None, help="t4 default 0.90")
+    p.add_argument(
+        "--tensor-parallel-size", type=int, default=1, help="multi-T4 hosts, e.g. 4 on g4dn.12xlarge"
+    )
+    p.add_argument(
+        "--language-model-only", action="store_true", help="skip the vision/audio towers (the t4 default)"
+    )
+    p.add_argument("--multimodal", action="store_true", help="t4: keep the vision/audio towers")
     p.add_argument("--no-prefix-caching", action="store_true")
-    p.add_argument("--compile", action="store_true", help="use torch.compile/CUDA graphs (slower start)")
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="use torch.compile/CUDA graphs (the t4 default; on cpu: slower start)",
+    )
+    p.add_argument("--eager", action="store_true", help="no CUDA graphs (--enforce-eager; the cpu default)")
     p.add_argument("--kv-cache-space", type=int, default=1, help="cpu: KV cache GiB")
     p.add_argument("--block-size", type=int, default=None)
-    p.add_argument("--api-key", default=None, help="required when binding beyond localhost "
-                                                   "(or set GEMMA4_T4_API_KEY)")
+    p.add_argument(
+        "--api-key", default=None, help="required when binding beyond localhost (or set GEMMA4_T4_API_KEY)"
+    )
     p.add_argument("--python", default=None, help="interpreter with vLLM installed (default: this one)")
-    p.add_argument("--vllm-arg", action="append", metavar="ARG", help="extra vLLM argument (repeatable; "
-                                                                       "use --vllm-arg=--flag)")
+    p.add_argument(
+        "--vllm-arg",
+        action="append",
+        metavar="ARG",
+        help="extra vLLM argument (repeatable; use --vllm-arg=--flag)",
+    )
+    p.add_argument(
+        "--env", action="append", metavar="KEY=VALUE", help="extra environment for vLLM (repeatable)"
+    )
+    p.add_argument(
+        "--restart-on-crash",
+        type=int,
+        default=0,
+        metavar="N",
+        help="restart a crashed vLLM up to N times, backoff 2, 4, 8 ... 60 s (default 0: off)",
+    )
+    p.add_argument(
+        "--print-command",
+        action="store_true",
+        help="print the exact vLLM command line and environment (secrets masked); start nothing",
+    )
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait for /health")
     p.add_argument("--no-wait", action="store_true", help="return right after launching")
     p.add_argument("--force", action="store_true", help="launch even if the start gate refuses (loud)")
@@ -136,7 +247,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _where(p)
     p.add_argument("--grace", type=float, default=STOP_GRACE_S)
 
-    p = add_command(sub, "status", _status, "running / starting / dead (exit code, log tail) / stopped")
+    p = add_command(
+        sub,
+        "status",
+        _status,
+        "running / starting / restarting / dead (why, exit code, log tail, "
+        "survivors) / unsupervised / stopped",
+    )
+    _where(p)
+
+    p = add_command(sub, "adopt", _adopt, "re-supervise a vLLM whose supervisor died while it still serves")
     _where(p)
 
     p = add_command(sub, "logs", _logs, "the end of the server's log")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gemma4_t4 import cpuattn
 from gemma4_t4.turing import prefill, tilecap
 
 ENTRY_POINT_GROUP = "vllm.general_plugins"
@@ -34,6 +35,7 @@ def register() -> None:
         return
     _outcome = tilecap.install(origin="plugin")
     _prefill_outcome = prefill.install(origin="plugin")
+    cpuattn.install_from_env()  # CPU servers: the attention set-up the start probe chose (no-op unset)
 
 
 def outcome() -> dict[str, Any] | None:

@@ -1,0 +1,126 @@
+"""One masking rule for secrets, wherever they appear: argument lists, environments, free text.
+
+A name is secret when, normalised (upper case, ``-`` as ``_``, leading dashes dropped), one of
+its ``_``-separated words is TOKEN, SECRET, PASSWORD, PASSWD, CREDENTIAL(S), APIKEY or
+AUTHORIZATION, or its last word is KEY (or it ends in KEY_ID) -- so ``max_num_batched_tokens``
+and ``TOKENIZERS_PARALLELISM`` are not secrets, while these are:
+``--api-key``, ``--hf-token``, ``HF_TOKEN``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ACCESS_KEY_ID``,
+``GEMMA4_T4_API_KEY``. Paths such as ``--ssl-keyfile`` are not secrets. Every form is covered:
+``--api-key K``, ``--api-key=K``, ``NAME=VALUE`` words, ``{NAME: VALUE}`` mappings, and any
+known secret value inside text (a log line, an error message, an MCP answer).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+MASK = "***"
+_WORDS = {"TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "CREDENTIALS", "APIKEY", "AUTHORIZATION"}
+_TOKEN_PATTERNS = [
+    re.compile(r"\bhf_[A-Za-z0-9]{16,}\b"),  # Hugging Face tokens
+    re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"),  # AWS access key ids
+    re.compile(r"(?i)(\bBearer\s+)[^\s;,'\"]+"),
+]
+_MIN_VALUE_LEN = 3  # shorter "secrets" would mask every occurrence of e.g. "1" in a log
+
+
+def is_secret_name(name: str) -> bool:
+    words = [w for w in name.lstrip("-").upper().replace("-", "_").split("_") if w]
+    if not words:
+        return False
+    return bool(_WORDS.intersection(words)) or words[-1] == "KEY" or words[-2:] == ["KEY", "ID"]
+
+
+def mask_env(env: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``env`` with every secret-named value replaced by ``***``."""
+    return {k: (MASK if is_secret_name(k) and v not in (None, "") else v) for k, v in env.items()}
+
+
+def mask_argv(argv: Iterable[str]) -> list[str]:
+    """A copy of a command line with the value of every secret option or ``NAME=VALUE`` word masked."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        arg = str(arg)
+        if hide_next:
+            out.append(MASK)
+            hide_next = False
+            continue
+        if arg.startswith("-") and "=" in arg:
+            name, _ = arg.split("=", 1)
+            out.append(f"{name}={MASK}" if is_secret_name(name) else arg)
+        elif arg.startswith("--") and is_secret_name(arg):
+            out.append(arg)
+            hide_next = True
+        elif (
+            "=" in arg
+            and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", arg.split("=", 1)[0])
+            and is_secret_name(arg.split("=", 1)[0])
+        ):
+            out.append(arg.split("=", 1)[0] + "=" + MASK)
+        else:
+            out.append(arg)
+    return out
+
+
+def secret_values(
+    argv: Iterable[str] = (), env: Mapping[str, Any] | None = None, extra: Iterable[str | None] = ()
+) -> list[str]:
+    """The plain values that :func:`mask_argv` / :func:`mask_env` would hide (to scrub text with)."""
+    values: list[str] = [v for v in extra if v]
+    argv = [str(a) for a in argv]
+    for i, arg in enumerate(argv):
+        if arg.startswith("-") and "=" in arg and is_secret_name(arg.split("=", 1)[0]):
+            values.append(arg.split("=", 1)[1])
+        elif arg.startswith("--") and is_secret_name(arg) and i + 1 < len(argv):
+            values.append(argv[i + 1])
+        elif "=" in arg and is_secret_name(arg.split("=", 1)[0]):
+            values.append(arg.split("=", 1)[1])
+    for key, value in (env or {}).items():
+        if is_secret_name(key) and value:
+            values.append(str(value))
+    return sorted({v for v in values if len(v) >= _MIN_VALUE_LEN and v != MASK}, key=len, reverse=True)
+
+
+def mask_text(text: str, values: Iterable[str] = ()) -> str:
+    """``text`` with every known secret value and every recognisable token masked."""
+    for value in sorted({v for v in values if v and len(v) >= _MIN_VALUE_LEN}, key=len, reverse=True):
+        text = text.replace(value, MASK)
+    for pattern in _TOKEN_PATTERNS:
+        text = pattern.sub(lambda m: (m.group(1) if m.groups() else "") + MASK, text)
+    # --api-key K / --api-key=K / NAME=VALUE written into free text
+    text = re.sub(
+        r"(--[A-Za-z0-9_-]+)([ =])([^\s;,'\"]+)",
+        lambda m: m.group(1) + m.group(2) + MASK if is_secret_name(m.group(1)) else m.group(0),
+        text,
+    )
+    text = re.sub(
+        r"\b([A-Za-z_][A-Za-z0-9_]*)=([^\s;,'\"]+)",
+        lambda m: m.group(1) + "=" + MASK if is_secret_name(m.group(1)) else m.group(0),
+        text,
+    )
+    return text
+
+
+def mask(value: Any, values: Iterable[str] = ()) -> Any:
+    """Mask a JSON-like value: secret-named keys, secret values in strings, argv-like lists."""
+    values = list(values)
+    if isinstance(value, str):
+        return mask_text(value, values)
+    if isinstance(value, Mapping):
+        return {
+            k: (
+                MASK
+                if isinstance(k, str) and is_secret_name(k) and value[k] not in (None, "")
+                else mask(v, values)
+            )
+            for k, v in value.items()
+        }
+    if isinstance(value, (list, tuple)):
+        items = list(value)
+        if all(isinstance(x, str) for x in items):
+            items = mask_argv(items)
+        return [mask(x, values) for x in items]
+    return value

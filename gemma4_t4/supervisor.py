@@ -1,0 +1,365 @@
+"""The supervisor: the small process that runs vLLM, watches its engine and records what happened.
+
+``python -m gemma4_t4.supervisor SPEC.json -- COMMAND...`` (started by
+:class:`gemma4_t4.server.VLLMServer`, the leader of the server's own process group):
+
+- runs COMMAND and, every second, records every process under it (API server, EngineCore,
+  Worker, ...) with its start time in ``server-<port>.super.json``, so a later ``serve status``
+  or ``serve stop`` can find survivors even when the API server or this supervisor was killed;
+- watches the engine: ``/health`` and ``/metrics`` both failing after the server was up, or
+  ``EngineDeadError`` / a dead worker in the log, means the engine is dead. The reason is read
+  from the log (a fatal signal and the op it hit, e.g. ``Illegal instruction in
+  cpu_attention_with_kv_cache``) and recorded; a vLLM left half-alive is stopped;
+- with ``restart_on_crash`` N > 0 restarts vLLM up to N times, waiting 2, 4, 8 ... (max 60) s;
+- when it ends, writes ``server-<port>.exit.json`` with vLLM's exit code and why.
+
+``python -m gemma4_t4.supervisor --adopt SPEC.json`` re-adopts a vLLM whose supervisor died:
+it watches the recorded processes (it cannot wait() on them), records them and writes the exit
+file when the API server is gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from gemma4_t4.atomic import atomic_write_json
+
+POLL_S = 1.0
+HEALTH_EVERY_S = 2.0
+HEALTH_FAILURES = 3  # consecutive error answers from /health and /metrics that mean "engine dead"
+SILENT_DEAD_S = 120.0  # no answer at all for this long (a hung API server); not less: a busy 2-core
+# machine can time out a health check under load, and a false "dead" would kill a working server
+BACKOFF_S = (2.0, 60.0)  # first wait, longest wait between restarts
+DEAD_MARKERS = (
+    "EngineDeadError",
+    "died unexpectedly",
+    "EngineCore encountered a fatal error",
+    "Fatal Python error",
+)
+
+
+def engine_death_reason(log_text: str) -> str | None:
+    """Why vLLM's engine died, from its log: the fatal signal and the op, or the first error line."""
+    lines = log_text.splitlines()
+    parts: list[str] = []
+    for i, line in enumerate(lines):
+        match = re.search(r"Fatal Python error: (.+)", line)
+        if match:
+            what = match.group(1).strip()
+            op = None
+            for frame in lines[i + 1 : i + 30]:
+                found = re.search(r'File "[^"]*(?:_custom_ops|_ops)\.py", line \d+ in (\w+)', frame)
+                if found and found.group(1) != "__call__":
+                    op = found.group(1)
+                    break
+            parts.append(f"{what} in {op}" if op else what)
+            break
+    for pattern, label in (
+        (r"Worker proc (\S+) died unexpectedly", "worker {0} died"),
+        (r"(?:CUDA out of memory|OutOfMemoryError)", "out of GPU memory"),
+        (r"EngineDeadError", "EngineDeadError"),
+    ):
+        for line in lines:
+            found = re.search(pattern, line)
+            if found:
+                parts.append(label.format(*found.groups()))
+                break
+    if not parts:
+        return None
+    seen: list[str] = []
+    for part in parts:
+        if part not in seen:
+            seen.append(part)
+    return "; ".join(seen)
+
+
+def _probe(url: str, timeout: float = 2.0) -> int | None:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except (OSError, urllib.error.URLError):
+        return None
+
+
+def describe(proc: psutil.Process) -> dict[str, Any] | None:
+    with contextlib.suppress(psutil.Error):
+        cmd = proc.cmdline()
+        name = proc.name()
+        if cmd and cmd[0].startswith("VLLM::"):
+            name = cmd[0]
+        elif "vllm.entrypoints.openai.api_server" in " ".join(cmd[:3]):
+            name = "APIServer"
+        return {
+            "pid": proc.pid,
+            "create_time": proc.create_time(),
+            "name": name,
+            "pgid": os.getpgid(proc.pid),
+        }
+    return None
+
+
+class Supervisor:
+    def __init__(self, spec: dict[str, Any], command: list[str] | None):
+        self.spec = spec
+        self.command = command
+        self.super_path = Path(spec["super_path"])
+        self.exit_path = Path(spec["exit_path"])
+        self.log_path = Path(spec["log_path"])
+        self.base_url = spec["base_url"]
+        self.restart_limit = int(spec.get("restart_on_crash") or 0)
+        self.restarts = 0
+        self.known: dict[int, dict[str, Any]] = {}
+        self.engine = "starting"
+        self.reason: str | None = None
+        self.history: list[dict[str, Any]] = []
+        self.terminated: list[int] = []
+        self.child: subprocess.Popen | None = None
+        self.api_pid: int | None = None
+        self.api_create_time: float | None = None
+        self.log_offset = 0
+        self.run_offset = 0
+        self.last_write = 0.0
+
+    # -- records -------------------------------------------------------------------------------
+
+    def write(self, force: bool = False) -> None:
+        if not force and time.time() - self.last_write < 5.0:
+            return
+        self.last_write = time.time()
+        me = psutil.Process()
+        atomic_write_json(
+            self.super_path,
+            {
+                "supervisor_pid": os.getpid(),
+                "supervisor_create_time": me.create_time(),
+                "adopted": self.command is None,
+                "api_pid": self.api_pid,
+                "api_create_time": self.api_create_time,
+                "children": list(self.known.values()),
+                "engine": self.engine,
+                "engine_dead_reason": self.reason,
+                "restarts": self.restarts,
+                "restart_on_crash": self.restart_limit,
+                "history": self.history,
+                "updated_at": time.time(),
+            },
+        )
+
+    def scan_children(self) -> None:
+        found = []
+        if self.command is not None:
+            with contextlib.suppress(psutil.Error):
+                found = psutil.Process().children(recursive=True)
+        else:  # adopted: the recorded processes and whatever they spawn
+            for info in list(self.known.values()):
+                with contextlib.suppress(psutil.Error):
+                    proc = psutil.Process(info["pid"])
+                    if abs(proc.create_time() - info["create_time"]) < 1.0:
+                        found += [proc, *proc.children(recursive=True)]
+        changed = False
+        for proc in found:
+            old = self.known.get(proc.pid)
+            # vLLM renames its processes (VLLM::EngineCore) a moment after they start: look again
+            if old is None or not old["name"].startswith(("VLLM::", "APIServer")):
+                info = describe(proc)
+                if info and info != old:
+                    self.known[proc.pid] = info
+                    changed = True
+        self.write(force=changed)
+
+    def read_new_log(self) -> str:
+        try:
+            with open(self.log_path, "rb") as handle:
+                handle.seek(self.log_offset)
+                data = handle.read()
+        except OSError:
+            return ""
+        self.log_offset += len(data)
+        return data.decode(errors="replace")
+
+    def log_since_start(self) -> str:
+        with contextlib.suppress(OSError), open(self.log_path, "rb") as handle:
+            handle.seek(self.run_offset)
+            return handle.read().decode(errors="replace")
+        return ""
+
+    # -- vLLM ----------------------------------------------------------------------------------
+
+    def spawn(self) -> None:
+        assert self.command is not None
+        with contextlib.suppress(OSError):
+            self.log_offset = self.run_offset = self.log_path.stat().st_size
+        self.child = subprocess.Popen(self.command)
+        self.api_pid = self.child.pid
+        self.api_create_time = psutil.Process(self.child.pid).create_time()
+        self.engine = "starting"
+        self.reason = None
+        self.scan_children()
+        self.write(force=True)
+
+    def api_alive(self) -> bool:
+        if self.child is not None:
+            return self.child.poll() is None
+        with contextlib.suppress(psutil.Error):
+            proc = psutil.Process(self.api_pid)
+            return (
+                proc.status() != psutil.STATUS_ZOMBIE and abs(proc.create_time() - self.api_create_time) < 1
+            )
+        return False
+
+    def kill_tree(self, grace: float = 10.0) -> None:
+        """Stop what is left of this vLLM: API server and every recorded child."""
+        procs = []
+        for info in self.known.values():
+            with contextlib.suppress(psutil.Error):
+                proc = psutil.Process(info["pid"])
+                if abs(proc.create_time() - info["create_time"]) < 1.0 and proc.pid != os.getpid():
+                    procs.append(proc)
+        for proc in procs:
+            with contextlib.suppress(psutil.Error):
+                proc.terminate()
+        _, alive = psutil.wait_procs(procs, timeout=grace)
+        for proc in alive:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        psutil.wait_procs(alive, timeout=5)
+
+    def watch_once(self, state: dict[str, Any]) -> bool:
+        """One poll; True while vLLM (and its engine) is alive."""
+        self.scan_children()
+        text = self.read_new_log()
+        if any(marker in text for marker in DEAD_MARKERS):
+            state["marker"] = True
+        if not self.api_alive():
+            return False
+        now = time.monotonic()
+        if now - state["checked"] >= HEALTH_EVERY_S:
+            state["checked"] = now
+            health = _probe(self.base_url + "/health")
+            if health == 200:
+                if self.engine != "healthy":
+                    self.engine = "healthy"
+                    self.write(force=True)
+                state["failures"], state["silent_since"] = 0, None
+            elif self.engine == "healthy":
+                metrics = _probe(self.base_url + "/metrics")
+                if metrics == 200:
+                    state["failures"], state["silent_since"] = 0, None
+                elif health is None and metrics is None:
+                    state["silent_since"] = state["silent_since"] or now
+                else:
+                    state["failures"] += 1
+        if state["marker"] and self.engine == "healthy" or state["failures"] >= HEALTH_FAILURES:
+            return False  # engine dead while the API process lingers: it would answer 500 forever
+        silent = state["silent_since"]
+        return silent is None or time.monotonic() - silent <= SILENT_DEAD_S
+
+    def run(self) -> int:
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, lambda s, _f: self.terminated.append(s))
+        if self.command is not None:
+            self.spawn()
+        else:
+            self.run_offset = self.log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+            for info in self.spec.get("children", []):
+                self.known[info["pid"]] = info
+            self.api_pid, self.api_create_time = self.spec["api_pid"], self.spec["api_create_time"]
+            self.engine = "healthy"
+            self.write(force=True)
+        code: int | None = None
+        while True:
+            state: dict[str, Any] = {"checked": 0.0, "failures": 0, "marker": False, "silent_since": None}
+            while not self.terminated and self.watch_once(state):
+                time.sleep(POLL_S)
+            if self.terminated:
+                code = self.finish_child(grace=30.0)
+                break
+            reason = engine_death_reason(self.log_since_start())
+            if self.api_alive():  # the engine died, the API server did not notice (or hangs)
+                reason = reason or "/health and /metrics stopped answering"
+            code = self.finish_child(grace=5.0, kill=True)
+            self.kill_tree(grace=2.0)  # EngineCore / Worker left behind by a dead API server
+            self.engine = "dead"
+            self.reason = reason or (
+                f"vLLM exited with code {code}" if code is not None else "the API server is gone"
+            )
+            self.history.append({"ended_at": time.time(), "exit_code": code, "reason": self.reason})
+            if self.command is None or self.restarts >= self.restart_limit:
+                break
+            wait = min(BACKOFF_S[0] * 2**self.restarts, BACKOFF_S[1])
+            self.engine = "restarting"
+            self.write(force=True)
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline and not self.terminated:
+                time.sleep(0.2)
+            if self.terminated:
+                break
+            self.restarts += 1
+            self.known = {}
+            self.spawn()
+        self.kill_tree(grace=2.0)  # nothing of this server outlives its supervisor's record
+        if self.engine != "dead":
+            self.engine = "stopped" if self.terminated else "exited"
+        self.write(force=True)
+        atomic_write_json(
+            self.exit_path,
+            {
+                "pid": os.getpid(),
+                "child_pid": self.api_pid,
+                "exit_code": code,
+                "signal": signal.Signals(-code).name if code is not None and code < 0 else None,
+                "terminated_by": signal.Signals(self.terminated[0]).name if self.terminated else None,
+                "engine_dead_reason": self.reason if self.engine == "dead" else None,
+                "restarts": self.restarts,
+                "adopted": self.command is None,
+                "ended_at": time.time(),
+            },
+        )
+        if code is None:
+            return 1
+        return code if code >= 0 else 128 - code
+
+    def finish_child(self, grace: float, kill: bool = False) -> int | None:
+        """Wait for the API server to exit (``kill``: stop it first); its exit code when it is ours."""
+        if kill and self.api_alive():
+            self.kill_tree(grace=grace)
+        if self.child is not None:
+            try:
+                return self.child.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                self.kill_tree(grace=2.0)
+                return self.child.wait()
+        # adopted: not our child, no exit code to read
+        if self.terminated:
+            self.kill_tree(grace=grace)
+        return None
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) >= 3 and argv[1] == "--":
+        spec = json.loads(Path(argv[0]).read_text())
+        return Supervisor(spec, argv[2:]).run()
+    if len(argv) == 2 and argv[0] == "--adopt":
+        spec = json.loads(Path(argv[1]).read_text())
+        return Supervisor(spec, None).run()
+    sys.stderr.write("usage: python -m gemma4_t4.supervisor SPEC.json -- COMMAND... | --adopt SPEC.json\n")
+    return 2
+
+
+if __name__ == "__main__":  # pragma: no cover - exercised through VLLMServer in tests
+    raise SystemExit(main(sys.argv[1:]))
