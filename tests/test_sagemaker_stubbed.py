@@ -11,6 +11,7 @@ from botocore.stub import Stubber
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.sagemaker.config import DeployConfig
 from gemma4_t4.sagemaker.deploy import DeployFailed, deploy, deploy_with_failover
+from gemma4_t4.sagemaker.image import fixed_image_tag
 from gemma4_t4.sagemaker.quotas import check_quotas, pick_region
 
 ROLE = "arn:aws:iam::123456789012:role/sm-exec"
@@ -50,6 +51,25 @@ class Clients:
     def assert_done(self):
         for _, stubber in self.clients.values():
             stubber.assert_no_pending_responses()
+
+
+def _fixed_image(region: str = "us-east-2") -> tuple[object, Stubber]:
+    """ECR answering the T4 deploy's lookup of the fixed image (a T4 never gets the stock DLC)."""
+    ecr = _client("ecr", region)
+    stubber = Stubber(ecr)
+    _expect_fixed_image(stubber)
+    stubber.activate()
+    return ecr, stubber
+
+
+def _expect_fixed_image(stubber: Stubber) -> None:
+    tag = fixed_image_tag()
+    stubber.add_response("describe_images", {"imageDetails": [
+        {"registryId": "123456789012", "repositoryName": "gemma4-t4-vllm", "imageDigest": "sha256:" + "a" * 64,
+         "imageTags": [tag]},
+        {"registryId": "123456789012", "repositoryName": "gemma4-t4-vllm", "imageDigest": "sha256:" + "b" * 64,
+         "imageTags": ["0.29.0-gpu-py312-cu130-ubuntu24.04-sagemaker-v1.3-g4t4-0.0.9", "scratch"]},
+    ]}, {"repositoryName": "gemma4-t4-vllm", "filter": {"tagStatus": "TAGGED"}})
 
 
 def _not_found(stubber: Stubber, operation: str) -> None:
@@ -138,7 +158,7 @@ def test_creating_then_failed_rolls_back_everything():
     _expect_deletes(stubber)
     clock = FakeClock()
     with stubber, pytest.raises(DeployFailed) as info:
-        deploy(DeployConfig(name=NAME, role_arn=ROLE), client=sm, poll_s=30, progress=False,
+        deploy(DeployConfig(name=NAME, role_arn=ROLE), client=sm, ecr_client=_fixed_image()[0], poll_s=30, progress=False,
                sleep=clock.sleep, monotonic=clock.monotonic)
     stubber.assert_no_pending_responses()
     result = info.value.result
@@ -159,7 +179,7 @@ def test_resource_limit_on_create_endpoint_deletes_model_and_config():
     _expect_creates(stubber, fail_at="create_endpoint")
     _expect_deletes(stubber, kinds=("endpoint_config", "model"))  # no endpoint was created
     with stubber, pytest.raises(DeployFailed) as info:
-        deploy(DeployConfig(name=NAME, role_arn=ROLE), client=sm, progress=False)
+        deploy(DeployConfig(name=NAME, role_arn=ROLE), client=sm, ecr_client=_fixed_image()[0], progress=False)
     stubber.assert_no_pending_responses()
     assert info.value.result.rolled_back == [f"endpoint-config:{NAME}", f"model:{NAME}"]
     assert info.value.result.created == [f"model:{NAME}", f"endpoint-config:{NAME}"]
@@ -176,7 +196,7 @@ def test_timeout_deletes_the_endpoint_that_never_came_up():
     _expect_deletes(stubber)
     clock = FakeClock()
     with stubber, pytest.raises(DeployFailed) as info:
-        deploy(DeployConfig(name=NAME, role_arn=ROLE), client=sm, timeout_s=300, poll_s=100, progress=False,
+        deploy(DeployConfig(name=NAME, role_arn=ROLE), client=sm, ecr_client=_fixed_image()[0], timeout_s=300, poll_s=100, progress=False,
                sleep=clock.sleep, monotonic=clock.monotonic)
     stubber.assert_no_pending_responses()
     assert info.value.result.status == "TimedOut"
@@ -195,7 +215,7 @@ def test_exception_mid_wait_still_rolls_back():
         raise RuntimeError("network went away")
 
     with stubber, pytest.raises(DeployFailed, match="network went away") as info:
-        deploy(DeployConfig(name=NAME, role_arn=ROLE), client=sm, progress=False, sleep=broken_sleep)
+        deploy(DeployConfig(name=NAME, role_arn=ROLE), client=sm, ecr_client=_fixed_image()[0], progress=False, sleep=broken_sleep)
     stubber.assert_no_pending_responses()
     assert len(info.value.result.rolled_back) == 3
 
@@ -205,7 +225,7 @@ def test_existing_resource_is_never_overwritten():
     stubber = Stubber(sm)
     _describe(stubber, "InService")
     with stubber, pytest.raises(Gemma4T4Error, match="already exists"):
-        deploy(DeployConfig(name=NAME, role_arn=ROLE), client=sm, progress=False)
+        deploy(DeployConfig(name=NAME, role_arn=ROLE), client=sm, ecr_client=_fixed_image()[0], progress=False)
     stubber.assert_no_pending_responses()  # nothing created, nothing deleted
 
 
@@ -219,10 +239,12 @@ def test_region_failover_timeline():
     west = clients.stub("sagemaker", "us-west-2")
     _expect_preflight(west)
     _expect_creates(west, region="us-west-2")
+    _expect_fixed_image(clients.stub("ecr", "us-west-2"))
     _describe(west, "Failed", "InsufficientInstanceCapacity: not enough ml.g4dn.xlarge capacity")
     _expect_deletes(west)
     east = clients.stub("sagemaker", "us-east-2")
     _expect_preflight(east)
+    _expect_fixed_image(clients.stub("ecr", "us-east-2"))
     _expect_creates(east)
     _describe(east, "InService")
     result = deploy_with_failover(DeployConfig(name=NAME, role_arn=ROLE), ["us-east-1", "us-west-2", "us-east-2"],

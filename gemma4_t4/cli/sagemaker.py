@@ -203,7 +203,7 @@ def _delete(args: argparse.Namespace) -> Output:
 
 
 def _reap(args: argparse.Namespace) -> Output:
-    from gemma4_t4.sagemaker.cost import reap
+    from gemma4_t4.sagemaker.reaper import reap
 
     dry = args.dry_run or not args.yes
     result = reap(_regions(args.regions), dry_run=dry)

@@ -7,7 +7,7 @@
 """
 
 from gemma4_t4.sagemaker.config import DeployConfig, extra_args_to_env
-from gemma4_t4.sagemaker.cost import estimate, reap
+from gemma4_t4.sagemaker.cost import estimate
 from gemma4_t4.sagemaker.deploy import (
     DeployFailed,
     DeployResult,
@@ -26,6 +26,7 @@ from gemma4_t4.sagemaker.ops import (
     list_endpoints,
 )
 from gemma4_t4.sagemaker.quotas import check_quotas, pick_region
+from gemma4_t4.sagemaker.reaper import reap
 
 __all__ = [
     "DeployConfig", "DeployFailed", "DeployResult", "check_health", "check_quotas", "delete_endpoint", "deploy",

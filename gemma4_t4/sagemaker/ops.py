@@ -20,7 +20,7 @@ from gemma4_t4.sagemaker.aws import (
     is_not_found,
 )
 from gemma4_t4.sagemaker.cli_recipe import ApiCall
-from gemma4_t4.sagemaker.config import EXPIRES_TAG
+from gemma4_t4.sagemaker.config import AUTOSCALING_TAG, EXPIRES_TAG
 from gemma4_t4.sagemaker.cost import estimate, hours_between, is_ours
 from gemma4_t4.sagemaker.image import US_REGIONS, validate_region
 
@@ -310,7 +310,12 @@ class SSEDecoder:
 def stream_deltas(payload_parts: Iterator[bytes]) -> Iterator[dict[str, Any]]:
     """OpenAI stream events -> {"text": delta} / {"usage": {...}} items."""
     decoder = SSEDecoder()
-    for part in [*payload_parts, b"\n"]:
+
+    def parts() -> Iterator[bytes]:  # lazily: a token is yielded as soon as its part arrives
+        yield from payload_parts
+        yield b"\n"
+
+    for part in parts():
         for event in decoder.feed(part):
             for choice in event.get("choices") or []:
                 delta = (choice.get("delta") or {}).get("content") or choice.get("text") or ""
@@ -369,10 +374,17 @@ class DeleteResult:
 
 
 def _resources(sm: Any, name: str) -> list[tuple[str, str]]:
-    """(kind, name) to delete, endpoint first; names come from the live chain when it exists."""
+    """(kind, name) to delete, endpoint first; names come from the live chain when it exists.
+
+    An endpoint tagged as autoscaled gets its scalable target deregistered first (that also
+    removes its scaling policies)."""
     config_name, models = name, [name]
+    scaling: list[tuple[str, str]] = []
     try:
-        config_name = sm.describe_endpoint(EndpointName=name).get("EndpointConfigName", name)
+        desc = sm.describe_endpoint(EndpointName=name)
+        config_name = desc.get("EndpointConfigName", name)
+        if AUTOSCALING_TAG in _tags(sm, desc.get("EndpointArn")):
+            scaling = [("autoscaling", f"endpoint/{name}/variant/AllTraffic")]
     except aws_exceptions() as exc:
         if not is_not_found(exc):
             raise aws_error(exc, f"DescribeEndpoint {name}") from exc
@@ -382,26 +394,44 @@ def _resources(sm: Any, name: str) -> list[tuple[str, str]]:
     except aws_exceptions() as exc:
         if not is_not_found(exc):
             raise aws_error(exc, f"DescribeEndpointConfig {config_name}") from exc
-    return [("endpoint", name), ("endpoint-config", config_name), *[("model", m) for m in models]]
+    return [*scaling, ("endpoint", name), ("endpoint-config", config_name), *[("model", m) for m in models]]
 
 
 _DELETE = {
+    "autoscaling": ("deregister_scalable_target", "ResourceId"),
     "endpoint": ("delete_endpoint", "EndpointName"),
     "endpoint-config": ("delete_endpoint_config", "EndpointConfigName"),
     "model": ("delete_model", "ModelName"),
 }
 
 
+SCALABLE = {"ServiceNamespace": "sagemaker", "ScalableDimension": "sagemaker:variant:DesiredInstanceCount"}
+
+
+def _delete_call(kind: str, res: str, region: str | None) -> ApiCall:
+    operation, key = _DELETE[kind]
+    if kind == "autoscaling":
+        return ApiCall("application-autoscaling", operation, {**SCALABLE, key: res}, region,
+                       note="also removes the target-tracking policy")
+    return ApiCall("sagemaker", operation, {key: res}, region)
+
+
 def delete_plan(name: str, region: str, resources: list[tuple[str, str]] | None = None) -> list[ApiCall]:
     resources = resources or [("endpoint", name), ("endpoint-config", name), ("model", name)]
-    return [ApiCall("sagemaker", _DELETE[kind][0], {_DELETE[kind][1]: res}, region) for kind, res in resources]
+    return [_delete_call(kind, res, region) for kind, res in resources]
 
 
-def delete_resources(sm: Any, resources: list[tuple[str, str]], result: DeleteResult) -> None:
+def delete_resources(sm: Any, resources: list[tuple[str, str]], result: DeleteResult,
+                     autoscaling_client: Any = None) -> None:
     for kind, res in resources:
-        operation, key = _DELETE[kind]
+        call = _delete_call(kind, res, None)
+        operation = call.operation
+        target = sm
+        if kind == "autoscaling":
+            region = sm.meta.region_name if hasattr(sm, "meta") else None
+            target = autoscaling_client or client_factory()("application-autoscaling", region)
         try:
-            getattr(sm, operation)(**{key: res})
+            getattr(target, operation)(**call.params)
             result.deleted.append(f"{kind}:{res}")
         except aws_exceptions() as exc:
             if is_not_found(exc):
@@ -410,8 +440,9 @@ def delete_resources(sm: Any, resources: list[tuple[str, str]], result: DeleteRe
                 raise aws_error(exc, f"{operation} {res}") from exc
 
 
-def delete_endpoint(name: str, region: str, *, client: Any = None, dry_run: bool = False) -> DeleteResult:
-    """Delete endpoint, endpoint config and model(s). Safe to repeat: missing parts are reported."""
+def delete_endpoint(name: str, region: str, *, client: Any = None, dry_run: bool = False,
+                    autoscaling_client: Any = None) -> DeleteResult:
+    """Delete autoscaling, endpoint, endpoint config and model(s). Safe to repeat: missing parts are reported."""
     validate_region(region)
     result = DeleteResult(name, region, dry_run=dry_run)
     if dry_run:
@@ -420,5 +451,5 @@ def delete_endpoint(name: str, region: str, *, client: Any = None, dry_run: bool
     sm = _client(client, "sagemaker", region)
     resources = _resources(sm, name)
     result.plan = [c.cli() for c in delete_plan(name, region, resources)]
-    delete_resources(sm, resources, result)
+    delete_resources(sm, resources, result, autoscaling_client)
     return result
