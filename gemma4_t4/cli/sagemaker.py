@@ -1,4 +1,4 @@
-"""``gemma4-t4 sagemaker quotas|image|deploy|list|status|logs|invoke|delete|reap``.
+"""``gemma4-t4 sagemaker quotas|image|build-image|deploy|matrix|list|status|logs|invoke|delete|reap``.
 
 Every subcommand takes ``--dry-run``: it prints the equivalent ``aws`` CLI commands and calls
 nothing. Destructive commands (delete, reap) need ``--yes``.
@@ -74,6 +74,58 @@ def _image(args: argparse.Namespace) -> Output:
     return Output(data, text)
 
 
+def _build_image(args: argparse.Namespace) -> Output:
+    from gemma4_t4.atomic import atomic_write_json
+    from gemma4_t4.sagemaker.build import BuildFailed, build_cost, build_plan, build_record, build_t4_image
+
+    region = args.region or _default_region()
+    cost = build_cost().line()
+    if args.dry_run:
+        plan = build_plan(region, args.base_tag)
+        return Output({"dry_run": True, "cost": cost, "plan": plan},
+                      f"{cost}\n# CodeBuild builds the image; ECR stores it\n" + _recipe(plan))
+    print(cost, file=sys.stderr)
+    try:
+        result = build_t4_image(region, args.base_tag, force=args.force, progress=not args.json)
+    except BuildFailed as exc:
+        return Output(exc.result, f"error: {exc.message}\n  fix: {exc.fix}", 1)
+    record = build_record(result)
+    if args.record:
+        atomic_write_json(args.record, record)
+    text = (f"{result.status}: {result.image_uri}\n  digest {result.digest}\n  pinned {result.pinned_uri}\n"
+            f"  created: {', '.join(result.created) or 'nothing'}; reused: {', '.join(result.reused) or 'nothing'}\n"
+            f"deploy with: gemma4-t4 sagemaker deploy --region {region} --instance-type ml.g4dn.xlarge"
+            f" (finds it) or --image-uri {result.pinned_uri}")
+    return Output(record, text)
+
+
+def _matrix(args: argparse.Namespace) -> Output:
+    from gemma4_t4.sagemaker.config import DEFAULT_MODEL_ID
+    from gemma4_t4.sagemaker.matrix import matrix_plan, run_matrix
+
+    args.name, args.model_id = "g4-matrix", DEFAULT_MODEL_ID
+    base = _config_from(args)
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    if not models:
+        raise Gemma4T4Error("--models is empty", fix="e.g. --models google/gemma-4-E2B-it,google/gemma-4-E4B-it")
+    plan = matrix_plan(models, base)
+    head = (f"{len(models)} endpoint(s) on {base.instance_type} at ${plan.usd_per_hour:.3f}/h, one at a time: "
+            f"~${plan.estimate_usd:.2f} estimated, hard budget ${args.budget_usd:.2f}")
+    if args.dry_run:
+        lines = [f"  {e.endpoint:<40} {e.model_id:<40} ~${e.estimate_usd:.2f}" for e in plan.entries]
+        return Output({"dry_run": True, "plan": plan}, "\n".join([head, *lines]))
+    print(head, file=sys.stderr)
+    result = run_matrix(models, base, budget_usd=args.budget_usd, out_dir=args.out,
+                        measure_opts={"workload": args.workload})
+    lines = [f"  {e.endpoint:<40} {e.status:<16} ${e.cost_usd:.3f}  {e.error or e.out_dir or ''}"
+             for e in result.entries]
+    lines.append(f"spent ~${result.spent_usd:.2f} of ${result.budget_usd:.2f}; deleted: "
+                 f"{', '.join(result.deleted) or 'nothing'}" + (f"; stopped: {result.stopped_reason}"
+                                                               if result.stopped_reason else ""))
+    ok = all(e.status == "measured" for e in result.entries)
+    return Output(result, "\n".join([head, *lines]), 0 if ok else 1)
+
+
 def _config_from(args: argparse.Namespace):
     from gemma4_t4.sagemaker.config import DeployConfig
 
@@ -92,21 +144,33 @@ def _config_from(args: argparse.Namespace):
         fallback_instance_types=[t for t in (args.fallback_instance_types or "").split(",") if t],
         inference_ami_version=None if args.inference_ami_version == "none" else args.inference_ami_version,
         startup_timeout_s=args.startup_timeout, ttl_hours=args.ttl_hours,
+        allow_unfixed_image=args.allow_unfixed_image, model_data_s3_uri=getattr(args, "model_data", None),
+        min_instances=args.min_instances, max_instances=args.max_instances, scaling_target=args.scaling_target,
     )
 
 
 def _deploy(args: argparse.Namespace) -> Output:
-    from gemma4_t4.sagemaker.cost import estimate
-    from gemma4_t4.sagemaker.deploy import DeployFailed, deploy, deploy_with_failover, deployment_plan
+    from gemma4_t4.sagemaker.deploy import (
+        DeployFailed,
+        deploy,
+        deploy_cost,
+        deploy_with_failover,
+        deployment_plan,
+    )
 
     config = _config_from(args)
+    if args.model_dir and args.model_data:
+        raise Gemma4T4Error("--model-dir and --model-data both name the model", fix="pass one of them")
+    upload_lines: list[str] = []
+    if args.model_dir:
+        config, upload_lines = _with_model_dir(config, args)
     if args.dry_run:
         plan = deployment_plan(config)
-        cost = estimate(config.instance_type, config.instance_count).line()
-        return Output({"dry_run": True, "config": config.summary(), "cost": cost, "plan": plan},
-                      cost + "\n" + _recipe(plan))
+        cost = deploy_cost(config).line()
+        return Output({"dry_run": True, "config": config.summary(), "cost": cost, "upload": upload_lines,
+                       "plan": plan}, cost + "\n" + _recipe(upload_lines + plan))
     config.validate()
-    print(estimate(config.instance_type, config.instance_count).line(), file=sys.stderr)
+    print(deploy_cost(config).line(), file=sys.stderr)
     kwargs = {"wait": not args.no_wait, "timeout_s": args.timeout, "progress": not args.json}
     if args.failover:
         result = deploy_with_failover(config, _regions(args.failover), **kwargs)
@@ -120,6 +184,24 @@ def _deploy(args: argparse.Namespace) -> Output:
         return Output(exc.result, f"error: {exc}\n{timeline}", 1)
     timeline = "\n".join(f"  {e.t_s:8.1f} s  {e.stage}  {e.detail}" for e in result.timeline)
     return Output(result, f"{result.name} in {result.region}: {result.status}\n{timeline}")
+
+
+def _with_model_dir(config, args: argparse.Namespace):
+    """Upload --model-dir (real run) or plan its upload (dry run); the config serves it from S3."""
+    import dataclasses
+
+    from gemma4_t4.sagemaker.upload import upload_model_folder, upload_plan
+
+    config.validate(require_role=False)  # refuse a bad config before uploading gigabytes
+    if args.dry_run:
+        uri, lines = upload_plan(args.model_dir, args.model_bucket or "gemma4-t4-models-<account>-" + config.region,
+                                 region=config.region)
+    else:
+        result = upload_model_folder(args.model_dir, config.region, bucket=args.model_bucket,
+                                     progress=not args.json)
+        print(result.table(), file=sys.stderr)
+        uri, lines = result.s3_uri, []
+    return dataclasses.replace(config, model_data_s3_uri=uri), lines
 
 
 def _list(args: argparse.Namespace) -> Output:
@@ -214,8 +296,40 @@ def _reap(args: argparse.Namespace) -> Output:
 
 
 # -- registration -------------------------------------------------------------------------------
-def register(subparsers: argparse._SubParsersAction) -> None:
+def _deploy_args(p: argparse.ArgumentParser, name: bool = True) -> None:
     from gemma4_t4.sagemaker.config import DEFAULT_INSTANCE, DEFAULT_MODEL_ID
+    from gemma4_t4.sagemaker.image import DEFAULT_VLLM_TAG
+
+    if name:
+        p.add_argument("--name", default="gemma4-t4")
+    p.add_argument("--model-id", default=DEFAULT_MODEL_ID)
+    p.add_argument("--instance-type", default=DEFAULT_INSTANCE)
+    p.add_argument("--fallback-instance-types", default=None, help="comma-separated InstancePools fallbacks")
+    p.add_argument("--role-arn", default=None, help="execution role (default: $GEMMA4_T4_SAGEMAKER_ROLE_ARN)")
+    p.add_argument("--image-uri", default=None)
+    p.add_argument("--image-tag", default=DEFAULT_VLLM_TAG)
+    p.add_argument("--dtype", default=None, help="default float16 on T4, bfloat16 elsewhere")
+    p.add_argument("--max-model-len", type=int, default=8192)
+    p.add_argument("--max-num-seqs", type=int, default=4)
+    p.add_argument("--tensor-parallel-size", type=int, default=0,
+                   help="0 (default): 1, or on multi-GPU hosts such as ml.g4dn.12xlarge what the fit calculator needs")
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.90)
+    p.add_argument("--vllm-arg", action="append", help="extra vLLM flag, e.g. --vllm-arg=--enforce-eager")
+    p.add_argument("--env", action="append", help="extra container variable KEY=VALUE (wins)")
+    p.add_argument("--inference-ami-version", default="auto", help="'auto' (from the image's CUDA) or 'none'")
+    p.add_argument("--startup-timeout", type=int, default=1800, help="container startup health-check timeout, s")
+    p.add_argument("--ttl-hours", type=float, default=4.0, help="lifetime tag enforced by `reap`")
+    p.add_argument("--allow-unfixed-image", action="store_true",
+                   help="let a T4 run an image without the Turing fix (only for a vLLM fixed upstream)")
+    p.add_argument("--min-instances", type=int, default=None, help="autoscaling: at least N instances")
+    p.add_argument("--max-instances", type=int, default=None, help="autoscaling: at most M (the cost shown is at M)")
+    p.add_argument("--scaling-target", type=float, default=4.0,
+                   help="target invocations per instance per minute for target tracking")
+
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from gemma4_t4.sagemaker.config import DEFAULT_INSTANCE
     from gemma4_t4.sagemaker.image import DEFAULT_VLLM_TAG
 
     sub = add_group(subparsers, "sagemaker", "deploy to and manage SageMaker endpoints (boto3)", __doc__)
@@ -231,28 +345,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--instance-type", default=DEFAULT_INSTANCE)
     _common(p)
 
+    p = add_command(sub, "build-image", _build_image,
+                    "build the fixed T4 image in AWS CodeBuild and push it to your ECR (no local docker)")
+    p.add_argument("--base-tag", default=DEFAULT_VLLM_TAG, help="the AWS vLLM DLC tag to build FROM")
+    p.add_argument("--force", action="store_true", help="build again even if the tag is already in ECR")
+    p.add_argument("--record", default=None, metavar="FILE", help="write the image URI and digest as JSON")
+    _common(p)
+
     p = add_command(sub, "deploy", _deploy, "create model, endpoint config and endpoint; roll back on failure")
-    p.add_argument("--name", default="gemma4-t4")
-    p.add_argument("--model-id", default=DEFAULT_MODEL_ID)
-    p.add_argument("--instance-type", default=DEFAULT_INSTANCE)
-    p.add_argument("--fallback-instance-types", default=None, help="comma-separated InstancePools fallbacks")
-    p.add_argument("--role-arn", default=None, help="execution role (default: $GEMMA4_T4_SAGEMAKER_ROLE_ARN)")
-    p.add_argument("--image-uri", default=None)
-    p.add_argument("--image-tag", default=DEFAULT_VLLM_TAG)
-    p.add_argument("--dtype", default=None, help="default float16 on T4, bfloat16 elsewhere")
-    p.add_argument("--max-model-len", type=int, default=8192)
-    p.add_argument("--max-num-seqs", type=int, default=4)
-    p.add_argument("--tensor-parallel-size", type=int, default=1)
-    p.add_argument("--gpu-memory-utilization", type=float, default=0.90)
-    p.add_argument("--vllm-arg", action="append", help="extra vLLM flag, e.g. --vllm-arg=--enforce-eager")
-    p.add_argument("--env", action="append", help="extra container variable KEY=VALUE (wins)")
-    p.add_argument("--inference-ami-version", default="auto", help="'auto' (from the image's CUDA) or 'none'")
-    p.add_argument("--startup-timeout", type=int, default=1800, help="container startup health-check timeout, s")
-    p.add_argument("--ttl-hours", type=float, default=4.0, help="lifetime tag enforced by `reap`")
+    _deploy_args(p)
+    p.add_argument("--model-dir", default=None, metavar="DIR",
+                   help="a local model folder: uploaded to S3 (resumable, checksummed) and served from there")
+    p.add_argument("--model-bucket", default=None, help="S3 bucket for --model-dir (default gemma4-t4-models-ACCOUNT-REGION)")
+    p.add_argument("--model-data", default=None, metavar="S3_URI", help="serve an uploaded folder: s3://bucket/prefix/")
     p.add_argument("--timeout", type=float, default=None, help="how long to wait for InService, s")
     p.add_argument("--no-wait", action="store_true", help="return once the endpoint is Creating")
     p.add_argument("--failover", default=None, metavar="REGIONS",
                    help="comma-separated regions to try in order (skips those without quota)")
+    _common(p)
+
+    p = add_command(sub, "matrix", _matrix, "deploy, measure and delete one endpoint per model, under a hard budget")
+    p.add_argument("--models", required=True, help="comma-separated model ids")
+    p.add_argument("--budget-usd", type=float, required=True, help="hard stop: endpoints are deleted when spent")
+    p.add_argument("--workload", default="decode", help="benchmark workload per endpoint")
+    p.add_argument("--out", default="results/sagemaker-matrix", help="results folder (one subfolder per model)")
+    _deploy_args(p, name=False)
     _common(p)
 
     p = add_command(sub, "list", _list, "this project's endpoints across regions")
