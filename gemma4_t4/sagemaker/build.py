@@ -279,7 +279,7 @@ def ensure_stack(target: BuildTarget, bundle: bytes, clients: Callable[[str, str
     """Create what is missing (ECR, S3 + bundle, role, project); record created vs reused."""
     calls = {c.operation: c for c in stack_calls(target, len(bundle))}
     region = target.region
-    ecr, s3, iam, cb = (clients(s, region) for s in ("ecr", "s3", "iam", "codebuild"))
+    ecr, s3, iam = (clients(s, region) for s in ("ecr", "s3", "iam"))
 
     def note(created: bool, what: str) -> None:
         (result.created if created else result.reused).append(what)
@@ -307,6 +307,7 @@ def ensure_stack(target: BuildTarget, bundle: bytes, clients: Callable[[str, str
          f"iam:{ROLE_NAME}")
     iam.put_role_policy(**calls["put_role_policy"].params)
     definition = calls["create_project"].params
+    cb = clients("codebuild", region)
     for attempt in range(6):  # a new role takes a few seconds to become assumable by CodeBuild
         try:
             # An existing project is reused as is: what varies per build is passed to start_build.

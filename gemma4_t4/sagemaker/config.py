@@ -266,7 +266,8 @@ class DeployConfig:
                     f"{label} {value!r} has characters a model id never has (whitespace, quotes or shell syntax)",
                     fix="pass a Hugging Face id such as " + DEFAULT_MODEL_ID + " (letters, digits, . _ - /)",
                 )
-        if self.model_data_s3_uri is not None and not _S3_PREFIX.match(self.model_data_s3_uri):
+        if self.model_data_s3_uri is not None and not _S3_PREFIX.match(
+                self.model_data_s3_uri.replace("<account>", "0" * 12)):  # a dry run's placeholder
             raise Gemma4T4Error(f"model data {self.model_data_s3_uri!r} is not an s3://bucket/prefix/ folder",
                                 fix="upload the folder with `gemma4-t4 sagemaker deploy --model-dir DIR`")
         if self.tensor_parallel_size < 0 or self.instance_count < 1:
