@@ -210,3 +210,29 @@ def test_matrix_budget_stops_before_and_during(local_aws, tmp_path):  # noqa: F8
     assert result.entries[1].status == "skipped: budget"
     assert "budget $0.50 spent" in result.stopped_reason
     assert boto3.client("sagemaker", region_name=REGION).list_endpoints()["Endpoints"] == []
+
+
+# -- what Parts 2-4 call on TARGET=sagemaker --------------------------------------------------------------
+def test_part_functions_deploy_measure_and_delete(local_aws, tmp_path):  # noqa: F811
+    from gemma4_t4.models import get_variant
+    from gemma4_t4.sagemaker.experiments import bf16_vs_qat_on_t4, repack_on_endpoint
+
+    calls = []
+
+    def measure(endpoint, region, out_dir, model=None, workload=None):
+        sm = boto3.client("sagemaker", region_name=region)
+        container = sm.describe_model(ModelName=endpoint)["PrimaryContainer"]
+        calls.append((endpoint, workload, container["Environment"]["SM_VLLM_MODEL"], container["Image"]))
+        return workload
+
+    part2 = bf16_vs_qat_on_t4(REGION, out_dir=tmp_path, measure=measure, deploy_kwargs={"poll_s": 0})
+    assert [e.status for e in part2.entries] == ["measured", "measured"]
+    hub = get_variant("e2b").hub
+    assert [c[2] for c in calls] == [hub.bf16, hub.qat_w4a16_ct]
+    assert all("/gemma4-t4-vllm:" in c[3] for c in calls)  # T4 endpoints: only the fixed image
+    folder = _model_dir(tmp_path, big=2048)
+    upload, part3 = repack_on_endpoint(folder, REGION, out_dir=tmp_path, measure=measure, progress=False,
+                                       deploy_kwargs={"poll_s": 0})
+    assert part3.entries[0].status == "measured" and calls[-1][1] == "answers"
+    assert calls[-1][2] == "/opt/ml/model" and upload.s3_uri.endswith("/")
+    assert boto3.client("sagemaker", region_name=REGION).list_endpoints()["Endpoints"] == []

@@ -53,6 +53,7 @@ class MatrixEntry:
     out_dir: str | None = None
     error: str | None = None
     result: Any = None
+    instance_type: str = ""
 
 
 @dataclass
@@ -79,20 +80,40 @@ def endpoint_name(prefix: str, model_id: str) -> str:
     return f"{prefix}-{slug}"[:63].rstrip("-")
 
 
+def matrix_configs(models: Sequence[str], base: DeployConfig, prefix: str = "g4-matrix") -> list[DeployConfig]:
+    return [dataclasses.replace(base, model_id=m, name=endpoint_name(prefix, m)) for m in models]
+
+
+def _rate(config: DeployConfig) -> float:
+    rate = deploy_cost(config).usd_per_hour
+    if rate is None:
+        raise Gemma4T4Error(f"no price for {config.instance_type}: a budget cannot be enforced",
+                            fix="use an instance type listed in gemma4_t4.hardware.PRICES")
+    return rate
+
+
+def configs_plan(configs: Sequence[DeployConfig], *, deploy_minutes: float = DEPLOY_MINUTES,
+                 measure_minutes: float = MEASURE_MINUTES) -> MatrixResult:
+    """The cost estimate per endpoint (validated; nothing is called)."""
+    if not configs:
+        raise Gemma4T4Error("nothing to deploy", fix="pass at least one model")
+    names = [c.name for c in configs]
+    if len(set(names)) != len(names):
+        raise Gemma4T4Error(f"two endpoints share a name: {names}", fix="give each model its own endpoint name")
+    plan = MatrixResult(configs[0].instance_type, configs[0].region, 0.0, _rate(configs[0]))
+    for config in configs:
+        config.validate(require_role=False)
+        estimate = round(_rate(config) * (deploy_minutes + measure_minutes) / 60.0, 4)
+        plan.entries.append(MatrixEntry(config.model_id, config.name, "planned", estimate,
+                                        instance_type=config.instance_type))
+    return plan
+
+
 def matrix_plan(models: Sequence[str], base: DeployConfig, *, prefix: str = "g4-matrix",
                 deploy_minutes: float = DEPLOY_MINUTES, measure_minutes: float = MEASURE_MINUTES) -> MatrixResult:
     """The cost estimate per model (nothing is called)."""
-    rate = deploy_cost(base).usd_per_hour
-    if rate is None:
-        raise Gemma4T4Error(f"no price for {base.instance_type}: a budget cannot be enforced",
-                            fix="use an instance type listed in gemma4_t4.hardware.PRICES")
-    plan = MatrixResult(base.instance_type, base.region, 0.0, rate)
-    for model in models:
-        config = dataclasses.replace(base, model_id=model, name=endpoint_name(prefix, model))
-        config.validate(require_role=False)
-        estimate = round(rate * (deploy_minutes + measure_minutes) / 60.0, 4)
-        plan.entries.append(MatrixEntry(model, config.name, "planned", estimate))
-    return plan
+    return configs_plan(matrix_configs(models, base, prefix), deploy_minutes=deploy_minutes,
+                        measure_minutes=measure_minutes)
 
 
 class _Watchdog:
@@ -130,15 +151,22 @@ class _Watchdog:
 
 
 def run_matrix(models: Sequence[str], base: DeployConfig, *, budget_usd: float, out_dir: str | Path,
-               prefix: str = "g4-matrix", measure: Callable[..., Any] = measure_endpoint,
-               measure_opts: dict[str, Any] | None = None, deploy_kwargs: dict[str, Any] | None = None,
-               deploy_minutes: float = DEPLOY_MINUTES, measure_minutes: float = MEASURE_MINUTES,
-               client: Any = None, watch_s: float = 5.0,
-               monotonic: Callable[[], float] = time.monotonic) -> MatrixResult:
+               prefix: str = "g4-matrix", **kwargs: Any) -> MatrixResult:
     """Deploy, measure and delete each model's endpoint in turn; never spend past ``budget_usd``."""
+    return run_configs(matrix_configs(models, base, prefix), budget_usd=budget_usd, out_dir=out_dir, **kwargs)
+
+
+def run_configs(configs: Sequence[DeployConfig], *, budget_usd: float, out_dir: str | Path,
+                measure: Callable[..., Any] = measure_endpoint, measure_opts: dict[str, Any] | None = None,
+                deploy_kwargs: dict[str, Any] | None = None, deploy_minutes: float = DEPLOY_MINUTES,
+                measure_minutes: float = MEASURE_MINUTES, client: Any = None, watch_s: float = 5.0,
+                monotonic: Callable[[], float] = time.monotonic) -> MatrixResult:
+    """Deploy, measure and delete each config's endpoint in turn (one region); budget-capped."""
     if not budget_usd > 0:
         raise Gemma4T4Error(f"budget {budget_usd!r} must be a positive number of USD", fix="e.g. --budget-usd 5")
-    plan = matrix_plan(models, base, prefix=prefix, deploy_minutes=deploy_minutes, measure_minutes=measure_minutes)
+    plan = configs_plan(configs, deploy_minutes=deploy_minutes, measure_minutes=measure_minutes)
+    by_name = {c.name: c for c in configs}
+    base = configs[0]
     result = MatrixResult(base.instance_type, base.region, budget_usd, plan.usd_per_hour)
     out = Path(out_dir)
     live: list[str] = []
@@ -149,7 +177,7 @@ def run_matrix(models: Sequence[str], base: DeployConfig, *, budget_usd: float, 
             if name not in live:
                 return
             live.remove(name)
-        deleted = delete_endpoint(name, base.region, client=client)
+        deleted = delete_endpoint(name, by_name[name].region, client=client)
         result.deleted += deleted.deleted
 
     try:
@@ -163,11 +191,11 @@ def run_matrix(models: Sequence[str], base: DeployConfig, *, budget_usd: float, 
                 result.stopped_reason = (f"{entry.model_id} would cost ~${entry.estimate_usd:.2f}, "
                                          f"${left:.2f} of the budget is left")
                 continue
-            config = dataclasses.replace(base, model_id=entry.model_id, name=entry.endpoint)
+            config = by_name[entry.endpoint]
             entry.out_dir = str(out / entry.endpoint)
             with lock:
                 live.append(entry.endpoint)
-            watchdog = _Watchdog(left, plan.usd_per_hour, monotonic, lambda n=entry.endpoint: remove(n), watch_s)
+            watchdog = _Watchdog(left, _rate(config), monotonic, lambda n=entry.endpoint: remove(n), watch_s)
             try:
                 with watchdog:
                     try:
@@ -176,7 +204,7 @@ def run_matrix(models: Sequence[str], base: DeployConfig, *, budget_usd: float, 
                         entry.status, entry.error = "deploy failed", str(exc)
                         continue
                     try:
-                        entry.result = measure(entry.endpoint, base.region, entry.out_dir, model=entry.model_id,
+                        entry.result = measure(entry.endpoint, config.region, entry.out_dir, model=entry.model_id,
                                                **(measure_opts or {}))
                         entry.status = "measured"
                     except Exception as exc:  # noqa: BLE001 - recorded; the endpoint is deleted below
