@@ -16,7 +16,12 @@ from botocore.eventstream import EventStreamBuffer
 from botocore.exceptions import ClientError
 
 from gemma4_t4.sagemaker import DeployConfig, deploy, invoke, invoke_stream
-from gemma4_t4.sagemaker.runtime_standin import RuntimeStandIn, event_message, model_stream_error, payload_part
+from gemma4_t4.sagemaker.runtime_standin import (
+    RuntimeStandIn,
+    event_message,
+    model_stream_error,
+    payload_part,
+)
 
 REGION = "us-east-2"
 
