@@ -437,3 +437,25 @@ def build_record(result: BuildResult) -> dict[str, Any]:
             "tag": result.tag, "region": result.region, "status": result.status, "build_id": result.build_id,
             "package_version": images.package_version(),
             "recorded_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
+
+
+@dataclass
+class T4Image:
+    """The fixed image a T4 deploy will use: found in ECR, or built now."""
+
+    image_uri: str
+    digest: str | None
+    built: bool
+    build: BuildResult | None = None
+
+
+def ensure_t4_image(region: str, base_tag: str = images.DEFAULT_VLLM_TAG, *, progress: bool = True,
+                    on_build_succeeded: Callable[[BuildTarget], None] | None = None, **kwargs: Any) -> T4Image:
+    """The newest fixed image in ``region``'s ECR, else build one (its cost is printed first)."""
+    try:
+        found = images.find_fixed_image(region)
+        return T4Image(found.image_uri, found.digest, built=False)
+    except Gemma4T4Error as missing:
+        print(f"{missing.message}\nbuilding it: {build_cost().line()}")
+    result = build_t4_image(region, base_tag, progress=progress, on_build_succeeded=on_build_succeeded, **kwargs)
+    return T4Image(result.image_uri, result.digest, built=True, build=result)

@@ -144,6 +144,10 @@ class LocalAWS:
         return boto3.client(service, region_name=region or self.region, endpoint_url=self.endpoint_url,
                             aws_access_key_id="testing", aws_secret_access_key="testing")
 
+    def seed_fixed_image_for(self, target: Any) -> str:
+        """``build_t4_image(on_build_succeeded=...)`` hook: the stand-in push for that build's target."""
+        return self.seed_fixed_image(target.region, target.tag)
+
     def seed_fixed_image(self, region: str | None = None, tag: str | None = None) -> str:
         """STAND-IN for a finished ``build-image`` run: moto's CodeBuild runs no Docker build, so put
         the image manifest that build's ``docker push`` would have written into moto's ECR.
