@@ -172,3 +172,27 @@ def test_t4_deploy_without_a_fixed_image_refuses_and_creates_nothing(local_aws):
                     ecr_client=object())
     image = sm.describe_model(ModelName="g4-optout")["PrimaryContainer"]["Image"]
     assert result.success and image.startswith("763104351884.dkr.ecr.us-east-2.amazonaws.com/vllm:")
+
+
+def test_cli_record_and_mcp_tool_need_confirm(local_aws, tmp_path, capsys):  # noqa: F811
+    from gemma4_t4.mcp_server import _ANNOTATIONS, CONFIRM_REQUIRED
+    from gemma4_t4.mcp_server import build_t4_image as tool
+
+    _clear_ecr()
+    refused = tool(region=REGION)
+    assert refused.refused and "confirm=True" in refused.reason and "estimated cost" in refused.cost
+    assert any("aws codebuild start-build" in c for c in refused.aws_cli)
+    assert _stack_counts() == {"repos": 0, "buckets": 0, "roles": 0, "projects": 0}  # nothing was created
+    assert "build_t4_image" in CONFIRM_REQUIRED and _ANNOTATIONS["build_t4_image"].destructive_hint
+    failed = tool(region=REGION, confirm=True)  # moto's CodeBuild pushes nothing: verified as a failure
+    assert not failed.refused and "is not in ECR" in failed.reason
+
+    uri = local_aws.seed_fixed_image()  # the stand-in push, then the CLI finds and records it
+    record = tmp_path / "t4-image.json"
+    assert main(["sagemaker", "build-image", "--region", REGION, "--record", str(record)]) == 0
+    out = capsys.readouterr().out
+    assert "REUSED" in out and uri in out
+    saved = json.loads(record.read_text())
+    assert saved["image_uri"] == uri and saved["pinned_uri"].endswith("@" + saved["digest"])
+    assert main(["sagemaker", "build-image", "--region", REGION, "--base-tag", "latest"]) == 2
+    assert "not a pinned vLLM SageMaker tag" in capsys.readouterr().err
