@@ -27,6 +27,7 @@ from typing import Any, Literal
 import anyio
 from pydantic import BaseModel, TypeAdapter
 
+from gemma4_t4.bench.schemas import RunReport
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.jsonable import to_jsonable
 from gemma4_t4.sagemaker.config import SECRET_KEY
@@ -574,25 +575,27 @@ def server_status() -> ServerToolResult:
 
 
 def run_benchmark(base_url: str, model: str | None = None,
-                  workload: Literal["decode", "ttft", "prefix", "answers"] = "decode",
+                  workload: Literal["decode", "ttft", "prefix", "answers", "load"] = "decode",
                   concurrency: list[int] | None = None, input_len: int | None = None,
                   output_len: int | None = None, num_prompts: int | None = None,
                   out_dir: str | None = None, rates: list[float] | None = None,
-                  arrival: Literal["poisson", "constant"] | None = None, sweep: int | None = None) -> dict[str, Any]:
-    """Benchmark a running OpenAI-compatible server (TTFT, TPOT, throughput); writes a results dir.
-    concurrency = closed loop; rates (requests/s, decode only) = open loop with Poisson or constant arrivals;
-    sweep=N (decode) = one-at-a-time, all-at-once, then N open-loop rates in between."""
-    bench = _optional("gemma4_t4.bench", "the benchmark")
+                  arrival: Literal["poisson", "constant"] | None = None, sweep: int | None = None,
+                  method: Literal["vllm", "series"] = "vllm",
+                  request_timeout_s: float | None = None) -> RunReport:
+    """Benchmark a running OpenAI-compatible server or sagemaker://REGION/ENDPOINT (TTFT, TPOT, throughput);
+    writes a results dir. concurrency = closed loop; rates (requests/s, decode only) = open loop with Poisson or
+    constant arrivals; sweep=N (decode) = one-at-a-time, all-at-once, then N open-loop rates in between;
+    method="series" (decode) = the series' (512-16)/(wall512 - wall16) at c=1."""
+    bench = _optional("gemma4_t4.bench.workloads", "the benchmark")
     if model is None:
         model = _served_model(base_url)
     out = out_dir or os.path.join(_work_dir(), "bench", f"{workload}-{time.strftime('%Y%m%d-%H%M%S')}")
-    opts = {k: v for k, v in {"concurrency": concurrency, "input_len": input_len, "output_len": output_len,
-                              "num_prompts": num_prompts, "rates": rates, "arrival": arrival,
-                              "sweep": sweep}.items()
-            if v is not None}
-    run = bench.run_benchmark(base_url, model, workload, out, **opts)
-    return {"status": run.status, "out_dir": str(run.dir), "failed": run.failed, "table": run.table(),
-            "cells": to_jsonable(run.cells)}
+    given = {"concurrency": concurrency, "input_len": input_len, "output_len": output_len,
+             "num_prompts": num_prompts, "rates": rates, "arrival": arrival, "sweep": sweep, "method": method,
+             "request_timeout_s": request_timeout_s}
+    args = bench.build_args(base_url, model, workload, out, progress=False,
+                            **{k: v for k, v in given.items() if v is not None})
+    return bench.run_benchmark(args).report()
 
 
 _TOOLS: dict[str, Callable[..., Any]] = {

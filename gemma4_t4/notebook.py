@@ -286,43 +286,24 @@ def serve(model: str, target: str, work_dir: str | Path, name: str | None = None
 # ---------------------------------------------------------------- benchmark results as tables
 
 
-def _median(stats: Any) -> float | None:
-    return stats.get("median") if isinstance(stats, dict) else None
-
-
 def bench_rows(run: Any) -> list[dict[str, Any]]:
     """One display row per measured cell of a :class:`gemma4_t4.bench.results.BenchRun`."""
-    rows = []
-    for cell in run.cells:
-        cache = cell.get("prefix_cache") or {}
-        rows.append({
-            "workload": cell.get("workload"), "variant": cell.get("variant"),
-            "concurrency": cell.get("concurrency") if cell.get("concurrency") is not None
-            else f"{(cell.get('open_loop') or {}).get('offered_rate_rps')} req/s", "input tokens": cell.get("input_len"),
-            "output tokens": cell.get("output_len"), "ok": cell.get("completed"), "failed": cell.get("failed"),
-            "TTFT ms (median)": _median(cell.get("ttft_ms")), "TPOT ms (median)": _median(cell.get("tpot_ms")),
-            "per-stream tok/s (median)": _median(cell.get("per_stream_tok_s")),
-            "output tok/s (all streams)": cell.get("output_throughput_tok_s"),
-            "prefix cache hit rate": cache.get("hit_rate"),
-        })
-    return rows
+    return [row.model_dump(by_alias=True) for row in run.rows()]
 
 
 def per_stream_by_concurrency(run: Any) -> dict[int, float]:
     """Median per-stream decode tok/s for each concurrency of a decode run."""
-    return {int(c["concurrency"]): _median(c.get("per_stream_tok_s")) for c in run.cells
-            if c.get("workload") == "decode" and c.get("concurrency") is not None}
+    return run.per_stream_by_concurrency()
 
 
 def throughput_by_concurrency(run: Any) -> dict[int, float]:
     """Aggregate output tok/s (all streams) for each concurrency of a decode run."""
-    return {int(c["concurrency"]): c.get("output_throughput_tok_s") for c in run.cells
-            if c.get("workload") == "decode" and c.get("concurrency") is not None}
+    return run.throughput_by_concurrency()
 
 
 def ttft_by_input_len(run: Any) -> dict[int, float]:
     """Median TTFT (ms) for each input length of a ttft run."""
-    return {int(c["input_len"]): _median(c.get("ttft_ms")) for c in run.cells if c.get("workload") == "ttft"}
+    return run.ttft_by_input_len()
 
 
 # ---------------------------------------------------------------- files

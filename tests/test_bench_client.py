@@ -34,8 +34,10 @@ def fake():
 def _run(server, specs, concurrency=1, keep_text=False):
     async def go():
         async with make_session(concurrency) as session:
-            return await run_closed_loop(session, server.base_url, "fake-model", specs, concurrency,
-                                         keep_text=keep_text)
+            return await run_closed_loop(
+                session, server.base_url, "fake-model", specs, concurrency, keep_text=keep_text
+            )
+
     return [r.to_dict() for r in asyncio.run(go())]
 
 
@@ -97,8 +99,14 @@ def test_missing_usage_falls_back_to_chunk_count_and_says_so(fake):
 
 
 def test_malformed_sse_and_http_errors_are_counted_not_raised(fake):
-    records = _run(fake, [_spec(0, ttft_s=0.01, gap_s=0.001, malformed_after_chunks=3),
-                          _spec(1, http_status=500), _spec(2, ttft_s=0.01, gap_s=0.001)])
+    records = _run(
+        fake,
+        [
+            _spec(0, ttft_s=0.01, gap_s=0.001, malformed_after_chunks=3),
+            _spec(1, http_status=500),
+            _spec(2, ttft_s=0.01, gap_s=0.001),
+        ],
+    )
     by_id = {r["request_id"]: r for r in records}
     assert by_id["r0"]["error"] == "malformed_sse"
     assert by_id["r1"]["error"] == "http_500"
@@ -128,19 +136,57 @@ def test_bad_options_are_refused(fake, tmp_path):
 def test_full_workloads_on_the_fake_server_write_results_and_plots(tmp_path):
     state = FakeServerState(default=FakeScript(ttft_s=0.02, gap_s=0.002))
     with FakeServer(free_port(), state) as server:
-        a = run_benchmark(server.base_url, "fake-model", "decode", tmp_path / "a", concurrency=[1, 4],
-                          input_len=64, output_len=8, num_prompts=6, max_num_seqs=2, gpu="t4",
-                          bytes_per_token=1.862e9, progress=False)
-        b = run_benchmark(server.base_url, "fake-model", "decode", tmp_path / "b", concurrency=[1, 4],
-                          input_len=64, output_len=8, num_prompts=6, progress=False)
-        ttft = run_benchmark(server.base_url, "fake-model", "ttft", tmp_path / "ttft",
-                             input_lens=[32, 64, 128, 256, 512], output_len=4, num_prompts=3, progress=False)
-        prefix = run_benchmark(server.base_url, "fake-model", "prefix", tmp_path / "prefix", input_len=300,
-                               prefix_len=200, groups=2, num_prompts=4, output_len=4, progress=False)
+        a = run_benchmark(
+            server.base_url,
+            "fake-model",
+            "decode",
+            tmp_path / "a",
+            concurrency=[1, 4],
+            input_len=64,
+            output_len=8,
+            num_prompts=6,
+            max_num_seqs=2,
+            gpu="t4",
+            bytes_per_token=1.862e9,
+            progress=False,
+        )
+        b = run_benchmark(
+            server.base_url,
+            "fake-model",
+            "decode",
+            tmp_path / "b",
+            concurrency=[1, 4],
+            input_len=64,
+            output_len=8,
+            num_prompts=6,
+            progress=False,
+        )
+        ttft = run_benchmark(
+            server.base_url,
+            "fake-model",
+            "ttft",
+            tmp_path / "ttft",
+            input_lens=[32, 64, 128, 256, 512],
+            output_len=4,
+            num_prompts=3,
+            progress=False,
+        )
+        prefix = run_benchmark(
+            server.base_url,
+            "fake-model",
+            "prefix",
+            tmp_path / "prefix",
+            input_len=300,
+            prefix_len=200,
+            groups=2,
+            num_prompts=4,
+            output_len=4,
+            progress=False,
+        )
     assert a.status == "complete" and [c["queueing"] for c in a.cells] == [False, True]
     cell = a.cells[0]
     for key in ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms"):
-        assert set(cell[key]) >= {"mean", "median", "p90", "p99"}
+        assert set(cell[key].keys()) >= {"mean", "median", "p90", "p99"}  # measured, not None
     assert cell["input_len_exact"] and cell["completed"] == 6 and cell["failed"] == 0
     assert cell["derived"]["roofline"]["ceiling_tok_s"] == pytest.approx(171.9, abs=0.1)
     assert len(a.measured(cell["cell"])) == 6
@@ -150,7 +196,12 @@ def test_full_workloads_on_the_fake_server_write_results_and_plots(tmp_path):
     assert len(ttft.cells) == 5 and all(c["input_len_exact"] for c in ttft.cells)
     assert [c["variant"] for c in prefix.cells] == ["shared_prefix", "unique_prompts"]
     names = {p.name for p in plot_run(a) + plot_run(ttft) + plot_run(prefix)}
-    assert names == {"throughput_vs_concurrency.png", "roofline.png", "ttft_vs_input_len.png", "prefix_cache.png"}
+    assert names == {
+        "throughput_vs_concurrency.png",
+        "roofline.png",
+        "ttft_vs_input_len.png",
+        "prefix_cache.png",
+    }
     comparison = compare_runs(a.dir, b.dir)
     assert len(comparison.cells) == 2 and "B/A" in comparison.text()
     assert plot_compare(a, b, tmp_path / "ab.png").stat().st_size > 1000
@@ -159,9 +210,23 @@ def test_full_workloads_on_the_fake_server_write_results_and_plots(tmp_path):
 
 def test_server_dying_mid_run_keeps_partial_results_and_exits_nonzero(tmp_path):
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "gemma4_t4.bench.fake_server", "--port", str(port),
-                             "--ttft", "0.01", "--gap", "0.002", "--exit-after-requests", "6"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gemma4_t4.bench.fake_server",
+            "--port",
+            str(port),
+            "--ttft",
+            "0.01",
+            "--gap",
+            "0.002",
+            "--exit-after-requests",
+            "6",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -172,9 +237,30 @@ def test_server_dying_mid_run_keeps_partial_results_and_exits_nonzero(tmp_path):
                 time.sleep(0.1)
         out = tmp_path / "partial"
         # 2 warm-ups + 4 measured succeed, then the fake server exits
-        code = cli_main(["bench", "run", "--base-url", f"http://127.0.0.1:{port}", "--model", "fake-model",
-                         "--workload", "decode", "--concurrency", "1,2", "--input-len", "32", "--output-len", "4",
-                         "--num-prompts", "10", "--out", str(out), "--json", "--no-plots"])
+        code = cli_main(
+            [
+                "bench",
+                "run",
+                "--base-url",
+                f"http://127.0.0.1:{port}",
+                "--model",
+                "fake-model",
+                "--workload",
+                "decode",
+                "--concurrency",
+                "1,2",
+                "--input-len",
+                "32",
+                "--output-len",
+                "4",
+                "--num-prompts",
+                "10",
+                "--out",
+                str(out),
+                "--json",
+                "--no-plots",
+            ]
+        )
         assert code == 1
         run = load_run(out)
         first = run.cells[0]
@@ -189,24 +275,74 @@ def test_server_dying_mid_run_keeps_partial_results_and_exits_nonzero(tmp_path):
 
 def test_cli_run_plot_and_compare(tmp_path, capsys):
     with FakeServer(free_port(), FakeServerState(default=FakeScript(ttft_s=0.01, gap_s=0.001))) as server:
-        base = ["bench", "run", "--base-url", server.base_url, "--model", "fake-model", "--workload", "decode",
-                "--concurrency", "1", "--input-len", "32", "--output-len", "4", "--num-prompts", "4"]
+        base = [
+            "bench",
+            "run",
+            "--base-url",
+            server.base_url,
+            "--model",
+            "fake-model",
+            "--workload",
+            "decode",
+            "--concurrency",
+            "1",
+            "--input-len",
+            "32",
+            "--output-len",
+            "4",
+            "--num-prompts",
+            "4",
+        ]
         assert cli_main(base + ["--out", str(tmp_path / "a")]) == 0
         assert cli_main(base + ["--out", str(tmp_path / "b"), "--json"]) == 0
         capsys.readouterr()
         assert cli_main(base + ["--out", str(tmp_path / "a")]) == 2  # never overwrites silently
         assert "already holds" in capsys.readouterr().err
-        open_loop = ["bench", "run", "--base-url", server.base_url, "--model", "fake-model", "--workload", "decode",
-                     "--rate", "5,10", "--arrival", "constant", "--max-in-flight", "4", "--input-len", "32",
-                     "--output-len", "4", "--num-prompts", "4", "--json", "--out", str(tmp_path / "open")]
+        open_loop = [
+            "bench",
+            "run",
+            "--base-url",
+            server.base_url,
+            "--model",
+            "fake-model",
+            "--workload",
+            "decode",
+            "--rate",
+            "5,10",
+            "--arrival",
+            "constant",
+            "--max-in-flight",
+            "4",
+            "--input-len",
+            "32",
+            "--output-len",
+            "4",
+            "--num-prompts",
+            "4",
+            "--json",
+            "--out",
+            str(tmp_path / "open"),
+        ]
         capsys.readouterr()
         assert cli_main(open_loop) == 0
         cells = json.loads(capsys.readouterr().out)["cells"]
-        assert [(c["open_loop"]["offered_rate_rps"], c["open_loop"]["max_in_flight"]) for c in cells] == [(5, 4), (10, 4)]
+        assert [(c["open_loop"]["offered_rate_rps"], c["open_loop"]["max_in_flight"]) for c in cells] == [
+            (5, 4),
+            (10, 4),
+        ]
         with pytest.raises(SystemExit) as bad:
             cli_main(open_loop[:-2] + ["--out", str(tmp_path / "bad"), "--rate", "1,x"])
         assert bad.value.code == 2 and "comma-separated numbers" in capsys.readouterr().err
-        answers = ["bench", "run", "--base-url", server.base_url, "--model", "fake-model", "--workload", "answers"]
+        answers = [
+            "bench",
+            "run",
+            "--base-url",
+            server.base_url,
+            "--model",
+            "fake-model",
+            "--workload",
+            "answers",
+        ]
         assert cli_main(answers + ["--out", str(tmp_path / "ans1"), "--no-plots"]) == 0
         assert cli_main(answers + ["--out", str(tmp_path / "ans2"), "--no-plots"]) == 0
     assert Path(tmp_path / "a" / "throughput_vs_concurrency.png").exists()
@@ -239,8 +375,10 @@ def test_arrival_processes():
 def test_peak_in_flight_counts_overlaps():
     from gemma4_t4.bench.metrics import peak_in_flight
 
-    records = [{"send_s": 0.0, "end_s": 1.0}, {"send_s": 0.5, "end_s": 2.0}, {"send_s": 1.0, "end_s": 1.5},
-               {"send_s": 1.6, "end_s": 1.7}]
+    records = [
+        {"request_id": f"r{i}", "send_s": s, "end_s": e}
+        for i, (s, e) in enumerate([(0.0, 1.0), (0.5, 2.0), (1.0, 1.5), (1.6, 1.7)])
+    ]
     assert peak_in_flight(records) == 2  # the first ends as the third starts
 
 
@@ -249,11 +387,31 @@ def test_open_loop_keeps_its_schedule_and_shows_pile_up(tmp_path):
     arrival gap pile up (peak in flight), and a full client cap shows as send lag."""
     state = FakeServerState(default=FakeScript(ttft_s=0.15, gap_s=0.02))  # 8 tokens: ~0.3 s per request
     with FakeServer(free_port(), state) as server:
-        run = run_benchmark(server.base_url, "fake-model", "decode", tmp_path / "open", rates=[8.0, 16.0],
-                            arrival="constant", input_len=32, output_len=8, num_prompts=12, progress=False)
-        capped = run_benchmark(server.base_url, "fake-model", "decode", tmp_path / "capped", rates=[16.0],
-                               arrival="constant", max_in_flight=1, input_len=32, output_len=8, num_prompts=6,
-                               progress=False)
+        run = run_benchmark(
+            server.base_url,
+            "fake-model",
+            "decode",
+            tmp_path / "open",
+            rates=[8.0, 16.0],
+            arrival="constant",
+            input_len=32,
+            output_len=8,
+            num_prompts=12,
+            progress=False,
+        )
+        capped = run_benchmark(
+            server.base_url,
+            "fake-model",
+            "decode",
+            tmp_path / "capped",
+            rates=[16.0],
+            arrival="constant",
+            max_in_flight=1,
+            input_len=32,
+            output_len=8,
+            num_prompts=6,
+            progress=False,
+        )
     assert run.status == "complete" and [c["variant"] for c in run.cells] == ["open_loop", "open_loop"]
     for cell, rate in zip(run.cells, (8.0, 16.0), strict=True):
         ol = cell["open_loop"]
@@ -279,18 +437,40 @@ def test_open_loop_options_are_checked(fake, tmp_path):
     with pytest.raises(Gemma4T4Error, match="> 0"):
         run_benchmark(fake.base_url, "fake-model", "decode", tmp_path / "y", rates=[0.0], progress=False)
     with pytest.raises(Gemma4T4Error, match="arrival"):
-        run_benchmark(fake.base_url, "fake-model", "decode", tmp_path / "z", rates=[1.0], arrival="bursty",
-                      progress=False)
+        run_benchmark(
+            fake.base_url,
+            "fake-model",
+            "decode",
+            tmp_path / "z",
+            rates=[1.0],
+            arrival="bursty",
+            progress=False,
+        )
 
 
 def test_sweep_measures_both_ends_then_rates_in_between(tmp_path):
     """guidellm-style sweep: one at a time, all at once, then open-loop rates between the two."""
     state = FakeServerState(default=FakeScript(ttft_s=0.05, gap_s=0.01))  # ~0.08 s per 4-token request
     with FakeServer(free_port(), state) as server:
-        run = run_benchmark(server.base_url, "fake-model", "decode", tmp_path / "sweep", sweep=2, arrival="constant",
-                            input_len=32, output_len=4, num_prompts=8, progress=False)
+        run = run_benchmark(
+            server.base_url,
+            "fake-model",
+            "decode",
+            tmp_path / "sweep",
+            sweep=2,
+            arrival="constant",
+            input_len=32,
+            output_len=4,
+            num_prompts=8,
+            progress=False,
+        )
     assert run.status == "complete"
-    assert [c["variant"] for c in run.cells] == ["sweep_synchronous", "sweep_throughput", "sweep_rate", "sweep_rate"]
+    assert [c["variant"] for c in run.cells] == [
+        "sweep_synchronous",
+        "sweep_throughput",
+        "sweep_rate",
+        "sweep_rate",
+    ]
     sync, burst = run.cells[0], run.cells[1]
     assert (sync["concurrency"], burst["concurrency"]) == (1, 8)
     sweep = run.run["sweep"]
@@ -311,8 +491,12 @@ def test_sweep_rates_and_options():
 
 def test_sweep_option_conflicts_are_refused(fake, tmp_path):
     with pytest.raises(Gemma4T4Error, match="--sweep"):
-        run_benchmark(fake.base_url, "fake-model", "decode", tmp_path / "a", sweep=3, rates=[1.0], progress=False)
+        run_benchmark(
+            fake.base_url, "fake-model", "decode", tmp_path / "a", sweep=3, rates=[1.0], progress=False
+        )
     with pytest.raises(Gemma4T4Error, match="--sweep"):
-        run_benchmark(fake.base_url, "fake-model", "decode", tmp_path / "b", sweep=3, concurrency=[2], progress=False)
+        run_benchmark(
+            fake.base_url, "fake-model", "decode", tmp_path / "b", sweep=3, concurrency=[2], progress=False
+        )
     with pytest.raises(Gemma4T4Error, match="at least 1"):
         run_benchmark(fake.base_url, "fake-model", "decode", tmp_path / "c", sweep=0, progress=False)

@@ -11,6 +11,7 @@ from gemma4_t4.bench.answers import compare_answers, is_correct
 from gemma4_t4.bench.derive import cost, derive_cell, roofline
 from gemma4_t4.bench.published import GCE_T4_E2B, published_results
 from gemma4_t4.bench.results import ResultsWriter, cells_to_csv, load_run, read_records
+from gemma4_t4.bench.schemas import CellStats
 from gemma4_t4.bench.telemetry import cache_config, prefix_cache_delta, snapshot_from_text
 from gemma4_t4.errors import Gemma4T4Error
 
@@ -26,9 +27,19 @@ def test_percentiles_match_numpy():
 
 
 def _record(send, first, chunks, n, error=None, first_chunk=None):
-    return {"send_s": send, "first_token_s": first, "first_chunk_s": first_chunk or first,
-            "first_content_s": first, "last_choice_s": chunks[-1], "end_s": chunks[-1] + 0.001,
-            "chunk_times_s": chunks, "completion_tokens": n, "prompt_tokens": 100, "error": error}
+    return {
+        "request_id": f"r{send}",
+        "send_s": send,
+        "first_token_s": first,
+        "first_chunk_s": first_chunk or first,
+        "first_content_s": first,
+        "last_choice_s": chunks[-1],
+        "end_s": chunks[-1] + 0.001,
+        "chunk_times_s": chunks,
+        "completion_tokens": n,
+        "prompt_tokens": 100,
+        "error": error,
+    }
 
 
 def test_request_metrics_definitions():
@@ -46,8 +57,11 @@ def test_request_metrics_definitions():
 
 
 def test_aggregate_window_and_failures():
-    records = [_record(0.0, 0.1, [0.1, 0.2], 10), _record(0.5, 0.6, [0.6, 1.0], 10),
-               _record(0.2, None, [0.3], 0, error="disconnected")]
+    records = [
+        _record(0.0, 0.1, [0.1, 0.2], 10),
+        _record(0.5, 0.6, [0.6, 1.0], 10),
+        _record(0.2, None, [0.3], 0, error="disconnected"),
+    ]
     agg = metrics.aggregate(records)
     assert agg["completed"] == 2 and agg["failed"] == 1 and agg["errors"] == {"disconnected": 1}
     assert agg["window"]["duration_s"] == pytest.approx(1.001)
@@ -89,7 +103,7 @@ def test_roofline_and_cost_match_the_reference_figures():
     assert roofline(200.0, 1.862e9, "t4")["plausibility"].startswith("error")
     prices = cost(100.0, ["sagemaker:ml.g4dn.xlarge"])
     assert prices["sagemaker:ml.g4dn.xlarge"] == pytest.approx(0.736 / 0.36)
-    cell = {"per_stream_tok_s": {"median": 40.0}, "output_throughput_tok_s": 37.04}
+    cell = CellStats.model_validate({"per_stream_tok_s": {"median": 40.0}, "output_throughput_tok_s": 37.04})
     derived = derive_cell(cell, "t4", 4.597e9)
     assert derived["roofline"]["ceiling_tok_s"] == pytest.approx(69.6, abs=0.1)
     assert "ec2:g4dn.xlarge" in derived["usd_per_million_output_tokens"]
@@ -104,10 +118,14 @@ def test_published_results_are_labelled():
 
 
 def test_answers_comparison_finds_first_divergence():
-    a = [{"index": 0, "question": "q0", "text": "Paris.", "correct": True},
-         {"index": 1, "question": "q1", "text": "144 is the answer", "correct": True}]
-    b = [{"index": 0, "question": "q0", "text": "Paris.", "correct": True},
-         {"index": 1, "question": "q1", "text": "144 was the answer", "correct": True}]
+    a = [
+        {"index": 0, "question": "q0", "text": "Paris.", "correct": True},
+        {"index": 1, "question": "q1", "text": "144 is the answer", "correct": True},
+    ]
+    b = [
+        {"index": 0, "question": "q0", "text": "Paris.", "correct": True},
+        {"index": 1, "question": "q1", "text": "144 was the answer", "correct": True},
+    ]
     result = compare_answers(a, b)
     assert (result.total, result.identical, result.differing) == (2, 1, [1])
     assert result.first_divergence.char == 4
@@ -120,7 +138,8 @@ def test_results_writer_is_incremental_and_loadable(tmp_path):
     # before any cell finishes, the record is already on disk
     assert len(read_records(tmp_path / "run" / "records.jsonl")) == 1
     cell = {"cell": "c1", "workload": "decode", "concurrency": 1} | metrics.aggregate(
-        [_record(0.0, 0.1, [0.1, 0.2], 2)])
+        [_record(0.0, 0.1, [0.1, 0.2], 2)]
+    ).model_dump()
     writer.add_cell(cell)
     writer.update_run(status="complete")
     writer.close()
@@ -151,9 +170,14 @@ def test_gpu_sampler_falls_back_to_nvidia_smi_and_reads_throttling():
     """Without pynvml the sampler polls nvidia-smi; a 70 W T4 at its power cap shows up as such."""
     from gemma4_t4.bench import telemetry
 
-    lines = iter(["1590, 69.80, 0x0000000000000004, 5120, 98, 71",
-                  "585, 70.10, 0x0000000000000004, 5200, 99, 74",
-                  "1590, 41.00, 0x0000000000000000, 5200, [N/A], 70"] * 50)
+    lines = iter(
+        [
+            "1590, 69.80, 0x0000000000000004, 5120, 98, 71",
+            "585, 70.10, 0x0000000000000004, 5200, 99, 74",
+            "1590, 41.00, 0x0000000000000000, 5200, [N/A], 70",
+        ]
+        * 50
+    )
     seen: list[list[str]] = []
 
     def fake_smi(cmd):  # a stand-in for nvidia-smi (no GPU here)
@@ -179,14 +203,42 @@ def test_gpu_sampler_falls_back_to_nvidia_smi_and_reads_throttling():
 
 
 def test_published_lookups_give_the_series_headline_ratios():
-    from gemma4_t4.bench.published import gce_t4, sagemaker_load
+    from gemma4_t4.bench.published import SAGEMAKER_DECODE, gce_t4, sagemaker_load
 
+    # the lookups select the row an independent filter of the table finds (and only that row)
+    for build, length, c in [("qat", 512, 1), ("bf16", 512, 8), ("emb4", 4096, 1)]:
+        (row,) = [r for r in GCE_T4_E2B if (r.build, r.input_len, r.concurrency) == (build, length, c)]
+        assert gce_t4(build, length, c) is row
     per_stream = gce_t4("qat").per_stream_tok_s / gce_t4("bf16").per_stream_tok_s
-    all_streams_c8 = (gce_t4("qat", concurrency=8).output_throughput_tok_s
-                      / gce_t4("bf16", concurrency=8).output_throughput_tok_s)
+    all_streams_c8 = (
+        gce_t4("qat", concurrency=8).output_throughput_tok_s
+        / gce_t4("bf16", concurrency=8).output_throughput_tok_s
+    )
     ttft_growth = gce_t4("bf16", 4096).ttft_ms / gce_t4("bf16", 512).ttft_ms
     assert round(per_stream, 2) == 1.79 and round(all_streams_c8, 2) == 1.31 and round(ttft_growth) == 24
     load = sagemaker_load()
     assert load.published and load.t4_tok_s / load.l4_tok_s == pytest.approx(0.625, abs=0.001)
     with pytest.raises(KeyError, match="published"):
         gce_t4("qat", input_len=1000)
+    # the series' headline (T4 decodes at 0.77-0.82x of L4) is what its own table says
+    ratios = [p.t4_tok_s / p.l4_tok_s for p in SAGEMAKER_DECODE if p.t4_tok_s]
+    assert len(ratios) == 3 and all(0.765 <= r <= 0.825 for r in ratios)
+
+
+def test_published_single_stream_rows_sit_under_our_roofline():
+    """Checked against an independent source: the model catalogue's bytes per token and the T4's
+    bandwidth. A published c=1 decode speed above the ceiling (or a catalogue gone wrong) fails."""
+    from gemma4_t4.bench.derive import lookup_bytes_per_token
+
+    for row in [r for r in GCE_T4_E2B if r.concurrency == 1 and r.input_len == 512]:
+        fit = roofline(row.per_stream_tok_s, lookup_bytes_per_token(row.model, row.build), "t4")
+        assert fit.plausibility == "ok" and 0.3 < fit.efficiency < 1.0, (row.build, fit)
+    # and the order the series reports (emb4 > qat > bf16 per stream) follows from bytes per token
+    speeds = {
+        b: gce_t4_row.per_stream_tok_s
+        for b in ("bf16", "qat", "emb4")
+        for gce_t4_row in GCE_T4_E2B
+        if (gce_t4_row.build, gce_t4_row.input_len, gce_t4_row.concurrency) == (b, 512, 1)
+    }
+    sizes = {b: lookup_bytes_per_token("gemma-4-E2B", b) for b in speeds}
+    assert sorted(speeds, key=speeds.get) == sorted(sizes, key=sizes.get, reverse=True)

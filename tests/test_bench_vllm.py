@@ -13,13 +13,26 @@ pytestmark = pytest.mark.vllm
 
 
 def _opts(vllm_server):
-    return {"max_num_seqs": vllm_server.config.max_num_seqs, "server_launch": vllm_server.launch_record,
-            "progress": False}
+    return {
+        "max_num_seqs": vllm_server.config.max_num_seqs,
+        "server_launch": vllm_server.launch_record,
+        "progress": False,
+    }
 
 
 def test_decode_sweep(vllm_server, tmp_path):
-    run = run_benchmark(vllm_server.base_url, "tiny-gemma4", "decode", tmp_path / "decode", concurrency=[1, 2],
-                        input_len=64, output_len=8, num_prompts=4, warmup=1, **_opts(vllm_server))
+    run = run_benchmark(
+        vllm_server.base_url,
+        "tiny-gemma4",
+        "decode",
+        tmp_path / "decode",
+        concurrency=[1, 2],
+        input_len=64,
+        output_len=8,
+        num_prompts=4,
+        warmup=1,
+        **_opts(vllm_server),
+    )
     assert run.status == "complete"
     for cell in run.cells:
         assert cell["completed"] == 4 and cell["failed"] == 0 and cell["queueing"] is False
@@ -35,9 +48,17 @@ def test_decode_sweep(vllm_server, tmp_path):
 
 
 def test_ttft_sweep_has_no_cache_hits(vllm_server, tmp_path):
-    run = run_benchmark(vllm_server.base_url, "tiny-gemma4", "ttft", tmp_path / "ttft",
-                        input_lens=[64, 128, 256, 512, 1024], output_len=2, num_prompts=2, warmup=1,
-                        **_opts(vllm_server))
+    run = run_benchmark(
+        vllm_server.base_url,
+        "tiny-gemma4",
+        "ttft",
+        tmp_path / "ttft",
+        input_lens=[64, 128, 256, 512, 1024],
+        output_len=2,
+        num_prompts=2,
+        warmup=1,
+        **_opts(vllm_server),
+    )
     assert [c["input_len"] for c in run.cells] == [64, 128, 256, 512, 1024]
     for cell in run.cells:
         assert cell["completed"] == 2 and cell["input_len_exact"]
@@ -46,8 +67,19 @@ def test_ttft_sweep_has_no_cache_hits(vllm_server, tmp_path):
 
 
 def test_prefix_cache_hits_are_measured(vllm_server, tmp_path):
-    run = run_benchmark(vllm_server.base_url, "tiny-gemma4", "prefix", tmp_path / "prefix", input_len=320,
-                        prefix_len=256, groups=2, num_prompts=4, output_len=2, warmup=1, **_opts(vllm_server))
+    run = run_benchmark(
+        vllm_server.base_url,
+        "tiny-gemma4",
+        "prefix",
+        tmp_path / "prefix",
+        input_len=320,
+        prefix_len=256,
+        groups=2,
+        num_prompts=4,
+        output_len=2,
+        warmup=1,
+        **_opts(vllm_server),
+    )
     shared, unique = run.cells
     assert shared["variant"] == "shared_prefix" and unique["variant"] == "unique_prompts"
     assert shared["prefix_cache"]["hits"] > 0 and shared["prefix_cache"]["hit_rate"] > 0
@@ -58,10 +90,12 @@ def test_prefix_cache_hits_are_measured(vllm_server, tmp_path):
 
 
 def test_answers_are_identical_across_two_greedy_runs(vllm_server, tmp_path):
-    a = run_benchmark(vllm_server.base_url, "tiny-gemma4", "answers", tmp_path / "a", output_len=8,
-                      progress=False)
-    b = run_benchmark(vllm_server.base_url, "tiny-gemma4", "answers", tmp_path / "b", output_len=8,
-                      progress=False)
+    a = run_benchmark(
+        vllm_server.base_url, "tiny-gemma4", "answers", tmp_path / "a", output_len=8, progress=False
+    )
+    b = run_benchmark(
+        vllm_server.base_url, "tiny-gemma4", "answers", tmp_path / "b", output_len=8, progress=False
+    )
     assert a.cells[0]["completed"] == 20 and a.cells[0]["api"] == "chat"
     comparison = compare_runs(a, b)
     assert comparison.answers.total == 20 and comparison.answers.identical == 20
@@ -76,3 +110,104 @@ def test_vllm_cli_wrapper_reports_a_cpu_version():
         assert importlib.metadata.version("aiohttp") == original("aiohttp")
     finally:
         importlib.metadata.version = original
+
+
+def test_decode_and_answers_through_the_typed_spine(vllm_server, tmp_path):
+    """The in-memory run is the run on disk: typed cells, accessors, and a validated reload."""
+    from gemma4_t4.bench import BenchArgs, load_run
+    from gemma4_t4.bench.schemas import CellSummary
+
+    args = BenchArgs(
+        base_url=vllm_server.base_url,
+        model="tiny-gemma4",
+        workload="decode",
+        out_dir=str(tmp_path / "typed"),
+        concurrency=[1, 2],
+        input_len=64,
+        output_len=6,
+        num_prompts=3,
+        warmup=1,
+        **_opts(vllm_server),
+    )
+    run = run_benchmark(args)
+    assert all(isinstance(c, CellSummary) for c in run.cells)
+    c2 = run.cell(workload="decode", concurrency=2)
+    assert c2.completed == 3 and c2.total_output_tokens == 18 and c2.prefix_cache.hits == 0
+    assert set(run.per_stream_by_concurrency()) == {1, 2} and all(
+        v > 0 for v in run.per_stream_by_concurrency().values()
+    )
+    assert [r.ok for r in run.rows()] == [3, 3]
+    assert load_run(run.dir).cells == run.cells and load_run(run.dir).run == run.run
+    answers = run_benchmark(
+        vllm_server.base_url, "tiny-gemma4", "answers", tmp_path / "ans", output_len=6, progress=False
+    )
+    assert len(answers.answers()) == 20 and all(a.error is None for a in answers.answers())
+    assert answers.cells[0].correct == sum(a.correct for a in answers.answers())
+
+
+def test_series_decode_method_on_the_real_server(vllm_server, tmp_path):
+    run = run_benchmark(
+        vllm_server.base_url,
+        "tiny-gemma4",
+        "decode",
+        tmp_path / "series",
+        method="series",
+        series_lens=[4, 24],
+        input_len=64,
+        num_prompts=3,
+        warmup=1,
+        **_opts(vllm_server),
+    )
+    short, long = run.cells
+    assert (short.variant, long.variant) == ("series_short", "series_long")
+    assert short.total_output_tokens == 3 * 4 and long.total_output_tokens == 3 * 24
+    sd = run.run.series_decode
+    assert sd.short_tokens == 4 and sd.long_tokens == 24 and sd.wall_long_ms > sd.wall_short_ms
+    assert sd.decode_tok_s == pytest.approx(20 / ((sd.wall_long_ms - sd.wall_short_ms) / 1000))
+    assert len(sd.samples) == 3
+
+
+def test_sagemaker_stand_in_in_front_of_the_real_server_matches_http(
+    vllm_server, tiny_model_dir, tmp_path, monkeypatch
+):
+    """decode and answers over sagemaker:// (stand-in -> vLLM's own /invocations) against the same
+    workloads over HTTP: the same token counts, identical answers n/n."""
+    from sagemaker_runtime_standin import Endpoint, RuntimeStandIn, aws_env
+
+    from gemma4_t4.bench.compare import compare_suites
+    from gemma4_t4.server import free_port
+
+    with RuntimeStandIn(free_port(), {"tiny": Endpoint(vllm_server.base_url)}) as standin:
+        aws_env(monkeypatch, standin.url)
+        sm = "sagemaker://us-east-2/tiny"
+        common = {
+            "input_len": 64,
+            "output_len": 6,
+            "num_prompts": 3,
+            "warmup": 1,
+            "concurrency": [1],
+            "tokenizer": str(tiny_model_dir),
+            "progress": False,
+        }
+        d_sm = run_benchmark(sm, "tiny-gemma4", "decode", tmp_path / "sm" / "decode", **common)
+        d_http = run_benchmark(
+            vllm_server.base_url, "tiny-gemma4", "decode", tmp_path / "http" / "decode", **common
+        )
+        a_sm = run_benchmark(
+            sm, "tiny-gemma4", "answers", tmp_path / "sm" / "answers", output_len=6, progress=False
+        )
+        a_http = run_benchmark(
+            vllm_server.base_url,
+            "tiny-gemma4",
+            "answers",
+            tmp_path / "http" / "answers",
+            output_len=6,
+            progress=False,
+        )
+    assert d_sm.status == "complete" and d_sm.run.server.backend == "sagemaker"
+    assert d_sm.cells[0].total_output_tokens == d_http.cells[0].total_output_tokens == 18
+    assert d_sm.cells[0].input_len_exact and d_sm.cells[0].ttft_ms.n == 3
+    assert [a.text for a in a_sm.answers()] == [a.text for a in a_http.answers()]
+    headline = compare_suites(tmp_path / "sm", tmp_path / "http").headlines[0]
+    assert headline.answers.identical == headline.answers.total == 20
+    assert headline.decode_ratio is not None and headline.decode_method == "per-stream c=1"

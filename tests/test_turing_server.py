@@ -10,6 +10,8 @@ pytestmark = pytest.mark.vllm
 
 LINE = re.compile(r"gemma4-t4 turing fix: (?P<action>[\w-]+): (?P<reason>.*) \[vLLM (?P<version>\S+), "
                   r"via (?P<origin>[\w-]+), pid (?P<pid>\d+)\]")
+ROUTE_LINE = re.compile(r"gemma4-t4 turing prefill: (?P<action>[\w-]+): (?P<reason>.*) \[vLLM \S+, via plugin, "
+                        r"pid (?P<pid>\d+)\]")
 PREFIX = re.compile(r"^\((?P<process>\w+) pid=(?P<pid>\d+)\)")
 
 
@@ -29,3 +31,7 @@ def test_plugin_loaded_in_every_vllm_process_and_chose_no_change_on_cpu(vllm_ser
     assert api_pids & set(pids), f"no plugin line from the API server {api_pids}: {pids}"
     processes = {prefix["process"] for prefix, _match in found if prefix}
     assert "EngineCore" in processes, f"no plugin line from the EngineCore process: {found}"
+    # the tensor-core prefill route: one line per process, no-change off CUDA
+    route = [m for line in log if (m := ROUTE_LINE.search(line))]
+    assert sorted(m["pid"] for m in route) == sorted(pids), (route, pids)
+    assert all(m["action"] == "no-change" and "not CUDA" in m["reason"] for m in route)

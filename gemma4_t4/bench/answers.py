@@ -4,8 +4,11 @@ answers are identical and, for the first that differs, where it diverges."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from gemma4_t4.bench.schemas import Answer
 
 QUESTIONS: list[tuple[str, str]] = [
     ("What is the capital of France? Answer with one word.", "Paris"),
@@ -59,8 +62,10 @@ class AnswerComparison:
     differing: list[int]
 
     def text(self) -> str:
-        lines = [f"identical answers: {self.identical}/{self.total} "
-                 f"(correct: A {self.correct_a}, B {self.correct_b})"]
+        lines = [
+            f"identical answers: {self.identical}/{self.total} "
+            f"(correct: A {self.correct_a}, B {self.correct_b})"
+        ]
         d = self.first_divergence
         if d:
             lines.append(f"first difference: question {d.index} ({d.question!r}) at character {d.char}:")
@@ -76,8 +81,10 @@ def first_difference(a: str, b: str) -> int:
     return min(len(a), len(b))
 
 
-def compare_answers(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> AnswerComparison:
-    """Compare two answer lists (``{"index", "question", "text", "correct"}``) by question index."""
+def compare_answers(
+    a: Sequence[Answer | Mapping[str, Any]], b: Sequence[Answer | Mapping[str, Any]]
+) -> AnswerComparison:
+    """Compare two answer lists (:class:`Answer` or its JSON: index, question, text, correct) by question index."""
     by_a = {r["index"]: r for r in a}
     by_b = {r["index"]: r for r in b}
     shared = sorted(set(by_a) & set(by_b))
@@ -92,10 +99,12 @@ def compare_answers(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> AnswerC
         if first is None:
             at = first_difference(ta, tb)
             lo = max(0, at - 20)
-            first = Divergence(i, by_a[i].get("question", ""), at, ta[lo:at + 40], tb[lo:at + 40])
+            first = Divergence(i, by_a[i].get("question", ""), at, ta[lo : at + 40], tb[lo : at + 40])
     return AnswerComparison(
-        total=len(shared), identical=identical,
+        total=len(shared),
+        identical=identical,
         correct_a=sum(1 for i in shared if by_a[i].get("correct")),
         correct_b=sum(1 for i in shared if by_b[i].get("correct")),
-        first_divergence=first, differing=differing,
+        first_divergence=first,
+        differing=differing,
     )

@@ -19,10 +19,12 @@ import json
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import Literal
 
 import aiohttp
+
+from gemma4_t4.bench.schemas import RawJSON, RequestRecord
 
 Api = Literal["completions", "chat"]
 
@@ -40,16 +42,17 @@ class RequestSpec:
     ignore_eos: bool = True
     temperature: float = 0.0
     input_len: int | None = None
-    extra_body: dict[str, Any] = field(default_factory=dict)
+    extra_body: RawJSON = field(default_factory=dict)  # merged into the request body as is
 
-    def payload(self, model: str) -> dict[str, Any]:
-        body: dict[str, Any] = {
+    def payload(self, model: str, stream: bool = True) -> RawJSON:
+        body: RawJSON = {
             "model": model,
             "max_tokens": self.max_tokens,
             "temperature": self.temperature,
-            "stream": True,
-            "stream_options": {"include_usage": True},
+            "stream": stream,
         }
+        if stream:
+            body["stream_options"] = {"include_usage": True}
         if self.ignore_eos:
             body["ignore_eos"] = True  # vLLM extension; other servers ignore unknown fields
         if self.api == "chat":
@@ -60,54 +63,126 @@ class RequestSpec:
         return body
 
 
-@dataclass
-class RequestRecord:
-    """Raw measurements of one request. Times are seconds on the ``perf_counter`` clock."""
-
-    request_id: str
-    api: str
-    input_len_target: int | None
-    max_tokens: int
-    send_s: float
-    first_byte_s: float | None = None
-    first_chunk_s: float | None = None
-    first_token_s: float | None = None
-    first_content_s: float | None = None
-    last_choice_s: float | None = None
-    end_s: float | None = None
-    chunk_times_s: list[float] = field(default_factory=list)
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    cached_tokens: int | None = None
-    token_source: str | None = None
-    finish_reason: str | None = None
-    http_status: int | None = None
-    error: str | None = None
-    error_detail: str | None = None
-    output_chars: int = 0
-    text: str | None = None
-    scheduled_s: float | None = None  # open loop: when the arrival process wanted it sent
-
-    @property
-    def send_lag_s(self) -> float | None:
-        """How late the request left against its schedule (the in-flight cap was full)."""
-        return None if self.scheduled_s is None else self.send_s - self.scheduled_s
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
 def _error_class(exc: BaseException) -> str:
     if isinstance(exc, aiohttp.ClientConnectorError):
         return "connect_error"
-    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError | aiohttp.ClientOSError
-                  | ConnectionResetError):
+    if isinstance(
+        exc,
+        aiohttp.ServerDisconnectedError
+        | aiohttp.ClientPayloadError
+        | aiohttp.ClientOSError
+        | ConnectionResetError,
+    ):
         return "disconnected"
     if isinstance(exc, asyncio.TimeoutError | TimeoutError | aiohttp.ServerTimeoutError):
         return "timeout"
     if isinstance(exc, aiohttp.ClientError):
         return "client_error"
     return type(exc).__name__
+
+
+class StreamParser:
+    """Reads an OpenAI SSE stream line by line into a :class:`RequestRecord` (the same parser for
+    every backend: vLLM's SageMaker ``/invocations`` streams the same ``data:`` lines)."""
+
+    def __init__(self, record: RequestRecord, chat: bool):
+        self.record, self.chat = record, chat
+        self.texts: list[str] = []
+        self.done = False
+        self.last_choice_s: float | None = (
+            None  # kept here, set on the record once (a model setattr per chunk costs)
+        )
+
+    def feed(self, raw: bytes, now: float) -> bool:
+        """One line; False once the stream is over ([DONE] or an error)."""
+        record = self.record
+        if record.first_byte_s is None:
+            record.first_byte_s = now
+        if not raw.startswith(b"data:"):
+            return True  # blank separators, SSE comments, event names
+        payload = raw[5:].strip()
+        if payload == b"[DONE]":
+            self.done = True
+            return False
+        try:
+            event = json.loads(payload)
+            choices = event.get("choices")
+        except (ValueError, AttributeError):
+            record.error, record.error_detail = "malformed_sse", payload[:200].decode("utf-8", "replace")
+            return False
+        if "error" in event and not choices:
+            record.error = "server_error_event"
+            record.error_detail = json.dumps(event["error"])[:300]
+            return False
+        if choices:
+            self._choice(choices[0], now)
+        usage = event.get("usage")
+        if usage:
+            record.prompt_tokens = usage.get("prompt_tokens")
+            record.completion_tokens = usage.get("completion_tokens")
+            details = usage.get("prompt_tokens_details") or {}
+            record.cached_tokens = details.get("cached_tokens")
+            record.token_source = "usage"
+        return True
+
+    def _choice(self, choice: RawJSON, now: float) -> None:
+        record = self.record
+        if record.first_chunk_s is None:
+            record.first_chunk_s = now
+        self.last_choice_s = now
+        if self.chat:
+            delta = choice.get("delta") or {}
+            piece = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+            # a role-only delta (no text) is the preamble vLLM sends before any token
+            is_token = bool(piece) or ("role" not in delta and "content" in delta)
+        else:
+            piece = choice.get("text")
+            is_token = piece is not None
+        if is_token:
+            if record.first_token_s is None:
+                record.first_token_s = now
+            record.chunk_times_s.append(now)
+        if piece:
+            if record.first_content_s is None:
+                record.first_content_s = now
+            self.texts.append(piece)
+        if choice.get("finish_reason"):
+            record.finish_reason = choice["finish_reason"]
+
+    def flush(self) -> RequestRecord:
+        if self.last_choice_s is not None:
+            self.record.last_choice_s = self.last_choice_s
+        return self.record
+
+    def finish(self, spec: RequestSpec, keep_text: bool, now: float, streamed: bool = True) -> RequestRecord:
+        """Close the record: end time, text, token-count fallback, the no-output check."""
+        record = self.flush()
+        if record.end_s is None:
+            record.end_s = now
+        if streamed and record.error is None and not self.done:
+            record.error, record.error_detail = "truncated_stream", "the stream ended without [DONE]"
+        text = "".join(self.texts)
+        record.output_chars = len(text)
+        if keep_text:
+            record.text = text
+        if record.error is None:
+            if record.completion_tokens is None:
+                # no usage: one token per output chunk is the best the stream says (flagged)
+                record.completion_tokens = len(record.chunk_times_s)
+                record.token_source = "chunks"
+            if record.first_token_s is None and spec.max_tokens > 0:
+                record.error, record.error_detail = "no_output", "the stream carried no output tokens"
+        return record
+
+
+def new_record(spec: RequestSpec, now: float) -> RequestRecord:
+    return RequestRecord(
+        request_id=spec.request_id,
+        api=spec.api,
+        input_len_target=spec.input_len,
+        max_tokens=spec.max_tokens,
+        send_s=now,
+    )
 
 
 async def send_request(
@@ -118,20 +193,20 @@ async def send_request(
     api_key: str | None = None,
     keep_text: bool = False,
     clock: Callable[[], float] = time.perf_counter,
+    timeout_s: float | None = None,
 ) -> RequestRecord:
-    """Stream one request and record its timings. Never raises for server or network faults."""
+    """Stream one request over HTTP and record its timings. Never raises for server or network faults.
+    ``timeout_s`` bounds the whole request (a server that accepts but never answers fails it)."""
     url = base_url.rstrip("/") + ENDPOINTS[spec.api]
     headers = {"Content-Type": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
     body = json.dumps(spec.payload(model))
-    chat = spec.api == "chat"
-    texts: list[str] = []
-    chunk_times: list[float] = []
-    record = RequestRecord(spec.request_id, spec.api, spec.input_len, spec.max_tokens, send_s=clock())
-    done = False
+    record = new_record(spec, clock())
+    parser = StreamParser(record, spec.api == "chat")
     try:
-        async with session.post(url, data=body, headers=headers) as response:
+        limit = aiohttp.ClientTimeout(total=timeout_s, sock_connect=10.0) if timeout_s else None
+        async with session.post(url, data=body, headers=headers, timeout=limit) as response:
             record.http_status = response.status
             if response.status != 200:
                 detail = (await response.text())[:300]
@@ -139,74 +214,14 @@ async def send_request(
                 record.error, record.error_detail = f"http_{response.status}", detail
                 return record
             async for raw in response.content:
-                now = clock()
-                if record.first_byte_s is None:
-                    record.first_byte_s = now
-                if not raw.startswith(b"data:"):
-                    continue  # blank separators, SSE comments, event names
-                payload = raw[5:].strip()
-                if payload == b"[DONE]":
-                    done = True
+                if not parser.feed(raw, clock()):
                     break
-                try:
-                    event = json.loads(payload)
-                    choices = event.get("choices")
-                except (ValueError, AttributeError):
-                    record.error, record.error_detail = "malformed_sse", payload[:200].decode("utf-8", "replace")
-                    break
-                if "error" in event and not choices:
-                    record.error = "server_error_event"
-                    record.error_detail = json.dumps(event["error"])[:300]
-                    break
-                if choices:
-                    choice = choices[0]
-                    if record.first_chunk_s is None:
-                        record.first_chunk_s = now
-                    record.last_choice_s = now
-                    if chat:
-                        delta = choice.get("delta") or {}
-                        piece = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
-                        # a role-only delta (no text) is the preamble vLLM sends before any token
-                        is_token = bool(piece) or ("role" not in delta and "content" in delta)
-                    else:
-                        piece = choice.get("text")
-                        is_token = piece is not None
-                    if is_token:
-                        if record.first_token_s is None:
-                            record.first_token_s = now
-                        chunk_times.append(now)
-                    if piece:
-                        if record.first_content_s is None:
-                            record.first_content_s = now
-                        texts.append(piece)
-                    if choice.get("finish_reason"):
-                        record.finish_reason = choice["finish_reason"]
-                usage = event.get("usage")
-                if usage:
-                    record.prompt_tokens = usage.get("prompt_tokens")
-                    record.completion_tokens = usage.get("completion_tokens")
-                    details = usage.get("prompt_tokens_details") or {}
-                    record.cached_tokens = details.get("cached_tokens")
-                    record.token_source = "usage"
         record.end_s = clock()
-        if record.error is None and not done:
-            record.error, record.error_detail = "truncated_stream", "the stream ended without [DONE]"
     except Exception as exc:  # noqa: BLE001 - every fault becomes a counted, classified failure
         record.end_s = clock()
         record.error, record.error_detail = _error_class(exc), f"{type(exc).__name__}: {exc}"[:300]
-    record.chunk_times_s = chunk_times
-    text = "".join(texts)
-    record.output_chars = len(text)
-    if keep_text:
-        record.text = text
-    if record.error is None:
-        if record.completion_tokens is None:
-            # no usage: one token per output chunk is the best the stream says (flagged)
-            record.completion_tokens = len(chunk_times)
-            record.token_source = "chunks"
-        if record.first_token_s is None and spec.max_tokens > 0:
-            record.error, record.error_detail = "no_output", "the stream carried no output tokens"
-    return record
+    record.streamed = True
+    return parser.finish(spec, keep_text, clock())
 
 
 def make_session(concurrency: int, timeout_s: float | None = 600.0) -> aiohttp.ClientSession:
@@ -216,17 +231,21 @@ def make_session(concurrency: int, timeout_s: float | None = 600.0) -> aiohttp.C
     return aiohttp.ClientSession(connector=connector, timeout=timeout, read_bufsize=2**16)
 
 
-async def run_closed_loop(
-    session: aiohttp.ClientSession,
-    base_url: str,
-    model: str,
-    specs: Sequence[RequestSpec],
-    concurrency: int,
-    on_record: Callable[[RequestRecord], Awaitable[None] | None] | None = None,
-    api_key: str | None = None,
-    keep_text: bool = False,
+Send = Callable[[RequestSpec], Awaitable[RequestRecord]]
+OnRecord = Callable[[RequestRecord], Awaitable[None] | None] | None
+
+
+async def _emit(on_record: OnRecord, record: RequestRecord) -> None:
+    if on_record is not None:
+        maybe = on_record(record)
+        if asyncio.iscoroutine(maybe):
+            await maybe
+
+
+async def closed_loop(
+    send: Send, specs: Sequence[RequestSpec], concurrency: int, on_record: OnRecord = None
 ) -> list[RequestRecord]:
-    """Keep ``concurrency`` requests in flight until ``specs`` are done (closed loop)."""
+    """Keep ``concurrency`` requests in flight until ``specs`` are done (closed loop), on any backend."""
     queue: asyncio.Queue[tuple[int, RequestSpec]] = asyncio.Queue()
     for item in enumerate(specs):
         queue.put_nowait(item)
@@ -238,15 +257,63 @@ async def run_closed_loop(
                 index, spec = queue.get_nowait()
             except asyncio.QueueEmpty:
                 return
-            record = await send_request(session, base_url, model, spec, api_key=api_key, keep_text=keep_text)
+            record = await send(spec)
             results[index] = record
-            if on_record is not None:
-                maybe = on_record(record)
-                if asyncio.iscoroutine(maybe):
-                    await maybe
+            await _emit(on_record, record)
 
     await asyncio.gather(*(worker() for _ in range(max(1, min(concurrency, len(specs))))))
     return [r for r in results if r is not None]
+
+
+async def open_loop(
+    send: Send,
+    specs: Sequence[RequestSpec],
+    offsets: Sequence[float],
+    max_in_flight: int,
+    on_record: OnRecord = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> list[RequestRecord]:
+    """Send ``specs[i]`` at start + ``offsets[i]`` whether or not earlier ones have finished (open
+    loop: the load does not slow down when the server does). At most ``max_in_flight`` run at once;
+    a request that finds the cap full waits, and its record's ``send_lag_s`` shows by how much."""
+    gate = asyncio.Semaphore(max(1, max_in_flight))
+    start = clock()
+    results: list[RequestRecord | None] = [None] * len(specs)
+
+    async def one(index: int, spec: RequestSpec, at: float) -> None:
+        async with gate:
+            record = await send(spec)
+        record.scheduled_s = at
+        results[index] = record
+        await _emit(on_record, record)
+
+    tasks = []
+    for index, (spec, offset) in enumerate(zip(specs, offsets, strict=True)):
+        at = start + offset
+        delay = at - clock()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(one(index, spec, at)))
+    await asyncio.gather(*tasks)
+    return [r for r in results if r is not None]
+
+
+async def run_closed_loop(
+    session: aiohttp.ClientSession,
+    base_url: str,
+    model: str,
+    specs: Sequence[RequestSpec],
+    concurrency: int,
+    on_record: OnRecord = None,
+    api_key: str | None = None,
+    keep_text: bool = False,
+) -> list[RequestRecord]:
+    """The closed loop over HTTP (see :func:`closed_loop`)."""
+
+    async def send(spec: RequestSpec) -> RequestRecord:
+        return await send_request(session, base_url, model, spec, api_key=api_key, keep_text=keep_text)
+
+    return await closed_loop(send, specs, concurrency, on_record)
 
 
 ARRIVALS = ("poisson", "constant")
@@ -276,36 +343,16 @@ async def run_open_loop(
     specs: Sequence[RequestSpec],
     offsets: Sequence[float],
     max_in_flight: int,
-    on_record: Callable[[RequestRecord], Awaitable[None] | None] | None = None,
+    on_record: OnRecord = None,
     api_key: str | None = None,
     keep_text: bool = False,
     clock: Callable[[], float] = time.perf_counter,
 ) -> list[RequestRecord]:
-    """Send ``specs[i]`` at start + ``offsets[i]`` whether or not earlier ones have finished (open
-    loop: the load does not slow down when the server does). At most ``max_in_flight`` run at once;
-    a request that finds the cap full waits, and its record's ``send_lag_s`` shows by how much."""
-    gate = asyncio.Semaphore(max(1, max_in_flight))
-    start = clock()
-    results: list[RequestRecord | None] = [None] * len(specs)
+    """The open loop over HTTP (see :func:`open_loop`)."""
 
-    async def one(index: int, spec: RequestSpec, at: float) -> None:
-        async with gate:
-            record = await send_request(session, base_url, model, spec, api_key=api_key, keep_text=keep_text,
-                                        clock=clock)
-        record.scheduled_s = at
-        results[index] = record
-        if on_record is not None:
-            maybe = on_record(record)
-            if asyncio.iscoroutine(maybe):
-                await maybe
+    async def send(spec: RequestSpec) -> RequestRecord:
+        return await send_request(
+            session, base_url, model, spec, api_key=api_key, keep_text=keep_text, clock=clock
+        )
 
-    tasks = []
-    for index, (spec, offset) in enumerate(zip(specs, offsets, strict=True)):
-        at = start + offset
-        delay = at - clock()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(one(index, spec, at)))
-    await asyncio.gather(*tasks)
-    return [r for r in results if r is not None]
-
+    return await open_loop(send, specs, offsets, max_in_flight, on_record, clock)

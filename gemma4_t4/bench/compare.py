@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
 
 from gemma4_t4.bench.answers import AnswerComparison, compare_answers
+from gemma4_t4.bench.derive import cost
 from gemma4_t4.bench.metrics import ratio_ci, request_metrics
-from gemma4_t4.bench.results import BenchRun, load_run
+from gemma4_t4.bench.published import SAGEMAKER_DECODE, PublishedDecode
+from gemma4_t4.bench.results import SUMMARY_FILE, BenchRun, load_run
+from gemma4_t4.bench.schemas import CellSummary
+from gemma4_t4.errors import Gemma4T4Error
 
 # metric -> (per-request extractor, True when higher is better)
 METRICS: dict[str, tuple[str, bool]] = {
@@ -55,8 +59,10 @@ class RunComparison:
             for r in cell.ratios:
                 interval = f"[{r.ci_low:.3f}, {r.ci_high:.3f}]" if r.ci_low is not None else "[no interval]"
                 ratio = f"{r.ratio:.3f}x" if r.ratio is not None else "-"
-                lines.append(f"  {r.metric:<26} A {_num(r.a):>10}  B {_num(r.b):>10}  B/A {ratio:>8} {interval}"
-                             + ("  (higher is better)" if r.higher_is_better else ""))
+                lines.append(
+                    f"  {r.metric:<26} A {_num(r.a):>10}  B {_num(r.b):>10}  B/A {ratio:>8} {interval}"
+                    + ("  (higher is better)" if r.higher_is_better else "")
+                )
         if self.unmatched_a or self.unmatched_b:
             lines.append(f"\nunmatched cells: A {self.unmatched_a}  B {self.unmatched_b}")
         if self.answers:
@@ -68,9 +74,15 @@ def _num(v: float | None) -> str:
     return "-" if v is None else f"{v:,.2f}"
 
 
-def cell_key(cell: dict[str, Any]) -> tuple:
-    return (cell.get("workload"), cell.get("variant"), cell.get("concurrency"),
-            (cell.get("open_loop") or {}).get("offered_rate_rps"), cell.get("input_len"), cell.get("output_len"))
+def cell_key(cell: CellSummary) -> tuple:
+    return (
+        cell.workload,
+        cell.variant,
+        cell.concurrency,
+        cell.open_loop.offered_rate_rps if cell.open_loop else None,
+        cell.input_len,
+        cell.output_len,
+    )
 
 
 def _per_request(run: BenchRun, cell: str, attr: str) -> list[float]:
@@ -90,21 +102,204 @@ def compare_runs(a: str | os.PathLike | BenchRun, b: str | os.PathLike | BenchRu
     for ca in run_a.cells:
         cb = by_b.pop(cell_key(ca), None)
         if cb is None:
-            unmatched_a.append(ca["cell"])
+            unmatched_a.append(ca.cell)
             continue
         ratios = []
         for name, (attr, higher) in METRICS.items():
-            va, vb = _per_request(run_a, ca["cell"], attr), _per_request(run_b, cb["cell"], attr)
+            va, vb = _per_request(run_a, ca.cell, attr), _per_request(run_b, cb.cell, attr)
             point, low, high = ratio_ci(va, vb)
-            ratios.append(Ratio(name, (ca.get(name) or {}).get("median"), (cb.get(name) or {}).get("median"),
-                                point, low, high, higher))
-        ta, tb = ca.get("output_throughput_tok_s"), cb.get("output_throughput_tok_s")
-        ratios.append(Ratio("output_throughput_tok_s", ta, tb, (tb / ta) if ta and tb else None, None, None, True))
-        matched.append(CellComparison(cell_key(ca), ca["cell"], cb["cell"], ratios))
+            ratios.append(Ratio(name, ca[name].median, cb[name].median, point, low, high, higher))
+        ta, tb = ca.output_throughput_tok_s, cb.output_throughput_tok_s
+        ratios.append(
+            Ratio("output_throughput_tok_s", ta, tb, (tb / ta) if ta and tb else None, None, None, True)
+        )
+        matched.append(CellComparison(cell_key(ca), ca.cell, cb.cell, ratios))
     answers = None
-    answers_a = [x for c in run_a.cells for x in c.get("answers") or []]
-    answers_b = [x for c in run_b.cells for x in c.get("answers") or []]
+    answers_a, answers_b = run_a.answers(), run_b.answers()
     if answers_a and answers_b:
         answers = compare_answers(answers_a, answers_b)
-    return RunComparison(str(run_a.dir), str(run_b.dir), matched, unmatched_a,
-                         [c["cell"] for c in by_b.values()], answers)
+    return RunComparison(
+        str(run_a.dir), str(run_b.dir), matched, unmatched_a, [c.cell for c in by_b.values()], answers
+    )
+
+
+# ---------------------------------------------------------------- T4 vs L4: one headline per model
+
+
+def is_suite(path: str | os.PathLike) -> bool:
+    """A folder of results directories (not itself one)."""
+    p = Path(path)
+    return (
+        p.is_dir()
+        and not (p / SUMMARY_FILE).exists()
+        and any((d / SUMMARY_FILE).is_file() for d in p.iterdir())
+    )
+
+
+def load_suite(path: str | os.PathLike) -> list[BenchRun]:
+    p = Path(path)
+    if (p / SUMMARY_FILE).exists():
+        return [load_run(p)]
+    runs = [load_run(d) for d in sorted(p.iterdir()) if (d / SUMMARY_FILE).is_file()] if p.is_dir() else []
+    if not runs:
+        raise Gemma4T4Error(
+            f"{p} holds no benchmark results", fix="pass a results directory or a folder of them"
+        )
+    return runs
+
+
+@dataclass
+class Headline:
+    """One model measured on A and on B (e.g. T4 and L4). Ratios are A/B (T4/L4, as published)."""
+
+    model: str
+    decode_method: str | None  # "series" | "per-stream c=1"
+    decode_a: float | None
+    decode_b: float | None
+    decode_ratio: float | None
+    decode_ci_low: float | None
+    decode_ci_high: float | None
+    ttft_a_ms: float | None
+    ttft_b_ms: float | None
+    ttft_ratio: float | None
+    answers: AnswerComparison | None
+    usd_per_mtok_a: dict[str, float]
+    usd_per_mtok_b: dict[str, float]
+    published: PublishedDecode | None
+
+    def text(self) -> str:
+        lines = [f"{self.model}  (A/B; measured)"]
+        if self.decode_ratio is not None:
+            interval = (
+                f" [{self.decode_ci_low:.3f}, {self.decode_ci_high:.3f}]"
+                if self.decode_ci_low is not None
+                else " [no interval]"
+            )
+            lines.append(
+                f"  decode tok/s ({self.decode_method}): A {_num(self.decode_a)}  B {_num(self.decode_b)}"
+                f"  A/B {self.decode_ratio:.3f}x{interval}"
+            )
+        else:
+            lines.append("  decode: not measured on both sides")
+        if self.ttft_ratio is not None:
+            lines.append(
+                f"  TTFT ms (median): A {_num(self.ttft_a_ms)}  B {_num(self.ttft_b_ms)}"
+                f"  A/B {self.ttft_ratio:.3f}x"
+            )
+        if self.answers:
+            lines += ["  " + line for line in self.answers.text().splitlines()]
+        for side, prices in (("A", self.usd_per_mtok_a), ("B", self.usd_per_mtok_b)):
+            if prices:
+                lines.append(f"  $/Mtok {side}: " + ", ".join(f"{k} ${v:.2f}" for k, v in prices.items()))
+        p = self.published
+        if p is not None:
+            ratio = f"  T4/L4 {p.t4_tok_s / p.l4_tok_s:.2f}x" if p.t4_tok_s else ""
+            lines.append(
+                f"  published ({p.model} {p.build}, not our measurement): decode T4 "
+                f"{_num(p.t4_tok_s)}  L4 {_num(p.l4_tok_s)}{ratio}; identical answers "
+                f"{p.identical_answers or '-'}  [{p.source}]"
+            )
+        return "\n".join(lines)
+
+
+@dataclass
+class SuiteComparison:
+    a: str
+    b: str
+    headlines: list[Headline]
+    unmatched_models: list[str] = field(default_factory=list)
+
+    def text(self) -> str:
+        out = [f"A = {self.a}, B = {self.b}; [95 % bootstrap interval]"] + [h.text() for h in self.headlines]
+        if self.unmatched_models:
+            out.append(f"models on one side only: {self.unmatched_models}")
+        return "\n\n".join(out)
+
+
+def _decode_samples(runs: list[BenchRun]) -> tuple[str | None, list[float]]:
+    for run in runs:
+        sd = run.run.series_decode
+        if sd and sd.samples:
+            return "series", sd.samples
+    for run in runs:
+        for c in run.cells:
+            if c.workload == "decode" and c.concurrency == 1 and c.completed:
+                return "per-stream c=1", _per_request(run, c.cell, "per_stream_tok_s")
+    return None, []
+
+
+def _ttft_samples(runs: list[BenchRun]) -> list[float]:
+    for run in runs:
+        for c in run.cells:
+            if c.workload in ("decode", "ttft") and c.concurrency == 1 and c.completed:
+                return _per_request(run, c.cell, "ttft_ms")
+    return []
+
+
+def _prices(runs: list[BenchRun]) -> dict[str, float]:
+    cells = [
+        c for r in runs for c in r.cells if c.workload in ("decode", "load") and c.output_throughput_tok_s
+    ]
+    if not cells:
+        return {}
+    best = max(cells, key=lambda c: c.output_throughput_tok_s)
+    if best.derived.usd_per_million_output_tokens:
+        return best.derived.usd_per_million_output_tokens
+    gpu = next((r.run.config.get("gpu") for r in runs if r.run.config.get("gpu")), None)
+    return cost(best.output_throughput_tok_s, gpu_key=gpu) if gpu else {}
+
+
+def published_decode(model: str, build: str | None = None) -> PublishedDecode | None:
+    """The series' SageMaker row for a served model name (case-insensitive match), labelled published."""
+    name = model.lower().replace("_", "-")
+    rows = [p for p in SAGEMAKER_DECODE if p.model.lower() in name and (build is None or p.build == build)]
+    return next((p for p in rows if p.t4_tok_s is not None), rows[0] if rows else None)
+
+
+def _median(values: list[float]) -> float | None:
+    from gemma4_t4.bench.metrics import median
+
+    return median(values) if values else None
+
+
+def compare_suites(a: str | os.PathLike, b: str | os.PathLike) -> SuiteComparison:
+    """Per model: decode A/B with an interval, TTFT A/B, identical answers, $/Mtok, published row."""
+    runs_a, runs_b = load_suite(a), load_suite(b)
+    models_a = {r.run.model or "?" for r in runs_a}
+    models_b = {r.run.model or "?" for r in runs_b}
+    headlines = []
+    for model in sorted(models_a & models_b):
+        ra = [r for r in runs_a if (r.run.model or "?") == model]
+        rb = [r for r in runs_b if (r.run.model or "?") == model]
+        method_a, da = _decode_samples(ra)
+        method_b, db = _decode_samples(rb)
+        method = method_a if method_a == method_b else None
+        point = low = high = None
+        if method:
+            point, low, high = ratio_ci(db, da)  # A/B
+        ta, tb = _ttft_samples(ra), _ttft_samples(rb)
+        answers_a = next((r.answers() for r in ra if r.answers()), [])
+        answers_b = next((r.answers() for r in rb if r.answers()), [])
+        build = next(
+            (r.run.config.get("model_format") for r in ra + rb if r.run.config.get("model_format")), None
+        )
+        ma, mb = _median(ta), _median(tb)
+        headlines.append(
+            Headline(
+                model=model,
+                decode_method=method,
+                decode_a=_median(da) if method else None,
+                decode_b=_median(db) if method else None,
+                decode_ratio=point,
+                decode_ci_low=low,
+                decode_ci_high=high,
+                ttft_a_ms=ma,
+                ttft_b_ms=mb,
+                ttft_ratio=(ma / mb) if ma and mb else None,
+                answers=compare_answers(answers_a, answers_b) if answers_a and answers_b else None,
+                usd_per_mtok_a=_prices(ra),
+                usd_per_mtok_b=_prices(rb),
+                published=published_decode(model, build),
+            )
+        )
+    return SuiteComparison(str(a), str(b), headlines, sorted(models_a ^ models_b))

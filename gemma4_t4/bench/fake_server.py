@@ -7,7 +7,8 @@ test can compare what the client measured with what the server really did (``GET
 
 Scripts can include: the delay to the first token, gaps between chunks, several tokens per
 chunk, chat's role-only first chunk, usage in the last chunk, a malformed chunk, and a server
-that exits mid-run. It also answers ``/health``, ``/v1/models``, ``/metrics``, ``/tokenize``
+that exits mid-run, or one that accepts a request and never answers. It also answers
+``/invocations`` (vLLM's SageMaker route, streamed or not), ``/health``, ``/v1/models``, ``/metrics``, ``/tokenize``
 and ``/detokenize`` (one token per character) so the whole benchmark can run against it.
 
 Run it standalone with ``python -m gemma4_t4.bench.fake_server --port N``.
@@ -22,9 +23,10 @@ import os
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from aiohttp import web
+
+from gemma4_t4.bench.schemas import RawJSON
 
 
 @dataclass
@@ -41,6 +43,7 @@ class FakeScript:
     malformed_after_chunks: int | None = None
     http_status: int = 200
     prompt_tokens: int | None = None  # default: prompt length in characters
+    hang_s: float = 0.0  # accept the request, then say nothing for this long (a hung server)
 
 
 @dataclass
@@ -48,7 +51,7 @@ class FakeServerState:
     default: FakeScript = field(default_factory=FakeScript)
     exit_after_requests: int | None = None  # os._exit when this many requests have started
     requests: int = 0
-    log: list[dict[str, Any]] = field(default_factory=list)
+    log: list[RawJSON] = field(default_factory=list)  # what the fake wrote when (GET /fake/log)
     queries: int = 0
     hits: int = 0
 
@@ -57,19 +60,22 @@ STATE_KEY = web.AppKey("state", FakeServerState)
 MODEL_KEY = web.AppKey("model", str)
 
 
-def _script_for(state: FakeServerState, body: dict[str, Any]) -> FakeScript:
+def _script_for(state: FakeServerState, body: RawJSON) -> FakeScript:
     overrides = body.get("fake") or {}
     return FakeScript(**(asdict(state.default) | overrides))
 
 
 def _chunk(chat: bool, text: str | None, finish: str | None, role: bool = False) -> bytes:
     if chat:
-        delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else {"content": text}
+        delta: RawJSON = {"role": "assistant", "content": ""} if role else {"content": text}
         choice = {"index": 0, "delta": delta, "finish_reason": finish}
         obj = {"id": "fake", "object": "chat.completion.chunk", "choices": [choice]}
     else:
-        obj = {"id": "fake", "object": "text_completion", "choices": [{"index": 0, "text": text,
-                                                                       "finish_reason": finish}]}
+        obj = {
+            "id": "fake",
+            "object": "text_completion",
+            "choices": [{"index": 0, "text": text, "finish_reason": finish}],
+        }
     return b"data: " + json.dumps(obj).encode() + b"\n\n"
 
 
@@ -81,15 +87,42 @@ async def _stream(request: web.Request, chat: bool) -> web.StreamResponse:
     if state.exit_after_requests is not None and state.requests > state.exit_after_requests:
         os._exit(3)  # simulate a crash: no response, connections reset
     script = _script_for(state, body)
+    if script.hang_s:
+        await asyncio.sleep(script.hang_s)
     if script.http_status != 200:
         return web.json_response({"error": {"message": "fake failure"}}, status=script.http_status)
-    prompt = body.get("prompt") if not chat else "".join(m.get("content", "") for m in body.get("messages", []))
+    prompt = (
+        body.get("prompt") if not chat else "".join(m.get("content", "") for m in body.get("messages", []))
+    )
     prompt_tokens = script.prompt_tokens if script.prompt_tokens is not None else len(prompt or "")
     n_tokens = script.tokens if script.tokens is not None else int(body.get("max_tokens") or 16)
     state.queries += prompt_tokens
-    entry: dict[str, Any] = {"received_s": received, "writes_s": [], "role_s": None,
-                             "tokens": n_tokens, "id": body.get("fake_id")}
+    entry: RawJSON = {
+        "received_s": received,
+        "writes_s": [],
+        "role_s": None,
+        "tokens": n_tokens,
+        "id": body.get("fake_id"),
+    }
     state.log.append(entry)
+    if body.get("stream") is False:  # a whole completion, as SageMaker's non-streamed invoke gets it
+        await asyncio.sleep(script.ttft_s + script.gap_s * max(0, n_tokens - 1))
+        text = "ab" * n_tokens
+        choice = {"index": 0, "finish_reason": "length"} | (
+            {"message": {"role": "assistant", "content": text}} if chat else {"text": text}
+        )
+        entry["writes_s"].append(time.perf_counter())
+        return web.json_response(
+            {
+                "id": "fake",
+                "choices": [choice],
+                "usage": {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": n_tokens,
+                    "total_tokens": prompt_tokens + n_tokens,
+                },
+            }
+        )
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await response.prepare(request)
     if chat and script.role_chunk:
@@ -117,10 +150,15 @@ async def _stream(request: web.Request, chat: bool) -> web.StreamResponse:
         chunk_index += 1
         target += script.gap_s
     if script.usage:
-        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n_tokens,
-                 "total_tokens": prompt_tokens + n_tokens, "prompt_tokens_details": {"cached_tokens": 0}}
-        await response.write(b"data: " + json.dumps({"id": "fake", "choices": [], "usage": usage}).encode()
-                             + b"\n\n")
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": n_tokens,
+            "total_tokens": prompt_tokens + n_tokens,
+            "prompt_tokens_details": {"cached_tokens": 0},
+        }
+        await response.write(
+            b"data: " + json.dumps({"id": "fake", "choices": [], "usage": usage}).encode() + b"\n\n"
+        )
     await response.write(b"data: [DONE]\n\n")
     await response.write_eof()
     return response
@@ -134,13 +172,20 @@ async def _chat(request: web.Request) -> web.StreamResponse:
     return await _stream(request, chat=True)
 
 
+async def _invocations(request: web.Request) -> web.StreamResponse:
+    """vLLM's SageMaker route: a chat body has ``messages``, a completion body ``prompt``."""
+    body = await request.json()
+    return await _stream(request, chat="messages" in body)
+
+
 async def _health(request: web.Request) -> web.Response:
     return web.Response(text="")
 
 
 async def _models(request: web.Request) -> web.Response:
-    return web.json_response({"object": "list", "data": [{"id": request.app[MODEL_KEY], "object": "model",
-                                                          "max_model_len": 8192}]})
+    return web.json_response(
+        {"object": "list", "data": [{"id": request.app[MODEL_KEY], "object": "model", "max_model_len": 8192}]}
+    )
 
 
 async def _metrics(request: web.Request) -> web.Response:
@@ -186,6 +231,8 @@ def build_app(state: FakeServerState | None = None, model: str = "fake-model") -
     app.router.add_post("/v1/completions", _completions)
     app.router.add_post("/v1/chat/completions", _chat)
     app.router.add_get("/health", _health)
+    app.router.add_post("/invocations", _invocations)
+    app.router.add_get("/ping", _health)
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/metrics", _metrics)
     app.router.add_get("/version", _version)
@@ -251,13 +298,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--gap", type=float, default=0.01)
     parser.add_argument("--tokens-per-chunk", type=int, default=1)
     parser.add_argument("--exit-after-requests", type=int, default=None)
+    parser.add_argument("--hang", type=float, default=0.0, help="accept each request, then stall this long")
     args = parser.parse_args(argv)
     state = FakeServerState(
-        default=FakeScript(ttft_s=args.ttft, gap_s=args.gap, tokens_per_chunk=args.tokens_per_chunk),
+        default=FakeScript(
+            ttft_s=args.ttft, gap_s=args.gap, tokens_per_chunk=args.tokens_per_chunk, hang_s=args.hang
+        ),
         exit_after_requests=args.exit_after_requests,
     )
-    web.run_app(build_app(state, args.model), host="127.0.0.1", port=args.port, access_log=None,
-                print=lambda *_: print(f"fake server on 127.0.0.1:{args.port}", flush=True))
+    web.run_app(
+        build_app(state, args.model),
+        host="127.0.0.1",
+        port=args.port,
+        access_log=None,
+        print=lambda *_: print(f"fake server on 127.0.0.1:{args.port}", flush=True),
+    )
 
 
 if __name__ == "__main__":

@@ -18,28 +18,20 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gemma4_t4.bench.schemas import CellStats, LatencyStats, OpenLoopInfo, RequestRecord, SeriesDecode, Window
 
-@dataclass
-class Stats:
-    """Distribution summary. ``ci_low``/``ci_high`` bound the median (bootstrap, 95 %)."""
+Stats = LatencyStats  # the distribution summary (a model; see schemas.py)
 
-    n: int
-    mean: float | None
-    median: float | None
-    p90: float | None
-    p99: float | None
-    std: float | None
-    min: float | None
-    max: float | None
-    ci_low: float | None
-    ci_high: float | None
+RecordLike = RequestRecord | Mapping[str, Any]
 
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+
+def as_record(record: RecordLike) -> RequestRecord:
+    """A request record from a record or its stored JSON (``records.jsonl`` lines)."""
+    return record if isinstance(record, RequestRecord) else RequestRecord.model_validate(record)
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -81,13 +73,21 @@ def bootstrap_ci(
 def summarize(values: Iterable[float | None], ci: bool = True) -> Stats:
     data = [float(v) for v in values if v is not None and math.isfinite(v)]
     if not data:
-        return Stats(0, None, None, None, None, None, None, None, None, None)
+        return LatencyStats()
     mean = sum(data) / len(data)
     std = math.sqrt(sum((v - mean) ** 2 for v in data) / (len(data) - 1)) if len(data) > 1 else 0.0
     low, high = bootstrap_ci(data) if ci else (None, None)
-    return Stats(
-        n=len(data), mean=mean, median=median(data), p90=percentile(data, 90), p99=percentile(data, 99),
-        std=std, min=min(data), max=max(data), ci_low=low, ci_high=high,
+    return LatencyStats(
+        n=len(data),
+        mean=mean,
+        median=median(data),
+        p90=percentile(data, 90),
+        p99=percentile(data, 99),
+        std=std,
+        min=min(data),
+        max=max(data),
+        ci_low=low,
+        ci_high=high,
     )
 
 
@@ -108,21 +108,19 @@ class RequestMetrics:
     cached_tokens: int | None
 
 
-def request_metrics(record: dict[str, Any]) -> RequestMetrics:
-    """Derive one request's metrics from its raw record (see ``client.RequestRecord``)."""
-    send = record["send_s"]
-    ok = record.get("error") is None
-    first_content = record.get("first_content_s")
-    first_chunk = record.get("first_chunk_s")
-    last_choice = record.get("last_choice_s")
-    chunk_times = record.get("chunk_times_s") or []
-    n = record.get("completion_tokens")
-    ttft = (first_content - send) * 1000.0 if first_content is not None else None
-    ttft_chunk = (first_chunk - send) * 1000.0 if first_chunk is not None else None
-    e2el = (last_choice - send) * 1000.0 if last_choice is not None else None
+def request_metrics(record: RecordLike) -> RequestMetrics:
+    """Derive one request's metrics from its raw record (see ``schemas.RequestRecord``)."""
+    r = as_record(record)
+    send = r.send_s
+    ok = r.error is None
+    n = r.completion_tokens
+    ttft = (r.first_content_s - send) * 1000.0 if r.first_content_s is not None else None
+    ttft_chunk = (r.first_chunk_s - send) * 1000.0 if r.first_chunk_s is not None else None
+    e2el = (r.last_choice_s - send) * 1000.0 if r.last_choice_s is not None else None
     tpot = None
     if ok and ttft is not None and e2el is not None and n is not None and n > 1:
         tpot = (e2el - ttft) / (n - 1)
+    chunk_times = r.chunk_times_s
     itl = [(b - a) * 1000.0 for a, b in zip(chunk_times, chunk_times[1:], strict=False)] if ok else []
     return RequestMetrics(
         ok=ok,
@@ -134,62 +132,60 @@ def request_metrics(record: dict[str, Any]) -> RequestMetrics:
         itl_ms=itl,
         chunks=len(chunk_times),
         completion_tokens=n,
-        prompt_tokens=record.get("prompt_tokens"),
-        cached_tokens=record.get("cached_tokens"),
+        prompt_tokens=r.prompt_tokens,
+        cached_tokens=r.cached_tokens,
     )
 
 
-def _short(stats: Stats) -> dict[str, Any]:
-    return stats.as_dict()
-
-
-def aggregate(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def aggregate(records: Sequence[RecordLike]) -> CellStats:
     """Summary of one measured cell: latency distributions, throughput over an explicit window."""
-    per = [request_metrics(r) for r in records]
-    ok = [(r, m) for r, m in zip(records, per, strict=True) if m.ok]
-    failed = len(records) - len(ok)
+    recs = [as_record(r) for r in records]
+    per = [request_metrics(r) for r in recs]
+    ok = [(r, m) for r, m in zip(recs, per, strict=True) if m.ok]
     errors: dict[str, int] = {}
-    for r in records:
-        if r.get("error"):
-            errors[r["error"]] = errors.get(r["error"], 0) + 1
+    examples: dict[str, str] = {}
+    for r in recs:
+        if r.error:
+            errors[r.error] = errors.get(r.error, 0) + 1
+            examples.setdefault(r.error, r.error_detail or "")
     window = None
-    if records:
-        start = min(r["send_s"] for r in records)
-        end = max((r.get("end_s") or r["send_s"]) for r in records)
-        window = {"start_s": start, "end_s": end, "duration_s": end - start}
+    if recs:
+        start = min(r.send_s for r in recs)
+        end = max((r.end_s or r.send_s) for r in recs)
+        window = Window(start_s=start, end_s=end, duration_s=end - start)
     out_tokens = sum(m.completion_tokens or 0 for _, m in ok)
     in_tokens = sum(m.prompt_tokens or 0 for _, m in ok)
-    duration = window["duration_s"] if window else 0.0
-    itl_all = [g for _, m in ok for g in m.itl_ms]
+    duration = window.duration_s if window else 0.0
     chunks = sum(m.chunks for _, m in ok)
-    token_sources = sorted({r.get("token_source") for r, _ in ok if r.get("token_source")})
     cached = [m.cached_tokens for _, m in ok if m.cached_tokens is not None]
-    return {
-        "completed": len(ok),
-        "failed": failed,
-        "errors": errors,
-        "window": window,
-        "ttft_ms": _short(summarize(m.ttft_ms for _, m in ok)),
-        "ttft_first_chunk_ms": _short(summarize(m.ttft_first_chunk_ms for _, m in ok)),
-        "tpot_ms": _short(summarize(m.tpot_ms for _, m in ok)),
-        "itl_ms": _short(summarize(itl_all, ci=False)),
-        "e2el_ms": _short(summarize(m.e2el_ms for _, m in ok)),
-        "per_stream_tok_s": _short(summarize(m.per_stream_tok_s for _, m in ok)),
-        "output_throughput_tok_s": out_tokens / duration if duration > 0 else None,
-        "input_throughput_tok_s": in_tokens / duration if duration > 0 else None,
-        "request_throughput_req_s": len(ok) / duration if duration > 0 else None,
-        "total_output_tokens": out_tokens,
-        "total_input_tokens": in_tokens,
-        "content_chunks": chunks,
-        "tokens_per_chunk": (out_tokens / chunks) if chunks else None,
-        "token_source": token_sources,
-        "cached_prompt_tokens": sum(cached) if cached else None,
-    }
+    return CellStats(
+        completed=len(ok),
+        failed=len(recs) - len(ok),
+        errors=errors,
+        error_examples=examples or None,
+        window=window,
+        ttft_ms=summarize(m.ttft_ms for _, m in ok),
+        ttft_first_chunk_ms=summarize(m.ttft_first_chunk_ms for _, m in ok),
+        tpot_ms=summarize(m.tpot_ms for _, m in ok),
+        itl_ms=summarize([g for _, m in ok for g in m.itl_ms], ci=False),
+        e2el_ms=summarize(m.e2el_ms for _, m in ok),
+        per_stream_tok_s=summarize(m.per_stream_tok_s for _, m in ok),
+        output_throughput_tok_s=out_tokens / duration if duration > 0 else None,
+        input_throughput_tok_s=in_tokens / duration if duration > 0 else None,
+        request_throughput_req_s=len(ok) / duration if duration > 0 else None,
+        total_output_tokens=out_tokens,
+        total_input_tokens=in_tokens,
+        content_chunks=chunks,
+        tokens_per_chunk=(out_tokens / chunks) if chunks else None,
+        token_source=sorted({r.token_source for r, _ in ok if r.token_source}),
+        cached_prompt_tokens=sum(cached) if cached else None,
+    )
 
 
-def peak_in_flight(records: Sequence[dict[str, Any]]) -> int:
+def peak_in_flight(records: Sequence[RecordLike]) -> int:
     """Most requests open at the same moment (a request is open from send to end of stream)."""
-    events = sorted([(r["send_s"], 1) for r in records] + [(r.get("end_s") or r["send_s"], -1) for r in records])
+    recs = [as_record(r) for r in records]
+    events = sorted([(r.send_s, 1) for r in recs] + [(r.end_s or r.send_s, -1) for r in recs])
     running = peak = 0
     for _, step in events:  # at equal times an end (-1) sorts before a send (+1)
         running += step
@@ -197,30 +193,73 @@ def peak_in_flight(records: Sequence[dict[str, Any]]) -> int:
     return peak
 
 
-def open_loop_stats(records: Sequence[dict[str, Any]], rate: float, arrival: str | None,
-                    max_in_flight: int) -> dict[str, Any]:
+def open_loop_stats(
+    records: Sequence[RecordLike], rate: float, arrival: str | None, max_in_flight: int
+) -> OpenLoopInfo:
     """How well an open-loop cell delivered its arrival process, and how much the server piled up.
 
     ``send_lag_ms``: sent minus scheduled; it grows when the client's in-flight cap is full, and
     then the offered load was not really offered (``cap_reached``).
     """
-    scheduled = [r for r in records if r.get("scheduled_s") is not None]
-    sends = sorted(r["send_s"] for r in records)
+    recs = [as_record(r) for r in records]
+    scheduled = [r for r in recs if r.scheduled_s is not None]
+    sends = sorted(r.send_s for r in recs)
     span = sends[-1] - sends[0] if len(sends) > 1 else 0.0
-    peak = peak_in_flight(records)
-    return {
-        "offered_rate_rps": rate,
-        "arrival": arrival,
-        "achieved_send_rate_rps": (len(sends) - 1) / span if span > 0 else None,
-        "send_lag_ms": _short(summarize(((r["send_s"] - r["scheduled_s"]) * 1000 for r in scheduled), ci=False)),
-        "max_in_flight": max_in_flight,
-        "peak_in_flight": peak,
-        "cap_reached": peak >= max_in_flight,
-    }
+    peak = peak_in_flight(recs)
+    return OpenLoopInfo(
+        offered_rate_rps=rate,
+        arrival=arrival,
+        achieved_send_rate_rps=(len(sends) - 1) / span if span > 0 else None,
+        send_lag_ms=summarize(((r.send_s - r.scheduled_s) * 1000 for r in scheduled), ci=False),
+        max_in_flight=max_in_flight,
+        peak_in_flight=peak,
+        cap_reached=peak >= max_in_flight,
+    )
+
+
+def series_decode(
+    short: Sequence[RecordLike],
+    long: Sequence[RecordLike],
+    short_tokens: int,
+    long_tokens: int,
+    resamples: int = 1000,
+    seed: int = 0,
+) -> SeriesDecode:
+    """The series' decode speed: (long - short) tokens / (wall_long - wall_short), with wall the
+    median end-to-end latency; prefill cancels out. The interval resamples both sides."""
+    ws = [m.e2el_ms for m in map(request_metrics, short) if m.ok and m.e2el_ms is not None]
+    wl = [m.e2el_ms for m in map(request_metrics, long) if m.ok and m.e2el_ms is not None]
+    out = SeriesDecode(short_tokens=short_tokens, long_tokens=long_tokens)
+    if not ws or not wl:
+        return out
+
+    def speed(a: Sequence[float], b: Sequence[float]) -> float | None:
+        gap = median(b) - median(a)
+        return (long_tokens - short_tokens) / (gap / 1000.0) if gap > 0 else None
+
+    out.wall_short_ms, out.wall_long_ms, out.decode_tok_s = median(ws), median(wl), speed(ws, wl)
+    out.samples = [s for s in (speed([a], [b]) for a, b in zip(ws, wl, strict=False)) if s is not None]
+    if len(ws) > 1 and len(wl) > 1:
+        rng = random.Random(seed)
+        estimates = sorted(
+            v
+            for v in (
+                speed([ws[rng.randrange(len(ws))] for _ in ws], [wl[rng.randrange(len(wl))] for _ in wl])
+                for _ in range(resamples)
+            )
+            if v is not None
+        )
+        if estimates:
+            out.ci_low, out.ci_high = percentile(estimates, 2.5), percentile(estimates, 97.5)
+    return out
 
 
 def ratio_ci(
-    a: Sequence[float], b: Sequence[float], statistic=median, resamples: int = 1000, seed: int = 0,
+    a: Sequence[float],
+    b: Sequence[float],
+    statistic=median,
+    resamples: int = 1000,
+    seed: int = 0,
 ) -> tuple[float | None, float | None, float | None]:
     """statistic(b) / statistic(a) with a 95 % bootstrap interval (both sides resampled)."""
     a = [v for v in a if v is not None]

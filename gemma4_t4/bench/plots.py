@@ -9,6 +9,7 @@ from typing import Any
 
 from gemma4_t4.bench.compare import RunComparison, compare_runs
 from gemma4_t4.bench.results import BenchRun, load_run
+from gemma4_t4.bench.schemas import CellSummary
 
 
 def _plt():
@@ -33,13 +34,19 @@ def _save(fig: Any, path: str | os.PathLike) -> Path:
     return Path(path)
 
 
-def _median(cell: dict[str, Any], key: str) -> float | None:
+def _median(cell: CellSummary, key: str) -> float | None:
     return (cell.get(key) or {}).get("median")
 
 
 def plot_throughput(run: BenchRun, path: Path) -> Path | None:
-    cells = sorted((c for c in run.cells if c.get("workload") == "decode" and c.get("completed")
-                    and c.get("concurrency") is not None), key=lambda c: c["concurrency"])
+    cells = sorted(
+        (
+            c
+            for c in run.cells
+            if c.get("workload") == "decode" and c.get("completed") and c.get("concurrency") is not None
+        ),
+        key=lambda c: c["concurrency"],
+    )
     if not cells:
         return None
     plt = _plt()
@@ -49,8 +56,15 @@ def plot_throughput(run: BenchRun, path: Path) -> Path | None:
     ax.plot(xs, [_median(c, "per_stream_tok_s") for c in cells], "s--", label="per-stream tok/s (median)")
     for c in cells:
         if c.get("queueing"):
-            ax.annotate("queueing", (c["concurrency"], c.get("output_throughput_tok_s") or 0),
-                        textcoords="offset points", xytext=(0, 8), ha="center", fontsize=8, color="tab:red")
+            ax.annotate(
+                "queueing",
+                (c["concurrency"], c.get("output_throughput_tok_s") or 0),
+                textcoords="offset points",
+                xytext=(0, 8),
+                ha="center",
+                fontsize=8,
+                color="tab:red",
+            )
     ax.set_xscale("log", base=2)
     ax.set_xticks(xs, [str(x) for x in xs])
     ax.set_xlabel("concurrent requests")
@@ -62,8 +76,15 @@ def plot_throughput(run: BenchRun, path: Path) -> Path | None:
 
 
 def plot_ttft(run: BenchRun, path: Path) -> Path | None:
-    cells = sorted((c for c in run.cells if c.get("workload") == "ttft" and c.get("completed")),
-                   key=lambda c: (c["concurrency"], c["input_len"]))
+    # a cell whose replies were all empty text has no TTFT (tiny random models do that): not plotted
+    cells = sorted(
+        (
+            c
+            for c in run.cells
+            if c.get("workload") == "ttft" and c.get("completed") and _median(c, "ttft_ms") is not None
+        ),
+        key=lambda c: (c["concurrency"], c["input_len"]),
+    )
     if not cells:
         return None
     plt = _plt()
@@ -75,7 +96,9 @@ def plot_ttft(run: BenchRun, path: Path) -> Path | None:
         low = [m - (c["ttft_ms"].get("ci_low") or m) for m, c in zip(med, group, strict=True)]
         high = [(c["ttft_ms"].get("ci_high") or m) - m for m, c in zip(med, group, strict=True)]
         ax.errorbar(xs, med, yerr=[low, high], fmt="o-", capsize=3, label=f"median TTFT, c={conc} (95 % CI)")
-        ax.plot(xs, [(c.get("ttft_ms") or {}).get("p90") for c in group], "x:", alpha=0.6, label=f"p90, c={conc}")
+        ax.plot(
+            xs, [(c.get("ttft_ms") or {}).get("p90") for c in group], "x:", alpha=0.6, label=f"p90, c={conc}"
+        )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("input length (tokens)")
@@ -95,8 +118,11 @@ def plot_prefix(run: BenchRun, path: Path) -> Path | None:
     labels, values, colors = [], [], []
     for c in sorted(cells, key=lambda c: (c["concurrency"], c["variant"])):
         hit = (c.get("prefix_cache") or {}).get("hit_rate")
-        labels.append(f"c={c['concurrency']}\n{c['variant']}\nhits {hit * 100:.0f} %" if hit is not None
-                      else f"c={c['concurrency']}\n{c['variant']}")
+        labels.append(
+            f"c={c['concurrency']}\n{c['variant']}\nhits {hit * 100:.0f} %"
+            if hit is not None
+            else f"c={c['concurrency']}\n{c['variant']}"
+        )
         values.append(_median(c, "ttft_ms") or 0)
         colors.append("tab:green" if c["variant"] == "shared_prefix" else "tab:gray")
     ax.bar(range(len(values)), values, color=colors)
@@ -115,17 +141,38 @@ def plot_roofline(run: BenchRun, path: Path) -> Path | None:
     fig, ax = plt.subplots(figsize=(7, 4.2))
     roof = cells[0]["derived"]["roofline"]
     xs = list(range(len(cells)))
-    ax.bar(xs, [(c["derived"]["roofline"].get("per_stream_tok_s") or 0) for c in cells], label="measured per stream")
-    ax.axhline(roof["ceiling_tok_s"], color="tab:red", ls="--",
-               label=f"ceiling {roof['ceiling_tok_s']:.0f} tok/s ({roof['bandwidth_gb_s']:.0f} GB/s ÷ "
-                     f"{roof['bytes_per_token'] / 1e9:.3f} GB/token)")
+    ax.bar(
+        xs,
+        [(c["derived"]["roofline"].get("per_stream_tok_s") or 0) for c in cells],
+        label="measured per stream",
+    )
+    ax.axhline(
+        roof["ceiling_tok_s"],
+        color="tab:red",
+        ls="--",
+        label=f"ceiling {roof['ceiling_tok_s']:.0f} tok/s ({roof['bandwidth_gb_s']:.0f} GB/s ÷ "
+        f"{roof['bytes_per_token'] / 1e9:.3f} GB/token)",
+    )
     for x, c in zip(xs, cells, strict=True):
         eff = c["derived"]["roofline"].get("efficiency")
         if eff is not None:
-            ax.annotate(f"{eff * 100:.0f} %", (x, c["derived"]["roofline"]["per_stream_tok_s"]),
-                        textcoords="offset points", xytext=(0, 4), ha="center", fontsize=8)
-    ax.set_xticks(xs, [f"c={c['concurrency']}" if c.get("concurrency") is not None
-                       else f"{c['open_loop']['offered_rate_rps']:g}/s" for c in cells])
+            ax.annotate(
+                f"{eff * 100:.0f} %",
+                (x, c["derived"]["roofline"]["per_stream_tok_s"]),
+                textcoords="offset points",
+                xytext=(0, 4),
+                ha="center",
+                fontsize=8,
+            )
+    ax.set_xticks(
+        xs,
+        [
+            f"c={c['concurrency']}"
+            if c.get("concurrency") is not None
+            else f"{c['open_loop']['offered_rate_rps']:g}/s"
+            for c in cells
+        ],
+    )
     ax.set_ylabel("decode tokens / s per stream")
     ax.set_title(_title(run, f"Roofline on {roof['gpu']}"))
     ax.legend(fontsize=8)
@@ -134,8 +181,10 @@ def plot_roofline(run: BenchRun, path: Path) -> Path | None:
 
 def plot_rate(run: BenchRun, path: Path) -> Path | None:
     """Open-loop cells: TTFT (median, p90) and delivered output tok/s against the offered request rate."""
-    cells = sorted((c for c in run.cells if c.get("open_loop") and c.get("completed")),
-                   key=lambda c: c["open_loop"]["offered_rate_rps"])
+    cells = sorted(
+        (c for c in run.cells if c.get("open_loop") and c.get("completed")),
+        key=lambda c: c["open_loop"]["offered_rate_rps"],
+    )
     if not cells:
         return None
     plt = _plt()
@@ -147,13 +196,25 @@ def plot_rate(run: BenchRun, path: Path) -> Path | None:
     ax.set_ylabel("TTFT (ms)")
     ax.grid(alpha=0.3)
     right = ax.twinx()
-    right.plot(xs, [c.get("output_throughput_tok_s") for c in cells], "^:", color="tab:green",
-               label="output tok/s (right)")
+    right.plot(
+        xs,
+        [c.get("output_throughput_tok_s") for c in cells],
+        "^:",
+        color="tab:green",
+        label="output tok/s (right)",
+    )
     right.set_ylabel("output tokens / s")
     for c, x in zip(cells, xs, strict=True):
         if c["open_loop"].get("cap_reached"):
-            ax.annotate("in-flight cap", (x, _median(c, "ttft_ms") or 0), textcoords="offset points",
-                        xytext=(0, 8), ha="center", fontsize=8, color="tab:red")
+            ax.annotate(
+                "in-flight cap",
+                (x, _median(c, "ttft_ms") or 0),
+                textcoords="offset points",
+                xytext=(0, 8),
+                ha="center",
+                fontsize=8,
+                color="tab:red",
+            )
     lines = ax.get_legend_handles_labels()
     more = right.get_legend_handles_labels()
     ax.legend(lines[0] + more[0], lines[1] + more[1], fontsize=8, loc="upper left")
@@ -174,8 +235,13 @@ def plot_run(out_dir: str | os.PathLike | BenchRun) -> list[Path]:
     return [p for p in made if p is not None]
 
 
-def plot_compare(a: str | os.PathLike | BenchRun, b: str | os.PathLike | BenchRun, path: str | os.PathLike,
-                 metric: str = "per_stream_tok_s", comparison: RunComparison | None = None) -> Path | None:
+def plot_compare(
+    a: str | os.PathLike | BenchRun,
+    b: str | os.PathLike | BenchRun,
+    path: str | os.PathLike,
+    metric: str = "per_stream_tok_s",
+    comparison: RunComparison | None = None,
+) -> Path | None:
     """A/B bars of one metric's median per matched cell, labelled with B/A and its interval."""
     cmp_ = comparison or compare_runs(a, b)
     rows = [(cell, next(r for r in cell.ratios if r.metric == metric)) for cell in cmp_.cells]
@@ -191,7 +257,9 @@ def plot_compare(a: str | os.PathLike | BenchRun, b: str | os.PathLike | BenchRu
         text = f"{r.ratio:.2f}x" if r.ratio else ""
         if r.ci_low is not None:
             text += f"\n[{r.ci_low:.2f}, {r.ci_high:.2f}]"
-        ax.annotate(text, (x, max(r.a, r.b)), textcoords="offset points", xytext=(0, 4), ha="center", fontsize=8)
+        ax.annotate(
+            text, (x, max(r.a, r.b)), textcoords="offset points", xytext=(0, 4), ha="center", fontsize=8
+        )
     ax.set_xticks(list(xs), [c.cell_a[:28] for c, _ in rows], rotation=20, ha="right", fontsize=8)
     ax.set_ylabel(metric)
     ax.set_title(f"A/B {metric} (median): B/A with 95 % interval")

@@ -15,11 +15,168 @@ import secrets
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
+from gemma4_t4.bench.schemas import RawJSON
 from gemma4_t4.errors import Gemma4T4Error
 
-WORDS = ["time", "year", "people", "way", "day", "man", "thing", "woman", "life", "child", "world", "school", "state", "family", "student", "group", "country", "problem", "hand", "part", "place", "case", "week", "company", "system", "program", "question", "work", "government", "number", "night", "point", "home", "water", "room", "mother", "area", "money", "story", "fact", "month", "lot", "right", "study", "book", "eye", "job", "word", "business", "issue", "side", "kind", "head", "house", "service", "friend", "father", "power", "hour", "game", "line", "end", "member", "law", "car", "city", "community", "name", "president", "team", "minute", "idea", "kid", "body", "information", "back", "parent", "face", "others", "level", "office", "door", "health", "person", "art", "war", "history", "party", "result", "change", "morning", "reason", "research", "girl", "guy", "moment", "air", "teacher", "force", "education", "foot", "boy", "age", "policy", "music", "market", "sense", "nation", "plan", "college", "interest", "death", "experience", "effect", "class", "control", "care", "field", "development", "role", "effort", "rate", "heart", "drug", "show", "leader", "light", "voice", "wife", "police", "mind", "price", "report", "decision", "son", "view", "relationship", "town", "road", "river", "memory", "paper", "green", "blue", "quick", "brown", "lazy", "bright", "quiet", "simple", "strong", "early", "late", "small", "large"]
+WORDS = [
+    "time",
+    "year",
+    "people",
+    "way",
+    "day",
+    "man",
+    "thing",
+    "woman",
+    "life",
+    "child",
+    "world",
+    "school",
+    "state",
+    "family",
+    "student",
+    "group",
+    "country",
+    "problem",
+    "hand",
+    "part",
+    "place",
+    "case",
+    "week",
+    "company",
+    "system",
+    "program",
+    "question",
+    "work",
+    "government",
+    "number",
+    "night",
+    "point",
+    "home",
+    "water",
+    "room",
+    "mother",
+    "area",
+    "money",
+    "story",
+    "fact",
+    "month",
+    "lot",
+    "right",
+    "study",
+    "book",
+    "eye",
+    "job",
+    "word",
+    "business",
+    "issue",
+    "side",
+    "kind",
+    "head",
+    "house",
+    "service",
+    "friend",
+    "father",
+    "power",
+    "hour",
+    "game",
+    "line",
+    "end",
+    "member",
+    "law",
+    "car",
+    "city",
+    "community",
+    "name",
+    "president",
+    "team",
+    "minute",
+    "idea",
+    "kid",
+    "body",
+    "information",
+    "back",
+    "parent",
+    "face",
+    "others",
+    "level",
+    "office",
+    "door",
+    "health",
+    "person",
+    "art",
+    "war",
+    "history",
+    "party",
+    "result",
+    "change",
+    "morning",
+    "reason",
+    "research",
+    "girl",
+    "guy",
+    "moment",
+    "air",
+    "teacher",
+    "force",
+    "education",
+    "foot",
+    "boy",
+    "age",
+    "policy",
+    "music",
+    "market",
+    "sense",
+    "nation",
+    "plan",
+    "college",
+    "interest",
+    "death",
+    "experience",
+    "effect",
+    "class",
+    "control",
+    "care",
+    "field",
+    "development",
+    "role",
+    "effort",
+    "rate",
+    "heart",
+    "drug",
+    "show",
+    "leader",
+    "light",
+    "voice",
+    "wife",
+    "police",
+    "mind",
+    "price",
+    "report",
+    "decision",
+    "son",
+    "view",
+    "relationship",
+    "town",
+    "road",
+    "river",
+    "memory",
+    "paper",
+    "green",
+    "blue",
+    "quick",
+    "brown",
+    "lazy",
+    "bright",
+    "quiet",
+    "simple",
+    "strong",
+    "early",
+    "late",
+    "small",
+    "large",
+]
 
 
 class Tokenizer(Protocol):
@@ -38,9 +195,10 @@ class ServerTokenizer:
         self.timeout = timeout
         self.source = "server /tokenize"
 
-    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        request = urllib.request.Request(self.base_url + path, data=json.dumps(body).encode(),
-                                         headers={"Content-Type": "application/json"})
+    def _post(self, path: str, body: RawJSON) -> RawJSON:
+        request = urllib.request.Request(
+            self.base_url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        )
         if self.api_key:
             request.add_header("Authorization", f"Bearer {self.api_key}")
         try:
@@ -52,20 +210,28 @@ class ServerTokenizer:
                 fix="use a vLLM server (it serves /tokenize) or pass a local tokenizer (--tokenizer PATH)",
             ) from None
         except (urllib.error.URLError, OSError) as exc:
-            raise Gemma4T4Error(f"cannot reach {self.base_url}{path}: {exc}",
-                                fix="check --base-url and that the server is running") from None
+            raise Gemma4T4Error(
+                f"cannot reach {self.base_url}{path}: {exc}",
+                fix="check --base-url and that the server is running",
+            ) from None
 
     def count(self, text: str, chat: bool = False) -> int:
         if chat:
-            body = {"model": self.model, "messages": [{"role": "user", "content": text}],
-                    "add_generation_prompt": True}
+            body = {
+                "model": self.model,
+                "messages": [{"role": "user", "content": text}],
+                "add_generation_prompt": True,
+            }
         else:
             body = {"model": self.model, "prompt": text}
         return int(self._post("/tokenize", body)["count"])
 
     def encode(self, text: str) -> list[int]:
-        return list(self._post("/tokenize", {"model": self.model, "prompt": text,
-                                             "add_special_tokens": False})["tokens"])
+        return list(
+            self._post("/tokenize", {"model": self.model, "prompt": text, "add_special_tokens": False})[
+                "tokens"
+            ]
+        )
 
     def decode(self, ids: list[int]) -> str:
         return str(self._post("/detokenize", {"model": self.model, "tokens": ids})["prompt"])
@@ -78,14 +244,17 @@ class HFTokenizer:
         try:
             from transformers import AutoTokenizer
         except ImportError as exc:  # pragma: no cover - depends on the environment
-            raise Gemma4T4Error("transformers is not installed", fix="pip install 'gemma4-t4[model]'") from exc
+            raise Gemma4T4Error(
+                "transformers is not installed", fix="pip install 'gemma4-t4[model]'"
+            ) from exc
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.source = f"local tokenizer {path}"
 
     def count(self, text: str, chat: bool = False) -> int:
         if chat:
-            ids = self.tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=True,
-                                                     add_generation_prompt=True)
+            ids = self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": text}], tokenize=True, add_generation_prompt=True
+            )
             if isinstance(ids, dict):
                 ids = ids["input_ids"]
             return len(ids)
@@ -133,8 +302,10 @@ class PromptFactory:
         seen: set[int] = set()
         for _ in range(12):
             if cut > len(body_ids):
-                raise Gemma4T4Error(f"prompt body too short for {target} tokens",
-                                    fix="report this: the filler text must be longer")
+                raise Gemma4T4Error(
+                    f"prompt body too short for {target} tokens",
+                    fix="report this: the filler text must be longer",
+                )
             seen.add(cut)
             text = lead + tok.decode(body_ids[:cut])
             n = tok.count(text, chat=self.chat)
@@ -162,19 +333,23 @@ class PromptFactory:
             prompts.append(prompt)
         return prompts
 
-    def shared_prefix(self, tag: str, groups: int, per_group: int, prefix_len: int,
-                      length: int) -> list[list[Prompt]]:
+    def shared_prefix(
+        self, tag: str, groups: int, per_group: int, prefix_len: int, length: int
+    ) -> list[list[Prompt]]:
         """``groups`` of ``per_group`` prompts; within a group the first ``prefix_len`` tokens are
         identical, the rest unique. Group prefixes differ from their first tokens."""
         if prefix_len >= length:
-            raise Gemma4T4Error(f"prefix length {prefix_len} must be below the input length {length}",
-                                fix="use --prefix-len smaller than --input-len")
+            raise Gemma4T4Error(
+                f"prefix length {prefix_len} must be below the input length {length}",
+                fix="use --prefix-len smaller than --input-len",
+            )
         out = []
         saved_chat = self.chat
         for g in range(groups):
             self.chat = False  # the prefix is raw text; the template wraps the whole prompt later
-            prefix = self.fit(self.header(f"{tag}-g", g) + " ", self._words(f"{tag}:g{g}", prefix_len * 2),
-                              prefix_len)
+            prefix = self.fit(
+                self.header(f"{tag}-g", g) + " ", self._words(f"{tag}:g{g}", prefix_len * 2), prefix_len
+            )
             self.chat = saved_chat
             group = []
             for i in range(per_group):

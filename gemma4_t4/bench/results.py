@@ -16,115 +16,316 @@ import csv
 import io
 import json
 import os
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gemma4_t4.atomic import atomic_write_json, atomic_write_text
-from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.jsonable import to_jsonable
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-SCHEMA = "gemma4_t4.bench/1"
+from gemma4_t4.atomic import atomic_write_json, atomic_write_text
+from gemma4_t4.bench.schemas import (
+    SCHEMA,
+    CellSummary,
+    RequestRecord,
+    RunInfo,
+    RunReport,
+    StoredRecord,
+    SummaryFile,
+    parse_file,
+)
+from gemma4_t4.errors import Gemma4T4Error
+
 RUN_FILE, RECORDS_FILE, SUMMARY_FILE, CSV_FILE = "run.json", "records.jsonl", "summary.json", "summary.csv"
 LATENCY_KEYS = ("ttft_ms", "ttft_first_chunk_ms", "tpot_ms", "itl_ms", "e2el_ms", "per_stream_tok_s")
 CSV_STATS = ("mean", "median", "p90", "p99", "ci_low", "ci_high")
-CSV_SCALARS = ("cell", "workload", "variant", "concurrency", "offered_rate_rps", "input_len", "output_len", "num_prompts",
-               "completed", "failed", "queueing", "output_throughput_tok_s", "request_throughput_req_s",
-               "tokens_per_chunk", "prefix_cache_hit_rate", "partial")
+CSV_SCALARS = (
+    "cell",
+    "workload",
+    "variant",
+    "concurrency",
+    "offered_rate_rps",
+    "input_len",
+    "output_len",
+    "num_prompts",
+    "completed",
+    "failed",
+    "queueing",
+    "output_throughput_tok_s",
+    "request_throughput_req_s",
+    "tokens_per_chunk",
+    "prefix_cache_hit_rate",
+    "partial",
+)
 
 
-def cells_to_csv(cells: list[dict[str, Any]]) -> str:
+def _cell(cell: CellSummary | Mapping[str, Any]) -> CellSummary:
+    return cell if isinstance(cell, CellSummary) else CellSummary.model_validate(cell)
+
+
+def cells_to_csv(cells: Sequence[CellSummary | Mapping[str, Any]]) -> str:
     header = list(CSV_SCALARS) + [f"{k}_{s}" for k in LATENCY_KEYS for s in CSV_STATS]
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     writer.writerow(header)
-    for cell in cells:
-        nested = {"prefix_cache_hit_rate": (cell.get("prefix_cache") or {}).get("hit_rate"),
-                  "offered_rate_rps": (cell.get("open_loop") or {}).get("offered_rate_rps")}
+    for cell in map(_cell, cells):
+        nested = {
+            "prefix_cache_hit_rate": cell.prefix_cache.hit_rate,
+            "offered_rate_rps": cell.open_loop.offered_rate_rps if cell.open_loop else None,
+        }
         row = [nested[k] if k in nested else cell.get(k) for k in CSV_SCALARS]
         for key in LATENCY_KEYS:
-            stats = cell.get(key) or {}
+            stats = cell[key]
             row += [stats.get(s) for s in CSV_STATS]
         writer.writerow(["" if v is None else v for v in row])
     return buffer.getvalue()
 
 
 class ResultsWriter:
-    """Owns one run directory while a run is in progress."""
+    """Owns one run directory while a run is in progress: records are appended as requests finish,
+    summary and run info rewritten atomically, so an interrupted run keeps what it measured."""
 
-    def __init__(self, out_dir: str | os.PathLike, run_info: dict[str, Any], overwrite: bool = False):
+    def __init__(
+        self, out_dir: str | os.PathLike, run_info: RunInfo | Mapping[str, Any], overwrite: bool = False
+    ):
         self.dir = Path(out_dir)
+        if self.dir.exists() and not self.dir.is_dir():
+            raise Gemma4T4Error(
+                f"--out {self.dir} is a file, not a directory",
+                fix="choose a directory path for --out (it is created if missing)",
+            )
         if (self.dir / SUMMARY_FILE).exists() or (self.dir / RECORDS_FILE).exists():
             if not overwrite:
-                raise Gemma4T4Error(f"{self.dir} already holds benchmark results",
-                                    fix="choose a new --out directory (or pass --overwrite)")
+                raise Gemma4T4Error(
+                    f"{self.dir} already holds benchmark results",
+                    fix="choose a new --out directory (or pass --overwrite)",
+                )
             for name in (RECORDS_FILE, SUMMARY_FILE, CSV_FILE, RUN_FILE):
                 (self.dir / name).unlink(missing_ok=True)
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.run_info = {"schema": SCHEMA, "status": "running"} | run_info
-        self.cells: list[dict[str, Any]] = []
-        atomic_write_json(self.dir / RUN_FILE, self.run_info)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise Gemma4T4Error(
+                f"cannot create {self.dir}: {exc.strerror or exc}", fix="choose a writable --out directory"
+            ) from None
+        info = run_info if isinstance(run_info, RunInfo) else RunInfo.model_validate(dict(run_info))
+        self.run_info = info.model_copy(update={"schema_id": SCHEMA, "status": "running"})
+        self.cells: list[CellSummary] = []
+        atomic_write_json(self.dir / RUN_FILE, self.run_info.to_json())
         self._records = open(self.dir / RECORDS_FILE, "a", buffering=1)  # noqa: SIM115 - closed in close()
 
-    def add_record(self, cell: str, phase: str, record: dict[str, Any]) -> None:
-        self._records.write(json.dumps({"cell": cell, "phase": phase} | record) + "\n")
+    def add_record(self, cell: str, phase: str, record: RequestRecord | Mapping[str, Any]) -> None:
+        data = record.model_dump(mode="json") if isinstance(record, RequestRecord) else dict(record)
+        self._records.write(json.dumps({"cell": cell, "phase": phase} | data) + "\n")
 
-    def add_cell(self, summary: dict[str, Any]) -> None:
-        self.cells = [c for c in self.cells if c["cell"] != summary["cell"]] + [summary]
+    def add_cell(self, summary: CellSummary | Mapping[str, Any]) -> None:
+        summary = _cell(summary)
+        self.cells = [c for c in self.cells if c.cell != summary.cell] + [summary]
         self._write_summary()
 
     def _write_summary(self) -> None:
-        atomic_write_json(self.dir / SUMMARY_FILE, {"schema": SCHEMA, "run": self._run_digest(),
-                                                    "cells": self.cells})
-        atomic_write_text(self.dir / CSV_FILE, cells_to_csv(to_jsonable(self.cells)))
-
-    def _run_digest(self) -> dict[str, Any]:
-        keep = ("run_id", "workload", "model", "base_url", "status", "started_at", "finished_at", "label")
-        return {k: self.run_info.get(k) for k in keep if k in self.run_info}
+        summary = SummaryFile(run=self.run_info.digest(), cells=self.cells)
+        atomic_write_json(self.dir / SUMMARY_FILE, summary.to_json())
+        atomic_write_text(self.dir / CSV_FILE, cells_to_csv(self.cells))
 
     def update_run(self, **fields: Any) -> None:
-        self.run_info.update(fields)
-        atomic_write_json(self.dir / RUN_FILE, self.run_info)
+        self.run_info = RunInfo.model_validate(self.run_info.to_json() | fields)
+        atomic_write_json(self.dir / RUN_FILE, self.run_info.to_json())
         self._write_summary()
 
     def close(self) -> None:
         if not self._records.closed:
             self._records.close()
 
+    def result(self) -> BenchRun:
+        """The run as written, in memory (nothing re-read from disk)."""
+        return BenchRun(dir=self.dir, run=self.run_info, cells=list(self.cells))
 
-@dataclass
-class BenchRun:
-    """A results directory loaded back (or just written)."""
 
-    dir: Path
-    run: dict[str, Any]
-    cells: list[dict[str, Any]]
-    _records: list[dict[str, Any]] | None = field(default=None, repr=False)
+def _median(stats: Any) -> float | None:
+    return stats.median if stats is not None else None
+
+
+class TableRow(BaseModel):
+    """One display row of a cell (what notebooks show)."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    workload: str
+    variant: str | None
+    concurrency: int | str | None = Field(description="closed loop: streams; open loop: 'R req/s'")
+    input_tokens: int | None = Field(alias="input tokens")
+    output_tokens: int | None = Field(alias="output tokens")
+    ok: int
+    failed: int
+    ttft_ms_median: float | None = Field(alias="TTFT ms (median)")
+    tpot_ms_median: float | None = Field(alias="TPOT ms (median)")
+    per_stream_tok_s_median: float | None = Field(alias="per-stream tok/s (median)")
+    output_tok_s: float | None = Field(alias="output tok/s (all streams)")
+    prefix_cache_hit_rate: float | None = Field(alias="prefix cache hit rate")
+
+
+class BenchRun(BaseModel):
+    """A results directory: the run info and its measured cells, with the accessors notebooks use.
+    ``run_benchmark`` returns it in memory; :meth:`load` reads (and validates) one from disk."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    dir: Path = Field(description="the results directory")
+    run: RunInfo = Field(description="run.json")
+    cells: list[CellSummary] = Field(default_factory=list, description="summary.json's cells, in run order")
+    _records: list[StoredRecord] | None = PrivateAttr(default=None)
+
+    # ------------------------------------------------------------ files
+
+    @classmethod
+    def load(cls, out_dir: str | os.PathLike) -> BenchRun:
+        path = Path(out_dir)
+        summary_path = path / SUMMARY_FILE
+        if not summary_path.is_file():
+            raise Gemma4T4Error(
+                f"{path} holds no {SUMMARY_FILE}", fix="pass a directory written by gemma4-t4 bench run"
+            )
+        summary: SummaryFile = parse_file(SummaryFile, summary_path.read_text(), str(summary_path))
+        run_path = path / RUN_FILE
+        if run_path.is_file():
+            run = parse_file(RunInfo, run_path.read_text(), str(run_path))
+        else:
+            run = RunInfo.model_validate(summary.run)
+        return cls(dir=path, run=run, cells=summary.cells)
+
+    def save(self, out_dir: str | os.PathLike | None = None) -> Path:
+        """Write run.json, summary.json and summary.csv (records are written as they are measured)."""
+        path = Path(out_dir) if out_dir is not None else self.dir
+        path.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(path / RUN_FILE, self.run.to_json())
+        atomic_write_json(path / SUMMARY_FILE, SummaryFile(run=self.run.digest(), cells=self.cells).to_json())
+        atomic_write_text(path / CSV_FILE, cells_to_csv(self.cells))
+        return path
+
+    # ------------------------------------------------------------ records
 
     @property
-    def records(self) -> list[dict[str, Any]]:
+    def records(self) -> list[StoredRecord]:
         if self._records is None:
             self._records = read_records(self.dir / RECORDS_FILE)
         return self._records
 
-    def measured(self, cell: str) -> list[dict[str, Any]]:
-        return [r for r in self.records if r.get("cell") == cell and r.get("phase") == "measure"]
+    def measured(self, cell: str) -> list[StoredRecord]:
+        return [r for r in self.records if r.cell == cell and r.phase == "measure"]
+
+    # ------------------------------------------------------------ accessors
 
     @property
     def failed(self) -> int:
-        return sum(int(c.get("failed") or 0) for c in self.cells)
+        return sum(c.failed for c in self.cells)
 
     @property
     def status(self) -> str:
-        return str(self.run.get("status"))
+        return self.run.status
+
+    @property
+    def ok(self) -> bool:
+        return self.run.status == "complete"
+
+    def cell(
+        self,
+        name: str | None = None,
+        *,
+        workload: str | None = None,
+        variant: str | None = None,
+        concurrency: int | None = None,
+        input_len: int | None = None,
+    ) -> CellSummary:
+        """The one cell matching a name or the given facts (an error naming the cells if none/several)."""
+        found = [
+            c
+            for c in self.cells
+            if (name is None or c.cell == name)
+            and (workload is None or c.workload == workload)
+            and (variant is None or c.variant == variant)
+            and (concurrency is None or c.concurrency == concurrency)
+            and (input_len is None or c.input_len == input_len)
+        ]
+        if len(found) != 1:
+            raise Gemma4T4Error(
+                f"{len(found)} cells of {self.dir} match; cells: {[c.cell for c in self.cells]}",
+                fix="name the cell, or give workload/variant/concurrency/input_len",
+            )
+        return found[0]
+
+    def per_stream_by_concurrency(self) -> dict[int, float | None]:
+        """Median per-stream decode tok/s for each concurrency of a decode run."""
+        return {
+            c.concurrency: _median(c.per_stream_tok_s)
+            for c in self.cells
+            if c.workload == "decode" and c.concurrency is not None
+        }
+
+    def throughput_by_concurrency(self) -> dict[int, float | None]:
+        """Aggregate output tok/s (all streams) for each concurrency."""
+        return {
+            c.concurrency: c.output_throughput_tok_s
+            for c in self.cells
+            if c.workload in ("decode", "load") and c.concurrency is not None
+        }
+
+    def ttft_by_input_len(self) -> dict[int, float | None]:
+        """Median TTFT (ms) for each input length of a ttft run."""
+        return {c.input_len: _median(c.ttft_ms) for c in self.cells if c.workload == "ttft" and c.input_len}
+
+    def prefix_hit_rate(self) -> float | None:
+        """The shared-prefix cell's measured hit rate (None if the server exposes no counters)."""
+        shared = [c for c in self.cells if c.variant == "shared_prefix"]
+        return shared[0].prefix_cache.hit_rate if shared else None
+
+    def answers(self) -> list[Any]:
+        """Every answer of an answers run (first cell with answers)."""
+        return next((c.answers for c in self.cells if c.answers), [])
+
+    def rows(self) -> list[TableRow]:
+        """One display row per measured cell."""
+        out = []
+        for c in self.cells:
+            load = (
+                c.concurrency
+                if c.concurrency is not None
+                else f"{c.open_loop.offered_rate_rps if c.open_loop else None} req/s"
+            )
+            out.append(
+                TableRow(
+                    workload=c.workload,
+                    variant=c.variant,
+                    concurrency=load,
+                    input_tokens=c.input_len,
+                    output_tokens=c.output_len,
+                    ok=c.completed,
+                    failed=c.failed,
+                    ttft_ms_median=c.ttft_ms.median,
+                    tpot_ms_median=c.tpot_ms.median,
+                    per_stream_tok_s_median=c.per_stream_tok_s.median,
+                    output_tok_s=c.output_throughput_tok_s,
+                    prefix_cache_hit_rate=c.prefix_cache.hit_rate,
+                )
+            )
+        return out
 
     def table(self) -> str:
         return format_cells(self.cells)
 
+    def report(self) -> RunReport:
+        return RunReport(
+            status=self.status,
+            out_dir=str(self.dir),
+            failed=self.failed,
+            table=self.table(),
+            cells=self.cells,
+            run=self.run,
+        )
 
-def read_records(path: Path) -> list[dict[str, Any]]:
+
+def read_records(path: Path) -> list[StoredRecord]:
     """Records, skipping a torn last line left by a hard kill."""
-    out = []
+    out: list[StoredRecord] = []
     if not path.exists():
         return out
     with open(path) as handle:
@@ -133,27 +334,14 @@ def read_records(path: Path) -> list[dict[str, Any]]:
             if not line:
                 continue
             try:
-                out.append(json.loads(line))
-            except ValueError:
+                out.append(StoredRecord.model_validate_json(line))
+            except ValueError:  # a torn line (pydantic's ValidationError is a ValueError)
                 continue
     return out
 
 
 def load_run(out_dir: str | os.PathLike) -> BenchRun:
-    path = Path(out_dir)
-    summary_path = path / SUMMARY_FILE
-    if not summary_path.exists():
-        raise Gemma4T4Error(f"{path} holds no {SUMMARY_FILE}",
-                            fix="pass a directory written by gemma4-t4 bench run")
-    try:
-        summary = json.loads(summary_path.read_text())
-        run = json.loads((path / RUN_FILE).read_text()) if (path / RUN_FILE).exists() else summary.get("run", {})
-    except ValueError as exc:
-        raise Gemma4T4Error(f"{summary_path} is not valid JSON: {exc}", fix="re-run the benchmark") from None
-    if summary.get("schema") != SCHEMA:
-        raise Gemma4T4Error(f"{summary_path} has schema {summary.get('schema')!r}, expected {SCHEMA!r}",
-                            fix="re-run the benchmark with this version of gemma4-t4")
-    return BenchRun(path, run, summary.get("cells", []))
+    return BenchRun.load(out_dir)
 
 
 def _fmt(value: Any, digits: int = 1) -> str:
@@ -164,24 +352,31 @@ def _fmt(value: Any, digits: int = 1) -> str:
     return str(value)
 
 
-def format_cells(cells: list[dict[str, Any]]) -> str:
+def format_cells(cells: Sequence[CellSummary | Mapping[str, Any]]) -> str:
     """A plain-text table of medians (p90 where it matters), one line per cell."""
-    header = (f"{'cell':<44} {'c':>3} {'in':>5} {'out':>4} {'ok/fail':>8} {'TTFT p50':>9} {'TTFT p90':>9} "
-              f"{'TPOT p50':>9} {'ITL p99':>8} {'stream t/s':>10} {'out tok/s':>9} {'hit %':>6}")
+    header = (
+        f"{'cell':<44} {'c':>3} {'in':>5} {'out':>4} {'ok/fail':>8} {'TTFT p50':>9} {'TTFT p90':>9} "
+        f"{'TPOT p50':>9} {'ITL p99':>8} {'stream t/s':>10} {'out tok/s':>9} {'hit %':>6}"
+    )
     lines = [header, "-" * len(header)]
-    for c in cells:
-        hit = (c.get("prefix_cache") or {}).get("hit_rate")
-        flags = (" [queueing]" if c.get("queueing") else "") + (" [partial]" if c.get("partial") else "")
-        open_loop = c.get("open_loop") or {}
-        if open_loop.get("cap_reached"):
+    for c in map(_cell, cells):
+        hit = c.prefix_cache.hit_rate
+        flags = (" [queueing]" if c.queueing else "") + (" [partial]" if c.partial else "")
+        if c.open_loop and c.open_loop.cap_reached:
             flags += " [in-flight cap reached]"
-        load = c.get("concurrency") if c.get("concurrency") is not None else f"{open_loop.get('offered_rate_rps'):g}/s"
+        load = (
+            c.concurrency
+            if c.concurrency is not None
+            else f"{c.open_loop.offered_rate_rps:g}/s"
+            if c.open_loop
+            else "-"
+        )
         lines.append(
-            f"{c['cell'][:44]:<44} {load:>3} {_fmt(c.get('input_len')):>5} "
-            f"{_fmt(c.get('output_len')):>4} {str(c.get('completed')) + '/' + str(c.get('failed')):>8} "
-            f"{_fmt((c.get('ttft_ms') or {}).get('median')):>9} {_fmt((c.get('ttft_ms') or {}).get('p90')):>9} "
-            f"{_fmt((c.get('tpot_ms') or {}).get('median'), 2):>9} {_fmt((c.get('itl_ms') or {}).get('p99')):>8} "
-            f"{_fmt((c.get('per_stream_tok_s') or {}).get('median')):>10} "
-            f"{_fmt(c.get('output_throughput_tok_s')):>9} {_fmt(hit * 100 if hit is not None else None):>6}{flags}"
+            f"{c.cell[:44]:<44} {load:>3} {_fmt(c.input_len):>5} "
+            f"{_fmt(c.output_len):>4} {f'{c.completed}/{c.failed}':>8} "
+            f"{_fmt(c.ttft_ms.median):>9} {_fmt(c.ttft_ms.p90):>9} "
+            f"{_fmt(c.tpot_ms.median, 2):>9} {_fmt(c.itl_ms.p99):>8} "
+            f"{_fmt(c.per_stream_tok_s.median):>10} "
+            f"{_fmt(c.output_throughput_tok_s):>9} {_fmt(hit * 100 if hit is not None else None):>6}{flags}"
         )
     return "\n".join(lines)

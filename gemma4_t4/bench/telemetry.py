@@ -19,10 +19,11 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
+from gemma4_t4.bench.schemas import GPUTelemetry, PrefixCache, RawJSON, ServerInfo, ServerLoad
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.server import http_get
 
-_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)')
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
@@ -88,53 +89,85 @@ PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
 PREFIX_HITS = "vllm:prefix_cache_hits_total"
 
 
-def prefix_cache_delta(before: MetricsSnapshot | None, after: MetricsSnapshot | None) -> dict[str, Any]:
+def prefix_cache_delta(before: MetricsSnapshot | None, after: MetricsSnapshot | None) -> PrefixCache:
     """Prefix-cache hit rate measured between two scrapes: Δhits / Δqueries (prompt tokens)."""
     if before is None or after is None:
-        return {"queries": None, "hits": None, "hit_rate": None, "source": "unavailable"}
+        return PrefixCache(source="unavailable")
     q0, q1 = before.get(PREFIX_QUERIES), after.get(PREFIX_QUERIES)
     h0, h1 = before.get(PREFIX_HITS), after.get(PREFIX_HITS)
     if None in (q0, q1, h0, h1):
-        return {"queries": None, "hits": None, "hit_rate": None, "source": "not exposed"}
+        return PrefixCache(source="not exposed")
     queries, hits = q1 - q0, h1 - h0
-    return {"queries": queries, "hits": hits, "hit_rate": (hits / queries) if queries else None,
-            "source": "/metrics"}
+    return PrefixCache(
+        queries=queries,
+        hits=hits,
+        hit_rate=(hits / queries) if queries else None,
+        source="/metrics",
+        prefix_caching_enabled=cache_config(after).get("enable_prefix_caching"),
+    )
 
 
-def cache_config(snapshot: MetricsSnapshot | None) -> dict[str, Any]:
+def cache_config(snapshot: MetricsSnapshot | None) -> dict[str, str]:
     """Prefix caching on/off and block size, from ``vllm:cache_config_info``."""
     if snapshot is None:
         return {}
     labels = snapshot.info.get("vllm:cache_config_info") or {}
-    keep = ("enable_prefix_caching", "block_size", "cache_dtype", "kv_cache_size_tokens",
-            "kv_cache_max_concurrency", "gpu_memory_utilization")
+    keep = (
+        "enable_prefix_caching",
+        "block_size",
+        "cache_dtype",
+        "kv_cache_size_tokens",
+        "kv_cache_max_concurrency",
+        "gpu_memory_utilization",
+    )
     return {k: labels[k] for k in keep if k in labels}
 
 
-def check_reachable(base_url: str, model: str | None = None, api_key: str | None = None) -> dict[str, Any]:
+def check_reachable(base_url: str, model: str | None = None, api_key: str | None = None) -> ServerInfo:
     """Fail before the run if the server is unreachable or does not serve ``model``."""
     url = base_url.rstrip("/")
     try:
         status, body = http_get(url + "/v1/models", timeout=10.0, api_key=api_key)
     except (urllib.error.URLError, OSError) as exc:
-        raise Gemma4T4Error(f"cannot reach the server at {base_url}: {exc}",
-                            fix="start it (gemma4-t4 serve ...) or correct --base-url") from None
+        raise Gemma4T4Error(
+            f"cannot reach the server at {base_url}: {exc}",
+            fix="start it (gemma4-t4 serve ...) or correct --base-url",
+        ) from None
     if status == 401:
         raise Gemma4T4Error(f"{base_url} refused the request (HTTP 401)", fix="pass --api-key")
     if status != 200:
-        raise Gemma4T4Error(f"{base_url}/v1/models returned HTTP {status}",
-                            fix="point --base-url at an OpenAI-compatible server")
+        raise Gemma4T4Error(
+            f"{base_url}/v1/models returned HTTP {status}",
+            fix="point --base-url at an OpenAI-compatible server",
+        )
     try:
-        models = json.loads(body).get("data", [])
+        listing = json.loads(body)
+        models = listing.get("data", []) if isinstance(listing, dict) else None
     except ValueError:
-        raise Gemma4T4Error(f"{base_url}/v1/models did not return JSON",
-                            fix="point --base-url at an OpenAI-compatible server") from None
+        raise Gemma4T4Error(
+            f"{base_url}/v1/models did not return JSON", fix="point --base-url at an OpenAI-compatible server"
+        ) from None
+    if not isinstance(models, list) or not all(isinstance(m, dict) for m in models):
+        raise Gemma4T4Error(
+            f"{base_url}/v1/models did not return an OpenAI model list",
+            fix="point --base-url at an OpenAI-compatible server (vLLM serves /v1/models)",
+        )
+    if not models:
+        raise Gemma4T4Error(
+            f"{base_url}/v1/models lists no model: the server serves nothing yet",
+            fix="wait until the server has loaded its model (gemma4-t4 serve status), "
+            "or point --base-url at a server that serves one",
+        )
     ids = [m.get("id") for m in models]
-    if model is not None and ids and model not in ids:
-        raise Gemma4T4Error(f"the server does not serve {model!r} (it serves {', '.join(map(str, ids))})",
-                            fix=f"use --model {ids[0]}")
-    entry = next((m for m in models if m.get("id") == model), models[0] if models else {})
-    return {"models": ids, "max_model_len": entry.get("max_model_len"), "root": entry.get("root")}
+    if model is not None and model not in ids:
+        raise Gemma4T4Error(
+            f"the server does not serve {model!r} (it serves {', '.join(map(str, ids))})",
+            fix=f"use --model {ids[0]}",
+        )
+    entry = next((m for m in models if m.get("id") == model), models[0])
+    return ServerInfo(
+        models=ids, max_model_len=entry.get("max_model_len"), root=entry.get("root"), backend="openai-http"
+    )
 
 
 def server_version(base_url: str, api_key: str | None = None) -> str | None:
@@ -154,38 +187,57 @@ def _package_version(name: str) -> str | None:
         return None
 
 
-def gpu_inventory() -> list[dict[str, Any]]:
+def gpu_inventory() -> list[dict[str, str]]:
     """GPUs on this machine via nvidia-smi (empty where there is none)."""
     if not shutil.which("nvidia-smi"):
         return []
     query = "name,driver_version,memory.total,clocks.max.sm,power.limit,compute_cap"
     try:
-        out = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=10, check=True).stdout
+        out = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return []
     gpus = []
     for line in out.strip().splitlines():
         parts = [p.strip() for p in line.split(",")]
         if len(parts) >= 6:
-            gpus.append({"name": parts[0], "driver": parts[1], "memory_mib": parts[2],
-                         "max_sm_clock_mhz": parts[3], "power_limit_w": parts[4], "compute_cap": parts[5]})
+            gpus.append(
+                {
+                    "name": parts[0],
+                    "driver": parts[1],
+                    "memory_mib": parts[2],
+                    "max_sm_clock_mhz": parts[3],
+                    "power_limit_w": parts[4],
+                    "compute_cap": parts[5],
+                }
+            )
     return gpus
 
 
-def capture_environment(base_url: str, model: str, api_key: str | None = None,
-                        server_launch: dict[str, Any] | None = None) -> dict[str, Any]:
+def client_environment() -> dict[str, str | None]:
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "gemma4_t4": _package_version("gemma4-t4"),
+        "aiohttp": _package_version("aiohttp"),
+        "boto3": _package_version("boto3"),
+    }
+
+
+def capture_environment(
+    base_url: str, model: str, api_key: str | None = None, server_launch: RawJSON | None = None
+) -> RawJSON:
     """Client host, server version and config, GPUs: stored in every result."""
     snap = scrape(base_url, api_key)
     return {
         "captured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "client": {
-            "python": sys.version.split()[0],
-            "platform": platform.platform(),
-            "machine": platform.machine(),
-            "gemma4_t4": _package_version("gemma4-t4"),
-            "aiohttp": _package_version("aiohttp"),
-        },
+        "client": client_environment(),
         "server": {
             "base_url": base_url,
             "model": model,
@@ -197,9 +249,22 @@ def capture_environment(base_url: str, model: str, api_key: str | None = None,
     }
 
 
-SMI_SAMPLE_QUERY = ("clocks.sm", "power.draw", "clocks_throttle_reasons.active", "memory.used", "utilization.gpu",
-                    "temperature.gpu")
-SMI_SAMPLE_KEYS = ("sm_clock_mhz", "power_w", "throttle_reasons", "memory_used_mib", "gpu_util_pct", "temperature_c")
+SMI_SAMPLE_QUERY = (
+    "clocks.sm",
+    "power.draw",
+    "clocks_throttle_reasons.active",
+    "memory.used",
+    "utilization.gpu",
+    "temperature.gpu",
+)
+SMI_SAMPLE_KEYS = (
+    "sm_clock_mhz",
+    "power_w",
+    "throttle_reasons",
+    "memory_used_mib",
+    "gpu_util_pct",
+    "temperature_c",
+)
 
 
 def _smi_output(cmd: list[str]) -> str | None:
@@ -210,13 +275,16 @@ def _smi_output(cmd: list[str]) -> str | None:
     return done.stdout if done.returncode == 0 else None
 
 
-def parse_smi_sample(line: str) -> dict[str, Any] | None:
+GPUSample = dict[str, float]  # t, sm_clock_mhz, power_w, throttle_reasons (bit mask), memory_used_mib, ...
+
+
+def parse_smi_sample(line: str) -> GPUSample | None:
     """One ``nvidia-smi --query-gpu=<SMI_SAMPLE_QUERY> --format=csv,noheader,nounits`` line -> a sample
     shaped like an NVML one (``[N/A]`` fields become 0; throttle reasons are a hex mask)."""
     parts = [p.strip() for p in line.split(",")]
     if len(parts) != len(SMI_SAMPLE_KEYS):
         return None
-    sample: dict[str, Any] = {"t": time.time()}
+    sample: GPUSample = {"t": time.time()}
     for key, raw in zip(SMI_SAMPLE_KEYS, parts, strict=True):
         try:
             sample[key] = int(raw, 16) if key == "throttle_reasons" else float(raw)
@@ -230,10 +298,12 @@ class GPUSampler:
     through NVML when ``pynvml`` (nvidia-ml-py) is importable, else by polling ``nvidia-smi``.
     Does nothing without a GPU; ``source`` says which ("nvml", "nvidia-smi" or None)."""
 
-    def __init__(self, interval_s: float = 0.5, index: int = 0, smi: Any = _smi_output, use_nvml: bool = True):
+    def __init__(
+        self, interval_s: float = 0.5, index: int = 0, smi: Any = _smi_output, use_nvml: bool = True
+    ):
         self.interval_s = interval_s
         self.index = index
-        self.samples: list[dict[str, Any]] = []
+        self.samples: list[GPUSample] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._smi = smi
@@ -248,19 +318,29 @@ class GPUSampler:
                 self._nvml, self.source = pynvml, "nvml"
             except Exception:  # noqa: BLE001 - no driver, no GPU, no package: fall back to nvidia-smi
                 self._nvml = None
-        if self.source is None and (smi is not _smi_output or shutil.which("nvidia-smi")) and self._smi_sample():
+        if (
+            self.source is None
+            and (smi is not _smi_output or shutil.which("nvidia-smi"))
+            and self._smi_sample()
+        ):
             self.source = "nvidia-smi"
 
     @property
     def available(self) -> bool:
         return self.source is not None
 
-    def _smi_sample(self) -> dict[str, Any] | None:
-        out = self._smi(["nvidia-smi", f"--id={self.index}", f"--query-gpu={','.join(SMI_SAMPLE_QUERY)}",
-                         "--format=csv,noheader,nounits"])
+    def _smi_sample(self) -> GPUSample | None:
+        out = self._smi(
+            [
+                "nvidia-smi",
+                f"--id={self.index}",
+                f"--query-gpu={','.join(SMI_SAMPLE_QUERY)}",
+                "--format=csv,noheader,nounits",
+            ]
+        )
         return parse_smi_sample(out.strip().splitlines()[0]) if out and out.strip() else None
 
-    def _sample(self) -> dict[str, Any] | None:
+    def _sample(self) -> GPUSample | None:
         if self.source == "nvidia-smi":
             return self._smi_sample()
         nv, h = self._nvml, self._handle
@@ -292,23 +372,30 @@ class GPUSampler:
         self._thread.start()
         return self
 
-    def stop(self) -> dict[str, Any] | None:
+    def stop(self) -> GPUTelemetry | None:
         self._stop.set()
         if self._thread:
             self._thread.join(5)
         if not self.available:
             return None
-        return summarize_gpu_samples(self.samples) | {"source": self.source}
+        summary = summarize_gpu_samples(self.samples)
+        summary.source = self.source
+        return summary
 
 
 # NVML clocks-throttle bits that matter on a 70 W T4
-_THROTTLE_BITS = {0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x20: "sw_thermal", 0x40: "hw_thermal",
-                  0x80: "hw_power_brake"}
+_THROTTLE_BITS = {
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x20: "sw_thermal",
+    0x40: "hw_thermal",
+    0x80: "hw_power_brake",
+}
 
 
-def summarize_gpu_samples(samples: list[dict[str, Any]]) -> dict[str, Any]:
+def summarize_gpu_samples(samples: list[GPUSample]) -> GPUTelemetry:
     if not samples:
-        return {"samples": 0}
+        return GPUTelemetry()
     reasons: dict[str, int] = {}
     for s in samples:
         for bit, name in _THROTTLE_BITS.items():
@@ -316,15 +403,15 @@ def summarize_gpu_samples(samples: list[dict[str, Any]]) -> dict[str, Any]:
                 reasons[name] = reasons.get(name, 0) + 1
     clocks = sorted(s["sm_clock_mhz"] for s in samples)
     power = [s["power_w"] for s in samples]
-    return {
-        "samples": len(samples),
-        "sm_clock_mhz_median": clocks[len(clocks) // 2],
-        "sm_clock_mhz_min": clocks[0],
-        "power_w_mean": sum(power) / len(power),
-        "power_w_max": max(power),
-        "memory_used_mib_max": max(s["memory_used_mib"] for s in samples),
-        "throttled_fraction": {k: v / len(samples) for k, v in reasons.items()},
-    }
+    return GPUTelemetry(
+        samples=len(samples),
+        sm_clock_mhz_median=clocks[len(clocks) // 2],
+        sm_clock_mhz_min=clocks[0],
+        power_w_mean=sum(power) / len(power),
+        power_w_max=max(power),
+        memory_used_mib_max=max(s["memory_used_mib"] for s in samples),
+        throttled_fraction={k: v / len(samples) for k, v in reasons.items()},
+    )
 
 
 class MetricsSampler:
@@ -342,25 +429,27 @@ class MetricsSampler:
                 snap = scrape(self.base_url, self.api_key, timeout=self.interval_s * 2)
                 if snap is None:
                     continue
-                self.samples.append({
-                    "running": snap.get("vllm:num_requests_running") or 0.0,
-                    "waiting": snap.get("vllm:num_requests_waiting") or 0.0,
-                    "kv_cache_usage": snap.get("vllm:kv_cache_usage_perc") or 0.0,
-                })
+                self.samples.append(
+                    {
+                        "running": snap.get("vllm:num_requests_running") or 0.0,
+                        "waiting": snap.get("vllm:num_requests_waiting") or 0.0,
+                        "kv_cache_usage": snap.get("vllm:kv_cache_usage_perc") or 0.0,
+                    }
+                )
 
         self._thread = threading.Thread(target=loop, name="metrics-sampler", daemon=True)
         self._thread.start()
         return self
 
-    def stop(self) -> dict[str, Any]:
+    def stop(self) -> ServerLoad:
         self._stop.set()
         if self._thread:
             self._thread.join(5)
         if not self.samples:
-            return {"samples": 0}
-        return {
-            "samples": len(self.samples),
-            "max_running": max(s["running"] for s in self.samples),
-            "max_waiting": max(s["waiting"] for s in self.samples),
-            "max_kv_cache_usage": max(s["kv_cache_usage"] for s in self.samples),
-        }
+            return ServerLoad()
+        return ServerLoad(
+            samples=len(self.samples),
+            max_running=max(s["running"] for s in self.samples),
+            max_waiting=max(s["waiting"] for s in self.samples),
+            max_kv_cache_usage=max(s["kv_cache_usage"] for s in self.samples),
+        )

@@ -1,148 +1,273 @@
-"""Workloads and the run loop: decode sweep, TTFT vs input length, prefix cache, answers.
+"""The benchmark: its arguments (:class:`BenchArgs`), the workloads (a small registry, each
+producing its cells) and the run loop.
 
 Every cell: warm-up with its own prompts (never the measured ones) → ``/metrics`` scrape →
-measured closed-loop run (records streamed to disk) → scrape → summary with the prefix-cache
-hit rate measured from the scrape delta. Cells above the server's ``max_num_seqs`` are
-labelled as queueing.
+measured run (records streamed to disk) → scrape → summary with the prefix-cache hit rate
+measured from the scrape delta. Cells above the server's ``max_num_seqs`` are labelled as
+queueing. A workload may add cells after one is measured (the sweep's rates come from the
+measured ends, as guidellm's sweep profile does).
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import signal
+import threading
 import time
 import uuid
-from collections.abc import Callable, Coroutine
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from gemma4_t4.bench import telemetry
-from gemma4_t4.bench.answers import QUESTIONS, is_correct
-from gemma4_t4.bench.client import (
-    ARRIVALS,
-    Api,
-    RequestRecord,
-    RequestSpec,
-    arrival_offsets,
-    make_session,
-    run_closed_loop,
-    run_open_loop,
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
 )
+
+from gemma4_t4.bench.answers import QUESTIONS, is_correct
+from gemma4_t4.bench.backends import Backend, backend_for, parse_base_url
+from gemma4_t4.bench.client import ARRIVALS, RequestSpec, arrival_offsets, closed_loop, open_loop
 from gemma4_t4.bench.derive import derive_cell, lookup_bytes_per_token
-from gemma4_t4.bench.metrics import aggregate, open_loop_stats
-from gemma4_t4.bench.prompts import HFTokenizer, PromptFactory, ServerTokenizer
-from gemma4_t4.bench.results import BenchRun, ResultsWriter, load_run
+from gemma4_t4.bench.metrics import aggregate, open_loop_stats, series_decode
+from gemma4_t4.bench.prompts import PromptFactory
+from gemma4_t4.bench.redact import redact
+from gemma4_t4.bench.results import BenchRun, ResultsWriter
+from gemma4_t4.bench.schemas import (
+    Answer,
+    BenchModel,
+    CellSummary,
+    GPUTelemetry,
+    PromptInfo,
+    RawJSON,
+    RequestRecord,
+    RunInfo,
+    ServerInfo,
+    ServerLoad,
+    SweepInfo,
+)
 from gemma4_t4.errors import Gemma4T4Error
 
-Workload = Literal["decode", "ttft", "prefix", "answers"]
-WORKLOADS: tuple[str, ...] = ("decode", "ttft", "prefix", "answers")
-
-DEFAULTS: dict[str, dict[str, Any]] = {
-    "decode": {"concurrency": [1, 2, 4, 8, 16], "input_len": 512, "output_len": 128, "num_prompts": None},
-    "ttft": {"concurrency": [1], "input_lens": [256, 512, 1024, 2048, 4096], "output_len": 16,
-             "num_prompts": 16},
-    "prefix": {"concurrency": [1], "input_len": 1024, "output_len": 32, "num_prompts": 32, "groups": 4},
-    "answers": {"concurrency": [1], "output_len": 32},
-}
+# what a user chooses (--workload); the registry below also holds the modes decode runs in
+WORKLOAD_CHOICES: tuple[str, ...] = ("decode", "ttft", "prefix", "answers", "load")
+METHODS = ("vllm", "series")
 
 
-@dataclass
-class BenchConfig:
-    base_url: str
-    model: str
-    workload: str
-    out_dir: str
-    api: Api = "completions"  # answers default to chat
-    concurrency: list[int] | None = None
-    rates: list[float] | None = None  # decode: open-loop cells at these offered request rates (req/s)
-    arrival: str = "poisson"  # open loop: "poisson" or "constant" gaps
-    max_in_flight: int = 256  # open loop: requests the client keeps in flight at most
-    sweep: int | None = None  # decode: measure c=1 and all-at-once, then this many rates in between
-    input_len: int | None = None
-    input_lens: list[int] | None = None  # ttft
-    output_len: int | None = None
-    num_prompts: int | None = None  # per cell; decode default max(32, 4 x concurrency)
-    warmup: int = 2  # warm-up requests per cell (at least the concurrency), disjoint from the measured ones
+class Terminated(KeyboardInterrupt):
+    """SIGTERM during a run: finalised exactly like Ctrl-C (status, summary, records kept)."""
+
+
+# ---------------------------------------------------------------- arguments
+
+
+class BenchArgs(BaseModel):
+    """Everything one benchmark run needs. The CLI builds it from argparse, the MCP tool from its
+    typed parameters, notebooks through :func:`run_benchmark`; the field names are the same in all
+    three. Defaults that depend on the workload are filled in by the validator."""
+
+    model_config = ConfigDict(extra="forbid", validate_default=False)
+
+    base_url: str = Field(
+        description="http(s)://HOST:PORT of an OpenAI-compatible server, or sagemaker://REGION/ENDPOINT"
+    )
+    model: str = Field(description="served model name")
+    workload: str = Field(description="decode | ttft | prefix | answers | load")
+    out_dir: str = Field(description="results directory (must be new unless overwrite)")
+    api: Literal["completions", "chat"] | None = Field(None, description="default completions; answers: chat")
+    concurrency: list[int] | None = Field(None, description="closed-loop streams per cell")
+    rates: list[float] | None = Field(None, description="decode: open-loop offered requests/s per cell")
+    arrival: Literal["poisson", "constant"] | None = Field(None, description="open loop arrivals (poisson)")
+    max_in_flight: int = Field(256, description="open loop: requests the client keeps in flight at most")
+    sweep: int | None = Field(None, description="decode: one-at-a-time, all-at-once, then N rates in between")
+    method: Literal["vllm", "series"] = Field(
+        "vllm", description="decode: 'series' = (L-S)/(wall_L - wall_S)"
+    )
+    series_lens: list[int] | None = Field(
+        None, description="series decode: short,long output tokens (16,512)"
+    )
+    input_len: int | None = Field(None, description="prompt tokens")
+    input_lens: list[int] | None = Field(None, description="ttft: prompt lengths")
+    output_len: int | None = Field(None, description="output tokens (ignore_eos)")
+    num_prompts: int | None = Field(None, description="measured requests per cell")
+    warmup: int = Field(2, description="warm-up requests per cell (at least the concurrency)")
     seed: int = 0
-    nonce: str | None = None  # default: fresh per run (recorded) so re-runs never hit old cache
-    prefix_len: int | None = None  # prefix workload; default 3/4 of input_len
-    groups: int | None = None
-    max_num_seqs: int | None = None  # default: from server_launch if given
-    api_key: str | None = None
-    tokenizer: str | None = None  # local tokenizer path; default the server's /tokenize
+    nonce: str | None = Field(None, description="reproduce a run's prompts; default fresh per run")
+    prefix_len: int | None = Field(None, description="prefix workload: shared tokens (default 3/4 of input)")
+    groups: int | None = Field(None, description="prefix workload: number of prefixes")
+    max_num_seqs: int | None = Field(
+        None, description="the server's max-num-seqs (default: from server_launch)"
+    )
+    api_key: SecretStr | None = Field(None, description="bearer key of the server; never stored")
+    tokenizer: str | None = Field(None, description="local tokenizer path (needed for SageMaker endpoints)")
     label: str | None = None
-    gpu: str | None = None  # hardware key for roofline and cost ("t4", "l4")
+    gpu: str | None = Field(None, description="hardware key for roofline and cost (t4, l4)")
     bytes_per_token: float | None = None
-    model_format: str | None = None  # for the gemma4_t4.models lookup ("bf16", "qat", "emb4")
+    model_format: str | None = Field(
+        None, description="bf16 | qat | emb4: bytes per token from the catalogue"
+    )
     price_keys: list[str] | None = None
-    server_launch: dict[str, Any] | None = None
-    request_timeout_s: float = 600.0
+    server_launch: RawJSON | None = Field(None, description="the server's launch record (free-form)")
+    request_timeout_s: float | None = Field(600.0, description="a request taking longer fails as 'timeout'")
     sample_metrics: bool = True
     progress: bool = True
     overwrite: bool = False
     stop_on_unreachable: bool = True
 
-    def resolved(self) -> BenchConfig:
-        if self.workload not in WORKLOADS:
-            raise Gemma4T4Error(f"unknown workload {self.workload!r}", fix=f"use one of: {', '.join(WORKLOADS)}")
-        d = DEFAULTS[self.workload]
-        c = BenchConfig(**asdict(self))
-        c.concurrency = list(self.concurrency or d["concurrency"])
-        c.output_len = self.output_len or d["output_len"]
+    @field_validator("workload")
+    @classmethod
+    def _known_workload(cls, value: str) -> str:
+        if value not in WORKLOAD_CHOICES:
+            raise Gemma4T4Error(
+                f"unknown workload {value!r}", fix=f"use one of: {', '.join(WORKLOAD_CHOICES)}"
+            )
+        return value
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        parse_base_url(value)
+        return value.rstrip("/")
+
+    @field_validator("concurrency", "input_lens")
+    @classmethod
+    def _positive_ints(cls, value: list[int] | None, info: Any) -> list[int] | None:
+        if value is not None:
+            if not value:
+                raise Gemma4T4Error(f"{info.field_name} is empty", fix="give at least one value, e.g. 1")
+            for v in value:
+                if v < 1:
+                    what = "concurrency" if info.field_name == "concurrency" else "input length"
+                    raise Gemma4T4Error(f"{what} {v} must be at least 1", fix="use e.g. --concurrency 1,8")
+        return value
+
+    @field_validator("request_timeout_s")
+    @classmethod
+    def _timeout(cls, value: float | None) -> float | None:
+        if value is not None and not value > 0:
+            raise Gemma4T4Error(
+                f"--request-timeout {value} must be > 0 seconds", fix="use e.g. --request-timeout 120"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _resolve(self) -> BenchArgs:
+        entry = WORKLOADS[self.mode]
+        d = entry.defaults
+        self.api = self.api or ("chat" if self.workload == "answers" else "completions")
+        if self.sweep is not None:
+            if self.workload != "decode" or self.rates is not None or self.concurrency is not None:
+                raise Gemma4T4Error(
+                    "--sweep is for the decode workload and chooses its own rates",
+                    fix="use --workload decode and drop --rate/--concurrency",
+                )
+            if self.sweep < 1:
+                raise Gemma4T4Error(f"--sweep {self.sweep} must be at least 1", fix="use e.g. --sweep 5")
+        elif self.rates is None:
+            self.concurrency = list(self.concurrency or d.concurrency)
+        self.output_len = self.output_len or d.output_len
         if self.workload == "ttft":
-            c.input_lens = list(self.input_lens or ([self.input_len] if self.input_len else d["input_lens"]))
+            self.input_lens = list(self.input_lens or ([self.input_len] if self.input_len else d.input_lens))
         else:
-            c.input_len = self.input_len or d.get("input_len")
-        c.num_prompts = self.num_prompts or d.get("num_prompts")
+            self.input_len = self.input_len or d.input_len
+        self.num_prompts = self.num_prompts or d.num_prompts
         if self.workload == "prefix":
-            c.groups = self.groups or d["groups"]
-            c.prefix_len = self.prefix_len or (c.input_len * 3 // 4)
-        if self.workload == "answers" and self.api == "completions" and "api" not in self._explicit:
-            c.api = "chat"
-        if c.max_num_seqs is None and self.server_launch:
-            c.max_num_seqs = (self.server_launch.get("config") or {}).get("max_num_seqs")
-        if c.sweep is not None:
-            if c.workload != "decode" or c.rates is not None or self.concurrency is not None:
-                raise Gemma4T4Error("--sweep is for the decode workload and chooses its own rates",
-                                    fix="use --workload decode and drop --rate/--concurrency")
-            if c.sweep < 1:
-                raise Gemma4T4Error(f"--sweep {c.sweep} must be at least 1", fix="use e.g. --sweep 5")
-        if c.rates is not None:
-            if c.workload != "decode":
-                raise Gemma4T4Error(f"--rate is for the decode workload, not {c.workload}",
-                                    fix="drop --rate, or use --workload decode")
-            if not c.rates or any(not r > 0 for r in c.rates):
-                raise Gemma4T4Error(f"rates must be > 0 requests/s, got {c.rates}", fix="use e.g. --rate 0.5,1,2")
-            if c.arrival not in ARRIVALS:
-                raise Gemma4T4Error(f"unknown arrival {c.arrival!r}", fix=f"use one of: {', '.join(ARRIVALS)}")
-            if c.max_in_flight < 1:
-                raise Gemma4T4Error("max_in_flight must be at least 1", fix="use e.g. --max-in-flight 64")
-        for value in c.concurrency:
-            if value < 1:
-                raise Gemma4T4Error(f"concurrency {value} must be at least 1", fix="use e.g. --concurrency 1,8")
-        if c.output_len is not None and c.output_len < 1:
+            self.groups = self.groups or d.groups
+            self.prefix_len = self.prefix_len or (self.input_len * 3 // 4)
+        if self.max_num_seqs is None and self.server_launch:
+            self.max_num_seqs = (self.server_launch.get("config") or {}).get("max_num_seqs")
+        if self.rates is not None:
+            if self.workload != "decode":
+                raise Gemma4T4Error(
+                    f"--rate is for the decode workload, not {self.workload}",
+                    fix="drop --rate, or use --workload decode",
+                )
+            if not self.rates or any(not r > 0 for r in self.rates):
+                raise Gemma4T4Error(
+                    f"rates must be > 0 requests/s, got {self.rates}", fix="use e.g. --rate 0.5,1,2"
+                )
+        if self.arrival is None:
+            self.arrival = "poisson"
+        if self.max_in_flight < 1:
+            raise Gemma4T4Error("max_in_flight must be at least 1", fix="use e.g. --max-in-flight 64")
+        if self.method == "series":
+            if self.workload != "decode" or self.rates is not None or self.sweep is not None:
+                raise Gemma4T4Error(
+                    "--method series is a decode method (8 prompts at c=1)",
+                    fix="use --workload decode without --rate/--sweep",
+                )
+            self.series_lens = list(self.series_lens or [16, 512])
+            if len(self.series_lens) != 2 or not 0 < self.series_lens[0] < self.series_lens[1]:
+                raise Gemma4T4Error(
+                    f"--series-lens {self.series_lens} must be SHORT,LONG with SHORT < LONG",
+                    fix="use e.g. --series-lens 16,512",
+                )
+        if self.output_len is not None and self.output_len < 1:
             raise Gemma4T4Error("output length must be at least 1", fix="use --output-len 1 or more")
-        if c.num_prompts is not None and c.num_prompts < 1:
+        if self.num_prompts is not None and self.num_prompts < 1:
             raise Gemma4T4Error("num_prompts must be at least 1", fix="use --num-prompts 1 or more")
-        if c.workload == "prefix" and c.num_prompts < 2 * c.groups:
-            raise Gemma4T4Error(f"{c.num_prompts} prompts cannot make {c.groups} groups of at least 2",
-                                fix="raise --num-prompts or lower --groups")
+        if self.warmup < 0:
+            raise Gemma4T4Error("warm-up requests cannot be negative", fix="use --warmup 0 or more")
+        if self.workload == "prefix" and self.num_prompts < 2 * self.groups:
+            raise Gemma4T4Error(
+                f"{self.num_prompts} prompts cannot make {self.groups} groups of at least 2",
+                fix="raise --num-prompts or lower --groups",
+            )
         if self.bytes_per_token is None and self.model_format:
-            c.bytes_per_token = lookup_bytes_per_token(self.model, self.model_format)
-        return c
+            self.bytes_per_token = lookup_bytes_per_token(self.model, self.model_format)
+        return self
 
-    _explicit: frozenset[str] = field(default=frozenset(), repr=False)
+    @property
+    def mode(self) -> str:
+        """The registry entry this run uses (decode runs closed loop, open loop, sweep or series)."""
+        if self.workload == "decode":
+            if self.sweep is not None:
+                return "sweep"
+            if self.rates is not None:
+                return "open_loop"
+            if self.method == "series":
+                return "series_decode"
+        return self.workload
+
+    def key(self) -> str | None:
+        return self.api_key.get_secret_value() if self.api_key else None
+
+    def record(self) -> RawJSON:
+        """What run.json stores: every argument, the API key and other secrets never."""
+        data = self.model_dump(mode="json", exclude={"api_key"})
+        data["api_key_used"] = self.api_key is not None
+        return redact(data)
 
 
-def _run_async(factory: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
-    """asyncio.run, also from inside Jupyter (whose loop is already running): use a thread then."""
+BenchConfig = BenchArgs  # the name earlier versions exported
+
+
+def build_args(base_url: str, model: str, workload: str, out_dir: str | Path, **opts: Any) -> BenchArgs:
+    """:class:`BenchArgs` from keyword options, with one-line errors for unknown or invalid ones."""
     try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(factory())
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(lambda: asyncio.run(factory())).result()
+        return BenchArgs(base_url=base_url, model=model, workload=workload, out_dir=str(out_dir), **opts)
+    except ValidationError as exc:
+        unknown = [str(e["loc"][0]) for e in exc.errors() if e["type"] == "extra_forbidden"]
+        if unknown:
+            raise Gemma4T4Error(
+                f"unknown option(s): {', '.join(sorted(unknown))}",
+                fix="see gemma4_t4.bench.BenchArgs for the options",
+            ) from None
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "arguments"
+        raise Gemma4T4Error(
+            f"invalid benchmark option {where}: {first['msg']}",
+            fix="see gemma4_t4.bench.BenchArgs (or gemma4-t4 bench run --help)",
+        ) from None
+
+
+# ---------------------------------------------------------------- cells and the workload registry
 
 
 @dataclass
@@ -155,84 +280,211 @@ class Cell:
     output_len: int
     specs: list[RequestSpec]
     warmup_specs: list[RequestSpec]
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: dict[str, int | bool | str] = field(default_factory=dict)
     rate: float | None = None  # open loop: offered requests/s (concurrency is then the in-flight cap)
     arrival: str | None = None
 
 
-def _specs(prompts: list[Any], cell: str, cfg: BenchConfig, ignore_eos: bool = True,
-           temperature: float = 0.0) -> list[RequestSpec]:
-    return [RequestSpec(f"{cell}-{i}", p.text, cfg.output_len, api=cfg.api, ignore_eos=ignore_eos,
-                        temperature=temperature, input_len=p.tokens) for i, p in enumerate(prompts)]
+@dataclass(frozen=True)
+class Defaults:
+    concurrency: tuple[int, ...] = (1,)
+    input_len: int | None = None
+    input_lens: tuple[int, ...] = ()
+    output_len: int = 128
+    num_prompts: int | None = None
+    groups: int | None = None
 
 
-def _warm_count(cfg: BenchConfig, concurrency: int) -> int:
+Build = Callable[[BenchArgs, PromptFactory | None], list[Cell]]
+# after a cell is measured: more cells, and fields for run.json
+Follow = Callable[
+    [BenchArgs, PromptFactory | None, list[CellSummary]], tuple[list[Cell], dict[str, BenchModel]]
+]
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    description: str
+    defaults: Defaults
+    build: Build
+    follow: Follow | None = None
+    prompts: bool = True  # needs exact-length prompts (a tokenizer)
+
+
+def _specs(
+    prompts: list[Any], cell: str, args: BenchArgs, output_len: int | None = None
+) -> list[RequestSpec]:
+    return [
+        RequestSpec(
+            f"{cell}-{i}",
+            p.text,
+            output_len or args.output_len,
+            api=args.api,
+            ignore_eos=True,
+            temperature=0.0,
+            input_len=p.tokens,
+        )
+        for i, p in enumerate(prompts)
+    ]
+
+
+def _warm_count(args: BenchArgs, concurrency: int) -> int:
     # a full batch of warm-up requests: the first batch of a new size can stall on some backends
-    return max(cfg.warmup, concurrency) if cfg.warmup > 0 else 0
+    return max(args.warmup, concurrency) if args.warmup > 0 else 0
 
 
-def build_cells(cfg: BenchConfig, factory: PromptFactory | None) -> list[Cell]:
-    """All cells of a workload, prompts included (built before anything is measured)."""
-    cells: list[Cell] = []
-    w = cfg.workload
-    if w == "decode" and cfg.sweep:
-        n = cfg.num_prompts or 32
-        for variant, c in (("sweep_synchronous", 1), ("sweep_throughput", min(n, cfg.max_in_flight))):
-            name = f"decode-{variant.removeprefix('sweep_')}-in{cfg.input_len}-out{cfg.output_len}"
-            cells.append(Cell(name, w, variant, c, cfg.input_len, cfg.output_len,
-                              _specs(factory.unique(name, n, cfg.input_len), name, cfg),
-                              _specs(factory.unique(f"w-{name}", _warm_count(cfg, c), cfg.input_len),
-                                     f"w-{name}", cfg)))
-    elif w == "decode" and cfg.rates:
-        cells += rate_cells(cfg, factory, cfg.rates)
-    elif w == "decode":
-        for c in cfg.concurrency:
-            name = f"decode-c{c}-in{cfg.input_len}-out{cfg.output_len}"
-            n = cfg.num_prompts or max(32, 4 * c)
-            cells.append(Cell(name, w, "decode", c, cfg.input_len, cfg.output_len,
-                              _specs(factory.unique(name, n, cfg.input_len), name, cfg),
-                              _specs(factory.unique(f"w-{name}", _warm_count(cfg, c), cfg.input_len), f"w-{name}", cfg)))
-    elif w == "ttft":
-        for c in cfg.concurrency:
-            for length in cfg.input_lens:
-                name = f"ttft-c{c}-in{length}-out{cfg.output_len}"
-                cells.append(Cell(name, w, "ttft", c, length, cfg.output_len,
-                                  _specs(factory.unique(name, cfg.num_prompts, length), name, cfg),
-                                  _specs(factory.unique(f"w-{name}", _warm_count(cfg, c), length), f"w-{name}", cfg)))
-    elif w == "prefix":
-        per_group = cfg.num_prompts // cfg.groups
-        for c in cfg.concurrency:
-            base = f"prefix-c{c}-in{cfg.input_len}-p{cfg.prefix_len}-out{cfg.output_len}"
-            groups = factory.shared_prefix(f"{base}-shared", cfg.groups, per_group, cfg.prefix_len, cfg.input_len)
-            shared = [p for group in groups for p in group]  # group-major: the first of each group fills
-            meta = {"prefix_len": cfg.prefix_len, "groups": cfg.groups, "per_group": per_group}
-            warm = _specs(factory.unique(f"w-{base}", _warm_count(cfg, c), cfg.input_len), f"w-{base}", cfg)
-            cells.append(Cell(f"{base}-shared", w, "shared_prefix", c, cfg.input_len, cfg.output_len,
-                              _specs(shared, f"{base}-shared", cfg), warm, meta))
-            control = factory.unique(f"{base}-unique", len(shared), cfg.input_len)
-            cells.append(Cell(f"{base}-unique", w, "unique_prompts", c, cfg.input_len, cfg.output_len,
-                              _specs(control, f"{base}-unique", cfg), [], meta | {"control": True}))
-    elif w == "answers":
-        specs = [RequestSpec(f"answers-{i}", q, cfg.output_len, api=cfg.api, ignore_eos=False, temperature=0.0)
-                 for i, (q, _) in enumerate(QUESTIONS)]
-        warm = [RequestSpec(f"w-answers-{i}", f"Say the word number {i}.", 8, api=cfg.api, ignore_eos=False)
-                for i in range(_warm_count(cfg, max(cfg.concurrency)))]
-        for c in cfg.concurrency:
-            cells.append(Cell(f"answers-c{c}", w, "answers", c, None, cfg.output_len, specs, warm))
+def _unique_cell(
+    args: BenchArgs,
+    factory: PromptFactory,
+    name: str,
+    workload: str,
+    variant: str,
+    c: int,
+    n: int,
+    length: int,
+    output_len: int | None = None,
+    **extra: Any,
+) -> Cell:
+    out = output_len or args.output_len
+    return Cell(
+        name,
+        workload,
+        variant,
+        c,
+        length,
+        out,
+        _specs(factory.unique(name, n, length), name, args, out),
+        _specs(factory.unique(f"w-{name}", _warm_count(args, c), length), f"w-{name}", args, out),
+        **extra,
+    )
+
+
+def decode_cells(args: BenchArgs, factory: PromptFactory | None) -> list[Cell]:
+    return [
+        _unique_cell(
+            args,
+            factory,
+            f"decode-c{c}-in{args.input_len}-out{args.output_len}",
+            "decode",
+            "decode",
+            c,
+            args.num_prompts or max(32, 4 * c),
+            args.input_len,
+        )
+        for c in args.concurrency
+    ]
+
+
+def ttft_cells(args: BenchArgs, factory: PromptFactory | None) -> list[Cell]:
+    return [
+        _unique_cell(
+            args, factory, f"ttft-c{c}-in{n}-out{args.output_len}", "ttft", "ttft", c, args.num_prompts, n
+        )
+        for c in args.concurrency
+        for n in args.input_lens
+    ]
+
+
+def prefix_cells(args: BenchArgs, factory: PromptFactory | None) -> list[Cell]:
+    cells = []
+    per_group = args.num_prompts // args.groups
+    for c in args.concurrency:
+        base = f"prefix-c{c}-in{args.input_len}-p{args.prefix_len}-out{args.output_len}"
+        groups = factory.shared_prefix(
+            f"{base}-shared", args.groups, per_group, args.prefix_len, args.input_len
+        )
+        shared = [p for group in groups for p in group]  # group-major: the first of each group fills
+        meta = {"prefix_len": args.prefix_len, "groups": args.groups, "per_group": per_group}
+        warm = _specs(factory.unique(f"w-{base}", _warm_count(args, c), args.input_len), f"w-{base}", args)
+        cells.append(
+            Cell(
+                f"{base}-shared",
+                "prefix",
+                "shared_prefix",
+                c,
+                args.input_len,
+                args.output_len,
+                _specs(shared, f"{base}-shared", args),
+                warm,
+                meta,
+            )
+        )
+        control = factory.unique(f"{base}-unique", len(shared), args.input_len)
+        cells.append(
+            Cell(
+                f"{base}-unique",
+                "prefix",
+                "unique_prompts",
+                c,
+                args.input_len,
+                args.output_len,
+                _specs(control, f"{base}-unique", args),
+                [],
+                meta | {"control": True},
+            )
+        )
     return cells
 
 
-def rate_cells(cfg: BenchConfig, factory: PromptFactory, rates: list[float], variant: str = "open_loop") -> list[Cell]:
+def answers_cells(args: BenchArgs, factory: PromptFactory | None) -> list[Cell]:
+    specs = [
+        RequestSpec(f"answers-{i}", q, args.output_len, api=args.api, ignore_eos=False, temperature=0.0)
+        for i, (q, _) in enumerate(QUESTIONS)
+    ]
+    warm = [
+        RequestSpec(f"w-answers-{i}", f"Say the word number {i}.", 8, api=args.api, ignore_eos=False)
+        for i in range(_warm_count(args, max(args.concurrency)))
+    ]
+    return [
+        Cell(f"answers-c{c}", "answers", "answers", c, None, args.output_len, specs, warm)
+        for c in args.concurrency
+    ]
+
+
+def rate_cells(
+    args: BenchArgs,
+    factory: PromptFactory | None,
+    rates: list[float] | None = None,
+    variant: str = "open_loop",
+) -> list[Cell]:
     """Open-loop decode cells, one per offered request rate."""
     cells = []
-    for rate in rates:
-        name = f"decode-r{rate:g}-{cfg.arrival}-in{cfg.input_len}-out{cfg.output_len}"
-        n = cfg.num_prompts or max(16, min(256, round(30 * rate)))  # about 30 s of arrivals
-        cells.append(Cell(name, "decode", variant, cfg.max_in_flight, cfg.input_len, cfg.output_len,
-                          _specs(factory.unique(name, n, cfg.input_len), name, cfg),
-                          _specs(factory.unique(f"w-{name}", cfg.warmup, cfg.input_len), f"w-{name}", cfg),
-                          rate=rate, arrival=cfg.arrival))
+    for rate in rates if rates is not None else args.rates:
+        name = f"decode-r{rate:g}-{args.arrival}-in{args.input_len}-out{args.output_len}"
+        n = args.num_prompts or max(16, min(256, round(30 * rate)))  # about 30 s of arrivals
+        cells.append(
+            Cell(
+                name,
+                "decode",
+                variant,
+                args.max_in_flight,
+                args.input_len,
+                args.output_len,
+                _specs(factory.unique(name, n, args.input_len), name, args),
+                _specs(factory.unique(f"w-{name}", args.warmup, args.input_len), f"w-{name}", args),
+                rate=rate,
+                arrival=args.arrival,
+            )
+        )
     return cells
+
+
+def sweep_cells(args: BenchArgs, factory: PromptFactory | None) -> list[Cell]:
+    n = args.num_prompts or 32
+    return [
+        _unique_cell(
+            args,
+            factory,
+            f"decode-{variant.removeprefix('sweep_')}-in{args.input_len}-out{args.output_len}",
+            "decode",
+            variant,
+            c,
+            n,
+            args.input_len,
+        )
+        for variant, c in (("sweep_synchronous", 1), ("sweep_throughput", min(n, args.max_in_flight)))
+    ]
 
 
 def sweep_rates(synchronous_rps: float, throughput_rps: float, count: int) -> list[float]:
@@ -241,193 +493,433 @@ def sweep_rates(synchronous_rps: float, throughput_rps: float, count: int) -> li
         raise Gemma4T4Error(
             f"the server did not get faster with more concurrent requests ({synchronous_rps:.3g} req/s one at a "
             f"time, {throughput_rps:.3g} req/s all at once): there is no load range to sweep",
-            fix="check the server's --max-num-seqs, or choose rates with --rate")
+            fix="check the server's --max-num-seqs, or choose rates with --rate",
+        )
     step = (throughput_rps - synchronous_rps) / (count + 1)
     return [synchronous_rps + step * (i + 1) for i in range(count)]
 
 
-def _check_lengths(cfg: BenchConfig, max_model_len: int | None) -> None:
+def sweep_follow(
+    args: BenchArgs, factory: PromptFactory | None, done: list[CellSummary]
+) -> tuple[list[Cell], dict[str, BenchModel]]:
+    """Once both ends are measured, the rates in between come from their measured request rates."""
+    if not done or done[-1].variant != "sweep_throughput":
+        return [], {}
+    ends = {c.variant: c.request_throughput_req_s or 0.0 for c in done}
+    rates = sweep_rates(ends["sweep_synchronous"], ends["sweep_throughput"], args.sweep)
+    info = SweepInfo(
+        synchronous_rps=ends["sweep_synchronous"], throughput_rps=ends["sweep_throughput"], rates=rates
+    )
+    return rate_cells(args, factory, rates, variant="sweep_rate"), {"sweep": info}
+
+
+def series_cells(args: BenchArgs, factory: PromptFactory | None) -> list[Cell]:
+    """The series' decode method: the same 8 prompts at c=1 with a short and a long output."""
+    short, long = args.series_lens
+    n = args.num_prompts
+    return [
+        _unique_cell(
+            args,
+            factory,
+            f"decode-series-in{args.input_len}-out{out}",
+            "decode",
+            f"series_{kind}",
+            1,
+            n,
+            args.input_len,
+            output_len=out,
+        )
+        for kind, out in (("short", short), ("long", long))
+    ]
+
+
+def load_cells(args: BenchArgs, factory: PromptFactory | None) -> list[Cell]:
+    """The series' load test: c concurrent requests of one shared prompt (as published: the prompt
+    is the same for all, so prefix caching serves its prefill), c = 1..16."""
+    prompt = factory.unique("load-shared", 1, args.input_len)
+    cells = []
+    for c in args.concurrency:
+        name = f"load-c{c}-in{args.input_len}-out{args.output_len}"
+        n = args.num_prompts or c
+        specs = _specs(prompt * n, name, args)
+        warm = _specs(prompt * _warm_count(args, 1), f"w-{name}", args)
+        cells.append(
+            Cell(
+                name,
+                "load",
+                "load_shared_prompt",
+                c,
+                args.input_len,
+                args.output_len,
+                specs,
+                warm,
+                {"shared_prompt": True},
+            )
+        )
+    return cells
+
+
+def _series_follow(
+    args: BenchArgs, factory: PromptFactory | None, done: list[CellSummary]
+) -> tuple[list[Cell], dict[str, BenchModel]]:
+    return [], {}  # the decode figure needs the records: computed by the run loop at the end
+
+
+WORKLOADS: dict[str, Workload] = {
+    w.name: w
+    for w in (
+        Workload(
+            "decode",
+            "closed loop at each concurrency, unique prompts",
+            Defaults((1, 2, 4, 8, 16), 512, (), 128),
+            decode_cells,
+        ),
+        Workload(
+            "ttft",
+            "TTFT vs input length",
+            Defaults((1,), None, (256, 512, 1024, 2048, 4096), 16, 16),
+            ttft_cells,
+        ),
+        Workload(
+            "prefix",
+            "shared prefixes vs unique prompts, hit rate from /metrics",
+            Defaults((1,), 1024, (), 32, 32, 4),
+            prefix_cells,
+        ),
+        Workload(
+            "answers",
+            "fixed questions, greedy: identical answers across runs",
+            Defaults((1,), None, (), 32),
+            answers_cells,
+            prompts=False,
+        ),
+        Workload(
+            "open_loop",
+            "decode at offered request rates (Poisson or constant)",
+            Defaults((1,), 512, (), 128),
+            rate_cells,
+        ),
+        Workload(
+            "sweep",
+            "one at a time, all at once, then rates in between",
+            Defaults((1,), 512, (), 128),
+            sweep_cells,
+            sweep_follow,
+        ),
+        Workload(
+            "series_decode",
+            "the series' method: (L-S) / (wall_L - wall_S), 8 prompts at c=1",
+            Defaults((1,), 512, (), 16, 8),
+            series_cells,
+            _series_follow,
+        ),
+        Workload(
+            "load",
+            "the series' load test: c = 1..16 requests of one shared prompt",
+            Defaults((1, 2, 4, 8, 16), 512, (), 256),
+            load_cells,
+        ),
+    )
+}
+
+
+def build_cells(args: BenchArgs, factory: PromptFactory | None) -> list[Cell]:
+    """All cells of a workload known before anything is measured, prompts included."""
+    return WORKLOADS[args.mode].build(args, factory)
+
+
+# ---------------------------------------------------------------- the run loop
+
+
+def _run_async(factory: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
+    """asyncio.run, also from inside Jupyter (whose loop is already running): use a thread then."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(factory())
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(lambda: asyncio.run(factory())).result()
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises :class:`Terminated` (a KeyboardInterrupt) so the run is finalised like Ctrl-C."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _check_lengths(args: BenchArgs, max_model_len: int | None) -> None:
     if not max_model_len:
         return
-    lengths = cfg.input_lens if cfg.workload == "ttft" else [cfg.input_len] if cfg.input_len else []
-    too_long = [n for n in lengths if n + cfg.output_len > max_model_len]
+    lengths = args.input_lens if args.workload == "ttft" else [args.input_len] if args.input_len else []
+    longest = max(args.series_lens) if args.series_lens else args.output_len
+    too_long = [n for n in lengths if n + longest > max_model_len]
     if too_long:
         raise Gemma4T4Error(
-            f"input {too_long[0]} + output {cfg.output_len} tokens exceed the server's max_model_len "
-            f"{max_model_len}",
+            f"input {too_long[0]} + output {longest} tokens exceed the server's max_model_len {max_model_len}",
             fix="lower --input-len/--input-lens or restart the server with a larger --max-model-len",
         )
 
 
-def run_benchmark(base_url: str, model: str, workload: str, out_dir: str | Path, **opts: Any) -> BenchRun:
-    """Run one workload against a live server and write a results directory.
-
-    ``opts`` are :class:`BenchConfig` fields (concurrency, input_len, output_len, num_prompts, ...).
-    Raises :class:`Gemma4T4Error` before measuring anything if the server is unreachable.
-    """
-    unknown = set(opts) - set(BenchConfig.__dataclass_fields__)
-    if unknown:
-        raise Gemma4T4Error(f"unknown option(s): {', '.join(sorted(unknown))}",
-                            fix="see gemma4_t4.bench.workloads.BenchConfig for the options")
-    raw = BenchConfig(base_url=base_url, model=model, workload=workload, out_dir=str(out_dir), **opts)
-    raw._explicit = frozenset(opts)
-    cfg = raw.resolved()
-    server = telemetry.check_reachable(cfg.base_url, cfg.model, cfg.api_key)
-    _check_lengths(cfg, server.get("max_model_len"))
-    environment = telemetry.capture_environment(cfg.base_url, cfg.model, cfg.api_key, cfg.server_launch)
+def run_benchmark(
+    base_url: str | BenchArgs,
+    model: str | None = None,
+    workload: str | None = None,
+    out_dir: str | Path | None = None,
+    **opts: Any,
+) -> BenchRun:
+    """Run one workload against a live server or endpoint; write a results directory and return
+    the run (in memory). ``opts`` are :class:`BenchArgs` fields, or pass a ``BenchArgs`` alone.
+    Raises :class:`Gemma4T4Error` before measuring anything if the server is unreachable."""
+    if isinstance(base_url, BenchArgs):
+        args = base_url
+    else:
+        if model is None or workload is None or out_dir is None:
+            raise Gemma4T4Error(
+                "run_benchmark needs base_url, model, workload and out_dir",
+                fix="call run_benchmark(base_url, model, workload, out_dir, ...) or pass BenchArgs",
+            )
+        args = build_args(base_url, model, workload, out_dir, **opts)
+    out = Path(args.out_dir)
+    if out.exists() and not out.is_dir():
+        raise Gemma4T4Error(
+            f"--out {out} is a file, not a directory",
+            fix="choose a directory path for --out (it is created if missing)",
+        )
+    backend = backend_for(args.base_url, args.key(), args.request_timeout_s)
+    server = backend.check(args.model)
+    _check_lengths(args, server.max_model_len)
+    environment = backend.environment(args.model, args.server_launch)
+    entry = WORKLOADS[args.mode]
     factory = None
     tokenizer_source = None
-    if cfg.workload != "answers":
-        tok = HFTokenizer(cfg.tokenizer) if cfg.tokenizer else ServerTokenizer(cfg.base_url, cfg.model, cfg.api_key)
+    if entry.prompts:
+        tok = backend.tokenizer(args.model, args.tokenizer)
         tokenizer_source = tok.source
-        factory = PromptFactory(tok, seed=cfg.seed, nonce=cfg.nonce, chat=cfg.api == "chat")
-    cells = build_cells(cfg, factory)
-    config_record = {k: v for k, v in asdict(cfg).items() if k not in ("api_key", "_explicit")}
-    writer = ResultsWriter(cfg.out_dir, {
-        "run_id": uuid.uuid4().hex[:12],
-        "workload": cfg.workload,
-        "model": cfg.model,
-        "base_url": cfg.base_url,
-        "label": cfg.label,
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "config": config_record,
-        "prompts": {"seed": cfg.seed, "nonce": factory.nonce if factory else None, "tokenizer": tokenizer_source},
-        "server": server,
-        "environment": environment,
-        "definitions": "docs/benchmarks.md#metric-definitions",
-    }, overwrite=cfg.overwrite)
-    status = "complete"
+        factory = PromptFactory(tok, seed=args.seed, nonce=args.nonce, chat=args.api == "chat")
+    cells = entry.build(args, factory)
+    writer = ResultsWriter(
+        out,
+        RunInfo(
+            run_id=uuid.uuid4().hex[:12],
+            workload=args.workload,
+            model=args.model,
+            base_url=args.base_url,
+            label=args.label,
+            started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            config=args.record(),
+            prompts=PromptInfo(
+                seed=args.seed, nonce=factory.nonce if factory else None, tokenizer=tokenizer_source
+            ),
+            server=server,
+            environment=redact(environment),
+            definitions="docs/benchmarks.md#metric-definitions",
+        ),
+        overwrite=args.overwrite,
+    )
+    status, error = "complete", None
+    measured: dict[str, list[RequestRecord]] = {}
     try:
-        pending = list(cells)
-        while pending:
-            cell = pending.pop(0)
-            summary = _run_cell(cfg, cell, writer)
-            if summary["failed"] and cfg.stop_on_unreachable:
-                try:
-                    telemetry.check_reachable(cfg.base_url, None, cfg.api_key)
-                except Gemma4T4Error:
-                    status = "aborted: server unreachable"
-                    break
-            if cell.variant == "sweep_throughput":  # both ends measured: now the rates in between
-                ends = {c["variant"]: c.get("request_throughput_req_s") or 0.0 for c in writer.cells}
-                try:
-                    rates = sweep_rates(ends["sweep_synchronous"], ends["sweep_throughput"], cfg.sweep)
-                except Gemma4T4Error:
-                    status = "aborted: no load range to sweep"
-                    raise
-                writer.update_run(sweep={"synchronous_rps": ends["sweep_synchronous"],
-                                         "throughput_rps": ends["sweep_throughput"], "rates": rates})
-                pending += rate_cells(cfg, factory, rates, variant="sweep_rate")
-        if status == "complete" and any(c.get("failed") for c in writer.cells):
-            status = "complete with failures"
-    except KeyboardInterrupt:
-        status = "interrupted"
+        with _sigterm_as_interrupt():
+            pending = list(cells)
+            while pending:
+                cell = pending.pop(0)
+                summary, records = _run_cell(args, backend, cell, writer)
+                measured[cell.cell] = records
+                if summary.failed and args.stop_on_unreachable:
+                    try:
+                        backend.check(None if backend.kind == "openai-http" else args.model)
+                    except Gemma4T4Error as exc:
+                        status, error = "aborted: server unreachable", exc.message
+                        break
+                if entry.follow is not None:
+                    try:
+                        more, fields = entry.follow(args, factory, writer.cells)
+                    except Gemma4T4Error as exc:
+                        status, error = "aborted: no load range to sweep", exc.message
+                        raise
+                    if fields:
+                        writer.update_run(**{k: v.to_json() for k, v in fields.items()})
+                    pending += more
+            if args.mode == "series_decode":
+                writer.update_run(series_decode=_series_figure(args, cells, measured).to_json())
+            if status == "complete" and any(c.failed for c in writer.cells):
+                status = "complete with failures"
+    except KeyboardInterrupt as exc:
+        status = "interrupted" + (" (SIGTERM)" if isinstance(exc, Terminated) else "")
         raise
     finally:
-        writer.update_run(status=status, finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        writer.update_run(status=status, error=error, finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
         writer.close()
-    return load_run(cfg.out_dir)
+    return writer.result()
+
+
+def _series_figure(args: BenchArgs, cells: list[Cell], measured: dict[str, list[RequestRecord]]) -> Any:
+    short, long = args.series_lens
+    by_variant = {c.variant: measured.get(c.cell, []) for c in cells}
+    return series_decode(by_variant.get("series_short", []), by_variant.get("series_long", []), short, long)
 
 
 def _queueing(concurrency: int, max_num_seqs: int | None) -> bool | None:
     return None if max_num_seqs is None else concurrency > max_num_seqs
 
 
-def _run_cell(cfg: BenchConfig, cell: Cell, writer: ResultsWriter) -> dict[str, Any]:
-    measured: list[dict[str, Any]] = []
+def _run_cell(
+    args: BenchArgs, backend: Backend, cell: Cell, writer: ResultsWriter
+) -> tuple[CellSummary, list[RequestRecord]]:
+    from gemma4_t4.bench import telemetry
+
+    measured: list[RequestRecord] = []
     started = time.time()
     before = after = None
-    load: dict[str, Any] = {}
-    gpu: dict[str, Any] | None = None
+    load = ServerLoad()
+    gpu: GPUTelemetry | None = None
     interrupted = False
     try:
         if cell.warmup_specs:
-            _run_async(lambda: _measure(cfg, cell.warmup_specs, min(cell.concurrency, len(cell.warmup_specs)),
-                                        lambda r: writer.add_record(cell.cell, "warmup", r.to_dict()),
-                                        None))
-        before = telemetry.scrape(cfg.base_url, cfg.api_key)
-        sampler = telemetry.MetricsSampler(cfg.base_url, cfg.api_key).start() if cfg.sample_metrics else None
+            _run_async(
+                lambda: _measure(
+                    args,
+                    backend,
+                    cell.warmup_specs,
+                    min(cell.concurrency, len(cell.warmup_specs)),
+                    lambda r: writer.add_record(cell.cell, "warmup", r),
+                    None,
+                )
+            )
+        before = backend.scrape()
+        make_sampler = getattr(backend, "sampler", None)
+        sampler = make_sampler() if (args.sample_metrics and make_sampler) else None
+        sampler = sampler.start() if sampler else None
         gpu_sampler = telemetry.GPUSampler().start()
 
         def keep(record: RequestRecord) -> None:
-            data = record.to_dict()
-            measured.append(data)
-            writer.add_record(cell.cell, "measure", data)
+            measured.append(record)
+            writer.add_record(cell.cell, "measure", record)
 
         try:
-            _run_async(lambda: _measure(cfg, cell.specs, cell.concurrency, keep, cell.cell, cell))
+            _run_async(lambda: _measure(args, backend, cell.specs, cell.concurrency, keep, cell.cell, cell))
         finally:
-            load = sampler.stop() if sampler else {}
+            load = sampler.stop() if sampler else ServerLoad()
             gpu = gpu_sampler.stop()
-            after = telemetry.scrape(cfg.base_url, cfg.api_key)
+            after = backend.scrape()
     except KeyboardInterrupt:
         interrupted = True
         raise
     finally:
-        summary = _summarize_cell(cfg, cell, measured, before, after, load, gpu, started,
-                                  partial=interrupted or len(measured) < len(cell.specs))
+        summary = _summarize_cell(
+            args,
+            cell,
+            measured,
+            before,
+            after,
+            load,
+            gpu,
+            started,
+            partial=interrupted or len(measured) < len(cell.specs),
+        )
         writer.add_cell(summary)
-    return summary
+    return summary, measured
 
 
-def _summarize_cell(cfg: BenchConfig, cell: Cell, measured: list[dict[str, Any]], before: Any, after: Any,
-                    load: dict[str, Any], gpu: dict[str, Any] | None, started: float,
-                    partial: bool) -> dict[str, Any]:
-    agg = aggregate(measured)
-    summary: dict[str, Any] = {
-        "cell": cell.cell,
-        "workload": cell.workload,
-        "variant": cell.variant,
-        "api": cfg.api,
-        "concurrency": None if cell.rate else cell.concurrency,
-        "input_len": cell.input_len,
-        "output_len": cell.output_len,
-        "num_prompts": len(cell.specs),
-        "warmup_requests": len(cell.warmup_specs),
-        "max_num_seqs": cfg.max_num_seqs,
-        "queueing": None if cell.rate else _queueing(cell.concurrency, cfg.max_num_seqs),
-        "partial": partial,
-        "started_at": started,
-    } | agg
+def _summarize_cell(
+    args: BenchArgs,
+    cell: Cell,
+    measured: list[RequestRecord],
+    before: Any,
+    after: Any,
+    load: ServerLoad,
+    gpu: GPUTelemetry | None,
+    started: float,
+    partial: bool,
+) -> CellSummary:
+    from gemma4_t4.bench import telemetry
+
+    stats = aggregate(measured)
+    summary = CellSummary(
+        cell=cell.cell,
+        workload=cell.workload,
+        variant=cell.variant,
+        api=args.api,
+        concurrency=None if cell.rate else cell.concurrency,
+        input_len=cell.input_len,
+        output_len=cell.output_len,
+        num_prompts=len(cell.specs),
+        warmup_requests=len(cell.warmup_specs),
+        max_num_seqs=args.max_num_seqs,
+        queueing=None if cell.rate else _queueing(cell.concurrency, args.max_num_seqs),
+        partial=partial,
+        started_at=started,
+        **stats.model_dump(),
+    )
     if cell.rate:
-        summary["open_loop"] = open_loop_stats(measured, cell.rate, cell.arrival, cell.concurrency)
-    summary["prefix_cache"] = telemetry.prefix_cache_delta(before, after)
-    summary["prefix_cache"]["prefix_caching_enabled"] = telemetry.cache_config(after).get("enable_prefix_caching")
-    summary["server_load"] = load
-    if load.get("max_waiting"):
-        summary["queueing_observed"] = True
-    if gpu:
-        summary["gpu_telemetry"] = gpu
-    summary["meta"] = cell.meta
-    input_lens = [r.get("prompt_tokens") for r in measured if r.get("prompt_tokens") is not None]
+        summary.open_loop = open_loop_stats(measured, cell.rate, cell.arrival, cell.concurrency)
+    summary.prefix_cache = telemetry.prefix_cache_delta(before, after)
+    summary.prefix_cache.prefix_caching_enabled = telemetry.cache_config(after).get("enable_prefix_caching")
+    summary.server_load = load
+    if load.max_waiting:
+        summary.queueing_observed = True
+    summary.gpu_telemetry = gpu or None
+    summary.meta = dict(cell.meta)
+    input_lens = [r.prompt_tokens for r in measured if r.prompt_tokens is not None]
     if input_lens and cell.input_len is not None:
-        summary["input_len_exact"] = all(n == cell.input_len for n in input_lens)
+        summary.input_len_exact = all(n == cell.input_len for n in input_lens)
     if cell.workload == "answers":
-        summary["answers"] = _answers(measured)
-        summary["correct"] = sum(1 for a in summary["answers"] if a["correct"])
-    summary["derived"] = derive_cell(summary, cfg.gpu, cfg.bytes_per_token, cfg.price_keys)
+        summary.answers = _answers(measured)
+        summary.correct = sum(1 for a in summary.answers if a.correct)
+    summary.derived = derive_cell(
+        summary, args.gpu, args.bytes_per_token, args.price_keys, open_loop=cell.rate is not None
+    )
     return summary
 
 
-def _answers(measured: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _answers(measured: list[RequestRecord]) -> list[Answer]:
     out = []
     for record in measured:
-        index = int(record["request_id"].rsplit("-", 1)[1])
+        index = int(record.request_id.rsplit("-", 1)[1])
         question, expected = QUESTIONS[index]
-        text = record.get("text") or ""
-        out.append({"index": index, "question": question, "expected": expected, "text": text,
-                    "correct": record.get("error") is None and is_correct(text, expected),
-                    "error": record.get("error")})
-    return sorted(out, key=lambda a: a["index"])
+        text = record.text or ""
+        out.append(
+            Answer(
+                index=index,
+                question=question,
+                expected=expected,
+                text=text,
+                correct=record.error is None and is_correct(text, expected),
+                error=record.error,
+            )
+        )
+    return sorted(out, key=lambda a: a.index)
 
 
-async def _measure(cfg: BenchConfig, specs: list[RequestSpec], concurrency: int,
-                   on_record: Callable[[RequestRecord], None], progress_desc: str | None,
-                   cell: Cell | None = None) -> None:
+async def _measure(
+    args: BenchArgs,
+    backend: Backend,
+    specs: list[RequestSpec],
+    concurrency: int,
+    on_record: Callable[[RequestRecord], None],
+    progress_desc: str | None,
+    cell: Cell | None = None,
+) -> None:
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=len(specs), desc=progress_desc, unit="req", leave=True,
-               disable=not (cfg.progress and progress_desc))
+    bar = tqdm(
+        total=len(specs),
+        desc=progress_desc,
+        unit="req",
+        leave=True,
+        disable=not (args.progress and progress_desc),
+    )
     failed = 0
 
     def record(r: RequestRecord) -> None:
@@ -439,13 +931,29 @@ async def _measure(cfg: BenchConfig, specs: list[RequestSpec], concurrency: int,
         bar.update(1)
 
     try:
-        async with make_session(concurrency, cfg.request_timeout_s) as session:
+        async with backend.sender(args.model, concurrency, keep_text=args.workload == "answers") as send:
             if cell is not None and cell.rate:
-                offsets = arrival_offsets(len(specs), cell.rate, cell.arrival or "poisson", seed=cfg.seed)
-                await run_open_loop(session, cfg.base_url, cfg.model, specs, offsets, concurrency, record,
-                                    api_key=cfg.api_key)
+                offsets = arrival_offsets(len(specs), cell.rate, cell.arrival or "poisson", seed=args.seed)
+                await open_loop(send, specs, offsets, concurrency, record)
             else:
-                await run_closed_loop(session, cfg.base_url, cfg.model, specs, concurrency, record,
-                                      api_key=cfg.api_key, keep_text=cfg.workload == "answers")
+                await closed_loop(send, specs, concurrency, record)
     finally:
         bar.close()
+
+
+__all__ = [
+    "ARRIVALS",
+    "METHODS",
+    "WORKLOADS",
+    "WORKLOAD_CHOICES",
+    "BenchArgs",
+    "BenchConfig",
+    "Cell",
+    "ServerInfo",
+    "Workload",
+    "build_args",
+    "build_cells",
+    "rate_cells",
+    "run_benchmark",
+    "sweep_rates",
+]

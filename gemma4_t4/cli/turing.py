@@ -1,4 +1,4 @@
-"""``gemma4-t4 turing status|verify|apply|revert``: the T4 attention fix."""
+"""``gemma4-t4 turing status|verify|bench-prefill|apply|revert``: the T4 attention fix and prefill route."""
 
 from __future__ import annotations
 
@@ -25,6 +25,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="per-block shared-memory limit (default: the architecture's opt-in maximum)")
     verify.add_argument("--vllm-root", default=None, help="vLLM package folder (default: the installed vLLM)")
     verify.add_argument("--jobs", type=int, default=None, help="parallel compile processes (default: CPUs)")
+
+    bench = add_command(commands, "bench-prefill", _bench_prefill,
+                        help="time the tensor-core prefill route vs vLLM's Triton kernel on this GPU; cache the verdict")
+    bench.add_argument("--lengths", default="512,1024,2048,4096", help="prompt lengths (comma list)")
+    bench.add_argument("--models", default="e2b,e4b,12b", help="head configurations from these sizes")
+    bench.add_argument("--out", default="bench_prefill", help="folder for bench_prefill.json and .png")
+    bench.add_argument("--vllm-root", default=None, help="vLLM package folder (default: the installed vLLM)")
+    bench.add_argument("--no-save-verdict", action="store_true", help="do not cache the verdict for the route")
 
     for name, handler, text in (
         ("apply", _apply, "patch vLLM's kernel file (backup + marker); for images without the plugin"),
@@ -82,6 +90,38 @@ def _verify(args: argparse.Namespace) -> Output:
               "PASS: every patched launch fits" if report.ok else "FAIL: a patched launch exceeds the limit "
               "or the tile cap refused this vLLM"]
     return Output(report, "\n".join(lines), exit_code=0 if report.ok else 1)
+
+
+def _bench_prefill(args: argparse.Namespace) -> Output:
+    from gemma4_t4.errors import Gemma4T4Error
+    from gemma4_t4.turing.prefill_bench import bench_prefill
+
+    try:
+        lengths = tuple(int(x) for x in args.lengths.split(",") if x.strip())
+    except ValueError as exc:
+        raise Gemma4T4Error(f"--lengths {args.lengths!r} is not a comma list of integers",
+                            fix="e.g. --lengths 512,1024,2048,4096") from exc
+    if not lengths or min(lengths) < 2:
+        raise Gemma4T4Error(f"--lengths {args.lengths!r} needs prompt lengths of at least 2 tokens",
+                            fix="e.g. --lengths 512,1024,2048,4096")
+    models = tuple(m.strip() for m in args.models.split(",") if m.strip())
+    report = bench_prefill(lengths, models, args.vllm_root, args.out, save_verdict=not args.no_save_verdict)
+    key = report["key"]
+    lines = [f"{key['gpu']} ({key['capability']}), torch {key['torch']}, Triton {key['triton']}, vLLM {key['vllm']}; "
+             f"tile cap: {report['tile_cap']}", "",
+             f"{'model':<8}{'layer':<9}{'head':>5}{'q/kv':>7}{'tokens':>8}{'Triton ms':>11}{'route ms':>10}"
+             f"{'x':>7}{'Triton err':>12}{'route err':>11}"]
+    for r in report["rows"]:
+        heads = f"{r['num_q_heads']}/{r['num_kv_heads']}"
+        lines.append(f"{r['model']:<8}{r['layer']:<9}{r['head_size']:>5}{heads:>7}"
+                     f"{r['seq_len']:>8}{r['triton_ms']:>11.3f}{r['route_ms']:>10.3f}{r['speedup']:>7.1f}"
+                     f"{r['triton_max_abs_err']:>12.2e}{r['route_max_abs_err']:>11.2e}")
+    lines.append("")
+    for head, entry in report["heads"].items():
+        lines.append(f"head {head}: {'tensor-core route' if entry['use_route'] else 'Triton'} ({entry['why']})")
+    lines.append(f"wrote {args.out}/bench_prefill.json, {report['plot']}"
+                 + (f"; verdict cached in {report['verdict_path']}" if report.get("verdict_path") else ""))
+    return Output(report, "\n".join(lines))
 
 
 def _apply(args: argparse.Namespace) -> Output:

@@ -5,33 +5,45 @@ Registered in pyproject.toml under the entry-point group ``vllm.general_plugins`
 process and in every worker, i.e. wherever attention kernels are launched. A patch applied only
 in a notebook cell would not reach the spawned EngineCore.
 
-Set ``GEMMA4_T4_TURING_FIX=0`` to turn it off; vLLM's ``VLLM_PLUGINS`` allow-list also applies.
+It also installs the tensor-core prefill route on sm_7x GPUs (:mod:`.prefill`).
+
+Set ``GEMMA4_T4_TURING_FIX=0`` to turn the tile cap off and ``GEMMA4_T4_TC_PREFILL=0`` to turn the
+prefill route off; vLLM's ``VLLM_PLUGINS`` allow-list also applies.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from gemma4_t4.turing import tilecap
+from gemma4_t4.turing import prefill, tilecap
 
 ENTRY_POINT_GROUP = "vllm.general_plugins"
 ENTRY_POINT_NAME = "gemma4_t4_turing"
 ENTRY_POINT_VALUE = "gemma4_t4.turing.plugin:register"
 
 _outcome: dict[str, Any] | None = None
+_prefill_outcome: dict[str, Any] | None = None
 
 
 def register() -> None:
-    """vLLM's hook: install the tile cap when this process's device needs it. Never raises."""
-    global _outcome
+    """vLLM's hook: install the tile cap and the prefill route where this process's device needs them.
+
+    Never raises."""
+    global _outcome, _prefill_outcome
     if _outcome is not None:  # vLLM may load plugins more than once per process
         return
     _outcome = tilecap.install(origin="plugin")
+    _prefill_outcome = prefill.install(origin="plugin")
 
 
 def outcome() -> dict[str, Any] | None:
     """What :func:`register` did in this process (None if vLLM has not loaded the plugin here)."""
     return dict(_outcome) if _outcome is not None else None
+
+
+def prefill_outcome() -> dict[str, Any] | None:
+    """What :func:`register` did about the prefill route in this process (None: not loaded here)."""
+    return dict(_prefill_outcome) if _prefill_outcome is not None else None
 
 
 def entry_point_registered() -> bool:

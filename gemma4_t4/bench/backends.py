@@ -1,0 +1,408 @@
+"""Where requests go: an OpenAI-compatible HTTP server, or a SageMaker endpoint.
+
+The benchmark is cut like guidellm's: a *backend* sends one request and returns its record,
+the *scheduler* (``client.closed_loop`` / ``client.open_loop``) decides when, the *benchmark*
+(``workloads``) builds cells and summaries, and *presentation* (``results``, ``plots``) shows
+them. Both backends produce the same :class:`RequestRecord`, parsed by the same SSE parser.
+
+``sagemaker://REGION/ENDPOINT`` reaches the SageMaker runtime through boto3's normal endpoint
+resolution (``AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME`` points it at a local stand-in), SigV4-signed
+by boto3. The body is vLLM's SageMaker ``/invocations`` body (an OpenAI completions or chat
+request); a streamed reply is the same SSE lines, split into ``PayloadPart`` byte chunks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import json
+import re
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+from gemma4_t4.bench import telemetry
+from gemma4_t4.bench.client import RequestSpec, StreamParser, make_session, new_record, send_request
+from gemma4_t4.bench.prompts import HFTokenizer, ServerTokenizer, Tokenizer
+from gemma4_t4.bench.schemas import RawJSON, RequestRecord, ServerInfo
+from gemma4_t4.errors import Gemma4T4Error
+
+SAGEMAKER_SCHEME = "sagemaker://"
+# the runtime's own faults before any output: nothing was generated for us, so a retry is safe
+RETRYABLE = frozenset(
+    {
+        "ThrottlingException",
+        "ServiceUnavailable",
+        "InternalFailure",
+        "ModelNotReadyException",
+        "InternalDependencyException",
+    }
+)
+RETRYABLE_MODEL_STATUS = frozenset({429, 503})
+
+
+class Backend(Protocol):
+    kind: str
+    url: str
+
+    def check(self, model: str | None) -> ServerInfo: ...
+    def scrape(self) -> telemetry.MetricsSnapshot | None: ...
+    def tokenizer(self, model: str, local: str | None) -> Tokenizer: ...
+    def environment(self, model: str, launch: RawJSON | None) -> RawJSON: ...
+    def sender(
+        self, model: str, concurrency: int, keep_text: bool
+    ) -> contextlib.AbstractAsyncContextManager[Callable[[RequestSpec], Any]]: ...
+
+
+def parse_base_url(url: str) -> tuple[str, str, str]:
+    """(kind, a, b): ("http", root URL, "") or ("sagemaker", region, endpoint). One-line errors."""
+    if not isinstance(url, str) or not url.strip():
+        raise Gemma4T4Error("--base-url is empty", fix="pass e.g. --base-url http://127.0.0.1:8000")
+    if url != url.strip() or any(c.isspace() for c in url):
+        raise Gemma4T4Error(
+            f"--base-url {url!r} contains a space",
+            fix="remove the spaces, e.g. --base-url http://127.0.0.1:8000",
+        )
+    if url.startswith(SAGEMAKER_SCHEME):
+        rest = url.removeprefix(SAGEMAKER_SCHEME).strip("/")
+        parts = rest.split("/")
+        if (
+            len(parts) != 2
+            or not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d", parts[0])
+            or not re.fullmatch(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}", parts[1])
+        ):
+            raise Gemma4T4Error(
+                f"--base-url {url!r} is not sagemaker://REGION/ENDPOINT",
+                fix="use e.g. --base-url sagemaker://us-east-2/gemma4-e2b-t4",
+            )
+        return "sagemaker", parts[0], parts[1]
+    split = urlsplit(url)
+    if split.scheme not in ("http", "https") or not split.hostname:
+        raise Gemma4T4Error(
+            f"--base-url {url!r} is not an http(s) URL or sagemaker://REGION/ENDPOINT",
+            fix="use e.g. --base-url http://127.0.0.1:8000 or sagemaker://us-east-2/ENDPOINT",
+        )
+    try:
+        split.port  # noqa: B018 - raises on a bad port
+    except ValueError:
+        raise Gemma4T4Error(f"--base-url {url!r} has an invalid port", fix="use a port 1-65535") from None
+    return "http", url.rstrip("/"), ""
+
+
+def backend_for(
+    url: str, api_key: str | None = None, request_timeout_s: float | None = None, client: Any = None
+) -> Backend:
+    kind, a, b = parse_base_url(url)
+    if kind == "sagemaker":
+        return SageMakerBackend(a, b, request_timeout_s=request_timeout_s, client=client)
+    return OpenAIHTTPBackend(a, api_key=api_key, request_timeout_s=request_timeout_s)
+
+
+# ---------------------------------------------------------------- OpenAI-compatible HTTP
+
+
+@dataclass
+class OpenAIHTTPBackend:
+    url: str
+    api_key: str | None = None
+    request_timeout_s: float | None = None
+    kind: str = "openai-http"
+
+    def check(self, model: str | None) -> ServerInfo:
+        return telemetry.check_reachable(self.url, model, self.api_key)
+
+    def scrape(self) -> telemetry.MetricsSnapshot | None:
+        return telemetry.scrape(self.url, self.api_key)
+
+    def tokenizer(self, model: str, local: str | None) -> Tokenizer:
+        return HFTokenizer(local) if local else ServerTokenizer(self.url, model, self.api_key)
+
+    def environment(self, model: str, launch: RawJSON | None) -> RawJSON:
+        return telemetry.capture_environment(self.url, model, self.api_key, launch)
+
+    def sampler(self) -> telemetry.MetricsSampler:
+        return telemetry.MetricsSampler(self.url, self.api_key)
+
+    @contextlib.asynccontextmanager
+    async def sender(
+        self, model: str, concurrency: int, keep_text: bool
+    ) -> AsyncIterator[Callable[[RequestSpec], Any]]:
+        async with make_session(concurrency, self.request_timeout_s) as session:
+
+            async def send(spec: RequestSpec) -> RequestRecord:
+                return await send_request(
+                    session,
+                    self.url,
+                    model,
+                    spec,
+                    api_key=self.api_key,
+                    keep_text=keep_text,
+                    timeout_s=self.request_timeout_s,
+                )
+
+            yield send
+
+
+# ---------------------------------------------------------------- SageMaker runtime
+
+
+def _client_error(exc: Exception) -> tuple[str, str, int | None, RawJSON]:
+    """(code, message, HTTP status, raw error) of a botocore ClientError."""
+    response = getattr(exc, "response", None) or {}
+    error = response.get("Error") or {}
+    status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+    return str(error.get("Code") or type(exc).__name__), str(error.get("Message") or exc), status, response
+
+
+@dataclass
+class SageMakerBackend:
+    region: str
+    endpoint: str
+    request_timeout_s: float | None = None
+    client: Any = None
+    retries: int = 3
+    backoff_s: float = 0.5
+    stream: bool = True  # set False once the endpoint says it cannot stream
+    kind: str = "sagemaker"
+    _pool_size: int = field(default=10, repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"{SAGEMAKER_SCHEME}{self.region}/{self.endpoint}"
+
+    def _runtime(self, pool: int = 10) -> Any:
+        if self.client is None or pool > self._pool_size:
+            import boto3
+            from botocore.config import Config
+
+            # our loop owns retries (and records them); boto3 only signs and sends
+            config = Config(
+                region_name=self.region,
+                max_pool_connections=max(10, pool),
+                read_timeout=self.request_timeout_s or 600,
+                connect_timeout=10,
+                retries={"total_max_attempts": 1},
+            )
+            self.client = boto3.client("sagemaker-runtime", config=config)
+            self._pool_size = max(10, pool)
+        return self.client
+
+    def check(self, model: str | None) -> ServerInfo:
+        """One tiny non-streamed completion: the endpoint exists, answers, and serves ``model``."""
+        spec = RequestSpec("probe", "Reply with one word: are you ready?", 1, ignore_eos=False)
+        record = self._invoke(spec, model or "", keep_text=False, stream=False)
+        if record.error:
+            detail = record.error_detail or record.error
+            if record.error in ("connect_error", "timeout", "no_credentials", "endpoint_not_found"):
+                raise Gemma4T4Error(
+                    f"cannot reach the SageMaker endpoint {self.url}: {detail}",
+                    fix=_FIXES.get(record.error, "check the region and endpoint name"),
+                )
+            if "does not exist" in detail and model:
+                raise Gemma4T4Error(
+                    f"the endpoint {self.endpoint} does not serve {model!r}: {detail}",
+                    fix="pass --model with the endpoint's served model name",
+                )
+            raise Gemma4T4Error(
+                f"the SageMaker endpoint {self.url} failed a 1-token probe: {detail}",
+                fix="check the endpoint's logs (gemma4-t4 sagemaker logs)",
+            )
+        return ServerInfo(models=[model], backend=self.kind)
+
+    def scrape(self) -> telemetry.MetricsSnapshot | None:
+        return None  # an endpoint exposes no /metrics
+
+    def sampler(self) -> None:
+        return None
+
+    def tokenizer(self, model: str, local: str | None) -> Tokenizer:
+        if not local:
+            raise Gemma4T4Error(
+                "a SageMaker endpoint has no /tokenize, so prompts of exact length need a local tokenizer",
+                fix="pass --tokenizer PATH (the model's folder or a copy of its tokenizer files)",
+            )
+        return HFTokenizer(local)
+
+    def environment(self, model: str, launch: RawJSON | None) -> RawJSON:
+        from gemma4_t4.bench.telemetry import client_environment
+
+        return {
+            "captured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "client": client_environment(),
+            "server": {
+                "backend": self.kind,
+                "region": self.region,
+                "endpoint": self.endpoint,
+                "model": model,
+                "launch": launch,
+            },
+            "gpus": [],
+        }
+
+    @contextlib.asynccontextmanager
+    async def sender(
+        self, model: str, concurrency: int, keep_text: bool
+    ) -> AsyncIterator[Callable[[RequestSpec], Any]]:
+        # boto3 is blocking: one thread per request in flight, a connection pool as large
+        self._runtime(concurrency)
+        pool = concurrent.futures.ThreadPoolExecutor(max(1, concurrency), thread_name_prefix="sagemaker")
+        loop = asyncio.get_running_loop()
+        try:
+
+            async def send(spec: RequestSpec) -> RequestRecord:
+                return await loop.run_in_executor(pool, self._invoke, spec, model, keep_text, None)
+
+            yield send
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    # ------------------------------------------------------------ one invocation
+
+    def _invoke(
+        self,
+        spec: RequestSpec,
+        model: str,
+        keep_text: bool,
+        stream: bool | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> RequestRecord:
+        """One request; retries what is safe to retry; never raises for endpoint or network faults."""
+        stream = self.stream if stream is None else stream
+        attempt = 0
+        while True:
+            attempt += 1
+            record = self._attempt(spec, model, keep_text, stream, clock)
+            record.attempts = attempt
+            if record.error == "stream_unsupported" and stream:
+                self.stream = stream = False  # the endpoint said so: every later request is non-streamed
+                continue
+            if not record.error or not record.error.startswith("retryable:") or attempt > self.retries:
+                if record.error and record.error.startswith("retryable:"):
+                    record.error = record.error.removeprefix("retryable:")
+                return record
+            time.sleep(self.backoff_s * 2 ** (attempt - 1))
+
+    def _attempt(
+        self, spec: RequestSpec, model: str, keep_text: bool, stream: bool, clock: Callable[[], float]
+    ) -> RequestRecord:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        client = self._runtime()
+        body = json.dumps(spec.payload(model, stream=stream))
+        record = new_record(spec, clock())
+        parser = StreamParser(record, spec.api == "chat")
+        try:
+            if stream:
+                response = client.invoke_endpoint_with_response_stream(
+                    EndpointName=self.endpoint, Body=body, ContentType="application/json"
+                )
+                record.http_status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+                buffer = b""
+                for event in response["Body"]:
+                    part = event.get("PayloadPart")
+                    if not part:
+                        continue
+                    now = clock()
+                    buffer += part.get("Bytes") or b""
+                    *lines, buffer = buffer.split(b"\n")
+                    if not all(parser.feed(line, now) for line in lines):
+                        break
+                if buffer and not parser.done and record.error is None:
+                    parser.feed(buffer, clock())
+            else:
+                response = client.invoke_endpoint(
+                    EndpointName=self.endpoint,
+                    Body=body,
+                    ContentType="application/json",
+                    Accept="application/json",
+                )
+                record.http_status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+                payload = response["Body"].read()
+                _read_whole(parser, payload, clock())
+        except ClientError as exc:
+            _classify_client_error(record, exc)
+        except BotoCoreError as exc:
+            record.error = _botocore_class(exc)
+            record.error_detail = f"{type(exc).__name__}: {exc}"[:300]
+        except Exception as exc:  # noqa: BLE001 - every fault becomes a counted, classified failure
+            record.error, record.error_detail = type(exc).__name__, f"{type(exc).__name__}: {exc}"[:300]
+        record.streamed = stream
+        if record.error:
+            record.end_s = clock()
+            return parser.flush()
+        return parser.finish(spec, keep_text, clock(), streamed=stream)
+
+
+_FIXES = {
+    "no_credentials": "configure AWS credentials (aws configure, or AWS_PROFILE / AWS_ACCESS_KEY_ID)",
+    "endpoint_not_found": "check the region and endpoint name (gemma4-t4 sagemaker status)",
+    "connect_error": "check the region, your network, and AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME if set",
+    "timeout": "raise --request-timeout, or check the endpoint's logs",
+}
+
+
+def _read_whole(parser: StreamParser, payload: bytes, now: float) -> None:
+    """A non-streamed completion: one JSON body. No TTFT exists; E2EL and the answer do."""
+    record = parser.record
+    record.first_byte_s = now
+    try:
+        data = json.loads(payload)
+        choice = (data.get("choices") or [{}])[0]
+    except (ValueError, AttributeError, IndexError):
+        record.error, record.error_detail = "malformed_response", payload[:200].decode("utf-8", "replace")
+        return
+    text = choice.get("text")
+    if text is None:
+        text = (choice.get("message") or {}).get("content")
+    record.first_chunk_s = record.first_token_s = record.last_choice_s = now
+    record.chunk_times_s = [now]
+    if text:
+        parser.texts.append(text)
+    record.finish_reason = choice.get("finish_reason")
+    usage = data.get("usage") or {}
+    if usage:
+        record.prompt_tokens = usage.get("prompt_tokens")
+        record.completion_tokens = usage.get("completion_tokens")
+        record.cached_tokens = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+        record.token_source = "usage"
+
+
+def _classify_client_error(record: RequestRecord, exc: Exception) -> None:
+    code, message, status, response = _client_error(exc)
+    record.http_status = status
+    if code == "ModelError":
+        original = response.get("OriginalStatusCode")
+        detail = response.get("OriginalMessage") or message
+        record.http_status = original or status
+        record.error = ("retryable:" if original in RETRYABLE_MODEL_STATUS else "") + "model_error"
+        record.error_detail = f"ModelError (container status {original}): {detail}"[:300]
+    elif code in RETRYABLE:
+        record.error, record.error_detail = f"retryable:{_snake(code)}", f"{code}: {message}"[:300]
+    elif code == "ValidationError" and "stream" in message.lower() and "support" in message.lower():
+        record.error, record.error_detail = "stream_unsupported", message[:300]
+    elif code == "ValidationError" and "not found" in message.lower():
+        record.error, record.error_detail = "endpoint_not_found", message[:300]
+    elif code in ("ModelStreamError", "InternalStreamFailure"):
+        record.error, record.error_detail = _snake(code), f"{code}: {message}"[:300]
+    else:
+        record.error, record.error_detail = _snake(code), f"{code}: {message}"[:300]
+
+
+def _botocore_class(exc: Exception) -> str:
+    name = type(exc).__name__
+    if name == "NoCredentialsError" or name == "PartialCredentialsError":
+        return "no_credentials"
+    if name in ("ReadTimeoutError", "ConnectTimeoutError"):
+        return "timeout"
+    if name in ("EndpointConnectionError",):
+        return "connect_error"
+    if name in ("ConnectionClosedError", "ResponseStreamingError", "IncompleteReadError"):
+        return "disconnected"
+    return _snake(name)
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name.removesuffix("Exception")).lower()

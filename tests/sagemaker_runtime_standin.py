@@ -1,0 +1,183 @@
+"""A local STAND-IN for the SageMaker runtime API, for the benchmark's tests (no AWS here).
+
+It answers boto3's ``invoke_endpoint`` (``POST /endpoints/NAME/invocations``) and
+``invoke_endpoint_with_response_stream`` (``.../invocations-response-stream``) by forwarding
+the body to an upstream server's ``/invocations`` (vLLM's SageMaker route, or the bench fake
+server's copy of it) and framing a streamed reply as AWS event-stream ``PayloadPart`` messages,
+which botocore itself decodes. Select it with ``AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME``.
+
+Faults for tests, per endpoint name: throttle the first N invocations, answer ModelError,
+refuse streaming (ValidationError), or disappear after N invocations (an endpoint deleted or
+dead mid-benchmark). Unknown endpoint names get the runtime's ValidationError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import binascii
+import struct
+import threading
+from dataclasses import dataclass, field
+
+import aiohttp
+from aiohttp import web
+
+
+def _header(name: str, value: str) -> bytes:
+    n, v = name.encode(), value.encode()
+    return struct.pack("B", len(n)) + n + b"\x07" + struct.pack(">H", len(v)) + v  # 7 = string
+
+
+def event_frame(headers: dict[str, str], payload: bytes) -> bytes:
+    """One AWS event-stream message: prelude, prelude CRC, headers, payload, message CRC."""
+    hb = b"".join(_header(k, v) for k, v in headers.items())
+    prelude = struct.pack(">II", 16 + len(hb) + len(payload), len(hb))
+    message = prelude + struct.pack(">I", binascii.crc32(prelude) & 0xFFFFFFFF) + hb + payload
+    return message + struct.pack(">I", binascii.crc32(message) & 0xFFFFFFFF)
+
+
+def payload_part(data: bytes) -> bytes:
+    return event_frame(
+        {":message-type": "event", ":event-type": "PayloadPart", ":content-type": "application/octet-stream"},
+        data,
+    )
+
+
+@dataclass
+class Endpoint:
+    upstream: str
+    throttle_first: int = 0
+    model_error: tuple[int, str] | None = None  # (container status, message) for every invocation
+    model_error_first: int = 0  # ... only for the first N (then healthy)
+    no_stream: bool = False
+    dies_after: int | None = None
+    invocations: int = 0
+    log: list[str] = field(default_factory=list)
+
+
+def _error(status: int, code: str, message: str, **extra: object) -> web.Response:
+    return web.json_response({"message": message, **extra}, status=status, headers={"x-amzn-ErrorType": code})
+
+
+class RuntimeStandIn:
+    """The stand-in on its own event loop in a thread; ``url`` goes in AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME."""
+
+    def __init__(self, port: int, endpoints: dict[str, Endpoint]):
+        self.port, self.endpoints = port, endpoints
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self._ready = threading.Event()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def _invoke(self, request: web.Request) -> web.StreamResponse:
+        name = request.match_info["name"]
+        streaming = request.path.endswith("-response-stream")
+        ep = self.endpoints.get(name)
+        if ep is None or (ep.dies_after is not None and ep.invocations >= ep.dies_after):
+            return _error(400, "ValidationError", f"Endpoint {name} of account 123456789012 not found.")
+        ep.invocations += 1
+        ep.log.append("stream" if streaming else "invoke")
+        if ep.invocations <= ep.throttle_first:
+            return _error(400, "ThrottlingException", "Rate exceeded")
+        if ep.model_error and (not ep.model_error_first or ep.invocations <= ep.model_error_first):
+            status, message = ep.model_error
+            return _error(
+                424,
+                "ModelError",
+                f'Received client error ({status}) from primary with message "{message}"',
+                OriginalStatusCode=status,
+                OriginalMessage=message,
+                LogStreamArn="arn:aws:logs:us-east-2:123456789012:log-group:/aws/sagemaker/Endpoints/x",
+            )
+        if streaming and ep.no_stream:
+            return _error(
+                400, "ValidationError", "The container of this endpoint does not support streaming responses."
+            )
+        body = await request.read()
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(
+                ep.upstream.rstrip("/") + "/invocations",
+                data=body,
+                headers={"Content-Type": "application/json"},
+            ) as upstream,
+        ):
+            if upstream.status != 200:
+                text = await upstream.text()
+                return _error(
+                    424,
+                    "ModelError",
+                    f"Received client error ({upstream.status})",
+                    OriginalStatusCode=upstream.status,
+                    OriginalMessage=text[:500],
+                )
+            if not streaming:
+                return web.Response(
+                    body=await upstream.read(),
+                    content_type="application/json",
+                    headers={"x-Amzn-Invoked-Production-Variant": "AllTraffic"},
+                )
+            response = web.StreamResponse(
+                headers={
+                    "Content-Type": "application/vnd.amazon.eventstream",
+                    "x-Amzn-Invoked-Production-Variant": "AllTraffic",
+                    "X-Amzn-SageMaker-Content-Type": "text/event-stream",
+                }
+            )
+            await response.prepare(request)
+            async for chunk in upstream.content.iter_any():
+                # split every chunk in two: SSE lines cross PayloadPart boundaries, as on AWS
+                half = max(1, len(chunk) // 2)
+                for piece in (chunk[:half], chunk[half:]):
+                    if piece:
+                        await response.write(payload_part(piece))
+            await response.write_eof()
+            return response
+
+    def start(self) -> RuntimeStandIn:
+        def serve() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            app = web.Application()
+            app.router.add_post("/endpoints/{name}/invocations", self._invoke)
+            app.router.add_post("/endpoints/{name}/invocations-response-stream", self._invoke)
+            self._runner = web.AppRunner(app, access_log=None)
+            loop.run_until_complete(self._runner.setup())
+            loop.run_until_complete(web.TCPSite(self._runner, "127.0.0.1", self.port).start())
+            self._ready.set()
+            loop.run_forever()
+            loop.run_until_complete(self._runner.cleanup())
+            loop.close()
+
+        self._thread = threading.Thread(target=serve, name="sagemaker-runtime-standin", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("the SageMaker runtime stand-in did not start")
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+
+    def __enter__(self) -> RuntimeStandIn:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def aws_env(monkeypatch, url: str) -> None:
+    """Dummy credentials and the runtime endpoint override (boto3's per-service variable)."""
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_SESSION_TOKEN": "testing",
+        "AWS_DEFAULT_REGION": "us-east-2",
+        "AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME": url,
+    }.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)

@@ -1,0 +1,232 @@
+"""One BenchArgs for the CLI, the MCP tool and notebooks; the workload registry; the series'
+decode method and load test; the T4-vs-L4 headline. Against the bench FAKE server."""
+
+import inspect
+import json
+
+import pytest
+
+from gemma4_t4.bench import BenchArgs, run_benchmark
+from gemma4_t4.bench.compare import compare_suites, published_decode
+from gemma4_t4.bench.fake_server import FakeScript, FakeServer, FakeServerState
+from gemma4_t4.bench.metrics import series_decode
+from gemma4_t4.bench.workloads import WORKLOAD_CHOICES, WORKLOADS, build_args
+from gemma4_t4.cli import build_parser
+from gemma4_t4.cli import main as cli_main
+from gemma4_t4.cli.bench import bench_args
+from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.server import free_port
+
+
+@pytest.fixture(scope="module")
+def fake():
+    with FakeServer(free_port(), FakeServerState(default=FakeScript(ttft_s=0.02, gap_s=0.004))) as server:
+        yield server
+
+
+def _parse(*argv):
+    return build_parser().parse_args(["bench", "run", *argv])
+
+
+def test_cli_flags_become_benchargs_fields_by_the_same_names(tmp_path):
+    ns = _parse(
+        "--base-url",
+        "http://127.0.0.1:8000",
+        "--model",
+        "m",
+        "--workload",
+        "decode",
+        "--out",
+        str(tmp_path),
+        "--rate",
+        "1,2",
+        "--price",
+        "ec2:g4dn.xlarge",
+        "--request-timeout",
+        "30",
+        "--concurrency",
+        "1",
+    )
+    fields = bench_args(ns)
+    unknown = set(fields) - set(BenchArgs.model_fields)
+    assert not unknown, unknown  # every flag names a field
+    args = BenchArgs(**fields)
+    assert (args.out_dir, args.rates, args.price_keys, args.request_timeout_s) == (
+        str(tmp_path),
+        [1.0, 2.0],
+        ["ec2:g4dn.xlarge"],
+        30.0,
+    )
+    assert args.mode == "open_loop"
+
+
+def test_mcp_tool_parameters_are_benchargs_fields():
+    from gemma4_t4.mcp_server import run_benchmark as tool
+
+    params = set(inspect.signature(tool).parameters)
+    assert params <= set(BenchArgs.model_fields), params - set(BenchArgs.model_fields)
+
+
+def test_defaults_follow_the_workload_and_bad_values_name_the_fix(tmp_path):
+    base = ("http://127.0.0.1:8000", "m")
+    answers = build_args(*base, "answers", tmp_path)
+    assert (answers.api, answers.concurrency, answers.output_len) == ("chat", [1], 32)
+    ttft = build_args(*base, "ttft", tmp_path, input_len=300)
+    assert ttft.input_lens == [300] and ttft.api == "completions"
+    prefix = build_args(*base, "prefix", tmp_path, input_len=400)
+    assert (prefix.prefix_len, prefix.groups, prefix.num_prompts) == (300, 4, 32)
+    series = build_args(*base, "decode", tmp_path, method="series")
+    assert (series.mode, series.series_lens, series.num_prompts, series.concurrency) == (
+        "series_decode",
+        [16, 512],
+        8,
+        [1],
+    )
+    load = build_args(*base, "load", tmp_path)
+    assert (load.concurrency, load.output_len) == ([1, 2, 4, 8, 16], 256)
+    # a dumped BenchArgs validates again to the same (nothing hidden outside the fields)
+    for args in (answers, ttft, prefix, series, load, build_args(*base, "decode", tmp_path, sweep=2)):
+        assert BenchArgs.model_validate(args.model_dump()) == args
+    for opts, match in [
+        ({"method": "series", "rates": [1.0]}, "series"),
+        ({"series_lens": [512, 16], "method": "series"}, "SHORT,LONG"),
+        ({"concurrency": [0]}, "at least 1"),
+        ({"warmup": -1}, "negative"),
+        ({"request_timeout_s": -2}, "request-timeout"),
+    ]:
+        with pytest.raises(Gemma4T4Error, match=match) as err:
+            build_args(*base, "decode", tmp_path, **opts)
+        assert err.value.fix
+    assert set(WORKLOAD_CHOICES) < set(WORKLOADS) and {"open_loop", "sweep", "series_decode"} <= set(
+        WORKLOADS
+    )
+
+
+def test_series_decode_metric_is_the_wall_time_difference():
+    def rec(i, wall_s):
+        return {
+            "request_id": f"r{i}",
+            "send_s": 0.0,
+            "first_content_s": 0.05,
+            "last_choice_s": wall_s,
+            "end_s": wall_s,
+            "chunk_times_s": [0.05, wall_s],
+            "completion_tokens": 2,
+        }
+
+    short = [rec(0, 0.20), rec(1, 0.22), rec(2, 0.21)]
+    long = [rec(3, 5.16), rec(4, 5.21), rec(5, 5.17)]
+    sd = series_decode(short, long, 16, 512)
+    assert sd.wall_short_ms == pytest.approx(210) and sd.wall_long_ms == pytest.approx(5170)
+    assert sd.decode_tok_s == pytest.approx(496 / 4.96)  # 100 tok/s
+    assert sd.ci_low <= sd.decode_tok_s <= sd.ci_high and len(sd.samples) == 3
+    assert series_decode(short, [], 16, 512).decode_tok_s is None
+    assert series_decode(long, short, 16, 512).decode_tok_s is None  # long faster than short: no figure
+
+
+def test_series_method_and_load_test_on_the_fake_server(fake, tmp_path, capsys):
+    code = cli_main(
+        [
+            "bench",
+            "run",
+            "--base-url",
+            fake.base_url,
+            "--model",
+            "fake-model",
+            "--workload",
+            "decode",
+            "--method",
+            "series",
+            "--series-lens",
+            "4,20",
+            "--input-len",
+            "32",
+            "--out",
+            str(tmp_path / "series"),
+            "--no-plots",
+            "--json",
+        ]
+    )
+    assert code == 0
+    data = json.loads(capsys.readouterr().out)
+    sd = data["run"]["series_decode"]
+    # the fake server writes a token every 4 ms after the first: 16 more tokens take 64 ms
+    assert 16 / 0.064 * 0.5 < sd["decode_tok_s"] < 16 / 0.064 * 1.1
+    assert [c["num_prompts"] for c in data["cells"]] == [8, 8] and [
+        c["concurrency"] for c in data["cells"]
+    ] == [1, 1]
+    load = run_benchmark(
+        fake.base_url,
+        "fake-model",
+        "load",
+        tmp_path / "load",
+        concurrency=[1, 4],
+        input_len=32,
+        output_len=8,
+        warmup=0,
+        progress=False,
+    )
+    assert [c.concurrency for c in load.cells] == [1, 4] and [c.completed for c in load.cells] == [1, 4]
+    records = load.measured(load.cells[1].cell)
+    assert len({r.prompt_tokens for r in records}) == 1 and load.cells[1].meta == {"shared_prompt": True}
+    assert set(load.throughput_by_concurrency()) == {1, 4}
+
+
+def test_compare_headline_per_model_with_the_published_row(tmp_path, capsys):
+    slow = FakeServerState(default=FakeScript(ttft_s=0.02, gap_s=0.008))
+    fast = FakeServerState(default=FakeScript(ttft_s=0.01, gap_s=0.004))
+    for side, state in (("t4", slow), ("l4", fast)):
+        with FakeServer(free_port(), state, model="gemma-4-E2B-it") as server:
+            for workload, extra in (
+                ("decode", {"method": "series", "series_lens": [4, 36], "num_prompts": 4}),
+                ("answers", {"output_len": 4}),
+            ):
+                run_benchmark(
+                    server.base_url,
+                    "gemma-4-E2B-it",
+                    workload,
+                    tmp_path / side / workload,
+                    input_len=32,
+                    warmup=0,
+                    gpu=side,
+                    progress=False,
+                    **extra,
+                )
+    suite = compare_suites(tmp_path / "t4", tmp_path / "l4")
+    (h,) = suite.headlines
+    assert h.model == "gemma-4-E2B-it" and h.decode_method == "series"
+    assert (
+        0.3 < h.decode_ratio < 0.75 and h.decode_ci_low <= h.decode_ratio <= h.decode_ci_high
+    )  # 8 vs 4 ms/token
+    assert h.answers.identical == 20 and h.published.published and h.published.t4_tok_s == 108.5
+    capsys.readouterr()
+    assert cli_main(["bench", "compare", str(tmp_path / "t4"), str(tmp_path / "l4")]) == 0
+    text = capsys.readouterr().out
+    assert "decode tok/s (series)" in text and "identical answers: 20/20" in text
+    assert "published (gemma-4-E2B emb4, not our measurement)" in text
+    assert published_decode("some-other-model") is None
+
+
+def test_notebook_benchmark_calls_match_benchargs():
+    """Every run_benchmark call in the notebooks passes only BenchArgs fields (checked statically)."""
+    import ast
+    from pathlib import Path
+
+    calls = 0
+    for path in sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb")):
+        for cell in json.loads(path.read_text())["cells"]:
+            if cell["cell_type"] != "code":
+                continue
+            source = "".join(line for line in cell["source"] if not line.lstrip().startswith(("%", "!")))
+            for node in ast.walk(ast.parse(source)):
+                func = getattr(node, "func", None)
+                name = getattr(func, "id", None) or getattr(func, "attr", None)
+                if isinstance(node, ast.Call) and name == "run_benchmark":
+                    calls += 1
+                    keywords = {k.arg for k in node.keywords if k.arg}
+                    assert keywords <= set(BenchArgs.model_fields), (
+                        path.name,
+                        keywords - set(BenchArgs.model_fields),
+                    )
+                    assert len(node.args) <= 4, path.name
+    assert calls >= 5
