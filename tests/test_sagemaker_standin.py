@@ -124,3 +124,27 @@ def test_real_replies_from_the_tiny_model_through_boto3(local_aws, vllm_server, 
         runtime = boto3.client("sagemaker-runtime", region_name=REGION)
         with pytest.raises(ClientError, match="ValidationError"):  # an endpoint moto never created
             runtime.invoke_endpoint(EndpointName="g4-never", Body=b"{}", ContentType="application/json")
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_matrix_measures_through_the_benchmark_adapter(local_aws, vllm_server, tiny_model_dir, monkeypatch,  # noqa: F811
+                                                       tmp_path):
+    """The matrix run end to end offline: moto deploys, the benchmark measures sagemaker://REGION/ENDPOINT
+    through the stand-in (real tokens from the tiny model), and the endpoint is deleted."""
+    from gemma4_t4.sagemaker.matrix import run_matrix
+
+    with RuntimeStandIn(vllm_server.base_url, control_plane_url=local_aws.endpoint_url) as standin:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME", standin.url)
+        result = run_matrix(["tiny-gemma4"], DeployConfig(), budget_usd=1.0, out_dir=tmp_path,
+                            deploy_kwargs={"poll_s": 0},
+                            measure_opts={"workload": "decode", "concurrency": [1], "input_len": 32,
+                                          "output_len": 8, "num_prompts": 2, "warmup": 1,
+                                          "tokenizer": str(tiny_model_dir), "progress": False})
+    [entry] = result.entries
+    assert entry.status == "measured", entry.error
+    assert (tmp_path / entry.endpoint / "summary.json").exists()
+    summary = json.loads((tmp_path / entry.endpoint / "summary.json").read_text())
+    assert "sagemaker://us-east-2/" + entry.endpoint in json.dumps(summary)
+    assert standin.parts_sent > 0  # the requests really went through the runtime API
+    assert boto3.client("sagemaker", region_name=REGION).list_endpoints()["Endpoints"] == []
