@@ -90,7 +90,7 @@ class DeployConfig:
     dtype: str | None = None  # default: float16 on T4 (no bf16 on Turing), else bfloat16
     max_model_len: int = 8192
     max_num_seqs: int = 4
-    tensor_parallel_size: int = 1  # 0: from the fit calculator (all GPUs of the host when one is too small)
+    tensor_parallel_size: int = 0  # 0: from the fit calculator (1 unless a multi-GPU host needs more)
     gpu_memory_utilization: float = 0.90
     served_model_name: str | None = None
     extra_args: list[str] = field(default_factory=list)  # more vLLM flags, sent as SM_VLLM_*
