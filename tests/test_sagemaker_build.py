@@ -35,17 +35,26 @@ def _clear_ecr(region: str = REGION) -> None:
 def _stack_counts() -> dict[str, int]:
     ecr, s3 = boto3.client("ecr", region_name=REGION), boto3.client("s3", region_name=REGION)
     iam, cb = boto3.client("iam", region_name=REGION), boto3.client("codebuild", region_name=REGION)
-    return {"repos": len(ecr.describe_repositories()["repositories"]),
-            "buckets": len([b for b in s3.list_buckets()["Buckets"] if b["Name"].startswith("gemma4-t4-build-")]),
-            "roles": len([r for r in iam.list_roles()["Roles"] if r["RoleName"] == build.ROLE_NAME]),
-            "projects": len(cb.list_projects()["projects"])}
+    return {
+        "repos": len(ecr.describe_repositories()["repositories"]),
+        "buckets": len([b for b in s3.list_buckets()["Buckets"] if b["Name"].startswith("gemma4-t4-build-")]),
+        "roles": len([r for r in iam.list_roles()["Roles"] if r["RoleName"] == build.ROLE_NAME]),
+        "projects": len(cb.list_projects()["projects"]),
+    }
 
 
 def test_dry_run_plan_names_codebuild_and_ecr_and_calls_nothing(local_aws, capsys):  # noqa: F811
     _clear_ecr()
     plan = "\n".join(build_plan(REGION))
-    for call in ("aws codebuild create-project", "aws codebuild start-build", "aws ecr create-repository",
-                 "aws ecr describe-images", "aws iam create-role", "aws iam put-role-policy", "aws s3api put-object"):
+    for call in (
+        "aws codebuild create-project",
+        "aws codebuild start-build",
+        "aws ecr create-repository",
+        "aws ecr describe-images",
+        "aws iam create-role",
+        "aws iam put-role-policy",
+        "aws s3api put-object",
+    ):
         assert call in plan, call
     assert "<ACCOUNT>" in plan and "privilegedMode" in plan
     assert main(["sagemaker", "build-image", "--dry-run", "--region", REGION]) == 0
@@ -58,18 +67,29 @@ def test_source_bundle_is_deterministic_and_complete():
     first, second = source_bundle(), source_bundle()
     assert first == second
     names = zipfile.ZipFile(BytesIO(first)).namelist()
-    for needed in ("pyproject.toml", "docker/sagemaker-t4/Dockerfile", build.BUILDSPEC,
-                   "gemma4_t4/sagemaker/image_check.py", "gemma4_t4/turing/__init__.py"):
+    for needed in (
+        "pyproject.toml",
+        "docker/sagemaker-t4/Dockerfile",
+        build.BUILDSPEC,
+        "gemma4_t4/sagemaker/image_check.py",
+        "gemma4_t4/turing/__init__.py",
+    ):
         assert needed in names
     assert not any("__pycache__" in n or n.endswith(".pyc") for n in names)
 
 
 def test_build_creates_a_tagged_least_privilege_stack_then_reuses_it(local_aws):  # noqa: F811
     _clear_ecr()
-    result = build_t4_image(REGION, poll_s=0, progress=False,
-                            on_build_succeeded=lambda t: local_aws.seed_fixed_image(t.region, t.tag))
+    result = build_t4_image(
+        REGION,
+        poll_s=0,
+        progress=False,
+        on_build_succeeded=lambda t: local_aws.seed_fixed_image(t.region, t.tag),
+    )
     assert result.status == "SUCCEEDED" and result.digest.startswith("sha256:")
-    assert result.tag == fixed_image_tag() and result.image_uri.endswith(f"/{T4_IMAGE_REPOSITORY}:{result.tag}")
+    assert result.tag == fixed_image_tag() and result.image_uri.endswith(
+        f"/{T4_IMAGE_REPOSITORY}:{result.tag}"
+    )
     assert result.pinned_uri == result.image_uri.rsplit(":", 1)[0] + "@" + result.digest
     assert sorted(r.split(":", 1)[0] for r in result.created) == ["codebuild", "ecr", "iam", "s3", "s3"]
     assert _stack_counts() == {"repos": 1, "buckets": 1, "roles": 1, "projects": 1}
@@ -82,7 +102,11 @@ def test_build_creates_a_tagged_least_privilege_stack_then_reuses_it(local_aws):
     policy = iam.get_role_policy(RoleName=build.ROLE_NAME, PolicyName="gemma4-t4-build")["PolicyDocument"]
     policy = json.loads(policy) if isinstance(policy, str) else policy
     resources = [s["Resource"] for s in policy["Statement"]]
-    assert "*" not in [r for s in policy["Statement"] for r in ([s["Resource"]] if s["Action"] != "ecr:GetAuthorizationToken" else [])]
+    assert "*" not in [
+        r
+        for s in policy["Statement"]
+        for r in ([s["Resource"]] if s["Action"] != "ecr:GetAuthorizationToken" else [])
+    ]
     assert f"arn:aws:ecr:{REGION}:123456789012:repository/{T4_IMAGE_REPOSITORY}" in resources
     assert not any("FullAccess" in json.dumps(s) for s in policy["Statement"])
     ecr = boto3.client("ecr", region_name=REGION)
@@ -108,8 +132,12 @@ def test_half_created_stack_is_completed_on_retry_never_duplicated(local_aws):  
     with pytest.raises(RuntimeError):
         build_t4_image(REGION, clients=broken, poll_s=0, progress=False)
     assert _stack_counts() == {"repos": 1, "buckets": 1, "roles": 1, "projects": 0}
-    result = build_t4_image(REGION, poll_s=0, progress=False,
-                            on_build_succeeded=lambda t: local_aws.seed_fixed_image(t.region, t.tag))
+    result = build_t4_image(
+        REGION,
+        poll_s=0,
+        progress=False,
+        on_build_succeeded=lambda t: local_aws.seed_fixed_image(t.region, t.tag),
+    )
     assert result.status == "SUCCEEDED"
     assert [r.split(":", 1)[0] for r in result.created] == ["codebuild"]  # the rest was reused
     assert {"ecr", "s3", "iam"} <= {r.split(":", 1)[0] for r in result.reused}
@@ -124,20 +152,42 @@ def test_failed_build_names_phase_and_log_tail_and_deploys_nothing(local_aws):  
     stub.add_client_error("create_project", service_error_code="ResourceAlreadyExistsException")
     build_id = f"{build.PROJECT_NAME}:abc"
     stub.add_response("start_build", {"build": {"id": build_id, "buildStatus": "IN_PROGRESS"}})
-    stub.add_response("batch_get_builds", {"builds": [{"id": build_id, "buildStatus": "IN_PROGRESS",
-                                                       "currentPhase": "PRE_BUILD"}]})
-    stub.add_response("batch_get_builds", {"builds": [{
-        "id": build_id, "buildStatus": "FAILED", "currentPhase": "COMPLETED",
-        "phases": [{"phaseType": "PRE_BUILD", "phaseStatus": "SUCCEEDED"},
-                   {"phaseType": "BUILD", "phaseStatus": "FAILED"}],
-        "logs": {"groupName": "/aws/codebuild/gemma4-t4-image", "streamName": "abc"}}]})
+    stub.add_response(
+        "batch_get_builds",
+        {"builds": [{"id": build_id, "buildStatus": "IN_PROGRESS", "currentPhase": "PRE_BUILD"}]},
+    )
+    stub.add_response(
+        "batch_get_builds",
+        {
+            "builds": [
+                {
+                    "id": build_id,
+                    "buildStatus": "FAILED",
+                    "currentPhase": "COMPLETED",
+                    "phases": [
+                        {"phaseType": "PRE_BUILD", "phaseStatus": "SUCCEEDED"},
+                        {"phaseType": "BUILD", "phaseStatus": "FAILED"},
+                    ],
+                    "logs": {"groupName": "/aws/codebuild/gemma4-t4-image", "streamName": "abc"},
+                }
+            ]
+        },
+    )
     logs = real("logs", REGION)
     now = int(time.time() * 1000)
     logs.create_log_group(logGroupName="/aws/codebuild/gemma4-t4-image")
     logs.create_log_stream(logGroupName="/aws/codebuild/gemma4-t4-image", logStreamName="abc")
-    logs.put_log_events(logGroupName="/aws/codebuild/gemma4-t4-image", logStreamName="abc", logEvents=[
-        {"timestamp": now, "message": "[FAIL] vllm: vLLM 0.26.0 is not a version the fix supports"},
-        {"timestamp": now + 1, "message": "The command '/bin/sh -c python -m gemma4_t4.sagemaker.image_check' returned 1"}])
+    logs.put_log_events(
+        logGroupName="/aws/codebuild/gemma4-t4-image",
+        logStreamName="abc",
+        logEvents=[
+            {"timestamp": now, "message": "[FAIL] vllm: vLLM 0.26.0 is not a version the fix supports"},
+            {
+                "timestamp": now + 1,
+                "message": "The command '/bin/sh -c python -m gemma4_t4.sagemaker.image_check' returned 1",
+            },
+        ],
+    )
 
     def clients(service, region):
         return cb if service == "codebuild" else real(service, region)
@@ -168,8 +218,12 @@ def test_t4_deploy_without_a_fixed_image_refuses_and_creates_nothing(local_aws):
     sm = boto3.client("sagemaker", region_name=REGION)
     assert sm.list_models()["Models"] == [] and sm.list_endpoints()["Endpoints"] == []
     # the explicit opt-out (a vLLM fixed upstream) gets the stock image without an ECR lookup
-    result = deploy(DeployConfig(name="g4-optout", allow_unfixed_image=True), progress=False, poll_s=0,
-                    ecr_client=object())
+    result = deploy(
+        DeployConfig(name="g4-optout", allow_unfixed_image=True),
+        progress=False,
+        poll_s=0,
+        ecr_client=object(),
+    )
     image = sm.describe_model(ModelName="g4-optout")["PrimaryContainer"]["Image"]
     assert result.success and image.startswith("763104351884.dkr.ecr.us-east-2.amazonaws.com/vllm:")
 

@@ -42,7 +42,10 @@ def test_upload_is_checksummed_multipart_and_never_repeated(local_aws, tmp_path)
     folder = _model_dir(tmp_path)
     first = upload_model_folder(folder, REGION, part_size=MIN_PART_SIZE, progress=False)
     assert first.s3_uri.startswith("s3://gemma4-t4-models-123456789012-us-east-2/models/tiny-emb4-")
-    assert [(f.name, f.status) for f in first.files] == [("config.json", "uploaded"), ("model.safetensors", "uploaded")]
+    assert [(f.name, f.status) for f in first.files] == [
+        ("config.json", "uploaded"),
+        ("model.safetensors", "uploaded"),
+    ]
     assert first.files[1].parts == 3 and first.bytes_uploaded == first.total_bytes
     keys = _objects(first.bucket)
     assert keys == {first.prefix + "config.json": 24, first.prefix + "model.safetensors": 11 * 1024 * 1024}
@@ -72,7 +75,9 @@ def test_interrupted_multipart_upload_resumes(local_aws, tmp_path):  # noqa: F81
     key = prefix + "model.safetensors"
     upload = s3.create_multipart_upload(Bucket=bucket, Key=key, Metadata={"sha256": files[1].sha256})
     part1 = (folder / "model.safetensors").read_bytes()[:MIN_PART_SIZE]
-    s3.upload_part(Bucket=bucket, Key=key, UploadId=upload["UploadId"], PartNumber=1, Body=part1)  # then "killed"
+    s3.upload_part(
+        Bucket=bucket, Key=key, UploadId=upload["UploadId"], PartNumber=1, Body=part1
+    )  # then "killed"
 
     result = upload_model_folder(folder, REGION, bucket=bucket, part_size=MIN_PART_SIZE, progress=False)
     big = result.files[1]
@@ -102,13 +107,17 @@ def test_deploy_model_dir_serves_uncompressed_s3_data(local_aws, tmp_path, capsy
 
     assert main(["sagemaker", "deploy", "--name", "g4-repack", "--model-dir", str(folder), "--json"]) == 0
     capsys.readouterr()
-    container = boto3.client("sagemaker", region_name=REGION).describe_model(ModelName="g4-repack")["PrimaryContainer"]
+    container = boto3.client("sagemaker", region_name=REGION).describe_model(ModelName="g4-repack")[
+        "PrimaryContainer"
+    ]
     source = container["ModelDataSource"]["S3DataSource"]
     assert source["S3DataType"] == "S3Prefix" and source["CompressionType"] == "None"
     assert source["S3Uri"].startswith("s3://gemma4-t4-models-123456789012-us-east-2/models/tiny-emb4-")
     assert container["Environment"]["SM_VLLM_MODEL"] == "/opt/ml/model"
     assert sorted(k.rsplit("/", 1)[-1] for k in _objects(source["S3Uri"].split("/")[2])) == [
-        "config.json", "model.safetensors"]
+        "config.json",
+        "model.safetensors",
+    ]
 
 
 # -- autoscaling ----------------------------------------------------------------------------------------
@@ -129,7 +138,10 @@ def test_autoscaling_registered_on_deploy_and_removed_on_delete(local_aws):  # n
     [policy] = aas.describe_scaling_policies(ServiceNamespace="sagemaker")["ScalingPolicies"]
     tracking = policy["TargetTrackingScalingPolicyConfiguration"]
     assert tracking["TargetValue"] == 5.0 and tracking["ScaleInCooldown"] == 600
-    assert tracking["PredefinedMetricSpecification"]["PredefinedMetricType"] == "SageMakerVariantInvocationsPerInstance"
+    assert (
+        tracking["PredefinedMetricSpecification"]["PredefinedMetricType"]
+        == "SageMakerVariantInvocationsPerInstance"
+    )
 
     deleted = delete_endpoint("g4-scale", REGION)
     assert deleted.deleted[0] == "autoscaling:endpoint/g4-scale/variant/AllTraffic"
@@ -151,8 +163,9 @@ def test_tensor_parallel_from_the_fit_calculator():
     assert auto_tensor_parallel("google/gemma-4-31B-it", "ml.g4dn.12xlarge") == 4
     assert auto_tensor_parallel("google/gemma-4-31B-it", "ml.g4dn.xlarge") == 1  # one GPU: nothing to split
     assert auto_tensor_parallel("/opt/ml/model", "ml.g4dn.12xlarge") == 1  # unknown model: no guess
-    env = DeployConfig(model_id="google/gemma-4-31B-it", instance_type="ml.g4dn.12xlarge",
-                       tensor_parallel_size=0).container_env()
+    env = DeployConfig(
+        model_id="google/gemma-4-31B-it", instance_type="ml.g4dn.12xlarge", tensor_parallel_size=0
+    ).container_env()
     assert env["SM_VLLM_TENSOR_PARALLEL_SIZE"] == "4"
     assert "SM_VLLM_TENSOR_PARALLEL_SIZE" not in DeployConfig(tensor_parallel_size=0).container_env()
 
@@ -177,11 +190,14 @@ def test_matrix_deploys_measures_and_deletes_each_in_turn(local_aws, tmp_path): 
         local_aws.queue_chat_replies([f"reply from {model}"])
         return invoke(endpoint, region, f"hello {model}").text
 
-    result = run_matrix(MODELS, DeployConfig(), budget_usd=5.0, out_dir=tmp_path, measure=measure,
-                        deploy_kwargs={"poll_s": 0})
+    result = run_matrix(
+        MODELS, DeployConfig(), budget_usd=5.0, out_dir=tmp_path, measure=measure, deploy_kwargs={"poll_s": 0}
+    )
     assert [e.status for e in result.entries] == ["measured", "measured"]
-    assert seen == [("g4-matrix-gemma-4-e2b-it", ["g4-matrix-gemma-4-e2b-it"]),  # one endpoint at a time
-                    ("g4-matrix-gemma-4-e4b-it", ["g4-matrix-gemma-4-e4b-it"])]
+    assert seen == [
+        ("g4-matrix-gemma-4-e2b-it", ["g4-matrix-gemma-4-e2b-it"]),  # one endpoint at a time
+        ("g4-matrix-gemma-4-e4b-it", ["g4-matrix-gemma-4-e4b-it"]),
+    ]
     assert [e.result for e in result.entries] == [f"reply from {m}" for m in MODELS]
     assert boto3.client("sagemaker", region_name=REGION).list_endpoints()["Endpoints"] == []
     assert len(result.deleted) == 6
@@ -204,8 +220,16 @@ def test_matrix_budget_stops_before_and_during(local_aws, tmp_path):  # noqa: F8
             time.sleep(0.05)
         return "finished"
 
-    result = run_matrix(MODELS, DeployConfig(), budget_usd=0.5, out_dir=tmp_path, measure=measure,
-                        deploy_kwargs={"poll_s": 0}, watch_s=0.05, monotonic=lambda: clock["t"])
+    result = run_matrix(
+        MODELS,
+        DeployConfig(),
+        budget_usd=0.5,
+        out_dir=tmp_path,
+        measure=measure,
+        deploy_kwargs={"poll_s": 0},
+        watch_s=0.05,
+        monotonic=lambda: clock["t"],
+    )
     assert result.entries[0].status == "stopped: budget" and "endpoint vanished" in result.entries[0].error
     assert result.entries[1].status == "skipped: budget"
     assert "budget $0.50 spent" in result.stopped_reason
@@ -231,8 +255,9 @@ def test_part_functions_deploy_measure_and_delete(local_aws, tmp_path):  # noqa:
     assert [c[2] for c in calls] == [hub.bf16, hub.qat_w4a16_ct]
     assert all("/gemma4-t4-vllm:" in c[3] for c in calls)  # T4 endpoints: only the fixed image
     folder = _model_dir(tmp_path, big=2048)
-    upload, part3 = repack_on_endpoint(folder, REGION, out_dir=tmp_path, measure=measure, progress=False,
-                                       deploy_kwargs={"poll_s": 0})
+    upload, part3 = repack_on_endpoint(
+        folder, REGION, out_dir=tmp_path, measure=measure, progress=False, deploy_kwargs={"poll_s": 0}
+    )
     assert part3.entries[0].status == "measured" and calls[-1][1] == "answers"
     assert calls[-1][2] == "/opt/ml/model" and upload.s3_uri.endswith("/")
     assert boto3.client("sagemaker", region_name=REGION).list_endpoints()["Endpoints"] == []

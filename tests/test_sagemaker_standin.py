@@ -27,18 +27,24 @@ REGION = "us-east-2"
 
 
 def _runtime(url: str):
-    return boto3.client("sagemaker-runtime", region_name=REGION, endpoint_url=url,
-                        aws_access_key_id="testing", aws_secret_access_key="testing")
+    return boto3.client(
+        "sagemaker-runtime",
+        region_name=REGION,
+        endpoint_url=url,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
 
 
 def test_event_stream_frames_decode_with_botocore():
     buffer = EventStreamBuffer()
     data = payload_part(b'data: {"x": 1}\n\n') + payload_part(b"") + model_stream_error("boom")
     for i in range(0, len(data), 7):  # arbitrary splits, as a socket delivers them
-        buffer.add_data(data[i:i + 7])
+        buffer.add_data(data[i : i + 7])
     messages = list(buffer)
-    assert [m.headers[":event-type" if ":event-type" in m.headers else ":exception-type"] for m in messages] == [
-        "PayloadPart", "PayloadPart", "ModelStreamError"]
+    assert [
+        m.headers[":event-type" if ":event-type" in m.headers else ":exception-type"] for m in messages
+    ] == ["PayloadPart", "PayloadPart", "ModelStreamError"]
     assert messages[0].payload == b'data: {"x": 1}\n\n'
     assert json.loads(messages[2].payload)["Message"] == "boom"
     corrupt = bytearray(event_message({":event-type": "PayloadPart"}, b"abc"))
@@ -69,8 +75,9 @@ def test_runtime_errors_reach_boto3_as_aws_sends_them(local_aws):  # noqa: F811
     backend = ThreadingHTTPServer(("127.0.0.1", 0), _Backend)
     threading.Thread(target=backend.serve_forever, daemon=True).start()
     try:
-        with RuntimeStandIn(f"http://127.0.0.1:{backend.server_address[1]}",
-                            control_plane_url=local_aws.endpoint_url) as standin:
+        with RuntimeStandIn(
+            f"http://127.0.0.1:{backend.server_address[1]}", control_plane_url=local_aws.endpoint_url
+        ) as standin:
             runtime = _runtime(standin.url)
             with pytest.raises(ClientError) as missing:
                 runtime.invoke_endpoint(EndpointName="nope", Body=b"{}", ContentType="application/json")
@@ -105,19 +112,27 @@ def test_real_replies_from_the_tiny_model_through_boto3(local_aws, vllm_server, 
         assert standin.parts_sent >= 1
 
         # the same request straight to the server over HTTP gives the same tokens
-        payload = {"model": "tiny-gemma4", "messages": [{"role": "user", "content": prompt}],
-                   "temperature": 0.0, **opts}
-        request = urllib.request.Request(vllm_server.base_url + "/v1/chat/completions",
-                                         data=json.dumps(payload).encode(),
-                                         headers={"Content-Type": "application/json"})
+        payload = {
+            "model": "tiny-gemma4",
+            "messages": [{"role": "user", "content": prompt}],
+            "temperature": 0.0,
+            **opts,
+        }
+        request = urllib.request.Request(
+            vllm_server.base_url + "/v1/chat/completions",
+            data=json.dumps(payload).encode(),
+            headers={"Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(request, timeout=120) as response:
             direct = json.loads(response.read())
         assert direct["choices"][0]["message"]["content"] == reply.text
 
         # and a real boto3 stream reads the tiny model's tokens as PayloadParts
         raw = boto3.client("sagemaker-runtime", region_name=REGION).invoke_endpoint_with_response_stream(
-            EndpointName="g4-tiny", ContentType="application/json",
-            Body=json.dumps({**payload, "stream": True}))
+            EndpointName="g4-tiny",
+            ContentType="application/json",
+            Body=json.dumps({**payload, "stream": True}),
+        )
         chunks = b"".join(e["PayloadPart"]["Bytes"] for e in raw["Body"] if "PayloadPart" in e)
         assert b"data:" in chunks and b"[DONE]" in chunks
 
@@ -128,19 +143,36 @@ def test_real_replies_from_the_tiny_model_through_boto3(local_aws, vllm_server, 
 
 @pytest.mark.vllm
 @pytest.mark.slow
-def test_matrix_measures_through_the_benchmark_adapter(local_aws, vllm_server, tiny_model_dir, monkeypatch,  # noqa: F811
-                                                       tmp_path):
+def test_matrix_measures_through_the_benchmark_adapter(
+    local_aws,  # noqa: F811
+    vllm_server,
+    tiny_model_dir,
+    monkeypatch,
+    tmp_path,
+):
     """The matrix run end to end offline: moto deploys, the benchmark measures sagemaker://REGION/ENDPOINT
     through the stand-in (real tokens from the tiny model), and the endpoint is deleted."""
     from gemma4_t4.sagemaker.matrix import run_matrix
 
     with RuntimeStandIn(vllm_server.base_url, control_plane_url=local_aws.endpoint_url) as standin:
         monkeypatch.setenv("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME", standin.url)
-        result = run_matrix(["tiny-gemma4"], DeployConfig(), budget_usd=1.0, out_dir=tmp_path,
-                            deploy_kwargs={"poll_s": 0},
-                            measure_opts={"workload": "decode", "concurrency": [1], "input_len": 32,
-                                          "output_len": 8, "num_prompts": 2, "warmup": 1,
-                                          "tokenizer": str(tiny_model_dir), "progress": False})
+        result = run_matrix(
+            ["tiny-gemma4"],
+            DeployConfig(),
+            budget_usd=1.0,
+            out_dir=tmp_path,
+            deploy_kwargs={"poll_s": 0},
+            measure_opts={
+                "workload": "decode",
+                "concurrency": [1],
+                "input_len": 32,
+                "output_len": 8,
+                "num_prompts": 2,
+                "warmup": 1,
+                "tokenizer": str(tiny_model_dir),
+                "progress": False,
+            },
+        )
     [entry] = result.entries
     assert entry.status == "measured", entry.error
     assert (tmp_path / entry.endpoint / "summary.json").exists()

@@ -66,4 +66,3 @@ def to_cli(call: ApiCall) -> str:
 def comment_line(text: str) -> str:
     """One comment line whatever ``text`` holds: a newline in a note must not start a command."""
     return re.sub(r"[\x00-\x1f\x7f]+", " ", text)
-

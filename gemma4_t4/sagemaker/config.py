@@ -41,8 +41,9 @@ SCALING_METRIC = "SageMakerVariantInvocationsPerInstance"
 
 
 # Whole-word match so SM_VLLM_MAX_NUM_BATCHED_TOKENS stays visible while HF_TOKEN is hidden.
-SECRET_KEY = re.compile(r"(?:^|_)(?:TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?|API_KEY|ACCESS_KEY|KEY_ID)(?:$|_)",
-                         re.I)
+SECRET_KEY = re.compile(
+    r"(?:^|_)(?:TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?|API_KEY|ACCESS_KEY|KEY_ID)(?:$|_)", re.I
+)
 
 
 def redact_env(env: dict[str, str]) -> dict[str, str]:
@@ -219,8 +220,13 @@ class DeployConfig:
         container: dict[str, Any] = {"Image": self.resolved_image(), "Environment": self.container_env()}
         if self.model_data_s3_uri:
             # Uncompressed S3 model data: SageMaker copies the prefix to /opt/ml/model, no tarball.
-            container["ModelDataSource"] = {"S3DataSource": {
-                "S3Uri": self.model_data_s3_uri, "S3DataType": "S3Prefix", "CompressionType": "None"}}
+            container["ModelDataSource"] = {
+                "S3DataSource": {
+                    "S3Uri": self.model_data_s3_uri,
+                    "S3DataType": "S3Prefix",
+                    "CompressionType": "None",
+                }
+            }
         return container
 
     def expires_at(self, now: dt.datetime | None = None) -> dt.datetime:
@@ -251,8 +257,9 @@ class DeployConfig:
                     fix=f"use one of: {', '.join(SAGEMAKER_INSTANCES)}",
                 )
         if len(set(self.instance_types)) != len(self.instance_types):
-            raise Gemma4T4Error("an instance type appears twice in the pool list",
-                                fix="list each fallback instance type once")
+            raise Gemma4T4Error(
+                "an instance type appears twice in the pool list", fix="list each fallback instance type once"
+            )
         if not _NAME.match(self.name):
             raise Gemma4T4Error(
                 f"invalid endpoint name {self.name!r}",
@@ -267,9 +274,12 @@ class DeployConfig:
                     fix="pass a Hugging Face id such as " + DEFAULT_MODEL_ID + " (letters, digits, . _ - /)",
                 )
         if self.model_data_s3_uri is not None and not _S3_PREFIX.match(
-                self.model_data_s3_uri.replace("<account>", "0" * 12)):  # a dry run's placeholder
-            raise Gemma4T4Error(f"model data {self.model_data_s3_uri!r} is not an s3://bucket/prefix/ folder",
-                                fix="upload the folder with `gemma4-t4 sagemaker deploy --model-dir DIR`")
+            self.model_data_s3_uri.replace("<account>", "0" * 12)
+        ):  # a dry run's placeholder
+            raise Gemma4T4Error(
+                f"model data {self.model_data_s3_uri!r} is not an s3://bucket/prefix/ folder",
+                fix="upload the folder with `gemma4-t4 sagemaker deploy --model-dir DIR`",
+            )
         if self.tensor_parallel_size < 0 or self.instance_count < 1:
             raise Gemma4T4Error("tensor_parallel_size must be >= 0 (0: auto) and instance_count >= 1")
         extra_args_to_env(self.extra_args)
@@ -285,13 +295,19 @@ class DeployConfig:
         if turing and dtype in ("bfloat16", "auto"):
             raise Gemma4T4Error(
                 f"dtype {dtype} on {turing[0]} (T4, sm_75): Turing has no bf16 and vLLM refuses it"
-                + ("" if dtype == self.resolved_dtype() else " (set through --env SM_VLLM_DTYPE or --vllm-arg)"),
+                + (
+                    ""
+                    if dtype == self.resolved_dtype()
+                    else " (set through --env SM_VLLM_DTYPE or --vllm-arg)"
+                ),
                 fix="use dtype='float16' (the T4 default) and drop the bf16 override",
             )
         raw_tp = env.get("SM_VLLM_TENSOR_PARALLEL_SIZE", "1")
         if not raw_tp.isdigit() or int(raw_tp) < 1:
-            raise Gemma4T4Error(f"tensor parallel size {raw_tp!r} is not a positive integer",
-                                fix="use 1, 2 or 4 (or 0 for the fit calculator's choice)")
+            raise Gemma4T4Error(
+                f"tensor parallel size {raw_tp!r} is not a positive integer",
+                fix="use 1, 2 or 4 (or 0 for the fit calculator's choice)",
+            )
         tp = int(raw_tp)
         for instance in self.instance_types:
             gpus = SAGEMAKER_INSTANCES[instance][1]
@@ -303,17 +319,24 @@ class DeployConfig:
         self._validate_scaling()
         self._validate_image()
         if self.max_model_len < 256 or self.max_num_seqs < 1:
-            raise Gemma4T4Error("max_model_len must be >= 256 and max_num_seqs >= 1",
-                                fix="T4 defaults: max_model_len=8192, max_num_seqs=4")
+            raise Gemma4T4Error(
+                "max_model_len must be >= 256 and max_num_seqs >= 1",
+                fix="T4 defaults: max_model_len=8192, max_num_seqs=4",
+            )
         if not 0.1 <= self.gpu_memory_utilization <= 0.99:
-            raise Gemma4T4Error(f"gpu_memory_utilization={self.gpu_memory_utilization} is outside 0.1..0.99",
-                                fix="use 0.90")
+            raise Gemma4T4Error(
+                f"gpu_memory_utilization={self.gpu_memory_utilization} is outside 0.1..0.99", fix="use 0.90"
+            )
         if not 60 <= self.startup_timeout_s <= 3600 or not 60 <= self.download_timeout_s <= 3600:
-            raise Gemma4T4Error("startup/download timeouts must be 60..3600 s (SageMaker's limits)",
-                                fix="use 1800 for a first start that downloads weights")
+            raise Gemma4T4Error(
+                "startup/download timeouts must be 60..3600 s (SageMaker's limits)",
+                fix="use 1800 for a first start that downloads weights",
+            )
         if not 0 < self.ttl_hours <= 24 * 7:
-            raise Gemma4T4Error(f"ttl_hours={self.ttl_hours} must be in (0, 168]",
-                                fix="choose a lifetime such as 4 hours; `reap` deletes endpoints past it")
+            raise Gemma4T4Error(
+                f"ttl_hours={self.ttl_hours} must be in (0, 168]",
+                fix="choose a lifetime such as 4 hours; `reap` deletes endpoints past it",
+            )
         if self.inference_ami_version not in (None, "auto"):
             images.check_ami_for_image(self.inference_ami_version, self.resolved_image(), self.instance_type)
         ecr_region = re.search(r"\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws", self.image_uri or "")
@@ -336,8 +359,9 @@ class DeployConfig:
                     "the minimal policy",
                 )
             if not _ROLE.match(role):
-                raise Gemma4T4Error(f"{role!r} is not an IAM role ARN",
-                                    fix="use arn:aws:iam::<12-digit account>:role/<name>")
+                raise Gemma4T4Error(
+                    f"{role!r} is not an IAM role ARN", fix="use arn:aws:iam::<12-digit account>:role/<name>"
+                )
 
     def _validate_scaling(self) -> None:
         if not self.autoscaling:
@@ -345,12 +369,17 @@ class DeployConfig:
         low = self.min_instances if self.min_instances is not None else 1
         high = self.max_instances if self.max_instances is not None else low
         if not 1 <= low <= high <= 20:
-            raise Gemma4T4Error(f"min_instances={low}, max_instances={high}: need 1 <= min <= max <= 20",
-                                fix="e.g. --min-instances 1 --max-instances 3")
-        if not 0 < self.scaling_target <= 10_000 or not (0 <= self.scale_in_cooldown_s <= 3600
-                                                         and 0 <= self.scale_out_cooldown_s <= 3600):
-            raise Gemma4T4Error("scaling target must be > 0 and cooldowns 0..3600 s",
-                                fix="defaults: 4 invocations/instance/minute, 600 s in, 300 s out")
+            raise Gemma4T4Error(
+                f"min_instances={low}, max_instances={high}: need 1 <= min <= max <= 20",
+                fix="e.g. --min-instances 1 --max-instances 3",
+            )
+        if not 0 < self.scaling_target <= 10_000 or not (
+            0 <= self.scale_in_cooldown_s <= 3600 and 0 <= self.scale_out_cooldown_s <= 3600
+        ):
+            raise Gemma4T4Error(
+                "scaling target must be > 0 and cooldowns 0..3600 s",
+                fix="defaults: 4 invocations/instance/minute, 600 s in, 300 s out",
+            )
 
     def _validate_image(self) -> None:
         """Fail closed on Turing: the stock vLLM container crashes there at the first prefill."""
@@ -359,8 +388,11 @@ class DeployConfig:
         fixed = images.carries_turing_fix(self.image_uri)
         if fixed:
             return
-        what = ("is AWS's stock vLLM container" if fixed is False
-                else f"is not a {images.T4_IMAGE_REPOSITORY}:<base tag>{images.FIXED_TAG_MARK}<version> image")
+        what = (
+            "is AWS's stock vLLM container"
+            if fixed is False
+            else f"is not a {images.T4_IMAGE_REPOSITORY}:<base tag>{images.FIXED_TAG_MARK}<version> image"
+        )
         raise Gemma4T4Error(
             f"image {self.image_uri} {what}, which lacks the Turing attention fix: on a T4 "
             f"({', '.join(self.turing_instance_types)}, sm_75, 64 KiB shared memory) vLLM's attention kernel asks "
@@ -372,13 +404,22 @@ class DeployConfig:
 
     def summary(self) -> dict[str, Any]:
         return {
-            "name": self.name, "region": self.region, "model_id": self.model_id,
-            "instance_types": self.instance_types, "image": self.resolved_image(),
-            "inference_ami_version": self.resolved_ami_version(), "dtype": self.resolved_dtype(),
-            "container_env": redact_env(self.container_env()), "ttl_hours": self.ttl_hours,
-            "turing_fix_required": self.needs_fixed_image, "model_data": self.model_data_s3_uri,
-            "instances": (f"{self.initial_instances}..{self.billed_instances_at_most} (autoscaling)"
-                          if self.autoscaling else str(self.instance_count)),
+            "name": self.name,
+            "region": self.region,
+            "model_id": self.model_id,
+            "instance_types": self.instance_types,
+            "image": self.resolved_image(),
+            "inference_ami_version": self.resolved_ami_version(),
+            "dtype": self.resolved_dtype(),
+            "container_env": redact_env(self.container_env()),
+            "ttl_hours": self.ttl_hours,
+            "turing_fix_required": self.needs_fixed_image,
+            "model_data": self.model_data_s3_uri,
+            "instances": (
+                f"{self.initial_instances}..{self.billed_instances_at_most} (autoscaling)"
+                if self.autoscaling
+                else str(self.instance_count)
+            ),
         }
 
 
@@ -389,7 +430,9 @@ def _guess_format(model_id: str) -> str:
     return "qat-w4a16" if any(k in lowered for k in ("qat", "w4a16", "int4")) else "bf16"
 
 
-def auto_tensor_parallel(model_id: str, instance_type: str, context_len: int = 8192, max_num_seqs: int = 4) -> int:
+def auto_tensor_parallel(
+    model_id: str, instance_type: str, context_len: int = 8192, max_num_seqs: int = 4
+) -> int:
     """The smallest tensor-parallel size at which the fit calculator says the model fits the host.
 
     1 on single-GPU hosts and for models the calculator does not know (a local folder, another
@@ -404,8 +447,14 @@ def auto_tensor_parallel(model_id: str, instance_type: str, context_len: int = 8
         for size in (1, 2, 4, 8):
             if size > gpus:
                 break
-            result = fit(model_id, _guess_format(model_id), gpu=gpu, context_len=context_len, num_gpus=size,
-                         max_num_seqs=max_num_seqs)
+            result = fit(
+                model_id,
+                _guess_format(model_id),
+                gpu=gpu,
+                context_len=context_len,
+                num_gpus=size,
+                max_num_seqs=max_num_seqs,
+            )
             if result.fits:
                 return size
     except Gemma4T4Error:

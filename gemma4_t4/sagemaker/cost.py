@@ -22,16 +22,19 @@ class CostEstimate:
     def line(self) -> str:
         if self.usd_per_hour is None:
             return f"{self.instance_type}: no price in gemma4_t4.hardware.PRICES; check the SageMaker pricing page"
-        return (f"estimated cost: ${self.usd_per_hour:.3f}/hour for {self.instance_count}x {self.instance_type} "
-                f"(on-demand, {self.price_region}; billed until the endpoint is deleted)")
+        return (
+            f"estimated cost: ${self.usd_per_hour:.3f}/hour for {self.instance_count}x {self.instance_type} "
+            f"(on-demand, {self.price_region}; billed until the endpoint is deleted)"
+        )
 
 
 def estimate(instance_type: str, instance_count: int = 1) -> CostEstimate:
     price = PRICES.get(f"sagemaker:{instance_type}")
     if price is None:
         return CostEstimate(instance_type, instance_count, None, None, None)
-    return CostEstimate(instance_type, instance_count, price.usd_per_hour * instance_count, price.region,
-                        price.source)
+    return CostEstimate(
+        instance_type, instance_count, price.usd_per_hour * instance_count, price.region, price.source
+    )
 
 
 def hours_between(start: dt.datetime, end: dt.datetime) -> float:

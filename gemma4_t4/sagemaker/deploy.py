@@ -35,8 +35,13 @@ from gemma4_t4.sagemaker.quotas import quota_name, region_quotas
 
 # Capacity-type failures: worth trying another region. Anything else (a bad model, OOM) would
 # fail the same way everywhere.
-CAPACITY_MARKERS = ("InsufficientInstanceCapacity", "ResourceLimitExceeded", "insufficient capacity",
-                    "capacity", "quota")
+CAPACITY_MARKERS = (
+    "InsufficientInstanceCapacity",
+    "ResourceLimitExceeded",
+    "insufficient capacity",
+    "capacity",
+    "quota",
+)
 
 
 @dataclass
@@ -67,8 +72,11 @@ class DeployFailed(Gemma4T4Error):
 
     def __init__(self, result: DeployResult, fix: str | None = None):
         rolled = ", ".join(result.rolled_back) or "nothing"
-        super().__init__(f"deploy of {result.name} in {result.region} ended {result.status}: "
-                         f"{result.failure_reason}; rolled back: {rolled}", fix=fix)
+        super().__init__(
+            f"deploy of {result.name} in {result.region} ended {result.status}: "
+            f"{result.failure_reason}; rolled back: {rolled}",
+            fix=fix,
+        )
         self.result = result
 
 
@@ -77,20 +85,41 @@ def deployment_calls(config: DeployConfig, now: dt.datetime | None = None) -> li
     tags = config.resource_tags(now)
     region = config.region
     return [
-        ApiCall("sagemaker", "create_model", {
-            "ModelName": config.name,
-            "ExecutionRoleArn": config.resolved_role() or "arn:aws:iam::<ACCOUNT>:role/<SageMakerExecutionRole>",
-            "PrimaryContainer": config.primary_container(),
-            "Tags": tags,
-        }, region, note=f"model {config.model_data_s3_uri or config.model_id} in the vLLM container"),
-        ApiCall("sagemaker", "create_endpoint_config", {
-            "EndpointConfigName": config.name,
-            "ProductionVariants": [config.production_variant()],
-            "Tags": tags,
-        }, region, note="instance, driver (InferenceAmiVersion) and startup timeouts"),
-        ApiCall("sagemaker", "create_endpoint", {
-            "EndpointName": config.name, "EndpointConfigName": config.name, "Tags": tags,
-        }, region, note=deploy_cost(config).line()),
+        ApiCall(
+            "sagemaker",
+            "create_model",
+            {
+                "ModelName": config.name,
+                "ExecutionRoleArn": config.resolved_role()
+                or "arn:aws:iam::<ACCOUNT>:role/<SageMakerExecutionRole>",
+                "PrimaryContainer": config.primary_container(),
+                "Tags": tags,
+            },
+            region,
+            note=f"model {config.model_data_s3_uri or config.model_id} in the vLLM container",
+        ),
+        ApiCall(
+            "sagemaker",
+            "create_endpoint_config",
+            {
+                "EndpointConfigName": config.name,
+                "ProductionVariants": [config.production_variant()],
+                "Tags": tags,
+            },
+            region,
+            note="instance, driver (InferenceAmiVersion) and startup timeouts",
+        ),
+        ApiCall(
+            "sagemaker",
+            "create_endpoint",
+            {
+                "EndpointName": config.name,
+                "EndpointConfigName": config.name,
+                "Tags": tags,
+            },
+            region,
+            note=deploy_cost(config).line(),
+        ),
         *autoscaling_calls(config),
     ]
 
@@ -106,18 +135,35 @@ def autoscaling_calls(config: DeployConfig) -> list[ApiCall]:
         return []
     resource = {**SCALABLE, "ResourceId": config.scaling_resource_id()}
     return [
-        ApiCall("application-autoscaling", "register_scalable_target", {
-            **resource, "MinCapacity": config.initial_instances, "MaxCapacity": config.billed_instances_at_most,
-        }, config.region, note=f"scale {config.initial_instances}..{config.billed_instances_at_most} instances "
-           "(after InService)"),
-        ApiCall("application-autoscaling", "put_scaling_policy", {
-            "PolicyName": f"{config.name}-invocations", **resource, "PolicyType": "TargetTrackingScaling",
-            "TargetTrackingScalingPolicyConfiguration": {
-                "TargetValue": config.scaling_target,
-                "PredefinedMetricSpecification": {"PredefinedMetricType": SCALING_METRIC},
-                "ScaleInCooldown": config.scale_in_cooldown_s, "ScaleOutCooldown": config.scale_out_cooldown_s,
+        ApiCall(
+            "application-autoscaling",
+            "register_scalable_target",
+            {
+                **resource,
+                "MinCapacity": config.initial_instances,
+                "MaxCapacity": config.billed_instances_at_most,
             },
-        }, config.region, note="target tracking on invocations per instance, with cooldowns"),
+            config.region,
+            note=f"scale {config.initial_instances}..{config.billed_instances_at_most} instances "
+            "(after InService)",
+        ),
+        ApiCall(
+            "application-autoscaling",
+            "put_scaling_policy",
+            {
+                "PolicyName": f"{config.name}-invocations",
+                **resource,
+                "PolicyType": "TargetTrackingScaling",
+                "TargetTrackingScalingPolicyConfiguration": {
+                    "TargetValue": config.scaling_target,
+                    "PredefinedMetricSpecification": {"PredefinedMetricType": SCALING_METRIC},
+                    "ScaleInCooldown": config.scale_in_cooldown_s,
+                    "ScaleOutCooldown": config.scale_out_cooldown_s,
+                },
+            },
+            config.region,
+            note="target tracking on invocations per instance, with cooldowns",
+        ),
     ]
 
 
@@ -128,13 +174,19 @@ def deployment_plan(config: DeployConfig) -> list[str]:
     commands = [c.cli() for c in calls]
     if config.needs_fixed_image and config.image_uri is None:
         # A dry run calls nothing, so it names the tag build-image writes; deploy looks it up.
-        lookup = ApiCall("ecr", "describe_images", {"RepositoryName": image_module.T4_IMAGE_REPOSITORY,
-                                                    "Filter": {"tagStatus": "TAGGED"}}, config.region,
-                         note="T4: the newest fixed image in your ECR (tag <base DLC tag>-g4t4-<version>) replaces "
-                         "<ACCOUNT>/...; none there = refused (build it: gemma4-t4 sagemaker build-image)")
+        lookup = ApiCall(
+            "ecr",
+            "describe_images",
+            {"RepositoryName": image_module.T4_IMAGE_REPOSITORY, "Filter": {"tagStatus": "TAGGED"}},
+            config.region,
+            note="T4: the newest fixed image in your ECR (tag <base DLC tag>-g4t4-<version>) replaces "
+            "<ACCOUNT>/...; none there = refused (build it: gemma4-t4 sagemaker build-image)",
+        )
         commands[0] = lookup.cli() + "\n" + commands[0]  # one step: find the image, create the model
-    commands.append("# wait for InService (a T4 start takes ~13 min)\n"
-                    f"aws sagemaker wait endpoint-in-service --region {config.region} --endpoint-name {config.name}")
+    commands.append(
+        "# wait for InService (a T4 start takes ~13 min)\n"
+        f"aws sagemaker wait endpoint-in-service --region {config.region} --endpoint-name {config.name}"
+    )
     return commands
 
 
@@ -178,8 +230,9 @@ def with_fixed_image(config: DeployConfig, ecr_client: Any) -> DeployConfig:
     return dataclasses.replace(config, image_uri=found.image_uri)
 
 
-def register_autoscaling(config: DeployConfig, aas: Any, result: DeployResult,
-                         event: Callable[[str, str], None] | None = None) -> None:
+def register_autoscaling(
+    config: DeployConfig, aas: Any, result: DeployResult, event: Callable[[str, str], None] | None = None
+) -> None:
     """Register the scalable target and its policy (the endpoint must be InService first)."""
     for call in autoscaling_calls(config):
         try:
@@ -193,12 +246,22 @@ def register_autoscaling(config: DeployConfig, aas: Any, result: DeployResult,
             event(call.operation, call.note or "")
 
 
-def deploy(config: DeployConfig, *, client: Any = None, session: Any = None, wait: bool = True,
-           timeout_s: float | None = None, poll_s: float = 15.0, progress: bool = True, dry_run: bool = False,
-           on_event: Callable[[TimelineEvent], None] | None = None,
-           sleep: Callable[[float], None] = time.sleep,
-           monotonic: Callable[[], float] = time.monotonic,
-           ecr_client: Any = None, autoscaling_client: Any = None) -> DeployResult:
+def deploy(
+    config: DeployConfig,
+    *,
+    client: Any = None,
+    session: Any = None,
+    wait: bool = True,
+    timeout_s: float | None = None,
+    poll_s: float = 15.0,
+    progress: bool = True,
+    dry_run: bool = False,
+    on_event: Callable[[TimelineEvent], None] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    monotonic: Callable[[], float] = time.monotonic,
+    ecr_client: Any = None,
+    autoscaling_client: Any = None,
+) -> DeployResult:
     """Create model, endpoint config and endpoint; wait for InService; roll back on failure.
 
     On a T4 without ``image_uri`` the newest fixed image in the region's ECR is used (refused
@@ -210,8 +273,14 @@ def deploy(config: DeployConfig, *, client: Any = None, session: Any = None, wai
     """
     config.validate(require_role=not dry_run)
     cost = deploy_cost(config)
-    result = DeployResult(config.name, config.region, "DryRun" if dry_run else "Error", False,
-                          usd_per_hour=cost.usd_per_hour, cost_line=cost.line())
+    result = DeployResult(
+        config.name,
+        config.region,
+        "DryRun" if dry_run else "Error",
+        False,
+        usd_per_hour=cost.usd_per_hour,
+        cost_line=cost.line(),
+    )
     if dry_run:
         result.plan = deployment_plan(config)
         return result
@@ -231,17 +300,22 @@ def deploy(config: DeployConfig, *, client: Any = None, session: Any = None, wai
     result.plan = [c.cli() for c in calls]
     event("validated", f"{cost.line()}; image {config.resolved_image()}")
     # Refuse to touch resources this deploy did not create.
-    for kind, operation, key in (("endpoint", "describe_endpoint", "EndpointName"),
-                                 ("endpoint-config", "describe_endpoint_config", "EndpointConfigName"),
-                                 ("model", "describe_model", "ModelName")):
+    for kind, operation, key in (
+        ("endpoint", "describe_endpoint", "EndpointName"),
+        ("endpoint-config", "describe_endpoint_config", "EndpointConfigName"),
+        ("model", "describe_model", "ModelName"),
+    ):
         if _exists(sm, operation, **{key: config.name}):
             raise Gemma4T4Error(
                 f"{kind} {config.name!r} already exists in {config.region}; deploy never overwrites",
                 fix=f"delete it first (gemma4-t4 sagemaker delete {config.name} --region {config.region} --yes) "
                 "or choose another --name",
             )
-    kind_of = {"create_model": "model", "create_endpoint_config": "endpoint-config",
-               "create_endpoint": "endpoint"}
+    kind_of = {
+        "create_model": "model",
+        "create_endpoint_config": "endpoint-config",
+        "create_endpoint": "endpoint",
+    }
     fix: str | None = None
     try:
         for call in create_calls:
@@ -266,15 +340,19 @@ def deploy(config: DeployConfig, *, client: Any = None, session: Any = None, wai
             raise _Failure
         event("InService", f"after {clock.elapsed():.0f} s")
         if config.autoscaling:
-            register_autoscaling(config, autoscaling_client or make("application-autoscaling", config.region),
-                                 result, event)
+            register_autoscaling(
+                config, autoscaling_client or make("application-autoscaling", config.region), result, event
+            )
         result.success = True
         return result
     except BaseException as exc:
         if not isinstance(exc, _Failure):
             result.failure_reason = result.failure_reason or f"{type(exc).__name__}: {exc}"
-        result.status = result.status if result.status not in ("Error", "InService") else (
-            "Interrupted" if isinstance(exc, KeyboardInterrupt) else "Error")
+        result.status = (
+            result.status
+            if result.status not in ("Error", "InService")
+            else ("Interrupted" if isinstance(exc, KeyboardInterrupt) else "Error")
+        )
         result.rolled_back = rollback(sm, result.created)
         event("rolled back", ", ".join(result.rolled_back) or "nothing created")
         result.elapsed_s = clock.elapsed()
@@ -300,17 +378,28 @@ def _fix_for(result: DeployResult) -> str:
     return "read the logs (gemma4-t4 sagemaker logs NAME) before retrying"
 
 
-def wait_in_service(sm: Any, name: str, timeout_s: float, poll_s: float = 15.0, progress: bool = True,
-                    event: Callable[[str, str], None] | None = None,
-                    sleep: Callable[[float], None] = time.sleep,
-                    monotonic: Callable[[], float] = time.monotonic) -> dict[str, Any]:
+def wait_in_service(
+    sm: Any,
+    name: str,
+    timeout_s: float,
+    poll_s: float = 15.0,
+    progress: bool = True,
+    event: Callable[[str, str], None] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> dict[str, Any]:
     """Poll DescribeEndpoint until InService, Failed or the timeout ({"status", "reason"})."""
     from tqdm.auto import tqdm
 
     start = monotonic()
     last = None
-    with tqdm(total=int(timeout_s), desc=name, disable=not progress, leave=True,
-              bar_format="{desc}: {postfix} | {n}/{total} s of the timeout") as bar:
+    with tqdm(
+        total=int(timeout_s),
+        desc=name,
+        disable=not progress,
+        leave=True,
+        bar_format="{desc}: {postfix} | {n}/{total} s of the timeout",
+    ) as bar:
         while True:
             try:
                 desc = sm.describe_endpoint(EndpointName=name)
@@ -360,9 +449,15 @@ def is_capacity_failure(reason: str | None) -> bool:
     return any(marker.lower() in text for marker in CAPACITY_MARKERS)
 
 
-def deploy_with_failover(config: DeployConfig, regions: Sequence[str] = US_REGIONS, *,
-                         clients: ClientFactory | None = None, session: Any = None, check_quota: bool = True,
-                         **deploy_kwargs: Any) -> FailoverResult:
+def deploy_with_failover(
+    config: DeployConfig,
+    regions: Sequence[str] = US_REGIONS,
+    *,
+    clients: ClientFactory | None = None,
+    session: Any = None,
+    check_quota: bool = True,
+    **deploy_kwargs: Any,
+) -> FailoverResult:
     """Try ``regions`` in order; move on after no quota or a capacity failure, stop on others."""
     make = clients or client_factory(session)
     for region in regions:  # validate every attempt's config before any call
@@ -375,22 +470,39 @@ def deploy_with_failover(config: DeployConfig, regions: Sequence[str] = US_REGIO
         if check_quota:
             rows = region_quotas(region, attempt_config.instance_types, make("service-quotas", region))
             if not any(r.available for r in rows):
-                reasons = "; ".join(f"{r.instance_type}={r.value if r.value is not None else r.error}" for r in rows)
+                reasons = "; ".join(
+                    f"{r.instance_type}={r.value if r.value is not None else r.error}" for r in rows
+                )
                 outcome.attempts.append(FailoverAttempt(region, "skipped: no quota", started, 0.0, reasons))
                 continue
         try:
-            result = deploy(attempt_config, client=make("sagemaker", region), ecr_client=make("ecr", region),
-                            **deploy_kwargs)
+            result = deploy(
+                attempt_config,
+                client=make("sagemaker", region),
+                ecr_client=make("ecr", region),
+                **deploy_kwargs,
+            )
         except DeployFailed as exc:
             capacity = is_capacity_failure(exc.result.failure_reason)
-            outcome.attempts.append(FailoverAttempt(
-                region, "capacity" if capacity else "failed", started, round(time.monotonic() - t0, 2),
-                exc.result.failure_reason, exc.result.timeline, exc.result.rolled_back))
+            outcome.attempts.append(
+                FailoverAttempt(
+                    region,
+                    "capacity" if capacity else "failed",
+                    started,
+                    round(time.monotonic() - t0, 2),
+                    exc.result.failure_reason,
+                    exc.result.timeline,
+                    exc.result.rolled_back,
+                )
+            )
             if not capacity:
                 return outcome
             continue
-        outcome.attempts.append(FailoverAttempt(region, result.status, started, round(time.monotonic() - t0, 2),
-                                                None, result.timeline))
+        outcome.attempts.append(
+            FailoverAttempt(
+                region, result.status, started, round(time.monotonic() - t0, 2), None, result.timeline
+            )
+        )
         outcome.success, outcome.region, outcome.deployment = True, region, result
         return outcome
     if outcome.attempts and all(a.outcome == "skipped: no quota" for a in outcome.attempts):
@@ -409,8 +521,15 @@ class DeploymentWatcher:
     it back on Failed or timeout, so a caller that returned at ``Creating`` (an MCP tool, a
     notebook cell) still never leaves a crashed endpoint billing."""
 
-    def __init__(self, sm: Any, result: DeployResult, timeout_s: float, poll_s: float = 15.0,
-                 config: DeployConfig | None = None, autoscaling_client: Any = None):
+    def __init__(
+        self,
+        sm: Any,
+        result: DeployResult,
+        timeout_s: float,
+        poll_s: float = 15.0,
+        config: DeployConfig | None = None,
+        autoscaling_client: Any = None,
+    ):
         import threading
 
         self.config = config
@@ -432,12 +551,15 @@ class DeploymentWatcher:
 
     def _run(self) -> None:
         try:
-            final = wait_in_service(self.sm, self.result.name, self.timeout_s, self.poll_s, progress=False,
-                                    event=self._event)
+            final = wait_in_service(
+                self.sm, self.result.name, self.timeout_s, self.poll_s, progress=False, event=self._event
+            )
             self.result.status = final["status"]
             self.result.failure_reason = final.get("reason")
             if self.result.status == "InService" and self.config is not None and self.config.autoscaling:
-                aas = self.autoscaling_client or client_factory()("application-autoscaling", self.config.region)
+                aas = self.autoscaling_client or client_factory()(
+                    "application-autoscaling", self.config.region
+                )
                 register_autoscaling(self.config, aas, self.result, self._event)
             self.result.success = self.result.status == "InService"
         except _Failure:
@@ -456,8 +578,14 @@ class DeploymentWatcher:
         return self.result
 
 
-def deploy_in_background(config: DeployConfig, *, client: Any = None, session: Any = None,
-                         timeout_s: float | None = None, poll_s: float = 15.0) -> DeploymentWatcher:
+def deploy_in_background(
+    config: DeployConfig,
+    *,
+    client: Any = None,
+    session: Any = None,
+    timeout_s: float | None = None,
+    poll_s: float = 15.0,
+) -> DeploymentWatcher:
     """Create the resources now (rolled back if a create fails), then watch in the background."""
     sm = client or client_factory(session)("sagemaker", config.region)
     result = deploy(config, client=sm, session=session, wait=False, progress=False)

@@ -30,42 +30,92 @@ def _base(region: str, ttl_hours: float = 2.0, **overrides: Any) -> DeployConfig
     return DeployConfig(region=region, ttl_hours=ttl_hours, **overrides)
 
 
-def bf16_vs_qat_on_t4(region: str = "us-east-2", *, variant: str = "e2b", out_dir: str | Path = "results/02-sagemaker",
-                      budget_usd: float = DEFAULT_BUDGET_USD, workload: str = "decode",
-                      measure_opts: dict[str, Any] | None = None, **run_kwargs: Any) -> MatrixResult:
+def bf16_vs_qat_on_t4(
+    region: str = "us-east-2",
+    *,
+    variant: str = "e2b",
+    out_dir: str | Path = "results/02-sagemaker",
+    budget_usd: float = DEFAULT_BUDGET_USD,
+    workload: str = "decode",
+    measure_opts: dict[str, Any] | None = None,
+    **run_kwargs: Any,
+) -> MatrixResult:
     """Part 2 on AWS: Google's bf16 and QAT int4 builds of ``variant``, each on its own T4 endpoint."""
     from gemma4_t4.models import get_variant
 
     hub = get_variant(variant).hub
     builds = [("bf16", hub.bf16), ("qat", hub.qat_w4a16_ct)]
-    configs = [dataclasses.replace(_base(region), model_id=model, name=endpoint_name(f"g4-p2-{label}", variant))
-               for label, model in builds if model]
-    return run_configs(configs, budget_usd=budget_usd, out_dir=out_dir,
-                       measure_opts={"workload": workload, **(measure_opts or {})}, **run_kwargs)
+    configs = [
+        dataclasses.replace(_base(region), model_id=model, name=endpoint_name(f"g4-p2-{label}", variant))
+        for label, model in builds
+        if model
+    ]
+    return run_configs(
+        configs,
+        budget_usd=budget_usd,
+        out_dir=out_dir,
+        measure_opts={"workload": workload, **(measure_opts or {})},
+        **run_kwargs,
+    )
 
 
-def repack_on_endpoint(model_dir: str | Path, region: str = "us-east-2", *, out_dir: str | Path = "results/03-sagemaker",
-                       budget_usd: float = DEFAULT_BUDGET_USD, instance_type: str = T4, workload: str = "answers",
-                       bucket: str | None = None, measure_opts: dict[str, Any] | None = None,
-                       progress: bool = True, **run_kwargs: Any) -> tuple[Any, MatrixResult]:
+def repack_on_endpoint(
+    model_dir: str | Path,
+    region: str = "us-east-2",
+    *,
+    out_dir: str | Path = "results/03-sagemaker",
+    budget_usd: float = DEFAULT_BUDGET_USD,
+    instance_type: str = T4,
+    workload: str = "answers",
+    bucket: str | None = None,
+    measure_opts: dict[str, Any] | None = None,
+    progress: bool = True,
+    **run_kwargs: Any,
+) -> tuple[Any, MatrixResult]:
     """Part 3 on AWS: upload the repacked folder (nothing twice) and serve it from S3 on a T4."""
     upload = upload_model_folder(model_dir, region, bucket=bucket, progress=progress)
-    config = _base(region, instance_type=instance_type, model_data_s3_uri=upload.s3_uri,
-                   served_model_name=Path(model_dir).name.replace(" ", "-")[:64] or "repack",
-                   name=endpoint_name("g4-p3", Path(model_dir).name or "repack"))
-    result = run_configs([config], budget_usd=budget_usd, out_dir=out_dir,
-                         measure_opts={"workload": workload, **(measure_opts or {})}, **run_kwargs)
+    config = _base(
+        region,
+        instance_type=instance_type,
+        model_data_s3_uri=upload.s3_uri,
+        served_model_name=Path(model_dir).name.replace(" ", "-")[:64] or "repack",
+        name=endpoint_name("g4-p3", Path(model_dir).name or "repack"),
+    )
+    result = run_configs(
+        [config],
+        budget_usd=budget_usd,
+        out_dir=out_dir,
+        measure_opts={"workload": workload, **(measure_opts or {})},
+        **run_kwargs,
+    )
     return upload, result
 
 
-def t4_vs_l4(model_id: str = "google/gemma-4-E2B-it", region: str = "us-east-2", *,
-             out_dir: str | Path = "results/04-sagemaker", budget_usd: float = DEFAULT_BUDGET_USD,
-             workload: str = "decode", measure_opts: dict[str, Any] | None = None,
-             **run_kwargs: Any) -> MatrixResult:
+def t4_vs_l4(
+    model_id: str = "google/gemma-4-E2B-it",
+    region: str = "us-east-2",
+    *,
+    out_dir: str | Path = "results/04-sagemaker",
+    budget_usd: float = DEFAULT_BUDGET_USD,
+    workload: str = "decode",
+    measure_opts: dict[str, Any] | None = None,
+    **run_kwargs: Any,
+) -> MatrixResult:
     """Part 4 on AWS: the same model on a T4 and an L4 endpoint, in turn; entries[i].out_dir feed
     ``gemma4-t4 bench compare T4_RUN L4_RUN``."""
-    configs = [dataclasses.replace(_base(region), model_id=model_id, instance_type=instance,
-                                   name=endpoint_name(f"g4-p4-{label}", model_id))
-               for label, instance in (("t4", T4), ("l4", L4))]
-    return run_configs(configs, budget_usd=budget_usd, out_dir=out_dir,
-                       measure_opts={"workload": workload, **(measure_opts or {})}, **run_kwargs)
+    configs = [
+        dataclasses.replace(
+            _base(region),
+            model_id=model_id,
+            instance_type=instance,
+            name=endpoint_name(f"g4-p4-{label}", model_id),
+        )
+        for label, instance in (("t4", T4), ("l4", L4))
+    ]
+    return run_configs(
+        configs,
+        budget_usd=budget_usd,
+        out_dir=out_dir,
+        measure_opts={"workload": workload, **(measure_opts or {})},
+        **run_kwargs,
+    )

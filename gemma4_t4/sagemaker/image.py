@@ -42,10 +42,22 @@ DLC_ACCOUNT_EXCEPTIONS: dict[str, str] = {
 }
 # Regions served by the default account.
 DLC_DEFAULT_ACCOUNT_REGIONS = (
-    "us-east-1", "us-east-2", "us-west-1", "us-west-2", "ca-central-1", "sa-east-1",
-    "eu-west-1", "eu-west-2", "eu-west-3", "eu-central-1", "eu-north-1",
-    "ap-south-1", "ap-northeast-1", "ap-northeast-2",
-    "ap-southeast-1", "ap-southeast-2",
+    "us-east-1",
+    "us-east-2",
+    "us-west-1",
+    "us-west-2",
+    "ca-central-1",
+    "sa-east-1",
+    "eu-west-1",
+    "eu-west-2",
+    "eu-west-3",
+    "eu-central-1",
+    "eu-north-1",
+    "ap-south-1",
+    "ap-northeast-1",
+    "ap-northeast-2",
+    "ap-southeast-1",
+    "ap-southeast-2",
 )
 KNOWN_REGIONS: tuple[str, ...] = tuple(sorted((*DLC_DEFAULT_ACCOUNT_REGIONS, *DLC_ACCOUNT_EXCEPTIONS)))
 US_REGIONS: tuple[str, ...] = ("us-east-1", "us-east-2", "us-west-2", "us-west-1")
@@ -130,8 +142,9 @@ def ecr_domain(region: str) -> str:
     return "amazonaws.com.cn" if region.startswith("cn-") else "amazonaws.com"
 
 
-def vllm_image_uri(region: str, tag: str = DEFAULT_VLLM_TAG, account: str | None = None,
-                   repository: str = DLC_REPOSITORY) -> str:
+def vllm_image_uri(
+    region: str, tag: str = DEFAULT_VLLM_TAG, account: str | None = None, repository: str = DLC_REPOSITORY
+) -> str:
     """``<account>.dkr.ecr.<region>.amazonaws.com/vllm:<tag>``."""
     account = account or dlc_account(region)
     return f"{account}.dkr.ecr.{region}.{ecr_domain(region)}/{repository}:{tag}"
@@ -197,16 +210,18 @@ def check_ami_for_image(ami_version: str | None, image_uri: str, instance_type: 
         )
 
 
-def list_vllm_tags(region: str, ecr_client: Any = None, account: str | None = None,
-                   repository: str = DLC_REPOSITORY) -> list[str]:
+def list_vllm_tags(
+    region: str, ecr_client: Any = None, account: str | None = None, repository: str = DLC_REPOSITORY
+) -> list[str]:
     """Every tag in the regional vLLM DLC repository (needs ECR read permission on it)."""
     if ecr_client is None:
         ecr_client = client_factory()("ecr", region)
     ecr = ecr_client
     tags: list[str] = []
     paginator = ecr.get_paginator("list_images")
-    for page in paginator.paginate(registryId=account or dlc_account(region), repositoryName=repository,
-                                   filter={"tagStatus": "TAGGED"}):
+    for page in paginator.paginate(
+        registryId=account or dlc_account(region), repositoryName=repository, filter={"tagStatus": "TAGGED"}
+    ):
         tags += [i["imageTag"] for i in page.get("imageIds", []) if i.get("imageTag")]
     return sorted(set(tags))
 
@@ -221,8 +236,9 @@ class ImageChoice:
     candidates: int = 0
 
 
-def find_vllm_image(region: str, tag: str | None = None, query_registry: bool = False,
-                    ecr_client: Any = None) -> ImageChoice:
+def find_vllm_image(
+    region: str, tag: str | None = None, query_registry: bool = False, ecr_client: Any = None
+) -> ImageChoice:
     """The vLLM image for ``region``: an explicit tag, the newest in the registry, or the default."""
     if tag:
         uri, source, count = vllm_image_uri(region, tag), "override", 0
@@ -252,8 +268,10 @@ def package_version() -> str:
 def fixed_image_tag(base_tag: str = DEFAULT_VLLM_TAG, version: str | None = None) -> str:
     """The ECR tag of the fixed image: base DLC tag + package version (ECR allows [A-Za-z0-9_.-])."""
     if parse_tag(base_tag) is None:
-        raise Gemma4T4Error(f"base tag {base_tag!r} is not a pinned vLLM SageMaker tag",
-                            fix=f"use a tag like {DEFAULT_VLLM_TAG}")
+        raise Gemma4T4Error(
+            f"base tag {base_tag!r} is not a pinned vLLM SageMaker tag",
+            fix=f"use a tag like {DEFAULT_VLLM_TAG}",
+        )
     safe_version = re.sub(r"[^A-Za-z0-9_.-]", "_", version or package_version())
     return f"{base_tag}{FIXED_TAG_MARK}{safe_version}"
 
@@ -298,7 +316,9 @@ def carries_turing_fix(image_uri: str) -> bool | None:
     if repository == T4_IMAGE_REPOSITORY and parse_fixed_tag(tag) is not None:
         return True
     account = image_uri.split(".", 1)[0]
-    if repository == DLC_REPOSITORY and (account == DEFAULT_DLC_ACCOUNT or account in DLC_ACCOUNT_EXCEPTIONS.values()):
+    if repository == DLC_REPOSITORY and (
+        account == DEFAULT_DLC_ACCOUNT or account in DLC_ACCOUNT_EXCEPTIONS.values()
+    ):
         return False
     return None
 
@@ -307,7 +327,9 @@ def t4_image_uri(account: str, region: str, tag: str | None = None) -> str:
     """Where build-image pushes the derived image (your own account's ECR)."""
     validate_region(region)
     if account != ACCOUNT_PLACEHOLDER and not re.fullmatch(r"\d{12}", account):
-        raise Gemma4T4Error(f"AWS account id {account!r} is not 12 digits", fix="pass your 12-digit account id")
+        raise Gemma4T4Error(
+            f"AWS account id {account!r} is not 12 digits", fix="pass your 12-digit account id"
+        )
     return f"{account}.dkr.ecr.{region}.{ecr_domain(region)}/{T4_IMAGE_REPOSITORY}:{tag or fixed_image_tag()}"
 
 
@@ -334,8 +356,9 @@ def find_fixed_image(region: str, *, ecr_client: Any = None, account: str | None
     ecr = ecr_client or make("ecr", region)
     try:
         images: list[dict[str, Any]] = []
-        for page in ecr.get_paginator("describe_images").paginate(repositoryName=T4_IMAGE_REPOSITORY,
-                                                                  filter={"tagStatus": "TAGGED"}):
+        for page in ecr.get_paginator("describe_images").paginate(
+            repositoryName=T4_IMAGE_REPOSITORY, filter={"tagStatus": "TAGGED"}
+        ):
             images += page.get("imageDetails", [])
     except aws_exceptions() as exc:
         if error_code(exc) != "RepositoryNotFoundException":
@@ -354,5 +377,11 @@ def find_fixed_image(region: str, *, ecr_client: Any = None, account: str | None
     detail = by_tag[tag]
     account = account or detail.get("registryId") or ACCOUNT_PLACEHOLDER
     pushed = detail.get("imagePushedAt")
-    return FixedImage(region, t4_image_uri(account, region, tag), tag, detail.get("imageDigest"),
-                      pushed.isoformat() if hasattr(pushed, "isoformat") else pushed, len(by_tag))
+    return FixedImage(
+        region,
+        t4_image_uri(account, region, tag),
+        tag,
+        detail.get("imageDigest"),
+        pushed.isoformat() if hasattr(pushed, "isoformat") else pushed,
+        len(by_tag),
+    )

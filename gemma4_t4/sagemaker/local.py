@@ -37,15 +37,26 @@ DEFAULT_QUOTAS: dict[str, dict[str, float]] = {
     "us-west-1": {"ml.g4dn.xlarge": 0, "ml.g6.xlarge": 0},
 }
 # Never print or pass these on; they are dummies, but the rule is the same as for real ones.
-_CREDENTIAL_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN",
-                   "AWS_PROFILE")
+_CREDENTIAL_ENV = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_SECURITY_TOKEN",
+    "AWS_PROFILE",
+)
 
 
 class LocalAWS:
     """Start moto + the quota fake on 127.0.0.1 (free ports) and point boto3 at them."""
 
-    def __init__(self, quotas: dict[str, dict[str, float]] | None = None, region: str = "us-east-2",
-                 set_env: bool = True, seed_fixed_image: bool = True, runtime_backend: str | None = None):
+    def __init__(
+        self,
+        quotas: dict[str, dict[str, float]] | None = None,
+        region: str = "us-east-2",
+        set_env: bool = True,
+        seed_fixed_image: bool = True,
+        runtime_backend: str | None = None,
+    ):
         self.seed_image = seed_fixed_image
         self.runtime_backend = runtime_backend
         self.runtime: Any = None
@@ -89,8 +100,9 @@ class LocalAWS:
         if self.runtime_backend:
             from gemma4_t4.sagemaker.runtime_standin import RuntimeStandIn
 
-            self.runtime = RuntimeStandIn(self.runtime_backend, control_plane_url=self.endpoint_url,
-                                          region=self.region).start()
+            self.runtime = RuntimeStandIn(
+                self.runtime_backend, control_plane_url=self.endpoint_url, region=self.region
+            ).start()
         if self.set_env:
             for key, value in self.env().items():
                 self._saved_env[key] = os.environ.get(key)
@@ -127,8 +139,9 @@ class LocalAWS:
     # -- helpers ----------------------------------------------------------------------------
     def _post(self, path: str, payload: dict[str, Any] | None = None) -> None:
         data = json.dumps(payload or {}).encode()
-        request = urllib.request.Request(self.endpoint_url + path, data=data, method="POST",
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            self.endpoint_url + path, data=data, method="POST", headers={"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(request, timeout=10) as response:
             response.read()
 
@@ -141,8 +154,13 @@ class LocalAWS:
     def client(self, service: str, region: str | None = None) -> Any:
         import boto3
 
-        return boto3.client(service, region_name=region or self.region, endpoint_url=self.endpoint_url,
-                            aws_access_key_id="testing", aws_secret_access_key="testing")
+        return boto3.client(
+            service,
+            region_name=region or self.region,
+            endpoint_url=self.endpoint_url,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
 
     def seed_fixed_image_for(self, target: Any) -> str:
         """``build_t4_image(on_build_succeeded=...)`` hook: the stand-in push for that build's target."""
@@ -161,26 +179,39 @@ class LocalAWS:
             ecr.create_repository(repositoryName=T4_IMAGE_REPOSITORY)
         except ecr.exceptions.RepositoryAlreadyExistsException:
             pass
-        manifest = {"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
-                    "config": {"mediaType": "application/vnd.docker.container.image.v1+json", "size": 2,
-                               "digest": "sha256:" + "0" * 64},
-                    "layers": [], "annotations": {"stand-in": "gemma4_t4.sagemaker.local.seed_fixed_image"}}
+        manifest = {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+            "config": {
+                "mediaType": "application/vnd.docker.container.image.v1+json",
+                "size": 2,
+                "digest": "sha256:" + "0" * 64,
+            },
+            "layers": [],
+            "annotations": {"stand-in": "gemma4_t4.sagemaker.local.seed_fixed_image"},
+        }
         try:
-            ecr.put_image(repositoryName=T4_IMAGE_REPOSITORY, imageManifest=json.dumps(manifest), imageTag=tag)
+            ecr.put_image(
+                repositoryName=T4_IMAGE_REPOSITORY, imageManifest=json.dumps(manifest), imageTag=tag
+            )
         except ecr.exceptions.ImageAlreadyExistsException:
             pass
         return t4_image_uri("123456789012", region, tag)
 
-    def queue_invoke_results(self, bodies: list[Any], region: str | None = None,
-                             content_type: str = "application/json") -> None:
+    def queue_invoke_results(
+        self, bodies: list[Any], region: str | None = None, content_type: str = "application/json"
+    ) -> None:
         """The next endpoint invocations (any endpoint) answer these bodies, in order.
 
         moto keys answers by request body: repeating an identical request returns the same answer.
         """
-        results = [{"Body": b if isinstance(b, str) else json.dumps(b), "ContentType": content_type}
-                   for b in bodies]
-        self._post("/moto-api/static/sagemaker/endpoint-results",
-                   {"account_id": "123456789012", "region": region or self.region, "results": results})
+        results = [
+            {"Body": b if isinstance(b, str) else json.dumps(b), "ContentType": content_type} for b in bodies
+        ]
+        self._post(
+            "/moto-api/static/sagemaker/endpoint-results",
+            {"account_id": "123456789012", "region": region or self.region, "results": results},
+        )
 
     def queue_chat_replies(self, texts: list[str], region: str | None = None) -> None:
         """Queue OpenAI chat-completion bodies whose assistant message is each text."""
@@ -190,8 +221,13 @@ class LocalAWS:
         """Write container log lines where SageMaker would (/aws/sagemaker/Endpoints/NAME)."""
         import boto3
 
-        logs = boto3.client("logs", region_name=region or self.region, endpoint_url=self.endpoint_url,
-                            aws_access_key_id="testing", aws_secret_access_key="testing")
+        logs = boto3.client(
+            "logs",
+            region_name=region or self.region,
+            endpoint_url=self.endpoint_url,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
         group = f"/aws/sagemaker/Endpoints/{endpoint}"
         try:
             logs.create_log_group(logGroupName=group)
@@ -203,16 +239,26 @@ class LocalAWS:
         except logs.exceptions.ResourceAlreadyExistsException:
             pass
         now = int(time.time() * 1000)
-        logs.put_log_events(logGroupName=group, logStreamName=stream,
-                            logEvents=[{"timestamp": now + i, "message": line} for i, line in enumerate(lines)])
+        logs.put_log_events(
+            logGroupName=group,
+            logStreamName=stream,
+            logEvents=[{"timestamp": now + i, "message": line} for i, line in enumerate(lines)],
+        )
 
 
 def chat_completion(text: str, model: str = "gemma-4-E2B-it", finish_reason: str = "stop") -> dict[str, Any]:
     """An OpenAI chat-completion response body, as the vLLM container returns it."""
     return {
-        "id": "chatcmpl-local", "object": "chat.completion", "created": int(time.time()), "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                     "finish_reason": finish_reason}],
-        "usage": {"prompt_tokens": 12, "completion_tokens": max(1, len(text.split())),
-                  "total_tokens": 12 + max(1, len(text.split()))},
+        "id": "chatcmpl-local",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish_reason}
+        ],
+        "usage": {
+            "prompt_tokens": 12,
+            "completion_tokens": max(1, len(text.split())),
+            "total_tokens": 12 + max(1, len(text.split())),
+        },
     }

@@ -34,8 +34,15 @@ def sagemaker_url(region: str, endpoint: str) -> str:
     return f"sagemaker://{region}/{endpoint}"
 
 
-def measure_endpoint(endpoint: str, region: str, out_dir: str | Path, *, model: str | None = None,
-                     workload: str = "decode", **opts: Any) -> Any:
+def measure_endpoint(
+    endpoint: str,
+    region: str,
+    out_dir: str | Path,
+    *,
+    model: str | None = None,
+    workload: str = "decode",
+    **opts: Any,
+) -> Any:
     """The one call into the benchmark: ``run_benchmark`` against ``sagemaker://REGION/ENDPOINT``."""
     from gemma4_t4.bench import run_benchmark
 
@@ -80,47 +87,71 @@ def endpoint_name(prefix: str, model_id: str) -> str:
     return f"{prefix}-{slug}"[:63].rstrip("-")
 
 
-def matrix_configs(models: Sequence[str], base: DeployConfig, prefix: str = "g4-matrix") -> list[DeployConfig]:
+def matrix_configs(
+    models: Sequence[str], base: DeployConfig, prefix: str = "g4-matrix"
+) -> list[DeployConfig]:
     return [dataclasses.replace(base, model_id=m, name=endpoint_name(prefix, m)) for m in models]
 
 
 def _rate(config: DeployConfig) -> float:
     rate = deploy_cost(config).usd_per_hour
     if rate is None:
-        raise Gemma4T4Error(f"no price for {config.instance_type}: a budget cannot be enforced",
-                            fix="use an instance type listed in gemma4_t4.hardware.PRICES")
+        raise Gemma4T4Error(
+            f"no price for {config.instance_type}: a budget cannot be enforced",
+            fix="use an instance type listed in gemma4_t4.hardware.PRICES",
+        )
     return rate
 
 
-def configs_plan(configs: Sequence[DeployConfig], *, deploy_minutes: float = DEPLOY_MINUTES,
-                 measure_minutes: float = MEASURE_MINUTES) -> MatrixResult:
+def configs_plan(
+    configs: Sequence[DeployConfig],
+    *,
+    deploy_minutes: float = DEPLOY_MINUTES,
+    measure_minutes: float = MEASURE_MINUTES,
+) -> MatrixResult:
     """The cost estimate per endpoint (validated; nothing is called)."""
     if not configs:
         raise Gemma4T4Error("nothing to deploy", fix="pass at least one model")
     names = [c.name for c in configs]
     if len(set(names)) != len(names):
-        raise Gemma4T4Error(f"two endpoints share a name: {names}", fix="give each model its own endpoint name")
+        raise Gemma4T4Error(
+            f"two endpoints share a name: {names}", fix="give each model its own endpoint name"
+        )
     plan = MatrixResult(configs[0].instance_type, configs[0].region, 0.0, _rate(configs[0]))
     for config in configs:
         config.validate(require_role=False)
         estimate = round(_rate(config) * (deploy_minutes + measure_minutes) / 60.0, 4)
-        plan.entries.append(MatrixEntry(config.model_id, config.name, "planned", estimate,
-                                        instance_type=config.instance_type))
+        plan.entries.append(
+            MatrixEntry(config.model_id, config.name, "planned", estimate, instance_type=config.instance_type)
+        )
     return plan
 
 
-def matrix_plan(models: Sequence[str], base: DeployConfig, *, prefix: str = "g4-matrix",
-                deploy_minutes: float = DEPLOY_MINUTES, measure_minutes: float = MEASURE_MINUTES) -> MatrixResult:
+def matrix_plan(
+    models: Sequence[str],
+    base: DeployConfig,
+    *,
+    prefix: str = "g4-matrix",
+    deploy_minutes: float = DEPLOY_MINUTES,
+    measure_minutes: float = MEASURE_MINUTES,
+) -> MatrixResult:
     """The cost estimate per model (nothing is called)."""
-    return configs_plan(matrix_configs(models, base, prefix), deploy_minutes=deploy_minutes,
-                        measure_minutes=measure_minutes)
+    return configs_plan(
+        matrix_configs(models, base, prefix), deploy_minutes=deploy_minutes, measure_minutes=measure_minutes
+    )
 
 
 class _Watchdog:
     """Adds the live endpoint's cost and deletes it when the budget is spent."""
 
-    def __init__(self, stop_at_usd: float, rate: float, monotonic: Callable[[], float],
-                 on_over: Callable[[], None], poll_s: float):
+    def __init__(
+        self,
+        stop_at_usd: float,
+        rate: float,
+        monotonic: Callable[[], float],
+        on_over: Callable[[], None],
+        poll_s: float,
+    ):
         self.stop_at = stop_at_usd
         self.rate = rate
         self.monotonic = monotonic
@@ -150,20 +181,38 @@ class _Watchdog:
         self._thread.join(timeout=30)
 
 
-def run_matrix(models: Sequence[str], base: DeployConfig, *, budget_usd: float, out_dir: str | Path,
-               prefix: str = "g4-matrix", **kwargs: Any) -> MatrixResult:
+def run_matrix(
+    models: Sequence[str],
+    base: DeployConfig,
+    *,
+    budget_usd: float,
+    out_dir: str | Path,
+    prefix: str = "g4-matrix",
+    **kwargs: Any,
+) -> MatrixResult:
     """Deploy, measure and delete each model's endpoint in turn; never spend past ``budget_usd``."""
     return run_configs(matrix_configs(models, base, prefix), budget_usd=budget_usd, out_dir=out_dir, **kwargs)
 
 
-def run_configs(configs: Sequence[DeployConfig], *, budget_usd: float, out_dir: str | Path,
-                measure: Callable[..., Any] = measure_endpoint, measure_opts: dict[str, Any] | None = None,
-                deploy_kwargs: dict[str, Any] | None = None, deploy_minutes: float = DEPLOY_MINUTES,
-                measure_minutes: float = MEASURE_MINUTES, client: Any = None, watch_s: float = 5.0,
-                monotonic: Callable[[], float] = time.monotonic) -> MatrixResult:
+def run_configs(
+    configs: Sequence[DeployConfig],
+    *,
+    budget_usd: float,
+    out_dir: str | Path,
+    measure: Callable[..., Any] = measure_endpoint,
+    measure_opts: dict[str, Any] | None = None,
+    deploy_kwargs: dict[str, Any] | None = None,
+    deploy_minutes: float = DEPLOY_MINUTES,
+    measure_minutes: float = MEASURE_MINUTES,
+    client: Any = None,
+    watch_s: float = 5.0,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> MatrixResult:
     """Deploy, measure and delete each config's endpoint in turn (one region); budget-capped."""
     if not budget_usd > 0:
-        raise Gemma4T4Error(f"budget {budget_usd!r} must be a positive number of USD", fix="e.g. --budget-usd 5")
+        raise Gemma4T4Error(
+            f"budget {budget_usd!r} must be a positive number of USD", fix="e.g. --budget-usd 5"
+        )
     plan = configs_plan(configs, deploy_minutes=deploy_minutes, measure_minutes=measure_minutes)
     by_name = {c.name: c for c in configs}
     base = configs[0]
@@ -188,8 +237,10 @@ def run_configs(configs: Sequence[DeployConfig], *, budget_usd: float, out_dir: 
                 continue
             left = budget_usd - result.spent_usd
             if entry.estimate_usd > left:
-                result.stopped_reason = (f"{entry.model_id} would cost ~${entry.estimate_usd:.2f}, "
-                                         f"${left:.2f} of the budget is left")
+                result.stopped_reason = (
+                    f"{entry.model_id} would cost ~${entry.estimate_usd:.2f}, "
+                    f"${left:.2f} of the budget is left"
+                )
                 continue
             config = by_name[entry.endpoint]
             entry.out_dir = str(out / entry.endpoint)
@@ -204,8 +255,13 @@ def run_configs(configs: Sequence[DeployConfig], *, budget_usd: float, out_dir: 
                         entry.status, entry.error = "deploy failed", str(exc)
                         continue
                     try:
-                        entry.result = measure(entry.endpoint, config.region, entry.out_dir, model=entry.model_id,
-                                               **(measure_opts or {}))
+                        entry.result = measure(
+                            entry.endpoint,
+                            config.region,
+                            entry.out_dir,
+                            model=entry.model_id,
+                            **(measure_opts or {}),
+                        )
                         entry.status = "measured"
                     except Exception as exc:  # noqa: BLE001 - recorded; the endpoint is deleted below
                         entry.status, entry.error = "measure failed", f"{type(exc).__name__}: {exc}"
@@ -215,7 +271,9 @@ def run_configs(configs: Sequence[DeployConfig], *, budget_usd: float, out_dir: 
                 remove(entry.endpoint)
             if watchdog.tripped:
                 entry.status = "stopped: budget"
-                result.stopped_reason = f"budget ${budget_usd:.2f} spent while {entry.model_id} was up; deleted it"
+                result.stopped_reason = (
+                    f"budget ${budget_usd:.2f} spent while {entry.model_id} was up; deleted it"
+                )
     finally:
         for name in list(live):  # Ctrl-C or an unexpected error: nothing stays billing
             remove(name)

@@ -42,8 +42,14 @@ class ReapResult:
         return [d.name for d in self.decisions if d.action in ("delete", "deleted", "failed")]
 
 
-def reap(regions: Sequence[str] = US_REGIONS, *, dry_run: bool = False, now: dt.datetime | None = None,
-         clients: ClientFactory | None = None, session: Any = None) -> ReapResult:
+def reap(
+    regions: Sequence[str] = US_REGIONS,
+    *,
+    dry_run: bool = False,
+    now: dt.datetime | None = None,
+    clients: ClientFactory | None = None,
+    session: Any = None,
+) -> ReapResult:
     """Delete (endpoint, config, model of) every project endpoint past its expiry tag.
 
     Endpoints without the project tag are never touched; project endpoints without an expiry
@@ -55,17 +61,32 @@ def reap(regions: Sequence[str] = US_REGIONS, *, dry_run: bool = False, now: dt.
     for endpoint in list_endpoints(regions, clients=make, project_only=True):
         expires = parse_expiry(endpoint.tags)
         if expires is None:
-            result.decisions.append(ReapDecision(endpoint.name, endpoint.region, endpoint.status, None, "keep",
-                                                 "no expiry tag"))
+            result.decisions.append(
+                ReapDecision(endpoint.name, endpoint.region, endpoint.status, None, "keep", "no expiry tag")
+            )
             continue
         if expires > now:
             left = hours_between(now, expires)
-            result.decisions.append(ReapDecision(endpoint.name, endpoint.region, endpoint.status,
-                                                 endpoint.expires_at, "keep", f"{left:.2f} h left"))
+            result.decisions.append(
+                ReapDecision(
+                    endpoint.name,
+                    endpoint.region,
+                    endpoint.status,
+                    endpoint.expires_at,
+                    "keep",
+                    f"{left:.2f} h left",
+                )
+            )
             continue
         over = hours_between(expires, now)
-        decision = ReapDecision(endpoint.name, endpoint.region, endpoint.status, endpoint.expires_at, "delete",
-                                f"expired {over:.2f} h ago")
+        decision = ReapDecision(
+            endpoint.name,
+            endpoint.region,
+            endpoint.status,
+            endpoint.expires_at,
+            "delete",
+            f"expired {over:.2f} h ago",
+        )
         if not dry_run:
             try:
                 delete_endpoint(endpoint.name, endpoint.region, client=make("sagemaker", endpoint.region))

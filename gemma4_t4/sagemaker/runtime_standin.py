@@ -31,7 +31,9 @@ _STRING = 7  # event-stream header value type: string
 
 def _header(name: str, value: str) -> bytes:
     raw_name, raw_value = name.encode(), value.encode()
-    return struct.pack("!B", len(raw_name)) + raw_name + struct.pack("!BH", _STRING, len(raw_value)) + raw_value
+    return (
+        struct.pack("!B", len(raw_name)) + raw_name + struct.pack("!BH", _STRING, len(raw_value)) + raw_value
+    )
 
 
 def event_message(headers: dict[str, str], payload: bytes) -> bytes:
@@ -45,14 +47,18 @@ def event_message(headers: dict[str, str], payload: bytes) -> bytes:
 
 
 def payload_part(data: bytes) -> bytes:
-    return event_message({":event-type": "PayloadPart", ":content-type": "application/octet-stream",
-                          ":message-type": "event"}, data)
+    return event_message(
+        {":event-type": "PayloadPart", ":content-type": "application/octet-stream", ":message-type": "event"},
+        data,
+    )
 
 
 def model_stream_error(message: str, code: str = "ModelStreamError") -> bytes:
     """An in-stream error event (the runtime's ModelStreamError / InternalStreamFailure)."""
-    return event_message({":exception-type": code, ":content-type": "application/json",
-                          ":message-type": "exception"}, json.dumps({"Message": message, "ErrorCode": code}).encode())
+    return event_message(
+        {":exception-type": code, ":content-type": "application/json", ":message-type": "exception"},
+        json.dumps({"Message": message, "ErrorCode": code}).encode(),
+    )
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -73,8 +79,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's naming
         parts = urllib.parse.urlparse(self.path).path.strip("/").split("/")
-        if len(parts) != 3 or parts[0] != "endpoints" or parts[2] not in ("invocations",
-                                                                         "invocations-response-stream"):
+        if (
+            len(parts) != 3
+            or parts[0] != "endpoints"
+            or parts[2] not in ("invocations", "invocations-response-stream")
+        ):
             self._error(404, "UnknownOperationException", f"no such runtime operation: {self.path}")
             return
         name = urllib.parse.unquote(parts[1])
@@ -102,9 +111,13 @@ class _Handler(BaseHTTPRequestHandler):
         data = response.read()
         if response.status >= 400:
             # SageMaker wraps a container error in ModelError (HTTP 424) and keeps the original.
-            self._error(424, "ModelError", "Received client error from primary with message "
-                        f"\"{data.decode(errors='replace')[:2000]}\"", OriginalStatusCode=response.status,
-                        OriginalMessage=data.decode(errors="replace")[:2000])
+            self._error(
+                424,
+                "ModelError",
+                f'Received client error from primary with message "{data.decode(errors="replace")[:2000]}"',
+                OriginalStatusCode=response.status,
+                OriginalMessage=data.decode(errors="replace")[:2000],
+            )
             return
         self.send_response(200)
         self.send_header("Content-Type", response.getheader("Content-Type", "application/json"))
@@ -116,12 +129,19 @@ class _Handler(BaseHTTPRequestHandler):
     def _stream(self, response: http.client.HTTPResponse) -> None:
         if response.status >= 400:
             data = response.read()
-            self._error(424, "ModelError", f"Received client error from primary: {data.decode(errors='replace')[:2000]}",
-                        OriginalStatusCode=response.status, OriginalMessage=data.decode(errors="replace")[:2000])
+            self._error(
+                424,
+                "ModelError",
+                f"Received client error from primary: {data.decode(errors='replace')[:2000]}",
+                OriginalStatusCode=response.status,
+                OriginalMessage=data.decode(errors="replace")[:2000],
+            )
             return
         self.send_response(200)
         self.send_header("Content-Type", STREAM_CONTENT_TYPE)
-        self.send_header("X-Amzn-SageMaker-Content-Type", response.getheader("Content-Type", "text/event-stream"))
+        self.send_header(
+            "X-Amzn-SageMaker-Content-Type", response.getheader("Content-Type", "text/event-stream")
+        )
         self.send_header("x-Amzn-Invoked-Production-Variant", "AllTraffic")
         self.end_headers()
         try:
@@ -136,8 +156,12 @@ class _Handler(BaseHTTPRequestHandler):
 def _forward(backend: str, body: bytes, content_type: str, timeout_s: float):
     url = urllib.parse.urlparse(backend)
     conn = http.client.HTTPConnection(url.hostname, url.port or 80, timeout=timeout_s)
-    conn.request("POST", url.path.rstrip("/") + "/invocations", body=body,
-                 headers={"Content-Type": content_type, "Accept": "*/*"})
+    conn.request(
+        "POST",
+        url.path.rstrip("/") + "/invocations",
+        body=body,
+        headers={"Content-Type": content_type, "Accept": "*/*"},
+    )
     return conn, conn.getresponse()
 
 
@@ -152,13 +176,22 @@ class RuntimeStandIn:
     ``backend``: one base URL for every endpoint, or ``{endpoint name: base URL}``.
     """
 
-    def __init__(self, backend: str | dict[str, str], *, control_plane_url: str | None = None,
-                 region: str = "us-east-2", port: int = 0, timeout_s: float = 600.0):
+    def __init__(
+        self,
+        backend: str | dict[str, str],
+        *,
+        control_plane_url: str | None = None,
+        region: str = "us-east-2",
+        port: int = 0,
+        timeout_s: float = 600.0,
+    ):
         self.backends = backend if isinstance(backend, dict) else {"*": backend}
         for url in self.backends.values():
             if urllib.parse.urlparse(url).scheme != "http":
-                raise Gemma4T4Error(f"backend {url!r} is not an http:// URL of a vLLM server",
-                                    fix="pass the server's base URL, e.g. http://127.0.0.1:8000")
+                raise Gemma4T4Error(
+                    f"backend {url!r} is not an http:// URL of a vLLM server",
+                    fix="pass the server's base URL, e.g. http://127.0.0.1:8000",
+                )
         self.control_plane_url = control_plane_url
         self.region = region
         self.port = port
@@ -171,7 +204,9 @@ class RuntimeStandIn:
     @property
     def url(self) -> str:
         if not self._server:
-            raise Gemma4T4Error("the runtime stand-in is not started", fix="call start() or use it as a context")
+            raise Gemma4T4Error(
+                "the runtime stand-in is not started", fix="call start() or use it as a context"
+            )
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def backend_for(self, name: str) -> str:
@@ -186,8 +221,13 @@ class RuntimeStandIn:
         if self._sagemaker is None:
             import boto3
 
-            self._sagemaker = boto3.client("sagemaker", region_name=self.region, endpoint_url=self.control_plane_url,
-                                           aws_access_key_id="testing", aws_secret_access_key="testing")
+            self._sagemaker = boto3.client(
+                "sagemaker",
+                region_name=self.region,
+                endpoint_url=self.control_plane_url,
+                aws_access_key_id="testing",
+                aws_secret_access_key="testing",
+            )
         try:
             status = self._sagemaker.describe_endpoint(EndpointName=name).get("EndpointStatus")
         except Exception:  # noqa: BLE001 - any lookup failure reads as "not found", as on AWS
@@ -197,8 +237,9 @@ class RuntimeStandIn:
     def start(self) -> RuntimeStandIn:
         self._server = _Server(("127.0.0.1", self.port), _Handler)
         self._server.standin = self
-        self._thread = threading.Thread(target=self._server.serve_forever, name="sagemaker-runtime-standin",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="sagemaker-runtime-standin", daemon=True
+        )
         self._thread.start()
         return self
 

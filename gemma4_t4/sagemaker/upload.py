@@ -57,8 +57,13 @@ class UploadResult:
 
     def table(self) -> str:
         rows = [f"  {f.name:<48} {f.size / 2**20:10.1f} MiB  {f.status}" for f in self.files]
-        return "\n".join([f"{self.s3_uri}  ({self.total_bytes / 2**30:.2f} GiB, "
-                          f"{self.bytes_uploaded / 2**30:.2f} GiB uploaded now)", *rows])
+        return "\n".join(
+            [
+                f"{self.s3_uri}  ({self.total_bytes / 2**30:.2f} GiB, "
+                f"{self.bytes_uploaded / 2**30:.2f} GiB uploaded now)",
+                *rows,
+            ]
+        )
 
 
 def _sha256(path: Path) -> str:
@@ -73,11 +78,15 @@ def scan_folder(folder: str | Path) -> list[LocalFile]:
     """The files to upload (dotfiles and partial outputs skipped); refuses a non-model folder."""
     root = Path(folder).expanduser()
     if not root.is_dir():
-        raise Gemma4T4Error(f"model folder {root} does not exist or is not a folder",
-                            fix="pass the folder holding config.json and the *.safetensors files")
+        raise Gemma4T4Error(
+            f"model folder {root} does not exist or is not a folder",
+            fix="pass the folder holding config.json and the *.safetensors files",
+        )
     if not (root / "config.json").is_file():
-        raise Gemma4T4Error(f"{root} has no config.json, so vLLM cannot serve it",
-                            fix="pass a Hugging Face-style model folder (e.g. the output of gemma4-t4 quant repack)")
+        raise Gemma4T4Error(
+            f"{root} has no config.json, so vLLM cannot serve it",
+            fix="pass a Hugging Face-style model folder (e.g. the output of gemma4-t4 quant repack)",
+        )
     files = []
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root)
@@ -105,17 +114,20 @@ def default_bucket(account: str, region: str) -> str:
     return f"gemma4-t4-models-{account}-{region}"
 
 
-def upload_plan(folder: str | Path, bucket: str, prefix: str | None = None,
-                region: str | None = None) -> tuple[str, list[str]]:
+def upload_plan(
+    folder: str | Path, bucket: str, prefix: str | None = None, region: str | None = None
+) -> tuple[str, list[str]]:
     """Dry run: the S3 URI and one ``aws s3 cp`` per file (shell-quoted); nothing is called."""
     files = scan_folder(folder)
     prefix = prefix or default_prefix(folder, files)
     s3_uri = f"s3://{bucket}/{prefix}"
     region_arg = f" --region {shlex.quote(region)}" if region else ""
-    commands = [f"# {comment_line(f'{f.name}: {f.size} bytes, sha256 {f.sha256}')}\n"
-                f"aws s3 cp {shlex.quote(str(f.path))} {shlex.quote(s3_uri + f.name)} "
-                f"--metadata {shlex.quote('sha256=' + f.sha256)} --checksum-algorithm SHA256{region_arg}"
-                for f in files]
+    commands = [
+        f"# {comment_line(f'{f.name}: {f.size} bytes, sha256 {f.sha256}')}\n"
+        f"aws s3 cp {shlex.quote(str(f.path))} {shlex.quote(s3_uri + f.name)} "
+        f"--metadata {shlex.quote('sha256=' + f.sha256)} --checksum-algorithm SHA256{region_arg}"
+        for f in files
+    ]
     return s3_uri, commands
 
 
@@ -130,8 +142,15 @@ def ensure_bucket(s3: Any, bucket: str, region: str) -> bool:
         if error_code(exc) in ("BucketAlreadyOwnedByYou",):
             return False
         raise aws_error(exc, f"CreateBucket {bucket}") from exc
-    s3.put_public_access_block(Bucket=bucket, PublicAccessBlockConfiguration={
-        "BlockPublicAcls": True, "IgnorePublicAcls": True, "BlockPublicPolicy": True, "RestrictPublicBuckets": True})
+    s3.put_public_access_block(
+        Bucket=bucket,
+        PublicAccessBlockConfiguration={
+            "BlockPublicAcls": True,
+            "IgnorePublicAcls": True,
+            "BlockPublicPolicy": True,
+            "RestrictPublicBuckets": True,
+        },
+    )
     s3.put_bucket_tagging(Bucket=bucket, Tagging={"TagSet": [{"Key": PROJECT_TAG, "Value": PROJECT_VALUE}]})
     return True
 
@@ -160,8 +179,9 @@ def _parts(path: Path, part_size: int):
             number += 1
 
 
-def _multipart(s3: Any, bucket: str, key: str, f: LocalFile, part_size: int,
-               advance: Callable[[int], None]) -> tuple[str, int, int]:
+def _multipart(
+    s3: Any, bucket: str, key: str, f: LocalFile, part_size: int, advance: Callable[[int], None]
+) -> tuple[str, int, int]:
     """Upload ``f`` in parts, resuming an unfinished upload of ``key``. Returns (status, parts, bytes sent)."""
     upload_id, done = None, {}
     for upload in s3.list_multipart_uploads(Bucket=bucket, Prefix=key).get("Uploads", []):
@@ -172,8 +192,9 @@ def _multipart(s3: Any, bucket: str, key: str, f: LocalFile, part_size: int,
             break
     status = "resumed" if upload_id else "uploaded"
     if upload_id is None:
-        upload_id = s3.create_multipart_upload(Bucket=bucket, Key=key, Metadata={"sha256": f.sha256},
-                                               ChecksumAlgorithm="SHA256")["UploadId"]
+        upload_id = s3.create_multipart_upload(
+            Bucket=bucket, Key=key, Metadata={"sha256": f.sha256}, ChecksumAlgorithm="SHA256"
+        )["UploadId"]
     completed, sent = [], 0
     for number, chunk in _parts(f.path, part_size):
         md5 = hashlib.md5(chunk, usedforsecurity=False).hexdigest()
@@ -181,25 +202,37 @@ def _multipart(s3: Any, bucket: str, key: str, f: LocalFile, part_size: int,
         if done.get(number) == (len(chunk), md5):
             etag = md5
         else:
-            etag = s3.upload_part(Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=chunk,
-                                  ChecksumSHA256=sha)["ETag"].strip('"')
+            etag = s3.upload_part(
+                Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=chunk, ChecksumSHA256=sha
+            )["ETag"].strip('"')
             sent += len(chunk)
         completed.append({"PartNumber": number, "ETag": etag, "ChecksumSHA256": sha})
         advance(len(chunk))
-    s3.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id,
-                                 MultipartUpload={"Parts": completed})
+    s3.complete_multipart_upload(
+        Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": completed}
+    )
     return status, len(completed), sent
 
 
-def upload_model_folder(folder: str | Path, region: str, *, bucket: str | None = None, prefix: str | None = None,
-                        s3_client: Any = None, session: Any = None, part_size: int = PART_SIZE,
-                        progress: bool = True) -> UploadResult:
+def upload_model_folder(
+    folder: str | Path,
+    region: str,
+    *,
+    bucket: str | None = None,
+    prefix: str | None = None,
+    s3_client: Any = None,
+    session: Any = None,
+    part_size: int = PART_SIZE,
+    progress: bool = True,
+) -> UploadResult:
     """Upload ``folder`` to ``s3://bucket/prefix/``; files already there (same sha256) are skipped."""
     from tqdm.auto import tqdm
 
     validate_region(region)
     if part_size < MIN_PART_SIZE:
-        raise Gemma4T4Error(f"part size {part_size} is below S3's 5 MiB minimum", fix="use the default (64 MiB)")
+        raise Gemma4T4Error(
+            f"part size {part_size} is below S3's 5 MiB minimum", fix="use the default (64 MiB)"
+        )
     files = scan_folder(folder)
     make = client_factory(session)
     s3 = s3_client or make("s3", region)
@@ -223,8 +256,13 @@ def upload_model_folder(folder: str | Path, region: str, *, bucket: str | None =
                     status, parts, sent = _multipart(s3, bucket, key, f, part_size, bar.update)
                 else:
                     body = f.path.read_bytes()
-                    s3.put_object(Bucket=bucket, Key=key, Body=body, Metadata={"sha256": f.sha256},
-                                  ChecksumSHA256=_b64(hashlib.sha256(body).digest()))
+                    s3.put_object(
+                        Bucket=bucket,
+                        Key=key,
+                        Body=body,
+                        Metadata={"sha256": f.sha256},
+                        ChecksumSHA256=_b64(hashlib.sha256(body).digest()),
+                    )
                     status, parts, sent = "uploaded", 1, f.size
                     bar.update(f.size)
                 result.files.append(UploadedFile(f.name, f.size, status, parts))
