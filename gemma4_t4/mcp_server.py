@@ -290,7 +290,8 @@ def get_help() -> HelpResult:
     return HelpResult(
         workflow=[
             "1. check_quotas: find a region with '<instance> for endpoint usage' quota (new accounts often have 0)",
-            "2. find_vllm_image: the AWS vLLM container for that region and the driver (AMI) it needs",
+            "2. find_vllm_image: the AWS vLLM container for that region and the driver (AMI) it needs; on a T4, "
+            "build_t4_image(confirm=True) once per region (the stock container crashes on Turing)",
             "3. get_deployment_config: validate the config, see $/hour and the equivalent aws CLI",
             "4. deploy_endpoint(confirm=True): create model, endpoint config, endpoint (billing starts)",
             "5. get_endpoint_status / get_endpoint_logs until InService (a T4 start takes ~13 min)",
@@ -352,15 +353,18 @@ def find_vllm_image(region: str = "us-east-2", tag: str | None = None, latest: b
 
 def _config(name: str, model_id: str, region: str, instance_type: str, max_model_len: int, max_num_seqs: int,
             dtype: str | None, fallback_instance_types: list[str] | None, extra_vllm_args: list[str] | None,
-            ttl_hours: float, image_tag: str | None, role_arn: str | None) -> Any:
+            ttl_hours: float, image_tag: str | None, role_arn: str | None, image_uri: str | None = None,
+            allow_unfixed_image: bool = False) -> Any:
     from gemma4_t4.sagemaker.config import DeployConfig
     from gemma4_t4.sagemaker.image import DEFAULT_VLLM_TAG
 
+    # The same fail-closed rule as the CLI: DeployConfig.validate refuses a T4 image without the fix.
     return DeployConfig(name=name, model_id=model_id, region=region, instance_type=instance_type,
                         max_model_len=max_model_len, max_num_seqs=max_num_seqs, dtype=dtype,
                         fallback_instance_types=list(fallback_instance_types or []),
                         extra_args=list(extra_vllm_args or []), ttl_hours=ttl_hours,
-                        image_tag=image_tag or DEFAULT_VLLM_TAG, role_arn=role_arn)
+                        image_tag=image_tag or DEFAULT_VLLM_TAG, role_arn=role_arn, image_uri=image_uri,
+                        allow_unfixed_image=allow_unfixed_image)
 
 
 @tool(LOCAL_READ_ONLY)
@@ -369,13 +373,15 @@ def get_deployment_config(name: str = "gemma4-t4", model_id: str = "google/gemma
                           max_model_len: int = 8192, max_num_seqs: int = 4, dtype: str | None = None,
                           fallback_instance_types: list[str] | None = None,
                           extra_vllm_args: list[str] | None = None, ttl_hours: float = 4.0,
-                          image_tag: str | None = None, role_arn: str | None = None) -> ConfigResult:
+                          image_tag: str | None = None, role_arn: str | None = None, image_uri: str | None = None,
+                          allow_unfixed_image: bool = False) -> ConfigResult:
     """Validate a deployment config (no AWS calls): container env, AMI, $/hour and the aws CLI recipe."""
     from gemma4_t4.sagemaker.cost import estimate
     from gemma4_t4.sagemaker.deploy import deployment_plan
 
     config = _config(name, model_id, region, instance_type, max_model_len, max_num_seqs, dtype,
-                     fallback_instance_types, extra_vllm_args, ttl_hours, image_tag, role_arn)
+                     fallback_instance_types, extra_vllm_args, ttl_hours, image_tag, role_arn, image_uri,
+                     allow_unfixed_image)
     try:
         plan = deployment_plan(config)
     except Gemma4T4Error as exc:
@@ -391,16 +397,20 @@ def deploy_endpoint(name: str = "gemma4-t4", model_id: str = "google/gemma-4-E2B
                     dtype: str | None = None, fallback_instance_types: list[str] | None = None,
                     extra_vllm_args: list[str] | None = None, ttl_hours: float = 4.0, image_tag: str | None = None,
                     role_arn: str | None = None, wait: bool = False, timeout_s: float | None = None,
+                    image_uri: str | None = None, allow_unfixed_image: bool = False,
                     confirm: bool = False) -> DeployToolResult:
     """Deploy to a SageMaker endpoint (billing starts). Needs confirm=True; without it, returns the plan.
 
     wait=False returns at Creating and keeps watching: a Failed or timed-out endpoint is deleted.
+    On a T4 an image without the Turing fix is refused; with no image_uri the newest fixed image
+    in the region's ECR is used (build it with build_t4_image).
     """
     from gemma4_t4.sagemaker.cost import estimate
     from gemma4_t4.sagemaker.deploy import DeployFailed, deploy, deploy_in_background, deployment_plan
 
     config = _config(name, model_id, region, instance_type, max_model_len, max_num_seqs, dtype,
-                     fallback_instance_types, extra_vllm_args, ttl_hours, image_tag, role_arn)
+                     fallback_instance_types, extra_vllm_args, ttl_hours, image_tag, role_arn, image_uri,
+                     allow_unfixed_image)
     plan = deployment_plan(config)  # validates before anything else
     cost = estimate(config.instance_type, config.instance_count).line()
     if not confirm:
@@ -419,6 +429,36 @@ def deploy_endpoint(name: str = "gemma4-t4", model_id: str = "google/gemma-4-E2B
                                 next_step="read get_endpoint_logs; what was created has been deleted")
     return DeployToolResult(refused=False, cost=cost, aws_cli=plan, deployment=to_jsonable(result),
                             next_step="poll get_endpoint_status until InService, then verify_model_health")
+
+
+class BuildImageResult(BaseModel):
+    refused: bool
+    reason: str | None = None
+    cost: str = ""
+    aws_cli: list[str] = []
+    build: dict[str, Any] | None = None
+
+
+@tool(DESTRUCTIVE, confirm=True)
+def build_t4_image(region: str = "us-east-2", base_tag: str | None = None, confirm: bool = False) -> BuildImageResult:
+    """Build the fixed T4 image in AWS CodeBuild and push it to your ECR (bills). Needs confirm=True."""
+    from gemma4_t4.sagemaker.build import BuildFailed, build_cost, build_plan, build_record
+    from gemma4_t4.sagemaker.build import build_t4_image as build
+    from gemma4_t4.sagemaker.image import DEFAULT_VLLM_TAG
+
+    tag = base_tag or DEFAULT_VLLM_TAG
+    plan = build_plan(region, tag)  # validates region and tag before anything else
+    cost = build_cost().line()
+    if not confirm:
+        return BuildImageResult(refused=True, cost=cost, aws_cli=plan,
+                                reason="building creates ECR, S3, IAM and CodeBuild resources and bills: "
+                                "call again with confirm=True")
+    try:
+        result = build(region, tag, progress=False)
+    except BuildFailed as exc:
+        return BuildImageResult(refused=False, reason=str(exc), cost=cost, build=to_jsonable(exc.result))
+    return BuildImageResult(refused=False, cost=cost, build=build_record(result) | {
+        "created": result.created, "reused": result.reused})
 
 
 @tool(READ_ONLY)

@@ -25,7 +25,7 @@ EXPECTED_TOOLS = {
     "check_quotas", "find_vllm_image", "get_deployment_config", "deploy_endpoint", "get_endpoint_status",
     "list_endpoints", "get_endpoint_logs", "verify_model_health", "query_model", "delete_endpoint",
     "check_environment", "verify_gpu_arch", "apply_turing_patch", "verify_turing_patch", "start_vllm_server",
-    "stop_vllm_server", "server_status", "run_benchmark", "get_help",
+    "stop_vllm_server", "server_status", "run_benchmark", "get_help", "build_t4_image",
 }
 
 

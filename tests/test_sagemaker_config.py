@@ -27,20 +27,23 @@ class ExplodingClient:
         raise AssertionError(f"AWS was called ({name}) before validation")
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"region": "us-east-9"}, "unknown or unsupported AWS region"),
-    ({"instance_type": "ml.p9.huge"}, "unsupported SageMaker instance type"),
-    ({"fallback_instance_types": ["ml.t2.medium"]}, "unsupported SageMaker instance type"),
-    ({"dtype": "bfloat16"}, "Turing has no bf16"),
-    ({"tensor_parallel_size": 2}, "has 1 GPU"),
-    ({"name": "bad_name!"}, "invalid endpoint name"),
-    ({"ttl_hours": 0}, "ttl_hours"),
-    ({"startup_timeout_s": 30}, "60..3600"),
-    ({"image_tag": "latest"}, "not a pinned vLLM SageMaker tag"),
-    ({"inference_ami_version": "al2-ami-sagemaker-inference-gpu-3-1"}, "cannot run image"),
-    ({"extra_args": ["enforce-eager"]}, "--long-flag"),
-    ({"role_arn": "not-an-arn"}, "not an IAM role ARN"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"region": "us-east-9"}, "unknown or unsupported AWS region"),
+        ({"instance_type": "ml.p9.huge"}, "unsupported SageMaker instance type"),
+        ({"fallback_instance_types": ["ml.t2.medium"]}, "unsupported SageMaker instance type"),
+        ({"dtype": "bfloat16"}, "Turing has no bf16"),
+        ({"tensor_parallel_size": 2}, "has 1 GPU"),
+        ({"name": "bad_name!"}, "invalid endpoint name"),
+        ({"ttl_hours": 0}, "ttl_hours"),
+        ({"startup_timeout_s": 30}, "60..3600"),
+        ({"image_tag": "latest"}, "not a pinned vLLM SageMaker tag"),
+        ({"inference_ami_version": "al2-ami-sagemaker-inference-gpu-3-1"}, "cannot run image"),
+        ({"extra_args": ["enforce-eager"]}, "--long-flag"),
+        ({"role_arn": "not-an-arn"}, "not an IAM role ARN"),
+    ],
+)
 def test_bad_config_is_refused_before_any_call(change, message):
     config = DeployConfig(**({"role_arn": ROLE} | change))
     with pytest.raises(Gemma4T4Error, match=message) as info:
@@ -56,9 +59,14 @@ def test_missing_role_names_the_variable(monkeypatch):
 
 
 def test_container_env_from_typed_config():
-    config = DeployConfig(model_id="google/gemma-4-E4B-it", max_model_len=4096, max_num_seqs=2,
-                          extra_args=["--enforce-eager", "--max-num-batched-tokens", "1024", "--seed=7"],
-                          extra_env={"SM_VLLM_MAX_NUM_SEQS": "3"}, role_arn=ROLE)
+    config = DeployConfig(
+        model_id="google/gemma-4-E4B-it",
+        max_model_len=4096,
+        max_num_seqs=2,
+        extra_args=["--enforce-eager", "--max-num-batched-tokens", "1024", "--seed=7"],
+        extra_env={"SM_VLLM_MAX_NUM_SEQS": "3"},
+        role_arn=ROLE,
+    )
     env = config.container_env()
     assert env["SM_VLLM_MODEL"] == "google/gemma-4-E4B-it"
     assert env["SM_VLLM_DTYPE"] == "float16"  # T4 default
@@ -86,8 +94,11 @@ def test_variant_ami_pools_and_timeouts():
     assert variant["ContainerStartupHealthCheckTimeoutInSeconds"] == 1800
     pooled = DeployConfig(fallback_instance_types=["ml.g4dn.2xlarge", "ml.g6.xlarge"]).production_variant()
     assert "InstanceType" not in pooled
-    assert [p["InstanceType"] for p in pooled["InstancePools"]] == ["ml.g4dn.xlarge", "ml.g4dn.2xlarge",
-                                                                     "ml.g6.xlarge"]
+    assert [p["InstanceType"] for p in pooled["InstancePools"]] == [
+        "ml.g4dn.xlarge",
+        "ml.g4dn.2xlarge",
+        "ml.g6.xlarge",
+    ]
     assert [p["Priority"] for p in pooled["InstancePools"]] == [1, 2, 3]
     cu114 = DeployConfig(image_uri="123456789012.dkr.ecr.us-east-2.amazonaws.com/x:1.0-gpu-cu114")
     assert "InferenceAmiVersion" not in cu114.production_variant()  # the instance default driver runs it
@@ -106,9 +117,15 @@ def test_ami_derivation_table():
 
 
 def test_tag_selection_is_numeric_and_rejects_floating_tags():
-    tags = ["0.9.2-gpu-py312-cu130-ubuntu24.04-sagemaker-v1.3", "0.10.0-gpu-py312-cu130-ubuntu24.04-sagemaker-v1.0",
-            "0.10.0-gpu-py312-cu130-ubuntu24.04-sagemaker-v1.2", "0.99.0-gpu-py312-cu130-ubuntu24.04-sagemaker-v1.0-soci",
-            "latest", "0.99.0-omni-gpu-py312-cu130", "server-sagemaker-cuda-v1.3"]
+    tags = [
+        "0.9.2-gpu-py312-cu130-ubuntu24.04-sagemaker-v1.3",
+        "0.10.0-gpu-py312-cu130-ubuntu24.04-sagemaker-v1.0",
+        "0.10.0-gpu-py312-cu130-ubuntu24.04-sagemaker-v1.2",
+        "0.99.0-gpu-py312-cu130-ubuntu24.04-sagemaker-v1.0-soci",
+        "latest",
+        "0.99.0-omni-gpu-py312-cu130",
+        "server-sagemaker-cuda-v1.3",
+    ]
     assert image.select_latest_tag(tags) == "0.10.0-gpu-py312-cu130-ubuntu24.04-sagemaker-v1.2"
     with pytest.raises(Gemma4T4Error):
         image.select_latest_tag(["latest", "x-soci"])
@@ -120,12 +137,16 @@ def test_registry_accounts():
     assert image.dlc_account("ap-northeast-3") == "364406365360"
     assert image.vllm_image_uri("cn-north-1").endswith(".amazonaws.com.cn/vllm:" + image.DEFAULT_VLLM_TAG)
     assert image.t4_image_uri("111122223333", "us-west-2").startswith(
-        "111122223333.dkr.ecr.us-west-2.amazonaws.com/gemma4-t4-vllm:")
+        "111122223333.dkr.ecr.us-west-2.amazonaws.com/gemma4-t4-vllm:"
+    )
 
 
 def test_cli_recipe_round_trips_parameters():
-    params = {"EndpointConfigName": "e", "ProductionVariants": [{"VariantName": "AllTraffic", "Weight": 1.0}],
-              "EnableNetworkIsolation": True}
+    params = {
+        "EndpointConfigName": "e",
+        "ProductionVariants": [{"VariantName": "AllTraffic", "Weight": 1.0}],
+        "EnableNetworkIsolation": True,
+    }
     command = to_cli(ApiCall("sagemaker", "create_endpoint_config", params, "us-west-2"))
     argv = shlex.split(command)
     assert argv[:5] == ["aws", "sagemaker", "create-endpoint-config", "--region", "us-west-2"]
@@ -150,15 +171,18 @@ def test_cost_estimate_from_price_table():
     assert estimate("ml.g5.xlarge").usd_per_hour is None
 
 
-@pytest.mark.parametrize("reply, healthy", [
-    ("42", True),
-    ("The answer is 42.", True),
-    (": ok: ok: ok: ok: ok", False),
-    ("42 42 42 42 42 42", False),
-    ("", False),
-    ("forty-something", False),
-    ("\ufffd\ufffd42", False),
-])
+@pytest.mark.parametrize(
+    "reply, healthy",
+    [
+        ("42", True),
+        ("The answer is 42.", True),
+        (": ok: ok: ok: ok: ok", False),
+        ("42 42 42 42 42 42", False),
+        ("", False),
+        ("forty-something", False),
+        ("\ufffd\ufffd42", False),
+    ],
+)
 def test_health_judgement(reply, healthy):
     assert assess(PROBES[0], reply).passed is healthy
 
@@ -172,14 +196,17 @@ def test_check_health_needs_every_probe():
 
 
 def test_sse_decoder_handles_arbitrary_splits():
-    events = [{"choices": [{"delta": {"content": "Hel"}}]}, {"choices": [{"delta": {"content": "lo"}}]},
-              {"choices": [], "usage": {"completion_tokens": 2}}]
+    events = [
+        {"choices": [{"delta": {"content": "Hel"}}]},
+        {"choices": [{"delta": {"content": "lo"}}]},
+        {"choices": [], "usage": {"completion_tokens": 2}},
+    ]
     stream = "".join(f"data: {json.dumps(e)}\n\n" for e in events).encode() + b"data: [DONE]\n\n"
-    parts = [stream[i:i + 7] for i in range(0, len(stream), 7)]  # split mid-line and mid-JSON
+    parts = [stream[i : i + 7] for i in range(0, len(stream), 7)]  # split mid-line and mid-JSON
     items = list(stream_deltas(iter(parts)))
     assert "".join(i.get("text", "") for i in items) == "Hello"
     assert items[-1] == {"usage": {"completion_tokens": 2}}
-    assert SSEDecoder().feed(b"data: {\"a\": 1}") == []  # incomplete line is held back
+    assert SSEDecoder().feed(b'data: {"a": 1}') == []  # incomplete line is held back
 
 
 def test_image_check_reads_the_installed_vllm():

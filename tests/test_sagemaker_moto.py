@@ -11,6 +11,7 @@ import boto3
 import pytest
 from aws_fixtures import local_aws, local_aws_session  # noqa: F401 - fixtures
 
+import gemma4_t4
 from gemma4_t4.cli import main
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.sagemaker import (
@@ -33,9 +34,11 @@ REGION = "us-east-2"
 
 def _names(region: str = REGION) -> dict[str, list[str]]:
     sm = boto3.client("sagemaker", region_name=region)
-    return {"endpoints": [e["EndpointName"] for e in sm.list_endpoints()["Endpoints"]],
-            "configs": [c["EndpointConfigName"] for c in sm.list_endpoint_configs()["EndpointConfigs"]],
-            "models": [m["ModelName"] for m in sm.list_models()["Models"]]}
+    return {
+        "endpoints": [e["EndpointName"] for e in sm.list_endpoints()["Endpoints"]],
+        "configs": [c["EndpointConfigName"] for c in sm.list_endpoint_configs()["EndpointConfigs"]],
+        "models": [m["ModelName"] for m in sm.list_models()["Models"]],
+    }
 
 
 def test_lifecycle_deploy_status_invoke_logs_delete(local_aws):  # noqa: F811
@@ -47,7 +50,11 @@ def test_lifecycle_deploy_status_invoke_logs_delete(local_aws):  # noqa: F811
     sm = boto3.client("sagemaker", region_name=REGION)
     model = sm.describe_model(ModelName="g4-life")
     assert model["PrimaryContainer"]["Environment"]["SM_VLLM_MAX_MODEL_LEN"] == "4096"
-    assert model["PrimaryContainer"]["Image"].startswith("763104351884.dkr.ecr.us-east-2.amazonaws.com/vllm:")
+    # A T4 never gets the stock DLC: the newest fixed image in the region's ECR (seeded by LocalAWS)
+    assert model["PrimaryContainer"]["Image"] == (
+        "123456789012.dkr.ecr.us-east-2.amazonaws.com/gemma4-t4-vllm:"
+        "0.30.0-gpu-py312-cu130-ubuntu24.04-sagemaker-v1.3-g4t4-" + gemma4_t4.__version__
+    )
     variant = sm.describe_endpoint_config(EndpointConfigName="g4-life")["ProductionVariants"][0]
     assert variant["InferenceAmiVersion"] == "al2023-ami-sagemaker-inference-gpu-4-1"
     tags = {t["Key"]: t["Value"] for t in sm.list_tags(ResourceArn=model["ModelArn"])["Tags"]}
@@ -65,8 +72,10 @@ def test_lifecycle_deploy_status_invoke_logs_delete(local_aws):  # noqa: F811
 
     missing = endpoint_logs("g4-life", REGION)
     assert not missing.found and "container never started" in missing.explanation
-    local_aws.put_endpoint_logs("g4-life", ["INFO starting", "INFO Model loading took 9.8 GiB and 41 s",
-                                            "INFO Application startup complete."])
+    local_aws.put_endpoint_logs(
+        "g4-life",
+        ["INFO starting", "INFO Model loading took 9.8 GiB and 41 s", "INFO Application startup complete."],
+    )
     logs = endpoint_logs("g4-life", REGION, lines=2)
     assert logs.found and len(logs.lines) == 2 and logs.lines[-1].endswith("startup complete.")
     assert any("Model loading took" in m for m in logs.milestones)
@@ -102,8 +111,12 @@ def test_background_watch_reports_in_service(local_aws):  # noqa: F811
 
 def test_quota_fake_end_to_end(local_aws):  # noqa: F811
     report = check_quotas(["ml.g4dn.xlarge", "ml.g6.xlarge"])
-    assert [q["region"] for q in local_aws.quota_fake.requests] == ["us-east-1", "us-east-2", "us-west-2",
-                                                                     "us-west-1"]  # sequential, in order
+    assert [q["region"] for q in local_aws.quota_fake.requests] == [
+        "us-east-1",
+        "us-east-2",
+        "us-west-2",
+        "us-west-1",
+    ]  # sequential, in order
     assert pick_region(report, "ml.g4dn.xlarge") == "us-east-2"
     assert pick_region(report, "ml.g4dn.xlarge", preferred=["us-west-2"]) == "us-west-2"
     local_aws.quota_fake.quotas["us-east-2"]["ml.g6.xlarge"] = 0
@@ -116,10 +129,22 @@ def test_reap_deletes_only_expired_project_endpoints(local_aws):  # noqa: F811
     deploy(DeployConfig(name="g4-old", ttl_hours=1), poll_s=0.05, progress=False)
     deploy(DeployConfig(name="g4-new", ttl_hours=48), poll_s=0.05, progress=False)
     sm = boto3.client("sagemaker", region_name=REGION)  # someone else's endpoint, untagged
-    sm.create_model(ModelName="other", ExecutionRoleArn="arn:aws:iam::123456789012:role/x",
-                    PrimaryContainer={"Image": "123456789012.dkr.ecr.us-east-2.amazonaws.com/other:1"})
-    sm.create_endpoint_config(EndpointConfigName="other", ProductionVariants=[{
-        "VariantName": "v", "ModelName": "other", "InitialInstanceCount": 1, "InstanceType": "ml.g4dn.xlarge"}])
+    sm.create_model(
+        ModelName="other",
+        ExecutionRoleArn="arn:aws:iam::123456789012:role/x",
+        PrimaryContainer={"Image": "123456789012.dkr.ecr.us-east-2.amazonaws.com/other:1"},
+    )
+    sm.create_endpoint_config(
+        EndpointConfigName="other",
+        ProductionVariants=[
+            {
+                "VariantName": "v",
+                "ModelName": "other",
+                "InitialInstanceCount": 1,
+                "InstanceType": "ml.g4dn.xlarge",
+            }
+        ],
+    )
     sm.create_endpoint(EndpointName="other", EndpointConfigName="other")
     later = now + dt.timedelta(hours=2)
     preview = reap([REGION], dry_run=True, now=later)
@@ -146,8 +171,17 @@ def test_cli_lifecycle_and_confirmation(local_aws, capsys):  # noqa: F811
     assert code == 0 and plan["dry_run"] and "aws sagemaker create-model" in plan["plan"][0]
     assert _names()["models"] == []  # a dry run calls nothing
 
-    code, deployed = _cli(capsys, "sagemaker", "deploy", "--name", "g4-cli", "--vllm-arg=--enforce-eager",
-                          "--timeout", "60", "--json")
+    code, deployed = _cli(
+        capsys,
+        "sagemaker",
+        "deploy",
+        "--name",
+        "g4-cli",
+        "--vllm-arg=--enforce-eager",
+        "--timeout",
+        "60",
+        "--json",
+    )
     assert code == 0 and deployed["status"] == "InService"
     code, status = _cli(capsys, "sagemaker", "status", "g4-cli", "--json")
     assert code == 0 and status["status"] == "InService"

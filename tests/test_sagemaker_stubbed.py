@@ -11,6 +11,7 @@ from botocore.stub import Stubber
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.sagemaker.config import DeployConfig
 from gemma4_t4.sagemaker.deploy import DeployFailed, deploy, deploy_with_failover
+from gemma4_t4.sagemaker.image import fixed_image_tag
 from gemma4_t4.sagemaker.quotas import check_quotas, pick_region
 
 ROLE = "arn:aws:iam::123456789012:role/sm-exec"
@@ -18,14 +19,23 @@ NAME = "g4-test"
 
 
 def _client(service: str, region: str = "us-east-2"):
-    return boto3.client(service, region_name=region, aws_access_key_id="x", aws_secret_access_key="y",
-                        endpoint_url=f"https://{service}.{region}.example.invalid")
+    return boto3.client(
+        service,
+        region_name=region,
+        aws_access_key_id="x",
+        aws_secret_access_key="y",
+        endpoint_url=f"https://{service}.{region}.example.invalid",
+    )
 
 
 def _quota_page(values: dict[str, float]) -> dict:
-    quotas = [{"QuotaName": f"{t} for endpoint usage", "QuotaCode": f"L-{i:08d}", "Value": v, "Adjustable": True}
-              for i, (t, v) in enumerate(values.items())]
-    quotas.append({"QuotaName": "ml.g4dn.xlarge for training job usage", "QuotaCode": "L-TRAIN", "Value": 9.0})
+    quotas = [
+        {"QuotaName": f"{t} for endpoint usage", "QuotaCode": f"L-{i:08d}", "Value": v, "Adjustable": True}
+        for i, (t, v) in enumerate(values.items())
+    ]
+    quotas.append(
+        {"QuotaName": "ml.g4dn.xlarge for training job usage", "QuotaCode": "L-TRAIN", "Value": 9.0}
+    )
     return {"Quotas": quotas}
 
 
@@ -52,9 +62,46 @@ class Clients:
             stubber.assert_no_pending_responses()
 
 
+def _fixed_image(region: str = "us-east-2") -> tuple[object, Stubber]:
+    """ECR answering the T4 deploy's lookup of the fixed image (a T4 never gets the stock DLC)."""
+    ecr = _client("ecr", region)
+    stubber = Stubber(ecr)
+    _expect_fixed_image(stubber)
+    stubber.activate()
+    return ecr, stubber
+
+
+def _expect_fixed_image(stubber: Stubber) -> None:
+    tag = fixed_image_tag()
+    stubber.add_response(
+        "describe_images",
+        {
+            "imageDetails": [
+                {
+                    "registryId": "123456789012",
+                    "repositoryName": "gemma4-t4-vllm",
+                    "imageDigest": "sha256:" + "a" * 64,
+                    "imageTags": [tag],
+                },
+                {
+                    "registryId": "123456789012",
+                    "repositoryName": "gemma4-t4-vllm",
+                    "imageDigest": "sha256:" + "b" * 64,
+                    "imageTags": ["0.29.0-gpu-py312-cu130-ubuntu24.04-sagemaker-v1.3-g4t4-0.0.9", "scratch"],
+                },
+            ]
+        },
+        {"repositoryName": "gemma4-t4-vllm", "filter": {"tagStatus": "TAGGED"}},
+    )
+
+
 def _not_found(stubber: Stubber, operation: str) -> None:
-    stubber.add_client_error(operation, service_error_code="ValidationException",
-                             service_message="Could not find resource.", http_status_code=400)
+    stubber.add_client_error(
+        operation,
+        service_error_code="ValidationException",
+        service_message="Could not find resource.",
+        http_status_code=400,
+    )
 
 
 def _expect_preflight(stubber: Stubber) -> None:
@@ -64,20 +111,32 @@ def _expect_preflight(stubber: Stubber) -> None:
 
 def _expect_creates(stubber: Stubber, region: str = "us-east-2", fail_at: str | None = None) -> None:
     arn = f"arn:aws:sagemaker:{region}:123456789012:"
-    for operation, key in (("create_model", "ModelArn"), ("create_endpoint_config", "EndpointConfigArn"),
-                           ("create_endpoint", "EndpointArn")):
+    for operation, key in (
+        ("create_model", "ModelArn"),
+        ("create_endpoint_config", "EndpointConfigArn"),
+        ("create_endpoint", "EndpointArn"),
+    ):
         if operation == fail_at:
-            stubber.add_client_error(operation, service_error_code="ResourceLimitExceeded",
-                                     service_message="The account-level service limit 'ml.g4dn.xlarge for "
-                                     "endpoint usage' is 0 Instances", http_status_code=400)
+            stubber.add_client_error(
+                operation,
+                service_error_code="ResourceLimitExceeded",
+                service_message="The account-level service limit 'ml.g4dn.xlarge for "
+                "endpoint usage' is 0 Instances",
+                http_status_code=400,
+            )
             return
         stubber.add_response(operation, {key: arn + operation})
 
 
 def _describe(stubber: Stubber, status: str, reason: str | None = None) -> None:
-    response = {"EndpointName": NAME, "EndpointArn": "arn:aws:sagemaker:us-east-2:123456789012:endpoint/x",
-                "EndpointConfigName": NAME, "EndpointStatus": status,
-                "CreationTime": "2026-11-01T00:00:00Z", "LastModifiedTime": "2026-11-01T00:00:00Z"}
+    response = {
+        "EndpointName": NAME,
+        "EndpointArn": "arn:aws:sagemaker:us-east-2:123456789012:endpoint/x",
+        "EndpointConfigName": NAME,
+        "EndpointStatus": status,
+        "CreationTime": "2026-11-01T00:00:00Z",
+        "LastModifiedTime": "2026-11-01T00:00:00Z",
+    }
     if reason:
         response["FailureReason"] = reason
     stubber.add_response("describe_endpoint", response, {"EndpointName": NAME})
@@ -102,12 +161,17 @@ class FakeClock:
 
 def test_quotas_by_name_sequential_and_region_pick():
     clients = Clients()
-    clients.stub("service-quotas", "us-east-1").add_response("list_service_quotas", _quota_page(
-        {"ml.g4dn.xlarge": 0.0}), {"ServiceCode": "sagemaker"})
+    clients.stub("service-quotas", "us-east-1").add_response(
+        "list_service_quotas", _quota_page({"ml.g4dn.xlarge": 0.0}), {"ServiceCode": "sagemaker"}
+    )
     clients.stub("service-quotas", "us-east-2").add_client_error(
-        "list_service_quotas", service_error_code="AccessDeniedException", service_message="denied")
-    clients.stub("service-quotas", "us-west-2").add_response("list_service_quotas", _quota_page(
-        {"ml.g4dn.xlarge": 2.0, "ml.g6.xlarge": 1.0}), {"ServiceCode": "sagemaker"})
+        "list_service_quotas", service_error_code="AccessDeniedException", service_message="denied"
+    )
+    clients.stub("service-quotas", "us-west-2").add_response(
+        "list_service_quotas",
+        _quota_page({"ml.g4dn.xlarge": 2.0, "ml.g6.xlarge": 1.0}),
+        {"ServiceCode": "sagemaker"},
+    )
     report = check_quotas(["ml.g4dn.xlarge"], ["us-east-1", "us-east-2", "us-west-2"], clients=clients)
     clients.assert_done()
     values = {r.region: r.value for r in report.rows}
@@ -119,8 +183,9 @@ def test_quotas_by_name_sequential_and_region_pick():
 def test_no_quota_anywhere_is_a_clear_refusal():
     clients = Clients()
     for region in ("us-east-1", "us-west-2"):
-        clients.stub("service-quotas", region).add_response("list_service_quotas",
-                                                            _quota_page({"ml.g4dn.xlarge": 0.0}))
+        clients.stub("service-quotas", region).add_response(
+            "list_service_quotas", _quota_page({"ml.g4dn.xlarge": 0.0})
+        )
     report = check_quotas(["ml.g4dn.xlarge"], ["us-east-1", "us-west-2"], clients=clients)
     with pytest.raises(Gemma4T4Error, match="no quota for 'ml.g4dn.xlarge for endpoint usage'") as info:
         pick_region(report, "ml.g4dn.xlarge")
@@ -138,8 +203,15 @@ def test_creating_then_failed_rolls_back_everything():
     _expect_deletes(stubber)
     clock = FakeClock()
     with stubber, pytest.raises(DeployFailed) as info:
-        deploy(DeployConfig(name=NAME, role_arn=ROLE), client=sm, poll_s=30, progress=False,
-               sleep=clock.sleep, monotonic=clock.monotonic)
+        deploy(
+            DeployConfig(name=NAME, role_arn=ROLE),
+            client=sm,
+            ecr_client=_fixed_image()[0],
+            poll_s=30,
+            progress=False,
+            sleep=clock.sleep,
+            monotonic=clock.monotonic,
+        )
     stubber.assert_no_pending_responses()
     result = info.value.result
     assert result.status == "Failed"
@@ -159,7 +231,9 @@ def test_resource_limit_on_create_endpoint_deletes_model_and_config():
     _expect_creates(stubber, fail_at="create_endpoint")
     _expect_deletes(stubber, kinds=("endpoint_config", "model"))  # no endpoint was created
     with stubber, pytest.raises(DeployFailed) as info:
-        deploy(DeployConfig(name=NAME, role_arn=ROLE), client=sm, progress=False)
+        deploy(
+            DeployConfig(name=NAME, role_arn=ROLE), client=sm, ecr_client=_fixed_image()[0], progress=False
+        )
     stubber.assert_no_pending_responses()
     assert info.value.result.rolled_back == [f"endpoint-config:{NAME}", f"model:{NAME}"]
     assert info.value.result.created == [f"model:{NAME}", f"endpoint-config:{NAME}"]
@@ -176,8 +250,16 @@ def test_timeout_deletes_the_endpoint_that_never_came_up():
     _expect_deletes(stubber)
     clock = FakeClock()
     with stubber, pytest.raises(DeployFailed) as info:
-        deploy(DeployConfig(name=NAME, role_arn=ROLE), client=sm, timeout_s=300, poll_s=100, progress=False,
-               sleep=clock.sleep, monotonic=clock.monotonic)
+        deploy(
+            DeployConfig(name=NAME, role_arn=ROLE),
+            client=sm,
+            ecr_client=_fixed_image()[0],
+            timeout_s=300,
+            poll_s=100,
+            progress=False,
+            sleep=clock.sleep,
+            monotonic=clock.monotonic,
+        )
     stubber.assert_no_pending_responses()
     assert info.value.result.status == "TimedOut"
     assert f"endpoint:{NAME}" in info.value.result.rolled_back
@@ -195,7 +277,13 @@ def test_exception_mid_wait_still_rolls_back():
         raise RuntimeError("network went away")
 
     with stubber, pytest.raises(DeployFailed, match="network went away") as info:
-        deploy(DeployConfig(name=NAME, role_arn=ROLE), client=sm, progress=False, sleep=broken_sleep)
+        deploy(
+            DeployConfig(name=NAME, role_arn=ROLE),
+            client=sm,
+            ecr_client=_fixed_image()[0],
+            progress=False,
+            sleep=broken_sleep,
+        )
     stubber.assert_no_pending_responses()
     assert len(info.value.result.rolled_back) == 3
 
@@ -205,32 +293,46 @@ def test_existing_resource_is_never_overwritten():
     stubber = Stubber(sm)
     _describe(stubber, "InService")
     with stubber, pytest.raises(Gemma4T4Error, match="already exists"):
-        deploy(DeployConfig(name=NAME, role_arn=ROLE), client=sm, progress=False)
+        deploy(
+            DeployConfig(name=NAME, role_arn=ROLE), client=sm, ecr_client=_fixed_image()[0], progress=False
+        )
     stubber.assert_no_pending_responses()  # nothing created, nothing deleted
 
 
 def test_region_failover_timeline():
     clients = Clients()
-    clients.stub("service-quotas", "us-east-1").add_response("list_service_quotas",
-                                                             _quota_page({"ml.g4dn.xlarge": 0.0}))
+    clients.stub("service-quotas", "us-east-1").add_response(
+        "list_service_quotas", _quota_page({"ml.g4dn.xlarge": 0.0})
+    )
     for region in ("us-west-2", "us-east-2"):
-        clients.stub("service-quotas", region).add_response("list_service_quotas",
-                                                            _quota_page({"ml.g4dn.xlarge": 1.0}))
+        clients.stub("service-quotas", region).add_response(
+            "list_service_quotas", _quota_page({"ml.g4dn.xlarge": 1.0})
+        )
     west = clients.stub("sagemaker", "us-west-2")
     _expect_preflight(west)
     _expect_creates(west, region="us-west-2")
+    _expect_fixed_image(clients.stub("ecr", "us-west-2"))
     _describe(west, "Failed", "InsufficientInstanceCapacity: not enough ml.g4dn.xlarge capacity")
     _expect_deletes(west)
     east = clients.stub("sagemaker", "us-east-2")
     _expect_preflight(east)
+    _expect_fixed_image(clients.stub("ecr", "us-east-2"))
     _expect_creates(east)
     _describe(east, "InService")
-    result = deploy_with_failover(DeployConfig(name=NAME, role_arn=ROLE), ["us-east-1", "us-west-2", "us-east-2"],
-                                  clients=clients, progress=False, poll_s=0)
+    result = deploy_with_failover(
+        DeployConfig(name=NAME, role_arn=ROLE),
+        ["us-east-1", "us-west-2", "us-east-2"],
+        clients=clients,
+        progress=False,
+        poll_s=0,
+    )
     clients.assert_done()
     assert result.success and result.region == "us-east-2"
     assert [(a.region, a.outcome) for a in result.attempts] == [
-        ("us-east-1", "skipped: no quota"), ("us-west-2", "capacity"), ("us-east-2", "InService")]
+        ("us-east-1", "skipped: no quota"),
+        ("us-west-2", "capacity"),
+        ("us-east-2", "InService"),
+    ]
     assert len(result.attempts[1].rolled_back) == 3
     assert any(e.stage == "status Failed" for e in result.attempts[1].timeline)
     assert result.deployment.created[-1] == f"endpoint:{NAME}"
@@ -239,8 +341,11 @@ def test_region_failover_timeline():
 def test_failover_without_quota_anywhere_creates_nothing():
     clients = Clients()
     for region in ("us-east-1", "us-west-2"):
-        clients.stub("service-quotas", region).add_response("list_service_quotas",
-                                                            _quota_page({"ml.g4dn.xlarge": 0.0}))
+        clients.stub("service-quotas", region).add_response(
+            "list_service_quotas", _quota_page({"ml.g4dn.xlarge": 0.0})
+        )
     with pytest.raises(Gemma4T4Error, match="nothing was created"):
-        deploy_with_failover(DeployConfig(name=NAME, role_arn=ROLE), ["us-east-1", "us-west-2"], clients=clients)
+        deploy_with_failover(
+            DeployConfig(name=NAME, role_arn=ROLE), ["us-east-1", "us-west-2"], clients=clients
+        )
     assert ("sagemaker", "us-east-1") not in clients.clients  # no SageMaker client was even built

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Build the T4 image from AWS's vLLM container and push it to your ECR in REGION.
+# Build the T4 image from AWS's vLLM container on THIS machine and push it to your ECR in REGION.
+# Prefer `gemma4-t4 sagemaker build-image --region REGION`, which builds it in AWS CodeBuild (no local
+# docker, no ~8 GB push from here). This script is the local fallback and writes the same tag.
 # Usage: docker/sagemaker-t4/build.sh REGION [BASE_TAG]
 # Needs docker and the aws CLI, logged in to an account that can pull the AWS DLC registry.
 set -euo pipefail
@@ -7,7 +9,7 @@ region="${1:?usage: build.sh REGION [BASE_TAG]}"
 tag="${2:-$(python -c 'from gemma4_t4.sagemaker.image import DEFAULT_VLLM_TAG; print(DEFAULT_VLLM_TAG)')}"
 base="$(python -c "from gemma4_t4.sagemaker.image import vllm_image_uri; print(vllm_image_uri('$region', '$tag'))")"
 account="$(aws sts get-caller-identity --query Account --output text)"
-target="$(python -c "from gemma4_t4.sagemaker.image import t4_image_uri; print(t4_image_uri('$account', '$region', '$tag'))")"
+target="$(python -c "from gemma4_t4.sagemaker.image import fixed_image_tag, t4_image_uri; print(t4_image_uri('$account', '$region', fixed_image_tag('$tag')))")"
 repo_root="$(cd "$(dirname "$0")/../.." && pwd)"
 
 aws ecr get-login-password --region "$region" | docker login --username AWS --password-stdin "${base%%/*}"

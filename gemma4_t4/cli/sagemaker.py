@@ -1,4 +1,4 @@
-"""``gemma4-t4 sagemaker quotas|image|deploy|list|status|logs|invoke|delete|reap``.
+"""``gemma4-t4 sagemaker quotas|image|build-image|deploy|matrix|list|status|logs|invoke|delete|reap``.
 
 Every subcommand takes ``--dry-run``: it prints the equivalent ``aws`` CLI commands and calls
 nothing. Destructive commands (delete, reap) need ``--yes``.
@@ -27,7 +27,9 @@ def _regions(value: str | None) -> list[str]:
 def _common(parser: argparse.ArgumentParser, region: bool = True) -> None:
     if region:
         parser.add_argument("--region", default=None, help="AWS region (default: $AWS_REGION or us-east-2)")
-    parser.add_argument("--dry-run", action="store_true", help="print the equivalent aws CLI commands; call nothing")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the equivalent aws CLI commands; call nothing"
+    )
 
 
 def _recipe(commands: list[str]) -> str:
@@ -51,8 +53,11 @@ def _quotas(args: argparse.Namespace) -> Output:
         except Gemma4T4Error as exc:
             picks[instance] = None
             notes[instance] = str(exc)  # each type's own reason
-    text = report.table() + "\n" + "\n".join(
-        f"-> {t}: deploy in {r}" if r else f"-> {t}: {notes[t]}" for t, r in picks.items())
+    text = (
+        report.table()
+        + "\n"
+        + "\n".join(f"-> {t}: deploy in {r}" if r else f"-> {t}: {notes[t]}" for t, r in picks.items())
+    )
     code = 0 if any(picks.values()) else 1
     return Output({"rows": report.rows, "picked": picks}, text, code)
 
@@ -63,15 +68,86 @@ def _image(args: argparse.Namespace) -> Output:
 
     region = args.region or _default_region()
     if args.dry_run:
-        call = ApiCall("ecr", "list_images", {"RegistryId": dlc_account(region), "RepositoryName": "vllm",
-                                              "Filter": {"tagStatus": "TAGGED"}}, region)
+        call = ApiCall(
+            "ecr",
+            "list_images",
+            {"RegistryId": dlc_account(region), "RepositoryName": "vllm", "Filter": {"tagStatus": "TAGGED"}},
+            region,
+        )
         return Output({"dry_run": True, "plan": [call.cli()]}, _recipe([call.cli()]))
     choice = find_vllm_image(region, args.tag, query_registry=args.latest)
     ami = required_ami_version(choice.image_uri, args.instance_type)
     data = {**choice.__dict__, "instance_type": args.instance_type, "inference_ami_version": ami}
-    text = (f"{choice.image_uri}\n  source: {choice.source}; CUDA {choice.cuda}; on {args.instance_type} "
-            f"needs InferenceAmiVersion={ami or '(instance default)'}")
+    text = (
+        f"{choice.image_uri}\n  source: {choice.source}; CUDA {choice.cuda}; on {args.instance_type} "
+        f"needs InferenceAmiVersion={ami or '(instance default)'}"
+    )
     return Output(data, text)
+
+
+def _build_image(args: argparse.Namespace) -> Output:
+    from gemma4_t4.atomic import atomic_write_json
+    from gemma4_t4.sagemaker.build import BuildFailed, build_cost, build_plan, build_record, build_t4_image
+
+    region = args.region or _default_region()
+    cost = build_cost().line()
+    if args.dry_run:
+        plan = build_plan(region, args.base_tag)
+        return Output(
+            {"dry_run": True, "cost": cost, "plan": plan},
+            f"{cost}\n# CodeBuild builds the image; ECR stores it\n" + _recipe(plan),
+        )
+    print(cost, file=sys.stderr)
+    try:
+        result = build_t4_image(region, args.base_tag, force=args.force, progress=not args.json)
+    except BuildFailed as exc:
+        return Output(exc.result, f"error: {exc.message}\n  fix: {exc.fix}", 1)
+    record = build_record(result)
+    if args.record:
+        atomic_write_json(args.record, record)
+    text = (
+        f"{result.status}: {result.image_uri}\n  digest {result.digest}\n  pinned {result.pinned_uri}\n"
+        f"  created: {', '.join(result.created) or 'nothing'}; reused: {', '.join(result.reused) or 'nothing'}\n"
+        f"deploy with: gemma4-t4 sagemaker deploy --region {region} --instance-type ml.g4dn.xlarge"
+        f" (finds it) or --image-uri {result.pinned_uri}"
+    )
+    return Output(record, text)
+
+
+def _matrix(args: argparse.Namespace) -> Output:
+    from gemma4_t4.sagemaker.config import DEFAULT_MODEL_ID
+    from gemma4_t4.sagemaker.matrix import matrix_plan, run_matrix
+
+    args.name, args.model_id = "g4-matrix", DEFAULT_MODEL_ID
+    base = _config_from(args)
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    if not models:
+        raise Gemma4T4Error(
+            "--models is empty", fix="e.g. --models google/gemma-4-E2B-it,google/gemma-4-E4B-it"
+        )
+    plan = matrix_plan(models, base)
+    head = (
+        f"{len(models)} endpoint(s) on {base.instance_type} at ${plan.usd_per_hour:.3f}/h, one at a time: "
+        f"~${plan.estimate_usd:.2f} estimated, hard budget ${args.budget_usd:.2f}"
+    )
+    if args.dry_run:
+        lines = [f"  {e.endpoint:<40} {e.model_id:<40} ~${e.estimate_usd:.2f}" for e in plan.entries]
+        return Output({"dry_run": True, "plan": plan}, "\n".join([head, *lines]))
+    print(head, file=sys.stderr)
+    result = run_matrix(
+        models, base, budget_usd=args.budget_usd, out_dir=args.out, measure_opts={"workload": args.workload}
+    )
+    lines = [
+        f"  {e.endpoint:<40} {e.status:<16} ${e.cost_usd:.3f}  {e.error or e.out_dir or ''}"
+        for e in result.entries
+    ]
+    lines.append(
+        f"spent ~${result.spent_usd:.2f} of ${result.budget_usd:.2f}; deleted: "
+        f"{', '.join(result.deleted) or 'nothing'}"
+        + (f"; stopped: {result.stopped_reason}" if result.stopped_reason else "")
+    )
+    ok = all(e.status == "measured" for e in result.entries)
+    return Output(result, "\n".join([head, *lines]), 0 if ok else 1)
 
 
 def _config_from(args: argparse.Namespace):
@@ -84,34 +160,63 @@ def _config_from(args: argparse.Namespace):
         key, value = item.split("=", 1)
         env[key] = value
     return DeployConfig(
-        name=args.name, model_id=args.model_id, region=args.region or _default_region(),
-        instance_type=args.instance_type, role_arn=args.role_arn, image_uri=args.image_uri,
-        image_tag=args.image_tag, dtype=args.dtype, max_model_len=args.max_model_len,
-        max_num_seqs=args.max_num_seqs, tensor_parallel_size=args.tensor_parallel_size,
-        gpu_memory_utilization=args.gpu_memory_utilization, extra_args=list(args.vllm_arg or []), extra_env=env,
+        name=args.name,
+        model_id=args.model_id,
+        region=args.region or _default_region(),
+        instance_type=args.instance_type,
+        role_arn=args.role_arn,
+        image_uri=args.image_uri,
+        image_tag=args.image_tag,
+        dtype=args.dtype,
+        max_model_len=args.max_model_len,
+        max_num_seqs=args.max_num_seqs,
+        tensor_parallel_size=args.tensor_parallel_size,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        extra_args=list(args.vllm_arg or []),
+        extra_env=env,
         fallback_instance_types=[t for t in (args.fallback_instance_types or "").split(",") if t],
         inference_ami_version=None if args.inference_ami_version == "none" else args.inference_ami_version,
-        startup_timeout_s=args.startup_timeout, ttl_hours=args.ttl_hours,
+        startup_timeout_s=args.startup_timeout,
+        ttl_hours=args.ttl_hours,
+        allow_unfixed_image=args.allow_unfixed_image,
+        model_data_s3_uri=getattr(args, "model_data", None),
+        min_instances=args.min_instances,
+        max_instances=args.max_instances,
+        scaling_target=args.scaling_target,
     )
 
 
 def _deploy(args: argparse.Namespace) -> Output:
-    from gemma4_t4.sagemaker.cost import estimate
-    from gemma4_t4.sagemaker.deploy import DeployFailed, deploy, deploy_with_failover, deployment_plan
+    from gemma4_t4.sagemaker.deploy import (
+        DeployFailed,
+        deploy,
+        deploy_cost,
+        deploy_with_failover,
+        deployment_plan,
+    )
 
     config = _config_from(args)
+    if args.model_dir and args.model_data:
+        raise Gemma4T4Error("--model-dir and --model-data both name the model", fix="pass one of them")
+    upload_lines: list[str] = []
+    if args.model_dir:
+        config, upload_lines = _with_model_dir(config, args)
     if args.dry_run:
         plan = deployment_plan(config)
-        cost = estimate(config.instance_type, config.instance_count).line()
-        return Output({"dry_run": True, "config": config.summary(), "cost": cost, "plan": plan},
-                      cost + "\n" + _recipe(plan))
+        cost = deploy_cost(config).line()
+        return Output(
+            {"dry_run": True, "config": config.summary(), "cost": cost, "upload": upload_lines, "plan": plan},
+            cost + "\n" + _recipe(upload_lines + plan),
+        )
     config.validate()
-    print(estimate(config.instance_type, config.instance_count).line(), file=sys.stderr)
+    print(deploy_cost(config).line(), file=sys.stderr)
     kwargs = {"wait": not args.no_wait, "timeout_s": args.timeout, "progress": not args.json}
     if args.failover:
         result = deploy_with_failover(config, _regions(args.failover), **kwargs)
-        lines = [f"{a.region}: {a.outcome} after {a.elapsed_s:.0f} s" + (f" ({a.reason})" if a.reason else "")
-                 for a in result.attempts]
+        lines = [
+            f"{a.region}: {a.outcome} after {a.elapsed_s:.0f} s" + (f" ({a.reason})" if a.reason else "")
+            for a in result.attempts
+        ]
         return Output(result, "\n".join(lines), 0 if result.success else 1)
     try:
         result = deploy(config, **kwargs)
@@ -120,6 +225,28 @@ def _deploy(args: argparse.Namespace) -> Output:
         return Output(exc.result, f"error: {exc}\n{timeline}", 1)
     timeline = "\n".join(f"  {e.t_s:8.1f} s  {e.stage}  {e.detail}" for e in result.timeline)
     return Output(result, f"{result.name} in {result.region}: {result.status}\n{timeline}")
+
+
+def _with_model_dir(config, args: argparse.Namespace):
+    """Upload --model-dir (real run) or plan its upload (dry run); the config serves it from S3."""
+    import dataclasses
+
+    from gemma4_t4.sagemaker.upload import upload_model_folder, upload_plan
+
+    config.validate(require_role=False)  # refuse a bad config before uploading gigabytes
+    if args.dry_run:
+        uri, lines = upload_plan(
+            args.model_dir,
+            args.model_bucket or "gemma4-t4-models-<account>-" + config.region,
+            region=config.region,
+        )
+    else:
+        result = upload_model_folder(
+            args.model_dir, config.region, bucket=args.model_bucket, progress=not args.json
+        )
+        print(result.table(), file=sys.stderr)
+        uri, lines = result.s3_uri, []
+    return dataclasses.replace(config, model_data_s3_uri=uri), lines
 
 
 def _list(args: argparse.Namespace) -> Output:
@@ -131,8 +258,12 @@ def _list(args: argparse.Namespace) -> Output:
         plan = [ApiCall("sagemaker", "list_endpoints", {}, r).cli() for r in regions]
         return Output({"dry_run": True, "plan": plan}, _recipe(plan))
     endpoints = list_endpoints(regions, project_only=not args.all)
-    text = "\n".join(f"{e.region:<10} {e.name:<40} {e.status:<12} expires {e.expires_at or '-'}"
-                     for e in endpoints) or "no endpoints"
+    text = (
+        "\n".join(
+            f"{e.region:<10} {e.name:<40} {e.status:<12} expires {e.expires_at or '-'}" for e in endpoints
+        )
+        or "no endpoints"
+    )
     return Output(endpoints, text)
 
 
@@ -148,9 +279,11 @@ def _status(args: argparse.Namespace) -> Output:
     if not status.exists:
         return Output(status, f"{args.name}: not found in {region}", 1)
     cost = f"${status.cost_so_far_usd:.2f} so far" if status.cost_so_far_usd is not None else ""
-    text = (f"{status.name} ({status.region}): {status.status} {status.failure_reason or ''}\n"
-            f"  instance {', '.join(status.instance_types)}; AMI {status.inference_ami_version}; age "
-            f"{status.age_minutes} min; expires {status.expires_at}; {cost}\n  {status.advice or ''}")
+    text = (
+        f"{status.name} ({status.region}): {status.status} {status.failure_reason or ''}\n"
+        f"  instance {', '.join(status.instance_types)}; AMI {status.inference_ami_version}; age "
+        f"{status.age_minutes} min; expires {status.expires_at}; {cost}\n  {status.advice or ''}"
+    )
     return Output(status, text)
 
 
@@ -160,8 +293,11 @@ def _logs(args: argparse.Namespace) -> Output:
 
     region = args.region or _default_region()
     if args.dry_run:
-        plan = [ApiCall("logs", "tail", {"LogGroupName": log_group(args.name), "Since": "1h"}, region).cli()
-                .replace("--log-group-name ", "")]
+        plan = [
+            ApiCall("logs", "tail", {"LogGroupName": log_group(args.name), "Since": "1h"}, region)
+            .cli()
+            .replace("--log-group-name ", "")
+        ]
         return Output({"dry_run": True, "plan": plan}, _recipe(plan))
     result = endpoint_logs(args.name, region, lines=args.lines)
     if not result.found:
@@ -177,8 +313,13 @@ def _invoke(args: argparse.Namespace) -> Output:
         plan = [invoke_plan(args.name, region, chat_payload(args.prompt, max_tokens=args.max_tokens)).cli()]
         return Output({"dry_run": True, "plan": plan}, _recipe(plan))
     if args.stream:
-        result = invoke_stream(args.name, region, args.prompt, max_tokens=args.max_tokens,
-                               on_text=None if args.json else lambda t: print(t, end="", flush=True))
+        result = invoke_stream(
+            args.name,
+            region,
+            args.prompt,
+            max_tokens=args.max_tokens,
+            on_text=None if args.json else lambda t: print(t, end="", flush=True),
+        )
         ttft = f"{result.ttft_s:.2f} s" if result.ttft_s is not None else "-"
         return Output(result, f"\n[time to first token {ttft}, total {result.total_s:.2f} s]")
     result = invoke(args.name, region, args.prompt, max_tokens=args.max_tokens)
@@ -193,8 +334,10 @@ def _delete(args: argparse.Namespace) -> Output:
         result = delete_endpoint(args.name, region, dry_run=True)
         return Output(result, _recipe(result.plan))
     if not args.yes:
-        raise Gemma4T4Error(f"refusing to delete {args.name} in {region} without --yes",
-                            fix="re-run with --yes, or --dry-run to see what would be deleted")
+        raise Gemma4T4Error(
+            f"refusing to delete {args.name} in {region} without --yes",
+            fix="re-run with --yes, or --dry-run to see what would be deleted",
+        )
     result = delete_endpoint(args.name, region)
     text = "deleted: " + (", ".join(result.deleted) or "nothing")
     if result.already_absent:
@@ -203,7 +346,7 @@ def _delete(args: argparse.Namespace) -> Output:
 
 
 def _reap(args: argparse.Namespace) -> Output:
-    from gemma4_t4.sagemaker.cost import reap
+    from gemma4_t4.sagemaker.reaper import reap
 
     dry = args.dry_run or not args.yes
     result = reap(_regions(args.regions), dry_run=dry)
@@ -214,8 +357,54 @@ def _reap(args: argparse.Namespace) -> Output:
 
 
 # -- registration -------------------------------------------------------------------------------
-def register(subparsers: argparse._SubParsersAction) -> None:
+def _deploy_args(p: argparse.ArgumentParser, name: bool = True) -> None:
     from gemma4_t4.sagemaker.config import DEFAULT_INSTANCE, DEFAULT_MODEL_ID
+    from gemma4_t4.sagemaker.image import DEFAULT_VLLM_TAG
+
+    if name:
+        p.add_argument("--name", default="gemma4-t4")
+    p.add_argument("--model-id", default=DEFAULT_MODEL_ID)
+    p.add_argument("--instance-type", default=DEFAULT_INSTANCE)
+    p.add_argument("--fallback-instance-types", default=None, help="comma-separated InstancePools fallbacks")
+    p.add_argument("--role-arn", default=None, help="execution role (default: $GEMMA4_T4_SAGEMAKER_ROLE_ARN)")
+    p.add_argument("--image-uri", default=None)
+    p.add_argument("--image-tag", default=DEFAULT_VLLM_TAG)
+    p.add_argument("--dtype", default=None, help="default float16 on T4, bfloat16 elsewhere")
+    p.add_argument("--max-model-len", type=int, default=8192)
+    p.add_argument("--max-num-seqs", type=int, default=4)
+    p.add_argument(
+        "--tensor-parallel-size",
+        type=int,
+        default=0,
+        help="0 (default): 1, or on multi-GPU hosts such as ml.g4dn.12xlarge what the fit calculator needs",
+    )
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.90)
+    p.add_argument("--vllm-arg", action="append", help="extra vLLM flag, e.g. --vllm-arg=--enforce-eager")
+    p.add_argument("--env", action="append", help="extra container variable KEY=VALUE (wins)")
+    p.add_argument("--inference-ami-version", default="auto", help="'auto' (from the image's CUDA) or 'none'")
+    p.add_argument(
+        "--startup-timeout", type=int, default=1800, help="container startup health-check timeout, s"
+    )
+    p.add_argument("--ttl-hours", type=float, default=4.0, help="lifetime tag enforced by `reap`")
+    p.add_argument(
+        "--allow-unfixed-image",
+        action="store_true",
+        help="let a T4 run an image without the Turing fix (only for a vLLM fixed upstream)",
+    )
+    p.add_argument("--min-instances", type=int, default=None, help="autoscaling: at least N instances")
+    p.add_argument(
+        "--max-instances", type=int, default=None, help="autoscaling: at most M (the cost shown is at M)"
+    )
+    p.add_argument(
+        "--scaling-target",
+        type=float,
+        default=4.0,
+        help="target invocations per instance per minute for target tracking",
+    )
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from gemma4_t4.sagemaker.config import DEFAULT_INSTANCE
     from gemma4_t4.sagemaker.image import DEFAULT_VLLM_TAG
 
     sub = add_group(subparsers, "sagemaker", "deploy to and manage SageMaker endpoints (boto3)", __doc__)
@@ -231,28 +420,57 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--instance-type", default=DEFAULT_INSTANCE)
     _common(p)
 
-    p = add_command(sub, "deploy", _deploy, "create model, endpoint config and endpoint; roll back on failure")
-    p.add_argument("--name", default="gemma4-t4")
-    p.add_argument("--model-id", default=DEFAULT_MODEL_ID)
-    p.add_argument("--instance-type", default=DEFAULT_INSTANCE)
-    p.add_argument("--fallback-instance-types", default=None, help="comma-separated InstancePools fallbacks")
-    p.add_argument("--role-arn", default=None, help="execution role (default: $GEMMA4_T4_SAGEMAKER_ROLE_ARN)")
-    p.add_argument("--image-uri", default=None)
-    p.add_argument("--image-tag", default=DEFAULT_VLLM_TAG)
-    p.add_argument("--dtype", default=None, help="default float16 on T4, bfloat16 elsewhere")
-    p.add_argument("--max-model-len", type=int, default=8192)
-    p.add_argument("--max-num-seqs", type=int, default=4)
-    p.add_argument("--tensor-parallel-size", type=int, default=1)
-    p.add_argument("--gpu-memory-utilization", type=float, default=0.90)
-    p.add_argument("--vllm-arg", action="append", help="extra vLLM flag, e.g. --vllm-arg=--enforce-eager")
-    p.add_argument("--env", action="append", help="extra container variable KEY=VALUE (wins)")
-    p.add_argument("--inference-ami-version", default="auto", help="'auto' (from the image's CUDA) or 'none'")
-    p.add_argument("--startup-timeout", type=int, default=1800, help="container startup health-check timeout, s")
-    p.add_argument("--ttl-hours", type=float, default=4.0, help="lifetime tag enforced by `reap`")
+    p = add_command(
+        sub,
+        "build-image",
+        _build_image,
+        "build the fixed T4 image in AWS CodeBuild and push it to your ECR (no local docker)",
+    )
+    p.add_argument("--base-tag", default=DEFAULT_VLLM_TAG, help="the AWS vLLM DLC tag to build FROM")
+    p.add_argument("--force", action="store_true", help="build again even if the tag is already in ECR")
+    p.add_argument("--record", default=None, metavar="FILE", help="write the image URI and digest as JSON")
+    _common(p)
+
+    p = add_command(
+        sub, "deploy", _deploy, "create model, endpoint config and endpoint; roll back on failure"
+    )
+    _deploy_args(p)
+    p.add_argument(
+        "--model-dir",
+        default=None,
+        metavar="DIR",
+        help="a local model folder: uploaded to S3 (resumable, checksummed) and served from there",
+    )
+    p.add_argument(
+        "--model-bucket",
+        default=None,
+        help="S3 bucket for --model-dir (default gemma4-t4-models-ACCOUNT-REGION)",
+    )
+    p.add_argument(
+        "--model-data", default=None, metavar="S3_URI", help="serve an uploaded folder: s3://bucket/prefix/"
+    )
     p.add_argument("--timeout", type=float, default=None, help="how long to wait for InService, s")
     p.add_argument("--no-wait", action="store_true", help="return once the endpoint is Creating")
-    p.add_argument("--failover", default=None, metavar="REGIONS",
-                   help="comma-separated regions to try in order (skips those without quota)")
+    p.add_argument(
+        "--failover",
+        default=None,
+        metavar="REGIONS",
+        help="comma-separated regions to try in order (skips those without quota)",
+    )
+    _common(p)
+
+    p = add_command(
+        sub, "matrix", _matrix, "deploy, measure and delete one endpoint per model, under a hard budget"
+    )
+    p.add_argument("--models", required=True, help="comma-separated model ids")
+    p.add_argument(
+        "--budget-usd", type=float, required=True, help="hard stop: endpoints are deleted when spent"
+    )
+    p.add_argument("--workload", default="decode", help="benchmark workload per endpoint")
+    p.add_argument(
+        "--out", default="results/sagemaker-matrix", help="results folder (one subfolder per model)"
+    )
+    _deploy_args(p, name=False)
     _common(p)
 
     p = add_command(sub, "list", _list, "this project's endpoints across regions")
@@ -260,10 +478,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--all", action="store_true", help="include endpoints without the project tag")
     _common(p, region=False)
 
-    for name, handler, help_text in (("status", _status, "endpoint status, instance, AMI, age and cost so far"),
-                                     ("logs", _logs, "the endpoint's CloudWatch log tail"),
-                                     ("invoke", _invoke, "send an OpenAI-style chat request"),
-                                     ("delete", _delete, "delete endpoint, config and model (idempotent)")):
+    for name, handler, help_text in (
+        ("status", _status, "endpoint status, instance, AMI, age and cost so far"),
+        ("logs", _logs, "the endpoint's CloudWatch log tail"),
+        ("invoke", _invoke, "send an OpenAI-style chat request"),
+        ("delete", _delete, "delete endpoint, config and model (idempotent)"),
+    ):
         p = add_command(sub, name, handler, help_text)
         p.add_argument("name", help="endpoint name")
         _common(p)

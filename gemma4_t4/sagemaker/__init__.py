@@ -1,13 +1,17 @@
 """Deploy Gemma 4 to a SageMaker real-time endpoint with AWS's vLLM container (boto3).
 
-``config`` (typed DeployConfig) -> ``deploy`` (create, wait, roll back on failure) ->
-``ops`` (status, list, logs, invoke, stream, delete) with ``quotas``, ``image``, ``cost``
-(the $/hour estimate and the TTL reaper) and ``cli_recipe`` (dry runs as aws CLI commands).
-``local.LocalAWS`` runs all of it offline against moto and a fake Service Quotas server.
+``config`` (typed DeployConfig; fails closed on Turing) -> ``deploy`` (create, wait, roll back
+on failure, autoscaling) -> ``ops`` (status, list, logs, invoke, stream, delete) with
+``quotas``, ``image`` (DLC tags, the fixed T4 image), ``build`` (that image built in CodeBuild),
+``upload`` (a local model folder to S3), ``cost`` and ``reaper`` (the $/hour estimate and the
+TTL reaper), ``matrix`` / ``experiments`` (budget-capped endpoint measurements) and
+``cli_recipe`` (dry runs as aws CLI commands). ``local.LocalAWS`` runs all of it offline
+against moto, a fake Service Quotas server and the ``runtime_standin`` in front of real vLLM.
 """
 
+from gemma4_t4.sagemaker.build import build_t4_image
 from gemma4_t4.sagemaker.config import DeployConfig, extra_args_to_env
-from gemma4_t4.sagemaker.cost import estimate, reap
+from gemma4_t4.sagemaker.cost import estimate
 from gemma4_t4.sagemaker.deploy import (
     DeployFailed,
     DeployResult,
@@ -16,7 +20,7 @@ from gemma4_t4.sagemaker.deploy import (
     deployment_plan,
 )
 from gemma4_t4.sagemaker.health import check_health
-from gemma4_t4.sagemaker.image import find_vllm_image, required_ami_version, vllm_image_uri
+from gemma4_t4.sagemaker.image import find_fixed_image, find_vllm_image, required_ami_version, vllm_image_uri
 from gemma4_t4.sagemaker.ops import (
     delete_endpoint,
     endpoint_logs,
@@ -26,10 +30,32 @@ from gemma4_t4.sagemaker.ops import (
     list_endpoints,
 )
 from gemma4_t4.sagemaker.quotas import check_quotas, pick_region
+from gemma4_t4.sagemaker.reaper import reap
+from gemma4_t4.sagemaker.upload import upload_model_folder
 
 __all__ = [
-    "DeployConfig", "DeployFailed", "DeployResult", "check_health", "check_quotas", "delete_endpoint", "deploy",
-    "deploy_with_failover", "deployment_plan", "endpoint_logs", "endpoint_status", "estimate",
-    "extra_args_to_env", "find_vllm_image", "invoke", "invoke_stream", "list_endpoints", "pick_region", "reap",
-    "required_ami_version", "vllm_image_uri",
+    "DeployConfig",
+    "DeployFailed",
+    "DeployResult",
+    "build_t4_image",
+    "check_health",
+    "check_quotas",
+    "delete_endpoint",
+    "deploy",
+    "deploy_with_failover",
+    "deployment_plan",
+    "endpoint_logs",
+    "endpoint_status",
+    "estimate",
+    "extra_args_to_env",
+    "find_fixed_image",
+    "find_vllm_image",
+    "invoke",
+    "invoke_stream",
+    "list_endpoints",
+    "pick_region",
+    "reap",
+    "required_ami_version",
+    "upload_model_folder",
+    "vllm_image_uri",
 ]

@@ -79,7 +79,12 @@ def error_message(exc: BaseException) -> str:
 def is_not_found(exc: BaseException) -> bool:
     """SageMaker reports a missing resource as ValidationException 'Could not find ...'."""
     code = error_code(exc)
-    if code in ("ResourceNotFound", "ResourceNotFoundException", "NoSuchResourceException"):
+    if code in (
+        "ResourceNotFound",
+        "ResourceNotFoundException",
+        "NoSuchResourceException",
+        "ObjectNotFoundException",
+    ):
         return True
     return code == "ValidationException" and "could not find" in error_message(exc).lower()
 

@@ -48,7 +48,7 @@ def to_cli(call: ApiCall) -> str:
     """``aws <service> <operation> --param value ...``; structures are passed as JSON."""
     parts = ["aws", call.service, _kebab(call.operation)]  # boto3 and CLI service names agree
     if call.region:
-        parts += ["--region", call.region]
+        parts += ["--region", shlex.quote(call.region)]
     for key, value in _redact(call.params).items():
         flag = "--" + _kebab(key)
         if isinstance(value, bool):
@@ -60,5 +60,9 @@ def to_cli(call: ApiCall) -> str:
         else:
             parts += [flag, shlex.quote(str(value))]
     command = " ".join(parts)
-    return f"# {call.note}\n{command}" if call.note else command
+    return f"# {comment_line(call.note)}\n{command}" if call.note else command
 
+
+def comment_line(text: str) -> str:
+    """One comment line whatever ``text`` holds: a newline in a note must not start a command."""
+    return re.sub(r"[\x00-\x1f\x7f]+", " ", text)

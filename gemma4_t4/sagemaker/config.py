@@ -22,6 +22,7 @@ PROJECT_VALUE = "gemma4-t4"
 CREATED_BY_TAG = "created-by"
 EXPIRES_TAG = "gemma4-t4:expires-at"
 TTL_TAG = "gemma4-t4:ttl-hours"
+AUTOSCALING_TAG = "gemma4-t4:autoscaling"  # "MIN..MAX": delete deregisters the scalable target
 DEFAULT_MODEL_ID = "google/gemma-4-E2B-it"
 DEFAULT_INSTANCE = "ml.g4dn.xlarge"
 DEFAULT_REGION = "us-east-2"
@@ -30,11 +31,19 @@ ROLE_ENV = "GEMMA4_T4_SAGEMAKER_ROLE_ARN"
 _NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")  # SageMaker resource-name rule
 _ROLE = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
 _VLLM_FLAG = re.compile(r"^--[a-z0-9][a-z0-9-]*$")
+# A Hugging Face id (org/name) or a path in the container: no whitespace, quotes or shell syntax,
+# so nothing a user types can break out of the printed aws CLI recipe.
+_MODEL_ID = re.compile(r"^/?[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9._-]+)*$")
+_S3_PREFIX = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/([A-Za-z0-9!_.*'()/-]+/)?$")
+CONTAINER_MODEL_DIR = "/opt/ml/model"  # where SageMaker mounts uncompressed S3 model data
+# Target tracking on invocations per instance (what SageMaker's own guide uses for real-time endpoints).
+SCALING_METRIC = "SageMakerVariantInvocationsPerInstance"
 
 
 # Whole-word match so SM_VLLM_MAX_NUM_BATCHED_TOKENS stays visible while HF_TOKEN is hidden.
-SECRET_KEY = re.compile(r"(?:^|_)(?:TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?|API_KEY|ACCESS_KEY|KEY_ID)(?:$|_)",
-                         re.I)
+SECRET_KEY = re.compile(
+    r"(?:^|_)(?:TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?|API_KEY|ACCESS_KEY|KEY_ID)(?:$|_)", re.I
+)
 
 
 def redact_env(env: dict[str, str]) -> dict[str, str]:
@@ -82,7 +91,7 @@ class DeployConfig:
     dtype: str | None = None  # default: float16 on T4 (no bf16 on Turing), else bfloat16
     max_model_len: int = 8192
     max_num_seqs: int = 4
-    tensor_parallel_size: int = 1
+    tensor_parallel_size: int = 0  # 0: from the fit calculator (1 unless a multi-GPU host needs more)
     gpu_memory_utilization: float = 0.90
     served_model_name: str | None = None
     extra_args: list[str] = field(default_factory=list)  # more vLLM flags, sent as SM_VLLM_*
@@ -95,6 +104,14 @@ class DeployConfig:
     ttl_hours: float = 4.0  # cost guard: `reap` deletes the endpoint after this
     created_by: str = "gemma4-t4"
     tags: dict[str, str] = field(default_factory=dict)
+    # A T4 deploy refuses an image without the Turing fix; True only for a DLC fixed upstream.
+    allow_unfixed_image: bool = False
+    model_data_s3_uri: str | None = None  # s3://bucket/prefix/ of an uncompressed model folder
+    min_instances: int | None = None  # with max_instances: Application Auto Scaling target tracking
+    max_instances: int | None = None
+    scaling_target: float = 4.0  # invocations per instance per minute that the policy holds
+    scale_in_cooldown_s: int = 600
+    scale_out_cooldown_s: int = 300
 
     # -- derived values -------------------------------------------------------------------
     @property
@@ -109,8 +126,46 @@ class DeployConfig:
     def resolved_role(self) -> str | None:
         return self.role_arn or os.environ.get(ROLE_ENV) or None
 
+    @property
+    def turing_instance_types(self) -> list[str]:
+        return [t for t in self.instance_types if SAGEMAKER_INSTANCES.get(t, ("",))[0] == "t4"]
+
+    @property
+    def needs_fixed_image(self) -> bool:
+        """A Turing host and no explicit opt-out: only an image carrying the fix may run here."""
+        return bool(self.turing_instance_types) and not self.allow_unfixed_image
+
     def resolved_image(self) -> str:
-        return self.image_uri or images.vllm_image_uri(self.region, self.image_tag)
+        """The explicit image, else (T4) the fixed image's planned URI, else the stock DLC.
+
+        For a T4 without ``image_uri`` this names the tag build-image writes in ``<ACCOUNT>``:
+        ``deploy`` replaces it with the newest fixed image found in the region's ECR.
+        """
+        if self.image_uri:
+            return self.image_uri
+        if self.needs_fixed_image:
+            return images.planned_t4_image_uri(self.region, self.image_tag)
+        return images.vllm_image_uri(self.region, self.image_tag)
+
+    def resolved_tensor_parallel_size(self) -> int:
+        if self.tensor_parallel_size:
+            return self.tensor_parallel_size
+        return auto_tensor_parallel(self.model_id, self.instance_type, self.max_model_len, self.max_num_seqs)
+
+    @property
+    def autoscaling(self) -> bool:
+        return self.min_instances is not None or self.max_instances is not None
+
+    @property
+    def initial_instances(self) -> int:
+        return self.min_instances if self.min_instances is not None else self.instance_count
+
+    @property
+    def billed_instances_at_most(self) -> int:
+        return max(self.max_instances or 0, self.initial_instances)
+
+    def scaling_resource_id(self) -> str:
+        return f"endpoint/{self.name}/variant/AllTraffic"
 
     def resolved_ami_version(self) -> str | None:
         if self.inference_ami_version == "auto":
@@ -127,15 +182,16 @@ class DeployConfig:
     def container_env(self) -> dict[str, str]:
         """``SM_VLLM_*`` for the AWS vLLM container; extra_args, then extra_env, override."""
         env = {
-            "SM_VLLM_MODEL": self.model_id,
+            "SM_VLLM_MODEL": CONTAINER_MODEL_DIR if self.model_data_s3_uri else self.model_id,
             "SM_VLLM_SERVED_MODEL_NAME": self.served_model_name or self.model_id.rsplit("/", 1)[-1],
             "SM_VLLM_DTYPE": self.resolved_dtype(),
             "SM_VLLM_MAX_MODEL_LEN": str(self.max_model_len),
             "SM_VLLM_MAX_NUM_SEQS": str(self.max_num_seqs),
             "SM_VLLM_GPU_MEMORY_UTILIZATION": str(self.gpu_memory_utilization),
         }
-        if self.tensor_parallel_size > 1:
-            env["SM_VLLM_TENSOR_PARALLEL_SIZE"] = str(self.tensor_parallel_size)
+        tp = self.resolved_tensor_parallel_size()
+        if tp > 1:
+            env["SM_VLLM_TENSOR_PARALLEL_SIZE"] = str(tp)
         env.update(extra_args_to_env(self.extra_args))
         env.update(self.extra_env)
         return env
@@ -144,7 +200,7 @@ class DeployConfig:
         variant: dict[str, Any] = {
             "VariantName": "AllTraffic",
             "ModelName": self.name,
-            "InitialInstanceCount": self.instance_count,
+            "InitialInstanceCount": self.initial_instances,
             "ContainerStartupHealthCheckTimeoutInSeconds": self.startup_timeout_s,
             "ModelDataDownloadTimeoutInSeconds": self.download_timeout_s,
         }
@@ -160,6 +216,19 @@ class DeployConfig:
             variant["InferenceAmiVersion"] = ami
         return variant
 
+    def primary_container(self) -> dict[str, Any]:
+        container: dict[str, Any] = {"Image": self.resolved_image(), "Environment": self.container_env()}
+        if self.model_data_s3_uri:
+            # Uncompressed S3 model data: SageMaker copies the prefix to /opt/ml/model, no tarball.
+            container["ModelDataSource"] = {
+                "S3DataSource": {
+                    "S3Uri": self.model_data_s3_uri,
+                    "S3DataType": "S3Prefix",
+                    "CompressionType": "None",
+                }
+            }
+        return container
+
     def expires_at(self, now: dt.datetime | None = None) -> dt.datetime:
         now = now or dt.datetime.now(dt.UTC)
         return now + dt.timedelta(hours=self.ttl_hours)
@@ -172,6 +241,8 @@ class DeployConfig:
             EXPIRES_TAG: self.expires_at(now).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "model-id": self.model_id[:256],
         }
+        if self.autoscaling:
+            tags[AUTOSCALING_TAG] = f"{self.initial_instances}..{self.billed_instances_at_most}"
         tags.update(self.tags)
         return [{"Key": k, "Value": v} for k, v in tags.items()]
 
@@ -186,8 +257,9 @@ class DeployConfig:
                     fix=f"use one of: {', '.join(SAGEMAKER_INSTANCES)}",
                 )
         if len(set(self.instance_types)) != len(self.instance_types):
-            raise Gemma4T4Error("an instance type appears twice in the pool list",
-                                fix="list each fallback instance type once")
+            raise Gemma4T4Error(
+                "an instance type appears twice in the pool list", fix="list each fallback instance type once"
+            )
         if not _NAME.match(self.name):
             raise Gemma4T4Error(
                 f"invalid endpoint name {self.name!r}",
@@ -195,40 +267,76 @@ class DeployConfig:
             )
         if not self.model_id or len(self.model_id) > 1024:
             raise Gemma4T4Error("model_id is empty", fix="pass a Hugging Face id such as " + DEFAULT_MODEL_ID)
-        dtype = self.resolved_dtype()
-        if dtype not in ("float16", "bfloat16", "auto", "half", "float32"):
-            raise Gemma4T4Error(f"unknown dtype {dtype!r}", fix="use float16 on T4, bfloat16 on L4/A10G")
-        turing = [t for t in self.instance_types if SAGEMAKER_INSTANCES[t][0] == "t4"]
-        if turing and dtype in ("bfloat16", "auto"):
-            raise Gemma4T4Error(
-                f"dtype {dtype} on {turing[0]} (T4, sm_75): Turing has no bf16 and vLLM refuses it",
-                fix="use dtype='float16' (the T4 default)",
-            )
-        for instance in self.instance_types:
-            gpus = SAGEMAKER_INSTANCES[instance][1]
-            if self.tensor_parallel_size > gpus:
+        for label, value in (("model_id", self.model_id), ("served_model_name", self.served_model_name)):
+            if value is not None and not _MODEL_ID.match(value):
                 raise Gemma4T4Error(
-                    f"tensor_parallel_size={self.tensor_parallel_size} but {instance} has {gpus} GPU(s)",
-                    fix="lower tensor_parallel_size or pick a multi-GPU instance such as ml.g4dn.12xlarge",
+                    f"{label} {value!r} has characters a model id never has (whitespace, quotes or shell syntax)",
+                    fix="pass a Hugging Face id such as " + DEFAULT_MODEL_ID + " (letters, digits, . _ - /)",
                 )
-        if self.tensor_parallel_size < 1 or self.instance_count < 1:
-            raise Gemma4T4Error("tensor_parallel_size and instance_count must be >= 1")
-        if self.max_model_len < 256 or self.max_num_seqs < 1:
-            raise Gemma4T4Error("max_model_len must be >= 256 and max_num_seqs >= 1",
-                                fix="T4 defaults: max_model_len=8192, max_num_seqs=4")
-        if not 0.1 <= self.gpu_memory_utilization <= 0.99:
-            raise Gemma4T4Error(f"gpu_memory_utilization={self.gpu_memory_utilization} is outside 0.1..0.99",
-                                fix="use 0.90")
-        if not 60 <= self.startup_timeout_s <= 3600 or not 60 <= self.download_timeout_s <= 3600:
-            raise Gemma4T4Error("startup/download timeouts must be 60..3600 s (SageMaker's limits)",
-                                fix="use 1800 for a first start that downloads weights")
-        if not 0 < self.ttl_hours <= 24 * 7:
-            raise Gemma4T4Error(f"ttl_hours={self.ttl_hours} must be in (0, 168]",
-                                fix="choose a lifetime such as 4 hours; `reap` deletes endpoints past it")
+        if self.model_data_s3_uri is not None and not _S3_PREFIX.match(
+            self.model_data_s3_uri.replace("<account>", "0" * 12)
+        ):  # a dry run's placeholder
+            raise Gemma4T4Error(
+                f"model data {self.model_data_s3_uri!r} is not an s3://bucket/prefix/ folder",
+                fix="upload the folder with `gemma4-t4 sagemaker deploy --model-dir DIR`",
+            )
+        if self.tensor_parallel_size < 0 or self.instance_count < 1:
+            raise Gemma4T4Error("tensor_parallel_size must be >= 0 (0: auto) and instance_count >= 1")
+        extra_args_to_env(self.extra_args)
         for key in self.extra_env:
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,1023}", key):
                 raise Gemma4T4Error(f"invalid environment variable name {key!r}")
-        extra_args_to_env(self.extra_args)
+        # Judge what the container will really get: --env and --vllm-arg override the dtype field.
+        env = self.container_env()
+        dtype = env.get("SM_VLLM_DTYPE", "")
+        if dtype not in ("float16", "bfloat16", "auto", "half", "float32"):
+            raise Gemma4T4Error(f"unknown dtype {dtype!r}", fix="use float16 on T4, bfloat16 on L4/A10G")
+        turing = self.turing_instance_types
+        if turing and dtype in ("bfloat16", "auto"):
+            raise Gemma4T4Error(
+                f"dtype {dtype} on {turing[0]} (T4, sm_75): Turing has no bf16 and vLLM refuses it"
+                + (
+                    ""
+                    if dtype == self.resolved_dtype()
+                    else " (set through --env SM_VLLM_DTYPE or --vllm-arg)"
+                ),
+                fix="use dtype='float16' (the T4 default) and drop the bf16 override",
+            )
+        raw_tp = env.get("SM_VLLM_TENSOR_PARALLEL_SIZE", "1")
+        if not raw_tp.isdigit() or int(raw_tp) < 1:
+            raise Gemma4T4Error(
+                f"tensor parallel size {raw_tp!r} is not a positive integer",
+                fix="use 1, 2 or 4 (or 0 for the fit calculator's choice)",
+            )
+        tp = int(raw_tp)
+        for instance in self.instance_types:
+            gpus = SAGEMAKER_INSTANCES[instance][1]
+            if tp > gpus:
+                raise Gemma4T4Error(
+                    f"tensor_parallel_size={tp} but {instance} has {gpus} GPU(s)",
+                    fix="lower tensor_parallel_size or pick a multi-GPU instance such as ml.g4dn.12xlarge",
+                )
+        self._validate_scaling()
+        self._validate_image()
+        if self.max_model_len < 256 or self.max_num_seqs < 1:
+            raise Gemma4T4Error(
+                "max_model_len must be >= 256 and max_num_seqs >= 1",
+                fix="T4 defaults: max_model_len=8192, max_num_seqs=4",
+            )
+        if not 0.1 <= self.gpu_memory_utilization <= 0.99:
+            raise Gemma4T4Error(
+                f"gpu_memory_utilization={self.gpu_memory_utilization} is outside 0.1..0.99", fix="use 0.90"
+            )
+        if not 60 <= self.startup_timeout_s <= 3600 or not 60 <= self.download_timeout_s <= 3600:
+            raise Gemma4T4Error(
+                "startup/download timeouts must be 60..3600 s (SageMaker's limits)",
+                fix="use 1800 for a first start that downloads weights",
+            )
+        if not 0 < self.ttl_hours <= 24 * 7:
+            raise Gemma4T4Error(
+                f"ttl_hours={self.ttl_hours} must be in (0, 168]",
+                fix="choose a lifetime such as 4 hours; `reap` deletes endpoints past it",
+            )
         if self.inference_ami_version not in (None, "auto"):
             images.check_ami_for_image(self.inference_ami_version, self.resolved_image(), self.instance_type)
         ecr_region = re.search(r"\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws", self.image_uri or "")
@@ -251,13 +359,104 @@ class DeployConfig:
                     "the minimal policy",
                 )
             if not _ROLE.match(role):
-                raise Gemma4T4Error(f"{role!r} is not an IAM role ARN",
-                                    fix="use arn:aws:iam::<12-digit account>:role/<name>")
+                raise Gemma4T4Error(
+                    f"{role!r} is not an IAM role ARN", fix="use arn:aws:iam::<12-digit account>:role/<name>"
+                )
+
+    def _validate_scaling(self) -> None:
+        if not self.autoscaling:
+            return
+        low = self.min_instances if self.min_instances is not None else 1
+        high = self.max_instances if self.max_instances is not None else low
+        if not 1 <= low <= high <= 20:
+            raise Gemma4T4Error(
+                f"min_instances={low}, max_instances={high}: need 1 <= min <= max <= 20",
+                fix="e.g. --min-instances 1 --max-instances 3",
+            )
+        if not 0 < self.scaling_target <= 10_000 or not (
+            0 <= self.scale_in_cooldown_s <= 3600 and 0 <= self.scale_out_cooldown_s <= 3600
+        ):
+            raise Gemma4T4Error(
+                "scaling target must be > 0 and cooldowns 0..3600 s",
+                fix="defaults: 4 invocations/instance/minute, 600 s in, 300 s out",
+            )
+
+    def _validate_image(self) -> None:
+        """Fail closed on Turing: the stock vLLM container crashes there at the first prefill."""
+        if not self.needs_fixed_image or self.image_uri is None:
+            return  # no image given: deploy uses the newest fixed image in ECR, or refuses
+        fixed = images.carries_turing_fix(self.image_uri)
+        if fixed:
+            return
+        what = (
+            "is AWS's stock vLLM container"
+            if fixed is False
+            else f"is not a {images.T4_IMAGE_REPOSITORY}:<base tag>{images.FIXED_TAG_MARK}<version> image"
+        )
+        raise Gemma4T4Error(
+            f"image {self.image_uri} {what}, which lacks the Turing attention fix: on a T4 "
+            f"({', '.join(self.turing_instance_types)}, sm_75, 64 KiB shared memory) vLLM's attention kernel asks "
+            "for 96 KiB at Gemma 4's first prefill and the endpoint crashes",
+            fix=f"build the fixed image once (gemma4-t4 sagemaker build-image --region {self.region}), then deploy "
+            "without --image-uri (the newest fixed image in ECR is used) or with --image-uri of that image; "
+            "--allow-unfixed-image only for an image whose vLLM is fixed upstream",
+        )
 
     def summary(self) -> dict[str, Any]:
         return {
-            "name": self.name, "region": self.region, "model_id": self.model_id,
-            "instance_types": self.instance_types, "image": self.resolved_image(),
-            "inference_ami_version": self.resolved_ami_version(), "dtype": self.resolved_dtype(),
-            "container_env": redact_env(self.container_env()), "ttl_hours": self.ttl_hours,
+            "name": self.name,
+            "region": self.region,
+            "model_id": self.model_id,
+            "instance_types": self.instance_types,
+            "image": self.resolved_image(),
+            "inference_ami_version": self.resolved_ami_version(),
+            "dtype": self.resolved_dtype(),
+            "container_env": redact_env(self.container_env()),
+            "ttl_hours": self.ttl_hours,
+            "turing_fix_required": self.needs_fixed_image,
+            "model_data": self.model_data_s3_uri,
+            "instances": (
+                f"{self.initial_instances}..{self.billed_instances_at_most} (autoscaling)"
+                if self.autoscaling
+                else str(self.instance_count)
+            ),
         }
+
+
+def _guess_format(model_id: str) -> str:
+    lowered = model_id.lower()
+    if "emb4" in lowered:
+        return "emb4"
+    return "qat-w4a16" if any(k in lowered for k in ("qat", "w4a16", "int4")) else "bf16"
+
+
+def auto_tensor_parallel(
+    model_id: str, instance_type: str, context_len: int = 8192, max_num_seqs: int = 4
+) -> int:
+    """The smallest tensor-parallel size at which the fit calculator says the model fits the host.
+
+    1 on single-GPU hosts and for models the calculator does not know (a local folder, another
+    family); on ``ml.g4dn.12xlarge`` (4x T4) the 26B-A4B and 31B need 2 or 4.
+    """
+    from gemma4_t4.models import fit
+
+    gpu, gpus = SAGEMAKER_INSTANCES.get(instance_type, ("", 1))
+    if gpus <= 1:
+        return 1
+    try:
+        for size in (1, 2, 4, 8):
+            if size > gpus:
+                break
+            result = fit(
+                model_id,
+                _guess_format(model_id),
+                gpu=gpu,
+                context_len=context_len,
+                num_gpus=size,
+                max_num_seqs=max_num_seqs,
+            )
+            if result.fits:
+                return size
+    except Gemma4T4Error:
+        return 1
+    return gpus

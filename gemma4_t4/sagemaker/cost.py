@@ -1,22 +1,14 @@
-"""The cost guard: the estimated $/hour before deploying, the cost so far of a running
-endpoint, and ``reap``, which deletes this project's endpoints whose lifetime tag has passed.
-
-A crashed deploy in the reference billed for 36 minutes and one endpoint stayed ``Creating``
-for 3.5 hours; every endpoint here carries an expiry tag that ``reap`` (run from cron, CI
-or by hand) enforces.
-"""
+"""The cost guard's arithmetic: the estimated $/hour before deploying and the cost so far of a
+running endpoint (``reaper.reap`` enforces the lifetime tags; it lives apart so that ``ops``
+can use these figures without an import cycle)."""
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from gemma4_t4.hardware import PRICES
-from gemma4_t4.sagemaker.aws import ClientFactory, client_factory
 from gemma4_t4.sagemaker.config import EXPIRES_TAG, PROJECT_TAG, PROJECT_VALUE
-from gemma4_t4.sagemaker.image import US_REGIONS
 
 
 @dataclass
@@ -30,16 +22,19 @@ class CostEstimate:
     def line(self) -> str:
         if self.usd_per_hour is None:
             return f"{self.instance_type}: no price in gemma4_t4.hardware.PRICES; check the SageMaker pricing page"
-        return (f"estimated cost: ${self.usd_per_hour:.3f}/hour for {self.instance_count}x {self.instance_type} "
-                f"(on-demand, {self.price_region}; billed until the endpoint is deleted)")
+        return (
+            f"estimated cost: ${self.usd_per_hour:.3f}/hour for {self.instance_count}x {self.instance_type} "
+            f"(on-demand, {self.price_region}; billed until the endpoint is deleted)"
+        )
 
 
 def estimate(instance_type: str, instance_count: int = 1) -> CostEstimate:
     price = PRICES.get(f"sagemaker:{instance_type}")
     if price is None:
         return CostEstimate(instance_type, instance_count, None, None, None)
-    return CostEstimate(instance_type, instance_count, price.usd_per_hour * instance_count, price.region,
-                        price.source)
+    return CostEstimate(
+        instance_type, instance_count, price.usd_per_hour * instance_count, price.region, price.source
+    )
 
 
 def hours_between(start: dt.datetime, end: dt.datetime) -> float:
@@ -58,63 +53,3 @@ def parse_expiry(tags: dict[str, str]) -> dt.datetime | None:
 
 def is_ours(tags: dict[str, str]) -> bool:
     return tags.get(PROJECT_TAG) == PROJECT_VALUE
-
-
-@dataclass
-class ReapDecision:
-    name: str
-    region: str
-    status: str
-    expires_at: str | None
-    action: str  # "delete" | "keep" | "deleted" | "failed"
-    reason: str
-
-
-@dataclass
-class ReapResult:
-    dry_run: bool
-    decisions: list[ReapDecision] = field(default_factory=list)
-
-    @property
-    def deleted(self) -> list[str]:
-        return [d.name for d in self.decisions if d.action == "deleted"]
-
-    @property
-    def expired(self) -> list[str]:
-        return [d.name for d in self.decisions if d.action in ("delete", "deleted", "failed")]
-
-
-def reap(regions: Sequence[str] = US_REGIONS, *, dry_run: bool = False, now: dt.datetime | None = None,
-         clients: ClientFactory | None = None, session: Any = None) -> ReapResult:
-    """Delete (endpoint, config, model of) every project endpoint past its expiry tag.
-
-    Endpoints without the project tag are never touched; project endpoints without an expiry
-    tag are reported and kept.
-    """
-    from gemma4_t4.sagemaker.ops import delete_endpoint, list_endpoints
-
-    now = now or dt.datetime.now(dt.UTC)
-    make = clients or client_factory(session)
-    result = ReapResult(dry_run)
-    for endpoint in list_endpoints(regions, clients=make, project_only=True):
-        expires = parse_expiry(endpoint.tags)
-        if expires is None:
-            result.decisions.append(ReapDecision(endpoint.name, endpoint.region, endpoint.status, None, "keep",
-                                                 "no expiry tag"))
-            continue
-        if expires > now:
-            left = hours_between(now, expires)
-            result.decisions.append(ReapDecision(endpoint.name, endpoint.region, endpoint.status,
-                                                 endpoint.expires_at, "keep", f"{left:.2f} h left"))
-            continue
-        over = hours_between(expires, now)
-        decision = ReapDecision(endpoint.name, endpoint.region, endpoint.status, endpoint.expires_at, "delete",
-                                f"expired {over:.2f} h ago")
-        if not dry_run:
-            try:
-                delete_endpoint(endpoint.name, endpoint.region, client=make("sagemaker", endpoint.region))
-                decision.action = "deleted"
-            except Exception as exc:  # noqa: BLE001 - one failure must not stop the reaping of the rest
-                decision.action, decision.reason = "failed", f"{decision.reason}; delete failed: {exc}"
-        result.decisions.append(decision)
-    return result

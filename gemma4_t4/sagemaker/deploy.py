@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.sagemaker import image as image_module
 from gemma4_t4.sagemaker.aws import (
     ClientFactory,
     aws_error,
@@ -26,15 +27,21 @@ from gemma4_t4.sagemaker.aws import (
     is_not_found,
 )
 from gemma4_t4.sagemaker.cli_recipe import ApiCall
-from gemma4_t4.sagemaker.config import DeployConfig
+from gemma4_t4.sagemaker.config import SCALING_METRIC, DeployConfig
 from gemma4_t4.sagemaker.cost import estimate
-from gemma4_t4.sagemaker.image import US_REGIONS
-from gemma4_t4.sagemaker.ops import DeleteResult, delete_resources
+from gemma4_t4.sagemaker.image import US_REGIONS, find_fixed_image
+from gemma4_t4.sagemaker.ops import SCALABLE, DeleteResult, delete_resources
+from gemma4_t4.sagemaker.quotas import quota_name, region_quotas
 
 # Capacity-type failures: worth trying another region. Anything else (a bad model, OOM) would
 # fail the same way everywhere.
-CAPACITY_MARKERS = ("InsufficientInstanceCapacity", "ResourceLimitExceeded", "insufficient capacity",
-                    "capacity", "quota")
+CAPACITY_MARKERS = (
+    "InsufficientInstanceCapacity",
+    "ResourceLimitExceeded",
+    "insufficient capacity",
+    "capacity",
+    "quota",
+)
 
 
 @dataclass
@@ -65,8 +72,11 @@ class DeployFailed(Gemma4T4Error):
 
     def __init__(self, result: DeployResult, fix: str | None = None):
         rolled = ", ".join(result.rolled_back) or "nothing"
-        super().__init__(f"deploy of {result.name} in {result.region} ended {result.status}: "
-                         f"{result.failure_reason}; rolled back: {rolled}", fix=fix)
+        super().__init__(
+            f"deploy of {result.name} in {result.region} ended {result.status}: "
+            f"{result.failure_reason}; rolled back: {rolled}",
+            fix=fix,
+        )
         self.result = result
 
 
@@ -75,20 +85,85 @@ def deployment_calls(config: DeployConfig, now: dt.datetime | None = None) -> li
     tags = config.resource_tags(now)
     region = config.region
     return [
-        ApiCall("sagemaker", "create_model", {
-            "ModelName": config.name,
-            "ExecutionRoleArn": config.resolved_role() or "arn:aws:iam::<ACCOUNT>:role/<SageMakerExecutionRole>",
-            "PrimaryContainer": {"Image": config.resolved_image(), "Environment": config.container_env()},
-            "Tags": tags,
-        }, region, note=f"model {config.model_id} in the vLLM container"),
-        ApiCall("sagemaker", "create_endpoint_config", {
-            "EndpointConfigName": config.name,
-            "ProductionVariants": [config.production_variant()],
-            "Tags": tags,
-        }, region, note="instance, driver (InferenceAmiVersion) and startup timeouts"),
-        ApiCall("sagemaker", "create_endpoint", {
-            "EndpointName": config.name, "EndpointConfigName": config.name, "Tags": tags,
-        }, region, note=estimate(config.instance_type, config.instance_count).line()),
+        ApiCall(
+            "sagemaker",
+            "create_model",
+            {
+                "ModelName": config.name,
+                "ExecutionRoleArn": config.resolved_role()
+                or "arn:aws:iam::<ACCOUNT>:role/<SageMakerExecutionRole>",
+                "PrimaryContainer": config.primary_container(),
+                "Tags": tags,
+            },
+            region,
+            note=f"model {config.model_data_s3_uri or config.model_id} in the vLLM container",
+        ),
+        ApiCall(
+            "sagemaker",
+            "create_endpoint_config",
+            {
+                "EndpointConfigName": config.name,
+                "ProductionVariants": [config.production_variant()],
+                "Tags": tags,
+            },
+            region,
+            note="instance, driver (InferenceAmiVersion) and startup timeouts",
+        ),
+        ApiCall(
+            "sagemaker",
+            "create_endpoint",
+            {
+                "EndpointName": config.name,
+                "EndpointConfigName": config.name,
+                "Tags": tags,
+            },
+            region,
+            note=deploy_cost(config).line(),
+        ),
+        *autoscaling_calls(config),
+    ]
+
+
+def deploy_cost(config: DeployConfig):
+    """The $/hour estimate; with autoscaling, at the maximum instance count (the worst case)."""
+    return estimate(config.instance_type, config.billed_instances_at_most)
+
+
+def autoscaling_calls(config: DeployConfig) -> list[ApiCall]:
+    """Register the variant with Application Auto Scaling and a target-tracking policy."""
+    if not config.autoscaling:
+        return []
+    resource = {**SCALABLE, "ResourceId": config.scaling_resource_id()}
+    return [
+        ApiCall(
+            "application-autoscaling",
+            "register_scalable_target",
+            {
+                **resource,
+                "MinCapacity": config.initial_instances,
+                "MaxCapacity": config.billed_instances_at_most,
+            },
+            config.region,
+            note=f"scale {config.initial_instances}..{config.billed_instances_at_most} instances "
+            "(after InService)",
+        ),
+        ApiCall(
+            "application-autoscaling",
+            "put_scaling_policy",
+            {
+                "PolicyName": f"{config.name}-invocations",
+                **resource,
+                "PolicyType": "TargetTrackingScaling",
+                "TargetTrackingScalingPolicyConfiguration": {
+                    "TargetValue": config.scaling_target,
+                    "PredefinedMetricSpecification": {"PredefinedMetricType": SCALING_METRIC},
+                    "ScaleInCooldown": config.scale_in_cooldown_s,
+                    "ScaleOutCooldown": config.scale_out_cooldown_s,
+                },
+            },
+            config.region,
+            note="target tracking on invocations per instance, with cooldowns",
+        ),
     ]
 
 
@@ -97,8 +172,21 @@ def deployment_plan(config: DeployConfig) -> list[str]:
     config.validate(require_role=False)
     calls = deployment_calls(config)
     commands = [c.cli() for c in calls]
-    commands.append("# wait for InService (a T4 start takes ~13 min)\n"
-                    f"aws sagemaker wait endpoint-in-service --region {config.region} --endpoint-name {config.name}")
+    if config.needs_fixed_image and config.image_uri is None:
+        # A dry run calls nothing, so it names the tag build-image writes; deploy looks it up.
+        lookup = ApiCall(
+            "ecr",
+            "describe_images",
+            {"RepositoryName": image_module.T4_IMAGE_REPOSITORY, "Filter": {"tagStatus": "TAGGED"}},
+            config.region,
+            note="T4: the newest fixed image in your ECR (tag <base DLC tag>-g4t4-<version>) replaces "
+            "<ACCOUNT>/...; none there = refused (build it: gemma4-t4 sagemaker build-image)",
+        )
+        commands[0] = lookup.cli() + "\n" + commands[0]  # one step: find the image, create the model
+    commands.append(
+        "# wait for InService (a T4 start takes ~13 min)\n"
+        f"aws sagemaker wait endpoint-in-service --region {config.region} --endpoint-name {config.name}"
+    )
     return commands
 
 
@@ -123,7 +211,7 @@ class _Clock:
 
 def rollback(sm: Any, created: list[str]) -> list[str]:
     """Delete what ``created`` lists, endpoint first (reverse creation order). Returns what went."""
-    kinds = {"endpoint": 0, "endpoint-config": 1, "model": 2}
+    kinds = {"autoscaling": -1, "endpoint": 0, "endpoint-config": 1, "model": 2}
     resources = sorted((tuple(c.split(":", 1)) for c in created), key=lambda r: kinds[r[0]])
     result = DeleteResult("", "")
     for resource in resources:
@@ -134,21 +222,65 @@ def rollback(sm: Any, created: list[str]) -> list[str]:
     return result.deleted + [a for a in result.already_absent if "delete failed" not in a]
 
 
-def deploy(config: DeployConfig, *, client: Any = None, session: Any = None, wait: bool = True,
-           timeout_s: float | None = None, poll_s: float = 15.0, progress: bool = True, dry_run: bool = False,
-           on_event: Callable[[TimelineEvent], None] | None = None,
-           sleep: Callable[[float], None] = time.sleep,
-           monotonic: Callable[[], float] = time.monotonic) -> DeployResult:
+def with_fixed_image(config: DeployConfig, ecr_client: Any) -> DeployConfig:
+    """A T4 config without an image gets the newest fixed image in its region's ECR (or is refused)."""
+    if not config.needs_fixed_image or config.image_uri:
+        return config
+    found = find_fixed_image(config.region, ecr_client=ecr_client)
+    return dataclasses.replace(config, image_uri=found.image_uri)
+
+
+def register_autoscaling(
+    config: DeployConfig, aas: Any, result: DeployResult, event: Callable[[str, str], None] | None = None
+) -> None:
+    """Register the scalable target and its policy (the endpoint must be InService first)."""
+    for call in autoscaling_calls(config):
+        try:
+            getattr(aas, call.operation)(**call.params)
+        except aws_exceptions() as exc:
+            result.failure_reason = f"{call.operation}: {error_code(exc)}: {error_message(exc)}"
+            raise _Failure from exc
+        if call.operation == "register_scalable_target":
+            result.created.insert(0, f"autoscaling:{config.scaling_resource_id()}")
+        if event:
+            event(call.operation, call.note or "")
+
+
+def deploy(
+    config: DeployConfig,
+    *,
+    client: Any = None,
+    session: Any = None,
+    wait: bool = True,
+    timeout_s: float | None = None,
+    poll_s: float = 15.0,
+    progress: bool = True,
+    dry_run: bool = False,
+    on_event: Callable[[TimelineEvent], None] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    monotonic: Callable[[], float] = time.monotonic,
+    ecr_client: Any = None,
+    autoscaling_client: Any = None,
+) -> DeployResult:
     """Create model, endpoint config and endpoint; wait for InService; roll back on failure.
+
+    On a T4 without ``image_uri`` the newest fixed image in the region's ECR is used (refused
+    when there is none); with min/max instances the variant is registered for autoscaling.
 
     ``timeout_s`` defaults to the container startup timeout plus 15 minutes for placement.
     Raises :class:`DeployFailed` (after rolling back) on failure; validation errors are raised
     before any AWS call.
     """
     config.validate(require_role=not dry_run)
-    cost = estimate(config.instance_type, config.instance_count)
-    result = DeployResult(config.name, config.region, "DryRun" if dry_run else "Error", False,
-                          usd_per_hour=cost.usd_per_hour, cost_line=cost.line())
+    cost = deploy_cost(config)
+    result = DeployResult(
+        config.name,
+        config.region,
+        "DryRun" if dry_run else "Error",
+        False,
+        usd_per_hour=cost.usd_per_hour,
+        cost_line=cost.line(),
+    )
     if dry_run:
         result.plan = deployment_plan(config)
         return result
@@ -160,25 +292,33 @@ def deploy(config: DeployConfig, *, client: Any = None, session: Any = None, wai
         if on_event:
             on_event(item)
 
-    sm = client or client_factory(session)("sagemaker", config.region)
+    make = client_factory(session)
+    sm = client or make("sagemaker", config.region)
+    config = with_fixed_image(config, ecr_client or make("ecr", config.region))
     calls = deployment_calls(config)
+    create_calls = [c for c in calls if c.service == "sagemaker"]
     result.plan = [c.cli() for c in calls]
-    event("validated", cost.line())
+    event("validated", f"{cost.line()}; image {config.resolved_image()}")
     # Refuse to touch resources this deploy did not create.
-    for kind, operation, key in (("endpoint", "describe_endpoint", "EndpointName"),
-                                 ("endpoint-config", "describe_endpoint_config", "EndpointConfigName"),
-                                 ("model", "describe_model", "ModelName")):
+    for kind, operation, key in (
+        ("endpoint", "describe_endpoint", "EndpointName"),
+        ("endpoint-config", "describe_endpoint_config", "EndpointConfigName"),
+        ("model", "describe_model", "ModelName"),
+    ):
         if _exists(sm, operation, **{key: config.name}):
             raise Gemma4T4Error(
                 f"{kind} {config.name!r} already exists in {config.region}; deploy never overwrites",
                 fix=f"delete it first (gemma4-t4 sagemaker delete {config.name} --region {config.region} --yes) "
                 "or choose another --name",
             )
-    kind_of = {"create_model": "model", "create_endpoint_config": "endpoint-config",
-               "create_endpoint": "endpoint"}
+    kind_of = {
+        "create_model": "model",
+        "create_endpoint_config": "endpoint-config",
+        "create_endpoint": "endpoint",
+    }
     fix: str | None = None
     try:
-        for call in calls:
+        for call in create_calls:
             try:
                 getattr(sm, call.operation)(**call.params)
             except aws_exceptions() as exc:
@@ -198,14 +338,21 @@ def deploy(config: DeployConfig, *, client: Any = None, session: Any = None, wai
         if result.status != "InService":
             fix = _fix_for(result)
             raise _Failure
-        result.success = True
         event("InService", f"after {clock.elapsed():.0f} s")
+        if config.autoscaling:
+            register_autoscaling(
+                config, autoscaling_client or make("application-autoscaling", config.region), result, event
+            )
+        result.success = True
         return result
     except BaseException as exc:
         if not isinstance(exc, _Failure):
             result.failure_reason = result.failure_reason or f"{type(exc).__name__}: {exc}"
-        result.status = result.status if result.status not in ("Error", "InService") else (
-            "Interrupted" if isinstance(exc, KeyboardInterrupt) else "Error")
+        result.status = (
+            result.status
+            if result.status not in ("Error", "InService")
+            else ("Interrupted" if isinstance(exc, KeyboardInterrupt) else "Error")
+        )
         result.rolled_back = rollback(sm, result.created)
         event("rolled back", ", ".join(result.rolled_back) or "nothing created")
         result.elapsed_s = clock.elapsed()
@@ -231,17 +378,28 @@ def _fix_for(result: DeployResult) -> str:
     return "read the logs (gemma4-t4 sagemaker logs NAME) before retrying"
 
 
-def wait_in_service(sm: Any, name: str, timeout_s: float, poll_s: float = 15.0, progress: bool = True,
-                    event: Callable[[str, str], None] | None = None,
-                    sleep: Callable[[float], None] = time.sleep,
-                    monotonic: Callable[[], float] = time.monotonic) -> dict[str, Any]:
+def wait_in_service(
+    sm: Any,
+    name: str,
+    timeout_s: float,
+    poll_s: float = 15.0,
+    progress: bool = True,
+    event: Callable[[str, str], None] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> dict[str, Any]:
     """Poll DescribeEndpoint until InService, Failed or the timeout ({"status", "reason"})."""
     from tqdm.auto import tqdm
 
     start = monotonic()
     last = None
-    with tqdm(total=int(timeout_s), desc=name, disable=not progress, leave=True,
-              bar_format="{desc}: {postfix} | {n}/{total} s of the timeout") as bar:
+    with tqdm(
+        total=int(timeout_s),
+        desc=name,
+        disable=not progress,
+        leave=True,
+        bar_format="{desc}: {postfix} | {n}/{total} s of the timeout",
+    ) as bar:
         while True:
             try:
                 desc = sm.describe_endpoint(EndpointName=name)
@@ -291,12 +449,16 @@ def is_capacity_failure(reason: str | None) -> bool:
     return any(marker.lower() in text for marker in CAPACITY_MARKERS)
 
 
-def deploy_with_failover(config: DeployConfig, regions: Sequence[str] = US_REGIONS, *,
-                         clients: ClientFactory | None = None, session: Any = None, check_quota: bool = True,
-                         **deploy_kwargs: Any) -> FailoverResult:
+def deploy_with_failover(
+    config: DeployConfig,
+    regions: Sequence[str] = US_REGIONS,
+    *,
+    clients: ClientFactory | None = None,
+    session: Any = None,
+    check_quota: bool = True,
+    **deploy_kwargs: Any,
+) -> FailoverResult:
     """Try ``regions`` in order; move on after no quota or a capacity failure, stop on others."""
-    from gemma4_t4.sagemaker.quotas import region_quotas
-
     make = clients or client_factory(session)
     for region in regions:  # validate every attempt's config before any call
         dataclasses.replace(config, region=region).validate()
@@ -308,26 +470,42 @@ def deploy_with_failover(config: DeployConfig, regions: Sequence[str] = US_REGIO
         if check_quota:
             rows = region_quotas(region, attempt_config.instance_types, make("service-quotas", region))
             if not any(r.available for r in rows):
-                reasons = "; ".join(f"{r.instance_type}={r.value if r.value is not None else r.error}" for r in rows)
+                reasons = "; ".join(
+                    f"{r.instance_type}={r.value if r.value is not None else r.error}" for r in rows
+                )
                 outcome.attempts.append(FailoverAttempt(region, "skipped: no quota", started, 0.0, reasons))
                 continue
         try:
-            result = deploy(attempt_config, client=make("sagemaker", region), **deploy_kwargs)
+            result = deploy(
+                attempt_config,
+                client=make("sagemaker", region),
+                ecr_client=make("ecr", region),
+                **deploy_kwargs,
+            )
         except DeployFailed as exc:
             capacity = is_capacity_failure(exc.result.failure_reason)
-            outcome.attempts.append(FailoverAttempt(
-                region, "capacity" if capacity else "failed", started, round(time.monotonic() - t0, 2),
-                exc.result.failure_reason, exc.result.timeline, exc.result.rolled_back))
+            outcome.attempts.append(
+                FailoverAttempt(
+                    region,
+                    "capacity" if capacity else "failed",
+                    started,
+                    round(time.monotonic() - t0, 2),
+                    exc.result.failure_reason,
+                    exc.result.timeline,
+                    exc.result.rolled_back,
+                )
+            )
             if not capacity:
                 return outcome
             continue
-        outcome.attempts.append(FailoverAttempt(region, result.status, started, round(time.monotonic() - t0, 2),
-                                                None, result.timeline))
+        outcome.attempts.append(
+            FailoverAttempt(
+                region, result.status, started, round(time.monotonic() - t0, 2), None, result.timeline
+            )
+        )
         outcome.success, outcome.region, outcome.deployment = True, region, result
         return outcome
     if outcome.attempts and all(a.outcome == "skipped: no quota" for a in outcome.attempts):
-        from gemma4_t4.sagemaker.quotas import quota_name
-
         raise Gemma4T4Error(
             f"no quota for {quota_name(config.instance_type)!r} in any region tried "
             f"({', '.join(a.region for a in outcome.attempts)}); nothing was created",
@@ -343,9 +521,19 @@ class DeploymentWatcher:
     it back on Failed or timeout, so a caller that returned at ``Creating`` (an MCP tool, a
     notebook cell) still never leaves a crashed endpoint billing."""
 
-    def __init__(self, sm: Any, result: DeployResult, timeout_s: float, poll_s: float = 15.0):
+    def __init__(
+        self,
+        sm: Any,
+        result: DeployResult,
+        timeout_s: float,
+        poll_s: float = 15.0,
+        config: DeployConfig | None = None,
+        autoscaling_client: Any = None,
+    ):
         import threading
 
+        self.config = config
+        self.autoscaling_client = autoscaling_client
         self.sm = sm
         self.result = result
         self.timeout_s = timeout_s
@@ -363,11 +551,19 @@ class DeploymentWatcher:
 
     def _run(self) -> None:
         try:
-            final = wait_in_service(self.sm, self.result.name, self.timeout_s, self.poll_s, progress=False,
-                                    event=self._event)
+            final = wait_in_service(
+                self.sm, self.result.name, self.timeout_s, self.poll_s, progress=False, event=self._event
+            )
             self.result.status = final["status"]
             self.result.failure_reason = final.get("reason")
+            if self.result.status == "InService" and self.config is not None and self.config.autoscaling:
+                aas = self.autoscaling_client or client_factory()(
+                    "application-autoscaling", self.config.region
+                )
+                register_autoscaling(self.config, aas, self.result, self._event)
             self.result.success = self.result.status == "InService"
+        except _Failure:
+            self.result.status, self.result.success = "Error", False
         except Exception as exc:  # noqa: BLE001 - reported on the result, then rolled back
             self.result.status, self.result.success = "Error", False
             self.result.failure_reason = f"{type(exc).__name__}: {exc}"
@@ -382,10 +578,16 @@ class DeploymentWatcher:
         return self.result
 
 
-def deploy_in_background(config: DeployConfig, *, client: Any = None, session: Any = None,
-                         timeout_s: float | None = None, poll_s: float = 15.0) -> DeploymentWatcher:
+def deploy_in_background(
+    config: DeployConfig,
+    *,
+    client: Any = None,
+    session: Any = None,
+    timeout_s: float | None = None,
+    poll_s: float = 15.0,
+) -> DeploymentWatcher:
     """Create the resources now (rolled back if a create fails), then watch in the background."""
     sm = client or client_factory(session)("sagemaker", config.region)
-    result = deploy(config, client=sm, wait=False, progress=False)
+    result = deploy(config, client=sm, session=session, wait=False, progress=False)
     timeout = timeout_s if timeout_s is not None else config.startup_timeout_s + 900
-    return DeploymentWatcher(sm, result, timeout, poll_s).start()
+    return DeploymentWatcher(sm, result, timeout, poll_s, config=config).start()

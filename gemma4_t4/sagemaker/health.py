@@ -38,8 +38,8 @@ def degenerate_reasons(text: str) -> list[str]:
     words = re.findall(r"\w+|[^\w\s]", stripped.lower())
     for n in (1, 2, 3, 4):  # an n-gram repeated back to back 4+ times: ": ok: ok: ok: ok"
         for i in range(0, max(0, len(words) - 4 * n + 1)):
-            gram = words[i:i + n]
-            if all(words[i + k * n:i + (k + 1) * n] == gram for k in range(1, 4)):
+            gram = words[i : i + n]
+            if all(words[i + k * n : i + (k + 1) * n] == gram for k in range(1, 4)):
                 reasons.append(f"repeats {' '.join(gram)!r} back to back")
                 break
         if reasons and reasons[-1].startswith("repeats"):

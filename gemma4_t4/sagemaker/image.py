@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.sagemaker.aws import aws_error, aws_exceptions, client_factory, error_code
 
 DLC_REPOSITORY = "vllm"
 DEFAULT_DLC_ACCOUNT = "763104351884"
@@ -41,10 +42,22 @@ DLC_ACCOUNT_EXCEPTIONS: dict[str, str] = {
 }
 # Regions served by the default account.
 DLC_DEFAULT_ACCOUNT_REGIONS = (
-    "us-east-1", "us-east-2", "us-west-1", "us-west-2", "ca-central-1", "sa-east-1",
-    "eu-west-1", "eu-west-2", "eu-west-3", "eu-central-1", "eu-north-1",
-    "ap-south-1", "ap-northeast-1", "ap-northeast-2",
-    "ap-southeast-1", "ap-southeast-2",
+    "us-east-1",
+    "us-east-2",
+    "us-west-1",
+    "us-west-2",
+    "ca-central-1",
+    "sa-east-1",
+    "eu-west-1",
+    "eu-west-2",
+    "eu-west-3",
+    "eu-central-1",
+    "eu-north-1",
+    "ap-south-1",
+    "ap-northeast-1",
+    "ap-northeast-2",
+    "ap-southeast-1",
+    "ap-southeast-2",
 )
 KNOWN_REGIONS: tuple[str, ...] = tuple(sorted((*DLC_DEFAULT_ACCOUNT_REGIONS, *DLC_ACCOUNT_EXCEPTIONS)))
 US_REGIONS: tuple[str, ...] = ("us-east-1", "us-east-2", "us-west-2", "us-west-1")
@@ -129,8 +142,9 @@ def ecr_domain(region: str) -> str:
     return "amazonaws.com.cn" if region.startswith("cn-") else "amazonaws.com"
 
 
-def vllm_image_uri(region: str, tag: str = DEFAULT_VLLM_TAG, account: str | None = None,
-                   repository: str = DLC_REPOSITORY) -> str:
+def vllm_image_uri(
+    region: str, tag: str = DEFAULT_VLLM_TAG, account: str | None = None, repository: str = DLC_REPOSITORY
+) -> str:
     """``<account>.dkr.ecr.<region>.amazonaws.com/vllm:<tag>``."""
     account = account or dlc_account(region)
     return f"{account}.dkr.ecr.{region}.{ecr_domain(region)}/{repository}:{tag}"
@@ -196,18 +210,18 @@ def check_ami_for_image(ami_version: str | None, image_uri: str, instance_type: 
         )
 
 
-def list_vllm_tags(region: str, ecr_client: Any = None, account: str | None = None,
-                   repository: str = DLC_REPOSITORY) -> list[str]:
+def list_vllm_tags(
+    region: str, ecr_client: Any = None, account: str | None = None, repository: str = DLC_REPOSITORY
+) -> list[str]:
     """Every tag in the regional vLLM DLC repository (needs ECR read permission on it)."""
     if ecr_client is None:
-        from gemma4_t4.sagemaker.aws import client_factory
-
         ecr_client = client_factory()("ecr", region)
     ecr = ecr_client
     tags: list[str] = []
     paginator = ecr.get_paginator("list_images")
-    for page in paginator.paginate(registryId=account or dlc_account(region), repositoryName=repository,
-                                   filter={"tagStatus": "TAGGED"}):
+    for page in paginator.paginate(
+        registryId=account or dlc_account(region), repositoryName=repository, filter={"tagStatus": "TAGGED"}
+    ):
         tags += [i["imageTag"] for i in page.get("imageIds", []) if i.get("imageTag")]
     return sorted(set(tags))
 
@@ -222,8 +236,9 @@ class ImageChoice:
     candidates: int = 0
 
 
-def find_vllm_image(region: str, tag: str | None = None, query_registry: bool = False,
-                    ecr_client: Any = None) -> ImageChoice:
+def find_vllm_image(
+    region: str, tag: str | None = None, query_registry: bool = False, ecr_client: Any = None
+) -> ImageChoice:
     """The vLLM image for ``region``: an explicit tag, the newest in the registry, or the default."""
     if tag:
         uri, source, count = vllm_image_uri(region, tag), "override", 0
@@ -240,12 +255,133 @@ def find_vllm_image(region: str, tag: str | None = None, query_registry: bool = 
 
 # The derived T4 image: the DLC plus this package (the Turing fix loads as a vLLM plugin).
 T4_IMAGE_REPOSITORY = "gemma4-t4-vllm"
+FIXED_TAG_MARK = "-g4t4-"  # <base DLC tag>-g4t4-<package version>: the only tags build-image writes
+ACCOUNT_PLACEHOLDER = "<ACCOUNT>"  # dry runs name the account they cannot look up
+
+
+def package_version() -> str:
+    from gemma4_t4 import __version__
+
+    return __version__
+
+
+def fixed_image_tag(base_tag: str = DEFAULT_VLLM_TAG, version: str | None = None) -> str:
+    """The ECR tag of the fixed image: base DLC tag + package version (ECR allows [A-Za-z0-9_.-])."""
+    if parse_tag(base_tag) is None:
+        raise Gemma4T4Error(
+            f"base tag {base_tag!r} is not a pinned vLLM SageMaker tag",
+            fix=f"use a tag like {DEFAULT_VLLM_TAG}",
+        )
+    safe_version = re.sub(r"[^A-Za-z0-9_.-]", "_", version or package_version())
+    return f"{base_tag}{FIXED_TAG_MARK}{safe_version}"
+
+
+def parse_fixed_tag(tag: str) -> tuple[ImageTag, str] | None:
+    """(base DLC tag, package version) of a fixed-image tag; None for any other tag."""
+    if FIXED_TAG_MARK not in tag:
+        return None
+    base, version = tag.rsplit(FIXED_TAG_MARK, 1)
+    parsed = parse_tag(base)
+    if parsed is None or not re.fullmatch(r"[A-Za-z0-9_.-]+", version):
+        return None
+    return parsed, version
+
+
+def _version_key(version: str) -> tuple:
+    return tuple(int(p) if p.isdigit() else -1 for p in re.split(r"[._-]", version))
+
+
+def select_latest_fixed_tag(tags: Iterable[str]) -> str | None:
+    """The newest fixed-image tag: by base vLLM version, then SageMaker revision, then package version."""
+    parsed = [(t, p) for t in tags if (p := parse_fixed_tag(t)) is not None]
+    if not parsed:
+        return None
+    return max(parsed, key=lambda item: (item[1][0].sort_key, _version_key(item[1][1])))[0]
+
+
+def image_repository(image_uri: str) -> str:
+    """``vllm`` for ``<acct>.dkr.ecr.<region>.amazonaws.com/vllm:<tag>``."""
+    path = image_uri.split("/", 1)[-1] if "/" in image_uri else image_uri
+    return path.split("@", 1)[0].rsplit(":", 1)[0]
+
+
+def carries_turing_fix(image_uri: str) -> bool | None:
+    """True for an image build-image made, False for AWS's stock vLLM DLC, None when unknown.
+
+    The fixed image exists only under this repository and tag scheme, and build-image's
+    Docker build fails unless ``image_check`` passes, so the name is the proof.
+    """
+    repository = image_repository(image_uri)
+    tag = image_tag(image_uri)
+    if repository == T4_IMAGE_REPOSITORY and parse_fixed_tag(tag) is not None:
+        return True
+    account = image_uri.split(".", 1)[0]
+    if repository == DLC_REPOSITORY and (
+        account == DEFAULT_DLC_ACCOUNT or account in DLC_ACCOUNT_EXCEPTIONS.values()
+    ):
+        return False
+    return None
 
 
 def t4_image_uri(account: str, region: str, tag: str | None = None) -> str:
-    """Where ``docker/sagemaker-t4/build.sh`` pushes the derived image (your own account's ECR)."""
+    """Where build-image pushes the derived image (your own account's ECR)."""
     validate_region(region)
-    if not re.fullmatch(r"\d{12}", account):
-        raise Gemma4T4Error(f"AWS account id {account!r} is not 12 digits", fix="pass your 12-digit account id")
-    return f"{account}.dkr.ecr.{region}.{ecr_domain(region)}/{T4_IMAGE_REPOSITORY}:{tag or DEFAULT_VLLM_TAG}"
+    if account != ACCOUNT_PLACEHOLDER and not re.fullmatch(r"\d{12}", account):
+        raise Gemma4T4Error(
+            f"AWS account id {account!r} is not 12 digits", fix="pass your 12-digit account id"
+        )
+    return f"{account}.dkr.ecr.{region}.{ecr_domain(region)}/{T4_IMAGE_REPOSITORY}:{tag or fixed_image_tag()}"
 
+
+def planned_t4_image_uri(region: str, base_tag: str = DEFAULT_VLLM_TAG) -> str:
+    """What a dry run names for a T4 deploy without --image-uri: the tag build-image writes, in
+    your account (shown as <ACCOUNT>). A real deploy looks up the newest fixed image in ECR."""
+    return t4_image_uri(ACCOUNT_PLACEHOLDER, region, fixed_image_tag(base_tag))
+
+
+@dataclass
+class FixedImage:
+    region: str
+    image_uri: str
+    tag: str
+    digest: str | None
+    pushed_at: str | None
+    candidates: int
+
+
+def find_fixed_image(region: str, *, ecr_client: Any = None, account: str | None = None) -> FixedImage:
+    """The newest fixed T4 image in this account's ECR in ``region``; refuses when there is none."""
+    validate_region(region)
+    make = client_factory()
+    ecr = ecr_client or make("ecr", region)
+    try:
+        images: list[dict[str, Any]] = []
+        for page in ecr.get_paginator("describe_images").paginate(
+            repositoryName=T4_IMAGE_REPOSITORY, filter={"tagStatus": "TAGGED"}
+        ):
+            images += page.get("imageDetails", [])
+    except aws_exceptions() as exc:
+        if error_code(exc) != "RepositoryNotFoundException":
+            raise aws_error(exc, f"DescribeImages {T4_IMAGE_REPOSITORY} in {region}") from exc
+        images = []
+    by_tag = {t: i for i in images for t in i.get("imageTags", [])}
+    tag = select_latest_fixed_tag(by_tag)
+    if tag is None:
+        raise Gemma4T4Error(
+            f"no fixed T4 image in {region}'s ECR ({T4_IMAGE_REPOSITORY}:<base tag>{FIXED_TAG_MARK}<version>): "
+            "AWS's stock vLLM container crashes on a T4 at the first prefill (Turing has 64 KiB shared memory, "
+            "Gemma 4's attention asks for 96 KiB)",
+            fix=f"build it once: gemma4-t4 sagemaker build-image --region {region} (or pass --image-uri of a "
+            "fixed image in this region)",
+        )
+    detail = by_tag[tag]
+    account = account or detail.get("registryId") or ACCOUNT_PLACEHOLDER
+    pushed = detail.get("imagePushedAt")
+    return FixedImage(
+        region,
+        t4_image_uri(account, region, tag),
+        tag,
+        detail.get("imageDigest"),
+        pushed.isoformat() if hasattr(pushed, "isoformat") else pushed,
+        len(by_tag),
+    )

@@ -30,11 +30,17 @@ class Check:
 
 
 def plugin_registered() -> Check:
-    eps = [ep for ep in metadata.entry_points(group="vllm.general_plugins") if ep.value.startswith("gemma4_t4")]
+    eps = [
+        ep for ep in metadata.entry_points(group="vllm.general_plugins") if ep.value.startswith("gemma4_t4")
+    ]
     if eps:
         return Check("plugin", True, ", ".join(f"{ep.name} = {ep.value}" for ep in eps))
-    return Check("plugin", False, "no gemma4_t4 entry point in vllm.general_plugins: reinstall this package "
-                 "with pip (not by copying files)")
+    return Check(
+        "plugin",
+        False,
+        "no gemma4_t4 entry point in vllm.general_plugins: reinstall this package "
+        "with pip (not by copying files)",
+    )
 
 
 def kernel_supported() -> Check:
@@ -64,7 +70,9 @@ def torch_has_sm75() -> Check:
     flags = torch._C._cuda_getArchFlags() if hasattr(torch._C, "_cuda_getArchFlags") else ""
     if "sm_75" in (flags or ""):
         return Check("torch", True, f"torch {torch.__version__} carries sm_75 ({flags})")
-    return Check("torch", False, f"torch {torch.__version__} has no sm_75 kernels (arch flags: {flags or 'none'})")
+    return Check(
+        "torch", False, f"torch {torch.__version__} has no sm_75 kernels (arch flags: {flags or 'none'})"
+    )
 
 
 def run_checks() -> list[Check]:

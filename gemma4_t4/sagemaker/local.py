@@ -1,10 +1,19 @@
 """Offline AWS for tests and ``TARGET=cpu`` notebooks: a local moto server (SageMaker,
-SageMaker runtime, CloudWatch Logs, IAM, STS) plus the FAKE Service Quotas server, with the
-environment pointed at both and dummy credentials, so no call can reach real AWS.
+SageMaker runtime, ECR, S3, IAM, CodeBuild, Application Auto Scaling, CloudWatch Logs, STS)
+plus the FAKE Service Quotas server, with the environment pointed at both and dummy
+credentials, so no call can reach real AWS.
 
     with LocalAWS() as aws:
         deploy(DeployConfig(...))           # talks to moto
-        aws.queue_invoke_results([...])     # what the "endpoint" will answer
+        aws.queue_invoke_results([...])     # what the "endpoint" will answer (canned), or
+    with LocalAWS(runtime_backend="http://127.0.0.1:8000") as aws:
+        invoke(...)                         # the runtime STAND-IN forwards to a real vLLM server
+
+Two things moto cannot do are stood in for, and named as such: moto's CodeBuild never runs a
+build, so ``seed_fixed_image`` puts the manifest a ``build-image`` run would have pushed into
+moto's ECR (done at start and after every reset, so a T4 deploy finds its fixed image); and
+moto's runtime answers canned bodies and no streams, so ``runtime_backend`` starts
+:class:`gemma4_t4.sagemaker.runtime_standin.RuntimeStandIn` in front of a real vLLM server.
 """
 
 from __future__ import annotations
@@ -28,15 +37,29 @@ DEFAULT_QUOTAS: dict[str, dict[str, float]] = {
     "us-west-1": {"ml.g4dn.xlarge": 0, "ml.g6.xlarge": 0},
 }
 # Never print or pass these on; they are dummies, but the rule is the same as for real ones.
-_CREDENTIAL_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN",
-                   "AWS_PROFILE")
+_CREDENTIAL_ENV = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_SECURITY_TOKEN",
+    "AWS_PROFILE",
+)
 
 
 class LocalAWS:
     """Start moto + the quota fake on 127.0.0.1 (free ports) and point boto3 at them."""
 
-    def __init__(self, quotas: dict[str, dict[str, float]] | None = None, region: str = "us-east-2",
-                 set_env: bool = True):
+    def __init__(
+        self,
+        quotas: dict[str, dict[str, float]] | None = None,
+        region: str = "us-east-2",
+        set_env: bool = True,
+        seed_fixed_image: bool = True,
+        runtime_backend: str | None = None,
+    ):
+        self.seed_image = seed_fixed_image
+        self.runtime_backend = runtime_backend
+        self.runtime: Any = None
         self.quotas = {r: dict(v) for r, v in (quotas if quotas is not None else DEFAULT_QUOTAS).items()}
         self.region = region
         self.set_env = set_env
@@ -49,9 +72,11 @@ class LocalAWS:
         """The variables that route boto3 here (for subprocesses such as the MCP server)."""
         if not self.quota_fake:
             raise Gemma4T4Error("LocalAWS is not started", fix="use it as a context manager or call start()")
+        routes = {"AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME": self.runtime.url} if self.runtime else {}
         return {
             "AWS_ENDPOINT_URL": self.endpoint_url,
             "AWS_ENDPOINT_URL_SERVICE_QUOTAS": self.quota_fake.url,
+            **routes,
             "AWS_ACCESS_KEY_ID": "testing",
             "AWS_SECRET_ACCESS_KEY": "testing",
             "AWS_DEFAULT_REGION": self.region,
@@ -72,12 +97,20 @@ class LocalAWS:
         host, port = self.moto.get_host_and_port()
         self.endpoint_url = f"http://{host}:{port}"
         self.quota_fake = FakeServiceQuotas(self.quotas).start()
+        if self.runtime_backend:
+            from gemma4_t4.sagemaker.runtime_standin import RuntimeStandIn
+
+            self.runtime = RuntimeStandIn(
+                self.runtime_backend, control_plane_url=self.endpoint_url, region=self.region
+            ).start()
         if self.set_env:
             for key, value in self.env().items():
                 self._saved_env[key] = os.environ.get(key)
                 os.environ[key] = value
             for key in _CREDENTIAL_ENV[2:]:  # keys come from env(); drop session/profile left over
                 self._saved_env[key] = os.environ.pop(key, None)
+        if self.seed_image:
+            self.seed_fixed_image()
         return self
 
     def stop(self) -> None:
@@ -87,6 +120,9 @@ class LocalAWS:
             else:
                 os.environ[key] = value
         self._saved_env.clear()
+        if self.runtime:
+            self.runtime.stop()
+            self.runtime = None
         if self.quota_fake:
             self.quota_fake.stop()
             self.quota_fake = None
@@ -103,25 +139,79 @@ class LocalAWS:
     # -- helpers ----------------------------------------------------------------------------
     def _post(self, path: str, payload: dict[str, Any] | None = None) -> None:
         data = json.dumps(payload or {}).encode()
-        request = urllib.request.Request(self.endpoint_url + path, data=data, method="POST",
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            self.endpoint_url + path, data=data, method="POST", headers={"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(request, timeout=10) as response:
             response.read()
 
     def reset(self) -> None:
-        """Forget every moto resource (between tests)."""
+        """Forget every moto resource (between tests); the fixed image is seeded again."""
         self._post("/moto-api/reset")
+        if self.seed_image:
+            self.seed_fixed_image()
 
-    def queue_invoke_results(self, bodies: list[Any], region: str | None = None,
-                             content_type: str = "application/json") -> None:
+    def client(self, service: str, region: str | None = None) -> Any:
+        import boto3
+
+        return boto3.client(
+            service,
+            region_name=region or self.region,
+            endpoint_url=self.endpoint_url,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+
+    def seed_fixed_image_for(self, target: Any) -> str:
+        """``build_t4_image(on_build_succeeded=...)`` hook: the stand-in push for that build's target."""
+        return self.seed_fixed_image(target.region, target.tag)
+
+    def seed_fixed_image(self, region: str | None = None, tag: str | None = None) -> str:
+        """STAND-IN for a finished ``build-image`` run: moto's CodeBuild runs no Docker build, so put
+        the image manifest that build's ``docker push`` would have written into moto's ECR.
+        Returns the image URI."""
+        from gemma4_t4.sagemaker.image import T4_IMAGE_REPOSITORY, fixed_image_tag, t4_image_uri
+
+        region = region or self.region
+        tag = tag or fixed_image_tag()
+        ecr = self.client("ecr", region)
+        try:
+            ecr.create_repository(repositoryName=T4_IMAGE_REPOSITORY)
+        except ecr.exceptions.RepositoryAlreadyExistsException:
+            pass
+        manifest = {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+            "config": {
+                "mediaType": "application/vnd.docker.container.image.v1+json",
+                "size": 2,
+                "digest": "sha256:" + "0" * 64,
+            },
+            "layers": [],
+            "annotations": {"stand-in": "gemma4_t4.sagemaker.local.seed_fixed_image"},
+        }
+        try:
+            ecr.put_image(
+                repositoryName=T4_IMAGE_REPOSITORY, imageManifest=json.dumps(manifest), imageTag=tag
+            )
+        except ecr.exceptions.ImageAlreadyExistsException:
+            pass
+        return t4_image_uri("123456789012", region, tag)
+
+    def queue_invoke_results(
+        self, bodies: list[Any], region: str | None = None, content_type: str = "application/json"
+    ) -> None:
         """The next endpoint invocations (any endpoint) answer these bodies, in order.
 
         moto keys answers by request body: repeating an identical request returns the same answer.
         """
-        results = [{"Body": b if isinstance(b, str) else json.dumps(b), "ContentType": content_type}
-                   for b in bodies]
-        self._post("/moto-api/static/sagemaker/endpoint-results",
-                   {"account_id": "123456789012", "region": region or self.region, "results": results})
+        results = [
+            {"Body": b if isinstance(b, str) else json.dumps(b), "ContentType": content_type} for b in bodies
+        ]
+        self._post(
+            "/moto-api/static/sagemaker/endpoint-results",
+            {"account_id": "123456789012", "region": region or self.region, "results": results},
+        )
 
     def queue_chat_replies(self, texts: list[str], region: str | None = None) -> None:
         """Queue OpenAI chat-completion bodies whose assistant message is each text."""
@@ -131,8 +221,13 @@ class LocalAWS:
         """Write container log lines where SageMaker would (/aws/sagemaker/Endpoints/NAME)."""
         import boto3
 
-        logs = boto3.client("logs", region_name=region or self.region, endpoint_url=self.endpoint_url,
-                            aws_access_key_id="testing", aws_secret_access_key="testing")
+        logs = boto3.client(
+            "logs",
+            region_name=region or self.region,
+            endpoint_url=self.endpoint_url,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
         group = f"/aws/sagemaker/Endpoints/{endpoint}"
         try:
             logs.create_log_group(logGroupName=group)
@@ -144,16 +239,26 @@ class LocalAWS:
         except logs.exceptions.ResourceAlreadyExistsException:
             pass
         now = int(time.time() * 1000)
-        logs.put_log_events(logGroupName=group, logStreamName=stream,
-                            logEvents=[{"timestamp": now + i, "message": line} for i, line in enumerate(lines)])
+        logs.put_log_events(
+            logGroupName=group,
+            logStreamName=stream,
+            logEvents=[{"timestamp": now + i, "message": line} for i, line in enumerate(lines)],
+        )
 
 
 def chat_completion(text: str, model: str = "gemma-4-E2B-it", finish_reason: str = "stop") -> dict[str, Any]:
     """An OpenAI chat-completion response body, as the vLLM container returns it."""
     return {
-        "id": "chatcmpl-local", "object": "chat.completion", "created": int(time.time()), "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                     "finish_reason": finish_reason}],
-        "usage": {"prompt_tokens": 12, "completion_tokens": max(1, len(text.split())),
-                  "total_tokens": 12 + max(1, len(text.split()))},
+        "id": "chatcmpl-local",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish_reason}
+        ],
+        "usage": {
+            "prompt_tokens": 12,
+            "completion_tokens": max(1, len(text.split())),
+            "total_tokens": 12 + max(1, len(text.split())),
+        },
     }

@@ -20,12 +20,20 @@ from gemma4_t4.sagemaker.aws import (
     is_not_found,
 )
 from gemma4_t4.sagemaker.cli_recipe import ApiCall
-from gemma4_t4.sagemaker.config import EXPIRES_TAG
+from gemma4_t4.sagemaker.config import AUTOSCALING_TAG, EXPIRES_TAG
 from gemma4_t4.sagemaker.cost import estimate, hours_between, is_ours
 from gemma4_t4.sagemaker.image import US_REGIONS, validate_region
 
-LOG_MILESTONES = ("Model loading took", "KV cache", "Maximum concurrency", "CUDA out of memory",
-                  "Application startup complete", "Traceback", "Error", "error:")
+LOG_MILESTONES = (
+    "Model loading took",
+    "KV cache",
+    "Maximum concurrency",
+    "CUDA out of memory",
+    "Application startup complete",
+    "Traceback",
+    "Error",
+    "error:",
+)
 
 
 def _client(client: Any, service: str, region: str) -> Any:
@@ -60,8 +68,9 @@ class EndpointStatus:
     advice: str | None = None
 
 
-def endpoint_status(name: str, region: str, client: Any = None,
-                    now: dt.datetime | None = None) -> EndpointStatus:
+def endpoint_status(
+    name: str, region: str, client: Any = None, now: dt.datetime | None = None
+) -> EndpointStatus:
     sm = _client(client, "sagemaker", region)
     try:
         desc = sm.describe_endpoint(EndpointName=name)
@@ -70,8 +79,14 @@ def endpoint_status(name: str, region: str, client: Any = None,
             return EndpointStatus(name, region, False, advice="no such endpoint in this region")
         raise aws_error(exc, f"DescribeEndpoint {name}") from exc
     now = now or dt.datetime.now(dt.UTC)
-    status = EndpointStatus(name, region, True, desc.get("EndpointStatus"), desc.get("FailureReason"),
-                            desc.get("EndpointConfigName"))
+    status = EndpointStatus(
+        name,
+        region,
+        True,
+        desc.get("EndpointStatus"),
+        desc.get("FailureReason"),
+        desc.get("EndpointConfigName"),
+    )
     created = _aware(desc.get("CreationTime"))
     if created:
         status.created_at = created.isoformat()
@@ -109,14 +124,18 @@ def _advice(status: EndpointStatus) -> str | None:
     if status.status == "Failed":
         reason = status.failure_reason or ""
         if "CannotStartContainer" in reason:
-            return ("the container never started: on g4dn with a CUDA 13 image set InferenceAmiVersion "
-                    "al2023-ami-sagemaker-inference-gpu-4-1; delete the endpoint to stop billing")
+            return (
+                "the container never started: on g4dn with a CUDA 13 image set InferenceAmiVersion "
+                "al2023-ami-sagemaker-inference-gpu-4-1; delete the endpoint to stop billing"
+            )
         if "Capacity" in reason or "capacity" in reason:
             return "no capacity for this instance type here: try another region (deploy --failover)"
         return "read the logs (gemma4-t4 sagemaker logs NAME), then delete the endpoint"
     if status.status == "Creating" and status.age_minutes and status.age_minutes > 45:
-        return (f"still Creating after {status.age_minutes:.0f} min (a T4 start takes ~13 min): check the logs; "
-                "you are billed while it waits")
+        return (
+            f"still Creating after {status.age_minutes:.0f} min (a T4 start takes ~13 min): check the logs; "
+            "you are billed while it waits"
+        )
     if status.status == "InService":
         return "ready: invoke it, and delete it when done"
     return None
@@ -145,8 +164,13 @@ class EndpointSummary:
         return self.tags.get(EXPIRES_TAG)
 
 
-def list_endpoints(regions: Sequence[str] = US_REGIONS, *, clients: ClientFactory | None = None,
-                   project_only: bool = False, session: Any = None) -> list[EndpointSummary]:
+def list_endpoints(
+    regions: Sequence[str] = US_REGIONS,
+    *,
+    clients: ClientFactory | None = None,
+    project_only: bool = False,
+    session: Any = None,
+) -> list[EndpointSummary]:
     """Endpoints in each region (sequentially); ``project_only`` keeps this project's tagged ones."""
     make = clients or client_factory(session)
     out: list[EndpointSummary] = []
@@ -160,8 +184,15 @@ def list_endpoints(regions: Sequence[str] = US_REGIONS, *, clients: ClientFactor
                     if project_only and not is_ours(tags):
                         continue
                     created = _aware(ep.get("CreationTime"))
-                    out.append(EndpointSummary(ep["EndpointName"], region, ep.get("EndpointStatus", "?"),
-                                               created.isoformat() if created else None, tags))
+                    out.append(
+                        EndpointSummary(
+                            ep["EndpointName"],
+                            region,
+                            ep.get("EndpointStatus", "?"),
+                            created.isoformat() if created else None,
+                            tags,
+                        )
+                    )
         except aws_exceptions() as exc:
             raise aws_error(exc, f"ListEndpoints in {region}") from exc
     return out
@@ -189,8 +220,9 @@ def endpoint_logs(name: str, region: str, lines: int = 50, client: Any = None) -
     group = log_group(name)
     result = LogsResult(name, region, group, True)
     try:
-        streams = logs.describe_log_streams(logGroupName=group, orderBy="LastEventTime", descending=True,
-                                            limit=5).get("logStreams", [])
+        streams = logs.describe_log_streams(
+            logGroupName=group, orderBy="LastEventTime", descending=True, limit=5
+        ).get("logStreams", [])
     except aws_exceptions() as exc:
         if error_code(exc) == "ResourceNotFoundException":
             result.found = False
@@ -203,8 +235,9 @@ def endpoint_logs(name: str, region: str, lines: int = 50, client: Any = None) -
         raise aws_error(exc, f"DescribeLogStreams {group}") from exc
     events: list[tuple[int, str]] = []
     for stream in streams:
-        response = logs.get_log_events(logGroupName=group, logStreamName=stream["logStreamName"],
-                                       limit=lines, startFromHead=False)
+        response = logs.get_log_events(
+            logGroupName=group, logStreamName=stream["logStreamName"], limit=lines, startFromHead=False
+        )
         events += [(e.get("timestamp", 0), e.get("message", "")) for e in response.get("events", [])]
     events.sort()
     result.lines = [m.rstrip("\n") for _, m in events[-lines:]]
@@ -224,8 +257,14 @@ class InvokeResult:
     raw: Any
 
 
-def chat_payload(prompt: str | None = None, messages: list[dict[str, str]] | None = None, max_tokens: int = 256,
-                 temperature: float = 0.0, stream: bool = False, **extra: Any) -> dict[str, Any]:
+def chat_payload(
+    prompt: str | None = None,
+    messages: list[dict[str, str]] | None = None,
+    max_tokens: int = 256,
+    temperature: float = 0.0,
+    stream: bool = False,
+    **extra: Any,
+) -> dict[str, Any]:
     if not messages:
         if not prompt:
             raise Gemma4T4Error("nothing to send", fix="pass prompt='...' or messages=[...]")
@@ -246,8 +285,10 @@ def parse_chat_response(body: Any) -> tuple[str, str | None, dict | None]:
         except ValueError:
             return (body.decode(errors="replace") if isinstance(body, bytes) else body), None, None
     if not isinstance(body, dict) or not body.get("choices"):
-        raise Gemma4T4Error(f"unexpected response from the endpoint: {str(body)[:300]}",
-                            fix="check the endpoint serves the vLLM OpenAI API (read its logs)")
+        raise Gemma4T4Error(
+            f"unexpected response from the endpoint: {str(body)[:300]}",
+            fix="check the endpoint serves the vLLM OpenAI API (read its logs)",
+        )
     choice = body["choices"][0]
     text = (choice.get("message") or {}).get("content")
     if text is None:
@@ -256,20 +297,37 @@ def parse_chat_response(body: Any) -> tuple[str, str | None, dict | None]:
 
 
 def invoke_plan(name: str, region: str, payload: dict[str, Any]) -> ApiCall:
-    return ApiCall("sagemaker-runtime", "invoke_endpoint",
-                   {"EndpointName": name, "ContentType": "application/json", "Body": json.dumps(payload)},
-                   region, note="add --cli-binary-format raw-in-base64-out and an output file: /dev/stdout")
+    return ApiCall(
+        "sagemaker-runtime",
+        "invoke_endpoint",
+        {"EndpointName": name, "ContentType": "application/json", "Body": json.dumps(payload)},
+        region,
+        note="add --cli-binary-format raw-in-base64-out and an output file: /dev/stdout",
+    )
 
 
-def invoke(name: str, region: str, prompt: str | None = None, *, messages: list[dict[str, str]] | None = None,
-           max_tokens: int = 256, temperature: float = 0.0, client: Any = None, **extra: Any) -> InvokeResult:
+def invoke(
+    name: str,
+    region: str,
+    prompt: str | None = None,
+    *,
+    messages: list[dict[str, str]] | None = None,
+    max_tokens: int = 256,
+    temperature: float = 0.0,
+    client: Any = None,
+    **extra: Any,
+) -> InvokeResult:
     """One non-streaming OpenAI-style chat request to the endpoint."""
     runtime = _client(client, "sagemaker-runtime", region)
     payload = chat_payload(prompt, messages, max_tokens, temperature, **extra)
     start = time.perf_counter()
     try:
-        response = runtime.invoke_endpoint(EndpointName=name, ContentType="application/json",
-                                           Accept="application/json", Body=json.dumps(payload))
+        response = runtime.invoke_endpoint(
+            EndpointName=name,
+            ContentType="application/json",
+            Accept="application/json",
+            Body=json.dumps(payload),
+        )
     except aws_exceptions() as exc:
         raise aws_error(exc, f"InvokeEndpoint {name}") from exc
     body = response["Body"].read()
@@ -310,7 +368,12 @@ class SSEDecoder:
 def stream_deltas(payload_parts: Iterator[bytes]) -> Iterator[dict[str, Any]]:
     """OpenAI stream events -> {"text": delta} / {"usage": {...}} items."""
     decoder = SSEDecoder()
-    for part in [*payload_parts, b"\n"]:
+
+    def parts() -> Iterator[bytes]:  # lazily: a token is yielded as soon as its part arrives
+        yield from payload_parts
+        yield b"\n"
+
+    for part in parts():
         for event in decoder.feed(part):
             for choice in event.get("choices") or []:
                 delta = (choice.get("delta") or {}).get("content") or choice.get("text") or ""
@@ -329,16 +392,26 @@ class StreamResult:
     usage: dict[str, Any] | None
 
 
-def invoke_stream(name: str, region: str, prompt: str | None = None, *,
-                  messages: list[dict[str, str]] | None = None, max_tokens: int = 256, temperature: float = 0.0,
-                  client: Any = None, on_text: Any = None, **extra: Any) -> StreamResult:
+def invoke_stream(
+    name: str,
+    region: str,
+    prompt: str | None = None,
+    *,
+    messages: list[dict[str, str]] | None = None,
+    max_tokens: int = 256,
+    temperature: float = 0.0,
+    client: Any = None,
+    on_text: Any = None,
+    **extra: Any,
+) -> StreamResult:
     """Streaming chat via InvokeEndpointWithResponseStream; measures time to first token."""
     runtime = _client(client, "sagemaker-runtime", region)
     payload = chat_payload(prompt, messages, max_tokens, temperature, stream=True, **extra)
     start = time.perf_counter()
     try:
         response = runtime.invoke_endpoint_with_response_stream(
-            EndpointName=name, ContentType="application/json", Body=json.dumps(payload))
+            EndpointName=name, ContentType="application/json", Body=json.dumps(payload)
+        )
     except aws_exceptions() as exc:
         raise aws_error(exc, f"InvokeEndpointWithResponseStream {name}") from exc
     parts = (event["PayloadPart"]["Bytes"] for event in response["Body"] if "PayloadPart" in event)
@@ -369,10 +442,17 @@ class DeleteResult:
 
 
 def _resources(sm: Any, name: str) -> list[tuple[str, str]]:
-    """(kind, name) to delete, endpoint first; names come from the live chain when it exists."""
+    """(kind, name) to delete, endpoint first; names come from the live chain when it exists.
+
+    An endpoint tagged as autoscaled gets its scalable target deregistered first (that also
+    removes its scaling policies)."""
     config_name, models = name, [name]
+    scaling: list[tuple[str, str]] = []
     try:
-        config_name = sm.describe_endpoint(EndpointName=name).get("EndpointConfigName", name)
+        desc = sm.describe_endpoint(EndpointName=name)
+        config_name = desc.get("EndpointConfigName", name)
+        if AUTOSCALING_TAG in _tags(sm, desc.get("EndpointArn")):
+            scaling = [("autoscaling", f"endpoint/{name}/variant/AllTraffic")]
     except aws_exceptions() as exc:
         if not is_not_found(exc):
             raise aws_error(exc, f"DescribeEndpoint {name}") from exc
@@ -382,26 +462,50 @@ def _resources(sm: Any, name: str) -> list[tuple[str, str]]:
     except aws_exceptions() as exc:
         if not is_not_found(exc):
             raise aws_error(exc, f"DescribeEndpointConfig {config_name}") from exc
-    return [("endpoint", name), ("endpoint-config", config_name), *[("model", m) for m in models]]
+    return [*scaling, ("endpoint", name), ("endpoint-config", config_name), *[("model", m) for m in models]]
 
 
 _DELETE = {
+    "autoscaling": ("deregister_scalable_target", "ResourceId"),
     "endpoint": ("delete_endpoint", "EndpointName"),
     "endpoint-config": ("delete_endpoint_config", "EndpointConfigName"),
     "model": ("delete_model", "ModelName"),
 }
 
 
+SCALABLE = {"ServiceNamespace": "sagemaker", "ScalableDimension": "sagemaker:variant:DesiredInstanceCount"}
+
+
+def _delete_call(kind: str, res: str, region: str | None) -> ApiCall:
+    operation, key = _DELETE[kind]
+    if kind == "autoscaling":
+        return ApiCall(
+            "application-autoscaling",
+            operation,
+            {**SCALABLE, key: res},
+            region,
+            note="also removes the target-tracking policy",
+        )
+    return ApiCall("sagemaker", operation, {key: res}, region)
+
+
 def delete_plan(name: str, region: str, resources: list[tuple[str, str]] | None = None) -> list[ApiCall]:
     resources = resources or [("endpoint", name), ("endpoint-config", name), ("model", name)]
-    return [ApiCall("sagemaker", _DELETE[kind][0], {_DELETE[kind][1]: res}, region) for kind, res in resources]
+    return [_delete_call(kind, res, region) for kind, res in resources]
 
 
-def delete_resources(sm: Any, resources: list[tuple[str, str]], result: DeleteResult) -> None:
+def delete_resources(
+    sm: Any, resources: list[tuple[str, str]], result: DeleteResult, autoscaling_client: Any = None
+) -> None:
     for kind, res in resources:
-        operation, key = _DELETE[kind]
+        call = _delete_call(kind, res, None)
+        operation = call.operation
+        target = sm
+        if kind == "autoscaling":
+            region = sm.meta.region_name if hasattr(sm, "meta") else None
+            target = autoscaling_client or client_factory()("application-autoscaling", region)
         try:
-            getattr(sm, operation)(**{key: res})
+            getattr(target, operation)(**call.params)
             result.deleted.append(f"{kind}:{res}")
         except aws_exceptions() as exc:
             if is_not_found(exc):
@@ -410,8 +514,10 @@ def delete_resources(sm: Any, resources: list[tuple[str, str]], result: DeleteRe
                 raise aws_error(exc, f"{operation} {res}") from exc
 
 
-def delete_endpoint(name: str, region: str, *, client: Any = None, dry_run: bool = False) -> DeleteResult:
-    """Delete endpoint, endpoint config and model(s). Safe to repeat: missing parts are reported."""
+def delete_endpoint(
+    name: str, region: str, *, client: Any = None, dry_run: bool = False, autoscaling_client: Any = None
+) -> DeleteResult:
+    """Delete autoscaling, endpoint, endpoint config and model(s). Safe to repeat: missing parts are reported."""
     validate_region(region)
     result = DeleteResult(name, region, dry_run=dry_run)
     if dry_run:
@@ -420,5 +526,5 @@ def delete_endpoint(name: str, region: str, *, client: Any = None, dry_run: bool
     sm = _client(client, "sagemaker", region)
     resources = _resources(sm, name)
     result.plan = [c.cli() for c in delete_plan(name, region, resources)]
-    delete_resources(sm, resources, result)
+    delete_resources(sm, resources, result, autoscaling_client)
     return result

@@ -21,7 +21,9 @@ _SCOPE = re.compile(r"Credential=[^/]+/\d{8}/(?P<region>[a-z0-9-]+)/")
 class FakeServiceQuotas:
     """``FakeServiceQuotas({"us-east-2": {"ml.g4dn.xlarge": 2}})`` -> http://127.0.0.1:PORT."""
 
-    def __init__(self, quotas: dict[str, dict[str, float]] | None = None, host: str = "127.0.0.1", port: int = 0):
+    def __init__(
+        self, quotas: dict[str, dict[str, float]] | None = None, host: str = "127.0.0.1", port: int = 0
+    ):
         self.quotas: dict[str, dict[str, float]] = quotas or {}
         self.requests: list[dict[str, Any]] = []  # (region, target) of every call, for assertions
         self._lock = threading.Lock()
@@ -39,15 +41,30 @@ class FakeServiceQuotas:
         out = []
         for i, (instance, value) in enumerate(sorted(values.items())):
             code = f"L-FAKE{i:04d}"
-            out.append({
-                "ServiceCode": "sagemaker", "ServiceName": "Amazon SageMaker",
-                "QuotaArn": f"arn:aws:servicequotas:{region}:123456789012:sagemaker/{code}",
-                "QuotaCode": code, "QuotaName": f"{instance} for endpoint usage", "Value": float(value),
-                "Unit": "None", "Adjustable": True, "GlobalQuota": False,
-            })
+            out.append(
+                {
+                    "ServiceCode": "sagemaker",
+                    "ServiceName": "Amazon SageMaker",
+                    "QuotaArn": f"arn:aws:servicequotas:{region}:123456789012:sagemaker/{code}",
+                    "QuotaCode": code,
+                    "QuotaName": f"{instance} for endpoint usage",
+                    "Value": float(value),
+                    "Unit": "None",
+                    "Adjustable": True,
+                    "GlobalQuota": False,
+                }
+            )
         # a neighbour every real account has, so lookups must match by name
-        out.append({"ServiceCode": "sagemaker", "ServiceName": "Amazon SageMaker", "QuotaCode": "L-FAKE9999",
-                    "QuotaName": "ml.g4dn.xlarge for training job usage", "Value": 1.0, "Adjustable": True})
+        out.append(
+            {
+                "ServiceCode": "sagemaker",
+                "ServiceName": "Amazon SageMaker",
+                "QuotaCode": "L-FAKE9999",
+                "QuotaName": "ml.g4dn.xlarge for training job usage",
+                "Value": 1.0,
+                "Adjustable": True,
+            }
+        )
         return out
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
@@ -77,7 +94,7 @@ class FakeServiceQuotas:
                 if target == "ListServiceQuotas":
                     start = int(request.get("NextToken") or 0)
                     size = int(request.get("MaxResults") or 100)
-                    page = {"Quotas": quotas[start:start + size]}
+                    page = {"Quotas": quotas[start : start + size]}
                     if start + size < len(quotas):
                         page["NextToken"] = str(start + size)
                     self._reply(200, page)
@@ -93,8 +110,9 @@ class FakeServiceQuotas:
         return Handler
 
     def start(self) -> FakeServiceQuotas:
-        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-service-quotas",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="fake-service-quotas", daemon=True
+        )
         self._thread.start()
         return self
 

@@ -42,8 +42,11 @@ class QuotaReport:
     rows: list[QuotaRow] = field(default_factory=list)
 
     def regions_with_capacity(self, instance_type: str, need: int = 1) -> list[str]:
-        return [r.region for r in self.rows
-                if r.instance_type == instance_type and r.value is not None and r.value >= need]
+        return [
+            r.region
+            for r in self.rows
+            if r.instance_type == instance_type and r.value is not None and r.value >= need
+        ]
 
     def table(self) -> str:
         lines = [f"{'region':<12} {'instance':<18} {'quota':>6}  note"]
@@ -55,9 +58,16 @@ class QuotaReport:
 
 
 def quota_plan(instance_types: Sequence[str], regions: Sequence[str]) -> list[ApiCall]:
-    return [ApiCall("service-quotas", "list_service_quotas", {"ServiceCode": "sagemaker"}, region,
-                    note=f"look for: {', '.join(quota_name(t) for t in instance_types)}")
-            for region in regions]
+    return [
+        ApiCall(
+            "service-quotas",
+            "list_service_quotas",
+            {"ServiceCode": "sagemaker"},
+            region,
+            note=f"look for: {', '.join(quota_name(t) for t in instance_types)}",
+        )
+        for region in regions
+    ]
 
 
 def _validate(instance_types: Sequence[str], regions: Sequence[str]) -> None:
@@ -65,8 +75,10 @@ def _validate(instance_types: Sequence[str], regions: Sequence[str]) -> None:
         validate_region(region)
     for instance in instance_types:
         if instance not in SAGEMAKER_INSTANCES:
-            raise Gemma4T4Error(f"unsupported SageMaker instance type {instance!r}",
-                                fix=f"use one of: {', '.join(SAGEMAKER_INSTANCES)}")
+            raise Gemma4T4Error(
+                f"unsupported SageMaker instance type {instance!r}",
+                fix=f"use one of: {', '.join(SAGEMAKER_INSTANCES)}",
+            )
 
 
 def region_quotas(region: str, instance_types: Sequence[str], client: Any) -> list[QuotaRow]:
@@ -79,17 +91,29 @@ def region_quotas(region: str, instance_types: Sequence[str], client: Any) -> li
             for quota in page.get("Quotas", []):
                 instance = wanted.get(quota.get("QuotaName", ""))
                 if instance:
-                    found[instance] = QuotaRow(region, instance, quota["QuotaName"], float(quota["Value"]),
-                                               quota.get("QuotaCode"), quota.get("Adjustable"))
+                    found[instance] = QuotaRow(
+                        region,
+                        instance,
+                        quota["QuotaName"],
+                        float(quota["Value"]),
+                        quota.get("QuotaCode"),
+                        quota.get("Adjustable"),
+                    )
     except aws_exceptions() as exc:  # recorded per region; the other regions still answer
         message = str(aws_error(exc, "ListServiceQuotas")).splitlines()[0]
         return [QuotaRow(region, t, quota_name(t), None, error=message) for t in instance_types]
-    return [found.get(t) or QuotaRow(region, t, quota_name(t), None, error="quota not listed in this region")
-            for t in instance_types]
+    return [
+        found.get(t) or QuotaRow(region, t, quota_name(t), None, error="quota not listed in this region")
+        for t in instance_types
+    ]
 
 
-def check_quotas(instance_types: Sequence[str] = ("ml.g4dn.xlarge",), regions: Sequence[str] = US_REGIONS,
-                 clients: ClientFactory | None = None, session: Any = None) -> QuotaReport:
+def check_quotas(
+    instance_types: Sequence[str] = ("ml.g4dn.xlarge",),
+    regions: Sequence[str] = US_REGIONS,
+    clients: ClientFactory | None = None,
+    session: Any = None,
+) -> QuotaReport:
     """Endpoint quotas for each instance type in each region, queried sequentially."""
     _validate(instance_types, regions)
     make = clients or client_factory(session)

@@ -1,0 +1,662 @@
+"""Build the fixed T4 image in AWS (CodeBuild), no local Docker: ``gemma4-t4 sagemaker build-image``.
+
+The stack is four resources with fixed names, each created only when missing and tagged
+``project=gemma4-t4``: an ECR repository (``gemma4-t4-vllm``, immutable tags, scan on push),
+an S3 bucket holding the source bundle (this package + ``docker/sagemaker-t4``), a CodeBuild
+service role limited to exactly what the build touches, and a CodeBuild project. Because the
+names are fixed, a run that stopped half-way is completed by the next one, never duplicated.
+
+The build pulls the regional vLLM DLC, ``docker build``s ``docker/sagemaker-t4/Dockerfile``
+(whose ``image_check`` step fails the build unless the Turing fix loads) and pushes
+``gemma4-t4-vllm:<base DLC tag>-g4t4-<package version>``. The image is then verified in ECR
+and its digest recorded. An image already in ECR under that tag is reused, not rebuilt.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import io
+import json
+import time
+import zipfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.sagemaker import image as images
+from gemma4_t4.sagemaker.aws import aws_error, aws_exceptions, client_factory, error_code, error_message
+from gemma4_t4.sagemaker.cli_recipe import ApiCall
+from gemma4_t4.sagemaker.config import PROJECT_TAG, PROJECT_VALUE
+
+PROJECT_NAME = "gemma4-t4-image"
+ROLE_NAME = "gemma4-t4-codebuild-image"
+BUILD_IMAGE = "aws/codebuild/standard:7.0"
+COMPUTE_TYPE = "BUILD_GENERAL1_LARGE"  # 8 vCPU / 15 GB: the DLC layers are ~8 GB
+BUILDSPEC = "docker/sagemaker-t4/buildspec.yml"
+# CodeBuild on-demand list price for BUILD_GENERAL1_LARGE (Linux), USD/minute, and ECR storage,
+# USD per GB-month (AWS pricing pages, us-east-2). Estimates, not measurements.
+CODEBUILD_USD_PER_MINUTE = 0.020
+ECR_USD_PER_GB_MONTH = 0.10
+EXPECTED_BUILD_MINUTES = 25.0  # pull ~8 GB, pip install, push ~8 GB
+IMAGE_GB = 8.96  # 8.34 GiB, the size the series reported for its patched image
+BUILD_TIMEOUT_MINUTES = 90
+PHASES = (
+    "SUBMITTED",
+    "QUEUED",
+    "PROVISIONING",
+    "DOWNLOAD_SOURCE",
+    "INSTALL",
+    "PRE_BUILD",
+    "BUILD",
+    "POST_BUILD",
+    "UPLOAD_ARTIFACTS",
+    "FINALIZING",
+    "COMPLETED",
+)
+FAILED_STATUSES = ("FAILED", "FAULT", "STOPPED", "TIMED_OUT")
+_BUNDLE_FILES = ("pyproject.toml", "README.md")
+_BUNDLE_DIRS = ("gemma4_t4", "docker/sagemaker-t4")
+
+
+@dataclass
+class BuildCost:
+    minutes: float
+    build_usd: float
+    storage_usd_per_month: float
+
+    def line(self) -> str:
+        return (
+            f"estimated cost: ~${self.build_usd:.2f} for a ~{self.minutes:.0f}-minute CodeBuild run "
+            f"({COMPUTE_TYPE}, ${CODEBUILD_USD_PER_MINUTE:.3f}/min list price) + ~${self.storage_usd_per_month:.2f}"
+            f"/month ECR storage for the ~{IMAGE_GB:.1f} GB image (delete it to stop that)"
+        )
+
+
+def build_cost(minutes: float = EXPECTED_BUILD_MINUTES) -> BuildCost:
+    return BuildCost(
+        minutes, round(minutes * CODEBUILD_USD_PER_MINUTE, 2), round(IMAGE_GB * ECR_USD_PER_GB_MONTH, 2)
+    )
+
+
+@dataclass
+class BuildTarget:
+    """Names and URIs of one build; ``account`` is ``<ACCOUNT>`` in a dry run."""
+
+    region: str
+    account: str
+    base_tag: str
+    tag: str
+    base_image: str
+    image_uri: str
+    bucket: str
+    source_key: str
+
+    @property
+    def own_registry(self) -> str:
+        return self.image_uri.split("/", 1)[0]
+
+    @property
+    def dlc_registry(self) -> str:
+        return self.base_image.split("/", 1)[0]
+
+
+def build_target(
+    region: str, account: str, base_tag: str = images.DEFAULT_VLLM_TAG, bundle_sha256: str | None = None
+) -> BuildTarget:
+    tag = images.fixed_image_tag(base_tag)
+    key = f"build/{tag}/source-{(bundle_sha256 or '<SHA256>')[:16]}.zip"
+    return BuildTarget(
+        region,
+        account,
+        base_tag,
+        tag,
+        images.vllm_image_uri(region, base_tag),
+        images.t4_image_uri(account, region, tag),
+        f"gemma4-t4-build-{account}-{region}".lower()
+        if account != images.ACCOUNT_PLACEHOLDER
+        else f"gemma4-t4-build-<account>-{region}",
+        key,
+    )
+
+
+# -- the source bundle --------------------------------------------------------------------------
+def repo_root() -> Path:
+    root = Path(__file__).resolve().parents[2]
+    missing = [
+        p for p in (*_BUNDLE_FILES, "docker/sagemaker-t4/Dockerfile", BUILDSPEC) if not (root / p).exists()
+    ]
+    if missing:
+        raise Gemma4T4Error(
+            f"the build needs the package's source tree; missing under {root}: {', '.join(missing)}",
+            fix="run build-image from a checkout of the repository (pip install -e .)",
+        )
+    return root
+
+
+def _bundle_paths(root: Path) -> Iterator[Path]:
+    for name in _BUNDLE_FILES:
+        yield root / name
+    for folder in _BUNDLE_DIRS:
+        for path in sorted((root / folder).rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts and path.suffix not in (".pyc", ".pyo"):
+                yield path
+
+
+def source_bundle(root: Path | None = None) -> bytes:
+    """A deterministic zip (fixed timestamps, sorted) so the same source gives the same bytes."""
+    root = root or repo_root()
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path in _bundle_paths(root):
+            info = zipfile.ZipInfo(path.relative_to(root).as_posix(), date_time=(2020, 1, 1, 0, 0, 0))
+            info.external_attr = 0o644 << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(info, path.read_bytes())
+    return buffer.getvalue()
+
+
+# -- the plan (also what runs) --------------------------------------------------------------------
+def _tags_kv(key: str = "key", value: str = "value") -> list[dict[str, str]]:
+    return [{key: PROJECT_TAG, value: PROJECT_VALUE}, {key: "created-by", value: "gemma4-t4 build-image"}]
+
+
+def role_trust_policy() -> dict[str, Any]:
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Principal": {"Service": "codebuild.amazonaws.com"},
+                "Action": "sts:AssumeRole",
+            }
+        ],
+    }
+
+
+def role_policy(target: BuildTarget) -> dict[str, Any]:
+    """Least privilege: its own logs, its source object, pulling the DLC, pushing one repository."""
+    region, account = target.region, target.account
+    dlc_account = images.dlc_account(region)
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Action": ["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents"],
+                "Resource": f"arn:aws:logs:{region}:{account}:log-group:/aws/codebuild/{PROJECT_NAME}*",
+            },
+            {
+                "Effect": "Allow",
+                "Action": ["s3:GetObject", "s3:GetObjectVersion"],
+                "Resource": f"arn:aws:s3:::{target.bucket}/build/*",
+            },
+            {"Effect": "Allow", "Action": "ecr:GetAuthorizationToken", "Resource": "*"},
+            {
+                "Effect": "Allow",
+                "Action": [
+                    "ecr:BatchCheckLayerAvailability",
+                    "ecr:GetDownloadUrlForLayer",
+                    "ecr:BatchGetImage",
+                ],
+                "Resource": f"arn:aws:ecr:{region}:{dlc_account}:repository/{images.DLC_REPOSITORY}",
+            },
+            {
+                "Effect": "Allow",
+                "Action": [
+                    "ecr:BatchCheckLayerAvailability",
+                    "ecr:GetDownloadUrlForLayer",
+                    "ecr:BatchGetImage",
+                    "ecr:InitiateLayerUpload",
+                    "ecr:UploadLayerPart",
+                    "ecr:CompleteLayerUpload",
+                    "ecr:PutImage",
+                ],
+                "Resource": f"arn:aws:ecr:{region}:{account}:repository/{images.T4_IMAGE_REPOSITORY}",
+            },
+        ],
+    }
+
+
+def build_env(target: BuildTarget) -> list[dict[str, str]]:
+    env = {
+        "BASE_IMAGE": target.base_image,
+        "TARGET_IMAGE": target.image_uri,
+        "DLC_REGISTRY": target.dlc_registry,
+        "OWN_REGISTRY": target.own_registry,
+    }
+    return [{"name": k, "value": v, "type": "PLAINTEXT"} for k, v in env.items()]
+
+
+def start_build_params(target: BuildTarget) -> dict[str, Any]:
+    return {
+        "projectName": PROJECT_NAME,
+        "sourceTypeOverride": "S3",
+        "sourceLocationOverride": f"{target.bucket}/{target.source_key}",
+        "environmentVariablesOverride": build_env(target),
+    }
+
+
+def project_definition(target: BuildTarget) -> dict[str, Any]:
+    return {
+        "name": PROJECT_NAME,
+        "description": "gemma4-t4: AWS's vLLM DLC + the Turing attention fix, for SageMaker T4 endpoints",
+        "source": {"type": "S3", "location": f"{target.bucket}/{target.source_key}", "buildspec": BUILDSPEC},
+        "artifacts": {"type": "NO_ARTIFACTS"},
+        "environment": {
+            "type": "LINUX_CONTAINER",
+            "image": BUILD_IMAGE,
+            "computeType": COMPUTE_TYPE,
+            "privilegedMode": True,  # docker build needs it
+            "environmentVariables": build_env(target),
+        },
+        "serviceRole": f"arn:aws:iam::{target.account}:role/{ROLE_NAME}",
+        "timeoutInMinutes": BUILD_TIMEOUT_MINUTES,
+        "tags": _tags_kv(),
+    }
+
+
+def stack_calls(target: BuildTarget, bundle_size: int | None = None) -> list[ApiCall]:
+    """Every call build-image makes, in order, with the parameters it sends."""
+    region = target.region
+    bucket: dict[str, Any] = {"Bucket": target.bucket}
+    if region != "us-east-1":
+        bucket["CreateBucketConfiguration"] = {"LocationConstraint": region}
+    return [
+        ApiCall(
+            "sts", "get_caller_identity", {}, region, note="your account id (names the bucket and the image)"
+        ),
+        ApiCall(
+            "ecr",
+            "create_repository",
+            {
+                "repositoryName": images.T4_IMAGE_REPOSITORY,
+                "imageTagMutability": "IMMUTABLE",
+                "imageScanningConfiguration": {"scanOnPush": True},
+                "tags": _tags_kv("Key", "Value"),
+            },
+            region,
+            note="ECR repository for the fixed image (skipped when it exists)",
+        ),
+        ApiCall(
+            "s3api",
+            "create_bucket",
+            bucket,
+            region,
+            note="bucket for the source bundle (skipped when it exists)",
+        ),
+        ApiCall(
+            "s3api",
+            "put_public_access_block",
+            {
+                "Bucket": target.bucket,
+                "PublicAccessBlockConfiguration": {
+                    "BlockPublicAcls": True,
+                    "IgnorePublicAcls": True,
+                    "BlockPublicPolicy": True,
+                    "RestrictPublicBuckets": True,
+                },
+            },
+            region,
+        ),
+        ApiCall(
+            "s3api",
+            "put_bucket_tagging",
+            {"Bucket": target.bucket, "Tagging": {"TagSet": _tags_kv("Key", "Value")}},
+            region,
+        ),
+        ApiCall(
+            "s3api",
+            "put_object",
+            {
+                "Bucket": target.bucket,
+                "Key": target.source_key,
+                "Body": "source.zip",
+                "ChecksumAlgorithm": "SHA256",
+            },
+            region,
+            note=f"the package + docker/sagemaker-t4 ({bundle_size or '?'} bytes, skipped when already there)",
+        ),
+        ApiCall(
+            "iam",
+            "create_role",
+            {
+                "RoleName": ROLE_NAME,
+                "AssumeRolePolicyDocument": json.dumps(role_trust_policy()),
+                "Tags": _tags_kv("Key", "Value"),
+            },
+            None,
+            note="CodeBuild service role (skipped when it exists)",
+        ),
+        ApiCall(
+            "iam",
+            "put_role_policy",
+            {
+                "RoleName": ROLE_NAME,
+                "PolicyName": "gemma4-t4-build",
+                "PolicyDocument": json.dumps(role_policy(target)),
+            },
+            None,
+            note="least privilege: own logs, the source object, pull the DLC, push gemma4-t4-vllm",
+        ),
+        ApiCall(
+            "codebuild",
+            "create_project",
+            project_definition(target),
+            region,
+            note="CodeBuild project (updated in place when it exists)",
+        ),
+        ApiCall("codebuild", "start_build", start_build_params(target), region, note=build_cost().line()),
+        ApiCall(
+            "codebuild", "batch_get_builds", {"ids": ["<BUILD_ID>"]}, region, note="poll phase and status"
+        ),
+        ApiCall(
+            "ecr",
+            "describe_images",
+            {"repositoryName": images.T4_IMAGE_REPOSITORY, "imageIds": [{"imageTag": target.tag}]},
+            region,
+            note="verify the pushed image and record its digest",
+        ),
+    ]
+
+
+def build_plan(region: str, base_tag: str = images.DEFAULT_VLLM_TAG) -> list[str]:
+    """Dry run: the AWS CLI equivalent of every call; nothing is called (no account lookup)."""
+    images.validate_region(region)
+    target = build_target(region, images.ACCOUNT_PLACEHOLDER, base_tag)
+    return [c.cli() for c in stack_calls(target)]
+
+
+# -- running it -------------------------------------------------------------------------------------
+@dataclass
+class BuildResult:
+    region: str
+    image_uri: str
+    tag: str
+    status: str  # SUCCEEDED | REUSED | FAILED | ...
+    digest: str | None = None
+    build_id: str | None = None
+    phase: str | None = None
+    created: list[str] = field(default_factory=list)
+    reused: list[str] = field(default_factory=list)
+    log_tail: list[str] = field(default_factory=list)
+    elapsed_s: float = 0.0
+    cost_line: str = ""
+
+    @property
+    def pinned_uri(self) -> str | None:
+        """``repo@sha256:...``: what to deploy when the tag must not move."""
+        return f"{self.image_uri.rsplit(':', 1)[0]}@{self.digest}" if self.digest else None
+
+
+class BuildFailed(Gemma4T4Error):
+    def __init__(self, result: BuildResult, reason: str):
+        tail = "\n".join(f"    {line}" for line in result.log_tail[-20:])
+        super().__init__(
+            f"CodeBuild build {result.build_id} ended {result.status} in phase {result.phase}: {reason}"
+            + (f"\n  log tail:\n{tail}" if tail else ""),
+            fix="read the log tail above; nothing was deployed. Re-run build-image after fixing it "
+            "(the stack is reused)",
+        )
+        self.result = result
+
+
+def _ignore(codes: tuple[str, ...], call: Callable[[], Any]) -> bool:
+    """Run ``call``; True when it created something, False when AWS says it already exists."""
+    try:
+        call()
+        return True
+    except aws_exceptions() as exc:
+        if error_code(exc) in codes:
+            return False
+        raise
+
+
+def ensure_stack(
+    target: BuildTarget,
+    bundle: bytes,
+    clients: Callable[[str, str], Any],
+    result: BuildResult,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Create what is missing (ECR, S3 + bundle, role, project); record created vs reused."""
+    calls = {c.operation: c for c in stack_calls(target, len(bundle))}
+    region = target.region
+    ecr, s3, iam = (clients(s, region) for s in ("ecr", "s3", "iam"))
+
+    def note(created: bool, what: str) -> None:
+        (result.created if created else result.reused).append(what)
+
+    note(
+        _ignore(
+            ("RepositoryAlreadyExistsException",),
+            lambda: ecr.create_repository(**calls["create_repository"].params),
+        ),
+        f"ecr:{images.T4_IMAGE_REPOSITORY}",
+    )
+    note(
+        _ignore(("BucketAlreadyOwnedByYou",), lambda: s3.create_bucket(**calls["create_bucket"].params)),
+        f"s3:{target.bucket}",
+    )
+    s3.put_public_access_block(**calls["put_public_access_block"].params)
+    s3.put_bucket_tagging(**calls["put_bucket_tagging"].params)
+    digest = hashlib.sha256(bundle).hexdigest()
+    try:
+        head = s3.head_object(Bucket=target.bucket, Key=target.source_key)
+        present = head.get("Metadata", {}).get("sha256") == digest
+    except aws_exceptions() as exc:
+        if error_code(exc) not in ("404", "NoSuchKey", "NotFound"):
+            raise
+        present = False
+    if not present:
+        s3.put_object(
+            Bucket=target.bucket,
+            Key=target.source_key,
+            Body=bundle,
+            Metadata={"sha256": digest},
+            ChecksumAlgorithm="SHA256",
+        )
+    note(not present, f"s3://{target.bucket}/{target.source_key}")
+    note(
+        _ignore(("EntityAlreadyExists",), lambda: iam.create_role(**calls["create_role"].params)),
+        f"iam:{ROLE_NAME}",
+    )
+    iam.put_role_policy(**calls["put_role_policy"].params)
+    definition = calls["create_project"].params
+    cb = clients("codebuild", region)
+    for attempt in range(6):  # a new role takes a few seconds to become assumable by CodeBuild
+        try:
+            # An existing project is reused as is: what varies per build is passed to start_build.
+            created = _ignore(("ResourceAlreadyExistsException",), lambda: cb.create_project(**definition))
+            note(created, f"codebuild:{PROJECT_NAME}")
+            return
+        except aws_exceptions() as exc:
+            if (
+                error_code(exc) == "InvalidInputException"
+                and "assume" in error_message(exc).lower()
+                and attempt < 5
+            ):
+                sleep(2.0 * (attempt + 1))
+                continue
+            raise
+
+
+def existing_image(ecr: Any, tag: str) -> str | None:
+    """The digest of ``gemma4-t4-vllm:<tag>`` in ECR, or None."""
+    try:
+        found = ecr.describe_images(repositoryName=images.T4_IMAGE_REPOSITORY, imageIds=[{"imageTag": tag}])
+    except aws_exceptions() as exc:
+        if error_code(exc) in ("ImageNotFoundException", "RepositoryNotFoundException"):
+            return None
+        raise
+    details = found.get("imageDetails") or []
+    return details[0].get("imageDigest") if details else None
+
+
+def log_tail(logs: Any, build: dict[str, Any], lines: int = 40) -> list[str]:
+    info = build.get("logs") or {}
+    group, stream = info.get("groupName"), info.get("streamName")
+    if not group or not stream:
+        return []
+    try:
+        events = logs.get_log_events(
+            logGroupName=group, logStreamName=stream, limit=lines, startFromHead=False
+        ).get("events", [])
+    except aws_exceptions():
+        return []
+    return [e.get("message", "").rstrip("\n") for e in events]
+
+
+def wait_for_build(
+    cb: Any,
+    build_id: str,
+    result: BuildResult,
+    *,
+    poll_s: float = 15.0,
+    progress: bool = True,
+    timeout_s: float = BUILD_TIMEOUT_MINUTES * 60 + 600,
+    sleep: Callable[[float], None] = time.sleep,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> dict[str, Any]:
+    """Poll the build, showing its phase; returns the final build description."""
+    from tqdm.auto import tqdm
+
+    start = monotonic()
+    with tqdm(
+        total=len(PHASES),
+        desc="CodeBuild",
+        disable=not progress,
+        leave=True,
+        bar_format="{desc}: {n}/{total} phases | {postfix}",
+    ) as bar:
+        while True:
+            builds = cb.batch_get_builds(ids=[build_id]).get("builds") or []
+            if not builds:
+                raise Gemma4T4Error(f"CodeBuild lost build {build_id}", fix="check the CodeBuild console")
+            build = builds[0]
+            result.phase = build.get("currentPhase")
+            status = build.get("buildStatus", "IN_PROGRESS")
+            bar.n = PHASES.index(result.phase) + 1 if result.phase in PHASES else bar.n
+            bar.set_postfix_str(f"{result.phase} {status} {monotonic() - start:.0f} s")
+            if status != "IN_PROGRESS":
+                failed = [p for p in build.get("phases", []) if p.get("phaseStatus") in FAILED_STATUSES]
+                if failed:
+                    result.phase = failed[0].get("phaseType")
+                return build
+            if monotonic() - start > timeout_s:
+                cb.stop_build(id=build_id)
+                build["buildStatus"] = "TIMED_OUT"
+                return build
+            sleep(poll_s)
+
+
+def build_t4_image(
+    region: str,
+    base_tag: str = images.DEFAULT_VLLM_TAG,
+    *,
+    force: bool = False,
+    session: Any = None,
+    clients: Callable[[str, str], Any] | None = None,
+    poll_s: float = 15.0,
+    progress: bool = True,
+    on_build_succeeded: Callable[[BuildTarget], None] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> BuildResult:
+    """Create/reuse the stack, run the build, verify the image in ECR and return its digest.
+
+    ``on_build_succeeded`` exists for offline runs only: moto's CodeBuild reports SUCCEEDED
+    without running Docker, so :meth:`LocalAWS.seed_fixed_image` stands in for the push there.
+    """
+    images.validate_region(region)
+    if images.parse_tag(base_tag) is None:
+        raise Gemma4T4Error(
+            f"base tag {base_tag!r} is not a pinned vLLM SageMaker tag",
+            fix=f"use a tag like {images.DEFAULT_VLLM_TAG} (gemma4-t4 sagemaker image --latest)",
+        )
+    bundle = source_bundle()
+    make = clients or client_factory(session)
+    t0 = monotonic()
+    try:
+        account = make("sts", region).get_caller_identity()["Account"]
+    except aws_exceptions() as exc:
+        raise aws_error(exc, "GetCallerIdentity") from exc
+    target = build_target(region, account, base_tag, hashlib.sha256(bundle).hexdigest())
+    result = BuildResult(region, target.image_uri, target.tag, "PENDING", cost_line=build_cost().line())
+    ecr = make("ecr", region)
+    try:
+        digest = None if force else existing_image(ecr, target.tag)
+        if digest:
+            result.status, result.digest = "REUSED", digest
+            result.reused.append(f"image:{target.tag}")
+            return result
+        ensure_stack(target, bundle, make, result, sleep)
+        cb = make("codebuild", region)
+        started = cb.start_build(**start_build_params(target))["build"]
+        result.build_id = started["id"]
+        build = wait_for_build(
+            cb, result.build_id, result, poll_s=poll_s, progress=progress, sleep=sleep, monotonic=monotonic
+        )
+        result.status = build.get("buildStatus", "?")
+        if result.status != "SUCCEEDED":
+            result.log_tail = log_tail(make("logs", region), build)
+            raise BuildFailed(result, f"CodeBuild status {result.status}")
+        if on_build_succeeded:
+            on_build_succeeded(target)
+        result.digest = existing_image(ecr, target.tag)
+        if not result.digest:
+            result.status = "FAILED"
+            result.log_tail = log_tail(make("logs", region), build)
+            raise BuildFailed(result, f"the build reported SUCCEEDED but {target.image_uri} is not in ECR")
+        return result
+    except aws_exceptions() as exc:
+        raise aws_error(exc, f"build-image in {region}") from exc
+    finally:
+        result.elapsed_s = round(monotonic() - t0, 2)
+
+
+def build_record(result: BuildResult) -> dict[str, Any]:
+    """What build-image records next to the image: enough to deploy it pinned by digest."""
+    return {
+        "image_uri": result.image_uri,
+        "pinned_uri": result.pinned_uri,
+        "digest": result.digest,
+        "tag": result.tag,
+        "region": result.region,
+        "status": result.status,
+        "build_id": result.build_id,
+        "package_version": images.package_version(),
+        "recorded_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+
+
+@dataclass
+class T4Image:
+    """The fixed image a T4 deploy will use: found in ECR, or built now."""
+
+    image_uri: str
+    digest: str | None
+    built: bool
+    build: BuildResult | None = None
+
+
+def ensure_t4_image(
+    region: str,
+    base_tag: str = images.DEFAULT_VLLM_TAG,
+    *,
+    progress: bool = True,
+    on_build_succeeded: Callable[[BuildTarget], None] | None = None,
+    **kwargs: Any,
+) -> T4Image:
+    """The newest fixed image in ``region``'s ECR, else build one (its cost is printed first)."""
+    try:
+        found = images.find_fixed_image(region)
+        return T4Image(found.image_uri, found.digest, built=False)
+    except Gemma4T4Error as missing:
+        print(f"{missing.message}\nbuilding it: {build_cost().line()}")
+    result = build_t4_image(
+        region, base_tag, progress=progress, on_build_succeeded=on_build_succeeded, **kwargs
+    )
+    return T4Image(result.image_uri, result.digest, built=True, build=result)

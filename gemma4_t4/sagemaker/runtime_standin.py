@@ -1,0 +1,259 @@
+"""A local STAND-IN for the SageMaker runtime API, so endpoint invocations get real replies offline.
+
+moto keeps the control plane (create/describe/delete endpoints) but answers ``InvokeEndpoint``
+with canned bodies and does not implement ``InvokeEndpointWithResponseStream``. This HTTP
+server on 127.0.0.1 accepts both requests exactly as botocore sends them and forwards the body
+to a real vLLM server's ``/invocations`` (the route the AWS vLLM container serves), framing a
+streamed reply as AWS event-stream ``PayloadPart`` messages that botocore itself decodes.
+Point boto3 at it with ``AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME`` (or ``endpoint_url``).
+
+It is a stand-in, not SageMaker: no SigV4 check, no payload-size or timeout limits, one
+backend (or one per endpoint name). With ``control_plane_url`` it refuses endpoints that moto
+does not report InService, as the real runtime does.
+"""
+
+from __future__ import annotations
+
+import binascii
+import http.client
+import json
+import struct
+import threading
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from gemma4_t4.errors import Gemma4T4Error
+
+STREAM_CONTENT_TYPE = "application/vnd.amazon.eventstream"
+_STRING = 7  # event-stream header value type: string
+
+
+def _header(name: str, value: str) -> bytes:
+    raw_name, raw_value = name.encode(), value.encode()
+    return (
+        struct.pack("!B", len(raw_name)) + raw_name + struct.pack("!BH", _STRING, len(raw_value)) + raw_value
+    )
+
+
+def event_message(headers: dict[str, str], payload: bytes) -> bytes:
+    """One AWS event-stream message: prelude (lengths + CRC), headers, payload, message CRC."""
+    encoded = b"".join(_header(k, v) for k, v in headers.items())
+    total = 12 + len(encoded) + len(payload) + 4
+    prelude = struct.pack("!II", total, len(encoded))
+    prelude += struct.pack("!I", binascii.crc32(prelude) & 0xFFFFFFFF)
+    body = prelude + encoded + payload
+    return body + struct.pack("!I", binascii.crc32(body) & 0xFFFFFFFF)
+
+
+def payload_part(data: bytes) -> bytes:
+    return event_message(
+        {":event-type": "PayloadPart", ":content-type": "application/octet-stream", ":message-type": "event"},
+        data,
+    )
+
+
+def model_stream_error(message: str, code: str = "ModelStreamError") -> bytes:
+    """An in-stream error event (the runtime's ModelStreamError / InternalStreamFailure)."""
+    return event_message(
+        {":exception-type": code, ":content-type": "application/json", ":message-type": "exception"},
+        json.dumps({"Message": message, "ErrorCode": code}).encode(),
+    )
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.0"  # the stream's end is the connection's end
+
+    def log_message(self, *args: Any) -> None:  # quiet: requests are the test's business
+        pass
+
+    def _error(self, status: int, code: str, message: str, **extra: Any) -> None:
+        body = json.dumps({"message": message, **extra}).encode()
+        self.send_response(status)
+        self.send_header("x-amzn-ErrorType", code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        parts = urllib.parse.urlparse(self.path).path.strip("/").split("/")
+        if (
+            len(parts) != 3
+            or parts[0] != "endpoints"
+            or parts[2] not in ("invocations", "invocations-response-stream")
+        ):
+            self._error(404, "UnknownOperationException", f"no such runtime operation: {self.path}")
+            return
+        name = urllib.parse.unquote(parts[1])
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        problem = self.server.standin.endpoint_problem(name)
+        if problem:
+            self._error(400, "ValidationError", problem)
+            return
+        backend = self.server.standin.backend_for(name)
+        content_type = self.headers.get("Content-Type", "application/json")
+        try:
+            conn, response = _forward(backend, body, content_type, self.server.standin.timeout_s)
+        except OSError as exc:
+            self._error(424, "ModelError", f"the model container did not answer: {exc}", OriginalStatusCode=0)
+            return
+        try:
+            if parts[2] == "invocations":
+                self._reply(response)
+            else:
+                self._stream(response)
+        finally:
+            conn.close()
+
+    def _reply(self, response: http.client.HTTPResponse) -> None:
+        data = response.read()
+        if response.status >= 400:
+            # SageMaker wraps a container error in ModelError (HTTP 424) and keeps the original.
+            self._error(
+                424,
+                "ModelError",
+                f'Received client error from primary with message "{data.decode(errors="replace")[:2000]}"',
+                OriginalStatusCode=response.status,
+                OriginalMessage=data.decode(errors="replace")[:2000],
+            )
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", response.getheader("Content-Type", "application/json"))
+        self.send_header("x-Amzn-Invoked-Production-Variant", "AllTraffic")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _stream(self, response: http.client.HTTPResponse) -> None:
+        if response.status >= 400:
+            data = response.read()
+            self._error(
+                424,
+                "ModelError",
+                f"Received client error from primary: {data.decode(errors='replace')[:2000]}",
+                OriginalStatusCode=response.status,
+                OriginalMessage=data.decode(errors="replace")[:2000],
+            )
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", STREAM_CONTENT_TYPE)
+        self.send_header(
+            "X-Amzn-SageMaker-Content-Type", response.getheader("Content-Type", "text/event-stream")
+        )
+        self.send_header("x-Amzn-Invoked-Production-Variant", "AllTraffic")
+        self.end_headers()
+        try:
+            while chunk := response.read1(65536):
+                self.wfile.write(payload_part(chunk))
+                self.wfile.flush()
+                self.server.standin.parts_sent += 1
+        except OSError as exc:  # the backend died mid-stream: tell the client in-band, as SageMaker does
+            self.wfile.write(model_stream_error(f"the model container stopped streaming: {exc}"))
+
+
+def _forward(backend: str, body: bytes, content_type: str, timeout_s: float):
+    url = urllib.parse.urlparse(backend)
+    conn = http.client.HTTPConnection(url.hostname, url.port or 80, timeout=timeout_s)
+    conn.request(
+        "POST",
+        url.path.rstrip("/") + "/invocations",
+        body=body,
+        headers={"Content-Type": content_type, "Accept": "*/*"},
+    )
+    return conn, conn.getresponse()
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    standin: RuntimeStandIn
+
+
+class RuntimeStandIn:
+    """STAND-IN SageMaker runtime on 127.0.0.1 in front of real vLLM server(s).
+
+    ``backend``: one base URL for every endpoint, or ``{endpoint name: base URL}``.
+    """
+
+    def __init__(
+        self,
+        backend: str | dict[str, str],
+        *,
+        control_plane_url: str | None = None,
+        region: str = "us-east-2",
+        port: int = 0,
+        timeout_s: float = 600.0,
+    ):
+        self.backends = backend if isinstance(backend, dict) else {"*": backend}
+        for url in self.backends.values():
+            if urllib.parse.urlparse(url).scheme != "http":
+                raise Gemma4T4Error(
+                    f"backend {url!r} is not an http:// URL of a vLLM server",
+                    fix="pass the server's base URL, e.g. http://127.0.0.1:8000",
+                )
+        self.control_plane_url = control_plane_url
+        self.region = region
+        self.port = port
+        self.timeout_s = timeout_s
+        self.parts_sent = 0
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+        self._sagemaker: Any = None
+
+    @property
+    def url(self) -> str:
+        if not self._server:
+            raise Gemma4T4Error(
+                "the runtime stand-in is not started", fix="call start() or use it as a context"
+            )
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def backend_for(self, name: str) -> str:
+        return self.backends.get(name) or self.backends.get("*") or next(iter(self.backends.values()))
+
+    def endpoint_problem(self, name: str) -> str | None:
+        """Like the real runtime: an endpoint that is missing or not InService is refused."""
+        if name not in self.backends and "*" not in self.backends:
+            return f"Endpoint {name} of account 123456789012 not found."
+        if not self.control_plane_url:
+            return None
+        if self._sagemaker is None:
+            import boto3
+
+            self._sagemaker = boto3.client(
+                "sagemaker",
+                region_name=self.region,
+                endpoint_url=self.control_plane_url,
+                aws_access_key_id="testing",
+                aws_secret_access_key="testing",
+            )
+        try:
+            status = self._sagemaker.describe_endpoint(EndpointName=name).get("EndpointStatus")
+        except Exception:  # noqa: BLE001 - any lookup failure reads as "not found", as on AWS
+            return f"Endpoint {name} of account 123456789012 not found."
+        return None if status == "InService" else f"Endpoint {name} is {status}, not InService."
+
+    def start(self) -> RuntimeStandIn:
+        self._server = _Server(("127.0.0.1", self.port), _Handler)
+        self._server.standin = self
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="sagemaker-runtime-standin", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def __enter__(self) -> RuntimeStandIn:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

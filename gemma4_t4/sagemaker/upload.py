@@ -1,0 +1,276 @@
+"""Upload a local model folder (e.g. the output of ``repack --emb4``) to S3 for an endpoint to
+serve as uncompressed model data.
+
+- The prefix is content-addressed (``models/<folder>-<manifest sha256[:12]>/``), so the same
+  build always lands in the same place and a second run uploads nothing.
+- Each file's SHA-256 is stored as object metadata and checked before skipping it; S3 also
+  verifies every part on arrival (``ChecksumAlgorithm=SHA256``).
+- Large files go up in parts; an interrupted multipart upload is resumed on the next run
+  (parts whose size and MD5 ETag match the local bytes are kept).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.sagemaker.aws import aws_error, aws_exceptions, client_factory, error_code
+from gemma4_t4.sagemaker.cli_recipe import comment_line
+from gemma4_t4.sagemaker.config import PROJECT_TAG, PROJECT_VALUE
+from gemma4_t4.sagemaker.image import validate_region
+
+PART_SIZE = 64 * 1024 * 1024  # S3 allows 5 MiB..5 GiB per part and 10,000 parts
+MIN_PART_SIZE = 5 * 1024 * 1024
+
+
+@dataclass
+class LocalFile:
+    name: str  # relative path, POSIX
+    path: Path
+    size: int
+    sha256: str
+
+
+@dataclass
+class UploadedFile:
+    name: str
+    size: int
+    status: str  # uploaded | skipped (already there, same sha256) | resumed
+    parts: int = 1
+
+
+@dataclass
+class UploadResult:
+    s3_uri: str  # s3://bucket/prefix/ (what DeployConfig.model_data_s3_uri takes)
+    bucket: str
+    prefix: str
+    files: list[UploadedFile] = field(default_factory=list)
+    bytes_uploaded: int = 0
+    total_bytes: int = 0
+
+    def table(self) -> str:
+        rows = [f"  {f.name:<48} {f.size / 2**20:10.1f} MiB  {f.status}" for f in self.files]
+        return "\n".join(
+            [
+                f"{self.s3_uri}  ({self.total_bytes / 2**30:.2f} GiB, "
+                f"{self.bytes_uploaded / 2**30:.2f} GiB uploaded now)",
+                *rows,
+            ]
+        )
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def scan_folder(folder: str | Path) -> list[LocalFile]:
+    """The files to upload (dotfiles and partial outputs skipped); refuses a non-model folder."""
+    root = Path(folder).expanduser()
+    if not root.is_dir():
+        raise Gemma4T4Error(
+            f"model folder {root} does not exist or is not a folder",
+            fix="pass the folder holding config.json and the *.safetensors files",
+        )
+    if not (root / "config.json").is_file():
+        raise Gemma4T4Error(
+            f"{root} has no config.json, so vLLM cannot serve it",
+            fix="pass a Hugging Face-style model folder (e.g. the output of gemma4-t4 quant repack)",
+        )
+    files = []
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root)
+        if any(part.startswith(".") for part in rel.parts) or not path.is_file():
+            continue
+        if path.is_symlink() and not path.resolve().is_relative_to(root.resolve()):
+            raise Gemma4T4Error(f"{rel} links outside the model folder", fix="copy the file into the folder")
+        files.append(LocalFile(rel.as_posix(), path, path.stat().st_size, _sha256(path)))
+    return files
+
+
+def manifest_sha256(files: list[LocalFile]) -> str:
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(f"{f.name}\0{f.size}\0{f.sha256}\n".encode())
+    return digest.hexdigest()
+
+
+def default_prefix(folder: str | Path, files: list[LocalFile]) -> str:
+    name = "".join(c if c.isalnum() or c in "._-" else "-" for c in Path(folder).resolve().name)[:80]
+    return f"models/{name or 'model'}-{manifest_sha256(files)[:12]}/"
+
+
+def default_bucket(account: str, region: str) -> str:
+    return f"gemma4-t4-models-{account}-{region}"
+
+
+def upload_plan(
+    folder: str | Path, bucket: str, prefix: str | None = None, region: str | None = None
+) -> tuple[str, list[str]]:
+    """Dry run: the S3 URI and one ``aws s3 cp`` per file (shell-quoted); nothing is called."""
+    files = scan_folder(folder)
+    prefix = prefix or default_prefix(folder, files)
+    s3_uri = f"s3://{bucket}/{prefix}"
+    region_arg = f" --region {shlex.quote(region)}" if region else ""
+    commands = [
+        f"# {comment_line(f'{f.name}: {f.size} bytes, sha256 {f.sha256}')}\n"
+        f"aws s3 cp {shlex.quote(str(f.path))} {shlex.quote(s3_uri + f.name)} "
+        f"--metadata {shlex.quote('sha256=' + f.sha256)} --checksum-algorithm SHA256{region_arg}"
+        for f in files
+    ]
+    return s3_uri, commands
+
+
+def ensure_bucket(s3: Any, bucket: str, region: str) -> bool:
+    """Create the (private, tagged) bucket if missing; True when it was created."""
+    params: dict[str, Any] = {"Bucket": bucket}
+    if region != "us-east-1":
+        params["CreateBucketConfiguration"] = {"LocationConstraint": region}
+    try:
+        s3.create_bucket(**params)
+    except aws_exceptions() as exc:
+        if error_code(exc) in ("BucketAlreadyOwnedByYou",):
+            return False
+        raise aws_error(exc, f"CreateBucket {bucket}") from exc
+    s3.put_public_access_block(
+        Bucket=bucket,
+        PublicAccessBlockConfiguration={
+            "BlockPublicAcls": True,
+            "IgnorePublicAcls": True,
+            "BlockPublicPolicy": True,
+            "RestrictPublicBuckets": True,
+        },
+    )
+    s3.put_bucket_tagging(Bucket=bucket, Tagging={"TagSet": [{"Key": PROJECT_TAG, "Value": PROJECT_VALUE}]})
+    return True
+
+
+def _remote_sha(s3: Any, bucket: str, key: str, size: int) -> str | None:
+    try:
+        head = s3.head_object(Bucket=bucket, Key=key)
+    except aws_exceptions() as exc:
+        if error_code(exc) in ("404", "NoSuchKey", "NotFound"):
+            return None
+        raise
+    if head.get("ContentLength") != size:
+        return None
+    return head.get("Metadata", {}).get("sha256")
+
+
+def _b64(digest: bytes) -> str:
+    return base64.b64encode(digest).decode()
+
+
+def _parts(path: Path, part_size: int):
+    with path.open("rb") as handle:
+        number = 1
+        while chunk := handle.read(part_size):
+            yield number, chunk
+            number += 1
+
+
+def _multipart(
+    s3: Any, bucket: str, key: str, f: LocalFile, part_size: int, advance: Callable[[int], None]
+) -> tuple[str, int, int]:
+    """Upload ``f`` in parts, resuming an unfinished upload of ``key``. Returns (status, parts, bytes sent)."""
+    upload_id, done = None, {}
+    for upload in s3.list_multipart_uploads(Bucket=bucket, Prefix=key).get("Uploads", []):
+        if upload.get("Key") == key:
+            upload_id = upload["UploadId"]
+            for part in s3.list_parts(Bucket=bucket, Key=key, UploadId=upload_id).get("Parts", []):
+                done[part["PartNumber"]] = (part.get("Size"), part.get("ETag", "").strip('"'))
+            break
+    status = "resumed" if upload_id else "uploaded"
+    if upload_id is None:
+        upload_id = s3.create_multipart_upload(
+            Bucket=bucket, Key=key, Metadata={"sha256": f.sha256}, ChecksumAlgorithm="SHA256"
+        )["UploadId"]
+    completed, sent = [], 0
+    for number, chunk in _parts(f.path, part_size):
+        md5 = hashlib.md5(chunk, usedforsecurity=False).hexdigest()
+        sha = _b64(hashlib.sha256(chunk).digest())
+        if done.get(number) == (len(chunk), md5):
+            etag = md5
+        else:
+            etag = s3.upload_part(
+                Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=chunk, ChecksumSHA256=sha
+            )["ETag"].strip('"')
+            sent += len(chunk)
+        completed.append({"PartNumber": number, "ETag": etag, "ChecksumSHA256": sha})
+        advance(len(chunk))
+    s3.complete_multipart_upload(
+        Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": completed}
+    )
+    return status, len(completed), sent
+
+
+def upload_model_folder(
+    folder: str | Path,
+    region: str,
+    *,
+    bucket: str | None = None,
+    prefix: str | None = None,
+    s3_client: Any = None,
+    session: Any = None,
+    part_size: int = PART_SIZE,
+    progress: bool = True,
+) -> UploadResult:
+    """Upload ``folder`` to ``s3://bucket/prefix/``; files already there (same sha256) are skipped."""
+    from tqdm.auto import tqdm
+
+    validate_region(region)
+    if part_size < MIN_PART_SIZE:
+        raise Gemma4T4Error(
+            f"part size {part_size} is below S3's 5 MiB minimum", fix="use the default (64 MiB)"
+        )
+    files = scan_folder(folder)
+    make = client_factory(session)
+    s3 = s3_client or make("s3", region)
+    try:
+        if bucket is None:
+            bucket = default_bucket(make("sts", region).get_caller_identity()["Account"], region)
+        prefix = prefix or default_prefix(folder, files)
+        if not prefix.endswith("/"):
+            prefix += "/"
+        ensure_bucket(s3, bucket, region)
+        total = sum(f.size for f in files)
+        result = UploadResult(f"s3://{bucket}/{prefix}", bucket, prefix, total_bytes=total)
+        with tqdm(total=total, unit="B", unit_scale=True, desc="upload", disable=not progress) as bar:
+            for f in files:
+                key = prefix + f.name
+                if _remote_sha(s3, bucket, key, f.size) == f.sha256:
+                    result.files.append(UploadedFile(f.name, f.size, "skipped"))
+                    bar.update(f.size)
+                    continue
+                if f.size > part_size:
+                    status, parts, sent = _multipart(s3, bucket, key, f, part_size, bar.update)
+                else:
+                    body = f.path.read_bytes()
+                    s3.put_object(
+                        Bucket=bucket,
+                        Key=key,
+                        Body=body,
+                        Metadata={"sha256": f.sha256},
+                        ChecksumSHA256=_b64(hashlib.sha256(body).digest()),
+                    )
+                    status, parts, sent = "uploaded", 1, f.size
+                    bar.update(f.size)
+                result.files.append(UploadedFile(f.name, f.size, status, parts))
+                result.bytes_uploaded += sent
+    except aws_exceptions() as exc:
+        raise aws_error(exc, f"upload of {folder} to S3") from exc
+    return result
+
+
+def folder_bytes(folder: str | Path) -> int:
+    return sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file() and not os.path.islink(p))

@@ -1,0 +1,252 @@
+"""build-image against moto (ECR, S3, IAM, STS, CodeBuild): the stack is created once, tagged and
+least-privilege, a half-created stack is completed on retry (never duplicated), an image already
+in ECR is reused, and a failed build names its phase and log tail. moto's CodeBuild runs no
+Docker build, so the push is stood in for by LocalAWS.seed_fixed_image (named as such)."""
+
+from __future__ import annotations
+
+import json
+import time
+import zipfile
+from io import BytesIO
+
+import boto3
+import pytest
+from aws_fixtures import local_aws, local_aws_session  # noqa: F401 - fixtures
+from botocore.stub import Stubber
+
+from gemma4_t4.cli import main
+from gemma4_t4.sagemaker import build
+from gemma4_t4.sagemaker.aws import client_factory
+from gemma4_t4.sagemaker.build import BuildFailed, build_plan, build_t4_image, source_bundle
+from gemma4_t4.sagemaker.image import T4_IMAGE_REPOSITORY, find_fixed_image, fixed_image_tag
+
+REGION = "us-east-2"
+
+
+def _clear_ecr(region: str = REGION) -> None:
+    ecr = boto3.client("ecr", region_name=region)
+    try:
+        ecr.delete_repository(repositoryName=T4_IMAGE_REPOSITORY, force=True)
+    except ecr.exceptions.RepositoryNotFoundException:
+        pass
+
+
+def _stack_counts() -> dict[str, int]:
+    ecr, s3 = boto3.client("ecr", region_name=REGION), boto3.client("s3", region_name=REGION)
+    iam, cb = boto3.client("iam", region_name=REGION), boto3.client("codebuild", region_name=REGION)
+    return {
+        "repos": len(ecr.describe_repositories()["repositories"]),
+        "buckets": len([b for b in s3.list_buckets()["Buckets"] if b["Name"].startswith("gemma4-t4-build-")]),
+        "roles": len([r for r in iam.list_roles()["Roles"] if r["RoleName"] == build.ROLE_NAME]),
+        "projects": len(cb.list_projects()["projects"]),
+    }
+
+
+def test_dry_run_plan_names_codebuild_and_ecr_and_calls_nothing(local_aws, capsys):  # noqa: F811
+    _clear_ecr()
+    plan = "\n".join(build_plan(REGION))
+    for call in (
+        "aws codebuild create-project",
+        "aws codebuild start-build",
+        "aws ecr create-repository",
+        "aws ecr describe-images",
+        "aws iam create-role",
+        "aws iam put-role-policy",
+        "aws s3api put-object",
+    ):
+        assert call in plan, call
+    assert "<ACCOUNT>" in plan and "privilegedMode" in plan
+    assert main(["sagemaker", "build-image", "--dry-run", "--region", REGION]) == 0
+    out = capsys.readouterr().out
+    assert "CodeBuild" in out and "ECR" in out and "estimated cost" in out
+    assert _stack_counts() == {"repos": 0, "buckets": 0, "roles": 0, "projects": 0}
+
+
+def test_source_bundle_is_deterministic_and_complete():
+    first, second = source_bundle(), source_bundle()
+    assert first == second
+    names = zipfile.ZipFile(BytesIO(first)).namelist()
+    for needed in (
+        "pyproject.toml",
+        "docker/sagemaker-t4/Dockerfile",
+        build.BUILDSPEC,
+        "gemma4_t4/sagemaker/image_check.py",
+        "gemma4_t4/turing/__init__.py",
+    ):
+        assert needed in names
+    assert not any("__pycache__" in n or n.endswith(".pyc") for n in names)
+
+
+def test_build_creates_a_tagged_least_privilege_stack_then_reuses_it(local_aws):  # noqa: F811
+    _clear_ecr()
+    result = build_t4_image(
+        REGION,
+        poll_s=0,
+        progress=False,
+        on_build_succeeded=lambda t: local_aws.seed_fixed_image(t.region, t.tag),
+    )
+    assert result.status == "SUCCEEDED" and result.digest.startswith("sha256:")
+    assert result.tag == fixed_image_tag() and result.image_uri.endswith(
+        f"/{T4_IMAGE_REPOSITORY}:{result.tag}"
+    )
+    assert result.pinned_uri == result.image_uri.rsplit(":", 1)[0] + "@" + result.digest
+    assert sorted(r.split(":", 1)[0] for r in result.created) == ["codebuild", "ecr", "iam", "s3", "s3"]
+    assert _stack_counts() == {"repos": 1, "buckets": 1, "roles": 1, "projects": 1}
+
+    cb = boto3.client("codebuild", region_name=REGION)
+    project = cb.batch_get_projects(names=[build.PROJECT_NAME])["projects"][0]
+    assert project["environment"]["privilegedMode"] is True
+    assert {"key": "project", "value": "gemma4-t4"} in project["tags"]
+    iam = boto3.client("iam", region_name=REGION)
+    policy = iam.get_role_policy(RoleName=build.ROLE_NAME, PolicyName="gemma4-t4-build")["PolicyDocument"]
+    policy = json.loads(policy) if isinstance(policy, str) else policy
+    resources = [s["Resource"] for s in policy["Statement"]]
+    assert "*" not in [
+        r
+        for s in policy["Statement"]
+        for r in ([s["Resource"]] if s["Action"] != "ecr:GetAuthorizationToken" else [])
+    ]
+    assert f"arn:aws:ecr:{REGION}:123456789012:repository/{T4_IMAGE_REPOSITORY}" in resources
+    assert not any("FullAccess" in json.dumps(s) for s in policy["Statement"])
+    ecr = boto3.client("ecr", region_name=REGION)
+    repo = ecr.describe_repositories(repositoryNames=[T4_IMAGE_REPOSITORY])["repositories"][0]
+    assert repo["imageTagMutability"] == "IMMUTABLE"
+
+    again = build_t4_image(REGION, poll_s=0, progress=False)  # the tag is in ECR: nothing is rebuilt
+    assert again.status == "REUSED" and again.digest == result.digest and again.build_id is None
+    assert len(cb.list_builds_for_project(projectName=build.PROJECT_NAME)["ids"]) == 1
+    # the deploy side finds exactly this image
+    assert find_fixed_image(REGION).image_uri == result.image_uri
+
+
+def test_half_created_stack_is_completed_on_retry_never_duplicated(local_aws):  # noqa: F811
+    _clear_ecr()
+    real = client_factory()
+
+    def broken(service, region):
+        if service == "codebuild":
+            raise RuntimeError("network dropped after the IAM role was created")
+        return real(service, region)
+
+    with pytest.raises(RuntimeError):
+        build_t4_image(REGION, clients=broken, poll_s=0, progress=False)
+    assert _stack_counts() == {"repos": 1, "buckets": 1, "roles": 1, "projects": 0}
+    result = build_t4_image(
+        REGION,
+        poll_s=0,
+        progress=False,
+        on_build_succeeded=lambda t: local_aws.seed_fixed_image(t.region, t.tag),
+    )
+    assert result.status == "SUCCEEDED"
+    assert [r.split(":", 1)[0] for r in result.created] == ["codebuild"]  # the rest was reused
+    assert {"ecr", "s3", "iam"} <= {r.split(":", 1)[0] for r in result.reused}
+    assert _stack_counts() == {"repos": 1, "buckets": 1, "roles": 1, "projects": 1}
+
+
+def test_failed_build_names_phase_and_log_tail_and_deploys_nothing(local_aws):  # noqa: F811
+    _clear_ecr()
+    real = client_factory()
+    cb = boto3.client("codebuild", region_name=REGION)
+    stub = Stubber(cb)
+    stub.add_client_error("create_project", service_error_code="ResourceAlreadyExistsException")
+    build_id = f"{build.PROJECT_NAME}:abc"
+    stub.add_response("start_build", {"build": {"id": build_id, "buildStatus": "IN_PROGRESS"}})
+    stub.add_response(
+        "batch_get_builds",
+        {"builds": [{"id": build_id, "buildStatus": "IN_PROGRESS", "currentPhase": "PRE_BUILD"}]},
+    )
+    stub.add_response(
+        "batch_get_builds",
+        {
+            "builds": [
+                {
+                    "id": build_id,
+                    "buildStatus": "FAILED",
+                    "currentPhase": "COMPLETED",
+                    "phases": [
+                        {"phaseType": "PRE_BUILD", "phaseStatus": "SUCCEEDED"},
+                        {"phaseType": "BUILD", "phaseStatus": "FAILED"},
+                    ],
+                    "logs": {"groupName": "/aws/codebuild/gemma4-t4-image", "streamName": "abc"},
+                }
+            ]
+        },
+    )
+    logs = real("logs", REGION)
+    now = int(time.time() * 1000)
+    logs.create_log_group(logGroupName="/aws/codebuild/gemma4-t4-image")
+    logs.create_log_stream(logGroupName="/aws/codebuild/gemma4-t4-image", logStreamName="abc")
+    logs.put_log_events(
+        logGroupName="/aws/codebuild/gemma4-t4-image",
+        logStreamName="abc",
+        logEvents=[
+            {"timestamp": now, "message": "[FAIL] vllm: vLLM 0.26.0 is not a version the fix supports"},
+            {
+                "timestamp": now + 1,
+                "message": "The command '/bin/sh -c python -m gemma4_t4.sagemaker.image_check' returned 1",
+            },
+        ],
+    )
+
+    def clients(service, region):
+        return cb if service == "codebuild" else real(service, region)
+
+    with stub, pytest.raises(BuildFailed) as info:
+        build_t4_image(REGION, clients=clients, poll_s=0, progress=False)
+    assert info.value.result.phase == "BUILD" and info.value.result.status == "FAILED"
+    assert "in phase BUILD" in info.value.message and "image_check' returned 1" in info.value.message
+    assert info.value.result.digest is None
+    with pytest.raises(Exception, match="no fixed T4 image"):
+        find_fixed_image(REGION)  # nothing to deploy
+
+
+def test_success_without_an_image_in_ecr_is_a_failure(local_aws):  # noqa: F811
+    _clear_ecr()
+    with pytest.raises(BuildFailed, match="is not in ECR"):
+        build_t4_image(REGION, poll_s=0, progress=False)  # moto "succeeds" but nothing was pushed
+
+
+def test_t4_deploy_without_a_fixed_image_refuses_and_creates_nothing(local_aws):  # noqa: F811
+    from gemma4_t4.errors import Gemma4T4Error
+    from gemma4_t4.sagemaker import DeployConfig, deploy
+
+    _clear_ecr()
+    with pytest.raises(Gemma4T4Error, match="no fixed T4 image") as info:
+        deploy(DeployConfig(name="g4-nofix"), progress=False)
+    assert "build-image --region us-east-2" in info.value.fix
+    sm = boto3.client("sagemaker", region_name=REGION)
+    assert sm.list_models()["Models"] == [] and sm.list_endpoints()["Endpoints"] == []
+    # the explicit opt-out (a vLLM fixed upstream) gets the stock image without an ECR lookup
+    result = deploy(
+        DeployConfig(name="g4-optout", allow_unfixed_image=True),
+        progress=False,
+        poll_s=0,
+        ecr_client=object(),
+    )
+    image = sm.describe_model(ModelName="g4-optout")["PrimaryContainer"]["Image"]
+    assert result.success and image.startswith("763104351884.dkr.ecr.us-east-2.amazonaws.com/vllm:")
+
+
+def test_cli_record_and_mcp_tool_need_confirm(local_aws, tmp_path, capsys):  # noqa: F811
+    from gemma4_t4.mcp_server import _ANNOTATIONS, CONFIRM_REQUIRED
+    from gemma4_t4.mcp_server import build_t4_image as tool
+
+    _clear_ecr()
+    refused = tool(region=REGION)
+    assert refused.refused and "confirm=True" in refused.reason and "estimated cost" in refused.cost
+    assert any("aws codebuild start-build" in c for c in refused.aws_cli)
+    assert _stack_counts() == {"repos": 0, "buckets": 0, "roles": 0, "projects": 0}  # nothing was created
+    assert "build_t4_image" in CONFIRM_REQUIRED and _ANNOTATIONS["build_t4_image"].destructive_hint
+    failed = tool(region=REGION, confirm=True)  # moto's CodeBuild pushes nothing: verified as a failure
+    assert not failed.refused and "is not in ECR" in failed.reason
+
+    uri = local_aws.seed_fixed_image()  # the stand-in push, then the CLI finds and records it
+    record = tmp_path / "t4-image.json"
+    assert main(["sagemaker", "build-image", "--region", REGION, "--record", str(record)]) == 0
+    out = capsys.readouterr().out
+    assert "REUSED" in out and uri in out
+    saved = json.loads(record.read_text())
+    assert saved["image_uri"] == uri and saved["pinned_uri"].endswith("@" + saved["digest"])
+    assert main(["sagemaker", "build-image", "--region", REGION, "--base-tag", "latest"]) == 2
+    assert "not a pinned vLLM SageMaker tag" in capsys.readouterr().err

@@ -1,0 +1,263 @@
+"""Past one endpoint on moto: a local model folder uploaded to S3 (checksummed, multipart,
+resumable, never twice) and served as uncompressed model data; Application Auto Scaling
+registered on deploy and removed on delete; tensor parallelism from the fit calculator on
+multi-T4 hosts; the matrix run's cost estimate and hard budget stop."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import boto3
+import pytest
+from aws_fixtures import local_aws, local_aws_session  # noqa: F401 - fixtures
+
+from gemma4_t4.cli import main
+from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.sagemaker import DeployConfig, delete_endpoint, deploy, invoke
+from gemma4_t4.sagemaker.config import auto_tensor_parallel
+from gemma4_t4.sagemaker.matrix import endpoint_name, matrix_plan, run_matrix
+from gemma4_t4.sagemaker.upload import MIN_PART_SIZE, scan_folder, upload_model_folder
+
+REGION = "us-east-2"
+
+
+def _model_dir(tmp_path: Path, big: int = 11 * 1024 * 1024) -> Path:
+    folder = tmp_path / "tiny-emb4"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "gemma4"}')
+    (folder / "model.safetensors").write_bytes(os.urandom(big))
+    (folder / ".DST.partial-1").write_text("left over by a killed run")  # never uploaded
+    return folder
+
+
+def _objects(bucket: str) -> dict[str, int]:
+    s3 = boto3.client("s3", region_name=REGION)
+    return {o["Key"]: o["Size"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])}
+
+
+# -- S3 upload -----------------------------------------------------------------------------------------
+def test_upload_is_checksummed_multipart_and_never_repeated(local_aws, tmp_path):  # noqa: F811
+    folder = _model_dir(tmp_path)
+    first = upload_model_folder(folder, REGION, part_size=MIN_PART_SIZE, progress=False)
+    assert first.s3_uri.startswith("s3://gemma4-t4-models-123456789012-us-east-2/models/tiny-emb4-")
+    assert [(f.name, f.status) for f in first.files] == [
+        ("config.json", "uploaded"),
+        ("model.safetensors", "uploaded"),
+    ]
+    assert first.files[1].parts == 3 and first.bytes_uploaded == first.total_bytes
+    keys = _objects(first.bucket)
+    assert keys == {first.prefix + "config.json": 24, first.prefix + "model.safetensors": 11 * 1024 * 1024}
+    s3 = boto3.client("s3", region_name=REGION)
+    body = s3.get_object(Bucket=first.bucket, Key=first.prefix + "model.safetensors")["Body"].read()
+    assert body == (folder / "model.safetensors").read_bytes()
+    head = s3.head_object(Bucket=first.bucket, Key=first.prefix + "model.safetensors")
+    assert head["Metadata"]["sha256"] == hashlib.sha256(body).hexdigest()
+
+    second = upload_model_folder(folder, REGION, part_size=MIN_PART_SIZE, progress=False)
+    assert second.s3_uri == first.s3_uri and second.bytes_uploaded == 0
+    assert {f.status for f in second.files} == {"skipped"}
+
+    (folder / "config.json").write_text('{"model_type": "gemma4", "changed": 1}')
+    third = upload_model_folder(folder, REGION, part_size=MIN_PART_SIZE, progress=False)
+    assert third.prefix != first.prefix  # content-addressed: a changed build never overwrites the old one
+
+
+def test_interrupted_multipart_upload_resumes(local_aws, tmp_path):  # noqa: F811
+    folder = _model_dir(tmp_path)
+    files = scan_folder(folder)
+    from gemma4_t4.sagemaker.upload import default_prefix, ensure_bucket
+
+    s3 = boto3.client("s3", region_name=REGION)
+    bucket, prefix = "resume-bucket", default_prefix(folder, files)
+    ensure_bucket(s3, bucket, REGION)
+    key = prefix + "model.safetensors"
+    upload = s3.create_multipart_upload(Bucket=bucket, Key=key, Metadata={"sha256": files[1].sha256})
+    part1 = (folder / "model.safetensors").read_bytes()[:MIN_PART_SIZE]
+    s3.upload_part(
+        Bucket=bucket, Key=key, UploadId=upload["UploadId"], PartNumber=1, Body=part1
+    )  # then "killed"
+
+    result = upload_model_folder(folder, REGION, bucket=bucket, part_size=MIN_PART_SIZE, progress=False)
+    big = result.files[1]
+    assert big.status == "resumed" and big.parts == 3
+    assert result.bytes_uploaded == result.total_bytes - MIN_PART_SIZE  # part 1 was not sent again
+    body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+    assert body == (folder / "model.safetensors").read_bytes()
+    assert s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+
+
+def test_bad_model_folders_are_refused(tmp_path):
+    with pytest.raises(Gemma4T4Error, match="does not exist"):
+        scan_folder(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(Gemma4T4Error, match="no config.json"):
+        scan_folder(tmp_path / "empty")
+    with pytest.raises(Gemma4T4Error, match="5 MiB"):
+        upload_model_folder(tmp_path, REGION, part_size=1024)
+
+
+def test_deploy_model_dir_serves_uncompressed_s3_data(local_aws, tmp_path, capsys):  # noqa: F811
+    folder = _model_dir(tmp_path, big=1024)
+    assert main(["sagemaker", "deploy", "--name", "g4-repack", "--model-dir", str(folder), "--dry-run"]) == 0
+    dry = capsys.readouterr().out
+    assert "aws s3 cp" in dry and "--checksum-algorithm SHA256" in dry and ".DST.partial" not in dry
+    assert not [b for b in boto3.client("s3", region_name=REGION).list_buckets()["Buckets"]]  # dry: nothing
+
+    assert main(["sagemaker", "deploy", "--name", "g4-repack", "--model-dir", str(folder), "--json"]) == 0
+    capsys.readouterr()
+    container = boto3.client("sagemaker", region_name=REGION).describe_model(ModelName="g4-repack")[
+        "PrimaryContainer"
+    ]
+    source = container["ModelDataSource"]["S3DataSource"]
+    assert source["S3DataType"] == "S3Prefix" and source["CompressionType"] == "None"
+    assert source["S3Uri"].startswith("s3://gemma4-t4-models-123456789012-us-east-2/models/tiny-emb4-")
+    assert container["Environment"]["SM_VLLM_MODEL"] == "/opt/ml/model"
+    assert sorted(k.rsplit("/", 1)[-1] for k in _objects(source["S3Uri"].split("/")[2])) == [
+        "config.json",
+        "model.safetensors",
+    ]
+
+
+# -- autoscaling ----------------------------------------------------------------------------------------
+def _targets() -> list[dict]:
+    aas = boto3.client("application-autoscaling", region_name=REGION)
+    return aas.describe_scalable_targets(ServiceNamespace="sagemaker")["ScalableTargets"]
+
+
+def test_autoscaling_registered_on_deploy_and_removed_on_delete(local_aws):  # noqa: F811
+    config = DeployConfig(name="g4-scale", min_instances=1, max_instances=3, scaling_target=5.0)
+    result = deploy(config, progress=False, poll_s=0)
+    assert result.usd_per_hour == pytest.approx(3 * 0.736)  # the estimate is at the maximum
+    assert result.created[0] == "autoscaling:endpoint/g4-scale/variant/AllTraffic"
+    [target] = _targets()
+    assert (target["MinCapacity"], target["MaxCapacity"]) == (1, 3)
+    assert target["ScalableDimension"] == "sagemaker:variant:DesiredInstanceCount"
+    aas = boto3.client("application-autoscaling", region_name=REGION)
+    [policy] = aas.describe_scaling_policies(ServiceNamespace="sagemaker")["ScalingPolicies"]
+    tracking = policy["TargetTrackingScalingPolicyConfiguration"]
+    assert tracking["TargetValue"] == 5.0 and tracking["ScaleInCooldown"] == 600
+    assert (
+        tracking["PredefinedMetricSpecification"]["PredefinedMetricType"]
+        == "SageMakerVariantInvocationsPerInstance"
+    )
+
+    deleted = delete_endpoint("g4-scale", REGION)
+    assert deleted.deleted[0] == "autoscaling:endpoint/g4-scale/variant/AllTraffic"
+    assert _targets() == []
+    again = delete_endpoint("g4-scale", REGION)  # idempotent
+    assert again.deleted == []
+
+
+def test_bad_scaling_ranges_are_refused():
+    for low, high in ((0, 2), (3, 2), (1, 50)):
+        with pytest.raises(Gemma4T4Error, match="min_instances"):
+            DeployConfig(min_instances=low, max_instances=high).validate(require_role=False)
+
+
+# -- tensor parallelism on multi-T4 hosts -----------------------------------------------------------------
+def test_tensor_parallel_from_the_fit_calculator():
+    assert auto_tensor_parallel("google/gemma-4-E2B-it", "ml.g4dn.12xlarge") == 1
+    assert auto_tensor_parallel("google/gemma-4-26B-A4B-it", "ml.g4dn.12xlarge") > 1
+    assert auto_tensor_parallel("google/gemma-4-31B-it", "ml.g4dn.12xlarge") == 4
+    assert auto_tensor_parallel("google/gemma-4-31B-it", "ml.g4dn.xlarge") == 1  # one GPU: nothing to split
+    assert auto_tensor_parallel("/opt/ml/model", "ml.g4dn.12xlarge") == 1  # unknown model: no guess
+    env = DeployConfig(
+        model_id="google/gemma-4-31B-it", instance_type="ml.g4dn.12xlarge", tensor_parallel_size=0
+    ).container_env()
+    assert env["SM_VLLM_TENSOR_PARALLEL_SIZE"] == "4"
+    assert "SM_VLLM_TENSOR_PARALLEL_SIZE" not in DeployConfig(tensor_parallel_size=0).container_env()
+
+
+# -- the matrix run -------------------------------------------------------------------------------------------
+MODELS = ["google/gemma-4-E2B-it", "google/gemma-4-E4B-it"]
+
+
+def test_matrix_plan_estimates_each_model():
+    plan = matrix_plan(MODELS, DeployConfig())
+    assert [e.endpoint for e in plan.entries] == ["g4-matrix-gemma-4-e2b-it", "g4-matrix-gemma-4-e4b-it"]
+    assert plan.entries[0].estimate_usd == pytest.approx(0.736 * 25 / 60, abs=1e-3)
+    assert endpoint_name("g4", "x" * 100).__len__() <= 63
+
+
+def test_matrix_deploys_measures_and_deletes_each_in_turn(local_aws, tmp_path):  # noqa: F811
+    seen: list[tuple[str, list[str]]] = []
+
+    def measure(endpoint, region, out_dir, model=None):
+        sm = boto3.client("sagemaker", region_name=region)
+        seen.append((endpoint, [e["EndpointName"] for e in sm.list_endpoints()["Endpoints"]]))
+        local_aws.queue_chat_replies([f"reply from {model}"])
+        return invoke(endpoint, region, f"hello {model}").text
+
+    result = run_matrix(
+        MODELS, DeployConfig(), budget_usd=5.0, out_dir=tmp_path, measure=measure, deploy_kwargs={"poll_s": 0}
+    )
+    assert [e.status for e in result.entries] == ["measured", "measured"]
+    assert seen == [
+        ("g4-matrix-gemma-4-e2b-it", ["g4-matrix-gemma-4-e2b-it"]),  # one endpoint at a time
+        ("g4-matrix-gemma-4-e4b-it", ["g4-matrix-gemma-4-e4b-it"]),
+    ]
+    assert [e.result for e in result.entries] == [f"reply from {m}" for m in MODELS]
+    assert boto3.client("sagemaker", region_name=REGION).list_endpoints()["Endpoints"] == []
+    assert len(result.deleted) == 6
+
+
+def test_matrix_budget_stops_before_and_during(local_aws, tmp_path):  # noqa: F811
+    none = run_matrix(MODELS, DeployConfig(), budget_usd=0.05, out_dir=tmp_path, measure=lambda *a, **k: None)
+    assert [e.status for e in none.entries] == ["skipped: budget", "skipped: budget"]
+    assert "would cost" in none.stopped_reason and none.spent_usd == 0
+
+    clock = {"t": 0.0}
+
+    def measure(endpoint, region, out_dir, model=None):
+        clock["t"] += 3600.0  # an hour of measuring: far past the budget
+        import time
+
+        for _ in range(200):  # the watchdog deletes the endpoint under the benchmark
+            if not boto3.client("sagemaker", region_name=region).list_endpoints()["Endpoints"]:
+                raise RuntimeError("endpoint vanished")
+            time.sleep(0.05)
+        return "finished"
+
+    result = run_matrix(
+        MODELS,
+        DeployConfig(),
+        budget_usd=0.5,
+        out_dir=tmp_path,
+        measure=measure,
+        deploy_kwargs={"poll_s": 0},
+        watch_s=0.05,
+        monotonic=lambda: clock["t"],
+    )
+    assert result.entries[0].status == "stopped: budget" and "endpoint vanished" in result.entries[0].error
+    assert result.entries[1].status == "skipped: budget"
+    assert "budget $0.50 spent" in result.stopped_reason
+    assert boto3.client("sagemaker", region_name=REGION).list_endpoints()["Endpoints"] == []
+
+
+# -- what Parts 2-4 call on TARGET=sagemaker --------------------------------------------------------------
+def test_part_functions_deploy_measure_and_delete(local_aws, tmp_path):  # noqa: F811
+    from gemma4_t4.models import get_variant
+    from gemma4_t4.sagemaker.experiments import bf16_vs_qat_on_t4, repack_on_endpoint
+
+    calls = []
+
+    def measure(endpoint, region, out_dir, model=None, workload=None):
+        sm = boto3.client("sagemaker", region_name=region)
+        container = sm.describe_model(ModelName=endpoint)["PrimaryContainer"]
+        calls.append((endpoint, workload, container["Environment"]["SM_VLLM_MODEL"], container["Image"]))
+        return workload
+
+    part2 = bf16_vs_qat_on_t4(REGION, out_dir=tmp_path, measure=measure, deploy_kwargs={"poll_s": 0})
+    assert [e.status for e in part2.entries] == ["measured", "measured"]
+    hub = get_variant("e2b").hub
+    assert [c[2] for c in calls] == [hub.bf16, hub.qat_w4a16_ct]
+    assert all("/gemma4-t4-vllm:" in c[3] for c in calls)  # T4 endpoints: only the fixed image
+    folder = _model_dir(tmp_path, big=2048)
+    upload, part3 = repack_on_endpoint(
+        folder, REGION, out_dir=tmp_path, measure=measure, progress=False, deploy_kwargs={"poll_s": 0}
+    )
+    assert part3.entries[0].status == "measured" and calls[-1][1] == "answers"
+    assert calls[-1][2] == "/opt/ml/model" and upload.s3_uri.endswith("/")
+    assert boto3.client("sagemaker", region_name=REGION).list_endpoints()["Endpoints"] == []
