@@ -59,8 +59,11 @@ STOP_GRACE_S = 30.0
 T4_CONTEXT = 16384  # the series served E2B with --max-model-len 16384; a 4,096-token TTFT sweep needs > 4096
 T4_FALLBACK_CONTEXT = 8192  # a model the fit calculator does not know (the SageMaker default)
 T4_MAX_NUM_SEQS = 8  # the series' value; CUDA graphs are captured up to this batch, more costs memory
-T4_MAX_NUM_BATCHED_TOKENS = 2048  # the prefill chunk the fit calculator budgets activations for;
-# larger chunks raise the peak of the FMA-only attention on sm_75 without speeding prefill up
+# One prefill chunk holds the series' longest TTFT prompt (4,096 tokens): the tensor-core prefill route
+# (gemma4_t4.turing.prefill) takes chunks with no cached context, so a prompt split into 2,048-token
+# chunks (vLLM's default on a 16 GB GPU) would run its second half on the FMA-only Triton kernel. The
+# fit calculator budgets the sliding layers' extra KV for it (window - 1 + chunk tokens per sequence).
+T4_MAX_NUM_BATCHED_TOKENS = 4096
 T4_GPU_MEMORY_UTILIZATION = 0.90  # the series' value: ~1.5 GiB of 15 GiB left for CUDA graphs and context
 CPU_CONTEXT = 4096
 CPU_MAX_NUM_SEQS = 8
@@ -227,7 +230,8 @@ def target_defaults(config: ServerConfig) -> dict[str, tuple[Any, str]]:
         "enforce_eager": (False, "CUDA graphs: eager decode at batch 1 is launch-bound on a 35-layer model"),
         "gpu_memory_utilization": (util, "the series' 0.90 on a 16 GB T4"),
         "max_num_seqs": (seqs, "the series' 8; CUDA graphs are captured up to this batch size"),
-        "max_num_batched_tokens": (batched, "2,048-token prefill chunks, as budgeted by the fit calculator"),
+        "max_num_batched_tokens": (batched, "4,096-token prefill chunks: a 4k prompt is one chunk with no cached "
+                                             "context, so the tensor-core prefill route takes all of it"),
         "language_model_only": (
             text_only,
             "text only: the vision/audio towers' memory goes to KV cache (pass --multimodal to keep them)",

@@ -228,7 +228,7 @@ def test_t4_print_command_is_the_fast_configuration_and_starts_nothing(tmp_path)
     assert "--enforce-eager" not in cmd
     assert int(cmd[cmd.index("--max-model-len") + 1]) == 16384  # the series' value; the fit calculator agrees
     assert cmd[cmd.index("--dtype") + 1] == "float16"
-    assert cmd[cmd.index("--max-num-batched-tokens") + 1] == "2048"
+    assert cmd[cmd.index("--max-num-batched-tokens") + 1] == "4096"
     assert cmd[cmd.index("--max-num-seqs") + 1] == "8" and "--language-model-only" in cmd
     assert cmd[cmd.index("--gpu-memory-utilization") + 1] == "0.9"
     assert KEY not in done.stdout and cmd[cmd.index("--api-key") + 1] == "***"
@@ -608,7 +608,7 @@ def test_vllms_own_parser_takes_the_t4_command_and_would_take_a_second_host():
     assert cmd[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
     parsed = make_arg_parser(FlexibleArgumentParser()).parse_args(cmd[3:])
     assert (parsed.max_model_len, parsed.enforce_eager, parsed.language_model_only) == (16384, False, True)
-    assert (parsed.max_num_batched_tokens, parsed.max_num_seqs, parsed.dtype) == (2048, 8, "float16")
+    assert (parsed.max_num_batched_tokens, parsed.max_num_seqs, parsed.dtype) == (4096, 8, "float16")
     assert parsed.gpu_memory_utilization == 0.9
     twice = make_arg_parser(FlexibleArgumentParser()).parse_args([*cmd[3:], "--host=0.0.0.0"])
     assert twice.host == "0.0.0.0"
