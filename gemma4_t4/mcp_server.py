@@ -39,11 +39,10 @@ from typing import Any, Literal
 import anyio
 from pydantic import BaseModel, Field, TypeAdapter
 
-from gemma4_t4 import env, turing
+from gemma4_t4 import env, secrets, turing
 from gemma4_t4.bench.schemas import RunReport
 from gemma4_t4.errors import Gemma4T4Error, UnexpectedError, debug_enabled, user_error
 from gemma4_t4.jsonable import to_jsonable
-from gemma4_t4.sagemaker.config import SECRET_KEY
 from gemma4_t4.sagemaker.health import HealthReport, check_health
 from gemma4_t4.sagemaker.ops import LogsResult
 from gemma4_t4.server import (
@@ -71,25 +70,15 @@ CREATES = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempote
 DESTRUCTIVE = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True,
                               open_world_hint=True)
 
-_SECRET_ENV = SECRET_KEY  # one rule, shared with the SageMaker env redaction, for what counts as secret
-
-
 def _secret_values() -> list[str]:
-    """Values of secret-looking environment variables (AWS keys, HF tokens) worth scrubbing."""
-    return [v for k, v in os.environ.items() if _SECRET_ENV.search(k) and len(v) >= 6]
+    """Values of secret-named environment variables (AWS keys, HF tokens) worth scrubbing; short
+    values are left out so that a stray ``1`` is not masked everywhere."""
+    return [v for k, v in os.environ.items() if secrets.is_secret_name(k) and len(v) >= 6]
 
 
-def _scrub(value: Any, secrets: list[str]) -> Any:
-    if isinstance(value, str):
-        for secret in secrets:
-            value = value.replace(secret, "***")
-        return value
-    if isinstance(value, dict):
-        return {k: ("***" if _SECRET_ENV.search(str(k)) and isinstance(v, str) and v else _scrub(v, secrets))
-                for k, v in value.items()}
-    if isinstance(value, list):
-        return [_scrub(v, secrets) for v in value]
-    return value
+def _scrub(value: Any, values: list[str]) -> Any:
+    """The package's one masking rule (gemma4_t4.secrets), shared with serve, bench and SageMaker."""
+    return secrets.mask(value, values)
 
 
 log = logging.getLogger("gemma4_t4.mcp")
@@ -115,9 +104,8 @@ def _adapter(fn: Callable[..., Any]) -> Callable[..., Any]:
             if debug_enabled():
                 log.error("tool %s failed", fn.__name__, exc_info=exc)
             raise ToolError(_scrub(tool_error_text(exc), _secret_values())) from None
-        secrets = _secret_values()
         plain = to_jsonable(result)
-        scrubbed = _scrub(plain, secrets)
+        scrubbed = _scrub(plain, _secret_values())
         if scrubbed != plain:
             return TypeAdapter(return_type).validate_python(scrubbed)
         return result

@@ -21,6 +21,7 @@ from gemma4_t4 import env
 from gemma4_t4.atomic import atomic_write_json
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.jsonable import to_jsonable
+from gemma4_t4.table import format_table
 
 TARGETS = ("cpu", "t4", "sagemaker")
 AUTO = "auto"  # the notebooks' default: the GPU path where there is an NVIDIA GPU, else the CPU default
@@ -79,7 +80,7 @@ def setup(vllm: bool = True, packages: Sequence[str] = (), dry_run: bool = False
         command = [sys.executable, "-m", "pip", "install", "--quiet", *missing]
         print(("would run: " if dry_run else "installing: ") + " ".join(missing))
         if not dry_run:
-            done = (runner or setup_plan._pip_runner)(command)
+            done = (runner or setup_plan.pip_runner)(command)
             if done.returncode != 0:
                 tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-10:])
                 raise Gemma4T4Error(f"pip failed installing {', '.join(missing)}:\n{tail}",
@@ -386,12 +387,9 @@ def table_cells(rows: Iterable[Mapping[str, Any]] | Any,
 
 
 def render_text_table(columns: Sequence[str], cells: Sequence[Sequence[str]], title: str | None = None) -> str:
-    widths = [max([len(str(c))] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
-    lines = [title] if title else []
-    lines.append("  ".join(str(c).ljust(w) for c, w in zip(columns, widths, strict=True)))
-    lines.append("  ".join("-" * w for w in widths))
-    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
-    return "\n".join(lines)
+    """Formatted cells as plain text (outside Jupyter), through the package's one table formatter."""
+    text = format_table([str(c) for c in columns], cells)
+    return f"{title}\n{text}" if title else text
 
 
 def format_value(value: Any) -> str:

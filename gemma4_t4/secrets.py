@@ -5,7 +5,8 @@ its ``_``-separated words is TOKEN, SECRET, PASSWORD, PASSWD, CREDENTIAL(S), API
 AUTHORIZATION, or its last word is KEY (or it ends in KEY_ID) -- so ``max_num_batched_tokens``
 and ``TOKENIZERS_PARALLELISM`` are not secrets, while these are:
 ``--api-key``, ``--hf-token``, ``HF_TOKEN``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ACCESS_KEY_ID``,
-``GEMMA4_T4_API_KEY``. Paths such as ``--ssl-keyfile`` are not secrets. Every form is covered:
+``GEMMA4_T4_API_KEY``. Paths such as ``--ssl-keyfile`` are not secrets, nor is a bare ``key``
+(a lookup key in a record, such as a cache key). Every form is covered:
 ``--api-key K``, ``--api-key=K``, ``NAME=VALUE`` words, ``{NAME: VALUE}`` mappings, and any
 known secret value inside text (a log line, an error message, an MCP answer).
 """
@@ -14,9 +15,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 MASK = "***"
+V = TypeVar("V")
 _WORDS = {"TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "CREDENTIALS", "APIKEY", "AUTHORIZATION"}
 _TOKEN_PATTERNS = [
     re.compile(r"\bhf_[A-Za-z0-9]{16,}\b"),  # Hugging Face tokens
@@ -28,12 +30,12 @@ _MIN_VALUE_LEN = 3  # shorter "secrets" would mask every occurrence of e.g. "1" 
 
 def is_secret_name(name: str) -> bool:
     words = [w for w in name.lstrip("-").upper().replace("-", "_").split("_") if w]
-    if not words:
+    if not words or words == ["KEY"]:
         return False
     return bool(_WORDS.intersection(words)) or words[-1] == "KEY" or words[-2:] == ["KEY", "ID"]
 
 
-def mask_env(env: Mapping[str, Any]) -> dict[str, Any]:
+def mask_env(env: Mapping[str, V]) -> dict[str, V | str]:
     """A copy of ``env`` with every secret-named value replaced by ``***``."""
     return {k: (MASK if is_secret_name(k) and v not in (None, "") else v) for k, v in env.items()}
 
@@ -105,7 +107,9 @@ def mask_text(text: str, values: Iterable[str] = ()) -> str:
 
 
 def mask(value: Any, values: Iterable[str] = ()) -> Any:
-    """Mask a JSON-like value: secret-named keys, secret values in strings, argv-like lists."""
+    """Mask a JSON-like value: the string under a secret-named key, secret values in strings,
+    argv-like lists. A number or flag under such a name (``first_token_s``, ``api_key_used``) is
+    data, not a secret, and stays."""
     values = list(values)
     if isinstance(value, str):
         return mask_text(value, values)
@@ -113,7 +117,7 @@ def mask(value: Any, values: Iterable[str] = ()) -> Any:
         return {
             k: (
                 MASK
-                if isinstance(k, str) and is_secret_name(k) and value[k] not in (None, "")
+                if isinstance(k, str) and is_secret_name(k) and isinstance(v, str) and v
                 else mask(v, values)
             )
             for k, v in value.items()

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from gemma4_t4 import secrets
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.hardware import SAGEMAKER_INSTANCES
 from gemma4_t4.sagemaker import image as images
@@ -40,15 +41,10 @@ CONTAINER_MODEL_DIR = "/opt/ml/model"  # where SageMaker mounts uncompressed S3 
 SCALING_METRIC = "SageMakerVariantInvocationsPerInstance"
 
 
-# Whole-word match so SM_VLLM_MAX_NUM_BATCHED_TOKENS stays visible while HF_TOKEN is hidden.
-SECRET_KEY = re.compile(
-    r"(?:^|_)(?:TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?|API_KEY|ACCESS_KEY|KEY_ID)(?:$|_)", re.I
-)
-
-
 def redact_env(env: dict[str, str]) -> dict[str, str]:
-    """Hide values of secret-looking variables (HF_TOKEN, ...) in anything shown or returned."""
-    return {k: ("***" if SECRET_KEY.search(k) else v) for k, v in env.items()}
+    """Hide values of secret-named variables (HF_TOKEN, ...) in anything shown or returned, by the
+    package's one rule (``secrets.is_secret_name``: SM_VLLM_MAX_NUM_BATCHED_TOKENS stays visible)."""
+    return {k: (secrets.MASK if secrets.is_secret_name(k) else v) for k, v in env.items()}
 
 
 def extra_args_to_env(args: list[str]) -> dict[str, str]:
