@@ -43,11 +43,14 @@ from gemma4_t4 import env, secrets, turing
 from gemma4_t4.bench.schemas import RunReport
 from gemma4_t4.errors import Gemma4T4Error, UnexpectedError, debug_enabled, user_error
 from gemma4_t4.jsonable import to_jsonable
+from gemma4_t4.sagemaker.deploy import DeployResult  # these import no AWS SDK: boto3 waits for a tool
 from gemma4_t4.sagemaker.health import HealthReport, check_health
-from gemma4_t4.sagemaker.ops import LogsResult
+from gemma4_t4.sagemaker.ops import EndpointStatus, LogsResult
+from gemma4_t4.sagemaker.quotas import QuotaRow
 from gemma4_t4.server import (
     DEFAULT_WORK_DIR,
     ServerConfig,
+    ServerStatus,
     VLLMServer,
     free_port,
     list_servers,
@@ -160,7 +163,7 @@ class HelpResult(BaseModel):
 
 
 class QuotaResult(BaseModel):
-    rows: list[dict[str, Any]]
+    rows: list[QuotaRow]
     picked: dict[str, str | None]
     summary: str
 
@@ -180,7 +183,7 @@ class DeployToolResult(BaseModel):
     reason: str | None = None
     cost: str = ""
     aws_cli: list[str] = []
-    deployment: dict[str, Any] | None = None
+    deployment: DeployResult | None = None
     next_step: str | None = None
 
 
@@ -193,8 +196,8 @@ class DeleteToolResult(BaseModel):
 
 
 class StatusToolResult(BaseModel):
-    endpoint: dict[str, Any]
-    deployment_watch: dict[str, Any] | None = None
+    endpoint: EndpointStatus
+    deployment_watch: DeployResult | None = None
 
 
 class QueryResult(BaseModel):
@@ -205,10 +208,24 @@ class QueryResult(BaseModel):
     usage: dict[str, Any] | None = None
 
 
+class ListedEndpoint(BaseModel):
+    name: str
+    region: str
+    status: str
+    created_at: str | None = None
+    tags: dict[str, str] = {}
+    expires_at: str | None = None
+
+
+class EndpointsResult(BaseModel):
+    endpoints: list[ListedEndpoint]
+    count: int
+
+
 class ServerToolResult(BaseModel):
     refused: bool = False
     reason: str | None = None
-    servers: list[dict[str, Any]] = []
+    servers: list[ServerStatus] = []
     summary: str = ""
 
 
@@ -245,11 +262,31 @@ class GpuArchResult(BaseModel):
     summary: str
 
 
+class VerifySummary(BaseModel):
+    """``turing.verify``'s report without the per-launch list: only the launches that fail."""
+
+    ok: bool
+    arch: str
+    capability: tuple[int, int]
+    limit_bytes: int
+    vllm_version: str
+    kernel_file: str
+    kernel_sha256: str
+    triton_version: str
+    patch_action: str
+    patch_reason: str
+    model_exact: bool | None
+    changed_launches: int
+    compiles: int
+    seconds: float
+    failures: list[turing.LaunchCheck]
+
+
 class TuringCheckResult(BaseModel):
     status: turing.TuringStatus
     ok: bool = Field(description="the fix reaches vLLM (and, with functional=True, the sm_75 compile proves it)")
     summary: str
-    verify: dict[str, Any] | None = None
+    verify: VerifySummary | None = None
 
 
 class TuringPatchResult(BaseModel):
@@ -324,7 +361,7 @@ def check_quotas(instance_types: list[str] | None = None, regions: list[str] | N
     summary = "; ".join(f"{t}: {r or 'no region with quota'}" for t, r in picked.items())
     if notes:
         summary += "\n" + "\n".join(notes)
-    return QuotaResult(rows=to_jsonable(report.rows), picked=picked, summary=summary)
+    return QuotaResult(rows=report.rows, picked=picked, summary=summary)
 
 
 @tool(READ_ONLY)
@@ -413,9 +450,9 @@ def deploy_endpoint(name: str = "gemma4-t4", model_id: str = "google/gemma-4-E2B
             result = watcher.result
     except DeployFailed as exc:
         return DeployToolResult(refused=False, reason=str(exc), cost=cost, aws_cli=plan,
-                                deployment=to_jsonable(exc.result),
+                                deployment=exc.result,
                                 next_step="read get_endpoint_logs; what was created has been deleted")
-    return DeployToolResult(refused=False, cost=cost, aws_cli=plan, deployment=to_jsonable(result),
+    return DeployToolResult(refused=False, cost=cost, aws_cli=plan, deployment=result,
                             next_step="poll get_endpoint_status until InService, then verify_model_health")
 
 
@@ -455,19 +492,20 @@ def get_endpoint_status(name: str, region: str = "us-east-2") -> StatusToolResul
     from gemma4_t4.sagemaker.ops import endpoint_status
 
     watch = _WATCHES.by_key.get((region, name))
-    return StatusToolResult(endpoint=to_jsonable(endpoint_status(name, region)),
-                            deployment_watch=to_jsonable(watch.result) if watch else None)
+    return StatusToolResult(endpoint=endpoint_status(name, region),
+                            deployment_watch=watch.result if watch else None)
 
 
 @tool(READ_ONLY)
-def list_endpoints(regions: list[str] | None = None, include_untagged: bool = False) -> dict[str, Any]:
+def list_endpoints(regions: list[str] | None = None, include_untagged: bool = False) -> EndpointsResult:
     """Endpoints across regions (this project's tagged ones unless include_untagged)."""
     from gemma4_t4.sagemaker.image import US_REGIONS
     from gemma4_t4.sagemaker.ops import list_endpoints as list_all
 
     found = list_all(regions or US_REGIONS, project_only=not include_untagged)
-    return {"endpoints": to_jsonable([e.__dict__ | {"expires_at": e.expires_at} for e in found]),
-            "count": len(found)}
+    return EndpointsResult(
+        endpoints=[ListedEndpoint(**e.__dict__, expires_at=e.expires_at) for e in found], count=len(found)
+    )
 
 
 @tool(READ_ONLY)
@@ -637,8 +675,9 @@ def verify_turing_patch(functional: bool = False, arch: str = "sm_75") -> Turing
     result = TuringCheckResult(status=state, ok=state.active, summary=state.summary)
     if functional:
         verified = turing.verify(arch)
-        result.verify = {k: v for k, v in to_jsonable(verified).items() if k != "launches"} | {
-            "failures": to_jsonable(verified.failures())}
+        result.verify = VerifySummary(
+            **{k: v for k, v in to_jsonable(verified).items() if k != "launches"}, failures=verified.failures()
+        )
         result.ok = bool(verified.ok and state.active)
     return result
 
@@ -679,7 +718,7 @@ def start_vllm_server(model: str, target: Literal["cpu", "t4"] = "cpu", port: in
     server = start_server(config, wait=True, timeout=timeout_s, owner=owner)
     _OWNED.append(server)
     status = server.status()
-    return ServerToolResult(servers=[to_jsonable(status)], summary=status.summary())
+    return ServerToolResult(servers=[status], summary=status.summary())
 
 
 _OWNED: list[Any] = []  # vLLM servers started by this MCP server
@@ -703,17 +742,17 @@ def stop_vllm_server(port: int | None = None, confirm: bool = False) -> ServerTo
     """Stop a vLLM server started here (SIGTERM, then SIGKILL). Needs confirm=True."""
     if not confirm:
         target = VLLMServer.attach(port, _work_dir())
-        return ServerToolResult(refused=True, servers=[to_jsonable(target.status())],
+        return ServerToolResult(refused=True, servers=[target.status()],
                                 reason="stopping drops in-flight requests: call again with confirm=True")
     status = stop_server(port, _work_dir())
-    return ServerToolResult(servers=[to_jsonable(status)], summary=status.summary())
+    return ServerToolResult(servers=[status], summary=status.summary())
 
 
 @tool(LOCAL_READ_ONLY)
 def server_status() -> ServerToolResult:
     """Every vLLM server this work directory knows: state, pid, URL, health, log tail if it died."""
     servers = list_servers(_work_dir())
-    return ServerToolResult(servers=to_jsonable(servers),
+    return ServerToolResult(servers=servers,
                             summary="\n".join(s.summary() for s in servers) or "no servers recorded")
 
 

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from gemma4_t4 import env
 from gemma4_t4.atomic import atomic_write_json
@@ -308,7 +308,17 @@ def check_model_size(size: str, formats: Sequence[str], runtime: RuntimeInfo, co
 # Workload parameters a notebook leaves at None take these per target: on a T4 (or any GPU) the
 # series' published conditions, on cpu small workloads that show the method on the tiny model.
 # params/t4.yaml and params/cpu.yaml name the same values (a test keeps them equal).
-CONDITIONS: dict[int, dict[str, dict[str, Any]]] = {
+class Conditions(TypedDict, total=False):
+    """A notebook's workload parameters for one target (the names the notebooks' parameters use)."""
+
+    CONCURRENCY: list[int]
+    INPUT_LEN: int
+    OUTPUT_LEN: int
+    NUM_PROMPTS: int
+    TTFT_INPUT_LENS: list[int]
+
+
+CONDITIONS: dict[int, dict[str, Conditions]] = {
     2: {"cpu": {"CONCURRENCY": [1, 8], "INPUT_LEN": 128, "OUTPUT_LEN": 32, "NUM_PROMPTS": 8},
         "t4": {"CONCURRENCY": [1, 8], "INPUT_LEN": 512, "OUTPUT_LEN": 128, "NUM_PROMPTS": 8}},
     4: {"cpu": {"CONCURRENCY": [1, 2, 4], "TTFT_INPUT_LENS": [64, 128, 256, 512, 1024], "INPUT_LEN": 128,

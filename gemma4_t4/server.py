@@ -483,6 +483,10 @@ class ServerOwner(TypedDict, total=False):
     alive: bool  # in a status: whether that owner still runs
 
 
+# an owner may record more than these keys (start_server(owner=...)): results keep them
+ServerOwner.__pydantic_config__ = {"extra": "allow"}  # type: ignore[attr-defined]
+
+
 class HostRecord(TypedDict):
     hostname: str
     platform: str

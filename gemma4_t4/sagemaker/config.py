@@ -11,7 +11,7 @@ import datetime as dt
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 from gemma4_t4 import secrets
 from gemma4_t4.errors import Gemma4T4Error
@@ -39,6 +39,59 @@ _S3_PREFIX = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/([A-Za-z0-9!_.*
 CONTAINER_MODEL_DIR = "/opt/ml/model"  # where SageMaker mounts uncompressed S3 model data
 # Target tracking on invocations per instance (what SageMaker's own guide uses for real-time endpoints).
 SCALING_METRIC = "SageMakerVariantInvocationsPerInstance"
+
+
+class InstancePool(TypedDict):
+    InstanceType: str
+    Priority: int
+
+
+class ProductionVariant(TypedDict, total=False):
+    """The ``ProductionVariants`` entry of CreateEndpointConfig that a deploy sends."""
+
+    VariantName: str
+    ModelName: str
+    InitialInstanceCount: int
+    ContainerStartupHealthCheckTimeoutInSeconds: int
+    ModelDataDownloadTimeoutInSeconds: int
+    InstancePools: list[InstancePool]  # with fallback instance types
+    InstanceType: str  # without them
+    InferenceAmiVersion: str
+
+
+class S3DataSource(TypedDict):
+    S3Uri: str
+    S3DataType: str
+    CompressionType: str
+
+
+class ModelDataSource(TypedDict):
+    S3DataSource: S3DataSource
+
+
+class PrimaryContainer(TypedDict, total=False):
+    """CreateModel's ``PrimaryContainer`` that a deploy sends."""
+
+    Image: str
+    Environment: dict[str, str]
+    ModelDataSource: ModelDataSource  # uncompressed S3 model data
+
+
+class ConfigSummary(TypedDict):
+    """What a deployment will be, as the dry run and the MCP config tool show it (secrets masked)."""
+
+    name: str
+    region: str
+    model_id: str
+    instance_types: list[str]
+    image: str
+    inference_ami_version: str | None
+    dtype: str
+    container_env: dict[str, str]
+    ttl_hours: float
+    turing_fix_required: bool
+    model_data: str | None
+    instances: str  # "N" or "MIN..MAX (autoscaling)"
 
 
 def redact_env(env: dict[str, str]) -> dict[str, str]:
@@ -192,8 +245,8 @@ class DeployConfig:
         env.update(self.extra_env)
         return env
 
-    def production_variant(self) -> dict[str, Any]:
-        variant: dict[str, Any] = {
+    def production_variant(self) -> ProductionVariant:
+        variant: ProductionVariant = {
             "VariantName": "AllTraffic",
             "ModelName": self.name,
             "InitialInstanceCount": self.initial_instances,
@@ -212,8 +265,8 @@ class DeployConfig:
             variant["InferenceAmiVersion"] = ami
         return variant
 
-    def primary_container(self) -> dict[str, Any]:
-        container: dict[str, Any] = {"Image": self.resolved_image(), "Environment": self.container_env()}
+    def primary_container(self) -> PrimaryContainer:
+        container: PrimaryContainer = {"Image": self.resolved_image(), "Environment": self.container_env()}
         if self.model_data_s3_uri:
             # Uncompressed S3 model data: SageMaker copies the prefix to /opt/ml/model, no tarball.
             container["ModelDataSource"] = {
@@ -398,7 +451,7 @@ class DeployConfig:
             "--allow-unfixed-image only for an image whose vLLM is fixed upstream",
         )
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> ConfigSummary:
         return {
             "name": self.name,
             "region": self.region,
