@@ -36,9 +36,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from typing_extensions import TypedDict  # pydantic reads these on Python < 3.12
-
 from gemma4_t4.atomic import atomic_write_json
+from gemma4_t4.jsonable import TypedDict
 from gemma4_t4.versions import package_version
 
 ISA_ENV = "GEMMA4_T4_CPU_ATTN_ISA"  # e.g. "vec": used where vLLM would pick "amx"

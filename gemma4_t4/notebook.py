@@ -20,7 +20,7 @@ from typing import Any, TypedDict
 from gemma4_t4 import env
 from gemma4_t4.atomic import atomic_write_json
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.jsonable import to_jsonable
+from gemma4_t4.jsonable import JSONValue, to_jsonable
 from gemma4_t4.table import format_table
 
 TARGETS = ("cpu", "t4", "sagemaker")
@@ -447,6 +447,21 @@ def show_image(path: str | Path) -> None:
 # ---------------------------------------------------------------- summary for the report
 
 
+class SummaryTable(TypedDict):
+    title: str
+    rows: list[dict[str, JSONValue]]
+
+
+class NotebookSummary(TypedDict, total=False):
+    """A notebook's ``summary.json``: what it measured, the published figures it compares with."""
+
+    part: int
+    results: dict[str, JSONValue]  # measured by this run
+    published: dict[str, JSONValue]  # from gemma4_t4.bench.published, labelled as such
+    tables: list[SummaryTable]
+    notes: list[str]
+
+
 def save_summary(out_dir: str | Path, part: int, results: Mapping[str, Any],
                  tables: Sequence[Mapping[str, Any]] = (), notes: Sequence[str] = (),
                  published: Mapping[str, Any] | None = None) -> None:
@@ -465,7 +480,7 @@ def save_summary(out_dir: str | Path, part: int, results: Mapping[str, Any],
                             fix="pass them as published={...}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    payload = {"part": part, "results": to_jsonable(dict(results)), "published": to_jsonable(dict(published or {})),
+    payload: NotebookSummary = {"part": part, "results": to_jsonable(dict(results)), "published": to_jsonable(dict(published or {})),
                "tables": to_jsonable([dict(t) for t in tables]), "notes": list(notes)}
     path = out / SUMMARY_FILE
     atomic_write_json(path, payload)
@@ -601,7 +616,7 @@ class MCPCall:
     """One tool call made through a real MCP client."""
 
     tool: str
-    arguments: dict[str, Any]
+    arguments: dict[str, JSONValue]  # sent over JSON-RPC
     is_error: bool
     result: Any  # the structured content, else the text content
 

@@ -41,11 +41,11 @@ from pathlib import Path
 from typing import Any, Literal, NotRequired, cast
 
 import psutil
-from typing_extensions import TypedDict  # pydantic reads this one on Python < 3.12
 
 from gemma4_t4 import cpuattn, secrets
 from gemma4_t4.atomic import atomic_write_json
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.jsonable import TypedDict
 from gemma4_t4.supervisor import ExitRecord, ProcessInfo, SupervisorRecord, SupervisorSpec
 from gemma4_t4.versions import package_version
 
@@ -462,6 +462,36 @@ def _read_json(path: Path) -> dict[str, Any] | None:
         return None
 
 
+class ServerConfigRecord(TypedDict):
+    """A :class:`ServerConfig` as a state file and a launch record store it (``api_key`` masked,
+    secrets in ``extra_args`` / ``extra_env`` masked); read back by field name."""
+
+    model: str
+    target: str
+    served_model_name: str | None
+    host: str
+    port: int
+    dtype: str | None
+    max_model_len: int | None
+    max_num_seqs: int | None
+    enable_prefix_caching: bool
+    enforce_eager: bool | None
+    max_num_batched_tokens: int | None
+    gpu_memory_utilization: float | None
+    tensor_parallel_size: int
+    language_model_only: bool | None
+    kv_cache_space_gib: int
+    block_size: int | None
+    api_key: str | None
+    extra_args: list[str]
+    extra_env: dict[str, str]
+    work_dir: str
+    python: str | None
+    restart_on_crash: int
+    probe_cpu_attention: bool
+    chosen_by: dict[str, str]
+
+
 class LockOwner(TypedDict):
     """What a lock file holds: the process that took it (the caller, then the supervisor)."""
 
@@ -501,7 +531,7 @@ class LaunchRecord(TypedDict):
     pid: int | None
     pgid: int | None
     started_at: float
-    config: dict[str, Any]  # the ServerConfig, masked (asdict; read back by field name)
+    config: ServerConfigRecord
     chosen_by: dict[str, str]
     cpu_attention: cpuattn.ChoiceRecord | None
     reaped: list[ProcessInfo]
@@ -620,8 +650,8 @@ def _mask_command(command: list[str]) -> list[str]:
     return secrets.mask_argv(command)
 
 
-def _masked_config(config: ServerConfig) -> dict[str, Any]:
-    record = asdict(config) | {"api_key": secrets.MASK if config.api_key else None}
+def _masked_config(config: ServerConfig) -> ServerConfigRecord:
+    record = cast(ServerConfigRecord, asdict(config) | {"api_key": secrets.MASK if config.api_key else None})
     record["extra_args"] = secrets.mask_argv(config.extra_args)
     record["extra_env"] = secrets.mask_env(config.extra_env)
     return record

@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import NotRequired
 
 import psutil
-from typing_extensions import TypedDict  # pydantic reads this one on Python < 3.12
 
 from gemma4_t4.atomic import atomic_write_json
+from gemma4_t4.jsonable import TypedDict
 
 POLL_S = 1.0
 HEALTH_EVERY_S = 2.0

@@ -248,7 +248,7 @@ AREA_BUDGETS = {
     "gemma4_t4/cli/models.py": 0,
     "gemma4_t4/cli/fix_torch.py": 0,
     "gemma4_t4/cli/mcp.py": 0,
-    "gemma4_t4/mcp_server.py": 10,  # AWS and server JSON passed through; run_benchmark's result
+    "gemma4_t4/mcp_server.py": 3,  # AWS and server JSON passed through (config summary, usage, build)
 }
 
 
@@ -262,11 +262,13 @@ PACKAGE_LIMIT = 40
 
 
 def assert_package_wide_dict_any_budget(limit: int = PACKAGE_LIMIT) -> None:
-    """The package-wide budget (at most 40 ``dict[str, Any]`` annotations in gemma4_t4/).
-
-    Not collected as a test while the areas are being typed one by one; once they are, call it
-    from a test (``def test_package_wide_dict_any_budget(): assert_package_wide_dict_any_budget()``).
-    """
+    """The package-wide budget: at most 40 ``dict[str, Any]`` annotations (aliases included) in
+    gemma4_t4/. What is left is free-form: raw JSON from a server or AWS, request bodies with
+    caller-supplied extras, keyword arguments passed through, user YAML parameters."""
     counts = dict_any_by_file()
     total = sum(counts.values())
     assert total <= limit, f"{total} dict[str, Any] annotations (limit {limit}): {counts.most_common(8)}"
+
+
+def test_package_wide_dict_any_budget():
+    assert_package_wide_dict_any_budget()

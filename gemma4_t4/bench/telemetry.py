@@ -18,11 +18,10 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
-from typing_extensions import TypedDict  # pydantic reads these on Python < 3.12
-
 from gemma4_t4 import env
 from gemma4_t4.bench.schemas import GPUTelemetry, PrefixCache, ServerInfo, ServerLoad
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.jsonable import TypedDict
 from gemma4_t4.runner import subprocess_runner
 from gemma4_t4.server import LaunchRecord, http_get
 from gemma4_t4.versions import package_version

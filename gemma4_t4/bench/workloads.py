@@ -54,6 +54,7 @@ from gemma4_t4.bench.schemas import (
     SweepInfo,
 )
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.jsonable import JSONValue
 
 # what a user chooses (--workload); the registry below also holds the modes decode runs in
 WORKLOAD_CHOICES: tuple[str, ...] = ("decode", "ttft", "prefix", "answers", "load")
@@ -238,8 +239,8 @@ class BenchArgs(BaseModel):
     def key(self) -> str | None:
         return self.api_key.get_secret_value() if self.api_key else None
 
-    def record(self) -> RawJSON:
-        """What run.json stores: every argument, the API key and other secrets never."""
+    def record(self) -> dict[str, JSONValue]:
+        """What run.json stores: every argument (as JSON), the API key and other secrets never."""
         data = self.model_dump(mode="json", exclude={"api_key"})
         data["api_key_used"] = self.api_key is not None
         return secrets.mask(data)

@@ -25,13 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from typing_extensions import TypedDict  # pydantic reads these on Python < 3.12
-
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.jsonable import TypedDict
 from gemma4_t4.sagemaker import image as images
 from gemma4_t4.sagemaker.aws import aws_error, aws_exceptions, client_factory, error_code, error_message
 from gemma4_t4.sagemaker.cli_recipe import ApiCall
-from gemma4_t4.sagemaker.config import PROJECT_TAG, PROJECT_VALUE
+from gemma4_t4.sagemaker.config import PROJECT_TAG, PROJECT_VALUE, CreateBucketParams
 
 PROJECT_NAME = "gemma4-t4-image"
 ROLE_NAME = "gemma4-t4-codebuild-image"
@@ -219,11 +218,6 @@ class ProjectDefinition(TypedDict):
     serviceRole: str
     timeoutInMinutes: int
     tags: list[dict[str, str]]
-
-
-class CreateBucketParams(TypedDict, total=False):
-    Bucket: str
-    CreateBucketConfiguration: dict[str, str]  # LocationConstraint outside us-east-1
 
 
 def role_trust_policy() -> PolicyDocument:

@@ -41,6 +41,13 @@ CONTAINER_MODEL_DIR = "/opt/ml/model"  # where SageMaker mounts uncompressed S3 
 SCALING_METRIC = "SageMakerVariantInvocationsPerInstance"
 
 
+class CreateBucketParams(TypedDict, total=False):
+    """S3 CreateBucket's parameters (model upload and image build buckets)."""
+
+    Bucket: str
+    CreateBucketConfiguration: dict[str, str]  # LocationConstraint outside us-east-1
+
+
 class InstancePool(TypedDict):
     InstanceType: str
     Priority: int

@@ -13,9 +13,8 @@ prefill route off; vLLM's ``VLLM_PLUGINS`` allow-list also applies.
 
 from __future__ import annotations
 
-from typing_extensions import TypedDict  # pydantic reads these on Python < 3.12
-
 from gemma4_t4 import cpuattn
+from gemma4_t4.jsonable import TypedDict
 from gemma4_t4.turing import prefill, tilecap
 
 ENTRY_POINT_GROUP = "vllm.general_plugins"

@@ -39,7 +39,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from typing_extensions import TypedDict  # pydantic reads these on Python < 3.12
+from gemma4_t4.jsonable import TypedDict
 
 BACKEND_MODULE = "vllm.v1.attention.backends.triton_attn"
 IMPL_CLASS = "TritonAttentionImpl"

@@ -15,9 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NotRequired
 
-from typing_extensions import TypedDict  # pydantic reads these on Python < 3.12
-
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.jsonable import TypedDict
 from gemma4_t4.turing import prefill
 from gemma4_t4.turing.smem import head_size_padded
 

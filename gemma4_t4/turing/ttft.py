@@ -14,8 +14,7 @@ import re
 from pathlib import Path
 from typing import Any, NotRequired
 
-from typing_extensions import TypedDict  # pydantic reads this one on Python < 3.12
-
+from gemma4_t4.jsonable import TypedDict
 from gemma4_t4.turing import prefill
 
 DEFAULT_INPUT_LENS = (512, 1024, 2048, 4096)
