@@ -1,9 +1,10 @@
 """One masking rule for secrets, wherever they appear: argument lists, environments, free text.
 
 A name is secret when, normalised (upper case, ``-`` as ``_``, leading dashes dropped), one of
-its ``_``-separated words is TOKEN, SECRET, PASSWORD, PASSWD, CREDENTIAL(S), APIKEY or
-AUTHORIZATION, or its last word is KEY (or it ends in KEY_ID) -- so ``max_num_batched_tokens``
-and ``TOKENIZERS_PARALLELISM`` are not secrets, while these are:
+its ``_``-separated words is SECRET, PASSWORD, PASSWD, CREDENTIAL(S), APIKEY or AUTHORIZATION,
+or its last word is TOKEN (not ``..._per_token``, a unit) or KEY (or it ends in KEY_ID) -- so
+``max_num_batched_tokens``, ``TOKENIZERS_PARALLELISM``, ``first_token_s`` and ``token_source``
+are not secrets, while these are:
 ``--api-key``, ``--hf-token``, ``HF_TOKEN``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ACCESS_KEY_ID``,
 ``GEMMA4_T4_API_KEY``. Paths such as ``--ssl-keyfile`` are not secrets, nor is a bare ``key``
 (a lookup key in a record, such as a cache key). Every form is covered:
@@ -19,7 +20,7 @@ from typing import Any, TypeVar
 
 MASK = "***"
 V = TypeVar("V")
-_WORDS = {"TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "CREDENTIALS", "APIKEY", "AUTHORIZATION"}
+_WORDS = {"SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "CREDENTIALS", "APIKEY", "AUTHORIZATION"}
 _TOKEN_PATTERNS = [
     re.compile(r"\bhf_[A-Za-z0-9]{16,}\b"),  # Hugging Face tokens
     re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"),  # AWS access key ids
@@ -32,6 +33,8 @@ def is_secret_name(name: str) -> bool:
     words = [w for w in name.lstrip("-").upper().replace("-", "_").split("_") if w]
     if not words or words == ["KEY"]:
         return False
+    if words[-1] == "TOKEN" and words[-2:-1] != ["PER"]:  # HF_TOKEN, --hf-token; not bytes_per_token
+        return True
     return bool(_WORDS.intersection(words)) or words[-1] == "KEY" or words[-2:] == ["KEY", "ID"]
 
 
