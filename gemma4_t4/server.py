@@ -870,11 +870,11 @@ class VLLMServer:
         self._log_file = log
         spec_path = self.state_path.with_suffix(".spec.json")
         spec: SupervisorSpec = {
-                "super_path": str(self.super_path),
-                "exit_path": str(self.exit_path),
-                "log_path": str(self.log_path),
-                "base_url": self.base_url,
-                "restart_on_crash": config.restart_on_crash,
+            "super_path": str(self.super_path),
+            "exit_path": str(self.exit_path),
+            "log_path": str(self.log_path),
+            "base_url": self.base_url,
+            "restart_on_crash": config.restart_on_crash,
         }
         atomic_write_json(spec_path, spec)
         # A small supervisor (gemma4_t4/supervisor.py) runs vLLM, records its processes, watches the
@@ -1244,14 +1244,14 @@ class VLLMServer:
             )
         spec_path = self.state_path.with_suffix(".spec.json")
         spec: SupervisorSpec = {
-                "super_path": str(self.super_path),
-                "exit_path": str(self.exit_path),
-                "log_path": str(self.log_path),
-                "base_url": self.base_url,
-                "restart_on_crash": 0,
-                "children": left,
-                "api_pid": api[0]["pid"],
-                "api_create_time": api[0]["create_time"],
+            "super_path": str(self.super_path),
+            "exit_path": str(self.exit_path),
+            "log_path": str(self.log_path),
+            "base_url": self.base_url,
+            "restart_on_crash": 0,
+            "children": left,
+            "api_pid": api[0]["pid"],
+            "api_create_time": api[0]["create_time"],
         }
         atomic_write_json(spec_path, spec)
         with contextlib.suppress(FileNotFoundError):
