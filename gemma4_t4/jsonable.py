@@ -8,6 +8,9 @@ import math
 from pathlib import Path
 from typing import Any
 
+# What to_jsonable gives: JSON values and nothing else.
+JSONValue = str | int | float | bool | None | list["JSONValue"] | dict[str, "JSONValue"]
+
 
 def to_jsonable(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -27,3 +30,11 @@ def to_jsonable(value: Any) -> Any:
     if hasattr(value, "item") and callable(value.item) and getattr(value, "shape", None) == ():
         return value.item()  # numpy / torch scalars
     return value
+
+
+# The class for JSON records that pydantic may read (MCP results, bench results): on Python < 3.12
+# pydantic needs typing_extensions' TypedDict; without pydantic installed, typing's serves.
+try:
+    from typing_extensions import TypedDict  # noqa: F401 - re-exported
+except ImportError:  # pragma: no cover - typing_extensions comes with pydantic
+    from typing import TypedDict  # noqa: F401 - re-exported

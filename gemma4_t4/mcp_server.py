@@ -39,16 +39,18 @@ from typing import Any, Literal
 import anyio
 from pydantic import BaseModel, Field, TypeAdapter
 
-from gemma4_t4 import env, turing
+from gemma4_t4 import env, secrets, turing
 from gemma4_t4.bench.schemas import RunReport
 from gemma4_t4.errors import Gemma4T4Error, UnexpectedError, debug_enabled, user_error
 from gemma4_t4.jsonable import to_jsonable
-from gemma4_t4.sagemaker.config import SECRET_KEY
+from gemma4_t4.sagemaker.deploy import DeployResult  # these import no AWS SDK: boto3 waits for a tool
 from gemma4_t4.sagemaker.health import HealthReport, check_health
-from gemma4_t4.sagemaker.ops import LogsResult
+from gemma4_t4.sagemaker.ops import EndpointStatus, LogsResult
+from gemma4_t4.sagemaker.quotas import QuotaRow
 from gemma4_t4.server import (
     DEFAULT_WORK_DIR,
     ServerConfig,
+    ServerStatus,
     VLLMServer,
     free_port,
     list_servers,
@@ -71,25 +73,15 @@ CREATES = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempote
 DESTRUCTIVE = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True,
                               open_world_hint=True)
 
-_SECRET_ENV = SECRET_KEY  # one rule, shared with the SageMaker env redaction, for what counts as secret
-
-
 def _secret_values() -> list[str]:
-    """Values of secret-looking environment variables (AWS keys, HF tokens) worth scrubbing."""
-    return [v for k, v in os.environ.items() if _SECRET_ENV.search(k) and len(v) >= 6]
+    """Values of secret-named environment variables (AWS keys, HF tokens) worth scrubbing; short
+    values are left out so that a stray ``1`` is not masked everywhere."""
+    return [v for k, v in os.environ.items() if secrets.is_secret_name(k) and len(v) >= 6]
 
 
-def _scrub(value: Any, secrets: list[str]) -> Any:
-    if isinstance(value, str):
-        for secret in secrets:
-            value = value.replace(secret, "***")
-        return value
-    if isinstance(value, dict):
-        return {k: ("***" if _SECRET_ENV.search(str(k)) and isinstance(v, str) and v else _scrub(v, secrets))
-                for k, v in value.items()}
-    if isinstance(value, list):
-        return [_scrub(v, secrets) for v in value]
-    return value
+def _scrub(value: Any, values: list[str]) -> Any:
+    """The package's one masking rule (gemma4_t4.secrets), shared with serve, bench and SageMaker."""
+    return secrets.mask(value, values)
 
 
 log = logging.getLogger("gemma4_t4.mcp")
@@ -115,9 +107,8 @@ def _adapter(fn: Callable[..., Any]) -> Callable[..., Any]:
             if debug_enabled():
                 log.error("tool %s failed", fn.__name__, exc_info=exc)
             raise ToolError(_scrub(tool_error_text(exc), _secret_values())) from None
-        secrets = _secret_values()
         plain = to_jsonable(result)
-        scrubbed = _scrub(plain, secrets)
+        scrubbed = _scrub(plain, _secret_values())
         if scrubbed != plain:
             return TypeAdapter(return_type).validate_python(scrubbed)
         return result
@@ -172,7 +163,7 @@ class HelpResult(BaseModel):
 
 
 class QuotaResult(BaseModel):
-    rows: list[dict[str, Any]]
+    rows: list[QuotaRow]
     picked: dict[str, str | None]
     summary: str
 
@@ -192,7 +183,7 @@ class DeployToolResult(BaseModel):
     reason: str | None = None
     cost: str = ""
     aws_cli: list[str] = []
-    deployment: dict[str, Any] | None = None
+    deployment: DeployResult | None = None
     next_step: str | None = None
 
 
@@ -205,8 +196,8 @@ class DeleteToolResult(BaseModel):
 
 
 class StatusToolResult(BaseModel):
-    endpoint: dict[str, Any]
-    deployment_watch: dict[str, Any] | None = None
+    endpoint: EndpointStatus
+    deployment_watch: DeployResult | None = None
 
 
 class QueryResult(BaseModel):
@@ -217,10 +208,24 @@ class QueryResult(BaseModel):
     usage: dict[str, Any] | None = None
 
 
+class ListedEndpoint(BaseModel):
+    name: str
+    region: str
+    status: str
+    created_at: str | None = None
+    tags: dict[str, str] = {}
+    expires_at: str | None = None
+
+
+class EndpointsResult(BaseModel):
+    endpoints: list[ListedEndpoint]
+    count: int
+
+
 class ServerToolResult(BaseModel):
     refused: bool = False
     reason: str | None = None
-    servers: list[dict[str, Any]] = []
+    servers: list[ServerStatus] = []
     summary: str = ""
 
 
@@ -257,11 +262,31 @@ class GpuArchResult(BaseModel):
     summary: str
 
 
+class VerifySummary(BaseModel):
+    """``turing.verify``'s report without the per-launch list: only the launches that fail."""
+
+    ok: bool
+    arch: str
+    capability: tuple[int, int]
+    limit_bytes: int
+    vllm_version: str
+    kernel_file: str
+    kernel_sha256: str
+    triton_version: str
+    patch_action: str
+    patch_reason: str
+    model_exact: bool | None
+    changed_launches: int
+    compiles: int
+    seconds: float
+    failures: list[turing.LaunchCheck]
+
+
 class TuringCheckResult(BaseModel):
     status: turing.TuringStatus
     ok: bool = Field(description="the fix reaches vLLM (and, with functional=True, the sm_75 compile proves it)")
     summary: str
-    verify: dict[str, Any] | None = None
+    verify: VerifySummary | None = None
 
 
 class TuringPatchResult(BaseModel):
@@ -336,7 +361,7 @@ def check_quotas(instance_types: list[str] | None = None, regions: list[str] | N
     summary = "; ".join(f"{t}: {r or 'no region with quota'}" for t, r in picked.items())
     if notes:
         summary += "\n" + "\n".join(notes)
-    return QuotaResult(rows=to_jsonable(report.rows), picked=picked, summary=summary)
+    return QuotaResult(rows=report.rows, picked=picked, summary=summary)
 
 
 @tool(READ_ONLY)
@@ -425,9 +450,9 @@ def deploy_endpoint(name: str = "gemma4-t4", model_id: str = "google/gemma-4-E2B
             result = watcher.result
     except DeployFailed as exc:
         return DeployToolResult(refused=False, reason=str(exc), cost=cost, aws_cli=plan,
-                                deployment=to_jsonable(exc.result),
+                                deployment=exc.result,
                                 next_step="read get_endpoint_logs; what was created has been deleted")
-    return DeployToolResult(refused=False, cost=cost, aws_cli=plan, deployment=to_jsonable(result),
+    return DeployToolResult(refused=False, cost=cost, aws_cli=plan, deployment=result,
                             next_step="poll get_endpoint_status until InService, then verify_model_health")
 
 
@@ -467,19 +492,20 @@ def get_endpoint_status(name: str, region: str = "us-east-2") -> StatusToolResul
     from gemma4_t4.sagemaker.ops import endpoint_status
 
     watch = _WATCHES.by_key.get((region, name))
-    return StatusToolResult(endpoint=to_jsonable(endpoint_status(name, region)),
-                            deployment_watch=to_jsonable(watch.result) if watch else None)
+    return StatusToolResult(endpoint=endpoint_status(name, region),
+                            deployment_watch=watch.result if watch else None)
 
 
 @tool(READ_ONLY)
-def list_endpoints(regions: list[str] | None = None, include_untagged: bool = False) -> dict[str, Any]:
+def list_endpoints(regions: list[str] | None = None, include_untagged: bool = False) -> EndpointsResult:
     """Endpoints across regions (this project's tagged ones unless include_untagged)."""
     from gemma4_t4.sagemaker.image import US_REGIONS
     from gemma4_t4.sagemaker.ops import list_endpoints as list_all
 
     found = list_all(regions or US_REGIONS, project_only=not include_untagged)
-    return {"endpoints": to_jsonable([e.__dict__ | {"expires_at": e.expires_at} for e in found]),
-            "count": len(found)}
+    return EndpointsResult(
+        endpoints=[ListedEndpoint(**e.__dict__, expires_at=e.expires_at) for e in found], count=len(found)
+    )
 
 
 @tool(READ_ONLY)
@@ -649,8 +675,9 @@ def verify_turing_patch(functional: bool = False, arch: str = "sm_75") -> Turing
     result = TuringCheckResult(status=state, ok=state.active, summary=state.summary)
     if functional:
         verified = turing.verify(arch)
-        result.verify = {k: v for k, v in to_jsonable(verified).items() if k != "launches"} | {
-            "failures": to_jsonable(verified.failures())}
+        result.verify = VerifySummary(
+            **{k: v for k, v in to_jsonable(verified).items() if k != "launches"}, failures=verified.failures()
+        )
         result.ok = bool(verified.ok and state.active)
     return result
 
@@ -691,7 +718,7 @@ def start_vllm_server(model: str, target: Literal["cpu", "t4"] = "cpu", port: in
     server = start_server(config, wait=True, timeout=timeout_s, owner=owner)
     _OWNED.append(server)
     status = server.status()
-    return ServerToolResult(servers=[to_jsonable(status)], summary=status.summary())
+    return ServerToolResult(servers=[status], summary=status.summary())
 
 
 _OWNED: list[Any] = []  # vLLM servers started by this MCP server
@@ -715,17 +742,17 @@ def stop_vllm_server(port: int | None = None, confirm: bool = False) -> ServerTo
     """Stop a vLLM server started here (SIGTERM, then SIGKILL). Needs confirm=True."""
     if not confirm:
         target = VLLMServer.attach(port, _work_dir())
-        return ServerToolResult(refused=True, servers=[to_jsonable(target.status())],
+        return ServerToolResult(refused=True, servers=[target.status()],
                                 reason="stopping drops in-flight requests: call again with confirm=True")
     status = stop_server(port, _work_dir())
-    return ServerToolResult(servers=[to_jsonable(status)], summary=status.summary())
+    return ServerToolResult(servers=[status], summary=status.summary())
 
 
 @tool(LOCAL_READ_ONLY)
 def server_status() -> ServerToolResult:
     """Every vLLM server this work directory knows: state, pid, URL, health, log tail if it died."""
     servers = list_servers(_work_dir())
-    return ServerToolResult(servers=to_jsonable(servers),
+    return ServerToolResult(servers=servers,
                             summary="\n".join(s.summary() for s in servers) or "no servers recorded")
 
 

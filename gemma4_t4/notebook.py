@@ -15,12 +15,13 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from gemma4_t4 import env
 from gemma4_t4.atomic import atomic_write_json
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.jsonable import to_jsonable
+from gemma4_t4.jsonable import JSONValue, to_jsonable
+from gemma4_t4.table import format_table
 
 TARGETS = ("cpu", "t4", "sagemaker")
 AUTO = "auto"  # the notebooks' default: the GPU path where there is an NVIDIA GPU, else the CPU default
@@ -79,7 +80,7 @@ def setup(vllm: bool = True, packages: Sequence[str] = (), dry_run: bool = False
         command = [sys.executable, "-m", "pip", "install", "--quiet", *missing]
         print(("would run: " if dry_run else "installing: ") + " ".join(missing))
         if not dry_run:
-            done = (runner or setup_plan._pip_runner)(command)
+            done = (runner or setup_plan.pip_runner)(command)
             if done.returncode != 0:
                 tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-10:])
                 raise Gemma4T4Error(f"pip failed installing {', '.join(missing)}:\n{tail}",
@@ -307,7 +308,17 @@ def check_model_size(size: str, formats: Sequence[str], runtime: RuntimeInfo, co
 # Workload parameters a notebook leaves at None take these per target: on a T4 (or any GPU) the
 # series' published conditions, on cpu small workloads that show the method on the tiny model.
 # params/t4.yaml and params/cpu.yaml name the same values (a test keeps them equal).
-CONDITIONS: dict[int, dict[str, dict[str, Any]]] = {
+class Conditions(TypedDict, total=False):
+    """A notebook's workload parameters for one target (the names the notebooks' parameters use)."""
+
+    CONCURRENCY: list[int]
+    INPUT_LEN: int
+    OUTPUT_LEN: int
+    NUM_PROMPTS: int
+    TTFT_INPUT_LENS: list[int]
+
+
+CONDITIONS: dict[int, dict[str, Conditions]] = {
     2: {"cpu": {"CONCURRENCY": [1, 8], "INPUT_LEN": 128, "OUTPUT_LEN": 32, "NUM_PROMPTS": 8},
         "t4": {"CONCURRENCY": [1, 8], "INPUT_LEN": 512, "OUTPUT_LEN": 128, "NUM_PROMPTS": 8}},
     4: {"cpu": {"CONCURRENCY": [1, 2, 4], "TTFT_INPUT_LENS": [64, 128, 256, 512, 1024], "INPUT_LEN": 128,
@@ -386,12 +397,9 @@ def table_cells(rows: Iterable[Mapping[str, Any]] | Any,
 
 
 def render_text_table(columns: Sequence[str], cells: Sequence[Sequence[str]], title: str | None = None) -> str:
-    widths = [max([len(str(c))] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
-    lines = [title] if title else []
-    lines.append("  ".join(str(c).ljust(w) for c, w in zip(columns, widths, strict=True)))
-    lines.append("  ".join("-" * w for w in widths))
-    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
-    return "\n".join(lines)
+    """Formatted cells as plain text (outside Jupyter), through the package's one table formatter."""
+    text = format_table([str(c) for c in columns], cells)
+    return f"{title}\n{text}" if title else text
 
 
 def format_value(value: Any) -> str:
@@ -439,6 +447,21 @@ def show_image(path: str | Path) -> None:
 # ---------------------------------------------------------------- summary for the report
 
 
+class SummaryTable(TypedDict):
+    title: str
+    rows: list[dict[str, JSONValue]]
+
+
+class NotebookSummary(TypedDict, total=False):
+    """A notebook's ``summary.json``: what it measured, the published figures it compares with."""
+
+    part: int
+    results: dict[str, JSONValue]  # measured by this run
+    published: dict[str, JSONValue]  # from gemma4_t4.bench.published, labelled as such
+    tables: list[SummaryTable]
+    notes: list[str]
+
+
 def save_summary(out_dir: str | Path, part: int, results: Mapping[str, Any],
                  tables: Sequence[Mapping[str, Any]] = (), notes: Sequence[str] = (),
                  published: Mapping[str, Any] | None = None) -> None:
@@ -457,7 +480,7 @@ def save_summary(out_dir: str | Path, part: int, results: Mapping[str, Any],
                             fix="pass them as published={...}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    payload = {"part": part, "results": to_jsonable(dict(results)), "published": to_jsonable(dict(published or {})),
+    payload: NotebookSummary = {"part": part, "results": to_jsonable(dict(results)), "published": to_jsonable(dict(published or {})),
                "tables": to_jsonable([dict(t) for t in tables]), "notes": list(notes)}
     path = out / SUMMARY_FILE
     atomic_write_json(path, payload)
@@ -593,7 +616,7 @@ class MCPCall:
     """One tool call made through a real MCP client."""
 
     tool: str
-    arguments: dict[str, Any]
+    arguments: dict[str, JSONValue]  # sent over JSON-RPC
     is_error: bool
     result: Any  # the structured content, else the text content
 

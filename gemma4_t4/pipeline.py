@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from gemma4_t4.atomic import atomic_write_text
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.notebook import AUTO, SUMMARY_FILE, TARGETS, table_cells
+from gemma4_t4.notebook import AUTO, SUMMARY_FILE, TARGETS, JSONValue, NotebookSummary, table_cells
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # A checkout has the notebooks next to the package; an installed package does not carry them
@@ -55,7 +55,7 @@ class NotebookRun:
     seconds: float = 0.0
     error: str | None = None
     plots: list[str] = field(default_factory=list)
-    summary: dict[str, Any] | None = None
+    summary: NotebookSummary | None = None
 
 
 @dataclass
@@ -290,7 +290,7 @@ def _short_error(exc: BaseException) -> str:
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def _read_summary(run_dir: Path) -> dict[str, Any] | None:
+def _read_summary(run_dir: Path) -> NotebookSummary | None:
     path = run_dir / SUMMARY_FILE
     try:
         return json.loads(path.read_text())
@@ -364,7 +364,7 @@ def render_index_markdown(report: PipelineReport) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _md_table(rows: list[dict[str, Any]]) -> list[str]:
+def _md_table(rows: list[dict[str, JSONValue]]) -> list[str]:
     if not rows:
         return []
     columns, cells = table_cells(rows)

@@ -1,11 +1,13 @@
 """One masking rule for secrets, wherever they appear: argument lists, environments, free text.
 
 A name is secret when, normalised (upper case, ``-`` as ``_``, leading dashes dropped), one of
-its ``_``-separated words is TOKEN, SECRET, PASSWORD, PASSWD, CREDENTIAL(S), APIKEY or
-AUTHORIZATION, or its last word is KEY (or it ends in KEY_ID) -- so ``max_num_batched_tokens``
-and ``TOKENIZERS_PARALLELISM`` are not secrets, while these are:
+its ``_``-separated words is SECRET, PASSWORD, PASSWD, CREDENTIAL(S), APIKEY or AUTHORIZATION,
+or its last word is TOKEN (not ``..._per_token``, a unit) or KEY (or it ends in KEY_ID) -- so
+``max_num_batched_tokens``, ``TOKENIZERS_PARALLELISM``, ``first_token_s`` and ``token_source``
+are not secrets, while these are:
 ``--api-key``, ``--hf-token``, ``HF_TOKEN``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ACCESS_KEY_ID``,
-``GEMMA4_T4_API_KEY``. Paths such as ``--ssl-keyfile`` are not secrets. Every form is covered:
+``GEMMA4_T4_API_KEY``. Paths such as ``--ssl-keyfile`` are not secrets, nor is a bare ``key``
+(a lookup key in a record, such as a cache key). Every form is covered:
 ``--api-key K``, ``--api-key=K``, ``NAME=VALUE`` words, ``{NAME: VALUE}`` mappings, and any
 known secret value inside text (a log line, an error message, an MCP answer).
 """
@@ -14,10 +16,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 MASK = "***"
-_WORDS = {"TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "CREDENTIALS", "APIKEY", "AUTHORIZATION"}
+V = TypeVar("V")
+_WORDS = {"SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "CREDENTIALS", "APIKEY", "AUTHORIZATION"}
 _TOKEN_PATTERNS = [
     re.compile(r"\bhf_[A-Za-z0-9]{16,}\b"),  # Hugging Face tokens
     re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"),  # AWS access key ids
@@ -28,12 +31,14 @@ _MIN_VALUE_LEN = 3  # shorter "secrets" would mask every occurrence of e.g. "1" 
 
 def is_secret_name(name: str) -> bool:
     words = [w for w in name.lstrip("-").upper().replace("-", "_").split("_") if w]
-    if not words:
+    if not words or words == ["KEY"]:
         return False
+    if words[-1] == "TOKEN" and words[-2:-1] != ["PER"]:  # HF_TOKEN, --hf-token; not bytes_per_token
+        return True
     return bool(_WORDS.intersection(words)) or words[-1] == "KEY" or words[-2:] == ["KEY", "ID"]
 
 
-def mask_env(env: Mapping[str, Any]) -> dict[str, Any]:
+def mask_env(env: Mapping[str, V]) -> dict[str, V | str]:
     """A copy of ``env`` with every secret-named value replaced by ``***``."""
     return {k: (MASK if is_secret_name(k) and v not in (None, "") else v) for k, v in env.items()}
 
@@ -105,7 +110,9 @@ def mask_text(text: str, values: Iterable[str] = ()) -> str:
 
 
 def mask(value: Any, values: Iterable[str] = ()) -> Any:
-    """Mask a JSON-like value: secret-named keys, secret values in strings, argv-like lists."""
+    """Mask a JSON-like value: the string under a secret-named key, secret values in strings,
+    argv-like lists. A number or flag under such a name (``first_token_s``, ``api_key_used``) is
+    data, not a secret, and stays."""
     values = list(values)
     if isinstance(value, str):
         return mask_text(value, values)
@@ -113,7 +120,7 @@ def mask(value: Any, values: Iterable[str] = ()) -> Any:
         return {
             k: (
                 MASK
-                if isinstance(k, str) and is_secret_name(k) and value[k] not in (None, "")
+                if isinstance(k, str) and is_secret_name(k) and isinstance(v, str) and v
                 else mask(v, values)
             )
             for k, v in value.items()

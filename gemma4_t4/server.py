@@ -37,15 +37,17 @@ import urllib.error
 import urllib.request
 import warnings
 from dataclasses import asdict, dataclass, field, fields
-from importlib import metadata
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NotRequired, cast
 
 import psutil
 
-from gemma4_t4 import secrets
+from gemma4_t4 import cpuattn, secrets
 from gemma4_t4.atomic import atomic_write_json
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.jsonable import TypedDict
+from gemma4_t4.supervisor import ExitRecord, ProcessInfo, SupervisorRecord, SupervisorSpec
+from gemma4_t4.versions import package_version
 
 Target = Literal["t4", "cpu"]
 
@@ -378,7 +380,7 @@ class LaunchPlan:
 
     command: list[str]
     env: dict[str, str]
-    cpu_attention: dict[str, Any] | None
+    cpu_attention: cpuattn.ChoiceRecord | None
     chosen_by: dict[str, str]
 
     def launch_env(self) -> dict[str, str]:
@@ -396,8 +398,6 @@ def plan_launch(config: ServerConfig, probe: bool = True) -> LaunchPlan:
     config.validate()
     choice = None
     if config.target == "cpu" and not config.dtype and config.probe_cpu_attention and probe:
-        from gemma4_t4 import cpuattn
-
         choice = cpuattn.choose(python=config.python)
     command = build_command(config, dtype=choice.dtype if choice else None)
     env = build_env(config, cpu_env=choice.env if choice else None)
@@ -459,10 +459,92 @@ def pid_alive(pid: int | None, create_time: float | None = None) -> bool:
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
+    """A state file as it is on disk (written by another process, maybe an older version)."""
     try:
         return json.loads(path.read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return None
+
+
+class ServerConfigRecord(TypedDict):
+    """A :class:`ServerConfig` as a state file and a launch record store it (``api_key`` masked,
+    secrets in ``extra_args`` / ``extra_env`` masked); read back by field name."""
+
+    model: str
+    target: str
+    served_model_name: str | None
+    host: str
+    port: int
+    dtype: str | None
+    max_model_len: int | None
+    max_num_seqs: int | None
+    enable_prefix_caching: bool
+    enforce_eager: bool | None
+    max_num_batched_tokens: int | None
+    gpu_memory_utilization: float | None
+    tensor_parallel_size: int
+    language_model_only: bool | None
+    kv_cache_space_gib: int
+    block_size: int | None
+    api_key: str | None
+    extra_args: list[str]
+    extra_env: dict[str, str]
+    work_dir: str
+    python: str | None
+    restart_on_crash: int
+    probe_cpu_attention: bool
+    chosen_by: dict[str, str]
+
+
+class LockOwner(TypedDict):
+    """What a lock file holds: the process that took it (the caller, then the supervisor)."""
+
+    pid: int | None
+    create_time: float | None
+    port: int
+    target: str
+    log_path: str
+    acquired_at: float
+
+
+class ServerOwner(TypedDict, total=False):
+    """Who started a server and stops it (e.g. an MCP server), recorded in its state file."""
+
+    kind: str
+    pid: int
+    create_time: float | None
+    on_exit: str
+    alive: bool  # in a status: whether that owner still runs
+
+
+# an owner may record more than these keys (start_server(owner=...)): results keep them
+ServerOwner.__pydantic_config__ = {"extra": "allow"}  # type: ignore[attr-defined]
+
+
+class HostRecord(TypedDict):
+    hostname: str
+    platform: str
+    cpu_count: int | None
+
+
+class LaunchRecord(TypedDict):
+    """How a server was started, as the state file and benchmark results record it (secrets masked)."""
+
+    command: list[str]
+    env: dict[str, str]
+    pid: int | None
+    pgid: int | None
+    started_at: float
+    config: ServerConfigRecord
+    chosen_by: dict[str, str]
+    cpu_attention: cpuattn.ChoiceRecord | None
+    reaped: list[ProcessInfo]
+    log_path: str
+    versions: dict[str, str | None]
+    versions_from: str
+    host: HostRecord
+    gate: Any  # the gate's result without its facts (None: no gate ran)
+    adopted_at: NotRequired[float]
 
 
 def lock_keys(config: ServerConfig) -> list[str]:
@@ -485,16 +567,16 @@ class ServerLock:
         self.path = Path(path)
         self.owned = False
 
-    def holder(self) -> dict[str, Any] | None:
+    def holder(self) -> LockOwner | None:
         """The live owner's record, or None when the lock is free or stale."""
         data = _read_json(self.path)
         if data is None:
             return None
         if pid_alive(data.get("pid"), data.get("create_time")):
-            return data
+            return cast(LockOwner, data)
         return None
 
-    def acquire(self, owner: dict[str, Any]) -> None:
+    def acquire(self, owner: LockOwner) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         for _ in range(3):
             try:
@@ -520,7 +602,7 @@ class ServerLock:
             return
         raise Gemma4T4Error(f"could not take {self.path}", fix=f"remove {self.path} if no server runs")
 
-    def update(self, owner: dict[str, Any]) -> None:
+    def update(self, owner: LockOwner) -> None:
         if self.owned:
             atomic_write_json(self.path, owner)
 
@@ -546,11 +628,9 @@ def runtime_versions() -> dict[str, str | None]:
 
     def version(*dists: str) -> str | None:
         for dist in dists:
-            try:
-                found = metadata.version(dist)
-            except metadata.PackageNotFoundError:
-                continue
-            return found if dist == dists[0] else f"{found} ({dist})"
+            found = package_version(dist)
+            if found is not None:
+                return found if dist == dists[0] else f"{found} ({dist})"
         return None
 
     from gemma4_t4 import __version__
@@ -574,8 +654,8 @@ def _mask_command(command: list[str]) -> list[str]:
     return secrets.mask_argv(command)
 
 
-def _masked_config(config: ServerConfig) -> dict[str, Any]:
-    record = asdict(config) | {"api_key": secrets.MASK if config.api_key else None}
+def _masked_config(config: ServerConfig) -> ServerConfigRecord:
+    record = cast(ServerConfigRecord, asdict(config) | {"api_key": secrets.MASK if config.api_key else None})
     record["extra_args"] = secrets.mask_argv(config.extra_args)
     record["extra_env"] = secrets.mask_env(config.extra_env)
     return record
@@ -604,8 +684,8 @@ class ServerStatus:
     engine: str | None = None  # the supervisor's view: starting / healthy / dead / restarting
     reason: str | None = None  # why the engine died, read from the log
     restarts: int = 0
-    survivors: list[dict[str, Any]] = field(default_factory=list)  # processes of the server still running
-    owner: dict[str, Any] | None = None  # who started it (e.g. an MCP server), if recorded
+    survivors: list[ProcessInfo] = field(default_factory=list)  # processes of the server still running
+    owner: ServerOwner | None = None  # who started it (e.g. an MCP server), if recorded
 
     def summary(self) -> str:
         label = "unsupervised, still serving" if self.state == "unsupervised" else self.state
@@ -666,10 +746,10 @@ class VLLMServer:
         self.state_path = state_path(work, config.port)
         self.exit_path = _exit_path(work, config.port)
         self.super_path = _super_path(work, config.port)
-        self.launch_record: dict[str, Any] | None = None
+        self.launch_record: LaunchRecord | None = None
         self.gate_result: Any = None  # set by start_server: what the start gate decided
-        self.owner: dict[str, Any] | None = None  # set before start() to record who owns the server
-        self.reaped: list[dict[str, Any]] = []  # a dead predecessor's processes killed by start()
+        self.owner: ServerOwner | None = None  # set before start() to record who owns the server
+        self.reaped: list[ProcessInfo] = []  # a dead predecessor's processes killed by start()
         self._stopped = False
         self._pid: int | None = None
         self._pid_create_time: float | None = None
@@ -696,15 +776,15 @@ class VLLMServer:
             return self.process.poll() is None
         return pid_alive(self._pid, self._pid_create_time)
 
-    def _supervisor_record(self) -> dict[str, Any]:
-        data = _read_json(self.super_path) or {}
+    def _supervisor_record(self) -> SupervisorRecord:
+        data = cast(SupervisorRecord, _read_json(self.super_path) or {})
         if self._pid is not None and data.get("supervisor_pid") not in (None, self._pid):
             return {}  # another (older or adopting) supervisor's record
         return data
 
-    def survivors(self) -> list[dict[str, Any]]:
+    def survivors(self) -> list[ProcessInfo]:
         """Processes recorded for this server (API server, EngineCore, Worker) that still run."""
-        data = _read_json(self.super_path) or {}
+        data = cast(SupervisorRecord, _read_json(self.super_path) or {})
         alive = []
         for info in data.get("children", []):
             if info.get("pid") != self._pid and pid_alive(info.get("pid"), info.get("create_time")):
@@ -737,7 +817,7 @@ class VLLMServer:
         server_tmp_dir(work).mkdir(mode=0o700, parents=True, exist_ok=True)
 
         self._locks = []
-        owner = {
+        owner: LockOwner = {
             "pid": os.getpid(),
             "create_time": _process_create_time(os.getpid()),
             "port": config.port,
@@ -793,16 +873,14 @@ class VLLMServer:
         log = open(self.log_path, "wb")  # noqa: SIM115 - handed to the child, closed in stop()
         self._log_file = log
         spec_path = self.state_path.with_suffix(".spec.json")
-        atomic_write_json(
-            spec_path,
-            {
-                "super_path": str(self.super_path),
-                "exit_path": str(self.exit_path),
-                "log_path": str(self.log_path),
-                "base_url": self.base_url,
-                "restart_on_crash": config.restart_on_crash,
-            },
-        )
+        spec: SupervisorSpec = {
+            "super_path": str(self.super_path),
+            "exit_path": str(self.exit_path),
+            "log_path": str(self.log_path),
+            "base_url": self.base_url,
+            "restart_on_crash": config.restart_on_crash,
+        }
+        atomic_write_json(spec_path, spec)
         # A small supervisor (gemma4_t4/supervisor.py) runs vLLM, records its processes, watches the
         # engine and records its exit, so a server that dies is reported as dead with its code and
         # reason even by another process (serve status).
@@ -818,7 +896,7 @@ class VLLMServer:
         self._pid = self.process.pid
         self._pid_create_time = _process_create_time(self._pid)
         self._stopped = False
-        owner = {
+        owner: LockOwner = {
             "pid": self._pid,
             "create_time": self._pid_create_time,
             "port": config.port,
@@ -925,8 +1003,8 @@ class VLLMServer:
         tail = "\n".join(text.splitlines()[-lines:])
         return secrets.mask_text(tail, self._secrets + ([self.config.api_key] if self.config.api_key else []))
 
-    def _exit_info(self) -> dict[str, Any]:
-        info = _read_json(self.exit_path)
+    def _exit_info(self) -> ExitRecord:
+        info = cast("ExitRecord | None", _read_json(self.exit_path))
         return info if info is not None and info.get("pid") == self._pid else {}
 
     def _exit_code(self) -> int | None:
@@ -1111,7 +1189,7 @@ class VLLMServer:
             self._write_state("stopped", stopped_at=time.time(), exit_code=code)
         return code
 
-    def reap(self, grace: float = 5.0) -> list[dict[str, Any]]:
+    def reap(self, grace: float = 5.0) -> list[ProcessInfo]:
         """Kill every recorded process of this server that still runs (SIGTERM, then SIGKILL)."""
         left = self.survivors()
         procs = []
@@ -1160,7 +1238,7 @@ class VLLMServer:
                 f"the server on port {self.config.port} is supervised (pid {self.pid})",
                 fix="nothing to do; gemma4-t4 serve status shows it",
             )
-        record = _read_json(self.super_path) or {}
+        record = cast(SupervisorRecord, _read_json(self.super_path) or {})
         left = self.survivors()
         api = [p for p in left if p.get("pid") == record.get("api_pid")]
         if not api or not self.healthy():
@@ -1169,19 +1247,17 @@ class VLLMServer:
                 fix=f"gemma4-t4 serve stop --port {self.config.port} reaps what is left",
             )
         spec_path = self.state_path.with_suffix(".spec.json")
-        atomic_write_json(
-            spec_path,
-            {
-                "super_path": str(self.super_path),
-                "exit_path": str(self.exit_path),
-                "log_path": str(self.log_path),
-                "base_url": self.base_url,
-                "restart_on_crash": 0,
-                "children": left,
-                "api_pid": api[0]["pid"],
-                "api_create_time": api[0]["create_time"],
-            },
-        )
+        spec: SupervisorSpec = {
+            "super_path": str(self.super_path),
+            "exit_path": str(self.exit_path),
+            "log_path": str(self.log_path),
+            "base_url": self.base_url,
+            "restart_on_crash": 0,
+            "children": left,
+            "api_pid": api[0]["pid"],
+            "api_create_time": api[0]["create_time"],
+        }
+        atomic_write_json(spec_path, spec)
         with contextlib.suppress(FileNotFoundError):
             self.exit_path.unlink()
         with open(self.log_path, "ab") as log:
@@ -1197,7 +1273,7 @@ class VLLMServer:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and self._supervisor_record().get("supervisor_pid") != self._pid:
             time.sleep(0.1)
-        owner = {
+        owner: LockOwner = {
             "pid": self._pid,
             "create_time": self._pid_create_time,
             "port": self.config.port,
@@ -1241,8 +1317,8 @@ class VLLMServer:
         server = cls(config)
         server._pid = data.get("pid")
         server._pid_create_time = data.get("pid_create_time")
-        server.launch_record = data.get("launch_record")
-        server.owner = data.get("owner")
+        server.launch_record = cast("LaunchRecord | None", data.get("launch_record"))
+        server.owner = cast("ServerOwner | None", data.get("owner"))
         server._stopped = data.get("state") == "stopped"
         server._locks = [ServerLock(Path(p)) for p in data.get("lock_paths", [])]
         return server
@@ -1324,7 +1400,7 @@ def start_server(
     wait: bool = True,
     timeout: float = 600.0,
     probes: Any = None,
-    owner: dict[str, Any] | None = None,
+    owner: ServerOwner | None = None,
 ) -> VLLMServer:
     """Start vLLM in one call: the start gate (GPU targets), then launch and wait for /health.
 

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import re
 import shlex
-import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.runner import CommandResult, Runner, subprocess_runner
 
 if TYPE_CHECKING:  # env imports this module for the doctor's fix text; facts arrive as arguments
     from gemma4_t4.env import Facts
@@ -56,12 +56,11 @@ CPU_TORCH = "2.13.0"
 CPU_CONFLICTS = ("torchvision", "torchaudio", "torchcodec")
 
 Kind = Literal["gpu", "cpu"]
-Runner = Callable[[list[str]], Any]  # returns an object with returncode, stdout, stderr
 
 
-def _pip_runner(command: list[str]) -> subprocess.CompletedProcess[str]:
-    """The real runner: pip's output captured, so a failure can be shown as its last lines."""
-    return subprocess.run(command, capture_output=True, text=True, check=False, timeout=3600)
+def pip_runner(command: list[str], input: str | None = None) -> CommandResult:
+    """The real runner for pip: output captured (a failure is shown by its last lines), an hour allowed."""
+    return subprocess_runner(command, input=input, timeout=3600.0)
 
 
 @dataclass
@@ -272,7 +271,7 @@ _NO_NETWORK = re.compile(r"Failed to establish a new connection|Network is unrea
                          re.I)
 
 
-def apply_setup(plan: SetupPlan, runner: Runner = _pip_runner) -> SetupResult:
+def apply_setup(plan: SetupPlan, runner: Runner = pip_runner) -> SetupResult:
     """Run the plan's commands in order; stop at the first failure with pip's last lines."""
     if not plan.needed:
         return SetupResult(plan, False, False, f"nothing to install: {plan.reason}")

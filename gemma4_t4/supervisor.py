@@ -31,11 +31,12 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import NotRequired
 
 import psutil
 
 from gemma4_t4.atomic import atomic_write_json
+from gemma4_t4.jsonable import TypedDict
 
 POLL_S = 1.0
 HEALTH_EVERY_S = 2.0
@@ -96,7 +97,75 @@ def _probe(url: str, timeout: float = 2.0) -> int | None:
         return None
 
 
-def describe(proc: psutil.Process) -> dict[str, Any] | None:
+class ProcessInfo(TypedDict):
+    """One process of a server, as the supervisor records it (and ``VLLMServer.survivors`` lists)."""
+
+    pid: int
+    create_time: float
+    name: str  # APIServer, VLLM::EngineCore, ...
+    pgid: int
+
+
+class SupervisorSpec(TypedDict):
+    """``server-<port>.spec.json``: what the server hands its supervisor."""
+
+    super_path: str
+    exit_path: str
+    log_path: str
+    base_url: str
+    restart_on_crash: int
+    children: NotRequired[list[ProcessInfo]]  # adopting: the processes to watch
+    api_pid: NotRequired[int]
+    api_create_time: NotRequired[float]
+
+
+class ExitEvent(TypedDict):
+    """One end of vLLM under this supervisor (``history`` in the supervisor's record)."""
+
+    ended_at: float
+    exit_code: int | None
+    reason: str | None
+
+
+class SupervisorRecord(TypedDict, total=False):
+    """``server-<port>.super.json``, kept by the supervisor while vLLM runs (read back by the server)."""
+
+    supervisor_pid: int
+    supervisor_create_time: float
+    adopted: bool
+    api_pid: int | None
+    api_create_time: float | None
+    children: list[ProcessInfo]
+    engine: str  # starting / healthy / dead / restarting / stopped / exited
+    engine_dead_reason: str | None
+    restarts: int
+    restart_on_crash: int
+    history: list[ExitEvent]
+    updated_at: float
+
+
+class ExitRecord(TypedDict, total=False):
+    """``server-<port>.exit.json``, written by the supervisor when it ends."""
+
+    pid: int
+    child_pid: int | None
+    exit_code: int | None
+    signal: str | None
+    terminated_by: str | None
+    engine_dead_reason: str | None
+    restarts: int
+    adopted: bool
+    ended_at: float
+
+
+class _WatchState(TypedDict):
+    checked: float
+    failures: int
+    marker: bool
+    silent_since: float | None
+
+
+def describe(proc: psutil.Process) -> ProcessInfo | None:
     with contextlib.suppress(psutil.Error):
         cmd = proc.cmdline()
         name = proc.name()
@@ -114,7 +183,7 @@ def describe(proc: psutil.Process) -> dict[str, Any] | None:
 
 
 class Supervisor:
-    def __init__(self, spec: dict[str, Any], command: list[str] | None):
+    def __init__(self, spec: SupervisorSpec, command: list[str] | None):
         self.spec = spec
         self.command = command
         self.super_path = Path(spec["super_path"])
@@ -123,10 +192,10 @@ class Supervisor:
         self.base_url = spec["base_url"]
         self.restart_limit = int(spec.get("restart_on_crash") or 0)
         self.restarts = 0
-        self.known: dict[int, dict[str, Any]] = {}
+        self.known: dict[int, ProcessInfo] = {}
         self.engine = "starting"
         self.reason: str | None = None
-        self.history: list[dict[str, Any]] = []
+        self.history: list[ExitEvent] = []
         self.terminated: list[int] = []
         self.child: subprocess.Popen | None = None
         self.api_pid: int | None = None
@@ -142,23 +211,21 @@ class Supervisor:
             return
         self.last_write = time.time()
         me = psutil.Process()
-        atomic_write_json(
-            self.super_path,
-            {
-                "supervisor_pid": os.getpid(),
-                "supervisor_create_time": me.create_time(),
-                "adopted": self.command is None,
-                "api_pid": self.api_pid,
-                "api_create_time": self.api_create_time,
-                "children": list(self.known.values()),
-                "engine": self.engine,
-                "engine_dead_reason": self.reason,
-                "restarts": self.restarts,
-                "restart_on_crash": self.restart_limit,
-                "history": self.history,
-                "updated_at": time.time(),
-            },
-        )
+        record: SupervisorRecord = {
+            "supervisor_pid": os.getpid(),
+            "supervisor_create_time": me.create_time(),
+            "adopted": self.command is None,
+            "api_pid": self.api_pid,
+            "api_create_time": self.api_create_time,
+            "children": list(self.known.values()),
+            "engine": self.engine,
+            "engine_dead_reason": self.reason,
+            "restarts": self.restarts,
+            "restart_on_crash": self.restart_limit,
+            "history": self.history,
+            "updated_at": time.time(),
+        }
+        atomic_write_json(self.super_path, record)
 
     def scan_children(self) -> None:
         found = []
@@ -239,7 +306,7 @@ class Supervisor:
                 proc.kill()
         psutil.wait_procs(alive, timeout=5)
 
-    def watch_once(self, state: dict[str, Any]) -> bool:
+    def watch_once(self, state: _WatchState) -> bool:
         """One poll; True while vLLM (and its engine) is alive."""
         self.scan_children()
         text = self.read_new_log()
@@ -283,7 +350,7 @@ class Supervisor:
             self.write(force=True)
         code: int | None = None
         while True:
-            state: dict[str, Any] = {"checked": 0.0, "failures": 0, "marker": False, "silent_since": None}
+            state: _WatchState = {"checked": 0.0, "failures": 0, "marker": False, "silent_since": None}
             while not self.terminated and self.watch_once(state):
                 time.sleep(POLL_S)
             if self.terminated:
@@ -316,20 +383,18 @@ class Supervisor:
         if self.engine != "dead":
             self.engine = "stopped" if self.terminated else "exited"
         self.write(force=True)
-        atomic_write_json(
-            self.exit_path,
-            {
-                "pid": os.getpid(),
-                "child_pid": self.api_pid,
-                "exit_code": code,
-                "signal": signal.Signals(-code).name if code is not None and code < 0 else None,
-                "terminated_by": signal.Signals(self.terminated[0]).name if self.terminated else None,
-                "engine_dead_reason": self.reason if self.engine == "dead" else None,
-                "restarts": self.restarts,
-                "adopted": self.command is None,
-                "ended_at": time.time(),
-            },
-        )
+        ended: ExitRecord = {
+            "pid": os.getpid(),
+            "child_pid": self.api_pid,
+            "exit_code": code,
+            "signal": signal.Signals(-code).name if code is not None and code < 0 else None,
+            "terminated_by": signal.Signals(self.terminated[0]).name if self.terminated else None,
+            "engine_dead_reason": self.reason if self.engine == "dead" else None,
+            "restarts": self.restarts,
+            "adopted": self.command is None,
+            "ended_at": time.time(),
+        }
+        atomic_write_json(self.exit_path, ended)
         if code is None:
             return 1
         return code if code >= 0 else 128 - code

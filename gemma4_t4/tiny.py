@@ -17,7 +17,7 @@ import shutil
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from gemma4_t4.errors import Gemma4T4Error
 
@@ -81,7 +81,7 @@ class TinyModelInfo:
 
     path: Path
     variant: str
-    spec: dict[str, Any]
+    spec: dict[str, int]  # the TinySpec (asdict): every field is an int
     vocab_size: int
     num_parameters: int
     files: list[str] = field(default_factory=list)

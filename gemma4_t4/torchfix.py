@@ -16,7 +16,7 @@ import re
 import shlex
 import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 from gemma4_t4 import env
 from gemma4_t4 import setup as setup_plan
@@ -206,7 +206,34 @@ def apply_torch_fix(plan: TorchFixPlan, runner: Runner = subprocess_runner) -> T
                                   "(the notebook kernel) so it loads, then run gemma4-t4 doctor")
 
 
-def torch_fix_dict(plan: TorchFixPlan) -> dict[str, Any]:
+class TorchFactsRecord(TypedDict):
+    python: str
+    torch_version: str | None
+    torch_cuda_build: str | None
+    cuda_available: bool | None
+    import_error: str | None
+    gpu_present: bool | None
+    driver_version: str | None
+    vllm_version: str | None
+    vllm_torch_pin: str | None
+
+
+class TorchFixRecord(TypedDict):
+    """``fix-torch --json``'s plan: the :class:`TorchFixPlan` and its command line."""
+
+    needed: bool
+    reason: str
+    vllm_version: str
+    torch_version: str
+    cuda_variant: str
+    index_url: str
+    command: list[str]
+    warnings: list[str]
+    facts: TorchFactsRecord | None
+    command_line: str
+
+
+def torch_fix_dict(plan: TorchFixPlan) -> TorchFixRecord:
     from gemma4_t4.jsonable import to_jsonable
 
     return to_jsonable(plan) | {"command_line": plan.command_line()}

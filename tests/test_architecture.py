@@ -127,13 +127,8 @@ def test_the_graph_sees_function_local_imports():
     assert "gemma4_t4.runner" in graph["gemma4_t4.swap"]
 
 
-# sagemaker.cost <-> sagemaker.ops is the SageMaker area's to break (its own change).
-KNOWN_CYCLES_ELSEWHERE = [{"gemma4_t4.sagemaker.cost", "gemma4_t4.sagemaker.ops"}]
-
-
 def test_no_import_cycles_counting_function_local_imports():
-    cycles = [c for c in find_cycles(import_graph()) if set(c) not in KNOWN_CYCLES_ELSEWHERE]
-    assert cycles == []
+    assert find_cycles(import_graph()) == []
 
 
 # ----------------------------------------------------------------------------- dict[str, Any]
@@ -153,11 +148,48 @@ def _is_dict_str_any(node: ast.AST | None) -> bool:
     )
 
 
-def dict_any_annotations(path: Path) -> int:
+def dict_any_aliases(tree: ast.AST) -> set[str]:
+    """Module-level names bound to ``dict[str, Any]`` (``RawJSON = dict[str, Any]``, with or
+    without ``: TypeAlias``, or ``type RawJSON = dict[str, Any]``)."""
+    names: set[str] = set()
+    for node in getattr(tree, "body", []):
+        if isinstance(node, ast.Assign) and _is_dict_str_any(node.value):
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        elif (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and _is_dict_str_any(node.value)
+        ):
+            names.add(node.target.id)
+        elif type(node).__name__ == "TypeAlias" and _is_dict_str_any(node.value):  # 3.12+ ``type X = ...``
+            names.add(node.name.id)
+    return names
+
+
+def package_dict_any_aliases() -> set[str]:
+    names: set[str] = set()
+    for path in PACKAGE.rglob("*.py"):
+        names |= dict_any_aliases(ast.parse(path.read_text(), str(path)))
+    return names
+
+
+def _counts_as_dict_any(node: ast.AST, aliases: set[str]) -> bool:
+    if _is_dict_str_any(node):
+        return True
+    # an alias used by name (RawJSON) or through its module (schemas.RawJSON)
+    return (isinstance(node, ast.Name) and node.id in aliases) or (
+        isinstance(node, ast.Attribute) and node.attr in aliases
+    )
+
+
+def dict_any_annotations(path: Path, aliases: set[str] | None = None) -> int:
     """``dict[str, Any]`` used as an annotation (arguments, returns, annotated names, fields),
-    including inside ``X | None`` and ``list[...]``."""
+    including inside ``X | None`` and ``list[...]``, and every use of a module-level alias of
+    ``dict[str, Any]`` (from this package or this file) in an annotation."""
+    tree = ast.parse(path.read_text(), str(path))
+    aliases = (package_dict_any_aliases() if aliases is None else aliases) | dict_any_aliases(tree)
     count = 0
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(tree):
         annotations: list[ast.AST | None] = []
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             args = node.args
@@ -167,14 +199,17 @@ def dict_any_annotations(path: Path) -> int:
         elif isinstance(node, ast.AnnAssign):
             annotations.append(node.annotation)
         for annotation in annotations:
+            if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+                annotation = ast.parse(annotation.value, mode="eval").body  # a quoted annotation
             if annotation is not None:
-                count += sum(_is_dict_str_any(n) for n in ast.walk(annotation))
+                count += sum(_counts_as_dict_any(n, aliases) for n in ast.walk(annotation))
     return count
 
 
 def dict_any_by_file() -> Counter[str]:
+    aliases = package_dict_any_aliases()
     return Counter(
-        {str(p.relative_to(PACKAGE.parent)): dict_any_annotations(p) for p in PACKAGE.rglob("*.py")}
+        {str(p.relative_to(PACKAGE.parent)): dict_any_annotations(p, aliases) for p in PACKAGE.rglob("*.py")}
     )
 
 
@@ -185,9 +220,12 @@ def test_the_counter_counts():
         "from typing import Any\n"
         "def f(a: dict[str, Any], b: dict[str, int]) -> dict[str, Any] | None: ...\n"
         "x: list[dict[str, Any]] = []\n"
+        "Raw = dict[str, Any]\n"
+        "def g(r: Raw, s: 'Raw | None', t: mod.Raw) -> list[Raw]: ...\n"
     )
     try:
-        assert dict_any_annotations(sample) == 3
+        # the alias's own definition is not an annotation; its four uses are
+        assert dict_any_annotations(sample, aliases=set()) == 7
     finally:
         sample.unlink()
 
@@ -210,7 +248,7 @@ AREA_BUDGETS = {
     "gemma4_t4/cli/models.py": 0,
     "gemma4_t4/cli/fix_torch.py": 0,
     "gemma4_t4/cli/mcp.py": 0,
-    "gemma4_t4/mcp_server.py": 10,  # AWS and server JSON passed through; run_benchmark's result
+    "gemma4_t4/mcp_server.py": 3,  # AWS and server JSON passed through (config summary, usage, build)
 }
 
 
@@ -224,11 +262,13 @@ PACKAGE_LIMIT = 40
 
 
 def assert_package_wide_dict_any_budget(limit: int = PACKAGE_LIMIT) -> None:
-    """The package-wide budget (at most 40 ``dict[str, Any]`` annotations in gemma4_t4/).
-
-    Not collected as a test while the areas are being typed one by one; once they are, call it
-    from a test (``def test_package_wide_dict_any_budget(): assert_package_wide_dict_any_budget()``).
-    """
+    """The package-wide budget: at most 40 ``dict[str, Any]`` annotations (aliases included) in
+    gemma4_t4/. What is left is free-form: raw JSON from a server or AWS, request bodies with
+    caller-supplied extras, keyword arguments passed through, user YAML parameters."""
     counts = dict_any_by_file()
     total = sum(counts.values())
     assert total <= limit, f"{total} dict[str, Any] annotations (limit {limit}): {counts.most_common(8)}"
+
+
+def test_package_wide_dict_any_budget():
+    assert_package_wide_dict_any_budget()

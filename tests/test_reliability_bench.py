@@ -17,11 +17,11 @@ import pytest
 
 from gemma4_t4.bench import load_run, run_benchmark
 from gemma4_t4.bench.fake_server import FakeScript, FakeServer, FakeServerState
-from gemma4_t4.bench.redact import redact
 from gemma4_t4.bench.results import BenchRun
 from gemma4_t4.bench.schemas import SCHEMA
 from gemma4_t4.cli import main as cli_main
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.secrets import mask as redact
 from gemma4_t4.server import free_port
 
 FIXTURE = Path(__file__).parent / "data" / "bench_results_v1"

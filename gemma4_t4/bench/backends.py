@@ -29,6 +29,7 @@ from gemma4_t4.bench.client import RequestSpec, StreamParser, make_session, new_
 from gemma4_t4.bench.prompts import HFTokenizer, ServerTokenizer, Tokenizer
 from gemma4_t4.bench.schemas import RawJSON, RequestRecord, ServerInfo
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.server import LaunchRecord
 
 SAGEMAKER_SCHEME = "sagemaker://"
 # the runtime's own faults before any output: nothing was generated for us, so a retry is safe
@@ -51,7 +52,7 @@ class Backend(Protocol):
     def check(self, model: str | None) -> ServerInfo: ...
     def scrape(self) -> telemetry.MetricsSnapshot | None: ...
     def tokenizer(self, model: str, local: str | None) -> Tokenizer: ...
-    def environment(self, model: str, launch: RawJSON | None) -> RawJSON: ...
+    def environment(self, model: str, launch: LaunchRecord | None) -> telemetry.EnvironmentRecord: ...
     def sender(
         self, model: str, concurrency: int, keep_text: bool
     ) -> contextlib.AbstractAsyncContextManager[Callable[[RequestSpec], Any]]: ...
@@ -120,7 +121,7 @@ class OpenAIHTTPBackend:
     def tokenizer(self, model: str, local: str | None) -> Tokenizer:
         return HFTokenizer(local) if local else ServerTokenizer(self.url, model, self.api_key)
 
-    def environment(self, model: str, launch: RawJSON | None) -> RawJSON:
+    def environment(self, model: str, launch: LaunchRecord | None) -> telemetry.EnvironmentRecord:
         return telemetry.capture_environment(self.url, model, self.api_key, launch)
 
     def sampler(self) -> telemetry.MetricsSampler:
@@ -226,7 +227,7 @@ class SageMakerBackend:
             )
         return HFTokenizer(local)
 
-    def environment(self, model: str, launch: RawJSON | None) -> RawJSON:
+    def environment(self, model: str, launch: LaunchRecord | None) -> telemetry.EnvironmentRecord:
         from gemma4_t4.bench.telemetry import client_environment
 
         return {

@@ -23,10 +23,26 @@ import os
 import threading
 import time
 from dataclasses import asdict, dataclass, field
+from typing import TypedDict
 
 from aiohttp import web
 
 from gemma4_t4.bench.schemas import RawJSON
+
+
+class WriteLog(TypedDict):
+    """What the fake wrote for one request, and when (perf_counter seconds; GET /fake/log)."""
+
+    received_s: float
+    writes_s: list[float]
+    role_s: float | None
+    tokens: int
+    id: str | None  # the request's fake_id
+
+
+class ChatDelta(TypedDict, total=False):
+    role: str
+    content: str | None
 
 
 @dataclass
@@ -51,7 +67,7 @@ class FakeServerState:
     default: FakeScript = field(default_factory=FakeScript)
     exit_after_requests: int | None = None  # os._exit when this many requests have started
     requests: int = 0
-    log: list[RawJSON] = field(default_factory=list)  # what the fake wrote when (GET /fake/log)
+    log: list[WriteLog] = field(default_factory=list)  # what the fake wrote when (GET /fake/log)
     queries: int = 0
     hits: int = 0
 
@@ -67,7 +83,7 @@ def _script_for(state: FakeServerState, body: RawJSON) -> FakeScript:
 
 def _chunk(chat: bool, text: str | None, finish: str | None, role: bool = False) -> bytes:
     if chat:
-        delta: RawJSON = {"role": "assistant", "content": ""} if role else {"content": text}
+        delta: ChatDelta = {"role": "assistant", "content": ""} if role else {"content": text}
         choice = {"index": 0, "delta": delta, "finish_reason": finish}
         obj = {"id": "fake", "object": "chat.completion.chunk", "choices": [choice]}
     else:
@@ -97,7 +113,7 @@ async def _stream(request: web.Request, chat: bool) -> web.StreamResponse:
     prompt_tokens = script.prompt_tokens if script.prompt_tokens is not None else len(prompt or "")
     n_tokens = script.tokens if script.tokens is not None else int(body.get("max_tokens") or 16)
     state.queries += prompt_tokens
-    entry: RawJSON = {
+    entry: WriteLog = {
         "received_s": received,
         "writes_s": [],
         "role_s": None,

@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gemma4_t4 import env
-from gemma4_t4.bench.schemas import GPUTelemetry, PrefixCache, RawJSON, ServerInfo, ServerLoad
+from gemma4_t4.bench.schemas import GPUTelemetry, PrefixCache, ServerInfo, ServerLoad
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.jsonable import TypedDict
 from gemma4_t4.runner import subprocess_runner
-from gemma4_t4.server import http_get
+from gemma4_t4.server import LaunchRecord, http_get
 from gemma4_t4.versions import package_version
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)")
@@ -180,7 +181,40 @@ def server_version(base_url: str, api_key: str | None = None) -> str | None:
         return None
 
 
-def gpu_inventory() -> list[RawJSON]:
+class GPURecord(TypedDict):
+    """One GPU as a result records it (from ``env.GPUInfo``)."""
+
+    name: str
+    driver: str | None
+    memory_mib: int | None
+    max_sm_clock_mhz: float | None
+    power_limit_w: float | None
+    compute_cap: str | None  # "7.5"
+
+
+class ServerFacts(TypedDict, total=False):
+    """The server side of a result's environment: an OpenAI-compatible server or a SageMaker endpoint."""
+
+    base_url: str
+    model: str
+    version: str | None
+    cache_config: dict[str, str]
+    launch: LaunchRecord | None  # how the server was started, when this package started it
+    backend: str  # SageMaker: the backend kind, region and endpoint
+    region: str | None
+    endpoint: str
+
+
+class EnvironmentRecord(TypedDict):
+    """What a run stores as ``environment``: client host, server, GPUs (secrets masked)."""
+
+    captured_at: str
+    client: dict[str, str | None]
+    server: ServerFacts
+    gpus: list[GPURecord]
+
+
+def gpu_inventory() -> list[GPURecord]:
     """GPUs on this machine, from the host model's one nvidia-smi probe (empty where there is none)."""
     _, gpus, _ = env.probe_gpus(env.Probes())
     return [{"name": g.name, "driver": g.driver_version, "memory_mib": g.memory_mib,
@@ -200,8 +234,8 @@ def client_environment() -> dict[str, str | None]:
 
 
 def capture_environment(
-    base_url: str, model: str, api_key: str | None = None, server_launch: RawJSON | None = None
-) -> RawJSON:
+    base_url: str, model: str, api_key: str | None = None, server_launch: LaunchRecord | None = None
+) -> EnvironmentRecord:
     """Client host, server version and config, GPUs: stored in every result."""
     snap = scrape(base_url, api_key)
     return {

@@ -32,13 +32,13 @@ from pydantic import (
     model_validator,
 )
 
+from gemma4_t4 import secrets
 from gemma4_t4.bench.answers import QUESTIONS, is_correct
 from gemma4_t4.bench.backends import Backend, backend_for, parse_base_url
 from gemma4_t4.bench.client import ARRIVALS, RequestSpec, arrival_offsets, closed_loop, open_loop
 from gemma4_t4.bench.derive import derive_cell, lookup_bytes_per_token
 from gemma4_t4.bench.metrics import aggregate, open_loop_stats, series_decode
 from gemma4_t4.bench.prompts import PromptFactory
-from gemma4_t4.bench.redact import redact
 from gemma4_t4.bench.results import BenchRun, ResultsWriter
 from gemma4_t4.bench.schemas import (
     Answer,
@@ -54,6 +54,7 @@ from gemma4_t4.bench.schemas import (
     SweepInfo,
 )
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.jsonable import JSONValue
 
 # what a user chooses (--workload); the registry below also holds the modes decode runs in
 WORKLOAD_CHOICES: tuple[str, ...] = ("decode", "ttft", "prefix", "answers", "load")
@@ -238,11 +239,11 @@ class BenchArgs(BaseModel):
     def key(self) -> str | None:
         return self.api_key.get_secret_value() if self.api_key else None
 
-    def record(self) -> RawJSON:
-        """What run.json stores: every argument, the API key and other secrets never."""
+    def record(self) -> dict[str, JSONValue]:
+        """What run.json stores: every argument (as JSON), the API key and other secrets never."""
         data = self.model_dump(mode="json", exclude={"api_key"})
         data["api_key_used"] = self.api_key is not None
-        return redact(data)
+        return secrets.mask(data)
 
 
 BenchConfig = BenchArgs  # the name earlier versions exported
@@ -722,7 +723,7 @@ def run_benchmark(
                 seed=args.seed, nonce=factory.nonce if factory else None, tokenizer=tokenizer_source
             ),
             server=server,
-            environment=redact(environment),
+            environment=secrets.mask(environment),
             definitions="docs/benchmarks.md#metric-definitions",
         ),
         overwrite=args.overwrite,

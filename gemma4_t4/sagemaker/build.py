@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.jsonable import TypedDict
 from gemma4_t4.sagemaker import image as images
 from gemma4_t4.sagemaker.aws import aws_error, aws_exceptions, client_factory, error_code, error_message
 from gemma4_t4.sagemaker.cli_recipe import ApiCall
-from gemma4_t4.sagemaker.config import PROJECT_TAG, PROJECT_VALUE
+from gemma4_t4.sagemaker.config import PROJECT_TAG, PROJECT_VALUE, CreateBucketParams
 
 PROJECT_NAME = "gemma4-t4-image"
 ROLE_NAME = "gemma4-t4-codebuild-image"
@@ -163,7 +164,63 @@ def _tags_kv(key: str = "key", value: str = "value") -> list[dict[str, str]]:
     return [{key: PROJECT_TAG, value: PROJECT_VALUE}, {key: "created-by", value: "gemma4-t4 build-image"}]
 
 
-def role_trust_policy() -> dict[str, Any]:
+class PolicyStatement(TypedDict, total=False):
+    Effect: str
+    Principal: dict[str, str]
+    Action: str | list[str]
+    Resource: str
+
+
+class PolicyDocument(TypedDict):
+    """An IAM policy document (the role's trust policy and its inline policy)."""
+
+    Version: str
+    Statement: list[PolicyStatement]
+
+
+class EnvVar(TypedDict):
+    name: str
+    value: str
+    type: str
+
+
+class StartBuildParams(TypedDict):
+    """CodeBuild StartBuild's parameters."""
+
+    projectName: str
+    sourceTypeOverride: str
+    sourceLocationOverride: str
+    environmentVariablesOverride: list[EnvVar]
+
+
+class ProjectSource(TypedDict):
+    type: str
+    location: str
+    buildspec: str
+
+
+class ProjectEnvironment(TypedDict):
+    type: str
+    image: str
+    computeType: str
+    privilegedMode: bool
+    environmentVariables: list[EnvVar]
+
+
+class ProjectDefinition(TypedDict):
+    """CodeBuild CreateProject's parameters."""
+
+    name: str
+    description: str
+    source: ProjectSource
+    artifacts: dict[str, str]
+    environment: ProjectEnvironment
+    serviceRole: str
+    timeoutInMinutes: int
+    tags: list[dict[str, str]]
+
+
+def role_trust_policy() -> PolicyDocument:
     return {
         "Version": "2012-10-17",
         "Statement": [
@@ -176,7 +233,7 @@ def role_trust_policy() -> dict[str, Any]:
     }
 
 
-def role_policy(target: BuildTarget) -> dict[str, Any]:
+def role_policy(target: BuildTarget) -> PolicyDocument:
     """Least privilege: its own logs, its source object, pulling the DLC, pushing one repository."""
     region, account = target.region, target.account
     dlc_account = images.dlc_account(region)
@@ -220,7 +277,7 @@ def role_policy(target: BuildTarget) -> dict[str, Any]:
     }
 
 
-def build_env(target: BuildTarget) -> list[dict[str, str]]:
+def build_env(target: BuildTarget) -> list[EnvVar]:
     env = {
         "BASE_IMAGE": target.base_image,
         "TARGET_IMAGE": target.image_uri,
@@ -230,7 +287,7 @@ def build_env(target: BuildTarget) -> list[dict[str, str]]:
     return [{"name": k, "value": v, "type": "PLAINTEXT"} for k, v in env.items()]
 
 
-def start_build_params(target: BuildTarget) -> dict[str, Any]:
+def start_build_params(target: BuildTarget) -> StartBuildParams:
     return {
         "projectName": PROJECT_NAME,
         "sourceTypeOverride": "S3",
@@ -239,7 +296,7 @@ def start_build_params(target: BuildTarget) -> dict[str, Any]:
     }
 
 
-def project_definition(target: BuildTarget) -> dict[str, Any]:
+def project_definition(target: BuildTarget) -> ProjectDefinition:
     return {
         "name": PROJECT_NAME,
         "description": "gemma4-t4: AWS's vLLM DLC + the Turing attention fix, for SageMaker T4 endpoints",
@@ -261,7 +318,7 @@ def project_definition(target: BuildTarget) -> dict[str, Any]:
 def stack_calls(target: BuildTarget, bundle_size: int | None = None) -> list[ApiCall]:
     """Every call build-image makes, in order, with the parameters it sends."""
     region = target.region
-    bucket: dict[str, Any] = {"Bucket": target.bucket}
+    bucket: CreateBucketParams = {"Bucket": target.bucket}
     if region != "us-east-1":
         bucket["CreateBucketConfiguration"] = {"LocationConstraint": region}
     return [
@@ -617,7 +674,21 @@ def build_t4_image(
         result.elapsed_s = round(monotonic() - t0, 2)
 
 
-def build_record(result: BuildResult) -> dict[str, Any]:
+class BuildRecord(TypedDict):
+    """``build-image --record FILE``: the image and how to deploy it pinned by digest."""
+
+    image_uri: str
+    pinned_uri: str | None
+    digest: str | None
+    tag: str
+    region: str
+    status: str
+    build_id: str | None
+    package_version: str
+    recorded_at: str
+
+
+def build_record(result: BuildResult) -> BuildRecord:
     """What build-image records next to the image: enough to deploy it pinned by digest."""
     return {
         "image_uri": result.image_uri,

@@ -11,8 +11,9 @@ import datetime as dt
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
+from gemma4_t4 import secrets
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.hardware import SAGEMAKER_INSTANCES
 from gemma4_t4.sagemaker import image as images
@@ -40,15 +41,70 @@ CONTAINER_MODEL_DIR = "/opt/ml/model"  # where SageMaker mounts uncompressed S3 
 SCALING_METRIC = "SageMakerVariantInvocationsPerInstance"
 
 
-# Whole-word match so SM_VLLM_MAX_NUM_BATCHED_TOKENS stays visible while HF_TOKEN is hidden.
-SECRET_KEY = re.compile(
-    r"(?:^|_)(?:TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?|API_KEY|ACCESS_KEY|KEY_ID)(?:$|_)", re.I
-)
+class CreateBucketParams(TypedDict, total=False):
+    """S3 CreateBucket's parameters (model upload and image build buckets)."""
+
+    Bucket: str
+    CreateBucketConfiguration: dict[str, str]  # LocationConstraint outside us-east-1
+
+
+class InstancePool(TypedDict):
+    InstanceType: str
+    Priority: int
+
+
+class ProductionVariant(TypedDict, total=False):
+    """The ``ProductionVariants`` entry of CreateEndpointConfig that a deploy sends."""
+
+    VariantName: str
+    ModelName: str
+    InitialInstanceCount: int
+    ContainerStartupHealthCheckTimeoutInSeconds: int
+    ModelDataDownloadTimeoutInSeconds: int
+    InstancePools: list[InstancePool]  # with fallback instance types
+    InstanceType: str  # without them
+    InferenceAmiVersion: str
+
+
+class S3DataSource(TypedDict):
+    S3Uri: str
+    S3DataType: str
+    CompressionType: str
+
+
+class ModelDataSource(TypedDict):
+    S3DataSource: S3DataSource
+
+
+class PrimaryContainer(TypedDict, total=False):
+    """CreateModel's ``PrimaryContainer`` that a deploy sends."""
+
+    Image: str
+    Environment: dict[str, str]
+    ModelDataSource: ModelDataSource  # uncompressed S3 model data
+
+
+class ConfigSummary(TypedDict):
+    """What a deployment will be, as the dry run and the MCP config tool show it (secrets masked)."""
+
+    name: str
+    region: str
+    model_id: str
+    instance_types: list[str]
+    image: str
+    inference_ami_version: str | None
+    dtype: str
+    container_env: dict[str, str]
+    ttl_hours: float
+    turing_fix_required: bool
+    model_data: str | None
+    instances: str  # "N" or "MIN..MAX (autoscaling)"
 
 
 def redact_env(env: dict[str, str]) -> dict[str, str]:
-    """Hide values of secret-looking variables (HF_TOKEN, ...) in anything shown or returned."""
-    return {k: ("***" if SECRET_KEY.search(k) else v) for k, v in env.items()}
+    """Hide values of secret-named variables (HF_TOKEN, ...) in anything shown or returned, by the
+    package's one rule (``secrets.is_secret_name``: SM_VLLM_MAX_NUM_BATCHED_TOKENS stays visible)."""
+    return {k: (secrets.MASK if secrets.is_secret_name(k) else v) for k, v in env.items()}
 
 
 def extra_args_to_env(args: list[str]) -> dict[str, str]:
@@ -196,8 +252,8 @@ class DeployConfig:
         env.update(self.extra_env)
         return env
 
-    def production_variant(self) -> dict[str, Any]:
-        variant: dict[str, Any] = {
+    def production_variant(self) -> ProductionVariant:
+        variant: ProductionVariant = {
             "VariantName": "AllTraffic",
             "ModelName": self.name,
             "InitialInstanceCount": self.initial_instances,
@@ -216,8 +272,8 @@ class DeployConfig:
             variant["InferenceAmiVersion"] = ami
         return variant
 
-    def primary_container(self) -> dict[str, Any]:
-        container: dict[str, Any] = {"Image": self.resolved_image(), "Environment": self.container_env()}
+    def primary_container(self) -> PrimaryContainer:
+        container: PrimaryContainer = {"Image": self.resolved_image(), "Environment": self.container_env()}
         if self.model_data_s3_uri:
             # Uncompressed S3 model data: SageMaker copies the prefix to /opt/ml/model, no tarball.
             container["ModelDataSource"] = {
@@ -402,7 +458,7 @@ class DeployConfig:
             "--allow-unfixed-image only for an image whose vLLM is fixed upstream",
         )
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> ConfigSummary:
         return {
             "name": self.name,
             "region": self.region,

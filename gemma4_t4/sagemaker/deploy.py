@@ -13,7 +13,7 @@ import datetime as dt
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.sagemaker import image as image_module
@@ -378,6 +378,13 @@ def _fix_for(result: DeployResult) -> str:
     return "read the logs (gemma4-t4 sagemaker logs NAME) before retrying"
 
 
+class ServiceWait(TypedDict):
+    """How waiting for InService ended: InService, Failed, TimedOut or Error, and why."""
+
+    status: str
+    reason: NotRequired[str]
+
+
 def wait_in_service(
     sm: Any,
     name: str,
@@ -387,7 +394,7 @@ def wait_in_service(
     event: Callable[[str, str], None] | None = None,
     sleep: Callable[[float], None] = time.sleep,
     monotonic: Callable[[], float] = time.monotonic,
-) -> dict[str, Any]:
+) -> ServiceWait:
     """Poll DescribeEndpoint until InService, Failed or the timeout ({"status", "reason"})."""
     from tqdm.auto import tqdm
 

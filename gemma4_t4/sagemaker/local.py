@@ -23,7 +23,7 @@ import logging
 import os
 import time
 import urllib.request
-from typing import Any
+from typing import Any, TypedDict
 
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.sagemaker.config import ROLE_ENV
@@ -246,7 +246,29 @@ class LocalAWS:
         )
 
 
-def chat_completion(text: str, model: str = "gemma-4-E2B-it", finish_reason: str = "stop") -> dict[str, Any]:
+class ChatMessage(TypedDict):
+    role: str
+    content: str
+
+
+class ChatChoice(TypedDict):
+    index: int
+    message: ChatMessage
+    finish_reason: str
+
+
+class ChatCompletion(TypedDict):
+    """The chat-completion body the stand-in answers with (the OpenAI shape vLLM returns)."""
+
+    id: str
+    object: str
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: dict[str, int]  # prompt_tokens, completion_tokens, total_tokens
+
+
+def chat_completion(text: str, model: str = "gemma-4-E2B-it", finish_reason: str = "stop") -> ChatCompletion:
     """An OpenAI chat-completion response body, as the vLLM container returns it."""
     return {
         "id": "chatcmpl-local",

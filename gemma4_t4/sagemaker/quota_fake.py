@@ -13,9 +13,28 @@ import json
 import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 _SCOPE = re.compile(r"Credential=[^/]+/\d{8}/(?P<region>[a-z0-9-]+)/")
+
+
+class QuotaCall(TypedDict):
+    region: str
+    target: str  # the X-Amz-Target operation
+
+
+class ServiceQuota(TypedDict):
+    """One quota as Service Quotas' ListServiceQuotas answers it (the fields the fake fills)."""
+
+    ServiceCode: str
+    ServiceName: str
+    QuotaArn: NotRequired[str]
+    QuotaCode: str
+    QuotaName: str
+    Value: float
+    Unit: NotRequired[str]
+    Adjustable: bool
+    GlobalQuota: NotRequired[bool]
 
 
 class FakeServiceQuotas:
@@ -25,7 +44,7 @@ class FakeServiceQuotas:
         self, quotas: dict[str, dict[str, float]] | None = None, host: str = "127.0.0.1", port: int = 0
     ):
         self.quotas: dict[str, dict[str, float]] = quotas or {}
-        self.requests: list[dict[str, Any]] = []  # (region, target) of every call, for assertions
+        self.requests: list[QuotaCall] = []  # every call, for assertions
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer((host, port), self._handler())
         self._thread: threading.Thread | None = None
@@ -35,10 +54,10 @@ class FakeServiceQuotas:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}"
 
-    def _quota_list(self, region: str) -> list[dict[str, Any]]:
+    def _quota_list(self, region: str) -> list[ServiceQuota]:
         with self._lock:
             values = dict(self.quotas.get(region, {}))
-        out = []
+        out: list[ServiceQuota] = []
         for i, (instance, value) in enumerate(sorted(values.items())):
             code = f"L-FAKE{i:04d}"
             out.append(

@@ -16,6 +16,7 @@ from gemma4_t4.hardware import SAGEMAKER_INSTANCES
 from gemma4_t4.sagemaker.aws import ClientFactory, aws_error, aws_exceptions, client_factory
 from gemma4_t4.sagemaker.cli_recipe import ApiCall
 from gemma4_t4.sagemaker.image import US_REGIONS, validate_region
+from gemma4_t4.table import format_table
 
 
 def quota_name(instance_type: str) -> str:
@@ -49,12 +50,16 @@ class QuotaReport:
         ]
 
     def table(self) -> str:
-        lines = [f"{'region':<12} {'instance':<18} {'quota':>6}  note"]
-        for r in self.rows:
-            value = "-" if r.value is None else f"{r.value:g}"
-            note = r.error or ("ok" if r.available else "no quota: request an increase")
-            lines.append(f"{r.region:<12} {r.instance_type:<18} {value:>6}  {note}")
-        return "\n".join(lines)
+        rows = [
+            (
+                r.region,
+                r.instance_type,
+                "-" if r.value is None else f"{r.value:g}",
+                r.error or ("ok" if r.available else "no quota: request an increase"),
+            )
+            for r in self.rows
+        ]
+        return format_table(["region", "instance", "quota", "note"], rows, right=[2])
 
 
 def quota_plan(instance_types: Sequence[str], regions: Sequence[str]) -> list[ApiCall]:

@@ -23,7 +23,7 @@ from typing import Any
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.sagemaker.aws import aws_error, aws_exceptions, client_factory, error_code
 from gemma4_t4.sagemaker.cli_recipe import comment_line
-from gemma4_t4.sagemaker.config import PROJECT_TAG, PROJECT_VALUE
+from gemma4_t4.sagemaker.config import PROJECT_TAG, PROJECT_VALUE, CreateBucketParams
 from gemma4_t4.sagemaker.image import validate_region
 
 PART_SIZE = 64 * 1024 * 1024  # S3 allows 5 MiB..5 GiB per part and 10,000 parts
@@ -133,7 +133,7 @@ def upload_plan(
 
 def ensure_bucket(s3: Any, bucket: str, region: str) -> bool:
     """Create the (private, tagged) bucket if missing; True when it was created."""
-    params: dict[str, Any] = {"Bucket": bucket}
+    params: CreateBucketParams = {"Bucket": bucket}
     if region != "us-east-1":
         params["CreateBucketConfiguration"] = {"LocationConstraint": region}
     try:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
 
 from gemma4_t4.turing import plugin, tilecap
 from gemma4_t4.turing.filepatch import (
@@ -56,7 +55,7 @@ class TuringStatus:
     plugin_registered: bool  # the entry point is in the installed package metadata
     plugin_enabled: bool  # not turned off by GEMMA4_T4_TURING_FIX=0 or excluded by VLLM_PLUGINS
     disabled_reason: str | None
-    plugin_outcome: dict[str, Any] | None  # what the plugin did in THIS process (None: not loaded here)
+    plugin_outcome: plugin.TileCapOutcome | None  # what the plugin did in THIS process (None: not loaded here)
     file_patch: FilePatchStatus | None  # None when vLLM is not installed
     active: bool  # vLLM processes started from this environment get the tile cap (plugin or file patch)
     summary: str

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from gemma4_t4.turing.smem import head_size_padded
 
@@ -156,7 +156,32 @@ T4_TARGET = {"platform": "cuda", "name": "sm_75 target", "capability": (7, 5), "
              "limit_source": "target"}
 
 
-def interpreter_check() -> dict[str, Any]:
+class InterpreterCase(TypedDict):
+    """One case of :func:`interpreter_check`: the shape, the tiles used, the errors."""
+
+    case: str
+    head_size: int
+    num_q_heads: int
+    num_kv_heads: int
+    query_lens: list[int]
+    context_lens: list[int]
+    sliding_window: int | None
+    clamped_tiles: dict[str, int]  # prefill / decode
+    default_tiles: dict[str, int]
+    max_abs_error: float
+    max_abs_error_default_tile: float
+    max_abs_diff_clamped_vs_default: float
+    reference_max_abs: float
+    finite: bool
+
+
+class InterpreterReport(TypedDict):
+    vllm_version: str
+    patch_action: str
+    cases: list[InterpreterCase]
+
+
+def interpreter_check() -> InterpreterReport:
     """Run the kernel under Triton's CPU interpreter at the T4-clamped tiles and at TILE 32.
 
     Needs ``TRITON_INTERPRET=1`` in the environment before Triton is imported (``main`` below).
@@ -172,7 +197,7 @@ def interpreter_check() -> dict[str, Any]:
     original = kernel.module._get_tile_size
     outcome = tilecap.install(kernel.module, origin="numerics", device=T4_TARGET,
                               vllm_version=kernel.vllm_version, log=False)
-    results = []
+    results: list[InterpreterCase] = []
     for name, head, nq, nkv, query_lens, context_lens, window in INTERPRETER_CASES:
         case = make_case(head, nq, nkv, query_lens, context_lens, sliding_window=window, seed=len(results))
         reference = reference_attention(case)

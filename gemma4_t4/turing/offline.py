@@ -36,7 +36,7 @@ from collections import namedtuple
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from gemma4_t4.errors import Gemma4T4Error
 
@@ -246,6 +246,14 @@ def _env(name: str, value: str | None):
             os.environ[name] = old
 
 
+class RecordedLaunch(TypedDict):
+    """One kernel launch as :func:`recording_launches` saw it (nothing compiled or run)."""
+
+    kernel: str  # kernel_unified_attention, reduce_segments, ...
+    grid: tuple[int, ...]
+    kwargs: dict[str, Any]  # the JIT's keyword arguments (tensors, constexprs) exactly as vLLM passed them
+
+
 @dataclass
 class KernelModule:
     """vLLM's kernel module loaded privately, with where it came from."""
@@ -257,7 +265,7 @@ class KernelModule:
     sha256: str
     capability: tuple[int, int]
     interpret: bool
-    launches: list[dict[str, Any]] = field(default_factory=list)
+    launches: list[RecordedLaunch] = field(default_factory=list)
 
 
 def load_kernel_module(
@@ -307,7 +315,7 @@ def recording_launches(kernel: KernelModule):
     ``kernel[grid](**kw)`` calls ``run(grid=..., warmup=False, **kw)``, so the recorder sees the
     exact constexprs (TILE_SIZE, BLOCK_M, ...) and arguments vLLM's launcher chose.
     """
-    recorded: list[dict[str, Any]] = []
+    recorded: list[RecordedLaunch] = []
     jits = {name: getattr(kernel.module, name) for name in KERNELS}
 
     def recorder(name: str):

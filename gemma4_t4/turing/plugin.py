@@ -13,17 +13,43 @@ prefill route off; vLLM's ``VLLM_PLUGINS`` allow-list also applies.
 
 from __future__ import annotations
 
-from typing import Any
-
 from gemma4_t4 import cpuattn
+from gemma4_t4.jsonable import TypedDict
 from gemma4_t4.turing import prefill, tilecap
 
 ENTRY_POINT_GROUP = "vllm.general_plugins"
 ENTRY_POINT_NAME = "gemma4_t4_turing"
 ENTRY_POINT_VALUE = "gemma4_t4.turing.plugin:register"
 
-_outcome: dict[str, Any] | None = None
-_prefill_outcome: dict[str, Any] | None = None
+
+
+class TileClamp(TypedDict):
+    """One launch whose KV tile the cap made smaller."""
+
+    head_size: int
+    is_prefill: bool
+    block_m: int
+    tile_from: int
+    tile_to: int
+    shared_bytes: int
+    limit_bytes: int
+
+
+class TileCapOutcome(TypedDict, total=False):
+    """What :func:`gemma4_t4.turing.tilecap.install` did in one process (tilecap itself stays
+    standard-library only, so its shape is written down here)."""
+
+    action: str  # capped / no-change / already-active / disabled / refused
+    reason: str
+    vllm_version: str
+    origin: str
+    device: prefill.DeviceInfo | None
+    clamps: list[TileClamp]
+    pid: int
+
+
+_outcome: TileCapOutcome | None = None
+_prefill_outcome: prefill.RouteOutcome | None = None
 
 
 def register() -> None:
@@ -38,14 +64,14 @@ def register() -> None:
     cpuattn.install_from_env()  # CPU servers: the attention set-up the start probe chose (no-op unset)
 
 
-def outcome() -> dict[str, Any] | None:
+def outcome() -> TileCapOutcome | None:
     """What :func:`register` did in this process (None if vLLM has not loaded the plugin here)."""
-    return dict(_outcome) if _outcome is not None else None
+    return TileCapOutcome(**_outcome) if _outcome is not None else None
 
 
-def prefill_outcome() -> dict[str, Any] | None:
+def prefill_outcome() -> prefill.RouteOutcome | None:
     """What :func:`register` did about the prefill route in this process (None: not loaded here)."""
-    return dict(_prefill_outcome) if _prefill_outcome is not None else None
+    return prefill.RouteOutcome(**_prefill_outcome) if _prefill_outcome is not None else None
 
 
 def entry_point_registered() -> bool:

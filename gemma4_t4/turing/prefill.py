@@ -39,6 +39,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gemma4_t4.jsonable import TypedDict
+
 BACKEND_MODULE = "vllm.v1.attention.backends.triton_attn"
 IMPL_CLASS = "TritonAttentionImpl"
 METADATA_CLASS = "TritonAttentionMetadata"
@@ -618,13 +620,45 @@ def device_key(vllm_version: str | None = None) -> dict[str, str]:
     }
 
 
+class DeviceInfo(TypedDict, total=False):
+    """A device as :func:`gemma4_t4.turing.tilecap.current_device` describes it."""
+
+    platform: str  # "cuda", "cpu", ...
+    name: str
+    capability: tuple[int, int] | None
+    limit: int | None  # shared memory per block (opt-in), bytes
+    limit_source: str  # device / capability / target
+
+
+class RouteOutcome(TypedDict):
+    """What :func:`install` did in one process (the plugin keeps it; ``turing status`` shows it)."""
+
+    action: str  # routed / no-change / disabled / refused
+    reason: str
+    vllm_version: str
+    origin: str
+
+
+class HeadVerdict(TypedDict):
+    use_route: bool
+    min_tokens: int
+    why: str
+
+
+class PrefillVerdict(TypedDict):
+    """A cached bench-prefill verdict: for this GPU + versions (``key``), per head size."""
+
+    key: dict[str, str]
+    heads: dict[str, HeadVerdict]
+
+
 def verdict_path(key: dict[str, str]) -> Path:
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     slug = re.sub(r"[^A-Za-z0-9]+", "-", f"{key['gpu']}-{key['capability']}").strip("-").lower()
     return cache_dir() / f"{slug}-{digest}.json"
 
 
-def load_verdict(key: dict[str, str]) -> dict[str, Any] | None:
+def load_verdict(key: dict[str, str]) -> PrefillVerdict | None:
     path = verdict_path(key)
     try:
         data = json.loads(path.read_text())
@@ -646,7 +680,7 @@ class VerdictPolicy:
         self.loader = loader or load_verdict
         self._verdict: Any = False  # not read yet
 
-    def verdict(self) -> dict[str, Any] | None:
+    def verdict(self) -> PrefillVerdict | None:
         if self._verdict is False:
             try:
                 self._verdict = self.loader(self.key_fn())
@@ -722,12 +756,12 @@ def _read(module: Any) -> str | None:
 
 def install(
     origin: str = "plugin",
-    device: dict[str, Any] | None = None,
+    device: DeviceInfo | None = None,
     vllm_version: str | None = None,
     module: Any = None,
     route: PrefillRoute | None = None,
     log: bool = True,
-) -> dict[str, Any]:
+) -> RouteOutcome:
     """Install the route in this vLLM process when its GPU is sm_7x. Never raises; logs one line.
 
     ``device``: as :func:`gemma4_t4.turing.tilecap.current_device` returns it (default: this process's).
@@ -735,7 +769,7 @@ def install(
     from gemma4_t4.turing import tilecap
 
     version = vllm_version or tilecap.detect_vllm_version()
-    outcome: dict[str, Any] = {"action": "refused", "reason": "", "vllm_version": version, "origin": origin}
+    outcome: RouteOutcome = {"action": "refused", "reason": "", "vllm_version": version, "origin": origin}
     try:
         if switch() == "off":
             outcome.update(

@@ -13,9 +13,10 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired
 
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.jsonable import TypedDict
 from gemma4_t4.turing import prefill
 from gemma4_t4.turing.smem import head_size_padded
 
@@ -271,7 +272,54 @@ def require_cuda() -> Any:
     return torch
 
 
-def load_triton_kernel(vllm_root: str | None, capability: tuple[int, int], device: dict[str, Any]) -> Any:
+class PathMeasure(TypedDict, total=False):
+    """One path (route or Triton) on one step; ``reference_max_abs`` carries only ``value``."""
+
+    max_abs_err: float
+    finite: bool
+    routed_sequences: int
+    fallback_steps: int
+    ms: float
+    max_abs_diff_vs_triton: float
+    value: float
+
+
+class PrefillBenchRow(TypedDict, total=False):
+    """One (layer shape, prompt length) of ``bench_prefill.json``: the shape, then each path's
+    measures prefixed ``route_`` / ``triton_``."""
+
+    model: str
+    layer: str
+    head_size: int
+    num_q_heads: int
+    num_kv_heads: int
+    window: int | None
+    seq_len: int
+    route_max_abs_err: float
+    route_finite: bool
+    route_routed_sequences: int
+    route_fallback_steps: int
+    route_ms: float
+    route_max_abs_diff_vs_triton: float
+    triton_max_abs_err: float
+    triton_finite: bool
+    triton_ms: float
+    speedup: float
+
+
+class PrefillBenchReport(TypedDict):
+    """``bench_prefill.json`` (plus where the plot and the cached verdict went)."""
+
+    key: dict[str, str]
+    tile_cap: str
+    kernel_sha256: str
+    heads: dict[str, prefill.HeadVerdict]
+    rows: list[PrefillBenchRow]
+    plot: NotRequired[str]
+    verdict_path: NotRequired[str]
+
+
+def load_triton_kernel(vllm_root: str | None, capability: tuple[int, int], device: prefill.DeviceInfo) -> Any:
     """vLLM's kernel module for ``capability`` with the tile cap decided for ``device``."""
     from gemma4_t4.turing import tilecap
     from gemma4_t4.turing.offline import load_kernel_module
@@ -285,7 +333,7 @@ def load_triton_kernel(vllm_root: str | None, capability: tuple[int, int], devic
 
 def measure(
     step: Step, kernel_module: Any, paths: tuple[str, ...] = ("route", "triton"), timing: bool = True
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, PathMeasure]:
     """Max error vs float32 (and route vs Triton) and eager time of each path on one step."""
     import torch
 
@@ -293,14 +341,14 @@ def measure(
 
     reference = reference_attention(step.case)
     forward = triton_forward(kernel_module)
-    results: dict[str, dict[str, Any]] = {}
+    results: dict[str, PathMeasure] = {}
     outputs = {}
     for path in paths:
         route = prefill.PrefillRoute(policy=always_route, log=lambda *a: None) if path == "route" else None
         out = run_path(step, forward, route)
         torch.cuda.synchronize()
         outputs[path] = out.float()
-        row = {
+        row: PathMeasure = {
             "max_abs_err": float((outputs[path] - reference).abs().max()),
             "finite": bool(torch.isfinite(outputs[path]).all()),
         }
@@ -316,10 +364,10 @@ def measure(
     return results
 
 
-def decide(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def decide(rows: list[PrefillBenchRow]) -> dict[str, prefill.HeadVerdict]:
     """Per head size: route where it is faster than Triton and within ERROR_MARGIN of its error, at
     every measured shape from ``min_tokens`` up (lengths below the first measured one follow it)."""
-    verdict: dict[str, dict[str, Any]] = {}
+    verdict: dict[str, prefill.HeadVerdict] = {}
     for head in sorted({r["head_size"] for r in rows}):
         mine = [r for r in rows if r["head_size"] == head]
         lengths = sorted({r["seq_len"] for r in mine})
@@ -334,6 +382,7 @@ def decide(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             if not wins[n]:
                 break
             min_tokens = n
+        entry: prefill.HeadVerdict
         if not accurate:
             entry = {"use_route": False, "min_tokens": 0, "why": "the route's error exceeds 1.5x Triton's"}
         elif min_tokens is None:
@@ -357,7 +406,7 @@ def bench_prefill(
     vllm_root: str | None = None,
     out_dir: str | Path = "bench_prefill",
     save_verdict: bool = True,
-) -> dict[str, Any]:
+) -> PrefillBenchReport:
     """Run the benchmark on this GPU; write ``bench_prefill.json`` + ``bench_prefill.png``; cache the verdict."""
     torch = require_cuda()
     from gemma4_t4.atomic import atomic_write_json
@@ -365,7 +414,7 @@ def bench_prefill(
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     capability = (props.major, props.minor)
     # the device's real limit: the tile cap decides as it would in vLLM on this GPU
-    device = {
+    device: prefill.DeviceInfo = {
         "platform": "cuda",
         "name": props.name,
         "capability": capability,
@@ -374,7 +423,7 @@ def bench_prefill(
     }
     kernel, cap_outcome = load_triton_kernel(vllm_root, capability, device)
     key = prefill.device_key(kernel.vllm_version)
-    rows = []
+    rows: list[PrefillBenchRow] = []
     for shape in layer_shapes(models):
         for n in lengths:
             step = make_step(shape, [n], [n], seed=n)
@@ -395,7 +444,7 @@ def bench_prefill(
             del step
             torch.cuda.empty_cache()
     verdict = decide(rows)
-    report = {
+    report: PrefillBenchReport = {
         "key": key,
         "tile_cap": cap_outcome["action"],
         "kernel_sha256": kernel.sha256,
@@ -413,7 +462,7 @@ def bench_prefill(
     return report
 
 
-def plot(rows: list[dict[str, Any]], path: Path, key: dict[str, str]) -> Path:
+def plot(rows: list[PrefillBenchRow], path: Path, key: dict[str, str]) -> Path:
     from gemma4_t4.bench.plots import _plt, _save
 
     plt = _plt()

