@@ -182,6 +182,7 @@ def test_the_registry_is_the_one_source_of_annotations_and_confirm():
         "delete_endpoint",
         "apply_turing_patch",
         "stop_vllm_server",
+        "build_t4_image",
     }
     with pytest.raises(TypeError, match="confirm"):
 
