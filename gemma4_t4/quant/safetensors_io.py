@@ -210,6 +210,10 @@ class CheckpointReader:
         raise NotImplementedError
 
     # -- layout -------------------------------------------------------------------------
+    def _shard_label(self, shard: str) -> str:
+        # a single file given by its own path is named as given, a shard of a folder as folder/shard
+        return self.source if self.source.endswith("/" + shard) or self.source == shard else f"{self.source}/{shard}"
+
     def _load_layout(self, index_text: str | None, single: str | None) -> None:
         if index_text is not None:
             try:
@@ -250,7 +254,7 @@ class CheckpointReader:
     def _read_shard_header(self, shard: str) -> dict[str, TensorInfo]:
         size = self._size(shard)
         header, data_start = parse_header(
-            bytes(self._read(shard, 0, 8)), lambda n: bytes(self._read(shard, 8, n)), f"{self.source}/{shard}", size
+            bytes(self._read(shard, 0, 8)), lambda n: bytes(self._read(shard, 8, n)), self._shard_label(shard), size
         )
         return tensors_from_header(header, data_start, shard, size)
 
