@@ -364,11 +364,13 @@ def key():
     return {"gpu": "Tesla T4", "capability": "sm_75", "torch": "2.14.0", "triton": "3.8.0", "vllm": "0.33.0"}
 
 
-def test_no_verdict_means_on_by_default_and_says_how_to_measure(monkeypatch):
+def test_no_verdict_means_off_until_measured_and_says_how_to_measure(monkeypatch):
     monkeypatch.delenv(prefill.ENV_SWITCH, raising=False)
     policy = prefill.VerdictPolicy(key_fn=key, loader=lambda k: None)
     on_, min_tokens, why = policy(SimpleNamespace(head_size=512))
-    assert on_ and min_tokens == 0 and "bench-prefill" in why
+    assert not on_ and min_tokens == 0 and "bench-prefill" in why and prefill.ENV_SWITCH in why
+    monkeypatch.setenv(prefill.ENV_SWITCH, "1")
+    assert policy(SimpleNamespace(head_size=512))[0]  # forced on for an experiment
 
 
 def test_verdict_decides_per_head_size_and_minimum_length(monkeypatch, tmp_path):

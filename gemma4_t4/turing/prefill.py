@@ -18,9 +18,9 @@ the cache itself, or differs in any checked way, is refused (:func:`structure_pr
 
 Which layers and prompts use the route is decided by measurement (``gemma4-t4 turing
 bench-prefill``, :mod:`.prefill_bench`), cached per GPU + versions. With no verdict for this GPU
-yet, the route is on for sm_7x: there the alternative is FMA code, which the memory-efficient
-kernel beat by 4.5-21x at head 512 on an H200 running that code (docs/turing.md); the log line
-says so, and running the benchmark replaces that default with a measured decision.
+yet, the route stays off and the log line names the command that measures it: the route is used
+only where it was measured faster and as accurate on this very GPU (``GEMMA4_T4_TC_PREFILL=1``
+forces it on for an experiment).
 
 Everything here is torch-only; vLLM is imported only by :func:`install` on an sm_7x GPU.
 """
@@ -671,7 +671,7 @@ class VerdictPolicy:
     """Route a layer where the cached verdict for this GPU + versions says faster and as accurate.
 
     ``heads`` in a verdict maps a head size to ``{"use_route": bool, "min_tokens": int, "why": str}``.
-    No verdict (or none for this head size): on, on sm_7x (see the module docstring).
+    No verdict (or none for this head size): off, with a reason naming the benchmark.
     ``GEMMA4_T4_TC_PREFILL=1`` routes every supported layer whatever the verdict says.
     """
 
@@ -695,11 +695,11 @@ class VerdictPolicy:
         entry = (verdict or {}).get("heads", {}).get(str(impl.head_size))
         if entry is None:
             return (
-                True,
+                False,
                 0,
                 (
-                    "no bench-prefill verdict for this GPU and versions yet: on by default on sm_7x; "
-                    "run `gemma4-t4 turing bench-prefill` to decide by measurement"
+                    "no bench-prefill verdict for this GPU and versions yet: off until measured; "
+                    f"run `gemma4-t4 turing bench-prefill` to decide by measurement ({ENV_SWITCH}=1 forces it)"
                 ),
             )
         return bool(entry["use_route"]), int(entry.get("min_tokens", 0)), f"verdict: {entry.get('why', '')}"
