@@ -252,7 +252,7 @@ def test_cleanup_section_and_cell(nb_path):
     assert nb.cells.index(cleanup[0]) > headings[0]
 
 
-_NOT_MEASURED = {"TARGET", "nb", "published", "hardware", "models", "round", "len", "f", "max", "min"}
+_NOT_MEASURED = {"TARGET", "nb", "published", "hardware", "models", "round", "len", "f", "max", "min", "bool"}
 
 
 def test_assertion_cells_check_every_measured_result(nb_path):
