@@ -10,8 +10,10 @@ deleted before it returns) and measures them through the one benchmark adapter.
 ``workload`` is one workload (each entry's ``out_dir`` is then one results directory) or several
 (``out_dir`` is then a folder of results directories, one per workload, which is what
 ``compare_suites`` reads). Each endpoint is measured under the name it serves (vLLM's
-``--served-model-name``, not the Hugging Face id), with a local tokenizer for exact prompt
-lengths (an endpoint has no ``/tokenize``): the model's Hugging Face id, or the uploaded folder.
+``--served-model-name``, not the Hugging Face id: the name its results are recorded, paired by
+``compare_suites`` and matched to a published row under), with a local tokenizer for exact
+prompt lengths (an endpoint has no ``/tokenize``): the model's Hugging Face id, or the uploaded
+folder.
 
 Offline the same functions run against :class:`~gemma4_t4.sagemaker.local.LocalAWS` started with
 ``runtime_backend`` (moto + the runtime stand-in in front of a real vLLM server).
@@ -42,7 +44,7 @@ def _base(region: str, ttl_hours: float = 2.0, **overrides: Any) -> DeployConfig
 
 
 def served_name(config: DeployConfig) -> str:
-    """The model name the endpoint's vLLM serves (what a request's ``model`` must say)."""
+    """The model name the endpoint's vLLM serves (``SM_VLLM_SERVED_MODEL_NAME``)."""
     return config.container_env()["SM_VLLM_SERVED_MODEL_NAME"]
 
 
