@@ -38,6 +38,7 @@ def aws_to_tiny_model(vllm_server, monkeypatch):
 
     monkeypatch.setattr(FakeEndpointConfig, "validate_instance_type", validate)
     with LocalAWS(runtime_backend=vllm_server.base_url) as aws:
+        aws.reset()  # moto's state is per process: start from none, whatever ran before
         yield aws
 
 
