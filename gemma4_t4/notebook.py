@@ -650,3 +650,39 @@ def mcp_session(calls: Sequence[tuple[str, Mapping[str, Any]]], timeout_s: float
         return tools, made
 
     return run_sync(session)
+
+
+# ---------------------------------------------------------------- endpoints (TARGET=sagemaker)
+
+
+def headline_rows(headline: Any) -> list[dict[str, Any]]:
+    """A T4-vs-L4 headline (:class:`gemma4_t4.bench.compare.Headline`, A = T4, B = L4) as display
+    rows, each measured figure beside the series' published SageMaker row (labelled published;
+    ``-`` where the series published none). The published row is the series' own build (emb4),
+    named in each row's conditions."""
+    from gemma4_t4.bench.published import beside
+
+    pub = headline.published
+    conditions = f"SageMaker, {pub.model} {pub.build}, c=1" if pub else ""
+    source = pub.source if pub else ""
+
+    def row(label: str, measured: float | None, published: float | None) -> dict[str, Any]:
+        if published is None:
+            return {"figure": label, "measured here": measured, "published": None, "measured / published": None,
+                    "published under": conditions or "not published", "source": source.split(" (")[0]}
+        return beside(label, measured, published, source, conditions)
+
+    answers = headline.answers
+    identical = answers.identical / answers.total if answers and answers.total else None
+    pub_identical = None
+    if pub and pub.identical_answers:
+        same, total = (int(x) for x in pub.identical_answers.split("/"))
+        pub_identical = same / total
+    return [
+        row(f"decode tok/s on the T4 ({headline.decode_method})", headline.decode_a, pub.t4_tok_s if pub else None),
+        row(f"decode tok/s on the L4 ({headline.decode_method})", headline.decode_b, pub.l4_tok_s if pub else None),
+        row("T4 / L4 decode", headline.decode_ratio,
+            pub.t4_tok_s / pub.l4_tok_s if pub and pub.t4_tok_s else None),
+        row("T4 / L4 median TTFT", headline.ttft_ratio, None),
+        row("identical answers (share)", identical, pub_identical),
+    ]

@@ -1,12 +1,16 @@
 """SageMaker endpoints as a benchmark backend: ``--base-url sagemaker://REGION/ENDPOINT`` through
-boto3's sagemaker-runtime (SigV4, normal endpoint resolution), against a local runtime STAND-IN
-(tests/sagemaker_runtime_standin.py) that forwards to the bench FAKE server's ``/invocations`` or
-to the REAL vLLM CPU server's, framing streams as AWS event-stream messages botocore decodes."""
+boto3's sagemaker-runtime (SigV4, normal endpoint resolution), against local runtime STAND-INs that
+forward to the bench FAKE server's ``/invocations`` and frame streams as AWS event-stream messages
+botocore decodes: the package's own (gemma4_t4.sagemaker.runtime_standin) for healthy endpoints,
+and a FAULT-INJECTING one (tests/sagemaker_fault_standin.py) for throttling, model errors, no
+streaming and an endpoint that dies. Against the REAL vLLM CPU server: tests/test_bench_vllm.py
+and tests/test_notebooks_sagemaker.py."""
 
 import json
 
 import pytest
-from sagemaker_runtime_standin import Endpoint, RuntimeStandIn, aws_env, event_frame
+import sagemaker_fault_standin
+from sagemaker_fault_standin import Endpoint, FaultInjectingStandIn, aws_env
 
 from gemma4_t4.bench import compare_runs, load_run, run_benchmark
 from gemma4_t4.bench.backends import OpenAIHTTPBackend, SageMakerBackend, backend_for, parse_base_url
@@ -15,6 +19,8 @@ from gemma4_t4.bench.compare import compare_suites
 from gemma4_t4.bench.fake_server import FakeScript, FakeServer, FakeServerState
 from gemma4_t4.cli import main as cli_main
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.sagemaker import runtime_standin
+from gemma4_t4.sagemaker.runtime_standin import RuntimeStandIn
 from gemma4_t4.server import free_port
 
 SM = "sagemaker://us-east-2/"
@@ -37,7 +43,15 @@ def standin(fake, monkeypatch):
         "no-stream": Endpoint(fake.base_url, no_stream=True),
         "dies": Endpoint(fake.base_url, dies_after=6),
     }
-    with RuntimeStandIn(free_port(), endpoints) as server:
+    with FaultInjectingStandIn(free_port(), endpoints) as server:
+        aws_env(monkeypatch, server.url)
+        yield server
+
+
+@pytest.fixture
+def healthy(fake, monkeypatch):
+    """The package's stand-in: two healthy endpoints in front of the fake server."""
+    with RuntimeStandIn({"gemma-t4": fake.base_url, "gemma-l4": fake.base_url}) as server:
         aws_env(monkeypatch, server.url)
         yield server
 
@@ -66,16 +80,17 @@ def test_base_urls_are_parsed_or_refused_in_one_line():
 
 
 def test_event_stream_frames_decode_with_botocore():
-    """The stand-in's framing is what botocore's own decoder reads (so the test talks AWS's format)."""
+    """Both stand-ins frame with the package's code, which botocore's own decoder reads."""
     from botocore.eventstream import EventStreamBuffer
 
+    assert sagemaker_fault_standin.payload_part is runtime_standin.payload_part  # one framing, not two
     buffer = EventStreamBuffer()
-    buffer.add_data(event_frame({":message-type": "event", ":event-type": "PayloadPart"}, b"data: {}\n"))
+    buffer.add_data(runtime_standin.payload_part(b"data: {}\n"))
     message = next(iter(buffer))
     assert message.headers[":event-type"] == "PayloadPart" and message.payload == b"data: {}\n"
 
 
-def test_stream_invocation_gives_the_same_record_as_http(standin, fake):
+def test_stream_invocation_gives_the_same_record_as_http(healthy, fake):
     backend = SageMakerBackend("us-east-2", "gemma-t4")
     spec = RequestSpec("r-0", "x" * 40, 12, extra_body={"fake": {"tokens_per_chunk": 3}})
     record = backend._invoke(spec, "fake-model", keep_text=True)
@@ -83,7 +98,7 @@ def test_stream_invocation_gives_the_same_record_as_http(standin, fake):
     assert record.completion_tokens == 12 and record.token_source == "usage" and record.prompt_tokens == 40
     assert len(record.chunk_times_s) == 4 and record.text == "ab" * 12  # 4 chunks of 3 tokens, reassembled
     assert record.send_s < record.first_content_s <= record.last_choice_s <= record.end_s
-    assert standin.endpoints["gemma-t4"].log == ["stream"]
+    assert healthy.parts_sent >= 1  # it went through invoke_endpoint_with_response_stream
 
 
 def test_throttling_and_busy_model_errors_are_retried_with_backoff(standin):
@@ -166,7 +181,7 @@ def test_endpoint_dying_mid_benchmark_keeps_partial_results_and_exits_nonzero(st
     assert len(run.cells) == 1 and len(run.measured(first.cell)) == 20
 
 
-def test_answers_and_compare_across_two_endpoints(standin, fake, tmp_path, capsys):
+def test_answers_and_compare_across_two_endpoints(healthy, fake, tmp_path, capsys):
     """The T4-vs-L4 shape: answers per endpoint, then one headline per model; same as over HTTP."""
     for name in ("gemma-t4", "gemma-l4"):
         assert (

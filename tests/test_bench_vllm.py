@@ -167,47 +167,68 @@ def test_series_decode_method_on_the_real_server(vllm_server, tmp_path):
     assert len(sd.samples) == 3
 
 
-def test_sagemaker_stand_in_in_front_of_the_real_server_matches_http(
-    vllm_server, tiny_model_dir, tmp_path, monkeypatch
-):
-    """decode and answers over sagemaker:// (stand-in -> vLLM's own /invocations) against the same
-    workloads over HTTP: the same token counts, identical answers n/n."""
-    from sagemaker_runtime_standin import Endpoint, RuntimeStandIn, aws_env
-
+def test_two_local_endpoints_match_http_on_the_same_server(vllm_server, tiny_model_dir, tmp_path, capsys):
+    """decode, answers and compare over sagemaker:// against two local endpoints (moto's control
+    plane + the package's runtime stand-in -> vLLM's own /invocations) match the same workloads
+    over HTTP against the same server: the same token counts, identical answers n/n."""
+    from gemma4_t4.bench import load_run
     from gemma4_t4.bench.compare import compare_suites
-    from gemma4_t4.server import free_port
+    from gemma4_t4.cli import main as cli_main
+    from gemma4_t4.sagemaker import DeployConfig, delete_endpoint, deploy
+    from gemma4_t4.sagemaker.local import LocalAWS
 
-    with RuntimeStandIn(free_port(), {"tiny": Endpoint(vllm_server.base_url)}) as standin:
-        aws_env(monkeypatch, standin.url)
-        sm = "sagemaker://us-east-2/tiny"
-        common = {
-            "input_len": 64,
-            "output_len": 6,
-            "num_prompts": 3,
-            "warmup": 1,
-            "concurrency": [1],
-            "tokenizer": str(tiny_model_dir),
-            "progress": False,
+    decode = {
+        "input_len": 64,
+        "output_len": 6,
+        "num_prompts": 3,
+        "warmup": 1,
+        "concurrency": [1, 2],
+        "tokenizer": str(tiny_model_dir),
+        "progress": False,
+    }
+    answers = {"output_len": 6, "progress": False}
+    bases = {"http": vllm_server.base_url}
+    with LocalAWS(runtime_backend=vllm_server.base_url) as aws:
+        for name in ("tiny-a", "tiny-b"):
+            deploy(DeployConfig(name=name, served_model_name="tiny-gemma4"), progress=False, poll_s=0)
+            bases[name] = f"sagemaker://us-east-2/{name}"
+        runs = {
+            side: {
+                "decode": run_benchmark(base, "tiny-gemma4", "decode", tmp_path / side / "decode", **decode),
+                "answers": run_benchmark(
+                    base, "tiny-gemma4", "answers", tmp_path / side / "answers", **answers
+                ),
+            }
+            for side, base in bases.items()
         }
-        d_sm = run_benchmark(sm, "tiny-gemma4", "decode", tmp_path / "sm" / "decode", **common)
-        d_http = run_benchmark(
-            vllm_server.base_url, "tiny-gemma4", "decode", tmp_path / "http" / "decode", **common
+        assert aws.runtime.parts_sent > 0  # the sagemaker:// runs streamed through the runtime API
+        capsys.readouterr()
+        assert cli_main(["bench", "compare", str(tmp_path / "tiny-a"), str(tmp_path / "tiny-b")]) == 0
+        printed = capsys.readouterr().out
+        for name in ("tiny-a", "tiny-b"):
+            delete_endpoint(name, "us-east-2")
+    http = runs["http"]
+    for side in ("tiny-a", "tiny-b"):
+        d, a = runs[side]["decode"], runs[side]["answers"]
+        assert d.status == "complete" and d.run.server.backend == "sagemaker"
+        assert (
+            d.run.base_url == bases[side] and load_run(tmp_path / side / "decode").run.base_url == bases[side]
         )
-        a_sm = run_benchmark(
-            sm, "tiny-gemma4", "answers", tmp_path / "sm" / "answers", output_len=6, progress=False
-        )
-        a_http = run_benchmark(
-            vllm_server.base_url,
-            "tiny-gemma4",
-            "answers",
-            tmp_path / "http" / "answers",
-            output_len=6,
-            progress=False,
-        )
-    assert d_sm.status == "complete" and d_sm.run.server.backend == "sagemaker"
-    assert d_sm.cells[0].total_output_tokens == d_http.cells[0].total_output_tokens == 18
-    assert d_sm.cells[0].input_len_exact and d_sm.cells[0].ttft_ms.n == 3
-    assert [a.text for a in a_sm.answers()] == [a.text for a in a_http.answers()]
-    headline = compare_suites(tmp_path / "sm", tmp_path / "http").headlines[0]
-    assert headline.answers.identical == headline.answers.total == 20
-    assert headline.decode_ratio is not None and headline.decode_method == "per-stream c=1"
+        assert [c.total_output_tokens for c in d.cells] == [
+            c.total_output_tokens for c in http["decode"].cells
+        ]
+        assert [c.total_output_tokens for c in d.cells] == [18, 18]
+        assert all(c.input_len_exact and c.failed == 0 and c.completed == 3 for c in d.cells)
+        # a TTFT for every request whose stream carried text (a random tiny model can emit tokens
+        # that detokenize to nothing yet, e.g. half a UTF-8 character)
+        for c in d.cells:
+            streamed_text = [r for r in d.measured(c.cell) if r.streamed and r.output_chars]
+            assert streamed_text and c.ttft_ms.n == len(streamed_text), c.cell
+        assert [x.text for x in a.answers()] == [x.text for x in http["answers"].answers()]
+        assert compare_runs(http["answers"], a).answers.identical == 20
+        headline = compare_suites(tmp_path / side, tmp_path / "http").headlines[0]
+        assert headline.answers.identical == headline.answers.total == 20
+        assert headline.decode_ratio is not None and headline.decode_method == "per-stream c=1"
+    (headline,) = compare_suites(tmp_path / "tiny-a", tmp_path / "tiny-b").headlines
+    assert headline.answers.identical == headline.answers.total == 20 and headline.decode_ratio > 0
+    assert "identical answers: 20/20" in printed and "decode tok/s (per-stream c=1)" in printed

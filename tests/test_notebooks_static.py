@@ -252,7 +252,7 @@ def test_cleanup_section_and_cell(nb_path):
     assert nb.cells.index(cleanup[0]) > headings[0]
 
 
-_NOT_MEASURED = {"TARGET", "nb", "published", "hardware", "models", "round", "len", "f", "max", "min"}
+_NOT_MEASURED = {"TARGET", "nb", "published", "hardware", "models", "round", "len", "f", "max", "min", "bool"}
 
 
 def test_assertion_cells_check_every_measured_result(nb_path):
@@ -494,3 +494,37 @@ def test_published_numbers_in_notebooks_come_from_the_published_module(nb_path):
         for node in ast.walk(ast.parse(_strip_magics(cell.source))):
             if isinstance(node, ast.Constant) and isinstance(node.value, float):
                 assert node.value not in figures, f"published figure {node.value} typed into {nb_path.name}"
+
+
+# ---------------------------------------------------------------- TARGET=sagemaker
+
+
+@pytest.mark.parametrize("part,call", [("02", "bf16_vs_qat_on_t4"), ("03", "repack_on_endpoint"),
+                                       ("04", "t4_vs_l4")])
+def test_parts_2_to_4_measure_endpoints_on_sagemaker(part, call):
+    """Each of Parts 2-4 accepts TARGET='sagemaker', has REGION and BUDGET_USD, calls its
+    experiments function only there, and its clean-up cell checks no endpoint of its part is left."""
+    nb = _load(next(p for p in NOTEBOOKS if p.name.startswith(part)))
+    values = _parameters(nb)
+    assert {"REGION", "BUDGET_USD"} <= set(values) and values["BUDGET_USD"] > 0
+    target_line = next(ln for ln in _tagged(nb, "parameters")[0].source.splitlines() if ln.startswith("TARGET"))
+    assert "sagemaker" in ast.literal_eval(target_line.split("# @param")[1].strip())
+    tree = ast.parse("\n".join(_strip_magics(c.source) for c in _code_cells(nb)))
+    checks = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "attr", None) == "runtime_check"]
+    allowed = next(ast.literal_eval(k.value) for k in checks[0].keywords if k.arg == "allowed")
+    assert "sagemaker" in allowed
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "attr", None) == call]
+    assert len(calls) == 1, f"{call} is called {len(calls)} times"
+    guarded = [n for n in ast.walk(tree) if isinstance(n, ast.If) and ast.unparse(n.test) == "TARGET == 'sagemaker'"
+               and any(c is n2 for n2 in ast.walk(n) for c in calls)]
+    assert guarded, f"{call} must run only on TARGET='sagemaker'"
+    cleanup = _tagged(nb, "cleanup")[0].source
+    assert f"leftover_endpoints(REGION, part={int(part)})" in cleanup and "assert not left" in cleanup
+    if part == "04":
+        assert "compare_suites(sm_result.entries[0].out_dir, sm_result.entries[1].out_dir)" in \
+            "\n".join(c.source for c in _code_cells(nb))
+
+
+def test_sagemaker_parameters_skip_nothing():
+    data = yaml.safe_load((PARAMS_DIR / "sagemaker.yaml").read_text())
+    assert not [section for section, values in data.items() if "_skip" in (values or {})], data

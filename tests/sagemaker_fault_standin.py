@@ -1,46 +1,27 @@
-"""A local STAND-IN for the SageMaker runtime API, for the benchmark's tests (no AWS here).
+"""A FAULT-INJECTING stand-in for the SageMaker runtime API, for the benchmark's fault tests.
 
-It answers boto3's ``invoke_endpoint`` (``POST /endpoints/NAME/invocations``) and
-``invoke_endpoint_with_response_stream`` (``.../invocations-response-stream``) by forwarding
-the body to an upstream server's ``/invocations`` (vLLM's SageMaker route, or the bench fake
-server's copy of it) and framing a streamed reply as AWS event-stream ``PayloadPart`` messages,
-which botocore itself decodes. Select it with ``AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME``.
-
-Faults for tests, per endpoint name: throttle the first N invocations, answer ModelError,
-refuse streaming (ValidationError), or disappear after N invocations (an endpoint deleted or
-dead mid-benchmark). Unknown endpoint names get the runtime's ValidationError.
+The package's own stand-in (``gemma4_t4.sagemaker.runtime_standin``, used with moto and the real
+vLLM server wherever a healthy endpoint is enough) forwards faithfully; this one adds, per
+endpoint name, the faults a real endpoint shows and that stand-in cannot: throttle the first N
+invocations, answer ModelError, refuse streaming (ValidationError), or disappear after N
+invocations (an endpoint deleted or dead mid-benchmark). Like the package's, it forwards the
+body to an upstream server's ``/invocations`` (the bench fake server's copy of vLLM's route)
+and frames a streamed reply as AWS event-stream ``PayloadPart`` messages with the package's
+framing (``runtime_standin.payload_part``), splitting each chunk in two so SSE lines cross
+message boundaries as on AWS. Select it with ``AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME``. Unknown
+endpoint names get the runtime's ValidationError.
 """
 
 from __future__ import annotations
 
 import asyncio
-import binascii
-import struct
 import threading
 from dataclasses import dataclass, field
 
 import aiohttp
 from aiohttp import web
 
-
-def _header(name: str, value: str) -> bytes:
-    n, v = name.encode(), value.encode()
-    return struct.pack("B", len(n)) + n + b"\x07" + struct.pack(">H", len(v)) + v  # 7 = string
-
-
-def event_frame(headers: dict[str, str], payload: bytes) -> bytes:
-    """One AWS event-stream message: prelude, prelude CRC, headers, payload, message CRC."""
-    hb = b"".join(_header(k, v) for k, v in headers.items())
-    prelude = struct.pack(">II", 16 + len(hb) + len(payload), len(hb))
-    message = prelude + struct.pack(">I", binascii.crc32(prelude) & 0xFFFFFFFF) + hb + payload
-    return message + struct.pack(">I", binascii.crc32(message) & 0xFFFFFFFF)
-
-
-def payload_part(data: bytes) -> bytes:
-    return event_frame(
-        {":message-type": "event", ":event-type": "PayloadPart", ":content-type": "application/octet-stream"},
-        data,
-    )
+from gemma4_t4.sagemaker.runtime_standin import STREAM_CONTENT_TYPE, payload_part
 
 
 @dataclass
@@ -59,8 +40,8 @@ def _error(status: int, code: str, message: str, **extra: object) -> web.Respons
     return web.json_response({"message": message, **extra}, status=status, headers={"x-amzn-ErrorType": code})
 
 
-class RuntimeStandIn:
-    """The stand-in on its own event loop in a thread; ``url`` goes in AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME."""
+class FaultInjectingStandIn:
+    """The fault-injecting stand-in on its own event loop in a thread; ``url`` goes in AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME."""
 
     def __init__(self, port: int, endpoints: dict[str, Endpoint]):
         self.port, self.endpoints = port, endpoints
@@ -122,7 +103,7 @@ class RuntimeStandIn:
                 )
             response = web.StreamResponse(
                 headers={
-                    "Content-Type": "application/vnd.amazon.eventstream",
+                    "Content-Type": STREAM_CONTENT_TYPE,
                     "x-Amzn-Invoked-Production-Variant": "AllTraffic",
                     "X-Amzn-SageMaker-Content-Type": "text/event-stream",
                 }
@@ -137,7 +118,7 @@ class RuntimeStandIn:
             await response.write_eof()
             return response
 
-    def start(self) -> RuntimeStandIn:
+    def start(self) -> FaultInjectingStandIn:
         def serve() -> None:
             loop = asyncio.new_event_loop()
             self._loop = loop
@@ -152,10 +133,10 @@ class RuntimeStandIn:
             loop.run_until_complete(self._runner.cleanup())
             loop.close()
 
-        self._thread = threading.Thread(target=serve, name="sagemaker-runtime-standin", daemon=True)
+        self._thread = threading.Thread(target=serve, name="sagemaker-fault-standin", daemon=True)
         self._thread.start()
         if not self._ready.wait(10):
-            raise RuntimeError("the SageMaker runtime stand-in did not start")
+            raise RuntimeError("the fault-injecting runtime stand-in did not start")
         return self
 
     def stop(self) -> None:
@@ -163,7 +144,7 @@ class RuntimeStandIn:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(10)
 
-    def __enter__(self) -> RuntimeStandIn:
+    def __enter__(self) -> FaultInjectingStandIn:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
