@@ -261,3 +261,23 @@ def test_part_functions_deploy_measure_and_delete(local_aws, tmp_path):  # noqa:
     assert part3.entries[0].status == "measured" and calls[-1][1] == "answers"
     assert calls[-1][2] == "/opt/ml/model" and upload.s3_uri.endswith("/")
     assert boto3.client("sagemaker", region_name=REGION).list_endpoints()["Endpoints"] == []
+
+
+def test_the_matrix_adapter_names_the_served_model_and_the_ids_tokenizer(monkeypatch, tmp_path):
+    """Requests name the model as the container serves it; prompts use the Hub id's tokenizer."""
+    import gemma4_t4.bench as bench
+    from gemma4_t4.sagemaker.matrix import measure_endpoint
+
+    seen = {}
+
+    def fake_run_benchmark(base_url, model, workload, out_dir, **opts):  # records the call only
+        seen.update(base_url=base_url, model=model, workload=workload, **opts)
+        return "run"
+
+    monkeypatch.setattr(bench, "run_benchmark", fake_run_benchmark)
+    assert measure_endpoint("ep", "us-east-2", tmp_path, model="google/gemma-4-E2B-it") == "run"
+    assert seen == {"base_url": "sagemaker://us-east-2/ep", "model": "gemma-4-E2B-it", "workload": "decode",
+                    "tokenizer": "google/gemma-4-E2B-it"}
+    measure_endpoint("ep", "us-east-2", tmp_path, model="google/gemma-4-E2B-it", served_model_name="e2b",
+                     tokenizer="/tok")
+    assert (seen["model"], seen["tokenizer"]) == ("e2b", "/tok")

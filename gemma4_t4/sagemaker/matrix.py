@@ -15,7 +15,7 @@ import dataclasses
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,10 +43,27 @@ def measure_endpoint(
     workload: str = "decode",
     **opts: Any,
 ) -> Any:
-    """The one call into the benchmark: ``run_benchmark`` against ``sagemaker://REGION/ENDPOINT``."""
+    """The one call into the benchmark: ``run_benchmark`` against ``sagemaker://REGION/ENDPOINT``.
+
+    ``model``: the Hugging Face id the endpoint serves. Requests name the model as the container
+    serves it (``SM_VLLM_SERVED_MODEL_NAME``: ``served_model_name``, by default the id's last part),
+    and exact-length prompts are built with that id's tokenizer unless ``tokenizer`` is given."""
     from gemma4_t4.bench import run_benchmark
 
-    return run_benchmark(sagemaker_url(region, endpoint), model or endpoint, workload, out_dir, **opts)
+    served = opts.pop("served_model_name", None) or (model.rsplit("/", 1)[-1] if model else endpoint)
+    if model and "tokenizer" not in opts:
+        opts["tokenizer"] = model
+    return run_benchmark(sagemaker_url(region, endpoint), served, workload, out_dir, **opts)
+
+
+def _served_name_opt(measure: Callable[..., object], config: DeployConfig,
+                     measure_opts: Mapping[str, object] | None) -> dict[str, object]:
+    # the default adapter names requests by the container's served name; a caller's own measure
+    # function gets exactly the options it passed
+    opts = dict(measure_opts or {})
+    if measure is measure_endpoint and config.served_model_name:
+        opts.setdefault("served_model_name", config.served_model_name)
+    return opts
 
 
 @dataclass
@@ -200,7 +217,7 @@ def run_configs(
     budget_usd: float,
     out_dir: str | Path,
     measure: Callable[..., Any] = measure_endpoint,
-    measure_opts: dict[str, Any] | None = None,
+    measure_opts: Mapping[str, Any] | None = None,
     deploy_kwargs: dict[str, Any] | None = None,
     deploy_minutes: float = DEPLOY_MINUTES,
     measure_minutes: float = MEASURE_MINUTES,
@@ -260,7 +277,7 @@ def run_configs(
                             config.region,
                             entry.out_dir,
                             model=entry.model_id,
-                            **(measure_opts or {}),
+                            **_served_name_opt(measure, config, measure_opts),
                         )
                         entry.status = "measured"
                     except Exception as exc:  # noqa: BLE001 - recorded; the endpoint is deleted below
