@@ -50,3 +50,38 @@ def vllm_server(tiny_model_dir):
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def fake_server_process():
+    """Start ``python -m gemma4_t4.bench.fake_server`` with extra flags, in its own process
+    (so it can exit mid-run); returns its base URL once ``/health`` answers. Killed at teardown."""
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    from gemma4_t4.server import free_port
+
+    procs: list[subprocess.Popen] = []
+
+    def start(*flags: str) -> str:
+        port = free_port()
+        cmd = [sys.executable, "-m", "gemma4_t4.bench.fake_server", "--port", str(port), *flags]
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        base_url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                urllib.request.urlopen(f"{base_url}/health", timeout=1)
+                return base_url
+            except OSError:
+                time.sleep(0.1)
+        pytest.fail(f"the fake server on port {port} did not answer /health within 30 s")
+
+    try:
+        yield start
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait(10)

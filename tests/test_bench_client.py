@@ -4,9 +4,6 @@ server dying mid-run, malformed SSE, HTTP errors)."""
 
 import asyncio
 import json
-import subprocess
-import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -208,69 +205,41 @@ def test_full_workloads_on_the_fake_server_write_results_and_plots(tmp_path):
     assert (tmp_path / "a" / "summary.csv").read_text().count("\n") == 3
 
 
-def test_server_dying_mid_run_keeps_partial_results_and_exits_nonzero(tmp_path):
-    port = free_port()
-    proc = subprocess.Popen(
+def test_server_dying_mid_run_keeps_partial_results_and_exits_nonzero(tmp_path, fake_server_process):
+    base_url = fake_server_process("--ttft", "0.01", "--gap", "0.002", "--exit-after-requests", "6")
+    out = tmp_path / "partial"
+    # 2 warm-ups + 4 measured succeed, then the fake server exits
+    code = cli_main(
         [
-            sys.executable,
-            "-m",
-            "gemma4_t4.bench.fake_server",
-            "--port",
-            str(port),
-            "--ttft",
-            "0.01",
-            "--gap",
-            "0.002",
-            "--exit-after-requests",
-            "6",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+            "bench",
+            "run",
+            "--base-url",
+            base_url,
+            "--model",
+            "fake-model",
+            "--workload",
+            "decode",
+            "--concurrency",
+            "1,2",
+            "--input-len",
+            "32",
+            "--output-len",
+            "4",
+            "--num-prompts",
+            "10",
+            "--out",
+            str(out),
+            "--json",
+            "--no-plots",
+        ]
     )
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.1)
-        out = tmp_path / "partial"
-        # 2 warm-ups + 4 measured succeed, then the fake server exits
-        code = cli_main(
-            [
-                "bench",
-                "run",
-                "--base-url",
-                f"http://127.0.0.1:{port}",
-                "--model",
-                "fake-model",
-                "--workload",
-                "decode",
-                "--concurrency",
-                "1,2",
-                "--input-len",
-                "32",
-                "--output-len",
-                "4",
-                "--num-prompts",
-                "10",
-                "--out",
-                str(out),
-                "--json",
-                "--no-plots",
-            ]
-        )
-        assert code == 1
-        run = load_run(out)
-        first = run.cells[0]
-        assert first["completed"] == 4 and first["failed"] == 6
-        assert set(first["errors"]) <= {"connect_error", "disconnected", "truncated_stream"}
-        assert run.status == "aborted: server unreachable" and len(run.cells) == 1
-        assert len([r for r in run.records if r["phase"] == "measure"]) == 10
-    finally:
-        proc.kill()
-        proc.wait(10)
+    assert code == 1
+    run = load_run(out)
+    first = run.cells[0]
+    assert first["completed"] == 4 and first["failed"] == 6
+    assert set(first["errors"]) <= {"connect_error", "disconnected", "truncated_stream"}
+    assert run.status == "aborted: server unreachable" and len(run.cells) == 1
+    assert len([r for r in run.records if r["phase"] == "measure"]) == 10
 
 
 def test_cli_run_plot_and_compare(tmp_path, capsys):

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -81,86 +80,60 @@ def test_request_timeout_flag_is_validated(capsys, tmp_path):
     _one_line_error(capsys, code, "--request-timeout")
 
 
-def test_sigterm_finalises_the_run_like_ctrl_c(tmp_path):
-    port = free_port()
-    server = subprocess.Popen(
+def test_sigterm_finalises_the_run_like_ctrl_c(tmp_path, fake_server_process):
+    base_url = fake_server_process("--ttft", "0.3", "--gap", "0.05")
+    out = tmp_path / "term"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    bench = subprocess.Popen(
         [
             sys.executable,
             "-m",
-            "gemma4_t4.bench.fake_server",
-            "--port",
-            str(port),
-            "--ttft",
-            "0.3",
-            "--gap",
-            "0.05",
+            "gemma4_t4",
+            "bench",
+            "run",
+            "--base-url",
+            base_url,
+            "--model",
+            "fake-model",
+            "--workload",
+            "decode",
+            "--concurrency",
+            "1",
+            "--input-len",
+            "16",
+            "--output-len",
+            "8",
+            "--num-prompts",
+            "40",
+            "--warmup",
+            "0",
+            "--out",
+            str(out),
+            "--no-plots",
+            "--json",
         ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
-    out = tmp_path / "term"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # wait until some requests are on disk
+            records = out / "records.jsonl"
+            if records.exists() and records.read_text().count("\n") >= 2:
                 break
-            except OSError:
-                time.sleep(0.1)
-        bench = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gemma4_t4",
-                "bench",
-                "run",
-                "--base-url",
-                f"http://127.0.0.1:{port}",
-                "--model",
-                "fake-model",
-                "--workload",
-                "decode",
-                "--concurrency",
-                "1",
-                "--input-len",
-                "16",
-                "--output-len",
-                "8",
-                "--num-prompts",
-                "40",
-                "--warmup",
-                "0",
-                "--out",
-                str(out),
-                "--no-plots",
-                "--json",
-            ],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        try:
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:  # wait until some requests are on disk
-                records = out / "records.jsonl"
-                if records.exists() and records.read_text().count("\n") >= 2:
-                    break
-                time.sleep(0.1)
-            bench.send_signal(signal.SIGTERM)
-            _, err = bench.communicate(timeout=30)
-        finally:
-            if bench.poll() is None:
-                bench.kill()
-                bench.wait(10)
-        assert bench.returncode != 0 and b"Traceback" not in err, err
-        run = load_run(out)
-        assert run.status == "interrupted (SIGTERM)" and run.run.finished_at
-        cell = run.cells[0]
-        assert cell.partial and 2 <= cell.completed < 40
+            time.sleep(0.1)
+        bench.send_signal(signal.SIGTERM)
+        _, err = bench.communicate(timeout=30)
     finally:
-        server.kill()
-        server.wait(10)
+        if bench.poll() is None:
+            bench.kill()
+            bench.wait(10)
+    assert bench.returncode != 0 and b"Traceback" not in err, err
+    run = load_run(out)
+    assert run.status == "interrupted (SIGTERM)" and run.run.finished_at
+    cell = run.cells[0]
+    assert cell.partial and 2 <= cell.completed < 40
 
 
 class _EmptyModels(http.server.BaseHTTPRequestHandler):
