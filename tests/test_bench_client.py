@@ -8,6 +8,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from bench_cli_args import bench_run_argv
 
 from gemma4_t4.bench import compare_runs, load_run, plot_compare, plot_run, run_benchmark
 from gemma4_t4.bench.client import RequestSpec, make_session, run_closed_loop
@@ -211,14 +212,7 @@ def test_server_dying_mid_run_keeps_partial_results_and_exits_nonzero(tmp_path, 
     # 2 warm-ups + 4 measured succeed, then the fake server exits
     code = cli_main(
         [
-            "bench",
-            "run",
-            "--base-url",
-            base_url,
-            "--model",
-            "fake-model",
-            "--workload",
-            "decode",
+            *bench_run_argv(base_url, "fake-model", "decode"),
             "--concurrency",
             "1,2",
             "--input-len",
@@ -245,14 +239,7 @@ def test_server_dying_mid_run_keeps_partial_results_and_exits_nonzero(tmp_path, 
 def test_cli_run_plot_and_compare(tmp_path, capsys):
     with FakeServer(free_port(), FakeServerState(default=FakeScript(ttft_s=0.01, gap_s=0.001))) as server:
         base = [
-            "bench",
-            "run",
-            "--base-url",
-            server.base_url,
-            "--model",
-            "fake-model",
-            "--workload",
-            "decode",
+            *bench_run_argv(server.base_url, "fake-model", "decode"),
             "--concurrency",
             "1",
             "--input-len",
@@ -268,14 +255,7 @@ def test_cli_run_plot_and_compare(tmp_path, capsys):
         assert cli_main(base + ["--out", str(tmp_path / "a")]) == 2  # never overwrites silently
         assert "already holds" in capsys.readouterr().err
         open_loop = [
-            "bench",
-            "run",
-            "--base-url",
-            server.base_url,
-            "--model",
-            "fake-model",
-            "--workload",
-            "decode",
+            *bench_run_argv(server.base_url, "fake-model", "decode"),
             "--rate",
             "5,10",
             "--arrival",
@@ -302,16 +282,7 @@ def test_cli_run_plot_and_compare(tmp_path, capsys):
         with pytest.raises(SystemExit) as bad:
             cli_main(open_loop[:-2] + ["--out", str(tmp_path / "bad"), "--rate", "1,x"])
         assert bad.value.code == 2 and "comma-separated numbers" in capsys.readouterr().err
-        answers = [
-            "bench",
-            "run",
-            "--base-url",
-            server.base_url,
-            "--model",
-            "fake-model",
-            "--workload",
-            "answers",
-        ]
+        answers = bench_run_argv(server.base_url, "fake-model", "answers")
         assert cli_main(answers + ["--out", str(tmp_path / "ans1"), "--no-plots"]) == 0
         assert cli_main(answers + ["--out", str(tmp_path / "ans2"), "--no-plots"]) == 0
     assert Path(tmp_path / "a" / "throughput_vs_concurrency.png").exists()

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from bench_cli_args import bench_run_argv
 
 from gemma4_t4.bench import load_run, run_benchmark
 from gemma4_t4.bench.fake_server import FakeScript, FakeServer, FakeServerState
@@ -63,14 +64,7 @@ def test_a_server_that_accepts_but_never_answers_fails_each_request_at_the_timeo
 def test_request_timeout_flag_is_validated(capsys, tmp_path):
     code = cli_main(
         [
-            "bench",
-            "run",
-            "--base-url",
-            "http://127.0.0.1:9",
-            "--model",
-            "m",
-            "--workload",
-            "decode",
+            *bench_run_argv("http://127.0.0.1:9", "m", "decode"),
             "--out",
             str(tmp_path / "x"),
             "--request-timeout",
@@ -89,14 +83,7 @@ def test_sigterm_finalises_the_run_like_ctrl_c(tmp_path, fake_server_process):
             sys.executable,
             "-m",
             "gemma4_t4",
-            "bench",
-            "run",
-            "--base-url",
-            base_url,
-            "--model",
-            "fake-model",
-            "--workload",
-            "decode",
+            *bench_run_argv(base_url, "fake-model", "decode"),
             "--concurrency",
             "1",
             "--input-len",
@@ -157,14 +144,7 @@ def test_empty_model_list_is_a_one_line_error(capsys, tmp_path):
     try:
         code = cli_main(
             [
-                "bench",
-                "run",
-                "--base-url",
-                f"http://127.0.0.1:{httpd.server_port}",
-                "--model",
-                "m",
-                "--workload",
-                "decode",
+                *bench_run_argv(f"http://127.0.0.1:{httpd.server_port}", "m", "decode"),
                 "--out",
                 str(tmp_path / "x"),
             ]
@@ -181,14 +161,7 @@ def test_out_that_is_a_file_is_refused_and_left_alone(capsys, tmp_path):
     with FakeServer(free_port()) as server:
         code = cli_main(
             [
-                "bench",
-                "run",
-                "--base-url",
-                server.base_url,
-                "--model",
-                "fake-model",
-                "--workload",
-                "answers",
+                *bench_run_argv(server.base_url, "fake-model", "answers"),
                 "--out",
                 str(target),
             ]
@@ -209,14 +182,7 @@ def test_out_that_is_a_file_is_refused_and_left_alone(capsys, tmp_path):
 def test_malformed_base_urls_are_one_line_errors(capsys, tmp_path, url, needle):
     code = cli_main(
         [
-            "bench",
-            "run",
-            "--base-url",
-            url,
-            "--model",
-            "m",
-            "--workload",
-            "decode",
+            *bench_run_argv(url, "m", "decode"),
             "--out",
             str(tmp_path / "x"),
         ]
