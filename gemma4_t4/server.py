@@ -46,7 +46,13 @@ from gemma4_t4 import cpuattn, secrets
 from gemma4_t4.atomic import atomic_write_json
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.jsonable import TypedDict
-from gemma4_t4.supervisor import ExitRecord, ProcessInfo, SupervisorRecord, SupervisorSpec
+from gemma4_t4.supervisor import (
+    ExitRecord,
+    ProcessInfo,
+    SupervisorRecord,
+    SupervisorSpec,
+    terminate_then_kill,
+)
 from gemma4_t4.versions import package_version
 
 Target = Literal["t4", "cpu"]
@@ -1196,14 +1202,7 @@ class VLLMServer:
         for info in left:
             with contextlib.suppress(psutil.Error):
                 procs.append(psutil.Process(info["pid"]))
-        for proc in procs:
-            with contextlib.suppress(psutil.Error):
-                proc.terminate()
-        _, alive = psutil.wait_procs(procs, timeout=grace)
-        for proc in alive:
-            with contextlib.suppress(psutil.Error):
-                proc.kill()
-        psutil.wait_procs(alive, timeout=5)
+        terminate_then_kill(procs, grace)
         self._kill_leftovers()
         return left
 

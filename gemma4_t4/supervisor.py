@@ -182,6 +182,18 @@ def describe(proc: psutil.Process) -> ProcessInfo | None:
     return None
 
 
+def terminate_then_kill(procs: list[psutil.Process], grace: float) -> None:
+    """SIGTERM every process, wait ``grace`` seconds, SIGKILL whoever is left (already-gone ones are skipped)."""
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.terminate()
+    _, alive = psutil.wait_procs(procs, timeout=grace)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(alive, timeout=5)
+
+
 class Supervisor:
     def __init__(self, spec: SupervisorSpec, command: list[str] | None):
         self.spec = spec
@@ -297,14 +309,7 @@ class Supervisor:
                 proc = psutil.Process(info["pid"])
                 if abs(proc.create_time() - info["create_time"]) < 1.0 and proc.pid != os.getpid():
                     procs.append(proc)
-        for proc in procs:
-            with contextlib.suppress(psutil.Error):
-                proc.terminate()
-        _, alive = psutil.wait_procs(procs, timeout=grace)
-        for proc in alive:
-            with contextlib.suppress(psutil.Error):
-                proc.kill()
-        psutil.wait_procs(alive, timeout=5)
+        terminate_then_kill(procs, grace)
 
     def watch_once(self, state: _WatchState) -> bool:
         """One poll; True while vLLM (and its engine) is alive."""

@@ -1,9 +1,12 @@
-"""Shared fixtures: the tiny Gemma 4 checkpoints (built once per session) and one real vLLM
-CPU server per test session (started lazily, only when a test asks for it)."""
+"""Shared fixtures: the tiny Gemma 4 checkpoints (built once per session), one real vLLM
+CPU server per test session (started lazily, only when a test asks for it), and the named
+stand-ins several test modules use: the bench FAKE server as a process and a FAKE vLLM executable."""
 
 from __future__ import annotations
 
 import os
+import stat
+import sys
 from pathlib import Path
 
 import pytest
@@ -50,3 +53,84 @@ def vllm_server(tiny_model_dir):
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def fake_server_process():
+    """Start ``python -m gemma4_t4.bench.fake_server`` with extra flags, in its own process
+    (so it can exit mid-run); returns its base URL once ``/health`` answers. Killed at teardown."""
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    from gemma4_t4.server import free_port
+
+    procs: list[subprocess.Popen] = []
+
+    def start(*flags: str) -> str:
+        port = free_port()
+        cmd = [sys.executable, "-m", "gemma4_t4.bench.fake_server", "--port", str(port), *flags]
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        base_url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                urllib.request.urlopen(f"{base_url}/health", timeout=1)
+                return base_url
+            except OSError:
+                time.sleep(0.1)
+        pytest.fail(f"the fake server on port {port} did not answer /health within 30 s")
+
+    try:
+        yield start
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait(10)
+
+
+# Fake: parses --port, serves /health with 200, and depending on FAKE_VLLM_MODE exits at once
+# ("fail"), exits with code 7 after N seconds ("die:N"), or serves until signalled ("serve").
+FAKE_VLLM = """#!{python}
+import http.server, os, sys, threading, time
+args = sys.argv[1:]
+port = int(args[args.index("--port") + 1])
+mode = os.environ.get("FAKE_VLLM_MODE", "serve")
+print("fake vllm: args", " ".join(args), flush=True)
+if mode == "fail":
+    print("ValueError: fake vllm could not load the model", flush=True)
+    sys.exit(1)
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b"{{}}")
+    def log_message(self, *a):
+        pass
+server = http.server.HTTPServer(("127.0.0.1", port), Health)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+print("fake vllm: serving", flush=True)
+if mode.startswith("die:"):
+    time.sleep(float(mode.split(":")[1]))
+    print("RuntimeError: fake EngineCore died unexpectedly", flush=True)
+    os._exit(7)
+while True:
+    time.sleep(0.5)
+"""
+
+
+@pytest.fixture
+def fake_vllm(tmp_path: Path) -> Path:
+    """FAKE_VLLM as an executable: the ``python`` a ServerConfig runs for the lifecycle tests."""
+    path = tmp_path / "fake_vllm_python"
+    path.write_text(FAKE_VLLM.format(python=sys.executable))
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+@pytest.fixture
+def model_dir(tmp_path: Path) -> Path:
+    """A model folder with an empty config.json: enough for the fake vLLM and the launch checks."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    return folder

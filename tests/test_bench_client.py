@@ -4,13 +4,11 @@ server dying mid-run, malformed SSE, HTTP errors)."""
 
 import asyncio
 import json
-import subprocess
-import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
+from bench_cli_args import bench_run_argv
 
 from gemma4_t4.bench import compare_runs, load_run, plot_compare, plot_run, run_benchmark
 from gemma4_t4.bench.client import RequestSpec, make_session, run_closed_loop
@@ -208,82 +206,40 @@ def test_full_workloads_on_the_fake_server_write_results_and_plots(tmp_path):
     assert (tmp_path / "a" / "summary.csv").read_text().count("\n") == 3
 
 
-def test_server_dying_mid_run_keeps_partial_results_and_exits_nonzero(tmp_path):
-    port = free_port()
-    proc = subprocess.Popen(
+def test_server_dying_mid_run_keeps_partial_results_and_exits_nonzero(tmp_path, fake_server_process):
+    base_url = fake_server_process("--ttft", "0.01", "--gap", "0.002", "--exit-after-requests", "6")
+    out = tmp_path / "partial"
+    # 2 warm-ups + 4 measured succeed, then the fake server exits
+    code = cli_main(
         [
-            sys.executable,
-            "-m",
-            "gemma4_t4.bench.fake_server",
-            "--port",
-            str(port),
-            "--ttft",
-            "0.01",
-            "--gap",
-            "0.002",
-            "--exit-after-requests",
-            "6",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+            *bench_run_argv(base_url, "fake-model", "decode"),
+            "--concurrency",
+            "1,2",
+            "--input-len",
+            "32",
+            "--output-len",
+            "4",
+            "--num-prompts",
+            "10",
+            "--out",
+            str(out),
+            "--json",
+            "--no-plots",
+        ]
     )
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.1)
-        out = tmp_path / "partial"
-        # 2 warm-ups + 4 measured succeed, then the fake server exits
-        code = cli_main(
-            [
-                "bench",
-                "run",
-                "--base-url",
-                f"http://127.0.0.1:{port}",
-                "--model",
-                "fake-model",
-                "--workload",
-                "decode",
-                "--concurrency",
-                "1,2",
-                "--input-len",
-                "32",
-                "--output-len",
-                "4",
-                "--num-prompts",
-                "10",
-                "--out",
-                str(out),
-                "--json",
-                "--no-plots",
-            ]
-        )
-        assert code == 1
-        run = load_run(out)
-        first = run.cells[0]
-        assert first["completed"] == 4 and first["failed"] == 6
-        assert set(first["errors"]) <= {"connect_error", "disconnected", "truncated_stream"}
-        assert run.status == "aborted: server unreachable" and len(run.cells) == 1
-        assert len([r for r in run.records if r["phase"] == "measure"]) == 10
-    finally:
-        proc.kill()
-        proc.wait(10)
+    assert code == 1
+    run = load_run(out)
+    first = run.cells[0]
+    assert first["completed"] == 4 and first["failed"] == 6
+    assert set(first["errors"]) <= {"connect_error", "disconnected", "truncated_stream"}
+    assert run.status == "aborted: server unreachable" and len(run.cells) == 1
+    assert len([r for r in run.records if r["phase"] == "measure"]) == 10
 
 
 def test_cli_run_plot_and_compare(tmp_path, capsys):
     with FakeServer(free_port(), FakeServerState(default=FakeScript(ttft_s=0.01, gap_s=0.001))) as server:
         base = [
-            "bench",
-            "run",
-            "--base-url",
-            server.base_url,
-            "--model",
-            "fake-model",
-            "--workload",
-            "decode",
+            *bench_run_argv(server.base_url, "fake-model", "decode"),
             "--concurrency",
             "1",
             "--input-len",
@@ -299,14 +255,7 @@ def test_cli_run_plot_and_compare(tmp_path, capsys):
         assert cli_main(base + ["--out", str(tmp_path / "a")]) == 2  # never overwrites silently
         assert "already holds" in capsys.readouterr().err
         open_loop = [
-            "bench",
-            "run",
-            "--base-url",
-            server.base_url,
-            "--model",
-            "fake-model",
-            "--workload",
-            "decode",
+            *bench_run_argv(server.base_url, "fake-model", "decode"),
             "--rate",
             "5,10",
             "--arrival",
@@ -333,16 +282,7 @@ def test_cli_run_plot_and_compare(tmp_path, capsys):
         with pytest.raises(SystemExit) as bad:
             cli_main(open_loop[:-2] + ["--out", str(tmp_path / "bad"), "--rate", "1,x"])
         assert bad.value.code == 2 and "comma-separated numbers" in capsys.readouterr().err
-        answers = [
-            "bench",
-            "run",
-            "--base-url",
-            server.base_url,
-            "--model",
-            "fake-model",
-            "--workload",
-            "answers",
-        ]
+        answers = bench_run_argv(server.base_url, "fake-model", "answers")
         assert cli_main(answers + ["--out", str(tmp_path / "ans1"), "--no-plots"]) == 0
         assert cli_main(answers + ["--out", str(tmp_path / "ans2"), "--no-plots"]) == 0
     assert Path(tmp_path / "a" / "throughput_vs_concurrency.png").exists()

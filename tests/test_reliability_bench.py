@@ -10,10 +10,10 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+from bench_cli_args import bench_run_argv
 
 from gemma4_t4.bench import load_run, run_benchmark
 from gemma4_t4.bench.fake_server import FakeScript, FakeServer, FakeServerState
@@ -64,14 +64,7 @@ def test_a_server_that_accepts_but_never_answers_fails_each_request_at_the_timeo
 def test_request_timeout_flag_is_validated(capsys, tmp_path):
     code = cli_main(
         [
-            "bench",
-            "run",
-            "--base-url",
-            "http://127.0.0.1:9",
-            "--model",
-            "m",
-            "--workload",
-            "decode",
+            *bench_run_argv("http://127.0.0.1:9", "m", "decode"),
             "--out",
             str(tmp_path / "x"),
             "--request-timeout",
@@ -81,86 +74,53 @@ def test_request_timeout_flag_is_validated(capsys, tmp_path):
     _one_line_error(capsys, code, "--request-timeout")
 
 
-def test_sigterm_finalises_the_run_like_ctrl_c(tmp_path):
-    port = free_port()
-    server = subprocess.Popen(
+def test_sigterm_finalises_the_run_like_ctrl_c(tmp_path, fake_server_process):
+    base_url = fake_server_process("--ttft", "0.3", "--gap", "0.05")
+    out = tmp_path / "term"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    bench = subprocess.Popen(
         [
             sys.executable,
             "-m",
-            "gemma4_t4.bench.fake_server",
-            "--port",
-            str(port),
-            "--ttft",
-            "0.3",
-            "--gap",
-            "0.05",
+            "gemma4_t4",
+            *bench_run_argv(base_url, "fake-model", "decode"),
+            "--concurrency",
+            "1",
+            "--input-len",
+            "16",
+            "--output-len",
+            "8",
+            "--num-prompts",
+            "40",
+            "--warmup",
+            "0",
+            "--out",
+            str(out),
+            "--no-plots",
+            "--json",
         ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
-    out = tmp_path / "term"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # wait until some requests are on disk
+            records = out / "records.jsonl"
+            if records.exists() and records.read_text().count("\n") >= 2:
                 break
-            except OSError:
-                time.sleep(0.1)
-        bench = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gemma4_t4",
-                "bench",
-                "run",
-                "--base-url",
-                f"http://127.0.0.1:{port}",
-                "--model",
-                "fake-model",
-                "--workload",
-                "decode",
-                "--concurrency",
-                "1",
-                "--input-len",
-                "16",
-                "--output-len",
-                "8",
-                "--num-prompts",
-                "40",
-                "--warmup",
-                "0",
-                "--out",
-                str(out),
-                "--no-plots",
-                "--json",
-            ],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        try:
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:  # wait until some requests are on disk
-                records = out / "records.jsonl"
-                if records.exists() and records.read_text().count("\n") >= 2:
-                    break
-                time.sleep(0.1)
-            bench.send_signal(signal.SIGTERM)
-            _, err = bench.communicate(timeout=30)
-        finally:
-            if bench.poll() is None:
-                bench.kill()
-                bench.wait(10)
-        assert bench.returncode != 0 and b"Traceback" not in err, err
-        run = load_run(out)
-        assert run.status == "interrupted (SIGTERM)" and run.run.finished_at
-        cell = run.cells[0]
-        assert cell.partial and 2 <= cell.completed < 40
+            time.sleep(0.1)
+        bench.send_signal(signal.SIGTERM)
+        _, err = bench.communicate(timeout=30)
     finally:
-        server.kill()
-        server.wait(10)
+        if bench.poll() is None:
+            bench.kill()
+            bench.wait(10)
+    assert bench.returncode != 0 and b"Traceback" not in err, err
+    run = load_run(out)
+    assert run.status == "interrupted (SIGTERM)" and run.run.finished_at
+    cell = run.cells[0]
+    assert cell.partial and 2 <= cell.completed < 40
 
 
 class _EmptyModels(http.server.BaseHTTPRequestHandler):
@@ -184,14 +144,7 @@ def test_empty_model_list_is_a_one_line_error(capsys, tmp_path):
     try:
         code = cli_main(
             [
-                "bench",
-                "run",
-                "--base-url",
-                f"http://127.0.0.1:{httpd.server_port}",
-                "--model",
-                "m",
-                "--workload",
-                "decode",
+                *bench_run_argv(f"http://127.0.0.1:{httpd.server_port}", "m", "decode"),
                 "--out",
                 str(tmp_path / "x"),
             ]
@@ -208,14 +161,7 @@ def test_out_that_is_a_file_is_refused_and_left_alone(capsys, tmp_path):
     with FakeServer(free_port()) as server:
         code = cli_main(
             [
-                "bench",
-                "run",
-                "--base-url",
-                server.base_url,
-                "--model",
-                "fake-model",
-                "--workload",
-                "answers",
+                *bench_run_argv(server.base_url, "fake-model", "answers"),
                 "--out",
                 str(target),
             ]
@@ -236,14 +182,7 @@ def test_out_that_is_a_file_is_refused_and_left_alone(capsys, tmp_path):
 def test_malformed_base_urls_are_one_line_errors(capsys, tmp_path, url, needle):
     code = cli_main(
         [
-            "bench",
-            "run",
-            "--base-url",
-            url,
-            "--model",
-            "m",
-            "--workload",
-            "decode",
+            *bench_run_argv(url, "m", "decode"),
             "--out",
             str(tmp_path / "x"),
         ]

@@ -1,6 +1,6 @@
 """Reliability of the server lifecycle: bad input, secrets, faults.
 
-Fast tests build commands and run the supervisor around the fake vLLM of test_server_lifecycle.py
+Fast tests build commands and run the supervisor around the fake vLLM of conftest.py
 (a named stand-in: it serves /health and nothing else). The ``vllm`` tests start real vLLM CPU
 servers on the tiny Gemma 4 and break them: a first prompt of one token, kill -9 of the worker,
 the API server and the supervisor.
@@ -24,25 +24,8 @@ from gemma4_t4 import cpuattn, secrets
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.server import ServerConfig, VLLMServer, build_command, free_port, pid_alive, plan_launch
 from gemma4_t4.supervisor import engine_death_reason
-from tests.test_server_lifecycle import FAKE_VLLM
 
 KEY, KEY2, TOKEN = "sk-test-4242-key", "other-key-9191", "hf_abcdefghijklmnopqrstuvwxyz012345"
-
-
-@pytest.fixture
-def fake_vllm(tmp_path: Path) -> Path:
-    path = tmp_path / "fake_vllm_python"
-    path.write_text(FAKE_VLLM.format(python=sys.executable))
-    path.chmod(0o755)
-    return path
-
-
-@pytest.fixture
-def model_dir(tmp_path: Path) -> Path:
-    folder = tmp_path / "model"
-    folder.mkdir()
-    (folder / "config.json").write_text("{}")
-    return folder
 
 
 def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:

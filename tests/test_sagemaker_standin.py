@@ -89,6 +89,13 @@ def test_runtime_errors_reach_boto3_as_aws_sends_them(local_aws):  # noqa: F811
             assert model_error.value.response["Error"]["Code"] == "ModelError"
             assert model_error.value.response["OriginalStatusCode"] == 400
             assert "max_tokens must be at least 1" in model_error.value.response["Error"]["Message"]
+            with pytest.raises(ClientError) as stream_error:
+                runtime.invoke_endpoint_with_response_stream(
+                    EndpointName="g4-err", Body=b"{}", ContentType="application/json"
+                )
+            assert stream_error.value.response["Error"]["Code"] == "ModelError"
+            assert stream_error.value.response["OriginalStatusCode"] == 400
+            assert "max_tokens must be at least 1" in stream_error.value.response["Error"]["Message"]
     finally:
         backend.shutdown()
         backend.server_close()

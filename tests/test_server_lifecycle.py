@@ -1,14 +1,12 @@
-"""Server lifecycle faults, fast: a fake vLLM executable stands in where the real server can't be made
-to die on cue (it answers /health, then exits with a chosen code). The real vLLM CPU server is
-exercised in test_server_cpu.py and test_server_cli.py."""
+"""Server lifecycle faults, fast: a fake vLLM executable (conftest's ``fake_vllm``) stands in where the
+real server can't be made to die on cue (it answers /health, then exits with a chosen code). The real
+vLLM CPU server is exercised in test_server_cpu.py and test_server_cli.py."""
 
 from __future__ import annotations
 
 import json
 import os
 import socket
-import stat
-import sys
 import time
 from pathlib import Path
 
@@ -25,49 +23,6 @@ from gemma4_t4.server import (
     lock_keys,
     stop_server,
 )
-
-# Fake: parses --port, serves /health with 200, and depending on FAKE_VLLM_MODE exits at once
-# ("fail"), exits with code 7 after N seconds ("die:N"), or serves until signalled ("serve").
-FAKE_VLLM = """#!{python}
-import http.server, os, sys, threading, time
-args = sys.argv[1:]
-port = int(args[args.index("--port") + 1])
-mode = os.environ.get("FAKE_VLLM_MODE", "serve")
-print("fake vllm: args", " ".join(args), flush=True)
-if mode == "fail":
-    print("ValueError: fake vllm could not load the model", flush=True)
-    sys.exit(1)
-class Health(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200); self.end_headers(); self.wfile.write(b"{{}}")
-    def log_message(self, *a):
-        pass
-server = http.server.HTTPServer(("127.0.0.1", port), Health)
-threading.Thread(target=server.serve_forever, daemon=True).start()
-print("fake vllm: serving", flush=True)
-if mode.startswith("die:"):
-    time.sleep(float(mode.split(":")[1]))
-    print("RuntimeError: fake EngineCore died unexpectedly", flush=True)
-    os._exit(7)
-while True:
-    time.sleep(0.5)
-"""
-
-
-@pytest.fixture
-def fake_vllm(tmp_path: Path) -> Path:
-    path = tmp_path / "fake_vllm_python"
-    path.write_text(FAKE_VLLM.format(python=sys.executable))
-    path.chmod(path.stat().st_mode | stat.S_IXUSR)
-    return path
-
-
-@pytest.fixture
-def model_dir(tmp_path: Path) -> Path:
-    folder = tmp_path / "model"
-    folder.mkdir()
-    (folder / "config.json").write_text("{}")
-    return folder
 
 
 def _config(fake: Path, model: Path, work: Path, mode: str = "serve", **kw) -> ServerConfig:

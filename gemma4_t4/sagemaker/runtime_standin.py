@@ -77,6 +77,17 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def _model_error(self, status: int, data: bytes, message: str) -> None:
+        """SageMaker wraps a container error in ModelError (HTTP 424) and keeps the original."""
+        original = data.decode(errors="replace")[:2000]
+        self._error(
+            424,
+            "ModelError",
+            message.format(original),
+            OriginalStatusCode=status,
+            OriginalMessage=original,
+        )
+
     def do_POST(self) -> None:  # noqa: N802 - http.server's naming
         parts = urllib.parse.urlparse(self.path).path.strip("/").split("/")
         if (
@@ -110,14 +121,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _reply(self, response: http.client.HTTPResponse) -> None:
         data = response.read()
         if response.status >= 400:
-            # SageMaker wraps a container error in ModelError (HTTP 424) and keeps the original.
-            self._error(
-                424,
-                "ModelError",
-                f'Received client error from primary with message "{data.decode(errors="replace")[:2000]}"',
-                OriginalStatusCode=response.status,
-                OriginalMessage=data.decode(errors="replace")[:2000],
-            )
+            self._model_error(response.status, data, 'Received client error from primary with message "{}"')
             return
         self.send_response(200)
         self.send_header("Content-Type", response.getheader("Content-Type", "application/json"))
@@ -128,14 +132,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _stream(self, response: http.client.HTTPResponse) -> None:
         if response.status >= 400:
-            data = response.read()
-            self._error(
-                424,
-                "ModelError",
-                f"Received client error from primary: {data.decode(errors='replace')[:2000]}",
-                OriginalStatusCode=response.status,
-                OriginalMessage=data.decode(errors="replace")[:2000],
-            )
+            self._model_error(response.status, response.read(), "Received client error from primary: {}")
             return
         self.send_response(200)
         self.send_header("Content-Type", STREAM_CONTENT_TYPE)
