@@ -85,7 +85,9 @@ def test_chat_role_only_first_chunk_is_not_the_first_token(fake):
     for r in records:
         m = request_metrics(r)
         assert r["error"] is None
-        assert m.ttft_first_chunk_ms < 30  # the role-only delta arrives at once
+        # the role-only delta arrives at once, well before the first token (120 ms); a loaded CPU can
+        # delay its read by tens of ms, never past the token itself
+        assert m.ttft_first_chunk_ms < m.ttft_ms - 10
         assert 119.5 <= m.ttft_ms < 120.0 + 2 * TOL_MS
         assert abs(r["first_token_s"] - truth[r["request_id"]]["writes_s"][0]) * 1000 < TOL_MS
         assert m.chunks == 20
