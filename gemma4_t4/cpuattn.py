@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from gemma4_t4.atomic import atomic_write_json
+from gemma4_t4.cache import cache_root
 from gemma4_t4.jsonable import TypedDict
 from gemma4_t4.versions import package_version
 
@@ -60,7 +61,7 @@ MAX_ABS_ERR = {"bfloat16": 0.05, "float32": 1e-3}
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("GEMMA4_T4_CACHE", Path.home() / ".cache" / "gemma4_t4")) / "probes"
+    return cache_root() / "probes"
 
 
 @dataclass

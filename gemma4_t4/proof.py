@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,11 +18,11 @@ from typing import Any
 
 from gemma4_t4 import turing
 from gemma4_t4.atomic import atomic_write_json
+from gemma4_t4.cache import cache_root
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.turing import offline
 from gemma4_t4.versions import package_version
 
-CACHE_ENV = "GEMMA4_T4_CACHE_DIR"
 PROOF_FORMAT = 1
 
 
@@ -41,10 +40,7 @@ class TuringProof:
 
 
 def cache_dir() -> Path:
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV])
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "gemma4-t4"
+    return cache_root()
 
 
 def proof_key(arch: str, vllm_root: str | Path | None = None) -> tuple[str, dict[str, str]]:

@@ -272,3 +272,18 @@ def assert_package_wide_dict_any_budget(limit: int = PACKAGE_LIMIT) -> None:
 
 def test_package_wide_dict_any_budget():
     assert_package_wide_dict_any_budget()
+
+
+def test_every_verdict_cache_lives_under_the_one_cache_root(monkeypatch, tmp_path):
+    """The CPU attention probe, the sm_75 proof and the prefill verdicts move together with
+    $GEMMA4_T4_CACHE_DIR (and default to ~/.cache/gemma4_t4)."""
+    from gemma4_t4 import cache, cpuattn, proof
+    from gemma4_t4.turing import prefill
+
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path))
+    for folder in (cpuattn.cache_dir(), proof.cache_dir(), prefill.cache_dir()):
+        assert folder == tmp_path or tmp_path in folder.parents
+    monkeypatch.delenv(cache.CACHE_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache.cache_root() == tmp_path / "xdg" / "gemma4_t4"
+    assert prefill.cache_dir() == tmp_path / "xdg" / "gemma4_t4" / "turing_prefill"

