@@ -14,13 +14,12 @@ endpoint names get the runtime's ValidationError.
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from dataclasses import dataclass, field
 
 import aiohttp
 from aiohttp import web
 
+from gemma4_t4.bench.fake_server import AppInThread
 from gemma4_t4.sagemaker.runtime_standin import STREAM_CONTENT_TYPE, payload_part
 
 
@@ -40,18 +39,24 @@ def _error(status: int, code: str, message: str, **extra: object) -> web.Respons
     return web.json_response({"message": message, **extra}, status=status, headers={"x-amzn-ErrorType": code})
 
 
-class FaultInjectingStandIn:
+class FaultInjectingStandIn(AppInThread):
     """The fault-injecting stand-in on its own event loop in a thread; ``url`` goes in AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME."""
 
+    thread_name = "sagemaker-fault-standin"
+
     def __init__(self, port: int, endpoints: dict[str, Endpoint]):
-        self.port, self.endpoints = port, endpoints
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._runner: web.AppRunner | None = None
-        self._ready = threading.Event()
+        super().__init__(port)
+        self.endpoints = endpoints
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return self.base_url
+
+    def build(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/endpoints/{name}/invocations", self._invoke)
+        app.router.add_post("/endpoints/{name}/invocations-response-stream", self._invoke)
+        return app
 
     async def _invoke(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["name"]
@@ -117,38 +122,6 @@ class FaultInjectingStandIn:
                         await response.write(payload_part(piece))
             await response.write_eof()
             return response
-
-    def start(self) -> FaultInjectingStandIn:
-        def serve() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            app = web.Application()
-            app.router.add_post("/endpoints/{name}/invocations", self._invoke)
-            app.router.add_post("/endpoints/{name}/invocations-response-stream", self._invoke)
-            self._runner = web.AppRunner(app, access_log=None)
-            loop.run_until_complete(self._runner.setup())
-            loop.run_until_complete(web.TCPSite(self._runner, "127.0.0.1", self.port).start())
-            self._ready.set()
-            loop.run_forever()
-            loop.run_until_complete(self._runner.cleanup())
-            loop.close()
-
-        self._thread = threading.Thread(target=serve, name="sagemaker-fault-standin", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(10):
-            raise RuntimeError("the fault-injecting runtime stand-in did not start")
-        return self
-
-    def stop(self) -> None:
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(10)
-
-    def __enter__(self) -> FaultInjectingStandIn:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def aws_env(monkeypatch, url: str) -> None:

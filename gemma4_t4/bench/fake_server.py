@@ -258,13 +258,14 @@ def build_app(state: FakeServerState | None = None, model: str = "fake-model") -
     return app
 
 
-class FakeServer:
-    """The fake server on its own event loop in a background thread (in-process tests)."""
+class AppInThread:
+    """An aiohttp app (from :meth:`build`) served on 127.0.0.1:``port`` by its own event loop in a
+    background thread, for in-process tests; ``with`` starts and stops it."""
 
-    def __init__(self, port: int, state: FakeServerState | None = None, model: str = "fake-model"):
+    thread_name = "aiohttp-app"
+
+    def __init__(self, port: int):
         self.port = port
-        self.state = state or FakeServerState()
-        self.model = model
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
@@ -274,12 +275,15 @@ class FakeServer:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> FakeServer:
+    def build(self) -> web.Application:
+        raise NotImplementedError
+
+    def start(self):
         def serve() -> None:
             loop = asyncio.new_event_loop()
             self._loop = loop
             asyncio.set_event_loop(loop)
-            self._runner = web.AppRunner(build_app(self.state, self.model), access_log=None)
+            self._runner = web.AppRunner(self.build(), access_log=None)
             loop.run_until_complete(self._runner.setup())
             loop.run_until_complete(web.TCPSite(self._runner, "127.0.0.1", self.port).start())
             self._ready.set()
@@ -287,10 +291,10 @@ class FakeServer:
             loop.run_until_complete(self._runner.cleanup())
             loop.close()
 
-        self._thread = threading.Thread(target=serve, name="fake-openai-server", daemon=True)
+        self._thread = threading.Thread(target=serve, name=self.thread_name, daemon=True)
         self._thread.start()
         if not self._ready.wait(10):
-            raise RuntimeError("fake server did not start")
+            raise RuntimeError(f"{self.thread_name} did not start")
         return self
 
     def stop(self) -> None:
@@ -299,11 +303,25 @@ class FakeServer:
         if self._thread is not None:
             self._thread.join(10)
 
-    def __enter__(self) -> FakeServer:
+    def __enter__(self):
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class FakeServer(AppInThread):
+    """The fake server on its own event loop in a background thread (in-process tests)."""
+
+    thread_name = "fake-openai-server"
+
+    def __init__(self, port: int, state: FakeServerState | None = None, model: str = "fake-model"):
+        super().__init__(port)
+        self.state = state or FakeServerState()
+        self.model = model
+
+    def build(self) -> web.Application:
+        return build_app(self.state, self.model)
 
 
 def main(argv: list[str] | None = None) -> None:
