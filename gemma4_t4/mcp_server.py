@@ -520,10 +520,10 @@ def _served_model(base_url: str) -> str:
     """The first model a local server serves (clear error if it is unreachable or serves none)."""
     from gemma4_t4.bench.telemetry import check_reachable  # loads the bench package (~1 s): only when asked
 
-    models = check_reachable(base_url)["models"]
-    if not models:
-        raise Gemma4T4Error(f"{base_url} serves no model", fix="start one with start_vllm_server")
-    return models[0]
+    if base_url.startswith("sagemaker://"):
+        raise Gemma4T4Error("a SageMaker endpoint cannot be asked which model it serves",
+                            fix="pass model=<the endpoint's served model name>")
+    return check_reachable(base_url)["models"][0]  # it refuses a server that serves none
 
 
 def _local_chat(base_url: str, prompt: str, max_tokens: int, temperature: float,
@@ -715,8 +715,9 @@ def start_vllm_server(model: str, target: Literal["cpu", "t4"] = "cpu", port: in
     # owned by this MCP server: recorded in the state file, stopped when it exits (docs/serving.md)
     owner = {"kind": "mcp-server", "pid": os.getpid(), "create_time": _own_create_time(),
              "on_exit": "stopped by the MCP server when it exits"}
-    server = start_server(config, wait=True, timeout=timeout_s, owner=owner)
-    _OWNED.append(server)
+    server = start_server(config, wait=False, owner=owner)
+    _OWNED.append(server)  # owned from its launch: an exit during the wait below still stops it
+    server.wait_healthy(timeout=timeout_s)
     status = server.status()
     return ServerToolResult(servers=[status], summary=status.summary())
 

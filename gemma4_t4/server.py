@@ -28,6 +28,7 @@ import json
 import os
 import platform
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -166,6 +167,9 @@ class ServerConfig:
                 self._arg_problem, fix="pass the key once, with --api-key (or GEMMA4_T4_API_KEY)"
             )
         _check_extra_args(self)
+        if self.python and not shutil.which(self.python):  # else the supervisor dies at Popen
+            raise Gemma4T4Error(f"--python {self.python} is not an executable interpreter",
+                                fix="pass the python of an environment with vLLM installed (or leave it out)")
         if self.target == "t4" and self.resolved_dtype() in ("bfloat16", "bf16"):
             raise Gemma4T4Error(
                 "bfloat16 requested on a T4: Turing (sm_75) has no bf16 and vLLM refuses it",

@@ -225,3 +225,12 @@ async def test_query_model_keeps_vllms_400_reason_on_the_real_server(vllm_server
         in text
     )
     assert "fix: shorten the prompt or lower max_tokens" in text
+
+
+def test_a_sagemaker_url_without_a_model_names_the_missing_model_not_an_unreachable_server():
+    from gemma4_t4 import mcp_server
+    from gemma4_t4.errors import Gemma4T4Error
+
+    with pytest.raises(Gemma4T4Error, match="SageMaker endpoint") as info:
+        mcp_server._served_model("sagemaker://us-east-2/ep")
+    assert "model=" in info.value.fix

@@ -215,3 +215,14 @@ def test_tensor_parallel_override_cannot_exceed_the_host():
         DeployConfig(extra_env={"SM_VLLM_TENSOR_PARALLEL_SIZE": "4"}).validate(require_role=False)
     with pytest.raises(Gemma4T4Error, match="not a positive integer"):
         DeployConfig(extra_args=["--tensor-parallel-size", "two"]).validate(require_role=False)
+
+
+@pytest.mark.parametrize("budget", ["-1", "0", "nan", "inf"])
+def test_matrix_refuses_a_budget_that_is_not_a_positive_number_even_in_a_dry_run(budget):
+    done = subprocess.run(
+        [sys.executable, "-m", "gemma4_t4", "sagemaker", "matrix", "--models", "google/gemma-4-E2B-it",
+         "--budget-usd", budget, "--dry-run"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 2 and "must be a positive number of USD" in done.stderr + done.stdout
+    assert "Traceback" not in done.stderr

@@ -295,6 +295,11 @@ def test_probe_reads_a_real_sigill_and_the_choice_falls_through(tmp_path):
     missing = cpuattn.probe("vllm-default", python=str(tmp_path / "no-python"))
     assert missing.unavailable
     assert cpuattn.choose(prober=lambda _c: missing).candidate == "vllm-default"
+    # a later candidate that cannot run (timed out) never brings back the default that crashed
+    timed_out = cpuattn.ProbeResult("amx-permission", "bfloat16", False, None, detail="probe timed out after 120 s")
+    assert timed_out.unavailable
+    later = {**answers, "amx-permission": timed_out}
+    assert cpuattn.choose(prober=later.__getitem__).candidate == "vec-kernel"
 
 
 def test_the_choice_is_cached_by_machine_and_versions(tmp_path, monkeypatch):
@@ -702,3 +707,10 @@ def test_a_deep_work_dir_keeps_vllms_socket_paths_short(tmp_path):
     ] == str(tmp)
     shallow = Path("/w")
     assert server_tmp_dir(shallow) == shallow / "tmp"
+
+
+def test_a_python_that_is_not_an_interpreter_is_refused_before_anything_starts(tmp_path):
+    config = ServerConfig(model="m/x", work_dir=str(tmp_path), python=str(tmp_path / "no-python"), dtype="float32")
+    with pytest.raises(Gemma4T4Error, match="not an executable interpreter") as info:
+        config.validate()
+    assert info.value.fix and not list(tmp_path.iterdir())

@@ -250,3 +250,23 @@ def test_cli_record_and_mcp_tool_need_confirm(local_aws, tmp_path, capsys):  # n
     assert saved["image_uri"] == uri and saved["pinned_uri"].endswith("@" + saved["digest"])
     assert main(["sagemaker", "build-image", "--region", REGION, "--base-tag", "latest"]) == 2
     assert "not a pinned vLLM SageMaker tag" in capsys.readouterr().err
+
+
+def test_an_interrupted_wait_stops_the_build_it_started():
+    """Ctrl-C while waiting on CodeBuild stops that build (nothing left billing), then re-raises."""
+    cb = boto3.client("codebuild", region_name=REGION, aws_access_key_id="x", aws_secret_access_key="x")
+    stub = Stubber(cb)
+    build_id = f"{build.PROJECT_NAME}:abc"
+    stub.add_response(
+        "batch_get_builds",
+        {"builds": [{"id": build_id, "buildStatus": "IN_PROGRESS", "currentPhase": "BUILD"}]},
+    )
+    stub.add_response("stop_build", {"build": {"id": build_id}}, {"id": build_id})
+
+    def interrupted(_s):
+        raise KeyboardInterrupt
+
+    with stub, pytest.raises(KeyboardInterrupt):
+        build.wait_for_build(cb, build_id, build.BuildResult(REGION, "uri", "tag", "IN_PROGRESS"), progress=False,
+                            sleep=interrupted)
+    stub.assert_no_pending_responses()

@@ -258,7 +258,7 @@ class SageMakerBackend:
 
             yield send
         finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+            pool.shutdown(wait=False, cancel_futures=True)  # finalise first; threads end on their own
 
     # ------------------------------------------------------------ one invocation
 

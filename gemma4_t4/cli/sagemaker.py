@@ -116,8 +116,9 @@ def _build_image(args: argparse.Namespace) -> Output:
 
 def _matrix(args: argparse.Namespace) -> Output:
     from gemma4_t4.sagemaker.config import DEFAULT_MODEL_ID
-    from gemma4_t4.sagemaker.matrix import matrix_plan, run_matrix
+    from gemma4_t4.sagemaker.matrix import check_budget, matrix_plan, run_matrix
 
+    check_budget(args.budget_usd)  # before the plan: a dry run refuses a budget the real run would
     args.name, args.model_id = "g4-matrix", DEFAULT_MODEL_ID
     base = _config_from(args)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
@@ -231,13 +232,13 @@ def _with_model_dir(config, args: argparse.Namespace):
     """Upload --model-dir (real run) or plan its upload (dry run); the config serves it from S3."""
     import dataclasses
 
-    from gemma4_t4.sagemaker.upload import upload_model_folder, upload_plan
+    from gemma4_t4.sagemaker.upload import default_bucket, upload_model_folder, upload_plan
 
     config.validate(require_role=False)  # refuse a bad config before uploading gigabytes
     if args.dry_run:
         uri, lines = upload_plan(
             args.model_dir,
-            args.model_bucket or "gemma4-t4-models-<account>-" + config.region,
+            args.model_bucket or default_bucket("<account>", config.region),
             region=config.region,
         )
     else:
@@ -361,9 +362,9 @@ def _deploy_args(p: argparse.ArgumentParser, name: bool = True) -> None:
     from gemma4_t4.sagemaker.config import DEFAULT_INSTANCE, DEFAULT_MODEL_ID
     from gemma4_t4.sagemaker.image import DEFAULT_VLLM_TAG
 
-    if name:
+    if name:  # matrix names its endpoints and takes its models from --models
         p.add_argument("--name", default="gemma4-t4")
-    p.add_argument("--model-id", default=DEFAULT_MODEL_ID)
+        p.add_argument("--model-id", default=DEFAULT_MODEL_ID)
     p.add_argument("--instance-type", default=DEFAULT_INSTANCE)
     p.add_argument("--fallback-instance-types", default=None, help="comma-separated InstancePools fallbacks")
     p.add_argument("--role-arn", default=None, help="execution role (default: $GEMMA4_T4_SAGEMAKER_ROLE_ARN)")

@@ -139,20 +139,27 @@ def lattice_quantizer(group_size: int, scale_dtype: str, allow_requant: bool, to
     return quantize
 
 
-def _copy_side_files(src: Path, dst: Path) -> list[str]:
-    copied = []
+def _side_items(src: Path) -> list[Path]:
+    """The source's files and folders a build carries over as they are (tokenizer, configs, ...)."""
+    items = []
     for item in sorted(src.iterdir()):
         name = item.name
         if name.endswith(".safetensors") or name in (INDEX_NAME, REPORT_NAME) or name.startswith("."):
             continue
         if name.lower().endswith(PICKLE_SUFFIXES):
             continue  # pickle weights are never carried over (and would duplicate the model)
+        items.append(item)
+    return items
+
+
+def _copy_side_files(src: Path, dst: Path) -> list[str]:
+    items = _side_items(src)
+    for item in items:
         if item.is_dir():
-            shutil.copytree(item, dst / name)
+            shutil.copytree(item, dst / item.name)
         else:
-            shutil.copy2(item, dst / name)
-        copied.append(name)
-    return copied
+            shutil.copy2(item, dst / item.name)
+    return [item.name for item in items]
 
 
 def _updated_config(config: dict | None, qcfg: dict, untie: bool) -> dict:
@@ -186,9 +193,7 @@ def _parse_config(text: str | None, where: str) -> dict | None:
 
 def _side_bytes(src: Path) -> int:
     total = 0
-    for item in src.iterdir():
-        if item.name.endswith(".safetensors") or item.name.startswith("."):
-            continue
+    for item in _side_items(src):
         try:
             total += sum(f.stat().st_size for f in item.rglob("*") if f.is_file()) if item.is_dir() \
                 else item.stat().st_size

@@ -588,25 +588,29 @@ def wait_for_build(
         leave=True,
         bar_format="{desc}: {n}/{total} phases | {postfix}",
     ) as bar:
-        while True:
-            builds = cb.batch_get_builds(ids=[build_id]).get("builds") or []
-            if not builds:
-                raise Gemma4T4Error(f"CodeBuild lost build {build_id}", fix="check the CodeBuild console")
-            build = builds[0]
-            result.phase = build.get("currentPhase")
-            status = build.get("buildStatus", "IN_PROGRESS")
-            bar.n = PHASES.index(result.phase) + 1 if result.phase in PHASES else bar.n
-            bar.set_postfix_str(f"{result.phase} {status} {monotonic() - start:.0f} s")
-            if status != "IN_PROGRESS":
-                failed = [p for p in build.get("phases", []) if p.get("phaseStatus") in FAILED_STATUSES]
-                if failed:
-                    result.phase = failed[0].get("phaseType")
-                return build
-            if monotonic() - start > timeout_s:
-                cb.stop_build(id=build_id)
-                build["buildStatus"] = "TIMED_OUT"
-                return build
-            sleep(poll_s)
+        try:  # an interrupted wait stops the build: nothing is left billing behind it
+            while True:
+                builds = cb.batch_get_builds(ids=[build_id]).get("builds") or []
+                if not builds:
+                    raise Gemma4T4Error(f"CodeBuild lost build {build_id}", fix="check the CodeBuild console")
+                build = builds[0]
+                result.phase = build.get("currentPhase")
+                status = build.get("buildStatus", "IN_PROGRESS")
+                bar.n = PHASES.index(result.phase) + 1 if result.phase in PHASES else bar.n
+                bar.set_postfix_str(f"{result.phase} {status} {monotonic() - start:.0f} s")
+                if status != "IN_PROGRESS":
+                    failed = [p for p in build.get("phases", []) if p.get("phaseStatus") in FAILED_STATUSES]
+                    if failed:
+                        result.phase = failed[0].get("phaseType")
+                    return build
+                if monotonic() - start > timeout_s:
+                    cb.stop_build(id=build_id)
+                    build["buildStatus"] = "TIMED_OUT"
+                    return build
+                sleep(poll_s)
+        except KeyboardInterrupt:
+            cb.stop_build(id=build_id)
+            raise
 
 
 def build_t4_image(

@@ -56,6 +56,14 @@ def measure_endpoint(
     return run_benchmark(sagemaker_url(region, endpoint), served, workload, out_dir, **opts)
 
 
+def check_budget(budget_usd: float) -> None:
+    """A hard budget is a positive, finite number of USD (NaN and inf are refused too)."""
+    if not 0 < budget_usd < float("inf"):
+        raise Gemma4T4Error(
+            f"budget {budget_usd!r} must be a positive number of USD", fix="e.g. --budget-usd 5"
+        )
+
+
 def _served_name_opt(measure: Callable[..., object], config: DeployConfig,
                      measure_opts: Mapping[str, object] | None) -> dict[str, object]:
     # the default adapter names requests by the container's served name; a caller's own measure
@@ -226,10 +234,7 @@ def run_configs(
     monotonic: Callable[[], float] = time.monotonic,
 ) -> MatrixResult:
     """Deploy, measure and delete each config's endpoint in turn (one region); budget-capped."""
-    if not budget_usd > 0:
-        raise Gemma4T4Error(
-            f"budget {budget_usd!r} must be a positive number of USD", fix="e.g. --budget-usd 5"
-        )
+    check_budget(budget_usd)
     plan = configs_plan(configs, deploy_minutes=deploy_minutes, measure_minutes=measure_minutes)
     by_name = {c.name: c for c in configs}
     base = configs[0]
