@@ -551,3 +551,19 @@ def test_grid_compare_counts_moves_inside_groups_whose_lattice_is_ambiguous(tmp_
 def test_grid_check_still_works_on_a_valid_single_file(tiny_qat_model_dir):
     report = grid_check(str(tiny_qat_model_dir / "model.safetensors"))
     assert report.on_grid and report.tensors_checked >= 30
+
+
+def test_the_free_space_need_counts_only_the_side_files_a_build_copies(tmp_path):
+    """Pickle weights, the index and the report are never copied, so they never count towards the
+    space a build needs (a folder with both .safetensors and pytorch_model.bin was refused)."""
+    from gemma4_t4.quant.repack import _copy_side_files, _side_bytes
+
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.mkdir()
+    dst.mkdir()
+    (src / "tokenizer.json").write_text("0123456789")
+    with open(src / "pytorch_model.bin", "wb") as f:  # sparse: 1 GiB of size, no disk
+        f.truncate(2**30)
+    (src / "model.safetensors.index.json").write_text("{}")
+    assert _side_bytes(src) == 10
+    assert _copy_side_files(src, dst) == ["tokenizer.json"]

@@ -109,3 +109,13 @@ def test_probe_takes_gpu_and_driver_from_the_doctor_probe():
     assert any("driver 535.104.05 runs vLLM's cu129 build" in w for w in plan.warnings)
     no_smi = probe_torch_facts(probes=env.Probes(run=lambda cmd: None))
     assert no_smi.gpu_present is False and no_smi.driver_version is None
+
+
+def test_the_doctors_torch_line_follows_the_installed_vllm_and_the_driver():
+    from gemma4_t4 import env
+
+    # vLLM 0.32.0 pins torch 2.13.0: a known driver must not swap in 0.33.0's torch
+    assert env.torch_fix_command("0.32.0", "580.65") == (
+        "pip install torch==2.13.0+cu130 --index-url https://download.pytorch.org/whl/cu130")
+    assert env.torch_fix_command("0.33.0", "550.1") == (
+        "pip install torch==2.14.0+cu129 --index-url https://download.pytorch.org/whl/cu129")
