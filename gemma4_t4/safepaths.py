@@ -22,12 +22,10 @@ import errno
 import json
 import os
 import shutil
-import signal
 import socket
 import tempfile
-import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -339,53 +337,3 @@ def swap_into_place(tmp: Path, target: Path, overwrite: bool) -> None:
         shutil.rmtree(backup, ignore_errors=True)
     else:
         tmp.rename(target)
-
-
-# ------------------------------------------------------------------------------------------
-# signals
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM / SIGHUP arrived during a write: unwinds like Ctrl-C so partial output is removed."""
-
-    def __init__(self, signum: int):
-        super().__init__(f"terminated by {signal.Signals(signum).name}")
-        self.signum = signum
-
-
-CLEANUP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
-
-
-@contextlib.contextmanager
-def cleanup_on_signals(signals: tuple[int, ...] = CLEANUP_SIGNALS) -> Iterator[None]:
-    """Within the block, SIGTERM/SIGHUP raise :class:`Terminated` (so ``except BaseException``
-    cleanup runs); on the way out the signal is delivered again with its default action, so
-    the process still ends the way its sender expects (exit status 128 + signal).
-
-    Only signals left at their default action are taken over (a caller's own handler wins), and
-    only in the main thread (Python delivers signals there only)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous: dict[int, object] = {}
-
-    def handler(signum, _frame):
-        for sig in previous:  # a second signal must not cut the cleanup short
-            signal.signal(sig, signal.SIG_IGN)
-        raise Terminated(signum)
-
-    for sig in signals:
-        if signal.getsignal(sig) is signal.SIG_DFL:
-            previous[sig] = signal.signal(sig, handler)
-    try:
-        yield
-    except Terminated as exc:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-        previous.clear()
-        if exc.signum in signals:
-            os.kill(os.getpid(), exc.signum)  # default action: the process ends here
-        raise
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)

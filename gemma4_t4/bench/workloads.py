@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import signal
-import threading
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -32,7 +29,7 @@ from pydantic import (
     model_validator,
 )
 
-from gemma4_t4 import secrets
+from gemma4_t4 import secrets, signals
 from gemma4_t4.bench.answers import QUESTIONS, is_correct
 from gemma4_t4.bench.backends import Backend, backend_for, parse_base_url
 from gemma4_t4.bench.client import ARRIVALS, RequestSpec, arrival_offsets, closed_loop, open_loop
@@ -59,10 +56,6 @@ from gemma4_t4.jsonable import JSONValue
 # what a user chooses (--workload); the registry below also holds the modes decode runs in
 WORKLOAD_CHOICES: tuple[str, ...] = ("decode", "ttft", "prefix", "answers", "load")
 METHODS = ("vllm", "series")
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM during a run: finalised exactly like Ctrl-C (status, summary, records kept)."""
 
 
 # ---------------------------------------------------------------- arguments
@@ -642,23 +635,6 @@ def _run_async(factory: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
         return pool.submit(lambda: asyncio.run(factory())).result()
 
 
-@contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM raises :class:`Terminated` (a KeyboardInterrupt) so the run is finalised like Ctrl-C."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: Any) -> None:
-        raise Terminated()
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def _check_lengths(args: BenchArgs, max_model_len: int | None) -> None:
     if not max_model_len:
         return
@@ -731,7 +707,7 @@ def run_benchmark(
     status, error = "complete", None
     measured: dict[str, list[RequestRecord]] = {}
     try:
-        with _sigterm_as_interrupt():
+        with signals.orderly_stop(redeliver=False):
             pending = list(cells)
             while pending:
                 cell = pending.pop(0)
@@ -757,7 +733,7 @@ def run_benchmark(
             if status == "complete" and any(c.failed for c in writer.cells):
                 status = "complete with failures"
     except KeyboardInterrupt as exc:
-        status = "interrupted" + (" (SIGTERM)" if isinstance(exc, Terminated) else "")
+        status = signals.interrupt_label(exc)
         raise
     finally:
         writer.update_run(status=status, error=error, finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gemma4_t4 import safepaths
+from gemma4_t4 import safepaths, signals
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.quant import config as qconfig
 from gemma4_t4.quant import lattice, pack
@@ -286,7 +286,7 @@ def _build(reader: LocalCheckpoint, src: str | Path, dst_path: Path, quantizer: 
     bar = None
     callback = progress if callable(progress) else None
     writer = None
-    with safepaths.cleanup_on_signals():
+    with signals.orderly_stop():
         tmp = safepaths.make_partial(dst_path)  # first: a read-only target fails here, naming it
         try:
             safepaths.ensure_free_space(tmp, need, f"the build {dst_path}")

@@ -1,0 +1,73 @@
+"""The one rule for signals: SIGINT, SIGTERM and SIGHUP mean the same orderly stop.
+
+Wherever a command owns something (a server, an endpoint, a build, an upload, pip, a partial
+checkpoint), it wraps that stretch in :func:`orderly_stop`. Inside the block SIGTERM and SIGHUP
+raise :class:`Terminated`, a ``KeyboardInterrupt``, so the same ``except``/``finally`` code that
+already cleans up after Ctrl-C runs for them too. A process killed by a signal it did not handle
+would skip every ``finally``: that is how endpoints were left billing and servers orphaned.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Iterator
+
+STOP_SIGNALS: tuple[int, ...] = (signal.SIGTERM, signal.SIGHUP)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP arrived inside :func:`orderly_stop`: unwinds exactly like Ctrl-C."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"terminated by {signal.Signals(signum).name}")
+        self.signum = signum
+
+    @property
+    def signal_name(self) -> str:
+        return signal.Signals(self.signum).name
+
+
+def interrupt_label(exc: BaseException) -> str:
+    """How a run's status names its interruption: "interrupted" for Ctrl-C, with the signal otherwise."""
+    return f"interrupted ({exc.signal_name})" if isinstance(exc, Terminated) else "interrupted"
+
+
+@contextlib.contextmanager
+def orderly_stop(signals: tuple[int, ...] = STOP_SIGNALS, *, redeliver: bool = True) -> Iterator[None]:
+    """Within the block, ``signals`` raise :class:`Terminated` so ``except BaseException`` /
+    ``finally`` cleanup runs. With ``redeliver`` the signal is sent again with its default action
+    once the cleanup has unwound, so the process still ends the way its sender expects (exit
+    status 128 + signal); without it the ``Terminated`` propagates to the caller's boundary.
+
+    Only signals left at their default action are taken over (a caller's own handler wins, and
+    nesting is harmless), and only in the main thread (Python delivers signals there only). A
+    second signal during the cleanup is ignored: it must not cut the cleanup short."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous: dict[int, object] = {}
+
+    def handler(signum: int, _frame: object) -> None:
+        for sig in previous:
+            signal.signal(sig, signal.SIG_IGN)
+        raise Terminated(signum)
+
+    for sig in signals:
+        if signal.getsignal(sig) is signal.SIG_DFL:
+            previous[sig] = signal.signal(sig, handler)
+    try:
+        yield
+    except Terminated as exc:
+        for sig, old in previous.items():
+            signal.signal(sig, old)  # type: ignore[arg-type]
+        owned = exc.signum in previous
+        previous.clear()
+        if redeliver and owned:
+            os.kill(os.getpid(), exc.signum)  # default action: the process ends here
+        raise
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)  # type: ignore[arg-type]
