@@ -51,7 +51,7 @@ test: lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 test-fast: lint
-	$(BIN)/python -m pytest -m "not slow and not notebooks" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not vllm and not compile and not notebooks and not slow" $(PYTEST_ARGS)
 
 run: install
 	$(BIN)/gemma4-t4 run --target $(TARGET) --out build

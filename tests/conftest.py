@@ -5,7 +5,9 @@ stand-ins several test modules use: the bench FAKE server as a process and a FAK
 from __future__ import annotations
 
 import os
+import re
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
@@ -13,6 +15,68 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / ".cache" / "tests"
+
+# ------------------------------------------------------------------------------------------
+# Test tiers. `make test-fast` deselects `vllm`, `compile`, `notebooks` and `slow`. A test joins
+# a tier by what it uses (the fixtures below mark it) and, where a test starts the thing itself,
+# by its own marker; the guard fails a fast-tier test that launches a tier's command unmarked, so
+# the fast tier cannot silently grow a vLLM start, an sm_75 compile or a notebook run.
+
+TIER_FIXTURES = {"vllm_server": "vllm", "sm75_report": "compile"}
+TIER_COMMANDS = {
+    "vllm": ("vllm.entrypoints",),
+    "notebooks": ("papermill", "ipykernel_launcher"),
+    "compile": ("turing verify",),
+}
+FAKE_VLLM_NAME = "fake_vllm_python"  # the FAKE vLLM executable below
+# named stand-ins for vLLM's interpreter (fake_vllm_python, fake_with_child): fast-tier work
+FAKE_PREFIX = "fake"
+
+
+def _launches(tier: str, argv: list[str]) -> bool:
+    if tier == "vllm":  # a real interpreter running vLLM's server module (not the fake vLLM)
+        return any(
+            a.startswith("vllm.entrypoints") and i >= 2 and not Path(argv[i - 2]).name.startswith(FAKE_PREFIX)
+            for i, a in enumerate(argv)
+        )
+    text = " ".join(argv)
+    return any(word in text for word in TIER_COMMANDS[tier])
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for fixture, marker in TIER_FIXTURES.items():
+            if fixture in getattr(item, "fixturenames", ()):
+                item.add_marker(marker)
+
+
+def _deselected_tiers(config) -> set[str]:
+    expr = config.getoption("markexpr") or ""
+    return {tier for tier in TIER_COMMANDS if re.search(rf"\bnot\s+{tier}\b", expr)}
+
+
+@pytest.fixture(autouse=True)
+def _tier_guard(request, monkeypatch):
+    """In a run that deselects a tier, a test without that tier's marker may not launch its command."""
+    tiers = {t for t in _deselected_tiers(request.config) if request.node.get_closest_marker(t) is None}
+    if not tiers:
+        yield
+        return
+    launched: list[str] = []
+    original = subprocess.Popen.__init__
+
+    def guarded(self, args, *more, **kw):
+        argv = args.split() if isinstance(args, str) else [str(a) for a in args]
+        for tier in tiers:
+            if _launches(tier, argv):
+                launched.append(f"{tier}: {' '.join(argv)[:160]}")
+                raise RuntimeError(f"a fast-tier test launched a {tier} command; mark it @pytest.mark.{tier}")
+        return original(self, args, *more, **kw)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", guarded)
+    yield
+    if launched:
+        pytest.fail("this test belongs to a slower tier; mark it:\n" + "\n".join(launched))
 
 
 @pytest.fixture(scope="session")
@@ -121,7 +185,7 @@ while True:
 @pytest.fixture
 def fake_vllm(tmp_path: Path) -> Path:
     """FAKE_VLLM as an executable: the ``python`` a ServerConfig runs for the lifecycle tests."""
-    path = tmp_path / "fake_vllm_python"
+    path = tmp_path / FAKE_VLLM_NAME
     path.write_text(FAKE_VLLM.format(python=sys.executable))
     path.chmod(path.stat().st_mode | stat.S_IXUSR)
     return path

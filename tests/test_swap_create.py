@@ -147,7 +147,10 @@ def test_dry_run_prints_commands_and_the_refusal_it_would_meet(box):
 def test_sudo_prefix_when_not_root(box):
     env = SwapEnvironment(platform="gce", is_root=False, sudo_ok=True, cap_sys_admin=True)
     create_swap("1G", box["path"], runner=box["runner"], env=env, **box["kw"])
-    assert all(c[:2] == ["sudo", "-n"] for c in box["runner"].calls)
+    calls = box["runner"].calls
+    # every step ran, each through non-interactive sudo (an empty call list must not pass)
+    assert [c[2] for c in calls][:4] == ["fallocate", "chmod", "mkswap", "swapon"]
+    assert all(c[:2] == ["sudo", "-n"] for c in calls)
 
 
 def test_dd_fallback_when_fallocate_fails(box):

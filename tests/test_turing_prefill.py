@@ -342,7 +342,8 @@ def test_a_planning_error_never_reaches_the_engine():
 
 def test_profiling_run_goes_straight_to_vllm():
     called = []
-    route = route_with()
+    attention = SpyAttention()
+    route = route_with(attention)
     result = route.forward(
         lambda *a: called.append(a) or "vllm",
         SimpleNamespace(),
@@ -354,7 +355,10 @@ def test_profiling_run_goes_straight_to_vllm():
         None,
         torch.empty(1),
     )
-    assert result == "vllm" and called
+    # vLLM's own kernel ran exactly once, with the arguments it was given, and the route neither
+    # planned nor ran its tensor-core attention for the profiling step (no metadata, no KV cache)
+    assert result == "vllm" and len(called) == 1 and called[0][0] is not None
+    assert attention.calls == [] and route.lines == []
 
 
 # ----------------------------------------------------------------------------- policy and verdicts

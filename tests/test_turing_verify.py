@@ -46,6 +46,7 @@ def test_sm75_every_gemma4_launch_fits_after_the_cap(sm75_report):
     assert all(x["tile_size"] == x["tile_size_unpatched"] for x in launches if x not in head512_2d)
 
 
+@pytest.mark.compile
 def test_sm89_the_cap_is_a_noop():
     report = verify("sm_89", shapes=[E2B_GLOBAL])
     assert report.ok and report.patch_action == "no-change" and report.changed_launches == 0
@@ -54,6 +55,7 @@ def test_sm89_the_cap_is_a_noop():
     assert prefill.tile_size == 32 and 81_920 <= prefill.shared_bytes_patched <= report.limit_bytes
 
 
+@pytest.mark.compile
 def test_refused_vllm_fails_verify(tmp_path):
     import shutil
 

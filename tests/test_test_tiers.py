@@ -1,0 +1,34 @@
+"""The test tiers: `make test-fast` deselects every tier that starts vLLM, compiles for sm_75 or
+runs a notebook, and the conftest guard recognises those launches (and lets the named fakes pass)."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+from conftest import REPO, TIER_COMMANDS, _launches
+
+FAST_TIERS = ("vllm", "compile", "notebooks", "slow")
+
+
+def test_make_test_fast_deselects_every_slow_tier():
+    makefile = (REPO / "Makefile").read_text()
+    line = next(x for x in makefile.splitlines() if "pytest" in x and "-m" in x and "test-fast" not in x
+                and "not " in x)
+    for tier in FAST_TIERS:
+        assert re.search(rf"not {tier}\b", line), f"make test-fast still runs the {tier} tier: {line}"
+    markers = (REPO / "pyproject.toml").read_text()
+    for tier in FAST_TIERS:
+        assert f'"{tier}:' in markers, f"marker {tier} is not declared"
+    assert set(TIER_COMMANDS) == {"vllm", "compile", "notebooks"}
+
+
+def test_the_guard_tells_a_real_vllm_launch_from_the_fake():
+    real = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", "m"]
+    supervised = [sys.executable, "-m", "gemma4_t4.supervisor", "spec.json", "--", *real]
+    fake = ["/tmp/x/fake_vllm_python", "-m", "vllm.entrypoints.openai.api_server", "--model", "m"]
+    assert _launches("vllm", real) and _launches("vllm", supervised)
+    assert not _launches("vllm", fake) and not _launches("vllm", [sys.executable, "-m", "gemma4_t4", "doctor"])
+    assert _launches("compile", [sys.executable, "-m", "gemma4_t4", "turing", "verify", "--arch", "sm_75"])
+    assert _launches("notebooks", [sys.executable, "-m", "ipykernel_launcher", "-f", "k.json"])
+    assert not _launches("notebooks", [sys.executable, "-m", "gemma4_t4", "models"])
