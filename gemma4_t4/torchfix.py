@@ -107,8 +107,11 @@ def probe_torch_facts(python: str | None = None, runner: Runner = subprocess_run
         found["import_error"] = "torch is not installed"
     for key, value in found.items():
         setattr(facts, key, value)
-    _, gpus, facts.driver_version = env.probe_gpus(probes or env.Probes())
-    facts.gpu_present = bool(gpus)
+    state = env.probe_gpu_state(probes or env.Probes())
+    if state.error:  # a failed nvidia-smi is not "no GPU": the same refusal as setup and the doctor
+        raise Gemma4T4Error(state.error, fix=state.fix)
+    facts.driver_version = state.driver
+    facts.gpu_present = bool(state.gpus)
     facts.vllm_version = package_version("vllm")
     if facts.vllm_version is not None:
         facts.vllm_torch_pin = _torch_pin(package_requires("vllm"))
@@ -140,12 +143,14 @@ def plan_torch_fix(facts: TorchFacts | None = None, vllm_version: str | None = N
         raise Gemma4T4Error(f"no known torch build for vLLM {vllm}",
                             fix=f"install vLLM first (its metadata names the torch), or use vLLM {DEFAULT_VLLM}")
     driver_note = None
-    if facts.driver_version and vllm.split("+")[0] in setup_plan.VLLM_VARIANTS:
-        try:  # the CUDA build this driver runs (cu130 needs >= 580), as `gemma4-t4 setup` plans it
-            variant = setup_plan.cuda_variant_for_driver(facts.driver_version, vllm.split("+")[0])
-            torch_version = setup_plan.torch_for(vllm.split("+")[0], variant)
+    base = vllm.split("+")[0]
+    known = base in setup_plan.known_vllm_versions()
+    if facts.driver_version and known:
+        try:  # the install matrix row this driver runs (cu130 needs >= 580), as `gemma4-t4 setup` plans it
+            route = setup_plan.routes_for_driver(facts.driver_version, base if known else None)[0]
+            variant, torch_version = route.variant, route.torch_version
         except Gemma4T4Error as exc:
-            driver_note = f"{exc} ({exc.fix})"
+            driver_note = f"{exc}: torch alone cannot fix this host ({exc.fix}); gemma4-t4 setup replaces vLLM too"
     index = PYTORCH_INDEX.format(variant=variant)
     command = [facts.python or sys.executable, "-m", "pip", "install", *env.torch_install_args(torch_version, variant)]
     plan = TorchFixPlan(False, "", vllm, torch_version, variant, index, command, facts=facts)
@@ -155,15 +160,13 @@ def plan_torch_fix(facts: TorchFacts | None = None, vllm_version: str | None = N
         return plan
     if driver_note:
         plan.warnings.append(driver_note)
-    elif facts.driver_version and variant in MIN_DRIVER:
-        major = int(facts.driver_version.split(".")[0])
-        if major < MIN_DRIVER[variant]:
-            plan.warnings.append(
-                f"NVIDIA driver {facts.driver_version} is older than {variant} needs (>= {MIN_DRIVER[variant]}): "
-                "update the driver, or run gemma4-t4 setup (it installs the vLLM build the driver runs)")
-    if variant != "cu130" and vllm.split("+")[0] in setup_plan.VLLM_VARIANTS:
-        plan.warnings.append(f"driver {facts.driver_version} runs vLLM's {variant} build, not the default CUDA 13 "
-                             f"one: gemma4-t4 setup installs vllm=={vllm.split('+')[0]}+{variant} with this torch")
+    elif facts.driver_version and not known and (setup_plan.driver_major(facts.driver_version) or 0) < MIN_DRIVER["cu130"]:
+        plan.warnings.append(f"vLLM {base} is not in the install matrix and its torch is a CUDA 13 build, which "
+                             f"driver {facts.driver_version} cannot load: run gemma4-t4 setup instead")
+    if variant != "cu130" and facts.driver_version and known and not driver_note:
+        route = setup_plan.routes_for_driver(facts.driver_version, base)[0]
+        plan.warnings.append(f"driver {facts.driver_version} runs the install matrix's {route.key} route, not a CUDA 13 "
+                             f"build: gemma4-t4 setup installs {route.label} (vLLM and torch together)")
     has_cuda_build = facts.torch_cuda_build is not None and "+cpu" not in (facts.torch_version or "")
     right_version = _base_version(facts.torch_version) == torch_version
     built_for = f"cu{facts.torch_cuda_build.replace('.', '')}" if facts.torch_cuda_build else None

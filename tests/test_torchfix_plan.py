@@ -42,19 +42,23 @@ def test_decisions(changes, needed, words):
 
 
 def test_a_pre_580_driver_gets_the_cuda_12_build_it_can_run():
-    facts = TorchFacts(**{**CPU_TORCH_ON_T4.__dict__, "driver_version": "535.104.05"})
+    facts = TorchFacts(**{**CPU_TORCH_ON_T4.__dict__, "driver_version": "535.104.05", "vllm_version": "0.30.0+cu129",
+                          "vllm_torch_pin": "2.13.0"})
     plan = plan_torch_fix(facts)
-    assert plan.cuda_variant == "cu129" and plan.torch_version == "2.14.0"
-    assert plan.command == ["/venv/bin/python", "-m", "pip", "install", "torch==2.14.0+cu129",
+    assert plan.cuda_variant == "cu129" and plan.torch_version == "2.13.0"
+    assert plan.command == ["/venv/bin/python", "-m", "pip", "install", "torch==2.13.0+cu129",
                             "--index-url", "https://download.pytorch.org/whl/cu129"]
-    assert any("vllm==0.33.0+cu129" in w for w in plan.warnings)
+    assert any("vllm==0.30.0+cu129" in w for w in plan.warnings)
     # the CUDA 13 torch on that driver is replaced by the cu129 one
-    cu130 = plan_torch_fix(TorchFacts(**{**facts.__dict__, "torch_version": "2.14.0+cu130", "torch_cuda_build": "13.0",
+    cu130 = plan_torch_fix(TorchFacts(**{**facts.__dict__, "torch_version": "2.13.0+cu130", "torch_cuda_build": "13.0",
                                          "cuda_available": False}))
     assert cu130.needed and "built for CUDA 13.0, but driver 535.104.05 runs the cu129 build" in cu130.reason
-    # older than every CUDA build vLLM publishes: warned, with the driver fix
+    # vLLM 0.33.0 on that driver has no torch that helps: said, never torch==2.14.0+cu129
+    stuck = plan_torch_fix(TorchFacts(**{**CPU_TORCH_ON_T4.__dict__, "driver_version": "535.104.05"}))
+    assert "torch==2.14.0+cu129" not in stuck.command and any("gemma4-t4 setup" in w for w in stuck.warnings)
+    # older than every route in the matrix: warned, with the driver fix
     ancient = plan_torch_fix(TorchFacts(**{**CPU_TORCH_ON_T4.__dict__, "driver_version": "470.256.02"}))
-    assert any("older than every CUDA build" in w and ">= 580" in w for w in ancient.warnings)
+    assert any("older than every route" in w and ">= 580" in w for w in ancient.warnings)
 
 
 def test_unknown_vllm_without_metadata_is_refused():
@@ -104,9 +108,9 @@ def test_probe_takes_gpu_and_driver_from_the_doctor_probe():
     t4 = env.Probes(run=lambda cmd: (0, "0, Tesla T4, 15360, 7.5, 535.104.05\n"))
     facts = probe_torch_facts(probes=t4)
     assert facts.gpu_present is True and facts.driver_version == "535.104.05"
-    plan = plan_torch_fix(facts, vllm_version="0.33.0")
+    plan = plan_torch_fix(facts, vllm_version="0.30.0")
     assert plan.cuda_variant == "cu129" and plan.index_url == "https://download.pytorch.org/whl/cu129"
-    assert any("driver 535.104.05 runs vLLM's cu129 build" in w for w in plan.warnings)
+    assert any("driver 535.104.05 runs the install matrix's vllm-0.30.0-cu129 route" in w for w in plan.warnings)
     no_smi = probe_torch_facts(probes=env.Probes(run=lambda cmd: None))
     assert no_smi.gpu_present is False and no_smi.driver_version is None
 
@@ -117,5 +121,7 @@ def test_the_doctors_torch_line_follows_the_installed_vllm_and_the_driver():
     # vLLM 0.32.0 pins torch 2.13.0: a known driver must not swap in 0.33.0's torch
     assert env.torch_fix_command("0.32.0", "580.65") == (
         "pip install torch==2.13.0+cu130 --index-url https://download.pytorch.org/whl/cu130")
-    assert env.torch_fix_command("0.33.0", "550.1") == (
-        "pip install torch==2.14.0+cu129 --index-url https://download.pytorch.org/whl/cu129")
+    assert env.torch_fix_command("0.30.0", "550.1") == (
+        "pip install torch==2.13.0+cu129 --index-url https://download.pytorch.org/whl/cu129")
+    # vLLM 0.33.0 on a 550 driver: no torch fixes it alone (and torch 2.14.0+cu129 does not exist)
+    assert env.torch_fix_command("0.33.0", "550.1").startswith("gemma4-t4 setup (vLLM 0.33.0 has no build")

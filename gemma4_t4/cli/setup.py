@@ -1,4 +1,5 @@
-"""``gemma4-t4 setup [--dry-run]``: install the vLLM + torch build this host's GPU and driver run."""
+"""``gemma4-t4 setup [--dry-run] [--vllm X] [--undo]``: install the vLLM + torch build this host's
+GPU and driver run (a row of the install matrix), prove it, or put back what was there before."""
 
 from __future__ import annotations
 
@@ -8,31 +9,61 @@ from gemma4_t4.cli import Output, add_command
 
 
 def _setup(args: argparse.Namespace) -> Output:
+    # the capability modules are imported here, not at CLI start-up (env probes, pip machinery)
     from gemma4_t4 import env
     from gemma4_t4.jsonable import to_jsonable
-    from gemma4_t4.setup import apply_setup, plan_setup
+    from gemma4_t4.setup import apply_setup, plan_setup, undo_setup
 
+    if args.undo:
+        message = undo_setup()
+        return Output({"undone": True, "message": message}, message)
     # a shell command: nothing is loaded yet in the Python that will use the install
     plan = plan_setup(env.probe(), vllm_version=args.vllm)
-    data = to_jsonable(plan) | {"commands": plan.commands, "index_urls": plan.index_urls,
-                                "dry_run": args.dry_run, "applied": False}
+    data = to_jsonable(plan) | {
+        "commands": plan.commands,
+        "index_urls": plan.index_urls,
+        "dry_run": args.dry_run,
+        "applied": False,
+    }
     if args.dry_run or not plan.needed:
         hint = "\n(dry run: nothing installed; run without --dry-run to install)" if plan.needed else ""
         return Output(data, plan.summary() + hint)
     result = apply_setup(plan)
-    data.update(applied=result.applied, restart=result.restart, message=result.message,
-                output_tail=result.output_tail)
+    data.update(
+        applied=result.applied,
+        restart=result.restart,
+        message=result.message,
+        output_tail=result.output_tail,
+        installed_route=result.route,
+        record=result.record_path,
+    )
     return Output(data, plan.summary() + "\n" + result.message)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from gemma4_t4.setup import PROVEN_VLLM
+    from gemma4_t4.setup import PROVEN_VLLM, known_vllm_versions
 
-    p = add_command(subparsers, "setup", _setup,
-                    "install the vLLM and torch builds this host runs (GPU, driver, Colab aware)",
-                    description="Read the host (GPU, compute capability, driver, Colab, installed torch/vLLM) "
-                    f"and install vLLM {PROVEN_VLLM} in the CUDA build the driver runs (cu130 for driver >= 580, "
-                    "else vLLM's CUDA 12 build), with the matching torch from PyTorch's index; vLLM's CPU "
-                    "build where there is no GPU. --dry-run prints the exact pip commands and indexes.")
-    p.add_argument("--dry-run", action="store_true", help="print the plan and its pip commands; install nothing")
-    p.add_argument("--vllm", default=PROVEN_VLLM, help=f"vLLM release to install (default {PROVEN_VLLM})")
+    p = add_command(
+        subparsers,
+        "setup",
+        _setup,
+        "install the vLLM and torch builds this host runs (GPU, driver, Colab aware)",
+        description="Read the host (GPU, compute capability, driver, Colab, installed torch/vLLM) and "
+        "install the install matrix's row for it (docs/install.md): vLLM "
+        f"{PROVEN_VLLM} (CUDA 13) on a driver >= 580, vLLM 0.30.0's cu129 build on drivers 525-579, "
+        "vLLM's CPU build without a GPU; older drivers are refused. What pip replaces is recorded "
+        "first, the install is proven in a fresh Python, and a failure puts the record back. "
+        "--dry-run prints the exact pip commands and indexes.",
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="print the plan and its pip commands; install nothing"
+    )
+    p.add_argument(
+        "--vllm",
+        default=None,
+        help=f"vLLM release to install: one of {', '.join(known_vllm_versions())} "
+        "(default: the best the driver runs)",
+    )
+    p.add_argument(
+        "--undo", action="store_true", help="restore the packages recorded before the latest setup install"
+    )

