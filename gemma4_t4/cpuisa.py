@@ -83,6 +83,14 @@ class CpuBuild:
         """vLLM would load the checkpoint and die at its first request: refuse it before the start."""
         return self.int4 is False
 
+    @property
+    def int4_missing(self) -> str:
+        """One line: why int4 is not served on this CPU (for notebooks and results)."""
+        return (
+            f"vLLM's CPU build here (vllm.{self.extension}, {self.isa} CPU) has no int4 kernel "
+            f"({INT4_OP} is built for AVX-512 only)"
+        )
+
     def to_dict(self) -> CpuBuildRecord:
         return CpuBuildRecord(**asdict(self))
 
