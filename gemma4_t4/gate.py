@@ -15,6 +15,9 @@ Two halves:
   its cached offline sm_75 proof (``gemma4_t4.proof``). Tests inject probes.
 
 ``check_start(config, force=True)`` launches anyway and says loudly what it overrode.
+
+On the CPU target only one check applies (:func:`check_cpu_start`): an int4 checkpoint needs
+vLLM's int4 CPU kernel, which its AVX2 build lacks (``gemma4_t4.cpuisa``).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from typing import Any, TypedDict
 
 import psutil
 
-from gemma4_t4 import env, models, turing
+from gemma4_t4 import cpuisa, env, models, turing
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.hardware import GPUS, get_gpu
 from gemma4_t4.jsonable import to_jsonable
@@ -83,6 +86,10 @@ class GateFacts:
     disk_path: str | None = None
     disk_free_bytes: int | None = None
     doctor_errors: list[DoctorError] = field(default_factory=list)  # other blocking doctor findings
+    # the CPU target: an int4 model and whether vLLM's CPU build here has the int4 kernel
+    model_int4: bool | None = None
+    cpu_int4_kernel: bool | None = None
+    cpu_build_detail: str | None = None
     notes: list[str] = field(default_factory=list)  # why a fact is missing
 
 
@@ -122,12 +129,15 @@ class ProbeAnswer(TypedDict, total=False):
     disk_path: str | None
     disk_free_bytes: int | None
     doctor_errors: list[DoctorError]
+    model_int4: bool | None
+    cpu_int4_kernel: bool | None
+    cpu_build_detail: str | None
     _note: str
 
 
 @dataclass
 class GateReason:
-    check: str  # cuda | turing | host_memory | gpu_memory | disk
+    check: str  # cuda | turing | host_memory | gpu_memory | disk | doctor:CODE | cpu_int4
     problem: str
     fix: str
 
@@ -188,6 +198,26 @@ def judge(facts: GateFacts, torch_fix_command: str | None = None) -> list[GateRe
     """Every reason the launch would fail, each with its fix. Empty list: go."""
     return [*_judge_cuda(facts, torch_fix_command), *_judge_turing(facts), *_judge_host_memory(facts),
             *_judge_gpu_memory(facts), *_judge_disk(facts), *_judge_doctor(facts)]
+
+
+def judge_cpu(facts: GateFacts) -> list[GateReason]:
+    """The CPU target's checks (the GPU checks do not apply there)."""
+    return _judge_cpu_int4(facts)
+
+
+def _judge_cpu_int4(facts: GateFacts) -> list[GateReason]:
+    """7. (cpu) an int4 checkpoint needs vLLM's int4 CPU kernel, which only its AVX-512 builds have.
+
+    Without it vLLM loads the checkpoint and its engine dies at the first request. An unknown
+    model format or an unreadable CPU build does not refuse: a bf16 model serves on every build.
+    """
+    if facts.target != "cpu" or facts.model_int4 is not True or facts.cpu_int4_kernel is not False:
+        return []
+    return [GateReason(
+        "cpu_int4",
+        f"{facts.model} is an int4 (compressed-tensors pack-quantized) checkpoint, but "
+        + (facts.cpu_build_detail or f"vLLM's CPU build here lacks the int4 kernel {cpuisa.INT4_OP}"),
+        cpuisa.INT4_FIX)]
 
 
 def _judge_cuda(facts: GateFacts, torch_fix_command: str | None) -> list[GateReason]:
@@ -377,6 +407,36 @@ def probe_turing(compute_capability: tuple[int, int] | None) -> ProbeAnswer:
     return facts
 
 
+def model_is_int4(model: str) -> bool | None:
+    """Is ``model`` a compressed-tensors pack-quantized (int4) checkpoint? None when unknown.
+
+    A local folder answers from its config.json; a hub id from the catalog's format.
+    """
+    path = Path(model)
+    if path.is_dir():
+        try:
+            config = json.loads((path / "config.json").read_text())
+        except (OSError, ValueError):
+            return None
+        quant = config.get("quantization_config") if isinstance(config, dict) else None
+        if not isinstance(quant, dict):
+            return False
+        formats = [quant.get("format")] + [g.get("format") for g in (quant.get("config_groups") or {}).values()
+                                          if isinstance(g, dict)]
+        return quant.get("quant_method") == "compressed-tensors" and "pack-quantized" in formats
+    entry = catalog_entry(model)
+    return None if entry is None else entry[1] in ("qat-w4a16", "emb4")
+
+
+def probe_cpu_build(config: Any) -> ProbeAnswer:
+    """Is the model int4, and can vLLM's CPU build here run int4 (``gemma4_t4.cpuisa``, cached)?"""
+    facts: ProbeAnswer = {"model_int4": model_is_int4(str(config.model))}
+    if facts["model_int4"]:
+        build = cpuisa.cpu_build(python=getattr(config, "python", None))
+        facts.update(cpu_int4_kernel=build.int4, cpu_build_detail=build.reason)
+    return facts
+
+
 def probe_host_memory() -> ProbeAnswer:
     vm, sw = psutil.virtual_memory(), psutil.swap_memory()
     return {"ram_total_bytes": vm.total, "ram_available_bytes": vm.available,
@@ -504,6 +564,7 @@ class GateProbes:
     model: Callable[[Any, ProbeAnswer], ProbeAnswer] = probe_model
     platform: Callable[[], str] = detect_platform
     torch_fix_command: Callable[[], str | None] = lambda: _torch_fix_command()
+    cpu_build: Callable[[Any], ProbeAnswer] = probe_cpu_build
 
 
 def _torch_fix_command() -> str | None:
@@ -548,6 +609,28 @@ def collect_facts(config: Any, probes: GateProbes | None = None) -> GateFacts:
     if facts.compute_capability is not None:
         facts.compute_capability = tuple(facts.compute_capability)  # type: ignore[assignment]
     return facts
+
+
+def check_cpu_start(config: Any, force: bool = False, probes: GateProbes | None = None) -> GateResult:
+    """Gate a launch on the CPU target (only :func:`judge_cpu`'s checks). Raises :class:`GateRefused`
+    unless they pass or ``force``."""
+    probes = probes or GateProbes()
+    facts = GateFacts(target=config.target, model=str(config.model))
+    try:
+        found = dict(probes.cpu_build(config))
+    except Exception as exc:  # noqa: BLE001 - an unknown fact never refuses a CPU launch (see _judge_cpu_int4)
+        found = {"_note": f"{type(exc).__name__}: {exc}"}
+    note = found.pop("_note", None)
+    if note:
+        facts.notes.append(f"cpu_int4: {note}")
+    for key, value in found.items():
+        if key in _FACT_NAMES:
+            setattr(facts, key, value)
+    reasons = judge_cpu(facts)
+    result = GateResult(ok=not reasons, forced=bool(force and reasons), reasons=reasons, facts=facts)
+    if reasons and not force:
+        raise GateRefused(result)
+    return result
 
 
 def check_start(config: Any, force: bool = False, probes: GateProbes | None = None,

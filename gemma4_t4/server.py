@@ -1405,7 +1405,7 @@ def start_server(
     probes: Any = None,
     owner: ServerOwner | None = None,
 ) -> VLLMServer:
-    """Start vLLM in one call: the start gate (GPU targets), then launch and wait for /health.
+    """Start vLLM in one call: the start gate (on cpu: only the int4-kernel check), then launch and wait.
 
     The gate refuses, listing every reason with its fix, when the machine can't succeed;
     ``force=True`` launches anyway and warns about what was overridden. ``probes`` replaces the
@@ -1413,10 +1413,11 @@ def start_server(
     that started it).
     """
     result = None
-    if gate and config.target != "cpu":
-        from gemma4_t4.gate import check_start
+    if gate:
+        from gemma4_t4.gate import check_cpu_start, check_start
 
-        result = check_start(config, force=force, probes=probes)
+        gate_check = check_cpu_start if config.target == "cpu" else check_start
+        result = gate_check(config, force=force, probes=probes)
         if result.overridden:
             warnings.warn(result.override_warning(), stacklevel=2)
     server = VLLMServer(config)

@@ -311,3 +311,79 @@ def test_cli_t4_start_is_refused_with_reasons_on_a_machine_without_gpu(tmp_path,
     assert rc == 2 and data["error"] == "GateRefused"
     assert data["reasons"][0]["check"] == "cuda" and data["reasons"][0]["fix"]
     assert not (tmp_path / "servers").exists()
+
+
+# --------------------------------------------------------------------------------------------
+# The CPU target: an int4 checkpoint on a CPU build without the int4 kernel (AVX2)
+
+
+def _int4_folder(folder):
+    import json
+
+    from gemma4_t4.quant import config as qconfig
+
+    folder.mkdir(parents=True)
+    config = {"model_type": "gemma4_text", "quantization_config": qconfig.quantization_config(32, [], False)}
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def _cpu_build_probe(flags, package):
+    """The real probe (the int4 check on config.json, then cpuisa's scan) on a simulated CPU."""
+    from gemma4_t4 import cpuisa
+    from gemma4_t4.gate import model_is_int4
+
+    def probe(config):
+        build = cpuisa.cpu_build(flags=flags, machine="x86_64", package=package)
+        return {"model_int4": model_is_int4(config.model), "cpu_int4_kernel": build.int4,
+                "cpu_build_detail": build.reason}
+
+    return probe
+
+
+def _vllm_folder(folder):
+    folder.mkdir()
+    (folder / "_C_AVX2.abi3.so").write_bytes(b"\x7fELF" + b"\0" * 64)
+    (folder / "_C_AVX512.abi3.so").write_bytes(b"\x7fELF cpu_gemm_wna16(Tensor input) -> ()")
+    return folder
+
+
+def test_cpu_start_of_an_int4_model_is_refused_on_a_simulated_avx2_host(tmp_path, monkeypatch):
+    monkeypatch.setenv("GEMMA4_T4_CACHE_DIR", str(tmp_path / "cache"))
+    model = _int4_folder(tmp_path / "int4")
+    package = _vllm_folder(tmp_path / "vllm")
+    probes = GateProbes(cpu_build=_cpu_build_probe({"avx", "avx2", "fma"}, package))
+    config = ServerConfig(model=str(model), target="cpu", port=free_port(), work_dir=str(tmp_path / "work"))
+    with pytest.raises(GateRefused) as info:
+        start_server(config, probes=probes)
+    (reason,) = info.value.result.reasons
+    assert reason.check == "cpu_int4"
+    assert "pack-quantized" in reason.problem and "vllm._C_AVX2" in reason.problem
+    assert "lacks the int4 kernel cpu_gemm_wna16" in reason.problem
+    assert "GPU" in reason.fix and "AVX-512" in reason.fix
+    assert not (tmp_path / "work").exists(), "nothing was launched"
+    avx512 = GateProbes(cpu_build=_cpu_build_probe({"avx2", "avx512f", "avx512vl", "avx512bw", "avx512dq"},
+                                                   package))
+    from gemma4_t4.gate import check_cpu_start
+
+    assert check_cpu_start(config, probes=avx512).ok  # the AVX-512 build has the kernel
+    forced = check_cpu_start(config, force=True, probes=probes)
+    assert forced.forced and forced.overridden[0].check == "cpu_int4"
+
+
+def test_cpu_gate_passes_bf16_models_and_unknown_facts(tmp_path):
+    from gemma4_t4.gate import judge_cpu, model_is_int4
+
+    bf16 = tmp_path / "bf16"
+    bf16.mkdir()
+    (bf16 / "config.json").write_text('{"model_type": "gemma4_text"}')
+    assert model_is_int4(str(bf16)) is False and model_is_int4(str(_int4_folder(tmp_path / "q"))) is True
+    assert model_is_int4("google/gemma-4-E2B-it-qat-w4a16-ct") is True
+    assert model_is_int4("google/gemma-4-E2B-it") is False and model_is_int4("someone/other") is None
+    cpu = GateFacts(target="cpu", model="m")
+    assert judge_cpu(dataclasses.replace(cpu, model_int4=False, cpu_int4_kernel=False)) == []
+    assert judge_cpu(dataclasses.replace(cpu, model_int4=True, cpu_int4_kernel=None)) == []  # could not tell
+    assert judge_cpu(dataclasses.replace(cpu, model_int4=True, cpu_int4_kernel=True)) == []
+    assert [r.check for r in judge_cpu(dataclasses.replace(cpu, model_int4=True, cpu_int4_kernel=False))] \
+        == ["cpu_int4"]
+    assert judge(GOOD) == []  # the GPU gate is unchanged

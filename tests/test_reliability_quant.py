@@ -199,6 +199,23 @@ def big_src(tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.fixture()
+def stalled_src(big_src, tmp_path) -> Path:
+    """``big_src`` with a side file whose read never ends, as on a hung network mount: here a
+    terminal nobody types into. A repack reads side files after writing every tensor, so it cannot
+    finish while the test holds the terminal: once its partial folder is seen, a signal always finds
+    it running (mid-write or blocked in that read), never already done."""
+    master, slave = os.openpty()
+    folder = tmp_path / "stalled"
+    folder.mkdir()
+    (folder / "model.safetensors").symlink_to(big_src / "model.safetensors")
+    shutil.copy(big_src / "config.json", folder / "config.json")
+    (folder / "tokenizer.json").symlink_to(os.ttyname(slave))
+    yield folder
+    os.close(master)
+    os.close(slave)
+
+
 def _start_repack(src: Path, dst: Path) -> tuple[subprocess.Popen, Path]:
     """Start a real `gemma4-t4 repack` and return it once it is writing into its partial folder."""
     proc = subprocess.Popen(
@@ -221,9 +238,11 @@ def _start_repack(src: Path, dst: Path) -> tuple[subprocess.Popen, Path]:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
-def test_signal_during_repack_removes_the_partial_output(big_src, tmp_path, sig):
-    dst = tmp_path / "out"
-    proc, partial = _start_repack(big_src, dst)
+def test_signal_during_repack_removes_the_partial_output(stalled_src, tmp_path, sig):
+    (tmp_path / "run").mkdir()
+    dst = tmp_path / "run" / "out"
+    proc, partial = _start_repack(stalled_src, dst)
+    assert proc.poll() is None  # it cannot have finished: the stalled side file is still unread
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=120)
     assert "Traceback" not in err, err
@@ -231,12 +250,13 @@ def test_signal_during_repack_removes_the_partial_output(big_src, tmp_path, sig)
         assert proc.returncode == 130 and "interrupted" in err
     else:
         assert proc.returncode == -sig  # the process still ends by the signal, as its sender expects
-    assert not partial.exists() and not dst.exists() and os.listdir(tmp_path) == []
+    assert not partial.exists() and not dst.exists() and os.listdir(dst.parent) == []
 
 
-def test_kill_9_debris_is_found_and_removed_by_the_next_run(big_src, tmp_path):
-    dst = tmp_path / "out"
-    proc, partial = _start_repack(big_src, dst)
+def test_kill_9_debris_is_found_and_removed_by_the_next_run(big_src, stalled_src, tmp_path):
+    (tmp_path / "run").mkdir()
+    dst = tmp_path / "run" / "out"
+    proc, partial = _start_repack(stalled_src, dst)
     proc.kill()
     proc.wait(timeout=60)
     assert partial.is_dir() and not dst.exists()  # nothing can clean up after SIGKILL ...
@@ -245,7 +265,7 @@ def test_kill_9_debris_is_found_and_removed_by_the_next_run(big_src, tmp_path):
     done = _cli("repack", big_src, dst)  # ... so the next run into the same DST does
     assert done.returncode == 0, done.stderr
     assert f"removed stale partial output {partial}" in done.stdout
-    assert not partial.exists() and (dst / "model.safetensors").is_file() and _leftovers(tmp_path) == []
+    assert not partial.exists() and (dst / "model.safetensors").is_file() and _leftovers(dst.parent) == []
 
 
 def test_a_partial_of_a_live_run_is_left_alone(tmp_path):

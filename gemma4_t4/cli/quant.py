@@ -20,12 +20,20 @@ def _grid_check(args: argparse.Namespace) -> Output:
         + ", ".join(f"{k} scales {v:.2f} %" for k, v in report.values_bit_identical_pct.items()),
         f"  read {report.bytes_read / 1e6:,.1f} MB in {report.seconds:.1f} s ({report.mb_per_s:,.0f} MB/s)",
     ]
+    for name, count in report.tensors_non_finite.items():
+        lines.append(f"  NON-FINITE {name}: {count:,} NaN/Inf values (never on a grid; the checkpoint is damaged)")
     for t in report.tensors:
-        if not t.on_grid:
+        if t.groups_off_grid:
             lines.append(f"  OFF GRID {t.name}: {t.groups_off_grid:,}/{t.groups:,} groups, worst "
                          f"{t.max_deviation_levels:.3f} level, e.g. [row, group] {t.off_grid_examples[:2]}")
     for name, why in report.tensors_skipped.items():
-        lines.append(f"  skipped {name}: {why}")
+        lines.append(f"  not checked {name}: {why}")
+    for name in report.tensors_empty:
+        lines.append(f"  not checked {name}: zero-size (nothing to check; not counted as on the grid)")
+    if report.tensors_checked == 0:
+        lines.append(f"  NOTHING CHECKED: no 2-D float weight with a multiple of {report.group_size} columns "
+                     f"({len(report.tensors_skipped)} not checkable, {len(report.tensors_empty)} zero-size, "
+                     f"{report.tensors_not_weights} 0-D/1-D tensors that are not weights)")
     return Output(report, "\n".join(lines), exit_code=0 if report.on_grid else 1)
 
 
@@ -33,7 +41,7 @@ def _grid_compare(args: argparse.Namespace) -> Output:
     from gemma4_t4.quant import grid_compare
 
     r = grid_compare(args.ref, args.other, group_size=args.group_size, modules=args.tensor or None,
-                     progress=not args.json)
+                     progress=not args.json, max_changed_pct=args.max_changed_pct)
     lines = [
         f"{r.other} vs {r.ref}: {r.modules_compared} modules, {r.weights_total:,} weights",
         f"  level changed (REF grid): {r.level_changed:,} ({r.level_changed_pct:.2f} % of "
@@ -43,7 +51,17 @@ def _grid_compare(args: argparse.Namespace) -> Output:
     ]
     if r.modules_only_in_ref or r.modules_only_in_other:
         lines.append(f"  only in REF: {len(r.modules_only_in_ref)}  only in OTHER: {len(r.modules_only_in_other)}")
-    return Output(r, "\n".join(lines))
+    for m in r.modules_empty:
+        lines.append(f"  not compared {m}: zero-size")
+    if r.modules_compared == 0:
+        lines.append("  NOTHING COMPARED: every shared module is zero-size")
+    elif r.weights_with_ref_lattice == 0:
+        lines.append("  NOTHING COMPARED on a lattice: no weight of REF sits on an int4 lattice, so no level "
+                     "change can be counted (is REF a QAT or int4 build?)")
+    elif not r.within_tolerance:
+        lines.append(f"  LEVELS CHANGED beyond tolerance: {r.level_changed_pct:.4g} % > {r.max_changed_pct:g} % "
+                     "(--max-changed-pct)")
+    return Output(r, "\n".join(lines), exit_code=0 if r.within_tolerance else 1)
 
 
 def _repack_text(r) -> str:
@@ -82,7 +100,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     help="check every 2-D weight of a safetensors checkpoint against the int4 QAT grid",
                     description="Stream a (sharded) safetensors checkpoint, local or an http(s) folder URL "
                     "(range requests), and report which weights sit on the symmetric int4 group lattice. "
-                    "Exit code 1 when any tensor is off grid.")
+                    "Exit code 1 when any tensor is off grid or holds NaN/Inf, or when nothing could be checked; "
+                    "tensors it cannot check (3-D, width not a multiple of the group size, zero-size) are named.")
     p.add_argument("checkpoint", help="folder, .safetensors file, or http(s):// folder URL")
     p.add_argument("--tensor", action="append", metavar="NAME", help="only this tensor (repeatable)")
     p.add_argument("--group-size", type=int, default=32)
@@ -90,11 +109,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
     p = add_command(subparsers, "grid-compare", _grid_compare,
-                    help="compare two builds of the same weights (levels changed, bit-identical values)")
+                    help="compare two builds of the same weights (levels changed, bit-identical values)",
+                    description="Count the weights OTHER moved to another level of REF's int4 lattice. Exit code 1 "
+                    "when more than --max-changed-pct of them changed or nothing could be compared; NaN/Inf in "
+                    "either build is refused (exit code 2), naming each module.")
     p.add_argument("ref", help="reference build (e.g. the bf16 QAT checkpoint)")
     p.add_argument("other", help="build to compare (our repack, a w4a16 build, an AWQ build)")
     p.add_argument("--tensor", action="append", metavar="MODULE", help="only this module (repeatable)")
     p.add_argument("--group-size", type=int, default=32, help="REF's group size when REF is dense")
+    p.add_argument("--max-changed-pct", type=float, default=0.0, metavar="PCT",
+                   help="levels-changed tolerance in %% of REF's lattice weights (default 0: a lossless repack "
+                   "changes none; AWQ-style builds change most)")
 
     p = add_command(subparsers, "repack", _repack,
                     help="repack a QAT checkpoint into compressed-tensors int4 without changing any level")

@@ -21,6 +21,10 @@ from gemma4_t4.quant.safetensors_io import DTYPES, CheckpointReader, open_checkp
 
 BLOCK_BYTES = 32 * 2**20  # source bytes per block: bounds memory, keeps all cores busy
 MAX_EXAMPLES = 5
+MAX_LISTED = 20
+# grid-compare's verdict: the share of REF's lattice weights OTHER may move to another level. A
+# lossless repack moves none, and any real conversion (AWQ, GPTQ) moves most, so 0 separates them.
+DEFAULT_MAX_CHANGED_PCT = 0.0
 
 
 @dataclass
@@ -37,6 +41,7 @@ class TensorGrid:
     values_bit_identical: dict[str, int]  # per scale dtype: values reproduced exactly by a repack
     groups_bit_identical: dict[str, int]
     off_grid_examples: list[list[int]] = field(default_factory=list)  # [row, group]
+    non_finite: int = 0  # NaN / Inf values: such a tensor is never on the grid
 
 
 @dataclass
@@ -47,7 +52,10 @@ class GridReport:
     tensors_checked: int
     tensors_on_grid: int
     tensors_off_grid: list[str]
-    tensors_skipped: dict[str, str]  # name -> why it was not checked
+    tensors_skipped: dict[str, str]  # name -> why it was not checked (unsupported shape or dtype)
+    tensors_empty: list[str]  # zero-size float weights: nothing to check, never counted as passing
+    tensors_non_finite: dict[str, int]  # name -> NaN/Inf values
+    tensors_not_weights: int  # 0-D / 1-D tensors (norms, biases, scalars): not weights of a linear
     groups_total: int
     groups_off_grid: int
     weights_total: int
@@ -60,7 +68,8 @@ class GridReport:
 
     @property
     def on_grid(self) -> bool:
-        return self.tensors_checked > 0 and not self.tensors_off_grid
+        """The verdict: something was checked, and every checked tensor is finite and on the grid."""
+        return self.tensors_checked > 0 and not self.tensors_off_grid and not self.tensors_non_finite
 
 
 def _pct(part: float, whole: float) -> float:
@@ -73,7 +82,7 @@ def check_tensor(reader: CheckpointReader, name: str, group_size: int = lattice.
     info = reader.info(name)
     rows, cols = info.shape
     hist = np.zeros(10, np.int64)  # index peak + 1: -1 (off grid), 0..8
-    off = 0
+    off = non_finite = 0
     worst = 0.0
     exact = dict.fromkeys(scale_dtypes, 0)
     gexact = dict.fromkeys(scale_dtypes, 0)
@@ -82,6 +91,7 @@ def check_tensor(reader: CheckpointReader, name: str, group_size: int = lattice.
     levels = np.empty(scratch.nbytes // DTYPES[info.dtype][0].itemsize, np.int8)
     for start, stop in reader.row_blocks(name, block_bytes):
         block = reader.read_rows(name, start, stop, out=scratch)
+        non_finite += lattice.count_non_finite(block)
         fit, choices = lattice.analyze(block, group_size, tol, tuple(scale_dtypes), levels_out=levels)
         hist += np.bincount(fit.peak.reshape(-1).astype(np.int64) + 1, minlength=10)[:10]
         bad = ~fit.on_grid
@@ -101,9 +111,10 @@ def check_tensor(reader: CheckpointReader, name: str, group_size: int = lattice.
     groups = rows * cols // group_size
     return TensorGrid(
         name=name, shape=[rows, cols], dtype=info.dtype, weights=rows * cols, groups=groups,
-        groups_off_grid=off, on_grid=off == 0, max_deviation_levels=round(worst, 6),
+        groups_off_grid=off, on_grid=off == 0 and non_finite == 0, max_deviation_levels=round(worst, 6),
         peak_histogram={k - 1: int(v) for k, v in enumerate(hist) if v and k > 0},
         values_bit_identical=exact, groups_bit_identical=gexact, off_grid_examples=examples[:MAX_EXAMPLES],
+        non_finite=non_finite,
     )
 
 
@@ -119,7 +130,8 @@ def grid_check(path: str, tensors: Sequence[str] | None = None, group_size: int 
     group_size = lattice.validate_group_size(group_size)
     tol = lattice.validate_tol(tol)
     with open_checkpoint(path) as reader:
-        names, skipped = select_tensors(reader, tensors, group_size)
+        selection = select_tensors(reader, tensors, group_size)
+        names = selection.names
         rows_out: list[TensorGrid] = []
         bytes_read = 0
         bar = progress_bar(sum(reader.tensors[n].nbytes for n in names), progress, "grid-check")
@@ -138,7 +150,9 @@ def grid_check(path: str, tensors: Sequence[str] | None = None, group_size: int 
     return GridReport(
         source=str(path), group_size=group_size, tolerance_levels=tol,
         tensors_checked=len(rows_out), tensors_on_grid=sum(r.on_grid for r in rows_out),
-        tensors_off_grid=[r.name for r in rows_out if not r.on_grid], tensors_skipped=skipped,
+        tensors_off_grid=[r.name for r in rows_out if r.groups_off_grid], tensors_skipped=selection.skipped,
+        tensors_empty=selection.empty, tensors_non_finite={r.name: r.non_finite for r in rows_out if r.non_finite},
+        tensors_not_weights=selection.not_weights,
         groups_total=groups, groups_off_grid=sum(r.groups_off_grid for r in rows_out), weights_total=weights,
         values_bit_identical_pct={dt: _pct(sum(r.values_bit_identical[dt] for r in rows_out), weights)
                                   for dt in scale_dtypes},
@@ -149,9 +163,20 @@ def grid_check(path: str, tensors: Sequence[str] | None = None, group_size: int 
     )
 
 
-def select_tensors(reader: CheckpointReader, wanted: Sequence[str] | None,
-                   group_size: int) -> tuple[list[str], dict[str, str]]:
+@dataclass
+class Selection:
+    """Which tensors grid-check reads, and why each other float weight is not read."""
+
+    names: list[str]
+    skipped: dict[str, str]
+    empty: list[str]
+    not_weights: int
+
+
+def select_tensors(reader: CheckpointReader, wanted: Sequence[str] | None, group_size: int) -> Selection:
     skipped: dict[str, str] = {}
+    empty: list[str] = []
+    not_weights = 0
     if wanted:
         names = []
         for name in wanted:
@@ -167,15 +192,26 @@ def select_tensors(reader: CheckpointReader, wanted: Sequence[str] | None,
     out = []
     for name in names:
         info = reader.tensors[name]
-        if len(info.shape) != 2 or info.dtype not in FLOAT_DTYPES:
+        shape = list(info.shape)
+        if info.dtype not in FLOAT_DTYPES or len(shape) < 2:
             if wanted:
-                skipped[name] = f"{info.dtype}{list(info.shape)} is not a 2-D float weight"
+                skipped[name] = f"{info.dtype}{shape} is not a 2-D float weight"
+            else:
+                not_weights += 1
             continue
-        if info.shape[1] % group_size:
-            skipped[name] = f"{info.shape[1]} columns are not a multiple of group size {group_size}"
+        if len(shape) > 2:
+            skipped[name] = (f"{len(shape)}-D {info.dtype}{shape}: grid-check reads 2-D weights "
+                             "[rows, input columns]; a stacked (e.g. per-expert) tensor is not checked")
+            continue
+        if info.numel == 0:
+            empty.append(name)
+            continue
+        if shape[1] % group_size:
+            skipped[name] = (f"{shape[1]} columns are not a multiple of group size {group_size}, "
+                             "so its groups cannot be formed")
             continue
         out.append(name)
-    return out, skipped
+    return Selection(out, skipped, empty, not_weights)
 
 
 def progress_bar(total: int, enabled: bool, desc: str):
@@ -207,6 +243,9 @@ class TensorCompare:
     groups_bit_identical_pct: float
     max_abs_diff: float
     mean_abs_diff: float
+    ref_non_finite: int = 0  # NaN / Inf values (decompressed, for a packed build)
+    other_non_finite: int = 0
+    non_finite_scales: int = 0  # NaN / Inf scales of a packed build (REF and OTHER)
 
 
 @dataclass
@@ -225,6 +264,14 @@ class CompareReport:
     groups_bit_identical_pct: float
     max_abs_diff: float
     tensors: list[TensorCompare]
+    modules_empty: list[str] = field(default_factory=list)  # zero-size in REF: nothing to compare
+    max_changed_pct: float = DEFAULT_MAX_CHANGED_PCT
+
+    @property
+    def within_tolerance(self) -> bool:
+        """The verdict: weights were compared on REF's lattice and few enough changed level."""
+        return (self.modules_compared > 0 and self.weights_with_ref_lattice > 0
+                and self.level_changed * 100.0 <= self.max_changed_pct * self.weights_with_ref_lattice)
 
 
 def _describe(w: ModuleWeight) -> str:
@@ -263,11 +310,15 @@ def compare_module(ref_reader: CheckpointReader, other_reader: CheckpointReader,
     gs = ref.group_size if ref.packed else group_size
     rows_per_block = max(8, BLOCK_BYTES // (cols * 4))
     changed = identical = groups_identical = lattice_weights = 0
+    ref_nf = other_nf = scale_nf = 0
     max_diff = 0.0
     sum_diff = 0.0
     other_blocks = other.blocks(other_reader, rows_per_block)
     for (_, rb), (_, ob) in zip(ref.blocks(ref_reader, rows_per_block), other_blocks, strict=True):
         v_ref = rb.values
+        ref_nf += lattice.count_non_finite(v_ref)
+        other_nf += lattice.count_non_finite(ob.values)
+        scale_nf += sum(lattice.count_non_finite(b.scale) for b in (rb, ob) if b.scale is not None)
         if ref.packed and ref.symmetric:
             step, on = finest_step(rb.levels, rb.scale, gs), np.ones(rb.scale.shape, bool)
         elif not ref.packed and cols % gs == 0:
@@ -301,20 +352,50 @@ def compare_module(ref_reader: CheckpointReader, other_reader: CheckpointReader,
         groups=n // gs if cols % gs == 0 else 0, groups_bit_identical=groups_identical,
         groups_bit_identical_pct=_pct(groups_identical, n // gs) if cols % gs == 0 else 0.0,
         max_abs_diff=max_diff, mean_abs_diff=sum_diff / n if n else 0.0,
+        ref_non_finite=ref_nf, other_non_finite=other_nf, non_finite_scales=scale_nf,
     )
 
 
+def validate_max_changed_pct(value: object) -> float:
+    try:
+        pct = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        pct = float("nan")
+    if not (np.isfinite(pct) and 0.0 <= pct <= 100.0):
+        raise Gemma4T4Error(f"levels-changed tolerance {value!r} is not a percentage from 0 to 100",
+                            fix="use --max-changed-pct 0 (a lossless repack changes no level)")
+    return pct
+
+
+def _refuse_non_finite(rows: list[TensorCompare], ref: str, other: str) -> None:
+    bad = [t for t in rows if t.ref_non_finite or t.other_non_finite or t.non_finite_scales]
+    if not bad:
+        return
+    listed = "; ".join(
+        f"{t.module}: {t.ref_non_finite:,} in REF, {t.other_non_finite:,} in OTHER"
+        + (f" ({t.non_finite_scales:,} NaN/Inf scales)" if t.non_finite_scales else "") for t in bad[:MAX_LISTED])
+    more = f"; and {len(bad) - MAX_LISTED} more modules" if len(bad) > MAX_LISTED else ""
+    raise Gemma4T4Error(
+        f"NaN/Inf weights: {other} vs {ref} cannot be compared (a non-finite value equals nothing, so "
+        f"no level or difference means anything): {listed}{more}",
+        fix="rebuild the broken checkpoint from a finite source; `gemma4-t4 grid-check` names a source's "
+        "non-finite tensors")
+
+
 def grid_compare(ref: str, other: str, group_size: int = lattice.DEFAULT_GROUP, modules: Sequence[str] | None = None,
-                 progress: bool = False) -> CompareReport:
+                 progress: bool = False, max_changed_pct: float = DEFAULT_MAX_CHANGED_PCT) -> CompareReport:
     """Compare two builds of the same weights (dense QAT, our repack, a w4a16 build, an AWQ build).
 
     Levels are counted in REF's lattice (its packed levels, or the lattice recovered from its
     dense values): a weight "changes level" when it moved by more than half a step of the
     finest lattice REF's group sits on (:func:`finest_step`; for groups that peak at 8 or 7
     that is REF's scale, for ambiguous groups such as {-8s, 0} it is s, not 8s).
-    Values are bit-identical when the decompressed numbers are exactly equal.
+    Values are bit-identical when the decompressed numbers are exactly equal. NaN/Inf in either
+    build (values or scales) raises, naming each module and count. ``max_changed_pct`` is the
+    verdict's tolerance (:attr:`CompareReport.within_tolerance`).
     """
     group_size = lattice.validate_group_size(group_size)
+    max_changed_pct = validate_max_changed_pct(max_changed_pct)
     with open_checkpoint(ref) as r_reader, open_checkpoint(other) as o_reader:
         r_mods, o_mods = module_weights(r_reader), module_weights(o_reader)
         common = sorted(set(r_mods) & set(o_mods))
@@ -324,16 +405,20 @@ def grid_compare(ref: str, other: str, group_size: int = lattice.DEFAULT_GROUP, 
             raise Gemma4T4Error(f"{ref} and {other} share no 2-D weight modules",
                                 fix="compare two builds of the same model (names must match)")
         rows_out = []
+        empty = [m for m in common if 0 in r_mods[m].shape]
         bar = progress_bar(len(common), progress, "grid-compare")
         for m in common:
             if r_mods[m].shape != o_mods[m].shape:
                 raise Gemma4T4Error(f"{m}: shape {r_mods[m].shape} in {ref} but {o_mods[m].shape} in {other}",
                                     fix="compare two builds of the same model")
+            if m in empty:
+                continue
             rows_out.append(compare_module(r_reader, o_reader, r_mods[m], o_mods[m], group_size))
             if bar is not None:
                 bar.update(1)
         if bar is not None:
             bar.close()
+    _refuse_non_finite(rows_out, ref, other)
     weights = sum(t.weights for t in rows_out)
     lat_weights = sum(t.weights_on_ref_lattice for t in rows_out)
     changed = sum(t.level_changed or 0 for t in rows_out)
@@ -345,4 +430,5 @@ def grid_compare(ref: str, other: str, group_size: int = lattice.DEFAULT_GROUP, 
         bit_identical_pct=_pct(sum(t.bit_identical for t in rows_out), weights),
         groups_bit_identical_pct=_pct(sum(t.groups_bit_identical for t in rows_out), sum(t.groups for t in rows_out)),
         max_abs_diff=max((t.max_abs_diff for t in rows_out), default=0.0), tensors=rows_out,
+        modules_empty=empty, max_changed_pct=max_changed_pct,
     )

@@ -91,6 +91,16 @@ def f32_to_bf16_bits(x: np.ndarray) -> np.ndarray:
     return out
 
 
+def count_non_finite(block: np.ndarray) -> int:
+    """NaN and Inf values in a block as read (uint16 = bf16 bit patterns, or floats).
+
+    bf16 bits are tested in place (exponent all ones), so the check costs no float copy.
+    """
+    if block.dtype == np.uint16:
+        return int(np.count_nonzero((block & np.uint16(0x7F80)) == np.uint16(0x7F80)))
+    return int(block.size - np.count_nonzero(np.isfinite(block)))
+
+
 def round_to_dtype(x: np.ndarray, dtype: str) -> np.ndarray:
     """Round float32/float64 values to fp16 or bf16 (RNE) and return them as float32."""
     x = np.asarray(x, dtype=np.float32)

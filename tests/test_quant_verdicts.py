@@ -1,0 +1,149 @@
+"""The quant commands' verdicts never pass vacuously or on NaN: non-finite weights and scales are
+refused and named; unsupported shapes are named with why; zero-size tensors are counted apart;
+grid-check / grid-compare exit non-zero when nothing was compared or a tolerance is exceeded."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+from gemma4_t4.cli import main
+from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.quant import NonFiniteError, awq_requantize, grid_check, grid_compare, lattice, repack
+
+S = np.float32(2.0**-7)
+
+
+def _cli(*args) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([str(a) for a in args])
+    return code, out.getvalue(), err.getvalue()
+
+
+def _on_grid(rows: int = 8, cols: int = 64, seed: int = 0) -> np.ndarray:
+    w = (np.random.default_rng(seed).integers(-8, 8, (rows, cols)) * S).astype(np.float32)
+    w[:, ::32] = -8 * S  # every group peaks at -8: one unambiguous lattice
+    return w
+
+
+def _checkpoint(folder: Path, tensors: dict[str, np.ndarray]) -> Path:
+    folder.mkdir(parents=True)
+    save_file(tensors, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text('{"model_type": "gemma4_text"}')
+    return folder
+
+
+def test_bf16_and_float_non_finite_values_are_counted():
+    bits = np.array(
+        [0x3F80, 0x7F7F, 0x7F80, 0xFF80, 0x7FC0, 0xFFC1, 0x0001], np.uint16
+    )  # 1, max, +-Inf, NaNs
+    assert lattice.count_non_finite(bits) == 4
+    assert lattice.count_non_finite(np.array([1.0, np.inf, np.nan, -np.inf, 65504.0], np.float16)) == 3
+    assert lattice.count_non_finite(np.zeros((4, 4), np.float32)) == 0
+
+
+def test_all_nan_weights_are_refused_by_every_command(tmp_path):
+    good = _on_grid()
+    nan = np.full_like(good, np.nan)
+    src = _checkpoint(tmp_path / "nan", {"a.weight": nan, "b.weight": good})
+    code, out, _ = _cli("grid-check", src, "--quiet")
+    assert code == 1 and f"NON-FINITE a.weight: {nan.size:,} NaN/Inf values" in out
+    assert grid_check(str(src)).tensors_non_finite == {"a.weight": nan.size}
+    for extra in ([], ["--allow-requant"]):
+        code, _, err = _cli("repack", src, tmp_path / "out", *extra)
+        assert code == 2 and f"a.weight ({nan.size:,} values)" in err and "NaN/Inf" in err, err
+        assert "fix:" in err and not (tmp_path / "out").exists()
+    with pytest.raises(NonFiniteError) as info:
+        awq_requantize(src, tmp_path / "awq", group_size=32)
+    assert info.value.tensors == {"a.weight": nan.size} and not (tmp_path / "awq").exists()
+    finite = _checkpoint(tmp_path / "finite", {"a.weight": good, "b.weight": good})
+    repack(finite, tmp_path / "packed")
+    for ref, other in ((src, tmp_path / "packed"), (tmp_path / "packed", src)):
+        code, out, err = _cli("grid-compare", ref, other)
+        assert code == 2 and "a: " in err and f"{nan.size:,} in" in err and "b: " not in err, err
+
+
+def test_inf_in_a_few_weights_is_named_with_its_count(tmp_path):
+    w = _on_grid()
+    w[0, 3], w[5, 40] = np.inf, -np.inf
+    src = _checkpoint(tmp_path / "inf", {"a.weight": w})
+    report = grid_check(str(src))
+    assert not report.on_grid and report.tensors_non_finite == {"a.weight": 2}
+    with pytest.raises(NonFiniteError, match=r"a\.weight \(2 values\)"):
+        repack(src, tmp_path / "out", allow_requant=True)
+
+
+def test_a_nan_scale_in_a_packed_build_is_refused(tmp_path):
+    src = _checkpoint(tmp_path / "src", {"a.weight": _on_grid()})
+    repack(src, tmp_path / "packed")
+    shard = tmp_path / "packed" / "model.safetensors"
+    tensors = load_file(str(shard))
+    tensors["a.weight_scale"] = tensors["a.weight_scale"].copy()
+    tensors["a.weight_scale"][2, 1] = np.nan
+    save_file(tensors, str(shard))
+    with pytest.raises(Gemma4T4Error, match=r"a: 0 in REF, 32 in OTHER \(1 NaN/Inf scales\)"):
+        grid_compare(str(src), str(tmp_path / "packed"))
+
+
+def test_grid_check_names_what_it_cannot_check_and_fails_when_nothing_was_checked(tmp_path):
+    src = _checkpoint(
+        tmp_path / "odd",
+        {
+            "experts.weight": np.zeros((2, 8, 64), np.float32),  # 3-D (stacked experts)
+            "odd.weight": np.zeros((8, 48), np.float32),  # 48 columns: not a multiple of 32
+            "empty.weight": np.zeros((0, 64), np.float32),
+            "norm.weight": np.ones(64, np.float32),
+        },
+    )
+    code, out, _ = _cli("grid-check", src, "--quiet")
+    assert code == 1 and "0/0 tensors" in out
+    assert "not checked experts.weight: 3-D F32[2, 8, 64]" in out and "stacked" in out
+    assert "not checked odd.weight: 48 columns are not a multiple of group size 32" in out
+    assert "not checked empty.weight: zero-size" in out
+    assert "NOTHING CHECKED" in out and "1 0-D/1-D tensors" in out
+    code, out, _ = _cli("grid-check", src, "--json", "--quiet")
+    data = json.loads(out)
+    assert code == 1 and data["tensors_empty"] == ["empty.weight"] and len(data["tensors_skipped"]) == 2
+    # beside a real weight, the empty one is still not counted as on the grid
+    ok = _checkpoint(tmp_path / "ok", {"a.weight": _on_grid(), "empty.weight": np.zeros((0, 32), np.float32)})
+    report = grid_check(str(ok))
+    assert report.on_grid and (report.tensors_checked, report.tensors_on_grid) == (1, 1)
+    assert report.tensors_empty == ["empty.weight"]
+
+
+def test_grid_compare_exit_code_follows_the_levels_changed_tolerance(tmp_path):
+    w = _on_grid(32, 128)
+    w *= np.repeat([1, 2, 4, 8], 32).astype(
+        np.float32
+    )  # a scale per group of 32: AWQ's g128 cannot keep them
+    src = _checkpoint(tmp_path / "src", {"a.weight": w})
+    repack(src, tmp_path / "lossless")
+    awq_requantize(src, tmp_path / "awq")
+    code, out, _ = _cli("grid-compare", src, tmp_path / "lossless")
+    assert code == 0 and "level changed (REF grid): 0 " in out
+    code, out, _ = _cli("grid-compare", src, tmp_path / "awq")
+    pct = grid_compare(str(src), str(tmp_path / "awq")).level_changed_pct
+    assert pct > 10 and code == 1 and f"{pct:.4g} % > 0 %" in out
+    assert _cli("grid-compare", src, tmp_path / "awq", "--max-changed-pct", "100")[0] == 0
+    assert _cli("grid-compare", src, tmp_path / "awq", "--max-changed-pct", f"{pct / 2}")[0] == 1
+    code, _, err = _cli("grid-compare", src, tmp_path / "awq", "--max-changed-pct", "nan")
+    assert code == 2 and "not a percentage" in err
+
+
+def test_grid_compare_fails_when_nothing_is_on_a_lattice_or_everything_is_empty(tmp_path):
+    noise = np.random.default_rng(1).normal(size=(8, 64)).astype(np.float32)
+    a = _checkpoint(tmp_path / "a", {"a.weight": noise, "e.weight": np.zeros((0, 64), np.float32)})
+    b = _checkpoint(tmp_path / "b", {"a.weight": noise, "e.weight": np.zeros((0, 64), np.float32)})
+    code, out, _ = _cli("grid-compare", a, b)
+    assert (
+        code == 1 and "no weight of REF sits on an int4 lattice" in out and "not compared e: zero-size" in out
+    )
+    code, out, _ = _cli("grid-compare", a, b, "--tensor", "e")
+    assert code == 1 and "NOTHING COMPARED: every shared module is zero-size" in out
