@@ -44,7 +44,7 @@ from typing import Any, Literal, NotRequired, cast
 
 import psutil
 
-from gemma4_t4 import cpuattn, secrets
+from gemma4_t4 import cache, cpuattn, secrets
 from gemma4_t4.atomic import atomic_write_json
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.jsonable import TypedDict
@@ -604,6 +604,9 @@ class ServerOwner(TypedDict, total=False):
     pid: int
     create_time: float | None
     on_exit: str
+    # the supervisor watches this pid and stops the server when it is gone (a notebook kernel that
+    # is killed never runs its atexit: without this its vLLM would run on, owned by nobody)
+    stop_with_owner: bool
     alive: bool  # in a status: whether that owner still runs
 
 
@@ -703,6 +706,13 @@ class ServerLock:
             with contextlib.suppress(FileNotFoundError):
                 self.path.unlink()
         self.owned = False
+
+
+def machine_port_lock(port: int) -> ServerLock:
+    """The port's lock for every work dir of this user (under the package cache root): two
+    ``serve start`` on one port with different ``--work-dir`` would otherwise both launch, and the
+    second's /health wait would be answered by the first."""
+    return ServerLock(cache.cache_root() / "locks" / f"port-{port}.lock")
 
 
 def state_path(work_dir: str | Path, port: int) -> Path:
@@ -925,8 +935,10 @@ class VLLMServer:
             "acquired_at": time.time(),
         }
         try:
-            for key in lock_keys(config):
-                lock = ServerLock(self._lock_dir() / f"{key}.lock")
+            for lock in [
+                *(ServerLock(self._lock_dir() / f"{key}.lock") for key in lock_keys(config)),
+                machine_port_lock(config.port),
+            ]:
                 lock.acquire(owner)
                 self._locks.append(lock)
             self._launch()
@@ -934,7 +946,11 @@ class VLLMServer:
             self._release_locks()
             raise
         if wait:
-            self.wait_healthy(timeout=timeout)
+            try:
+                self.wait_healthy(timeout=timeout)
+            except BaseException:  # Ctrl-C, SIGTERM/SIGHUP (signals.orderly_stop), an exit: stop what started
+                self.stop(grace=10.0)
+                raise
         return self
 
     def _reap_predecessor(self) -> None:
@@ -979,6 +995,9 @@ class VLLMServer:
             "base_url": self.base_url,
             "restart_on_crash": config.restart_on_crash,
         }
+        if self.owner and self.owner.get("stop_with_owner") and self.owner.get("pid"):
+            spec["owner_pid"] = self.owner["pid"]
+            spec["owner_create_time"] = self.owner.get("create_time")
         atomic_write_json(spec_path, spec)
         # A small supervisor (gemma4_t4/supervisor.py) runs vLLM, records its processes, watches the
         # engine and records its exit, so a server that dies is reported as dead with its code and
@@ -1200,7 +1219,17 @@ class VLLMServer:
                 f"{self.config.port} (or a new serve start on the port) kills them",
             )
         self._release_locks()  # its locks died with it
-        reason = self._exit_info().get("engine_dead_reason") or base.reason
+        exit_info = self._exit_info()
+        reason = exit_info.get("engine_dead_reason") or base.reason
+        if exit_info.get("owner_exited"):
+            owner = self.owner or {}
+            return replace(
+                ended,
+                state="stopped",
+                reason=reason,
+                hint=f"stopped by its supervisor when its owner ({owner.get('kind', '?')} pid "
+                f"{owner.get('pid')}) exited",
+            )
         if self._stopped or self._recorded_as_stopped():
             self._stopped = True
             return replace(ended, state="stopped", reason=reason)
@@ -1489,6 +1518,7 @@ def start_server(
     gate's fact collectors (tests). ``owner`` is recorded in the state file (e.g. the MCP server
     that started it).
     """
+    config.validate()  # a bad port or length is refused before the gate probes anything
     result = None
     if gate and config.target != "cpu":
         from gemma4_t4.gate import check_start
