@@ -169,7 +169,10 @@ class ServerConfig:
             named = protected_options_named(name) if name else []
             secret = [o for o in named if o in VLLM_SECRET_OPTIONS]
             inline = re.search(r"[=\s]", arg) is not None
-            takes_next = not inline and i + 1 < len(items) and not items[i + 1].startswith("--")
+            # vLLM's --api-key takes one or more words (nargs="+"): every following non-option word
+            values = 0
+            while not inline and i + 1 + values < len(items) and not items[i + 1 + values].startswith("-"):
+                values += 1
             if secret and (secret != [name] or re.match(r"--[^=\s]*\.", arg) or re.search(r"\s", arg)):
                 shown = re.split(r"[=\s]", arg, maxsplit=1)[0]
                 self._arg_problem = Gemma4T4Error(
@@ -178,13 +181,13 @@ class ServerConfig:
                     fix=f"write the option in full as its own word ({secret[0]}); for the API key use "
                     "--api-key of gemma4-t4 serve start (or GEMMA4_T4_API_KEY)",
                 )
-                i += 2 if takes_next else 1
+                i += 1 + values
                 continue
             if name == "--api-key":
-                value = arg.split("=", 1)[1] if inline else (items[i + 1] if takes_next else "")
-                i += 0 if inline or not takes_next else 1
-                if value:
-                    found.append(value)
+                words = [arg.split("=", 1)[1]] if inline else items[i + 1 : i + 1 + values]
+                i += values
+                if any(words):
+                    found += [w for w in words if w]
                 else:
                     self._arg_problem = Gemma4T4Error(
                         "--api-key in extra vLLM args has no value", fix=_ONE_KEY_FIX
