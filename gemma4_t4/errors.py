@@ -69,6 +69,9 @@ def _os_fix(exc: OSError) -> str | None:
         errno.ENOTDIR: f"a part of the path is a file, not a folder{where}: choose another path",
         errno.EISDIR: f"the path is a folder, not a file{where}: pass a file path",
         errno.EEXIST: f"the path already exists{where}: choose a new one or remove it first",
+        errno.ENAMETOOLONG: f"a file name or the whole path is longer than the filesystem allows{where}: "
+        "choose a shorter name or a shallower folder (e.g. a shorter --out or --work-dir)",
+        errno.EPIPE: "the program reading this output closed it early (e.g. `| head`): read all of it, or ignore this",
         errno.EADDRINUSE: "the port is taken: choose another port (or stop what listens there)",
         errno.ECONNREFUSED: "nothing listens there: start the server, or check the URL and port",
     }.get(exc.errno or -1)

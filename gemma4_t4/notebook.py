@@ -529,11 +529,16 @@ def serve(model: str, target: str, work_dir: str | Path, name: str | None = None
           **overrides: Any) -> Any:
     """Start vLLM for ``target`` through the package's one launch path and wait until healthy.
 
-    A free local port is chosen, and the server is also stopped when the kernel exits, so a
-    failed cell never leaves vLLM running. Returns the :class:`gemma4_t4.server.VLLMServer`.
+    A free local port is chosen. The server is owned by this process (the notebook's kernel): it
+    stops when the kernel exits normally (atexit), when the wait is interrupted (Ctrl-C), and, since
+    a killed kernel runs no atexit, its supervisor stops it when this process is gone. Returns the
+    :class:`gemma4_t4.server.VLLMServer`.
     """
     import atexit
+    import os
     import time
+
+    import psutil
 
     from gemma4_t4.server import ServerConfig, free_port, start_server
 
@@ -544,8 +549,10 @@ def serve(model: str, target: str, work_dir: str | Path, name: str | None = None
         max_num_seqs=max_num_seqs, enable_prefix_caching=enable_prefix_caching,
         work_dir=str(Path(work_dir) / "vllm"), **overrides,
     )
+    owner = {"kind": "notebook kernel", "pid": os.getpid(), "create_time": psutil.Process().create_time(),
+             "on_exit": "stopped when this process exits, even if it is killed", "stop_with_owner": True}
     started = time.monotonic()
-    server = start_server(config)
+    server = start_server(config, owner=owner)  # an interrupted wait stops the server it started
     atexit.register(server.stop)
     print(f"vLLM serving {config.resolved_name()} at {server.base_url} "
           f"(ready in {time.monotonic() - started:.0f} s, log: {server.log_path})")

@@ -203,9 +203,8 @@ def run_pipeline(
         log(f"TARGET={target} ({why})")
     nb_out = out / "notebooks"
     nb_out.mkdir(parents=True, exist_ok=True)
-    in_checkout = (REPO_ROOT / "notebooks").is_dir()
-    work = Path(work_dir).resolve() if work_dir else (REPO_ROOT / ".cache" / "notebooks" if in_checkout
-                                                      else out / ".work")
+    # the notebooks' scratch (models they build, vLLM's state and logs) stays under --out
+    work = Path(work_dir).resolve() if work_dir else out / ".work"
     work.mkdir(parents=True, exist_ok=True)
 
     runs: list[NotebookRun] = []

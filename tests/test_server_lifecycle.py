@@ -26,15 +26,22 @@ from gemma4_t4.server import (
 
 
 def _config(fake: Path, model: Path, work: Path, mode: str = "serve", **kw) -> ServerConfig:
-    return ServerConfig(model=str(model), port=free_port(), work_dir=str(work), python=str(fake),
-                        extra_env={"FAKE_VLLM_MODE": mode}, **kw)
+    return ServerConfig(
+        model=str(model),
+        port=free_port(),
+        work_dir=str(work),
+        python=str(fake),
+        extra_env={"FAKE_VLLM_MODE": mode},
+        **kw,
+    )
 
 
 def _wait_state(server: VLLMServer, state: str, timeout: float = 15.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         status = server.status()
-        if status.state == state:
+        # "dead" is final once the supervisor has cleaned up (before that the hint says it is stopping)
+        if status.state == state and "stopping what is left" not in (status.hint or ""):
             return status
         time.sleep(0.2)
     raise AssertionError(f"never reached {state}: {server.status()}")
@@ -152,8 +159,14 @@ def test_api_key_is_masked_in_records(fake_vllm, model_dir, tmp_path):
 
 
 def test_t4_command_flags():
-    config = ServerConfig(model="google/gemma-4-E2B-it", target="t4", tensor_parallel_size=4,
-                          language_model_only=True, enable_prefix_caching=False, enforce_eager=False)
+    config = ServerConfig(
+        model="google/gemma-4-E2B-it",
+        target="t4",
+        tensor_parallel_size=4,
+        language_model_only=True,
+        enable_prefix_caching=False,
+        enforce_eager=False,
+    )
     cmd = build_command(config)
     assert cmd[cmd.index("--dtype") + 1] == "float16"
     assert cmd[cmd.index("--tensor-parallel-size") + 1] == "4"
@@ -162,12 +175,15 @@ def test_t4_command_flags():
     assert cmd[cmd.index("--gpu-memory-utilization") + 1] == "0.9"
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"target": "t4", "dtype": "bfloat16"}, "no bf16"),
-    ({"host": "0.0.0.0"}, "without an API key"),
-    ({"port": 0}, "invalid port"),
-    ({"target": "a100"}, "unknown target"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"target": "t4", "dtype": "bfloat16"}, "no bf16"),
+        ({"host": "0.0.0.0"}, "without an API key"),
+        ({"port": 0}, "invalid port"),
+        ({"target": "a100"}, "unknown target"),
+    ],
+)
 def test_bad_config_is_refused(kwargs, match):
     with pytest.raises(Gemma4T4Error, match=match):
         build_command(ServerConfig(model="m/x", **kwargs))

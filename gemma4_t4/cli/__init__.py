@@ -12,9 +12,12 @@ Every capability owns one module in this folder that defines ``register(subparse
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
+import os
 import pkgutil
+import signal
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -48,23 +51,31 @@ def add_command(
     """Add a subcommand with the shared ``--json`` flag and ``handler`` bound to it."""
     parser = subparsers.add_parser(name, help=help, description=description or help)
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
-    _add_debug(parser, default=argparse.SUPPRESS)  # after the command too; SUPPRESS keeps a --debug given before
+    _add_debug(
+        parser, default=argparse.SUPPRESS
+    )  # after the command too; SUPPRESS keeps a --debug given before
     parser.set_defaults(_handler=handler)
     return parser
 
 
-def add_group(subparsers: argparse._SubParsersAction, name: str, help: str,
-              description: str | None = None) -> argparse._SubParsersAction:
+def add_group(
+    subparsers: argparse._SubParsersAction, name: str, help: str, description: str | None = None
+) -> argparse._SubParsersAction:
     """A command with subcommands (``gemma4-t4 serve start``...); alone it prints its help, exit 2."""
-    top = subparsers.add_parser(name, help=help, description=description or help,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    top = subparsers.add_parser(
+        name, help=help, description=description or help, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     top.set_defaults(_handler=lambda _args: Output(None, top.format_help(), 2))
     return top.add_subparsers(dest=f"{name}_command", metavar="SUBCOMMAND")
 
 
 def _add_debug(parser: argparse.ArgumentParser, default: object = False) -> None:
-    parser.add_argument("--debug", action="store_true", default=default,
-                        help="show the full traceback when something fails (also: GEMMA4_T4_DEBUG=1)")
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        default=default,
+        help="show the full traceback when something fails (also: GEMMA4_T4_DEBUG=1)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -113,6 +124,19 @@ def report_error(exc: BaseException, as_json: bool, debug: bool) -> int:
     return 2
 
 
+BROKEN_PIPE_EXIT = 128 + signal.SIGPIPE  # what a shell reports for a Unix tool killed by SIGPIPE
+
+
+def _reader_went_away() -> int:
+    """``gemma4-t4 models --json | head -c1``: the reader closed the pipe. Exit quietly like a Unix
+    tool (no message: nobody reads it), with stdout pointed at /dev/null so Python's final flush
+    at exit does not fail a second time."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    return BROKEN_PIPE_EXIT
+
+
 def _wants(flag: str, argv: Sequence[str] | None) -> bool:
     return flag in (sys.argv[1:] if argv is None else argv)
 
@@ -126,12 +150,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         if handler is None:
             parser.print_help()
             return 2
-        as_json, debug = bool(getattr(args, "json", False)), debug_enabled(bool(getattr(args, "debug", False)))
+        as_json, debug = (
+            bool(getattr(args, "json", False)),
+            debug_enabled(bool(getattr(args, "debug", False))),
+        )
         output = handler(args)
         emit(output, as_json)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        return _reader_went_away()
     except SystemExit:
         raise  # argparse's usage errors (exit 2) and --help/--version (exit 0)
     except Exception as exc:  # the boundary: nothing reaches the user raw

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import warnings
 
+from gemma4_t4 import signals
 from gemma4_t4.cli import Output, add_command, add_group
 from gemma4_t4.errors import Gemma4T4Error
 
@@ -102,11 +104,26 @@ def _start(args: argparse.Namespace) -> Output:
     config = _config(args)
     if args.print_command:
         return _print_command(args, config)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        server = start_server(
-            config, force=args.force, gate=not args.no_gate, wait=not args.no_wait, timeout=args.timeout
-        )
+    # Ctrl-C, SIGTERM or SIGHUP during the /health wait stops the vLLM this command started
+    # (start_server's wait cleans up on any interruption), then the process ends as signalled.
+    with signals.orderly_stop():
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                server = start_server(
+                    config,
+                    force=args.force,
+                    gate=not args.no_gate,
+                    wait=not args.no_wait,
+                    timeout=args.timeout,
+                )
+        except KeyboardInterrupt as exc:  # said before orderly_stop ends the process as signalled
+            print(
+                f"{signals.interrupt_label(exc)} while vLLM was starting on port {config.port}: stopped it "
+                f"(log: {config.work_dir}/logs/vllm-{config.port}.log)",
+                file=sys.stderr,
+            )
+            raise
     overrides = [str(w.message) for w in caught if "START GATE OVERRIDDEN" in str(w.message)]
     status = server.status()
     data = {"status": status, "launch_record": server.launch_record, "gate_overridden": overrides}
