@@ -29,6 +29,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -39,7 +40,7 @@ from typing import Any, Literal
 import anyio
 from pydantic import BaseModel, Field, TypeAdapter
 
-from gemma4_t4 import env, secrets, turing
+from gemma4_t4 import env, secrets, signals, turing
 from gemma4_t4.bench.schemas import RunReport
 from gemma4_t4.errors import Gemma4T4Error, UnexpectedError, debug_enabled, user_error
 from gemma4_t4.jsonable import to_jsonable
@@ -99,10 +100,17 @@ def _adapter(fn: Callable[..., Any]) -> Callable[..., Any]:
     signature = inspect.signature(fn, eval_str=True)
     return_type = signature.return_annotation
 
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with _IN_FLIGHT:
+            return fn(*args, **kwargs)
+
     @functools.wraps(fn)
     async def run_tool(*args: Any, **kwargs: Any) -> Any:
         try:
-            result = await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
+            result = await anyio.to_thread.run_sync(functools.partial(call, *args, **kwargs))
+        except KeyboardInterrupt as exc:  # cancelled by the server's shutdown, after the tool's own cleanup
+            raise ToolError(f"cancelled: the MCP server is shutting down ({exc}); "
+                            "what this call had created was rolled back") from None
         except Exception as exc:  # the boundary: no tool answers a bare "Error executing tool"
             if debug_enabled():
                 log.error("tool %s failed", fn.__name__, exc_info=exc)
@@ -115,6 +123,42 @@ def _adapter(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     run_tool.__signature__ = signature  # type: ignore[attr-defined]
     return run_tool
+
+
+class _InFlight:
+    """Tool calls running in worker threads: a shutdown waits for them to finish their cleanup."""
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._idle = threading.Condition()
+
+    def __enter__(self) -> None:
+        if _SHUTDOWN.is_set():
+            raise Gemma4T4Error("the MCP server is shutting down", fix="start it again and repeat the call")
+        with self._idle:
+            self._count += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._idle:
+            self._count -= 1
+            self._idle.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        with self._idle:
+            return self._idle.wait_for(lambda: self._count == 0, timeout)
+
+
+_IN_FLIGHT = _InFlight()
+_SHUTDOWN = threading.Event()  # set by SIGTERM/SIGHUP: waits inside tools end at once
+_STOP_SIGNAL: list[int] = [signal.SIGTERM]
+SHUTDOWN_GRACE_S = 600.0  # how long a shutdown waits for in-flight tools to roll back
+
+
+def _cancellable_sleep(seconds: float) -> None:
+    """The sleep between polls of billing work (deploy, build): the server's shutdown ends it by raising
+    ``signals.Terminated``, so the caller's Ctrl-C cleanup (rollback, stop the build) runs in its thread."""
+    if _SHUTDOWN.wait(seconds):
+        raise signals.Terminated(_STOP_SIGNAL[0])
 
 
 @dataclass(frozen=True)
@@ -442,8 +486,8 @@ def deploy_endpoint(name: str = "gemma4-t4", model_id: str = "google/gemma-4-E2B
         return DeployToolResult(refused=True, cost=cost, aws_cli=plan,
                                 reason="deploying creates billed resources: call again with confirm=True")
     try:
-        if wait:
-            result = deploy(config, timeout_s=timeout_s, progress=False)
+        if wait:  # a shutdown ends the wait and rolls back what this deploy created
+            result = deploy(config, timeout_s=timeout_s, progress=False, sleep=_cancellable_sleep)
         else:
             watcher = deploy_in_background(config, timeout_s=timeout_s)
             _WATCHES.by_key[(region, name)] = watcher
@@ -479,7 +523,7 @@ def build_t4_image(region: str = "us-east-2", base_tag: str | None = None, confi
                                 reason="building creates ECR, S3, IAM and CodeBuild resources and bills: "
                                 "call again with confirm=True")
     try:
-        result = build(region, tag, progress=False)
+        result = build(region, tag, progress=False, sleep=_cancellable_sleep)  # a shutdown stops the build
     except BuildFailed as exc:
         return BuildImageResult(refused=False, reason=str(exc), cost=cost, build=to_jsonable(exc.result))
     return BuildImageResult(refused=False, cost=cost, build=build_record(result) | {
@@ -808,12 +852,34 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     for noisy in ("botocore", "boto3", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    # SIGTERM ends the MCP server like a closed stdin: through the finally below
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    # SIGTERM and SIGHUP (the one signal rule, gemma4_t4.signals) shut the server down in order:
+    # cancel in-flight work (a deploy rolls back what it created, a build is stopped), stop the vLLM
+    # servers it started, then exit. The event loop cannot do it: it waits on its stdin reader.
+    for sig in signals.STOP_SIGNALS:
+        signal.signal(sig, _on_stop_signal)
     try:
         build_server().run()
     finally:
         _stop_owned()
+
+
+def _on_stop_signal(signum: int, _frame: object) -> None:
+    for sig in signals.STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)  # a second signal must not cut the cleanup short
+    _STOP_SIGNAL[0] = signum
+    _SHUTDOWN.set()
+    threading.Thread(target=_shut_down, name="mcp-shutdown", daemon=False).start()
+
+
+def _shut_down() -> None:
+    log.warning("%s: cancelling in-flight tools and stopping owned servers", signal.Signals(_STOP_SIGNAL[0]).name)
+    _stop_owned()  # a health wait on a stopped server ends at once
+    if not _IN_FLIGHT.wait_idle(SHUTDOWN_GRACE_S):
+        log.error("tools still running after %.0f s; exiting anyway", SHUTDOWN_GRACE_S)
+    _stop_owned()
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+    os._exit(0)  # like a closed stdin: the client asked the server to end
 
 
 if __name__ == "__main__":

@@ -7,11 +7,28 @@ nothing. Destructive commands (delete, reap) need ``--yes``.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
+from collections.abc import Callable
 
+from gemma4_t4 import signals
 from gemma4_t4.cli import Output, add_command, add_group
 from gemma4_t4.errors import Gemma4T4Error
+
+
+def _owns_aws_resources(
+    handler: Callable[[argparse.Namespace], Output],
+) -> Callable[[argparse.Namespace], Output]:
+    """SIGTERM and SIGHUP unwind like Ctrl-C while the command owns an endpoint, a build or an upload:
+    the deploy rolls back, the matrix deletes its endpoint, the build is stopped (gemma4_t4.signals)."""
+
+    @functools.wraps(handler)
+    def run(args: argparse.Namespace) -> Output:
+        with signals.orderly_stop():
+            return handler(args)
+
+    return run
 
 
 def _default_region() -> str:
@@ -85,6 +102,7 @@ def _image(args: argparse.Namespace) -> Output:
     return Output(data, text)
 
 
+@_owns_aws_resources
 def _build_image(args: argparse.Namespace) -> Output:
     from gemma4_t4.atomic import atomic_write_json
     from gemma4_t4.sagemaker.build import BuildFailed, build_cost, build_plan, build_record, build_t4_image
@@ -114,6 +132,7 @@ def _build_image(args: argparse.Namespace) -> Output:
     return Output(record, text)
 
 
+@_owns_aws_resources
 def _matrix(args: argparse.Namespace) -> Output:
     from gemma4_t4.sagemaker.config import DEFAULT_MODEL_ID
     from gemma4_t4.sagemaker.matrix import check_budget, matrix_plan, run_matrix
@@ -187,6 +206,7 @@ def _config_from(args: argparse.Namespace):
     )
 
 
+@_owns_aws_resources
 def _deploy(args: argparse.Namespace) -> Output:
     from gemma4_t4.sagemaker.deploy import (
         DeployFailed,

@@ -608,8 +608,9 @@ def wait_for_build(
                     build["buildStatus"] = "TIMED_OUT"
                     return build
                 sleep(poll_s)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGHUP inside signals.orderly_stop
             cb.stop_build(id=build_id)
+            result.status = "STOPPED"
             raise
 
 
@@ -656,10 +657,22 @@ def build_t4_image(
         ensure_stack(target, bundle, make, result, sleep)
         cb = make("codebuild", region)
         started = cb.start_build(**start_build_params(target))["build"]
-        result.build_id = started["id"]
-        build = wait_for_build(
-            cb, result.build_id, result, poll_s=poll_s, progress=progress, sleep=sleep, monotonic=monotonic
-        )
+        result.build_id, result.status = started["id"], "IN_PROGRESS"
+        try:
+            build = wait_for_build(
+                cb,
+                result.build_id,
+                result,
+                poll_s=poll_s,
+                progress=progress,
+                sleep=sleep,
+                monotonic=monotonic,
+            )
+        except KeyboardInterrupt:  # interrupted before the wait took over: the build must not run on
+            if result.status != "STOPPED":
+                cb.stop_build(id=result.build_id)
+                result.status = "STOPPED"
+            raise
         result.status = build.get("buildStatus", "?")
         if result.status != "SUCCEEDED":
             result.log_tail = log_tail(make("logs", region), build)
