@@ -237,6 +237,7 @@ class DeleteToolResult(BaseModel):
     deleted: list[str] = []
     already_absent: list[str] = []
     would_run: list[str] = []
+    kept: list[str] = Field([], description="configs/models another endpoint still uses, and which")
 
 
 class StatusToolResult(BaseModel):
@@ -666,12 +667,12 @@ def delete_endpoint(name: str, region: str = "us-east-2", confirm: bool = False)
     from gemma4_t4.sagemaker.ops import delete_endpoint as delete
 
     if not confirm:
-        plan = delete(name, region, dry_run=True).plan
-        return DeleteToolResult(refused=True, would_run=plan,
+        planned = delete(name, region, dry_run=True)
+        return DeleteToolResult(refused=True, would_run=planned.plan, kept=planned.kept,
                                 reason=f"deleting {name} in {region} is irreversible: call again with confirm=True")
     result = delete(name, region)
     return DeleteToolResult(refused=False, deleted=result.deleted, already_absent=result.already_absent,
-                            would_run=result.plan)
+                            would_run=result.plan, kept=result.kept)
 
 
 # -- local machine tools ---------------------------------------------------------------------------------

@@ -351,9 +351,12 @@ def _delete(args: argparse.Namespace) -> Output:
     from gemma4_t4.sagemaker.ops import delete_endpoint
 
     region = args.region or _default_region()
-    if args.dry_run:
+    if args.dry_run:  # reads the endpoint's chain (read-only) so it lists exactly what --yes deletes
         result = delete_endpoint(args.name, region, dry_run=True)
-        return Output(result, _recipe(result.plan))
+        kept = "".join(f"\n# kept: {k}" for k in result.kept)
+        return Output(
+            result, "# dry run: nothing was deleted. Equivalent AWS CLI:\n" + "\n".join(result.plan) + kept
+        )
     if not args.yes:
         raise Gemma4T4Error(
             f"refusing to delete {args.name} in {region} without --yes",
@@ -363,6 +366,8 @@ def _delete(args: argparse.Namespace) -> Output:
     text = "deleted: " + (", ".join(result.deleted) or "nothing")
     if result.already_absent:
         text += "\nalready absent: " + ", ".join(result.already_absent)
+    if result.kept:
+        text += "\nkept: " + ", ".join(result.kept)
     return Output(result, text)
 
 
