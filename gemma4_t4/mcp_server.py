@@ -514,9 +514,9 @@ def build_t4_image(region: str = "us-east-2", base_tag: str | None = None, confi
     """Build the fixed T4 image in AWS CodeBuild and push it to your ECR (bills). Needs confirm=True."""
     from gemma4_t4.sagemaker.build import BuildFailed, build_cost, build_plan, build_record
     from gemma4_t4.sagemaker.build import build_t4_image as build
-    from gemma4_t4.sagemaker.image import DEFAULT_VLLM_TAG
+    from gemma4_t4.sagemaker.image import resolve_dlc_tag
 
-    tag = base_tag or DEFAULT_VLLM_TAG
+    tag = resolve_dlc_tag(region, base_tag).tag  # newest in the registry, else the labelled fallback
     plan = build_plan(region, tag)  # validates region and tag before anything else
     cost = build_cost().line()
     if not confirm:

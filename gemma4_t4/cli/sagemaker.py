@@ -106,18 +106,21 @@ def _image(args: argparse.Namespace) -> Output:
 def _build_image(args: argparse.Namespace) -> Output:
     from gemma4_t4.atomic import atomic_write_json
     from gemma4_t4.sagemaker.build import BuildFailed, build_cost, build_plan, build_record, build_t4_image
+    from gemma4_t4.sagemaker.image import resolve_dlc_tag
 
     region = args.region or _default_region()
     cost = build_cost().line()
+    base = resolve_dlc_tag(region, args.base_tag)  # read-only: the newest DLC tag in the registry
     if args.dry_run:
-        plan = build_plan(region, args.base_tag)
+        plan = build_plan(region, base.tag)
         return Output(
-            {"dry_run": True, "cost": cost, "plan": plan},
-            f"{cost}\n# CodeBuild builds the image; ECR stores it\n" + _recipe(plan),
+            {"dry_run": True, "cost": cost, "base_tag": base.label, "plan": plan},
+            f"{cost}\nbase image tag: {base.label}\n# CodeBuild builds the image; ECR stores it\n"
+            + _recipe(plan),
         )
-    print(cost, file=sys.stderr)
+    print(f"{cost}\nbase image tag: {base.label}", file=sys.stderr)
     try:
-        result = build_t4_image(region, args.base_tag, force=args.force, progress=not args.json)
+        result = build_t4_image(region, base.tag, force=args.force, progress=not args.json)
     except BuildFailed as exc:
         return Output(exc.result, f"error: {exc.message}\n  fix: {exc.fix}", 1)
     record = build_record(result)
@@ -171,7 +174,17 @@ def _matrix(args: argparse.Namespace) -> Output:
 
 
 def _config_from(args: argparse.Namespace):
+    """The typed config; without --image-uri the stock DLC tag is looked up in the region's registry
+    (``args.image_label`` says which tag and whether it is the recorded fallback)."""
     from gemma4_t4.sagemaker.config import DeployConfig
+    from gemma4_t4.sagemaker.image import resolve_dlc_tag
+
+    region = args.region or _default_region()
+    if args.image_uri is None:
+        resolved = resolve_dlc_tag(region, args.image_tag)
+        args.image_tag, args.image_label = resolved.tag, resolved.label
+    else:
+        args.image_label = f"{args.image_uri} (given)"
 
     env = {}
     for item in args.env or []:
@@ -182,7 +195,7 @@ def _config_from(args: argparse.Namespace):
     return DeployConfig(
         name=args.name,
         model_id=args.model_id,
-        region=args.region or _default_region(),
+        region=region,
         instance_type=args.instance_type,
         role_arn=args.role_arn,
         image_uri=args.image_uri,
@@ -226,8 +239,15 @@ def _deploy(args: argparse.Namespace) -> Output:
         plan = deployment_plan(config)
         cost = deploy_cost(config).line()
         return Output(
-            {"dry_run": True, "config": config.summary(), "cost": cost, "upload": upload_lines, "plan": plan},
-            cost + "\n" + _recipe(upload_lines + plan),
+            {
+                "dry_run": True,
+                "config": config.summary(),
+                "cost": cost,
+                "image_tag": args.image_label,
+                "upload": upload_lines,
+                "plan": plan,
+            },
+            f"{cost}\nimage tag: {args.image_label}\n" + _recipe(upload_lines + plan),
         )
     config.validate()
     print(deploy_cost(config).line(), file=sys.stderr)
@@ -394,7 +414,12 @@ def _deploy_args(p: argparse.ArgumentParser, name: bool = True) -> None:
     p.add_argument("--fallback-instance-types", default=None, help="comma-separated InstancePools fallbacks")
     p.add_argument("--role-arn", default=None, help="execution role (default: $GEMMA4_T4_SAGEMAKER_ROLE_ARN)")
     p.add_argument("--image-uri", default=None)
-    p.add_argument("--image-tag", default=DEFAULT_VLLM_TAG)
+    p.add_argument(
+        "--image-tag",
+        default=None,
+        help=f"the AWS vLLM DLC tag (default: the newest -sagemaker-vN.M in the region's registry; "
+        f"{DEFAULT_VLLM_TAG} as a labelled fallback)",
+    )
     p.add_argument("--dtype", default=None, help="default float16 on T4, bfloat16 elsewhere")
     p.add_argument("--max-model-len", type=int, default=8192)
     p.add_argument("--max-num-seqs", type=int, default=4)
@@ -452,7 +477,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         _build_image,
         "build the fixed T4 image in AWS CodeBuild and push it to your ECR (no local docker)",
     )
-    p.add_argument("--base-tag", default=DEFAULT_VLLM_TAG, help="the AWS vLLM DLC tag to build FROM")
+    p.add_argument(
+        "--base-tag",
+        default=None,
+        help="the AWS vLLM DLC tag to build FROM (default: the newest in the region's registry, "
+        f"else {DEFAULT_VLLM_TAG} labelled as a fallback)",
+    )
     p.add_argument("--force", action="store_true", help="build again even if the tag is already in ECR")
     p.add_argument("--record", default=None, metavar="FILE", help="write the image URI and digest as JSON")
     _common(p)
