@@ -61,3 +61,31 @@ def test_delete_keeps_a_model_another_endpoint_uses_and_the_dry_run_matches(loca
         last["deleted"] == ["endpoint:prod-b", "endpoint-config:cfg-b", "model:shared"] and last["kept"] == []
     )
     assert sm.list_models()["Models"] == []
+
+
+def test_forced_rebuild_of_an_existing_tag_pushes_a_new_tag_never_the_immutable_one(local_aws):  # noqa: F811
+    from gemma4_t4.sagemaker.build import build_t4_image
+    from gemma4_t4.sagemaker.image import find_fixed_image, fixed_image_tag
+
+    existing = fixed_image_tag()  # seeded: what an earlier build-image pushed
+    ecr = boto3.client("ecr", region_name=REGION)
+    before = ecr.describe_images(repositoryName="gemma4-t4-vllm")["imageDetails"]
+    first = build_t4_image(
+        REGION, force=True, poll_s=0, progress=False, on_build_succeeded=local_aws.seed_fixed_image_for
+    )
+    assert first.status == "SUCCEEDED" and first.build_id
+    assert first.tag == f"{existing}-r2" and first.image_uri.endswith(f":{existing}-r2")
+    second = build_t4_image(
+        REGION, force=True, poll_s=0, progress=False, on_build_succeeded=local_aws.seed_fixed_image_for
+    )
+    assert second.tag == f"{existing}-r3"
+    tags = {
+        t
+        for i in ecr.describe_images(repositoryName="gemma4-t4-vllm")["imageDetails"]
+        for t in i["imageTags"]
+    }
+    assert tags == {existing, f"{existing}-r2", f"{existing}-r3"}
+    assert {t for i in before for t in i["imageTags"]} == {existing}
+    assert find_fixed_image(REGION).tag == f"{existing}-r3"  # a deploy takes the newest rebuild
+    reused = build_t4_image(REGION, progress=False)  # without --force the existing tag is reused
+    assert reused.status == "REUSED" and reused.tag == existing

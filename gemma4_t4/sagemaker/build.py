@@ -18,6 +18,7 @@ import datetime as dt
 import hashlib
 import io
 import json
+import sys
 import time
 import zipfile
 from collections.abc import Callable, Iterator
@@ -105,9 +106,13 @@ class BuildTarget:
 
 
 def build_target(
-    region: str, account: str, base_tag: str = images.DEFAULT_VLLM_TAG, bundle_sha256: str | None = None
+    region: str,
+    account: str,
+    base_tag: str = images.DEFAULT_VLLM_TAG,
+    bundle_sha256: str | None = None,
+    tag: str | None = None,
 ) -> BuildTarget:
-    tag = images.fixed_image_tag(base_tag)
+    tag = tag or images.fixed_image_tag(base_tag)
     key = f"build/{tag}/source-{(bundle_sha256 or '<SHA256>')[:16]}.zip"
     return BuildTarget(
         region,
@@ -552,6 +557,24 @@ def existing_image(ecr: Any, tag: str) -> str | None:
     return details[0].get("imageDigest") if details else None
 
 
+def rebuild_tag(ecr: Any, tag: str) -> str:
+    """The tag a forced rebuild pushes: ``<tag>-rN`` with the first N >= 2 not in ECR. The repository
+    is IMMUTABLE, so pushing the existing tag again would fail after the whole billed build."""
+    taken: set[str] = set()
+    try:
+        for page in ecr.get_paginator("describe_images").paginate(
+            repositoryName=images.T4_IMAGE_REPOSITORY, filter={"tagStatus": "TAGGED"}
+        ):
+            taken.update(t for i in page.get("imageDetails", []) for t in i.get("imageTags", []))
+    except aws_exceptions() as exc:
+        if error_code(exc) != "RepositoryNotFoundException":
+            raise
+    n = 2
+    while f"{tag}-r{n}" in taken:
+        n += 1
+    return f"{tag}-r{n}"
+
+
 def log_tail(logs: Any, build: dict[str, Any], lines: int = 40) -> list[str]:
     info = build.get("logs") or {}
     group, stream = info.get("groupName"), info.get("streamName")
@@ -645,15 +668,24 @@ def build_t4_image(
         account = make("sts", region).get_caller_identity()["Account"]
     except aws_exceptions() as exc:
         raise aws_error(exc, "GetCallerIdentity") from exc
-    target = build_target(region, account, base_tag, hashlib.sha256(bundle).hexdigest())
+    bundle_sha = hashlib.sha256(bundle).hexdigest()
+    target = build_target(region, account, base_tag, bundle_sha)
     result = BuildResult(region, target.image_uri, target.tag, "PENDING", cost_line=build_cost().line())
     ecr = make("ecr", region)
     try:
-        digest = None if force else existing_image(ecr, target.tag)
-        if digest:
+        digest = existing_image(ecr, target.tag)
+        if digest and not force:
             result.status, result.digest = "REUSED", digest
             result.reused.append(f"image:{target.tag}")
             return result
+        if digest:  # --force: never push onto a tag the IMMUTABLE repository already holds
+            existing = target.tag
+            target = build_target(region, account, base_tag, bundle_sha, rebuild_tag(ecr, existing))
+            result.image_uri, result.tag = target.image_uri, target.tag
+            print(
+                f"--force: {existing} is already in ECR and its tags are immutable; building {target.tag}",
+                file=sys.stderr,
+            )
         ensure_stack(target, bundle, make, result, sleep)
         cb = make("codebuild", region)
         started = cb.start_build(**start_build_params(target))["build"]

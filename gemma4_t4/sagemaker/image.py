@@ -345,7 +345,11 @@ def parse_fixed_tag(tag: str) -> tuple[ImageTag, str] | None:
 
 
 def _version_key(version: str) -> tuple:
-    return tuple(int(p) if p.isdigit() else -1 for p in re.split(r"[._-]", version))
+    """Numeric parts; a forced rebuild's ``-rN`` suffix counts as N (so ``0.1.0-r3`` > ``0.1.0-r2`` > ``0.1.0``)."""
+    return tuple(
+        int(p) if p.isdigit() else int(p[1:]) if re.fullmatch(r"r\d+", p) else -1
+        for p in re.split(r"[._-]", version)
+    )
 
 
 def select_latest_fixed_tag(tags: Iterable[str]) -> str | None:
