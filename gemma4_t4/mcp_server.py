@@ -35,10 +35,10 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import anyio
-from pydantic import BaseModel, Field, TypeAdapter
+from pydantic import BaseModel, Field, StrictBool, TypeAdapter
 
 from gemma4_t4 import env, secrets, signals, turing
 from gemma4_t4.bench.schemas import RunReport
@@ -73,6 +73,15 @@ CREATES = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempote
                           open_world_hint=True)
 DESTRUCTIVE = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True,
                               open_world_hint=True)
+
+# Tool parameter types with their limits: the SDK validates them before a tool runs, so a bad value
+# never reaches AWS or a vLLM launch. Only a real JSON true confirms ("yes" and 1 do not).
+Confirm = Annotated[StrictBool, Field(description="true (a JSON boolean) to act; anything else only describes")]
+ContextLen = Annotated[int, Field(gt=0, le=1_048_576, description="tokens per sequence (prompt + output)")]
+Sequences = Annotated[int, Field(gt=0, le=1024, description="concurrent sequences")]
+UserPort = Annotated[int, Field(ge=1024, le=65535, description="an unprivileged TCP port (1024..65535)")]
+Seconds = Annotated[float, Field(gt=0)]
+
 
 def _secret_values() -> list[str]:
     """Values of secret-named environment variables (AWS keys, HF tokens) worth scrubbing; short
@@ -179,7 +188,9 @@ def tool(annotations: ToolAnnotations, confirm: bool = False) -> Callable[[Calla
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
         parameter = inspect.signature(fn).parameters.get("confirm")
         if confirm and (parameter is None or parameter.default is not False):
-            raise TypeError(f"{fn.__name__} needs confirmation but has no `confirm: bool = False` parameter")
+            raise TypeError(f"{fn.__name__} needs confirmation but has no `confirm: Confirm = False` parameter")
+        if confirm and parameter.annotation not in ("Confirm", Confirm):  # "yes" or 1 must not confirm
+            raise TypeError(f"{fn.__name__}'s confirm must be typed Confirm (a strict boolean)")
         REGISTRY[fn.__name__] = ToolSpec(fn, annotations, confirm)
         return fn
 
@@ -440,7 +451,7 @@ def _config(name: str, model_id: str, region: str, instance_type: str, max_model
 @tool(LOCAL_READ_ONLY)
 def get_deployment_config(name: str = "gemma4-t4", model_id: str = "google/gemma-4-E2B-it",
                           region: str = "us-east-2", instance_type: str = "ml.g4dn.xlarge",
-                          max_model_len: int = 8192, max_num_seqs: int = 4, dtype: str | None = None,
+                          max_model_len: ContextLen = 8192, max_num_seqs: Sequences = 4, dtype: str | None = None,
                           fallback_instance_types: list[str] | None = None,
                           extra_vllm_args: list[str] | None = None, ttl_hours: float = 4.0,
                           image_tag: str | None = None, role_arn: str | None = None, image_uri: str | None = None,
@@ -463,12 +474,13 @@ def get_deployment_config(name: str = "gemma4-t4", model_id: str = "google/gemma
 
 @tool(CREATES, confirm=True)
 def deploy_endpoint(name: str = "gemma4-t4", model_id: str = "google/gemma-4-E2B-it", region: str = "us-east-2",
-                    instance_type: str = "ml.g4dn.xlarge", max_model_len: int = 8192, max_num_seqs: int = 4,
+                    instance_type: str = "ml.g4dn.xlarge", max_model_len: ContextLen = 8192,
+                    max_num_seqs: Sequences = 4,
                     dtype: str | None = None, fallback_instance_types: list[str] | None = None,
                     extra_vllm_args: list[str] | None = None, ttl_hours: float = 4.0, image_tag: str | None = None,
-                    role_arn: str | None = None, wait: bool = False, timeout_s: float | None = None,
+                    role_arn: str | None = None, wait: bool = False, timeout_s: Seconds | None = None,
                     image_uri: str | None = None, allow_unfixed_image: bool = False,
-                    confirm: bool = False) -> DeployToolResult:
+                    confirm: Confirm = False) -> DeployToolResult:
     """Deploy to a SageMaker endpoint (billing starts). Needs confirm=True; without it, returns the plan.
 
     wait=False returns at Creating and keeps watching: a Failed or timed-out endpoint is deleted.
@@ -510,7 +522,7 @@ class BuildImageResult(BaseModel):
 
 
 @tool(DESTRUCTIVE, confirm=True)
-def build_t4_image(region: str = "us-east-2", base_tag: str | None = None, confirm: bool = False) -> BuildImageResult:
+def build_t4_image(region: str = "us-east-2", base_tag: str | None = None, confirm: Confirm = False) -> BuildImageResult:
     """Build the fixed T4 image in AWS CodeBuild and push it to your ECR (bills). Needs confirm=True."""
     from gemma4_t4.sagemaker.build import BuildFailed, build_cost, build_plan, build_record
     from gemma4_t4.sagemaker.build import build_t4_image as build
@@ -662,7 +674,7 @@ def verify_model_health(endpoint_name: str | None = None, region: str = "us-east
 
 
 @tool(DESTRUCTIVE, confirm=True)
-def delete_endpoint(name: str, region: str = "us-east-2", confirm: bool = False) -> DeleteToolResult:
+def delete_endpoint(name: str, region: str = "us-east-2", confirm: Confirm = False) -> DeleteToolResult:
     """Delete endpoint, endpoint config and model (idempotent). Needs confirm=True."""
     from gemma4_t4.sagemaker.ops import delete_endpoint as delete
 
@@ -728,7 +740,7 @@ def verify_turing_patch(functional: bool = False, arch: str = "sm_75") -> Turing
 
 
 @tool(DESTRUCTIVE, confirm=True)
-def apply_turing_patch(revert: bool = False, confirm: bool = False) -> TuringPatchResult:
+def apply_turing_patch(revert: bool = False, confirm: Confirm = False) -> TuringPatchResult:
     """Make the Turing fix reach vLLM (file patch with backup when the plugin cannot); revert=True undoes it.
 
     Needs confirm=True. When the installed plugin already reaches vLLM nothing is changed.
@@ -750,9 +762,9 @@ def apply_turing_patch(revert: bool = False, confirm: bool = False) -> TuringPat
 
 
 @tool(CREATES)
-def start_vllm_server(model: str, target: Literal["cpu", "t4"] = "cpu", port: int | None = None,
-                      served_model_name: str | None = None, max_model_len: int = 4096, max_num_seqs: int = 8,
-                      timeout_s: float = 600.0) -> ServerToolResult:
+def start_vllm_server(model: str, target: Literal["cpu", "t4"] = "cpu", port: UserPort | None = None,
+                      served_model_name: str | None = None, max_model_len: ContextLen = 4096,
+                      max_num_seqs: Sequences = 8, timeout_s: Seconds = 600.0) -> ServerToolResult:
     """Start vLLM on 127.0.0.1 (free port by default) through the start gate; waits for /health."""
     config = ServerConfig(model=model, target=target, port=port or free_port(),
                           served_model_name=served_model_name, max_model_len=max_model_len,
@@ -784,7 +796,7 @@ def _stop_owned() -> None:
 
 
 @tool(DESTRUCTIVE, confirm=True)
-def stop_vllm_server(port: int | None = None, confirm: bool = False) -> ServerToolResult:
+def stop_vllm_server(port: UserPort | None = None, confirm: Confirm = False) -> ServerToolResult:
     """Stop a vLLM server started here (SIGTERM, then SIGKILL). Needs confirm=True."""
     if not confirm:
         target = VLLMServer.attach(port, _work_dir())

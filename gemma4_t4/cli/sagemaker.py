@@ -138,7 +138,7 @@ def _build_image(args: argparse.Namespace) -> Output:
 @_owns_aws_resources
 def _matrix(args: argparse.Namespace) -> Output:
     from gemma4_t4.sagemaker.config import DEFAULT_MODEL_ID
-    from gemma4_t4.sagemaker.matrix import check_budget, matrix_plan, run_matrix
+    from gemma4_t4.sagemaker.matrix import check_budget, matrix_plan, over_budget_warning, run_matrix
 
     check_budget(args.budget_usd)  # before the plan: a dry run refuses a budget the real run would
     args.name, args.model_id = "g4-matrix", DEFAULT_MODEL_ID
@@ -153,9 +153,15 @@ def _matrix(args: argparse.Namespace) -> Output:
         f"{len(models)} endpoint(s) on {base.instance_type} at ${plan.usd_per_hour:.3f}/h, one at a time: "
         f"~${plan.estimate_usd:.2f} estimated, hard budget ${args.budget_usd:.2f}"
     )
+    over = over_budget_warning(plan, args.budget_usd)
     if args.dry_run:
         lines = [f"  {e.endpoint:<40} {e.model_id:<40} ~${e.estimate_usd:.2f}" for e in plan.entries]
-        return Output({"dry_run": True, "plan": plan}, "\n".join([head, *lines]))
+        return Output(
+            {"dry_run": True, "plan": plan, "warning": over},
+            "\n".join([head, *lines, *([f"warning: {over}"] if over else [])]),
+        )
+    if over:
+        print(f"warning: {over}", file=sys.stderr)
     print(head, file=sys.stderr)
     result = run_matrix(
         models, base, budget_usd=args.budget_usd, out_dir=args.out, measure_opts={"workload": args.workload}
@@ -176,10 +182,15 @@ def _matrix(args: argparse.Namespace) -> Output:
 def _config_from(args: argparse.Namespace):
     """The typed config; without --image-uri the stock DLC tag is looked up in the region's registry
     (``args.image_label`` says which tag and whether it is the recorded fallback)."""
-    from gemma4_t4.sagemaker.config import DeployConfig
+    from gemma4_t4.sagemaker.config import DEFAULT_SCALING_TARGET, DeployConfig
     from gemma4_t4.sagemaker.image import resolve_dlc_tag
 
     region = args.region or _default_region()
+    if args.scaling_target is not None and args.min_instances is None and args.max_instances is None:
+        raise Gemma4T4Error(
+            "--scaling-target applies only to an autoscaled endpoint; alone it would be ignored",
+            fix="add --min-instances N and/or --max-instances M, or drop --scaling-target",
+        )
     if args.image_uri is None:
         resolved = resolve_dlc_tag(region, args.image_tag)
         args.image_tag, args.image_label = resolved.tag, resolved.label
@@ -215,7 +226,7 @@ def _config_from(args: argparse.Namespace):
         model_data_s3_uri=getattr(args, "model_data", None),
         min_instances=args.min_instances,
         max_instances=args.max_instances,
-        scaling_target=args.scaling_target,
+        scaling_target=args.scaling_target if args.scaling_target is not None else DEFAULT_SCALING_TARGET,
     )
 
 
@@ -228,8 +239,12 @@ def _deploy(args: argparse.Namespace) -> Output:
         deploy_with_failover,
         deployment_plan,
     )
+    from gemma4_t4.sagemaker.image import validate_region
 
     config = _config_from(args)
+    failover = _regions(args.failover) if args.failover else []
+    for region in failover:  # a dry run refuses a region the real run would (e.g. a typo)
+        validate_region(region)
     if args.model_dir and args.model_data:
         raise Gemma4T4Error("--model-dir and --model-data both name the model", fix="pass one of them")
     upload_lines: list[str] = []
@@ -253,7 +268,7 @@ def _deploy(args: argparse.Namespace) -> Output:
     print(deploy_cost(config).line(), file=sys.stderr)
     kwargs = {"wait": not args.no_wait, "timeout_s": args.timeout, "progress": not args.json}
     if args.failover:
-        result = deploy_with_failover(config, _regions(args.failover), **kwargs)
+        result = deploy_with_failover(config, failover, **kwargs)
         lines = [
             f"{a.region}: {a.outcome} after {a.elapsed_s:.0f} s" + (f" ({a.reason})" if a.reason else "")
             for a in result.attempts
@@ -449,8 +464,9 @@ def _deploy_args(p: argparse.ArgumentParser, name: bool = True) -> None:
     p.add_argument(
         "--scaling-target",
         type=float,
-        default=4.0,
-        help="target invocations per instance per minute for target tracking",
+        default=None,
+        help="target invocations per instance per minute for target tracking (default 4; needs "
+        "--min-instances/--max-instances, refused alone)",
     )
 
 

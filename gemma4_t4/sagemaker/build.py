@@ -456,11 +456,17 @@ class BuildResult:
 class BuildFailed(Gemma4T4Error):
     def __init__(self, result: BuildResult, reason: str):
         tail = "\n".join(f"    {line}" for line in result.log_tail[-20:])
+        where = (
+            "read the log tail above"
+            if tail
+            else "no build log could be read; open it with: aws codebuild batch-get-builds --region "
+            f"{result.region} --ids {result.build_id} (logs.deepLink), or the CodeBuild console's "
+            f"{PROJECT_NAME} project"
+        )
         super().__init__(
             f"CodeBuild build {result.build_id} ended {result.status} in phase {result.phase}: {reason}"
-            + (f"\n  log tail:\n{tail}" if tail else ""),
-            fix="read the log tail above; nothing was deployed. Re-run build-image after fixing it "
-            "(the stack is reused)",
+            + (f"\n  log tail:\n{tail}" if tail else "\n  (no log tail: CloudWatch had none for this build)"),
+            fix=f"{where}; nothing was deployed. Re-run build-image after fixing it (the stack is reused)",
         )
         self.result = result
 
