@@ -489,7 +489,10 @@ def deploy_endpoint(name: str = "gemma4-t4", model_id: str = "google/gemma-4-E2B
     """
     from gemma4_t4.sagemaker.cost import estimate
     from gemma4_t4.sagemaker.deploy import DeployFailed, deploy, deploy_in_background, deployment_plan
+    from gemma4_t4.sagemaker.image import resolve_dlc_tag
 
+    if image_uri is None:  # the stock DLC tag: newest in the registry, else the labelled fallback
+        image_tag = resolve_dlc_tag(region, image_tag).tag
     config = _config(name, model_id, region, instance_type, max_model_len, max_num_seqs, dtype,
                      fallback_instance_types, extra_vllm_args, ttl_hours, image_tag, role_arn, image_uri,
                      allow_unfixed_image)

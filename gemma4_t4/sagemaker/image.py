@@ -62,9 +62,10 @@ DLC_DEFAULT_ACCOUNT_REGIONS = (
 KNOWN_REGIONS: tuple[str, ...] = tuple(sorted((*DLC_DEFAULT_ACCOUNT_REGIONS, *DLC_ACCOUNT_EXCEPTIONS)))
 US_REGIONS: tuple[str, ...] = ("us-east-1", "us-east-2", "us-west-2", "us-west-1")
 
-# The tag the series deployed and measured. Only a recorded FALLBACK: deploy and build-image look
-# up the newest ``-sagemaker-vN.M`` of its vLLM release in the region's registry
-# (:func:`resolve_dlc_tag`); -v1.1, -v1.2 and -v1.3 were all seen in use, so a constant goes stale.
+# Only a recorded FALLBACK: deploy and build-image look up the newest ``-sagemaker-vN.M`` of its
+# vLLM release in the region's registry (:func:`resolve_dlc_tag`). Evidence read 2026-12-01
+# (reference notes, hosts_as_they_are.md): ``-v1.1`` seen in use, ``-v1.2`` reported as the newest,
+# ``-v1.3`` reported once (the reference implementation's Dockerfile), so no constant is trusted.
 DEFAULT_VLLM_TAG = "0.30.0-gpu-py312-cu130-ubuntu24.04-sagemaker-v1.3"
 DEFAULT_VLLM_RELEASE = (0, 30, 0)
 
