@@ -29,17 +29,18 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import anyio
-from pydantic import BaseModel, Field, TypeAdapter
+from pydantic import BaseModel, Field, StrictBool, TypeAdapter
 
-from gemma4_t4 import env, secrets, turing
+from gemma4_t4 import env, secrets, signals, turing
 from gemma4_t4.bench.schemas import RunReport
 from gemma4_t4.errors import Gemma4T4Error, UnexpectedError, debug_enabled, user_error
 from gemma4_t4.jsonable import to_jsonable
@@ -73,6 +74,15 @@ CREATES = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempote
 DESTRUCTIVE = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True,
                               open_world_hint=True)
 
+# Tool parameter types with their limits: the SDK validates them before a tool runs, so a bad value
+# never reaches AWS or a vLLM launch. Only a real JSON true confirms ("yes" and 1 do not).
+Confirm = Annotated[StrictBool, Field(description="true (a JSON boolean) to act; anything else only describes")]
+ContextLen = Annotated[int, Field(gt=0, le=1_048_576, description="tokens per sequence (prompt + output)")]
+Sequences = Annotated[int, Field(gt=0, le=1024, description="concurrent sequences")]
+UserPort = Annotated[int, Field(ge=1024, le=65535, description="an unprivileged TCP port (1024..65535)")]
+Seconds = Annotated[float, Field(gt=0)]
+
+
 def _secret_values() -> list[str]:
     """Values of secret-named environment variables (AWS keys, HF tokens) worth scrubbing; short
     values are left out so that a stray ``1`` is not masked everywhere."""
@@ -99,10 +109,17 @@ def _adapter(fn: Callable[..., Any]) -> Callable[..., Any]:
     signature = inspect.signature(fn, eval_str=True)
     return_type = signature.return_annotation
 
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with _IN_FLIGHT:
+            return fn(*args, **kwargs)
+
     @functools.wraps(fn)
     async def run_tool(*args: Any, **kwargs: Any) -> Any:
         try:
-            result = await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
+            result = await anyio.to_thread.run_sync(functools.partial(call, *args, **kwargs))
+        except KeyboardInterrupt as exc:  # cancelled by the server's shutdown, after the tool's own cleanup
+            raise ToolError(f"cancelled: the MCP server is shutting down ({exc}); "
+                            "what this call had created was rolled back") from None
         except Exception as exc:  # the boundary: no tool answers a bare "Error executing tool"
             if debug_enabled():
                 log.error("tool %s failed", fn.__name__, exc_info=exc)
@@ -115,6 +132,42 @@ def _adapter(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     run_tool.__signature__ = signature  # type: ignore[attr-defined]
     return run_tool
+
+
+class _InFlight:
+    """Tool calls running in worker threads: a shutdown waits for them to finish their cleanup."""
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._idle = threading.Condition()
+
+    def __enter__(self) -> None:
+        if _SHUTDOWN.is_set():
+            raise Gemma4T4Error("the MCP server is shutting down", fix="start it again and repeat the call")
+        with self._idle:
+            self._count += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._idle:
+            self._count -= 1
+            self._idle.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        with self._idle:
+            return self._idle.wait_for(lambda: self._count == 0, timeout)
+
+
+_IN_FLIGHT = _InFlight()
+_SHUTDOWN = threading.Event()  # set by SIGTERM/SIGHUP: waits inside tools end at once
+_STOP_SIGNAL: list[int] = [signal.SIGTERM]
+SHUTDOWN_GRACE_S = 600.0  # how long a shutdown waits for in-flight tools to roll back
+
+
+def _cancellable_sleep(seconds: float) -> None:
+    """The sleep between polls of billing work (deploy, build): the server's shutdown ends it by raising
+    ``signals.Terminated``, so the caller's Ctrl-C cleanup (rollback, stop the build) runs in its thread."""
+    if _SHUTDOWN.wait(seconds):
+        raise signals.Terminated(_STOP_SIGNAL[0])
 
 
 @dataclass(frozen=True)
@@ -135,7 +188,9 @@ def tool(annotations: ToolAnnotations, confirm: bool = False) -> Callable[[Calla
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
         parameter = inspect.signature(fn).parameters.get("confirm")
         if confirm and (parameter is None or parameter.default is not False):
-            raise TypeError(f"{fn.__name__} needs confirmation but has no `confirm: bool = False` parameter")
+            raise TypeError(f"{fn.__name__} needs confirmation but has no `confirm: Confirm = False` parameter")
+        if confirm and parameter.annotation not in ("Confirm", Confirm):  # "yes" or 1 must not confirm
+            raise TypeError(f"{fn.__name__}'s confirm must be typed Confirm (a strict boolean)")
         REGISTRY[fn.__name__] = ToolSpec(fn, annotations, confirm)
         return fn
 
@@ -193,6 +248,7 @@ class DeleteToolResult(BaseModel):
     deleted: list[str] = []
     already_absent: list[str] = []
     would_run: list[str] = []
+    kept: list[str] = Field([], description="configs/models another endpoint still uses, and which")
 
 
 class StatusToolResult(BaseModel):
@@ -395,7 +451,7 @@ def _config(name: str, model_id: str, region: str, instance_type: str, max_model
 @tool(LOCAL_READ_ONLY)
 def get_deployment_config(name: str = "gemma4-t4", model_id: str = "google/gemma-4-E2B-it",
                           region: str = "us-east-2", instance_type: str = "ml.g4dn.xlarge",
-                          max_model_len: int = 8192, max_num_seqs: int = 4, dtype: str | None = None,
+                          max_model_len: ContextLen = 8192, max_num_seqs: Sequences = 4, dtype: str | None = None,
                           fallback_instance_types: list[str] | None = None,
                           extra_vllm_args: list[str] | None = None, ttl_hours: float = 4.0,
                           image_tag: str | None = None, role_arn: str | None = None, image_uri: str | None = None,
@@ -418,12 +474,13 @@ def get_deployment_config(name: str = "gemma4-t4", model_id: str = "google/gemma
 
 @tool(CREATES, confirm=True)
 def deploy_endpoint(name: str = "gemma4-t4", model_id: str = "google/gemma-4-E2B-it", region: str = "us-east-2",
-                    instance_type: str = "ml.g4dn.xlarge", max_model_len: int = 8192, max_num_seqs: int = 4,
+                    instance_type: str = "ml.g4dn.xlarge", max_model_len: ContextLen = 8192,
+                    max_num_seqs: Sequences = 4,
                     dtype: str | None = None, fallback_instance_types: list[str] | None = None,
                     extra_vllm_args: list[str] | None = None, ttl_hours: float = 4.0, image_tag: str | None = None,
-                    role_arn: str | None = None, wait: bool = False, timeout_s: float | None = None,
+                    role_arn: str | None = None, wait: bool = False, timeout_s: Seconds | None = None,
                     image_uri: str | None = None, allow_unfixed_image: bool = False,
-                    confirm: bool = False) -> DeployToolResult:
+                    confirm: Confirm = False) -> DeployToolResult:
     """Deploy to a SageMaker endpoint (billing starts). Needs confirm=True; without it, returns the plan.
 
     wait=False returns at Creating and keeps watching: a Failed or timed-out endpoint is deleted.
@@ -432,7 +489,10 @@ def deploy_endpoint(name: str = "gemma4-t4", model_id: str = "google/gemma-4-E2B
     """
     from gemma4_t4.sagemaker.cost import estimate
     from gemma4_t4.sagemaker.deploy import DeployFailed, deploy, deploy_in_background, deployment_plan
+    from gemma4_t4.sagemaker.image import resolve_dlc_tag
 
+    if image_uri is None:  # the stock DLC tag: newest in the registry, else the labelled fallback
+        image_tag = resolve_dlc_tag(region, image_tag).tag
     config = _config(name, model_id, region, instance_type, max_model_len, max_num_seqs, dtype,
                      fallback_instance_types, extra_vllm_args, ttl_hours, image_tag, role_arn, image_uri,
                      allow_unfixed_image)
@@ -442,8 +502,8 @@ def deploy_endpoint(name: str = "gemma4-t4", model_id: str = "google/gemma-4-E2B
         return DeployToolResult(refused=True, cost=cost, aws_cli=plan,
                                 reason="deploying creates billed resources: call again with confirm=True")
     try:
-        if wait:
-            result = deploy(config, timeout_s=timeout_s, progress=False)
+        if wait:  # a shutdown ends the wait and rolls back what this deploy created
+            result = deploy(config, timeout_s=timeout_s, progress=False, sleep=_cancellable_sleep)
         else:
             watcher = deploy_in_background(config, timeout_s=timeout_s)
             _WATCHES.by_key[(region, name)] = watcher
@@ -465,13 +525,13 @@ class BuildImageResult(BaseModel):
 
 
 @tool(DESTRUCTIVE, confirm=True)
-def build_t4_image(region: str = "us-east-2", base_tag: str | None = None, confirm: bool = False) -> BuildImageResult:
+def build_t4_image(region: str = "us-east-2", base_tag: str | None = None, confirm: Confirm = False) -> BuildImageResult:
     """Build the fixed T4 image in AWS CodeBuild and push it to your ECR (bills). Needs confirm=True."""
     from gemma4_t4.sagemaker.build import BuildFailed, build_cost, build_plan, build_record
     from gemma4_t4.sagemaker.build import build_t4_image as build
-    from gemma4_t4.sagemaker.image import DEFAULT_VLLM_TAG
+    from gemma4_t4.sagemaker.image import resolve_dlc_tag
 
-    tag = base_tag or DEFAULT_VLLM_TAG
+    tag = resolve_dlc_tag(region, base_tag).tag  # newest in the registry, else the labelled fallback
     plan = build_plan(region, tag)  # validates region and tag before anything else
     cost = build_cost().line()
     if not confirm:
@@ -479,7 +539,7 @@ def build_t4_image(region: str = "us-east-2", base_tag: str | None = None, confi
                                 reason="building creates ECR, S3, IAM and CodeBuild resources and bills: "
                                 "call again with confirm=True")
     try:
-        result = build(region, tag, progress=False)
+        result = build(region, tag, progress=False, sleep=_cancellable_sleep)  # a shutdown stops the build
     except BuildFailed as exc:
         return BuildImageResult(refused=False, reason=str(exc), cost=cost, build=to_jsonable(exc.result))
     return BuildImageResult(refused=False, cost=cost, build=build_record(result) | {
@@ -617,17 +677,17 @@ def verify_model_health(endpoint_name: str | None = None, region: str = "us-east
 
 
 @tool(DESTRUCTIVE, confirm=True)
-def delete_endpoint(name: str, region: str = "us-east-2", confirm: bool = False) -> DeleteToolResult:
+def delete_endpoint(name: str, region: str = "us-east-2", confirm: Confirm = False) -> DeleteToolResult:
     """Delete endpoint, endpoint config and model (idempotent). Needs confirm=True."""
     from gemma4_t4.sagemaker.ops import delete_endpoint as delete
 
     if not confirm:
-        plan = delete(name, region, dry_run=True).plan
-        return DeleteToolResult(refused=True, would_run=plan,
+        planned = delete(name, region, dry_run=True)
+        return DeleteToolResult(refused=True, would_run=planned.plan, kept=planned.kept,
                                 reason=f"deleting {name} in {region} is irreversible: call again with confirm=True")
     result = delete(name, region)
     return DeleteToolResult(refused=False, deleted=result.deleted, already_absent=result.already_absent,
-                            would_run=result.plan)
+                            would_run=result.plan, kept=result.kept)
 
 
 # -- local machine tools ---------------------------------------------------------------------------------
@@ -683,7 +743,7 @@ def verify_turing_patch(functional: bool = False, arch: str = "sm_75") -> Turing
 
 
 @tool(DESTRUCTIVE, confirm=True)
-def apply_turing_patch(revert: bool = False, confirm: bool = False) -> TuringPatchResult:
+def apply_turing_patch(revert: bool = False, confirm: Confirm = False) -> TuringPatchResult:
     """Make the Turing fix reach vLLM (file patch with backup when the plugin cannot); revert=True undoes it.
 
     Needs confirm=True. When the installed plugin already reaches vLLM nothing is changed.
@@ -705,9 +765,9 @@ def apply_turing_patch(revert: bool = False, confirm: bool = False) -> TuringPat
 
 
 @tool(CREATES)
-def start_vllm_server(model: str, target: Literal["cpu", "t4"] = "cpu", port: int | None = None,
-                      served_model_name: str | None = None, max_model_len: int = 4096, max_num_seqs: int = 8,
-                      timeout_s: float = 600.0) -> ServerToolResult:
+def start_vllm_server(model: str, target: Literal["cpu", "t4"] = "cpu", port: UserPort | None = None,
+                      served_model_name: str | None = None, max_model_len: ContextLen = 4096,
+                      max_num_seqs: Sequences = 8, timeout_s: Seconds = 600.0) -> ServerToolResult:
     """Start vLLM on 127.0.0.1 (free port by default) through the start gate; waits for /health."""
     config = ServerConfig(model=model, target=target, port=port or free_port(),
                           served_model_name=served_model_name, max_model_len=max_model_len,
@@ -739,7 +799,7 @@ def _stop_owned() -> None:
 
 
 @tool(DESTRUCTIVE, confirm=True)
-def stop_vllm_server(port: int | None = None, confirm: bool = False) -> ServerToolResult:
+def stop_vllm_server(port: UserPort | None = None, confirm: Confirm = False) -> ServerToolResult:
     """Stop a vLLM server started here (SIGTERM, then SIGKILL). Needs confirm=True."""
     if not confirm:
         target = VLLMServer.attach(port, _work_dir())
@@ -808,12 +868,34 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     for noisy in ("botocore", "boto3", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    # SIGTERM ends the MCP server like a closed stdin: through the finally below
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    # SIGTERM and SIGHUP (the one signal rule, gemma4_t4.signals) shut the server down in order:
+    # cancel in-flight work (a deploy rolls back what it created, a build is stopped), stop the vLLM
+    # servers it started, then exit. The event loop cannot do it: it waits on its stdin reader.
+    for sig in signals.STOP_SIGNALS:
+        signal.signal(sig, _on_stop_signal)
     try:
         build_server().run()
     finally:
         _stop_owned()
+
+
+def _on_stop_signal(signum: int, _frame: object) -> None:
+    for sig in signals.STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)  # a second signal must not cut the cleanup short
+    _STOP_SIGNAL[0] = signum
+    _SHUTDOWN.set()
+    threading.Thread(target=_shut_down, name="mcp-shutdown", daemon=False).start()
+
+
+def _shut_down() -> None:
+    log.warning("%s: cancelling in-flight tools and stopping owned servers", signal.Signals(_STOP_SIGNAL[0]).name)
+    _stop_owned()  # a health wait on a stopped server ends at once
+    if not _IN_FLIGHT.wait_idle(SHUTDOWN_GRACE_S):
+        log.error("tools still running after %.0f s; exiting anyway", SHUTDOWN_GRACE_S)
+    _stop_owned()
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+    os._exit(0)  # like a closed stdin: the client asked the server to end
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@
 # Needs docker and the aws CLI, logged in to an account that can pull the AWS DLC registry.
 set -euo pipefail
 region="${1:?usage: build.sh REGION [BASE_TAG]}"
-tag="${2:-$(python -c 'from gemma4_t4.sagemaker.image import DEFAULT_VLLM_TAG; print(DEFAULT_VLLM_TAG)')}"
+tag="${2:-$(python -c "from gemma4_t4.sagemaker.image import resolve_dlc_tag; print(resolve_dlc_tag('$region').tag)")}"  # newest in the registry, else the recorded fallback
 base="$(python -c "from gemma4_t4.sagemaker.image import vllm_image_uri; print(vllm_image_uri('$region', '$tag'))")"
 account="$(aws sts get-caller-identity --query Account --output text)"
 target="$(python -c "from gemma4_t4.sagemaker.image import fixed_image_tag, t4_image_uri; print(t4_image_uri('$account', '$region', fixed_image_tag('$tag')))")"

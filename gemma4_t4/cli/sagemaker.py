@@ -7,11 +7,28 @@ nothing. Destructive commands (delete, reap) need ``--yes``.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
+from collections.abc import Callable
 
+from gemma4_t4 import signals
 from gemma4_t4.cli import Output, add_command, add_group
 from gemma4_t4.errors import Gemma4T4Error
+
+
+def _owns_aws_resources(
+    handler: Callable[[argparse.Namespace], Output],
+) -> Callable[[argparse.Namespace], Output]:
+    """SIGTERM and SIGHUP unwind like Ctrl-C while the command owns an endpoint, a build or an upload:
+    the deploy rolls back, the matrix deletes its endpoint, the build is stopped (gemma4_t4.signals)."""
+
+    @functools.wraps(handler)
+    def run(args: argparse.Namespace) -> Output:
+        with signals.orderly_stop():
+            return handler(args)
+
+    return run
 
 
 def _default_region() -> str:
@@ -85,21 +102,25 @@ def _image(args: argparse.Namespace) -> Output:
     return Output(data, text)
 
 
+@_owns_aws_resources
 def _build_image(args: argparse.Namespace) -> Output:
     from gemma4_t4.atomic import atomic_write_json
     from gemma4_t4.sagemaker.build import BuildFailed, build_cost, build_plan, build_record, build_t4_image
+    from gemma4_t4.sagemaker.image import resolve_dlc_tag
 
     region = args.region or _default_region()
     cost = build_cost().line()
+    base = resolve_dlc_tag(region, args.base_tag)  # read-only: the newest DLC tag in the registry
     if args.dry_run:
-        plan = build_plan(region, args.base_tag)
+        plan = build_plan(region, base.tag)
         return Output(
-            {"dry_run": True, "cost": cost, "plan": plan},
-            f"{cost}\n# CodeBuild builds the image; ECR stores it\n" + _recipe(plan),
+            {"dry_run": True, "cost": cost, "base_tag": base.label, "plan": plan},
+            f"{cost}\nbase image tag: {base.label}\n# CodeBuild builds the image; ECR stores it\n"
+            + _recipe(plan),
         )
-    print(cost, file=sys.stderr)
+    print(f"{cost}\nbase image tag: {base.label}", file=sys.stderr)
     try:
-        result = build_t4_image(region, args.base_tag, force=args.force, progress=not args.json)
+        result = build_t4_image(region, base.tag, force=args.force, progress=not args.json)
     except BuildFailed as exc:
         return Output(exc.result, f"error: {exc.message}\n  fix: {exc.fix}", 1)
     record = build_record(result)
@@ -114,9 +135,10 @@ def _build_image(args: argparse.Namespace) -> Output:
     return Output(record, text)
 
 
+@_owns_aws_resources
 def _matrix(args: argparse.Namespace) -> Output:
     from gemma4_t4.sagemaker.config import DEFAULT_MODEL_ID
-    from gemma4_t4.sagemaker.matrix import check_budget, matrix_plan, run_matrix
+    from gemma4_t4.sagemaker.matrix import check_budget, matrix_plan, over_budget_warning, run_matrix
 
     check_budget(args.budget_usd)  # before the plan: a dry run refuses a budget the real run would
     args.name, args.model_id = "g4-matrix", DEFAULT_MODEL_ID
@@ -131,9 +153,15 @@ def _matrix(args: argparse.Namespace) -> Output:
         f"{len(models)} endpoint(s) on {base.instance_type} at ${plan.usd_per_hour:.3f}/h, one at a time: "
         f"~${plan.estimate_usd:.2f} estimated, hard budget ${args.budget_usd:.2f}"
     )
+    over = over_budget_warning(plan, args.budget_usd)
     if args.dry_run:
         lines = [f"  {e.endpoint:<40} {e.model_id:<40} ~${e.estimate_usd:.2f}" for e in plan.entries]
-        return Output({"dry_run": True, "plan": plan}, "\n".join([head, *lines]))
+        return Output(
+            {"dry_run": True, "plan": plan, "warning": over},
+            "\n".join([head, *lines, *([f"warning: {over}"] if over else [])]),
+        )
+    if over:
+        print(f"warning: {over}", file=sys.stderr)
     print(head, file=sys.stderr)
     result = run_matrix(
         models, base, budget_usd=args.budget_usd, out_dir=args.out, measure_opts={"workload": args.workload}
@@ -152,7 +180,22 @@ def _matrix(args: argparse.Namespace) -> Output:
 
 
 def _config_from(args: argparse.Namespace):
-    from gemma4_t4.sagemaker.config import DeployConfig
+    """The typed config; without --image-uri the stock DLC tag is looked up in the region's registry
+    (``args.image_label`` says which tag and whether it is the recorded fallback)."""
+    from gemma4_t4.sagemaker.config import DEFAULT_SCALING_TARGET, DeployConfig
+    from gemma4_t4.sagemaker.image import resolve_dlc_tag
+
+    region = args.region or _default_region()
+    if args.scaling_target is not None and args.min_instances is None and args.max_instances is None:
+        raise Gemma4T4Error(
+            "--scaling-target applies only to an autoscaled endpoint; alone it would be ignored",
+            fix="add --min-instances N and/or --max-instances M, or drop --scaling-target",
+        )
+    if args.image_uri is None:
+        resolved = resolve_dlc_tag(region, args.image_tag)
+        args.image_tag, args.image_label = resolved.tag, resolved.label
+    else:
+        args.image_label = f"{args.image_uri} (given)"
 
     env = {}
     for item in args.env or []:
@@ -163,7 +206,7 @@ def _config_from(args: argparse.Namespace):
     return DeployConfig(
         name=args.name,
         model_id=args.model_id,
-        region=args.region or _default_region(),
+        region=region,
         instance_type=args.instance_type,
         role_arn=args.role_arn,
         image_uri=args.image_uri,
@@ -183,10 +226,11 @@ def _config_from(args: argparse.Namespace):
         model_data_s3_uri=getattr(args, "model_data", None),
         min_instances=args.min_instances,
         max_instances=args.max_instances,
-        scaling_target=args.scaling_target,
+        scaling_target=args.scaling_target if args.scaling_target is not None else DEFAULT_SCALING_TARGET,
     )
 
 
+@_owns_aws_resources
 def _deploy(args: argparse.Namespace) -> Output:
     from gemma4_t4.sagemaker.deploy import (
         DeployFailed,
@@ -195,8 +239,12 @@ def _deploy(args: argparse.Namespace) -> Output:
         deploy_with_failover,
         deployment_plan,
     )
+    from gemma4_t4.sagemaker.image import validate_region
 
     config = _config_from(args)
+    failover = _regions(args.failover) if args.failover else []
+    for region in failover:  # a dry run refuses a region the real run would (e.g. a typo)
+        validate_region(region)
     if args.model_dir and args.model_data:
         raise Gemma4T4Error("--model-dir and --model-data both name the model", fix="pass one of them")
     upload_lines: list[str] = []
@@ -206,14 +254,21 @@ def _deploy(args: argparse.Namespace) -> Output:
         plan = deployment_plan(config)
         cost = deploy_cost(config).line()
         return Output(
-            {"dry_run": True, "config": config.summary(), "cost": cost, "upload": upload_lines, "plan": plan},
-            cost + "\n" + _recipe(upload_lines + plan),
+            {
+                "dry_run": True,
+                "config": config.summary(),
+                "cost": cost,
+                "image_tag": args.image_label,
+                "upload": upload_lines,
+                "plan": plan,
+            },
+            f"{cost}\nimage tag: {args.image_label}\n" + _recipe(upload_lines + plan),
         )
     config.validate()
     print(deploy_cost(config).line(), file=sys.stderr)
     kwargs = {"wait": not args.no_wait, "timeout_s": args.timeout, "progress": not args.json}
     if args.failover:
-        result = deploy_with_failover(config, _regions(args.failover), **kwargs)
+        result = deploy_with_failover(config, failover, **kwargs)
         lines = [
             f"{a.region}: {a.outcome} after {a.elapsed_s:.0f} s" + (f" ({a.reason})" if a.reason else "")
             for a in result.attempts
@@ -331,9 +386,12 @@ def _delete(args: argparse.Namespace) -> Output:
     from gemma4_t4.sagemaker.ops import delete_endpoint
 
     region = args.region or _default_region()
-    if args.dry_run:
+    if args.dry_run:  # reads the endpoint's chain (read-only) so it lists exactly what --yes deletes
         result = delete_endpoint(args.name, region, dry_run=True)
-        return Output(result, _recipe(result.plan))
+        kept = "".join(f"\n# kept: {k}" for k in result.kept)
+        return Output(
+            result, "# dry run: nothing was deleted. Equivalent AWS CLI:\n" + "\n".join(result.plan) + kept
+        )
     if not args.yes:
         raise Gemma4T4Error(
             f"refusing to delete {args.name} in {region} without --yes",
@@ -343,6 +401,8 @@ def _delete(args: argparse.Namespace) -> Output:
     text = "deleted: " + (", ".join(result.deleted) or "nothing")
     if result.already_absent:
         text += "\nalready absent: " + ", ".join(result.already_absent)
+    if result.kept:
+        text += "\nkept: " + ", ".join(result.kept)
     return Output(result, text)
 
 
@@ -369,7 +429,12 @@ def _deploy_args(p: argparse.ArgumentParser, name: bool = True) -> None:
     p.add_argument("--fallback-instance-types", default=None, help="comma-separated InstancePools fallbacks")
     p.add_argument("--role-arn", default=None, help="execution role (default: $GEMMA4_T4_SAGEMAKER_ROLE_ARN)")
     p.add_argument("--image-uri", default=None)
-    p.add_argument("--image-tag", default=DEFAULT_VLLM_TAG)
+    p.add_argument(
+        "--image-tag",
+        default=None,
+        help=f"the AWS vLLM DLC tag (default: the newest -sagemaker-vN.M in the region's registry; "
+        f"{DEFAULT_VLLM_TAG} as a labelled fallback)",
+    )
     p.add_argument("--dtype", default=None, help="default float16 on T4, bfloat16 elsewhere")
     p.add_argument("--max-model-len", type=int, default=8192)
     p.add_argument("--max-num-seqs", type=int, default=4)
@@ -399,8 +464,9 @@ def _deploy_args(p: argparse.ArgumentParser, name: bool = True) -> None:
     p.add_argument(
         "--scaling-target",
         type=float,
-        default=4.0,
-        help="target invocations per instance per minute for target tracking",
+        default=None,
+        help="target invocations per instance per minute for target tracking (default 4; needs "
+        "--min-instances/--max-instances, refused alone)",
     )
 
 
@@ -427,7 +493,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         _build_image,
         "build the fixed T4 image in AWS CodeBuild and push it to your ECR (no local docker)",
     )
-    p.add_argument("--base-tag", default=DEFAULT_VLLM_TAG, help="the AWS vLLM DLC tag to build FROM")
+    p.add_argument(
+        "--base-tag",
+        default=None,
+        help="the AWS vLLM DLC tag to build FROM (default: the newest in the region's registry, "
+        f"else {DEFAULT_VLLM_TAG} labelled as a fallback)",
+    )
     p.add_argument("--force", action="store_true", help="build again even if the tag is already in ECR")
     p.add_argument("--record", default=None, metavar="FILE", help="write the image URI and digest as JSON")
     _common(p)

@@ -18,6 +18,7 @@ import datetime as dt
 import hashlib
 import io
 import json
+import sys
 import time
 import zipfile
 from collections.abc import Callable, Iterator
@@ -105,9 +106,13 @@ class BuildTarget:
 
 
 def build_target(
-    region: str, account: str, base_tag: str = images.DEFAULT_VLLM_TAG, bundle_sha256: str | None = None
+    region: str,
+    account: str,
+    base_tag: str = images.DEFAULT_VLLM_TAG,
+    bundle_sha256: str | None = None,
+    tag: str | None = None,
 ) -> BuildTarget:
-    tag = images.fixed_image_tag(base_tag)
+    tag = tag or images.fixed_image_tag(base_tag)
     key = f"build/{tag}/source-{(bundle_sha256 or '<SHA256>')[:16]}.zip"
     return BuildTarget(
         region,
@@ -451,11 +456,17 @@ class BuildResult:
 class BuildFailed(Gemma4T4Error):
     def __init__(self, result: BuildResult, reason: str):
         tail = "\n".join(f"    {line}" for line in result.log_tail[-20:])
+        where = (
+            "read the log tail above"
+            if tail
+            else "no build log could be read; open it with: aws codebuild batch-get-builds --region "
+            f"{result.region} --ids {result.build_id} (logs.deepLink), or the CodeBuild console's "
+            f"{PROJECT_NAME} project"
+        )
         super().__init__(
             f"CodeBuild build {result.build_id} ended {result.status} in phase {result.phase}: {reason}"
-            + (f"\n  log tail:\n{tail}" if tail else ""),
-            fix="read the log tail above; nothing was deployed. Re-run build-image after fixing it "
-            "(the stack is reused)",
+            + (f"\n  log tail:\n{tail}" if tail else "\n  (no log tail: CloudWatch had none for this build)"),
+            fix=f"{where}; nothing was deployed. Re-run build-image after fixing it (the stack is reused)",
         )
         self.result = result
 
@@ -552,6 +563,24 @@ def existing_image(ecr: Any, tag: str) -> str | None:
     return details[0].get("imageDigest") if details else None
 
 
+def rebuild_tag(ecr: Any, tag: str) -> str:
+    """The tag a forced rebuild pushes: ``<tag>-rN`` with the first N >= 2 not in ECR. The repository
+    is IMMUTABLE, so pushing the existing tag again would fail after the whole billed build."""
+    taken: set[str] = set()
+    try:
+        for page in ecr.get_paginator("describe_images").paginate(
+            repositoryName=images.T4_IMAGE_REPOSITORY, filter={"tagStatus": "TAGGED"}
+        ):
+            taken.update(t for i in page.get("imageDetails", []) for t in i.get("imageTags", []))
+    except aws_exceptions() as exc:
+        if error_code(exc) != "RepositoryNotFoundException":
+            raise
+    n = 2
+    while f"{tag}-r{n}" in taken:
+        n += 1
+    return f"{tag}-r{n}"
+
+
 def log_tail(logs: Any, build: dict[str, Any], lines: int = 40) -> list[str]:
     info = build.get("logs") or {}
     group, stream = info.get("groupName"), info.get("streamName")
@@ -608,8 +637,9 @@ def wait_for_build(
                     build["buildStatus"] = "TIMED_OUT"
                     return build
                 sleep(poll_s)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGHUP inside signals.orderly_stop
             cb.stop_build(id=build_id)
+            result.status = "STOPPED"
             raise
 
 
@@ -644,22 +674,43 @@ def build_t4_image(
         account = make("sts", region).get_caller_identity()["Account"]
     except aws_exceptions() as exc:
         raise aws_error(exc, "GetCallerIdentity") from exc
-    target = build_target(region, account, base_tag, hashlib.sha256(bundle).hexdigest())
+    bundle_sha = hashlib.sha256(bundle).hexdigest()
+    target = build_target(region, account, base_tag, bundle_sha)
     result = BuildResult(region, target.image_uri, target.tag, "PENDING", cost_line=build_cost().line())
     ecr = make("ecr", region)
     try:
-        digest = None if force else existing_image(ecr, target.tag)
-        if digest:
+        digest = existing_image(ecr, target.tag)
+        if digest and not force:
             result.status, result.digest = "REUSED", digest
             result.reused.append(f"image:{target.tag}")
             return result
+        if digest:  # --force: never push onto a tag the IMMUTABLE repository already holds
+            existing = target.tag
+            target = build_target(region, account, base_tag, bundle_sha, rebuild_tag(ecr, existing))
+            result.image_uri, result.tag = target.image_uri, target.tag
+            print(
+                f"--force: {existing} is already in ECR and its tags are immutable; building {target.tag}",
+                file=sys.stderr,
+            )
         ensure_stack(target, bundle, make, result, sleep)
         cb = make("codebuild", region)
         started = cb.start_build(**start_build_params(target))["build"]
-        result.build_id = started["id"]
-        build = wait_for_build(
-            cb, result.build_id, result, poll_s=poll_s, progress=progress, sleep=sleep, monotonic=monotonic
-        )
+        result.build_id, result.status = started["id"], "IN_PROGRESS"
+        try:
+            build = wait_for_build(
+                cb,
+                result.build_id,
+                result,
+                poll_s=poll_s,
+                progress=progress,
+                sleep=sleep,
+                monotonic=monotonic,
+            )
+        except KeyboardInterrupt:  # interrupted before the wait took over: the build must not run on
+            if result.status != "STOPPED":
+                cb.stop_build(id=result.build_id)
+                result.status = "STOPPED"
+            raise
         result.status = build.get("buildStatus", "?")
         if result.status != "SUCCEEDED":
             result.log_tail = log_tail(make("logs", region), build)

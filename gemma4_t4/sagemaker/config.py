@@ -23,6 +23,7 @@ PROJECT_VALUE = "gemma4-t4"
 CREATED_BY_TAG = "created-by"
 EXPIRES_TAG = "gemma4-t4:expires-at"
 TTL_TAG = "gemma4-t4:ttl-hours"
+DEFAULT_SCALING_TARGET = 4.0  # invocations per instance per minute
 AUTOSCALING_TAG = "gemma4-t4:autoscaling"  # "MIN..MAX": delete deregisters the scalable target
 DEFAULT_MODEL_ID = "google/gemma-4-E2B-it"
 DEFAULT_INSTANCE = "ml.g4dn.xlarge"
@@ -165,7 +166,9 @@ class DeployConfig:
     model_data_s3_uri: str | None = None  # s3://bucket/prefix/ of an uncompressed model folder
     min_instances: int | None = None  # with max_instances: Application Auto Scaling target tracking
     max_instances: int | None = None
-    scaling_target: float = 4.0  # invocations per instance per minute that the policy holds
+    scaling_target: float = (
+        DEFAULT_SCALING_TARGET  # invocations per instance per minute that the policy holds
+    )
     scale_in_cooldown_s: int = 600
     scale_out_cooldown_s: int = 300
 

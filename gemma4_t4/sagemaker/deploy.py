@@ -230,6 +230,28 @@ def with_fixed_image(config: DeployConfig, ecr_client: Any) -> DeployConfig:
     return dataclasses.replace(config, image_uri=found.image_uri)
 
 
+def check_model_data(s3: Any, uri: str) -> None:
+    """Refuse ``model_data_s3_uri`` unless its bucket exists and the folder holds config.json: an
+    endpoint pointed at nothing fails only after ~10 billed minutes of container start."""
+    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+    key = prefix + "config.json"
+    try:
+        s3.head_object(Bucket=bucket, Key=key)
+    except aws_exceptions() as exc:
+        code = error_code(exc)
+        if code in ("404", "NoSuchKey", "NotFound", "NoSuchBucket"):
+            try:
+                s3.head_bucket(Bucket=bucket)
+                missing = f"s3://{bucket}/{key} does not exist"
+            except aws_exceptions():
+                missing = f"bucket {bucket!r} does not exist (or is not yours)"
+            raise Gemma4T4Error(
+                f"model data {uri}: {missing}; nothing was created",
+                fix="upload the model folder first (deploy --model-dir DIR does it) or fix --model-data",
+            ) from exc
+        raise aws_error(exc, f"HeadObject s3://{bucket}/{key}") from exc
+
+
 def register_autoscaling(
     config: DeployConfig, aas: Any, result: DeployResult, event: Callable[[str, str], None] | None = None
 ) -> None:
@@ -261,6 +283,7 @@ def deploy(
     monotonic: Callable[[], float] = time.monotonic,
     ecr_client: Any = None,
     autoscaling_client: Any = None,
+    s3_client: Any = None,
 ) -> DeployResult:
     """Create model, endpoint config and endpoint; wait for InService; roll back on failure.
 
@@ -295,6 +318,8 @@ def deploy(
     make = client_factory(session)
     sm = client or make("sagemaker", config.region)
     config = with_fixed_image(config, ecr_client or make("ecr", config.region))
+    if config.model_data_s3_uri:
+        check_model_data(s3_client or make("s3", config.region), config.model_data_s3_uri)
     calls = deployment_calls(config)
     create_calls = [c for c in calls if c.service == "sagemaker"]
     result.plan = [c.cli() for c in calls]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.sagemaker.aws import aws_error, aws_exceptions, client_factory, error_code
+from gemma4_t4.sagemaker.aws import aws_error, aws_exceptions, client_factory, error_code, error_message
 
 DLC_REPOSITORY = "vllm"
 DEFAULT_DLC_ACCOUNT = "763104351884"
@@ -62,8 +62,12 @@ DLC_DEFAULT_ACCOUNT_REGIONS = (
 KNOWN_REGIONS: tuple[str, ...] = tuple(sorted((*DLC_DEFAULT_ACCOUNT_REGIONS, *DLC_ACCOUNT_EXCEPTIONS)))
 US_REGIONS: tuple[str, ...] = ("us-east-1", "us-east-2", "us-west-2", "us-west-1")
 
-# The tag the series deployed and measured; ``find_latest_tag`` looks for newer ones.
+# Only a recorded FALLBACK: deploy and build-image look up the newest ``-sagemaker-vN.M`` of its
+# vLLM release in the region's registry (:func:`resolve_dlc_tag`). Evidence read 2026-12-01
+# (reference notes, hosts_as_they_are.md): ``-v1.1`` seen in use, ``-v1.2`` reported as the newest,
+# ``-v1.3`` reported once (the reference implementation's Dockerfile), so no constant is trusted.
 DEFAULT_VLLM_TAG = "0.30.0-gpu-py312-cu130-ubuntu24.04-sagemaker-v1.3"
+DEFAULT_VLLM_RELEASE = (0, 30, 0)
 
 _TAG = re.compile(
     r"^(?P<version>\d+\.\d+\.\d+)-gpu-py(?P<py>\d+)-cu(?P<cuda>\d{3})-(?P<os>[a-z]+[\d.]+)"
@@ -227,6 +231,60 @@ def list_vllm_tags(
 
 
 @dataclass
+class ResolvedTag:
+    """The stock DLC tag a deploy or build uses, and where it came from."""
+
+    tag: str
+    source: str  # "registry" | "fallback" | "override"
+    reason: str = ""  # why the fallback was used (access denied, not found, ...)
+    candidates: int = 0
+
+    @property
+    def label(self) -> str:
+        if self.source == "fallback":
+            return f"{self.tag} (fallback, not found in the registry: {self.reason})"
+        if self.source == "registry":
+            return f"{self.tag} (newest in the registry of {self.candidates} tags)"
+        return f"{self.tag} (given)"
+
+
+def resolve_dlc_tag(
+    region: str,
+    tag: str | None = None,
+    *,
+    release: tuple[int, int, int] = DEFAULT_VLLM_RELEASE,
+    ecr_client: Any = None,
+    account: str | None = None,
+) -> ResolvedTag:
+    """The newest pinned ``...-sagemaker-vN.M`` tag of vLLM ``release`` in ``region``'s DLC registry.
+
+    Numeric order (v1.10 > v1.9); floating tags, ``-soci``, omni and malformed tags are skipped.
+    An explicit ``tag`` wins. When the registry cannot be read (no permission, no network, no such
+    repository) or holds no tag for the release, the recorded :data:`DEFAULT_VLLM_TAG` is used
+    and labelled as a fallback with the reason."""
+    if tag:
+        return ResolvedTag(tag, "override")
+    validate_region(region)
+    try:
+        tags = list_vllm_tags(region, ecr_client, account)
+    except aws_exceptions() as exc:
+        code = error_code(exc) or type(exc).__name__
+        return ResolvedTag(DEFAULT_VLLM_TAG, "fallback", f"{code}: {error_message(exc)}")
+    except Gemma4T4Error as exc:  # boto3 missing
+        return ResolvedTag(DEFAULT_VLLM_TAG, "fallback", exc.message)
+    wanted = [p for p in (parse_tag(t) for t in tags) if p is not None and p.vllm_version == release]
+    if not wanted:
+        version = ".".join(map(str, release))
+        return ResolvedTag(
+            DEFAULT_VLLM_TAG,
+            "fallback",
+            f"no pinned {version} SageMaker tag among {len(tags)} tags",
+            len(tags),
+        )
+    return ResolvedTag(max(wanted, key=lambda p: p.sort_key).tag, "registry", candidates=len(tags))
+
+
+@dataclass
 class ImageChoice:
     region: str
     image_uri: str
@@ -288,7 +346,11 @@ def parse_fixed_tag(tag: str) -> tuple[ImageTag, str] | None:
 
 
 def _version_key(version: str) -> tuple:
-    return tuple(int(p) if p.isdigit() else -1 for p in re.split(r"[._-]", version))
+    """Numeric parts; a forced rebuild's ``-rN`` suffix counts as N (so ``0.1.0-r3`` > ``0.1.0-r2`` > ``0.1.0``)."""
+    return tuple(
+        int(p) if p.isdigit() else int(p[1:]) if re.fullmatch(r"r\d+", p) else -1
+        for p in re.split(r"[._-]", version)
+    )
 
 
 def select_latest_fixed_tag(tags: Iterable[str]) -> str | None:

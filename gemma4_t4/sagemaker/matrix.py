@@ -64,14 +64,30 @@ def check_budget(budget_usd: float) -> None:
         )
 
 
-def _served_name_opt(measure: Callable[..., object], config: DeployConfig,
-                     measure_opts: Mapping[str, object] | None) -> dict[str, object]:
+def _served_name_opt(
+    measure: Callable[..., object], config: DeployConfig, measure_opts: Mapping[str, object] | None
+) -> dict[str, object]:
     # the default adapter names requests by the container's served name; a caller's own measure
     # function gets exactly the options it passed
     opts = dict(measure_opts or {})
     if measure is measure_endpoint and config.served_model_name:
         opts.setdefault("served_model_name", config.served_model_name)
     return opts
+
+
+def over_budget_warning(plan: MatrixResult, budget_usd: float) -> str | None:
+    """A warning when the plan's estimate exceeds the budget: which models the run would skip."""
+    if plan.estimate_usd <= budget_usd:
+        return None
+    spent, fits = 0.0, 0
+    for entry in plan.entries:
+        if spent + entry.estimate_usd > budget_usd:
+            break
+        spent, fits = spent + entry.estimate_usd, fits + 1
+    return (
+        f"the estimate ~${plan.estimate_usd:.2f} exceeds the budget ${budget_usd:.2f}: only the first {fits} of "
+        f"{len(plan.entries)} model(s) fit; the run stops before the rest (raise --budget-usd or drop models)"
+    )
 
 
 @dataclass

@@ -439,13 +439,66 @@ class DeleteResult:
     already_absent: list[str] = field(default_factory=list)
     dry_run: bool = False
     plan: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)  # "model:NAME (why it is kept)"
 
 
-def _resources(sm: Any, name: str) -> list[tuple[str, str]]:
-    """(kind, name) to delete, endpoint first; names come from the live chain when it exists.
+@dataclass
+class DeletePlan:
+    """What deleting one endpoint removes, and what it keeps and why. The dry run shows it and the
+    real run executes it: :func:`plan_delete` is the one place it is decided."""
 
-    An endpoint tagged as autoscaled gets its scalable target deregistered first (that also
-    removes its scaling policies)."""
+    resources: list[tuple[str, str]]
+    kept: list[str] = field(default_factory=list)
+
+
+def _endpoint_config_name(sm: Any, endpoint: str) -> str | None:
+    try:
+        return sm.describe_endpoint(EndpointName=endpoint).get("EndpointConfigName")
+    except aws_exceptions() as exc:
+        if is_not_found(exc):
+            return None
+        raise aws_error(exc, f"DescribeEndpoint {endpoint}") from exc
+
+
+def _config_models(sm: Any, config: str) -> list[str] | None:
+    try:
+        variants = sm.describe_endpoint_config(EndpointConfigName=config).get("ProductionVariants", [])
+    except aws_exceptions() as exc:
+        if is_not_found(exc):
+            return None
+        raise aws_error(exc, f"DescribeEndpointConfig {config}") from exc
+    return sorted({v["ModelName"] for v in variants if v.get("ModelName")})
+
+
+def _other_endpoints_uses(sm: Any, name: str) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """(config -> other endpoints using it, model -> other endpoints whose config serves it)."""
+    configs: dict[str, list[str]] = {}
+    models: dict[str, list[str]] = {}
+    try:
+        pages = list(sm.get_paginator("list_endpoints").paginate())
+    except aws_exceptions() as exc:
+        raise aws_error(exc, "ListEndpoints") from exc
+    for page in pages:
+        for ep in page.get("Endpoints", []):
+            other = ep["EndpointName"]
+            if other == name:
+                continue
+            config = _endpoint_config_name(sm, other)
+            if config is None:
+                continue
+            configs.setdefault(config, []).append(other)
+            for model in _config_models(sm, config) or []:
+                models.setdefault(model, []).append(other)
+    return configs, models
+
+
+def plan_delete(sm: Any, name: str) -> DeletePlan:
+    """(kind, name) to delete, endpoint first, names from the live chain when it exists.
+
+    An endpoint config or model that another endpoint still uses is kept and named with the
+    endpoints that use it (a shared model deleted under a live endpoint breaks its next update or
+    scaling). An endpoint tagged as autoscaled gets its scalable target deregistered first (that
+    also removes its scaling policies)."""
     config_name, models = name, [name]
     scaling: list[tuple[str, str]] = []
     try:
@@ -456,13 +509,18 @@ def _resources(sm: Any, name: str) -> list[tuple[str, str]]:
     except aws_exceptions() as exc:
         if not is_not_found(exc):
             raise aws_error(exc, f"DescribeEndpoint {name}") from exc
-    try:
-        variants = sm.describe_endpoint_config(EndpointConfigName=config_name).get("ProductionVariants", [])
-        models = sorted({v["ModelName"] for v in variants if v.get("ModelName")}) or models
-    except aws_exceptions() as exc:
-        if not is_not_found(exc):
-            raise aws_error(exc, f"DescribeEndpointConfig {config_name}") from exc
-    return [*scaling, ("endpoint", name), ("endpoint-config", config_name), *[("model", m) for m in models]]
+    models = _config_models(sm, config_name) or models
+    used_configs, used_models = _other_endpoints_uses(sm, name)
+    plan = DeletePlan([*scaling, ("endpoint", name)])
+    for kind, resource, users in (
+        ("endpoint-config", config_name, used_configs.get(config_name)),
+        *[("model", m, used_models.get(m)) for m in models],
+    ):
+        if users:
+            plan.kept.append(f"{kind}:{resource} (still used by endpoint {', '.join(sorted(users))})")
+        else:
+            plan.resources.append((kind, resource))
+    return plan
 
 
 _DELETE = {
@@ -517,14 +575,16 @@ def delete_resources(
 def delete_endpoint(
     name: str, region: str, *, client: Any = None, dry_run: bool = False, autoscaling_client: Any = None
 ) -> DeleteResult:
-    """Delete autoscaling, endpoint, endpoint config and model(s). Safe to repeat: missing parts are reported."""
+    """Delete autoscaling, endpoint, endpoint config and model(s). Safe to repeat: missing parts are
+    reported. A config or model another endpoint uses is kept (``kept`` says why). The dry run reads
+    the same chain (read-only calls) and lists exactly what the real run deletes."""
     validate_region(region)
     result = DeleteResult(name, region, dry_run=dry_run)
-    if dry_run:
-        result.plan = [c.cli() for c in delete_plan(name, region)]
-        return result
     sm = _client(client, "sagemaker", region)
-    resources = _resources(sm, name)
-    result.plan = [c.cli() for c in delete_plan(name, region, resources)]
-    delete_resources(sm, resources, result, autoscaling_client)
+    plan = plan_delete(sm, name)
+    result.plan = [c.cli() for c in delete_plan(name, region, plan.resources)]
+    result.kept = plan.kept
+    if dry_run:
+        return result
+    delete_resources(sm, plan.resources, result, autoscaling_client)
     return result

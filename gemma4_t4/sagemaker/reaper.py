@@ -53,17 +53,30 @@ def reap(
     """Delete (endpoint, config, model of) every project endpoint past its expiry tag.
 
     Endpoints without the project tag are never touched; project endpoints without an expiry
-    tag are reported and kept.
+    tag are reported and kept; one whose expiry tag does not parse is treated as expired (its
+    lifetime was meant to be enforced, and keeping it would bill with no end).
     """
     now = now or dt.datetime.now(dt.UTC)
     make = clients or client_factory(session)
     result = ReapResult(dry_run)
     for endpoint in list_endpoints(regions, clients=make, project_only=True):
         expires = parse_expiry(endpoint.tags)
-        if expires is None:
+        if expires is None and endpoint.expires_at is None:
             result.decisions.append(
                 ReapDecision(endpoint.name, endpoint.region, endpoint.status, None, "keep", "no expiry tag")
             )
+            continue
+        if expires is None:  # a lifetime was set but cannot be read: fail safe, stop the billing
+            decision = ReapDecision(
+                endpoint.name,
+                endpoint.region,
+                endpoint.status,
+                endpoint.expires_at,
+                "delete",
+                f"expiry tag {endpoint.expires_at!r} does not parse (want YYYY-MM-DDTHH:MM:SSZ): treated as expired",
+            )
+            _act(decision, dry_run, make)
+            result.decisions.append(decision)
             continue
         if expires > now:
             left = hours_between(now, expires)
@@ -87,11 +100,16 @@ def reap(
             "delete",
             f"expired {over:.2f} h ago",
         )
-        if not dry_run:
-            try:
-                delete_endpoint(endpoint.name, endpoint.region, client=make("sagemaker", endpoint.region))
-                decision.action = "deleted"
-            except Exception as exc:  # noqa: BLE001 - one failure must not stop the reaping of the rest
-                decision.action, decision.reason = "failed", f"{decision.reason}; delete failed: {exc}"
+        _act(decision, dry_run, make)
         result.decisions.append(decision)
     return result
+
+
+def _act(decision: ReapDecision, dry_run: bool, make: ClientFactory) -> None:
+    if dry_run:
+        return
+    try:
+        delete_endpoint(decision.name, decision.region, client=make("sagemaker", decision.region))
+        decision.action = "deleted"
+    except Exception as exc:  # noqa: BLE001 - one failure must not stop the reaping of the rest
+        decision.action, decision.reason = "failed", f"{decision.reason}; delete failed: {exc}"

@@ -15,10 +15,11 @@ import base64
 import hashlib
 import os
 import shlex
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.sagemaker.aws import aws_error, aws_exceptions, client_factory, error_code
@@ -28,6 +29,14 @@ from gemma4_t4.sagemaker.image import validate_region
 
 PART_SIZE = 64 * 1024 * 1024  # S3 allows 5 MiB..5 GiB per part and 10,000 parts
 MIN_PART_SIZE = 5 * 1024 * 1024
+
+
+class CompletedPart(TypedDict):
+    """One part of CompleteMultipartUpload's list."""
+
+    PartNumber: int
+    ETag: str
+    ChecksumSHA256: str
 
 
 @dataclass
@@ -87,14 +96,32 @@ def scan_folder(folder: str | Path) -> list[LocalFile]:
             f"{root} has no config.json, so vLLM cannot serve it",
             fix="pass a Hugging Face-style model folder (e.g. the output of gemma4-t4 quant repack)",
         )
-    files = []
+    files, refused = [], []
+    real_root = root.resolve()
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root)
-        if any(part.startswith(".") for part in rel.parts) or not path.is_file():
+        if any(part.startswith(".") for part in rel.parts):
             continue
-        if path.is_symlink() and not path.resolve().is_relative_to(root.resolve()):
-            raise Gemma4T4Error(f"{rel} links outside the model folder", fix="copy the file into the folder")
+        if path.is_symlink():
+            # A link is uploaded as the bytes it points to: one pointing outside the folder (a file or
+            # a whole folder, which rglob would silently skip) or at a hidden file would upload
+            # something that is not the model. Refused, every one named, before any byte is sent.
+            target = path.resolve()
+            if not target.is_relative_to(real_root):
+                refused.append(f"{rel} -> {target} (outside the folder)")
+                continue
+            if any(part.startswith(".") for part in target.relative_to(real_root).parts):
+                refused.append(f"{rel} -> {target} (a hidden file, never uploaded)")
+                continue
+        if not path.is_file():
+            continue
         files.append(LocalFile(rel.as_posix(), path, path.stat().st_size, _sha256(path)))
+    if refused:
+        raise Gemma4T4Error(
+            f"{len(refused)} link(s) in {root} point outside the model or at hidden files: "
+            + "; ".join(refused),
+            fix="copy the real files into the folder (cp -L), or remove the links",
+        )
     return files
 
 
@@ -195,7 +222,44 @@ def _multipart(
         upload_id = s3.create_multipart_upload(
             Bucket=bucket, Key=key, Metadata={"sha256": f.sha256}, ChecksumAlgorithm="SHA256"
         )["UploadId"]
-    completed, sent = [], 0
+    completed: list[CompletedPart] = []
+    sent: list[int] = []  # bytes of each part sent now (parts kept from an earlier run are not)
+    try:
+        _send_parts(s3, bucket, key, f, part_size, upload_id, done, completed, sent, advance)
+    except BaseException as exc:  # Ctrl-C, SIGTERM/SIGHUP (signals.orderly_stop) or a failure mid-file
+        print(interrupted_upload_note(bucket, key, upload_id, len(completed), exc), file=sys.stderr)
+        raise
+    s3.complete_multipart_upload(
+        Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": completed}
+    )
+    return status, len(completed), sum(sent)
+
+
+def interrupted_upload_note(
+    bucket: str, key: str, upload_id: str, parts_done: int, exc: BaseException
+) -> str:
+    """What an interrupted multipart upload leaves, and the two ways out: resume, or abort (no parts billed)."""
+    why = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"failed ({type(exc).__name__})"
+    return (
+        f"upload of s3://{bucket}/{key} {why} after {parts_done} part(s); the parts stay in S3 (billed as "
+        "storage) so that re-running the same command resumes from them. To drop them instead: "
+        f"aws s3api abort-multipart-upload --bucket {shlex.quote(bucket)} --key {shlex.quote(key)} "
+        f"--upload-id {shlex.quote(upload_id)}"
+    )
+
+
+def _send_parts(
+    s3: Any,
+    bucket: str,
+    key: str,
+    f: LocalFile,
+    part_size: int,
+    upload_id: str,
+    done: dict[int, tuple[int | None, str]],
+    completed: list[CompletedPart],
+    sent: list[int],
+    advance: Callable[[int], None],
+) -> None:
     for number, chunk in _parts(f.path, part_size):
         md5 = hashlib.md5(chunk, usedforsecurity=False).hexdigest()
         sha = _b64(hashlib.sha256(chunk).digest())
@@ -205,13 +269,9 @@ def _multipart(
             etag = s3.upload_part(
                 Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=chunk, ChecksumSHA256=sha
             )["ETag"].strip('"')
-            sent += len(chunk)
+            sent.append(len(chunk))
         completed.append({"PartNumber": number, "ETag": etag, "ChecksumSHA256": sha})
         advance(len(chunk))
-    s3.complete_multipart_upload(
-        Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": completed}
-    )
-    return status, len(completed), sent
 
 
 def upload_model_folder(

@@ -1,0 +1,86 @@
+"""The stock DLC tag is looked up in the region's registry at run time (moto's ECR, seeded with
+good, floating, -soci, other-release and malformed tags); the recorded constant is used only as
+a labelled fallback with the reason, and both dry runs show which it was."""
+
+from __future__ import annotations
+
+import json
+
+import boto3
+import pytest
+from aws_fixtures import local_aws, local_aws_session  # noqa: F401 - fixtures
+
+from gemma4_t4.cli import main
+from gemma4_t4.sagemaker.image import DEFAULT_DLC_ACCOUNT, DEFAULT_VLLM_TAG, fixed_image_tag, resolve_dlc_tag
+
+REGION = "us-east-2"
+BASE = "0.30.0-gpu-py312-cu130-ubuntu24.04-sagemaker-v"
+SEEDED = [
+    f"{BASE}1.1",
+    f"{BASE}1.2",
+    f"{BASE}1.9",
+    f"{BASE}1.10",  # the newest: numeric, not lexical (1.10 > 1.9)
+    f"{BASE}1.11-soci",  # lazy-loading variant: never chosen
+    f"{BASE}1.x",  # malformed
+    f"{BASE}",  # malformed
+    "0.30.0-gpu-py312-cu130-ubuntu24.04-sagemaker",  # floating
+    "0.31.0-gpu-py312-cu130-ubuntu24.04-sagemaker-v1.0",  # another vLLM release
+    "latest",
+    "0.30.0-omni-gpu-py312-cu130-ubuntu24.04-sagemaker-v2.0",
+]
+
+
+def _seed_dlc(tags: list[str]) -> None:
+    ecr = boto3.client("ecr", region_name=REGION)
+    ecr.create_repository(repositoryName="vllm", registryId=DEFAULT_DLC_ACCOUNT)
+    for i, tag in enumerate(tags):
+        manifest = {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+            "config": {
+                "mediaType": "application/vnd.docker.container.image.v1+json",
+                "size": 2,
+                "digest": f"sha256:{i:064x}",
+            },
+            "layers": [],
+        }
+        ecr.put_image(repositoryName="vllm", imageManifest=json.dumps(manifest), imageTag=tag)
+
+
+def _dry(capsys, *argv: str) -> dict:
+    capsys.readouterr()
+    assert main(["sagemaker", *argv, "--region", REGION, "--dry-run", "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_newest_pinned_tag_of_the_release_is_found_and_shown_by_both_dry_runs(local_aws, capsys):  # noqa: F811
+    _seed_dlc(SEEDED)
+    resolved = resolve_dlc_tag(REGION)
+    assert (resolved.tag, resolved.source, resolved.candidates) == (f"{BASE}1.10", "registry", len(SEEDED))
+    deploy = _dry(capsys, "deploy", "--instance-type", "ml.g4dn.xlarge")
+    assert deploy["image_tag"].startswith(f"{BASE}1.10 (newest in the registry")
+    assert f"gemma4-t4-vllm:{fixed_image_tag(f'{BASE}1.10')}" in "\n".join(deploy["plan"])
+    l4 = _dry(capsys, "deploy", "--instance-type", "ml.g6.xlarge")
+    assert f"/vllm:{BASE}1.10" in "\n".join(l4["plan"])
+    build = _dry(capsys, "build-image")
+    assert build["base_tag"].startswith(f"{BASE}1.10 ")
+    assert "BASE_IMAGE" in "\n".join(build["plan"]) and f"/vllm:{BASE}1.10" in "\n".join(build["plan"])
+    assert resolve_dlc_tag(REGION, f"{BASE}1.2").source == "override"  # an explicit tag wins
+
+
+@pytest.mark.parametrize(
+    "seed",
+    [None, [f"{BASE}1.1-soci", "latest", "0.31.0-gpu-py312-cu130-ubuntu24.04-sagemaker-v1.0"]],
+    ids=["no-repository", "nothing-for-the-release"],
+)
+def test_the_constant_is_only_a_labelled_fallback(local_aws, capsys, seed):  # noqa: F811
+    if seed:
+        _seed_dlc(seed)
+    resolved = resolve_dlc_tag(REGION)
+    assert resolved.tag == DEFAULT_VLLM_TAG and resolved.source == "fallback"
+    assert (
+        "RepositoryNotFoundException" if seed is None else "no pinned 0.30.0 SageMaker tag"
+    ) in resolved.reason
+    shown = _dry(capsys, "deploy", "--instance-type", "ml.g6.xlarge")["image_tag"]
+    assert shown.startswith(f"{DEFAULT_VLLM_TAG} (fallback, not found in the registry: ")
+    assert "fallback, not found in the registry" in _dry(capsys, "build-image")["base_tag"]

@@ -1,0 +1,91 @@
+"""What `sagemaker delete` removes and what build-image --force writes, against moto: a config or
+model another endpoint still uses is kept (and named with why), the dry run lists exactly what
+the real run then deletes, and a forced rebuild never targets a tag the immutable repository has."""
+
+from __future__ import annotations
+
+import json
+
+import boto3
+from aws_fixtures import local_aws, local_aws_session  # noqa: F401 - fixtures
+
+from gemma4_t4.cli import main
+from gemma4_t4.sagemaker.local import FAKE_ROLE_ARN
+
+REGION = "us-east-2"
+
+
+def _chain(sm, endpoint: str, config: str, model: str, create_model: bool = True) -> None:
+    if create_model:
+        sm.create_model(ModelName=model, ExecutionRoleArn=FAKE_ROLE_ARN, PrimaryContainer={"Image": "x/y:1"})
+    sm.create_endpoint_config(
+        EndpointConfigName=config,
+        ProductionVariants=[
+            {
+                "VariantName": "AllTraffic",
+                "ModelName": model,
+                "InitialInstanceCount": 1,
+                "InstanceType": "ml.g4dn.xlarge",
+            }
+        ],
+    )
+    sm.create_endpoint(EndpointName=endpoint, EndpointConfigName=config)
+
+
+def _run(capsys, *argv: str) -> tuple[int, dict]:
+    capsys.readouterr()
+    code = main(["sagemaker", *argv, "--region", REGION, "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_delete_keeps_a_model_another_endpoint_uses_and_the_dry_run_matches(local_aws, capsys):  # noqa: F811
+    sm = boto3.client("sagemaker", region_name=REGION)
+    _chain(sm, "prod-b", "cfg-b", "shared")
+    _chain(
+        sm, "prod-a", "cfg-a", "shared", create_model=False
+    )  # not a package endpoint, shares prod-b's model
+    code, planned = _run(capsys, "delete", "prod-a", "--dry-run")
+    assert code == 0
+    assert planned["kept"] == ["model:shared (still used by endpoint prod-b)"]
+    assert not any("shared" in step for step in planned["plan"])
+    code, done = _run(capsys, "delete", "prod-a", "--yes")
+    assert code == 0
+    assert done["deleted"] == ["endpoint:prod-a", "endpoint-config:cfg-a"]
+    assert done["plan"] == planned["plan"]  # the dry run listed exactly what was then deleted
+    assert done["kept"] == planned["kept"]
+    assert [m["ModelName"] for m in sm.list_models()["Models"]] == ["shared"]
+    assert sm.describe_endpoint(EndpointName="prod-b")["EndpointStatus"] == "InService"
+    # the last user goes: now nothing else references the model, so it is deleted with it
+    code, last = _run(capsys, "delete", "prod-b", "--yes")
+    assert (
+        last["deleted"] == ["endpoint:prod-b", "endpoint-config:cfg-b", "model:shared"] and last["kept"] == []
+    )
+    assert sm.list_models()["Models"] == []
+
+
+def test_forced_rebuild_of_an_existing_tag_pushes_a_new_tag_never_the_immutable_one(local_aws):  # noqa: F811
+    from gemma4_t4.sagemaker.build import build_t4_image
+    from gemma4_t4.sagemaker.image import find_fixed_image, fixed_image_tag
+
+    existing = fixed_image_tag()  # seeded: what an earlier build-image pushed
+    ecr = boto3.client("ecr", region_name=REGION)
+    before = ecr.describe_images(repositoryName="gemma4-t4-vllm")["imageDetails"]
+    first = build_t4_image(
+        REGION, force=True, poll_s=0, progress=False, on_build_succeeded=local_aws.seed_fixed_image_for
+    )
+    assert first.status == "SUCCEEDED" and first.build_id
+    assert first.tag == f"{existing}-r2" and first.image_uri.endswith(f":{existing}-r2")
+    second = build_t4_image(
+        REGION, force=True, poll_s=0, progress=False, on_build_succeeded=local_aws.seed_fixed_image_for
+    )
+    assert second.tag == f"{existing}-r3"
+    tags = {
+        t
+        for i in ecr.describe_images(repositoryName="gemma4-t4-vllm")["imageDetails"]
+        for t in i["imageTags"]
+    }
+    assert tags == {existing, f"{existing}-r2", f"{existing}-r3"}
+    assert {t for i in before for t in i["imageTags"]} == {existing}
+    assert find_fixed_image(REGION).tag == f"{existing}-r3"  # a deploy takes the newest rebuild
+    reused = build_t4_image(REGION, progress=False)  # without --force the existing tag is reused
+    assert reused.status == "REUSED" and reused.tag == existing
