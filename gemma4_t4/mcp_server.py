@@ -202,14 +202,6 @@ def _work_dir() -> str:
 
 
 # -- result types ---------------------------------------------------------------------------------
-class Refusal(BaseModel):
-    """What a destructive tool would do; nothing was done."""
-
-    refused: bool = True
-    reason: str
-    would: list[str] = []
-
-
 class HelpResult(BaseModel):
     workflow: list[str]
     tools: dict[str, str]
@@ -844,8 +836,6 @@ def run_benchmark(base_url: str, model: str | None = None,
 
 
 # Views of the registry, kept for callers that read them by these names.
-_TOOLS: dict[str, Callable[..., Any]] = {name: spec.fn for name, spec in REGISTRY.items()}
-_ANNOTATIONS: dict[str, ToolAnnotations] = {name: spec.annotations for name, spec in REGISTRY.items()}
 CONFIRM_REQUIRED = tuple(name for name, spec in REGISTRY.items() if spec.confirm)
 
 

@@ -171,10 +171,19 @@ def test_tool_error_text_for_a_package_error_and_an_unexpected_one():
     assert text.startswith("KeyError: 'gpus'\n  fix: rerun with --debug (or GEMMA4_T4_DEBUG=1)")
 
 
-def test_the_registry_is_the_one_source_of_annotations_and_confirm():
-    assert set(mcp_server._TOOLS) == set(REGISTRY)
+async def test_the_registry_is_the_one_source_of_annotations_and_confirm():
+    # what a client sees over the protocol is exactly the registry: every tool, its hints, and a
+    # confirm parameter on each tool the registry says needs one
+    async with Client(build_server()) as client:
+        listed = {t.name: t for t in (await client.list_tools()).tools}
+    assert set(listed) == set(REGISTRY) and len(REGISTRY) >= 10
     for name, spec in REGISTRY.items():
-        assert mcp_server._ANNOTATIONS[name] is spec.annotations
+        seen = listed[name].annotations
+        assert (seen.read_only_hint, seen.destructive_hint) == (
+            spec.annotations.read_only_hint,
+            spec.annotations.destructive_hint,
+        ), name
+        assert ("confirm" in listed[name].input_schema["properties"]) == spec.confirm, name
         if spec.confirm:
             assert spec.annotations.destructive_hint or not spec.annotations.read_only_hint
     assert set(mcp_server.CONFIRM_REQUIRED) == {

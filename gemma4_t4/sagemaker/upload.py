@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import os
 import shlex
 import sys
 from collections.abc import Callable
@@ -330,7 +329,3 @@ def upload_model_folder(
     except aws_exceptions() as exc:
         raise aws_error(exc, f"upload of {folder} to S3") from exc
     return result
-
-
-def folder_bytes(folder: str | Path) -> int:
-    return sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file() and not os.path.islink(p))
