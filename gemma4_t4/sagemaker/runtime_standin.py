@@ -120,9 +120,15 @@ class _Handler(BaseHTTPRequestHandler):
             return
         backend = self.server.standin.backend_for(name)
         content_type = self.headers.get("Content-Type", "application/json")
+        conn = self._backend(backend)
         try:
-            conn, response = _forward(backend, body, content_type, self.server.standin.timeout_s)
-        except OSError as exc:
+            try:
+                response = _forward(conn, backend, body, content_type)
+            except (OSError, http.client.HTTPException):  # a kept-alive connection the backend closed
+                conn.close()
+                response = _forward(conn, backend, body, content_type)
+        except (OSError, http.client.HTTPException) as exc:
+            conn.close()
             self._error(424, "ModelError", f"the model container did not answer: {exc}", OriginalStatusCode=0)
             return
         try:
@@ -131,7 +137,25 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 self._stream(response)
         finally:
+            if not response.isclosed():  # not read to its end: the connection cannot carry another
+                conn.close()
+
+    def _backend(self, backend: str) -> http.client.HTTPConnection:
+        """One kept-alive connection per backend for this client connection (as an HTTP client
+        keeps one to vLLM): a new TCP connection per request would add to every TTFT."""
+        if not hasattr(self, "_backends"):
+            self._backends: dict[str, http.client.HTTPConnection] = {}
+        if backend not in self._backends:
+            url = urllib.parse.urlparse(backend)
+            self._backends[backend] = http.client.HTTPConnection(
+                url.hostname, url.port or 80, timeout=self.server.standin.timeout_s
+            )
+        return self._backends[backend]
+
+    def finish(self) -> None:
+        for conn in getattr(self, "_backends", {}).values():
             conn.close()
+        super().finish()
 
     def _reply(self, response: http.client.HTTPResponse) -> None:
         data = response.read()
@@ -178,16 +202,17 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
 
-def _forward(backend: str, body: bytes, content_type: str, timeout_s: float):
+def _forward(
+    conn: http.client.HTTPConnection, backend: str, body: bytes, content_type: str
+) -> http.client.HTTPResponse:
     url = urllib.parse.urlparse(backend)
-    conn = http.client.HTTPConnection(url.hostname, url.port or 80, timeout=timeout_s)
     conn.request(
         "POST",
         url.path.rstrip("/") + "/invocations",
         body=body,
         headers={"Content-Type": content_type, "Accept": "*/*"},
     )
-    return conn, conn.getresponse()
+    return conn.getresponse()
 
 
 class _Server(ThreadingHTTPServer):
