@@ -563,23 +563,24 @@ def serve(model: str, target: str, work_dir: str | Path, name: str | None = None
 
 
 def bench_rows(run: Any) -> list[dict[str, Any]]:
-    """One display row per measured cell of a :class:`gemma4_t4.bench.results.BenchRun`."""
-    return [row.model_dump(by_alias=True) for row in run.rows()]
+    """One display row per measured cell of a :class:`gemma4_t4.bench.results.BenchRun` (refused,
+    naming why, for a run that did not complete: what it got is not a result)."""
+    return [row.model_dump(by_alias=True) for row in run.require_complete("results table").rows()]
 
 
 def per_stream_by_concurrency(run: Any) -> dict[int, float]:
-    """Median per-stream decode tok/s for each concurrency of a decode run."""
-    return run.per_stream_by_concurrency()
+    """Median per-stream decode tok/s for each concurrency of a complete decode run."""
+    return run.require_complete("per-stream decode speed").per_stream_by_concurrency()
 
 
 def throughput_by_concurrency(run: Any) -> dict[int, float]:
-    """Aggregate output tok/s (all streams) for each concurrency of a decode run."""
-    return run.throughput_by_concurrency()
+    """Aggregate output tok/s (all streams) for each concurrency of a complete decode run."""
+    return run.require_complete("throughput").throughput_by_concurrency()
 
 
 def ttft_by_input_len(run: Any) -> dict[int, float]:
-    """Median TTFT (ms) for each input length of a ttft run."""
-    return run.ttft_by_input_len()
+    """Median TTFT (ms) for each input length of a complete ttft run."""
+    return run.require_complete("TTFT").ttft_by_input_len()
 
 
 # ---------------------------------------------------------------- files
@@ -666,30 +667,35 @@ def headline_rows(headline: Any) -> list[dict[str, Any]]:
     """A T4-vs-L4 headline (:class:`gemma4_t4.bench.compare.Headline`, A = T4, B = L4) as display
     rows, each measured figure beside the series' published SageMaker row (labelled published;
     ``-`` where the series published none). The published row is the series' own build (emb4),
-    named in each row's conditions."""
-    from gemma4_t4.bench.published import beside
+    named in each row's conditions. A measured/published ratio appears only where the runs
+    recorded the published row's kind (model size and GPU): never for a tiny model or a CPU."""
+    from gemma4_t4.bench.published import Kind, beside, published_kind
 
     pub = headline.published
-    conditions = f"SageMaker, {pub.model} {pub.build}, c=1" if pub else ""
+    conditions = f"SageMaker, {pub.model} {pub.build}, c=1" if pub else "not published"
     source = pub.source if pub else ""
+    kind_a, kind_b = headline.kind_a, headline.kind_b
+    both = (Kind(kind_a.model_size, f"{kind_a.gpu}/{kind_b.gpu}")
+            if kind_a and kind_b and kind_a.model_size == kind_b.model_size else None)
 
-    def row(label: str, measured: float | None, published: float | None) -> dict[str, Any]:
-        if published is None:
-            return {"figure": label, "measured here": measured, "published": None, "measured / published": None,
-                    "published under": conditions or "not published", "source": source.split(" (")[0]}
-        return beside(label, measured, published, source, conditions)
+    def row(label: str, measured: float | None, published: float | None, measured_on: Kind | None,
+            gpu: str) -> dict[str, Any]:
+        return dict(beside(label, measured, published, source, conditions, measured_on=measured_on,
+                           published_on=published_kind(pub, gpu) if pub else None))
 
     answers = headline.answers
-    identical = answers.identical / answers.total if answers and answers.total else None
+    identical = answers.identical / answers.total if answers and answers.measured and answers.total else None
     pub_identical = None
     if pub and pub.identical_answers:
         same, total = (int(x) for x in pub.identical_answers.split("/"))
         pub_identical = same / total
     return [
-        row(f"decode tok/s on the T4 ({headline.decode_method})", headline.decode_a, pub.t4_tok_s if pub else None),
-        row(f"decode tok/s on the L4 ({headline.decode_method})", headline.decode_b, pub.l4_tok_s if pub else None),
+        row(f"decode tok/s on the T4 ({headline.decode_method})", headline.decode_a,
+            pub.t4_tok_s if pub else None, kind_a, "t4"),
+        row(f"decode tok/s on the L4 ({headline.decode_method})", headline.decode_b,
+            pub.l4_tok_s if pub else None, kind_b, "l4"),
         row("T4 / L4 decode", headline.decode_ratio,
-            pub.t4_tok_s / pub.l4_tok_s if pub and pub.t4_tok_s else None),
-        row("T4 / L4 median TTFT", headline.ttft_ratio, None),
-        row("identical answers (share)", identical, pub_identical),
+            pub.t4_tok_s / pub.l4_tok_s if pub and pub.t4_tok_s else None, both, "t4/l4"),
+        row("T4 / L4 median TTFT", headline.ttft_ratio, None, both, "t4/l4"),
+        row("identical answers (share)", identical, pub_identical, both, "t4/l4"),
     ]

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gemma4_t4.bench.results import BenchRun
 from gemma4_t4.bench.schemas import Answer
 
 QUESTIONS: list[tuple[str, str]] = [
@@ -54,14 +55,34 @@ class Divergence:
 
 @dataclass
 class AnswerComparison:
+    """How many answers two runs share. ``measured`` is False (with ``reason``) when either side
+    is not a complete set of answers (a run that stopped or failed, an answer that errored): then
+    the counts are not a result and :meth:`line` says "not measured: ..." instead of "0/20"."""
+
     total: int
     identical: int
     correct_a: int
     correct_b: int
     first_divergence: Divergence | None
     differing: list[int]
+    measured: bool = True
+    reason: str | None = None
+
+    @classmethod
+    def not_measured(cls, reason: str) -> AnswerComparison:
+        return cls(0, 0, 0, 0, None, [], measured=False, reason=reason)
+
+    @property
+    def all_identical(self) -> bool:
+        return self.measured and self.total > 0 and self.identical == self.total
+
+    def line(self) -> str:
+        """The headline figure: "n/N", or "not measured: <reason>"."""
+        return f"{self.identical}/{self.total}" if self.measured else f"not measured: {self.reason}"
 
     def text(self) -> str:
+        if not self.measured:
+            return f"identical answers: {self.line()}"
         lines = [
             f"identical answers: {self.identical}/{self.total} "
             f"(correct: A {self.correct_a}, B {self.correct_b})"
@@ -81,18 +102,45 @@ def first_difference(a: str, b: str) -> int:
     return min(len(a), len(b))
 
 
-def compare_answers(
-    a: Sequence[Answer | Mapping[str, Any]], b: Sequence[Answer | Mapping[str, Any]]
-) -> AnswerComparison:
-    """Compare two answer lists (:class:`Answer` or its JSON: index, question, text, correct) by question index."""
-    by_a = {r["index"]: r for r in a}
-    by_b = {r["index"]: r for r in b}
+AnswerSource = BenchRun | Sequence[Answer | Mapping[str, Any]]
+
+
+def _answers_of(side: str, source: AnswerSource) -> tuple[list[Any], str | None]:
+    """(answers, why they are not a result or None)."""
+    if isinstance(source, BenchRun):
+        if source.not_measured:
+            return [], f"{side}: {source.not_measured}"
+        answers = list(source.answers())
+    else:
+        answers = list(source)
+    if not answers:
+        return [], f"{side} holds no answers"
+    failed = [r for r in answers if r.get("error") is not None]
+    if failed:
+        return answers, (
+            f"{side}: {len(failed)} of {len(answers)} answers failed (first: {failed[0].get('error')})"
+        )
+    return answers, None
+
+
+def compare_answers(a: AnswerSource, b: AnswerSource) -> AnswerComparison:
+    """Compare two answer sets by question index: a :class:`BenchRun` of the answers workload, or
+    its answers (:class:`Answer` or their JSON: index, question, text, correct, error). A run that
+    did not complete, or an answer that errored, makes the comparison not measured (never "0/20")."""
+    answers_a, why_a = _answers_of("A", a)
+    answers_b, why_b = _answers_of("B", b)
+    if why_a or why_b:
+        return AnswerComparison.not_measured("; ".join(w for w in (why_a, why_b) if w))
+    by_a = {r["index"]: r for r in answers_a}
+    by_b = {r["index"]: r for r in answers_b}
     shared = sorted(set(by_a) & set(by_b))
+    if not shared:
+        return AnswerComparison.not_measured("A and B answered no question in common")
     identical, differing = 0, []
     first: Divergence | None = None
     for i in shared:
         ta, tb = by_a[i].get("text") or "", by_b[i].get("text") or ""
-        if ta == tb and by_a[i].get("error") is None and by_b[i].get("error") is None:
+        if ta == tb:
             identical += 1
             continue
         differing.append(i)

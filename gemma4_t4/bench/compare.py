@@ -10,7 +10,7 @@ from pathlib import Path
 from gemma4_t4.bench.answers import AnswerComparison, compare_answers
 from gemma4_t4.bench.derive import cost
 from gemma4_t4.bench.metrics import ratio_ci, request_metrics
-from gemma4_t4.bench.published import SAGEMAKER_DECODE, PublishedDecode
+from gemma4_t4.bench.published import SAGEMAKER_DECODE, Kind, PublishedDecode, measured_kind
 from gemma4_t4.bench.results import SUMMARY_FILE, BenchRun, load_run
 from gemma4_t4.bench.schemas import CellSummary
 from gemma4_t4.errors import Gemma4T4Error
@@ -51,9 +51,24 @@ class RunComparison:
     unmatched_a: list[str] = field(default_factory=list)
     unmatched_b: list[str] = field(default_factory=list)
     answers: AnswerComparison | None = None
+    not_measured: list[str] = field(default_factory=list)  # runs that did not complete: no ratios
+
+    @property
+    def problems(self) -> list[str]:
+        """Why this is not (wholly) a comparison; empty when it is one."""
+        out = [f"not measured: {why}" for why in self.not_measured]
+        if not self.not_measured and not self.cells and not self.answers:
+            out.append(
+                "nothing compared: no cell of A matches one of B (same workload, variant, "
+                f"concurrency, rate, input and output length); A has {self.unmatched_a}, B has {self.unmatched_b}"
+            )
+        if self.answers and not self.answers.measured and not self.not_measured:
+            out.append(f"answers {self.answers.line()}")
+        return out
 
     def text(self) -> str:
         lines = [f"B/A ratios (A = {self.a}, B = {self.b}); [95 % bootstrap interval]"]
+        lines += self.problems
         for cell in self.cells:
             lines.append(f"\n{cell.cell_a}" + (f"  vs  {cell.cell_b}" if cell.cell_b != cell.cell_a else ""))
             for r in cell.ratios:
@@ -97,6 +112,11 @@ def _per_request(run: BenchRun, cell: str, attr: str) -> list[float]:
 def compare_runs(a: str | os.PathLike | BenchRun, b: str | os.PathLike | BenchRun) -> RunComparison:
     run_a = a if isinstance(a, BenchRun) else load_run(a)
     run_b = b if isinstance(b, BenchRun) else load_run(b)
+    incomplete = [
+        f"{side}: {run.not_measured}" for side, run in (("A", run_a), ("B", run_b)) if run.not_measured
+    ]
+    if incomplete:  # what a stopped run got is no result: no ratios from it
+        return RunComparison(str(run_a.dir), str(run_b.dir), [], not_measured=incomplete)
     by_b = {cell_key(c): c for c in run_b.cells}
     matched, unmatched_a = [], []
     for ca in run_a.cells:
@@ -115,9 +135,8 @@ def compare_runs(a: str | os.PathLike | BenchRun, b: str | os.PathLike | BenchRu
         )
         matched.append(CellComparison(cell_key(ca), ca.cell, cb.cell, ratios))
     answers = None
-    answers_a, answers_b = run_a.answers(), run_b.answers()
-    if answers_a and answers_b:
-        answers = compare_answers(answers_a, answers_b)
+    if run_a.answers() or run_b.answers():
+        answers = compare_answers(run_a, run_b)
     return RunComparison(
         str(run_a.dir), str(run_b.dir), matched, unmatched_a, [c.cell for c in by_b.values()], answers
     )
@@ -166,9 +185,12 @@ class Headline:
     usd_per_mtok_a: dict[str, float]
     usd_per_mtok_b: dict[str, float]
     published: PublishedDecode | None
+    not_measured: list[str] = field(default_factory=list)  # this model's runs that did not complete
+    kind_a: Kind | None = None  # what A and B measured on, from what their runs recorded
+    kind_b: Kind | None = None
 
     def text(self) -> str:
-        lines = [f"{self.model}  (A/B; measured)"]
+        lines = [f"{self.model}  (A/B; measured)"] + [f"  not measured: {why}" for why in self.not_measured]
         if self.decode_ratio is not None:
             interval = (
                 f" [{self.decode_ci_low:.3f}, {self.decode_ci_high:.3f}]"
@@ -208,6 +230,21 @@ class SuiteComparison:
     b: str
     headlines: list[Headline]
     unmatched_models: list[str] = field(default_factory=list)
+
+    @property
+    def problems(self) -> list[str]:
+        """Why this is not (wholly) a comparison; empty when it is one."""
+        out = [f"{h.model}: not measured: {why}" for h in self.headlines for why in h.not_measured]
+        out += [
+            f"{h.model}: answers {h.answers.line()}"
+            for h in self.headlines
+            if h.answers and not h.answers.measured and not h.not_measured
+        ]
+        if not self.headlines:
+            out.append(
+                f"nothing compared: no model was run on both sides (one side only: {self.unmatched_models})"
+            )
+        return out
 
     def text(self) -> str:
         out = [f"A = {self.a}, B = {self.b}; [95 % bootstrap interval]"] + [h.text() for h in self.headlines]
@@ -269,8 +306,16 @@ def compare_suites(a: str | os.PathLike, b: str | os.PathLike) -> SuiteCompariso
     models_b = {r.run.model or "?" for r in runs_b}
     headlines = []
     for model in sorted(models_a & models_b):
-        ra = [r for r in runs_a if (r.run.model or "?") == model]
-        rb = [r for r in runs_b if (r.run.model or "?") == model]
+        every_a = [r for r in runs_a if (r.run.model or "?") == model]
+        every_b = [r for r in runs_b if (r.run.model or "?") == model]
+        incomplete = [
+            f"{side}: {r.not_measured}"
+            for side, runs in (("A", every_a), ("B", every_b))
+            for r in runs
+            if r.not_measured
+        ]
+        # figures come from complete runs only; a stopped run is named, never averaged in
+        ra, rb = [r for r in every_a if r.ok], [r for r in every_b if r.ok]
         method_a, da = _decode_samples(ra)
         method_b, db = _decode_samples(rb)
         method = method_a if method_a == method_b else None
@@ -278,8 +323,8 @@ def compare_suites(a: str | os.PathLike, b: str | os.PathLike) -> SuiteCompariso
         if method:
             point, low, high = ratio_ci(db, da)  # A/B
         ta, tb = _ttft_samples(ra), _ttft_samples(rb)
-        answers_a = next((r.answers() for r in ra if r.answers()), [])
-        answers_b = next((r.answers() for r in rb if r.answers()), [])
+        answers_a = next((r for r in every_a if r.answers() or r.run.workload == "answers"), None)
+        answers_b = next((r for r in every_b if r.answers() or r.run.workload == "answers"), None)
         build = next(
             (r.run.config.get("model_format") for r in ra + rb if r.run.config.get("model_format")), None
         )
@@ -300,6 +345,9 @@ def compare_suites(a: str | os.PathLike, b: str | os.PathLike) -> SuiteCompariso
                 usd_per_mtok_a=_prices(ra),
                 usd_per_mtok_b=_prices(rb),
                 published=published_decode(model, build),
+                not_measured=incomplete,
+                kind_a=measured_kind(ra[0]) if ra else None,
+                kind_b=measured_kind(rb[0]) if rb else None,
             )
         )
     return SuiteComparison(str(a), str(b), headlines, sorted(models_a ^ models_b))

@@ -10,6 +10,7 @@ from typing import Any
 from gemma4_t4.bench.compare import RunComparison, compare_runs
 from gemma4_t4.bench.results import BenchRun, load_run
 from gemma4_t4.bench.schemas import CellSummary
+from gemma4_t4.errors import Gemma4T4Error
 
 
 def _plt():
@@ -24,10 +25,28 @@ def _plt():
 
 def _title(run: BenchRun, what: str) -> str:
     label = run.run.get("label") or run.run.get("model") or ""
-    return f"{what} — {label}" if label else what
+    title = f"{what} — {label}" if label else what
+    if run.not_measured:  # a plot of a run that did not complete says so on its face
+        title += f"\nNOT MEASURED: run {run.status}"
+    return title
+
+
+PLOT_EXTENSIONS = (".png", ".svg", ".pdf")
+
+
+def check_plot_path(path: str | os.PathLike) -> Path:
+    """A plot file name with an extension the plots are written as, else a clear error."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in PLOT_EXTENSIONS:
+        raise Gemma4T4Error(
+            f"cannot write a plot to {path}: {suffix or 'no extension'} is not a plot format",
+            fix=f"name the file with one of {', '.join(PLOT_EXTENSIONS)}, e.g. --plot compare.png",
+        )
+    return Path(path)
 
 
 def _save(fig: Any, path: str | os.PathLike) -> Path:
+    check_plot_path(path)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     _plt().close(fig)
@@ -242,8 +261,12 @@ def plot_compare(
     metric: str = "per_stream_tok_s",
     comparison: RunComparison | None = None,
 ) -> Path | None:
-    """A/B bars of one metric's median per matched cell, labelled with B/A and its interval."""
+    """A/B bars of one metric's median per matched cell, labelled with B/A and its interval
+    (``None`` where nothing was compared: no matched cell, or a run that did not complete)."""
+    check_plot_path(path)
     cmp_ = comparison or compare_runs(a, b)
+    if cmp_.not_measured:
+        return None
     rows = [(cell, next(r for r in cell.ratios if r.metric == metric)) for cell in cmp_.cells]
     rows = [(c, r) for c, r in rows if r.a is not None and r.b is not None]
     if not rows:

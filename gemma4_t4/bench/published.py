@@ -10,7 +10,13 @@ repeats' *median* TTFT, per-stream 1000 / the mean median TPOT) and the SageMake
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypedDict
+from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from gemma4_t4.bench.results import BenchRun
 
 GCE_SOURCE = ("xbill9/gemma4-dev gpu-vllm-t4-2b/benchmarks/runs/2026-09-18-qat-vs-bf16-t4/ "
               "(GCE n1-standard-2 + T4, us-west2-b, driver 615.71.09; vLLM 0.29.0 with the hd512 clamp, fp16, "
@@ -198,8 +204,124 @@ class PublishedGridCheck:
 GRID_26B_Q_PROJ = PublishedGridCheck("gemma-4-26B-A4B", "layer 0 q_proj", 11.5e6, 0.0, 30.3)
 
 
-def beside(label: str, measured: float | None, published: float, source: str, conditions: str = "") -> dict:
-    """One display row: a measured figure next to the published one and their ratio."""
-    ratio = measured / published if measured is not None and published else None
-    return {"figure": label, "measured here": measured, "published": published, "measured / published": ratio,
-            "published under": conditions, "source": source.split(" (")[0]}
+# ---------------------------------------------------------------- measured beside published
+
+
+@dataclass(frozen=True)
+class Kind:
+    """What a figure was measured on: the model's size ("E2B", ..., or "tiny" for the random CI
+    model) and the GPU class ("t4", "l4", ... or "cpu"). ``None``: not known from what was recorded."""
+
+    model_size: str | None
+    gpu: str | None
+
+    @property
+    def known(self) -> bool:
+        return self.model_size is not None and self.gpu is not None
+
+    def describe(self) -> str:
+        model = "a tiny random model" if self.model_size == "tiny" else (self.model_size or "an unknown model")
+        gpu = "a CPU" if self.gpu == "cpu" else (self.gpu.upper() if self.gpu else "unknown hardware")
+        return f"{model} on {gpu}"
+
+
+_SIZE_TOKEN = re.compile(r"(?<![a-z0-9])(e2b|e4b|12b|26b-a4b|31b)(?![a-z0-9])")
+
+
+def model_size_of(*names: str | None) -> str | None:
+    """The Gemma 4 size a served name, model id or model folder names ("tiny" for the CI model)."""
+    from gemma4_t4.models import VARIANTS
+
+    for name in names:
+        if not name:
+            continue
+        text = str(name).lower().replace("_", "-")
+        if "tiny" in text:
+            return "tiny"
+        found = _SIZE_TOKEN.search(text)
+        if found:
+            return VARIANTS[found.group(1)].size
+    return None
+
+
+def gpu_class_of(gpu_name: str | None) -> str | None:
+    """The hardware table's key of a GPU nvidia-smi names ("Tesla T4" -> "t4"), else None."""
+    from gemma4_t4.hardware import GPUS
+
+    if not gpu_name:
+        return None
+    words = gpu_name.lower().replace("-", " ").split()
+    for key in sorted(GPUS, key=len, reverse=True):
+        if key.split("-")[0] in words:
+            return key
+    return None
+
+
+def measured_kind(run: BenchRun) -> Kind:
+    """The kind of what a :class:`~gemma4_t4.bench.results.BenchRun` measured, from what it
+    recorded: the served name, the model root vLLM reported, the launch record's model and
+    target, the GPUs of the host (for a local server) or the GPU a SageMaker run was priced as."""
+    info = run.run
+    environment = info.environment or {}
+    server = environment.get("server") or {}
+    launch_config = (server.get("launch") or {}).get("config") or {}
+    size = model_size_of(launch_config.get("model"), info.server.root, info.model)
+    local = urlsplit(info.base_url or "").hostname in ("127.0.0.1", "localhost", "::1")
+    gpus = environment.get("gpus") or []
+    if launch_config.get("target") == "cpu":
+        gpu = "cpu"
+    elif local and gpus:
+        gpu = gpu_class_of(gpus[0].get("name"))
+    elif local and info.server.backend == "openai-http":
+        gpu = "cpu"  # a server on this host, which has no NVIDIA GPU
+    else:
+        gpu = (info.config or {}).get("gpu")  # a remote endpoint: the GPU it was declared (and priced) as
+    return Kind(size, gpu)
+
+
+def published_kind(row: PublishedResult | PublishedRatio | PublishedDecode, gpu: str | None = None) -> Kind:
+    """The kind of a published figure (a SageMaker decode row names two GPUs: pass ``gpu``)."""
+    return Kind(model_size_of(row.model), gpu or getattr(row, "gpu", None))
+
+
+BesideRow = TypedDict(
+    "BesideRow",
+    {
+        "figure": str,
+        "measured here": float | None,
+        "measured on": str,
+        "published": float | None,
+        "measured / published": float | None,
+        "published under": str,
+        "source": str,
+    },
+)
+
+
+def beside(
+    label: str,
+    measured: float | None,
+    published: float | None,
+    source: str,
+    conditions: str = "",
+    *,
+    measured_on: Kind | None = None,
+    published_on: Kind | None = None,
+) -> BesideRow:
+    """One display row: a measured figure next to the published one. Their ratio is given only
+    where the measurement is the published condition's kind (the same model size and GPU class,
+    both known); elsewhere (a tiny model, a CPU, another GPU, or an unrecorded kind) the published
+    figure stands alone, labelled published, and the row says what was measured on."""
+    comparable = (
+        measured_on is not None and published_on is not None and measured_on.known and measured_on == published_on
+    )
+    ratio = measured / published if comparable and measured is not None and published else None
+    return {
+        "figure": label,
+        "measured here": measured,
+        "measured on": measured_on.describe() if measured_on else "not recorded",
+        "published": published,
+        "measured / published": ratio,
+        "published under": conditions if comparable or published is None else f"{conditions} (published; not comparable)".lstrip(),
+        "source": source.split(" (")[0],
+    }

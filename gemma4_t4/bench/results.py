@@ -227,6 +227,27 @@ class BenchRun(BaseModel):
     def ok(self) -> bool:
         return self.run.status == "complete"
 
+    @property
+    def not_measured(self) -> str | None:
+        """``None`` when the run completed; else why its figures are not a result (a run that
+        stopped early or lost requests keeps what it got, but that is not a measurement)."""
+        if self.ok:
+            return None
+        status = self.run.status or "unknown status"
+        if status == "complete with failures":
+            status += f", {self.failed} request(s) failed"
+        detail = f": {self.run.error}" if self.run.error and self.run.error not in status else ""
+        return f"run {self.dir} is {status}{detail}"
+
+    def require_complete(self, what: str = "a result") -> BenchRun:
+        """This run, or an error naming why it is not ``what`` (for headlines built from runs)."""
+        if self.not_measured:
+            raise Gemma4T4Error(
+                f"not measured: {self.not_measured}, so it gives no {what}",
+                fix="read the run's error (run.json), fix the server or endpoint, and run the benchmark again",
+            )
+        return self
+
     def cell(
         self,
         name: str | None = None,
@@ -310,7 +331,10 @@ class BenchRun(BaseModel):
         return out
 
     def table(self) -> str:
-        return format_cells(self.cells)
+        table = format_cells(self.cells)
+        if self.not_measured:  # what an incomplete run got is shown, never as a result
+            return f"not measured: {self.not_measured} (the cells below are what it got before that)\n{table}"
+        return table
 
     def report(self) -> RunReport:
         return RunReport(

@@ -227,16 +227,24 @@ def _run(args: argparse.Namespace) -> Output:
 def _compare(args: argparse.Namespace) -> Output:
     from gemma4_t4.bench import compare_runs, plot_compare
     from gemma4_t4.bench.compare import compare_suites, is_suite
+    from gemma4_t4.bench.plots import check_plot_path
 
-    if is_suite(args.a) or is_suite(args.b):
-        suite = compare_suites(args.a, args.b)
-        return Output(suite, suite.text())
-    result = compare_runs(args.a, args.b)
-    text = result.text()
     if args.plot:
-        path = plot_compare(args.a, args.b, args.plot, comparison=result)
-        text += f"\nplot: {path}" if path else "\nno comparable cells to plot"
-    return Output(result, text)
+        check_plot_path(args.plot)  # before any work: a bad name is refused, not found out at the end
+    if is_suite(args.a) or is_suite(args.b):
+        result = compare_suites(args.a, args.b)
+        text = result.text()
+    else:
+        result = compare_runs(args.a, args.b)
+        text = result.text()
+        if args.plot:
+            path = plot_compare(args.a, args.b, args.plot, comparison=result)
+            text += f"\nplot: {path}" if path else "\nno comparable cells to plot"
+    # exit 0 only for a real comparison: nothing matched, or a run that did not complete, is a failure
+    problems = result.problems
+    if problems:
+        text += "\n\nnot a complete comparison:\n" + "\n".join(f"  {p}" for p in problems)
+    return Output(result, text, exit_code=1 if problems else 0)
 
 
 def _plot(args: argparse.Namespace) -> Output:

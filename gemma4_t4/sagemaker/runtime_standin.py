@@ -7,6 +7,10 @@ to a real vLLM server's ``/invocations`` (the route the AWS vLLM container serve
 streamed reply as AWS event-stream ``PayloadPart`` messages that botocore itself decodes.
 Point boto3 at it with ``AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME`` (or ``endpoint_url``).
 
+Streams go out as the runtime sends them: HTTP/1.1 chunked transfer, one event-stream message per
+chunk, written and flushed as the container produces it, so TTFT and TPOT measured through it are
+the backend's (``tests/test_bench_timing_fidelity.py`` holds them to plain HTTP's).
+
 It is a stand-in, not SageMaker: no SigV4 check, no payload-size or timeout limits, one
 backend (or one per endpoint name). With ``control_plane_url`` it refuses endpoints that moto
 does not report InService, as the real runtime does.
@@ -19,7 +23,9 @@ import http.client
 import json
 import struct
 import threading
+import time
 import urllib.parse
+from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -63,7 +69,14 @@ def model_stream_error(message: str, code: str = "ModelStreamError") -> bytes:
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
-    protocol_version = "HTTP/1.0"  # the stream's end is the connection's end
+    # HTTP/1.1 with chunked transfer, as the real runtime answers: each event-stream message goes
+    # out as its own chunk the moment the container produced it, so botocore hands it to the client
+    # then (over HTTP/1.0 without a length, botocore reads 64 KiB blocks and every event of a short
+    # reply arrives at once, which made TTFT and TPOT meaningless).
+    protocol_version = "HTTP/1.1"
+    # and no Nagle: an event written while the headers' segment is still unacknowledged would
+    # otherwise wait for the client's delayed ACK (up to 40 ms on Linux), added to TTFT
+    disable_nagle_algorithm = True
 
     def log_message(self, *args: Any) -> None:  # quiet: requests are the test's business
         pass
@@ -89,6 +102,9 @@ class _Handler(BaseHTTPRequestHandler):
         )
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        # read the body first, whatever the answer: on a kept-alive connection an unread body
+        # would be taken for the next request
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         parts = urllib.parse.urlparse(self.path).path.strip("/").split("/")
         if (
             len(parts) != 3
@@ -98,16 +114,21 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(404, "UnknownOperationException", f"no such runtime operation: {self.path}")
             return
         name = urllib.parse.unquote(parts[1])
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         problem = self.server.standin.endpoint_problem(name)
         if problem:
             self._error(400, "ValidationError", problem)
             return
         backend = self.server.standin.backend_for(name)
         content_type = self.headers.get("Content-Type", "application/json")
+        conn = self._backend(backend)
         try:
-            conn, response = _forward(backend, body, content_type, self.server.standin.timeout_s)
-        except OSError as exc:
+            try:
+                response = _forward(conn, backend, body, content_type)
+            except (OSError, http.client.HTTPException):  # a kept-alive connection the backend closed
+                conn.close()
+                response = _forward(conn, backend, body, content_type)
+        except (OSError, http.client.HTTPException) as exc:
+            conn.close()
             self._error(424, "ModelError", f"the model container did not answer: {exc}", OriginalStatusCode=0)
             return
         try:
@@ -116,7 +137,25 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 self._stream(response)
         finally:
+            if not response.isclosed():  # not read to its end: the connection cannot carry another
+                conn.close()
+
+    def _backend(self, backend: str) -> http.client.HTTPConnection:
+        """One kept-alive connection per backend for this client connection (as an HTTP client
+        keeps one to vLLM): a new TCP connection per request would add to every TTFT."""
+        if not hasattr(self, "_backends"):
+            self._backends: dict[str, http.client.HTTPConnection] = {}
+        if backend not in self._backends:
+            url = urllib.parse.urlparse(backend)
+            self._backends[backend] = http.client.HTTPConnection(
+                url.hostname, url.port or 80, timeout=self.server.standin.timeout_s
+            )
+        return self._backends[backend]
+
+    def finish(self) -> None:
+        for conn in getattr(self, "_backends", {}).values():
             conn.close()
+        super().finish()
 
     def _reply(self, response: http.client.HTTPResponse) -> None:
         data = response.read()
@@ -140,31 +179,52 @@ class _Handler(BaseHTTPRequestHandler):
             "X-Amzn-SageMaker-Content-Type", response.getheader("Content-Type", "text/event-stream")
         )
         self.send_header("x-Amzn-Invoked-Production-Variant", "AllTraffic")
+        self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         try:
+            # read1: whatever the container has sent so far (one SSE event or a few), never
+            # waiting to fill a block, so each event is framed and flushed as it is produced
             while chunk := response.read1(65536):
-                self.wfile.write(payload_part(chunk))
-                self.wfile.flush()
-                self.server.standin.parts_sent += 1
+                self._send_chunk(payload_part(chunk))
+                self.server.standin.part_sent(time.perf_counter())
         except OSError as exc:  # the backend died mid-stream: tell the client in-band, as SageMaker does
-            self.wfile.write(model_stream_error(f"the model container stopped streaming: {exc}"))
+            try:
+                self._send_chunk(model_stream_error(f"the model container stopped streaming: {exc}"))
+            except OSError:  # the client is gone too: nobody left to tell
+                self.close_connection = True
+                return
+        self.wfile.write(b"0\r\n\r\n")  # the last chunk: the stream ends, the connection stays
+        self.wfile.flush()
+
+    def _send_chunk(self, data: bytes) -> None:
+        """One HTTP/1.1 chunk, written and flushed at once."""
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
 
 
-def _forward(backend: str, body: bytes, content_type: str, timeout_s: float):
+def _forward(
+    conn: http.client.HTTPConnection, backend: str, body: bytes, content_type: str
+) -> http.client.HTTPResponse:
     url = urllib.parse.urlparse(backend)
-    conn = http.client.HTTPConnection(url.hostname, url.port or 80, timeout=timeout_s)
     conn.request(
         "POST",
         url.path.rstrip("/") + "/invocations",
         body=body,
         headers={"Content-Type": content_type, "Accept": "*/*"},
     )
-    return conn, conn.getresponse()
+    return conn.getresponse()
 
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     standin: RuntimeStandIn
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client closing its kept-alive connection is normal (boto3 does at exit): not worth a traceback."""
+        import sys
+
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 class RuntimeStandIn:
@@ -194,9 +254,16 @@ class RuntimeStandIn:
         self.port = port
         self.timeout_s = timeout_s
         self.parts_sent = 0
+        # when each PayloadPart left (perf_counter, the clock the fake server logs its writes with):
+        # what the timing-fidelity test holds against the backend's own write times
+        self.part_times: deque[float] = deque(maxlen=100_000)
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self._sagemaker: Any = None
+
+    def part_sent(self, at: float) -> None:
+        self.parts_sent += 1
+        self.part_times.append(at)
 
     @property
     def url(self) -> str:
