@@ -59,7 +59,7 @@ def _wait(predicate, timeout: float = 20.0, what: str = "condition"):
 
 @pytest.fixture
 def never_listens(tmp_path: Path) -> Path:
-    path = tmp_path / "loading_vllm_python"
+    path = tmp_path / "fake_loading_vllm_python"
     path.write_text(NEVER_LISTENS.format(python=sys.executable))
     path.chmod(0o755)
     return path
