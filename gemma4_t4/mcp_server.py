@@ -707,11 +707,14 @@ def apply_turing_patch(revert: bool = False, confirm: bool = False) -> TuringPat
 @tool(CREATES)
 def start_vllm_server(model: str, target: Literal["cpu", "t4"] = "cpu", port: int | None = None,
                       served_model_name: str | None = None, max_model_len: int = 4096, max_num_seqs: int = 8,
-                      timeout_s: float = 600.0) -> ServerToolResult:
-    """Start vLLM on 127.0.0.1 (free port by default) through the start gate; waits for /health."""
+                      timeout_s: float = 600.0, draft: str = "off",
+                      num_draft_tokens: int = 3) -> ServerToolResult:
+    """Start vLLM on 127.0.0.1 (free port by default) through the start gate; waits for /health.
+    ``draft``: speculative decoding, auto | off | self | an assistant id or folder (docs/serving.md)."""
     config = ServerConfig(model=model, target=target, port=port or free_port(),
                           served_model_name=served_model_name, max_model_len=max_model_len,
-                          max_num_seqs=max_num_seqs, work_dir=_work_dir())
+                          max_num_seqs=max_num_seqs, work_dir=_work_dir(), draft=draft,
+                          num_draft_tokens=num_draft_tokens)
     # owned by this MCP server: recorded in the state file, stopped when it exits (docs/serving.md)
     owner = {"kind": "mcp-server", "pid": os.getpid(), "create_time": _own_create_time(),
              "on_exit": "stopped by the MCP server when it exits"}

@@ -330,3 +330,37 @@ def test_spec_decode_delta_is_none_without_counters():
     assert spec_decode_delta(plain, plain) is None
     after = snapshot_from_text(METRICS.format(drafts=1, draft_tokens=3, accepted=3, p0=1, p1=1, p2=1))
     assert spec_decode_delta(None, after).source == "unavailable"
+
+
+# -- SageMaker and MCP carry the same drafter ------------------------------------------------------------
+
+
+def test_sagemaker_passes_the_speculative_config_through_the_container_env(tmp_path):
+    from gemma4_t4.sagemaker.config import DeployConfig
+
+    env = DeployConfig(model_id="google/gemma-4-E2B-it", draft="auto", num_draft_tokens=2).container_env()
+    assert json.loads(env["SM_VLLM_SPECULATIVE_CONFIG"]) == {
+        "model": "google/gemma-4-E2B-it-assistant",
+        "num_speculative_tokens": 2,
+    }
+    assert "SM_VLLM_SPECULATIVE_CONFIG" not in DeployConfig(model_id="google/gemma-4-E2B-it").container_env()
+    local = _folder(tmp_path, "drafter", _assistant_config())
+    with pytest.raises(Gemma4T4Error, match="the SageMaker container cannot read"):
+        DeployConfig(model_id="google/gemma-4-E2B-it", draft=local).container_env()
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+@pytest.mark.anyio
+async def test_mcp_start_tool_takes_the_drafter_parameters():
+    from mcp import Client
+
+    from gemma4_t4.mcp_server import build_server
+
+    async with Client(build_server()) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+    properties = tools["start_vllm_server"].input_schema["properties"]
+    assert properties["draft"]["default"] == "off" and properties["num_draft_tokens"]["default"] == 3
