@@ -364,3 +364,19 @@ async def test_mcp_start_tool_takes_the_drafter_parameters():
         tools = {t.name: t for t in (await client.list_tools()).tools}
     properties = tools["start_vllm_server"].input_schema["properties"]
     assert properties["draft"]["default"] == "off" and properties["num_draft_tokens"]["default"] == 3
+
+
+def test_run_comparison_shows_drafter_off_against_on():
+    from gemma4_t4.bench.compare import CellComparison, RunComparison
+    from gemma4_t4.bench.schemas import SpecDecode
+
+    on = SpecDecode(
+        drafts=10,
+        draft_tokens=30,
+        accepted_tokens=15,
+        acceptance_rate=0.5,
+        mean_accepted_length=2.5,
+        source="/metrics",
+    )
+    text = RunComparison("off", "on", [CellComparison(("decode",), "c1", "c1", [], None, on)]).text()
+    assert "drafter" in text and "A off  B accepted 50.0%, mean accepted length 2.50" in text
