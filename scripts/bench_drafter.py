@@ -1,8 +1,11 @@
 """Decode with the drafter off and on, on the embedded default (the tiny random Gemma 4 on vLLM's CPU build).
 
-For each drafter (off; ``self``: the target as its own draft model; the tiny random assistant) it starts
-one server, runs the decode workload at c=1 and c=8, stops the server, and prints output tok/s, per-stream
-tok/s, median TPOT, and the acceptance and mean accepted length read from ``/metrics`` over each cell.
+For each setup it starts one server, runs the decode workload at c=1 and c=8, stops the server, and
+prints output tok/s, per-stream tok/s, median TPOT, and the acceptance and mean accepted length read from
+``/metrics`` over each cell. Setups: the default tiny target with the drafter off and with the tiny random
+assistant (MTP); and, since vLLM 0.32.0's draft-model drafter needs all layers in one KV cache group
+(a Gemma 4 with sliding and full layers is refused), a tiny Gemma 4 with full attention throughout, off
+and as its own draft model (``self``).
 
 The tiny models have random weights: the tiny assistant's acceptance is near zero (it shows what a bad
 drafter costs), the self-drafter's is 1 (it shows the ceiling of the plumbing). Neither says anything
@@ -24,7 +27,7 @@ from gemma4_t4 import signals
 from gemma4_t4.bench import run_benchmark
 from gemma4_t4.server import ServerConfig, VLLMServer, free_port
 from gemma4_t4.table import format_table
-from gemma4_t4.tiny import ensure_tiny_gemma4
+from gemma4_t4.tiny import TinySpec, build_tiny_gemma4, ensure_tiny_gemma4
 
 
 def bench_one(label: str, target: Path, draft: str, args: argparse.Namespace) -> list[list[str]]:
@@ -60,14 +63,26 @@ def main() -> int:
     parser.add_argument("--input-len", type=int, default=64)
     parser.add_argument("--output-len", type=int, default=64)
     parser.add_argument("--num-prompts", type=int, default=16)
+    parser.add_argument("--setups", default="off,tiny assistant,all-full off,all-full self",
+                        help="comma-separated, from: off, tiny assistant, all-full off, all-full self")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON too")
     args = parser.parse_args()
     args.work_dir = args.work_dir.resolve()
     target = ensure_tiny_gemma4(args.work_dir / "models" / "tiny-gemma4", variant="bf16")
     drafter = ensure_tiny_gemma4(args.work_dir / "models" / "tiny-gemma4-drafter", variant="drafter")
+    all_full = args.work_dir / "models" / "tiny-gemma4-all-full"
+    if not (all_full / "config.json").exists():
+        build_tiny_gemma4(all_full, spec=TinySpec(full_attention_every=1), overwrite=True)
+    setups = {
+        "off": (target, "off"),
+        "tiny assistant": (target, str(drafter)),
+        "all-full off": (all_full, "off"),
+        "all-full self": (all_full, "self"),
+    }
     rows: list[list[str]] = []
-    for label, draft in (("off", "off"), ("self", "self"), ("tiny assistant", str(drafter))):
-        rows += bench_one(label, target, draft, args)
+    for label in args.setups.split(","):
+        model, draft = setups[label.strip()]
+        rows += bench_one(label.strip(), model, draft, args)
     header = ["drafter", "c", "ok/fail", "out tok/s", "stream tok/s", "TPOT ms", "acceptance", "mean acc len"]
     print(f"tiny Gemma 4 on vLLM CPU, decode {args.input_len} in / {args.output_len} out, "
           f"{args.num_prompts} prompts per cell, {args.num_draft_tokens} draft tokens")
