@@ -40,7 +40,7 @@ from typing import Annotated, Any, Literal
 import anyio
 from pydantic import BaseModel, Field, StrictBool, TypeAdapter
 
-from gemma4_t4 import env, secrets, signals, turing
+from gemma4_t4 import env, secrets, signals, speculative, turing
 from gemma4_t4.bench.schemas import RunReport
 from gemma4_t4.errors import Gemma4T4Error, UnexpectedError, debug_enabled, user_error
 from gemma4_t4.jsonable import to_jsonable
@@ -81,6 +81,9 @@ ContextLen = Annotated[int, Field(gt=0, le=1_048_576, description="tokens per se
 Sequences = Annotated[int, Field(gt=0, le=1024, description="concurrent sequences")]
 UserPort = Annotated[int, Field(ge=1024, le=65535, description="an unprivileged TCP port (1024..65535)")]
 Seconds = Annotated[float, Field(gt=0)]
+DraftTokens = Annotated[
+    int, Field(ge=1, le=speculative.MAX_NUM_DRAFT_TOKENS, description="draft tokens per speculative step")
+]
 
 
 def _secret_values() -> list[str]:
@@ -759,11 +762,14 @@ def apply_turing_patch(revert: bool = False, confirm: Confirm = False) -> Turing
 @tool(CREATES)
 def start_vllm_server(model: str, target: Literal["cpu", "t4"] = "cpu", port: UserPort | None = None,
                       served_model_name: str | None = None, max_model_len: ContextLen = 4096,
-                      max_num_seqs: Sequences = 8, timeout_s: Seconds = 600.0) -> ServerToolResult:
-    """Start vLLM on 127.0.0.1 (free port by default) through the start gate; waits for /health."""
+                      max_num_seqs: Sequences = 8, timeout_s: Seconds = 600.0, draft: str = "off",
+                      num_draft_tokens: DraftTokens = speculative.DEFAULT_NUM_DRAFT_TOKENS) -> ServerToolResult:
+    """Start vLLM on 127.0.0.1 (free port by default) through the start gate; waits for /health.
+    ``draft``: speculative decoding, auto | off | self | an assistant id or folder (docs/serving.md)."""
     config = ServerConfig(model=model, target=target, port=port or free_port(),
                           served_model_name=served_model_name, max_model_len=max_model_len,
-                          max_num_seqs=max_num_seqs, work_dir=_work_dir())
+                          max_num_seqs=max_num_seqs, work_dir=_work_dir(), draft=draft,
+                          num_draft_tokens=num_draft_tokens)
     # owned by this MCP server: recorded in the state file, stopped when it exits (docs/serving.md)
     owner = {"kind": "mcp-server", "pid": os.getpid(), "create_time": _own_create_time(),
              "on_exit": "stopped by the MCP server when it exits"}

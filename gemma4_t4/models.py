@@ -11,6 +11,9 @@ names, loaded sizes and KV-token figures were published by the series (labelled
   for one GPU or several with tensor parallelism: fits or not, the longest context that
   fits, and the KV token capacity vLLM would report.
 * :func:`load_ram` - host RAM (and swap) needed while vLLM loads a checkpoint.
+* :data:`ASSISTANTS` / :func:`assistant_for` - Google's MTP drafter ("assistant") checkpoints
+  per size and build, for speculative decoding (gemma4_t4/speculative.py); :func:`fit` counts
+  a drafter's weights (and, for a whole-model drafter, its own KV cache).
 
 Formats (bytes per weight):
 
@@ -216,6 +219,70 @@ VARIANTS: dict[str, Gemma4Variant] = {
         ),
     ]
 }
+
+
+# ---------------------------------------------------------------------------------------
+# Google's drafters ("assistants") for speculative decoding
+# ---------------------------------------------------------------------------------------
+
+AssistantBuild = Literal["base", "qat"]
+MB = 10**6
+
+
+@dataclass(frozen=True)
+class Assistant:
+    """Google's MTP drafter checkpoint for one size and target build.
+
+    vLLM (>= 0.31, ``gemma4_mtp``) serves it through ``--speculative-config``. Its decoder
+    layers are Q-only and read the target's KV cache, so it adds weights but no KV cache.
+    """
+
+    variant: str  # VARIANTS key
+    build: AssistantBuild  # "qat": trained for Google's QAT (q4_0) targets
+    hub_id: str
+    weights_bytes: int  # bf16 checkpoint size (served as fp16 on a T4: the same bytes)
+    weights_source: str  # where weights_bytes comes from
+    evidence: str  # where the id is recorded (checked 2026-12-01)
+
+
+_REF = "/work/shared/reference"  # the project's shared notes (gemma4_models.md, t4_speed_anchors.md)
+_E4B_ASSISTANT_BYTES = 156 * MB  # "156 MB" (hub discussion google/gemma-4-E4B-it-assistant #3)
+
+ASSISTANTS: dict[tuple[str, AssistantBuild], Assistant] = {
+    (a.variant, a.build): a
+    for a in [
+        Assistant("e2b", "base", "google/gemma-4-E2B-it-assistant", _E4B_ASSISTANT_BYTES,
+                  "no published size: E4B's assistant (156 MB) taken as the estimate [inferred]",
+                  "reference notes gemma4_models.md section 2 and t4_speed_anchors.md [reported]"),
+        Assistant("e2b", "qat", "google/gemma-4-E2B-it-qat-q4_0-unquantized-assistant", _E4B_ASSISTANT_BYTES,
+                  "no published size: E4B's assistant (156 MB) taken as the estimate [inferred]",
+                  "reference notes gemma4_models.md section 2 and t4_speed_anchors.md [reported]"),
+        Assistant("e4b", "base", "google/gemma-4-E4B-it-assistant", _E4B_ASSISTANT_BYTES,
+                  "156 MB, hub discussion google/gemma-4-E4B-it-assistant #3 [reported]",
+                  "huggingface.co/google/gemma-4-E4B-it-assistant/discussions/3, read 2026-12-01 [reported]"),
+        Assistant("31b", "base", "google/gemma-4-31B-it-assistant", 940 * MB,
+                  "0.94 GB bf16, 4 layers, per its MLX conversion NeoRoth/gemma-4-31b-it-assistant-mlx [reported]",
+                  "huggingface.co/NeoRoth/gemma-4-31b-it-assistant-mlx names it as its base model, "
+                  "read 2026-12-01 [reported]"),
+    ]
+}
+
+
+def assistant_for(variant: str | Gemma4Variant, build: AssistantBuild) -> tuple[Assistant | None, str]:
+    """Google's assistant for a target of ``variant`` and ``build``, or None, with the reason.
+
+    A QAT target whose size has no recorded QAT assistant gets the base one (the drafter is
+    trained on the base model's outputs; it stays correct, only acceptance may drop).
+    """
+    v = get_variant(variant)
+    found = ASSISTANTS.get((v.key, build))
+    if found:
+        return found, f"Google's assistant for {v.size} ({build}): {found.hub_id}"
+    base = ASSISTANTS.get((v.key, "base"))
+    if base:
+        return base, (f"no QAT assistant recorded for {v.size}; the base one drafts for it "
+                      f"(acceptance may be lower): {base.hub_id}")
+    return None, f"no Google assistant (drafter) checkpoint is recorded for {v.size}"
 
 
 def _name_key(name: str) -> str:
@@ -662,6 +729,8 @@ def fit(
     text_only: bool = False,
     overhead_gib: float = DEFAULT_OVERHEAD_GIB,
     kv_dtype_bytes: int = 2,
+    draft_weights_bytes: int = 0,
+    draft_own_kv: bool = False,
 ) -> FitResult:
     """Weights + KV cache + overhead against one GPU (or ``num_gpus`` with tensor parallelism).
 
@@ -677,20 +746,29 @@ def fit(
     SageMaker KV figures (12B emb4 on a T4: 20,354 tokens at 8k) ran under container defaults
     that were not published; with vLLM's defaults we estimate ~1.8x as many, so treat KV
     capacity as +-10 % when the server flags are known and as an upper bound otherwise.
+
+    A drafter adds ``draft_weights_bytes`` (split over the GPUs like the target's). An MTP
+    assistant reads the target's KV cache (Q-only layers); a whole-model drafter (vLLM
+    ``draft_model``, e.g. the target as its own drafter) keeps its own KV cache of the same
+    shape: ``draft_own_kv=True`` doubles the KV bytes per sequence.
     """
     v = get_variant(variant)
     fmt = normalize_format(fmt)
     g = get_gpu(gpu)
     _check_fit_args(v, num_gpus, gpu_memory_utilization, context_len, max_num_seqs, max_num_batched_tokens,
                     overhead_gib, kv_dtype_bytes)
+    if draft_weights_bytes < 0:
+        raise Gemma4T4Error(f"draft_weights_bytes must not be negative, not {draft_weights_bytes}",
+                            fix="pass 0 without a drafter")
     w = weights_estimate(v, fmt, text_only)
     usable = g.usable_memory_gib
     budget = usable * gpu_memory_utilization
-    weights_gib = w.total_bytes / GiB / num_gpus + RUNTIME_BUFFERS_GIB
+    weights_gib = (w.total_bytes + draft_weights_bytes) / GiB / num_gpus + RUNTIME_BUFFERS_GIB
     kv_budget = budget - weights_gib - overhead_gib
+    kv_copies = 2 if draft_own_kv else 1
 
     def per_seq(n: int) -> int:
-        return kv_cache_bytes_per_sequence(v, n, num_gpus, kv_dtype_bytes, max_num_batched_tokens)
+        return kv_copies * kv_cache_bytes_per_sequence(v, n, num_gpus, kv_dtype_bytes, max_num_batched_tokens)
 
     seq_bytes = per_seq(context_len)
     kv_budget_bytes = max(0.0, kv_budget) * GiB
@@ -712,6 +790,10 @@ def fit(
         verdict = (f"fits on {where}: {int(concurrency * context_len):,} KV tokens, "
                    f"{min(max_num_seqs, int(concurrency))} x {context_len}-token sequences at once")
     notes = _fit_notes(v, fmt, g.key, fits, concurrency, context_len, max_num_seqs)
+    if draft_weights_bytes or draft_own_kv:
+        notes.append(f"drafter counted: {draft_weights_bytes / GiB:.2f} GiB of weights"
+                     + (", its own KV cache (the same size as the target's)" if draft_own_kv else
+                        "; it reads the target's KV cache"))
     return FitResult(
         model=v.key, format=fmt, gpu=g.key, num_gpus=num_gpus, context_len=context_len,
         gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
@@ -907,8 +989,8 @@ def all_models() -> list[ModelInfo]:
 
 
 __all__ = [
-    "FORMATS", "GPUS", "VARIANTS", "DecodeBytes", "FitResult", "Gemma4Variant", "LoadRam", "ModelInfo",
+    "ASSISTANTS", "FORMATS", "GPUS", "VARIANTS", "Assistant", "DecodeBytes", "FitResult", "Gemma4Variant", "LoadRam", "ModelInfo",
     "Roofline", "all_models", "decode_bytes_per_token", "decode_roofline", "fit", "fit_table",
     "get_variant", "kv_cache_bytes_per_sequence", "kv_read_bytes_per_token", "largest_fitting",
-    "linear_counts", "load_ram", "model_info", "normalize_format", "param_breakdown", "weights_estimate",
+    "assistant_for", "linear_counts", "load_ram", "model_info", "normalize_format", "param_breakdown", "weights_estimate",
 ]

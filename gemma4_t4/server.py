@@ -44,7 +44,7 @@ from typing import Any, Literal, NotRequired, cast
 
 import psutil
 
-from gemma4_t4 import cache, cpuattn, secrets
+from gemma4_t4 import cache, cpuattn, secrets, speculative
 from gemma4_t4.atomic import atomic_write_json
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.jsonable import TypedDict
@@ -143,6 +143,10 @@ class ServerConfig:
     restart_on_crash: int = 0  # restart a crashed vLLM up to N times (backoff 2, 4, 8 ... 60 s)
     probe_cpu_attention: bool = True  # cpu, dtype unset: run the attention probe (gemma4_t4.cpuattn)
     chosen_by: dict[str, str] = field(default_factory=dict)  # why each default was chosen
+    # speculative decoding (gemma4_t4/speculative.py): off | auto | self | a drafter id or folder
+    draft: str = "off"
+    num_draft_tokens: int = speculative.DEFAULT_NUM_DRAFT_TOKENS
+    draft_method: speculative.DraftMethod | None = None  # None: mtp for a drafter, draft_model for self
 
     def __post_init__(self) -> None:
         self._arg_problem: Gemma4T4Error | None = None  # raised by validate(), never echoing a value
@@ -218,12 +222,37 @@ class ServerConfig:
     def resolved_name(self) -> str:
         return self.served_model_name or Path(self.model).name or self.model
 
+    def draft_plan(self) -> speculative.DraftPlan:
+        """The drafter this launch uses, checked against the target (reads local config.json files)."""
+        plan = speculative.resolve_draft(
+            self.model,
+            self.draft,
+            self.num_draft_tokens,
+            speculative.FitContext(
+                target=self.target,
+                context_len=int(self.max_model_len or CPU_CONTEXT),
+                gpu_memory_utilization=float(self.gpu_memory_utilization or T4_GPU_MEMORY_UTILIZATION),
+                max_num_seqs=int(self.max_num_seqs or T4_MAX_NUM_SEQS),
+                max_num_batched_tokens=int(self.max_num_batched_tokens or T4_MAX_NUM_BATCHED_TOKENS),
+                tensor_parallel_size=self.tensor_parallel_size,
+                text_only=bool(self.language_model_only),
+            ),
+            self.draft_method,
+        )
+        self.chosen_by["draft"] = plan.reason
+        return plan
+
     def validate(self) -> None:
         if self.target not in ("t4", "cpu"):
             raise Gemma4T4Error(f"unknown target {self.target!r}", fix="use target='t4' or target='cpu'")
         if self._arg_problem:
             raise self._arg_problem
         _check_extra_args(self)
+        if self.draft_plan().enabled and any(
+            str(a).split("=", 1)[0].replace("_", "-").lower() == "--speculative-config" for a in self.extra_args
+        ):
+            raise Gemma4T4Error("--speculative-config in extra vLLM args and --draft both set a drafter",
+                                fix="use --draft and --num-draft-tokens (or --draft off with the raw flag)")
         if self.python and not shutil.which(self.python):  # else the supervisor dies at Popen
             raise Gemma4T4Error(
                 f"--python {self.python} is not an executable interpreter",
@@ -419,6 +448,7 @@ def build_command(config: ServerConfig, python: str | None = None, dtype: str | 
             cmd += ["--block-size", str(config.block_size)]
     else:
         cmd += ["--block-size", str(config.block_size or 32)]
+    cmd += config.draft_plan().argv()  # --speculative-config '{"model": ..., "num_speculative_tokens": N}'
     if config.api_key:
         cmd += ["--api-key", config.api_key]
     cmd += list(config.extra_args)
@@ -587,6 +617,9 @@ class ServerConfigRecord(TypedDict):
     restart_on_crash: int
     probe_cpu_attention: bool
     chosen_by: dict[str, str]
+    draft: NotRequired[str]  # NotRequired: state files written before speculative decoding lack them
+    num_draft_tokens: NotRequired[int]
+    draft_method: NotRequired[str | None]
 
 
 class LockOwner(TypedDict):

@@ -6,7 +6,10 @@ and global_head_dim kept distinct, like the real 256/512), tied embeddings, per-
 embeddings, a BPE tokenizer trained on a few sentences with Gemma's special-token ids and a
 chat template. Variant ``qat`` snaps every Linear and embedding onto a symmetric int4
 group-32 grid (levels -8..7, stored as bf16), the way Google's ``-qat-q4_0-unquantized``
-checkpoints are, so the quantization tools have something real to check.
+checkpoints are, so the quantization tools have something real to check. Variant ``drafter``
+is a tiny random ``gemma4_assistant`` (Google's MTP drafter layout) matching the tiny target:
+same tokenizer and vocabulary, ``backbone_hidden_size`` = the target's hidden size, Q-only
+layers whose head sizes and KV heads equal the target's (they read the target's KV cache).
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ from typing import Literal
 
 from gemma4_t4.errors import Gemma4T4Error
 
-Variant = Literal["bf16", "qat"]
+Variant = Literal["bf16", "qat", "drafter"]
+VARIANTS: tuple[str, ...] = ("bf16", "qat", "drafter")
 
 # Gemma's special tokens, in Gemma's id order (pad 0, eos 1, bos 2, unk 3), then turn markers.
 SPECIAL_TOKENS = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"]
@@ -65,6 +69,11 @@ class TinySpec:
     max_position_embeddings: int = 4096
     vocab_size: int = 512
     seed: int = 0
+    # the drafter variant (a gemma4_assistant): its own width, the target's head sizes
+    draft_hidden_size: int = 64
+    draft_intermediate_size: int = 128
+    draft_num_hidden_layers: int = 2  # one sliding, one full: each reads the target's last layer of its type
+    draft_num_attention_heads: int = 2
 
     def layer_types(self) -> list[str]:
         types = [
@@ -170,8 +179,8 @@ def build_tiny_gemma4(
     import torch
     from transformers import Gemma4ForCausalLM, Gemma4TextConfig
 
-    if variant not in ("bf16", "qat"):
-        raise Gemma4T4Error(f"unknown tiny variant {variant!r}", fix="use 'bf16' or 'qat'")
+    if variant not in VARIANTS:
+        raise Gemma4T4Error(f"unknown tiny variant {variant!r}", fix=f"use one of: {', '.join(VARIANTS)}")
     spec = spec or TinySpec()
     out = Path(out_dir)
     if out.exists() and not overwrite:
@@ -184,6 +193,9 @@ def build_tiny_gemma4(
     vocab = len(tokenizer)
     torch.manual_seed(spec.seed)
     generator = torch.Generator().manual_seed(spec.seed + 1)
+    if variant == "drafter":
+        model = _tiny_assistant(spec, tokenizer, generator)
+        return _save(model, tokenizer, out, variant, spec, portable=False)
     config = Gemma4TextConfig(
         vocab_size=vocab,
         vocab_size_per_layer_input=vocab,
@@ -216,13 +228,69 @@ def build_tiny_gemma4(
             for _name, param in model.named_parameters():
                 if param.dim() == 2 and param.shape[-1] % 32 == 0:
                     param.copy_(snap_to_int4_grid(param, 32, generator))
-    model.generation_config.do_sample = False
+    return _save(model, tokenizer, out, variant, spec, portable=True)
 
+
+def _tiny_assistant(spec: TinySpec, tokenizer, generator):
+    """A random ``Gemma4AssistantForCausalLM`` that fits the tiny target built from ``spec``.
+
+    What vLLM's ``gemma4_mtp`` needs of it (vllm/model_executor/models/gemma4_mtp.py): the
+    target's vocabulary (the drafter embeds with the target's embed_tokens and scores with its
+    own lm_head), ``backbone_hidden_size`` = the target's hidden size (pre/post projections),
+    and per layer type the target's head size and KV heads (its Q-only attention reads the
+    target's cache). No per-layer embeddings, every layer KV-shared (transformers' own rules).
+    """
+    import torch
+    from transformers import Gemma4AssistantConfig, Gemma4AssistantForCausalLM, Gemma4TextConfig
+
+    vocab = len(tokenizer)
+    layers = spec.draft_num_hidden_layers
+    text = Gemma4TextConfig(
+        vocab_size=vocab,
+        vocab_size_per_layer_input=0,
+        hidden_size=spec.draft_hidden_size,
+        intermediate_size=spec.draft_intermediate_size,
+        num_hidden_layers=layers,
+        num_attention_heads=spec.draft_num_attention_heads,
+        num_key_value_heads=spec.num_key_value_heads,
+        head_dim=spec.head_dim,
+        global_head_dim=spec.global_head_dim,
+        num_global_key_value_heads=spec.num_key_value_heads,
+        hidden_size_per_layer_input=0,
+        sliding_window=spec.sliding_window,
+        layer_types=["sliding_attention"] * (layers - 1) + ["full_attention"],
+        max_position_embeddings=spec.max_position_embeddings,
+        final_logit_softcapping=30.0,
+        num_kv_shared_layers=layers,
+        tie_word_embeddings=True,
+        pad_token_id=0,
+        eos_token_id=[1, tokenizer.convert_tokens_to_ids("<turn|>")],
+        bos_token_id=2,
+    )
+    config = Gemma4AssistantConfig(
+        text_config=text,
+        backbone_hidden_size=spec.hidden_size,
+        # centroid masking off: vLLM captures CUDA graphs for it, which a CPU cannot
+        use_ordered_embeddings=False,
+        tie_word_embeddings=True,
+    )
+    model = Gemma4AssistantForCausalLM(config)
+    with torch.no_grad():
+        for _name, param in model.named_parameters():
+            if param.dim() == 2:
+                param.normal_(0.0, 0.08, generator=generator)
+    return model.to(torch.bfloat16)
+
+
+def _save(model, tokenizer, out: Path, variant: str, spec: TinySpec, portable: bool) -> TinyModelInfo:
+    """Write ``model`` + ``tokenizer`` to a temporary sibling of ``out``, then rename it into place."""
+    model.generation_config.do_sample = False
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
-        _portable_config(tmp / "config.json", spec)
+        if portable:
+            _portable_config(tmp / "config.json", spec)
         (tmp / "tiny_gemma4.json").write_text(
             json.dumps({"variant": variant, "spec": asdict(spec)}, indent=2) + "\n"
         )
@@ -237,7 +305,7 @@ def build_tiny_gemma4(
         path=out,
         variant=variant,
         spec=asdict(spec),
-        vocab_size=vocab,
+        vocab_size=len(tokenizer),
         num_parameters=sum(p.numel() for p in model.parameters()),
         files=sorted(p.name for p in out.iterdir()),
     )

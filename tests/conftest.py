@@ -198,3 +198,11 @@ def model_dir(tmp_path: Path) -> Path:
     folder.mkdir()
     (folder / "config.json").write_text("{}")
     return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_drafter_dir(tiny_model_dir) -> Path:
+    """The tiny random Gemma 4 assistant (MTP drafter) that matches ``tiny_model_dir``."""
+    from gemma4_t4.tiny import ensure_tiny_gemma4
+
+    return ensure_tiny_gemma4(CACHE / "models" / "tiny-gemma4-drafter", variant="drafter")

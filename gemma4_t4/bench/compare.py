@@ -12,7 +12,7 @@ from gemma4_t4.bench.derive import cost
 from gemma4_t4.bench.metrics import ratio_ci, request_metrics
 from gemma4_t4.bench.published import SAGEMAKER_DECODE, Kind, PublishedDecode, measured_kind
 from gemma4_t4.bench.results import SUMMARY_FILE, BenchRun, load_run
-from gemma4_t4.bench.schemas import CellSummary
+from gemma4_t4.bench.schemas import CellSummary, SpecDecode
 from gemma4_t4.errors import Gemma4T4Error
 
 # metric -> (per-request extractor, True when higher is better)
@@ -41,6 +41,8 @@ class CellComparison:
     cell_a: str
     cell_b: str
     ratios: list[Ratio]
+    spec_a: SpecDecode | None = None  # drafter on vs off: acceptance of each side (None: no drafter)
+    spec_b: SpecDecode | None = None
 
 
 @dataclass
@@ -78,11 +80,21 @@ class RunComparison:
                     f"  {r.metric:<26} A {_num(r.a):>10}  B {_num(r.b):>10}  B/A {ratio:>8} {interval}"
                     + ("  (higher is better)" if r.higher_is_better else "")
                 )
+            if cell.spec_a or cell.spec_b:
+                lines.append(f"  {'drafter':<26} A {_drafter(cell.spec_a)}  B {_drafter(cell.spec_b)}")
         if self.unmatched_a or self.unmatched_b:
             lines.append(f"\nunmatched cells: A {self.unmatched_a}  B {self.unmatched_b}")
         if self.answers:
             lines.append("\n" + self.answers.text())
         return "\n".join(lines)
+
+
+def _drafter(spec: SpecDecode | None) -> str:
+    if spec is None:
+        return "off"
+    if spec.acceptance_rate is None or spec.mean_accepted_length is None:
+        return f"on ({spec.source})"
+    return f"accepted {spec.acceptance_rate:.1%}, mean accepted length {spec.mean_accepted_length:.2f}"
 
 
 def _num(v: float | None) -> str:
@@ -133,7 +145,7 @@ def compare_runs(a: str | os.PathLike | BenchRun, b: str | os.PathLike | BenchRu
         ratios.append(
             Ratio("output_throughput_tok_s", ta, tb, (tb / ta) if ta and tb else None, None, None, True)
         )
-        matched.append(CellComparison(cell_key(ca), ca.cell, cb.cell, ratios))
+        matched.append(CellComparison(cell_key(ca), ca.cell, cb.cell, ratios, ca.spec_decode, cb.spec_decode))
     answers = None
     if run_a.answers() or run_b.answers():
         answers = compare_answers(run_a, run_b)

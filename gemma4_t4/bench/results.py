@@ -388,6 +388,9 @@ def format_cells(cells: Sequence[CellSummary | Mapping[str, Any]]) -> str:
         flags = (" [queueing]" if c.queueing else "") + (" [partial]" if c.partial else "")
         if c.open_loop and c.open_loop.cap_reached:
             flags += " [in-flight cap reached]"
+        spec = c.spec_decode
+        if spec is not None and spec.acceptance_rate is not None and spec.mean_accepted_length is not None:
+            flags += f" [drafts accepted {spec.acceptance_rate:.0%}, mean accepted length {spec.mean_accepted_length:.2f}]"
         load = (
             c.concurrency
             if c.concurrency is not None

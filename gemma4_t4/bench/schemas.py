@@ -147,6 +147,25 @@ class PrefixCache(BenchModel):
     prefix_caching_enabled: str | None = Field(None, description="from vllm:cache_config_info")
 
 
+class SpecDecode(BenchModel):
+    """Speculative decoding measured between two ``/metrics`` scrapes (vLLM's spec-decode counters).
+
+    acceptance_rate = accepted / draft tokens; mean_accepted_length = 1 + accepted / drafts (the
+    tokens one verification step yields, the bonus token included), as vLLM's own log computes them.
+    """
+
+    drafts: float | None = Field(None, description="delta of vllm:spec_decode_num_drafts_total")
+    draft_tokens: float | None = Field(None, description="delta of vllm:spec_decode_num_draft_tokens_total")
+    accepted_tokens: float | None = Field(None, description="delta of vllm:spec_decode_num_accepted_tokens_total")
+    acceptance_rate: float | None = Field(None, description="accepted_tokens / draft_tokens")
+    mean_accepted_length: float | None = Field(None, description="1 + accepted_tokens / drafts")
+    per_position_acceptance: list[float] = Field(
+        default_factory=list,
+        description="accepted at draft position i / drafts (vllm:spec_decode_num_accepted_tokens_per_pos_total)",
+    )
+    source: str = Field("unavailable", description="/metrics | unavailable")
+
+
 class OpenLoopInfo(BenchModel):
     """How well an open-loop cell delivered its arrival process."""
 
@@ -260,6 +279,7 @@ class CellSummary(CellStats):
     started_at: float | None = None
     open_loop: OpenLoopInfo | None = None
     prefix_cache: PrefixCache = Field(default_factory=PrefixCache)
+    spec_decode: SpecDecode | None = Field(None, description="None: the server drafts nothing (no counters)")
     server_load: ServerLoad = Field(default_factory=ServerLoad, description="/metrics sampler summary")
     queueing_observed: bool | None = None
     gpu_telemetry: GPUTelemetry | None = Field(None, description="NVML / nvidia-smi summary")

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gemma4_t4 import env
-from gemma4_t4.bench.schemas import GPUTelemetry, PrefixCache, ServerInfo, ServerLoad
+from gemma4_t4.bench.schemas import GPUTelemetry, PrefixCache, ServerInfo, ServerLoad, SpecDecode
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.jsonable import TypedDict
 from gemma4_t4.runner import subprocess_runner
@@ -61,20 +61,34 @@ class MetricsSnapshot:
     at_s: float
     values: dict[str, float]
     info: dict[str, dict[str, str]] = field(default_factory=dict)
+    # per label value of the few labelled series a result breaks down (SPEC_PER_POS by "position")
+    by_label: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def get(self, name: str) -> float | None:
         return self.values.get(name)
 
 
+SPEC_DRAFTS = "vllm:spec_decode_num_drafts_total"
+SPEC_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+SPEC_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+SPEC_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+_BROKEN_DOWN = {SPEC_PER_POS: "position"}
+
+
 def snapshot_from_text(text: str, at_s: float | None = None) -> MetricsSnapshot:
     values: dict[str, float] = {}
     info: dict[str, dict[str, str]] = {}
+    by_label: dict[str, dict[str, float]] = {}
     for s in parse_prometheus(text):
         if s.name.endswith("_info"):
             info[s.name] = s.labels
             continue
         values[s.name] = values.get(s.name, 0.0) + s.value
-    return MetricsSnapshot(time.time() if at_s is None else at_s, values, info)
+        label = _BROKEN_DOWN.get(s.name)
+        if label and label in s.labels:
+            series = by_label.setdefault(s.name, {})
+            series[s.labels[label]] = series.get(s.labels[label], 0.0) + s.value
+    return MetricsSnapshot(time.time() if at_s is None else at_s, values, info, by_label)
 
 
 def scrape(base_url: str, api_key: str | None = None, timeout: float = 10.0) -> MetricsSnapshot | None:
@@ -107,6 +121,35 @@ def prefix_cache_delta(before: MetricsSnapshot | None, after: MetricsSnapshot | 
         hit_rate=(hits / queries) if queries else None,
         source="/metrics",
         prefix_caching_enabled=cache_config(after).get("enable_prefix_caching"),
+    )
+
+
+def spec_decode_delta(before: MetricsSnapshot | None, after: MetricsSnapshot | None) -> SpecDecode | None:
+    """Acceptance between two scrapes; None when the server exposes no spec-decode counters
+    (it drafts nothing: vLLM registers them only with a speculative config)."""
+    if after is None or after.get(SPEC_DRAFTS) is None:
+        return None
+    if before is None or before.get(SPEC_DRAFTS) is None:
+        return SpecDecode(source="unavailable")
+
+    def delta(name: str) -> float:
+        return (after.get(name) or 0.0) - (before.get(name) or 0.0)
+
+    drafts, draft_tokens, accepted = delta(SPEC_DRAFTS), delta(SPEC_DRAFT_TOKENS), delta(SPEC_ACCEPTED)
+    positions = after.by_label.get(SPEC_PER_POS, {})
+    earlier = before.by_label.get(SPEC_PER_POS, {})
+    per_position = [
+        (positions[pos] - earlier.get(pos, 0.0)) / drafts if drafts else 0.0
+        for pos in sorted(positions, key=lambda p: int(p) if p.isdigit() else 0)
+    ]
+    return SpecDecode(
+        drafts=drafts,
+        draft_tokens=draft_tokens,
+        accepted_tokens=accepted,
+        acceptance_rate=accepted / draft_tokens if draft_tokens else None,
+        mean_accepted_length=1.0 + accepted / drafts if drafts else None,
+        per_position_acceptance=per_position if drafts else [],
+        source="/metrics",
     )
 
 

@@ -843,6 +843,7 @@ def _summarize_cell(
         summary.open_loop = open_loop_stats(measured, cell.rate, cell.arrival, cell.concurrency)
     summary.prefix_cache = telemetry.prefix_cache_delta(before, after)
     summary.prefix_cache.prefix_caching_enabled = telemetry.cache_config(after).get("enable_prefix_caching")
+    summary.spec_decode = telemetry.spec_decode_delta(before, after)
     summary.server_load = load
     if load.max_waiting:
         summary.queueing_observed = True

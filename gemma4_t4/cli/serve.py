@@ -69,6 +69,9 @@ def _config(args: argparse.Namespace):
         work_dir=args.work_dir,
         python=args.python,
         restart_on_crash=args.restart_on_crash,
+        draft=args.draft,
+        num_draft_tokens=args.num_draft_tokens,
+        draft_method=args.draft_method,
     )
 
 
@@ -86,12 +89,16 @@ def _print_command(args: argparse.Namespace, config) -> Output:
     lines += [f"#   {name}: {reason}" for name, reason in plan.chosen_by.items()]
     if plan.cpu_attention:
         lines.append(f"# cpu attention: {plan.cpu_attention['reason']}")
+    draft = config.draft_plan()
+    if draft.enabled:  # its reason is among the defaults chosen, above
+        lines.append(f"# speculative decoding: --speculative-config {draft.config_json()}")
     data = {
         "command": mask(plan.command),
         "env": plan.launch_env(),
         "shell": plan.shell(),
         "chosen_by": plan.chosen_by,
         "cpu_attention": plan.cpu_attention,
+        "speculative_config": draft.speculative_config(),
         "started": False,
         "gate_run": False,
     }
@@ -249,6 +256,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=0,
         metavar="N",
         help="restart a crashed vLLM up to N times, backoff 2, 4, 8 ... 60 s (default 0: off)",
+    )
+    p.add_argument(
+        "--draft",
+        default="off",
+        metavar="auto|off|self|MODEL",
+        help="speculative decoding: auto = Google's assistant for the target's size and build where one is "
+        "known and memory allows; self = the target as its own draft model (a check); MODEL = an assistant "
+        "id or folder (default off)",
+    )
+    p.add_argument(
+        "--num-draft-tokens", type=int, default=3, metavar="N", help="tokens drafted per step, 1..16 (default 3)"
+    )
+    p.add_argument(
+        "--draft-method",
+        choices=["mtp", "draft_model"],
+        default=None,
+        help="draft_model: draft with a whole (smaller) Gemma 4 instead of an assistant",
     )
     p.add_argument(
         "--print-command",

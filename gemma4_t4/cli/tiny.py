@@ -16,6 +16,11 @@ def _tiny(args: argparse.Namespace) -> Output:
     except ImportError as exc:
         raise Gemma4T4Error(f"cannot build the tiny model: {exc}",
                             fix="pip install -e '.[model]' (torch, transformers, tokenizers)") from exc
+    if info.variant == "drafter":
+        text = (f"wrote a tiny random Gemma 4 assistant (MTP drafter, {info.num_parameters:,} parameters, vocab "
+                f"{info.vocab_size}) for the default tiny target to {info.path}\nfiles: {', '.join(info.files)}\n"
+                f"serve it: gemma4-t4 serve start --target cpu --model TINY_TARGET --draft {info.path}")
+        return Output(info, text)
     text = (f"wrote a tiny random Gemma 4 ({info.variant}, {info.num_parameters:,} parameters, vocab "
             f"{info.vocab_size}) to {info.path}\nfiles: {', '.join(info.files)}\n"
             f"serve it: python -m vllm.entrypoints.openai.api_server --model {info.path} "
@@ -28,6 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     description="Build a tiny random-weight Gemma 4 text model with an offline tokenizer and chat "
                                 "template, servable by vLLM's CPU build. Deterministic; written atomically.")
     p.add_argument("out", help="output directory")
-    p.add_argument("--variant", choices=["bf16", "qat"], default="bf16",
-                   help="qat: every Linear and embedding on the int4 group-32 grid (stored as bf16)")
+    p.add_argument("--variant", choices=["bf16", "qat", "drafter"], default="bf16",
+                   help="qat: every Linear and embedding on the int4 group-32 grid (stored as bf16); "
+                        "drafter: a tiny gemma4_assistant (MTP drafter) matching the default tiny target")
     p.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")

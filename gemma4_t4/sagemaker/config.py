@@ -13,9 +13,10 @@ import re
 from dataclasses import dataclass, field
 from typing import TypedDict
 
-from gemma4_t4 import secrets
+from gemma4_t4 import secrets, speculative
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.hardware import SAGEMAKER_INSTANCES
+from gemma4_t4.models import DEFAULT_MAX_NUM_BATCHED_TOKENS
 from gemma4_t4.sagemaker import image as images
 
 PROJECT_TAG = "project"
@@ -171,6 +172,9 @@ class DeployConfig:
     )
     scale_in_cooldown_s: int = 600
     scale_out_cooldown_s: int = 300
+    # speculative decoding (gemma4_t4/speculative.py): off | auto | self | an assistant hub id
+    draft: str = "off"
+    num_draft_tokens: int = speculative.DEFAULT_NUM_DRAFT_TOKENS
 
     # -- derived values -------------------------------------------------------------------
     @property
@@ -251,9 +255,33 @@ class DeployConfig:
         tp = self.resolved_tensor_parallel_size()
         if tp > 1:
             env["SM_VLLM_TENSOR_PARALLEL_SIZE"] = str(tp)
+        spec = self.draft_plan().config_json()
+        if spec:  # the container's launcher turns SM_VLLM_SPECULATIVE_CONFIG into --speculative-config
+            env["SM_VLLM_SPECULATIVE_CONFIG"] = spec
         env.update(extra_args_to_env(self.extra_args))
         env.update(self.extra_env)
         return env
+
+    def draft_plan(self) -> speculative.DraftPlan:
+        """The drafter of this endpoint; a local folder cannot be one (the container cannot read it)."""
+        if self.draft not in speculative.KEYWORDS and os.path.exists(self.draft):
+            raise Gemma4T4Error(
+                f"--draft {self.draft} is a local folder, which the SageMaker container cannot read",
+                fix="pass an assistant hub id (e.g. google/gemma-4-E2B-it-assistant), auto, self or off",
+            )
+        fit = speculative.FitContext(
+            target="t4" if self.gpu == "t4" else self.gpu,  # the drafter's fit is judged for a T4 only
+            context_len=self.max_model_len,
+            gpu_memory_utilization=self.gpu_memory_utilization,
+            max_num_seqs=self.max_num_seqs,
+            max_num_batched_tokens=DEFAULT_MAX_NUM_BATCHED_TOKENS,
+            tensor_parallel_size=max(1, self.resolved_tensor_parallel_size()),
+        )
+        model = CONTAINER_MODEL_DIR if self.model_data_s3_uri else self.model_id
+        plan = speculative.resolve_draft(self.model_id, self.draft, self.num_draft_tokens, fit)
+        if plan.requested == "self":  # the container's own path to the target
+            plan = speculative.DraftPlan("self", plan.method, model, plan.num_speculative_tokens, plan.reason)
+        return plan
 
     def production_variant(self) -> ProductionVariant:
         variant: ProductionVariant = {

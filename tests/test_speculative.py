@@ -1,0 +1,393 @@
+"""Speculative decoding without a server: the tiny drafter, drafter resolution and refusals, the
+exact --speculative-config, the fit calculator's drafter, and the spec-decode counters' arithmetic."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gemma4_t4 import models, speculative
+from gemma4_t4.bench.telemetry import snapshot_from_text, spec_decode_delta
+from gemma4_t4.cli import main
+from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.server import ServerConfig, build_command
+
+CPU_FIT = speculative.FitContext(
+    target="cpu", context_len=4096, gpu_memory_utilization=0.9, max_num_seqs=8, max_num_batched_tokens=4096
+)
+
+
+def _folder(root: Path, name: str, config: dict) -> str:
+    folder = root / name
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    return str(folder)
+
+
+def _target_config(
+    vocab: int = 512, hidden: int = 128, layer_types: tuple = ("sliding_attention", "full_attention")
+) -> dict:
+    return {
+        "model_type": "gemma4_text",
+        "vocab_size": vocab,
+        "hidden_size": hidden,
+        "head_dim": 32,
+        "global_head_dim": 64,
+        "num_key_value_heads": 1,
+        "num_global_key_value_heads": 1,
+        "layer_types": list(layer_types),
+    }
+
+
+def _assistant_config(vocab: int = 512, backbone: int = 128, full_head: int = 64) -> dict:
+    return {
+        "model_type": "gemma4_assistant",
+        "backbone_hidden_size": backbone,
+        "text_config": {
+            "model_type": "gemma4_text",
+            "vocab_size": vocab,
+            "hidden_size": 64,
+            "head_dim": 32,
+            "num_key_value_heads": 1,
+            "layer_types": ["sliding_attention", "full_attention"],
+            "per_layer_config": {"1": {"head_dim": full_head}},
+        },
+    }
+
+
+# -- the tiny drafter ------------------------------------------------------------------------------
+
+
+def test_tiny_drafter_is_an_assistant_matching_the_tiny_target(tiny_model_dir, tiny_drafter_dir):
+    config = json.loads((tiny_drafter_dir / "config.json").read_text())
+    target = json.loads((tiny_model_dir / "config.json").read_text())
+    assert config["model_type"] == "gemma4_assistant"
+    assert config["backbone_hidden_size"] == target["hidden_size"]
+    assert config["text_config"]["vocab_size"] == target["vocab_size"]
+    assert config["text_config"]["hidden_size_per_layer_input"] == 0
+    # the same tokenizer as the target, byte for byte
+    assert (tiny_drafter_dir / "tokenizer.json").read_bytes() == (
+        tiny_model_dir / "tokenizer.json"
+    ).read_bytes()
+    shape = speculative.read_shape(str(tiny_drafter_dir))
+    assert shape.head_dims == speculative.read_shape(str(tiny_model_dir)).head_dims
+    assert "matches" in speculative.check_pair(str(tiny_model_dir), str(tiny_drafter_dir), "mtp")
+
+
+def test_tiny_drafter_loads_in_transformers(tiny_drafter_dir):
+    from transformers import AutoConfig, Gemma4AssistantForCausalLM
+
+    config = AutoConfig.from_pretrained(tiny_drafter_dir)
+    assert config.model_type == "gemma4_assistant"
+    model = Gemma4AssistantForCausalLM.from_pretrained(tiny_drafter_dir)
+    assert model.lm_head.weight.shape == (config.text_config.vocab_size, 64)
+    assert model.pre_projection.weight.shape == (64, 2 * config.backbone_hidden_size)
+
+
+def test_tiny_cli_builds_the_drafter(tmp_path, capsys):
+    assert main(["tiny", str(tmp_path / "d"), "--variant", "drafter", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["variant"] == "drafter"
+    assert json.loads((tmp_path / "d" / "config.json").read_text())["model_type"] == "gemma4_assistant"
+
+
+# -- refusals before launch ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("draft", "named"),
+    [
+        (_assistant_config(vocab=600), "vocabulary 600 vs the target's 512"),
+        (_assistant_config(backbone=256), "backbone_hidden_size 256 vs the target's hidden size 128"),
+        (
+            _assistant_config(full_head=128),
+            "full_attention (head size, KV heads) (128, 1) vs the target's (64, 1)",
+        ),
+    ],
+)
+def test_a_mismatched_drafter_is_refused_naming_the_mismatch(tmp_path, draft, named):
+    target = _folder(tmp_path, "target", _target_config())
+    drafter = _folder(tmp_path, "drafter", draft)
+    with pytest.raises(Gemma4T4Error) as err:
+        ServerConfig(model=target, target="cpu", draft=drafter).validate()
+    assert named in err.value.message
+    assert "--variant drafter" in err.value.fix
+
+
+def test_a_target_model_as_drafter_is_refused_unless_draft_model(tmp_path):
+    target = _folder(tmp_path, "target", _target_config())
+    other = _folder(tmp_path, "other", _target_config(layer_types=("full_attention",)))
+    with pytest.raises(Gemma4T4Error) as err:
+        ServerConfig(model=target, target="cpu", draft=other).validate()
+    assert "is a target model" in err.value.message and "draft_model" in err.value.fix
+    config = ServerConfig(
+        model=target, target="cpu", draft=other, draft_method="draft_model", dtype="bfloat16"
+    )
+    cmd = build_command(config)
+    spec = json.loads(cmd[cmd.index("--speculative-config") + 1])
+    assert spec == {"model": other, "num_speculative_tokens": 3, "method": "draft_model"}
+
+
+def test_an_assistant_cannot_run_as_a_draft_model(tmp_path):
+    target = _folder(tmp_path, "target", _target_config())
+    drafter = _folder(tmp_path, "drafter", _assistant_config())
+    with pytest.raises(Gemma4T4Error, match="cannot run as a standalone draft model"):
+        ServerConfig(model=target, target="cpu", draft=drafter, draft_method="draft_model").validate()
+
+
+def test_a_whole_model_drafter_with_another_vocabulary_is_refused(tmp_path):
+    target = _folder(tmp_path, "target", _target_config())
+    other = _folder(tmp_path, "other", _target_config(vocab=1024))
+    with pytest.raises(Gemma4T4Error, match="vocabulary 1024 vs the target's 512"):
+        ServerConfig(model=target, target="cpu", draft=other, draft_method="draft_model").validate()
+
+
+@pytest.mark.parametrize("num", [0, -1, 17])
+def test_num_draft_tokens_outside_1_to_16_is_refused(tmp_path, num):
+    target = _folder(tmp_path, "target", _target_config())
+    with pytest.raises(Gemma4T4Error, match=f"--num-draft-tokens {num} is outside 1..16"):
+        ServerConfig(model=target, target="cpu", draft="self", num_draft_tokens=num).validate()
+
+
+def test_a_hub_id_that_is_no_assistant_is_refused():
+    with pytest.raises(Gemma4T4Error, match="not a Gemma 4 assistant"):
+        ServerConfig(model="google/gemma-4-E2B-it", target="t4", draft="google/gemma-4-E2B-it").validate()
+
+
+def test_a_raw_speculative_config_next_to_draft_is_refused(tmp_path):
+    target = _folder(tmp_path, "target", _target_config(layer_types=("full_attention",)))
+    config = ServerConfig(
+        model=target, target="cpu", draft="self", extra_args=['--speculative-config={"method": "ngram"}']
+    )
+    with pytest.raises(Gemma4T4Error, match="both set a drafter"):
+        config.validate()
+
+
+# -- auto, off, self and the command line ------------------------------------------------------------------
+
+
+def test_auto_picks_the_qat_assistant_for_a_qat_e2b_and_the_command_carries_it():
+    config = ServerConfig(
+        model="google/gemma-4-E2B-it-qat-w4a16-ct", target="t4", draft="auto", num_draft_tokens=2
+    )
+    cmd = build_command(config)
+    assert json.loads(cmd[cmd.index("--speculative-config") + 1]) == {
+        "model": "google/gemma-4-E2B-it-qat-q4_0-unquantized-assistant",
+        "num_speculative_tokens": 2,
+    }
+    assert "fit calculator with the drafter: fits" in config.chosen_by["draft"]
+
+
+def test_auto_falls_back_to_the_base_assistant_where_no_qat_one_is_recorded():
+    plan = ServerConfig(model="google/gemma-4-E4B-it-qat-w4a16-ct", target="t4", draft="auto").draft_plan()
+    assert plan.model == "google/gemma-4-E4B-it-assistant" and plan.method == "mtp"
+    assert plan.reason.startswith("no QAT assistant recorded for E4B; the base one drafts for it")
+
+
+def test_auto_on_a_bf16_e4b_that_cannot_fit_a_t4_is_off_with_the_verdict():
+    plan = ServerConfig(model="google/gemma-4-E4B-it", target="t4", draft="auto").draft_plan()
+    assert not plan.enabled and "would not fit with the target (does not fit: weights" in plan.reason
+
+
+@pytest.mark.parametrize("model", ["google/gemma-4-12B-it-qat-w4a16-ct", "google/gemma-4-26B-A4B-it"])
+def test_auto_is_off_with_the_reason_for_a_size_without_an_assistant(model):
+    config = ServerConfig(model=model, target="t4", draft="auto")
+    assert "--speculative-config" not in build_command(config)
+    assert config.chosen_by["draft"].startswith("off: no Google assistant (drafter) checkpoint is recorded")
+
+
+def test_auto_is_off_when_the_drafter_would_not_fit():
+    # bf16 31B cannot fit a T4 at all: auto says so instead of launching a drafter on top
+    config = ServerConfig(model="google/gemma-4-31B-it", target="t4", draft="auto", max_model_len=16384)
+    plan = config.draft_plan()
+    assert not plan.enabled and "would not fit with the target" in plan.reason
+
+
+def test_auto_on_a_folder_outside_the_catalog_is_off_with_the_reason(tiny_model_dir):
+    plan = ServerConfig(model=str(tiny_model_dir), target="cpu", draft="auto").draft_plan()
+    assert not plan.enabled and "not in the catalog" in plan.reason
+
+
+def test_off_and_self(tiny_model_dir, tmp_path):
+    off = ServerConfig(model=str(tiny_model_dir), target="cpu", dtype="bfloat16")
+    assert "--speculative-config" not in build_command(off)
+    all_full = _folder(tmp_path, "all-full", _target_config(layer_types=("full_attention",)))
+    selfdraft = ServerConfig(model=all_full, target="cpu", dtype="bfloat16", draft="self", num_draft_tokens=4)
+    cmd = build_command(selfdraft)
+    assert json.loads(cmd[cmd.index("--speculative-config") + 1]) == {
+        "model": all_full,
+        "num_speculative_tokens": 4,
+        "method": "draft_model",
+    }
+
+
+@pytest.mark.parametrize("model", ["tiny", "google/gemma-4-E2B-it"])
+def test_a_draft_model_mixing_sliding_and_full_layers_is_refused(tiny_model_dir, model):
+    # vLLM 0.32.0 asserts one KV cache group for a draft model; measured on the tiny model (CPU)
+    model = str(tiny_model_dir) if model == "tiny" else model
+    with pytest.raises(Gemma4T4Error) as err:
+        ServerConfig(model=model, target="cpu", dtype="bfloat16", draft="self").validate()
+    assert "All drafting layers should belong to the same kv cache group" in err.value.message
+    assert "one attention type" in err.value.fix
+
+
+def test_print_command_shows_the_exact_speculative_config(tiny_model_dir, tiny_drafter_dir, capsys):
+    code = main(
+        [
+            "serve",
+            "start",
+            "--target",
+            "cpu",
+            "--model",
+            str(tiny_model_dir),
+            "--dtype",
+            "bfloat16",
+            "--draft",
+            str(tiny_drafter_dir),
+            "--num-draft-tokens",
+            "5",
+            "--print-command",
+            "--json",
+        ]
+    )
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0 and data["started"] is False
+    assert data["speculative_config"] == {"model": str(tiny_drafter_dir), "num_speculative_tokens": 5}
+    assert (
+        f'--speculative-config \'{{"model":"{tiny_drafter_dir}","num_speculative_tokens":5}}\''
+        in data["shell"]
+    )
+
+
+def test_cli_refuses_zero_draft_tokens_with_the_fix(tiny_model_dir, capsys):
+    code = main(
+        [
+            "serve",
+            "start",
+            "--target",
+            "cpu",
+            "--model",
+            str(tiny_model_dir),
+            "--dtype",
+            "bfloat16",
+            "--draft",
+            "self",
+            "--num-draft-tokens",
+            "0",
+            "--print-command",
+            "--json",
+        ]
+    )
+    data = json.loads(capsys.readouterr().out)
+    assert code == 2 and "outside 1..16" in data["message"] and "--draft off" in data["fix"]
+
+
+# -- the catalog and the fit calculator ----------------------------------------------------------------
+
+
+def test_catalog_names_only_recorded_assistant_ids():
+    ids = {a.hub_id for a in models.ASSISTANTS.values()}
+    assert ids == {
+        "google/gemma-4-E2B-it-assistant",
+        "google/gemma-4-E2B-it-qat-q4_0-unquantized-assistant",
+        "google/gemma-4-E4B-it-assistant",
+        "google/gemma-4-31B-it-assistant",
+    }
+    assert all(a.evidence and a.weights_source for a in models.ASSISTANTS.values())
+
+
+def test_fit_counts_the_drafter_weights_and_a_whole_model_drafter_kv():
+    plain = models.fit("e2b", "qat-w4a16", context_len=16384)
+    assistant = models.assistant_for("e2b", "qat")[0]
+    drafted = models.fit("e2b", "qat-w4a16", context_len=16384, draft_weights_bytes=assistant.weights_bytes)
+    assert drafted.weights_gib == pytest.approx(plain.weights_gib + assistant.weights_bytes / 2**30, abs=1e-3)
+    assert drafted.kv_gib_per_sequence == plain.kv_gib_per_sequence  # an assistant reads the target's KV
+    own_kv = models.fit("e2b", "qat-w4a16", context_len=16384, draft_own_kv=True)
+    assert own_kv.kv_gib_per_sequence == pytest.approx(2 * plain.kv_gib_per_sequence, rel=1e-3)
+    assert own_kv.kv_token_capacity == pytest.approx(plain.kv_token_capacity / 2, rel=1e-3)
+    with pytest.raises(Gemma4T4Error):
+        models.fit("e2b", "qat-w4a16", draft_weights_bytes=-1)
+
+
+# -- the counters ---------------------------------------------------------------------------------------
+
+METRICS = """# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
+vllm:spec_decode_num_drafts_total{{engine="0",model_name="m"}} {drafts}
+vllm:spec_decode_num_draft_tokens_total{{engine="0",model_name="m"}} {draft_tokens}
+vllm:spec_decode_num_accepted_tokens_total{{engine="0",model_name="m"}} {accepted}
+vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="0"}} {p0}
+vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="1"}} {p1}
+vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="2"}} {p2}
+"""
+
+
+def test_spec_decode_delta_known_numbers():
+    before = snapshot_from_text(METRICS.format(drafts=10, draft_tokens=30, accepted=12, p0=8, p1=3, p2=1))
+    after = snapshot_from_text(
+        METRICS.format(drafts=110, draft_tokens=330, accepted=162, p0=88, p1=53, p2=21)
+    )
+    spec = spec_decode_delta(before, after)
+    assert (spec.drafts, spec.draft_tokens, spec.accepted_tokens) == (100, 300, 150)
+    assert spec.acceptance_rate == pytest.approx(0.5)
+    assert spec.mean_accepted_length == pytest.approx(2.5)
+    assert spec.per_position_acceptance == pytest.approx([0.8, 0.5, 0.2])
+    assert spec.source == "/metrics"
+
+
+def test_spec_decode_delta_is_none_without_counters():
+    plain = snapshot_from_text('vllm:prefix_cache_queries_total{engine="0"} 5\n')
+    assert spec_decode_delta(plain, plain) is None
+    after = snapshot_from_text(METRICS.format(drafts=1, draft_tokens=3, accepted=3, p0=1, p1=1, p2=1))
+    assert spec_decode_delta(None, after).source == "unavailable"
+
+
+# -- SageMaker and MCP carry the same drafter ------------------------------------------------------------
+
+
+def test_sagemaker_passes_the_speculative_config_through_the_container_env(tmp_path):
+    from gemma4_t4.sagemaker.config import DeployConfig
+
+    env = DeployConfig(model_id="google/gemma-4-E2B-it", draft="auto", num_draft_tokens=2).container_env()
+    assert json.loads(env["SM_VLLM_SPECULATIVE_CONFIG"]) == {
+        "model": "google/gemma-4-E2B-it-assistant",
+        "num_speculative_tokens": 2,
+    }
+    assert "SM_VLLM_SPECULATIVE_CONFIG" not in DeployConfig(model_id="google/gemma-4-E2B-it").container_env()
+    local = _folder(tmp_path, "drafter", _assistant_config())
+    with pytest.raises(Gemma4T4Error, match="the SageMaker container cannot read"):
+        DeployConfig(model_id="google/gemma-4-E2B-it", draft=local).container_env()
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+@pytest.mark.anyio
+async def test_mcp_start_tool_takes_the_drafter_parameters():
+    from mcp import Client
+
+    from gemma4_t4.mcp_server import build_server
+
+    async with Client(build_server()) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+    properties = tools["start_vllm_server"].input_schema["properties"]
+    assert properties["draft"]["default"] == "off" and properties["num_draft_tokens"]["default"] == 3
+
+
+def test_run_comparison_shows_drafter_off_against_on():
+    from gemma4_t4.bench.compare import CellComparison, RunComparison
+    from gemma4_t4.bench.schemas import SpecDecode
+
+    on = SpecDecode(
+        drafts=10,
+        draft_tokens=30,
+        accepted_tokens=15,
+        acceptance_rate=0.5,
+        mean_accepted_length=2.5,
+        source="/metrics",
+    )
+    text = RunComparison("off", "on", [CellComparison(("decode",), "c1", "c1", [], None, on)]).text()
+    assert "drafter" in text and "A off  B accepted 50.0%, mean accepted length 2.50" in text
