@@ -40,7 +40,7 @@ import urllib.request
 import warnings
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Literal, NotRequired, cast
+from typing import Any, Literal, cast
 
 import psutil
 
@@ -48,9 +48,10 @@ from gemma4_t4 import cache, cpuattn, secrets, speculative
 from gemma4_t4.atomic import atomic_write_json
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.jsonable import TypedDict
+from gemma4_t4.launch_record import LaunchRecord, ProcessInfo, ServerConfigRecord
+from gemma4_t4.net import http_get
 from gemma4_t4.supervisor import (
     ExitRecord,
-    ProcessInfo,
     SupervisorRecord,
     SupervisorSpec,
     terminate_then_kill,
@@ -540,17 +541,6 @@ def free_port(host: str = DEFAULT_HOST) -> int:
         return sock.getsockname()[1]
 
 
-def http_get(url: str, timeout: float = 2.0, api_key: str | None = None) -> tuple[int, bytes]:
-    request = urllib.request.Request(url)
-    if api_key:
-        request.add_header("Authorization", f"Bearer {api_key}")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
-
-
 # --------------------------------------------------------------------------------------------
 # Process identity, locks and state files
 # --------------------------------------------------------------------------------------------
@@ -589,39 +579,6 @@ def _read_json(path: Path) -> dict[str, Any] | None:
         return None
 
 
-class ServerConfigRecord(TypedDict):
-    """A :class:`ServerConfig` as a state file and a launch record store it (``api_key`` masked,
-    secrets in ``extra_args`` / ``extra_env`` masked); read back by field name."""
-
-    model: str
-    target: str
-    served_model_name: str | None
-    host: str
-    port: int
-    dtype: str | None
-    max_model_len: int | None
-    max_num_seqs: int | None
-    enable_prefix_caching: bool
-    enforce_eager: bool | None
-    max_num_batched_tokens: int | None
-    gpu_memory_utilization: float | None
-    tensor_parallel_size: int
-    language_model_only: bool | None
-    kv_cache_space_gib: int
-    block_size: int | None
-    api_key: str | None
-    extra_args: list[str]
-    extra_env: dict[str, str]
-    work_dir: str
-    python: str | None
-    restart_on_crash: int
-    probe_cpu_attention: bool
-    chosen_by: dict[str, str]
-    draft: NotRequired[str]  # NotRequired: state files written before speculative decoding lack them
-    num_draft_tokens: NotRequired[int]
-    draft_method: NotRequired[str | None]
-
-
 class LockOwner(TypedDict):
     """What a lock file holds: the process that took it (the caller, then the supervisor)."""
 
@@ -648,32 +605,6 @@ class ServerOwner(TypedDict, total=False):
 
 # an owner may record more than these keys (start_server(owner=...)): results keep them
 ServerOwner.__pydantic_config__ = {"extra": "allow"}  # type: ignore[attr-defined]
-
-
-class HostRecord(TypedDict):
-    hostname: str
-    platform: str
-    cpu_count: int | None
-
-
-class LaunchRecord(TypedDict):
-    """How a server was started, as the state file and benchmark results record it (secrets masked)."""
-
-    command: list[str]
-    env: dict[str, str]
-    pid: int | None
-    pgid: int | None
-    started_at: float
-    config: ServerConfigRecord
-    chosen_by: dict[str, str]
-    cpu_attention: cpuattn.ChoiceRecord | None
-    reaped: list[ProcessInfo]
-    log_path: str
-    versions: dict[str, str | None]
-    versions_from: str
-    host: HostRecord
-    gate: Any  # the gate's result without its facts (None: no gate ran)
-    adopted_at: NotRequired[float]
 
 
 def lock_keys(config: ServerConfig) -> list[str]:

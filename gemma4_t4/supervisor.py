@@ -37,6 +37,7 @@ import psutil
 
 from gemma4_t4.atomic import atomic_write_json
 from gemma4_t4.jsonable import TypedDict
+from gemma4_t4.launch_record import ProcessInfo
 
 POLL_S = 1.0
 HEALTH_EVERY_S = 2.0
@@ -95,15 +96,6 @@ def _probe(url: str, timeout: float = 2.0) -> int | None:
         return exc.code
     except (OSError, urllib.error.URLError):
         return None
-
-
-class ProcessInfo(TypedDict):
-    """One process of a server, as the supervisor records it (and ``VLLMServer.survivors`` lists)."""
-
-    pid: int
-    create_time: float
-    name: str  # APIServer, VLLM::EngineCore, ...
-    pgid: int
 
 
 class SupervisorSpec(TypedDict):

@@ -5,6 +5,7 @@ free-form."""
 from __future__ import annotations
 
 import ast
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -129,6 +130,86 @@ def test_the_graph_sees_function_local_imports():
 
 def test_no_import_cycles_counting_function_local_imports():
     assert find_cycles(import_graph()) == []
+
+
+# ----------------------------------------------------------------------------- layers
+
+# (importer prefix, imported prefixes it may never reach directly). The benchmark measures any
+# OpenAI-compatible server and must not load the code that launches one; the Turing fix is loaded
+# into every vLLM process and must not load the benchmark. Code that needs both (the prefill
+# route's TTFT curve, ttft_route.py) sits above them.
+LAYER_RULES = {
+    "gemma4_t4.bench": ("gemma4_t4.server", "gemma4_t4.gate", "gemma4_t4.supervisor", "gemma4_t4.turing"),
+    "gemma4_t4.turing": ("gemma4_t4.bench", "gemma4_t4.server", "gemma4_t4.gate"),
+}
+
+
+def _under(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    found = []
+    for mod, targets in sorted(graph.items()):
+        for layer, forbidden in LAYER_RULES.items():
+            if _under(mod, layer):
+                found += [f"{mod} -> {t}" for t in sorted(targets) if any(_under(t, f) for f in forbidden)]
+    return found
+
+
+def test_the_layer_check_sees_a_violation():
+    assert layer_violations({"gemma4_t4.bench.x": {"gemma4_t4.server"}}) == ["gemma4_t4.bench.x -> gemma4_t4.server"]
+    assert layer_violations({"gemma4_t4.turing.y": {"gemma4_t4.bench.plots"}})
+    assert layer_violations({"gemma4_t4.ttft_route": {"gemma4_t4.bench", "gemma4_t4.server"}}) == []
+
+
+def test_bench_and_turing_keep_to_their_layers():
+    assert layer_violations(import_graph()) == []
+
+
+def private_name_uses() -> list[str]:
+    """``from gemma4_t4.x import _name`` and ``alias._name`` where ``alias`` is another package
+    module: a private name is that module's business."""
+    modules = package_modules()
+    found = []
+    for mod, path in modules.items():
+        tree = ast.parse(path.read_text(), str(path))
+        aliases: dict[str, str] = {}
+        for stmt, _local in _imports(tree):
+            if isinstance(stmt, ast.ImportFrom) and (stmt.module or "").startswith(NAME):
+                for a in stmt.names:
+                    if a.name.startswith("_") and not a.name.startswith("__"):
+                        found.append(f"{mod}: from {stmt.module} import {a.name}")
+                    if f"{stmt.module}.{a.name}" in modules:
+                        aliases[a.asname or a.name] = f"{stmt.module}.{a.name}"
+            elif isinstance(stmt, ast.Import):
+                for a in stmt.names:
+                    if a.name.startswith(NAME) and a.asname:
+                        aliases[a.asname] = a.name
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in aliases
+                and aliases[node.value.id] != mod
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+            ):
+                found.append(f"{mod}: {node.value.id}.{node.attr}")
+    return sorted(set(found))
+
+
+def test_no_private_names_across_modules():
+    assert private_name_uses() == []
+
+
+def test_docs_architecture_names_every_module():
+    doc = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    section = doc.split("## Every module", 1)[1]
+    listed = set(re.findall(r"^\| `([\w/]+\.py)` \|", section, flags=re.M))
+    present = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")}
+    assert present - listed == set(), "modules missing from docs/architecture.md's 'Every module'"
+    assert listed - present == set(), "docs/architecture.md lists modules that are gone"
 
 
 # ----------------------------------------------------------------------------- dict[str, Any]

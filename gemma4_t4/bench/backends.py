@@ -29,7 +29,7 @@ from gemma4_t4.bench.client import RequestSpec, StreamParser, make_session, new_
 from gemma4_t4.bench.prompts import HFTokenizer, ServerTokenizer, Tokenizer
 from gemma4_t4.bench.schemas import RawJSON, RequestRecord, ServerInfo
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.server import LaunchRecord
+from gemma4_t4.launch_record import LaunchRecord
 
 SAGEMAKER_SCHEME = "sagemaker://"
 # the runtime's own faults before any output: nothing was generated for us, so a retry is safe

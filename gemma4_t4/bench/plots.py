@@ -5,22 +5,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 from gemma4_t4.bench.compare import RunComparison, compare_runs
 from gemma4_t4.bench.results import BenchRun, load_run
 from gemma4_t4.bench.schemas import CellSummary
-from gemma4_t4.errors import Gemma4T4Error
-
-
-def _plt():
-    import matplotlib
-
-    if "MPLBACKEND" not in os.environ and "ipykernel" not in __import__("sys").modules:
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+from gemma4_t4.figures import check_plot_path, pyplot, save_figure
 
 
 def _title(run: BenchRun, what: str) -> str:
@@ -29,28 +18,6 @@ def _title(run: BenchRun, what: str) -> str:
     if run.not_measured:  # a plot of a run that did not complete says so on its face
         title += f"\nNOT MEASURED: run {run.status}"
     return title
-
-
-PLOT_EXTENSIONS = (".png", ".svg", ".pdf")
-
-
-def check_plot_path(path: str | os.PathLike) -> Path:
-    """A plot file name with an extension the plots are written as, else a clear error."""
-    suffix = Path(path).suffix.lower()
-    if suffix not in PLOT_EXTENSIONS:
-        raise Gemma4T4Error(
-            f"cannot write a plot to {path}: {suffix or 'no extension'} is not a plot format",
-            fix=f"name the file with one of {', '.join(PLOT_EXTENSIONS)}, e.g. --plot compare.png",
-        )
-    return Path(path)
-
-
-def _save(fig: Any, path: str | os.PathLike) -> Path:
-    check_plot_path(path)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    _plt().close(fig)
-    return Path(path)
 
 
 def _median(cell: CellSummary, key: str) -> float | None:
@@ -68,7 +35,7 @@ def plot_throughput(run: BenchRun, path: Path) -> Path | None:
     )
     if not cells:
         return None
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2))
     xs = [c["concurrency"] for c in cells]
     ax.plot(xs, [c.get("output_throughput_tok_s") for c in cells], "o-", label="system output tok/s")
@@ -91,7 +58,7 @@ def plot_throughput(run: BenchRun, path: Path) -> Path | None:
     ax.set_title(_title(run, f"Decode: in {cells[0].get('input_len')} / out {cells[0].get('output_len')}"))
     ax.grid(alpha=0.3)
     ax.legend()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_ttft(run: BenchRun, path: Path) -> Path | None:
@@ -106,7 +73,7 @@ def plot_ttft(run: BenchRun, path: Path) -> Path | None:
     )
     if not cells:
         return None
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for conc in sorted({c["concurrency"] for c in cells}):
         group = [c for c in cells if c["concurrency"] == conc]
@@ -125,14 +92,14 @@ def plot_ttft(run: BenchRun, path: Path) -> Path | None:
     ax.set_title(_title(run, "TTFT vs input length (unique prompts)"))
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_prefix(run: BenchRun, path: Path) -> Path | None:
     cells = [c for c in run.cells if c.get("workload") == "prefix" and c.get("completed")]
     if not cells:
         return None
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2))
     labels, values, colors = [], [], []
     for c in sorted(cells, key=lambda c: (c["concurrency"], c["variant"])):
@@ -149,14 +116,14 @@ def plot_prefix(run: BenchRun, path: Path) -> Path | None:
     ax.set_ylabel("median TTFT (ms)")
     ax.set_title(_title(run, "Prefix cache: shared prefixes vs unique prompts"))
     ax.grid(alpha=0.3, axis="y")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_roofline(run: BenchRun, path: Path) -> Path | None:
     cells = [c for c in run.cells if (c.get("derived") or {}).get("roofline")]
     if not cells:
         return None
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2))
     roof = cells[0]["derived"]["roofline"]
     xs = list(range(len(cells)))
@@ -195,7 +162,7 @@ def plot_roofline(run: BenchRun, path: Path) -> Path | None:
     ax.set_ylabel("decode tokens / s per stream")
     ax.set_title(_title(run, f"Roofline on {roof['gpu']}"))
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_rate(run: BenchRun, path: Path) -> Path | None:
@@ -206,7 +173,7 @@ def plot_rate(run: BenchRun, path: Path) -> Path | None:
     )
     if not cells:
         return None
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2))
     xs = [c["open_loop"]["offered_rate_rps"] for c in cells]
     ax.plot(xs, [_median(c, "ttft_ms") for c in cells], "o-", label="TTFT median")
@@ -238,7 +205,7 @@ def plot_rate(run: BenchRun, path: Path) -> Path | None:
     more = right.get_legend_handles_labels()
     ax.legend(lines[0] + more[0], lines[1] + more[1], fontsize=8, loc="upper left")
     ax.set_title(_title(run, f"Open loop: in {cells[0].get('input_len')} / out {cells[0].get('output_len')}"))
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_run(out_dir: str | os.PathLike | BenchRun) -> list[Path]:
@@ -271,7 +238,7 @@ def plot_compare(
     rows = [(c, r) for c, r in rows if r.a is not None and r.b is not None]
     if not rows:
         return None
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(rows)), 4.2))
     xs = range(len(rows))
     ax.bar([x - 0.2 for x in xs], [r.a for _, r in rows], width=0.4, label="A")
@@ -288,4 +255,4 @@ def plot_compare(
     ax.set_title(f"A/B {metric} (median): B/A with 95 % interval")
     ax.margins(y=0.2)
     ax.legend()
-    return _save(fig, path)
+    return save_figure(fig, path)

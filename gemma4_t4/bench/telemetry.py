@@ -22,8 +22,9 @@ from gemma4_t4 import env
 from gemma4_t4.bench.schemas import GPUTelemetry, PrefixCache, ServerInfo, ServerLoad, SpecDecode
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.jsonable import TypedDict
+from gemma4_t4.launch_record import LaunchRecord
+from gemma4_t4.net import http_get
 from gemma4_t4.runner import subprocess_runner
-from gemma4_t4.server import LaunchRecord, http_get
 from gemma4_t4.versions import package_version
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)")

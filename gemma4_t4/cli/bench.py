@@ -227,7 +227,7 @@ def _run(args: argparse.Namespace) -> Output:
 def _compare(args: argparse.Namespace) -> Output:
     from gemma4_t4.bench import compare_runs, plot_compare
     from gemma4_t4.bench.compare import compare_suites, is_suite
-    from gemma4_t4.bench.plots import check_plot_path
+    from gemma4_t4.figures import check_plot_path
 
     if args.plot:
         check_plot_path(args.plot)  # before any work: a bad name is refused, not found out at the end

@@ -239,7 +239,7 @@ def choose_scale_numpy(w: np.ndarray, fit: LatticeFit, dtype: str, value_dtype: 
     return ScaleChoice(best, best_exact, dtype)
 
 
-def _use_numba(flag: bool | None) -> bool:
+def numba_enabled(flag: bool | None) -> bool:
     return numba is not None if flag is None else (flag and numba is not None)
 
 
@@ -279,7 +279,7 @@ def analyze(block: np.ndarray, group_size: int = DEFAULT_GROUP, tol: float = DEF
         if dt not in SCALE_DTYPES:
             raise ValueError(f"scale dtype must be one of {SCALE_DTYPES}, got {dt!r}")
     _check_shape(block, group_size)
-    if not _use_numba(use_numba):
+    if not numba_enabled(use_numba):
         w = as_values(block)
         fit = fit_lattice_numpy(w, group_size, tol)
         return fit, {dt: choose_scale_numpy(w, fit, dt, value_dtype) for dt in scale_dtypes}
@@ -320,7 +320,7 @@ def choose_scale(w: np.ndarray, fit: LatticeFit, dtype: str = "fp16", value_dtyp
         raise ValueError(f"scale dtype must be one of {SCALE_DTYPES}, got {dtype!r}")
     w = np.asarray(w)
     _check_shape(w, fit.group_size)
-    if not _use_numba(use_numba):
+    if not numba_enabled(use_numba):
         return choose_scale_numpy(as_values(w), fit, dtype, value_dtype)
     out_scale = np.empty(fit.scale.shape, np.float32)
     out_exact = np.empty(fit.scale.shape, np.int16)

@@ -62,7 +62,7 @@ class TuringStatus:
 
 
 def _plugin_disabled_reason() -> str | None:
-    if tilecap._disabled():
+    if tilecap.disabled():
         return f"{tilecap.ENV_DISABLE}={os.environ[tilecap.ENV_DISABLE]}"
     allowed = os.environ.get("VLLM_PLUGINS")
     if allowed is not None and plugin.ENTRY_POINT_NAME not in [p.strip() for p in allowed.split(",")]:
@@ -86,7 +86,7 @@ def status() -> TuringStatus:
     except Gemma4T4Error:
         patch, version = None, None
     enabled = registered and disabled is None
-    patched = bool(patch and patch.patched and not tilecap._disabled())
+    patched = bool(patch and patch.patched and not tilecap.disabled())
     refused = patch is not None and patch.refusal is not None and not patched
     reaches = (enabled or patched) and version is not None and not refused
     if version is None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, NotRequired
 
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.figures import pyplot, save_figure
 from gemma4_t4.jsonable import TypedDict
 from gemma4_t4.turing import prefill
 from gemma4_t4.turing.smem import head_size_padded
@@ -463,9 +464,8 @@ def bench_prefill(
 
 
 def plot(rows: list[PrefillBenchRow], path: Path, key: dict[str, str]) -> Path:
-    from gemma4_t4.bench.plots import _plt, _save
 
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for model_layer in sorted({(r["model"], r["layer"]) for r in rows}):
         mine = sorted(
@@ -488,4 +488,4 @@ def plot(rows: list[PrefillBenchRow], path: Path, key: dict[str, str]) -> Path:
     ax.set_ylabel("attention ms per layer call")
     ax.set_title(f"Prefill attention on {key['gpu']} ({key['capability']})")
     ax.legend(fontsize=6)
-    return _save(fig, path)
+    return save_figure(fig, path)

@@ -236,7 +236,7 @@ def make_capped_tile_size(original, launcher_code=None, device_limit=None, predi
     return _get_tile_size
 
 
-def _disabled():
+def disabled():
     return os.environ.get(ENV_DISABLE, "1").strip().lower() in ("0", "false", "no", "off")
 
 
@@ -269,7 +269,7 @@ def install(module=None, origin="plugin", device=None, vllm_version=None, platfo
     outcome = {"action": "refused", "reason": "", "vllm_version": version, "origin": origin,
                "device": None, "clamps": []}
     try:
-        if _disabled():
+        if disabled():
             outcome.update(action="disabled", reason=f"{ENV_DISABLE}=0 is set; vLLM's tiles are unchanged")
             return _finish(module, outcome, log)
         if device is None:

@@ -1,5 +1,8 @@
 """The user's own TTFT curve with the tensor-core prefill route off and on (notebook 4, on a T4).
 
+It starts servers and runs the benchmark, so it sits above both :mod:`gemma4_t4.server` and
+:mod:`gemma4_t4.bench` (and the Turing fix, whose route it switches), never inside either.
+
 Starts the same vLLM server twice, with ``GEMMA4_T4_TC_PREFILL=0`` and ``=1``, runs the ``ttft``
 workload of :mod:`gemma4_t4.bench` against each (unique prompts, so no prefix-cache hits), stops
 each server, and plots both curves. Each server's log says what the route did in its processes
@@ -14,7 +17,10 @@ import re
 from pathlib import Path
 from typing import Any, NotRequired
 
+from gemma4_t4.bench import run_benchmark
+from gemma4_t4.figures import pyplot, save_figure
 from gemma4_t4.jsonable import TypedDict
+from gemma4_t4.server import VLLMServer
 from gemma4_t4.turing import prefill
 
 DEFAULT_INPUT_LENS = (512, 1024, 2048, 4096)
@@ -65,10 +71,8 @@ def ttft_route_on_off(
     ``config``: a :class:`gemma4_t4.server.ServerConfig` (its ``max_model_len`` must fit the longest
     input + output). ``bench_opts``: more :class:`gemma4_t4.bench.workloads.BenchConfig` fields.
     """
-    from gemma4_t4.bench import run_benchmark
-
     if server_factory is None:
-        from gemma4_t4.server import VLLMServer as server_factory
+        server_factory = VLLMServer
     out = Path(out_dir)
     curves: dict[str, ModeCurve] = {}
     for mode, value in MODES:
@@ -117,9 +121,8 @@ def ttft_route_on_off(
 
 
 def plot_on_off(rows: list[TtftRow], path: Path, active: bool) -> Path:
-    from gemma4_t4.bench.plots import _plt, _save
 
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2))
     xs = [r["input_len"] for r in rows]
     ax.plot(xs, [r["ttft_ms_route_off"] for r in rows], "o--", label="Triton (GEMMA4_T4_TC_PREFILL=0)")
@@ -137,4 +140,4 @@ def plot_on_off(rows: list[TtftRow], path: Path, active: bool) -> Path:
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
     path.parent.mkdir(parents=True, exist_ok=True)
-    return _save(fig, path)
+    return save_figure(fig, path)
