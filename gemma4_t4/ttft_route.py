@@ -69,7 +69,7 @@ def ttft_route_on_off(
     """TTFT vs input length with the route off, then on; returns medians per length and the plot path.
 
     ``config``: a :class:`gemma4_t4.server.ServerConfig` (its ``max_model_len`` must fit the longest
-    input + output). ``bench_opts``: more :class:`gemma4_t4.bench.workloads.BenchConfig` fields.
+    input + output). ``bench_opts``: more :class:`gemma4_t4.bench.workloads.BenchArgs` fields.
     """
     if server_factory is None:
         server_factory = VLLMServer

@@ -356,7 +356,7 @@ def _package_names(tree: ast.AST) -> dict[str, object]:
 
 
 # functions whose **kwargs are the fields of a config model: the keywords must be those fields
-_FORWARDS = {"run_benchmark": ("gemma4_t4.bench.workloads", ("BenchArgs", "BenchConfig")),
+_FORWARDS = {"run_benchmark": ("gemma4_t4.bench.workloads", ("BenchArgs",)),
              "serve": ("gemma4_t4.server", ("ServerConfig",))}
 
 

@@ -23,7 +23,6 @@ from typing import Any
 _EXPORTS = {
     "WORKLOADS": "workloads",
     "BenchArgs": "workloads",
-    "BenchConfig": "workloads",
     "run_benchmark": "workloads",
     "AnswerComparison": "answers",
     "compare_answers": "answers",

@@ -334,25 +334,3 @@ def arrival_offsets(n: int, rate: float, arrival: str = "poisson", seed: int = 0
         offsets.append(t)
         t += rng.expovariate(rate)
     return offsets
-
-
-async def run_open_loop(
-    session: aiohttp.ClientSession,
-    base_url: str,
-    model: str,
-    specs: Sequence[RequestSpec],
-    offsets: Sequence[float],
-    max_in_flight: int,
-    on_record: OnRecord = None,
-    api_key: str | None = None,
-    keep_text: bool = False,
-    clock: Callable[[], float] = time.perf_counter,
-) -> list[RequestRecord]:
-    """The open loop over HTTP (see :func:`open_loop`)."""
-
-    async def send(spec: RequestSpec) -> RequestRecord:
-        return await send_request(
-            session, base_url, model, spec, api_key=api_key, keep_text=keep_text, clock=clock
-        )
-
-    return await open_loop(send, specs, offsets, max_in_flight, on_record, clock)

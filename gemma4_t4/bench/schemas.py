@@ -124,9 +124,6 @@ class LatencyStats(BenchModel):
     ci_low: float | None = Field(None, description="median's 95 % bootstrap interval, low end")
     ci_high: float | None = Field(None, description="median's 95 % bootstrap interval, high end")
 
-    def as_dict(self) -> dict:
-        return self.model_dump()
-
 
 class Window(BaseModel):
     start_s: float = Field(description="first send of the cell")

@@ -239,7 +239,6 @@ class BenchArgs(BaseModel):
         return secrets.mask(data)
 
 
-BenchConfig = BenchArgs  # the name earlier versions exported
 
 
 def build_args(base_url: str, model: str, workload: str, out_dir: str | Path, **opts: Any) -> BenchArgs:
@@ -925,7 +924,6 @@ __all__ = [
     "WORKLOADS",
     "WORKLOAD_CHOICES",
     "BenchArgs",
-    "BenchConfig",
     "Cell",
     "ServerInfo",
     "Workload",
