@@ -145,17 +145,21 @@ class ServerConfig:
     probe_cpu_attention: bool = True  # cpu, dtype unset: run the attention probe (gemma4_t4.cpuattn)
     chosen_by: dict[str, str] = field(default_factory=dict)  # why each default was chosen
     # speculative decoding (gemma4_t4/speculative.py): off | auto | self | a drafter id or folder
-    draft: str = "off"
-    num_draft_tokens: int = speculative.DEFAULT_NUM_DRAFT_TOKENS
+    # None (the CLI's unset): on t4 the tune profile measured on this GPU decides (gemma4_t4/tune.py)
+    draft: str | None = "off"
+    num_draft_tokens: int | None = speculative.DEFAULT_NUM_DRAFT_TOKENS
     draft_method: speculative.DraftMethod | None = None  # None: mtp for a drafter, draft_model for self
 
     def __post_init__(self) -> None:
         self._arg_problem: Gemma4T4Error | None = None  # raised by validate(), never echoing a value
         self._lift_api_key()
+        self._profile_reason: str | None = None  # why the tune profile (or its absence) set the drafter
         for name, (value, reason) in target_defaults(self).items():
             if getattr(self, name) is None:
                 setattr(self, name, value)
                 self.chosen_by.setdefault(name, reason)
+                if name == "draft" and self.target == "t4":
+                    self._profile_reason = reason
 
     def _lift_api_key(self) -> None:
         """The API key in any form vLLM reads (``--api-key K``, ``--api-key=K``, ``--api_key=K`` in
@@ -240,7 +244,9 @@ class ServerConfig:
             ),
             self.draft_method,
         )
-        self.chosen_by["draft"] = plan.reason
+        self.chosen_by["draft"] = (
+            f"{self._profile_reason}; {plan.reason}" if self._profile_reason else plan.reason
+        )
         return plan
 
     def validate(self) -> None:
@@ -343,12 +349,26 @@ def target_defaults(config: ServerConfig) -> dict[str, tuple[Any, str]]:
             "enforce_eager": (True, "CPU: no CUDA graphs, and torch.compile costs minutes at start"),
             "gpu_memory_utilization": (T4_GPU_MEMORY_UTILIZATION, "unused on cpu"),
             "language_model_only": (False, "cpu default: the model as it is"),
+            "draft": ("off", "cpu default: no drafter"),
+            "num_draft_tokens": (speculative.DEFAULT_NUM_DRAFT_TOKENS, "cpu default"),
         }
     text_only = config.language_model_only if config.language_model_only is not None else True
     util = config.gpu_memory_utilization or T4_GPU_MEMORY_UTILIZATION
     seqs = config.max_num_seqs or T4_MAX_NUM_SEQS
     batched = config.max_num_batched_tokens or T4_MAX_NUM_BATCHED_TOKENS
-    return {
+    profile = None
+    if config.draft is None:  # unset: the tune profile measured on this GPU, else the safe default
+        from gemma4_t4.launch_profile import launch_choice
+
+        profile = launch_choice(config.model)
+    drafter: dict[str, tuple[Any, str]] = {
+        "num_draft_tokens": (speculative.DEFAULT_NUM_DRAFT_TOKENS, "default (used only with a drafter)")
+    }
+    if profile is not None:
+        drafter["draft"] = (profile.draft, profile.reason)
+        if profile.num_draft_tokens:
+            drafter["num_draft_tokens"] = (profile.num_draft_tokens, "the tune profile's choice (see draft)")
+    return drafter | {
         "enforce_eager": (False, "CUDA graphs: eager decode at batch 1 is launch-bound on a 35-layer model"),
         "gpu_memory_utilization": (util, "the series' 0.90 on a 16 GB T4"),
         "max_num_seqs": (seqs, "the series' 8; CUDA graphs are captured up to this batch size"),

@@ -259,14 +259,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--draft",
-        default="off",
+        default=None,
         metavar="auto|off|self|MODEL",
         help="speculative decoding: auto = Google's assistant for the target's size and build where one is "
         "known and memory allows; self = the target as its own draft model (a check); MODEL = an assistant "
-        "id or folder (default off)",
+        "id or folder (default: on t4 the choice `gemma4-t4 tune` measured on this GPU, else off)",
     )
     p.add_argument(
-        "--num-draft-tokens", type=int, default=3, metavar="N", help="tokens drafted per step, 1..16 (default 3)"
+        "--num-draft-tokens",
+        type=int,
+        default=None,
+        metavar="N",
+        help="tokens drafted per step, 1..16 (default 3, or the tune profile's N)",
     )
     p.add_argument(
         "--draft-method",

