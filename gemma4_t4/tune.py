@@ -35,6 +35,7 @@ from gemma4_t4.launch_profile import (
     prefill_choice,
     profile_path,
 )
+from gemma4_t4.speculative import DEFAULT_NUM_DRAFT_TOKENS
 
 if TYPE_CHECKING:
     from gemma4_t4.bench.results import BenchRun
@@ -285,7 +286,7 @@ def measured_prefill(key: ProfileKey, work_dir: Path) -> PrefillChoice:
 def tune(
     model: str,
     key: ProfileKey,
-    work_dir: str | Path = "gemma4_t4_work",
+    work_dir: str | Path = ".cache/gemma4_t4",
     minutes: float = DEFAULT_MINUTES,
     server_factory: ServerFactory = launch_server,
     bench_runner: BenchRunner = run_bench,
@@ -305,7 +306,11 @@ def tune(
         by_setting.setdefault((cell.draft, cell.num_draft_tokens), []).append(cell)
     for (draft, num), cells in by_setting.items():
         config = ServerConfig(
-            model=model, target="t4", draft=draft, num_draft_tokens=num or 3, work_dir=str(work)
+            model=model,
+            target="t4",
+            draft=draft,
+            num_draft_tokens=num or DEFAULT_NUM_DRAFT_TOKENS,
+            work_dir=str(work),
         )
         with server_factory(config) as server:
             for cell in cells:

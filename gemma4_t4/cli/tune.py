@@ -36,7 +36,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="N",
         help=f"refuse a plan estimated to take longer (default {DEFAULT_MINUTES:g})",
     )
-    p.add_argument("--work-dir", default="gemma4_t4_work", help="server logs and benchmark results go here")
+    p.add_argument(
+        "--work-dir", default=".cache/gemma4_t4", help="server logs and benchmark results (serve's default)"
+    )
 
 
 def _tune(args: argparse.Namespace) -> Output:
