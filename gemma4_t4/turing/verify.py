@@ -37,7 +37,11 @@ NUM_SOFTMAX_SEGMENTS = 16  # vLLM's TRITON_ATTN default for the 3D path
 # speculative module reaches the start gate, which imports this package). A step runs N+1 query tokens
 # per sequence, so vLLM takes the 2D path with TILE_SIZE_PREFILL and BLOCK_M from the query heads per KV head.
 VERIFY_DRAFT_TOKENS = (1, 2, 3, 4, 5, 6, 16)
-VERIFY_CONTEXT = 256  # cached tokens per sequence before the step (any length gives the same launch)
+DEFAULT_DRAFT_TOKENS = 3  # speculative.DEFAULT_NUM_DRAFT_TOKENS: the verification batch's draft length
+# Cached tokens per sequence before the step. 256 makes the block table's row stride 16 blocks, which
+# Triton specializes as divisible by 16 as in a served model (max_model_len a multiple of 256): a
+# compile of its own, next to the prefill case's stride of 4.
+VERIFY_CONTEXT = 256
 
 
 @dataclass(frozen=True)
@@ -55,7 +59,7 @@ class AttentionShape:
 class LaunchCheck:
     model: str
     layer: str
-    case: str  # prefill | decode | decode-batch | verify-N (N draft tokens: N+1 query tokens per sequence)
+    case: str  # prefill | decode | decode-batch | verify-N (N drafts: N+1 query tokens per sequence) | verify-batch
     head_size: int
     num_q_heads: int
     num_kv_heads: int
@@ -139,9 +143,13 @@ def _launch_cases(shape: AttentionShape) -> dict[str, dict[str, int]]:
         "prefill": {"seqs": 2, "q_len": 64, "ctx": 64},  # 2D: query length > 1
         "decode": {"seqs": min(4, threshold_3d), "q_len": 1, "ctx": 256},  # 3D split-KV
         "decode-batch": {"seqs": threshold_3d + 1, "q_len": 1, "ctx": 32},  # 2D: above the threshold
-        # speculative decoding: the target verifies N drafts (N+1 tokens per sequence) over cached context,
-        # and an assistant's first pass runs over the same N+1 positions: 2D, TILE_SIZE_PREFILL
+        # Speculative decoding: the target verifies N drafts (N+1 query tokens per sequence) over cached
+        # context, and an assistant's first pass runs over the same N+1 positions. vLLM 0.29-0.32 take the
+        # 2D path (TILE_SIZE_PREFILL) for any query longer than 1; 0.33 takes the 3D path (TILE_SIZE_DECODE)
+        # up to MAX_3D_QUERY_LEN (8) tokens while num_seqs * ceil((N+1) / BLOCK_Q) <= seq_threshold_3D.
         **{f"verify-{n}": {"seqs": 4, "q_len": n + 1, "ctx": VERIFY_CONTEXT} for n in VERIFY_DRAFT_TOKENS},
+        # a verification batch above that threshold: 2D in every version
+        "verify-batch": {"seqs": threshold_3d + 1, "q_len": DEFAULT_DRAFT_TOKENS + 1, "ctx": VERIFY_CONTEXT},
     }
 
 
