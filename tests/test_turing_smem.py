@@ -60,3 +60,27 @@ def test_needs_fix_follows_the_limit_not_the_gpu_name():
 
 def test_launcher_block_m():
     assert [launcher_block_m(n) for n in (1, 2, 8, 16, 17, 32, 33)] == [16, 16, 16, 16, 32, 32, 64]
+
+
+# Query heads per KV head of every Gemma 4 layer (models.VARIANTS): E2B 8/1, E4B 8/2, 12B 16/8 and 16/1,
+# 26B-A4B 16/8 and 16/2, 31B 32/16 and 32/4. An assistant's Q-only layers read the target's KV heads.
+GEMMA4_QUERIES_PER_KV = (8, 4, 2, 16, 1)
+
+
+@pytest.mark.parametrize("queries_per_kv", GEMMA4_QUERIES_PER_KV)
+def test_verification_step_needs_what_prefill_needs(queries_per_kv):
+    # N+1 query tokens per sequence take vLLM's 2D path: BLOCK_M from the query heads per KV head (not
+    # from N), BLOCK_Q = BLOCK_M // queries_per_kv query tokens per program, TILE_SIZE_PREFILL (32)
+    block_m = launcher_block_m(queries_per_kv)
+    assert block_m == 16 and block_m // queries_per_kv == 16 // queries_per_kv
+    assert attention_smem_bytes(32, block_m, 512, 2, (7, 5)) == 98_304  # unpatched: over the T4's limit
+    assert fitting_tile(32, block_m, 512, 2, T4_LIMIT, (7, 5)) == 16
+    assert attention_smem_bytes(16, block_m, 512, 2, (7, 5)) == T4_LIMIT  # capped: fits exactly
+    assert fitting_tile(32, block_m, 256, 2, T4_LIMIT, (7, 5)) == 32  # head 256: 49,152 B, unchanged
+
+
+def test_an_assistant_over_16_queries_per_kv_head_cannot_fit_a_t4_at_head_512():
+    # 16 query heads per KV head is the last count with BLOCK_M 16; one more doubles BLOCK_M
+    assert launcher_block_m(16) == 16 and launcher_block_m(17) == 32
+    assert fitting_tile(32, launcher_block_m(17), 512, 2, T4_LIMIT, (7, 5)) == MIN_TILE
+    assert attention_smem_bytes(MIN_TILE, launcher_block_m(17), 512, 2, (7, 5)) == 98_304

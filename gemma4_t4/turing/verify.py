@@ -1,7 +1,9 @@
 """Offline proof that the tile cap makes every Gemma 4 attention launch fit a GPU's shared memory.
 
 For every attention shape Gemma 4 produces (each size's sliding head-256 and global head-512
-layers; prefill, 3D decode and large-batch 2D decode), :func:`verify` calls the installed vLLM's
+layers; prefill, 3D decode, large-batch 2D decode and speculative decoding's verification steps
+of N+1 query tokens per sequence; the same for Google's assistant (drafter) layers, which are
+Q-only and read the target's KV cache), :func:`verify` calls the installed vLLM's
 real ``unified_attention`` launcher on CPU tensors, records the kernel launch it would make,
 compiles that launch with Triton's ahead-of-time path for the target (``GPUTarget("cuda", 75,
 32)`` for a T4) and reads the compiled kernel's shared-memory bytes: the number a GPU compares
@@ -30,6 +32,16 @@ from gemma4_t4.turing.offline import (
 
 KV_BLOCK_SIZE = 16  # vLLM's CUDA default KV block size
 NUM_SOFTMAX_SEGMENTS = 16  # vLLM's TRITON_ATTN default for the 3D path
+# Draft lengths whose verification step is compiled: 1..6 covers the useful range (the launch's default
+# is 3) and 16 is speculative.MAX_NUM_DRAFT_TOKENS, the largest a launch accepts (not imported: the
+# speculative module reaches the start gate, which imports this package). A step runs N+1 query tokens
+# per sequence, so vLLM takes the 2D path with TILE_SIZE_PREFILL and BLOCK_M from the query heads per KV head.
+VERIFY_DRAFT_TOKENS = (1, 2, 3, 4, 5, 6, 16)
+DEFAULT_DRAFT_TOKENS = 3  # speculative.DEFAULT_NUM_DRAFT_TOKENS: the verification batch's draft length
+# Cached tokens per sequence before the step. 256 makes the block table's row stride 16 blocks, which
+# Triton specializes as divisible by 16 as in a served model (max_model_len a multiple of 256): a
+# compile of its own, next to the prefill case's stride of 4.
+VERIFY_CONTEXT = 256
 
 
 @dataclass(frozen=True)
@@ -40,18 +52,20 @@ class AttentionShape:
     num_q_heads: int
     num_kv_heads: int
     sliding_window: int | None
+    role: str = "target"  # "target", or "drafter": an assistant's Q-only layer over the target's KV cache
 
 
 @dataclass
 class LaunchCheck:
     model: str
     layer: str
-    case: str  # prefill | decode | decode-batch
+    case: str  # prefill | decode | decode-batch | verify-N (N drafts: N+1 query tokens per sequence) | verify-batch
     head_size: int
     num_q_heads: int
     num_kv_heads: int
     path: str  # "2d" or "3d"
     block_m: int
+    block_q: int  # query tokens per program: BLOCK_M // (query heads per KV head)
     tile_size: int  # with the tile cap
     tile_size_unpatched: int
     shared_bytes_unpatched: int
@@ -59,6 +73,8 @@ class LaunchCheck:
     model_bytes: int  # smem.attention_smem_bytes for the patched launch
     limit_bytes: int
     ok: bool  # patched launch fits the limit
+    role: str = "target"  # "drafter": the assistant's layer of this size and type
+    query_len: int = 1  # query tokens per sequence in the recorded launch
 
 
 @dataclass
@@ -83,16 +99,28 @@ class VerifyReport:
         return [launch for launch in self.launches if not launch.ok]
 
 
-def gemma4_attention_shapes() -> list[AttentionShape]:
-    """Every distinct attention layer shape of the Gemma 4 family."""
-    from gemma4_t4.models import VARIANTS
+def gemma4_attention_shapes(drafters: bool = True) -> list[AttentionShape]:
+    """Every distinct attention layer shape of the Gemma 4 family, and of its assistants (drafters).
 
+    An assistant's decoder layers are Q-only: vLLM builds them (``gemma4_mtp``) with the target's
+    head size and KV heads per layer type, and they read the target's KV cache, its 512-wide
+    global layers included. Their query heads are the assistant config's ``num_attention_heads``,
+    which no local file records; the target's count is used (an assumption). The shared memory
+    does not depend on it while an assistant keeps <= 16 query heads per KV head (BLOCK_M stays
+    16); more would need BLOCK_M 32, which no tile fits on a T4 at head 512 (``smem.fitting_tile``
+    then returns MIN_TILE and the launch is reported as not fitting).
+    """
+    from gemma4_t4.models import ASSISTANTS, VARIANTS
+
+    with_assistant = {variant for variant, _build in ASSISTANTS}
     shapes = []
     for variant in VARIANTS.values():
-        shapes.append(AttentionShape(variant.size, "sliding", variant.head_dim, variant.num_q_heads,
-                                     variant.num_kv_heads_sliding, variant.sliding_window))
-        shapes.append(AttentionShape(variant.size, "global", variant.global_head_dim, variant.num_q_heads,
-                                     variant.num_kv_heads_global, None))
+        roles = ["target", "drafter"] if drafters and variant.key in with_assistant else ["target"]
+        for role in roles:
+            shapes.append(AttentionShape(variant.size, "sliding", variant.head_dim, variant.num_q_heads,
+                                         variant.num_kv_heads_sliding, variant.sliding_window, role))
+            shapes.append(AttentionShape(variant.size, "global", variant.global_head_dim, variant.num_q_heads,
+                                         variant.num_kv_heads_global, None, role))
     return shapes
 
 
@@ -115,6 +143,13 @@ def _launch_cases(shape: AttentionShape) -> dict[str, dict[str, int]]:
         "prefill": {"seqs": 2, "q_len": 64, "ctx": 64},  # 2D: query length > 1
         "decode": {"seqs": min(4, threshold_3d), "q_len": 1, "ctx": 256},  # 3D split-KV
         "decode-batch": {"seqs": threshold_3d + 1, "q_len": 1, "ctx": 32},  # 2D: above the threshold
+        # Speculative decoding: the target verifies N drafts (N+1 query tokens per sequence) over cached
+        # context, and an assistant's first pass runs over the same N+1 positions. vLLM 0.29-0.32 take the
+        # 2D path (TILE_SIZE_PREFILL) for any query longer than 1; 0.33 takes the 3D path (TILE_SIZE_DECODE)
+        # up to MAX_3D_QUERY_LEN (8) tokens while num_seqs * ceil((N+1) / BLOCK_Q) <= seq_threshold_3D.
+        **{f"verify-{n}": {"seqs": 4, "q_len": n + 1, "ctx": VERIFY_CONTEXT} for n in VERIFY_DRAFT_TOKENS},
+        # a verification batch above that threshold: 2D in every version
+        "verify-batch": {"seqs": threshold_3d + 1, "q_len": DEFAULT_DRAFT_TOKENS + 1, "ctx": VERIFY_CONTEXT},
     }
 
 
@@ -150,6 +185,7 @@ class AttentionLaunch(RecordedLaunch):
 
     shape: AttentionShape
     case: str
+    query_len: int
 
 
 def capture_attention_launches(kernel: KernelModule, shapes: list[AttentionShape]) -> list[AttentionLaunch]:
@@ -162,7 +198,7 @@ def capture_attention_launches(kernel: KernelModule, shapes: list[AttentionShape
             attention = [r for r in recorded if r["kernel"] == "kernel_unified_attention"]
             if len(attention) != 1:
                 raise Gemma4T4Error(f"expected one attention launch for {shape} {case}, saw {len(attention)}")
-            launches.append(AttentionLaunch(shape=shape, case=case, **attention[0]))
+            launches.append(AttentionLaunch(shape=shape, case=case, query_len=sizes["q_len"], **attention[0]))
     return launches
 
 
@@ -295,10 +331,10 @@ def verify(
         checks.append(LaunchCheck(
             model=shape.model, layer=shape.layer, case=before["case"], head_size=shape.head_size,
             num_q_heads=shape.num_q_heads, num_kv_heads=shape.num_kv_heads,
-            path="3d" if kw_after["IS_3D"] else "2d", block_m=kw_after["BLOCK_M"],
+            path="3d" if kw_after["IS_3D"] else "2d", block_m=kw_after["BLOCK_M"], block_q=kw_after["BLOCK_Q"],
             tile_size=kw_after["TILE_SIZE"], tile_size_unpatched=kw_before["TILE_SIZE"],
             shared_bytes_unpatched=bytes_before, shared_bytes_patched=bytes_after, model_bytes=predicted,
-            limit_bytes=limit, ok=bytes_after <= limit,
+            limit_bytes=limit, ok=bytes_after <= limit, role=shape.role, query_len=before["query_len"],
         ))
     refused = outcome["action"] == "refused"
     return VerifyReport(
