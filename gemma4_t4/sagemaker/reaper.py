@@ -62,45 +62,18 @@ def reap(
     for endpoint in list_endpoints(regions, clients=make, project_only=True):
         expires = parse_expiry(endpoint.tags)
         if expires is None and endpoint.expires_at is None:
-            result.decisions.append(
-                ReapDecision(endpoint.name, endpoint.region, endpoint.status, None, "keep", "no expiry tag")
-            )
-            continue
-        if expires is None:  # a lifetime was set but cannot be read: fail safe, stop the billing
-            decision = ReapDecision(
-                endpoint.name,
-                endpoint.region,
-                endpoint.status,
-                endpoint.expires_at,
-                "delete",
-                f"expiry tag {endpoint.expires_at!r} does not parse (want YYYY-MM-DDTHH:MM:SSZ): treated as expired",
-            )
+            action, why = "keep", "no expiry tag"
+        elif expires is None:  # a lifetime was set but cannot be read: fail safe, stop the billing
+            action = "delete"
+            why = (f"expiry tag {endpoint.expires_at!r} does not parse (want YYYY-MM-DDTHH:MM:SSZ): "
+                   "treated as expired")
+        elif expires > now:
+            action, why = "keep", f"{hours_between(now, expires):.2f} h left"
+        else:
+            action, why = "delete", f"expired {hours_between(expires, now):.2f} h ago"
+        decision = ReapDecision(endpoint.name, endpoint.region, endpoint.status, endpoint.expires_at, action, why)
+        if action == "delete":
             _act(decision, dry_run, make)
-            result.decisions.append(decision)
-            continue
-        if expires > now:
-            left = hours_between(now, expires)
-            result.decisions.append(
-                ReapDecision(
-                    endpoint.name,
-                    endpoint.region,
-                    endpoint.status,
-                    endpoint.expires_at,
-                    "keep",
-                    f"{left:.2f} h left",
-                )
-            )
-            continue
-        over = hours_between(expires, now)
-        decision = ReapDecision(
-            endpoint.name,
-            endpoint.region,
-            endpoint.status,
-            endpoint.expires_at,
-            "delete",
-            f"expired {over:.2f} h ago",
-        )
-        _act(decision, dry_run, make)
         result.decisions.append(decision)
     return result
 
