@@ -524,6 +524,17 @@ def model_for(target: str, variant: str = "e2b", fmt: str = "bf16", work_dir: st
     return hub.qat_w4a16_ct
 
 
+def drafter_for(target: str, work_dir: str | Path = ".") -> str:
+    """The drafter the speculative-decoding step uses: on ``cpu`` the tiny random assistant built
+    offline to match the tiny target (random weights: it shows the method, not a speed-up); on a GPU
+    ``auto``, Google's assistant for the served size and build (``gemma4_t4.speculative``)."""
+    if check_target(target) == "cpu":
+        from gemma4_t4.tiny import ensure_tiny_gemma4
+
+        return str(ensure_tiny_gemma4(Path(work_dir) / "models" / "tiny-gemma4-drafter", variant="drafter"))
+    return "auto"
+
+
 def serve(model: str, target: str, work_dir: str | Path, name: str | None = None,
           max_model_len: int | None = None, max_num_seqs: int = 8, enable_prefix_caching: bool = True,
           **overrides: Any) -> Any:
@@ -534,13 +545,7 @@ def serve(model: str, target: str, work_dir: str | Path, name: str | None = None
     a killed kernel runs no atexit, its supervisor stops it when this process is gone. Returns the
     :class:`gemma4_t4.server.VLLMServer`.
     """
-    import atexit
-    import os
-    import time
-
-    import psutil
-
-    from gemma4_t4.server import ServerConfig, free_port, start_server
+    from gemma4_t4.server import ServerConfig, free_port
 
     server_target = "cpu" if check_target(target) == "cpu" else "t4"
     config = ServerConfig(
@@ -549,6 +554,21 @@ def serve(model: str, target: str, work_dir: str | Path, name: str | None = None
         max_num_seqs=max_num_seqs, enable_prefix_caching=enable_prefix_caching,
         work_dir=str(Path(work_dir) / "vllm"), **overrides,
     )
+    return start_owned(config)
+
+
+def start_owned(config: Any) -> Any:
+    """Start ``config`` (a :class:`gemma4_t4.server.ServerConfig`) owned by this process: stopped
+    when the kernel exits (atexit), when the wait is interrupted, and by its supervisor when the
+    kernel is killed. Every server a notebook starts goes through here."""
+    import atexit
+    import os
+    import time
+
+    import psutil
+
+    from gemma4_t4.server import start_server
+
     owner = {"kind": "notebook kernel", "pid": os.getpid(), "create_time": psutil.Process().create_time(),
              "on_exit": "stopped when this process exits, even if it is killed", "stop_with_owner": True}
     started = time.monotonic()

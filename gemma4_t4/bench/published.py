@@ -26,6 +26,8 @@ GCE_EMB4_SOURCE = ("the series' GCE T4 emb4 sweep (same host, server and client 
                    "its emb4 rows are not in that run's REPORT.md)")
 SAGEMAKER_SOURCE = ("xbill9/sagemaker-gemma compare.py (AWS vLLM DLC 0.30.0, context 8192, us-east-2; "
                     "decode = (512-16)/(wall512 - wall16); load uses one shared prompt)")
+DRAFTER_SOURCE = ("xbill9/gemma4-dev gpu-vllm-t4-2b-w4a16/article/devto-gemma4-t4-emb4.md, \"Google's Drafter "
+                  "for One User\" (vLLM 0.29, GCE T4, greedy, 3 draft tokens)")
 GRID_SOURCE = "the series, Part 4 write-up (xbill9/sagemaker-gemma grid_check.py on gemma-4-26B-A4B)"
 
 
@@ -92,6 +94,31 @@ SAGEMAKER_DECODE: list[PublishedDecode] = [
     PublishedDecode("gemma-4-E2B", "qat", 105.1, None, None),
     PublishedDecode("gemma-4-E2B", "bf16", 51.3, None, None),
 ]
+
+
+@dataclass(frozen=True)
+class PublishedDrafter:
+    """Single-stream greedy decode on a GCE T4 with Google's drafter off and on (vLLM gemma4_mtp)."""
+
+    model: str
+    build: str
+    draft_tokens: int
+    tok_s_off: float
+    tok_s_on: float
+    ms_per_token_off: float
+    ms_per_token_on: float
+    acceptance: float  # share of draft tokens accepted
+    answers_changed: str  # greedy answers whose length changed, of those compared (fp16 on a T4)
+    source: str = DRAFTER_SOURCE
+    published: bool = True
+
+    @property
+    def speedup(self) -> float:
+        return self.ms_per_token_off / self.ms_per_token_on
+
+
+# the reference implementation's emb4 repack (int4 embeddings and lm_head) with Google's assistant
+T4_DRAFTER = PublishedDrafter("gemma-4-E2B", "emb4", 3, 109.7, 135.0, 9.9, 7.4, 0.38, "3/20")
 
 
 @dataclass(frozen=True)

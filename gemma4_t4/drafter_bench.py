@@ -1,0 +1,140 @@
+"""Speculative decoding off vs on for one model, measured here (notebook 4's drafter step).
+
+Starts the same server twice, without and with a drafter, runs single-stream decode and the
+fixed-answer questions against each, stops each server, and returns both sides with the acceptance
+vLLM counted (``/metrics``) and the greedy answers compared n/N. It starts servers and runs the
+benchmark, so it sits above :mod:`gemma4_t4.server` and :mod:`gemma4_t4.bench` (like ``ttft_route``).
+
+A side whose runs did not complete is "not measured", never a speed-up computed from what it got.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from gemma4_t4 import signals
+from gemma4_t4.bench import run_benchmark
+from gemma4_t4.bench.answers import AnswerComparison, compare_answers
+from gemma4_t4.bench.results import BenchRun
+from gemma4_t4.server import ServerConfig, VLLMServer, free_port
+
+DEFAULT_NUM_DRAFT_TOKENS = 3
+
+
+class DrafterSide(BaseModel):
+    """One launch (drafter off or on): its single-stream decode figures and vLLM's acceptance."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    label: str
+    draft: str
+    tok_s: float | None = None  # output tokens / s at c=1, end to end (robust to tokens streamed in bursts)
+    tpot_ms: float | None = None  # median inter-token time as streamed, c=1
+    acceptance_rate: float | None = None  # accepted / draft tokens (None: no drafter or no counters)
+    mean_accepted_length: float | None = None  # tokens per verification step, bonus token included
+    not_measured: str | None = None  # why this side is not a result
+    decode: Any = None  # the BenchRun of the decode cell
+    answers: Any = None  # the BenchRun of the answers workload
+
+
+class DrafterComparison(BaseModel):
+    """Drafter off vs on: speed-up in single-stream tok/s, acceptance, identical answers."""
+
+    off: DrafterSide
+    on: DrafterSide
+    answers: Any  # AnswerComparison
+
+    @property
+    def speedup(self) -> float | None:
+        """tok/s on / tok/s off at one stream, end to end: > 1 means the drafter helped. End-to-end
+        throughput, not streamed TPOT: a server that sends several tokens in one chunk (a CPU build
+        does) makes TPOT near zero without being faster."""
+        if self.off.not_measured or self.on.not_measured or not self.off.tok_s or not self.on.tok_s:
+            return None
+        return self.on.tok_s / self.off.tok_s
+
+    def rows(self) -> list[dict[str, str]]:
+        def fmt(value: float | None, spec: str) -> str:
+            return "-" if value is None else format(value, spec)
+
+        return [
+            {
+                "drafter": side.label,
+                "tok/s (c=1)": f"not measured: {side.not_measured}" if side.not_measured else fmt(side.tok_s, ".1f"),
+                "streamed TPOT ms": fmt(side.tpot_ms, ".2f"),
+                "acceptance": fmt(side.acceptance_rate, ".3f"),
+                "mean accepted length": fmt(side.mean_accepted_length, ".2f"),
+            }
+            for side in (self.off, self.on)
+        ]
+
+    def line(self) -> str:
+        speedup = self.speedup
+        figure = "not measured" if speedup is None else f"{speedup:.2f}x single-stream tok/s"
+        return f"drafter on vs off: {figure}; identical answers {self.answers.line()}"
+
+
+def _side(label: str, draft: str, decode: BenchRun, answers: BenchRun) -> DrafterSide:
+    side = DrafterSide(label=label, draft=draft, decode=decode, answers=answers)
+    reasons = [run.not_measured for run in (decode, answers) if run.not_measured]
+    if reasons:
+        side.not_measured = "; ".join(reasons)
+        return side
+    cell = decode.cells[0]
+    side.tok_s = cell.output_throughput_tok_s
+    side.tpot_ms = cell.tpot_ms.median
+    if cell.spec_decode is not None:
+        side.acceptance_rate = cell.spec_decode.acceptance_rate
+        side.mean_accepted_length = cell.spec_decode.mean_accepted_length
+    return side
+
+
+def start_server(config: ServerConfig) -> VLLMServer:
+    return VLLMServer(config).start()
+
+
+def drafter_on_off(
+    config: ServerConfig,
+    draft: str,
+    out_dir: str | Path,
+    num_draft_tokens: int = DEFAULT_NUM_DRAFT_TOKENS,
+    input_len: int = 128,
+    output_len: int = 64,
+    num_prompts: int = 8,
+    start: Callable[[ServerConfig], Any] = start_server,
+    tokenizer: str | None = None,
+) -> DrafterComparison:
+    """Decode at c=1 and the fixed answers with ``draft`` off, then on (``config``'s other settings
+    kept; a free port for each). ``start`` launches and waits (the notebook passes its owned start, so
+    a killed kernel's server is stopped by its supervisor). Every server is stopped before this returns,
+    also on Ctrl-C, SIGTERM or SIGHUP. The drafter is checked before anything starts."""
+    out = Path(out_dir)
+    sides: dict[str, DrafterSide] = {}
+    plans = (("off", "off"), ("on", draft))
+    configs = {
+        label: dataclasses.replace(config, port=free_port(), draft=value, num_draft_tokens=num_draft_tokens)
+        for label, value in plans
+    }
+    for cfg in configs.values():
+        cfg.validate()  # a drafter that does not match the target is refused before any launch
+    served = config.resolved_name()
+    with signals.orderly_stop(redeliver=False):
+        for label, value in plans:
+            server = start(configs[label])
+            try:
+                decode = run_benchmark(server.base_url, served, "decode", out / f"decode-{label}", concurrency=[1],
+                                       input_len=input_len, output_len=output_len, num_prompts=num_prompts,
+                                       warmup=1, tokenizer=tokenizer, overwrite=True, progress=False)
+                answers = run_benchmark(server.base_url, served, "answers", out / f"answers-{label}",
+                                        overwrite=True, progress=False)
+            finally:
+                server.stop()
+            sides[label] = _side(f"drafter {label}" if label == "off" else f"drafter on ({value})", value,
+                                 decode, answers)
+    comparison: AnswerComparison = compare_answers(sides["off"].answers, sides["on"].answers)
+    return DrafterComparison(off=sides["off"], on=sides["on"], answers=comparison)

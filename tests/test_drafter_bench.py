@@ -1,0 +1,70 @@
+"""The drafter step's orchestration (notebook 4), against the FAKE OpenAI server with injected
+timings (gemma4_t4.bench.fake_server): two launches (off, then the drafter), each stopped, the answers
+compared, the speed-up from end-to-end tok/s, and a side whose runs failed shown as not measured."""
+
+from __future__ import annotations
+
+import pytest
+
+from gemma4_t4.bench.fake_server import FakeScript, FakeServer, FakeServerState
+from gemma4_t4.drafter_bench import drafter_on_off
+from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.server import ServerConfig, free_port
+
+
+class FakeLaunch:
+    """Stands in for a started VLLMServer: the drafter launch answers faster per token."""
+
+    def __init__(self, config, gaps, started, status=200):
+        self.config = config
+        gap = gaps[config.draft != "off"]
+        script = FakeScript(ttft_s=0.01, gap_s=gap, http_status=status if config.draft != "off" else 200)
+        self.fake = FakeServer(free_port(), FakeServerState(default=script)).start()
+        self.stopped = False
+        started.append(self)
+
+    @property
+    def base_url(self):
+        return self.fake.base_url
+
+    def stop(self):
+        self.fake.stop()
+        self.stopped = True
+
+
+def _config(model_dir):
+    return ServerConfig(model=str(model_dir), target="cpu", served_model_name="fake-model", port=free_port(),
+                        max_model_len=2048, work_dir="unused")
+
+
+def test_off_then_on_each_stopped_with_speedup_and_answers(tiny_model_dir, tiny_drafter_dir, tmp_path):
+    started = []
+    result = drafter_on_off(_config(tiny_model_dir), str(tiny_drafter_dir), tmp_path, output_len=8, num_prompts=2,
+                            start=lambda cfg: FakeLaunch(cfg, {False: 0.008, True: 0.004}, started),
+                            tokenizer=str(tiny_model_dir))
+    assert [s.config.draft for s in started] == ["off", str(tiny_drafter_dir)]
+    assert all(s.stopped for s in started) and started[0].config.port != started[1].config.port
+    assert result.off.not_measured is None and result.on.not_measured is None
+    assert result.speedup is not None and result.speedup > 1.2  # 4 ms vs 8 ms between tokens
+    assert result.answers.measured and result.answers.total == 20
+    assert result.on.acceptance_rate is None  # the fake exposes no spec-decode counters: none invented
+    assert [r["drafter"] for r in result.rows()] == ["drafter off", f"drafter on ({tiny_drafter_dir})"]
+
+
+def test_a_failed_drafter_side_is_not_measured(tiny_model_dir, tiny_drafter_dir, tmp_path):
+    started = []
+    result = drafter_on_off(_config(tiny_model_dir), str(tiny_drafter_dir), tmp_path, output_len=4, num_prompts=2,
+                            start=lambda cfg: FakeLaunch(cfg, {False: 0.002, True: 0.002}, started, status=500),
+                            tokenizer=str(tiny_model_dir))
+    assert all(s.stopped for s in started)
+    assert result.on.not_measured and result.speedup is None
+    assert not result.answers.measured and "not measured" in result.line()
+    assert result.rows()[1]["tok/s (c=1)"].startswith("not measured")
+
+
+def test_a_mismatched_drafter_is_refused_before_any_launch(tiny_model_dir, tmp_path):
+    started = []
+    with pytest.raises(Gemma4T4Error):
+        drafter_on_off(_config(tiny_model_dir), str(tiny_model_dir), tmp_path,  # a target, not an assistant
+                       start=lambda cfg: started.append(cfg))
+    assert started == []
