@@ -198,6 +198,11 @@ class RuntimeInfo:
 def resolve_target(target: str, allowed: Sequence[str], facts: env.Facts, auto_gpu: str = "t4") -> tuple[str, str]:
     """(target, why) for the parameters cell's TARGET; ``auto`` picks by the host."""
     value = str(target).strip().lower()
+    if value == "t4" and "t4" not in allowed and auto_gpu in allowed:
+        # "t4" is this machine's GPU in Parts 2-4; a part that uses no local GPU (Part 1) runs where its
+        # auto would, and never reads it as "deploy a T4 on AWS" (that bills: TARGET='sagemaker' says it)
+        return auto_gpu, (f"TARGET='t4' (this machine's GPU) is not used by this part: it runs on {auto_gpu!r}; "
+                          "a T4 on AWS is TARGET='sagemaker' with its instance type")
     if value != AUTO:
         return check_target(value, allowed), f"TARGET={value!r} was set in the parameters cell"
     if facts.gpus:

@@ -351,3 +351,18 @@ def test_an_old_driver_rejecting_a_field_still_lists_its_gpus():
     problems = {q.code: q for q in judge(facts)[1]}
     assert "driver 470.82.01 is older than every route" in problems["driver-too-old"].message
     assert "nvidia-smi-failed" not in problems
+
+
+def test_part1_reads_t4_as_this_machines_gpu_never_as_a_billed_deploy():
+    """In Parts 2-4 TARGET='t4' is the local GPU; Part 1 uses none, so 't4' there runs on the
+    stand-ins like its 'auto' does, and only 'sagemaker' deploys (it bills)."""
+    from gemma4_t4 import notebook as nb
+    from gemma4_t4.errors import Gemma4T4Error
+
+    part1 = {"allowed": ("cpu", "sagemaker"), "auto_gpu": "cpu", "show": False}
+    on_gpu = nb.runtime_check("t4", probes=fake_probes(), **part1)
+    assert on_gpu.target == "cpu" and "TARGET='sagemaker'" in on_gpu.reason
+    assert nb.runtime_check("auto", probes=fake_probes(), **part1).target == "cpu"
+    assert nb.runtime_check("sagemaker", probes=fake_probes(gpu=False), **part1).target == "sagemaker"
+    with pytest.raises(Gemma4T4Error):  # where 't4' is a venue (Parts 2-4) it is never remapped
+        nb.runtime_check("t4", probes=fake_probes(gpu=False), show=False)
