@@ -116,16 +116,25 @@ def drafter_on_off(
     out = Path(out_dir)
     sides: dict[str, DrafterSide] = {}
     plans = (("off", "off"), ("on", draft))
-    configs = {
-        label: dataclasses.replace(config, port=free_port(), draft=value, num_draft_tokens=num_draft_tokens)
-        for label, value in plans
-    }
-    for cfg in configs.values():
-        cfg.validate()  # a drafter that does not match the target is refused before any launch
+
+    def side_config(value: str) -> ServerConfig:
+        # a port free now (not one picked minutes earlier), and a chosen_by of its own: each launch's
+        # reasons are its own, never written into the caller's config
+        return dataclasses.replace(config, port=free_port(), draft=value, num_draft_tokens=num_draft_tokens,
+                                   chosen_by=dict(config.chosen_by))
+
+    for _, value in plans:
+        side_config(value).validate()  # a drafter that does not match the target is refused before any launch
     served = config.resolved_name()
     with signals.orderly_stop(redeliver=False):
         for label, value in plans:
-            server = start(configs[label])
+            name = "drafter off" if label == "off" else f"drafter on ({value})"
+            try:
+                server = start(side_config(value))
+            except Exception as exc:  # noqa: BLE001 - a side that did not start is "not measured", and says why
+                sides[label] = DrafterSide(label=name, draft=value,
+                                           not_measured=f"the server did not start: {str(exc).splitlines()[0]}")
+                continue
             try:
                 decode = run_benchmark(server.base_url, served, "decode", out / f"decode-{label}", concurrency=[1],
                                        input_len=input_len, output_len=output_len, num_prompts=num_prompts,
@@ -134,7 +143,11 @@ def drafter_on_off(
                                         overwrite=True, progress=False)
             finally:
                 server.stop()
-            sides[label] = _side(f"drafter {label}" if label == "off" else f"drafter on ({value})", value,
-                                 decode, answers)
-    comparison: AnswerComparison = compare_answers(sides["off"].answers, sides["on"].answers)
+            sides[label] = _side(name, value, decode, answers)
+    if sides["off"].answers is None or sides["on"].answers is None:
+        comparison = AnswerComparison.not_measured(
+            "; ".join(f"{s.label}: {s.not_measured}" for s in sides.values() if s.answers is None)
+        )
+    else:
+        comparison = compare_answers(sides["off"].answers, sides["on"].answers)
     return DrafterComparison(off=sides["off"], on=sides["on"], answers=comparison)

@@ -13,7 +13,7 @@ import json
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
@@ -39,11 +39,16 @@ class ProfileKey(BaseModel):
     fix: str
 
 
+# a profile is read back from disk: a count outside what a launch accepts makes the file invalid
+# (named as such), never a refusal blaming a --num-draft-tokens the user did not pass
+DraftTokens = Annotated[int, Field(ge=1, le=16)]
+
+
 class CellMeasure(BaseModel):
     """What one cell measured: per-stream decode speed (median and its 95 % interval) and acceptance."""
 
     draft: DraftSetting
-    num_draft_tokens: int | None
+    num_draft_tokens: DraftTokens | None = None
     concurrency: int
     per_stream_tok_s: float
     ci_low: float
@@ -58,7 +63,7 @@ class DraftChoice(BaseModel):
 
     concurrency: int
     draft: DraftSetting
-    num_draft_tokens: int | None
+    num_draft_tokens: DraftTokens | None = None
     speedup: float = Field(description="median per-stream tok/s, chosen / off (1.0 for off)")
     speedup_ci_low: float = Field(description="conservative 95 % interval of the ratio, low end")
     speedup_ci_high: float
@@ -128,26 +133,39 @@ def profile_path(key: ProfileKey) -> Path:
     return profile_dir() / f"{slug}-{digest}.json"
 
 
-def load_profiles(model: str) -> list[LaunchProfile]:
-    """Every readable profile for ``model`` (of any GPU or versions); unreadable files are skipped."""
-    found = []
+def load_profiles(model: str) -> tuple[list[LaunchProfile], list[str]]:
+    """Every readable profile for ``model`` (of any GPU or versions), and a line for each profile
+    file that cannot be read or is of another format (a launch says it ignored them, and why)."""
+    found, unreadable = [], []
     for path in sorted(profile_dir().glob("*.json")):
         try:
             profile = LaunchProfile.model_validate_json(path.read_text())
-        except (OSError, ValueError):
+        except (OSError, ValueError) as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            unreadable.append(f"{path} unreadable ({first})")
             continue
-        if profile.key.model == model and profile.format == PROFILE_FORMAT:
+        if profile.format != PROFILE_FORMAT:
+            unreadable.append(f"{path} is profile format {profile.format} (this version reads {PROFILE_FORMAT})")
+        elif profile.key.model == model:
             found.append(profile)
-    return found
+    return found, unreadable
 
 
 def prefill_choice(path: Path) -> PrefillChoice:
     """The route on/off as the verdict file at ``path`` says (on where any head size routes)."""
     try:
-        heads = json.loads(Path(path).read_text()).get("heads", {})
+        verdict = json.loads(Path(path).read_text())
     except (OSError, ValueError):
         return PrefillChoice(
             route_on=False, verdict_path=str(path), why="no bench-prefill verdict: route off"
+        )
+    heads = verdict.get("heads") if isinstance(verdict, dict) else None
+    if not isinstance(heads, dict) or not all(isinstance(e, dict) for e in heads.values()):
+        return PrefillChoice(
+            route_on=False,
+            verdict_path=str(path),
+            why="bench-prefill verdict unreadable (not the verdict format): route off; rerun gemma4-t4 turing "
+            "bench-prefill",
         )
     on = {h: e for h, e in heads.items() if e.get("use_route")}
     why = "; ".join(f"head {h}: {e.get('why', '')}" for h, e in sorted(heads.items()))
@@ -179,8 +197,14 @@ def launch_choice(model: str, gpu_name: GpuNameProbe = nvidia_smi_gpu_name) -> L
         return LaunchChoice(
             draft="off", num_draft_tokens=None, reason=f"no GPU visible, no tune profile: {fallback}"
         )
-    profiles = load_profiles(model)
+    profiles, unreadable = load_profiles(model)
     match = next((p for p in profiles if p.key == key), None)
+    if match is None and unreadable:
+        return LaunchChoice(
+            draft="off",
+            num_draft_tokens=None,
+            reason=f"tune profile ignored: {'; '.join(unreadable)}; rerun gemma4-t4 tune --model {model}. {fallback}",
+        )
     if match is None:
         if profiles:
             other = profiles[0].key

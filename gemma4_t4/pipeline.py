@@ -155,9 +155,17 @@ def resolve_target(target: str, probes: Any = None) -> tuple[str, str]:
     return "cpu", "auto: no NVIDIA GPU found, so the embedded CPU default (params/cpu.yaml)"
 
 
-def check_out_dir(out: str | Path) -> Path:
-    """The output folder, refused before anything runs when it cannot be one."""
+def check_out_dir(out: str | Path, notebooks_dir: Path | None = None) -> Path:
+    """The output folder, refused before anything runs when it cannot be one, or when the executed
+    notebooks (``OUT/notebooks/NN_*.ipynb``) would land on the source notebooks or inside their folder."""
     path = Path(out).expanduser().resolve()
+    if notebooks_dir is not None:
+        source = Path(notebooks_dir).expanduser().resolve()
+        if path / "notebooks" == source or path == source or source in path.parents:
+            raise Gemma4T4Error(
+                f"--out {out} would write the executed notebooks over the source notebooks in {source}",
+                fix="pass an output folder outside the notebooks, e.g. --out build",
+            )
     for parent in (path, *path.parents):
         if parent.exists():
             if not parent.is_dir():
@@ -191,7 +199,7 @@ def run_pipeline(
         raise Gemma4T4Error(f"no notebooks folder at {notebooks_dir} (an installed package does not carry the "
                             "notebooks)", fix="pass --notebooks DIR: the notebooks/ folder of a checkout of the "
                                               "repository (it holds NN_*.ipynb and params/)")
-    out = check_out_dir(out)
+    out = check_out_dir(out, notebooks_dir)
     params = load_parameters(target, params_dir)
     found = find_notebooks(notebooks_dir)
     selected = _select(found, only)

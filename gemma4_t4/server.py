@@ -470,8 +470,8 @@ def build_command(config: ServerConfig, python: str | None = None, dtype: str | 
     else:
         cmd += ["--block-size", str(config.block_size or 32)]
     cmd += config.draft_plan().argv()  # --speculative-config '{"model": ..., "num_speculative_tokens": N}'
-    if config.api_key:
-        cmd += ["--api-key", config.api_key]
+    # the API key travels as VLLM_API_KEY in the server's environment (build_env), never in argv:
+    # a process's command line is world-readable (ps), its environment is not
     cmd += list(config.extra_args)
     return cmd
 
@@ -502,6 +502,8 @@ def build_env(
         env["VLLM_CPU_KVCACHE_SPACE"] = str(config.kv_cache_space_gib)
         env.update(cpu_env or {})
     env.update(config.extra_env)
+    if config.api_key:
+        env["VLLM_API_KEY"] = config.api_key  # vLLM reads it when no --api-key is given
     return env
 
 

@@ -106,8 +106,12 @@ class ModelShape:
 
 def read_shape(model: str) -> ModelShape | None:
     """The shape of a local checkpoint folder; None for a hub id (nothing local to read)."""
-    path = Path(model)
+    path = Path(model).expanduser()
     if not path.is_dir():
+        if looks_like_path(model):  # a hub id is never /x, ./x or ~/x: this is a folder that is not there
+            raise Gemma4T4Error(
+                f"drafter folder {model} does not exist", fix="point --draft at a checkpoint folder, or an assistant id"
+            )
         return None
     config_path = path / "config.json"
     try:
@@ -116,7 +120,12 @@ def read_shape(model: str) -> ModelShape | None:
         raise Gemma4T4Error(
             f"cannot read {config_path}: {exc}", fix="point at a checkpoint folder with a valid config.json"
         ) from exc
-    text = config.get("text_config") or config
+    text = config.get("text_config", config) if isinstance(config, dict) else None
+    if not isinstance(config, dict) or not isinstance(text, dict):
+        raise Gemma4T4Error(
+            f"cannot read {config_path}: not a Hugging Face config (a JSON object, with an object text_config)",
+            fix="point at a checkpoint folder with a valid config.json",
+        )
     return ModelShape(
         path=str(path),
         model_type=str(config.get("model_type", "")),
@@ -166,9 +175,32 @@ def check_num_draft_tokens(num: object) -> int:
     return num
 
 
+def looks_like_path(name: str) -> bool:
+    return name.startswith(("/", "./", "../", "~")) or name in (".", "..")
+
+
+def _catalogued_assistant(hub_id: str) -> models.Assistant | None:
+    return next((a for a in models.ASSISTANTS.values() if a.hub_id.lower() == hub_id.lower()), None)
+
+
 def check_pair(target: str, drafter: str, method: DraftMethod) -> str:
     """Refuse a drafter that cannot draft for ``target``; returns what was checked."""
     target_shape, draft_shape = read_shape(target), read_shape(drafter)
+    known = _catalogued_assistant(drafter) if draft_shape is None else None
+    built = target_build(target)
+    if known is not None and method == "draft_model":
+        raise Gemma4T4Error(
+            f"{drafter} is an assistant: it drafts from the target's hidden states and cannot run as a "
+            "standalone draft model",
+            fix="leave --draft-method out (assistants run as vLLM's gemma4_mtp)",
+        )
+    if known is not None and built is not None and known.variant != built[0]:
+        raise Gemma4T4Error(
+            f"{drafter} is Google's assistant for {models.get_variant(known.variant).size}, but the target is "
+            f"{models.get_variant(built[0]).size}: its layers read the target's KV cache and hidden states, "
+            "which differ in size",
+            fix="use --draft auto (the assistant for the target's size), or that size's assistant id",
+        )
     if draft_shape is None:
         if method == "mtp" and "assistant" not in drafter.lower():
             raise Gemma4T4Error(

@@ -22,7 +22,15 @@ import pytest
 
 from gemma4_t4 import cpuattn, secrets
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.server import ServerConfig, VLLMServer, build_command, free_port, pid_alive, plan_launch
+from gemma4_t4.server import (
+    ServerConfig,
+    VLLMServer,
+    build_command,
+    build_env,
+    free_port,
+    pid_alive,
+    plan_launch,
+)
 from gemma4_t4.supervisor import engine_death_reason
 
 KEY, KEY2, TOKEN = "sk-test-4242-key", "other-key-9191", "hf_abcdefghijklmnopqrstuvwxyz012345"
@@ -113,7 +121,9 @@ def test_api_key_in_extra_args_is_lifted_and_masked_in_records(fake_vllm, model_
             probe_cpu_attention=False,
         )
         assert config.api_key == KEY and config.extra_args == []
-        assert build_command(config).count("--api-key") == 1
+        # the key reaches vLLM as VLLM_API_KEY in its environment: never in argv, which ps shows to anyone
+        assert "--api-key" not in build_command(config) and KEY not in build_command(config)
+        assert build_env(config)["VLLM_API_KEY"] == KEY
         server = VLLMServer(config)
         server.start(timeout=20)
         try:
@@ -214,7 +224,7 @@ def test_t4_print_command_is_the_fast_configuration_and_starts_nothing(tmp_path)
     assert cmd[cmd.index("--max-num-batched-tokens") + 1] == "4096"
     assert cmd[cmd.index("--max-num-seqs") + 1] == "8" and "--language-model-only" in cmd
     assert cmd[cmd.index("--gpu-memory-utilization") + 1] == "0.9"
-    assert KEY not in done.stdout and cmd[cmd.index("--api-key") + 1] == "***"
+    assert KEY not in done.stdout and "--api-key" not in cmd and data["env"]["VLLM_API_KEY"] == "***"
     assert data["started"] is False and data["gate_run"] is False
     assert set(data["chosen_by"]) >= {
         "max_model_len",

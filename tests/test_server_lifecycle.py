@@ -10,6 +10,7 @@ import socket
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from gemma4_t4.errors import Gemma4T4Error
@@ -153,7 +154,10 @@ def test_api_key_is_masked_in_records(fake_vllm, model_dir, tmp_path):
     try:
         assert "s3cret" not in json.dumps(server.launch_record)
         assert "s3cret" not in server.state_path.read_text()
-        assert "--api-key" in server.launch_record["command"]
+        # the key went to vLLM as VLLM_API_KEY (masked in the record), never in argv (ps shows argv)
+        assert "--api-key" not in server.launch_record["command"]
+        assert server.launch_record["env"]["VLLM_API_KEY"] == "***"
+        assert "s3cret" not in " ".join(psutil.Process(server.pid).cmdline())
     finally:
         server.stop(grace=2)
 
