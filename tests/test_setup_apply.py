@@ -221,3 +221,41 @@ def test_sigterm_during_setup_leaves_no_pip_running(tmp_path):
     from tests.test_setup_hosts import _gone
 
     assert all(_gone(pid) for pid in pids), pids  # the stand-in pip and the child it forked
+
+
+def test_undo_reverts_only_what_setup_changed_and_keeps_url_installs():
+    """Colab lists its torch as a direct-URL install; packages installed after setup are the user's."""
+    from gemma4_t4.setup import restore_commands
+
+    url_torch = "torch @ https://download.pytorch.org/whl/cu128/torch-2.11.0%2Bcu128-cp312-cp312-linux_x86_64.whl"
+    record = {
+        "python": "py", "created": "t", "route": "vllm-0.30.0-cu129",
+        "freeze": [url_torch, "numpy==2.1.0", "-e git+https://example.invalid/x@abc#egg=x"],
+        "after": ["torch==2.13.0+cu129", "numpy==2.1.0", "vllm==0.30.0+cu129", "-e git+https://example.invalid/x@abc#egg=x"],
+    }
+    later = [*record["after"], "jupyterlab==4.2.0"]  # the user installed it after setup
+    commands = restore_commands(record, later)
+    assert commands[0][3:] == ["uninstall", "--quiet", "-y", "vllm"]
+    install = commands[1]
+    assert url_torch in install and "--no-deps" in install
+    assert not any("jupyterlab" in a or "numpy" in a for c in commands for a in c)
+    # after a failed install (no "after" yet) everything since the record is setup's
+    failed = {k: v for k, v in record.items() if k != "after"}
+    assert any("jupyterlab" in a for a in restore_commands(failed, later)[0])
+
+
+def test_undo_dry_run_runs_nothing_but_freeze_and_a_damaged_record_is_named(tmp_path):
+    plan = plan_setup(_facts("580.82.07"), python="py")
+    pip = FakePip(BEFORE)
+    result = apply_setup(plan, runner=pip, records=tmp_path)
+    calls_before = len(pip.calls)
+    text = undo_setup(result.record_path, runner=pip, python="py", dry_run=True)
+    assert [c[3] for c in pip.calls[calls_before:]] == ["freeze"]  # nothing installed or removed
+    assert "would run" in text and "uninstall" in text and pip.installed != BEFORE
+    damaged = tmp_path / "before-damaged.json"
+    damaged.write_text('{"python": "py", "fre')
+    with pytest.raises(Gemma4T4Error, match="cannot read the setup record") as info:
+        undo_setup(damaged, runner=pip, python="py")
+    assert "--record" in info.value.fix
+    assert latest_record(tmp_path, python="py") == Path(result.record_path)
+    assert latest_record(tmp_path, python="/other/python") is None

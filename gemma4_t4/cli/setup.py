@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from gemma4_t4.cli import Output, add_command
+from gemma4_t4.errors import Gemma4T4Error
 
 
 def _setup(args: argparse.Namespace) -> Output:
@@ -15,8 +16,10 @@ def _setup(args: argparse.Namespace) -> Output:
     from gemma4_t4.setup import apply_setup, plan_setup, undo_setup
 
     if args.undo:
-        message = undo_setup()
-        return Output({"undone": True, "message": message}, message)
+        message = undo_setup(args.record, dry_run=args.dry_run)
+        return Output({"undone": not args.dry_run, "dry_run": args.dry_run, "message": message}, message)
+    if args.record:
+        raise Gemma4T4Error("--record names the record --undo restores", fix="add --undo, or leave --record out")
     # a shell command: nothing is loaded yet in the Python that will use the install
     plan = plan_setup(env.probe(), vllm_version=args.vllm)
     data = to_jsonable(plan) | {
@@ -65,5 +68,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(default: the best the driver runs)",
     )
     p.add_argument(
-        "--undo", action="store_true", help="restore the packages recorded before the latest setup install"
+        "--undo",
+        action="store_true",
+        help="revert what this Python's latest setup install changed (with --dry-run: print the pip commands)",
     )
+    p.add_argument("--record", default=None, metavar="PATH", help="with --undo: the setup record to restore")
