@@ -15,10 +15,16 @@ from gemma4_t4.sagemaker.local import FAKE_ROLE_ARN
 REGION = "us-east-2"
 
 
-def _chain(sm, endpoint: str, config: str, model: str, create_model: bool = True) -> None:
+OURS = [{"Key": "project", "Value": "gemma4-t4"}]
+
+
+def _chain(sm, endpoint: str, config: str, model: str, create_model: bool = True, ours: bool = True) -> None:
+    tags = OURS if ours else [{"Key": "team", "Value": "prod"}]
     if create_model:
-        sm.create_model(ModelName=model, ExecutionRoleArn=FAKE_ROLE_ARN, PrimaryContainer={"Image": "x/y:1"})
+        sm.create_model(ModelName=model, ExecutionRoleArn=FAKE_ROLE_ARN, PrimaryContainer={"Image": "x/y:1"},
+                        Tags=tags)
     sm.create_endpoint_config(
+        Tags=tags,
         EndpointConfigName=config,
         ProductionVariants=[
             {
@@ -29,7 +35,7 @@ def _chain(sm, endpoint: str, config: str, model: str, create_model: bool = True
             }
         ],
     )
-    sm.create_endpoint(EndpointName=endpoint, EndpointConfigName=config)
+    sm.create_endpoint(EndpointName=endpoint, EndpointConfigName=config, Tags=tags)
 
 
 def _run(capsys, *argv: str) -> tuple[int, dict]:
@@ -42,13 +48,16 @@ def test_delete_keeps_a_model_another_endpoint_uses_and_the_dry_run_matches(loca
     sm = boto3.client("sagemaker", region_name=REGION)
     _chain(sm, "prod-b", "cfg-b", "shared")
     _chain(
-        sm, "prod-a", "cfg-a", "shared", create_model=False
+        sm, "prod-a", "cfg-a", "shared", create_model=False, ours=False
     )  # not a package endpoint, shares prod-b's model
-    code, planned = _run(capsys, "delete", "prod-a", "--dry-run")
+    # not created here: refused, in the dry run and for real, unless --not-ours says so
+    assert _run(capsys, "delete", "prod-a", "--yes")[0] == 2
+    assert sm.describe_endpoint(EndpointName="prod-a")["EndpointStatus"] == "InService"
+    code, planned = _run(capsys, "delete", "prod-a", "--dry-run", "--not-ours")
     assert code == 0
     assert planned["kept"] == ["model:shared (still used by endpoint prod-b)"]
     assert not any("shared" in step for step in planned["plan"])
-    code, done = _run(capsys, "delete", "prod-a", "--yes")
+    code, done = _run(capsys, "delete", "prod-a", "--yes", "--not-ours")
     assert code == 0
     assert done["deleted"] == ["endpoint:prod-a", "endpoint-config:cfg-a"]
     assert done["plan"] == planned["plan"]  # the dry run listed exactly what was then deleted
@@ -61,6 +70,19 @@ def test_delete_keeps_a_model_another_endpoint_uses_and_the_dry_run_matches(loca
         last["deleted"] == ["endpoint:prod-b", "endpoint-config:cfg-b", "model:shared"] and last["kept"] == []
     )
     assert sm.list_models()["Models"] == []
+
+
+def test_delete_of_a_name_without_an_endpoint_touches_only_this_projects_leftovers(local_aws, capsys):  # noqa: F811
+    sm = boto3.client("sagemaker", region_name=REGION)
+    sm.create_model(ModelName="batch-job", ExecutionRoleArn=FAKE_ROLE_ARN, PrimaryContainer={"Image": "x/y:1"})
+    code, done = _run(capsys, "delete", "batch-job", "--yes")  # an unrelated, untagged model of that name
+    assert code == 0 and done["deleted"] == [] and "endpoint:batch-job" in done["already_absent"]
+    assert done["kept"] == ["model:batch-job (not created by gemma4-t4: no project tag)"]
+    assert [m["ModelName"] for m in sm.list_models()["Models"]] == ["batch-job"]
+    sm.create_model(ModelName="left-over", ExecutionRoleArn=FAKE_ROLE_ARN, PrimaryContainer={"Image": "x/y:1"},
+                    Tags=OURS)  # what a killed deploy of ours left behind
+    code, done = _run(capsys, "delete", "left-over", "--yes")
+    assert code == 0 and done["deleted"] == ["model:left-over"]
 
 
 def test_forced_rebuild_of_an_existing_tag_pushes_a_new_tag_never_the_immutable_one(local_aws):  # noqa: F811

@@ -387,7 +387,7 @@ def _delete(args: argparse.Namespace) -> Output:
 
     region = args.region or _default_region()
     if args.dry_run:  # reads the endpoint's chain (read-only) so it lists exactly what --yes deletes
-        result = delete_endpoint(args.name, region, dry_run=True)
+        result = delete_endpoint(args.name, region, dry_run=True, not_ours=args.not_ours)
         kept = "".join(f"\n# kept: {k}" for k in result.kept)
         return Output(
             result, "# dry run: nothing was deleted. Equivalent AWS CLI:\n" + "\n".join(result.plan) + kept
@@ -397,7 +397,7 @@ def _delete(args: argparse.Namespace) -> Output:
             f"refusing to delete {args.name} in {region} without --yes",
             fix="re-run with --yes, or --dry-run to see what would be deleted",
         )
-    result = delete_endpoint(args.name, region)
+    result = delete_endpoint(args.name, region, not_ours=args.not_ours)
     text = "deleted: " + (", ".join(result.deleted) or "nothing")
     if result.already_absent:
         text += "\nalready absent: " + ", ".join(result.already_absent)
@@ -567,6 +567,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             p.add_argument("--stream", action="store_true", help="stream tokens; reports time to first token")
         if name == "delete":
             p.add_argument("--yes", action="store_true", help="really delete")
+            p.add_argument(
+                "--not-ours",
+                action="store_true",
+                help="also delete an endpoint, config or model without this project's tag (not created here)",
+            )
 
     p = add_command(sub, "reap", _reap, "delete project endpoints past their lifetime tag")
     p.add_argument("--regions", default=None)

@@ -20,7 +20,7 @@ from gemma4_t4.sagemaker.aws import (
     is_not_found,
 )
 from gemma4_t4.sagemaker.cli_recipe import ApiCall
-from gemma4_t4.sagemaker.config import AUTOSCALING_TAG, EXPIRES_TAG
+from gemma4_t4.sagemaker.config import AUTOSCALING_TAG, EXPIRES_TAG, PROJECT_TAG, PROJECT_VALUE
 from gemma4_t4.sagemaker.cost import estimate, hours_between, is_ours
 from gemma4_t4.sagemaker.image import US_REGIONS, validate_region
 
@@ -492,32 +492,61 @@ def _other_endpoints_uses(sm: Any, name: str) -> tuple[dict[str, list[str]], dic
     return configs, models
 
 
-def plan_delete(sm: Any, name: str) -> DeletePlan:
+_DESCRIBE_ARN = {
+    "endpoint-config": ("describe_endpoint_config", "EndpointConfigName", "EndpointConfigArn"),
+    "model": ("describe_model", "ModelName", "ModelArn"),
+}
+
+
+def _ours(sm: Any, kind: str, resource: str) -> bool | None:
+    """Whether ``resource`` carries this project's tag (None: it does not exist)."""
+    operation, key, arn_key = _DESCRIBE_ARN[kind]
+    try:
+        arn = getattr(sm, operation)(**{key: resource}).get(arn_key)
+    except aws_exceptions() as exc:
+        if is_not_found(exc):
+            return None
+        raise aws_error(exc, f"{operation} {resource}") from exc
+    return is_ours(_tags(sm, arn))
+
+
+def plan_delete(sm: Any, name: str, not_ours: bool = False) -> DeletePlan:
     """(kind, name) to delete, endpoint first, names from the live chain when it exists.
 
-    An endpoint config or model that another endpoint still uses is kept and named with the
-    endpoints that use it (a shared model deleted under a live endpoint breaks its next update or
-    scaling). An endpoint tagged as autoscaled gets its scalable target deregistered first (that
-    also removes its scaling policies)."""
+    Only what this project created (its ``project`` tag) is deleted: an endpoint without the tag is
+    refused unless ``not_ours`` says to delete it anyway, and a config or model without it is kept
+    and named. A config or model another endpoint still uses is kept too, named with the endpoints
+    that use it (a shared model deleted under a live endpoint breaks its next update or scaling).
+    An endpoint tagged as autoscaled gets its scalable target deregistered first (that also removes
+    its scaling policies)."""
     config_name, models = name, [name]
     scaling: list[tuple[str, str]] = []
     try:
         desc = sm.describe_endpoint(EndpointName=name)
         config_name = desc.get("EndpointConfigName", name)
-        if AUTOSCALING_TAG in _tags(sm, desc.get("EndpointArn")):
+        tags = _tags(sm, desc.get("EndpointArn"))
+        if not is_ours(tags) and not not_ours:
+            raise Gemma4T4Error(
+                f"endpoint {name} was not created by gemma4-t4 (no {PROJECT_TAG}={PROJECT_VALUE} tag): not deleted",
+                fix="delete it with the AWS console or CLI, or pass --not-ours to delete it and its chain anyway",
+            )
+        if AUTOSCALING_TAG in tags:
             scaling = [("autoscaling", f"endpoint/{name}/variant/AllTraffic")]
     except aws_exceptions() as exc:
         if not is_not_found(exc):
             raise aws_error(exc, f"DescribeEndpoint {name}") from exc
     models = _config_models(sm, config_name) or models
     used_configs, used_models = _other_endpoints_uses(sm, name)
-    plan = DeletePlan([*scaling, ("endpoint", name)])
+    plan = DeletePlan([*scaling, ("endpoint", name)])  # a missing one is reported as already absent
     for kind, resource, users in (
         ("endpoint-config", config_name, used_configs.get(config_name)),
         *[("model", m, used_models.get(m)) for m in models],
     ):
+        ours = _ours(sm, kind, resource)
         if users:
             plan.kept.append(f"{kind}:{resource} (still used by endpoint {', '.join(sorted(users))})")
+        elif ours is False and not not_ours:
+            plan.kept.append(f"{kind}:{resource} (not created by gemma4-t4: no {PROJECT_TAG} tag)")
         else:
             plan.resources.append((kind, resource))
     return plan
@@ -573,7 +602,13 @@ def delete_resources(
 
 
 def delete_endpoint(
-    name: str, region: str, *, client: Any = None, dry_run: bool = False, autoscaling_client: Any = None
+    name: str,
+    region: str,
+    *,
+    client: Any = None,
+    dry_run: bool = False,
+    autoscaling_client: Any = None,
+    not_ours: bool = False,
 ) -> DeleteResult:
     """Delete autoscaling, endpoint, endpoint config and model(s). Safe to repeat: missing parts are
     reported. A config or model another endpoint uses is kept (``kept`` says why). The dry run reads
@@ -581,7 +616,7 @@ def delete_endpoint(
     validate_region(region)
     result = DeleteResult(name, region, dry_run=dry_run)
     sm = _client(client, "sagemaker", region)
-    plan = plan_delete(sm, name)
+    plan = plan_delete(sm, name, not_ours=not_ours)
     result.plan = [c.cli() for c in delete_plan(name, region, plan.resources)]
     result.kept = plan.kept
     if dry_run:
