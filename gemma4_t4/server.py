@@ -281,14 +281,16 @@ class ServerConfig:
                 f"invalid port {self.port!r}: vLLM is started on ports {low}-{high} (lower ones need root)",
                 fix=f"use a port between {low} and {high}, e.g. {DEFAULT_PORT}",
             )
-        for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens"):
+        for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size",
+                     "tensor_parallel_size", "kv_cache_space_gib"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
                 raise Gemma4T4Error(
-                    f"{name}={value!r} must be a positive whole number of tokens/sequences",
+                    f"{name}={value!r} must be a positive whole number",
                     fix=f"leave {name} out for the target's default, or pass a positive number",
                 )
-        if not 0.1 <= (self.gpu_memory_utilization or 0.9) <= 0.99:
+        utilization = 0.9 if self.gpu_memory_utilization is None else self.gpu_memory_utilization
+        if not 0.1 <= utilization <= 0.99:  # 0 is a value, not "unset": vLLM would get 0.0
             raise Gemma4T4Error(
                 f"gpu_memory_utilization={self.gpu_memory_utilization} is outside 0.1..0.99",
                 fix="use a value such as 0.90",

@@ -14,6 +14,7 @@ it was measuring is stopped by the server context's exit.
 from __future__ import annotations
 
 import datetime
+import math
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -136,6 +137,9 @@ def plan(
         drafter=drafter if enabled else f"no drafter, decode is not measured: {drafter}",
         prefill="bench-prefill's cached verdict for this GPU and versions (measured now if absent)",
     )
+    if not math.isfinite(minutes) or minutes <= 0:
+        raise Gemma4T4Error(f"--minutes {minutes!r} must be a positive number of minutes",
+                            fix=f"pass --minutes {int(the_plan.estimated_s // 60) + 1} (the plan's estimate)")
     if the_plan.estimated_s > minutes * 60:
         need = int(the_plan.estimated_s // 60) + 1
         raise Gemma4T4Error(

@@ -54,9 +54,14 @@ def test_an_avx2_host_cannot_run_int4_and_the_verdict_is_cached(tmp_path):
     build = cpuisa.cpu_build(flags=AVX2_HOST, machine="x86_64", package=package)
     assert (build.extension, build.int4, build.cached) == ("_C_AVX2", False, False)
     assert build.int4_refused and "lacks the int4 kernel cpu_gemm_wna16" in build.reason
-    (package / "_C_AVX2.abi3.so").unlink()  # a cached verdict is not recomputed
     again = cpuisa.cpu_build(flags=AVX2_HOST, machine="x86_64", package=package)
     assert again.cached and again.int4 is False and again.extension == "_C_AVX2"
+    # a vLLM upgraded in place (even in another interpreter, whose version is not read here)
+    # changes its extensions' size or time: the verdict is taken again, not served stale
+    library = package / "_C_AVX2.abi3.so"
+    library.write_bytes(library.read_bytes() + b"cpu_gemm_wna16")
+    upgraded = cpuisa.cpu_build(flags=AVX2_HOST, machine="x86_64", package=package)
+    assert not upgraded.cached and upgraded.int4 is True
     for flags, extension in ((AVX512_HOST, "_C_AVX512"), (AVX512_BF16_HOST, "_C")):
         other = cpuisa.cpu_build(flags=flags, machine="x86_64", package=package)  # other flags: another key
         assert (other.extension, other.int4, other.cached) == (extension, True, False)

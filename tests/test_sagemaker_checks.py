@@ -197,3 +197,29 @@ async def test_mcp_typed_parameters_refuse_bad_values_before_the_tool_runs(
     limits = json.dumps(schema["properties"][field])
     assert any(k in limits for k in ('"minimum"', '"exclusiveMinimum"', '"boolean"')), limits
     assert mcp_server._OWNED == []  # nothing was launched
+
+
+def test_broken_and_looping_links_in_a_model_folder_are_refused_by_name(tmp_path):
+    from gemma4_t4.sagemaker.upload import scan_folder
+
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "model-00002-of-00002.safetensors").symlink_to(tmp_path / "gone.safetensors")
+    (model / "loop").symlink_to(model / "loop")
+    with pytest.raises(Gemma4T4Error) as info:
+        scan_folder(model)
+    text = str(info.value)
+    assert "model-00002-of-00002.safetensors" in text and "loop" in text and "broken" in text
+
+
+def test_an_expiry_extended_in_another_iso_form_is_read_not_reaped():
+    import datetime as dt
+
+    from gemma4_t4.sagemaker.config import EXPIRES_TAG
+    from gemma4_t4.sagemaker.cost import parse_expiry
+
+    when = dt.datetime(2099, 1, 1, tzinfo=dt.UTC)
+    for raw in ("2099-01-01T00:00:00Z", "2099-01-01T00:00:00+00:00", "2099-01-01T00:00:00"):
+        assert parse_expiry({EXPIRES_TAG: raw}) == when, raw
+    assert parse_expiry({EXPIRES_TAG: "next tuesday"}) is None

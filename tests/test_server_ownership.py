@@ -370,3 +370,13 @@ def test_run_keeps_its_scratch_under_out(tmp_path):
     )
     assert report.missing == ["01", "02", "03", "04"] and (tmp_path / "out" / ".work").is_dir()
     assert (REPO_ROOT / ".cache" / "notebooks").exists() == before
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("gpu_memory_utilization", 0), ("tensor_parallel_size", 0), ("block_size", -3), ("kv_cache_space_gib", 0)],
+)
+def test_non_positive_sizes_are_refused_before_any_launch(field, value):
+    config = ServerConfig(model="m", target="t4", port=free_port(), **{field: value})
+    with pytest.raises(Gemma4T4Error, match=field):
+        config.validate()

@@ -137,6 +137,9 @@ def test_dry_run_prints_the_plan_and_starts_nothing(t4_host, tmp_path, capsys):
     assert not work.exists() and not t4_host.exists()
     code, _, err = _cli(capsys, "tune", "--model", MODEL, "--dry-run", "--minutes", "1")
     assert code == 2 and "--minutes" in err and "fix:" in err
+    for nonsense in ("nan", "inf", "-1", "0"):
+        code, _, err = _cli(capsys, "tune", "--model", MODEL, "--dry-run", "--minutes", nonsense)
+        assert code == 2 and "must be a positive number" in err, err
 
 
 def test_tune_without_a_gpu_says_where_to_run_it(tmp_path, monkeypatch, capsys):

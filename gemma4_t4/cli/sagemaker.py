@@ -50,7 +50,7 @@ def _common(parser: argparse.ArgumentParser, region: bool = True) -> None:
 
 
 def _recipe(commands: list[str]) -> str:
-    return "# dry run: nothing was called. Equivalent AWS CLI:\n" + "\n".join(commands)
+    return "# dry run: nothing was created or changed (read-only lookups only). Equivalent AWS CLI:\n" + "\n".join(commands)
 
 
 # -- handlers ---------------------------------------------------------------------------------

@@ -45,10 +45,11 @@ def parse_expiry(tags: dict[str, str]) -> dt.datetime | None:
     raw = tags.get(EXPIRES_TAG)
     if not raw:
         return None
-    try:
-        return dt.datetime.strptime(raw, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
+    try:  # what deploy writes (...Z), and any ISO 8601 time a user extends it with (+00:00, no zone = UTC)
+        parsed = dt.datetime.fromisoformat(raw.replace("Z", "+00:00"))
     except ValueError:
         return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
 
 
 def is_ours(tags: dict[str, str]) -> bool:

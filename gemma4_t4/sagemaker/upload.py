@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
 import shlex
 import sys
 from collections.abc import Callable
@@ -104,8 +105,13 @@ def scan_folder(folder: str | Path) -> list[LocalFile]:
         if path.is_symlink():
             # A link is uploaded as the bytes it points to: one pointing outside the folder (a file or
             # a whole folder, which rglob would silently skip) or at a hidden file would upload
-            # something that is not the model. Refused, every one named, before any byte is sent.
-            target = path.resolve()
+            # something that is not the model; a broken one would leave a file out. Refused, every
+            # one named, before any byte is sent.
+            try:
+                target = path.resolve(strict=True)
+            except (OSError, RuntimeError) as exc:  # missing target, or a loop
+                refused.append(f"{rel} -> {os.readlink(path)} (broken: {type(exc).__name__})")
+                continue
             if not target.is_relative_to(real_root):
                 refused.append(f"{rel} -> {target} (outside the folder)")
                 continue
@@ -117,7 +123,7 @@ def scan_folder(folder: str | Path) -> list[LocalFile]:
         files.append(LocalFile(rel.as_posix(), path, path.stat().st_size, _sha256(path)))
     if refused:
         raise Gemma4T4Error(
-            f"{len(refused)} link(s) in {root} point outside the model or at hidden files: "
+            f"{len(refused)} link(s) in {root} are broken or point outside the model or at hidden files: "
             + "; ".join(refused),
             fix="copy the real files into the folder (cp -L), or remove the links",
         )
