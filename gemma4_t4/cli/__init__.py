@@ -118,9 +118,12 @@ def report_error(exc: BaseException, as_json: bool, debug: bool) -> int:
     if debug:
         traceback.print_exception(exc, file=sys.stderr)
     if as_json:
-        print(json.dumps(to_jsonable(error.to_dict()), indent=2))
-    else:
-        print(f"error: {error}", file=sys.stderr)
+        try:
+            print(json.dumps(to_jsonable(error.to_dict()), indent=2))
+            return 2
+        except OSError:  # stdout itself failed (a full disk, a closed pipe): say it where it can be read
+            pass
+    print(f"error: {error}", file=sys.stderr)
     return 2
 
 
