@@ -391,3 +391,19 @@ def test_run_comparison_shows_drafter_off_against_on():
     )
     text = RunComparison("off", "on", [CellComparison(("decode",), "c1", "c1", [], None, on)]).text()
     assert "drafter" in text and "A off  B accepted 50.0%, mean accepted length 2.50" in text
+
+
+def test_sagemaker_deploy_cli_plan_carries_the_drafter(capsys, monkeypatch):
+    from gemma4_t4.cli import main as cli_main
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    image = "763104351884.dkr.ecr.us-east-2.amazonaws.com/vllm:0.30.0-gpu-py312-cu130-ubuntu24.04-sagemaker-v1.2"
+    code = cli_main(["sagemaker", "deploy", "--name", "g6", "--model-id", "google/gemma-4-E2B-it",
+                     "--instance-type", "ml.g6.xlarge", "--region", "us-east-2", "--image-uri", image,
+                     "--draft", "auto", "--num-draft-tokens", "2", "--dry-run"])
+    out = capsys.readouterr().out
+    assert code == 0 and "SM_VLLM_SPECULATIVE_CONFIG" in out and "google/gemma-4-E2B-it-assistant" in out
+    assert cli_main(["sagemaker", "deploy", "--name", "g6", "--model-id", "google/gemma-4-E2B-it",
+                     "--instance-type", "ml.g6.xlarge", "--region", "us-east-2", "--image-uri", image,
+                     "--draft", "auto", "--num-draft-tokens", "0", "--dry-run"]) == 2

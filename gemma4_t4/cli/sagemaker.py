@@ -227,6 +227,8 @@ def _config_from(args: argparse.Namespace):
         min_instances=args.min_instances,
         max_instances=args.max_instances,
         scaling_target=args.scaling_target if args.scaling_target is not None else DEFAULT_SCALING_TARGET,
+        draft=args.draft,
+        num_draft_tokens=args.num_draft_tokens,
     )
 
 
@@ -468,6 +470,13 @@ def _deploy_args(p: argparse.ArgumentParser, name: bool = True) -> None:
         help="target invocations per instance per minute for target tracking (default 4; needs "
         "--min-instances/--max-instances, refused alone)",
     )
+    p.add_argument(
+        "--draft",
+        default="off",
+        help="speculative decoding: off | auto (Google's assistant for the model's size and build) | an "
+        "assistant's hub id; sent to the container as SM_VLLM_SPECULATIVE_CONFIG",
+    )
+    p.add_argument("--num-draft-tokens", type=int, default=3, help="draft tokens per step with --draft (1..16)")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
