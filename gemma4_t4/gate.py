@@ -577,35 +577,37 @@ def _torch_fix_command() -> str | None:
 _FACT_NAMES = {f.name for f in fields(GateFacts)}
 
 
+def _ask(probe: Callable[..., ProbeAnswer], *args: Any) -> ProbeAnswer:
+    """A probe's answer; one that fails answers only a note saying why (its facts stay unknown)."""
+    try:
+        return dict(probe(*args))
+    except Exception as exc:  # noqa: BLE001 - any probe failure is a note, never a crash of the gate
+        return {"_note": f"{type(exc).__name__}: {exc}"}
+
+
+def _merge(facts: GateFacts, check: str, found: ProbeAnswer) -> None:
+    note = found.pop("_note", None)
+    if note:
+        facts.notes.append(f"{check}: {note}")
+    for key, value in found.items():
+        if key in _FACT_NAMES:
+            setattr(facts, key, value)
+
+
 def collect_facts(config: Any, probes: GateProbes | None = None) -> GateFacts:
     """Run every probe; a probe that fails leaves its facts unknown and a note saying why."""
     probes = probes or GateProbes()
     facts = GateFacts(target=config.target, model=str(config.model))
-
-    def merge(check: str, found: ProbeAnswer) -> None:
-        note = found.pop("_note", None)
-        if note:
-            facts.notes.append(f"{check}: {note}")
-        for key, value in found.items():
-            if key in _FACT_NAMES:
-                setattr(facts, key, value)
-
-    def run(check: str, probe: Callable[..., ProbeAnswer], *args: Any) -> ProbeAnswer:
-        try:
-            return dict(probe(*args))
-        except Exception as exc:
-            return {"_note": f"{type(exc).__name__}: {exc}"}
-
-    device = run("torch", probes.torch)
-    merge("torch", dict(device))
+    device = _ask(probes.torch)
+    _merge(facts, "torch", dict(device))
     if facts.platform is None:
         try:
             facts.platform = probes.platform()
         except Exception:
             facts.platform = None
-    merge("turing", run("turing", probes.turing, facts.compute_capability))
-    merge("host_memory", run("host_memory", probes.host_memory))
-    merge("model", run("model", probes.model, config, device))
+    _merge(facts, "turing", _ask(probes.turing, facts.compute_capability))
+    _merge(facts, "host_memory", _ask(probes.host_memory))
+    _merge(facts, "model", _ask(probes.model, config, device))
     if facts.compute_capability is not None:
         facts.compute_capability = tuple(facts.compute_capability)  # type: ignore[assignment]
     return facts
@@ -616,16 +618,8 @@ def check_cpu_start(config: Any, force: bool = False, probes: GateProbes | None 
     unless they pass or ``force``."""
     probes = probes or GateProbes()
     facts = GateFacts(target=config.target, model=str(config.model))
-    try:
-        found = dict(probes.cpu_build(config))
-    except Exception as exc:  # noqa: BLE001 - an unknown fact never refuses a CPU launch (see _judge_cpu_int4)
-        found = {"_note": f"{type(exc).__name__}: {exc}"}
-    note = found.pop("_note", None)
-    if note:
-        facts.notes.append(f"cpu_int4: {note}")
-    for key, value in found.items():
-        if key in _FACT_NAMES:
-            setattr(facts, key, value)
+    # a probe that fails leaves the fact unknown, and an unknown fact never refuses (_judge_cpu_int4)
+    _merge(facts, "cpu_int4", _ask(probes.cpu_build, config))
     reasons = judge_cpu(facts)
     result = GateResult(ok=not reasons, forced=bool(force and reasons), reasons=reasons, facts=facts)
     if reasons and not force:

@@ -82,26 +82,29 @@ class RepackReport:
     cleanup: list[str] = field(default_factory=list)  # stale partial output this run removed or restored
 
 
-class OffGridError(Gemma4T4Error):
+class TensorsRefused(Gemma4T4Error):
+    """A repack refused because of some tensors (named with a count each); nothing was written."""
+
+    json_key = "tensors"
+
+    def __init__(self, message: str, fix: str, tensors: dict[str, int]):
+        super().__init__(message, fix=fix)
+        self.tensors = tensors
+
+    def to_dict(self) -> dict:
+        return {**super().to_dict(), self.json_key: self.tensors}
+
+
+class OffGridError(TensorsRefused):
     """Some groups are not on the int4 lattice; nothing was written."""
 
-    def __init__(self, message: str, fix: str, tensors: dict[str, int]):
-        super().__init__(message, fix=fix)
-        self.tensors = tensors
-
-    def to_dict(self) -> dict:
-        return {**super().to_dict(), "off_grid_tensors": self.tensors}
+    json_key = "off_grid_tensors"
 
 
-class NonFiniteError(Gemma4T4Error):
+class NonFiniteError(TensorsRefused):
     """Some weights to quantize are NaN or Inf; nothing was written (with or without requantizing)."""
 
-    def __init__(self, message: str, fix: str, tensors: dict[str, int]):
-        super().__init__(message, fix=fix)
-        self.tensors = tensors
-
-    def to_dict(self) -> dict:
-        return {**super().to_dict(), "non_finite_tensors": self.tensors}
+    json_key = "non_finite_tensors"
 
 
 # A quantizer turns one block as read (uint16 bf16 bits or floats; lattice.as_values widens it)
