@@ -124,7 +124,9 @@ def test_decode_and_answers_through_the_typed_spine(vllm_server, tmp_path):
         out_dir=str(tmp_path / "typed"),
         concurrency=[1, 2],
         input_len=64,
-        output_len=6,
+        # 24 tokens: enough gaps for a per-stream rate even when vLLM's CPU build streams a few
+        # tokens per chunk (a 6-token reply could arrive in one chunk: no rate, honestly None)
+        output_len=24,
         num_prompts=3,
         warmup=1,
         **_opts(vllm_server),
@@ -132,7 +134,7 @@ def test_decode_and_answers_through_the_typed_spine(vllm_server, tmp_path):
     run = run_benchmark(args)
     assert all(isinstance(c, CellSummary) for c in run.cells)
     c2 = run.cell(workload="decode", concurrency=2)
-    assert c2.completed == 3 and c2.total_output_tokens == 18 and c2.prefix_cache.hits == 0
+    assert c2.completed == 3 and c2.total_output_tokens == 72 and c2.prefix_cache.hits == 0
     assert set(run.per_stream_by_concurrency()) == {1, 2} and all(
         v > 0 for v in run.per_stream_by_concurrency().values()
     )
