@@ -233,26 +233,15 @@ def test_a_draft_model_mixing_sliding_and_full_layers_is_refused(tiny_model_dir,
     assert "one attention type" in err.value.fix
 
 
+def _print_cpu_launch(model, draft: str, num_draft_tokens: str, capsys) -> tuple[int, dict]:
+    """``serve start --target cpu ... --print-command --json`` with a drafter: (exit code, JSON)."""
+    code = main(["serve", "start", "--target", "cpu", "--model", str(model), "--dtype", "bfloat16",
+                 "--draft", draft, "--num-draft-tokens", num_draft_tokens, "--print-command", "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
 def test_print_command_shows_the_exact_speculative_config(tiny_model_dir, tiny_drafter_dir, capsys):
-    code = main(
-        [
-            "serve",
-            "start",
-            "--target",
-            "cpu",
-            "--model",
-            str(tiny_model_dir),
-            "--dtype",
-            "bfloat16",
-            "--draft",
-            str(tiny_drafter_dir),
-            "--num-draft-tokens",
-            "5",
-            "--print-command",
-            "--json",
-        ]
-    )
-    data = json.loads(capsys.readouterr().out)
+    code, data = _print_cpu_launch(tiny_model_dir, str(tiny_drafter_dir), "5", capsys)
     assert code == 0 and data["started"] is False
     assert data["speculative_config"] == {"model": str(tiny_drafter_dir), "num_speculative_tokens": 5}
     assert (
@@ -262,25 +251,7 @@ def test_print_command_shows_the_exact_speculative_config(tiny_model_dir, tiny_d
 
 
 def test_cli_refuses_zero_draft_tokens_with_the_fix(tiny_model_dir, capsys):
-    code = main(
-        [
-            "serve",
-            "start",
-            "--target",
-            "cpu",
-            "--model",
-            str(tiny_model_dir),
-            "--dtype",
-            "bfloat16",
-            "--draft",
-            "self",
-            "--num-draft-tokens",
-            "0",
-            "--print-command",
-            "--json",
-        ]
-    )
-    data = json.loads(capsys.readouterr().out)
+    code, data = _print_cpu_launch(tiny_model_dir, "self", "0", capsys)
     assert code == 2 and "outside 1..16" in data["message"] and "--draft off" in data["fix"]
 
 
