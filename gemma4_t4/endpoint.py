@@ -1,0 +1,446 @@
+"""One thing that serves Gemma 4 over the OpenAI API, owned end to end: a local vLLM server (a T4,
+another GPU, or the CPU) or a SageMaker endpoint.
+
+An :class:`Endpoint` has a URL (``http://HOST:PORT`` or ``sagemaker://REGION/NAME``), the model
+name it serves, a tokenizer for exact prompt lengths, what it has cost so far, and ``stop()``. It
+is a context manager: leaving the block, normally, by an exception or by SIGINT/SIGTERM/SIGHUP
+(:func:`gemma4_t4.signals.orderly_stop`), stops the server, or deletes the endpoint with its
+config, model and scaling policy. A notebook, whose cells cannot share one ``with`` block, calls
+``stop()`` in its clean-up cell; the endpoint is also stopped when the process exits.
+
+Ownership is recorded (one small JSON file per endpoint under the cache root's ``owned/``) with
+the owning process's pid and start time. A process killed outright (``kill -9``, a killed notebook
+kernel) runs no clean-up; the next :class:`Endpoint` (or ``gemma4-t4 serve status``) finds its
+record, sees the owner gone and stops or deletes what it left (:func:`reap_orphans`). A local
+server is stopped by its own supervisor as soon as its owner dies; the record is the second line.
+A name already owned by a live process is refused.
+
+A :class:`Budget` caps what SageMaker endpoints may spend together: an endpoint whose estimate does
+not fit what is left is refused before it is deployed, and one that is up when the budget runs out
+is deleted at once.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel
+
+from gemma4_t4 import signals
+from gemma4_t4.atomic import atomic_write_text
+from gemma4_t4.cache import cache_root
+from gemma4_t4.errors import Gemma4T4Error
+
+Venue = Literal["local", "sagemaker"]
+
+# A T4 endpoint took 13.2 min to InService in the series, an L4 ~10 min (reference_system.md);
+# what one endpoint is expected to cost is priced for this long before it is deployed.
+DEPLOY_MINUTES = 15.0
+MEASURE_MINUTES = 10.0
+
+
+# ---------------------------------------------------------------- ownership records
+
+
+class OwnershipRecord(BaseModel):
+    """Who owns a running server or endpoint, so that a later command can reap it."""
+
+    venue: Venue
+    name: str  # the served name (local) or the endpoint's name (SageMaker)
+    url: str
+    owner_pid: int
+    owner_create_time: float
+    started_at: float
+    region: str | None = None  # SageMaker
+    work_dir: str | None = None  # local: the server's state folder
+    port: int | None = None  # local
+
+
+def owned_dir() -> Path:
+    return cache_root() / "owned"
+
+
+def _record_path(venue: Venue, name: str, port: int | None = None) -> Path:
+    key = f"{venue}-{name}" + (f"-{port}" if port else "")
+    return owned_dir() / (key.replace("/", "_") + ".json")
+
+
+def _owner_alive(record: OwnershipRecord) -> bool:
+    from gemma4_t4.server import pid_alive
+
+    return pid_alive(record.owner_pid, record.owner_create_time)
+
+
+def _this_process() -> tuple[int, float]:
+    import psutil
+
+    return os.getpid(), psutil.Process().create_time()
+
+
+def owned_records() -> list[tuple[Path, OwnershipRecord | None]]:
+    """Every ownership record on this machine (``None`` for one that cannot be read)."""
+    folder = owned_dir()
+    if not folder.is_dir():
+        return []
+    found = []
+    for path in sorted(folder.glob("*.json")):
+        try:
+            found.append((path, OwnershipRecord.model_validate_json(path.read_text())))
+        except (OSError, ValueError):
+            found.append((path, None))
+    return found
+
+
+@dataclass
+class Reaped:
+    name: str
+    venue: Venue
+    action: str  # "stopped" | "deleted" | "failed: ..."
+
+
+def reap_orphans(*, sagemaker_client: object = None) -> list[Reaped]:
+    """Stop or delete whatever a dead owner left (its record says what), then drop the record.
+    A record that cannot be read is named and kept (it is not ours to guess at)."""
+    reaped = []
+    for path, record in owned_records():
+        if record is None or _owner_alive(record):
+            continue
+        try:
+            if record.venue == "local":
+                from gemma4_t4.server import state_path, stop_server
+
+                if record.port and state_path(record.work_dir or ".", record.port).exists():
+                    stop_server(record.port, record.work_dir or ".")
+                action = "stopped"  # (or its supervisor had already stopped it and cleaned up)
+            else:
+                from gemma4_t4.sagemaker.ops import delete_endpoint
+
+                delete_endpoint(record.name, record.region or "", client=sagemaker_client)
+                action = "deleted"
+        except Gemma4T4Error as exc:
+            action = f"failed: {exc.message}"
+        except Exception as exc:  # noqa: BLE001 - named in the result; the record stays for next time
+            action = f"failed: {type(exc).__name__}: {exc}"
+        if not action.startswith("failed"):
+            path.unlink(missing_ok=True)
+        reaped.append(Reaped(record.name, record.venue, action))
+    return reaped
+
+
+# ---------------------------------------------------------------- budget
+
+
+class Budget:
+    """A hard USD cap shared by the SageMaker endpoints it is given to."""
+
+    def __init__(self, usd: float):
+        if not 0 < usd < float("inf"):
+            raise Gemma4T4Error(f"budget {usd!r} must be a positive number of USD", fix="e.g. BUDGET_USD = 5")
+        self.usd = usd
+        self._closed = 0.0
+        self._live: list[Endpoint] = []
+        self._lock = threading.Lock()
+
+    @property
+    def spent_usd(self) -> float:
+        with self._lock:
+            return round(self._closed + sum(e.cost_usd() for e in self._live), 4)
+
+    @property
+    def left_usd(self) -> float:
+        return self.usd - self.spent_usd
+
+    def admit(self, endpoint: Endpoint, estimate_usd: float) -> None:
+        left = self.left_usd
+        if estimate_usd > left:
+            raise Gemma4T4Error(
+                f"{endpoint.name} would cost ~${estimate_usd:.2f}; ${left:.2f} of the ${self.usd:.2f} budget is left",
+                fix="raise the budget (BUDGET_USD / --budget-usd) or deploy fewer endpoints",
+            )
+        with self._lock:
+            self._live.append(endpoint)
+
+    def close(self, endpoint: Endpoint) -> None:
+        with self._lock:
+            if endpoint in self._live:
+                self._live.remove(endpoint)
+                self._closed += endpoint.cost_usd()
+
+
+# ---------------------------------------------------------------- the endpoint
+
+
+class Endpoint:
+    """A running server or endpoint this process owns. Build one with :meth:`local` or
+    :meth:`sagemaker` (or ``gemma4_t4.notebook.endpoint``); use it as a context manager or call
+    :meth:`stop`. Any ``bench.specs`` workload runs on it: ``bench.run(endpoint, spec, out_dir)``."""
+
+    def __init__(
+        self,
+        venue: Venue,
+        name: str,
+        url: str,
+        served_name: str,
+        *,
+        tokenizer: str | None = None,
+        gpu: str | None = None,
+        usd_per_hour: float = 0.0,
+        max_num_seqs: int | None = None,
+        api_key: str | None = None,
+        exposes_metrics: bool = False,
+    ):
+        self.venue = venue
+        self.name = name
+        self.url = url
+        self.served_name = served_name
+        self.tokenizer = tokenizer
+        self.gpu = gpu
+        self.usd_per_hour = usd_per_hour
+        self.max_num_seqs = max_num_seqs
+        self.api_key = api_key
+        self.exposes_metrics = exposes_metrics  # /metrics (the prefix cache's hit rate): a local vLLM only
+        self.started = time.monotonic()
+        self.stopped_reason: str | None = None  # why it stopped early (e.g. the budget ran out)
+        self._stop: Callable[[], None] | None = None
+        self._stopped_at: float | None = None
+        self._record: Path | None = None
+        self._budget: Budget | None = None
+        self._signals: object = None
+        self._lock = threading.Lock()
+        self.server = None  # the local VLLMServer (its config for restarts with other options)
+
+    def __repr__(self) -> str:
+        state = "stopped" if self.stopped else "running"
+        return f"Endpoint({self.venue}, {self.url}, serving {self.served_name!r}, {state})"
+
+    # -- what it costs --------------------------------------------------------------------------
+
+    def cost_usd(self) -> float:
+        """What this endpoint has cost so far: its price per hour times its time up (0 on a CPU)."""
+        end = self._stopped_at if self._stopped_at is not None else time.monotonic()
+        return round(self.usd_per_hour * (end - self.started) / 3600.0, 4)
+
+    # -- lifetime -------------------------------------------------------------------------------
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped_at is not None
+
+    def stop(self) -> None:
+        """Stop the server or delete the endpoint (config, model and scaling policy too). Safe to
+        repeat; the ownership record goes once it is done."""
+        with self._lock:
+            if self._stopped_at is not None:
+                return
+            self._stopped_at = time.monotonic()
+        try:
+            if self._stop is not None:
+                self._stop()
+        finally:
+            if self._budget is not None:
+                self._budget.close(self)
+            if self._record is not None:
+                self._record.unlink(missing_ok=True)
+
+    def __enter__(self) -> Endpoint:
+        # SIGTERM and SIGHUP unwind through __exit__ like Ctrl-C (the one signal rule)
+        self._signals = signals.orderly_stop()
+        self._signals.__enter__()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            self.stop()
+        finally:
+            guard, self._signals = self._signals, None
+            if guard is not None:
+                guard.__exit__(exc_type, exc, tb)
+
+    # -- ownership ------------------------------------------------------------------------------
+
+    def _own(self, region: str | None = None, work_dir: str | None = None, port: int | None = None) -> None:
+        path = _record_path(self.venue, self.name, port)
+        if path.exists():
+            try:
+                held = OwnershipRecord.model_validate_json(path.read_text())
+            except ValueError:
+                held = None
+            if held is not None and _owner_alive(held) and held.owner_pid != os.getpid():
+                raise Gemma4T4Error(
+                    f"{self.venue} endpoint {self.name!r} is owned by process {held.owner_pid} (started "
+                    f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(held.started_at))})",
+                    fix="use another name, or stop that process first (its endpoint goes with it)",
+                )
+        pid, created = _this_process()
+        record = OwnershipRecord(
+            venue=self.venue,
+            name=self.name,
+            url=self.url,
+            owner_pid=pid,
+            owner_create_time=created,
+            started_at=time.time(),
+            region=region,
+            work_dir=work_dir,
+            port=port,
+        )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, record.model_dump_json(indent=1))
+        self._record = path
+        atexit.register(self.stop)
+
+    # -- builders -------------------------------------------------------------------------------
+
+    @classmethod
+    def local(
+        cls, config, *, tokenizer: str | None = None, gpu: str | None = None, quiet: bool = False
+    ) -> Endpoint:
+        """Start vLLM for ``config`` (a :class:`gemma4_t4.server.ServerConfig`) through the start gate,
+        owned by this process: stopped when the block ends, when the process exits, and by the
+        server's supervisor when the process is killed. An interrupted start stops what it started."""
+        from gemma4_t4 import hardware
+        from gemma4_t4.server import start_server
+
+        reap_orphans()
+        pid, created = _this_process()
+        owner = {
+            "kind": "endpoint owner",
+            "pid": pid,
+            "create_time": created,
+            "on_exit": "stopped when this process exits, even if it is killed",
+            "stop_with_owner": True,
+        }
+        started = time.monotonic()
+        server = start_server(config, owner=owner)
+        price = hardware.PRICES.get(gpu) if gpu else None
+        endpoint = cls(
+            "local",
+            config.resolved_name(),
+            server.base_url,
+            config.resolved_name(),
+            tokenizer=tokenizer or (str(config.model)),
+            gpu=gpu,
+            usd_per_hour=price.usd_per_hour if price else 0.0,
+            max_num_seqs=config.max_num_seqs,
+            api_key=config.api_key,
+            exposes_metrics=True,
+        )
+        endpoint.server = server
+        endpoint._stop = server.stop
+        try:
+            endpoint._own(work_dir=str(config.work_dir), port=config.port)
+        except BaseException:
+            server.stop()
+            raise
+        if not quiet:
+            print(
+                f"vLLM serving {endpoint.served_name} at {endpoint.url} "
+                f"(ready in {time.monotonic() - started:.0f} s, log: {server.log_path})"
+            )
+        return endpoint
+
+    @classmethod
+    def sagemaker(
+        cls,
+        config,
+        *,
+        budget: Budget | None = None,
+        tokenizer: str | None = None,
+        client: object = None,
+        poll_s: float = 15.0,
+        progress: bool = True,
+        watch_s: float = 5.0,
+    ) -> Endpoint:
+        """Deploy ``config`` (a :class:`gemma4_t4.sagemaker.config.DeployConfig`) and wait until it is
+        InService. A failed deploy rolls back what it created; an interrupted one (Ctrl-C, SIGTERM,
+        SIGHUP) deletes it. With ``budget`` the endpoint is refused before deploying when its
+        estimate does not fit, and deleted the moment the budget is spent."""
+        from gemma4_t4.hardware import PRICES
+        from gemma4_t4.sagemaker.deploy import deploy, deploy_cost
+        from gemma4_t4.sagemaker.ops import delete_endpoint
+
+        config.validate(require_role=True)
+        rate = deploy_cost(config).usd_per_hour
+        if rate is None:
+            raise Gemma4T4Error(
+                f"no price for {config.instance_type}: its cost cannot be tracked",
+                fix="use an instance type listed in gemma4_t4.hardware.PRICES",
+            )
+        served = config.container_env()["SM_VLLM_SERVED_MODEL_NAME"]
+        price = PRICES.get(f"sagemaker:{config.instance_type}")
+        endpoint = cls(
+            "sagemaker",
+            config.name,
+            f"sagemaker://{config.region}/{config.name}",
+            served,
+            tokenizer=tokenizer or (None if config.model_data_s3_uri else config.model_id),
+            gpu=price.gpu if price else None,
+            usd_per_hour=rate,
+            max_num_seqs=config.max_num_seqs,
+        )
+        reap_orphans(sagemaker_client=client)
+
+        def delete() -> None:
+            delete_endpoint(config.name, config.region, client=client)
+
+        endpoint._stop = delete
+        if budget is not None:
+            budget.admit(endpoint, rate * (DEPLOY_MINUTES + MEASURE_MINUTES) / 60.0)
+            endpoint._budget = budget
+        try:
+            endpoint._own(region=config.region)
+            with signals.orderly_stop():
+                deploy(config, client=client, progress=progress, poll_s=poll_s)
+        except BaseException:
+            endpoint.stop()  # rolled back by deploy already where it failed; this catches the rest
+            raise
+        if budget is not None:
+            _BudgetWatch(endpoint, budget, watch_s).start()
+        return endpoint
+
+
+class _BudgetWatch(threading.Thread):
+    """Deletes the endpoint the moment the shared budget is spent (daemon: never outlives it)."""
+
+    def __init__(self, endpoint: Endpoint, budget: Budget, every_s: float):
+        super().__init__(name=f"budget-{endpoint.name}", daemon=True)
+        self.endpoint, self.budget, self.every_s = endpoint, budget, every_s
+
+    def run(self) -> None:
+        while not self.endpoint.stopped:
+            if self.budget.spent_usd >= self.budget.usd:
+                self.endpoint.stopped_reason = (
+                    f"budget ${self.budget.usd:.2f} spent while {self.endpoint.name} was up; deleted it"
+                )
+                self.endpoint.stop()
+                return
+            time.sleep(self.every_s)
+
+
+def served_endpoint(
+    url: str,
+    served_name: str,
+    *,
+    tokenizer: str | None = None,
+    gpu: str | None = None,
+    api_key: str | None = None,
+) -> Endpoint:
+    """An endpoint someone else runs (``gemma4-t4 serve start``, another machine): measured, never
+    stopped by this process."""
+    endpoint = Endpoint(
+        "local" if url.startswith("http") else "sagemaker",
+        served_name,
+        url,
+        served_name,
+        tokenizer=tokenizer,
+        gpu=gpu,
+        api_key=api_key,
+        exposes_metrics=url.startswith("http"),
+    )
+    return endpoint
