@@ -304,29 +304,17 @@ class Endpoint:
         """Start vLLM for ``config`` (a :class:`gemma4_t4.server.ServerConfig`) through the start gate,
         owned by this process: stopped when the block ends, when the process exits, and by the
         server's supervisor when the process is killed. An interrupted start stops what it started."""
-        from gemma4_t4 import hardware
-        from gemma4_t4.server import start_server
-
         reap_orphans()
-        pid, created = _this_process()
-        owner = {
-            "kind": "endpoint owner",
-            "pid": pid,
-            "create_time": created,
-            "on_exit": "stopped when this process exits, even if it is killed",
-            "stop_with_owner": True,
-        }
         started = time.monotonic()
-        server = start_server(config, owner=owner)
-        price = hardware.PRICES.get(gpu) if gpu else None
+        server = start_owned_server(config)
         endpoint = cls(
             "local",
             config.resolved_name(),
             server.base_url,
             config.resolved_name(),
-            tokenizer=tokenizer or (str(config.model)),
+            tokenizer=tokenizer,  # None: the server's own /tokenize gives exact prompt lengths
             gpu=gpu,
-            usd_per_hour=price.usd_per_hour if price else 0.0,
+            usd_per_hour=0.0,  # what this package bills: nothing for a machine you already run
             max_num_seqs=config.max_num_seqs,
             api_key=config.api_key,
             exposes_metrics=True,
@@ -403,6 +391,25 @@ class Endpoint:
         if budget is not None:
             _BudgetWatch(endpoint, budget, watch_s).start()
         return endpoint
+
+
+def start_owned_server(config):
+    """Start ``config`` (a :class:`gemma4_t4.server.ServerConfig`) through the start gate, owned by
+    this process: its supervisor stops it when this process dies, even by ``kill -9``, and an
+    interrupted wait stops what it started. Returns the :class:`gemma4_t4.server.VLLMServer`."""
+    from gemma4_t4.server import start_server
+
+    pid, created = _this_process()
+    owner = {
+        "kind": "endpoint owner",
+        "pid": pid,
+        "create_time": created,
+        "on_exit": "stopped when this process exits, even if it is killed",
+        "stop_with_owner": True,
+    }
+    server = start_server(config, owner=owner)
+    atexit.register(server.stop)
+    return server
 
 
 class _BudgetWatch(threading.Thread):

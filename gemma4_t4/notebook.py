@@ -7,21 +7,29 @@ steps can be run and tested as ordinary Python.
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import math
 import os
 import shutil
 import sys
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from gemma4_t4 import env
 from gemma4_t4.atomic import atomic_write_json
+from gemma4_t4.endpoint import Budget, Endpoint
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.jsonable import JSONValue, to_jsonable
 from gemma4_t4.table import format_table
+
+if TYPE_CHECKING:
+    from gemma4_t4.bench.specs import WorkloadSpec
+
+__all__ = ["Budget", "Endpoint"]  # re-exported: a notebook builds both from here
 
 TARGETS = ("cpu", "t4", "sagemaker")
 AUTO = "auto"  # the notebooks' default: the GPU path where there is an NVIDIA GPU, else the CPU default
@@ -179,6 +187,11 @@ class RuntimeInfo:
     @property
     def cpu_count(self) -> int:
         return os.cpu_count() or 1
+
+    @property
+    def serves_on_this_gpu(self) -> bool:
+        """The part serves on this machine's GPU (TARGET 't4'): host changes (CUDA torch, swap) apply."""
+        return self.target == "t4"
 
     @property
     def is_t4(self) -> bool:
@@ -540,48 +553,188 @@ def drafter_for(target: str, work_dir: str | Path = ".") -> str:
     return "auto"
 
 
-def serve(model: str, target: str, work_dir: str | Path, name: str | None = None,
-          max_model_len: int | None = None, max_num_seqs: int = 8, enable_prefix_caching: bool = True,
-          **overrides: Any) -> Any:
-    """Start vLLM for ``target`` through the package's one launch path and wait until healthy.
+# ---------------------------------------------------------------- where a part runs: one Endpoint
 
-    A free local port is chosen. The server is owned by this process (the notebook's kernel): it
-    stops when the kernel exits normally (atexit), when the wait is interrupted (Ctrl-C), and, since
-    a killed kernel runs no atexit, its supervisor stops it when this process is gone. Returns the
-    :class:`gemma4_t4.server.VLLMServer`.
+# the SageMaker instance of each GPU a part deploys on (the series' T4 and L4 endpoints)
+SAGEMAKER_INSTANCE = {"t4": "ml.g4dn.xlarge", "l4": "ml.g6.xlarge"}
+# every endpoint a part creates is named with its prefix (what the clean-up check looks for)
+PART_PREFIX = {2: "g4-p2", 3: "g4-p3", 4: "g4-p4"}
+
+
+def endpoint(runtime: RuntimeInfo | str, model: str | Path, work_dir: str | Path, *, name: str,
+             part: int | None = None, region: str = "us-east-2", budget: Budget | None = None,
+             gpu: Literal["t4", "l4"] = "t4", max_num_seqs: int = 8, max_model_len: int | None = None,
+             enable_prefix_caching: bool = True, poll_s: float = 15.0) -> Endpoint:
+    """What serves ``model`` for this notebook, as one :class:`gemma4_t4.endpoint.Endpoint`; every
+    later cell is the same code on every venue.
+
+    - ``cpu`` or a local GPU (``t4``): vLLM started through the package's one launch path on a free
+      port, owned by this kernel (stopped with ``stop()``, when the kernel exits, and by its supervisor
+      if the kernel is killed); served as ``name``.
+    - ``sagemaker``: a billed endpoint on ``gpu``'s instance type (``ml.g4dn.xlarge`` for a T4) in
+      ``region``, serving ``model`` (a Hugging Face id, or a local folder uploaded to S3 first) as
+      ``name``; deleted by ``stop()``, at kernel exit, or by ``budget`` running out.
+
+    ``runtime`` is the parameters cell's :func:`runtime_check` result (or a TARGET string).
     """
+    from gemma4_t4.endpoint import Endpoint
+
+    target = runtime.target if isinstance(runtime, RuntimeInfo) else check_target(runtime)
+    if target == "sagemaker":
+        return _sagemaker_endpoint(model, name=name, part=part, region=region, budget=budget, gpu=gpu,
+                                   max_num_seqs=max_num_seqs, max_model_len=max_model_len, poll_s=poll_s)
     from gemma4_t4.server import ServerConfig, free_port
 
-    server_target = "cpu" if check_target(target) == "cpu" else "t4"
+    server_target = "cpu" if target == "cpu" else "t4"
     config = ServerConfig(
         model=str(model), target=server_target, served_model_name=name, port=free_port(),
         max_model_len=max_model_len or (2048 if server_target == "cpu" else 8192),
         max_num_seqs=max_num_seqs, enable_prefix_caching=enable_prefix_caching,
-        work_dir=str(Path(work_dir) / "vllm"), **overrides,
+        work_dir=str(Path(work_dir) / "vllm"),
     )
-    return start_owned(config)
+    local_gpu = runtime.gpu_key if isinstance(runtime, RuntimeInfo) and target != "cpu" else None
+    return Endpoint.local(config, gpu=local_gpu)
 
 
-def start_owned(config: Any) -> Any:
-    """Start ``config`` (a :class:`gemma4_t4.server.ServerConfig`) owned by this process: stopped
-    when the kernel exits (atexit), when the wait is interrupted, and by its supervisor when the
-    kernel is killed. Every server a notebook starts goes through here."""
-    import atexit
-    import os
-    import time
+def _sagemaker_endpoint(model: str | Path, *, name: str, part: int | None, region: str, budget: Budget | None,
+                        gpu: str, max_num_seqs: int, max_model_len: int | None, poll_s: float) -> Endpoint:
+    from gemma4_t4.endpoint import Endpoint
+    from gemma4_t4.sagemaker.config import DeployConfig
+    from gemma4_t4.sagemaker.matrix import endpoint_name
 
-    import psutil
+    if gpu not in SAGEMAKER_INSTANCE:
+        raise Gemma4T4Error(f"no SageMaker instance for gpu={gpu!r}", fix=f"use one of {', '.join(SAGEMAKER_INSTANCE)}")
+    prefix = PART_PREFIX.get(part or 0, "g4-nb")
+    config = DeployConfig(
+        region=region, instance_type=SAGEMAKER_INSTANCE[gpu], model_id=str(model), served_model_name=name,
+        max_num_seqs=max_num_seqs, max_model_len=max_model_len or 8192, ttl_hours=2.0,
+        name=endpoint_name(f"{prefix}-{gpu}", name),
+    )
+    tokenizer = None
+    folder = Path(model)
+    if folder.is_dir():  # a local build (Part 3's repack): uploaded once, served from S3
+        from gemma4_t4.sagemaker.upload import upload_model_folder
 
-    from gemma4_t4.server import start_server
-
-    owner = {"kind": "notebook kernel", "pid": os.getpid(), "create_time": psutil.Process().create_time(),
-             "on_exit": "stopped when this process exits, even if it is killed", "stop_with_owner": True}
+        upload = upload_model_folder(folder, region)
+        print(f"{folder.name}: {len(upload.files)} files, {upload.total_bytes / 1e9:.2f} GB at {upload.s3_uri}")
+        config = dataclasses.replace(config, model_id=folder.name, model_data_s3_uri=upload.s3_uri)
+        tokenizer = str(folder)
     started = time.monotonic()
-    server = start_server(config, owner=owner)  # an interrupted wait stops the server it started
-    atexit.register(server.stop)
-    print(f"vLLM serving {config.resolved_name()} at {server.base_url} "
-          f"(ready in {time.monotonic() - started:.0f} s, log: {server.log_path})")
-    return server
+    served = Endpoint.sagemaker(config, budget=budget, tokenizer=tokenizer, poll_s=poll_s)
+    print(f"{config.instance_type} endpoint {config.name} InService in {time.monotonic() - started:.0f} s, "
+          f"serving {served.served_name} ({served.usd_per_hour:.2f} $/h; budget left: "
+          + (f"${budget.left_usd:.2f})" if budget else "none set)"))
+    return served
+
+
+@dataclass
+class RepackServing:
+    """Which repack a venue serves next to its QAT source (Part 3), or why it serves none."""
+
+    folder: Path | None
+    why: str
+
+    def pairs(self, source: str | Path) -> list[tuple[str, Path]]:
+        """(label, folder) to serve in turn: the QAT source, then the repack; none without a repack."""
+        return [] if self.folder is None else [("qat", Path(source)), ("repack", self.folder)]
+
+
+def repack_to_serve(runtime: RuntimeInfo, work_dir: str | Path) -> RepackServing:
+    """On a GPU or SageMaker the emb4 repack; on ``cpu`` the linear-only repack where vLLM's CPU build
+    has its int4 kernel (AVX-512), and none where it does not (the start gate's own probe, cached)."""
+    work = Path(work_dir)
+    if runtime.target != "cpu":
+        serving = RepackServing(work / "repack-emb4", "the emb4 repack (int4 linears and 4-bit embeddings)")
+    else:
+        from gemma4_t4 import cpuisa
+
+        build = cpuisa.cpu_build()
+        if build.int4_refused:
+            serving = RepackServing(None, f"not measured: {build.int4_missing}; serve it on a T4 or an AVX-512 CPU")
+        else:
+            serving = RepackServing(work / "repack-linear", "the linear-only repack (vLLM's CPU build, int4 linears)")
+    print("serving:", serving.why)
+    return serving
+
+
+def clean_up(*endpoints: Endpoint, keep_local: bool = False, part: int | None = None,
+             region: str = "us-east-2") -> list[str]:
+    """The "Cleaning up" cell: stop every endpoint given (a billed one always, a local server unless
+    ``keep_local``), then list what of ``part`` is still up: this kernel's unstopped SageMaker
+    endpoints and, when any SageMaker endpoint was used, the region's endpoints named for ``part``.
+    Returns the names still billing (expect none)."""
+    used_sagemaker = any(e.venue == "sagemaker" for e in endpoints)
+    for served in endpoints:
+        if served.venue == "sagemaker" or not keep_local:
+            served.stop()
+    stopped = [e.url for e in endpoints if e.stopped]
+    kept = [e.url for e in endpoints if not e.stopped]
+    print("stopped:", ", ".join(stopped) or "nothing", "| left running:", ", ".join(kept) or "nothing")
+    left = [e.name for e in endpoints if e.venue == "sagemaker" and not e.stopped]
+    if used_sagemaker and part in PART_PREFIX:
+        from gemma4_t4.sagemaker.ops import list_endpoints
+
+        left += [e.name for e in list_endpoints([region]) if e.name.startswith(PART_PREFIX[part] + "-")]
+        print(f"Part {part} endpoints still in {region}:", ", ".join(sorted(set(left))) or "none")
+    return sorted(set(left))
+
+
+def price_of(served: Endpoint, runtime: RuntimeInfo) -> Any:
+    """The hourly price a throughput is priced at: the endpoint's instance on SageMaker, else the
+    local GPU's (a T4's where there is none: the row then says it is priced as a T4)."""
+    from gemma4_t4.hardware import PRICES
+
+    if served.venue == "sagemaker":
+        return PRICES[f"sagemaker:{SAGEMAKER_INSTANCE.get(served.gpu or 't4', 'ml.g4dn.xlarge')}"]
+    return price_for(runtime.gpu_key)
+
+
+def t4_vs_l4(served: Endpoint, specs: Mapping[str, WorkloadSpec], runs_dir: str | Path, out_dir: str | Path, *,
+             model: str | Path, budget: Budget | None, region: str = "us-east-2", poll_s: float = 15.0) -> Any:
+    """The same model on an L4: on SageMaker, an ``ml.g6.xlarge`` endpoint runs the same ``specs``
+    (into ``out_dir/LABEL``), is deleted, and the headline compares it with the T4 runs in
+    ``runs_dir`` (:func:`gemma4_t4.bench.compare.compare_suites`); elsewhere there is no L4 to
+    measure and ``None`` comes back (the published row stands alone)."""
+    from gemma4_t4.bench.compare import compare_suites
+    from gemma4_t4.bench.specs import run
+
+    if served.venue != "sagemaker":
+        print(f"T4 vs L4 is measured on SageMaker (TARGET='sagemaker'); here ({served.venue}) the published "
+              "row stands alone")
+        return None
+    with endpoint("sagemaker", model, ".", name=served.served_name, part=4, region=region, budget=budget,
+                  gpu="l4", max_num_seqs=served.max_num_seqs or 8, poll_s=poll_s) as l4:
+        for label, spec in specs.items():
+            run(l4, spec, Path(out_dir) / label, overwrite=True)
+    (headline,) = compare_suites(runs_dir, out_dir).headlines
+    print(headline.text())
+    return headline
+
+
+def drafter_on_off(served: Endpoint, draft: str, out_dir: str | Path) -> Any:
+    """Speculative decoding with ``draft`` off, then on, on a local server like ``served``
+    (:func:`gemma4_t4.drafter_bench.drafter_on_off`); ``None`` on SageMaker, where it would mean two
+    more billed deploys."""
+    if served.server is None:
+        print(f"not run on {served.venue}: a drafter comparison restarts the server twice (on SageMaker: "
+              "two more billed deploys)")
+        return None
+    from gemma4_t4.drafter_bench import drafter_on_off as compare
+    from gemma4_t4.endpoint import start_owned_server
+
+    return compare(served.server.config, draft, out_dir, start=start_owned_server,
+                   tokenizer=served.tokenizer or served.server.config.model)
+
+
+def ttft_route_on_off(served: Endpoint, runtime: RuntimeInfo, spec: WorkloadSpec, out_dir: str | Path) -> Any:
+    """The TTFT curve with the tensor-core prefill route off, then on (:mod:`gemma4_t4.ttft_route`);
+    ``None`` unless ``served`` is a local Turing GPU (the only place the route activates)."""
+    if served.server is None or not runtime.is_t4:
+        print(f"not run on {runtime.target}: the route activates on a local Turing GPU (sm_7x) only")
+        return None
+    from gemma4_t4.ttft_route import ttft_route_on_off as curve
+
+    return curve(served.server.config, spec, out_dir)
 
 
 # ---------------------------------------------------------------- benchmark results as tables

@@ -14,16 +14,17 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NotRequired
+from typing import NotRequired
 
-from gemma4_t4.bench import run_benchmark
+from gemma4_t4.bench.specs import TTFTSpec, run
+from gemma4_t4.endpoint import served_endpoint
 from gemma4_t4.figures import pyplot, save_figure
 from gemma4_t4.jsonable import TypedDict
-from gemma4_t4.server import VLLMServer
+from gemma4_t4.server import ServerConfig, VLLMServer
 from gemma4_t4.turing import prefill
 
-DEFAULT_INPUT_LENS = (512, 1024, 2048, 4096)
 ROUTE_LINE = re.compile(r"gemma4-t4 turing prefill: (?P<action>[\w-]+): (?P<reason>.*?) \[vLLM")
 MODES = (("route-off", "0"), ("route-on", "1"))
 
@@ -60,43 +61,31 @@ def route_actions(log_text: str) -> list[str]:
 
 
 def ttft_route_on_off(
-    config: Any,
+    config: ServerConfig,
+    spec: TTFTSpec,
     out_dir: str | Path,
-    input_lens: tuple[int, ...] = DEFAULT_INPUT_LENS,
-    server_factory: Any = None,
-    **bench_opts: Any,
+    server_factory: Callable[[ServerConfig], VLLMServer] = VLLMServer,
+    progress: bool = True,
 ) -> TtftOnOffReport:
     """TTFT vs input length with the route off, then on; returns medians per length and the plot path.
 
-    ``config``: a :class:`gemma4_t4.server.ServerConfig` (its ``max_model_len`` must fit the longest
-    input + output). ``bench_opts``: more :class:`gemma4_t4.bench.workloads.BenchArgs` fields.
+    ``config``: the server's configuration (its ``max_model_len`` must fit the longest input +
+    output); ``spec``: the TTFT workload both servers run.
     """
-    if server_factory is None:
-        server_factory = VLLMServer
     out = Path(out_dir)
     curves: dict[str, ModeCurve] = {}
     for mode, value in MODES:
         cfg = dataclasses.replace(config, extra_env={**config.extra_env, prefill.ENV_SWITCH: value})
         server = server_factory(cfg)
         with server:
-            run = run_benchmark(
-                server.base_url,
-                cfg.resolved_name(),
-                "ttft",
-                out / mode,
-                input_lens=list(input_lens),
-                label=f"TTFT, tensor-core prefill {mode}",
-                **bench_opts,
-            )
+            served = served_endpoint(server.base_url, cfg.resolved_name())
+            result = run(served, spec, out / mode, label=f"TTFT, tensor-core prefill {mode}", progress=progress)
             log_text = (
                 Path(server.log_path).read_text(errors="replace") if Path(server.log_path).exists() else ""
             )
-        medians = {
-            c["input_len"]: (c.get("ttft_ms") or {}).get("median")
-            for c in run.cells
-            if c.get("workload") == "ttft" and c.get("completed")
-        }
+        medians = {n: ms for n, ms in result.ttft_by_input_len().items()}
         curves[mode] = {"ttft_ms": medians, "route": route_actions(log_text), "results": str(out / mode)}
+    input_lens = sorted(set(curves["route-off"]["ttft_ms"]) | set(curves["route-on"]["ttft_ms"]))
     rows: list[TtftRow] = [
         {
             "input_len": n,

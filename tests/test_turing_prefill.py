@@ -601,6 +601,7 @@ def test_bench_prefill_on_a_cpu_machine_says_it_needs_a_gpu(capsys):
 def test_ttft_on_off_starts_one_server_per_mode_and_records_what_the_route_did(tmp_path):
     """Against the FAKE OpenAI server (gemma4_t4.bench.fake_server): the orchestration, not vLLM."""
     from gemma4_t4.bench.fake_server import FakeScript, FakeServer, FakeServerState
+    from gemma4_t4.bench.specs import TTFTSpec
     from gemma4_t4.server import ServerConfig, free_port
     from gemma4_t4.ttft_route import ttft_route_on_off
 
@@ -633,12 +634,9 @@ def test_ttft_on_off_starts_one_server_per_mode_and_records_what_the_route_did(t
     config = ServerConfig(model="fake-model", target="t4", extra_env={"KEEP": "1"})
     report = ttft_route_on_off(
         config,
+        TTFTSpec(input_lens=[32, 64], output_len=2, num_prompts=2, warmup=0),
         tmp_path / "out",
-        (32, 64),
         server_factory=FakeVLLM,
-        output_len=2,
-        num_prompts=2,
-        warmup=0,
         progress=False,
     )
     assert started == ["0", "1"]
