@@ -116,9 +116,7 @@ def _answers_of(side: str, source: AnswerSource) -> tuple[list[Answer], str | No
         return [], f"{side} holds no answers"
     failed = [r for r in answers if r.error is not None]
     if failed:
-        return answers, (
-            f"{side}: {len(failed)} of {len(answers)} answers failed (first: {failed[0].error})"
-        )
+        return answers, (f"{side}: {len(failed)} of {len(answers)} answers failed (first: {failed[0].error})")
     return answers, None
 
 

@@ -26,7 +26,6 @@ from gemma4_t4.bench.schemas import CellStats, LatencyStats, OpenLoopInfo, Reque
 Stats = LatencyStats  # the distribution summary (a model; see schemas.py)
 
 
-
 def percentile(values: Sequence[float], q: float) -> float:
     """Linear-interpolated percentile (numpy's default method), q in [0, 100]."""
     if not values:

@@ -81,9 +81,7 @@ class ResultsWriter:
     """Owns one run directory while a run is in progress: records are appended as requests finish,
     summary and run info rewritten atomically, so an interrupted run keeps what it measured."""
 
-    def __init__(
-        self, out_dir: str | os.PathLike, run_info: RunInfo, overwrite: bool = False
-    ):
+    def __init__(self, out_dir: str | os.PathLike, run_info: RunInfo, overwrite: bool = False):
         self.dir = Path(out_dir)
         if self.dir.exists() and not self.dir.is_dir():
             raise Gemma4T4Error(
