@@ -31,11 +31,12 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Literal, TypedDict
 
 from gemma4_t4 import setup as setup_plan
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.jsonable import to_jsonable
+from gemma4_t4.jsonable import JSONObject, to_jsonable
 from gemma4_t4.models import load_ram
 from gemma4_t4.runner import probe_runner
 from gemma4_t4.turing.smem import OPTIN_SMEM_BY_CAPABILITY
@@ -186,8 +187,8 @@ class EnvReport:
     def ok(self) -> bool:
         return not any(p.severity == "error" for p in self.problems)
 
-    def to_dict(self) -> dict[str, Any]:
-        data = to_jsonable(self)
+    def to_dict(self) -> JSONObject:  # the doctor's --json output
+        data: JSONObject = to_jsonable(self)
         data["ok"] = self.ok
         return data
 
@@ -272,7 +273,7 @@ class Probes:
     disk_free: Callable[[str], float | None] = _disk_free
     torch_dir: Callable[[], str | None] = _torch_dir
     cuda_device: Callable[[], CudaDevice] = _cuda_device
-    modules: Mapping[str, Any] = field(default_factory=lambda: sys.modules)
+    modules: Mapping[str, ModuleType] = field(default_factory=lambda: sys.modules)
     uname: Callable[[], Any] = platform.uname
     python_version: Callable[[], str] = platform.python_version
     cwd: Callable[[], str] = os.getcwd

@@ -8,11 +8,24 @@ import math
 from pathlib import Path
 from typing import Any
 
-# What to_jsonable gives: JSON values and nothing else.
-JSONValue = str | int | float | bool | None | list["JSONValue"] | dict[str, "JSONValue"]
+# What to_jsonable gives: JSON values and nothing else. Named with TypeAliasType so pydantic can
+# validate it (a plain recursive alias sends pydantic into endless recursion); typing_extensions
+# comes with pydantic, and without it the plain alias serves for annotations.
+try:
+    from typing_extensions import TypeAliasType
+
+    JSONValue = TypeAliasType(
+        "JSONValue", "str | int | float | bool | None | list[JSONValue] | dict[str, JSONValue]"
+    )
+except ImportError:  # pragma: no cover - typing_extensions comes with pydantic
+    JSONValue = str | int | float | bool | None | list["JSONValue"] | dict[str, "JSONValue"]  # type: ignore[misc]
+
+# A JSON object whose shape belongs to someone else (a server's reply, an AWS response body, a
+# launch record, a user's parameter file): JSON, but not fields this package interprets one by one.
+JSONObject = dict[str, JSONValue]
 
 
-def to_jsonable(value: Any) -> Any:
+def to_jsonable(value: Any) -> Any:  # Any in: anything; out: a JSONValue
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if hasattr(value, "model_dump"):  # pydantic models

@@ -44,9 +44,11 @@ from gemma4_t4 import env, secrets, signals, speculative, turing
 from gemma4_t4.bench.schemas import RunReport
 from gemma4_t4.errors import Gemma4T4Error, UnexpectedError, debug_enabled, user_error
 from gemma4_t4.jsonable import to_jsonable
+from gemma4_t4.sagemaker.build import BuildRecord, BuildResult
+from gemma4_t4.sagemaker.config import ConfigSummary
 from gemma4_t4.sagemaker.deploy import DeployResult  # these import no AWS SDK: boto3 waits for a tool
 from gemma4_t4.sagemaker.health import HealthReport, check_health
-from gemma4_t4.sagemaker.ops import EndpointStatus, LogsResult
+from gemma4_t4.sagemaker.ops import ChatUsage, EndpointStatus, LogsResult
 from gemma4_t4.sagemaker.quotas import QuotaRow
 from gemma4_t4.server import (
     DEFAULT_WORK_DIR,
@@ -222,7 +224,7 @@ class ConfigResult(BaseModel):
     valid: bool
     problem: str | None = None
     fix: str | None = None
-    config: dict[str, Any] = {}
+    config: ConfigSummary | None = None  # None when the config is not valid
     cost: str = ""
     usd_per_hour: float | None = None
     aws_cli: list[str] = []
@@ -256,7 +258,7 @@ class QueryResult(BaseModel):
     text: str
     latency_s: float
     finish_reason: str | None = None
-    usage: dict[str, Any] | None = None
+    usage: ChatUsage | None = None
 
 
 class ListedEndpoint(BaseModel):
@@ -511,12 +513,20 @@ def deploy_endpoint(name: str = "gemma4-t4", model_id: str = "google/gemma-4-E2B
                             next_step="poll get_endpoint_status until InService, then verify_model_health")
 
 
+class BuiltImage(BuildRecord):
+    """What build_t4_image answers after a build: the image's record, and the resources it
+    created or found already there."""
+
+    created: list[str]
+    reused: list[str]
+
+
 class BuildImageResult(BaseModel):
     refused: bool
     reason: str | None = None
     cost: str = ""
     aws_cli: list[str] = []
-    build: dict[str, Any] | None = None
+    build: BuiltImage | BuildResult | None = None  # the record of the image, or the failed build
 
 
 @tool(DESTRUCTIVE, confirm=True)
@@ -536,9 +546,9 @@ def build_t4_image(region: str = "us-east-2", base_tag: str | None = None, confi
     try:
         result = build(region, tag, progress=False, sleep=_cancellable_sleep)  # a shutdown stops the build
     except BuildFailed as exc:
-        return BuildImageResult(refused=False, reason=str(exc), cost=cost, build=to_jsonable(exc.result))
-    return BuildImageResult(refused=False, cost=cost, build=build_record(result) | {
-        "created": result.created, "reused": result.reused})
+        return BuildImageResult(refused=False, reason=str(exc), cost=cost, build=exc.result)
+    return BuildImageResult(refused=False, cost=cost, build=BuiltImage(
+        **build_record(result), created=result.created, reused=result.reused))
 
 
 @tool(READ_ONLY)

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from gemma4_t4.atomic import atomic_write_text
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.jsonable import JSONObject
 from gemma4_t4.notebook import AUTO, SUMMARY_FILE, TARGETS, JSONValue, NotebookSummary, table_cells
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -96,7 +97,7 @@ def find_notebooks(notebooks_dir: Path = NOTEBOOKS_DIR) -> dict[str, Path | None
     return found
 
 
-def load_parameters(target: str, params_dir: Path = PARAMS_DIR) -> dict[str, dict[str, Any]]:
+def load_parameters(target: str, params_dir: Path = PARAMS_DIR) -> dict[str, JSONObject]:
     """Read ``<target>.yaml``: an ``all`` section plus one section per notebook stem or number."""
     if target not in TARGETS:
         raise Gemma4T4Error(f"unknown target {target!r}", fix=f"use one of {', '.join(TARGETS)}")
@@ -120,13 +121,13 @@ def load_parameters(target: str, params_dir: Path = PARAMS_DIR) -> dict[str, dic
 
 
 def parameters_for(notebook: Path, target: str, out_dir: Path, work_dir: Path,
-                   params: dict[str, dict[str, Any]]) -> dict[str, Any]:
+                   params: dict[str, JSONObject]) -> JSONObject:
     """The parameters injected into one notebook: shared, then per notebook, then the paths.
 
     The target asked for always wins: a params file whose TARGET says otherwise is refused,
     never silently obeyed.
     """
-    values: dict[str, Any] = {}
+    values: JSONObject = {}
     values.update(params.get("all", {}))
     values.update(params.get(notebook.name[:2], {}))
     values.update(params.get(notebook.stem, {}))

@@ -71,7 +71,7 @@ def mask_argv(argv: Iterable[str]) -> list[str]:
 
 
 def secret_values(
-    argv: Iterable[str] = (), env: Mapping[str, Any] | None = None, extra: Iterable[str | None] = ()
+    argv: Iterable[str] = (), env: Mapping[str, str] | None = None, extra: Iterable[str | None] = ()
 ) -> list[str]:
     """The plain values that :func:`mask_argv` / :func:`mask_env` would hide (to scrub text with)."""
     values: list[str] = [v for v in extra if v]

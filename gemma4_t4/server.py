@@ -47,7 +47,7 @@ import psutil
 from gemma4_t4 import cache, cpuattn, secrets, speculative
 from gemma4_t4.atomic import atomic_write_json
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.jsonable import TypedDict
+from gemma4_t4.jsonable import JSONObject, TypedDict
 from gemma4_t4.launch_record import LaunchRecord, ProcessInfo, ServerConfigRecord
 from gemma4_t4.net import http_get
 from gemma4_t4.supervisor import (
@@ -595,7 +595,7 @@ def pid_alive(pid: int | None, create_time: float | None = None) -> bool:
     return abs(started - create_time) < 1.0
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
+def _read_json(path: Path) -> JSONObject | None:
     """A state file as it is on disk (written by another process, maybe an older version)."""
     try:
         return json.loads(path.read_text())

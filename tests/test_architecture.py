@@ -214,19 +214,33 @@ def test_docs_architecture_names_every_module():
 
 # ----------------------------------------------------------------------------- dict[str, Any]
 
+# What counts as an untyped dict: ``dict[str, Any]``, and ``Mapping[str, Any]`` /
+# ``Mapping[str, object]`` (``MutableMapping`` too), spelled bare or through a module
+# (``typing.Mapping``, ``abc.MutableMapping``, ``typing.Any``).
+_DICT_NAMES = {"dict", "Dict"}
+_MAPPING_NAMES = {"Mapping", "MutableMapping"}
+
+
+def _name(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return None
+
 
 def _is_dict_str_any(node: ast.AST | None) -> bool:
-    return (
+    if not (
         isinstance(node, ast.Subscript)
-        and isinstance(node.value, ast.Name)
-        and node.value.id == "dict"
         and isinstance(node.slice, ast.Tuple)
         and len(node.slice.elts) == 2
-        and isinstance(node.slice.elts[0], ast.Name)
-        and node.slice.elts[0].id == "str"
-        and isinstance(node.slice.elts[1], ast.Name)
-        and node.slice.elts[1].id == "Any"
-    )
+        and _name(node.slice.elts[0]) == "str"
+    ):
+        return False
+    container, value = _name(node.value), _name(node.slice.elts[1])
+    if container in _DICT_NAMES:
+        return value == "Any"
+    return container in _MAPPING_NAMES and value in ("Any", "object")
 
 
 def dict_any_aliases(tree: ast.AST) -> set[str]:
@@ -303,18 +317,24 @@ def test_the_counter_counts():
         "x: list[dict[str, Any]] = []\n"
         "Raw = dict[str, Any]\n"
         "def g(r: Raw, s: 'Raw | None', t: mod.Raw) -> list[Raw]: ...\n"
+        # the Mapping forms count; typed values and dict[str, JSONValue] do not
+        "def h(m: Mapping[str, Any], n: 'Mapping[str, object] | None', o: typing.MutableMapping[str, object],\n"
+        "      p: abc.Mapping[str, typing.Any], q: Mapping[str, str], r: dict[str, JSONValue]) -> None: ...\n"
+        "Loose = Mapping[str, object]\n"
+        "y: Loose | None = None\n"
     )
     try:
-        # the alias's own definition is not an annotation; its four uses are
-        assert dict_any_annotations(sample, aliases=set()) == 7
+        # an alias's own definition is not an annotation; its uses are: 7 dict forms, 5 Mapping forms
+        assert dict_any_annotations(sample, aliases=set()) == 12
     finally:
         sample.unlink()
 
 
-# Budgets for the host model, gate, swap, models, runner, CLI foundation and MCP server. What is
-# left is really free-form: raw JSON from a server or AWS, probe answers merged by name.
+# Budgets for the host model, gate, swap, models, runner, CLI foundation, MCP server, the bench
+# results and the SageMaker calls: none of them needs an untyped dict (outside JSON is
+# jsonable.JSONObject, records are TypedDicts or models).
 AREA_BUDGETS = {
-    "gemma4_t4/env.py": 1,  # the JSON of a report
+    "gemma4_t4/env.py": 0,
     "gemma4_t4/gate.py": 0,
     "gemma4_t4/swap.py": 0,
     "gemma4_t4/runner.py": 0,
@@ -323,32 +343,46 @@ AREA_BUDGETS = {
     "gemma4_t4/models.py": 0,
     "gemma4_t4/hardware.py": 0,
     "gemma4_t4/errors.py": 0,
+    "gemma4_t4/jsonable.py": 0,
+    "gemma4_t4/secrets.py": 0,
+    "gemma4_t4/server.py": 0,
+    "gemma4_t4/pipeline.py": 0,
     "gemma4_t4/cli/__init__.py": 0,
     "gemma4_t4/cli/doctor.py": 0,
     "gemma4_t4/cli/swap.py": 0,
     "gemma4_t4/cli/models.py": 0,
     "gemma4_t4/cli/fix_torch.py": 0,
     "gemma4_t4/cli/mcp.py": 0,
-    "gemma4_t4/mcp_server.py": 3,  # AWS and server JSON passed through (config summary, usage, build)
+    "gemma4_t4/mcp_server.py": 0,
+    "gemma4_t4/bench/results.py": 0,
+    "gemma4_t4/bench/metrics.py": 0,
+    "gemma4_t4/bench/answers.py": 0,
+    "gemma4_t4/bench/schemas.py": 0,
+    "gemma4_t4/sagemaker/ops.py": 0,
+    "gemma4_t4/sagemaker/build.py": 0,
+    "gemma4_t4/sagemaker/image.py": 0,
+    "gemma4_t4/sagemaker/cli_recipe.py": 0,
+    "gemma4_t4/turing/offline.py": 1,  # the Triton JIT's keyword arguments as vLLM passed them
 }
 
 
 def test_dict_any_budgets_of_the_host_gate_cli_and_mcp_modules():
     counts = dict_any_by_file()
     over = {f: (counts[f], limit) for f, limit in AREA_BUDGETS.items() if counts[f] > limit}
-    assert over == {}, f"dict[str, Any] over budget (count, budget): {over}"
+    assert over == {}, f"untyped dicts over budget (count, budget): {over}"
 
 
-PACKAGE_LIMIT = 40
+PACKAGE_LIMIT = 15
 
 
 def assert_package_wide_dict_any_budget(limit: int = PACKAGE_LIMIT) -> None:
-    """The package-wide budget: at most 40 ``dict[str, Any]`` annotations (aliases included) in
-    gemma4_t4/. What is left is free-form: raw JSON from a server or AWS, request bodies with
-    caller-supplied extras, keyword arguments passed through, user YAML parameters."""
+    """The package-wide budget: at most 15 untyped dicts in gemma4_t4/ (``dict[str, Any]``,
+    ``Mapping[str, Any]``, ``Mapping[str, object]``, ``MutableMapping`` of those, aliases
+    included) used as annotations. What is left is really free-form; JSON from outside (a server,
+    AWS, a user's YAML) is ``jsonable.JSONObject``, which is precise and not counted."""
     counts = dict_any_by_file()
     total = sum(counts.values())
-    assert total <= limit, f"{total} dict[str, Any] annotations (limit {limit}): {counts.most_common(8)}"
+    assert total <= limit, f"{total} untyped dict annotations (limit {limit}): {counts.most_common(8)}"
 
 
 def test_package_wide_dict_any_budget():

@@ -14,6 +14,7 @@ from gemma4_t4.bench import compare_runs, load_run, plot_compare, plot_run, run_
 from gemma4_t4.bench.client import RequestSpec, make_session, run_closed_loop
 from gemma4_t4.bench.fake_server import FakeScript, FakeServer, FakeServerState
 from gemma4_t4.bench.metrics import aggregate, request_metrics
+from gemma4_t4.bench.schemas import RequestRecord
 from gemma4_t4.cli import main as cli_main
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.server import free_port
@@ -36,7 +37,7 @@ def _run(server, specs, concurrency=1, keep_text=False):
                 session, server.base_url, "fake-model", specs, concurrency, keep_text=keep_text
             )
 
-    return [r.to_dict() for r in asyncio.run(go())]
+    return list(asyncio.run(go()))
 
 
 def _server_log(server):
@@ -318,7 +319,7 @@ def test_peak_in_flight_counts_overlaps():
     from gemma4_t4.bench.metrics import peak_in_flight
 
     records = [
-        {"request_id": f"r{i}", "send_s": s, "end_s": e}
+        RequestRecord(request_id=f"r{i}", send_s=s, end_s=e)
         for i, (s, e) in enumerate([(0.0, 1.0), (0.5, 2.0), (1.0, 1.5), (1.6, 1.7)])
     ]
     assert peak_in_flight(records) == 2  # the first ends as the third starts

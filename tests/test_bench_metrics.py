@@ -11,7 +11,7 @@ from gemma4_t4.bench.answers import compare_answers, is_correct
 from gemma4_t4.bench.derive import cost, derive_cell, roofline
 from gemma4_t4.bench.published import GCE_T4_E2B, published_results
 from gemma4_t4.bench.results import ResultsWriter, cells_to_csv, load_run, read_records
-from gemma4_t4.bench.schemas import CellStats
+from gemma4_t4.bench.schemas import Answer, CellStats, CellSummary, RequestRecord, RunInfo
 from gemma4_t4.bench.telemetry import cache_config, prefix_cache_delta, snapshot_from_text
 from gemma4_t4.errors import Gemma4T4Error
 
@@ -27,19 +27,19 @@ def test_percentiles_match_numpy():
 
 
 def _record(send, first, chunks, n, error=None, first_chunk=None):
-    return {
-        "request_id": f"r{send}",
-        "send_s": send,
-        "first_token_s": first,
-        "first_chunk_s": first_chunk or first,
-        "first_content_s": first,
-        "last_choice_s": chunks[-1],
-        "end_s": chunks[-1] + 0.001,
-        "chunk_times_s": chunks,
-        "completion_tokens": n,
-        "prompt_tokens": 100,
-        "error": error,
-    }
+    return RequestRecord(
+        request_id=f"r{send}",
+        send_s=send,
+        first_token_s=first,
+        first_chunk_s=first_chunk or first,
+        first_content_s=first,
+        last_choice_s=chunks[-1],
+        end_s=chunks[-1] + 0.001,
+        chunk_times_s=chunks,
+        completion_tokens=n,
+        prompt_tokens=100,
+        error=error,
+    )
 
 
 def test_request_metrics_definitions():
@@ -120,12 +120,12 @@ def test_published_results_are_labelled():
 
 def test_answers_comparison_finds_first_divergence():
     a = [
-        {"index": 0, "question": "q0", "text": "Paris.", "correct": True},
-        {"index": 1, "question": "q1", "text": "144 is the answer", "correct": True},
+        Answer(index=0, question="q0", text="Paris.", correct=True),
+        Answer(index=1, question="q1", text="144 is the answer", correct=True),
     ]
     b = [
-        {"index": 0, "question": "q0", "text": "Paris.", "correct": True},
-        {"index": 1, "question": "q1", "text": "144 was the answer", "correct": True},
+        Answer(index=0, question="q0", text="Paris.", correct=True),
+        Answer(index=1, question="q1", text="144 was the answer", correct=True),
     ]
     result = compare_answers(a, b)
     assert (result.total, result.identical, result.differing) == (2, 1, [1])
@@ -134,13 +134,16 @@ def test_answers_comparison_finds_first_divergence():
 
 
 def test_results_writer_is_incremental_and_loadable(tmp_path):
-    writer = ResultsWriter(tmp_path / "run", {"workload": "decode", "model": "m"})
+    writer = ResultsWriter(tmp_path / "run", RunInfo(workload="decode", model="m"))
     writer.add_record("c1", "measure", _record(0.0, 0.1, [0.1, 0.2], 2))
     # before any cell finishes, the record is already on disk
     assert len(read_records(tmp_path / "run" / "records.jsonl")) == 1
-    cell = {"cell": "c1", "workload": "decode", "concurrency": 1} | metrics.aggregate(
-        [_record(0.0, 0.1, [0.1, 0.2], 2)]
-    ).model_dump()
+    cell = CellSummary(
+        cell="c1",
+        workload="decode",
+        concurrency=1,
+        **metrics.aggregate([_record(0.0, 0.1, [0.1, 0.2], 2)]).model_dump(),
+    )
     writer.add_cell(cell)
     writer.update_run(status="complete")
     writer.close()
@@ -151,7 +154,7 @@ def test_results_writer_is_incremental_and_loadable(tmp_path):
     assert "c1" in run.table()
     assert cells_to_csv(run.cells).splitlines()[0].startswith("cell,workload")
     with pytest.raises(Gemma4T4Error, match="already holds"):
-        ResultsWriter(tmp_path / "run", {})
+        ResultsWriter(tmp_path / "run", RunInfo())
     with pytest.raises(Gemma4T4Error, match="summary.json"):
         load_run(tmp_path / "missing")
     (tmp_path / "run" / "summary.json").write_text(json.dumps({"schema": "other"}))

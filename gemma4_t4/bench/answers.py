@@ -4,9 +4,8 @@ answers are identical and, for the first that differs, where it diverges."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from gemma4_t4.bench.results import BenchRun
 from gemma4_t4.bench.schemas import Answer
@@ -102,10 +101,10 @@ def first_difference(a: str, b: str) -> int:
     return min(len(a), len(b))
 
 
-AnswerSource = BenchRun | Sequence[Answer | Mapping[str, Any]]
+AnswerSource = BenchRun | Sequence[Answer]
 
 
-def _answers_of(side: str, source: AnswerSource) -> tuple[list[Any], str | None]:
+def _answers_of(side: str, source: AnswerSource) -> tuple[list[Answer], str | None]:
     """(answers, why they are not a result or None)."""
     if isinstance(source, BenchRun):
         if source.not_measured:
@@ -115,31 +114,29 @@ def _answers_of(side: str, source: AnswerSource) -> tuple[list[Any], str | None]
         answers = list(source)
     if not answers:
         return [], f"{side} holds no answers"
-    failed = [r for r in answers if r.get("error") is not None]
+    failed = [r for r in answers if r.error is not None]
     if failed:
-        return answers, (
-            f"{side}: {len(failed)} of {len(answers)} answers failed (first: {failed[0].get('error')})"
-        )
+        return answers, (f"{side}: {len(failed)} of {len(answers)} answers failed (first: {failed[0].error})")
     return answers, None
 
 
 def compare_answers(a: AnswerSource, b: AnswerSource) -> AnswerComparison:
     """Compare two answer sets by question index: a :class:`BenchRun` of the answers workload, or
-    its answers (:class:`Answer` or their JSON: index, question, text, correct, error). A run that
+    its answers (:class:`Answer`: index, question, text, correct, error). A run that
     did not complete, or an answer that errored, makes the comparison not measured (never "0/20")."""
     answers_a, why_a = _answers_of("A", a)
     answers_b, why_b = _answers_of("B", b)
     if why_a or why_b:
         return AnswerComparison.not_measured("; ".join(w for w in (why_a, why_b) if w))
-    by_a = {r["index"]: r for r in answers_a}
-    by_b = {r["index"]: r for r in answers_b}
+    by_a = {r.index: r for r in answers_a}
+    by_b = {r.index: r for r in answers_b}
     shared = sorted(set(by_a) & set(by_b))
     if not shared:
         return AnswerComparison.not_measured("A and B answered no question in common")
     identical, differing = 0, []
     first: Divergence | None = None
     for i in shared:
-        ta, tb = by_a[i].get("text") or "", by_b[i].get("text") or ""
+        ta, tb = by_a[i].text or "", by_b[i].text or ""
         if ta == tb:
             identical += 1
             continue
@@ -147,12 +144,12 @@ def compare_answers(a: AnswerSource, b: AnswerSource) -> AnswerComparison:
         if first is None:
             at = first_difference(ta, tb)
             lo = max(0, at - 20)
-            first = Divergence(i, by_a[i].get("question", ""), at, ta[lo : at + 40], tb[lo : at + 40])
+            first = Divergence(i, by_a[i].question or "", at, ta[lo : at + 40], tb[lo : at + 40])
     return AnswerComparison(
         total=len(shared),
         identical=identical,
-        correct_a=sum(1 for i in shared if by_a[i].get("correct")),
-        correct_b=sum(1 for i in shared if by_b[i].get("correct")),
+        correct_a=sum(1 for i in shared if by_a[i].correct),
+        correct_b=sum(1 for i in shared if by_b[i].correct),
         first_divergence=first,
         differing=differing,
     )

@@ -18,20 +18,12 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from gemma4_t4.bench.schemas import CellStats, LatencyStats, OpenLoopInfo, RequestRecord, SeriesDecode, Window
 
 Stats = LatencyStats  # the distribution summary (a model; see schemas.py)
-
-RecordLike = RequestRecord | Mapping[str, Any]
-
-
-def as_record(record: RecordLike) -> RequestRecord:
-    """A request record from a record or its stored JSON (``records.jsonl`` lines)."""
-    return record if isinstance(record, RequestRecord) else RequestRecord.model_validate(record)
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -108,9 +100,8 @@ class RequestMetrics:
     cached_tokens: int | None
 
 
-def request_metrics(record: RecordLike) -> RequestMetrics:
+def request_metrics(r: RequestRecord) -> RequestMetrics:
     """Derive one request's metrics from its raw record (see ``schemas.RequestRecord``)."""
-    r = as_record(record)
     send = r.send_s
     ok = r.error is None
     n = r.completion_tokens
@@ -137,9 +128,9 @@ def request_metrics(record: RecordLike) -> RequestMetrics:
     )
 
 
-def aggregate(records: Sequence[RecordLike]) -> CellStats:
+def aggregate(records: Sequence[RequestRecord]) -> CellStats:
     """Summary of one measured cell: latency distributions, throughput over an explicit window."""
-    recs = [as_record(r) for r in records]
+    recs = list(records)
     per = [request_metrics(r) for r in recs]
     ok = [(r, m) for r, m in zip(recs, per, strict=True) if m.ok]
     errors: dict[str, int] = {}
@@ -182,9 +173,9 @@ def aggregate(records: Sequence[RecordLike]) -> CellStats:
     )
 
 
-def peak_in_flight(records: Sequence[RecordLike]) -> int:
+def peak_in_flight(records: Sequence[RequestRecord]) -> int:
     """Most requests open at the same moment (a request is open from send to end of stream)."""
-    recs = [as_record(r) for r in records]
+    recs = list(records)
     events = sorted([(r.send_s, 1) for r in recs] + [(r.end_s or r.send_s, -1) for r in recs])
     running = peak = 0
     for _, step in events:  # at equal times an end (-1) sorts before a send (+1)
@@ -194,14 +185,14 @@ def peak_in_flight(records: Sequence[RecordLike]) -> int:
 
 
 def open_loop_stats(
-    records: Sequence[RecordLike], rate: float, arrival: str | None, max_in_flight: int
+    records: Sequence[RequestRecord], rate: float, arrival: str | None, max_in_flight: int
 ) -> OpenLoopInfo:
     """How well an open-loop cell delivered its arrival process, and how much the server piled up.
 
     ``send_lag_ms``: sent minus scheduled; it grows when the client's in-flight cap is full, and
     then the offered load was not really offered (``cap_reached``).
     """
-    recs = [as_record(r) for r in records]
+    recs = list(records)
     scheduled = [r for r in recs if r.scheduled_s is not None]
     sends = sorted(r.send_s for r in recs)
     span = sends[-1] - sends[0] if len(sends) > 1 else 0.0
@@ -218,8 +209,8 @@ def open_loop_stats(
 
 
 def series_decode(
-    short: Sequence[RecordLike],
-    long: Sequence[RecordLike],
+    short: Sequence[RequestRecord],
+    long: Sequence[RequestRecord],
     short_tokens: int,
     long_tokens: int,
     resamples: int = 1000,

@@ -16,7 +16,7 @@ import csv
 import io
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from gemma4_t4.atomic import atomic_write_json, atomic_write_text
 from gemma4_t4.bench.schemas import (
     SCHEMA,
+    Answer,
     CellSummary,
     RequestRecord,
     RunInfo,
@@ -58,16 +59,12 @@ CSV_SCALARS = (
 )
 
 
-def _cell(cell: CellSummary | Mapping[str, Any]) -> CellSummary:
-    return cell if isinstance(cell, CellSummary) else CellSummary.model_validate(cell)
-
-
-def cells_to_csv(cells: Sequence[CellSummary | Mapping[str, Any]]) -> str:
+def cells_to_csv(cells: Sequence[CellSummary]) -> str:
     header = list(CSV_SCALARS) + [f"{k}_{s}" for k in LATENCY_KEYS for s in CSV_STATS]
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     writer.writerow(header)
-    for cell in map(_cell, cells):
+    for cell in cells:
         nested = {
             "prefix_cache_hit_rate": cell.prefix_cache.hit_rate,
             "offered_rate_rps": cell.open_loop.offered_rate_rps if cell.open_loop else None,
@@ -84,9 +81,7 @@ class ResultsWriter:
     """Owns one run directory while a run is in progress: records are appended as requests finish,
     summary and run info rewritten atomically, so an interrupted run keeps what it measured."""
 
-    def __init__(
-        self, out_dir: str | os.PathLike, run_info: RunInfo | Mapping[str, Any], overwrite: bool = False
-    ):
+    def __init__(self, out_dir: str | os.PathLike, run_info: RunInfo, overwrite: bool = False):
         self.dir = Path(out_dir)
         if self.dir.exists() and not self.dir.is_dir():
             raise Gemma4T4Error(
@@ -107,18 +102,16 @@ class ResultsWriter:
             raise Gemma4T4Error(
                 f"cannot create {self.dir}: {exc.strerror or exc}", fix="choose a writable --out directory"
             ) from None
-        info = run_info if isinstance(run_info, RunInfo) else RunInfo.model_validate(dict(run_info))
-        self.run_info = info.model_copy(update={"schema_id": SCHEMA, "status": "running"})
+        self.run_info = run_info.model_copy(update={"schema_id": SCHEMA, "status": "running"})
         self.cells: list[CellSummary] = []
         atomic_write_json(self.dir / RUN_FILE, self.run_info.to_json())
         self._records = open(self.dir / RECORDS_FILE, "a", buffering=1)  # noqa: SIM115 - closed in close()
 
-    def add_record(self, cell: str, phase: str, record: RequestRecord | Mapping[str, Any]) -> None:
-        data = record.model_dump(mode="json") if isinstance(record, RequestRecord) else dict(record)
+    def add_record(self, cell: str, phase: str, record: RequestRecord) -> None:
+        data = record.model_dump(mode="json")
         self._records.write(json.dumps({"cell": cell, "phase": phase} | data) + "\n")
 
-    def add_cell(self, summary: CellSummary | Mapping[str, Any]) -> None:
-        summary = _cell(summary)
+    def add_cell(self, summary: CellSummary) -> None:
         self.cells = [c for c in self.cells if c.cell != summary.cell] + [summary]
         self._write_summary()
 
@@ -299,7 +292,7 @@ class BenchRun(BaseModel):
         shared = [c for c in self.cells if c.variant == "shared_prefix"]
         return shared[0].prefix_cache.hit_rate if shared else None
 
-    def answers(self) -> list[Any]:
+    def answers(self) -> list[Answer]:
         """Every answer of an answers run (first cell with answers)."""
         return next((c.answers for c in self.cells if c.answers), [])
 
@@ -376,14 +369,14 @@ def _fmt(value: Any, digits: int = 1) -> str:
     return str(value)
 
 
-def format_cells(cells: Sequence[CellSummary | Mapping[str, Any]]) -> str:
+def format_cells(cells: Sequence[CellSummary]) -> str:
     """A plain-text table of medians (p90 where it matters), one line per cell."""
     header = (
         f"{'cell':<44} {'c':>3} {'in':>5} {'out':>4} {'ok/fail':>8} {'TTFT p50':>9} {'TTFT p90':>9} "
         f"{'TPOT p50':>9} {'ITL p99':>8} {'stream t/s':>10} {'out tok/s':>9} {'hit %':>6}"
     )
     lines = [header, "-" * len(header)]
-    for c in map(_cell, cells):
+    for c in cells:
         hit = c.prefix_cache.hit_rate
         flags = (" [queueing]" if c.queueing else "") + (" [partial]" if c.partial else "")
         if c.open_loop and c.open_loop.cap_reached:

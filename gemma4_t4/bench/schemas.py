@@ -16,14 +16,15 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.jsonable import JSONObject
 
 SCHEMA_FAMILY = "gemma4_t4.bench/"
 SCHEMA_VERSION = 1
 SCHEMA = f"{SCHEMA_FAMILY}{SCHEMA_VERSION}"
 
 # JSON whose shape belongs to someone else (a server's reply, a launch record, host facts):
-# stored as received, never interpreted field by field
-RawJSON = dict[str, Any]
+# stored as received, never interpreted field by field (the bench's name for a JSON object)
+RawJSON = JSONObject
 
 
 class BenchModel(BaseModel):

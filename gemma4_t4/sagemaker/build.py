@@ -581,7 +581,27 @@ def rebuild_tag(ecr: Any, tag: str) -> str:
     return f"{tag}-r{n}"
 
 
-def log_tail(logs: Any, build: dict[str, Any], lines: int = 40) -> list[str]:
+class CodeBuildLogs(TypedDict, total=False):
+    groupName: str  # CodeBuild's field names
+    streamName: str
+
+
+class CodeBuildPhase(TypedDict, total=False):
+    phaseType: str  # SUBMITTED, PROVISIONING, BUILD, ...
+    phaseStatus: str  # SUCCEEDED, FAILED, FAULT, TIMED_OUT, ...
+
+
+class CodeBuildBuild(TypedDict, total=False):
+    """The fields of CodeBuild's BatchGetBuilds ``builds[]`` entry that the build reads."""
+
+    id: str
+    buildStatus: str  # IN_PROGRESS, SUCCEEDED, FAILED, STOPPED, ...
+    currentPhase: str
+    phases: list[CodeBuildPhase]
+    logs: CodeBuildLogs
+
+
+def log_tail(logs: Any, build: CodeBuildBuild, lines: int = 40) -> list[str]:
     info = build.get("logs") or {}
     group, stream = info.get("groupName"), info.get("streamName")
     if not group or not stream:
@@ -605,7 +625,7 @@ def wait_for_build(
     timeout_s: float = BUILD_TIMEOUT_MINUTES * 60 + 600,
     sleep: Callable[[float], None] = time.sleep,
     monotonic: Callable[[], float] = time.monotonic,
-) -> dict[str, Any]:
+) -> CodeBuildBuild:
     """Poll the build, showing its phase; returns the final build description."""
     from tqdm.auto import tqdm
 

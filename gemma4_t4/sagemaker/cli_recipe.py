@@ -11,6 +11,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from gemma4_t4.jsonable import JSONValue
 from gemma4_t4.sagemaker.config import redact_env
 
 
@@ -20,7 +21,8 @@ class ApiCall:
 
     service: str
     operation: str
-    params: dict[str, Any] = field(default_factory=dict)
+    # boto3's request parameters: JSON, and bytes for a blob (a zip, a request body)
+    params: dict[str, JSONValue | bytes] = field(default_factory=dict)
     region: str | None = None
     note: str | None = None  # printed as a comment above the command
 

@@ -11,11 +11,11 @@ import datetime as dt
 import os
 import re
 from dataclasses import dataclass, field
-from typing import TypedDict
 
 from gemma4_t4 import secrets, speculative
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.hardware import SAGEMAKER_INSTANCES
+from gemma4_t4.jsonable import TypedDict  # pydantic reads ConfigSummary (the MCP config tool)
 from gemma4_t4.models import DEFAULT_MAX_NUM_BATCHED_TOKENS
 from gemma4_t4.sagemaker import image as images
 

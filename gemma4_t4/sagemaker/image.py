@@ -8,12 +8,14 @@ tags, ``-soci`` (lazy-loading) and omni variants are never chosen automatically.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.jsonable import TypedDict
 from gemma4_t4.sagemaker.aws import aws_error, aws_exceptions, client_factory, error_code, error_message
 
 DLC_REPOSITORY = "vllm"
@@ -411,13 +413,22 @@ class FixedImage:
     candidates: int
 
 
+class EcrImageDetail(TypedDict, total=False):
+    """The fields of ECR's DescribeImages ``imageDetails[]`` entry that the lookup reads."""
+
+    registryId: str
+    imageDigest: str
+    imageTags: list[str]
+    imagePushedAt: dt.datetime  # boto3 parses the timestamp
+
+
 def find_fixed_image(region: str, *, ecr_client: Any = None, account: str | None = None) -> FixedImage:
     """The newest fixed T4 image in this account's ECR in ``region``; refuses when there is none."""
     validate_region(region)
     make = client_factory()
     ecr = ecr_client or make("ecr", region)
     try:
-        images: list[dict[str, Any]] = []
+        images: list[EcrImageDetail] = []
         for page in ecr.get_paginator("describe_images").paginate(
             repositoryName=T4_IMAGE_REPOSITORY, filter={"tagStatus": "TAGGED"}
         ):

@@ -26,6 +26,7 @@ import urllib.request
 from typing import Any, TypedDict
 
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.jsonable import JSONObject
 from gemma4_t4.sagemaker.config import ROLE_ENV
 from gemma4_t4.sagemaker.quota_fake import FakeServiceQuotas
 
@@ -137,7 +138,7 @@ class LocalAWS:
         self.stop()
 
     # -- helpers ----------------------------------------------------------------------------
-    def _post(self, path: str, payload: dict[str, Any] | None = None) -> None:
+    def _post(self, path: str, payload: JSONObject | None = None) -> None:
         data = json.dumps(payload or {}).encode()
         request = urllib.request.Request(
             self.endpoint_url + path, data=data, method="POST", headers={"Content-Type": "application/json"}

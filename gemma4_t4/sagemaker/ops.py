@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.jsonable import JSONObject, JSONValue, TypedDict
 from gemma4_t4.sagemaker.aws import (
     ClientFactory,
     aws_error,
@@ -248,28 +249,66 @@ def endpoint_logs(name: str, region: str, lines: int = 50, client: Any = None) -
 
 
 # -- invoke -------------------------------------------------------------------------------------
+class ChatUsage(TypedDict, total=False):
+    """The OpenAI ``usage`` block vLLM sends; fields a newer server adds are kept as they came."""
+
+    __pydantic_config__ = {"extra": "allow"}  # pydantic reads this TypedDict's config from here
+
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    prompt_tokens_details: JSONObject | None  # {"cached_tokens": N} when prefix caching counts them
+
+
+class ChatMessage(TypedDict):
+    role: str
+    content: str
+
+
+class StreamOptions(TypedDict):
+    include_usage: bool
+
+
+class ChatPayload(TypedDict, total=False):
+    """The body of one OpenAI-style chat request (SageMaker passes it to vLLM as is). Extra
+    request fields a caller adds (``top_p``, ``stop``, ``seed``) ride along as JSON."""
+
+    messages: list[ChatMessage]
+    max_tokens: int
+    temperature: float
+    stream: bool
+    stream_options: StreamOptions
+
+
+class StreamDelta(TypedDict, total=False):
+    """One item of :func:`stream_deltas`: a piece of text, or the final usage block."""
+
+    text: str
+    usage: ChatUsage
+
+
 @dataclass
 class InvokeResult:
     text: str
     finish_reason: str | None
-    usage: dict[str, Any] | None
+    usage: ChatUsage | None
     latency_s: float
-    raw: Any
+    raw: JSONValue  # the endpoint's reply as parsed JSON (or its text when it was not JSON)
 
 
 def chat_payload(
     prompt: str | None = None,
-    messages: list[dict[str, str]] | None = None,
+    messages: list[ChatMessage] | None = None,
     max_tokens: int = 256,
     temperature: float = 0.0,
     stream: bool = False,
-    **extra: Any,
-) -> dict[str, Any]:
+    **extra: JSONValue,
+) -> ChatPayload:
     if not messages:
         if not prompt:
             raise Gemma4T4Error("nothing to send", fix="pass prompt='...' or messages=[...]")
         messages = [{"role": "user", "content": prompt}]
-    payload: dict[str, Any] = {"messages": messages, "max_tokens": max_tokens, "temperature": temperature}
+    payload: ChatPayload = {"messages": messages, "max_tokens": max_tokens, "temperature": temperature}
     if stream:
         payload["stream"] = True
         payload["stream_options"] = {"include_usage": True}
@@ -277,7 +316,7 @@ def chat_payload(
     return payload
 
 
-def parse_chat_response(body: Any) -> tuple[str, str | None, dict | None]:
+def parse_chat_response(body: JSONValue | bytes) -> tuple[str, str | None, ChatUsage | None]:
     """(text, finish_reason, usage) from an OpenAI chat or completion response."""
     if isinstance(body, (bytes, str)):
         try:
@@ -296,7 +335,7 @@ def parse_chat_response(body: Any) -> tuple[str, str | None, dict | None]:
     return text or "", choice.get("finish_reason"), body.get("usage")
 
 
-def invoke_plan(name: str, region: str, payload: dict[str, Any]) -> ApiCall:
+def invoke_plan(name: str, region: str, payload: ChatPayload) -> ApiCall:
     return ApiCall(
         "sagemaker-runtime",
         "invoke_endpoint",
@@ -311,11 +350,11 @@ def invoke(
     region: str,
     prompt: str | None = None,
     *,
-    messages: list[dict[str, str]] | None = None,
+    messages: list[ChatMessage] | None = None,
     max_tokens: int = 256,
     temperature: float = 0.0,
     client: Any = None,
-    **extra: Any,
+    **extra: JSONValue,
 ) -> InvokeResult:
     """One non-streaming OpenAI-style chat request to the endpoint."""
     runtime = _client(client, "sagemaker-runtime", region)
@@ -337,7 +376,7 @@ def invoke(
     return InvokeResult(text, finish, usage, latency, raw)
 
 
-def _safe_json(body: bytes) -> Any:
+def _safe_json(body: bytes) -> JSONValue:
     try:
         return json.loads(body)
     except ValueError:
@@ -350,9 +389,9 @@ class SSEDecoder:
     def __init__(self) -> None:
         self._buffer = b""
 
-    def feed(self, chunk: bytes) -> list[dict[str, Any]]:
+    def feed(self, chunk: bytes) -> list[JSONObject]:  # the events' JSON, as the server sent it
         self._buffer += chunk
-        events = []
+        events: list[JSONObject] = []
         while b"\n" in self._buffer:
             line, self._buffer = self._buffer.split(b"\n", 1)
             line = line.strip()
@@ -365,7 +404,7 @@ class SSEDecoder:
         return events
 
 
-def stream_deltas(payload_parts: Iterator[bytes]) -> Iterator[dict[str, Any]]:
+def stream_deltas(payload_parts: Iterator[bytes]) -> Iterator[StreamDelta]:
     """OpenAI stream events -> {"text": delta} / {"usage": {...}} items."""
     decoder = SSEDecoder()
 
@@ -389,7 +428,7 @@ class StreamResult:
     ttft_s: float | None
     total_s: float
     chunks: int
-    usage: dict[str, Any] | None
+    usage: ChatUsage | None
 
 
 def invoke_stream(
@@ -397,12 +436,12 @@ def invoke_stream(
     region: str,
     prompt: str | None = None,
     *,
-    messages: list[dict[str, str]] | None = None,
+    messages: list[ChatMessage] | None = None,
     max_tokens: int = 256,
     temperature: float = 0.0,
     client: Any = None,
     on_text: Any = None,
-    **extra: Any,
+    **extra: JSONValue,
 ) -> StreamResult:
     """Streaming chat via InvokeEndpointWithResponseStream; measures time to first token."""
     runtime = _client(client, "sagemaker-runtime", region)

@@ -15,6 +15,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, NotRequired, TypedDict
 
+from gemma4_t4.jsonable import JSONObject
+
 _SCOPE = re.compile(r"Credential=[^/]+/\d{8}/(?P<region>[a-z0-9-]+)/")
 
 
@@ -93,7 +95,7 @@ class FakeServiceQuotas:
             def log_message(self, *args: Any) -> None:  # keep test output clean
                 pass
 
-            def _reply(self, status: int, payload: dict[str, Any]) -> None:
+            def _reply(self, status: int, payload: JSONObject) -> None:
                 body = json.dumps(payload).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/x-amz-json-1.1")
