@@ -23,10 +23,11 @@ from gemma4_t4 import env
 from gemma4_t4.atomic import atomic_write_json
 from gemma4_t4.endpoint import Budget, Endpoint
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.jsonable import JSONValue, to_jsonable
+from gemma4_t4.jsonable import JSONObject, JSONValue, to_jsonable
 from gemma4_t4.table import format_table
 
 if TYPE_CHECKING:
+    from gemma4_t4.bench.published import BesideRow
     from gemma4_t4.bench.specs import WorkloadSpec
 
 __all__ = ["Budget", "Endpoint"]  # re-exported: a notebook builds both from here
@@ -388,9 +389,10 @@ def prepare_dirs(out_dir: str | Path, work_dir: str | Path) -> tuple[Path, Path]
 # ---------------------------------------------------------------- tables and figures
 
 
-def show_table(rows: Iterable[Mapping[str, Any]] | Any, title: str | None = None,
+def show_table(rows: Iterable[object], title: str | None = None,
                columns: Sequence[str] | None = None) -> None:
-    """Show rows (dicts or dataclasses) as an HTML table in Jupyter, as text elsewhere."""
+    """Show rows (dicts, dataclasses or pydantic models: anything ``to_jsonable`` makes an object of) as
+    an HTML table in Jupyter, as text elsewhere."""
     columns, cells = table_cells(rows, columns)
     if in_notebook():
         from IPython.display import HTML, display
@@ -404,7 +406,7 @@ def show_table(rows: Iterable[Mapping[str, Any]] | Any, title: str | None = None
         print(render_text_table(columns, cells, title))
 
 
-def table_cells(rows: Iterable[Mapping[str, Any]] | Any,
+def table_cells(rows: Iterable[object],
                 columns: Sequence[str] | None = None) -> tuple[list[str], list[list[str]]]:
     """The one table formatter: rows (dicts or dataclasses) -> (columns, formatted cells), for
     the notebooks' tables and the report index alike."""
@@ -465,6 +467,16 @@ def show_image(path: str | Path) -> None:
 # ---------------------------------------------------------------- summary for the report
 
 
+SummaryValue = str | int | float | bool | None  # one measured or published figure, or a short text
+
+
+class TableIn(TypedDict):
+    """A table for ``summary.json``: its title and its rows (anything :func:`show_table` takes)."""
+
+    title: str
+    rows: Sequence[object]
+
+
 class SummaryTable(TypedDict):
     title: str
     rows: list[dict[str, JSONValue]]
@@ -480,9 +492,9 @@ class NotebookSummary(TypedDict, total=False):
     notes: list[str]
 
 
-def save_summary(out_dir: str | Path, part: int, results: Mapping[str, Any],
-                 tables: Sequence[Mapping[str, Any]] = (), notes: Sequence[str] = (),
-                 published: Mapping[str, Any] | None = None) -> None:
+def save_summary(out_dir: str | Path, part: int, results: Mapping[str, SummaryValue],
+                 tables: Sequence[TableIn] = (), notes: Sequence[str] = (),
+                 published: Mapping[str, SummaryValue] | None = None) -> None:
     """Write ``summary.json`` (the numbers the report index shows) atomically.
 
     ``results`` maps a label to what THIS run measured (a number or short text); the series'
@@ -740,7 +752,7 @@ def ttft_route_on_off(served: Endpoint, runtime: RuntimeInfo, spec: WorkloadSpec
 # ---------------------------------------------------------------- benchmark results as tables
 
 
-def bench_rows(run: Any) -> list[dict[str, Any]]:
+def bench_rows(run: Any) -> list[JSONObject]:
     """One display row per measured cell of a :class:`gemma4_t4.bench.results.BenchRun` (refused,
     naming why, for a run that did not complete: what it got is not a result)."""
     return [row.model_dump(by_alias=True) for row in run.require_complete("results table").rows()]
@@ -807,7 +819,7 @@ class MCPCall:
     result: Any  # the structured content, else the text content
 
 
-def mcp_session(calls: Sequence[tuple[str, Mapping[str, Any]]], timeout_s: float = 300.0,
+def mcp_session(calls: Sequence[tuple[str, Mapping[str, JSONValue]]], timeout_s: float = 300.0,
                 log_path: str | Path | None = None) -> tuple[list[str], list[MCPCall]]:
     """Start the package's MCP server as a stdio subprocess (as an assistant would), list its
     tools, then make ``calls`` in order. The server inherits this process's environment (so
@@ -841,7 +853,7 @@ def mcp_session(calls: Sequence[tuple[str, Mapping[str, Any]]], timeout_s: float
 # ---------------------------------------------------------------- endpoints (TARGET=sagemaker)
 
 
-def headline_rows(headline: Any) -> list[dict[str, Any]]:
+def headline_rows(headline: Any) -> list[BesideRow]:
     """A T4-vs-L4 headline (:class:`gemma4_t4.bench.compare.Headline`, A = T4, B = L4) as display
     rows, each measured figure beside the series' published SageMaker row (labelled published;
     ``-`` where the series published none). The published row is the series' own build (emb4),
@@ -857,8 +869,8 @@ def headline_rows(headline: Any) -> list[dict[str, Any]]:
             if kind_a and kind_b and kind_a.model_size == kind_b.model_size else None)
 
     def row(label: str, measured: float | None, published: float | None, measured_on: Kind | None,
-            gpu: str) -> dict[str, Any]:
-        return dict(beside(label, measured, published, source, conditions, measured_on=measured_on,
+            gpu: str) -> BesideRow:
+        return (beside(label, measured, published, source, conditions, measured_on=measured_on,
                            published_on=published_kind(pub, gpu) if pub else None))
 
     answers = headline.answers

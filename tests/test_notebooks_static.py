@@ -432,7 +432,12 @@ def test_the_checker_catches_a_wrong_keyword():
         _bind(run_benchmark, "run_benchmark", call)
     _bind(run_benchmark, "run_benchmark", ast.parse('run_benchmark("u", "m", "decode", "o", concurrency=[1])').body[0].value)
     with pytest.raises(TypeError, match="max_num_seq"):
-        _bind(notebook.serve, "nb.serve", ast.parse('nb.serve("m", "cpu", "w", max_num_seq=2)').body[0].value)
+        _bind(notebook.endpoint, "nb.endpoint",
+              ast.parse('nb.endpoint("cpu", "m", "w", name="n", max_num_seq=2)').body[0].value)
+    from gemma4_t4.bench.specs import DecodeSpec
+
+    with pytest.raises(TypeError, match="concurency"):  # a spec's fields are its signature
+        _bind(DecodeSpec, "DecodeSpec", ast.parse("DecodeSpec(concurency=[1])").body[0].value)
     with pytest.raises(TypeError):
         _bind(notebook.model_for, "nb.model_for", ast.parse('nb.model_for("cpu", "e2b", "bf16", "w", "x")').body[0].value)
     assert inspect.signature(notebook.model_for)
@@ -499,11 +504,11 @@ def test_published_numbers_in_notebooks_come_from_the_published_module(nb_path):
 # ---------------------------------------------------------------- TARGET=sagemaker
 
 
-@pytest.mark.parametrize("part,call", [("02", "bf16_vs_qat_on_t4"), ("03", "repack_on_endpoint"),
-                                       ("04", "t4_vs_l4")])
-def test_parts_2_to_4_measure_endpoints_on_sagemaker(part, call):
-    """Each of Parts 2-4 accepts TARGET='sagemaker', has REGION and BUDGET_USD, calls its
-    experiments function only there, and its clean-up cell checks no endpoint of its part is left."""
+@pytest.mark.parametrize("part", ["02", "03", "04"])
+def test_parts_2_to_4_choose_the_venue_once_and_run_the_same_cells_everywhere(part):
+    """Each of Parts 2-4 accepts TARGET='sagemaker' (with REGION and BUDGET_USD), chooses the venue in
+    ``nb.endpoint(runtime, ...)`` only, compares TARGET nowhere else (at most one branch), passes no
+    dict-of-dicts, repeats no heading, and its clean-up cell checks no endpoint of its part is left."""
     nb = _load(next(p for p in NOTEBOOKS if p.name.startswith(part)))
     values = _parameters(nb)
     assert {"REGION", "BUDGET_USD"} <= set(values) and values["BUDGET_USD"] > 0
@@ -513,16 +518,28 @@ def test_parts_2_to_4_measure_endpoints_on_sagemaker(part, call):
     checks = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "attr", None) == "runtime_check"]
     allowed = next(ast.literal_eval(k.value) for k in checks[0].keywords if k.arg == "allowed")
     assert "sagemaker" in allowed
-    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "attr", None) == call]
-    assert len(calls) == 1, f"{call} is called {len(calls)} times"
-    guarded = [n for n in ast.walk(tree) if isinstance(n, ast.If) and ast.unparse(n.test) == "TARGET == 'sagemaker'"
-               and any(c is n2 for n2 in ast.walk(n) for c in calls)]
-    assert guarded, f"{call} must run only on TARGET='sagemaker'"
+    endpoints = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "attr", None) == "endpoint"]
+    assert endpoints and all(ast.unparse(n.args[0]) == "runtime" for n in endpoints), [ast.unparse(n) for n in endpoints]
+    branches = [ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Compare)
+                and any(isinstance(x, ast.Name) and x.id == "TARGET" for x in [n.left, *n.comparators])]
+    assert len(branches) <= 1, f"TARGET compared {len(branches)} times: {branches}"
+    nested = [ast.unparse(k)[:80] for n in ast.walk(tree) if isinstance(n, ast.Call) for k in n.keywords
+              if isinstance(k.value, ast.Dict) and any(isinstance(v, ast.Dict) for v in k.value.values)]
+    assert not nested, f"dict-of-dicts arguments: {nested}"
+    headings = [c.source.splitlines()[0] for c in nb.cells if c.cell_type == "markdown" and c.source.startswith("## ")]
+    assert len(headings) == len(set(headings)), headings
     cleanup = _tagged(nb, "cleanup")[0].source
-    assert f"leftover_endpoints(REGION, part={int(part)})" in cleanup and "assert not left" in cleanup
-    if part == "04":
-        assert "compare_suites(sm_result.entries[0].out_dir, sm_result.entries[1].out_dir)" in \
-            "\n".join(c.source for c in _code_cells(nb))
+    assert "nb.clean_up(" in cleanup and f"part={int(part)}, region=REGION" in cleanup and "assert not left" in cleanup
+
+
+def test_the_venue_rule_bites():
+    """The branch counter above counts a second TARGET comparison and a dict-of-dicts argument."""
+    tree = ast.parse('if TARGET == "cpu":\n    x = 1\ny = f(a=1) if TARGET != "sagemaker" else g(o={"d": {"c": 1}})')
+    compares = [n for n in ast.walk(tree) if isinstance(n, ast.Compare)
+                and any(isinstance(x, ast.Name) and x.id == "TARGET" for x in [n.left, *n.comparators])]
+    nested = [k for n in ast.walk(tree) if isinstance(n, ast.Call) for k in n.keywords
+              if isinstance(k.value, ast.Dict) and any(isinstance(v, ast.Dict) for v in k.value.values)]
+    assert len(compares) == 2 and len(nested) == 1
 
 
 def test_sagemaker_parameters_skip_nothing():

@@ -181,23 +181,32 @@ def test_the_option_lists_match_the_installed_vllm_parser():
 
 
 def test_a_server_owned_by_a_killed_process_is_stopped_and_status_says_so(fake_vllm, model_dir, tmp_path):
-    work = tmp_path / "nb"
+    """An Endpoint's server dies with the process that owns it (SIGKILL: no atexit, no finally); the
+    ownership record it left is reaped by the next Endpoint, and `serve status` tells the truth."""
+    from gemma4_t4 import endpoint as endpoints
+
+    work, cache = tmp_path / "nb", tmp_path / "cache"
     script = (
         "import json, sys, time\n"
-        "from gemma4_t4 import notebook as nb\n"
-        f"server = nb.serve({str(model_dir)!r}, 'cpu', {str(work)!r}, python={str(fake_vllm)!r},"
-        " extra_env={'FAKE_VLLM_MODE': 'serve'}, probe_cpu_attention=False)\n"
-        "print(json.dumps({'port': server.config.port}), flush=True)\n"
+        "from gemma4_t4.endpoint import Endpoint\n"
+        "from gemma4_t4.server import ServerConfig, free_port\n"
+        f"config = ServerConfig(model={str(model_dir)!r}, target='cpu', port=free_port(), work_dir={str(work / 'vllm')!r},"
+        f" python={str(fake_vllm)!r}, extra_env={{'FAKE_VLLM_MODE': 'serve'}}, probe_cpu_attention=False)\n"
+        "endpoint = Endpoint.local(config, quiet=True)\n"
+        "print(json.dumps({'port': config.port}), flush=True)\n"
         "time.sleep(300)\n"
     )
-    owner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=ENV)
+    owner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                             env={**ENV, "GEMMA4_T4_CACHE_DIR": str(cache)})
     try:
         line = owner.stdout.readline()
-        while line and not line.startswith("{"):  # nb.serve's own "vLLM serving ..." line first
+        while line and not line.startswith("{"):
             line = owner.stdout.readline()
         port = json.loads(line)["port"]
         server = VLLMServer.attach(port, work / "vllm")
         assert server.status().state == "running" and server.owner["stop_with_owner"] is True
+        records = list((cache / "owned").glob("*.json"))
+        assert len(records) == 1 and f'"port":{port}' in records[0].read_text().replace(" ", "")
         supervisor = server.pid
         owner.kill()  # SIGKILL: no atexit, no finally in the owner
         owner.wait(10)
@@ -209,6 +218,12 @@ def test_a_server_owned_by_a_killed_process_is_stopped_and_status_says_so(fake_v
         status = VLLMServer.attach(port, work / "vllm").status()
         assert status.state == "stopped" and status.survivors == [] and status.owner["alive"] is False
         assert _processes_of(work) == []
+        # the record the killed owner left: the next command finds its owner gone and drops it
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("GEMMA4_T4_CACHE_DIR", str(cache))
+            reaped = endpoints.reap_orphans()
+        assert [(r.venue, r.action) for r in reaped] == [("local", "stopped")]
+        assert list((cache / "owned").glob("*.json")) == []
     finally:
         owner.kill()
         with contextlib.suppress(Exception):  # only on failure does anything still run
