@@ -32,9 +32,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel, Field
 
 from gemma4_t4.atomic import atomic_write_json
 from gemma4_t4.cache import cache_root
@@ -64,8 +65,9 @@ def cache_dir() -> Path:
     return cache_root() / "probes"
 
 
-@dataclass
-class ProbeResult:
+class ProbeResult(BaseModel):
+    """One candidate's probe verdict (stored in the cached verdict and the launch record)."""
+
     candidate: str  # a name from CANDIDATES
     dtype: str
     ok: bool
@@ -80,32 +82,6 @@ class ProbeResult:
     def unavailable(self) -> bool:
         """The probe could not run at all (no vLLM CPU in that interpreter): says nothing about the op."""
         return not self.ok and self.signal is None and self.max_abs_err is None
-
-
-class ProbeResultRecord(TypedDict):
-    """A :class:`ProbeResult` as JSON (asdict)."""
-
-    candidate: str
-    dtype: str
-    ok: bool
-    returncode: int | None
-    signal: str | None
-    isa: str | None
-    max_abs_err: float | None
-    detail: str
-    seconds: float | None
-
-
-class ChoiceRecord(TypedDict):
-    """A :class:`Choice` as JSON (asdict): what the launch record stores as ``cpu_attention``."""
-
-    candidate: str
-    dtype: str
-    env: dict[str, str]
-    reason: str
-    probes: list[ProbeResultRecord]
-    cached: bool
-    fingerprint_id: str | None
 
 
 class Fingerprint(TypedDict):
@@ -135,18 +111,17 @@ class CaseReport(TypedDict):
     cases: int
 
 
-@dataclass
-class Choice:
+class Choice(BaseModel):
+    """The attention path the CPU server uses: what the cache keeps (without ``cached``) and the
+    launch record stores as ``cpu_attention``."""
+
     candidate: str
     dtype: str
     env: dict[str, str]  # set in the server's environment (read by every vLLM process)
     reason: str
-    probes: list[ProbeResult] = field(default_factory=list)
+    probes: list[ProbeResult] = Field(default_factory=list)
     cached: bool = False
     fingerprint_id: str | None = None
-
-    def to_dict(self) -> ChoiceRecord:
-        return ChoiceRecord(**asdict(self))
 
 
 def fingerprint(python: str | None = None) -> Fingerprint:
@@ -191,10 +166,17 @@ def probe(candidate: str, python: str | None = None, timeout: float = PROBE_TIME
         )
     except subprocess.TimeoutExpired:
         return ProbeResult(
-            name, dtype, False, None, detail=f"probe timed out after {timeout:.0f} s", seconds=timeout
+            candidate=name,
+            dtype=dtype,
+            ok=False,
+            returncode=None,
+            detail=f"probe timed out after {timeout:.0f} s",
+            seconds=timeout,
         )
     except OSError as exc:
-        return ProbeResult(name, dtype, False, None, detail=f"could not run the probe: {exc}")
+        return ProbeResult(
+            candidate=name, dtype=dtype, ok=False, returncode=None, detail=f"could not run the probe: {exc}"
+        )
     return parse_probe(
         name, dtype, done.returncode, done.stdout, done.stderr, round(time.monotonic() - started, 2)
     )
@@ -208,11 +190,11 @@ def parse_probe(
         fatal = [line.strip() for line in stderr.splitlines() if line.startswith("Fatal Python error")]
         frames = [line.strip() for line in stderr.splitlines() if "_custom_ops.py" in line]
         return ProbeResult(
-            name,
-            dtype,
-            False,
-            code,
-            signal.Signals(-code).name,
+            candidate=name,
+            dtype=dtype,
+            ok=False,
+            returncode=code,
+            signal=signal.Signals(-code).name,
             detail="; ".join(fatal[:1] + frames[:1])[:300],
             seconds=seconds,
         )
@@ -227,12 +209,21 @@ def parse_probe(
     if report is None:
         last = (stderr.strip().splitlines() or [""])[-1][:300]
         return ProbeResult(
-            name, dtype, False, code, detail=f"no result (exit {code}): {last}", seconds=seconds
+            candidate=name, dtype=dtype, ok=False, returncode=code, detail=f"no result (exit {code}): {last}", seconds=seconds
         )
     err = report.get("max_abs_err")
     ok = code == 0 and err is not None and err <= MAX_ABS_ERR.get(dtype, 0.05)
     detail = report.get("error") or ("" if ok else f"max abs error {err} above {MAX_ABS_ERR.get(dtype)}")
-    return ProbeResult(name, dtype, ok, code, None, report.get("isa"), err, detail, seconds)
+    return ProbeResult(
+        candidate=name,
+        dtype=dtype,
+        ok=ok,
+        returncode=code,
+        isa=report.get("isa"),
+        max_abs_err=err,
+        detail=detail,
+        seconds=seconds,
+    )
 
 
 Prober = Callable[[str], ProbeResult]
@@ -247,10 +238,9 @@ def choose(python: str | None = None, refresh: bool = False, prober: Prober | No
     path = cache_dir() / f"cpu-attention-{key}.json"
     if prober is None and not refresh:
         try:
-            data = json.loads(path.read_text())
-            probes = [ProbeResult(**p) for p in data.pop("probes", [])]
-            return Choice(**{**data, "cached": True, "probes": probes})
-        except (OSError, ValueError, TypeError):
+            cached = Choice.model_validate_json(path.read_bytes())
+            return cached.model_copy(update={"cached": True})
+        except (OSError, ValueError):  # none yet, or unreadable (pydantic's ValidationError is one): probe again
             pass
     run = prober or (lambda candidate: probe(candidate, python))
     probes: list[ProbeResult] = []
@@ -263,22 +253,22 @@ def choose(python: str | None = None, refresh: bool = False, prober: Prober | No
             # A later candidate that cannot run (a time-out) is a failed candidate, never a reason to
             # fall back to a default the first probe saw crash.
             return Choice(
-                "vllm-default",
-                "bfloat16",
-                {},
-                f"probe could not run ({result.detail}); vLLM's default kept",
-                probes,
+                candidate="vllm-default",
+                dtype="bfloat16",
+                env={},
+                reason=f"probe could not run ({result.detail}); vLLM's default kept",
+                probes=probes,
                 fingerprint_id=key,
             )
         if result.ok:
             failed = "; ".join(f"{p.candidate} failed ({p.signal or p.detail})" for p in probes[:-1])
             passed = f"{name} passed ({dtype} on vLLM's {result.isa} attention, max abs error {result.max_abs_err:.2g})"
             choice = Choice(
-                name,
-                dtype,
-                dict(env),
-                f"{failed}; {passed}" if failed else passed,
-                probes,
+                candidate=name,
+                dtype=dtype,
+                env=dict(env),
+                reason=f"{failed}; {passed}" if failed else passed,
+                probes=probes,
                 fingerprint_id=key,
             )
             break
@@ -292,7 +282,7 @@ def choose(python: str | None = None, refresh: bool = False, prober: Prober | No
         )
     if prober is None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(path, {k: v for k, v in choice.to_dict().items() if k != "cached"})
+        atomic_write_json(path, choice.model_dump(mode="json", exclude={"cached"}))
     return choice
 
 

@@ -10,7 +10,6 @@ A side whose runs did not complete is "not measured", never a speed-up computed 
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -120,7 +119,7 @@ def drafter_on_off(
     def side_config(value: str) -> ServerConfig:
         # a port free now (not one picked minutes earlier), and a chosen_by of its own: each launch's
         # reasons are its own, never written into the caller's config
-        return dataclasses.replace(config, port=free_port(), draft=value, num_draft_tokens=num_draft_tokens,
+        return config.replaced(port=free_port(), draft=value, num_draft_tokens=num_draft_tokens,
                                    chosen_by=dict(config.chosen_by))
 
     for _, value in plans:

@@ -8,8 +8,15 @@ from __future__ import annotations
 
 from typing import Any, NotRequired
 
-from gemma4_t4.cpuattn import ChoiceRecord
+from pydantic import BaseModel, ConfigDict, Field
+
+from gemma4_t4.cpuattn import Choice
 from gemma4_t4.jsonable import TypedDict
+from gemma4_t4.speculative import DEFAULT_NUM_DRAFT_TOKENS
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8000
+DEFAULT_WORK_DIR = ".cache/gemma4_t4"
 
 
 class ProcessInfo(TypedDict):
@@ -21,37 +28,51 @@ class ProcessInfo(TypedDict):
     pgid: int
 
 
-class ServerConfigRecord(TypedDict):
-    """A :class:`ServerConfig` as a state file and a launch record store it (``api_key`` masked,
-    secrets in ``extra_args`` / ``extra_env`` masked); read back by field name."""
+class ServerSettings(BaseModel):
+    """Every setting that decides how vLLM is launched, as one record: what a state file and a
+    launch record store (``model_dump(mode="json")``, secrets masked) and read back
+    (``model_validate``). :class:`gemma4_t4.server.ServerConfig` is this record plus the target's
+    defaults and the checks; it lives in server.py, this stays below the benchmark.
+
+    A record written before speculative decoding lacks ``draft`` / ``num_draft_tokens`` /
+    ``draft_method``: it reads back with the defaults (no drafter), which is what that server ran.
+    """
+
+    model_config = ConfigDict(
+        extra="ignore"
+    )  # a newer record's extra setting does not refuse an older reader
 
     model: str
-    target: str
-    served_model_name: str | None
-    host: str
-    port: int
-    dtype: str | None
-    max_model_len: int | None
-    max_num_seqs: int | None
-    enable_prefix_caching: bool
-    enforce_eager: bool | None
-    max_num_batched_tokens: int | None
-    gpu_memory_utilization: float | None
-    tensor_parallel_size: int
-    language_model_only: bool | None
-    kv_cache_space_gib: int
-    block_size: int | None
-    api_key: str | None
-    extra_args: list[str]
-    extra_env: dict[str, str]
-    work_dir: str
-    python: str | None
-    restart_on_crash: int
-    probe_cpu_attention: bool
-    chosen_by: dict[str, str]
-    draft: NotRequired[str]  # NotRequired: state files written before speculative decoding lack them
-    num_draft_tokens: NotRequired[int]
-    draft_method: NotRequired[str | None]
+    target: str = "cpu"  # "t4" or "cpu", checked by ServerConfig.validate (an error with a fix)
+    served_model_name: str | None = None
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    dtype: str | None = None  # default: float16 on t4 (no bf16 on Turing); cpu: decided by a probe
+    max_model_len: int | None = None
+    max_num_seqs: int | None = None
+    enable_prefix_caching: bool = True
+    enforce_eager: bool | None = None  # default: CUDA graphs on t4, eager on cpu
+    max_num_batched_tokens: int | None = None
+    # t4 only
+    gpu_memory_utilization: float | None = None
+    tensor_parallel_size: int = 1
+    language_model_only: bool | None = None  # default: text only on t4 (the towers' memory goes to KV)
+    # cpu only
+    kv_cache_space_gib: int = 1
+    block_size: int | None = None  # cpu default 32 (vLLM's CPU default 128 makes prefix hits coarse)
+    api_key: str | None = None  # masked ("***") in every stored record
+    extra_args: list[str] = Field(default_factory=list)
+    extra_env: dict[str, str] = Field(default_factory=dict)
+    work_dir: str = DEFAULT_WORK_DIR  # logs, state, locks, temp files and vLLM caches stay here
+    python: str | None = None  # interpreter that has vLLM installed; default: this one
+    restart_on_crash: int = 0  # restart a crashed vLLM up to N times (backoff 2, 4, 8 ... 60 s)
+    probe_cpu_attention: bool = True  # cpu, dtype unset: run the attention probe (gemma4_t4.cpuattn)
+    chosen_by: dict[str, str] = Field(default_factory=dict)  # why each default was chosen
+    # speculative decoding (gemma4_t4/speculative.py): off | auto | self | a drafter id or folder
+    # None (the CLI's unset): on t4 the tune profile measured on this GPU decides (gemma4_t4/tune.py)
+    draft: str | None = "off"
+    num_draft_tokens: int | None = DEFAULT_NUM_DRAFT_TOKENS
+    draft_method: str | None = None  # None: mtp for a drafter, draft_model for self
 
 
 class HostRecord(TypedDict):
@@ -68,9 +89,9 @@ class LaunchRecord(TypedDict):
     pid: int | None
     pgid: int | None
     started_at: float
-    config: ServerConfigRecord
+    config: ServerSettings  # secrets masked
     chosen_by: dict[str, str]
-    cpu_attention: ChoiceRecord | None
+    cpu_attention: Choice | None
     reaped: list[ProcessInfo]
     log_path: str
     versions: dict[str, str | None]

@@ -315,31 +315,13 @@ class GpuArchResult(BaseModel):
     summary: str
 
 
-class VerifySummary(BaseModel):
-    """``turing.verify``'s report without the per-launch list: only the launches that fail."""
-
-    ok: bool
-    arch: str
-    capability: tuple[int, int]
-    limit_bytes: int
-    vllm_version: str
-    kernel_file: str
-    kernel_sha256: str
-    triton_version: str
-    patch_action: str
-    patch_reason: str
-    model_exact: bool | None
-    changed_launches: int
-    compiles: int
-    seconds: float
-    failures: list[turing.LaunchCheck]
-
-
 class TuringCheckResult(BaseModel):
     status: turing.TuringStatus
     ok: bool = Field(description="the fix reaches vLLM (and, with functional=True, the sm_75 compile proves it)")
     summary: str
-    verify: VerifySummary | None = None
+    verify: turing.VerifyReport | None = Field(
+        None, description="the sm_75 proof (functional=True); its launches are only the ones that fail"
+    )
 
 
 class TuringPatchResult(BaseModel):
@@ -740,9 +722,7 @@ def verify_turing_patch(functional: bool = False, arch: str = "sm_75") -> Turing
     result = TuringCheckResult(status=state, ok=state.active, summary=state.summary)
     if functional:
         verified = turing.verify(arch)
-        result.verify = VerifySummary(
-            **{k: v for k, v in to_jsonable(verified).items() if k != "launches"}, failures=verified.failures()
-        )
+        result.verify = verified.model_copy(update={"launches": verified.failures()})
         result.ok = bool(verified.ok and state.active)
     return result
 

@@ -38,17 +38,25 @@ import time
 import urllib.error
 import urllib.request
 import warnings
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, cast
 
 import psutil
+from pydantic import PrivateAttr, ValidationError
 
 from gemma4_t4 import cache, cpuattn, secrets, speculative
 from gemma4_t4.atomic import atomic_write_json
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.jsonable import JSONObject, TypedDict
-from gemma4_t4.launch_record import LaunchRecord, ProcessInfo, ServerConfigRecord
+from gemma4_t4.launch_record import (
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    DEFAULT_WORK_DIR,
+    LaunchRecord,
+    ProcessInfo,
+    ServerSettings,
+)
 from gemma4_t4.net import http_get
 from gemma4_t4.supervisor import (
     ExitRecord,
@@ -60,9 +68,6 @@ from gemma4_t4.versions import package_version
 
 Target = Literal["t4", "cpu"]
 
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8000
-DEFAULT_WORK_DIR = ".cache/gemma4_t4"
 STOP_GRACE_S = 30.0
 
 
@@ -110,50 +115,20 @@ def protected_options_named(name: str) -> list[str]:
     return [option for option in PROTECTED_OPTIONS if len(name) > 2 and option.startswith(name)]
 
 
-@dataclass
-class ServerConfig:
+class ServerConfig(ServerSettings):
     """Everything that decides how vLLM is launched. One config, one command line.
 
-    Fields left at None get the target's default (see :func:`target_defaults`); the reason for
-    each lands in ``chosen_by``.
+    The fields are :class:`gemma4_t4.launch_record.ServerSettings` (the record a state file
+    stores); this adds the target's defaults and the checks. Fields left at None get the target's
+    default (see :func:`target_defaults`) when the config is made; the reason for each lands in
+    ``chosen_by``.
     """
 
-    model: str
-    target: Target = "cpu"
-    served_model_name: str | None = None
-    host: str = DEFAULT_HOST
-    port: int = DEFAULT_PORT
-    dtype: str | None = None  # default: float16 on t4 (no bf16 on Turing); cpu: decided by a probe
-    max_model_len: int | None = None
-    max_num_seqs: int | None = None
-    enable_prefix_caching: bool = True
-    enforce_eager: bool | None = None  # default: CUDA graphs on t4, eager on cpu
-    max_num_batched_tokens: int | None = None
-    # t4 only
-    gpu_memory_utilization: float | None = None
-    tensor_parallel_size: int = 1
-    language_model_only: bool | None = None  # default: text only on t4 (the towers' memory goes to KV)
-    # cpu only
-    kv_cache_space_gib: int = 1
-    block_size: int | None = None  # cpu default 32 (vLLM's CPU default 128 makes prefix hits coarse)
-    api_key: str | None = None
-    extra_args: list[str] = field(default_factory=list)
-    extra_env: dict[str, str] = field(default_factory=dict)
-    work_dir: str = DEFAULT_WORK_DIR  # logs, state, locks, temp files and vLLM caches stay here
-    python: str | None = None  # interpreter that has vLLM installed; default: this one
-    restart_on_crash: int = 0  # restart a crashed vLLM up to N times (backoff 2, 4, 8 ... 60 s)
-    probe_cpu_attention: bool = True  # cpu, dtype unset: run the attention probe (gemma4_t4.cpuattn)
-    chosen_by: dict[str, str] = field(default_factory=dict)  # why each default was chosen
-    # speculative decoding (gemma4_t4/speculative.py): off | auto | self | a drafter id or folder
-    # None (the CLI's unset): on t4 the tune profile measured on this GPU decides (gemma4_t4/tune.py)
-    draft: str | None = "off"
-    num_draft_tokens: int | None = speculative.DEFAULT_NUM_DRAFT_TOKENS
-    draft_method: speculative.DraftMethod | None = None  # None: mtp for a drafter, draft_model for self
+    _arg_problem: Gemma4T4Error | None = PrivateAttr(default=None)  # raised by validate(), never echoing a value
+    _profile_reason: str | None = PrivateAttr(default=None)  # why the tune profile (or its absence) set the drafter
 
-    def __post_init__(self) -> None:
-        self._arg_problem: Gemma4T4Error | None = None  # raised by validate(), never echoing a value
+    def model_post_init(self, context: Any, /) -> None:
         self._lift_api_key()
-        self._profile_reason: str | None = None  # why the tune profile (or its absence) set the drafter
         for name, (value, reason) in target_defaults(self).items():
             if getattr(self, name) is None:
                 setattr(self, name, value)
@@ -218,6 +193,11 @@ class ServerConfig:
                 )
             self.api_key = self.api_key or found[0]
         self.extra_args = args
+
+    def replaced(self, **changes: Any) -> ServerConfig:
+        """A copy with ``changes``, made like a new config: the API key lifted again and unset
+        fields given the target's defaults."""
+        return type(self).model_validate(self.model_dump() | changes)
 
     def resolved_dtype(self) -> str:
         if self.dtype:
@@ -528,7 +508,7 @@ class LaunchPlan:
 
     command: list[str]
     env: dict[str, str]
-    cpu_attention: cpuattn.ChoiceRecord | None
+    cpu_attention: cpuattn.Choice | None
     chosen_by: dict[str, str]
 
     def launch_env(self) -> dict[str, str]:
@@ -549,7 +529,7 @@ def plan_launch(config: ServerConfig, probe: bool = True) -> LaunchPlan:
         choice = cpuattn.choose(python=config.python)
     command = build_command(config, dtype=choice.dtype if choice else None)
     env = build_env(config, cpu_env=choice.env if choice else None)
-    return LaunchPlan(command, env, choice.to_dict() if choice else None, dict(config.chosen_by))
+    return LaunchPlan(command, env, choice, dict(config.chosen_by))
 
 
 def port_in_use(host: str, port: int) -> bool:
@@ -745,11 +725,16 @@ def _mask_command(command: list[str]) -> list[str]:
     return secrets.mask_argv(command)
 
 
-def _masked_config(config: ServerConfig) -> ServerConfigRecord:
-    record = cast(ServerConfigRecord, asdict(config) | {"api_key": secrets.MASK if config.api_key else None})
-    record["extra_args"] = secrets.mask_argv(config.extra_args)
-    record["extra_env"] = secrets.mask_env(config.extra_env)
-    return record
+def masked_config(config: ServerSettings) -> ServerSettings:
+    """The settings as a record stores them: the API key and secrets in extra args / env masked."""
+    return ServerSettings.model_validate(
+        config.model_dump()
+        | {
+            "api_key": secrets.MASK if config.api_key else None,
+            "extra_args": secrets.mask_argv(config.extra_args),
+            "extra_env": secrets.mask_env(config.extra_env),
+        }
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -1021,9 +1006,9 @@ class VLLMServer:
             "pid": self._pid,
             "pgid": self._pid,
             "started_at": time.time(),
-            "config": _masked_config(config),
+            "config": masked_config(config).model_dump(mode="json"),
             "chosen_by": plan.chosen_by,
-            "cpu_attention": plan.cpu_attention,
+            "cpu_attention": plan.cpu_attention.model_dump(mode="json") if plan.cpu_attention else None,
             "reaped": self.reaped,
             "log_path": str(self.log_path),
             "versions": runtime_versions(),
@@ -1050,7 +1035,7 @@ class VLLMServer:
             "exit_path": str(self.exit_path),
             "super_path": str(self.super_path),
             "lock_paths": [str(lock.path) for lock in self._locks],
-            "config": _masked_config(self.config),
+            "config": masked_config(self.config).model_dump(mode="json"),
             "launch_record": self.launch_record,
             "owner": self.owner,
             "updated_at": time.time(),
@@ -1409,11 +1394,14 @@ class VLLMServer:
                 f"no readable server state at {path}",
                 fix="gemma4-t4 serve status lists the servers this work dir knows",
             )
-        known = {f.name for f in fields(ServerConfig)}
-        recorded = {k: v for k, v in data["config"].items() if k in known}
-        recorded["api_key"] = None  # masked on disk; the caller passes the real one if it has it
-        config = ServerConfig(**recorded)
-        config.api_key = api_key
+        try:
+            # api_key is masked on disk; the caller passes the real one if it has it
+            config = ServerConfig.model_validate({**data["config"], "api_key": api_key})
+        except (KeyError, TypeError, ValidationError) as exc:
+            raise Gemma4T4Error(
+                f"the server state at {path} has no readable config ({type(exc).__name__}: {exc})",
+                fix=f"stop that server by its PID if it still runs, then delete {path} (or the work dir's servers/)",
+            ) from exc
         server = cls(config)
         server._pid = data.get("pid")
         server._pid_create_time = data.get("pid_create_time")

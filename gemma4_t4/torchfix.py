@@ -15,12 +15,14 @@ import json
 import re
 import shlex
 import sys
-from dataclasses import dataclass, field
-from typing import TypedDict
+from dataclasses import dataclass
+
+from pydantic import BaseModel, Field
 
 from gemma4_t4 import env
 from gemma4_t4 import setup as setup_plan
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.jsonable import JSONValue
 from gemma4_t4.runner import CommandResult, Runner, subprocess_runner
 from gemma4_t4.versions import package_requires, package_version
 
@@ -31,8 +33,10 @@ DEFAULT_VLLM = env.GPU_VLLM  # the version the package's `gpu` extra pins
 MIN_DRIVER = setup_plan.MIN_DRIVER  # oldest Linux driver per CUDA variant (12.x: minor-version compatibility)
 
 
-@dataclass
-class TorchFacts:
+class TorchFacts(BaseModel):
+    """What torch an interpreter has, and the GPU, driver and vLLM around it (``fix-torch --json``
+    writes it with the plan)."""
+
     python: str = sys.executable
     torch_version: str | None = None
     torch_cuda_build: str | None = None  # torch.version.cuda; None on a CPU-only build
@@ -44,8 +48,10 @@ class TorchFacts:
     vllm_torch_pin: str | None = None  # what that vLLM requires, e.g. "2.14.0"
 
 
-@dataclass
-class TorchFixPlan:
+class TorchFixPlan(BaseModel):
+    """Whether torch needs replacing and the pip command that does it; ``fix-torch --json`` writes
+    it with :func:`torch_fix_dict` (its fields and the command line)."""
+
     needed: bool
     reason: str
     vllm_version: str
@@ -53,7 +59,7 @@ class TorchFixPlan:
     cuda_variant: str
     index_url: str
     command: list[str]
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
     facts: TorchFacts | None = None
 
     def command_line(self) -> str:
@@ -97,7 +103,6 @@ def probe_torch_facts(python: str | None = None, runner: Runner = subprocess_run
     """What torch ``python`` has (asked in a subprocess, so a broken torch can't break us); the
     GPU and driver come from the doctor's nvidia-smi probe."""
     python = python or sys.executable
-    facts = TorchFacts(python=python)
     done = runner([python, "-c", _PROBE])
     try:
         found = json.loads(done.stdout.strip().splitlines()[-1])
@@ -105,8 +110,7 @@ def probe_torch_facts(python: str | None = None, runner: Runner = subprocess_run
         found = {"import_error": (done.stderr or "no output").strip()[-300:]}
     if "No module named 'torch'" in found.get("import_error", ""):
         found["import_error"] = "torch is not installed"
-    for key, value in found.items():
-        setattr(facts, key, value)
+    facts = TorchFacts.model_validate({**found, "python": python})
     state = env.probe_gpu_state(probes or env.Probes())
     if state.error:  # a failed nvidia-smi is not "no GPU": the same refusal as setup and the doctor
         raise Gemma4T4Error(state.error, fix=state.fix)
@@ -153,7 +157,8 @@ def plan_torch_fix(facts: TorchFacts | None = None, vllm_version: str | None = N
             driver_note = f"{exc}: torch alone cannot fix this host ({exc.fix}); gemma4-t4 setup replaces vLLM too"
     index = PYTORCH_INDEX.format(variant=variant)
     command = [facts.python or sys.executable, "-m", "pip", "install", *env.torch_install_args(torch_version, variant)]
-    plan = TorchFixPlan(False, "", vllm, torch_version, variant, index, command, facts=facts)
+    plan = TorchFixPlan(needed=False, reason="", vllm_version=vllm, torch_version=torch_version,
+                        cuda_variant=variant, index_url=index, command=command, facts=facts)
 
     if facts.gpu_present is False:
         plan.reason = "no NVIDIA GPU on this machine, so a CPU build of torch is the right one"
@@ -209,34 +214,6 @@ def apply_torch_fix(plan: TorchFixPlan, runner: Runner = subprocess_runner) -> T
                                   "(the notebook kernel) so it loads, then run gemma4-t4 doctor")
 
 
-class TorchFactsRecord(TypedDict):
-    python: str
-    torch_version: str | None
-    torch_cuda_build: str | None
-    cuda_available: bool | None
-    import_error: str | None
-    gpu_present: bool | None
-    driver_version: str | None
-    vllm_version: str | None
-    vllm_torch_pin: str | None
-
-
-class TorchFixRecord(TypedDict):
-    """``fix-torch --json``'s plan: the :class:`TorchFixPlan` and its command line."""
-
-    needed: bool
-    reason: str
-    vllm_version: str
-    torch_version: str
-    cuda_variant: str
-    index_url: str
-    command: list[str]
-    warnings: list[str]
-    facts: TorchFactsRecord | None
-    command_line: str
-
-
-def torch_fix_dict(plan: TorchFixPlan) -> TorchFixRecord:
-    from gemma4_t4.jsonable import to_jsonable
-
-    return to_jsonable(plan) | {"command_line": plan.command_line()}
+def torch_fix_dict(plan: TorchFixPlan) -> dict[str, JSONValue]:
+    """``fix-torch --json``'s plan: the :class:`TorchFixPlan`'s fields and its command line."""
+    return plan.model_dump(mode="json") | {"command_line": plan.command_line()}

@@ -12,7 +12,6 @@ the route could not activate (CPU, a non-Turing GPU, a refused vLLM) says so.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -75,7 +74,7 @@ def ttft_route_on_off(
     out = Path(out_dir)
     curves: dict[str, ModeCurve] = {}
     for mode, value in MODES:
-        cfg = dataclasses.replace(config, extra_env={**config.extra_env, prefill.ENV_SWITCH: value})
+        cfg = config.replaced(extra_env={**config.extra_env, prefill.ENV_SWITCH: value})
         server = server_factory(cfg)
         with server:
             served = served_endpoint(server.base_url, cfg.resolved_name())

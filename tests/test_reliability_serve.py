@@ -306,7 +306,9 @@ def test_probe_reads_a_real_sigill_and_the_choice_falls_through(tmp_path):
     assert missing.unavailable
     assert cpuattn.choose(prober=lambda _c: missing).candidate == "vllm-default"
     # a later candidate that cannot run (timed out) never brings back the default that crashed
-    timed_out = cpuattn.ProbeResult("amx-permission", "bfloat16", False, None, detail="probe timed out after 120 s")
+    timed_out = cpuattn.ProbeResult(
+        candidate="amx-permission", dtype="bfloat16", ok=False, returncode=None, detail="probe timed out after 120 s"
+    )
     assert timed_out.unavailable
     later = {**answers, "amx-permission": timed_out}
     assert cpuattn.choose(prober=later.__getitem__).candidate == "vec-kernel"
@@ -539,7 +541,7 @@ def test_dead_engine_is_detected_restarted_and_survivors_reaped(tiny_model_dir, 
 def test_plan_launch_on_cpu_without_vllm_keeps_the_default(fake_vllm, model_dir):
     plan = plan_launch(ServerConfig(model=str(model_dir), python=str(fake_vllm)))
     assert (
-        plan.cpu_attention["candidate"] == "vllm-default" and "could not run" in plan.cpu_attention["reason"]
+        plan.cpu_attention.candidate == "vllm-default" and "could not run" in plan.cpu_attention.reason
     )
     assert plan.command[plan.command.index("--dtype") + 1] == "bfloat16"
 

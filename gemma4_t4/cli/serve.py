@@ -88,7 +88,7 @@ def _print_command(args: argparse.Namespace, config) -> Output:
     lines = [f"# nothing started; {gate}", plan.shell(), "", "# defaults chosen:"]
     lines += [f"#   {name}: {reason}" for name, reason in plan.chosen_by.items()]
     if plan.cpu_attention:
-        lines.append(f"# cpu attention: {plan.cpu_attention['reason']}")
+        lines.append(f"# cpu attention: {plan.cpu_attention.reason}")
     draft = config.draft_plan()
     if draft.enabled:  # its reason is among the defaults chosen, above
         lines.append(f"# speculative decoding: --speculative-config {draft.config_json()}")

@@ -17,8 +17,10 @@ import multiprocessing
 import os
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
+
+from pydantic import BaseModel, Field
 
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.turing import smem, tilecap
@@ -77,8 +79,10 @@ class LaunchCheck:
     query_len: int = 1  # query tokens per sequence in the recorded launch
 
 
-@dataclass
-class VerifyReport:
+class VerifyReport(BaseModel):
+    """The proof's verdict: the kernel and Triton it ran on, what the tile cap decided, and every
+    launch checked (the MCP ``verify_turing_patch`` tool returns it with the failing launches only)."""
+
     ok: bool
     arch: str
     capability: tuple[int, int]
@@ -93,7 +97,7 @@ class VerifyReport:
     changed_launches: int
     compiles: int
     seconds: float
-    launches: list[LaunchCheck] = field(default_factory=list)
+    launches: list[LaunchCheck] = Field(default_factory=list)
 
     def failures(self) -> list[LaunchCheck]:
         return [launch for launch in self.launches if not launch.ok]
