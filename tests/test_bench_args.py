@@ -10,6 +10,7 @@ from gemma4_t4.bench import BenchArgs, run_benchmark
 from gemma4_t4.bench.compare import compare_suites, published_decode
 from gemma4_t4.bench.fake_server import FakeScript, FakeServer, FakeServerState
 from gemma4_t4.bench.metrics import series_decode
+from gemma4_t4.bench.schemas import RequestRecord
 from gemma4_t4.bench.workloads import WORKLOAD_CHOICES, WORKLOADS, build_args
 from gemma4_t4.cli import build_parser
 from gemma4_t4.cli import main as cli_main
@@ -104,15 +105,15 @@ def test_defaults_follow_the_workload_and_bad_values_name_the_fix(tmp_path):
 
 def test_series_decode_metric_is_the_wall_time_difference():
     def rec(i, wall_s):
-        return {
-            "request_id": f"r{i}",
-            "send_s": 0.0,
-            "first_content_s": 0.05,
-            "last_choice_s": wall_s,
-            "end_s": wall_s,
-            "chunk_times_s": [0.05, wall_s],
-            "completion_tokens": 2,
-        }
+        return RequestRecord(
+            request_id=f"r{i}",
+            send_s=0.0,
+            first_content_s=0.05,
+            last_choice_s=wall_s,
+            end_s=wall_s,
+            chunk_times_s=[0.05, wall_s],
+            completion_tokens=2,
+        )
 
     short = [rec(0, 0.20), rec(1, 0.22), rec(2, 0.21)]
     long = [rec(3, 5.16), rec(4, 5.21), rec(5, 5.17)]
@@ -207,26 +208,30 @@ def test_compare_headline_per_model_with_the_published_row(tmp_path, capsys):
     assert published_decode("some-other-model") is None
 
 
-def test_notebook_benchmark_calls_match_benchargs():
-    """Every run_benchmark call in the notebooks passes only BenchArgs fields (checked statically)."""
+def test_notebook_benchmark_calls_are_typed_specs_run_on_an_endpoint():
+    """The notebooks benchmark through ``run(endpoint, SPEC, out_dir, ...)`` only: no keyword bag of
+    BenchArgs fields, every spec built from its own class (whose fields the signature check binds)."""
     import ast
+    import inspect
     from pathlib import Path
 
-    calls = 0
+    from gemma4_t4.bench import specs
+
+    spec_names = {s.__name__ for s in specs.SPECS}
+    run_params = set(inspect.signature(specs.run).parameters)
+    runs = built = 0
     for path in sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb")):
         for cell in json.loads(path.read_text())["cells"]:
             if cell["cell_type"] != "code":
                 continue
             source = "".join(line for line in cell["source"] if not line.lstrip().startswith(("%", "!")))
             for node in ast.walk(ast.parse(source)):
-                func = getattr(node, "func", None)
-                name = getattr(func, "id", None) or getattr(func, "attr", None)
+                name = getattr(getattr(node, "func", None), "id", None)
                 if isinstance(node, ast.Call) and name == "run_benchmark":
-                    calls += 1
-                    keywords = {k.arg for k in node.keywords if k.arg}
-                    assert keywords <= set(BenchArgs.model_fields), (
-                        path.name,
-                        keywords - set(BenchArgs.model_fields),
-                    )
-                    assert len(node.args) <= 4, path.name
-    assert calls >= 5
+                    raise AssertionError(f"{path.name}: run_benchmark(**options) instead of run(endpoint, spec, ...)")
+                if isinstance(node, ast.Call) and name == "run":
+                    runs += 1
+                    assert len(node.args) == 3 and {k.arg for k in node.keywords} <= run_params, ast.unparse(node)
+                if isinstance(node, ast.Call) and name in spec_names:
+                    built += 1
+    assert runs >= 8 and built >= 5, (runs, built)
