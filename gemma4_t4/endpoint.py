@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -138,24 +139,29 @@ def reap_orphans(*, sagemaker_client: object = None) -> list[Reaped]:
 
 
 class Budget:
-    """A hard USD cap shared by the SageMaker endpoints it is given to."""
+    """A hard USD cap shared by the SageMaker endpoints it is given to. A live endpoint holds its
+    estimate (or what it has cost, if more) until it stops; then what it really cost is spent."""
 
     def __init__(self, usd: float):
         if not 0 < usd < float("inf"):
             raise Gemma4T4Error(f"budget {usd!r} must be a positive number of USD", fix="e.g. BUDGET_USD = 5")
         self.usd = usd
         self._closed = 0.0
-        self._live: list[Endpoint] = []
+        self._live: dict[Endpoint, float] = {}  # endpoint -> its estimate
         self._lock = threading.Lock()
 
     @property
     def spent_usd(self) -> float:
+        """What the endpoints have cost so far (stopped ones in full, live ones up to now)."""
         with self._lock:
             return round(self._closed + sum(e.cost_usd() for e in self._live), 4)
 
     @property
     def left_usd(self) -> float:
-        return self.usd - self.spent_usd
+        """What a new endpoint may still be estimated at."""
+        with self._lock:
+            held = sum(max(e.cost_usd(), estimate) for e, estimate in self._live.items())
+            return round(self.usd - self._closed - held, 4)
 
     def admit(self, endpoint: Endpoint, estimate_usd: float) -> None:
         left = self.left_usd
@@ -165,12 +171,11 @@ class Budget:
                 fix="raise the budget (BUDGET_USD / --budget-usd) or deploy fewer endpoints",
             )
         with self._lock:
-            self._live.append(endpoint)
+            self._live[endpoint] = estimate_usd
 
     def close(self, endpoint: Endpoint) -> None:
         with self._lock:
-            if endpoint in self._live:
-                self._live.remove(endpoint)
+            if self._live.pop(endpoint, None) is not None:
                 self._closed += endpoint.cost_usd()
 
 
@@ -240,14 +245,26 @@ class Endpoint:
             if self._stopped_at is not None:
                 return
             self._stopped_at = time.monotonic()
+        atexit.unregister(self._stop_at_exit)
         try:
             if self._stop is not None:
                 self._stop()
+        except BaseException:
+            self._stopped_at = None  # not stopped: the record stays, and a later stop() tries again
+            raise
         finally:
-            if self._budget is not None:
+            if self._budget is not None and self._stopped_at is not None:
                 self._budget.close(self)
-            if self._record is not None:
-                self._record.unlink(missing_ok=True)
+        if self._record is not None:
+            self._record.unlink(missing_ok=True)
+
+    def _stop_at_exit(self) -> None:
+        # the interpreter is exiting: one line, never a traceback (the record stays for the next command)
+        try:
+            self.stop()
+        except Exception as exc:  # noqa: BLE001 - reported; reap_orphans retries from the record
+            message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+            print(f"gemma4-t4: could not stop {self.url} at exit: {message}", file=sys.stderr)
 
     def __enter__(self) -> Endpoint:
         # SIGTERM and SIGHUP unwind through __exit__ like Ctrl-C (the one signal rule)
@@ -293,7 +310,7 @@ class Endpoint:
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, record.model_dump_json(indent=1))
         self._record = path
-        atexit.register(self.stop)
+        atexit.register(self._stop_at_exit)
 
     # -- builders -------------------------------------------------------------------------------
 

@@ -1,0 +1,232 @@
+"""The Endpoint: a local vLLM server (here the FAKE vLLM of conftest, which serves /health) or a
+SageMaker endpoint (on moto) behind one context manager that stops or deletes what it owns, records
+its ownership for the next command, and keeps billed endpoints inside a shared budget."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import boto3
+import psutil
+import pytest
+
+from gemma4_t4 import endpoint as endpoints
+from gemma4_t4.bench.fake_server import FakeScript, FakeServer, FakeServerState
+from gemma4_t4.bench.specs import DecodeSpec, PrefixSpec, TTFTSpec, run, spec_for
+from gemma4_t4.endpoint import Budget, Endpoint, OwnershipRecord, served_endpoint
+from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.sagemaker.config import DeployConfig
+from gemma4_t4.server import ServerConfig, VLLMServer, free_port, pid_alive
+from tests.aws_fixtures import local_aws, local_aws_session  # noqa: F401
+
+REPO = Path(__file__).resolve().parents[1]
+REGION = "us-east-2"
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path, monkeypatch):
+    """Ownership records of this test only."""
+    monkeypatch.setenv("GEMMA4_T4_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def _config(model_dir: Path, fake_vllm: Path, work: Path) -> ServerConfig:
+    return ServerConfig(model=str(model_dir), target="cpu", port=free_port(), work_dir=str(work),
+                        python=str(fake_vllm), extra_env={"FAKE_VLLM_MODE": "serve"}, probe_cpu_attention=False)
+
+
+def _records(cache: Path) -> list[OwnershipRecord]:
+    return [OwnershipRecord.model_validate_json(p.read_text()) for p in sorted((cache / "owned").glob("*.json"))]
+
+
+# ---------------------------------------------------------------- specs: refused before anything starts
+
+
+def test_a_spec_typo_or_wrong_type_is_refused_naming_the_field():
+    with pytest.raises(Gemma4T4Error, match="'concurency'") as typo:
+        DecodeSpec(concurency=[1])
+    assert "concurrency" in typo.value.fix
+    with pytest.raises(Gemma4T4Error, match="concurrency"):
+        DecodeSpec(concurrency="eight")
+    with pytest.raises(Gemma4T4Error, match="groups"):  # BenchArgs' own cross-field rule
+        PrefixSpec(num_prompts=3, groups=4)
+    with pytest.raises(Gemma4T4Error, match="unknown workload"):
+        spec_for("decod")
+    assert spec_for("ttft", input_lens=[32]) == TTFTSpec(input_lens=[32])
+
+
+def test_run_takes_a_spec_on_anything_served(tmp_path):
+    """``run(served, spec, out)`` on an OpenAI-compatible server (the FAKE one): a typed run comes back."""
+    fake = FakeServer(free_port(), FakeServerState(default=FakeScript(ttft_s=0.01, gap_s=0.001))).start()
+    try:
+        served = served_endpoint(fake.base_url, "fake-model")
+        result = run(served, DecodeSpec(concurrency=[1, 2], input_len=16, output_len=4, num_prompts=2, warmup=0),
+                     tmp_path / "decode", label="fake", progress=False)
+        assert result.status == "complete" and set(result.per_stream_by_concurrency()) == {1, 2}
+        assert result.run.config["label"] == "fake"
+        with pytest.raises(Gemma4T4Error, match="workload spec"):
+            run(served, {"workload": "decode"}, tmp_path / "x")
+    finally:
+        fake.stop()
+
+
+# ---------------------------------------------------------------- local
+
+
+def test_a_local_endpoint_stops_its_server_and_drops_its_record_when_the_block_ends(
+    fake_vllm, model_dir, tmp_path, own_cache
+):
+    config = _config(model_dir, fake_vllm, tmp_path / "w")
+    with Endpoint.local(config, quiet=True) as served:
+        assert served.url == f"http://127.0.0.1:{config.port}" and served.venue == "local"
+        assert served.exposes_metrics and served.cost_usd() == 0.0
+        (record,) = _records(own_cache)
+        assert (record.venue, record.port, record.owner_pid) == ("local", config.port, os.getpid())
+        supervisor = served.server.pid
+        assert pid_alive(supervisor)
+    assert served.stopped and _records(own_cache) == []
+    assert VLLMServer.attach(config.port, tmp_path / "w").status().state == "stopped"
+    served.stop()  # safe to repeat
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_and_sighup_inside_the_block_stop_the_server_like_ctrl_c(fake_vllm, model_dir, tmp_path, sig):
+    work, cache = tmp_path / "w", tmp_path / "cache"
+    config = _config(model_dir, fake_vllm, work)
+    script = (
+        "import json, time\n"
+        "from gemma4_t4.endpoint import Endpoint\n"
+        "from gemma4_t4.server import ServerConfig\n"
+        f"config = ServerConfig.model_validate_json({config.model_dump_json()!r})\n"
+        "with Endpoint.local(config, quiet=True) as served:\n"
+        "    print(json.dumps({'pid': served.server.pid}), flush=True)\n"
+        "    time.sleep(300)\n"
+    )
+    owner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": str(REPO), "GEMMA4_T4_CACHE_DIR": str(cache)})
+    try:
+        supervisor = json.loads(owner.stdout.readline())["pid"]
+        owner.send_signal(sig)
+        assert owner.wait(60) == -sig  # the signal is redelivered once the clean-up ran
+        deadline = time.monotonic() + 20
+        while pid_alive(supervisor) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not pid_alive(supervisor)
+        assert VLLMServer.attach(config.port, work).status().state == "stopped"
+        assert list((cache / "owned").glob("*.json")) == []
+    finally:
+        owner.kill()
+        VLLMServer.attach(config.port, work).stop(grace=2)
+
+
+def test_a_dead_owners_record_is_reaped_and_an_unreadable_one_is_kept(tmp_path, own_cache):
+    gone = psutil.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    folder = own_cache / "owned"
+    folder.mkdir(parents=True)
+    dead = OwnershipRecord(venue="local", name="gemma4", url="http://127.0.0.1:1", owner_pid=gone.pid,
+                           owner_create_time=1.0, started_at=time.time(), work_dir=str(tmp_path / "none"), port=1)
+    (folder / "local-gemma4-1.json").write_text(dead.model_dump_json())
+    (folder / "local-broken.json").write_text("{not json")
+    reaped = endpoints.reap_orphans()
+    assert [(r.name, r.action) for r in reaped] == [("gemma4", "stopped")]
+    assert sorted(p.name for p in folder.iterdir()) == ["local-broken.json"]
+
+
+# ---------------------------------------------------------------- SageMaker (moto)
+
+
+def _deploy_config(name: str, **more) -> DeployConfig:
+    return DeployConfig(name=name, region=REGION, max_model_len=4096, ttl_hours=1.0, **more)
+
+
+def _live(name: str) -> bool:
+    names = [e["EndpointName"] for e in boto3.client("sagemaker", region_name=REGION).list_endpoints()["Endpoints"]]
+    return name in names
+
+
+def test_a_sagemaker_endpoint_is_deleted_when_its_block_ends_and_knows_its_cost(local_aws, own_cache):  # noqa: F811
+    with Endpoint.sagemaker(_deploy_config("g4-ep-life"), poll_s=0.05, progress=False) as served:
+        assert served.url == f"sagemaker://{REGION}/g4-ep-life" and served.venue == "sagemaker"
+        assert _live("g4-ep-life") and served.usd_per_hour > 0 and served.gpu == "t4"
+        assert served.tokenizer == served_model_id() and not served.exposes_metrics
+        (record,) = _records(own_cache)
+        assert (record.venue, record.name, record.region) == ("sagemaker", "g4-ep-life", REGION)
+        time.sleep(0.05)
+        assert served.cost_usd() > 0
+    assert not _live("g4-ep-life") and _records(own_cache) == []
+
+
+def served_model_id() -> str:
+    return DeployConfig().model_id
+
+
+def test_an_exception_in_the_block_still_deletes_the_endpoint(local_aws):  # noqa: F811
+    with pytest.raises(RuntimeError, match="measuring broke"):
+        with Endpoint.sagemaker(_deploy_config("g4-ep-broken"), poll_s=0.05, progress=False):
+            raise RuntimeError("measuring broke")
+    assert not _live("g4-ep-broken")
+
+
+def test_the_budget_refuses_an_endpoint_that_does_not_fit_before_deploying_it(local_aws):  # noqa: F811
+    budget = Budget(0.40)  # one T4 endpoint's estimate (~$0.31 for 25 min) fits, a second does not
+    with Endpoint.sagemaker(_deploy_config("g4-ep-one"), budget=budget, poll_s=0.05, progress=False):
+        with pytest.raises(Gemma4T4Error, match="budget") as refused:
+            Endpoint.sagemaker(_deploy_config("g4-ep-two"), budget=budget, poll_s=0.05, progress=False)
+        assert "raise the budget" in refused.value.fix
+        assert not _live("g4-ep-two")
+    assert budget.spent_usd <= budget.usd and budget.left_usd == pytest.approx(budget.usd - budget.spent_usd)
+    with pytest.raises(Gemma4T4Error, match="positive"):
+        Budget(float("nan"))
+
+
+def test_the_budget_running_out_deletes_the_live_endpoint(local_aws):  # noqa: F811
+    budget = Budget(0.35)
+    served = Endpoint.sagemaker(_deploy_config("g4-ep-spent"), budget=budget, poll_s=0.05, progress=False,
+                                watch_s=0.05)
+    served.usd_per_hour = 1e6  # the clock would take minutes to spend $0.35 at the real rate
+    deadline = time.monotonic() + 10
+    while not served.stopped and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert served.stopped and "budget" in served.stopped_reason and not _live("g4-ep-spent")
+
+
+def test_a_name_owned_by_a_live_process_is_refused_before_deploying(local_aws, own_cache):  # noqa: F811
+    other = psutil.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        folder = own_cache / "owned"
+        folder.mkdir(parents=True)
+        held = OwnershipRecord(venue="sagemaker", name="g4-ep-held", url=f"sagemaker://{REGION}/g4-ep-held",
+                               owner_pid=other.pid, owner_create_time=other.create_time(), started_at=time.time(),
+                               region=REGION)
+        (folder / "sagemaker-g4-ep-held.json").write_text(held.model_dump_json())
+        with pytest.raises(Gemma4T4Error, match=f"owned by process {other.pid}"):
+            Endpoint.sagemaker(_deploy_config("g4-ep-held"), poll_s=0.05, progress=False)
+        assert not _live("g4-ep-held")
+    finally:
+        other.kill()
+
+
+def test_an_endpoint_a_killed_owner_left_is_deleted_by_the_next_one(local_aws, own_cache):  # noqa: F811
+    """kill -9 of the owner runs no clean-up: its record names the endpoint, and the next Endpoint
+    (here: the next deploy) finds the owner gone and deletes it."""
+    from gemma4_t4.sagemaker.deploy import deploy
+
+    deploy(_deploy_config("g4-ep-orphan"), poll_s=0.05, progress=False)
+    gone = psutil.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    folder = own_cache / "owned"
+    folder.mkdir(parents=True)
+    orphan = OwnershipRecord(venue="sagemaker", name="g4-ep-orphan", url=f"sagemaker://{REGION}/g4-ep-orphan",
+                             owner_pid=gone.pid, owner_create_time=1.0, started_at=time.time(), region=REGION)
+    (folder / "sagemaker-g4-ep-orphan.json").write_text(orphan.model_dump_json())
+    assert _live("g4-ep-orphan")
+    with Endpoint.sagemaker(_deploy_config("g4-ep-next"), poll_s=0.05, progress=False):
+        assert not _live("g4-ep-orphan")
+        assert [r.name for r in _records(own_cache)] == ["g4-ep-next"]
