@@ -123,7 +123,12 @@ def reap_orphans(*, sagemaker_client: object = None) -> list[Reaped]:
             else:
                 from gemma4_t4.sagemaker.ops import delete_endpoint
 
-                delete_endpoint(record.name, record.region or "", client=sagemaker_client)
+                # a client is bound to one region: the record's own region gets its own client
+                client_region = getattr(getattr(sagemaker_client, "meta", None), "region_name", None)
+                same_region = sagemaker_client is not None and client_region == record.region
+                delete_endpoint(
+                    record.name, record.region or "", client=sagemaker_client if same_region else None
+                )
                 action = "deleted"
         except Gemma4T4Error as exc:
             action = f"failed: {exc.message}"
@@ -136,6 +141,10 @@ def reap_orphans(*, sagemaker_client: object = None) -> list[Reaped]:
 
 
 # ---------------------------------------------------------------- budget
+
+
+class BudgetRefused(Gemma4T4Error):
+    """An endpoint's estimate does not fit what is left of the budget: refused before deploying."""
 
 
 class Budget:
@@ -166,7 +175,7 @@ class Budget:
     def admit(self, endpoint: Endpoint, estimate_usd: float) -> None:
         left = self.left_usd
         if estimate_usd > left:
-            raise Gemma4T4Error(
+            raise BudgetRefused(
                 f"{endpoint.name} would cost ~${estimate_usd:.2f}; ${left:.2f} of the ${self.usd:.2f} budget is left",
                 fix="raise the budget (BUDGET_USD / --budget-usd) or deploy fewer endpoints",
             )
@@ -213,6 +222,7 @@ class Endpoint:
         self.exposes_metrics = exposes_metrics  # /metrics (the prefix cache's hit rate): a local vLLM only
         self.started = time.monotonic()
         self.stopped_reason: str | None = None  # why it stopped early (e.g. the budget ran out)
+        self.deleted: list[str] = []  # SageMaker: what stop() deleted ("endpoint:NAME", "model:NAME", ...)
         self._stop: Callable[[], None] | None = None
         self._stopped_at: float | None = None
         self._record: Path | None = None
@@ -392,7 +402,7 @@ class Endpoint:
         reap_orphans(sagemaker_client=client)
 
         def delete() -> None:
-            delete_endpoint(config.name, config.region, client=client)
+            endpoint.deleted += delete_endpoint(config.name, config.region, client=client).deleted
 
         endpoint._stop = delete
         if budget is not None:

@@ -10,14 +10,15 @@ import pytest
 
 from gemma4_t4.bench.compare import Headline, compare_suites, published_decode
 from gemma4_t4.bench.results import load_run
+from gemma4_t4.bench.specs import AnswersSpec, DecodeSpec, TTFTSpec
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.notebook import headline_rows
+from gemma4_t4.notebook import headline_rows, table_cells
 from gemma4_t4.sagemaker import experiments
 from gemma4_t4.sagemaker.local import LocalAWS
 from gemma4_t4.sagemaker.matrix import MatrixEntry, MatrixResult
 
 REGION = "us-east-2"
-FAST = {"poll_s": 0}
+FAST = {"poll_s": 0, "watch_s": 0.05}
 
 
 # moto 5.2's endpoint-config enum of instance types predates the L4 (real SageMaker has offered
@@ -26,8 +27,10 @@ MOTO_MISSING_TYPES = {experiments.L4}
 
 
 @pytest.fixture
-def aws_to_tiny_model(vllm_server, monkeypatch):
-    """moto + the runtime stand-in forwarding every endpoint to the session's vLLM server."""
+def aws_to_tiny_model(vllm_server, monkeypatch, tmp_path):
+    """moto + the runtime stand-in forwarding every endpoint to the session's vLLM server; the
+    endpoints' ownership records under the test's own folder."""
+    monkeypatch.setenv("GEMMA4_T4_CACHE_DIR", str(tmp_path / "cache"))
     from moto.sagemaker.models import FakeEndpointConfig
 
     original = FakeEndpointConfig.validate_instance_type
@@ -55,19 +58,20 @@ def test_part4_t4_vs_l4_headline_on_two_local_endpoints(aws_to_tiny_model, tiny_
     result = experiments.t4_vs_l4(
         "google/gemma-4-E2B-it-qat-w4a16-ct",
         REGION,
+        specs={
+            # 24 tokens: a per-stream rate (the interval's samples) exists even when vLLM's CPU
+            # build streams several tokens per chunk
+            "decode": DecodeSpec(concurrency=[1], input_len=32, output_len=24, num_prompts=3, warmup=1),
+            "ttft": TTFTSpec(input_lens=[32, 64], output_len=2, num_prompts=2, warmup=1),
+            "answers": AnswersSpec(output_len=6, warmup=1),
+        },
+        budget=2.0,
         out_dir=tmp_path,
-        budget_usd=2.0,
-        workload=("decode", "ttft", "answers"),
         served_model_name="tiny-gemma4",  # what the local vLLM serves (on AWS: the id's last part)
         tokenizer=str(tiny_model_dir),
-        measure_opts={"progress": False, "warmup": 1},
-        workload_opts={
-            "decode": {"concurrency": [1], "input_len": 32, "output_len": 8, "num_prompts": 3},
-            "ttft": {"input_lens": [32, 64], "output_len": 2, "num_prompts": 2},
-            "answers": {"output_len": 6},
-        },
-        config={"max_num_seqs": 4},
-        deploy_kwargs=FAST,
+        max_num_seqs=4,
+        progress=False,
+        **FAST,
     )
     t4, l4 = result.entries
     assert (t4.status, l4.status) == ("measured", "measured"), (t4.error, l4.error)
@@ -78,7 +82,7 @@ def test_part4_t4_vs_l4_headline_on_two_local_endpoints(aws_to_tiny_model, tiny_
         assert runs["decode"].run.base_url == f"sagemaker://{REGION}/{entry.endpoint}"
         assert runs["decode"].run.server.backend == "sagemaker"
         assert (
-            runs["decode"].cells[0].total_output_tokens == 3 * 8 and runs["decode"].cells[0].input_len_exact
+            runs["decode"].cells[0].total_output_tokens == 3 * 24 and runs["decode"].cells[0].input_len_exact
         )
         assert [c.input_len for c in runs["ttft"].cells] == [32, 64]
         assert load_run(f"{entry.out_dir}/answers").cells[0].completed == 20
@@ -109,30 +113,24 @@ def test_parts_2_and_3_on_local_endpoints(aws_to_tiny_model, tiny_model_dir, tmp
 
     part2 = experiments.bf16_vs_qat_on_t4(
         REGION,
+        specs={"decode": DecodeSpec(concurrency=[1, 2], input_len=32, output_len=4, num_prompts=2, warmup=1)},
+        budget=2.0,
         out_dir=tmp_path / "p2",
-        budget_usd=2.0,
-        config={"served_model_name": "tiny-gemma4"},
-        measure_opts={
-            "concurrency": [1, 2],
-            "input_len": 32,
-            "output_len": 4,
-            "num_prompts": 2,
-            "warmup": 1,
-            "tokenizer": str(tiny_model_dir),
-            "progress": False,
-        },
-        deploy_kwargs=FAST,
+        served_model_name="tiny-gemma4",
+        tokenizer=str(tiny_model_dir),
+        progress=False,
+        **FAST,
     )
-    bf16_run, qat_run = experiments.entry_runs(part2)
+    bf16_run, qat_run = (runs["decode"] for runs in experiments.entry_runs(part2))
     assert [e.endpoint for e in part2.entries] == ["g4-p2-bf16-e2b", "g4-p2-qat-e2b"]
     assert set(bf16_run.per_stream_by_concurrency()) == set(qat_run.per_stream_by_concurrency()) == {1, 2}
     assert bf16_run.failed == 0 and qat_run.failed == 0
 
     upload, part3 = experiments.repack_on_endpoint(
-        tiny_model_dir, REGION, out_dir=tmp_path / "p3", budget_usd=2.0, progress=False,
-        measure_opts={"output_len": 6, "progress": False}, deploy_kwargs=FAST,
+        tiny_model_dir, REGION, specs={"answers": AnswersSpec(output_len=6)}, budget=2.0, out_dir=tmp_path / "p3",
+        progress=False, **FAST,
     )  # fmt: skip
-    (served,) = experiments.entry_runs(part3)
+    (served,) = (runs["answers"] for runs in experiments.entry_runs(part3))
     assert upload.s3_uri.startswith("s3://") and upload.total_bytes > 0
     assert part3.entries[0].endpoint.startswith(experiments.PART_PREFIX[3])
     http = run_benchmark(
@@ -142,26 +140,33 @@ def test_parts_2_and_3_on_local_endpoints(aws_to_tiny_model, tiny_model_dir, tmp
     same = compare_answers(served.cells[0]["answers"], http.cells[0]["answers"])
     assert same.identical == same.total == 20
     again, _ = experiments.repack_on_endpoint(
-        tiny_model_dir, REGION, out_dir=tmp_path / "p3b", budget_usd=2.0, progress=False,
-        measure_opts={"output_len": 2, "progress": False}, deploy_kwargs=FAST,
+        tiny_model_dir, REGION, specs={"answers": AnswersSpec(output_len=2)}, budget=2.0, out_dir=tmp_path / "p3b",
+        progress=False, **FAST,
     )  # fmt: skip
     assert again.s3_uri == upload.s3_uri and again.bytes_uploaded == 0  # nothing uploaded twice
     assert _endpoints() == [] and experiments.leftover_endpoints(REGION, 2) == []
 
 
 def test_entry_runs_refuses_a_half_measured_comparison():
+    t4_run, l4_run = object(), object()  # stand for the two BenchRuns: only their identity is read
     result = MatrixResult("ml.g4dn.xlarge", REGION, 1.0, 0.736)
     result.entries = [
-        MatrixEntry("m", "g4-p4-t4-m", "measured", 0.3, result={"decode": 1}),
+        MatrixEntry("m", "g4-p4-t4-m", "measured", 0.3, runs={"decode": t4_run}),
         MatrixEntry("m", "g4-p4-l4-m", "deploy failed", 0.5, error="ResourceLimitExceeded"),
     ]
     result.stopped_reason = None
     with pytest.raises(Gemma4T4Error, match="g4-p4-l4-m: deploy failed .ResourceLimitExceeded") as err:
         experiments.entry_runs(result)
     assert "deleted" in err.value.fix
-    result.entries[1] = MatrixEntry("m", "g4-p4-l4-m", "measured", 0.5, result={"decode": 2})
-    assert experiments.entry_runs(result) == [{"decode": 1}, {"decode": 2}]
-    assert [r["status"] for r in experiments.result_rows(result)] == ["measured", "measured"]
+    result.entries[1] = MatrixEntry("m", "g4-p4-l4-m", "measured", 0.5, runs={"decode": l4_run})
+    assert experiments.entry_runs(result) == [{"decode": t4_run}, {"decode": l4_run}]
+    rows = experiments.result_rows(result)
+    assert [(r.endpoint, r.status, r.estimate_usd) for r in rows] == [
+        ("g4-p4-t4-m", "measured", 0.3),
+        ("g4-p4-l4-m", "measured", 0.5),
+    ]
+    columns, _ = table_cells(rows)  # what nb.show_table shows
+    assert columns[:5] == ["endpoint", "model", "instance", "status", "estimate_usd"]
     with pytest.raises(Gemma4T4Error, match="creates no endpoints"):
         experiments.leftover_endpoints(REGION, 1)
 

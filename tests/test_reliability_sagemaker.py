@@ -5,11 +5,13 @@ refused before any AWS call (an exploding client proves it), with the fix named.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
 
 import pytest
+from aws_fixtures import local_aws, local_aws_session  # noqa: F401 - fixtures
 
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.mcp_server import get_deployment_config
@@ -220,9 +222,41 @@ def test_tensor_parallel_override_cannot_exceed_the_host():
 @pytest.mark.parametrize("budget", ["-1", "0", "nan", "inf"])
 def test_matrix_refuses_a_budget_that_is_not_a_positive_number_even_in_a_dry_run(budget):
     done = subprocess.run(
-        [sys.executable, "-m", "gemma4_t4", "sagemaker", "matrix", "--models", "google/gemma-4-E2B-it",
-         "--budget-usd", budget, "--dry-run"],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "gemma4_t4",
+            "sagemaker",
+            "matrix",
+            "--models",
+            "google/gemma-4-E2B-it",
+            "--budget-usd",
+            budget,
+            "--dry-run",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 2 and "must be a positive number of USD" in done.stderr + done.stdout
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    "workload,named", [("decod", "unknown workload 'decod'"), ("sweep", "SweepSpec.sweep: Field required")]
+)
+def test_matrix_refuses_a_workload_it_cannot_run_before_any_deploy(local_aws, workload, named, tmp_path):  # noqa: F811
+    """A misspelt --workload (or one that needs fields the CLI has no flags for) is refused before
+    the first deploy: nothing is created on moto, dry run or not."""
+    import boto3
+
+    for dry in ([], ["--dry-run"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "gemma4_t4", "sagemaker", "matrix", "--models", "google/gemma-4-E2B-it",
+             "--budget-usd", "5", "--region", "us-east-2", "--workload", workload, "--out", str(tmp_path), *dry],
+            capture_output=True, text=True, timeout=120, env={**os.environ, **local_aws.env()},
+        )  # fmt: skip
+        assert done.returncode == 2 and named in done.stderr + done.stdout, done.stderr
+        assert "Traceback" not in done.stderr
+    sm = boto3.client("sagemaker", region_name="us-east-2")
+    assert sm.list_endpoints()["Endpoints"] == [] and sm.list_models()["Models"] == []

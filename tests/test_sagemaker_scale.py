@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from pathlib import Path
 
 import boto3
 import pytest
 from aws_fixtures import local_aws, local_aws_session  # noqa: F401 - fixtures
 
+from gemma4_t4.bench.specs import AnswersSpec, DecodeSpec
 from gemma4_t4.cli import main
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.sagemaker import DeployConfig, delete_endpoint, deploy, invoke
@@ -181,59 +183,150 @@ def test_matrix_plan_estimates_each_model():
     assert endpoint_name("g4", "x" * 100).__len__() <= 63
 
 
+SPECS = {"decode": DecodeSpec(concurrency=[1], input_len=32, output_len=8)}
+
+
 def test_matrix_deploys_measures_and_deletes_each_in_turn(local_aws, tmp_path):  # noqa: F811
     seen: list[tuple[str, list[str]]] = []
 
-    def measure(endpoint, region, out_dir, model=None):
-        sm = boto3.client("sagemaker", region_name=region)
-        seen.append((endpoint, [e["EndpointName"] for e in sm.list_endpoints()["Endpoints"]]))
-        local_aws.queue_chat_replies([f"reply from {model}"])
-        return invoke(endpoint, region, f"hello {model}").text
+    def measure(endpoint, entry_dir):
+        sm = boto3.client("sagemaker", region_name=REGION)
+        seen.append((endpoint.name, [e["EndpointName"] for e in sm.list_endpoints()["Endpoints"]]))
+        local_aws.queue_chat_replies([f"reply from {endpoint.served_name}"])
+        return invoke(endpoint.name, REGION, f"hello {endpoint.served_name}").text
 
     result = run_matrix(
-        MODELS, DeployConfig(), budget_usd=5.0, out_dir=tmp_path, measure=measure, deploy_kwargs={"poll_s": 0}
+        MODELS, DeployConfig(), SPECS, budget=5.0, out_dir=tmp_path, measure=measure, poll_s=0, progress=False
     )
     assert [e.status for e in result.entries] == ["measured", "measured"]
     assert seen == [
         ("g4-matrix-gemma-4-e2b-it", ["g4-matrix-gemma-4-e2b-it"]),  # one endpoint at a time
         ("g4-matrix-gemma-4-e4b-it", ["g4-matrix-gemma-4-e4b-it"]),
     ]
-    assert [e.result for e in result.entries] == [f"reply from {m}" for m in MODELS]
+    assert [e.result for e in result.entries] == [f"reply from {m.rsplit('/', 1)[-1]}" for m in MODELS]
+    assert [e.out_dir for e in result.entries] == [str(tmp_path / e.endpoint) for e in result.entries]
     assert boto3.client("sagemaker", region_name=REGION).list_endpoints()["Endpoints"] == []
-    assert len(result.deleted) == 6
+    assert len(result.deleted) == 6  # endpoint, config and model of each
+
+
+def _recording_client(operations: list[str]):
+    """A real boto3 client to moto that records each SageMaker operation it is asked to call."""
+    sm = boto3.client("sagemaker", region_name=REGION)
+    sm.meta.events.register("before-call.sagemaker.*", lambda model, **_: operations.append(model.name))
+    return sm
 
 
 def test_matrix_budget_stops_before_and_during(local_aws, tmp_path):  # noqa: F811
-    none = run_matrix(MODELS, DeployConfig(), budget_usd=0.05, out_dir=tmp_path, measure=lambda *a, **k: None)
+    operations: list[str] = []
+    none = run_matrix(
+        MODELS, DeployConfig(), SPECS, budget=0.05, out_dir=tmp_path, client=_recording_client(operations),
+        measure=lambda endpoint, entry_dir: None, progress=False,
+    )  # fmt: skip
     assert [e.status for e in none.entries] == ["skipped: budget", "skipped: budget"]
     assert "would cost" in none.stopped_reason and none.spent_usd == 0
+    assert "CreateEndpoint" not in operations and "CreateModel" not in operations
 
-    clock = {"t": 0.0}
-
-    def measure(endpoint, region, out_dir, model=None):
-        clock["t"] += 3600.0  # an hour of measuring: far past the budget
+    def measure(endpoint, entry_dir):
+        endpoint.started -= 3600.0  # up for an hour already: far past the budget
         import time
 
-        for _ in range(200):  # the watchdog deletes the endpoint under the benchmark
-            if not boto3.client("sagemaker", region_name=region).list_endpoints()["Endpoints"]:
+        for _ in range(200):  # the budget's watch deletes the endpoint under the benchmark
+            if not boto3.client("sagemaker", region_name=REGION).list_endpoints()["Endpoints"]:
                 raise RuntimeError("endpoint vanished")
             time.sleep(0.05)
         return "finished"
 
     result = run_matrix(
-        MODELS,
-        DeployConfig(),
-        budget_usd=0.5,
-        out_dir=tmp_path,
-        measure=measure,
-        deploy_kwargs={"poll_s": 0},
-        watch_s=0.05,
-        monotonic=lambda: clock["t"],
-    )
+        MODELS, DeployConfig(), SPECS, budget=0.5, out_dir=tmp_path, measure=measure, poll_s=0, watch_s=0.05,
+        progress=False,
+    )  # fmt: skip
     assert result.entries[0].status == "stopped: budget" and "endpoint vanished" in result.entries[0].error
+    assert result.entries[0].cost_usd >= 0.5
     assert result.entries[1].status == "skipped: budget"
     assert "budget $0.50 spent" in result.stopped_reason
     assert boto3.client("sagemaker", region_name=REGION).list_endpoints()["Endpoints"] == []
+
+
+def test_the_budget_refuses_the_second_endpoint_before_deploying_it(local_aws, tmp_path):  # noqa: F811
+    """A T4 (~$0.31 for 25 min) fits $0.40; the L4 after it (~$0.47) does not: it is never created."""
+    from gemma4_t4.endpoint import Budget
+    from gemma4_t4.sagemaker.experiments import t4_vs_l4
+
+    operations: list[str] = []
+    budget = Budget(0.40)
+    result = t4_vs_l4(
+        "google/gemma-4-E2B-it", REGION, specs=SPECS, budget=budget, out_dir=tmp_path,
+        client=_recording_client(operations), poll_s=0, progress=False,
+        measure=lambda endpoint, entry_dir: endpoint.name,
+    )  # fmt: skip
+    t4, l4 = result.entries
+    assert (t4.status, l4.status) == ("measured", "skipped: budget")
+    assert "g4-p4-l4-gemma-4-e2b-it would cost ~$0.47" in result.stopped_reason
+    assert operations.count("CreateEndpoint") == 1 and operations.count("CreateModel") == 1
+    assert budget.spent_usd == t4.cost_usd and l4.cost_usd == 0
+    assert boto3.client("sagemaker", region_name=REGION).list_endpoints()["Endpoints"] == []
+
+
+@pytest.mark.parametrize(
+    "specs,named",
+    [
+        ({}, "no workload to measure"),
+        ({"decode": {"concurency": [1]}}, "specs['decode'] is a dict, not a workload spec"),
+        ({"decode": "decode"}, "specs['decode'] is a str"),
+        ({"../up": DecodeSpec()}, "'../up' is not a plain folder name"),
+    ],
+)
+def test_a_spec_mistake_is_refused_before_anything_is_created(local_aws, tmp_path, specs, named):  # noqa: F811
+    from gemma4_t4.sagemaker.experiments import bf16_vs_qat_on_t4, repack_on_endpoint
+
+    operations: list[str] = []
+    with pytest.raises(Gemma4T4Error, match=re.escape(named)):
+        bf16_vs_qat_on_t4(
+            REGION, specs=specs, budget=5.0, out_dir=tmp_path, client=_recording_client(operations)
+        )
+    with pytest.raises(Gemma4T4Error, match=re.escape(named)):
+        repack_on_endpoint(_model_dir(tmp_path, big=16), REGION, specs=specs, budget=5.0, out_dir=tmp_path,
+                           client=_recording_client(operations), progress=False)  # fmt: skip
+    assert operations == []  # not even a lookup, let alone CreateEndpoint
+    assert boto3.client("s3", region_name=REGION).list_buckets()["Buckets"] == []  # nothing uploaded
+
+
+def test_a_misspelt_spec_field_is_refused_when_the_spec_is_built():
+    with pytest.raises(Gemma4T4Error, match="DecodeSpec has no field 'concurency'") as err:
+        DecodeSpec(concurency=[1])
+    assert "concurrency" in err.value.fix
+
+
+def test_an_orphaned_endpoint_is_deleted_by_the_next_owner(local_aws, tmp_path, monkeypatch):  # noqa: F811
+    """A process killed outright leaves its endpoint and ownership record; the next
+    Endpoint.sagemaker sees the owner is gone and deletes the endpoint before deploying its own."""
+    import subprocess
+    import sys
+
+    from gemma4_t4.endpoint import Endpoint, OwnershipRecord, owned_dir, owned_records
+
+    monkeypatch.setenv("GEMMA4_T4_CACHE_DIR", str(tmp_path / "cache"))
+    orphan = DeployConfig(name="g4-orphan", region=REGION)
+    deploy(orphan, progress=False, poll_s=0)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # its pid is now a process that no longer runs
+    owned_dir().mkdir(parents=True)
+    (owned_dir() / "sagemaker-g4-orphan.json").write_text(
+        OwnershipRecord(
+            venue="sagemaker", name="g4-orphan", url=f"sagemaker://{REGION}/g4-orphan", owner_pid=dead.pid,
+            owner_create_time=1.0, started_at=1.0, region=REGION,
+        ).model_dump_json()
+    )  # fmt: skip
+    sm = boto3.client("sagemaker", region_name=REGION)
+    assert [e["EndpointName"] for e in sm.list_endpoints()["Endpoints"]] == ["g4-orphan"]
+
+    with Endpoint.sagemaker(
+        DeployConfig(name="g4-next", region=REGION), poll_s=0, progress=False
+    ) as endpoint:
+        assert [e["EndpointName"] for e in sm.list_endpoints()["Endpoints"]] == ["g4-next"]
+        assert [r.name for _, r in owned_records()] == ["g4-next"]  # the orphan's record is gone
+    assert endpoint.stopped and sm.list_endpoints()["Endpoints"] == []
+    assert owned_records() == []
 
 
 # -- what Parts 2-4 call on TARGET=sagemaker --------------------------------------------------------------
@@ -243,41 +336,35 @@ def test_part_functions_deploy_measure_and_delete(local_aws, tmp_path):  # noqa:
 
     calls = []
 
-    def measure(endpoint, region, out_dir, model=None, workload=None):
-        sm = boto3.client("sagemaker", region_name=region)
-        container = sm.describe_model(ModelName=endpoint)["PrimaryContainer"]
-        calls.append((endpoint, workload, container["Environment"]["SM_VLLM_MODEL"], container["Image"]))
-        return workload
+    def measure(endpoint, entry_dir):
+        sm = boto3.client("sagemaker", region_name=REGION)
+        container = sm.describe_model(ModelName=endpoint.name)["PrimaryContainer"]
+        env = container["Environment"]
+        calls.append((endpoint.name, env["SM_VLLM_MODEL"], container["Image"], env["SM_VLLM_MAX_NUM_SEQS"],
+                      endpoint.served_name, endpoint.tokenizer, endpoint.gpu, entry_dir))  # fmt: skip
+        return endpoint.name
 
-    part2 = bf16_vs_qat_on_t4(REGION, out_dir=tmp_path, measure=measure, deploy_kwargs={"poll_s": 0})
+    part2 = bf16_vs_qat_on_t4(
+        REGION, specs=SPECS, budget=5.0, out_dir=tmp_path, max_num_seqs=8, measure=measure, poll_s=0,
+        progress=False,
+    )  # fmt: skip
     assert [e.status for e in part2.entries] == ["measured", "measured"]
     hub = get_variant("e2b").hub
-    assert [c[2] for c in calls] == [hub.bf16, hub.qat_w4a16_ct]
-    assert all("/gemma4-t4-vllm:" in c[3] for c in calls)  # T4 endpoints: only the fixed image
+    assert [c[1] for c in calls] == [hub.bf16, hub.qat_w4a16_ct]
+    assert all("/gemma4-t4-vllm:" in c[2] for c in calls)  # T4 endpoints: only the fixed image
+    assert [c[3] for c in calls] == ["8", "8"]  # max_num_seqs reached the container
+    # requests name the model as the container serves it; prompts use the Hub id's tokenizer
+    assert [(c[4], c[5], c[6]) for c in calls] == [
+        (hub.bf16.rsplit("/", 1)[-1], hub.bf16, "t4"),
+        (hub.qat_w4a16_ct.rsplit("/", 1)[-1], hub.qat_w4a16_ct, "t4"),
+    ]
+    assert calls[0][7] == tmp_path / "g4-p2-bf16-e2b"
     folder = _model_dir(tmp_path, big=2048)
     upload, part3 = repack_on_endpoint(
-        folder, REGION, out_dir=tmp_path, measure=measure, progress=False, deploy_kwargs={"poll_s": 0}
-    )
-    assert part3.entries[0].status == "measured" and calls[-1][1] == "answers"
-    assert calls[-1][2] == "/opt/ml/model" and upload.s3_uri.endswith("/")
+        folder, REGION, specs={"answers": AnswersSpec()}, budget=5.0, out_dir=tmp_path, measure=measure,
+        progress=False, poll_s=0,
+    )  # fmt: skip
+    assert part3.entries[0].status == "measured"
+    assert calls[-1][1] == "/opt/ml/model" and upload.s3_uri.endswith("/")
+    assert calls[-1][4:6] == ("tiny-emb4", str(folder))  # served as the folder's name, its tokenizer
     assert boto3.client("sagemaker", region_name=REGION).list_endpoints()["Endpoints"] == []
-
-
-def test_the_matrix_adapter_names_the_served_model_and_the_ids_tokenizer(monkeypatch, tmp_path):
-    """Requests name the model as the container serves it; prompts use the Hub id's tokenizer."""
-    import gemma4_t4.bench as bench
-    from gemma4_t4.sagemaker.matrix import measure_endpoint
-
-    seen = {}
-
-    def fake_run_benchmark(base_url, model, workload, out_dir, **opts):  # records the call only
-        seen.update(base_url=base_url, model=model, workload=workload, **opts)
-        return "run"
-
-    monkeypatch.setattr(bench, "run_benchmark", fake_run_benchmark)
-    assert measure_endpoint("ep", "us-east-2", tmp_path, model="google/gemma-4-E2B-it") == "run"
-    assert seen == {"base_url": "sagemaker://us-east-2/ep", "model": "gemma-4-E2B-it", "workload": "decode",
-                    "tokenizer": "google/gemma-4-E2B-it"}
-    measure_endpoint("ep", "us-east-2", tmp_path, model="google/gemma-4-E2B-it", served_model_name="e2b",
-                     tokenizer="/tok")
-    assert (seen["model"], seen["tokenizer"]) == ("e2b", "/tok")

@@ -55,6 +55,7 @@ def _env(local_aws, proxy: StallProxy, tmp_path: Path) -> dict[str, str]:  # noq
         "AWS_ENDPOINT_URL_CODEBUILD": proxy.url,
         "PYTHONPATH": str(REPO),
         "GEMMA4_T4_WORK_DIR": str(tmp_path),
+        "GEMMA4_T4_CACHE_DIR": str(tmp_path / "cache"),  # the endpoints' ownership records
     }
 
 
@@ -117,6 +118,8 @@ def test_cli_signal_unwinds_like_ctrl_c(local_aws, tmp_path, command, sig):  # n
         else:
             assert _sagemaker_left() == {"endpoints": [], "configs": [], "models": []}
             assert "DeleteEndpoint" in proxy.operations()
+            owned = tmp_path / "cache" / "owned"
+            assert not owned.exists() or not list(owned.iterdir())  # no ownership record left behind
 
 
 @pytest.mark.anyio

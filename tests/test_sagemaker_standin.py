@@ -159,31 +159,27 @@ def test_matrix_measures_through_the_benchmark_adapter(
 ):
     """The matrix run end to end offline: moto deploys, the benchmark measures sagemaker://REGION/ENDPOINT
     through the stand-in (real tokens from the tiny model), and the endpoint is deleted."""
+    from gemma4_t4.bench.specs import DecodeSpec
     from gemma4_t4.sagemaker.matrix import run_matrix
 
     with RuntimeStandIn(vllm_server.base_url, control_plane_url=local_aws.endpoint_url) as standin:
         monkeypatch.setenv("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME", standin.url)
+        monkeypatch.setenv("GEMMA4_T4_CACHE_DIR", str(tmp_path / "cache"))  # ownership records
         result = run_matrix(
             ["tiny-gemma4"],
             DeployConfig(),
-            budget_usd=1.0,
+            {"decode": DecodeSpec(concurrency=[1], input_len=32, output_len=8, num_prompts=2, warmup=1)},
+            budget=1.0,
             out_dir=tmp_path,
-            deploy_kwargs={"poll_s": 0},
-            measure_opts={
-                "workload": "decode",
-                "concurrency": [1],
-                "input_len": 32,
-                "output_len": 8,
-                "num_prompts": 2,
-                "warmup": 1,
-                "tokenizer": str(tiny_model_dir),
-                "progress": False,
-            },
+            poll_s=0,
+            progress=False,
+            tokenizer=str(tiny_model_dir),
         )
     [entry] = result.entries
     assert entry.status == "measured", entry.error
-    assert (tmp_path / entry.endpoint / "summary.json").exists()
-    summary = json.loads((tmp_path / entry.endpoint / "summary.json").read_text())
+    assert entry.runs["decode"].cells[0].total_output_tokens == 2 * 8
+    assert (tmp_path / entry.endpoint / "decode" / "summary.json").exists()
+    summary = json.loads((tmp_path / entry.endpoint / "decode" / "summary.json").read_text())
     assert "sagemaker://us-east-2/" + entry.endpoint in json.dumps(summary)
     assert standin.parts_sent > 0  # the requests really went through the runtime API
     assert boto3.client("sagemaker", region_name=REGION).list_endpoints()["Endpoints"] == []

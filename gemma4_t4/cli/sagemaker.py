@@ -50,7 +50,10 @@ def _common(parser: argparse.ArgumentParser, region: bool = True) -> None:
 
 
 def _recipe(commands: list[str]) -> str:
-    return "# dry run: nothing was created or changed (read-only lookups only). Equivalent AWS CLI:\n" + "\n".join(commands)
+    return (
+        "# dry run: nothing was created or changed (read-only lookups only). Equivalent AWS CLI:\n"
+        + "\n".join(commands)
+    )
 
 
 # -- handlers ---------------------------------------------------------------------------------
@@ -137,10 +140,13 @@ def _build_image(args: argparse.Namespace) -> Output:
 
 @_owns_aws_resources
 def _matrix(args: argparse.Namespace) -> Output:
+    from gemma4_t4.bench.specs import spec_for
     from gemma4_t4.sagemaker.config import DEFAULT_MODEL_ID
     from gemma4_t4.sagemaker.matrix import check_budget, matrix_plan, over_budget_warning, run_matrix
 
     check_budget(args.budget_usd)  # before the plan: a dry run refuses a budget the real run would
+    # one spec per endpoint, checked here: a misspelt workload is refused before any deploy
+    specs = {args.workload: spec_for(args.workload)}
     args.name, args.model_id = "g4-matrix", DEFAULT_MODEL_ID
     base = _config_from(args)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
@@ -163,9 +169,7 @@ def _matrix(args: argparse.Namespace) -> Output:
     if over:
         print(f"warning: {over}", file=sys.stderr)
     print(head, file=sys.stderr)
-    result = run_matrix(
-        models, base, budget_usd=args.budget_usd, out_dir=args.out, measure_opts={"workload": args.workload}
-    )
+    result = run_matrix(models, base, specs, budget=args.budget_usd, out_dir=args.out, progress=not args.json)
     lines = [
         f"  {e.endpoint:<40} {e.status:<16} ${e.cost_usd:.3f}  {e.error or e.out_dir or ''}"
         for e in result.entries
@@ -476,7 +480,9 @@ def _deploy_args(p: argparse.ArgumentParser, name: bool = True) -> None:
         help="speculative decoding: off | auto (Google's assistant for the model's size and build) | an "
         "assistant's hub id; sent to the container as SM_VLLM_SPECULATIVE_CONFIG",
     )
-    p.add_argument("--num-draft-tokens", type=int, default=3, help="draft tokens per step with --draft (1..16)")
+    p.add_argument(
+        "--num-draft-tokens", type=int, default=3, help="draft tokens per step with --draft (1..16)"
+    )
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -547,9 +553,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--budget-usd", type=float, required=True, help="hard stop: endpoints are deleted when spent"
     )
-    p.add_argument("--workload", default="decode", help="benchmark workload per endpoint")
     p.add_argument(
-        "--out", default="results/sagemaker-matrix", help="results folder (one subfolder per model)"
+        "--workload",
+        default="decode",
+        help="benchmark workload per endpoint (decode, ttft, prefix, answers, load, series_decode)",
+    )
+    p.add_argument(
+        "--out",
+        default="results/sagemaker-matrix",
+        help="results folder (OUT/ENDPOINT/WORKLOAD: one subfolder per model, one per workload inside)",
     )
     _deploy_args(p, name=False)
     _common(p)

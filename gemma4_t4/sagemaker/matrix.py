@@ -1,59 +1,40 @@
-"""The matrix run: for each model in turn, deploy an endpoint, measure it, delete it, under a
-hard budget.
+"""The matrix run: for each model in turn, deploy an endpoint, run the workload specs on it, delete
+it, under a hard budget.
 
-Before each deploy the next model's cost (startup + measurement at the instance's $/hour) is
-checked against what is left of the budget; while an endpoint is up a watchdog adds its cost
-second by second and deletes it the moment the budget is spent. Whatever happens (a failed
-deploy, a failed measurement, Ctrl-C), every endpoint the run created is deleted before it
-returns. The measurement goes through :func:`measure_endpoint`, the one adapter to
-:mod:`gemma4_t4.bench`.
+Each endpoint is an :class:`gemma4_t4.endpoint.Endpoint` (``Endpoint.sagemaker``): the shared
+:class:`~gemma4_t4.endpoint.Budget` refuses the next endpoint before it is deployed when its
+estimate does not fit what is left, and deletes a live one the moment the budget is spent. Whatever
+happens (a failed deploy, a failed measurement, Ctrl-C, SIGTERM, SIGHUP), the ``with`` block deletes
+every endpoint the run created before the exception leaves. The specs are validated objects
+(:mod:`gemma4_t4.bench.specs`); the mapping of them is checked here before anything is deployed.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
+from gemma4_t4.bench.specs import WorkloadSpec
+from gemma4_t4.bench.specs import run as run_spec
+from gemma4_t4.endpoint import DEPLOY_MINUTES, MEASURE_MINUTES, Budget, BudgetRefused, Endpoint
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.sagemaker.config import DeployConfig
-from gemma4_t4.sagemaker.deploy import DeployFailed, deploy, deploy_cost
-from gemma4_t4.sagemaker.ops import delete_endpoint
+from gemma4_t4.sagemaker.deploy import DeployFailed, deploy_cost
 
-# A T4 endpoint took 13.2 min to InService in the series, an L4 ~10 min (reference_system.md).
-DEPLOY_MINUTES = 15.0
-MEASURE_MINUTES = 10.0
+if TYPE_CHECKING:
+    from gemma4_t4.bench.results import BenchRun
 
+# A custom measurement of one endpoint (instead of running the specs): the endpoint, its results
+# folder -> whatever it measured (kept as the entry's ``result``).
+Measure = Callable[[Endpoint, Path], object]
 
-def sagemaker_url(region: str, endpoint: str) -> str:
-    return f"sagemaker://{region}/{endpoint}"
-
-
-def measure_endpoint(
-    endpoint: str,
-    region: str,
-    out_dir: str | Path,
-    *,
-    model: str | None = None,
-    workload: str = "decode",
-    **opts: Any,
-) -> Any:
-    """The one call into the benchmark: ``run_benchmark`` against ``sagemaker://REGION/ENDPOINT``.
-
-    ``model``: the Hugging Face id the endpoint serves. Requests name the model as the container
-    serves it (``SM_VLLM_SERVED_MODEL_NAME``: ``served_model_name``, by default the id's last part),
-    and exact-length prompts are built with that id's tokenizer unless ``tokenizer`` is given."""
-    from gemma4_t4.bench import run_benchmark
-
-    served = opts.pop("served_model_name", None) or (model.rsplit("/", 1)[-1] if model else endpoint)
-    if model and "tokenizer" not in opts:
-        opts["tokenizer"] = model
-    return run_benchmark(sagemaker_url(region, endpoint), served, workload, out_dir, **opts)
+# a workload label becomes a folder name: letters, digits, dot, dash and underscore
+_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 def check_budget(budget_usd: float) -> None:
@@ -64,15 +45,26 @@ def check_budget(budget_usd: float) -> None:
         )
 
 
-def _served_name_opt(
-    measure: Callable[..., object], config: DeployConfig, measure_opts: Mapping[str, object] | None
-) -> dict[str, object]:
-    # the default adapter names requests by the container's served name; a caller's own measure
-    # function gets exactly the options it passed
-    opts = dict(measure_opts or {})
-    if measure is measure_endpoint and config.served_model_name:
-        opts.setdefault("served_model_name", config.served_model_name)
-    return opts
+def check_specs(specs: Mapping[str, WorkloadSpec]) -> dict[str, WorkloadSpec]:
+    """The workload specs by label, refused before anything is deployed: none at all, a label that is
+    not a plain folder name, or a value that is not a spec (named)."""
+    if not isinstance(specs, Mapping) or not specs:
+        raise Gemma4T4Error(
+            "no workload to measure: specs must map labels to workload specs",
+            fix='pass e.g. specs={"decode": DecodeSpec(concurrency=[1, 8])} (gemma4_t4.bench.specs)',
+        )
+    for label, spec in specs.items():
+        if not isinstance(label, str) or not _LABEL.match(label):
+            raise Gemma4T4Error(
+                f"workload label {label!r} is not a plain folder name",
+                fix="use letters, digits, '.', '-' or '_', e.g. 'decode' or 'ttft-long'",
+            )
+        if not isinstance(spec, WorkloadSpec):
+            raise Gemma4T4Error(
+                f"specs[{label!r}] is a {type(spec).__name__}, not a workload spec",
+                fix="build it from gemma4_t4.bench.specs, e.g. DecodeSpec(concurrency=[1, 8]) or TTFTSpec()",
+            )
+    return dict(specs)
 
 
 def over_budget_warning(plan: MatrixResult, budget_usd: float) -> str | None:
@@ -94,13 +86,14 @@ def over_budget_warning(plan: MatrixResult, budget_usd: float) -> str | None:
 class MatrixEntry:
     model_id: str
     endpoint: str
-    status: str  # measured | deploy failed | measure failed | stopped: budget | skipped: budget
+    status: str  # planned | measured | deploy failed | measure failed | stopped: budget | skipped: budget
     estimate_usd: float
     cost_usd: float = 0.0
     elapsed_s: float = 0.0
-    out_dir: str | None = None
+    out_dir: str | None = None  # a folder of results directories, one per workload label
     error: str | None = None
-    result: Any = None
+    runs: dict[str, BenchRun] = field(default_factory=dict)  # workload label -> its run
+    result: object = None  # what a custom ``measure`` returned
     instance_type: str = ""
 
 
@@ -150,7 +143,8 @@ def configs_plan(
     deploy_minutes: float = DEPLOY_MINUTES,
     measure_minutes: float = MEASURE_MINUTES,
 ) -> MatrixResult:
-    """The cost estimate per endpoint (validated; nothing is called)."""
+    """The cost estimate per endpoint (validated; nothing is called). The defaults are the minutes
+    ``Endpoint.sagemaker`` prices an endpoint for when the budget admits it."""
     if not configs:
         raise Gemma4T4Error("nothing to deploy", fix="pass at least one model")
     names = [c.name for c in configs]
@@ -182,137 +176,122 @@ def matrix_plan(
     )
 
 
-class _Watchdog:
-    """Adds the live endpoint's cost and deletes it when the budget is spent."""
-
-    def __init__(
-        self,
-        stop_at_usd: float,
-        rate: float,
-        monotonic: Callable[[], float],
-        on_over: Callable[[], None],
-        poll_s: float,
-    ):
-        self.stop_at = stop_at_usd
-        self.rate = rate
-        self.monotonic = monotonic
-        self.on_over = on_over
-        self.poll_s = poll_s
-        self.start = monotonic()
-        self.tripped = False
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="matrix-budget", daemon=True)
-
-    def cost(self) -> float:
-        return self.rate * (self.monotonic() - self.start) / 3600.0
-
-    def _run(self) -> None:
-        while not self._done.wait(self.poll_s):
-            if self.cost() >= self.stop_at:
-                self.tripped = True
-                self.on_over()
-                return
-
-    def __enter__(self) -> _Watchdog:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._done.set()
-        self._thread.join(timeout=30)
-
-
 def run_matrix(
     models: Sequence[str],
     base: DeployConfig,
+    specs: Mapping[str, WorkloadSpec],
     *,
-    budget_usd: float,
+    budget: Budget | float,
     out_dir: str | Path,
     prefix: str = "g4-matrix",
-    **kwargs: Any,
+    client: object = None,
+    poll_s: float = 15.0,
+    watch_s: float = 5.0,
+    progress: bool = True,
+    measure: Measure | None = None,
+    tokenizer: str | None = None,
+    overwrite: bool = False,
 ) -> MatrixResult:
-    """Deploy, measure and delete each model's endpoint in turn; never spend past ``budget_usd``."""
-    return run_configs(matrix_configs(models, base, prefix), budget_usd=budget_usd, out_dir=out_dir, **kwargs)
+    """Deploy, measure and delete each model's endpoint in turn; never spend past the budget."""
+    return run_configs(
+        matrix_configs(models, base, prefix),
+        specs,
+        budget=budget,
+        out_dir=out_dir,
+        client=client,
+        poll_s=poll_s,
+        watch_s=watch_s,
+        progress=progress,
+        measure=measure,
+        tokenizer=tokenizer,
+        overwrite=overwrite,
+    )
 
 
 def run_configs(
     configs: Sequence[DeployConfig],
+    specs: Mapping[str, WorkloadSpec],
     *,
-    budget_usd: float,
+    budget: Budget | float,
     out_dir: str | Path,
-    measure: Callable[..., Any] = measure_endpoint,
-    measure_opts: Mapping[str, Any] | None = None,
-    deploy_kwargs: dict[str, Any] | None = None,
-    deploy_minutes: float = DEPLOY_MINUTES,
-    measure_minutes: float = MEASURE_MINUTES,
-    client: Any = None,
+    client: object = None,
+    poll_s: float = 15.0,
     watch_s: float = 5.0,
-    monotonic: Callable[[], float] = time.monotonic,
+    progress: bool = True,
+    measure: Measure | None = None,
+    tokenizer: str | None = None,
+    overwrite: bool = False,
+    request_timeout_s: float | None = 600.0,
 ) -> MatrixResult:
-    """Deploy, measure and delete each config's endpoint in turn (one region); budget-capped."""
-    check_budget(budget_usd)
-    plan = configs_plan(configs, deploy_minutes=deploy_minutes, measure_minutes=measure_minutes)
+    """For each config in turn (one region): deploy its endpoint, run every spec on it into
+    ``out_dir/ENDPOINT/LABEL``, delete it. ``budget``: a :class:`Budget` (shared with whatever else
+    it is given to) or a number of USD. ``measure``: a custom measurement instead of the specs
+    (which are still checked). ``tokenizer``: a local tokenizer for every endpoint (default: each
+    config's model id). Every spec and config is checked before the first deploy."""
+    checked = check_specs(specs)
+    if not isinstance(budget, Budget):
+        check_budget(budget)
+        budget = Budget(budget)
+    plan = configs_plan(configs)
     by_name = {c.name: c for c in configs}
     base = configs[0]
-    result = MatrixResult(base.instance_type, base.region, budget_usd, plan.usd_per_hour)
+    result = MatrixResult(base.instance_type, base.region, budget.usd, plan.usd_per_hour)
     out = Path(out_dir)
-    live: list[str] = []
-    lock = threading.Lock()
 
-    def remove(name: str) -> None:
-        with lock:
-            if name not in live:
-                return
-            live.remove(name)
-        deleted = delete_endpoint(name, by_name[name].region, client=client)
-        result.deleted += deleted.deleted
+    def measure_specs(endpoint: Endpoint, entry_dir: Path, entry: MatrixEntry) -> None:
+        if measure is not None:
+            entry.result = measure(endpoint, entry_dir)
+            return
+        for label, spec in checked.items():
+            entry.runs[label] = run_spec(
+                endpoint,
+                spec,
+                entry_dir / label,
+                overwrite=overwrite,
+                progress=progress,
+                request_timeout_s=request_timeout_s,
+            )
 
-    try:
-        for planned in plan.entries:
-            entry = dataclasses.replace(planned, status="skipped: budget")
-            result.entries.append(entry)
-            if result.stopped_reason:
-                continue
-            left = budget_usd - result.spent_usd
-            if entry.estimate_usd > left:
-                result.stopped_reason = (
-                    f"{entry.model_id} would cost ~${entry.estimate_usd:.2f}, "
-                    f"${left:.2f} of the budget is left"
-                )
-                continue
-            config = by_name[entry.endpoint]
-            entry.out_dir = str(out / entry.endpoint)
-            with lock:
-                live.append(entry.endpoint)
-            watchdog = _Watchdog(left, _rate(config), monotonic, lambda n=entry.endpoint: remove(n), watch_s)
+    for planned in plan.entries:
+        entry = dataclasses.replace(planned, status="skipped: budget")
+        result.entries.append(entry)
+        if result.stopped_reason:
+            continue
+        config = by_name[entry.endpoint]
+        entry_dir = out / entry.endpoint
+        spent_before, started = budget.spent_usd, time.monotonic()
+        endpoint: Endpoint | None = None
+        try:
             try:
-                with watchdog:
-                    try:
-                        deploy(config, client=client, progress=False, **(deploy_kwargs or {}))
-                    except DeployFailed as exc:
-                        entry.status, entry.error = "deploy failed", str(exc)
-                        continue
-                    try:
-                        entry.result = measure(
-                            entry.endpoint,
-                            config.region,
-                            entry.out_dir,
-                            model=entry.model_id,
-                            **_served_name_opt(measure, config, measure_opts),
-                        )
-                        entry.status = "measured"
-                    except Exception as exc:  # noqa: BLE001 - recorded; the endpoint is deleted below
-                        entry.status, entry.error = "measure failed", f"{type(exc).__name__}: {exc}"
-            finally:
-                entry.cost_usd = round(watchdog.cost(), 4)
-                entry.elapsed_s = round(monotonic() - watchdog.start, 2)
-                remove(entry.endpoint)
-            if watchdog.tripped:
-                entry.status = "stopped: budget"
-                result.stopped_reason = (
-                    f"budget ${budget_usd:.2f} spent while {entry.model_id} was up; deleted it"
+                endpoint = Endpoint.sagemaker(
+                    config,
+                    budget=budget,
+                    tokenizer=tokenizer,
+                    client=client,
+                    poll_s=poll_s,
+                    progress=progress,
+                    watch_s=watch_s,
                 )
-    finally:
-        for name in list(live):  # Ctrl-C or an unexpected error: nothing stays billing
-            remove(name)
+            except BudgetRefused as exc:
+                result.stopped_reason = exc.message
+                continue
+            except DeployFailed as exc:
+                entry.status, entry.error = "deploy failed", str(exc)
+                continue
+            with endpoint:
+                entry.out_dir = str(entry_dir)
+                try:
+                    measure_specs(endpoint, entry_dir, entry)
+                    entry.status = "measured"
+                except Exception as exc:  # noqa: BLE001 - recorded; the block deletes the endpoint
+                    entry.status, entry.error = "measure failed", f"{type(exc).__name__}: {exc}"
+        finally:
+            # what this entry cost, deploy-and-rollback included (the budget closed the endpoint)
+            entry.cost_usd = round(max(0.0, budget.spent_usd - spent_before), 4)
+            entry.elapsed_s = round(time.monotonic() - started, 2)
+            if endpoint is not None:
+                result.deleted += endpoint.deleted
+        if endpoint is not None and endpoint.stopped_reason:
+            entry.status = "stopped: budget"
+            result.stopped_reason = endpoint.stopped_reason
     return result
