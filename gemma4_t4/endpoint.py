@@ -250,23 +250,24 @@ class Endpoint:
 
     def stop(self) -> None:
         """Stop the server or delete the endpoint (config, model and scaling policy too). Safe to
-        repeat; the ownership record goes once it is done."""
-        with self._lock:
+        repeat, and from any thread: a second caller waits until the first is done. The ownership
+        record goes once it is done; a failed stop keeps it (and a later stop() tries again)."""
+        with self._lock:  # held throughout: `stopped` means gone, not "going"
             if self._stopped_at is not None:
                 return
-            self._stopped_at = time.monotonic()
-        atexit.unregister(self._stop_at_exit)
-        try:
+            atexit.unregister(self._stop_at_exit)
+            stopping_at = time.monotonic()
             if self._stop is not None:
-                self._stop()
-        except BaseException:
-            self._stopped_at = None  # not stopped: the record stays, and a later stop() tries again
-            raise
-        finally:
-            if self._budget is not None and self._stopped_at is not None:
+                try:
+                    self._stop()
+                except BaseException:
+                    atexit.register(self._stop_at_exit)  # still ours: try again at exit
+                    raise
+            self._stopped_at = stopping_at
+            if self._budget is not None:
                 self._budget.close(self)
-        if self._record is not None:
-            self._record.unlink(missing_ok=True)
+            if self._record is not None:
+                self._record.unlink(missing_ok=True)
 
     def _stop_at_exit(self) -> None:
         # the interpreter is exiting: one line, never a traceback (the record stays for the next command)

@@ -168,9 +168,10 @@ def served_model_id() -> str:
 
 
 def test_an_exception_in_the_block_still_deletes_the_endpoint(local_aws):  # noqa: F811
-    with pytest.raises(RuntimeError, match="measuring broke"):
-        with Endpoint.sagemaker(_deploy_config("g4-ep-broken"), poll_s=0.05, progress=False):
-            raise RuntimeError("measuring broke")
+    with pytest.raises(RuntimeError, match="measuring broke"), Endpoint.sagemaker(
+        _deploy_config("g4-ep-broken"), poll_s=0.05, progress=False
+    ):
+        raise RuntimeError("measuring broke")
     assert not _live("g4-ep-broken")
 
 
