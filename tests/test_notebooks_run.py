@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -265,3 +266,74 @@ def test_index_html_comes_from_a_markdown_library():
     page = _markdown_to_html("# T\n\n| a | b |\n|---|---|\n| 1 \\| 2 | <x> |\n\n- **bold** [l](x.html)\n", "t")
     assert "<h1>T</h1>" in page and "<table>" in page and "<td>1 | 2</td>" in page
     assert "&lt;x&gt;" in page and "<strong>bold</strong>" in page and '<a href="x.html">l</a>' in page
+
+
+# ---------------------------------------------------------------- `gemma4-t4 run` killed while a notebook serves
+
+
+def _serving_checkout(tmp_path: Path, fake_vllm: Path, model_dir: Path) -> tuple[Path, Path, Path]:
+    """One notebook whose kernel starts a (FAKE) vLLM server through Endpoint, says where, and waits."""
+    notebooks, work, told = tmp_path / "notebooks", tmp_path / "vllm", tmp_path / "serving.json"
+    (notebooks / "params").mkdir(parents=True)
+    (notebooks / "params" / "cpu.yaml").write_text("all:\n  TARGET: cpu\n")
+    serve = (
+        "import json, os, pathlib, time\n"
+        "from gemma4_t4.endpoint import Endpoint\n"
+        "from gemma4_t4.server import ServerConfig, free_port\n"
+        f"config = ServerConfig(model={str(model_dir)!r}, target='cpu', port=free_port(), work_dir={str(work)!r},"
+        f" python={str(fake_vllm)!r}, extra_env={{'FAKE_VLLM_MODE': 'serve'}}, probe_cpu_attention=False)\n"
+        "endpoint = Endpoint.local(config, quiet=True)\n"
+        f"pathlib.Path({str(told)!r}).write_text(json.dumps({{'port': config.port, 'kernel': os.getpid()}}))\n"
+        "time.sleep(300)\n"
+    )
+    _synthetic(notebooks / "01_serving.ipynb", PARAMS, serve)
+    return notebooks, work, told
+
+
+@pytest.mark.notebooks
+@pytest.mark.parametrize("kill", ["SIGTERM to gemma4-t4 run", "SIGKILL of the kernel"])
+def test_run_killed_while_a_notebook_serves_leaves_no_server_and_status_tells_the_truth(
+    tmp_path, fake_vllm, model_dir, kill
+):
+    import json
+    import signal
+    import time
+
+    import psutil
+
+    from gemma4_t4.server import VLLMServer, pid_alive
+
+    notebooks, work, told = _serving_checkout(tmp_path, fake_vllm, model_dir)
+    env = dict(os.environ, PYTHONPATH=str(REPO), GEMMA4_T4_CACHE_DIR=str(tmp_path / "cache"))
+    run = subprocess.Popen([sys.executable, "-m", "gemma4_t4", "run", "--notebooks", str(notebooks),
+                            "--out", str(tmp_path / "build"), "--no-html"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while not told.exists() and time.monotonic() < deadline and run.poll() is None:
+            time.sleep(0.2)
+        assert told.exists(), run.stderr.read() if run.poll() is not None else "the notebook never served"
+        serving = json.loads(told.read_text())
+        server = VLLMServer.attach(serving["port"], work)
+        assert server.status().state == "running"
+        supervisor = server.pid
+        if kill.startswith("SIGTERM"):
+            run.send_signal(signal.SIGTERM)
+        else:
+            psutil.Process(serving["kernel"]).kill()
+        run.wait(120)
+        assert "Traceback" not in run.stderr.read()
+        deadline = time.monotonic() + 30
+        while pid_alive(supervisor) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not pid_alive(supervisor) and not pid_alive(serving["kernel"])
+        # the next command: serve status says what is true, and nothing of this server runs
+        status = subprocess.run([sys.executable, "-m", "gemma4_t4", "serve", "status", "--port", str(serving["port"]),
+                                 "--work-dir", str(work)], capture_output=True, text=True, timeout=120, env=env)
+        assert status.returncode == 0 and status.stdout.startswith("stopped"), status.stdout + status.stderr
+        leftovers = [p for p in psutil.process_iter(["cmdline"]) if str(fake_vllm) in " ".join(p.info["cmdline"] or [])]
+        assert leftovers == []
+    finally:
+        run.kill()
+        with contextlib.suppress(Exception):
+            VLLMServer.attach(work_dir=work).stop(grace=2)
