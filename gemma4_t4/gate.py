@@ -10,7 +10,7 @@ Two halves:
 - :func:`judge` is pure: :class:`GateFacts` in, a list of :class:`GateReason` out. Unknown facts
   (``None``) count against starting: the gate fails closed.
 - :func:`collect_facts` gathers the facts through small probe functions (:class:`GateProbes`),
-  which read the host model (``gemma4_t4.env``: one probe, one nvidia-smi parser), the catalog
+  each answering a :class:`GateFacts` with only what it found set (plus notes), which read the host model (``gemma4_t4.env``: one probe, one nvidia-smi parser), the catalog
   and fit calculator (``gemma4_t4.models``), the Turing fix's status (``gemma4_t4.turing``) and
   its cached offline sm_75 proof (``gemma4_t4.proof``). Tests inject probes.
 
@@ -26,16 +26,17 @@ import json
 import os
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any
 
 import psutil
+from pydantic import BaseModel, ConfigDict, Field
 
 from gemma4_t4 import cpuisa, env, models, turing
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.hardware import GPUS, get_gpu
-from gemma4_t4.jsonable import to_jsonable
+from gemma4_t4.jsonable import TypedDict, to_jsonable
 from gemma4_t4.proof import turing_proof
 from gemma4_t4.torchfix import plan_torch_fix
 
@@ -49,9 +50,26 @@ LOAD_OVERHEAD_BYTES = 4 * GIB
 DISK_MARGIN = 1.05  # download temp files and metadata
 
 
-@dataclass
-class GateFacts:
-    """What the gate judges. ``None`` means "could not find out"."""
+class DoctorError(TypedDict):
+    """A blocking finding of ``gemma4-t4 doctor`` that the gate passes on as a reason."""
+
+    code: str
+    message: str
+    fix: str | None
+
+
+class GateFacts(BaseModel):
+    """What the gate judges. ``None`` means "could not find out".
+
+    It is also what one probe answers: a ``GateFacts`` with only the facts that probe found set
+    (``model_fields_set``), and ``notes`` saying why something is unknown. :func:`collect_facts`
+    takes each answer's set facts in probe order, so a later probe's answer wins and a fact no
+    probe set keeps its default.
+    """
+
+    # assignment is validated like construction, and a name that is no fact is refused: a probe
+    # that answers a wrong type or a misspelt fact fails (its facts stay unknown, with a note)
+    model_config = ConfigDict(validate_assignment=True, extra="forbid")
 
     target: str = "t4"
     model: str = ""
@@ -85,54 +103,12 @@ class GateFacts:
     weights_on_disk: bool | None = None
     disk_path: str | None = None
     disk_free_bytes: int | None = None
-    doctor_errors: list[DoctorError] = field(default_factory=list)  # other blocking doctor findings
+    doctor_errors: list[DoctorError] = Field(default_factory=list)  # other blocking doctor findings
     # the CPU target: an int4 model and whether vLLM's CPU build here has the int4 kernel
     model_int4: bool | None = None
     cpu_int4_kernel: bool | None = None
     cpu_build_detail: str | None = None
-    notes: list[str] = field(default_factory=list)  # why a fact is missing
-
-
-class DoctorError(TypedDict):
-    """A blocking finding of ``gemma4-t4 doctor`` that the gate passes on as a reason."""
-
-    code: str
-    message: str
-    fix: str | None
-
-
-# What one probe found: any GateFacts fields by name, and "_note" saying why something is unknown.
-class ProbeAnswer(TypedDict, total=False):
-    platform: str | None
-    torch_version: str | None
-    torch_cuda_build: str | None
-    cuda_available: bool | None
-    gpu_present: bool | None
-    gpu_name: str | None
-    gpu_count: int | None
-    compute_capability: tuple[int, int] | None
-    smem_per_block_optin: int | None
-    gpu_memory_bytes: int | None
-    turing_fix_active: bool | None
-    turing_fix_proven: bool | None
-    turing_detail: str | None
-    ram_total_bytes: int | None
-    ram_available_bytes: int | None
-    swap_total_bytes: int | None
-    swap_free_bytes: int | None
-    load_peak_bytes: int | None
-    gpu_fit_ok: bool | None
-    gpu_fit_detail: str | None
-    gpu_fit_fix: str | None
-    weights_bytes: int | None
-    weights_on_disk: bool | None
-    disk_path: str | None
-    disk_free_bytes: int | None
-    doctor_errors: list[DoctorError]
-    model_int4: bool | None
-    cpu_int4_kernel: bool | None
-    cpu_build_detail: str | None
-    _note: str
+    notes: list[str] = Field(default_factory=list)  # why a fact is missing
 
 
 @dataclass
@@ -361,49 +337,49 @@ def _note(facts: GateFacts, *checks: str) -> str:
 _DOCTOR_CODES_COVERED = {"cpu-torch-on-gpu-host", "cuda-init-failed", "no-gpu", "nvidia-smi-failed"}
 
 
-def facts_from_host(report: env.EnvReport) -> ProbeAnswer:
+def facts_from_host(report: env.EnvReport) -> GateFacts:
     """The gate's device facts (bytes, capability tuples) read from the host model."""
     f = report.facts
     gpu = f.gpus[0] if f.gpus else None
     capability = env.parse_capability(f.compute_capability)
-    facts: ProbeAnswer = {
-        "platform": f.platform,
-        "torch_version": f.torch_version,
-        "torch_cuda_build": None if f.torch_is_cpu_build else f.torch_cuda,
-        "gpu_present": bool(f.gpus) if f.nvidia_smi else False,
-        "gpu_name": gpu.name if gpu else None,
-        "gpu_count": len(f.gpus),
-        "compute_capability": capability,
-        "smem_per_block_optin": f.smem_per_block_optin,
-        "gpu_memory_bytes": gpu.memory_mib * 2**20 if gpu and gpu.memory_mib else None,
-        "doctor_errors": [{"code": p.code, "message": p.message, "fix": p.fix} for p in report.problems
-                          if p.severity == "error" and p.code not in _DOCTOR_CODES_COVERED],
-    }
+    facts = GateFacts(
+        platform=f.platform,
+        torch_version=f.torch_version,
+        torch_cuda_build=None if f.torch_is_cpu_build else f.torch_cuda,
+        gpu_present=bool(f.gpus) if f.nvidia_smi else False,
+        gpu_name=gpu.name if gpu else None,
+        gpu_count=len(f.gpus),
+        compute_capability=capability,
+        smem_per_block_optin=f.smem_per_block_optin,
+        gpu_memory_bytes=gpu.memory_mib * 2**20 if gpu and gpu.memory_mib else None,
+        doctor_errors=[DoctorError(code=p.code, message=p.message, fix=p.fix) for p in report.problems
+                       if p.severity == "error" and p.code not in _DOCTOR_CODES_COVERED],
+    )
     if f.torch_version is not None:
         # doctor(smem=True) read the device through torch exactly when CUDA works
-        facts["cuda_available"] = f.smem_probed and f.cuda_probe_error is None and capability is not None
+        facts.cuda_available = f.smem_probed and f.cuda_probe_error is None and capability is not None
         if f.cuda_probe_error:
-            facts["_note"] = f.cuda_probe_error
+            facts.notes.append(f.cuda_probe_error)
     return facts
 
 
-def probe_torch() -> ProbeAnswer:
+def probe_torch() -> GateFacts:
     """torch build, the CUDA device it sees, and the doctor's blocking errors (``gemma4_t4.env``)."""
     return facts_from_host(env.doctor(smem=True))  # smem=True initialises CUDA through torch: the check we need
 
 
-def probe_turing(compute_capability: tuple[int, int] | None) -> ProbeAnswer:
+def probe_turing(compute_capability: tuple[int, int] | None) -> GateFacts:
     """Is the Turing fix active for vLLM's processes (plugin registered and enabled, or file patch),
     and proven offline for the installed vLLM + Triton (``gemma4_t4.proof``, cached)?
 
     The proof runs only for a device that needs the fix; without a readable device it stays unknown.
     """
     status = turing.status()
-    facts: ProbeAnswer = {"turing_fix_active": bool(status.active), "turing_detail": status.summary}
+    facts = GateFacts(turing_fix_active=bool(status.active), turing_detail=status.summary)
     if compute_capability is not None and env.needs_turing_fix(None, compute_capability):
         proof = turing_proof("sm_75")  # the devices that need the fix are Turing-class: its limits are proven
-        facts["turing_fix_proven"] = proof.proven
-        facts["turing_detail"] = f"{status.summary}; {proof.detail}"
+        facts.turing_fix_proven = proof.proven
+        facts.turing_detail = f"{status.summary}; {proof.detail}"
     return facts
 
 
@@ -428,19 +404,19 @@ def model_is_int4(model: str) -> bool | None:
     return None if entry is None else entry[1] in ("qat-w4a16", "emb4")
 
 
-def probe_cpu_build(config: Any) -> ProbeAnswer:
+def probe_cpu_build(config: Any) -> GateFacts:
     """Is the model int4, and can vLLM's CPU build here run int4 (``gemma4_t4.cpuisa``, cached)?"""
-    facts: ProbeAnswer = {"model_int4": model_is_int4(str(config.model))}
-    if facts["model_int4"]:
+    facts = GateFacts(model_int4=model_is_int4(str(config.model)))
+    if facts.model_int4:
         build = cpuisa.cpu_build(python=getattr(config, "python", None))
-        facts.update(cpu_int4_kernel=build.int4, cpu_build_detail=build.reason)
+        facts.cpu_int4_kernel, facts.cpu_build_detail = build.int4, build.reason
     return facts
 
 
-def probe_host_memory() -> ProbeAnswer:
+def probe_host_memory() -> GateFacts:
     vm, sw = psutil.virtual_memory(), psutil.swap_memory()
-    return {"ram_total_bytes": vm.total, "ram_available_bytes": vm.available,
-            "swap_total_bytes": sw.total, "swap_free_bytes": sw.free}
+    return GateFacts(ram_total_bytes=vm.total, ram_available_bytes=vm.available,
+                     swap_total_bytes=sw.total, swap_free_bytes=sw.free)
 
 
 def detect_platform() -> str:
@@ -490,14 +466,14 @@ def gpu_key(gpu_name: str | None, target: str) -> str:
     return "t4" if target == "t4" else target
 
 
-def probe_model(config: Any, device: ProbeAnswer) -> ProbeAnswer:
-    """Weights size, load peak, GPU fit and disk for ``config.model`` on ``device``."""
-    facts: ProbeAnswer = {}
+def probe_model(config: Any, device: GateFacts) -> GateFacts:
+    """Weights size, load peak, GPU fit and disk for ``config.model`` on ``device`` (the torch probe's answer)."""
+    facts = GateFacts()
     model_path = Path(config.model)
     entry = catalog_entry(config.model)
     if model_path.exists():
         weights = local_weights_bytes(model_path)
-        facts.update(weights_bytes=weights, weights_on_disk=True, disk_path=str(model_path))
+        facts.weights_bytes, facts.weights_on_disk, facts.disk_path = weights, True, str(model_path)
     else:
         cached = hf_cache_dir() / ("models--" + config.model.replace("/", "--"))
         on_disk = cached.is_dir() and any(cached.rglob("*.safetensors"))
@@ -505,24 +481,24 @@ def probe_model(config: Any, device: ProbeAnswer) -> ProbeAnswer:
         if weights is None and entry is not None:
             weights = models.weights_estimate(entry[0], entry[1]).checkpoint_bytes
         if weights is None:
-            facts["_note"] = f"{config.model} is neither a local folder nor a Gemma 4 catalog hub id"
+            facts.notes.append(f"{config.model} is neither a local folder nor a Gemma 4 catalog hub id")
         probe_dir = hf_cache_dir()
         while not probe_dir.exists() and probe_dir != probe_dir.parent:
             probe_dir = probe_dir.parent
-        facts.update(weights_bytes=weights, weights_on_disk=on_disk, disk_path=str(hf_cache_dir()),
-                     disk_free_bytes=shutil.disk_usage(probe_dir).free)
+        facts.weights_bytes, facts.weights_on_disk, facts.disk_path = weights, on_disk, str(hf_cache_dir())
+        facts.disk_free_bytes = shutil.disk_usage(probe_dir).free
     if entry is not None:
-        facts["load_peak_bytes"] = int(models.load_ram(entry[0], entry[1]).peak_ram_gib * GIB)
+        facts.load_peak_bytes = int(models.load_ram(entry[0], entry[1]).peak_ram_gib * GIB)
     elif weights:
-        facts["load_peak_bytes"] = weights + LOAD_OVERHEAD_BYTES
-    facts.update(_gpu_fit(config, entry, weights, device))
+        facts.load_peak_bytes = weights + LOAD_OVERHEAD_BYTES
+    _take_found(facts, _gpu_fit(config, entry, weights, device))
     return facts
 
 
 def _gpu_fit(config: Any, entry: tuple[str, str] | None, weights: int | None,
-             device: ProbeAnswer) -> ProbeAnswer:
+             device: GateFacts) -> GateFacts:
     """The fit calculator for catalog models; weights against vLLM's share of GPU memory otherwise."""
-    gpu = gpu_key(device.get("gpu_name"), config.target)
+    gpu = gpu_key(device.gpu_name, config.target)
     if entry is not None:
         result = models.fit(entry[0], entry[1], gpu=gpu, context_len=config.max_model_len,
                             num_gpus=config.tensor_parallel_size,
@@ -536,35 +512,35 @@ def _gpu_fit(config: Any, entry: tuple[str, str] | None, weights: int | None,
             else:
                 fix = ("use a 4-bit (QAT w4a16) checkpoint or a smaller model, or spread over more GPUs "
                        "(tensor_parallel_size); `gemma4-t4 fit` shows what fits")
-        return {"gpu_fit_ok": result.fits, "gpu_fit_detail": f"{entry[0]} {entry[1]} on {gpu}: {result.verdict}",
-                "gpu_fit_fix": fix}
-    memory = device.get("gpu_memory_bytes")
+        return GateFacts(gpu_fit_ok=result.fits, gpu_fit_detail=f"{entry[0]} {entry[1]} on {gpu}: {result.verdict}",
+                         gpu_fit_fix=fix)
+    memory = device.gpu_memory_bytes
     if memory is None:
         try:
             memory = int(get_gpu(gpu).usable_memory_gib * GIB)
         except Gemma4T4Error:
             memory = None
     if weights is None or memory is None:
-        return {}
+        return GateFacts()
     usable = memory * config.gpu_memory_utilization * max(1, config.tensor_parallel_size)
     fits = weights + GIB < usable
-    return {"gpu_fit_ok": fits,
-            "gpu_fit_detail": f"weights {_gib(weights)} + 1 GiB runtime vs {_gib(int(usable))} vLLM may use "
-                              f"(gpu_memory_utilization {config.gpu_memory_utilization}; not a catalog model, "
-                              "so KV cache is not estimated)"}
+    return GateFacts(gpu_fit_ok=fits,
+                     gpu_fit_detail=f"weights {_gib(weights)} + 1 GiB runtime vs {_gib(int(usable))} vLLM may use "
+                                    f"(gpu_memory_utilization {config.gpu_memory_utilization}; not a catalog "
+                                    "model, so KV cache is not estimated)")
 
 
 @dataclass
 class GateProbes:
     """Fact collectors; replace any of them to test the gate without a GPU."""
 
-    torch: Callable[[], ProbeAnswer] = probe_torch
-    turing: Callable[[tuple[int, int] | None], ProbeAnswer] = probe_turing
-    host_memory: Callable[[], ProbeAnswer] = probe_host_memory
-    model: Callable[[Any, ProbeAnswer], ProbeAnswer] = probe_model
+    torch: Callable[[], GateFacts] = probe_torch
+    turing: Callable[[tuple[int, int] | None], GateFacts] = probe_turing
+    host_memory: Callable[[], GateFacts] = probe_host_memory
+    model: Callable[[Any, GateFacts], GateFacts] = probe_model
     platform: Callable[[], str] = detect_platform
     torch_fix_command: Callable[[], str | None] = lambda: _torch_fix_command()
-    cpu_build: Callable[[Any], ProbeAnswer] = probe_cpu_build
+    cpu_build: Callable[[Any], GateFacts] = probe_cpu_build
 
 
 def _torch_fix_command() -> str | None:
@@ -574,24 +550,35 @@ def _torch_fix_command() -> str | None:
         return None
 
 
-_FACT_NAMES = {f.name for f in fields(GateFacts)}
+# What the gate sets itself (from the config) or gathers across probes: never taken from an answer.
+_NOT_PROBED = frozenset({"target", "model", "notes"})
 
 
-def _ask(probe: Callable[..., ProbeAnswer], *args: Any) -> ProbeAnswer:
+def _probe_answer(probe: Callable[..., GateFacts], *args: Any) -> GateFacts:
+    answer = probe(*args)
+    if not isinstance(answer, GateFacts):
+        raise TypeError(f"the probe answered a {type(answer).__name__}, not GateFacts")
+    return answer
+
+
+def _ask(probe: Callable[..., GateFacts], *args: Any) -> GateFacts:
     """A probe's answer; one that fails answers only a note saying why (its facts stay unknown)."""
     try:
-        return dict(probe(*args))
+        return _probe_answer(probe, *args)
     except Exception as exc:  # noqa: BLE001 - any probe failure is a note, never a crash of the gate
-        return {"_note": f"{type(exc).__name__}: {exc}"}
+        return GateFacts(notes=[f"{type(exc).__name__}: {exc}"])
 
 
-def _merge(facts: GateFacts, check: str, found: ProbeAnswer) -> None:
-    note = found.pop("_note", None)
-    if note:
-        facts.notes.append(f"{check}: {note}")
-    for key, value in found.items():
-        if key in _FACT_NAMES:
-            setattr(facts, key, value)
+def _take_found(facts: GateFacts, found: GateFacts) -> None:
+    """Copy the facts ``found`` set (and only those) onto ``facts``, in field order."""
+    for name in GateFacts.model_fields:
+        if name in found.model_fields_set and name not in _NOT_PROBED:
+            setattr(facts, name, getattr(found, name))
+
+
+def _merge(facts: GateFacts, check: str, found: GateFacts) -> None:
+    facts.notes.extend(f"{check}: {note}" for note in found.notes if note)
+    _take_found(facts, found)
 
 
 def collect_facts(config: Any, probes: GateProbes | None = None) -> GateFacts:
@@ -599,7 +586,7 @@ def collect_facts(config: Any, probes: GateProbes | None = None) -> GateFacts:
     probes = probes or GateProbes()
     facts = GateFacts(target=config.target, model=str(config.model))
     device = _ask(probes.torch)
-    _merge(facts, "torch", dict(device))
+    _merge(facts, "torch", device)
     if facts.platform is None:
         try:
             facts.platform = probes.platform()
@@ -608,8 +595,6 @@ def collect_facts(config: Any, probes: GateProbes | None = None) -> GateFacts:
     _merge(facts, "turing", _ask(probes.turing, facts.compute_capability))
     _merge(facts, "host_memory", _ask(probes.host_memory))
     _merge(facts, "model", _ask(probes.model, config, device))
-    if facts.compute_capability is not None:
-        facts.compute_capability = tuple(facts.compute_capability)  # type: ignore[assignment]
     return facts
 
 

@@ -3,8 +3,6 @@ start_server refusing (every reason listed) or launching loudly with force=True.
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from gemma4_t4.gate import (
@@ -34,7 +32,7 @@ GOOD = GateFacts(
 
 
 def _facts(**changes) -> GateFacts:
-    return dataclasses.replace(GOOD, **changes)
+    return GOOD.model_copy(update=changes)
 
 
 def test_healthy_t4_passes():
@@ -98,20 +96,23 @@ def test_local_weights_skip_the_disk_check():
     assert judge(_facts(weights_on_disk=True, disk_free_bytes=0)) == []
 
 
-def _probes(**overrides) -> GateProbes:
+def _found(*names: str) -> GateFacts:
+    """A probe's answer: GOOD's value for each of ``names``, and nothing else set."""
+    return GateFacts.model_validate(GOOD.model_dump(include=set(names)))
+
+
+def _probes(**overrides: GateFacts) -> GateProbes:
     """Fake probes describing GOOD; each override replaces one probe's answer."""
     answers = {
-        "torch": {k: getattr(GOOD, k) for k in ("torch_version", "torch_cuda_build", "cuda_available",
-                                                 "gpu_present", "gpu_name", "compute_capability",
-                                                 "smem_per_block_optin", "gpu_memory_bytes")},
-        "turing": {"turing_fix_active": True, "turing_fix_proven": True},
-        "host_memory": {"ram_total_bytes": GOOD.ram_total_bytes, "ram_available_bytes": GOOD.ram_available_bytes,
-                        "swap_total_bytes": GOOD.swap_total_bytes, "swap_free_bytes": GOOD.swap_free_bytes},
+        "torch": _found("torch_version", "torch_cuda_build", "cuda_available", "gpu_present", "gpu_name",
+                        "compute_capability", "smem_per_block_optin", "gpu_memory_bytes"),
+        "turing": GateFacts(turing_fix_active=True, turing_fix_proven=True),
+        "host_memory": _found("ram_total_bytes", "ram_available_bytes", "swap_total_bytes", "swap_free_bytes"),
     } | overrides
     return GateProbes(
-        torch=lambda: dict(answers["torch"]),
-        turing=lambda cc: dict(answers["turing"]),
-        host_memory=lambda: dict(answers["host_memory"]),
+        torch=lambda: answers["torch"].model_copy(deep=True),
+        turing=lambda cc: answers["turing"].model_copy(deep=True),
+        host_memory=lambda: answers["host_memory"].model_copy(deep=True),
         platform=lambda: "gce",
         torch_fix_command=lambda: "pip install torch==2.14.0+cu130",
     )
@@ -140,12 +141,51 @@ def test_a_failing_probe_leaves_a_note_and_fails_closed():
     assert reasons[0].check == "cuda" and "libcudart" in reasons[0].problem
 
 
+def test_each_probe_answers_only_what_it_found_and_later_answers_win():
+    seen_by_model_probe = []
+
+    def model_probe(config, device):
+        seen_by_model_probe.append(device.gpu_name)
+        # target and model come from the config, never from an answer
+        return GateFacts(target="cpu", model="someone/else", weights_bytes=8 * GIB, weights_on_disk=True,
+                         load_peak_bytes=12 * GIB, gpu_fit_ok=True, notes=["read the local folder"])
+
+    probes = _probes(turing=GateFacts(turing_fix_active=True, turing_fix_proven=True, smem_per_block_optin=None))
+    probes.torch = lambda: _found("torch_version", "torch_cuda_build", "cuda_available", "gpu_present",
+                                  "gpu_name", "compute_capability", "smem_per_block_optin").model_copy(
+        update={"notes": ["", "driver 580"]})
+    probes.host_memory = lambda: {"ram_available_bytes": 64 * GIB}  # not a GateFacts: a failed probe
+    probes.model = model_probe
+    facts = collect_facts(ServerConfig(model="google/gemma-4-E2B-it-qat-w4a16-ct", target="t4"), probes)
+    assert seen_by_model_probe == ["Tesla T4"]  # the model probe sees the torch probe's answer
+    assert facts.smem_per_block_optin is None  # a later probe's explicit unknown replaces an earlier value
+    assert facts.gpu_name == "Tesla T4" and facts.compute_capability == (7, 5)  # unset in later answers: kept
+    assert (facts.target, facts.model) == ("t4", "google/gemma-4-E2B-it-qat-w4a16-ct")
+    assert facts.gpu_memory_bytes is None  # no probe set it
+    assert facts.notes[0] == "torch: driver 580" and facts.notes[2] == "model: read the local folder"
+    assert facts.notes[1].startswith("host_memory: TypeError: the probe answered a dict")
+    assert facts.ram_available_bytes is None
+    reasons = judge(facts)
+    assert [r.check for r in reasons] == ["host_memory"] and "answered a dict" in reasons[0].problem
+
+
+def test_a_probe_answering_a_wrong_type_or_an_unknown_fact_fails_closed():
+    probes = _probes()
+    probes.turing = lambda cc: GateFacts(turing_fix_active="maybe")
+    probes.host_memory = lambda: GateFacts(ram_free=1)
+    facts = collect_facts(ServerConfig(model="google/gemma-4-E2B-it-qat-w4a16-ct", target="t4"), probes)
+    assert facts.turing_fix_active is None and facts.ram_available_bytes is None
+    assert [n.split(":")[0] for n in facts.notes] == ["turing", "host_memory"]
+    assert "ram_free" in facts.notes[1]
+    assert [r.check for r in judge(facts)] == ["turing", "host_memory"]
+
+
 def test_start_server_refuses_listing_every_reason_and_launches_nothing(tmp_path):
-    probes = _probes(torch={"torch_version": "2.14.0+cpu", "torch_cuda_build": None, "cuda_available": False,
-                            "gpu_present": True},
-                     turing={"turing_fix_active": False},
-                     host_memory={"ram_total_bytes": 7 * GIB, "ram_available_bytes": 6 * GIB,
-                                  "swap_total_bytes": 0, "swap_free_bytes": 0})
+    probes = _probes(torch=GateFacts(torch_version="2.14.0+cpu", torch_cuda_build=None, cuda_available=False,
+                                     gpu_present=True),
+                     turing=GateFacts(turing_fix_active=False),
+                     host_memory=GateFacts(ram_total_bytes=7 * GIB, ram_available_bytes=6 * GIB,
+                                           swap_total_bytes=0, swap_free_bytes=0))
     config = ServerConfig(model="google/gemma-4-E2B-it", target="t4", port=free_port(), work_dir=str(tmp_path))
     with pytest.raises(GateRefused) as info:
         start_server(config, probes=probes)
@@ -160,7 +200,7 @@ def test_start_server_refuses_listing_every_reason_and_launches_nothing(tmp_path
 
 
 def test_force_overrides_loudly_and_records_what_it_overrode(tmp_path):
-    probes = _probes(turing={"turing_fix_active": False})
+    probes = _probes(turing=GateFacts(turing_fix_active=False))
     config = ServerConfig(model="google/gemma-4-E2B-it-qat-w4a16-ct", target="t4")
     result = check_start(config, force=True, probes=probes)
     assert result.forced and not result.ok and [r.check for r in result.overridden] == ["turing"]
@@ -179,10 +219,14 @@ def test_catalog_lookup_and_gpu_names(tiny_model_dir):
 
 def test_local_checkpoint_facts(tiny_model_dir):
     config = ServerConfig(model=str(tiny_model_dir), target="t4")
-    facts = probe_model(config, {"gpu_memory_bytes": 15 * GIB, "gpu_name": "Tesla T4"})
-    assert facts["weights_on_disk"] is True
-    assert facts["weights_bytes"] == sum(p.stat().st_size for p in tiny_model_dir.rglob("*.safetensors"))
-    assert facts["gpu_fit_ok"] is True and "not a catalog model" in facts["gpu_fit_detail"]
+    facts = probe_model(config, GateFacts(gpu_memory_bytes=15 * GIB, gpu_name="Tesla T4"))
+    assert facts.weights_on_disk is True
+    assert facts.weights_bytes == sum(p.stat().st_size for p in tiny_model_dir.rglob("*.safetensors"))
+    assert facts.gpu_fit_ok is True and "not a catalog model" in facts.gpu_fit_detail
+    # the answer sets what it found and nothing else: no download, so no disk-free figure
+    assert facts.model_fields_set == {"weights_bytes", "weights_on_disk", "disk_path", "load_peak_bytes",
+                                      "gpu_fit_ok", "gpu_fit_detail"}
+    assert facts.load_peak_bytes == facts.weights_bytes + 4 * GIB  # not a catalog model: weights + overhead
 
 
 def test_real_collectors_on_this_machine():
@@ -195,9 +239,9 @@ def test_real_collectors_on_this_machine():
     found = probe_turing(None)
     status = turing.status()
     # this checkout is installed editable: the plugin entry point reaches vLLM, as `turing status` says
-    assert found["turing_fix_active"] is status.active is True
-    assert found["turing_detail"] == status.summary
-    assert "turing_fix_proven" not in found  # no device read: the proof is not run for nothing
+    assert found.turing_fix_active is status.active is True
+    assert found.turing_detail == status.summary
+    assert "turing_fix_proven" not in found.model_fields_set  # no device read: the proof is not run for nothing
     config = ServerConfig(model="google/gemma-4-E2B-it-qat-w4a16-ct", target="t4")
     facts = collect_facts(config)
     assert facts.ram_total_bytes == psutil.virtual_memory().total
@@ -207,7 +251,7 @@ def test_real_collectors_on_this_machine():
     if facts.gpu_present is False:  # CI: the gate must say why a T4 launch can't work here
         assert result.reasons[0].check == "cuda" and "no NVIDIA GPU" in result.reasons[0].problem
     with pytest.raises(GateRefused):
-        check_start(config, facts=dataclasses.replace(facts, cuda_available=False, gpu_present=False),
+        check_start(config, facts=facts.model_copy(update={"cuda_available": False, "gpu_present": False}),
                     probes=_probes())
 
 
@@ -294,8 +338,8 @@ def test_the_gate_asks_for_the_proof_on_a_turing_device_only(monkeypatch):
 
     monkeypatch.setattr(gate, "turing_proof", fake_proof)
     t4 = gate.probe_turing((7, 5))
-    assert asked == ["sm_75"] and t4["turing_fix_proven"] is False and "FAILED" in t4["turing_detail"]
-    assert "turing_fix_proven" not in gate.probe_turing((8, 9)) and asked == ["sm_75"]
+    assert asked == ["sm_75"] and t4.turing_fix_proven is False and "FAILED" in t4.turing_detail
+    assert "turing_fix_proven" not in gate.probe_turing((8, 9)).model_fields_set and asked == ["sm_75"]
 
 
 def test_cli_t4_start_is_refused_with_reasons_on_a_machine_without_gpu(tmp_path, capsys):
@@ -335,8 +379,8 @@ def _cpu_build_probe(flags, package):
 
     def probe(config):
         build = cpuisa.cpu_build(flags=flags, machine="x86_64", package=package)
-        return {"model_int4": model_is_int4(config.model), "cpu_int4_kernel": build.int4,
-                "cpu_build_detail": build.reason}
+        return GateFacts(model_int4=model_is_int4(config.model), cpu_int4_kernel=build.int4,
+                         cpu_build_detail=build.reason)
 
     return probe
 
@@ -381,9 +425,9 @@ def test_cpu_gate_passes_bf16_models_and_unknown_facts(tmp_path):
     assert model_is_int4("google/gemma-4-E2B-it-qat-w4a16-ct") is True
     assert model_is_int4("google/gemma-4-E2B-it") is False and model_is_int4("someone/other") is None
     cpu = GateFacts(target="cpu", model="m")
-    assert judge_cpu(dataclasses.replace(cpu, model_int4=False, cpu_int4_kernel=False)) == []
-    assert judge_cpu(dataclasses.replace(cpu, model_int4=True, cpu_int4_kernel=None)) == []  # could not tell
-    assert judge_cpu(dataclasses.replace(cpu, model_int4=True, cpu_int4_kernel=True)) == []
-    assert [r.check for r in judge_cpu(dataclasses.replace(cpu, model_int4=True, cpu_int4_kernel=False))] \
+    assert judge_cpu(cpu.model_copy(update={"model_int4": False, "cpu_int4_kernel": False})) == []
+    assert judge_cpu(cpu.model_copy(update={"model_int4": True, "cpu_int4_kernel": None})) == []  # could not tell
+    assert judge_cpu(cpu.model_copy(update={"model_int4": True, "cpu_int4_kernel": True})) == []
+    assert [r.check for r in judge_cpu(cpu.model_copy(update={"model_int4": True, "cpu_int4_kernel": False}))] \
         == ["cpu_int4"]
     assert judge(GOOD) == []  # the GPU gate is unchanged
