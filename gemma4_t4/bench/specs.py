@@ -9,20 +9,21 @@ SageMaker experiment validate every spec before it starts a server or deploys a 
     with nb.endpoint(TARGET, model, work_dir) as endpoint:
         result = run(endpoint, decode, "results/decode")
 
-The fields are :class:`~gemma4_t4.bench.workloads.BenchArgs` fields (the one declaration of every
-benchmark option: its type, default and help, which the CLI's flags and the MCP tool's schema are
-generated from); each spec takes the ones its workload reads, and its validation is
-``BenchArgs``'s own, so a spec accepted here is a run ``BenchArgs`` accepts.
+The fields are :class:`~gemma4_t4.bench.args.BenchOptions` fields (the one declaration of every
+benchmark option: its type, default and help, which the CLI's flags are generated from); each spec
+takes the ones its workload reads, and its validation is ``BenchArgs``'s own, so a spec accepted
+here is a run ``BenchArgs`` accepts. The MCP tool ``run_benchmark`` takes one spec (:data:`AnySpec`):
+its schema is these classes'.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal, Protocol, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from gemma4_t4.bench.workloads import BenchArgs, build_args, run_benchmark
 from gemma4_t4.errors import Gemma4T4Error
 
 # a placeholder where a spec is validated before anything serves it (never contacted)
@@ -75,6 +76,10 @@ class WorkloadSpec(BaseModel):
 
     @model_validator(mode="after")
     def _valid_as_a_run(self) -> WorkloadSpec:
+        # the benchmark's client (~0.2 s of imports) loads when a spec is made, not when the CLI
+        # or the MCP server starts (both read these classes for their schemas)
+        from gemma4_t4.bench.workloads import build_args
+
         # BenchArgs holds the cross-field rules (prefix groups vs prompts, series lengths, ...)
         build_args(_NOWHERE, "validate", self.workload, ".", **self.bench_fields())
         return self
@@ -180,6 +185,19 @@ AnySpec = Annotated[
 ]
 
 
+@dataclass(frozen=True)
+class ServedAt:
+    """The plainest :class:`Served`: a server or endpoint known by its URL and served model name
+    (what the MCP tool ``run_benchmark`` is given)."""
+
+    url: str
+    served_name: str
+    tokenizer: str | None = None
+    gpu: str | None = None
+    api_key: str | None = None
+    max_num_seqs: int | None = None
+
+
 def spec_error(what: str, exc: ValidationError) -> Gemma4T4Error:
     """One line naming the field a spec refused (an unknown name, or a wrong type)."""
     first = exc.errors()[0]
@@ -225,6 +243,8 @@ def run(
             f"run() takes a workload spec, got {type(spec).__name__}",
             fix="pass e.g. DecodeSpec(concurrency=[1, 8]) from gemma4_t4.bench.specs",
         )
+    from gemma4_t4.bench.workloads import BenchArgs, run_benchmark  # the client: only when a run starts
+
     args = BenchArgs(
         base_url=served.url,
         model=served.served_name,
