@@ -53,6 +53,12 @@ class Served(Protocol):
     def max_num_seqs(self) -> int | None: ...
 
 
+class SpecRefused(Gemma4T4Error, ValueError):
+    """A spec refused: an unknown field, a wrong type, or a run BenchArgs would refuse. Also a
+    ValueError, so that a spec inside another model (the MCP tool's arguments) is refused as
+    pydantic's ValidationError, naming what is wrong, instead of escaping it."""
+
+
 class WorkloadSpec(BaseModel):
     """Fields every workload shares. Unknown fields and wrong types are refused, naming the field."""
 
@@ -72,6 +78,9 @@ class WorkloadSpec(BaseModel):
         try:
             super().__init__(**fields)
         except ValidationError as exc:
+            refused = exc.errors()[0].get("ctx", {}).get("error")
+            if isinstance(refused, SpecRefused):  # the run's own rule, already one line with its fix
+                raise refused from None
             raise spec_error(type(self).__name__, exc) from None
 
     @model_validator(mode="after")
@@ -81,7 +90,10 @@ class WorkloadSpec(BaseModel):
         from gemma4_t4.bench.workloads import build_args
 
         # BenchArgs holds the cross-field rules (prefix groups vs prompts, series lengths, ...)
-        build_args(_NOWHERE, "validate", self.workload, ".", **self.bench_fields())
+        try:
+            build_args(_NOWHERE, "validate", self.workload, ".", **self.bench_fields())
+        except Gemma4T4Error as exc:
+            raise SpecRefused(exc.message, fix=exc.fix) from None
         return self
 
     def bench_fields(self) -> dict[str, int | float | str | list[int] | list[float] | None]:
@@ -198,16 +210,16 @@ class ServedAt:
     max_num_seqs: int | None = None
 
 
-def spec_error(what: str, exc: ValidationError) -> Gemma4T4Error:
+def spec_error(what: str, exc: ValidationError) -> SpecRefused:
     """One line naming the field a spec refused (an unknown name, or a wrong type)."""
     first = exc.errors()[0]
     field = ".".join(str(p) for p in first["loc"]) or "fields"
     if first["type"] == "extra_forbidden":
-        return Gemma4T4Error(
+        return SpecRefused(
             f"{what} has no field {field!r}",
             fix=f"{what} takes: {', '.join(_field_names(what))}",
         )
-    return Gemma4T4Error(f"{what}.{field}: {first['msg']}", fix=f"give {field} as the type {what} declares")
+    return SpecRefused(f"{what}.{field}: {first['msg']}", fix=f"give {field} as the type {what} declares")
 
 
 def _field_names(what: str) -> list[str]:
