@@ -250,7 +250,8 @@ def test_a_sagemaker_url_without_a_model_names_the_missing_model_not_an_unreacha
     [
         ({"kind": "decode", "input_len": "long"}, "DecodeSpec.input_len"),  # a wrong type
         ({"kind": "sweep", "sweep": 3, "rates": [1.0]}, "SweepSpec has no field 'rates'"),  # not this kind's
-        ({"kind": "prefix", "groups": 40, "num_prompts": 4}, "4 prompts cannot make 40 groups"),  # a run's rule
+        # a rule of the run itself (BenchArgs), checked when the spec is made
+        ({"kind": "prefix", "groups": 40, "num_prompts": 4}, "4 prompts cannot make 40 groups"),
         ({"kind": "burst"}, "'burst'"),  # no such kind
     ],
 )
