@@ -41,7 +41,9 @@ import anyio
 from pydantic import BaseModel, Field, StrictBool, TypeAdapter
 
 from gemma4_t4 import env, secrets, signals, speculative, turing
+from gemma4_t4.bench import specs as bench_specs  # the spec classes: the benchmark's client loads in a run
 from gemma4_t4.bench.schemas import RunReport
+from gemma4_t4.bench.specs import AnySpec
 from gemma4_t4.errors import Gemma4T4Error, UnexpectedError, debug_enabled, user_error
 from gemma4_t4.jsonable import to_jsonable
 from gemma4_t4.sagemaker.build import BuildRecord, BuildResult
@@ -360,6 +362,9 @@ def get_help() -> HelpResult:
             "Local: check_environment, verify_gpu_arch, verify_turing_patch / apply_turing_patch(confirm=True), "
             "start_vllm_server, server_status, query_model(base_url=...), run_benchmark, "
             "stop_vllm_server(confirm=True)",
+            "run_benchmark(base_url, spec={\"kind\": KIND, ...}): KIND is one of "
+            + ", ".join(cls.model_fields["kind"].default for cls in bench_specs.SPECS)
+            + "; the other fields are that spec's (its schema lists them; an unknown one is refused, named)",
         ],
         tools={name: (spec.fn.__doc__ or "").strip().splitlines()[0] for name, spec in REGISTRY.items()},
         cli=[
@@ -806,29 +811,20 @@ def server_status() -> ServerToolResult:
 
 
 @tool(CREATES)
-def run_benchmark(base_url: str, model: str | None = None,
-                  workload: Literal["decode", "ttft", "prefix", "answers", "load"] = "decode",
-                  concurrency: list[int] | None = None, input_len: int | None = None,
-                  output_len: int | None = None, num_prompts: int | None = None,
-                  out_dir: str | None = None, rates: list[float] | None = None,
-                  arrival: Literal["poisson", "constant"] | None = None, sweep: int | None = None,
-                  method: Literal["vllm", "series"] = "vllm",
-                  request_timeout_s: float | None = None) -> RunReport:
+def run_benchmark(base_url: str, spec: AnySpec | None = None, model: str | None = None,
+                  out_dir: str | None = None, request_timeout_s: Seconds | None = None) -> RunReport:
     """Benchmark a running OpenAI-compatible server or sagemaker://REGION/ENDPOINT (TTFT, TPOT, throughput);
-    writes a results dir. concurrency = closed loop; rates (requests/s, decode only) = open loop with Poisson or
-    constant arrivals; sweep=N (decode) = one-at-a-time, all-at-once, then N open-loop rates in between;
-    method="series" (decode) = the series' (512-16)/(wall512 - wall16) at c=1."""
-    from gemma4_t4.bench import workloads as bench  # about a second of imports (client, plots): only here
-
+    writes a results dir. spec = what to measure, chosen by its kind (default {"kind": "decode"}): decode
+    (closed loop at concurrency), open_loop (rates in requests/s, Poisson or constant arrivals), sweep
+    (one-at-a-time, all-at-once, then N rates in between), series_decode (the series' (512-16)/(wall512 -
+    wall16) at c=1), ttft, prefix, answers, load."""
     if model is None:
         model = _served_model(base_url)
-    out = out_dir or os.path.join(_work_dir(), "bench", f"{workload}-{time.strftime('%Y%m%d-%H%M%S')}")
-    given = {"concurrency": concurrency, "input_len": input_len, "output_len": output_len,
-             "num_prompts": num_prompts, "rates": rates, "arrival": arrival, "sweep": sweep, "method": method,
-             "request_timeout_s": request_timeout_s}
-    args = bench.build_args(base_url, model, workload, out, progress=False,
-                            **{k: v for k, v in given.items() if v is not None})
-    return bench.run_benchmark(args).report()
+    chosen = spec or bench_specs.DecodeSpec()
+    out = out_dir or os.path.join(_work_dir(), "bench", f"{chosen.kind}-{time.strftime('%Y%m%d-%H%M%S')}")
+    timeout = {} if request_timeout_s is None else {"request_timeout_s": request_timeout_s}
+    served = bench_specs.ServedAt(base_url, model)
+    return bench_specs.run(served, chosen, out, progress=False, **timeout).report()
 
 
 # Views of the registry, kept for callers that read them by these names.

@@ -3,14 +3,17 @@ decode method and load test; the T4-vs-L4 headline. Against the bench FAKE serve
 
 import inspect
 import json
+from typing import get_args
 
 import pytest
 
 from gemma4_t4.bench import BenchArgs, run_benchmark
+from gemma4_t4.bench.args import METHODS, BenchOptions, flag_name, is_user_option
 from gemma4_t4.bench.compare import compare_suites, published_decode
 from gemma4_t4.bench.fake_server import FakeScript, FakeServer, FakeServerState
 from gemma4_t4.bench.metrics import series_decode
 from gemma4_t4.bench.schemas import RequestRecord
+from gemma4_t4.bench.specs import SPECS
 from gemma4_t4.bench.workloads import WORKLOAD_CHOICES, WORKLOADS, build_args
 from gemma4_t4.cli import build_parser
 from gemma4_t4.cli import main as cli_main
@@ -61,11 +64,153 @@ def test_cli_flags_become_benchargs_fields_by_the_same_names(tmp_path):
     assert args.mode == "open_loop"
 
 
-def test_mcp_tool_parameters_are_benchargs_fields():
+def test_mcp_tool_parameters_are_benchargs_fields_and_one_spec():
+    from gemma4_t4.bench.specs import AnySpec
     from gemma4_t4.mcp_server import run_benchmark as tool
 
-    params = set(inspect.signature(tool).parameters)
-    assert params <= set(BenchArgs.model_fields), params - set(BenchArgs.model_fields)
+    params = inspect.signature(tool, eval_str=True).parameters
+    where = set(params) - {"spec"}
+    assert where <= set(BenchArgs.model_fields), where - set(BenchArgs.model_fields)
+    assert params["spec"].annotation == AnySpec | None
+
+
+def _run_parser():
+    parser = build_parser()
+    bench = next(a for a in parser._subparsers._group_actions if "bench" in a.choices).choices["bench"]
+    return next(a for a in bench._subparsers._group_actions if "run" in a.choices).choices["run"]
+
+
+# what the command itself does around the run (not benchmark options)
+COMMAND_FLAGS = {"help", "json", "debug", "no_plots"}
+
+
+def test_every_user_option_has_exactly_one_generated_flag():
+    actions = [a for a in _run_parser()._actions if a.dest not in COMMAND_FLAGS]
+    by_field = {}
+    for action in actions:
+        assert action.dest in BenchOptions.model_fields, f"{action.option_strings} names no field"
+        by_field.setdefault(action.dest, []).extend(action.option_strings)
+    users = {name for name in BenchOptions.model_fields if is_user_option(name)}
+    assert users == set(by_field), users ^ set(by_field)
+    for name, flags in by_field.items():
+        assert flags == [flag_name(name)], (name, flags)
+        assert BenchOptions.model_fields[name].description, f"{name} has no help"
+    # not user options, by their own metadata: the program sets them
+    assert set(BenchOptions.model_fields) - users == {"server_launch", "progress"}
+    assert BenchArgs.model_fields.keys() == BenchOptions.model_fields.keys()  # BenchArgs adds rules only
+
+
+def test_every_flag_spelt_before_still_parses():
+    spelt = {
+        "--base-url",
+        "--model",
+        "--workload",
+        "--method",
+        "--series-lens",
+        "--request-timeout",
+        "--out",
+        "--api",
+        "--concurrency",
+        "--rate",
+        "--arrival",
+        "--max-in-flight",
+        "--sweep",
+        "--input-len",
+        "--input-lens",
+        "--output-len",
+        "--num-prompts",
+        "--warmup",
+        "--prefix-len",
+        "--groups",
+        "--seed",
+        "--nonce",
+        "--max-num-seqs",
+        "--gpu",
+        "--bytes-per-token",
+        "--model-format",
+        "--price",
+        "--tokenizer",
+        "--api-key",
+        "--label",
+        "--overwrite",
+        "--no-plots",
+        "--json",
+        "--debug",
+    }
+    known = {flag for action in _run_parser()._actions for flag in action.option_strings}
+    assert spelt <= known, spelt - known
+
+
+def test_generated_flags_follow_the_field_types(tmp_path):
+    base = ("--base-url", "http://127.0.0.1:8000", "--model", "m", "--out", str(tmp_path))
+    ns = _parse(
+        *base,
+        "--workload",
+        "ttft",
+        "--input-lens",
+        "16,32",
+        "--price",
+        "a",
+        "--price",
+        "b",
+        "--api",
+        "chat",
+        "--bytes-per-token",
+        "1.5",
+        "--no-sample-metrics",
+        "--overwrite",
+        "--api-key",
+        "k",
+    )
+    fields = bench_args(ns)
+    assert (fields["input_lens"], fields["price_keys"], fields["api"]) == ([16, 32], ["a", "b"], "chat")
+    assert (fields["bytes_per_token"], fields["sample_metrics"], fields["overwrite"]) == (1.5, False, True)
+    assert BenchArgs(**fields).api_key.get_secret_value() == "k"
+    plain = bench_args(_parse(*base, "--workload", "decode"))
+    # a flag not given leaves its field to BenchArgs (workload-dependent defaults)
+    assert "input_len" not in plain and "warmup" not in plain and plain["sample_metrics"] is True
+    for bad in (
+        ("--workload", "nope"),
+        ("--workload", "decode", "--arrival", "burst"),
+        ("--workload", "decode", "--concurrency", "1,x"),
+        ("--workload", "decode", "--seed", "s"),
+    ):
+        with pytest.raises(SystemExit):
+            _parse(*base, *bad)
+    required = {a.dest for a in _run_parser()._actions if a.required}
+    assert required == {n for n, f in BenchOptions.model_fields.items() if f.is_required()}
+
+
+def test_help_reads_from_the_field_descriptions(capsys):
+    with pytest.raises(SystemExit):
+        cli_main(["bench", "run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for phrase in (
+        "--out DIR results directory",
+        "--rate REQ_PER_S",
+        "--concurrency N,...",
+        "--workload {decode,ttft,prefix,answers,load}",
+        "--price KEY price key",
+        "--request-timeout S a request not finished after S seconds fails as 'timeout' (default 600)",
+        "--no-sample-metrics turn off: sample the server's /metrics",
+    ):
+        assert phrase in text, phrase
+
+
+def test_every_spec_field_is_a_benchargs_field_of_the_same_type():
+    for spec in SPECS:
+        for name, field in spec.model_fields.items():
+            if name == "kind":
+                continue
+            assert name in BenchArgs.model_fields, f"{spec.__name__}.{name} is not a BenchArgs field"
+            declared = BenchArgs.model_fields[name].annotation
+            # a spec may require what BenchArgs leaves optional (OpenLoopSpec.rates), nothing else
+            assert field.annotation in (declared, *get_args(declared)), (
+                spec.__name__,
+                name,
+                field.annotation,
+            )
+        assert spec.workload in WORKLOAD_CHOICES and spec.method in METHODS
 
 
 def test_defaults_follow_the_workload_and_bad_values_name_the_fix(tmp_path):

@@ -154,16 +154,67 @@ async def test_local_tools_on_a_cpu_host(tmp_path, monkeypatch):
         assert servers["servers"] == [] and servers["summary"] == "no servers recorded"
         with FakeServer(free_port(), model="fake-model") as fake:  # the bench package's fake OpenAI server
             bench = await client.call_tool("run_benchmark", {
-                "base_url": fake.base_url, "concurrency": [1], "input_len": 32, "output_len": 8,
-                "num_prompts": 2, "out_dir": str(tmp_path / "bench")})
+                "base_url": fake.base_url, "out_dir": str(tmp_path / "bench"),
+                "spec": {"kind": "decode", "concurrency": [1], "input_len": 32, "output_len": 8, "num_prompts": 2}})
             open_loop = await client.call_tool("run_benchmark", {
-                "base_url": fake.base_url, "rates": [20.0], "arrival": "constant", "input_len": 32,
-                "output_len": 4, "num_prompts": 4, "out_dir": str(tmp_path / "open")})
+                "base_url": fake.base_url, "out_dir": str(tmp_path / "open"),
+                "spec": {"kind": "open_loop", "rates": [20.0], "arrival": "constant", "input_len": 32,
+                         "output_len": 4, "num_prompts": 4}})
         assert not bench.is_error, bench.content[0].text
         assert bench.structured_content["failed"] == 0 and bench.structured_content["cells"]
         assert not open_loop.is_error, open_loop.content[0].text
         assert open_loop.structured_content["cells"][0]["open_loop"]["offered_rate_rps"] == 20.0
         assert (tmp_path / "bench").is_dir()
+        assert [c["concurrency"] for c in bench.structured_content["cells"]] == [1]  # the spec's, not the default
+
+
+async def test_run_benchmark_schema_is_the_spec_classes():
+    from gemma4_t4.bench.specs import SPECS
+
+    async with Client(build_server()) as client:
+        tool = {t.name: t for t in (await client.list_tools()).tools}["run_benchmark"]
+    schema = tool.input_schema
+    assert set(schema["properties"]) == {"base_url", "spec", "model", "out_dir", "request_timeout_s"}
+    spec = schema["properties"]["spec"]
+    union = next(choice for choice in spec["anyOf"] if "oneOf" in choice)
+    assert union["discriminator"]["propertyName"] == "kind"
+    variants = {ref["$ref"].rsplit("/", 1)[-1] for ref in union["oneOf"]}
+    assert variants == {cls.__name__ for cls in SPECS}
+    for cls in SPECS:  # each variant is that class's own schema: its kind, its fields, nothing else accepted
+        variant = schema["$defs"][cls.__name__]
+        assert variant["additionalProperties"] is False
+        assert variant["properties"]["kind"]["const"] == cls.model_fields["kind"].default
+        assert set(variant["properties"]) == set(cls.model_fields)
+    from gemma4_t4.mcp_server import get_help
+
+    spec_line = next(line for line in get_help().workflow if line.startswith("run_benchmark("))
+    assert all(cls.model_fields["kind"].default in spec_line for cls in SPECS)
+
+
+async def test_stdio_run_benchmark_takes_a_spec_and_refuses_an_unknown_field(tmp_path):
+    from gemma4_t4.bench.fake_server import FakeServer
+    from gemma4_t4.server import free_port
+
+    env = {**os.environ, "GEMMA4_T4_WORK_DIR": str(tmp_path)}
+    params = StdioServerParameters(command=sys.executable, args=["-m", "gemma4_t4.mcp_server"], env=env,
+                                   cwd=str(REPO))
+    with FakeServer(free_port(), model="fake-model") as fake, open(tmp_path / "stderr.log", "w") as errlog:
+        async with Client(stdio_client(params, errlog=errlog)) as client:
+            ttft = await client.call_tool("run_benchmark", {
+                "base_url": fake.base_url, "out_dir": str(tmp_path / "ttft"),
+                "spec": {"kind": "ttft", "input_lens": [16, 48], "output_len": 4, "num_prompts": 2, "warmup": 0}})
+            refused = await client.call_tool("run_benchmark", {
+                "base_url": fake.base_url, "out_dir": str(tmp_path / "refused"),
+                "spec": {"kind": "ttft", "input_lens": [16], "concurrency": [4]}})
+    assert not ttft.is_error, ttft.content[0].text
+    report = ttft.structured_content
+    assert report["status"] == "complete" and report["failed"] == 0
+    assert sorted(c["input_len"] for c in report["cells"]) == [16, 48]  # no model given: the served one is asked
+    assert (tmp_path / "ttft" / "summary.json").is_file()
+    assert refused.is_error
+    text = refused.content[0].text
+    assert "TTFTSpec has no field 'concurrency'" in text and "TTFTSpec takes: " in text and "input_lens" in text
+    assert not (tmp_path / "refused").exists()  # refused before anything ran
 
 
 def test_example_client_config_has_no_absolute_paths():

@@ -243,3 +243,21 @@ def test_a_sagemaker_url_without_a_model_names_the_missing_model_not_an_unreacha
     with pytest.raises(Gemma4T4Error, match="SageMaker endpoint") as info:
         mcp_server._served_model("sagemaker://us-east-2/ep")
     assert "model=" in info.value.fix
+
+
+@pytest.mark.parametrize(
+    ("spec", "named"),
+    [
+        ({"kind": "decode", "input_len": "long"}, "DecodeSpec.input_len"),  # a wrong type
+        ({"kind": "sweep", "sweep": 3, "rates": [1.0]}, "SweepSpec has no field 'rates'"),  # not this kind's
+        # a rule of the run itself (BenchArgs), checked when the spec is made
+        ({"kind": "prefix", "groups": 40, "num_prompts": 4}, "4 prompts cannot make 40 groups"),
+        ({"kind": "burst"}, "'burst'"),  # no such kind
+    ],
+)
+async def test_a_refused_benchmark_spec_names_what_is_wrong_and_runs_nothing(tmp_path, spec, named):
+    # nothing listens on port 9: a spec that got past validation would fail on the server instead
+    args = {"base_url": "http://127.0.0.1:9", "model": "m", "out_dir": str(tmp_path / "out"), "spec": spec}
+    text = _answer(await _call("run_benchmark", args), "run_benchmark")
+    assert named in text and "127.0.0.1:9" not in text
+    assert not (tmp_path / "out").exists()

@@ -9,20 +9,21 @@ SageMaker experiment validate every spec before it starts a server or deploys a 
     with nb.endpoint(TARGET, model, work_dir) as endpoint:
         result = run(endpoint, decode, "results/decode")
 
-The fields are :class:`~gemma4_t4.bench.workloads.BenchArgs` fields (the one declaration of every
-benchmark option: its type, default and help, which the CLI's flags and the MCP tool's schema are
-generated from); each spec takes the ones its workload reads, and its validation is
-``BenchArgs``'s own, so a spec accepted here is a run ``BenchArgs`` accepts.
+The fields are :class:`~gemma4_t4.bench.args.BenchOptions` fields (the one declaration of every
+benchmark option: its type, default and help, which the CLI's flags are generated from); each spec
+takes the ones its workload reads, and its validation is ``BenchArgs``'s own, so a spec accepted
+here is a run ``BenchArgs`` accepts. The MCP tool ``run_benchmark`` takes one spec (:data:`AnySpec`):
+its schema is these classes'.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal, Protocol, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from gemma4_t4.bench.workloads import BenchArgs, build_args, run_benchmark
 from gemma4_t4.errors import Gemma4T4Error
 
 # a placeholder where a spec is validated before anything serves it (never contacted)
@@ -52,6 +53,12 @@ class Served(Protocol):
     def max_num_seqs(self) -> int | None: ...
 
 
+class SpecRefused(Gemma4T4Error, ValueError):
+    """A spec refused: an unknown field, a wrong type, or a run BenchArgs would refuse. Also a
+    ValueError, so that a spec inside another model (the MCP tool's arguments) is refused as
+    pydantic's ValidationError, naming what is wrong, instead of escaping it."""
+
+
 class WorkloadSpec(BaseModel):
     """Fields every workload shares. Unknown fields and wrong types are refused, naming the field."""
 
@@ -71,12 +78,22 @@ class WorkloadSpec(BaseModel):
         try:
             super().__init__(**fields)
         except ValidationError as exc:
+            refused = exc.errors()[0].get("ctx", {}).get("error")
+            if isinstance(refused, SpecRefused):  # the run's own rule, already one line with its fix
+                raise refused from None
             raise spec_error(type(self).__name__, exc) from None
 
     @model_validator(mode="after")
     def _valid_as_a_run(self) -> WorkloadSpec:
+        # the benchmark's client (~0.2 s of imports) loads when a spec is made, not when the CLI
+        # or the MCP server starts (both read these classes for their schemas)
+        from gemma4_t4.bench.workloads import build_args
+
         # BenchArgs holds the cross-field rules (prefix groups vs prompts, series lengths, ...)
-        build_args(_NOWHERE, "validate", self.workload, ".", **self.bench_fields())
+        try:
+            build_args(_NOWHERE, "validate", self.workload, ".", **self.bench_fields())
+        except Gemma4T4Error as exc:
+            raise SpecRefused(exc.message, fix=exc.fix) from None
         return self
 
     def bench_fields(self) -> dict[str, int | float | str | list[int] | list[float] | None]:
@@ -180,16 +197,29 @@ AnySpec = Annotated[
 ]
 
 
-def spec_error(what: str, exc: ValidationError) -> Gemma4T4Error:
+@dataclass(frozen=True)
+class ServedAt:
+    """The plainest :class:`Served`: a server or endpoint known by its URL and served model name
+    (what the MCP tool ``run_benchmark`` is given)."""
+
+    url: str
+    served_name: str
+    tokenizer: str | None = None
+    gpu: str | None = None
+    api_key: str | None = None
+    max_num_seqs: int | None = None
+
+
+def spec_error(what: str, exc: ValidationError) -> SpecRefused:
     """One line naming the field a spec refused (an unknown name, or a wrong type)."""
     first = exc.errors()[0]
     field = ".".join(str(p) for p in first["loc"]) or "fields"
     if first["type"] == "extra_forbidden":
-        return Gemma4T4Error(
+        return SpecRefused(
             f"{what} has no field {field!r}",
             fix=f"{what} takes: {', '.join(_field_names(what))}",
         )
-    return Gemma4T4Error(f"{what}.{field}: {first['msg']}", fix=f"give {field} as the type {what} declares")
+    return SpecRefused(f"{what}.{field}: {first['msg']}", fix=f"give {field} as the type {what} declares")
 
 
 def _field_names(what: str) -> list[str]:
@@ -225,6 +255,8 @@ def run(
             f"run() takes a workload spec, got {type(spec).__name__}",
             fix="pass e.g. DecodeSpec(concurrency=[1, 8]) from gemma4_t4.bench.specs",
         )
+    from gemma4_t4.bench.workloads import BenchArgs, run_benchmark  # the client: only when a run starts
+
     args = BenchArgs(
         base_url=served.url,
         model=served.served_name,

@@ -17,20 +17,13 @@ import uuid
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    SecretStr,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import ValidationError, field_validator, model_validator
 
 from gemma4_t4 import secrets, signals
 from gemma4_t4.bench.answers import QUESTIONS, is_correct
+from gemma4_t4.bench.args import METHODS, WORKLOAD_CHOICES, BenchOptions
 from gemma4_t4.bench.backends import Backend, backend_for, parse_base_url
 from gemma4_t4.bench.client import ARRIVALS, RequestSpec, arrival_offsets, closed_loop, open_loop
 from gemma4_t4.bench.derive import derive_cell, lookup_bytes_per_token
@@ -43,7 +36,6 @@ from gemma4_t4.bench.schemas import (
     CellSummary,
     GPUTelemetry,
     PromptInfo,
-    RawJSON,
     RequestRecord,
     RunInfo,
     ServerInfo,
@@ -53,66 +45,13 @@ from gemma4_t4.bench.schemas import (
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.jsonable import JSONValue
 
-# what a user chooses (--workload); the registry below also holds the modes decode runs in
-WORKLOAD_CHOICES: tuple[str, ...] = ("decode", "ttft", "prefix", "answers", "load")
-METHODS = ("vllm", "series")
-
-
 # ---------------------------------------------------------------- arguments
 
 
-class BenchArgs(BaseModel):
-    """Everything one benchmark run needs. The CLI builds it from argparse, the MCP tool from its
-    typed parameters, notebooks through :func:`run_benchmark`; the field names are the same in all
-    three. Defaults that depend on the workload are filled in by the validator."""
-
-    model_config = ConfigDict(extra="forbid", validate_default=False)
-
-    base_url: str = Field(
-        description="http(s)://HOST:PORT of an OpenAI-compatible server, or sagemaker://REGION/ENDPOINT"
-    )
-    model: str = Field(description="served model name")
-    workload: str = Field(description="decode | ttft | prefix | answers | load")
-    out_dir: str = Field(description="results directory (must be new unless overwrite)")
-    api: Literal["completions", "chat"] | None = Field(None, description="default completions; answers: chat")
-    concurrency: list[int] | None = Field(None, description="closed-loop streams per cell")
-    rates: list[float] | None = Field(None, description="decode: open-loop offered requests/s per cell")
-    arrival: Literal["poisson", "constant"] | None = Field(None, description="open loop arrivals (poisson)")
-    max_in_flight: int = Field(256, description="open loop: requests the client keeps in flight at most")
-    sweep: int | None = Field(None, description="decode: one-at-a-time, all-at-once, then N rates in between")
-    method: Literal["vllm", "series"] = Field(
-        "vllm", description="decode: 'series' = (L-S)/(wall_L - wall_S)"
-    )
-    series_lens: list[int] | None = Field(
-        None, description="series decode: short,long output tokens (16,512)"
-    )
-    input_len: int | None = Field(None, description="prompt tokens")
-    input_lens: list[int] | None = Field(None, description="ttft: prompt lengths")
-    output_len: int | None = Field(None, description="output tokens (ignore_eos)")
-    num_prompts: int | None = Field(None, description="measured requests per cell")
-    warmup: int = Field(2, description="warm-up requests per cell (at least the concurrency)")
-    seed: int = 0
-    nonce: str | None = Field(None, description="reproduce a run's prompts; default fresh per run")
-    prefix_len: int | None = Field(None, description="prefix workload: shared tokens (default 3/4 of input)")
-    groups: int | None = Field(None, description="prefix workload: number of prefixes")
-    max_num_seqs: int | None = Field(
-        None, description="the server's max-num-seqs (default: from server_launch)"
-    )
-    api_key: SecretStr | None = Field(None, description="bearer key of the server; never stored")
-    tokenizer: str | None = Field(None, description="local tokenizer path (needed for SageMaker endpoints)")
-    label: str | None = None
-    gpu: str | None = Field(None, description="hardware key for roofline and cost (t4, l4)")
-    bytes_per_token: float | None = None
-    model_format: str | None = Field(
-        None, description="bf16 | qat | emb4: bytes per token from the catalogue"
-    )
-    price_keys: list[str] | None = None
-    server_launch: RawJSON | None = Field(None, description="the server's launch record (free-form)")
-    request_timeout_s: float | None = Field(600.0, description="a request taking longer fails as 'timeout'")
-    sample_metrics: bool = True
-    progress: bool = True
-    overwrite: bool = False
-    stop_on_unreachable: bool = True
+class BenchArgs(BenchOptions):
+    """Everything one benchmark run needs: the options declared once in :class:`BenchOptions`
+    (the CLI's flags and the workload specs are generated from them), with their rules. Defaults
+    that depend on the workload are filled in by the validator."""
 
     @field_validator("workload")
     @classmethod
@@ -237,8 +176,6 @@ class BenchArgs(BaseModel):
         data = self.model_dump(mode="json", exclude={"api_key"})
         data["api_key_used"] = self.api_key is not None
         return secrets.mask(data)
-
-
 
 
 def build_args(base_url: str, model: str, workload: str, out_dir: str | Path, **opts: Any) -> BenchArgs:

@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import types
+from typing import Literal, Union, get_args, get_origin
 
+from pydantic import SecretStr
+
+# the declaration alone (pydantic): the benchmark's client loads only when a run starts
+from gemma4_t4.bench.args import BenchOptions, cli_flag, flag_name, is_user_option
 from gemma4_t4.cli import Output, add_command, add_group
 from gemma4_t4.errors import Gemma4T4Error
-
-WORKLOAD_CHOICES = (
-    "decode",
-    "ttft",
-    "prefix",
-    "answers",
-    "load",
-)  # gemma4_t4.bench.workloads (not imported: start-up)
-# argparse dest -> BenchArgs field, where the flag's name differs from the field's
-_RENAMED = {"out": "out_dir", "rate": "rates", "price": "price_keys", "request_timeout": "request_timeout_s"}
-_NOT_ARGS = ("json", "no_plots", "debug", "_handler", "command", "bench_command")
 
 
 def _comma_list(cast, what: str):
@@ -36,6 +31,71 @@ def _comma_list(cast, what: str):
 
 _ints = _comma_list(int, "integer")
 _floats = _comma_list(float, "number")
+_strs = _comma_list(str, "value")
+_LIST_PARSERS = {int: _ints, float: _floats, str: _strs}
+_SCALARS = {int: int, float: float, str: str, SecretStr: str}
+_METAVARS = {int: "N", float: "X"}  # str: the field's name
+
+
+def _without_none(annotation: object) -> object:
+    """``int`` for ``int | None`` (an option left out takes BenchArgs' default)."""
+    if get_origin(annotation) in (Union, types.UnionType):
+        kept = [a for a in get_args(annotation) if a is not type(None)]
+        if len(kept) == 1:
+            return kept[0]
+    return annotation
+
+
+def _help(field_name: str) -> str:
+    info = BenchOptions.model_fields[field_name]
+    text = info.description or ""
+    if info.default is True:
+        return f"turn off: {text}"
+    if info.default is not None and info.default is not False and not info.is_required():
+        shown = f"{info.default:g}" if isinstance(info.default, float) else info.default
+        text += f" (default {shown})"
+    return text
+
+
+def _flag_kwargs(name: str) -> dict[str, object]:
+    """argparse's arguments for field ``name``: list -> comma-separated (or repeatable), bool -> a
+    switch, Literal -> choices; ``dest`` is the field's name, help its description."""
+    info, meta = BenchOptions.model_fields[name], cli_flag(name)
+    kind = _without_none(info.annotation)
+    kwargs: dict[str, object] = {"dest": name, "help": _help(name)}
+    if kind is bool:
+        kwargs["action"] = "store_false" if info.default is True else "store_true"
+        return kwargs
+    kwargs["default"] = None  # not given: BenchArgs' (workload-dependent) default
+    kwargs["required"] = info.is_required()
+    listed = get_origin(kind) is list
+    item = get_args(kind)[0] if listed else kind
+    metavar = meta.get("metavar") or _METAVARS.get(item, name.upper())  # type: ignore[call-overload]
+    choices = list(get_args(kind)) if get_origin(kind) is Literal else meta.get("choices")
+    if choices:
+        kwargs["choices"] = choices  # argparse shows them in place of a metavar
+    elif listed and meta.get("repeatable"):
+        kwargs.update(action="append", metavar=metavar)
+        return kwargs
+    else:
+        kwargs["metavar"] = f"{metavar},..." if listed and "metavar" not in meta else metavar
+    if listed and item in _LIST_PARSERS:
+        kwargs["type"] = _LIST_PARSERS[item]
+    elif kind in _SCALARS:
+        kwargs["type"] = _SCALARS[kind]
+    elif not choices:
+        raise TypeError(f"BenchOptions.{name}: no command-line form for {kind!r}")
+    return kwargs
+
+
+def option_flags(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """Add one flag per BenchOptions user option to ``parser``; returns flag -> field name."""
+    flags = {}
+    for name in BenchOptions.model_fields:
+        if is_user_option(name):
+            flags[flag_name(name)] = name
+            parser.add_argument(flag_name(name), **_flag_kwargs(name))  # type: ignore[arg-type]
+    return flags
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -61,101 +121,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "lengths. AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME redirects the runtime (a local "
         "stand-in).",
     )
-    run.add_argument(
-        "--base-url",
-        required=True,
-        help="http://HOST:PORT (OpenAI-compatible) or sagemaker://REGION/ENDPOINT",
-    )
-    run.add_argument("--model", required=True, help="served model name")
-    run.add_argument(
-        "--workload",
-        required=True,
-        choices=list(WORKLOAD_CHOICES),
-        help="decode | ttft | prefix | answers | load (the series' load test, c=1..16, one prompt)",
-    )
-    run.add_argument(
-        "--method",
-        choices=["vllm", "series"],
-        default=None,
-        help="decode: 'series' = the series' method, (512-16)/(wall512 - wall16), 8 prompts at c=1",
-    )
-    run.add_argument(
-        "--series-lens",
-        type=_ints,
-        default=None,
-        metavar="SHORT,LONG",
-        help="series decode: the two output lengths (default 16,512)",
-    )
-    run.add_argument(
-        "--request-timeout",
-        type=float,
-        default=None,
-        metavar="S",
-        help="a request not finished after S seconds fails as 'timeout' (default 600)",
-    )
-    run.add_argument("--out", required=True, help="results directory (must be new unless --overwrite)")
-    run.add_argument(
-        "--api",
-        choices=["completions", "chat"],
-        default=None,
-        help="endpoint (default completions; answers default chat)",
-    )
-    run.add_argument("--concurrency", type=_ints, default=None, help="e.g. 1,2,4,8,16 (decode default)")
-    run.add_argument(
-        "--rate",
-        type=_floats,
-        default=None,
-        metavar="REQ_PER_S",
-        help="decode: open-loop cells at these offered rates instead, e.g. 0.5,1,2",
-    )
-    run.add_argument(
-        "--arrival",
-        choices=["poisson", "constant"],
-        default=None,
-        help="open loop: Poisson (default) or evenly spaced arrivals",
-    )
-    run.add_argument("--max-in-flight", type=int, default=None, help="open loop: client cap (default 256)")
-    run.add_argument(
-        "--sweep",
-        type=int,
-        default=None,
-        metavar="N",
-        help="decode: measure one-at-a-time and all-at-once, then N open-loop rates in between",
-    )
-    run.add_argument("--input-len", type=int, default=None, help="prompt tokens (ttft: one length)")
-    run.add_argument("--input-lens", type=_ints, default=None, help="ttft lengths (default 256,...,4096)")
-    run.add_argument("--output-len", type=int, default=None, help="output tokens (ignore_eos)")
-    run.add_argument("--num-prompts", type=int, default=None, help="measured requests per cell")
-    run.add_argument(
-        "--warmup", type=int, default=2, help="warm-up requests per cell (at least the concurrency)"
-    )
-    run.add_argument("--prefix-len", type=int, default=None, help="prefix workload: shared tokens")
-    run.add_argument("--groups", type=int, default=None, help="prefix workload: number of prefixes")
-    run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--nonce", default=None, help="reproduce a run's exact prompts (see its run.json)")
-    run.add_argument(
-        "--max-num-seqs",
-        type=int,
-        default=None,
-        help="the server's max-num-seqs: cells above it are labelled queueing",
-    )
-    run.add_argument("--gpu", default=None, help="GPU key for roofline and cost, e.g. t4, l4")
-    run.add_argument("--bytes-per-token", type=float, default=None, help="bytes read per decoded token")
-    run.add_argument("--model-format", default=None, help="bf16 | qat | emb4 (bytes per token lookup)")
-    run.add_argument(
-        "--price",
-        action="append",
-        default=None,
-        metavar="KEY",
-        help="price key from gemma4_t4.hardware.PRICES (repeatable)",
-    )
-    run.add_argument(
-        "--tokenizer", default=None, help="local tokenizer path when the server has no /tokenize"
-    )
-    run.add_argument("--api-key", default=None)
-    run.add_argument("--label", default=None, help="a name for plots and comparisons")
-    run.add_argument("--overwrite", action="store_true", help="replace results already in --out")
-    run.add_argument("--no-plots", action="store_true")
+    option_flags(run)
+    run.add_argument("--no-plots", action="store_true", help="do not write the PNG plots after the run")
 
     compare = add_command(
         sub,
@@ -176,27 +143,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     plot.add_argument("dir")
 
 
-def bench_args(args: argparse.Namespace) -> dict:
-    """BenchArgs fields from the parsed flags: the same names (a few flags are spelt shorter)."""
-    fields = {
-        _RENAMED.get(k, k): v for k, v in vars(args).items() if k not in _NOT_ARGS and not k.startswith("_")
-    }
+def bench_args(args: argparse.Namespace) -> dict[str, object]:
+    """BenchArgs fields from the parsed flags (each flag's dest is its field's name); a flag not
+    given leaves its field to BenchArgs' default."""
+    fields = {k: v for k, v in vars(args).items() if k in BenchOptions.model_fields and v is not None}
     fields["progress"] = not args.json
-    return {k: v for k, v in fields.items() if v is not None}
+    return fields
 
 
 def _run(args: argparse.Namespace) -> Output:
     from gemma4_t4.bench import plot_run, run_benchmark
-    from gemma4_t4.bench.workloads import BenchArgs
 
     fields = bench_args(args)
-    known = set(BenchArgs.model_fields)
     run = run_benchmark(
-        fields.pop("base_url"),
-        fields.pop("model"),
-        fields.pop("workload"),
-        fields.pop("out_dir"),
-        **{k: v for k, v in fields.items() if k in known},
+        fields.pop("base_url"), fields.pop("model"), fields.pop("workload"), fields.pop("out_dir"), **fields
     )
     plots = [] if args.no_plots else plot_run(run)
     failed = run.failed
