@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 import anyio
-from pydantic import BaseModel, Field, StrictBool, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, TypeAdapter, model_validator
 
 from gemma4_t4 import env, secrets, signals, speculative, turing
 from gemma4_t4.bench import specs as bench_specs  # the spec classes: the benchmark's client loads in a run
@@ -66,6 +66,7 @@ from gemma4_t4.server import (
 try:
     from mcp.server import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
+    from mcp.server.mcpserver.tools import Tool
     from mcp.types import ToolAnnotations
 except ImportError as exc:  # pragma: no cover - the mcp extra is optional
     raise Gemma4T4Error("the MCP SDK is not installed", fix="pip install 'gemma4-t4[mcp]'") from exc
@@ -832,16 +833,43 @@ CONFIRM_REQUIRED = tuple(name for name, spec in REGISTRY.items() if spec.confirm
 
 
 def build_server() -> MCPServer:
-    server = MCPServer(
+    tools = []
+    for name, spec in REGISTRY.items():
+        annotations = spec.annotations.model_copy(update={"title": name.replace("_", " ").capitalize()})
+        tools.append(strict_arguments(
+            Tool.from_function(_adapter(spec.fn), name=name, title=annotations.title, annotations=annotations)))
+    return MCPServer(
         "gemma4-t4",
         log_level="WARNING",
         instructions="Deploy and serve Gemma 4 on NVIDIA T4 GPUs (SageMaker and local vLLM). Start with get_help. "
         "Tools that bill or delete need confirm=True.",
+        tools=tools,
     )
-    for name, spec in REGISTRY.items():
-        annotations = spec.annotations.model_copy(update={"title": name.replace("_", " ").capitalize()})
-        server.add_tool(_adapter(spec.fn), name=name, title=annotations.title, annotations=annotations)
-    return server
+
+
+def strict_arguments(tool: Tool) -> Tool:
+    """An argument the tool does not declare is refused, naming it (the SDK's argument model drops
+    unknown names silently: a misspelt ``confirm`` or a workload option outside ``spec`` would run
+    the tool with its defaults). The schema says so too (``additionalProperties: false``)."""
+    loose = tool.fn_metadata.arg_model
+    known = {field.alias or name for name, field in loose.model_fields.items()}
+
+    def refuse_unknown(cls: type, arguments: object) -> object:
+        unknown = sorted(set(arguments) - known) if isinstance(arguments, dict) else []
+        if unknown:
+            raise ValueError(f"{tool.name} takes no argument {', '.join(map(repr, unknown))}; it takes: "
+                             f"{', '.join(sorted(known)) or 'no arguments'}" + ("; workload options go inside spec"
+                                                              if "spec" in known else ""))
+        return arguments
+
+    strict = type(loose.__name__, (loose,), {
+        "model_config": ConfigDict(**loose.model_config, extra="forbid"),
+        "__module__": loose.__module__,
+        "_refuse_unknown": model_validator(mode="before")(classmethod(refuse_unknown)),
+    })
+    tool.fn_metadata.arg_model = strict
+    tool.parameters = strict.model_json_schema(by_alias=True)
+    return tool
 
 
 def main() -> None:

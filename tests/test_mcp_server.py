@@ -55,6 +55,20 @@ async def test_catalogue_annotations_and_schemas():
         assert tools[name].input_schema["properties"]["confirm"]["default"] is False
 
 
+async def test_an_argument_a_tool_does_not_declare_is_refused_naming_it(local_aws, tmp_path, monkeypatch):  # noqa: F811
+    """A misspelt ``confirm`` must not run the tool with its defaults, nor a workload option given
+    beside ``spec`` be dropped: every tool's schema forbids unknown names and the call is refused."""
+    monkeypatch.setenv("GEMMA4_T4_WORK_DIR", str(tmp_path))
+    async with Client(build_server()) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        assert all(t.input_schema.get("additionalProperties") is False for t in tools.values())
+        typo = await client.call_tool("delete_endpoint", {"name": "g4-x", "confrim": True})
+        beside = await client.call_tool("run_benchmark", {"base_url": "http://127.0.0.1:9", "concurrency": [1]})
+    assert typo.is_error and "'confrim'" in typo.content[0].text and "confirm" in typo.content[0].text
+    assert beside.is_error and "'concurrency'" in beside.content[0].text and "inside spec" in beside.content[0].text
+    assert list((tmp_path).rglob("run.json")) == []
+
+
 async def test_destructive_tools_refuse_without_confirmation(local_aws, tmp_path, monkeypatch):  # noqa: F811
     monkeypatch.setenv("GEMMA4_T4_WORK_DIR", str(tmp_path))
     async with Client(build_server()) as client:
