@@ -50,7 +50,7 @@ from gemma4_t4.sagemaker.build import BuildRecord, BuildResult
 from gemma4_t4.sagemaker.config import ConfigSummary
 from gemma4_t4.sagemaker.deploy import DeployResult  # these import no AWS SDK: boto3 waits for a tool
 from gemma4_t4.sagemaker.health import HealthReport, check_health
-from gemma4_t4.sagemaker.ops import ChatUsage, EndpointStatus, LogsResult
+from gemma4_t4.sagemaker.ops import EndpointStatus, EndpointSummary, InvokeResult, LogsResult
 from gemma4_t4.sagemaker.quotas import QuotaRow
 from gemma4_t4.server import (
     DEFAULT_WORK_DIR,
@@ -256,25 +256,14 @@ class StatusToolResult(BaseModel):
     deployment_watch: DeployResult | None = None
 
 
-class QueryResult(BaseModel):
+class QueryResult(InvokeResult):
+    """A reply, and which server or endpoint gave it."""
+
     target: str
-    text: str
-    latency_s: float
-    finish_reason: str | None = None
-    usage: ChatUsage | None = None
-
-
-class ListedEndpoint(BaseModel):
-    name: str
-    region: str
-    status: str
-    created_at: str | None = None
-    tags: dict[str, str] = {}
-    expires_at: str | None = None
 
 
 class EndpointsResult(BaseModel):
-    endpoints: list[ListedEndpoint]
+    endpoints: list[EndpointSummary]
     count: int
 
 
@@ -557,7 +546,7 @@ def list_endpoints(regions: list[str] | None = None, include_untagged: bool = Fa
 
     found = list_all(regions or US_REGIONS, project_only=not include_untagged)
     return EndpointsResult(
-        endpoints=[ListedEndpoint(**e.__dict__, expires_at=e.expires_at) for e in found], count=len(found)
+        endpoints=found, count=len(found)
     )
 
 
@@ -653,8 +642,8 @@ def query_model(prompt: str, endpoint_name: str | None = None, region: str = "us
     if base_url:
         return _local_chat(base_url, prompt, max_tokens, temperature)
     result = invoke(endpoint_name, region, prompt, max_tokens=max_tokens, temperature=temperature)
-    return QueryResult(target=f"sagemaker:{region}/{endpoint_name}", text=result.text,
-                       latency_s=round(result.latency_s, 3), finish_reason=result.finish_reason, usage=result.usage)
+    return QueryResult(target=f"sagemaker:{region}/{endpoint_name}",
+                       **result.model_copy(update={"latency_s": round(result.latency_s, 3)}).model_dump())
 
 
 @tool(READ_ONLY)

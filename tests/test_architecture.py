@@ -416,14 +416,6 @@ TWIN_EXCEPTIONS: dict[tuple[str, str], str] = {
         "two workloads with the same knobs, not one record twice: closed-loop decode on unique prompts vs "
         "the series' load test on one shared prompt (``kind`` tells them apart in the MCP schema)"
     ),
-    ("gemma4_t4.mcp_server.ListedEndpoint", "gemma4_t4.sagemaker.ops.EndpointSummary"): (
-        "the MCP tool's answer (a pydantic output schema, expires_at as a field) over sagemaker.ops' "
-        "runtime summary (a dataclass, expires_at derived from its tags); not merged here"
-    ),
-    ("gemma4_t4.mcp_server.QueryResult", "gemma4_t4.sagemaker.ops.InvokeResult"): (
-        "the MCP tool's answer adds the target queried and drops the raw AWS reply that "
-        "sagemaker.ops.InvokeResult keeps; not merged here"
-    ),
 }
 
 

@@ -10,6 +10,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel, Field, computed_field
+
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.jsonable import JSONObject, JSONValue, TypedDict
 from gemma4_t4.sagemaker.aws import (
@@ -152,14 +154,16 @@ def _tags(sm: Any, arn: str | None) -> dict[str, str]:
 
 
 # -- list -----------------------------------------------------------------------------------
-@dataclass
-class EndpointSummary:
+class EndpointSummary(BaseModel):
+    """One endpoint as listed (what ``list_endpoints``, the CLI and the MCP tool show)."""
+
     name: str
     region: str
     status: str
-    created_at: str | None
-    tags: dict[str, str] = field(default_factory=dict)
+    created_at: str | None = None
+    tags: dict[str, str] = {}
 
+    @computed_field
     @property
     def expires_at(self) -> str | None:
         return self.tags.get(EXPIRES_TAG)
@@ -187,11 +191,11 @@ def list_endpoints(
                     created = _aware(ep.get("CreationTime"))
                     out.append(
                         EndpointSummary(
-                            ep["EndpointName"],
-                            region,
-                            ep.get("EndpointStatus", "?"),
-                            created.isoformat() if created else None,
-                            tags,
+                            name=ep["EndpointName"],
+                            region=region,
+                            status=ep.get("EndpointStatus", "?"),
+                            created_at=created.isoformat() if created else None,
+                            tags=tags,
                         )
                     )
         except aws_exceptions() as exc:
@@ -287,13 +291,15 @@ class StreamDelta(TypedDict, total=False):
     usage: ChatUsage
 
 
-@dataclass
-class InvokeResult:
+class InvokeResult(BaseModel):
+    """One chat reply: its text, why it finished, the usage block and how long it took."""
+
     text: str
-    finish_reason: str | None
-    usage: ChatUsage | None
     latency_s: float
-    raw: JSONValue  # the endpoint's reply as parsed JSON (or its text when it was not JSON)
+    finish_reason: str | None = None
+    usage: ChatUsage | None = None
+    # the endpoint's reply as parsed JSON (or its text when it was not JSON); kept, never shown
+    raw: JSONValue = Field(None, exclude=True)
 
 
 def chat_payload(
@@ -373,7 +379,7 @@ def invoke(
     latency = time.perf_counter() - start
     raw = _safe_json(body)
     text, finish, usage = parse_chat_response(raw)
-    return InvokeResult(text, finish, usage, latency, raw)
+    return InvokeResult(text=text, finish_reason=finish, usage=usage, latency_s=latency, raw=raw)
 
 
 def _safe_json(body: bytes) -> JSONValue:
