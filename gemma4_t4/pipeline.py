@@ -247,6 +247,7 @@ def run_pipeline(
                 progress_bar=progress,
                 execution_timeout=cell_timeout,
                 report_mode=False,
+                kernel_manager_class=kernel_logging_to(run_dir / KERNEL_LOG),
             )
         except Exception as exc:  # papermill raises PapermillExecutionError with the failing cell
             run.status = "failed"
@@ -270,6 +271,24 @@ def run_pipeline(
     report = PipelineReport(target=target, out=str(out), runs=runs)
     report.index_md, report.index_html = write_index(report)
     return report
+
+
+KERNEL_LOG = "kernel.log"
+
+
+def kernel_logging_to(path: Path) -> type:
+    """A kernel manager whose kernel writes its own log (stderr) to ``path``: the run's output stays
+    the run's, and a kernel stopped mid-cell (Ctrl-C, SIGTERM) leaves its shutdown noise in the file,
+    not a traceback on the terminal."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    class KernelLoggingToFile(AsyncKernelManager):
+        async def _async_launch_kernel(self, kernel_cmd: list[str], **kw: object) -> None:
+            with open(path, "ab") as log_file:  # the child keeps its own descriptor
+                kw["stderr"] = log_file
+                await super()._async_launch_kernel(kernel_cmd, **kw)
+
+    return KernelLoggingToFile
 
 
 def _select(found: dict[str, Path | None], only: Sequence[str] | None) -> list[str]:
