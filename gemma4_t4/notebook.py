@@ -716,8 +716,15 @@ def t4_vs_l4(served: Endpoint, specs: Mapping[str, WorkloadSpec], runs_dir: str 
     from gemma4_t4.bench.specs import run
 
     if served.venue != "sagemaker":
+        from gemma4_t4.bench.published import SAGEMAKER_DECODE
+
         print(f"T4 vs L4 is measured on SageMaker (TARGET='sagemaker'); here ({served.venue}) the published "
-              "row stands alone")
+              "rows stand alone:")
+        show_table([{"model": r.model, "build": r.build, "T4 tok/s (published)": r.t4_tok_s,
+                     "L4 tok/s (published)": r.l4_tok_s,
+                     "T4 / L4 (published)": r.t4_tok_s / r.l4_tok_s if r.t4_tok_s else None,
+                     "identical answers (published)": r.identical_answers, "source": r.source.split(" (")[0]}
+                    for r in SAGEMAKER_DECODE if r.t4_tok_s], title="T4 vs L4 on SageMaker, single-stream decode (published)")
         return None
     with endpoint("sagemaker", model, ".", name=served.served_name, part=4, region=region, budget=budget,
                   gpu="l4", max_num_seqs=served.max_num_seqs or 8, poll_s=poll_s) as l4:
