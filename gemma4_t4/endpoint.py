@@ -23,6 +23,7 @@ is deleted at once.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import sys
 import threading
@@ -227,7 +228,7 @@ class Endpoint:
         self._stopped_at: float | None = None
         self._record: Path | None = None
         self._budget: Budget | None = None
-        self._signals: object = None
+        self._signals: contextlib.AbstractContextManager[None] | None = None
         self._lock = threading.Lock()
         self.server = None  # the local VLLMServer (its config for restarts with other options)
 

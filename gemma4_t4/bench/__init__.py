@@ -1,13 +1,16 @@
 """An exact, honest serving benchmark for OpenAI-compatible servers (vLLM first).
 
-Notebook API::
+Notebook API: a typed spec says what to measure, an endpoint (``gemma4_t4.endpoint``) where::
 
-    from gemma4_t4.bench import run_benchmark, load_run, plot_run, compare_runs
-    run = run_benchmark("http://127.0.0.1:8000", "gemma-4-E2B-it", "decode", "results/t4-qat",
-                        concurrency=[1, 8], input_len=512, output_len=128, gpu="t4")
-    print(run.table()); plot_run(run); print(compare_runs("results/t4-bf16", run).text())
-    run.per_stream_by_concurrency(); run.cell(workload="decode", concurrency=8).ttft_ms.median
+    from gemma4_t4 import bench, notebook as nb
+    decode = bench.DecodeSpec(concurrency=[1, 8], input_len=512, output_len=128)  # refused here if wrong
+    with nb.endpoint("t4", "google/gemma-4-E2B-it", "work", name="gemma4") as endpoint:
+        result = bench.run(endpoint, decode, "results/t4-qat")
+    print(result.table()); bench.plot_run(result); print(bench.compare_runs("results/t4-bf16", result).text())
+    result.per_stream_by_concurrency(); result.cell(workload="decode", concurrency=8).ttft_ms.median
 
+``run_benchmark(base_url, model, workload, out_dir, **fields)`` is the same run from ``BenchArgs``
+fields (the CLI's ``bench run``).
 ``base_url`` may also be ``sagemaker://REGION/ENDPOINT`` (see ``gemma4_t4.bench.backends``).
 
 Metric definitions are in ``gemma4_t4.bench.metrics`` and docs/benchmarks.md.
@@ -38,6 +41,15 @@ _EXPORTS = {
     "RequestRecord": "schemas",
     "RunInfo": "schemas",
     "RunReport": "schemas",
+    "run": "specs",
+    "AnswersSpec": "specs",
+    "DecodeSpec": "specs",
+    "LoadSpec": "specs",
+    "OpenLoopSpec": "specs",
+    "PrefixSpec": "specs",
+    "SeriesDecodeSpec": "specs",
+    "SweepSpec": "specs",
+    "TTFTSpec": "specs",
 }
 
 __all__ = sorted(_EXPORTS)
