@@ -10,9 +10,11 @@ config, model and scaling policy. A notebook, whose cells cannot share one ``wit
 
 Ownership is recorded (one small JSON file per endpoint under the cache root's ``owned/``) with
 the owning process's pid and start time. A process killed outright (``kill -9``, a killed notebook
-kernel) runs no clean-up; the next :class:`Endpoint` (or ``gemma4-t4 serve status``) finds its
-record, sees the owner gone and stops or deletes what it left (:func:`reap_orphans`). A local
-server is stopped by its own supervisor as soon as its owner dies; the record is the second line.
+kernel) runs no clean-up; the next :class:`Endpoint` (the next notebook run, the next SageMaker
+experiment) finds its record, sees the owner gone and stops or deletes what it left
+(:func:`reap_orphans`). A local server is stopped by its own supervisor as soon as its owner dies
+(``gemma4-t4 serve status`` then says so); the record is the second line. A SageMaker endpoint
+also carries an expiry tag that ``gemma4-t4 sagemaker reap`` enforces.
 A name already owned by a live process is refused.
 
 A :class:`Budget` caps what SageMaker endpoints may spend together: an endpoint whose estimate does
