@@ -198,7 +198,7 @@ def test_matrix_deploys_measures_and_deletes_each_in_turn(local_aws, tmp_path): 
 
     result = run_matrix(
         MODELS, DeployConfig(), SPECS, budget=5.0, out_dir=tmp_path, measure=measure,
-        handling=EndpointHandling(poll_s=0, progress=False),
+        how=EndpointHandling(poll_s=0, progress=False),
     )  # fmt: skip
     assert [e.status for e in result.entries] == ["measured", "measured"]
     assert seen == [
@@ -222,7 +222,7 @@ def test_matrix_budget_stops_before_and_during(local_aws, tmp_path):  # noqa: F8
     operations: list[str] = []
     none = run_matrix(
         MODELS, DeployConfig(), SPECS, budget=0.05, out_dir=tmp_path, measure=lambda endpoint, entry_dir: None,
-        handling=EndpointHandling(client=_recording_client(operations), progress=False),
+        how=EndpointHandling(client=_recording_client(operations), progress=False),
     )  # fmt: skip
     assert [e.status for e in none.entries] == ["skipped: budget", "skipped: budget"]
     assert "would cost" in none.stopped_reason and none.spent_usd == 0
@@ -240,7 +240,7 @@ def test_matrix_budget_stops_before_and_during(local_aws, tmp_path):  # noqa: F8
 
     result = run_matrix(
         MODELS, DeployConfig(), SPECS, budget=0.5, out_dir=tmp_path, measure=measure,
-        handling=EndpointHandling(poll_s=0, watch_s=0.05, progress=False),
+        how=EndpointHandling(poll_s=0, watch_s=0.05, progress=False),
     )  # fmt: skip
     assert result.entries[0].status == "stopped: budget" and "endpoint vanished" in result.entries[0].error
     assert result.entries[0].cost_usd >= 0.5
@@ -259,7 +259,7 @@ def test_the_budget_refuses_the_second_endpoint_before_deploying_it(local_aws, t
     result = t4_vs_l4(
         "google/gemma-4-E2B-it", REGION, specs=SPECS, budget=budget, out_dir=tmp_path,
         measure=lambda endpoint, entry_dir: endpoint.name,
-        handling=EndpointHandling(client=_recording_client(operations), poll_s=0, progress=False),
+        how=EndpointHandling(client=_recording_client(operations), poll_s=0, progress=False),
     )  # fmt: skip
     t4, l4 = result.entries
     assert (t4.status, l4.status) == ("measured", "skipped: budget")
@@ -285,11 +285,11 @@ def test_a_spec_mistake_is_refused_before_anything_is_created(local_aws, tmp_pat
     with pytest.raises(Gemma4T4Error, match=re.escape(named)):
         bf16_vs_qat_on_t4(
             REGION, specs=specs, budget=5.0, out_dir=tmp_path,
-            handling=EndpointHandling(client=_recording_client(operations)),
+            how=EndpointHandling(client=_recording_client(operations)),
         )  # fmt: skip
     with pytest.raises(Gemma4T4Error, match=re.escape(named)):
         repack_on_endpoint(_model_dir(tmp_path, big=16), REGION, specs=specs, budget=5.0, out_dir=tmp_path,
-                           handling=EndpointHandling(client=_recording_client(operations), progress=False))  # fmt: skip
+                           how=EndpointHandling(client=_recording_client(operations), progress=False))  # fmt: skip
     assert operations == []  # not even a lookup, let alone CreateEndpoint
     assert boto3.client("s3", region_name=REGION).list_buckets()["Buckets"] == []  # nothing uploaded
 
@@ -376,7 +376,7 @@ def test_part_functions_deploy_measure_and_delete(local_aws, tmp_path):  # noqa:
 
     part2 = bf16_vs_qat_on_t4(
         REGION, specs=SPECS, budget=5.0, out_dir=tmp_path, max_num_seqs=8, measure=measure,
-        handling=EndpointHandling(poll_s=0, progress=False),
+        how=EndpointHandling(poll_s=0, progress=False),
     )  # fmt: skip
     assert [e.status for e in part2.entries] == ["measured", "measured"]
     hub = get_variant("e2b").hub
@@ -392,7 +392,7 @@ def test_part_functions_deploy_measure_and_delete(local_aws, tmp_path):  # noqa:
     folder = _model_dir(tmp_path, big=2048)
     upload, part3 = repack_on_endpoint(
         folder, REGION, specs={"answers": AnswersSpec()}, budget=5.0, out_dir=tmp_path, measure=measure,
-        handling=EndpointHandling(poll_s=0, progress=False),
+        how=EndpointHandling(poll_s=0, progress=False),
     )  # fmt: skip
     assert part3.entries[0].status == "measured"
     assert calls[-1][1] == "/opt/ml/model" and upload.s3_uri.endswith("/")

@@ -172,7 +172,7 @@ def test_matrix_measures_through_the_benchmark_adapter(
             budget=1.0,
             out_dir=tmp_path,
             tokenizer=str(tiny_model_dir),
-            handling=EndpointHandling(poll_s=0, progress=False),
+            how=EndpointHandling(poll_s=0, progress=False),
         )
     [entry] = result.entries
     assert entry.status == "measured", entry.error

@@ -181,7 +181,7 @@ def _matrix(args: argparse.Namespace) -> Output:
         specs,
         budget=args.budget_usd,
         out_dir=args.out,
-        handling=EndpointHandling(progress=not args.json),
+        how=EndpointHandling(progress=not args.json),
     )
     lines = [
         f"  {e.endpoint:<40} {e.status:<16} ${e.cost_usd:.3f}  {e.error or e.out_dir or ''}"

@@ -11,7 +11,7 @@ the next is deployed, whatever happens) and runs the caller's workload specs on 
 ``specs`` maps a workload label to a :mod:`gemma4_t4.bench.specs` spec, e.g. ``{"decode":
 DecodeSpec(concurrency=[1, 8]), "ttft": TTFTSpec(input_lens=[128, 1024])}``; each entry's
 ``out_dir`` is a folder of results directories, one per label (what ``compare_suites`` reads), and
-its ``runs`` the runs by label. ``handling`` (a :class:`~gemma4_t4.sagemaker.matrix.EndpointHandling`)
+its ``runs`` the runs by label. ``how`` (an :class:`~gemma4_t4.sagemaker.matrix.EndpointHandling`)
 says how every endpoint is deployed and measured: client, polling, budget watch, progress, overwrite,
 request timeout. Specs, labels, budget and deploy settings are all checked before anything is
 uploaded or deployed. Each endpoint is measured under the name it serves (vLLM's
@@ -158,7 +158,7 @@ def bf16_vs_qat_on_t4(
     served_model_name: str | None = None,
     tokenizer: str | None = None,
     measure: Measure | None = None,
-    handling: EndpointHandling = EndpointHandling(),
+    how: EndpointHandling = EndpointHandling(),
 ) -> MatrixResult:
     """Part 2 on AWS: Google's bf16 and QAT int4 builds of ``variant``, each on its own T4 endpoint
     (entries in that order). ``tokenizer``: a local tokenizer for both (default: each build's id)."""
@@ -181,13 +181,7 @@ def bf16_vs_qat_on_t4(
     ]
     _checked_before_deploying(specs, budget, configs)
     return run_configs(
-        configs,
-        specs,
-        budget=budget,
-        out_dir=out_dir,
-        measure=measure,
-        tokenizer=tokenizer,
-        handling=handling,
+        configs, specs, budget=budget, out_dir=out_dir, measure=measure, tokenizer=tokenizer, how=how
     )
 
 
@@ -203,7 +197,7 @@ def repack_on_endpoint(
     max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
     ttl_hours: float = DEFAULT_TTL_HOURS,
     measure: Measure | None = None,
-    handling: EndpointHandling = EndpointHandling(),
+    how: EndpointHandling = EndpointHandling(),
 ) -> tuple[UploadResult, MatrixResult]:
     """Part 3 on AWS: upload the repacked folder (nothing twice) and serve it from S3 on a T4; the
     folder is the tokenizer. Specs and settings are checked before the upload."""
@@ -218,7 +212,7 @@ def repack_on_endpoint(
         ttl_hours=ttl_hours,
     )
     _checked_before_deploying(specs, budget, [config])
-    upload = upload_model_folder(model_dir, region, bucket=bucket, progress=handling.progress)
+    upload = upload_model_folder(model_dir, region, bucket=bucket, progress=how.progress)
     result = run_configs(
         [dataclasses.replace(config, model_data_s3_uri=upload.s3_uri)],
         specs,
@@ -226,7 +220,7 @@ def repack_on_endpoint(
         out_dir=out_dir,
         measure=measure,
         tokenizer=str(model_dir),
-        handling=handling,
+        how=how,
     )
     return upload, result
 
@@ -243,7 +237,7 @@ def t4_vs_l4(
     max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
     ttl_hours: float = DEFAULT_TTL_HOURS,
     measure: Measure | None = None,
-    handling: EndpointHandling = EndpointHandling(),
+    how: EndpointHandling = EndpointHandling(),
 ) -> MatrixResult:
     """Part 4 on AWS: the same model on a T4 and an L4 endpoint, in turn; entries[0].out_dir (T4)
     and entries[1].out_dir (L4) feed ``gemma4-t4 bench compare T4_RUN L4_RUN``
@@ -263,11 +257,5 @@ def t4_vs_l4(
     ]
     _checked_before_deploying(specs, budget, configs)
     return run_configs(
-        configs,
-        specs,
-        budget=budget,
-        out_dir=out_dir,
-        measure=measure,
-        tokenizer=tokenizer,
-        handling=handling,
+        configs, specs, budget=budget, out_dir=out_dir, measure=measure, tokenizer=tokenizer, how=how
     )

@@ -230,17 +230,12 @@ def run_matrix(
     prefix: str = "g4-matrix",
     measure: Measure | None = None,
     tokenizer: str | None = None,
-    handling: EndpointHandling = EndpointHandling(),
+    how: EndpointHandling = EndpointHandling(),
 ) -> MatrixResult:
     """Deploy, measure and delete each model's endpoint in turn; never spend past the budget."""
+    configs = matrix_configs(models, base, prefix)
     return run_configs(
-        matrix_configs(models, base, prefix),
-        specs,
-        budget=budget,
-        out_dir=out_dir,
-        measure=measure,
-        tokenizer=tokenizer,
-        handling=handling,
+        configs, specs, budget=budget, out_dir=out_dir, measure=measure, tokenizer=tokenizer, how=how
     )
 
 
@@ -252,13 +247,13 @@ def run_configs(
     out_dir: str | Path,
     measure: Measure | None = None,
     tokenizer: str | None = None,
-    handling: EndpointHandling = EndpointHandling(),
+    how: EndpointHandling = EndpointHandling(),
 ) -> MatrixResult:
     """For each config in turn (one region): deploy its endpoint, run every spec on it into
     ``out_dir/ENDPOINT/LABEL``, delete it. ``budget``: a :class:`Budget` (shared with whatever else
     it is given to) or a number of USD. ``measure``: a custom measurement instead of the specs
     (which are still checked). ``tokenizer``: a local tokenizer for every endpoint (default: each
-    config's model id). ``handling``: how each endpoint is deployed and measured. Every spec and
+    config's model id). ``how``: how each endpoint is deployed and measured. Every spec and
     config is checked before the first deploy."""
     checked = check_specs(specs)
     if not isinstance(budget, Budget):
@@ -279,9 +274,9 @@ def run_configs(
                 endpoint,
                 spec,
                 entry_dir / label,
-                overwrite=handling.overwrite,
-                progress=handling.progress,
-                request_timeout_s=handling.request_timeout_s,
+                overwrite=how.overwrite,
+                progress=how.progress,
+                request_timeout_s=how.request_timeout_s,
             )
 
     for planned in plan.entries:
@@ -299,10 +294,10 @@ def run_configs(
                     config,
                     budget=budget,
                     tokenizer=tokenizer,
-                    client=handling.client,
-                    poll_s=handling.poll_s,
-                    progress=handling.progress,
-                    watch_s=handling.watch_s,
+                    client=how.client,
+                    poll_s=how.poll_s,
+                    progress=how.progress,
+                    watch_s=how.watch_s,
                 )
             except BudgetRefused as exc:
                 result.stopped_reason = exc.message
