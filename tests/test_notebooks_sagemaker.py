@@ -15,10 +15,10 @@ from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.notebook import headline_rows, table_cells
 from gemma4_t4.sagemaker import experiments
 from gemma4_t4.sagemaker.local import LocalAWS
-from gemma4_t4.sagemaker.matrix import MatrixEntry, MatrixResult
+from gemma4_t4.sagemaker.matrix import EndpointHandling, MatrixEntry, MatrixResult
 
 REGION = "us-east-2"
-FAST = {"poll_s": 0, "watch_s": 0.05}
+FAST = EndpointHandling(poll_s=0, watch_s=0.05, progress=False)
 
 
 # moto 5.2's endpoint-config enum of instance types predates the L4 (real SageMaker has offered
@@ -70,8 +70,7 @@ def test_part4_t4_vs_l4_headline_on_two_local_endpoints(aws_to_tiny_model, tiny_
         served_model_name="tiny-gemma4",  # what the local vLLM serves (on AWS: the id's last part)
         tokenizer=str(tiny_model_dir),
         max_num_seqs=4,
-        progress=False,
-        **FAST,
+        how=FAST,
     )
     t4, l4 = result.entries
     assert (t4.status, l4.status) == ("measured", "measured"), (t4.error, l4.error)
@@ -118,8 +117,7 @@ def test_parts_2_and_3_on_local_endpoints(aws_to_tiny_model, tiny_model_dir, tmp
         out_dir=tmp_path / "p2",
         served_model_name="tiny-gemma4",
         tokenizer=str(tiny_model_dir),
-        progress=False,
-        **FAST,
+        how=FAST,
     )
     bf16_run, qat_run = (runs["decode"] for runs in experiments.entry_runs(part2))
     assert [e.endpoint for e in part2.entries] == ["g4-p2-bf16-e2b", "g4-p2-qat-e2b"]
@@ -128,7 +126,7 @@ def test_parts_2_and_3_on_local_endpoints(aws_to_tiny_model, tiny_model_dir, tmp
 
     upload, part3 = experiments.repack_on_endpoint(
         tiny_model_dir, REGION, specs={"answers": AnswersSpec(output_len=6)}, budget=2.0, out_dir=tmp_path / "p3",
-        progress=False, **FAST,
+        how=FAST,
     )  # fmt: skip
     (served,) = (runs["answers"] for runs in experiments.entry_runs(part3))
     assert upload.s3_uri.startswith("s3://") and upload.total_bytes > 0
@@ -141,7 +139,7 @@ def test_parts_2_and_3_on_local_endpoints(aws_to_tiny_model, tiny_model_dir, tmp
     assert same.identical == same.total == 20
     again, _ = experiments.repack_on_endpoint(
         tiny_model_dir, REGION, specs={"answers": AnswersSpec(output_len=2)}, budget=2.0, out_dir=tmp_path / "p3b",
-        progress=False, **FAST,
+        how=FAST,
     )  # fmt: skip
     assert again.s3_uri == upload.s3_uri and again.bytes_uploaded == 0  # nothing uploaded twice
     assert _endpoints() == [] and experiments.leftover_endpoints(REGION, 2) == []

@@ -5,6 +5,7 @@ multi-T4 hosts; the matrix run's cost estimate and hard budget stop."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import re
@@ -19,7 +20,7 @@ from gemma4_t4.cli import main
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.sagemaker import DeployConfig, delete_endpoint, deploy, invoke
 from gemma4_t4.sagemaker.config import auto_tensor_parallel
-from gemma4_t4.sagemaker.matrix import endpoint_name, matrix_plan, run_matrix
+from gemma4_t4.sagemaker.matrix import EndpointHandling, endpoint_name, matrix_plan, run_matrix
 from gemma4_t4.sagemaker.upload import MIN_PART_SIZE, scan_folder, upload_model_folder
 
 REGION = "us-east-2"
@@ -196,8 +197,9 @@ def test_matrix_deploys_measures_and_deletes_each_in_turn(local_aws, tmp_path): 
         return invoke(endpoint.name, REGION, f"hello {endpoint.served_name}").text
 
     result = run_matrix(
-        MODELS, DeployConfig(), SPECS, budget=5.0, out_dir=tmp_path, measure=measure, poll_s=0, progress=False
-    )
+        MODELS, DeployConfig(), SPECS, budget=5.0, out_dir=tmp_path, measure=measure,
+        how=EndpointHandling(poll_s=0, progress=False),
+    )  # fmt: skip
     assert [e.status for e in result.entries] == ["measured", "measured"]
     assert seen == [
         ("g4-matrix-gemma-4-e2b-it", ["g4-matrix-gemma-4-e2b-it"]),  # one endpoint at a time
@@ -219,8 +221,8 @@ def _recording_client(operations: list[str]):
 def test_matrix_budget_stops_before_and_during(local_aws, tmp_path):  # noqa: F811
     operations: list[str] = []
     none = run_matrix(
-        MODELS, DeployConfig(), SPECS, budget=0.05, out_dir=tmp_path, client=_recording_client(operations),
-        measure=lambda endpoint, entry_dir: None, progress=False,
+        MODELS, DeployConfig(), SPECS, budget=0.05, out_dir=tmp_path, measure=lambda endpoint, entry_dir: None,
+        how=EndpointHandling(client=_recording_client(operations), progress=False),
     )  # fmt: skip
     assert [e.status for e in none.entries] == ["skipped: budget", "skipped: budget"]
     assert "would cost" in none.stopped_reason and none.spent_usd == 0
@@ -237,8 +239,8 @@ def test_matrix_budget_stops_before_and_during(local_aws, tmp_path):  # noqa: F8
         return "finished"
 
     result = run_matrix(
-        MODELS, DeployConfig(), SPECS, budget=0.5, out_dir=tmp_path, measure=measure, poll_s=0, watch_s=0.05,
-        progress=False,
+        MODELS, DeployConfig(), SPECS, budget=0.5, out_dir=tmp_path, measure=measure,
+        how=EndpointHandling(poll_s=0, watch_s=0.05, progress=False),
     )  # fmt: skip
     assert result.entries[0].status == "stopped: budget" and "endpoint vanished" in result.entries[0].error
     assert result.entries[0].cost_usd >= 0.5
@@ -256,8 +258,8 @@ def test_the_budget_refuses_the_second_endpoint_before_deploying_it(local_aws, t
     budget = Budget(0.40)
     result = t4_vs_l4(
         "google/gemma-4-E2B-it", REGION, specs=SPECS, budget=budget, out_dir=tmp_path,
-        client=_recording_client(operations), poll_s=0, progress=False,
         measure=lambda endpoint, entry_dir: endpoint.name,
+        how=EndpointHandling(client=_recording_client(operations), poll_s=0, progress=False),
     )  # fmt: skip
     t4, l4 = result.entries
     assert (t4.status, l4.status) == ("measured", "skipped: budget")
@@ -282,13 +284,41 @@ def test_a_spec_mistake_is_refused_before_anything_is_created(local_aws, tmp_pat
     operations: list[str] = []
     with pytest.raises(Gemma4T4Error, match=re.escape(named)):
         bf16_vs_qat_on_t4(
-            REGION, specs=specs, budget=5.0, out_dir=tmp_path, client=_recording_client(operations)
-        )
+            REGION, specs=specs, budget=5.0, out_dir=tmp_path,
+            how=EndpointHandling(client=_recording_client(operations)),
+        )  # fmt: skip
     with pytest.raises(Gemma4T4Error, match=re.escape(named)):
         repack_on_endpoint(_model_dir(tmp_path, big=16), REGION, specs=specs, budget=5.0, out_dir=tmp_path,
-                           client=_recording_client(operations), progress=False)  # fmt: skip
+                           how=EndpointHandling(client=_recording_client(operations), progress=False))  # fmt: skip
     assert operations == []  # not even a lookup, let alone CreateEndpoint
     assert boto3.client("s3", region_name=REGION).list_buckets()["Buckets"] == []  # nothing uploaded
+
+
+@pytest.mark.parametrize(
+    "settings,named",
+    [
+        ({"poll_s": -1}, "poll_s -1 must be a number of seconds, 0 or more"),
+        ({"poll_s": float("nan")}, "poll_s nan must be"),
+        ({"watch_s": 0}, "watch_s 0 must be a number of seconds, more than 0"),
+        ({"watch_s": "5"}, "watch_s '5' must be"),
+        ({"request_timeout_s": float("inf")}, "request_timeout_s inf must be"),
+        ({"request_timeout_s": True}, "request_timeout_s True must be"),
+    ],
+)
+def test_a_wrong_endpoint_handling_is_refused_when_it_is_built(settings, named):
+    with pytest.raises(Gemma4T4Error, match=re.escape(named)) as err:
+        EndpointHandling(**settings)
+    assert err.value.fix.startswith("e.g. ")
+
+
+def test_endpoint_handling_is_one_frozen_value_shared_by_every_run():
+    fast = EndpointHandling(poll_s=0, watch_s=0.05, request_timeout_s=None)
+    assert (fast.poll_s, fast.watch_s, fast.request_timeout_s, fast.progress) == (0, 0.05, None, True)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.poll_s = 1  # type: ignore[misc]
+    default = EndpointHandling()
+    assert (default.poll_s, default.watch_s, default.request_timeout_s) == (15.0, 5.0, 600.0)
+    assert (default.client, default.progress, default.overwrite) == (None, True, False)
 
 
 def test_a_misspelt_spec_field_is_refused_when_the_spec_is_built():
@@ -345,8 +375,8 @@ def test_part_functions_deploy_measure_and_delete(local_aws, tmp_path):  # noqa:
         return endpoint.name
 
     part2 = bf16_vs_qat_on_t4(
-        REGION, specs=SPECS, budget=5.0, out_dir=tmp_path, max_num_seqs=8, measure=measure, poll_s=0,
-        progress=False,
+        REGION, specs=SPECS, budget=5.0, out_dir=tmp_path, max_num_seqs=8, measure=measure,
+        how=EndpointHandling(poll_s=0, progress=False),
     )  # fmt: skip
     assert [e.status for e in part2.entries] == ["measured", "measured"]
     hub = get_variant("e2b").hub
@@ -362,7 +392,7 @@ def test_part_functions_deploy_measure_and_delete(local_aws, tmp_path):  # noqa:
     folder = _model_dir(tmp_path, big=2048)
     upload, part3 = repack_on_endpoint(
         folder, REGION, specs={"answers": AnswersSpec()}, budget=5.0, out_dir=tmp_path, measure=measure,
-        progress=False, poll_s=0,
+        how=EndpointHandling(poll_s=0, progress=False),
     )  # fmt: skip
     assert part3.entries[0].status == "measured"
     assert calls[-1][1] == "/opt/ml/model" and upload.s3_uri.endswith("/")

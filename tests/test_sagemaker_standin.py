@@ -160,7 +160,7 @@ def test_matrix_measures_through_the_benchmark_adapter(
     """The matrix run end to end offline: moto deploys, the benchmark measures sagemaker://REGION/ENDPOINT
     through the stand-in (real tokens from the tiny model), and the endpoint is deleted."""
     from gemma4_t4.bench.specs import DecodeSpec
-    from gemma4_t4.sagemaker.matrix import run_matrix
+    from gemma4_t4.sagemaker.matrix import EndpointHandling, run_matrix
 
     with RuntimeStandIn(vllm_server.base_url, control_plane_url=local_aws.endpoint_url) as standin:
         monkeypatch.setenv("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME", standin.url)
@@ -171,9 +171,8 @@ def test_matrix_measures_through_the_benchmark_adapter(
             {"decode": DecodeSpec(concurrency=[1], input_len=32, output_len=8, num_prompts=2, warmup=1)},
             budget=1.0,
             out_dir=tmp_path,
-            poll_s=0,
-            progress=False,
             tokenizer=str(tiny_model_dir),
+            how=EndpointHandling(poll_s=0, progress=False),
         )
     [entry] = result.entries
     assert entry.status == "measured", entry.error

@@ -142,7 +142,13 @@ def _build_image(args: argparse.Namespace) -> Output:
 def _matrix(args: argparse.Namespace) -> Output:
     from gemma4_t4.bench.specs import spec_for
     from gemma4_t4.sagemaker.config import DEFAULT_MODEL_ID
-    from gemma4_t4.sagemaker.matrix import check_budget, matrix_plan, over_budget_warning, run_matrix
+    from gemma4_t4.sagemaker.matrix import (
+        EndpointHandling,
+        check_budget,
+        matrix_plan,
+        over_budget_warning,
+        run_matrix,
+    )
 
     check_budget(args.budget_usd)  # before the plan: a dry run refuses a budget the real run would
     # one spec per endpoint, checked here: a misspelt workload is refused before any deploy
@@ -169,7 +175,14 @@ def _matrix(args: argparse.Namespace) -> Output:
     if over:
         print(f"warning: {over}", file=sys.stderr)
     print(head, file=sys.stderr)
-    result = run_matrix(models, base, specs, budget=args.budget_usd, out_dir=args.out, progress=not args.json)
+    result = run_matrix(
+        models,
+        base,
+        specs,
+        budget=args.budget_usd,
+        out_dir=args.out,
+        how=EndpointHandling(progress=not args.json),
+    )
     lines = [
         f"  {e.endpoint:<40} {e.status:<16} ${e.cost_usd:.3f}  {e.error or e.out_dir or ''}"
         for e in result.entries

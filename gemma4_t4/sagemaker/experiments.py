@@ -11,8 +11,10 @@ the next is deployed, whatever happens) and runs the caller's workload specs on 
 ``specs`` maps a workload label to a :mod:`gemma4_t4.bench.specs` spec, e.g. ``{"decode":
 DecodeSpec(concurrency=[1, 8]), "ttft": TTFTSpec(input_lens=[128, 1024])}``; each entry's
 ``out_dir`` is a folder of results directories, one per label (what ``compare_suites`` reads), and
-its ``runs`` the runs by label. Specs, labels, budget and deploy settings are all checked before
-anything is uploaded or deployed. Each endpoint is measured under the name it serves (vLLM's
+its ``runs`` the runs by label. ``how`` (an :class:`~gemma4_t4.sagemaker.matrix.EndpointHandling`)
+says how every endpoint is deployed and measured: client, polling, budget watch, progress, overwrite,
+request timeout. Specs, labels, budget and deploy settings are all checked before anything is
+uploaded or deployed. Each endpoint is measured under the name it serves (vLLM's
 ``--served-model-name``, not the Hugging Face id: the name its results are recorded, paired by
 ``compare_suites`` and matched to a published row under), with a local tokenizer for exact prompt
 lengths (an endpoint has no ``/tokenize``): the model's Hugging Face id, or the uploaded folder.
@@ -34,6 +36,7 @@ from gemma4_t4.endpoint import Budget
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.sagemaker.config import DeployConfig
 from gemma4_t4.sagemaker.matrix import (
+    EndpointHandling,
     MatrixResult,
     Measure,
     check_budget,
@@ -154,12 +157,8 @@ def bf16_vs_qat_on_t4(
     ttl_hours: float = DEFAULT_TTL_HOURS,
     served_model_name: str | None = None,
     tokenizer: str | None = None,
-    overwrite: bool = False,
-    progress: bool = True,
-    client: object = None,
-    poll_s: float = 15.0,
-    watch_s: float = 5.0,
     measure: Measure | None = None,
+    how: EndpointHandling = EndpointHandling(),
 ) -> MatrixResult:
     """Part 2 on AWS: Google's bf16 and QAT int4 builds of ``variant``, each on its own T4 endpoint
     (entries in that order). ``tokenizer``: a local tokenizer for both (default: each build's id)."""
@@ -182,17 +181,7 @@ def bf16_vs_qat_on_t4(
     ]
     _checked_before_deploying(specs, budget, configs)
     return run_configs(
-        configs,
-        specs,
-        budget=budget,
-        out_dir=out_dir,
-        client=client,
-        poll_s=poll_s,
-        watch_s=watch_s,
-        progress=progress,
-        measure=measure,
-        tokenizer=tokenizer,
-        overwrite=overwrite,
+        configs, specs, budget=budget, out_dir=out_dir, measure=measure, tokenizer=tokenizer, how=how
     )
 
 
@@ -207,12 +196,8 @@ def repack_on_endpoint(
     bucket: str | None = None,
     max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
     ttl_hours: float = DEFAULT_TTL_HOURS,
-    overwrite: bool = False,
-    progress: bool = True,
-    client: object = None,
-    poll_s: float = 15.0,
-    watch_s: float = 5.0,
     measure: Measure | None = None,
+    how: EndpointHandling = EndpointHandling(),
 ) -> tuple[UploadResult, MatrixResult]:
     """Part 3 on AWS: upload the repacked folder (nothing twice) and serve it from S3 on a T4; the
     folder is the tokenizer. Specs and settings are checked before the upload."""
@@ -227,19 +212,15 @@ def repack_on_endpoint(
         ttl_hours=ttl_hours,
     )
     _checked_before_deploying(specs, budget, [config])
-    upload = upload_model_folder(model_dir, region, bucket=bucket, progress=progress)
+    upload = upload_model_folder(model_dir, region, bucket=bucket, progress=how.progress)
     result = run_configs(
         [dataclasses.replace(config, model_data_s3_uri=upload.s3_uri)],
         specs,
         budget=budget,
         out_dir=out_dir,
-        client=client,
-        poll_s=poll_s,
-        watch_s=watch_s,
-        progress=progress,
         measure=measure,
         tokenizer=str(model_dir),
-        overwrite=overwrite,
+        how=how,
     )
     return upload, result
 
@@ -255,12 +236,8 @@ def t4_vs_l4(
     tokenizer: str | None = None,
     max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
     ttl_hours: float = DEFAULT_TTL_HOURS,
-    overwrite: bool = False,
-    progress: bool = True,
-    client: object = None,
-    poll_s: float = 15.0,
-    watch_s: float = 5.0,
     measure: Measure | None = None,
+    how: EndpointHandling = EndpointHandling(),
 ) -> MatrixResult:
     """Part 4 on AWS: the same model on a T4 and an L4 endpoint, in turn; entries[0].out_dir (T4)
     and entries[1].out_dir (L4) feed ``gemma4-t4 bench compare T4_RUN L4_RUN``
@@ -280,15 +257,5 @@ def t4_vs_l4(
     ]
     _checked_before_deploying(specs, budget, configs)
     return run_configs(
-        configs,
-        specs,
-        budget=budget,
-        out_dir=out_dir,
-        client=client,
-        poll_s=poll_s,
-        watch_s=watch_s,
-        progress=progress,
-        measure=measure,
-        tokenizer=tokenizer,
-        overwrite=overwrite,
+        configs, specs, budget=budget, out_dir=out_dir, measure=measure, tokenizer=tokenizer, how=how
     )

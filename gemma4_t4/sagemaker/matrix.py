@@ -37,6 +37,50 @@ Measure = Callable[[Endpoint, Path], object]
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
+@dataclass(frozen=True)
+class EndpointHandling:
+    """How each endpoint of a run is deployed and measured, the same for every endpoint: one value
+    that the matrix and the Parts 2-4 functions take and pass on whole.
+
+    ``client``: the SageMaker client (default: boto3's for the config's region); ``poll_s``: seconds
+    between deploy status polls; ``watch_s``: seconds between the budget watch's looks at what is
+    spent; ``progress``: print deploy, upload and benchmark progress; ``overwrite``: replace a
+    results folder a previous run left; ``request_timeout_s``: each benchmark request's limit (None:
+    none). Checked when built, so a wrong value is refused before anything is deployed."""
+
+    client: object = None
+    poll_s: float = 15.0
+    watch_s: float = 5.0
+    progress: bool = True
+    overwrite: bool = False
+    request_timeout_s: float | None = 600.0
+
+    def __post_init__(self) -> None:
+        _check_seconds("poll_s", self.poll_s, zero_ok=True, example="poll_s=15")
+        # the budget watch sleeps watch_s between looks: 0 would spin a core while the endpoint is up
+        _check_seconds("watch_s", self.watch_s, zero_ok=False, example="watch_s=5")
+        if self.request_timeout_s is not None:
+            _check_seconds(
+                "request_timeout_s",
+                self.request_timeout_s,
+                zero_ok=False,
+                example="request_timeout_s=600, or None for no limit",
+            )
+
+
+def _check_seconds(name: str, value: object, *, zero_ok: bool, example: str) -> None:
+    """A finite number of seconds above 0 (or 0 itself where ``zero_ok``); NaN, inf, bools refused."""
+    if (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and (value >= 0 if zero_ok else value > 0)
+        and value < float("inf")
+    ):
+        return
+    least = "0 or more" if zero_ok else "more than 0"
+    raise Gemma4T4Error(f"{name} {value!r} must be a number of seconds, {least}", fix=f"e.g. {example}")
+
+
 def check_budget(budget_usd: float) -> None:
     """A hard budget is a positive, finite number of USD (NaN and inf are refused too)."""
     if not 0 < budget_usd < float("inf"):
@@ -184,27 +228,14 @@ def run_matrix(
     budget: Budget | float,
     out_dir: str | Path,
     prefix: str = "g4-matrix",
-    client: object = None,
-    poll_s: float = 15.0,
-    watch_s: float = 5.0,
-    progress: bool = True,
     measure: Measure | None = None,
     tokenizer: str | None = None,
-    overwrite: bool = False,
+    how: EndpointHandling = EndpointHandling(),
 ) -> MatrixResult:
     """Deploy, measure and delete each model's endpoint in turn; never spend past the budget."""
+    configs = matrix_configs(models, base, prefix)
     return run_configs(
-        matrix_configs(models, base, prefix),
-        specs,
-        budget=budget,
-        out_dir=out_dir,
-        client=client,
-        poll_s=poll_s,
-        watch_s=watch_s,
-        progress=progress,
-        measure=measure,
-        tokenizer=tokenizer,
-        overwrite=overwrite,
+        configs, specs, budget=budget, out_dir=out_dir, measure=measure, tokenizer=tokenizer, how=how
     )
 
 
@@ -214,20 +245,16 @@ def run_configs(
     *,
     budget: Budget | float,
     out_dir: str | Path,
-    client: object = None,
-    poll_s: float = 15.0,
-    watch_s: float = 5.0,
-    progress: bool = True,
     measure: Measure | None = None,
     tokenizer: str | None = None,
-    overwrite: bool = False,
-    request_timeout_s: float | None = 600.0,
+    how: EndpointHandling = EndpointHandling(),
 ) -> MatrixResult:
     """For each config in turn (one region): deploy its endpoint, run every spec on it into
     ``out_dir/ENDPOINT/LABEL``, delete it. ``budget``: a :class:`Budget` (shared with whatever else
     it is given to) or a number of USD. ``measure``: a custom measurement instead of the specs
     (which are still checked). ``tokenizer``: a local tokenizer for every endpoint (default: each
-    config's model id). Every spec and config is checked before the first deploy."""
+    config's model id). ``how``: how each endpoint is deployed and measured. Every spec and
+    config is checked before the first deploy."""
     checked = check_specs(specs)
     if not isinstance(budget, Budget):
         check_budget(budget)
@@ -247,9 +274,9 @@ def run_configs(
                 endpoint,
                 spec,
                 entry_dir / label,
-                overwrite=overwrite,
-                progress=progress,
-                request_timeout_s=request_timeout_s,
+                overwrite=how.overwrite,
+                progress=how.progress,
+                request_timeout_s=how.request_timeout_s,
             )
 
     for planned in plan.entries:
@@ -267,10 +294,10 @@ def run_configs(
                     config,
                     budget=budget,
                     tokenizer=tokenizer,
-                    client=client,
-                    poll_s=poll_s,
-                    progress=progress,
-                    watch_s=watch_s,
+                    client=how.client,
+                    poll_s=how.poll_s,
+                    progress=how.progress,
+                    watch_s=how.watch_s,
                 )
             except BudgetRefused as exc:
                 result.stopped_reason = exc.message
