@@ -8,7 +8,6 @@ from pathlib import Path
 
 from gemma4_t4.bench.compare import RunComparison, compare_runs
 from gemma4_t4.bench.results import BenchRun, load_run
-from gemma4_t4.bench.schemas import LatencyStats
 from gemma4_t4.figures import check_plot_path, pyplot, save_figure
 
 
@@ -18,14 +17,6 @@ def _title(run: BenchRun, what: str) -> str:
     if run.not_measured:  # a plot of a run that did not complete says so on its face
         title += f"\nNOT MEASURED: run {run.status}"
     return title
-
-
-def _median(stats: LatencyStats | None) -> float | None:
-    return stats.median if stats else None
-
-
-def _p90(stats: LatencyStats | None) -> float | None:
-    return stats.p90 if stats else None
 
 
 def plot_throughput(run: BenchRun, path: Path) -> Path | None:
@@ -39,7 +30,7 @@ def plot_throughput(run: BenchRun, path: Path) -> Path | None:
     fig, ax = plt.subplots(figsize=(7, 4.2))
     xs = [c.concurrency for c in cells]
     ax.plot(xs, [c.output_throughput_tok_s for c in cells], "o-", label="system output tok/s")
-    ax.plot(xs, [_median(c.per_stream_tok_s) for c in cells], "s--", label="per-stream tok/s (median)")
+    ax.plot(xs, [c.per_stream_tok_s.median for c in cells], "s--", label="per-stream tok/s (median)")
     for c in cells:
         if c.queueing:
             ax.annotate(
@@ -64,7 +55,7 @@ def plot_throughput(run: BenchRun, path: Path) -> Path | None:
 def plot_ttft(run: BenchRun, path: Path) -> Path | None:
     # a cell whose replies were all empty text has no TTFT (tiny random models do that): not plotted
     cells = sorted(
-        (c for c in run.cells if c.workload == "ttft" and c.completed and _median(c.ttft_ms) is not None),
+        (c for c in run.cells if c.workload == "ttft" and c.completed and c.ttft_ms.median is not None),
         key=lambda c: (c.concurrency or 0, c.input_len or 0),
     )
     if not cells:
@@ -74,11 +65,11 @@ def plot_ttft(run: BenchRun, path: Path) -> Path | None:
     for conc in sorted({c.concurrency or 0 for c in cells}):
         group = [c for c in cells if (c.concurrency or 0) == conc]
         xs = [c.input_len for c in group]
-        med = [c.ttft_ms.median or 0.0 for c in group]
+        med = [c.ttft_ms.median or 0.0 for c in group]  # not None: the cells were chosen for it
         low = [m - (c.ttft_ms.ci_low or m) for m, c in zip(med, group, strict=True)]
         high = [(c.ttft_ms.ci_high or m) - m for m, c in zip(med, group, strict=True)]
         ax.errorbar(xs, med, yerr=[low, high], fmt="o-", capsize=3, label=f"median TTFT, c={conc} (95 % CI)")
-        ax.plot(xs, [_p90(c.ttft_ms) for c in group], "x:", alpha=0.6, label=f"p90, c={conc}")
+        ax.plot(xs, [c.ttft_ms.p90 for c in group], "x:", alpha=0.6, label=f"p90, c={conc}")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("input length (tokens)")
@@ -97,13 +88,13 @@ def plot_prefix(run: BenchRun, path: Path) -> Path | None:
     fig, ax = plt.subplots(figsize=(7, 4.2))
     labels, values, colors = [], [], []
     for c in sorted(cells, key=lambda c: (c.concurrency or 0, c.variant or "")):
-        hit = c.prefix_cache.hit_rate if c.prefix_cache else None
+        hit = c.prefix_cache.hit_rate
         labels.append(
             f"c={c.concurrency}\n{c.variant}\nhits {hit * 100:.0f} %"
             if hit is not None
             else f"c={c.concurrency}\n{c.variant}"
         )
-        values.append(_median(c.ttft_ms) or 0)
+        values.append(c.ttft_ms.median or 0)
         colors.append("tab:green" if c.variant == "shared_prefix" else "tab:gray")
     ax.bar(range(len(values)), values, color=colors)
     ax.set_xticks(range(len(values)), labels, fontsize=8)
@@ -114,7 +105,7 @@ def plot_prefix(run: BenchRun, path: Path) -> Path | None:
 
 
 def plot_roofline(run: BenchRun, path: Path) -> Path | None:
-    measured = [(c, c.derived.roofline) for c in run.cells if c.derived and c.derived.roofline]
+    measured = [(c, c.derived.roofline) for c in run.cells if c.derived.roofline]
     if not measured:
         return None
     cells = [c for c, _ in measured]
@@ -169,8 +160,8 @@ def plot_rate(run: BenchRun, path: Path) -> Path | None:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2))
     xs = [loop.offered_rate_rps for loop in loops]
-    ax.plot(xs, [_median(c.ttft_ms) for c in cells], "o-", label="TTFT median")
-    ax.plot(xs, [_p90(c.ttft_ms) for c in cells], "s--", label="TTFT p90")
+    ax.plot(xs, [c.ttft_ms.median for c in cells], "o-", label="TTFT median")
+    ax.plot(xs, [c.ttft_ms.p90 for c in cells], "s--", label="TTFT p90")
     ax.set_xlabel(f"offered load (requests / s, {loops[0].arrival} arrivals)")
     ax.set_ylabel("TTFT (ms)")
     ax.grid(alpha=0.3)
@@ -187,7 +178,7 @@ def plot_rate(run: BenchRun, path: Path) -> Path | None:
         if loop.cap_reached:
             ax.annotate(
                 "in-flight cap",
-                (x, _median(c.ttft_ms) or 0),
+                (x, c.ttft_ms.median or 0),
                 textcoords="offset points",
                 xytext=(0, 8),
                 ha="center",
