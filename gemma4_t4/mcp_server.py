@@ -565,7 +565,7 @@ def _served_model(base_url: str) -> str:
     if base_url.startswith("sagemaker://"):
         raise Gemma4T4Error("a SageMaker endpoint cannot be asked which model it serves",
                             fix="pass model=<the endpoint's served model name>")
-    return check_reachable(base_url)["models"][0]  # it refuses a server that serves none
+    return check_reachable(base_url).models[0]  # it refuses a server that serves none
 
 
 def _local_chat(base_url: str, prompt: str, max_tokens: int, temperature: float,

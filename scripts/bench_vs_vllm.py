@@ -27,8 +27,8 @@ def ours(args, concurrency: int, out: Path) -> dict[str, float]:
                         input_len=args.input_len, output_len=args.output_len, num_prompts=args.num_prompts,
                         warmup=max(2, concurrency), progress=False, sample_metrics=False)
     cell = run.cells[0]
-    return {"ttft": cell["ttft_ms"]["median"], "tpot": cell["tpot_ms"]["median"],
-            "tput": cell["output_throughput_tok_s"], "failed": cell["failed"]}
+    return {"ttft": cell.ttft_ms.median, "tpot": cell.tpot_ms.median,
+            "tput": cell.output_throughput_tok_s, "failed": cell.failed}
 
 
 def vllm_bench(args, concurrency: int, out: Path, seed: int) -> dict[str, float]:

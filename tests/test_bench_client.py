@@ -55,29 +55,29 @@ def test_completions_timings_match_injected_truth(fake):
     log = {e["id"]: e for e in _server_log(fake)}
     for r in records:
         m = request_metrics(r)
-        truth = log[r["request_id"]]
-        assert r["error"] is None and r["completion_tokens"] == 20 and r["token_source"] == "usage"
-        assert r["finish_reason"] == "length" and m.chunks == 20
+        truth = log[r.request_id]
+        assert r.error is None and r.completion_tokens == 20 and r.token_source == "usage"
+        assert r.finish_reason == "length" and m.chunks == 20
         # the client's stamps against the server's own write times (one system-wide clock)
-        assert abs(r["first_token_s"] - truth["writes_s"][0]) * 1000 < TOL_MS
-        assert abs(r["last_choice_s"] - truth["writes_s"][-1]) * 1000 < TOL_MS
+        assert abs(r.first_token_s - truth["writes_s"][0]) * 1000 < TOL_MS
+        assert abs(r.last_choice_s - truth["writes_s"][-1]) * 1000 < TOL_MS
         # the injected 80 ms runs from the server's receipt; the client also sees the upload
         assert 79.5 <= m.ttft_ms < 80.0 + 2 * TOL_MS
         true_tpot = (truth["writes_s"][-1] - truth["writes_s"][0]) / 19 * 1000
         assert m.tpot_ms == pytest.approx(true_tpot, abs=2 * TOL_MS / 19)
     agg = aggregate(records)
-    assert agg["itl_ms"]["median"] == pytest.approx(20.0, abs=3.0)
-    assert agg["tpot_ms"]["median"] == pytest.approx(20.0, abs=3.0)
-    assert agg["tokens_per_chunk"] == 1.0
+    assert agg.itl_ms.median == pytest.approx(20.0, abs=3.0)
+    assert agg.tpot_ms.median == pytest.approx(20.0, abs=3.0)
+    assert agg.tokens_per_chunk == 1.0
 
 
 def test_multi_token_chunks_are_visible(fake):
     records = _run(fake, [_spec(i, ttft_s=0.05, gap_s=0.02, tokens_per_chunk=4) for i in range(3)])
     agg = aggregate(records)
-    assert agg["content_chunks"] == 15 and agg["tokens_per_chunk"] == pytest.approx(4.0)
+    assert agg.content_chunks == 15 and agg.tokens_per_chunk == pytest.approx(4.0)
     # ITL is per chunk (20 ms) while TPOT spreads 4 gaps over 19 tokens
-    assert agg["itl_ms"]["median"] == pytest.approx(20.0, abs=3.0)
-    assert agg["tpot_ms"]["median"] == pytest.approx(4 * 20.0 / 19, abs=2 * TOL_MS / 19)
+    assert agg.itl_ms.median == pytest.approx(20.0, abs=3.0)
+    assert agg.tpot_ms.median == pytest.approx(4 * 20.0 / 19, abs=2 * TOL_MS / 19)
 
 
 def test_chat_role_only_first_chunk_is_not_the_first_token(fake):
@@ -85,18 +85,18 @@ def test_chat_role_only_first_chunk_is_not_the_first_token(fake):
     truth = {e["id"]: e for e in _server_log(fake)}
     for r in records:
         m = request_metrics(r)
-        assert r["error"] is None
+        assert r.error is None
         # the role-only delta arrives at once, well before the first token (120 ms); a loaded CPU can
         # delay its read by tens of ms, never past the token itself
         assert m.ttft_first_chunk_ms < m.ttft_ms - 10
         assert 119.5 <= m.ttft_ms < 120.0 + 2 * TOL_MS
-        assert abs(r["first_token_s"] - truth[r["request_id"]]["writes_s"][0]) * 1000 < TOL_MS
+        assert abs(r.first_token_s - truth[r.request_id]["writes_s"][0]) * 1000 < TOL_MS
         assert m.chunks == 20
 
 
 def test_missing_usage_falls_back_to_chunk_count_and_says_so(fake):
     r = _run(fake, [_spec(0, ttft_s=0.01, gap_s=0.001, usage=False, tokens_per_chunk=2)])[0]
-    assert r["error"] is None and r["token_source"] == "chunks" and r["completion_tokens"] == 10
+    assert r.error is None and r.token_source == "chunks" and r.completion_tokens == 10
 
 
 def test_malformed_sse_and_http_errors_are_counted_not_raised(fake):
@@ -108,12 +108,12 @@ def test_malformed_sse_and_http_errors_are_counted_not_raised(fake):
             _spec(2, ttft_s=0.01, gap_s=0.001),
         ],
     )
-    by_id = {r["request_id"]: r for r in records}
-    assert by_id["r0"]["error"] == "malformed_sse"
-    assert by_id["r1"]["error"] == "http_500"
-    assert by_id["r2"]["error"] is None
+    by_id = {r.request_id: r for r in records}
+    assert by_id["r0"].error == "malformed_sse"
+    assert by_id["r1"].error == "http_500"
+    assert by_id["r2"].error is None
     agg = aggregate(records)
-    assert agg["failed"] == 2 and agg["completed"] == 1
+    assert agg.failed == 2 and agg.completed == 1
 
 
 def test_unreachable_server_fails_before_the_run(tmp_path):
@@ -184,18 +184,19 @@ def test_full_workloads_on_the_fake_server_write_results_and_plots(tmp_path):
             output_len=4,
             progress=False,
         )
-    assert a.status == "complete" and [c["queueing"] for c in a.cells] == [False, True]
+    assert a.status == "complete" and [c.queueing for c in a.cells] == [False, True]
     cell = a.cells[0]
     for key in ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms"):
-        assert set(cell[key].keys()) >= {"mean", "median", "p90", "p99"}  # measured, not None
-    assert cell["input_len_exact"] and cell["completed"] == 6 and cell["failed"] == 0
-    assert cell["derived"]["roofline"]["ceiling_tok_s"] == pytest.approx(171.9, abs=0.1)
-    assert len(a.measured(cell["cell"])) == 6
-    warm = [r for r in a.records if r["phase"] == "warmup"]
-    measured_prompts = {r["request_id"] for r in a.records if r["phase"] == "measure"}
-    assert warm and not measured_prompts & {r["request_id"] for r in warm}
-    assert len(ttft.cells) == 5 and all(c["input_len_exact"] for c in ttft.cells)
-    assert [c["variant"] for c in prefix.cells] == ["shared_prefix", "unique_prompts"]
+        stats = getattr(cell, key)
+        assert None not in (stats.mean, stats.median, stats.p90, stats.p99)  # measured
+    assert cell.input_len_exact and cell.completed == 6 and cell.failed == 0
+    assert cell.derived.roofline.ceiling_tok_s == pytest.approx(171.9, abs=0.1)
+    assert len(a.measured(cell.cell)) == 6
+    warm = [r for r in a.records if r.phase == "warmup"]
+    measured_prompts = {r.request_id for r in a.records if r.phase == "measure"}
+    assert warm and not measured_prompts & {r.request_id for r in warm}
+    assert len(ttft.cells) == 5 and all(c.input_len_exact for c in ttft.cells)
+    assert [c.variant for c in prefix.cells] == ["shared_prefix", "unique_prompts"]
     names = {p.name for p in plot_run(a) + plot_run(ttft) + plot_run(prefix)}
     assert names == {
         "throughput_vs_concurrency.png",
@@ -233,10 +234,10 @@ def test_server_dying_mid_run_keeps_partial_results_and_exits_nonzero(tmp_path, 
     assert code == 1
     run = load_run(out)
     first = run.cells[0]
-    assert first["completed"] == 4 and first["failed"] == 6
-    assert set(first["errors"]) <= {"connect_error", "disconnected", "truncated_stream"}
+    assert first.completed == 4 and first.failed == 6
+    assert set(first.errors) <= {"connect_error", "disconnected", "truncated_stream"}
     assert run.status == "aborted: server unreachable" and len(run.cells) == 1
-    assert len([r for r in run.records if r["phase"] == "measure"]) == 10
+    assert len([r for r in run.records if r.phase == "measure"]) == 10
 
 
 def test_cli_run_plot_and_compare(tmp_path, capsys):
@@ -355,19 +356,19 @@ def test_open_loop_keeps_its_schedule_and_shows_pile_up(tmp_path):
             num_prompts=6,
             progress=False,
         )
-    assert run.status == "complete" and [c["variant"] for c in run.cells] == ["open_loop", "open_loop"]
+    assert run.status == "complete" and [c.variant for c in run.cells] == ["open_loop", "open_loop"]
     for cell, rate in zip(run.cells, (8.0, 16.0), strict=True):
-        ol = cell["open_loop"]
-        assert cell["concurrency"] is None and cell["completed"] == 12 and ol["offered_rate_rps"] == rate
-        assert ol["achieved_send_rate_rps"] == pytest.approx(rate, rel=0.25)
-        assert ol["send_lag_ms"]["median"] < TOL_MS and not ol["cap_reached"]
-        assert ol["peak_in_flight"] >= 2  # 0.3 s requests arriving every 0.125 s or faster overlap
-    assert run.cells[1]["open_loop"]["peak_in_flight"] > run.cells[0]["open_loop"]["peak_in_flight"]
-    measured = [r for r in run.records if r["phase"] == "measure"]
-    assert all(r["scheduled_s"] is not None for r in measured)
-    ol = capped.cells[0]["open_loop"]
-    assert ol["cap_reached"] and ol["peak_in_flight"] == 1
-    assert ol["send_lag_ms"]["max"] > 800  # 6 requests of ~0.3 s through one slot, offered every 62 ms
+        ol = cell.open_loop
+        assert cell.concurrency is None and cell.completed == 12 and ol.offered_rate_rps == rate
+        assert ol.achieved_send_rate_rps == pytest.approx(rate, rel=0.25)
+        assert ol.send_lag_ms.median < TOL_MS and not ol.cap_reached
+        assert ol.peak_in_flight >= 2  # 0.3 s requests arriving every 0.125 s or faster overlap
+    assert run.cells[1].open_loop.peak_in_flight > run.cells[0].open_loop.peak_in_flight
+    measured = [r for r in run.records if r.phase == "measure"]
+    assert all(r.scheduled_s is not None for r in measured)
+    ol = capped.cells[0].open_loop
+    assert ol.cap_reached and ol.peak_in_flight == 1
+    assert ol.send_lag_ms.max > 800  # 6 requests of ~0.3 s through one slot, offered every 62 ms
     assert "[in-flight cap reached]" in capped.table() and "16/s" in capped.table()
     assert {p.name for p in plot_run(run)} == {"ttft_vs_offered_rate.png"}
     assert "offered_rate_rps" in (tmp_path / "open" / "summary.csv").read_text().splitlines()[0]
@@ -408,19 +409,19 @@ def test_sweep_measures_both_ends_then_rates_in_between(tmp_path):
             progress=False,
         )
     assert run.status == "complete"
-    assert [c["variant"] for c in run.cells] == [
+    assert [c.variant for c in run.cells] == [
         "sweep_synchronous",
         "sweep_throughput",
         "sweep_rate",
         "sweep_rate",
     ]
     sync, burst = run.cells[0], run.cells[1]
-    assert (sync["concurrency"], burst["concurrency"]) == (1, 8)
-    sweep = run.run["sweep"]
-    assert sweep["synchronous_rps"] == sync["request_throughput_req_s"]
-    assert sweep["synchronous_rps"] < sweep["rates"][0] < sweep["rates"][1] < sweep["throughput_rps"]
-    assert [c["open_loop"]["offered_rate_rps"] for c in run.cells[2:]] == sweep["rates"]
-    assert 5 < sweep["synchronous_rps"] < 14  # 1 / 0.08 s at best, less on a busy machine
+    assert (sync.concurrency, burst.concurrency) == (1, 8)
+    sweep = run.run.sweep
+    assert sweep.synchronous_rps == sync.request_throughput_req_s
+    assert sweep.synchronous_rps < sweep.rates[0] < sweep.rates[1] < sweep.throughput_rps
+    assert [c.open_loop.offered_rate_rps for c in run.cells[2:]] == sweep.rates
+    assert 5 < sweep.synchronous_rps < 14  # 1 / 0.08 s at best, less on a busy machine
 
 
 def test_sweep_rates_and_options():

@@ -63,11 +63,11 @@ def test_aggregate_window_and_failures():
         _record(0.2, None, [0.3], 0, error="disconnected"),
     ]
     agg = metrics.aggregate(records)
-    assert agg["completed"] == 2 and agg["failed"] == 1 and agg["errors"] == {"disconnected": 1}
-    assert agg["window"]["duration_s"] == pytest.approx(1.001)
-    assert agg["output_throughput_tok_s"] == pytest.approx(20 / 1.001)
-    assert agg["tokens_per_chunk"] == pytest.approx(5.0)
-    assert agg["ttft_ms"]["n"] == 2
+    assert agg.completed == 2 and agg.failed == 1 and agg.errors == {"disconnected": 1}
+    assert agg.window.duration_s == pytest.approx(1.001)
+    assert agg.output_throughput_tok_s == pytest.approx(20 / 1.001)
+    assert agg.tokens_per_chunk == pytest.approx(5.0)
+    assert agg.ttft_ms.n == 2
 
 
 def test_ratio_interval_brackets_the_truth():
@@ -90,23 +90,23 @@ def test_prometheus_and_prefix_delta():
     before = snapshot_from_text(METRICS_TEXT)
     after = snapshot_from_text(METRICS_TEXT.replace("1000.0", "1512.0").replace("250.0", "506.0"))
     delta = prefix_cache_delta(before, after)
-    assert delta["queries"] == 512 and delta["hits"] == 256 and delta["hit_rate"] == pytest.approx(0.5)
+    assert delta.queries == 512 and delta.hits == 256 and delta.hit_rate == pytest.approx(0.5)
     assert cache_config(after) == {"enable_prefix_caching": "True", "block_size": "32"}
-    assert prefix_cache_delta(None, after)["hit_rate"] is None
+    assert prefix_cache_delta(None, after).hit_rate is None
 
 
 def test_roofline_and_cost_match_the_reference_figures():
     qat = roofline(72.31, 1.862e9, "t4")
-    assert qat["ceiling_tok_s"] == pytest.approx(171.9, abs=0.1)
-    assert qat["effective_bandwidth_gb_s"] == pytest.approx(134.6, abs=0.1)
-    assert qat["plausibility"] == "ok"
-    assert roofline(200.0, 1.862e9, "t4")["plausibility"].startswith("error")
+    assert qat.ceiling_tok_s == pytest.approx(171.9, abs=0.1)
+    assert qat.effective_bandwidth_gb_s == pytest.approx(134.6, abs=0.1)
+    assert qat.plausibility == "ok"
+    assert roofline(200.0, 1.862e9, "t4").plausibility.startswith("error")
     prices = cost(100.0, ["sagemaker:ml.g4dn.xlarge"])
     assert prices["sagemaker:ml.g4dn.xlarge"] == pytest.approx(0.736 / 0.36)
     cell = CellStats.model_validate({"per_stream_tok_s": {"median": 40.0}, "output_throughput_tok_s": 37.04})
     derived = derive_cell(cell, "t4", 4.597e9)
-    assert derived["roofline"]["ceiling_tok_s"] == pytest.approx(69.6, abs=0.1)
-    assert "ec2:g4dn.xlarge" in derived["usd_per_million_output_tokens"]
+    assert derived.roofline.ceiling_tok_s == pytest.approx(69.6, abs=0.1)
+    assert "ec2:g4dn.xlarge" in derived.usd_per_million_output_tokens
     with pytest.raises(Gemma4T4Error, match="unknown GPU"):
         derive_cell(cell, "k80", 1e9)
 
@@ -150,7 +150,7 @@ def test_results_writer_is_incremental_and_loadable(tmp_path):
     with open(tmp_path / "run" / "records.jsonl", "a") as handle:
         handle.write('{"torn": ')  # a hard kill mid-line
     run = load_run(tmp_path / "run")
-    assert run.status == "complete" and len(run.records) == 1 and run.cells[0]["completed"] == 1
+    assert run.status == "complete" and len(run.records) == 1 and run.cells[0].completed == 1
     assert "c1" in run.table()
     assert cells_to_csv(run.cells).splitlines()[0].startswith("cell,workload")
     with pytest.raises(Gemma4T4Error, match="already holds"):
@@ -197,9 +197,9 @@ def test_gpu_sampler_falls_back_to_nvidia_smi_and_reads_throttling():
     while len(sampler.samples) < 6 and time.monotonic() < deadline:
         time.sleep(0.01)
     summary = sampler.stop()
-    assert summary["source"] == "nvidia-smi" and summary["samples"] >= 6
-    assert summary["sm_clock_mhz_min"] == 585 and summary["memory_used_mib_max"] == 5200
-    assert 0.5 < summary["throttled_fraction"]["sw_power_cap"] < 1
+    assert summary.source == "nvidia-smi" and summary.samples >= 6
+    assert summary.sm_clock_mhz_min == 585 and summary.memory_used_mib_max == 5200
+    assert 0.5 < summary.throttled_fraction["sw_power_cap"] < 1
     assert any("--query-gpu=clocks.sm,power.draw,clocks_throttle_reasons.active" in " ".join(c) for c in seen)
     assert telemetry.parse_smi_sample("garbage") is None
     none = telemetry.GPUSampler(smi=lambda cmd: None, use_nvml=False)

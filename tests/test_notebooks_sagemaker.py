@@ -135,7 +135,7 @@ def test_parts_2_and_3_on_local_endpoints(aws_to_tiny_model, tiny_model_dir, tmp
         aws_to_tiny_model.runtime.backend_for("*"), "tiny-gemma4", "answers", tmp_path / "http",
         output_len=6, progress=False,
     )  # fmt: skip
-    same = compare_answers(served.cells[0]["answers"], http.cells[0]["answers"])
+    same = compare_answers(served.cells[0].answers, http.cells[0].answers)
     assert same.identical == same.total == 20
     again, _ = experiments.repack_on_endpoint(
         tiny_model_dir, REGION, specs={"answers": AnswersSpec(output_len=2)}, budget=2.0, out_dir=tmp_path / "p3b",

@@ -274,3 +274,19 @@ def test_edited_results_fail_validation_with_the_field_named(tmp_path):
     (copy / "summary.json").write_text("[1, 2]")
     with pytest.raises(Gemma4T4Error, match="not a JSON object"):
         load_run(copy)
+
+
+def test_results_are_models_and_a_newer_writers_fields_survive_in_model_extra(tmp_path):
+    copy = load_run(FIXTURE / "decode").save(tmp_path / "r")
+    data = json.loads((copy / "summary.json").read_text())
+    data["cells"][0]["joules_per_token"] = 0.25  # a field a newer writer added, here and in a nested model
+    data["cells"][0]["ttft_ms"]["p999"] = 41.5
+    (copy / "summary.json").write_text(json.dumps(data))
+    cell = load_run(copy).cells[0]
+    assert cell.model_extra == {"joules_per_token": 0.25} and cell.ttft_ms.model_extra == {"p999": 41.5}
+    # read as models: no dict look-alike that would hide a misspelt field behind a None
+    with pytest.raises(TypeError, match="not subscriptable"):
+        cell["workload"]  # noqa: B018
+    assert not hasattr(cell, "get") and not hasattr(cell.ttft_ms, "keys")
+    again = json.loads((load_run(copy).save(tmp_path / "again") / "summary.json").read_text())
+    assert again["cells"][0]["joules_per_token"] == 0.25 and again["cells"][0]["ttft_ms"]["p999"] == 41.5

@@ -140,7 +140,8 @@ def compare_runs(a: str | os.PathLike | BenchRun, b: str | os.PathLike | BenchRu
         for name, (attr, higher) in METRICS.items():
             va, vb = _per_request(run_a, ca.cell, attr), _per_request(run_b, cb.cell, attr)
             point, low, high = ratio_ci(va, vb)
-            ratios.append(Ratio(name, ca[name].median, cb[name].median, point, low, high, higher))
+            stats_a, stats_b = getattr(ca, name), getattr(cb, name)
+            ratios.append(Ratio(name, stats_a.median, stats_b.median, point, low, high, higher))
         ta, tb = ca.output_throughput_tok_s, cb.output_throughput_tok_s
         ratios.append(
             Ratio("output_throughput_tok_s", ta, tb, (tb / ta) if ta and tb else None, None, None, True)

@@ -8,43 +8,34 @@ from pathlib import Path
 
 from gemma4_t4.bench.compare import RunComparison, compare_runs
 from gemma4_t4.bench.results import BenchRun, load_run
-from gemma4_t4.bench.schemas import CellSummary
 from gemma4_t4.figures import check_plot_path, pyplot, save_figure
 
 
 def _title(run: BenchRun, what: str) -> str:
-    label = run.run.get("label") or run.run.get("model") or ""
+    label = run.run.label or run.run.model or ""
     title = f"{what} — {label}" if label else what
     if run.not_measured:  # a plot of a run that did not complete says so on its face
         title += f"\nNOT MEASURED: run {run.status}"
     return title
 
 
-def _median(cell: CellSummary, key: str) -> float | None:
-    return (cell.get(key) or {}).get("median")
-
-
 def plot_throughput(run: BenchRun, path: Path) -> Path | None:
     cells = sorted(
-        (
-            c
-            for c in run.cells
-            if c.get("workload") == "decode" and c.get("completed") and c.get("concurrency") is not None
-        ),
-        key=lambda c: c["concurrency"],
+        (c for c in run.cells if c.workload == "decode" and c.completed and c.concurrency is not None),
+        key=lambda c: c.concurrency or 0,
     )
     if not cells:
         return None
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    xs = [c["concurrency"] for c in cells]
-    ax.plot(xs, [c.get("output_throughput_tok_s") for c in cells], "o-", label="system output tok/s")
-    ax.plot(xs, [_median(c, "per_stream_tok_s") for c in cells], "s--", label="per-stream tok/s (median)")
+    xs = [c.concurrency for c in cells]
+    ax.plot(xs, [c.output_throughput_tok_s for c in cells], "o-", label="system output tok/s")
+    ax.plot(xs, [c.per_stream_tok_s.median for c in cells], "s--", label="per-stream tok/s (median)")
     for c in cells:
-        if c.get("queueing"):
+        if c.queueing:
             ax.annotate(
                 "queueing",
-                (c["concurrency"], c.get("output_throughput_tok_s") or 0),
+                (c.concurrency, c.output_throughput_tok_s or 0),
                 textcoords="offset points",
                 xytext=(0, 8),
                 ha="center",
@@ -55,7 +46,7 @@ def plot_throughput(run: BenchRun, path: Path) -> Path | None:
     ax.set_xticks(xs, [str(x) for x in xs])
     ax.set_xlabel("concurrent requests")
     ax.set_ylabel("tokens / s")
-    ax.set_title(_title(run, f"Decode: in {cells[0].get('input_len')} / out {cells[0].get('output_len')}"))
+    ax.set_title(_title(run, f"Decode: in {cells[0].input_len} / out {cells[0].output_len}"))
     ax.grid(alpha=0.3)
     ax.legend()
     return save_figure(fig, path)
@@ -64,27 +55,21 @@ def plot_throughput(run: BenchRun, path: Path) -> Path | None:
 def plot_ttft(run: BenchRun, path: Path) -> Path | None:
     # a cell whose replies were all empty text has no TTFT (tiny random models do that): not plotted
     cells = sorted(
-        (
-            c
-            for c in run.cells
-            if c.get("workload") == "ttft" and c.get("completed") and _median(c, "ttft_ms") is not None
-        ),
-        key=lambda c: (c["concurrency"], c["input_len"]),
+        (c for c in run.cells if c.workload == "ttft" and c.completed and c.ttft_ms.median is not None),
+        key=lambda c: (c.concurrency or 0, c.input_len or 0),
     )
     if not cells:
         return None
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    for conc in sorted({c["concurrency"] for c in cells}):
-        group = [c for c in cells if c["concurrency"] == conc]
-        xs = [c["input_len"] for c in group]
-        med = [_median(c, "ttft_ms") for c in group]
-        low = [m - (c["ttft_ms"].get("ci_low") or m) for m, c in zip(med, group, strict=True)]
-        high = [(c["ttft_ms"].get("ci_high") or m) - m for m, c in zip(med, group, strict=True)]
+    for conc in sorted({c.concurrency or 0 for c in cells}):
+        group = [c for c in cells if (c.concurrency or 0) == conc]
+        xs = [c.input_len for c in group]
+        med = [c.ttft_ms.median or 0.0 for c in group]  # not None: the cells were chosen for it
+        low = [m - (c.ttft_ms.ci_low or m) for m, c in zip(med, group, strict=True)]
+        high = [(c.ttft_ms.ci_high or m) - m for m, c in zip(med, group, strict=True)]
         ax.errorbar(xs, med, yerr=[low, high], fmt="o-", capsize=3, label=f"median TTFT, c={conc} (95 % CI)")
-        ax.plot(
-            xs, [(c.get("ttft_ms") or {}).get("p90") for c in group], "x:", alpha=0.6, label=f"p90, c={conc}"
-        )
+        ax.plot(xs, [c.ttft_ms.p90 for c in group], "x:", alpha=0.6, label=f"p90, c={conc}")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("input length (tokens)")
@@ -96,21 +81,21 @@ def plot_ttft(run: BenchRun, path: Path) -> Path | None:
 
 
 def plot_prefix(run: BenchRun, path: Path) -> Path | None:
-    cells = [c for c in run.cells if c.get("workload") == "prefix" and c.get("completed")]
+    cells = [c for c in run.cells if c.workload == "prefix" and c.completed]
     if not cells:
         return None
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2))
     labels, values, colors = [], [], []
-    for c in sorted(cells, key=lambda c: (c["concurrency"], c["variant"])):
-        hit = (c.get("prefix_cache") or {}).get("hit_rate")
+    for c in sorted(cells, key=lambda c: (c.concurrency or 0, c.variant or "")):
+        hit = c.prefix_cache.hit_rate
         labels.append(
-            f"c={c['concurrency']}\n{c['variant']}\nhits {hit * 100:.0f} %"
+            f"c={c.concurrency}\n{c.variant}\nhits {hit * 100:.0f} %"
             if hit is not None
-            else f"c={c['concurrency']}\n{c['variant']}"
+            else f"c={c.concurrency}\n{c.variant}"
         )
-        values.append(_median(c, "ttft_ms") or 0)
-        colors.append("tab:green" if c["variant"] == "shared_prefix" else "tab:gray")
+        values.append(c.ttft_ms.median or 0)
+        colors.append("tab:green" if c.variant == "shared_prefix" else "tab:gray")
     ax.bar(range(len(values)), values, color=colors)
     ax.set_xticks(range(len(values)), labels, fontsize=8)
     ax.set_ylabel("median TTFT (ms)")
@@ -120,31 +105,28 @@ def plot_prefix(run: BenchRun, path: Path) -> Path | None:
 
 
 def plot_roofline(run: BenchRun, path: Path) -> Path | None:
-    cells = [c for c in run.cells if (c.get("derived") or {}).get("roofline")]
-    if not cells:
+    measured = [(c, c.derived.roofline) for c in run.cells if c.derived.roofline]
+    if not measured:
         return None
+    cells = [c for c, _ in measured]
+    roofs = [r for _, r in measured]
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    roof = cells[0]["derived"]["roofline"]
+    roof = roofs[0]
     xs = list(range(len(cells)))
-    ax.bar(
-        xs,
-        [(c["derived"]["roofline"].get("per_stream_tok_s") or 0) for c in cells],
-        label="measured per stream",
-    )
+    ax.bar(xs, [r.per_stream_tok_s or 0 for r in roofs], label="measured per stream")
     ax.axhline(
-        roof["ceiling_tok_s"],
+        roof.ceiling_tok_s,
         color="tab:red",
         ls="--",
-        label=f"ceiling {roof['ceiling_tok_s']:.0f} tok/s ({roof['bandwidth_gb_s']:.0f} GB/s ÷ "
-        f"{roof['bytes_per_token'] / 1e9:.3f} GB/token)",
+        label=f"ceiling {roof.ceiling_tok_s:.0f} tok/s ({roof.bandwidth_gb_s:.0f} GB/s ÷ "
+        f"{roof.bytes_per_token / 1e9:.3f} GB/token)",
     )
-    for x, c in zip(xs, cells, strict=True):
-        eff = c["derived"]["roofline"].get("efficiency")
-        if eff is not None:
+    for x, r in zip(xs, roofs, strict=True):
+        if r.efficiency is not None:
             ax.annotate(
-                f"{eff * 100:.0f} %",
-                (x, c["derived"]["roofline"]["per_stream_tok_s"]),
+                f"{r.efficiency * 100:.0f} %",
+                (x, r.per_stream_tok_s),
                 textcoords="offset points",
                 xytext=(0, 4),
                 ha="center",
@@ -153,48 +135,50 @@ def plot_roofline(run: BenchRun, path: Path) -> Path | None:
     ax.set_xticks(
         xs,
         [
-            f"c={c['concurrency']}"
-            if c.get("concurrency") is not None
-            else f"{c['open_loop']['offered_rate_rps']:g}/s"
+            f"c={c.concurrency}"
+            if c.concurrency is not None
+            else f"{c.open_loop.offered_rate_rps if c.open_loop else None:g}/s"
             for c in cells
         ],
     )
     ax.set_ylabel("decode tokens / s per stream")
-    ax.set_title(_title(run, f"Roofline on {roof['gpu']}"))
+    ax.set_title(_title(run, f"Roofline on {roof.gpu}"))
     ax.legend(fontsize=8)
     return save_figure(fig, path)
 
 
 def plot_rate(run: BenchRun, path: Path) -> Path | None:
     """Open-loop cells: TTFT (median, p90) and delivered output tok/s against the offered request rate."""
-    cells = sorted(
-        (c for c in run.cells if c.get("open_loop") and c.get("completed")),
-        key=lambda c: c["open_loop"]["offered_rate_rps"],
+    measured = sorted(
+        ((c, c.open_loop) for c in run.cells if c.open_loop and c.completed),
+        key=lambda pair: pair[1].offered_rate_rps,
     )
-    if not cells:
+    if not measured:
         return None
+    cells = [c for c, _ in measured]
+    loops = [loop for _, loop in measured]
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    xs = [c["open_loop"]["offered_rate_rps"] for c in cells]
-    ax.plot(xs, [_median(c, "ttft_ms") for c in cells], "o-", label="TTFT median")
-    ax.plot(xs, [(c.get("ttft_ms") or {}).get("p90") for c in cells], "s--", label="TTFT p90")
-    ax.set_xlabel(f"offered load (requests / s, {cells[0]['open_loop'].get('arrival')} arrivals)")
+    xs = [loop.offered_rate_rps for loop in loops]
+    ax.plot(xs, [c.ttft_ms.median for c in cells], "o-", label="TTFT median")
+    ax.plot(xs, [c.ttft_ms.p90 for c in cells], "s--", label="TTFT p90")
+    ax.set_xlabel(f"offered load (requests / s, {loops[0].arrival} arrivals)")
     ax.set_ylabel("TTFT (ms)")
     ax.grid(alpha=0.3)
     right = ax.twinx()
     right.plot(
         xs,
-        [c.get("output_throughput_tok_s") for c in cells],
+        [c.output_throughput_tok_s for c in cells],
         "^:",
         color="tab:green",
         label="output tok/s (right)",
     )
     right.set_ylabel("output tokens / s")
-    for c, x in zip(cells, xs, strict=True):
-        if c["open_loop"].get("cap_reached"):
+    for c, loop, x in zip(cells, loops, xs, strict=True):
+        if loop.cap_reached:
             ax.annotate(
                 "in-flight cap",
-                (x, _median(c, "ttft_ms") or 0),
+                (x, c.ttft_ms.median or 0),
                 textcoords="offset points",
                 xytext=(0, 8),
                 ha="center",
@@ -204,7 +188,7 @@ def plot_rate(run: BenchRun, path: Path) -> Path | None:
     lines = ax.get_legend_handles_labels()
     more = right.get_legend_handles_labels()
     ax.legend(lines[0] + more[0], lines[1] + more[1], fontsize=8, loc="upper left")
-    ax.set_title(_title(run, f"Open loop: in {cells[0].get('input_len')} / out {cells[0].get('output_len')}"))
+    ax.set_title(_title(run, f"Open loop: in {cells[0].input_len} / out {cells[0].output_len}"))
     return save_figure(fig, path)
 
 

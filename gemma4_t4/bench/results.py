@@ -27,6 +27,7 @@ from gemma4_t4.bench.schemas import (
     SCHEMA,
     Answer,
     CellSummary,
+    LatencyStats,
     RequestRecord,
     RunInfo,
     RunReport,
@@ -69,10 +70,10 @@ def cells_to_csv(cells: Sequence[CellSummary]) -> str:
             "prefix_cache_hit_rate": cell.prefix_cache.hit_rate,
             "offered_rate_rps": cell.open_loop.offered_rate_rps if cell.open_loop else None,
         }
-        row = [nested[k] if k in nested else cell.get(k) for k in CSV_SCALARS]
+        row = [nested[k] if k in nested else getattr(cell, k) for k in CSV_SCALARS]
         for key in LATENCY_KEYS:
-            stats = cell[key]
-            row += [stats.get(s) for s in CSV_STATS]
+            stats: LatencyStats = getattr(cell, key)
+            row += [getattr(stats, s) for s in CSV_STATS]
         writer.writerow(["" if v is None else v for v in row])
     return buffer.getvalue()
 
@@ -134,7 +135,7 @@ class ResultsWriter:
         return BenchRun(dir=self.dir, run=self.run_info, cells=list(self.cells))
 
 
-def _median(stats: Any) -> float | None:
+def _median(stats: LatencyStats | None) -> float | None:
     return stats.median if stats is not None else None
 
 

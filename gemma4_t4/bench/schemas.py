@@ -3,14 +3,13 @@ cell, the run's information, and the files they are stored in.
 
 Every model is what ``summary.json`` / ``run.json`` / ``records.jsonl`` hold, field for field
 (the on-disk names are the model's field names), so results written before these models still
-load. Models also read like the dicts they are stored as (``cell["ttft_ms"]["median"]``), so
-code written against the JSON keeps working.
+load. Code reads them as models (``cell.ttft_ms.median``); fields a newer writer added are kept
+in ``model_extra``. ``to_json()`` is what goes to disk.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -28,31 +27,10 @@ RawJSON = JSONObject
 
 
 class BenchModel(BaseModel):
-    """Base of every results model: unknown fields are kept (a newer writer's extras survive a
-    load/save round trip) and ``model[key]`` / ``model.get(key)`` read fields like a dict."""
+    """Base of every results model: unknown fields are kept in ``model_extra`` (a newer writer's
+    extras survive a load/save round trip)."""
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
-
-    def __getitem__(self, key: str) -> Any:
-        if key in type(self).model_fields:
-            return getattr(self, key)
-        extra = self.__pydantic_extra__ or {}
-        if key in extra:
-            return extra[key]
-        raise KeyError(key)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        try:
-            return self[key]
-        except KeyError:
-            return default
-
-    def __contains__(self, key: object) -> bool:
-        # like the stored JSON: a field that was never set (None) is absent
-        return isinstance(key, str) and self.get(key) is not None
-
-    def keys(self) -> Iterator[str]:
-        return iter([k for k in (*type(self).model_fields, *(self.__pydantic_extra__ or {})) if k in self])
 
     def to_json(self) -> dict:
         return self.model_dump(mode="json", by_alias=True)
@@ -130,9 +108,6 @@ class Window(BaseModel):
     start_s: float = Field(description="first send of the cell")
     end_s: float = Field(description="last end of the cell")
     duration_s: float = Field(description="the window throughput is computed over")
-
-    def __getitem__(self, key: str) -> Any:
-        return getattr(self, key)
 
 
 class PrefixCache(BenchModel):
@@ -359,7 +334,7 @@ class RunInfo(BenchModel):
     )
 
     def digest(self) -> dict[str, str | None]:
-        return {k: v for k, v in self.to_json().items() if k in self.DIGEST and k in self}
+        return {k: v for k, v in self.to_json().items() if k in self.DIGEST and v is not None}
 
 
 class SummaryFile(BenchModel):
