@@ -133,19 +133,22 @@ def _found(*names: str) -> GateFacts:
     return GateFacts.model_validate(GOOD.model_dump(include=set(names)))
 
 
+# what the torch probe finds about the GPU (its memory is asked separately where a test needs it)
+TORCH_FACTS = (
+    "torch_version",
+    "torch_cuda_build",
+    "cuda_available",
+    "gpu_present",
+    "gpu_name",
+    "compute_capability",
+    "smem_per_block_optin",
+)
+
+
 def _probes(**overrides: GateFacts) -> GateProbes:
     """Fake probes describing GOOD; each override replaces one probe's answer."""
     answers = {
-        "torch": _found(
-            "torch_version",
-            "torch_cuda_build",
-            "cuda_available",
-            "gpu_present",
-            "gpu_name",
-            "compute_capability",
-            "smem_per_block_optin",
-            "gpu_memory_bytes",
-        ),
+        "torch": _found(*TORCH_FACTS, "gpu_memory_bytes"),
         "turing": GateFacts(turing_fix_active=True, turing_fix_proven=True),
         "host_memory": _found(
             "ram_total_bytes", "ram_available_bytes", "swap_total_bytes", "swap_free_bytes"
@@ -202,15 +205,7 @@ def test_each_probe_answers_only_what_it_found_and_later_answers_win():
     probes = _probes(
         turing=GateFacts(turing_fix_active=True, turing_fix_proven=True, smem_per_block_optin=None)
     )
-    probes.torch = lambda: _found(
-        "torch_version",
-        "torch_cuda_build",
-        "cuda_available",
-        "gpu_present",
-        "gpu_name",
-        "compute_capability",
-        "smem_per_block_optin",
-    ).model_copy(update={"notes": ["", "driver 580"]})
+    probes.torch = lambda: _found(*TORCH_FACTS).model_copy(update={"notes": ["", "driver 580"]})
     probes.host_memory = lambda: {"ram_available_bytes": 64 * GIB}  # not a GateFacts: a failed probe
     probes.model = model_probe
     facts = collect_facts(ServerConfig(model="google/gemma-4-E2B-it-qat-w4a16-ct", target="t4"), probes)
