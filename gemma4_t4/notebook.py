@@ -567,12 +567,6 @@ def drafter_for(target: str, work_dir: str | Path = ".") -> str:
 
 # ---------------------------------------------------------------- where a part runs: one Endpoint
 
-# the SageMaker instance of each GPU a part deploys on (the series' T4 and L4 endpoints)
-SAGEMAKER_INSTANCE = {"t4": "ml.g4dn.xlarge", "l4": "ml.g6.xlarge"}
-# every endpoint a part creates is named with its prefix (what the clean-up check looks for)
-PART_PREFIX = {2: "g4-p2", 3: "g4-p3", 4: "g4-p4"}
-
-
 def endpoint(runtime: RuntimeInfo | str, model: str | Path, work_dir: str | Path, *, name: str,
              part: int | None = None, region: str = "us-east-2", budget: Budget | None = None,
              gpu: Literal["t4", "l4"] = "t4", max_num_seqs: int = 8, max_model_len: int | None = None,
@@ -612,15 +606,14 @@ def _sagemaker_endpoint(model: str | Path, *, name: str, part: int | None, regio
                         gpu: str, max_num_seqs: int, max_model_len: int | None, poll_s: float) -> Endpoint:
     from gemma4_t4.endpoint import Endpoint
     from gemma4_t4.sagemaker.config import DeployConfig
-    from gemma4_t4.sagemaker.matrix import endpoint_name
+    from gemma4_t4.sagemaker.experiments import INSTANCE_OF_GPU, PART_PREFIX, endpoint_name
 
-    if gpu not in SAGEMAKER_INSTANCE:
-        raise Gemma4T4Error(f"no SageMaker instance for gpu={gpu!r}", fix=f"use one of {', '.join(SAGEMAKER_INSTANCE)}")
-    prefix = PART_PREFIX.get(part or 0, "g4-nb")
+    if gpu not in INSTANCE_OF_GPU:
+        raise Gemma4T4Error(f"no SageMaker instance for gpu={gpu!r}", fix=f"use one of {', '.join(INSTANCE_OF_GPU)}")
     config = DeployConfig(
-        region=region, instance_type=SAGEMAKER_INSTANCE[gpu], model_id=str(model), served_model_name=name,
+        region=region, instance_type=INSTANCE_OF_GPU[gpu], model_id=str(model), served_model_name=name,
         max_num_seqs=max_num_seqs, max_model_len=max_model_len or 8192, ttl_hours=2.0,
-        name=endpoint_name(f"{prefix}-{gpu}", name),
+        name=endpoint_name(PART_PREFIX.get(part or 0, "g4-nb-") + gpu, name),
     )
     tokenizer = None
     folder = Path(model)
@@ -688,10 +681,10 @@ def clean_up(*endpoints: Endpoint, keep_local: bool = False, part: int | None = 
     kept = [e.url for e in endpoints if not e.stopped]
     print("stopped:", ", ".join(stopped) or "nothing", "| left running:", ", ".join(kept) or "nothing")
     left = [e.name for e in endpoints if e.venue == "sagemaker" and not e.stopped]
-    if used_sagemaker and part in PART_PREFIX:
-        from gemma4_t4.sagemaker.ops import list_endpoints
+    if used_sagemaker and part is not None:
+        from gemma4_t4.sagemaker.experiments import leftover_endpoints
 
-        left += [e.name for e in list_endpoints([region]) if e.name.startswith(PART_PREFIX[part] + "-")]
+        left += leftover_endpoints(region, part)
         print(f"Part {part} endpoints still in {region}:", ", ".join(sorted(set(left))) or "none")
     return sorted(set(left))
 
@@ -702,7 +695,9 @@ def price_of(served: Endpoint, runtime: RuntimeInfo) -> Any:
     from gemma4_t4.hardware import PRICES
 
     if served.venue == "sagemaker":
-        return PRICES[f"sagemaker:{SAGEMAKER_INSTANCE.get(served.gpu or 't4', 'ml.g4dn.xlarge')}"]
+        from gemma4_t4.sagemaker.experiments import INSTANCE_OF_GPU
+
+        return PRICES[f"sagemaker:{INSTANCE_OF_GPU[served.gpu or 't4']}"]
     return price_for(runtime.gpu_key)
 
 

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 
 T4 = "ml.g4dn.xlarge"
 L4 = "ml.g6.xlarge"
+INSTANCE_OF_GPU = {"t4": T4, "l4": L4}  # the instance a part deploys for each GPU
 DEFAULT_MAX_NUM_SEQS = 4
 DEFAULT_TTL_HOURS = 2.0  # `reap` deletes an endpoint a killed run left after this
 
