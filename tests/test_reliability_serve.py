@@ -774,3 +774,36 @@ def test_a_python_that_is_not_an_interpreter_is_refused_before_anything_starts(t
     with pytest.raises(Gemma4T4Error, match="not an executable interpreter") as info:
         config.validate()
     assert info.value.fix and not list(tmp_path.iterdir())
+
+
+# -- a forked child does not run its parent's orderly stop ------------------------------------------
+
+
+FORK_CHILD_SCRIPT = """
+import multiprocessing, signal, sys, time
+from gemma4_t4 import signals
+
+def work(ready):
+    ready.set()
+    time.sleep(60)
+
+with signals.orderly_stop():
+    context = multiprocessing.get_context("fork")  # what the verify pool of serve start / tune uses
+    ready = context.Event()
+    child = context.Process(target=work, args=(ready,))
+    child.start()
+    assert ready.wait(30)
+    child.terminate()  # SIGTERM, as Pool.terminate() sends its workers
+    child.join(30)
+    print(child.exitcode, flush=True)
+"""
+
+
+def test_a_fork_child_of_an_orderly_stop_dies_of_sigterm_without_a_traceback():
+    """The verify fork pool's workers inherited the stop handler: a SIGTERM from the pool's own
+    terminate() raised ``Terminated`` in them ("Process ForkPoolWorker-2: Traceback ...")."""
+    done = subprocess.run([sys.executable, "-c", FORK_CHILD_SCRIPT], capture_output=True, text=True,
+                          timeout=90, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(-signal.SIGTERM)  # ended by the signal, as its sender expects
+    assert "Traceback" not in done.stderr and "Terminated" not in done.stderr, done.stderr
