@@ -902,6 +902,11 @@ class VLLMServer:
     def pid(self) -> int | None:
         return self._pid
 
+    @property
+    def pid_create_time(self) -> float | None:
+        """When the supervisor (``pid``) started: with the pid, what identifies this very server."""
+        return self._pid_create_time
+
     def _lock_dir(self) -> Path:
         return Path(self.config.work_dir) / "locks"
 
