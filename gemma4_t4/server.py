@@ -843,6 +843,14 @@ def _signal_name(exit_code: int | None) -> str | None:
     return signal.Signals(-exit_code).name if exit_code is not None and exit_code < 0 else None
 
 
+def _orderly_stop(exit_info: ExitRecord) -> bool:
+    """The supervisor ended because it was told to stop (a signal, its owner gone), not because the
+    engine died. Records written before ``orderly_stop`` existed: a signal and no engine death."""
+    if "orderly_stop" in exit_info:
+        return bool(exit_info["orderly_stop"])
+    return bool(exit_info.get("terminated_by")) and not exit_info.get("engine_dead_reason")
+
+
 def _owner_alive(owner: ServerOwner) -> bool:
     return pid_alive(owner.get("pid"), owner.get("create_time"))
 
@@ -1263,6 +1271,14 @@ class VLLMServer:
         if self._stopped or self._recorded_as_stopped():
             self._stopped = True
             return replace(ended, state="stopped", reason=reason)
+        if _orderly_stop(exit_info):  # its owner's stop was cut short before recording it: still a stop
+            self._stopped = True
+            return replace(
+                ended,
+                state="stopped",
+                hint=f"stopped by {exit_info.get('terminated_by')} sent to its processes (an orderly stop, "
+                "not a crash)",
+            )
         return replace(
             ended, state="dead", reason=reason, log_tail=self.log_tail(), hint=_death_hint(code, reason)
         )
