@@ -349,6 +349,8 @@ def _settle_watches() -> None:
     for (region, name), watcher in list(_WATCHES.by_key.items()):
         if watcher.done.is_set():  # InService (kept) or already rolled back by the watch itself
             continue
+        if _WATCHES.by_key.pop((region, name), None) is None:  # settled already (the other exit path)
+            continue
         try:
             status = watcher.sm.describe_endpoint(EndpointName=name).get("EndpointStatus", "?")
         except Exception as exc:  # noqa: BLE001 - unknown state: deleted like one not yet InService
