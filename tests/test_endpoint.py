@@ -231,3 +231,132 @@ def test_an_endpoint_a_killed_owner_left_is_deleted_by_the_next_one(local_aws, o
     with Endpoint.sagemaker(_deploy_config("g4-ep-next"), poll_s=0.05, progress=False):
         assert not _live("g4-ep-orphan")
         assert [r.name for r in _records(own_cache)] == ["g4-ep-next"]
+
+
+# ---------------------------------------------------------------- a refusal touches nothing of another owner's
+
+
+def _sm():
+    return boto3.client("sagemaker", region_name=REGION)
+
+
+def _chain_exists(name: str) -> bool:
+    """The endpoint, its config and its model are all there."""
+    sm = _sm()
+    return (
+        _live(name)
+        and name in [c["EndpointConfigName"] for c in sm.list_endpoint_configs()["EndpointConfigs"]]
+        and name in [m["ModelName"] for m in sm.list_models()["Models"]]
+    )
+
+
+def test_a_second_owner_refused_leaves_the_first_owners_endpoint_alone(local_aws, own_cache):  # noqa: F811
+    """Two kernels run the same notebook part (one fixed endpoint name): the second is refused, and on
+    its way out it must not delete the first one's endpoint, config, model or ownership record."""
+    script = (
+        "import json, time\n"
+        "from gemma4_t4.endpoint import Endpoint\n"
+        "from gemma4_t4.sagemaker.config import DeployConfig\n"
+        f"config = DeployConfig(name='g4-shared', region={REGION!r}, max_model_len=4096, ttl_hours=1.0)\n"
+        "with Endpoint.sagemaker(config, poll_s=0.05, progress=False) as served:\n"
+        "    print(json.dumps({'url': served.url}), flush=True)\n"
+        "    time.sleep(300)\n"
+    )
+    first = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": str(REPO), "GEMMA4_T4_CACHE_DIR": str(own_cache)})
+    try:
+        assert json.loads(first.stdout.readline())["url"] == f"sagemaker://{REGION}/g4-shared"
+        (held,) = _records(own_cache)
+        assert held.owner_pid == first.pid and _chain_exists("g4-shared")
+        with pytest.raises(Gemma4T4Error, match=f"owned by process {first.pid}"):
+            Endpoint.sagemaker(_deploy_config("g4-shared"), poll_s=0.05, progress=False)
+        assert _chain_exists("g4-shared"), "the refused second owner deleted the first one's endpoint"
+        assert _records(own_cache) == [held]
+        first.send_signal(signal.SIGTERM)  # the first owner's own clean-up still deletes it
+        assert first.wait(60) == -signal.SIGTERM
+        assert not _live("g4-shared") and _records(own_cache) == []
+    finally:
+        first.kill()
+
+
+def test_a_deploy_refused_because_the_name_exists_deletes_nothing(local_aws, own_cache):  # noqa: F811
+    """An endpoint of that name deployed without an Endpoint (`sagemaker deploy`, another machine) is
+    not recorded; deploy refuses to overwrite it, and that refusal must not delete it either."""
+    from gemma4_t4.sagemaker.deploy import deploy
+
+    deploy(_deploy_config("g4-ep-theirs"), poll_s=0.05, progress=False)
+    with pytest.raises(Gemma4T4Error, match="already exists"):
+        Endpoint.sagemaker(_deploy_config("g4-ep-theirs"), poll_s=0.05, progress=False)
+    assert _chain_exists("g4-ep-theirs") and _records(own_cache) == []
+
+
+def test_a_second_endpoint_of_a_name_in_this_process_is_refused_and_keeps_the_first(local_aws, own_cache):  # noqa: F811
+    with Endpoint.sagemaker(_deploy_config("g4-ep-twice"), poll_s=0.05, progress=False) as served:
+        (held,) = _records(own_cache)
+        with pytest.raises(Gemma4T4Error, match="another Endpoint of this process"):
+            Endpoint.sagemaker(_deploy_config("g4-ep-twice"), poll_s=0.05, progress=False)
+        assert _chain_exists("g4-ep-twice") and _records(own_cache) == [held] and not served.stopped
+    assert not _live("g4-ep-twice") and _records(own_cache) == []
+
+
+def test_a_local_endpoint_refused_as_owned_starts_and_stops_nothing(fake_vllm, model_dir, tmp_path, own_cache):
+    other = psutil.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        config = _config(model_dir, fake_vllm, tmp_path / "w")
+        folder = own_cache / "owned"
+        folder.mkdir(parents=True)
+        held = OwnershipRecord(venue="local", name=config.resolved_name(), url=f"http://127.0.0.1:{config.port}",
+                               owner_pid=other.pid, owner_create_time=other.create_time(), started_at=time.time(),
+                               work_dir=config.work_dir, port=config.port)
+        path = folder / f"local-{config.resolved_name()}-{config.port}.json"
+        path.write_text(held.model_dump_json())
+        with pytest.raises(Gemma4T4Error, match=f"owned by process {other.pid}"):
+            Endpoint.local(config, quiet=True)
+        assert not (tmp_path / "w" / "servers").exists(), "a refused owner started (and stopped) a server"
+        assert _records(own_cache) == [held]
+    finally:
+        other.kill()
+
+
+# ---------------------------------------------------------------- the reaper stops only what its owner started
+
+
+def test_the_reaper_leaves_a_server_started_later_on_the_dead_owners_port_and_work_dir(
+    fake_vllm, model_dir, tmp_path, own_cache
+):
+    """A killed owner's record names a port and work dir; a server started there by hand afterwards is
+    not the owner's (its supervisor is another process) and must keep running."""
+    work = tmp_path / "w"
+    config = _config(model_dir, fake_vllm, work)
+    script = (
+        "import json, time\n"
+        "from gemma4_t4.endpoint import Endpoint\n"
+        "from gemma4_t4.server import ServerConfig\n"
+        f"config = ServerConfig.model_validate_json({config.model_dump_json()!r})\n"
+        "served = Endpoint.local(config, quiet=True)\n"
+        "print(json.dumps({'pid': served.server.pid}), flush=True)\n"
+        "time.sleep(300)\n"
+    )
+    owner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": str(REPO), "GEMMA4_T4_CACHE_DIR": str(own_cache)})
+    manual = None
+    try:
+        supervisor = json.loads(owner.stdout.readline())["pid"]
+        (record,) = _records(own_cache)
+        assert record.server_pid == supervisor and record.server_create_time
+        owner.kill()  # SIGKILL: its record stays behind; its supervisor stops the server
+        owner.wait(10)
+        deadline = time.monotonic() + 30
+        while pid_alive(supervisor) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not pid_alive(supervisor)
+        manual = VLLMServer(config)  # `serve start` by hand, same port and work dir
+        manual.start(timeout=20)
+        (reaped,) = endpoints.reap_orphans()
+        assert reaped.action.startswith("left alone") and str(manual.pid) in reaped.action
+        assert manual.status().state == "running" and manual.healthy()
+        assert _records(own_cache) == []  # the dead owner's record is dropped
+    finally:
+        owner.kill()
+        if manual is not None:
+            manual.stop(grace=2)

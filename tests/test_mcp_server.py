@@ -278,3 +278,77 @@ async def test_stdio_starts_and_stops_a_real_vllm_cpu_server(tiny_model_dir, tmp
             if server.state in ("running", "starting"):
                 stop_server(server.port, work)
     assert all(s.state != "running" for s in list_servers(work))
+
+
+# A stand-in SageMaker client for the MCP server's process: moto's, except that an endpoint whose name
+# starts with "g4-creating" never leaves Creating (moto puts every endpoint InService at once).
+WATCHED_SERVER = """
+import os, sys
+from gemma4_t4 import mcp_server
+
+class StandInStuckCreating:
+    def __init__(self, region):
+        import boto3
+        self._sm = boto3.client("sagemaker", region_name=region)
+
+    def __getattr__(self, name):
+        return getattr(self._sm, name)
+
+    def describe_endpoint(self, **kwargs):
+        answer = self._sm.describe_endpoint(**kwargs)
+        if kwargs["EndpointName"].startswith("g4-creating"):
+            answer["EndpointStatus"] = "Creating"
+        return answer
+
+mcp_server._WATCHES.client = StandInStuckCreating
+print(f"mcp server pid {os.getpid()}", file=sys.stderr, flush=True)
+mcp_server.main()
+"""
+
+
+@pytest.mark.parametrize("ending", ["stdin closed", "SIGTERM"])
+async def test_an_endpoint_still_watched_when_the_server_exits_is_deleted_and_an_in_service_one_kept(
+    local_aws, tmp_path, ending  # noqa: F811
+):
+    """deploy_endpoint(wait=false)'s watch dies with the MCP server: what it had not seen InService
+    would then bill (or sit Failed) until its expiry tag. At exit it is deleted, config and model too;
+    an endpoint already InService is the user's and stays. The log (stderr) says which."""
+    import asyncio
+    import re
+    import signal
+
+    env = {**os.environ, **local_aws.env(), "GEMMA4_T4_WORK_DIR": str(tmp_path), "PYTHONPATH": str(REPO)}
+    params = StdioServerParameters(command=sys.executable, args=["-c", WATCHED_SERVER], env=env, cwd=str(REPO))
+    errlog_path = tmp_path / "server-stderr.log"
+    sm = boto3.client("sagemaker", region_name="us-east-2")
+    with open(errlog_path, "w") as errlog:
+        async with Client(stdio_client(params, errlog=errlog)) as client:
+            kept = await client.call_tool("deploy_endpoint", {"name": "g4-kept", "confirm": True})
+            assert not kept.is_error, kept.content[0].text
+            for _ in range(100):  # its watch sees InService at its first look
+                watch = (await client.call_tool("get_endpoint_status", {"name": "g4-kept"})).structured_content
+                if watch["deployment_watch"]["status"] == "InService":
+                    break
+                await asyncio.sleep(0.1)
+            assert watch["deployment_watch"]["status"] == "InService"
+            creating = await client.call_tool("deploy_endpoint", {"name": "g4-creating", "confirm": True})
+            assert creating.structured_content["deployment"]["status"] == "Creating"
+            assert sorted(_endpoints()) == ["g4-creating", "g4-kept"]
+            if ending == "SIGTERM":
+                pid = int(re.search(r"mcp server pid (\d+)", errlog_path.read_text()).group(1))
+                os.kill(pid, signal.SIGTERM)
+                for _ in range(300):
+                    if "g4-creating" not in _endpoints():
+                        break
+                    await asyncio.sleep(0.1)
+                assert "g4-creating" not in _endpoints()  # by the signal's shutdown, stdin still open
+    for _ in range(300):  # closing stdin: the server exits on its own
+        if "g4-creating" not in _endpoints():
+            break
+        await asyncio.sleep(0.1)
+    assert _endpoints() == ["g4-kept"]
+    assert [c["EndpointConfigName"] for c in sm.list_endpoint_configs()["EndpointConfigs"]] == ["g4-kept"]
+    assert [m["ModelName"] for m in sm.list_models()["Models"]] == ["g4-kept"]
+    log = errlog_path.read_text()
+    assert "deleted endpoint g4-creating" in log and "Creating, not yet InService" in log
+    assert "g4-kept" not in log.split("deleted endpoint")[-1].split("\n")[0]

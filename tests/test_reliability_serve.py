@@ -143,6 +143,54 @@ def test_two_different_keys_are_refused_without_echoing_them():
     assert KEY not in str(info.value) and KEY2 not in str(info.value) and info.value.fix
 
 
+def test_an_hf_token_in_extra_args_reaches_vllm_only_through_its_environment(fake_vllm, model_dir, tmp_path):
+    """``--vllm-arg=--hf-token --vllm-arg=hf_...`` put the token on the supervisor's and the API
+    server's command lines (``ps -eo args``). Its value travels as HF_TOKEN in their environment:
+    the real argv of every launched process is read back through psutil."""
+    import psutil
+
+    work = tmp_path / "work"
+    for extra in (["--hf-token", TOKEN], [f"--hf_token={TOKEN}"]):
+        config = ServerConfig(
+            model=str(model_dir),
+            port=free_port(),
+            work_dir=str(work),
+            python=str(fake_vllm),
+            extra_args=list(extra),
+            extra_env={"FAKE_VLLM_MODE": "serve"},
+            probe_cpu_attention=False,
+        )
+        assert TOKEN not in build_command(config) and build_env(config)["HF_TOKEN"] == TOKEN
+        server = VLLMServer(config)
+        server.start(timeout=20)
+        try:
+            supervisor = psutil.Process(server.pid)
+            launched = [supervisor, *supervisor.children(recursive=True)]
+            assert len(launched) >= 2  # the supervisor and the (FAKE) API server under it
+            for proc in launched:
+                assert TOKEN not in " ".join(proc.cmdline()), proc.cmdline()
+                assert proc.environ().get("HF_TOKEN") == TOKEN  # vLLM / huggingface_hub read it there
+            assert TOKEN not in server.log_path.read_text()  # the FAKE prints its argv into the raw log
+            for path in (work / "servers").glob("*.json"):
+                assert TOKEN not in path.read_text(), path
+        finally:
+            server.stop(grace=2)
+    # a bare --hf-token ("use the token of hf auth login") holds no secret and stays as it is
+    bare = ServerConfig(model="m/x", dtype="float32", extra_args=["--hf-token", "--enforce-eager"])
+    assert build_command(bare)[-2:] == ["--hf-token", "--enforce-eager"] and "HF_TOKEN" not in bare.extra_env
+    with pytest.raises(Gemma4T4Error, match="two different values for HF_TOKEN") as info:
+        build_command(ServerConfig(model="m/x", dtype="float32", extra_args=["--hf-token", TOKEN],
+                                   extra_env={"HF_TOKEN": "hf_" + "z" * 30}))
+    assert TOKEN not in str(info.value)
+    shown = _cli("serve", "start", "--target", "cpu", "--model", str(model_dir), "--dtype", "float32",
+                 "--vllm-arg=--hf-token", f"--vllm-arg={TOKEN}", "--print-command", "--json",
+                 "--work-dir", str(tmp_path / "printed"))
+    assert shown.returncode == 0, shown.stderr
+    data = json.loads(shown.stdout)
+    assert TOKEN not in shown.stdout + shown.stderr and "--hf-token" not in data["command"]
+    assert data["env"]["HF_TOKEN"] == "***" and "HF_TOKEN='***'" in data["shell"]
+
+
 # -- values the config owns cannot be given twice ----------------------------------------------------
 
 
@@ -726,3 +774,36 @@ def test_a_python_that_is_not_an_interpreter_is_refused_before_anything_starts(t
     with pytest.raises(Gemma4T4Error, match="not an executable interpreter") as info:
         config.validate()
     assert info.value.fix and not list(tmp_path.iterdir())
+
+
+# -- a forked child does not run its parent's orderly stop ------------------------------------------
+
+
+FORK_CHILD_SCRIPT = """
+import multiprocessing, signal, sys, time
+from gemma4_t4 import signals
+
+def work(ready):
+    ready.set()
+    time.sleep(60)
+
+with signals.orderly_stop():
+    context = multiprocessing.get_context("fork")  # what the verify pool of serve start / tune uses
+    ready = context.Event()
+    child = context.Process(target=work, args=(ready,))
+    child.start()
+    assert ready.wait(30)
+    child.terminate()  # SIGTERM, as Pool.terminate() sends its workers
+    child.join(30)
+    print(child.exitcode, flush=True)
+"""
+
+
+def test_a_fork_child_of_an_orderly_stop_dies_of_sigterm_without_a_traceback():
+    """The verify fork pool's workers inherited the stop handler: a SIGTERM from the pool's own
+    terminate() raised ``Terminated`` in them ("Process ForkPoolWorker-2: Traceback ...")."""
+    done = subprocess.run([sys.executable, "-c", FORK_CHILD_SCRIPT], capture_output=True, text=True,
+                          timeout=90, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(-signal.SIGTERM)  # ended by the signal, as its sender expects
+    assert "Traceback" not in done.stderr and "Terminated" not in done.stderr, done.stderr

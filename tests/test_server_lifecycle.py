@@ -198,3 +198,52 @@ def test_attach_without_a_recorded_server_names_the_fix(tmp_path):
         VLLMServer.attach(work_dir=tmp_path)
     assert "serve start" in info.value.fix
     assert os.listdir(tmp_path) == []
+
+
+def test_a_signalled_stop_reads_as_stopped_and_a_crash_still_as_dead(fake_vllm, model_dir, tmp_path):
+    """An owner (the MCP server) SIGTERMs the server's processes and is itself ended before it records
+    the stop: vLLM turns SIGTERM into KeyboardInterrupt and exits "killed by SIGINT". The supervisor
+    was told to stop, so `serve status` says stopped (exit 0). vLLM killed on its own is still dead."""
+    import signal
+    import subprocess
+    import sys
+
+    from conftest import FAKE_VLLM
+
+    like_vllm = tmp_path / "fake_vllm_sigint"  # the FAKE vLLM, ending on SIGTERM the way vLLM does
+    like_vllm.write_text(FAKE_VLLM.format(python=sys.executable).replace(
+        "import http.server, os, sys, threading, time",
+        "import http.server, os, signal, sys, threading, time\n"
+        "def _stop(*_):\n    raise KeyboardInterrupt('terminated')\n"
+        "signal.signal(signal.SIGTERM, _stop)",
+    ))
+    like_vllm.chmod(0o755)
+    work = tmp_path / "work"
+
+    def status_cli(port: int) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "gemma4_t4", "serve", "status", "--port", str(port),
+                               "--work-dir", str(work)], capture_output=True, text=True, timeout=120)
+
+    server = VLLMServer(_config(like_vllm, model_dir, work))
+    server.start(timeout=20)
+    try:
+        os.killpg(server.pid, signal.SIGTERM)  # the owner's stop, cut short before it wrote "stopped"
+        server.process.wait(30)
+        status = VLLMServer.attach(server.config.port, work).status()
+        assert status.exit_signal == "SIGINT"  # what vLLM's own exit looks like
+        done = status_cli(server.config.port)
+        assert done.returncode == 0 and done.stdout.startswith("stopped"), done.stdout
+        assert "orderly stop" in done.stdout and "killed by" not in done.stdout
+    finally:
+        server.stop(grace=2)
+
+    crashed = VLLMServer(_config(fake_vllm, model_dir, work))
+    crashed.start(timeout=20)
+    try:
+        api = next(p for p in psutil.Process(crashed.pid).children() if p.pid != crashed.pid)
+        api.kill()  # nobody asked it to stop: a crash
+        _wait_state(crashed, "dead")
+        done = status_cli(crashed.config.port)
+        assert done.returncode == 1 and done.stdout.startswith("dead") and "SIGKILL" in done.stdout, done.stdout
+    finally:
+        crashed.stop(grace=2)

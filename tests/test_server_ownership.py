@@ -125,7 +125,8 @@ def test_full_forms_still_work_and_vllm_api_key_in_env_is_the_one_key():
         model="m/x", dtype="float32", extra_args=["--config-format", "hf", "--hf-token", KEY]
     )
     cmd = build_command(config)
-    assert cmd[-4:] == ["--config-format", "hf", "--hf-token", KEY]  # vLLM gets it; records mask it by name
+    assert cmd[-2:] == ["--config-format", "hf"] and KEY not in cmd  # the token travels as HF_TOKEN
+    assert build_env(config)["HF_TOKEN"] == KEY
     config = ServerConfig(model="m/x", dtype="float32", extra_env={"VLLM_API_KEY": KEY})
     assert config.api_key == KEY and "VLLM_API_KEY" not in config.extra_env
     assert "--api-key" not in build_command(config) and build_env(config)["VLLM_API_KEY"] == KEY

@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from gemma4_t4 import signals
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.turing import smem, tilecap
 from gemma4_t4.turing.offline import (
@@ -269,7 +270,9 @@ class SharedMemoryCompiler:
         _FORKED_WORK = (self, jit, list(pending.values()))
         try:
             context = multiprocessing.get_context("fork")
-            with context.Pool(min(jobs, len(pending))) as pool:
+            # the workers take the default signal actions: the pool's terminate() (SIGTERM) must end
+            # them quietly, not through the parent's orderly-stop handler (a traceback per worker)
+            with context.Pool(min(jobs, len(pending)), initializer=signals.default_in_child) as pool:
                 results = pool.map(_compile_forked, range(len(pending)), chunksize=1)
         except Exception:  # a pool that cannot start: shared_bytes() compiles in this process
             return
