@@ -77,6 +77,11 @@ class OwnershipRecord(BaseModel):
     # started there later by someone else is not this owner's. None: not started yet, nothing to stop.
     server_pid: int | None = None
     server_create_time: float | None = None
+    # SageMaker: the endpoint's CreationTime once the deploy has created it. The reaper deletes an
+    # endpoint of this name only while it is this very one: an endpoint deployed under the same name
+    # after the owner died (by hand, by another tool) is not this owner's. None: the owner died before
+    # the deploy finished, and then only an endpoint created after the record was written is its.
+    endpoint_created_at: float | None = None
 
 
 def owned_dir() -> Path:
@@ -132,15 +137,7 @@ def reap_orphans(*, sagemaker_client: object = None) -> list[Reaped]:
             if record.venue == "local":
                 action = _reap_local(record)
             else:
-                from gemma4_t4.sagemaker.ops import delete_endpoint
-
-                # a client is bound to one region: the record's own region gets its own client
-                client_region = getattr(getattr(sagemaker_client, "meta", None), "region_name", None)
-                same_region = sagemaker_client is not None and client_region == record.region
-                delete_endpoint(
-                    record.name, record.region or "", client=sagemaker_client if same_region else None
-                )
-                action = "deleted"
+                action = _reap_sagemaker(record, sagemaker_client)
         except Gemma4T4Error as exc:
             action = f"failed: {exc.message}"
         except Exception as exc:  # noqa: BLE001 - named in the result; the record stays for next time
@@ -149,6 +146,48 @@ def reap_orphans(*, sagemaker_client: object = None) -> list[Reaped]:
             path.unlink(missing_ok=True)
         reaped.append(Reaped(record.name, record.venue, action))
     return reaped
+
+
+# an endpoint created this long before its owner's record was written is not the owner's (clock skew
+# between this machine and AWS is allowed for); a recorded CreationTime must match to this tolerance
+_CLOCK_SKEW_S = 300.0
+_SAME_CREATION_S = 2.0
+
+
+def _reap_sagemaker(record: OwnershipRecord, sagemaker_client: object) -> str:
+    """Delete the endpoint a dead owner deployed, identified by its CreationTime: the name alone may
+    now belong to an endpoint someone deployed after the owner died, which is not this record's."""
+    from gemma4_t4.sagemaker.aws import client_factory
+    from gemma4_t4.sagemaker.ops import delete_endpoint
+
+    # a client is bound to one region: the record's own region gets its own client
+    client_region = getattr(getattr(sagemaker_client, "meta", None), "region_name", None)
+    same_region = sagemaker_client is not None and client_region == record.region
+    client = sagemaker_client if same_region else client_factory()("sagemaker", record.region or "")
+    created = _endpoint_created_at(client, record.name)
+    if created is not None:
+        if record.endpoint_created_at is not None:
+            mine = abs(created - record.endpoint_created_at) < _SAME_CREATION_S
+        else:
+            mine = created >= record.started_at - _CLOCK_SKEW_S
+        if not mine:
+            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(created))
+            return f"left alone: endpoint {record.name!r} was created {when}, not by this owner"
+    delete_endpoint(record.name, record.region or "", client=client)  # gone: what it left, if anything
+    return "deleted"
+
+
+def _endpoint_created_at(client: object, name: str) -> float | None:
+    """The endpoint's CreationTime (epoch seconds), or None where no endpoint has the name."""
+    from botocore.exceptions import ClientError
+
+    try:
+        created = client.describe_endpoint(EndpointName=name).get("CreationTime")  # type: ignore[attr-defined]
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") == "ValidationException":
+            return None  # no such endpoint (SageMaker answers "Could not find endpoint")
+        raise
+    return created.timestamp() if created is not None else None
 
 
 def _reap_local(record: OwnershipRecord) -> str:
@@ -380,6 +419,14 @@ class Endpoint:
         )
         atomic_write_text(self._record, self._owned.model_dump_json(indent=1))
 
+    def _record_created(self, client: object) -> None:
+        """Add the SageMaker endpoint's CreationTime to the ownership record (what the reaper matches)."""
+        if self._record is None or self._owned is None:
+            return
+        created = _endpoint_created_at(client, self.name)
+        self._owned = self._owned.model_copy(update={"endpoint_created_at": created})
+        atomic_write_text(self._record, self._owned.model_dump_json(indent=1))
+
     # -- builders -------------------------------------------------------------------------------
 
     @classmethod
@@ -481,6 +528,7 @@ class Endpoint:
                 endpoint._budget = budget
             with signals.orderly_stop():
                 deploy(config, client=sm, progress=progress, poll_s=poll_s)
+                endpoint._record_created(sm.client)
         except BaseException:
             endpoint.stop()  # rolled back by deploy already where it failed; this catches the rest
             raise

@@ -233,6 +233,40 @@ def test_an_endpoint_a_killed_owner_left_is_deleted_by_the_next_one(local_aws, o
         assert [r.name for r in _records(own_cache)] == ["g4-ep-next"]
 
 
+def test_the_record_names_the_endpoint_by_its_creation_time(local_aws, own_cache):  # noqa: F811
+    with Endpoint.sagemaker(_deploy_config("g4-ep-when"), poll_s=0.05, progress=False):
+        (record,) = _records(own_cache)
+        created = _sm().describe_endpoint(EndpointName="g4-ep-when")["CreationTime"].timestamp()
+        assert record.endpoint_created_at == pytest.approx(created)
+
+
+@pytest.mark.parametrize("recorded", ["another creation time", "none, the owner died mid-deploy"])
+def test_the_reaper_leaves_an_endpoint_deployed_under_a_dead_owners_name_by_someone_else(
+    local_aws, own_cache, recorded  # noqa: F811
+):
+    """The owner died; later someone deployed an endpoint of the same name by hand. The record's
+    CreationTime (or, without one, its start) says that endpoint is not the dead owner's."""
+    from gemma4_t4.sagemaker.deploy import deploy
+
+    deploy(_deploy_config("g4-ep-reused"), poll_s=0.05, progress=False)
+    created = _sm().describe_endpoint(EndpointName="g4-ep-reused")["CreationTime"].timestamp()
+    gone = psutil.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    folder = own_cache / "owned"
+    folder.mkdir(parents=True)
+    if recorded == "another creation time":  # the owner's endpoint was created an hour earlier
+        more = {"started_at": created - 3700, "endpoint_created_at": created - 3600}
+    else:  # the owner's record was written an hour after this endpoint was created
+        more = {"started_at": created + 3600}
+    orphan = OwnershipRecord(venue="sagemaker", name="g4-ep-reused", url=f"sagemaker://{REGION}/g4-ep-reused",
+                             owner_pid=gone.pid, owner_create_time=1.0, region=REGION, **more)
+    (folder / "sagemaker-g4-ep-reused.json").write_text(orphan.model_dump_json())
+    (reaped,) = endpoints.reap_orphans()
+    assert reaped.action.startswith("left alone"), reaped.action
+    assert _chain_exists("g4-ep-reused")
+    assert _records(own_cache) == []  # the record is settled: nothing of it is left to reap
+
+
 # ---------------------------------------------------------------- a refusal touches nothing of another owner's
 
 
