@@ -762,10 +762,13 @@ def _left_alone(record: InstallRecord, current: Sequence[str]) -> list[str]:
     return [line for n, line in _pinned(current).items() if n not in before and n not in named]
 
 
-def restore_record(record: InstallRecord, runner: Runner, since_record: bool = False) -> list[str]:
+def restore_record(
+    record: InstallRecord, runner: Runner, since_record: bool = False, current: Sequence[str] | None = None
+) -> list[str]:
     """Put back what setup changed; returns what could not be restored (empty: all)."""
     problems = []
-    current = pip_freeze(record["python"], runner, purpose="undo")
+    if current is None:
+        current = pip_freeze(record["python"], runner, purpose="undo")
     for command in restore_commands(record, current, since_record):
         done = runner(command)
         if done.returncode != 0:
@@ -833,7 +836,7 @@ def undo_setup(
                 + _left_alone_note(record, current))
     with setup_lock(python, path.parent), orderly_stop():
         current = pip_freeze(python, runner, purpose="undo")
-        problems = restore_record(record, runner)
+        problems = restore_record(record, runner, current=current)
     if problems:
         raise Gemma4T4Error(
             "could not restore everything recorded in " + f"{path}:\n" + "\n".join(problems),
