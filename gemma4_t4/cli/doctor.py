@@ -16,6 +16,9 @@ def _fmt(value: object, unit: str = "") -> str:
 def report_text(report: EnvReport) -> str:
     f = report.facts
     gpu = ", ".join(f"{g.name} ({_fmt(g.memory_mib, ' MiB')}, cc {_fmt(g.compute_capability)})" for g in f.gpus)
+    if len(f.gpus) > 1:  # which one setup, the gate and the notebooks plan for, and why
+        choice = f.gpu_choice
+        gpu += f"; used: {f'GPU {choice.gpu.index}' if choice.gpu else 'none'} ({choice.reason or choice.error})"
     torch = "-" if f.torch_version is None else f"{f.torch_version} ({'CUDA ' + f.torch_cuda if f.torch_cuda else 'CPU-only'})"
     smem = (f"{f.smem_per_block_optin:,} B" if f.smem_per_block_optin else f.cuda_probe_error or "-") \
         if f.smem_probed else "not probed (--smem initialises CUDA)"

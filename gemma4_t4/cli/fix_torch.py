@@ -1,4 +1,5 @@
-"""``gemma4-t4 fix-torch [--apply]``: install the CUDA torch build that the chosen vLLM needs."""
+"""``gemma4-t4 fix-torch [--apply]``: install the torch build this host's install plan names, where
+torch alone fixes the host (``--apply`` refuses, naming ``gemma4-t4 setup``, where it does not)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ def _fix_torch(args: argparse.Namespace) -> Output:
     plan = plan_torch_fix(vllm_version=args.vllm, python=args.python)
     data = {"plan": torch_fix_dict(plan), "applied": False}
     if not args.apply:
-        hint = "\n(dry: nothing installed; add --apply to run it)" if plan.needed else ""
+        hint = "\n(dry: nothing installed; add --apply to run it)" if plan.needed and plan.torch_alone else ""
         return Output(data, plan.summary() + hint)
     result = apply_torch_fix(plan)
     data.update(applied=result.applied, message=result.message, output_tail=result.output_tail)
@@ -21,10 +22,14 @@ def _fix_torch(args: argparse.Namespace) -> Output:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from gemma4_t4.torchfix import DEFAULT_VLLM
+    from gemma4_t4.setup import known_vllm_versions
 
     p = add_command(subparsers, "fix-torch", _fix_torch,
-                    "print (or --apply) the pip command installing the CUDA torch build vLLM needs")
-    p.add_argument("--apply", action="store_true", help="run the pip command")
-    p.add_argument("--vllm", default=None, help=f"vLLM version to match (default: installed, else {DEFAULT_VLLM})")
+                    "print (or --apply) the pip command installing the torch build this host's install plan "
+                    "names (the same plan as gemma4-t4 setup)")
+    p.add_argument("--apply", action="store_true",
+                   help="run the pip command (refused where vLLM must change too: then run gemma4-t4 setup)")
+    p.add_argument("--vllm", default=None,
+                   help=f"plan for this vLLM release: one of {', '.join(known_vllm_versions())} (default: the "
+                        "installed one where the driver runs it, else the best the driver runs)")
     p.add_argument("--python", default=None, help="interpreter whose torch to fix (default: this one)")

@@ -53,7 +53,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "install the vLLM and torch builds this host runs (GPU, driver, Colab aware)",
         description="Read the host (GPU, compute capability, driver, Colab, installed torch/vLLM) and "
         "install the install matrix's row for it (docs/install.md): vLLM "
-        f"{PROVEN_VLLM} (CUDA 13) on a driver >= 580, vLLM 0.30.0's cu129 build on drivers 525-579, "
+        f"{PROVEN_VLLM} (CUDA 13) on a driver >= 580, vLLM 0.31.0's cu129 build (0.30.0's as its fallback) on "
+        "drivers 525-579, "
         "vLLM's CPU build without a GPU; older drivers are refused. What pip replaces is recorded "
         "first, the install is proven in a fresh Python, and a failure puts the record back. "
         "--dry-run prints the exact pip commands and indexes.",
