@@ -187,8 +187,9 @@ def classify(argv: list[str]) -> tuple[Plan, list[str]]:
     return "parse", argv
 
 
-def shell_problems(block: Block) -> tuple[list[DocCommand], list[str]]:
-    """The gemma4-t4 commands of a shell block, and the problems found in its other lines."""
+def shell_problems(block: Block, mention: bool = False) -> tuple[list[DocCommand], list[str]]:
+    """The gemma4-t4 commands of a shell block, and the problems found in its other lines
+    (``mention``: a command named in prose, where ``gemma4-t4 serve`` alone names the group)."""
     commands: list[DocCommand] = []
     problems: list[str] = []
     previous: dict[tuple[str, ...], list[str]] = {}
@@ -216,6 +217,10 @@ def shell_problems(block: Block) -> tuple[list[DocCommand], list[str]]:
                 problems += _other_line_problems(segment, where)
                 continue
             argv = synopsis_words(segment[1:])
+            if mention:  # prose names a command ("`gemma4-t4 bench run`"), or quotes a log line
+                if any(w.endswith(":") for w in argv):
+                    continue
+                argv = [w for w in argv if w != "..."]
             path = command_path(argv)
             if argv[len(path) : len(path) + 1] == ["..."]:
                 # "bench run ... --workload ttft": the previous bench run's required options
@@ -227,7 +232,7 @@ def shell_problems(block: Block) -> tuple[list[DocCommand], list[str]]:
                 argv = [*argv[:i], *_required_options(before, argv), *argv[i + 1 :]]
             else:
                 previous[command_path(argv)] = argv
-            problem = parse_problem(argv)
+            problem = parse_problem(argv, group_ok=mention)
             if problem:
                 problems.append(f"{where}: gemma4-t4 {' '.join(argv)}\n    {problem}")
                 continue
@@ -274,9 +279,13 @@ def _segments(words: list[str]) -> list[list[str]]:
     return out
 
 
-def parse_problem(argv: list[str]) -> str | None:
+PLACEHOLDER_VALUE = re.compile(r"invalid (int|float) value: '[A-Z][A-Z0-9_]*'$")
+
+
+def parse_problem(argv: list[str], group_ok: bool = False) -> str | None:
     """What the real parser says about ``gemma4-t4 ARGV`` (None: it parses), then BenchArgs for
-    ``bench run``."""
+    ``bench run``. A synopsis's placeholder (``--minutes N``) stands for a value of the right type;
+    ``group_ok``: prose may name a group or a command without its required arguments."""
     err = io.StringIO()
     try:
         with redirect_stderr(err), redirect_stdout(io.StringIO()):
@@ -284,10 +293,15 @@ def parse_problem(argv: list[str]) -> str | None:
     except SystemExit as exc:
         if exc.code == 0:
             return None  # --help
-        return (err.getvalue().strip().splitlines() or [f"exit {exc.code}"])[-1]
+        message = (err.getvalue().strip().splitlines() or [f"exit {exc.code}"])[-1]
+        if group_ok and "the following arguments are required" in message:
+            return None  # prose names the command, not a whole invocation
+        return None if PLACEHOLDER_VALUE.search(message) else message
     unfinished = [k for k, v in vars(ns).items() if k.endswith("_command") and v is None]
-    if unfinished or getattr(ns, "_handler", None) is None:
+    if (unfinished or getattr(ns, "_handler", None) is None) and not group_ok:
         return "a command group without its subcommand (it only prints its help)"
+    if unfinished:
+        return None
     if command_path(argv) == ("bench", "run"):
         from pydantic import ValidationError
 
@@ -499,6 +513,33 @@ def documented() -> tuple[tuple[DocCommand, ...], tuple[str, ...]]:
     return tuple(commands), tuple(problems)
 
 
+@cache
+def mentioned() -> tuple[tuple[DocCommand, ...], tuple[str, ...]]:
+    commands: list[DocCommand] = []
+    problems: list[str] = []
+    for doc in DOCS:
+        found, bad = inline_problems(doc.read_text(), str(doc.relative_to(REPO)))
+        commands += found
+        problems += bad
+    return tuple(commands), tuple(problems)
+
+
+INLINE = re.compile(r"`(gemma4-t4 [^`]+)`")
+
+
+def inline_problems(text: str, name: str) -> tuple[list[DocCommand], list[str]]:
+    """Commands named in prose (```gemma4-t4 serve start --target t4```), parsed like a block's
+    (a usage synopsis's ``a|b`` and ``[--opt]`` as meant); none is run."""
+    commands: list[DocCommand] = []
+    problems: list[str] = []
+    for m in INLINE.finditer(text):
+        line = text[: m.start()].count("\n") + 1
+        found, bad = shell_problems(Block(f"{name}:{line}", "", m[1].replace("|", " | "), line), mention=True)
+        commands += [DocCommand(c.where, c.argv, "parse", c.argv) for c in found]
+        problems += bad
+    return commands, problems
+
+
 def python_blocks() -> list[Block]:
     return [b for b in _all_blocks() if b.lang in ("python", "py")]
 
@@ -506,6 +547,12 @@ def python_blocks() -> list[Block]:
 def test_every_documented_command_parses_and_every_named_thing_exists():
     commands, problems = documented()
     assert len(commands) >= 30, f"only {len(commands)} gemma4-t4 commands found in the docs"
+    assert not problems, "\n".join(problems)
+
+
+def test_every_command_named_in_prose_parses():
+    commands, problems = mentioned()
+    assert len(commands) >= 40, f"only {len(commands)} inline gemma4-t4 commands found"
     assert not problems, "\n".join(problems)
 
 
@@ -671,6 +718,19 @@ def test_checker_reports_a_missing_make_target_script_flag_and_marker():
     assert "tset" in problems[0] and "vlm" in problems[1] and "--concurency" in problems[2]
 
 
+def test_checker_reports_a_wrong_flag_named_in_prose():
+    text = (
+        "Run it against a server started with `gemma4-t4 serve start --no-enable-prefix-caching`,\n"
+        "then `gemma4-t4 bench run` and `gemma4-t4 serve start|stop|status` as usual; the log says\n"
+        "`gemma4-t4 turing prefill: routed: sm_75`. `gemma4-t4 fit --gpu t5` has no such GPU.\n"
+    )
+    commands, problems = inline_problems(text, "synthetic.md")
+    assert len(problems) == 2, problems
+    assert "--no-enable-prefix-caching" in problems[0] and "synthetic.md:1" in problems[0]
+    assert "invalid choice: 't5'" in problems[1] and "synthetic.md:3" in problems[1]
+    assert [c.argv for c in commands][:4] == [["bench", "run"], ["serve", "start"], ["serve", "stop"], ["serve", "status"]]
+
+
 def test_commands_are_classified_by_what_they_would_do():
     assert classify(["setup"]) == ("dry-run", ["setup", "--dry-run"])
     assert classify(["setup", "--undo"])[0] == "parse"
@@ -782,3 +842,20 @@ def test_setup_help_names_the_matrix_cuda12_route():
     text = _help_of("setup")
     cuda12 = [r for r in INSTALL_MATRIX if r.variant.startswith("cu12")]
     assert f"vLLM {cuda12[0].vllm_version}'s {cuda12[0].variant} build" in text
+
+
+def test_notebooks_doc_names_part1_target_choices_and_params_that_skip():
+    """docs/notebooks.md names Part 1's TARGET choices as its parameters cell declares them, and a
+    params file it says skips parts holds ``_skip``."""
+    nb = json.loads((REPO / "notebooks" / "01_sagemaker_mcp.ipynb").read_text())
+    cell = next("".join(c["source"]) for c in nb["cells"] if "parameters" in c["metadata"].get("tags", []))
+    choices = ast.literal_eval(re.search(r"^TARGET = .*# @param (\[.*\])", cell, re.M)[1])
+    text = " ".join((REPO / "docs" / "notebooks.md").read_text().split())
+    named = "its `TARGET` choices are " + ", ".join(f"`{c}`" for c in choices[:-1]) + f" and `{choices[-1]}`"
+    assert named in text, f"docs/notebooks.md should say: {named}"
+    for m in re.finditer(r"`_skip[^`]*`[^.]*?as `(\w+)\.yaml` does", text):
+        assert "_skip" in (REPO / "notebooks" / "params" / f"{m[1]}.yaml").read_text(), m[0]
+    params = {p.stem for p in (REPO / "notebooks" / "params").glob("*.yaml")}
+    skipping = {p for p in params if "_skip" in (REPO / "notebooks" / "params" / f"{p}.yaml").read_text()}
+    for name in params - skipping:
+        assert not re.search(rf"`{name}\.yaml` (does|skips)", text), f"{name}.yaml skips no part"
