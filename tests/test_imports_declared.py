@@ -334,3 +334,123 @@ def test_startup_closure_finds_an_extra_only_module_loaded_by_the_cli():
         ),
     }
     assert f"{NAME}.extra_only" in startup_modules(sources, [f"{NAME}.cli"])
+
+
+# ------------------------------------------------------------------------------------------
+# Imports inside functions: an extra's package missing names the extra to install
+
+
+def optional_imports(source: str, module: str) -> list[ModuleImport]:
+    """Third-party imports inside functions that are not guarded by an ``except ImportError``
+    (or a broader handler) around them: a missing package reaches the caller as
+    ModuleNotFoundError, which the error boundaries turn into the fix naming its extra."""
+    found: list[ModuleImport] = []
+
+    def guarded(handlers: list[ast.ExceptHandler]) -> bool:
+        for handler in handlers:
+            caught = handler.type
+            names = (
+                {e.id for e in caught.elts if isinstance(e, ast.Name)}
+                if isinstance(caught, ast.Tuple)
+                else {caught.id}
+                if isinstance(caught, ast.Name)
+                else {"BaseException"}
+            )
+            if names & (IMPORT_ERRORS | {"Exception", "BaseException"}):
+                return True
+        return False
+
+    def visit(node: ast.AST, in_function: bool, in_guard: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.Import, ast.ImportFrom)) and in_function and not in_guard:
+                if isinstance(child, ast.ImportFrom):
+                    tops = [] if child.level or not child.module else [child.module.split(".")[0]]
+                else:
+                    tops = [a.name.split(".")[0] for a in child.names]
+                for top in tops:
+                    if top != NAME and top not in sys.stdlib_module_names and top != "__future__":
+                        found.append(ModuleImport(module, child.lineno, top, None))
+            if isinstance(child, ast.Try):
+                for stmt in child.body:
+                    visit_stmt(stmt, in_function, in_guard or guarded(child.handlers))
+                for part in (*child.handlers, *child.orelse, *child.finalbody):
+                    visit_stmt(part, in_function, in_guard)
+                continue
+            visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)), in_guard)
+
+    def visit_stmt(stmt: ast.AST, in_function: bool, in_guard: bool) -> None:
+        wrapper = ast.Module(body=[stmt], type_ignores=[])
+        visit(wrapper, in_function, in_guard)
+
+    visit(ast.parse(source), False, False)
+    return found
+
+
+def _extra_closure(extra_requirements: set[str]) -> set[str]:
+    """The installed distributions an extra's requirements bring, transitively (markers ignored)."""
+    seen: set[str] = set()
+    todo = list(extra_requirements)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            requires = metadata.requires(name) or []
+        except metadata.PackageNotFoundError:
+            continue
+        todo.extend(canonicalize_name(Requirement(r).name) for r in requires)
+    return seen
+
+
+def test_every_optional_import_names_what_installs_it():
+    from gemma4_t4.errors import EXTRA_FOR_MODULE, SETUP_FOR_MODULE
+
+    base, _extras = declared()
+    dists = metadata.packages_distributions()
+    unnamed = []
+    for module, source in package_sources().items():
+        for imp in optional_imports(source, module):
+            if {canonicalize_name(d) for d in dists.get(imp.name, [])} & base:
+                continue
+            if imp.name not in EXTRA_FOR_MODULE and imp.name not in SETUP_FOR_MODULE:
+                unnamed.append(f"{module}:{imp.line}: import {imp.name}")
+    assert not unnamed, "add to gemma4_t4.errors.EXTRA_FOR_MODULE (or guard with except ImportError):\n" + "\n".join(
+        unnamed
+    )
+
+
+def test_the_extra_table_agrees_with_pyproject():
+    from gemma4_t4.errors import EXTRA_FOR_MODULE
+
+    _base, extras = declared()
+    dists = metadata.packages_distributions()
+    wrong = []
+    for module, extra in EXTRA_FOR_MODULE.items():
+        if extra not in extras:
+            wrong.append(f"{module}: no extra [{extra}] in pyproject.toml")
+            continue
+        installed = {canonicalize_name(d) for d in dists.get(module, [])}
+        if installed and not installed & _extra_closure(extras[extra]):
+            wrong.append(f"{module}: {sorted(installed)} is not brought by [{extra}]")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_a_missing_extra_package_is_reported_with_its_extra():
+    from gemma4_t4.errors import user_error
+
+    assert user_error(ModuleNotFoundError("No module named 'boto3'", name="boto3")).fix == (
+        "pip install 'gemma4-t4[aws]'"
+    )
+    assert "gemma4-t4[notebooks]" in user_error(ModuleNotFoundError("x", name="matplotlib.pyplot")).fix
+    assert user_error(ModuleNotFoundError("x", name="vllm")).fix.startswith("gemma4-t4 setup")
+
+
+def test_optional_import_scan_sees_unguarded_function_imports_only():
+    source = (
+        "import yaml\n"
+        "def f():\n    import boto3\n"
+        "def g():\n    try:\n        import pynvml\n    except ImportError:\n        return None\n"
+        "def h():\n    from matplotlib import pyplot\n"
+    )
+    assert [(i.name, i.line) for i in optional_imports(source, "synthetic")] == [("boto3", 3), ("matplotlib", 10)]

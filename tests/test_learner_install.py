@@ -27,6 +27,7 @@ import shutil
 import subprocess
 import time
 import venv
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -108,28 +109,36 @@ def copy_working_tree(dest: Path) -> Path:
     return dest
 
 
+def _create_venv(root: Path, args: tuple[str, ...], env: dict[str, str]) -> tuple[Path, float]:
+    start = time.monotonic()
+    venv.EnvBuilder(with_pip=True, clear=True).create(root)
+    bin_dir = root / "bin"
+    done = subprocess.run(
+        [str(bin_dir / "python"), "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off",
+         *args],
+        env=env, capture_output=True, text=True, timeout=2400,
+    )
+    assert done.returncode == 0, f"{' '.join(args)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return bin_dir, time.monotonic() - start
+
+
 @pytest.fixture(scope="module")
 def learner_venvs(tmp_path_factory):
-    """install line -> (venv bin folder, seconds to create and install); one venv per line."""
+    """install line -> (venv bin folder, seconds to create and install); one venv per line, built
+    side by side (pip mostly waits on downloads)."""
     tree = copy_working_tree(tmp_path_factory.mktemp("tree") / "gemma4_t4")
-    venvs: dict[tuple[str, ...], tuple[Path, float]] = {}
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    lines: dict[tuple[str, ...], Path] = {}
     for nb in NOTEBOOKS:
         args = tuple(local_spec(install_args(nb), tree))
-        if args in venvs:
-            continue
-        root = tmp_path_factory.mktemp(f"venv-{nb.stem[:2]}")
-        start = time.monotonic()
-        venv.EnvBuilder(with_pip=True, clear=True).create(root)
-        bin_dir = root / "bin"
-        done = subprocess.run(
-            [str(bin_dir / "python"), "-m", "pip", "install", "--disable-pip-version-check", *args],
-            env=env, capture_output=True, text=True, timeout=1800,
-        )
-        assert done.returncode == 0, f"{' '.join(args)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-        seconds = time.monotonic() - start
+        lines.setdefault(args, tmp_path_factory.mktemp(f"venv-{nb.stem[:2]}"))
+    start = time.monotonic()
+    with ThreadPoolExecutor(max_workers=len(lines)) as pool:
+        futures = {args: pool.submit(_create_venv, root, args, env) for args, root in lines.items()}
+        venvs = {args: future.result() for args, future in futures.items()}
+    for args, (_bin, seconds) in venvs.items():
         print(f"\n[learner venv] {' '.join(args)}: created and installed in {seconds:.0f} s")
-        venvs[args] = (bin_dir, seconds)
+    print(f"[learner venv] {len(venvs)} venvs ready in {time.monotonic() - start:.0f} s")
     return venvs, tree, env
 
 
@@ -138,11 +147,16 @@ def _venv_for(learner_venvs, nb: Path) -> tuple[Path, dict[str, str]]:
     return venvs[tuple(local_spec(install_args(nb), tree))][0], env
 
 
+# (the slow tests carry timeout(3600): creating the venvs is a learner's pip install, many minutes
+# on a loaded 2-core machine, and the module fixture's time counts against the first test using it)
+
+
 def _run(cmd: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_imports_work_after_its_install_cell(learner_venvs, nb, tmp_path):
     bin_dir, env = _venv_for(learner_venvs, nb)
@@ -155,6 +169,7 @@ def test_notebook_imports_work_after_its_install_cell(learner_venvs, nb, tmp_pat
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem)
 def test_cli_help_and_doctor_work_after_the_install_cell(learner_venvs, nb, tmp_path):
     bin_dir, env = _venv_for(learner_venvs, nb)
@@ -171,6 +186,7 @@ def test_cli_help_and_doctor_work_after_the_install_cell(learner_venvs, nb, tmp_
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem)
 def test_the_install_cell_pulls_no_cuda_torch(learner_venvs, nb, tmp_path):
     bin_dir, env = _venv_for(learner_venvs, nb)
