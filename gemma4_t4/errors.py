@@ -47,6 +47,40 @@ class UnexpectedError(Gemma4T4Error):
         return {"error": self.kind, "message": self.message, "fix": self.fix}
 
 
+# The optional packages the package imports where they are used, and what installs each: a
+# ModuleNotFoundError for one of them names its extra (tests/test_imports_declared.py checks this
+# table against pyproject.toml and against every such import in the package).
+EXTRA_FOR_MODULE = {
+    "boto3": "aws",
+    "botocore": "aws",
+    "mcp": "mcp",
+    "anyio": "mcp",
+    "matplotlib": "notebooks",
+    "papermill": "notebooks",
+    "nbconvert": "notebooks",
+    "nbformat": "notebooks",
+    "jupyter_client": "notebooks",
+    "mistune": "notebooks",
+    "IPython": "notebooks",
+    "torch": "model",
+    "transformers": "model",
+    "tokenizers": "model",
+    "moto": "dev",
+}
+# vLLM (and the Triton it brings) depends on the host's GPU and driver: setup picks the build
+SETUP_FOR_MODULE = ("vllm", "triton")
+
+
+def missing_module_fix(exc: ModuleNotFoundError) -> str | None:
+    """The install that brings the module ``exc`` names, where it is one of the package's extras."""
+    top = (exc.name or "").split(".")[0]
+    if top in EXTRA_FOR_MODULE:
+        return f"pip install 'gemma4-t4[{EXTRA_FOR_MODULE[top]}]'"
+    if top in SETUP_FOR_MODULE:
+        return "gemma4-t4 setup (installs the vLLM build this host's GPU and driver run; no GPU: the CPU build)"
+    return None
+
+
 def debug_enabled(flag: bool = False) -> bool:
     """``--debug`` was given, or ``GEMMA4_T4_DEBUG`` is set to something other than 0/empty."""
     return flag or os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
@@ -86,6 +120,8 @@ def user_error(exc: BaseException) -> Gemma4T4Error:
     fix: str | None = None
     if isinstance(exc, OSError):
         fix = _os_fix(exc)
+    elif isinstance(exc, ModuleNotFoundError):
+        fix = missing_module_fix(exc)
     module = type(exc).__module__ or ""
     if fix is not None:
         pass

@@ -37,7 +37,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-import anyio
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, TypeAdapter, model_validator
 
 from gemma4_t4 import env, secrets, signals, speculative, turing
@@ -123,6 +122,8 @@ def _adapter(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     async def run_tool(*args: Any, **kwargs: Any) -> Any:
+        import anyio  # the mcp extra brings it; not a base dependency, so imported where it runs
+
         try:
             result = await anyio.to_thread.run_sync(functools.partial(call, *args, **kwargs))
         except KeyboardInterrupt as exc:  # cancelled by the server's shutdown, after the tool's own cleanup

@@ -29,6 +29,14 @@ def _comma_list(cast, what: str):
     return parse
 
 
+class _ListValues(argparse.Action):
+    """A list flag takes its values comma-separated (``--concurrency 1,8``) or space-separated
+    (``--concurrency 1 8``), or both; each word was already parsed by :func:`_comma_list`."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, [v for word in values for v in word])
+
+
 _ints = _comma_list(int, "integer")
 _floats = _comma_list(float, "number")
 _strs = _comma_list(str, "value")
@@ -80,7 +88,8 @@ def _flag_kwargs(name: str) -> dict[str, object]:
     else:
         kwargs["metavar"] = f"{metavar},..." if listed and "metavar" not in meta else metavar
     if listed and item in _LIST_PARSERS:
-        kwargs["type"] = _LIST_PARSERS[item]
+        kwargs.update(type=_LIST_PARSERS[item], nargs="+", action=_ListValues)
+        kwargs["help"] = f"{kwargs['help']}; comma- or space-separated"
     elif kind in _SCALARS:
         kwargs["type"] = _SCALARS[kind]
     elif not choices:

@@ -141,7 +141,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = add_command(subparsers, "fit", _fit, help="will a Gemma 4 build fit a GPU? weights, KV cache, context",
                     description="Estimate weights + KV cache + overhead per GPU. With no --model, a table of "
                                 "every size x format on that GPU.")
-    p.add_argument("--gpu", default="t4", choices=sorted(GPUS), help="GPU type (default t4)")
+    p.add_argument("--gpu", default="t4", type=str.lower, choices=sorted(GPUS),
+                   help="GPU type, any case (default %(default)s)")
     p.add_argument("--gpus", type=int, default=1, help="number of GPUs (tensor parallel), e.g. 4 for g4dn.12xlarge")
     p.add_argument("--instance", help="an AWS instance type instead of --gpu/--gpus, e.g. g4dn.12xlarge")
     p.add_argument("--model", help="one size (e2b, e4b, 12b, 26b-a4b, 31b); default all")

@@ -23,6 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--target",
+        type=str.lower,  # T4, CPU: a choice is the same word in any case
         choices=(AUTO, *TARGETS),
         default=AUTO,
         help="where the notebooks run (default auto: t4 where an NVIDIA GPU is found, else cpu)",

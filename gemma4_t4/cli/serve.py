@@ -196,12 +196,24 @@ def _where(parser: argparse.ArgumentParser, port_default: int | None = None) -> 
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from gemma4_t4.server import DEFAULT_PORT, STOP_GRACE_S
+    # the help states the defaults the launch really uses (gemma4_t4.server's T4/CPU constants)
+    from gemma4_t4.server import (
+        CPU_CONTEXT,
+        CPU_MAX_NUM_SEQS,
+        DEFAULT_PORT,
+        STOP_GRACE_S,
+        T4_CONTEXT,
+        T4_GPU_MEMORY_UTILIZATION,
+        T4_MAX_NUM_BATCHED_TOKENS,
+        T4_MAX_NUM_SEQS,
+    )
+    from gemma4_t4.speculative import DEFAULT_NUM_DRAFT_TOKENS
 
     sub = add_group(subparsers, "serve", "start, stop and inspect a vLLM server (T4 or CPU)", __doc__)
 
     p = add_command(sub, "start", _start, "launch vLLM detached and wait until /health answers")
-    p.add_argument("--target", choices=["t4", "cpu"], default="t4")
+    p.add_argument("--target", type=str.lower, choices=["t4", "cpu"], default="t4",
+                   help="t4 (this GPU) or cpu, any case (default %(default)s)")
     p.add_argument("--model", default=None, help=f"hub id or local folder (t4 default: {DEFAULT_T4_MODEL})")
     p.add_argument("--served-model-name", default=None)
     p.add_argument("--host", default="127.0.0.1", help="other than localhost needs --api-key")
@@ -216,11 +228,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--max-model-len",
         type=int,
         default=None,
-        help="t4 default: 16384 where the fit calculator says it fits; cpu: 4096",
+        help=f"t4 default: {T4_CONTEXT} where the fit calculator says it fits; cpu: {CPU_CONTEXT}",
     )
-    p.add_argument("--max-num-seqs", type=int, default=None, help="default 8")
-    p.add_argument("--max-num-batched-tokens", type=int, default=None, help="prefill chunk (t4 default 2048)")
-    p.add_argument("--gpu-memory-utilization", type=float, default=None, help="t4 default 0.90")
+    p.add_argument(
+        "--max-num-seqs", type=int, default=None, help=f"t4 default {T4_MAX_NUM_SEQS}; cpu: {CPU_MAX_NUM_SEQS}"
+    )
+    p.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        default=None,
+        help=f"prefill chunk (t4 default {T4_MAX_NUM_BATCHED_TOKENS})",
+    )
+    p.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=None,
+        help=f"t4 default {T4_GPU_MEMORY_UTILIZATION:.2f}",
+    )
     p.add_argument(
         "--tensor-parallel-size", type=int, default=1, help="multi-T4 hosts, e.g. 4 on g4dn.12xlarge"
     )
@@ -235,7 +259,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="use torch.compile/CUDA graphs (the t4 default; on cpu: slower start)",
     )
     p.add_argument("--eager", action="store_true", help="no CUDA graphs (--enforce-eager; the cpu default)")
-    p.add_argument("--kv-cache-space", type=int, default=1, help="cpu: KV cache GiB")
+    p.add_argument("--kv-cache-space", type=int, default=1, help="cpu: KV cache GiB (default %(default)s)")
     p.add_argument("--block-size", type=int, default=None)
     p.add_argument(
         "--api-key", default=None, help="required when binding beyond localhost (or set GEMMA4_T4_API_KEY)"
@@ -255,7 +279,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=int,
         default=0,
         metavar="N",
-        help="restart a crashed vLLM up to N times, backoff 2, 4, 8 ... 60 s (default 0: off)",
+        help="restart a crashed vLLM up to N times, backoff 2, 4, 8 ... 60 s (default %(default)s: off)",
     )
     p.add_argument(
         "--draft",
@@ -270,7 +294,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="tokens drafted per step, 1..16 (default 3, or the tune profile's N)",
+        help=f"tokens drafted per step, 1..16 (default {DEFAULT_NUM_DRAFT_TOKENS}, or the tune profile's N)",
     )
     p.add_argument(
         "--draft-method",
@@ -283,14 +307,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="print the exact vLLM command line and environment (secrets masked); start nothing",
     )
-    p.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait for /health")
+    p.add_argument(
+        "--timeout", type=float, default=1800.0, help="seconds to wait for /health (default %(default)g)"
+    )
     p.add_argument("--no-wait", action="store_true", help="return right after launching")
     p.add_argument("--force", action="store_true", help="launch even if the start gate refuses (loud)")
     p.add_argument("--no-gate", action="store_true", help="skip the start gate entirely")
 
     p = add_command(sub, "stop", _stop, "SIGTERM the server's process group, SIGKILL after a grace period")
     _where(p)
-    p.add_argument("--grace", type=float, default=STOP_GRACE_S)
+    p.add_argument(
+        "--grace", type=float, default=STOP_GRACE_S, help="seconds before SIGKILL (default %(default)g)"
+    )
 
     p = add_command(
         sub,
@@ -306,4 +334,4 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = add_command(sub, "logs", _logs, "the end of the server's log")
     _where(p)
-    p.add_argument("--lines", type=int, default=80)
+    p.add_argument("--lines", type=int, default=80, help="default %(default)s")

@@ -44,7 +44,18 @@ def _setup(args: argparse.Namespace) -> Output:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from gemma4_t4.setup import PROVEN_VLLM, known_vllm_versions
+    from gemma4_t4.setup import INSTALL_MATRIX, PROVEN_VLLM, known_vllm_versions
+
+    # the CUDA 12 row and its fallbacks as the matrix holds them (the help never names a stale build)
+    cuda12 = [r for r in INSTALL_MATRIX if r.variant.startswith("cu12")]
+    cuda13_driver = min(r.min_driver or 0 for r in INSTALL_MATRIX if r.variant.startswith("cu13"))
+    fallback = f" ({', '.join(r.vllm_requirement for r in cuda12[1:])} as the fallback)" if cuda12[1:] else ""
+    cuda12_text = (
+        f"vLLM {cuda12[0].vllm_version}'s {cuda12[0].variant} build{fallback} on drivers "
+        f"{cuda12[0].min_driver}-{cuda13_driver - 1}"
+        if cuda12
+        else "no CUDA 12 build"
+    )
 
     p = add_command(
         subparsers,
@@ -53,8 +64,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "install the vLLM and torch builds this host runs (GPU, driver, Colab aware)",
         description="Read the host (GPU, compute capability, driver, Colab, installed torch/vLLM) and "
         "install the install matrix's row for it (docs/install.md): vLLM "
-        f"{PROVEN_VLLM} (CUDA 13) on a driver >= 580, vLLM 0.31.0's cu129 build (0.30.0's as its fallback) on "
-        "drivers 525-579, "
+        f"{PROVEN_VLLM} (CUDA 13) on a driver >= {cuda13_driver}, {cuda12_text}, "
         "vLLM's CPU build without a GPU; older drivers are refused. What pip replaces is recorded "
         "first, the install is proven in a fresh Python, and a failure puts the record back. "
         "--dry-run prints the exact pip commands and indexes.",
