@@ -344,7 +344,7 @@ def target_defaults(config: ServerConfig) -> dict[str, tuple[Any, str]]:
 
         profile = launch_choice(config.model)
     drafter: dict[str, tuple[Any, str]] = {
-        "num_draft_tokens": (speculative.DEFAULT_NUM_DRAFT_TOKENS, "default (used only with a drafter)")
+        "num_draft_tokens": speculative.untuned_num_draft_tokens(config.model, config.draft)
     }
     if profile is not None:
         drafter["draft"] = (profile.draft, profile.reason)
