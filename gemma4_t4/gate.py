@@ -615,7 +615,7 @@ def drafter_memory(config: Any, target_weights: int | None) -> DrafterMemory:
     elif cached.is_dir() and any(cached.rglob("*.safetensors")):
         weights, source = local_weights_bytes(cached), "its safetensors in the Hugging Face cache"
     elif assistant is not None:
-        weights, source = assistant.weights_bytes, f"the assistant catalog ({assistant.weights_source})"
+        weights, source = assistant.weights_bytes, "the assistant catalog"
     elif entry is not None:
         estimate = models.weights_estimate(entry[0], entry[1], bool(config.language_model_only))
         weights, source = estimate.total_bytes, f"the fit calculator's {entry[0]} {entry[1]} estimate"
