@@ -599,3 +599,16 @@ def test_a_whole_model_drafter_counts_its_weights_outside_the_catalog(tiny_model
     drafted = facts(str(drafter))
     assert drafted.gpu_fit_ok is False
     assert f"drafter {drafter}: 13.0 GiB from its safetensors in {drafter}, plus its own KV cache" in drafted.gpu_fit_detail
+
+
+def test_the_proof_runs_again_when_the_catalog_adds_launches(tmp_path, monkeypatch):
+    from gemma4_t4 import models, proof
+
+    root, _kernel = _vllm_copy(tmp_path)
+    cache, verify = tmp_path / "cache", FakeVerify()
+    assert not proof.turing_proof("sm_75", root, cache, verify).cached
+    assert proof.turing_proof("sm_75", root, cache, verify).cached and verify.calls == 1
+    # without 12B's assistants the drafter's 12B layers are not launched: another set, another proof
+    for build in ("base", "qat"):
+        monkeypatch.delitem(models.ASSISTANTS, ("12b", build))
+    assert not proof.turing_proof("sm_75", root, cache, verify).cached and verify.calls == 2
