@@ -344,7 +344,7 @@ def target_defaults(config: ServerConfig) -> dict[str, tuple[Any, str]]:
 
         profile = launch_choice(config.model)
     drafter: dict[str, tuple[Any, str]] = {
-        "num_draft_tokens": speculative.untuned_num_draft_tokens(config.model, config.draft)
+        "num_draft_tokens": speculative.untuned_num_draft_tokens(config.model, config.draft, config.draft_method)
     }
     if profile is not None:
         drafter["draft"] = (profile.draft, profile.reason)

@@ -179,17 +179,19 @@ def looks_like_path(name: str) -> bool:
     return name.startswith(("/", "./", "../", "~")) or name in (".", "..")
 
 
-def untuned_num_draft_tokens(model: str, draft: str | None = None) -> tuple[int, str]:
+def untuned_num_draft_tokens(
+    model: str, draft: str | None = None, draft_method: str | None = None
+) -> tuple[int, str]:
     """Draft tokens per step before ``gemma4-t4 tune`` has measured, with the reason.
 
     An assistant drafts best at its size's recipe value (``models.Assistant.num_draft_tokens``:
     2 for E2B and 26B-A4B, 4 for E4B, 12B and 31B); the size is the catalogued target's, else the
-    catalogued assistant's named by ``draft``. Anything else (``self``, an unknown pair) gets
-    :data:`DEFAULT_NUM_DRAFT_TOKENS`.
+    catalogued assistant's named by ``draft``. Anything else (``self`` or another whole-model
+    drafter, an unknown pair) gets :data:`DEFAULT_NUM_DRAFT_TOKENS`.
     """
     fallback = (DEFAULT_NUM_DRAFT_TOKENS, "default (used only with a drafter)")
-    if draft == "self":
-        return DEFAULT_NUM_DRAFT_TOKENS, "default for the target as its own drafter"
+    if draft == "self" or draft_method == "draft_model":
+        return DEFAULT_NUM_DRAFT_TOKENS, "default for a whole-model drafter"
     assistant = None
     if draft and draft not in KEYWORDS:
         assistant = models.assistant_by_id(draft)

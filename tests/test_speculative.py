@@ -223,6 +223,7 @@ def test_an_explicit_num_draft_tokens_wins_over_the_untuned_n():
 def test_untuned_n_for_an_unknown_pair_or_self_is_the_default():
     assert speculative.untuned_num_draft_tokens("/no/such/model", "auto")[0] == speculative.DEFAULT_NUM_DRAFT_TOKENS
     assert speculative.untuned_num_draft_tokens("google/gemma-4-E2B-it", "self")[0] == speculative.DEFAULT_NUM_DRAFT_TOKENS
+    assert speculative.untuned_num_draft_tokens("google/gemma-4-E2B-it", "/a/model", "draft_model")[0] == 3
     # a catalogued assistant id names its size when the target is not in the catalog
     assert speculative.untuned_num_draft_tokens("/my/e2b-finetune", "google/gemma-4-E2B-it-assistant")[0] == 2
 
