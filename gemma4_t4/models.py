@@ -260,8 +260,8 @@ _QAT_SAME_SIZE = "; the QAT companion has the base assistant's architecture and 
 _ASSISTANT_BYTES = {
     # "78M params" for the E2B drafter (Google's release as summarised by community notes, 2026-05-06);
     # an MLX bf16 copy lists 151 MB. 78M x 2 B, rounded up to E4B's figure.
-    "e2b": (156 * MB, "78M parameters reported for the E2B drafter, ~156 MB bf16 (an MLX bf16 copy: 151 MB) "
-                      "[reported]"),
+    "e2b": (156 * MB, "78M parameters reported for the E2B drafter [reported], so ~156 MB bf16 [inferred]; an "
+                      "MLX bf16 copy lists 151 MB [reported]"),
     "e4b": (156 * MB, "156 MB, hub discussion google/gemma-4-E4B-it-assistant #3; 78.8M parameters per a GGUF "
                       "conversion's card [reported]"),
     # 423M parameters on the Hub listing (captured by onlylabs.fyi); its BF16 GGUF conversion
