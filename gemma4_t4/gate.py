@@ -582,13 +582,69 @@ def probe_model(config: Any, device: GateFacts) -> GateFacts:
         facts.load_peak_bytes = int(models.load_ram(entry[0], entry[1]).peak_ram_gib * GIB)
     elif weights:
         facts.load_peak_bytes = weights + LOAD_OVERHEAD_BYTES
-    _take_found(facts, _gpu_fit(config, entry, weights, device))
+    fit = _gpu_fit(config, entry, weights, device)
+    facts.notes.extend(fit.notes)
+    _take_found(facts, fit)
     return facts
 
 
+@dataclass(frozen=True)
+class DrafterMemory:
+    """What a launch's drafter adds to GPU memory: its weights and, for a whole-model drafter
+    (vLLM ``draft_model``), its own KV cache. ``weights_bytes`` None: its size is unknown."""
+
+    weights_bytes: int | None
+    own_kv: bool
+    detail: str
+
+
+def drafter_memory(config: Any, target_weights: int | None) -> DrafterMemory:
+    """The drafter ``config.draft_plan()`` chose, sized from its files, the assistant catalog or the
+    fit calculator's estimate (``target_weights``: the target's, for ``--draft self``)."""
+    plan = config.draft_plan()
+    if not plan.enabled:
+        return DrafterMemory(0, False, "no drafter")
+    own_kv = plan.method == "draft_model"  # an MTP assistant reads the target's KV cache
+    name = str(plan.model)
+    path = Path(name).expanduser()
+    cached = hf_cache_dir() / ("models--" + name.replace("/", "--"))
+    assistant = models.assistant_by_id(name)
+    entry = catalog_entry(name) if own_kv else None
+    if plan.requested == "self":
+        weights, source = target_weights, "a second copy of the target's weights"
+    elif path.is_dir():
+        weights, source = local_weights_bytes(path), f"its safetensors in {path}"
+    elif cached.is_dir() and any(cached.rglob("*.safetensors")):
+        weights, source = local_weights_bytes(cached), "its safetensors in the Hugging Face cache"
+    elif assistant is not None:
+        weights, source = assistant.weights_bytes, "the assistant catalog"
+    elif entry is not None:
+        estimate = models.weights_estimate(entry[0], entry[1], bool(config.language_model_only))
+        weights, source = estimate.total_bytes, f"the fit calculator's {entry[0]} {entry[1]} estimate"
+    else:
+        return DrafterMemory(None, own_kv, f"drafter {name}: size unknown (not local, not cached, not catalogued)")
+    kv = ", plus its own KV cache" if own_kv else ""
+    return DrafterMemory(weights, own_kv, f"drafter {name}: {_gib(weights)} from {source}{kv}")
+
+
 def _gpu_fit(config: Any, entry: tuple[str, str] | None, weights: int | None, device: GateFacts) -> GateFacts:
-    """The fit calculator for catalog models; weights against vLLM's share of GPU memory otherwise."""
+    """The fit calculator for catalog models; weights against vLLM's share of GPU memory otherwise.
+    Either way the drafter's weights (and a whole-model drafter's KV cache) count too."""
     gpu = gpu_key(device.gpu_name, config.target)
+    target_weights = weights
+    if entry is not None:
+        target_weights = models.weights_estimate(entry[0], entry[1], bool(config.language_model_only)).total_bytes
+    try:
+        drafter = drafter_memory(config, target_weights)
+    except Gemma4T4Error as exc:
+        drafter = DrafterMemory(None, False, f"drafter: {exc.message}")
+    if drafter.weights_bytes is None:
+        return GateFacts(
+            notes=[f"{drafter.detail}: the GPU fit cannot count it"],
+            gpu_fit_fix="download the drafter first (its size is read from its files), use --draft auto or "
+            "--draft off, or pass force=True if you know it fits",
+        )
+    with_drafter = f" + {drafter.detail}" if drafter.weights_bytes or drafter.own_kv else ""
     if entry is not None:
         result = models.fit(
             entry[0],
@@ -598,7 +654,10 @@ def _gpu_fit(config: Any, entry: tuple[str, str] | None, weights: int | None, de
             num_gpus=config.tensor_parallel_size,
             gpu_memory_utilization=config.gpu_memory_utilization,
             max_num_seqs=config.max_num_seqs,
+            max_num_batched_tokens=config.max_num_batched_tokens or models.DEFAULT_MAX_NUM_BATCHED_TOKENS,
             text_only=config.language_model_only,
+            draft_weights_bytes=drafter.weights_bytes,
+            draft_own_kv=drafter.own_kv,
         )
         fix = None
         if not result.fits:
@@ -612,9 +671,11 @@ def _gpu_fit(config: Any, entry: tuple[str, str] | None, weights: int | None, de
                     "use a 4-bit (QAT w4a16) checkpoint or a smaller model, or spread over more GPUs "
                     "(tensor_parallel_size); `gemma4-t4 fit` shows what fits"
                 )
+        if not result.fits and with_drafter:
+            fix = f"{fix}; or --draft off (the drafter counts: {drafter.detail})"
         return GateFacts(
             gpu_fit_ok=result.fits,
-            gpu_fit_detail=f"{entry[0]} {entry[1]} on {gpu}: {result.verdict}",
+            gpu_fit_detail=f"{entry[0]} {entry[1]}{with_drafter} on {gpu}: {result.verdict}",
             gpu_fit_fix=fix,
         )
     memory = device.gpu_memory_bytes
@@ -626,11 +687,11 @@ def _gpu_fit(config: Any, entry: tuple[str, str] | None, weights: int | None, de
     if weights is None or memory is None:
         return GateFacts()
     usable = memory * config.gpu_memory_utilization * max(1, config.tensor_parallel_size)
-    fits = weights + GIB < usable
+    fits = weights + drafter.weights_bytes + GIB < usable
     return GateFacts(
         gpu_fit_ok=fits,
-        gpu_fit_detail=f"weights {_gib(weights)} + 1 GiB runtime vs {_gib(int(usable))} vLLM may use "
-        f"(gpu_memory_utilization {config.gpu_memory_utilization}; not a catalog "
+        gpu_fit_detail=f"weights {_gib(weights)}{with_drafter} + 1 GiB runtime vs {_gib(int(usable))} vLLM may "
+        f"use (gpu_memory_utilization {config.gpu_memory_utilization}; not a catalog "
         "model, so KV cache is not estimated)",
     )
 

@@ -12,7 +12,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gemma4_t4.cpuattn import Choice
 from gemma4_t4.jsonable import TypedDict
-from gemma4_t4.speculative import DEFAULT_NUM_DRAFT_TOKENS
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
@@ -71,7 +70,8 @@ class ServerSettings(BaseModel):
     # speculative decoding (gemma4_t4/speculative.py): off | auto | self | a drafter id or folder
     # None (the CLI's unset): on t4 the tune profile measured on this GPU decides (gemma4_t4/tune.py)
     draft: str | None = "off"
-    num_draft_tokens: int | None = DEFAULT_NUM_DRAFT_TOKENS
+    # None: the tune profile's N, else the assistant's untuned N for the target's size (ServerConfig fills it)
+    num_draft_tokens: int | None = None
     draft_method: str | None = None  # None: mtp for a drafter, draft_model for self
 
 

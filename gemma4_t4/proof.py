@@ -21,6 +21,7 @@ from gemma4_t4.atomic import atomic_write_json
 from gemma4_t4.cache import cache_root
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.turing import offline
+from gemma4_t4.turing.verify import gemma4_attention_shapes
 from gemma4_t4.versions import package_version
 
 PROOF_FORMAT = 1
@@ -44,17 +45,21 @@ def cache_dir() -> Path:
 
 
 def proof_key(arch: str, vllm_root: str | Path | None = None) -> tuple[str, dict[str, str]]:
-    """(key, what it is made of): the kernel file's hash, vLLM's and Triton's versions, the fix's code."""
+    """(key, what it is made of): the kernel file's hash, vLLM's and Triton's versions, the fix's and
+    the check's code, and the attention shapes it covers (a size or an assistant added to the catalog
+    is a launch the old proof never compiled)."""
     root = offline.find_vllm_root(vllm_root)
     fix_code = hashlib.sha256()
-    for name in ("smem.py", "tilecap.py"):
+    for name in ("smem.py", "tilecap.py", "verify.py"):
         fix_code.update((Path(offline.__file__).with_name(name)).read_bytes())
+    shapes = hashlib.sha256(repr(gemma4_attention_shapes()).encode())
     parts = {
         "arch": arch,
         "kernel_sha256": offline.sha256_file(root / offline.KERNEL_RELPATH),
         "vllm": offline.read_vllm_version(root),
         "triton": package_version("triton") or "missing",
         "fix_sha256": fix_code.hexdigest(),
+        "shapes_sha256": shapes.hexdigest(),
         "format": str(PROOF_FORMAT),
     }
     key = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()

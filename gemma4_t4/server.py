@@ -391,7 +391,7 @@ def target_defaults(config: ServerConfig) -> dict[str, tuple[Any, str]]:
 
         profile = launch_choice(config.model)
     drafter: dict[str, tuple[Any, str]] = {
-        "num_draft_tokens": (speculative.DEFAULT_NUM_DRAFT_TOKENS, "default (used only with a drafter)")
+        "num_draft_tokens": speculative.untuned_num_draft_tokens(config.model, config.draft, config.draft_method)
     }
     if profile is not None:
         drafter["draft"] = (profile.draft, profile.reason)

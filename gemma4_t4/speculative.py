@@ -3,9 +3,9 @@
 ``ServerConfig.draft`` (CLI ``serve start --draft``) takes:
 
 * ``off`` (the default): no drafter;
-* ``auto``: Google's assistant for the target's size and build (``models.ASSISTANTS``) where
-  one is recorded and, on a T4, the fit calculator says target + drafter still fit; else off,
-  with the reason in ``chosen_by["draft"]``;
+* ``auto``: Google's assistant for the target's size and build (``models.ASSISTANTS``: all five
+  sizes, each with a QAT companion that a QAT target gets) where, on a T4, the fit calculator
+  says target + drafter still fit; else off, with the reason in ``chosen_by["draft"]``;
 * ``self``: the target as its own whole-model drafter (vLLM ``method: draft_model``). Greedy,
   it accepts (nearly) every draft: a known-answer check of the acceptance plumbing, not a
   speed-up;
@@ -179,14 +179,38 @@ def looks_like_path(name: str) -> bool:
     return name.startswith(("/", "./", "../", "~")) or name in (".", "..")
 
 
-def _catalogued_assistant(hub_id: str) -> models.Assistant | None:
-    return next((a for a in models.ASSISTANTS.values() if a.hub_id.lower() == hub_id.lower()), None)
+def untuned_num_draft_tokens(
+    model: str, draft: str | None = None, draft_method: str | None = None
+) -> tuple[int, str]:
+    """Draft tokens per step before ``gemma4-t4 tune`` has measured, with the reason.
+
+    An assistant drafts best at its size's recipe value (``models.Assistant.num_draft_tokens``:
+    2 for E2B and 26B-A4B, 4 for E4B, 12B and 31B); the size is the catalogued target's, else the
+    catalogued assistant's named by ``draft``. Anything else (``self`` or another whole-model
+    drafter, an unknown pair) gets :data:`DEFAULT_NUM_DRAFT_TOKENS`.
+    """
+    fallback = (DEFAULT_NUM_DRAFT_TOKENS, "default (used only with a drafter)")
+    if draft == "self" or draft_method == "draft_model":
+        return DEFAULT_NUM_DRAFT_TOKENS, "default for a whole-model drafter"
+    assistant = None
+    if draft and draft not in KEYWORDS:
+        assistant = models.assistant_by_id(draft)
+    if assistant is None:
+        build = target_build(model)
+        if build is not None:
+            assistant = models.assistant_for(build[0], build[2])[0]
+    if assistant is None:
+        return fallback
+    size = models.get_variant(assistant.variant).size
+    return assistant.num_draft_tokens, (
+        f"untuned N for the {size} assistant until `gemma4-t4 tune` measures it: {assistant.num_draft_tokens_source}"
+    )
 
 
 def check_pair(target: str, drafter: str, method: DraftMethod) -> str:
     """Refuse a drafter that cannot draft for ``target``; returns what was checked."""
     target_shape, draft_shape = read_shape(target), read_shape(drafter)
-    known = _catalogued_assistant(drafter) if draft_shape is None else None
+    known = models.assistant_by_id(drafter) if draft_shape is None else None
     built = target_build(target)
     if known is not None and method == "draft_model":
         raise Gemma4T4Error(
@@ -396,4 +420,5 @@ __all__ = [
     "read_shape",
     "resolve_draft",
     "target_build",
+    "untuned_num_draft_tokens",
 ]

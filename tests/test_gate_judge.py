@@ -530,3 +530,85 @@ def test_cpu_gate_passes_bf16_models_and_unknown_facts(tmp_path):
         r.check for r in judge_cpu(cpu.model_copy(update={"model_int4": True, "cpu_int4_kernel": False}))
     ] == ["cpu_int4"]
     assert judge(GOOD) == []  # the GPU gate is unchanged
+
+
+# -- the drafter in the GPU fit ------------------------------------------------------------------------------
+
+T4_DEVICE = GateFacts(gpu_memory_bytes=15 * GIB, gpu_name="Tesla T4")
+QAT_12B = "google/gemma-4-12B-it-qat-w4a16-ct"
+
+
+def test_a_drafter_pushes_a_borderline_fit_over(tmp_path, monkeypatch):
+    from gemma4_t4 import models
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))  # nothing cached: sizes come from the catalogs
+    # the longest context the 12B QAT target fits on one T4 by itself, with the T4 launch defaults
+    alone = models.fit("12b", "qat-w4a16", gpu="t4", context_len=16384, max_num_batched_tokens=4096, text_only=True)
+    borderline = alone.max_context_fits
+
+    def facts(draft):
+        config = ServerConfig(model=QAT_12B, target="t4", max_model_len=borderline, draft=draft)
+        return probe_model(config, T4_DEVICE)
+
+    assert facts("off").gpu_fit_ok is True
+    assistant = "google/gemma-4-12B-it-qat-q4_0-unquantized-assistant"  # an explicit drafter, not auto
+    drafted = facts(assistant)
+    assert drafted.gpu_fit_ok is False
+    assert f"drafter {assistant}: 0.8 GiB from the assistant catalog" in drafted.gpu_fit_detail
+    assert "--draft off" in drafted.gpu_fit_fix
+    reasons = judge(_facts(gpu_fit_ok=False, gpu_fit_detail=drafted.gpu_fit_detail, gpu_fit_fix=drafted.gpu_fit_fix))
+    assert [r.check for r in reasons] == ["gpu_memory"] and assistant in reasons[0].problem
+
+
+def test_a_drafter_of_unknown_size_fails_closed_until_its_files_are_there(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    drafter = "someone/gemma-4-12B-it-custom-assistant"  # not catalogued, not downloaded
+    config = ServerConfig(model=QAT_12B, target="t4", max_model_len=8192, draft=drafter)
+    facts = probe_model(config, T4_DEVICE)
+    assert facts.gpu_fit_ok is None and any("size unknown" in n for n in facts.notes)
+    assert "download the drafter first" in facts.gpu_fit_fix
+    # once downloaded, its files give the size: 3 GiB of (sparse) safetensors count against the fit
+    snapshot = tmp_path / "hub" / "models--someone--gemma-4-12B-it-custom-assistant" / "snapshots" / "x"
+    snapshot.mkdir(parents=True)
+    with open(snapshot / "model.safetensors", "wb") as f:
+        f.truncate(3 * GIB)
+    facts = probe_model(config, T4_DEVICE)
+    assert facts.gpu_fit_ok is False  # 7.9 GiB of target + 3 GiB of drafter leave too little KV at 8k
+    assert "3.0 GiB from its safetensors in the Hugging Face cache" in facts.gpu_fit_detail
+
+
+def test_a_whole_model_drafter_counts_its_weights_outside_the_catalog(tiny_model_dir, tmp_path):
+    import json
+
+    # a whole-model drafter (one attention type, as vLLM's draft_model needs) next to the tiny target,
+    # neither in the catalog: the fit is weights against vLLM's share, and the drafter's 13 GiB count
+    config = json.loads((tiny_model_dir / "config.json").read_text())
+    text = config.get("text_config", config)
+    text["layer_types"] = ["full_attention"] * len(text["layer_types"])
+    drafter = tmp_path / "all-full-drafter"
+    drafter.mkdir()
+    (drafter / "config.json").write_text(json.dumps(config))
+    with open(drafter / "model.safetensors", "wb") as f:
+        f.truncate(13 * GIB)
+
+    def facts(draft):
+        server = ServerConfig(model=str(tiny_model_dir), target="t4", draft=draft, draft_method="draft_model")
+        return probe_model(server, T4_DEVICE)
+
+    assert facts("off").gpu_fit_ok is True
+    drafted = facts(str(drafter))
+    assert drafted.gpu_fit_ok is False
+    assert f"drafter {drafter}: 13.0 GiB from its safetensors in {drafter}, plus its own KV cache" in drafted.gpu_fit_detail
+
+
+def test_the_proof_runs_again_when_the_catalog_adds_launches(tmp_path, monkeypatch):
+    from gemma4_t4 import models, proof
+
+    root, _kernel = _vllm_copy(tmp_path)
+    cache, verify = tmp_path / "cache", FakeVerify()
+    assert not proof.turing_proof("sm_75", root, cache, verify).cached
+    assert proof.turing_proof("sm_75", root, cache, verify).cached and verify.calls == 1
+    # without 12B's assistants the drafter's 12B layers are not launched: another set, another proof
+    for build in ("base", "qat"):
+        monkeypatch.delitem(models.ASSISTANTS, ("12b", build))
+    assert not proof.turing_proof("sm_75", root, cache, verify).cached and verify.calls == 2

@@ -180,10 +180,52 @@ def test_auto_picks_the_qat_assistant_for_a_qat_e2b_and_the_command_carries_it()
     assert "fit calculator with the drafter: fits" in config.chosen_by["draft"]
 
 
-def test_auto_falls_back_to_the_base_assistant_where_no_qat_one_is_recorded():
-    plan = ServerConfig(model="google/gemma-4-E4B-it-qat-w4a16-ct", target="t4", draft="auto").draft_plan()
-    assert plan.model == "google/gemma-4-E4B-it-assistant" and plan.method == "mtp"
-    assert plan.reason.startswith("no QAT assistant recorded for E4B; the base one drafts for it")
+# Each of Google's ten assistants (5 sizes x base/QAT, hub ids per hosts_as_they_are.md "Added
+# 2026-12-01") for its target, with the untuned N per size; tensor-parallel sizes where target and
+# drafter fit T4s at 4,096 tokens (a bf16 26B-A4B or 31B needs eight).
+AUTO_PAIRS = [
+    ("google/gemma-4-E2B-it", 1, "google/gemma-4-E2B-it-assistant", 2),
+    ("google/gemma-4-E2B-it-qat-w4a16-ct", 1, "google/gemma-4-E2B-it-qat-q4_0-unquantized-assistant", 2),
+    ("google/gemma-4-E4B-it", 2, "google/gemma-4-E4B-it-assistant", 4),
+    ("google/gemma-4-E4B-it-qat-w4a16-ct", 1, "google/gemma-4-E4B-it-qat-q4_0-unquantized-assistant", 4),
+    ("google/gemma-4-12B-it", 4, "google/gemma-4-12B-it-assistant", 4),
+    ("google/gemma-4-12B-it-qat-w4a16-ct", 1, "google/gemma-4-12B-it-qat-q4_0-unquantized-assistant", 4),
+    ("google/gemma-4-26B-A4B-it", 8, "google/gemma-4-26B-A4B-it-assistant", 2),
+    (
+        "google/gemma-4-26B-A4B-it-qat-q4_0-unquantized",
+        8,
+        "google/gemma-4-26B-A4B-it-qat-q4_0-unquantized-assistant",
+        2,
+    ),
+    ("google/gemma-4-31B-it", 8, "google/gemma-4-31B-it-assistant", 4),
+    ("google/gemma-4-31B-it-qat-w4a16-ct", 2, "google/gemma-4-31B-it-qat-q4_0-unquantized-assistant", 4),
+]
+
+
+@pytest.mark.parametrize(("target", "tp", "assistant", "num"), AUTO_PAIRS, ids=[p[0].split("/")[1] for p in AUTO_PAIRS])
+def test_print_command_with_draft_auto_names_the_matching_assistant(target, tp, assistant, num, capsys):
+    code = main(["serve", "start", "--target", "t4", "--model", target, "--draft", "auto",
+                 "--tensor-parallel-size", str(tp), "--max-model-len", "4096", "--print-command", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0 and data["started"] is False, data
+    assert data["speculative_config"] == {"model": assistant, "num_speculative_tokens": num}
+    assert f'"model":"{assistant}"' in data["shell"]
+    assert data["chosen_by"]["num_draft_tokens"].startswith("untuned N for the")  # until tune measures
+    assert data["chosen_by"]["draft"].startswith("Google's assistant for")
+
+
+def test_an_explicit_num_draft_tokens_wins_over_the_untuned_n():
+    config = ServerConfig(model="google/gemma-4-E4B-it-qat-w4a16-ct", target="t4", draft="auto", num_draft_tokens=6)
+    assert config.draft_plan().num_speculative_tokens == 6
+    assert "num_draft_tokens" not in config.chosen_by
+
+
+def test_untuned_n_for_an_unknown_pair_or_self_is_the_default():
+    assert speculative.untuned_num_draft_tokens("/no/such/model", "auto")[0] == speculative.DEFAULT_NUM_DRAFT_TOKENS
+    assert speculative.untuned_num_draft_tokens("google/gemma-4-E2B-it", "self")[0] == speculative.DEFAULT_NUM_DRAFT_TOKENS
+    assert speculative.untuned_num_draft_tokens("google/gemma-4-E2B-it", "/a/model", "draft_model")[0] == 3
+    # a catalogued assistant id names its size when the target is not in the catalog
+    assert speculative.untuned_num_draft_tokens("/my/e2b-finetune", "google/gemma-4-E2B-it-assistant")[0] == 2
 
 
 def test_auto_on_a_bf16_e4b_that_cannot_fit_a_t4_is_off_with_the_verdict():
@@ -191,11 +233,18 @@ def test_auto_on_a_bf16_e4b_that_cannot_fit_a_t4_is_off_with_the_verdict():
     assert not plan.enabled and "would not fit with the target (does not fit: weights" in plan.reason
 
 
-@pytest.mark.parametrize("model", ["google/gemma-4-12B-it-qat-w4a16-ct", "google/gemma-4-26B-A4B-it"])
-def test_auto_is_off_with_the_reason_for_a_size_without_an_assistant(model):
-    config = ServerConfig(model=model, target="t4", draft="auto")
-    assert "--speculative-config" not in build_command(config)
-    assert config.chosen_by["draft"].startswith("off: no Google assistant (drafter) checkpoint is recorded")
+@pytest.mark.parametrize(
+    ("target", "assistant"),
+    [
+        ("google/gemma-4-E2B-it-qat-w4a16-ct", "google/gemma-4-12B-it-qat-q4_0-unquantized-assistant"),
+        ("google/gemma-4-26B-A4B-it", "google/gemma-4-31B-it-assistant"),
+    ],
+)
+def test_an_assistant_for_another_size_is_refused_by_name(target, assistant):
+    with pytest.raises(Gemma4T4Error) as err:
+        ServerConfig(model=target, target="t4", draft=assistant).validate()
+    assert assistant in err.value.message and "differ in size" in err.value.message
+    assert "--draft auto" in err.value.fix
 
 
 def test_auto_is_off_when_the_drafter_would_not_fit():
@@ -260,13 +309,17 @@ def test_cli_refuses_zero_draft_tokens_with_the_fix(tiny_model_dir, capsys):
 
 def test_catalog_names_only_recorded_assistant_ids():
     ids = {a.hub_id for a in models.ASSISTANTS.values()}
-    assert ids == {
-        "google/gemma-4-E2B-it-assistant",
-        "google/gemma-4-E2B-it-qat-q4_0-unquantized-assistant",
-        "google/gemma-4-E4B-it-assistant",
-        "google/gemma-4-31B-it-assistant",
+    sizes = ("E2B", "E4B", "12B", "26B-A4B", "31B")
+    assert ids == {f"google/gemma-4-{s}-it-assistant" for s in sizes} | {
+        f"google/gemma-4-{s}-it-qat-q4_0-unquantized-assistant" for s in sizes
     }
-    assert all(a.evidence and a.weights_source for a in models.ASSISTANTS.values())
+    assert all(a.evidence and a.weights_source and a.num_draft_tokens_source for a in models.ASSISTANTS.values())
+    # every size has a figure; the sizes without a direct bf16 figure say what they rest on
+    assert "[inferred]" in models.ASSISTANTS[("e2b", "qat")].weights_source
+    assert "upper bound" in models.ASSISTANTS[("26b-a4b", "base")].weights_source
+    assert {k: a.num_draft_tokens for (k, b), a in models.ASSISTANTS.items() if b == "base"} == {
+        "e2b": 2, "e4b": 4, "12b": 4, "26b-a4b": 2, "31b": 4,
+    }
 
 
 def test_fit_counts_the_drafter_weights_and_a_whole_model_drafter_kv():

@@ -1,9 +1,14 @@
-"""The file-patch fallback, on a COPY of the installed vLLM kernel (the real .venv file is never touched)."""
+"""The file-patch fallback, on a COPY of the installed vLLM kernel (the real .venv file is never touched).
+
+GEMMA4_T4_VLLM_ROOT (a ``vllm`` package folder unpacked from a wheel) copies that release's files instead.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -14,7 +19,7 @@ import pytest
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.turing import apply_file_patch, file_patch_status, revert_file_patch
 from gemma4_t4.turing.filepatch import BEGIN, backup_path
-from gemma4_t4.turing.offline import KERNEL_RELPATH, find_vllm_root
+from gemma4_t4.turing.offline import KERNEL_RELPATH, find_vllm_root, read_vllm_version
 
 COPIED = ("_version.py", "v1/kv_cache_interface.py", "v1/attention/ops/triton_attention_helpers.py", str(KERNEL_RELPATH))
 
@@ -26,7 +31,7 @@ def sha(path: Path) -> str:
 @pytest.fixture
 def vllm_copy(tmp_path) -> Path:
     """A minimal copy of the installed ``vllm`` package folder: version, kernel and its helpers."""
-    installed = find_vllm_root()
+    installed = find_vllm_root(os.environ.get("GEMMA4_T4_VLLM_ROOT"))
     root = tmp_path / "site-packages" / "vllm"
     for rel in COPIED:
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -48,7 +53,7 @@ def test_apply_status_idempotent_revert(vllm_copy):
     assert not file_patch_status(kernel).patched
 
     result = apply_file_patch(kernel)
-    assert result.action == "applied" and result.vllm_version == "0.32.0"
+    assert result.action == "applied" and result.vllm_version == read_vllm_version(vllm_copy)
     assert backup_path(kernel).read_bytes() == original
     text = kernel.read_text()
     assert text.startswith(original.decode()) and text.count(BEGIN) == 1
@@ -81,13 +86,13 @@ def test_patched_file_installs_the_cap_when_vllm_imports_it(vllm_copy):
     # the plugin arriving second in the same process sees the file patch and changes nothing more
     again = tilecap.install(module, origin="plugin", device={"platform": "cuda", "capability": (7, 5),
                                                              "limit": 65_536, "limit_source": "target"},
-                            vllm_version="0.32.0", log=False)
+                            vllm_version=read_vllm_version(vllm_copy), log=False)
     assert again["action"] == "already-active" and "file-patch" in again["reason"]
 
 
 def test_unknown_version_is_refused_and_nothing_written(vllm_copy):
     version_file = vllm_copy / "_version.py"
-    version_file.write_text(version_file.read_text().replace("0.32.0", "0.40.0"))
+    version_file.write_text(version_file.read_text().replace(read_vllm_version(vllm_copy), "0.40.0"))
     kernel = vllm_copy / KERNEL_RELPATH
     before = kernel.read_bytes()
     with pytest.raises(Gemma4T4Error, match=r"vLLM 0\.40\.0 is not a tested version") as info:
@@ -100,7 +105,8 @@ def test_changed_kernel_is_refused(vllm_copy):
     kernel = vllm_copy / KERNEL_RELPATH
     kernel.write_text(kernel.read_text().replace("def _get_tile_size(", "def _select_tile("))
     before = kernel.read_bytes()
-    with pytest.raises(Gemma4T4Error, match=r"vLLM 0\.32\.0: _get_tile_size\(\) is missing"):
+    version = re.escape(read_vllm_version(vllm_copy))
+    with pytest.raises(Gemma4T4Error, match=rf"vLLM {version}: _get_tile_size\(\) is missing"):
         apply_file_patch(kernel)
     assert kernel.read_bytes() == before and not backup_path(kernel).exists()
 
@@ -115,7 +121,7 @@ def test_revert_without_or_with_a_bad_backup(vllm_copy):
     backup.unlink()
     with pytest.raises(Gemma4T4Error, match="backup .* is missing") as info:
         revert_file_patch(kernel)
-    assert "pip install --force-reinstall --no-deps 'vllm==0.32.0'" in info.value.fix
+    assert f"pip install --force-reinstall --no-deps 'vllm=={read_vllm_version(vllm_copy)}'" in info.value.fix
 
 
 def test_cli_apply_and_revert_with_path(vllm_copy):

@@ -155,7 +155,8 @@ def apply_file_patch(path: str | Path | None = None, vllm_version: str | None = 
     if status.refusal:
         raise Gemma4T4Error(
             f"refusing to patch {target}: {status.refusal}; nothing was changed",
-            fix=f"use a tested vLLM (0.29.x, 0.30.x, 0.32.x, 0.33.x), or set {tilecap.ENV_ALLOW_UNTESTED}=1 after "
+            fix=f"use a tested vLLM ({', '.join(s + '.x' for s in tilecap.TESTED_VLLM_SERIES)}), or set "
+            f"{tilecap.ENV_ALLOW_UNTESTED}=1 after "
             "`gemma4-t4 turing verify` passes on this version",
         )
     original = target.read_bytes()

