@@ -246,6 +246,24 @@ class Kind:
     def known(self) -> bool:
         return self.model_size is not None and self.gpu is not None
 
+    def unpriced(self, priced_gpu: str | None = None) -> str | None:
+        """Why a throughput measured on this kind is no $ per million tokens (None: it is one).
+        Only a real Gemma 4 size on the GPU it is priced as gets a price; a tiny random model's
+        speed, a CPU's, or an unrecorded kind's says nothing about what serving Gemma 4 costs."""
+        from gemma4_t4.hardware import PRICES
+
+        if self.model_size is None or self.gpu is None:
+            return "no $/Mtok: the run did not record which model and GPU it measured"
+        if self.model_size == "tiny":
+            return f"no $/Mtok: {self.describe()} is a method check, not a price of serving Gemma 4"
+        if self.gpu == "cpu":
+            return f"no $/Mtok: {self.describe()} is not a priced GPU deployment"
+        if priced_gpu is not None and priced_gpu != self.gpu:
+            return f"no $/Mtok: measured on {self.gpu.upper()}, priced as {priced_gpu.upper()}"
+        if not any(p.gpu == self.gpu for p in PRICES.values()):
+            return f"no $/Mtok: no price is known for {self.gpu.upper()}"
+        return None
+
     def describe(self) -> str:
         model = "a tiny random model" if self.model_size == "tiny" else (self.model_size or "an unknown model")
         gpu = "a CPU" if self.gpu == "cpu" else (self.gpu.upper() if self.gpu else "unknown hardware")
