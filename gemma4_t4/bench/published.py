@@ -333,7 +333,7 @@ BesideRow = TypedDict(
     "BesideRow",
     {
         "figure": str,
-        "measured here": float | None,
+        "measured here": float | str | None,  # str: why it is not measured (e.g. one flush)
         "measured on": str,
         "published": float | None,
         "measured / published": float | None,
@@ -345,7 +345,7 @@ BesideRow = TypedDict(
 
 def beside(
     label: str,
-    measured: float | None,
+    measured: float | str | None,
     published: float | None,
     source: str,
     conditions: str = "",
@@ -356,11 +356,14 @@ def beside(
     """One display row: a measured figure next to the published one. Their ratio is given only
     where the measurement is the published condition's kind (the same model size and GPU class,
     both known); elsewhere (a tiny model, a CPU, another GPU, or an unrecorded kind) the published
-    figure stands alone, labelled published, and the row says what was measured on."""
+    figure stands alone, labelled published, and the row says what was measured on. ``measured``
+    may be the reason a figure is not measured ("not measured: the server delivered ..."): shown
+    as it is, with no ratio."""
     comparable = (
         measured_on is not None and published_on is not None and measured_on.known and measured_on == published_on
     )
-    ratio = measured / published if comparable and measured is not None and published else None
+    number = isinstance(measured, int | float) and not isinstance(measured, bool)
+    ratio = measured / published if comparable and number and published else None  # type: ignore[operator]
     return {
         "figure": label,
         "measured here": measured,
