@@ -169,11 +169,14 @@ def test_the_flush_rule_on_recorded_arrival_times():
 def test_a_flushing_server_gets_no_per_stream_speed_anywhere(tmp_path, capsys):
     """`make run` on cpu once printed "per-stream tok/s QAT c=1: 133,935.3" and a 328.8x ratio."""
     flush = FakeServerState(default=FakeScript(ttft_s=0.03, flush=True))  # every chunk in one write
+    # 128 tokens: the floor (12.7 ms) dwarfs parsing one write (~20 us a chunk) and a thread switch
+    # (5 ms); no /metrics sampler thread competes with the parse
+    opts = {"output_len": 128, "sample_metrics": False}
     with FakeServer(free_port(), flush) as server:
-        a, b = _decode(server, tmp_path / "a"), _decode(server, tmp_path / "b")
+        a, b = _decode(server, tmp_path / "a", **opts), _decode(server, tmp_path / "b", **opts)
     (cell,) = a.cells
     assert cell.buffered and cell.per_stream_tok_s.median is None and cell.output_throughput_tok_s > 0
-    reason = "not measured: the server delivered 6 tokens in one flush"
+    reason = "not measured: the server delivered 128 tokens in one flush"
     row = nb.bench_rows(a)[0]
     assert row["per-stream tok/s (median)"].startswith(reason) and row["TPOT ms (median)"].startswith(reason)
     assert row["E2EL ms (median)"] > 30 and reason in a.table()
@@ -198,8 +201,9 @@ def test_a_flushing_server_gets_no_per_stream_speed_anywhere(tmp_path, capsys):
 
 
 def test_the_fake_servers_injected_per_token_timings_are_measured(tmp_path):
-    with FakeServer(free_port(), FakeServerState(default=FakeScript(ttft_s=0.02, gap_s=0.01))) as server:
-        run = _decode(server, tmp_path / "r")
+    # 12 tokens 30 ms apart: only a client stalled for the whole 330 ms could see them bunched
+    with FakeServer(free_port(), FakeServerState(default=FakeScript(ttft_s=0.02, gap_s=0.03))) as server:
+        run = _decode(server, tmp_path / "r", output_len=12)
     (cell,) = run.cells
     assert cell.buffered is None and cell.tpot_ms.n == 4 and cell.per_stream_tok_s.median > 0
     assert nb.decode_speed(run).not_measured is None

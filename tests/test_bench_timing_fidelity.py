@@ -80,7 +80,6 @@ def test_sagemaker_path_records_what_http_records_on_the_fake_server(tiny_model_
         (cell,) = run.cells
         assert run.status == "complete" and cell.failed == 0, (name, run.status, run.run.error)
         assert (cell.completed, cell.total_output_tokens, cell.content_chunks) == (6, 72, 72), name
-        assert cell.tpot_ms.n == 6 and cell.itl_ms.n == 6 * 11, name  # per token, not per burst
         assert cell.ttft_ms.min >= TTFT_S * 1000, (name, cell.ttft_ms)
         assert cell.e2el_ms.min >= (TTFT_S + 11 * GAP_S) * 1000, (name, cell.e2el_ms)
         cells[name] = cell
