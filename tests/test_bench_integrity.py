@@ -64,6 +64,23 @@ def test_bogus_usage_fails_the_requests_naming_what_the_server_sent(tmp_path, ca
     assert shown in cell.error_examples["bad_usage"]
 
 
+def test_a_run_stopped_by_any_error_is_never_marked_complete(tmp_path, monkeypatch):
+    """The crash above once left run.json and summary.json saying "complete" with zero cells."""
+    from gemma4_t4.bench import workloads
+
+    def broken(*args, **kwargs):
+        raise ValueError("a summary that could not be built")
+
+    monkeypatch.setattr(workloads, "_summarize_cell", broken)
+    state = FakeServerState(default=FakeScript(ttft_s=0.001, gap_s=0.001))
+    with FakeServer(free_port(), state) as server, pytest.raises(ValueError):
+        _decode(server, tmp_path / "r")
+    run = json.loads((tmp_path / "r" / "run.json").read_text())
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert run["status"] == summary["run"]["status"] == "aborted: ValueError"
+    assert "could not be built" in run["error"]
+
+
 # ---------------------------------------------------------------- (13) --out
 
 

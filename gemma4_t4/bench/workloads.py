@@ -667,6 +667,10 @@ def run_benchmark(
     except KeyboardInterrupt as exc:
         status = signals.interrupt_label(exc)
         raise
+    except Exception as exc:  # whatever stopped the run, run.json must not call it complete
+        if status == "complete":
+            status, error = f"aborted: {type(exc).__name__}", str(exc)[:300]
+        raise
     finally:
         writer.update_run(status=status, error=error, finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
         writer.close()
