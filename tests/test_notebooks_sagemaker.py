@@ -91,7 +91,7 @@ def test_part4_t4_vs_l4_headline_on_two_local_endpoints(aws_to_tiny_model, tiny_
     (headline,) = compare_suites(t4.out_dir, l4.out_dir).headlines
     assert headline.model == "tiny-gemma4"
     assert headline.answers.identical == headline.answers.total == 20  # one greedy server behind both
-    if headline.decode_not_measured:  # vLLM's CPU build sends each answer in one flush
+    if headline.decode_not_measured:  # vLLM's CPU build at times sends each answer in one flush
         assert headline.decode_ratio is None and "in one flush" in headline.text()
     else:
         assert headline.decode_method == "per-stream c=1" and headline.decode_ratio > 0

@@ -61,7 +61,7 @@ class FakeScript:
     http_status: int = 200
     prompt_tokens: int | None = None  # default: prompt length in characters
     hang_s: float = 0.0  # accept the request, then say nothing for this long (a hung server)
-    flush: bool = False  # generate, then send every chunk in one write (as vLLM's CPU build does)
+    flush: bool = False  # generate, then send every chunk in one write (as vLLM's CPU build at times does)
 
 
 @dataclass

@@ -14,7 +14,7 @@ Definitions (the same as ``vllm bench serve`` unless stated; see docs/benchmarks
   cell (stated explicitly in the summary).
 
 **Buffered streams.** A server that generates a whole answer and then sends it (vLLM's CPU build
-does) delivers its tokens microseconds apart: TPOT then times the client's parsing, and its
+at times does) delivers its tokens microseconds apart: TPOT then times the client's parsing, and its
 inverse reads 100,000+ tok/s. A request whose n > 1 tokens arrived in one chunk, or whose first-to-
 last token span is under :data:`FLUSH_FLOOR_MS_PER_TOKEN` per token, was delivered in one flush;
 a cell with any such request has no TPOT, ITL or per-stream tok/s (``CellStats.buffered`` says
