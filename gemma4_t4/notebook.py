@@ -776,8 +776,64 @@ def bench_rows(run: Any) -> list[JSONObject]:
 
 
 def per_stream_by_concurrency(run: Any) -> dict[int, float]:
-    """Median per-stream decode tok/s for each concurrency of a complete decode run."""
-    return run.require_complete("per-stream decode speed").per_stream_by_concurrency()
+    """Median per-stream decode tok/s for each concurrency of a complete decode run (refused,
+    naming the flush, where the server sent each answer in one burst: see :func:`decode_speed`)."""
+    return run.require_complete("per-stream decode speed").require_streamed().per_stream_by_concurrency()
+
+
+@dataclass
+class DecodeSpeed:
+    """What a decode run measured, per concurrency. ``per_stream`` is ``None`` (and ``not_measured``
+    says why) where the server delivered each answer in one flush (vLLM's CPU build): the figures
+    that are real there are the output tok/s over the run and the end-to-end latency."""
+
+    per_stream: dict[int, float] | None  # median per-stream decode tok/s
+    output_tok_s: dict[int, float]  # all streams, over the cell's window
+    e2el_ms: dict[int, float]  # median end-to-end latency
+    not_measured: str | None  # why there is no per-stream speed
+
+    @property
+    def streamed(self) -> bool:
+        return self.not_measured is None
+
+
+def decode_speed(run: Any) -> DecodeSpeed:
+    """The decode figures of a complete run, per-stream only where tokens were streamed."""
+    done = run.require_complete("decode speed")
+    why = done.decode_not_measured
+    return DecodeSpeed(None if why else done.per_stream_by_concurrency(), done.throughput_by_concurrency(),
+                       done.e2el_by_concurrency(), why)
+
+
+@dataclass
+class MeasuredPrice:
+    """$ per million output tokens at a run's best output tok/s, or why none is shown."""
+
+    usd_per_mtok: float | None
+    output_tok_s: float | None
+    usd_per_hour: float
+    label: str  # what the row is: the price's instance, or why there is none
+
+    def summary(self) -> float | str:
+        """What a notebook summary shows: the price, or the reason there is none."""
+        return self.usd_per_mtok if self.usd_per_mtok is not None else self.label
+
+
+def measured_price(run: Any, price: Any) -> MeasuredPrice:
+    """The run's best output tok/s priced at ``price`` (a :class:`gemma4_t4.hardware` price) —
+    only for a real Gemma 4 size measured on the GPU it is priced as. A tiny random model, a CPU,
+    or a run that did not record its kind gets no price, and the label says why (a tiny model's
+    speed priced as a T4 would read as the cost of serving Gemma 4)."""
+    from gemma4_t4.bench.published import measured_kind
+    from gemma4_t4.hardware import usd_per_million_tokens
+
+    done = run.require_complete("price")
+    best = max((v for v in done.throughput_by_concurrency().values() if v), default=None)
+    why = measured_kind(done).unpriced(price.gpu)
+    if why or not best:
+        return MeasuredPrice(None, best, price.usd_per_hour, why or "no $/Mtok: no output tok/s was measured")
+    return MeasuredPrice(usd_per_million_tokens(price.usd_per_hour, best), best, price.usd_per_hour,
+                         f"priced as {price.platform} {price.instance} ({price.gpu})")
 
 
 def throughput_by_concurrency(run: Any) -> dict[int, float]:

@@ -4,6 +4,9 @@
    process) streaming as fast as it can. Target: >= 20,000 chunks/s on one core.
 2. Timing error at 32 concurrent streams: the client's stamp of every chunk minus the time the
    fake server wrote it (both perf_counter, one system-wide clock). Target: < 1 ms.
+3. Open-loop schedule: constant arrivals at 8 and 16 requests/s (0.3 s requests, so they
+   overlap): how late each request left against its schedule, and the send rate achieved.
+   Target: median lag < 25 ms, achieved rate within 25 % of the offered one.
 
 Usage: python scripts/bench_client_overhead.py [--streams 32] [--tokens 2000]
 """
@@ -23,8 +26,8 @@ from gemma4_t4.bench.metrics import percentile
 from gemma4_t4.server import free_port
 
 
-def start_fake(port: int) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-m", "gemma4_t4.bench.fake_server", "--port", str(port)],
+def start_fake(port: int, *flags: str) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-m", "gemma4_t4.bench.fake_server", "--port", str(port), *flags],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -80,6 +83,25 @@ def main() -> None:
               f"median {percentile(deltas, 50):.3f} ms, p90 {percentile(deltas, 90):.3f} ms, "
               f"p99 {percentile(deltas, 99):.3f} ms, max {max(deltas):.3f} ms; "
               f"first-token median {percentile(ttft_err, 50):.3f} ms")
+        # 3. the open loop's schedule against a server slower than the arrival gap
+        import tempfile
+
+        from gemma4_t4.bench import run_benchmark
+
+        slow_port = free_port()
+        slow = start_fake(slow_port, "--ttft", "0.15", "--gap", "0.02")  # 8 tokens: ~0.3 s a request
+        try:
+            with tempfile.TemporaryDirectory(prefix="open-loop-") as tmp:
+                run_ = run_benchmark(f"http://127.0.0.1:{slow_port}", "fake-model", "decode", tmp, rates=[8.0, 16.0],
+                                     arrival="constant", input_len=32, output_len=8, num_prompts=12, progress=False)
+        finally:
+            slow.terminate()
+            slow.wait(10)
+            for cell in run_.cells:
+                ol = cell.open_loop
+                print(f"open loop at {ol.offered_rate_rps:g} req/s: achieved {ol.achieved_send_rate_rps:.2f} req/s, "
+                      f"send lag median {ol.send_lag_ms.median:.2f} ms, max {ol.send_lag_ms.max:.2f} ms, "
+                      f"peak in flight {ol.peak_in_flight}")
     finally:
         proc.terminate()
         proc.wait(10)

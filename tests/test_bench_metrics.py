@@ -26,6 +26,19 @@ def test_percentiles_match_numpy():
     assert stats.ci_low < stats.median < stats.ci_high
 
 
+@pytest.mark.parametrize("n", [2, 4, 10, 7])
+@pytest.mark.parametrize("q", [90, 99, 33.3, 50, 12.5])
+def test_percentiles_interpolate_between_ranks_as_numpy_linear(n, q):
+    """Few points and q between ranks: a percentile that took the nearest or lower rank instead of
+    interpolating linearly would pass the 101-point case above, never these."""
+    data = [float(v) for v in np.random.default_rng(n).exponential(10, n)]
+    rank = (n - 1) * q / 100
+    if n > 1 and q != 50:
+        assert rank != int(rank)  # a fractional rank: the case that needs interpolation
+    assert metrics.percentile(data, q) == pytest.approx(np.percentile(data, q, method="linear"), rel=1e-12)
+    assert metrics.percentile([1.0, 2.0, 4.0, 8.0], 90) == pytest.approx(6.8)  # rank 2.7: 4 + 0.7 * 4
+
+
 def _record(send, first, chunks, n, error=None, first_chunk=None):
     return RequestRecord(
         request_id=f"r{send}",

@@ -38,7 +38,11 @@ def test_decode_sweep(vllm_server, tmp_path):
         assert cell.completed == 4 and cell.failed == 0 and cell.queueing is False
         assert cell.input_len_exact and cell.token_source == ["usage"]
         assert cell.total_output_tokens == 4 * 8
-        assert cell.tpot_ms.median > 0 and cell.output_throughput_tok_s > 0
+        assert cell.output_throughput_tok_s > 0 and cell.e2el_ms.median > 0
+        # vLLM's CPU build at times sends each answer in one flush: then TPOT is named not measured, never ~0
+        # (a request whose text stayed empty, which a random tiny model can produce, has no TTFT/TPOT)
+        assert (cell.buffered is None) == (cell.tpot_ms.n > 0), (cell.buffered, cell.tpot_ms)
+        assert cell.buffered is None or cell.per_stream_tok_s.median is None
         # unique prompts by construction: measured, not assumed
         assert cell.prefix_cache.source == "/metrics" and cell.prefix_cache.hits == 0
         assert cell.prefix_cache.queries >= 4 * 64
@@ -164,8 +168,12 @@ def test_series_decode_method_on_the_real_server(vllm_server, tmp_path):
     assert (short.variant, long.variant) == ("series_short", "series_long")
     assert short.total_output_tokens == 3 * 4 and long.total_output_tokens == 3 * 24
     sd = run.run.series_decode
-    assert sd.short_tokens == 4 and sd.long_tokens == 24 and sd.wall_long_ms > sd.wall_short_ms
-    assert sd.decode_tok_s == pytest.approx(20 / ((sd.wall_long_ms - sd.wall_short_ms) / 1000))
+    assert sd.short_tokens == 4 and sd.long_tokens == 24 and sd.wall_short_ms > 0 and sd.wall_long_ms > 0
+    # the method's arithmetic; whether the long median came out longer times this (shared) machine
+    if sd.wall_long_ms > sd.wall_short_ms:
+        assert sd.decode_tok_s == pytest.approx(20 / ((sd.wall_long_ms - sd.wall_short_ms) / 1000))
+    else:
+        assert sd.decode_tok_s is None  # no figure from a long request that came out faster
     assert len(sd.samples) == 3
 
 
@@ -230,7 +238,12 @@ def test_two_local_endpoints_match_http_on_the_same_server(vllm_server, tiny_mod
         assert compare_runs(http["answers"], a).answers.identical == 20
         headline = compare_suites(tmp_path / side, tmp_path / "http").headlines[0]
         assert headline.answers.identical == headline.answers.total == 20
-        assert headline.decode_ratio is not None and headline.decode_method == "per-stream c=1"
+        # a per-stream ratio where the server streamed its tokens; else named not measured (one flush)
+        assert (headline.decode_ratio is not None) != bool(headline.decode_not_measured), headline.text()
     (headline,) = compare_suites(tmp_path / "tiny-a", tmp_path / "tiny-b").headlines
-    assert headline.answers.identical == headline.answers.total == 20 and headline.decode_ratio > 0
-    assert "identical answers: 20/20" in printed and "decode tok/s (per-stream c=1)" in printed
+    assert headline.answers.identical == headline.answers.total == 20
+    assert "identical answers: 20/20" in printed
+    if headline.decode_not_measured:
+        assert headline.decode_ratio is None and "tokens in one flush" in printed
+    else:
+        assert headline.decode_ratio > 0 and "decode tok/s (per-stream c=1)" in printed

@@ -89,15 +89,16 @@ def test_part4_t4_vs_l4_headline_on_two_local_endpoints(aws_to_tiny_model, tiny_
     assert result.deleted and _endpoints() == [] and experiments.leftover_endpoints(REGION, 4) == []
 
     (headline,) = compare_suites(t4.out_dir, l4.out_dir).headlines
-    assert headline.model == "tiny-gemma4" and headline.decode_method == "per-stream c=1"
+    assert headline.model == "tiny-gemma4"
     assert headline.answers.identical == headline.answers.total == 20  # one greedy server behind both
-    assert (
-        headline.decode_ratio > 0
-        and headline.decode_ci_low <= headline.decode_ratio <= headline.decode_ci_high
-    )
+    if headline.decode_not_measured:  # vLLM's CPU build at times sends each answer in one flush
+        assert headline.decode_ratio is None and "in one flush" in headline.text()
+    else:
+        assert headline.decode_method == "per-stream c=1" and headline.decode_ratio > 0
     assert headline.ttft_ratio > 0
-    assert "sagemaker:ml.g4dn.xlarge" in headline.usd_per_mtok_a  # each side priced as its instance
-    assert "sagemaker:ml.g6.xlarge" in headline.usd_per_mtok_b
+    # a tiny random model's throughput is no price, whatever instance the endpoint was priced as
+    assert headline.usd_per_mtok_a == headline.usd_per_mtok_b == {}
+    assert "tiny random model" in headline.unpriced_a and "tiny random model" in headline.unpriced_b
     rows = headline_rows(headline)
     assert rows[0]["measured here"] == headline.decode_a and rows[2]["measured here"] == headline.decode_ratio
     assert rows[4]["measured here"] == 1.0 and all(r["published"] is None for r in rows)  # no tiny row

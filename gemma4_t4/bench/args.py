@@ -93,7 +93,7 @@ class BenchOptions(BaseModel):
         json_schema_extra=cli(choices=WORKLOAD_CHOICES),
     )
     out_dir: str = Field(
-        description="results directory (must be new unless overwrite)",
+        description="results directory: new or empty; a folder holding anything needs --overwrite, which replaces only a bench run's files",
         json_schema_extra=cli(flag="--out", metavar="DIR"),
     )
     api: Literal["completions", "chat"] | None = Field(
@@ -167,7 +167,7 @@ class BenchOptions(BaseModel):
     progress: bool = Field(
         True, description="progress bars (the CLI: off with --json)", json_schema_extra=cli(option=False)
     )
-    overwrite: bool = Field(False, description="replace results already in the results directory")
+    overwrite: bool = Field(False, description="replace the bench run already in the results directory (never a folder of other files)")
     stop_on_unreachable: bool = Field(
         True, description="stop the run when a cell fails and the server no longer answers"
     )

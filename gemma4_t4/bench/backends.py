@@ -25,7 +25,14 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from gemma4_t4.bench import telemetry
-from gemma4_t4.bench.client import RequestSpec, StreamParser, make_session, new_record, send_request
+from gemma4_t4.bench.client import (
+    RequestSpec,
+    StreamParser,
+    apply_usage,
+    make_session,
+    new_record,
+    send_request,
+)
 from gemma4_t4.bench.prompts import HFTokenizer, ServerTokenizer, Tokenizer
 from gemma4_t4.bench.schemas import RawJSON, RequestRecord, ServerInfo
 from gemma4_t4.errors import Gemma4T4Error
@@ -365,10 +372,7 @@ def _read_whole(parser: StreamParser, payload: bytes, now: float) -> None:
     record.finish_reason = choice.get("finish_reason")
     usage = data.get("usage") or {}
     if usage:
-        record.prompt_tokens = usage.get("prompt_tokens")
-        record.completion_tokens = usage.get("completion_tokens")
-        record.cached_tokens = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
-        record.token_source = "usage"
+        apply_usage(record, usage)
 
 
 def _classify_client_error(record: RequestRecord, exc: Exception) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -61,6 +62,52 @@ class RequestSpec:
             body["prompt"] = self.prompt
         body.update(self.extra_body)
         return body
+
+
+def _token_count(value: object) -> int | None:
+    """A token count as a server should send it: a whole number >= 0 (12.0 counts as 12)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, float) and math.isfinite(value) and value >= 0 and value.is_integer():
+        return int(value)
+    return None
+
+
+def apply_usage(record: RequestRecord, usage: object) -> bool:
+    """Copy a reply's ``usage`` onto the record; False (the request failed as ``bad_usage``, naming
+    what the server sent) when a count is not a whole number >= 0 (NaN, -5, "12", ...) or the
+    completion count exceeds max_tokens: a count like that would make every figure of the cell
+    wrong, so it is a failed request, not a number to average."""
+    if not isinstance(usage, dict):
+        record.error, record.error_detail = "bad_usage", f"usage was {json.dumps(usage)[:200]}"
+        return False
+    details = usage.get("prompt_tokens_details") or {}
+    fields = {
+        "prompt_tokens": usage.get("prompt_tokens"),
+        "completion_tokens": usage.get("completion_tokens"),
+        "prompt_tokens_details.cached_tokens": details.get("cached_tokens") if isinstance(details, dict) else details,
+    }
+    counts: dict[str, int | None] = {}
+    for name, value in fields.items():
+        counts[name] = None if value is None else _token_count(value)
+        if value is not None and counts[name] is None:
+            record.error = "bad_usage"
+            record.error_detail = f"the server sent usage.{name} = {json.dumps(value)[:80]}, not a token count"
+            return False
+    completion = counts["completion_tokens"]
+    if completion is not None and record.max_tokens > 0 and completion > record.max_tokens:
+        record.error = "bad_usage"
+        record.error_detail = (
+            f"the server sent usage.completion_tokens = {completion}, more than the {record.max_tokens} asked for"
+        )
+        return False
+    record.prompt_tokens = counts["prompt_tokens"]
+    record.completion_tokens = completion
+    record.cached_tokens = counts["prompt_tokens_details.cached_tokens"]
+    record.token_source = "usage"
+    return True
 
 
 def _error_class(exc: BaseException) -> str:
@@ -118,11 +165,7 @@ class StreamParser:
             self._choice(choices[0], now)
         usage = event.get("usage")
         if usage:
-            record.prompt_tokens = usage.get("prompt_tokens")
-            record.completion_tokens = usage.get("completion_tokens")
-            details = usage.get("prompt_tokens_details") or {}
-            record.cached_tokens = details.get("cached_tokens")
-            record.token_source = "usage"
+            return apply_usage(record, usage)
         return True
 
     def _choice(self, choice: RawJSON, now: float) -> None:

@@ -9,10 +9,10 @@ from pathlib import Path
 
 from gemma4_t4.bench.answers import AnswerComparison, compare_answers
 from gemma4_t4.bench.derive import cost
-from gemma4_t4.bench.metrics import ratio_ci, request_metrics
+from gemma4_t4.bench.metrics import aggregate, buffered_delivery, ratio_ci, request_metrics
 from gemma4_t4.bench.published import SAGEMAKER_DECODE, Kind, PublishedDecode, measured_kind
-from gemma4_t4.bench.results import SUMMARY_FILE, BenchRun, load_run
-from gemma4_t4.bench.schemas import CellSummary, SpecDecode
+from gemma4_t4.bench.results import RECORDS_FILE, SUMMARY_FILE, BenchRun, load_run
+from gemma4_t4.bench.schemas import CellStats, CellSummary, SpecDecode
 from gemma4_t4.errors import Gemma4T4Error
 
 # metric -> (per-request extractor, True when higher is better)
@@ -33,6 +33,7 @@ class Ratio:
     ci_low: float | None
     ci_high: float | None
     higher_is_better: bool
+    not_measured: str | None = None  # why there is no figure (answers that came in one flush)
 
 
 @dataclass
@@ -74,6 +75,9 @@ class RunComparison:
         for cell in self.cells:
             lines.append(f"\n{cell.cell_a}" + (f"  vs  {cell.cell_b}" if cell.cell_b != cell.cell_a else ""))
             for r in cell.ratios:
+                if r.not_measured:
+                    lines.append(f"  {r.metric:<26} {r.not_measured}")
+                    continue
                 interval = f"[{r.ci_low:.3f}, {r.ci_high:.3f}]" if r.ci_low is not None else "[no interval]"
                 ratio = f"{r.ratio:.3f}x" if r.ratio is not None else "-"
                 lines.append(
@@ -112,6 +116,20 @@ def cell_key(cell: CellSummary) -> tuple:
     )
 
 
+DECODE_METRICS = ("tpot_ms", "per_stream_tok_s")
+
+
+def _recomputed(run: BenchRun, cell: CellSummary, side: str) -> CellStats | str:
+    """The cell's statistics from its measured records, or why they cannot be (no records)."""
+    records = run.measured(cell.cell)
+    if not records:
+        return (
+            f"{side}: {run.dir / RECORDS_FILE} holds no measured records of cell {cell.cell}, so its "
+            "figures cannot be checked (summary.json alone can be edited); compare runs with their records.jsonl"
+        )
+    return aggregate(records)
+
+
 def _per_request(run: BenchRun, cell: str, attr: str) -> list[float]:
     out = []
     for record in run.measured(cell):
@@ -131,18 +149,34 @@ def compare_runs(a: str | os.PathLike | BenchRun, b: str | os.PathLike | BenchRu
         return RunComparison(str(run_a.dir), str(run_b.dir), [], not_measured=incomplete)
     by_b = {cell_key(c): c for c in run_b.cells}
     matched, unmatched_a = [], []
+    missing: list[str] = []  # cells whose records are gone: nothing to compute a figure from
     for ca in run_a.cells:
         cb = by_b.pop(cell_key(ca), None)
         if cb is None:
             unmatched_a.append(ca.cell)
             continue
+        # every figure printed comes from the records (summary.json is a cache that can be edited)
+        sa, sb = _recomputed(run_a, ca, "A"), _recomputed(run_b, cb, "B")
+        if isinstance(sa, str) or isinstance(sb, str):
+            why = " / ".join(x for x in (sa, sb) if isinstance(x, str))
+            if ca.workload != "answers":  # an answers run's result is its answers, compared below
+                missing.append(why)
+            ratios = [Ratio(n, None, None, None, None, None, h, not_measured=why) for n, (_, h) in METRICS.items()]
+            matched.append(CellComparison(cell_key(ca), ca.cell, cb.cell, ratios, ca.spec_decode, cb.spec_decode))
+            continue
+        flush = " / ".join(
+            f"{side}: {s.buffered.reason}" for side, s in (("A", sa), ("B", sb)) if s.buffered
+        )
         ratios = []
         for name, (attr, higher) in METRICS.items():
+            if flush and name in DECODE_METRICS:  # a flushed stream times no decoding: no figure, no ratio
+                ratios.append(Ratio(name, None, None, None, None, None, higher, not_measured=flush))
+                continue
             va, vb = _per_request(run_a, ca.cell, attr), _per_request(run_b, cb.cell, attr)
             point, low, high = ratio_ci(va, vb)
-            stats_a, stats_b = getattr(ca, name), getattr(cb, name)
+            stats_a, stats_b = getattr(sa, name), getattr(sb, name)
             ratios.append(Ratio(name, stats_a.median, stats_b.median, point, low, high, higher))
-        ta, tb = ca.output_throughput_tok_s, cb.output_throughput_tok_s
+        ta, tb = sa.output_throughput_tok_s, sb.output_throughput_tok_s
         ratios.append(
             Ratio("output_throughput_tok_s", ta, tb, (tb / ta) if ta and tb else None, None, None, True)
         )
@@ -151,7 +185,13 @@ def compare_runs(a: str | os.PathLike | BenchRun, b: str | os.PathLike | BenchRu
     if run_a.answers() or run_b.answers():
         answers = compare_answers(run_a, run_b)
     return RunComparison(
-        str(run_a.dir), str(run_b.dir), matched, unmatched_a, [c.cell for c in by_b.values()], answers
+        str(run_a.dir),
+        str(run_b.dir),
+        matched,
+        unmatched_a,
+        [c.cell for c in by_b.values()],
+        answers,
+        not_measured=missing,
     )
 
 
@@ -201,6 +241,9 @@ class Headline:
     not_measured: list[str] = field(default_factory=list)  # this model's runs that did not complete
     kind_a: Kind | None = None  # what A and B measured on, from what their runs recorded
     kind_b: Kind | None = None
+    decode_not_measured: list[str] = field(default_factory=list)  # e.g. answers that came in one flush
+    unpriced_a: str | None = None  # why A shows no $/Mtok (a tiny model, a CPU, ...)
+    unpriced_b: str | None = None
 
     def text(self) -> str:
         lines = [f"{self.model}  (A/B; measured)"] + [f"  not measured: {why}" for why in self.not_measured]
@@ -214,6 +257,8 @@ class Headline:
                 f"  decode tok/s ({self.decode_method}): A {_num(self.decode_a)}  B {_num(self.decode_b)}"
                 f"  A/B {self.decode_ratio:.3f}x{interval}"
             )
+        elif self.decode_not_measured:
+            lines += [f"  decode tok/s: {why}" for why in self.decode_not_measured]
         else:
             lines.append("  decode: not measured on both sides")
         if self.ttft_ratio is not None:
@@ -223,9 +268,14 @@ class Headline:
             )
         if self.answers:
             lines += ["  " + line for line in self.answers.text().splitlines()]
-        for side, prices in (("A", self.usd_per_mtok_a), ("B", self.usd_per_mtok_b)):
+        for side, prices, unpriced in (
+            ("A", self.usd_per_mtok_a, self.unpriced_a),
+            ("B", self.usd_per_mtok_b, self.unpriced_b),
+        ):
             if prices:
                 lines.append(f"  $/Mtok {side}: " + ", ".join(f"{k} ${v:.2f}" for k, v in prices.items()))
+            elif unpriced:
+                lines.append(f"  $/Mtok {side}: {unpriced}")
         p = self.published
         if p is not None:
             ratio = f"  T4/L4 {p.t4_tok_s / p.l4_tok_s:.2f}x" if p.t4_tok_s else ""
@@ -266,16 +316,21 @@ class SuiteComparison:
         return "\n\n".join(out)
 
 
-def _decode_samples(runs: list[BenchRun]) -> tuple[str | None, list[float]]:
+def _decode_samples(runs: list[BenchRun]) -> tuple[str | None, list[float], str | None]:
+    """(method, per-request decode tok/s, why there are none). The series' method times whole
+    requests, so it holds for a server that flushes its answers; per-stream speed does not."""
     for run in runs:
         sd = run.run.series_decode
         if sd and sd.samples:
-            return "series", sd.samples
+            return "series", sd.samples, None
     for run in runs:
         for c in run.cells:
             if c.workload == "decode" and c.concurrency == 1 and c.completed:
-                return "per-stream c=1", _per_request(run, c.cell, "per_stream_tok_s")
-    return None, []
+                flushed = buffered_delivery(run.measured(c.cell))
+                if flushed:
+                    return "per-stream c=1", [], f"{flushed.reason} ({run.dir}, cell {c.cell})"
+                return "per-stream c=1", _per_request(run, c.cell, "per_stream_tok_s"), None
+    return None, [], None
 
 
 def _ttft_samples(runs: list[BenchRun]) -> list[float]:
@@ -286,17 +341,26 @@ def _ttft_samples(runs: list[BenchRun]) -> list[float]:
     return []
 
 
-def _prices(runs: list[BenchRun]) -> dict[str, float]:
-    cells = [
-        c for r in runs for c in r.cells if c.workload in ("decode", "load") and c.output_throughput_tok_s
-    ]
-    if not cells:
-        return {}
-    best = max(cells, key=lambda c: c.output_throughput_tok_s)
-    if best.derived.usd_per_million_output_tokens:
-        return best.derived.usd_per_million_output_tokens
+def _prices(runs: list[BenchRun]) -> tuple[dict[str, float], str | None]:
+    """$/Mtok at the best measured output tok/s (from the records), or why none is shown: only
+    a real Gemma 4 size on the GPU it was priced as gets a price."""
+    if not runs:
+        return {}, None
+    unpriced = measured_kind(runs[0]).unpriced()
+    if unpriced:
+        return {}, unpriced
+    best: tuple[float, CellSummary] | None = None
+    for run in runs:
+        for c in run.cells:
+            if c.workload in ("decode", "load"):
+                tok_s = aggregate(run.measured(c.cell)).output_throughput_tok_s
+                if tok_s and (best is None or tok_s > best[0]):
+                    best = (tok_s, c)
+    if best is None:
+        return {}, None
+    keys = list(best[1].derived.usd_per_million_output_tokens or {})  # the instances the run was priced as
     gpu = next((r.run.config.get("gpu") for r in runs if r.run.config.get("gpu")), None)
-    return cost(best.output_throughput_tok_s, gpu_key=gpu) if gpu else {}
+    return cost(best[0], keys or None, gpu_key=gpu or measured_kind(runs[0]).gpu), None
 
 
 def published_decode(model: str, build: str | None = None) -> PublishedDecode | None:
@@ -329,9 +393,10 @@ def compare_suites(a: str | os.PathLike, b: str | os.PathLike) -> SuiteCompariso
         ]
         # figures come from complete runs only; a stopped run is named, never averaged in
         ra, rb = [r for r in every_a if r.ok], [r for r in every_b if r.ok]
-        method_a, da = _decode_samples(ra)
-        method_b, db = _decode_samples(rb)
-        method = method_a if method_a == method_b else None
+        method_a, da, flush_a = _decode_samples(ra)
+        method_b, db, flush_b = _decode_samples(rb)
+        flushed = [f"{side}: {why}" for side, why in (("A", flush_a), ("B", flush_b)) if why]
+        method = method_a if method_a == method_b and not flushed else None
         point = low = high = None
         if method:
             point, low, high = ratio_ci(db, da)  # A/B
@@ -342,6 +407,7 @@ def compare_suites(a: str | os.PathLike, b: str | os.PathLike) -> SuiteCompariso
             (r.run.config.get("model_format") for r in ra + rb if r.run.config.get("model_format")), None
         )
         ma, mb = _median(ta), _median(tb)
+        prices_a, prices_b = _prices(ra), _prices(rb)
         headlines.append(
             Headline(
                 model=model,
@@ -355,8 +421,11 @@ def compare_suites(a: str | os.PathLike, b: str | os.PathLike) -> SuiteCompariso
                 ttft_b_ms=mb,
                 ttft_ratio=(ma / mb) if ma and mb else None,
                 answers=compare_answers(answers_a, answers_b) if answers_a and answers_b else None,
-                usd_per_mtok_a=_prices(ra),
-                usd_per_mtok_b=_prices(rb),
+                usd_per_mtok_a=prices_a[0],
+                usd_per_mtok_b=prices_b[0],
+                unpriced_a=prices_a[1],
+                unpriced_b=prices_b[1],
+                decode_not_measured=flushed,
                 published=published_decode(model, build),
                 not_measured=incomplete,
                 kind_a=measured_kind(ra[0]) if ra else None,

@@ -6,7 +6,7 @@ chunk (``perf_counter``, the same system-wide monotonic clock the client uses on
 test can compare what the client measured with what the server really did (``GET /fake/log``).
 
 Scripts can include: the delay to the first token, gaps between chunks, several tokens per
-chunk, chat's role-only first chunk, usage in the last chunk, a malformed chunk, and a server
+chunk, an answer sent in one flush, chat's role-only first chunk, usage in the last chunk, a malformed chunk, and a server
 that exits mid-run, or one that accepts a request and never answers. It also answers
 ``/invocations`` (vLLM's SageMaker route, streamed or not), ``/health``, ``/v1/models``, ``/metrics``, ``/tokenize``
 and ``/detokenize`` (one token per character) so the whole benchmark can run against it.
@@ -56,10 +56,12 @@ class FakeScript:
     role_chunk: bool = True  # chat only: vLLM's role-only first delta
     role_chunk_delay_s: float = 0.0
     usage: bool = True
+    usage_fields: RawJSON | None = None  # merged into the usage sent (a bogus count: {"completion_tokens": NaN})
     malformed_after_chunks: int | None = None
     http_status: int = 200
     prompt_tokens: int | None = None  # default: prompt length in characters
     hang_s: float = 0.0  # accept the request, then say nothing for this long (a hung server)
+    flush: bool = False  # generate, then send every chunk in one write (as vLLM's CPU build at times does)
 
 
 @dataclass
@@ -70,6 +72,9 @@ class FakeServerState:
     log: list[WriteLog] = field(default_factory=list)  # what the fake wrote when (GET /fake/log)
     queries: int = 0
     hits: int = 0
+    # lock step: when set, every token chunk after the first waits for one release (30 s at most),
+    # so a test can prove each chunk reached it before the next existed (no buffering in between)
+    lockstep: threading.Semaphore | None = None
 
 
 STATE_KEY = web.AppKey("state", FakeServerState)
@@ -149,7 +154,21 @@ async def _stream(request: web.Request, chat: bool) -> web.StreamResponse:
     sent = 0
     chunk_index = 0
     target = start + script.ttft_s
+    if script.flush:
+        await asyncio.sleep(max(0.0, target - time.perf_counter()))
+        pieces = [
+            _chunk(chat, "ab", "length" if k == n_tokens - 1 else None) for k in range(n_tokens)
+        ]
+        await response.write(b"".join(pieces))
+        entry["writes_s"].append(time.perf_counter())
+        sent = n_tokens
     while sent < n_tokens:
+        if state.lockstep is not None and chunk_index > 0:
+            step = state.lockstep
+            if not await asyncio.get_running_loop().run_in_executor(None, step.acquire, True, 30.0):
+                await response.write_eof()  # nobody released: the stream ends short (the test sees it)
+                return response
+            target = time.perf_counter()
         delay = target - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
@@ -171,7 +190,7 @@ async def _stream(request: web.Request, chat: bool) -> web.StreamResponse:
             "completion_tokens": n_tokens,
             "total_tokens": prompt_tokens + n_tokens,
             "prompt_tokens_details": {"cached_tokens": 0},
-        }
+        } | (script.usage_fields or {})
         await response.write(
             b"data: " + json.dumps({"id": "fake", "choices": [], "usage": usage}).encode() + b"\n\n"
         )

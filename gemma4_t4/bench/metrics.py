@@ -12,6 +12,13 @@ Definitions (the same as ``vllm bench serve`` unless stated; see docs/benchmarks
 * **per-stream tok/s** = 1000 / TPOT(ms) per request (decode speed one user sees).
 * **output throughput** = Σ completion tokens / window, window = first send → last end of the
   cell (stated explicitly in the summary).
+
+**Buffered streams.** A server that generates a whole answer and then sends it (vLLM's CPU build
+at times does) delivers its tokens microseconds apart: TPOT then times the client's parsing, and its
+inverse reads 100,000+ tok/s. A request whose n > 1 tokens arrived in one chunk, or whose first-to-
+last token span is under :data:`FLUSH_FLOOR_MS_PER_TOKEN` per token, was delivered in one flush;
+a cell with any such request has no TPOT, ITL or per-stream tok/s (``CellStats.buffered`` says
+why). Output tok/s and E2EL, which time the whole generation, are still measured.
 """
 
 from __future__ import annotations
@@ -21,9 +28,22 @@ import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from gemma4_t4.bench.schemas import CellStats, LatencyStats, OpenLoopInfo, RequestRecord, SeriesDecode, Window
+from gemma4_t4.bench.schemas import (
+    BufferedDelivery,
+    CellStats,
+    LatencyStats,
+    OpenLoopInfo,
+    RequestRecord,
+    SeriesDecode,
+    Window,
+)
 
 Stats = LatencyStats  # the distribution summary (a model; see schemas.py)
+
+# 0.1 ms per token = 10,000 tok/s for ONE stream: no LLM decoder streams that fast (the series' T4
+# figures are 25-100 tok/s, i.e. 10-40 ms a token), yet it is ~13x the 7.5 us a token the client
+# measured parsing vLLM CPU's flushed answers (32 tokens within 0.23-0.27 ms); see docs/benchmarks.md
+FLUSH_FLOOR_MS_PER_TOKEN = 0.1
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -98,6 +118,19 @@ class RequestMetrics:
     completion_tokens: int | None
     prompt_tokens: int | None
     cached_tokens: int | None
+    flushed: bool = False  # its tokens came in one flush: no TPOT, ITL or per-stream speed
+    decode_span_ms: float | None = None  # first to last output chunk
+
+
+def delivered_in_one_flush(r: RequestRecord) -> bool:
+    """True when a completed, streamed request's n > 1 tokens arrived in one chunk or faster than
+    :data:`FLUSH_FLOOR_MS_PER_TOKEN` each: the server sent a finished answer, the stream timed
+    nothing of its decoding. A non-streamed request (``streamed=False``) has no TPOT anyway."""
+    n = r.completion_tokens
+    if r.error is not None or r.streamed is False or n is None or n < 2 or not r.chunk_times_s:
+        return False
+    span_ms = (r.chunk_times_s[-1] - r.chunk_times_s[0]) * 1000.0
+    return len(r.chunk_times_s) < 2 or span_ms < FLUSH_FLOOR_MS_PER_TOKEN * (n - 1)
 
 
 def request_metrics(r: RequestRecord) -> RequestMetrics:
@@ -108,11 +141,16 @@ def request_metrics(r: RequestRecord) -> RequestMetrics:
     ttft = (r.first_content_s - send) * 1000.0 if r.first_content_s is not None else None
     ttft_chunk = (r.first_chunk_s - send) * 1000.0 if r.first_chunk_s is not None else None
     e2el = (r.last_choice_s - send) * 1000.0 if r.last_choice_s is not None else None
+    flushed = delivered_in_one_flush(r)
     tpot = None
-    if ok and ttft is not None and e2el is not None and n is not None and n > 1:
+    if ok and not flushed and ttft is not None and e2el is not None and n is not None and n > 1:
         tpot = (e2el - ttft) / (n - 1)
     chunk_times = r.chunk_times_s
-    itl = [(b - a) * 1000.0 for a, b in zip(chunk_times, chunk_times[1:], strict=False)] if ok else []
+    itl = (
+        [(b - a) * 1000.0 for a, b in zip(chunk_times, chunk_times[1:], strict=False)]
+        if ok and not flushed
+        else []
+    )
     return RequestMetrics(
         ok=ok,
         ttft_ms=ttft if ok else None,
@@ -125,6 +163,23 @@ def request_metrics(r: RequestRecord) -> RequestMetrics:
         completion_tokens=n,
         prompt_tokens=r.prompt_tokens,
         cached_tokens=r.cached_tokens,
+        flushed=flushed,
+        decode_span_ms=(chunk_times[-1] - chunk_times[0]) * 1000.0 if chunk_times else None,
+    )
+
+
+def buffered_delivery(records: Sequence[RequestRecord]) -> BufferedDelivery | None:
+    """Why a cell's decode figures are not measured (its completed requests that came in one
+    flush), or None when every completed request streamed its tokens as they were made."""
+    done = [request_metrics(r) for r in records if r.error is None]
+    flushed = [m for m in done if m.flushed]
+    if not flushed:
+        return None
+    return BufferedDelivery(
+        requests=len(flushed),
+        completed=len(done),
+        tokens=max(m.completion_tokens or 0 for m in flushed),
+        span_ms=max(m.decode_span_ms or 0.0 for m in flushed),
     )
 
 
@@ -149,6 +204,9 @@ def aggregate(records: Sequence[RequestRecord]) -> CellStats:
     duration = window.duration_s if window else 0.0
     chunks = sum(m.chunks for _, m in ok)
     cached = [m.cached_tokens for _, m in ok if m.cached_tokens is not None]
+    # one flushed request makes the cell's decode figures unmeasured: the rest came in bursts too
+    buffered = buffered_delivery(recs)
+    decoded = [] if buffered else ok
     return CellStats(
         completed=len(ok),
         failed=len(recs) - len(ok),
@@ -157,10 +215,11 @@ def aggregate(records: Sequence[RequestRecord]) -> CellStats:
         window=window,
         ttft_ms=summarize(m.ttft_ms for _, m in ok),
         ttft_first_chunk_ms=summarize(m.ttft_first_chunk_ms for _, m in ok),
-        tpot_ms=summarize(m.tpot_ms for _, m in ok),
-        itl_ms=summarize([g for _, m in ok for g in m.itl_ms], ci=False),
+        tpot_ms=summarize(m.tpot_ms for _, m in decoded),
+        itl_ms=summarize([g for _, m in decoded for g in m.itl_ms], ci=False),
         e2el_ms=summarize(m.e2el_ms for _, m in ok),
-        per_stream_tok_s=summarize(m.per_stream_tok_s for _, m in ok),
+        per_stream_tok_s=summarize(m.per_stream_tok_s for _, m in decoded),
+        buffered=buffered,
         output_throughput_tok_s=out_tokens / duration if duration > 0 else None,
         input_throughput_tok_s=in_tokens / duration if duration > 0 else None,
         request_throughput_req_s=len(ok) / duration if duration > 0 else None,

@@ -30,7 +30,11 @@ def plot_throughput(run: BenchRun, path: Path) -> Path | None:
     fig, ax = plt.subplots(figsize=(7, 4.2))
     xs = [c.concurrency for c in cells]
     ax.plot(xs, [c.output_throughput_tok_s for c in cells], "o-", label="system output tok/s")
-    ax.plot(xs, [c.per_stream_tok_s.median for c in cells], "s--", label="per-stream tok/s (median)")
+    buffered = next((c.buffered for c in cells if c.buffered), None)
+    if buffered is None:
+        ax.plot(xs, [c.per_stream_tok_s.median for c in cells], "s--", label="per-stream tok/s (median)")
+    else:  # answers came in one flush: there is no per-stream speed to draw, and the plot says why
+        ax.text(0.02, 0.02, f"per-stream tok/s {buffered.reason}", transform=ax.transAxes, fontsize=7, wrap=True)
     for c in cells:
         if c.queueing:
             ax.annotate(
@@ -105,7 +109,12 @@ def plot_prefix(run: BenchRun, path: Path) -> Path | None:
 
 
 def plot_roofline(run: BenchRun, path: Path) -> Path | None:
-    measured = [(c, c.derived.roofline) for c in run.cells if c.derived.roofline]
+    # a cell with no per-stream speed (answers that came in one flush) has nothing to place under the roof
+    measured = [
+        (c, c.derived.roofline)
+        for c in run.cells
+        if c.derived.roofline and c.derived.roofline.per_stream_tok_s and not c.buffered
+    ]
     if not measured:
         return None
     cells = [c for c, _ in measured]

@@ -246,6 +246,24 @@ class Kind:
     def known(self) -> bool:
         return self.model_size is not None and self.gpu is not None
 
+    def unpriced(self, priced_gpu: str | None = None) -> str | None:
+        """Why a throughput measured on this kind is no $ per million tokens (None: it is one).
+        Only a real Gemma 4 size on the GPU it is priced as gets a price; a tiny random model's
+        speed, a CPU's, or an unrecorded kind's says nothing about what serving Gemma 4 costs."""
+        from gemma4_t4.hardware import PRICES
+
+        if self.model_size is None or self.gpu is None:
+            return "no $/Mtok: the run did not record which model and GPU it measured"
+        if self.model_size == "tiny":
+            return f"no $/Mtok: {self.describe()} is a method check, not a price of serving Gemma 4"
+        if self.gpu == "cpu":
+            return f"no $/Mtok: {self.describe()} is not a priced GPU deployment"
+        if priced_gpu is not None and priced_gpu != self.gpu:
+            return f"no $/Mtok: measured on {self.gpu.upper()}, priced as {priced_gpu.upper()}"
+        if not any(p.gpu == self.gpu for p in PRICES.values()):
+            return f"no $/Mtok: no price is known for {self.gpu.upper()}"
+        return None
+
     def describe(self) -> str:
         model = "a tiny random model" if self.model_size == "tiny" else (self.model_size or "an unknown model")
         gpu = "a CPU" if self.gpu == "cpu" else (self.gpu.upper() if self.gpu else "unknown hardware")
@@ -315,7 +333,7 @@ BesideRow = TypedDict(
     "BesideRow",
     {
         "figure": str,
-        "measured here": float | None,
+        "measured here": float | str | None,  # str: why it is not measured (e.g. one flush)
         "measured on": str,
         "published": float | None,
         "measured / published": float | None,
@@ -327,7 +345,7 @@ BesideRow = TypedDict(
 
 def beside(
     label: str,
-    measured: float | None,
+    measured: float | str | None,
     published: float | None,
     source: str,
     conditions: str = "",
@@ -338,11 +356,14 @@ def beside(
     """One display row: a measured figure next to the published one. Their ratio is given only
     where the measurement is the published condition's kind (the same model size and GPU class,
     both known); elsewhere (a tiny model, a CPU, another GPU, or an unrecorded kind) the published
-    figure stands alone, labelled published, and the row says what was measured on."""
+    figure stands alone, labelled published, and the row says what was measured on. ``measured``
+    may be the reason a figure is not measured ("not measured: the server delivered ..."): shown
+    as it is, with no ratio."""
     comparable = (
         measured_on is not None and published_on is not None and measured_on.known and measured_on == published_on
     )
-    ratio = measured / published if comparable and measured is not None and published else None
+    number = isinstance(measured, int | float) and not isinstance(measured, bool)
+    ratio = measured / published if comparable and number and published else None  # type: ignore[operator]
     return {
         "figure": label,
         "measured here": measured,

@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
+from gemma4_t4 import safepaths
 from gemma4_t4.atomic import atomic_write_json, atomic_write_text
 from gemma4_t4.bench.schemas import (
     SCHEMA,
@@ -38,6 +39,44 @@ from gemma4_t4.bench.schemas import (
 from gemma4_t4.errors import Gemma4T4Error
 
 RUN_FILE, RECORDS_FILE, SUMMARY_FILE, CSV_FILE = "run.json", "records.jsonl", "summary.json", "summary.csv"
+# the plots `bench plot` writes next to the results (plots.plot_run): --overwrite replaces these too
+PLOT_FILES = (
+    "throughput_vs_concurrency.png",
+    "ttft_vs_offered_rate.png",
+    "ttft_vs_input_len.png",
+    "prefix_cache.png",
+    "roofline.png",
+)
+BENCH_FILES = (RUN_FILE, RECORDS_FILE, SUMMARY_FILE, CSV_FILE, *PLOT_FILES, safepaths.MARKER_NAME)
+
+
+def check_out_dir(out_dir: str | os.PathLike, overwrite: bool) -> Path:
+    """Refuse an ``--out`` that would mix a run with other files, before anything is measured:
+    a missing or empty folder is used as is; one holding anything (``.`` included) needs
+    ``--overwrite``, and even then only a folder the bench wrote (its ownership marker, or the
+    results files of a run made before the marker) is reused, and only the bench's own files in it
+    are replaced (:data:`BENCH_FILES`; anything else there stays)."""
+    path = Path(out_dir)
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        raise Gemma4T4Error(
+            f"--out {path} is {'a symbolic link' if path.is_symlink() else 'a file, not a directory'}",
+            fix="choose a directory path for --out (it is created if missing)",
+        )
+    if not path.exists() or not any(path.iterdir()):
+        return path
+    holds_results = safepaths.is_owned(path, (SUMMARY_FILE, RECORDS_FILE, RUN_FILE))
+    if not overwrite:
+        what = "already holds benchmark results" if holds_results else "is not empty"
+        raise Gemma4T4Error(
+            f"--out {path} {what}", fix="choose a new --out directory (or pass --overwrite to replace a bench run)"
+        )
+    if not holds_results:
+        raise Gemma4T4Error(
+            f"--out {path} holds files the bench did not write (no {safepaths.MARKER_NAME} or results), "
+            "so --overwrite will not write into it",
+            fix="choose a new --out directory",
+        )
+    return path
 LATENCY_KEYS = ("ttft_ms", "ttft_first_chunk_ms", "tpot_ms", "itl_ms", "e2el_ms", "per_stream_tok_s")
 CSV_STATS = ("mean", "median", "p90", "p99", "ci_low", "ci_high")
 CSV_SCALARS = (
@@ -83,22 +122,12 @@ class ResultsWriter:
     summary and run info rewritten atomically, so an interrupted run keeps what it measured."""
 
     def __init__(self, out_dir: str | os.PathLike, run_info: RunInfo, overwrite: bool = False):
-        self.dir = Path(out_dir)
-        if self.dir.exists() and not self.dir.is_dir():
-            raise Gemma4T4Error(
-                f"--out {self.dir} is a file, not a directory",
-                fix="choose a directory path for --out (it is created if missing)",
-            )
-        if (self.dir / SUMMARY_FILE).exists() or (self.dir / RECORDS_FILE).exists():
-            if not overwrite:
-                raise Gemma4T4Error(
-                    f"{self.dir} already holds benchmark results",
-                    fix="choose a new --out directory (or pass --overwrite)",
-                )
-            for name in (RECORDS_FILE, SUMMARY_FILE, CSV_FILE, RUN_FILE):
-                (self.dir / name).unlink(missing_ok=True)
+        self.dir = check_out_dir(out_dir, overwrite)
+        for name in BENCH_FILES:  # only what a bench run writes; other files are never touched
+            (self.dir / name).unlink(missing_ok=True)
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
+            safepaths.write_marker(self.dir, "bench run")
         except OSError as exc:
             raise Gemma4T4Error(
                 f"cannot create {self.dir}: {exc.strerror or exc}", fix="choose a writable --out directory"
@@ -152,8 +181,10 @@ class TableRow(BaseModel):
     ok: int
     failed: int
     ttft_ms_median: float | None = Field(alias="TTFT ms (median)")
-    tpot_ms_median: float | None = Field(alias="TPOT ms (median)")
-    per_stream_tok_s_median: float | None = Field(alias="per-stream tok/s (median)")
+    # "not measured: the server delivered N tokens in one flush" where the stream was buffered
+    tpot_ms_median: float | str | None = Field(alias="TPOT ms (median)")
+    per_stream_tok_s_median: float | str | None = Field(alias="per-stream tok/s (median)")
+    e2el_ms_median: float | None = Field(alias="E2EL ms (median)")
     output_tok_s: float | None = Field(alias="output tok/s (all streams)")
     prefix_cache_hit_rate: float | None = Field(alias="prefix cache hit rate")
 
@@ -268,10 +299,36 @@ class BenchRun(BaseModel):
             )
         return found[0]
 
+    @property
+    def decode_not_measured(self) -> str | None:
+        """``None`` when every measured cell streamed its tokens; else why TPOT, ITL and per-stream
+        tok/s are not measured (the first cell whose answers came in one flush, named)."""
+        buffered = next((c for c in self.cells if c.buffered), None)
+        return f"{buffered.buffered.reason} in cell {buffered.cell}" if buffered and buffered.buffered else None
+
+    def require_streamed(self, what: str = "a per-stream decode speed") -> BenchRun:
+        """This run, or an error naming the flush that leaves it without ``what``."""
+        if self.decode_not_measured:
+            raise Gemma4T4Error(
+                f"{self.dir} gives no {what}: {self.decode_not_measured}",
+                fix="read its output tok/s and E2EL instead (they time the whole generation), "
+                "or measure on a server that streams tokens as it makes them (vLLM on a GPU)",
+            )
+        return self
+
     def per_stream_by_concurrency(self) -> dict[int, float | None]:
-        """Median per-stream decode tok/s for each concurrency of a decode run."""
+        """Median per-stream decode tok/s for each concurrency of a decode run (None for a cell
+        whose answers came in one flush: see :attr:`decode_not_measured`)."""
         return {
             c.concurrency: _median(c.per_stream_tok_s)
+            for c in self.cells
+            if c.workload == "decode" and c.concurrency is not None
+        }
+
+    def e2el_by_concurrency(self) -> dict[int, float | None]:
+        """Median end-to-end latency (ms) for each concurrency of a decode run."""
+        return {
+            c.concurrency: _median(c.e2el_ms)
             for c in self.cells
             if c.workload == "decode" and c.concurrency is not None
         }
@@ -316,8 +373,9 @@ class BenchRun(BaseModel):
                     ok=c.completed,
                     failed=c.failed,
                     ttft_ms_median=c.ttft_ms.median,
-                    tpot_ms_median=c.tpot_ms.median,
-                    per_stream_tok_s_median=c.per_stream_tok_s.median,
+                    tpot_ms_median=c.buffered.reason if c.buffered else c.tpot_ms.median,
+                    per_stream_tok_s_median=c.buffered.reason if c.buffered else c.per_stream_tok_s.median,
+                    e2el_ms_median=c.e2el_ms.median,
                     output_tok_s=c.output_throughput_tok_s,
                     prefix_cache_hit_rate=c.prefix_cache.hit_rate,
                 )
@@ -382,6 +440,8 @@ def format_cells(cells: Sequence[CellSummary]) -> str:
         flags = (" [queueing]" if c.queueing else "") + (" [partial]" if c.partial else "")
         if c.open_loop and c.open_loop.cap_reached:
             flags += " [in-flight cap reached]"
+        if c.buffered:
+            flags += f" [TPOT, ITL, stream t/s {c.buffered.reason}]"
         spec = c.spec_decode
         if spec is not None and spec.acceptance_rate is not None and spec.mean_accepted_length is not None:
             flags += f" [drafts accepted {spec.acceptance_rate:.0%}, mean accepted length {spec.mean_accepted_length:.2f}]"

@@ -207,6 +207,26 @@ class GPUTelemetry(BenchModel):
     )
 
 
+class BufferedDelivery(BenchModel):
+    """A cell whose server generated each answer and then sent it in one burst (vLLM's CPU build
+    does): its tokens arrived faster than any decoder makes them, so the gaps between them time the
+    client's parsing, not generation. TPOT, ITL and per-stream tok/s are then not measured (see
+    metrics.delivered_in_one_flush and docs/benchmarks.md); output tok/s and E2EL still are."""
+
+    requests: int = Field(description="completed requests delivered in one flush")
+    completed: int = Field(description="completed requests of the cell")
+    tokens: int = Field(description="most tokens one flush delivered")
+    span_ms: float = Field(description="longest first-to-last token span among the flushed requests")
+
+    @property
+    def reason(self) -> str:
+        """What a TPOT / ITL / per-stream figure reads instead of a number."""
+        return (
+            f"not measured: the server delivered {self.tokens} tokens in one flush "
+            f"({self.requests} of {self.completed} requests: every token within {self.span_ms:.2f} ms of the first)"
+        )
+
+
 class CellStats(BenchModel):
     """What the metrics compute from one cell's measured records (pure; see metrics.aggregate)."""
 
@@ -222,6 +242,9 @@ class CellStats(BenchModel):
     e2el_ms: LatencyStats = Field(default_factory=LatencyStats, description="last chunk with choices - send")
     per_stream_tok_s: LatencyStats = Field(
         default_factory=LatencyStats, description="1000 / TPOT per request"
+    )
+    buffered: BufferedDelivery | None = Field(
+        None, description="set when answers came in one flush: TPOT, ITL and per-stream tok/s are then empty"
     )
     output_throughput_tok_s: float | None = Field(None, description="completion tokens / window")
     input_throughput_tok_s: float | None = None

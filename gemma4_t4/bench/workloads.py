@@ -29,7 +29,7 @@ from gemma4_t4.bench.client import ARRIVALS, RequestSpec, arrival_offsets, close
 from gemma4_t4.bench.derive import derive_cell, lookup_bytes_per_token
 from gemma4_t4.bench.metrics import aggregate, open_loop_stats, series_decode
 from gemma4_t4.bench.prompts import PromptFactory
-from gemma4_t4.bench.results import BenchRun, ResultsWriter
+from gemma4_t4.bench.results import BenchRun, ResultsWriter, check_out_dir
 from gemma4_t4.bench.schemas import (
     Answer,
     BenchModel,
@@ -603,12 +603,8 @@ def run_benchmark(
                 fix="call run_benchmark(base_url, model, workload, out_dir, ...) or pass BenchArgs",
             )
         args = build_args(base_url, model, workload, out_dir, **opts)
-    out = Path(args.out_dir)
-    if out.exists() and not out.is_dir():
-        raise Gemma4T4Error(
-            f"--out {out} is a file, not a directory",
-            fix="choose a directory path for --out (it is created if missing)",
-        )
+    # before the server is asked anything: a folder holding other files is refused, not mixed into
+    out = check_out_dir(args.out_dir, args.overwrite)
     backend = backend_for(args.base_url, args.key(), args.request_timeout_s)
     server = backend.check(args.model)
     _check_lengths(args, server.max_model_len)
@@ -670,6 +666,10 @@ def run_benchmark(
                 status = "complete with failures"
     except KeyboardInterrupt as exc:
         status = signals.interrupt_label(exc)
+        raise
+    except Exception as exc:  # whatever stopped the run, run.json must not call it complete
+        if status == "complete":
+            status, error = f"aborted: {type(exc).__name__}", str(exc)[:300]
         raise
     finally:
         writer.update_run(status=status, error=error, finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
