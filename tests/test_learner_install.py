@@ -27,7 +27,6 @@ import shutil
 import subprocess
 import time
 import venv
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -109,42 +108,67 @@ def copy_working_tree(dest: Path) -> Path:
     return dest
 
 
-def _create_venv(root: Path, args: tuple[str, ...], env: dict[str, str]) -> tuple[Path, float]:
+LOCAL_SPEC = re.compile(r"^(?P<name>gemma4-t4)(?P<extras>\[[^\]]*\])?\s*@\s*file://\S+$")
+
+
+def _extras(args: tuple[str, ...]) -> frozenset[str]:
+    """The extras of the (local) gemma4-t4 requirement among pip's arguments."""
+    (match,) = filter(None, map(LOCAL_SPEC.match, args))
+    return frozenset(filter(None, (match["extras"] or "[]")[1:-1].split(",")))
+
+
+def _pip_install(bin_dir: Path, args: tuple[str, ...], env: dict[str, str]) -> float:
     start = time.monotonic()
-    venv.EnvBuilder(with_pip=True, clear=True).create(root)
-    bin_dir = root / "bin"
+    # --no-compile: byte-compiling every installed file changes nothing a learner can see, and costs
+    # minutes on a 2-core machine
     done = subprocess.run(
         [str(bin_dir / "python"), "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off",
-         *args],
+         "--no-compile", *args],
         env=env, capture_output=True, text=True, timeout=2400,
     )
     assert done.returncode == 0, f"{' '.join(args)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    return bin_dir, time.monotonic() - start
+    return time.monotonic() - start
+
+
+def _checks(bin_dir: Path, nb: Path, env: dict[str, str], cwd: Path) -> dict[str, subprocess.CompletedProcess]:
+    """What each test below asserts on, run right after the notebook's own install line."""
+    script = "\n".join(package_imports(nb)) + "\nimport gemma4_t4, sys\nprint(gemma4_t4.__file__)\n"
+    cli = str(bin_dir / "gemma4-t4")
+    return {
+        "imports": _run([str(bin_dir / "python"), "-c", script], env, cwd),
+        "help": _run([cli, "--help"], env, cwd),
+        "doctor": _run([cli, "doctor", "--json"], env, cwd),
+        "pip list": _run([str(bin_dir / "python"), "-m", "pip", "list", "--format=json"], env, cwd),
+    }
 
 
 @pytest.fixture(scope="module")
 def learner_venvs(tmp_path_factory):
-    """install line -> (venv bin folder, seconds to create and install); one venv per line, built
-    side by side (pip mostly waits on downloads)."""
+    """notebook -> (venv bin folder, the checks run right after its install line). The install lines
+    are applied smallest first: a line whose extras contain every extra installed so far goes into the
+    same venv (``[notebooks]``, then ``[aws,mcp,notebooks]`` adds what Part 1 needs), any other line
+    gets a fresh venv. Each notebook's checks run before a later line installs more, so a notebook
+    is judged on exactly what its own line has installed."""
     tree = copy_working_tree(tmp_path_factory.mktemp("tree") / "gemma4_t4")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
-    lines: dict[tuple[str, ...], Path] = {}
+    cwd = tmp_path_factory.mktemp("cwd")
+    lines: dict[tuple[str, ...], list[Path]] = {}
     for nb in NOTEBOOKS:
-        args = tuple(local_spec(install_args(nb), tree))
-        lines.setdefault(args, tmp_path_factory.mktemp(f"venv-{nb.stem[:2]}"))
+        lines.setdefault(tuple(local_spec(install_args(nb), tree)), []).append(nb)
+    results, bin_dir, installed = {}, None, frozenset()
     start = time.monotonic()
-    with ThreadPoolExecutor(max_workers=len(lines)) as pool:
-        futures = {args: pool.submit(_create_venv, root, args, env) for args, root in lines.items()}
-        venvs = {args: future.result() for args, future in futures.items()}
-    for args, (_bin, seconds) in venvs.items():
-        print(f"\n[learner venv] {' '.join(args)}: created and installed in {seconds:.0f} s")
-    print(f"[learner venv] {len(venvs)} venvs ready in {time.monotonic() - start:.0f} s")
-    return venvs, tree, env
-
-
-def _venv_for(learner_venvs, nb: Path) -> tuple[Path, dict[str, str]]:
-    venvs, tree, env = learner_venvs
-    return venvs[tuple(local_spec(install_args(nb), tree))][0], env
+    for args in sorted(lines, key=lambda a: len(_extras(a))):
+        if bin_dir is None or not installed <= _extras(args):
+            root = tmp_path_factory.mktemp("venv")
+            venv.EnvBuilder(with_pip=True, clear=True).create(root)
+            bin_dir, installed = root / "bin", frozenset()
+        seconds = _pip_install(bin_dir, args, env)
+        print(f"\n[learner venv] {' '.join(args)}: installed in {seconds:.0f} s")
+        installed = _extras(args)
+        for nb in lines[args]:
+            results[nb] = (bin_dir, _checks(bin_dir, nb, env, cwd))
+    print(f"[learner venv] every install line done in {time.monotonic() - start:.0f} s")
+    return results
 
 
 # (the slow tests carry timeout(3600): creating the venvs is a learner's pip install, many minutes
@@ -158,12 +182,10 @@ def _run(cmd: list[str], env: dict[str, str], cwd: Path) -> subprocess.Completed
 @pytest.mark.slow
 @pytest.mark.timeout(3600)
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_imports_work_after_its_install_cell(learner_venvs, nb, tmp_path):
-    bin_dir, env = _venv_for(learner_venvs, nb)
-    imports = package_imports(nb)
-    assert imports, f"{nb.name} imports nothing from gemma4_t4?"
-    script = "\n".join(imports) + "\nimport gemma4_t4, sys\nprint(gemma4_t4.__file__)\n"
-    done = _run([str(bin_dir / "python"), "-c", script], env, tmp_path)
+def test_notebook_imports_work_after_its_install_cell(learner_venvs, nb):
+    bin_dir, checks = learner_venvs[nb]
+    assert package_imports(nb), f"{nb.name} imports nothing from gemma4_t4?"
+    done = checks["imports"]
     assert done.returncode == 0, f"{nb.name}: its imports fail after its install cell:\n{done.stderr[-3000:]}"
     assert str(bin_dir.parent) in done.stdout, "imported a gemma4_t4 from outside the learner's venv"
 
@@ -171,14 +193,13 @@ def test_notebook_imports_work_after_its_install_cell(learner_venvs, nb, tmp_pat
 @pytest.mark.slow
 @pytest.mark.timeout(3600)
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem)
-def test_cli_help_and_doctor_work_after_the_install_cell(learner_venvs, nb, tmp_path):
-    bin_dir, env = _venv_for(learner_venvs, nb)
-    cli = str(bin_dir / "gemma4-t4")
-    helped = _run([cli, "--help"], env, tmp_path)
+def test_cli_help_and_doctor_work_after_the_install_cell(learner_venvs, nb):
+    _bin_dir, checks = learner_venvs[nb]
+    helped = checks["help"]
     assert helped.returncode == 0, helped.stderr[-3000:]
     assert "doctor" in helped.stdout and "Traceback" not in helped.stderr
 
-    doctor = _run([cli, "doctor", "--json"], env, tmp_path)
+    doctor = checks["doctor"]
     assert doctor.returncode in (0, 1), f"doctor exit {doctor.returncode}:\n{doctor.stderr[-3000:]}"
     assert "Traceback" not in doctor.stderr + doctor.stdout
     report = json.loads(doctor.stdout)
@@ -188,9 +209,8 @@ def test_cli_help_and_doctor_work_after_the_install_cell(learner_venvs, nb, tmp_
 @pytest.mark.slow
 @pytest.mark.timeout(3600)
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem)
-def test_the_install_cell_pulls_no_cuda_torch(learner_venvs, nb, tmp_path):
-    bin_dir, env = _venv_for(learner_venvs, nb)
-    listed = _run([str(bin_dir / "python"), "-m", "pip", "list", "--format=json"], env, tmp_path)
+def test_the_install_cell_pulls_no_cuda_torch(learner_venvs, nb):
+    listed = learner_venvs[nb][1]["pip list"]
     assert listed.returncode == 0, listed.stderr
     dists = {d["name"].lower(): d["version"] for d in json.loads(listed.stdout)}
     cuda = sorted(name for name in dists if name.startswith("nvidia-"))
