@@ -744,7 +744,10 @@ def verify_gpu_arch() -> GpuArchResult:
         summary = f"torch was built without {arch} kernels ({arch_flags}): install a CUDA torch that has them"
     else:
         smem = f"{facts.smem_per_block_optin} B" if facts.smem_per_block_optin else "not readable"
-        summary = (f"{facts.gpus[0].name} ({arch}); shared memory per block {smem}; "
+        gpu = facts.gpu_choice.gpu
+        used = (f"{gpu.name} ({facts.gpu_choice.reason})" if gpu is not None
+                else f"no GPU chosen ({facts.gpu_choice.error})")
+        summary = (f"{used} ({arch}); shared memory per block {smem}; "
                    f"Gemma 4 {'needs' if needs else 'does not need'} the Turing fix")
     return GpuArchResult(gpus=facts.gpus, compute_capability=capability, arch=arch, torch_arch_flags=arch_flags,
                          smem_per_block_optin=facts.smem_per_block_optin, needs_turing_fix=needs,

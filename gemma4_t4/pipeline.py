@@ -152,7 +152,9 @@ def resolve_target(target: str, probes: Any = None) -> tuple[str, str]:
 
     facts = env.probe(probes)
     if facts.gpus:
-        return "t4", f"auto: {facts.gpus[0].name} found (nvidia-smi), so the GPU path (params/t4.yaml)"
+        choice = facts.gpu_choice
+        used = choice.gpu.name if choice.gpu is not None else f"{len(facts.gpus)} GPUs"
+        return "t4", f"auto: {used} found (nvidia-smi; {choice.reason or choice.error}), so the GPU path (params/t4.yaml)"
     return "cpu", "auto: no NVIDIA GPU found, so the embedded CPU default (params/cpu.yaml)"
 
 

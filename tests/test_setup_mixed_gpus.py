@@ -116,3 +116,15 @@ def test_the_gate_fix_torch_and_the_notebook_use_the_same_gpu(capsys):
         nb.runtime_check("auto", allowed=("cpu", "t4"), probes=_probes("9"), show=False)
     plan = nb.setup(dry_run=True, probes=_probes())
     assert plan.gpu_index == 1 and "GPU used: " in capsys.readouterr().out
+
+
+def test_make_run_auto_names_the_gpu_it_chose_on_a_mixed_host():
+    from gemma4_t4.pipeline import resolve_target
+
+    def run(cmd):
+        if any(a.startswith("--query-gpu") for a in cmd):
+            return 0, "".join(f"{g[0]}, {g[1]}, {g[2]}, {g[3]}, {DRIVER}\n" for g in GPUS)
+        return 0, f"| NVIDIA-SMI {DRIVER}   Driver Version: {DRIVER}   CUDA Version: 12.4 |\n"
+
+    target, why = resolve_target("auto", env.Probes(run=run, env={"HOME": "/h"}))
+    assert target == "t4" and "Tesla T4" in why and "P100" not in why.split("(")[0], why
