@@ -189,6 +189,12 @@ def plan_text(the_plan: TunePlan) -> str:
 def _measure(cell: PlanCell, run: BenchRun) -> CellMeasure:
     summary = next((c for c in run.cells if c.concurrency == cell.concurrency), None)
     stats = summary.per_stream_tok_s if summary else None
+    if summary is not None and summary.buffered is not None:  # no per-stream rate exists to compare
+        raise Gemma4T4Error(
+            f"the benchmark of drafter {cell.setting} at {cell.concurrency} streams gives no decode speed: "
+            f"{summary.buffered.reason}",
+            fix="tune on a server that streams its tokens (a GPU server does; vLLM's CPU build may flush)",
+        )
     if (
         summary is None
         or stats is None

@@ -18,6 +18,7 @@ from gemma4_t4 import launch_profile, signals, tune
 from gemma4_t4.bench.results import BenchRun, RunInfo
 from gemma4_t4.bench.schemas import CellSummary, LatencyStats, SpecDecode
 from gemma4_t4.cli import main
+from gemma4_t4.errors import Gemma4T4Error
 
 MODEL = "google/gemma-4-E2B-it-qat-w4a16-ct"
 GPU = "Tesla T4"
@@ -233,3 +234,18 @@ def test_an_interrupted_tune_leaves_no_profile_and_no_server(t4_host, tmp_path, 
         assert isinstance(raised.value, signals.Terminated)
     assert len(servers.launches) == 3 and not any(s["running"] for s in servers.launches)
     assert not (t4_host / "tune").exists() or not any((t4_host / "tune").iterdir())
+
+
+def test_a_flushed_stream_is_named_not_tuned_on(t4_host, tmp_path):
+    """A server that sent each answer in one flush gives no per-stream rate: tune says so, by the
+    flush, instead of comparing empty figures."""
+    from gemma4_t4.bench.schemas import BufferedDelivery
+
+    def flushed(args) -> BenchRun:
+        cell = CellSummary(cell="c1", workload="decode", concurrency=args.concurrency[0], completed=4,
+                           buffered=BufferedDelivery(requests=4, completed=4, tokens=32, span_ms=0.25))
+        return BenchRun(dir=Path(args.out_dir), run=RunInfo(workload="decode", model=args.model), cells=[cell])
+
+    with pytest.raises(Gemma4T4Error, match="32 tokens in one flush") as refused:
+        _tune(tmp_path, runner=flushed)
+    assert "streams its tokens" in refused.value.fix
