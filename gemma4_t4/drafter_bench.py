@@ -22,8 +22,6 @@ from gemma4_t4.bench.answers import AnswerComparison, compare_answers
 from gemma4_t4.bench.results import BenchRun
 from gemma4_t4.server import ServerConfig, VLLMServer, free_port
 
-DEFAULT_NUM_DRAFT_TOKENS = 3
-
 
 class DrafterSide(BaseModel):
     """One launch (drafter off or on): its single-stream decode figures and vLLM's acceptance."""
@@ -101,7 +99,7 @@ def drafter_on_off(
     config: ServerConfig,
     draft: str,
     out_dir: str | Path,
-    num_draft_tokens: int = DEFAULT_NUM_DRAFT_TOKENS,
+    num_draft_tokens: int | None = None,  # None: the launch's own choice (tune profile, else the size recipe)
     input_len: int = 128,
     output_len: int = 64,
     num_prompts: int = 8,

@@ -792,9 +792,11 @@ def apply_turing_patch(revert: bool = False, confirm: Confirm = False) -> Turing
 def start_vllm_server(model: str, target: Literal["cpu", "t4"] = "cpu", port: UserPort | None = None,
                       served_model_name: str | None = None, max_model_len: ContextLen = 4096,
                       max_num_seqs: Sequences = 8, timeout_s: Seconds = 600.0, draft: str = "off",
-                      num_draft_tokens: DraftTokens = speculative.DEFAULT_NUM_DRAFT_TOKENS) -> ServerToolResult:
+                      num_draft_tokens: DraftTokens | None = None) -> ServerToolResult:
     """Start vLLM on 127.0.0.1 (free port by default) through the start gate; waits for /health.
-    ``draft``: speculative decoding, auto | off | self | an assistant id or folder (docs/serving.md)."""
+    ``draft``: speculative decoding, auto | off | self | an assistant id or folder (docs/serving.md).
+    ``num_draft_tokens``: left out, the tune profile's N, else the assistant's size recipe (2 for E2B
+    and 26B-A4B, 4 for the others)."""
     config = ServerConfig(model=model, target=target, port=port or free_port(),
                           served_model_name=served_model_name, max_model_len=max_model_len,
                           max_num_seqs=max_num_seqs, work_dir=_work_dir(), draft=draft,

@@ -379,7 +379,7 @@ def target_defaults(config: ServerConfig) -> dict[str, tuple[Any, str]]:
             "gpu_memory_utilization": (T4_GPU_MEMORY_UTILIZATION, "unused on cpu"),
             "language_model_only": (False, "cpu default: the model as it is"),
             "draft": ("off", "cpu default: no drafter"),
-            "num_draft_tokens": (speculative.DEFAULT_NUM_DRAFT_TOKENS, "cpu default"),
+            "num_draft_tokens": speculative.untuned_num_draft_tokens(config.model, config.draft, config.draft_method),
         }
     text_only = config.language_model_only if config.language_model_only is not None else True
     util = config.gpu_memory_utilization or T4_GPU_MEMORY_UTILIZATION

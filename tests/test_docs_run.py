@@ -786,7 +786,8 @@ def test_serve_start_help_states_the_real_t4_defaults():
     assert f"cpu: {server.CPU_CONTEXT}" in text
     assert f"t4 default {server.T4_MAX_NUM_SEQS}" in text
     assert f"t4 default {server.T4_GPU_MEMORY_UTILIZATION:.2f}" in text
-    assert f"(default {speculative.DEFAULT_NUM_DRAFT_TOKENS}, or the tune profile's N)" in text
+    assert "the tune profile's N, else the assistant's size recipe, 2 for E2B" in text
+    assert f"{speculative.DEFAULT_NUM_DRAFT_TOKENS} for a whole-model drafter" in text
 
 
 def _all_actions(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):

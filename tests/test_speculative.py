@@ -398,7 +398,8 @@ async def test_mcp_start_tool_takes_the_drafter_parameters():
     async with Client(build_server()) as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
     properties = tools["start_vllm_server"].input_schema["properties"]
-    assert properties["draft"]["default"] == "off" and properties["num_draft_tokens"]["default"] == 3
+    # left out, N follows the tune profile, else the assistant's size (2 for E2B, 4 for E4B ...)
+    assert properties["draft"]["default"] == "off" and properties["num_draft_tokens"]["default"] is None
 
 
 def test_run_comparison_shows_drafter_off_against_on():
@@ -431,3 +432,15 @@ def test_sagemaker_deploy_cli_plan_carries_the_drafter(capsys, monkeypatch):
     assert cli_main(["sagemaker", "deploy", "--name", "g6", "--model-id", "google/gemma-4-E2B-it",
                      "--instance-type", "ml.g6.xlarge", "--region", "us-east-2", "--image-uri", image,
                      "--draft", "auto", "--num-draft-tokens", "0", "--dry-run"]) == 2
+
+
+def test_the_untuned_n_follows_the_size_on_every_venue_and_tool():
+    """The cpu target and the MCP tool and drafter comparison (which leave N to the launch) use the
+    size recipe too, not one N for every size."""
+    from gemma4_t4.server import ServerConfig, target_defaults
+
+    for target in ("cpu", "t4"):
+        config = ServerConfig(model="google/gemma-4-E4B-it", target=target, draft="auto")
+        assert target_defaults(config)["num_draft_tokens"][0] == 4, target
+    config = ServerConfig(model="google/gemma-4-E2B-it", target="cpu", draft="auto")
+    assert target_defaults(config)["num_draft_tokens"][0] == 2

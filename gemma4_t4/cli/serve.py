@@ -294,7 +294,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=int,
         default=None,
         metavar="N",
-        help=f"tokens drafted per step, 1..16 (default {DEFAULT_NUM_DRAFT_TOKENS}, or the tune profile's N)",
+        help="tokens drafted per step, 1..16 (default: the tune profile's N, else the assistant's size "
+        f"recipe, 2 for E2B and 26B-A4B and 4 for E4B, 12B and 31B; {DEFAULT_NUM_DRAFT_TOKENS} for a whole-model drafter)",
     )
     p.add_argument(
         "--draft-method",
