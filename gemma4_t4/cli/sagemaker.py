@@ -10,6 +10,7 @@ import argparse
 import functools
 import os
 import sys
+import time
 from collections.abc import Callable
 
 from gemma4_t4 import signals
@@ -21,14 +22,28 @@ def _owns_aws_resources(
     handler: Callable[[argparse.Namespace], Output],
 ) -> Callable[[argparse.Namespace], Output]:
     """SIGTERM and SIGHUP unwind like Ctrl-C while the command owns an endpoint, a build or an upload:
-    the deploy rolls back, the matrix deletes its endpoint, the build is stopped (gemma4_t4.signals)."""
+    the deploy rolls back, the matrix deletes its endpoint, the build is stopped (gemma4_t4.signals).
+    The last line before the process ends says what was deleted or stopped, and after how long."""
 
     @functools.wraps(handler)
     def run(args: argparse.Namespace) -> Output:
+        started = time.monotonic()
         with signals.orderly_stop():
-            return handler(args)
+            try:
+                return handler(args)
+            except KeyboardInterrupt as exc:
+                print(interrupted_line(exc, time.monotonic() - started), file=sys.stderr, flush=True)
+                raise
 
     return run
+
+
+def interrupted_line(exc: BaseException, elapsed_s: float) -> str:
+    """One line for an interrupted command: the signal, the time it ran, and what it undid."""
+    from gemma4_t4.sagemaker.aws import undone
+
+    what = "; ".join(undone(exc)) or "nothing had been created, nothing to delete"
+    return f"{signals.interrupt_label(exc)} after {elapsed_s:.0f} s: {what}"
 
 
 def _default_region() -> str:

@@ -29,7 +29,15 @@ from typing import Any
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.jsonable import TypedDict
 from gemma4_t4.sagemaker import image as images
-from gemma4_t4.sagemaker.aws import aws_error, aws_exceptions, client_factory, error_code, error_message
+from gemma4_t4.sagemaker.aws import (
+    aws_error,
+    aws_exceptions,
+    client_factory,
+    error_code,
+    error_message,
+    note_undone,
+    sleep_ticking,
+)
 from gemma4_t4.sagemaker.cli_recipe import ApiCall
 from gemma4_t4.sagemaker.config import PROJECT_TAG, PROJECT_VALUE, CreateBucketParams
 
@@ -637,6 +645,11 @@ def wait_for_build(
         leave=True,
         bar_format="{desc}: {n}/{total} phases | {postfix}",
     ) as bar:
+        status = "IN_PROGRESS"
+
+        def tick() -> None:  # the time waited moves every second, and is true when interrupted
+            bar.set_postfix_str(f"{result.phase} {status} {monotonic() - start:.0f} s")
+
         try:  # an interrupted wait stops the build: nothing is left billing behind it
             while True:
                 builds = cb.batch_get_builds(ids=[build_id]).get("builds") or []
@@ -646,7 +659,7 @@ def wait_for_build(
                 result.phase = build.get("currentPhase")
                 status = build.get("buildStatus", "IN_PROGRESS")
                 bar.n = PHASES.index(result.phase) + 1 if result.phase in PHASES else bar.n
-                bar.set_postfix_str(f"{result.phase} {status} {monotonic() - start:.0f} s")
+                tick()
                 if status != "IN_PROGRESS":
                     failed = [p for p in build.get("phases", []) if p.get("phaseStatus") in FAILED_STATUSES]
                     if failed:
@@ -656,10 +669,12 @@ def wait_for_build(
                     cb.stop_build(id=build_id)
                     build["buildStatus"] = "TIMED_OUT"
                     return build
-                sleep(poll_s)
-        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGHUP inside signals.orderly_stop
+                sleep_ticking(sleep, poll_s, tick)
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP inside signals.orderly_stop
+            tick()
             cb.stop_build(id=build_id)
             result.status = "STOPPED"
+            note_undone(exc, f"stopped CodeBuild build {build_id}")
             raise
 
 
@@ -726,10 +741,11 @@ def build_t4_image(
                 sleep=sleep,
                 monotonic=monotonic,
             )
-        except KeyboardInterrupt:  # interrupted before the wait took over: the build must not run on
+        except KeyboardInterrupt as exc:  # interrupted before the wait took over: the build must not run on
             if result.status != "STOPPED":
                 cb.stop_build(id=result.build_id)
                 result.status = "STOPPED"
+                note_undone(exc, f"stopped CodeBuild build {result.build_id}")
             raise
         result.status = build.get("buildStatus", "?")
         if result.status != "SUCCEEDED":
