@@ -14,10 +14,13 @@ and its digest recorded. An image already in ECR under that tag is reused, not r
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import fcntl
 import hashlib
 import io
 import json
+import os
 import sys
 import time
 import zipfile
@@ -678,6 +681,71 @@ def wait_for_build(
             raise
 
 
+class BuildHolder(TypedDict, total=False):
+    """What the lock file of a running build-image says about the run holding it."""
+
+    pid: int
+    started_at: str
+    tag: str
+    build_id: str
+
+
+def build_lock_path(region: str, repository: str = images.T4_IMAGE_REPOSITORY) -> Path:
+    from gemma4_t4.cache import cache_root
+
+    return cache_root() / "locks" / f"build-image-{region}-{repository}.lock"
+
+
+@contextlib.contextmanager
+def build_lock(region: str, repository: str = images.T4_IMAGE_REPOSITORY) -> Iterator[Callable[..., None]]:
+    """One build-image at a time per region and repository on this machine: two at once would both
+    pick the same tag (``-r2`` under --force) and the second push onto the IMMUTABLE repository would
+    fail after its whole billed build. The second is refused, naming the running build. Yields a
+    function that records the holder's tag and CodeBuild build id in the lock file for that message.
+    The lock is an fcntl lock: it goes with the process, so a killed run never leaves it stuck."""
+    path = build_lock_path(region, repository)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise _already_building(region, repository, path) from None
+        holder: BuildHolder = {
+            "pid": os.getpid(),
+            "started_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+
+        def record(**fields: str) -> None:
+            holder.update(fields)  # type: ignore[typeddict-item]
+            handle.seek(0)
+            handle.truncate()
+            handle.write(json.dumps(holder))
+            handle.flush()
+
+        record()
+        try:
+            yield record
+        finally:
+            handle.seek(0)
+            handle.truncate()  # unlocked when the file closes
+
+
+def _already_building(region: str, repository: str, path: Path) -> Gemma4T4Error:
+    try:
+        holder = json.loads(path.read_text() or "{}")
+    except (OSError, ValueError):
+        holder = {}
+    build_id, tag = holder.get("build_id"), holder.get("tag")
+    running = f"CodeBuild build {build_id}" if build_id else "its CodeBuild build not started yet"
+    return Gemma4T4Error(
+        f"build-image is already running for {repository} in {region} (pid {holder.get('pid', '?')}, "
+        f"since {holder.get('started_at', '?')}, {running}" + (f", tag {tag}" if tag else "") + ")",
+        fix="wait for it to finish, then re-run (it reuses the image that build pushes)"
+        + (f"; follow it with: aws codebuild batch-get-builds --region {region} --ids {build_id}" if build_id else "")
+        + f". Two builds at once would push the same tag. Lock: {path}",
+    )
+
+
 def build_t4_image(
     region: str,
     base_tag: str = images.DEFAULT_VLLM_TAG,
@@ -713,6 +781,8 @@ def build_t4_image(
     target = build_target(region, account, base_tag, bundle_sha)
     result = BuildResult(region, target.image_uri, target.tag, "PENDING", cost_line=build_cost().line())
     ecr = make("ecr", region)
+    held = contextlib.ExitStack()  # one build-image per region and repository (build_lock)
+    record = held.enter_context(build_lock(region))
     try:
         digest = existing_image(ecr, target.tag)
         if digest and not force:
@@ -727,10 +797,12 @@ def build_t4_image(
                 f"--force: {existing} is already in ECR and its tags are immutable; building {target.tag}",
                 file=sys.stderr,
             )
+        record(tag=target.tag)
         ensure_stack(target, bundle, make, result, sleep)
         cb = make("codebuild", region)
         started = cb.start_build(**start_build_params(target))["build"]
         result.build_id, result.status = started["id"], "IN_PROGRESS"
+        record(build_id=result.build_id)
         try:
             build = wait_for_build(
                 cb,
@@ -763,6 +835,7 @@ def build_t4_image(
         raise aws_error(exc, f"build-image in {region}") from exc
     finally:
         result.elapsed_s = round(monotonic() - t0, 2)
+        held.close()
 
 
 class BuildRecord(TypedDict):
