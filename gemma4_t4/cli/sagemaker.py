@@ -157,6 +157,7 @@ def _build_image(args: argparse.Namespace) -> Output:
 def _matrix(args: argparse.Namespace) -> Output:
     from gemma4_t4.bench.specs import spec_for
     from gemma4_t4.sagemaker.config import DEFAULT_MODEL_ID
+    from gemma4_t4.sagemaker.cost import usd
     from gemma4_t4.sagemaker.matrix import (
         EndpointHandling,
         check_budget,
@@ -178,11 +179,11 @@ def _matrix(args: argparse.Namespace) -> Output:
     plan = matrix_plan(models, base)
     head = (
         f"{len(models)} endpoint(s) on {base.instance_type} at ${plan.usd_per_hour:.3f}/h, one at a time: "
-        f"~${plan.estimate_usd:.2f} estimated, hard budget ${args.budget_usd:.2f}"
+        f"~{usd(plan.estimate_usd)} estimated, hard budget {usd(args.budget_usd)}"
     )
     over = over_budget_warning(plan, args.budget_usd)
     if args.dry_run:
-        lines = [f"  {e.endpoint:<40} {e.model_id:<40} ~${e.estimate_usd:.2f}" for e in plan.entries]
+        lines = [f"  {e.endpoint:<40} {e.model_id:<40} ~{usd(e.estimate_usd)}" for e in plan.entries]
         return Output(
             {"dry_run": True, "plan": plan, "warning": over},
             "\n".join([head, *lines, *([f"warning: {over}"] if over else [])]),
@@ -199,11 +200,11 @@ def _matrix(args: argparse.Namespace) -> Output:
         how=EndpointHandling(progress=not args.json),
     )
     lines = [
-        f"  {e.endpoint:<40} {e.status:<16} ${e.cost_usd:.3f}  {e.error or e.out_dir or ''}"
+        f"  {e.endpoint:<40} {e.status:<16} {usd(e.cost_usd)}  {e.error or e.out_dir or ''}"
         for e in result.entries
     ]
     lines.append(
-        f"spent ~${result.spent_usd:.2f} of ${result.budget_usd:.2f}; deleted: "
+        f"spent ~{usd(result.spent_usd)} of {usd(result.budget_usd)}; deleted: "
         f"{', '.join(result.deleted) or 'nothing'}"
         + (f"; stopped: {result.stopped_reason}" if result.stopped_reason else "")
     )
@@ -359,6 +360,7 @@ def _list(args: argparse.Namespace) -> Output:
 
 def _status(args: argparse.Namespace) -> Output:
     from gemma4_t4.sagemaker.cli_recipe import ApiCall
+    from gemma4_t4.sagemaker.cost import usd
     from gemma4_t4.sagemaker.ops import endpoint_status
 
     region = args.region or _default_region()
@@ -368,7 +370,7 @@ def _status(args: argparse.Namespace) -> Output:
     status = endpoint_status(args.name, region)
     if not status.exists:
         return Output(status, f"{args.name}: not found in {region}", 1)
-    cost = f"${status.cost_so_far_usd:.2f} so far" if status.cost_so_far_usd is not None else ""
+    cost = f"{usd(status.cost_so_far_usd)} so far" if status.cost_so_far_usd is not None else ""
     text = (
         f"{status.name} ({status.region}): {status.status} {status.failure_reason or ''}\n"
         f"  instance {', '.join(status.instance_types)}; AMI {status.inference_ami_version}; age "

@@ -43,6 +43,7 @@ from gemma4_t4.sagemaker.aws import (
 )
 from gemma4_t4.sagemaker.cli_recipe import ApiCall
 from gemma4_t4.sagemaker.config import PROJECT_TAG, PROJECT_VALUE, CreateBucketParams
+from gemma4_t4.sagemaker.cost import usd
 
 PROJECT_NAME = "gemma4-t4-image"
 ROLE_NAME = "gemma4-t4-codebuild-image"
@@ -82,8 +83,8 @@ class BuildCost:
 
     def line(self) -> str:
         return (
-            f"estimated cost: ~${self.build_usd:.2f} for a ~{self.minutes:.0f}-minute CodeBuild run "
-            f"({COMPUTE_TYPE}, ${CODEBUILD_USD_PER_MINUTE:.3f}/min list price) + ~${self.storage_usd_per_month:.2f}"
+            f"estimated cost: ~{usd(self.build_usd)} for a ~{self.minutes:.0f}-minute CodeBuild run "
+            f"({COMPUTE_TYPE}, ${CODEBUILD_USD_PER_MINUTE:.3f}/min list price) + ~{usd(self.storage_usd_per_month)}"
             f"/month ECR storage for the ~{IMAGE_GB:.1f} GB image (delete it to stop that)"
         )
 

@@ -25,6 +25,7 @@ from gemma4_t4.endpoint import DEPLOY_MINUTES, MEASURE_MINUTES, Budget, BudgetRe
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.sagemaker.aws import note_undone
 from gemma4_t4.sagemaker.config import DeployConfig
+from gemma4_t4.sagemaker.cost import usd
 from gemma4_t4.sagemaker.deploy import DeployFailed, deploy_cost, describe_deleted
 
 if TYPE_CHECKING:
@@ -122,7 +123,7 @@ def over_budget_warning(plan: MatrixResult, budget_usd: float) -> str | None:
             break
         spent, fits = spent + entry.estimate_usd, fits + 1
     return (
-        f"the estimate ~${plan.estimate_usd:.2f} exceeds the budget ${budget_usd:.2f}: only the first {fits} of "
+        f"the estimate ~{usd(plan.estimate_usd)} exceeds the budget {usd(budget_usd)}: only the first {fits} of "
         f"{len(plan.entries)} model(s) fit; the run stops before the rest (raise --budget-usd or drop models)"
     )
 
