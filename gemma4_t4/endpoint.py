@@ -244,10 +244,12 @@ class Budget:
             return round(self.usd - self._closed - held, 4)
 
     def admit(self, endpoint: Endpoint, estimate_usd: float) -> None:
+        from gemma4_t4.sagemaker.cost import usd  # the one money format (a small budget keeps its digits)
+
         left = self.left_usd
         if estimate_usd > left:
             raise BudgetRefused(
-                f"{endpoint.name} would cost ~${estimate_usd:.2f}; ${left:.2f} of the ${self.usd:.2f} budget is left",
+                f"{endpoint.name} would cost ~{usd(estimate_usd)}; {usd(left)} of the {usd(self.usd)} budget is left",
                 fix="raise the budget (BUDGET_USD / --budget-usd) or deploy fewer endpoints",
             )
         with self._lock:
@@ -597,8 +599,10 @@ class _BudgetWatch(threading.Thread):
     def run(self) -> None:
         while not self.endpoint.stopped:
             if self.budget.spent_usd >= self.budget.usd:
+                from gemma4_t4.sagemaker.cost import usd
+
                 self.endpoint.stopped_reason = (
-                    f"budget ${self.budget.usd:.2f} spent while {self.endpoint.name} was up; deleted it"
+                    f"budget {usd(self.budget.usd)} spent while {self.endpoint.name} was up; deleted it"
                 )
                 self.endpoint.stop()
                 return

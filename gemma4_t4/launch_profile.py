@@ -175,6 +175,22 @@ def prefill_choice(path: Path) -> PrefillChoice:
 # ----------------------------------------------------------------------------- the launch's side
 
 
+STALE_FIELDS: tuple[str, ...] = ("gpu", "vllm", "torch", "fix")
+
+
+def nearest_key(key: ProfileKey, others: list[ProfileKey]) -> ProfileKey:
+    """The stored key closest to this host's: one measured on this GPU first, then the fewest other
+    differences. The explanation of an ignored profile names that one's differences, so a profile of
+    this GPU from another vLLM is reported as such, never hidden behind a profile of another GPU that
+    merely sorts first on disk."""
+
+    def distance(other: ProfileKey) -> tuple[bool, int]:
+        differing = sum(getattr(other, name) != getattr(key, name) for name in STALE_FIELDS)
+        return (other.gpu != key.gpu, differing)
+
+    return min(others, key=distance)
+
+
 class LaunchChoice(BaseModel):
     """What ``serve start --target t4`` takes from the profile (or why it takes nothing)."""
 
@@ -207,10 +223,10 @@ def launch_choice(model: str, gpu_name: GpuNameProbe = nvidia_smi_gpu_name) -> L
         )
     if match is None:
         if profiles:
-            other = profiles[0].key
+            other = nearest_key(key, [p.key for p in profiles])
             stale = ", ".join(
                 f"{name} {getattr(other, name)} (here {getattr(key, name)})"
-                for name in ("gpu", "vllm", "torch", "fix")
+                for name in STALE_FIELDS
                 if getattr(other, name) != getattr(key, name)
             )
             return LaunchChoice(

@@ -84,17 +84,52 @@ def test_setup_plans_the_stack_the_extras_and_the_doctor_declare():
     assert "TARGET ?= auto" in makefile
 
 
+def _fake_wheel(folder: Path, name: str, version: str) -> None:
+    """A STAND-IN wheel of ``name`` ``version`` (one empty module): what a configured source would
+    offer, without a download."""
+    import zipfile
+
+    dist = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}/__init__.py": "",
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: stand-in\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    files[f"{dist}/RECORD"] = "".join(f"{path},,\n" for path in [*files, f"{dist}/RECORD"])
+    with zipfile.ZipFile(folder / f"{name}-{version}-py3-none-any.whl", "w") as wheel:
+        for path, text in files.items():
+            wheel.writestr(path, text)
+
+
+def _makefile_torch_probe(venv: Path) -> str:
+    """The probe command exactly as `make install` runs it (make's own expansion, `make -n`)."""
+    bin_dir = Path(sys.executable).parent  # an existing $(BIN)/python: make plans only the install
+    planned = subprocess.run(
+        ["make", "-n", f"VENV={venv}", f"BIN={bin_dir}", "EXTRAS=cpu", f"{venv}/.installed"],
+        cwd=REPO, capture_output=True, text=True, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    probes = re.findall(r"^\s*if (.+ -m pip install .+?) >/dev/null 2>&1; then \\$", planned, re.MULTILINE)
+    assert len(probes) == 1, planned
+    return probes[0]
+
+
 @pytest.mark.parametrize("resolvable", [True, False])
 def test_makefile_torch_probe_tells_resolvable_from_not(resolvable, tmp_path):
-    """The probe `make install` runs: it succeeds where pip's configured sources have the +cpu
-    torch (here: a find-links folder) and fails where they do not (no index, no find-links), so
-    only then is PyTorch's CPU index asked."""
-    environ = dict(os.environ)
-    if not resolvable:
-        environ.update(PIP_NO_INDEX="1", PIP_FIND_LINKS=str(tmp_path), PIP_CONFIG_FILE=os.devnull)
-    probe = [sys.executable, "-m", "pip", "install", "--dry-run", "--no-deps", "--ignore-installed", "--quiet",
-             f"torch=={setup.CPU_TORCH}+cpu"]
-    done = subprocess.run(probe, env=environ, capture_output=True, text=True, timeout=300)
-    if resolvable and done.returncode != 0:
-        pytest.skip(f"this machine's pip cannot resolve torch {setup.CPU_TORCH}+cpu: {done.stderr[-200:]}")
+    """The probe `make install` runs, taken from the Makefile itself: it succeeds where pip's
+    configured sources have the +cpu torch (here: a find-links folder holding a stand-in wheel) and
+    fails where they have only another build of it, so only then is PyTorch's CPU index asked. It only asks: nothing is
+    installed (a real install would land in PIP_TARGET, which must stay empty)."""
+    probe = _makefile_torch_probe(tmp_path / "venv")
+    wheels, target = tmp_path / "wheels", tmp_path / "target"
+    wheels.mkdir()
+    # PyPI's torch of that version (a CUDA build, no +cpu) is always there: it must not count
+    _fake_wheel(wheels, "torch", setup.CPU_TORCH)
+    if resolvable:
+        _fake_wheel(wheels, "torch", f"{setup.CPU_TORCH}+cpu")
+    environ = dict(
+        os.environ, PIP_NO_INDEX="1", PIP_FIND_LINKS=str(wheels), PIP_CONFIG_FILE=os.devnull,
+        PIP_TARGET=str(target), PIP_DISABLE_PIP_VERSION_CHECK="1",
+    )  # fmt: skip
+    done = subprocess.run(probe, shell=True, env=environ, capture_output=True, text=True, timeout=300)
     assert (done.returncode == 0) is resolvable, done.stderr[-500:]
+    assert not target.exists() or not any(target.iterdir()), "the probe installed something"

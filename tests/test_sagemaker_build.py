@@ -16,6 +16,7 @@ from aws_fixtures import local_aws, local_aws_session  # noqa: F401 - fixtures
 from botocore.stub import Stubber
 
 from gemma4_t4.cli import main
+from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.sagemaker import build
 from gemma4_t4.sagemaker.aws import client_factory
 from gemma4_t4.sagemaker.build import BuildFailed, build_plan, build_t4_image, source_bundle
@@ -270,3 +271,32 @@ def test_an_interrupted_wait_stops_the_build_it_started():
         build.wait_for_build(cb, build_id, build.BuildResult(REGION, "uri", "tag", "IN_PROGRESS"), progress=False,
                             sleep=interrupted)
     stub.assert_no_pending_responses()
+
+
+def test_a_second_forced_build_while_one_runs_is_refused_naming_it(local_aws, tmp_path, monkeypatch):  # noqa: F811
+    """Two `build-image --force` at once would both build the same -r2 tag (the second push fails on
+    the IMMUTABLE repository after its billed build): the second is refused, naming the running one."""
+    monkeypatch.setenv("GEMMA4_T4_CACHE_DIR", str(tmp_path / "cache"))
+    local_aws.seed_fixed_image(REGION)  # an earlier build's tag: --force builds <tag>-r2
+    cb = boto3.client("codebuild", region_name=REGION)
+    builds_before = len(cb.list_builds_for_project(projectName=build.PROJECT_NAME)["ids"]) if (
+        cb.list_projects()["projects"]
+    ) else 0
+    refusals: list[Gemma4T4Error] = []
+
+    def meanwhile(target) -> None:  # runs while the first build is under way (its wait has ended)
+        with pytest.raises(Gemma4T4Error) as info:
+            build_t4_image(REGION, force=True, poll_s=0, progress=False)
+        refusals.append(info.value)
+        local_aws.seed_fixed_image_for(target)
+
+    first = build_t4_image(REGION, force=True, poll_s=0, progress=False, on_build_succeeded=meanwhile)
+
+    assert first.status == "SUCCEEDED" and first.tag.endswith("-r2")
+    [refusal] = refusals
+    assert f"already running for {T4_IMAGE_REPOSITORY} in {REGION}" in refusal.message
+    assert f"CodeBuild build {first.build_id}" in refusal.message and first.tag in refusal.message
+    assert f"--ids {first.build_id}" in refusal.fix
+    assert len(cb.list_builds_for_project(projectName=build.PROJECT_NAME)["ids"]) == builds_before + 1
+    # the lock goes with the run: the next build-image runs (and finds the -r2 image)
+    assert build_t4_image(REGION, progress=False).status == "REUSED"

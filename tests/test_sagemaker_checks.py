@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 
 import boto3
 import pytest
@@ -223,3 +224,26 @@ def test_an_expiry_extended_in_another_iso_form_is_read_not_reaped():
     for raw in ("2099-01-01T00:00:00Z", "2099-01-01T00:00:00+00:00", "2099-01-01T00:00:00"):
         assert parse_expiry({EXPIRES_TAG: raw}) == when, raw
     assert parse_expiry({EXPIRES_TAG: "next tuesday"}) is None
+
+
+@pytest.mark.parametrize(
+    ("amount", "shown"),
+    [(0.0001, "$0.0001"), (0.000123, "$0.00012"), (0.005, "$0.005"), (0.31, "$0.31"), (0.736, "$0.74"),
+     (5, "$5.00"), (0, "$0.00")],
+)  # fmt: skip
+def test_money_keeps_significant_digits_for_small_amounts(amount, shown):
+    from gemma4_t4.sagemaker.cost import usd
+
+    assert usd(amount) == shown
+
+
+def test_a_tiny_matrix_budget_is_shown_with_its_digits_never_as_zero(local_aws, tmp_path, capsys):  # noqa: F811
+    code, text = _run(
+        capsys, "matrix", "--models", "google/gemma-4-E2B-it", "--budget-usd", "0.0001",
+        "--instance-type", "ml.g4dn.xlarge", "--region", REGION, "--out", str(tmp_path / "m"),
+    )  # fmt: skip
+    assert code == 1  # refused before any deploy: the estimate does not fit
+    assert "hard budget $0.0001" in text and "exceeds the budget $0.0001" in text
+    assert "$0.0001 of the $0.0001 budget is left" in text
+    assert re.search(r"(budget|of the|of) \$0\.00(?![0-9])", text) is None, text  # no budget shown as zero
+    assert boto3.client("sagemaker", region_name=REGION).list_endpoints()["Endpoints"] == []

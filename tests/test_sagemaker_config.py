@@ -222,3 +222,41 @@ def test_image_check_reads_the_installed_vllm():
         assert not check.ok and "has no sm_75 kernels" in check.detail and torch.__version__ in check.detail
     else:
         assert check.ok == (torch.cuda.get_arch_list().count("sm_75") > 0), check.detail
+
+
+AL2023 = "763104351884.dkr.ecr.us-east-2.amazonaws.com/vllm:server-sagemaker-cuda-"
+
+
+def test_an_al2023_tags_cuda_is_what_aws_publishes_and_picks_a_12x_driver():
+    """`server-sagemaker-cuda-v1.3` bundles CUDA 12.9.1 (AWS's changelog): it runs on a driver-550
+    AMI through minor-version compatibility, so the driver-580 AMI (for CUDA 13) is not chosen."""
+    published = image.AL2023_TAG_CUDA[(1, 3)]
+    assert published.cuda == (12, 9) and "CUDA 12.9.1" in published.source and "changelog" in published.source
+    for tag in ("v1.3", "v1.3.0"):
+        assert image.image_cuda(AL2023 + tag) == (12, 9)
+        ami = image.required_ami_version(AL2023 + tag, "ml.g4dn.xlarge")
+        assert ami == "al2-ami-sagemaker-inference-gpu-3-1" and image.AMI_DRIVERS[ami][0] < 580
+    image.check_ami_for_image("al2-ami-sagemaker-inference-gpu-3-1", AL2023 + "v1.3", "ml.g4dn.xlarge")
+
+
+@pytest.mark.parametrize("tag", ["v1", "v1.7"])
+def test_an_al2023_tag_without_published_cuda_needs_an_explicit_ami(tag):
+    assert image.image_cuda(AL2023 + tag) is None  # never guessed from the family name
+    with pytest.raises(Gemma4T4Error, match="is not known") as info:
+        image.required_ami_version(AL2023 + tag, "ml.g4dn.xlarge")
+    assert "--inference-ami-version" in info.value.fix
+    # an explicit choice is taken as given
+    image.check_ami_for_image("al2023-ami-sagemaker-inference-gpu-4-1", AL2023 + tag, "ml.g4dn.xlarge")
+
+
+def test_the_ami_follows_the_images_cuda_version():
+    def uri(cuda: str) -> str:
+        return image.vllm_image_uri("us-east-2", f"0.30.0-gpu-py312-cu{cuda}-ubuntu24.04-sagemaker-v1.1")
+
+    assert image.required_ami_version(uri("129"), "ml.g4dn.xlarge") == "al2-ami-sagemaker-inference-gpu-3-1"
+    assert image.required_ami_version(uri("122"), "ml.g4dn.xlarge") == "al2-ami-sagemaker-inference-gpu-2"
+    assert image.required_ami_version(uri("130"), "ml.g4dn.xlarge") == "al2023-ami-sagemaker-inference-gpu-4-1"
+    # driver 535 runs CUDA 12.9 (minor-version compatibility) but never CUDA 13
+    image.check_ami_for_image("al2-ami-sagemaker-inference-gpu-2", uri("129"), "ml.g4dn.xlarge")
+    with pytest.raises(Gemma4T4Error, match="cannot run image"):
+        image.check_ami_for_image("al2-ami-sagemaker-inference-gpu-3-1", uri("130"), "ml.g4dn.xlarge")

@@ -84,3 +84,19 @@ def test_the_constant_is_only_a_labelled_fallback(local_aws, capsys, seed):  # n
     shown = _dry(capsys, "deploy", "--instance-type", "ml.g6.xlarge")["image_tag"]
     assert shown.startswith(f"{DEFAULT_VLLM_TAG} (fallback, not found in the registry: ")
     assert "fallback, not found in the registry" in _dry(capsys, "build-image")["base_tag"]
+
+
+def test_the_fallback_is_the_tag_seen_publicly_with_its_evidence():
+    """For vLLM 0.30.0 only `-sagemaker-v1.1` is seen publicly (reference notes hosts_as_they_are.md,
+    "Added 2026-12-01"); `-v1.3` was never seen outside one Dockerfile. The constant, its comment
+    and the docs say which tag it is and why."""
+    from pathlib import Path
+
+    from gemma4_t4.sagemaker import image
+
+    assert DEFAULT_VLLM_TAG == "0.30.0-gpu-py312-cu130-ubuntu24.04-sagemaker-v1.1"
+    source = Path(image.__file__).read_text()
+    comment = source[: source.index("DEFAULT_VLLM_TAG = ")].rsplit("\n\n", 1)[-1]
+    assert "FALLBACK" in comment and "-sagemaker-v1.1" in comment and "2026-" in comment
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "sagemaker.md").read_text()
+    assert f"`image.DEFAULT_VLLM_TAG` (`{DEFAULT_VLLM_TAG}`) is only a recorded\nfallback" in docs

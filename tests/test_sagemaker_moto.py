@@ -11,7 +11,6 @@ import boto3
 import pytest
 from aws_fixtures import local_aws, local_aws_session  # noqa: F401 - fixtures
 
-import gemma4_t4
 from gemma4_t4.cli import main
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.sagemaker import (
@@ -28,6 +27,7 @@ from gemma4_t4.sagemaker import (
     reap,
 )
 from gemma4_t4.sagemaker.deploy import deploy_in_background
+from gemma4_t4.sagemaker.image import fixed_image_tag
 
 REGION = "us-east-2"
 
@@ -52,8 +52,7 @@ def test_lifecycle_deploy_status_invoke_logs_delete(local_aws):  # noqa: F811
     assert model["PrimaryContainer"]["Environment"]["SM_VLLM_MAX_MODEL_LEN"] == "4096"
     # A T4 never gets the stock DLC: the newest fixed image in the region's ECR (seeded by LocalAWS)
     assert model["PrimaryContainer"]["Image"] == (
-        "123456789012.dkr.ecr.us-east-2.amazonaws.com/gemma4-t4-vllm:"
-        "0.30.0-gpu-py312-cu130-ubuntu24.04-sagemaker-v1.3-g4t4-" + gemma4_t4.__version__
+        "123456789012.dkr.ecr.us-east-2.amazonaws.com/gemma4-t4-vllm:" + fixed_image_tag()
     )
     variant = sm.describe_endpoint_config(EndpointConfigName="g4-life")["ProductionVariants"][0]
     assert variant["InferenceAmiVersion"] == "al2023-ami-sagemaker-inference-gpu-4-1"

@@ -111,3 +111,74 @@ def test_forced_rebuild_of_an_existing_tag_pushes_a_new_tag_never_the_immutable_
     assert find_fixed_image(REGION).tag == f"{existing}-r3"  # a deploy takes the newest rebuild
     reused = build_t4_image(REGION, progress=False)  # without --force the existing tag is reused
     assert reused.status == "REUSED" and reused.tag == existing
+
+
+def test_delete_keeps_an_endpoint_config_another_live_endpoint_uses(local_aws, capsys):  # noqa: F811
+    """Two endpoints on one endpoint config (config and model named apart, so a check that read the
+    model map for the config would delete the config under the live endpoint)."""
+    sm = boto3.client("sagemaker", region_name=REGION)
+    _chain(sm, "prod-a", "cfg-shared", "model-m")
+    sm.create_endpoint(EndpointName="prod-b", EndpointConfigName="cfg-shared", Tags=OURS)
+    code, planned = _run(capsys, "delete", "prod-a", "--dry-run")
+    assert code == 0 and planned["kept"] == [
+        "endpoint-config:cfg-shared (still used by endpoint prod-b)",
+        "model:model-m (still used by endpoint prod-b)",
+    ]
+    code, done = _run(capsys, "delete", "prod-a", "--yes")
+    assert code == 0 and done["deleted"] == ["endpoint:prod-a"] and done["kept"] == planned["kept"]
+    assert done["plan"] == planned["plan"]
+    assert sm.describe_endpoint_config(EndpointConfigName="cfg-shared")["ProductionVariants"]
+    assert [m["ModelName"] for m in sm.list_models()["Models"]] == ["model-m"]
+    assert sm.describe_endpoint(EndpointName="prod-b")["EndpointStatus"] == "InService"
+    code, last = _run(capsys, "delete", "prod-b", "--yes")  # the last user: its whole chain goes
+    assert last["deleted"] == ["endpoint:prod-b", "endpoint-config:cfg-shared", "model:model-m"]
+    assert last["kept"] == [] and sm.list_endpoint_configs()["EndpointConfigs"] == []
+
+
+def test_delete_keeps_a_model_another_of_our_endpoints_serves_through_its_own_config(local_aws, capsys):  # noqa: F811
+    sm = boto3.client("sagemaker", region_name=REGION)
+    _chain(sm, "prod-a", "cfg-a", "shared-m")
+    _chain(sm, "prod-b", "cfg-b", "shared-m", create_model=False)
+    code, done = _run(capsys, "delete", "prod-a", "--yes")
+    assert code == 0 and done["deleted"] == ["endpoint:prod-a", "endpoint-config:cfg-a"]
+    assert done["kept"] == ["model:shared-m (still used by endpoint prod-b)"]
+    assert [c["EndpointConfigName"] for c in sm.list_endpoint_configs()["EndpointConfigs"]] == ["cfg-b"]
+    assert [m["ModelName"] for m in sm.list_models()["Models"]] == ["shared-m"]
+
+
+def test_delete_of_an_untagged_config_is_kept_and_our_model_under_it_goes(local_aws, capsys):  # noqa: F811
+    """Each resource's own tag decides, not its neighbour's: our model under a config someone else
+    made is deleted, their config is kept and named."""
+    sm = boto3.client("sagemaker", region_name=REGION)
+    sm.create_model(ModelName="our-m", ExecutionRoleArn=FAKE_ROLE_ARN, PrimaryContainer={"Image": "x/y:1"},
+                    Tags=OURS)
+    _chain(sm, "prod-c", "their-cfg", "our-m", create_model=False, ours=False)
+    sm.add_tags(ResourceArn=sm.describe_endpoint(EndpointName="prod-c")["EndpointArn"], Tags=OURS)
+    code, done = _run(capsys, "delete", "prod-c", "--yes")
+    assert code == 0 and done["deleted"] == ["endpoint:prod-c", "model:our-m"]
+    assert done["kept"] == ["endpoint-config:their-cfg (not created by gemma4-t4: no project tag)"]
+
+
+def test_delete_sees_every_variant_of_a_config(local_aws, capsys):  # noqa: F811
+    """A config with two variants: deleting its endpoint deletes both models; and a model another
+    endpoint serves in its second variant is kept."""
+    sm = boto3.client("sagemaker", region_name=REGION)
+    for model in ("m-one", "m-two", "m-three"):
+        sm.create_model(ModelName=model, ExecutionRoleArn=FAKE_ROLE_ARN, PrimaryContainer={"Image": "x/y:1"},
+                        Tags=OURS)
+
+    def two_variants(endpoint: str, config: str, first: str, second: str) -> None:
+        variants = [
+            {"VariantName": f"v{i}", "ModelName": m, "InitialInstanceCount": 1, "InstanceType": "ml.g4dn.xlarge"}
+            for i, m in enumerate((first, second))
+        ]
+        sm.create_endpoint_config(EndpointConfigName=config, ProductionVariants=variants, Tags=OURS)
+        sm.create_endpoint(EndpointName=endpoint, EndpointConfigName=config, Tags=OURS)
+
+    two_variants("prod-a", "cfg-a", "m-one", "m-two")
+    two_variants("prod-b", "cfg-b", "m-three", "m-two")  # shares prod-a's second variant's model
+    code, done = _run(capsys, "delete", "prod-a", "--yes")
+    assert code == 0 and done["deleted"] == ["endpoint:prod-a", "endpoint-config:cfg-a", "model:m-one"]
+    assert done["kept"] == ["model:m-two (still used by endpoint prod-b)"]
+    code, done = _run(capsys, "delete", "prod-b", "--yes")
+    assert done["deleted"] == ["endpoint:prod-b", "endpoint-config:cfg-b", "model:m-three", "model:m-two"]

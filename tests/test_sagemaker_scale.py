@@ -398,3 +398,25 @@ def test_part_functions_deploy_measure_and_delete(local_aws, tmp_path):  # noqa:
     assert calls[-1][1] == "/opt/ml/model" and upload.s3_uri.endswith("/")
     assert calls[-1][4:6] == ("tiny-emb4", str(folder))  # served as the folder's name, its tokenizer
     assert boto3.client("sagemaker", region_name=REGION).list_endpoints()["Endpoints"] == []
+
+
+def test_a_matrix_interrupted_while_measuring_notes_the_endpoint_it_deleted(local_aws, tmp_path, monkeypatch):  # noqa: F811
+    """Ctrl-C (or SIGTERM/SIGHUP through gemma4_t4.signals) during a measurement: the endpoint is
+    deleted and the interrupt carries what was deleted, for the command's last line."""
+    from gemma4_t4.sagemaker.aws import undone
+
+    monkeypatch.setenv("GEMMA4_T4_CACHE_DIR", str(tmp_path / "cache"))  # its own ownership records
+
+    def measure(endpoint, entry_dir):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt) as info:
+        run_matrix(
+            MODELS[:1], DeployConfig(), SPECS, budget=5.0, out_dir=tmp_path, measure=measure,
+            how=EndpointHandling(poll_s=0, progress=False),
+        )  # fmt: skip
+    name = "g4-matrix-gemma-4-e2b-it"
+    assert undone(info.value) == [f"deleted endpoint {name}, endpoint config {name}, model {name} in {REGION}"]
+    assert boto3.client("sagemaker", region_name=REGION).list_endpoints()["Endpoints"] == []
+    owned = tmp_path / "cache" / "owned"
+    assert not owned.exists() or not list(owned.rglob("*.json")), list(owned.rglob("*"))

@@ -113,9 +113,17 @@ def test_cli_signal_unwinds_like_ctrl_c(local_aws, tmp_path, command, sig):  # n
                 proc.wait(10)
         assert proc.returncode == -sig, (proc.returncode, out, err)  # ends the way its sender expects
         assert "Traceback" not in err
+        # one last line says what the command undid before it ended
+        last = err.strip().splitlines()[-1]
+        assert last.startswith(f"interrupted ({sig.name}) after "), err
         if command == "build-image":
             assert {"id": build_id} in proxy.requests("StopBuild"), proxy.operations()
+            assert last.endswith(f": stopped CodeBuild build {build_id}"), last
         else:
+            name = "g4-signal" if command == "deploy" else "g4-matrix-gemma-4-e2b-it"
+            assert last.endswith(
+                f": deleted endpoint {name}, endpoint config {name}, model {name} in {REGION}"
+            ), last
             assert _sagemaker_left() == {"endpoints": [], "configs": [], "models": []}
             assert "DeleteEndpoint" in proxy.operations()
             owned = tmp_path / "cache" / "owned"
@@ -200,3 +208,60 @@ def _alive(pid: int) -> bool:
 @pytest.fixture
 def anyio_backend():
     return "asyncio"
+
+
+class _StallClock:
+    """A fake clock whose sleep advances it; the interrupt lands when 15 s have been waited, the
+    moment the wait's first poll interval ends."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        if self.now >= 15.0:
+            raise KeyboardInterrupt
+
+
+def _last_bar(err: str) -> str:
+    return [line for line in err.replace("\r", "\n").splitlines() if line.strip()][-1]
+
+
+def test_an_interrupted_endpoint_wait_shows_the_time_waited(capsys):
+    from gemma4_t4.sagemaker.deploy import wait_in_service
+
+    class Creating:
+        def describe_endpoint(self, EndpointName: str) -> dict:  # noqa: N803 - boto3's spelling
+            return {"EndpointStatus": "Creating"}
+
+    clock = _StallClock()
+    with pytest.raises(KeyboardInterrupt):
+        wait_in_service(Creating(), "g4", 1800, poll_s=15, sleep=clock.sleep, monotonic=clock.monotonic)
+    assert "| 15/1800 s of the timeout" in _last_bar(capsys.readouterr().err)
+
+
+def test_an_interrupted_build_wait_shows_the_time_waited_and_notes_the_stop(capsys):
+    from gemma4_t4.sagemaker import build
+    from gemma4_t4.sagemaker.aws import undone
+
+    class Building:
+        stopped: list[str] = []
+
+        def batch_get_builds(self, ids: list[str]) -> dict:
+            return {"builds": [{"id": ids[0], "buildStatus": "IN_PROGRESS", "currentPhase": "BUILD"}]}
+
+        def stop_build(self, id: str) -> dict:  # noqa: A002 - boto3's spelling
+            self.stopped.append(id)
+            return {}
+
+    clock = _StallClock()
+    cb = Building()
+    result = build.BuildResult(REGION, "uri", "tag", "IN_PROGRESS")
+    with pytest.raises(KeyboardInterrupt) as info:
+        build.wait_for_build(cb, "b:1", result, poll_s=15, sleep=clock.sleep, monotonic=clock.monotonic)
+    assert _last_bar(capsys.readouterr().err).endswith("BUILD IN_PROGRESS 15 s")
+    assert cb.stopped == ["b:1"] and result.status == "STOPPED"
+    assert undone(info.value) == ["stopped CodeBuild build b:1"]

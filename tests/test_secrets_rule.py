@@ -50,3 +50,41 @@ def test_a_bench_record_keeps_no_secret(tmp_path):
     )
     record = args.record()
     assert KEY not in str(record) and record["api_key_used"] is True
+
+
+# a value that no token pattern recognises (not AKIA/ASIA...): only the name rule can hide it
+ACCESS_KEY_ID = "localstack-test-id"
+
+
+@pytest.mark.parametrize("name", ["AWS_ACCESS_KEY_ID", "aws_access_key_id", "--aws-access-key-id", "MINIO_KEY_ID"])
+def test_a_key_id_is_a_secret_name(name):
+    assert secrets.is_secret_name(name)
+
+
+def test_an_aws_access_key_id_value_is_scrubbed_everywhere():
+    env = {"AWS_ACCESS_KEY_ID": ACCESS_KEY_ID, "AWS_REGION": "us-east-2"}
+    assert secrets.mask_env(env) == {"AWS_ACCESS_KEY_ID": "***", "AWS_REGION": "us-east-2"}
+    assert secrets.secret_values(env=env) == [ACCESS_KEY_ID]
+    line = f"export AWS_ACCESS_KEY_ID={ACCESS_KEY_ID}; boto3 used id {ACCESS_KEY_ID} in us-east-2"
+    assert "export AWS_ACCESS_KEY_ID=***;" in secrets.mask_text(line)  # by name alone (NAME=VALUE)...
+    scrubbed = secrets.mask_text(line, secrets.secret_values(env=env))  # ...and the bare value too
+    assert ACCESS_KEY_ID not in scrubbed and "us-east-2" in scrubbed
+    assert secrets.mask_argv(["aws", f"AWS_ACCESS_KEY_ID={ACCESS_KEY_ID}"]) == ["aws", "AWS_ACCESS_KEY_ID=***"]
+
+
+@pytest.mark.parametrize("value", ["abc", "pa55", "s3cr3t7"])  # 3 to 7 characters: still secrets
+def test_a_short_secret_value_is_scrubbed_from_text(value):
+    env = {"HF_TOKEN": value}
+    assert secrets.secret_values(env=env) == [value]
+    assert secrets.mask_text(f"the server said: bad token {value}!", secrets.secret_values(env=env)) == (
+        "the server said: bad token ***!"
+    )
+    assert secrets.mask({"log": f"used {value}"}, [value]) == {"log": "used ***"}
+
+
+def test_a_two_character_value_is_not_scrubbed_from_text():
+    """The shortest value scrubbed is 3 characters: a 2-character one would mask every "ok" or "10"
+    in a log, so it is not taken as a value to scrub (its name still masks it in an environment)."""
+    assert secrets.secret_values(env={"HF_TOKEN": "ok"}) == []
+    assert secrets.mask_text("ok: 10 ok", ["ok"]) == "ok: 10 ok"
+    assert secrets.mask_env({"HF_TOKEN": "ok"}) == {"HF_TOKEN": "***"}

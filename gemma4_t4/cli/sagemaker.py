@@ -10,6 +10,7 @@ import argparse
 import functools
 import os
 import sys
+import time
 from collections.abc import Callable
 
 from gemma4_t4 import signals
@@ -21,14 +22,28 @@ def _owns_aws_resources(
     handler: Callable[[argparse.Namespace], Output],
 ) -> Callable[[argparse.Namespace], Output]:
     """SIGTERM and SIGHUP unwind like Ctrl-C while the command owns an endpoint, a build or an upload:
-    the deploy rolls back, the matrix deletes its endpoint, the build is stopped (gemma4_t4.signals)."""
+    the deploy rolls back, the matrix deletes its endpoint, the build is stopped (gemma4_t4.signals).
+    The last line before the process ends says what was deleted or stopped, and after how long."""
 
     @functools.wraps(handler)
     def run(args: argparse.Namespace) -> Output:
+        started = time.monotonic()
         with signals.orderly_stop():
-            return handler(args)
+            try:
+                return handler(args)
+            except KeyboardInterrupt as exc:
+                print(interrupted_line(exc, time.monotonic() - started), file=sys.stderr, flush=True)
+                raise
 
     return run
+
+
+def interrupted_line(exc: BaseException, elapsed_s: float) -> str:
+    """One line for an interrupted command: the signal, the time it ran, and what it undid."""
+    from gemma4_t4.sagemaker.aws import undone
+
+    what = "; ".join(undone(exc)) or "nothing had been created, nothing to delete"
+    return f"{signals.interrupt_label(exc)} after {elapsed_s:.0f} s: {what}"
 
 
 def _default_region() -> str:
@@ -142,6 +157,7 @@ def _build_image(args: argparse.Namespace) -> Output:
 def _matrix(args: argparse.Namespace) -> Output:
     from gemma4_t4.bench.specs import spec_for
     from gemma4_t4.sagemaker.config import DEFAULT_MODEL_ID
+    from gemma4_t4.sagemaker.cost import usd
     from gemma4_t4.sagemaker.matrix import (
         EndpointHandling,
         check_budget,
@@ -163,11 +179,11 @@ def _matrix(args: argparse.Namespace) -> Output:
     plan = matrix_plan(models, base)
     head = (
         f"{len(models)} endpoint(s) on {base.instance_type} at ${plan.usd_per_hour:.3f}/h, one at a time: "
-        f"~${plan.estimate_usd:.2f} estimated, hard budget ${args.budget_usd:.2f}"
+        f"~{usd(plan.estimate_usd)} estimated, hard budget {usd(args.budget_usd)}"
     )
     over = over_budget_warning(plan, args.budget_usd)
     if args.dry_run:
-        lines = [f"  {e.endpoint:<40} {e.model_id:<40} ~${e.estimate_usd:.2f}" for e in plan.entries]
+        lines = [f"  {e.endpoint:<40} {e.model_id:<40} ~{usd(e.estimate_usd)}" for e in plan.entries]
         return Output(
             {"dry_run": True, "plan": plan, "warning": over},
             "\n".join([head, *lines, *([f"warning: {over}"] if over else [])]),
@@ -184,11 +200,11 @@ def _matrix(args: argparse.Namespace) -> Output:
         how=EndpointHandling(progress=not args.json),
     )
     lines = [
-        f"  {e.endpoint:<40} {e.status:<16} ${e.cost_usd:.3f}  {e.error or e.out_dir or ''}"
+        f"  {e.endpoint:<40} {e.status:<16} {usd(e.cost_usd)}  {e.error or e.out_dir or ''}"
         for e in result.entries
     ]
     lines.append(
-        f"spent ~${result.spent_usd:.2f} of ${result.budget_usd:.2f}; deleted: "
+        f"spent ~{usd(result.spent_usd)} of {usd(result.budget_usd)}; deleted: "
         f"{', '.join(result.deleted) or 'nothing'}"
         + (f"; stopped: {result.stopped_reason}" if result.stopped_reason else "")
     )
@@ -344,6 +360,7 @@ def _list(args: argparse.Namespace) -> Output:
 
 def _status(args: argparse.Namespace) -> Output:
     from gemma4_t4.sagemaker.cli_recipe import ApiCall
+    from gemma4_t4.sagemaker.cost import usd
     from gemma4_t4.sagemaker.ops import endpoint_status
 
     region = args.region or _default_region()
@@ -353,7 +370,7 @@ def _status(args: argparse.Namespace) -> Output:
     status = endpoint_status(args.name, region)
     if not status.exists:
         return Output(status, f"{args.name}: not found in {region}", 1)
-    cost = f"${status.cost_so_far_usd:.2f} so far" if status.cost_so_far_usd is not None else ""
+    cost = f"{usd(status.cost_so_far_usd)} so far" if status.cost_so_far_usd is not None else ""
     text = (
         f"{status.name} ({status.region}): {status.status} {status.failure_reason or ''}\n"
         f"  instance {', '.join(status.instance_types)}; AMI {status.inference_ami_version}; age "

@@ -102,3 +102,36 @@ def aws_error(exc: BaseException, action: str) -> Gemma4T4Error:
         "ThrottlingException": "retry in a minute; calls already use adaptive retries",
     }
     return Gemma4T4Error(f"{action} failed: {code}: {message}", fix=fixes.get(code))
+
+
+# -- what an interrupted command undid ----------------------------------------------------------
+# An interrupted deploy, matrix or build (Ctrl-C, or SIGTERM/SIGHUP through gemma4_t4.signals) cleans
+# up on its way out and re-raises the interrupt; the notes it adds to that exception are how the
+# command's last line can say what was deleted or stopped before the process ends.
+_UNDONE = "gemma4-t4 undid: "
+
+
+def note_undone(exc: BaseException, what: str) -> None:
+    """Record on the interrupt ``exc`` that ``what`` was deleted or stopped while it unwound."""
+    exc.add_note(_UNDONE + what)
+
+
+def undone(exc: BaseException) -> list[str]:
+    """What :func:`note_undone` recorded on ``exc``, in the order it happened."""
+    return [n[len(_UNDONE) :] for n in getattr(exc, "__notes__", []) if n.startswith(_UNDONE)]
+
+
+def sleep_ticking(
+    sleep: Callable[[float], None], seconds: float, tick: Callable[[], None], step: float = 1.0
+) -> None:
+    """``sleep(seconds)`` in steps of at most ``step``, calling ``tick`` after each: a wait's elapsed
+    counter keeps moving between polls instead of standing still for a whole poll interval."""
+    if seconds <= 0:
+        sleep(seconds)
+        return
+    left = seconds
+    while left > 0:
+        chunk = min(step, left)
+        sleep(chunk)
+        left -= chunk
+        tick()

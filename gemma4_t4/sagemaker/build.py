@@ -14,10 +14,13 @@ and its digest recorded. An image already in ECR under that tag is reused, not r
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import fcntl
 import hashlib
 import io
 import json
+import os
 import sys
 import time
 import zipfile
@@ -29,9 +32,18 @@ from typing import Any
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.jsonable import TypedDict
 from gemma4_t4.sagemaker import image as images
-from gemma4_t4.sagemaker.aws import aws_error, aws_exceptions, client_factory, error_code, error_message
+from gemma4_t4.sagemaker.aws import (
+    aws_error,
+    aws_exceptions,
+    client_factory,
+    error_code,
+    error_message,
+    note_undone,
+    sleep_ticking,
+)
 from gemma4_t4.sagemaker.cli_recipe import ApiCall
 from gemma4_t4.sagemaker.config import PROJECT_TAG, PROJECT_VALUE, CreateBucketParams
+from gemma4_t4.sagemaker.cost import usd
 
 PROJECT_NAME = "gemma4-t4-image"
 ROLE_NAME = "gemma4-t4-codebuild-image"
@@ -71,8 +83,8 @@ class BuildCost:
 
     def line(self) -> str:
         return (
-            f"estimated cost: ~${self.build_usd:.2f} for a ~{self.minutes:.0f}-minute CodeBuild run "
-            f"({COMPUTE_TYPE}, ${CODEBUILD_USD_PER_MINUTE:.3f}/min list price) + ~${self.storage_usd_per_month:.2f}"
+            f"estimated cost: ~{usd(self.build_usd)} for a ~{self.minutes:.0f}-minute CodeBuild run "
+            f"({COMPUTE_TYPE}, ${CODEBUILD_USD_PER_MINUTE:.3f}/min list price) + ~{usd(self.storage_usd_per_month)}"
             f"/month ECR storage for the ~{IMAGE_GB:.1f} GB image (delete it to stop that)"
         )
 
@@ -637,6 +649,11 @@ def wait_for_build(
         leave=True,
         bar_format="{desc}: {n}/{total} phases | {postfix}",
     ) as bar:
+        status = "IN_PROGRESS"
+
+        def tick() -> None:  # the time waited moves every second, and is true when interrupted
+            bar.set_postfix_str(f"{result.phase} {status} {monotonic() - start:.0f} s")
+
         try:  # an interrupted wait stops the build: nothing is left billing behind it
             while True:
                 builds = cb.batch_get_builds(ids=[build_id]).get("builds") or []
@@ -646,7 +663,7 @@ def wait_for_build(
                 result.phase = build.get("currentPhase")
                 status = build.get("buildStatus", "IN_PROGRESS")
                 bar.n = PHASES.index(result.phase) + 1 if result.phase in PHASES else bar.n
-                bar.set_postfix_str(f"{result.phase} {status} {monotonic() - start:.0f} s")
+                tick()
                 if status != "IN_PROGRESS":
                     failed = [p for p in build.get("phases", []) if p.get("phaseStatus") in FAILED_STATUSES]
                     if failed:
@@ -656,11 +673,78 @@ def wait_for_build(
                     cb.stop_build(id=build_id)
                     build["buildStatus"] = "TIMED_OUT"
                     return build
-                sleep(poll_s)
-        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGHUP inside signals.orderly_stop
+                sleep_ticking(sleep, poll_s, tick)
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP inside signals.orderly_stop
+            tick()
             cb.stop_build(id=build_id)
             result.status = "STOPPED"
+            note_undone(exc, f"stopped CodeBuild build {build_id}")
             raise
+
+
+class BuildHolder(TypedDict, total=False):
+    """What the lock file of a running build-image says about the run holding it."""
+
+    pid: int
+    started_at: str
+    tag: str
+    build_id: str
+
+
+def build_lock_path(region: str, repository: str = images.T4_IMAGE_REPOSITORY) -> Path:
+    from gemma4_t4.cache import cache_root
+
+    return cache_root() / "locks" / f"build-image-{region}-{repository}.lock"
+
+
+@contextlib.contextmanager
+def build_lock(region: str, repository: str = images.T4_IMAGE_REPOSITORY) -> Iterator[Callable[..., None]]:
+    """One build-image at a time per region and repository on this machine: two at once would both
+    pick the same tag (``-r2`` under --force) and the second push onto the IMMUTABLE repository would
+    fail after its whole billed build. The second is refused, naming the running build. Yields a
+    function that records the holder's tag and CodeBuild build id in the lock file for that message.
+    The lock is an fcntl lock: it goes with the process, so a killed run never leaves it stuck."""
+    path = build_lock_path(region, repository)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise _already_building(region, repository, path) from None
+        holder: BuildHolder = {
+            "pid": os.getpid(),
+            "started_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+
+        def record(**fields: str) -> None:
+            holder.update(fields)  # type: ignore[typeddict-item]
+            handle.seek(0)
+            handle.truncate()
+            handle.write(json.dumps(holder))
+            handle.flush()
+
+        record()
+        try:
+            yield record
+        finally:
+            handle.seek(0)
+            handle.truncate()  # unlocked when the file closes
+
+
+def _already_building(region: str, repository: str, path: Path) -> Gemma4T4Error:
+    try:
+        holder = json.loads(path.read_text() or "{}")
+    except (OSError, ValueError):
+        holder = {}
+    build_id, tag = holder.get("build_id"), holder.get("tag")
+    running = f"CodeBuild build {build_id}" if build_id else "its CodeBuild build not started yet"
+    return Gemma4T4Error(
+        f"build-image is already running for {repository} in {region} (pid {holder.get('pid', '?')}, "
+        f"since {holder.get('started_at', '?')}, {running}" + (f", tag {tag}" if tag else "") + ")",
+        fix="wait for it to finish, then re-run (it reuses the image that build pushes)"
+        + (f"; follow it with: aws codebuild batch-get-builds --region {region} --ids {build_id}" if build_id else "")
+        + f". Two builds at once would push the same tag. Lock: {path}",
+    )
 
 
 def build_t4_image(
@@ -698,6 +782,8 @@ def build_t4_image(
     target = build_target(region, account, base_tag, bundle_sha)
     result = BuildResult(region, target.image_uri, target.tag, "PENDING", cost_line=build_cost().line())
     ecr = make("ecr", region)
+    held = contextlib.ExitStack()  # one build-image per region and repository (build_lock)
+    record = held.enter_context(build_lock(region))
     try:
         digest = existing_image(ecr, target.tag)
         if digest and not force:
@@ -712,10 +798,12 @@ def build_t4_image(
                 f"--force: {existing} is already in ECR and its tags are immutable; building {target.tag}",
                 file=sys.stderr,
             )
+        record(tag=target.tag)
         ensure_stack(target, bundle, make, result, sleep)
         cb = make("codebuild", region)
         started = cb.start_build(**start_build_params(target))["build"]
         result.build_id, result.status = started["id"], "IN_PROGRESS"
+        record(build_id=result.build_id)
         try:
             build = wait_for_build(
                 cb,
@@ -726,10 +814,11 @@ def build_t4_image(
                 sleep=sleep,
                 monotonic=monotonic,
             )
-        except KeyboardInterrupt:  # interrupted before the wait took over: the build must not run on
+        except KeyboardInterrupt as exc:  # interrupted before the wait took over: the build must not run on
             if result.status != "STOPPED":
                 cb.stop_build(id=result.build_id)
                 result.status = "STOPPED"
+                note_undone(exc, f"stopped CodeBuild build {result.build_id}")
             raise
         result.status = build.get("buildStatus", "?")
         if result.status != "SUCCEEDED":
@@ -747,6 +836,7 @@ def build_t4_image(
         raise aws_error(exc, f"build-image in {region}") from exc
     finally:
         result.elapsed_s = round(monotonic() - t0, 2)
+        held.close()
 
 
 class BuildRecord(TypedDict):

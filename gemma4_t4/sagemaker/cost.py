@@ -5,10 +5,25 @@ can use these figures without an import cycle)."""
 from __future__ import annotations
 
 import datetime as dt
+import math
 from dataclasses import dataclass
 
 from gemma4_t4.hardware import PRICES
 from gemma4_t4.sagemaker.config import EXPIRES_TAG, PROJECT_TAG, PROJECT_VALUE
+
+
+def usd(amount: float) -> str:
+    """An amount of USD as every cost and budget line shows it: cents from $1 up, and below $1 two
+    significant digits (at least cents), so a small budget reads "$0.0001", never "$0.00"."""
+    if not math.isfinite(amount):
+        return f"${amount}"
+    sign, amount = ("-" if amount < 0 else ""), abs(amount)
+    if amount == 0 or amount >= 1:
+        return f"{sign}${amount:.2f}"
+    decimals = max(2, 1 - math.floor(math.log10(amount)))
+    text = f"{amount:.{decimals}f}".rstrip("0")
+    whole, _, cents = text.partition(".")
+    return f"{sign}${whole}.{cents.ljust(2, '0')}"
 
 
 @dataclass

@@ -25,6 +25,8 @@ from gemma4_t4.sagemaker.aws import (
     error_code,
     error_message,
     is_not_found,
+    note_undone,
+    sleep_ticking,
 )
 from gemma4_t4.sagemaker.cli_recipe import ApiCall
 from gemma4_t4.sagemaker.config import SCALING_METRIC, DeployConfig
@@ -222,6 +224,11 @@ def rollback(sm: Any, created: list[str]) -> list[str]:
     return result.deleted + [a for a in result.already_absent if "delete failed" not in a]
 
 
+def describe_deleted(resources: Sequence[str]) -> str:
+    """``["endpoint:a", "endpoint-config:a", "model:a"]`` as "endpoint a, endpoint config a, model a"."""
+    return ", ".join(r.replace("endpoint-config:", "endpoint config ").replace(":", " ", 1) for r in resources)
+
+
 def with_fixed_image(config: DeployConfig, ecr_client: Any) -> DeployConfig:
     """A T4 config without an image gets the newest fixed image in its region's ECR (or is refused)."""
     if not config.needs_fixed_image or config.image_uri:
@@ -382,6 +389,8 @@ def deploy(
         event("rolled back", ", ".join(result.rolled_back) or "nothing created")
         result.elapsed_s = clock.elapsed()
         if isinstance(exc, KeyboardInterrupt):
+            if result.rolled_back:
+                note_undone(exc, f"deleted {describe_deleted(result.rolled_back)} in {config.region}")
             raise
         raise DeployFailed(result, fix=fix or _fix_for(result)) from exc
     finally:
@@ -420,7 +429,9 @@ def wait_in_service(
     sleep: Callable[[float], None] = time.sleep,
     monotonic: Callable[[], float] = time.monotonic,
 ) -> ServiceWait:
-    """Poll DescribeEndpoint until InService, Failed or the timeout ({"status", "reason"})."""
+    """Poll DescribeEndpoint until InService, Failed or the timeout ({"status", "reason"}). The bar's
+    counter is the time waited: it moves every second between polls and shows the true figure when
+    the wait is interrupted."""
     from tqdm.auto import tqdm
 
     start = monotonic()
@@ -432,28 +443,36 @@ def wait_in_service(
         leave=True,
         bar_format="{desc}: {postfix} | {n}/{total} s of the timeout",
     ) as bar:
-        while True:
-            try:
-                desc = sm.describe_endpoint(EndpointName=name)
-            except aws_exceptions() as exc:
-                if error_code(exc) in ("ThrottlingException",):
-                    desc = {"EndpointStatus": last or "Creating"}
-                else:
-                    return {"status": "Error", "reason": f"{error_code(exc)}: {error_message(exc)}"}
-            status = desc.get("EndpointStatus", "?")
-            elapsed = monotonic() - start
-            bar.n = min(int(elapsed), int(timeout_s))
-            bar.set_postfix_str(status)  # also refreshes the bar
-            if status != last and event:
-                event(f"status {status}", desc.get("FailureReason") or "")
-            last = status
-            if status == "InService":
-                return {"status": status}
-            if status in ("Failed", "OutOfService", "Deleting", "RollingBack"):
-                return {"status": "Failed", "reason": desc.get("FailureReason") or status}
-            if elapsed >= timeout_s:
-                return {"status": "TimedOut", "reason": f"still {status} after {elapsed:.0f} s"}
-            sleep(min(poll_s, max(0.0, timeout_s - elapsed)) or poll_s)
+
+        def tick() -> None:
+            bar.n = min(int(monotonic() - start), int(timeout_s))
+            bar.refresh()
+
+        try:
+            while True:
+                try:
+                    desc = sm.describe_endpoint(EndpointName=name)
+                except aws_exceptions() as exc:
+                    if error_code(exc) in ("ThrottlingException",):
+                        desc = {"EndpointStatus": last or "Creating"}
+                    else:
+                        return {"status": "Error", "reason": f"{error_code(exc)}: {error_message(exc)}"}
+                status = desc.get("EndpointStatus", "?")
+                elapsed = monotonic() - start
+                bar.set_postfix_str(status, refresh=False)
+                tick()
+                if status != last and event:
+                    event(f"status {status}", desc.get("FailureReason") or "")
+                last = status
+                if status == "InService":
+                    return {"status": status}
+                if status in ("Failed", "OutOfService", "Deleting", "RollingBack"):
+                    return {"status": "Failed", "reason": desc.get("FailureReason") or status}
+                if elapsed >= timeout_s:
+                    return {"status": "TimedOut", "reason": f"still {status} after {elapsed:.0f} s"}
+                sleep_ticking(sleep, min(poll_s, max(0.0, timeout_s - elapsed)) or poll_s, tick)
+        finally:
+            tick()  # an interrupted wait closes its bar on the time really waited, not the last poll's
 
 
 # -- region failover ------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 and the driver (``InferenceAmiVersion``) an image's CUDA needs.
 
 AWS publishes the same ``vllm`` images from a per-region registry account (763104351884 in
-most regions). Tags look like ``0.30.0-gpu-py312-cu130-ubuntu24.04-sagemaker-v1.3``; floating
+most regions). Tags look like ``0.30.0-gpu-py312-cu130-ubuntu24.04-sagemaker-v1.1``; floating
 tags, ``-soci`` (lazy-loading) and omni variants are never chosen automatically.
 """
 
@@ -64,21 +64,44 @@ DLC_DEFAULT_ACCOUNT_REGIONS = (
 KNOWN_REGIONS: tuple[str, ...] = tuple(sorted((*DLC_DEFAULT_ACCOUNT_REGIONS, *DLC_ACCOUNT_EXCEPTIONS)))
 US_REGIONS: tuple[str, ...] = ("us-east-1", "us-east-2", "us-west-2", "us-west-1")
 
-# Only a recorded FALLBACK: deploy and build-image look up the newest ``-sagemaker-vN.M`` of its
-# vLLM release in the region's registry (:func:`resolve_dlc_tag`). Evidence read 2026-12-01
-# (reference notes, hosts_as_they_are.md): ``-v1.1`` seen in use, ``-v1.2`` reported as the newest,
-# ``-v1.3`` reported once (the reference implementation's Dockerfile), so no constant is trusted.
-DEFAULT_VLLM_TAG = "0.30.0-gpu-py312-cu130-ubuntu24.04-sagemaker-v1.3"
+# Only a recorded FALLBACK, used when the region's registry cannot be read or holds no tag of this
+# vLLM release: deploy and build-image look up the newest ``-sagemaker-vN.M`` of the release in the
+# registry first (:func:`resolve_dlc_tag`) and label this one "fallback" when they use it. It is the
+# revision seen publicly: "for 0.30.0 only ``…-sagemaker-v1.1`` is seen publicly" (third-party code,
+# 2026-09-25; reference notes hosts_as_they_are.md, "Added 2026-12-01 (second pass)"). ``-v1.2`` was
+# reported as newer once and ``-v1.3`` never seen outside one Dockerfile, so neither is the fallback.
+DEFAULT_VLLM_TAG = "0.30.0-gpu-py312-cu130-ubuntu24.04-sagemaker-v1.1"
 DEFAULT_VLLM_RELEASE = (0, 30, 0)
 
 _TAG = re.compile(
     r"^(?P<version>\d+\.\d+\.\d+)-gpu-py(?P<py>\d+)-cu(?P<cuda>\d{3})-(?P<os>[a-z]+[\d.]+)"
     r"-sagemaker-v(?P<sm>\d+(?:\.\d+)?)$"
 )
-_AL2023_TAG = re.compile(r"^server-sagemaker-cuda-v(?P<sm>\d+(?:\.\d+)?)$")
+_AL2023_TAG = re.compile(r"^server-sagemaker-cuda-v(?P<sm>\d+(?:\.\d+){0,2})$")
 
-# InferenceAmiVersion -> (NVIDIA driver, newest CUDA it runs). The instance default (no AMI
-# version) on g4dn is driver 470 / CUDA 11.4.
+
+@dataclass(frozen=True)
+class PublishedCuda:
+    """The CUDA version AWS publishes for a tag whose name does not say it, and where it says so."""
+
+    cuda: tuple[int, int]
+    source: str
+
+
+# ``server-sagemaker-cuda-vX.Y`` names no CUDA version: only what AWS publishes for a revision is used.
+# A revision missing here (and the floating ``-v1``, whose image moves) has no known CUDA, and a deploy
+# of it needs an explicit InferenceAmiVersion (:func:`required_ami_version` says so).
+AL2023_TAG_CUDA: dict[tuple[int, ...], PublishedCuda] = {
+    (1, 3): PublishedCuda(
+        (12, 9),
+        'aws/deep-learning-containers changelog, server-sagemaker-cuda v1.3.0 (2026-05-12): "Bundled '
+        'versions: CUDA 12.9.1" (read 2026-12-01; reference notes hosts_as_they_are.md)',
+    ),
+}
+
+# InferenceAmiVersion -> (NVIDIA driver, the CUDA version it ships). The instance default (no AMI
+# version) on g4dn is driver 470 / CUDA 11.4. Source: botocore 1.44.8's enum and AWS's docs (reference
+# notes notebooks_and_tooling.md §5 and hosts_as_they_are.md "SageMaker", 2026-12-01).
 AMI_DRIVERS: dict[str, tuple[int, tuple[int, int]]] = {
     "al2-ami-sagemaker-inference-gpu-2": (535, (12, 2)),
     "al2-ami-sagemaker-inference-gpu-2-1": (535, (12, 2)),
@@ -86,6 +109,19 @@ AMI_DRIVERS: dict[str, tuple[int, tuple[int, int]]] = {
     "al2023-ami-sagemaker-inference-gpu-4-1": (580, (13, 0)),
 }
 DEFAULT_AMI_CUDA = (11, 4)
+# NVIDIA's minor-version compatibility: a CUDA 12.x runtime runs on any driver >= 525 (below 580 too);
+# CUDA 13.x needs >= 580 (NVIDIA CUDA compatibility docs; hosts_as_they_are.md, 2026-12-01).
+MINOR_COMPAT_DRIVER: dict[int, int] = {12: 525}
+
+
+def ami_runs_cuda(ami_version: str, cuda: tuple[int, int]) -> bool:
+    """Whether ``ami_version``'s driver runs a container built for ``cuda``: natively (its own CUDA is as
+    new) or through minor-version compatibility (same major version, driver at or above the floor)."""
+    driver, native = AMI_DRIVERS[ami_version]
+    if native >= cuda:
+        return True
+    floor = MINOR_COMPAT_DRIVER.get(cuda[0])
+    return native[0] == cuda[0] and floor is not None and driver >= floor
 
 
 @dataclass(frozen=True)
@@ -160,8 +196,21 @@ def image_tag(image_uri: str) -> str:
     return image_uri.rsplit(":", 1)[-1] if ":" in image_uri.rsplit("/", 1)[-1] else "latest"
 
 
+def al2023_revision(tag: str) -> tuple[int, ...] | None:
+    """(1, 3) for ``server-sagemaker-cuda-v1.3`` (and ``-v1.3.0``); None for any other tag."""
+    match = _AL2023_TAG.match(tag)
+    if not match:
+        return None
+    parts = [int(p) for p in match["sm"].split(".")]
+    while len(parts) > 2 and parts[-1] == 0:
+        parts.pop()
+    return tuple(parts)
+
+
 def image_cuda(image_uri: str) -> tuple[int, int] | None:
-    """CUDA version named in the tag (``cu130`` -> (13, 0)); None when the tag does not say."""
+    """CUDA version of the image: named in the tag (``cu130`` -> (13, 0)), or for an AL2023
+    ``server-sagemaker-cuda-v*`` tag what AWS publishes for it (:data:`AL2023_TAG_CUDA`); None when
+    neither says."""
     tag = image_tag(image_uri)
     parsed = parse_tag(tag)
     if parsed:
@@ -169,13 +218,17 @@ def image_cuda(image_uri: str) -> tuple[int, int] | None:
     match = re.search(r"cu(\d{3})", tag)
     if match:
         return (int(match[1][:-1]), int(match[1][-1]))
-    if _AL2023_TAG.match(tag):
-        return (13, 0)
+    revision = al2023_revision(tag)
+    if revision is not None and revision in AL2023_TAG_CUDA:
+        return AL2023_TAG_CUDA[revision].cuda
     return None
 
 
 def required_ami_version(image_uri: str, instance_type: str) -> str | None:
-    """The oldest ``InferenceAmiVersion`` whose driver runs the image's CUDA on a GPU instance.
+    """The ``InferenceAmiVersion`` whose driver runs the image's CUDA on a GPU instance: the oldest
+    that ships that CUDA, else the newest of the same major version (through minor-version
+    compatibility, so a CUDA 12.9 image stays on a 12.x AMI instead of the driver-580 one that
+    only CUDA 13 needs).
 
     A cu130 image on g4dn without ``al2023-ami-sagemaker-inference-gpu-4-1`` fails ~6 min in
     with ``CannotStartContainerError`` and no log group, because the default driver is 470.
@@ -183,19 +236,46 @@ def required_ami_version(image_uri: str, instance_type: str) -> str | None:
     if not instance_type.startswith(("ml.g", "ml.p")):
         return None
     cuda = image_cuda(image_uri)
-    if cuda is None or cuda <= DEFAULT_AMI_CUDA:
+    if cuda is None:
+        revision = al2023_revision(image_tag(image_uri))
+        if revision is not None:  # a CUDA image whose CUDA AWS has not published (or a floating tag)
+            known = ", ".join(f"v{'.'.join(map(str, r))}" for r in AL2023_TAG_CUDA)
+            raise Gemma4T4Error(
+                f"the CUDA version of {image_tag(image_uri)} is not known (AWS publishes it per revision; "
+                f"recorded: {known}), so its driver cannot be chosen",
+                fix="pass --inference-ami-version explicitly (e.g. al2023-ami-sagemaker-inference-gpu-4-1 for "
+                "CUDA 13, al2-ami-sagemaker-inference-gpu-3-1 for CUDA 12), or use a pinned tag",
+            )
         return None
-    fitting = [(driver, ami) for ami, (driver, max_cuda) in AMI_DRIVERS.items() if max_cuda >= cuda]
-    if not fitting:
-        raise Gemma4T4Error(
-            f"no SageMaker inference AMI runs CUDA {cuda[0]}.{cuda[1]} (image {image_uri})",
-            fix="use an image built for CUDA 13.0 or older",
-        )
-    return min(fitting)[1]
+    if cuda <= DEFAULT_AMI_CUDA:
+        return None
+    # 1. an AMI of the image's CUDA major version that ships that CUDA or newer (the oldest such);
+    # 2. one of the same major running it through minor-version compatibility (the newest such);
+    # 3. a newer major version's AMI (drivers run older CUDA releases; the oldest such)
+    same_major = [(d, ami) for ami, (d, ships) in AMI_DRIVERS.items() if ships[0] == cuda[0] and ships >= cuda]
+    compatible = [(d, ami) for ami, (d, ships) in AMI_DRIVERS.items() if ships[0] == cuda[0] and ami_runs_cuda(ami, cuda)]
+    newer = [(d, ami) for ami, (d, ships) in AMI_DRIVERS.items() if ships >= cuda]
+    if same_major:
+        return min(same_major)[1]
+    if compatible:
+        return max(compatible)[1]
+    if newer:
+        return min(newer)[1]
+    raise Gemma4T4Error(
+        f"no SageMaker inference AMI runs CUDA {cuda[0]}.{cuda[1]} (image {image_uri})",
+        fix="use an image built for CUDA 13.0 or older",
+    )
 
 
 def check_ami_for_image(ami_version: str | None, image_uri: str, instance_type: str) -> None:
     """Refuse an explicit AMI whose driver is too old for the image (caught before any call)."""
+    if ami_version is not None and ami_version not in AMI_DRIVERS:
+        raise Gemma4T4Error(
+            f"unknown InferenceAmiVersion {ami_version!r}", fix=f"use one of: {', '.join(AMI_DRIVERS)}"
+        )
+    unpublished = al2023_revision(image_tag(image_uri)) is not None and image_cuda(image_uri) is None
+    if ami_version is not None and unpublished:
+        return  # AWS has not published its CUDA: the explicit choice is the user's to make
     needed = required_ami_version(image_uri, instance_type)
     if needed is None:
         return
@@ -204,11 +284,8 @@ def check_ami_for_image(ami_version: str | None, image_uri: str, instance_type: 
             f"image {image_tag(image_uri)} needs a newer GPU driver than {instance_type}'s default",
             fix=f"set inference_ami_version={needed!r} (or leave it on 'auto')",
         )
-    if ami_version not in AMI_DRIVERS:
-        raise Gemma4T4Error(
-            f"unknown InferenceAmiVersion {ami_version!r}", fix=f"use one of: {', '.join(AMI_DRIVERS)}"
-        )
-    if AMI_DRIVERS[ami_version][1] < AMI_DRIVERS[needed][1]:
+    cuda = image_cuda(image_uri)
+    if cuda is not None and not ami_runs_cuda(ami_version, cuda):
         raise Gemma4T4Error(
             f"{ami_version} (driver {AMI_DRIVERS[ami_version][0]}) cannot run image "
             f"{image_tag(image_uri)}: the container would fail with CannotStartContainerError",

@@ -23,8 +23,10 @@ from gemma4_t4.bench.specs import WorkloadSpec
 from gemma4_t4.bench.specs import run as run_spec
 from gemma4_t4.endpoint import DEPLOY_MINUTES, MEASURE_MINUTES, Budget, BudgetRefused, Endpoint
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.sagemaker.aws import note_undone
 from gemma4_t4.sagemaker.config import DeployConfig
-from gemma4_t4.sagemaker.deploy import DeployFailed, deploy_cost
+from gemma4_t4.sagemaker.cost import usd
+from gemma4_t4.sagemaker.deploy import DeployFailed, deploy_cost, describe_deleted
 
 if TYPE_CHECKING:
     from gemma4_t4.bench.results import BenchRun
@@ -121,7 +123,7 @@ def over_budget_warning(plan: MatrixResult, budget_usd: float) -> str | None:
             break
         spent, fits = spent + entry.estimate_usd, fits + 1
     return (
-        f"the estimate ~${plan.estimate_usd:.2f} exceeds the budget ${budget_usd:.2f}: only the first {fits} of "
+        f"the estimate ~{usd(plan.estimate_usd)} exceeds the budget {usd(budget_usd)}: only the first {fits} of "
         f"{len(plan.entries)} model(s) fit; the run stops before the rest (raise --budget-usd or drop models)"
     )
 
@@ -312,6 +314,11 @@ def run_configs(
                     entry.status = "measured"
                 except Exception as exc:  # noqa: BLE001 - recorded; the block deletes the endpoint
                     entry.status, entry.error = "measure failed", f"{type(exc).__name__}: {exc}"
+        except KeyboardInterrupt as exc:  # the `with` block deleted the endpoint; an interrupted
+            # deploy has noted its own rollback (then `endpoint` is None)
+            if endpoint is not None and endpoint.deleted:
+                note_undone(exc, f"deleted {describe_deleted(endpoint.deleted)} in {config.region}")
+            raise
         finally:
             # what this entry cost, deploy-and-rollback included (the budget closed the endpoint)
             entry.cost_usd = round(max(0.0, budget.spent_usd - spent_before), 4)
