@@ -105,11 +105,15 @@ def fix_version() -> str:
 
 
 def nvidia_smi_gpu_name() -> str | None:
-    """The first GPU's name as nvidia-smi says it (None when none is visible)."""
+    """The name of the GPU the host plan uses (:func:`gemma4_t4.env.choose_gpu`: CUDA_VISIBLE_DEVICES,
+    else a T4 on a mixed host), as nvidia-smi says it; None when none is visible or chosen."""
     from gemma4_t4 import env
 
-    state = env.probe_gpu_state(env.Probes())
-    return state.gpus[0].name if state.gpus else None
+    probes = env.Probes()
+    state = env.probe_gpu_state(probes)
+    gpu = env.choose_gpu(state.gpus, probes.env.get("CUDA_VISIBLE_DEVICES"),
+                         probes.env.get("CUDA_DEVICE_ORDER")).gpu
+    return gpu.name if gpu is not None else None
 
 
 def host_key(model: str, gpu_name: GpuNameProbe = nvidia_smi_gpu_name) -> ProfileKey | None:

@@ -616,6 +616,7 @@ def _sagemaker_endpoint(model: str | Path, *, name: str, part: int | None, regio
                         gpu: str, max_num_seqs: int, max_model_len: int | None, poll_s: float) -> Endpoint:
     from gemma4_t4.endpoint import Endpoint
     from gemma4_t4.sagemaker.config import DeployConfig
+    from gemma4_t4.sagemaker.cost import usd
     from gemma4_t4.sagemaker.experiments import INSTANCE_OF_GPU, PART_PREFIX, endpoint_name
 
     if gpu not in INSTANCE_OF_GPU:
@@ -638,7 +639,7 @@ def _sagemaker_endpoint(model: str | Path, *, name: str, part: int | None, regio
     served = Endpoint.sagemaker(config, budget=budget, tokenizer=tokenizer, poll_s=poll_s)
     print(f"{config.instance_type} endpoint {config.name} InService in {time.monotonic() - started:.0f} s, "
           f"serving {served.served_name} ({served.usd_per_hour:.2f} $/h; budget left: "
-          + (f"${budget.left_usd:.2f})" if budget else "none set)"))
+          + (f"{usd(budget.left_usd)})" if budget else "none set)"))
     return served
 
 

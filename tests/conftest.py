@@ -55,6 +55,13 @@ def _deselected_tiers(config) -> set[str]:
     return {tier for tier in TIER_COMMANDS if re.search(rf"\bnot\s+{tier}\b", expr)}
 
 
+# The package's cache root (ownership records, setup records, locks, the sm_75 proof) is this
+# checkout's own during tests: a test must never see, reap or be refused by what another run or the
+# user's own ~/.cache/gemma4_t4 holds. It persists across runs of this checkout (the proof is reused);
+# a test that needs an empty one sets GEMMA4_T4_CACHE_DIR itself.
+os.environ.setdefault("GEMMA4_T4_CACHE_DIR", str(CACHE / "gemma4_t4-cache"))
+
+
 @pytest.fixture(autouse=True)
 def _tier_guard(request, monkeypatch):
     """In a run that deselects a tier, a test without that tier's marker may not launch its command."""

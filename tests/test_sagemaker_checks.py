@@ -242,7 +242,7 @@ def test_a_tiny_matrix_budget_is_shown_with_its_digits_never_as_zero(local_aws, 
         capsys, "matrix", "--models", "google/gemma-4-E2B-it", "--budget-usd", "0.0001",
         "--instance-type", "ml.g4dn.xlarge", "--region", REGION, "--out", str(tmp_path / "m"),
     )  # fmt: skip
-    assert code == 1  # refused before any deploy: the estimate does not fit
+    assert code == 1, text  # refused before any deploy: the estimate does not fit
     assert "hard budget $0.0001" in text and "exceeds the budget $0.0001" in text
     assert "$0.0001 of the $0.0001 budget is left" in text
     assert re.search(r"(budget|of the|of) \$0\.00(?![0-9])", text) is None, text  # no budget shown as zero

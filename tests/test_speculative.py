@@ -444,3 +444,12 @@ def test_the_untuned_n_follows_the_size_on_every_venue_and_tool():
         assert target_defaults(config)["num_draft_tokens"][0] == 4, target
     config = ServerConfig(model="google/gemma-4-E2B-it", target="cpu", draft="auto")
     assert target_defaults(config)["num_draft_tokens"][0] == 2
+
+
+def test_a_sagemaker_deploy_drafts_the_sizes_n_unless_told():
+    from gemma4_t4.sagemaker.config import DeployConfig
+
+    e4b = DeployConfig(model_id="google/gemma-4-E4B-it", draft="auto", region="us-east-2")
+    assert e4b.draft_plan().num_speculative_tokens == 4
+    told = DeployConfig(model_id="google/gemma-4-E4B-it", draft="auto", num_draft_tokens=3, region="us-east-2")
+    assert told.draft_plan().num_speculative_tokens == 3

@@ -511,7 +511,9 @@ def _deploy_args(p: argparse.ArgumentParser, name: bool = True) -> None:
         "assistant's hub id; sent to the container as SM_VLLM_SPECULATIVE_CONFIG",
     )
     p.add_argument(
-        "--num-draft-tokens", type=int, default=3, help="draft tokens per step with --draft (1..16)"
+        "--num-draft-tokens", type=int, default=None,
+        help="draft tokens per step with --draft, 1..16 (default: the assistant's size recipe, 2 for E2B and "
+        "26B-A4B and 4 for E4B, 12B and 31B)"
     )
 
 

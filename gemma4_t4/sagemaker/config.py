@@ -174,7 +174,7 @@ class DeployConfig:
     scale_out_cooldown_s: int = 300
     # speculative decoding (gemma4_t4/speculative.py): off | auto | self | an assistant hub id
     draft: str = "off"
-    num_draft_tokens: int = speculative.DEFAULT_NUM_DRAFT_TOKENS
+    num_draft_tokens: int | None = None  # None: the assistant's size recipe (speculative.untuned_num_draft_tokens)
 
     # -- derived values -------------------------------------------------------------------
     @property
@@ -278,7 +278,10 @@ class DeployConfig:
             tensor_parallel_size=max(1, self.resolved_tensor_parallel_size()),
         )
         model = CONTAINER_MODEL_DIR if self.model_data_s3_uri else self.model_id
-        plan = speculative.resolve_draft(self.model_id, self.draft, self.num_draft_tokens, fit)
+        num = self.num_draft_tokens
+        if num is None:
+            num = speculative.untuned_num_draft_tokens(self.model_id, self.draft)[0]
+        plan = speculative.resolve_draft(self.model_id, self.draft, num, fit)
         if plan.requested == "self":  # the container's own path to the target
             plan = speculative.DraftPlan("self", plan.method, model, plan.num_speculative_tokens, plan.reason)
         return plan
