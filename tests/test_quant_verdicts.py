@@ -147,3 +147,65 @@ def test_grid_compare_fails_when_nothing_is_on_a_lattice_or_everything_is_empty(
     )
     code, out, _ = _cli("grid-compare", a, b, "--tensor", "e")
     assert code == 1 and "NOTHING COMPARED: every shared module is zero-size" in out
+
+
+def _leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if ".partial-" in p.name or ".old-" in p.name)
+
+
+def test_non_finite_values_in_copied_tensors_are_refused_and_named(tmp_path):
+    """Tensors a build copies unchanged (an embedding without --emb4, a norm, a linear whose width
+    the group size does not divide) are checked like the quantized ones: refused, each named."""
+    emb = _on_grid(16, 64)
+    emb[3, 5], emb[0, 0] = np.nan, np.inf
+    norm = np.ones(64, np.float32)
+    norm[7] = -np.inf
+    q_proj = _on_grid(8, 64)
+    src = _checkpoint(tmp_path / "src", {
+        "model.embed_tokens.weight": emb, "model.norm.weight": norm,
+        "model.layers.0.self_attn.q_proj.weight": q_proj,
+    })
+    code, out, err = _cli("repack", src, tmp_path / "out")
+    assert code == 2 and out == "", (code, out, err)
+    assert "model.embed_tokens.weight (2 values)" in err and "model.norm.weight (1 values)" in err, err
+    assert "2 copied as they are" in err and "NaN/Inf" in err and "\n  fix: " in err, err
+    assert not (tmp_path / "out").exists() and _leftovers(tmp_path) == []
+    with pytest.raises(NonFiniteError) as info:
+        repack(src, tmp_path / "out")
+    assert info.value.tensors == {"model.embed_tokens.weight": 2, "model.norm.weight": 1}
+    # --emb4 packs the embedding instead: the same damage, now as a tensor to quantize
+    with pytest.raises(NonFiniteError, match="1 to quantize, 1 copied as they are"):
+        repack(src, tmp_path / "out", emb4=True)
+
+    # requant-awq (group 128) copies a 64-column q_proj unchanged: a NaN there is refused too
+    q_proj[2, 9] = np.nan
+    awq_src = _checkpoint(tmp_path / "awq-src", {
+        "model.layers.0.self_attn.q_proj.weight": q_proj,
+        "model.layers.0.mlp.down_proj.weight": _on_grid(8, 128),
+    })
+    code, _, err = _cli("requant-awq", awq_src, tmp_path / "awq")
+    assert code == 2 and "model.layers.0.self_attn.q_proj.weight (1 values)" in err, err
+    assert "1 copied as they are" in err and "fix:" in err
+    assert not (tmp_path / "awq").exists() and _leftovers(tmp_path) == []
+    # the finite build still succeeds and copies the tensor bit for bit
+    q_proj[2, 9] = 0.0
+    fine = _checkpoint(tmp_path / "fine", {
+        "model.layers.0.self_attn.q_proj.weight": q_proj,
+        "model.layers.0.mlp.down_proj.weight": _on_grid(8, 128),
+    })
+    report = awq_requantize(fine, tmp_path / "awq-ok")
+    assert report.tensors_copied == 1
+    copied = load_file(str(tmp_path / "awq-ok" / "model.safetensors"))["model.layers.0.self_attn.q_proj.weight"]
+    assert np.array_equal(copied, q_proj)
+
+
+def test_non_finite_check_follows_the_safetensors_dtype():
+    from gemma4_t4.quant.repack import non_finite_values
+
+    bits = np.array([0x3F80, 0x7F80, 0xFFC1, 0x7F7F], np.uint16)
+    assert non_finite_values(bits, "BF16") == 2
+    assert non_finite_values(bits, "U16") == 0  # the same bits as integers are just numbers
+    assert non_finite_values(np.array([1, 2**31 - 1], np.int32), "I32") == 0
+    assert non_finite_values(np.array([0x7F, 0xFF, 0x7E, 0x00], np.uint8), "F8_E4M3") == 2
+    assert non_finite_values(np.array([0x7C, 0xFE, 0x7B, 0x3C], np.uint8), "F8_E5M2") == 2
+    assert non_finite_values(np.array([np.nan, 1.0], np.float64), "F64") == 1
