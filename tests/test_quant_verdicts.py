@@ -209,3 +209,109 @@ def test_non_finite_check_follows_the_safetensors_dtype():
     assert non_finite_values(np.array([0x7F, 0xFF, 0x7E, 0x00], np.uint8), "F8_E4M3") == 2
     assert non_finite_values(np.array([0x7C, 0xFE, 0x7B, 0x3C], np.uint8), "F8_E5M2") == 2
     assert non_finite_values(np.array([np.nan, 1.0], np.float64), "F64") == 1
+
+
+def test_grid_compare_counts_levels_only_in_groups_on_refs_lattice(tmp_path):
+    """REF with on-lattice and off-lattice groups: a repack that keeps every on-lattice level and
+    rounds the off-lattice groups (--allow-requant) changes no level of REF's lattice. Counting the
+    off-lattice groups too (against a lattice REF does not have) would call it ~50 % changed."""
+    w = _on_grid(16, 128, seed=3)
+    noise = np.random.default_rng(4).normal(0.0, 0.02, (16, 128)).astype(np.float32)
+    off = np.zeros((16, 4), bool)
+    off[::2, 1] = off[1::2, 3] = True  # 16 of 64 groups off the lattice, in every row
+    mask = np.repeat(off, 32, axis=1)
+    w[mask] = noise[mask]
+    src = _checkpoint(tmp_path / "src", {"a.weight": w})
+    assert grid_check(str(src)).groups_off_grid == 16
+    rounded = repack(src, tmp_path / "rounded", allow_requant=True)
+    assert rounded.groups_requantized == 16
+    r = grid_compare(str(src), str(tmp_path / "rounded"))
+    assert r.weights_with_ref_lattice == 48 * 32 and r.weights_total == 64 * 32
+    assert r.level_changed == 0 and r.within_tolerance, r.level_changed
+    assert r.bit_identical_pct < 100.0  # the off-lattice groups did move
+    # one on-lattice weight one level up, and every off-lattice weight moved far: exactly 1 counted
+    other = w.copy()
+    other[0, 5] += S
+    other[mask] += 50 * S
+    r = grid_compare(str(src), str(_checkpoint(tmp_path / "moved", {"a.weight": other})))
+    assert r.level_changed == 1 and r.tensors[0].level_changed == 1
+    assert r.level_changed_pct == round(100.0 / (48 * 32), 4) and not r.within_tolerance
+
+
+def test_grid_compare_step_of_a_one_sided_ambiguous_group_is_refs_scale(tmp_path):
+    """A group whose levels are {-8, 0} (only negative ones) sits on lattices of step s, 2s ... 8s;
+    the finest is s (8 levels fit below zero, none above is needed). A weight moved by a bit more
+    than half of s has left its level: with a step of 8s/7 (7 levels, the positive side's count)
+    the move would be missed."""
+    w = _on_grid(4, 64)
+    w[0, :32] = 0.0
+    w[0, 0] = -8 * S  # {-8s, 0}: one-sided
+    other = w.copy()
+    other[0, 9] = np.float32(0.55) * S  # 0.55 s after bf16 rounding: 0.5 s < move < 0.57 s
+    ref = _checkpoint(tmp_path / "ref", {"a.weight": w})
+    moved = _checkpoint(tmp_path / "moved", {"a.weight": other})
+    assert grid_compare(str(ref), str(moved)).level_changed == 1
+    repack(ref, tmp_path / "packed")  # packed REF: the same group stored as {-1, 0} at 8s
+    assert grid_compare(str(tmp_path / "packed"), str(moved)).level_changed == 1
+    other[0, 9] = np.float32(0.45) * S  # less than half a level: still on level 0
+    still = _checkpoint(tmp_path / "still", {"a.weight": other})
+    assert grid_compare(str(ref), str(still)).level_changed == 0
+
+
+def test_a_module_without_a_lattice_reports_no_level_count(tmp_path):
+    noise = np.random.default_rng(1).normal(size=(8, 64)).astype(np.float32)
+    a = _checkpoint(tmp_path / "a", {"n.weight": noise, "g.weight": _on_grid()})
+    b = _checkpoint(tmp_path / "b", {"n.weight": noise, "g.weight": _on_grid()})
+    by_module = {t.module: t for t in grid_compare(str(a), str(b)).tensors}
+    assert by_module["n"].level_changed is None and by_module["n"].level_changed_pct is None
+    assert by_module["n"].weights_on_ref_lattice == 0
+    assert by_module["g"].level_changed == 0 and by_module["g"].level_changed_pct == 0.0
+
+
+def test_grid_check_histogram_and_worst_deviation_of_damaged_groups(tmp_path):
+    """Off-grid groups have no peak level: the histogram counts only on-grid groups. A NaN group's
+    deviation is infinite, and so is the tensor's worst deviation (never a finite number that
+    would read as "slightly off")."""
+    w = _on_grid(4, 128)
+    w[1, 32:64] = np.linspace(0.001, 0.05, 32, dtype=np.float32)  # off the lattice
+    w[2, 70] = np.nan
+    report = grid_check(str(_checkpoint(tmp_path / "src", {"a.weight": w})))
+    t = report.tensors[0]
+    assert (t.groups, t.groups_off_grid, t.non_finite) == (16, 2, 1)
+    assert -1 not in t.peak_histogram and sum(t.peak_histogram.values()) == 14
+    assert t.max_deviation_levels == float("inf") and not t.on_grid
+    finite = _on_grid(4, 128)
+    finite[1, 32:64] = np.linspace(0.001, 0.05, 32, dtype=np.float32)
+    t = grid_check(str(_checkpoint(tmp_path / "finite", {"a.weight": finite}))).tensors[0]
+    assert 0.05 < t.max_deviation_levels < 0.5 and t.peak_histogram == {8: 15}
+
+
+def test_grid_check_bit_identical_counts_match_a_real_repack(tiny_qat_model_dir, tmp_path):
+    """grid-check predicts, per scale dtype, how many values and whole groups a repack keeps
+    bit-identical; grid-compare measures it on the written build by another code path. A group
+    counts only when all of its values are identical."""
+    check = grid_check(str(tiny_qat_model_dir))
+    for dtype in ("fp16", "bf16"):
+        repack(tiny_qat_model_dir, tmp_path / dtype, scale_dtype=dtype, emb4=True)  # every 2-D weight packed
+        measured = grid_compare(str(tiny_qat_model_dir), str(tmp_path / dtype))
+        assert check.values_bit_identical_pct[dtype] == measured.bit_identical_pct, dtype
+        assert check.groups_bit_identical_pct[dtype] == measured.groups_bit_identical_pct, dtype
+        assert 0 < measured.groups_bit_identical_pct < 100  # both kinds of group are present
+        # the values are compared as a bf16 model holds them, whichever build is REF
+        reverse = grid_compare(str(tmp_path / dtype), str(tiny_qat_model_dir))
+        assert (reverse.bit_identical_pct, reverse.groups_bit_identical_pct) == (
+            measured.bit_identical_pct, measured.groups_bit_identical_pct)
+
+
+def test_an_asymmetric_packed_ref_has_no_lattice_to_count_levels_on(tmp_path):
+    """An AWQ-style REF (zero points) is not a symmetric lattice: its levels are not counted as if
+    they were (that would report level changes against a grid the build does not have)."""
+    w = _on_grid(8, 128)
+    src = _checkpoint(tmp_path / "src", {"a.weight": w})
+    awq_requantize(src, tmp_path / "awq")
+    r = grid_compare(str(tmp_path / "awq"), str(src))
+    assert r.tensors[0].ref_format.startswith("int4 g128 asym")
+    assert r.tensors[0].level_changed is None and r.weights_with_ref_lattice == 0
+    assert not r.within_tolerance
+    code, out, _ = _cli("grid-compare", tmp_path / "awq", src)
+    assert code == 1 and "no weight of REF sits on an int4 lattice" in out
