@@ -15,7 +15,15 @@ from safetensors.numpy import load_file, save_file
 
 from gemma4_t4.cli import main
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.quant import NonFiniteError, awq_requantize, grid_check, grid_compare, lattice, repack
+from gemma4_t4.quant import (
+    NonFiniteError,
+    awq_requantize,
+    grid_check,
+    grid_compare,
+    lattice,
+    open_checkpoint,
+    repack,
+)
 
 S = np.float32(2.0**-7)
 
@@ -315,3 +323,51 @@ def test_an_asymmetric_packed_ref_has_no_lattice_to_count_levels_on(tmp_path):
     assert not r.within_tolerance
     code, out, _ = _cli("grid-compare", tmp_path / "awq", src)
     assert code == 1 and "no weight of REF sits on an int4 lattice" in out
+
+
+def test_a_packed_ref_stored_on_a_non_coarsest_lattice_counts_on_its_finest(tmp_path):
+    """Another tool may store a group as levels {-6, 3, 0} at scale s (common factor 3) where our
+    repack stores {-2, 1, 0} at 3s; both sit on the finer lattice of step 3s/4 ({-8, 4, 0}). A
+    move of 0.45 s leaves a level of that lattice and is counted whichever way REF stores it."""
+    from gemma4_t4.quant import pack
+
+    levels = np.random.default_rng(5).integers(-8, 8, (4, 64)).astype(np.int8)
+    levels[:, ::32] = -8
+    levels[0, :32] = 0
+    levels[0, 0], levels[0, 1] = -6, 3
+    scale = np.full((4, 2), S, np.float16)
+    ref = tmp_path / "ref"
+    ref.mkdir()
+    save_file({"a.weight_packed": pack.pack_int4(levels), "a.weight_scale": scale,
+               "a.weight_shape": np.array([4, 64], np.int64)}, str(ref / "model.safetensors"))
+    dense = (levels.astype(np.float32) * S).astype(np.float32)
+    other = dense.copy()
+    other[0, 9] = np.float32(0.45) * S
+    assert grid_compare(str(ref), str(_checkpoint(tmp_path / "same", {"a.weight": dense}))).level_changed == 0
+    r = grid_compare(str(ref), str(_checkpoint(tmp_path / "moved", {"a.weight": other})))
+    assert r.level_changed == 1 and r.tensors[0].ref_format == "int4 g32 sym f16 scales"
+
+
+def test_grid_compare_per_module_figures_and_a_packed_ref_of_another_group_size(tmp_path):
+    w = _on_grid(8, 128)
+    src = _checkpoint(tmp_path / "src", {"a.weight": w, "b.weight": _on_grid(8, 64, seed=2)})
+    repack(src, tmp_path / "g64", group_size=64)  # REF's group size comes from REF, not --group-size
+    other = w.copy()
+    other[3, 7] += 3 * S
+    moved = _checkpoint(tmp_path / "moved", {"a.weight": other, "b.weight": _on_grid(8, 64, seed=2)})
+    r = grid_compare(str(tmp_path / "g64"), str(moved), group_size=32)
+    a = {t.module: t for t in r.tensors}["a"]
+    assert (a.level_changed, a.weights_on_ref_lattice, a.groups) == (1, 8 * 128, 8 * 128 // 64)
+    assert a.level_changed_pct == round(100.0 / (8 * 128), 4)
+    assert a.max_abs_diff == pytest.approx(3 * S) and a.mean_abs_diff == pytest.approx(3 * S / (8 * 128))
+
+
+def test_off_grid_examples_name_absolute_rows_across_blocks(tmp_path):
+    from gemma4_t4.quant.grid import check_tensor
+
+    w = _on_grid(64, 64)
+    w[41, 33:40] = np.float32(0.0123)  # group 1 of row 41 off the lattice
+    src = _checkpoint(tmp_path / "src", {"a.weight": w})
+    with open_checkpoint(src) as reader:
+        t = check_tensor(reader, "a.weight", block_bytes=16 * 64 * 4)  # 16 rows a block: row 41 is in the 3rd
+    assert t.off_grid_examples == [[41, 1]] and t.groups_off_grid == 1
