@@ -192,6 +192,7 @@ def build_tiny_gemma4(
     out = Path(out_dir)
     # the same rules as every other output folder: --overwrite replaces only a folder this
     # package wrote (older tiny builds carry tiny_gemma4.json), never a symlink or a user's folder
+    cleanup = safepaths.clean_stale(out, legacy_names=(INFO_NAME,))  # first: it may restore OUT
     safepaths.check_target(out, overwrite=overwrite, what="OUT", legacy_names=(INFO_NAME,))
 
     tokenizer = build_tokenizer(spec.vocab_size)
@@ -200,7 +201,8 @@ def build_tiny_gemma4(
     generator = torch.Generator().manual_seed(spec.seed + 1)
     if variant == "drafter":
         model = _tiny_assistant(spec, tokenizer, generator)
-        return _save(model, tokenizer, out, variant, spec, portable=False, overwrite=overwrite, save=save or save_model)
+        return _save(model, tokenizer, out, variant, spec, portable=False, overwrite=overwrite,
+                     save=save or save_model, cleanup=cleanup)
     config = Gemma4TextConfig(
         vocab_size=vocab,
         vocab_size_per_layer_input=vocab,
@@ -233,7 +235,8 @@ def build_tiny_gemma4(
             for _name, param in model.named_parameters():
                 if param.dim() == 2 and param.shape[-1] % 32 == 0:
                     param.copy_(snap_to_int4_grid(param, 32, generator))
-    return _save(model, tokenizer, out, variant, spec, portable=True, overwrite=overwrite, save=save or save_model)
+    return _save(model, tokenizer, out, variant, spec, portable=True, overwrite=overwrite,
+                 save=save or save_model, cleanup=cleanup)
 
 
 def _tiny_assistant(spec: TinySpec, tokenizer, generator):
@@ -293,14 +296,13 @@ def save_model(model, folder: Path) -> None:
 
 
 def _save(model, tokenizer, out: Path, variant: str, spec: TinySpec, portable: bool, overwrite: bool,
-          save: SaveModel) -> TinyModelInfo:
+          save: SaveModel, cleanup: safepaths.Cleanup) -> TinyModelInfo:
     """Write ``model`` + ``tokenizer`` into a partial sibling of ``out`` (safepaths), then swap it in.
 
     A failure or a stop signal removes the partial build (and the parent folders it made); a
     full disk is a :class:`Gemma4T4Error` naming it, whatever layer (safetensors, json) hit it.
     """
     model.generation_config.do_sample = False
-    cleanup = safepaths.clean_stale(out, legacy_names=(INFO_NAME,))
     with signals.orderly_stop():
         tmp = safepaths.make_partial(out)
         try:
@@ -317,7 +319,8 @@ def _save(model, tokenizer, out: Path, variant: str, spec: TinySpec, portable: b
             safepaths.swap_into_place(tmp, out, overwrite)
         except BaseException as exc:
             safepaths.discard_partial(tmp)
-            clear = safepaths.write_error(exc, f"the tiny model {out}") if isinstance(exc, Exception) else None
+            plain = isinstance(exc, Exception) and not isinstance(exc, Gemma4T4Error)
+            clear = safepaths.write_error(exc, f"the tiny model {out}") if plain else None
             if clear is not None:
                 raise clear from exc
             raise

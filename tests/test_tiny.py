@@ -172,3 +172,16 @@ def test_a_real_write_failure_on_the_command_line_leaves_nothing(tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert "cannot write the tiny model" in proc.stderr and "file-size limit" in proc.stderr, proc.stderr
     assert "\n  fix: " in proc.stderr and _siblings(tmp_path) == []
+
+
+def test_a_partial_build_left_by_a_killed_run_is_removed_by_the_next(tmp_path):
+    from gemma4_t4 import safepaths
+
+    debris = tmp_path / ".m.partial-dead"
+    debris.mkdir()
+    (debris / "model.safetensors").write_bytes(b"\0" * 100)
+    dead_pid = 2**22 + 12345  # above Linux's pid_max default (4,194,304): never a live process
+    (debris / safepaths.PARTIAL_OWNER).write_text(json.dumps({"pid": dead_pid, "start": "1"}))
+    info = build_tiny_gemma4(tmp_path / "m")
+    assert info.cleanup == [f"removed stale partial output {debris} (left by an interrupted run)"]
+    assert _siblings(tmp_path) == ["m"]
