@@ -371,3 +371,10 @@ def test_off_grid_examples_name_absolute_rows_across_blocks(tmp_path):
     with open_checkpoint(src) as reader:
         t = check_tensor(reader, "a.weight", block_bytes=16 * 64 * 4)  # 16 rows a block: row 41 is in the 3rd
     assert t.off_grid_examples == [[41, 1]] and t.groups_off_grid == 1
+
+
+def test_a_tensor_or_module_named_with_or_without_weight_is_found(tmp_path):
+    src = _checkpoint(tmp_path / "src", {"a.weight": _on_grid(), "b.weight": _on_grid(seed=1)})
+    for name in ("a", "a.weight"):
+        assert [t.name for t in grid_check(str(src), tensors=[name]).tensors] == ["a.weight"], name
+        assert [t.module for t in grid_compare(str(src), str(src), modules=[name]).tensors] == ["a"], name
