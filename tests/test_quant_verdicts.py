@@ -244,6 +244,7 @@ def test_grid_compare_counts_levels_only_in_groups_on_refs_lattice(tmp_path):
     r = grid_compare(str(src), str(_checkpoint(tmp_path / "moved", {"a.weight": other})))
     assert r.level_changed == 1 and r.tensors[0].level_changed == 1
     assert r.level_changed_pct == round(100.0 / (48 * 32), 4) and not r.within_tolerance
+    assert r.tensors[0].level_changed_pct == r.level_changed_pct  # of the lattice's weights, not all
 
 
 def test_grid_compare_step_of_a_one_sided_ambiguous_group_is_refs_scale(tmp_path):
