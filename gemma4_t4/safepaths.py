@@ -1,4 +1,4 @@
-"""Safe output folders for every command that writes one (repack, requant-awq; bench and run can reuse it).
+"""Safe output folders for every command that writes one (repack, requant-awq, tiny; bench and run can reuse it).
 
 The rules:
 
@@ -21,6 +21,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import shutil
 import socket
 import tempfile
@@ -177,6 +178,21 @@ def os_error(exc: OSError, what: str) -> Gemma4T4Error:
         reason = exc.strerror or str(exc)
     where = f" ({exc.filename})" if exc.filename else ""
     return Gemma4T4Error(f"cannot write {what}: {reason}{where}", fix=fix)
+
+
+_OS_ERROR_IN_TEXT = re.compile(r"\(os error (\d+)\)")  # how Rust writers (safetensors) report errno
+
+
+def write_error(exc: BaseException, what: str) -> Gemma4T4Error | None:
+    """:func:`os_error` for an ``OSError``, or for a library error that wraps one only in its text
+    (safetensors' ``SafetensorError: ... No space left on device (os error 28)``); None otherwise."""
+    if isinstance(exc, OSError):
+        return os_error(exc, what)
+    found = _OS_ERROR_IN_TEXT.search(str(exc))
+    if found is None:
+        return None
+    code = int(found.group(1))
+    return os_error(OSError(code, os.strerror(code)), what)
 
 
 # ------------------------------------------------------------------------------------------

@@ -1383,6 +1383,12 @@ class VLLMServer:
     def _release_locks(self) -> None:
         for lock in self._locks:
             lock.release(pid=self._pid)
+        # every path that ends a server releases its locks: the socket folder made outside work_dir
+        # for a deep one goes too, once empty (another server of the same work_dir may still use it)
+        tmp = server_tmp_dir(Path(self.config.work_dir))
+        if tmp != Path(self.config.work_dir).resolve() / "tmp":
+            with contextlib.suppress(OSError):
+                tmp.rmdir()
 
     # -- re-adopt ------------------------------------------------------------------------------
 

@@ -16,16 +16,19 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
+from gemma4_t4 import safepaths, signals
 from gemma4_t4.errors import Gemma4T4Error
 
 Variant = Literal["bf16", "qat", "drafter"]
 VARIANTS: tuple[str, ...] = ("bf16", "qat", "drafter")
+INFO_NAME = "tiny_gemma4.json"  # variant + spec; also what marks tiny builds made before the ownership marker
+TOKENIZER_BYTES = 2 * 2**20  # tokenizer, chat template and configs of the tiny model, with room to spare
+SaveModel = Callable[[Any, Path], None]  # (model, folder): writes the weights and the model's config
 
 # Gemma's special tokens, in Gemma's id order (pad 0, eos 1, bos 2, unk 3), then turn markers.
 SPECIAL_TOKENS = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"]
@@ -95,6 +98,7 @@ class TinyModelInfo:
     num_parameters: int
     files: list[str] = field(default_factory=list)
     served_model_name: str = "tiny-gemma4"
+    cleanup: list[str] = field(default_factory=list)  # stale partial builds this run removed or restored
 
 
 def build_tokenizer(vocab_size: int = 512):
@@ -170,11 +174,14 @@ def build_tiny_gemma4(
     variant: Variant = "bf16",
     spec: TinySpec | None = None,
     overwrite: bool = False,
+    save: SaveModel | None = None,
 ) -> TinyModelInfo:
     """Build the tiny Gemma 4 checkpoint + tokenizer into ``out_dir`` (atomically).
 
-    Deterministic for a given ``spec.seed``. Written to a temporary sibling directory and
-    renamed, so an interrupted build never leaves a half-written checkpoint behind.
+    Deterministic for a given ``spec.seed``. Written to a partial sibling folder and renamed
+    (:mod:`gemma4_t4.safepaths`), so an interrupted build never leaves a half-written checkpoint
+    behind. ``overwrite`` replaces only a folder this package wrote (never a symlink or a folder
+    of the user's); ``save`` writes the weights (default :func:`save_model`).
     """
     import torch
     from transformers import Gemma4ForCausalLM, Gemma4TextConfig
@@ -183,11 +190,10 @@ def build_tiny_gemma4(
         raise Gemma4T4Error(f"unknown tiny variant {variant!r}", fix=f"use one of: {', '.join(VARIANTS)}")
     spec = spec or TinySpec()
     out = Path(out_dir)
-    if out.exists() and not overwrite:
-        raise Gemma4T4Error(
-            f"{out} already exists", fix="pass overwrite=True (CLI: --overwrite) or pick a new path"
-        )
-    out.parent.mkdir(parents=True, exist_ok=True)
+    # the same rules as every other output folder: --overwrite replaces only a folder this
+    # package wrote (older tiny builds carry tiny_gemma4.json), never a symlink or a user's folder
+    cleanup = safepaths.clean_stale(out, legacy_names=(INFO_NAME,))  # first: it may restore OUT
+    safepaths.check_target(out, overwrite=overwrite, what="OUT", legacy_names=(INFO_NAME,))
 
     tokenizer = build_tokenizer(spec.vocab_size)
     vocab = len(tokenizer)
@@ -195,7 +201,8 @@ def build_tiny_gemma4(
     generator = torch.Generator().manual_seed(spec.seed + 1)
     if variant == "drafter":
         model = _tiny_assistant(spec, tokenizer, generator)
-        return _save(model, tokenizer, out, variant, spec, portable=False)
+        return _save(model, tokenizer, out, variant, spec, portable=False, overwrite=overwrite,
+                     save=save or save_model, cleanup=cleanup)
     config = Gemma4TextConfig(
         vocab_size=vocab,
         vocab_size_per_layer_input=vocab,
@@ -228,7 +235,8 @@ def build_tiny_gemma4(
             for _name, param in model.named_parameters():
                 if param.dim() == 2 and param.shape[-1] % 32 == 0:
                     param.copy_(snap_to_int4_grid(param, 32, generator))
-    return _save(model, tokenizer, out, variant, spec, portable=True)
+    return _save(model, tokenizer, out, variant, spec, portable=True, overwrite=overwrite,
+                 save=save or save_model, cleanup=cleanup)
 
 
 def _tiny_assistant(spec: TinySpec, tokenizer, generator):
@@ -282,39 +290,55 @@ def _tiny_assistant(spec: TinySpec, tokenizer, generator):
     return model.to(torch.bfloat16)
 
 
-def _save(model, tokenizer, out: Path, variant: str, spec: TinySpec, portable: bool) -> TinyModelInfo:
-    """Write ``model`` + ``tokenizer`` to a temporary sibling of ``out``, then rename it into place."""
+def save_model(model, folder: Path) -> None:
+    """How a tiny model's weights are written (safetensors); ``build_tiny_gemma4(save=...)`` replaces it."""
+    model.save_pretrained(folder, safe_serialization=True)
+
+
+def _save(model, tokenizer, out: Path, variant: str, spec: TinySpec, portable: bool, overwrite: bool,
+          save: SaveModel, cleanup: safepaths.Cleanup) -> TinyModelInfo:
+    """Write ``model`` + ``tokenizer`` into a partial sibling of ``out`` (safepaths), then swap it in.
+
+    A failure or a stop signal removes the partial build (and the parent folders it made); a
+    full disk is a :class:`Gemma4T4Error` naming it, whatever layer (safetensors, json) hit it.
+    """
     model.generation_config.do_sample = False
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        model.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
-        if portable:
-            _portable_config(tmp / "config.json", spec)
-        (tmp / "tiny_gemma4.json").write_text(
-            json.dumps({"variant": variant, "spec": asdict(spec)}, indent=2) + "\n"
-        )
-        tmp.chmod(0o755)  # mkdtemp makes it private; the checkpoint is meant to be shared
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    with signals.orderly_stop():
+        tmp = safepaths.make_partial(out)
+        try:
+            weights = sum(p.numel() * p.element_size() for p in model.parameters())
+            safepaths.ensure_free_space(tmp, weights + TOKENIZER_BYTES, f"the tiny model {out}")
+            save(model, tmp)
+            tokenizer.save_pretrained(tmp)
+            if portable:
+                _portable_config(tmp / "config.json", spec)
+            (tmp / INFO_NAME).write_text(json.dumps({"variant": variant, "spec": asdict(spec)}, indent=2) + "\n")
+            safepaths.write_marker(tmp, "tiny", variant=variant)
+            tmp.chmod(0o755)  # mkdtemp makes it private; the checkpoint is meant to be shared
+            (tmp / safepaths.PARTIAL_OWNER).unlink()
+            safepaths.swap_into_place(tmp, out, overwrite)
+        except BaseException as exc:
+            safepaths.discard_partial(tmp)
+            plain = isinstance(exc, Exception) and not isinstance(exc, Gemma4T4Error)
+            clear = safepaths.write_error(exc, f"the tiny model {out}") if plain else None
+            if clear is not None:
+                raise clear from exc
+            raise
     return TinyModelInfo(
         path=out,
         variant=variant,
         spec=asdict(spec),
         vocab_size=len(tokenizer),
         num_parameters=sum(p.numel() for p in model.parameters()),
-        files=sorted(p.name for p in out.iterdir()),
+        files=sorted(p.name for p in out.iterdir() if not p.name.startswith(".")),
+        cleanup=cleanup.lines(),
     )
 
 
 def ensure_tiny_gemma4(out_dir: str | os.PathLike, variant: Variant = "bf16") -> Path:
     """Build the tiny model once and reuse it (tests, notebooks, ``make run``)."""
     out = Path(out_dir)
-    marker = out / "tiny_gemma4.json"
+    marker = out / INFO_NAME
     if marker.exists() and json.loads(marker.read_text()).get("variant") == variant:
         return out
     build_tiny_gemma4(out, variant=variant, overwrite=True)

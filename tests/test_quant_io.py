@@ -237,3 +237,34 @@ def test_grid_check_reads_fp16_and_fp32_checkpoints(tmp_path):
     assert rows["c.weight"].groups_off_grid == 1 and report.tensors_off_grid == ["c.weight"]
     fit = lattice.fit_lattice(on_grid.astype(np.float16))  # float16 arrays are widened, not misread as bits
     assert fit.on_grid.all() and set(np.unique(fit.peak)) == {8}
+
+
+def test_symlink_loops_and_dangling_links_are_named_as_such(tmp_path, sharded):
+    """``Path.exists`` is False for a looping or dangling link: saying "does not exist" sent users
+    looking for a file that is there."""
+    from gemma4_t4.cli import main
+
+    a, b = tmp_path / "a.safetensors", tmp_path / "b.safetensors"
+    a.symlink_to(b)
+    b.symlink_to(a)
+    with pytest.raises(Gemma4T4Error, match="is a symlink loop") as err:
+        open_checkpoint(a)
+    assert "real .safetensors file" in err.value.fix
+    assert main(["grid-check", str(a), "--quiet"]) == 2
+    gone = tmp_path / "gone.safetensors"
+    gone.symlink_to(tmp_path / "nowhere.safetensors")
+    with pytest.raises(Gemma4T4Error, match=r"is a symlink to .*nowhere\.safetensors, which does not exist"):
+        open_checkpoint(gone)
+    with pytest.raises(Gemma4T4Error, match=r"nowhere\.safetensors does not exist"):
+        open_checkpoint(tmp_path / "nowhere.safetensors")  # a plain missing path keeps its message
+    # inside a folder: the single file, and one shard of an index
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "model.safetensors").symlink_to("model.safetensors")
+    with pytest.raises(Gemma4T4Error, match=r"model\.safetensors is a symlink loop"):
+        open_checkpoint(folder)
+    first = sorted(p for p in sharded.iterdir() if p.name.endswith(".safetensors"))[0]
+    first.unlink()
+    first.symlink_to(first.name)
+    with pytest.raises(Gemma4T4Error, match=f"{first.name} is a symlink loop"):
+        open_checkpoint(sharded)

@@ -769,6 +769,27 @@ def test_a_deep_work_dir_keeps_vllms_socket_paths_short(tmp_path):
     assert server_tmp_dir(shallow) == shallow / "tmp"
 
 
+def test_a_deep_work_dirs_socket_folder_goes_when_the_server_stops(fake_vllm, model_dir, tmp_path):
+    from gemma4_t4.server import server_tmp_dir
+
+    deep = tmp_path / ("d" * 60) / "work"
+    tmp = server_tmp_dir(deep)
+    for other_user in (False, True):
+        config = ServerConfig(model=str(model_dir), port=free_port(), work_dir=str(deep), python=str(fake_vllm),
+                              extra_env={"FAKE_VLLM_MODE": "serve"}, probe_cpu_attention=False)
+        server = VLLMServer(config)
+        server.start(timeout=20)
+        try:
+            assert tmp.is_dir()
+            if other_user:  # a socket of another server of the same work_dir: the folder stays
+                (tmp / "other-socket").write_text("")
+        finally:
+            server.stop(grace=5)
+        assert tmp.exists() == other_user, tmp
+    (tmp / "other-socket").unlink()
+    tmp.rmdir()
+
+
 def test_a_python_that_is_not_an_interpreter_is_refused_before_anything_starts(tmp_path):
     config = ServerConfig(model="m/x", work_dir=str(tmp_path), python=str(tmp_path / "no-python"), dtype="float32")
     with pytest.raises(Gemma4T4Error, match="not an executable interpreter") as info:

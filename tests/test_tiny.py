@@ -1,9 +1,21 @@
+import contextlib
+import errno
+import io
 import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.safepaths import MARKER_NAME
 from gemma4_t4.tiny import TinySpec, build_tiny_gemma4, snap_to_int4_grid
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_tiny_checkpoint_loads_in_transformers(tiny_model_dir):
@@ -74,3 +86,102 @@ def test_snap_rejects_bad_shape():
 
     with pytest.raises(Gemma4T4Error, match="multiple of 32"):
         snap_to_int4_grid(torch.zeros(4, 40))
+
+
+# -- the output folder follows the same rules as repack's (gemma4_t4.safepaths) ----------------
+
+
+def _tiny_cli(*args) -> subprocess.CompletedProcess:
+    """The real command line in this process: any exception but the package's own would propagate."""
+    from gemma4_t4.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([str(a) for a in args])
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
+
+
+def _siblings(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+def test_overwrite_never_removes_a_folder_this_package_did_not_write(tmp_path):
+    user = tmp_path / "mine"
+    user.mkdir()
+    (user / "notes.txt").write_text("keep me\n")
+    proc = _tiny_cli("tiny", user, "--overwrite")
+    assert proc.returncode == 2 and "was not written by gemma4-t4" in proc.stderr, proc.stderr
+    assert "\n  fix: " in proc.stderr
+    assert (user / "notes.txt").read_text() == "keep me\n" and _siblings(tmp_path) == ["mine"]
+    # what it wrote itself it replaces; so also an empty folder, and a tiny build made before the
+    # ownership marker existed (it carries tiny_gemma4.json)
+    built = build_tiny_gemma4(tmp_path / "m")
+    assert (built.path / MARKER_NAME).is_file() and MARKER_NAME not in built.files
+    (built.path / MARKER_NAME).unlink()
+    again = build_tiny_gemma4(tmp_path / "m", variant="qat", overwrite=True)
+    assert json.loads((again.path / "tiny_gemma4.json").read_text())["variant"] == "qat"
+    (tmp_path / "empty").mkdir()
+    build_tiny_gemma4(tmp_path / "empty", overwrite=True)
+    assert _siblings(tmp_path) == ["empty", "m", "mine"]  # no partial or backup left beside them
+
+
+def test_overwrite_of_a_symlink_is_a_clear_error_and_follows_nothing(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "notes.txt").write_text("keep me\n")
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    for extra in (["--overwrite"], []):
+        proc = _tiny_cli("tiny", link, *extra)
+        assert proc.returncode == 2 and "is a symbolic link" in proc.stderr, proc.stderr
+        assert "fix: give the real folder" in proc.stderr
+    assert link.is_symlink() and (real / "notes.txt").read_text() == "keep me\n"
+    assert _siblings(tmp_path) == ["link", "real"]
+
+
+@pytest.mark.parametrize("failure", ["safetensors", "oserror"])
+def test_a_full_disk_while_writing_is_a_clear_error_and_leaves_nothing(tmp_path, failure):
+    """The weights writer fails part way (injected through ``save``): the package's error names the
+    disk and the fix; the partial build and the folders it made are gone."""
+    from safetensors import SafetensorError
+
+    def full_disk(model, folder: Path) -> None:
+        (folder / "model.safetensors").write_bytes(b"\0" * 4096)  # part of it reached the disk
+        if failure == "safetensors":
+            raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(folder / "model.safetensors"))
+
+    out = tmp_path / "new" / "deeper" / "m"
+    with pytest.raises(Gemma4T4Error, match=r"cannot write the tiny model .*: the disk is full") as info:
+        build_tiny_gemma4(out, save=full_disk)
+    assert "free some space" in info.value.fix
+    assert _siblings(tmp_path) == []
+
+
+def test_a_real_write_failure_on_the_command_line_leaves_nothing(tmp_path):
+    """No injection: a file-size limit (RLIMIT_FSIZE) makes the kernel refuse safetensors' write
+    with EFBIG, as a disk filled by someone else would with ENOSPC."""
+
+    def limit():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (500_000, 500_000))  # the weights are ~1.6 MB
+
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-m", "gemma4_t4", "tiny", str(tmp_path / "m")], capture_output=True,
+                          text=True, env=env, timeout=300, preexec_fn=limit)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "cannot write the tiny model" in proc.stderr and "file-size limit" in proc.stderr, proc.stderr
+    assert "\n  fix: " in proc.stderr and _siblings(tmp_path) == []
+
+
+def test_a_partial_build_left_by_a_killed_run_is_removed_by_the_next(tmp_path):
+    from gemma4_t4 import safepaths
+
+    debris = tmp_path / ".m.partial-dead"
+    debris.mkdir()
+    (debris / "model.safetensors").write_bytes(b"\0" * 100)
+    dead_pid = 2**22 + 12345  # above Linux's pid_max default (4,194,304): never a live process
+    (debris / safepaths.PARTIAL_OWNER).write_text(json.dumps({"pid": dead_pid, "start": "1"}))
+    info = build_tiny_gemma4(tmp_path / "m")
+    assert info.cleanup == [f"removed stale partial output {debris} (left by an interrupted run)"]
+    assert _siblings(tmp_path) == ["m"]

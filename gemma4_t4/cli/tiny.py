@@ -20,12 +20,12 @@ def _tiny(args: argparse.Namespace) -> Output:
         text = (f"wrote a tiny random Gemma 4 assistant (MTP drafter, {info.num_parameters:,} parameters, vocab "
                 f"{info.vocab_size}) for the default tiny target to {info.path}\nfiles: {', '.join(info.files)}\n"
                 f"serve it: gemma4-t4 serve start --target cpu --model TINY_TARGET --draft {info.path}")
-        return Output(info, text)
+        return Output(info, "\n".join([text, *info.cleanup]))
     text = (f"wrote a tiny random Gemma 4 ({info.variant}, {info.num_parameters:,} parameters, vocab "
             f"{info.vocab_size}) to {info.path}\nfiles: {', '.join(info.files)}\n"
             f"serve it: python -m vllm.entrypoints.openai.api_server --model {info.path} "
             f"--served-model-name {info.served_model_name}")
-    return Output(info, text)
+    return Output(info, "\n".join([text, *info.cleanup]))
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -36,4 +36,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--variant", choices=["bf16", "qat", "drafter"], default="bf16",
                    help="qat: every Linear and embedding on the int4 group-32 grid (stored as bf16); "
                         "drafter: a tiny gemma4_assistant (MTP drafter) matching the default tiny target")
-    p.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing OUT (atomically; only a folder gemma4-t4 wrote)")

@@ -154,6 +154,20 @@ def lattice_quantizer(group_size: int, scale_dtype: str, allow_requant: bool, to
     return quantize
 
 
+def non_finite_values(block: np.ndarray, dtype: str) -> int:
+    """NaN / Inf values in ``block`` as read for safetensors ``dtype`` (0 for integer dtypes).
+
+    The safetensors dtype decides, not the numpy one: BF16 and U16 are both read as uint16.
+    """
+    if dtype in ("BF16", "F16", "F32", "F64"):
+        return lattice.count_non_finite(block)
+    if dtype == "F8_E4M3":  # the fn variant: no Inf, NaN is S.1111.111
+        return int(np.count_nonzero((block & np.uint8(0x7F)) == np.uint8(0x7F)))
+    if dtype == "F8_E5M2":  # IEEE-like: exponent all ones is Inf or NaN
+        return int(np.count_nonzero((block & np.uint8(0x7C)) == np.uint8(0x7C)))
+    return 0
+
+
 def _side_items(src: Path) -> list[Path]:
     """The source's files and folders a build carries over as they are (tokenizer, configs, ...)."""
     items = []
@@ -313,10 +327,18 @@ def _build(reader: LocalCheckpoint, src: str | Path, dst_path: Path, quantizer: 
                 role = roles[name]
                 refusing = bool(off_grid or non_finite)
                 if not role.quantize:
-                    if not refusing:
-                        for start, stop in reader.row_blocks(name, block_bytes):
-                            writer.write_rows(name, start, reader.read_rows(name, start, stop))
-                    rows_report.append(TensorRepack(name, list(info.shape), "copy", role.reason))
+                    # copied tensors are checked too: a NaN in a norm or an unpacked embedding would
+                    # otherwise reach the build unchanged (and later every logit); read even when
+                    # refusing already, so the error names every damaged tensor at once
+                    bad = 0
+                    for start, stop in reader.row_blocks(name, block_bytes):
+                        rows = reader.read_rows(name, start, stop)
+                        bad += non_finite_values(rows, info.dtype)
+                        if not (refusing or bad):
+                            writer.write_rows(name, start, rows)
+                    if bad:
+                        non_finite[name] = bad
+                    rows_report.append(TensorRepack(name, list(info.shape), "copy", role.reason, non_finite=bad))
                 else:
                     row = _quantize_tensor(reader, writer, info, role.module, quantizer, group_size, block_bytes,
                                            write=not refusing, lm_head=untie and name == embed_name)
@@ -341,10 +363,15 @@ def _build(reader: LocalCheckpoint, src: str | Path, dst_path: Path, quantizer: 
             if non_finite:
                 listed = ", ".join(f"{n} ({c:,} values)" for n, c in list(non_finite.items())[:MAX_LISTED])
                 more = f" and {len(non_finite) - MAX_LISTED} more" if len(non_finite) > MAX_LISTED else ""
+                copied = sum(1 for n in non_finite if not roles[n].quantize)
+                kinds = ", ".join(part for part in (
+                    f"{len(non_finite) - copied} to quantize" if len(non_finite) > copied else "",
+                    f"{copied} copied as they are" if copied else "") if part)
                 raise NonFiniteError(
-                    f"{sum(non_finite.values()):,} NaN/Inf values in {len(non_finite)} tensor(s) to quantize; "
-                    f"no int4 level or scale can represent them, so nothing was written: {listed}{more}",
-                    fix="the source checkpoint is damaged: re-download it (check it with `gemma4-t4 grid-check`); "
+                    f"{sum(non_finite.values()):,} NaN/Inf values in {len(non_finite)} tensor(s) ({kinds}); "
+                    f"no int4 level can represent them and a copy would pass the damage on to every output, "
+                    f"so nothing was written: {listed}{more}",
+                    fix="the source checkpoint is damaged: re-download it (or restore the named tensors); "
                     "--allow-requant does not apply, a NaN has no nearest level",
                     tensors=non_finite,
                 )

@@ -13,6 +13,7 @@ with ``pwrite`` into a temporary directory that the caller renames into place.
 
 from __future__ import annotations
 
+import errno
 import http.client
 import json
 import math
@@ -190,6 +191,23 @@ def safe_shard_name(name: object, source: str) -> str:
     return name
 
 
+def missing_path_error(p: Path) -> Gemma4T4Error:
+    """Why a checkpoint path cannot be opened: a symlink loop and a dangling symlink are named as
+    such (``Path.exists`` is False for both, so "does not exist" would send the user looking for a
+    file that is there)."""
+    if p.is_symlink():
+        try:
+            os.stat(p)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return Gemma4T4Error(f"{p} is a symlink loop (it leads back to itself: {exc.strerror})",
+                                     fix="point the link at the real .safetensors file, or give that file's path")
+        return Gemma4T4Error(f"{p} is a symlink to {os.readlink(p)}, which does not exist",
+                             fix="point the link at the real file (an interrupted download or a moved cache "
+                                 "leaves dangling links), or give the real path")
+    return Gemma4T4Error(f"{p} does not exist", fix="check the checkpoint path")
+
+
 class CheckpointReader:
     """A (sharded) safetensors checkpoint: its tensor table and block reads. Subclasses supply bytes."""
 
@@ -209,6 +227,10 @@ class CheckpointReader:
     def _exists(self, shard: str) -> bool:
         raise NotImplementedError
 
+    def _why_missing(self, shard: str) -> Gemma4T4Error | None:
+        """A more precise error than "missing" for a shard that is there but cannot be opened."""
+        return None
+
     # -- layout -------------------------------------------------------------------------
     def _shard_label(self, shard: str) -> str:
         # a single file given by its own path is named as given, a shard of a folder as folder/shard
@@ -226,6 +248,10 @@ class CheckpointReader:
                                     fix="re-download the index file") from exc
             self.shards = sorted({safe_shard_name(v, self.source) for v in weight_map.values()})
             missing = [s for s in self.shards if not self._exists(s)]
+            for shard in missing:
+                why = self._why_missing(shard)
+                if why is not None:
+                    raise why
             if missing:
                 raise Gemma4T4Error(
                     f"{self.source}: {len(missing)} shard(s) named in {INDEX_NAME} are missing: {', '.join(missing[:5])}",
@@ -320,6 +346,8 @@ class LocalCheckpoint(CheckpointReader):
             self._open(Path(path))
         except OSError as exc:
             self.close()
+            if exc.errno == errno.ELOOP and exc.filename:  # a shard or index inside the folder loops
+                raise missing_path_error(Path(exc.filename)) from exc
             raise Gemma4T4Error(f"cannot read {path}: {exc.strerror or exc}"
                                 + (f" ({exc.filename})" if exc.filename else ""),
                                 fix="check the path exists and is readable") from exc
@@ -333,7 +361,7 @@ class LocalCheckpoint(CheckpointReader):
     def _open(self, p: Path) -> None:
         refuse_pickle(str(p))
         if not p.exists():
-            raise Gemma4T4Error(f"{p} does not exist", fix="check the checkpoint path")
+            raise missing_path_error(p)
         if p.is_file():
             if p.name == INDEX_NAME:
                 p = p.parent
@@ -370,6 +398,10 @@ class LocalCheckpoint(CheckpointReader):
 
     def _exists(self, shard: str) -> bool:
         return self._path(shard).is_file()
+
+    def _why_missing(self, shard: str) -> Gemma4T4Error | None:
+        path = self._path(shard)
+        return missing_path_error(path) if path.is_symlink() else None
 
     def _size(self, shard: str) -> int | None:
         return self._path(shard).stat().st_size
