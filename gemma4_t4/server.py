@@ -1107,6 +1107,9 @@ class VLLMServer:
 
     def wait_healthy(self, timeout: float = 600.0, poll: float = 1.0) -> None:
         deadline = time.monotonic() + timeout
+        # the first checks come quickly and back off to ``poll``: a server that is up within a second
+        # (an adopted or already-loaded one) is not left waiting a whole interval
+        delay = min(poll, 0.05)
         while time.monotonic() < deadline:
             if self._pid is None:
                 raise Gemma4T4Error("server was never started", fix="call start()")
@@ -1122,7 +1125,8 @@ class VLLMServer:
             if self.healthy():
                 self._write_state("running")
                 return
-            time.sleep(poll)
+            time.sleep(delay)
+            delay = min(poll, delay * 2)
         tail = self.log_tail()
         self.stop()
         raise Gemma4T4Error(

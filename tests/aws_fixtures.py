@@ -1,5 +1,9 @@
 """Offline AWS for the SageMaker and MCP tests: one moto server plus the FAKE Service Quotas
-server per session (gemma4_t4.sagemaker.local.LocalAWS), reset before every test."""
+server per session (gemma4_t4.sagemaker.local.LocalAWS), reset before every test.
+
+Test modules import these fixtures by name, and pytest keeps a separate cache for a fixture in every
+module that defines it: ``local_aws_session`` here is only a per-module handle on the server that
+tests/conftest.py starts once per session (``local_aws_server``)."""
 
 from __future__ import annotations
 
@@ -9,9 +13,8 @@ from gemma4_t4.sagemaker.local import DEFAULT_QUOTAS, LocalAWS
 
 
 @pytest.fixture(scope="session")
-def local_aws_session():
-    with LocalAWS() as aws:
-        yield aws
+def local_aws_session(local_aws_server: LocalAWS) -> LocalAWS:
+    return local_aws_server
 
 
 @pytest.fixture

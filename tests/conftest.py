@@ -133,6 +133,16 @@ def vllm_server(tiny_model_dir):
         server.stop()
 
 
+@pytest.fixture(scope="session")
+def local_aws_server():
+    """The session's one LocalAWS (moto + the FAKE Service Quotas server); tests/aws_fixtures.py hands it
+    to the modules that import its fixtures, so a module's import starts no server of its own."""
+    from gemma4_t4.sagemaker.local import LocalAWS
+
+    with LocalAWS() as aws:
+        yield aws
+
+
 @pytest.fixture
 def fake_server_process():
     """Start ``python -m gemma4_t4.bench.fake_server`` with extra flags, in its own process

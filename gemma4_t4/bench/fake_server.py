@@ -282,6 +282,9 @@ class AppInThread:
     background thread, for in-process tests; ``with`` starts and stops it."""
 
     thread_name = "aiohttp-app"
+    # how long stop() lets in-flight requests finish before they are cancelled: aiohttp's own default
+    # (60 s) outlasts stop()'s 10 s join whenever a request hangs on purpose, so every such stop took 10 s
+    stop_grace_s = 1.0
 
     def __init__(self, port: int):
         self.port = port
@@ -302,7 +305,7 @@ class AppInThread:
             loop = asyncio.new_event_loop()
             self._loop = loop
             asyncio.set_event_loop(loop)
-            self._runner = web.AppRunner(self.build(), access_log=None)
+            self._runner = web.AppRunner(self.build(), access_log=None, shutdown_timeout=self.stop_grace_s)
             loop.run_until_complete(self._runner.setup())
             loop.run_until_complete(web.TCPSite(self._runner, "127.0.0.1", self.port).start())
             self._ready.set()
