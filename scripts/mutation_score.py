@@ -43,9 +43,18 @@ class Target:
 # module key -> the module, its fast test files, and the part of it in scope
 MODULES: dict[str, Target] = {
     "turing.smem": Target("gemma4_t4/turing/smem.py", ("tests/test_turing_smem.py", "tests/test_mutants_turing.py")),
+    # the plugin tests that load vLLM's kernel module (its `kernel` fixture) take 10-20 s per mutant on
+    # a 2-core box, and test_turing_filepatch.py runs the CLI in subprocesses (mutants there are not
+    # seen): the fast ones below plus a stand-in kernel module (test_mutants_turing.py) cover it
     "turing.tilecap": Target(
         "gemma4_t4/turing/tilecap.py",
-        ("tests/test_turing_plugin.py", "tests/test_turing_filepatch.py", "tests/test_mutants_turing.py"),
+        (
+            "tests/test_mutants_turing.py",
+            "tests/test_turing_plugin.py::test_cpu_platform_changes_nothing_and_imports_nothing",
+            "tests/test_turing_plugin.py::test_changed_kernel_is_refused",
+            "tests/test_turing_plugin.py::test_structure_check_on_the_installed_kernel",
+            "tests/test_turing_plugin.py::test_plugin_entry_point_and_status",
+        ),
     ),
     "setup.plan": Target(
         "gemma4_t4/setup.py",
@@ -163,7 +172,7 @@ def worker(key: str, jobs: int, out: Path) -> int:
 
     config = configuration.config()
     config.only_mutate = [target.path]
-    config.pytest_add_cli_args_test_selection = [t for t in target.tests if (REPO / t).exists()]
+    config.pytest_add_cli_args_test_selection = [t for t in target.tests if (REPO / t.split("::")[0]).exists()]
 
     from mutmut.__main__ import cli
     from mutmut.mutation.data import SourceFileMutationData

@@ -89,3 +89,384 @@ def test_needs_fix_uses_the_capability_and_element_size_it_is_given():
     assert needs_fix(BETWEEN_MODELS, (8, 0), element_size=4)
     assert not needs_fix(98_304, (7, 5))  # exactly the need: fits
     assert needs_fix(98_303, (7, 5))
+
+
+# -- tilecap.py, on a stand-in kernel module ------------------------------------------------------
+# STAND-IN for vLLM's triton_unified_attention: the structure tilecap checks (the tile function's
+# parameters, a launcher that computes BLOCK_M, calls _get_tile_size and passes TILE_SIZE/BLOCK_M)
+# and nothing else, so these tests run without importing vLLM or Triton. LAUNCHES records each
+# "kernel launch" the stand-in launcher makes.
+STANDIN_KERNEL = '''
+LAUNCHES = []
+
+
+def _get_tile_size(head_size, sliding_window, element_size, is_prefill):
+    return 32 if is_prefill else 16
+
+
+def kernel_unified_attention(**params):
+    LAUNCHES.append(params)
+
+
+def unified_attention(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
+                      softmax_scale, causal, window_size, block_table, head_size=512,
+                      num_queries_per_kv=8, element_size=2):
+    BLOCK_M = 16 if num_queries_per_kv <= 16 else 32
+    TILE_SIZE_PREFILL = _get_tile_size(head_size, None, element_size, True)
+    TILE_SIZE_DECODE = _get_tile_size(head_size, None, element_size, False)
+    kernel_unified_attention(TILE_SIZE=TILE_SIZE_PREFILL, BLOCK_M=BLOCK_M)
+    return TILE_SIZE_PREFILL, TILE_SIZE_DECODE
+'''
+LAUNCH_ARGS = (None,) * 12
+T4 = {"platform": "cuda", "name": "Tesla T4", "capability": (7, 5), "limit": 65_536, "limit_source": "target"}
+H100 = {"platform": "cuda", "name": "H100", "capability": (9, 0), "limit": 232_448, "limit_source": "target"}
+TESTED = "0.33.0"
+
+
+@pytest.fixture
+def standin(tmp_path):
+    import importlib.util
+
+    path = tmp_path / "triton_unified_attention.py"
+    path.write_text(STANDIN_KERNEL)
+    spec = importlib.util.spec_from_file_location("standin_triton_unified_attention", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def untested_not_allowed(monkeypatch):
+    from gemma4_t4.turing import tilecap
+
+    monkeypatch.delenv(tilecap.ENV_ALLOW_UNTESTED, raising=False)
+    monkeypatch.delenv(tilecap.ENV_DISABLE, raising=False)
+
+
+def _install(module, device, **kw):
+    from gemma4_t4.turing import tilecap
+
+    kw.setdefault("vllm_version", TESTED)
+    kw.setdefault("log", False)
+    return tilecap.install(module, origin="test", device=device, **kw)
+
+
+@pytest.mark.parametrize("version", ["0.29.1", "0.30.0", "0.32.0", "0.33.0", "0.33.0rc1", "0.33.2.dev3+gabc"])
+def test_every_tested_series_is_accepted(version, untested_not_allowed):
+    from gemma4_t4.turing import tilecap
+
+    assert tilecap.version_problem(version) is None
+
+
+@pytest.mark.parametrize("version", ["0.34.0", "0.31.0", "1.33.0", "10.33.0", "0.3", "v0.33.0", "unknown", "", None])
+def test_an_untested_or_unreadable_version_is_refused_with_the_way_out(version, untested_not_allowed):
+    from gemma4_t4.turing import tilecap
+
+    problem = tilecap.version_problem(version)
+    assert problem == (
+        f"vLLM {version} is not a tested version (tested: 0.29.x, 0.30.x, 0.32.x, 0.33.x); set "
+        "GEMMA4_T4_TURING_ALLOW_UNTESTED=1 to apply the fix anyway when `gemma4-t4 turing verify` passes on it"
+    )
+
+
+@pytest.mark.parametrize(("value", "allowed"), [("1", True), (" 1 ", True), ("0", False), ("", False), ("yes", False)])
+def test_only_allow_untested_1_accepts_an_untested_version(value, allowed, monkeypatch):
+    from gemma4_t4.turing import tilecap
+
+    monkeypatch.setenv(tilecap.ENV_ALLOW_UNTESTED, value)
+    assert (tilecap.version_problem("0.99.0") is None) is allowed
+
+
+@pytest.mark.parametrize(("value", "off"), [
+    ("0", True), ("false", True), ("no", True), ("off", True), (" OFF ", True), ("False", True),
+    ("1", False), ("", False), ("true", False), ("anything", False),
+])
+def test_the_fix_is_turned_off_only_by_an_off_value(value, off, monkeypatch):
+    from gemma4_t4.turing import tilecap
+
+    monkeypatch.setenv(tilecap.ENV_DISABLE, value)
+    assert tilecap.disabled() is off
+
+
+def test_the_fix_is_on_when_the_variable_is_unset(monkeypatch):
+    from gemma4_t4.turing import tilecap
+
+    monkeypatch.delenv(tilecap.ENV_DISABLE, raising=False)
+    assert tilecap.disabled() is False
+
+
+def test_the_stand_in_kernel_has_the_expected_structure():
+    from gemma4_t4.turing import tilecap
+
+    assert tilecap.structure_problem(STANDIN_KERNEL) is None
+
+
+@pytest.mark.parametrize(("change", "problem"), [
+    (("def unified_attention(q,", "def unified_attention(q"), "the kernel file does not parse ("),
+    (("def _get_tile_size(", "def _pick_tile("), "_get_tile_size() is missing"),
+    (("element_size, is_prefill):", "element_size, is_prefill, block_m):"),
+     "_get_tile_size() takes (head_size, sliding_window, element_size, is_prefill, block_m), expected "
+     "(head_size, sliding_window, element_size, is_prefill)"),
+    (("def unified_attention(", "def launch_attention("), "unified_attention() is missing"),
+    (("(q, k, v, out,", "(q, k, v, output,"),
+     "unified_attention() signature changed: (q, k, v, output, cu_seqlens_q, max_seqlen_q, seqused_k, "
+     "max_seqlen_k, softmax_scale, causal, window_size, block_table, ...)"),
+    (("= _get_tile_size(head_size, None, element_size, True)", "= 32"), None),  # the decode call remains
+    (("BLOCK_M = 16 if", "block_m = 16 if"),
+     "unified_attention() no longer computes BLOCK_M and passes TILE_SIZE/BLOCK_M to the kernel"),
+    (("TILE_SIZE=TILE_SIZE_PREFILL, ", ""),
+     "unified_attention() no longer computes BLOCK_M and passes TILE_SIZE/BLOCK_M to the kernel"),
+    ((", BLOCK_M=BLOCK_M)", ")"),
+     "unified_attention() no longer computes BLOCK_M and passes TILE_SIZE/BLOCK_M to the kernel"),
+])
+def test_each_structure_change_is_named(change, problem):
+    from gemma4_t4.turing import tilecap
+
+    source = STANDIN_KERNEL.replace(*change)
+    assert source != STANDIN_KERNEL
+    found = tilecap.structure_problem(source)
+    if problem is None or problem.endswith("("):
+        assert (found is None) if problem is None else found.startswith(problem)
+    else:
+        assert found == problem
+
+
+def test_a_launcher_without_any_tile_call_is_named():
+    from gemma4_t4.turing import tilecap
+
+    source = STANDIN_KERNEL.replace("= _get_tile_size(head_size, None, element_size, True)", "= 32")
+    source = source.replace("= _get_tile_size(head_size, None, element_size, False)", "= 16")
+    assert tilecap.structure_problem(source) == "unified_attention() no longer calls _get_tile_size()"
+
+
+def test_positional_only_parameters_count_as_positional():
+    from gemma4_t4.turing import tilecap
+
+    source = STANDIN_KERNEL.replace("element_size, is_prefill):", "element_size, /, is_prefill):")
+    assert tilecap.structure_problem(source) is None
+    keyword_only = STANDIN_KERNEL.replace("element_size, is_prefill):", "element_size, *, is_prefill):")
+    assert tilecap.structure_problem(keyword_only).startswith(
+        "_get_tile_size() takes (head_size, sliding_window, element_size), expected")
+
+
+def test_describe_device():
+    from gemma4_t4.turing import tilecap
+
+    assert tilecap.describe_device((7, 5), 65_536) == "sm_75 with 65,536 B of shared memory per block"
+
+
+class StandinPlatform:
+    """STAND-IN for vLLM's current_platform: only what current_device reads."""
+
+    def __init__(self, cuda, capability=None, name="Tesla T4", enum=None):
+        self._cuda, self._capability, self._name = cuda, capability, name
+        if enum is not None:
+            self._enum = type("Enum", (), {"name": enum})()
+
+    def is_cuda(self):
+        return self._cuda
+
+    def get_device_capability(self):
+        if self._capability is None:
+            return None
+        return type("Capability", (), {"major": self._capability[0], "minor": self._capability[1]})()
+
+    def get_device_name(self):
+        if self._name is None:
+            raise RuntimeError("no name")
+        return self._name
+
+
+class CpuPlatform(StandinPlatform):
+    pass
+
+
+def test_a_non_cuda_platform_is_named_from_its_enum_or_class():
+    from gemma4_t4.turing import tilecap
+
+    assert tilecap.current_device(StandinPlatform(False, enum="CPU")) == {
+        "platform": "cpu", "capability": None, "limit": None}
+    assert tilecap.current_device(StandinPlatform(False, enum="Rocm"))["platform"] == "rocm"
+    assert tilecap.current_device(CpuPlatform(False))["platform"] == "cpu"  # "CpuPlatform" less "platform"
+
+
+def test_a_cuda_device_is_predicted_from_its_capability_without_touching_cuda():
+    pytest.importorskip("torch")
+    import torch
+
+    from gemma4_t4.turing import tilecap
+
+    if torch.cuda.is_initialized():
+        pytest.skip("CUDA is initialised in this process: the limit comes from the device")
+    assert tilecap.current_device(StandinPlatform(True, (7, 5))) == {
+        "platform": "cuda", "name": "Tesla T4", "capability": (7, 5), "limit": 65_536, "limit_source": "capability"}
+    unnamed = tilecap.current_device(StandinPlatform(True, (8, 9), name=None))
+    assert unnamed["name"] == "CUDA device" and unnamed["limit"] == 101_376
+    unknown = tilecap.current_device(StandinPlatform(True, None))
+    assert unknown["capability"] is None and unknown["limit"] is None
+
+
+def test_disabled_outcome_leaves_the_tiles(standin, monkeypatch):
+    from gemma4_t4.turing import tilecap
+
+    original = standin._get_tile_size
+    monkeypatch.setenv(tilecap.ENV_DISABLE, "0")
+    outcome = _install(standin, T4)
+    assert outcome["action"] == "disabled"
+    assert outcome["reason"] == "GEMMA4_T4_TURING_FIX=0 is set; vLLM's tiles are unchanged"
+    assert standin._get_tile_size is original
+    assert getattr(standin, tilecap.OUTCOME_ATTR) is outcome
+
+
+def test_a_non_cuda_device_changes_nothing(standin, untested_not_allowed):
+    original = standin._get_tile_size
+    outcome = _install(standin, {"platform": "cpu", "capability": None, "limit": None})
+    assert outcome["action"] == "no-change"
+    assert outcome["reason"] == "platform is cpu, not CUDA: no shared-memory limit to fit"
+    assert standin._get_tile_size is original
+
+
+def test_a_big_shared_memory_gpu_keeps_vllms_tiles(standin, untested_not_allowed):
+    original = standin._get_tile_size
+    outcome = _install(standin, H100)
+    assert outcome["action"] == "no-change"
+    assert outcome["reason"] == ("sm_90 with 232,448 B of shared memory per block fits vLLM's default tiles "
+                                 "(head 512 at TILE 32 needs about 83,559 B)")
+    assert outcome["device"] == H100 and outcome["vllm_version"] == TESTED and outcome["origin"] == "test"
+    assert standin._get_tile_size is original
+
+
+def test_a_t4_gets_the_cap_and_says_what_it_saves(standin, untested_not_allowed):
+    outcome = _install(standin, T4)
+    assert outcome["action"] == "capped"
+    assert outcome["reason"] == ("sm_75 with 65,536 B of shared memory per block: head-512 launches capped from "
+                                 "98,304 B to 65,536 B; launches that fit keep vLLM's tiles")
+    assert standin.unified_attention(*LAUNCH_ARGS, head_size=512) == (16, 16)  # prefill 32 -> 16
+    assert standin.unified_attention(*LAUNCH_ARGS, head_size=256) == (32, 16)  # fits: vLLM's tiles
+    assert standin.LAUNCHES[-1] == {"TILE_SIZE": 32, "BLOCK_M": 16}
+    assert outcome["clamps"] == [{"head_size": 512, "is_prefill": True, "block_m": 16, "tile_from": 32,
+                                  "tile_to": 16, "shared_bytes": 65_536, "limit_bytes": 65_536}]
+
+
+def test_block_m_comes_from_the_launcher_and_an_unfit_launch_warns_once(standin, untested_not_allowed, caplog):
+    import logging
+
+    outcome = _install(standin, T4)
+    unfit = ("gemma4-t4 turing fix: head 512 with BLOCK_M 32 needs 98,304 B even at TILE 16, over the 65,536 B "
+             "limit; this launch cannot fit")
+    with caplog.at_level(logging.WARNING, logger="vllm.gemma4_t4.turing"):
+        # 32 query heads per KV head: BLOCK_M 32, nothing fits at head 512 (the minimum tile is kept)
+        assert standin.unified_attention(*LAUNCH_ARGS, head_size=512, num_queries_per_kv=32) == (16, 16)
+        first = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        standin.unified_attention(*LAUNCH_ARGS, head_size=512, num_queries_per_kv=32)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert first == [unfit, unfit]  # the prefill (from TILE 32) and the decode (TILE 16) launch
+    assert warnings == first  # once per distinct launch, not per call
+    assert [(c["block_m"], c["tile_from"], c["is_prefill"]) for c in outcome["clamps"]] == [(32, 32, True)]
+    # a caller other than the launcher gets the launcher's minimum BLOCK_M, 16
+    assert standin._get_tile_size(512, None, 2, True) == 16
+    assert standin._get_tile_size(256, None, 2, True) == 32
+    assert standin._get_tile_size.__name__ == "_get_tile_size"  # functools.wraps: vLLM sees its own name
+
+
+def test_installing_twice_keeps_the_first_wrapper_and_its_clamps(standin, untested_not_allowed):
+    first = _install(standin, T4)
+    wrapper = standin._get_tile_size
+    standin.unified_attention(*LAUNCH_ARGS, head_size=512)
+    second = _install(standin, T4)
+    assert second["action"] == "already-active"
+    assert second["reason"] == "the tile cap was already installed (via test)"
+    assert standin._get_tile_size is wrapper
+    assert second["clamps"] is first["clamps"] and len(second["clamps"]) == 1
+
+
+def test_already_active_without_a_recorded_outcome_names_an_unknown_origin(standin, untested_not_allowed):
+    from gemma4_t4.turing import tilecap
+
+    _install(standin, T4)
+    delattr(standin, tilecap.OUTCOME_ATTR)
+    assert _install(standin, T4)["reason"] == "the tile cap was already installed (via unknown)"
+
+
+def test_an_untested_vllm_is_refused_and_nothing_changes(standin, untested_not_allowed):
+    original = standin._get_tile_size
+    outcome = _install(standin, T4, vllm_version="0.99.1")
+    assert outcome["action"] == "refused"
+    assert outcome["reason"].startswith("vLLM 0.99.1 is not a tested version")
+    assert outcome["reason"].endswith("; nothing was changed")
+    assert standin._get_tile_size is original
+
+
+def test_a_module_without_readable_source_is_refused(standin, untested_not_allowed, tmp_path):
+    from types import SimpleNamespace
+
+    def tile(head_size, sliding_window, element_size, is_prefill):
+        return 32
+
+    for module in (SimpleNamespace(_get_tile_size=tile),  # no __file__
+                   SimpleNamespace(__file__=str(tmp_path / "gone.py"), _get_tile_size=tile)):  # unreadable
+        outcome = _install(module, T4)
+        assert outcome["action"] == "refused"
+        assert outcome["reason"] == "cannot read the kernel module's source; nothing was changed"
+        assert module._get_tile_size is tile
+
+
+def test_a_tile_function_that_is_not_callable_is_refused(standin, untested_not_allowed):
+    standin._get_tile_size = 32
+    outcome = _install(standin, T4)
+    assert outcome["reason"] == "_get_tile_size is not callable; nothing was changed"
+    assert standin._get_tile_size == 32
+
+
+def test_a_capability_outside_the_table_is_capped_at_the_first_launch(standin, untested_not_allowed):
+    device = {"platform": "cuda", "name": "new", "capability": (13, 0), "limit": None, "limit_source": "capability"}
+    outcome = _install(standin, device)
+    assert outcome["action"] == "capped"
+    assert outcome["reason"] == ("compute capability not in the table: tiles follow the device's limit at the "
+                                 "first launch")
+
+
+def test_a_failure_inside_is_a_refusal_never_an_exception(standin, untested_not_allowed):
+    outcome = _install(standin, {"name": "no platform key"})
+    assert outcome["action"] == "refused"
+    assert outcome["reason"] == "KeyError: 'platform'; nothing was changed"
+
+
+def test_the_outcome_line_goes_to_the_log_at_the_level_of_the_action(standin, untested_not_allowed, caplog):
+    import logging
+    import os
+
+    with caplog.at_level(logging.INFO, logger="vllm.gemma4_t4.turing"):
+        refused = _install(standin, T4, vllm_version="0.99.1", log=True)
+        capped = _install(standin, T4, log=True)
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "vllm.gemma4_t4.turing"]
+    assert capped["pid"] == refused["pid"] == os.getpid()
+    assert lines[0][0] == logging.ERROR and lines[0][1].startswith("gemma4-t4 turing fix: refused: vLLM 0.99.1")
+    assert lines[1] == (logging.INFO, f"gemma4-t4 turing fix: capped: {capped['reason']} "
+                                      f"[vLLM {TESTED}, via test, pid {os.getpid()}]")
+
+
+def test_without_a_log_handler_the_outcome_line_goes_to_stderr(standin, untested_not_allowed, monkeypatch, capsys):
+    import os
+
+    from gemma4_t4.turing import tilecap
+
+    monkeypatch.setattr(tilecap.logger, "propagate", False)  # as before vLLM configures logging
+    monkeypatch.setattr(tilecap.logger, "handlers", [])
+    _install(standin, T4, vllm_version="0.99.1", log=True)
+    _install(standin, H100, log=True)
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("ERROR gemma4-t4 turing fix: refused: vLLM 0.99.1 is not a tested version")
+    assert err[0].endswith(f"[vLLM 0.99.1, via test, pid {os.getpid()}]")
+    assert err[1].startswith("INFO gemma4-t4 turing fix: no-change: sm_90")
+
+
+def test_a_module_that_refuses_attributes_still_gets_an_outcome(untested_not_allowed):
+    from gemma4_t4.turing import tilecap
+
+    class Frozen:
+        def __setattr__(self, name, value):
+            raise AttributeError(name)
+
+    outcome = tilecap.install(Frozen(), origin="test", device=H100, vllm_version=TESTED, log=False)
+    assert outcome["action"] == "no-change"
