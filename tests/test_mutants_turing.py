@@ -566,3 +566,65 @@ def test_a_device_matching_the_prediction_logs_nothing(standin, untested_not_all
         _install(standin, dict(T4, limit_source="capability"))
         assert standin.unified_attention(*LAUNCH_ARGS, head_size=512) == (16, 16)
     assert [r for r in caplog.records if r.levelno == logging.WARNING] == []
+
+
+def test_every_outcome_has_the_same_fields(standin, untested_not_allowed, monkeypatch):
+    from gemma4_t4.turing import tilecap
+
+    fields = {"action", "reason", "vllm_version", "origin", "device", "clamps", "pid"}
+    outcomes = [_install(standin, H100), _install(standin, {"platform": "cpu"}),
+                _install(standin, T4, vllm_version="0.99.1"), _install(standin, {"name": "broken"})]
+    monkeypatch.setenv(tilecap.ENV_DISABLE, "0")
+    outcomes.append(_install(standin, T4))
+    assert [set(o) for o in outcomes] == [fields] * 5
+    assert [o["clamps"] for o in outcomes] == [[]] * 5
+    assert outcomes[-1]["device"] is None  # disabled before the device is looked at
+
+
+def test_by_default_the_outcome_comes_from_the_plugin_and_is_logged(standin, untested_not_allowed, caplog):
+    import logging
+
+    from gemma4_t4.turing import tilecap
+
+    with caplog.at_level(logging.INFO, logger="vllm.gemma4_t4.turing"):
+        outcome = tilecap.install(standin, device=H100, vllm_version=TESTED)
+    assert outcome["origin"] == "plugin"
+    assert [r.getMessage() for r in caplog.records][-1].endswith(f"[vLLM {TESTED}, via plugin, pid {outcome['pid']}]")
+
+
+def test_the_disabled_outcome_is_logged_too(standin, monkeypatch, caplog):
+    import logging
+
+    from gemma4_t4.turing import tilecap
+
+    monkeypatch.setenv(tilecap.ENV_DISABLE, "off")
+    with caplog.at_level(logging.INFO, logger="vllm.gemma4_t4.turing"):
+        _install(standin, T4, log=True)
+    assert [r.getMessage().split(" [")[0] for r in caplog.records] == [
+        "gemma4-t4 turing fix: disabled: GEMMA4_T4_TURING_FIX=0 is set; vLLM's tiles are unchanged"]
+
+
+def test_without_a_device_the_given_platform_is_asked(standin, untested_not_allowed):
+    pytest.importorskip("torch")
+    import torch
+
+    from gemma4_t4.turing import tilecap
+
+    if torch.cuda.is_initialized():
+        pytest.skip("CUDA is initialised in this process: the limit comes from the device")
+    outcome = tilecap.install(standin, origin="test", platform=StandinPlatform(True, (7, 5)), vllm_version=TESTED,
+                              log=False)
+    assert outcome["action"] == "capped"
+    assert outcome["device"] == {"platform": "cuda", "name": "Tesla T4", "capability": (7, 5), "limit": 65_536,
+                                 "limit_source": "capability"}
+
+
+def test_a_wrapper_made_without_a_clamp_list_keeps_its_own():
+    from gemma4_t4.turing import tilecap
+
+    def original(head_size, sliding_window, element_size, is_prefill):
+        return 32
+
+    wrapper = tilecap.make_capped_tile_size(original, device_limit=lambda: (65_536, (7, 5)))
+    assert wrapper(512, None, 2, True) == 16
+    assert [c["tile_to"] for c in getattr(wrapper, tilecap.MARK)["clamps"]] == [16]
