@@ -628,3 +628,55 @@ def test_a_wrapper_made_without_a_clamp_list_keeps_its_own():
     wrapper = tilecap.make_capped_tile_size(original, device_limit=lambda: (65_536, (7, 5)))
     assert wrapper(512, None, 2, True) == 16
     assert [c["tile_to"] for c in getattr(wrapper, tilecap.MARK)["clamps"]] == [16]
+
+
+def test_every_action_is_recorded_on_the_module_and_logged(standin, untested_not_allowed, monkeypatch, caplog):
+    import logging
+
+    from gemma4_t4.turing import tilecap
+
+    def run(device, **kw):
+        with caplog.at_level(logging.INFO, logger="vllm.gemma4_t4.turing"):
+            caplog.clear()
+            outcome = _install(standin, device, log=True, **kw)
+        assert getattr(standin, tilecap.OUTCOME_ATTR) is outcome
+        (line,) = [r.getMessage() for r in caplog.records if r.name == "vllm.gemma4_t4.turing"]
+        assert line.startswith(f"gemma4-t4 turing fix: {outcome['action']}: {outcome['reason']} [vLLM ")
+        return outcome["action"]
+
+    assert run({"platform": "cpu"}) == "no-change"
+    assert run(H100) == "no-change"
+    assert run(T4, vllm_version="0.99.1") == "refused"
+    assert run({"name": "broken"}) == "refused"
+    assert run(T4) == "capped"
+    assert run(T4) == "already-active"
+    monkeypatch.setenv(tilecap.ENV_DISABLE, "0")
+    assert run(T4) == "disabled"
+
+
+def test_a_module_without_the_tile_function_is_refused(standin, untested_not_allowed):
+    del standin._get_tile_size
+    assert _install(standin, T4)["reason"] == "_get_tile_size is not callable; nothing was changed"
+
+
+def test_a_module_without_the_launcher_object_is_still_capped_at_block_m_16(standin, untested_not_allowed):
+    launcher = standin.unified_attention
+    del standin.unified_attention  # the source still has it: the structure check passes
+    assert _install(standin, T4)["action"] == "capped"
+    assert launcher(*LAUNCH_ARGS, head_size=512, num_queries_per_kv=32) == (16, 16)
+    assert standin._get_tile_size(512, None, 2, True) == 16
+
+
+def test_a_capped_ampere_target_reports_its_own_models_bytes(standin, untested_not_allowed):
+    # a compile target (verify --arch) with less shared memory than sm_86 has: the sm_80+ estimate applies
+    sm86 = {"platform": "cuda", "name": "sm_86 target", "capability": (8, 6), "limit": 65_536, "limit_source": "target"}
+    outcome = _install(standin, sm86)
+    assert outcome["reason"] == ("sm_86 with 65,536 B of shared memory per block: head-512 launches capped from "
+                                 "83,559 B to 50,136 B; launches that fit keep vLLM's tiles")
+
+
+def test_an_ampere_target_whose_limit_holds_the_estimate_is_left_alone(standin, untested_not_allowed):
+    sm86 = {"platform": "cuda", "name": "sm_86 target", "capability": (8, 6), "limit": 90_000, "limit_source": "target"}
+    outcome = _install(standin, sm86)
+    assert outcome["action"] == "no-change"
+    assert outcome["reason"].endswith("(head 512 at TILE 32 needs about 83,559 B)")
