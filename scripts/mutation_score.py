@@ -157,18 +157,26 @@ def function_of(mutant: str) -> str:
 
 
 def mutated_line(source_lines: list[str], def_line: int, diff: str) -> int:
-    """The file line the diff's first removed line is on, searched from the function's ``def``
-    (the diff is of the function alone); the ``def`` line when the text is not found verbatim."""
-    removed = [line[1:].strip() for line in diff.splitlines() if line.startswith("-") and not line.startswith("---")]
-    if not removed or not removed[0]:
-        return def_line
-    for number in range(def_line, len(source_lines) + 1):
-        if source_lines[number - 1].strip() == removed[0]:
-            return number
-    for number in range(def_line, len(source_lines) + 1):
-        if removed[0] in source_lines[number - 1] or source_lines[number - 1].strip() in removed[0]:
-            return number
-    return def_line
+    """The file line of the diff's first removed line. The diff is of the function alone, so its hunk
+    header gives an estimate (relative to the ``def``); the nearest line with the removed text wins,
+    the estimate when the text is not found verbatim."""
+    estimate, removed, offset = def_line, None, 0
+    for line in diff.splitlines():
+        if line.startswith("@@"):
+            start = int(line.split()[1].lstrip("-").split(",")[0])
+            estimate, offset = def_line + start - 1, 0
+        elif line.startswith(("---", "+++")):
+            continue
+        elif line.startswith("-"):
+            removed = line[1:].strip()
+            estimate += offset
+            break
+        elif line.startswith(" "):
+            offset += 1
+    if not removed:
+        return estimate
+    matches = [n for n in range(def_line, len(source_lines) + 1) if source_lines[n - 1].strip() == removed]
+    return min(matches, key=lambda n: abs(n - estimate)) if matches else estimate
 
 
 def worker(key: str, jobs: int, out: Path) -> int:
@@ -236,6 +244,15 @@ def worker(key: str, jobs: int, out: Path) -> int:
     return 0
 
 
+def relocate(record: dict) -> dict:
+    """Recompute each survivor's file:line from its diff against the module as it is now."""
+    source = (REPO / record["path"]).read_text()
+    lines, defs = source.splitlines(), function_lines(source)
+    for s in record["survivors"]:
+        s["where"] = f"{record['path']}:{mutated_line(lines, defs.get(function_of(s['mutant']), 1), s['diff'])}"
+    return record
+
+
 def summary(records: list[dict], out: Path) -> str:
     rows = [
         "| module | mutants | killed | survived | timeout | no tests | score | seconds |",
@@ -279,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown module(s) {', '.join(unknown)}; known: {', '.join(MODULES)}")
     keys = args.modules or list(MODULES)
     if args.report:
-        records = [json.loads((out / f"{k}.json").read_text()) for k in keys if (out / f"{k}.json").exists()]
+        records = [relocate(json.loads((out / f"{k}.json").read_text())) for k in keys if (out / f"{k}.json").exists()]
         print(summary(records, out))
         return 0
     records = []
