@@ -179,7 +179,7 @@ def mutated_line(source_lines: list[str], def_line: int, diff: str) -> int:
     return min(matches, key=lambda n: abs(n - estimate)) if matches else estimate
 
 
-def worker(key: str, jobs: int, out: Path) -> int:
+def worker(key: str, jobs: int, out: Path, only: list[str] | None = None) -> int:
     """Runs in its own process (mutmut keeps its configuration and results in module globals)."""
     target = MODULES[key]
     from mutmut import configuration
@@ -195,7 +195,7 @@ def worker(key: str, jobs: int, out: Path) -> int:
 
     started = time.monotonic()
     try:
-        cli(["run", "--max-children", str(jobs), *mutant_globs(target)], standalone_mode=False)
+        cli(["run", "--max-children", str(jobs), *(only or mutant_globs(target))], standalone_mode=False)
     except SystemExit as stop:
         if stop.code not in (0, None):
             print(f"mutmut run for {key} stopped with {stop.code}", file=sys.stderr)
@@ -204,7 +204,7 @@ def worker(key: str, jobs: int, out: Path) -> int:
 
     data = SourceFileMutationData(path=Path(target.path))
     data.load()
-    globs = mutant_globs(target)
+    globs = only or mutant_globs(target)
     import fnmatch
 
     statuses = {
@@ -286,11 +286,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2, help="mutants tested at once (default 2)")
     parser.add_argument("--out", type=Path, default=REPO / "build" / "mutation")
     parser.add_argument("--report", action="store_true", help="only rebuild OUT/summary.md from OUT's module records")
+    parser.add_argument("--only", nargs="+", metavar="MUTANT", help="re-run only these mutant names (one module)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     out = args.out if args.out.is_absolute() else REPO / args.out
     if args.worker:
-        return worker(args.worker, args.jobs, out)
+        return worker(args.worker, args.jobs, out, args.only)
     unknown = [m for m in args.modules if m not in MODULES]
     if unknown:
         parser.error(f"unknown module(s) {', '.join(unknown)}; known: {', '.join(MODULES)}")
@@ -306,7 +307,9 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(REPO / WORK, ignore_errors=True)
         print(f"== {key}: {MODULES[key].path}", flush=True)
         done = subprocess.run(
-            [sys.executable, __file__, "--worker", key, "--jobs", str(args.jobs), "--out", str(out)], cwd=REPO
+            [sys.executable, __file__, "--worker", key, "--jobs", str(args.jobs), "--out", str(out),
+             *(["--only", *args.only] if args.only else [])],
+            cwd=REPO,
         )
         if done.returncode != 0:
             print(f"mutation run for {key} failed (exit {done.returncode})", file=sys.stderr)
