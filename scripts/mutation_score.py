@@ -82,17 +82,21 @@ MODULES: dict[str, Target] = {
             "fix_line",
         ),
     ),
-    "bench.metrics": Target("gemma4_t4/bench/metrics.py", ("tests/test_bench_metrics.py",)),
-    "bench.answers": Target("gemma4_t4/bench/answers.py", ("tests/test_bench_metrics.py", "tests/test_bench_trust.py")),
+    "bench.metrics": Target("gemma4_t4/bench/metrics.py", ("tests/test_bench_metrics.py", "tests/test_bench_integrity.py")),
+    "bench.answers": Target(
+        "gemma4_t4/bench/answers.py",
+        ("tests/test_bench_metrics.py", "tests/test_bench_trust.py", "tests/test_bench_integrity.py"),
+    ),
     "quant.grid": Target(
         "gemma4_t4/quant/grid.py",
         ("tests/test_quant_repack.py", "tests/test_quant_verdicts.py", "tests/test_quant_io.py"),
     ),
     "secrets": Target("gemma4_t4/secrets.py", ("tests/test_secrets_rule.py",)),
-    "gate": Target("gemma4_t4/gate.py", ("tests/test_gate_judge.py",)),
+    "gate": Target("gemma4_t4/gate.py", ("tests/test_gate_judge.py", "tests/test_gate_margins.py")),
     "sagemaker.delete_plan": Target(
         "gemma4_t4/sagemaker/ops.py",
-        ("tests/test_sagemaker_moto.py", "tests/test_sagemaker_scale.py", "tests/test_sagemaker_checks.py"),
+        ("tests/test_sagemaker_moto.py", "tests/test_sagemaker_scale.py", "tests/test_sagemaker_checks.py",
+         "tests/test_sagemaker_ownership.py"),
         functions=(
             "_endpoint_config_name",
             "_config_models",
