@@ -139,9 +139,13 @@ def test_decode_and_answers_through_the_typed_spine(vllm_server, tmp_path):
     assert all(isinstance(c, CellSummary) for c in run.cells)
     c2 = run.cell(workload="decode", concurrency=2)
     assert c2.completed == 3 and c2.total_output_tokens == 72 and c2.prefix_cache.hits == 0
-    assert set(run.per_stream_by_concurrency()) == {1, 2} and all(
-        v > 0 for v in run.per_stream_by_concurrency().values()
-    )
+    # vLLM's CPU build streams most answers but may flush one whole: such a cell has no per-stream
+    # rate and says why; every other cell has a positive one
+    per_stream = run.per_stream_by_concurrency()
+    assert set(per_stream) == {1, 2}
+    for c in (1, 2):
+        flushed = run.cell(workload="decode", concurrency=c).buffered
+        assert (per_stream[c] is None) if flushed else (per_stream[c] or 0) > 0, (c, per_stream, flushed)
     assert [r.ok for r in run.rows()] == [3, 3]
     assert load_run(run.dir).cells == run.cells and load_run(run.dir).run == run.run
     answers = run_benchmark(
