@@ -167,3 +167,12 @@ def test_mask_keeps_plain_strings_and_masks_values_inside_nested_lists():
     assert secrets.mask({"model": "gemma", "api_key": KEY}) == {"model": "gemma", "api_key": "***"}
     assert secrets.mask([{"note": f"used {KEY}"}, 3], [KEY]) == [{"note": "used ***"}, 3]
     assert secrets.mask(["serve", "--api-key", KEY]) == ["serve", "--api-key", "***"]
+
+
+def test_an_option_whose_value_ends_in_key_does_not_make_the_next_word_a_secret():
+    """``--served-model-name=my-key`` is not a secret option, and the word after it is the next
+    option, not its value: taking ``--port`` as a secret would mask every "--port" in a log."""
+    argv = ["--served-model-name=my-key", "--port", "8000", "--tokenizer=org/gemma-token", "-q"]
+    assert secrets.secret_values(argv) == []
+    assert secrets.mask_argv(argv) == argv
+    assert secrets.mask_text("started with --port 8000", secrets.secret_values(argv)) == "started with --port 8000"
