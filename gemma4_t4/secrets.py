@@ -79,7 +79,8 @@ def secret_values(
     for i, arg in enumerate(argv):
         if arg.startswith("-") and "=" in arg and is_secret_name(arg.split("=", 1)[0]):
             values.append(arg.split("=", 1)[1])
-        elif arg.startswith("--") and is_secret_name(arg) and i + 1 < len(argv):
+        # `--name value` only: a `--name=value` word's value may end in KEY/TOKEN (`--x=my-key`)
+        elif arg.startswith("--") and "=" not in arg and is_secret_name(arg) and i + 1 < len(argv):
             values.append(argv[i + 1])
         elif "=" in arg and is_secret_name(arg.split("=", 1)[0]):
             values.append(arg.split("=", 1)[1])

@@ -279,3 +279,82 @@ def test_bogus_usage_in_a_whole_sagemaker_reply_fails_the_request_too():
     record = parser.finish(spec, keep_text=False, now=0.5, streamed=False)
     assert record.error == "bad_usage" and "usage.completion_tokens = NaN" in record.error_detail
     assert aggregate([record]).completed == 0
+
+
+def _answer(i: int, text: str, correct: bool = False, error: str | None = None) -> Answer:
+    return Answer(index=i, question=QUESTIONS[i][0], text=text, correct=correct, error=error)
+
+
+def test_compare_answers_counts_and_shows_the_first_divergence_in_a_window():
+    """The window is 20 characters before the first differing one and 40 from it, for each side."""
+    head, tail_a, tail_b = "The answer is " + "a" * 30, "Z" + "b" * 50, "Y" + "c" * 50
+    a = [_answer(0, "Paris", True), _answer(1, head + tail_a, True), _answer(2, "144"), _answer(3, "Au", True)]
+    b = [_answer(0, "Paris", True), _answer(1, head + tail_b), _answer(2, "144", True), _answer(3, "Ag"),
+         _answer(4, "Mars", True)]  # fmt: skip
+    result = compare_answers(a, b)
+    assert (result.total, result.identical, result.differing) == (4, 2, [1, 3])
+    assert (result.correct_a, result.correct_b) == (3, 2)  # over the shared questions only
+    assert result.measured and result.reason is None and not result.all_identical and result.line() == "2/4"
+    d = result.first_divergence
+    assert (d.index, d.question, d.char) == (1, QUESTIONS[1][0], 44)
+    assert d.a_context == (head + tail_a)[24:84] == "a" * 20 + "Z" + "b" * 39
+    assert d.b_context == "a" * 20 + "Y" + "c" * 39
+    assert result.text() == "\n".join([
+        "identical answers: 2/4 (correct: A 3, B 2)",
+        f"first difference: question 1 ({QUESTIONS[1][0]!r}) at character 44:",
+        f"  A: ...{d.a_context!r}",
+        f"  B: ...{d.b_context!r}",
+    ])  # fmt: skip
+
+
+def test_a_divergence_near_the_start_shows_the_answer_from_its_first_character():
+    d = compare_answers([_answer(5, "nine")], [_answer(5, "nineteen")]).first_divergence
+    assert (d.index, d.char, d.a_context, d.b_context) == (5, 4, "nine", "nineteen")
+    d = compare_answers([_answer(5, "x" * 10 + "1" + "y" * 60)], [_answer(5, "x" * 10 + "2")]).first_divergence
+    assert (d.char, d.a_context, d.b_context) == (10, "x" * 10 + "1" + "y" * 39, "x" * 10 + "2")
+
+
+def test_first_difference_is_the_first_differing_index_or_the_shorter_length():
+    from gemma4_t4.bench.answers import first_difference
+
+    assert [first_difference(a, b) for a, b in (("abc", "abd"), ("abc", "abcde"), ("abcde", "abc"),
+                                                ("", "x"), ("same", "same"), ("xbc", "abc"))] == [2, 3, 3, 0, 4, 0]  # fmt: skip
+
+
+def test_all_identical_answers_and_their_text():
+    same = [_answer(0, "Paris", True), _answer(1, "144", True)]
+    result = compare_answers(same, list(same))
+    assert result.all_identical and result.line() == "2/2" and result.differing == []
+    assert result.first_divergence is None
+    assert result.text() == "identical answers: 2/2 (correct: A 2, B 2)"
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "reason"),
+    [
+        ([], [_answer(0, "Paris")], "A holds no answers"),
+        ([], [], "A holds no answers; B holds no answers"),
+        ([_answer(0, "Paris")], [_answer(0, "", error="timeout"), _answer(1, "144")],
+         "B: 1 of 2 answers failed (first: timeout)"),
+        ([_answer(0, "", error="reset"), _answer(1, "", error="refused")], [_answer(0, "Paris")],
+         "A: 2 of 2 answers failed (first: reset)"),
+        ([_answer(0, "Paris")], [_answer(1, "144")], "A and B answered no question in common"),
+    ],
+)  # fmt: skip
+def test_an_answer_comparison_that_is_no_result_says_why(a, b, reason):
+    result = compare_answers(a, b)
+    assert (result.measured, result.reason) == (False, reason)
+    assert (result.total, result.identical, result.correct_a, result.correct_b) == (0, 0, 0, 0)
+    assert result.first_divergence is None and result.differing == [] and not result.all_identical
+    assert result.line() == f"not measured: {reason}"
+    assert result.text() == f"identical answers: not measured: {reason}"
+
+
+def test_empty_replies_and_answers_without_a_question_text():
+    """Two empty replies are the same answer; an answer recorded without its question shows an
+    empty question, never a placeholder; an empty reply is never correct."""
+    assert compare_answers([_answer(0, "")], [_answer(0, "")]).line() == "1/1"
+    d = compare_answers([Answer(index=0, text="a")], [Answer(index=0, text="b")]).first_divergence
+    assert (d.question, d.char, d.a_context, d.b_context) == ("", 0, "a", "b")
+    assert not is_correct("", "Paris") and not is_correct("   ", "Paris")
+    assert is_correct("Xenon.", "Xenon") and is_correct("(Xenon)", "xenon")

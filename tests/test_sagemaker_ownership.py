@@ -7,10 +7,14 @@ from __future__ import annotations
 import json
 
 import boto3
+import pytest
 from aws_fixtures import local_aws, local_aws_session  # noqa: F401 - fixtures
+from botocore.exceptions import ClientError
 
 from gemma4_t4.cli import main
+from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.sagemaker.local import FAKE_ROLE_ARN
+from gemma4_t4.sagemaker.ops import delete_plan, plan_delete
 
 REGION = "us-east-2"
 
@@ -182,3 +186,83 @@ def test_delete_sees_every_variant_of_a_config(local_aws, capsys):  # noqa: F811
     assert done["kept"] == ["model:m-two (still used by endpoint prod-b)"]
     code, done = _run(capsys, "delete", "prod-b", "--yes")
     assert done["deleted"] == ["endpoint:prod-b", "endpoint-config:cfg-b", "model:m-three", "model:m-two"]
+
+
+class _DenyingSageMakerStandIn:
+    """A stand-in SageMaker client: moto's client, except that ``operation`` fails with ``code``
+    (for every call, or only for the resource named ``only``)."""
+
+    def __init__(self, sm, operation: str, code: str, message: str, only: str | None = None):
+        self._sm, self._operation, self._code, self._message, self._only = sm, operation, code, message, only
+
+    def __getattr__(self, name):
+        call = getattr(self._sm, name)
+        if name != self._operation:
+            return call
+
+        def failing(**params):
+            if self._only is None or self._only in params.values():
+                raise ClientError({"Error": {"Code": self._code, "Message": self._message}}, name)
+            return call(**params)
+
+        return failing
+
+
+def test_an_aws_failure_while_planning_a_delete_names_the_call_and_resource(local_aws):  # noqa: F811
+    sm = boto3.client("sagemaker", region_name=REGION)
+    _chain(sm, "prod-a", "cfg-a", "model-a")
+    _chain(sm, "prod-b", "cfg-b", "model-b")
+    denied = _DenyingSageMakerStandIn(sm, "describe_endpoint_config", "AccessDeniedException", "no")
+    with pytest.raises(Gemma4T4Error) as config_error:
+        plan_delete(denied, "prod-a")
+    assert str(config_error.value).startswith("DescribeEndpointConfig cfg-a failed: AccessDeniedException: no")
+    denied = _DenyingSageMakerStandIn(sm, "describe_endpoint", "AccessDeniedException", "no", only="prod-b")
+    with pytest.raises(Gemma4T4Error) as other_error:  # another endpoint's config cannot be read
+        plan_delete(denied, "prod-a")
+    assert str(other_error.value).startswith("DescribeEndpoint prod-b failed: AccessDeniedException: no")
+
+
+def test_an_endpoint_gone_while_the_plan_lists_the_others_is_skipped(local_aws):  # noqa: F811
+    sm = boto3.client("sagemaker", region_name=REGION)
+    _chain(sm, "prod-a", "cfg-a", "model-a")
+    _chain(sm, "prod-b", "cfg-b", "model-a", create_model=False)
+    gone = _DenyingSageMakerStandIn(
+        sm, "describe_endpoint", "ValidationException", "Could not find endpoint prod-b", only="prod-b"
+    )
+    plan = plan_delete(gone, "prod-a")  # prod-b no longer uses model-a: nothing is kept for it
+    assert plan.resources == [("endpoint", "prod-a"), ("endpoint-config", "cfg-a"), ("model", "model-a")]
+    assert plan.kept == []
+
+
+def test_a_refused_delete_says_how_to_delete_anyway(local_aws):  # noqa: F811
+    sm = boto3.client("sagemaker", region_name=REGION)
+    _chain(sm, "theirs", "their-cfg", "their-m", ours=False)
+    with pytest.raises(Gemma4T4Error) as refused:
+        plan_delete(sm, "theirs")
+    assert refused.value.fix == (
+        "delete it with the AWS console or CLI, or pass --not-ours to delete it and its chain anyway"
+    )
+    plan = plan_delete(sm, "theirs", not_ours=True)  # the whole untagged chain goes
+    assert plan.resources == [("endpoint", "theirs"), ("endpoint-config", "their-cfg"), ("model", "their-m")]
+    assert plan.kept == []
+
+
+def test_a_model_several_endpoints_use_is_kept_naming_them_all(local_aws):  # noqa: F811
+    sm = boto3.client("sagemaker", region_name=REGION)
+    _chain(sm, "prod-a", "cfg-a", "shared-m")
+    _chain(sm, "prod-c", "cfg-c", "shared-m", create_model=False)
+    _chain(sm, "prod-b", "cfg-b", "shared-m", create_model=False)
+    plan = plan_delete(sm, "prod-a")
+    assert plan.kept == ["model:shared-m (still used by endpoint prod-b, prod-c)"]
+
+
+def test_the_default_delete_plan_is_the_chain_of_one_name_and_scaling_goes_through_its_own_service():
+    assert [(c.service, c.operation, c.params, c.region) for c in delete_plan("ep", REGION)] == [
+        ("sagemaker", "delete_endpoint", {"EndpointName": "ep"}, REGION),
+        ("sagemaker", "delete_endpoint_config", {"EndpointConfigName": "ep"}, REGION),
+        ("sagemaker", "delete_model", {"ModelName": "ep"}, REGION),
+    ]
+    [call] = delete_plan("ep", REGION, [("autoscaling", "endpoint/ep/variant/AllTraffic")])
+    assert (call.service, call.operation) == ("application-autoscaling", "deregister_scalable_target")
+    assert call.params["ResourceId"] == "endpoint/ep/variant/AllTraffic"
+    assert call.cli().startswith("# also removes the target-tracking policy\naws application-autoscaling ")

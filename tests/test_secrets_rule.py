@@ -88,3 +88,91 @@ def test_a_two_character_value_is_not_scrubbed_from_text():
     assert secrets.secret_values(env={"HF_TOKEN": "ok"}) == []
     assert secrets.mask_text("ok: 10 ok", ["ok"]) == "ok: 10 ok"
     assert secrets.mask_env({"HF_TOKEN": "ok"}) == {"HF_TOKEN": "***"}
+
+
+@pytest.mark.parametrize("name", ["DB_PASSWORD", "--client-secret", "AUTHORIZATION", "X-Key"])
+def test_a_secret_word_anywhere_or_a_last_key_word_makes_a_secret_name(name):
+    """PASSWORD / SECRET / AUTHORIZATION need not be the last word; KEY after any other word
+    (even a one-letter one) is a secret, only a bare ``key`` is a lookup key."""
+    assert secrets.is_secret_name(name)
+
+
+def test_mask_env_keeps_an_unset_secret_visible_as_unset():
+    """An empty or missing token is shown as it is (the reader sees it is not set), not as ***."""
+    env = {"HF_TOKEN": "", "API_KEY": None, "DB_PASSWORD": "pw", "MAX_MODEL_LEN": "4096"}
+    assert secrets.mask_env(env) == {"HF_TOKEN": "", "API_KEY": None, "DB_PASSWORD": "***", "MAX_MODEL_LEN": "4096"}
+
+
+def test_mask_argv_masks_each_form_and_only_the_secret_values():
+    # base64 keys end in "=" padding: the value is everything after the FIRST "="
+    argv = [
+        "vllm", "serve", "--api-key", KEY, "--port", "8000",
+        "--hf-token=abc=", "--max-model-len=4096",
+        "-u", "HF_TOKEN",  # a bare secret NAME (unset it) is no value
+        "hf_token=abc123", "MAX_MODEL_LEN=4096", "HF_TOKEN=tok=en=",
+    ]  # fmt: skip
+    assert secrets.mask_argv(argv) == [
+        "vllm", "serve", "--api-key", "***", "--port", "8000",
+        "--hf-token=***", "--max-model-len=4096",
+        "-u", "HF_TOKEN",
+        "hf_token=***", "MAX_MODEL_LEN=4096", "HF_TOKEN=***",
+    ]  # fmt: skip
+
+
+def test_a_secret_option_with_no_value_after_it_is_kept_and_gives_no_value():
+    assert secrets.mask_argv(["serve", "--api-key"]) == ["serve", "--api-key"]
+    assert secrets.secret_values(argv=["serve", "--api-key"]) == []
+
+
+def test_secret_values_collects_every_form_longest_first():
+    argv = [
+        "vllm", "serve", "--port", "8000",
+        "--hf-token=hf=tok=",  # the value keeps its "=" characters
+        "--api-key=local-dev-key", "HF_TOKEN=env=tok=12", "MAX_TOKENS=512",
+        "--password-file=/run/secrets/pw", "-u", "HF_TOKEN",  # a value that itself looks like no secret
+        "--api-key", "opt-key-1",  # the option-space form as the last two words
+    ]  # fmt: skip
+    env = {"DB_PASSWORD": "pw-12345678901", "AWS_REGION": "us-east-2", "HF_TOKEN": ""}
+    extra = [None, "", "extra-value-123456", "***", "ab"]  # unset, masked and too-short values are not values
+    assert secrets.secret_values(argv, env, extra) == [
+        "extra-value-123456",
+        "/run/secrets/pw",
+        "pw-12345678901",
+        "local-dev-key",
+        "env=tok=12",
+        "opt-key-1",
+        "hf=tok=",
+    ]
+
+
+def test_mask_text_replaces_the_longest_value_first():
+    """A short secret inside a longer one must not cut the longer one apart (leaving pieces of it
+    readable): the longer value is replaced whole first."""
+    values = ["xyz", "abc-xyz-123", "", "ab"]
+    assert secrets.mask_text("token abc-xyz-123 and xyz, ab", values) == "token *** and ***, ab"
+
+
+def test_mask_text_masks_tokens_options_and_names_in_free_text():
+    text = (
+        "run --api-key sk-1 --port 8000 --HF-TOKEN hf-2 --api-key=sk-3; hf_token=abc123 max_tokens=5 "
+        "Authorization: Bearer abc.def id hf_abcdefghijklmnopqrst key AKIAABCDEFGHIJKLMNOP"
+    )
+    assert secrets.mask_text(text) == (
+        "run --api-key *** --port 8000 --HF-TOKEN *** --api-key=***; hf_token=*** max_tokens=5 "
+        "Authorization: Bearer *** id *** key ***"
+    )
+
+
+def test_mask_keeps_plain_strings_and_masks_values_inside_nested_lists():
+    assert secrets.mask({"model": "gemma", "api_key": KEY}) == {"model": "gemma", "api_key": "***"}
+    assert secrets.mask([{"note": f"used {KEY}"}, 3], [KEY]) == [{"note": "used ***"}, 3]
+    assert secrets.mask(["serve", "--api-key", KEY]) == ["serve", "--api-key", "***"]
+
+
+def test_an_option_whose_value_ends_in_key_does_not_make_the_next_word_a_secret():
+    """``--served-model-name=my-key`` is not a secret option, and the word after it is the next
+    option, not its value: taking ``--port`` as a secret would mask every "--port" in a log."""
+    argv = ["--served-model-name=my-key", "--port", "8000", "--tokenizer=org/gemma-token", "-q"]
+    assert secrets.secret_values(argv) == []
+    assert secrets.mask_argv(argv) == argv
+    assert secrets.mask_text("started with --port 8000", secrets.secret_values(argv)) == "started with --port 8000"
