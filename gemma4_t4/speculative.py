@@ -132,21 +132,35 @@ def read_shape(model: str) -> ModelShape | None:
         vocab_size=text.get("vocab_size"),
         hidden_size=text.get("hidden_size"),
         backbone_hidden_size=config.get("backbone_hidden_size"),
-        head_dims=_head_dims(text),
+        head_dims=_head_dims(text, config_path),
     )
 
 
-def _head_dims(text: dict[str, object]) -> dict[str, tuple[int | None, int | None]]:
-    """(head size, KV heads) per layer type, from either config schema (pre- or post-5.15)."""
+def _head_dims(text: dict[str, object], config_path: Path) -> dict[str, tuple[int | None, int | None]]:
+    """(head size, KV heads) per layer type, from either config schema (pre- or post-5.15). A
+    ``layer_types`` entry that is not a name, or a ``per_layer_config`` entry that is not an object,
+    is refused naming the file (a hand-edited config, not one a checkpoint ships)."""
     head_dim = _int(text.get("head_dim"))
     kv_heads = _int(text.get("num_key_value_heads"))
     dims: dict[str, tuple[int | None, int | None]] = {}
     layer_types = text.get("layer_types")
     per_layer = text.get("per_layer_config") if isinstance(text.get("per_layer_config"), dict) else {}
+    fix = "point at a checkpoint folder whose config.json its model's library wrote"
+    for key, value in per_layer.items():
+        if not isinstance(value, dict):
+            raise Gemma4T4Error(
+                f"cannot read {config_path}: per_layer_config[{key!r}] is {value!r}, not an object of layer settings",
+                fix=fix,
+            )
     for index, layer_type in enumerate(layer_types if isinstance(layer_types, list) else []):
+        if not isinstance(layer_type, str):
+            raise Gemma4T4Error(
+                f"cannot read {config_path}: layer_types[{index}] is {layer_type!r}, not a layer type name",
+                fix=fix,
+            )
         if layer_type in dims:
             continue
-        override = per_layer.get(str(index), {}) if isinstance(per_layer, dict) else {}
+        override = per_layer.get(str(index), {})
         if layer_type == "full_attention":
             size = _int(override.get("head_dim")) or _int(text.get("global_head_dim")) or head_dim
             heads = (

@@ -453,3 +453,17 @@ def test_a_sagemaker_deploy_drafts_the_sizes_n_unless_told():
     assert e4b.draft_plan().num_speculative_tokens == 4
     told = DeployConfig(model_id="google/gemma-4-E4B-it", draft="auto", num_draft_tokens=3, region="us-east-2")
     assert told.draft_plan().num_speculative_tokens == 3
+
+
+@pytest.mark.parametrize("bad", [{"per_layer_config": {"0": 5}}, {"layer_types": [["x"]]},
+                                 {"layer_types": ["full_attention", 7]}])
+def test_a_drafter_config_with_malformed_layer_fields_is_a_clear_error(tmp_path, bad):
+    folder = tmp_path / "drafter"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({
+        "model_type": "gemma4_text", "head_dim": 256, "num_key_value_heads": 1,
+        "layer_types": ["sliding_attention", "full_attention"], **bad,
+    }))
+    with pytest.raises(Gemma4T4Error, match=r"cannot read .*config\.json: (per_layer_config|layer_types)") as refused:
+        speculative.read_shape(str(folder))
+    assert "config.json" in refused.value.fix
