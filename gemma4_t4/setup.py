@@ -465,13 +465,10 @@ def plan_setup(
         host += f", GPU {gpu.index} of {len(facts.gpus)}"
     routes = routes_for_driver(facts.driver_version, vllm_version)
     # a working install of a row this driver runs (e.g. the fallback setup fell back to) is kept:
-    # setup does not churn it; --vllm asks for another release explicitly. A row setup never plans
-    # by itself (planned=False) is kept only when complete (vLLM and torch): its vLLM alone is an
-    # unfinished install of a release nobody chose, and the planned build replaces it.
+    # setup does not churn it; --vllm asks for another release explicitly
     major = driver_major(facts.driver_version) or 0
     kept = next((r for r in GPU_ROUTES if vllm_version is None and r is not routes[0] and r.min_driver
-                 and major >= r.min_driver and _vllm_is(r, facts) and (r.planned or _installed(r, facts))),
-                None)
+                 and major >= r.min_driver and _vllm_is(r, facts)), None)
     if kept is not None:
         chosen = [kept] + [r for r in routes if r is not kept]
     else:
