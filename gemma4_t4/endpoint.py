@@ -2,7 +2,10 @@
 another GPU, or the CPU) or a SageMaker endpoint.
 
 An :class:`Endpoint` has a URL (``http://HOST:PORT`` or ``sagemaker://REGION/NAME``), the model
-name it serves, a tokenizer for exact prompt lengths, what it has cost so far, and ``stop()``. It
+name it serves, a tokenizer for exact prompt lengths, and its venue: the GPU it runs on (the
+hardware table's key, :func:`gemma4_t4.hardware.identify_gpu`), the hourly price its throughput
+is priced at, what it has cost so far, whether it can be started again with other options, and
+``stop()``. It
 is a context manager: leaving the block, normally, by an exception or by SIGINT/SIGTERM/SIGHUP
 (:func:`gemma4_t4.signals.orderly_stop`), stops the server, or deletes the endpoint with its
 config, model and scaling policy. A notebook, whose cells cannot share one ``with`` block, calls
@@ -40,7 +43,7 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel
 
@@ -48,6 +51,11 @@ from gemma4_t4 import signals
 from gemma4_t4.atomic import atomic_write_text
 from gemma4_t4.cache import cache_root
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.hardware import InstancePrice, identify_gpu, price_of_gpu, sagemaker_price
+
+if TYPE_CHECKING:
+    from gemma4_t4.sagemaker.config import DeployConfig
+    from gemma4_t4.server import ServerConfig, VLLMServer
 
 Venue = Literal["local", "sagemaker"]
 
@@ -283,7 +291,9 @@ class Endpoint:
         *,
         tokenizer: str | None = None,
         gpu: str | None = None,
+        gpu_name: str | None = None,
         usd_per_hour: float = 0.0,
+        price: InstancePrice | None = None,
         max_num_seqs: int | None = None,
         api_key: str | None = None,
         exposes_metrics: bool = False,
@@ -293,8 +303,10 @@ class Endpoint:
         self.url = url
         self.served_name = served_name
         self.tokenizer = tokenizer
-        self.gpu = gpu
-        self.usd_per_hour = usd_per_hour
+        self.gpu = gpu  # the hardware table's key (roofline, cost); None: no GPU, or one the table lacks
+        self.gpu_name = gpu_name  # as nvidia-smi names it (local), for messages about an unknown GPU
+        self.usd_per_hour = usd_per_hour  # what this package bills for it (nothing for a local machine)
+        self._price = price
         self.max_num_seqs = max_num_seqs
         self.api_key = api_key
         self.exposes_metrics = exposes_metrics  # /metrics (the prefix cache's hit rate): a local vLLM only
@@ -308,11 +320,33 @@ class Endpoint:
         self._budget: Budget | None = None
         self._signals: contextlib.AbstractContextManager[None] | None = None
         self._lock = threading.Lock()
-        self.server = None  # the local VLLMServer (its config for restarts with other options)
+        self.server: VLLMServer | None = None  # the local VLLMServer (its config for restarts with other options)
 
     def __repr__(self) -> str:
         state = "stopped" if self.stopped else "running"
         return f"Endpoint({self.venue}, {self.url}, serving {self.served_name!r}, {state})"
+
+    # -- its venue -----------------------------------------------------------------------------
+
+    @property
+    def price(self) -> InstancePrice | None:
+        """The hourly price its throughput is priced at: the SageMaker instance's, else what a cloud
+        charges for one of its GPU (:func:`gemma4_t4.hardware.price_of_gpu`). None on a CPU or a GPU
+        the table prices nowhere: its throughput is then not priced as another GPU's."""
+        return self._price if self._price is not None else price_of_gpu(self.gpu)
+
+    @property
+    def can_restart(self) -> bool:
+        """A server this process started here: its config can be started again with other options
+        (a drafter on and off, the prefill route); a SageMaker endpoint would be another billed deploy."""
+        return self.server is not None
+
+    @property
+    def gpu_label(self) -> str:
+        """Its GPU for a message: the table's key, an unknown GPU by its nvidia-smi name, or none."""
+        if self.gpu:
+            return self.gpu
+        return f"{self.gpu_name} (not in the hardware table)" if self.gpu_name else "no GPU"
 
     # -- what it costs --------------------------------------------------------------------------
 
@@ -412,7 +446,7 @@ class Endpoint:
         _HELD[str(path)] = self
         atexit.register(self._stop_at_exit)
 
-    def _record_server(self, server) -> None:
+    def _record_server(self, server: VLLMServer) -> None:
         """Add the local server's supervisor (pid, start time) to the ownership record."""
         if self._record is None or self._owned is None or server.pid is None:
             return
@@ -433,11 +467,13 @@ class Endpoint:
 
     @classmethod
     def local(
-        cls, config, *, tokenizer: str | None = None, gpu: str | None = None, quiet: bool = False
+        cls, config: ServerConfig, *, tokenizer: str | None = None, gpu_name: str | None = None,
+        quiet: bool = False,
     ) -> Endpoint:
-        """Start vLLM for ``config`` (a :class:`gemma4_t4.server.ServerConfig`) through the start gate,
-        owned by this process: stopped when the block ends, when the process exits, and by the
-        server's supervisor when the process is killed. An interrupted start stops what it started."""
+        """Start vLLM for ``config`` through the start gate, owned by this process: stopped when the
+        block ends, when the process exits, and by the server's supervisor when the process is killed.
+        An interrupted start stops what it started. ``gpu_name``: the GPU it serves on as nvidia-smi
+        names it (``runtime.gpu_name``); none for the CPU target."""
         from gemma4_t4.server import VLLMServer
 
         reap_orphans()
@@ -448,7 +484,8 @@ class Endpoint:
             VLLMServer(config).base_url,  # (only its address: nothing is started here)
             config.resolved_name(),
             tokenizer=tokenizer,  # None: the server's own /tokenize gives exact prompt lengths
-            gpu=gpu,
+            gpu=None if config.target == "cpu" else _gpu_key(gpu_name),
+            gpu_name=None if config.target == "cpu" else gpu_name,
             usd_per_hour=0.0,  # what this package bills: nothing for a machine you already run
             max_num_seqs=config.max_num_seqs,
             api_key=config.api_key,
@@ -474,7 +511,7 @@ class Endpoint:
     @classmethod
     def sagemaker(
         cls,
-        config,
+        config: DeployConfig,
         *,
         budget: Budget | None = None,
         tokenizer: str | None = None,
@@ -483,11 +520,9 @@ class Endpoint:
         progress: bool = True,
         watch_s: float = 5.0,
     ) -> Endpoint:
-        """Deploy ``config`` (a :class:`gemma4_t4.sagemaker.config.DeployConfig`) and wait until it is
-        InService. A failed deploy rolls back what it created; an interrupted one (Ctrl-C, SIGTERM,
+        """Deploy ``config`` and wait until it is InService. A failed deploy rolls back what it created; an interrupted one (Ctrl-C, SIGTERM,
         SIGHUP) deletes it. With ``budget`` the endpoint is refused before deploying when its
         estimate does not fit, and deleted the moment the budget is spent."""
-        from gemma4_t4.hardware import PRICES
         from gemma4_t4.sagemaker.aws import client_factory
         from gemma4_t4.sagemaker.deploy import deploy, deploy_cost
         from gemma4_t4.sagemaker.ops import delete_endpoint
@@ -500,7 +535,7 @@ class Endpoint:
                 fix="use an instance type listed in gemma4_t4.hardware.PRICES",
             )
         served = config.container_env()["SM_VLLM_SERVED_MODEL_NAME"]
-        price = PRICES.get(f"sagemaker:{config.instance_type}")
+        price = sagemaker_price(config.instance_type)
         endpoint = cls(
             "sagemaker",
             config.name,
@@ -509,6 +544,7 @@ class Endpoint:
             tokenizer=tokenizer or (None if config.model_data_s3_uri else config.model_id),
             gpu=price.gpu if price else None,
             usd_per_hour=rate,
+            price=price,
             max_num_seqs=config.max_num_seqs,
         )
         reap_orphans(sagemaker_client=client)
@@ -570,9 +606,13 @@ class _CreateWatch:
         return create
 
 
-def start_owned_server(config):
-    """Start ``config`` (a :class:`gemma4_t4.server.ServerConfig`) through the start gate, owned by
-    this process: its supervisor stops it when this process dies, even by ``kill -9``, and an
+def _gpu_key(gpu_name: str | None) -> str | None:
+    gpu = identify_gpu(gpu_name)
+    return gpu.key if gpu else None
+
+
+def start_owned_server(config: ServerConfig) -> VLLMServer:
+    """Start ``config`` through the start gate, owned by this process: its supervisor stops it when this process dies, even by ``kill -9``, and an
     interrupted wait stops what it started. Returns the :class:`gemma4_t4.server.VLLMServer`."""
     from gemma4_t4.server import start_server
 

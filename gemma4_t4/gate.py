@@ -28,14 +28,14 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 import psutil
 from pydantic import BaseModel, ConfigDict, Field
 
 from gemma4_t4 import cpuisa, env, models, turing
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.hardware import GPUS, get_gpu
+from gemma4_t4.hardware import GPUS, identify_gpu
 from gemma4_t4.jsonable import TypedDict, to_jsonable
 from gemma4_t4.proof import turing_proof
 from gemma4_t4.torchfix import plan_torch_fix
@@ -48,6 +48,36 @@ ATTENTION_SMEM_NEEDED = 98_304
 # 7,252 MiB RAM + 6,205-6,761 MiB swap for 9.5 GiB of weights [inferred from measured peaks].
 LOAD_OVERHEAD_BYTES = 4 * GIB
 DISK_MARGIN = 1.05  # download temp files and metadata
+
+
+class DrafterChoice(Protocol):
+    """What the gate reads of a launch's drafter: a :class:`gemma4_t4.speculative.DraftPlan` (named by
+    its shape: speculative reads the gate's catalog rule, :func:`catalog_entry`)."""
+
+    requested: str
+    method: str | None
+    model: str | None
+
+    @property
+    def enabled(self) -> bool: ...
+
+
+class GatedLaunch(Protocol):
+    """What the gate reads of a launch: a :class:`gemma4_t4.server.ServerConfig`. Named by its shape
+    because server.py runs the gate before it starts vLLM: the gate importing it would be a cycle."""
+
+    model: str
+    target: str
+    python: str | None
+    # ServerConfig fills every unset launch setting with its target's default when it is built
+    max_model_len: int
+    max_num_seqs: int
+    max_num_batched_tokens: int | None
+    gpu_memory_utilization: float
+    tensor_parallel_size: int
+    language_model_only: bool
+
+    def draft_plan(self) -> DrafterChoice: ...
 
 
 class DoctorError(TypedDict):
@@ -489,11 +519,11 @@ def model_is_int4(model: str) -> bool | None:
     return None if entry is None else entry[1] in ("qat-w4a16", "emb4")
 
 
-def probe_cpu_build(config: Any) -> GateFacts:
+def probe_cpu_build(config: GatedLaunch) -> GateFacts:
     """Is the model int4, and can vLLM's CPU build here run int4 (``gemma4_t4.cpuisa``, cached)?"""
     facts = GateFacts(model_int4=model_is_int4(str(config.model)))
     if facts.model_int4:
-        build = cpuisa.cpu_build(python=getattr(config, "python", None))
+        build = cpuisa.cpu_build(python=config.python)
         facts.cpu_int4_kernel, facts.cpu_build_detail = build.int4, build.reason
     return facts
 
@@ -548,16 +578,7 @@ def catalog_entry(model: str) -> tuple[str, str] | None:
     return variant.key, fmt
 
 
-def gpu_key(gpu_name: str | None, target: str) -> str:
-    """hardware.GPUS key for a CUDA device name ('Tesla T4' → 't4'); the target when unknown."""
-    lowered = (gpu_name or "").lower()
-    for key, gpu in GPUS.items():
-        if key in lowered.replace(" ", "-").split("-") or gpu.name.lower() in lowered:
-            return key
-    return "t4" if target == "t4" else target
-
-
-def probe_model(config: Any, device: GateFacts) -> GateFacts:
+def probe_model(config: GatedLaunch, device: GateFacts) -> GateFacts:
     """Weights size, load peak, GPU fit and disk for ``config.model`` on ``device`` (the torch probe's answer)."""
     facts = GateFacts()
     model_path = Path(config.model)
@@ -598,7 +619,7 @@ class DrafterMemory:
     detail: str
 
 
-def drafter_memory(config: Any, target_weights: int | None) -> DrafterMemory:
+def drafter_memory(config: GatedLaunch, target_weights: int | None) -> DrafterMemory:
     """The drafter ``config.draft_plan()`` chose, sized from its files, the assistant catalog or the
     fit calculator's estimate (``target_weights``: the target's, for ``--draft self``)."""
     plan = config.draft_plan()
@@ -627,10 +648,17 @@ def drafter_memory(config: Any, target_weights: int | None) -> DrafterMemory:
     return DrafterMemory(weights, own_kv, f"drafter {name}: {_gib(weights)} from {source}{kv}")
 
 
-def _gpu_fit(config: Any, entry: tuple[str, str] | None, weights: int | None, device: GateFacts) -> GateFacts:
-    """The fit calculator for catalog models; weights against vLLM's share of GPU memory otherwise.
-    Either way the drafter's weights (and a whole-model drafter's KV cache) count too."""
-    gpu = gpu_key(device.gpu_name, config.target)
+def _gpu_fit(
+    config: GatedLaunch, entry: tuple[str, str] | None, weights: int | None, device: GateFacts
+) -> GateFacts:
+    """The fit calculator for a catalog model on a GPU the hardware table lists; otherwise (a model
+    outside the catalog, or a GPU the table does not list) the weights against vLLM's share of the
+    memory the host reports. Either way the drafter's weights (and a whole-model drafter's KV cache)
+    count too. An unknown GPU is judged by its own memory, never as another GPU."""
+    if device.gpu_name:
+        gpu = identify_gpu(device.gpu_name)
+    else:  # no GPU seen (CUDA not working, or a check before the machine has one): the GPU --target t4 is for
+        gpu = GPUS["t4"] if config.target == "t4" else None
     target_weights = weights
     if entry is not None:
         target_weights = models.weights_estimate(entry[0], entry[1], bool(config.language_model_only)).total_bytes
@@ -645,54 +673,79 @@ def _gpu_fit(config: Any, entry: tuple[str, str] | None, weights: int | None, de
             "--draft off, or pass force=True if you know it fits",
         )
     with_drafter = f" + {drafter.detail}" if drafter.weights_bytes or drafter.own_kv else ""
-    if entry is not None:
-        result = models.fit(
-            entry[0],
-            entry[1],
-            gpu=gpu,
-            context_len=config.max_model_len,
-            num_gpus=config.tensor_parallel_size,
-            gpu_memory_utilization=config.gpu_memory_utilization,
-            max_num_seqs=config.max_num_seqs,
-            max_num_batched_tokens=config.max_num_batched_tokens or models.DEFAULT_MAX_NUM_BATCHED_TOKENS,
-            text_only=config.language_model_only,
-            draft_weights_bytes=drafter.weights_bytes,
-            draft_own_kv=drafter.own_kv,
-        )
-        fix = None
-        if not result.fits:
-            if result.weights_fit and result.max_context_fits:
-                fix = (
-                    f"lower max_model_len to {result.max_context_fits} or less (--max-model-len), or use "
-                    "a 4-bit checkpoint; `gemma4-t4 fit` shows what fits"
-                )
-            else:
-                fix = (
-                    "use a 4-bit (QAT w4a16) checkpoint or a smaller model, or spread over more GPUs "
-                    "(tensor_parallel_size); `gemma4-t4 fit` shows what fits"
-                )
-        if not result.fits and with_drafter:
-            fix = f"{fix}; or --draft off (the drafter counts: {drafter.detail})"
-        return GateFacts(
-            gpu_fit_ok=result.fits,
-            gpu_fit_detail=f"{entry[0]} {entry[1]}{with_drafter} on {gpu}: {result.verdict}",
-            gpu_fit_fix=fix,
-        )
+    if entry is not None and gpu is not None:
+        return _catalog_fit(config, entry, gpu.key, drafter, with_drafter)
+    return _memory_fit(config, entry, target_weights, device, gpu.usable_memory_gib if gpu else None,
+                       drafter, with_drafter)
+
+
+def _catalog_fit(
+    config: GatedLaunch, entry: tuple[str, str], gpu: str, drafter: DrafterMemory, with_drafter: str
+) -> GateFacts:
+    """The fit calculator (weights, KV cache, runtime) for a catalog model on a table GPU."""
+    result = models.fit(
+        entry[0],
+        entry[1],
+        gpu=gpu,
+        context_len=config.max_model_len,
+        num_gpus=config.tensor_parallel_size,
+        gpu_memory_utilization=config.gpu_memory_utilization,
+        max_num_seqs=config.max_num_seqs,
+        max_num_batched_tokens=config.max_num_batched_tokens or models.DEFAULT_MAX_NUM_BATCHED_TOKENS,
+        text_only=config.language_model_only,
+        draft_weights_bytes=drafter.weights_bytes,
+        draft_own_kv=drafter.own_kv,
+    )
+    fix = None
+    if not result.fits:
+        if result.weights_fit and result.max_context_fits:
+            fix = (
+                f"lower max_model_len to {result.max_context_fits} or less (--max-model-len), or use "
+                "a 4-bit checkpoint; `gemma4-t4 fit` shows what fits"
+            )
+        else:
+            fix = (
+                "use a 4-bit (QAT w4a16) checkpoint or a smaller model, or spread over more GPUs "
+                "(tensor_parallel_size); `gemma4-t4 fit` shows what fits"
+            )
+    if not result.fits and with_drafter:
+        fix = f"{fix}; or --draft off (the drafter counts: {drafter.detail})"
+    return GateFacts(
+        gpu_fit_ok=result.fits,
+        gpu_fit_detail=f"{entry[0]} {entry[1]}{with_drafter} on {gpu}: {result.verdict}",
+        gpu_fit_fix=fix,
+    )
+
+
+def _memory_fit(
+    config: GatedLaunch,
+    entry: tuple[str, str] | None,
+    weights: int | None,
+    device: GateFacts,
+    table_gib: float | None,
+    drafter: DrafterMemory,
+    with_drafter: str,
+) -> GateFacts:
+    """Weights + drafter + 1 GiB runtime against vLLM's share of the GPU's memory: what the host
+    reports, else the table's figure for a known GPU. No KV cache estimate (a model outside the
+    catalog, or a GPU the fit calculator does not know)."""
     memory = device.gpu_memory_bytes
-    if memory is None:
-        try:
-            memory = int(get_gpu(gpu).usable_memory_gib * GIB)
-        except Gemma4T4Error:
-            memory = None
+    if memory is None and table_gib is not None:
+        memory = int(table_gib * GIB)
     if weights is None or memory is None:
         return GateFacts()
+    assert drafter.weights_bytes is not None  # _gpu_fit returned earlier for a drafter of unknown size
     usable = memory * config.gpu_memory_utilization * max(1, config.tensor_parallel_size)
     fits = weights + drafter.weights_bytes + GIB < usable
+    if entry is None:
+        why = "not a catalog model, so KV cache is not estimated"
+    else:
+        why = (f"{device.gpu_name} is not in the hardware table: judged by the {_gib(memory)} the host "
+               "reports, KV cache not estimated")
     return GateFacts(
         gpu_fit_ok=fits,
         gpu_fit_detail=f"weights {_gib(weights)}{with_drafter} + 1 GiB runtime vs {_gib(int(usable))} vLLM may "
-        f"use (gpu_memory_utilization {config.gpu_memory_utilization}; not a catalog "
-        "model, so KV cache is not estimated)",
+        f"use (gpu_memory_utilization {config.gpu_memory_utilization}; {why})",
     )
 
 
@@ -703,10 +756,10 @@ class GateProbes:
     torch: Callable[[], GateFacts] = probe_torch
     turing: Callable[[tuple[int, int] | None], GateFacts] = probe_turing
     host_memory: Callable[[], GateFacts] = probe_host_memory
-    model: Callable[[Any, GateFacts], GateFacts] = probe_model
+    model: Callable[[GatedLaunch, GateFacts], GateFacts] = probe_model
     platform: Callable[[], str] = detect_platform
     torch_fix_command: Callable[[], str | None] = lambda: _torch_fix_command()
-    cpu_build: Callable[[Any], GateFacts] = probe_cpu_build
+    cpu_build: Callable[[GatedLaunch], GateFacts] = probe_cpu_build
 
 
 def _torch_fix_command() -> str | None:
@@ -720,14 +773,14 @@ def _torch_fix_command() -> str | None:
 _NOT_PROBED = frozenset({"target", "model", "notes"})
 
 
-def _probe_answer(probe: Callable[..., GateFacts], *args: Any) -> GateFacts:
+def _probe_answer(probe: Callable[..., GateFacts], *args: object) -> GateFacts:
     answer = probe(*args)
     if not isinstance(answer, GateFacts):
         raise TypeError(f"the probe answered a {type(answer).__name__}, not GateFacts")
     return answer
 
 
-def _ask(probe: Callable[..., GateFacts], *args: Any) -> GateFacts:
+def _ask(probe: Callable[..., GateFacts], *args: object) -> GateFacts:
     """A probe's answer; one that fails answers only a note saying why (its facts stay unknown)."""
     try:
         return _probe_answer(probe, *args)
@@ -747,7 +800,7 @@ def _merge(facts: GateFacts, check: str, found: GateFacts) -> None:
     _take_found(facts, found)
 
 
-def collect_facts(config: Any, probes: GateProbes | None = None) -> GateFacts:
+def collect_facts(config: GatedLaunch, probes: GateProbes | None = None) -> GateFacts:
     """Run every probe; a probe that fails leaves its facts unknown and a note saying why."""
     probes = probes or GateProbes()
     facts = GateFacts(target=config.target, model=str(config.model))
@@ -764,7 +817,7 @@ def collect_facts(config: Any, probes: GateProbes | None = None) -> GateFacts:
     return facts
 
 
-def check_cpu_start(config: Any, force: bool = False, probes: GateProbes | None = None) -> GateResult:
+def check_cpu_start(config: GatedLaunch, force: bool = False, probes: GateProbes | None = None) -> GateResult:
     """Gate a launch on the CPU target (only :func:`judge_cpu`'s checks). Raises :class:`GateRefused`
     unless they pass or ``force``."""
     probes = probes or GateProbes()
@@ -779,7 +832,7 @@ def check_cpu_start(config: Any, force: bool = False, probes: GateProbes | None 
 
 
 def check_start(
-    config: Any, force: bool = False, probes: GateProbes | None = None, facts: GateFacts | None = None
+    config: GatedLaunch, force: bool = False, probes: GateProbes | None = None, facts: GateFacts | None = None
 ) -> GateResult:
     """Gate a launch of ``config``. Raises :class:`GateRefused` unless every check passes or ``force``."""
     probes = probes or GateProbes()

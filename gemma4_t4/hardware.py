@@ -1,5 +1,6 @@
 """GPUs and hourly prices: the one table the roofline, the fit calculator, the benchmark's
-cost figures and the SageMaker cost guard all read.
+cost figures and the SageMaker cost guard all read, and the one way to tell which GPU a host has
+(:func:`identify_gpu`: the gate, the notebooks and the published comparisons all ask it).
 
 Figures are vendor specifications or published measurements; ``source`` says which.
 """
@@ -25,29 +26,59 @@ class GPU:
     fp8: bool
     tdp_w: int
     source: str
+    # the names nvidia-smi (``--query-gpu=name``) and torch print for this GPU: identify_gpu matches them
+    # exactly, so a near name (an L40S beside the L4, an H100 NVL beside the H100) is never read as this one
+    smi_names: tuple[str, ...] = ()
 
     @property
     def arch(self) -> str:
         return f"sm_{self.compute_capability[0]}{self.compute_capability[1]}"
 
 
+# nvidia-smi names: seen printed in public logs, test fixtures and price tables of GPU clouds (read
+# 2026-12-02); the A100 and H100 SXM and PCIe cards print different names and, where their memory or
+# bandwidth differs, have their own rows. Usable GiB: torch's total_memory on a typical host.
 GPUS: dict[str, GPU] = {
     g.key: g
     for g in [
         GPU("t4", "NVIDIA T4", (7, 5), 16.0, 14.56, 320.0, 277.0, 65_536, False, False, 70,
-            "NVIDIA T4 datasheet; 277 GB/s stream figure published by the series"),
+            "NVIDIA T4 datasheet; 277 GB/s stream figure published by the series", ("Tesla T4",)),
         GPU("l4", "NVIDIA L4", (8, 9), 24.0, 22.03, 300.0, None, 101_376, True, True, 72,
-            "NVIDIA L4 datasheet"),
+            "NVIDIA L4 datasheet", ("NVIDIA L4",)),
         GPU("a10g", "NVIDIA A10G", (8, 6), 24.0, 22.06, 600.0, None, 101_376, True, False, 300,
-            "AWS g5 instance documentation"),
+            "AWS g5 instance documentation", ("NVIDIA A10G",)),
         GPU("a100-40gb", "NVIDIA A100 40GB", (8, 0), 40.0, 39.4, 1555.0, None, 166_912, True, False, 400,
-            "NVIDIA A100 datasheet"),
+            "NVIDIA A100 datasheet (SXM4 and PCIe: the same 40 GB and 1,555 GB/s)",
+            ("NVIDIA A100-SXM4-40GB", "NVIDIA A100-PCIE-40GB")),
+        GPU("a100-80gb", "NVIDIA A100 80GB SXM4", (8, 0), 80.0, 79.15, 2039.0, None, 166_912, True, False, 400,
+            "NVIDIA A100 datasheet; 79.15 GiB as torch reports it", ("NVIDIA A100-SXM4-80GB",)),
+        GPU("a100-80gb-pcie", "NVIDIA A100 80GB PCIe", (8, 0), 80.0, 79.15, 1935.0, None, 166_912, True, False,
+            300, "NVIDIA A100 datasheet; 79.15 GiB as torch reports it", ("NVIDIA A100 80GB PCIe",)),
         GPU("h100", "NVIDIA H100 SXM", (9, 0), 80.0, 79.1, 3350.0, None, 232_448, True, True, 700,
-            "NVIDIA H100 datasheet"),
+            "NVIDIA H100 datasheet", ("NVIDIA H100 80GB HBM3",)),
+        GPU("h100-pcie", "NVIDIA H100 PCIe", (9, 0), 80.0, 79.19, 2000.0, None, 232_448, True, True, 350,
+            "NVIDIA H100 datasheet; 79.19 GiB as torch reports it", ("NVIDIA H100 PCIe",)),
         GPU("h200", "NVIDIA H200", (9, 0), 141.0, 139.8, 4800.0, None, 232_448, True, True, 700,
-            "NVIDIA H200 datasheet"),
+            "NVIDIA H200 datasheet", ("NVIDIA H200",)),
     ]
 }
+
+
+def _smi_form(name: str) -> str:
+    return " ".join(name.split()).casefold()
+
+
+_BY_SMI_NAME = {_smi_form(name): gpu for gpu in GPUS.values() for name in gpu.smi_names}
+
+
+def identify_gpu(smi_name: str | None) -> GPU | None:
+    """The table's GPU that nvidia-smi (or torch) names ``smi_name`` ("Tesla T4" -> the T4 row,
+    "NVIDIA A100 80GB PCIe" -> ``a100-80gb-pcie``); None for no name or a GPU the table does not
+    list. An unknown GPU is never read as another one: callers name it by ``smi_name`` and judge it
+    by the memory the host reports."""
+    if not smi_name:
+        return None
+    return _BY_SMI_NAME.get(_smi_form(smi_name))
 
 
 def get_gpu(key: str) -> GPU:
@@ -59,9 +90,15 @@ def get_gpu(key: str) -> GPU:
         ) from None
 
 
+def price_key(platform: str, instance: str) -> str:
+    """The :data:`PRICES` key of an instance type on a platform ("sagemaker", "ml.g4dn.xlarge" ->
+    "sagemaker:ml.g4dn.xlarge"): the one spelling every lookup uses."""
+    return f"{platform}:{instance}"
+
+
 @dataclass(frozen=True)
 class InstancePrice:
-    key: str  # "<platform>:<instance>"
+    key: str  # price_key(platform, instance), with a region suffix where one platform has two
     platform: str  # sagemaker | ec2 | gce | cloudrun | colab
     instance: str
     gpu: str  # key into GPUS
@@ -77,10 +114,10 @@ _GCP = "Google Cloud Billing Catalog, on-demand, fetched 2026-09-30 (published b
 PRICES: dict[str, InstancePrice] = {
     p.key: p
     for p in [
-        InstancePrice("sagemaker:ml.g4dn.xlarge", "sagemaker", "ml.g4dn.xlarge", "t4", 1, 0.736, "us-east-2", _AWS),
-        InstancePrice("sagemaker:ml.g6.xlarge", "sagemaker", "ml.g6.xlarge", "l4", 1, 1.1267, "us-east-2", _AWS),
-        InstancePrice("ec2:g4dn.xlarge", "ec2", "g4dn.xlarge", "t4", 1, 0.526, "us-east-2", _AWS),
-        InstancePrice("ec2:g6.xlarge", "ec2", "g6.xlarge", "l4", 1, 0.8048, "us-east-2", _AWS),
+        InstancePrice(price_key("sagemaker", "ml.g4dn.xlarge"), "sagemaker", "ml.g4dn.xlarge", "t4", 1, 0.736, "us-east-2", _AWS),
+        InstancePrice(price_key("sagemaker", "ml.g6.xlarge"), "sagemaker", "ml.g6.xlarge", "l4", 1, 1.1267, "us-east-2", _AWS),
+        InstancePrice(price_key("ec2", "g4dn.xlarge"), "ec2", "g4dn.xlarge", "t4", 1, 0.526, "us-east-2", _AWS),
+        InstancePrice(price_key("ec2", "g6.xlarge"), "ec2", "g6.xlarge", "l4", 1, 0.8048, "us-east-2", _AWS),
         InstancePrice("gce:n1-standard-2+t4", "gce", "n1-standard-2 + 1x T4", "t4", 1, 0.4770, "us-east4", _GCP),
         InstancePrice("gce:n1-standard-2+t4:us-west2", "gce", "n1-standard-2 + 1x T4", "t4", 1, 0.5241, "us-west2",
                       _GCP),
@@ -111,6 +148,21 @@ def get_price(key: str) -> InstancePrice:
         return PRICES[key]
     except KeyError:
         raise Gemma4T4Error(f"no price for {key!r}", fix=f"use one of: {', '.join(PRICES)}") from None
+
+
+def sagemaker_price(instance_type: str) -> InstancePrice | None:
+    """The on-demand price of a SageMaker instance type; None where the table has none."""
+    return PRICES.get(price_key("sagemaker", instance_type))
+
+
+def price_of_gpu(gpu: str | None) -> InstancePrice | None:
+    """An hourly price for one ``gpu`` (a :data:`GPUS` key): GCE first, then EC2, SageMaker and Cloud
+    Run; None for no GPU or one the table prices nowhere (it is then not priced as another GPU)."""
+    for platform in ("gce", "ec2", "sagemaker", "cloudrun"):
+        for price in PRICES.values():
+            if gpu and price.gpu == gpu and price.platform == platform and price.gpus == 1:
+                return price
+    return None
 
 
 def usd_per_million_tokens(usd_per_hour: float, output_tok_s: float) -> float:

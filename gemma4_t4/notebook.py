@@ -23,6 +23,7 @@ from gemma4_t4 import env
 from gemma4_t4.atomic import atomic_write_json
 from gemma4_t4.endpoint import Budget, Endpoint
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.hardware import PRICES, InstancePrice, identify_gpu, price_key
 from gemma4_t4.jsonable import JSONObject, JSONValue, to_jsonable
 from gemma4_t4.table import format_table
 
@@ -121,23 +122,6 @@ def _import_name(requirement: str) -> str:
     return {"pyyaml": "yaml", "scikit-learn": "sklearn"}.get(name.lower(), name.replace("-", "_"))
 
 
-def gpu_key(gpu_name: str | None, compute_capability: str | None = None) -> str | None:
-    """The :data:`gemma4_t4.hardware.GPUS` key of a GPU nvidia-smi names ("Tesla T4" -> "t4")."""
-    from gemma4_t4.hardware import GPUS
-
-    if not gpu_name:
-        return None
-    words = gpu_name.lower().replace("-", " ").split()
-    for key, gpu in sorted(GPUS.items(), key=lambda item: -len(item[0])):
-        head = key.split("-")[0]
-        named = head in words or any(w.startswith(head) for w in words if len(head) > 2)
-        same_arch = compute_capability is None or \
-            gpu.compute_capability == tuple(int(x) for x in compute_capability.split("."))
-        if named and same_arch:
-            return key
-    return None
-
-
 @dataclass
 class RuntimeInfo:
     """What the notebook is running on (the doctor's host facts), checked against what TARGET needs."""
@@ -201,12 +185,15 @@ class RuntimeInfo:
 
     @property
     def gpu_key(self) -> str | None:
-        """The detected GPU's key for roofline and prices (None without a GPU or for an unknown one)."""
-        return gpu_key(self.gpu_name, self.compute_capability)
+        """The detected GPU's key in the hardware table (:func:`gemma4_t4.hardware.identify_gpu`);
+        None without a GPU or for one the table does not list."""
+        gpu = identify_gpu(self.gpu_name)
+        return gpu.key if gpu else None
 
     @property
     def roofline_gpu(self) -> str:
-        """The GPU the roofline and price rows describe: the detected one, else the series' T4."""
+        """The GPU the roofline and fit tables describe: the detected one, else the series' T4 for
+        reference (the runtime note says so for an unknown GPU, and its throughput is not priced)."""
         return self.gpu_key or "t4"
 
 
@@ -265,8 +252,11 @@ def runtime_check(target: str, allowed: Sequence[str] = TARGETS, show: bool = Tr
         if not info.is_t4:
             info.notes.append(f"GPU is {info.gpu_name} (sm_{(info.compute_capability or '?').replace('.', '')}), "
                               "not a T4: the Turing steps (fp16, the sm_75 attention fix) are skipped because "
-                              "this GPU does not need them; results are this GPU's, priced and roofline'd as "
-                              f"{info.gpu_key or 'an unknown GPU (shown against the T4)'}")
+                              "this GPU does not need them; results are this GPU's"
+                              + (f", priced and roofline'd as {info.gpu_key}" if info.gpu_key else ""))
+        if info.gpu_key is None:
+            info.notes.append(f"{info.gpu_name} is not in the hardware table (gemma4_t4.hardware): its results "
+                              "are not priced, and the roofline and fit tables show the series' T4 for reference")
     elif resolved == "cpu":
         info.notes.append("TARGET='cpu' is the embedded default: no GPU and no AWS needed (a tiny random "
                           "Gemma 4 on vLLM's CPU build, a local moto for AWS); numbers show the method, "
@@ -374,18 +364,6 @@ def fill_defaults(part: int, target: str, **values: Any) -> tuple[Any, ...]:
         out.append(value)
     print("workload:", ", ".join(origin))
     return tuple(out)
-
-
-def price_for(gpu: str | None) -> Any:
-    """An hourly price for the detected GPU (GCE first, then EC2, then SageMaker); a T4 on GCE
-    where the GPU is unknown or absent (then the row says it is priced as a T4)."""
-    from gemma4_t4.hardware import PRICES
-
-    for platform in ("gce", "ec2", "sagemaker", "cloudrun"):
-        for price in PRICES.values():
-            if price.gpu == (gpu or "t4") and price.platform == platform and price.gpus == 1:
-                return price
-    return PRICES["gce:n1-standard-2+t4"]
 
 
 def prepare_dirs(out_dir: str | Path, work_dir: str | Path) -> tuple[Path, Path]:
@@ -608,8 +586,8 @@ def endpoint(runtime: RuntimeInfo | str, model: str | Path, work_dir: str | Path
         max_num_seqs=max_num_seqs, enable_prefix_caching=enable_prefix_caching,
         work_dir=str(Path(work_dir) / "vllm"),
     )
-    local_gpu = runtime.gpu_key if isinstance(runtime, RuntimeInfo) and target != "cpu" else None
-    return Endpoint.local(config, gpu=local_gpu)
+    gpu_name = runtime.gpu_name if isinstance(runtime, RuntimeInfo) else None
+    return Endpoint.local(config, gpu_name=gpu_name)
 
 
 def _sagemaker_endpoint(model: str | Path, *, name: str, part: int | None, region: str, budget: Budget | None,
@@ -700,16 +678,11 @@ def clean_up(*endpoints: Endpoint, keep_local: bool = False, part: int | None = 
     return sorted(set(left))
 
 
-def price_of(served: Endpoint, runtime: RuntimeInfo) -> Any:
-    """The hourly price a throughput is priced at: the endpoint's instance on SageMaker, else the
-    local GPU's (a T4's where there is none: the row then says it is priced as a T4)."""
-    from gemma4_t4.hardware import PRICES
-
-    if served.venue == "sagemaker":
-        from gemma4_t4.sagemaker.experiments import INSTANCE_OF_GPU
-
-        return PRICES[f"sagemaker:{INSTANCE_OF_GPU[served.gpu or 't4']}"]
-    return price_for(runtime.gpu_key)
+def price_of(served: Endpoint, runtime: RuntimeInfo) -> InstancePrice:
+    """The hourly price a throughput is priced at: the endpoint's own (:attr:`Endpoint.price`), and
+    where it has none (a CPU, a GPU priced nowhere) a T4's on GCE, which :func:`measured_price`
+    then refuses to price it at (the row says it was measured on something else)."""
+    return served.price or PRICES[price_key("gce", "n1-standard-2+t4")]
 
 
 def t4_vs_l4(served: Endpoint, specs: Mapping[str, WorkloadSpec], runs_dir: str | Path, out_dir: str | Path, *,
@@ -745,7 +718,7 @@ def drafter_on_off(served: Endpoint, draft: str, out_dir: str | Path) -> Any:
     """Speculative decoding with ``draft`` off, then on, on a local server like ``served``
     (:func:`gemma4_t4.drafter_bench.drafter_on_off`); ``None`` on SageMaker, where it would mean two
     more billed deploys."""
-    if served.server is None:
+    if not served.can_restart:
         print(f"not run on {served.venue}: a drafter comparison restarts the server twice (on SageMaker: "
               "two more billed deploys)")
         return None
@@ -759,7 +732,7 @@ def drafter_on_off(served: Endpoint, draft: str, out_dir: str | Path) -> Any:
 def ttft_route_on_off(served: Endpoint, runtime: RuntimeInfo, spec: WorkloadSpec, out_dir: str | Path) -> Any:
     """The TTFT curve with the tensor-core prefill route off, then on (:mod:`gemma4_t4.ttft_route`);
     ``None`` unless ``served`` is a local Turing GPU (the only place the route activates)."""
-    if served.server is None or not runtime.is_t4:
+    if not served.can_restart or not runtime.is_t4:
         print(f"not run on {runtime.target}: the route activates on a local Turing GPU (sm_7x) only")
         return None
     from gemma4_t4.ttft_route import ttft_route_on_off as curve

@@ -155,6 +155,9 @@ def test_a_sagemaker_endpoint_is_deleted_when_its_block_ends_and_knows_its_cost(
     with Endpoint.sagemaker(_deploy_config("g4-ep-life"), poll_s=0.05, progress=False) as served:
         assert served.url == f"sagemaker://{REGION}/g4-ep-life" and served.venue == "sagemaker"
         assert _live("g4-ep-life") and served.usd_per_hour > 0 and served.gpu == "t4"
+        # its venue: priced at its instance's rate, and never restarted (that would be another billed deploy)
+        assert served.price is not None and served.price.key == "sagemaker:ml.g4dn.xlarge"
+        assert served.price.usd_per_hour == served.usd_per_hour and not served.can_restart
         assert served.tokenizer == served_model_id() and not served.exposes_metrics
         (record,) = _records(own_cache)
         assert (record.venue, record.name, record.region) == ("sagemaker", "g4-ep-life", REGION)

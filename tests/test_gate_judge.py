@@ -13,7 +13,6 @@ from gemma4_t4.gate import (
     catalog_entry,
     check_start,
     collect_facts,
-    gpu_key,
     judge,
     probe_model,
 )
@@ -266,13 +265,11 @@ def test_force_overrides_loudly_and_records_what_it_overrode(tmp_path):
     assert check_start(config, probes=_probes()).ok
 
 
-def test_catalog_lookup_and_gpu_names(tiny_model_dir):
+def test_catalog_lookup(tiny_model_dir):
     assert catalog_entry("google/gemma-4-E2B-it-qat-w4a16-ct") == ("e2b", "qat-w4a16")
     assert catalog_entry("google/gemma-4-12B-it") == ("12b", "bf16")
     assert catalog_entry("someone/llama") is None
     assert catalog_entry(str(tiny_model_dir)) is None  # the tiny model matches no real size
-    assert gpu_key("Tesla T4", "t4") == "t4" and gpu_key("NVIDIA L4", "t4") == "l4"
-    assert gpu_key(None, "t4") == "t4"
 
 
 def test_local_checkpoint_facts(tiny_model_dir):

@@ -255,9 +255,7 @@ def test_a_gpu_other_than_a_t4_is_priced_and_rooflined_as_itself():
     l4 = nb.runtime_check("auto", allowed=("cpu", "t4"), probes=_probes("NVIDIA L4", "8.9", "580.82.07"), show=False)
     assert l4.target == "t4" and l4.gpu_key == "l4" and not l4.is_t4
     assert any("Turing steps" in n and "skipped" in n for n in l4.notes)
-    assert nb.price_for("l4").key == "gce:g2-standard-4" and nb.price_for(None).key == "gce:n1-standard-2+t4"
-    assert [nb.gpu_key(n) for n in ("Tesla T4", "NVIDIA A10G", "NVIDIA H100 80GB HBM3", "Quadro RTX 8000")] == \
-        ["t4", "a10g", "h100", None]
+    assert l4.roofline_gpu == "l4" and any("priced and roofline'd as l4" in n for n in l4.notes)
 
 
 def test_model_sizes_are_filtered_by_the_fit_calculator_for_the_detected_gpu(capsys):

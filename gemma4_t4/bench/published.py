@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypedDict
 from urllib.parse import urlsplit
 
+from gemma4_t4.hardware import PRICES, identify_gpu
+
 if TYPE_CHECKING:
     from gemma4_t4.bench.results import BenchRun
 
@@ -237,10 +239,13 @@ GRID_26B_Q_PROJ = PublishedGridCheck("gemma-4-26B-A4B", "layer 0 q_proj", 11.5e6
 @dataclass(frozen=True)
 class Kind:
     """What a figure was measured on: the model's size ("E2B", ..., or "tiny" for the random CI
-    model) and the GPU class ("t4", "l4", ... or "cpu"). ``None``: not known from what was recorded."""
+    model) and the GPU class ("t4", "l4", ... or "cpu"). ``None``: not known from what was recorded.
+    ``gpu_name``: a GPU the hardware table does not list, as nvidia-smi named it (``gpu`` is then
+    None: it is compared with nothing and priced as nothing, but named)."""
 
     model_size: str | None
     gpu: str | None
+    gpu_name: str | None = None
 
     @property
     def known(self) -> bool:
@@ -250,12 +255,12 @@ class Kind:
         """Why a throughput measured on this kind is no $ per million tokens (None: it is one).
         Only a real Gemma 4 size on the GPU it is priced as gets a price; a tiny random model's
         speed, a CPU's, or an unrecorded kind's says nothing about what serving Gemma 4 costs."""
-        from gemma4_t4.hardware import PRICES
-
-        if self.model_size is None or self.gpu is None:
+        if self.model_size is None or (self.gpu is None and not self.gpu_name):
             return "no $/Mtok: the run did not record which model and GPU it measured"
         if self.model_size == "tiny":
             return f"no $/Mtok: {self.describe()} is a method check, not a price of serving Gemma 4"
+        if self.gpu is None:
+            return f"no $/Mtok: {self.gpu_name} is not in the hardware table, so no price is known for it"
         if self.gpu == "cpu":
             return f"no $/Mtok: {self.describe()} is not a priced GPU deployment"
         if priced_gpu is not None and priced_gpu != self.gpu:
@@ -266,7 +271,12 @@ class Kind:
 
     def describe(self) -> str:
         model = "a tiny random model" if self.model_size == "tiny" else (self.model_size or "an unknown model")
-        gpu = "a CPU" if self.gpu == "cpu" else (self.gpu.upper() if self.gpu else "unknown hardware")
+        if self.gpu == "cpu":
+            gpu = "a CPU"
+        elif self.gpu:
+            gpu = self.gpu.upper()
+        else:
+            gpu = f"{self.gpu_name} (not in the hardware table)" if self.gpu_name else "unknown hardware"
         return f"{model} on {gpu}"
 
 
@@ -289,19 +299,6 @@ def model_size_of(*names: str | None) -> str | None:
     return None
 
 
-def gpu_class_of(gpu_name: str | None) -> str | None:
-    """The hardware table's key of a GPU nvidia-smi names ("Tesla T4" -> "t4"), else None."""
-    from gemma4_t4.hardware import GPUS
-
-    if not gpu_name:
-        return None
-    words = gpu_name.lower().replace("-", " ").split()
-    for key in sorted(GPUS, key=len, reverse=True):
-        if key.split("-")[0] in words:
-            return key
-    return None
-
-
 def measured_kind(run: BenchRun) -> Kind:
     """The kind of what a :class:`~gemma4_t4.bench.results.BenchRun` measured, from what it
     recorded: the served name, the model root vLLM reported, the launch record's model and
@@ -316,7 +313,9 @@ def measured_kind(run: BenchRun) -> Kind:
     if launch_config.get("target") == "cpu":
         gpu = "cpu"
     elif local and gpus:
-        gpu = gpu_class_of(gpus[0].get("name"))
+        name = gpus[0].get("name")
+        known = identify_gpu(name)
+        return Kind(size, known.key if known else None, None if known else name)
     elif local and info.server.backend == "openai-http":
         gpu = "cpu"  # a server on this host, which has no NVIDIA GPU
     else:

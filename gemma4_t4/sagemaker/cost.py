@@ -8,7 +8,7 @@ import datetime as dt
 import math
 from dataclasses import dataclass
 
-from gemma4_t4.hardware import PRICES
+from gemma4_t4.hardware import sagemaker_price
 from gemma4_t4.sagemaker.config import EXPIRES_TAG, PROJECT_TAG, PROJECT_VALUE
 
 
@@ -44,7 +44,7 @@ class CostEstimate:
 
 
 def estimate(instance_type: str, instance_count: int = 1) -> CostEstimate:
-    price = PRICES.get(f"sagemaker:{instance_type}")
+    price = sagemaker_price(instance_type)
     if price is None:
         return CostEstimate(instance_type, instance_count, None, None, None)
     return CostEstimate(

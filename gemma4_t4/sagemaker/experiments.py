@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 from gemma4_t4.bench.specs import WorkloadSpec
 from gemma4_t4.endpoint import Budget
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.hardware import sagemaker_price
 from gemma4_t4.sagemaker.config import DeployConfig
 from gemma4_t4.sagemaker.matrix import (
     EndpointHandling,
@@ -64,9 +65,7 @@ def served_name(config: DeployConfig) -> str:
 
 def instance_gpu(instance_type: str) -> str | None:
     """The :data:`gemma4_t4.hardware.PRICES` GPU key of a SageMaker instance type (prices $/Mtok)."""
-    from gemma4_t4.hardware import PRICES
-
-    price = PRICES.get(f"sagemaker:{instance_type}")
+    price = sagemaker_price(instance_type)
     return price.gpu if price else None
 
 
