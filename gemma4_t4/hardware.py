@@ -98,7 +98,7 @@ def price_key(platform: str, instance: str) -> str:
 
 @dataclass(frozen=True)
 class InstancePrice:
-    key: str  # price_key(platform, instance), with a region suffix where one platform has two
+    key: str  # price_key(platform, a short instance name; ":region" where one platform has two)
     platform: str  # sagemaker | ec2 | gce | cloudrun | colab
     instance: str
     gpu: str  # key into GPUS
@@ -118,11 +118,11 @@ PRICES: dict[str, InstancePrice] = {
         InstancePrice(price_key("sagemaker", "ml.g6.xlarge"), "sagemaker", "ml.g6.xlarge", "l4", 1, 1.1267, "us-east-2", _AWS),
         InstancePrice(price_key("ec2", "g4dn.xlarge"), "ec2", "g4dn.xlarge", "t4", 1, 0.526, "us-east-2", _AWS),
         InstancePrice(price_key("ec2", "g6.xlarge"), "ec2", "g6.xlarge", "l4", 1, 0.8048, "us-east-2", _AWS),
-        InstancePrice("gce:n1-standard-2+t4", "gce", "n1-standard-2 + 1x T4", "t4", 1, 0.4770, "us-east4", _GCP),
-        InstancePrice("gce:n1-standard-2+t4:us-west2", "gce", "n1-standard-2 + 1x T4", "t4", 1, 0.5241, "us-west2",
+        InstancePrice(price_key("gce", "n1-standard-2+t4"), "gce", "n1-standard-2 + 1x T4", "t4", 1, 0.4770, "us-east4", _GCP),
+        InstancePrice(price_key("gce", "n1-standard-2+t4:us-west2"), "gce", "n1-standard-2 + 1x T4", "t4", 1, 0.5241, "us-west2",
                       _GCP),
-        InstancePrice("gce:g2-standard-4", "gce", "g2-standard-4", "l4", 1, 0.7045, "us-central1", _GCP),
-        InstancePrice("cloudrun:l4", "cloudrun", "Cloud Run L4", "l4", 1, 1.4209, "us-central1", _GCP),
+        InstancePrice(price_key("gce", "g2-standard-4"), "gce", "g2-standard-4", "l4", 1, 0.7045, "us-central1", _GCP),
+        InstancePrice(price_key("cloudrun", "l4"), "cloudrun", "Cloud Run L4", "l4", 1, 1.4209, "us-central1", _GCP),
     ]
 }
 
