@@ -520,9 +520,10 @@ class Endpoint:
         progress: bool = True,
         watch_s: float = 5.0,
     ) -> Endpoint:
-        """Deploy ``config`` and wait until it is InService. A failed deploy rolls back what it created; an interrupted one (Ctrl-C, SIGTERM,
-        SIGHUP) deletes it. With ``budget`` the endpoint is refused before deploying when its
-        estimate does not fit, and deleted the moment the budget is spent."""
+        """Deploy ``config`` and wait until it is InService. A failed deploy rolls back what it
+        created; an interrupted one (Ctrl-C, SIGTERM, SIGHUP) deletes it. With ``budget`` the
+        endpoint is refused before deploying when its estimate does not fit, and deleted the moment
+        the budget is spent."""
         from gemma4_t4.sagemaker.aws import client_factory
         from gemma4_t4.sagemaker.deploy import deploy, deploy_cost
         from gemma4_t4.sagemaker.ops import delete_endpoint
@@ -612,8 +613,9 @@ def _gpu_key(gpu_name: str | None) -> str | None:
 
 
 def start_owned_server(config: ServerConfig) -> VLLMServer:
-    """Start ``config`` through the start gate, owned by this process: its supervisor stops it when this process dies, even by ``kill -9``, and an
-    interrupted wait stops what it started. Returns the :class:`gemma4_t4.server.VLLMServer`."""
+    """Start ``config`` through the start gate, owned by this process: its supervisor stops it when
+    this process dies, even by ``kill -9``, and an interrupted wait stops what it started. Returns
+    the :class:`gemma4_t4.server.VLLMServer`."""
     from gemma4_t4.server import start_server
 
     pid, created = _this_process()
