@@ -33,12 +33,13 @@ from typing import Any
 import psutil
 from pydantic import BaseModel, ConfigDict, Field
 
-from gemma4_t4 import cpuisa, env, models, turing
+from gemma4_t4 import cpuisa, env, models
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.hardware import GPUS, get_gpu
 from gemma4_t4.jsonable import TypedDict, to_jsonable
 from gemma4_t4.proof import turing_proof
 from gemma4_t4.torchfix import plan_torch_fix
+from gemma4_t4.turing.state import status as turing_status
 
 GIB = 1024**3
 # The head-512 attention launch needs this much shared memory per block with vLLM's default tiles.
@@ -458,7 +459,7 @@ def probe_turing(compute_capability: tuple[int, int] | None) -> GateFacts:
 
     The proof runs only for a device that needs the fix; without a readable device it stays unknown.
     """
-    status = turing.status()
+    status = turing_status()
     facts = GateFacts(turing_fix_active=bool(status.active), turing_detail=status.summary)
     if compute_capability is not None and env.needs_turing_fix(None, compute_capability):
         proof = turing_proof("sm_75")  # the devices that need the fix are Turing-class: its limits are proven

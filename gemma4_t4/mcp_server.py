@@ -39,7 +39,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, TypeAdapter, model_validator
 
-from gemma4_t4 import env, secrets, signals, speculative, turing
+from gemma4_t4 import env, secrets, signals, speculative
 from gemma4_t4.bench import specs as bench_specs  # the spec classes: the benchmark's client loads in a run
 from gemma4_t4.bench.schemas import RunReport
 from gemma4_t4.bench.specs import AnySpec
@@ -61,6 +61,9 @@ from gemma4_t4.server import (
     start_server,
     stop_server,
 )
+from gemma4_t4.turing import filepatch
+from gemma4_t4.turing import state as turing_state
+from gemma4_t4.turing import verify as turing_verify
 
 try:
     from mcp.server import MCPServer
@@ -309,10 +312,10 @@ class GpuArchResult(BaseModel):
 
 
 class TuringCheckResult(BaseModel):
-    status: turing.TuringStatus
+    status: turing_state.TuringStatus
     ok: bool = Field(description="the fix reaches vLLM (and, with functional=True, the sm_75 compile proves it)")
     summary: str
-    verify: turing.VerifyReport | None = Field(
+    verify: turing_verify.VerifyReport | None = Field(
         None, description="the sm_75 proof (functional=True); its launches are only the ones that fail"
     )
 
@@ -321,8 +324,8 @@ class TuringPatchResult(BaseModel):
     refused: bool
     reason: str | None = None
     would: list[str] = []
-    status: turing.TuringStatus
-    result: turing.FilePatchResult | None = None
+    status: turing_state.TuringStatus
+    result: filepatch.FilePatchResult | None = None
     message: str | None = None
 
 
@@ -757,10 +760,10 @@ def verify_gpu_arch() -> GpuArchResult:
 @tool(LOCAL_READ_ONLY)
 def verify_turing_patch(functional: bool = False, arch: str = "sm_75") -> TuringCheckResult:
     """Does the Turing fix reach vLLM (plugin or file patch)? functional=True compiles vLLM's kernel for arch."""
-    state = turing.status()
+    state = turing_state.status()
     result = TuringCheckResult(status=state, ok=state.active, summary=state.summary)
     if functional:
-        verified = turing.verify(arch)
+        verified = turing_verify.verify(arch)
         result.verify = verified.model_copy(update={"launches": verified.failures()})
         result.ok = bool(verified.ok and state.active)
     return result
@@ -772,7 +775,7 @@ def apply_turing_patch(revert: bool = False, confirm: Confirm = False) -> Turing
 
     Needs confirm=True. When the installed plugin already reaches vLLM nothing is changed.
     """
-    state = turing.status()
+    state = turing_state.status()
     if not confirm:
         would = ["restore vLLM's kernel file from its backup"] if revert else (
             ["nothing: the plugin already reaches every vLLM process"] if state.active
@@ -780,12 +783,12 @@ def apply_turing_patch(revert: bool = False, confirm: Confirm = False) -> Turing
         return TuringPatchResult(refused=True, reason="this changes the installed vLLM: call again with confirm=True",
                                  would=would, status=state)
     if revert:
-        done = turing.revert_file_patch()
-        return TuringPatchResult(refused=False, result=done, status=turing.status())
+        done = filepatch.revert_file_patch()
+        return TuringPatchResult(refused=False, result=done, status=turing_state.status())
     if state.active:
         return TuringPatchResult(refused=False, status=state, message="already active: " + state.summary)
-    done = turing.apply_file_patch()
-    return TuringPatchResult(refused=False, result=done, status=turing.status())
+    done = filepatch.apply_file_patch()
+    return TuringPatchResult(refused=False, result=done, status=turing_state.status())
 
 
 @tool(CREATES)

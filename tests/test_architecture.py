@@ -169,6 +169,66 @@ def test_bench_and_turing_keep_to_their_layers():
     assert layer_violations(import_graph()) == []
 
 
+# What the benchmark must not load, even through another module: it measures any OpenAI-compatible
+# server, so the code that launches and supervises one (the serving stack of docs/architecture.md's
+# picture), the host model and host changes, and the Turing fix stay out of its process.
+BENCH_MUST_NOT_LOAD = (
+    "gemma4_t4.server",
+    "gemma4_t4.gate",
+    "gemma4_t4.supervisor",
+    "gemma4_t4.endpoint",
+    "gemma4_t4.launch_profile",
+    "gemma4_t4.cpuattn",
+    "gemma4_t4.cpuisa",
+    "gemma4_t4.speculative",
+    "gemma4_t4.proof",
+    "gemma4_t4.env",
+    "gemma4_t4.setup",
+    "gemma4_t4.torchfix",
+    "gemma4_t4.turing",
+    "gemma4_t4.tune",
+    "gemma4_t4.ttft_route",
+    "gemma4_t4.drafter_bench",
+)
+
+_LIST_LOADED = """
+import importlib, json, pkgutil, sys
+import gemma4_t4.bench as bench
+for info in pkgutil.walk_packages(bench.__path__, "gemma4_t4.bench."):
+    importlib.import_module(info.name)
+print(json.dumps(sorted(m for m in sys.modules if m.startswith("gemma4_t4"))))
+"""
+
+
+def loaded_by_importing_bench() -> list[str]:
+    """Every package module in ``sys.modules`` after importing every module of ``gemma4_t4.bench``
+    in a fresh interpreter (so what this test process already imported does not count)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    path = os.pathsep.join(filter(None, [str(PACKAGE.parent), os.environ.get("PYTHONPATH")]))
+    done = subprocess.run([sys.executable, "-c", _LIST_LOADED], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": path}, check=False)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_importing_the_benchmark_loads_no_serving_host_or_turing_module():
+    loaded = loaded_by_importing_bench()
+    assert "gemma4_t4.bench.workloads" in loaded and "gemma4_t4.bench.telemetry" in loaded
+    leaked = [m for m in loaded if any(_under(m, f) for f in BENCH_MUST_NOT_LOAD)]
+    assert leaked == [], f"importing gemma4_t4.bench loads {leaked}; all loaded: {loaded}"
+
+
+def test_the_turing_package_face_imports_no_submodule():
+    """Importing ``gemma4_t4.turing.smem`` (the host model's shared-memory model) must not load the
+    vLLM plugin, the prefill route or the offline verifier through the package's ``__init__``."""
+    init = ast.parse((PACKAGE / "turing" / "__init__.py").read_text())
+    assert [stmt for stmt, _local in _imports(init)] == []
+
+
 def private_name_uses() -> list[str]:
     """``from gemma4_t4.x import _name`` and ``alias._name`` where ``alias`` is another package
     module: a private name is that module's business."""

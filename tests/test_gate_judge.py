@@ -297,8 +297,8 @@ def test_real_collectors_on_this_machine():
     """The default probes (doctor, Turing status, psutil, catalog) run here without a GPU."""
     import psutil
 
-    from gemma4_t4 import turing
     from gemma4_t4.gate import probe_turing
+    from gemma4_t4.turing import state as turing
 
     found = probe_turing(None)
     status = turing.status()

@@ -44,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _status(args: argparse.Namespace) -> Output:
-    from gemma4_t4.turing import status
+    from gemma4_t4.turing.state import status
 
     state = status()
     patch = state.file_patch
@@ -67,7 +67,7 @@ def _patch_state(patch) -> str:
 
 
 def _verify(args: argparse.Namespace) -> Output:
-    from gemma4_t4.turing import verify
+    from gemma4_t4.turing.verify import verify
 
     report = verify(args.arch, limit_bytes=args.limit_bytes, vllm_root=args.vllm_root, jobs=args.jobs)
     lines = [
@@ -125,14 +125,14 @@ def _bench_prefill(args: argparse.Namespace) -> Output:
 
 
 def _apply(args: argparse.Namespace) -> Output:
-    from gemma4_t4.turing import apply_file_patch
+    from gemma4_t4.turing.filepatch import apply_file_patch
 
     result = apply_file_patch(args.path)
     return Output(result, f"{result.action}: {result.path}\n{result.message}")
 
 
 def _revert(args: argparse.Namespace) -> Output:
-    from gemma4_t4.turing import revert_file_patch
+    from gemma4_t4.turing.filepatch import revert_file_patch
 
     result = revert_file_patch(args.path)
     return Output(result, f"{result.action}: {result.path}\n{result.message}")
