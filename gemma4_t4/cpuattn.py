@@ -37,6 +37,7 @@ from typing import Any
 
 from gemma4_t4.atomic import atomic_write_json
 from gemma4_t4.cache import cache_root
+from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.jsonable import TypedDict
 
 # the verdict records live with the launch record that stores them, below the benchmark
@@ -242,8 +243,6 @@ def choose(python: str | None = None, refresh: bool = False, prober: Prober | No
             )
             break
     if choice is None:
-        from gemma4_t4.errors import Gemma4T4Error
-
         raise Gemma4T4Error(
             "vLLM's CPU attention fails on this machine in every configuration: "
             + "; ".join(f"{p.candidate}: {p.signal or p.detail}" for p in probes),

@@ -33,6 +33,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal, TypedDict
 
+from pydantic import BaseModel, Field, model_validator
+
 from gemma4_t4 import setup as setup_plan
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.jsonable import JSONObject, to_jsonable
@@ -257,19 +259,22 @@ class PairStatus:
     detail: str
 
 
-@dataclass
-class EnvReport:
+class EnvReport(BaseModel):
+    """The doctor's report: host facts, the vLLM + transformers pair, problems (most severe first);
+    also what the MCP ``check_environment`` tool answers."""
+
     facts: Facts
     pair: PairStatus
     problems: list[Problem]
+    ok: bool = Field(False, description="no problem of severity 'error' (always derived from problems)")
 
-    @property
-    def ok(self) -> bool:
-        return not any(p.severity == "error" for p in self.problems)
+    @model_validator(mode="after")
+    def _derive_ok(self) -> EnvReport:
+        self.ok = not any(p.severity == "error" for p in self.problems)
+        return self
 
     def to_dict(self) -> JSONObject:  # the doctor's --json output
         data: JSONObject = to_jsonable(self)
-        data["ok"] = self.ok
         data["gpu_choice"] = to_jsonable(self.facts.gpu_choice)
         return data
 

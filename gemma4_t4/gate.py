@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from gemma4_t4 import cpuisa, env, models
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.hardware import GPUS, get_gpu
-from gemma4_t4.jsonable import TypedDict, to_jsonable
+from gemma4_t4.jsonable import to_jsonable
 from gemma4_t4.proof import turing_proof
 from gemma4_t4.torchfix import plan_torch_fix
 from gemma4_t4.turing.state import status as turing_status
@@ -49,14 +49,6 @@ ATTENTION_SMEM_NEEDED = 98_304
 # 7,252 MiB RAM + 6,205-6,761 MiB swap for 9.5 GiB of weights [inferred from measured peaks].
 LOAD_OVERHEAD_BYTES = 4 * GIB
 DISK_MARGIN = 1.05  # download temp files and metadata
-
-
-class DoctorError(TypedDict):
-    """A blocking finding of ``gemma4-t4 doctor`` that the gate passes on as a reason."""
-
-    code: str
-    message: str
-    fix: str | None
 
 
 class GateFacts(BaseModel):
@@ -104,7 +96,7 @@ class GateFacts(BaseModel):
     weights_on_disk: bool | None = None
     disk_path: str | None = None
     disk_free_bytes: int | None = None
-    doctor_errors: list[DoctorError] = Field(default_factory=list)  # other blocking doctor findings
+    doctor_errors: list[env.Problem] = Field(default_factory=list)  # other blocking doctor findings
     # the CPU target: an int4 model and whether vLLM's CPU build here has the int4 kernel
     model_int4: bool | None = None
     cpu_int4_kernel: bool | None = None
@@ -393,9 +385,9 @@ def _judge_doctor(facts: GateFacts) -> list[GateReason]:
     for problem in facts.doctor_errors:
         reasons.append(
             GateReason(
-                f"doctor:{problem.get('code')}",
-                str(problem.get("message")),
-                problem.get("fix") or "run gemma4-t4 doctor for details",
+                f"doctor:{problem.code}",
+                problem.message,
+                problem.fix or "run gemma4-t4 doctor for details",
             )
         )
     return reasons
@@ -431,7 +423,7 @@ def facts_from_host(report: env.EnvReport) -> GateFacts:
         smem_per_block_optin=f.smem_per_block_optin,
         gpu_memory_bytes=gpu.memory_mib * 2**20 if gpu and gpu.memory_mib else None,
         doctor_errors=[
-            DoctorError(code=p.code, message=p.message, fix=p.fix)
+            p
             for p in report.problems
             if p.severity == "error" and p.code not in _DOCTOR_CODES_COVERED
         ],

@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypedDict
 from urllib.parse import urlsplit
 
+from gemma4_t4.hardware import GPUS, PRICES
+from gemma4_t4.models import VARIANTS
+
 if TYPE_CHECKING:
     from gemma4_t4.bench.results import BenchRun
 
@@ -250,8 +253,6 @@ class Kind:
         """Why a throughput measured on this kind is no $ per million tokens (None: it is one).
         Only a real Gemma 4 size on the GPU it is priced as gets a price; a tiny random model's
         speed, a CPU's, or an unrecorded kind's says nothing about what serving Gemma 4 costs."""
-        from gemma4_t4.hardware import PRICES
-
         if self.model_size is None or self.gpu is None:
             return "no $/Mtok: the run did not record which model and GPU it measured"
         if self.model_size == "tiny":
@@ -275,8 +276,6 @@ _SIZE_TOKEN = re.compile(r"(?<![a-z0-9])(e2b|e4b|12b|26b-a4b|31b)(?![a-z0-9])")
 
 def model_size_of(*names: str | None) -> str | None:
     """The Gemma 4 size a served name, model id or model folder names ("tiny" for the CI model)."""
-    from gemma4_t4.models import VARIANTS
-
     for name in names:
         if not name:
             continue
@@ -291,8 +290,6 @@ def model_size_of(*names: str | None) -> str | None:
 
 def gpu_class_of(gpu_name: str | None) -> str | None:
     """The hardware table's key of a GPU nvidia-smi names ("Tesla T4" -> "t4"), else None."""
-    from gemma4_t4.hardware import GPUS
-
     if not gpu_name:
         return None
     words = gpu_name.lower().replace("-", " ").split()
