@@ -272,8 +272,12 @@ def test_bench_and_turing_keep_to_their_layers():
 
 # What the benchmark must not load, even through another module: it measures any OpenAI-compatible
 # server, so the code that launches and supervises one (the serving stack of docs/architecture.md's
-# picture), the host model and host changes, and the Turing fix stay out of its process.
+# picture), the host model and host changes, the Turing fix, and the adapters above it (CLI, MCP
+# server, notebook API) stay out of its process.
 BENCH_MUST_NOT_LOAD = (
+    "gemma4_t4.cli",
+    "gemma4_t4.mcp_server",
+    "gemma4_t4.notebook",
     "gemma4_t4.server",
     "gemma4_t4.gate",
     "gemma4_t4.supervisor",
