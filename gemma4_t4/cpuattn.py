@@ -35,11 +35,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
-
 from gemma4_t4.atomic import atomic_write_json
 from gemma4_t4.cache import cache_root
+from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.jsonable import TypedDict
+
+# the verdict records live with the launch record that stores them, below the benchmark
+from gemma4_t4.launch_record import Choice, ProbeResult
 from gemma4_t4.versions import package_version
 
 ISA_ENV = "GEMMA4_T4_CPU_ATTN_ISA"  # e.g. "vec": used where vLLM would pick "amx"
@@ -63,25 +65,6 @@ MAX_ABS_ERR = {"bfloat16": 0.05, "float32": 1e-3}
 
 def cache_dir() -> Path:
     return cache_root() / "probes"
-
-
-class ProbeResult(BaseModel):
-    """One candidate's probe verdict (stored in the cached verdict and the launch record)."""
-
-    candidate: str  # a name from CANDIDATES
-    dtype: str
-    ok: bool
-    returncode: int | None
-    signal: str | None = None  # e.g. SIGILL: the op killed the probe process
-    isa: str | None = None  # the attention kernel(s) vLLM used, as the probe saw it
-    max_abs_err: float | None = None
-    detail: str = ""
-    seconds: float | None = None
-
-    @property
-    def unavailable(self) -> bool:
-        """The probe could not run at all (no vLLM CPU in that interpreter): says nothing about the op."""
-        return not self.ok and self.signal is None and self.max_abs_err is None
 
 
 class Fingerprint(TypedDict):
@@ -109,19 +92,6 @@ class CaseReport(TypedDict):
     dtype: str
     max_abs_err: float
     cases: int
-
-
-class Choice(BaseModel):
-    """The attention path the CPU server uses: what the cache keeps (without ``cached``) and the
-    launch record stores as ``cpu_attention``."""
-
-    candidate: str
-    dtype: str
-    env: dict[str, str]  # set in the server's environment (read by every vLLM process)
-    reason: str
-    probes: list[ProbeResult] = Field(default_factory=list)
-    cached: bool = False
-    fingerprint_id: str | None = None
 
 
 def fingerprint(python: str | None = None) -> Fingerprint:
@@ -273,8 +243,6 @@ def choose(python: str | None = None, refresh: bool = False, prober: Prober | No
             )
             break
     if choice is None:
-        from gemma4_t4.errors import Gemma4T4Error
-
         raise Gemma4T4Error(
             "vLLM's CPU attention fails on this machine in every configuration: "
             + "; ".join(f"{p.candidate}: {p.signal or p.detail}" for p in probes),

@@ -37,7 +37,6 @@ from pathlib import Path
 
 from gemma4_t4.atomic import atomic_write_json
 from gemma4_t4.cache import cache_root
-from gemma4_t4.jsonable import TypedDict
 from gemma4_t4.runner import Runner, probe_runner
 from gemma4_t4.versions import package_version
 
@@ -50,19 +49,6 @@ INT4_FIX = (
     "serve int4 checkpoints on a GPU (--target t4), or on a CPU with AVX-512 (vLLM's CPU build has the "
     "int4 kernel only there); on this CPU serve the bf16 source instead"
 )
-
-
-class CpuBuildRecord(TypedDict):
-    """A :class:`CpuBuild` as JSON (asdict), the cached verdict."""
-
-    isa: str
-    extension: str
-    library: str | None
-    int4: bool | None
-    reason: str
-    vllm_version: str | None
-    seconds: float | None
-    cached: bool
 
 
 @dataclass
@@ -91,8 +77,9 @@ class CpuBuild:
             f"({INT4_OP} is built for AVX-512 only)"
         )
 
-    def to_dict(self) -> CpuBuildRecord:
-        return CpuBuildRecord(**asdict(self))
+    def to_dict(self) -> dict[str, str | bool | float | None]:
+        """The cached verdict's JSON (the same fields: the dataclass is the record)."""
+        return asdict(self)
 
 
 def read_cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:

@@ -102,6 +102,7 @@ def _record_path(venue: Venue, name: str, port: int | None = None) -> Path:
 
 
 def _owner_alive(record: OwnershipRecord) -> bool:
+    # lazy: the local serving stack (server, start gate, supervisor, psutil) loads only where a local server is started, adopted or checked
     from gemma4_t4.server import pid_alive
 
     return pid_alive(record.owner_pid, record.owner_create_time)
@@ -165,6 +166,7 @@ _SAME_CREATION_S = 2.0
 def _reap_sagemaker(record: OwnershipRecord, sagemaker_client: object) -> str:
     """Delete the endpoint a dead owner deployed, identified by its CreationTime: the name alone may
     now belong to an endpoint someone deployed after the owner died, which is not this record's."""
+    # lazy: the SageMaker modules load only for a SageMaker endpoint (a local one never needs them)
     from gemma4_t4.sagemaker.aws import client_factory
     from gemma4_t4.sagemaker.ops import delete_endpoint
 
@@ -202,6 +204,7 @@ def _reap_local(record: OwnershipRecord) -> str:
     """Stop the server a dead owner started, identified by its supervisor's pid and start time
     (what the server's state file names): the port and work dir alone may now hold another
     server, started by hand after the owner died, which is not this record's to stop."""
+    # lazy: the local serving stack (server, start gate, supervisor, psutil) loads only where a local server is started, adopted or checked
     from gemma4_t4.server import VLLMServer, state_path
 
     path = state_path(record.work_dir or ".", record.port or 0)
@@ -474,6 +477,7 @@ class Endpoint:
         block ends, when the process exits, and by the server's supervisor when the process is killed.
         An interrupted start stops what it started. ``gpu_name``: the GPU it serves on as nvidia-smi
         names it (``runtime.gpu_name``); none for the CPU target."""
+        # lazy: the local serving stack (server, start gate, supervisor, psutil) loads only where a local server is started, adopted or checked
         from gemma4_t4.server import VLLMServer
 
         reap_orphans()
@@ -524,6 +528,7 @@ class Endpoint:
         created; an interrupted one (Ctrl-C, SIGTERM, SIGHUP) deletes it. With ``budget`` the
         endpoint is refused before deploying when its estimate does not fit, and deleted the moment
         the budget is spent."""
+        # lazy: the SageMaker modules load only for a SageMaker endpoint (a local one never needs them)
         from gemma4_t4.sagemaker.aws import client_factory
         from gemma4_t4.sagemaker.deploy import deploy, deploy_cost
         from gemma4_t4.sagemaker.ops import delete_endpoint
@@ -616,6 +621,7 @@ def start_owned_server(config: ServerConfig) -> VLLMServer:
     """Start ``config`` through the start gate, owned by this process: its supervisor stops it when
     this process dies, even by ``kill -9``, and an interrupted wait stops what it started. Returns
     the :class:`gemma4_t4.server.VLLMServer`."""
+    # lazy: the local serving stack (server, start gate, supervisor, psutil) loads only where a local server is started, adopted or checked
     from gemma4_t4.server import start_server
 
     pid, created = _this_process()
@@ -641,6 +647,7 @@ class _BudgetWatch(threading.Thread):
     def run(self) -> None:
         while not self.endpoint.stopped:
             if self.budget.spent_usd >= self.budget.usd:
+                # lazy: the SageMaker modules load only for a SageMaker endpoint (a local one never needs them)
                 from gemma4_t4.sagemaker.cost import usd
 
                 self.endpoint.stopped_reason = (

@@ -33,12 +33,13 @@ from typing import Protocol
 import psutil
 from pydantic import BaseModel, ConfigDict, Field
 
-from gemma4_t4 import cpuisa, env, models, turing
+from gemma4_t4 import cpuisa, env, models
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.hardware import GPUS, identify_gpu
-from gemma4_t4.jsonable import TypedDict, to_jsonable
+from gemma4_t4.jsonable import to_jsonable
 from gemma4_t4.proof import turing_proof
 from gemma4_t4.torchfix import plan_torch_fix
+from gemma4_t4.turing.state import status as turing_status
 
 GIB = 1024**3
 # The head-512 attention launch needs this much shared memory per block with vLLM's default tiles.
@@ -78,14 +79,6 @@ class GatedLaunch(Protocol):
     language_model_only: bool
 
     def draft_plan(self) -> DrafterChoice: ...
-
-
-class DoctorError(TypedDict):
-    """A blocking finding of ``gemma4-t4 doctor`` that the gate passes on as a reason."""
-
-    code: str
-    message: str
-    fix: str | None
 
 
 class GateFacts(BaseModel):
@@ -133,7 +126,7 @@ class GateFacts(BaseModel):
     weights_on_disk: bool | None = None
     disk_path: str | None = None
     disk_free_bytes: int | None = None
-    doctor_errors: list[DoctorError] = Field(default_factory=list)  # other blocking doctor findings
+    doctor_errors: list[env.Problem] = Field(default_factory=list)  # other blocking doctor findings
     # the CPU target: an int4 model and whether vLLM's CPU build here has the int4 kernel
     model_int4: bool | None = None
     cpu_int4_kernel: bool | None = None
@@ -422,9 +415,9 @@ def _judge_doctor(facts: GateFacts) -> list[GateReason]:
     for problem in facts.doctor_errors:
         reasons.append(
             GateReason(
-                f"doctor:{problem.get('code')}",
-                str(problem.get("message")),
-                problem.get("fix") or "run gemma4-t4 doctor for details",
+                f"doctor:{problem.code}",
+                problem.message,
+                problem.fix or "run gemma4-t4 doctor for details",
             )
         )
     return reasons
@@ -460,7 +453,7 @@ def facts_from_host(report: env.EnvReport) -> GateFacts:
         smem_per_block_optin=f.smem_per_block_optin,
         gpu_memory_bytes=gpu.memory_mib * 2**20 if gpu and gpu.memory_mib else None,
         doctor_errors=[
-            DoctorError(code=p.code, message=p.message, fix=p.fix)
+            p
             for p in report.problems
             if p.severity == "error" and p.code not in _DOCTOR_CODES_COVERED
         ],
@@ -488,7 +481,7 @@ def probe_turing(compute_capability: tuple[int, int] | None) -> GateFacts:
 
     The proof runs only for a device that needs the fix; without a readable device it stays unknown.
     """
-    status = turing.status()
+    status = turing_status()
     facts = GateFacts(turing_fix_active=bool(status.active), turing_detail=status.summary)
     if compute_capability is not None and env.needs_turing_fix(None, compute_capability):
         proof = turing_proof("sm_75")  # the devices that need the fix are Turing-class: its limits are proven

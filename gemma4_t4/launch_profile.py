@@ -17,7 +17,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
-from gemma4_t4 import __version__
+from gemma4_t4 import __version__, env, turing
 from gemma4_t4.cache import cache_root
 from gemma4_t4.versions import package_version
 
@@ -96,8 +96,6 @@ class LaunchProfile(BaseModel):
 
 def fix_version() -> str:
     """The package's version and a hash of the Turing fix's code (tile cap, smem model, prefill route)."""
-    from gemma4_t4 import turing
-
     digest = hashlib.sha256()
     for name in ("smem.py", "tilecap.py", "prefill.py", "plugin.py"):
         digest.update((Path(turing.__file__).with_name(name)).read_bytes())
@@ -107,8 +105,6 @@ def fix_version() -> str:
 def nvidia_smi_gpu_name() -> str | None:
     """The name of the GPU the host plan uses (:func:`gemma4_t4.env.choose_gpu`: CUDA_VISIBLE_DEVICES,
     else a T4 on a mixed host), as nvidia-smi says it; None when none is visible or chosen."""
-    from gemma4_t4 import env
-
     probes = env.Probes()
     state = env.probe_gpu_state(probes)
     gpu = env.choose_gpu(state.gpus, probes.env.get("CUDA_VISIBLE_DEVICES"),

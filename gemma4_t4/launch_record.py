@@ -10,12 +10,44 @@ from typing import Any, NotRequired
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gemma4_t4.cpuattn import Choice
 from gemma4_t4.jsonable import TypedDict
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
 DEFAULT_WORK_DIR = ".cache/gemma4_t4"
+
+
+class ProbeResult(BaseModel):
+    """One candidate's verdict from the CPU attention probe (:mod:`gemma4_t4.cpuattn`), stored in its
+    cached verdict and in the launch record."""
+
+    candidate: str  # a name from cpuattn.CANDIDATES
+    dtype: str
+    ok: bool
+    returncode: int | None
+    signal: str | None = None  # e.g. SIGILL: the op killed the probe process
+    isa: str | None = None  # the attention kernel(s) vLLM used, as the probe saw it
+    max_abs_err: float | None = None
+    detail: str = ""
+    seconds: float | None = None
+
+    @property
+    def unavailable(self) -> bool:
+        """The probe could not run at all (no vLLM CPU in that interpreter): says nothing about the op."""
+        return not self.ok and self.signal is None and self.max_abs_err is None
+
+
+class Choice(BaseModel):
+    """The attention path the CPU server uses: what the cache keeps (without ``cached``) and the
+    launch record stores as ``cpu_attention``."""
+
+    candidate: str
+    dtype: str
+    env: dict[str, str]  # set in the server's environment (read by every vLLM process)
+    reason: str
+    probes: list[ProbeResult] = Field(default_factory=list)
+    cached: bool = False
+    fingerprint_id: str | None = None
 
 
 class ProcessInfo(TypedDict):

@@ -39,17 +39,53 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, TypeAdapter, model_validator
 
-from gemma4_t4 import env, secrets, signals, speculative, turing
+from gemma4_t4 import env, secrets, signals, speculative
 from gemma4_t4.bench import specs as bench_specs  # the spec classes: the benchmark's client loads in a run
 from gemma4_t4.bench.schemas import RunReport
 from gemma4_t4.bench.specs import AnySpec
 from gemma4_t4.errors import Gemma4T4Error, UnexpectedError, debug_enabled, user_error
 from gemma4_t4.jsonable import to_jsonable
-from gemma4_t4.sagemaker.build import BuildRecord, BuildResult
-from gemma4_t4.sagemaker.config import ConfigSummary
-from gemma4_t4.sagemaker.deploy import DeployResult  # these import no AWS SDK: boto3 waits for a tool
+from gemma4_t4.sagemaker import quotas  # sagemaker.* import no AWS SDK: boto3 loads at a tool's first call
+from gemma4_t4.sagemaker.build import (
+    BuildFailed,
+    BuildRecord,
+    BuildResult,
+    build_cost,
+    build_plan,
+    build_record,
+)
+from gemma4_t4.sagemaker.build import build_t4_image as build
+from gemma4_t4.sagemaker.config import ConfigSummary, DeployConfig
+from gemma4_t4.sagemaker.cost import estimate
+from gemma4_t4.sagemaker.deploy import (
+    DeployFailed,
+    DeployResult,
+    deploy,
+    deploy_in_background,
+    deployment_plan,
+    rollback,
+)
 from gemma4_t4.sagemaker.health import HealthReport, check_health
-from gemma4_t4.sagemaker.ops import EndpointStatus, EndpointSummary, InvokeResult, LogsResult
+from gemma4_t4.sagemaker.image import (
+    DEFAULT_VLLM_TAG,
+    US_REGIONS,
+    ImageChoice,
+    required_ami_version,
+    resolve_dlc_tag,
+)
+from gemma4_t4.sagemaker.image import find_vllm_image as find
+from gemma4_t4.sagemaker.ops import (
+    EndpointStatus,
+    EndpointSummary,
+    InvokeResult,
+    LogsResult,
+    endpoint_logs,
+    endpoint_status,
+    invoke,
+    parse_chat_response,
+)
+from gemma4_t4.sagemaker.ops import delete_endpoint as delete
+from gemma4_t4.sagemaker.ops import list_endpoints as list_all
 from gemma4_t4.sagemaker.quotas import QuotaRow
 from gemma4_t4.server import (
     DEFAULT_WORK_DIR,
@@ -61,6 +97,9 @@ from gemma4_t4.server import (
     start_server,
     stop_server,
 )
+from gemma4_t4.turing import filepatch
+from gemma4_t4.turing import state as turing_state
+from gemma4_t4.turing import verify as turing_verify
 
 try:
     from mcp.server import MCPServer
@@ -275,26 +314,12 @@ class ServerToolResult(BaseModel):
     summary: str = ""
 
 
-class ImageResult(BaseModel):
-    """The vLLM container for a region, and the InferenceAmiVersion whose driver runs its CUDA."""
+class ImageResult(ImageChoice):
+    """The vLLM container for a region (``sagemaker.image.ImageChoice``), and the InferenceAmiVersion
+    whose driver runs its CUDA on an instance type."""
 
-    region: str
-    image_uri: str
-    tag: str
-    source: str = Field(description="default | registry | override")
-    cuda: str | None = None
-    candidates: int = 0
     instance_type: str
     inference_ami_version: str | None = None
-
-
-class EnvironmentResult(BaseModel):
-    """The doctor's report: host facts, the vLLM + transformers pair, problems (most severe first)."""
-
-    facts: env.Facts
-    pair: env.PairStatus
-    problems: list[env.Problem]
-    ok: bool = Field(description="no problem of severity 'error'")
 
 
 class GpuArchResult(BaseModel):
@@ -309,10 +334,10 @@ class GpuArchResult(BaseModel):
 
 
 class TuringCheckResult(BaseModel):
-    status: turing.TuringStatus
+    status: turing_state.TuringStatus
     ok: bool = Field(description="the fix reaches vLLM (and, with functional=True, the sm_75 compile proves it)")
     summary: str
-    verify: turing.VerifyReport | None = Field(
+    verify: turing_verify.VerifyReport | None = Field(
         None, description="the sm_75 proof (functional=True); its launches are only the ones that fail"
     )
 
@@ -321,8 +346,8 @@ class TuringPatchResult(BaseModel):
     refused: bool
     reason: str | None = None
     would: list[str] = []
-    status: turing.TuringStatus
-    result: turing.FilePatchResult | None = None
+    status: turing_state.TuringStatus
+    result: filepatch.FilePatchResult | None = None
     message: str | None = None
 
 
@@ -345,8 +370,6 @@ def _settle_watches() -> None:
     to its expiry tag. Each is deleted with exactly what its deploy created (endpoint, config,
     model), unless one last look finds it InService: then it is the user's, kept, and said so. Every
     decision is written to the server's log (stderr)."""
-    from gemma4_t4.sagemaker.deploy import rollback
-
     for (region, name), watcher in list(_WATCHES.by_key.items()):
         if watcher.done.is_set():  # InService (kept) or already rolled back by the watch itself
             continue
@@ -412,9 +435,6 @@ def get_help() -> HelpResult:
 @tool(READ_ONLY)
 def check_quotas(instance_types: list[str] | None = None, regions: list[str] | None = None) -> QuotaResult:
     """Endpoint quotas by name across regions (sequential), and the region to deploy in."""
-    from gemma4_t4.sagemaker import quotas
-    from gemma4_t4.sagemaker.image import US_REGIONS
-
     types = instance_types or ["ml.g4dn.xlarge"]
     report = quotas.check_quotas(types, regions or US_REGIONS)
     picked: dict[str, str | None] = {}
@@ -435,11 +455,8 @@ def check_quotas(instance_types: list[str] | None = None, regions: list[str] | N
 def find_vllm_image(region: str = "us-east-2", tag: str | None = None, latest: bool = False,
                     instance_type: str = "ml.g4dn.xlarge") -> ImageResult:
     """The AWS vLLM container image for a region (pinned tag or newest in the registry) and its AMI."""
-    from gemma4_t4.sagemaker.image import find_vllm_image as find
-    from gemma4_t4.sagemaker.image import required_ami_version
-
     choice = find(region, tag, query_registry=latest)
-    return ImageResult(**to_jsonable(choice), instance_type=instance_type,
+    return ImageResult(**choice.model_dump(), instance_type=instance_type,
                        inference_ami_version=required_ami_version(choice.image_uri, instance_type))
 
 
@@ -447,9 +464,6 @@ def _config(name: str, model_id: str, region: str, instance_type: str, max_model
             dtype: str | None, fallback_instance_types: list[str] | None, extra_vllm_args: list[str] | None,
             ttl_hours: float, image_tag: str | None, role_arn: str | None, image_uri: str | None = None,
             allow_unfixed_image: bool = False) -> Any:
-    from gemma4_t4.sagemaker.config import DeployConfig
-    from gemma4_t4.sagemaker.image import DEFAULT_VLLM_TAG
-
     # The same fail-closed rule as the CLI: DeployConfig.validate refuses a T4 image without the fix.
     return DeployConfig(name=name, model_id=model_id, region=region, instance_type=instance_type,
                         max_model_len=max_model_len, max_num_seqs=max_num_seqs, dtype=dtype,
@@ -468,9 +482,6 @@ def get_deployment_config(name: str = "gemma4-t4", model_id: str = "google/gemma
                           image_tag: str | None = None, role_arn: str | None = None, image_uri: str | None = None,
                           allow_unfixed_image: bool = False) -> ConfigResult:
     """Validate a deployment config (no AWS calls): container env, AMI, $/hour and the aws CLI recipe."""
-    from gemma4_t4.sagemaker.cost import estimate
-    from gemma4_t4.sagemaker.deploy import deployment_plan
-
     config = _config(name, model_id, region, instance_type, max_model_len, max_num_seqs, dtype,
                      fallback_instance_types, extra_vllm_args, ttl_hours, image_tag, role_arn, image_uri,
                      allow_unfixed_image)
@@ -501,10 +512,6 @@ def deploy_endpoint(name: str = "gemma4-t4", model_id: str = "google/gemma-4-E2B
     On a T4 an image without the Turing fix is refused; with no image_uri the newest fixed image
     in the region's ECR is used (build it with build_t4_image).
     """
-    from gemma4_t4.sagemaker.cost import estimate
-    from gemma4_t4.sagemaker.deploy import DeployFailed, deploy, deploy_in_background, deployment_plan
-    from gemma4_t4.sagemaker.image import resolve_dlc_tag
-
     if image_uri is None:  # the stock DLC tag: newest in the registry, else the labelled fallback
         image_tag = resolve_dlc_tag(region, image_tag).tag
     config = _config(name, model_id, region, instance_type, max_model_len, max_num_seqs, dtype,
@@ -550,10 +557,6 @@ class BuildImageResult(BaseModel):
 @tool(DESTRUCTIVE, confirm=True)
 def build_t4_image(region: str = "us-east-2", base_tag: str | None = None, confirm: Confirm = False) -> BuildImageResult:
     """Build the fixed T4 image in AWS CodeBuild and push it to your ECR (bills). Needs confirm=True."""
-    from gemma4_t4.sagemaker.build import BuildFailed, build_cost, build_plan, build_record
-    from gemma4_t4.sagemaker.build import build_t4_image as build
-    from gemma4_t4.sagemaker.image import resolve_dlc_tag
-
     tag = resolve_dlc_tag(region, base_tag).tag  # newest in the registry, else the labelled fallback
     plan = build_plan(region, tag)  # validates region and tag before anything else
     cost = build_cost().line()
@@ -572,8 +575,6 @@ def build_t4_image(region: str = "us-east-2", base_tag: str | None = None, confi
 @tool(READ_ONLY)
 def get_endpoint_status(name: str, region: str = "us-east-2") -> StatusToolResult:
     """Endpoint status, failure reason, instance, AMI, age, expiry, cost so far and advice."""
-    from gemma4_t4.sagemaker.ops import endpoint_status
-
     watch = _WATCHES.by_key.get((region, name))
     return StatusToolResult(endpoint=endpoint_status(name, region),
                             deployment_watch=watch.result if watch else None)
@@ -582,9 +583,6 @@ def get_endpoint_status(name: str, region: str = "us-east-2") -> StatusToolResul
 @tool(READ_ONLY)
 def list_endpoints(regions: list[str] | None = None, include_untagged: bool = False) -> EndpointsResult:
     """Endpoints across regions (this project's tagged ones unless include_untagged)."""
-    from gemma4_t4.sagemaker.image import US_REGIONS
-    from gemma4_t4.sagemaker.ops import list_endpoints as list_all
-
     found = list_all(regions or US_REGIONS, project_only=not include_untagged)
     return EndpointsResult(
         endpoints=found, count=len(found)
@@ -594,8 +592,6 @@ def list_endpoints(regions: list[str] | None = None, include_untagged: bool = Fa
 @tool(READ_ONLY)
 def get_endpoint_logs(name: str, region: str = "us-east-2", lines: int = 50) -> LogsResult:
     """The endpoint's CloudWatch log tail and startup milestones; explains a missing log group."""
-    from gemma4_t4.sagemaker.ops import endpoint_logs
-
     return endpoint_logs(name, region, lines=lines)
 
 
@@ -612,8 +608,6 @@ def _served_model(base_url: str) -> str:
 def _local_chat(base_url: str, prompt: str, max_tokens: int, temperature: float,
                 model: str | None = None) -> QueryResult:
     """One non-streaming chat request to a local vLLM server (/v1/chat/completions)."""
-    from gemma4_t4.sagemaker.ops import parse_chat_response
-
     if model is None:
         model = _served_model(base_url)
     payload = {"model": model, "messages": [{"role": "user", "content": prompt}],
@@ -677,8 +671,6 @@ def _target(endpoint_name: str | None, base_url: str | None) -> None:
 def query_model(prompt: str, endpoint_name: str | None = None, region: str = "us-east-2",
                 base_url: str | None = None, max_tokens: int = 256, temperature: float = 0.0) -> QueryResult:
     """Send one chat prompt to a SageMaker endpoint (endpoint_name) or a local vLLM server (base_url)."""
-    from gemma4_t4.sagemaker.ops import invoke
-
     _target(endpoint_name, base_url)
     if base_url:
         return _local_chat(base_url, prompt, max_tokens, temperature)
@@ -702,8 +694,6 @@ def verify_model_health(endpoint_name: str | None = None, region: str = "us-east
 @tool(DESTRUCTIVE, confirm=True)
 def delete_endpoint(name: str, region: str = "us-east-2", confirm: Confirm = False) -> DeleteToolResult:
     """Delete endpoint, endpoint config and model (idempotent). Needs confirm=True."""
-    from gemma4_t4.sagemaker.ops import delete_endpoint as delete
-
     if not confirm:
         planned = delete(name, region, dry_run=True)
         return DeleteToolResult(refused=True, would_run=planned.plan, kept=planned.kept,
@@ -715,10 +705,10 @@ def delete_endpoint(name: str, region: str = "us-east-2", confirm: Confirm = Fal
 
 # -- local machine tools ---------------------------------------------------------------------------------
 @tool(LOCAL_READ_ONLY)
-def check_environment(probe_shared_memory: bool = False) -> EnvironmentResult:
+def check_environment(probe_shared_memory: bool = False) -> env.EnvReport:
     """Doctor: Python, torch, vLLM, GPU, driver, RAM/swap, disk, and the problems to fix first."""
     report = env.doctor(smem=probe_shared_memory)
-    return EnvironmentResult(facts=report.facts, pair=report.pair, problems=report.problems, ok=report.ok)
+    return report
 
 
 def _torch_arch_flags() -> str | None:
@@ -757,10 +747,10 @@ def verify_gpu_arch() -> GpuArchResult:
 @tool(LOCAL_READ_ONLY)
 def verify_turing_patch(functional: bool = False, arch: str = "sm_75") -> TuringCheckResult:
     """Does the Turing fix reach vLLM (plugin or file patch)? functional=True compiles vLLM's kernel for arch."""
-    state = turing.status()
+    state = turing_state.status()
     result = TuringCheckResult(status=state, ok=state.active, summary=state.summary)
     if functional:
-        verified = turing.verify(arch)
+        verified = turing_verify.verify(arch)
         result.verify = verified.model_copy(update={"launches": verified.failures()})
         result.ok = bool(verified.ok and state.active)
     return result
@@ -772,7 +762,7 @@ def apply_turing_patch(revert: bool = False, confirm: Confirm = False) -> Turing
 
     Needs confirm=True. When the installed plugin already reaches vLLM nothing is changed.
     """
-    state = turing.status()
+    state = turing_state.status()
     if not confirm:
         would = ["restore vLLM's kernel file from its backup"] if revert else (
             ["nothing: the plugin already reaches every vLLM process"] if state.active
@@ -780,12 +770,12 @@ def apply_turing_patch(revert: bool = False, confirm: Confirm = False) -> Turing
         return TuringPatchResult(refused=True, reason="this changes the installed vLLM: call again with confirm=True",
                                  would=would, status=state)
     if revert:
-        done = turing.revert_file_patch()
-        return TuringPatchResult(refused=False, result=done, status=turing.status())
+        done = filepatch.revert_file_patch()
+        return TuringPatchResult(refused=False, result=done, status=turing_state.status())
     if state.active:
         return TuringPatchResult(refused=False, status=state, message="already active: " + state.summary)
-    done = turing.apply_file_patch()
-    return TuringPatchResult(refused=False, result=done, status=turing.status())
+    done = filepatch.apply_file_patch()
+    return TuringPatchResult(refused=False, result=done, status=turing_state.status())
 
 
 @tool(CREATES)

@@ -19,13 +19,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
-from gemma4_t4 import env
+from gemma4_t4 import cpuisa, env
+from gemma4_t4 import setup as setup_plan
 from gemma4_t4.atomic import atomic_write_json
-from gemma4_t4.endpoint import Budget, Endpoint
+from gemma4_t4.bench.compare import compare_suites
+from gemma4_t4.bench.published import SAGEMAKER_DECODE, Kind, beside, measured_kind, published_kind
+from gemma4_t4.endpoint import Budget, Endpoint, start_owned_server
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.hardware import PRICES, InstancePrice, identify_gpu, price_key
+from gemma4_t4.hardware import PRICES, InstancePrice, identify_gpu, price_key, usd_per_million_tokens
 from gemma4_t4.jsonable import JSONObject, JSONValue, to_jsonable
+from gemma4_t4.models import VARIANTS, fit, get_variant
 from gemma4_t4.table import format_table
+from gemma4_t4.tiny import ensure_tiny_gemma4
 
 if TYPE_CHECKING:
     from gemma4_t4.bench.published import BesideRow
@@ -82,7 +87,6 @@ def setup(vllm: bool = True, packages: Sequence[str] = (), dry_run: bool = False
     """
     import importlib.util
 
-    from gemma4_t4 import setup as setup_plan
 
     result: Any = None
     missing = [req for req in packages if importlib.util.find_spec(_import_name(req)) is None]
@@ -291,8 +295,6 @@ def model_choices(sizes: Sequence[str], formats: Sequence[str], gpu: str | None,
     """Filter a parameter form's model sizes by the fit calculator for ``gpu`` (every format
     in ``formats`` must fit one GPU). Returns (kept, reasons for what was left out); no GPU
     (the CPU default serves the tiny model): everything is kept."""
-    from gemma4_t4.models import fit
-
     if gpu is None:
         return list(sizes), []
     kept, left_out = [], []
@@ -308,8 +310,6 @@ def model_choices(sizes: Sequence[str], formats: Sequence[str], gpu: str | None,
 def check_model_size(size: str, formats: Sequence[str], runtime: RuntimeInfo, context_len: int = 8192) -> str:
     """Refuse a MODEL_SIZE the detected GPU cannot hold in every format the notebook serves,
     before any download; print what else fits."""
-    from gemma4_t4.models import VARIANTS
-
     gpu = runtime.gpu_key if runtime.target != "cpu" else None
     if gpu is None:
         return size  # the CPU default serves the tiny model whatever the size; an unknown GPU is not judged
@@ -524,12 +524,9 @@ def model_for(target: str, variant: str = "e2b", fmt: str = "bf16", work_dir: st
     if fmt not in ("bf16", "qat", "qat-unquantized"):
         raise Gemma4T4Error(f"unknown format {fmt!r}", fix="use 'bf16', 'qat' or 'qat-unquantized'")
     if check_target(target) == "cpu":
-        from gemma4_t4.tiny import ensure_tiny_gemma4
-
         tiny_variant = "bf16" if fmt == "bf16" else "qat"
         name = "tiny-gemma4" if fmt == "bf16" else "tiny-gemma4-qat"
         return str(ensure_tiny_gemma4(Path(work_dir) / "models" / name, variant=tiny_variant))
-    from gemma4_t4.models import get_variant
 
     hub = get_variant(variant).hub
     if fmt == "bf16":
@@ -547,8 +544,6 @@ def drafter_for(target: str, work_dir: str | Path = ".") -> str:
     offline to match the tiny target (random weights: it shows the method, not a speed-up); on a GPU
     ``auto``, Google's assistant for the served size and build (``gemma4_t4.speculative``)."""
     if check_target(target) == "cpu":
-        from gemma4_t4.tiny import ensure_tiny_gemma4
-
         return str(ensure_tiny_gemma4(Path(work_dir) / "models" / "tiny-gemma4-drafter", variant="drafter"))
     return "auto"
 
@@ -571,12 +566,11 @@ def endpoint(runtime: RuntimeInfo | str, model: str | Path, work_dir: str | Path
 
     ``runtime`` is the parameters cell's :func:`runtime_check` result (or a TARGET string).
     """
-    from gemma4_t4.endpoint import Endpoint
-
     target = runtime.target if isinstance(runtime, RuntimeInfo) else check_target(runtime)
     if target == "sagemaker":
         return _sagemaker_endpoint(model, name=name, part=part, region=region, budget=budget, gpu=gpu,
                                    max_num_seqs=max_num_seqs, max_model_len=max_model_len, poll_s=poll_s)
+    # lazy: the serving stack (server, start gate, supervisor) loads only in a step that starts a local server
     from gemma4_t4.server import ServerConfig, free_port
 
     server_target = "cpu" if target == "cpu" else "t4"
@@ -592,7 +586,7 @@ def endpoint(runtime: RuntimeInfo | str, model: str | Path, work_dir: str | Path
 
 def _sagemaker_endpoint(model: str | Path, *, name: str, part: int | None, region: str, budget: Budget | None,
                         gpu: str, max_num_seqs: int, max_model_len: int | None, poll_s: float) -> Endpoint:
-    from gemma4_t4.endpoint import Endpoint
+    # lazy: the SageMaker modules (deploy, experiments, S3 upload) load only on TARGET=sagemaker
     from gemma4_t4.sagemaker.config import DeployConfig
     from gemma4_t4.sagemaker.cost import usd
     from gemma4_t4.sagemaker.experiments import INSTANCE_OF_GPU, PART_PREFIX, endpoint_name
@@ -607,6 +601,7 @@ def _sagemaker_endpoint(model: str | Path, *, name: str, part: int | None, regio
     tokenizer = None
     folder = Path(model)
     if folder.is_dir():  # a local build (Part 3's repack): uploaded once, served from S3
+        # lazy: the SageMaker modules (deploy, experiments, S3 upload) load only on TARGET=sagemaker
         from gemma4_t4.sagemaker.upload import upload_model_folder
 
         upload = upload_model_folder(folder, region)
@@ -643,8 +638,6 @@ def repack_to_serve(runtime: RuntimeInfo, work_dir: str | Path) -> RepackServing
     if runtime.target != "cpu":
         serving = RepackServing(work / "repack-emb4", "the emb4 repack (int4 linears and 4-bit embeddings)")
     else:
-        from gemma4_t4 import cpuisa
-
         build = cpuisa.cpu_build()
         if build.int4_refused:
             serving = RepackServing(None, f"not measured: {build.int4_missing}; serve it on a T4 or an AVX-512 CPU",
@@ -671,6 +664,7 @@ def clean_up(*endpoints: Endpoint, keep_local: bool = False, part: int | None = 
     print("stopped:", ", ".join(stopped) or "nothing", "| left running:", ", ".join(kept) or "nothing")
     left = [e.name for e in endpoints if e.venue == "sagemaker" and not e.stopped]
     if used_sagemaker and part is not None:
+        # lazy: the SageMaker modules (deploy, experiments, S3 upload) load only on TARGET=sagemaker
         from gemma4_t4.sagemaker.experiments import leftover_endpoints
 
         left += leftover_endpoints(region, part)
@@ -691,12 +685,10 @@ def t4_vs_l4(served: Endpoint, specs: Mapping[str, WorkloadSpec], runs_dir: str 
     (into ``out_dir/LABEL``), is deleted, and the headline compares it with the T4 runs in
     ``runs_dir`` (:func:`gemma4_t4.bench.compare.compare_suites`); elsewhere there is no L4 to
     measure and ``None`` comes back (the published row stands alone)."""
-    from gemma4_t4.bench.compare import compare_suites
+    # lazy: the benchmark's client (aiohttp) loads only in a step that measures
     from gemma4_t4.bench.specs import run
 
     if served.venue != "sagemaker":
-        from gemma4_t4.bench.published import SAGEMAKER_DECODE
-
         print(f"T4 vs L4 is measured on SageMaker (TARGET='sagemaker'); here ({served.venue}) the published "
               "rows stand alone:")
         show_table([{"model": r.model, "build": r.build, "T4 tok/s (published)": r.t4_tok_s,
@@ -722,8 +714,8 @@ def drafter_on_off(served: Endpoint, draft: str, out_dir: str | Path) -> Any:
         print(f"not run on {served.venue}: a drafter comparison restarts the server twice (on SageMaker: "
               "two more billed deploys)")
         return None
+    # lazy: notebook 4's drafter study (two launches and the benchmark) loads only for its step
     from gemma4_t4.drafter_bench import drafter_on_off as compare
-    from gemma4_t4.endpoint import start_owned_server
 
     return compare(served.server.config, draft, out_dir, start=start_owned_server,
                    tokenizer=served.tokenizer or served.server.config.model)
@@ -735,6 +727,7 @@ def ttft_route_on_off(served: Endpoint, runtime: RuntimeInfo, spec: WorkloadSpec
     if not served.can_restart or not runtime.is_t4:
         print(f"not run on {runtime.target}: the route activates on a local Turing GPU (sm_7x) only")
         return None
+    # lazy: notebook 4's TTFT route curve (servers, the benchmark, plots) loads only for its step
     from gemma4_t4.ttft_route import ttft_route_on_off as curve
 
     return curve(served.server.config, spec, out_dir)
@@ -798,9 +791,6 @@ def measured_price(run: Any, price: Any) -> MeasuredPrice:
     only for a real Gemma 4 size measured on the GPU it is priced as. A tiny random model, a CPU,
     or a run that did not record its kind gets no price, and the label says why (a tiny model's
     speed priced as a T4 would read as the cost of serving Gemma 4)."""
-    from gemma4_t4.bench.published import measured_kind
-    from gemma4_t4.hardware import usd_per_million_tokens
-
     done = run.require_complete("price")
     best = max((v for v in done.throughput_by_concurrency().values() if v), default=None)
     why = measured_kind(done).unpriced(price.gpu)
@@ -906,8 +896,6 @@ def headline_rows(headline: Any) -> list[BesideRow]:
     ``-`` where the series published none). The published row is the series' own build (emb4),
     named in each row's conditions. A measured/published ratio appears only where the runs
     recorded the published row's kind (model size and GPU): never for a tiny model or a CPU."""
-    from gemma4_t4.bench.published import Kind, beside, published_kind
-
     pub = headline.published
     conditions = f"SageMaker, {pub.model} {pub.build}, c=1" if pub else "not published"
     source = pub.source if pub else ""

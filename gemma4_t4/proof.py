@@ -16,12 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gemma4_t4 import turing
 from gemma4_t4.atomic import atomic_write_json
 from gemma4_t4.cache import cache_root
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.turing import offline
-from gemma4_t4.turing.verify import gemma4_attention_shapes
+from gemma4_t4.turing.verify import gemma4_attention_shapes, verify
 from gemma4_t4.versions import package_version
 
 PROOF_FORMAT = 1
@@ -67,7 +66,7 @@ def proof_key(arch: str, vllm_root: str | Path | None = None) -> tuple[str, dict
 
 
 def _run_verify(arch: str, vllm_root: str | None) -> Any:
-    return turing.verify(arch, vllm_root=vllm_root)
+    return verify(arch, vllm_root=vllm_root)
 
 
 def turing_proof(

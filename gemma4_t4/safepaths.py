@@ -30,6 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gemma4_t4 import __version__
 from gemma4_t4.errors import Gemma4T4Error
 
 MARKER_NAME = ".gemma4_t4-output.json"  # in every finished output folder
@@ -66,8 +67,6 @@ def refuse_overlap(
 
 def write_marker(folder: str | os.PathLike, command: str, **details: object) -> None:
     """Mark ``folder`` as written by this package (``--overwrite`` may later replace it)."""
-    from gemma4_t4 import __version__
-
     payload = {
         MARKER_KEY: True,
         "command": command,

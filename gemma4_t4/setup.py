@@ -38,16 +38,14 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, NotRequired, TypedDict
+from typing import Literal, NotRequired, TypedDict
 
 from gemma4_t4.atomic import atomic_write_json
 from gemma4_t4.cache import cache_root
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.hostfacts import HostFacts as Facts  # env.Facts as the plan reads it (env imports setup)
 from gemma4_t4.runner import CommandResult, Runner, subprocess_runner
 from gemma4_t4.signals import orderly_stop
-
-if TYPE_CHECKING:  # env imports this module for the doctor's fix text; facts arrive as arguments
-    from gemma4_t4.env import Facts
 
 # The release the sm_75 attention fix is proven against (gemma4_t4.turing), as the `gpu` extra
 # pins it (env.GPU_VLLM says the same; a test keeps them equal).

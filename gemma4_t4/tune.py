@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Protocol
 from pydantic import BaseModel, Field
 
 from gemma4_t4.atomic import atomic_write_json
+from gemma4_t4.bench import run_benchmark
+from gemma4_t4.bench.workloads import BenchArgs
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.launch_profile import (
     CONCURRENCIES,
@@ -36,12 +38,12 @@ from gemma4_t4.launch_profile import (
     prefill_choice,
     profile_path,
 )
+from gemma4_t4.server import ServerConfig, start_server
 from gemma4_t4.speculative import DEFAULT_NUM_DRAFT_TOKENS
+from gemma4_t4.table import format_table
 
 if TYPE_CHECKING:
     from gemma4_t4.bench.results import BenchRun
-    from gemma4_t4.bench.workloads import BenchArgs
-    from gemma4_t4.server import ServerConfig
 
 INPUT_LEN = 256
 OUTPUT_LEN = 128
@@ -98,8 +100,6 @@ PrefillSource = Callable[[ProfileKey, Path], PrefillChoice]
 
 def drafter_for(model: str) -> tuple[bool, str]:
     """(a drafter exists for ``model`` on a T4, what it is or why not), as the launch resolves ``auto``."""
-    from gemma4_t4.server import ServerConfig
-
     try:
         plan = ServerConfig(model=model, target="t4", draft="auto").draft_plan()
     except Gemma4T4Error as exc:
@@ -150,8 +150,6 @@ def plan(
 
 
 def plan_text(the_plan: TunePlan) -> str:
-    from gemma4_t4.table import format_table
-
     rows = [
         [
             c.draft,
@@ -270,19 +268,17 @@ def decide(cells: list[CellMeasure], concurrency: int) -> DraftChoice:
 
 def launch_server(config: ServerConfig) -> AbstractContextManager[RunningServer]:
     """The package's own launch (start gate included); leaving the block stops the server."""
-    from gemma4_t4.server import start_server
-
     return start_server(config, timeout=1800.0)
 
 
 def run_bench(args: BenchArgs) -> BenchRun:
-    from gemma4_t4.bench import run_benchmark
-
     return run_benchmark(args)
 
 
 def measured_prefill(key: ProfileKey, work_dir: Path) -> PrefillChoice:
     """bench-prefill's cached verdict for this GPU and versions; measured (and cached) when absent."""
+    # lazy: `gemma4-t4 --help` loads this module (cli/tune reads DEFAULT_MINUTES); the prefill route
+    # and its benchmark (Triton kernels, plots) load only when a profile is measured
     from gemma4_t4.turing import prefill
     from gemma4_t4.turing.prefill_bench import bench_prefill, require_cuda
 
@@ -305,9 +301,6 @@ def tune(
     today: Callable[[], datetime.date] = datetime.date.today,
 ) -> tuple[LaunchProfile, Path]:
     """Measure the plan on this GPU and write the profile (atomically, at the end). Returns it and its path."""
-    from gemma4_t4.bench.workloads import BenchArgs
-    from gemma4_t4.server import ServerConfig
-
     the_plan = plan(model, key, minutes, has_drafter)
     work = Path(work_dir)
     measures: list[CellMeasure] = []

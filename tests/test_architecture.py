@@ -34,14 +34,14 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
-def _imports(tree: ast.AST) -> list[tuple[ast.stmt, bool]]:
-    """Every import statement that runs (not under ``if TYPE_CHECKING``), and whether it sits
-    inside a function."""
+def _imports(tree: ast.AST, type_checking: bool = False) -> list[tuple[ast.stmt, bool]]:
+    """Every import statement that runs (with ``type_checking``, those under ``if TYPE_CHECKING``
+    too), and whether it sits inside a function."""
     found: list[tuple[ast.stmt, bool]] = []
 
     def visit(node: ast.AST, in_function: bool) -> None:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and _is_type_checking(child):
+            if isinstance(child, ast.If) and _is_type_checking(child) and not type_checking:
                 for stmt in child.orelse:
                     visit(stmt, in_function)
                 continue
@@ -55,13 +55,14 @@ def _imports(tree: ast.AST) -> list[tuple[ast.stmt, bool]]:
     return found
 
 
-def import_graph() -> dict[str, set[str]]:
-    """module -> the package modules it imports (``from pkg import sub`` counts as importing ``sub``)."""
+def import_graph(type_checking: bool = False) -> dict[str, set[str]]:
+    """module -> the package modules it imports (``from pkg import sub`` counts as importing ``sub``;
+    with ``type_checking``, imports under ``if TYPE_CHECKING`` count too)."""
     modules = package_modules()
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for mod, path in modules.items():
         is_pkg = path.name == "__init__.py"
-        for stmt, _local in _imports(ast.parse(path.read_text(), str(path))):
+        for stmt, _local in _imports(ast.parse(path.read_text(), str(path)), type_checking):
             if isinstance(stmt, ast.Import):
                 targets = [a.name for a in stmt.names]
             else:
@@ -128,8 +129,128 @@ def test_the_graph_sees_function_local_imports():
     assert "gemma4_t4.runner" in graph["gemma4_t4.swap"]
 
 
-def test_no_import_cycles_counting_function_local_imports():
-    assert find_cycles(import_graph()) == []
+def test_the_graph_sees_type_checking_imports():
+    tree = ast.parse("import typing\nif typing.TYPE_CHECKING:\n    from gemma4_t4.x import Y\n")
+    assert len(_imports(tree)) == 1 and len(_imports(tree, type_checking=True)) == 2
+
+
+def with_parent_packages(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Importing ``gemma4_t4.a.b`` runs ``gemma4_t4/a/__init__.py`` first: an edge to it too (not
+    from a module inside that package, which its ``__init__`` is already loading)."""
+    full = {m: set(targets) for m, targets in graph.items()}
+    for mod, targets in graph.items():
+        for target in targets:
+            parts = target.split(".")
+            for i in range(2, len(parts)):
+                parent = ".".join(parts[:i])
+                if parent in graph and parent != mod and not _under(mod, parent):
+                    full[mod].add(parent)
+    return full
+
+
+def test_the_graph_sees_parent_packages():
+    assert with_parent_packages({"gemma4_t4.x": {"gemma4_t4.p.m"}, "gemma4_t4.p": set(), "gemma4_t4.p.m": set()})[
+        "gemma4_t4.x"
+    ] == {"gemma4_t4.p.m", "gemma4_t4.p"}
+
+
+def test_no_import_cycles_counting_function_local_and_type_checking_imports():
+    """A cycle under ``if TYPE_CHECKING`` is still two modules that each need the other: the shared
+    type belongs below both. A package's ``__init__`` runs before any of its modules: it counts."""
+    assert find_cycles(with_parent_packages(import_graph(type_checking=True))) == []
+
+
+# ----------------------------------------------------------------------------- function-local imports
+
+# Modules being split or rewritten right now: their function-local imports are checked once the
+# new modules land. Temporary; each entry leaves this list with its module's rewrite.
+LOCAL_IMPORT_REASONS_PENDING = frozenset({
+    "gemma4_t4/server.py",
+    "gemma4_t4/setup.py",
+    "gemma4_t4/models.py",
+    "gemma4_t4/pipeline.py",
+    "gemma4_t4/quant/repack.py",
+    "gemma4_t4/quant/kernels.py",
+    "gemma4_t4/sagemaker/deploy.py",
+    "gemma4_t4/sagemaker/config.py",
+    "gemma4_t4/sagemaker/build.py",
+    "gemma4_t4/sagemaker/matrix.py",
+    "gemma4_t4/cli/serve.py",
+    "gemma4_t4/cli/sagemaker.py",
+    "gemma4_t4/bench/fake_server.py",
+    "gemma4_t4/bench/specs.py",
+    "gemma4_t4/bench/workloads.py",
+    "gemma4_t4/bench/args.py",
+    "gemma4_t4/turing/prefill.py",
+})
+
+_NOT_A_REASON = re.compile(r"\s*(noqa\b.*|type:\s*ignore.*|pragma\b.*)?\s*")
+
+
+def _reason_comment(lines: list[str], stmt: ast.stmt) -> str | None:
+    """The comment that says why ``stmt`` is imported inside its function: on one of its lines, or
+    in the comment lines directly above it (above a run of imports, the comment covers the run)."""
+    texts = [line.split("#", 1)[1] for line in lines[stmt.lineno - 1 : stmt.end_lineno] if "#" in line]
+    i = stmt.lineno - 2
+    while i >= 0:
+        above = lines[i].strip()
+        if above.startswith("#"):
+            texts.append(above[1:])
+        elif not above.startswith(("from ", "import ")) and not above.startswith(")"):
+            break
+        i -= 1
+    reasons = [t.strip() for t in texts if not _NOT_A_REASON.fullmatch(t)]
+    return "; ".join(reasons) or None
+
+
+def _imports_the_package(stmt: ast.stmt) -> bool:
+    if isinstance(stmt, ast.Import):
+        return any(a.name == NAME or a.name.startswith(NAME + ".") for a in stmt.names)
+    module = stmt.module or ""
+    return stmt.level > 0 or module == NAME or module.startswith(NAME + ".")
+
+
+def local_package_imports(source: str) -> list[tuple[int, str | None]]:
+    """(line, reason) of every function-local import of this package's modules in ``source``."""
+    lines = source.splitlines()
+    return [
+        (stmt.lineno, _reason_comment(lines, stmt))
+        for stmt, local in _imports(ast.parse(source), type_checking=True)
+        if local and _imports_the_package(stmt)
+    ]
+
+
+def test_the_reason_finder_reads_comments():
+    source = (
+        "def f():\n"
+        "    from gemma4_t4 import a  # lazy: a costs 0.4 s at start-up\n"
+        "    # lazy: breaks the cycle x -> y\n"
+        "    from gemma4_t4.b import c\n"
+        "    from gemma4_t4.d import e\n"
+        "\n"
+        "    from gemma4_t4 import g  # noqa: F401\n"
+        "    import json\n"
+        "    from gemma4_t4 import h\n"
+    )
+    assert local_package_imports(source) == [
+        (2, "lazy: a costs 0.4 s at start-up"),
+        (4, "lazy: breaks the cycle x -> y"),
+        (5, "lazy: breaks the cycle x -> y"),
+        (7, None),
+        (9, None),
+    ]
+
+
+def test_every_function_local_package_import_says_why():
+    """A module of this package imported inside a function saves start-up time or keeps a layer
+    light, and says which on its line (or the comment above it); otherwise it belongs at the top."""
+    missing = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = str(path.relative_to(PACKAGE.parent))
+        if rel in LOCAL_IMPORT_REASONS_PENDING:
+            continue
+        missing += [f"{rel}:{line}" for line, reason in local_package_imports(path.read_text()) if reason is None]
+    assert missing == [], "function-local imports without a reason comment (or move them to the top)"
 
 
 # ----------------------------------------------------------------------------- layers
@@ -167,6 +288,70 @@ def test_the_layer_check_sees_a_violation():
 
 def test_bench_and_turing_keep_to_their_layers():
     assert layer_violations(import_graph()) == []
+
+
+# What the benchmark must not load, even through another module: it measures any OpenAI-compatible
+# server, so the code that launches and supervises one (the serving stack of docs/architecture.md's
+# picture), the host model and host changes, the Turing fix, and the adapters above it (CLI, MCP
+# server, notebook API) stay out of its process.
+BENCH_MUST_NOT_LOAD = (
+    "gemma4_t4.cli",
+    "gemma4_t4.mcp_server",
+    "gemma4_t4.notebook",
+    "gemma4_t4.server",
+    "gemma4_t4.gate",
+    "gemma4_t4.supervisor",
+    "gemma4_t4.endpoint",
+    "gemma4_t4.launch_profile",
+    "gemma4_t4.cpuattn",
+    "gemma4_t4.cpuisa",
+    "gemma4_t4.speculative",
+    "gemma4_t4.proof",
+    "gemma4_t4.env",
+    "gemma4_t4.setup",
+    "gemma4_t4.torchfix",
+    "gemma4_t4.turing",
+    "gemma4_t4.tune",
+    "gemma4_t4.ttft_route",
+    "gemma4_t4.drafter_bench",
+)
+
+_LIST_LOADED = """
+import importlib, json, pkgutil, sys
+import gemma4_t4.bench as bench
+for info in pkgutil.walk_packages(bench.__path__, "gemma4_t4.bench."):
+    importlib.import_module(info.name)
+print(json.dumps(sorted(m for m in sys.modules if m.startswith("gemma4_t4"))))
+"""
+
+
+def loaded_by_importing_bench() -> list[str]:
+    """Every package module in ``sys.modules`` after importing every module of ``gemma4_t4.bench``
+    in a fresh interpreter (so what this test process already imported does not count)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    path = os.pathsep.join(filter(None, [str(PACKAGE.parent), os.environ.get("PYTHONPATH")]))
+    done = subprocess.run([sys.executable, "-c", _LIST_LOADED], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": path}, check=False)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_importing_the_benchmark_loads_no_serving_host_or_turing_module():
+    loaded = loaded_by_importing_bench()
+    assert "gemma4_t4.bench.workloads" in loaded and "gemma4_t4.bench.telemetry" in loaded
+    leaked = [m for m in loaded if any(_under(m, f) for f in BENCH_MUST_NOT_LOAD)]
+    assert leaked == [], f"importing gemma4_t4.bench loads {leaked}; all loaded: {loaded}"
+
+
+def test_the_turing_package_face_imports_no_submodule():
+    """Importing ``gemma4_t4.turing.smem`` (the host model's shared-memory model) must not load the
+    vLLM plugin, the prefill route or the offline verifier through the package's ``__init__``."""
+    init = ast.parse((PACKAGE / "turing" / "__init__.py").read_text())
+    assert [stmt for stmt, _local in _imports(init)] == []
 
 
 def private_name_uses() -> list[str]:
@@ -428,6 +613,7 @@ def record_types() -> dict[str, set[str]]:
     import pkgutil
     import typing
 
+    import typing_extensions
     from pydantic import BaseModel
 
     found: dict[str, set[str]] = {}
@@ -442,7 +628,7 @@ def record_types() -> dict[str, set[str]]:
                 names = set(obj.model_fields)
             elif dataclasses.is_dataclass(obj):
                 names = {f.name for f in dataclasses.fields(obj)}
-            elif typing.is_typeddict(obj):
+            elif typing.is_typeddict(obj) or typing_extensions.is_typeddict(obj):  # jsonable's is typing_extensions'
                 names = set(obj.__annotations__)
             else:
                 continue
@@ -527,3 +713,102 @@ def test_no_twin_record_types():
     # an exception whose twin is gone must leave the list
     still = {tuple(sorted(p.split(":")[0].split(" ~ "))) for p in twin_record_types(types)}
     assert set(TWIN_EXCEPTIONS) <= still, f"stale exceptions: {set(TWIN_EXCEPTIONS) - still}"
+
+
+# Pairs where one record's field names are all among another's (the smaller with 3+ fields of its
+# own) without one extending the other, each with why it stays: legitimate extension is a subclass
+# (``server.ServerConfig`` extends ``launch_record.ServerSettings``; ``turing.verify.AttentionLaunch``
+# extends ``turing.offline.RecordedLaunch``), which the finder leaves out. Keyed (smaller, larger).
+SUPERSET_EXCEPTIONS: dict[tuple[str, str], str] = {
+    ("gemma4_t4.speculative.SpeculativeConfigRecord", "gemma4_t4.speculative.DraftPlan"): (
+        "vLLM's own --speculative-config JSON (its keys, written from the plan by DraftPlan.speculative_config) "
+        "vs the launch's decision about a drafter, with what was asked and why"
+    ),
+    ("gemma4_t4.quant.safetensors_io.PlannedTensor", "gemma4_t4.quant.safetensors_io.TensorInfo"): (
+        "two stages of a tensor, not one record twice: a tensor the writer will lay out (its size from dtype "
+        "and shape, no place yet) vs one read from an existing shard (its absolute byte range, frozen)"
+    ),
+}
+
+
+def _declared_bases(cls: type) -> set[str]:
+    """The base names a class statement declares (a TypedDict keeps no bases at run time on 3.11)."""
+    import inspect
+    import textwrap
+
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError, SyntaxError):
+        return set()
+    node = tree.body[0]
+    return {_name(b) or "" for b in node.bases} if isinstance(node, ast.ClassDef) else set()
+
+
+def _extends(a: str, b: str) -> bool:
+    """One of the two classes is the other's subclass (by its MRO or its declared bases)."""
+    import importlib
+
+    def load(path: str) -> type:
+        module, _, name = path.rpartition(".")
+        return getattr(importlib.import_module(module), name)
+
+    cls_a, cls_b = load(a), load(b)
+    return _subclass_related(a, b) or cls_b.__name__ in _declared_bases(cls_a) or cls_a.__name__ in _declared_bases(cls_b)
+
+
+def _shared_base_fields(types: dict[str, set[str]], a: str, b: str) -> set[str]:
+    """Fields both classes inherit from one package base (the workload specs' ``kind``, say)."""
+    import importlib
+
+    def load(path: str) -> type:
+        module, _, name = path.rpartition(".")
+        return getattr(importlib.import_module(module), name)
+
+    cls_a, cls_b = load(a), load(b)
+    common = [c for c in cls_a.__mro__[1:] if c in cls_b.__mro__[1:] and f"{c.__module__}.{c.__qualname__}" in types]
+    return set().union(*(types[f"{c.__module__}.{c.__qualname__}"] for c in common))
+
+
+def superset_record_types(
+    types: dict[str, set[str]], min_fields: int = 3, share: float = 0.5
+) -> list[tuple[str, str]]:
+    """(smaller, larger) pairs of distinct classes where every field name of the smaller one (with
+    ``min_fields``+ fields) is also one of the larger one's, and makes up ``share``+ of it: the larger
+    re-declares the smaller and adds a little (a 3-field record inside a 35-option bag is not that)."""
+    return sorted(
+        (a, b)
+        for a in types
+        for b in types
+        if a != b
+        and len(types[a]) >= min_fields
+        and types[a] < types[b]
+        and len(types[a]) >= share * len(types[b])
+    )
+
+
+def test_the_superset_finder_finds_a_superset():
+    types = {
+        "x.Report": {"facts", "pair", "problems"},
+        "x.Result": {"facts", "pair", "problems", "ok"},  # re-declares Report and adds one field
+        "x.Small": {"facts", "pair"},  # under 3 fields
+        "x.Other": {"facts", "pair", "gpus"},
+        "x.Bag": {"facts", "pair", "gpus", *"abcdefgh"},  # holds Other's 3 among 11: not a re-declaration
+    }
+    assert superset_record_types(types) == [("x.Report", "x.Result")]
+
+
+def test_no_record_type_re_declares_another():
+    """A record whose fields include all of another record's is that record extended: it subclasses
+    it (or holds it), rather than re-declaring its fields."""
+    types = record_types()
+    found = []
+    for a, b in superset_record_types(types):
+        if (a, b) in SUPERSET_EXCEPTIONS or _extends(a, b):
+            continue
+        inherited = _shared_base_fields(types, a, b)
+        if len(types[a] - inherited) < 3:  # siblings of one base (the workload specs) share its fields by design
+            continue
+        found.append(f"{a} ({len(types[a])} fields) inside {b} ({len(types[b])})")
+    assert found == [], "records re-declaring another's fields: extend (subclass) it, or list a reason"
+    stale = set(SUPERSET_EXCEPTIONS) - set(superset_record_types(types))
+    assert stale == set(), f"stale exceptions: {stale}"

@@ -290,7 +290,7 @@ esac
 
 
 def test_one_nvidia_smi_parser_feeds_doctor_gate_telemetry_and_torchfix(tmp_path, monkeypatch):
-    """nvidia-smi runs through the one runner and is parsed in env only; every reader agrees."""
+    """nvidia-smi runs through the one runner and is parsed in smi.py only (env re-exports it); every reader agrees."""
     from gemma4_t4 import gate, torchfix
     from gemma4_t4.bench import telemetry
     from gemma4_t4.runner import CommandResult

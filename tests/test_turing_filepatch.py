@@ -17,8 +17,13 @@ from pathlib import Path
 import pytest
 
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.turing import apply_file_patch, file_patch_status, revert_file_patch
-from gemma4_t4.turing.filepatch import BEGIN, backup_path
+from gemma4_t4.turing.filepatch import (
+    BEGIN,
+    apply_file_patch,
+    backup_path,
+    file_patch_status,
+    revert_file_patch,
+)
 from gemma4_t4.turing.offline import KERNEL_RELPATH, find_vllm_root, read_vllm_version
 
 COPIED = ("_version.py", "v1/kv_cache_interface.py", "v1/attention/ops/triton_attention_helpers.py", str(KERNEL_RELPATH))

@@ -13,7 +13,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from gemma4_t4.turing import plugin, status, tilecap
+from gemma4_t4.turing import plugin, tilecap
+from gemma4_t4.turing.state import status
 from gemma4_t4.turing.verify import AttentionShape, call_launcher
 
 T4 = {"platform": "cuda", "name": "Tesla T4", "capability": (7, 5), "limit": 65_536, "limit_source": "target"}

@@ -35,6 +35,7 @@ from gemma4_t4.bench.client import (
 )
 from gemma4_t4.bench.prompts import HFTokenizer, ServerTokenizer, Tokenizer
 from gemma4_t4.bench.schemas import RawJSON, RequestRecord, ServerInfo
+from gemma4_t4.bench.telemetry import client_environment
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.launch_record import LaunchRecord
 
@@ -235,8 +236,6 @@ class SageMakerBackend:
         return HFTokenizer(local)
 
     def environment(self, model: str, launch: LaunchRecord | None) -> telemetry.EnvironmentRecord:
-        from gemma4_t4.bench.telemetry import client_environment
-
         return {
             "captured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "client": client_environment(),

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from gemma4_t4.bench.answers import AnswerComparison, compare_answers
 from gemma4_t4.bench.derive import cost
-from gemma4_t4.bench.metrics import aggregate, buffered_delivery, ratio_ci, request_metrics
+from gemma4_t4.bench.metrics import aggregate, buffered_delivery, median, ratio_ci, request_metrics
 from gemma4_t4.bench.published import SAGEMAKER_DECODE, Kind, PublishedDecode, measured_kind
 from gemma4_t4.bench.results import RECORDS_FILE, SUMMARY_FILE, BenchRun, load_run
 from gemma4_t4.bench.schemas import CellStats, CellSummary, SpecDecode
@@ -371,8 +371,6 @@ def published_decode(model: str, build: str | None = None) -> PublishedDecode | 
 
 
 def _median(values: list[float]) -> float | None:
-    from gemma4_t4.bench.metrics import median
-
     return median(values) if values else None
 
 

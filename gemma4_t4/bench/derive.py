@@ -7,6 +7,7 @@ Bytes per token come from ``gemma4_t4.models`` (or are passed in); bandwidth and
 
 from __future__ import annotations
 
+from gemma4_t4 import models
 from gemma4_t4.bench.schemas import CellStats, Derived, Roofline
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.hardware import GPUS, PRICES, get_gpu, usd_per_million_tokens
@@ -14,8 +15,6 @@ from gemma4_t4.hardware import GPUS, PRICES, get_gpu, usd_per_million_tokens
 
 def lookup_bytes_per_token(model: str, fmt: str) -> float | None:
     """Bytes read per decoded token for a catalogue model/format (None if the catalogue lacks it)."""
-    from gemma4_t4 import models
-
     try:
         return float(models.decode_bytes_per_token(model, fmt).total_bytes)
     except Gemma4T4Error:  # unknown model or format: no roofline, not a failure

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, TypedDict
 from urllib.parse import urlsplit
 
 from gemma4_t4.hardware import PRICES, identify_gpu
+from gemma4_t4.models import VARIANTS
 
 if TYPE_CHECKING:
     from gemma4_t4.bench.results import BenchRun
@@ -285,8 +286,6 @@ _SIZE_TOKEN = re.compile(r"(?<![a-z0-9])(e2b|e4b|12b|26b-a4b|31b)(?![a-z0-9])")
 
 def model_size_of(*names: str | None) -> str | None:
     """The Gemma 4 size a served name, model id or model folder names ("tiny" for the CI model)."""
-    from gemma4_t4.models import VARIANTS
-
     for name in names:
         if not name:
             continue

@@ -18,7 +18,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
-from gemma4_t4 import env
+from gemma4_t4 import smi
 from gemma4_t4.bench.schemas import GPUTelemetry, PrefixCache, ServerInfo, ServerLoad, SpecDecode
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.jsonable import TypedDict
@@ -226,7 +226,7 @@ def server_version(base_url: str, api_key: str | None = None) -> str | None:
 
 
 class GPURecord(TypedDict):
-    """One GPU as a result records it (from ``env.GPUInfo``)."""
+    """One GPU as a result records it (from ``smi.GPUInfo``)."""
 
     name: str
     driver: str | None
@@ -259,8 +259,8 @@ class EnvironmentRecord(TypedDict):
 
 
 def gpu_inventory() -> list[GPURecord]:
-    """GPUs on this machine, from the host model's one nvidia-smi probe (empty where there is none)."""
-    _, gpus, _ = env.probe_gpus(env.Probes())
+    """GPUs on this machine, from the one nvidia-smi probe (``smi``, which the host model uses too) (empty where there is none)."""
+    _, gpus, _ = smi.probe_gpus(smi.HostCommands())
     return [{"name": g.name, "driver": g.driver_version, "memory_mib": g.memory_mib,
              "max_sm_clock_mhz": g.max_sm_clock_mhz, "power_limit_w": g.power_limit_w,
              "compute_cap": g.compute_capability} for g in gpus]
@@ -325,7 +325,7 @@ GPUSample = dict[str, float]  # t, sm_clock_mhz, power_w, throttle_reasons (bit 
 def parse_smi_sample(line: str) -> GPUSample | None:
     """One ``nvidia-smi --query-gpu=<SMI_SAMPLE_QUERY> --format=csv,noheader,nounits`` line -> a sample
     shaped like an NVML one (``[N/A]`` fields become 0; throttle reasons are a hex mask)."""
-    rows = env.parse_smi_csv(line, SMI_SAMPLE_QUERY)
+    rows = smi.parse_smi_csv(line, SMI_SAMPLE_QUERY)
     if not rows:
         return None
     sample: GPUSample = {"t": time.time()}
@@ -375,7 +375,7 @@ class GPUSampler:
         return self.source is not None
 
     def _smi_sample(self) -> GPUSample | None:
-        out = self._smi(env.smi_query(SMI_SAMPLE_QUERY, index=self.index))
+        out = self._smi(smi.smi_query(SMI_SAMPLE_QUERY, index=self.index))
         return parse_smi_sample(out.strip().splitlines()[0]) if out and out.strip() else None
 
     def _sample(self) -> GPUSample | None:

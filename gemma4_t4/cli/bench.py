@@ -10,8 +10,10 @@ from pydantic import SecretStr
 
 # the declaration alone (pydantic): the benchmark's client loads only when a run starts
 from gemma4_t4.bench.args import BenchOptions, cli_flag, flag_name, is_user_option
+from gemma4_t4.bench.compare import compare_suites, is_suite
 from gemma4_t4.cli import Output, add_command, add_group
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.figures import check_plot_path
 
 
 def _comma_list(cast, what: str):
@@ -161,6 +163,7 @@ def bench_args(args: argparse.Namespace) -> dict[str, object]:
 
 
 def _run(args: argparse.Namespace) -> Output:
+    # lazy: plots (matplotlib) load only for the bench command, not for every CLI start-up
     from gemma4_t4.bench import plot_run, run_benchmark
 
     fields = bench_args(args)
@@ -194,9 +197,8 @@ def _run(args: argparse.Namespace) -> Output:
 
 
 def _compare(args: argparse.Namespace) -> Output:
+    # lazy: plots (matplotlib) load only for bench compare, not for every CLI start-up
     from gemma4_t4.bench import compare_runs, plot_compare
-    from gemma4_t4.bench.compare import compare_suites, is_suite
-    from gemma4_t4.figures import check_plot_path
 
     if args.plot:
         check_plot_path(args.plot)  # before any work: a bad name is refused, not found out at the end
@@ -217,6 +219,7 @@ def _compare(args: argparse.Namespace) -> Output:
 
 
 def _plot(args: argparse.Namespace) -> Output:
+    # lazy: plots (matplotlib) load only for bench plot, not for every CLI start-up
     from gemma4_t4.bench import plot_run
 
     paths = plot_run(args.dir)

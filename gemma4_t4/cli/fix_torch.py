@@ -6,11 +6,11 @@ from __future__ import annotations
 import argparse
 
 from gemma4_t4.cli import Output, add_command
+from gemma4_t4.setup import known_vllm_versions
+from gemma4_t4.torchfix import apply_torch_fix, plan_torch_fix, torch_fix_dict
 
 
 def _fix_torch(args: argparse.Namespace) -> Output:
-    from gemma4_t4.torchfix import apply_torch_fix, plan_torch_fix, torch_fix_dict
-
     plan = plan_torch_fix(vllm_version=args.vllm, python=args.python)
     data = {"plan": torch_fix_dict(plan), "applied": False}
     if not args.apply:
@@ -22,8 +22,6 @@ def _fix_torch(args: argparse.Namespace) -> Output:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from gemma4_t4.setup import known_vllm_versions
-
     p = add_command(subparsers, "fix-torch", _fix_torch,
                     "print (or --apply) the pip command installing the torch build this host's install plan "
                     "names (the same plan as gemma4-t4 setup)")

@@ -8,6 +8,7 @@ from gemma4_t4.cli import Output, add_command
 
 
 def _run(args: argparse.Namespace) -> Output:
+    # lazy: the MCP SDK (about 4 s to import) loads only for gemma4-t4 mcp, not for every CLI start-up
     from gemma4_t4.mcp_server import main
 
     main()

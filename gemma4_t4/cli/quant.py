@@ -8,6 +8,7 @@ from gemma4_t4.cli import Output, add_command
 
 
 def _grid_check(args: argparse.Namespace) -> Output:
+    # lazy: numpy and numba load only for the quant commands, not for every CLI start-up
     from gemma4_t4.quant import grid_check
 
     report = grid_check(args.checkpoint, tensors=args.tensor or None, group_size=args.group_size,
@@ -38,6 +39,7 @@ def _grid_check(args: argparse.Namespace) -> Output:
 
 
 def _grid_compare(args: argparse.Namespace) -> Output:
+    # lazy: numpy and numba load only for the quant commands
     from gemma4_t4.quant import grid_compare
 
     r = grid_compare(args.ref, args.other, group_size=args.group_size, modules=args.tensor or None,
@@ -79,6 +81,7 @@ def _repack_text(r) -> str:
 
 
 def _repack(args: argparse.Namespace) -> Output:
+    # lazy: numpy and numba load only for the quant commands
     from gemma4_t4.quant import repack
 
     r = repack(args.src, args.dst, emb4=args.emb4, scale_dtype=args.scale_dtype, group_size=args.group_size,
@@ -88,6 +91,7 @@ def _repack(args: argparse.Namespace) -> Output:
 
 
 def _requant_awq(args: argparse.Namespace) -> Output:
+    # lazy: numpy and numba load only for the quant commands
     from gemma4_t4.quant import awq_requantize
 
     r = awq_requantize(args.src, args.dst, group_size=args.group_size, scale_dtype=args.scale_dtype,

@@ -7,6 +7,7 @@ import argparse
 
 from gemma4_t4.cli import Output, add_command
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.setup import INSTALL_MATRIX, PROVEN_VLLM, known_vllm_versions
 
 
 def _setup(args: argparse.Namespace) -> Output:
@@ -44,8 +45,6 @@ def _setup(args: argparse.Namespace) -> Output:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from gemma4_t4.setup import INSTALL_MATRIX, PROVEN_VLLM, known_vllm_versions
-
     # the CUDA 12 row and its fallbacks as the matrix holds them (the help never names a stale build)
     cuda12 = [r for r in INSTALL_MATRIX if r.variant.startswith("cu12")]
     cuda13_driver = min(r.min_driver or 0 for r in INSTALL_MATRIX if r.variant.startswith("cu13"))

@@ -5,25 +5,20 @@ from __future__ import annotations
 import argparse
 
 from gemma4_t4.cli import Output, add_command, add_group
+from gemma4_t4.swap import DEFAULT_SWAP_PATH, DEFAULT_SWAP_SIZE, create_swap, swap_status
 
 
 def _status(args: argparse.Namespace) -> Output:
-    from gemma4_t4.swap import swap_status
-
     status = swap_status()
     return Output(status, status.summary())
 
 
 def _create(args: argparse.Namespace) -> Output:
-    from gemma4_t4.swap import create_swap
-
     result = create_swap(size=args.size, path=args.path, persist=args.persist, dry_run=args.dry_run)
     return Output(result, result.summary())
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from gemma4_t4.swap import DEFAULT_SWAP_PATH, DEFAULT_SWAP_SIZE
-
     sub = add_group(subparsers, "swap", "show swap, or add a swap file (vLLM's weight load needs RAM + swap)",
                     __doc__)
     add_command(sub, "status", _status, "active swap areas, RAM, and whether swap can be added here")

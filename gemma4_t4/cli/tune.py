@@ -10,16 +10,16 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gemma4_t4 import signals
+from gemma4_t4 import signals, tune
 from gemma4_t4.cli import Output, add_command
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.launch_profile import host_key
+from gemma4_t4.tune import DEFAULT_MINUTES
 
 DEFAULT_MODEL = "google/gemma-4-E2B-it-qat-w4a16-ct"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from gemma4_t4.tune import DEFAULT_MINUTES
-
     p = add_command(
         subparsers,
         "tune",
@@ -42,9 +42,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _tune(args: argparse.Namespace) -> Output:
-    from gemma4_t4 import tune
-    from gemma4_t4.launch_profile import host_key
-
     key = host_key(args.model)
     if key is None:
         raise Gemma4T4Error(

@@ -5,6 +5,10 @@ from __future__ import annotations
 import argparse
 
 from gemma4_t4.cli import Output, add_command
+from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.turing.filepatch import apply_file_patch, revert_file_patch
+from gemma4_t4.turing.state import status
+from gemma4_t4.turing.verify import verify
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -44,8 +48,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _status(args: argparse.Namespace) -> Output:
-    from gemma4_t4.turing import status
-
     state = status()
     patch = state.file_patch
     lines = [
@@ -67,8 +69,6 @@ def _patch_state(patch) -> str:
 
 
 def _verify(args: argparse.Namespace) -> Output:
-    from gemma4_t4.turing import verify
-
     report = verify(args.arch, limit_bytes=args.limit_bytes, vllm_root=args.vllm_root, jobs=args.jobs)
     lines = [
         f"vLLM {report.vllm_version} kernel {report.kernel_file}",
@@ -93,7 +93,7 @@ def _verify(args: argparse.Namespace) -> Output:
 
 
 def _bench_prefill(args: argparse.Namespace) -> Output:
-    from gemma4_t4.errors import Gemma4T4Error
+    # lazy: the kernel timing harness (numerics, the offline kernel loader) loads only for turing bench-prefill
     from gemma4_t4.turing.prefill_bench import bench_prefill
 
     try:
@@ -125,14 +125,10 @@ def _bench_prefill(args: argparse.Namespace) -> Output:
 
 
 def _apply(args: argparse.Namespace) -> Output:
-    from gemma4_t4.turing import apply_file_patch
-
     result = apply_file_patch(args.path)
     return Output(result, f"{result.action}: {result.path}\n{result.message}")
 
 
 def _revert(args: argparse.Namespace) -> Output:
-    from gemma4_t4.turing import revert_file_patch
-
     result = revert_file_patch(args.path)
     return Output(result, f"{result.action}: {result.path}\n{result.message}")

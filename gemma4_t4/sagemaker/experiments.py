@@ -35,6 +35,7 @@ from gemma4_t4.bench.specs import WorkloadSpec
 from gemma4_t4.endpoint import Budget
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.hardware import sagemaker_price
+from gemma4_t4.models import get_variant
 from gemma4_t4.sagemaker.config import DeployConfig
 from gemma4_t4.sagemaker.matrix import (
     EndpointHandling,
@@ -46,6 +47,7 @@ from gemma4_t4.sagemaker.matrix import (
     endpoint_name,
     run_configs,
 )
+from gemma4_t4.sagemaker.ops import list_endpoints
 from gemma4_t4.sagemaker.upload import UploadResult, upload_model_folder
 
 if TYPE_CHECKING:
@@ -139,8 +141,6 @@ PART_PREFIX = {2: "g4-p2-", 3: "g4-p3-", 4: "g4-p4-"}
 def leftover_endpoints(region: str, part: int) -> list[str]:
     """Endpoints of Part ``part`` (2-4) still in ``region``: the clean-up check, expect []. Works
     whether or not the part's run finished (it lists the region, not the run's record)."""
-    from gemma4_t4.sagemaker.ops import list_endpoints
-
     if part not in PART_PREFIX:
         raise Gemma4T4Error(f"part {part!r} creates no endpoints", fix="pass part=2, 3 or 4")
     return sorted(e.name for e in list_endpoints([region]) if e.name.startswith(PART_PREFIX[part]))
@@ -162,8 +162,6 @@ def bf16_vs_qat_on_t4(
 ) -> MatrixResult:
     """Part 2 on AWS: Google's bf16 and QAT int4 builds of ``variant``, each on its own T4 endpoint
     (entries in that order). ``tokenizer``: a local tokenizer for both (default: each build's id)."""
-    from gemma4_t4.models import get_variant
-
     hub = get_variant(variant).hub
     builds = [("bf16", hub.bf16), ("qat", hub.qat_w4a16_ct)]
     configs = [

@@ -14,6 +14,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import BaseModel, Field
+
+from gemma4_t4 import __version__
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.jsonable import TypedDict
 from gemma4_t4.sagemaker.aws import aws_error, aws_exceptions, client_factory, error_code, error_message
@@ -363,13 +366,14 @@ def resolve_dlc_tag(
     return ResolvedTag(max(wanted, key=lambda p: p.sort_key).tag, "registry", candidates=len(tags))
 
 
-@dataclass
-class ImageChoice:
+class ImageChoice(BaseModel):
+    """The vLLM container chosen for a region: its URI and tag, how it was chosen, its CUDA."""
+
     region: str
     image_uri: str
     tag: str
-    source: str  # "default" | "registry" | "override"
-    cuda: str | None
+    source: str = Field(description="default | registry | override")
+    cuda: str | None = None
     candidates: int = 0
 
 
@@ -387,7 +391,8 @@ def find_vllm_image(
         tag, source, count = DEFAULT_VLLM_TAG, "default", 0
         uri = vllm_image_uri(region, tag)
     cuda = image_cuda(uri)
-    return ImageChoice(region, uri, tag, source, f"{cuda[0]}.{cuda[1]}" if cuda else None, count)
+    return ImageChoice(region=region, image_uri=uri, tag=tag, source=source,
+                       cuda=f"{cuda[0]}.{cuda[1]}" if cuda else None, candidates=count)
 
 
 # The derived T4 image: the DLC plus this package (the Turing fix loads as a vLLM plugin).
@@ -397,8 +402,6 @@ ACCOUNT_PLACEHOLDER = "<ACCOUNT>"  # dry runs name the account they cannot look 
 
 
 def package_version() -> str:
-    from gemma4_t4 import __version__
-
     return __version__
 
 

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from gemma4_t4.turing import tilecap
+
 KERNEL_FILE = Path("v1/attention/ops/triton_unified_attention.py")
 
 
@@ -44,8 +46,6 @@ def plugin_registered() -> Check:
 
 
 def kernel_supported() -> Check:
-    from gemma4_t4.turing import tilecap
-
     version = tilecap.detect_vllm_version()
     problem = tilecap.version_problem(version)
     if problem:

@@ -28,7 +28,9 @@ from typing import Any, TypedDict
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.jsonable import JSONObject
 from gemma4_t4.sagemaker.config import ROLE_ENV
+from gemma4_t4.sagemaker.image import T4_IMAGE_REPOSITORY, fixed_image_tag, t4_image_uri
 from gemma4_t4.sagemaker.quota_fake import FakeServiceQuotas
+from gemma4_t4.sagemaker.runtime_standin import RuntimeStandIn
 
 FAKE_ROLE_ARN = "arn:aws:iam::123456789012:role/gemma4-t4-local-fake"
 DEFAULT_QUOTAS: dict[str, dict[str, float]] = {
@@ -99,8 +101,6 @@ class LocalAWS:
         self.endpoint_url = f"http://{host}:{port}"
         self.quota_fake = FakeServiceQuotas(self.quotas).start()
         if self.runtime_backend:
-            from gemma4_t4.sagemaker.runtime_standin import RuntimeStandIn
-
             self.runtime = RuntimeStandIn(
                 self.runtime_backend, control_plane_url=self.endpoint_url, region=self.region
             ).start()
@@ -171,8 +171,6 @@ class LocalAWS:
         """STAND-IN for a finished ``build-image`` run: moto's CodeBuild runs no Docker build, so put
         the image manifest that build's ``docker push`` would have written into moto's ECR.
         Returns the image URI."""
-        from gemma4_t4.sagemaker.image import T4_IMAGE_REPOSITORY, fixed_image_tag, t4_image_uri
-
         region = region or self.region
         tag = tag or fixed_image_tag()
         ecr = self.client("ecr", region)

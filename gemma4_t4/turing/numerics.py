@@ -10,6 +10,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
+from gemma4_t4.turing import tilecap
+from gemma4_t4.turing.offline import load_kernel_module
 from gemma4_t4.turing.smem import head_size_padded
 
 NUM_SOFTMAX_SEGMENTS = 16
@@ -190,8 +192,6 @@ def interpreter_check() -> InterpreterReport:
     """
     import torch
 
-    from gemma4_t4.turing import tilecap
-    from gemma4_t4.turing.offline import load_kernel_module
 
     kernel = load_kernel_module(interpret=True)
     original = kernel.module._get_tile_size

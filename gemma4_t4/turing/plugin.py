@@ -35,14 +35,12 @@ class TileClamp(TypedDict):
     limit_bytes: int
 
 
-class TileCapOutcome(TypedDict, total=False):
+class TileCapOutcome(prefill.RouteOutcome, total=False):
     """What :func:`gemma4_t4.turing.tilecap.install` did in one process (tilecap itself stays
-    standard-library only, so its shape is written down here)."""
+    standard-library only, so its shape is written down here): an install's outcome (``action``:
+    capped / no-change / already-active / disabled / refused, always with its reason, vLLM version
+    and origin) and what the tile cap found and changed."""
 
-    action: str  # capped / no-change / already-active / disabled / refused
-    reason: str
-    vllm_version: str
-    origin: str
     device: prefill.DeviceInfo | None
     clamps: list[TileClamp]
     pid: int

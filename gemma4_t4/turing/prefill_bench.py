@@ -15,10 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NotRequired
 
+from gemma4_t4.atomic import atomic_write_json
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.figures import pyplot, save_figure
 from gemma4_t4.jsonable import TypedDict
-from gemma4_t4.turing import prefill
+from gemma4_t4.models import get_variant
+from gemma4_t4.turing import prefill, tilecap
+from gemma4_t4.turing.numerics import make_case, reference_attention
+from gemma4_t4.turing.offline import load_kernel_module
 from gemma4_t4.turing.smem import head_size_padded
 
 DEFAULT_LENGTHS = (512, 1024, 2048, 4096)
@@ -40,8 +44,6 @@ class LayerShape:
 
 def layer_shapes(models: tuple[str, ...] = DEFAULT_MODELS) -> list[LayerShape]:
     """Each model's global (head 512) and sliding (head 256, its window) attention, from gemma4_t4.models."""
-    from gemma4_t4.models import get_variant
-
     shapes = []
     for name in models:
         v = get_variant(name)
@@ -121,7 +123,6 @@ def make_step(
     """A step's attention inputs with a shuffled block table; K/V of the new tokens already cached."""
     import torch
 
-    from gemma4_t4.turing.numerics import make_case
 
     case = make_case(
         shape.head_size,
@@ -322,9 +323,6 @@ class PrefillBenchReport(TypedDict):
 
 def load_triton_kernel(vllm_root: str | None, capability: tuple[int, int], device: prefill.DeviceInfo) -> Any:
     """vLLM's kernel module for ``capability`` with the tile cap decided for ``device``."""
-    from gemma4_t4.turing import tilecap
-    from gemma4_t4.turing.offline import load_kernel_module
-
     kernel = load_kernel_module(vllm_root, capability=capability)
     outcome = tilecap.install(
         kernel.module, origin="bench", device=device, vllm_version=kernel.vllm_version, log=False
@@ -338,7 +336,6 @@ def measure(
     """Max error vs float32 (and route vs Triton) and eager time of each path on one step."""
     import torch
 
-    from gemma4_t4.turing.numerics import reference_attention
 
     reference = reference_attention(step.case)
     forward = triton_forward(kernel_module)
@@ -410,7 +407,6 @@ def bench_prefill(
 ) -> PrefillBenchReport:
     """Run the benchmark on this GPU; write ``bench_prefill.json`` + ``bench_prefill.png``; cache the verdict."""
     torch = require_cuda()
-    from gemma4_t4.atomic import atomic_write_json
 
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     capability = (props.major, props.minor)

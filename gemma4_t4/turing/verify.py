@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field
 
 from gemma4_t4 import signals
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.models import ASSISTANTS, VARIANTS
 from gemma4_t4.turing import smem, tilecap
 from gemma4_t4.turing.offline import (
     KernelModule,
@@ -115,8 +116,6 @@ def gemma4_attention_shapes(drafters: bool = True) -> list[AttentionShape]:
     16); more would need BLOCK_M 32, which no tile fits on a T4 at head 512 (``smem.fitting_tile``
     then returns MIN_TILE and the launch is reported as not fitting).
     """
-    from gemma4_t4.models import ASSISTANTS, VARIANTS
-
     with_assistant = {variant for variant, _build in ASSISTANTS}
     shapes = []
     for variant in VARIANTS.values():
