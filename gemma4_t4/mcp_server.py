@@ -390,7 +390,7 @@ def get_help() -> HelpResult:
             "start_vllm_server, server_status, query_model(base_url=...), run_benchmark, "
             "stop_vllm_server(confirm=True)",
             "run_benchmark(base_url, spec={\"kind\": KIND, ...}): KIND is one of "
-            + ", ".join(cls.model_fields["kind"].default for cls in bench_specs.SPECS)
+            + ", ".join(bench_specs.REGISTRY)
             + "; the other fields are that spec's (its schema lists them; an unknown one is refused, named)",
         ],
         tools={name: (spec.fn.__doc__ or "").strip().splitlines()[0] for name, spec in REGISTRY.items()},

@@ -305,6 +305,7 @@ def tune(
     today: Callable[[], datetime.date] = datetime.date.today,
 ) -> tuple[LaunchProfile, Path]:
     """Measure the plan on this GPU and write the profile (atomically, at the end). Returns it and its path."""
+    from gemma4_t4.bench.specs import DecodeSpec
     from gemma4_t4.bench.workloads import BenchArgs
     from gemma4_t4.server import ServerConfig
 
@@ -324,16 +325,18 @@ def tune(
         )
         with server_factory(config) as server:
             for cell in cells:
-                args = BenchArgs(
-                    base_url=server.base_url,
-                    model=config.resolved_name(),
-                    workload="decode",
-                    out_dir=str(work / "tune" / f"{cell.setting}-c{cell.concurrency}"),
+                decode = DecodeSpec(
                     concurrency=[cell.concurrency],
                     input_len=cell.input_len,
                     output_len=cell.output_len,
                     num_prompts=cell.num_prompts,
                     warmup=cell.concurrency,
+                )
+                args = BenchArgs(
+                    base_url=server.base_url,
+                    model=config.resolved_name(),
+                    spec=decode,
+                    out_dir=str(work / "tune" / f"{cell.setting}-c{cell.concurrency}"),
                     progress=False,
                     overwrite=True,
                 )
