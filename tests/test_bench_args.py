@@ -391,3 +391,112 @@ def test_notebook_benchmark_calls_are_typed_specs_run_on_an_endpoint():
                 if isinstance(node, ast.Call) and name in spec_names:
                     built += 1
     assert runs >= 8 and built >= 5, (runs, built)
+
+
+def test_a_new_workload_is_one_class(tmp_path, capsys):
+    """A workload defined here, in the test, and nowhere else: registered by its decorator it is a
+    ``--workload`` choice with its own flag in ``bench run --help``, a variant of the MCP tool's
+    ``spec``, and a run the CLI's options build."""
+    import asyncio
+    from typing import ClassVar
+
+    from pydantic import Field
+
+    from gemma4_t4.bench.cells import Cell
+    from gemma4_t4.bench.registry import Streams, Values, WorkloadSpec, workload
+    from gemma4_t4.mcp_server import build_server
+
+    # ---- the whole toy workload (a STAND-IN: it measures nothing real)
+    @workload("toy_echo")
+    class ToyEchoSpec(Streams, WorkloadSpec):
+        """A stand-in workload: one fixed question, asked ``echo_words`` words long."""
+
+        workload: ClassVar[str] = "toy_echo"
+        prompts: ClassVar[bool] = False
+        defaults: ClassVar[Values] = {"concurrency": [1], "output_len": 4, "echo_words": 3}
+        echo_words: int | None = Field(None, description="toy: words in the question")
+
+        def cells(self, run, factory):
+            return [Cell(f"toy-c{c}", "toy_echo", "toy", c, None, self.output_len, [], []) for c in self.concurrency]
+    # ---- end of the toy workload
+
+    try:
+        with pytest.raises(SystemExit):
+            cli_main(["bench", "run", "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        assert "toy_echo" in text and "--echo-words N toy: words in the question [toy_echo]" in text
+        ns = _parse("--base-url", "http://127.0.0.1:8000", "--model", "m", "--out", str(tmp_path),
+                    "--workload", "toy_echo", "--echo-words", "5", "--concurrency", "1,2")  # fmt: skip
+        args = _built(bench_args(ns))
+        assert isinstance(args.spec, ToyEchoSpec) and (args.spec.echo_words, args.spec.concurrency) == (5, [1, 2])
+        assert [c.cell for c in args.spec.cells(args, None)] == ["toy-c1", "toy-c2"]
+        tools = {t.name: t for t in asyncio.run(build_server().list_tools())}
+        schema = tools["run_benchmark"].input_schema
+        assert schema["$defs"]["ToyEchoSpec"]["properties"]["echo_words"]["description"] == "toy: words in the question"
+        with pytest.raises(Gemma4T4Error, match="ToyEchoSpec has no field 'groups'"):
+            _built(bench_args(_parse(*ns_argv(tmp_path), "--workload", "toy_echo", "--groups", "2")))
+    finally:
+        REGISTRY.pop("toy_echo")
+    assert "toy_echo" not in REGISTRY
+
+
+def ns_argv(tmp_path):
+    return ("--base-url", "http://127.0.0.1:8000", "--model", "m", "--out", str(tmp_path))
+
+
+# what papermill's `-p NAME VALUE` injects (papermill/cli.py `_resolve_type`, read in the installed
+# papermill 2.x on 2026-12-02): "True"/"False"/"None" as those, text int() or float() reads as that
+# number, anything else as the text itself
+def _papermill_p(text):
+    from papermill.cli import _resolve_type
+
+    return _resolve_type(text)
+
+
+@pytest.mark.parametrize(
+    ("given", "read"),
+    [("4", [4]), ("[1, 4]", [1, 4]), ("1,4", [1, 4]), ("1 4", [1, 4]), ("None", [1, 8]), ("[8]", [8])],
+)
+def test_papermill_parameters_are_read_as_they_plainly_mean(given, read, capsys):
+    """``papermill 02_bf16_vs_qat.ipynb out.ipynb -p TARGET cpu -p CONCURRENCY 4`` (and "[1, 4]",
+    "1,4", "1 4"): the value papermill injects, through the function the notebooks call."""
+    from gemma4_t4 import notebook
+
+    value = _papermill_p(given)
+    (concurrency,) = notebook.fill_defaults(2, "cpu", CONCURRENCY=value)
+    assert concurrency == read
+    (lens,) = notebook.fill_defaults(4, "t4", TTFT_INPUT_LENS=_papermill_p(given.replace("4", "64")))
+    assert lens == ([512, 1024, 2048, 4096] if given == "None" else [int(str(v).replace("4", "64")) for v in read])
+
+
+@pytest.mark.parametrize("given", ["eight", "1,x", "[1, 2.5]", "True", "{1: 4}"])
+def test_papermill_parameters_that_mean_no_list_are_refused_with_the_forms(given):
+    from gemma4_t4 import notebook
+
+    with pytest.raises(Gemma4T4Error, match="CONCURRENCY|concurrency") as err:
+        notebook.fill_defaults(2, "cpu", CONCURRENCY=_papermill_p(given))
+    assert '-y "CONCURRENCY: [1, 4]"' in err.value.fix and '"1,4"' in err.value.fix
+    with pytest.raises(Gemma4T4Error) as err:
+        notebook.fill_defaults(4, "t4", TTFT_INPUT_LENS=_papermill_p(given))
+    assert '-y "TTFT_INPUT_LENS: [1, 4]"' in err.value.fix
+
+
+def test_venue_defaults_come_from_the_classes_and_an_unknown_venue_is_named():
+    from gemma4_t4.bench.specs import DecodeSpec, TTFTSpec
+
+    assert DecodeSpec.for_venue("cpu") == DecodeSpec(concurrency=[1, 8], input_len=128, output_len=32, num_prompts=8)
+    assert DecodeSpec.venue_defaults("sagemaker") == DecodeSpec.venue_defaults("t4")
+    assert TTFTSpec.for_venue("t4").input_lens == [512, 1024, 2048, 4096]
+    with pytest.raises(Gemma4T4Error, match="unknown venue 'l4'") as err:
+        DecodeSpec.for_venue("l4")
+    assert "t4, cpu, sagemaker" in err.value.fix
+
+
+def test_a_field_of_another_workload_is_refused_naming_the_field_and_its_workload():
+    from gemma4_t4.bench.specs import DecodeSpec
+
+    with pytest.raises(Gemma4T4Error, match=r"DecodeSpec has no field 'groups' \(a field of the prefix workload\)") as err:
+        DecodeSpec(groups=2)
+    assert err.value.fix.startswith("DecodeSpec takes: concurrency, input_len")
+    with pytest.raises(Gemma4T4Error, match=r"--rate is for the decode workload, not ttft"):
+        build_args("http://127.0.0.1:8000", "m", "ttft", "out", rates=[1.0])

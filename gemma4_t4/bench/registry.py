@@ -249,7 +249,11 @@ def spec_error(what: str, exc: ValidationError) -> SpecRefused:
     first = exc.errors()[0]
     field = ".".join(str(p) for p in first["loc"]) or "fields"
     if first["type"] == "extra_forbidden":
-        return SpecRefused(f"{what} has no field {field!r}", fix=f"{what} takes: {', '.join(_field_names(what))}")
+        owners = [kind for kind, spec in REGISTRY.items() if field in spec.model_fields]
+        where = f" (a field of the {', '.join(owners)} workload{'s' if len(owners) > 1 else ''})" if owners else ""
+        return SpecRefused(
+            f"{what} has no field {field!r}{where}", fix=f"{what} takes: {', '.join(_field_names(what))}"
+        )
     return SpecRefused(f"{what}.{field}: {first['msg']}", fix=f"give {field} as the type {what} declares")
 
 
