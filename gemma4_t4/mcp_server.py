@@ -850,10 +850,9 @@ def server_status() -> ServerToolResult:
 def run_benchmark(base_url: str, spec: AnySpec | None = None, model: str | None = None,
                   out_dir: str | None = None, request_timeout_s: Seconds | None = None) -> RunReport:
     """Benchmark a running OpenAI-compatible server or sagemaker://REGION/ENDPOINT (TTFT, TPOT, throughput);
-    writes a results dir. spec = what to measure, chosen by its kind (default {"kind": "decode"}): decode
-    (closed loop at concurrency), open_loop (rates in requests/s, Poisson or constant arrivals), sweep
-    (one-at-a-time, all-at-once, then N rates in between), series_decode (the series' (512-16)/(wall512 -
-    wall16) at c=1), ttft, prefix, answers, load."""
+    writes a results dir. spec = what to measure, chosen by its kind (default {"kind": "decode"}); the schema
+    holds every registered workload (decode, open_loop, sweep, series_decode, ttft, prefix, answers, load, ...)
+    with its description, its fields and their defaults."""
     if model is None:
         model = _served_model(base_url)
     chosen = spec or bench_specs.DecodeSpec()

@@ -21,7 +21,7 @@ from pydantic import (
     model_validator,
 )
 
-from gemma4_t4.bench.cells import Cell, RunOptions
+from gemma4_t4.bench.cells import Cell, RunOptions, unique_cell
 from gemma4_t4.bench.schemas import BenchModel, CellSummary, RequestRecord
 from gemma4_t4.errors import Gemma4T4Error
 
@@ -174,6 +174,15 @@ class WorkloadSpec(BaseModel):
 
     def longest_output(self) -> int:
         return self.output_len or 0
+
+    def unique_cell(
+        self, run: RunOptions, factory: PromptFactory | None, name: str, variant: str, c: int, n: int, **sizes: int
+    ) -> Cell:
+        """A cell of ``n`` unique prompts at concurrency ``c``, warmed up first; ``sizes``:
+        ``length`` or ``output_len`` where they are not this workload's ``input_len``/``output_len``."""
+        length = sizes.get("length") or getattr(self, "input_len", None)
+        out = sizes.get("output_len") or self.output_len
+        return unique_cell(factory, run.api, self.warmup, name, self.workload, variant, c, n, length, out)
 
     def cells(self, run: RunOptions, factory: PromptFactory | None) -> list[Cell]:
         """Every cell known before anything is measured, prompts included."""

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, ClassVar, Protocol
 from pydantic import Field, field_validator, model_validator
 
 from gemma4_t4.bench.args import cli
-from gemma4_t4.bench.cells import Cell, RunOptions, request_specs, unique_cell, warm_count
+from gemma4_t4.bench.cells import Cell, RunOptions, request_specs, warm_count
 from gemma4_t4.bench.registry import (
     REGISTRY,
     VENUES,
@@ -101,29 +101,14 @@ class DecodeSpec(Streams, PromptLen, WorkloadSpec):
         "sagemaker": _DECODE_T4,
         "cpu": {"concurrency": [1, 8], "input_len": 128, "output_len": 32, "num_prompts": 8},
     }
-    params: ClassVar[dict[str, str]] = {
-        "CONCURRENCY": "concurrency",
-        "INPUT_LEN": "input_len",
-        "OUTPUT_LEN": "output_len",
-        "NUM_PROMPTS": "num_prompts",
+    params: ClassVar[dict[str, str]] = {  # the notebooks' parameters
+        "CONCURRENCY": "concurrency", "INPUT_LEN": "input_len", "OUTPUT_LEN": "output_len", "NUM_PROMPTS": "num_prompts"
     }
 
     def cells(self, run: RunOptions, factory: PromptFactory | None) -> list[Cell]:
-        return [
-            unique_cell(
-                factory,
-                run.api,
-                self.warmup,
-                f"decode-c{c}-in{self.input_len}-out{self.output_len}",
-                "decode",
-                "decode",
-                c,
-                self.num_prompts or max(32, 4 * c),
-                self.input_len,
-                self.output_len,
-            )
-            for c in self.concurrency
-        ]
+        name = f"decode-c{{}}-in{self.input_len}-out{self.output_len}"
+        n = self.num_prompts
+        return [self.unique_cell(run, factory, name.format(c), "decode", c, n or max(32, 4 * c)) for c in self.concurrency]
 
 
 @workload("open_loop")
@@ -211,21 +196,9 @@ class SweepSpec(Arrivals, PromptLen, WorkloadSpec):
 
     def cells(self, run: RunOptions, factory: PromptFactory | None) -> list[Cell]:
         n = self.num_prompts or 32
-        return [
-            unique_cell(
-                factory,
-                run.api,
-                self.warmup,
-                f"decode-{variant.removeprefix('sweep_')}-in{self.input_len}-out{self.output_len}",
-                "decode",
-                variant,
-                c,
-                n,
-                self.input_len,
-                self.output_len,
-            )
-            for variant, c in (("sweep_synchronous", 1), ("sweep_throughput", min(n, self.max_in_flight)))
-        ]
+        ends = (("synchronous", 1), ("throughput", min(n, self.max_in_flight)))
+        name = f"decode-{{}}-in{self.input_len}-out{self.output_len}"
+        return [self.unique_cell(run, factory, name.format(end), f"sweep_{end}", c, n) for end, c in ends]
 
     def follow(
         self, run: RunOptions, factory: PromptFactory | None, done: list[CellSummary]
@@ -274,17 +247,8 @@ class SeriesDecodeSpec(PromptLen, WorkloadSpec):
         """The same prompts at c=1 with a short and a long output."""
         short, long = self.series_lens
         return [
-            unique_cell(
-                factory,
-                run.api,
-                self.warmup,
-                f"decode-series-in{self.input_len}-out{out}",
-                "decode",
-                f"series_{kind}",
-                1,
-                self.num_prompts,
-                self.input_len,
-                out,
+            self.unique_cell(
+                run, factory, f"decode-series-in{self.input_len}-out{out}", f"series_{kind}", 1, self.num_prompts, output_len=out
             )
             for kind, out in (("short", short), ("long", long))
         ]
@@ -327,18 +291,7 @@ class TTFTSpec(WorkloadSpec):
 
     def cells(self, run: RunOptions, factory: PromptFactory | None) -> list[Cell]:
         return [
-            unique_cell(
-                factory,
-                run.api,
-                self.warmup,
-                f"ttft-c{c}-in{n}-out{self.output_len}",
-                "ttft",
-                "ttft",
-                c,
-                self.num_prompts,
-                n,
-                self.output_len,
-            )
+            self.unique_cell(run, factory, f"ttft-c{c}-in{n}-out{self.output_len}", "ttft", c, self.num_prompts, length=n)
             for c in self.streams()
             for n in self.input_lens
         ]
