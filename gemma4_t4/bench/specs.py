@@ -32,6 +32,7 @@ from pydantic import Field, field_validator, model_validator
 
 from gemma4_t4.bench.args import cli
 from gemma4_t4.bench.cells import Cell, RunOptions, request_specs, warm_count
+from gemma4_t4.bench.metrics import series_decode
 from gemma4_t4.bench.registry import (
     REGISTRY,
     VENUES,
@@ -254,8 +255,6 @@ class SeriesDecodeSpec(PromptLen, WorkloadSpec):
         ]
 
     def finish(self, cells: list[Cell], measured: dict[str, list[RequestRecord]]) -> dict[str, BenchModel]:
-        from gemma4_t4.bench.metrics import series_decode  # the statistics: only once a run has records
-
         short, long = self.series_lens
         by_variant = {c.variant: measured.get(c.cell, []) for c in cells}
         figure = series_decode(by_variant.get("series_short", []), by_variant.get("series_long", []), short, long)
