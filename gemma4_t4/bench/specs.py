@@ -147,20 +147,11 @@ def rate_cells(
     for rate in rates:
         name = f"decode-r{rate:g}-{spec.arrival}-in{spec.input_len}-out{spec.output_len}"
         n = spec.num_prompts or max(16, min(256, round(30 * rate)))  # about 30 s of arrivals
-        warm = f"w-{name}"
+        warm, length, out = f"w-{name}", spec.input_len, spec.output_len
+        specs = request_specs(factory.unique(name, n, length), name, run.api, out)
+        warm_specs = request_specs(factory.unique(warm, spec.warmup, length), warm, run.api, out)
         cells.append(
-            Cell(
-                name,
-                "decode",
-                variant,
-                spec.max_in_flight,
-                spec.input_len,
-                spec.output_len,
-                request_specs(factory.unique(name, n, spec.input_len), name, run.api, spec.output_len),
-                request_specs(factory.unique(warm, spec.warmup, spec.input_len), warm, run.api, spec.output_len),
-                rate=rate,
-                arrival=spec.arrival,
-            )
+            Cell(name, "decode", variant, spec.max_in_flight, length, out, specs, warm_specs, rate=rate, arrival=spec.arrival)
         )
     return cells
 
@@ -329,15 +320,16 @@ class PrefixSpec(PromptLen, WorkloadSpec):
             base = f"prefix-c{c}-in{length}-p{self.prefix_len}-out{out}"
             groups = factory.shared_prefix(f"{base}-shared", self.groups, per_group, self.prefix_len, length)
             shared = [p for group in groups for p in group]  # group-major: the first of each group fills
-            meta: dict[str, int | bool | str] = {"prefix_len": self.prefix_len, "groups": self.groups, "per_group": per_group}
-            warm = request_specs(factory.unique(f"w-{base}", warm_count(self.warmup, c), length), f"w-{base}", run.api, out)
+            meta: dict[str, int | bool | str] = {"prefix_len": self.prefix_len, "groups": self.groups}
+            meta["per_group"] = per_group
+            warm_prompts = factory.unique(f"w-{base}", warm_count(self.warmup, c), length)
+            warm = request_specs(warm_prompts, f"w-{base}", run.api, out)
             shared_specs = request_specs(shared, f"{base}-shared", run.api, out)
             cells.append(Cell(f"{base}-shared", "prefix", "shared_prefix", c, length, out, shared_specs, warm, meta))
             control = factory.unique(f"{base}-unique", len(shared), length)
             control_specs = request_specs(control, f"{base}-unique", run.api, out)
-            cells.append(
-                Cell(f"{base}-unique", "prefix", "unique_prompts", c, length, out, control_specs, [], meta | {"control": True})
-            )
+            control_meta = meta | {"control": True}
+            cells.append(Cell(f"{base}-unique", "prefix", "unique_prompts", c, length, out, control_specs, [], control_meta))
         return cells
 
 
@@ -363,7 +355,8 @@ class AnswersSpec(Streams, WorkloadSpec):
             RequestSpec(f"w-answers-{i}", f"Say the word number {i}.", 8, api=run.api, ignore_eos=False)
             for i in range(warm_count(self.warmup, max(self.concurrency)))
         ]
-        return [Cell(f"answers-c{c}", "answers", "answers", c, None, self.output_len, specs, warm) for c in self.concurrency]
+        out = self.output_len
+        return [Cell(f"answers-c{c}", "answers", "answers", c, None, out, specs, warm) for c in self.concurrency]
 
 
 @workload("load")
@@ -381,9 +374,8 @@ class LoadSpec(Streams, PromptLen, WorkloadSpec):
             name = f"load-c{c}-in{self.input_len}-out{self.output_len}"
             specs = request_specs(prompt * (self.num_prompts or c), name, run.api, self.output_len)
             warm = request_specs(prompt * warm_count(self.warmup, 1), f"w-{name}", run.api, self.output_len)
-            cells.append(
-                Cell(name, "load", "load_shared_prompt", c, self.input_len, self.output_len, specs, warm, {"shared_prompt": True})
-            )
+            shared = {"shared_prompt": True}
+            cells.append(Cell(name, "load", "load_shared_prompt", c, self.input_len, self.output_len, specs, warm, shared))
         return cells
 
 
@@ -441,29 +433,11 @@ def run(
     )
     return run_benchmark(args)
 
-__all__ = [  # the registry's names, for callers that import them from here
-    "REGISTRY",
-    "VENUES",
-    "AnySpec",
-    "SpecRefused",
-    "WorkloadSpec",
-    "notebook_params",
-    "spec_error",
-    "spec_for",
-    "spec_from_options",
-    "workload",
-    "AnswersSpec",
-    "DecodeSpec",
-    "LoadSpec",
-    "OpenLoopSpec",
-    "PrefixSpec",
-    "SeriesDecodeSpec",
-    "SweepSpec",
-    "TTFTSpec",
-    "Served",
-    "ServedAt",
-    "run",
-]
+__all__ = [  # the registry's names too, for callers that import them from here
+    "REGISTRY", "VENUES", "AnySpec", "SpecRefused", "WorkloadSpec", "notebook_params", "spec_error", "spec_for",
+    "spec_from_options", "workload", "AnswersSpec", "DecodeSpec", "LoadSpec", "OpenLoopSpec", "PrefixSpec",
+    "SeriesDecodeSpec", "SweepSpec", "TTFTSpec", "Served", "ServedAt", "run",
+]  # fmt: skip
 
 
 def __getattr__(name: str) -> object:
