@@ -413,7 +413,7 @@ def get_help() -> HelpResult:
             "start_vllm_server, server_status, query_model(base_url=...), run_benchmark, "
             "stop_vllm_server(confirm=True)",
             "run_benchmark(base_url, spec={\"kind\": KIND, ...}): KIND is one of "
-            + ", ".join(cls.model_fields["kind"].default for cls in bench_specs.SPECS)
+            + ", ".join(bench_specs.REGISTRY)
             + "; the other fields are that spec's (its schema lists them; an unknown one is refused, named)",
         ],
         tools={name: (spec.fn.__doc__ or "").strip().splitlines()[0] for name, spec in REGISTRY.items()},
@@ -840,10 +840,9 @@ def server_status() -> ServerToolResult:
 def run_benchmark(base_url: str, spec: AnySpec | None = None, model: str | None = None,
                   out_dir: str | None = None, request_timeout_s: Seconds | None = None) -> RunReport:
     """Benchmark a running OpenAI-compatible server or sagemaker://REGION/ENDPOINT (TTFT, TPOT, throughput);
-    writes a results dir. spec = what to measure, chosen by its kind (default {"kind": "decode"}): decode
-    (closed loop at concurrency), open_loop (rates in requests/s, Poisson or constant arrivals), sweep
-    (one-at-a-time, all-at-once, then N rates in between), series_decode (the series' (512-16)/(wall512 -
-    wall16) at c=1), ttft, prefix, answers, load."""
+    writes a results dir. spec = what to measure, chosen by its kind (default {"kind": "decode"}); the schema
+    holds every registered workload (decode, open_loop, sweep, series_decode, ttft, prefix, answers, load, ...)
+    with its description, its fields and their defaults."""
     if model is None:
         model = _served_model(base_url)
     chosen = spec or bench_specs.DecodeSpec()

@@ -24,6 +24,7 @@ from gemma4_t4 import setup as setup_plan
 from gemma4_t4.atomic import atomic_write_json
 from gemma4_t4.bench.compare import compare_suites
 from gemma4_t4.bench.published import SAGEMAKER_DECODE, Kind, beside, measured_kind, published_kind
+from gemma4_t4.bench.specs import notebook_params
 from gemma4_t4.endpoint import Budget, Endpoint, start_owned_server
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.hardware import PRICES, InstancePrice, identify_gpu, price_key, usd_per_million_tokens
@@ -324,46 +325,33 @@ def check_model_size(size: str, formats: Sequence[str], runtime: RuntimeInfo, co
     return size
 
 
-# Workload parameters a notebook leaves at None take these per target: on a T4 (or any GPU) the
-# series' published conditions, on cpu small workloads that show the method on the tiny model.
-# params/t4.yaml and params/cpu.yaml name the same values (a test keeps them equal).
-class Conditions(TypedDict, total=False):
-    """A notebook's workload parameters for one target (the names the notebooks' parameters use)."""
-
-    CONCURRENCY: list[int]
-    INPUT_LEN: int
-    OUTPUT_LEN: int
-    NUM_PROMPTS: int
-    TTFT_INPUT_LENS: list[int]
-
-
-CONDITIONS: dict[int, dict[str, Conditions]] = {
-    2: {"cpu": {"CONCURRENCY": [1, 8], "INPUT_LEN": 128, "OUTPUT_LEN": 32, "NUM_PROMPTS": 8},
-        "t4": {"CONCURRENCY": [1, 8], "INPUT_LEN": 512, "OUTPUT_LEN": 128, "NUM_PROMPTS": 8}},
-    4: {"cpu": {"CONCURRENCY": [1, 2, 4], "TTFT_INPUT_LENS": [64, 128, 256, 512, 1024], "INPUT_LEN": 128,
-                "OUTPUT_LEN": 16, "NUM_PROMPTS": 8},
-        "t4": {"CONCURRENCY": [1, 8], "TTFT_INPUT_LENS": [512, 1024, 2048, 4096], "INPUT_LEN": 512,
-               "OUTPUT_LEN": 128, "NUM_PROMPTS": 8}},
+# The workload parameters each notebook declares. What a parameter left at None takes on each
+# target, and how a given value is read, belong to the workload class that declares it
+# (gemma4_t4.bench.specs: DecodeSpec.venues, TTFTSpec.venues); params/t4.yaml repeats the T4 values
+# for `gemma4-t4 run` (a test keeps them equal).
+PARAMETERS: dict[int, tuple[str, ...]] = {
+    2: ("CONCURRENCY", "INPUT_LEN", "OUTPUT_LEN", "NUM_PROMPTS"),
+    4: ("CONCURRENCY", "TTFT_INPUT_LENS", "INPUT_LEN", "OUTPUT_LEN", "NUM_PROMPTS"),
 }
 
 
-def fill_defaults(part: int, target: str, **values: Any) -> tuple[Any, ...]:
-    """The parameters in the order given, each ``None`` replaced by ``target``'s condition
-    (:data:`CONDITIONS`); prints where each value came from."""
-    table = CONDITIONS[part]["cpu" if target == "cpu" else "t4"]
+def conditions(part: int, target: str) -> dict[str, object]:
+    """Part ``part``'s workload parameters on ``target`` when none is set (from the workload classes)."""
+    return notebook_params(target, **dict.fromkeys(PARAMETERS[part]))
+
+
+def fill_defaults(part: int, target: str, **values: object) -> tuple[object, ...]:
+    """The parameters in the order given, each ``None`` replaced by ``target``'s value and each
+    value given read as its workload class reads it (``-p CONCURRENCY 4`` from papermill is
+    ``[4]``; ``"[1, 4]"``, ``"1,4"`` and ``"1 4"`` are ``[1, 4]``); prints where each came from."""
+    unknown = [name for name in values if name not in PARAMETERS[part]]
+    if unknown:
+        raise Gemma4T4Error(f"{unknown[0]} has no default for part {part}", fix=f"set {unknown[0]} in the parameters cell")
+    read = notebook_params(target, **values)
     label = "CPU default" if target == "cpu" else "the series' T4 conditions"
-    out, origin = [], []
-    for name, value in values.items():
-        if value is None:
-            if name not in table:
-                raise Gemma4T4Error(f"{name} has no default for part {part}", fix=f"set {name} in the parameters cell")
-            value = table[name]
-            origin.append(f"{name}={value} ({label})")
-        else:
-            origin.append(f"{name}={value} (set)")
-        out.append(value)
+    origin = [f"{name}={read[name]} ({label if values[name] is None else 'set'})" for name in values]
     print("workload:", ", ".join(origin))
-    return tuple(out)
+    return tuple(read[name] for name in values)
 
 
 def prepare_dirs(out_dir: str | Path, work_dir: str | Path) -> tuple[Path, Path]:

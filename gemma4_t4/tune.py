@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field
 
 from gemma4_t4.atomic import atomic_write_json
 from gemma4_t4.bench import run_benchmark
+from gemma4_t4.bench.specs import DecodeSpec
 from gemma4_t4.bench.workloads import BenchArgs
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.launch_profile import (
@@ -317,16 +318,18 @@ def tune(
         )
         with server_factory(config) as server:
             for cell in cells:
-                args = BenchArgs(
-                    base_url=server.base_url,
-                    model=config.resolved_name(),
-                    workload="decode",
-                    out_dir=str(work / "tune" / f"{cell.setting}-c{cell.concurrency}"),
+                decode = DecodeSpec(
                     concurrency=[cell.concurrency],
                     input_len=cell.input_len,
                     output_len=cell.output_len,
                     num_prompts=cell.num_prompts,
                     warmup=cell.concurrency,
+                )
+                args = BenchArgs(
+                    base_url=server.base_url,
+                    model=config.resolved_name(),
+                    spec=decode,
+                    out_dir=str(work / "tune" / f"{cell.setting}-c{cell.concurrency}"),
                     progress=False,
                     overwrite=True,
                 )

@@ -440,7 +440,7 @@ def test_sweep_measures_both_ends_then_rates_in_between(tmp_path):
 
 
 def test_sweep_rates_and_options():
-    from gemma4_t4.bench.workloads import sweep_rates
+    from gemma4_t4.bench.specs import sweep_rates
 
     assert sweep_rates(1.0, 4.0, 2) == [2.0, 3.0]
     with pytest.raises(Gemma4T4Error, match="no load range") as err:

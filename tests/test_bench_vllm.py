@@ -118,21 +118,16 @@ def test_vllm_cli_wrapper_reports_a_cpu_version():
 
 def test_decode_and_answers_through_the_typed_spine(vllm_server, tmp_path):
     """The in-memory run is the run on disk: typed cells, accessors, and a validated reload."""
-    from gemma4_t4.bench import BenchArgs, load_run
+    from gemma4_t4.bench import BenchArgs, DecodeSpec, load_run
     from gemma4_t4.bench.schemas import CellSummary
 
     args = BenchArgs(
         base_url=vllm_server.base_url,
         model="tiny-gemma4",
-        workload="decode",
         out_dir=str(tmp_path / "typed"),
-        concurrency=[1, 2],
-        input_len=64,
         # 24 tokens: enough gaps for a per-stream rate even when vLLM's CPU build streams a few
         # tokens per chunk (a 6-token reply could arrive in one chunk: no rate, honestly None)
-        output_len=24,
-        num_prompts=3,
-        warmup=1,
+        spec=DecodeSpec(concurrency=[1, 2], input_len=64, output_len=24, num_prompts=3, warmup=1),
         **_opts(vllm_server),
     )
     run = run_benchmark(args)

@@ -3,7 +3,7 @@
 Every shell code block (```bash, ```sh, ```console, or untagged) is read line by line (``\\``
 continuations joined, comments dropped). Each ``gemma4-t4 ...`` command is checked with the real
 argparse parser (an unknown flag, a bad choice, a missing subcommand fails); ``bench run`` is also
-validated by :class:`~gemma4_t4.bench.workloads.BenchArgs`, as the command would before sending a
+validated by :func:`~gemma4_t4.bench.workloads.build_args` (the run's options and its workload spec), as the command would before sending a
 request. Then each command is classified:
 
 - ``run``: safe as written, run on a stand-in T4 host (a stand-in ``nvidia-smi`` on PATH, as in
@@ -307,12 +307,13 @@ def parse_problem(argv: list[str], group_ok: bool = False) -> str | None:
     if command_path(argv) == ("bench", "run"):
         from pydantic import ValidationError
 
-        from gemma4_t4.bench.workloads import BenchArgs
+        from gemma4_t4.bench.workloads import build_args
         from gemma4_t4.cli.bench import bench_args
         from gemma4_t4.errors import Gemma4T4Error
 
+        fields = bench_args(ns)
         try:
-            BenchArgs(**bench_args(ns))
+            build_args(fields.pop("base_url"), fields.pop("model"), fields.pop("workload"), fields.pop("out_dir"), **fields)
         except (ValidationError, Gemma4T4Error, ValueError) as exc:
             return f"bench run refuses these options: {str(exc).splitlines()[0]}"
     return None

@@ -380,6 +380,10 @@ def _bind(target, label: str, node: ast.Call) -> None:
         module = importlib.import_module(_FORWARDS[name][0])
         model = next(getattr(module, c) for c in _FORWARDS[name][1] if hasattr(module, c))
         fields = set(getattr(model, "model_fields", None) or {f.name for f in dataclasses.fields(model)})
+        if name == "run_benchmark":  # its options are BenchArgs' and the registered workloads' fields
+            from gemma4_t4.bench.registry import REGISTRY
+
+            fields |= {f for spec in REGISTRY.values() for f in spec.model_fields} | {"method"}
         named = {p for p, v in signature.parameters.items() if v.kind is not v.VAR_KEYWORD}
         unknown = sorted(set(keywords) - fields - named)
         if unknown:
@@ -447,7 +451,7 @@ def test_the_checker_catches_a_wrong_keyword():
 
 
 def test_t4_parameters_reproduce_the_series_conditions():
-    from gemma4_t4.notebook import CONDITIONS
+    from gemma4_t4.notebook import conditions
 
     t4 = yaml.safe_load((PARAMS_DIR / "t4.yaml").read_text())
     assert t4["04"]["TTFT_INPUT_LENS"] == [512, 1024, 2048, 4096] and 8 in t4["04"]["CONCURRENCY"]
@@ -456,7 +460,7 @@ def test_t4_parameters_reproduce_the_series_conditions():
                         "NUM_PROMPTS": 8}
     for part in (2, 4):  # the notebooks' own T4 defaults are the same values
         section = {k: v for k, v in t4[f"{part:02d}"].items() if k != "MODEL_SIZE"}
-        assert CONDITIONS[part]["t4"] == section
+        assert conditions(part, "t4") == section  # params/t4.yaml: the workload classes' T4 values
 
 
 def test_workload_parameters_left_at_none_are_filled_per_target():
@@ -465,7 +469,7 @@ def test_workload_parameters_left_at_none_are_filled_per_target():
     declared = {p.stem[:2]: _parameters(_load(p)) for p in NOTEBOOKS}
     for part in ("02", "04"):
         none = [k for k, v in declared[part].items() if v is None]
-        assert none and set(none) <= set(notebook.CONDITIONS[int(part)]["t4"]), none
+        assert none and set(none) <= set(notebook.PARAMETERS[int(part)]), none
     assert notebook.fill_defaults(4, "t4", TTFT_INPUT_LENS=None, CONCURRENCY=[2]) == ([512, 1024, 2048, 4096], [2])
     assert notebook.fill_defaults(2, "cpu", INPUT_LEN=None) == (128,)
 

@@ -4,6 +4,7 @@ gemma4_t4.secrets, and names of measured data are never taken for secrets."""
 import pytest
 
 from gemma4_t4 import mcp_server, secrets
+from gemma4_t4.bench.specs import DecodeSpec
 from gemma4_t4.bench.workloads import BenchArgs
 from gemma4_t4.sagemaker.config import redact_env
 
@@ -43,7 +44,7 @@ def test_a_bench_record_keeps_no_secret(tmp_path):
     args = BenchArgs(
         base_url="http://127.0.0.1:1",
         model="m",
-        workload="decode",
+        spec=DecodeSpec(),
         out_dir=str(tmp_path),
         api_key=KEY,
         label=f"--api-key={KEY}",

@@ -73,12 +73,12 @@ def recorded_runner(interrupt_at: int | None = None):
         calls.append(args)
         if interrupt_at is not None and len(calls) == interrupt_at:
             os.kill(os.getpid(), signal.SIGTERM)  # a real SIGTERM mid-tune
-        c = args.concurrency[0]
+        c = args.spec.concurrency[0]
         n = None if "off" in args.out_dir else int(Path(args.out_dir).name.split("=")[1].split("-")[0])
         median, half = RECORDED[c][n]
         cell = CellSummary(
-            cell=f"c{c}", workload="decode", concurrency=c, completed=args.num_prompts,
-            per_stream_tok_s=LatencyStats(n=args.num_prompts, median=median, ci_low=median - half,
+            cell=f"c{c}", workload="decode", concurrency=c, completed=args.spec.num_prompts,
+            per_stream_tok_s=LatencyStats(n=args.spec.num_prompts, median=median, ci_low=median - half,
                                           ci_high=median + half),
             output_throughput_tok_s=median * c,
             spec_decode=None if n is None else SpecDecode(acceptance_rate=0.7, mean_accepted_length=1 + 0.7 * n,
@@ -242,7 +242,7 @@ def test_a_flushed_stream_is_named_not_tuned_on(t4_host, tmp_path):
     from gemma4_t4.bench.schemas import BufferedDelivery
 
     def flushed(args) -> BenchRun:
-        cell = CellSummary(cell="c1", workload="decode", concurrency=args.concurrency[0], completed=4,
+        cell = CellSummary(cell="c1", workload="decode", concurrency=args.spec.concurrency[0], completed=4,
                            buffered=BufferedDelivery(requests=4, completed=4, tokens=32, span_ms=0.25))
         return BenchRun(dir=Path(args.out_dir), run=RunInfo(workload="decode", model=args.model), cells=[cell])
 

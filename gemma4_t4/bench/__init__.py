@@ -21,10 +21,15 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+# the workload classes register themselves when their module is read: read it with the package, so
+# that the registry is whole whichever bench module a caller imports (pydantic only, no client)
+from gemma4_t4.bench import specs as _workloads  # noqa: F401
+
 # names -> defining module, imported on first use: importing the package (e.g. for its schemas)
 # stays cheap; aiohttp, boto3 and matplotlib load only when a run, a backend or a plot needs them
 _EXPORTS = {
-    "WORKLOADS": "workloads",
+    "REGISTRY": "registry",
+    "workload": "registry",
     "BenchArgs": "workloads",
     "run_benchmark": "workloads",
     "AnswerComparison": "answers",

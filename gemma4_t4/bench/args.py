@@ -1,11 +1,11 @@
-"""The one declaration of every benchmark option: its name, type, default, help and command-line flag.
+"""The run-level options of one benchmark run, declared once: its name, type, default, help and
+command-line flag (where it goes, where results are written, how requests time out, ...).
 
-:class:`BenchOptions` declares the fields; :class:`~gemma4_t4.bench.workloads.BenchArgs` adds the
-rules and the workload-dependent defaults (it needs the workload registry, so it lives with the
-benchmark's client). Everything else is generated from these fields: ``gemma4-t4 bench run``'s
-flags (a flag per field, ``--input-len`` for ``input_len``), the typed workload specs of
-:mod:`gemma4_t4.bench.specs` (each a subset of these fields) and, through the specs, the MCP tool's
-schema. This module stays light (pydantic only): the CLI reads it at start-up.
+What is measured is a workload class (:mod:`gemma4_t4.bench.specs`: its own fields, defaults and
+rules); :class:`~gemma4_t4.bench.workloads.BenchArgs` is these options with a workload spec and the
+rules. ``gemma4-t4 bench run``'s flags are generated from these fields and the workload classes'
+(a flag per field, ``--input-len`` for ``input_len``). This module stays light (pydantic only):
+the CLI reads it at start-up.
 
 A field's command-line spelling, where it is not ``--field-name``, and whether it is an option at
 all sit on the field itself (``json_schema_extra=cli(...)``).
@@ -16,12 +16,11 @@ from __future__ import annotations
 from typing import Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic.fields import FieldInfo
 
 from gemma4_t4.bench.schemas import RawJSON
 
-# what a user chooses (--workload); the registry (bench.workloads.WORKLOADS) also holds the modes
-# decode runs in (open loop, sweep, series decode)
-WORKLOAD_CHOICES: tuple[str, ...] = ("decode", "ttft", "prefix", "answers", "load")
+# decode's methods on the command line: --method series is the series_decode workload
 METHODS = ("vllm", "series")
 
 
@@ -57,9 +56,10 @@ def cli(
     return meta
 
 
-def cli_flag(field_name: str) -> CliFlag:
-    """The command-line metadata of ``field_name`` (empty where the generated flag is enough)."""
-    extra = BenchOptions.model_fields[field_name].json_schema_extra
+def cli_flag(field_name: str, info: FieldInfo | None = None) -> CliFlag:
+    """The command-line metadata of ``field_name`` (a run option, or ``info``: a workload's field);
+    empty where the generated flag is enough."""
+    extra = (info or BenchOptions.model_fields[field_name]).json_schema_extra
     return CliFlag(**extra) if isinstance(extra, dict) else CliFlag()  # type: ignore[typeddict-item]
 
 
@@ -67,19 +67,20 @@ def is_user_option(field_name: str) -> bool:
     return cli_flag(field_name).get("option", True)
 
 
-def flag_name(field_name: str) -> str:
+def flag_name(field_name: str, info: FieldInfo | None = None) -> str:
     """``--input-len`` for ``input_len``, or the field's own spelling (``--out`` for ``out_dir``);
     a ``True`` default is turned off with ``--no-NAME``."""
-    meta = cli_flag(field_name)
+    info = info or BenchOptions.model_fields[field_name]
+    meta = cli_flag(field_name, info)
     if "flag" in meta:
         return meta["flag"]
     dashed = field_name.replace("_", "-")
-    return f"--no-{dashed}" if BenchOptions.model_fields[field_name].default is True else f"--{dashed}"
+    return f"--no-{dashed}" if info.default is True else f"--{dashed}"
 
 
 class BenchOptions(BaseModel):
-    """Every option of one benchmark run, declared once. Not run directly: build a
-    :class:`~gemma4_t4.bench.workloads.BenchArgs` (its rules, its workload-dependent defaults)."""
+    """Every run-level option of one benchmark run, declared once. Not run directly: build a
+    :class:`~gemma4_t4.bench.workloads.BenchArgs` (these options, a workload spec, the rules)."""
 
     model_config = ConfigDict(extra="forbid", validate_default=False)
 
@@ -88,10 +89,6 @@ class BenchOptions(BaseModel):
         json_schema_extra=cli(metavar="URL"),
     )
     model: str = Field(description="served model name", json_schema_extra=cli(metavar="NAME"))
-    workload: str = Field(
-        description="decode | ttft | prefix | answers | load (the series' load test: c=1..16, one prompt)",
-        json_schema_extra=cli(choices=WORKLOAD_CHOICES),
-    )
     out_dir: str = Field(
         description="results directory: new or empty; a folder holding anything needs --overwrite, which replaces only a bench run's files",
         json_schema_extra=cli(flag="--out", metavar="DIR"),
@@ -99,38 +96,6 @@ class BenchOptions(BaseModel):
     api: Literal["completions", "chat"] | None = Field(
         None, description="endpoint: completions (default) or chat (the answers workload's default)"
     )
-    concurrency: list[int] | None = Field(None, description="closed-loop streams per cell, e.g. 1,2,4,8,16")
-    rates: list[float] | None = Field(
-        None,
-        description="decode: open-loop cells at these offered requests/s instead, e.g. 0.5,1,2",
-        json_schema_extra=cli(flag="--rate", metavar="REQ_PER_S"),
-    )
-    arrival: Literal["poisson", "constant"] | None = Field(
-        None, description="open loop: Poisson (default) or evenly spaced arrivals"
-    )
-    max_in_flight: int = Field(256, description="open loop: requests the client keeps in flight at most")
-    sweep: int | None = Field(
-        None,
-        description="decode: measure one-at-a-time and all-at-once, then N open-loop rates in between",
-        json_schema_extra=cli(metavar="N"),
-    )
-    method: Literal["vllm", "series"] = Field(
-        "vllm", description="decode: 'series' = the series' method, (L-S)/(wall_L - wall_S), 8 prompts at c=1"
-    )
-    series_lens: list[int] | None = Field(
-        None,
-        description="series decode: the short and long output tokens (default 16,512)",
-        json_schema_extra=cli(metavar="SHORT,LONG"),
-    )
-    input_len: int | None = Field(None, description="prompt tokens (ttft: one length)")
-    input_lens: list[int] | None = Field(None, description="ttft: prompt lengths (default 256,...,4096)")
-    output_len: int | None = Field(None, description="output tokens (ignore_eos)")
-    num_prompts: int | None = Field(None, description="measured requests per cell")
-    warmup: int = Field(2, description="warm-up requests per cell, at least the concurrency")
-    seed: int = Field(0, description="seed of the prompts' words")
-    nonce: str | None = Field(None, description="reproduce a run's exact prompts (see its run.json)")
-    prefix_len: int | None = Field(None, description="prefix workload: shared tokens (default 3/4 of input)")
-    groups: int | None = Field(None, description="prefix workload: number of prefixes")
     max_num_seqs: int | None = Field(
         None, description="the server's max-num-seqs: cells above it are labelled queueing"
     )

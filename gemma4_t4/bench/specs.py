@@ -1,33 +1,63 @@
-"""What to measure, as typed workload specs, and :func:`run`: one spec on one served model.
+"""What to measure: one class per workload, registered with :func:`workload`, and :func:`run`.
 
-A spec says *what* (decode at 1 and 8 streams, TTFT at these lengths, ...); the thing it runs on
-says *where* (anything with the :class:`Served` attributes: :class:`gemma4_t4.endpoint.Endpoint`
-for a local vLLM server or a SageMaker endpoint). Keeping the two apart lets a notebook or a
-SageMaker experiment validate every spec before it starts a server or deploys a billed endpoint::
+A workload class holds everything about its workload in one place: its fields (the shared ones
+declared once, in :class:`WorkloadSpec` and the mixins below), the value each field takes when it
+is left out (``defaults``) and per venue (``venues``: t4, cpu, sagemaker — what the notebooks'
+parameters and ``params/*.yaml`` read), its rules (validators on the class) and how it builds its
+cells (``cells``; ``follow`` and ``finish`` where a workload adds cells or figures as it runs).
+The CLI's ``bench run`` flags and the MCP tool ``run_benchmark``'s schema are generated from the
+registry, so a new workload is one decorated class::
+
+    @workload("decode")
+    class DecodeSpec(Streams, PromptLen, WorkloadSpec):
+        defaults: ClassVar[Values] = {"concurrency": [1, 2, 4, 8, 16], "input_len": 512, "output_len": 128}
+        def cells(self, run, factory): ...
+
+A spec says *what*; the thing it runs on says *where* (anything with the :class:`Served`
+attributes: :class:`gemma4_t4.endpoint.Endpoint`, a SageMaker endpoint). A spec is refused when
+it is made, so a notebook or a SageMaker experiment checks every spec before it serves or bills::
 
     decode = DecodeSpec(concurrency=[1, 8], input_len=512, output_len=128)   # refused here if wrong
     with nb.endpoint(TARGET, model, work_dir) as endpoint:
         result = run(endpoint, decode, "results/decode")
-
-The fields are :class:`~gemma4_t4.bench.args.BenchOptions` fields (the one declaration of every
-benchmark option: its type, default and help, which the CLI's flags are generated from); each spec
-takes the ones its workload reads, and its validation is ``BenchArgs``'s own, so a spec accepted
-here is a run ``BenchArgs`` accepts. The MCP tool ``run_benchmark`` takes one spec (:data:`AnySpec`):
-its schema is these classes'.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, ClassVar, Literal, Protocol, Union
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from gemma4_t4.bench.args import cli
+from gemma4_t4.bench.cells import Cell, RunOptions, request_specs, warm_count
+from gemma4_t4.bench.metrics import series_decode
+from gemma4_t4.bench.registry import (
+    REGISTRY,
+    VENUES,
+    AnySpec,
+    Arrivals,
+    PromptLen,
+    SpecRefused,
+    Streams,
+    Values,
+    WorkloadSpec,
+    as_list,
+    at_least_one,
+    notebook_params,
+    param_name,
+    spec_error,
+    spec_for,
+    spec_from_options,
+    workload,
+)
+from gemma4_t4.bench.schemas import BenchModel, CellSummary, RequestRecord, SweepInfo
 from gemma4_t4.errors import Gemma4T4Error
 
-# a placeholder where a spec is validated before anything serves it (never contacted)
-_NOWHERE = "http://127.0.0.1:9"
+if TYPE_CHECKING:
+    from gemma4_t4.bench.prompts import PromptFactory
+    from gemma4_t4.bench.results import BenchRun
 
 
 class Served(Protocol):
@@ -53,148 +83,303 @@ class Served(Protocol):
     def max_num_seqs(self) -> int | None: ...
 
 
-class SpecRefused(Gemma4T4Error, ValueError):
-    """A spec refused: an unknown field, a wrong type, or a run BenchArgs would refuse. Also a
-    ValueError, so that a spec inside another model (the MCP tool's arguments) is refused as
-    pydantic's ValidationError, naming what is wrong, instead of escaping it."""
+
+# ---------------------------------------------------------------- the workloads
+
+_DECODE_T4: Values = {"concurrency": [1, 8], "input_len": 512, "output_len": 128, "num_prompts": 8}
+_TTFT_T4: Values = {"input_lens": [512, 1024, 2048, 4096]}
 
 
-class WorkloadSpec(BaseModel):
-    """Fields every workload shares. Unknown fields and wrong types are refused, naming the field."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    kind: str  # the registry entry (bench.workloads.WORKLOADS): the discriminator of AnySpec
-    workload: ClassVar[str]  # BenchArgs.workload
-    method: ClassVar[str] = "vllm"
-
-    output_len: int | None = Field(None, description="output tokens (ignore_eos)")
-    num_prompts: int | None = Field(None, description="measured requests per cell")
-    warmup: int = Field(2, description="warm-up requests per cell (at least the concurrency)")
-    seed: int = 0
-    nonce: str | None = Field(None, description="reproduce a run's prompts; default fresh per run")
-
-    def __init__(self, **fields: object) -> None:
-        try:
-            super().__init__(**fields)
-        except ValidationError as exc:
-            refused = exc.errors()[0].get("ctx", {}).get("error")
-            if isinstance(refused, SpecRefused):  # the run's own rule, already one line with its fix
-                raise refused from None
-            raise spec_error(type(self).__name__, exc) from None
-
-    @model_validator(mode="after")
-    def _valid_as_a_run(self) -> WorkloadSpec:
-        # the benchmark's client (~0.2 s of imports) loads when a spec is made, not when the CLI
-        # or the MCP server starts (both read these classes for their schemas)
-        from gemma4_t4.bench.workloads import build_args
-
-        # BenchArgs holds the cross-field rules (prefix groups vs prompts, series lengths, ...)
-        try:
-            build_args(_NOWHERE, "validate", self.workload, ".", **self.bench_fields())
-        except Gemma4T4Error as exc:
-            raise SpecRefused(exc.message, fix=exc.fix) from None
-        return self
-
-    def bench_fields(self) -> dict[str, int | float | str | list[int] | list[float] | None]:
-        """The BenchArgs fields this spec sets (what it leaves unset takes the workload's default)."""
-        fields = self.model_dump(exclude={"kind"}, exclude_none=True)
-        if self.method != "vllm":
-            fields["method"] = self.method
-        return fields
-
-
-class DecodeSpec(WorkloadSpec):
+@workload("decode")
+class DecodeSpec(Streams, PromptLen, WorkloadSpec):
     """Closed-loop decode: ``concurrency`` streams at once, unique prompts of ``input_len`` tokens."""
 
-    kind: Literal["decode"] = "decode"
     workload: ClassVar[str] = "decode"
-    concurrency: list[int] | None = Field(None, description="closed-loop streams per cell")
-    input_len: int | None = Field(None, description="prompt tokens")
+    defaults: ClassVar[Values] = {"concurrency": [1, 2, 4, 8, 16], "input_len": 512, "output_len": 128}
+    # the series' T4 conditions (a SageMaker endpoint is a T4 too); on cpu the method on the tiny model
+    venues: ClassVar[dict[str, Values]] = {
+        "t4": _DECODE_T4,
+        "sagemaker": _DECODE_T4,
+        "cpu": {"concurrency": [1, 8], "input_len": 128, "output_len": 32, "num_prompts": 8},
+    }
+    params: ClassVar[dict[str, str]] = {  # the notebooks' parameters
+        "CONCURRENCY": "concurrency", "INPUT_LEN": "input_len", "OUTPUT_LEN": "output_len", "NUM_PROMPTS": "num_prompts"
+    }
+
+    def cells(self, run: RunOptions, factory: PromptFactory | None) -> list[Cell]:
+        name = f"decode-c{{}}-in{self.input_len}-out{self.output_len}"
+        n = self.num_prompts
+        return [self.unique_cell(run, factory, name.format(c), "decode", c, n or max(32, 4 * c)) for c in self.concurrency]
 
 
-class OpenLoopSpec(WorkloadSpec):
+@workload("open_loop")
+class OpenLoopSpec(Arrivals, PromptLen, WorkloadSpec):
     """Decode at offered request ``rates`` (requests/s), Poisson or constant arrivals."""
 
-    kind: Literal["open_loop"] = "open_loop"
     workload: ClassVar[str] = "decode"
-    rates: list[float] = Field(description="offered requests/s per cell")
-    arrival: Literal["poisson", "constant"] | None = Field(None, description="arrivals (poisson)")
-    max_in_flight: int = Field(256, description="requests the client keeps in flight at most")
-    input_len: int | None = Field(None, description="prompt tokens")
+    defaults: ClassVar[Values] = {"input_len": 512, "output_len": 128}
+    rates: list[float] = Field(
+        description="decode: open-loop cells at these offered requests/s instead, e.g. 0.5,1,2",
+        json_schema_extra=cli(flag="--rate", metavar="REQ_PER_S"),
+    )
+
+    @field_validator("rates", mode="before")
+    @classmethod
+    def _read_rates(cls, value: object) -> object:
+        return as_list(value, float, cls.__name__, "rates", "RATES")
+
+    @field_validator("rates")
+    @classmethod
+    def _positive_rates(cls, value: list[float]) -> list[float]:
+        if not value or any(not r > 0 for r in value):
+            raise SpecRefused(f"rates must be > 0 requests/s, got {value}", fix="use e.g. --rate 0.5,1,2")
+        return value
+
+    def cells(self, run: RunOptions, factory: PromptFactory | None) -> list[Cell]:
+        return rate_cells(self, run, factory, self.rates)
 
 
-class SweepSpec(WorkloadSpec):
+def rate_cells(
+    spec: Arrivals, run: RunOptions, factory: PromptFactory | None, rates: list[float], variant: str = "open_loop"
+) -> list[Cell]:
+    """Open-loop decode cells, one per offered request rate."""
+    cells = []
+    for rate in rates:
+        name = f"decode-r{rate:g}-{spec.arrival}-in{spec.input_len}-out{spec.output_len}"
+        n = spec.num_prompts or max(16, min(256, round(30 * rate)))  # about 30 s of arrivals
+        warm, length, out = f"w-{name}", spec.input_len, spec.output_len
+        specs = request_specs(factory.unique(name, n, length), name, run.api, out)
+        warm_specs = request_specs(factory.unique(warm, spec.warmup, length), warm, run.api, out)
+        cells.append(
+            Cell(name, "decode", variant, spec.max_in_flight, length, out, specs, warm_specs, rate=rate, arrival=spec.arrival)
+        )
+    return cells
+
+
+def sweep_rates(synchronous_rps: float, throughput_rps: float, count: int) -> list[float]:
+    """``count`` request rates evenly spaced strictly between the synchronous and the saturated rate."""
+    if not (synchronous_rps > 0 and throughput_rps > synchronous_rps):
+        raise Gemma4T4Error(
+            f"the server did not get faster with more concurrent requests ({synchronous_rps:.3g} req/s one at a "
+            f"time, {throughput_rps:.3g} req/s all at once): there is no load range to sweep",
+            fix="check the server's --max-num-seqs, or choose rates with --rate",
+        )
+    step = (throughput_rps - synchronous_rps) / (count + 1)
+    return [synchronous_rps + step * (i + 1) for i in range(count)]
+
+
+@workload("sweep")
+class SweepSpec(Arrivals, PromptLen, WorkloadSpec):
     """One-at-a-time, all-at-once, then ``sweep`` rates in between (guidellm's sweep)."""
 
-    kind: Literal["sweep"] = "sweep"
     workload: ClassVar[str] = "decode"
-    sweep: int = Field(description="rates between the synchronous and the throughput runs")
-    arrival: Literal["poisson", "constant"] | None = Field(None, description="arrivals (poisson)")
-    max_in_flight: int = Field(256, description="requests the client keeps in flight at most")
-    input_len: int | None = Field(None, description="prompt tokens")
+    defaults: ClassVar[Values] = {"input_len": 512, "output_len": 128}
+    sweep: int = Field(
+        description="decode: measure one-at-a-time and all-at-once, then N open-loop rates in between",
+        json_schema_extra=cli(metavar="N"),
+    )
+
+    @field_validator("sweep")
+    @classmethod
+    def _some_rates(cls, value: int) -> int:
+        if value < 1:
+            raise SpecRefused(f"--sweep {value} must be at least 1", fix="use e.g. --sweep 5")
+        return value
+
+    def cells(self, run: RunOptions, factory: PromptFactory | None) -> list[Cell]:
+        n = self.num_prompts or 32
+        ends = (("synchronous", 1), ("throughput", min(n, self.max_in_flight)))
+        name = f"decode-{{}}-in{self.input_len}-out{self.output_len}"
+        return [self.unique_cell(run, factory, name.format(end), f"sweep_{end}", c, n) for end, c in ends]
+
+    def follow(
+        self, run: RunOptions, factory: PromptFactory | None, done: list[CellSummary]
+    ) -> tuple[list[Cell], dict[str, BenchModel]]:
+        """Once both ends are measured, the rates in between come from their measured request rates."""
+        if not done or done[-1].variant != "sweep_throughput":
+            return [], {}
+        ends = {c.variant: c.request_throughput_req_s or 0.0 for c in done}
+        rates = sweep_rates(ends["sweep_synchronous"], ends["sweep_throughput"], self.sweep)
+        info = SweepInfo(
+            synchronous_rps=ends["sweep_synchronous"], throughput_rps=ends["sweep_throughput"], rates=rates
+        )
+        return rate_cells(self, run, factory, rates, variant="sweep_rate"), {"sweep": info}
 
 
-class SeriesDecodeSpec(WorkloadSpec):
+@workload("series_decode")
+class SeriesDecodeSpec(PromptLen, WorkloadSpec):
     """The series' decode figure: (L - S) / (wall_L - wall_S) from a short and a long output."""
 
-    kind: Literal["series_decode"] = "series_decode"
     workload: ClassVar[str] = "decode"
-    method: ClassVar[str] = "series"
-    series_lens: list[int] | None = Field(None, description="short,long output tokens (16,512)")
-    input_len: int | None = Field(None, description="prompt tokens")
+    defaults: ClassVar[Values] = {"input_len": 512, "output_len": 16, "num_prompts": 8, "series_lens": [16, 512]}
+    series_lens: list[int] | None = Field(
+        None,
+        description="series decode: the short and long output tokens (default 16,512)",
+        json_schema_extra=cli(metavar="SHORT,LONG"),
+    )
+
+    @field_validator("series_lens", mode="before")
+    @classmethod
+    def _read_lens(cls, value: object) -> object:
+        return as_list(value, int, cls.__name__, "series_lens", "SERIES_LENS")
+
+    @field_validator("series_lens")
+    @classmethod
+    def _short_then_long(cls, value: list[int]) -> list[int]:
+        if len(value) != 2 or not 0 < value[0] < value[1]:
+            raise SpecRefused(
+                f"--series-lens {value} must be SHORT,LONG with SHORT < LONG", fix="use e.g. --series-lens 16,512"
+            )
+        return value
+
+    def longest_output(self) -> int:
+        return max(self.series_lens)
+
+    def cells(self, run: RunOptions, factory: PromptFactory | None) -> list[Cell]:
+        """The same prompts at c=1 with a short and a long output."""
+        short, long = self.series_lens
+        return [
+            self.unique_cell(
+                run, factory, f"decode-series-in{self.input_len}-out{out}", f"series_{kind}", 1, self.num_prompts, output_len=out
+            )
+            for kind, out in (("short", short), ("long", long))
+        ]
+
+    def finish(self, cells: list[Cell], measured: dict[str, list[RequestRecord]]) -> dict[str, BenchModel]:
+        short, long = self.series_lens
+        by_variant = {c.variant: measured.get(c.cell, []) for c in cells}
+        figure = series_decode(by_variant.get("series_short", []), by_variant.get("series_long", []), short, long)
+        return {"series_decode": figure}
 
 
+@workload("ttft")
 class TTFTSpec(WorkloadSpec):
     """Time to first token as the prompt grows (one stream)."""
 
-    kind: Literal["ttft"] = "ttft"
     workload: ClassVar[str] = "ttft"
-    input_lens: list[int] | None = Field(None, description="prompt lengths")
+    defaults: ClassVar[Values] = {"input_lens": [256, 512, 1024, 2048, 4096], "output_len": 16, "num_prompts": 16}
+    venues: ClassVar[dict[str, Values]] = {
+        "t4": _TTFT_T4,
+        "sagemaker": _TTFT_T4,
+        "cpu": {"input_lens": [64, 128, 256, 512, 1024]},
+    }
+    params: ClassVar[dict[str, str]] = {"TTFT_INPUT_LENS": "input_lens"}
+    input_lens: list[int] | None = Field(None, description="ttft: prompt lengths (default 256,...,4096)")
+
+    @field_validator("input_lens", mode="before")
+    @classmethod
+    def _read_lens(cls, value: object) -> object:
+        return as_list(value, int, cls.__name__, "input_lens", param_name(cls, "input_lens"))
+
+    @field_validator("input_lens")
+    @classmethod
+    def _positive_lens(cls, value: list[int] | None) -> list[int] | None:
+        return at_least_one(value, "input_lens", "input length")
+
+    def prompt_lens(self) -> list[int]:
+        return list(self.input_lens)
+
+    def cells(self, run: RunOptions, factory: PromptFactory | None) -> list[Cell]:
+        return [
+            self.unique_cell(run, factory, f"ttft-c{c}-in{n}-out{self.output_len}", "ttft", c, self.num_prompts, length=n)
+            for c in self.streams()
+            for n in self.input_lens
+        ]
 
 
-class PrefixSpec(WorkloadSpec):
+@workload("prefix")
+class PrefixSpec(PromptLen, WorkloadSpec):
     """Prompts sharing ``groups`` prefixes of ``prefix_len`` tokens vs unique prompts; the prefix
     cache's hit rate where the server exposes /metrics."""
 
-    kind: Literal["prefix"] = "prefix"
     workload: ClassVar[str] = "prefix"
-    input_len: int | None = Field(None, description="prompt tokens")
-    prefix_len: int | None = Field(None, description="shared tokens (default 3/4 of input)")
-    groups: int | None = Field(None, description="number of prefixes")
+    defaults: ClassVar[Values] = {"input_len": 1024, "output_len": 32, "num_prompts": 32, "groups": 4}
+    prefix_len: int | None = Field(None, description="prefix workload: shared tokens (default 3/4 of input)")
+    groups: int | None = Field(None, description="prefix workload: number of prefixes")
+
+    @classmethod
+    def derived(cls, data: Values) -> Values:
+        if data.get("prefix_len") is None and isinstance(data.get("input_len"), int):
+            data["prefix_len"] = data["input_len"] * 3 // 4
+        return data
+
+    @model_validator(mode="after")
+    def _groups_of_two(self) -> PrefixSpec:
+        if self.num_prompts < 2 * self.groups:
+            raise SpecRefused(
+                f"{self.num_prompts} prompts cannot make {self.groups} groups of at least 2",
+                fix="raise --num-prompts or lower --groups",
+            )
+        return self
+
+    def cells(self, run: RunOptions, factory: PromptFactory | None) -> list[Cell]:
+        cells = []
+        per_group = self.num_prompts // self.groups
+        out, length = self.output_len, self.input_len
+        for c in self.streams():
+            base = f"prefix-c{c}-in{length}-p{self.prefix_len}-out{out}"
+            groups = factory.shared_prefix(f"{base}-shared", self.groups, per_group, self.prefix_len, length)
+            shared = [p for group in groups for p in group]  # group-major: the first of each group fills
+            meta: dict[str, int | bool | str] = {"prefix_len": self.prefix_len, "groups": self.groups}
+            meta["per_group"] = per_group
+            warm_prompts = factory.unique(f"w-{base}", warm_count(self.warmup, c), length)
+            warm = request_specs(warm_prompts, f"w-{base}", run.api, out)
+            shared_specs = request_specs(shared, f"{base}-shared", run.api, out)
+            cells.append(Cell(f"{base}-shared", "prefix", "shared_prefix", c, length, out, shared_specs, warm, meta))
+            control = factory.unique(f"{base}-unique", len(shared), length)
+            control_specs = request_specs(control, f"{base}-unique", run.api, out)
+            control_meta = meta | {"control": True}
+            cells.append(Cell(f"{base}-unique", "prefix", "unique_prompts", c, length, out, control_specs, [], control_meta))
+        return cells
 
 
-class AnswersSpec(WorkloadSpec):
+@workload("answers")
+class AnswersSpec(Streams, WorkloadSpec):
     """Fixed questions, greedy: what two servers' answers are compared on."""
 
-    kind: Literal["answers"] = "answers"
     workload: ClassVar[str] = "answers"
-    concurrency: list[int] | None = Field(None, description="closed-loop streams per cell")
+    api: ClassVar[str] = "chat"
+    prompts: ClassVar[bool] = False
+    defaults: ClassVar[Values] = {"concurrency": [1], "output_len": 32}
+
+    def cells(self, run: RunOptions, factory: PromptFactory | None) -> list[Cell]:
+        # the questions' module reads results, and the request type aiohttp: loaded when a run starts
+        from gemma4_t4.bench.answers import QUESTIONS
+        from gemma4_t4.bench.client import RequestSpec
+
+        specs = [
+            RequestSpec(f"answers-{i}", q, self.output_len, api=run.api, ignore_eos=False, temperature=0.0)
+            for i, (q, _) in enumerate(QUESTIONS)
+        ]
+        warm = [
+            RequestSpec(f"w-answers-{i}", f"Say the word number {i}.", 8, api=run.api, ignore_eos=False)
+            for i in range(warm_count(self.warmup, max(self.concurrency)))
+        ]
+        out = self.output_len
+        return [Cell(f"answers-c{c}", "answers", "answers", c, None, out, specs, warm) for c in self.concurrency]
 
 
-class LoadSpec(WorkloadSpec):
-    """The series' load test: ``c`` concurrent requests of one shared prompt."""
+@workload("load")
+class LoadSpec(Streams, PromptLen, WorkloadSpec):
+    """The series' load test: ``c`` concurrent requests of one shared prompt (as published: the
+    prompt is the same for all, so prefix caching serves its prefill), c = 1..16."""
 
-    kind: Literal["load"] = "load"
     workload: ClassVar[str] = "load"
-    concurrency: list[int] | None = Field(None, description="closed-loop streams per cell")
-    input_len: int | None = Field(None, description="prompt tokens")
+    defaults: ClassVar[Values] = {"concurrency": [1, 2, 4, 8, 16], "input_len": 512, "output_len": 256}
+
+    def cells(self, run: RunOptions, factory: PromptFactory | None) -> list[Cell]:
+        prompt = factory.unique("load-shared", 1, self.input_len)
+        cells = []
+        for c in self.concurrency:
+            name = f"load-c{c}-in{self.input_len}-out{self.output_len}"
+            specs = request_specs(prompt * (self.num_prompts or c), name, run.api, self.output_len)
+            warm = request_specs(prompt * warm_count(self.warmup, 1), f"w-{name}", run.api, self.output_len)
+            shared = {"shared_prompt": True}
+            cells.append(Cell(name, "load", "load_shared_prompt", c, self.input_len, self.output_len, specs, warm, shared))
+        return cells
 
 
-SPECS: tuple[type[WorkloadSpec], ...] = (
-    DecodeSpec,
-    OpenLoopSpec,
-    SweepSpec,
-    SeriesDecodeSpec,
-    TTFTSpec,
-    PrefixSpec,
-    AnswersSpec,
-    LoadSpec,
-)
-AnySpec = Annotated[
-    Union[DecodeSpec, OpenLoopSpec, SweepSpec, SeriesDecodeSpec, TTFTSpec, PrefixSpec, AnswersSpec, LoadSpec],  # noqa: UP007 - a discriminated union pydantic reads
-    Field(discriminator="kind"),
-]
+# ---------------------------------------------------------------- running a spec
 
 
 @dataclass(frozen=True)
@@ -210,32 +395,6 @@ class ServedAt:
     max_num_seqs: int | None = None
 
 
-def spec_error(what: str, exc: ValidationError) -> SpecRefused:
-    """One line naming the field a spec refused (an unknown name, or a wrong type)."""
-    first = exc.errors()[0]
-    field = ".".join(str(p) for p in first["loc"]) or "fields"
-    if first["type"] == "extra_forbidden":
-        return SpecRefused(
-            f"{what} has no field {field!r}",
-            fix=f"{what} takes: {', '.join(_field_names(what))}",
-        )
-    return SpecRefused(f"{what}.{field}: {first['msg']}", fix=f"give {field} as the type {what} declares")
-
-
-def _field_names(what: str) -> list[str]:
-    spec = next((s for s in SPECS if s.__name__ == what), None)
-    return sorted(n for n in spec.model_fields if n != "kind") if spec else []
-
-
-def spec_for(kind: str, **fields: object) -> WorkloadSpec:
-    """The spec of registry entry ``kind`` (decode, open_loop, sweep, series_decode, ttft, prefix,
-    answers, load) with ``fields``."""
-    by_kind = {s.model_fields["kind"].default: s for s in SPECS}
-    if kind not in by_kind:
-        raise Gemma4T4Error(f"unknown workload {kind!r}", fix=f"use one of: {', '.join(by_kind)}")
-    return by_kind[kind](**fields)
-
-
 def run(
     served: Served,
     spec: WorkloadSpec,
@@ -246,7 +405,7 @@ def run(
     overwrite: bool = False,
     progress: bool = True,
     request_timeout_s: float | None = 600.0,
-):
+) -> BenchRun:
     """Run ``spec`` on ``served``; write a results directory under ``out_dir`` and return the
     :class:`~gemma4_t4.bench.results.BenchRun` (its ``.table()``, ``per_stream_by_concurrency()``,
     ``ttft_by_input_len()``, ``prefix_hit_rate()``, ...)."""
@@ -260,7 +419,7 @@ def run(
     args = BenchArgs(
         base_url=served.url,
         model=served.served_name,
-        workload=spec.workload,
+        spec=spec,
         out_dir=str(out_dir),
         tokenizer=served.tokenizer,
         gpu=served.gpu,
@@ -271,6 +430,17 @@ def run(
         overwrite=overwrite,
         progress=progress,
         request_timeout_s=request_timeout_s,
-        **spec.bench_fields(),
     )
     return run_benchmark(args)
+
+__all__ = [  # the registry's names too, for callers that import them from here
+    "REGISTRY", "VENUES", "AnySpec", "SpecRefused", "WorkloadSpec", "notebook_params", "spec_error", "spec_for",
+    "spec_from_options", "workload", "AnswersSpec", "DecodeSpec", "LoadSpec", "OpenLoopSpec", "PrefixSpec",
+    "SeriesDecodeSpec", "SweepSpec", "TTFTSpec", "Served", "ServedAt", "run",
+]  # fmt: skip
+
+
+def __getattr__(name: str) -> object:
+    if name == "SPECS":  # a view of the registry, kept for callers that read it by this name
+        return tuple(REGISTRY.values())
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

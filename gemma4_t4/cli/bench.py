@@ -7,10 +7,12 @@ import types
 from typing import Literal, Union, get_args, get_origin
 
 from pydantic import SecretStr
+from pydantic.fields import FieldInfo
 
-# the declaration alone (pydantic): the benchmark's client loads only when a run starts
-from gemma4_t4.bench.args import BenchOptions, cli_flag, flag_name, is_user_option
+# the declarations alone (pydantic): the benchmark's client loads only when a run starts
+from gemma4_t4.bench.args import METHODS, BenchOptions, cli_flag, flag_name, is_user_option
 from gemma4_t4.bench.compare import compare_suites, is_suite
+from gemma4_t4.bench.specs import REGISTRY
 from gemma4_t4.cli import Output, add_command, add_group
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.figures import check_plot_path
@@ -56,28 +58,30 @@ def _without_none(annotation: object) -> object:
     return annotation
 
 
-def _help(field_name: str) -> str:
-    info = BenchOptions.model_fields[field_name]
+def _help(info: FieldInfo, workloads: list[str] | None = None) -> str:
     text = info.description or ""
     if info.default is True:
         return f"turn off: {text}"
     if info.default is not None and info.default is not False and not info.is_required():
         shown = f"{info.default:g}" if isinstance(info.default, float) else info.default
         text += f" (default {shown})"
+    if workloads is not None:
+        text += " [every workload]" if len(workloads) == len(REGISTRY) else f" [{', '.join(workloads)}]"
     return text
 
 
-def _flag_kwargs(name: str) -> dict[str, object]:
+def _flag_kwargs(name: str, info: FieldInfo, workloads: list[str] | None = None) -> dict[str, object]:
     """argparse's arguments for field ``name``: list -> comma-separated (or repeatable), bool -> a
-    switch, Literal -> choices; ``dest`` is the field's name, help its description."""
-    info, meta = BenchOptions.model_fields[name], cli_flag(name)
+    switch, Literal -> choices; ``dest`` is the field's name, help its description (and, for a
+    workload's field, the workloads that take it)."""
+    meta = cli_flag(name, info)
     kind = _without_none(info.annotation)
-    kwargs: dict[str, object] = {"dest": name, "help": _help(name)}
+    kwargs: dict[str, object] = {"dest": name, "help": _help(info, workloads)}
     if kind is bool:
         kwargs["action"] = "store_false" if info.default is True else "store_true"
         return kwargs
-    kwargs["default"] = None  # not given: BenchArgs' (workload-dependent) default
-    kwargs["required"] = info.is_required()
+    kwargs["default"] = None  # not given: the workload's (or the run's) default
+    kwargs["required"] = info.is_required() and workloads is None  # a workload's own field: its rules
     listed = get_origin(kind) is list
     item = get_args(kind)[0] if listed else kind
     metavar = meta.get("metavar") or _METAVARS.get(item, name.upper())  # type: ignore[call-overload]
@@ -95,17 +99,45 @@ def _flag_kwargs(name: str) -> dict[str, object]:
     elif kind in _SCALARS:
         kwargs["type"] = _SCALARS[kind]
     elif not choices:
-        raise TypeError(f"BenchOptions.{name}: no command-line form for {kind!r}")
+        raise TypeError(f"{name}: no command-line form for {kind!r}")
     return kwargs
 
 
+def workload_fields() -> dict[str, tuple[FieldInfo, list[str]]]:
+    """Every registered workload's fields: name -> (its declaration, the workloads that take it)."""
+    fields: dict[str, tuple[FieldInfo, list[str]]] = {}
+    for kind, spec in REGISTRY.items():
+        for name, info in spec.model_fields.items():
+            if name != "kind":
+                fields.setdefault(name, (info, []))[1].append(kind)
+    return fields
+
+
 def option_flags(parser: argparse.ArgumentParser) -> dict[str, str]:
-    """Add one flag per BenchOptions user option to ``parser``; returns flag -> field name."""
+    """Add one flag per run option (BenchOptions) and per workload field (the registry) to
+    ``parser``, ``--workload`` choosing among the registered workloads; returns flag -> field name."""
     flags = {}
-    for name in BenchOptions.model_fields:
+    for name, info in BenchOptions.model_fields.items():
         if is_user_option(name):
             flags[flag_name(name)] = name
-            parser.add_argument(flag_name(name), **_flag_kwargs(name))  # type: ignore[arg-type]
+            parser.add_argument(flag_name(name), **_flag_kwargs(name, info))  # type: ignore[arg-type]
+    parser.add_argument(
+        "--workload",
+        required=True,
+        choices=list(REGISTRY),
+        help="what to measure (--workload decode with --rate is open_loop, with --sweep a sweep, with "
+        "--method series series_decode); the [list] after a flag's help names the workloads that take it",
+    )
+    parser.add_argument(
+        "--method",
+        choices=list(METHODS),
+        default=None,
+        help="decode: 'series' = the series' method, (L-S)/(wall_L - wall_S), 8 prompts at c=1",
+    )
+    flags["--workload"], flags["--method"] = "workload", "method"
+    for name, (info, kinds) in workload_fields().items():
+        flags[flag_name(name, info)] = name
+        parser.add_argument(flag_name(name, info), **_flag_kwargs(name, info, kinds))  # type: ignore[arg-type]
     return flags
 
 
@@ -155,9 +187,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def bench_args(args: argparse.Namespace) -> dict[str, object]:
-    """BenchArgs fields from the parsed flags (each flag's dest is its field's name); a flag not
-    given leaves its field to BenchArgs' default."""
-    fields = {k: v for k, v in vars(args).items() if k in BenchOptions.model_fields and v is not None}
+    """Run options and workload fields from the parsed flags (each flag's dest is its field's
+    name); a flag not given leaves its field to the workload's (or the run's) default."""
+    names = set(BenchOptions.model_fields) | set(workload_fields()) | {"workload", "method"}
+    fields = {k: v for k, v in vars(args).items() if k in names and v is not None}
     fields["progress"] = not args.json
     return fields
 

@@ -1,0 +1,328 @@
+"""The workload registry and what every workload class shares: the base class, its mixins (a field
+several workloads take is declared once, here), the :func:`workload` decorator and the ways a spec
+is chosen (by kind, from the CLI's flags, from a notebook's parameters). The workloads themselves
+are in :mod:`gemma4_t4.bench.specs`, one class each.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal, TypeVar, Union
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetPydanticSchema,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
+
+from gemma4_t4.bench.cells import Cell, RunOptions, unique_cell
+from gemma4_t4.bench.schemas import BenchModel, CellSummary, RequestRecord
+from gemma4_t4.errors import Gemma4T4Error
+
+if TYPE_CHECKING:
+    from gemma4_t4.bench.prompts import PromptFactory
+
+Value = int | float | str | list[int] | list[float] | None
+Values = dict[str, Value]
+VENUES = ("t4", "cpu", "sagemaker")
+
+
+class SpecRefused(Gemma4T4Error, ValueError):
+    """A spec refused: an unknown field, a wrong type, or a rule of its workload. Also a
+    ValueError, so that a spec inside another model (the MCP tool's arguments) is refused as
+    pydantic's ValidationError, naming what is wrong, instead of escaping it."""
+
+
+# ---------------------------------------------------------------- the registry
+
+REGISTRY: dict[str, type[WorkloadSpec]] = {}
+S = TypeVar("S", bound="WorkloadSpec")
+
+
+def workload(kind: str) -> Callable[[type[S]], type[S]]:
+    """Register a workload class under ``kind`` (its ``kind`` field, the discriminator the MCP
+    tool and the CLI's ``--workload`` choose it by)."""
+
+    def register(cls: type[S]) -> type[S]:
+        if kind in REGISTRY:
+            raise TypeError(f"workload {kind!r} is registered twice ({REGISTRY[kind].__name__}, {cls.__name__})")
+        registered = create_model(  # the same class with its kind as a Literal field
+            cls.__name__,
+            __base__=cls,
+            __module__=cls.__module__,
+            __doc__=cls.__doc__,
+            kind=(Literal[kind], kind),  # type: ignore[valid-type]
+        )
+        registered.__qualname__ = cls.__qualname__
+        REGISTRY[kind] = registered
+        return registered
+
+    return register
+
+
+def any_spec() -> object:
+    """The union of every registered workload, told apart by ``kind`` (read when a schema is made,
+    so a workload registered later is in it)."""
+    return Annotated[Union[tuple(REGISTRY.values())], Field(discriminator="kind")]  # noqa: UP007 - built at run time
+
+
+# ---------------------------------------------------------------- papermill's forms of a list
+
+
+def as_list(value: object, cast: type, owner: str, field: str, param: str) -> object:
+    """A list field given one number (``-p CONCURRENCY 4``) or as text (``-p CONCURRENCY "[1, 4]"``,
+    ``"1,4"``, ``"1 4"``): read as the list it plainly means; anything else refused with the forms."""
+    if value is None or isinstance(value, list):
+        return value
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return [value]
+    if isinstance(value, str):
+        words = [w for w in re.split(r"[,\s]+", value.strip().removeprefix("[").removesuffix("]")) if w]
+        try:
+            return [cast(w) for w in words]
+        except ValueError:
+            pass
+    kind = "integers" if cast is int else "numbers"
+    raise SpecRefused(
+        f"{owner}.{field}: cannot read {value!r} as a list of {kind}",
+        fix=f'give {field} as a list ([1, 4]), one number (4), or the text "[1, 4]", "1,4" or "1 4"; '
+        f'with papermill: -p {param} 4 or -y "{param}: [1, 4]"',
+    )
+
+
+# ---------------------------------------------------------------- fields every workload shares
+
+
+class WorkloadSpec(BaseModel):
+    """Fields every workload shares. Unknown fields and wrong types are refused, naming the field."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: str  # set by @workload: the registry entry, the discriminator of AnySpec
+    workload: ClassVar[str]  # what the results call it (open loop and sweep are decode runs)
+    api: ClassVar[str] = "completions"  # the API it speaks unless the run chooses
+    prompts: ClassVar[bool] = True  # needs exact-length prompts (a tokenizer)
+    defaults: ClassVar[Values] = {}  # the value of a field left out
+    venues: ClassVar[dict[str, Values]] = {}  # a venue's values where they differ from the defaults
+    params: ClassVar[dict[str, str]] = {}  # a notebook parameter -> the field it sets
+
+    output_len: int | None = Field(None, description="output tokens (ignore_eos)")
+    num_prompts: int | None = Field(None, description="measured requests per cell")
+    warmup: int = Field(2, description="warm-up requests per cell, at least the concurrency")
+    seed: int = Field(0, description="seed of the prompts' words")
+    nonce: str | None = Field(None, description="reproduce a run's exact prompts (see its run.json)")
+
+    def __init__(self, **fields: object) -> None:
+        try:
+            super().__init__(**fields)
+        except ValidationError as exc:
+            refused = exc.errors()[0].get("ctx", {}).get("error")
+            if isinstance(refused, SpecRefused):  # a rule of the workload: already one line with its fix
+                raise refused from None
+            raise spec_error(type(self).__name__, exc) from None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_defaults(cls, data: object) -> object:
+        if not isinstance(data, dict):
+            return data
+        given = {k: v for k, v in data.items() if v is not None}
+        return cls.derived({**cls.defaults, **given})
+
+    @classmethod
+    def derived(cls, data: Values) -> Values:
+        """Defaults that follow from other fields (a prefix is 3/4 of the prompt)."""
+        return data
+
+    @model_validator(mode="after")
+    def _shared_rules(self) -> WorkloadSpec:
+        if self.output_len is not None and self.output_len < 1:
+            raise SpecRefused("output length must be at least 1", fix="use --output-len 1 or more")
+        if self.num_prompts is not None and self.num_prompts < 1:
+            raise SpecRefused("num_prompts must be at least 1", fix="use --num-prompts 1 or more")
+        if self.warmup < 0:
+            raise SpecRefused("warm-up requests cannot be negative", fix="use --warmup 0 or more")
+        return self
+
+    @classmethod
+    def venue_defaults(cls, venue: str) -> Values:
+        """The values this workload takes on ``venue`` (t4, cpu, sagemaker) for a field left out."""
+        if venue not in VENUES:
+            raise Gemma4T4Error(f"unknown venue {venue!r}", fix=f"use one of: {', '.join(VENUES)}")
+        return {**cls.defaults, **cls.venues.get(venue, {})}
+
+    @classmethod
+    def for_venue(cls: type[S], venue: str, **given: object) -> S:
+        """This workload with ``given`` (``None``: the venue's value) — what a notebook builds."""
+        return cls(**{**cls.venue_defaults(venue), **{k: v for k, v in given.items() if v is not None}})
+
+    def streams(self) -> list[int]:
+        return list(getattr(self, "concurrency", None) or [1])
+
+    def prompt_lens(self) -> list[int]:
+        """The prompt lengths this workload sends (checked against the server's max_model_len)."""
+        length = getattr(self, "input_len", None)
+        return [length] if length else []
+
+    def longest_output(self) -> int:
+        return self.output_len or 0
+
+    def unique_cell(
+        self, run: RunOptions, factory: PromptFactory | None, name: str, variant: str, c: int, n: int, **sizes: int
+    ) -> Cell:
+        """A cell of ``n`` unique prompts at concurrency ``c``, warmed up first; ``sizes``:
+        ``length`` or ``output_len`` where they are not this workload's ``input_len``/``output_len``."""
+        length = sizes.get("length") or getattr(self, "input_len", None)
+        out = sizes.get("output_len") or self.output_len
+        return unique_cell(factory, run.api, self.warmup, name, self.workload, variant, c, n, length, out)
+
+    def cells(self, run: RunOptions, factory: PromptFactory | None) -> list[Cell]:
+        """Every cell known before anything is measured, prompts included."""
+        raise NotImplementedError(f"{type(self).__name__} builds no cells")
+
+    def follow(
+        self, run: RunOptions, factory: PromptFactory | None, done: list[CellSummary]
+    ) -> tuple[list[Cell], dict[str, BenchModel]]:
+        """After a cell is measured: more cells, and fields for run.json (none by default)."""
+        return [], {}
+
+    def finish(self, cells: list[Cell], measured: dict[str, list[RequestRecord]]) -> dict[str, BenchModel]:
+        """After every cell: fields for run.json computed from the records (none by default)."""
+        return {}
+
+
+# a spec of any registered workload, as a parameter type (the MCP tool's ``spec``): its schema is
+# made from the registry when a model using it is built, so a workload registered later is in it
+AnySpec = Annotated[WorkloadSpec, GetPydanticSchema(lambda _source, handler: handler(any_spec()))]
+
+
+def param_name(cls: type[WorkloadSpec], field: str) -> str:
+    return next((p for p, f in cls.params.items() if f == field), field.upper())
+
+
+class Streams(WorkloadSpec):
+    concurrency: list[int] | None = Field(None, description="closed-loop streams per cell, e.g. 1,2,4,8,16")
+
+    @field_validator("concurrency", mode="before")
+    @classmethod
+    def _read_streams(cls, value: object) -> object:
+        return as_list(value, int, cls.__name__, "concurrency", param_name(cls, "concurrency"))
+
+    @field_validator("concurrency")
+    @classmethod
+    def _positive_streams(cls, value: list[int] | None) -> list[int] | None:
+        return at_least_one(value, "concurrency", "concurrency")
+
+
+class PromptLen(WorkloadSpec):
+    input_len: int | None = Field(None, description="prompt tokens")
+
+
+class Arrivals(WorkloadSpec):
+    arrival: Literal["poisson", "constant"] = Field(
+        "poisson", description="open loop: Poisson (default) or evenly spaced arrivals"
+    )
+    max_in_flight: int = Field(256, description="open loop: requests the client keeps in flight at most")
+
+    @field_validator("max_in_flight")
+    @classmethod
+    def _in_flight(cls, value: int) -> int:
+        if value < 1:
+            raise SpecRefused("max_in_flight must be at least 1", fix="use e.g. --max-in-flight 64")
+        return value
+
+
+def at_least_one(value: list[int] | None, field: str, what: str) -> list[int] | None:
+    if value is not None:
+        if not value:
+            raise SpecRefused(f"{field} is empty", fix="give at least one value, e.g. 1")
+        for v in value:
+            if v < 1:
+                raise SpecRefused(f"{what} {v} must be at least 1", fix="use e.g. --concurrency 1,8")
+    return value
+
+
+# ---------------------------------------------------------------- choosing a spec
+
+
+def spec_error(what: str, exc: ValidationError) -> SpecRefused:
+    """One line naming the field a spec refused (an unknown name, or a wrong type)."""
+    first = exc.errors()[0]
+    field = ".".join(str(p) for p in first["loc"]) or "fields"
+    if first["type"] == "extra_forbidden":
+        owners = [kind for kind, spec in REGISTRY.items() if field in spec.model_fields]
+        where = f" (a field of the {', '.join(owners)} workload{'s' if len(owners) > 1 else ''})" if owners else ""
+        return SpecRefused(
+            f"{what} has no field {field!r}{where}", fix=f"{what} takes: {', '.join(_field_names(what))}"
+        )
+    return SpecRefused(f"{what}.{field}: {first['msg']}", fix=f"give {field} as the type {what} declares")
+
+
+def _field_names(what: str) -> list[str]:
+    spec = next((s for s in REGISTRY.values() if s.__name__ == what), None)
+    return sorted(n for n in spec.model_fields if n != "kind") if spec else []
+
+
+def spec_for(kind: str, **fields: object) -> WorkloadSpec:
+    """The spec of registry entry ``kind`` (decode, open_loop, sweep, series_decode, ttft, prefix,
+    answers, load, or any registered later) with ``fields``."""
+    if kind not in REGISTRY:
+        raise Gemma4T4Error(f"unknown workload {kind!r}", fix=f"use one of: {', '.join(REGISTRY)}")
+    return REGISTRY[kind](**fields)
+
+
+def spec_from_options(workload: str, method: str | None = None, **fields: object) -> WorkloadSpec:
+    """The spec the CLI's flags (or :func:`~gemma4_t4.bench.workloads.run_benchmark`'s options)
+    name: ``--workload decode`` with ``--rate`` is an open-loop run, with ``--sweep`` a sweep, with
+    ``--method series`` the series' decode; ``--input-len`` of a ttft run is its one length."""
+    given = {k: v for k, v in fields.items() if v is not None}
+    if "sweep" in given and (workload != "decode" or "rates" in given or "concurrency" in given):
+        raise Gemma4T4Error(
+            "--sweep is for the decode workload and chooses its own rates",
+            fix="use --workload decode and drop --rate/--concurrency",
+        )
+    if "rates" in given and workload not in ("decode", "open_loop"):
+        raise Gemma4T4Error(
+            f"--rate is for the decode workload, not {workload}", fix="drop --rate, or use --workload decode"
+        )
+    if method == "series":
+        if workload != "decode" or "rates" in given or "sweep" in given:
+            raise Gemma4T4Error(
+                "--method series is a decode method (8 prompts at c=1)",
+                fix="use --workload decode without --rate/--sweep",
+            )
+        workload = "series_decode"
+    elif method not in (None, "vllm"):
+        raise Gemma4T4Error(f"unknown method {method!r}", fix="use --method vllm or --method series")
+    if workload == "decode" and "sweep" in given:
+        workload = "sweep"
+    elif workload == "decode" and "rates" in given:
+        workload = "open_loop"
+    if workload == "ttft" and "input_len" in given:
+        length = given.pop("input_len")
+        given.setdefault("input_lens", [length])
+    return spec_for(workload, **given)
+
+
+def notebook_params(venue: str, **values: object) -> dict[str, object]:
+    """A notebook's workload parameters (``CONCURRENCY``, ``TTFT_INPUT_LENS``, ...), each read by
+    the workload class that declares it (its ``params``): ``None`` takes the venue's value, anything
+    else is read as that class reads it (papermill's ``-p`` forms included) or refused, named."""
+    out = {}
+    for name, value in values.items():
+        owner = next((c for c in REGISTRY.values() if name in c.params), None)
+        if owner is None:
+            raise Gemma4T4Error(f"{name} is no workload parameter", fix=f"set {name} in the parameters cell")
+        field = owner.params[name]
+        out[name] = getattr(owner.for_venue(venue, **{field: value}), field)
+    return out
+
+
