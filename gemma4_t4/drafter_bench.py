@@ -21,6 +21,7 @@ from gemma4_t4.bench import run_benchmark
 from gemma4_t4.bench.answers import AnswerComparison, compare_answers
 from gemma4_t4.bench.results import BenchRun
 from gemma4_t4.server import ServerConfig, VLLMServer, free_port
+from gemma4_t4.table import Displayable
 
 
 class DrafterSide(BaseModel):
@@ -39,7 +40,7 @@ class DrafterSide(BaseModel):
     answers: Any = None  # the BenchRun of the answers workload
 
 
-class DrafterComparison(BaseModel):
+class DrafterComparison(Displayable, BaseModel):
     """Drafter off vs on: speed-up in single-stream tok/s, acceptance, identical answers."""
 
     off: DrafterSide
@@ -69,6 +70,12 @@ class DrafterComparison(BaseModel):
             }
             for side in (self.off, self.on)
         ]
+
+    def caption(self) -> str:
+        return f"speculative decoding, 1 stream: drafter off vs on; {self.line()}"
+
+    def table_rows(self) -> list[dict[str, str]]:
+        return self.rows()
 
     def line(self) -> str:
         speedup = self.speedup

@@ -36,6 +36,7 @@ from typing import Literal
 
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.hardware import GPUS, get_gpu
+from gemma4_t4.table import Displayable
 
 GiB = 2**30
 GB = 10**9
@@ -580,7 +581,7 @@ def decode_bytes_per_token(
 
 
 @dataclass(frozen=True)
-class Roofline:
+class Roofline(Displayable):
     """Upper bound on per-stream decode speed: bandwidth / bytes per token."""
 
     model: str
@@ -592,6 +593,11 @@ class Roofline:
     measured_bandwidth_gb_s: float | None
     tok_s_measured: float | None
     context_len: int
+
+    def table_rows(self) -> list[dict[str, object]]:
+        return [{"GPU": self.gpu, "format": self.format, "GB per token": self.bytes_per_token / 1e9,
+                 "roofline tok/s (spec bandwidth)": self.tok_s_spec,
+                 "roofline tok/s (measured bandwidth)": self.tok_s_measured}]
 
 
 def decode_roofline(
@@ -900,10 +906,25 @@ def fit_table(
     models: Iterable[str] | None = None,
     formats: Iterable[str] = FORMATS,
     **kwargs,
-) -> list[FitResult]:
+) -> FitTable:
     """:func:`fit` for every model x format (largest first within each model)."""
     names = list(models) if models is not None else list(VARIANTS)
-    return [fit(m, f, gpu, context_len, num_gpus, **kwargs) for m in names for f in formats]
+    return FitTable(fit(m, f, gpu, context_len, num_gpus, **kwargs) for m in names for f in formats)
+
+
+class FitTable(Displayable, list[FitResult]):
+    """:func:`fit_table`'s results: a list of :class:`FitResult` that shows itself as a table."""
+
+    columns = ("model", "format", "weights_gib", "kv_token_capacity", "fits", "verdict")
+
+    def table_rows(self) -> list[FitResult]:
+        return list(self)
+
+    def caption(self) -> str | None:
+        if not self:
+            return None
+        first = self[0]
+        return f"{first.num_gpus} x {first.gpu}, {first.context_len:,} context: what fits"
 
 
 def largest_fitting(results: Iterable[FitResult]) -> FitResult | None:

@@ -8,7 +8,6 @@ steps can be run and tested as ordinary Python.
 from __future__ import annotations
 
 import dataclasses
-import html
 import math
 import os
 import shutil
@@ -23,14 +22,37 @@ from gemma4_t4 import cpuisa, env
 from gemma4_t4 import setup as setup_plan
 from gemma4_t4.atomic import atomic_write_json
 from gemma4_t4.bench.compare import compare_suites
-from gemma4_t4.bench.published import SAGEMAKER_DECODE, Kind, beside, measured_kind, published_kind
+from gemma4_t4.bench.published import (
+    Kind,
+    beside,
+    measured_kind,
+    published_kind,
+    sagemaker_decode_table,
+    sagemaker_load,
+)
 from gemma4_t4.bench.specs import notebook_params
 from gemma4_t4.endpoint import Budget, Endpoint, start_owned_server
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.hardware import PRICES, InstancePrice, identify_gpu, price_key, usd_per_million_tokens
-from gemma4_t4.jsonable import JSONObject, JSONValue, to_jsonable
+from gemma4_t4.hardware import (
+    PRICES,
+    InstancePrice,
+    get_price,
+    identify_gpu,
+    price_key,
+    usd_per_million_tokens,
+)
+from gemma4_t4.jsonable import JSONValue, to_jsonable
 from gemma4_t4.models import VARIANTS, fit, get_variant
-from gemma4_t4.table import format_table
+from gemma4_t4.table import (  # noqa: F401 - format_value, table_cells, pairs, together: re-exported
+    Displayable,
+    Table,
+    format_table,
+    format_value,
+    pairs,
+    table_cells,
+    text_table,
+    together,
+)
 from gemma4_t4.tiny import ensure_tiny_gemma4
 
 if TYPE_CHECKING:
@@ -365,51 +387,24 @@ def prepare_dirs(out_dir: str | Path, work_dir: str | Path) -> tuple[Path, Path]
 # ---------------------------------------------------------------- tables and figures
 
 
-def show_table(rows: Iterable[object], title: str | None = None,
+def show_table(rows: Iterable[object] | Displayable, title: str | None = None,
                columns: Sequence[str] | None = None) -> None:
-    """Show rows (dicts, dataclasses or pydantic models: anything ``to_jsonable`` makes an object of) as
-    an HTML table in Jupyter, as text elsewhere."""
-    columns, cells = table_cells(rows, columns)
+    """Show rows (dicts, dataclasses or pydantic models) or a result that displays itself as an HTML
+    table in Jupyter, as text elsewhere. In a notebook, a result shown as the cell's last expression
+    needs no call: this is for a table shown mid-cell."""
+    shown = rows if isinstance(rows, Displayable) and title is None and columns is None else Table(
+        rows.table_rows() if isinstance(rows, Displayable) else rows, title, columns)
     if in_notebook():
-        from IPython.display import HTML, display
+        from IPython.display import display
 
-        head = "".join(f"<th style='text-align:left'>{html.escape(str(c))}</th>" for c in columns)
-        body = "".join("<tr>" + "".join(f"<td style='text-align:left'>{html.escape(v)}</td>" for v in r) + "</tr>"
-                       for r in cells)
-        caption = f"<caption style='text-align:left'><b>{html.escape(title)}</b></caption>" if title else ""
-        display(HTML(f"<table>{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"))
+        display(shown)
     else:
-        print(render_text_table(columns, cells, title))
-
-
-def table_cells(rows: Iterable[object],
-                columns: Sequence[str] | None = None) -> tuple[list[str], list[list[str]]]:
-    """The one table formatter: rows (dicts or dataclasses) -> (columns, formatted cells), for
-    the notebooks' tables and the report index alike."""
-    plain = [dict(to_jsonable(r)) for r in rows]
-    if columns is None:
-        columns = list(dict.fromkeys(k for row in plain for k in row))
-    return list(columns), [[format_value(row.get(c)) for c in columns] for row in plain]
+        print(shown)
 
 
 def render_text_table(columns: Sequence[str], cells: Sequence[Sequence[str]], title: str | None = None) -> str:
     """Formatted cells as plain text (outside Jupyter), through the package's one table formatter."""
-    text = format_table([str(c) for c in columns], cells)
-    return f"{title}\n{text}" if title else text
-
-
-def format_value(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            return "-"
-        return f"{value:,.3g}" if abs(value) < 100 else f"{value:,.1f}"
-    if isinstance(value, (list, tuple)):
-        return ", ".join(format_value(v) for v in value)
-    return str(value)
+    return text_table(columns, cells, title)
 
 
 def show_figure(fig: Any, path: str | Path) -> None:
@@ -468,14 +463,21 @@ class NotebookSummary(TypedDict, total=False):
     notes: list[str]
 
 
+def _summary_table(table: TableIn | Displayable) -> TableIn:
+    if isinstance(table, Displayable):
+        return {"title": table.caption() or "", "rows": list(table.table_rows())}
+    return table
+
+
 def save_summary(out_dir: str | Path, part: int, results: Mapping[str, SummaryValue],
-                 tables: Sequence[TableIn] = (), notes: Sequence[str] = (),
+                 tables: Sequence[TableIn | Displayable] = (), notes: Sequence[str] = (),
                  published: Mapping[str, SummaryValue] | None = None) -> None:
     """Write ``summary.json`` (the numbers the report index shows) atomically.
 
     ``results`` maps a label to what THIS run measured (a number or short text); the series'
     published figures go in ``published`` (from :mod:`gemma4_t4.bench.published`), never in
-    ``results``. ``tables`` are ``{"title", "rows"}``. Refuses empty results: a notebook that
+    ``results``. ``tables`` are results that display themselves (their caption is the title) or
+    ``{"title", "rows"}``. Refuses empty results: a notebook that
     measured nothing must not look like it did.
     """
     if not results:
@@ -487,7 +489,7 @@ def save_summary(out_dir: str | Path, part: int, results: Mapping[str, SummaryVa
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     payload: NotebookSummary = {"part": part, "results": to_jsonable(dict(results)), "published": to_jsonable(dict(published or {})),
-               "tables": to_jsonable([dict(t) for t in tables]), "notes": list(notes)}
+               "tables": to_jsonable([_summary_table(t) for t in tables]), "notes": list(notes)}
     path = out / SUMMARY_FILE
     atomic_write_json(path, payload)
     print(f"summary written to {path}")
@@ -671,19 +673,16 @@ def t4_vs_l4(served: Endpoint, specs: Mapping[str, WorkloadSpec], runs_dir: str 
              model: str | Path, budget: Budget | None, region: str = "us-east-2", poll_s: float = 15.0) -> Any:
     """The same model on an L4: on SageMaker, an ``ml.g6.xlarge`` endpoint runs the same ``specs``
     (into ``out_dir/LABEL``), is deleted, and the headline compares it with the T4 runs in
-    ``runs_dir`` (:func:`gemma4_t4.bench.compare.compare_suites`); elsewhere there is no L4 to
-    measure and ``None`` comes back (the published row stands alone)."""
+    ``runs_dir`` (:func:`gemma4_t4.bench.compare.compare_suites`), shown beside the published
+    row; elsewhere there is no L4 to measure, the published rows are shown alone and ``None``
+    comes back."""
     # lazy: the benchmark's client (aiohttp) loads only in a step that measures
     from gemma4_t4.bench.specs import run
 
     if served.venue != "sagemaker":
         print(f"T4 vs L4 is measured on SageMaker (TARGET='sagemaker'); here ({served.venue}) the published "
               "rows stand alone:")
-        show_table([{"model": r.model, "build": r.build, "T4 tok/s (published)": r.t4_tok_s,
-                     "L4 tok/s (published)": r.l4_tok_s,
-                     "T4 / L4 (published)": r.t4_tok_s / r.l4_tok_s if r.t4_tok_s else None,
-                     "identical answers (published)": r.identical_answers, "source": r.source.split(" (")[0]}
-                    for r in SAGEMAKER_DECODE if r.t4_tok_s], title="T4 vs L4 on SageMaker, single-stream decode (published)")
+        show_table(sagemaker_decode_table())
         return None
     with endpoint("sagemaker", model, ".", name=served.served_name, part=4, region=region, budget=budget,
                   gpu="l4", max_num_seqs=served.max_num_seqs or 8, poll_s=poll_s) as l4:
@@ -691,6 +690,7 @@ def t4_vs_l4(served: Endpoint, specs: Mapping[str, WorkloadSpec], runs_dir: str 
             run(l4, spec, Path(out_dir) / label, overwrite=True)
     (headline,) = compare_suites(runs_dir, out_dir).headlines
     print(headline.text())
+    show_table(headline_rows(headline))
     return headline
 
 
@@ -718,46 +718,27 @@ def ttft_route_on_off(served: Endpoint, runtime: RuntimeInfo, spec: WorkloadSpec
     # lazy: notebook 4's TTFT route curve (servers, the benchmark, plots) loads only for its step
     from gemma4_t4.ttft_route import ttft_route_on_off as curve
 
-    return curve(served.server.config, spec, out_dir)
+    report = curve(served.server.config, spec, out_dir)
+    show_image(report.plot)
+    return report
+
+
+def prefill_verdict(runtime: RuntimeInfo, out_dir: str | Path) -> Any:
+    """The tensor-core prefill route's verdict for this GPU
+    (:func:`gemma4_t4.turing.prefill_bench.bench_prefill`, its plot shown), or ``None`` (saying
+    why) off a Turing GPU: the route is measured and used there only."""
+    if not runtime.is_t4:
+        print(f"skipped on {runtime.target}: the route is measured and used on a Turing GPU only")
+        return None
+    # lazy: the prefill bench loads Triton's interpreter numerics, needed only on a Turing GPU
+    from gemma4_t4.turing.prefill_bench import bench_prefill
+
+    report = bench_prefill(out_dir=out_dir)
+    show_image(report.plot)
+    return report
 
 
 # ---------------------------------------------------------------- benchmark results as tables
-
-
-def bench_rows(run: Any) -> list[JSONObject]:
-    """One display row per measured cell of a :class:`gemma4_t4.bench.results.BenchRun` (refused,
-    naming why, for a run that did not complete: what it got is not a result)."""
-    return [row.model_dump(by_alias=True) for row in run.require_complete("results table").rows()]
-
-
-def per_stream_by_concurrency(run: Any) -> dict[int, float]:
-    """Median per-stream decode tok/s for each concurrency of a complete decode run (refused,
-    naming the flush, where the server sent each answer in one burst: see :func:`decode_speed`)."""
-    return run.require_complete("per-stream decode speed").require_streamed().per_stream_by_concurrency()
-
-
-@dataclass
-class DecodeSpeed:
-    """What a decode run measured, per concurrency. ``per_stream`` is ``None`` (and ``not_measured``
-    says why) where the server delivered each answer in one flush (vLLM's CPU build): the figures
-    that are real there are the output tok/s over the run and the end-to-end latency."""
-
-    per_stream: dict[int, float] | None  # median per-stream decode tok/s
-    output_tok_s: dict[int, float]  # all streams, over the cell's window
-    e2el_ms: dict[int, float]  # median end-to-end latency
-    not_measured: str | None  # why there is no per-stream speed
-
-    @property
-    def streamed(self) -> bool:
-        return self.not_measured is None
-
-
-def decode_speed(run: Any) -> DecodeSpeed:
-    """The decode figures of a complete run, per-stream only where tokens were streamed."""
-    done = run.require_complete("decode speed")
-    why = done.decode_not_measured
-    return DecodeSpeed(None if why else done.per_stream_by_concurrency(), done.throughput_by_concurrency(),
-                       done.e2el_by_concurrency(), why)
 
 
 @dataclass
@@ -788,14 +769,38 @@ def measured_price(run: Any, price: Any) -> MeasuredPrice:
                          f"priced as {price.platform} {price.instance} ({price.gpu})")
 
 
-def throughput_by_concurrency(run: Any) -> dict[int, float]:
-    """Aggregate output tok/s (all streams) for each concurrency of a complete decode run."""
-    return run.require_complete("throughput").throughput_by_concurrency()
+@dataclass
+class CostTable(Displayable):
+    """$ per million output tokens at full utilisation: the series' published SageMaker rows (T4,
+    L4) and this run's best output tok/s at ``price``, or why it has none (:func:`measured_price`)."""
+
+    price: Any  # the hardware table's price this run is priced at
+    measured: MeasuredPrice
+    venue: str
+
+    def caption(self) -> str:
+        return "$ per million output tokens at full utilisation"
+
+    def table_rows(self) -> list[dict[str, object]]:
+        load = sagemaker_load("gemma-4-E2B", "emb4")  # the series' c=16 figures
+        rows: list[dict[str, object]] = []
+        for gpu, instance, tok_s in (("T4", load.t4_instance, load.t4_tok_s), ("L4", load.l4_instance, load.l4_tok_s)):
+            usd_per_hour = get_price(f"sagemaker:{instance}").usd_per_hour
+            rows.append({"source": f"published: SageMaker {instance} ({gpu}), E2B emb4, c={load.concurrency}",
+                         "output tok/s": tok_s, "$/h": usd_per_hour,
+                         "$ per million output tokens": usd_per_million_tokens(usd_per_hour, tok_s)})
+        rows.append({"source": f"measured here ({self.venue}): {self.measured.label}",
+                     "output tok/s": self.measured.output_tok_s, "$/h": self.price.usd_per_hour,
+                     "$ per million output tokens": self.measured.summary()})
+        return rows
 
 
-def ttft_by_input_len(run: Any) -> dict[int, float]:
-    """Median TTFT (ms) for each input length of a complete ttft run."""
-    return run.require_complete("TTFT").ttft_by_input_len()
+def cost_per_mtok(run: Any, served: Endpoint, runtime: RuntimeInfo) -> CostTable:
+    """A decode run's $/Mtok beside the published SageMaker rows, priced as the endpoint's instance
+    on SageMaker, else as this GPU (a T4 where there is none: the row says what it is priced as)."""
+    price = price_of(served, runtime)
+    return CostTable(price, measured_price(run, price), runtime.target)
+
 
 
 # ---------------------------------------------------------------- files
@@ -844,12 +849,26 @@ class MCPCall:
     result: Any  # the structured content, else the text content
 
 
+@dataclass
+class MCPSession(Displayable):
+    """The tools a real MCP client listed and the calls it made, shown one row per call."""
+
+    tools: list[str]
+    calls: list[MCPCall]
+
+    def caption(self) -> str:
+        return f"Tool calls through a real MCP client (stdio); {len(self.tools)} tools listed"
+
+    def table_rows(self) -> list[dict[str, object]]:
+        return [{"tool": c.tool, "error": c.is_error, "result": str(c.result)[:160]} for c in self.calls]
+
+
 def mcp_session(calls: Sequence[tuple[str, Mapping[str, JSONValue]]], timeout_s: float = 300.0,
-                log_path: str | Path | None = None) -> tuple[list[str], list[MCPCall]]:
+                log_path: str | Path | None = None) -> MCPSession:
     """Start the package's MCP server as a stdio subprocess (as an assistant would), list its
     tools, then make ``calls`` in order. The server inherits this process's environment (so
     ``LocalAWS`` routes it to moto too); its stderr goes to ``log_path`` (default: a temporary
-    file; a notebook's own stderr has no file descriptor to hand over). Returns (tool names, calls)."""
+    file; a notebook's own stderr has no file descriptor to hand over)."""
     import tempfile
 
     import anyio
@@ -872,13 +891,102 @@ def mcp_session(calls: Sequence[tuple[str, Mapping[str, JSONValue]]], timeout_s:
                                         reply.structured_content if reply.structured_content is not None else text))
         return tools, made
 
-    return run_sync(session)
+    return MCPSession(*run_sync(session))
+
+
+# ---------------------------------------------------------------- Part 1's AWS venue
+
+
+@dataclass
+class AwsVenue:
+    """Where Part 1's AWS calls go, chosen once (:func:`aws_venue`): real AWS (billed), or the local
+    stand-ins (moto, a fake Service Quotas) with replies from the tiny Gemma 4 on a vLLM CPU server
+    behind the SageMaker-runtime stand-in where vLLM is installed, else canned by moto."""
+
+    target: str
+    local: Any = None  # LocalAWS, on TARGET="cpu"
+    tiny: Endpoint | None = None  # the tiny Gemma 4's server behind the runtime stand-in
+    generated: bool = True  # replies come from a model (AWS, or the tiny one), not canned by moto
+
+    @property
+    def replies_from(self) -> str:
+        if not self.local:
+            return "the endpoint"
+        return "tiny Gemma 4 via the runtime stand-in" if self.generated else "canned (moto)"
+
+    def describe(self) -> str:
+        if not self.local:
+            return "AWS: real AWS (billed)"
+        why = "" if self.generated else " (vLLM is not installed here, so moto answers with queued bodies)"
+        return f"AWS: local moto + fake Service Quotas; endpoint replies: {self.replies_from}{why}"
+
+    def canned(self, text: str) -> None:
+        """Queue ``text`` as the next reply where moto answers canned bodies (nothing elsewhere)."""
+        if self.local and not self.generated:
+            self.local.queue_chat_replies([f"{text} (canned: no vLLM on this machine)"])
+
+    def image_uri(self, instance_type: str, region: str) -> str:
+        """The image a deploy on ``instance_type`` uses: on a T4 the fixed image (found in ECR, else
+        built in CodeBuild; against moto a stand-in puts the pushed manifest into its ECR), else the
+        stock vLLM DLC."""
+        # lazy: the SageMaker modules (boto3, deploy, CodeBuild) load only on Part 1's AWS venues
+        from gemma4_t4 import sagemaker
+        from gemma4_t4.sagemaker import build
+
+        if not sagemaker.DeployConfig(instance_type=instance_type).needs_fixed_image:
+            return sagemaker.find_vllm_image(region).image_uri
+        print("\n".join(build.build_plan(region)[:3]), "\n...")  # all of it: gemma4-t4 sagemaker build-image --dry-run
+        image = build.ensure_t4_image(region, on_build_succeeded=self.local.seed_fixed_image_for if self.local else None)
+        print(("built: " if image.built else "found: ") + image.image_uri, image.digest)
+        if image.build is not None:
+            print("created:", ", ".join(image.build.created), "| reused:", ", ".join(image.build.reused) or "-")
+        return image.image_uri
+
+    def invoke_stream(self, name: str, region: str, prompt: str, max_tokens: int = 32) -> Any:
+        """A streamed reply (``InvokeEndpointWithResponseStream``), or ``None`` where moto answers
+        alone: it implements no response streams."""
+        # lazy: the SageMaker modules (boto3, deploy, CodeBuild) load only on Part 1's AWS venues
+        from gemma4_t4 import sagemaker
+
+        if not self.generated:
+            print("streamed: not run (moto alone implements no response streams)")
+            return None
+        streamed = sagemaker.invoke_stream(name, region, prompt, max_tokens=max_tokens)
+        print(f"streamed: first token after {streamed.ttft_s * 1000:.0f} ms, {streamed.chunks} chunks:", streamed.text)
+        return streamed
+
+    def stop(self) -> None:
+        """Stop the local stand-ins and the tiny model's server (nothing runs for real AWS)."""
+        if self.local:
+            self.local.stop()
+        if self.tiny:
+            self.tiny.stop()
+
+
+def aws_venue(target: str, work_dir: str | Path) -> AwsVenue:
+    """Part 1's venue for ``target``: "sagemaker" is real AWS; "cpu" starts the local stand-ins (and,
+    where vLLM is installed, the tiny Gemma 4 they forward invocations to; about a minute)."""
+    import importlib.util
+
+    if target != "cpu":
+        venue = AwsVenue(target)
+    else:
+        # lazy: the local moto server and the runtime stand-in load only on Part 1's cpu venue
+        from gemma4_t4.sagemaker.local import LocalAWS
+
+        tiny = (endpoint("cpu", model_for("cpu", work_dir=work_dir), work_dir, name="tiny-gemma4")
+                if importlib.util.find_spec("vllm") is not None else None)
+        # seed_fixed_image=False: the image step builds the T4 image itself (against moto here)
+        local = LocalAWS(seed_fixed_image=False, runtime_backend=tiny.url if tiny else None).start()
+        venue = AwsVenue(target, local, tiny, generated=local.runtime is not None)
+    print(venue.describe())
+    return venue
 
 
 # ---------------------------------------------------------------- endpoints (TARGET=sagemaker)
 
 
-def headline_rows(headline: Any) -> list[BesideRow]:
+def headline_rows(headline: Any) -> Table:
     """A T4-vs-L4 headline (:class:`gemma4_t4.bench.compare.Headline`, A = T4, B = L4) as display
     rows, each measured figure beside the series' published SageMaker row (labelled published;
     ``-`` where the series published none). The published row is the series' own build (emb4),
@@ -902,7 +1010,7 @@ def headline_rows(headline: Any) -> list[BesideRow]:
     if pub and pub.identical_answers:
         same, total = (int(x) for x in pub.identical_answers.split("/"))
         pub_identical = same / total
-    return [
+    return Table([
         row(f"decode tok/s on the T4 ({headline.decode_method})", headline.decode_a,
             pub.t4_tok_s if pub else None, kind_a, "t4"),
         row(f"decode tok/s on the L4 ({headline.decode_method})", headline.decode_b,
@@ -911,4 +1019,4 @@ def headline_rows(headline: Any) -> list[BesideRow]:
             pub.t4_tok_s / pub.l4_tok_s if pub and pub.t4_tok_s else None, both, "t4/l4"),
         row("T4 / L4 median TTFT", headline.ttft_ratio, None, both, "t4/l4"),
         row("identical answers (share)", identical, pub_identical, both, "t4/l4"),
-    ]
+    ], "T4 vs L4, measured here beside the published row")

@@ -19,6 +19,7 @@ from typing import Any
 from gemma4_t4.atomic import atomic_write_json
 from gemma4_t4.cache import cache_root
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.table import Displayable
 from gemma4_t4.turing import offline
 from gemma4_t4.turing.verify import gemma4_attention_shapes, verify
 from gemma4_t4.versions import package_version
@@ -27,7 +28,7 @@ PROOF_FORMAT = 1
 
 
 @dataclass
-class TuringProof:
+class TuringProof(Displayable):
     """Whether the tile cap makes every Gemma 4 launch fit ``arch``; ``proven`` is None when the
     proof could not run here (no vLLM, no Triton)."""
 
@@ -37,6 +38,14 @@ class TuringProof:
     cached: bool
     detail: str
     seconds: float | None = None
+
+    def caption(self) -> str:
+        return f"sm_75 proof for {self.arch}"
+
+    def table_rows(self) -> list[dict[str, object]]:
+        verdict = {True: "proven", False: "refuted", None: "not run here"}[self.proven]
+        return [{"arch": self.arch, "verdict": verdict, "cached": self.cached, "detail": self.detail,
+                 "seconds": self.seconds}]
 
 
 def cache_dir() -> Path:

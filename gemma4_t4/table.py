@@ -1,8 +1,14 @@
-"""The one plain-text table formatter: every CLI table and key/value listing goes through here."""
+"""The one table formatter: every CLI table and key/value listing goes through here, and every result
+that displays itself (:class:`Displayable`: HTML in Jupyter, text elsewhere)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import html
+import math
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, ClassVar
+
+from gemma4_t4.jsonable import to_jsonable
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]], right: Sequence[int] = ()) -> str:
@@ -26,3 +32,121 @@ def format_pairs(pairs: Sequence[tuple[str, object]]) -> str:
         return ""
     width = max(len(k) for k, _ in pairs)
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in pairs)
+
+
+# ---------------------------------------------------------------- results that display themselves
+
+
+def format_value(value: object) -> str:
+    """One cell as text: ``-`` for nothing (or a non-finite number), yes/no, 3 significant digits."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return "-"
+        return f"{value:,.3g}" if abs(value) < 100 else f"{value:,.1f}"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(format_value(v) for v in value)
+    return str(value)
+
+
+def table_cells(rows: Iterable[object],
+                columns: Sequence[str] | None = None) -> tuple[list[str], list[list[str]]]:
+    """Rows (dicts, dataclasses or pydantic models) -> (columns, formatted cells): what every
+    displayed table (HTML or text) and the report index show."""
+    plain = [dict(_as_row(r)) for r in rows]
+    if columns is None:
+        columns = list(dict.fromkeys(k for row in plain for k in row))
+    return list(columns), [[format_value(row.get(c)) for c in columns] for row in plain]
+
+
+def _as_row(row: object) -> Mapping[str, object]:
+    # a pydantic row shows its field aliases (the column names a reader sees), a dataclass its fields
+    if isinstance(row, Mapping):
+        return row
+    dump = getattr(row, "model_dump", None)
+    if callable(dump):
+        return dump(by_alias=True)
+    return to_jsonable(row)
+
+
+def html_table(columns: Sequence[str], cells: Sequence[Sequence[str]], title: str | None = None) -> str:
+    """Formatted cells as one HTML table (escaped), the title as its caption."""
+    head = "".join(f"<th style='text-align:left'>{html.escape(str(c))}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(f"<td style='text-align:left'>{html.escape(v)}</td>" for v in r) + "</tr>"
+                   for r in cells)
+    caption = f"<caption style='text-align:left'><b>{html.escape(title)}</b></caption>" if title else ""
+    return f"<table>{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def text_table(columns: Sequence[str], cells: Sequence[Sequence[str]], title: str | None = None) -> str:
+    """Formatted cells as plain text, the title on the line above."""
+    text = format_table([str(c) for c in columns], cells)
+    return f"{title}\n{text}" if title else text
+
+
+class Displayable:
+    """A result that shows itself: an HTML table in Jupyter (``_repr_html_``), a text table
+    elsewhere (``str``, IPython's text display). A class gives :meth:`rows` (dicts, dataclasses or
+    pydantic rows) and may name its ``columns`` and a :meth:`caption`; nothing else. (Not ``rows``:
+    several results already hold a field of that name.)"""
+
+    columns: ClassVar[Sequence[str] | None] = None  # None: every key of the rows, in order
+    max_rows: ClassVar[int | None] = None  # long results show their first rows and say how many more
+
+    def table_rows(self) -> Sequence[object]:
+        raise NotImplementedError
+
+    def caption(self) -> str | None:
+        return None
+
+    def table_parts(self) -> tuple[list[str], list[list[str]], str | None]:
+        """(columns, formatted cells, title): what both displays show."""
+        rows = list(self.table_rows())
+        title = self.caption()
+        if self.max_rows is not None and len(rows) > self.max_rows:
+            more = f"first {self.max_rows} of {len(rows)} rows"
+            title = f"{title} ({more})" if title else more
+            rows = rows[: self.max_rows]
+        columns, cells = table_cells(rows, self.columns)
+        return columns, cells, title
+
+    def _repr_html_(self) -> str:
+        return html_table(*self.table_parts())
+
+    def __str__(self) -> str:
+        return text_table(*self.table_parts())
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:  # IPython's text display
+        printer.text(str(self))
+
+
+class Table(Displayable):
+    """Rows the package assembled (results of one kind shown together, a comparison), with a title."""
+
+    def __init__(self, rows: Iterable[object], title: str | None = None, columns: Sequence[str] | None = None):
+        self._rows, self._title, self.columns = list(rows), title, columns  # type: ignore[misc]
+
+    def table_rows(self) -> list[object]:
+        return self._rows
+
+    def caption(self) -> str | None:
+        return self._title
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __iter__(self) -> Iterator[object]:
+        return iter(self._rows)
+
+
+def together(*results: Displayable, title: str | None = None) -> Table:
+    """Several results of one kind in one table (e.g. two repacks), each contributing its rows."""
+    return Table([row for result in results for row in result.table_rows()], title=title)
+
+
+def pairs(values: Mapping[str, object], title: str | None = None) -> Table:
+    """A one-record listing (a config's settings) as a setting/value table."""
+    return Table([{"setting": k, "value": v} for k, v in values.items()], title)

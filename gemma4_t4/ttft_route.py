@@ -17,11 +17,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NotRequired
 
+from pydantic import BaseModel
+
 from gemma4_t4.bench.specs import TTFTSpec, run
 from gemma4_t4.endpoint import served_endpoint
 from gemma4_t4.figures import pyplot, save_figure
 from gemma4_t4.jsonable import TypedDict
 from gemma4_t4.server import ServerConfig, VLLMServer
+from gemma4_t4.table import Displayable
 from gemma4_t4.turing import prefill
 
 ROUTE_LINE = re.compile(r"gemma4-t4 turing prefill: (?P<action>[\w-]+): (?P<reason>.*?) \[vLLM")
@@ -45,13 +48,22 @@ class ModeCurve(TypedDict):
     results: str
 
 
-class TtftOnOffReport(TypedDict):
+class TtftOnOffReport(Displayable, BaseModel):
+    """The TTFT route curve: median TTFT per input length with the route off and on."""
+
     rows: list[TtftRow]
-    route_on_active: bool
+    route_on_active: bool  # the route-on server's log says the route was installed
     route_on_log: list[str]
     route_off_log: list[str]
     results: dict[str, str]  # mode -> results dir
-    plot: NotRequired[str]
+    plot: str | None = None
+
+    def caption(self) -> str:
+        active = "active" if self.route_on_active else f"NOT active (log: {', '.join(self.route_on_log) or '-'})"
+        return f"median TTFT (ms), tensor-core prefill route off vs on; route {active}"
+
+    def table_rows(self) -> list[TtftRow]:
+        return self.rows
 
 
 def route_actions(log_text: str) -> list[str]:
@@ -97,15 +109,14 @@ def ttft_route_on_off(
         off, on = row["ttft_ms_route_off"], row["ttft_ms_route_on"]
         row["speedup"] = round(off / on, 2) if off and on else None
     active = "routed" in curves["route-on"]["route"]
-    report: TtftOnOffReport = {
-        "rows": rows,
-        "route_on_active": active,
-        "route_on_log": curves["route-on"]["route"],
-        "route_off_log": curves["route-off"]["route"],
-        "results": {m: c["results"] for m, c in curves.items()},
-    }
-    report["plot"] = str(plot_on_off(rows, out / "ttft_route_on_off.png", active))
-    return report
+    return TtftOnOffReport(
+        rows=rows,
+        route_on_active=active,
+        route_on_log=curves["route-on"]["route"],
+        route_off_log=curves["route-off"]["route"],
+        results={m: c["results"] for m, c in curves.items()},
+        plot=str(plot_on_off(rows, out / "ttft_route_on_off.png", active)),
+    )
 
 
 def plot_on_off(rows: list[TtftRow], path: Path, active: bool) -> Path:

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 from bench_cli_args import bench_run_argv
 
-from gemma4_t4 import notebook as nb
 from gemma4_t4.bench import compare_runs, run_benchmark
 from gemma4_t4.bench.answers import QUESTIONS, compare_answers, is_correct
 from gemma4_t4.bench.compare import compare_suites
@@ -194,13 +193,13 @@ def test_a_flushing_server_gets_no_per_stream_speed_anywhere(tmp_path, capsys):
     (cell,) = a.cells
     assert cell.buffered and cell.per_stream_tok_s.median is None and cell.output_throughput_tok_s > 0
     reason = "not measured: the server delivered 128 tokens in one flush"
-    row = nb.bench_rows(a)[0]
+    row = a.rows()[0].model_dump(by_alias=True)
     assert row["per-stream tok/s (median)"].startswith(reason) and row["TPOT ms (median)"].startswith(reason)
     assert row["E2EL ms (median)"] > 30 and reason in a.table()
     with pytest.raises(Gemma4T4Error, match=reason) as err:
-        nb.per_stream_by_concurrency(a)
+        a.require_streamed()
     assert err.value.fix
-    speed = nb.decode_speed(a)
+    speed = a.decode_speed()
     assert speed.not_measured.startswith(reason) and speed.per_stream is None
     assert speed.output_tok_s[1] > 0 and speed.e2el_ms[1] > 30
     assert cli_main(["bench", "compare", str(a.dir), str(b.dir)]) == 0
@@ -223,7 +222,7 @@ def test_the_fake_servers_injected_per_token_timings_are_measured(tmp_path):
         run = _decode(server, tmp_path / "r", output_len=12)
     (cell,) = run.cells
     assert cell.buffered is None and cell.tpot_ms.n == 4 and cell.per_stream_tok_s.median > 0
-    assert nb.decode_speed(run).not_measured is None
+    assert run.decode_speed().not_measured is None
 
 
 # ---------------------------------------------------------------- no price from a tiny model

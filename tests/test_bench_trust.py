@@ -116,18 +116,17 @@ def test_notebook_helpers_and_tables_refuse_or_flag_an_incomplete_run(tmp_path):
         cells=[CellSummary(cell="c1", workload="decode", concurrency=1, completed=3, failed=1)],
     )  # fmt: skip
     assert "complete with failures, 1 request(s) failed" in run.not_measured
-    for helper in (
-        nb.per_stream_by_concurrency,
-        nb.throughput_by_concurrency,
-        nb.ttft_by_input_len,
-        nb.bench_rows,
-    ):
-        with pytest.raises(Gemma4T4Error, match="not measured: run .* complete with failures") as err:
-            helper(run)
-        assert err.value.fix
+    with pytest.raises(Gemma4T4Error, match="not measured: run .* complete with failures") as err:
+        run.decode_speed()
+    assert err.value.fix
+    with pytest.raises(Gemma4T4Error, match="not measured: run .* complete with failures"):
+        published.qat_vs_bf16(run, run, "cpu")
     assert run.table().startswith("not measured: run")
+    # what an incomplete run got is shown, and its caption says it is no result
+    assert "not measured: run" in str(run).splitlines()[0] and "not measured: run" in run._repr_html_()
     done = run.model_copy(update={"run": RunInfo(status="complete")})
-    assert nb.per_stream_by_concurrency(done) == {1: None} and not done.table().startswith("not measured")
+    assert done.decode_speed().per_stream == {1: None} and not done.table().startswith("not measured")
+    assert "not measured" not in str(done).splitlines()[0]
 
 
 # ---------------------------------------------------------------- measured vs published: same kind only

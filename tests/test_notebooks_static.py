@@ -549,3 +549,43 @@ def test_the_venue_rule_bites():
 def test_sagemaker_parameters_skip_nothing():
     data = yaml.safe_load((PARAMS_DIR / "sagemaker.yaml").read_text())
     assert not [section for section, values in data.items() if "_skip" in (values or {})], data
+
+
+# ---------------------------------------------------------------- a notebook step is the call and its result
+
+
+def _if_lines(sources: list[str]) -> list[str]:
+    """Lines (any indentation) that open an ``if``/``elif`` branch in code cells."""
+    return [ln.strip() for src in sources for ln in src.splitlines() if re.match(r"(if|elif)\b", ln.strip())]
+
+
+def _rows_built_for_display(source: str) -> list[str]:
+    """Where a cell assembles display rows itself: any ``show_table`` call (a result displays itself
+    as the cell's last expression), and a list of dicts, written out or comprehended."""
+    def assembles(node: ast.AST) -> bool:
+        if isinstance(node, ast.Call):
+            return getattr(node.func, "attr", getattr(node.func, "id", None)) == "show_table"
+        if isinstance(node, (ast.ListComp, ast.GeneratorExp)):
+            return isinstance(node.elt, (ast.Dict, ast.DictComp))
+        return isinstance(node, ast.List) and any(isinstance(e, (ast.Dict, ast.DictComp)) for e in node.elts)
+
+    found = [ast.unparse(node)[:80] for node in ast.walk(ast.parse(_strip_magics(source))) if assembles(node)]
+    return found
+
+
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=IDS)
+def test_a_notebook_branches_at_most_twice_and_builds_no_rows_to_show(nb_path):
+    """Venue and display choices live in the package: at most two ``if`` lines per notebook (the
+    install cell's and the clean-up's, or a step's), and every table is a result the package built."""
+    sources = [c.source for c in _code_cells(_load(nb_path))]
+    assert len(_if_lines(sources)) <= 2, _if_lines(sources)
+    built = [found for src in sources for found in _rows_built_for_display(src)]
+    assert not built, built
+
+
+def test_the_display_rules_bite():
+    cell = ('if a:\n    x = 1\nelif b:\n    y = [{"k": v} for v in z]\n'
+            'nb.show_table(rows)\nrows = [{"a": 1}, {"a": 2}]\nok = [f(r) for r in rows]')
+    assert _if_lines([cell]) == ["if a:", "elif b:"]
+    assert len(_rows_built_for_display(cell)) == 3
+    assert not _rows_built_for_display('nb.Table(report.problems, title="t")\nfits\nnb.mcp_session([("t", {"a": 1})])')

@@ -665,14 +665,14 @@ def test_ttft_on_off_starts_one_server_per_mode_and_records_what_the_route_did(t
         progress=False,
     )
     assert started == ["0", "1"]
-    assert [r["input_len"] for r in report["rows"]] == [32, 64]
-    for row in report["rows"]:
+    assert [r["input_len"] for r in report.rows] == [32, 64]
+    for row in report.rows:
         # causal bounds (the fake waits 40 ms off, 10 ms on, before its first token) and the arithmetic;
         # how large the speed-up comes out times this machine, so it is not asserted
         assert row["ttft_ms_route_off"] >= 40.0 and row["ttft_ms_route_on"] >= 10.0
         assert row["speedup"] == pytest.approx(round(row["ttft_ms_route_off"] / row["ttft_ms_route_on"], 2))
-    assert report["route_on_active"] and report["route_off_log"] == ["disabled"]
-    assert Path(report["plot"]).stat().st_size > 1000
+    assert report.route_on_active and report.route_off_log == ["disabled"]
+    assert Path(report.plot).stat().st_size > 1000
     assert config.extra_env == {"KEEP": "1"}  # the caller's config is not changed
 
 

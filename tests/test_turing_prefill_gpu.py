@@ -76,7 +76,7 @@ def test_bench_prefill_writes_json_plot_and_verdict(tmp_path, monkeypatch, kerne
     data = json.loads((tmp_path / "out" / "bench_prefill.json").read_text())
     assert (tmp_path / "out" / "bench_prefill.png").stat().st_size > 1000
     assert {r["head_size"] for r in data["rows"]} == {256, 512} and len(data["rows"]) == 4
-    assert set(report["heads"]) == {"256", "512"}
+    assert set(report.heads) == {"256", "512"}
     verdict = prefill.load_verdict(prefill.device_key(data["key"]["vllm"]))
-    assert verdict is not None and verdict["heads"] == report["heads"]
-    print(json.dumps(report["heads"]))
+    assert verdict is not None and verdict["heads"] == report.heads
+    print(json.dumps(report.heads))

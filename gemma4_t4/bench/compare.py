@@ -14,6 +14,7 @@ from gemma4_t4.bench.published import SAGEMAKER_DECODE, Kind, PublishedDecode, m
 from gemma4_t4.bench.results import RECORDS_FILE, SUMMARY_FILE, BenchRun, load_run
 from gemma4_t4.bench.schemas import CellStats, CellSummary, SpecDecode
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.table import Displayable
 
 # metric -> (per-request extractor, True when higher is better)
 METRICS: dict[str, tuple[str, bool]] = {
@@ -47,7 +48,7 @@ class CellComparison:
 
 
 @dataclass
-class RunComparison:
+class RunComparison(Displayable):
     a: str
     b: str
     cells: list[CellComparison]
@@ -68,6 +69,22 @@ class RunComparison:
         if self.answers and not self.answers.measured and not self.not_measured:
             out.append(f"answers {self.answers.line()}")
         return out
+
+    def caption(self) -> str:
+        return "; ".join([f"B/A ratios (A = {self.a}, B = {self.b})", *self.problems])
+
+    def table_rows(self) -> list[dict[str, object]]:
+        """One row per compared figure of each matched cell (the text form adds the answers)."""
+        return [
+            {"cell": cell.cell_a, "metric": r.metric, "A": r.a, "B": r.b,
+             "B/A": r.not_measured or r.ratio, "95 % interval": _interval(r.ci_low, r.ci_high),
+             "higher is better": r.higher_is_better}
+            for cell in self.cells
+            for r in cell.ratios
+        ]
+
+    def __str__(self) -> str:
+        return self.text()
 
     def text(self) -> str:
         lines = [f"B/A ratios (A = {self.a}, B = {self.b}); [95 % bootstrap interval]"]
@@ -99,6 +116,10 @@ def _drafter(spec: SpecDecode | None) -> str:
     if spec.acceptance_rate is None or spec.mean_accepted_length is None:
         return f"on ({spec.source})"
     return f"accepted {spec.acceptance_rate:.1%}, mean accepted length {spec.mean_accepted_length:.2f}"
+
+
+def _interval(low: float | None, high: float | None) -> str | None:
+    return f"[{low:.3f}, {high:.3f}]" if low is not None and high is not None else None
 
 
 def _num(v: float | None) -> str:
@@ -221,7 +242,7 @@ def load_suite(path: str | os.PathLike) -> list[BenchRun]:
 
 
 @dataclass
-class Headline:
+class Headline(Displayable):
     """One model measured on A and on B (e.g. T4 and L4). Ratios are A/B (T4/L4, as published)."""
 
     model: str
@@ -244,6 +265,23 @@ class Headline:
     decode_not_measured: list[str] = field(default_factory=list)  # e.g. answers that came in one flush
     unpriced_a: str | None = None  # why A shows no $/Mtok (a tiny model, a CPU, ...)
     unpriced_b: str | None = None
+
+    def caption(self) -> str:
+        return "; ".join([f"{self.model}: A/B, measured", *(f"not measured: {w}" for w in self.not_measured)])
+
+    def table_rows(self) -> list[dict[str, object]]:
+        """Decode, TTFT and answers, A beside B (the text form adds prices and the published row)."""
+        decode = self.decode_ratio if self.decode_ratio is not None else "; ".join(self.decode_not_measured) or None
+        answers = self.answers.line() if self.answers else None
+        return [
+            {"figure": f"decode tok/s ({self.decode_method or '-'})", "A": self.decode_a, "B": self.decode_b,
+             "A/B": decode, "95 % interval": _interval(self.decode_ci_low, self.decode_ci_high)},
+            {"figure": "TTFT ms (median)", "A": self.ttft_a_ms, "B": self.ttft_b_ms, "A/B": self.ttft_ratio},
+            {"figure": "identical answers", "A/B": answers},
+        ]
+
+    def __str__(self) -> str:
+        return self.text()
 
     def text(self) -> str:
         lines = [f"{self.model}  (A/B; measured)"] + [f"  not measured: {why}" for why in self.not_measured]
@@ -288,7 +326,7 @@ class Headline:
 
 
 @dataclass
-class SuiteComparison:
+class SuiteComparison(Displayable):
     a: str
     b: str
     headlines: list[Headline]
@@ -308,6 +346,20 @@ class SuiteComparison:
                 f"nothing compared: no model was run on both sides (one side only: {self.unmatched_models})"
             )
         return out
+
+    def caption(self) -> str:
+        return "; ".join([f"A = {self.a}, B = {self.b}", *self.problems])
+
+    def table_rows(self) -> list[dict[str, object]]:
+        """One row per model measured on both sides."""
+        return [
+            {"model": h.model, "decode A": h.decode_a, "decode B": h.decode_b, "decode A/B": h.decode_ratio,
+             "TTFT A/B": h.ttft_ratio, "identical answers": h.answers.line() if h.answers else None}
+            for h in self.headlines
+        ]
+
+    def __str__(self) -> str:
+        return self.text()
 
     def text(self) -> str:
         out = [f"A = {self.a}, B = {self.b}; [95 % bootstrap interval]"] + [h.text() for h in self.headlines]

@@ -17,9 +17,11 @@ from urllib.parse import urlsplit
 
 from gemma4_t4.hardware import PRICES, identify_gpu
 from gemma4_t4.models import VARIANTS
+from gemma4_t4.table import Displayable, Table
 
 if TYPE_CHECKING:
-    from gemma4_t4.bench.results import BenchRun
+    from gemma4_t4.bench.results import BenchRun, DecodeSpeed
+    from gemma4_t4.quant.grid import CompareReport
 
 GCE_SOURCE = ("xbill9/gemma4-dev gpu-vllm-t4-2b/benchmarks/runs/2026-09-18-qat-vs-bf16-t4/ "
               "(GCE n1-standard-2 + T4, us-west2-b, driver 615.71.09; vLLM 0.29.0 with the hd512 clamp, fp16, "
@@ -371,3 +373,126 @@ def beside(
         "published under": conditions if comparable or published is None else f"{conditions} (published; not comparable)".lstrip(),
         "source": source.split(" (")[0],
     }
+
+
+# ---------------------------------------------------------------- the notebooks' comparisons, built here
+
+
+@dataclass
+class QatVsBf16(Displayable):
+    """Part 2's figures from a bf16 and a QAT decode run (same spec, same venue), and its display:
+    each measured figure beside the published one (a ratio only where the kinds match)."""
+
+    bf16: DecodeSpeed
+    qat: DecodeSpeed
+    measured_on: Kind
+    venue: str
+
+    @property
+    def speeds(self) -> dict[str, DecodeSpeed]:
+        return {"bf16": self.bf16, "qat": self.qat}
+
+    @property
+    def flushed(self) -> str | None:
+        """Why there is no per-stream speed (answers came in one flush), else None."""
+        return self.bf16.not_measured or self.qat.not_measured
+
+    @property
+    def c_max(self) -> int:
+        return max(self.qat.output_tok_s)
+
+    @property
+    def per_stream(self) -> dict[str, float | str | None]:
+        """Per-stream decode tok/s at c=1 for each build, or why there is none."""
+        return {b: self.flushed or (s.per_stream or {}).get(1) for b, s in self.speeds.items()}
+
+    @property
+    def ratio_c1(self) -> float | str:
+        """QAT/bf16 per-stream at c=1, or why there is none."""
+        return self.flushed or self.qat.per_stream[1] / self.bf16.per_stream[1]  # type: ignore[index,operator]
+
+    @property
+    def ratio_output_c1(self) -> float:
+        return self.qat.output_tok_s[1] / self.bf16.output_tok_s[1]  # type: ignore[operator]
+
+    @property
+    def ratio_cmax(self) -> float:
+        return self.qat.output_tok_s[self.c_max] / self.bf16.output_tok_s[self.c_max]  # type: ignore[operator]
+
+    def decode_curves(self) -> tuple[str, dict[str, dict[int, float | None]]]:
+        """(what is plotted, build -> figure per concurrency): per-stream decode tok/s, or the
+        output tok/s over the run where the answers came in one flush (no per-stream speed)."""
+        if self.flushed:
+            return "output tok/s, all streams (answers came in one flush)", {
+                b: s.output_tok_s for b, s in self.speeds.items()}
+        return "per-stream decode tok/s", {b: s.per_stream or {} for b, s in self.speeds.items()}
+
+    def caption(self) -> str:
+        flushed = f"; per-stream speed {self.flushed}" if self.flushed else ""
+        return f"QAT int4 vs bf16, measured here ({self.venue}) beside the published figures{flushed}"
+
+    def table_rows(self) -> list[BesideRow]:
+        c1, c8, l4, c_max = T4_QAT_VS_BF16_C1, T4_QAT_VS_BF16_C8, PART2_L4_QAT_VS_BF16, self.c_max
+        rows: list[tuple[str, float | str | None, float, PublishedRatio]] = [
+            ("per-stream tok/s bf16, c=1", self.per_stream["bf16"], c1.baseline_value, c1),
+            ("per-stream tok/s QAT, c=1", self.per_stream["qat"], c1.value, c1),
+            ("QAT/bf16 per stream, c=1", self.ratio_c1, c1.ratio, c1),
+            (f"QAT/bf16 all streams, c={c_max} (published: c=8)", self.ratio_cmax, c8.ratio, c8),
+            ("QAT/bf16 single-stream decode (published: on an L4)", self.ratio_c1, l4.ratio, l4),
+        ]
+        if c_max == 8:  # the published all-streams figures are at c=8
+            rows += [(f"output tok/s {b}, c=8", s.output_tok_s[8], v, c8)
+                     for (b, s), v in zip(self.speeds.items(), (c8.baseline_value, c8.value), strict=True)]
+        out = [beside(label, m, p, r.source, r.conditions, measured_on=self.measured_on,
+                      published_on=published_kind(r)) for label, m, p, r in rows]
+        unpublished = [("QAT/bf16 output tok/s, c=1", self.ratio_output_c1),
+                       *((f"E2EL ms {b}, c=1", s.e2el_ms[1]) for b, s in self.speeds.items())]
+        return out + [beside(label, m, None, c1.source, "measured here (not published)", measured_on=self.measured_on)
+                      for label, m in unpublished]
+
+
+def qat_vs_bf16(bf16_run: BenchRun, qat_run: BenchRun, venue: str) -> QatVsBf16:
+    """Part 2's comparison of two complete decode runs (refused, naming why, for an incomplete one)."""
+    return QatVsBf16(bf16_run.decode_speed(), qat_run.decode_speed(), measured_kind(bf16_run), venue)
+
+
+def t4_beside(decode: BenchRun, ttft_ms: dict[int, float | None], title: str) -> Table:
+    """Part 4's decode and TTFT runs, each figure beside the series' GCE T4 E2B QAT cell (a ratio
+    only where this run is that kind: E2B on a T4; elsewhere the published figure stands alone)."""
+    speed = decode.decode_speed()
+    c1, c8 = gce_t4("qat"), gce_t4("qat", concurrency=8)
+    kind = {"measured_on": measured_kind(decode), "published_on": published_kind(c1)}
+    per_stream = speed.per_stream or {}
+    rows = [beside(f"median TTFT ms at {n} tokens, c=1", ttft_ms.get(n), gce_t4("qat", n).ttft_ms, c1.source,
+                   f"GCE T4, E2B QAT, {n} in, c=1", **kind) for n in (512, 4096)]
+    rows += [beside(f"per-stream tok/s, c={c}", per_stream.get(c) if speed.streamed else speed.not_measured,
+                    r.per_stream_tok_s, r.source, f"GCE T4, E2B QAT, 512 in / 128 out, c={c}", **kind)
+             for c, r in ((1, c1), (8, c8))]
+    rows.append(beside("output tok/s, c=8", speed.output_tok_s.get(8), c8.output_throughput_tok_s, c8.source,
+                       "GCE T4, E2B QAT, 512 in / 128 out, c=8", **kind))
+    rows += [beside(f"median E2EL ms, c={c}", ms, None, c1.source, "end-to-end latency (not published)", **kind)
+             for c, ms in speed.e2el_ms.items()]
+    return Table(rows, title)
+
+
+def grid_beside(measured: dict[str, CompareReport], venue: str) -> Table:
+    """Part 3's levels-changed figures: the series' published grid check beside each measured
+    comparison (label -> :func:`gemma4_t4.quant.grid_compare` report)."""
+    pub = GRID_26B_Q_PROJ
+    rows: list[dict[str, object]] = [
+        {"build": f"published: {pub.model} {pub.tensor}, repack", "levels changed %": pub.repack_changed_pct},
+        {"build": f"published: {pub.model} {pub.tensor}, AWQ conversion", "levels changed %": pub.awq_changed_pct},
+    ]
+    rows += [{"build": f"measured here ({venue}): {label}", "levels changed %": report.level_changed_pct,
+              "bit-identical %": report.bit_identical_pct, "weights": report.weights_total}
+             for label, report in measured.items()]
+    return Table(rows, "Weights moved to another int4 level (published: the series, Part 3)")
+
+
+def sagemaker_decode_table() -> Table:
+    """The series' published T4 vs L4 single-stream decode rows (what stands alone off SageMaker)."""
+    rows = [{"model": r.model, "build": r.build, "T4 tok/s (published)": r.t4_tok_s, "L4 tok/s (published)": r.l4_tok_s,
+             "T4 / L4 (published)": r.t4_tok_s / r.l4_tok_s if r.t4_tok_s else None,
+             "identical answers (published)": r.identical_answers, "source": r.source.split(" (")[0]}
+            for r in SAGEMAKER_DECODE if r.t4_tok_s]
+    return Table(rows, "T4 vs L4 on SageMaker, single-stream decode (published)")

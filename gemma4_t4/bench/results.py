@@ -17,6 +17,7 @@ import io
 import json
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ from gemma4_t4.bench.schemas import (
     parse_file,
 )
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.table import Displayable
 
 RUN_FILE, RECORDS_FILE, SUMMARY_FILE, CSV_FILE = "run.json", "records.jsonl", "summary.json", "summary.csv"
 # the plots `bench plot` writes next to the results (plots.plot_run): --overwrite replaces these too
@@ -189,7 +191,23 @@ class TableRow(BaseModel):
     prefix_cache_hit_rate: float | None = Field(alias="prefix cache hit rate")
 
 
-class BenchRun(BaseModel):
+@dataclass
+class DecodeSpeed:
+    """What a decode run measured, per concurrency. ``per_stream`` is ``None`` (and ``not_measured``
+    says why) where the server delivered each answer in one flush (vLLM's CPU build): the figures
+    that are real there are the output tok/s over the run and the end-to-end latency."""
+
+    per_stream: dict[int, float | None] | None  # median per-stream decode tok/s
+    output_tok_s: dict[int, float | None]  # all streams, over the cell's window
+    e2el_ms: dict[int, float | None]  # median end-to-end latency
+    not_measured: str | None  # why there is no per-stream speed
+
+    @property
+    def streamed(self) -> bool:
+        return self.not_measured is None
+
+
+class BenchRun(Displayable, BaseModel):
     """A results directory: the run info and its measured cells, with the accessors notebooks use.
     ``run_benchmark`` returns it in memory; :meth:`load` reads (and validates) one from disk."""
 
@@ -316,6 +334,18 @@ class BenchRun(BaseModel):
             )
         return self
 
+    def decode_speed(self) -> DecodeSpeed:
+        """The decode figures of a complete run (refused, naming why, for one that did not
+        complete), per-stream only where tokens were streamed."""
+        done = self.require_complete("decode speed")
+        why = done.decode_not_measured
+        return DecodeSpeed(
+            per_stream=None if why else done.per_stream_by_concurrency(),
+            output_tok_s=done.throughput_by_concurrency(),
+            e2el_ms=done.e2el_by_concurrency(),
+            not_measured=why,
+        )
+
     def per_stream_by_concurrency(self) -> dict[int, float | None]:
         """Median per-stream decode tok/s for each concurrency of a decode run (None for a cell
         whose answers came in one flush: see :attr:`decode_not_measured`)."""
@@ -353,6 +383,15 @@ class BenchRun(BaseModel):
     def answers(self) -> list[Answer]:
         """Every answer of an answers run (first cell with answers)."""
         return next((c.answers for c in self.cells if c.answers), [])
+
+    def caption(self) -> str | None:
+        """What the run is and where it ran; a run that did not complete says its figures are no result."""
+        what = self.run.label or self.run.workload or "run"
+        where = f" on {self.run.base_url}" if self.run.base_url else ""
+        return f"{what}{where}: not measured: {self.not_measured}" if self.not_measured else f"{what}{where}"
+
+    def table_rows(self) -> list[TableRow]:
+        return self.rows()
 
     def rows(self) -> list[TableRow]:
         """One display row per measured cell."""

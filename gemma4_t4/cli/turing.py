@@ -106,21 +106,21 @@ def _bench_prefill(args: argparse.Namespace) -> Output:
                             fix="e.g. --lengths 512,1024,2048,4096")
     models = tuple(m.strip() for m in args.models.split(",") if m.strip())
     report = bench_prefill(lengths, models, args.vllm_root, args.out, save_verdict=not args.no_save_verdict)
-    key = report["key"]
+    key = report.key
     lines = [f"{key['gpu']} ({key['capability']}), torch {key['torch']}, Triton {key['triton']}, vLLM {key['vllm']}; "
-             f"tile cap: {report['tile_cap']}", "",
+             f"tile cap: {report.tile_cap}", "",
              f"{'model':<8}{'layer':<9}{'head':>5}{'q/kv':>7}{'tokens':>8}{'Triton ms':>11}{'route ms':>10}"
              f"{'x':>7}{'Triton err':>12}{'route err':>11}"]
-    for r in report["rows"]:
+    for r in report.rows:
         heads = f"{r['num_q_heads']}/{r['num_kv_heads']}"
         lines.append(f"{r['model']:<8}{r['layer']:<9}{r['head_size']:>5}{heads:>7}"
                      f"{r['seq_len']:>8}{r['triton_ms']:>11.3f}{r['route_ms']:>10.3f}{r['speedup']:>7.1f}"
                      f"{r['triton_max_abs_err']:>12.2e}{r['route_max_abs_err']:>11.2e}")
     lines.append("")
-    for head, entry in report["heads"].items():
+    for head, entry in report.heads.items():
         lines.append(f"head {head}: {'tensor-core route' if entry['use_route'] else 'Triton'} ({entry['why']})")
-    lines.append(f"wrote {args.out}/bench_prefill.json, {report['plot']}"
-                 + (f"; verdict cached in {report['verdict_path']}" if report.get("verdict_path") else ""))
+    lines.append(f"wrote {args.out}/bench_prefill.json, {report.plot}"
+                 + (f"; verdict cached in {report.verdict_path}" if report.verdict_path else ""))
     return Output(report, "\n".join(lines))
 
 

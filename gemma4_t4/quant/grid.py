@@ -18,6 +18,7 @@ from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.quant import lattice
 from gemma4_t4.quant.builds import FLOAT_DTYPES, ModuleWeight, module_weights
 from gemma4_t4.quant.safetensors_io import DTYPES, CheckpointReader, open_checkpoint
+from gemma4_t4.table import Displayable
 
 BLOCK_BYTES = 32 * 2**20  # source bytes per block: bounds memory, keeps all cores busy
 MAX_EXAMPLES = 5
@@ -45,7 +46,7 @@ class TensorGrid:
 
 
 @dataclass
-class GridReport:
+class GridReport(Displayable):
     source: str
     group_size: int
     tolerance_levels: float
@@ -65,6 +66,18 @@ class GridReport:
     seconds: float
     mb_per_s: float
     tensors: list[TensorGrid]
+
+    columns = ("name", "shape", "groups", "groups_off_grid", "max_deviation_levels")
+    max_rows = 8
+
+    def caption(self) -> str:
+        identical = ", ".join(f"{k} {v:.3g} %" for k, v in self.values_bit_identical_pct.items())
+        return (f"Grid check of {self.source}: {self.tensors_on_grid}/{self.tensors_checked} tensors on the grid, "
+                f"{self.groups_off_grid:,} of {self.groups_total:,} groups off it, {self.weights_total:,} weights; "
+                f"values a repack reproduces bit for bit: {identical or '-'}")
+
+    def table_rows(self) -> list[TensorGrid]:
+        return self.tensors
 
     @property
     def on_grid(self) -> bool:
@@ -249,7 +262,7 @@ class TensorCompare:
 
 
 @dataclass
-class CompareReport:
+class CompareReport(Displayable):
     ref: str
     other: str
     group_size: int
@@ -266,6 +279,14 @@ class CompareReport:
     tensors: list[TensorCompare]
     modules_empty: list[str] = field(default_factory=list)  # zero-size in REF: nothing to compare
     max_changed_pct: float = DEFAULT_MAX_CHANGED_PCT
+
+    def caption(self) -> str:
+        return f"{self.other} against {self.ref}: weights moved to another int4 level"
+
+    def table_rows(self) -> list[dict[str, object]]:
+        return [{"build": self.other, "levels changed %": self.level_changed_pct,
+                 "bit-identical %": self.bit_identical_pct, "weights": self.weights_total,
+                 "modules": self.modules_compared}]
 
     @property
     def within_tolerance(self) -> bool:

@@ -32,6 +32,7 @@ from gemma4_t4.quant.safetensors_io import (
     ShardedWriter,
     TensorInfo,
 )
+from gemma4_t4.table import Displayable
 
 BLOCK_BYTES = 32 * 2**20
 SHARD_BYTES = 4 * 10**9
@@ -55,7 +56,7 @@ class TensorRepack:
 
 
 @dataclass
-class RepackReport:
+class RepackReport(Displayable):
     src: str
     dst: str
     method: str  # "lattice" (this repack) or "awq-rtn"
@@ -80,6 +81,15 @@ class RepackReport:
     mb_per_s: float
     tensors: list[TensorRepack]
     cleanup: list[str] = field(default_factory=list)  # stale partial output this run removed or restored
+
+    def caption(self) -> str:
+        return f"{self.src} -> {self.dst} ({self.scale_dtype} scales, g{self.group_size})"
+
+    def table_rows(self) -> list[dict[str, object]]:
+        return [{"build": self.method + (" + emb4" if self.emb4 else ""), "tensors int4": self.tensors_quantized,
+                 "levels changed": self.levels_changed,
+                 "values bit-identical %": self.values_bit_identical_pct.get(self.scale_dtype),
+                 "MB written": self.bytes_written / 1e6, "MB read": self.bytes_read / 1e6}]
 
 
 class TensorsRefused(Gemma4T4Error):

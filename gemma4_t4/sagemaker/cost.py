@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from gemma4_t4.hardware import sagemaker_price
 from gemma4_t4.sagemaker.config import EXPIRES_TAG, PROJECT_TAG, PROJECT_VALUE
+from gemma4_t4.table import Displayable
 
 
 def usd(amount: float) -> str:
@@ -27,12 +28,19 @@ def usd(amount: float) -> str:
 
 
 @dataclass
-class CostEstimate:
+class CostEstimate(Displayable):
     instance_type: str
     instance_count: int
     usd_per_hour: float | None  # None: no price in the table
     price_region: str | None
     source: str | None
+
+    def caption(self) -> str:
+        return f"Published on-demand price ({self.price_region or 'no region'})"
+
+    def table_rows(self) -> list[dict[str, object]]:
+        day = 24 * self.usd_per_hour if self.usd_per_hour is not None else None
+        return [{"instance": self.instance_type, "$ / hour": self.usd_per_hour, "$ if forgotten for a day": day}]
 
     def line(self) -> str:
         if self.usd_per_hour is None:

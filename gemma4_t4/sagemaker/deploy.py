@@ -34,6 +34,7 @@ from gemma4_t4.sagemaker.cost import estimate
 from gemma4_t4.sagemaker.image import US_REGIONS, find_fixed_image
 from gemma4_t4.sagemaker.ops import SCALABLE, DeleteResult, delete_resources
 from gemma4_t4.sagemaker.quotas import quota_name, region_quotas
+from gemma4_t4.table import Displayable
 
 # Capacity-type failures: worth trying another region. Anything else (a bad model, OOM) would
 # fail the same way everywhere.
@@ -54,7 +55,7 @@ class TimelineEvent:
 
 
 @dataclass
-class DeployResult:
+class DeployResult(Displayable):
     name: str
     region: str
     status: str  # InService | Creating (wait=False) | Failed | TimedOut | Error | DryRun
@@ -67,6 +68,13 @@ class DeployResult:
     cost_line: str = ""
     timeline: list[TimelineEvent] = field(default_factory=list)
     plan: list[str] = field(default_factory=list)  # equivalent aws CLI commands
+
+    def caption(self) -> str:
+        failed = f": {self.failure_reason}" if self.failure_reason else ""
+        return f"{self.name}: {self.status} in {self.elapsed_s:.1f} s{failed}"
+
+    def table_rows(self) -> list[TimelineEvent]:
+        return self.timeline
 
 
 class DeployFailed(Gemma4T4Error):

@@ -26,6 +26,7 @@ from gemma4_t4.sagemaker.cli_recipe import ApiCall
 from gemma4_t4.sagemaker.config import AUTOSCALING_TAG, EXPIRES_TAG, PROJECT_TAG, PROJECT_VALUE
 from gemma4_t4.sagemaker.cost import estimate, hours_between, is_ours
 from gemma4_t4.sagemaker.image import US_REGIONS, validate_region
+from gemma4_t4.table import Displayable
 
 LOG_MILESTONES = (
     "Model loading took",
@@ -52,7 +53,7 @@ def _aware(value: Any) -> dt.datetime | None:
 
 # -- status -------------------------------------------------------------------------------
 @dataclass
-class EndpointStatus:
+class EndpointStatus(Displayable):
     name: str
     region: str
     exists: bool
@@ -69,6 +70,14 @@ class EndpointStatus:
     usd_per_hour: float | None = None
     cost_so_far_usd: float | None = None
     advice: str | None = None
+
+    columns = ("name", "region", "status", "instance_types", "inference_ami_version", "expires_at", "usd_per_hour")
+
+    def caption(self) -> str:
+        return "Endpoint status" + (f": {self.advice}" if self.advice else "")
+
+    def table_rows(self) -> list[EndpointStatus]:
+        return [self]
 
 
 def endpoint_status(

@@ -16,7 +16,7 @@ from gemma4_t4.hardware import SAGEMAKER_INSTANCES
 from gemma4_t4.sagemaker.aws import ClientFactory, aws_error, aws_exceptions, client_factory
 from gemma4_t4.sagemaker.cli_recipe import ApiCall
 from gemma4_t4.sagemaker.image import US_REGIONS, validate_region
-from gemma4_t4.table import format_table
+from gemma4_t4.table import Displayable, format_table
 
 
 def quota_name(instance_type: str) -> str:
@@ -39,8 +39,17 @@ class QuotaRow:
 
 
 @dataclass
-class QuotaReport:
+class QuotaReport(Displayable):
     rows: list[QuotaRow] = field(default_factory=list)
+
+    columns = ("region", "instance_type", "value", "error")
+
+    def caption(self) -> str:
+        types = ", ".join(dict.fromkeys(r.instance_type for r in self.rows))
+        return f"{types or 'no instance type'} for endpoint usage"
+
+    def table_rows(self) -> list[QuotaRow]:
+        return self.rows
 
     def regions_with_capacity(self, instance_type: str, need: int = 1) -> list[str]:
         return [

@@ -13,13 +13,16 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NotRequired
+from typing import Any
+
+from pydantic import BaseModel
 
 from gemma4_t4.atomic import atomic_write_json
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.figures import pyplot, save_figure
 from gemma4_t4.jsonable import TypedDict
 from gemma4_t4.models import get_variant
+from gemma4_t4.table import Displayable
 from gemma4_t4.turing import prefill, tilecap
 from gemma4_t4.turing.numerics import make_case, reference_attention
 from gemma4_t4.turing.offline import load_kernel_module
@@ -309,16 +312,25 @@ class PrefillBenchRow(TypedDict, total=False):
     speedup: float
 
 
-class PrefillBenchReport(TypedDict):
-    """``bench_prefill.json`` (plus where the plot and the cached verdict went)."""
+class PrefillBenchReport(Displayable, BaseModel):
+    """``bench_prefill.json`` (plus where the plot and the cached verdict went); it displays the
+    verdict, one row per head size."""
 
     key: dict[str, str]
     tile_cap: str
     kernel_sha256: str
     heads: dict[str, prefill.HeadVerdict]
     rows: list[PrefillBenchRow]
-    plot: NotRequired[str]
-    verdict_path: NotRequired[str]
+    plot: str | None = None
+    verdict_path: str | None = None
+
+    def caption(self) -> str:
+        key = self.key
+        return (f"prefill route verdict on {key.get('gpu', '?')} ({key.get('capability', '?')}), "
+                f"vLLM {key.get('vllm', '?')}; tile cap: {self.tile_cap}")
+
+    def table_rows(self) -> list[dict[str, object]]:
+        return [{"head": head, **verdict} for head, verdict in self.heads.items()]
 
 
 def load_triton_kernel(vllm_root: str | None, capability: tuple[int, int], device: prefill.DeviceInfo) -> Any:
@@ -441,21 +453,16 @@ def bench_prefill(
             del step
             torch.cuda.empty_cache()
     verdict = decide(rows)
-    report: PrefillBenchReport = {
-        "key": key,
-        "tile_cap": cap_outcome["action"],
-        "kernel_sha256": kernel.sha256,
-        "heads": verdict,
-        "rows": rows,
-    }
+    report = PrefillBenchReport(key=key, tile_cap=cap_outcome["action"], kernel_sha256=kernel.sha256,
+                                heads=verdict, rows=rows)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / "bench_prefill.json", report)
-    report["plot"] = str(plot(rows, out / "bench_prefill.png", key))
+    atomic_write_json(out / "bench_prefill.json", report.model_dump(exclude={"plot", "verdict_path"}))
+    report.plot = str(plot(rows, out / "bench_prefill.png", key))
     if save_verdict:
         path = prefill.verdict_path(key)
         atomic_write_json(path, {"key": key, "heads": verdict})
-        report["verdict_path"] = str(path)
+        report.verdict_path = str(path)
     return report
 
 

@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field
 from gemma4_t4 import signals
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.models import ASSISTANTS, VARIANTS
+from gemma4_t4.table import Displayable
 from gemma4_t4.turing import smem, tilecap
 from gemma4_t4.turing.offline import (
     KernelModule,
@@ -81,7 +82,7 @@ class LaunchCheck:
     query_len: int = 1  # query tokens per sequence in the recorded launch
 
 
-class VerifyReport(BaseModel):
+class VerifyReport(Displayable, BaseModel):
     """The proof's verdict: the kernel and Triton it ran on, what the tile cap decided, and every
     launch checked (the MCP ``verify_turing_patch`` tool returns it with the failing launches only)."""
 
@@ -100,6 +101,16 @@ class VerifyReport(BaseModel):
     compiles: int
     seconds: float
     launches: list[LaunchCheck] = Field(default_factory=list)
+
+    def caption(self) -> str:
+        return (f"vLLM {self.vllm_version} attention on {self.arch}: limit {self.limit_bytes:,} B, "
+                f"{self.compiles} compiles, all fit: {self.ok}")
+
+    def table_rows(self) -> list[dict[str, object]]:
+        return [{"model": c.model, "layer": c.layer, "case": c.case, "head": c.head_size, "path": c.path,
+                 "tile unpatched": c.tile_size_unpatched, "bytes unpatched": c.shared_bytes_unpatched,
+                 "tile patched": c.tile_size, "bytes patched": c.shared_bytes_patched, "fits": c.ok}
+                for c in self.launches]
 
     def failures(self) -> list[LaunchCheck]:
         return [launch for launch in self.launches if not launch.ok]
