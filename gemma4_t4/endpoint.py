@@ -94,7 +94,7 @@ def _record_path(venue: Venue, name: str, port: int | None = None) -> Path:
 
 
 def _owner_alive(record: OwnershipRecord) -> bool:
-    from gemma4_t4.server import pid_alive
+    from gemma4_t4.server_state import pid_alive
 
     return pid_alive(record.owner_pid, record.owner_create_time)
 
@@ -194,7 +194,8 @@ def _reap_local(record: OwnershipRecord) -> str:
     """Stop the server a dead owner started, identified by its supervisor's pid and start time
     (what the server's state file names): the port and work dir alone may now hold another
     server, started by hand after the owner died, which is not this record's to stop."""
-    from gemma4_t4.server import VLLMServer, state_path
+    from gemma4_t4.server import VLLMServer
+    from gemma4_t4.server_state import state_path
 
     path = state_path(record.work_dir or ".", record.port or 0)
     if record.server_pid is None or not record.port or not path.exists():

@@ -53,14 +53,14 @@ from gemma4_t4.sagemaker.ops import EndpointStatus, EndpointSummary, InvokeResul
 from gemma4_t4.sagemaker.quotas import QuotaRow
 from gemma4_t4.server import (
     DEFAULT_WORK_DIR,
-    ServerConfig,
     ServerStatus,
     VLLMServer,
-    free_port,
     list_servers,
     start_server,
     stop_server,
 )
+from gemma4_t4.server_config import ServerConfig
+from gemma4_t4.server_state import free_port
 
 try:
     from mcp.server import MCPServer

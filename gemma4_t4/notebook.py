@@ -599,7 +599,8 @@ def endpoint(runtime: RuntimeInfo | str, model: str | Path, work_dir: str | Path
     if target == "sagemaker":
         return _sagemaker_endpoint(model, name=name, part=part, region=region, budget=budget, gpu=gpu,
                                    max_num_seqs=max_num_seqs, max_model_len=max_model_len, poll_s=poll_s)
-    from gemma4_t4.server import ServerConfig, free_port
+    from gemma4_t4.server_config import ServerConfig
+    from gemma4_t4.server_state import free_port
 
     server_target = "cpu" if target == "cpu" else "t4"
     config = ServerConfig(

@@ -41,7 +41,7 @@ from gemma4_t4.speculative import DEFAULT_NUM_DRAFT_TOKENS
 if TYPE_CHECKING:
     from gemma4_t4.bench.results import BenchRun
     from gemma4_t4.bench.workloads import BenchArgs
-    from gemma4_t4.server import ServerConfig
+    from gemma4_t4.server_config import ServerConfig
 
 INPUT_LEN = 256
 OUTPUT_LEN = 128
@@ -98,7 +98,7 @@ PrefillSource = Callable[[ProfileKey, Path], PrefillChoice]
 
 def drafter_for(model: str) -> tuple[bool, str]:
     """(a drafter exists for ``model`` on a T4, what it is or why not), as the launch resolves ``auto``."""
-    from gemma4_t4.server import ServerConfig
+    from gemma4_t4.server_config import ServerConfig
 
     try:
         plan = ServerConfig(model=model, target="t4", draft="auto").draft_plan()
@@ -306,7 +306,7 @@ def tune(
 ) -> tuple[LaunchProfile, Path]:
     """Measure the plan on this GPU and write the profile (atomically, at the end). Returns it and its path."""
     from gemma4_t4.bench.workloads import BenchArgs
-    from gemma4_t4.server import ServerConfig
+    from gemma4_t4.server_config import ServerConfig
 
     the_plan = plan(model, key, minutes, has_drafter)
     work = Path(work_dir)

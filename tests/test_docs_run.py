@@ -320,7 +320,7 @@ def parse_problem(argv: list[str], group_ok: bool = False) -> str | None:
 
 def _served_name(argv: list[str]) -> str | None:
     from gemma4_t4.cli.serve import DEFAULT_T4_MODEL
-    from gemma4_t4.server import ServerConfig
+    from gemma4_t4.server_config import ServerConfig
 
     ns = _parser().parse_args(argv)
     model = ns.model or (DEFAULT_T4_MODEL if ns.target == "t4" else None)
@@ -753,7 +753,7 @@ def test_python_checker_reports_a_stale_import_and_a_wrong_keyword():
     wrong = python_problems(
         "from gemma4_t4.bench.specs import DecodeSpec\n"
         "from gemma4_t4.ttft_route import ttft_route_on_off\n"
-        "from gemma4_t4.server import ServerConfig\n"
+        "from gemma4_t4.server_config import ServerConfig\n"
         "decode = DecodeSpec(concurency=[1, 8])\n"
         "ttft_route_on_off(config, out_dir, input_lens=(512,))\n"
         "config = ServerConfig(model='m')\n"

@@ -37,7 +37,7 @@ def _env_pairs(pairs: list[str] | None) -> dict[str, str]:
 
 
 def _config(args: argparse.Namespace):
-    from gemma4_t4.server import ServerConfig
+    from gemma4_t4.server_config import ServerConfig
 
     eager = True if args.eager else (False if args.compile else None)
     model = args.model or (DEFAULT_T4_MODEL if args.target == "t4" else None)
@@ -77,7 +77,7 @@ def _config(args: argparse.Namespace):
 
 def _print_command(args: argparse.Namespace, config) -> Output:
     from gemma4_t4.secrets import mask
-    from gemma4_t4.server import plan_launch
+    from gemma4_t4.server_config import plan_launch
 
     plan = plan_launch(config)
     gate = (
@@ -196,12 +196,12 @@ def _where(parser: argparse.ArgumentParser, port_default: int | None = None) -> 
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    # the help states the defaults the launch really uses (gemma4_t4.server's T4/CPU constants)
-    from gemma4_t4.server import (
+    # the help states the defaults the launch really uses (gemma4_t4.server_config's T4/CPU constants)
+    from gemma4_t4.launch_record import DEFAULT_PORT
+    from gemma4_t4.server import STOP_GRACE_S
+    from gemma4_t4.server_config import (
         CPU_CONTEXT,
         CPU_MAX_NUM_SEQS,
-        DEFAULT_PORT,
-        STOP_GRACE_S,
         T4_CONTEXT,
         T4_GPU_MEMORY_UTILIZATION,
         T4_MAX_NUM_BATCHED_TOKENS,
