@@ -33,7 +33,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal, TypedDict
 
-from gemma4_t4 import setup as setup_plan
+from gemma4_t4 import setup_plan
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.jsonable import JSONObject, to_jsonable
 from gemma4_t4.models import load_ram

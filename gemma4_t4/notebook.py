@@ -77,11 +77,12 @@ def setup(vllm: bool = True, packages: Sequence[str] = (), dry_run: bool = False
     CPU build without a GPU); ``packages``: extra requirements installed where missing (e.g. Part
     1's local AWS stand-in). Where something already loaded was replaced, says the runtime must
     restart; on Colab restarts it (the kernel restart Colab supports) unless ``restart=False``.
-    Returns the :class:`gemma4_t4.setup.SetupPlan` (dry run) or :class:`~gemma4_t4.setup.SetupResult`.
+    Returns the :class:`gemma4_t4.setup_plan.SetupPlan` (dry run) or :class:`~gemma4_t4.setup.SetupResult`.
     """
     import importlib.util
 
-    from gemma4_t4 import setup as setup_plan
+    from gemma4_t4 import setup as setup_apply
+    from gemma4_t4 import setup_plan
 
     result: Any = None
     missing = [req for req in packages if importlib.util.find_spec(_import_name(req)) is None]
@@ -89,7 +90,7 @@ def setup(vllm: bool = True, packages: Sequence[str] = (), dry_run: bool = False
         command = [sys.executable, "-m", "pip", "install", "--quiet", *missing]
         print(("would run: " if dry_run else "installing: ") + " ".join(missing))
         if not dry_run:
-            done = (runner or setup_plan.pip_runner)(command)
+            done = (runner or setup_apply.pip_runner)(command)
             if done.returncode != 0:
                 tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-10:])
                 raise Gemma4T4Error(f"pip failed installing {', '.join(missing)}:\n{tail}",
@@ -101,7 +102,7 @@ def setup(vllm: bool = True, packages: Sequence[str] = (), dry_run: bool = False
     print(plan.summary())
     if dry_run or not plan.needed:
         return plan
-    result = setup_plan.apply_setup(plan, **({"runner": runner} if runner else {}))
+    result = setup_apply.apply_setup(plan, **({"runner": runner} if runner else {}))
     print(result.message)
     if result.restart:
         print("RESTART NEEDED: restart the runtime, then run all cells again (the install cell will then "

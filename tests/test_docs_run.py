@@ -840,7 +840,7 @@ def test_choices_are_accepted_in_any_case(argv, dest, value):
 
 
 def test_setup_help_names_the_matrix_cuda12_route():
-    from gemma4_t4.setup import INSTALL_MATRIX
+    from gemma4_t4.setup_plan import INSTALL_MATRIX
 
     text = _help_of("setup")
     cuda12 = [r for r in INSTALL_MATRIX if r.variant.startswith("cu12")]

@@ -22,7 +22,7 @@ def _fix_torch(args: argparse.Namespace) -> Output:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from gemma4_t4.setup import known_vllm_versions
+    from gemma4_t4.setup_plan import known_vllm_versions
 
     p = add_command(subparsers, "fix-torch", _fix_torch,
                     "print (or --apply) the pip command installing the torch build this host's install plan "

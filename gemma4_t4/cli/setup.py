@@ -13,7 +13,8 @@ def _setup(args: argparse.Namespace) -> Output:
     # the capability modules are imported here, not at CLI start-up (env probes, pip machinery)
     from gemma4_t4 import env
     from gemma4_t4.jsonable import to_jsonable
-    from gemma4_t4.setup import apply_setup, plan_setup, undo_setup
+    from gemma4_t4.setup import apply_setup, undo_setup
+    from gemma4_t4.setup_plan import plan_setup
 
     if args.undo:
         message = undo_setup(args.record, dry_run=args.dry_run)
@@ -44,7 +45,7 @@ def _setup(args: argparse.Namespace) -> Output:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from gemma4_t4.setup import INSTALL_MATRIX, PROVEN_VLLM, known_vllm_versions
+    from gemma4_t4.setup_plan import INSTALL_MATRIX, PROVEN_VLLM, known_vllm_versions
 
     # the CUDA 12 row and its fallbacks as the matrix holds them (the help never names a stale build)
     cuda12 = [r for r in INSTALL_MATRIX if r.variant.startswith("cu12")]
