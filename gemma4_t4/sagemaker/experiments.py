@@ -163,7 +163,7 @@ def bf16_vs_qat_on_t4(
 ) -> MatrixResult:
     """Part 2 on AWS: Google's bf16 and QAT int4 builds of ``variant``, each on its own T4 endpoint
     (entries in that order). ``tokenizer``: a local tokenizer for both (default: each build's id)."""
-    from gemma4_t4.models import get_variant
+    from gemma4_t4.family import get_variant
 
     hub = get_variant(variant).hub
     builds = [("bf16", hub.bf16), ("qat", hub.qat_w4a16_ct)]

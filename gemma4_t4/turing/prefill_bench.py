@@ -40,7 +40,7 @@ class LayerShape:
 
 def layer_shapes(models: tuple[str, ...] = DEFAULT_MODELS) -> list[LayerShape]:
     """Each model's global (head 512) and sliding (head 256, its window) attention, from gemma4_t4.models."""
-    from gemma4_t4.models import get_variant
+    from gemma4_t4.family import get_variant
 
     shapes = []
     for name in models:

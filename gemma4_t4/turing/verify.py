@@ -115,7 +115,8 @@ def gemma4_attention_shapes(drafters: bool = True) -> list[AttentionShape]:
     16); more would need BLOCK_M 32, which no tile fits on a T4 at head 512 (``smem.fitting_tile``
     then returns MIN_TILE and the launch is reported as not fitting).
     """
-    from gemma4_t4.models import ASSISTANTS, VARIANTS
+    from gemma4_t4.family import VARIANTS
+    from gemma4_t4.models import ASSISTANTS
 
     with_assistant = {variant for variant, _build in ASSISTANTS}
     shapes = []
