@@ -592,10 +592,7 @@ def fit(
     fmt = normalize_format(fmt)
     g = get_gpu(gpu)
     _check_fit_args(v, num_gpus, gpu_memory_utilization, context_len, max_num_seqs, max_num_batched_tokens,
-                    overhead_gib, kv_dtype_bytes)
-    if draft_weights_bytes < 0:
-        raise Gemma4T4Error(f"draft_weights_bytes must not be negative, not {draft_weights_bytes}",
-                            fix="pass 0 without a drafter")
+                    overhead_gib, kv_dtype_bytes, draft_weights_bytes)
     w = weights_estimate(v, fmt, text_only)
     usable = g.usable_memory_gib
     budget = usable * gpu_memory_utilization
@@ -626,10 +623,7 @@ def fit(
         verdict = (f"fits on {where}: {int(concurrency * context_len):,} KV tokens, "
                    f"{min(max_num_seqs, int(concurrency))} x {context_len}-token sequences at once")
     notes = _fit_notes(v, fmt, g.key, fits, concurrency, context_len, max_num_seqs)
-    if draft_weights_bytes or draft_own_kv:
-        notes.append(f"drafter counted: {draft_weights_bytes / GiB:.2f} GiB of weights"
-                     + (", its own KV cache (the same size as the target's)" if draft_own_kv else
-                        "; it reads the target's KV cache"))
+    notes += _drafter_notes(draft_weights_bytes, draft_own_kv)
     return FitResult(
         model=v.key, format=fmt, gpu=g.key, num_gpus=num_gpus, context_len=context_len,
         gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
@@ -646,7 +640,7 @@ def fit(
 
 def _check_fit_args(v: Gemma4Variant, num_gpus: int, gpu_memory_utilization: float, context_len: int,
                     max_num_seqs: int, max_num_batched_tokens: int, overhead_gib: float,
-                    kv_dtype_bytes: int) -> None:
+                    kv_dtype_bytes: int, draft_weights_bytes: int) -> None:
     """Refuse arguments that would give a silently wrong verdict (NaN compares False everywhere)."""
     if num_gpus < 1 or v.num_q_heads % num_gpus:
         raise Gemma4T4Error(
@@ -665,6 +659,17 @@ def _check_fit_args(v: Gemma4Variant, num_gpus: int, gpu_memory_utilization: flo
                             fix=f"the default is {DEFAULT_OVERHEAD_GIB} GiB per GPU")
     if kv_dtype_bytes not in (1, 2, 4):
         raise Gemma4T4Error(f"kv_dtype_bytes must be 1, 2 or 4, not {kv_dtype_bytes}", fix="fp16 KV cache: 2")
+    if draft_weights_bytes < 0:
+        raise Gemma4T4Error(f"draft_weights_bytes must not be negative, not {draft_weights_bytes}",
+                            fix="pass 0 without a drafter")
+
+
+def _drafter_notes(draft_weights_bytes: int, draft_own_kv: bool) -> list[str]:
+    if not (draft_weights_bytes or draft_own_kv):
+        return []
+    return [f"drafter counted: {draft_weights_bytes / GiB:.2f} GiB of weights"
+            + (", its own KV cache (the same size as the target's)" if draft_own_kv else
+               "; it reads the target's KV cache")]
 
 
 def _fit_notes(v: Gemma4Variant, fmt: str, gpu: str, fits: bool, concurrency: float, context_len: int,
