@@ -778,14 +778,14 @@ def _help_of(*path: str) -> str:
 
 
 def test_serve_start_help_states_the_real_t4_defaults():
-    from gemma4_t4 import server, speculative
+    from gemma4_t4 import server_config, speculative
 
     text = _help_of("serve", "start")
-    assert f"prefill chunk (t4 default {server.T4_MAX_NUM_BATCHED_TOKENS})" in text
-    assert f"t4 default: {server.T4_CONTEXT} where the fit calculator" in text
-    assert f"cpu: {server.CPU_CONTEXT}" in text
-    assert f"t4 default {server.T4_MAX_NUM_SEQS}" in text
-    assert f"t4 default {server.T4_GPU_MEMORY_UTILIZATION:.2f}" in text
+    assert f"prefill chunk (t4 default {server_config.T4_MAX_NUM_BATCHED_TOKENS})" in text
+    assert f"t4 default: {server_config.T4_CONTEXT} where the fit calculator" in text
+    assert f"cpu: {server_config.CPU_CONTEXT}" in text
+    assert f"t4 default {server_config.T4_MAX_NUM_SEQS}" in text
+    assert f"t4 default {server_config.T4_GPU_MEMORY_UTILIZATION:.2f}" in text
     assert "the tune profile's N, else the assistant's size recipe, 2 for E2B" in text
     assert f"{speculative.DEFAULT_NUM_DRAFT_TOKENS} for a whole-model drafter" in text
 
