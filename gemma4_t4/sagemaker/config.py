@@ -474,7 +474,6 @@ class DeployConfig:
                 f"{role!r} is not an IAM role ARN", fix="use arn:aws:iam::<12-digit account>:role/<name>"
             )
 
-
     def _validate_scaling(self) -> None:
         if not self.autoscaling:
             return
