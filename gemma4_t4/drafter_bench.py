@@ -20,7 +20,9 @@ from gemma4_t4 import signals
 from gemma4_t4.bench import run_benchmark
 from gemma4_t4.bench.answers import AnswerComparison, compare_answers
 from gemma4_t4.bench.results import BenchRun
-from gemma4_t4.server import ServerConfig, VLLMServer, free_port
+from gemma4_t4.server import VLLMServer
+from gemma4_t4.server_config import ServerConfig
+from gemma4_t4.server_state import free_port
 from gemma4_t4.table import Displayable
 
 

@@ -103,7 +103,7 @@ def _record_path(venue: Venue, name: str, port: int | None = None) -> Path:
 
 def _owner_alive(record: OwnershipRecord) -> bool:
     # lazy: the local serving stack (server, start gate, supervisor, psutil) loads only where a local server is started, adopted or checked
-    from gemma4_t4.server import pid_alive
+    from gemma4_t4.server_state import pid_alive
 
     return pid_alive(record.owner_pid, record.owner_create_time)
 
@@ -205,7 +205,8 @@ def _reap_local(record: OwnershipRecord) -> str:
     (what the server's state file names): the port and work dir alone may now hold another
     server, started by hand after the owner died, which is not this record's to stop."""
     # lazy: the local serving stack (server, start gate, supervisor, psutil) loads only where a local server is started, adopted or checked
-    from gemma4_t4.server import VLLMServer, state_path
+    from gemma4_t4.server import VLLMServer
+    from gemma4_t4.server_state import state_path
 
     path = state_path(record.work_dir or ".", record.port or 0)
     if record.server_pid is None or not record.port or not path.exists():

@@ -35,7 +35,7 @@ from typing import Any, Literal, TypedDict
 
 from pydantic import BaseModel, Field, model_validator
 
-from gemma4_t4 import setup as setup_plan
+from gemma4_t4 import setup_plan
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.jsonable import JSONObject, to_jsonable
 from gemma4_t4.models import load_ram

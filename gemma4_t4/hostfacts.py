@@ -1,7 +1,7 @@
 """What the install planner reads of the host model's facts, as an interface below both.
 
-:class:`gemma4_t4.env.Facts` is the one record of the host; the planner (:mod:`gemma4_t4.setup`)
-takes it as an argument, and the host model calls the planner for the doctor's fix line. Naming the
+:class:`gemma4_t4.env.Facts` is the one record of the host; the planner
+(:mod:`gemma4_t4.setup_plan`) takes it as an argument, and the host model calls the planner for the doctor's fix line. Naming the
 few attributes the planner reads here, below both, keeps the two modules from importing each other
 (even for type checking): ``env.Facts`` satisfies these protocols as it is.
 """

@@ -62,8 +62,8 @@ class ProcessInfo(TypedDict):
 class ServerSettings(BaseModel):
     """Every setting that decides how vLLM is launched, as one record: what a state file and a
     launch record store (``model_dump(mode="json")``, secrets masked) and read back
-    (``model_validate``). :class:`gemma4_t4.server.ServerConfig` is this record plus the target's
-    defaults and the checks; it lives in server.py, this stays below the benchmark.
+    (``model_validate``). :class:`gemma4_t4.server_config.ServerConfig` is this record plus the target's
+    defaults and the checks; it lives in server_config.py, this stays below the benchmark.
 
     A record written before speculative decoding lacks ``draft`` / ``num_draft_tokens`` /
     ``draft_method``: it reads back with the defaults (no drafter), which is what that server ran.

@@ -89,14 +89,14 @@ from gemma4_t4.sagemaker.ops import list_endpoints as list_all
 from gemma4_t4.sagemaker.quotas import QuotaRow
 from gemma4_t4.server import (
     DEFAULT_WORK_DIR,
-    ServerConfig,
     ServerStatus,
     VLLMServer,
-    free_port,
     list_servers,
     start_server,
     stop_server,
 )
+from gemma4_t4.server_config import ServerConfig
+from gemma4_t4.server_state import free_port
 from gemma4_t4.turing import filepatch
 from gemma4_t4.turing import state as turing_state
 from gemma4_t4.turing import verify as turing_verify

@@ -18,17 +18,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
-from gemma4_t4 import cpuisa, env
-from gemma4_t4 import setup as setup_plan
+from gemma4_t4 import cpuisa, env, setup_plan
+from gemma4_t4 import setup as setup_apply
 from gemma4_t4.atomic import atomic_write_json
 from gemma4_t4.bench.compare import compare_suites
+from gemma4_t4.bench.pricing import CostTable, measured_price
 from gemma4_t4.bench.published import (
     Kind,
     beside,
-    measured_kind,
     published_kind,
     sagemaker_decode_table,
-    sagemaker_load,
 )
 from gemma4_t4.bench.specs import notebook_params
 from gemma4_t4.endpoint import Budget, Endpoint, start_owned_server
@@ -36,10 +35,8 @@ from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.hardware import (
     PRICES,
     InstancePrice,
-    get_price,
     identify_gpu,
     price_key,
-    usd_per_million_tokens,
 )
 from gemma4_t4.jsonable import JSONValue, to_jsonable
 from gemma4_t4.models import VARIANTS, fit, get_variant
@@ -106,7 +103,7 @@ def setup(vllm: bool = True, packages: Sequence[str] = (), dry_run: bool = False
     CPU build without a GPU); ``packages``: extra requirements installed where missing (e.g. Part
     1's local AWS stand-in). Where something already loaded was replaced, says the runtime must
     restart; on Colab restarts it (the kernel restart Colab supports) unless ``restart=False``.
-    Returns the :class:`gemma4_t4.setup.SetupPlan` (dry run) or :class:`~gemma4_t4.setup.SetupResult`.
+    Returns the :class:`gemma4_t4.setup_plan.SetupPlan` (dry run) or :class:`~gemma4_t4.setup.SetupResult`.
     """
     import importlib.util
 
@@ -117,7 +114,7 @@ def setup(vllm: bool = True, packages: Sequence[str] = (), dry_run: bool = False
         command = [sys.executable, "-m", "pip", "install", "--quiet", *missing]
         print(("would run: " if dry_run else "installing: ") + " ".join(missing))
         if not dry_run:
-            done = (runner or setup_plan.pip_runner)(command)
+            done = (runner or setup_apply.pip_runner)(command)
             if done.returncode != 0:
                 tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-10:])
                 raise Gemma4T4Error(f"pip failed installing {', '.join(missing)}:\n{tail}",
@@ -129,7 +126,7 @@ def setup(vllm: bool = True, packages: Sequence[str] = (), dry_run: bool = False
     print(plan.summary())
     if dry_run or not plan.needed:
         return plan
-    result = setup_plan.apply_setup(plan, **({"runner": runner} if runner else {}))
+    result = setup_apply.apply_setup(plan, **({"runner": runner} if runner else {}))
     print(result.message)
     if result.restart:
         print("RESTART NEEDED: restart the runtime, then run all cells again (the install cell will then "
@@ -561,7 +558,8 @@ def endpoint(runtime: RuntimeInfo | str, model: str | Path, work_dir: str | Path
         return _sagemaker_endpoint(model, name=name, part=part, region=region, budget=budget, gpu=gpu,
                                    max_num_seqs=max_num_seqs, max_model_len=max_model_len, poll_s=poll_s)
     # lazy: the serving stack (server, start gate, supervisor) loads only in a step that starts a local server
-    from gemma4_t4.server import ServerConfig, free_port
+    from gemma4_t4.server_config import ServerConfig
+    from gemma4_t4.server_state import free_port
 
     server_target = "cpu" if target == "cpu" else "t4"
     config = ServerConfig(
@@ -739,60 +737,6 @@ def prefill_verdict(runtime: RuntimeInfo, out_dir: str | Path) -> Any:
 
 
 # ---------------------------------------------------------------- benchmark results as tables
-
-
-@dataclass
-class MeasuredPrice:
-    """$ per million output tokens at a run's best output tok/s, or why none is shown."""
-
-    usd_per_mtok: float | None
-    output_tok_s: float | None
-    usd_per_hour: float
-    label: str  # what the row is: the price's instance, or why there is none
-
-    def summary(self) -> float | str:
-        """What a notebook summary shows: the price, or the reason there is none."""
-        return self.usd_per_mtok if self.usd_per_mtok is not None else self.label
-
-
-def measured_price(run: Any, price: Any) -> MeasuredPrice:
-    """The run's best output tok/s priced at ``price`` (a :class:`gemma4_t4.hardware` price) —
-    only for a real Gemma 4 size measured on the GPU it is priced as. A tiny random model, a CPU,
-    or a run that did not record its kind gets no price, and the label says why (a tiny model's
-    speed priced as a T4 would read as the cost of serving Gemma 4)."""
-    done = run.require_complete("price")
-    best = max((v for v in done.throughput_by_concurrency().values() if v), default=None)
-    why = measured_kind(done).unpriced(price.gpu)
-    if why or not best:
-        return MeasuredPrice(None, best, price.usd_per_hour, why or "no $/Mtok: no output tok/s was measured")
-    return MeasuredPrice(usd_per_million_tokens(price.usd_per_hour, best), best, price.usd_per_hour,
-                         f"priced as {price.platform} {price.instance} ({price.gpu})")
-
-
-@dataclass
-class CostTable(Displayable):
-    """$ per million output tokens at full utilisation: the series' published SageMaker rows (T4,
-    L4) and this run's best output tok/s at ``price``, or why it has none (:func:`measured_price`)."""
-
-    price: Any  # the hardware table's price this run is priced at
-    measured: MeasuredPrice
-    venue: str
-
-    def caption(self) -> str:
-        return "$ per million output tokens at full utilisation"
-
-    def table_rows(self) -> list[dict[str, object]]:
-        load = sagemaker_load("gemma-4-E2B", "emb4")  # the series' c=16 figures
-        rows: list[dict[str, object]] = []
-        for gpu, instance, tok_s in (("T4", load.t4_instance, load.t4_tok_s), ("L4", load.l4_instance, load.l4_tok_s)):
-            usd_per_hour = get_price(f"sagemaker:{instance}").usd_per_hour
-            rows.append({"source": f"published: SageMaker {instance} ({gpu}), E2B emb4, c={load.concurrency}",
-                         "output tok/s": tok_s, "$/h": usd_per_hour,
-                         "$ per million output tokens": usd_per_million_tokens(usd_per_hour, tok_s)})
-        rows.append({"source": f"measured here ({self.venue}): {self.measured.label}",
-                     "output tok/s": self.measured.output_tok_s, "$/h": self.price.usd_per_hour,
-                     "$ per million output tokens": self.measured.summary()})
-        return rows
 
 
 def cost_per_mtok(run: Any, served: Endpoint, runtime: RuntimeInfo) -> CostTable:

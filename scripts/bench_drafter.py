@@ -25,7 +25,9 @@ from pathlib import Path
 
 from gemma4_t4 import signals
 from gemma4_t4.bench import run_benchmark
-from gemma4_t4.server import ServerConfig, VLLMServer, free_port
+from gemma4_t4.server import VLLMServer
+from gemma4_t4.server_config import ServerConfig
+from gemma4_t4.server_state import free_port
 from gemma4_t4.table import format_table
 from gemma4_t4.tiny import TinySpec, build_tiny_gemma4, ensure_tiny_gemma4
 

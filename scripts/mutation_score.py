@@ -3,8 +3,8 @@
 mutmut 3 mutates one module at a time and runs, for each mutant, only the tests of that module's
 fast test files that execute the mutated function (the ``vllm``, ``compile``, ``notebooks``,
 ``slow`` and ``gpu`` tiers are deselected by ``[tool.mutmut] pytest_add_cli_args``). Where a
-module is only partly in scope (the SageMaker delete plan in ``sagemaker/ops.py``, the plan half of
-``setup.py``) only the listed functions' mutants are run and scored.
+module is only partly in scope (the SageMaker delete plan in ``sagemaker/ops.py``, the install plan of
+``setup_plan.py``) only the listed functions' mutants are run and scored.
 
     python scripts/mutation_score.py                  # every module, in order
     python scripts/mutation_score.py turing.smem      # one or more modules by key
@@ -57,7 +57,7 @@ MODULES: dict[str, Target] = {
         ),
     ),
     "setup.plan": Target(
-        "gemma4_t4/setup.py",
+        "gemma4_t4/setup_plan.py",
         ("tests/test_setup_plan.py", "tests/test_mutants_setup_plan.py"),
         functions=(
             "InstallRoute.*",
@@ -70,13 +70,12 @@ MODULES: dict[str, Target] = {
             "routes_for_driver",
             "torch_for",
             "default_route",
-            "_python",
-            "_pip",
+            "pip_command",
             "route_steps",
             "plan_setup",
             "_plan_route",
-            "_base",
-            "_local",
+            "base_version",
+            "local_version",
             "_installed",
             "_missing",
             "fix_line",

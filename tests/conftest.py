@@ -104,7 +104,8 @@ def tiny_qat_model_dir() -> Path:
 
 def tiny_server_config(model_dir, work_dir, **more):
     """The session server's settings on a free port (tests that need a second server add to them)."""
-    from gemma4_t4.server import ServerConfig, free_port
+    from gemma4_t4.server_config import ServerConfig
+    from gemma4_t4.server_state import free_port
 
     return ServerConfig(
         model=str(model_dir),
@@ -152,7 +153,7 @@ def fake_server_process():
     import time
     import urllib.request
 
-    from gemma4_t4.server import free_port
+    from gemma4_t4.server_state import free_port
 
     procs: list[subprocess.Popen] = []
 

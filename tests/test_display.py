@@ -20,7 +20,7 @@ from gemma4_t4.hardware import PRICES
 from gemma4_t4.proof import TuringProof
 from gemma4_t4.sagemaker import cost, ops, quotas
 from gemma4_t4.sagemaker.deploy import DeployResult, TimelineEvent
-from gemma4_t4.server import free_port
+from gemma4_t4.server_state import free_port
 from gemma4_t4.table import Displayable, Table, pairs, text_table, together
 from gemma4_t4.ttft_route import TtftOnOffReport
 from gemma4_t4.turing import smem

@@ -22,7 +22,9 @@ from gemma4_t4.bench.specs import DecodeSpec, PrefixSpec, TTFTSpec, run, spec_fo
 from gemma4_t4.endpoint import Budget, Endpoint, OwnershipRecord, served_endpoint
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.sagemaker.config import DeployConfig
-from gemma4_t4.server import ServerConfig, VLLMServer, free_port, pid_alive
+from gemma4_t4.server import VLLMServer
+from gemma4_t4.server_config import ServerConfig
+from gemma4_t4.server_state import free_port, pid_alive
 from tests.aws_fixtures import local_aws, local_aws_session  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[1]
@@ -102,7 +104,7 @@ def test_sigterm_and_sighup_inside_the_block_stop_the_server_like_ctrl_c(fake_vl
     script = (
         "import json, time\n"
         "from gemma4_t4.endpoint import Endpoint\n"
-        "from gemma4_t4.server import ServerConfig\n"
+        "from gemma4_t4.server_config import ServerConfig\n"
         f"config = ServerConfig.model_validate_json({config.model_dump_json()!r})\n"
         "with Endpoint.local(config, quiet=True) as served:\n"
         "    print(json.dumps({'pid': served.server.pid}), flush=True)\n"
@@ -368,7 +370,7 @@ def test_the_reaper_leaves_a_server_started_later_on_the_dead_owners_port_and_wo
     script = (
         "import json, time\n"
         "from gemma4_t4.endpoint import Endpoint\n"
-        "from gemma4_t4.server import ServerConfig\n"
+        "from gemma4_t4.server_config import ServerConfig\n"
         f"config = ServerConfig.model_validate_json({config.model_dump_json()!r})\n"
         "served = Endpoint.local(config, quiet=True)\n"
         "print(json.dumps({'pid': served.server.pid}), flush=True)\n"

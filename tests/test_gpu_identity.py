@@ -15,7 +15,7 @@ from gemma4_t4.bench.schemas import RunInfo, ServerInfo
 from gemma4_t4.endpoint import Endpoint
 from gemma4_t4.gate import GIB, GateFacts, GateProbes, collect_facts
 from gemma4_t4.hardware import GPUS, identify_gpu, price_key, price_of_gpu, sagemaker_price
-from gemma4_t4.server import ServerConfig
+from gemma4_t4.server_config import ServerConfig
 
 # (nvidia-smi's name, the table key, compute capability, MiB nvidia-smi reports)
 KNOWN = [

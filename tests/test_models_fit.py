@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.family import FORMATS, GiB
 from gemma4_t4.models import (
-    FORMATS,
-    GiB,
     fit,
     fit_table,
     kv_cache_bytes_per_sequence,

@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from gemma4_t4 import env, setup
+from gemma4_t4 import env, setup_plan
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.setup import (
+from gemma4_t4.setup_plan import (
     INSTALL_MATRIX,
     PipStep,
     SetupPlan,
@@ -176,7 +176,7 @@ def test_a_driver_older_than_every_route_gets_the_driver_image_fix():
         assert info.value.message == (
             "NVIDIA driver 470.256.02 is older than every route in the install matrix (CUDA 12.9 builds need >= 525, "
             "CUDA 13.0 builds >= 580); CUDA forward compatibility does not reach this branch either")
-        assert info.value.fix == setup.DRIVER_IMAGE_FIX
+        assert info.value.fix == setup_plan.DRIVER_IMAGE_FIX
 
 
 def test_at_the_oldest_routes_driver_a_release_it_cannot_run_is_named_not_the_driver():
@@ -421,7 +421,7 @@ def test_fix_line_for_an_installed_host_is_the_bare_command():
 
 
 def test_fix_line_for_a_host_no_route_serves_is_the_refusals_fix():
-    assert fix_line(_facts("470.256.02")) == setup.DRIVER_IMAGE_FIX
+    assert fix_line(_facts("470.256.02")) == setup_plan.DRIVER_IMAGE_FIX
     assert fix_line(_facts(gpu_probe_error="nvidia-smi hung", gpu_probe_fix=None)) == "nvidia-smi hung"
 
 

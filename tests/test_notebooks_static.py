@@ -357,7 +357,7 @@ def _package_names(tree: ast.AST) -> dict[str, object]:
 
 # functions whose **kwargs are the fields of a config model: the keywords must be those fields
 _FORWARDS = {"run_benchmark": ("gemma4_t4.bench.workloads", ("BenchArgs",)),
-             "serve": ("gemma4_t4.server", ("ServerConfig",))}
+             "serve": ("gemma4_t4.server_config", ("ServerConfig",))}
 
 
 def _bind(target, label: str, node: ast.Call) -> None:

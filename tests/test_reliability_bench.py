@@ -22,7 +22,7 @@ from gemma4_t4.bench.schemas import SCHEMA
 from gemma4_t4.cli import main as cli_main
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.secrets import mask as redact
-from gemma4_t4.server import free_port
+from gemma4_t4.server_state import free_port
 
 FIXTURE = Path(__file__).parent / "data" / "bench_results_v1"
 REPO = Path(__file__).resolve().parents[1]

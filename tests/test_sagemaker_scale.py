@@ -361,7 +361,7 @@ def test_an_orphaned_endpoint_is_deleted_by_the_next_owner(local_aws, tmp_path, 
 
 # -- what Parts 2-4 call on TARGET=sagemaker --------------------------------------------------------------
 def test_part_functions_deploy_measure_and_delete(local_aws, tmp_path):  # noqa: F811
-    from gemma4_t4.models import get_variant
+    from gemma4_t4.family import get_variant
     from gemma4_t4.sagemaker.experiments import bf16_vs_qat_on_t4, repack_on_endpoint
 
     calls = []

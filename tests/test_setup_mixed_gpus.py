@@ -78,7 +78,7 @@ def test_setup_plans_for_the_t4_not_the_p100_listed_first(tmp_path):
 
 
 def test_cuda_visible_devices_names_the_gpu_setup_plans_for_and_a_missing_one_is_refused(tmp_path):
-    from gemma4_t4.setup import plan_setup
+    from gemma4_t4.setup_plan import plan_setup
 
     p100 = plan_setup(env.probe(_probes("0")), python="py")
     assert p100.host.startswith("Tesla P100") and p100.gpu_index == 0

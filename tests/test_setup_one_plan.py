@@ -15,7 +15,7 @@ import pytest
 
 from gemma4_t4 import env
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.setup import route_by_key
+from gemma4_t4.setup_plan import route_by_key
 from gemma4_t4.torchfix import TorchFixPlan, apply_torch_fix
 from tests.test_setup_hosts import DRIVERS, _cli, _smi
 

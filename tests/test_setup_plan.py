@@ -19,14 +19,8 @@ import pytest
 
 from gemma4_t4 import env
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.setup import (
-    CHECK_SCRIPT,
-    INSTALL_MATRIX,
-    plan_setup,
-    route_by_key,
-    routes_for_driver,
-    torch_for,
-)
+from gemma4_t4.setup import CHECK_SCRIPT
+from gemma4_t4.setup_plan import INSTALL_MATRIX, plan_setup, route_by_key, routes_for_driver, torch_for
 from gemma4_t4.swap import CommandResult
 
 REPO = Path(__file__).resolve().parents[1]

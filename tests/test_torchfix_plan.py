@@ -1,4 +1,4 @@
-"""The CUDA-torch fix: the torch part of the host's one install plan (gemma4_t4.setup.plan_setup),
+"""The CUDA-torch fix: the torch part of the host's one install plan (gemma4_t4.setup_plan.plan_setup),
 the exact pip command where torch alone fixes the host, a refusal naming `gemma4-t4 setup` where it
 cannot, and --apply through a stand-in runner (pip never runs for real here)."""
 

@@ -627,7 +627,8 @@ def test_ttft_on_off_starts_one_server_per_mode_and_records_what_the_route_did(t
     """Against the FAKE OpenAI server (gemma4_t4.bench.fake_server): the orchestration, not vLLM."""
     from gemma4_t4.bench.fake_server import FakeScript, FakeServer, FakeServerState
     from gemma4_t4.bench.specs import TTFTSpec
-    from gemma4_t4.server import ServerConfig, free_port
+    from gemma4_t4.server_config import ServerConfig
+    from gemma4_t4.server_state import free_port
     from gemma4_t4.ttft_route import ttft_route_on_off
 
     started = []

@@ -100,6 +100,22 @@ def _chunk(chat: bool, text: str | None, finish: str | None, role: bool = False)
     return b"data: " + json.dumps(obj).encode() + b"\n\n"
 
 
+def _usage(prompt_tokens: int, n_tokens: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": n_tokens, "total_tokens": prompt_tokens + n_tokens}
+
+
+async def _whole_completion(script: FakeScript, entry: WriteLog, chat: bool, prompt_tokens: int,
+                            n_tokens: int) -> web.Response:
+    """The completion in one body after the time its tokens would have streamed."""
+    await asyncio.sleep(script.ttft_s + script.gap_s * max(0, n_tokens - 1))
+    text = "ab" * n_tokens
+    choice = {"index": 0, "finish_reason": "length"} | (
+        {"message": {"role": "assistant", "content": text}} if chat else {"text": text}
+    )
+    entry["writes_s"].append(time.perf_counter())
+    return web.json_response({"id": "fake", "choices": [choice], "usage": _usage(prompt_tokens, n_tokens)})
+
+
 async def _stream(request: web.Request, chat: bool) -> web.StreamResponse:
     state: FakeServerState = request.app[STATE_KEY]
     received = time.perf_counter()
@@ -127,23 +143,7 @@ async def _stream(request: web.Request, chat: bool) -> web.StreamResponse:
     }
     state.log.append(entry)
     if body.get("stream") is False:  # a whole completion, as SageMaker's non-streamed invoke gets it
-        await asyncio.sleep(script.ttft_s + script.gap_s * max(0, n_tokens - 1))
-        text = "ab" * n_tokens
-        choice = {"index": 0, "finish_reason": "length"} | (
-            {"message": {"role": "assistant", "content": text}} if chat else {"text": text}
-        )
-        entry["writes_s"].append(time.perf_counter())
-        return web.json_response(
-            {
-                "id": "fake",
-                "choices": [choice],
-                "usage": {
-                    "prompt_tokens": prompt_tokens,
-                    "completion_tokens": n_tokens,
-                    "total_tokens": prompt_tokens + n_tokens,
-                },
-            }
-        )
+        return await _whole_completion(script, entry, chat, prompt_tokens, n_tokens)
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await response.prepare(request)
     if chat and script.role_chunk:
@@ -185,12 +185,8 @@ async def _stream(request: web.Request, chat: bool) -> web.StreamResponse:
         chunk_index += 1
         target += script.gap_s
     if script.usage:
-        usage = {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": n_tokens,
-            "total_tokens": prompt_tokens + n_tokens,
-            "prompt_tokens_details": {"cached_tokens": 0},
-        } | (script.usage_fields or {})
+        usage = _usage(prompt_tokens, n_tokens) | {"prompt_tokens_details": {"cached_tokens": 0}} | (
+            script.usage_fields or {})
         await response.write(
             b"data: " + json.dumps({"id": "fake", "choices": [], "usage": usage}).encode() + b"\n\n"
         )

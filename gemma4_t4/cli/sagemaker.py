@@ -518,10 +518,16 @@ def _deploy_args(p: argparse.ArgumentParser, name: bool = True) -> None:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    sub = add_group(subparsers, "sagemaker", "deploy to and manage SageMaker endpoints (boto3)", __doc__)
+    _register_image_commands(sub)
+    _register_deploy_commands(sub)
+    _register_endpoint_commands(sub)
+
+
+def _register_image_commands(sub: argparse._SubParsersAction) -> None:
+    """quotas, image, build-image: what a deploy needs before it starts."""
     from gemma4_t4.sagemaker.config import DEFAULT_INSTANCE
     from gemma4_t4.sagemaker.image import DEFAULT_VLLM_TAG
-
-    sub = add_group(subparsers, "sagemaker", "deploy to and manage SageMaker endpoints (boto3)", __doc__)
 
     p = add_command(sub, "quotas", _quotas, "endpoint quotas by name across regions; picks a region")
     p.add_argument("--instance-types", default=DEFAULT_INSTANCE, help="comma-separated")
@@ -550,6 +556,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--record", default=None, metavar="FILE", help="write the image URI and digest as JSON")
     _common(p)
 
+
+def _register_deploy_commands(sub: argparse._SubParsersAction) -> None:
+    """deploy and matrix: the commands that create endpoints (and bill)."""
     p = add_command(
         sub, "deploy", _deploy, "create model, endpoint config and endpoint; roll back on failure"
     )
@@ -598,6 +607,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _deploy_args(p, name=False)
     _common(p)
 
+
+def _register_endpoint_commands(sub: argparse._SubParsersAction) -> None:
+    """list, status, logs, invoke, delete, reap: day-2 operations on existing endpoints."""
     p = add_command(sub, "list", _list, "this project's endpoints across regions")
     p.add_argument("--regions", default=None)
     p.add_argument("--all", action="store_true", help="include endpoints without the project tag")

@@ -37,7 +37,7 @@ def _env_pairs(pairs: list[str] | None) -> dict[str, str]:
 
 
 def _config(args: argparse.Namespace):
-    from gemma4_t4.server import ServerConfig
+    from gemma4_t4.server_config import ServerConfig
 
     eager = True if args.eager else (False if args.compile else None)
     model = args.model or (DEFAULT_T4_MODEL if args.target == "t4" else None)
@@ -77,7 +77,7 @@ def _config(args: argparse.Namespace):
 
 def _print_command(args: argparse.Namespace, config) -> Output:
     from gemma4_t4.secrets import mask
-    from gemma4_t4.server import plan_launch
+    from gemma4_t4.server_config import plan_launch
 
     plan = plan_launch(config)
     gate = (
@@ -182,7 +182,7 @@ def _logs(args: argparse.Namespace) -> Output:
 
 
 def _where(parser: argparse.ArgumentParser, port_default: int | None = None) -> None:
-    from gemma4_t4.server import DEFAULT_WORK_DIR
+    from gemma4_t4.launch_record import DEFAULT_WORK_DIR
 
     parser.add_argument(
         "--port",
@@ -195,19 +195,68 @@ def _where(parser: argparse.ArgumentParser, port_default: int | None = None) -> 
     )
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    # the help states the defaults the launch really uses (gemma4_t4.server's T4/CPU constants)
-    from gemma4_t4.server import (
+def _start_options() -> list[tuple[str, dict]]:
+    """``serve start``'s options after --target/--model/--host/--port, each with its argparse keywords.
+    The help states the defaults the launch really uses (gemma4_t4.server_config's T4/CPU constants)."""
+    from gemma4_t4.server_config import (
         CPU_CONTEXT,
         CPU_MAX_NUM_SEQS,
-        DEFAULT_PORT,
-        STOP_GRACE_S,
         T4_CONTEXT,
         T4_GPU_MEMORY_UTILIZATION,
         T4_MAX_NUM_BATCHED_TOKENS,
         T4_MAX_NUM_SEQS,
     )
     from gemma4_t4.speculative import DEFAULT_NUM_DRAFT_TOKENS
+
+    flag = {"action": "store_true"}
+    return [
+        ("--dtype", {"default": None, "help": "default float16 on t4 (no bf16 on Turing); on cpu a probe "
+                     "of vLLM's attention picks bf16 or float32"}),
+        ("--max-model-len", {"type": int, "default": None, "help": f"t4 default: {T4_CONTEXT} where the fit "
+                             f"calculator says it fits; cpu: {CPU_CONTEXT}"}),
+        ("--max-num-seqs", {"type": int, "default": None,
+                            "help": f"t4 default {T4_MAX_NUM_SEQS}; cpu: {CPU_MAX_NUM_SEQS}"}),
+        ("--max-num-batched-tokens", {"type": int, "default": None,
+                                      "help": f"prefill chunk (t4 default {T4_MAX_NUM_BATCHED_TOKENS})"}),
+        ("--gpu-memory-utilization", {"type": float, "default": None,
+                                      "help": f"t4 default {T4_GPU_MEMORY_UTILIZATION:.2f}"}),
+        ("--tensor-parallel-size", {"type": int, "default": 1, "help": "multi-T4 hosts, e.g. 4 on g4dn.12xlarge"}),
+        ("--language-model-only", flag | {"help": "skip the vision/audio towers (the t4 default)"}),
+        ("--multimodal", flag | {"help": "t4: keep the vision/audio towers"}),
+        ("--no-prefix-caching", flag),
+        ("--compile", flag | {"help": "use torch.compile/CUDA graphs (the t4 default; on cpu: slower start)"}),
+        ("--eager", flag | {"help": "no CUDA graphs (--enforce-eager; the cpu default)"}),
+        ("--kv-cache-space", {"type": int, "default": 1, "help": "cpu: KV cache GiB (default %(default)s)"}),
+        ("--block-size", {"type": int, "default": None}),
+        ("--api-key", {"default": None, "help": "required when binding beyond localhost (or set GEMMA4_T4_API_KEY)"}),
+        ("--python", {"default": None, "help": "interpreter with vLLM installed (default: this one)"}),
+        ("--vllm-arg", {"action": "append", "metavar": "ARG",
+                        "help": "extra vLLM argument (repeatable; use --vllm-arg=--flag)"}),
+        ("--env", {"action": "append", "metavar": "KEY=VALUE", "help": "extra environment for vLLM (repeatable)"}),
+        ("--restart-on-crash", {"type": int, "default": 0, "metavar": "N", "help": "restart a crashed vLLM up to "
+                                "N times, backoff 2, 4, 8 ... 60 s (default %(default)s: off)"}),
+        ("--draft", {"default": None, "metavar": "auto|off|self|MODEL", "help": "speculative decoding: auto = "
+                     "Google's assistant for the target's size and build where one is known and memory allows; "
+                     "self = the target as its own draft model (a check); MODEL = an assistant id or folder "
+                     "(default: on t4 the choice `gemma4-t4 tune` measured on this GPU, else off)"}),
+        ("--num-draft-tokens", {"type": int, "default": None, "metavar": "N", "help": "tokens drafted per step, "
+                                "1..16 (default: the tune profile's N, else the assistant's size recipe, 2 for E2B "
+                                "and 26B-A4B and 4 for E4B, 12B and 31B; "
+                                f"{DEFAULT_NUM_DRAFT_TOKENS} for a whole-model drafter)"}),
+        ("--draft-method", {"choices": ["mtp", "draft_model"], "default": None,
+                            "help": "draft_model: draft with a whole (smaller) Gemma 4 instead of an assistant"}),
+        ("--print-command", flag | {"help": "print the exact vLLM command line and environment (secrets masked); "
+                                    "start nothing"}),
+        ("--timeout", {"type": float, "default": 1800.0, "help": "seconds to wait for /health (default %(default)g)"}),
+        ("--no-wait", flag | {"help": "return right after launching"}),
+        ("--force", flag | {"help": "launch even if the start gate refuses (loud)"}),
+        ("--no-gate", flag | {"help": "skip the start gate entirely"}),
+    ]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from gemma4_t4.launch_record import DEFAULT_PORT
+    from gemma4_t4.server import STOP_GRACE_S
 
     sub = add_group(subparsers, "serve", "start, stop and inspect a vLLM server (T4 or CPU)", __doc__)
 
@@ -218,121 +267,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--served-model-name", default=None)
     p.add_argument("--host", default="127.0.0.1", help="other than localhost needs --api-key")
     _where(p, DEFAULT_PORT)
-    p.add_argument(
-        "--dtype",
-        default=None,
-        help="default float16 on t4 (no bf16 on Turing); on cpu a probe "
-        "of vLLM's attention picks bf16 or float32",
-    )
-    p.add_argument(
-        "--max-model-len",
-        type=int,
-        default=None,
-        help=f"t4 default: {T4_CONTEXT} where the fit calculator says it fits; cpu: {CPU_CONTEXT}",
-    )
-    p.add_argument(
-        "--max-num-seqs", type=int, default=None, help=f"t4 default {T4_MAX_NUM_SEQS}; cpu: {CPU_MAX_NUM_SEQS}"
-    )
-    p.add_argument(
-        "--max-num-batched-tokens",
-        type=int,
-        default=None,
-        help=f"prefill chunk (t4 default {T4_MAX_NUM_BATCHED_TOKENS})",
-    )
-    p.add_argument(
-        "--gpu-memory-utilization",
-        type=float,
-        default=None,
-        help=f"t4 default {T4_GPU_MEMORY_UTILIZATION:.2f}",
-    )
-    p.add_argument(
-        "--tensor-parallel-size", type=int, default=1, help="multi-T4 hosts, e.g. 4 on g4dn.12xlarge"
-    )
-    p.add_argument(
-        "--language-model-only", action="store_true", help="skip the vision/audio towers (the t4 default)"
-    )
-    p.add_argument("--multimodal", action="store_true", help="t4: keep the vision/audio towers")
-    p.add_argument("--no-prefix-caching", action="store_true")
-    p.add_argument(
-        "--compile",
-        action="store_true",
-        help="use torch.compile/CUDA graphs (the t4 default; on cpu: slower start)",
-    )
-    p.add_argument("--eager", action="store_true", help="no CUDA graphs (--enforce-eager; the cpu default)")
-    p.add_argument("--kv-cache-space", type=int, default=1, help="cpu: KV cache GiB (default %(default)s)")
-    p.add_argument("--block-size", type=int, default=None)
-    p.add_argument(
-        "--api-key", default=None, help="required when binding beyond localhost (or set GEMMA4_T4_API_KEY)"
-    )
-    p.add_argument("--python", default=None, help="interpreter with vLLM installed (default: this one)")
-    p.add_argument(
-        "--vllm-arg",
-        action="append",
-        metavar="ARG",
-        help="extra vLLM argument (repeatable; use --vllm-arg=--flag)",
-    )
-    p.add_argument(
-        "--env", action="append", metavar="KEY=VALUE", help="extra environment for vLLM (repeatable)"
-    )
-    p.add_argument(
-        "--restart-on-crash",
-        type=int,
-        default=0,
-        metavar="N",
-        help="restart a crashed vLLM up to N times, backoff 2, 4, 8 ... 60 s (default %(default)s: off)",
-    )
-    p.add_argument(
-        "--draft",
-        default=None,
-        metavar="auto|off|self|MODEL",
-        help="speculative decoding: auto = Google's assistant for the target's size and build where one is "
-        "known and memory allows; self = the target as its own draft model (a check); MODEL = an assistant "
-        "id or folder (default: on t4 the choice `gemma4-t4 tune` measured on this GPU, else off)",
-    )
-    p.add_argument(
-        "--num-draft-tokens",
-        type=int,
-        default=None,
-        metavar="N",
-        help="tokens drafted per step, 1..16 (default: the tune profile's N, else the assistant's size "
-        f"recipe, 2 for E2B and 26B-A4B and 4 for E4B, 12B and 31B; {DEFAULT_NUM_DRAFT_TOKENS} for a whole-model drafter)",
-    )
-    p.add_argument(
-        "--draft-method",
-        choices=["mtp", "draft_model"],
-        default=None,
-        help="draft_model: draft with a whole (smaller) Gemma 4 instead of an assistant",
-    )
-    p.add_argument(
-        "--print-command",
-        action="store_true",
-        help="print the exact vLLM command line and environment (secrets masked); start nothing",
-    )
-    p.add_argument(
-        "--timeout", type=float, default=1800.0, help="seconds to wait for /health (default %(default)g)"
-    )
-    p.add_argument("--no-wait", action="store_true", help="return right after launching")
-    p.add_argument("--force", action="store_true", help="launch even if the start gate refuses (loud)")
-    p.add_argument("--no-gate", action="store_true", help="skip the start gate entirely")
+    for name, options in _start_options():
+        p.add_argument(name, **options)
 
     p = add_command(sub, "stop", _stop, "SIGTERM the server's process group, SIGKILL after a grace period")
     _where(p)
-    p.add_argument(
-        "--grace", type=float, default=STOP_GRACE_S, help="seconds before SIGKILL (default %(default)g)"
-    )
-
-    p = add_command(
-        sub,
-        "status",
-        _status,
-        "running / starting / restarting / dead (why, exit code, log tail, "
-        "survivors) / unsupervised / stopped",
-    )
-    _where(p)
-
-    p = add_command(sub, "adopt", _adopt, "re-supervise a vLLM whose supervisor died while it still serves")
-    _where(p)
-
-    p = add_command(sub, "logs", _logs, "the end of the server's log")
-    _where(p)
+    p.add_argument("--grace", type=float, default=STOP_GRACE_S, help="seconds before SIGKILL (default %(default)g)")
+    status_help = "running / starting / restarting / dead (why, exit code, log tail, survivors) / unsupervised / stopped"
+    for name, handler, help_text in (("status", _status, status_help),
+                                     ("adopt", _adopt, "re-supervise a vLLM whose supervisor died while it still serves"),
+                                     ("logs", _logs, "the end of the server's log")):
+        p = add_command(sub, name, handler, help_text)
+        _where(p)
     p.add_argument("--lines", type=int, default=80, help="default %(default)s")

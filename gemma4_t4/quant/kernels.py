@@ -245,6 +245,80 @@ def _pairwise_sum(p, n):
 # kernels
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _mark_off_grid(levels, lsq, peak, deviation, scales, exact, r, g, base, gs, nd, dev):
+    """A group with no lattice (off grid, or holding inf/nan): zero levels, no scale, ``dev``."""
+    for j in range(gs):
+        levels[r, base + j] = 0
+    lsq[r, g] = 1.0
+    peak[r, g] = -1
+    deviation[r, g] = dev
+    for d in range(nd):
+        scales[d, r, g] = 1.0
+        exact[d, r, g] = -1
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _find_peak(unit, qf, gs, tol, over8):
+    """The first peak level k in _PEAK_TRIALS whose lattice holds every value within ``tol`` (0: none),
+    with its worst rounding distance (as bits) and the OR of its levels; the levels land in ``qf``."""
+    chosen = 0
+    worst = np.uint32(0)
+    odd = np.uint32(0)
+    for k in _PEAK_TRIALS:
+        if k == 8 and over8:
+            continue
+        kf = np.float32(k)
+        # most wrong peaks already fail on the first value: skip their full pass
+        r0 = unit[0] * kf
+        if abs(r0 - np.rint(r0)) > tol:
+            continue
+        worst = np.uint32(0)
+        odd = np.uint32(0)
+        for j in range(gs):  # the levels come out of the same pass (kept if k fits)
+            rr = unit[j] * kf
+            q = np.rint(rr)
+            qf[j] = q
+            worst = max(worst, _abs_bits(rr - q))
+            odd = _u32_or(odd, _small_uint(abs(q)))
+        if _bits_f32(worst) <= tol:
+            chosen = k
+            break
+    return chosen, worst, odd
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _best_deviation(unit, gs, over8):
+    """An off-grid group's smallest worst rounding distance (as bits) over the in-range peaks."""
+    best = np.uint32(0x7F800000)
+    for k in _PEAK_TRIALS:
+        if k == 8 and over8:
+            continue
+        kf = np.float32(k)
+        worst = np.uint32(0)
+        for j in range(gs):
+            rr = unit[j] * kf
+            worst = max(worst, _abs_bits(rr - np.rint(rr)))
+        best = min(best, worst)
+    return best
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _coarsest_divisor(qf, gs, chosen, odd):
+    """Coarsest lattice: the levels' gcd, a divisor of the peak ``chosen`` (the peak is a level);
+    even divisors are skipped at once when some level is odd."""
+    for d in range(chosen, 1, -1):
+        if chosen % d == 0 and (d % 2 == 1 or (odd & 1) == 0):
+            dv = np.float32(d)
+            rest = np.uint32(0)  # division of small integers is exact when d divides
+            for j in range(gs):
+                x = qf[j] / dv
+                rest = _u32_or(rest, _abs_bits(x - np.rint(x)))
+            if rest == 0:
+                return d
+    return 1
+
+
 @numba.njit(cache=True, nogil=True, parallel=True)
 def analyze_kernel(w, gs, tol, fmts, nd, vfmt, levels, lsq, peak, deviation, scales, exact):
     """Lattice fit of every group plus, for the first ``nd`` scale formats in ``fmts``, the chosen
@@ -267,14 +341,7 @@ def analyze_kernel(w, gs, tol, fmts, nd, vfmt, levels, lsq, peak, deviation, sca
                 amax_bits = max(amax_bits, _abs_bits(x))
                 top_bits = max(top_bits, _signed_bits(x))
             if amax_bits >= np.uint32(0x7F800000):  # inf or nan: off grid, nothing to fit
-                for j in range(gs):
-                    levels[r, base + j] = 0
-                lsq[r, g] = 1.0
-                peak[r, g] = -1
-                deviation[r, g] = math.inf
-                for d in range(nd):
-                    scales[d, r, g] = 1.0
-                    exact[d, r, g] = -1
+                _mark_off_grid(levels, lsq, peak, deviation, scales, exact, r, g, base, gs, nd, math.inf)
                 continue
             if amax_bits == 0:  # all zero: on grid, any scale
                 for j in range(gs):
@@ -290,61 +357,12 @@ def analyze_kernel(w, gs, tol, fmts, nd, vfmt, levels, lsq, peak, deviation, sca
                 # at k = 8 the positive peak must stay below 7.5 (levels stop at +7)
                 over8 = top_bits > 0 and np.rint(np.float32(_bits_f32(np.uint32(top_bits)) / absmax)
                                                  * np.float32(8.0)) > 7.0
-                chosen = 0
-                worst = np.uint32(0)
-                odd = np.uint32(0)
-                for k in _PEAK_TRIALS:
-                    if k == 8 and over8:
-                        continue
-                    kf = np.float32(k)
-                    # most wrong peaks already fail on the first value: skip their full pass
-                    r0 = unit[0] * kf
-                    if abs(r0 - np.rint(r0)) > tol:
-                        continue
-                    worst = np.uint32(0)
-                    odd = np.uint32(0)
-                    for j in range(gs):  # the levels come out of the same pass (kept if k fits)
-                        rr = unit[j] * kf
-                        q = np.rint(rr)
-                        qf[j] = q
-                        worst = max(worst, _abs_bits(rr - q))
-                        odd = _u32_or(odd, _small_uint(abs(q)))
-                    if _bits_f32(worst) <= tol:
-                        chosen = k
-                        break
+                chosen, worst, odd = _find_peak(unit, qf, gs, tol, over8)
                 if chosen == 0:  # off grid: report the deviation at the best in-range peak
-                    best = np.uint32(0x7F800000)
-                    for k in _PEAK_TRIALS:
-                        if k == 8 and over8:
-                            continue
-                        kf = np.float32(k)
-                        worst = np.uint32(0)
-                        for j in range(gs):
-                            rr = unit[j] * kf
-                            worst = max(worst, _abs_bits(rr - np.rint(rr)))
-                        best = min(best, worst)
-                    for j in range(gs):
-                        levels[r, base + j] = 0
-                    lsq[r, g] = 1.0
-                    peak[r, g] = -1
-                    deviation[r, g] = _bits_f32(best)
-                    for d in range(nd):
-                        scales[d, r, g] = 1.0
-                        exact[d, r, g] = -1
+                    _mark_off_grid(levels, lsq, peak, deviation, scales, exact, r, g, base, gs, nd,
+                                   _bits_f32(_best_deviation(unit, gs, over8)))
                     continue
-                # coarsest lattice: divide by the levels' gcd, a divisor of k (the peak is a level);
-                # even divisors are skipped at once when some level is odd
-                div = 1
-                for d in range(chosen, 1, -1):
-                    if chosen % d == 0 and (d % 2 == 1 or (odd & 1) == 0):
-                        dv = np.float32(d)
-                        rest = np.uint32(0)  # division of small integers is exact when d divides
-                        for j in range(gs):
-                            x = qf[j] / dv
-                            rest = _u32_or(rest, _abs_bits(x - np.rint(x)))
-                        if rest == 0:
-                            div = d
-                            break
+                div = _coarsest_divisor(qf, gs, chosen, odd)
                 if div > 1:
                     dv = np.float32(div)
                     for j in range(gs):

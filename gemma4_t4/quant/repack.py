@@ -285,11 +285,93 @@ def _build(reader: LocalCheckpoint, src: str | Path, dst_path: Path, quantizer: 
            symmetric: bool, emb4: bool, shard_bytes: int, block_bytes: int, progress: bool | Callable[[str], None],
            t0: float) -> RepackReport:
     src_root = reader.root
+    roles, plan, qcfg, embed_name, untie = _plan_build(reader, src, method, group_size, scale_dtype, symmetric, emb4)
+    config = _parse_config(reader.read_text("config.json"), str(src_root))
+    # headers are at most a few MB; side files (tokenizer ...) are copied as they are
+    need = sum(t.nbytes for t in plan) + 512 * len(plan) + _side_bytes(src_root)
+
+    rows_report: list[TensorRepack] = []
+    off_grid: dict[str, int] = {}
+    non_finite: dict[str, int] = {}
+    off_examples: dict[str, list[tuple[int, int]]] = {}
+    totals = {"groups": 0, "off": 0, "requant": 0, "weights": 0, "changed": 0}
+    exact_totals: dict[str, int] = {}
+    bytes_read, bar = 0, None
+    callback = progress if callable(progress) else None
+    writer = None
+    with signals.orderly_stop():
+        tmp = safepaths.make_partial(dst_path)  # first: a read-only target fails here, naming it
+        try:
+            safepaths.ensure_free_space(tmp, need, f"the build {dst_path}")
+            writer = ShardedWriter(tmp, plan, max_shard_bytes=shard_bytes)
+            bar = progress_bar(reader.total_bytes, progress is True, method)
+            for name in sorted(reader.tensors):
+                info = reader.tensors[name]
+                role = roles[name]
+                refusing = bool(off_grid or non_finite)
+                if not role.quantize:
+                    bad = _copy_tensor(reader, writer, name, block_bytes, write=not refusing)
+                    if bad:
+                        non_finite[name] = bad
+                    rows_report.append(TensorRepack(name, list(info.shape), "copy", role.reason, non_finite=bad))
+                else:
+                    row = _quantize_tensor(reader, writer, info, role.module, quantizer, group_size, block_bytes,
+                                           write=not refusing, lm_head=untie and name == embed_name)
+                    rows_report.append(row)
+                    if row.non_finite:
+                        non_finite[name] = row.non_finite
+                    _tally(totals, exact_totals, row, info.numel)
+                    if row.groups_off_grid and not row.groups_requantized:
+                        off_grid[name] = row.groups_off_grid
+                        off_examples[name] = row.off_grid_examples
+                bytes_read += info.nbytes
+                if bar is not None:
+                    bar.update(info.nbytes)
+                if callback is not None:
+                    callback(name)
+            _refuse_damaged(non_finite, off_grid, off_examples, roles)
+            files = writer.finish()
+            writer = None
+            report = _write_build(tmp, files, src_root, config, qcfg, untie, RepackReport(
+                src=str(src), dst=str(dst_path), method=method, emb4=emb4, scale_dtype=scale_dtype,
+                group_size=group_size, symmetric=symmetric, files=[],
+                tensors_quantized=sum(r.action == "int4" for r in rows_report),
+                tensors_copied=sum(r.action == "copy" for r in rows_report), weights_quantized=totals["weights"],
+                groups_total=totals["groups"], groups_off_grid=totals["off"], groups_requantized=totals["requant"],
+                levels_changed=totals["changed"] if method == "lattice" else None,
+                values_bit_identical=exact_totals,
+                values_bit_identical_pct={k: round(100.0 * v / totals["weights"], 4) if totals["weights"] else 0.0
+                                          for k, v in exact_totals.items()},
+                ignore=qcfg["ignore"], bytes_read=bytes_read, bytes_written=0, seconds=0.0, mb_per_s=0.0,
+                tensors=rows_report, cleanup=cleanup.lines(),
+            ), t0)
+            safepaths.swap_into_place(tmp, dst_path, overwrite)
+            return report
+        except OSError as exc:
+            if writer is not None:
+                writer.abort()
+            safepaths.discard_partial(tmp)
+            raise safepaths.os_error(exc, f"the build {dst_path}") from exc
+        except BaseException:
+            if writer is not None:
+                writer.abort()
+            safepaths.discard_partial(tmp)
+            raise
+        finally:
+            if bar is not None:
+                bar.close()
+
+
+def _plan_build(reader: LocalCheckpoint, src: str | Path, method: str, group_size: int, scale_dtype: str,
+                symmetric: bool, emb4: bool
+                ) -> tuple[dict[str, qconfig.TensorRole], list[PlannedTensor], dict, str | None, bool]:
+    """What a build holds: each source tensor's role, the planned tensors in source order (each
+    quantized weight replaced by its packed tensors), the quantization config, the embedding a
+    text-only build unties into its own int4 lm_head (and whether it does)."""
     roles = {n: qconfig.classify(n, i.shape, i.dtype, group_size, emb4) for n, i in reader.tensors.items()}
     quant = [n for n, r in roles.items() if r.quantize]
     if not quant:
         raise Gemma4T4Error(f"{src} has no 2-D weights to quantize", fix="point at a Gemma 4 checkpoint folder")
-    config = _parse_config(reader.read_text("config.json"), str(src_root))
     embed_name = next((n for n in quant if qconfig.EMBED_RE.search(n)), None)
     untie = emb4 and embed_name is not None and "lm_head.weight" not in reader.tensors
     scale_st = "F16" if scale_dtype == "fp16" else "BF16"
@@ -312,135 +394,87 @@ def _build(reader: LocalCheckpoint, src: str | Path, dst_path: Path, quantizer: 
         ignore.append(qconfig.LM_HEAD)
     qcfg = qconfig.quantization_config(group_size, ignore, emb4, symmetric=symmetric, scale_dtype=scale_dtype,
                                        observer="lattice" if method == "lattice" else "minmax")
-    # headers are at most a few MB; side files (tokenizer ...) are copied as they are
-    need = sum(t.nbytes for t in plan) + 512 * len(plan) + _side_bytes(src_root)
 
-    rows_report: list[TensorRepack] = []
-    off_grid: dict[str, int] = {}
-    non_finite: dict[str, int] = {}
-    off_examples: dict[str, list[tuple[int, int]]] = {}
-    totals = {"groups": 0, "off": 0, "requant": 0, "weights": 0, "changed": 0}
-    exact_totals: dict[str, int] = {}
-    bytes_read = 0
-    total_bytes = reader.total_bytes
-    bar = None
-    callback = progress if callable(progress) else None
-    writer = None
-    with signals.orderly_stop():
-        tmp = safepaths.make_partial(dst_path)  # first: a read-only target fails here, naming it
-        try:
-            safepaths.ensure_free_space(tmp, need, f"the build {dst_path}")
-            writer = ShardedWriter(tmp, plan, max_shard_bytes=shard_bytes)
-            bar = progress_bar(total_bytes, progress is True, method)
-            for name in sorted(reader.tensors):
-                info = reader.tensors[name]
-                role = roles[name]
-                refusing = bool(off_grid or non_finite)
-                if not role.quantize:
-                    # copied tensors are checked too: a NaN in a norm or an unpacked embedding would
-                    # otherwise reach the build unchanged (and later every logit); read even when
-                    # refusing already, so the error names every damaged tensor at once
-                    bad = 0
-                    for start, stop in reader.row_blocks(name, block_bytes):
-                        rows = reader.read_rows(name, start, stop)
-                        bad += non_finite_values(rows, info.dtype)
-                        if not (refusing or bad):
-                            writer.write_rows(name, start, rows)
-                    if bad:
-                        non_finite[name] = bad
-                    rows_report.append(TensorRepack(name, list(info.shape), "copy", role.reason, non_finite=bad))
-                else:
-                    row = _quantize_tensor(reader, writer, info, role.module, quantizer, group_size, block_bytes,
-                                           write=not refusing, lm_head=untie and name == embed_name)
-                    rows_report.append(row)
-                    if row.non_finite:
-                        non_finite[name] = row.non_finite
-                    totals["groups"] += row.groups
-                    totals["off"] += row.groups_off_grid
-                    totals["requant"] += row.groups_requantized
-                    totals["weights"] += info.numel
-                    totals["changed"] += row.levels_changed
-                    for k, v in row.values_bit_identical.items():
-                        exact_totals[k] = exact_totals.get(k, 0) + v
-                    if row.groups_off_grid and not row.groups_requantized:
-                        off_grid[name] = row.groups_off_grid
-                        off_examples[name] = row.off_grid_examples
-                bytes_read += info.nbytes
-                if bar is not None:
-                    bar.update(info.nbytes)
-                if callback is not None:
-                    callback(name)
-            if non_finite:
-                listed = ", ".join(f"{n} ({c:,} values)" for n, c in list(non_finite.items())[:MAX_LISTED])
-                more = f" and {len(non_finite) - MAX_LISTED} more" if len(non_finite) > MAX_LISTED else ""
-                copied = sum(1 for n in non_finite if not roles[n].quantize)
-                kinds = ", ".join(part for part in (
-                    f"{len(non_finite) - copied} to quantize" if len(non_finite) > copied else "",
-                    f"{copied} copied as they are" if copied else "") if part)
-                raise NonFiniteError(
-                    f"{sum(non_finite.values()):,} NaN/Inf values in {len(non_finite)} tensor(s) ({kinds}); "
-                    f"no int4 level can represent them and a copy would pass the damage on to every output, "
-                    f"so nothing was written: {listed}{more}",
-                    fix="the source checkpoint is damaged: re-download it (or restore the named tensors); "
-                    "--allow-requant does not apply, a NaN has no nearest level",
-                    tensors=non_finite,
-                )
-            if off_grid:
-                listed = ", ".join(f"{n} ({c} groups, e.g. row/group {off_examples[n][:1]})"
-                                   for n, c in list(off_grid.items())[:MAX_LISTED])
-                more = f" and {len(off_grid) - MAX_LISTED} more" if len(off_grid) > MAX_LISTED else ""
-                raise OffGridError(
-                    f"{sum(off_grid.values())} groups in {len(off_grid)} tensor(s) are not on the int4 grid, "
-                    f"so a lossless repack is impossible; nothing was written: {listed}{more}",
-                    fix="check the source is a QAT (-qat-q4_0-unquantized) checkpoint with `gemma4-t4 grid-check`; "
-                    "pass --allow-requant to round those groups (their values change)",
-                    tensors=off_grid,
-                )
-            files = writer.finish()
-            writer = None
-            side = _copy_side_files(src_root, tmp)
-            new_config = _updated_config(config, qcfg, untie)
-            (tmp / "config.json").write_text(json.dumps(new_config, indent=2, sort_keys=True) + "\n")
-            if "config.json" not in side:
-                side.append("config.json")
-            seconds = time.perf_counter() - t0
-            bytes_written = sum((tmp / f).stat().st_size for f in files)
-            weights = totals["weights"]
-            report = RepackReport(
-                src=str(src), dst=str(dst_path), method=method, emb4=emb4, scale_dtype=scale_dtype,
-                group_size=group_size, symmetric=symmetric, files=sorted(files + side),
-                tensors_quantized=sum(r.action == "int4" for r in rows_report),
-                tensors_copied=sum(r.action == "copy" for r in rows_report), weights_quantized=weights,
-                groups_total=totals["groups"], groups_off_grid=totals["off"], groups_requantized=totals["requant"],
-                levels_changed=totals["changed"] if method == "lattice" else None,
-                values_bit_identical=exact_totals,
-                values_bit_identical_pct={k: round(100.0 * v / weights, 4) if weights else 0.0
-                                          for k, v in exact_totals.items()},
-                ignore=qcfg["ignore"], bytes_read=bytes_read, bytes_written=bytes_written, seconds=round(seconds, 3),
-                mb_per_s=round(bytes_read / 1e6 / seconds, 1) if seconds > 0 else 0.0, tensors=rows_report,
-                cleanup=cleanup.lines(),
-            )
-            from gemma4_t4.jsonable import to_jsonable
+    return roles, plan, qcfg, embed_name, untie
 
-            (tmp / REPORT_NAME).write_text(json.dumps(to_jsonable(report), indent=1) + "\n")
-            safepaths.write_marker(tmp, "repack" if method == "lattice" else "requant-awq", source=str(src_root))
-            tmp.chmod(0o755)
-            (tmp / safepaths.PARTIAL_OWNER).unlink()
-            safepaths.swap_into_place(tmp, dst_path, overwrite)
-            return report
-        except OSError as exc:
-            if writer is not None:
-                writer.abort()
-            safepaths.discard_partial(tmp)
-            raise safepaths.os_error(exc, f"the build {dst_path}") from exc
-        except BaseException:
-            if writer is not None:
-                writer.abort()
-            safepaths.discard_partial(tmp)
-            raise
-        finally:
-            if bar is not None:
-                bar.close()
+
+def _tally(totals: dict[str, int], exact_totals: dict[str, int], row: TensorRepack, numel: int) -> None:
+    """Add one quantized tensor's counts to the build's totals."""
+    totals["groups"] += row.groups
+    totals["off"] += row.groups_off_grid
+    totals["requant"] += row.groups_requantized
+    totals["weights"] += numel
+    totals["changed"] += row.levels_changed
+    for k, v in row.values_bit_identical.items():
+        exact_totals[k] = exact_totals.get(k, 0) + v
+
+
+def _copy_tensor(reader: LocalCheckpoint, writer: ShardedWriter, name: str, block_bytes: int, write: bool) -> int:
+    """Copy one tensor as it is, block by block; returns its NaN/Inf count (nothing of it is written
+    once one is found). Copied tensors are checked too: a NaN in a norm or an unpacked embedding
+    would otherwise reach the build unchanged (and later every logit); read even when refusing
+    already, so the error names every damaged tensor at once."""
+    bad = 0
+    for start, stop in reader.row_blocks(name, block_bytes):
+        rows = reader.read_rows(name, start, stop)
+        bad += non_finite_values(rows, reader.tensors[name].dtype)
+        if write and not bad:
+            writer.write_rows(name, start, rows)
+    return bad
+
+
+def _refuse_damaged(non_finite: dict[str, int], off_grid: dict[str, int],
+                    off_examples: dict[str, list[tuple[int, int]]], roles: dict[str, qconfig.TensorRole]) -> None:
+    """Refuse a build with NaN/Inf values or (without --allow-requant) groups off the int4 grid,
+    naming the tensors."""
+    if non_finite:
+        listed = ", ".join(f"{n} ({c:,} values)" for n, c in list(non_finite.items())[:MAX_LISTED])
+        more = f" and {len(non_finite) - MAX_LISTED} more" if len(non_finite) > MAX_LISTED else ""
+        copied = sum(1 for n in non_finite if not roles[n].quantize)
+        kinds = ", ".join(part for part in (
+            f"{len(non_finite) - copied} to quantize" if len(non_finite) > copied else "",
+            f"{copied} copied as they are" if copied else "") if part)
+        raise NonFiniteError(
+            f"{sum(non_finite.values()):,} NaN/Inf values in {len(non_finite)} tensor(s) ({kinds}); "
+            f"no int4 level can represent them and a copy would pass the damage on to every output, "
+            f"so nothing was written: {listed}{more}",
+            fix="the source checkpoint is damaged: re-download it (or restore the named tensors); "
+            "--allow-requant does not apply, a NaN has no nearest level",
+            tensors=non_finite,
+        )
+    if off_grid:
+        listed = ", ".join(f"{n} ({c} groups, e.g. row/group {off_examples[n][:1]})"
+                           for n, c in list(off_grid.items())[:MAX_LISTED])
+        more = f" and {len(off_grid) - MAX_LISTED} more" if len(off_grid) > MAX_LISTED else ""
+        raise OffGridError(
+            f"{sum(off_grid.values())} groups in {len(off_grid)} tensor(s) are not on the int4 grid, "
+            f"so a lossless repack is impossible; nothing was written: {listed}{more}",
+            fix="check the source is a QAT (-qat-q4_0-unquantized) checkpoint with `gemma4-t4 grid-check`; "
+            "pass --allow-requant to round those groups (their values change)",
+            tensors=off_grid,
+        )
+
+
+def _write_build(tmp: Path, files: list[str], src_root: Path, config: dict | None,
+                 qcfg: dict, untie: bool, report: RepackReport, t0: float) -> RepackReport:
+    """Finish the partial build ``tmp``: side files, the updated config, the report and the marker."""
+    side = _copy_side_files(src_root, tmp)
+    new_config = _updated_config(config, qcfg, untie)
+    (tmp / "config.json").write_text(json.dumps(new_config, indent=2, sort_keys=True) + "\n")
+    if "config.json" not in side:
+        side.append("config.json")
+    seconds = time.perf_counter() - t0
+    report.files = sorted(files + side)
+    report.bytes_written = sum((tmp / f).stat().st_size for f in files)
+    report.seconds = round(seconds, 3)
+    report.mb_per_s = round(report.bytes_read / 1e6 / seconds, 1) if seconds > 0 else 0.0
+    from gemma4_t4.jsonable import to_jsonable
+
+    (tmp / REPORT_NAME).write_text(json.dumps(to_jsonable(report), indent=1) + "\n")
+    safepaths.write_marker(tmp, "repack" if report.method == "lattice" else "requant-awq", source=str(src_root))
+    tmp.chmod(0o755)
+    (tmp / safepaths.PARTIAL_OWNER).unlink()
+    return report
 
 
 def _packed_plan(module: str, info: TensorInfo, group_size: int, scale_st: str, symmetric: bool) -> list[PlannedTensor]:

@@ -334,14 +334,23 @@ def project_definition(target: BuildTarget) -> ProjectDefinition:
 
 def stack_calls(target: BuildTarget, bundle_size: int | None = None) -> list[ApiCall]:
     """Every call build-image makes, in order, with the parameters it sends."""
+    return [
+        ApiCall(
+            "sts", "get_caller_identity", {}, target.region, note="your account id (names the bucket and the image)"
+        ),
+        *_storage_calls(target, bundle_size),
+        *_role_calls(target),
+        *_codebuild_calls(target),
+    ]
+
+
+def _storage_calls(target: BuildTarget, bundle_size: int | None) -> list[ApiCall]:
+    """The ECR repository the image goes to, and the private, tagged bucket holding the source bundle."""
     region = target.region
     bucket: CreateBucketParams = {"Bucket": target.bucket}
     if region != "us-east-1":
         bucket["CreateBucketConfiguration"] = {"LocationConstraint": region}
     return [
-        ApiCall(
-            "sts", "get_caller_identity", {}, region, note="your account id (names the bucket and the image)"
-        ),
         ApiCall(
             "ecr",
             "create_repository",
@@ -393,6 +402,12 @@ def stack_calls(target: BuildTarget, bundle_size: int | None = None) -> list[Api
             region,
             note=f"the package + docker/sagemaker-t4 ({bundle_size or '?'} bytes, skipped when already there)",
         ),
+    ]
+
+
+def _role_calls(target: BuildTarget) -> list[ApiCall]:
+    """CodeBuild's service role and its least-privilege policy (IAM is global: no region)."""
+    return [
         ApiCall(
             "iam",
             "create_role",
@@ -415,6 +430,13 @@ def stack_calls(target: BuildTarget, bundle_size: int | None = None) -> list[Api
             None,
             note="least privilege: own logs, the source object, pull the DLC, push gemma4-t4-vllm",
         ),
+    ]
+
+
+def _codebuild_calls(target: BuildTarget) -> list[ApiCall]:
+    """The CodeBuild project, the build, its polling and the check of the pushed image."""
+    region = target.region
+    return [
         ApiCall(
             "codebuild",
             "create_project",
@@ -800,26 +822,7 @@ def build_t4_image(
             )
         record(tag=target.tag)
         ensure_stack(target, bundle, make, result, sleep)
-        cb = make("codebuild", region)
-        started = cb.start_build(**start_build_params(target))["build"]
-        result.build_id, result.status = started["id"], "IN_PROGRESS"
-        record(build_id=result.build_id)
-        try:
-            build = wait_for_build(
-                cb,
-                result.build_id,
-                result,
-                poll_s=poll_s,
-                progress=progress,
-                sleep=sleep,
-                monotonic=monotonic,
-            )
-        except KeyboardInterrupt as exc:  # interrupted before the wait took over: the build must not run on
-            if result.status != "STOPPED":
-                cb.stop_build(id=result.build_id)
-                result.status = "STOPPED"
-                note_undone(exc, f"stopped CodeBuild build {result.build_id}")
-            raise
+        build = _run_build(make("codebuild", region), target, result, record, poll_s, progress, sleep, monotonic)
         result.status = build.get("buildStatus", "?")
         if result.status != "SUCCEEDED":
             result.log_tail = log_tail(make("logs", region), build)
@@ -837,6 +840,23 @@ def build_t4_image(
     finally:
         result.elapsed_s = round(monotonic() - t0, 2)
         held.close()
+
+
+def _run_build(cb: Any, target: BuildTarget, result: BuildResult, record: Callable[..., None], poll_s: float,
+               progress: bool, sleep: Callable[[float], None], monotonic: Callable[[], float]) -> Any:
+    """Start the CodeBuild build and wait for it; interrupted, the build is stopped (never left running)."""
+    started = cb.start_build(**start_build_params(target))["build"]
+    result.build_id, result.status = started["id"], "IN_PROGRESS"
+    record(build_id=result.build_id)
+    try:
+        return wait_for_build(cb, result.build_id, result, poll_s=poll_s, progress=progress, sleep=sleep,
+                              monotonic=monotonic)
+    except KeyboardInterrupt as exc:  # interrupted before the wait took over: the build must not run on
+        if result.status != "STOPPED":
+            cb.stop_build(id=result.build_id)
+            result.status = "STOPPED"
+            note_undone(exc, f"stopped CodeBuild build {result.build_id}")
+        raise
 
 
 class BuildRecord(TypedDict):

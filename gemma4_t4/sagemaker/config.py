@@ -339,6 +339,17 @@ class DeployConfig:
     # -- validation -----------------------------------------------------------------------
     def validate(self, require_role: bool = True) -> None:
         """Every check that needs no AWS call; raises Gemma4T4Error naming the fix."""
+        self._validate_names()
+        self._validate_container()
+        self._validate_scaling()
+        self._validate_image()
+        self._validate_limits()
+        self._validate_image_source()
+        if require_role:
+            self._validate_role()
+
+    def _validate_names(self) -> None:
+        """Region, instance types, endpoint name, model id and model data: each well formed."""
         images.validate_region(self.region)
         for instance in self.instance_types:
             if instance not in SAGEMAKER_INSTANCES:
@@ -370,6 +381,10 @@ class DeployConfig:
                 f"model data {self.model_data_s3_uri!r} is not an s3://bucket/prefix/ folder",
                 fix="upload the folder with `gemma4-t4 sagemaker deploy --model-dir DIR`",
             )
+
+    def _validate_container(self) -> None:
+        """What the container will really get (--env and --vllm-arg override the fields): dtype and
+        tensor parallelism that the instance types run."""
         if self.tensor_parallel_size < 0 or self.instance_count < 1:
             raise Gemma4T4Error("tensor_parallel_size must be >= 0 (0: auto) and instance_count >= 1")
         extra_args_to_env(self.extra_args)
@@ -406,8 +421,9 @@ class DeployConfig:
                     f"tensor_parallel_size={tp} but {instance} has {gpus} GPU(s)",
                     fix="lower tensor_parallel_size or pick a multi-GPU instance such as ml.g4dn.12xlarge",
                 )
-        self._validate_scaling()
-        self._validate_image()
+
+    def _validate_limits(self) -> None:
+        """Lengths, memory share, timeouts and lifetime within what vLLM and SageMaker accept."""
         if self.max_model_len < 256 or self.max_num_seqs < 1:
             raise Gemma4T4Error(
                 "max_model_len must be >= 256 and max_num_seqs >= 1",
@@ -427,6 +443,9 @@ class DeployConfig:
                 f"ttl_hours={self.ttl_hours} must be in (0, 168]",
                 fix="choose a lifetime such as 4 hours; `reap` deletes endpoints past it",
             )
+
+    def _validate_image_source(self) -> None:
+        """The AMI fits the image, the image is in the endpoint's region, its tag is pinned."""
         if self.inference_ami_version not in (None, "auto"):
             images.check_ami_for_image(self.inference_ami_version, self.resolved_image(), self.instance_type)
         ecr_region = re.search(r"\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws", self.image_uri or "")
@@ -440,18 +459,20 @@ class DeployConfig:
                 f"image tag {self.image_tag!r} is not a pinned vLLM SageMaker tag",
                 fix=f"use a tag like {images.DEFAULT_VLLM_TAG} (floating, -soci and omni tags are refused)",
             )
-        if require_role:
-            role = self.resolved_role()
-            if not role:
-                raise Gemma4T4Error(
-                    "no SageMaker execution role",
-                    fix=f"pass role_arn=... (CLI: --role-arn) or set {ROLE_ENV}; docs/sagemaker.md lists "
-                    "the minimal policy",
-                )
-            if not _ROLE.match(role):
-                raise Gemma4T4Error(
-                    f"{role!r} is not an IAM role ARN", fix="use arn:aws:iam::<12-digit account>:role/<name>"
-                )
+
+    def _validate_role(self) -> None:
+        """An IAM execution role ARN, given or from the environment."""
+        role = self.resolved_role()
+        if not role:
+            raise Gemma4T4Error(
+                "no SageMaker execution role",
+                fix=f"pass role_arn=... (CLI: --role-arn) or set {ROLE_ENV}; docs/sagemaker.md lists "
+                "the minimal policy",
+            )
+        if not _ROLE.match(role):
+            raise Gemma4T4Error(
+                f"{role!r} is not an IAM role ARN", fix="use arn:aws:iam::<12-digit account>:role/<name>"
+            )
 
     def _validate_scaling(self) -> None:
         if not self.autoscaling:

