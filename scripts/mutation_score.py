@@ -82,7 +82,10 @@ MODULES: dict[str, Target] = {
             "fix_line",
         ),
     ),
-    "bench.metrics": Target("gemma4_t4/bench/metrics.py", ("tests/test_bench_metrics.py", "tests/test_bench_integrity.py")),
+    "bench.metrics": Target(
+        "gemma4_t4/bench/metrics.py",
+        ("tests/test_bench_metrics.py", "tests/test_bench_integrity.py", "tests/test_bench_metrics_edges.py"),
+    ),
     "bench.answers": Target(
         "gemma4_t4/bench/answers.py",
         ("tests/test_bench_metrics.py", "tests/test_bench_trust.py", "tests/test_bench_integrity.py"),
