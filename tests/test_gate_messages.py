@@ -1,0 +1,413 @@
+"""What the start gate tells a user, word for word: every reason's problem and fix, the report and
+the override warning, the refusal's error; and which facts decide between them (fix command only
+when torch cannot see CUDA, swap size rounding, the Turing limit's wording). Pure: GateFacts in,
+reasons out, or check_start / check_cpu_start with stand-in probes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from gemma4_t4 import cpuisa
+from gemma4_t4.gate import (
+    GIB,
+    GateFacts,
+    GateProbes,
+    GateReason,
+    GateRefused,
+    GateResult,
+    check_cpu_start,
+    check_start,
+    collect_facts,
+    judge,
+    judge_cpu,
+)
+
+GOOD = GateFacts(
+    target="t4",
+    model="google/gemma-4-E2B-it-qat-w4a16-ct",
+    platform="gce",
+    torch_version="2.14.0+cu130",
+    torch_cuda_build="13.0",
+    cuda_available=True,
+    gpu_present=True,
+    gpu_name="Tesla T4",
+    gpu_count=1,
+    compute_capability=(7, 5),
+    smem_per_block_optin=65_536,
+    gpu_memory_bytes=15 * GIB,
+    turing_fix_active=True,
+    turing_fix_proven=True,
+    ram_total_bytes=8 * GIB,
+    ram_available_bytes=7 * GIB,
+    swap_total_bytes=16 * GIB,
+    swap_free_bytes=16 * GIB,
+    load_peak_bytes=12 * GIB,
+    gpu_fit_ok=True,
+    gpu_fit_detail="fits",
+    weights_bytes=8 * GIB,
+    weights_on_disk=False,
+    disk_path="/data/hf",
+    disk_free_bytes=200 * GIB,
+)
+
+TORCH_FIX = "gemma4-t4 fix-torch --apply"
+TURING_INSTALL = (
+    "install gemma4-t4 into the Python that runs vLLM (its vllm.general_plugins entry point loads the fix in "
+    "every vLLM process) and check with `gemma4-t4 turing status`; where that is impossible, "
+    "`gemma4-t4 turing apply` patches the installed vLLM file"
+)
+TURING_VERIFY = (
+    "run `gemma4-t4 turing verify` and fix what it reports (it needs Triton: pip install 'triton==3.8.0'); "
+    "a vLLM whose kernel the fix does not know needs a tested vLLM"
+)
+GPU_FIT_DEFAULT = (
+    "lower max_model_len (--max-model-len), use the QAT w4a16 checkpoint, or spread over more T4s "
+    "(tensor_parallel_size); `gemma4-t4 fit` shows what fits"
+)
+
+
+def facts(**changes) -> GateFacts:
+    return GOOD.model_copy(update=changes)
+
+
+def only(reasons: list[GateReason]) -> tuple[str, str, str]:
+    assert len(reasons) == 1, reasons
+    return reasons[0].check, reasons[0].problem, reasons[0].fix
+
+
+# --- 1. torch and CUDA ----------------------------------------------------------------------------
+
+
+def test_torch_missing_names_its_notes_and_the_fix_command():
+    f = facts(cuda_available=None, torch_version=None,
+              notes=["torch: ImportError: no torch", "model: unrelated", "torch: second"])
+    assert only(judge(f, torch_fix_command="pip install torch==2.14.0+cu130")) == (
+        "cuda",
+        "torch is not installed (or fails to import) in this Python (ImportError: no torch; second)",
+        "gemma4-t4 fix-torch --apply  (runs: pip install torch==2.14.0+cu130)",
+    )
+    assert only(judge(f))[2] == TORCH_FIX
+
+
+def test_no_gpu_on_the_machine():
+    assert only(judge(facts(cuda_available=False, gpu_present=False))) == (
+        "cuda",
+        "no NVIDIA GPU is visible on this machine (nvidia-smi finds none)",
+        "run on a T4 host (Colab: Runtime > Change runtime type > T4 GPU), or serve on CPU with "
+        "target='cpu' (CLI: --target cpu)",
+    )
+
+
+def test_cpu_only_torch_build():
+    assert only(judge(facts(cuda_available=False, torch_version="2.14.0+cpu", torch_cuda_build=None))) == (
+        "cuda",
+        "torch 2.14.0+cpu is a CPU-only build, so the GPU is invisible to vLLM",
+        TORCH_FIX,
+    )
+
+
+def test_a_cuda_build_that_cannot_use_the_gpu_points_at_the_driver():
+    assert only(judge(facts(cuda_available=False))) == (
+        "cuda",
+        "torch 2.14.0+cu130 (CUDA 13.0) cannot use the GPU: usually a driver older than the CUDA build needs",
+        "update the NVIDIA driver (CUDA 13 builds need driver >= 580), or install the torch build matching "
+        "your driver (gemma4-t4 fix-torch shows the command)",
+    )
+
+
+def test_cuda_state_unknown_fails_closed():
+    assert only(judge(facts(cuda_available=None))) == (
+        "cuda",
+        "could not find out whether torch sees CUDA",
+        "run gemma4-t4 doctor and fix what it reports",
+    )
+
+
+# --- 2. the Turing fix ----------------------------------------------------------------------------
+
+
+def test_an_active_fix_whose_proof_failed_or_did_not_run():
+    failed = facts(turing_fix_active=True, turing_fix_proven=False, turing_detail="plugin on; compile failed")
+    assert only(judge(failed)) == (
+        "turing",
+        "the Turing attention fix is active but not proven for this vLLM + Triton (the offline sm_75 compile "
+        "of vLLM's kernel failed): plugin on; compile failed",
+        TURING_VERIFY,
+    )
+    assert only(judge(facts(turing_fix_active=True, turing_fix_proven=None)))[1] == (
+        "the Turing attention fix is active but not proven for this vLLM + Triton (the offline sm_75 compile "
+        "of vLLM's kernel did not run)"
+    )
+
+
+def test_an_inactive_or_unconfirmed_fix_names_the_limit():
+    inactive = facts(turing_fix_active=False, turing_fix_proven=None, turing_detail="not registered")
+    assert only(judge(inactive)) == (
+        "turing",
+        "the Turing attention fix is not active: Gemma 4's head-512 attention needs 98,304 B of shared memory "
+        "per block, this GPU allows 65,536 B, so vLLM would crash with OutOfResources (not registered)",
+        TURING_INSTALL,
+    )
+    unknown = facts(turing_fix_active=None, turing_fix_proven=None, smem_per_block_optin=None)
+    assert only(judge(unknown))[1] == (
+        "the Turing attention fix could not be confirmed: Gemma 4's head-512 attention needs 98,304 B of "
+        "shared memory per block, a T4 allows 65,536 B, so vLLM would crash with OutOfResources"
+    )
+
+
+def test_a_proven_fix_not_known_inactive_passes_and_a_device_with_enough_memory_needs_none():
+    assert judge(facts(turing_fix_active=None, turing_fix_proven=True)) == []
+    assert judge(facts(turing_fix_active=False, turing_fix_proven=False, smem_per_block_optin=101_376,
+                       compute_capability=(8, 9), gpu_name="NVIDIA L4")) == []
+
+
+# --- 3. host memory -------------------------------------------------------------------------------
+
+
+def test_host_memory_unknown_names_its_notes():
+    f = facts(load_peak_bytes=None, notes=["host_memory: psutil failed", "model: not a catalog id", "disk: x"])
+    assert only(judge(f)) == (
+        "host_memory",
+        "could not estimate host memory for the weight load (psutil failed; not a catalog id)",
+        "use a catalog model or a local checkpoint folder, or pass force=True if you know it fits",
+    )
+    for missing in ("ram_available_bytes", "swap_free_bytes"):
+        assert only(judge(facts(**{missing: None})))[0] == "host_memory"
+
+
+def test_host_memory_short_asks_for_swap_rounded_up_plus_two_gib():
+    # 30 GiB and one byte short: 31 GiB rounded up, plus 2
+    f = facts(ram_available_bytes=2 * GIB, swap_free_bytes=0, load_peak_bytes=32 * GIB + 1)
+    assert only(judge(f)) == (
+        "host_memory",
+        "RAM available 2.0 GiB + free swap 0.0 GiB = 2.0 GiB < 32.0 GiB needed while loading the weights; "
+        "the kernel would OOM-kill vLLM mid-load",
+        "add swap: sudo gemma4-t4 swap create --size 33G (or use a machine with more RAM, or a smaller "
+        "checkpoint such as the QAT w4a16 one)",
+    )
+    # exactly 30 GiB short: 32G; a small shortfall still asks for at least 16G
+    assert "--size 32G " in only(judge(facts(ram_available_bytes=2 * GIB, swap_free_bytes=0,
+                                              load_peak_bytes=32 * GIB)))[2]
+    small = only(judge(facts(ram_available_bytes=GIB, swap_free_bytes=GIB, load_peak_bytes=3 * GIB)))
+    assert small[1].startswith("RAM available 1.0 GiB + free swap 1.0 GiB = 2.0 GiB < 3.0 GiB needed")
+    assert "--size 16G " in small[2]
+    # 14 GiB short: 14 + 2 = 16, and 15 GiB short: 17
+    assert "--size 16G " in only(judge(facts(ram_available_bytes=GIB, swap_free_bytes=GIB,
+                                              load_peak_bytes=16 * GIB)))[2]
+    assert "--size 17G " in only(judge(facts(ram_available_bytes=GIB, swap_free_bytes=GIB,
+                                              load_peak_bytes=17 * GIB)))[2]
+
+
+def test_host_memory_exactly_enough_passes_and_ram_plus_swap_both_count():
+    assert judge(facts(ram_available_bytes=5 * GIB, swap_free_bytes=7 * GIB, load_peak_bytes=12 * GIB)) == []
+    assert only(judge(facts(ram_available_bytes=5 * GIB, swap_free_bytes=7 * GIB,
+                            load_peak_bytes=12 * GIB + 1)))[0] == "host_memory"
+
+
+def test_colab_cannot_add_swap():
+    f = facts(platform="colab", ram_available_bytes=2 * GIB, swap_free_bytes=0)
+    assert only(judge(f))[2] == (
+        "Colab cannot add swap: use the QAT w4a16 checkpoint (smaller load), a smaller model, or a High-RAM runtime"
+    )
+
+
+# --- 4. GPU memory --------------------------------------------------------------------------------
+
+
+def test_gpu_fit_messages_and_fixes():
+    assert only(judge(facts(gpu_fit_ok=False, gpu_fit_detail=None))) == (
+        "gpu_memory", "the model does not fit GPU memory", GPU_FIT_DEFAULT,
+    )
+    assert only(judge(facts(gpu_fit_ok=False, gpu_fit_detail="too big", gpu_fit_fix="lower it"))) == (
+        "gpu_memory", "the model does not fit GPU memory: too big", "lower it",
+    )
+    assert only(judge(facts(gpu_fit_ok=None, notes=["gpu_memory: drafter size unknown"]))) == (
+        "gpu_memory", "could not check that the model fits GPU memory (drafter size unknown)", GPU_FIT_DEFAULT,
+    )
+
+
+# --- 5. disk --------------------------------------------------------------------------------------
+
+
+def test_disk_messages():
+    assert only(judge(facts(disk_free_bytes=None, notes=["disk: statvfs failed"]))) == (
+        "disk",
+        "could not check free disk for the weights (statvfs failed)",
+        "download the checkpoint first (hf download MODEL) or point --model at a local folder",
+    )
+    assert only(judge(facts(weights_bytes=10 * GIB, disk_free_bytes=10 * GIB))) == (
+        "disk",
+        "/data/hf has 10.0 GiB free, the weights need 10.5 GiB",
+        "free space there, or set HF_HOME to a bigger disk (e.g. a mounted data disk)",
+    )
+    assert judge(facts(weights_bytes=10 * GIB, disk_free_bytes=int(10.5 * GIB))) == []
+    assert judge(facts(weights_on_disk=True, weights_bytes=None, disk_free_bytes=None)) == []
+
+
+# --- 6. doctor ------------------------------------------------------------------------------------
+
+
+def test_doctor_errors_keep_their_code_message_and_fix():
+    errors = [
+        {"code": "old-driver", "message": "driver 470", "fix": None},
+        {"code": "bad-pair", "message": "vllm 0.32 with torch 2.10", "fix": "pip install vllm==0.33.0"},
+    ]
+    reasons = judge(facts(doctor_errors=errors))
+    assert [(r.check, r.problem, r.fix) for r in reasons] == [
+        ("doctor:old-driver", "driver 470", "run gemma4-t4 doctor for details"),
+        ("doctor:bad-pair", "vllm 0.32 with torch 2.10", "pip install vllm==0.33.0"),
+    ]
+
+
+def test_reasons_come_in_check_order():
+    f = facts(cuda_available=None, turing_fix_active=False, load_peak_bytes=None, gpu_fit_ok=None,
+              disk_free_bytes=None, doctor_errors=[{"code": "x", "message": "y", "fix": "z"}])
+    assert [r.check for r in judge(f)] == ["cuda", "turing", "host_memory", "gpu_memory", "disk", "doctor:x"]
+
+
+# --- results, reports, refusals -------------------------------------------------------------------
+
+
+def test_report_override_warning_and_line():
+    reason = GateReason("disk", "no room", "free some")
+    assert reason.line() == "[disk] no room\n    fix: free some"
+    two = [GateReason("turing", "a", "b"), reason]
+    refused = GateResult(ok=False, forced=False, reasons=two, facts=GOOD)
+    assert refused.report() == "start gate refused to launch vLLM: 2 reason(s)\n[turing] a\n    fix: b\n" + reason.line()
+    assert refused.overridden == []
+    forced = GateResult(ok=False, forced=True, reasons=two, facts=GOOD)
+    assert forced.report().startswith("start gate overridden: 2 reason(s)\n")
+    assert forced.overridden == two
+    assert forced.override_warning() == (
+        "START GATE OVERRIDDEN (force=True): launching although 2 check(s) failed (disk, turing):\n"
+        "[turing] a\n    fix: b\n[disk] no room\n    fix: free some"
+    )
+    assert GateResult(ok=True, forced=False, reasons=[], facts=GOOD).report() == "start gate: all checks passed"
+
+
+@dataclass
+class Config:
+    """A stand-in launch configuration: the two fields the gate reads before its probes."""
+
+    model: str = "google/gemma-4-E2B-it-qat-w4a16-ct"
+    target: str = "t4"
+
+
+class Recording(GateProbes):
+    """Stand-in probes that must not run (the facts are given) and count the fix-command asks."""
+
+    def __init__(self):
+        def fail(*_):
+            raise AssertionError("a probe ran although the facts were given")
+
+        super().__init__(torch=fail, turing=fail, host_memory=fail, model=fail, platform=fail,
+                         cpu_build=fail, torch_fix_command=self.command)
+        self.asked = 0
+
+    def command(self):
+        self.asked += 1
+        return "pip install torch==2.14.0+cu130"
+
+
+def test_check_start_asks_for_the_torch_command_only_when_cuda_is_not_seen():
+    probes = Recording()
+    result = check_start(Config(), probes=probes, facts=GOOD)
+    assert (result.ok, result.forced, result.reasons) == (True, False, [])
+    assert probes.asked == 0
+    with pytest.raises(GateRefused) as refused:
+        check_start(Config(), probes=probes, facts=facts(cuda_available=False, torch_cuda_build=None))
+    assert probes.asked == 1
+    error = refused.value
+    assert error.result.ok is False and error.result.forced is False
+    assert error.message == (
+        "start gate refused to launch vLLM: 1 reason(s)\n[cuda] torch 2.14.0+cu130 is a CPU-only build, so the "
+        "GPU is invisible to vLLM\n    fix: gemma4-t4 fix-torch --apply  (runs: pip install torch==2.14.0+cu130)"
+    )
+    assert error.fix == "fix each reason above, or pass force=True (CLI: --force) to launch anyway"
+    assert error.to_dict()["reasons"] == [
+        {"check": "cuda", "problem": error.result.reasons[0].problem, "fix": error.result.reasons[0].fix}
+    ]
+    forced = check_start(Config(), force=True, probes=probes, facts=facts(cuda_available=None))
+    assert (forced.ok, forced.forced, [r.check for r in forced.reasons]) == (False, True, ["cuda"])
+    assert check_start(Config(), force=True, probes=probes, facts=GOOD).forced is False
+
+
+def _cpu_probes(answer):
+    probes = Recording()
+    probes.cpu_build = lambda config: answer
+    return probes
+
+
+def test_cpu_gate_refuses_int4_without_the_kernel_word_for_word():
+    config = Config(model="google/gemma-4-E2B-it-qat-w4a16-ct", target="cpu")
+    with pytest.raises(GateRefused) as refused:
+        check_cpu_start(config, probes=_cpu_probes(GateFacts(model_int4=True, cpu_int4_kernel=False)))
+    result = refused.value.result
+    assert result.facts.target == "cpu" and result.facts.model == config.model
+    assert only(result.reasons) == (
+        "cpu_int4",
+        "google/gemma-4-E2B-it-qat-w4a16-ct is an int4 (compressed-tensors pack-quantized) checkpoint, but "
+        f"vLLM's CPU build here lacks the int4 kernel {cpuisa.INT4_OP}",
+        cpuisa.INT4_FIX,
+    )
+    detail = GateFacts(model_int4=True, cpu_int4_kernel=False, cpu_build_detail="the AVX2 build has no int4 kernel")
+    forced = check_cpu_start(config, force=True, probes=_cpu_probes(detail))
+    assert (forced.ok, forced.forced) == (False, True)
+    assert forced.reasons[0].problem.endswith("checkpoint, but the AVX2 build has no int4 kernel")
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        GateFacts(model_int4=True, cpu_int4_kernel=True),
+        GateFacts(model_int4=False, cpu_int4_kernel=False),
+        GateFacts(model_int4=None, cpu_int4_kernel=False),
+        GateFacts(model_int4=True, cpu_int4_kernel=None),
+    ],
+)
+def test_cpu_gate_passes_unless_int4_meets_a_build_known_to_lack_the_kernel(answer):
+    result = check_cpu_start(Config(target="cpu"), probes=_cpu_probes(answer))
+    assert (result.ok, result.forced, result.reasons) == (True, False, [])
+
+
+def test_the_int4_check_is_the_cpu_targets_only():
+    f = GateFacts(target="t4", model="m", model_int4=True, cpu_int4_kernel=False)
+    assert judge_cpu(f) == []
+    assert [r.check for r in judge_cpu(f.model_copy(update={"target": "cpu"}))] == ["cpu_int4"]
+
+
+def test_a_failing_cpu_probe_leaves_the_facts_unknown_and_passes():
+    def broken(config):
+        raise OSError("lscpu missing")
+
+    probes = Recording()
+    probes.cpu_build = broken
+    result = check_cpu_start(Config(target="cpu"), probes=probes)
+    assert result.ok and result.facts.notes == ["cpu_int4: OSError: lscpu missing"]
+
+
+def test_the_platform_probe_answers_only_when_the_torch_probe_did_not():
+    calls = []
+
+    def platform():
+        calls.append(1)
+        return "colab"
+
+    probes = GateProbes(
+        torch=lambda: GateFacts(platform="gce"),
+        turing=lambda cc: GateFacts(),
+        host_memory=lambda: GateFacts(),
+        model=lambda config, device: GateFacts(),
+        platform=platform,
+    )
+    assert collect_facts(Config(), probes).platform == "gce" and calls == []
+    probes.torch = lambda: GateFacts()
+    assert collect_facts(Config(), probes).platform == "colab" and calls == [1]
+
+    def broken():
+        raise RuntimeError("no metadata server")
+
+    probes.platform = broken
+    assert collect_facts(Config(), probes).platform is None
