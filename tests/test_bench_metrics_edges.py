@@ -461,3 +461,51 @@ def test_ratio_ci_edges():
     assert point == 2.0
     assert (low, high) == pytest.approx(reference_ratio([1.0, 3.0], [2.0, 6.0], mean, 1000, 0))
     assert low is not None and low < 2.0 < high
+
+
+def test_peak_in_flight_lets_an_ended_request_go_before_a_later_overlap():
+    # one request ends, then two overlap: the peak is 2 (an end counts -1, not more)
+    recs = [rec(0.0, end=1.0), rec(2.0, end=5.0), rec(3.0, end=6.0)]
+    assert metrics.peak_in_flight(recs) == 2
+
+
+def test_open_loop_stats_of_no_requests_and_of_a_sub_second_span():
+    empty = metrics.open_loop_stats([], rate=1.0, arrival=None, max_in_flight=2)
+    assert empty.achieved_send_rate_rps is None and empty.peak_in_flight == 0 and empty.cap_reached is False
+    two = metrics.open_loop_stats([rec(4.0, end=4.1), rec(4.5, end=4.6)], rate=2.0, arrival=None, max_in_flight=2)
+    assert two.achieved_send_rate_rps == pytest.approx(2.0)  # one interval of 0.5 s
+
+
+SPREAD_SHORT = [100.0, 131.0, 92.0, 118.0, 104.0, 125.0, 97.0, 111.0]
+SPREAD_LONG = [903.0, 1012.0, 1388.0, 955.0, 1190.0, 1077.0, 1240.0, 998.0, 1125.0]
+
+
+def test_series_decode_defaults_and_tails_on_a_spread_of_walls():
+    short, long = _walls(SPREAD_SHORT), _walls(SPREAD_LONG)
+    out = metrics.series_decode(short, long, 16, 128)
+    rng = random.Random(0)
+    estimates = []
+    for _ in range(1000):
+        a = [SPREAD_SHORT[rng.randrange(len(SPREAD_SHORT))] for _ in SPREAD_SHORT]
+        b = [SPREAD_LONG[rng.randrange(len(SPREAD_LONG))] for _ in SPREAD_LONG]
+        gap = float(np.median(b)) - float(np.median(a))
+        if gap > 0:
+            estimates.append(112 / (gap / 1000.0))
+    assert (out.ci_low, out.ci_high) == pytest.approx(tuple(np.percentile(estimates, [2.5, 97.5])), rel=1e-9)
+
+
+def test_series_decode_needs_two_walls_a_side_for_an_interval():
+    one, two = _walls([100.0]), _walls([100.0, 140.0])
+    long_one, long_two = _walls([1100.0]), _walls([1100.0, 1300.0])
+    assert metrics.series_decode(one, long_two, 10, 60).ci_low is None
+    assert metrics.series_decode(two, long_one, 10, 60).ci_low is None
+    both = metrics.series_decode(two, long_two, 10, 60)
+    assert both.ci_low is not None and both.ci_high is not None and both.ci_low <= both.decode_tok_s <= both.ci_high
+
+
+def test_series_decode_a_sub_millisecond_gap_is_a_speed_and_unfinished_long_requests_are_skipped():
+    short = _walls([100.0])
+    long = [*_walls([100.5]), rec(100.0, first=100.01, last=None, n=1)]
+    out = metrics.series_decode(short, long, 10, 11)
+    assert out.wall_long_ms == pytest.approx(100.5)
+    assert out.decode_tok_s == pytest.approx(1 / 0.0005, rel=1e-6)  # one token in 0.5 ms
