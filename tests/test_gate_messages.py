@@ -411,3 +411,50 @@ def test_the_platform_probe_answers_only_when_the_torch_probe_did_not():
 
     probes.platform = broken
     assert collect_facts(Config(), probes).platform is None
+
+
+# --- the CPU build probe and the platform probe ---------------------------------------------------
+
+
+def test_cpu_build_probe_reads_the_model_then_asks_the_build_of_the_configs_python(tmp_path, monkeypatch):
+    import json
+
+    from gemma4_t4 import gate
+    from gemma4_t4.quant import config as qconfig
+
+    asked = []
+
+    def stand_in_cpu_build(python=None):
+        asked.append(python)
+        return cpuisa.CpuBuild(isa="avx2", extension="_C_AVX2", library=None, int4=False,
+                               reason="stand-in: no int4 kernel")
+
+    monkeypatch.setattr(cpuisa, "cpu_build", stand_in_cpu_build)
+    bf16 = tmp_path / "bf16"
+    bf16.mkdir()
+    (bf16 / "config.json").write_text('{"model_type": "gemma4_text"}')
+    plain = gate.probe_cpu_build(Config(model=str(bf16), target="cpu"))
+    assert plain.model_int4 is False and plain.model_fields_set == {"model_int4"} and asked == []
+
+    int4 = tmp_path / "int4"
+    int4.mkdir()
+    config = {"model_type": "gemma4_text", "quantization_config": qconfig.quantization_config(32, [], False)}
+    (int4 / "config.json").write_text(json.dumps(config))
+
+    @dataclass
+    class WithPython(Config):
+        python: str = "/opt/venv/bin/python"
+
+    found = gate.probe_cpu_build(WithPython(model=str(int4), target="cpu"))
+    assert (found.model_int4, found.cpu_int4_kernel, found.cpu_build_detail) == (
+        True, False, "stand-in: no int4 kernel"
+    )
+    assert asked == ["/opt/venv/bin/python"]
+    gate.probe_cpu_build(Config(model=str(int4), target="cpu"))  # a config without a python: this one's
+    assert asked == ["/opt/venv/bin/python", None]
+
+
+def test_platform_probe_is_the_host_models_platform():
+    from gemma4_t4 import env, gate
+
+    assert gate.detect_platform() == env.detect_platform(env.Probes())[0]
