@@ -458,3 +458,74 @@ def test_platform_probe_is_the_host_models_platform():
     from gemma4_t4 import env, gate
 
     assert gate.detect_platform() == env.detect_platform(env.Probes())[0]
+
+
+# --- the device facts read from the host model (facts_from_host) --------------------------------
+
+
+def _host(gpus, problems=(), **facts_changes):
+    from gemma4_t4 import env
+
+    base = dict(os="Linux", kernel="6.1", machine="x86_64", python="3.11.9", platform="gce",
+                platform_evidence="DMI: Google", nvidia_smi=True, gpus=list(gpus),
+                torch_version="2.14.0+cu130", torch_cuda="13.0", smem_probed=True,
+                smem_per_block_optin=65_536, torch_compute_capability="7.5")
+    base.update(facts_changes)
+    pair = env.PairStatus(vllm=None, transformers=None, status="missing", detail="stand-in")
+    return env.EnvReport(facts=env.Facts(**base), pair=pair, problems=list(problems))
+
+
+def _gpu(index, name="Tesla T4", memory_mib=15_360, cc="7.5"):
+    from gemma4_t4 import env
+
+    return env.GPUInfo(index=index, name=name, memory_mib=memory_mib, compute_capability=cc, driver_version="580.65")
+
+
+def test_host_facts_of_a_working_t4():
+    from gemma4_t4 import env
+    from gemma4_t4.gate import facts_from_host
+
+    problems = [
+        env.Problem("error", "driver-too-old", "driver 535", "update the driver"),
+        env.Problem("error", "no-gpu", "covered by the gate itself"),
+        env.Problem("error", "cuda-init-failed", "covered"),
+        env.Problem("error", "cpu-torch-on-gpu-host", "covered"),
+        env.Problem("error", "nvidia-smi-failed", "covered"),
+        env.Problem("warning", "old-vllm", "only a warning"),
+    ]
+    f = facts_from_host(_host([_gpu(0), _gpu(1)], problems))
+    assert (f.platform, f.torch_version, f.torch_cuda_build) == ("gce", "2.14.0+cu130", "13.0")
+    assert (f.gpu_present, f.gpu_name, f.gpu_count) == (True, "Tesla T4", 2)
+    assert f.compute_capability == (7, 5) and f.smem_per_block_optin == 65_536
+    assert f.gpu_memory_bytes == 15_360 * 2**20
+    assert f.cuda_available is True
+    assert f.doctor_errors == [{"code": "driver-too-old", "message": "driver 535", "fix": "update the driver"}]
+    assert f.notes == []
+
+
+def test_host_facts_count_only_gpus_like_the_chosen_one_and_note_the_choice():
+    from gemma4_t4.gate import facts_from_host
+
+    gpus = [_gpu(0, "NVIDIA L4", 23_034, "8.9"), _gpu(1), _gpu(2)]
+    f = facts_from_host(_host(gpus, torch_compute_capability=None))
+    assert (f.gpu_name, f.gpu_count, f.compute_capability) == ("Tesla T4", 2, (7, 5))
+    assert len(f.notes) == 1 and f.notes[0].startswith("mixed GPUs (0: NVIDIA L4, 1: Tesla T4, 2: Tesla T4): GPU 1")
+
+
+def test_host_facts_without_cuda_torch_or_gpu():
+    from gemma4_t4.gate import facts_from_host
+
+    cpu_torch = facts_from_host(_host([_gpu(0)], torch_version="2.14.0+cpu", torch_cuda=None, smem_probed=False,
+                                      torch_compute_capability=None))
+    assert cpu_torch.torch_cuda_build is None and cpu_torch.cuda_available is False
+    failed = facts_from_host(_host([_gpu(0)], cuda_probe_error="CUDA driver version is insufficient"))
+    assert failed.cuda_available is False and failed.notes == ["CUDA driver version is insufficient"]
+    no_torch = facts_from_host(_host([_gpu(0)], torch_version=None, torch_cuda=None))
+    assert no_torch.cuda_available is None and "cuda_available" not in no_torch.model_fields_set
+    no_smi = facts_from_host(_host([], nvidia_smi=False, torch_compute_capability=None, smem_per_block_optin=None))
+    assert (no_smi.gpu_present, no_smi.gpu_name, no_smi.gpu_count, no_smi.gpu_memory_bytes) == (False, None, 0, None)
+    assert no_smi.cuda_available is False  # no capability read: CUDA did not work
+    empty_smi = facts_from_host(_host([], nvidia_smi=True, torch_compute_capability=None))
+    assert empty_smi.gpu_present is False
+    unknown_memory = facts_from_host(_host([_gpu(0, memory_mib=None)]))
+    assert unknown_memory.gpu_memory_bytes is None
