@@ -529,3 +529,133 @@ def test_host_facts_without_cuda_torch_or_gpu():
     assert empty_smi.gpu_present is False
     unknown_memory = facts_from_host(_host([_gpu(0, memory_mib=None)]))
     assert unknown_memory.gpu_memory_bytes is None
+
+
+# --- small readers: GiB text, model format, host memory, torch probe, HF cache, model probe ---------
+
+
+def test_gib_text():
+    from gemma4_t4.gate import _gib
+
+    assert _gib(None) == "?"
+    assert _gib(3 * GIB // 2) == "1.5 GiB"
+
+
+def test_host_facts_of_a_cpu_torch_that_names_a_cuda_and_of_a_host_without_nvidia_smi():
+    from gemma4_t4.gate import facts_from_host
+
+    plus_cpu = facts_from_host(_host([_gpu(0)], torch_version="2.14.0+cpu", torch_cuda="12.8"))
+    assert plus_cpu.torch_cuda_build is None
+    no_smi = facts_from_host(_host([_gpu(0)], nvidia_smi=False))
+    assert no_smi.gpu_present is False
+
+
+def test_cpu_gate_never_calls_a_passing_start_forced():
+    passing = check_cpu_start(Config(target="cpu"), force=True,
+                              probes=_cpu_probes(GateFacts(model_int4=False, cpu_int4_kernel=False)))
+    assert (passing.ok, passing.forced) == (True, False)
+    with pytest.raises(GateRefused) as refused:
+        check_cpu_start(Config(target="cpu"), probes=_cpu_probes(GateFacts(model_int4=True, cpu_int4_kernel=False)))
+    assert refused.value.result.forced is False and refused.value.result.ok is False
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        ({"quantization_config": {"quant_method": "compressed-tensors", "format": "pack-quantized"}}, True),
+        ({"quantization_config": {"quant_method": "compressed-tensors", "format": "dense",
+                                  "config_groups": {"g0": {"format": "pack-quantized"}, "g1": "x"}}}, True),
+        ({"quantization_config": {"quant_method": "compressed-tensors", "format": "float-quantized",
+                                  "config_groups": None}}, False),
+        ({"quantization_config": {"quant_method": "awq", "format": "pack-quantized"}}, False),
+        ({"quantization_config": "int4"}, False),
+        ({"model_type": "gemma4_text"}, False),
+        ([1, 2], False),
+    ],
+)
+def test_model_format_from_a_local_config(tmp_path, config, expected):
+    import json
+
+    from gemma4_t4.gate import model_is_int4
+
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert model_is_int4(str(tmp_path)) is expected
+
+
+def test_model_format_of_unreadable_folders_and_hub_ids(tmp_path):
+    from gemma4_t4.gate import model_is_int4
+
+    assert model_is_int4(str(tmp_path)) is None  # no config.json
+    (tmp_path / "config.json").write_text("{not json")
+    assert model_is_int4(str(tmp_path)) is None
+    assert model_is_int4("google/gemma-4-E2B-it-emb4") is True
+    assert model_is_int4("google/gemma-4-E2B-it-qat-w4a16-ct") is True
+    assert model_is_int4("google/gemma-4-E2B-it") is False
+
+
+def test_host_memory_probe_reads_psutil(monkeypatch):
+    from types import SimpleNamespace
+
+    from gemma4_t4 import gate
+
+    monkeypatch.setattr(gate.psutil, "virtual_memory", lambda: SimpleNamespace(total=8, available=5))
+    monkeypatch.setattr(gate.psutil, "swap_memory", lambda: SimpleNamespace(total=16, free=12))
+    found = gate.probe_host_memory()
+    assert (found.ram_total_bytes, found.ram_available_bytes, found.swap_total_bytes, found.swap_free_bytes) == (
+        8, 5, 16, 12
+    )
+
+
+def test_torch_probe_asks_the_doctor_to_read_the_device_through_torch(monkeypatch):
+    from gemma4_t4 import env, gate
+
+    asked = []
+
+    def stand_in_doctor(**kwargs):
+        asked.append(kwargs)
+        return _host([_gpu(0)])
+
+    monkeypatch.setattr(env, "doctor", stand_in_doctor)
+    found = gate.probe_torch()
+    assert asked == [{"smem": True}]
+    assert found.gpu_name == "Tesla T4" and found.cuda_available is True
+
+
+def test_hf_cache_dir_follows_hf_hub_cache_then_hf_home_then_home(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from gemma4_t4.gate import hf_cache_dir
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hubcache"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hfhome"))
+    assert hf_cache_dir() == tmp_path / "hubcache"
+    monkeypatch.delenv("HF_HUB_CACHE")
+    assert hf_cache_dir() == tmp_path / "hfhome" / "hub"
+    monkeypatch.delenv("HF_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert hf_cache_dir() == Path(tmp_path / "home" / ".cache" / "huggingface" / "hub")
+
+
+def test_model_probe_reads_a_cached_download_and_estimates_a_missing_one(tmp_path, monkeypatch):
+    from gemma4_t4 import gate, models
+    from gemma4_t4.server import ServerConfig
+
+    hub = tmp_path / "hub"
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub))
+    model = "google/gemma-4-E2B-it"
+    device = GateFacts(gpu_memory_bytes=15 * GIB, gpu_name="Tesla T4")
+    # nothing cached, and the cache folder does not exist yet: free space of its nearest parent
+    missing = gate.probe_model(ServerConfig(model=model, target="t4"), device)
+    assert missing.weights_on_disk is False and missing.disk_path == str(hub)
+    assert missing.weights_bytes == models.weights_estimate("e2b", "bf16").checkpoint_bytes
+    assert missing.load_peak_bytes == int(models.load_ram("e2b", "bf16").peak_ram_gib * GIB)
+    assert missing.disk_free_bytes is not None and missing.notes == []
+    snapshot = hub / "models--google--gemma-4-E2B-it" / "snapshots" / "abc"
+    snapshot.mkdir(parents=True)
+    (snapshot / "model.safetensors").write_bytes(b"\0" * 1000)
+    (snapshot / "notes.txt").write_bytes(b"\0" * 50)
+    cached = gate.probe_model(ServerConfig(model=model, target="t4"), device)
+    assert (cached.weights_on_disk, cached.weights_bytes, cached.disk_path) == (True, 1000, str(hub))
+    unknown = gate.probe_model(ServerConfig(model="someone/llama", target="t4"), device)
+    assert unknown.weights_bytes is None and unknown.weights_on_disk is False
+    assert unknown.notes[0] == "someone/llama is neither a local folder nor a Gemma 4 catalog hub id"
