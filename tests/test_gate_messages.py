@@ -659,3 +659,77 @@ def test_model_probe_reads_a_cached_download_and_estimates_a_missing_one(tmp_pat
     unknown = gate.probe_model(ServerConfig(model="someone/llama", target="t4"), device)
     assert unknown.weights_bytes is None and unknown.weights_on_disk is False
     assert unknown.notes[0] == "someone/llama is neither a local folder nor a Gemma 4 catalog hub id"
+
+
+# --- the drafter's share of GPU memory (drafter_memory), through a stand-in launch config ----------
+
+
+@dataclass
+class StandInPlan:
+    """What ``config.draft_plan()`` answers: the drafter a launch chose."""
+
+    enabled: bool = True
+    method: str = "mtp"
+    model: str = ""
+    requested: str = ""
+
+
+@dataclass
+class DraftConfig:
+    """A stand-in launch config whose drafter choice is given (``drafter_memory`` reads only these)."""
+
+    plan: StandInPlan
+    language_model_only: bool = False
+
+    def draft_plan(self) -> StandInPlan:
+        return self.plan
+
+
+def test_drafter_memory_of_each_source(tmp_path, monkeypatch):
+    from gemma4_t4 import models
+    from gemma4_t4.gate import DrafterMemory, _gib, drafter_memory
+
+    hub = tmp_path / "hub"
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub))
+    assert drafter_memory(DraftConfig(StandInPlan(enabled=False)), 7 * GIB) == DrafterMemory(0, False, "no drafter")
+
+    target = "google/gemma-4-12B-it-qat-w4a16-ct"
+    itself = drafter_memory(DraftConfig(StandInPlan(method="draft_model", model=target, requested="self")), 7 * GIB)
+    assert itself == DrafterMemory(
+        7 * GIB, True, f"drafter {target}: 7.0 GiB from a second copy of the target's weights, plus its own KV cache"
+    )
+
+    assistant = "google/gemma-4-12B-it-qat-q4_0-unquantized-assistant"
+    size = models.assistant_by_id(assistant).weights_bytes
+    assert drafter_memory(DraftConfig(StandInPlan(model=assistant, requested=assistant)), 7 * GIB) == DrafterMemory(
+        size, False, f"drafter {assistant}: {_gib(size)} from the assistant catalog"
+    )
+
+    whole = "google/gemma-4-E2B-it"
+    for text_only in (False, True):
+        estimate = models.weights_estimate("e2b", "bf16", text_only).total_bytes
+        got = drafter_memory(
+            DraftConfig(StandInPlan(method="draft_model", model=whole, requested=whole), language_model_only=text_only),
+            7 * GIB,
+        )
+        assert got == DrafterMemory(
+            estimate, True,
+            f"drafter {whole}: {_gib(estimate)} from the fit calculator's e2b bf16 estimate, plus its own KV cache",
+        )
+    assert models.weights_estimate("e2b", "bf16", True).total_bytes != models.weights_estimate("e2b", "bf16", False).total_bytes
+    # an MTP assistant that is a catalog model's name is not sized as a whole model
+    assert drafter_memory(DraftConfig(StandInPlan(model=whole, requested=whole)), 7 * GIB).weights_bytes is None
+
+    custom = "someone/custom-assistant"
+    unknown = DrafterMemory(None, False, f"drafter {custom}: size unknown (not local, not cached, not catalogued)")
+    assert drafter_memory(DraftConfig(StandInPlan(model=custom, requested=custom)), 7 * GIB) == unknown
+    own = drafter_memory(DraftConfig(StandInPlan(method="draft_model", model=custom, requested=custom)), 7 * GIB)
+    assert own.own_kv is True and own.weights_bytes is None
+    folder = hub / "models--someone--custom-assistant" / "snapshots" / "x"
+    folder.mkdir(parents=True)
+    (folder / "README.md").write_text("no weights yet")
+    assert drafter_memory(DraftConfig(StandInPlan(model=custom, requested=custom)), 7 * GIB) == unknown
+    (folder / "model.safetensors").write_bytes(b"\0" * 3000)
+    assert drafter_memory(DraftConfig(StandInPlan(model=custom, requested=custom)), 7 * GIB) == DrafterMemory(
+        3000, False, f"drafter {custom}: 0.0 GiB from its safetensors in the Hugging Face cache"
+    )
