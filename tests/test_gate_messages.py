@@ -733,3 +733,56 @@ def test_drafter_memory_of_each_source(tmp_path, monkeypatch):
     assert drafter_memory(DraftConfig(StandInPlan(model=custom, requested=custom)), 7 * GIB) == DrafterMemory(
         3000, False, f"drafter {custom}: 0.0 GiB from its safetensors in the Hugging Face cache"
     )
+
+
+# --- the GPU fit's verdict, detail and fix (_gpu_fit through probe_model's inputs) ----------------
+
+T4_DEVICE = GateFacts(gpu_memory_bytes=15 * GIB, gpu_name="Tesla T4")
+
+
+def test_gpu_fit_fixes_for_a_model_too_big_and_a_context_too_long(tmp_path, monkeypatch):
+    import re
+
+    from gemma4_t4.gate import _gpu_fit, catalog_entry
+    from gemma4_t4.server import ServerConfig
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    big = "google/gemma-4-26B-A4B-it"
+    too_big = _gpu_fit(ServerConfig(model=big, target="t4"), catalog_entry(big), None, T4_DEVICE)
+    assert too_big.gpu_fit_ok is False and too_big.gpu_fit_detail.startswith("26b-a4b bf16 on t4: does not fit")
+    assert too_big.gpu_fit_fix == (
+        "use a 4-bit (QAT w4a16) checkpoint or a smaller model, or spread over more GPUs (tensor_parallel_size); "
+        "`gemma4-t4 fit` shows what fits"
+    )
+    qat = "google/gemma-4-12B-it-qat-w4a16-ct"
+    alone = _gpu_fit(ServerConfig(model=qat, target="t4", max_model_len=131072), catalog_entry(qat), None, T4_DEVICE)
+    assert alone.gpu_fit_ok is True and alone.gpu_fit_fix is None
+    assert alone.gpu_fit_detail.startswith("12b qat-w4a16 on t4: fits")
+    assistant = "google/gemma-4-12B-it-qat-q4_0-unquantized-assistant"
+    drafted = _gpu_fit(ServerConfig(model=qat, target="t4", max_model_len=131072, draft=assistant),
+                       catalog_entry(qat), None, T4_DEVICE)
+    drafter = f"drafter {assistant}: 0.8 GiB from the assistant catalog"
+    assert drafted.gpu_fit_ok is False
+    assert drafted.gpu_fit_detail.startswith(f"12b qat-w4a16 + {drafter} on t4: weights fit, but")
+    longest = int(re.search(r"max context (\d+)$", drafted.gpu_fit_detail).group(1))
+    assert drafted.gpu_fit_fix == (
+        f"lower max_model_len to {longest} or less (--max-model-len), or use a 4-bit checkpoint; `gemma4-t4 fit` "
+        f"shows what fits; or --draft off (the drafter counts: {drafter})"
+    )
+
+
+def test_gpu_fit_outside_the_catalog_is_weights_plus_one_gib_within_vllms_share():
+    from gemma4_t4.gate import _gpu_fit
+    from gemma4_t4.server import ServerConfig
+
+    config = ServerConfig(model="someone/x", target="t4", gpu_memory_utilization=0.5)  # 7.5 GiB of 15
+    fits = _gpu_fit(config, None, 5 * GIB, T4_DEVICE)
+    assert fits.model_fields_set == {"gpu_fit_ok", "gpu_fit_detail"}
+    assert fits.gpu_fit_ok is True
+    assert fits.gpu_fit_detail == (
+        "weights 5.0 GiB + 1 GiB runtime vs 7.5 GiB vLLM may use (gpu_memory_utilization 0.5; not a catalog "
+        "model, so KV cache is not estimated)"
+    )
+    assert _gpu_fit(config, None, int(6.5 * GIB) - 1, T4_DEVICE).gpu_fit_ok is True
+    assert _gpu_fit(config, None, int(6.5 * GIB), T4_DEVICE).gpu_fit_ok is False  # exactly full is not room
+    assert _gpu_fit(config, None, None, T4_DEVICE).model_fields_set == set()
