@@ -786,3 +786,38 @@ def test_gpu_fit_outside_the_catalog_is_weights_plus_one_gib_within_vllms_share(
     assert _gpu_fit(config, None, int(6.5 * GIB) - 1, T4_DEVICE).gpu_fit_ok is True
     assert _gpu_fit(config, None, int(6.5 * GIB), T4_DEVICE).gpu_fit_ok is False  # exactly full is not room
     assert _gpu_fit(config, None, None, T4_DEVICE).model_fields_set == set()
+
+
+def test_catalog_entry_of_local_folders_and_hub_ids(tmp_path):
+    import json
+
+    from gemma4_t4 import models
+    from gemma4_t4.gate import catalog_entry
+
+    variant = models.VARIANTS["e2b"]
+    size = {"hidden_size": variant.hidden_size, "num_hidden_layers": variant.num_layers}
+    nested = tmp_path / "nested"
+    nested.mkdir()
+    (nested / "config.json").write_text(json.dumps({"text_config": size}))
+    assert catalog_entry(str(nested)) == ("e2b", "bf16")
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    (flat / "config.json").write_text(json.dumps({**size, "quantization_config": {"quant_method": "x"}}))
+    assert catalog_entry(str(flat)) == ("e2b", "qat-w4a16")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "config.json").write_text(json.dumps({"hidden_size": 7, "num_hidden_layers": variant.num_layers}))
+    assert catalog_entry(str(other)) is None
+    assert catalog_entry(str(tmp_path)) is None  # no config.json
+    assert catalog_entry("google/gemma-4-E2B-it-emb4") == ("e2b", "emb4")
+    assert catalog_entry("google/gemma-4-E2B-it-qat-w4a16-ct") == ("e2b", "qat-w4a16")
+    assert catalog_entry("google/gemma-4-E2B-it") == ("e2b", "bf16")
+
+
+def test_unknown_fit_and_disk_name_the_model_probes_notes_too():
+    f = facts(gpu_fit_ok=None, disk_free_bytes=None, notes=["model: not a catalog id", "torch: unrelated"])
+    reasons = judge(f)
+    assert [(r.check, r.problem) for r in reasons] == [
+        ("gpu_memory", "could not check that the model fits GPU memory (not a catalog id)"),
+        ("disk", "could not check free disk for the weights (not a catalog id)"),
+    ]
