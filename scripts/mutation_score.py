@@ -81,7 +81,10 @@ MODULES: dict[str, Target] = {
             "fix_line",
         ),
     ),
-    "bench.metrics": Target("gemma4_t4/bench/metrics.py", ("tests/test_bench_metrics.py", "tests/test_bench_integrity.py")),
+    "bench.metrics": Target(
+        "gemma4_t4/bench/metrics.py",
+        ("tests/test_bench_metrics.py", "tests/test_bench_integrity.py", "tests/test_bench_metrics_edges.py"),
+    ),
     "bench.answers": Target(
         "gemma4_t4/bench/answers.py",
         ("tests/test_bench_metrics.py", "tests/test_bench_trust.py", "tests/test_bench_integrity.py"),
@@ -91,7 +94,9 @@ MODULES: dict[str, Target] = {
         ("tests/test_quant_repack.py", "tests/test_quant_verdicts.py", "tests/test_quant_io.py"),
     ),
     "secrets": Target("gemma4_t4/secrets.py", ("tests/test_secrets_rule.py",)),
-    "gate": Target("gemma4_t4/gate.py", ("tests/test_gate_judge.py", "tests/test_gate_margins.py")),
+    "gate": Target(
+        "gemma4_t4/gate.py", ("tests/test_gate_judge.py", "tests/test_gate_margins.py", "tests/test_gate_messages.py")
+    ),
     "sagemaker.delete_plan": Target(
         "gemma4_t4/sagemaker/ops.py",
         ("tests/test_sagemaker_moto.py", "tests/test_sagemaker_scale.py", "tests/test_sagemaker_checks.py",
