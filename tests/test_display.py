@@ -80,9 +80,10 @@ def _shown(result: Displayable) -> tuple[_Cells, str]:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """Two complete decode runs and a TTFT run against the fake server (streamed tokens)."""
+    """Two complete decode runs and a TTFT run against the fake server (streamed tokens: 20 ms apart,
+    so even a client stalled by a busy machine sees a stream, not one flush)."""
     root = tmp_path_factory.mktemp("runs")
-    state = FakeServerState(default=FakeScript(ttft_s=0.01, gap_s=0.002))
+    state = FakeServerState(default=FakeScript(ttft_s=0.01, gap_s=0.02))
     with FakeServer(free_port(), state) as server:
         a = run_benchmark(server.base_url, "fake-model", "decode", root / "a" / "run", progress=False,
                           label="bf16", **DECODE)
