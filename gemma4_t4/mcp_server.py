@@ -39,12 +39,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, TypeAdapter, model_validator
 
-from gemma4_t4 import env, secrets, signals, speculative
 from gemma4_t4.bench import specs as bench_specs  # the spec classes: the benchmark's client loads in a run
 from gemma4_t4.bench.schemas import RunReport
 from gemma4_t4.bench.specs import AnySpec
 from gemma4_t4.errors import Gemma4T4Error, UnexpectedError, debug_enabled, user_error
-from gemma4_t4.jsonable import to_jsonable
+from gemma4_t4.foundation import secrets, signals
+from gemma4_t4.foundation.jsonable import to_jsonable
+from gemma4_t4.host import env
 from gemma4_t4.sagemaker import quotas  # sagemaker.* import no AWS SDK: boto3 loads at a tool's first call
 from gemma4_t4.sagemaker.build import (
     BuildFailed,
@@ -87,7 +88,8 @@ from gemma4_t4.sagemaker.ops import (
 from gemma4_t4.sagemaker.ops import delete_endpoint as delete
 from gemma4_t4.sagemaker.ops import list_endpoints as list_all
 from gemma4_t4.sagemaker.quotas import QuotaRow
-from gemma4_t4.server import (
+from gemma4_t4.serving import speculative
+from gemma4_t4.serving.server import (
     DEFAULT_WORK_DIR,
     ServerStatus,
     VLLMServer,
@@ -95,8 +97,8 @@ from gemma4_t4.server import (
     start_server,
     stop_server,
 )
-from gemma4_t4.server_config import ServerConfig
-from gemma4_t4.server_state import free_port
+from gemma4_t4.serving.server_config import ServerConfig
+from gemma4_t4.serving.server_state import free_port
 from gemma4_t4.turing import filepatch
 from gemma4_t4.turing import state as turing_state
 from gemma4_t4.turing import verify as turing_verify
@@ -136,7 +138,7 @@ def _secret_values() -> list[str]:
 
 
 def _scrub(value: Any, values: list[str]) -> Any:
-    """The package's one masking rule (gemma4_t4.secrets), shared with serve, bench and SageMaker."""
+    """The package's one masking rule (gemma4_t4.foundation.secrets), shared with serve, bench and SageMaker."""
     return secrets.mask(value, values)
 
 
@@ -902,7 +904,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     for noisy in ("botocore", "boto3", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    # SIGTERM and SIGHUP (the one signal rule, gemma4_t4.signals) shut the server down in order:
+    # SIGTERM and SIGHUP (the one signal rule, gemma4_t4.foundation.signals) shut the server down in order:
     # cancel in-flight work (a deploy rolls back what it created, a build is stopped), stop the vLLM
     # servers it started, then exit. The event loop cannot do it: it waits on its stdin reader.
     for sig in signals.STOP_SIGNALS:

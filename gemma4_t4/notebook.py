@@ -18,9 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
-from gemma4_t4 import cpuisa, env, setup_plan
-from gemma4_t4 import setup as setup_apply
-from gemma4_t4.atomic import atomic_write_json
 from gemma4_t4.bench.compare import compare_suites
 from gemma4_t4.bench.pricing import CostTable, measured_price
 from gemma4_t4.bench.published import (
@@ -30,17 +27,18 @@ from gemma4_t4.bench.published import (
     sagemaker_decode_table,
 )
 from gemma4_t4.bench.specs import notebook_params
-from gemma4_t4.endpoint import Budget, Endpoint, start_owned_server
-from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.hardware import (
+from gemma4_t4.catalog.hardware import (
     PRICES,
     InstancePrice,
     identify_gpu,
     price_key,
 )
-from gemma4_t4.jsonable import JSONValue, to_jsonable
-from gemma4_t4.models import VARIANTS, fit, get_variant
-from gemma4_t4.table import (  # noqa: F401 - format_value, table_cells, pairs, together: re-exported
+from gemma4_t4.catalog.models import VARIANTS, fit, get_variant
+from gemma4_t4.catalog.tiny import ensure_tiny_gemma4
+from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.foundation.atomic import atomic_write_json
+from gemma4_t4.foundation.jsonable import JSONValue, to_jsonable
+from gemma4_t4.foundation.table import (  # noqa: F401 - format_value, table_cells, pairs, together: re-exported
     Displayable,
     Table,
     format_table,
@@ -50,7 +48,9 @@ from gemma4_t4.table import (  # noqa: F401 - format_value, table_cells, pairs, 
     text_table,
     together,
 )
-from gemma4_t4.tiny import ensure_tiny_gemma4
+from gemma4_t4.host import cpuisa, env, setup_plan
+from gemma4_t4.host import setup as setup_apply
+from gemma4_t4.serving.endpoint import Budget, Endpoint, start_owned_server
 
 if TYPE_CHECKING:
     from gemma4_t4.bench.published import BesideRow
@@ -99,11 +99,11 @@ def setup(vllm: bool = True, packages: Sequence[str] = (), dry_run: bool = False
           probes: env.Probes | None = None, runner: Any = None) -> Any:
     """The install cell's one call (as fastbook's ``setup_book()``): install what this host needs.
 
-    ``vllm=True``: the vLLM + torch build for this GPU and driver (:mod:`gemma4_t4.setup`; the
+    ``vllm=True``: the vLLM + torch build for this GPU and driver (:mod:`gemma4_t4.host.setup`; the
     CPU build without a GPU); ``packages``: extra requirements installed where missing (e.g. Part
     1's local AWS stand-in). Where something already loaded was replaced, says the runtime must
     restart; on Colab restarts it (the kernel restart Colab supports) unless ``restart=False``.
-    Returns the :class:`gemma4_t4.setup_plan.SetupPlan` (dry run) or :class:`~gemma4_t4.setup.SetupResult`.
+    Returns the :class:`gemma4_t4.host.setup_plan.SetupPlan` (dry run) or :class:`~gemma4_t4.host.setup.SetupResult`.
     """
     import importlib.util
 
@@ -209,7 +209,7 @@ class RuntimeInfo:
 
     @property
     def gpu_key(self) -> str | None:
-        """The detected GPU's key in the hardware table (:func:`gemma4_t4.hardware.identify_gpu`);
+        """The detected GPU's key in the hardware table (:func:`gemma4_t4.catalog.hardware.identify_gpu`);
         None without a GPU or for one the table does not list."""
         gpu = identify_gpu(self.gpu_name)
         return gpu.key if gpu else None
@@ -279,7 +279,7 @@ def runtime_check(target: str, allowed: Sequence[str] = TARGETS, show: bool = Tr
                               "this GPU does not need them; results are this GPU's"
                               + (f", priced and roofline'd as {info.gpu_key}" if info.gpu_key else ""))
         if info.gpu_key is None:
-            info.notes.append(f"{info.gpu_name} is not in the hardware table (gemma4_t4.hardware): its results "
+            info.notes.append(f"{info.gpu_name} is not in the hardware table (gemma4_t4.catalog.hardware): its results "
                               "are not priced, and the roofline and fit tables show the series' T4 for reference")
     elif resolved == "cpu":
         info.notes.append("TARGET='cpu' is the embedded default: no GPU and no AWS needed (a tiny random "
@@ -529,7 +529,7 @@ def model_for(target: str, variant: str = "e2b", fmt: str = "bf16", work_dir: st
 def drafter_for(target: str, work_dir: str | Path = ".") -> str:
     """The drafter the speculative-decoding step uses: on ``cpu`` the tiny random assistant built
     offline to match the tiny target (random weights: it shows the method, not a speed-up); on a GPU
-    ``auto``, Google's assistant for the served size and build (``gemma4_t4.speculative``)."""
+    ``auto``, Google's assistant for the served size and build (``gemma4_t4.serving.speculative``)."""
     if check_target(target) == "cpu":
         return str(ensure_tiny_gemma4(Path(work_dir) / "models" / "tiny-gemma4-drafter", variant="drafter"))
     return "auto"
@@ -541,7 +541,7 @@ def endpoint(runtime: RuntimeInfo | str, model: str | Path, work_dir: str | Path
              part: int | None = None, region: str = "us-east-2", budget: Budget | None = None,
              gpu: Literal["t4", "l4"] = "t4", max_num_seqs: int = 8, max_model_len: int | None = None,
              enable_prefix_caching: bool = True, poll_s: float = 15.0) -> Endpoint:
-    """What serves ``model`` for this notebook, as one :class:`gemma4_t4.endpoint.Endpoint`; every
+    """What serves ``model`` for this notebook, as one :class:`gemma4_t4.serving.endpoint.Endpoint`; every
     later cell is the same code on every venue.
 
     - ``cpu`` or a local GPU (``t4``): vLLM started through the package's one launch path on a free
@@ -558,8 +558,8 @@ def endpoint(runtime: RuntimeInfo | str, model: str | Path, work_dir: str | Path
         return _sagemaker_endpoint(model, name=name, part=part, region=region, budget=budget, gpu=gpu,
                                    max_num_seqs=max_num_seqs, max_model_len=max_model_len, poll_s=poll_s)
     # lazy: the serving stack (server, start gate, supervisor) loads only in a step that starts a local server
-    from gemma4_t4.server_config import ServerConfig
-    from gemma4_t4.server_state import free_port
+    from gemma4_t4.serving.server_config import ServerConfig
+    from gemma4_t4.serving.server_state import free_port
 
     server_target = "cpu" if target == "cpu" else "t4"
     config = ServerConfig(
@@ -694,27 +694,27 @@ def t4_vs_l4(served: Endpoint, specs: Mapping[str, WorkloadSpec], runs_dir: str 
 
 def drafter_on_off(served: Endpoint, draft: str, out_dir: str | Path) -> Any:
     """Speculative decoding with ``draft`` off, then on, on a local server like ``served``
-    (:func:`gemma4_t4.drafter_bench.drafter_on_off`); ``None`` on SageMaker, where it would mean two
+    (:func:`gemma4_t4.studies.drafter_bench.drafter_on_off`); ``None`` on SageMaker, where it would mean two
     more billed deploys."""
     if not served.can_restart:
         print(f"not run on {served.venue}: a drafter comparison restarts the server twice (on SageMaker: "
               "two more billed deploys)")
         return None
     # lazy: notebook 4's drafter study (two launches and the benchmark) loads only for its step
-    from gemma4_t4.drafter_bench import drafter_on_off as compare
+    from gemma4_t4.studies.drafter_bench import drafter_on_off as compare
 
     return compare(served.server.config, draft, out_dir, start=start_owned_server,
                    tokenizer=served.tokenizer or served.server.config.model)
 
 
 def ttft_route_on_off(served: Endpoint, runtime: RuntimeInfo, spec: WorkloadSpec, out_dir: str | Path) -> Any:
-    """The TTFT curve with the tensor-core prefill route off, then on (:mod:`gemma4_t4.ttft_route`);
+    """The TTFT curve with the tensor-core prefill route off, then on (:mod:`gemma4_t4.studies.ttft_route`);
     ``None`` unless ``served`` is a local Turing GPU (the only place the route activates)."""
     if not served.can_restart or not runtime.is_t4:
         print(f"not run on {runtime.target}: the route activates on a local Turing GPU (sm_7x) only")
         return None
     # lazy: notebook 4's TTFT route curve (servers, the benchmark, plots) loads only for its step
-    from gemma4_t4.ttft_route import ttft_route_on_off as curve
+    from gemma4_t4.studies.ttft_route import ttft_route_on_off as curve
 
     report = curve(served.server.config, spec, out_dir)
     show_image(report.plot)

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from gemma4_t4.atomic import atomic_write_text
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.jsonable import JSONObject
+from gemma4_t4.foundation.atomic import atomic_write_text
+from gemma4_t4.foundation.jsonable import JSONObject
 from gemma4_t4.notebook import AUTO, SUMMARY_FILE, TARGETS, JSONValue, NotebookSummary, table_cells
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -148,7 +148,7 @@ def resolve_target(target: str, probes: Any = None) -> tuple[str, str]:
     """(target, why): ``auto`` is the GPU path (t4) on a host with an NVIDIA GPU, else cpu."""
     if target != AUTO:
         return target, f"--target {target}"
-    from gemma4_t4 import env
+    from gemma4_t4.host import env
 
     facts = env.probe(probes)
     if facts.gpus:

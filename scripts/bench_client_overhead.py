@@ -23,7 +23,7 @@ import urllib.request
 
 from gemma4_t4.bench.client import RequestSpec, make_session, run_closed_loop
 from gemma4_t4.bench.metrics import percentile
-from gemma4_t4.server_state import free_port
+from gemma4_t4.serving.server_state import free_port
 
 
 def start_fake(port: int, *flags: str) -> subprocess.Popen:

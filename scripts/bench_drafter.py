@@ -23,13 +23,13 @@ import json
 import sys
 from pathlib import Path
 
-from gemma4_t4 import signals
 from gemma4_t4.bench import run_benchmark
-from gemma4_t4.server import VLLMServer
-from gemma4_t4.server_config import ServerConfig
-from gemma4_t4.server_state import free_port
-from gemma4_t4.table import format_table
-from gemma4_t4.tiny import TinySpec, build_tiny_gemma4, ensure_tiny_gemma4
+from gemma4_t4.catalog.tiny import TinySpec, build_tiny_gemma4, ensure_tiny_gemma4
+from gemma4_t4.foundation import signals
+from gemma4_t4.foundation.table import format_table
+from gemma4_t4.serving.server import VLLMServer
+from gemma4_t4.serving.server_config import ServerConfig
+from gemma4_t4.serving.server_state import free_port
 
 
 def bench_one(label: str, target: Path, draft: str, args: argparse.Namespace) -> list[list[str]]:

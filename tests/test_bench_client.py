@@ -17,7 +17,7 @@ from gemma4_t4.bench.metrics import aggregate, request_metrics
 from gemma4_t4.bench.schemas import RequestRecord
 from gemma4_t4.cli import main as cli_main
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.server_state import free_port
+from gemma4_t4.serving.server_state import free_port
 
 # The client's stamps are checked against what the FAKE server did by causality only (nothing can
 # arrive before the server wrote it; both use one system-wide perf_counter clock) and by counting

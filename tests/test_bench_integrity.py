@@ -22,8 +22,8 @@ from gemma4_t4.bench.results import load_run
 from gemma4_t4.bench.schemas import Answer, RequestRecord
 from gemma4_t4.cli import main as cli_main
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.safepaths import MARKER_NAME
-from gemma4_t4.server_state import free_port
+from gemma4_t4.foundation.safepaths import MARKER_NAME
+from gemma4_t4.serving.server_state import free_port
 
 DECODE = {"concurrency": [1], "input_len": 16, "output_len": 6, "num_prompts": 4, "warmup": 1}
 

@@ -21,7 +21,7 @@ from gemma4_t4.cli import main as cli_main
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.sagemaker import runtime_standin
 from gemma4_t4.sagemaker.runtime_standin import RuntimeStandIn
-from gemma4_t4.server_state import free_port
+from gemma4_t4.serving.server_state import free_port
 
 SM = "sagemaker://us-east-2/"
 

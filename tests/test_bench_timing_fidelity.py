@@ -16,7 +16,7 @@ from sagemaker_fault_standin import aws_env
 from gemma4_t4.bench import run_benchmark
 from gemma4_t4.bench.fake_server import FakeScript, FakeServer, FakeServerState
 from gemma4_t4.sagemaker.runtime_standin import RuntimeStandIn
-from gemma4_t4.server_state import free_port
+from gemma4_t4.serving.server_state import free_port
 
 TTFT_S, GAP_S = 0.040, 0.015  # injected: 40 ms to the first token, 15 ms between tokens
 TOKEN = b'"text": "ab"'  # one fake token as the server writes it (inside the stand-in's event)

@@ -66,7 +66,7 @@ def _simulated_host(monkeypatch, **host) -> None:
     """Run `gemma4-t4 doctor` on a simulated host (fake probes from test_env_doctor: no GPU here)."""
     from test_env_doctor import fake_probes
 
-    from gemma4_t4 import env
+    from gemma4_t4.host import env
 
     monkeypatch.setattr("gemma4_t4.cli.doctor.doctor", lambda smem=False: env.doctor(fake_probes(**host), smem=smem))
 

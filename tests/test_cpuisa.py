@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from gemma4_t4 import cpuisa
-from gemma4_t4.cache import CACHE_ENV
+from gemma4_t4.foundation.cache import CACHE_ENV
+from gemma4_t4.host import cpuisa
 
 AVX2_HOST = frozenset({"sse4_2", "avx", "avx2", "fma", "f16c"})  # an AMD EPYC seen without avx512*
 AVX512_HOST = AVX2_HOST | cpuisa.AVX512_FLAGS

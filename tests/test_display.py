@@ -11,18 +11,19 @@ from pathlib import Path
 
 import pytest
 
-from gemma4_t4 import models, quant
 from gemma4_t4 import notebook as nb
+from gemma4_t4 import quant
 from gemma4_t4.bench import compare_runs, published, run_benchmark
 from gemma4_t4.bench.compare import compare_suites
 from gemma4_t4.bench.fake_server import FakeScript, FakeServer, FakeServerState
-from gemma4_t4.hardware import PRICES
-from gemma4_t4.proof import TuringProof
+from gemma4_t4.catalog import models
+from gemma4_t4.catalog.hardware import PRICES
+from gemma4_t4.foundation.table import Displayable, Table, pairs, text_table, together
 from gemma4_t4.sagemaker import cost, ops, quotas
 from gemma4_t4.sagemaker.deploy import DeployResult, TimelineEvent
-from gemma4_t4.server_state import free_port
-from gemma4_t4.table import Displayable, Table, pairs, text_table, together
-from gemma4_t4.ttft_route import TtftOnOffReport
+from gemma4_t4.serving.proof import TuringProof
+from gemma4_t4.serving.server_state import free_port
+from gemma4_t4.studies.ttft_route import TtftOnOffReport
 from gemma4_t4.turing import smem
 from gemma4_t4.turing.prefill_bench import PrefillBenchReport, decide
 from gemma4_t4.turing.verify import LaunchCheck, VerifyReport

@@ -321,7 +321,7 @@ def parse_problem(argv: list[str], group_ok: bool = False) -> str | None:
 
 def _served_name(argv: list[str]) -> str | None:
     from gemma4_t4.cli.serve import DEFAULT_T4_MODEL
-    from gemma4_t4.server_config import ServerConfig
+    from gemma4_t4.serving.server_config import ServerConfig
 
     ns = _parser().parse_args(argv)
     model = ns.model or (DEFAULT_T4_MODEL if ns.target == "t4" else None)
@@ -753,8 +753,8 @@ def test_python_checker_reports_a_stale_import_and_a_wrong_keyword():
     assert len(stale) == 1 and "ttft" in stale[0] and "ImportError" in stale[0]
     wrong = python_problems(
         "from gemma4_t4.bench.specs import DecodeSpec\n"
-        "from gemma4_t4.ttft_route import ttft_route_on_off\n"
-        "from gemma4_t4.server_config import ServerConfig\n"
+        "from gemma4_t4.studies.ttft_route import ttft_route_on_off\n"
+        "from gemma4_t4.serving.server_config import ServerConfig\n"
         "decode = DecodeSpec(concurency=[1, 8])\n"
         "ttft_route_on_off(config, out_dir, input_lens=(512,))\n"
         "config = ServerConfig(model='m')\n"
@@ -779,7 +779,7 @@ def _help_of(*path: str) -> str:
 
 
 def test_serve_start_help_states_the_real_t4_defaults():
-    from gemma4_t4 import server_config, speculative
+    from gemma4_t4.serving import server_config, speculative
 
     text = _help_of("serve", "start")
     assert f"prefill chunk (t4 default {server_config.T4_MAX_NUM_BATCHED_TOKENS})" in text
@@ -841,7 +841,7 @@ def test_choices_are_accepted_in_any_case(argv, dest, value):
 
 
 def test_setup_help_names_the_matrix_cuda12_route():
-    from gemma4_t4.setup_plan import INSTALL_MATRIX
+    from gemma4_t4.host.setup_plan import INSTALL_MATRIX
 
     text = _help_of("setup")
     cuda12 = [r for r in INSTALL_MATRIX if r.variant.startswith("cu12")]

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from gemma4_t4.bench.fake_server import FakeScript, FakeServer, FakeServerState
-from gemma4_t4.drafter_bench import drafter_on_off
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.server_config import ServerConfig
-from gemma4_t4.server_state import free_port
+from gemma4_t4.serving.server_config import ServerConfig
+from gemma4_t4.serving.server_state import free_port
+from gemma4_t4.studies.drafter_bench import drafter_on_off
 
 
 class FakeLaunch:

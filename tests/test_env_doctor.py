@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from gemma4_t4.env import (
+from gemma4_t4.host.env import (
     Facts,
     Probes,
     doctor,
@@ -227,7 +227,7 @@ def test_doctor_on_this_machine():
 
     import psutil
 
-    from gemma4_t4.versions import package_version
+    from gemma4_t4.foundation.versions import package_version
 
     report = doctor()
     f = report.facts
@@ -254,13 +254,13 @@ def test_doctor_on_this_machine():
     (None, None, "cpu", False),
 ])
 def test_needs_turing_fix_is_decided_from_shared_memory(smem, capability, target, needed):
-    from gemma4_t4.env import needs_turing_fix
+    from gemma4_t4.host.env import needs_turing_fix
 
     assert needs_turing_fix(smem, capability, target) is needed
 
 
 def test_the_gate_env_and_doctor_agree_on_the_turing_decision():
-    from gemma4_t4.gate import GateFacts, turing_fix_needed
+    from gemma4_t4.serving.gate import GateFacts, turing_fix_needed
 
     t4 = probe(fake_probes(), smem=True)
     l4 = probe(fake_probes(cuda_device=lambda: {"smem_per_block_optin": 101_376, "compute_capability": "8.9"}),
@@ -273,7 +273,7 @@ def test_the_gate_env_and_doctor_agree_on_the_turing_decision():
 
 
 def test_smi_csv_parser_handles_missing_fields_and_error_lines():
-    from gemma4_t4.env import parse_smi_csv
+    from gemma4_t4.host.env import parse_smi_csv
 
     rows = parse_smi_csv("0, Tesla T4, [N/A], 7.5\nNVIDIA-SMI has failed because it couldn't communicate\n",
                          ("index", "name", "power.limit", "compute_cap"))
@@ -291,9 +291,10 @@ esac
 
 def test_one_nvidia_smi_parser_feeds_doctor_gate_telemetry_and_torchfix(tmp_path, monkeypatch):
     """nvidia-smi runs through the one runner and is parsed in smi.py only (env re-exports it); every reader agrees."""
-    from gemma4_t4 import gate, torchfix
     from gemma4_t4.bench import telemetry
-    from gemma4_t4.runner import CommandResult
+    from gemma4_t4.foundation.runner import CommandResult
+    from gemma4_t4.host import torchfix
+    from gemma4_t4.serving import gate
 
     smi = tmp_path / "nvidia-smi"
     smi.write_text(FAKE_NVIDIA_SMI)
@@ -315,8 +316,8 @@ def test_one_nvidia_smi_parser_feeds_doctor_gate_telemetry_and_torchfix(tmp_path
 
 
 def test_the_runner_never_raises_for_missing_or_hung_commands():
-    from gemma4_t4 import swap
-    from gemma4_t4.runner import subprocess_runner
+    from gemma4_t4.foundation.runner import subprocess_runner
+    from gemma4_t4.host import swap
 
     assert swap.subprocess_runner is subprocess_runner  # still importable from its old home
     missing = subprocess_runner(["gemma4-t4-no-such-tool"])

@@ -15,8 +15,8 @@ import yaml
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from gemma4_t4 import setup_plan
-from gemma4_t4.env import GPU_VLLM, VLLM_TORCH, VLLM_TRANSFORMERS_RANGE
+from gemma4_t4.host import setup_plan
+from gemma4_t4.host.env import GPU_VLLM, VLLM_TORCH, VLLM_TRANSFORMERS_RANGE
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from gemma4_t4.env import Problem
-from gemma4_t4.gate import (
+from gemma4_t4.host.env import Problem
+from gemma4_t4.serving.gate import (
     GIB,
     GateFacts,
     GateProbes,
@@ -17,9 +17,9 @@ from gemma4_t4.gate import (
     judge,
     probe_model,
 )
-from gemma4_t4.server import start_server
-from gemma4_t4.server_config import ServerConfig
-from gemma4_t4.server_state import free_port
+from gemma4_t4.serving.server import start_server
+from gemma4_t4.serving.server_config import ServerConfig
+from gemma4_t4.serving.server_state import free_port
 
 # A healthy Colab/GCE T4 with the fix active, 7.8 GB RAM and 16 GiB swap.
 GOOD = GateFacts(
@@ -297,7 +297,7 @@ def test_real_collectors_on_this_machine():
     """The default probes (doctor, Turing status, psutil, catalog) run here without a GPU."""
     import psutil
 
-    from gemma4_t4.gate import probe_turing
+    from gemma4_t4.serving.gate import probe_turing
     from gemma4_t4.turing import state as turing
 
     found = probe_turing(None)
@@ -377,7 +377,7 @@ def _vllm_copy(tmp_path):
 
 
 def test_the_proof_runs_once_per_kernel_and_versions(tmp_path, monkeypatch):
-    from gemma4_t4 import proof
+    from gemma4_t4.serving import proof
 
     root, kernel = _vllm_copy(tmp_path)
     cache = tmp_path / "cache"
@@ -399,7 +399,7 @@ def test_the_proof_runs_once_per_kernel_and_versions(tmp_path, monkeypatch):
 
 
 def test_no_vllm_or_no_triton_leaves_the_proof_unknown(tmp_path, monkeypatch):
-    from gemma4_t4 import proof
+    from gemma4_t4.serving import proof
 
     assert proof.turing_proof("sm_75", tmp_path, tmp_path / "c", FakeVerify()).proven is None
     root, _ = _vllm_copy(tmp_path)
@@ -409,8 +409,8 @@ def test_no_vllm_or_no_triton_leaves_the_proof_unknown(tmp_path, monkeypatch):
 
 
 def test_the_gate_asks_for_the_proof_on_a_turing_device_only(monkeypatch):
-    from gemma4_t4 import gate
-    from gemma4_t4.proof import TuringProof
+    from gemma4_t4.serving import gate
+    from gemma4_t4.serving.proof import TuringProof
 
     asked = []
 
@@ -468,8 +468,8 @@ def _int4_folder(folder):
 
 def _cpu_build_probe(flags, package):
     """The real probe (the int4 check on config.json, then cpuisa's scan) on a simulated CPU."""
-    from gemma4_t4 import cpuisa
-    from gemma4_t4.gate import model_is_int4
+    from gemma4_t4.host import cpuisa
+    from gemma4_t4.serving.gate import model_is_int4
 
     def probe(config):
         build = cpuisa.cpu_build(flags=flags, machine="x86_64", package=package)
@@ -504,7 +504,7 @@ def test_cpu_start_of_an_int4_model_is_refused_on_a_simulated_avx2_host(tmp_path
     avx512 = GateProbes(
         cpu_build=_cpu_build_probe({"avx2", "avx512f", "avx512vl", "avx512bw", "avx512dq"}, package)
     )
-    from gemma4_t4.gate import check_cpu_start
+    from gemma4_t4.serving.gate import check_cpu_start
 
     assert check_cpu_start(config, probes=avx512).ok  # the AVX-512 build has the kernel
     forced = check_cpu_start(config, force=True, probes=probes)
@@ -512,7 +512,7 @@ def test_cpu_start_of_an_int4_model_is_refused_on_a_simulated_avx2_host(tmp_path
 
 
 def test_cpu_gate_passes_bf16_models_and_unknown_facts(tmp_path):
-    from gemma4_t4.gate import judge_cpu, model_is_int4
+    from gemma4_t4.serving.gate import judge_cpu, model_is_int4
 
     bf16 = tmp_path / "bf16"
     bf16.mkdir()
@@ -539,7 +539,7 @@ QAT_12B = "google/gemma-4-12B-it-qat-w4a16-ct"
 
 
 def test_a_drafter_pushes_a_borderline_fit_over(tmp_path, monkeypatch):
-    from gemma4_t4 import models
+    from gemma4_t4.catalog import models
 
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))  # nothing cached: sizes come from the catalogs
     # the longest context the 12B QAT target fits on one T4 by itself, with the T4 launch defaults
@@ -602,7 +602,8 @@ def test_a_whole_model_drafter_counts_its_weights_outside_the_catalog(tiny_model
 
 
 def test_the_proof_runs_again_when_the_catalog_adds_launches(tmp_path, monkeypatch):
-    from gemma4_t4 import models, proof
+    from gemma4_t4.catalog import models
+    from gemma4_t4.serving import proof
 
     root, _kernel = _vllm_copy(tmp_path)
     cache, verify = tmp_path / "cache", FakeVerify()

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from gemma4_t4.gate import GIB, GateFacts, GateProbes, GateRefused, check_start
-from gemma4_t4.server_config import ServerConfig
+from gemma4_t4.serving.gate import GIB, GateFacts, GateProbes, GateRefused, check_start
+from gemma4_t4.serving.server_config import ServerConfig
 
 MODEL = "google/gemma-4-E2B-it-qat-w4a16-ct"
 WEIGHTS = 8 * GIB

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from gemma4_t4 import cpuisa, env
-from gemma4_t4.gate import (
+from gemma4_t4.host import cpuisa, env
+from gemma4_t4.serving.gate import (
     GIB,
     GateFacts,
     GateProbes,
@@ -420,8 +420,8 @@ def test_the_platform_probe_answers_only_when_the_torch_probe_did_not():
 def test_cpu_build_probe_reads_the_model_then_asks_the_build_of_the_configs_python(tmp_path, monkeypatch):
     import json
 
-    from gemma4_t4 import gate
     from gemma4_t4.quant import config as qconfig
+    from gemma4_t4.serving import gate
 
     asked = []
 
@@ -456,7 +456,8 @@ def test_cpu_build_probe_reads_the_model_then_asks_the_build_of_the_configs_pyth
 
 
 def test_platform_probe_is_the_host_models_platform():
-    from gemma4_t4 import env, gate
+    from gemma4_t4.host import env
+    from gemma4_t4.serving import gate
 
     assert gate.detect_platform() == env.detect_platform(env.Probes())[0]
 
@@ -465,7 +466,7 @@ def test_platform_probe_is_the_host_models_platform():
 
 
 def _host(gpus, problems=(), **facts_changes):
-    from gemma4_t4 import env
+    from gemma4_t4.host import env
 
     base = dict(os="Linux", kernel="6.1", machine="x86_64", python="3.11.9", platform="gce",
                 platform_evidence="DMI: Google", nvidia_smi=True, gpus=list(gpus),
@@ -477,14 +478,14 @@ def _host(gpus, problems=(), **facts_changes):
 
 
 def _gpu(index, name="Tesla T4", memory_mib=15_360, cc="7.5"):
-    from gemma4_t4 import env
+    from gemma4_t4.host import env
 
     return env.GPUInfo(index=index, name=name, memory_mib=memory_mib, compute_capability=cc, driver_version="580.65")
 
 
 def test_host_facts_of_a_working_t4():
-    from gemma4_t4 import env
-    from gemma4_t4.gate import facts_from_host
+    from gemma4_t4.host import env
+    from gemma4_t4.serving.gate import facts_from_host
 
     problems = [
         env.Problem("error", "driver-too-old", "driver 535", "update the driver"),
@@ -505,7 +506,7 @@ def test_host_facts_of_a_working_t4():
 
 
 def test_host_facts_count_only_gpus_like_the_chosen_one_and_note_the_choice():
-    from gemma4_t4.gate import facts_from_host
+    from gemma4_t4.serving.gate import facts_from_host
 
     gpus = [_gpu(0, "NVIDIA L4", 23_034, "8.9"), _gpu(1), _gpu(2)]
     f = facts_from_host(_host(gpus, torch_compute_capability=None))
@@ -514,7 +515,7 @@ def test_host_facts_count_only_gpus_like_the_chosen_one_and_note_the_choice():
 
 
 def test_host_facts_without_cuda_torch_or_gpu():
-    from gemma4_t4.gate import facts_from_host
+    from gemma4_t4.serving.gate import facts_from_host
 
     cpu_torch = facts_from_host(_host([_gpu(0)], torch_version="2.14.0+cpu", torch_cuda=None, smem_probed=False,
                                       torch_compute_capability=None))
@@ -536,14 +537,14 @@ def test_host_facts_without_cuda_torch_or_gpu():
 
 
 def test_gib_text():
-    from gemma4_t4.gate import _gib
+    from gemma4_t4.serving.gate import _gib
 
     assert _gib(None) == "?"
     assert _gib(3 * GIB // 2) == "1.5 GiB"
 
 
 def test_host_facts_of_a_cpu_torch_that_names_a_cuda_and_of_a_host_without_nvidia_smi():
-    from gemma4_t4.gate import facts_from_host
+    from gemma4_t4.serving.gate import facts_from_host
 
     plus_cpu = facts_from_host(_host([_gpu(0)], torch_version="2.14.0+cpu", torch_cuda="12.8"))
     assert plus_cpu.torch_cuda_build is None
@@ -577,14 +578,14 @@ def test_cpu_gate_never_calls_a_passing_start_forced():
 def test_model_format_from_a_local_config(tmp_path, config, expected):
     import json
 
-    from gemma4_t4.gate import model_is_int4
+    from gemma4_t4.serving.gate import model_is_int4
 
     (tmp_path / "config.json").write_text(json.dumps(config))
     assert model_is_int4(str(tmp_path)) is expected
 
 
 def test_model_format_of_unreadable_folders_and_hub_ids(tmp_path):
-    from gemma4_t4.gate import model_is_int4
+    from gemma4_t4.serving.gate import model_is_int4
 
     assert model_is_int4(str(tmp_path)) is None  # no config.json
     (tmp_path / "config.json").write_text("{not json")
@@ -597,7 +598,7 @@ def test_model_format_of_unreadable_folders_and_hub_ids(tmp_path):
 def test_host_memory_probe_reads_psutil(monkeypatch):
     from types import SimpleNamespace
 
-    from gemma4_t4 import gate
+    from gemma4_t4.serving import gate
 
     monkeypatch.setattr(gate.psutil, "virtual_memory", lambda: SimpleNamespace(total=8, available=5))
     monkeypatch.setattr(gate.psutil, "swap_memory", lambda: SimpleNamespace(total=16, free=12))
@@ -608,7 +609,8 @@ def test_host_memory_probe_reads_psutil(monkeypatch):
 
 
 def test_torch_probe_asks_the_doctor_to_read_the_device_through_torch(monkeypatch):
-    from gemma4_t4 import env, gate
+    from gemma4_t4.host import env
+    from gemma4_t4.serving import gate
 
     asked = []
 
@@ -625,7 +627,7 @@ def test_torch_probe_asks_the_doctor_to_read_the_device_through_torch(monkeypatc
 def test_hf_cache_dir_follows_hf_hub_cache_then_hf_home_then_home(tmp_path, monkeypatch):
     from pathlib import Path
 
-    from gemma4_t4.gate import hf_cache_dir
+    from gemma4_t4.serving.gate import hf_cache_dir
 
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hubcache"))
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hfhome"))
@@ -638,8 +640,9 @@ def test_hf_cache_dir_follows_hf_hub_cache_then_hf_home_then_home(tmp_path, monk
 
 
 def test_model_probe_reads_a_cached_download_and_estimates_a_missing_one(tmp_path, monkeypatch):
-    from gemma4_t4 import gate, models
-    from gemma4_t4.server import ServerConfig
+    from gemma4_t4.catalog import models
+    from gemma4_t4.serving import gate
+    from gemma4_t4.serving.server import ServerConfig
 
     hub = tmp_path / "hub"
     monkeypatch.setenv("HF_HUB_CACHE", str(hub))
@@ -687,8 +690,8 @@ class DraftConfig:
 
 
 def test_drafter_memory_of_each_source(tmp_path, monkeypatch):
-    from gemma4_t4 import models
-    from gemma4_t4.gate import DrafterMemory, _gib, drafter_memory
+    from gemma4_t4.catalog import models
+    from gemma4_t4.serving.gate import DrafterMemory, _gib, drafter_memory
 
     hub = tmp_path / "hub"
     monkeypatch.setenv("HF_HUB_CACHE", str(hub))
@@ -744,8 +747,8 @@ T4_DEVICE = GateFacts(gpu_memory_bytes=15 * GIB, gpu_name="Tesla T4")
 def test_gpu_fit_fixes_for_a_model_too_big_and_a_context_too_long(tmp_path, monkeypatch):
     import re
 
-    from gemma4_t4.gate import _gpu_fit, catalog_entry
-    from gemma4_t4.server import ServerConfig
+    from gemma4_t4.serving.gate import _gpu_fit, catalog_entry
+    from gemma4_t4.serving.server import ServerConfig
 
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     big = "google/gemma-4-26B-A4B-it"
@@ -773,8 +776,8 @@ def test_gpu_fit_fixes_for_a_model_too_big_and_a_context_too_long(tmp_path, monk
 
 
 def test_gpu_fit_outside_the_catalog_is_weights_plus_one_gib_within_vllms_share():
-    from gemma4_t4.gate import _gpu_fit
-    from gemma4_t4.server import ServerConfig
+    from gemma4_t4.serving.gate import _gpu_fit
+    from gemma4_t4.serving.server import ServerConfig
 
     config = ServerConfig(model="someone/x", target="t4", gpu_memory_utilization=0.5)  # 7.5 GiB of 15
     fits = _gpu_fit(config, None, 5 * GIB, T4_DEVICE)
@@ -792,8 +795,8 @@ def test_gpu_fit_outside_the_catalog_is_weights_plus_one_gib_within_vllms_share(
 def test_catalog_entry_of_local_folders_and_hub_ids(tmp_path):
     import json
 
-    from gemma4_t4 import models
-    from gemma4_t4.gate import catalog_entry
+    from gemma4_t4.catalog import models
+    from gemma4_t4.serving.gate import catalog_entry
 
     variant = models.VARIANTS["e2b"]
     size = {"hidden_size": variant.hidden_size, "num_hidden_layers": variant.num_layers}

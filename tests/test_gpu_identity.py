@@ -7,15 +7,16 @@ from __future__ import annotations
 
 import pytest
 
-from gemma4_t4 import env, models
 from gemma4_t4 import notebook as nb
 from gemma4_t4.bench import published
 from gemma4_t4.bench.results import BenchRun
 from gemma4_t4.bench.schemas import RunInfo, ServerInfo
-from gemma4_t4.endpoint import Endpoint
-from gemma4_t4.gate import GIB, GateFacts, GateProbes, collect_facts
-from gemma4_t4.hardware import GPUS, identify_gpu, price_key, price_of_gpu, sagemaker_price
-from gemma4_t4.server_config import ServerConfig
+from gemma4_t4.catalog import models
+from gemma4_t4.catalog.hardware import GPUS, identify_gpu, price_key, price_of_gpu, sagemaker_price
+from gemma4_t4.host import env
+from gemma4_t4.serving.endpoint import Endpoint
+from gemma4_t4.serving.gate import GIB, GateFacts, GateProbes, collect_facts
+from gemma4_t4.serving.server_config import ServerConfig
 
 # (nvidia-smi's name, the table key, compute capability, MiB nvidia-smi reports)
 KNOWN = [

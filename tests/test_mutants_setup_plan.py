@@ -1,4 +1,4 @@
-"""The setup planner's exact output (gemma4_t4/setup.py, the pure plan half): the matrix rows' derived
+"""The setup planner's exact output (gemma4_t4/host/setup.py, the pure plan half): the matrix rows' derived
 fields, the pip commands, the messages and notes a user reads, and the boundaries between routes.
 The mutation run (``make mutation``, docs/testing.md) showed no other fast test pinned these down."""
 
@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from gemma4_t4 import env, setup_plan
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.setup_plan import (
+from gemma4_t4.host import env, setup_plan
+from gemma4_t4.host.setup_plan import (
     INSTALL_MATRIX,
     PipStep,
     SetupPlan,

@@ -282,7 +282,7 @@ def test_missing_notebooks_folder_names_the_flag(tmp_path):
 
 
 def test_auto_target_follows_the_host():
-    from gemma4_t4 import env
+    from gemma4_t4.host import env
     from gemma4_t4.pipeline import resolve_target
 
     t4 = env.Probes(run=lambda cmd: (0, "0, Tesla T4, 15360, 7.5, 550.54.15\n"))
@@ -310,9 +310,9 @@ def _serving_checkout(tmp_path: Path, fake_vllm: Path, model_dir: Path) -> tuple
     (notebooks / "params" / "cpu.yaml").write_text("all:\n  TARGET: cpu\n")
     serve = (
         "import json, os, pathlib, time\n"
-        "from gemma4_t4.endpoint import Endpoint\n"
-        "from gemma4_t4.server_config import ServerConfig\n"
-        "from gemma4_t4.server_state import free_port\n"
+        "from gemma4_t4.serving.endpoint import Endpoint\n"
+        "from gemma4_t4.serving.server_config import ServerConfig\n"
+        "from gemma4_t4.serving.server_state import free_port\n"
         f"config = ServerConfig(model={str(model_dir)!r}, target='cpu', port=free_port(), work_dir={str(work)!r},"
         f" python={str(fake_vllm)!r}, extra_env={{'FAKE_VLLM_MODE': 'serve'}}, probe_cpu_attention=False)\n"
         "endpoint = Endpoint.local(config, quiet=True)\n"
@@ -334,8 +334,8 @@ def test_run_killed_while_a_notebook_serves_leaves_no_server_and_status_tells_th
 
     import psutil
 
-    from gemma4_t4.server import VLLMServer
-    from gemma4_t4.server_state import pid_alive
+    from gemma4_t4.serving.server import VLLMServer
+    from gemma4_t4.serving.server_state import pid_alive
 
     notebooks, work, told = _serving_checkout(tmp_path, fake_vllm, model_dir)
     env = dict(os.environ, PYTHONPATH=str(REPO), GEMMA4_T4_CACHE_DIR=str(tmp_path / "cache"))

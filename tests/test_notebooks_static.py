@@ -212,7 +212,7 @@ def test_install_cell_is_one_pip_line_and_setup(nb_path):
             for requirement in ast.literal_eval(keyword.value):
                 assert requirement in all_deps, f"setup() installs {requirement!r}, which pyproject does not list"
     assert "import torch" not in source and "import vllm" not in source and "==" not in source, \
-        "versions are pinned in one place: pyproject and gemma4_t4.setup, not the notebooks"
+        "versions are pinned in one place: pyproject and gemma4_t4.host.setup, not the notebooks"
 
 
 def test_install_section_tells_the_learner_about_the_restart(nb_path):
@@ -357,7 +357,7 @@ def _package_names(tree: ast.AST) -> dict[str, object]:
 
 # functions whose **kwargs are the fields of a config model: the keywords must be those fields
 _FORWARDS = {"run_benchmark": ("gemma4_t4.bench.workloads", ("BenchArgs",)),
-             "serve": ("gemma4_t4.server_config", ("ServerConfig",))}
+             "serve": ("gemma4_t4.serving.server_config", ("ServerConfig",))}
 
 
 def _bind(target, label: str, node: ast.Call) -> None:

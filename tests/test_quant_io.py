@@ -141,7 +141,7 @@ class _RangeHandler(http.server.SimpleHTTPRequestHandler):
 
 @pytest.fixture()
 def http_folder(sharded):
-    from gemma4_t4.server_state import free_port
+    from gemma4_t4.serving.server_state import free_port
 
     handler = functools.partial(_RangeHandler, directory=str(sharded))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), handler)

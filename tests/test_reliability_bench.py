@@ -21,8 +21,8 @@ from gemma4_t4.bench.results import BenchRun
 from gemma4_t4.bench.schemas import SCHEMA
 from gemma4_t4.cli import main as cli_main
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.secrets import mask as redact
-from gemma4_t4.server_state import free_port
+from gemma4_t4.foundation.secrets import mask as redact
+from gemma4_t4.serving.server_state import free_port
 
 FIXTURE = Path(__file__).parent / "data" / "bench_results_v1"
 REPO = Path(__file__).resolve().parents[1]

@@ -214,7 +214,7 @@ async def test_local_tools_return_typed_structured_output():
     assert image["source"] == "default" and image["inference_ami_version"]
     assert set(tools["find_vllm_image"].output_schema["properties"]) >= {"image_uri", "inference_ami_version"}
     assert set(tools["get_endpoint_logs"].output_schema["properties"]) >= {"found", "lines", "milestones"}
-    from gemma4_t4.env import doctor
+    from gemma4_t4.host.env import doctor
 
     expected = doctor()
     assert report["ok"] is expected.ok

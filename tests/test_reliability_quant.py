@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gemma4_t4 import safepaths
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.foundation import safepaths
 from gemma4_t4.quant import grid_check, grid_compare, open_checkpoint, repack
 from gemma4_t4.quant.safetensors_io import PlannedTensor, ShardedWriter
 

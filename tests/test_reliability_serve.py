@@ -20,12 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from gemma4_t4 import cpuattn, secrets
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.server import VLLMServer
-from gemma4_t4.server_config import ServerConfig, build_command, build_env, plan_launch
-from gemma4_t4.server_state import free_port, pid_alive
-from gemma4_t4.supervisor import engine_death_reason
+from gemma4_t4.foundation import secrets
+from gemma4_t4.host import cpuattn
+from gemma4_t4.serving.server import VLLMServer
+from gemma4_t4.serving.server_config import ServerConfig, build_command, build_env, plan_launch
+from gemma4_t4.serving.server_state import free_port, pid_alive
+from gemma4_t4.serving.supervisor import engine_death_reason
 
 KEY, KEY2, TOKEN = "sk-test-4242-key", "other-key-9191", "hf_abcdefghijklmnopqrstuvwxyz012345"
 
@@ -590,7 +591,7 @@ def test_plan_launch_on_cpu_without_vllm_keeps_the_default(fake_vllm, model_dir)
 
 def test_mcp_started_servers_record_their_owner_and_stop_with_it(fake_vllm, model_dir, tmp_path):
     from gemma4_t4 import mcp_server
-    from gemma4_t4.server import start_server
+    from gemma4_t4.serving.server import start_server
 
     work = tmp_path / "work"
     config = ServerConfig(
@@ -619,8 +620,8 @@ def test_mcp_started_servers_record_their_owner_and_stop_with_it(fake_vllm, mode
 def test_a_server_whose_owner_died_says_so(fake_vllm, model_dir, tmp_path):
     work, port = tmp_path / "work", free_port()
     script = (
-        "from gemma4_t4.server import start_server\n"
-        "from gemma4_t4.server_config import ServerConfig\n"
+        "from gemma4_t4.serving.server import start_server\n"
+        "from gemma4_t4.serving.server_config import ServerConfig\n"
         f"c = ServerConfig(model={str(model_dir)!r}, port={port}, work_dir={str(work)!r}, python={str(fake_vllm)!r},"
         " extra_env={'FAKE_VLLM_MODE': 'serve'}, probe_cpu_attention=False)\n"
         "import os, psutil\n"
@@ -751,7 +752,7 @@ def test_without_the_probe_the_engine_death_is_detected_and_explained(tiny_model
 
 
 def test_a_deep_work_dir_keeps_vllms_socket_paths_short(tmp_path):
-    from gemma4_t4.server_config import build_env, server_tmp_dir
+    from gemma4_t4.serving.server_config import build_env, server_tmp_dir
 
     deep = tmp_path / ("d" * 60) / "work"
     tmp = server_tmp_dir(deep)
@@ -765,7 +766,7 @@ def test_a_deep_work_dir_keeps_vllms_socket_paths_short(tmp_path):
 
 
 def test_a_deep_work_dirs_socket_folder_goes_when_the_server_stops(fake_vllm, model_dir, tmp_path):
-    from gemma4_t4.server_config import server_tmp_dir
+    from gemma4_t4.serving.server_config import server_tmp_dir
 
     deep = tmp_path / ("d" * 60) / "work"
     tmp = server_tmp_dir(deep)
@@ -797,7 +798,7 @@ def test_a_python_that_is_not_an_interpreter_is_refused_before_anything_starts(t
 
 FORK_CHILD_SCRIPT = """
 import multiprocessing, signal, sys, time
-from gemma4_t4 import signals
+from gemma4_t4.foundation import signals
 
 def work(ready):
     ready.set()

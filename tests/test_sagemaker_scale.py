@@ -251,8 +251,8 @@ def test_matrix_budget_stops_before_and_during(local_aws, tmp_path):  # noqa: F8
 
 def test_the_budget_refuses_the_second_endpoint_before_deploying_it(local_aws, tmp_path):  # noqa: F811
     """A T4 (~$0.31 for 25 min) fits $0.40; the L4 after it (~$0.47) does not: it is never created."""
-    from gemma4_t4.endpoint import Budget
     from gemma4_t4.sagemaker.experiments import t4_vs_l4
+    from gemma4_t4.serving.endpoint import Budget
 
     operations: list[str] = []
     budget = Budget(0.40)
@@ -333,7 +333,7 @@ def test_an_orphaned_endpoint_is_deleted_by_the_next_owner(local_aws, tmp_path, 
     import subprocess
     import sys
 
-    from gemma4_t4.endpoint import Endpoint, OwnershipRecord, owned_dir, owned_records
+    from gemma4_t4.serving.endpoint import Endpoint, OwnershipRecord, owned_dir, owned_records
 
     monkeypatch.setenv("GEMMA4_T4_CACHE_DIR", str(tmp_path / "cache"))
     orphan = DeployConfig(name="g4-orphan", region=REGION)
@@ -361,7 +361,7 @@ def test_an_orphaned_endpoint_is_deleted_by_the_next_owner(local_aws, tmp_path, 
 
 # -- what Parts 2-4 call on TARGET=sagemaker --------------------------------------------------------------
 def test_part_functions_deploy_measure_and_delete(local_aws, tmp_path):  # noqa: F811
-    from gemma4_t4.family import get_variant
+    from gemma4_t4.catalog.family import get_variant
     from gemma4_t4.sagemaker.experiments import bf16_vs_qat_on_t4, repack_on_endpoint
 
     calls = []
@@ -401,7 +401,7 @@ def test_part_functions_deploy_measure_and_delete(local_aws, tmp_path):  # noqa:
 
 
 def test_a_matrix_interrupted_while_measuring_notes_the_endpoint_it_deleted(local_aws, tmp_path, monkeypatch):  # noqa: F811
-    """Ctrl-C (or SIGTERM/SIGHUP through gemma4_t4.signals) during a measurement: the endpoint is
+    """Ctrl-C (or SIGTERM/SIGHUP through gemma4_t4.foundation.signals) during a measurement: the endpoint is
     deleted and the interrupt carries what was deleted, for the command's last line."""
     from gemma4_t4.sagemaker.aws import undone
 

@@ -1,11 +1,12 @@
 """One masking rule for secrets: bench results, MCP answers and SageMaker environments all use
-gemma4_t4.secrets, and names of measured data are never taken for secrets."""
+gemma4_t4.foundation.secrets, and names of measured data are never taken for secrets."""
 
 import pytest
 
-from gemma4_t4 import mcp_server, secrets
+from gemma4_t4 import mcp_server
 from gemma4_t4.bench.specs import DecodeSpec
 from gemma4_t4.bench.workloads import BenchArgs
+from gemma4_t4.foundation import secrets
 from gemma4_t4.sagemaker.config import redact_env
 
 KEY = "sk-test-0123456789abcdef"

@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from gemma4_t4.server_state import free_port, pid_alive
+from gemma4_t4.serving.server_state import free_port, pid_alive
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

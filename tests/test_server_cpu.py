@@ -1,4 +1,4 @@
-"""The real vLLM CPU server on the tiny Gemma 4, started through gemma4_t4.server."""
+"""The real vLLM CPU server on the tiny Gemma 4, started through gemma4_t4.serving.server."""
 
 import json
 import urllib.request
@@ -48,8 +48,8 @@ def test_streaming_chat_completion(vllm_server):
 
 
 def test_session_server_is_recorded_for_other_processes(vllm_server):
-    from gemma4_t4.server import VLLMServer
-    from gemma4_t4.server_state import runtime_versions
+    from gemma4_t4.serving.server import VLLMServer
+    from gemma4_t4.serving.server_state import runtime_versions
 
     record = vllm_server.launch_record
     versions = record["versions"]
@@ -68,8 +68,8 @@ def test_the_api_key_passed_in_the_environment_guards_the_real_server(tiny_model
     import psutil
     from conftest import tiny_server_config
 
-    from gemma4_t4.net import http_get
-    from gemma4_t4.server import VLLMServer
+    from gemma4_t4.foundation.net import http_get
+    from gemma4_t4.serving.server import VLLMServer
 
     key = "sk-env-only-5150"
     server = VLLMServer(tiny_server_config(tiny_model_dir, tmp_path / "keyed", api_key=key))

@@ -14,9 +14,9 @@ import psutil
 import pytest
 
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.server import VLLMServer, list_servers, stop_server
-from gemma4_t4.server_config import ServerConfig, build_command
-from gemma4_t4.server_state import ServerLock, free_port, lock_keys
+from gemma4_t4.serving.server import VLLMServer, list_servers, stop_server
+from gemma4_t4.serving.server_config import ServerConfig, build_command
+from gemma4_t4.serving.server_state import ServerLock, free_port, lock_keys
 
 
 def _config(fake: Path, model: Path, work: Path, mode: str = "serve", **kw) -> ServerConfig:

@@ -22,8 +22,8 @@ import pytest
 
 from gemma4_t4 import errors
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.server import VLLMServer, start_server
-from gemma4_t4.server_config import (
+from gemma4_t4.serving.server import VLLMServer, start_server
+from gemma4_t4.serving.server_config import (
     OWNED_ARGS,
     PROTECTED_OPTIONS,
     VLLM_SECRET_OPTIONS,
@@ -31,7 +31,7 @@ from gemma4_t4.server_config import (
     build_command,
     build_env,
 )
-from gemma4_t4.server_state import free_port, pid_alive
+from gemma4_t4.serving.server_state import free_port, pid_alive
 
 KEY = "sk-abbrev-7777-secret"
 REPO = Path(__file__).resolve().parents[1]
@@ -160,7 +160,7 @@ def test_the_option_lists_match_the_installed_vllm_parser():
     from vllm.entrypoints.launchers.cli_args import make_arg_parser
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    from gemma4_t4 import secrets
+    from gemma4_t4.foundation import secrets
 
     parser = make_arg_parser(FlexibleArgumentParser())
     actions = {o: a for o, a in parser._option_string_actions.items() if o.startswith("--")}
@@ -182,14 +182,14 @@ def test_the_option_lists_match_the_installed_vllm_parser():
 def test_a_server_owned_by_a_killed_process_is_stopped_and_status_says_so(fake_vllm, model_dir, tmp_path):
     """An Endpoint's server dies with the process that owns it (SIGKILL: no atexit, no finally); the
     ownership record it left is reaped by the next Endpoint, and `serve status` tells the truth."""
-    from gemma4_t4 import endpoint as endpoints
+    from gemma4_t4.serving import endpoint as endpoints
 
     work, cache = tmp_path / "nb", tmp_path / "cache"
     script = (
         "import json, sys, time\n"
-        "from gemma4_t4.endpoint import Endpoint\n"
-        "from gemma4_t4.server_config import ServerConfig\n"
-        "from gemma4_t4.server_state import free_port\n"
+        "from gemma4_t4.serving.endpoint import Endpoint\n"
+        "from gemma4_t4.serving.server_config import ServerConfig\n"
+        "from gemma4_t4.serving.server_state import free_port\n"
         f"config = ServerConfig(model={str(model_dir)!r}, target='cpu', port=free_port(), work_dir={str(work / 'vllm')!r},"
         f" python={str(fake_vllm)!r}, extra_env={{'FAKE_VLLM_MODE': 'serve'}}, probe_cpu_attention=False)\n"
         "endpoint = Endpoint.local(config, quiet=True)\n"

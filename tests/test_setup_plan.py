@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from gemma4_t4 import env
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.setup import CHECK_SCRIPT
-from gemma4_t4.setup_plan import INSTALL_MATRIX, plan_setup, route_by_key, routes_for_driver, torch_for
-from gemma4_t4.swap import CommandResult
+from gemma4_t4.host import env
+from gemma4_t4.host.setup import CHECK_SCRIPT
+from gemma4_t4.host.setup_plan import INSTALL_MATRIX, plan_setup, route_by_key, routes_for_driver, torch_for
+from gemma4_t4.host.swap import CommandResult
 
 REPO = Path(__file__).resolve().parents[1]
 DRIVERS = {"580.159": ("580.159.04", "13.0"), "535": ("535.183.01", "12.2"), "550": ("550.54.15", "12.4"), "570": ("570.172.08", "12.8"),
@@ -194,7 +194,7 @@ def test_cpu_host_plan_installs_the_cpu_torch_and_vllm_together():
 
 def test_doctor_advice_follows_the_plan_for_the_driver():
     """No cu130 advice to a 550 driver: the doctor's and fix-torch's commands come from the matrix."""
-    from gemma4_t4.torchfix import TorchFacts, plan_torch_fix
+    from gemma4_t4.host.torchfix import TorchFacts, plan_torch_fix
 
     facts = _facts("550.54.15", torch_version="2.13.0+cpu", torch_cuda=None)
     _, problems = env.judge(facts)

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from gemma4_t4 import models, speculative
 from gemma4_t4.bench.telemetry import snapshot_from_text, spec_decode_delta
+from gemma4_t4.catalog import models
 from gemma4_t4.cli import main
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.server_config import ServerConfig, build_command
+from gemma4_t4.serving import speculative
+from gemma4_t4.serving.server_config import ServerConfig, build_command
 
 CPU_FIT = speculative.FitContext(
     target="cpu", context_len=4096, gpu_memory_utilization=0.9, max_num_seqs=8, max_num_batched_tokens=4096
@@ -437,7 +438,7 @@ def test_sagemaker_deploy_cli_plan_carries_the_drafter(capsys, monkeypatch):
 def test_the_untuned_n_follows_the_size_on_every_venue_and_tool():
     """The cpu target and the MCP tool and drafter comparison (which leave N to the launch) use the
     size recipe too, not one N for every size."""
-    from gemma4_t4.server_config import ServerConfig, target_defaults
+    from gemma4_t4.serving.server_config import ServerConfig, target_defaults
 
     for target in ("cpu", "t4"):
         config = ServerConfig(model="google/gemma-4-E4B-it", target=target, draft="auto")

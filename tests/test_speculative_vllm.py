@@ -24,8 +24,8 @@ from gemma4_t4.bench.telemetry import (
     SPEC_DRAFTS,
     scrape,
 )
-from gemma4_t4.server import VLLMServer
-from gemma4_t4.tiny import TinySpec, build_tiny_gemma4
+from gemma4_t4.catalog.tiny import TinySpec, build_tiny_gemma4
+from gemma4_t4.serving.server import VLLMServer
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

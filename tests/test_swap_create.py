@@ -11,7 +11,7 @@ import pytest
 
 from gemma4_t4.cli import main
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.swap import (
+from gemma4_t4.host.swap import (
     GIB,
     CommandResult,
     SwapEnvironment,

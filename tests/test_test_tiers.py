@@ -25,7 +25,7 @@ def test_make_test_fast_deselects_every_slow_tier():
 
 def test_the_guard_tells_a_real_vllm_launch_from_the_fake():
     real = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", "m"]
-    supervised = [sys.executable, "-m", "gemma4_t4.supervisor", "spec.json", "--", *real]
+    supervised = [sys.executable, "-m", "gemma4_t4.serving.supervisor", "spec.json", "--", *real]
     fake = ["/tmp/x/fake_vllm_python", "-m", "vllm.entrypoints.openai.api_server", "--model", "m"]
     assert _launches("vllm", real) and _launches("vllm", supervised)
     assert not _launches("vllm", fake) and not _launches("vllm", [sys.executable, "-m", "gemma4_t4", "doctor"])

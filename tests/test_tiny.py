@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from gemma4_t4.catalog.tiny import TinySpec, build_tiny_gemma4, snap_to_int4_grid
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.safepaths import MARKER_NAME
-from gemma4_t4.tiny import TinySpec, build_tiny_gemma4, snap_to_int4_grid
+from gemma4_t4.foundation.safepaths import MARKER_NAME
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -88,7 +88,7 @@ def test_snap_rejects_bad_shape():
         snap_to_int4_grid(torch.zeros(4, 40))
 
 
-# -- the output folder follows the same rules as repack's (gemma4_t4.safepaths) ----------------
+# -- the output folder follows the same rules as repack's (gemma4_t4.foundation.safepaths) ----------------
 
 
 def _tiny_cli(*args) -> subprocess.CompletedProcess:
@@ -175,7 +175,7 @@ def test_a_real_write_failure_on_the_command_line_leaves_nothing(tmp_path):
 
 
 def test_a_partial_build_left_by_a_killed_run_is_removed_by_the_next(tmp_path):
-    from gemma4_t4 import safepaths
+    from gemma4_t4.foundation import safepaths
 
     debris = tmp_path / ".m.partial-dead"
     debris.mkdir()

@@ -1,4 +1,4 @@
-"""The CUDA-torch fix: the torch part of the host's one install plan (gemma4_t4.setup_plan.plan_setup),
+"""The CUDA-torch fix: the torch part of the host's one install plan (gemma4_t4.host.setup_plan.plan_setup),
 the exact pip command where torch alone fixes the host, a refusal naming `gemma4-t4 setup` where it
 cannot, and --apply through a stand-in runner (pip never runs for real here)."""
 
@@ -11,8 +11,8 @@ import pytest
 
 from gemma4_t4.cli import main
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.swap import CommandResult
-from gemma4_t4.torchfix import TorchFacts, apply_torch_fix, plan_torch_fix, probe_torch_facts
+from gemma4_t4.host.swap import CommandResult
+from gemma4_t4.host.torchfix import TorchFacts, apply_torch_fix, plan_torch_fix, probe_torch_facts
 
 CPU_TORCH_ON_T4 = TorchFacts(python="/venv/bin/python", torch_version="2.11.0+cpu", torch_cuda_build=None,
                              cuda_available=False, gpu_present=True, driver_version="595.91.07",
@@ -118,7 +118,7 @@ def test_probe_reads_this_machine_and_the_cli_prints_the_plan(capsys):
 
 
 def test_probe_takes_gpus_driver_and_platform_from_the_doctor_probe():
-    from gemma4_t4 import env
+    from gemma4_t4.host import env
 
     t4 = env.Probes(run=lambda cmd: (0, "0, Tesla T4, 15360, 7.5, 535.104.05\n"), env={"COLAB_RELEASE_TAG": "x"})
     facts = probe_torch_facts(probes=t4)

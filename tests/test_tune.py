@@ -14,11 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from gemma4_t4 import launch_profile, signals, tune
 from gemma4_t4.bench.results import BenchRun, RunInfo
 from gemma4_t4.bench.schemas import CellSummary, LatencyStats, SpecDecode
 from gemma4_t4.cli import main
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.foundation import signals
+from gemma4_t4.serving import launch_profile
+from gemma4_t4.studies import tune
 
 MODEL = "google/gemma-4-E2B-it-qat-w4a16-ct"
 GPU = "Tesla T4"
@@ -203,7 +205,7 @@ def test_a_profile_from_another_vllm_or_gpu_is_ignored_with_the_message(
     profile, path = _tune(tmp_path)
     foreign = profile.model_copy(update={"key": profile.key.model_copy(update={field: other})})
     path.unlink()
-    from gemma4_t4.atomic import atomic_write_json
+    from gemma4_t4.foundation.atomic import atomic_write_json
 
     atomic_write_json(launch_profile.profile_path(foreign.key), foreign.model_dump(mode="json"))
     code, out, _ = _cli(capsys, "serve", "start", "--target", "t4", "--print-command", "--json")

@@ -394,7 +394,7 @@ def test_no_verdict_means_off_until_measured_and_says_how_to_measure(monkeypatch
 
 
 def test_verdict_decides_per_head_size_and_minimum_length(monkeypatch, tmp_path):
-    from gemma4_t4.atomic import atomic_write_json
+    from gemma4_t4.foundation.atomic import atomic_write_json
 
     monkeypatch.setenv(prefill.ENV_CACHE_DIR, str(tmp_path))
     monkeypatch.delenv(prefill.ENV_SWITCH, raising=False)
@@ -627,9 +627,9 @@ def test_ttft_on_off_starts_one_server_per_mode_and_records_what_the_route_did(t
     """Against the FAKE OpenAI server (gemma4_t4.bench.fake_server): the orchestration, not vLLM."""
     from gemma4_t4.bench.fake_server import FakeScript, FakeServer, FakeServerState
     from gemma4_t4.bench.specs import TTFTSpec
-    from gemma4_t4.server_config import ServerConfig
-    from gemma4_t4.server_state import free_port
-    from gemma4_t4.ttft_route import ttft_route_on_off
+    from gemma4_t4.serving.server_config import ServerConfig
+    from gemma4_t4.serving.server_state import free_port
+    from gemma4_t4.studies.ttft_route import ttft_route_on_off
 
     started = []
 

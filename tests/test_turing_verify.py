@@ -115,9 +115,9 @@ def test_refused_vllm_fails_verify(tmp_path):
 
 
 def test_verify_covers_speculative_decoding_shapes():
-    from gemma4_t4.family import VARIANTS
-    from gemma4_t4.models import ASSISTANTS
-    from gemma4_t4.speculative import MAX_NUM_DRAFT_TOKENS
+    from gemma4_t4.catalog.family import VARIANTS
+    from gemma4_t4.catalog.models import ASSISTANTS
+    from gemma4_t4.serving.speculative import MAX_NUM_DRAFT_TOKENS
 
     assert VERIFY_DRAFT_TOKENS == (1, 2, 3, 4, 5, 6, MAX_NUM_DRAFT_TOKENS)
     shapes = gemma4_attention_shapes()

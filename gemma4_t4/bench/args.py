@@ -115,7 +115,7 @@ class BenchOptions(BaseModel):
     )
     price_keys: list[str] | None = Field(
         None,
-        description="price key from gemma4_t4.hardware.PRICES (repeatable)",
+        description="price key from gemma4_t4.catalog.hardware.PRICES (repeatable)",
         json_schema_extra=cli(flag="--price", metavar="KEY", repeatable=True),
     )
     server_launch: RawJSON | None = Field(

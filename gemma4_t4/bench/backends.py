@@ -37,7 +37,7 @@ from gemma4_t4.bench.prompts import HFTokenizer, ServerTokenizer, Tokenizer
 from gemma4_t4.bench.schemas import RawJSON, RequestRecord, ServerInfo
 from gemma4_t4.bench.telemetry import client_environment
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.launch_record import LaunchRecord
+from gemma4_t4.foundation.launch_record import LaunchRecord
 
 SAGEMAKER_SCHEME = "sagemaker://"
 # the runtime's own faults before any output: nothing was generated for us, so a retry is safe

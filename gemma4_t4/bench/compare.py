@@ -14,7 +14,7 @@ from gemma4_t4.bench.published import SAGEMAKER_DECODE, Kind, PublishedDecode, m
 from gemma4_t4.bench.results import RECORDS_FILE, SUMMARY_FILE, BenchRun, load_run
 from gemma4_t4.bench.schemas import CellStats, CellSummary, SpecDecode
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.table import Displayable
+from gemma4_t4.foundation.table import Displayable
 
 # metric -> (per-request extractor, True when higher is better)
 METRICS: dict[str, tuple[str, bool]] = {

@@ -1,16 +1,16 @@
 """Derived figures: roofline efficiency, effective bandwidth, $ per million output tokens.
 
 Decode at batch 1 reads every weight once per token, so tok/s ≤ bandwidth / bytes_per_token.
-Bytes per token come from ``gemma4_t4.models`` (or are passed in); bandwidth and prices from
-``gemma4_t4.hardware``.
+Bytes per token come from ``gemma4_t4.catalog.models`` (or are passed in); bandwidth and prices from
+``gemma4_t4.catalog.hardware``.
 """
 
 from __future__ import annotations
 
-from gemma4_t4 import models
 from gemma4_t4.bench.schemas import CellStats, Derived, Roofline
+from gemma4_t4.catalog import models
+from gemma4_t4.catalog.hardware import GPUS, PRICES, get_gpu, usd_per_million_tokens
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.hardware import GPUS, PRICES, get_gpu, usd_per_million_tokens
 
 
 def lookup_bytes_per_token(model: str, fmt: str) -> float | None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from gemma4_t4.bench.compare import RunComparison, compare_runs
 from gemma4_t4.bench.results import BenchRun, load_run
-from gemma4_t4.figures import check_plot_path, pyplot, save_figure
+from gemma4_t4.foundation.figures import check_plot_path, pyplot, save_figure
 
 
 def _title(run: BenchRun, what: str) -> str:

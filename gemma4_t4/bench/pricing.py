@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gemma4_t4.bench.published import measured_kind, sagemaker_load
-from gemma4_t4.hardware import get_price, usd_per_million_tokens
-from gemma4_t4.table import Displayable
+from gemma4_t4.catalog.hardware import get_price, usd_per_million_tokens
+from gemma4_t4.foundation.table import Displayable
 
 
 @dataclass
@@ -27,7 +27,7 @@ class MeasuredPrice:
 
 
 def measured_price(run: Any, price: Any) -> MeasuredPrice:
-    """The run's best output tok/s priced at ``price`` (a :class:`gemma4_t4.hardware` price) —
+    """The run's best output tok/s priced at ``price`` (a :class:`gemma4_t4.catalog.hardware` price) —
     only for a real Gemma 4 size measured on the GPU it is priced as. A tiny random model, a CPU,
     or a run that did not record its kind gets no price, and the label says why (a tiny model's
     speed priced as a T4 would read as the cost of serving Gemma 4)."""

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypedDict
 from urllib.parse import urlsplit
 
-from gemma4_t4.hardware import PRICES, identify_gpu
-from gemma4_t4.models import VARIANTS
-from gemma4_t4.table import Displayable, Table
+from gemma4_t4.catalog.hardware import PRICES, identify_gpu
+from gemma4_t4.catalog.models import VARIANTS
+from gemma4_t4.foundation.table import Displayable, Table
 
 if TYPE_CHECKING:
     from gemma4_t4.bench.results import BenchRun, DecodeSpeed

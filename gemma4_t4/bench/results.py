@@ -23,8 +23,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-from gemma4_t4 import safepaths
-from gemma4_t4.atomic import atomic_write_json, atomic_write_text
 from gemma4_t4.bench.schemas import (
     SCHEMA,
     Answer,
@@ -38,7 +36,9 @@ from gemma4_t4.bench.schemas import (
     parse_file,
 )
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.table import Displayable
+from gemma4_t4.foundation import safepaths
+from gemma4_t4.foundation.atomic import atomic_write_json, atomic_write_text
+from gemma4_t4.foundation.table import Displayable
 
 RUN_FILE, RECORDS_FILE, SUMMARY_FILE, CSV_FILE = "run.json", "records.jsonl", "summary.json", "summary.csv"
 # the plots `bench plot` writes next to the results (plots.plot_run): --overwrite replaces these too

@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.jsonable import JSONObject
+from gemma4_t4.foundation.jsonable import JSONObject
 
 SCHEMA_FAMILY = "gemma4_t4.bench/"
 SCHEMA_VERSION = 1

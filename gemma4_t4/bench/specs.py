@@ -14,7 +14,7 @@ registry, so a new workload is one decorated class::
         def cells(self, run, factory): ...
 
 A spec says *what*; the thing it runs on says *where* (anything with the :class:`Served`
-attributes: :class:`gemma4_t4.endpoint.Endpoint`, a SageMaker endpoint). A spec is refused when
+attributes: :class:`gemma4_t4.serving.endpoint.Endpoint`, a SageMaker endpoint). A spec is refused when
 it is made, so a notebook or a SageMaker experiment checks every spec before it serves or bills::
 
     decode = DecodeSpec(concurrency=[1, 8], input_len=512, output_len=128)   # refused here if wrong

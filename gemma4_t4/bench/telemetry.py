@@ -18,14 +18,14 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
-from gemma4_t4 import smi
 from gemma4_t4.bench.schemas import GPUTelemetry, PrefixCache, ServerInfo, ServerLoad, SpecDecode
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.jsonable import TypedDict
-from gemma4_t4.launch_record import LaunchRecord
-from gemma4_t4.net import http_get
-from gemma4_t4.runner import subprocess_runner
-from gemma4_t4.versions import package_version
+from gemma4_t4.foundation.jsonable import TypedDict
+from gemma4_t4.foundation.launch_record import LaunchRecord
+from gemma4_t4.foundation.net import http_get
+from gemma4_t4.foundation.runner import subprocess_runner
+from gemma4_t4.foundation.versions import package_version
+from gemma4_t4.host import smi
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')

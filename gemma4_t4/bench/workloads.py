@@ -20,7 +20,6 @@ from typing import Any
 
 from pydantic import Field, SerializeAsAny, ValidationError, field_validator, model_validator
 
-from gemma4_t4 import secrets, signals
 from gemma4_t4.bench.answers import QUESTIONS, is_correct
 from gemma4_t4.bench.args import METHODS, BenchOptions
 from gemma4_t4.bench.backends import Backend, backend_for, parse_base_url
@@ -42,7 +41,8 @@ from gemma4_t4.bench.schemas import (
     ServerLoad,
 )
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.jsonable import JSONValue
+from gemma4_t4.foundation import secrets, signals
+from gemma4_t4.foundation.jsonable import JSONValue
 
 # ---------------------------------------------------------------- arguments
 

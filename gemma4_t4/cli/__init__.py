@@ -26,7 +26,7 @@ from typing import Any
 
 from gemma4_t4 import __version__
 from gemma4_t4.errors import debug_enabled, user_error
-from gemma4_t4.jsonable import to_jsonable
+from gemma4_t4.foundation.jsonable import to_jsonable
 
 
 @dataclass

@@ -15,7 +15,7 @@ from gemma4_t4.bench.compare import compare_suites, is_suite
 from gemma4_t4.bench.specs import REGISTRY
 from gemma4_t4.cli import Output, add_command, add_group
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.figures import check_plot_path
+from gemma4_t4.foundation.figures import check_plot_path
 
 
 def _comma_list(cast, what: str):

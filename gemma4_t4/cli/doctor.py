@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from gemma4_t4.cli import Output, add_command
-from gemma4_t4.env import EnvReport, doctor
-from gemma4_t4.table import format_pairs, format_table
+from gemma4_t4.foundation.table import format_pairs, format_table
+from gemma4_t4.host.env import EnvReport, doctor
 
 
 def _fmt(value: object, unit: str = "") -> str:

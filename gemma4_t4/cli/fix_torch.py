@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 
 from gemma4_t4.cli import Output, add_command
-from gemma4_t4.setup_plan import known_vllm_versions
-from gemma4_t4.torchfix import apply_torch_fix, plan_torch_fix, torch_fix_dict
+from gemma4_t4.host.setup_plan import known_vllm_versions
+from gemma4_t4.host.torchfix import apply_torch_fix, plan_torch_fix, torch_fix_dict
 
 
 def _fix_torch(args: argparse.Namespace) -> Output:

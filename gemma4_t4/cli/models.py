@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from gemma4_t4 import models as m
+from gemma4_t4.catalog import models as m
+from gemma4_t4.catalog.hardware import GPUS, SAGEMAKER_INSTANCES
 from gemma4_t4.cli import Output, add_command
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.hardware import GPUS, SAGEMAKER_INSTANCES
-from gemma4_t4.table import format_pairs, format_table
+from gemma4_t4.foundation.table import format_pairs, format_table
 
 __all__ = ["format_table", "register"]  # format_table was defined here; it stays importable
 

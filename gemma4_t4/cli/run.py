@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from gemma4_t4 import signals
 from gemma4_t4.cli import Output, add_command
+from gemma4_t4.foundation import signals
 from gemma4_t4.pipeline import AUTO, NOTEBOOKS_DIR, TARGETS, run_pipeline
 
 

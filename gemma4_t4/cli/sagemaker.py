@@ -13,16 +13,16 @@ import sys
 import time
 from collections.abc import Callable
 
-from gemma4_t4 import signals
 from gemma4_t4.cli import Output, add_command, add_group
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.foundation import signals
 
 
 def _owns_aws_resources(
     handler: Callable[[argparse.Namespace], Output],
 ) -> Callable[[argparse.Namespace], Output]:
     """SIGTERM and SIGHUP unwind like Ctrl-C while the command owns an endpoint, a build or an upload:
-    the deploy rolls back, the matrix deletes its endpoint, the build is stopped (gemma4_t4.signals).
+    the deploy rolls back, the matrix deletes its endpoint, the build is stopped (gemma4_t4.foundation.signals).
     The last line before the process ends says what was deleted or stopped, and after how long."""
 
     @functools.wraps(handler)
@@ -122,7 +122,7 @@ def _image(args: argparse.Namespace) -> Output:
 
 @_owns_aws_resources
 def _build_image(args: argparse.Namespace) -> Output:
-    from gemma4_t4.atomic import atomic_write_json
+    from gemma4_t4.foundation.atomic import atomic_write_json
     from gemma4_t4.sagemaker.build import BuildFailed, build_cost, build_plan, build_record, build_t4_image
     from gemma4_t4.sagemaker.image import resolve_dlc_tag
 

@@ -16,9 +16,9 @@ import os
 import sys
 import warnings
 
-from gemma4_t4 import signals
 from gemma4_t4.cli import Output, add_command, add_group
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.foundation import signals
 
 DEFAULT_T4_MODEL = "google/gemma-4-E2B-it-qat-w4a16-ct"
 
@@ -37,7 +37,7 @@ def _env_pairs(pairs: list[str] | None) -> dict[str, str]:
 
 
 def _config(args: argparse.Namespace):
-    from gemma4_t4.server_config import ServerConfig
+    from gemma4_t4.serving.server_config import ServerConfig
 
     eager = True if args.eager else (False if args.compile else None)
     model = args.model or (DEFAULT_T4_MODEL if args.target == "t4" else None)
@@ -76,8 +76,8 @@ def _config(args: argparse.Namespace):
 
 
 def _print_command(args: argparse.Namespace, config) -> Output:
-    from gemma4_t4.secrets import mask
-    from gemma4_t4.server_config import plan_launch
+    from gemma4_t4.foundation.secrets import mask
+    from gemma4_t4.serving.server_config import plan_launch
 
     plan = plan_launch(config)
     gate = (
@@ -106,7 +106,7 @@ def _print_command(args: argparse.Namespace, config) -> Output:
 
 
 def _start(args: argparse.Namespace) -> Output:
-    from gemma4_t4.server import start_server
+    from gemma4_t4.serving.server import start_server
 
     config = _config(args)
     if args.print_command:
@@ -145,14 +145,14 @@ def _start(args: argparse.Namespace) -> Output:
 
 
 def _stop(args: argparse.Namespace) -> Output:
-    from gemma4_t4.server import stop_server
+    from gemma4_t4.serving.server import stop_server
 
     status = stop_server(args.port, args.work_dir, grace=args.grace)
     return Output(status, status.summary())
 
 
 def _status(args: argparse.Namespace) -> Output:
-    from gemma4_t4.server import VLLMServer, list_servers
+    from gemma4_t4.serving.server import VLLMServer, list_servers
 
     if args.port is None:
         statuses = list_servers(args.work_dir)
@@ -165,14 +165,14 @@ def _status(args: argparse.Namespace) -> Output:
 
 
 def _adopt(args: argparse.Namespace) -> Output:
-    from gemma4_t4.server import adopt_server
+    from gemma4_t4.serving.server import adopt_server
 
     status = adopt_server(args.port, args.work_dir)
     return Output(status, status.summary())
 
 
 def _logs(args: argparse.Namespace) -> Output:
-    from gemma4_t4.server import VLLMServer
+    from gemma4_t4.serving.server import VLLMServer
 
     server = VLLMServer.attach(args.port, args.work_dir)
     tail = server.log_tail(args.lines)
@@ -182,7 +182,7 @@ def _logs(args: argparse.Namespace) -> Output:
 
 
 def _where(parser: argparse.ArgumentParser, port_default: int | None = None) -> None:
-    from gemma4_t4.launch_record import DEFAULT_WORK_DIR
+    from gemma4_t4.foundation.launch_record import DEFAULT_WORK_DIR
 
     parser.add_argument(
         "--port",
@@ -197,8 +197,8 @@ def _where(parser: argparse.ArgumentParser, port_default: int | None = None) -> 
 
 def _start_options() -> list[tuple[str, dict]]:
     """``serve start``'s options after --target/--model/--host/--port, each with its argparse keywords.
-    The help states the defaults the launch really uses (gemma4_t4.server_config's T4/CPU constants)."""
-    from gemma4_t4.server_config import (
+    The help states the defaults the launch really uses (gemma4_t4.serving.server_config's T4/CPU constants)."""
+    from gemma4_t4.serving.server_config import (
         CPU_CONTEXT,
         CPU_MAX_NUM_SEQS,
         T4_CONTEXT,
@@ -206,7 +206,7 @@ def _start_options() -> list[tuple[str, dict]]:
         T4_MAX_NUM_BATCHED_TOKENS,
         T4_MAX_NUM_SEQS,
     )
-    from gemma4_t4.speculative import DEFAULT_NUM_DRAFT_TOKENS
+    from gemma4_t4.serving.speculative import DEFAULT_NUM_DRAFT_TOKENS
 
     flag = {"action": "store_true"}
     return [
@@ -255,8 +255,8 @@ def _start_options() -> list[tuple[str, dict]]:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from gemma4_t4.launch_record import DEFAULT_PORT
-    from gemma4_t4.server import STOP_GRACE_S
+    from gemma4_t4.foundation.launch_record import DEFAULT_PORT
+    from gemma4_t4.serving.server import STOP_GRACE_S
 
     sub = add_group(subparsers, "serve", "start, stop and inspect a vLLM server (T4 or CPU)", __doc__)
 

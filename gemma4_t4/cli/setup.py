@@ -7,15 +7,15 @@ import argparse
 
 from gemma4_t4.cli import Output, add_command
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.setup_plan import INSTALL_MATRIX, PROVEN_VLLM, known_vllm_versions
+from gemma4_t4.host.setup_plan import INSTALL_MATRIX, PROVEN_VLLM, known_vllm_versions
 
 
 def _setup(args: argparse.Namespace) -> Output:
     # the capability modules are imported here, not at CLI start-up (env probes, pip machinery)
-    from gemma4_t4 import env
-    from gemma4_t4.jsonable import to_jsonable
-    from gemma4_t4.setup import apply_setup, undo_setup
-    from gemma4_t4.setup_plan import plan_setup
+    from gemma4_t4.foundation.jsonable import to_jsonable
+    from gemma4_t4.host import env
+    from gemma4_t4.host.setup import apply_setup, undo_setup
+    from gemma4_t4.host.setup_plan import plan_setup
 
     if args.undo:
         message = undo_setup(args.record, dry_run=args.dry_run)

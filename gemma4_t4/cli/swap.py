@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from gemma4_t4.cli import Output, add_command, add_group
-from gemma4_t4.swap import DEFAULT_SWAP_PATH, DEFAULT_SWAP_SIZE, create_swap, swap_status
+from gemma4_t4.host.swap import DEFAULT_SWAP_PATH, DEFAULT_SWAP_SIZE, create_swap, swap_status
 
 
 def _status(args: argparse.Namespace) -> Output:

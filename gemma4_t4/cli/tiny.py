@@ -9,7 +9,7 @@ from gemma4_t4.errors import Gemma4T4Error
 
 
 def _tiny(args: argparse.Namespace) -> Output:
-    from gemma4_t4.tiny import build_tiny_gemma4  # imports torch/transformers only when building
+    from gemma4_t4.catalog.tiny import build_tiny_gemma4  # imports torch/transformers only when building
 
     try:
         info = build_tiny_gemma4(args.out, variant=args.variant, overwrite=args.overwrite)

@@ -10,11 +10,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gemma4_t4 import signals, tune
 from gemma4_t4.cli import Output, add_command
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.launch_profile import host_key
-from gemma4_t4.tune import DEFAULT_MINUTES
+from gemma4_t4.foundation import signals
+from gemma4_t4.serving.launch_profile import host_key
+from gemma4_t4.studies import tune
+from gemma4_t4.studies.tune import DEFAULT_MINUTES
 
 DEFAULT_MODEL = "google/gemma-4-E2B-it-qat-w4a16-ct"
 

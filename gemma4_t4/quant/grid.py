@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.foundation.table import Displayable
 from gemma4_t4.quant import lattice
 from gemma4_t4.quant.builds import FLOAT_DTYPES, ModuleWeight, module_weights
 from gemma4_t4.quant.safetensors_io import DTYPES, CheckpointReader, open_checkpoint
-from gemma4_t4.table import Displayable
 
 BLOCK_BYTES = 32 * 2**20  # source bytes per block: bounds memory, keeps all cores busy
 MAX_EXAMPLES = 5

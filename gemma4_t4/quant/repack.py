@@ -19,8 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from gemma4_t4 import safepaths, signals
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.foundation import safepaths, signals
+from gemma4_t4.foundation.table import Displayable
 from gemma4_t4.quant import config as qconfig
 from gemma4_t4.quant import lattice, pack
 from gemma4_t4.quant.grid import progress_bar
@@ -32,7 +33,6 @@ from gemma4_t4.quant.safetensors_io import (
     ShardedWriter,
     TensorInfo,
 )
-from gemma4_t4.table import Displayable
 
 BLOCK_BYTES = 32 * 2**20
 SHARD_BYTES = 4 * 10**9
@@ -468,7 +468,7 @@ def _write_build(tmp: Path, files: list[str], src_root: Path, config: dict | Non
     report.bytes_written = sum((tmp / f).stat().st_size for f in files)
     report.seconds = round(seconds, 3)
     report.mb_per_s = round(report.bytes_read / 1e6 / seconds, 1) if seconds > 0 else 0.0
-    from gemma4_t4.jsonable import to_jsonable
+    from gemma4_t4.foundation.jsonable import to_jsonable
 
     (tmp / REPORT_NAME).write_text(json.dumps(to_jsonable(report), indent=1) + "\n")
     safepaths.write_marker(tmp, "repack" if report.method == "lattice" else "requant-awq", source=str(src_root))

@@ -105,7 +105,7 @@ def aws_error(exc: BaseException, action: str) -> Gemma4T4Error:
 
 
 # -- what an interrupted command undid ----------------------------------------------------------
-# An interrupted deploy, matrix or build (Ctrl-C, or SIGTERM/SIGHUP through gemma4_t4.signals) cleans
+# An interrupted deploy, matrix or build (Ctrl-C, or SIGTERM/SIGHUP through gemma4_t4.foundation.signals) cleans
 # up on its way out and re-raises the interrupt; the notes it adds to that exception are how the
 # command's last line can say what was deleted or stopped before the process ends.
 _UNDONE = "gemma4-t4 undid: "

@@ -11,7 +11,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from gemma4_t4.jsonable import JSONValue
+from gemma4_t4.foundation.jsonable import JSONValue
 from gemma4_t4.sagemaker.config import redact_env
 
 

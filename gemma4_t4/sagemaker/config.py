@@ -12,12 +12,13 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from gemma4_t4 import secrets, speculative
+from gemma4_t4.catalog.hardware import SAGEMAKER_INSTANCES
+from gemma4_t4.catalog.models import DEFAULT_MAX_NUM_BATCHED_TOKENS
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.hardware import SAGEMAKER_INSTANCES
-from gemma4_t4.jsonable import TypedDict  # pydantic reads ConfigSummary (the MCP config tool)
-from gemma4_t4.models import DEFAULT_MAX_NUM_BATCHED_TOKENS
+from gemma4_t4.foundation import secrets
+from gemma4_t4.foundation.jsonable import TypedDict  # pydantic reads ConfigSummary (the MCP config tool)
 from gemma4_t4.sagemaker import image as images
+from gemma4_t4.serving import speculative
 
 PROJECT_TAG = "project"
 PROJECT_VALUE = "gemma4-t4"
@@ -172,7 +173,7 @@ class DeployConfig:
     )
     scale_in_cooldown_s: int = 600
     scale_out_cooldown_s: int = 300
-    # speculative decoding (gemma4_t4/speculative.py): off | auto | self | an assistant hub id
+    # speculative decoding (gemma4_t4/serving/speculative.py): off | auto | self | an assistant hub id
     draft: str = "off"
     num_draft_tokens: int | None = None  # None: the assistant's size recipe (speculative.untuned_num_draft_tokens)
 
@@ -549,7 +550,7 @@ def auto_tensor_parallel(
     1 on single-GPU hosts and for models the calculator does not know (a local folder, another
     family); on ``ml.g4dn.12xlarge`` (4x T4) the 26B-A4B and 31B need 2 or 4.
     """
-    from gemma4_t4.models import fit
+    from gemma4_t4.catalog.models import fit
 
     gpu, gpus = SAGEMAKER_INSTANCES.get(instance_type, ("", 1))
     if gpus <= 1:

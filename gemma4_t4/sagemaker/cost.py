@@ -8,9 +8,9 @@ import datetime as dt
 import math
 from dataclasses import dataclass
 
-from gemma4_t4.hardware import sagemaker_price
+from gemma4_t4.catalog.hardware import sagemaker_price
+from gemma4_t4.foundation.table import Displayable
 from gemma4_t4.sagemaker.config import EXPIRES_TAG, PROJECT_TAG, PROJECT_VALUE
-from gemma4_t4.table import Displayable
 
 
 def usd(amount: float) -> str:
@@ -44,7 +44,7 @@ class CostEstimate(Displayable):
 
     def line(self) -> str:
         if self.usd_per_hour is None:
-            return f"{self.instance_type}: no price in gemma4_t4.hardware.PRICES; check the SageMaker pricing page"
+            return f"{self.instance_type}: no price in gemma4_t4.catalog.hardware.PRICES; check the SageMaker pricing page"
         return (
             f"estimated cost: ${self.usd_per_hour:.3f}/hour for {self.instance_count}x {self.instance_type} "
             f"(on-demand, {self.price_region}; billed until the endpoint is deleted)"

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, NotRequired, TypedDict
 
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.foundation.table import Displayable
 from gemma4_t4.sagemaker import image as image_module
 from gemma4_t4.sagemaker.aws import (
     ClientFactory,
@@ -34,7 +35,6 @@ from gemma4_t4.sagemaker.cost import estimate
 from gemma4_t4.sagemaker.image import US_REGIONS, find_fixed_image
 from gemma4_t4.sagemaker.ops import SCALABLE, DeleteResult, delete_resources
 from gemma4_t4.sagemaker.quotas import quota_name, region_quotas
-from gemma4_t4.table import Displayable
 
 # Capacity-type failures: worth trying another region. Anything else (a bad model, OOM) would
 # fail the same way everywhere.

@@ -1,6 +1,6 @@
 """What Parts 2-4 measure on ``TARGET=sagemaker``: each function deploys the endpoints it needs one
 at a time (through :func:`gemma4_t4.sagemaker.matrix.run_configs`: each endpoint an
-:class:`~gemma4_t4.endpoint.Endpoint` under one :class:`~gemma4_t4.endpoint.Budget`, deleted before
+:class:`~gemma4_t4.serving.endpoint.Endpoint` under one :class:`~gemma4_t4.serving.endpoint.Budget`, deleted before
 the next is deployed, whatever happens) and runs the caller's workload specs on each.
 
 - Part 2: :func:`bf16_vs_qat_on_t4` (Google's bf16 build and its QAT int4 build, same T4 endpoint type);
@@ -32,10 +32,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gemma4_t4.bench.specs import WorkloadSpec
-from gemma4_t4.endpoint import Budget
+from gemma4_t4.catalog.hardware import sagemaker_price
+from gemma4_t4.catalog.models import get_variant
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.hardware import sagemaker_price
-from gemma4_t4.models import get_variant
 from gemma4_t4.sagemaker.config import DeployConfig
 from gemma4_t4.sagemaker.matrix import (
     EndpointHandling,
@@ -49,6 +48,7 @@ from gemma4_t4.sagemaker.matrix import (
 )
 from gemma4_t4.sagemaker.ops import list_endpoints
 from gemma4_t4.sagemaker.upload import UploadResult, upload_model_folder
+from gemma4_t4.serving.endpoint import Budget
 
 if TYPE_CHECKING:
     from gemma4_t4.bench.results import BenchRun
@@ -66,7 +66,7 @@ def served_name(config: DeployConfig) -> str:
 
 
 def instance_gpu(instance_type: str) -> str | None:
-    """The :data:`gemma4_t4.hardware.PRICES` GPU key of a SageMaker instance type (prices $/Mtok)."""
+    """The :data:`gemma4_t4.catalog.hardware.PRICES` GPU key of a SageMaker instance type (prices $/Mtok)."""
     price = sagemaker_price(instance_type)
     return price.gpu if price else None
 

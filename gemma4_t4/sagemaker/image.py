@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 
 from gemma4_t4 import __version__
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.jsonable import TypedDict
+from gemma4_t4.foundation.jsonable import TypedDict
 from gemma4_t4.sagemaker.aws import aws_error, aws_exceptions, client_factory, error_code, error_message
 
 DLC_REPOSITORY = "vllm"

@@ -26,7 +26,7 @@ import urllib.request
 from typing import Any, TypedDict
 
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.jsonable import JSONObject
+from gemma4_t4.foundation.jsonable import JSONObject
 from gemma4_t4.sagemaker.config import ROLE_ENV
 from gemma4_t4.sagemaker.image import T4_IMAGE_REPOSITORY, fixed_image_tag, t4_image_uri
 from gemma4_t4.sagemaker.quota_fake import FakeServiceQuotas

@@ -1,8 +1,8 @@
 """The matrix run: for each model in turn, deploy an endpoint, run the workload specs on it, delete
 it, under a hard budget.
 
-Each endpoint is an :class:`gemma4_t4.endpoint.Endpoint` (``Endpoint.sagemaker``): the shared
-:class:`~gemma4_t4.endpoint.Budget` refuses the next endpoint before it is deployed when its
+Each endpoint is an :class:`gemma4_t4.serving.endpoint.Endpoint` (``Endpoint.sagemaker``): the shared
+:class:`~gemma4_t4.serving.endpoint.Budget` refuses the next endpoint before it is deployed when its
 estimate does not fit what is left, and deletes a live one the moment the budget is spent. Whatever
 happens (a failed deploy, a failed measurement, Ctrl-C, SIGTERM, SIGHUP), the ``with`` block deletes
 every endpoint the run created before the exception leaves. The specs are validated objects
@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING
 
 from gemma4_t4.bench.specs import WorkloadSpec
 from gemma4_t4.bench.specs import run as run_spec
-from gemma4_t4.endpoint import DEPLOY_MINUTES, MEASURE_MINUTES, Budget, BudgetRefused, Endpoint
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.sagemaker.aws import note_undone
 from gemma4_t4.sagemaker.config import DeployConfig
 from gemma4_t4.sagemaker.cost import usd
 from gemma4_t4.sagemaker.deploy import DeployFailed, deploy_cost, describe_deleted
+from gemma4_t4.serving.endpoint import DEPLOY_MINUTES, MEASURE_MINUTES, Budget, BudgetRefused, Endpoint
 
 if TYPE_CHECKING:
     from gemma4_t4.bench.results import BenchRun
@@ -178,7 +178,7 @@ def _rate(config: DeployConfig) -> float:
     if rate is None:
         raise Gemma4T4Error(
             f"no price for {config.instance_type}: a budget cannot be enforced",
-            fix="use an instance type listed in gemma4_t4.hardware.PRICES",
+            fix="use an instance type listed in gemma4_t4.catalog.hardware.PRICES",
         )
     return rate
 

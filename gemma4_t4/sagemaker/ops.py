@@ -13,7 +13,8 @@ from typing import Any
 from pydantic import BaseModel, Field, computed_field
 
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.jsonable import JSONObject, JSONValue, TypedDict
+from gemma4_t4.foundation.jsonable import JSONObject, JSONValue, TypedDict
+from gemma4_t4.foundation.table import Displayable
 from gemma4_t4.sagemaker.aws import (
     ClientFactory,
     aws_error,
@@ -26,7 +27,6 @@ from gemma4_t4.sagemaker.cli_recipe import ApiCall
 from gemma4_t4.sagemaker.config import AUTOSCALING_TAG, EXPIRES_TAG, PROJECT_TAG, PROJECT_VALUE
 from gemma4_t4.sagemaker.cost import estimate, hours_between, is_ours
 from gemma4_t4.sagemaker.image import US_REGIONS, validate_region
-from gemma4_t4.table import Displayable
 
 LOG_MILESTONES = (
     "Model loading took",

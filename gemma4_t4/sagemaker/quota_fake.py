@@ -15,7 +15,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, NotRequired, TypedDict
 
-from gemma4_t4.jsonable import JSONObject
+from gemma4_t4.foundation.jsonable import JSONObject
 
 _SCOPE = re.compile(r"Credential=[^/]+/\d{8}/(?P<region>[a-z0-9-]+)/")
 

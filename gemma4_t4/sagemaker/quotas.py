@@ -11,12 +11,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gemma4_t4.catalog.hardware import SAGEMAKER_INSTANCES
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.hardware import SAGEMAKER_INSTANCES
+from gemma4_t4.foundation.table import Displayable, format_table
 from gemma4_t4.sagemaker.aws import ClientFactory, aws_error, aws_exceptions, client_factory
 from gemma4_t4.sagemaker.cli_recipe import ApiCall
 from gemma4_t4.sagemaker.image import US_REGIONS, validate_region
-from gemma4_t4.table import Displayable, format_table
 
 
 def quota_name(instance_type: str) -> str:

@@ -20,8 +20,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from gemma4_t4.atomic import atomic_write_bytes
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.foundation.atomic import atomic_write_bytes
 from gemma4_t4.turing import smem, tilecap
 from gemma4_t4.turing.offline import KERNEL_RELPATH, find_vllm_root, read_vllm_version
 

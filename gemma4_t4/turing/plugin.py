@@ -13,8 +13,8 @@ prefill route off; vLLM's ``VLLM_PLUGINS`` allow-list also applies.
 
 from __future__ import annotations
 
-from gemma4_t4 import cpuattn
-from gemma4_t4.jsonable import TypedDict
+from gemma4_t4.foundation.jsonable import TypedDict
+from gemma4_t4.host import cpuattn
 from gemma4_t4.turing import prefill, tilecap
 
 ENTRY_POINT_GROUP = "vllm.general_plugins"

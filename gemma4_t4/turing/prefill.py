@@ -39,8 +39,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gemma4_t4.cache import CACHE_ENV, cache_root
-from gemma4_t4.jsonable import TypedDict
+from gemma4_t4.foundation.cache import CACHE_ENV, cache_root
+from gemma4_t4.foundation.jsonable import TypedDict
 
 BACKEND_MODULE = "vllm.v1.attention.backends.triton_attn"
 IMPL_CLASS = "TritonAttentionImpl"

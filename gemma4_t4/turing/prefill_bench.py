@@ -17,12 +17,12 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from gemma4_t4.atomic import atomic_write_json
+from gemma4_t4.catalog.models import get_variant
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.figures import pyplot, save_figure
-from gemma4_t4.jsonable import TypedDict
-from gemma4_t4.models import get_variant
-from gemma4_t4.table import Displayable
+from gemma4_t4.foundation.atomic import atomic_write_json
+from gemma4_t4.foundation.figures import pyplot, save_figure
+from gemma4_t4.foundation.jsonable import TypedDict
+from gemma4_t4.foundation.table import Displayable
 from gemma4_t4.turing import prefill, tilecap
 from gemma4_t4.turing.numerics import make_case, reference_attention
 from gemma4_t4.turing.offline import load_kernel_module
@@ -46,7 +46,7 @@ class LayerShape:
 
 
 def layer_shapes(models: tuple[str, ...] = DEFAULT_MODELS) -> list[LayerShape]:
-    """Each model's global (head 512) and sliding (head 256, its window) attention, from gemma4_t4.models."""
+    """Each model's global (head 512) and sliding (head 256, its window) attention, from gemma4_t4.catalog.models."""
     shapes = []
     for name in models:
         v = get_variant(name)

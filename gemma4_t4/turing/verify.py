@@ -22,10 +22,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from gemma4_t4 import signals
+from gemma4_t4.catalog.models import ASSISTANTS, VARIANTS
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.models import ASSISTANTS, VARIANTS
-from gemma4_t4.table import Displayable
+from gemma4_t4.foundation import signals
+from gemma4_t4.foundation.table import Displayable
 from gemma4_t4.turing import smem, tilecap
 from gemma4_t4.turing.offline import (
     KernelModule,

@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, NotRequired
 
-from gemma4_t4 import models
+from gemma4_t4.catalog import models
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.jsonable import TypedDict
+from gemma4_t4.foundation.jsonable import TypedDict
 
 DraftMethod = Literal["mtp", "draft_model"]
 DEFAULT_NUM_DRAFT_TOKENS = 3  # the series' T4 drafter run (1.35x at greedy, t4_speed_anchors.md)
@@ -319,7 +319,7 @@ def check_one_kv_cache_group(drafter: str) -> None:
 
 def target_build(model: str) -> tuple[str, str, models.AssistantBuild] | None:
     """(variant key, fit format, assistant build) of a catalogued target, or None."""
-    from gemma4_t4.gate import catalog_entry  # the one id/folder -> catalog rule
+    from gemma4_t4.serving.gate import catalog_entry  # the one id/folder -> catalog rule
 
     entry = catalog_entry(model)
     if entry is None:

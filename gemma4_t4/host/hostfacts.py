@@ -1,7 +1,7 @@
 """What the install planner reads of the host model's facts, as an interface below both.
 
-:class:`gemma4_t4.env.Facts` is the one record of the host; the planner
-(:mod:`gemma4_t4.setup_plan`) takes it as an argument, and the host model calls the planner for the doctor's fix line. Naming the
+:class:`gemma4_t4.host.env.Facts` is the one record of the host; the planner
+(:mod:`gemma4_t4.host.setup_plan`) takes it as an argument, and the host model calls the planner for the doctor's fix line. Naming the
 few attributes the planner reads here, below both, keeps the two modules from importing each other
 (even for type checking): ``env.Facts`` satisfies these protocols as it is.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from gemma4_t4.smi import GPUInfo
+from gemma4_t4.host.smi import GPUInfo
 
 
 class ChosenGpu(Protocol):

@@ -1,6 +1,6 @@
 """The Gemma 4 family as data: its sizes (shapes from transformers' Gemma 4 configs and modelling
 code, checkpoint names and parameter counts as published), its formats, and the one lookup by a
-flexible name (``e2b``, ``gemma-4-e2b``, a hub id). :mod:`gemma4_t4.models` derives what follows
+flexible name (``e2b``, ``gemma-4-e2b``, a hub id). :mod:`gemma4_t4.catalog.models` derives what follows
 from it on a GPU.
 """
 

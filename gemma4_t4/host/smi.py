@@ -1,6 +1,6 @@
 """nvidia-smi: the one query and the one parser of its output, and the GPUs it lists.
 
-Below both the host model (:mod:`gemma4_t4.env`, which re-exports these names) and the benchmark's
+Below both the host model (:mod:`gemma4_t4.host.env`, which re-exports these names) and the benchmark's
 telemetry, so recording a result's GPUs loads neither the host model nor the Turing fix. A probe
 that fails, hangs or prints garbage is an error with its cause, never read as "no GPU".
 """
@@ -13,13 +13,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from gemma4_t4.runner import probe_runner
+from gemma4_t4.foundation.runner import probe_runner
 
 RunFn = Callable[[list[str]], "tuple[int, str] | None"]
 
 
 class SmiProbes(Protocol):
-    """What the nvidia-smi probe needs of :class:`gemma4_t4.env.Probes`: run a command, find one on PATH."""
+    """What the nvidia-smi probe needs of :class:`gemma4_t4.host.env.Probes`: run a command, find one on PATH."""
 
     run: RunFn
     which: Callable[[str], str | None]

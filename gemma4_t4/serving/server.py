@@ -6,7 +6,7 @@ as a detached subprocess (its own session and process group) bound to 127.0.0.1,
 file, is waited on through ``/health`` (failing fast with the log tail if the process dies),
 and is stopped with SIGTERM then SIGKILL of the whole group.
 
-The files it leaves under ``work_dir`` are described in :mod:`gemma4_t4.server_state`.
+The files it leaves under ``work_dir`` are described in :mod:`gemma4_t4.serving.server_state`.
 """
 
 from __future__ import annotations
@@ -28,13 +28,13 @@ from typing import Any, Literal, cast
 import psutil
 from pydantic import ValidationError
 
-from gemma4_t4 import secrets
-from gemma4_t4.atomic import atomic_write_json
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.launch_record import DEFAULT_WORK_DIR, LaunchRecord, ProcessInfo
-from gemma4_t4.net import http_get
-from gemma4_t4.server_config import ServerConfig, plan_launch, server_tmp_dir
-from gemma4_t4.server_state import (
+from gemma4_t4.foundation import secrets
+from gemma4_t4.foundation.atomic import atomic_write_json
+from gemma4_t4.foundation.launch_record import DEFAULT_WORK_DIR, LaunchRecord, ProcessInfo
+from gemma4_t4.foundation.net import http_get
+from gemma4_t4.serving.server_config import ServerConfig, plan_launch, server_tmp_dir
+from gemma4_t4.serving.server_state import (
     LockOwner,
     ServerLock,
     ServerOwner,
@@ -51,7 +51,7 @@ from gemma4_t4.server_state import (
     state_path,
     supervisor_file,
 )
-from gemma4_t4.supervisor import ExitRecord, SupervisorRecord, SupervisorSpec, terminate_then_kill
+from gemma4_t4.serving.supervisor import ExitRecord, SupervisorRecord, SupervisorSpec, terminate_then_kill
 
 STOP_GRACE_S = 30.0
 
@@ -311,10 +311,10 @@ class VLLMServer:
             spec["owner_pid"] = self.owner["pid"]
             spec["owner_create_time"] = self.owner.get("create_time")
         atomic_write_json(spec_path, spec)
-        # A small supervisor (gemma4_t4/supervisor.py) runs vLLM, records its processes, watches the
+        # A small supervisor (gemma4_t4/serving/supervisor.py) runs vLLM, records its processes, watches the
         # engine and records its exit, so a server that dies is reported as dead with its code and
         # reason even by another process (serve status).
-        supervised = [sys.executable, "-m", "gemma4_t4.supervisor", str(spec_path), "--", *command]
+        supervised = [sys.executable, "-m", "gemma4_t4.serving.supervisor", str(spec_path), "--", *command]
         self.process = subprocess.Popen(
             supervised,
             stdout=log,
@@ -686,7 +686,7 @@ class VLLMServer:
             self.exit_path.unlink()
         with open(self.log_path, "ab") as log:
             process = subprocess.Popen(
-                [sys.executable, "-m", "gemma4_t4.supervisor", "--adopt", str(spec_path)],
+                [sys.executable, "-m", "gemma4_t4.serving.supervisor", "--adopt", str(spec_path)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -797,7 +797,7 @@ def adopt_server(port: int | None = None, work_dir: str | Path = DEFAULT_WORK_DI
 def _gate_record(gate_result: Any) -> Any:
     if gate_result is None:
         return None
-    from gemma4_t4.jsonable import to_jsonable
+    from gemma4_t4.foundation.jsonable import to_jsonable
 
     record = to_jsonable(gate_result)
     if isinstance(record, dict):
@@ -824,7 +824,7 @@ def start_server(
     config.validate()  # a bad port or length is refused before the gate probes anything
     result = None
     if gate:
-        from gemma4_t4.gate import check_cpu_start, check_start
+        from gemma4_t4.serving.gate import check_cpu_start, check_start
 
         gate_check = check_cpu_start if config.target == "cpu" else check_start
         result = gate_check(config, force=force, probes=probes)
@@ -841,7 +841,7 @@ def _looks_like_hub_id(model: str) -> bool:
     return len(parts) == 2 and not model.startswith((".", "/")) and all(parts)
 
 
-if __name__ == "__main__":  # pragma: no cover - the same entry point as python -m gemma4_t4.supervisor
-    from gemma4_t4.supervisor import main
+if __name__ == "__main__":  # pragma: no cover - the same entry point as python -m gemma4_t4.serving.supervisor
+    from gemma4_t4.serving.supervisor import main
 
     raise SystemExit(main(sys.argv[1:]))

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from gemma4_t4 import env
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.runner import CommandResult, Runner, subprocess_runner
+from gemma4_t4.foundation.runner import CommandResult, Runner, subprocess_runner
+from gemma4_t4.host import env
 
 # CommandResult, Runner and subprocess_runner stay importable from here (they used to live here).
 

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gemma4_t4.atomic import atomic_write_json
-from gemma4_t4.cache import cache_root
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.table import Displayable
+from gemma4_t4.foundation.atomic import atomic_write_json
+from gemma4_t4.foundation.cache import cache_root
+from gemma4_t4.foundation.table import Displayable
+from gemma4_t4.foundation.versions import package_version
 from gemma4_t4.turing import offline
 from gemma4_t4.turing.verify import gemma4_attention_shapes, verify
-from gemma4_t4.versions import package_version
 
 PROOF_FORMAT = 1
 

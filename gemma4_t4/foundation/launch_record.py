@@ -10,7 +10,7 @@ from typing import Any, NotRequired
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gemma4_t4.jsonable import TypedDict
+from gemma4_t4.foundation.jsonable import TypedDict
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
@@ -18,7 +18,7 @@ DEFAULT_WORK_DIR = ".cache/gemma4_t4"
 
 
 class ProbeResult(BaseModel):
-    """One candidate's verdict from the CPU attention probe (:mod:`gemma4_t4.cpuattn`), stored in its
+    """One candidate's verdict from the CPU attention probe (:mod:`gemma4_t4.host.cpuattn`), stored in its
     cached verdict and in the launch record."""
 
     candidate: str  # a name from cpuattn.CANDIDATES
@@ -62,7 +62,7 @@ class ProcessInfo(TypedDict):
 class ServerSettings(BaseModel):
     """Every setting that decides how vLLM is launched, as one record: what a state file and a
     launch record store (``model_dump(mode="json")``, secrets masked) and read back
-    (``model_validate``). :class:`gemma4_t4.server_config.ServerConfig` is this record plus the target's
+    (``model_validate``). :class:`gemma4_t4.serving.server_config.ServerConfig` is this record plus the target's
     defaults and the checks; it lives in server_config.py, this stays below the benchmark.
 
     A record written before speculative decoding lacks ``draft`` / ``num_draft_tokens`` /
@@ -97,10 +97,10 @@ class ServerSettings(BaseModel):
     work_dir: str = DEFAULT_WORK_DIR  # logs, state, locks, temp files and vLLM caches stay here
     python: str | None = None  # interpreter that has vLLM installed; default: this one
     restart_on_crash: int = 0  # restart a crashed vLLM up to N times (backoff 2, 4, 8 ... 60 s)
-    probe_cpu_attention: bool = True  # cpu, dtype unset: run the attention probe (gemma4_t4.cpuattn)
+    probe_cpu_attention: bool = True  # cpu, dtype unset: run the attention probe (gemma4_t4.host.cpuattn)
     chosen_by: dict[str, str] = Field(default_factory=dict)  # why each default was chosen
-    # speculative decoding (gemma4_t4/speculative.py): off | auto | self | a drafter id or folder
-    # None (the CLI's unset): on t4 the tune profile measured on this GPU decides (gemma4_t4/tune.py)
+    # speculative decoding (gemma4_t4/serving/speculative.py): off | auto | self | a drafter id or folder
+    # None (the CLI's unset): on t4 the tune profile measured on this GPU decides (gemma4_t4/studies/tune.py)
     draft: str | None = "off"
     # None: the tune profile's N, else the assistant's untuned N for the target's size (ServerConfig fills it)
     num_draft_tokens: int | None = None

@@ -1,4 +1,4 @@
-"""Installing what :mod:`gemma4_t4.setup_plan` planned, and undoing it: ``gemma4-t4 setup [--json]
+"""Installing what :mod:`gemma4_t4.host.setup_plan` planned, and undoing it: ``gemma4-t4 setup [--json]
 [--vllm X] [--undo]``.
 
 **Installing** (:func:`apply_setup`) records what pip will replace first (``pip freeze``, kept
@@ -24,11 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NotRequired, TypedDict
 
-from gemma4_t4.atomic import atomic_write_json
-from gemma4_t4.cache import cache_root
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.runner import CommandResult, Runner, subprocess_runner
-from gemma4_t4.setup_plan import (
+from gemma4_t4.foundation.atomic import atomic_write_json
+from gemma4_t4.foundation.cache import cache_root
+from gemma4_t4.foundation.runner import CommandResult, Runner, subprocess_runner
+from gemma4_t4.foundation.signals import orderly_stop
+from gemma4_t4.host.setup_plan import (
     CPU_CONFLICTS,
     PYTORCH_INDEX,
     VLLM_WHEEL_INDEX,
@@ -42,7 +43,6 @@ from gemma4_t4.setup_plan import (
     route_by_key,
     route_steps,
 )
-from gemma4_t4.signals import orderly_stop
 
 UNDO_COMMAND = "gemma4-t4 setup --undo"
 RECORD_DIR_NAME = "setup-records"

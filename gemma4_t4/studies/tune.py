@@ -3,11 +3,11 @@
 A tune launches the model through the package's own server path once per drafter setting (off, then
 Google's assistant drafting N = 1..6 tokens), measures decode at 1 and 8 streams with
 :func:`gemma4_t4.bench.run_benchmark`, takes the prefill route's bench-prefill verdict (measuring it
-when this GPU has none), and writes ONE profile under ``gemma4_t4.cache`` keyed by GPU name, model,
+when this GPU has none), and writes ONE profile under ``gemma4_t4.foundation.cache`` keyed by GPU name, model,
 vLLM, torch and the fix's version. ``serve start --target t4`` reads it (:func:`launch_choice`).
 
 The profile is written once, atomically, after every measurement: an interrupted tune (Ctrl-C,
-SIGTERM, SIGHUP through :func:`gemma4_t4.signals.orderly_stop`) leaves no profile, and the server
+SIGTERM, SIGHUP through :func:`gemma4_t4.foundation.signals.orderly_stop`) leaves no profile, and the server
 it was measuring is stopped by the server context's exit.
 """
 
@@ -22,12 +22,13 @@ from typing import TYPE_CHECKING, Protocol
 
 from pydantic import BaseModel, Field
 
-from gemma4_t4.atomic import atomic_write_json
 from gemma4_t4.bench import run_benchmark
 from gemma4_t4.bench.specs import DecodeSpec
 from gemma4_t4.bench.workloads import BenchArgs
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.launch_profile import (
+from gemma4_t4.foundation.atomic import atomic_write_json
+from gemma4_t4.foundation.table import format_table
+from gemma4_t4.serving.launch_profile import (
     CONCURRENCIES,
     DRAFT_TOKENS,
     CellMeasure,
@@ -39,9 +40,8 @@ from gemma4_t4.launch_profile import (
     prefill_choice,
     profile_path,
 )
-from gemma4_t4.server import ServerConfig, start_server
-from gemma4_t4.speculative import DEFAULT_NUM_DRAFT_TOKENS
-from gemma4_t4.table import format_table
+from gemma4_t4.serving.server import ServerConfig, start_server
+from gemma4_t4.serving.speculative import DEFAULT_NUM_DRAFT_TOKENS
 
 if TYPE_CHECKING:
     from gemma4_t4.bench.results import BenchRun

@@ -3,11 +3,11 @@ another GPU, or the CPU) or a SageMaker endpoint.
 
 An :class:`Endpoint` has a URL (``http://HOST:PORT`` or ``sagemaker://REGION/NAME``), the model
 name it serves, a tokenizer for exact prompt lengths, and its venue: the GPU it runs on (the
-hardware table's key, :func:`gemma4_t4.hardware.identify_gpu`), the hourly price its throughput
+hardware table's key, :func:`gemma4_t4.catalog.hardware.identify_gpu`), the hourly price its throughput
 is priced at, what it has cost so far, whether it can be started again with other options, and
 ``stop()``. It
 is a context manager: leaving the block, normally, by an exception or by SIGINT/SIGTERM/SIGHUP
-(:func:`gemma4_t4.signals.orderly_stop`), stops the server, or deletes the endpoint with its
+(:func:`gemma4_t4.foundation.signals.orderly_stop`), stops the server, or deletes the endpoint with its
 config, model and scaling policy. A notebook, whose cells cannot share one ``with`` block, calls
 ``stop()`` in its clean-up cell; the endpoint is also stopped when the process exits.
 
@@ -47,15 +47,15 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel
 
-from gemma4_t4 import signals
-from gemma4_t4.atomic import atomic_write_text
-from gemma4_t4.cache import cache_root
+from gemma4_t4.catalog.hardware import InstancePrice, identify_gpu, price_of_gpu, sagemaker_price
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.hardware import InstancePrice, identify_gpu, price_of_gpu, sagemaker_price
+from gemma4_t4.foundation import signals
+from gemma4_t4.foundation.atomic import atomic_write_text
+from gemma4_t4.foundation.cache import cache_root
 
 if TYPE_CHECKING:
     from gemma4_t4.sagemaker.config import DeployConfig
-    from gemma4_t4.server import ServerConfig, VLLMServer
+    from gemma4_t4.serving.server import ServerConfig, VLLMServer
 
 Venue = Literal["local", "sagemaker"]
 
@@ -103,7 +103,7 @@ def _record_path(venue: Venue, name: str, port: int | None = None) -> Path:
 
 def _owner_alive(record: OwnershipRecord) -> bool:
     # lazy: the local serving stack (server, start gate, supervisor, psutil) loads only where a local server is started, adopted or checked
-    from gemma4_t4.server_state import pid_alive
+    from gemma4_t4.serving.server_state import pid_alive
 
     return pid_alive(record.owner_pid, record.owner_create_time)
 
@@ -205,8 +205,8 @@ def _reap_local(record: OwnershipRecord) -> str:
     (what the server's state file names): the port and work dir alone may now hold another
     server, started by hand after the owner died, which is not this record's to stop."""
     # lazy: the local serving stack (server, start gate, supervisor, psutil) loads only where a local server is started, adopted or checked
-    from gemma4_t4.server import VLLMServer
-    from gemma4_t4.server_state import state_path
+    from gemma4_t4.serving.server import VLLMServer
+    from gemma4_t4.serving.server_state import state_path
 
     path = state_path(record.work_dir or ".", record.port or 0)
     if record.server_pid is None or not record.port or not path.exists():
@@ -335,7 +335,7 @@ class Endpoint:
     @property
     def price(self) -> InstancePrice | None:
         """The hourly price its throughput is priced at: the SageMaker instance's, else what a cloud
-        charges for one of its GPU (:func:`gemma4_t4.hardware.price_of_gpu`). None on a CPU or a GPU
+        charges for one of its GPU (:func:`gemma4_t4.catalog.hardware.price_of_gpu`). None on a CPU or a GPU
         the table prices nowhere: its throughput is then not priced as another GPU's."""
         return self._price if self._price is not None else price_of_gpu(self.gpu)
 
@@ -479,7 +479,7 @@ class Endpoint:
         An interrupted start stops what it started. ``gpu_name``: the GPU it serves on as nvidia-smi
         names it (``runtime.gpu_name``); none for the CPU target."""
         # lazy: the local serving stack (server, start gate, supervisor, psutil) loads only where a local server is started, adopted or checked
-        from gemma4_t4.server import VLLMServer
+        from gemma4_t4.serving.server import VLLMServer
 
         reap_orphans()
         started = time.monotonic()
@@ -539,7 +539,7 @@ class Endpoint:
         if rate is None:
             raise Gemma4T4Error(
                 f"no price for {config.instance_type}: its cost cannot be tracked",
-                fix="use an instance type listed in gemma4_t4.hardware.PRICES",
+                fix="use an instance type listed in gemma4_t4.catalog.hardware.PRICES",
             )
         served = config.container_env()["SM_VLLM_SERVED_MODEL_NAME"]
         price = sagemaker_price(config.instance_type)
@@ -621,9 +621,9 @@ def _gpu_key(gpu_name: str | None) -> str | None:
 def start_owned_server(config: ServerConfig) -> VLLMServer:
     """Start ``config`` through the start gate, owned by this process: its supervisor stops it when
     this process dies, even by ``kill -9``, and an interrupted wait stops what it started. Returns
-    the :class:`gemma4_t4.server.VLLMServer`."""
+    the :class:`gemma4_t4.serving.server.VLLMServer`."""
     # lazy: the local serving stack (server, start gate, supervisor, psutil) loads only where a local server is started, adopted or checked
-    from gemma4_t4.server import start_server
+    from gemma4_t4.serving.server import start_server
 
     pid, created = _this_process()
     owner = {

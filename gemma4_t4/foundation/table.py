@@ -8,7 +8,7 @@ import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
-from gemma4_t4.jsonable import to_jsonable
+from gemma4_t4.foundation.jsonable import to_jsonable
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]], right: Sequence[int] = ()) -> str:

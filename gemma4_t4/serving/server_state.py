@@ -6,7 +6,7 @@ Under ``work_dir`` each server leaves:
 - ``logs/vllm-<port>.log``: everything vLLM printed;
 - ``servers/server-<port>.json``: the state file (pid, port, log, launch record), so that
   ``gemma4-t4 serve stop|status|logs`` works from another process than ``serve start``;
-- ``servers/server-<port>.super.json``: kept by the supervisor (gemma4_t4/supervisor.py) that
+- ``servers/server-<port>.super.json``: kept by the supervisor (gemma4_t4/serving/supervisor.py) that
   runs vLLM: every process of the server (API server, EngineCore, Worker) with its start time,
   and the engine's state (healthy / dead and why / restarting);
 - ``servers/server-<port>.exit.json``: written by the supervisor when vLLM exits,
@@ -27,13 +27,14 @@ from typing import cast
 
 import psutil
 
-from gemma4_t4 import __version__, cache, secrets
-from gemma4_t4.atomic import atomic_write_json
+from gemma4_t4 import __version__
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.jsonable import JSONObject, TypedDict
-from gemma4_t4.launch_record import DEFAULT_HOST, ServerSettings
-from gemma4_t4.server_config import ServerConfig
-from gemma4_t4.versions import package_version
+from gemma4_t4.foundation import cache, secrets
+from gemma4_t4.foundation.atomic import atomic_write_json
+from gemma4_t4.foundation.jsonable import JSONObject, TypedDict
+from gemma4_t4.foundation.launch_record import DEFAULT_HOST, ServerSettings
+from gemma4_t4.foundation.versions import package_version
+from gemma4_t4.serving.server_config import ServerConfig
 
 
 def port_in_use(host: str, port: int) -> bool:

@@ -1,7 +1,7 @@
 """The supervisor: the small process that runs vLLM, watches its engine and records what happened.
 
-``python -m gemma4_t4.supervisor SPEC.json -- COMMAND...`` (started by
-:class:`gemma4_t4.server.VLLMServer`, the leader of the server's own process group):
+``python -m gemma4_t4.serving.supervisor SPEC.json -- COMMAND...`` (started by
+:class:`gemma4_t4.serving.server.VLLMServer`, the leader of the server's own process group):
 
 - runs COMMAND and, every second, records every process under it (API server, EngineCore,
   Worker, ...) with its start time in ``server-<port>.super.json``, so a later ``serve status``
@@ -13,7 +13,7 @@
 - with ``restart_on_crash`` N > 0 restarts vLLM up to N times, waiting 2, 4, 8 ... (max 60) s;
 - when it ends, writes ``server-<port>.exit.json`` with vLLM's exit code and why.
 
-``python -m gemma4_t4.supervisor --adopt SPEC.json`` re-adopts a vLLM whose supervisor died:
+``python -m gemma4_t4.serving.supervisor --adopt SPEC.json`` re-adopts a vLLM whose supervisor died:
 it watches the recorded processes (it cannot wait() on them), records them and writes the exit
 file when the API server is gone.
 """
@@ -35,9 +35,9 @@ from typing import NotRequired
 
 import psutil
 
-from gemma4_t4.atomic import atomic_write_json
-from gemma4_t4.jsonable import TypedDict
-from gemma4_t4.launch_record import ProcessInfo
+from gemma4_t4.foundation.atomic import atomic_write_json
+from gemma4_t4.foundation.jsonable import TypedDict
+from gemma4_t4.foundation.launch_record import ProcessInfo
 
 POLL_S = 1.0
 HEALTH_EVERY_S = 2.0
@@ -451,7 +451,7 @@ def main(argv: list[str]) -> int:
     if len(argv) == 2 and argv[0] == "--adopt":
         spec = json.loads(Path(argv[1]).read_text())
         return Supervisor(spec, None).run()
-    sys.stderr.write("usage: python -m gemma4_t4.supervisor SPEC.json -- COMMAND... | --adopt SPEC.json\n")
+    sys.stderr.write("usage: python -m gemma4_t4.serving.supervisor SPEC.json -- COMMAND... | --adopt SPEC.json\n")
     return 2
 
 

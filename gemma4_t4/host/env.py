@@ -10,7 +10,7 @@ Two halves, kept apart so each can be tested alone:
 * :func:`judge` turns facts into :class:`Problem` s (pure): each with a severity, a code, a
   message and the exact fix line.
 
-This is the package's one model of the host: ``nvidia-smi`` is parsed in :mod:`gemma4_t4.smi` and
+This is the package's one model of the host: ``nvidia-smi`` is parsed in :mod:`gemma4_t4.host.smi` and
 nowhere else (:func:`probe_gpus`, re-exported here), and :func:`needs_turing_fix` is the one
 decision "does this device need the Turing attention fix". The start gate, the notebooks' runtime check, the torch fix, swap and the
 benchmark telemetry all read these facts.
@@ -35,40 +35,40 @@ from typing import Any, Literal, TypedDict
 
 from pydantic import BaseModel, Field, model_validator
 
-from gemma4_t4 import setup_plan
+from gemma4_t4.catalog.models import load_ram
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.jsonable import JSONObject, to_jsonable
-from gemma4_t4.models import load_ram
+from gemma4_t4.foundation.jsonable import JSONObject, to_jsonable
+from gemma4_t4.foundation.versions import package_version
+from gemma4_t4.host import setup_plan
 
 # nvidia-smi's query and parser live in smi.py, below the benchmark; the host model re-exports them
-from gemma4_t4.smi import SMI_ESSENTIAL as SMI_ESSENTIAL
-from gemma4_t4.smi import SMI_FIELDS as SMI_FIELDS
-from gemma4_t4.smi import GPUInfo as GPUInfo
-from gemma4_t4.smi import GpuProbe as GpuProbe
-from gemma4_t4.smi import RunFn as RunFn
-from gemma4_t4.smi import parse_capability as parse_capability
-from gemma4_t4.smi import parse_smi_csv as parse_smi_csv
-from gemma4_t4.smi import probe_gpu_state as probe_gpu_state
-from gemma4_t4.smi import probe_gpus as probe_gpus
-from gemma4_t4.smi import run_probe as _run
-from gemma4_t4.smi import smi_query as smi_query
+from gemma4_t4.host.smi import SMI_ESSENTIAL as SMI_ESSENTIAL
+from gemma4_t4.host.smi import SMI_FIELDS as SMI_FIELDS
+from gemma4_t4.host.smi import GPUInfo as GPUInfo
+from gemma4_t4.host.smi import GpuProbe as GpuProbe
+from gemma4_t4.host.smi import RunFn as RunFn
+from gemma4_t4.host.smi import parse_capability as parse_capability
+from gemma4_t4.host.smi import parse_smi_csv as parse_smi_csv
+from gemma4_t4.host.smi import probe_gpu_state as probe_gpu_state
+from gemma4_t4.host.smi import probe_gpus as probe_gpus
+from gemma4_t4.host.smi import run_probe as _run
+from gemma4_t4.host.smi import smi_query as smi_query
 from gemma4_t4.turing.smem import OPTIN_SMEM_BY_CAPABILITY
 from gemma4_t4.turing.smem import needs_fix as _kernel_overflows
-from gemma4_t4.versions import package_version
 
 GiB = 2**30
 
 # The stack the package recommends for T4 users (the `gpu` extra in pyproject.toml).
 GPU_VLLM = setup_plan.PROVEN_VLLM
 # vLLM release -> (torch it pins, CUDA variant of its default build): read from the one install
-# matrix (gemma4_t4.setup.INSTALL_MATRIX), never written twice.
+# matrix (gemma4_t4.host.setup.INSTALL_MATRIX), never written twice.
 VLLM_TORCH = {v: (r.torch_version, r.variant) for v in setup_plan.known_vllm_versions()
               if (r := setup_plan.default_route(v)) is not None}
 MIN_DRIVER_CUDA13 = setup_plan.MIN_DRIVER["cu130"]
 # Free space below this on the model cache disk: an E2B bf16 download is 10.2 GB, plus the
 # vLLM/torch.compile caches.
 MIN_FREE_DISK_GB = 25.0
-# RAM + swap to load E2B bf16, the series' model (peak ~13.5 GiB; from gemma4_t4.models.load_ram).
+# RAM + swap to load E2B bf16, the series' model (peak ~13.5 GiB; from gemma4_t4.catalog.models.load_ram).
 E2B_LOAD_PEAK_GIB = round(load_ram("e2b", "bf16").peak_ram_gib, 1)
 
 # vLLM version -> transformers requirement, and exact pairs reported working or broken for
@@ -507,7 +507,7 @@ def torch_install_args(torch_version: str, variant: str) -> list[str]:
 
 
 def host_plan(facts: Facts) -> tuple[setup_plan.SetupPlan | None, Gemma4T4Error | None]:
-    """This host's one install plan (:func:`gemma4_t4.setup.plan_setup`), or why there is none;
+    """This host's one install plan (:func:`gemma4_t4.host.setup.plan_setup`), or why there is none;
     every fix line the doctor prints about vLLM and torch is rendered from it."""
     try:
         return setup_plan.plan_setup(facts, python="python", loaded=()), None

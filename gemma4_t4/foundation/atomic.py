@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from gemma4_t4.jsonable import to_jsonable
+from gemma4_t4.foundation.jsonable import to_jsonable
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes, mode_from: str | os.PathLike | None = None) -> None:

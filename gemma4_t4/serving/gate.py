@@ -10,14 +10,14 @@ Two halves:
 - :func:`judge` is pure: :class:`GateFacts` in, a list of :class:`GateReason` out. Unknown facts
   (``None``) count against starting: the gate fails closed.
 - :func:`collect_facts` gathers the facts through small probe functions (:class:`GateProbes`),
-  each answering a :class:`GateFacts` with only what it found set (plus notes), which read the host model (``gemma4_t4.env``: one probe, one nvidia-smi parser), the catalog
-  and fit calculator (``gemma4_t4.models``), the Turing fix's status (``gemma4_t4.turing``) and
-  its cached offline sm_75 proof (``gemma4_t4.proof``). Tests inject probes.
+  each answering a :class:`GateFacts` with only what it found set (plus notes), which read the host model (``gemma4_t4.host.env``: one probe, one nvidia-smi parser), the catalog
+  and fit calculator (``gemma4_t4.catalog.models``), the Turing fix's status (``gemma4_t4.turing``) and
+  its cached offline sm_75 proof (``gemma4_t4.serving.proof``). Tests inject probes.
 
 ``check_start(config, force=True)`` launches anyway and says loudly what it overrode.
 
 On the CPU target only one check applies (:func:`check_cpu_start`): an int4 checkpoint needs
-vLLM's int4 CPU kernel, which its AVX2 build lacks (``gemma4_t4.cpuisa``).
+vLLM's int4 CPU kernel, which its AVX2 build lacks (``gemma4_t4.host.cpuisa``).
 """
 
 from __future__ import annotations
@@ -33,12 +33,13 @@ from typing import Protocol
 import psutil
 from pydantic import BaseModel, ConfigDict, Field
 
-from gemma4_t4 import cpuisa, env, models
+from gemma4_t4.catalog import models
+from gemma4_t4.catalog.hardware import GPUS, identify_gpu
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.hardware import GPUS, identify_gpu
-from gemma4_t4.jsonable import to_jsonable
-from gemma4_t4.proof import turing_proof
-from gemma4_t4.torchfix import plan_torch_fix
+from gemma4_t4.foundation.jsonable import to_jsonable
+from gemma4_t4.host import cpuisa, env
+from gemma4_t4.host.torchfix import plan_torch_fix
+from gemma4_t4.serving.proof import turing_proof
 from gemma4_t4.turing.state import status as turing_status
 
 GIB = 1024**3
@@ -52,7 +53,7 @@ DISK_MARGIN = 1.05  # download temp files and metadata
 
 
 class DrafterChoice(Protocol):
-    """What the gate reads of a launch's drafter: a :class:`gemma4_t4.speculative.DraftPlan` (named by
+    """What the gate reads of a launch's drafter: a :class:`gemma4_t4.serving.speculative.DraftPlan` (named by
     its shape: speculative reads the gate's catalog rule, :func:`catalog_entry`)."""
 
     requested: str
@@ -64,7 +65,7 @@ class DrafterChoice(Protocol):
 
 
 class GatedLaunch(Protocol):
-    """What the gate reads of a launch: a :class:`gemma4_t4.server.ServerConfig`. Named by its shape
+    """What the gate reads of a launch: a :class:`gemma4_t4.serving.server.ServerConfig`. Named by its shape
     because server.py runs the gate before it starts vLLM: the gate importing it would be a cycle."""
 
     model: str
@@ -469,7 +470,7 @@ def facts_from_host(report: env.EnvReport) -> GateFacts:
 
 
 def probe_torch() -> GateFacts:
-    """torch build, the CUDA device it sees, and the doctor's blocking errors (``gemma4_t4.env``)."""
+    """torch build, the CUDA device it sees, and the doctor's blocking errors (``gemma4_t4.host.env``)."""
     return facts_from_host(
         env.doctor(smem=True)
     )  # smem=True initialises CUDA through torch: the check we need
@@ -477,7 +478,7 @@ def probe_torch() -> GateFacts:
 
 def probe_turing(compute_capability: tuple[int, int] | None) -> GateFacts:
     """Is the Turing fix active for vLLM's processes (plugin registered and enabled, or file patch),
-    and proven offline for the installed vLLM + Triton (``gemma4_t4.proof``, cached)?
+    and proven offline for the installed vLLM + Triton (``gemma4_t4.serving.proof``, cached)?
 
     The proof runs only for a device that needs the fix; without a readable device it stays unknown.
     """
@@ -513,7 +514,7 @@ def model_is_int4(model: str) -> bool | None:
 
 
 def probe_cpu_build(config: GatedLaunch) -> GateFacts:
-    """Is the model int4, and can vLLM's CPU build here run int4 (``gemma4_t4.cpuisa``, cached)?"""
+    """Is the model int4, and can vLLM's CPU build here run int4 (``gemma4_t4.host.cpuisa``, cached)?"""
     facts = GateFacts(model_int4=model_is_int4(str(config.model)))
     if facts.model_int4:
         build = cpuisa.cpu_build(python=config.python)

@@ -15,9 +15,11 @@ from typing import Any
 
 from pydantic import PrivateAttr
 
-from gemma4_t4 import cpuattn, secrets, speculative
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.launch_record import DEFAULT_PORT, ServerSettings
+from gemma4_t4.foundation import secrets
+from gemma4_t4.foundation.launch_record import DEFAULT_PORT, ServerSettings
+from gemma4_t4.host import cpuattn
+from gemma4_t4.serving import speculative
 
 # T4 launch defaults: the fastest configuration known for a 16 GB T4, each with its reason.
 T4_CONTEXT = 16384  # the series served E2B with --max-model-len 16384; a 4,096-token TTFT sweep needs > 4096
@@ -72,7 +74,7 @@ def protected_options_named(name: str) -> list[str]:
 class ServerConfig(ServerSettings):
     """Everything that decides how vLLM is launched. One config, one command line.
 
-    The fields are :class:`gemma4_t4.launch_record.ServerSettings` (the record a state file
+    The fields are :class:`gemma4_t4.foundation.launch_record.ServerSettings` (the record a state file
     stores); this adds the target's defaults and the checks. Fields left at None get the target's
     default (see :func:`target_defaults`) when the config is made; the reason for each lands in
     ``chosen_by``.
@@ -336,7 +338,7 @@ def target_defaults(config: ServerConfig) -> dict[str, tuple[Any, str]]:
     profile = None
     if config.draft is None:  # unset: the tune profile measured on this GPU, else the safe default
         # lazy: the tune profile's lookup (the host probe) runs only for a GPU launch with no drafter set
-        from gemma4_t4.launch_profile import launch_choice
+        from gemma4_t4.serving.launch_profile import launch_choice
 
         profile = launch_choice(config.model)
     drafter: dict[str, tuple[Any, str]] = {
@@ -376,8 +378,8 @@ def t4_context(
     """The T4 context: the series' 16,384 where the fit calculator says it fits, else the most that does."""
     try:
         # lazy: the gate's catalog and the fit model (the host model behind them) only size a T4 context
-        from gemma4_t4 import models
-        from gemma4_t4.gate import catalog_entry
+        from gemma4_t4.catalog import models
+        from gemma4_t4.serving.gate import catalog_entry
 
         entry = catalog_entry(model)
     except ImportError:

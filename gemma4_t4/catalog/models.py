@@ -1,4 +1,4 @@
-"""What follows from the Gemma 4 family (:mod:`gemma4_t4.family`, the data) on a GPU.
+"""What follows from the Gemma 4 family (:mod:`gemma4_t4.catalog.family`, the data) on a GPU.
 
 Loaded sizes and KV-token figures were published by the series (labelled ``published``).
 Everything else here is derived by pure functions, no I/O:
@@ -11,7 +11,7 @@ Everything else here is derived by pure functions, no I/O:
   fits, and the KV token capacity vLLM would report.
 * :func:`load_ram` - host RAM (and swap) needed while vLLM loads a checkpoint.
 * :data:`ASSISTANTS` / :func:`assistant_for` - Google's MTP drafter ("assistant") checkpoints
-  per size and build, for speculative decoding (gemma4_t4/speculative.py); :func:`fit` counts
+  per size and build, for speculative decoding (gemma4_t4/serving/speculative.py); :func:`fit` counts
   a drafter's weights (and, for a whole-model drafter, its own KV cache).
 
 Formats (bytes per weight):
@@ -32,8 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.family import (
+from gemma4_t4.catalog.family import (
     FORMATS,
     GB,
     VARIANTS,
@@ -44,8 +43,9 @@ from gemma4_t4.family import (
     get_variant,
     normalize_format,
 )
-from gemma4_t4.hardware import GPUS, get_gpu
-from gemma4_t4.table import Displayable
+from gemma4_t4.catalog.hardware import GPUS, get_gpu
+from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.foundation.table import Displayable
 
 # Bytes per weight. int4 with one 16-bit scale per group of 32: 4/8 + 16/(8*32) = 0.5625.
 INT4_G32_BYTES = 0.5 + 2 / 32

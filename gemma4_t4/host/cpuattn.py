@@ -35,14 +35,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gemma4_t4.atomic import atomic_write_json
-from gemma4_t4.cache import cache_root
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.jsonable import TypedDict
+from gemma4_t4.foundation.atomic import atomic_write_json
+from gemma4_t4.foundation.cache import cache_root
+from gemma4_t4.foundation.jsonable import TypedDict
 
 # the verdict records live with the launch record that stores them, below the benchmark
-from gemma4_t4.launch_record import Choice, ProbeResult
-from gemma4_t4.versions import package_version
+from gemma4_t4.foundation.launch_record import Choice, ProbeResult
+from gemma4_t4.foundation.versions import package_version
 
 ISA_ENV = "GEMMA4_T4_CPU_ATTN_ISA"  # e.g. "vec": used where vLLM would pick "amx"
 AMX_ENV = "GEMMA4_T4_CPU_AMX"  # "request": ask the kernel for AMX tile state at process start
@@ -127,7 +127,7 @@ def probe(candidate: str, python: str | None = None, timeout: float = PROBE_TIME
     env.update(extra, PYTHONFAULTHANDLER="1", VLLM_TARGET_DEVICE="cpu")
     try:
         done = subprocess.run(
-            [python or sys.executable, "-m", "gemma4_t4.cpuattn", dtype],
+            [python or sys.executable, "-m", "gemma4_t4.host.cpuattn", dtype],
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -290,7 +290,7 @@ def install_from_env() -> PluginSetup | None:
 
 
 # --------------------------------------------------------------------------------------------
-# The probe itself: `python -m gemma4_t4.cpuattn DTYPE` (its own process, the candidate's env)
+# The probe itself: `python -m gemma4_t4.host.cpuattn DTYPE` (its own process, the candidate's env)
 # --------------------------------------------------------------------------------------------
 
 

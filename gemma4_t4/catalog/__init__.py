@@ -1,0 +1,1 @@
+"""Gemma 4 and the GPUs as data: the model family, the GPU and price table, the tiny checkpoint."""
