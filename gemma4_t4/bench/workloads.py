@@ -15,6 +15,7 @@ import concurrent.futures
 import time
 import uuid
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -187,7 +188,40 @@ def run_benchmark(
         tokenizer_source = tok.source
         factory = PromptFactory(tok, seed=spec.seed, nonce=spec.nonce, chat=args.api == "chat")
     cells = spec.cells(args, factory)
-    writer = ResultsWriter(
+    writer = _open_writer(args, out, server, environment, factory, tokenizer_source)
+    outcome = _Outcome()
+    try:
+        with signals.orderly_stop(redeliver=False):
+            _run_cells(args, backend, cells, factory, writer, outcome)
+    except KeyboardInterrupt as exc:
+        outcome.status = signals.interrupt_label(exc)
+        raise
+    except Exception as exc:  # whatever stopped the run, run.json must not call it complete
+        if outcome.status == "complete":
+            outcome.status, outcome.error = f"aborted: {type(exc).__name__}", str(exc)[:300]
+        raise
+    finally:
+        writer.update_run(status=outcome.status, error=outcome.error,
+                          finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        writer.close()
+    return writer.result()
+
+
+@dataclass
+class _Outcome:
+    """How a run ended, as run.json records it (set as the cells run, read when the run closes)."""
+
+    status: str = "complete"
+    error: str | None = None
+
+
+def _open_writer(
+    args: BenchArgs, out: Path, server: ServerInfo, environment: object, factory: PromptFactory | None,
+    tokenizer_source: str | None,
+) -> ResultsWriter:
+    """The results folder, with run.json saying what is measured, where, and with which prompts."""
+    spec = args.spec
+    return ResultsWriter(
         out,
         RunInfo(
             run_id=uuid.uuid4().hex[:12],
@@ -206,45 +240,40 @@ def run_benchmark(
         ),
         overwrite=args.overwrite,
     )
-    status, error = "complete", None
+
+
+def _run_cells(
+    args: BenchArgs, backend: Backend, cells: list[Cell], factory: PromptFactory | None,
+    writer: ResultsWriter, outcome: _Outcome,
+) -> None:
+    """Run the cells in order (a sweep adds more as it learns the load range), stopping early where
+    the server became unreachable; ``outcome`` says how it ended."""
+    spec = args.spec
     measured: dict[str, list[RequestRecord]] = {}
-    try:
-        with signals.orderly_stop(redeliver=False):
-            pending = list(cells)
-            while pending:
-                cell = pending.pop(0)
-                summary, records = _run_cell(args, backend, cell, writer)
-                measured[cell.cell] = records
-                if summary.failed and args.stop_on_unreachable:
-                    try:
-                        backend.check(None if backend.kind == "openai-http" else args.model)
-                    except Gemma4T4Error as exc:
-                        status, error = "aborted: server unreachable", exc.message
-                        break
-                try:
-                    more, fields = spec.follow(args, factory, writer.cells)
-                except Gemma4T4Error as exc:
-                    status, error = "aborted: no load range to sweep", exc.message
-                    raise
-                if fields:
-                    writer.update_run(**{k: v.to_json() for k, v in fields.items()})
-                pending += more
-            figures = spec.finish(cells, measured)
-            if figures:
-                writer.update_run(**{k: v.to_json() for k, v in figures.items()})
-            if status == "complete" and any(c.failed for c in writer.cells):
-                status = "complete with failures"
-    except KeyboardInterrupt as exc:
-        status = signals.interrupt_label(exc)
-        raise
-    except Exception as exc:  # whatever stopped the run, run.json must not call it complete
-        if status == "complete":
-            status, error = f"aborted: {type(exc).__name__}", str(exc)[:300]
-        raise
-    finally:
-        writer.update_run(status=status, error=error, finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-        writer.close()
-    return writer.result()
+    pending = list(cells)
+    while pending:
+        cell = pending.pop(0)
+        summary, records = _run_cell(args, backend, cell, writer)
+        measured[cell.cell] = records
+        if summary.failed and args.stop_on_unreachable:
+            try:
+                backend.check(None if backend.kind == "openai-http" else args.model)
+            except Gemma4T4Error as exc:
+                outcome.status, outcome.error = "aborted: server unreachable", exc.message
+                break
+        try:
+            more, fields = spec.follow(args, factory, writer.cells)
+        except Gemma4T4Error as exc:
+            outcome.status, outcome.error = "aborted: no load range to sweep", exc.message
+            raise
+        if fields:
+            writer.update_run(**{k: v.to_json() for k, v in fields.items()})
+        pending += more
+    figures = spec.finish(cells, measured)
+    if figures:
+        writer.update_run(**{k: v.to_json() for k, v in figures.items()})
+    if outcome.status == "complete" and any(c.failed for c in writer.cells):
+        outcome.status = "complete with failures"
 
 
 def _queueing(concurrency: int, max_num_seqs: int | None) -> bool | None:
