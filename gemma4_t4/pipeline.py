@@ -148,6 +148,7 @@ def resolve_target(target: str, probes: Any = None) -> tuple[str, str]:
     """(target, why): ``auto`` is the GPU path (t4) on a host with an NVIDIA GPU, else cpu."""
     if target != AUTO:
         return target, f"--target {target}"
+    # lazy: the host probe's modules load only for --target auto
     from gemma4_t4.host import env
 
     facts = env.probe(probes)

@@ -164,25 +164,6 @@ def test_no_import_cycles_counting_function_local_and_type_checking_imports():
 
 # Modules being split or rewritten right now: their function-local imports are checked once the
 # new modules land. Temporary; each entry leaves this list with its module's rewrite.
-LOCAL_IMPORT_REASONS_PENDING = frozenset({
-    "gemma4_t4/serving/server.py",
-    "gemma4_t4/host/setup.py",
-    "gemma4_t4/catalog/models.py",
-    "gemma4_t4/pipeline.py",
-    "gemma4_t4/quant/repack.py",
-    "gemma4_t4/quant/kernels.py",
-    "gemma4_t4/sagemaker/deploy.py",
-    "gemma4_t4/sagemaker/config.py",
-    "gemma4_t4/sagemaker/build.py",
-    "gemma4_t4/sagemaker/matrix.py",
-    "gemma4_t4/cli/serve.py",
-    "gemma4_t4/cli/sagemaker.py",
-    "gemma4_t4/bench/fake_server.py",
-    "gemma4_t4/bench/specs.py",
-    "gemma4_t4/bench/workloads.py",
-    "gemma4_t4/bench/args.py",
-    "gemma4_t4/turing/prefill.py",
-})
 
 _NOT_A_REASON = re.compile(r"\s*(noqa\b.*|type:\s*ignore.*|pragma\b.*)?\s*")
 
@@ -247,8 +228,6 @@ def test_every_function_local_package_import_says_why():
     missing = []
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = str(path.relative_to(PACKAGE.parent))
-        if rel in LOCAL_IMPORT_REASONS_PENDING:
-            continue
         missing += [f"{rel}:{line}" for line, reason in local_package_imports(path.read_text()) if reason is None]
     assert missing == [], "function-local imports without a reason comment (or move them to the top)"
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from pydantic import Field, SerializeAsAny, ValidationError, field_validator, model_validator
 
+from gemma4_t4.bench import telemetry
 from gemma4_t4.bench.answers import QUESTIONS, is_correct
 from gemma4_t4.bench.args import METHODS, BenchOptions
 from gemma4_t4.bench.backends import Backend, backend_for, parse_base_url
@@ -283,8 +284,6 @@ def _queueing(concurrency: int, max_num_seqs: int | None) -> bool | None:
 def _run_cell(
     args: BenchArgs, backend: Backend, cell: Cell, writer: ResultsWriter
 ) -> tuple[CellSummary, list[RequestRecord]]:
-    from gemma4_t4.bench import telemetry
-
     measured: list[RequestRecord] = []
     started = time.time()
     before = after = None
@@ -349,8 +348,6 @@ def _summarize_cell(
     started: float,
     partial: bool,
 ) -> CellSummary:
-    from gemma4_t4.bench import telemetry
-
     stats = aggregate(measured)
     summary = CellSummary(
         cell=cell.cell,

@@ -40,6 +40,7 @@ def _owns_aws_resources(
 
 def interrupted_line(exc: BaseException, elapsed_s: float) -> str:
     """One line for an interrupted command: the signal, the time it ran, and what it undid."""
+    # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
     from gemma4_t4.sagemaker.aws import undone
 
     what = "; ".join(undone(exc)) or "nothing had been created, nothing to delete"
@@ -51,6 +52,7 @@ def _default_region() -> str:
 
 
 def _regions(value: str | None) -> list[str]:
+    # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
     from gemma4_t4.sagemaker.image import US_REGIONS
 
     return [r.strip() for r in value.split(",") if r.strip()] if value else list(US_REGIONS)
@@ -73,6 +75,7 @@ def _recipe(commands: list[str]) -> str:
 
 # -- handlers ---------------------------------------------------------------------------------
 def _quotas(args: argparse.Namespace) -> Output:
+    # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
     from gemma4_t4.sagemaker.quotas import check_quotas, pick_region, quota_plan
 
     regions = _regions(args.regions)
@@ -98,6 +101,7 @@ def _quotas(args: argparse.Namespace) -> Output:
 
 
 def _image(args: argparse.Namespace) -> Output:
+    # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
     from gemma4_t4.sagemaker.cli_recipe import ApiCall
     from gemma4_t4.sagemaker.image import dlc_account, find_vllm_image, required_ami_version
 
@@ -122,6 +126,7 @@ def _image(args: argparse.Namespace) -> Output:
 
 @_owns_aws_resources
 def _build_image(args: argparse.Namespace) -> Output:
+    # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
     from gemma4_t4.foundation.atomic import atomic_write_json
     from gemma4_t4.sagemaker.build import BuildFailed, build_cost, build_plan, build_record, build_t4_image
     from gemma4_t4.sagemaker.image import resolve_dlc_tag
@@ -155,6 +160,7 @@ def _build_image(args: argparse.Namespace) -> Output:
 
 @_owns_aws_resources
 def _matrix(args: argparse.Namespace) -> Output:
+    # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
     from gemma4_t4.bench.specs import spec_for
     from gemma4_t4.sagemaker.config import DEFAULT_MODEL_ID
     from gemma4_t4.sagemaker.cost import usd
@@ -215,6 +221,7 @@ def _matrix(args: argparse.Namespace) -> Output:
 def _config_from(args: argparse.Namespace):
     """The typed config; without --image-uri the stock DLC tag is looked up in the region's registry
     (``args.image_label`` says which tag and whether it is the recorded fallback)."""
+    # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
     from gemma4_t4.sagemaker.config import DEFAULT_SCALING_TARGET, DeployConfig
     from gemma4_t4.sagemaker.image import resolve_dlc_tag
 
@@ -267,6 +274,7 @@ def _config_from(args: argparse.Namespace):
 
 @_owns_aws_resources
 def _deploy(args: argparse.Namespace) -> Output:
+    # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
     from gemma4_t4.sagemaker.deploy import (
         DeployFailed,
         deploy,
@@ -274,6 +282,8 @@ def _deploy(args: argparse.Namespace) -> Output:
         deploy_with_failover,
         deployment_plan,
     )
+
+    # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
     from gemma4_t4.sagemaker.image import validate_region
 
     config = _config_from(args)
@@ -322,6 +332,7 @@ def _with_model_dir(config, args: argparse.Namespace):
     """Upload --model-dir (real run) or plan its upload (dry run); the config serves it from S3."""
     import dataclasses
 
+    # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
     from gemma4_t4.sagemaker.upload import default_bucket, upload_model_folder, upload_plan
 
     config.validate(require_role=False)  # refuse a bad config before uploading gigabytes
@@ -341,6 +352,7 @@ def _with_model_dir(config, args: argparse.Namespace):
 
 
 def _list(args: argparse.Namespace) -> Output:
+    # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
     from gemma4_t4.sagemaker.cli_recipe import ApiCall
     from gemma4_t4.sagemaker.ops import list_endpoints
 
@@ -359,6 +371,7 @@ def _list(args: argparse.Namespace) -> Output:
 
 
 def _status(args: argparse.Namespace) -> Output:
+    # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
     from gemma4_t4.sagemaker.cli_recipe import ApiCall
     from gemma4_t4.sagemaker.cost import usd
     from gemma4_t4.sagemaker.ops import endpoint_status
@@ -380,6 +393,7 @@ def _status(args: argparse.Namespace) -> Output:
 
 
 def _logs(args: argparse.Namespace) -> Output:
+    # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
     from gemma4_t4.sagemaker.cli_recipe import ApiCall
     from gemma4_t4.sagemaker.ops import endpoint_logs, log_group
 
@@ -398,6 +412,7 @@ def _logs(args: argparse.Namespace) -> Output:
 
 
 def _invoke(args: argparse.Namespace) -> Output:
+    # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
     from gemma4_t4.sagemaker.ops import chat_payload, invoke, invoke_plan, invoke_stream
 
     region = args.region or _default_region()
@@ -419,6 +434,7 @@ def _invoke(args: argparse.Namespace) -> Output:
 
 
 def _delete(args: argparse.Namespace) -> Output:
+    # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
     from gemma4_t4.sagemaker.ops import delete_endpoint
 
     region = args.region or _default_region()
@@ -443,6 +459,7 @@ def _delete(args: argparse.Namespace) -> Output:
 
 
 def _reap(args: argparse.Namespace) -> Output:
+    # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
     from gemma4_t4.sagemaker.reaper import reap
 
     dry = args.dry_run or not args.yes
@@ -455,6 +472,7 @@ def _reap(args: argparse.Namespace) -> Output:
 
 # -- registration -------------------------------------------------------------------------------
 def _deploy_args(p: argparse.ArgumentParser, name: bool = True) -> None:
+    # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
     from gemma4_t4.sagemaker.config import DEFAULT_INSTANCE, DEFAULT_MODEL_ID
     from gemma4_t4.sagemaker.image import DEFAULT_VLLM_TAG
 
@@ -526,6 +544,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _register_image_commands(sub: argparse._SubParsersAction) -> None:
     """quotas, image, build-image: what a deploy needs before it starts."""
+    # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
     from gemma4_t4.sagemaker.config import DEFAULT_INSTANCE
     from gemma4_t4.sagemaker.image import DEFAULT_VLLM_TAG
 

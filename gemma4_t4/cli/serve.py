@@ -37,6 +37,7 @@ def _env_pairs(pairs: list[str] | None) -> dict[str, str]:
 
 
 def _config(args: argparse.Namespace):
+    # lazy: the serving stack loads only when a serve command runs, not for --help
     from gemma4_t4.serving.server_config import ServerConfig
 
     eager = True if args.eager else (False if args.compile else None)
@@ -76,6 +77,7 @@ def _config(args: argparse.Namespace):
 
 
 def _print_command(args: argparse.Namespace, config) -> Output:
+    # lazy: the serving stack loads only when a serve command runs, not for --help
     from gemma4_t4.foundation.secrets import mask
     from gemma4_t4.serving.server_config import plan_launch
 
@@ -106,6 +108,7 @@ def _print_command(args: argparse.Namespace, config) -> Output:
 
 
 def _start(args: argparse.Namespace) -> Output:
+    # lazy: the serving stack loads only when a serve command runs, not for --help
     from gemma4_t4.serving.server import start_server
 
     config = _config(args)
@@ -145,6 +148,7 @@ def _start(args: argparse.Namespace) -> Output:
 
 
 def _stop(args: argparse.Namespace) -> Output:
+    # lazy: the serving stack loads only when a serve command runs, not for --help
     from gemma4_t4.serving.server import stop_server
 
     status = stop_server(args.port, args.work_dir, grace=args.grace)
@@ -152,6 +156,7 @@ def _stop(args: argparse.Namespace) -> Output:
 
 
 def _status(args: argparse.Namespace) -> Output:
+    # lazy: the serving stack loads only when a serve command runs, not for --help
     from gemma4_t4.serving.server import VLLMServer, list_servers
 
     if args.port is None:
@@ -165,6 +170,7 @@ def _status(args: argparse.Namespace) -> Output:
 
 
 def _adopt(args: argparse.Namespace) -> Output:
+    # lazy: the serving stack loads only when a serve command runs, not for --help
     from gemma4_t4.serving.server import adopt_server
 
     status = adopt_server(args.port, args.work_dir)
@@ -172,6 +178,7 @@ def _adopt(args: argparse.Namespace) -> Output:
 
 
 def _logs(args: argparse.Namespace) -> Output:
+    # lazy: the serving stack loads only when a serve command runs, not for --help
     from gemma4_t4.serving.server import VLLMServer
 
     server = VLLMServer.attach(args.port, args.work_dir)
@@ -182,6 +189,7 @@ def _logs(args: argparse.Namespace) -> Output:
 
 
 def _where(parser: argparse.ArgumentParser, port_default: int | None = None) -> None:
+    # lazy: the serving stack loads only when a serve command runs, not for --help
     from gemma4_t4.foundation.launch_record import DEFAULT_WORK_DIR
 
     parser.add_argument(
@@ -198,6 +206,7 @@ def _where(parser: argparse.ArgumentParser, port_default: int | None = None) -> 
 def _start_options() -> list[tuple[str, dict]]:
     """``serve start``'s options after --target/--model/--host/--port, each with its argparse keywords.
     The help states the defaults the launch really uses (gemma4_t4.serving.server_config's T4/CPU constants)."""
+    # lazy: the serving stack loads only when a serve command runs, not for --help
     from gemma4_t4.serving.server_config import (
         CPU_CONTEXT,
         CPU_MAX_NUM_SEQS,
@@ -206,6 +215,8 @@ def _start_options() -> list[tuple[str, dict]]:
         T4_MAX_NUM_BATCHED_TOKENS,
         T4_MAX_NUM_SEQS,
     )
+
+    # lazy: the serving stack loads only when a serve command runs, not for --help
     from gemma4_t4.serving.speculative import DEFAULT_NUM_DRAFT_TOKENS
 
     flag = {"action": "store_true"}
@@ -255,6 +266,7 @@ def _start_options() -> list[tuple[str, dict]]:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    # lazy: the serving stack loads only when a serve command runs, not for --help
     from gemma4_t4.foundation.launch_record import DEFAULT_PORT
     from gemma4_t4.serving.server import STOP_GRACE_S
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation import safepaths, signals
+from gemma4_t4.foundation.jsonable import to_jsonable
 from gemma4_t4.foundation.table import Displayable
 from gemma4_t4.quant import config as qconfig
 from gemma4_t4.quant import lattice, pack
@@ -468,8 +469,6 @@ def _write_build(tmp: Path, files: list[str], src_root: Path, config: dict | Non
     report.bytes_written = sum((tmp / f).stat().st_size for f in files)
     report.seconds = round(seconds, 3)
     report.mb_per_s = round(report.bytes_read / 1e6 / seconds, 1) if seconds > 0 else 0.0
-    from gemma4_t4.foundation.jsonable import to_jsonable
-
     (tmp / REPORT_NAME).write_text(json.dumps(to_jsonable(report), indent=1) + "\n")
     safepaths.write_marker(tmp, "repack" if report.method == "lattice" else "requant-awq", source=str(src_root))
     tmp.chmod(0o755)

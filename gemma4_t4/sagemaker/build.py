@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.foundation.cache import cache_root
 from gemma4_t4.foundation.jsonable import TypedDict
 from gemma4_t4.sagemaker import image as images
 from gemma4_t4.sagemaker.aws import (
@@ -714,8 +715,6 @@ class BuildHolder(TypedDict, total=False):
 
 
 def build_lock_path(region: str, repository: str = images.T4_IMAGE_REPOSITORY) -> Path:
-    from gemma4_t4.foundation.cache import cache_root
-
     return cache_root() / "locks" / f"build-image-{region}-{repository}.lock"
 
 

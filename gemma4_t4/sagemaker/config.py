@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 
 from gemma4_t4.catalog.hardware import SAGEMAKER_INSTANCES
-from gemma4_t4.catalog.models import DEFAULT_MAX_NUM_BATCHED_TOKENS
+from gemma4_t4.catalog.models import DEFAULT_MAX_NUM_BATCHED_TOKENS, fit
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation import secrets
 from gemma4_t4.foundation.jsonable import TypedDict  # pydantic reads ConfigSummary (the MCP config tool)
@@ -550,8 +550,6 @@ def auto_tensor_parallel(
     1 on single-GPU hosts and for models the calculator does not know (a local folder, another
     family); on ``ml.g4dn.12xlarge`` (4x T4) the 26B-A4B and 31B need 2 or 4.
     """
-    from gemma4_t4.catalog.models import fit
-
     gpu, gpus = SAGEMAKER_INSTANCES.get(instance_type, ("", 1))
     if gpus <= 1:
         return 1

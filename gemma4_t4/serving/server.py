@@ -31,8 +31,10 @@ from pydantic import ValidationError
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation import secrets
 from gemma4_t4.foundation.atomic import atomic_write_json
+from gemma4_t4.foundation.jsonable import to_jsonable
 from gemma4_t4.foundation.launch_record import DEFAULT_WORK_DIR, LaunchRecord, ProcessInfo
 from gemma4_t4.foundation.net import http_get
+from gemma4_t4.serving.gate import check_cpu_start, check_start
 from gemma4_t4.serving.server_config import ServerConfig, plan_launch, server_tmp_dir
 from gemma4_t4.serving.server_state import (
     LockOwner,
@@ -797,8 +799,6 @@ def adopt_server(port: int | None = None, work_dir: str | Path = DEFAULT_WORK_DI
 def _gate_record(gate_result: Any) -> Any:
     if gate_result is None:
         return None
-    from gemma4_t4.foundation.jsonable import to_jsonable
-
     record = to_jsonable(gate_result)
     if isinstance(record, dict):
         record.pop("facts", None)  # the facts are in the gate's own report; keep the record small
@@ -824,8 +824,6 @@ def start_server(
     config.validate()  # a bad port or length is refused before the gate probes anything
     result = None
     if gate:
-        from gemma4_t4.serving.gate import check_cpu_start, check_start
-
         gate_check = check_cpu_start if config.target == "cpu" else check_start
         result = gate_check(config, force=force, probes=probes)
         if result.overridden:

@@ -41,6 +41,7 @@ from typing import Any
 
 from gemma4_t4.foundation.cache import CACHE_ENV, cache_root
 from gemma4_t4.foundation.jsonable import TypedDict
+from gemma4_t4.turing import tilecap
 
 BACKEND_MODULE = "vllm.v1.attention.backends.triton_attn"
 IMPL_CLASS = "TritonAttentionImpl"
@@ -628,9 +629,7 @@ def device_key(vllm_version: str | None = None) -> dict[str, str]:
     except ImportError:
         triton_version = "none"
     if vllm_version is None:
-        from gemma4_t4.turing.tilecap import detect_vllm_version
-
-        vllm_version = detect_vllm_version()
+        vllm_version = tilecap.detect_vllm_version()
     return {
         "gpu": props.name,
         "capability": f"sm_{props.major}{props.minor}",
@@ -786,8 +785,6 @@ def install(
 
     ``device``: as :func:`gemma4_t4.turing.tilecap.current_device` returns it (default: this process's).
     """
-    from gemma4_t4.turing import tilecap
-
     version = vllm_version or tilecap.detect_vllm_version()
     outcome: RouteOutcome = {"action": "refused", "reason": "", "vllm_version": version, "origin": origin}
     try:
