@@ -577,7 +577,8 @@ def _sagemaker_endpoint(model: str | Path, *, name: str, part: int | None, regio
     # lazy: the SageMaker modules (deploy, experiments, S3 upload) load only on TARGET=sagemaker
     from gemma4_t4.sagemaker.config import DeployConfig
     from gemma4_t4.sagemaker.cost import usd
-    from gemma4_t4.sagemaker.experiments import INSTANCE_OF_GPU, PART_PREFIX, endpoint_name
+    from gemma4_t4.sagemaker.experiments import INSTANCE_OF_GPU, PART_PREFIX
+    from gemma4_t4.sagemaker.matrix import endpoint_name
 
     if gpu not in INSTANCE_OF_GPU:
         raise Gemma4T4Error(f"no SageMaker instance for gpu={gpu!r}", fix=f"use one of {', '.join(INSTANCE_OF_GPU)}")
