@@ -1,5 +1,6 @@
-"""What notebooks 2-4 share on ``TARGET=sagemaker``: the clean-up check and the headline rows that
-put the series' published figures beside what was measured."""
+"""What notebooks 2-4 share on ``TARGET=sagemaker``: the clean-up check, the headline rows that
+put the series' published figures beside what was measured, and the fixture that serves every
+moto endpoint from the real vLLM CPU server through the package's SageMaker-runtime STAND-IN."""
 
 from __future__ import annotations
 
@@ -9,8 +10,33 @@ from gemma4_t4.bench.compare import Headline, published_decode
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.notebook import headline_rows
 from gemma4_t4.sagemaker import experiments
+from gemma4_t4.sagemaker.local import LocalAWS
 
 REGION = "us-east-2"
+
+
+# moto 5.2's endpoint-config enum of instance types predates the L4 (real SageMaker has offered
+# ml.g6.xlarge since 2024): the test extends moto's list by the instance types Part 4 deploys.
+MOTO_MISSING_TYPES = {experiments.INSTANCE_OF_GPU["l4"]}
+
+
+@pytest.fixture
+def aws_to_tiny_model(vllm_server, monkeypatch, tmp_path):
+    """moto + the runtime stand-in forwarding every endpoint to the session's vLLM server; the
+    endpoints' ownership records under the test's own folder."""
+    monkeypatch.setenv("GEMMA4_T4_CACHE_DIR", str(tmp_path / "cache"))
+    from moto.sagemaker.models import FakeEndpointConfig
+
+    original = FakeEndpointConfig.validate_instance_type
+
+    def validate(self, instance_type):
+        if instance_type not in MOTO_MISSING_TYPES:
+            original(self, instance_type)
+
+    monkeypatch.setattr(FakeEndpointConfig, "validate_instance_type", validate)
+    with LocalAWS(runtime_backend=vllm_server.base_url) as aws:
+        aws.reset()  # moto's state is per process: start from none, whatever ran before
+        yield aws
 
 
 def test_leftover_endpoints_refuses_a_part_that_creates_none():
