@@ -399,11 +399,6 @@ def show_table(rows: Iterable[object] | Displayable, title: str | None = None,
         print(shown)
 
 
-def render_text_table(columns: Sequence[str], cells: Sequence[Sequence[str]], title: str | None = None) -> str:
-    """Formatted cells as plain text (outside Jupyter), through the package's one table formatter."""
-    return text_table(columns, cells, title)
-
-
 def show_figure(fig: Any, path: str | Path) -> None:
     """Save a matplotlib figure as PNG (for the report) and show it inline."""
     path = Path(path)
