@@ -399,11 +399,6 @@ def show_table(rows: Iterable[object] | Displayable, title: str | None = None,
         print(shown)
 
 
-def render_text_table(columns: Sequence[str], cells: Sequence[Sequence[str]], title: str | None = None) -> str:
-    """Formatted cells as plain text (outside Jupyter), through the package's one table formatter."""
-    return text_table(columns, cells, title)
-
-
 def show_figure(fig: Any, path: str | Path) -> None:
     """Save a matplotlib figure as PNG (for the report) and show it inline."""
     path = Path(path)
@@ -577,7 +572,8 @@ def _sagemaker_endpoint(model: str | Path, *, name: str, part: int | None, regio
     # lazy: the SageMaker modules (deploy, experiments, S3 upload) load only on TARGET=sagemaker
     from gemma4_t4.sagemaker.config import DeployConfig
     from gemma4_t4.sagemaker.cost import usd
-    from gemma4_t4.sagemaker.experiments import INSTANCE_OF_GPU, PART_PREFIX, endpoint_name
+    from gemma4_t4.sagemaker.experiments import INSTANCE_OF_GPU, PART_PREFIX
+    from gemma4_t4.sagemaker.matrix import endpoint_name
 
     if gpu not in INSTANCE_OF_GPU:
         raise Gemma4T4Error(f"no SageMaker instance for gpu={gpu!r}", fix=f"use one of {', '.join(INSTANCE_OF_GPU)}")

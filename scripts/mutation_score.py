@@ -68,7 +68,6 @@ MODULES: dict[str, Target] = {
             "driver_major",
             "check_vllm_choice",
             "routes_for_driver",
-            "torch_for",
             "default_route",
             "pip_command",
             "route_steps",

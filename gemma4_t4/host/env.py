@@ -208,10 +208,6 @@ class Facts:
     cuda_device_order: str | None = None
 
     @property
-    def has_gpu(self) -> bool:
-        return bool(self.gpus)
-
-    @property
     def gpu_choice(self) -> GpuChoice:
         """The GPU everything plans for, and why (:func:`choose_gpu`)."""
         return choose_gpu(self.gpus, self.cuda_visible_devices, self.cuda_device_order)
@@ -492,18 +488,6 @@ def _v(version: str | None) -> tuple[int, ...]:
 def _satisfies(version: str, spec: tuple[str, str]) -> bool:
     lo, hi = spec
     return _v(version) >= _v(lo.lstrip(">=")) and _v(version) < _v(hi.lstrip("<"))
-
-
-PYTORCH_INDEX = setup_plan.PYTORCH_INDEX
-
-
-def torch_install_args(torch_version: str, variant: str) -> list[str]:
-    """``pip install`` arguments for torch's CUDA build ``variant`` (e.g. cu130).
-
-    The local version tag makes pip replace a "+cpu" build of the same release; dependencies
-    stay on (--no-deps lost libcudnn.so.9 in the series).
-    """
-    return [f"torch=={torch_version}+{variant}", "--index-url", PYTORCH_INDEX.format(variant=variant)]
 
 
 def host_plan(facts: Facts) -> tuple[setup_plan.SetupPlan | None, Gemma4T4Error | None]:

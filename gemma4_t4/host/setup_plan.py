@@ -312,17 +312,6 @@ def routes_for_driver(driver: str | None, vllm_version: str | None = None) -> li
     )
 
 
-def torch_for(vllm_version: str, variant: str) -> str:
-    """The torch release ``vllm_version``'s ``variant`` build pins (a matrix row, else an error)."""
-    for r in INSTALL_MATRIX:
-        if r.vllm_version == vllm_version and r.variant == variant:
-            return r.torch_version
-    raise Gemma4T4Error(
-        f"the install matrix has no {variant} build of vLLM {vllm_version}",
-        fix=f"use one of: {', '.join(r.key for r in GPU_ROUTES)}",
-    )
-
-
 def default_route(vllm_version: str) -> InstallRoute | None:
     """The matrix row of a vLLM release on a driver that runs everything (its default build)."""
     rows = [r for r in GPU_ROUTES if r.vllm_version == vllm_version]

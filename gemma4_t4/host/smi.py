@@ -118,10 +118,6 @@ def _to_gpu(row: dict[str, str | None]) -> GPUInfo:
                    _number(row.get("clocks.max.sm")), _number(row.get("power.limit")))
 
 
-def _parse_smi(out: str) -> list[GPUInfo]:
-    return [_to_gpu(r) for r in _gpu_rows(out, SMI_FIELDS)]
-
-
 @dataclass
 class GpuProbe:
     """What nvidia-smi said: installed or not, its GPUs and driver, or why it could not be read."""

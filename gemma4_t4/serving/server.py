@@ -12,7 +12,6 @@ The files it leaves under ``work_dir`` are described in :mod:`gemma4_t4.serving.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import platform
 import signal
@@ -411,18 +410,6 @@ class VLLMServer:
         except (OSError, urllib.error.URLError):
             return False
         return status == 200
-
-    def get_json(self, path: str, timeout: float = 10.0) -> Any:
-        status, body = http_get(self.base_url + path, timeout=timeout, api_key=self.config.api_key)
-        if status != 200:
-            raise Gemma4T4Error(f"GET {path} returned HTTP {status}: {body[:200]!r}")
-        return json.loads(body)
-
-    def metrics_text(self, timeout: float = 10.0) -> str:
-        status, body = http_get(self.base_url + "/metrics", timeout=timeout, api_key=self.config.api_key)
-        if status != 200:
-            raise Gemma4T4Error(f"GET /metrics returned HTTP {status}")
-        return body.decode()
 
     def log_tail(self, lines: int = 40) -> str:
         try:

@@ -67,11 +67,6 @@ def outcome() -> TileCapOutcome | None:
     return TileCapOutcome(**_outcome) if _outcome is not None else None
 
 
-def prefill_outcome() -> prefill.RouteOutcome | None:
-    """What :func:`register` did about the prefill route in this process (None: not loaded here)."""
-    return prefill.RouteOutcome(**_prefill_outcome) if _prefill_outcome is not None else None
-
-
 def entry_point_registered() -> bool:
     """Whether the installed package metadata exposes the plugin to vLLM."""
     from importlib.metadata import entry_points
