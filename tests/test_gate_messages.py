@@ -23,34 +23,10 @@ from gemma4_t4.serving.gate import (
     judge,
     judge_cpu,
 )
+from tests.test_gate_judge import GOOD as JUDGE_GOOD
 
-GOOD = GateFacts(
-    target="t4",
-    model="google/gemma-4-E2B-it-qat-w4a16-ct",
-    platform="gce",
-    torch_version="2.14.0+cu130",
-    torch_cuda_build="13.0",
-    cuda_available=True,
-    gpu_present=True,
-    gpu_name="Tesla T4",
-    gpu_count=1,
-    compute_capability=(7, 5),
-    smem_per_block_optin=65_536,
-    gpu_memory_bytes=15 * GIB,
-    turing_fix_active=True,
-    turing_fix_proven=True,
-    ram_total_bytes=8 * GIB,
-    ram_available_bytes=7 * GIB,
-    swap_total_bytes=16 * GIB,
-    swap_free_bytes=16 * GIB,
-    load_peak_bytes=12 * GIB,
-    gpu_fit_ok=True,
-    gpu_fit_detail="fits",
-    weights_bytes=8 * GIB,
-    weights_on_disk=False,
-    disk_path="/data/hf",
-    disk_free_bytes=200 * GIB,
-)
+# the judge tests' healthy T4, with round RAM figures so every message below reads exactly
+GOOD = JUDGE_GOOD.model_copy(update={"ram_total_bytes": 8 * GIB, "ram_available_bytes": 7 * GIB})
 
 TORCH_FIX = "gemma4-t4 fix-torch --apply"
 TURING_INSTALL = (
