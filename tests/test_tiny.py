@@ -185,3 +185,24 @@ def test_a_partial_build_left_by_a_killed_run_is_removed_by_the_next(tmp_path):
     info = build_tiny_gemma4(tmp_path / "m")
     assert info.cleanup == [f"removed stale partial output {debris} (left by an interrupted run)"]
     assert _siblings(tmp_path) == ["m"]
+
+
+def test_a_second_ensure_waits_for_the_first_build_and_reuses_it(tmp_path):
+    """Two test workers (or two notebooks) asking for the same tiny model: the one that finds the
+    build lock held waits, then reuses the finished folder instead of replacing it under the first."""
+    import fcntl
+
+    out = tmp_path / "models" / "tiny"
+    out.parent.mkdir()
+    code = ("import sys; from gemma4_t4.catalog.tiny import ensure_tiny_gemma4; "
+            "print(ensure_tiny_gemma4(sys.argv[1]))")
+    with open(out.parent / ".tiny.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # this test is the first builder
+        waiter = subprocess.Popen([sys.executable, "-c", code, str(out)], stdout=subprocess.PIPE, text=True,
+                                  env=dict(os.environ, PYTHONPATH=str(REPO)))
+        build_tiny_gemma4(out)
+        built = os.stat(out / "tiny_gemma4.json").st_ino
+    stdout, _ = waiter.communicate(timeout=300)
+    assert waiter.returncode == 0 and stdout.strip() == str(out)
+    # a second build would have replaced the folder (a new file from its rename)
+    assert os.stat(out / "tiny_gemma4.json").st_ino == built

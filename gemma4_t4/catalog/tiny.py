@@ -14,6 +14,7 @@ layers whose head sizes and KV heads equal the target's (they read the target's 
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from collections.abc import Callable
@@ -339,7 +340,12 @@ def ensure_tiny_gemma4(out_dir: str | os.PathLike, variant: Variant = "bf16") ->
     """Build the tiny model once and reuse it (tests, notebooks, ``make run``)."""
     out = Path(out_dir)
     marker = out / INFO_NAME
-    if marker.exists() and json.loads(marker.read_text()).get("variant") == variant:
-        return out
-    build_tiny_gemma4(out, variant=variant, overwrite=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # two processes at once (test workers, two notebooks): the second waits for the first's build
+    # and reuses it instead of replacing a folder the first may be serving from
+    with open(out.parent / f".{out.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if marker.exists() and json.loads(marker.read_text()).get("variant") == variant:
+            return out
+        build_tiny_gemma4(out, variant=variant, overwrite=True)
     return out
