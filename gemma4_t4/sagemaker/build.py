@@ -38,7 +38,7 @@ from gemma4_t4.sagemaker.aws import (
     sleep_ticking,
 )
 from gemma4_t4.sagemaker.cli_recipe import ApiCall
-from gemma4_t4.sagemaker.config import PROJECT_TAG, PROJECT_VALUE, CreateBucketParams
+from gemma4_t4.sagemaker.config import PROJECT_TAG, PROJECT_VALUE, PUBLIC_ACCESS_BLOCK, create_bucket_params
 from gemma4_t4.sagemaker.cost import usd
 
 PROJECT_NAME = "gemma4-t4-image"
@@ -272,11 +272,7 @@ def stack_calls(target: BuildTarget, bundle_size: int | None = None) -> list[Api
 def _storage_calls(target: BuildTarget, bundle_size: int | None) -> list[ApiCall]:
     """The ECR repository the image goes to, and the private, tagged bucket holding the source bundle."""
     region = target.region
-    bucket: CreateBucketParams = {"Bucket": target.bucket}
-    if region != "us-east-1":
-        bucket["CreateBucketConfiguration"] = {"LocationConstraint": region}
-    block = dict.fromkeys(
-        ("BlockPublicAcls", "IgnorePublicAcls", "BlockPublicPolicy", "RestrictPublicBuckets"), True)
+    bucket = create_bucket_params(target.bucket, region)
     repository = {"repositoryName": images.T4_IMAGE_REPOSITORY, "imageTagMutability": "IMMUTABLE",
                   "imageScanningConfiguration": {"scanOnPush": True}, "tags": _tags_kv("Key", "Value")}
     return [
@@ -285,7 +281,7 @@ def _storage_calls(target: BuildTarget, bundle_size: int | None) -> list[ApiCall
         ApiCall("s3api", "create_bucket", bucket, region,
                 note="bucket for the source bundle (skipped when it exists)"),
         ApiCall("s3api", "put_public_access_block",
-                {"Bucket": target.bucket, "PublicAccessBlockConfiguration": block}, region),
+                {"Bucket": target.bucket, "PublicAccessBlockConfiguration": PUBLIC_ACCESS_BLOCK}, region),
         ApiCall("s3api", "put_bucket_tagging",
                 {"Bucket": target.bucket, "Tagging": {"TagSet": _tags_kv("Key", "Value")}}, region),
         ApiCall("s3api", "put_object",
