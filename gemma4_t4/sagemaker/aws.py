@@ -15,14 +15,10 @@ _SHARED: dict[tuple, Any] = {}
 
 
 def client_factory(session: Any = None) -> ClientFactory:
-    """Cached clients per (service, region). boto3 honours AWS_ENDPOINT_URL[_<SERVICE>].
-
-    Without a session, clients are shared process-wide (building one costs ~0.2 s) and keyed by
-    the AWS_* environment, so changing profile, keys or endpoint URLs gets fresh clients.
-    """
-    if session is None:
-        return _shared_client
-    return _session_factory(session)
+    """Cached clients per (service, region); boto3 honours AWS_ENDPOINT_URL[_<SERVICE>]. Without a
+    session, clients are shared process-wide (one costs ~0.2 s to build), keyed by the AWS_* environment
+    so changing profile, keys or endpoint URLs gets fresh clients."""
+    return _shared_client if session is None else _session_factory(session)
 
 
 def _shared_client(service: str, region: str) -> Any:
@@ -79,12 +75,8 @@ def error_message(exc: BaseException) -> str:
 def is_not_found(exc: BaseException) -> bool:
     """SageMaker reports a missing resource as ValidationException 'Could not find ...'."""
     code = error_code(exc)
-    if code in (
-        "ResourceNotFound",
-        "ResourceNotFoundException",
-        "NoSuchResourceException",
-        "ObjectNotFoundException",
-    ):
+    if code in ("ResourceNotFound", "ResourceNotFoundException", "NoSuchResourceException",
+                "ObjectNotFoundException"):
         return True
     return code == "ValidationException" and "could not find" in error_message(exc).lower()
 
@@ -121,9 +113,8 @@ def undone(exc: BaseException) -> list[str]:
     return [n[len(_UNDONE) :] for n in getattr(exc, "__notes__", []) if n.startswith(_UNDONE)]
 
 
-def sleep_ticking(
-    sleep: Callable[[float], None], seconds: float, tick: Callable[[], None], step: float = 1.0
-) -> None:
+def sleep_ticking(sleep: Callable[[float], None], seconds: float, tick: Callable[[], None],
+                  step: float = 1.0) -> None:
     """``sleep(seconds)`` in steps of at most ``step``, calling ``tick`` after each: a wait's elapsed
     counter keeps moving between polls instead of standing still for a whole poll interval."""
     if seconds <= 0:

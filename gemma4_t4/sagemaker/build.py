@@ -1,15 +1,10 @@
 """Build the fixed T4 image in AWS (CodeBuild), no local Docker: ``gemma4-t4 sagemaker build-image``.
 
-The stack is four resources with fixed names, each created only when missing and tagged
-``project=gemma4-t4``: an ECR repository (``gemma4-t4-vllm``, immutable tags, scan on push),
-an S3 bucket holding the source bundle (this package + ``docker/sagemaker-t4``), a CodeBuild
-service role limited to exactly what the build touches, and a CodeBuild project. Because the
-names are fixed, a run that stopped half-way is completed by the next one, never duplicated.
-
-The build pulls the regional vLLM DLC, ``docker build``s ``docker/sagemaker-t4/Dockerfile``
-(whose ``image_check`` step fails the build unless the Turing fix loads) and pushes
-``gemma4-t4-vllm:<base DLC tag>-g4t4-<package version>``. The image is then verified in ECR
-and its digest recorded. An image already in ECR under that tag is reused, not rebuilt.
+The stack (ECR repository, S3 bucket for the source bundle, least-privilege CodeBuild role, CodeBuild
+project) has fixed names, each created only when missing and tagged ``project=gemma4-t4``, so a run
+that stopped half-way is completed by the next one, never duplicated. The build pushes
+``gemma4-t4-vllm:<base DLC tag>-g4t4-<package version>`` (its ``image_check`` step fails unless the
+Turing fix loads); an image already in ECR under that tag is reused, not rebuilt.
 """
 
 from __future__ import annotations
@@ -43,7 +38,7 @@ from gemma4_t4.sagemaker.aws import (
     sleep_ticking,
 )
 from gemma4_t4.sagemaker.cli_recipe import ApiCall
-from gemma4_t4.sagemaker.config import PROJECT_TAG, PROJECT_VALUE, CreateBucketParams
+from gemma4_t4.sagemaker.config import PROJECT_TAG, PROJECT_VALUE, PUBLIC_ACCESS_BLOCK, create_bucket_params
 from gemma4_t4.sagemaker.cost import usd
 
 PROJECT_NAME = "gemma4-t4-image"
@@ -58,19 +53,8 @@ ECR_USD_PER_GB_MONTH = 0.10
 EXPECTED_BUILD_MINUTES = 25.0  # pull ~8 GB, pip install, push ~8 GB
 IMAGE_GB = 8.96  # 8.34 GiB, the size the series reported for its patched image
 BUILD_TIMEOUT_MINUTES = 90
-PHASES = (
-    "SUBMITTED",
-    "QUEUED",
-    "PROVISIONING",
-    "DOWNLOAD_SOURCE",
-    "INSTALL",
-    "PRE_BUILD",
-    "BUILD",
-    "POST_BUILD",
-    "UPLOAD_ARTIFACTS",
-    "FINALIZING",
-    "COMPLETED",
-)
+PHASES = ("SUBMITTED", "QUEUED", "PROVISIONING", "DOWNLOAD_SOURCE", "INSTALL", "PRE_BUILD", "BUILD",
+          "POST_BUILD", "UPLOAD_ARTIFACTS", "FINALIZING", "COMPLETED")
 FAILED_STATUSES = ("FAILED", "FAULT", "STOPPED", "TIMED_OUT")
 _BUNDLE_FILES = ("pyproject.toml", "README.md")
 _BUNDLE_DIRS = ("gemma4_t4", "docker/sagemaker-t4")
@@ -118,35 +102,21 @@ class BuildTarget:
         return self.base_image.split("/", 1)[0]
 
 
-def build_target(
-    region: str,
-    account: str,
-    base_tag: str = images.DEFAULT_VLLM_TAG,
-    bundle_sha256: str | None = None,
-    tag: str | None = None,
-) -> BuildTarget:
+def build_target(region: str, account: str, base_tag: str = images.DEFAULT_VLLM_TAG,
+                 bundle_sha256: str | None = None, tag: str | None = None) -> BuildTarget:
     tag = tag or images.fixed_image_tag(base_tag)
     key = f"build/{tag}/source-{(bundle_sha256 or '<SHA256>')[:16]}.zip"
-    return BuildTarget(
-        region,
-        account,
-        base_tag,
-        tag,
-        images.vllm_image_uri(region, base_tag),
-        images.t4_image_uri(account, region, tag),
-        f"gemma4-t4-build-{account}-{region}".lower()
-        if account != images.ACCOUNT_PLACEHOLDER
-        else f"gemma4-t4-build-<account>-{region}",
-        key,
-    )
+    bucket = (f"gemma4-t4-build-{account}-{region}".lower() if account != images.ACCOUNT_PLACEHOLDER
+              else f"gemma4-t4-build-<account>-{region}")
+    return BuildTarget(region, account, base_tag, tag, images.vllm_image_uri(region, base_tag),
+                       images.t4_image_uri(account, region, tag), bucket, key)
 
 
 # -- the source bundle --------------------------------------------------------------------------
 def repo_root() -> Path:
     root = Path(__file__).resolve().parents[2]
-    missing = [
-        p for p in (*_BUNDLE_FILES, "docker/sagemaker-t4/Dockerfile", BUILDSPEC) if not (root / p).exists()
-    ]
+    needed = (*_BUNDLE_FILES, "docker/sagemaker-t4/Dockerfile", BUILDSPEC)
+    missing = [p for p in needed if not (root / p).exists()]
     if missing:
         raise Gemma4T4Error(
             f"the build needs the package's source tree; missing under {root}: {', '.join(missing)}",
@@ -156,8 +126,7 @@ def repo_root() -> Path:
 
 
 def _bundle_paths(root: Path) -> Iterator[Path]:
-    for name in _BUNDLE_FILES:
-        yield root / name
+    yield from (root / name for name in _BUNDLE_FILES)
     for folder in _BUNDLE_DIRS:
         for path in sorted((root / folder).rglob("*")):
             if path.is_file() and "__pycache__" not in path.parts and path.suffix not in (".pyc", ".pyo"):
@@ -239,79 +208,39 @@ class ProjectDefinition(TypedDict):
 
 
 def role_trust_policy() -> PolicyDocument:
-    return {
-        "Version": "2012-10-17",
-        "Statement": [
-            {
-                "Effect": "Allow",
-                "Principal": {"Service": "codebuild.amazonaws.com"},
-                "Action": "sts:AssumeRole",
-            }
-        ],
-    }
+    statement: PolicyStatement = {
+        "Effect": "Allow", "Principal": {"Service": "codebuild.amazonaws.com"}, "Action": "sts:AssumeRole"}
+    return {"Version": "2012-10-17", "Statement": [statement]}
 
 
 def role_policy(target: BuildTarget) -> PolicyDocument:
     """Least privilege: its own logs, its source object, pulling the DLC, pushing one repository."""
     region, account = target.region, target.account
-    dlc_account = images.dlc_account(region)
-    return {
-        "Version": "2012-10-17",
-        "Statement": [
-            {
-                "Effect": "Allow",
-                "Action": ["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents"],
-                "Resource": f"arn:aws:logs:{region}:{account}:log-group:/aws/codebuild/{PROJECT_NAME}*",
-            },
-            {
-                "Effect": "Allow",
-                "Action": ["s3:GetObject", "s3:GetObjectVersion"],
-                "Resource": f"arn:aws:s3:::{target.bucket}/build/*",
-            },
-            {"Effect": "Allow", "Action": "ecr:GetAuthorizationToken", "Resource": "*"},
-            {
-                "Effect": "Allow",
-                "Action": [
-                    "ecr:BatchCheckLayerAvailability",
-                    "ecr:GetDownloadUrlForLayer",
-                    "ecr:BatchGetImage",
-                ],
-                "Resource": f"arn:aws:ecr:{region}:{dlc_account}:repository/{images.DLC_REPOSITORY}",
-            },
-            {
-                "Effect": "Allow",
-                "Action": [
-                    "ecr:BatchCheckLayerAvailability",
-                    "ecr:GetDownloadUrlForLayer",
-                    "ecr:BatchGetImage",
-                    "ecr:InitiateLayerUpload",
-                    "ecr:UploadLayerPart",
-                    "ecr:CompleteLayerUpload",
-                    "ecr:PutImage",
-                ],
-                "Resource": f"arn:aws:ecr:{region}:{account}:repository/{images.T4_IMAGE_REPOSITORY}",
-            },
-        ],
-    }
+    pull = ["ecr:BatchCheckLayerAvailability", "ecr:GetDownloadUrlForLayer", "ecr:BatchGetImage"]
+    push = [*pull, *(f"ecr:{a}" for a in ("InitiateLayerUpload", "UploadLayerPart", "CompleteLayerUpload",
+                                          "PutImage"))]
+    grants: list[tuple[str | list[str], str]] = [
+        (["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents"],
+         f"arn:aws:logs:{region}:{account}:log-group:/aws/codebuild/{PROJECT_NAME}*"),
+        (["s3:GetObject", "s3:GetObjectVersion"], f"arn:aws:s3:::{target.bucket}/build/*"),
+        ("ecr:GetAuthorizationToken", "*"),
+        (pull, f"arn:aws:ecr:{region}:{images.dlc_account(region)}:repository/{images.DLC_REPOSITORY}"),
+        (push, f"arn:aws:ecr:{region}:{account}:repository/{images.T4_IMAGE_REPOSITORY}"),
+    ]
+    return {"Version": "2012-10-17",
+            "Statement": [{"Effect": "Allow", "Action": action, "Resource": res} for action, res in grants]}
 
 
 def build_env(target: BuildTarget) -> list[EnvVar]:
-    env = {
-        "BASE_IMAGE": target.base_image,
-        "TARGET_IMAGE": target.image_uri,
-        "DLC_REGISTRY": target.dlc_registry,
-        "OWN_REGISTRY": target.own_registry,
-    }
+    env = {"BASE_IMAGE": target.base_image, "TARGET_IMAGE": target.image_uri,
+           "DLC_REGISTRY": target.dlc_registry, "OWN_REGISTRY": target.own_registry}
     return [{"name": k, "value": v, "type": "PLAINTEXT"} for k, v in env.items()]
 
 
 def start_build_params(target: BuildTarget) -> StartBuildParams:
-    return {
-        "projectName": PROJECT_NAME,
-        "sourceTypeOverride": "S3",
-        "sourceLocationOverride": f"{target.bucket}/{target.source_key}",
-        "environmentVariablesOverride": build_env(target),
-    }
+    return {"projectName": PROJECT_NAME, "sourceTypeOverride": "S3",
+            "sourceLocationOverride": f"{target.bucket}/{target.source_key}",
+            "environmentVariablesOverride": build_env(target)}
 
 
 def project_definition(target: BuildTarget) -> ProjectDefinition:
@@ -320,13 +249,9 @@ def project_definition(target: BuildTarget) -> ProjectDefinition:
         "description": "gemma4-t4: AWS's vLLM DLC + the Turing attention fix, for SageMaker T4 endpoints",
         "source": {"type": "S3", "location": f"{target.bucket}/{target.source_key}", "buildspec": BUILDSPEC},
         "artifacts": {"type": "NO_ARTIFACTS"},
-        "environment": {
-            "type": "LINUX_CONTAINER",
-            "image": BUILD_IMAGE,
-            "computeType": COMPUTE_TYPE,
-            "privilegedMode": True,  # docker build needs it
-            "environmentVariables": build_env(target),
-        },
+        "environment": {"type": "LINUX_CONTAINER", "image": BUILD_IMAGE, "computeType": COMPUTE_TYPE,
+                        "privilegedMode": True,  # docker build needs it
+                        "environmentVariables": build_env(target)},
         "serviceRole": f"arn:aws:iam::{target.account}:role/{ROLE_NAME}",
         "timeoutInMinutes": BUILD_TIMEOUT_MINUTES,
         "tags": _tags_kv(),
@@ -336,9 +261,8 @@ def project_definition(target: BuildTarget) -> ProjectDefinition:
 def stack_calls(target: BuildTarget, bundle_size: int | None = None) -> list[ApiCall]:
     """Every call build-image makes, in order, with the parameters it sends."""
     return [
-        ApiCall(
-            "sts", "get_caller_identity", {}, target.region, note="your account id (names the bucket and the image)"
-        ),
+        ApiCall("sts", "get_caller_identity", {}, target.region,
+                note="your account id (names the bucket and the image)"),
         *_storage_calls(target, bundle_size),
         *_role_calls(target),
         *_codebuild_calls(target),
@@ -348,89 +272,36 @@ def stack_calls(target: BuildTarget, bundle_size: int | None = None) -> list[Api
 def _storage_calls(target: BuildTarget, bundle_size: int | None) -> list[ApiCall]:
     """The ECR repository the image goes to, and the private, tagged bucket holding the source bundle."""
     region = target.region
-    bucket: CreateBucketParams = {"Bucket": target.bucket}
-    if region != "us-east-1":
-        bucket["CreateBucketConfiguration"] = {"LocationConstraint": region}
+    bucket = create_bucket_params(target.bucket, region)
+    repository = {"repositoryName": images.T4_IMAGE_REPOSITORY, "imageTagMutability": "IMMUTABLE",
+                  "imageScanningConfiguration": {"scanOnPush": True}, "tags": _tags_kv("Key", "Value")}
     return [
-        ApiCall(
-            "ecr",
-            "create_repository",
-            {
-                "repositoryName": images.T4_IMAGE_REPOSITORY,
-                "imageTagMutability": "IMMUTABLE",
-                "imageScanningConfiguration": {"scanOnPush": True},
-                "tags": _tags_kv("Key", "Value"),
-            },
-            region,
-            note="ECR repository for the fixed image (skipped when it exists)",
-        ),
-        ApiCall(
-            "s3api",
-            "create_bucket",
-            bucket,
-            region,
-            note="bucket for the source bundle (skipped when it exists)",
-        ),
-        ApiCall(
-            "s3api",
-            "put_public_access_block",
-            {
-                "Bucket": target.bucket,
-                "PublicAccessBlockConfiguration": {
-                    "BlockPublicAcls": True,
-                    "IgnorePublicAcls": True,
-                    "BlockPublicPolicy": True,
-                    "RestrictPublicBuckets": True,
-                },
-            },
-            region,
-        ),
-        ApiCall(
-            "s3api",
-            "put_bucket_tagging",
-            {"Bucket": target.bucket, "Tagging": {"TagSet": _tags_kv("Key", "Value")}},
-            region,
-        ),
-        ApiCall(
-            "s3api",
-            "put_object",
-            {
-                "Bucket": target.bucket,
-                "Key": target.source_key,
-                "Body": "source.zip",
-                "ChecksumAlgorithm": "SHA256",
-            },
-            region,
-            note=f"the package + docker/sagemaker-t4 ({bundle_size or '?'} bytes, skipped when already there)",
-        ),
+        ApiCall("ecr", "create_repository", repository, region,
+                note="ECR repository for the fixed image (skipped when it exists)"),
+        ApiCall("s3api", "create_bucket", bucket, region,
+                note="bucket for the source bundle (skipped when it exists)"),
+        ApiCall("s3api", "put_public_access_block",
+                {"Bucket": target.bucket, "PublicAccessBlockConfiguration": PUBLIC_ACCESS_BLOCK}, region),
+        ApiCall("s3api", "put_bucket_tagging",
+                {"Bucket": target.bucket, "Tagging": {"TagSet": _tags_kv("Key", "Value")}}, region),
+        ApiCall("s3api", "put_object",
+                {"Bucket": target.bucket, "Key": target.source_key, "Body": "source.zip",
+                 "ChecksumAlgorithm": "SHA256"}, region,
+                note=f"the package + docker/sagemaker-t4 ({bundle_size or '?'} bytes, "
+                "skipped when already there)"),
     ]
 
 
 def _role_calls(target: BuildTarget) -> list[ApiCall]:
     """CodeBuild's service role and its least-privilege policy (IAM is global: no region)."""
+    role = {"RoleName": ROLE_NAME, "AssumeRolePolicyDocument": json.dumps(role_trust_policy()),
+            "Tags": _tags_kv("Key", "Value")}
+    policy = {"RoleName": ROLE_NAME, "PolicyName": "gemma4-t4-build",
+              "PolicyDocument": json.dumps(role_policy(target))}
     return [
-        ApiCall(
-            "iam",
-            "create_role",
-            {
-                "RoleName": ROLE_NAME,
-                "AssumeRolePolicyDocument": json.dumps(role_trust_policy()),
-                "Tags": _tags_kv("Key", "Value"),
-            },
-            None,
-            note="CodeBuild service role (skipped when it exists)",
-        ),
-        ApiCall(
-            "iam",
-            "put_role_policy",
-            {
-                "RoleName": ROLE_NAME,
-                "PolicyName": "gemma4-t4-build",
-                "PolicyDocument": json.dumps(role_policy(target)),
-            },
-            None,
-            note="least privilege: own logs, the source object, pull the DLC, push gemma4-t4-vllm",
-        ),
+        ApiCall("iam", "create_role", role, None, note="CodeBuild service role (skipped when it exists)"),
+        ApiCall("iam", "put_role_policy", policy, None,
+                note="least privilege: own logs, the source object, pull the DLC, push gemma4-t4-vllm"),
     ]
 
 
@@ -438,24 +309,14 @@ def _codebuild_calls(target: BuildTarget) -> list[ApiCall]:
     """The CodeBuild project, the build, its polling and the check of the pushed image."""
     region = target.region
     return [
-        ApiCall(
-            "codebuild",
-            "create_project",
-            project_definition(target),
-            region,
-            note="CodeBuild project (updated in place when it exists)",
-        ),
+        ApiCall("codebuild", "create_project", project_definition(target), region,
+                note="CodeBuild project (updated in place when it exists)"),
         ApiCall("codebuild", "start_build", start_build_params(target), region, note=build_cost().line()),
-        ApiCall(
-            "codebuild", "batch_get_builds", {"ids": ["<BUILD_ID>"]}, region, note="poll phase and status"
-        ),
-        ApiCall(
-            "ecr",
-            "describe_images",
-            {"repositoryName": images.T4_IMAGE_REPOSITORY, "imageIds": [{"imageTag": target.tag}]},
-            region,
-            note="verify the pushed image and record its digest",
-        ),
+        ApiCall("codebuild", "batch_get_builds", {"ids": ["<BUILD_ID>"]}, region,
+                note="poll phase and status"),
+        ApiCall("ecr", "describe_images",
+                {"repositoryName": images.T4_IMAGE_REPOSITORY, "imageIds": [{"imageTag": target.tag}]},
+                region, note="verify the pushed image and record its digest"),
     ]
 
 
@@ -491,13 +352,10 @@ class BuildResult:
 class BuildFailed(Gemma4T4Error):
     def __init__(self, result: BuildResult, reason: str):
         tail = "\n".join(f"    {line}" for line in result.log_tail[-20:])
-        where = (
-            "read the log tail above"
-            if tail
-            else "no build log could be read; open it with: aws codebuild batch-get-builds --region "
+        where = "read the log tail above" if tail else (
+            "no build log could be read; open it with: aws codebuild batch-get-builds --region "
             f"{result.region} --ids {result.build_id} (logs.deepLink), or the CodeBuild console's "
-            f"{PROJECT_NAME} project"
-        )
+            f"{PROJECT_NAME} project")
         super().__init__(
             f"CodeBuild build {result.build_id} ended {result.status} in phase {result.phase}: {reason}"
             + (f"\n  log tail:\n{tail}" if tail else "\n  (no log tail: CloudWatch had none for this build)"),
@@ -517,13 +375,8 @@ def _ignore(codes: tuple[str, ...], call: Callable[[], Any]) -> bool:
         raise
 
 
-def ensure_stack(
-    target: BuildTarget,
-    bundle: bytes,
-    clients: Callable[[str, str], Any],
-    result: BuildResult,
-    sleep: Callable[[float], None] = time.sleep,
-) -> None:
+def ensure_stack(target: BuildTarget, bundle: bytes, clients: Callable[[str, str], Any], result: BuildResult,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
     """Create what is missing (ECR, S3 + bundle, role, project); record created vs reused."""
     calls = {c.operation: c for c in stack_calls(target, len(bundle))}
     region = target.region
@@ -532,17 +385,10 @@ def ensure_stack(
     def note(created: bool, what: str) -> None:
         (result.created if created else result.reused).append(what)
 
-    note(
-        _ignore(
-            ("RepositoryAlreadyExistsException",),
-            lambda: ecr.create_repository(**calls["create_repository"].params),
-        ),
-        f"ecr:{images.T4_IMAGE_REPOSITORY}",
-    )
-    note(
-        _ignore(("BucketAlreadyOwnedByYou",), lambda: s3.create_bucket(**calls["create_bucket"].params)),
-        f"s3:{target.bucket}",
-    )
+    note(_ignore(("RepositoryAlreadyExistsException",), lambda: ecr.create_repository(
+        **calls["create_repository"].params)), f"ecr:{images.T4_IMAGE_REPOSITORY}")
+    note(_ignore(("BucketAlreadyOwnedByYou",), lambda: s3.create_bucket(**calls["create_bucket"].params)),
+         f"s3:{target.bucket}")
     s3.put_public_access_block(**calls["put_public_access_block"].params)
     s3.put_bucket_tagging(**calls["put_bucket_tagging"].params)
     digest = hashlib.sha256(bundle).hexdigest()
@@ -554,18 +400,11 @@ def ensure_stack(
             raise
         present = False
     if not present:
-        s3.put_object(
-            Bucket=target.bucket,
-            Key=target.source_key,
-            Body=bundle,
-            Metadata={"sha256": digest},
-            ChecksumAlgorithm="SHA256",
-        )
+        s3.put_object(Bucket=target.bucket, Key=target.source_key, Body=bundle, Metadata={"sha256": digest},
+                      ChecksumAlgorithm="SHA256")
     note(not present, f"s3://{target.bucket}/{target.source_key}")
-    note(
-        _ignore(("EntityAlreadyExists",), lambda: iam.create_role(**calls["create_role"].params)),
-        f"iam:{ROLE_NAME}",
-    )
+    note(_ignore(("EntityAlreadyExists",), lambda: iam.create_role(**calls["create_role"].params)),
+         f"iam:{ROLE_NAME}")
     iam.put_role_policy(**calls["put_role_policy"].params)
     definition = calls["create_project"].params
     cb = clients("codebuild", region)
@@ -576,11 +415,8 @@ def ensure_stack(
             note(created, f"codebuild:{PROJECT_NAME}")
             return
         except aws_exceptions() as exc:
-            if (
-                error_code(exc) == "InvalidInputException"
-                and "assume" in error_message(exc).lower()
-                and attempt < 5
-            ):
+            assuming = error_code(exc) == "InvalidInputException" and "assume" in error_message(exc).lower()
+            if assuming and attempt < 5:
                 sleep(2.0 * (attempt + 1))
                 continue
             raise
@@ -642,36 +478,23 @@ def log_tail(logs: Any, build: CodeBuildBuild, lines: int = 40) -> list[str]:
     if not group or not stream:
         return []
     try:
-        events = logs.get_log_events(
-            logGroupName=group, logStreamName=stream, limit=lines, startFromHead=False
-        ).get("events", [])
+        events = logs.get_log_events(logGroupName=group, logStreamName=stream, limit=lines,
+                                     startFromHead=False).get("events", [])
     except aws_exceptions():
         return []
     return [e.get("message", "").rstrip("\n") for e in events]
 
 
-def wait_for_build(
-    cb: Any,
-    build_id: str,
-    result: BuildResult,
-    *,
-    poll_s: float = 15.0,
-    progress: bool = True,
-    timeout_s: float = BUILD_TIMEOUT_MINUTES * 60 + 600,
-    sleep: Callable[[float], None] = time.sleep,
-    monotonic: Callable[[], float] = time.monotonic,
-) -> CodeBuildBuild:
+def wait_for_build(cb: Any, build_id: str, result: BuildResult, *, poll_s: float = 15.0,
+                   progress: bool = True, timeout_s: float = BUILD_TIMEOUT_MINUTES * 60 + 600,
+                   sleep: Callable[[float], None] = time.sleep,
+                   monotonic: Callable[[], float] = time.monotonic) -> CodeBuildBuild:
     """Poll the build, showing its phase; returns the final build description."""
     from tqdm.auto import tqdm
 
     start = monotonic()
-    with tqdm(
-        total=len(PHASES),
-        desc="CodeBuild",
-        disable=not progress,
-        leave=True,
-        bar_format="{desc}: {n}/{total} phases | {postfix}",
-    ) as bar:
+    with tqdm(total=len(PHASES), desc="CodeBuild", disable=not progress, leave=True,
+              bar_format="{desc}: {n}/{total} phases | {postfix}") as bar:
         status = "IN_PROGRESS"
 
         def tick() -> None:  # the time waited moves every second, and is true when interrupted
@@ -720,11 +543,9 @@ def build_lock_path(region: str, repository: str = images.T4_IMAGE_REPOSITORY) -
 
 @contextlib.contextmanager
 def build_lock(region: str, repository: str = images.T4_IMAGE_REPOSITORY) -> Iterator[Callable[..., None]]:
-    """One build-image at a time per region and repository on this machine: two at once would both
-    pick the same tag (``-r2`` under --force) and the second push onto the IMMUTABLE repository would
-    fail after its whole billed build. The second is refused, naming the running build. Yields a
-    function that records the holder's tag and CodeBuild build id in the lock file for that message.
-    The lock is an fcntl lock: it goes with the process, so a killed run never leaves it stuck."""
+    """One build-image at a time per region and repository: two would push the same tag (``-r2`` under
+    --force) and the second fails after its whole billed build. Yields a function recording the holder's
+    tag and build id for the refusal. An fcntl lock dies with the process, so a killed run never sticks."""
     path = build_lock_path(region, repository)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+") as handle:
@@ -732,10 +553,8 @@ def build_lock(region: str, repository: str = images.T4_IMAGE_REPOSITORY) -> Ite
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise _already_building(region, repository, path) from None
-        holder: BuildHolder = {
-            "pid": os.getpid(),
-            "started_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        }
+        holder: BuildHolder = {"pid": os.getpid(),
+                               "started_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
 
         def record(**fields: str) -> None:
             holder.update(fields)  # type: ignore[typeddict-item]
@@ -768,24 +587,15 @@ def _already_building(region: str, repository: str, path: Path) -> Gemma4T4Error
     )
 
 
-def build_t4_image(
-    region: str,
-    base_tag: str = images.DEFAULT_VLLM_TAG,
-    *,
-    force: bool = False,
-    session: Any = None,
-    clients: Callable[[str, str], Any] | None = None,
-    poll_s: float = 15.0,
-    progress: bool = True,
-    on_build_succeeded: Callable[[BuildTarget], None] | None = None,
-    sleep: Callable[[float], None] = time.sleep,
-    monotonic: Callable[[], float] = time.monotonic,
-) -> BuildResult:
+def build_t4_image(region: str, base_tag: str = images.DEFAULT_VLLM_TAG, *, force: bool = False,
+                   session: Any = None, clients: Callable[[str, str], Any] | None = None,
+                   poll_s: float = 15.0, progress: bool = True,
+                   on_build_succeeded: Callable[[BuildTarget], None] | None = None,
+                   sleep: Callable[[float], None] = time.sleep,
+                   monotonic: Callable[[], float] = time.monotonic) -> BuildResult:
     """Create/reuse the stack, run the build, verify the image in ECR and return its digest.
-
-    ``on_build_succeeded`` exists for offline runs only: moto's CodeBuild reports SUCCEEDED
-    without running Docker, so :meth:`LocalAWS.seed_fixed_image` stands in for the push there.
-    """
+    ``on_build_succeeded`` is for offline runs: moto's CodeBuild runs no Docker, so
+    :meth:`LocalAWS.seed_fixed_image` stands in for the push there."""
     images.validate_region(region)
     if images.parse_tag(base_tag) is None:
         raise Gemma4T4Error(
@@ -815,10 +625,8 @@ def build_t4_image(
             existing = target.tag
             target = build_target(region, account, base_tag, bundle_sha, rebuild_tag(ecr, existing))
             result.image_uri, result.tag = target.image_uri, target.tag
-            print(
-                f"--force: {existing} is already in ECR and its tags are immutable; building {target.tag}",
-                file=sys.stderr,
-            )
+            print(f"--force: {existing} is already in ECR and its tags are immutable; building {target.tag}",
+                  file=sys.stderr)
         record(tag=target.tag)
         ensure_stack(target, bundle, make, result, sleep)
         build = _run_build(make("codebuild", region), target, result, record, poll_s, progress, sleep, monotonic)
@@ -874,17 +682,10 @@ class BuildRecord(TypedDict):
 
 def build_record(result: BuildResult) -> BuildRecord:
     """What build-image records next to the image: enough to deploy it pinned by digest."""
-    return {
-        "image_uri": result.image_uri,
-        "pinned_uri": result.pinned_uri,
-        "digest": result.digest,
-        "tag": result.tag,
-        "region": result.region,
-        "status": result.status,
-        "build_id": result.build_id,
-        "package_version": images.package_version(),
-        "recorded_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-    }
+    return BuildRecord(image_uri=result.image_uri, pinned_uri=result.pinned_uri, digest=result.digest,
+                       tag=result.tag, region=result.region, status=result.status, build_id=result.build_id,
+                       package_version=images.package_version(),
+                       recorded_at=dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
 
 
 @dataclass
@@ -897,21 +698,15 @@ class T4Image:
     build: BuildResult | None = None
 
 
-def ensure_t4_image(
-    region: str,
-    base_tag: str = images.DEFAULT_VLLM_TAG,
-    *,
-    progress: bool = True,
-    on_build_succeeded: Callable[[BuildTarget], None] | None = None,
-    **kwargs: Any,
-) -> T4Image:
+def ensure_t4_image(region: str, base_tag: str = images.DEFAULT_VLLM_TAG, *, progress: bool = True,
+                    on_build_succeeded: Callable[[BuildTarget], None] | None = None,
+                    **kwargs: Any) -> T4Image:
     """The newest fixed image in ``region``'s ECR, else build one (its cost is printed first)."""
     try:
         found = images.find_fixed_image(region)
         return T4Image(found.image_uri, found.digest, built=False)
     except Gemma4T4Error as missing:
         print(f"{missing.message}\nbuilding it: {build_cost().line()}")
-    result = build_t4_image(
-        region, base_tag, progress=progress, on_build_succeeded=on_build_succeeded, **kwargs
-    )
+    result = build_t4_image(region, base_tag, progress=progress, on_build_succeeded=on_build_succeeded,
+                            **kwargs)
     return T4Image(result.image_uri, result.digest, built=True, build=result)

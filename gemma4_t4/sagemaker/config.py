@@ -1,9 +1,6 @@
-"""The typed deployment config: one dataclass from which the model's container environment,
-the endpoint config's production variant and every resource's tags are derived.
-
-``validate()`` runs before any AWS call, so a bad region, instance type, dtype or name is a
-clear :class:`Gemma4T4Error`, never a half-created endpoint.
-"""
+"""The typed deployment config: the container environment, the production variant and every
+resource's tags derive from it. ``validate()`` runs before any AWS call, so bad input is a clear
+:class:`Gemma4T4Error`, never a half-created endpoint."""
 
 from __future__ import annotations
 
@@ -49,6 +46,18 @@ class CreateBucketParams(TypedDict, total=False):
 
     Bucket: str
     CreateBucketConfiguration: dict[str, str]  # LocationConstraint outside us-east-1
+
+
+# A private bucket (the model upload and image build buckets).
+PUBLIC_ACCESS_BLOCK = dict.fromkeys(
+    ("BlockPublicAcls", "IgnorePublicAcls", "BlockPublicPolicy", "RestrictPublicBuckets"), True)
+
+
+def create_bucket_params(bucket: str, region: str) -> CreateBucketParams:
+    params: CreateBucketParams = {"Bucket": bucket}
+    if region != "us-east-1":
+        params["CreateBucketConfiguration"] = {"LocationConstraint": region}
+    return params
 
 
 class InstancePool(TypedDict):
@@ -111,11 +120,8 @@ def redact_env(env: dict[str, str]) -> dict[str, str]:
 
 
 def extra_args_to_env(args: list[str]) -> dict[str, str]:
-    """vLLM flags -> the container's ``SM_VLLM_*`` variables (the inverse of its launcher).
-
-    ``["--enforce-eager", "--max-num-batched-tokens", "1024"]`` gives
-    ``{"SM_VLLM_ENFORCE_EAGER": "true", "SM_VLLM_MAX_NUM_BATCHED_TOKENS": "1024"}``.
-    """
+    """vLLM flags -> the container's ``SM_VLLM_*`` variables (the inverse of its launcher):
+    ``--enforce-eager --max-num-batched-tokens 1024`` -> ``SM_VLLM_ENFORCE_EAGER=true, ..._TOKENS=1024``."""
     env: dict[str, str] = {}
     i = 0
     while i < len(args):
@@ -168,9 +174,7 @@ class DeployConfig:
     model_data_s3_uri: str | None = None  # s3://bucket/prefix/ of an uncompressed model folder
     min_instances: int | None = None  # with max_instances: Application Auto Scaling target tracking
     max_instances: int | None = None
-    scaling_target: float = (
-        DEFAULT_SCALING_TARGET  # invocations per instance per minute that the policy holds
-    )
+    scaling_target: float = DEFAULT_SCALING_TARGET  # invocations per instance per minute the policy holds
     scale_in_cooldown_s: int = 600
     scale_out_cooldown_s: int = 300
     # speculative decoding (gemma4_t4/serving/speculative.py): off | auto | self | an assistant hub id
@@ -183,9 +187,7 @@ class DeployConfig:
         return SAGEMAKER_INSTANCES[self.instance_type][0]
 
     def resolved_dtype(self) -> str:
-        if self.dtype:
-            return self.dtype
-        return "float16" if self.gpu == "t4" else "bfloat16"
+        return self.dtype or ("float16" if self.gpu == "t4" else "bfloat16")
 
     def resolved_role(self) -> str | None:
         return self.role_arn or os.environ.get(ROLE_ENV) or None
@@ -200,11 +202,8 @@ class DeployConfig:
         return bool(self.turing_instance_types) and not self.allow_unfixed_image
 
     def resolved_image(self) -> str:
-        """The explicit image, else (T4) the fixed image's planned URI, else the stock DLC.
-
-        For a T4 without ``image_uri`` this names the tag build-image writes in ``<ACCOUNT>``:
-        ``deploy`` replaces it with the newest fixed image found in the region's ECR.
-        """
+        """The explicit image, else (T4) the fixed image's planned URI in ``<ACCOUNT>`` (``deploy``
+        replaces it with the newest fixed image in the region's ECR), else the stock DLC."""
         if self.image_uri:
             return self.image_uri
         if self.needs_fixed_image:
@@ -212,9 +211,8 @@ class DeployConfig:
         return images.vllm_image_uri(self.region, self.image_tag)
 
     def resolved_tensor_parallel_size(self) -> int:
-        if self.tensor_parallel_size:
-            return self.tensor_parallel_size
-        return auto_tensor_parallel(self.model_id, self.instance_type, self.max_model_len, self.max_num_seqs)
+        return self.tensor_parallel_size or auto_tensor_parallel(
+            self.model_id, self.instance_type, self.max_model_len, self.max_num_seqs)
 
     @property
     def autoscaling(self) -> bool:
@@ -289,17 +287,14 @@ class DeployConfig:
 
     def production_variant(self) -> ProductionVariant:
         variant: ProductionVariant = {
-            "VariantName": "AllTraffic",
-            "ModelName": self.name,
+            "VariantName": "AllTraffic", "ModelName": self.name,
             "InitialInstanceCount": self.initial_instances,
             "ContainerStartupHealthCheckTimeoutInSeconds": self.startup_timeout_s,
-            "ModelDataDownloadTimeoutInSeconds": self.download_timeout_s,
-        }
+            "ModelDataDownloadTimeoutInSeconds": self.download_timeout_s}
         if self.fallback_instance_types:
             # SageMaker places the first pool with capacity; quota is reserved for every type listed.
             variant["InstancePools"] = [
-                {"InstanceType": t, "Priority": i + 1} for i, t in enumerate(self.instance_types)
-            ]
+                {"InstanceType": t, "Priority": i + 1} for i, t in enumerate(self.instance_types)]
         else:
             variant["InstanceType"] = self.instance_type
         ami = self.resolved_ami_version()
@@ -311,27 +306,17 @@ class DeployConfig:
         container: PrimaryContainer = {"Image": self.resolved_image(), "Environment": self.container_env()}
         if self.model_data_s3_uri:
             # Uncompressed S3 model data: SageMaker copies the prefix to /opt/ml/model, no tarball.
-            container["ModelDataSource"] = {
-                "S3DataSource": {
-                    "S3Uri": self.model_data_s3_uri,
-                    "S3DataType": "S3Prefix",
-                    "CompressionType": "None",
-                }
-            }
+            container["ModelDataSource"] = {"S3DataSource": {
+                "S3Uri": self.model_data_s3_uri, "S3DataType": "S3Prefix", "CompressionType": "None"}}
         return container
 
     def expires_at(self, now: dt.datetime | None = None) -> dt.datetime:
-        now = now or dt.datetime.now(dt.UTC)
-        return now + dt.timedelta(hours=self.ttl_hours)
+        return (now or dt.datetime.now(dt.UTC)) + dt.timedelta(hours=self.ttl_hours)
 
     def resource_tags(self, now: dt.datetime | None = None) -> list[dict[str, str]]:
-        tags = {
-            PROJECT_TAG: PROJECT_VALUE,
-            CREATED_BY_TAG: self.created_by,
-            TTL_TAG: f"{self.ttl_hours:g}",
-            EXPIRES_TAG: self.expires_at(now).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "model-id": self.model_id[:256],
-        }
+        tags = {PROJECT_TAG: PROJECT_VALUE, CREATED_BY_TAG: self.created_by, TTL_TAG: f"{self.ttl_hours:g}",
+                EXPIRES_TAG: self.expires_at(now).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "model-id": self.model_id[:256]}
         if self.autoscaling:
             tags[AUTOSCALING_TAG] = f"{self.initial_instances}..{self.billed_instances_at_most}"
         tags.update(self.tags)
@@ -354,19 +339,14 @@ class DeployConfig:
         images.validate_region(self.region)
         for instance in self.instance_types:
             if instance not in SAGEMAKER_INSTANCES:
-                raise Gemma4T4Error(
-                    f"unsupported SageMaker instance type {instance!r}",
-                    fix=f"use one of: {', '.join(SAGEMAKER_INSTANCES)}",
-                )
+                raise Gemma4T4Error(f"unsupported SageMaker instance type {instance!r}",
+                                    fix=f"use one of: {', '.join(SAGEMAKER_INSTANCES)}")
         if len(set(self.instance_types)) != len(self.instance_types):
-            raise Gemma4T4Error(
-                "an instance type appears twice in the pool list", fix="list each fallback instance type once"
-            )
+            raise Gemma4T4Error("an instance type appears twice in the pool list",
+                                fix="list each fallback instance type once")
         if not _NAME.match(self.name):
-            raise Gemma4T4Error(
-                f"invalid endpoint name {self.name!r}",
-                fix="use 1-63 letters, digits and hyphens, starting with a letter or digit",
-            )
+            raise Gemma4T4Error(f"invalid endpoint name {self.name!r}",
+                                fix="use 1-63 letters, digits and hyphens, starting with a letter or digit")
         if not self.model_id or len(self.model_id) > 1024:
             raise Gemma4T4Error("model_id is empty", fix="pass a Hugging Face id such as " + DEFAULT_MODEL_ID)
         for label, value in (("model_id", self.model_id), ("served_model_name", self.served_model_name)):
@@ -375,17 +355,15 @@ class DeployConfig:
                     f"{label} {value!r} has characters a model id never has (whitespace, quotes or shell syntax)",
                     fix="pass a Hugging Face id such as " + DEFAULT_MODEL_ID + " (letters, digits, . _ - /)",
                 )
-        if self.model_data_s3_uri is not None and not _S3_PREFIX.match(
-            self.model_data_s3_uri.replace("<account>", "0" * 12)
-        ):  # a dry run's placeholder
-            raise Gemma4T4Error(
-                f"model data {self.model_data_s3_uri!r} is not an s3://bucket/prefix/ folder",
-                fix="upload the folder with `gemma4-t4 sagemaker deploy --model-dir DIR`",
-            )
+        data = self.model_data_s3_uri
+        # "<account>": a dry run's placeholder
+        if data is not None and not _S3_PREFIX.match(data.replace("<account>", "0" * 12)):
+            raise Gemma4T4Error(f"model data {data!r} is not an s3://bucket/prefix/ folder",
+                                fix="upload the folder with `gemma4-t4 sagemaker deploy --model-dir DIR`")
 
     def _validate_container(self) -> None:
-        """What the container will really get (--env and --vllm-arg override the fields): dtype and
-        tensor parallelism that the instance types run."""
+        """The dtype and tensor parallelism the container really gets (--env, --vllm-arg win) suit the
+        instance types."""
         if self.tensor_parallel_size < 0 or self.instance_count < 1:
             raise Gemma4T4Error("tensor_parallel_size must be >= 0 (0: auto) and instance_count >= 1")
         extra_args_to_env(self.extra_args)
@@ -401,49 +379,36 @@ class DeployConfig:
         if turing and dtype in ("bfloat16", "auto"):
             raise Gemma4T4Error(
                 f"dtype {dtype} on {turing[0]} (T4, sm_75): Turing has no bf16 and vLLM refuses it"
-                + (
-                    ""
-                    if dtype == self.resolved_dtype()
-                    else " (set through --env SM_VLLM_DTYPE or --vllm-arg)"
-                ),
+                + ("" if dtype == self.resolved_dtype()
+                   else " (set through --env SM_VLLM_DTYPE or --vllm-arg)"),
                 fix="use dtype='float16' (the T4 default) and drop the bf16 override",
             )
         raw_tp = env.get("SM_VLLM_TENSOR_PARALLEL_SIZE", "1")
         if not raw_tp.isdigit() or int(raw_tp) < 1:
-            raise Gemma4T4Error(
-                f"tensor parallel size {raw_tp!r} is not a positive integer",
-                fix="use 1, 2 or 4 (or 0 for the fit calculator's choice)",
-            )
+            raise Gemma4T4Error(f"tensor parallel size {raw_tp!r} is not a positive integer",
+                                fix="use 1, 2 or 4 (or 0 for the fit calculator's choice)")
         tp = int(raw_tp)
         for instance in self.instance_types:
             gpus = SAGEMAKER_INSTANCES[instance][1]
             if tp > gpus:
                 raise Gemma4T4Error(
                     f"tensor_parallel_size={tp} but {instance} has {gpus} GPU(s)",
-                    fix="lower tensor_parallel_size or pick a multi-GPU instance such as ml.g4dn.12xlarge",
-                )
+                    fix="lower tensor_parallel_size or pick a multi-GPU instance such as ml.g4dn.12xlarge")
 
     def _validate_limits(self) -> None:
         """Lengths, memory share, timeouts and lifetime within what vLLM and SageMaker accept."""
         if self.max_model_len < 256 or self.max_num_seqs < 1:
-            raise Gemma4T4Error(
-                "max_model_len must be >= 256 and max_num_seqs >= 1",
-                fix="T4 defaults: max_model_len=8192, max_num_seqs=4",
-            )
+            raise Gemma4T4Error("max_model_len must be >= 256 and max_num_seqs >= 1",
+                                fix="T4 defaults: max_model_len=8192, max_num_seqs=4")
         if not 0.1 <= self.gpu_memory_utilization <= 0.99:
-            raise Gemma4T4Error(
-                f"gpu_memory_utilization={self.gpu_memory_utilization} is outside 0.1..0.99", fix="use 0.90"
-            )
+            raise Gemma4T4Error(f"gpu_memory_utilization={self.gpu_memory_utilization} is outside 0.1..0.99",
+                                fix="use 0.90")
         if not 60 <= self.startup_timeout_s <= 3600 or not 60 <= self.download_timeout_s <= 3600:
-            raise Gemma4T4Error(
-                "startup/download timeouts must be 60..3600 s (SageMaker's limits)",
-                fix="use 1800 for a first start that downloads weights",
-            )
+            raise Gemma4T4Error("startup/download timeouts must be 60..3600 s (SageMaker's limits)",
+                                fix="use 1800 for a first start that downloads weights")
         if not 0 < self.ttl_hours <= 24 * 7:
-            raise Gemma4T4Error(
-                f"ttl_hours={self.ttl_hours} must be in (0, 168]",
-                fix="choose a lifetime such as 4 hours; `reap` deletes endpoints past it",
-            )
+            raise Gemma4T4Error(f"ttl_hours={self.ttl_hours} must be in (0, 168]",
+                                fix="choose a lifetime such as 4 hours; `reap` deletes endpoints past it")
 
     def _validate_image_source(self) -> None:
         """The AMI fits the image, the image is in the endpoint's region, its tag is pinned."""
@@ -458,8 +423,7 @@ class DeployConfig:
         if self.image_uri is None and images.parse_tag(self.image_tag) is None:
             raise Gemma4T4Error(
                 f"image tag {self.image_tag!r} is not a pinned vLLM SageMaker tag",
-                fix=f"use a tag like {images.DEFAULT_VLLM_TAG} (floating, -soci and omni tags are refused)",
-            )
+                fix=f"use a tag like {images.DEFAULT_VLLM_TAG} (floating, -soci and omni tags are refused)")
 
     def _validate_role(self) -> None:
         """An IAM execution role ARN, given or from the environment."""
@@ -471,9 +435,8 @@ class DeployConfig:
                 "the minimal policy",
             )
         if not _ROLE.match(role):
-            raise Gemma4T4Error(
-                f"{role!r} is not an IAM role ARN", fix="use arn:aws:iam::<12-digit account>:role/<name>"
-            )
+            raise Gemma4T4Error(f"{role!r} is not an IAM role ARN",
+                                fix="use arn:aws:iam::<12-digit account>:role/<name>")
 
     def _validate_scaling(self) -> None:
         if not self.autoscaling:
@@ -481,17 +444,12 @@ class DeployConfig:
         low = self.min_instances if self.min_instances is not None else 1
         high = self.max_instances if self.max_instances is not None else low
         if not 1 <= low <= high <= 20:
-            raise Gemma4T4Error(
-                f"min_instances={low}, max_instances={high}: need 1 <= min <= max <= 20",
-                fix="e.g. --min-instances 1 --max-instances 3",
-            )
-        if not 0 < self.scaling_target <= 10_000 or not (
-            0 <= self.scale_in_cooldown_s <= 3600 and 0 <= self.scale_out_cooldown_s <= 3600
-        ):
-            raise Gemma4T4Error(
-                "scaling target must be > 0 and cooldowns 0..3600 s",
-                fix="defaults: 4 invocations/instance/minute, 600 s in, 300 s out",
-            )
+            raise Gemma4T4Error(f"min_instances={low}, max_instances={high}: need 1 <= min <= max <= 20",
+                                fix="e.g. --min-instances 1 --max-instances 3")
+        cooldowns_ok = 0 <= self.scale_in_cooldown_s <= 3600 and 0 <= self.scale_out_cooldown_s <= 3600
+        if not 0 < self.scaling_target <= 10_000 or not cooldowns_ok:
+            raise Gemma4T4Error("scaling target must be > 0 and cooldowns 0..3600 s",
+                                fix="defaults: 4 invocations/instance/minute, 600 s in, 300 s out")
 
     def _validate_image(self) -> None:
         """Fail closed on Turing: the stock vLLM container crashes there at the first prefill."""

@@ -1,10 +1,6 @@
-"""Deploy the typed config as model -> endpoint config -> endpoint, wait for InService with a
-progress bar and a timeout, and on ANY failure (an exception, ``Failed``, the timeout, Ctrl-C)
-delete exactly what this deploy created, so a failed start stops billing at once.
-
-``deploy_with_failover`` tries regions in order (skipping those without quota) and keeps a
-per-attempt timeline.
-"""
+"""Deploy the typed config as model -> endpoint config -> endpoint, wait for InService, and on ANY
+failure (an exception, ``Failed``, the timeout, Ctrl-C) delete exactly what this deploy created, so a
+failed start stops billing at once. ``deploy_with_failover`` tries regions in order."""
 
 from __future__ import annotations
 
@@ -38,13 +34,8 @@ from gemma4_t4.sagemaker.quotas import quota_name, region_quotas
 
 # Capacity-type failures: worth trying another region. Anything else (a bad model, OOM) would
 # fail the same way everywhere.
-CAPACITY_MARKERS = (
-    "InsufficientInstanceCapacity",
-    "ResourceLimitExceeded",
-    "insufficient capacity",
-    "capacity",
-    "quota",
-)
+CAPACITY_MARKERS = ("InsufficientInstanceCapacity", "ResourceLimitExceeded", "insufficient capacity",
+                    "capacity", "quota")
 
 
 @dataclass
@@ -82,11 +73,8 @@ class DeployFailed(Gemma4T4Error):
 
     def __init__(self, result: DeployResult, fix: str | None = None):
         rolled = ", ".join(result.rolled_back) or "nothing"
-        super().__init__(
-            f"deploy of {result.name} in {result.region} ended {result.status}: "
-            f"{result.failure_reason}; rolled back: {rolled}",
-            fix=fix,
-        )
+        super().__init__(f"deploy of {result.name} in {result.region} ended {result.status}: "
+                         f"{result.failure_reason}; rolled back: {rolled}", fix=fix)
         self.result = result
 
 
@@ -94,42 +82,19 @@ def deployment_calls(config: DeployConfig, now: dt.datetime | None = None) -> li
     """The three create calls, with exactly the parameters ``deploy`` sends."""
     tags = config.resource_tags(now)
     region = config.region
+    role = config.resolved_role() or "arn:aws:iam::<ACCOUNT>:role/<SageMakerExecutionRole>"
+    model = {"ModelName": config.name, "ExecutionRoleArn": role,
+             "PrimaryContainer": config.primary_container(), "Tags": tags}
+    endpoint_config = {"EndpointConfigName": config.name, "ProductionVariants": [config.production_variant()],
+                       "Tags": tags}
     return [
-        ApiCall(
-            "sagemaker",
-            "create_model",
-            {
-                "ModelName": config.name,
-                "ExecutionRoleArn": config.resolved_role()
-                or "arn:aws:iam::<ACCOUNT>:role/<SageMakerExecutionRole>",
-                "PrimaryContainer": config.primary_container(),
-                "Tags": tags,
-            },
-            region,
-            note=f"model {config.model_data_s3_uri or config.model_id} in the vLLM container",
-        ),
-        ApiCall(
-            "sagemaker",
-            "create_endpoint_config",
-            {
-                "EndpointConfigName": config.name,
-                "ProductionVariants": [config.production_variant()],
-                "Tags": tags,
-            },
-            region,
-            note="instance, driver (InferenceAmiVersion) and startup timeouts",
-        ),
-        ApiCall(
-            "sagemaker",
-            "create_endpoint",
-            {
-                "EndpointName": config.name,
-                "EndpointConfigName": config.name,
-                "Tags": tags,
-            },
-            region,
-            note=deploy_cost(config).line(),
-        ),
+        ApiCall("sagemaker", "create_model", model, region,
+                note=f"model {config.model_data_s3_uri or config.model_id} in the vLLM container"),
+        ApiCall("sagemaker", "create_endpoint_config", endpoint_config, region,
+                note="instance, driver (InferenceAmiVersion) and startup timeouts"),
+        ApiCall("sagemaker", "create_endpoint",
+                {"EndpointName": config.name, "EndpointConfigName": config.name, "Tags": tags}, region,
+                note=deploy_cost(config).line()),
         *autoscaling_calls(config),
     ]
 
@@ -144,49 +109,31 @@ def autoscaling_calls(config: DeployConfig) -> list[ApiCall]:
     if not config.autoscaling:
         return []
     resource = {**SCALABLE, "ResourceId": config.scaling_resource_id()}
+    tracking = {"TargetValue": config.scaling_target,
+                "PredefinedMetricSpecification": {"PredefinedMetricType": SCALING_METRIC},
+                "ScaleInCooldown": config.scale_in_cooldown_s,
+                "ScaleOutCooldown": config.scale_out_cooldown_s}
+    policy = {"PolicyName": f"{config.name}-invocations", **resource, "PolicyType": "TargetTrackingScaling",
+              "TargetTrackingScalingPolicyConfiguration": tracking}
     return [
-        ApiCall(
-            "application-autoscaling",
-            "register_scalable_target",
-            {
-                **resource,
-                "MinCapacity": config.initial_instances,
-                "MaxCapacity": config.billed_instances_at_most,
-            },
-            config.region,
-            note=f"scale {config.initial_instances}..{config.billed_instances_at_most} instances "
-            "(after InService)",
-        ),
-        ApiCall(
-            "application-autoscaling",
-            "put_scaling_policy",
-            {
-                "PolicyName": f"{config.name}-invocations",
-                **resource,
-                "PolicyType": "TargetTrackingScaling",
-                "TargetTrackingScalingPolicyConfiguration": {
-                    "TargetValue": config.scaling_target,
-                    "PredefinedMetricSpecification": {"PredefinedMetricType": SCALING_METRIC},
-                    "ScaleInCooldown": config.scale_in_cooldown_s,
-                    "ScaleOutCooldown": config.scale_out_cooldown_s,
-                },
-            },
-            config.region,
-            note="target tracking on invocations per instance, with cooldowns",
-        ),
+        ApiCall("application-autoscaling", "register_scalable_target",
+                {**resource, "MinCapacity": config.initial_instances,
+                 "MaxCapacity": config.billed_instances_at_most}, config.region,
+                note=f"scale {config.initial_instances}..{config.billed_instances_at_most} instances "
+                "(after InService)"),
+        ApiCall("application-autoscaling", "put_scaling_policy", policy, config.region,
+                note="target tracking on invocations per instance, with cooldowns"),
     ]
 
 
 def deployment_plan(config: DeployConfig) -> list[str]:
     """Dry run: validate, then the equivalent aws CLI commands (nothing is called)."""
     config.validate(require_role=False)
-    calls = deployment_calls(config)
-    commands = [c.cli() for c in calls]
+    commands = [c.cli() for c in deployment_calls(config)]
     if config.needs_fixed_image and config.image_uri is None:
         # A dry run calls nothing, so it names the tag build-image writes; deploy looks it up.
         lookup = ApiCall(
-            "ecr",
-            "describe_images",
+            "ecr", "describe_images",
             {"RepositoryName": image_module.T4_IMAGE_REPOSITORY, "Filter": {"tagStatus": "TAGGED"}},
             config.region,
             note="T4: the newest fixed image in your ECR (tag <base DLC tag>-g4t4-<version>) replaces "
@@ -267,9 +214,8 @@ def check_model_data(s3: Any, uri: str) -> None:
         raise aws_error(exc, f"HeadObject s3://{bucket}/{key}") from exc
 
 
-def register_autoscaling(
-    config: DeployConfig, aas: Any, result: DeployResult, event: Callable[[str, str], None] | None = None
-) -> None:
+def register_autoscaling(config: DeployConfig, aas: Any, result: DeployResult,
+                         event: Callable[[str, str], None] | None = None) -> None:
     """Register the scalable target and its policy (the endpoint must be InService first)."""
     for call in autoscaling_calls(config):
         try:
@@ -283,32 +229,17 @@ def register_autoscaling(
             event(call.operation, call.note or "")
 
 
-def deploy(
-    config: DeployConfig,
-    *,
-    client: Any = None,
-    session: Any = None,
-    wait: bool = True,
-    timeout_s: float | None = None,
-    poll_s: float = 15.0,
-    progress: bool = True,
-    dry_run: bool = False,
-    on_event: Callable[[TimelineEvent], None] | None = None,
-    sleep: Callable[[float], None] = time.sleep,
-    monotonic: Callable[[], float] = time.monotonic,
-    ecr_client: Any = None,
-    autoscaling_client: Any = None,
-    s3_client: Any = None,
-) -> DeployResult:
+def deploy(config: DeployConfig, *, client: Any = None, session: Any = None, wait: bool = True,
+           timeout_s: float | None = None, poll_s: float = 15.0, progress: bool = True, dry_run: bool = False,
+           on_event: Callable[[TimelineEvent], None] | None = None,
+           sleep: Callable[[float], None] = time.sleep,
+           monotonic: Callable[[], float] = time.monotonic, ecr_client: Any = None,
+           autoscaling_client: Any = None, s3_client: Any = None) -> DeployResult:
     """Create model, endpoint config and endpoint; wait for InService; roll back on failure.
 
-    On a T4 without ``image_uri`` the newest fixed image in the region's ECR is used (refused
-    when there is none); with min/max instances the variant is registered for autoscaling.
-
-    ``timeout_s`` defaults to the container startup timeout plus 15 minutes for placement.
-    Raises :class:`DeployFailed` (after rolling back) on failure; validation errors are raised
-    before any AWS call.
-    """
+    A T4 without ``image_uri`` gets the newest fixed image in the region's ECR (refused when none);
+    ``timeout_s`` defaults to the container startup timeout plus 15 minutes for placement. Raises
+    :class:`DeployFailed` (after rolling back); validation errors come before any AWS call."""
     config.validate(require_role=not dry_run)
     cost = deploy_cost(config)
     result = DeployResult(config.name, config.region, "DryRun" if dry_run else "Error", False,
@@ -347,9 +278,8 @@ def deploy(
             raise _Failure(_fix_for(result))
         event("InService", f"after {clock.elapsed():.0f} s")
         if config.autoscaling:
-            register_autoscaling(
-                config, autoscaling_client or make("application-autoscaling", config.region), result, event
-            )
+            aas = autoscaling_client or make("application-autoscaling", config.region)
+            register_autoscaling(config, aas, result, event)
         result.success = True
         return result
     except BaseException as exc:
@@ -407,11 +337,8 @@ def _roll_back(exc: BaseException, sm: Any, config: DeployConfig, result: Deploy
     """A deploy failed (or was interrupted) with ``exc``: record why and delete what it created."""
     if not isinstance(exc, _Failure):
         result.failure_reason = result.failure_reason or f"{type(exc).__name__}: {exc}"
-    result.status = (
-        result.status
-        if result.status not in ("Error", "InService")
-        else ("Interrupted" if isinstance(exc, KeyboardInterrupt) else "Error")
-    )
+    if result.status in ("Error", "InService"):
+        result.status = "Interrupted" if isinstance(exc, KeyboardInterrupt) else "Error"
     result.rolled_back = rollback(sm, result.created)
     event("rolled back", ", ".join(result.rolled_back) or "nothing created")
     if isinstance(exc, KeyboardInterrupt) and result.rolled_back:
@@ -436,30 +363,18 @@ class ServiceWait(TypedDict):
     reason: NotRequired[str]
 
 
-def wait_in_service(
-    sm: Any,
-    name: str,
-    timeout_s: float,
-    poll_s: float = 15.0,
-    progress: bool = True,
-    event: Callable[[str, str], None] | None = None,
-    sleep: Callable[[float], None] = time.sleep,
-    monotonic: Callable[[], float] = time.monotonic,
-) -> ServiceWait:
-    """Poll DescribeEndpoint until InService, Failed or the timeout ({"status", "reason"}). The bar's
-    counter is the time waited: it moves every second between polls and shows the true figure when
-    the wait is interrupted."""
+def wait_in_service(sm: Any, name: str, timeout_s: float, poll_s: float = 15.0, progress: bool = True,
+                    event: Callable[[str, str], None] | None = None,
+                    sleep: Callable[[float], None] = time.sleep,
+                    monotonic: Callable[[], float] = time.monotonic) -> ServiceWait:
+    """Poll DescribeEndpoint until InService, Failed or the timeout. The bar counts the time waited,
+    every second between polls, so an interrupted wait shows the true figure."""
     from tqdm.auto import tqdm
 
     start = monotonic()
     last = None
-    with tqdm(
-        total=int(timeout_s),
-        desc=name,
-        disable=not progress,
-        leave=True,
-        bar_format="{desc}: {postfix} | {n}/{total} s of the timeout",
-    ) as bar:
+    with tqdm(total=int(timeout_s), desc=name, disable=not progress, leave=True,
+              bar_format="{desc}: {postfix} | {n}/{total} s of the timeout") as bar:
 
         def tick() -> None:
             bar.n = min(int(monotonic() - start), int(timeout_s))
@@ -517,15 +432,9 @@ def is_capacity_failure(reason: str | None) -> bool:
     return any(marker.lower() in text for marker in CAPACITY_MARKERS)
 
 
-def deploy_with_failover(
-    config: DeployConfig,
-    regions: Sequence[str] = US_REGIONS,
-    *,
-    clients: ClientFactory | None = None,
-    session: Any = None,
-    check_quota: bool = True,
-    **deploy_kwargs: Any,
-) -> FailoverResult:
+def deploy_with_failover(config: DeployConfig, regions: Sequence[str] = US_REGIONS, *,
+                         clients: ClientFactory | None = None, session: Any = None, check_quota: bool = True,
+                         **deploy_kwargs: Any) -> FailoverResult:
     """Try ``regions`` in order; move on after no quota or a capacity failure, stop on others."""
     make = clients or client_factory(session)
     for region in regions:  # validate every attempt's config before any call
@@ -539,38 +448,23 @@ def deploy_with_failover(
             rows = region_quotas(region, attempt_config.instance_types, make("service-quotas", region))
             if not any(r.available for r in rows):
                 reasons = "; ".join(
-                    f"{r.instance_type}={r.value if r.value is not None else r.error}" for r in rows
-                )
+                    f"{r.instance_type}={r.value if r.value is not None else r.error}" for r in rows)
                 outcome.attempts.append(FailoverAttempt(region, "skipped: no quota", started, 0.0, reasons))
                 continue
         try:
-            result = deploy(
-                attempt_config,
-                client=make("sagemaker", region),
-                ecr_client=make("ecr", region),
-                **deploy_kwargs,
-            )
+            result = deploy(attempt_config, client=make("sagemaker", region), ecr_client=make("ecr", region),
+                            **deploy_kwargs)
         except DeployFailed as exc:
             capacity = is_capacity_failure(exc.result.failure_reason)
-            outcome.attempts.append(
-                FailoverAttempt(
-                    region,
-                    "capacity" if capacity else "failed",
-                    started,
-                    round(time.monotonic() - t0, 2),
-                    exc.result.failure_reason,
-                    exc.result.timeline,
-                    exc.result.rolled_back,
-                )
-            )
+            outcome.attempts.append(FailoverAttempt(
+                region, "capacity" if capacity else "failed", started, round(time.monotonic() - t0, 2),
+                exc.result.failure_reason, exc.result.timeline, exc.result.rolled_back))
             if not capacity:
                 return outcome
             continue
         outcome.attempts.append(
-            FailoverAttempt(
-                region, result.status, started, round(time.monotonic() - t0, 2), None, result.timeline
-            )
-        )
+            FailoverAttempt(region, result.status, started, round(time.monotonic() - t0, 2), None,
+                            result.timeline))
         outcome.success, outcome.region, outcome.deployment = True, region, result
         return outcome
     if outcome.attempts and all(a.outcome == "skipped: no quota" for a in outcome.attempts):
@@ -589,15 +483,8 @@ class DeploymentWatcher:
     it back on Failed or timeout, so a caller that returned at ``Creating`` (an MCP tool, a
     notebook cell) still never leaves a crashed endpoint billing."""
 
-    def __init__(
-        self,
-        sm: Any,
-        result: DeployResult,
-        timeout_s: float,
-        poll_s: float = 15.0,
-        config: DeployConfig | None = None,
-        autoscaling_client: Any = None,
-    ):
+    def __init__(self, sm: Any, result: DeployResult, timeout_s: float, poll_s: float = 15.0,
+                 config: DeployConfig | None = None, autoscaling_client: Any = None):
         import threading
 
         self.config = config
@@ -619,15 +506,13 @@ class DeploymentWatcher:
 
     def _run(self) -> None:
         try:
-            final = wait_in_service(
-                self.sm, self.result.name, self.timeout_s, self.poll_s, progress=False, event=self._event
-            )
+            final = wait_in_service(self.sm, self.result.name, self.timeout_s, self.poll_s, progress=False,
+                                    event=self._event)
             self.result.status = final["status"]
             self.result.failure_reason = final.get("reason")
             if self.result.status == "InService" and self.config is not None and self.config.autoscaling:
-                aas = self.autoscaling_client or client_factory()(
-                    "application-autoscaling", self.config.region
-                )
+                aas = (self.autoscaling_client
+                       or client_factory()("application-autoscaling", self.config.region))
                 register_autoscaling(self.config, aas, self.result, self._event)
             self.result.success = self.result.status == "InService"
         except _Failure:
@@ -646,14 +531,8 @@ class DeploymentWatcher:
         return self.result
 
 
-def deploy_in_background(
-    config: DeployConfig,
-    *,
-    client: Any = None,
-    session: Any = None,
-    timeout_s: float | None = None,
-    poll_s: float = 15.0,
-) -> DeploymentWatcher:
+def deploy_in_background(config: DeployConfig, *, client: Any = None, session: Any = None,
+                         timeout_s: float | None = None, poll_s: float = 15.0) -> DeploymentWatcher:
     """Create the resources now (rolled back if a create fails), then watch in the background."""
     sm = client or client_factory(session)("sagemaker", config.region)
     result = deploy(config, client=sm, session=session, wait=False, progress=False)

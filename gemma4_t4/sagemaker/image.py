@@ -1,10 +1,6 @@
-"""The AWS vLLM Deep Learning Container (DLC) for SageMaker: registry accounts, tag choice,
-and the driver (``InferenceAmiVersion``) an image's CUDA needs.
-
-AWS publishes the same ``vllm`` images from a per-region registry account (763104351884 in
-most regions). Tags look like ``0.30.0-gpu-py312-cu130-ubuntu24.04-sagemaker-v1.1``; floating
-tags, ``-soci`` (lazy-loading) and omni variants are never chosen automatically.
-"""
+"""The AWS vLLM Deep Learning Container (DLC) for SageMaker: per-region registry accounts, tag
+choice (``0.30.0-gpu-py312-cu130-ubuntu24.04-sagemaker-v1.1``; floating, ``-soci`` and omni tags are
+never chosen automatically) and the driver (``InferenceAmiVersion``) an image's CUDA needs."""
 
 from __future__ import annotations
 
@@ -25,44 +21,19 @@ DLC_REPOSITORY = "vllm"
 DEFAULT_DLC_ACCOUNT = "763104351884"
 # Regions whose registry account differs from the default, from AWS's DLC region-availability table.
 DLC_ACCOUNT_EXCEPTIONS: dict[str, str] = {
-    "af-south-1": "626614931356",
-    "ap-east-1": "871362719292",
-    "ap-east-2": "975050140332",
-    "ap-northeast-3": "364406365360",
-    "ap-south-2": "772153158452",
-    "ap-southeast-3": "907027046896",
-    "ap-southeast-4": "457447274322",
-    "ap-southeast-5": "550225433462",
-    "ap-southeast-7": "590183813437",
-    "ca-west-1": "204538143572",
-    "cn-north-1": "727897471807",
-    "cn-northwest-1": "727897471807",
-    "eu-central-2": "380420809688",
-    "eu-south-1": "692866216735",
-    "eu-south-2": "503227376785",
-    "il-central-1": "780543022126",
-    "me-central-1": "914824155844",
-    "me-south-1": "217643126080",
+    "af-south-1": "626614931356", "ap-east-1": "871362719292", "ap-east-2": "975050140332",
+    "ap-northeast-3": "364406365360", "ap-south-2": "772153158452", "ap-southeast-3": "907027046896",
+    "ap-southeast-4": "457447274322", "ap-southeast-5": "550225433462", "ap-southeast-7": "590183813437",
+    "ca-west-1": "204538143572", "cn-north-1": "727897471807", "cn-northwest-1": "727897471807",
+    "eu-central-2": "380420809688", "eu-south-1": "692866216735", "eu-south-2": "503227376785",
+    "il-central-1": "780543022126", "me-central-1": "914824155844", "me-south-1": "217643126080",
     "mx-central-1": "637423239942",
 }
 # Regions served by the default account.
 DLC_DEFAULT_ACCOUNT_REGIONS = (
-    "us-east-1",
-    "us-east-2",
-    "us-west-1",
-    "us-west-2",
-    "ca-central-1",
-    "sa-east-1",
-    "eu-west-1",
-    "eu-west-2",
-    "eu-west-3",
-    "eu-central-1",
-    "eu-north-1",
-    "ap-south-1",
-    "ap-northeast-1",
-    "ap-northeast-2",
-    "ap-southeast-1",
-    "ap-southeast-2",
+    "us-east-1", "us-east-2", "us-west-1", "us-west-2", "ca-central-1", "sa-east-1", "eu-west-1", "eu-west-2",
+    "eu-west-3", "eu-central-1", "eu-north-1", "ap-south-1", "ap-northeast-1", "ap-northeast-2",
+    "ap-southeast-1", "ap-southeast-2",
 )
 KNOWN_REGIONS: tuple[str, ...] = tuple(sorted((*DLC_DEFAULT_ACCOUNT_REGIONS, *DLC_ACCOUNT_EXCEPTIONS)))
 US_REGIONS: tuple[str, ...] = ("us-east-1", "us-east-2", "us-west-2", "us-west-1")
@@ -95,8 +66,7 @@ class PublishedCuda:
 # A revision missing here (and the floating ``-v1``, whose image moves) has no known CUDA, and a deploy
 # of it needs an explicit InferenceAmiVersion (:func:`required_ami_version` says so).
 AL2023_TAG_CUDA: dict[tuple[int, ...], PublishedCuda] = {
-    (1, 3): PublishedCuda(
-        (12, 9),
+    (1, 3): PublishedCuda((12, 9),
         'aws/deep-learning-containers changelog, server-sagemaker-cuda v1.3.0 (2026-05-12): "Bundled '
         'versions: CUDA 12.9.1" (read 2026-12-01; reference notes hosts_as_they_are.md)',
     ),
@@ -149,24 +119,18 @@ def parse_tag(tag: str) -> ImageTag | None:
     if not match:
         return None
     cuda = match["cuda"]
-    return ImageTag(
-        tag=tag,
-        vllm_version=tuple(int(p) for p in match["version"].split(".")),  # type: ignore[arg-type]
-        python=match["py"],
-        cuda=(int(cuda[:-1]), int(cuda[-1])),
-        os=match["os"],
-        sagemaker_revision=tuple(int(p) for p in match["sm"].split(".")),
-    )
+    version = tuple(int(p) for p in match["version"].split("."))
+    return ImageTag(tag=tag, vllm_version=version, python=match["py"],  # type: ignore[arg-type]
+                    cuda=(int(cuda[:-1]), int(cuda[-1])), os=match["os"],
+                    sagemaker_revision=tuple(int(p) for p in match["sm"].split(".")))
 
 
 def select_latest_tag(tags: Iterable[str]) -> str:
     """The newest pinned tag by numeric version (never lexical: 0.10 > 0.9)."""
     parsed = [p for p in (parse_tag(t) for t in tags) if p is not None]
     if not parsed:
-        raise Gemma4T4Error(
-            "no pinned vLLM SageMaker tag among the tags given",
-            fix=f"pass an explicit tag, e.g. {DEFAULT_VLLM_TAG}",
-        )
+        raise Gemma4T4Error("no pinned vLLM SageMaker tag among the tags given",
+                            fix=f"pass an explicit tag, e.g. {DEFAULT_VLLM_TAG}")
     return max(parsed, key=lambda p: p.sort_key).tag
 
 
@@ -177,19 +141,16 @@ def dlc_account(region: str) -> str:
 
 def validate_region(region: str) -> None:
     if region not in KNOWN_REGIONS:
-        raise Gemma4T4Error(
-            f"unknown or unsupported AWS region {region!r}",
-            fix=f"use one of: {', '.join(KNOWN_REGIONS)}",
-        )
+        raise Gemma4T4Error(f"unknown or unsupported AWS region {region!r}",
+                            fix=f"use one of: {', '.join(KNOWN_REGIONS)}")
 
 
 def ecr_domain(region: str) -> str:
     return "amazonaws.com.cn" if region.startswith("cn-") else "amazonaws.com"
 
 
-def vllm_image_uri(
-    region: str, tag: str = DEFAULT_VLLM_TAG, account: str | None = None, repository: str = DLC_REPOSITORY
-) -> str:
+def vllm_image_uri(region: str, tag: str = DEFAULT_VLLM_TAG, account: str | None = None,
+                   repository: str = DLC_REPOSITORY) -> str:
     """``<account>.dkr.ecr.<region>.amazonaws.com/vllm:<tag>``."""
     account = account or dlc_account(region)
     return f"{account}.dkr.ecr.{region}.{ecr_domain(region)}/{repository}:{tag}"
@@ -228,14 +189,8 @@ def image_cuda(image_uri: str) -> tuple[int, int] | None:
 
 
 def required_ami_version(image_uri: str, instance_type: str) -> str | None:
-    """The ``InferenceAmiVersion`` whose driver runs the image's CUDA on a GPU instance: the oldest
-    that ships that CUDA, else the newest of the same major version (through minor-version
-    compatibility, so a CUDA 12.9 image stays on a 12.x AMI instead of the driver-580 one that
-    only CUDA 13 needs).
-
-    A cu130 image on g4dn without ``al2023-ami-sagemaker-inference-gpu-4-1`` fails ~6 min in
-    with ``CannotStartContainerError`` and no log group, because the default driver is 470.
-    """
+    """The ``InferenceAmiVersion`` whose driver runs the image's CUDA on a GPU instance (a cu130 image
+    on g4dn's default driver 470 fails ~6 min in with ``CannotStartContainerError`` and no log group)."""
     if not instance_type.startswith(("ml.g", "ml.p")):
         return None
     cuda = image_cuda(image_uri)
@@ -264,18 +219,15 @@ def required_ami_version(image_uri: str, instance_type: str) -> str | None:
         return max(compatible)[1]
     if newer:
         return min(newer)[1]
-    raise Gemma4T4Error(
-        f"no SageMaker inference AMI runs CUDA {cuda[0]}.{cuda[1]} (image {image_uri})",
-        fix="use an image built for CUDA 13.0 or older",
-    )
+    raise Gemma4T4Error(f"no SageMaker inference AMI runs CUDA {cuda[0]}.{cuda[1]} (image {image_uri})",
+                        fix="use an image built for CUDA 13.0 or older")
 
 
 def check_ami_for_image(ami_version: str | None, image_uri: str, instance_type: str) -> None:
     """Refuse an explicit AMI whose driver is too old for the image (caught before any call)."""
     if ami_version is not None and ami_version not in AMI_DRIVERS:
-        raise Gemma4T4Error(
-            f"unknown InferenceAmiVersion {ami_version!r}", fix=f"use one of: {', '.join(AMI_DRIVERS)}"
-        )
+        raise Gemma4T4Error(f"unknown InferenceAmiVersion {ami_version!r}",
+                            fix=f"use one of: {', '.join(AMI_DRIVERS)}")
     unpublished = al2023_revision(image_tag(image_uri)) is not None and image_cuda(image_uri) is None
     if ami_version is not None and unpublished:
         return  # AWS has not published its CUDA: the explicit choice is the user's to make
@@ -285,8 +237,7 @@ def check_ami_for_image(ami_version: str | None, image_uri: str, instance_type: 
     if ami_version is None:
         raise Gemma4T4Error(
             f"image {image_tag(image_uri)} needs a newer GPU driver than {instance_type}'s default",
-            fix=f"set inference_ami_version={needed!r} (or leave it on 'auto')",
-        )
+            fix=f"set inference_ami_version={needed!r} (or leave it on 'auto')")
     cuda = image_cuda(image_uri)
     if cuda is not None and not ami_runs_cuda(ami_version, cuda):
         raise Gemma4T4Error(
@@ -296,18 +247,14 @@ def check_ami_for_image(ami_version: str | None, image_uri: str, instance_type: 
         )
 
 
-def list_vllm_tags(
-    region: str, ecr_client: Any = None, account: str | None = None, repository: str = DLC_REPOSITORY
-) -> list[str]:
+def list_vllm_tags(region: str, ecr_client: Any = None, account: str | None = None,
+                   repository: str = DLC_REPOSITORY) -> list[str]:
     """Every tag in the regional vLLM DLC repository (needs ECR read permission on it)."""
-    if ecr_client is None:
-        ecr_client = client_factory()("ecr", region)
-    ecr = ecr_client
+    ecr = ecr_client or client_factory()("ecr", region)
     tags: list[str] = []
-    paginator = ecr.get_paginator("list_images")
-    for page in paginator.paginate(
-        registryId=account or dlc_account(region), repositoryName=repository, filter={"tagStatus": "TAGGED"}
-    ):
+    pages = ecr.get_paginator("list_images").paginate(
+        registryId=account or dlc_account(region), repositoryName=repository, filter={"tagStatus": "TAGGED"})
+    for page in pages:
         tags += [i["imageTag"] for i in page.get("imageIds", []) if i.get("imageTag")]
     return sorted(set(tags))
 
@@ -330,20 +277,12 @@ class ResolvedTag:
         return f"{self.tag} (given)"
 
 
-def resolve_dlc_tag(
-    region: str,
-    tag: str | None = None,
-    *,
-    release: tuple[int, int, int] = DEFAULT_VLLM_RELEASE,
-    ecr_client: Any = None,
-    account: str | None = None,
-) -> ResolvedTag:
-    """The newest pinned ``...-sagemaker-vN.M`` tag of vLLM ``release`` in ``region``'s DLC registry.
-
-    Numeric order (v1.10 > v1.9); floating tags, ``-soci``, omni and malformed tags are skipped.
-    An explicit ``tag`` wins. When the registry cannot be read (no permission, no network, no such
-    repository) or holds no tag for the release, the recorded :data:`DEFAULT_VLLM_TAG` is used
-    and labelled as a fallback with the reason."""
+def resolve_dlc_tag(region: str, tag: str | None = None, *,
+                    release: tuple[int, int, int] = DEFAULT_VLLM_RELEASE, ecr_client: Any = None,
+                    account: str | None = None) -> ResolvedTag:
+    """The newest pinned ``...-sagemaker-vN.M`` tag (numeric order) of vLLM ``release`` in ``region``'s
+    DLC registry; an explicit ``tag`` wins. When the registry cannot be read or holds no tag for the
+    release, the recorded :data:`DEFAULT_VLLM_TAG` is used, labelled as a fallback with the reason."""
     if tag:
         return ResolvedTag(tag, "override")
     validate_region(region)
@@ -357,12 +296,8 @@ def resolve_dlc_tag(
     wanted = [p for p in (parse_tag(t) for t in tags) if p is not None and p.vllm_version == release]
     if not wanted:
         version = ".".join(map(str, release))
-        return ResolvedTag(
-            DEFAULT_VLLM_TAG,
-            "fallback",
-            f"no pinned {version} SageMaker tag among {len(tags)} tags",
-            len(tags),
-        )
+        reason = f"no pinned {version} SageMaker tag among {len(tags)} tags"
+        return ResolvedTag(DEFAULT_VLLM_TAG, "fallback", reason, len(tags))
     return ResolvedTag(max(wanted, key=lambda p: p.sort_key).tag, "registry", candidates=len(tags))
 
 
@@ -377,9 +312,8 @@ class ImageChoice(BaseModel):
     candidates: int = 0
 
 
-def find_vllm_image(
-    region: str, tag: str | None = None, query_registry: bool = False, ecr_client: Any = None
-) -> ImageChoice:
+def find_vllm_image(region: str, tag: str | None = None, query_registry: bool = False,
+                    ecr_client: Any = None) -> ImageChoice:
     """The vLLM image for ``region``: an explicit tag, the newest in the registry, or the default."""
     if tag:
         uri, source, count = vllm_image_uri(region, tag), "override", 0
@@ -408,10 +342,8 @@ def package_version() -> str:
 def fixed_image_tag(base_tag: str = DEFAULT_VLLM_TAG, version: str | None = None) -> str:
     """The ECR tag of the fixed image: base DLC tag + package version (ECR allows [A-Za-z0-9_.-])."""
     if parse_tag(base_tag) is None:
-        raise Gemma4T4Error(
-            f"base tag {base_tag!r} is not a pinned vLLM SageMaker tag",
-            fix=f"use a tag like {DEFAULT_VLLM_TAG}",
-        )
+        raise Gemma4T4Error(f"base tag {base_tag!r} is not a pinned vLLM SageMaker tag",
+                            fix=f"use a tag like {DEFAULT_VLLM_TAG}")
     safe_version = re.sub(r"[^A-Za-z0-9_.-]", "_", version or package_version())
     return f"{base_tag}{FIXED_TAG_MARK}{safe_version}"
 
@@ -429,10 +361,8 @@ def parse_fixed_tag(tag: str) -> tuple[ImageTag, str] | None:
 
 def _version_key(version: str) -> tuple:
     """Numeric parts; a forced rebuild's ``-rN`` suffix counts as N (so ``0.1.0-r3`` > ``0.1.0-r2`` > ``0.1.0``)."""
-    return tuple(
-        int(p) if p.isdigit() else int(p[1:]) if re.fullmatch(r"r\d+", p) else -1
-        for p in re.split(r"[._-]", version)
-    )
+    return tuple(int(p) if p.isdigit() else int(p[1:]) if re.fullmatch(r"r\d+", p) else -1
+                 for p in re.split(r"[._-]", version))
 
 
 def select_latest_fixed_tag(tags: Iterable[str]) -> str | None:
@@ -450,19 +380,16 @@ def image_repository(image_uri: str) -> str:
 
 
 def carries_turing_fix(image_uri: str) -> bool | None:
-    """True for an image build-image made, False for AWS's stock vLLM DLC, None when unknown.
-
-    The fixed image exists only under this repository and tag scheme, and build-image's
-    Docker build fails unless ``image_check`` passes, so the name is the proof.
-    """
+    """True for an image build-image made, False for AWS's stock vLLM DLC, None when unknown. The fixed
+    image exists only under this repository and tag scheme, and its build fails unless ``image_check``
+    passes, so the name is the proof."""
     repository = image_repository(image_uri)
     tag = image_tag(image_uri)
     if repository == T4_IMAGE_REPOSITORY and parse_fixed_tag(tag) is not None:
         return True
     account = image_uri.split(".", 1)[0]
-    if repository == DLC_REPOSITORY and (
-        account == DEFAULT_DLC_ACCOUNT or account in DLC_ACCOUNT_EXCEPTIONS.values()
-    ):
+    stock_accounts = (DEFAULT_DLC_ACCOUNT, *DLC_ACCOUNT_EXCEPTIONS.values())
+    if repository == DLC_REPOSITORY and account in stock_accounts:
         return False
     return None
 
@@ -471,9 +398,8 @@ def t4_image_uri(account: str, region: str, tag: str | None = None) -> str:
     """Where build-image pushes the derived image (your own account's ECR)."""
     validate_region(region)
     if account != ACCOUNT_PLACEHOLDER and not re.fullmatch(r"\d{12}", account):
-        raise Gemma4T4Error(
-            f"AWS account id {account!r} is not 12 digits", fix="pass your 12-digit account id"
-        )
+        raise Gemma4T4Error(f"AWS account id {account!r} is not 12 digits",
+                            fix="pass your 12-digit account id")
     return f"{account}.dkr.ecr.{region}.{ecr_domain(region)}/{T4_IMAGE_REPOSITORY}:{tag or fixed_image_tag()}"
 
 
@@ -505,13 +431,11 @@ class EcrImageDetail(TypedDict, total=False):
 def find_fixed_image(region: str, *, ecr_client: Any = None, account: str | None = None) -> FixedImage:
     """The newest fixed T4 image in this account's ECR in ``region``; refuses when there is none."""
     validate_region(region)
-    make = client_factory()
-    ecr = ecr_client or make("ecr", region)
+    ecr = ecr_client or client_factory()("ecr", region)
     try:
         images: list[EcrImageDetail] = []
-        for page in ecr.get_paginator("describe_images").paginate(
-            repositoryName=T4_IMAGE_REPOSITORY, filter={"tagStatus": "TAGGED"}
-        ):
+        for page in ecr.get_paginator("describe_images").paginate(repositoryName=T4_IMAGE_REPOSITORY,
+                                                                   filter={"tagStatus": "TAGGED"}):
             images += page.get("imageDetails", [])
     except aws_exceptions() as exc:
         if error_code(exc) != "RepositoryNotFoundException":
@@ -530,11 +454,5 @@ def find_fixed_image(region: str, *, ecr_client: Any = None, account: str | None
     detail = by_tag[tag]
     account = account or detail.get("registryId") or ACCOUNT_PLACEHOLDER
     pushed = detail.get("imagePushedAt")
-    return FixedImage(
-        region,
-        t4_image_uri(account, region, tag),
-        tag,
-        detail.get("imageDigest"),
-        pushed.isoformat() if hasattr(pushed, "isoformat") else pushed,
-        len(by_tag),
-    )
+    return FixedImage(region, t4_image_uri(account, region, tag), tag, detail.get("imageDigest"),
+                      pushed.isoformat() if hasattr(pushed, "isoformat") else pushed, len(by_tag))

@@ -1,7 +1,5 @@
-"""Offline AWS for tests and ``TARGET=cpu`` notebooks: a local moto server (SageMaker,
-SageMaker runtime, ECR, S3, IAM, CodeBuild, Application Auto Scaling, CloudWatch Logs, STS)
-plus the FAKE Service Quotas server, with the environment pointed at both and dummy
-credentials, so no call can reach real AWS.
+"""Offline AWS for tests and ``TARGET=cpu`` notebooks: a local moto server plus the FAKE Service
+Quotas server, with the environment pointed at both and dummy credentials, so no call reaches AWS.
 
     with LocalAWS() as aws:
         deploy(DeployConfig(...))           # talks to moto
@@ -9,11 +7,10 @@ credentials, so no call can reach real AWS.
     with LocalAWS(runtime_backend="http://127.0.0.1:8000") as aws:
         invoke(...)                         # the runtime STAND-IN forwards to a real vLLM server
 
-Two things moto cannot do are stood in for, and named as such: moto's CodeBuild never runs a
-build, so ``seed_fixed_image`` puts the manifest a ``build-image`` run would have pushed into
-moto's ECR (done at start and after every reset, so a T4 deploy finds its fixed image); and
-moto's runtime answers canned bodies and no streams, so ``runtime_backend`` starts
-:class:`gemma4_t4.sagemaker.runtime_standin.RuntimeStandIn` in front of a real vLLM server.
+Stand-ins, named as such, for what moto cannot do: its CodeBuild runs no build, so
+``seed_fixed_image`` puts the manifest ``build-image`` would have pushed into moto's ECR (at start
+and after every reset); its runtime answers canned bodies and no streams, so ``runtime_backend``
+starts :class:`~gemma4_t4.sagemaker.runtime_standin.RuntimeStandIn` in front of a real vLLM server.
 """
 
 from __future__ import annotations
@@ -29,6 +26,7 @@ from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.jsonable import JSONObject
 from gemma4_t4.sagemaker.config import ROLE_ENV
 from gemma4_t4.sagemaker.image import T4_IMAGE_REPOSITORY, fixed_image_tag, t4_image_uri
+from gemma4_t4.sagemaker.ops import ChatMessage
 from gemma4_t4.sagemaker.quota_fake import FakeServiceQuotas
 from gemma4_t4.sagemaker.runtime_standin import RuntimeStandIn
 
@@ -40,26 +38,15 @@ DEFAULT_QUOTAS: dict[str, dict[str, float]] = {
     "us-west-1": {"ml.g4dn.xlarge": 0, "ml.g6.xlarge": 0},
 }
 # Never print or pass these on; they are dummies, but the rule is the same as for real ones.
-_CREDENTIAL_ENV = (
-    "AWS_ACCESS_KEY_ID",
-    "AWS_SECRET_ACCESS_KEY",
-    "AWS_SESSION_TOKEN",
-    "AWS_SECURITY_TOKEN",
-    "AWS_PROFILE",
-)
+_CREDENTIAL_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN",
+                   "AWS_PROFILE")
 
 
 class LocalAWS:
     """Start moto + the quota fake on 127.0.0.1 (free ports) and point boto3 at them."""
 
-    def __init__(
-        self,
-        quotas: dict[str, dict[str, float]] | None = None,
-        region: str = "us-east-2",
-        set_env: bool = True,
-        seed_fixed_image: bool = True,
-        runtime_backend: str | None = None,
-    ):
+    def __init__(self, quotas: dict[str, dict[str, float]] | None = None, region: str = "us-east-2",
+                 set_env: bool = True, seed_fixed_image: bool = True, runtime_backend: str | None = None):
         self.seed_image = seed_fixed_image
         self.runtime_backend = runtime_backend
         self.runtime: Any = None
@@ -101,9 +88,8 @@ class LocalAWS:
         self.endpoint_url = f"http://{host}:{port}"
         self.quota_fake = FakeServiceQuotas(self.quotas).start()
         if self.runtime_backend:
-            self.runtime = RuntimeStandIn(
-                self.runtime_backend, control_plane_url=self.endpoint_url, region=self.region
-            ).start()
+            self.runtime = RuntimeStandIn(self.runtime_backend, control_plane_url=self.endpoint_url,
+                                          region=self.region).start()
         if self.set_env:
             for key, value in self.env().items():
                 self._saved_env[key] = os.environ.get(key)
@@ -140,9 +126,8 @@ class LocalAWS:
     # -- helpers ----------------------------------------------------------------------------
     def _post(self, path: str, payload: JSONObject | None = None) -> None:
         data = json.dumps(payload or {}).encode()
-        request = urllib.request.Request(
-            self.endpoint_url + path, data=data, method="POST", headers={"Content-Type": "application/json"}
-        )
+        request = urllib.request.Request(self.endpoint_url + path, data=data, method="POST",
+                                         headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(request, timeout=10) as response:
             response.read()
 
@@ -155,22 +140,16 @@ class LocalAWS:
     def client(self, service: str, region: str | None = None) -> Any:
         import boto3
 
-        return boto3.client(
-            service,
-            region_name=region or self.region,
-            endpoint_url=self.endpoint_url,
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-        )
+        return boto3.client(service, region_name=region or self.region, endpoint_url=self.endpoint_url,
+                            aws_access_key_id="testing", aws_secret_access_key="testing")
 
     def seed_fixed_image_for(self, target: Any) -> str:
         """``build_t4_image(on_build_succeeded=...)`` hook: the stand-in push for that build's target."""
         return self.seed_fixed_image(target.region, target.tag)
 
     def seed_fixed_image(self, region: str | None = None, tag: str | None = None) -> str:
-        """STAND-IN for a finished ``build-image`` run: moto's CodeBuild runs no Docker build, so put
-        the image manifest that build's ``docker push`` would have written into moto's ECR.
-        Returns the image URI."""
+        """STAND-IN for a finished ``build-image`` run: put the image manifest its ``docker push`` would
+        have written into moto's ECR. Returns the image URI."""
         region = region or self.region
         tag = tag or fixed_image_tag()
         ecr = self.client("ecr", region)
@@ -181,36 +160,26 @@ class LocalAWS:
         manifest = {
             "schemaVersion": 2,
             "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
-            "config": {
-                "mediaType": "application/vnd.docker.container.image.v1+json",
-                "size": 2,
-                "digest": "sha256:" + "0" * 64,
-            },
+            "config": {"mediaType": "application/vnd.docker.container.image.v1+json", "size": 2,
+                       "digest": "sha256:" + "0" * 64},
             "layers": [],
             "annotations": {"stand-in": "gemma4_t4.sagemaker.local.seed_fixed_image"},
         }
         try:
-            ecr.put_image(
-                repositoryName=T4_IMAGE_REPOSITORY, imageManifest=json.dumps(manifest), imageTag=tag
-            )
+            ecr.put_image(repositoryName=T4_IMAGE_REPOSITORY, imageManifest=json.dumps(manifest),
+                          imageTag=tag)
         except ecr.exceptions.ImageAlreadyExistsException:
             pass
         return t4_image_uri("123456789012", region, tag)
 
-    def queue_invoke_results(
-        self, bodies: list[Any], region: str | None = None, content_type: str = "application/json"
-    ) -> None:
-        """The next endpoint invocations (any endpoint) answer these bodies, in order.
-
-        moto keys answers by request body: repeating an identical request returns the same answer.
-        """
-        results = [
-            {"Body": b if isinstance(b, str) else json.dumps(b), "ContentType": content_type} for b in bodies
-        ]
-        self._post(
-            "/moto-api/static/sagemaker/endpoint-results",
-            {"account_id": "123456789012", "region": region or self.region, "results": results},
-        )
+    def queue_invoke_results(self, bodies: list[Any], region: str | None = None,
+                             content_type: str = "application/json") -> None:
+        """The next endpoint invocations (any endpoint) answer these bodies, in order (moto keys answers
+        by request body: repeating an identical request returns the same answer)."""
+        results = [{"Body": b if isinstance(b, str) else json.dumps(b), "ContentType": content_type}
+                   for b in bodies]
+        self._post("/moto-api/static/sagemaker/endpoint-results",
+                   {"account_id": "123456789012", "region": region or self.region, "results": results})
 
     def queue_chat_replies(self, texts: list[str], region: str | None = None) -> None:
         """Queue OpenAI chat-completion bodies whose assistant message is each text."""
@@ -218,15 +187,7 @@ class LocalAWS:
 
     def put_endpoint_logs(self, endpoint: str, lines: list[str], region: str | None = None) -> None:
         """Write container log lines where SageMaker would (/aws/sagemaker/Endpoints/NAME)."""
-        import boto3
-
-        logs = boto3.client(
-            "logs",
-            region_name=region or self.region,
-            endpoint_url=self.endpoint_url,
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-        )
+        logs = self.client("logs", region)
         group = f"/aws/sagemaker/Endpoints/{endpoint}"
         try:
             logs.create_log_group(logGroupName=group)
@@ -238,16 +199,8 @@ class LocalAWS:
         except logs.exceptions.ResourceAlreadyExistsException:
             pass
         now = int(time.time() * 1000)
-        logs.put_log_events(
-            logGroupName=group,
-            logStreamName=stream,
-            logEvents=[{"timestamp": now + i, "message": line} for i, line in enumerate(lines)],
-        )
-
-
-class ChatMessage(TypedDict):
-    role: str
-    content: str
+        events = [{"timestamp": now + i, "message": line} for i, line in enumerate(lines)]
+        logs.put_log_events(logGroupName=group, logStreamName=stream, logEvents=events)
 
 
 class ChatChoice(TypedDict):
@@ -269,17 +222,10 @@ class ChatCompletion(TypedDict):
 
 def chat_completion(text: str, model: str = "gemma-4-E2B-it", finish_reason: str = "stop") -> ChatCompletion:
     """An OpenAI chat-completion response body, as the vLLM container returns it."""
+    words = max(1, len(text.split()))
     return {
-        "id": "chatcmpl-local",
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": model,
+        "id": "chatcmpl-local", "object": "chat.completion", "created": int(time.time()), "model": model,
         "choices": [
-            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish_reason}
-        ],
-        "usage": {
-            "prompt_tokens": 12,
-            "completion_tokens": max(1, len(text.split())),
-            "total_tokens": 12 + max(1, len(text.split())),
-        },
+            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish_reason}],
+        "usage": {"prompt_tokens": 12, "completion_tokens": words, "total_tokens": 12 + words},
     }

@@ -1,12 +1,10 @@
 """The matrix run: for each model in turn, deploy an endpoint, run the workload specs on it, delete
 it, under a hard budget.
 
-Each endpoint is an :class:`gemma4_t4.serving.endpoint.Endpoint` (``Endpoint.sagemaker``): the shared
-:class:`~gemma4_t4.serving.endpoint.Budget` refuses the next endpoint before it is deployed when its
-estimate does not fit what is left, and deletes a live one the moment the budget is spent. Whatever
-happens (a failed deploy, a failed measurement, Ctrl-C, SIGTERM, SIGHUP), the ``with`` block deletes
-every endpoint the run created before the exception leaves. The specs are validated objects
-(:mod:`gemma4_t4.bench.specs`); the mapping of them is checked here before anything is deployed.
+The shared :class:`~gemma4_t4.serving.endpoint.Budget` refuses the next endpoint when its estimate does
+not fit what is left and deletes a live one the moment the budget is spent. Whatever happens (a failed
+deploy or measurement, Ctrl-C, SIGTERM, SIGHUP), the ``with`` block deletes every endpoint the run
+created before the exception leaves. The specs are checked before anything is deployed.
 """
 
 from __future__ import annotations
@@ -62,22 +60,14 @@ class EndpointHandling:
         # the budget watch sleeps watch_s between looks: 0 would spin a core while the endpoint is up
         _check_seconds("watch_s", self.watch_s, zero_ok=False, example="watch_s=5")
         if self.request_timeout_s is not None:
-            _check_seconds(
-                "request_timeout_s",
-                self.request_timeout_s,
-                zero_ok=False,
-                example="request_timeout_s=600, or None for no limit",
-            )
+            _check_seconds("request_timeout_s", self.request_timeout_s, zero_ok=False,
+                           example="request_timeout_s=600, or None for no limit")
 
 
 def _check_seconds(name: str, value: object, *, zero_ok: bool, example: str) -> None:
     """A finite number of seconds above 0 (or 0 itself where ``zero_ok``); NaN, inf, bools refused."""
-    if (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and (value >= 0 if zero_ok else value > 0)
-        and value < float("inf")
-    ):
+    if (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and (value >= 0 if zero_ok else value > 0) and value < float("inf")):
         return
     least = "0 or more" if zero_ok else "more than 0"
     raise Gemma4T4Error(f"{name} {value!r} must be a number of seconds, {least}", fix=f"e.g. {example}")
@@ -86,9 +76,8 @@ def _check_seconds(name: str, value: object, *, zero_ok: bool, example: str) -> 
 def check_budget(budget_usd: float) -> None:
     """A hard budget is a positive, finite number of USD (NaN and inf are refused too)."""
     if not 0 < budget_usd < float("inf"):
-        raise Gemma4T4Error(
-            f"budget {budget_usd!r} must be a positive number of USD", fix="e.g. --budget-usd 5"
-        )
+        raise Gemma4T4Error(f"budget {budget_usd!r} must be a positive number of USD",
+                            fix="e.g. --budget-usd 5")
 
 
 def check_specs(specs: Mapping[str, WorkloadSpec]) -> dict[str, WorkloadSpec]:
@@ -101,10 +90,8 @@ def check_specs(specs: Mapping[str, WorkloadSpec]) -> dict[str, WorkloadSpec]:
         )
     for label, spec in specs.items():
         if not isinstance(label, str) or not _LABEL.match(label):
-            raise Gemma4T4Error(
-                f"workload label {label!r} is not a plain folder name",
-                fix="use letters, digits, '.', '-' or '_', e.g. 'decode' or 'ttft-long'",
-            )
+            raise Gemma4T4Error(f"workload label {label!r} is not a plain folder name",
+                                fix="use letters, digits, '.', '-' or '_', e.g. 'decode' or 'ttft-long'")
         if not isinstance(spec, WorkloadSpec):
             raise Gemma4T4Error(
                 f"specs[{label!r}] is a {type(spec).__name__}, not a workload spec",
@@ -167,78 +154,53 @@ def endpoint_name(prefix: str, model_id: str) -> str:
     return f"{prefix}-{slug}"[:63].rstrip("-")
 
 
-def matrix_configs(
-    models: Sequence[str], base: DeployConfig, prefix: str = "g4-matrix"
-) -> list[DeployConfig]:
+def matrix_configs(models: Sequence[str], base: DeployConfig,
+                   prefix: str = "g4-matrix") -> list[DeployConfig]:
     return [dataclasses.replace(base, model_id=m, name=endpoint_name(prefix, m)) for m in models]
 
 
 def _rate(config: DeployConfig) -> float:
     rate = deploy_cost(config).usd_per_hour
     if rate is None:
-        raise Gemma4T4Error(
-            f"no price for {config.instance_type}: a budget cannot be enforced",
-            fix="use an instance type listed in gemma4_t4.catalog.hardware.PRICES",
-        )
+        raise Gemma4T4Error(f"no price for {config.instance_type}: a budget cannot be enforced",
+                            fix="use an instance type listed in gemma4_t4.catalog.hardware.PRICES")
     return rate
 
 
-def configs_plan(
-    configs: Sequence[DeployConfig],
-    *,
-    deploy_minutes: float = DEPLOY_MINUTES,
-    measure_minutes: float = MEASURE_MINUTES,
-) -> MatrixResult:
+def configs_plan(configs: Sequence[DeployConfig], *, deploy_minutes: float = DEPLOY_MINUTES,
+                 measure_minutes: float = MEASURE_MINUTES) -> MatrixResult:
     """The cost estimate per endpoint (validated; nothing is called). The defaults are the minutes
     ``Endpoint.sagemaker`` prices an endpoint for when the budget admits it."""
     if not configs:
         raise Gemma4T4Error("nothing to deploy", fix="pass at least one model")
     names = [c.name for c in configs]
     if len(set(names)) != len(names):
-        raise Gemma4T4Error(
-            f"two endpoints share a name: {names}", fix="give each model its own endpoint name"
-        )
+        raise Gemma4T4Error(f"two endpoints share a name: {names}",
+                            fix="give each model its own endpoint name")
     plan = MatrixResult(configs[0].instance_type, configs[0].region, 0.0, _rate(configs[0]))
     for config in configs:
         config.validate(require_role=False)
         estimate = round(_rate(config) * (deploy_minutes + measure_minutes) / 60.0, 4)
-        plan.entries.append(
-            MatrixEntry(config.model_id, config.name, "planned", estimate, instance_type=config.instance_type)
-        )
+        plan.entries.append(MatrixEntry(config.model_id, config.name, "planned", estimate,
+                                        instance_type=config.instance_type))
     return plan
 
 
-def matrix_plan(
-    models: Sequence[str],
-    base: DeployConfig,
-    *,
-    prefix: str = "g4-matrix",
-    deploy_minutes: float = DEPLOY_MINUTES,
-    measure_minutes: float = MEASURE_MINUTES,
-) -> MatrixResult:
+def matrix_plan(models: Sequence[str], base: DeployConfig, *, prefix: str = "g4-matrix",
+                deploy_minutes: float = DEPLOY_MINUTES,
+                measure_minutes: float = MEASURE_MINUTES) -> MatrixResult:
     """The cost estimate per model (nothing is called)."""
-    return configs_plan(
-        matrix_configs(models, base, prefix), deploy_minutes=deploy_minutes, measure_minutes=measure_minutes
-    )
+    return configs_plan(matrix_configs(models, base, prefix), deploy_minutes=deploy_minutes,
+                        measure_minutes=measure_minutes)
 
 
-def run_matrix(
-    models: Sequence[str],
-    base: DeployConfig,
-    specs: Mapping[str, WorkloadSpec],
-    *,
-    budget: Budget | float,
-    out_dir: str | Path,
-    prefix: str = "g4-matrix",
-    measure: Measure | None = None,
-    tokenizer: str | None = None,
-    how: EndpointHandling = EndpointHandling(),
-) -> MatrixResult:
+def run_matrix(models: Sequence[str], base: DeployConfig, specs: Mapping[str, WorkloadSpec], *,
+               budget: Budget | float, out_dir: str | Path, prefix: str = "g4-matrix",
+               measure: Measure | None = None, tokenizer: str | None = None,
+               how: EndpointHandling = EndpointHandling()) -> MatrixResult:
     """Deploy, measure and delete each model's endpoint in turn; never spend past the budget."""
-    configs = matrix_configs(models, base, prefix)
-    return run_configs(
-        configs, specs, budget=budget, out_dir=out_dir, measure=measure, tokenizer=tokenizer, how=how
-    )
+    return run_configs(matrix_configs(models, base, prefix), specs, budget=budget, out_dir=out_dir,
+                       measure=measure, tokenizer=tokenizer, how=how)
 
 
 def _measure_entry(endpoint: Endpoint, entry_dir: Path, entry: MatrixEntry, checked: Mapping[str, WorkloadSpec],
@@ -252,16 +214,9 @@ def _measure_entry(endpoint: Endpoint, entry_dir: Path, entry: MatrixEntry, chec
                                      progress=how.progress, request_timeout_s=how.request_timeout_s)
 
 
-def run_configs(
-    configs: Sequence[DeployConfig],
-    specs: Mapping[str, WorkloadSpec],
-    *,
-    budget: Budget | float,
-    out_dir: str | Path,
-    measure: Measure | None = None,
-    tokenizer: str | None = None,
-    how: EndpointHandling = EndpointHandling(),
-) -> MatrixResult:
+def run_configs(configs: Sequence[DeployConfig], specs: Mapping[str, WorkloadSpec], *, budget: Budget | float,
+                out_dir: str | Path, measure: Measure | None = None, tokenizer: str | None = None,
+                how: EndpointHandling = EndpointHandling()) -> MatrixResult:
     """For each config in turn (one region): deploy its endpoint, run every spec on it into
     ``out_dir/ENDPOINT/LABEL``, delete it. ``budget``: a :class:`Budget` (shared with whatever else
     it is given to) or a number of USD. ``measure``: a custom measurement instead of the specs

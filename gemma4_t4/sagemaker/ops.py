@@ -28,16 +28,8 @@ from gemma4_t4.sagemaker.config import AUTOSCALING_TAG, EXPIRES_TAG, PROJECT_TAG
 from gemma4_t4.sagemaker.cost import estimate, hours_between, is_ours
 from gemma4_t4.sagemaker.image import US_REGIONS, validate_region
 
-LOG_MILESTONES = (
-    "Model loading took",
-    "KV cache",
-    "Maximum concurrency",
-    "CUDA out of memory",
-    "Application startup complete",
-    "Traceback",
-    "Error",
-    "error:",
-)
+LOG_MILESTONES = ("Model loading took", "KV cache", "Maximum concurrency", "CUDA out of memory",
+                  "Application startup complete", "Traceback", "Error", "error:")
 
 
 def _client(client: Any, service: str, region: str) -> Any:
@@ -80,9 +72,8 @@ class EndpointStatus(Displayable):
         return [self]
 
 
-def endpoint_status(
-    name: str, region: str, client: Any = None, now: dt.datetime | None = None
-) -> EndpointStatus:
+def endpoint_status(name: str, region: str, client: Any = None,
+                    now: dt.datetime | None = None) -> EndpointStatus:
     sm = _client(client, "sagemaker", region)
     try:
         desc = sm.describe_endpoint(EndpointName=name)
@@ -91,14 +82,8 @@ def endpoint_status(
             return EndpointStatus(name, region, False, advice="no such endpoint in this region")
         raise aws_error(exc, f"DescribeEndpoint {name}") from exc
     now = now or dt.datetime.now(dt.UTC)
-    status = EndpointStatus(
-        name,
-        region,
-        True,
-        desc.get("EndpointStatus"),
-        desc.get("FailureReason"),
-        desc.get("EndpointConfigName"),
-    )
+    status = EndpointStatus(name, region, True, desc.get("EndpointStatus"), desc.get("FailureReason"),
+                            desc.get("EndpointConfigName"))
     created = _aware(desc.get("CreationTime"))
     if created:
         status.created_at = created.isoformat()
@@ -136,18 +121,14 @@ def _advice(status: EndpointStatus) -> str | None:
     if status.status == "Failed":
         reason = status.failure_reason or ""
         if "CannotStartContainer" in reason:
-            return (
-                "the container never started: on g4dn with a CUDA 13 image set InferenceAmiVersion "
-                "al2023-ami-sagemaker-inference-gpu-4-1; delete the endpoint to stop billing"
-            )
+            return ("the container never started: on g4dn with a CUDA 13 image set InferenceAmiVersion "
+                    "al2023-ami-sagemaker-inference-gpu-4-1; delete the endpoint to stop billing")
         if "Capacity" in reason or "capacity" in reason:
             return "no capacity for this instance type here: try another region (deploy --failover)"
         return "read the logs (gemma4-t4 sagemaker logs NAME), then delete the endpoint"
     if status.status == "Creating" and status.age_minutes and status.age_minutes > 45:
-        return (
-            f"still Creating after {status.age_minutes:.0f} min (a T4 start takes ~13 min): check the logs; "
-            "you are billed while it waits"
-        )
+        return (f"still Creating after {status.age_minutes:.0f} min (a T4 start takes ~13 min): "
+                "check the logs; you are billed while it waits")
     if status.status == "InService":
         return "ready: invoke it, and delete it when done"
     return None
@@ -178,13 +159,8 @@ class EndpointSummary(BaseModel):
         return self.tags.get(EXPIRES_TAG)
 
 
-def list_endpoints(
-    regions: Sequence[str] = US_REGIONS,
-    *,
-    clients: ClientFactory | None = None,
-    project_only: bool = False,
-    session: Any = None,
-) -> list[EndpointSummary]:
+def list_endpoints(regions: Sequence[str] = US_REGIONS, *, clients: ClientFactory | None = None,
+                   project_only: bool = False, session: Any = None) -> list[EndpointSummary]:
     """Endpoints in each region (sequentially); ``project_only`` keeps this project's tagged ones."""
     make = clients or client_factory(session)
     out: list[EndpointSummary] = []
@@ -198,15 +174,9 @@ def list_endpoints(
                     if project_only and not is_ours(tags):
                         continue
                     created = _aware(ep.get("CreationTime"))
-                    out.append(
-                        EndpointSummary(
-                            name=ep["EndpointName"],
-                            region=region,
-                            status=ep.get("EndpointStatus", "?"),
-                            created_at=created.isoformat() if created else None,
-                            tags=tags,
-                        )
-                    )
+                    out.append(EndpointSummary(
+                        name=ep["EndpointName"], region=region, status=ep.get("EndpointStatus", "?"),
+                        created_at=created.isoformat() if created else None, tags=tags))
         except aws_exceptions() as exc:
             raise aws_error(exc, f"ListEndpoints in {region}") from exc
     return out
@@ -234,9 +204,8 @@ def endpoint_logs(name: str, region: str, lines: int = 50, client: Any = None) -
     group = log_group(name)
     result = LogsResult(name, region, group, True)
     try:
-        streams = logs.describe_log_streams(
-            logGroupName=group, orderBy="LastEventTime", descending=True, limit=5
-        ).get("logStreams", [])
+        streams = logs.describe_log_streams(logGroupName=group, orderBy="LastEventTime", descending=True,
+                                            limit=5).get("logStreams", [])
     except aws_exceptions() as exc:
         if error_code(exc) == "ResourceNotFoundException":
             result.found = False
@@ -249,9 +218,8 @@ def endpoint_logs(name: str, region: str, lines: int = 50, client: Any = None) -
         raise aws_error(exc, f"DescribeLogStreams {group}") from exc
     events: list[tuple[int, str]] = []
     for stream in streams:
-        response = logs.get_log_events(
-            logGroupName=group, logStreamName=stream["logStreamName"], limit=lines, startFromHead=False
-        )
+        response = logs.get_log_events(logGroupName=group, logStreamName=stream["logStreamName"], limit=lines,
+                                       startFromHead=False)
         events += [(e.get("timestamp", 0), e.get("message", "")) for e in response.get("events", [])]
     events.sort()
     result.lines = [m.rstrip("\n") for _, m in events[-lines:]]
@@ -311,14 +279,8 @@ class InvokeResult(BaseModel):
     raw: JSONValue = Field(None, exclude=True)
 
 
-def chat_payload(
-    prompt: str | None = None,
-    messages: list[ChatMessage] | None = None,
-    max_tokens: int = 256,
-    temperature: float = 0.0,
-    stream: bool = False,
-    **extra: JSONValue,
-) -> ChatPayload:
+def chat_payload(prompt: str | None = None, messages: list[ChatMessage] | None = None, max_tokens: int = 256,
+                 temperature: float = 0.0, stream: bool = False, **extra: JSONValue) -> ChatPayload:
     if not messages:
         if not prompt:
             raise Gemma4T4Error("nothing to send", fix="pass prompt='...' or messages=[...]")
@@ -351,37 +313,21 @@ def parse_chat_response(body: JSONValue | bytes) -> tuple[str, str | None, ChatU
 
 
 def invoke_plan(name: str, region: str, payload: ChatPayload) -> ApiCall:
-    return ApiCall(
-        "sagemaker-runtime",
-        "invoke_endpoint",
-        {"EndpointName": name, "ContentType": "application/json", "Body": json.dumps(payload)},
-        region,
-        note="add --cli-binary-format raw-in-base64-out and an output file: /dev/stdout",
-    )
+    return ApiCall("sagemaker-runtime", "invoke_endpoint",
+                   {"EndpointName": name, "ContentType": "application/json", "Body": json.dumps(payload)},
+                   region, note="add --cli-binary-format raw-in-base64-out and an output file: /dev/stdout")
 
 
-def invoke(
-    name: str,
-    region: str,
-    prompt: str | None = None,
-    *,
-    messages: list[ChatMessage] | None = None,
-    max_tokens: int = 256,
-    temperature: float = 0.0,
-    client: Any = None,
-    **extra: JSONValue,
-) -> InvokeResult:
+def invoke(name: str, region: str, prompt: str | None = None, *, messages: list[ChatMessage] | None = None,
+           max_tokens: int = 256, temperature: float = 0.0, client: Any = None,
+           **extra: JSONValue) -> InvokeResult:
     """One non-streaming OpenAI-style chat request to the endpoint."""
     runtime = _client(client, "sagemaker-runtime", region)
     payload = chat_payload(prompt, messages, max_tokens, temperature, **extra)
     start = time.perf_counter()
     try:
-        response = runtime.invoke_endpoint(
-            EndpointName=name,
-            ContentType="application/json",
-            Accept="application/json",
-            Body=json.dumps(payload),
-        )
+        response = runtime.invoke_endpoint(EndpointName=name, ContentType="application/json",
+                                           Accept="application/json", Body=json.dumps(payload))
     except aws_exceptions() as exc:
         raise aws_error(exc, f"InvokeEndpoint {name}") from exc
     body = response["Body"].read()
@@ -446,32 +392,22 @@ class StreamResult:
     usage: ChatUsage | None
 
 
-def invoke_stream(
-    name: str,
-    region: str,
-    prompt: str | None = None,
-    *,
-    messages: list[ChatMessage] | None = None,
-    max_tokens: int = 256,
-    temperature: float = 0.0,
-    client: Any = None,
-    on_text: Any = None,
-    **extra: JSONValue,
-) -> StreamResult:
+def invoke_stream(name: str, region: str, prompt: str | None = None, *,
+                  messages: list[ChatMessage] | None = None, max_tokens: int = 256, temperature: float = 0.0,
+                  client: Any = None, on_text: Any = None,
+                  **extra: JSONValue) -> StreamResult:
     """Streaming chat via InvokeEndpointWithResponseStream; measures time to first token."""
     runtime = _client(client, "sagemaker-runtime", region)
     payload = chat_payload(prompt, messages, max_tokens, temperature, stream=True, **extra)
     start = time.perf_counter()
     try:
         response = runtime.invoke_endpoint_with_response_stream(
-            EndpointName=name, ContentType="application/json", Body=json.dumps(payload)
-        )
+            EndpointName=name, ContentType="application/json", Body=json.dumps(payload))
     except aws_exceptions() as exc:
         raise aws_error(exc, f"InvokeEndpointWithResponseStream {name}") from exc
     parts = (event["PayloadPart"]["Bytes"] for event in response["Body"] if "PayloadPart" in event)
     pieces: list[str] = []
-    ttft = None
-    usage = None
+    ttft = usage = None
     for item in stream_deltas(parts):
         if "text" in item:
             if ttft is None:
@@ -620,13 +556,8 @@ SCALABLE = {"ServiceNamespace": "sagemaker", "ScalableDimension": "sagemaker:var
 def _delete_call(kind: str, res: str, region: str | None) -> ApiCall:
     operation, key = _DELETE[kind]
     if kind == "autoscaling":
-        return ApiCall(
-            "application-autoscaling",
-            operation,
-            {**SCALABLE, key: res},
-            region,
-            note="also removes the target-tracking policy",
-        )
+        return ApiCall("application-autoscaling", operation, {**SCALABLE, key: res}, region,
+                       note="also removes the target-tracking policy")
     return ApiCall("sagemaker", operation, {key: res}, region)
 
 
@@ -635,13 +566,11 @@ def delete_plan(name: str, region: str, resources: list[tuple[str, str]] | None 
     return [_delete_call(kind, res, region) for kind, res in resources]
 
 
-def delete_resources(
-    sm: Any, resources: list[tuple[str, str]], result: DeleteResult, autoscaling_client: Any = None
-) -> None:
+def delete_resources(sm: Any, resources: list[tuple[str, str]], result: DeleteResult,
+                     autoscaling_client: Any = None) -> None:
     for kind, res in resources:
         call = _delete_call(kind, res, None)
-        operation = call.operation
-        target = sm
+        operation, target = call.operation, sm
         if kind == "autoscaling":
             region = sm.meta.region_name if hasattr(sm, "meta") else None
             target = autoscaling_client or client_factory()("application-autoscaling", region)
@@ -655,15 +584,8 @@ def delete_resources(
                 raise aws_error(exc, f"{operation} {res}") from exc
 
 
-def delete_endpoint(
-    name: str,
-    region: str,
-    *,
-    client: Any = None,
-    dry_run: bool = False,
-    autoscaling_client: Any = None,
-    not_ours: bool = False,
-) -> DeleteResult:
+def delete_endpoint(name: str, region: str, *, client: Any = None, dry_run: bool = False,
+                    autoscaling_client: Any = None, not_ours: bool = False) -> DeleteResult:
     """Delete autoscaling, endpoint, endpoint config and model(s). Safe to repeat: missing parts are
     reported. A config or model another endpoint uses is kept (``kept`` says why). The dry run reads
     the same chain (read-only calls) and lists exactly what the real run deletes."""

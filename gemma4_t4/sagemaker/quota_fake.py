@@ -1,10 +1,7 @@
-"""A FAKE Service Quotas endpoint for offline runs (tests, CPU notebooks).
-
-moto implements SageMaker but not SageMaker's Service Quotas, so this small HTTP server
-answers ``ListServiceQuotas`` and ``GetServiceQuota`` (JSON 1.1 protocol) with configured
-values. boto3 reaches it through ``AWS_ENDPOINT_URL_SERVICE_QUOTAS`` while SageMaker stays on
-moto. The region is read from the SigV4 credential scope, so quotas can differ per region.
-Quota codes here are made up (``L-FAKE…``); real codes differ, which is why lookups go by name.
+"""A FAKE Service Quotas endpoint for offline runs (tests, CPU notebooks): moto lacks SageMaker's
+Service Quotas, so this HTTP server answers ``ListServiceQuotas`` and ``GetServiceQuota`` (JSON 1.1)
+with configured values per region (read from the SigV4 credential scope); boto3 reaches it through
+``AWS_ENDPOINT_URL_SERVICE_QUOTAS``. Its quota codes (``L-FAKE…``) are made up: lookups go by name.
 """
 
 from __future__ import annotations
@@ -42,9 +39,8 @@ class ServiceQuota(TypedDict):
 class FakeServiceQuotas:
     """``FakeServiceQuotas({"us-east-2": {"ml.g4dn.xlarge": 2}})`` -> http://127.0.0.1:PORT."""
 
-    def __init__(
-        self, quotas: dict[str, dict[str, float]] | None = None, host: str = "127.0.0.1", port: int = 0
-    ):
+    def __init__(self, quotas: dict[str, dict[str, float]] | None = None, host: str = "127.0.0.1",
+                 port: int = 0):
         self.quotas: dict[str, dict[str, float]] = quotas or {}
         self.requests: list[QuotaCall] = []  # every call, for assertions
         self._lock = threading.Lock()
@@ -62,30 +58,15 @@ class FakeServiceQuotas:
         out: list[ServiceQuota] = []
         for i, (instance, value) in enumerate(sorted(values.items())):
             code = f"L-FAKE{i:04d}"
-            out.append(
-                {
-                    "ServiceCode": "sagemaker",
-                    "ServiceName": "Amazon SageMaker",
-                    "QuotaArn": f"arn:aws:servicequotas:{region}:123456789012:sagemaker/{code}",
-                    "QuotaCode": code,
-                    "QuotaName": f"{instance} for endpoint usage",
-                    "Value": float(value),
-                    "Unit": "None",
-                    "Adjustable": True,
-                    "GlobalQuota": False,
-                }
-            )
+            out.append({
+                "ServiceCode": "sagemaker", "ServiceName": "Amazon SageMaker",
+                "QuotaArn": f"arn:aws:servicequotas:{region}:123456789012:sagemaker/{code}",
+                "QuotaCode": code,
+                "QuotaName": f"{instance} for endpoint usage", "Value": float(value), "Unit": "None",
+                "Adjustable": True, "GlobalQuota": False})
         # a neighbour every real account has, so lookups must match by name
-        out.append(
-            {
-                "ServiceCode": "sagemaker",
-                "ServiceName": "Amazon SageMaker",
-                "QuotaCode": "L-FAKE9999",
-                "QuotaName": "ml.g4dn.xlarge for training job usage",
-                "Value": 1.0,
-                "Adjustable": True,
-            }
-        )
+        out.append({"ServiceCode": "sagemaker", "ServiceName": "Amazon SageMaker", "QuotaCode": "L-FAKE9999",
+                    "QuotaName": "ml.g4dn.xlarge for training job usage", "Value": 1.0, "Adjustable": True})
         return out
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
@@ -131,9 +112,8 @@ class FakeServiceQuotas:
         return Handler
 
     def start(self) -> FakeServiceQuotas:
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="fake-service-quotas", daemon=True
-        )
+        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-service-quotas",
+                                        daemon=True)
         self._thread.start()
         return self
 

@@ -1,9 +1,7 @@
-"""SageMaker endpoint quotas, looked up by name ("ml.g4dn.xlarge for endpoint usage") because
-quota codes differ between instance types and are not a stable public contract.
-
-Regions are queried one after another: parallel Service Quotas calls get throttled.
-The check is advisory (it cannot see instances already in use by other endpoints).
-"""
+"""SageMaker endpoint quotas, looked up by name ("ml.g4dn.xlarge for endpoint usage"): quota codes
+differ between instance types and are no stable public contract. Regions are queried one after
+another (parallel Service Quotas calls get throttled); the check is advisory (it cannot see
+instances already in use by other endpoints)."""
 
 from __future__ import annotations
 
@@ -52,36 +50,19 @@ class QuotaReport(Displayable):
         return self.rows
 
     def regions_with_capacity(self, instance_type: str, need: int = 1) -> list[str]:
-        return [
-            r.region
-            for r in self.rows
-            if r.instance_type == instance_type and r.value is not None and r.value >= need
-        ]
+        return [r.region for r in self.rows
+                if r.instance_type == instance_type and r.value is not None and r.value >= need]
 
     def table(self) -> str:
-        rows = [
-            (
-                r.region,
-                r.instance_type,
-                "-" if r.value is None else f"{r.value:g}",
-                r.error or ("ok" if r.available else "no quota: request an increase"),
-            )
-            for r in self.rows
-        ]
+        rows = [(r.region, r.instance_type, "-" if r.value is None else f"{r.value:g}",
+                 r.error or ("ok" if r.available else "no quota: request an increase")) for r in self.rows]
         return format_table(["region", "instance", "quota", "note"], rows, right=[2])
 
 
 def quota_plan(instance_types: Sequence[str], regions: Sequence[str]) -> list[ApiCall]:
-    return [
-        ApiCall(
-            "service-quotas",
-            "list_service_quotas",
-            {"ServiceCode": "sagemaker"},
-            region,
-            note=f"look for: {', '.join(quota_name(t) for t in instance_types)}",
-        )
-        for region in regions
-    ]
+    note = f"look for: {', '.join(quota_name(t) for t in instance_types)}"
+    return [ApiCall("service-quotas", "list_service_quotas", {"ServiceCode": "sagemaker"}, region, note=note)
+            for region in regions]
 
 
 def _validate(instance_types: Sequence[str], regions: Sequence[str]) -> None:
@@ -89,10 +70,8 @@ def _validate(instance_types: Sequence[str], regions: Sequence[str]) -> None:
         validate_region(region)
     for instance in instance_types:
         if instance not in SAGEMAKER_INSTANCES:
-            raise Gemma4T4Error(
-                f"unsupported SageMaker instance type {instance!r}",
-                fix=f"use one of: {', '.join(SAGEMAKER_INSTANCES)}",
-            )
+            raise Gemma4T4Error(f"unsupported SageMaker instance type {instance!r}",
+                                fix=f"use one of: {', '.join(SAGEMAKER_INSTANCES)}")
 
 
 def region_quotas(region: str, instance_types: Sequence[str], client: Any) -> list[QuotaRow]:
@@ -100,34 +79,21 @@ def region_quotas(region: str, instance_types: Sequence[str], client: Any) -> li
     wanted = {quota_name(t): t for t in instance_types}
     found: dict[str, QuotaRow] = {}
     try:
-        paginator = client.get_paginator("list_service_quotas")
-        for page in paginator.paginate(ServiceCode="sagemaker"):
+        for page in client.get_paginator("list_service_quotas").paginate(ServiceCode="sagemaker"):
             for quota in page.get("Quotas", []):
                 instance = wanted.get(quota.get("QuotaName", ""))
                 if instance:
-                    found[instance] = QuotaRow(
-                        region,
-                        instance,
-                        quota["QuotaName"],
-                        float(quota["Value"]),
-                        quota.get("QuotaCode"),
-                        quota.get("Adjustable"),
-                    )
+                    found[instance] = QuotaRow(region, instance, quota["QuotaName"], float(quota["Value"]),
+                                               quota.get("QuotaCode"), quota.get("Adjustable"))
     except aws_exceptions() as exc:  # recorded per region; the other regions still answer
         message = str(aws_error(exc, "ListServiceQuotas")).splitlines()[0]
         return [QuotaRow(region, t, quota_name(t), None, error=message) for t in instance_types]
-    return [
-        found.get(t) or QuotaRow(region, t, quota_name(t), None, error="quota not listed in this region")
-        for t in instance_types
-    ]
+    return [found.get(t) or QuotaRow(region, t, quota_name(t), None, error="quota not listed in this region")
+            for t in instance_types]
 
 
-def check_quotas(
-    instance_types: Sequence[str] = ("ml.g4dn.xlarge",),
-    regions: Sequence[str] = US_REGIONS,
-    clients: ClientFactory | None = None,
-    session: Any = None,
-) -> QuotaReport:
+def check_quotas(instance_types: Sequence[str] = ("ml.g4dn.xlarge",), regions: Sequence[str] = US_REGIONS,
+                 clients: ClientFactory | None = None, session: Any = None) -> QuotaReport:
     """Endpoint quotas for each instance type in each region, queried sequentially."""
     _validate(instance_types, regions)
     make = clients or client_factory(session)

@@ -1,19 +1,12 @@
 """A local STAND-IN for the SageMaker runtime API, so endpoint invocations get real replies offline.
 
-moto keeps the control plane (create/describe/delete endpoints) but answers ``InvokeEndpoint``
-with canned bodies and does not implement ``InvokeEndpointWithResponseStream``. This HTTP
-server on 127.0.0.1 accepts both requests exactly as botocore sends them and forwards the body
-to a real vLLM server's ``/invocations`` (the route the AWS vLLM container serves), framing a
-streamed reply as AWS event-stream ``PayloadPart`` messages that botocore itself decodes.
-Point boto3 at it with ``AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME`` (or ``endpoint_url``).
-
-Streams go out as the runtime sends them: HTTP/1.1 chunked transfer, one event-stream message per
-chunk, written and flushed as the container produces it, so TTFT and TPOT measured through it are
-the backend's (``tests/test_bench_timing_fidelity.py`` holds them to plain HTTP's).
-
-It is a stand-in, not SageMaker: no SigV4 check, no payload-size or timeout limits, one
-backend (or one per endpoint name). With ``control_plane_url`` it refuses endpoints that moto
-does not report InService, as the real runtime does.
+moto answers ``InvokeEndpoint`` with canned bodies and lacks ``InvokeEndpointWithResponseStream``.
+This HTTP server on 127.0.0.1 accepts both as botocore sends them, forwards the body to a real vLLM
+server's ``/invocations`` (the AWS vLLM container's route) and frames a streamed reply as AWS
+event-stream ``PayloadPart`` messages, one HTTP/1.1 chunk each, flushed as the container produces it,
+so TTFT and TPOT through it are the backend's. Point boto3 at it with
+``AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME``. Not SageMaker: no SigV4 check, no size or timeout limits;
+with ``control_plane_url`` it refuses endpoints moto does not report InService, as the runtime does.
 """
 
 from __future__ import annotations
@@ -37,9 +30,8 @@ _STRING = 7  # event-stream header value type: string
 
 def _header(name: str, value: str) -> bytes:
     raw_name, raw_value = name.encode(), value.encode()
-    return (
-        struct.pack("!B", len(raw_name)) + raw_name + struct.pack("!BH", _STRING, len(raw_value)) + raw_value
-    )
+    return (struct.pack("!B", len(raw_name)) + raw_name
+            + struct.pack("!BH", _STRING, len(raw_value)) + raw_value)
 
 
 def event_message(headers: dict[str, str], payload: bytes) -> bytes:
@@ -55,8 +47,7 @@ def event_message(headers: dict[str, str], payload: bytes) -> bytes:
 def payload_part(data: bytes) -> bytes:
     return event_message(
         {":event-type": "PayloadPart", ":content-type": "application/octet-stream", ":message-type": "event"},
-        data,
-    )
+        data)
 
 
 def model_stream_error(message: str, code: str = "ModelStreamError") -> bytes:
@@ -69,13 +60,11 @@ def model_stream_error(message: str, code: str = "ModelStreamError") -> bytes:
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
-    # HTTP/1.1 with chunked transfer, as the real runtime answers: each event-stream message goes
-    # out as its own chunk the moment the container produced it, so botocore hands it to the client
-    # then (over HTTP/1.0 without a length, botocore reads 64 KiB blocks and every event of a short
-    # reply arrives at once, which made TTFT and TPOT meaningless).
+    # HTTP/1.1 chunked, as the real runtime answers: over HTTP/1.0 without a length botocore reads
+    # 64 KiB blocks and every event of a short reply arrives at once (TTFT and TPOT meaningless).
     protocol_version = "HTTP/1.1"
-    # and no Nagle: an event written while the headers' segment is still unacknowledged would
-    # otherwise wait for the client's delayed ACK (up to 40 ms on Linux), added to TTFT
+    # and no Nagle: an event written before the headers' segment is acknowledged would wait for the
+    # client's delayed ACK (up to 40 ms on Linux), added to TTFT
     disable_nagle_algorithm = True
 
     def log_message(self, *args: Any) -> None:  # quiet: requests are the test's business
@@ -93,24 +82,16 @@ class _Handler(BaseHTTPRequestHandler):
     def _model_error(self, status: int, data: bytes, message: str) -> None:
         """SageMaker wraps a container error in ModelError (HTTP 424) and keeps the original."""
         original = data.decode(errors="replace")[:2000]
-        self._error(
-            424,
-            "ModelError",
-            message.format(original),
-            OriginalStatusCode=status,
-            OriginalMessage=original,
-        )
+        self._error(424, "ModelError", message.format(original), OriginalStatusCode=status,
+                    OriginalMessage=original)
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's naming
         # read the body first, whatever the answer: on a kept-alive connection an unread body
         # would be taken for the next request
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         parts = urllib.parse.urlparse(self.path).path.strip("/").split("/")
-        if (
-            len(parts) != 3
-            or parts[0] != "endpoints"
-            or parts[2] not in ("invocations", "invocations-response-stream")
-        ):
+        operations = ("invocations", "invocations-response-stream")
+        if len(parts) != 3 or parts[0] != "endpoints" or parts[2] not in operations:
             self._error(404, "UnknownOperationException", f"no such runtime operation: {self.path}")
             return
         name = urllib.parse.unquote(parts[1])
@@ -147,9 +128,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._backends: dict[str, http.client.HTTPConnection] = {}
         if backend not in self._backends:
             url = urllib.parse.urlparse(backend)
-            self._backends[backend] = http.client.HTTPConnection(
-                url.hostname, url.port or 80, timeout=self.server.standin.timeout_s
-            )
+            self._backends[backend] = http.client.HTTPConnection(url.hostname, url.port or 80,
+                                                                 timeout=self.server.standin.timeout_s)
         return self._backends[backend]
 
     def finish(self) -> None:
@@ -175,9 +155,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self.send_response(200)
         self.send_header("Content-Type", STREAM_CONTENT_TYPE)
-        self.send_header(
-            "X-Amzn-SageMaker-Content-Type", response.getheader("Content-Type", "text/event-stream")
-        )
+        self.send_header("X-Amzn-SageMaker-Content-Type",
+                         response.getheader("Content-Type", "text/event-stream"))
         self.send_header("x-Amzn-Invoked-Production-Variant", "AllTraffic")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
@@ -202,16 +181,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
 
-def _forward(
-    conn: http.client.HTTPConnection, backend: str, body: bytes, content_type: str
-) -> http.client.HTTPResponse:
-    url = urllib.parse.urlparse(backend)
-    conn.request(
-        "POST",
-        url.path.rstrip("/") + "/invocations",
-        body=body,
-        headers={"Content-Type": content_type, "Accept": "*/*"},
-    )
+def _forward(conn: http.client.HTTPConnection, backend: str, body: bytes,
+             content_type: str) -> http.client.HTTPResponse:
+    path = urllib.parse.urlparse(backend).path.rstrip("/") + "/invocations"
+    conn.request("POST", path, body=body, headers={"Content-Type": content_type, "Accept": "*/*"})
     return conn.getresponse()
 
 
@@ -228,27 +201,16 @@ class _Server(ThreadingHTTPServer):
 
 
 class RuntimeStandIn:
-    """STAND-IN SageMaker runtime on 127.0.0.1 in front of real vLLM server(s).
+    """STAND-IN SageMaker runtime on 127.0.0.1 in front of real vLLM server(s). ``backend``: one base
+    URL for every endpoint, or ``{endpoint name: base URL}``."""
 
-    ``backend``: one base URL for every endpoint, or ``{endpoint name: base URL}``.
-    """
-
-    def __init__(
-        self,
-        backend: str | dict[str, str],
-        *,
-        control_plane_url: str | None = None,
-        region: str = "us-east-2",
-        port: int = 0,
-        timeout_s: float = 600.0,
-    ):
+    def __init__(self, backend: str | dict[str, str], *, control_plane_url: str | None = None,
+                 region: str = "us-east-2", port: int = 0, timeout_s: float = 600.0):
         self.backends = backend if isinstance(backend, dict) else {"*": backend}
         for url in self.backends.values():
             if urllib.parse.urlparse(url).scheme != "http":
-                raise Gemma4T4Error(
-                    f"backend {url!r} is not an http:// URL of a vLLM server",
-                    fix="pass the server's base URL, e.g. http://127.0.0.1:8000",
-                )
+                raise Gemma4T4Error(f"backend {url!r} is not an http:// URL of a vLLM server",
+                                    fix="pass the server's base URL, e.g. http://127.0.0.1:8000")
         self.control_plane_url = control_plane_url
         self.region = region
         self.port = port
@@ -268,9 +230,8 @@ class RuntimeStandIn:
     @property
     def url(self) -> str:
         if not self._server:
-            raise Gemma4T4Error(
-                "the runtime stand-in is not started", fix="call start() or use it as a context"
-            )
+            raise Gemma4T4Error("the runtime stand-in is not started",
+                                fix="call start() or use it as a context")
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def backend_for(self, name: str) -> str:
@@ -286,12 +247,8 @@ class RuntimeStandIn:
             import boto3
 
             self._sagemaker = boto3.client(
-                "sagemaker",
-                region_name=self.region,
-                endpoint_url=self.control_plane_url,
-                aws_access_key_id="testing",
-                aws_secret_access_key="testing",
-            )
+                "sagemaker", region_name=self.region, endpoint_url=self.control_plane_url,
+                aws_access_key_id="testing", aws_secret_access_key="testing")
         try:
             status = self._sagemaker.describe_endpoint(EndpointName=name).get("EndpointStatus")
         except Exception:  # noqa: BLE001 - any lookup failure reads as "not found", as on AWS
@@ -301,9 +258,8 @@ class RuntimeStandIn:
     def start(self) -> RuntimeStandIn:
         self._server = _Server(("127.0.0.1", self.port), _Handler)
         self._server.standin = self
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="sagemaker-runtime-standin", daemon=True
-        )
+        self._thread = threading.Thread(target=self._server.serve_forever, name="sagemaker-runtime-standin",
+                                        daemon=True)
         self._thread.start()
         return self
 

@@ -1,12 +1,9 @@
-"""Upload a local model folder (e.g. the output of ``repack --emb4``) to S3 for an endpoint to
-serve as uncompressed model data.
+"""Upload a local model folder (e.g. the output of ``repack --emb4``) to S3 as uncompressed model data.
 
-- The prefix is content-addressed (``models/<folder>-<manifest sha256[:12]>/``), so the same
-  build always lands in the same place and a second run uploads nothing.
-- Each file's SHA-256 is stored as object metadata and checked before skipping it; S3 also
-  verifies every part on arrival (``ChecksumAlgorithm=SHA256``).
-- Large files go up in parts; an interrupted multipart upload is resumed on the next run
-  (parts whose size and MD5 ETag match the local bytes are kept).
+The prefix is content-addressed (``models/<folder>-<manifest sha256[:12]>/``), so a second run uploads
+nothing; each file's SHA-256 is object metadata, checked before skipping it, and S3 verifies every part
+(``ChecksumAlgorithm=SHA256``). An interrupted multipart upload resumes on the next run (parts whose
+size and MD5 ETag match the local bytes are kept).
 """
 
 from __future__ import annotations
@@ -24,7 +21,7 @@ from typing import Any, TypedDict
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.sagemaker.aws import aws_error, aws_exceptions, client_factory, error_code
 from gemma4_t4.sagemaker.cli_recipe import comment_line
-from gemma4_t4.sagemaker.config import PROJECT_TAG, PROJECT_VALUE, CreateBucketParams
+from gemma4_t4.sagemaker.config import PROJECT_TAG, PROJECT_VALUE, PUBLIC_ACCESS_BLOCK, create_bucket_params
 from gemma4_t4.sagemaker.image import validate_region
 
 PART_SIZE = 64 * 1024 * 1024  # S3 allows 5 MiB..5 GiB per part and 10,000 parts
@@ -66,13 +63,8 @@ class UploadResult:
 
     def table(self) -> str:
         rows = [f"  {f.name:<48} {f.size / 2**20:10.1f} MiB  {f.status}" for f in self.files]
-        return "\n".join(
-            [
-                f"{self.s3_uri}  ({self.total_bytes / 2**30:.2f} GiB, "
-                f"{self.bytes_uploaded / 2**30:.2f} GiB uploaded now)",
-                *rows,
-            ]
-        )
+        return "\n".join([f"{self.s3_uri}  ({self.total_bytes / 2**30:.2f} GiB, "
+                          f"{self.bytes_uploaded / 2**30:.2f} GiB uploaded now)", *rows])
 
 
 def _sha256(path: Path) -> str:
@@ -87,15 +79,12 @@ def scan_folder(folder: str | Path) -> list[LocalFile]:
     """The files to upload (dotfiles and partial outputs skipped); refuses a non-model folder."""
     root = Path(folder).expanduser()
     if not root.is_dir():
-        raise Gemma4T4Error(
-            f"model folder {root} does not exist or is not a folder",
-            fix="pass the folder holding config.json and the *.safetensors files",
-        )
+        raise Gemma4T4Error(f"model folder {root} does not exist or is not a folder",
+                            fix="pass the folder holding config.json and the *.safetensors files")
     if not (root / "config.json").is_file():
         raise Gemma4T4Error(
             f"{root} has no config.json, so vLLM cannot serve it",
-            fix="pass a Hugging Face-style model folder (e.g. the output of gemma4-t4 quant repack)",
-        )
+            fix="pass a Hugging Face-style model folder (e.g. the output of gemma4-t4 quant repack)")
     files, refused = [], []
     real_root = root.resolve()
     for path in sorted(root.rglob("*")):
@@ -103,10 +92,9 @@ def scan_folder(folder: str | Path) -> list[LocalFile]:
         if any(part.startswith(".") for part in rel.parts):
             continue
         if path.is_symlink():
-            # A link is uploaded as the bytes it points to: one pointing outside the folder (a file or
-            # a whole folder, which rglob would silently skip) or at a hidden file would upload
-            # something that is not the model; a broken one would leave a file out. Refused, every
-            # one named, before any byte is sent.
+            # A link uploads the bytes it points to: outside the folder (rglob skips a linked folder)
+            # or at a hidden file that is not the model; a broken one leaves a file out. Refused,
+            # every one named, before any byte is sent.
             try:
                 target = path.resolve(strict=True)
             except (OSError, RuntimeError) as exc:  # missing target, or a loop
@@ -146,9 +134,8 @@ def default_bucket(account: str, region: str) -> str:
     return f"gemma4-t4-models-{account}-{region}"
 
 
-def upload_plan(
-    folder: str | Path, bucket: str, prefix: str | None = None, region: str | None = None
-) -> tuple[str, list[str]]:
+def upload_plan(folder: str | Path, bucket: str, prefix: str | None = None,
+                region: str | None = None) -> tuple[str, list[str]]:
     """Dry run: the S3 URI and one ``aws s3 cp`` per file (shell-quoted); nothing is called."""
     files = scan_folder(folder)
     prefix = prefix or default_prefix(folder, files)
@@ -165,24 +152,13 @@ def upload_plan(
 
 def ensure_bucket(s3: Any, bucket: str, region: str) -> bool:
     """Create the (private, tagged) bucket if missing; True when it was created."""
-    params: CreateBucketParams = {"Bucket": bucket}
-    if region != "us-east-1":
-        params["CreateBucketConfiguration"] = {"LocationConstraint": region}
     try:
-        s3.create_bucket(**params)
+        s3.create_bucket(**create_bucket_params(bucket, region))
     except aws_exceptions() as exc:
         if error_code(exc) in ("BucketAlreadyOwnedByYou",):
             return False
         raise aws_error(exc, f"CreateBucket {bucket}") from exc
-    s3.put_public_access_block(
-        Bucket=bucket,
-        PublicAccessBlockConfiguration={
-            "BlockPublicAcls": True,
-            "IgnorePublicAcls": True,
-            "BlockPublicPolicy": True,
-            "RestrictPublicBuckets": True,
-        },
-    )
+    s3.put_public_access_block(Bucket=bucket, PublicAccessBlockConfiguration=PUBLIC_ACCESS_BLOCK)
     s3.put_bucket_tagging(Bucket=bucket, Tagging={"TagSet": [{"Key": PROJECT_TAG, "Value": PROJECT_VALUE}]})
     return True
 
@@ -211,9 +187,8 @@ def _parts(path: Path, part_size: int):
             number += 1
 
 
-def _multipart(
-    s3: Any, bucket: str, key: str, f: LocalFile, part_size: int, advance: Callable[[int], None]
-) -> tuple[str, int, int]:
+def _multipart(s3: Any, bucket: str, key: str, f: LocalFile, part_size: int,
+               advance: Callable[[int], None]) -> tuple[str, int, int]:
     """Upload ``f`` in parts, resuming an unfinished upload of ``key``. Returns (status, parts, bytes sent)."""
     upload_id, done = None, {}
     for upload in s3.list_multipart_uploads(Bucket=bucket, Prefix=key).get("Uploads", []):
@@ -224,9 +199,8 @@ def _multipart(
             break
     status = "resumed" if upload_id else "uploaded"
     if upload_id is None:
-        upload_id = s3.create_multipart_upload(
-            Bucket=bucket, Key=key, Metadata={"sha256": f.sha256}, ChecksumAlgorithm="SHA256"
-        )["UploadId"]
+        upload_id = s3.create_multipart_upload(Bucket=bucket, Key=key, Metadata={"sha256": f.sha256},
+                                               ChecksumAlgorithm="SHA256")["UploadId"]
     completed: list[CompletedPart] = []
     sent: list[int] = []  # bytes of each part sent now (parts kept from an earlier run are not)
     try:
@@ -234,15 +208,13 @@ def _multipart(
     except BaseException as exc:  # Ctrl-C, SIGTERM/SIGHUP (signals.orderly_stop) or a failure mid-file
         print(interrupted_upload_note(bucket, key, upload_id, len(completed), exc), file=sys.stderr)
         raise
-    s3.complete_multipart_upload(
-        Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": completed}
-    )
+    s3.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id,
+                                 MultipartUpload={"Parts": completed})
     return status, len(completed), sum(sent)
 
 
-def interrupted_upload_note(
-    bucket: str, key: str, upload_id: str, parts_done: int, exc: BaseException
-) -> str:
+def interrupted_upload_note(bucket: str, key: str, upload_id: str, parts_done: int,
+                            exc: BaseException) -> str:
     """What an interrupted multipart upload leaves, and the two ways out: resume, or abort (no parts billed)."""
     why = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"failed ({type(exc).__name__})"
     return (
@@ -253,51 +225,32 @@ def interrupted_upload_note(
     )
 
 
-def _send_parts(
-    s3: Any,
-    bucket: str,
-    key: str,
-    f: LocalFile,
-    part_size: int,
-    upload_id: str,
-    done: dict[int, tuple[int | None, str]],
-    completed: list[CompletedPart],
-    sent: list[int],
-    advance: Callable[[int], None],
-) -> None:
+def _send_parts(s3: Any, bucket: str, key: str, f: LocalFile, part_size: int, upload_id: str,
+                done: dict[int, tuple[int | None, str]], completed: list[CompletedPart], sent: list[int],
+                advance: Callable[[int], None]) -> None:
     for number, chunk in _parts(f.path, part_size):
         md5 = hashlib.md5(chunk, usedforsecurity=False).hexdigest()
         sha = _b64(hashlib.sha256(chunk).digest())
         if done.get(number) == (len(chunk), md5):
             etag = md5
         else:
-            etag = s3.upload_part(
-                Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=chunk, ChecksumSHA256=sha
-            )["ETag"].strip('"')
+            etag = s3.upload_part(Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=chunk,
+                                  ChecksumSHA256=sha)["ETag"].strip('"')
             sent.append(len(chunk))
         completed.append({"PartNumber": number, "ETag": etag, "ChecksumSHA256": sha})
         advance(len(chunk))
 
 
-def upload_model_folder(
-    folder: str | Path,
-    region: str,
-    *,
-    bucket: str | None = None,
-    prefix: str | None = None,
-    s3_client: Any = None,
-    session: Any = None,
-    part_size: int = PART_SIZE,
-    progress: bool = True,
-) -> UploadResult:
+def upload_model_folder(folder: str | Path, region: str, *, bucket: str | None = None,
+                        prefix: str | None = None, s3_client: Any = None, session: Any = None,
+                        part_size: int = PART_SIZE, progress: bool = True) -> UploadResult:
     """Upload ``folder`` to ``s3://bucket/prefix/``; files already there (same sha256) are skipped."""
     from tqdm.auto import tqdm
 
     validate_region(region)
     if part_size < MIN_PART_SIZE:
-        raise Gemma4T4Error(
-            f"part size {part_size} is below S3's 5 MiB minimum", fix="use the default (64 MiB)"
-        )
+        raise Gemma4T4Error(f"part size {part_size} is below S3's 5 MiB minimum",
+                            fix="use the default (64 MiB)")
     files = scan_folder(folder)
     make = client_factory(session)
     s3 = s3_client or make("s3", region)
@@ -321,13 +274,8 @@ def upload_model_folder(
                     status, parts, sent = _multipart(s3, bucket, key, f, part_size, bar.update)
                 else:
                     body = f.path.read_bytes()
-                    s3.put_object(
-                        Bucket=bucket,
-                        Key=key,
-                        Body=body,
-                        Metadata={"sha256": f.sha256},
-                        ChecksumSHA256=_b64(hashlib.sha256(body).digest()),
-                    )
+                    s3.put_object(Bucket=bucket, Key=key, Body=body, Metadata={"sha256": f.sha256},
+                                  ChecksumSHA256=_b64(hashlib.sha256(body).digest()))
                     status, parts, sent = "uploaded", 1, f.size
                     bar.update(f.size)
                 result.files.append(UploadedFile(f.name, f.size, status, parts))
