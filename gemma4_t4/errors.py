@@ -51,21 +51,10 @@ class UnexpectedError(Gemma4T4Error):
 # ModuleNotFoundError for one of them names its extra (tests/test_imports_declared.py checks this
 # table against pyproject.toml and against every such import in the package).
 EXTRA_FOR_MODULE = {
-    "boto3": "aws",
-    "botocore": "aws",
-    "mcp": "mcp",
-    "anyio": "mcp",
-    "matplotlib": "notebooks",
-    "papermill": "notebooks",
-    "nbconvert": "notebooks",
-    "nbformat": "notebooks",
-    "jupyter_client": "notebooks",
-    "mistune": "notebooks",
-    "IPython": "notebooks",
-    "torch": "model",
-    "transformers": "model",
-    "tokenizers": "model",
-    "moto": "dev",
+    "boto3": "aws", "botocore": "aws", "mcp": "mcp", "anyio": "mcp", "matplotlib": "notebooks",
+    "papermill": "notebooks", "nbconvert": "notebooks", "nbformat": "notebooks",
+    "jupyter_client": "notebooks", "mistune": "notebooks", "IPython": "notebooks", "torch": "model",
+    "transformers": "model", "tokenizers": "model", "moto": "dev",
 }
 # vLLM (and the Triton it brings) depends on the host's GPU and driver: setup picks the build
 SETUP_FOR_MODULE = ("vllm", "triton")

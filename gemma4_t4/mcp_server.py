@@ -586,9 +586,7 @@ def get_endpoint_status(name: str, region: str = "us-east-2") -> StatusToolResul
 def list_endpoints(regions: list[str] | None = None, include_untagged: bool = False) -> EndpointsResult:
     """Endpoints across regions (this project's tagged ones unless include_untagged)."""
     found = list_all(regions or US_REGIONS, project_only=not include_untagged)
-    return EndpointsResult(
-        endpoints=found, count=len(found)
-    )
+    return EndpointsResult(endpoints=found, count=len(found))
 
 
 @tool(READ_ONLY)
@@ -865,11 +863,9 @@ def build_server() -> MCPServer:
         tools.append(strict_arguments(
             Tool.from_function(_adapter(spec.fn), name=name, title=annotations.title, annotations=annotations)))
     return MCPServer(
-        "gemma4-t4",
-        log_level="WARNING",
+        "gemma4-t4", log_level="WARNING",
         instructions="Deploy and serve Gemma 4 on NVIDIA T4 GPUs (SageMaker and local vLLM). Start with get_help. "
-        "Tools that bill or delete need confirm=True.",
-        tools=tools,
+        "Tools that bill or delete need confirm=True.", tools=tools,
     )
 
 
@@ -889,8 +885,7 @@ def strict_arguments(tool: Tool) -> Tool:
         return arguments
 
     strict = type(loose.__name__, (loose,), {
-        "model_config": ConfigDict(**loose.model_config, extra="forbid"),
-        "__module__": loose.__module__,
+        "model_config": ConfigDict(**loose.model_config, extra="forbid"), "__module__": loose.__module__,
         "_refuse_unknown": model_validator(mode="before")(classmethod(refuse_unknown)),
     })
     tool.fn_metadata.arg_model = strict

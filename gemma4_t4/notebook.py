@@ -20,19 +20,9 @@ from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from gemma4_t4.bench.compare import compare_suites
 from gemma4_t4.bench.pricing import CostTable, measured_price
-from gemma4_t4.bench.published import (
-    Kind,
-    beside,
-    published_kind,
-    sagemaker_decode_table,
-)
+from gemma4_t4.bench.published import Kind, beside, published_kind, sagemaker_decode_table
 from gemma4_t4.bench.specs import notebook_params
-from gemma4_t4.catalog.hardware import (
-    PRICES,
-    InstancePrice,
-    identify_gpu,
-    price_key,
-)
+from gemma4_t4.catalog.hardware import PRICES, InstancePrice, identify_gpu, price_key
 from gemma4_t4.catalog.models import VARIANTS, fit, get_variant
 from gemma4_t4.catalog.tiny import ensure_tiny_gemma4
 from gemma4_t4.errors import Gemma4T4Error

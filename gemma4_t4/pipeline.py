@@ -180,15 +180,9 @@ def check_out_dir(out: str | Path, notebooks_dir: Path | None = None) -> Path:
 
 
 def run_pipeline(
-    target: str = "cpu",
-    out: str | Path = "build",
-    only: Sequence[str] | None = None,
-    notebooks_dir: Path = NOTEBOOKS_DIR,
-    params_dir: Path = PARAMS_DIR,
-    work_dir: str | Path | None = None,
-    export_html: bool = True,
-    progress: bool = True,
-    cell_timeout: float | None = None,
+    target: str = "cpu", out: str | Path = "build", only: Sequence[str] | None = None,
+    notebooks_dir: Path = NOTEBOOKS_DIR, params_dir: Path = PARAMS_DIR, work_dir: str | Path | None = None,
+    export_html: bool = True, progress: bool = True, cell_timeout: float | None = None,
     log: Callable[[str], None] = print,
 ) -> PipelineReport:
     """Execute the notebooks for ``target`` into ``out/notebooks`` and write the index.
@@ -256,14 +250,8 @@ def _execute(papermill: Any, source: Path, number: str, title: str, target: str,
     run = NotebookRun(number, title, "ok", source=str(source), executed=str(executed), out_dir=str(run_dir))
     try:
         papermill.execute_notebook(
-            str(source),
-            str(executed),
-            parameters=values,
-            cwd=str(source.parent),
-            kernel_name="python3",
-            progress_bar=progress,
-            execution_timeout=cell_timeout,
-            report_mode=False,
+            str(source), str(executed), parameters=values, cwd=str(source.parent), kernel_name="python3",
+            progress_bar=progress, execution_timeout=cell_timeout, report_mode=False,
             kernel_manager_class=kernel_logging_to(run_dir / KERNEL_LOG),
         )
     except Exception as exc:  # papermill raises PapermillExecutionError with the failing cell
@@ -367,12 +355,9 @@ def render_index_markdown(report: PipelineReport) -> str:
     if report.ok and any(r.status == "skipped" for r in report.runs):
         verdict = "all notebooks for this target ran"
     lines = [
-        f"# gemma4_t4 notebooks: TARGET={report.target}",
-        "",
+        f"# gemma4_t4 notebooks: TARGET={report.target}", "",
         f"**{verdict}** ({sum(r.status == 'ok' for r in report.runs)}/{len(report.runs)} ok). "
-        f"Written {time.strftime('%Y-%m-%d %H:%M:%S %Z')}.",
-        "",
-        "| part | notebook | status | time | HTML |",
+        f"Written {time.strftime('%Y-%m-%d %H:%M:%S %Z')}.", "", "| part | notebook | status | time | HTML |",
         "|---|---|---|---:|---|",
     ]
     for run in report.runs:

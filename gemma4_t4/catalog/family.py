@@ -35,8 +35,7 @@ def normalize_format(name: str) -> str:
     if key in _FORMAT_ALIASES:
         return _FORMAT_ALIASES[key]
     raise Gemma4T4Error(
-        f"unknown format {name!r}",
-        fix=f"use one of: {', '.join(FORMATS)} (aliases: qat, w4a16, fp16)",
+        f"unknown format {name!r}", fix=f"use one of: {', '.join(FORMATS)} (aliases: qat, w4a16, fp16)",
     )
 
 
@@ -109,10 +108,8 @@ class Gemma4Variant:
     def hub(self) -> HubIds:
         base = f"google/gemma-4-{self.size}-it"
         return HubIds(
-            bf16=base,
-            qat_w4a16_ct=None if self.moe else f"{base}-qat-w4a16-ct",
-            qat_q4_0_unquantized=f"{base}-qat-q4_0-unquantized",
-            qat_q4_0_gguf=f"{base}-qat-q4_0-gguf",
+            bf16=base, qat_w4a16_ct=None if self.moe else f"{base}-qat-w4a16-ct",
+            qat_q4_0_unquantized=f"{base}-qat-q4_0-unquantized", qat_q4_0_gguf=f"{base}-qat-q4_0-gguf",
             qat_mobile_ct=f"{base}-qat-mobile-ct" if self.ple_dim_per_layer else None,
             community_emb4=f"xbill9/gemma-4-{self.size}-it-qat-q4_0-w4a16-ct-text-emb4",
         )
@@ -173,8 +170,7 @@ VARIANTS: dict[str, Gemma4Variant] = {
             full_attention_every=6, num_q_heads=16, num_kv_heads_sliding=8, num_kv_heads_global=2,
             sliding_window=1024, intermediate_size=2112, max_position_embeddings=262_144,
             attention_k_eq_v=True, moe=MoE(num_experts=128, top_k=8, expert_intermediate_size=704),
-            towers="vision 27 layers",
-            published=PublishedParams(total=25.81, active=3.8),
+            towers="vision 27 layers", published=PublishedParams(total=25.81, active=3.8),
             notes=("MoE: a dense MLP plus 128 experts (top-8) per layer",
                    "Google publishes no -qat-w4a16-ct build for this size"),
         ),
@@ -182,8 +178,7 @@ VARIANTS: dict[str, Gemma4Variant] = {
             key="31b", size="31B", model_type="gemma4", hidden_size=5376, num_layers=60,
             full_attention_every=6, num_q_heads=32, num_kv_heads_sliding=16, num_kv_heads_global=4,
             sliding_window=1024, intermediate_size=21504, max_position_embeddings=262_144,
-            attention_k_eq_v=True, towers="vision 27 layers",
-            published=PublishedParams(total=31.27),
+            attention_k_eq_v=True, towers="vision 27 layers", published=PublishedParams(total=31.27),
         ),
     ]
 }

@@ -331,8 +331,7 @@ def kv_read_bytes_per_token(variant: str | Gemma4Variant, context_len: int, kv_d
 def _bytes_per_weight(fmt: str) -> tuple[float, float]:
     """(linear, output layer) bytes per weight."""
     return {
-        "bf16": (FP16_BYTES, FP16_BYTES),
-        "qat-w4a16": (INT4_G32_BYTES, FP16_BYTES),
+        "bf16": (FP16_BYTES, FP16_BYTES), "qat-w4a16": (INT4_G32_BYTES, FP16_BYTES),
         "emb4": (INT4_G32_BYTES, INT4_G32_BYTES),
     }[fmt]
 
@@ -345,10 +344,7 @@ def _ships_kv_shared_projections(fmt: str) -> bool:
 
 
 def decode_bytes_per_token(
-    variant: str | Gemma4Variant,
-    fmt: str = "bf16",
-    context_len: int = 0,
-    kv_dtype_bytes: int = 2,
+    variant: str | Gemma4Variant, fmt: str = "bf16", context_len: int = 0, kv_dtype_bytes: int = 2,
 ) -> DecodeBytes:
     """Bytes per decoded token for a format; E2B: bf16 4.597 GB, qat-w4a16 1.862 GB, emb4 1.29 GB.
 
@@ -369,16 +365,10 @@ def decode_bytes_per_token(
     linear_bytes = round(linear_params * b_lin)
     embed_bytes = round(embed_params * b_emb)
     return DecodeBytes(
-        model=v.key,
-        format=fmt,
-        linear_params=linear_params,
-        linear_bytes=linear_bytes,
-        embed_params=embed_params,
-        embed_bytes=embed_bytes,
-        small_bytes=small,
+        model=v.key, format=fmt, linear_params=linear_params, linear_bytes=linear_bytes,
+        embed_params=embed_params, embed_bytes=embed_bytes, small_bytes=small,
         weights_bytes=linear_bytes + embed_bytes + small,
-        vllm_weights_bytes=round(vllm_linear_params * b_lin) + embed_bytes + small,
-        context_len=context_len,
+        vllm_weights_bytes=round(vllm_linear_params * b_lin) + embed_bytes + small, context_len=context_len,
         kv_bytes=kv_read_bytes_per_token(v, context_len, kv_dtype_bytes) if context_len else 0,
         kv_dtype_bytes=kv_dtype_bytes,
     )
@@ -405,10 +395,7 @@ class Roofline(Displayable):
 
 
 def decode_roofline(
-    variant: str | Gemma4Variant,
-    fmt: str = "bf16",
-    gpu: str = "t4",
-    context_len: int = 0,
+    variant: str | Gemma4Variant, fmt: str = "bf16", gpu: str = "t4", context_len: int = 0,
     bandwidth_gb_s: float | None = None,
 ) -> Roofline:
     """Per-stream decode ceiling on ``gpu`` (T4: bf16 69.6, qat-w4a16 171.9 tok/s at 320 GB/s).
@@ -421,15 +408,9 @@ def decode_roofline(
     spec = bandwidth_gb_s or g.bandwidth_gb_s
     measured = None if bandwidth_gb_s else g.measured_bandwidth_gb_s
     return Roofline(
-        model=b.model,
-        format=b.format,
-        gpu=g.key,
-        bytes_per_token=b.total_bytes,
-        spec_bandwidth_gb_s=spec,
-        tok_s_spec=spec * GB / b.total_bytes,
-        measured_bandwidth_gb_s=measured,
-        tok_s_measured=measured * GB / b.total_bytes if measured else None,
-        context_len=context_len,
+        model=b.model, format=b.format, gpu=g.key, bytes_per_token=b.total_bytes, spec_bandwidth_gb_s=spec,
+        tok_s_spec=spec * GB / b.total_bytes, measured_bandwidth_gb_s=measured,
+        tok_s_measured=measured * GB / b.total_bytes if measured else None, context_len=context_len,
     )
 
 
@@ -498,10 +479,7 @@ def weights_estimate(variant: str | Gemma4Variant, fmt: str = "bf16", text_only:
 
 
 def kv_cache_bytes_per_sequence(
-    variant: str | Gemma4Variant,
-    context_len: int,
-    tensor_parallel: int = 1,
-    kv_dtype_bytes: int = 2,
+    variant: str | Gemma4Variant, context_len: int, tensor_parallel: int = 1, kv_dtype_bytes: int = 2,
     max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
 ) -> int:
     """KV cache one sequence of ``context_len`` occupies on one GPU, the way vLLM sizes it.
@@ -560,18 +538,10 @@ class FitResult:
 
 
 def fit(
-    variant: str | Gemma4Variant,
-    fmt: str = "qat-w4a16",
-    gpu: str = "t4",
-    context_len: int = 8192,
-    num_gpus: int = 1,
-    gpu_memory_utilization: float = 0.9,
-    max_num_seqs: int = 8,
-    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
-    text_only: bool = False,
-    overhead_gib: float = DEFAULT_OVERHEAD_GIB,
-    kv_dtype_bytes: int = 2,
-    draft_weights_bytes: int = 0,
+    variant: str | Gemma4Variant, fmt: str = "qat-w4a16", gpu: str = "t4", context_len: int = 8192,
+    num_gpus: int = 1, gpu_memory_utilization: float = 0.9, max_num_seqs: int = 8,
+    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS, text_only: bool = False,
+    overhead_gib: float = DEFAULT_OVERHEAD_GIB, kv_dtype_bytes: int = 2, draft_weights_bytes: int = 0,
     draft_own_kv: bool = False,
 ) -> FitResult:
     """Weights + KV cache + overhead against one GPU (or ``num_gpus`` with tensor parallelism).
@@ -709,10 +679,7 @@ def _max_context(per_seq, kv_budget_bytes: float, max_positions: int) -> int:
 
 
 def fit_table(
-    gpu: str = "t4",
-    context_len: int = 8192,
-    num_gpus: int = 1,
-    models: Iterable[str] | None = None,
+    gpu: str = "t4", context_len: int = 8192, num_gpus: int = 1, models: Iterable[str] | None = None,
     formats: Iterable[str] = FORMATS,
     **kwargs,
 ) -> FitTable:

@@ -114,21 +114,13 @@ def build_tokenizer(vocab_size: int = 512):
         [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()]
     )
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=SPECIAL_TOKENS + byte_tokens + TURN_TOKENS,
-        initial_alphabet=list("▁"),
-        show_progress=False,
+        vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS + byte_tokens + TURN_TOKENS,
+        initial_alphabet=list("▁"), show_progress=False,
     )
     tokenizer.train_from_iterator(CORPUS * 4, trainer=trainer)
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer,
-        bos_token="<bos>",
-        eos_token="<eos>",
-        unk_token="<unk>",
-        pad_token="<pad>",
-        mask_token="<mask>",
-        additional_special_tokens=TURN_TOKENS,
-        add_bos_token=False,
+        tokenizer_object=tokenizer, bos_token="<bos>", eos_token="<eos>", unk_token="<unk>",
+        pad_token="<pad>", mask_token="<mask>", additional_special_tokens=TURN_TOKENS, add_bos_token=False,
     )
     fast.chat_template = CHAT_TEMPLATE
     return fast
@@ -170,11 +162,8 @@ def _portable_config(config_path: Path, spec: TinySpec) -> None:
 
 
 def build_tiny_gemma4(
-    out_dir: str | os.PathLike,
-    variant: Variant = "bf16",
-    spec: TinySpec | None = None,
-    overwrite: bool = False,
-    save: SaveModel | None = None,
+    out_dir: str | os.PathLike, variant: Variant = "bf16", spec: TinySpec | None = None,
+    overwrite: bool = False, save: SaveModel | None = None,
 ) -> TinyModelInfo:
     """Build the tiny Gemma 4 checkpoint + tokenizer into ``out_dir`` (atomically).
 
@@ -204,25 +193,15 @@ def build_tiny_gemma4(
         return _save(model, tokenizer, out, variant, spec, portable=False, overwrite=overwrite,
                      save=save or save_model, cleanup=cleanup)
     config = Gemma4TextConfig(
-        vocab_size=vocab,
-        vocab_size_per_layer_input=vocab,
-        hidden_size=spec.hidden_size,
-        intermediate_size=spec.intermediate_size,
-        num_hidden_layers=spec.num_hidden_layers,
-        num_attention_heads=spec.num_attention_heads,
-        num_key_value_heads=spec.num_key_value_heads,
-        head_dim=spec.head_dim,
-        global_head_dim=spec.global_head_dim,
+        vocab_size=vocab, vocab_size_per_layer_input=vocab, hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size, num_hidden_layers=spec.num_hidden_layers,
+        num_attention_heads=spec.num_attention_heads, num_key_value_heads=spec.num_key_value_heads,
+        head_dim=spec.head_dim, global_head_dim=spec.global_head_dim,
         num_global_key_value_heads=spec.num_key_value_heads,
-        hidden_size_per_layer_input=spec.hidden_size_per_layer_input,
-        sliding_window=spec.sliding_window,
-        layer_types=spec.layer_types(),
-        max_position_embeddings=spec.max_position_embeddings,
-        final_logit_softcapping=30.0,
-        tie_word_embeddings=True,
-        pad_token_id=0,
-        eos_token_id=[1, tokenizer.convert_tokens_to_ids("<turn|>")],
-        bos_token_id=2,
+        hidden_size_per_layer_input=spec.hidden_size_per_layer_input, sliding_window=spec.sliding_window,
+        layer_types=spec.layer_types(), max_position_embeddings=spec.max_position_embeddings,
+        final_logit_softcapping=30.0, tie_word_embeddings=True, pad_token_id=0,
+        eos_token_id=[1, tokenizer.convert_tokens_to_ids("<turn|>")], bos_token_id=2,
     )
     model = Gemma4ForCausalLM(config)
     # Random init is tiny (std 0.02); widen it so greedy outputs differ between prompts.
@@ -254,33 +233,21 @@ def _tiny_assistant(spec: TinySpec, tokenizer, generator):
     vocab = len(tokenizer)
     layers = spec.draft_num_hidden_layers
     text = Gemma4TextConfig(
-        vocab_size=vocab,
-        vocab_size_per_layer_input=0,
-        hidden_size=spec.draft_hidden_size,
-        intermediate_size=spec.draft_intermediate_size,
-        num_hidden_layers=layers,
-        num_attention_heads=spec.draft_num_attention_heads,
-        num_key_value_heads=spec.num_key_value_heads,
-        head_dim=spec.head_dim,
-        global_head_dim=spec.global_head_dim,
-        num_global_key_value_heads=spec.num_key_value_heads,
-        hidden_size_per_layer_input=0,
+        vocab_size=vocab, vocab_size_per_layer_input=0, hidden_size=spec.draft_hidden_size,
+        intermediate_size=spec.draft_intermediate_size, num_hidden_layers=layers,
+        num_attention_heads=spec.draft_num_attention_heads, num_key_value_heads=spec.num_key_value_heads,
+        head_dim=spec.head_dim, global_head_dim=spec.global_head_dim,
+        num_global_key_value_heads=spec.num_key_value_heads, hidden_size_per_layer_input=0,
         sliding_window=spec.sliding_window,
         layer_types=["sliding_attention"] * (layers - 1) + ["full_attention"],
-        max_position_embeddings=spec.max_position_embeddings,
-        final_logit_softcapping=30.0,
-        num_kv_shared_layers=layers,
-        tie_word_embeddings=True,
-        pad_token_id=0,
-        eos_token_id=[1, tokenizer.convert_tokens_to_ids("<turn|>")],
-        bos_token_id=2,
+        max_position_embeddings=spec.max_position_embeddings, final_logit_softcapping=30.0,
+        num_kv_shared_layers=layers, tie_word_embeddings=True, pad_token_id=0,
+        eos_token_id=[1, tokenizer.convert_tokens_to_ids("<turn|>")], bos_token_id=2,
     )
     config = Gemma4AssistantConfig(
-        text_config=text,
-        backbone_hidden_size=spec.hidden_size,
+        text_config=text, backbone_hidden_size=spec.hidden_size,
         # centroid masking off: vLLM captures CUDA graphs for it, which a CPU cannot
-        use_ordered_embeddings=False,
-        tie_word_embeddings=True,
+        use_ordered_embeddings=False, tie_word_embeddings=True,
     )
     model = Gemma4AssistantForCausalLM(config)
     with torch.no_grad():
@@ -325,13 +292,9 @@ def _save(model, tokenizer, out: Path, variant: str, spec: TinySpec, portable: b
                 raise clear from exc
             raise
     return TinyModelInfo(
-        path=out,
-        variant=variant,
-        spec=asdict(spec),
-        vocab_size=len(tokenizer),
+        path=out, variant=variant, spec=asdict(spec), vocab_size=len(tokenizer),
         num_parameters=sum(p.numel() for p in model.parameters()),
-        files=sorted(p.name for p in out.iterdir() if not p.name.startswith(".")),
-        cleanup=cleanup.lines(),
+        files=sorted(p.name for p in out.iterdir() if not p.name.startswith(".")), cleanup=cleanup.lines(),
     )
 
 

@@ -42,10 +42,7 @@ Handler = Callable[[argparse.Namespace], Output]
 
 
 def add_command(
-    subparsers: argparse._SubParsersAction,
-    name: str,
-    handler: Handler,
-    help: str,
+    subparsers: argparse._SubParsersAction, name: str, handler: Handler, help: str,
     description: str | None = None,
 ) -> argparse.ArgumentParser:
     """Add a subcommand with the shared ``--json`` flag and ``handler`` bound to it."""
@@ -71,9 +68,7 @@ def add_group(
 
 def _add_debug(parser: argparse.ArgumentParser, default: object = False) -> None:
     parser.add_argument(
-        "--debug",
-        action="store_true",
-        default=default,
+        "--debug", action="store_true", default=default,
         help="show the full traceback when something fails (also: GEMMA4_T4_DEBUG=1)",
     )
 
@@ -154,8 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help()
             return 2
         as_json, debug = (
-            bool(getattr(args, "json", False)),
-            debug_enabled(bool(getattr(args, "debug", False))),
+            bool(getattr(args, "json", False)), debug_enabled(bool(getattr(args, "debug", False))),
         )
         output = handler(args)
         emit(output, as_json)

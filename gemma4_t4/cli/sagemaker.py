@@ -108,8 +108,7 @@ def _image(args: argparse.Namespace) -> Output:
     region = args.region or _default_region()
     if args.dry_run:
         call = ApiCall(
-            "ecr",
-            "list_images",
+            "ecr", "list_images",
             {"RegistryId": dlc_account(region), "RepositoryName": "vllm", "Filter": {"tagStatus": "TAGGED"}},
             region,
         )
@@ -198,11 +197,7 @@ def _matrix(args: argparse.Namespace) -> Output:
         print(f"warning: {over}", file=sys.stderr)
     print(head, file=sys.stderr)
     result = run_matrix(
-        models,
-        base,
-        specs,
-        budget=args.budget_usd,
-        out_dir=args.out,
+        models, base, specs, budget=args.budget_usd, out_dir=args.out,
         how=EndpointHandling(progress=not args.json),
     )
     lines = [
@@ -244,31 +239,18 @@ def _config_from(args: argparse.Namespace):
         key, value = item.split("=", 1)
         env[key] = value
     return DeployConfig(
-        name=args.name,
-        model_id=args.model_id,
-        region=region,
-        instance_type=args.instance_type,
-        role_arn=args.role_arn,
-        image_uri=args.image_uri,
-        image_tag=args.image_tag,
-        dtype=args.dtype,
-        max_model_len=args.max_model_len,
-        max_num_seqs=args.max_num_seqs,
-        tensor_parallel_size=args.tensor_parallel_size,
-        gpu_memory_utilization=args.gpu_memory_utilization,
-        extra_args=list(args.vllm_arg or []),
-        extra_env=env,
+        name=args.name, model_id=args.model_id, region=region, instance_type=args.instance_type,
+        role_arn=args.role_arn, image_uri=args.image_uri, image_tag=args.image_tag, dtype=args.dtype,
+        max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
+        tensor_parallel_size=args.tensor_parallel_size, gpu_memory_utilization=args.gpu_memory_utilization,
+        extra_args=list(args.vllm_arg or []), extra_env=env,
         fallback_instance_types=[t for t in (args.fallback_instance_types or "").split(",") if t],
         inference_ami_version=None if args.inference_ami_version == "none" else args.inference_ami_version,
-        startup_timeout_s=args.startup_timeout,
-        ttl_hours=args.ttl_hours,
-        allow_unfixed_image=args.allow_unfixed_image,
-        model_data_s3_uri=getattr(args, "model_data", None),
-        min_instances=args.min_instances,
-        max_instances=args.max_instances,
+        startup_timeout_s=args.startup_timeout, ttl_hours=args.ttl_hours,
+        allow_unfixed_image=args.allow_unfixed_image, model_data_s3_uri=getattr(args, "model_data", None),
+        min_instances=args.min_instances, max_instances=args.max_instances,
         scaling_target=args.scaling_target if args.scaling_target is not None else DEFAULT_SCALING_TARGET,
-        draft=args.draft,
-        num_draft_tokens=args.num_draft_tokens,
+        draft=args.draft, num_draft_tokens=args.num_draft_tokens,
     )
 
 
@@ -300,12 +282,8 @@ def _deploy(args: argparse.Namespace) -> Output:
         cost = deploy_cost(config).line()
         return Output(
             {
-                "dry_run": True,
-                "config": config.summary(),
-                "cost": cost,
-                "image_tag": args.image_label,
-                "upload": upload_lines,
-                "plan": plan,
+                "dry_run": True, "config": config.summary(), "cost": cost, "image_tag": args.image_label,
+                "upload": upload_lines, "plan": plan,
             },
             f"{cost}\nimage tag: {args.image_label}\n" + _recipe(upload_lines + plan),
         )
@@ -338,8 +316,7 @@ def _with_model_dir(config, args: argparse.Namespace):
     config.validate(require_role=False)  # refuse a bad config before uploading gigabytes
     if args.dry_run:
         uri, lines = upload_plan(
-            args.model_dir,
-            args.model_bucket or default_bucket("<account>", config.region),
+            args.model_dir, args.model_bucket or default_bucket("<account>", config.region),
             region=config.region,
         )
     else:
@@ -421,10 +398,7 @@ def _invoke(args: argparse.Namespace) -> Output:
         return Output({"dry_run": True, "plan": plan}, _recipe(plan))
     if args.stream:
         result = invoke_stream(
-            args.name,
-            region,
-            args.prompt,
-            max_tokens=args.max_tokens,
+            args.name, region, args.prompt, max_tokens=args.max_tokens,
             on_text=None if args.json else lambda t: print(t, end="", flush=True),
         )
         ttft = f"{result.ttft_s:.2f} s" if result.ttft_s is not None else "-"
@@ -484,8 +458,7 @@ def _deploy_args(p: argparse.ArgumentParser, name: bool = True) -> None:
     p.add_argument("--role-arn", default=None, help="execution role (default: $GEMMA4_T4_SAGEMAKER_ROLE_ARN)")
     p.add_argument("--image-uri", default=None)
     p.add_argument(
-        "--image-tag",
-        default=None,
+        "--image-tag", default=None,
         help=f"the AWS vLLM DLC tag (default: the newest -sagemaker-vN.M in the region's registry; "
         f"{DEFAULT_VLLM_TAG} as a labelled fallback)",
     )
@@ -493,9 +466,7 @@ def _deploy_args(p: argparse.ArgumentParser, name: bool = True) -> None:
     p.add_argument("--max-model-len", type=int, default=8192)
     p.add_argument("--max-num-seqs", type=int, default=4)
     p.add_argument(
-        "--tensor-parallel-size",
-        type=int,
-        default=0,
+        "--tensor-parallel-size", type=int, default=0,
         help="0 (default): 1, or on multi-GPU hosts such as ml.g4dn.12xlarge what the fit calculator needs",
     )
     p.add_argument("--gpu-memory-utilization", type=float, default=0.90)
@@ -507,8 +478,7 @@ def _deploy_args(p: argparse.ArgumentParser, name: bool = True) -> None:
     )
     p.add_argument("--ttl-hours", type=float, default=4.0, help="lifetime tag enforced by `reap`")
     p.add_argument(
-        "--allow-unfixed-image",
-        action="store_true",
+        "--allow-unfixed-image", action="store_true",
         help="let a T4 run an image without the Turing fix (only for a vLLM fixed upstream)",
     )
     p.add_argument("--min-instances", type=int, default=None, help="autoscaling: at least N instances")
@@ -516,15 +486,12 @@ def _deploy_args(p: argparse.ArgumentParser, name: bool = True) -> None:
         "--max-instances", type=int, default=None, help="autoscaling: at most M (the cost shown is at M)"
     )
     p.add_argument(
-        "--scaling-target",
-        type=float,
-        default=None,
+        "--scaling-target", type=float, default=None,
         help="target invocations per instance per minute for target tracking (default 4; needs "
         "--min-instances/--max-instances, refused alone)",
     )
     p.add_argument(
-        "--draft",
-        default="off",
+        "--draft", default="off",
         help="speculative decoding: off | auto (Google's assistant for the model's size and build) | an "
         "assistant's hub id; sent to the container as SM_VLLM_SPECULATIVE_CONFIG",
     )
@@ -560,14 +527,11 @@ def _register_image_commands(sub: argparse._SubParsersAction) -> None:
     _common(p)
 
     p = add_command(
-        sub,
-        "build-image",
-        _build_image,
+        sub, "build-image", _build_image,
         "build the fixed T4 image in AWS CodeBuild and push it to your ECR (no local docker)",
     )
     p.add_argument(
-        "--base-tag",
-        default=None,
+        "--base-tag", default=None,
         help="the AWS vLLM DLC tag to build FROM (default: the newest in the region's registry, "
         f"else {DEFAULT_VLLM_TAG} labelled as a fallback)",
     )
@@ -583,14 +547,11 @@ def _register_deploy_commands(sub: argparse._SubParsersAction) -> None:
     )
     _deploy_args(p)
     p.add_argument(
-        "--model-dir",
-        default=None,
-        metavar="DIR",
+        "--model-dir", default=None, metavar="DIR",
         help="a local model folder: uploaded to S3 (resumable, checksummed) and served from there",
     )
     p.add_argument(
-        "--model-bucket",
-        default=None,
+        "--model-bucket", default=None,
         help="S3 bucket for --model-dir (default gemma4-t4-models-ACCOUNT-REGION)",
     )
     p.add_argument(
@@ -599,9 +560,7 @@ def _register_deploy_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=float, default=None, help="how long to wait for InService, s")
     p.add_argument("--no-wait", action="store_true", help="return once the endpoint is Creating")
     p.add_argument(
-        "--failover",
-        default=None,
-        metavar="REGIONS",
+        "--failover", default=None, metavar="REGIONS",
         help="comma-separated regions to try in order (skips those without quota)",
     )
     _common(p)
@@ -614,13 +573,11 @@ def _register_deploy_commands(sub: argparse._SubParsersAction) -> None:
         "--budget-usd", type=float, required=True, help="hard stop: endpoints are deleted when spent"
     )
     p.add_argument(
-        "--workload",
-        default="decode",
+        "--workload", default="decode",
         help="benchmark workload per endpoint (decode, ttft, prefix, answers, load, series_decode)",
     )
     p.add_argument(
-        "--out",
-        default="results/sagemaker-matrix",
+        "--out", default="results/sagemaker-matrix",
         help="results folder (OUT/ENDPOINT/WORKLOAD: one subfolder per model, one per workload inside)",
     )
     _deploy_args(p, name=False)
@@ -652,8 +609,7 @@ def _register_endpoint_commands(sub: argparse._SubParsersAction) -> None:
         if name == "delete":
             p.add_argument("--yes", action="store_true", help="really delete")
             p.add_argument(
-                "--not-ours",
-                action="store_true",
+                "--not-ours", action="store_true",
                 help="also delete an endpoint, config or model without this project's tag (not created here)",
             )
 

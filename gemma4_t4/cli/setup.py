@@ -25,22 +25,15 @@ def _setup(args: argparse.Namespace) -> Output:
     # a shell command: nothing is loaded yet in the Python that will use the install
     plan = plan_setup(env.probe(), vllm_version=args.vllm)
     data = to_jsonable(plan) | {
-        "commands": plan.commands,
-        "index_urls": plan.index_urls,
-        "dry_run": args.dry_run,
-        "applied": False,
+        "commands": plan.commands, "index_urls": plan.index_urls, "dry_run": args.dry_run, "applied": False,
     }
     if args.dry_run or not plan.needed:
         hint = "\n(dry run: nothing installed; run without --dry-run to install)" if plan.needed else ""
         return Output(data, plan.summary() + hint)
     result = apply_setup(plan)
     data.update(
-        applied=result.applied,
-        restart=result.restart,
-        message=result.message,
-        output_tail=result.output_tail,
-        installed_route=result.route,
-        record=result.record_path,
+        applied=result.applied, restart=result.restart, message=result.message,
+        output_tail=result.output_tail, installed_route=result.route, record=result.record_path,
     )
     return Output(data, plan.summary() + "\n" + result.message)
 
@@ -58,9 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
 
     p = add_command(
-        subparsers,
-        "setup",
-        _setup,
+        subparsers, "setup", _setup,
         "install the vLLM and torch builds this host runs (GPU, driver, Colab aware)",
         description="Read the host (GPU, compute capability, driver, Colab, installed torch/vLLM) and "
         "install the install matrix's row for it (docs/install.md): vLLM "
@@ -73,14 +64,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--dry-run", action="store_true", help="print the plan and its pip commands; install nothing"
     )
     p.add_argument(
-        "--vllm",
-        default=None,
+        "--vllm", default=None,
         help=f"vLLM release to install: one of {', '.join(known_vllm_versions())} "
         "(default: the best the driver runs)",
     )
     p.add_argument(
-        "--undo",
-        action="store_true",
+        "--undo", action="store_true",
         help="revert what this Python's latest setup install changed (with --dry-run: print the pip commands)",
     )
     p.add_argument("--record", default=None, metavar="PATH", help="with --undo: the setup record to restore")

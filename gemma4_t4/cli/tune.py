@@ -22,19 +22,14 @@ DEFAULT_MODEL = "google/gemma-4-E2B-it-qat-w4a16-ct"
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = add_command(
-        subparsers,
-        "tune",
-        _tune,
+        subparsers, "tune", _tune,
         "measure the drafter (off, N=1..6 at 1 and 8 streams) and the prefill route on this GPU; "
         "cache one launch profile that serve start --target t4 follows",
     )
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"the model to tune (default {DEFAULT_MODEL})")
     p.add_argument("--dry-run", action="store_true", help="print the plan of measurements; start nothing")
     p.add_argument(
-        "--minutes",
-        type=float,
-        default=DEFAULT_MINUTES,
-        metavar="N",
+        "--minutes", type=float, default=DEFAULT_MINUTES, metavar="N",
         help=f"refuse a plan estimated to take longer (default {DEFAULT_MINUTES:g})",
     )
     p.add_argument(
