@@ -1,22 +1,12 @@
-"""The MCP server: SageMaker lifecycle and local T4/CPU serving tools for an AI assistant.
+"""The MCP server (``gemma4-t4 mcp``, stdio): SageMaker lifecycle and local serving tools for an assistant.
 
-Every tool is a thin adapter over a package function; results are typed (structured content),
-annotated read-only or destructive, and blocking work runs in a thread. Destructive or billing
-tools (deploy_endpoint, delete_endpoint, apply_turing_patch, stop_vllm_server) do nothing unless
-called with ``confirm=True``: without it they return a structured refusal describing what would
-happen. Credentials are never logged or returned: results are scrubbed of secret values.
-
-Each tool is declared once, with the ``@tool(...)`` decorator: its annotations and whether it needs
-``confirm=True`` live next to it (:data:`REGISTRY`). The adapter around every tool is the MCP
-server's one error boundary: a package error answers its message and fix; any other exception
-answers its type, message and a fix instead of a bare "Error executing tool"; with
-``GEMMA4_T4_DEBUG=1`` the traceback goes to the server's log (stderr).
-
-The benchmark (its client and plots: about a second of imports) and torch are imported inside
-the tools that use them, so the server starts faster. The SageMaker tools import their functions
-inside their bodies under other names, because several share a name with the tool itself.
-
-Run it with ``gemma4-t4 mcp`` or ``python -m gemma4_t4.mcp_server`` (stdio).
+Each tool is a thin adapter over a package function, declared once with ``@tool(...)`` (its annotations
+and whether it needs ``confirm=True``: :data:`REGISTRY`). Billing or destructive tools only describe what
+they would do unless ``confirm=True``. The adapter runs the tool in a thread and is the one error boundary:
+every failure answers its message and a fix (the traceback goes to stderr with ``GEMMA4_T4_DEBUG=1``),
+and secret values are scrubbed from every answer. The benchmark and torch load inside the tools that use
+them, so the server starts fast; SageMaker functions are imported under other names where they share
+the tool's name.
 """
 
 from __future__ import annotations
@@ -132,14 +122,8 @@ DraftTokens = Annotated[
 
 
 def _secret_values() -> list[str]:
-    """Values of secret-named environment variables (AWS keys, HF tokens) worth scrubbing; short
-    values are left out so that a stray ``1`` is not masked everywhere."""
+    """Secret-named environment values to scrub; short ones are left out (a stray ``1`` is not masked)."""
     return [v for k, v in os.environ.items() if secrets.is_secret_name(k) and len(v) >= 6]
-
-
-def _scrub(value: Any, values: list[str]) -> Any:
-    """The package's one masking rule (gemma4_t4.foundation.secrets), shared with serve, bench and SageMaker."""
-    return secrets.mask(value, values)
 
 
 log = logging.getLogger("gemma4_t4.mcp")
@@ -173,9 +157,9 @@ def _adapter(fn: Callable[..., Any]) -> Callable[..., Any]:
         except Exception as exc:  # the boundary: no tool answers a bare "Error executing tool"
             if debug_enabled():
                 log.error("tool %s failed", fn.__name__, exc_info=exc)
-            raise ToolError(_scrub(tool_error_text(exc), _secret_values())) from None
+            raise ToolError(secrets.mask(tool_error_text(exc), _secret_values())) from None
         plain = to_jsonable(result)
-        scrubbed = _scrub(plain, _secret_values())
+        scrubbed = secrets.mask(plain, _secret_values())
         if scrubbed != plain:
             return TypeAdapter(return_type).validate_python(scrubbed)
         return result
@@ -317,8 +301,7 @@ class ServerToolResult(BaseModel):
 
 
 class ImageResult(ImageChoice):
-    """The vLLM container for a region (``sagemaker.image.ImageChoice``), and the InferenceAmiVersion
-    whose driver runs its CUDA on an instance type."""
+    """The region's vLLM container and the InferenceAmiVersion whose driver runs it on an instance type."""
 
     instance_type: str
     inference_ami_version: str | None = None
@@ -355,8 +338,7 @@ class TuringPatchResult(BaseModel):
 
 @dataclass
 class _Watches:
-    """Deployments returned at Creating and still watched (rolled back on failure). The watch lives
-    in this process: at its exit, what has not been seen InService is deleted (:func:`_settle_watches`)."""
+    """Deployments returned at Creating, watched in this process until InService (:func:`_settle_watches`)."""
 
     by_key: dict[tuple[str, str], Any] = field(default_factory=dict)
     # region -> the SageMaker client a watched deploy uses (None: boto3's); a test hands in a stand-in
@@ -367,11 +349,8 @@ _WATCHES = _Watches()
 
 
 def _settle_watches() -> None:
-    """At the MCP server's exit (stdin closed, SIGTERM/SIGHUP): a deploy_endpoint(wait=False) whose
-    endpoint has not been seen InService would be watched by nobody, and a Failed one would be left
-    to its expiry tag. Each is deleted with exactly what its deploy created (endpoint, config,
-    model), unless one last look finds it InService: then it is the user's, kept, and said so. Every
-    decision is written to the server's log (stderr)."""
+    """At exit, delete what each unwatched deploy_endpoint(wait=False) created unless one last look finds
+    it InService (then it is the user's, kept); every decision goes to the server's log (stderr)."""
     for (region, name), watcher in list(_WATCHES.by_key.items()):
         if watcher.done.is_set():  # InService (kept) or already rolled back by the watch itself
             continue
@@ -389,7 +368,8 @@ def _settle_watches() -> None:
             gone = rollback(watcher.sm, watcher.result.created)
         except Exception as exc:  # noqa: BLE001 - said in the log, with the command that finishes the job
             log.error("exiting: could not delete endpoint %s in %s (%s): %s; run gemma4-t4 sagemaker delete %s "
-                      "--region %s --yes", name, region, status, _scrub(str(exc), _secret_values()), name, region)
+                      "--region %s --yes", name, region, status, secrets.mask(str(exc), _secret_values()),
+                      name, region)
             continue
         watcher.result.rolled_back = gone
         watcher.result.status, watcher.result.success = "Deleted at exit", False
@@ -541,8 +521,7 @@ def deploy_endpoint(name: str = "gemma4-t4", model_id: str = "google/gemma-4-E2B
 
 
 class BuiltImage(BuildRecord):
-    """What build_t4_image answers after a build: the image's record, and the resources it
-    created or found already there."""
+    """build_t4_image's answer: the image's record and the resources it created or found."""
 
     created: list[str]
     reused: list[str]
@@ -630,8 +609,7 @@ def _local_chat(base_url: str, prompt: str, max_tokens: int, temperature: float,
 
 
 def server_reason(body: bytes) -> str:
-    """The reason an OpenAI-compatible server gives in an error body (vLLM: {"error": {"message": ...}}
-    or {"object": "error", "message": ...}); the raw text when it is not JSON."""
+    """The reason in an OpenAI-compatible error body (vLLM: {"error": {"message": ...}}), else its text."""
     text = body.decode("utf-8", "replace").strip()
     try:
         data = json.loads(text)
@@ -707,8 +685,7 @@ def delete_endpoint(name: str, region: str = "us-east-2", confirm: Confirm = Fal
 @tool(LOCAL_READ_ONLY)
 def check_environment(probe_shared_memory: bool = False) -> env.EnvReport:
     """Doctor: Python, torch, vLLM, GPU, driver, RAM/swap, disk, and the problems to fix first."""
-    report = env.doctor(smem=probe_shared_memory)
-    return report
+    return env.doctor(smem=probe_shared_memory)
 
 
 def _torch_arch_flags() -> str | None:
@@ -852,7 +829,6 @@ def run_benchmark(base_url: str, spec: AnySpec | None = None, model: str | None 
     return bench_specs.run(served, chosen, out, progress=False, **timeout).report()
 
 
-# Views of the registry, kept for callers that read them by these names.
 CONFIRM_REQUIRED = tuple(name for name, spec in REGISTRY.items() if spec.confirm)
 
 
