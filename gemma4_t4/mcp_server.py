@@ -301,7 +301,8 @@ class ServerToolResult(BaseModel):
 
 
 class ImageResult(ImageChoice):
-    """The region's vLLM container and the InferenceAmiVersion whose driver runs it on an instance type."""
+    """The vLLM container for a region (``sagemaker.image.ImageChoice``), and the InferenceAmiVersion
+    whose driver runs its CUDA on an instance type."""
 
     instance_type: str
     inference_ami_version: str | None = None
@@ -399,18 +400,14 @@ def get_help() -> HelpResult:
             + "; the other fields are that spec's (its schema lists them; an unknown one is refused, named)",
         ],
         tools={name: (spec.fn.__doc__ or "").strip().splitlines()[0] for name, spec in REGISTRY.items()},
-        cli=[
-            "gemma4-t4 sagemaker quotas", "gemma4-t4 sagemaker image --region us-east-2",
-            "gemma4-t4 sagemaker deploy --dry-run", "gemma4-t4 sagemaker deploy --name NAME",
-            "gemma4-t4 sagemaker status NAME", "gemma4-t4 sagemaker logs NAME",
-            "gemma4-t4 sagemaker invoke NAME --prompt '...' [--stream]",
-            "gemma4-t4 sagemaker delete NAME --yes", "gemma4-t4 sagemaker reap --yes",
-        ],
-        notes=[
-            "Destructive or billing tools need confirm=True; without it they describe what they would do.",
-            "Every endpoint carries an expiry tag; `gemma4-t4 sagemaker reap` deletes endpoints past it.",
-            "A failed or timed-out deploy deletes what it created.",
-        ],
+        cli=["gemma4-t4 sagemaker quotas", "gemma4-t4 sagemaker image --region us-east-2",
+             "gemma4-t4 sagemaker deploy --dry-run", "gemma4-t4 sagemaker deploy --name NAME",
+             "gemma4-t4 sagemaker status NAME", "gemma4-t4 sagemaker logs NAME",
+             "gemma4-t4 sagemaker invoke NAME --prompt '...' [--stream]",
+             "gemma4-t4 sagemaker delete NAME --yes", "gemma4-t4 sagemaker reap --yes"],
+        notes=["Destructive or billing tools need confirm=True; without it they describe what they would do.",
+               "Every endpoint carries an expiry tag; `gemma4-t4 sagemaker reap` deletes endpoints past it.",
+               "A failed or timed-out deploy deletes what it created."],
     )
 
 
@@ -521,7 +518,8 @@ def deploy_endpoint(name: str = "gemma4-t4", model_id: str = "google/gemma-4-E2B
 
 
 class BuiltImage(BuildRecord):
-    """build_t4_image's answer: the image's record and the resources it created or found."""
+    """What build_t4_image answers after a build: the image's record, and the resources it
+    created or found already there."""
 
     created: list[str]
     reused: list[str]

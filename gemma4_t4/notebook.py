@@ -507,12 +507,10 @@ def endpoint(runtime: RuntimeInfo | str, model: str | Path, work_dir: str | Path
     from gemma4_t4.serving.server_state import free_port
 
     server_target = "cpu" if target == "cpu" else "t4"
-    config = ServerConfig(
-        model=str(model), target=server_target, served_model_name=name, port=free_port(),
-        max_model_len=max_model_len or (2048 if server_target == "cpu" else 8192),
-        max_num_seqs=max_num_seqs, enable_prefix_caching=enable_prefix_caching,
-        work_dir=str(Path(work_dir) / "vllm"),
-    )
+    config = ServerConfig(model=str(model), target=server_target, served_model_name=name, port=free_port(),
+                          max_model_len=max_model_len or (2048 if server_target == "cpu" else 8192),
+                          max_num_seqs=max_num_seqs, enable_prefix_caching=enable_prefix_caching,
+                          work_dir=str(Path(work_dir) / "vllm"))
     gpu_name = runtime.gpu_name if isinstance(runtime, RuntimeInfo) else None
     return Endpoint.local(config, gpu_name=gpu_name)
 

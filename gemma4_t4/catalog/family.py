@@ -19,13 +19,11 @@ Format = Literal["bf16", "qat-w4a16", "emb4"]
 FORMATS: tuple[str, ...] = ("bf16", "qat-w4a16", "emb4")
 
 
-_FORMAT_ALIASES = {
-    "bf16": "bf16", "fp16": "bf16", "float16": "bf16", "bfloat16": "bf16", "base": "bf16",
-    "q4_0-unquantized": "bf16", "qat-q4_0-unquantized": "bf16",
-    "qat-w4a16": "qat-w4a16", "qat": "qat-w4a16", "w4a16": "qat-w4a16", "ct": "qat-w4a16",
-    "qat-w4a16-ct": "qat-w4a16", "int4": "qat-w4a16",
-    "emb4": "emb4", "text-emb4": "emb4", "w4a16-emb4": "emb4",
-}
+_FORMAT_ALIASES = {"bf16": "bf16", "fp16": "bf16", "float16": "bf16", "bfloat16": "bf16", "base": "bf16",
+                   "q4_0-unquantized": "bf16", "qat-q4_0-unquantized": "bf16",
+                   "qat-w4a16": "qat-w4a16", "qat": "qat-w4a16", "w4a16": "qat-w4a16", "ct": "qat-w4a16",
+                   "qat-w4a16-ct": "qat-w4a16", "int4": "qat-w4a16",
+                   "emb4": "emb4", "text-emb4": "emb4", "w4a16-emb4": "emb4"}
 
 
 def normalize_format(name: str) -> str:
@@ -115,10 +113,8 @@ class Gemma4Variant:
         )
 
     def layer_types(self) -> list[str]:
-        return [
-            "full_attention" if (i + 1) % self.full_attention_every == 0 else "sliding_attention"
-            for i in range(self.num_layers)
-        ]
+        return ["full_attention" if (i + 1) % self.full_attention_every == 0 else "sliding_attention"
+                for i in range(self.num_layers)]
 
     @property
     def first_kv_shared_layer(self) -> int:
@@ -136,16 +132,14 @@ class Gemma4Variant:
 VARIANTS: dict[str, Gemma4Variant] = {
     v.key: v
     for v in [
-        Gemma4Variant(
-            key="e2b", size="E2B", model_type="gemma4", hidden_size=1536, num_layers=35,
-            full_attention_every=5, num_q_heads=8, num_kv_heads_sliding=1, num_kv_heads_global=1,
-            sliding_window=512, intermediate_size=6144, max_position_embeddings=131_072,
-            num_kv_shared_layers=20, double_wide_mlp_in_kv_shared=True, ple_dim_per_layer=256,
-            ct_duplicate_lm_head=True, towers="vision 16 layers + audio 12 layers",
-            published=PublishedParams(total=5.10, body=1.877, embed=0.403, ple=2.349, vision=0.169,
-                                      audio=0.307),
-            notes=("dense with per-layer embeddings (PLE), not MoE",),
-        ),
+        Gemma4Variant(key="e2b", size="E2B", model_type="gemma4", hidden_size=1536, num_layers=35,
+                      full_attention_every=5, num_q_heads=8, num_kv_heads_sliding=1, num_kv_heads_global=1,
+                      sliding_window=512, intermediate_size=6144, max_position_embeddings=131_072,
+                      num_kv_shared_layers=20, double_wide_mlp_in_kv_shared=True, ple_dim_per_layer=256,
+                      ct_duplicate_lm_head=True, towers="vision 16 layers + audio 12 layers",
+                      published=PublishedParams(total=5.10, body=1.877, embed=0.403, ple=2.349, vision=0.169,
+                                                audio=0.307),
+                      notes=("dense with per-layer embeddings (PLE), not MoE",)),
         Gemma4Variant(
             key="e4b", size="E4B", model_type="gemma4", hidden_size=2560, num_layers=42,
             full_attention_every=6, num_q_heads=8, num_kv_heads_sliding=2, num_kv_heads_global=2,
@@ -157,23 +151,19 @@ VARIANTS: dict[str, Gemma4Variant] = {
                                       audio=0.307),
             notes=("dense with per-layer embeddings (PLE), not MoE",),
         ),
-        Gemma4Variant(
-            key="12b", size="12B", model_type="gemma4_unified", hidden_size=3840, num_layers=48,
-            full_attention_every=6, num_q_heads=16, num_kv_heads_sliding=8, num_kv_heads_global=1,
-            sliding_window=1024, intermediate_size=15360, max_position_embeddings=131_072,
-            attention_k_eq_v=True, towers="no vision tower (patch projection) + audio projector",
-            published=PublishedParams(total=11.96),
-            notes=("launched 2026-06-03", "the largest size that fits one T4 (4-bit builds)"),
-        ),
-        Gemma4Variant(
-            key="26b-a4b", size="26B-A4B", model_type="gemma4", hidden_size=2816, num_layers=30,
-            full_attention_every=6, num_q_heads=16, num_kv_heads_sliding=8, num_kv_heads_global=2,
-            sliding_window=1024, intermediate_size=2112, max_position_embeddings=262_144,
-            attention_k_eq_v=True, moe=MoE(num_experts=128, top_k=8, expert_intermediate_size=704),
-            towers="vision 27 layers", published=PublishedParams(total=25.81, active=3.8),
-            notes=("MoE: a dense MLP plus 128 experts (top-8) per layer",
-                   "Google publishes no -qat-w4a16-ct build for this size"),
-        ),
+        Gemma4Variant(key="12b", size="12B", model_type="gemma4_unified", hidden_size=3840, num_layers=48,
+                      full_attention_every=6, num_q_heads=16, num_kv_heads_sliding=8, num_kv_heads_global=1,
+                      sliding_window=1024, intermediate_size=15360, max_position_embeddings=131_072,
+                      attention_k_eq_v=True, towers="no vision tower (patch projection) + audio projector",
+                      published=PublishedParams(total=11.96),
+                      notes=("launched 2026-06-03", "the largest size that fits one T4 (4-bit builds)")),
+        Gemma4Variant(key="26b-a4b", size="26B-A4B", model_type="gemma4", hidden_size=2816, num_layers=30,
+                      full_attention_every=6, num_q_heads=16, num_kv_heads_sliding=8, num_kv_heads_global=2,
+                      sliding_window=1024, intermediate_size=2112, max_position_embeddings=262_144,
+                      attention_k_eq_v=True, moe=MoE(num_experts=128, top_k=8, expert_intermediate_size=704),
+                      towers="vision 27 layers", published=PublishedParams(total=25.81, active=3.8),
+                      notes=("MoE: a dense MLP plus 128 experts (top-8) per layer",
+                             "Google publishes no -qat-w4a16-ct build for this size")),
         Gemma4Variant(
             key="31b", size="31B", model_type="gemma4", hidden_size=5376, num_layers=60,
             full_attention_every=6, num_q_heads=32, num_kv_heads_sliding=16, num_kv_heads_global=4,

@@ -261,10 +261,8 @@ def param_breakdown(variant: str | Gemma4Variant) -> ParamBreakdown:
         towers = round(((v.published.vision or 0) + (v.published.audio or 0)) * 1e9)
     else:
         towers = max(0, published_total - text)
-    return ParamBreakdown(
-        body=body, embed=embed, ple=ple, towers=towers, total=text + towers,
-        active_per_token=lin.read_per_token + norms + embed, published=v.published,
-    )
+    return ParamBreakdown(body=body, embed=embed, ple=ple, towers=towers, total=text + towers,
+                          active_per_token=lin.read_per_token + norms + embed, published=v.published)
 
 
 # ---------------------------------------------------------------------------------------
@@ -330,10 +328,8 @@ def kv_read_bytes_per_token(variant: str | Gemma4Variant, context_len: int, kv_d
 
 def _bytes_per_weight(fmt: str) -> tuple[float, float]:
     """(linear, output layer) bytes per weight."""
-    return {
-        "bf16": (FP16_BYTES, FP16_BYTES), "qat-w4a16": (INT4_G32_BYTES, FP16_BYTES),
-        "emb4": (INT4_G32_BYTES, INT4_G32_BYTES),
-    }[fmt]
+    return {"bf16": (FP16_BYTES, FP16_BYTES), "qat-w4a16": (INT4_G32_BYTES, FP16_BYTES),
+            "emb4": (INT4_G32_BYTES, INT4_G32_BYTES)}[fmt]
 
 
 def _ships_kv_shared_projections(fmt: str) -> bool:
@@ -394,10 +390,8 @@ class Roofline(Displayable):
                  "roofline tok/s (measured bandwidth)": self.tok_s_measured}]
 
 
-def decode_roofline(
-    variant: str | Gemma4Variant, fmt: str = "bf16", gpu: str = "t4", context_len: int = 0,
-    bandwidth_gb_s: float | None = None,
-) -> Roofline:
+def decode_roofline(variant: str | Gemma4Variant, fmt: str = "bf16", gpu: str = "t4", context_len: int = 0,
+                    bandwidth_gb_s: float | None = None) -> Roofline:
     """Per-stream decode ceiling on ``gpu`` (T4: bf16 69.6, qat-w4a16 171.9 tok/s at 320 GB/s).
 
     Ignores fixed per-step cost, so real runs land well below it (the series measured 40 and
@@ -537,13 +531,11 @@ class FitResult:
     notes: list[str] = field(default_factory=list)
 
 
-def fit(
-    variant: str | Gemma4Variant, fmt: str = "qat-w4a16", gpu: str = "t4", context_len: int = 8192,
-    num_gpus: int = 1, gpu_memory_utilization: float = 0.9, max_num_seqs: int = 8,
-    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS, text_only: bool = False,
-    overhead_gib: float = DEFAULT_OVERHEAD_GIB, kv_dtype_bytes: int = 2, draft_weights_bytes: int = 0,
-    draft_own_kv: bool = False,
-) -> FitResult:
+def fit(variant: str | Gemma4Variant, fmt: str = "qat-w4a16", gpu: str = "t4", context_len: int = 8192,
+        num_gpus: int = 1, gpu_memory_utilization: float = 0.9, max_num_seqs: int = 8,
+        max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS, text_only: bool = False,
+        overhead_gib: float = DEFAULT_OVERHEAD_GIB, kv_dtype_bytes: int = 2, draft_weights_bytes: int = 0,
+        draft_own_kv: bool = False) -> FitResult:
     """Weights + KV cache + overhead against one GPU (or ``num_gpus`` with tensor parallelism).
 
     With tensor parallelism the weights split evenly over the GPUs (vLLM shards linears and
@@ -619,10 +611,8 @@ def _check_fit_args(v: Gemma4Variant, num_gpus: int, gpu_memory_utilization: flo
                     kv_dtype_bytes: int, draft_weights_bytes: int) -> None:
     """Refuse arguments that would give a silently wrong verdict (NaN compares False everywhere)."""
     if num_gpus < 1 or v.num_q_heads % num_gpus:
-        raise Gemma4T4Error(
-            f"{v.name} cannot be split over {num_gpus} GPUs: {v.num_q_heads} query heads",
-            fix="use a tensor-parallel size that divides the head count (1, 2, 4 or 8)",
-        )
+        raise Gemma4T4Error(f"{v.name} cannot be split over {num_gpus} GPUs: {v.num_q_heads} query heads",
+                            fix="use a tensor-parallel size that divides the head count (1, 2, 4 or 8)")
     if not 0.1 <= gpu_memory_utilization <= 1.0:
         raise Gemma4T4Error("gpu_memory_utilization must be in [0.1, 1.0]", fix="typical: 0.85-0.92")
     if context_len < 1 or max_num_seqs < 1:

@@ -34,13 +34,11 @@ SaveModel = Callable[[Any, Path], None]  # (model, folder): writes the weights a
 SPECIAL_TOKENS = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"]
 TURN_TOKENS = ["<|turn>", "<turn|>"]
 
-CHAT_TEMPLATE = (
-    "{{ bos_token }}"
-    "{% for message in messages %}"
-    "{{ '<|turn>' + message['role'] + '\n' + message['content'] | trim + '<turn|>\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|turn>model\n' }}{% endif %}"
-)
+CHAT_TEMPLATE = ("{{ bos_token }}"
+                 "{% for message in messages %}"
+                 "{{ '<|turn>' + message['role'] + '\n' + message['content'] | trim + '<turn|>\n' }}"
+                 "{% endfor %}"
+                 "{% if add_generation_prompt %}{{ '<|turn>model\n' }}{% endif %}")
 
 # A small corpus: enough merges for a few hundred tokens, and every ASCII letter/digit.
 CORPUS = [
@@ -79,10 +77,8 @@ class TinySpec:
     draft_num_attention_heads: int = 2
 
     def layer_types(self) -> list[str]:
-        types = [
-            "full_attention" if (i + 1) % self.full_attention_every == 0 else "sliding_attention"
-            for i in range(self.num_hidden_layers)
-        ]
+        types = ["full_attention" if (i + 1) % self.full_attention_every == 0 else "sliding_attention"
+                 for i in range(self.num_hidden_layers)]
         types[-1] = "full_attention"
         return types
 
@@ -136,10 +132,8 @@ def snap_to_int4_grid(weight, group_size: int = 32, generator=None):
 
     rows, cols = weight.shape
     if cols % group_size:
-        raise Gemma4T4Error(
-            f"cannot snap a {tuple(weight.shape)} tensor to group {group_size}",
-            fix=f"use a shape whose last dimension is a multiple of {group_size}",
-        )
+        raise Gemma4T4Error(f"cannot snap a {tuple(weight.shape)} tensor to group {group_size}",
+                            fix=f"use a shape whose last dimension is a multiple of {group_size}")
     w = weight.detach().float().reshape(rows, cols // group_size, group_size)
     absmax = w.abs().amax(dim=-1, keepdim=True).clamp_min(1e-8)
     peak = torch.randint(5, 9, absmax.shape, generator=generator).float()
@@ -161,10 +155,8 @@ def _portable_config(config_path: Path, spec: TinySpec) -> None:
     config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
-def build_tiny_gemma4(
-    out_dir: str | os.PathLike, variant: Variant = "bf16", spec: TinySpec | None = None,
-    overwrite: bool = False, save: SaveModel | None = None,
-) -> TinyModelInfo:
+def build_tiny_gemma4(out_dir: str | os.PathLike, variant: Variant = "bf16", spec: TinySpec | None = None,
+                      overwrite: bool = False, save: SaveModel | None = None) -> TinyModelInfo:
     """Build the tiny Gemma 4 checkpoint + tokenizer into ``out_dir`` (atomically).
 
     Deterministic for a given ``spec.seed``. Written to a partial sibling folder and renamed

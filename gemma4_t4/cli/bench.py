@@ -41,10 +41,8 @@ class _ListValues(argparse.Action):
         setattr(namespace, self.dest, [v for word in values for v in word])
 
 
-_ints = _comma_list(int, "integer")
-_floats = _comma_list(float, "number")
-_strs = _comma_list(str, "value")
-_LIST_PARSERS = {int: _ints, float: _floats, str: _strs}
+_LIST_PARSERS = {int: _comma_list(int, "integer"), float: _comma_list(float, "number"),
+                 str: _comma_list(str, "value")}
 _SCALARS = {int: int, float: float, str: str, SecretStr: str}
 _METAVARS = {int: "N", float: "X"}  # str: the field's name
 
@@ -145,16 +143,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(records.jsonl, summary.json, summary.csv, PNG plots).",
     )
 
-    run = add_command(
-        sub, "run", _run, help="run one workload against a live server or SageMaker endpoint",
-        description="Run one workload against a live server. --base-url is either an "
-        "OpenAI-compatible server root (http://HOST:PORT) or a SageMaker endpoint, "
-        "sagemaker://REGION/ENDPOINT: requests then go through boto3's sagemaker-runtime "
-        "invoke_endpoint_with_response_stream (invoke_endpoint where the endpoint cannot "
-        "stream), signed with your AWS credentials; pass --tokenizer for exact prompt "
-        "lengths. AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME redirects the runtime (a local "
-        "stand-in).",
-    )
+    run = add_command(sub, "run", _run, help="run one workload against a live server or SageMaker endpoint",
+                      description="Run one workload against a live server. --base-url is either an "
+                      "OpenAI-compatible server root (http://HOST:PORT) or a SageMaker endpoint, "
+                      "sagemaker://REGION/ENDPOINT: requests then go through boto3's sagemaker-runtime "
+                      "invoke_endpoint_with_response_stream (invoke_endpoint where the endpoint cannot "
+                      "stream), signed with your AWS credentials; pass --tokenizer for exact prompt "
+                      "lengths. AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME redirects the runtime (a local "
+                      "stand-in).")
     option_flags(run)
     run.add_argument("--no-plots", action="store_true", help="do not write the PNG plots after the run")
 

@@ -86,11 +86,9 @@ def _resolve_gpus(args: argparse.Namespace) -> tuple[str, int]:
 
 def _fit(args: argparse.Namespace) -> Output:
     gpu, num_gpus = _resolve_gpus(args)
-    kwargs = dict(
-        gpu_memory_utilization=args.gpu_memory_utilization, max_num_seqs=args.max_num_seqs,
-        max_num_batched_tokens=args.max_num_batched_tokens, text_only=args.text_only,
-        overhead_gib=args.overhead_gib,
-    )
+    kwargs = dict(gpu_memory_utilization=args.gpu_memory_utilization, max_num_seqs=args.max_num_seqs,
+                  max_num_batched_tokens=args.max_num_batched_tokens, text_only=args.text_only,
+                  overhead_gib=args.overhead_gib)
     formats = [m.normalize_format(args.format)] if args.format else list(m.FORMATS)
     models = [m.get_variant(args.model).key] if args.model else None
     everything = m.fit_table(gpu, args.context, num_gpus, **kwargs)
@@ -109,12 +107,10 @@ def _fit(args: argparse.Namespace) -> Output:
         r = results[0]
         data["load_ram"] = m.load_ram(r.model, r.format)
         data["roofline"] = m.decode_roofline(r.model, r.format, gpu)
-    rows = [
-        [m.VARIANTS[r.model].name, r.format + ("" if r.google_build else "*"), f"{r.weights_gib:.2f}",
-         f"{max(r.kv_budget_gib, 0):.2f}", f"{r.kv_token_capacity:,}" if r.weights_fit else "-",
-         f"{r.max_context_fits:,}" if r.weights_fit else "-", "yes" if r.fits else "NO"]
-        for r in results
-    ]
+    rows = [[m.VARIANTS[r.model].name, r.format + ("" if r.google_build else "*"), f"{r.weights_gib:.2f}",
+             f"{max(r.kv_budget_gib, 0):.2f}", f"{r.kv_token_capacity:,}" if r.weights_fit else "-",
+             f"{r.max_context_fits:,}" if r.weights_fit else "-", "yes" if r.fits else "NO"]
+            for r in results]
     g = GPUS[gpu]
     text = (f"{where} ({g.usable_memory_gib:.2f} GiB usable), context {args.context:,}, "
             f"gpu_memory_utilization {args.gpu_memory_utilization:g}, max_num_seqs {args.max_num_seqs}, "

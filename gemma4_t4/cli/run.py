@@ -26,10 +26,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="where the notebooks run (default auto: t4 where an NVIDIA GPU is found, else cpu)",
     )
     parser.add_argument("--out", default="build", help="output folder (default build)")
-    parser.add_argument(
-        "--only", action="append", metavar="PART",
-        help="run only this part number, e.g. --only 02 (repeatable)",
-    )
+    parser.add_argument("--only", action="append", metavar="PART",
+                        help="run only this part number, e.g. --only 02 (repeatable)")
     parser.add_argument(
         "--notebooks", default=None, metavar="DIR",
         help="folder holding the NN_*.ipynb notebooks and params/ (default: the checkout's notebooks/; "

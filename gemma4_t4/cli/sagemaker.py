@@ -67,10 +67,8 @@ def _common(parser: argparse.ArgumentParser, region: bool = True) -> None:
 
 
 def _recipe(commands: list[str]) -> str:
-    return (
-        "# dry run: nothing was created or changed (read-only lookups only). Equivalent AWS CLI:\n"
-        + "\n".join(commands)
-    )
+    return ("# dry run: nothing was created or changed (read-only lookups only). Equivalent AWS CLI:\n"
+            + "\n".join(commands))
 
 
 # -- handlers ---------------------------------------------------------------------------------
@@ -91,11 +89,9 @@ def _quotas(args: argparse.Namespace) -> Output:
         except Gemma4T4Error as exc:
             picks[instance] = None
             notes[instance] = str(exc)  # each type's own reason
-    text = (
-        report.table()
-        + "\n"
-        + "\n".join(f"-> {t}: deploy in {r}" if r else f"-> {t}: {notes[t]}" for t, r in picks.items())
-    )
+    text = (report.table()
+            + "\n"
+            + "\n".join(f"-> {t}: deploy in {r}" if r else f"-> {t}: {notes[t]}" for t, r in picks.items()))
     code = 0 if any(picks.values()) else 1
     return Output({"rows": report.rows, "picked": picks}, text, code)
 
@@ -116,10 +112,8 @@ def _image(args: argparse.Namespace) -> Output:
     choice = find_vllm_image(region, args.tag, query_registry=args.latest)
     ami = required_ami_version(choice.image_uri, args.instance_type)
     data = {**choice.__dict__, "instance_type": args.instance_type, "inference_ami_version": ami}
-    text = (
-        f"{choice.image_uri}\n  source: {choice.source}; CUDA {choice.cuda}; on {args.instance_type} "
-        f"needs InferenceAmiVersion={ami or '(instance default)'}"
-    )
+    text = (f"{choice.image_uri}\n  source: {choice.source}; CUDA {choice.cuda}; on {args.instance_type} "
+            f"needs InferenceAmiVersion={ami or '(instance default)'}")
     return Output(data, text)
 
 
@@ -135,11 +129,9 @@ def _build_image(args: argparse.Namespace) -> Output:
     base = resolve_dlc_tag(region, args.base_tag)  # read-only: the newest DLC tag in the registry
     if args.dry_run:
         plan = build_plan(region, base.tag)
-        return Output(
-            {"dry_run": True, "cost": cost, "base_tag": base.label, "plan": plan},
-            f"{cost}\nbase image tag: {base.label}\n# CodeBuild builds the image; ECR stores it\n"
-            + _recipe(plan),
-        )
+        return Output({"dry_run": True, "cost": cost, "base_tag": base.label, "plan": plan},
+                      f"{cost}\nbase image tag: {base.label}\n# CodeBuild builds the image; ECR stores it\n"
+                      + _recipe(plan))
     print(f"{cost}\nbase image tag: {base.label}", file=sys.stderr)
     try:
         result = build_t4_image(region, base.tag, force=args.force, progress=not args.json)
@@ -189,26 +181,18 @@ def _matrix(args: argparse.Namespace) -> Output:
     over = over_budget_warning(plan, args.budget_usd)
     if args.dry_run:
         lines = [f"  {e.endpoint:<40} {e.model_id:<40} ~{usd(e.estimate_usd)}" for e in plan.entries]
-        return Output(
-            {"dry_run": True, "plan": plan, "warning": over},
-            "\n".join([head, *lines, *([f"warning: {over}"] if over else [])]),
-        )
+        return Output({"dry_run": True, "plan": plan, "warning": over},
+                      "\n".join([head, *lines, *([f"warning: {over}"] if over else [])]))
     if over:
         print(f"warning: {over}", file=sys.stderr)
     print(head, file=sys.stderr)
-    result = run_matrix(
-        models, base, specs, budget=args.budget_usd, out_dir=args.out,
-        how=EndpointHandling(progress=not args.json),
-    )
-    lines = [
-        f"  {e.endpoint:<40} {e.status:<16} {usd(e.cost_usd)}  {e.error or e.out_dir or ''}"
-        for e in result.entries
-    ]
-    lines.append(
-        f"spent ~{usd(result.spent_usd)} of {usd(result.budget_usd)}; deleted: "
-        f"{', '.join(result.deleted) or 'nothing'}"
-        + (f"; stopped: {result.stopped_reason}" if result.stopped_reason else "")
-    )
+    result = run_matrix(models, base, specs, budget=args.budget_usd, out_dir=args.out,
+                        how=EndpointHandling(progress=not args.json))
+    lines = [f"  {e.endpoint:<40} {e.status:<16} {usd(e.cost_usd)}  {e.error or e.out_dir or ''}"
+             for e in result.entries]
+    lines.append(f"spent ~{usd(result.spent_usd)} of {usd(result.budget_usd)}; deleted: "
+                 f"{', '.join(result.deleted) or 'nothing'}"
+                 + (f"; stopped: {result.stopped_reason}" if result.stopped_reason else ""))
     ok = all(e.status == "measured" for e in result.entries)
     return Output(result, "\n".join([head, *lines]), 0 if ok else 1)
 
@@ -281,10 +265,8 @@ def _deploy(args: argparse.Namespace) -> Output:
         plan = deployment_plan(config)
         cost = deploy_cost(config).line()
         return Output(
-            {
-                "dry_run": True, "config": config.summary(), "cost": cost, "image_tag": args.image_label,
-                "upload": upload_lines, "plan": plan,
-            },
+            {"dry_run": True, "config": config.summary(), "cost": cost, "image_tag": args.image_label,
+             "upload": upload_lines, "plan": plan},
             f"{cost}\nimage tag: {args.image_label}\n" + _recipe(upload_lines + plan),
         )
     config.validate()
@@ -292,10 +274,8 @@ def _deploy(args: argparse.Namespace) -> Output:
     kwargs = {"wait": not args.no_wait, "timeout_s": args.timeout, "progress": not args.json}
     if args.failover:
         result = deploy_with_failover(config, failover, **kwargs)
-        lines = [
-            f"{a.region}: {a.outcome} after {a.elapsed_s:.0f} s" + (f" ({a.reason})" if a.reason else "")
-            for a in result.attempts
-        ]
+        lines = [f"{a.region}: {a.outcome} after {a.elapsed_s:.0f} s" + (f" ({a.reason})" if a.reason else "")
+                 for a in result.attempts]
         return Output(result, "\n".join(lines), 0 if result.success else 1)
     try:
         result = deploy(config, **kwargs)
@@ -376,11 +356,9 @@ def _logs(args: argparse.Namespace) -> Output:
 
     region = args.region or _default_region()
     if args.dry_run:
-        plan = [
-            ApiCall("logs", "tail", {"LogGroupName": log_group(args.name), "Since": "1h"}, region)
-            .cli()
-            .replace("--log-group-name ", "")
-        ]
+        plan = [ApiCall("logs", "tail", {"LogGroupName": log_group(args.name), "Since": "1h"}, region)
+                .cli()
+                .replace("--log-group-name ", "")]
         return Output({"dry_run": True, "plan": plan}, _recipe(plan))
     result = endpoint_logs(args.name, region, lines=args.lines)
     if not result.found:
@@ -397,10 +375,8 @@ def _invoke(args: argparse.Namespace) -> Output:
         plan = [invoke_plan(args.name, region, chat_payload(args.prompt, max_tokens=args.max_tokens)).cli()]
         return Output({"dry_run": True, "plan": plan}, _recipe(plan))
     if args.stream:
-        result = invoke_stream(
-            args.name, region, args.prompt, max_tokens=args.max_tokens,
-            on_text=None if args.json else lambda t: print(t, end="", flush=True),
-        )
+        result = invoke_stream(args.name, region, args.prompt, max_tokens=args.max_tokens,
+                               on_text=None if args.json else lambda t: print(t, end="", flush=True))
         ttft = f"{result.ttft_s:.2f} s" if result.ttft_s is not None else "-"
         return Output(result, f"\n[time to first token {ttft}, total {result.total_s:.2f} s]")
     result = invoke(args.name, region, args.prompt, max_tokens=args.max_tokens)
@@ -526,10 +502,8 @@ def _register_image_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--instance-type", default=DEFAULT_INSTANCE)
     _common(p)
 
-    p = add_command(
-        sub, "build-image", _build_image,
-        "build the fixed T4 image in AWS CodeBuild and push it to your ECR (no local docker)",
-    )
+    p = add_command(sub, "build-image", _build_image,
+                    "build the fixed T4 image in AWS CodeBuild and push it to your ECR (no local docker)")
     p.add_argument(
         "--base-tag", default=None,
         help="the AWS vLLM DLC tag to build FROM (default: the newest in the region's registry, "

@@ -28,10 +28,8 @@ def _env_pairs(pairs: list[str] | None) -> dict[str, str]:
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise Gemma4T4Error(
-                f"--env expects KEY=VALUE, got {pair.split('=')[0]!r}",
-                fix="e.g. --env VLLM_LOGGING_LEVEL=DEBUG",
-            )
+            raise Gemma4T4Error(f"--env expects KEY=VALUE, got {pair.split('=')[0]!r}",
+                                fix="e.g. --env VLLM_LOGGING_LEVEL=DEBUG")
         env[key.strip()] = value
     return env
 
@@ -68,11 +66,9 @@ def _print_command(args: argparse.Namespace, config) -> Output:
     from gemma4_t4.serving.server_config import plan_launch
 
     plan = plan_launch(config)
-    gate = (
-        "the start gate was not run (it needs the real machine and runs at a real start)"
-        if config.target != "cpu"
-        else "cpu target: no start gate"
-    )
+    gate = ("the start gate was not run (it needs the real machine and runs at a real start)"
+            if config.target != "cpu"
+            else "cpu target: no start gate")
     lines = [f"# nothing started; {gate}", plan.shell(), "", "# defaults chosen:"]
     lines += [f"#   {name}: {reason}" for name, reason in plan.chosen_by.items()]
     if plan.cpu_attention:
@@ -80,11 +76,9 @@ def _print_command(args: argparse.Namespace, config) -> Output:
     draft = config.draft_plan()
     if draft.enabled:  # its reason is among the defaults chosen, above
         lines.append(f"# speculative decoding: --speculative-config {draft.config_json()}")
-    data = {
-        "command": mask(plan.command), "env": plan.launch_env(), "shell": plan.shell(),
-        "chosen_by": plan.chosen_by, "cpu_attention": plan.cpu_attention,
-        "speculative_config": draft.speculative_config(), "started": False, "gate_run": False,
-    }
+    data = {"command": mask(plan.command), "env": plan.launch_env(), "shell": plan.shell(),
+            "chosen_by": plan.chosen_by, "cpu_attention": plan.cpu_attention,
+            "speculative_config": draft.speculative_config(), "started": False, "gate_run": False}
     return Output(data, "\n".join(lines))
 
 
@@ -101,25 +95,19 @@ def _start(args: argparse.Namespace) -> Output:
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                server = start_server(
-                    config, force=args.force, gate=not args.no_gate, wait=not args.no_wait,
-                    timeout=args.timeout,
-                )
+                server = start_server(config, force=args.force, gate=not args.no_gate, wait=not args.no_wait,
+                                      timeout=args.timeout)
         except KeyboardInterrupt as exc:  # said before orderly_stop ends the process as signalled
-            print(
-                f"{signals.interrupt_label(exc)} while vLLM was starting on port {config.port}: stopped it "
-                f"(log: {config.work_dir}/logs/vllm-{config.port}.log)", file=sys.stderr,
-            )
+            print(f"{signals.interrupt_label(exc)} while vLLM was starting on port {config.port}: stopped it "
+                  f"(log: {config.work_dir}/logs/vllm-{config.port}.log)", file=sys.stderr)
             raise
     overrides = [str(w.message) for w in caught if "START GATE OVERRIDDEN" in str(w.message)]
     status = server.status()
     data = {"status": status, "launch_record": server.launch_record, "gate_overridden": overrides}
     text = "\n".join(
         overrides
-        + [
-            status.summary().split("\n--- log tail")[0],
-            f"stop it with: gemma4-t4 serve stop --port {config.port} --work-dir {config.work_dir}",
-        ]
+        + [status.summary().split("\n--- log tail")[0],
+           f"stop it with: gemma4-t4 serve stop --port {config.port} --work-dir {config.work_dir}"]
     )
     return Output(data, text)
 

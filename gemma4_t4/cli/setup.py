@@ -31,10 +31,8 @@ def _setup(args: argparse.Namespace) -> Output:
         hint = "\n(dry run: nothing installed; run without --dry-run to install)" if plan.needed else ""
         return Output(data, plan.summary() + hint)
     result = apply_setup(plan)
-    data.update(
-        applied=result.applied, restart=result.restart, message=result.message,
-        output_tail=result.output_tail, installed_route=result.route, record=result.record_path,
-    )
+    data.update(applied=result.applied, restart=result.restart, message=result.message,
+                output_tail=result.output_tail, installed_route=result.route, record=result.record_path)
     return Output(data, plan.summary() + "\n" + result.message)
 
 
@@ -43,12 +41,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     cuda12 = [r for r in INSTALL_MATRIX if r.variant.startswith("cu12")]
     cuda13_driver = min(r.min_driver or 0 for r in INSTALL_MATRIX if r.variant.startswith("cu13"))
     fallback = f" ({', '.join(r.vllm_requirement for r in cuda12[1:])} as the fallback)" if cuda12[1:] else ""
-    cuda12_text = (
-        f"vLLM {cuda12[0].vllm_version}'s {cuda12[0].variant} build{fallback} on drivers "
-        f"{cuda12[0].min_driver}-{cuda13_driver - 1}"
-        if cuda12
-        else "no CUDA 12 build"
-    )
+    cuda12_text = (f"vLLM {cuda12[0].vllm_version}'s {cuda12[0].variant} build{fallback} on drivers "
+                   f"{cuda12[0].min_driver}-{cuda13_driver - 1}"
+                   if cuda12
+                   else "no CUDA 12 build")
 
     p = add_command(
         subparsers, "setup", _setup,
@@ -63,11 +59,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--dry-run", action="store_true", help="print the plan and its pip commands; install nothing"
     )
-    p.add_argument(
-        "--vllm", default=None,
-        help=f"vLLM release to install: one of {', '.join(known_vllm_versions())} "
-        "(default: the best the driver runs)",
-    )
+    p.add_argument("--vllm", default=None,
+                   help=f"vLLM release to install: one of {', '.join(known_vllm_versions())} "
+                   "(default: the best the driver runs)")
     p.add_argument(
         "--undo", action="store_true",
         help="revert what this Python's latest setup install changed (with --dry-run: print the pip commands)",
