@@ -126,6 +126,7 @@ def _secret_values() -> list[str]:
     return [v for k, v in os.environ.items() if secrets.is_secret_name(k) and len(v) >= 6]
 
 
+_scrub = secrets.mask  # the package's one masking rule, shared with serve, bench and SageMaker
 log = logging.getLogger("gemma4_t4.mcp")
 
 
@@ -157,9 +158,9 @@ def _adapter(fn: Callable[..., Any]) -> Callable[..., Any]:
         except Exception as exc:  # the boundary: no tool answers a bare "Error executing tool"
             if debug_enabled():
                 log.error("tool %s failed", fn.__name__, exc_info=exc)
-            raise ToolError(secrets.mask(tool_error_text(exc), _secret_values())) from None
+            raise ToolError(_scrub(tool_error_text(exc), _secret_values())) from None
         plain = to_jsonable(result)
-        scrubbed = secrets.mask(plain, _secret_values())
+        scrubbed = _scrub(plain, _secret_values())
         if scrubbed != plain:
             return TypeAdapter(return_type).validate_python(scrubbed)
         return result
@@ -369,8 +370,7 @@ def _settle_watches() -> None:
             gone = rollback(watcher.sm, watcher.result.created)
         except Exception as exc:  # noqa: BLE001 - said in the log, with the command that finishes the job
             log.error("exiting: could not delete endpoint %s in %s (%s): %s; run gemma4-t4 sagemaker delete %s "
-                      "--region %s --yes", name, region, status, secrets.mask(str(exc), _secret_values()),
-                      name, region)
+                      "--region %s --yes", name, region, status, _scrub(str(exc), _secret_values()), name, region)
             continue
         watcher.result.rolled_back = gone
         watcher.result.status, watcher.result.success = "Deleted at exit", False

@@ -1,18 +1,8 @@
 """What follows from the Gemma 4 family (:mod:`gemma4_t4.catalog.family`, the data) on a GPU.
 
-Loaded sizes and KV-token figures were published by the series (labelled ``published``).
-Everything else here is derived by pure functions, no I/O:
-
-* :func:`decode_bytes_per_token` - bytes one decoded token streams from memory (batch 1):
-  every decoder linear plus the tied output layer, per format, plus optional KV reads.
-* :func:`decode_roofline` - the bandwidth ceiling on per-stream decode tok/s for a GPU.
-* :func:`fit` / :func:`fit_table` - weights + KV cache + overhead against a GPU's memory,
-  for one GPU or several with tensor parallelism: fits or not, the longest context that
-  fits, and the KV token capacity vLLM would report.
-* :func:`load_ram` - host RAM (and swap) needed while vLLM loads a checkpoint.
-* :data:`ASSISTANTS` / :func:`assistant_for` - Google's MTP drafter ("assistant") checkpoints
-  per size and build, for speculative decoding (gemma4_t4/serving/speculative.py); :func:`fit` counts
-  a drafter's weights (and, for a whole-model drafter, its own KV cache).
+Loaded sizes and KV-token figures were published by the series (labelled ``published``); the rest is
+derived by pure functions (no I/O): bytes per decoded token, the bandwidth roofline, the memory fit
+(tensor parallelism, drafters included), host RAM while loading, and Google's MTP drafters per size.
 
 Formats (bytes per weight):
 

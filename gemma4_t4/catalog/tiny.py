@@ -1,15 +1,11 @@
 """A tiny random-weight Gemma 4 text model with an offline tokenizer.
 
-Everything the tests, CI and the CPU notebooks serve is built here, in seconds, with no
-model hub: a ``Gemma4ForCausalLM`` with both sliding and full attention layers (head_dim
-and global_head_dim kept distinct, like the real 256/512), tied embeddings, per-layer
-embeddings, a BPE tokenizer trained on a few sentences with Gemma's special-token ids and a
-chat template. Variant ``qat`` snaps every Linear and embedding onto a symmetric int4
-group-32 grid (levels -8..7, stored as bf16), the way Google's ``-qat-q4_0-unquantized``
-checkpoints are, so the quantization tools have something real to check. Variant ``drafter``
-is a tiny random ``gemma4_assistant`` (Google's MTP drafter layout) matching the tiny target:
-same tokenizer and vocabulary, ``backbone_hidden_size`` = the target's hidden size, Q-only
-layers whose head sizes and KV heads equal the target's (they read the target's KV cache).
+What the tests, CI and the CPU notebooks serve, built in seconds with no model hub: a
+``Gemma4ForCausalLM`` with sliding and full attention (distinct head dims, like the real 256/512), tied
+and per-layer embeddings, and a BPE tokenizer with Gemma's special-token ids and chat template. ``qat``
+snaps every Linear and embedding onto the symmetric int4 group-32 grid (stored as bf16), as Google's
+``-qat-q4_0-unquantized`` checkpoints are; ``drafter`` is a matching tiny ``gemma4_assistant`` (Google's
+MTP layout: same vocabulary, Q-only layers reading the target's KV cache).
 """
 
 from __future__ import annotations
@@ -157,13 +153,9 @@ def _portable_config(config_path: Path, spec: TinySpec) -> None:
 
 def build_tiny_gemma4(out_dir: str | os.PathLike, variant: Variant = "bf16", spec: TinySpec | None = None,
                       overwrite: bool = False, save: SaveModel | None = None) -> TinyModelInfo:
-    """Build the tiny Gemma 4 checkpoint + tokenizer into ``out_dir`` (atomically).
-
-    Deterministic for a given ``spec.seed``. Written to a partial sibling folder and renamed
-    (:mod:`gemma4_t4.foundation.safepaths`), so an interrupted build never leaves a half-written checkpoint
-    behind. ``overwrite`` replaces only a folder this package wrote (never a symlink or a folder
-    of the user's); ``save`` writes the weights (default :func:`save_model`).
-    """
+    """Build the tiny Gemma 4 checkpoint + tokenizer into ``out_dir``, deterministic per ``spec.seed``;
+    written to a partial sibling and renamed, so an interrupted build leaves nothing half-written.
+    ``save`` writes the weights (default :func:`save_model`)."""
     import torch
     from transformers import Gemma4ForCausalLM, Gemma4TextConfig
 
@@ -171,8 +163,8 @@ def build_tiny_gemma4(out_dir: str | os.PathLike, variant: Variant = "bf16", spe
         raise Gemma4T4Error(f"unknown tiny variant {variant!r}", fix=f"use one of: {', '.join(VARIANTS)}")
     spec = spec or TinySpec()
     out = Path(out_dir)
-    # the same rules as every other output folder: --overwrite replaces only a folder this
-    # package wrote (older tiny builds carry tiny_gemma4.json), never a symlink or a user's folder
+    # as every output folder: --overwrite replaces only a folder this package wrote (older tiny
+    # builds carry tiny_gemma4.json), never a symlink or a user's folder
     cleanup = safepaths.clean_stale(out, legacy_names=(INFO_NAME,))  # first: it may restore OUT
     safepaths.check_target(out, overwrite=overwrite, what="OUT", legacy_names=(INFO_NAME,))
 
@@ -256,11 +248,8 @@ def save_model(model, folder: Path) -> None:
 
 def _save(model, tokenizer, out: Path, variant: str, spec: TinySpec, portable: bool, overwrite: bool,
           save: SaveModel, cleanup: safepaths.Cleanup) -> TinyModelInfo:
-    """Write ``model`` + ``tokenizer`` into a partial sibling of ``out`` (safepaths), then swap it in.
-
-    A failure or a stop signal removes the partial build (and the parent folders it made); a
-    full disk is a :class:`Gemma4T4Error` naming it, whatever layer (safetensors, json) hit it.
-    """
+    """Write ``model`` + ``tokenizer`` into a partial sibling of ``out``, then swap it in; a failure or
+    stop signal removes the partial build, and a full disk is a :class:`Gemma4T4Error` naming it."""
     model.generation_config.do_sample = False
     with signals.orderly_stop():
         tmp = safepaths.make_partial(out)
