@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal
 
 from gemma4_t4.errors import Gemma4T4Error
 
 GiB = 2**30
 GB = 10**9
 
-Format = Literal["bf16", "qat-w4a16", "emb4"]
 FORMATS: tuple[str, ...] = ("bf16", "qat-w4a16", "emb4")
 
 
