@@ -1,10 +1,6 @@
-"""One exception type for every user-facing failure, and the one translation of any other
-exception into it.
-
-Each error carries the fix, so the CLI, the MCP server and the notebooks can all show
-"what went wrong" and "what to do" the same way. :func:`user_error` is what the CLI's and the MCP
-server's error boundaries call on an exception nobody expected: the user gets its type, its
-message and a fix, never a traceback (``--debug`` or ``GEMMA4_T4_DEBUG=1`` shows that).
+"""One exception type for every user-facing failure (it carries the fix, so the CLI, the MCP server and
+the notebooks all show "what went wrong" and "what to do"), and :func:`user_error`, the error boundaries'
+translation of any other exception: its type, message and a fix, never a traceback (``--debug`` shows it).
 """
 
 from __future__ import annotations
@@ -27,9 +23,7 @@ class Gemma4T4Error(Exception):
         self.fix = fix
 
     def __str__(self) -> str:
-        if self.fix:
-            return f"{self.message}\n  fix: {self.fix}"
-        return self.message
+        return f"{self.message}\n  fix: {self.fix}" if self.fix else self.message
 
     def to_dict(self) -> dict[str, str | None]:
         return {"error": type(self).__name__, "message": self.message, "fix": self.fix}
@@ -51,21 +45,10 @@ class UnexpectedError(Gemma4T4Error):
 # ModuleNotFoundError for one of them names its extra (tests/test_imports_declared.py checks this
 # table against pyproject.toml and against every such import in the package).
 EXTRA_FOR_MODULE = {
-    "boto3": "aws",
-    "botocore": "aws",
-    "mcp": "mcp",
-    "anyio": "mcp",
-    "matplotlib": "notebooks",
-    "papermill": "notebooks",
-    "nbconvert": "notebooks",
-    "nbformat": "notebooks",
-    "jupyter_client": "notebooks",
-    "mistune": "notebooks",
-    "IPython": "notebooks",
-    "torch": "model",
-    "transformers": "model",
-    "tokenizers": "model",
-    "moto": "dev",
+    "boto3": "aws", "botocore": "aws", "mcp": "mcp", "anyio": "mcp", "matplotlib": "notebooks",
+    "papermill": "notebooks", "nbconvert": "notebooks", "nbformat": "notebooks",
+    "jupyter_client": "notebooks", "mistune": "notebooks", "IPython": "notebooks", "torch": "model",
+    "transformers": "model", "tokenizers": "model", "moto": "dev",
 }
 # vLLM (and the Triton it brings) depends on the host's GPU and driver: setup picks the build
 SETUP_FOR_MODULE = ("vllm", "triton")

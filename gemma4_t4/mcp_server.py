@@ -1,22 +1,12 @@
-"""The MCP server: SageMaker lifecycle and local T4/CPU serving tools for an AI assistant.
+"""The MCP server (``gemma4-t4 mcp``, stdio): SageMaker lifecycle and local serving tools for an assistant.
 
-Every tool is a thin adapter over a package function; results are typed (structured content),
-annotated read-only or destructive, and blocking work runs in a thread. Destructive or billing
-tools (deploy_endpoint, delete_endpoint, apply_turing_patch, stop_vllm_server) do nothing unless
-called with ``confirm=True``: without it they return a structured refusal describing what would
-happen. Credentials are never logged or returned: results are scrubbed of secret values.
-
-Each tool is declared once, with the ``@tool(...)`` decorator: its annotations and whether it needs
-``confirm=True`` live next to it (:data:`REGISTRY`). The adapter around every tool is the MCP
-server's one error boundary: a package error answers its message and fix; any other exception
-answers its type, message and a fix instead of a bare "Error executing tool"; with
-``GEMMA4_T4_DEBUG=1`` the traceback goes to the server's log (stderr).
-
-The benchmark (its client and plots: about a second of imports) and torch are imported inside
-the tools that use them, so the server starts faster. The SageMaker tools import their functions
-inside their bodies under other names, because several share a name with the tool itself.
-
-Run it with ``gemma4-t4 mcp`` or ``python -m gemma4_t4.mcp_server`` (stdio).
+Each tool is a thin adapter over a package function, declared once with ``@tool(...)`` (its annotations
+and whether it needs ``confirm=True``: :data:`REGISTRY`). Billing or destructive tools only describe what
+they would do unless ``confirm=True``. The adapter runs the tool in a thread and is the one error boundary:
+every failure answers its message and a fix (the traceback goes to stderr with ``GEMMA4_T4_DEBUG=1``),
+and secret values are scrubbed from every answer. The benchmark and torch load inside the tools that use
+them, so the server starts fast; SageMaker functions are imported under other names where they share
+the tool's name.
 """
 
 from __future__ import annotations
@@ -132,16 +122,11 @@ DraftTokens = Annotated[
 
 
 def _secret_values() -> list[str]:
-    """Values of secret-named environment variables (AWS keys, HF tokens) worth scrubbing; short
-    values are left out so that a stray ``1`` is not masked everywhere."""
+    """Secret-named environment values to scrub; short ones are left out (a stray ``1`` is not masked)."""
     return [v for k, v in os.environ.items() if secrets.is_secret_name(k) and len(v) >= 6]
 
 
-def _scrub(value: Any, values: list[str]) -> Any:
-    """The package's one masking rule (gemma4_t4.foundation.secrets), shared with serve, bench and SageMaker."""
-    return secrets.mask(value, values)
-
-
+_scrub = secrets.mask  # the package's one masking rule, shared with serve, bench and SageMaker
 log = logging.getLogger("gemma4_t4.mcp")
 
 
@@ -355,8 +340,7 @@ class TuringPatchResult(BaseModel):
 
 @dataclass
 class _Watches:
-    """Deployments returned at Creating and still watched (rolled back on failure). The watch lives
-    in this process: at its exit, what has not been seen InService is deleted (:func:`_settle_watches`)."""
+    """Deployments returned at Creating, watched in this process until InService (:func:`_settle_watches`)."""
 
     by_key: dict[tuple[str, str], Any] = field(default_factory=dict)
     # region -> the SageMaker client a watched deploy uses (None: boto3's); a test hands in a stand-in
@@ -367,11 +351,8 @@ _WATCHES = _Watches()
 
 
 def _settle_watches() -> None:
-    """At the MCP server's exit (stdin closed, SIGTERM/SIGHUP): a deploy_endpoint(wait=False) whose
-    endpoint has not been seen InService would be watched by nobody, and a Failed one would be left
-    to its expiry tag. Each is deleted with exactly what its deploy created (endpoint, config,
-    model), unless one last look finds it InService: then it is the user's, kept, and said so. Every
-    decision is written to the server's log (stderr)."""
+    """At exit, delete what each unwatched deploy_endpoint(wait=False) created unless one last look finds
+    it InService (then it is the user's, kept); every decision goes to the server's log (stderr)."""
     for (region, name), watcher in list(_WATCHES.by_key.items()):
         if watcher.done.is_set():  # InService (kept) or already rolled back by the watch itself
             continue
@@ -419,18 +400,14 @@ def get_help() -> HelpResult:
             + "; the other fields are that spec's (its schema lists them; an unknown one is refused, named)",
         ],
         tools={name: (spec.fn.__doc__ or "").strip().splitlines()[0] for name, spec in REGISTRY.items()},
-        cli=[
-            "gemma4-t4 sagemaker quotas", "gemma4-t4 sagemaker image --region us-east-2",
-            "gemma4-t4 sagemaker deploy --dry-run", "gemma4-t4 sagemaker deploy --name NAME",
-            "gemma4-t4 sagemaker status NAME", "gemma4-t4 sagemaker logs NAME",
-            "gemma4-t4 sagemaker invoke NAME --prompt '...' [--stream]",
-            "gemma4-t4 sagemaker delete NAME --yes", "gemma4-t4 sagemaker reap --yes",
-        ],
-        notes=[
-            "Destructive or billing tools need confirm=True; without it they describe what they would do.",
-            "Every endpoint carries an expiry tag; `gemma4-t4 sagemaker reap` deletes endpoints past it.",
-            "A failed or timed-out deploy deletes what it created.",
-        ],
+        cli=["gemma4-t4 sagemaker quotas", "gemma4-t4 sagemaker image --region us-east-2",
+             "gemma4-t4 sagemaker deploy --dry-run", "gemma4-t4 sagemaker deploy --name NAME",
+             "gemma4-t4 sagemaker status NAME", "gemma4-t4 sagemaker logs NAME",
+             "gemma4-t4 sagemaker invoke NAME --prompt '...' [--stream]",
+             "gemma4-t4 sagemaker delete NAME --yes", "gemma4-t4 sagemaker reap --yes"],
+        notes=["Destructive or billing tools need confirm=True; without it they describe what they would do.",
+               "Every endpoint carries an expiry tag; `gemma4-t4 sagemaker reap` deletes endpoints past it.",
+               "A failed or timed-out deploy deletes what it created."],
     )
 
 
@@ -586,9 +563,7 @@ def get_endpoint_status(name: str, region: str = "us-east-2") -> StatusToolResul
 def list_endpoints(regions: list[str] | None = None, include_untagged: bool = False) -> EndpointsResult:
     """Endpoints across regions (this project's tagged ones unless include_untagged)."""
     found = list_all(regions or US_REGIONS, project_only=not include_untagged)
-    return EndpointsResult(
-        endpoints=found, count=len(found)
-    )
+    return EndpointsResult(endpoints=found, count=len(found))
 
 
 @tool(READ_ONLY)
@@ -632,8 +607,7 @@ def _local_chat(base_url: str, prompt: str, max_tokens: int, temperature: float,
 
 
 def server_reason(body: bytes) -> str:
-    """The reason an OpenAI-compatible server gives in an error body (vLLM: {"error": {"message": ...}}
-    or {"object": "error", "message": ...}); the raw text when it is not JSON."""
+    """The reason in an OpenAI-compatible error body (vLLM: {"error": {"message": ...}}), else its text."""
     text = body.decode("utf-8", "replace").strip()
     try:
         data = json.loads(text)
@@ -709,8 +683,7 @@ def delete_endpoint(name: str, region: str = "us-east-2", confirm: Confirm = Fal
 @tool(LOCAL_READ_ONLY)
 def check_environment(probe_shared_memory: bool = False) -> env.EnvReport:
     """Doctor: Python, torch, vLLM, GPU, driver, RAM/swap, disk, and the problems to fix first."""
-    report = env.doctor(smem=probe_shared_memory)
-    return report
+    return env.doctor(smem=probe_shared_memory)
 
 
 def _torch_arch_flags() -> str | None:
@@ -854,7 +827,6 @@ def run_benchmark(base_url: str, spec: AnySpec | None = None, model: str | None 
     return bench_specs.run(served, chosen, out, progress=False, **timeout).report()
 
 
-# Views of the registry, kept for callers that read them by these names.
 CONFIRM_REQUIRED = tuple(name for name, spec in REGISTRY.items() if spec.confirm)
 
 
@@ -865,11 +837,9 @@ def build_server() -> MCPServer:
         tools.append(strict_arguments(
             Tool.from_function(_adapter(spec.fn), name=name, title=annotations.title, annotations=annotations)))
     return MCPServer(
-        "gemma4-t4",
-        log_level="WARNING",
+        "gemma4-t4", log_level="WARNING",
         instructions="Deploy and serve Gemma 4 on NVIDIA T4 GPUs (SageMaker and local vLLM). Start with get_help. "
-        "Tools that bill or delete need confirm=True.",
-        tools=tools,
+        "Tools that bill or delete need confirm=True.", tools=tools,
     )
 
 
@@ -889,8 +859,7 @@ def strict_arguments(tool: Tool) -> Tool:
         return arguments
 
     strict = type(loose.__name__, (loose,), {
-        "model_config": ConfigDict(**loose.model_config, extra="forbid"),
-        "__module__": loose.__module__,
+        "model_config": ConfigDict(**loose.model_config, extra="forbid"), "__module__": loose.__module__,
         "_refuse_unknown": model_validator(mode="before")(classmethod(refuse_unknown)),
     })
     tool.fn_metadata.arg_model = strict

@@ -1,8 +1,5 @@
-"""Small notebook-side conveniences: the runtime check, tables, figures and
-the per-notebook ``summary.json`` that ``gemma4-t4 run`` collects into its report.
-
-Everything here also works outside Jupyter (plain text instead of HTML), so the notebooks'
-steps can be run and tested as ordinary Python.
+"""The notebooks' API: the runtime check, where a part serves, tables, figures and the ``summary.json``
+that ``gemma4-t4 run`` collects; outside Jupyter it prints text, so each step runs as plain Python.
 """
 
 from __future__ import annotations
@@ -20,19 +17,9 @@ from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from gemma4_t4.bench.compare import compare_suites
 from gemma4_t4.bench.pricing import CostTable, measured_price
-from gemma4_t4.bench.published import (
-    Kind,
-    beside,
-    published_kind,
-    sagemaker_decode_table,
-)
+from gemma4_t4.bench.published import Kind, beside, published_kind, sagemaker_decode_table
 from gemma4_t4.bench.specs import notebook_params
-from gemma4_t4.catalog.hardware import (
-    PRICES,
-    InstancePrice,
-    identify_gpu,
-    price_key,
-)
+from gemma4_t4.catalog.hardware import PRICES, InstancePrice, identify_gpu, price_key
 from gemma4_t4.catalog.models import VARIANTS, fit, get_variant
 from gemma4_t4.catalog.tiny import ensure_tiny_gemma4
 from gemma4_t4.errors import Gemma4T4Error
@@ -73,11 +60,7 @@ def in_notebook() -> bool:
 
 
 def run_sync(make_coroutine: Callable[[], Any]) -> Any:
-    """Run an async function to completion from a notebook cell or plain Python.
-
-    Inside Jupyter an event loop is already running in this thread, so the coroutine runs on
-    its own loop in a worker thread; elsewhere on a fresh loop here.
-    """
+    """Run an async function to completion; in Jupyter (a loop already runs here) in a worker thread."""
     import anyio
 
     try:
@@ -97,18 +80,12 @@ def run_sync(make_coroutine: Callable[[], Any]) -> Any:
 
 def setup(vllm: bool = True, packages: Sequence[str] = (), dry_run: bool = False, restart: bool = True,
           probes: env.Probes | None = None, runner: Any = None) -> Any:
-    """The install cell's one call (as fastbook's ``setup_book()``): install what this host needs.
-
-    ``vllm=True``: the vLLM + torch build for this GPU and driver (:mod:`gemma4_t4.host.setup`; the
-    CPU build without a GPU); ``packages``: extra requirements installed where missing (e.g. Part
-    1's local AWS stand-in). Where something already loaded was replaced, says the runtime must
-    restart; on Colab restarts it (the kernel restart Colab supports) unless ``restart=False``.
-    Returns the :class:`gemma4_t4.host.setup_plan.SetupPlan` (dry run) or :class:`~gemma4_t4.host.setup.SetupResult`.
-    """
+    """The install cell's one call (as fastbook's ``setup_book()``): ``vllm=True`` installs the vLLM + torch
+    build for this GPU and driver, ``packages`` the extra requirements missing here. When something loaded
+    was replaced it says the runtime must restart (on Colab restarts it unless ``restart=False``).
+    Returns the ``SetupPlan`` (dry run) or ``SetupResult``."""
     import importlib.util
 
-
-    result: Any = None
     missing = [req for req in packages if importlib.util.find_spec(_import_name(req)) is None]
     if missing:
         command = [sys.executable, "-m", "pip", "install", "--quiet", *missing]
@@ -209,15 +186,13 @@ class RuntimeInfo:
 
     @property
     def gpu_key(self) -> str | None:
-        """The detected GPU's key in the hardware table (:func:`gemma4_t4.catalog.hardware.identify_gpu`);
-        None without a GPU or for one the table does not list."""
+        """The detected GPU's key in the hardware table; None without a GPU or for one it does not list."""
         gpu = identify_gpu(self.gpu_name)
         return gpu.key if gpu else None
 
     @property
     def roofline_gpu(self) -> str:
-        """The GPU the roofline and fit tables describe: the detected one, else the series' T4 for
-        reference (the runtime note says so for an unknown GPU, and its throughput is not priced)."""
+        """The GPU the roofline and fit tables describe: the detected one, else the series' T4."""
         return self.gpu_key or "t4"
 
 
@@ -248,12 +223,8 @@ def resolve_target(target: str, allowed: Sequence[str], facts: env.Facts, auto_g
 
 def runtime_check(target: str, allowed: Sequence[str] = TARGETS, show: bool = True,
                   probes: env.Probes | None = None, auto_gpu: str = "t4") -> RuntimeInfo:
-    """Resolve ``target`` (``auto`` by the host), check the runtime suits it and show a
-    one-screen summary (facts from ``env.probe``). Use ``runtime.target`` from here on.
-
-    ``target="t4"`` without a GPU stops here with the fix, instead of failing ten cells later
-    inside vLLM; a GPU other than a T4 runs, with a note that the Turing steps are skipped.
-    """
+    """Resolve ``target`` (``auto`` by the host), check the runtime suits it and show a summary; use
+    ``runtime.target`` from here on. ``t4`` without a GPU stops here with the fix, not ten cells later."""
     probes = probes or env.Probes()
     facts = env.probe(probes)
     requested = str(target).strip().lower()
@@ -312,9 +283,7 @@ def check_target(target: str, allowed: Sequence[str] = TARGETS) -> str:
 
 def model_choices(sizes: Sequence[str], formats: Sequence[str], gpu: str | None,
                   context_len: int = 8192) -> tuple[list[str], list[str]]:
-    """Filter a parameter form's model sizes by the fit calculator for ``gpu`` (every format
-    in ``formats`` must fit one GPU). Returns (kept, reasons for what was left out); no GPU
-    (the CPU default serves the tiny model): everything is kept."""
+    """(sizes whose every format fits one ``gpu``, reasons for the others); without a GPU all are kept."""
     if gpu is None:
         return list(sizes), []
     kept, left_out = [], []
@@ -328,8 +297,7 @@ def model_choices(sizes: Sequence[str], formats: Sequence[str], gpu: str | None,
 
 
 def check_model_size(size: str, formats: Sequence[str], runtime: RuntimeInfo, context_len: int = 8192) -> str:
-    """Refuse a MODEL_SIZE the detected GPU cannot hold in every format the notebook serves,
-    before any download; print what else fits."""
+    """Refuse, before any download, a MODEL_SIZE the GPU cannot hold in every format; print what fits."""
     gpu = runtime.gpu_key if runtime.target != "cpu" else None
     if gpu is None:
         return size  # the CPU default serves the tiny model whatever the size; an unknown GPU is not judged
@@ -360,9 +328,8 @@ def conditions(part: int, target: str) -> dict[str, object]:
 
 
 def fill_defaults(part: int, target: str, **values: object) -> tuple[object, ...]:
-    """The parameters in the order given, each ``None`` replaced by ``target``'s value and each
-    value given read as its workload class reads it (``-p CONCURRENCY 4`` from papermill is
-    ``[4]``; ``"[1, 4]"``, ``"1,4"`` and ``"1 4"`` are ``[1, 4]``); prints where each came from."""
+    """The parameters in order, each ``None`` replaced by ``target``'s value and each given one read as its
+    workload class reads it (``"1,4"`` is ``[1, 4]``); prints where each came from."""
     unknown = [name for name in values if name not in PARAMETERS[part]]
     if unknown:
         raise Gemma4T4Error(f"{unknown[0]} has no default for part {part}", fix=f"set {unknown[0]} in the parameters cell")
@@ -386,9 +353,8 @@ def prepare_dirs(out_dir: str | Path, work_dir: str | Path) -> tuple[Path, Path]
 
 def show_table(rows: Iterable[object] | Displayable, title: str | None = None,
                columns: Sequence[str] | None = None) -> None:
-    """Show rows (dicts, dataclasses or pydantic models) or a result that displays itself as an HTML
-    table in Jupyter, as text elsewhere. In a notebook, a result shown as the cell's last expression
-    needs no call: this is for a table shown mid-cell."""
+    """Show rows (dicts, dataclasses, pydantic models) or a self-displaying result mid-cell: HTML in
+    Jupyter, text elsewhere."""
     shown = rows if isinstance(rows, Displayable) and title is None and columns is None else Table(
         rows.table_rows() if isinstance(rows, Displayable) else rows, title, columns)
     if in_notebook():
@@ -464,14 +430,9 @@ def _summary_table(table: TableIn | Displayable) -> TableIn:
 def save_summary(out_dir: str | Path, part: int, results: Mapping[str, SummaryValue],
                  tables: Sequence[TableIn | Displayable] = (), notes: Sequence[str] = (),
                  published: Mapping[str, SummaryValue] | None = None) -> None:
-    """Write ``summary.json`` (the numbers the report index shows) atomically.
-
-    ``results`` maps a label to what THIS run measured (a number or short text); the series'
-    published figures go in ``published`` (from :mod:`gemma4_t4.bench.published`), never in
-    ``results``. ``tables`` are results that display themselves (their caption is the title) or
-    ``{"title", "rows"}``. Refuses empty results: a notebook that
-    measured nothing must not look like it did.
-    """
+    """Write ``summary.json`` atomically: ``results`` is what THIS run measured (refused empty, so nothing
+    looks measured that was not), ``published`` the series' figures, ``tables`` self-displaying results
+    or ``{"title", "rows"}``."""
     if not results:
         raise Gemma4T4Error("no results to save", fix="run the measuring steps above first")
     mixed = [k for k in results if "published" in str(k).lower()]
@@ -496,13 +457,9 @@ def is_real_number(value: Any) -> bool:
 
 
 def model_for(target: str, variant: str = "e2b", fmt: str = "bf16", work_dir: str | Path = ".") -> str:
-    """What to serve for ``target``: on ``cpu`` the tiny random Gemma 4 (built offline, seconds),
-    elsewhere the Hugging Face id of the real build.
-
-    ``fmt``: ``bf16`` (Google's bf16 weights), ``qat`` (Google's QAT int4 build; on cpu the tiny
-    model with every weight on the int4 grid, stored as bf16) or ``qat-unquantized`` (the bf16
-    QAT checkpoint that Part 3 checks and repacks).
-    """
+    """What to serve for ``target``: on ``cpu`` the tiny random Gemma 4 (built offline), else the Hugging
+    Face id of ``fmt``'s build: ``bf16``, ``qat`` (int4; on cpu weights on the int4 grid, stored as bf16)
+    or ``qat-unquantized`` (the bf16 QAT checkpoint Part 3 repacks)."""
     if fmt not in ("bf16", "qat", "qat-unquantized"):
         raise Gemma4T4Error(f"unknown format {fmt!r}", fix="use 'bf16', 'qat' or 'qat-unquantized'")
     if check_target(target) == "cpu":
@@ -522,9 +479,8 @@ def model_for(target: str, variant: str = "e2b", fmt: str = "bf16", work_dir: st
 
 
 def drafter_for(target: str, work_dir: str | Path = ".") -> str:
-    """The drafter the speculative-decoding step uses: on ``cpu`` the tiny random assistant built
-    offline to match the tiny target (random weights: it shows the method, not a speed-up); on a GPU
-    ``auto``, Google's assistant for the served size and build (``gemma4_t4.serving.speculative``)."""
+    """The speculative-decoding drafter: on ``cpu`` the tiny random assistant (the method, not a speed-up),
+    on a GPU ``auto`` (Google's assistant for the served size and build)."""
     if check_target(target) == "cpu":
         return str(ensure_tiny_gemma4(Path(work_dir) / "models" / "tiny-gemma4-drafter", variant="drafter"))
     return "auto"
@@ -536,17 +492,11 @@ def endpoint(runtime: RuntimeInfo | str, model: str | Path, work_dir: str | Path
              part: int | None = None, region: str = "us-east-2", budget: Budget | None = None,
              gpu: Literal["t4", "l4"] = "t4", max_num_seqs: int = 8, max_model_len: int | None = None,
              enable_prefix_caching: bool = True, poll_s: float = 15.0) -> Endpoint:
-    """What serves ``model`` for this notebook, as one :class:`gemma4_t4.serving.endpoint.Endpoint`; every
-    later cell is the same code on every venue.
+    """What serves ``model`` as ``name``, one :class:`Endpoint` so later cells are the same on every venue.
 
-    - ``cpu`` or a local GPU (``t4``): vLLM started through the package's one launch path on a free
-      port, owned by this kernel (stopped with ``stop()``, when the kernel exits, and by its supervisor
-      if the kernel is killed); served as ``name``.
-    - ``sagemaker``: a billed endpoint on ``gpu``'s instance type (``ml.g4dn.xlarge`` for a T4) in
-      ``region``, serving ``model`` (a Hugging Face id, or a local folder uploaded to S3 first) as
-      ``name``; deleted by ``stop()``, at kernel exit, or by ``budget`` running out.
-
-    ``runtime`` is the parameters cell's :func:`runtime_check` result (or a TARGET string).
+    ``cpu`` or ``t4``: a local vLLM on a free port, owned by this kernel (stopped by ``stop()``, at exit, or
+    by its supervisor if the kernel dies). ``sagemaker``: a billed endpoint on ``gpu``'s instance type
+    (a local folder is uploaded to S3 first), deleted by ``stop()``, at exit, or when ``budget`` runs out.
     """
     target = runtime.target if isinstance(runtime, RuntimeInfo) else check_target(runtime)
     if target == "sagemaker":
@@ -557,12 +507,10 @@ def endpoint(runtime: RuntimeInfo | str, model: str | Path, work_dir: str | Path
     from gemma4_t4.serving.server_state import free_port
 
     server_target = "cpu" if target == "cpu" else "t4"
-    config = ServerConfig(
-        model=str(model), target=server_target, served_model_name=name, port=free_port(),
-        max_model_len=max_model_len or (2048 if server_target == "cpu" else 8192),
-        max_num_seqs=max_num_seqs, enable_prefix_caching=enable_prefix_caching,
-        work_dir=str(Path(work_dir) / "vllm"),
-    )
+    config = ServerConfig(model=str(model), target=server_target, served_model_name=name, port=free_port(),
+                          max_model_len=max_model_len or (2048 if server_target == "cpu" else 8192),
+                          max_num_seqs=max_num_seqs, enable_prefix_caching=enable_prefix_caching,
+                          work_dir=str(Path(work_dir) / "vllm"))
     gpu_name = runtime.gpu_name if isinstance(runtime, RuntimeInfo) else None
     return Endpoint.local(config, gpu_name=gpu_name)
 
@@ -616,8 +564,7 @@ class RepackServing:
 
 
 def repack_to_serve(runtime: RuntimeInfo, work_dir: str | Path) -> RepackServing:
-    """On a GPU or SageMaker the emb4 repack; on ``cpu`` the linear-only repack where vLLM's CPU build
-    has its int4 kernel (AVX-512), and none where it does not (the start gate's own probe, cached)."""
+    """The emb4 repack off ``cpu``; on ``cpu`` the linear-only repack where vLLM's CPU build has int4."""
     work = Path(work_dir)
     if runtime.target != "cpu":
         serving = RepackServing(work / "repack-emb4", "the emb4 repack (int4 linears and 4-bit embeddings)")
@@ -635,10 +582,8 @@ def repack_to_serve(runtime: RuntimeInfo, work_dir: str | Path) -> RepackServing
 
 def clean_up(*endpoints: Endpoint, keep_local: bool = False, part: int | None = None,
              region: str = "us-east-2") -> list[str]:
-    """The "Cleaning up" cell: stop every endpoint given (a billed one always, a local server unless
-    ``keep_local``), then list what of ``part`` is still up: this kernel's unstopped SageMaker
-    endpoints and, when any SageMaker endpoint was used, the region's endpoints named for ``part``.
-    Returns the names still billing (expect none)."""
+    """Stop every endpoint given (a local one unless ``keep_local``) and return the names of ``part``'s
+    SageMaker endpoints still billing (expect none)."""
     used_sagemaker = any(e.venue == "sagemaker" for e in endpoints)
     for served in endpoints:
         if served.venue == "sagemaker" or not keep_local:
@@ -657,19 +602,14 @@ def clean_up(*endpoints: Endpoint, keep_local: bool = False, part: int | None = 
 
 
 def price_of(served: Endpoint, runtime: RuntimeInfo) -> InstancePrice:
-    """The hourly price a throughput is priced at: the endpoint's own (:attr:`Endpoint.price`), and
-    where it has none (a CPU, a GPU priced nowhere) a T4's on GCE, which :func:`measured_price`
-    then refuses to price it at (the row says it was measured on something else)."""
+    """The endpoint's hourly price, else a GCE T4's (which :func:`measured_price` then refuses to use)."""
     return served.price or PRICES[price_key("gce", "n1-standard-2+t4")]
 
 
 def t4_vs_l4(served: Endpoint, specs: Mapping[str, WorkloadSpec], runs_dir: str | Path, out_dir: str | Path, *,
              model: str | Path, budget: Budget | None, region: str = "us-east-2", poll_s: float = 15.0) -> Any:
-    """The same model on an L4: on SageMaker, an ``ml.g6.xlarge`` endpoint runs the same ``specs``
-    (into ``out_dir/LABEL``), is deleted, and the headline compares it with the T4 runs in
-    ``runs_dir`` (:func:`gemma4_t4.bench.compare.compare_suites`), shown beside the published
-    row; elsewhere there is no L4 to measure, the published rows are shown alone and ``None``
-    comes back."""
+    """On SageMaker, run ``specs`` on an L4 endpoint and return the headline against the T4 runs in
+    ``runs_dir``; elsewhere show the published rows alone and return ``None``."""
     # lazy: the benchmark's client (aiohttp) loads only in a step that measures
     from gemma4_t4.bench.specs import run
 
@@ -689,9 +629,8 @@ def t4_vs_l4(served: Endpoint, specs: Mapping[str, WorkloadSpec], runs_dir: str 
 
 
 def drafter_on_off(served: Endpoint, draft: str, out_dir: str | Path) -> Any:
-    """Speculative decoding with ``draft`` off, then on, on a local server like ``served``
-    (:func:`gemma4_t4.studies.drafter_bench.drafter_on_off`); ``None`` on SageMaker, where it would mean two
-    more billed deploys."""
+    """Speculative decoding with ``draft`` off, then on, on a local server like ``served``; ``None`` where
+    it cannot restart (SageMaker)."""
     if not served.can_restart:
         print(f"not run on {served.venue}: a drafter comparison restarts the server twice (on SageMaker: "
               "two more billed deploys)")
@@ -704,8 +643,7 @@ def drafter_on_off(served: Endpoint, draft: str, out_dir: str | Path) -> Any:
 
 
 def ttft_route_on_off(served: Endpoint, runtime: RuntimeInfo, spec: WorkloadSpec, out_dir: str | Path) -> Any:
-    """The TTFT curve with the tensor-core prefill route off, then on (:mod:`gemma4_t4.studies.ttft_route`);
-    ``None`` unless ``served`` is a local Turing GPU (the only place the route activates)."""
+    """The TTFT curve with the prefill route off, then on; ``None`` off a local Turing GPU."""
     if not served.can_restart or not runtime.is_t4:
         print(f"not run on {runtime.target}: the route activates on a local Turing GPU (sm_7x) only")
         return None
@@ -718,9 +656,7 @@ def ttft_route_on_off(served: Endpoint, runtime: RuntimeInfo, spec: WorkloadSpec
 
 
 def prefill_verdict(runtime: RuntimeInfo, out_dir: str | Path) -> Any:
-    """The tensor-core prefill route's verdict for this GPU
-    (:func:`gemma4_t4.turing.prefill_bench.bench_prefill`, its plot shown), or ``None`` (saying
-    why) off a Turing GPU: the route is measured and used there only."""
+    """The tensor-core prefill route's verdict (plot shown), or ``None`` off a Turing GPU."""
     if not runtime.is_t4:
         print(f"skipped on {runtime.target}: the route is measured and used on a Turing GPU only")
         return None
@@ -736,8 +672,7 @@ def prefill_verdict(runtime: RuntimeInfo, out_dir: str | Path) -> Any:
 
 
 def cost_per_mtok(run: Any, served: Endpoint, runtime: RuntimeInfo) -> CostTable:
-    """A decode run's $/Mtok beside the published SageMaker rows, priced as the endpoint's instance
-    on SageMaker, else as this GPU (a T4 where there is none: the row says what it is priced as)."""
+    """A decode run's $/Mtok beside the published SageMaker rows, at :func:`price_of`'s price."""
     price = price_of(served, runtime)
     return CostTable(price, measured_price(run, price), runtime.target)
 
@@ -747,8 +682,7 @@ def cost_per_mtok(run: Any, served: Endpoint, runtime: RuntimeInfo) -> CostTable
 
 
 def local_model(model: str | Path) -> Path:
-    """A local folder for ``model``: itself if it exists, else a Hugging Face download (weights,
-    configs and tokenizer only; resumable, cached in the usual Hugging Face cache)."""
+    """``model`` if it is a folder, else its Hugging Face download (weights, configs, tokenizer; cached)."""
     path = Path(model)
     if path.exists():
         return path
@@ -805,10 +739,8 @@ class MCPSession(Displayable):
 
 def mcp_session(calls: Sequence[tuple[str, Mapping[str, JSONValue]]], timeout_s: float = 300.0,
                 log_path: str | Path | None = None) -> MCPSession:
-    """Start the package's MCP server as a stdio subprocess (as an assistant would), list its
-    tools, then make ``calls`` in order. The server inherits this process's environment (so
-    ``LocalAWS`` routes it to moto too); its stderr goes to ``log_path`` (default: a temporary
-    file; a notebook's own stderr has no file descriptor to hand over)."""
+    """Start the MCP server as a stdio subprocess (this environment, so ``LocalAWS`` reaches it), list its
+    tools and make ``calls``; its stderr goes to ``log_path`` (a notebook's stderr has no descriptor)."""
     import tempfile
 
     import anyio
@@ -839,9 +771,8 @@ def mcp_session(calls: Sequence[tuple[str, Mapping[str, JSONValue]]], timeout_s:
 
 @dataclass
 class AwsVenue:
-    """Where Part 1's AWS calls go, chosen once (:func:`aws_venue`): real AWS (billed), or the local
-    stand-ins (moto, a fake Service Quotas) with replies from the tiny Gemma 4 on a vLLM CPU server
-    behind the SageMaker-runtime stand-in where vLLM is installed, else canned by moto."""
+    """Where Part 1's AWS calls go: real AWS (billed), or local stand-ins (moto) whose replies come from the
+    tiny Gemma 4 where vLLM is installed, else canned by moto."""
 
     target: str
     local: Any = None  # LocalAWS, on TARGET="cpu"
@@ -866,9 +797,7 @@ class AwsVenue:
             self.local.queue_chat_replies([f"{text} (canned: no vLLM on this machine)"])
 
     def image_uri(self, instance_type: str, region: str) -> str:
-        """The image a deploy on ``instance_type`` uses: on a T4 the fixed image (found in ECR, else
-        built in CodeBuild; against moto a stand-in puts the pushed manifest into its ECR), else the
-        stock vLLM DLC."""
+        """The image for ``instance_type``: on a T4 the fixed one (found or built), else the DLC."""
         # lazy: the SageMaker modules (boto3, deploy, CodeBuild) load only on Part 1's AWS venues
         from gemma4_t4 import sagemaker
         from gemma4_t4.sagemaker import build
@@ -883,8 +812,7 @@ class AwsVenue:
         return image.image_uri
 
     def invoke_stream(self, name: str, region: str, prompt: str, max_tokens: int = 32) -> Any:
-        """A streamed reply (``InvokeEndpointWithResponseStream``), or ``None`` where moto answers
-        alone: it implements no response streams."""
+        """A streamed reply, or ``None`` where moto answers alone (it implements no response streams)."""
         # lazy: the SageMaker modules (boto3, deploy, CodeBuild) load only on Part 1's AWS venues
         from gemma4_t4 import sagemaker
 
@@ -904,8 +832,7 @@ class AwsVenue:
 
 
 def aws_venue(target: str, work_dir: str | Path) -> AwsVenue:
-    """Part 1's venue for ``target``: "sagemaker" is real AWS; "cpu" starts the local stand-ins (and,
-    where vLLM is installed, the tiny Gemma 4 they forward invocations to; about a minute)."""
+    """Part 1's venue: "sagemaker" is real AWS; "cpu" starts the local stand-ins (and the tiny Gemma 4)."""
     import importlib.util
 
     if target != "cpu":
@@ -927,11 +854,8 @@ def aws_venue(target: str, work_dir: str | Path) -> AwsVenue:
 
 
 def headline_rows(headline: Any) -> Table:
-    """A T4-vs-L4 headline (:class:`gemma4_t4.bench.compare.Headline`, A = T4, B = L4) as display
-    rows, each measured figure beside the series' published SageMaker row (labelled published;
-    ``-`` where the series published none). The published row is the series' own build (emb4),
-    named in each row's conditions. A measured/published ratio appears only where the runs
-    recorded the published row's kind (model size and GPU): never for a tiny model or a CPU."""
+    """A T4-vs-L4 headline (A = T4, B = L4) as rows beside the published SageMaker row; a ratio appears
+    only where the runs recorded the published row's model size and GPU."""
     pub = headline.published
     conditions = f"SageMaker, {pub.model} {pub.build}, c=1" if pub else "not published"
     source = pub.source if pub else ""

@@ -31,12 +31,10 @@ NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 PARAMS_DIR = NOTEBOOKS_DIR / "params"
 
 # The series, in order. File names are "<number>_<slug>.ipynb"; only the number is fixed.
-PARTS: dict[str, str] = {
-    "01": "Part 1: deploy Gemma 4 to SageMaker and drive it through the MCP server",
-    "02": "Part 2: bf16 vs Google's QAT int4 - decode speed, bytes per token, roofline",
-    "03": "Part 3: check the QAT grid, repack to int4 with 4-bit embeddings, serve it",
-    "04": "Part 4: Gemma 4 on a T4 - doctor, fixes, serve, benchmark, what fits, $/Mtok",
-}
+PARTS: dict[str, str] = {"01": "Part 1: deploy Gemma 4 to SageMaker and drive it through the MCP server",
+                         "02": "Part 2: bf16 vs Google's QAT int4 - decode speed, bytes per token, roofline",
+                         "03": "Part 3: check the QAT grid, repack to int4 with 4-bit embeddings, serve it",
+                         "04": "Part 4: Gemma 4 on a T4 - doctor, fixes, serve, benchmark, what fits, $/Mtok"}
 
 Status = Literal["ok", "failed", "missing", "skipped"]
 SKIP_KEY = "_skip"  # in a params section: this part does not run for that target, and why
@@ -89,10 +87,8 @@ def find_notebooks(notebooks_dir: Path = NOTEBOOKS_DIR) -> dict[str, Path | None
         if number not in PARTS:
             continue
         if found[number] is not None:
-            raise Gemma4T4Error(
-                f"two notebooks for part {number}: {found[number].name} and {path.name}",
-                fix="keep one notebook per part number",
-            )
+            raise Gemma4T4Error(f"two notebooks for part {number}: {found[number].name} and {path.name}",
+                                fix="keep one notebook per part number")
         found[number] = path
     return found
 
@@ -122,11 +118,8 @@ def load_parameters(target: str, params_dir: Path = PARAMS_DIR) -> dict[str, JSO
 
 def parameters_for(notebook: Path, target: str, out_dir: Path, work_dir: Path,
                    params: dict[str, JSONObject]) -> JSONObject:
-    """The parameters injected into one notebook: shared, then per notebook, then the paths.
-
-    The target asked for always wins: a params file whose TARGET says otherwise is refused,
-    never silently obeyed.
-    """
+    """The parameters injected into one notebook: shared, per notebook, then the paths; a params file
+    whose TARGET differs from the one asked for is refused, never obeyed."""
     values: JSONObject = {}
     values.update(params.get("all", {}))
     values.update(params.get(notebook.name[:2], {}))
@@ -138,9 +131,7 @@ def parameters_for(notebook: Path, target: str, out_dir: Path, work_dir: Path,
                             "was asked for",
                             fix=f"remove TARGET from that params file, or set it to {target!r} (each "
                                 "params/<target>.yaml is for its own target)")
-    values["TARGET"] = target
-    values["OUT_DIR"] = str(out_dir)
-    values["WORK_DIR"] = str(work_dir)
+    values.update(TARGET=target, OUT_DIR=str(out_dir), WORK_DIR=str(work_dir))
     return values
 
 
@@ -180,22 +171,13 @@ def check_out_dir(out: str | Path, notebooks_dir: Path | None = None) -> Path:
 
 
 def run_pipeline(
-    target: str = "cpu",
-    out: str | Path = "build",
-    only: Sequence[str] | None = None,
-    notebooks_dir: Path = NOTEBOOKS_DIR,
-    params_dir: Path = PARAMS_DIR,
-    work_dir: str | Path | None = None,
-    export_html: bool = True,
-    progress: bool = True,
-    cell_timeout: float | None = None,
+    target: str = "cpu", out: str | Path = "build", only: Sequence[str] | None = None,
+    notebooks_dir: Path = NOTEBOOKS_DIR, params_dir: Path = PARAMS_DIR, work_dir: str | Path | None = None,
+    export_html: bool = True, progress: bool = True, cell_timeout: float | None = None,
     log: Callable[[str], None] = print,
 ) -> PipelineReport:
-    """Execute the notebooks for ``target`` into ``out/notebooks`` and write the index.
-
-    ``only`` limits the run to some part numbers ("02") or stems. Missing notebooks are
-    reported as such (``status="missing"``), never skipped silently.
-    """
+    """Execute the notebooks for ``target`` (``only``: some part numbers or stems) into ``out/notebooks``
+    and write the index; a missing notebook is reported (``status="missing"``), never skipped silently."""
     import papermill
 
     target, why = resolve_target(target)
@@ -232,9 +214,8 @@ def run_pipeline(
             log(f"[{number}] skipped for TARGET={target}: {skip}")
             runs.append(NotebookRun(number, title, "skipped", source=str(source), error=str(skip)))
             continue
-        run = _execute(papermill, source, number, title, target, nb_out, work, params, out, export_html, progress,
-                       cell_timeout, log)
-        runs.append(run)
+        runs.append(_execute(papermill, source, number, title, target, nb_out, work, params, out, export_html,
+                             progress, cell_timeout, log))
 
     report = PipelineReport(target=target, out=str(out), runs=runs)
     report.index_md, report.index_html = write_index(report)
@@ -256,14 +237,8 @@ def _execute(papermill: Any, source: Path, number: str, title: str, target: str,
     run = NotebookRun(number, title, "ok", source=str(source), executed=str(executed), out_dir=str(run_dir))
     try:
         papermill.execute_notebook(
-            str(source),
-            str(executed),
-            parameters=values,
-            cwd=str(source.parent),
-            kernel_name="python3",
-            progress_bar=progress,
-            execution_timeout=cell_timeout,
-            report_mode=False,
+            str(source), str(executed), parameters=values, cwd=str(source.parent), kernel_name="python3",
+            progress_bar=progress, execution_timeout=cell_timeout, report_mode=False,
             kernel_manager_class=kernel_logging_to(run_dir / KERNEL_LOG),
         )
     except Exception as exc:  # papermill raises PapermillExecutionError with the failing cell
@@ -352,13 +327,10 @@ def export_notebook_html(executed: Path) -> Path:
 
 def write_index(report: PipelineReport) -> tuple[str, str]:
     """Write ``index.md`` and ``index.html`` in ``report.out``; return their paths."""
-    out = Path(report.out)
-    md = render_index_markdown(report)
-    md_path = out / "index.md"
-    atomic_write_text(md_path, md)
-    html_path = out / "index.html"
-    atomic_write_text(html_path, _markdown_to_html(md, title=f"gemma4_t4 notebooks ({report.target})"))
-    return str(md_path), str(html_path)
+    out, md = Path(report.out), render_index_markdown(report)
+    atomic_write_text(out / "index.md", md)
+    atomic_write_text(out / "index.html", _markdown_to_html(md, f"gemma4_t4 notebooks ({report.target})"))
+    return str(out / "index.md"), str(out / "index.html")
 
 
 def render_index_markdown(report: PipelineReport) -> str:
@@ -367,12 +339,9 @@ def render_index_markdown(report: PipelineReport) -> str:
     if report.ok and any(r.status == "skipped" for r in report.runs):
         verdict = "all notebooks for this target ran"
     lines = [
-        f"# gemma4_t4 notebooks: TARGET={report.target}",
-        "",
+        f"# gemma4_t4 notebooks: TARGET={report.target}", "",
         f"**{verdict}** ({sum(r.status == 'ok' for r in report.runs)}/{len(report.runs)} ok). "
-        f"Written {time.strftime('%Y-%m-%d %H:%M:%S %Z')}.",
-        "",
-        "| part | notebook | status | time | HTML |",
+        f"Written {time.strftime('%Y-%m-%d %H:%M:%S %Z')}.", "", "| part | notebook | status | time | HTML |",
         "|---|---|---|---:|---|",
     ]
     for run in report.runs:

@@ -8,24 +8,20 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal
 
 from gemma4_t4.errors import Gemma4T4Error
 
 GiB = 2**30
 GB = 10**9
 
-Format = Literal["bf16", "qat-w4a16", "emb4"]
 FORMATS: tuple[str, ...] = ("bf16", "qat-w4a16", "emb4")
 
 
-_FORMAT_ALIASES = {
-    "bf16": "bf16", "fp16": "bf16", "float16": "bf16", "bfloat16": "bf16", "base": "bf16",
-    "q4_0-unquantized": "bf16", "qat-q4_0-unquantized": "bf16",
-    "qat-w4a16": "qat-w4a16", "qat": "qat-w4a16", "w4a16": "qat-w4a16", "ct": "qat-w4a16",
-    "qat-w4a16-ct": "qat-w4a16", "int4": "qat-w4a16",
-    "emb4": "emb4", "text-emb4": "emb4", "w4a16-emb4": "emb4",
-}
+_FORMAT_ALIASES = {"bf16": "bf16", "fp16": "bf16", "float16": "bf16", "bfloat16": "bf16", "base": "bf16",
+                   "q4_0-unquantized": "bf16", "qat-q4_0-unquantized": "bf16",
+                   "qat-w4a16": "qat-w4a16", "qat": "qat-w4a16", "w4a16": "qat-w4a16", "ct": "qat-w4a16",
+                   "qat-w4a16-ct": "qat-w4a16", "int4": "qat-w4a16",
+                   "emb4": "emb4", "text-emb4": "emb4", "w4a16-emb4": "emb4"}
 
 
 def normalize_format(name: str) -> str:
@@ -35,8 +31,7 @@ def normalize_format(name: str) -> str:
     if key in _FORMAT_ALIASES:
         return _FORMAT_ALIASES[key]
     raise Gemma4T4Error(
-        f"unknown format {name!r}",
-        fix=f"use one of: {', '.join(FORMATS)} (aliases: qat, w4a16, fp16)",
+        f"unknown format {name!r}", fix=f"use one of: {', '.join(FORMATS)} (aliases: qat, w4a16, fp16)",
     )
 
 
@@ -109,19 +104,15 @@ class Gemma4Variant:
     def hub(self) -> HubIds:
         base = f"google/gemma-4-{self.size}-it"
         return HubIds(
-            bf16=base,
-            qat_w4a16_ct=None if self.moe else f"{base}-qat-w4a16-ct",
-            qat_q4_0_unquantized=f"{base}-qat-q4_0-unquantized",
-            qat_q4_0_gguf=f"{base}-qat-q4_0-gguf",
+            bf16=base, qat_w4a16_ct=None if self.moe else f"{base}-qat-w4a16-ct",
+            qat_q4_0_unquantized=f"{base}-qat-q4_0-unquantized", qat_q4_0_gguf=f"{base}-qat-q4_0-gguf",
             qat_mobile_ct=f"{base}-qat-mobile-ct" if self.ple_dim_per_layer else None,
             community_emb4=f"xbill9/gemma-4-{self.size}-it-qat-q4_0-w4a16-ct-text-emb4",
         )
 
     def layer_types(self) -> list[str]:
-        return [
-            "full_attention" if (i + 1) % self.full_attention_every == 0 else "sliding_attention"
-            for i in range(self.num_layers)
-        ]
+        return ["full_attention" if (i + 1) % self.full_attention_every == 0 else "sliding_attention"
+                for i in range(self.num_layers)]
 
     @property
     def first_kv_shared_layer(self) -> int:
@@ -139,16 +130,14 @@ class Gemma4Variant:
 VARIANTS: dict[str, Gemma4Variant] = {
     v.key: v
     for v in [
-        Gemma4Variant(
-            key="e2b", size="E2B", model_type="gemma4", hidden_size=1536, num_layers=35,
-            full_attention_every=5, num_q_heads=8, num_kv_heads_sliding=1, num_kv_heads_global=1,
-            sliding_window=512, intermediate_size=6144, max_position_embeddings=131_072,
-            num_kv_shared_layers=20, double_wide_mlp_in_kv_shared=True, ple_dim_per_layer=256,
-            ct_duplicate_lm_head=True, towers="vision 16 layers + audio 12 layers",
-            published=PublishedParams(total=5.10, body=1.877, embed=0.403, ple=2.349, vision=0.169,
-                                      audio=0.307),
-            notes=("dense with per-layer embeddings (PLE), not MoE",),
-        ),
+        Gemma4Variant(key="e2b", size="E2B", model_type="gemma4", hidden_size=1536, num_layers=35,
+                      full_attention_every=5, num_q_heads=8, num_kv_heads_sliding=1, num_kv_heads_global=1,
+                      sliding_window=512, intermediate_size=6144, max_position_embeddings=131_072,
+                      num_kv_shared_layers=20, double_wide_mlp_in_kv_shared=True, ple_dim_per_layer=256,
+                      ct_duplicate_lm_head=True, towers="vision 16 layers + audio 12 layers",
+                      published=PublishedParams(total=5.10, body=1.877, embed=0.403, ple=2.349, vision=0.169,
+                                                audio=0.307),
+                      notes=("dense with per-layer embeddings (PLE), not MoE",)),
         Gemma4Variant(
             key="e4b", size="E4B", model_type="gemma4", hidden_size=2560, num_layers=42,
             full_attention_every=6, num_q_heads=8, num_kv_heads_sliding=2, num_kv_heads_global=2,
@@ -160,30 +149,24 @@ VARIANTS: dict[str, Gemma4Variant] = {
                                       audio=0.307),
             notes=("dense with per-layer embeddings (PLE), not MoE",),
         ),
-        Gemma4Variant(
-            key="12b", size="12B", model_type="gemma4_unified", hidden_size=3840, num_layers=48,
-            full_attention_every=6, num_q_heads=16, num_kv_heads_sliding=8, num_kv_heads_global=1,
-            sliding_window=1024, intermediate_size=15360, max_position_embeddings=131_072,
-            attention_k_eq_v=True, towers="no vision tower (patch projection) + audio projector",
-            published=PublishedParams(total=11.96),
-            notes=("launched 2026-06-03", "the largest size that fits one T4 (4-bit builds)"),
-        ),
-        Gemma4Variant(
-            key="26b-a4b", size="26B-A4B", model_type="gemma4", hidden_size=2816, num_layers=30,
-            full_attention_every=6, num_q_heads=16, num_kv_heads_sliding=8, num_kv_heads_global=2,
-            sliding_window=1024, intermediate_size=2112, max_position_embeddings=262_144,
-            attention_k_eq_v=True, moe=MoE(num_experts=128, top_k=8, expert_intermediate_size=704),
-            towers="vision 27 layers",
-            published=PublishedParams(total=25.81, active=3.8),
-            notes=("MoE: a dense MLP plus 128 experts (top-8) per layer",
-                   "Google publishes no -qat-w4a16-ct build for this size"),
-        ),
+        Gemma4Variant(key="12b", size="12B", model_type="gemma4_unified", hidden_size=3840, num_layers=48,
+                      full_attention_every=6, num_q_heads=16, num_kv_heads_sliding=8, num_kv_heads_global=1,
+                      sliding_window=1024, intermediate_size=15360, max_position_embeddings=131_072,
+                      attention_k_eq_v=True, towers="no vision tower (patch projection) + audio projector",
+                      published=PublishedParams(total=11.96),
+                      notes=("launched 2026-06-03", "the largest size that fits one T4 (4-bit builds)")),
+        Gemma4Variant(key="26b-a4b", size="26B-A4B", model_type="gemma4", hidden_size=2816, num_layers=30,
+                      full_attention_every=6, num_q_heads=16, num_kv_heads_sliding=8, num_kv_heads_global=2,
+                      sliding_window=1024, intermediate_size=2112, max_position_embeddings=262_144,
+                      attention_k_eq_v=True, moe=MoE(num_experts=128, top_k=8, expert_intermediate_size=704),
+                      towers="vision 27 layers", published=PublishedParams(total=25.81, active=3.8),
+                      notes=("MoE: a dense MLP plus 128 experts (top-8) per layer",
+                             "Google publishes no -qat-w4a16-ct build for this size")),
         Gemma4Variant(
             key="31b", size="31B", model_type="gemma4", hidden_size=5376, num_layers=60,
             full_attention_every=6, num_q_heads=32, num_kv_heads_sliding=16, num_kv_heads_global=4,
             sliding_window=1024, intermediate_size=21504, max_position_embeddings=262_144,
-            attention_k_eq_v=True, towers="vision 27 layers",
-            published=PublishedParams(total=31.27),
+            attention_k_eq_v=True, towers="vision 27 layers", published=PublishedParams(total=31.27),
         ),
     ]
 }

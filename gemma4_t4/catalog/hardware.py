@@ -85,9 +85,7 @@ def get_gpu(key: str) -> GPU:
     try:
         return GPUS[key.lower()]
     except KeyError:
-        raise Gemma4T4Error(
-            f"unknown GPU {key!r}", fix=f"use one of: {', '.join(GPUS)}"
-        ) from None
+        raise Gemma4T4Error(f"unknown GPU {key!r}", fix=f"use one of: {', '.join(GPUS)}") from None
 
 
 def price_key(platform: str, instance: str) -> str:
@@ -128,18 +126,10 @@ PRICES: dict[str, InstancePrice] = {
 
 # SageMaker instance types -> (GPU key, GPU count); used for validation and fit checks.
 SAGEMAKER_INSTANCES: dict[str, tuple[str, int]] = {
-    "ml.g4dn.xlarge": ("t4", 1),
-    "ml.g4dn.2xlarge": ("t4", 1),
-    "ml.g4dn.4xlarge": ("t4", 1),
-    "ml.g4dn.8xlarge": ("t4", 1),
-    "ml.g4dn.12xlarge": ("t4", 4),
-    "ml.g4dn.16xlarge": ("t4", 1),
-    "ml.g6.xlarge": ("l4", 1),
-    "ml.g6.2xlarge": ("l4", 1),
-    "ml.g6.4xlarge": ("l4", 1),
-    "ml.g6.12xlarge": ("l4", 4),
-    "ml.g5.xlarge": ("a10g", 1),
-    "ml.g5.2xlarge": ("a10g", 1),
+    "ml.g4dn.xlarge": ("t4", 1), "ml.g4dn.2xlarge": ("t4", 1), "ml.g4dn.4xlarge": ("t4", 1),
+    "ml.g4dn.8xlarge": ("t4", 1), "ml.g4dn.12xlarge": ("t4", 4), "ml.g4dn.16xlarge": ("t4", 1),
+    "ml.g6.xlarge": ("l4", 1), "ml.g6.2xlarge": ("l4", 1), "ml.g6.4xlarge": ("l4", 1),
+    "ml.g6.12xlarge": ("l4", 4), "ml.g5.xlarge": ("a10g", 1), "ml.g5.2xlarge": ("a10g", 1),
 }
 
 

@@ -1,18 +1,8 @@
 """What follows from the Gemma 4 family (:mod:`gemma4_t4.catalog.family`, the data) on a GPU.
 
-Loaded sizes and KV-token figures were published by the series (labelled ``published``).
-Everything else here is derived by pure functions, no I/O:
-
-* :func:`decode_bytes_per_token` - bytes one decoded token streams from memory (batch 1):
-  every decoder linear plus the tied output layer, per format, plus optional KV reads.
-* :func:`decode_roofline` - the bandwidth ceiling on per-stream decode tok/s for a GPU.
-* :func:`fit` / :func:`fit_table` - weights + KV cache + overhead against a GPU's memory,
-  for one GPU or several with tensor parallelism: fits or not, the longest context that
-  fits, and the KV token capacity vLLM would report.
-* :func:`load_ram` - host RAM (and swap) needed while vLLM loads a checkpoint.
-* :data:`ASSISTANTS` / :func:`assistant_for` - Google's MTP drafter ("assistant") checkpoints
-  per size and build, for speculative decoding (gemma4_t4/serving/speculative.py); :func:`fit` counts
-  a drafter's weights (and, for a whole-model drafter, its own KV cache).
+Loaded sizes and KV-token figures were published by the series (labelled ``published``); the rest is
+derived by pure functions (no I/O): bytes per decoded token, the bandwidth roofline, the memory fit
+(tensor parallelism, drafters included), host RAM while loading, and Google's MTP drafters per size.
 
 Formats (bytes per weight):
 
@@ -261,10 +251,8 @@ def param_breakdown(variant: str | Gemma4Variant) -> ParamBreakdown:
         towers = round(((v.published.vision or 0) + (v.published.audio or 0)) * 1e9)
     else:
         towers = max(0, published_total - text)
-    return ParamBreakdown(
-        body=body, embed=embed, ple=ple, towers=towers, total=text + towers,
-        active_per_token=lin.read_per_token + norms + embed, published=v.published,
-    )
+    return ParamBreakdown(body=body, embed=embed, ple=ple, towers=towers, total=text + towers,
+                          active_per_token=lin.read_per_token + norms + embed, published=v.published)
 
 
 # ---------------------------------------------------------------------------------------
@@ -330,11 +318,8 @@ def kv_read_bytes_per_token(variant: str | Gemma4Variant, context_len: int, kv_d
 
 def _bytes_per_weight(fmt: str) -> tuple[float, float]:
     """(linear, output layer) bytes per weight."""
-    return {
-        "bf16": (FP16_BYTES, FP16_BYTES),
-        "qat-w4a16": (INT4_G32_BYTES, FP16_BYTES),
-        "emb4": (INT4_G32_BYTES, INT4_G32_BYTES),
-    }[fmt]
+    return {"bf16": (FP16_BYTES, FP16_BYTES), "qat-w4a16": (INT4_G32_BYTES, FP16_BYTES),
+            "emb4": (INT4_G32_BYTES, INT4_G32_BYTES)}[fmt]
 
 
 def _ships_kv_shared_projections(fmt: str) -> bool:
@@ -345,10 +330,7 @@ def _ships_kv_shared_projections(fmt: str) -> bool:
 
 
 def decode_bytes_per_token(
-    variant: str | Gemma4Variant,
-    fmt: str = "bf16",
-    context_len: int = 0,
-    kv_dtype_bytes: int = 2,
+    variant: str | Gemma4Variant, fmt: str = "bf16", context_len: int = 0, kv_dtype_bytes: int = 2,
 ) -> DecodeBytes:
     """Bytes per decoded token for a format; E2B: bf16 4.597 GB, qat-w4a16 1.862 GB, emb4 1.29 GB.
 
@@ -369,16 +351,10 @@ def decode_bytes_per_token(
     linear_bytes = round(linear_params * b_lin)
     embed_bytes = round(embed_params * b_emb)
     return DecodeBytes(
-        model=v.key,
-        format=fmt,
-        linear_params=linear_params,
-        linear_bytes=linear_bytes,
-        embed_params=embed_params,
-        embed_bytes=embed_bytes,
-        small_bytes=small,
+        model=v.key, format=fmt, linear_params=linear_params, linear_bytes=linear_bytes,
+        embed_params=embed_params, embed_bytes=embed_bytes, small_bytes=small,
         weights_bytes=linear_bytes + embed_bytes + small,
-        vllm_weights_bytes=round(vllm_linear_params * b_lin) + embed_bytes + small,
-        context_len=context_len,
+        vllm_weights_bytes=round(vllm_linear_params * b_lin) + embed_bytes + small, context_len=context_len,
         kv_bytes=kv_read_bytes_per_token(v, context_len, kv_dtype_bytes) if context_len else 0,
         kv_dtype_bytes=kv_dtype_bytes,
     )
@@ -404,13 +380,8 @@ class Roofline(Displayable):
                  "roofline tok/s (measured bandwidth)": self.tok_s_measured}]
 
 
-def decode_roofline(
-    variant: str | Gemma4Variant,
-    fmt: str = "bf16",
-    gpu: str = "t4",
-    context_len: int = 0,
-    bandwidth_gb_s: float | None = None,
-) -> Roofline:
+def decode_roofline(variant: str | Gemma4Variant, fmt: str = "bf16", gpu: str = "t4", context_len: int = 0,
+                    bandwidth_gb_s: float | None = None) -> Roofline:
     """Per-stream decode ceiling on ``gpu`` (T4: bf16 69.6, qat-w4a16 171.9 tok/s at 320 GB/s).
 
     Ignores fixed per-step cost, so real runs land well below it (the series measured 40 and
@@ -421,15 +392,9 @@ def decode_roofline(
     spec = bandwidth_gb_s or g.bandwidth_gb_s
     measured = None if bandwidth_gb_s else g.measured_bandwidth_gb_s
     return Roofline(
-        model=b.model,
-        format=b.format,
-        gpu=g.key,
-        bytes_per_token=b.total_bytes,
-        spec_bandwidth_gb_s=spec,
-        tok_s_spec=spec * GB / b.total_bytes,
-        measured_bandwidth_gb_s=measured,
-        tok_s_measured=measured * GB / b.total_bytes if measured else None,
-        context_len=context_len,
+        model=b.model, format=b.format, gpu=g.key, bytes_per_token=b.total_bytes, spec_bandwidth_gb_s=spec,
+        tok_s_spec=spec * GB / b.total_bytes, measured_bandwidth_gb_s=measured,
+        tok_s_measured=measured * GB / b.total_bytes if measured else None, context_len=context_len,
     )
 
 
@@ -498,10 +463,7 @@ def weights_estimate(variant: str | Gemma4Variant, fmt: str = "bf16", text_only:
 
 
 def kv_cache_bytes_per_sequence(
-    variant: str | Gemma4Variant,
-    context_len: int,
-    tensor_parallel: int = 1,
-    kv_dtype_bytes: int = 2,
+    variant: str | Gemma4Variant, context_len: int, tensor_parallel: int = 1, kv_dtype_bytes: int = 2,
     max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
 ) -> int:
     """KV cache one sequence of ``context_len`` occupies on one GPU, the way vLLM sizes it.
@@ -559,21 +521,11 @@ class FitResult:
     notes: list[str] = field(default_factory=list)
 
 
-def fit(
-    variant: str | Gemma4Variant,
-    fmt: str = "qat-w4a16",
-    gpu: str = "t4",
-    context_len: int = 8192,
-    num_gpus: int = 1,
-    gpu_memory_utilization: float = 0.9,
-    max_num_seqs: int = 8,
-    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
-    text_only: bool = False,
-    overhead_gib: float = DEFAULT_OVERHEAD_GIB,
-    kv_dtype_bytes: int = 2,
-    draft_weights_bytes: int = 0,
-    draft_own_kv: bool = False,
-) -> FitResult:
+def fit(variant: str | Gemma4Variant, fmt: str = "qat-w4a16", gpu: str = "t4", context_len: int = 8192,
+        num_gpus: int = 1, gpu_memory_utilization: float = 0.9, max_num_seqs: int = 8,
+        max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS, text_only: bool = False,
+        overhead_gib: float = DEFAULT_OVERHEAD_GIB, kv_dtype_bytes: int = 2, draft_weights_bytes: int = 0,
+        draft_own_kv: bool = False) -> FitResult:
     """Weights + KV cache + overhead against one GPU (or ``num_gpus`` with tensor parallelism).
 
     With tensor parallelism the weights split evenly over the GPUs (vLLM shards linears and
@@ -649,10 +601,8 @@ def _check_fit_args(v: Gemma4Variant, num_gpus: int, gpu_memory_utilization: flo
                     kv_dtype_bytes: int, draft_weights_bytes: int) -> None:
     """Refuse arguments that would give a silently wrong verdict (NaN compares False everywhere)."""
     if num_gpus < 1 or v.num_q_heads % num_gpus:
-        raise Gemma4T4Error(
-            f"{v.name} cannot be split over {num_gpus} GPUs: {v.num_q_heads} query heads",
-            fix="use a tensor-parallel size that divides the head count (1, 2, 4 or 8)",
-        )
+        raise Gemma4T4Error(f"{v.name} cannot be split over {num_gpus} GPUs: {v.num_q_heads} query heads",
+                            fix="use a tensor-parallel size that divides the head count (1, 2, 4 or 8)")
     if not 0.1 <= gpu_memory_utilization <= 1.0:
         raise Gemma4T4Error("gpu_memory_utilization must be in [0.1, 1.0]", fix="typical: 0.85-0.92")
     if context_len < 1 or max_num_seqs < 1:
@@ -709,10 +659,7 @@ def _max_context(per_seq, kv_budget_bytes: float, max_positions: int) -> int:
 
 
 def fit_table(
-    gpu: str = "t4",
-    context_len: int = 8192,
-    num_gpus: int = 1,
-    models: Iterable[str] | None = None,
+    gpu: str = "t4", context_len: int = 8192, num_gpus: int = 1, models: Iterable[str] | None = None,
     formats: Iterable[str] = FORMATS,
     **kwargs,
 ) -> FitTable:

@@ -1,15 +1,11 @@
 """A tiny random-weight Gemma 4 text model with an offline tokenizer.
 
-Everything the tests, CI and the CPU notebooks serve is built here, in seconds, with no
-model hub: a ``Gemma4ForCausalLM`` with both sliding and full attention layers (head_dim
-and global_head_dim kept distinct, like the real 256/512), tied embeddings, per-layer
-embeddings, a BPE tokenizer trained on a few sentences with Gemma's special-token ids and a
-chat template. Variant ``qat`` snaps every Linear and embedding onto a symmetric int4
-group-32 grid (levels -8..7, stored as bf16), the way Google's ``-qat-q4_0-unquantized``
-checkpoints are, so the quantization tools have something real to check. Variant ``drafter``
-is a tiny random ``gemma4_assistant`` (Google's MTP drafter layout) matching the tiny target:
-same tokenizer and vocabulary, ``backbone_hidden_size`` = the target's hidden size, Q-only
-layers whose head sizes and KV heads equal the target's (they read the target's KV cache).
+What the tests, CI and the CPU notebooks serve, built in seconds with no model hub: a
+``Gemma4ForCausalLM`` with sliding and full attention (distinct head dims, like the real 256/512), tied
+and per-layer embeddings, and a BPE tokenizer with Gemma's special-token ids and chat template. ``qat``
+snaps every Linear and embedding onto the symmetric int4 group-32 grid (stored as bf16), as Google's
+``-qat-q4_0-unquantized`` checkpoints are; ``drafter`` is a matching tiny ``gemma4_assistant`` (Google's
+MTP layout: same vocabulary, Q-only layers reading the target's KV cache).
 """
 
 from __future__ import annotations
@@ -35,13 +31,11 @@ SaveModel = Callable[[Any, Path], None]  # (model, folder): writes the weights a
 SPECIAL_TOKENS = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"]
 TURN_TOKENS = ["<|turn>", "<turn|>"]
 
-CHAT_TEMPLATE = (
-    "{{ bos_token }}"
-    "{% for message in messages %}"
-    "{{ '<|turn>' + message['role'] + '\n' + message['content'] | trim + '<turn|>\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|turn>model\n' }}{% endif %}"
-)
+CHAT_TEMPLATE = ("{{ bos_token }}"
+                 "{% for message in messages %}"
+                 "{{ '<|turn>' + message['role'] + '\n' + message['content'] | trim + '<turn|>\n' }}"
+                 "{% endfor %}"
+                 "{% if add_generation_prompt %}{{ '<|turn>model\n' }}{% endif %}")
 
 # A small corpus: enough merges for a few hundred tokens, and every ASCII letter/digit.
 CORPUS = [
@@ -80,10 +74,8 @@ class TinySpec:
     draft_num_attention_heads: int = 2
 
     def layer_types(self) -> list[str]:
-        types = [
-            "full_attention" if (i + 1) % self.full_attention_every == 0 else "sliding_attention"
-            for i in range(self.num_hidden_layers)
-        ]
+        types = ["full_attention" if (i + 1) % self.full_attention_every == 0 else "sliding_attention"
+                 for i in range(self.num_hidden_layers)]
         types[-1] = "full_attention"
         return types
 
@@ -115,21 +107,13 @@ def build_tokenizer(vocab_size: int = 512):
         [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()]
     )
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=SPECIAL_TOKENS + byte_tokens + TURN_TOKENS,
-        initial_alphabet=list("▁"),
-        show_progress=False,
+        vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS + byte_tokens + TURN_TOKENS,
+        initial_alphabet=list("▁"), show_progress=False,
     )
     tokenizer.train_from_iterator(CORPUS * 4, trainer=trainer)
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer,
-        bos_token="<bos>",
-        eos_token="<eos>",
-        unk_token="<unk>",
-        pad_token="<pad>",
-        mask_token="<mask>",
-        additional_special_tokens=TURN_TOKENS,
-        add_bos_token=False,
+        tokenizer_object=tokenizer, bos_token="<bos>", eos_token="<eos>", unk_token="<unk>",
+        pad_token="<pad>", mask_token="<mask>", additional_special_tokens=TURN_TOKENS, add_bos_token=False,
     )
     fast.chat_template = CHAT_TEMPLATE
     return fast
@@ -145,10 +129,8 @@ def snap_to_int4_grid(weight, group_size: int = 32, generator=None):
 
     rows, cols = weight.shape
     if cols % group_size:
-        raise Gemma4T4Error(
-            f"cannot snap a {tuple(weight.shape)} tensor to group {group_size}",
-            fix=f"use a shape whose last dimension is a multiple of {group_size}",
-        )
+        raise Gemma4T4Error(f"cannot snap a {tuple(weight.shape)} tensor to group {group_size}",
+                            fix=f"use a shape whose last dimension is a multiple of {group_size}")
     w = weight.detach().float().reshape(rows, cols // group_size, group_size)
     absmax = w.abs().amax(dim=-1, keepdim=True).clamp_min(1e-8)
     peak = torch.randint(5, 9, absmax.shape, generator=generator).float()
@@ -170,20 +152,11 @@ def _portable_config(config_path: Path, spec: TinySpec) -> None:
     config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
-def build_tiny_gemma4(
-    out_dir: str | os.PathLike,
-    variant: Variant = "bf16",
-    spec: TinySpec | None = None,
-    overwrite: bool = False,
-    save: SaveModel | None = None,
-) -> TinyModelInfo:
-    """Build the tiny Gemma 4 checkpoint + tokenizer into ``out_dir`` (atomically).
-
-    Deterministic for a given ``spec.seed``. Written to a partial sibling folder and renamed
-    (:mod:`gemma4_t4.foundation.safepaths`), so an interrupted build never leaves a half-written checkpoint
-    behind. ``overwrite`` replaces only a folder this package wrote (never a symlink or a folder
-    of the user's); ``save`` writes the weights (default :func:`save_model`).
-    """
+def build_tiny_gemma4(out_dir: str | os.PathLike, variant: Variant = "bf16", spec: TinySpec | None = None,
+                      overwrite: bool = False, save: SaveModel | None = None) -> TinyModelInfo:
+    """Build the tiny Gemma 4 checkpoint + tokenizer into ``out_dir``, deterministic per ``spec.seed``;
+    written to a partial sibling and renamed, so an interrupted build leaves nothing half-written.
+    ``save`` writes the weights (default :func:`save_model`)."""
     import torch
     from transformers import Gemma4ForCausalLM, Gemma4TextConfig
 
@@ -191,8 +164,8 @@ def build_tiny_gemma4(
         raise Gemma4T4Error(f"unknown tiny variant {variant!r}", fix=f"use one of: {', '.join(VARIANTS)}")
     spec = spec or TinySpec()
     out = Path(out_dir)
-    # the same rules as every other output folder: --overwrite replaces only a folder this
-    # package wrote (older tiny builds carry tiny_gemma4.json), never a symlink or a user's folder
+    # as every output folder: --overwrite replaces only a folder this package wrote (older tiny
+    # builds carry tiny_gemma4.json), never a symlink or a user's folder
     cleanup = safepaths.clean_stale(out, legacy_names=(INFO_NAME,))  # first: it may restore OUT
     safepaths.check_target(out, overwrite=overwrite, what="OUT", legacy_names=(INFO_NAME,))
 
@@ -205,25 +178,15 @@ def build_tiny_gemma4(
         return _save(model, tokenizer, out, variant, spec, portable=False, overwrite=overwrite,
                      save=save or save_model, cleanup=cleanup)
     config = Gemma4TextConfig(
-        vocab_size=vocab,
-        vocab_size_per_layer_input=vocab,
-        hidden_size=spec.hidden_size,
-        intermediate_size=spec.intermediate_size,
-        num_hidden_layers=spec.num_hidden_layers,
-        num_attention_heads=spec.num_attention_heads,
-        num_key_value_heads=spec.num_key_value_heads,
-        head_dim=spec.head_dim,
-        global_head_dim=spec.global_head_dim,
+        vocab_size=vocab, vocab_size_per_layer_input=vocab, hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size, num_hidden_layers=spec.num_hidden_layers,
+        num_attention_heads=spec.num_attention_heads, num_key_value_heads=spec.num_key_value_heads,
+        head_dim=spec.head_dim, global_head_dim=spec.global_head_dim,
         num_global_key_value_heads=spec.num_key_value_heads,
-        hidden_size_per_layer_input=spec.hidden_size_per_layer_input,
-        sliding_window=spec.sliding_window,
-        layer_types=spec.layer_types(),
-        max_position_embeddings=spec.max_position_embeddings,
-        final_logit_softcapping=30.0,
-        tie_word_embeddings=True,
-        pad_token_id=0,
-        eos_token_id=[1, tokenizer.convert_tokens_to_ids("<turn|>")],
-        bos_token_id=2,
+        hidden_size_per_layer_input=spec.hidden_size_per_layer_input, sliding_window=spec.sliding_window,
+        layer_types=spec.layer_types(), max_position_embeddings=spec.max_position_embeddings,
+        final_logit_softcapping=30.0, tie_word_embeddings=True, pad_token_id=0,
+        eos_token_id=[1, tokenizer.convert_tokens_to_ids("<turn|>")], bos_token_id=2,
     )
     model = Gemma4ForCausalLM(config)
     # Random init is tiny (std 0.02); widen it so greedy outputs differ between prompts.
@@ -255,33 +218,21 @@ def _tiny_assistant(spec: TinySpec, tokenizer, generator):
     vocab = len(tokenizer)
     layers = spec.draft_num_hidden_layers
     text = Gemma4TextConfig(
-        vocab_size=vocab,
-        vocab_size_per_layer_input=0,
-        hidden_size=spec.draft_hidden_size,
-        intermediate_size=spec.draft_intermediate_size,
-        num_hidden_layers=layers,
-        num_attention_heads=spec.draft_num_attention_heads,
-        num_key_value_heads=spec.num_key_value_heads,
-        head_dim=spec.head_dim,
-        global_head_dim=spec.global_head_dim,
-        num_global_key_value_heads=spec.num_key_value_heads,
-        hidden_size_per_layer_input=0,
+        vocab_size=vocab, vocab_size_per_layer_input=0, hidden_size=spec.draft_hidden_size,
+        intermediate_size=spec.draft_intermediate_size, num_hidden_layers=layers,
+        num_attention_heads=spec.draft_num_attention_heads, num_key_value_heads=spec.num_key_value_heads,
+        head_dim=spec.head_dim, global_head_dim=spec.global_head_dim,
+        num_global_key_value_heads=spec.num_key_value_heads, hidden_size_per_layer_input=0,
         sliding_window=spec.sliding_window,
         layer_types=["sliding_attention"] * (layers - 1) + ["full_attention"],
-        max_position_embeddings=spec.max_position_embeddings,
-        final_logit_softcapping=30.0,
-        num_kv_shared_layers=layers,
-        tie_word_embeddings=True,
-        pad_token_id=0,
-        eos_token_id=[1, tokenizer.convert_tokens_to_ids("<turn|>")],
-        bos_token_id=2,
+        max_position_embeddings=spec.max_position_embeddings, final_logit_softcapping=30.0,
+        num_kv_shared_layers=layers, tie_word_embeddings=True, pad_token_id=0,
+        eos_token_id=[1, tokenizer.convert_tokens_to_ids("<turn|>")], bos_token_id=2,
     )
     config = Gemma4AssistantConfig(
-        text_config=text,
-        backbone_hidden_size=spec.hidden_size,
+        text_config=text, backbone_hidden_size=spec.hidden_size,
         # centroid masking off: vLLM captures CUDA graphs for it, which a CPU cannot
-        use_ordered_embeddings=False,
-        tie_word_embeddings=True,
+        use_ordered_embeddings=False, tie_word_embeddings=True,
     )
     model = Gemma4AssistantForCausalLM(config)
     with torch.no_grad():
@@ -298,11 +249,8 @@ def save_model(model, folder: Path) -> None:
 
 def _save(model, tokenizer, out: Path, variant: str, spec: TinySpec, portable: bool, overwrite: bool,
           save: SaveModel, cleanup: safepaths.Cleanup) -> TinyModelInfo:
-    """Write ``model`` + ``tokenizer`` into a partial sibling of ``out`` (safepaths), then swap it in.
-
-    A failure or a stop signal removes the partial build (and the parent folders it made); a
-    full disk is a :class:`Gemma4T4Error` naming it, whatever layer (safetensors, json) hit it.
-    """
+    """Write ``model`` + ``tokenizer`` into a partial sibling of ``out``, then swap it in; a failure or
+    stop signal removes the partial build, and a full disk is a :class:`Gemma4T4Error` naming it."""
     model.generation_config.do_sample = False
     with signals.orderly_stop():
         tmp = safepaths.make_partial(out)
@@ -326,13 +274,9 @@ def _save(model, tokenizer, out: Path, variant: str, spec: TinySpec, portable: b
                 raise clear from exc
             raise
     return TinyModelInfo(
-        path=out,
-        variant=variant,
-        spec=asdict(spec),
-        vocab_size=len(tokenizer),
+        path=out, variant=variant, spec=asdict(spec), vocab_size=len(tokenizer),
         num_parameters=sum(p.numel() for p in model.parameters()),
-        files=sorted(p.name for p in out.iterdir() if not p.name.startswith(".")),
-        cleanup=cleanup.lines(),
+        files=sorted(p.name for p in out.iterdir() if not p.name.startswith(".")), cleanup=cleanup.lines(),
     )
 
 

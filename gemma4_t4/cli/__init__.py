@@ -41,41 +41,28 @@ class Output:
 Handler = Callable[[argparse.Namespace], Output]
 
 
-def add_command(
-    subparsers: argparse._SubParsersAction,
-    name: str,
-    handler: Handler,
-    help: str,
-    description: str | None = None,
-) -> argparse.ArgumentParser:
+def add_command(subparsers: argparse._SubParsersAction, name: str, handler: Handler, help: str,
+                description: str | None = None) -> argparse.ArgumentParser:
     """Add a subcommand with the shared ``--json`` flag and ``handler`` bound to it."""
     parser = subparsers.add_parser(name, help=help, description=description or help)
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
-    _add_debug(
-        parser, default=argparse.SUPPRESS
-    )  # after the command too; SUPPRESS keeps a --debug given before
+    _add_debug(parser, default=argparse.SUPPRESS)  # after the command too; keeps an earlier --debug
     parser.set_defaults(_handler=handler)
     return parser
 
 
-def add_group(
-    subparsers: argparse._SubParsersAction, name: str, help: str, description: str | None = None
-) -> argparse._SubParsersAction:
+def add_group(subparsers: argparse._SubParsersAction, name: str, help: str,
+              description: str | None = None) -> argparse._SubParsersAction:
     """A command with subcommands (``gemma4-t4 serve start``...); alone it prints its help, exit 2."""
-    top = subparsers.add_parser(
-        name, help=help, description=description or help, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    top = subparsers.add_parser(name, help=help, description=description or help,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     top.set_defaults(_handler=lambda _args: Output(None, top.format_help(), 2))
     return top.add_subparsers(dest=f"{name}_command", metavar="SUBCOMMAND")
 
 
 def _add_debug(parser: argparse.ArgumentParser, default: object = False) -> None:
-    parser.add_argument(
-        "--debug",
-        action="store_true",
-        default=default,
-        help="show the full traceback when something fails (also: GEMMA4_T4_DEBUG=1)",
-    )
+    parser.add_argument("--debug", action="store_true", default=default,
+                        help="show the full traceback when something fails (also: GEMMA4_T4_DEBUG=1)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -131,9 +118,8 @@ BROKEN_PIPE_EXIT = 128 + signal.SIGPIPE  # what a shell reports for a Unix tool 
 
 
 def _reader_went_away() -> int:
-    """``gemma4-t4 models --json | head -c1``: the reader closed the pipe. Exit quietly like a Unix
-    tool (no message: nobody reads it), with stdout pointed at /dev/null so Python's final flush
-    at exit does not fail a second time."""
+    """The reader closed the pipe (``... | head -c1``): exit quietly like a Unix tool, stdout pointed at
+    /dev/null so Python's final flush does not fail again."""
     with contextlib.suppress(OSError, ValueError):
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
@@ -154,8 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help()
             return 2
         as_json, debug = (
-            bool(getattr(args, "json", False)),
-            debug_enabled(bool(getattr(args, "debug", False))),
+            bool(getattr(args, "json", False)), debug_enabled(bool(getattr(args, "debug", False))),
         )
         output = handler(args)
         emit(output, as_json)

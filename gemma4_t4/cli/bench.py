@@ -41,10 +41,8 @@ class _ListValues(argparse.Action):
         setattr(namespace, self.dest, [v for word in values for v in word])
 
 
-_ints = _comma_list(int, "integer")
-_floats = _comma_list(float, "number")
-_strs = _comma_list(str, "value")
-_LIST_PARSERS = {int: _ints, float: _floats, str: _strs}
+_LIST_PARSERS = {int: _comma_list(int, "integer"), float: _comma_list(float, "number"),
+                 str: _comma_list(str, "value")}
 _SCALARS = {int: int, float: float, str: str, SecretStr: str}
 _METAVARS = {int: "N", float: "X"}  # str: the field's name
 
@@ -122,16 +120,12 @@ def option_flags(parser: argparse.ArgumentParser) -> dict[str, str]:
             flags[flag_name(name)] = name
             parser.add_argument(flag_name(name), **_flag_kwargs(name, info))  # type: ignore[arg-type]
     parser.add_argument(
-        "--workload",
-        required=True,
-        choices=list(REGISTRY),
+        "--workload", required=True, choices=list(REGISTRY),
         help="what to measure (--workload decode with --rate is open_loop, with --sweep a sweep, with "
         "--method series series_decode); the [list] after a flag's help names the workloads that take it",
     )
     parser.add_argument(
-        "--method",
-        choices=list(METHODS),
-        default=None,
+        "--method", choices=list(METHODS), default=None,
         help="decode: 'series' = the series' method, (L-S)/(wall_L - wall_S), 8 prompts at c=1",
     )
     flags["--workload"], flags["--method"] = "workload", "method"
@@ -143,35 +137,25 @@ def option_flags(parser: argparse.ArgumentParser) -> dict[str, str]:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     sub = add_group(
-        subparsers,
-        "bench",
-        "serving benchmarks: run, compare, plot",
+        subparsers, "bench", "serving benchmarks: run, compare, plot",
         "Benchmark an OpenAI-compatible server (vLLM) or a SageMaker endpoint: decode throughput, "
         "TTFT vs input length, prefix caching, identical answers. Results go to a directory "
         "(records.jsonl, summary.json, summary.csv, PNG plots).",
     )
 
-    run = add_command(
-        sub,
-        "run",
-        _run,
-        help="run one workload against a live server or SageMaker endpoint",
-        description="Run one workload against a live server. --base-url is either an "
-        "OpenAI-compatible server root (http://HOST:PORT) or a SageMaker endpoint, "
-        "sagemaker://REGION/ENDPOINT: requests then go through boto3's sagemaker-runtime "
-        "invoke_endpoint_with_response_stream (invoke_endpoint where the endpoint cannot "
-        "stream), signed with your AWS credentials; pass --tokenizer for exact prompt "
-        "lengths. AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME redirects the runtime (a local "
-        "stand-in).",
-    )
+    run = add_command(sub, "run", _run, help="run one workload against a live server or SageMaker endpoint",
+                      description="Run one workload against a live server. --base-url is either an "
+                      "OpenAI-compatible server root (http://HOST:PORT) or a SageMaker endpoint, "
+                      "sagemaker://REGION/ENDPOINT: requests then go through boto3's sagemaker-runtime "
+                      "invoke_endpoint_with_response_stream (invoke_endpoint where the endpoint cannot "
+                      "stream), signed with your AWS credentials; pass --tokenizer for exact prompt "
+                      "lengths. AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME redirects the runtime (a local "
+                      "stand-in).")
     option_flags(run)
     run.add_argument("--no-plots", action="store_true", help="do not write the PNG plots after the run")
 
     compare = add_command(
-        sub,
-        "compare",
-        _compare,
-        help="compare two results (B/A ratios; T4 vs L4 headline)",
+        sub, "compare", _compare, help="compare two results (B/A ratios; T4 vs L4 headline)",
         description="Compare two results directories cell by cell (B/A ratios with bootstrap "
         "intervals). Each of A and B may also be a folder of runs (e.g. one decode "
         "and one answers run per endpoint): then a headline per model is added — "
@@ -219,12 +203,8 @@ def _run(args: argparse.Namespace) -> Output:
         text.append(f"stopped: {run.run.error}")
     text += [f"plot: {p}" for p in plots]
     data = {
-        "status": run.status,
-        "dir": str(run.dir),
-        "failed": failed,
-        "cells": [c.to_json() for c in run.cells],
-        "plots": [str(p) for p in plots],
-        "run": run.run.to_json(),
+        "status": run.status, "dir": str(run.dir), "failed": failed,
+        "cells": [c.to_json() for c in run.cells], "plots": [str(p) for p in plots], "run": run.run.to_json(),
     }
     return Output(data, "\n".join(text), exit_code=0 if ok else 1)
 

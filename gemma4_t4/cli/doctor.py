@@ -24,11 +24,9 @@ def report_text(report: EnvReport) -> str:
         if f.smem_probed else "not probed (--smem initialises CUDA)"
     facts = [
         ("platform", f"{f.platform} ({f.platform_evidence})"),
-        ("OS", f"{f.os}, kernel {f.kernel}, {f.machine}"),
-        ("Python", f.python),
+        ("OS", f"{f.os}, kernel {f.kernel}, {f.machine}"), ("Python", f.python),
         ("GPU", gpu or ("none (nvidia-smi not found)" if not f.nvidia_smi else "none listed by nvidia-smi")),
-        ("driver / CUDA", f"{_fmt(f.driver_version)} / {_fmt(f.driver_cuda_version)}"),
-        ("torch", torch),
+        ("driver / CUDA", f"{_fmt(f.driver_version)} / {_fmt(f.driver_cuda_version)}"), ("torch", torch),
         ("smem per block", smem),
         ("RAM / available / swap", f"{_fmt(f.ram_total_gib)} / {_fmt(f.ram_available_gib)} / "
                                    f"{_fmt(f.swap_total_gib)} GiB"),

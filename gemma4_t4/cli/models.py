@@ -50,13 +50,10 @@ def _model_text(i: m.ModelInfo) -> str:
         ("heads", f"{i.q_heads} q / {i.kv_heads_sliding} kv sliding / {i.kv_heads_global} kv global"
                   + (" (k_eq_v on global layers)" if i.attention_k_eq_v else "")),
         ("head_dim", f"{i.head_dim} sliding / {i.global_head_dim} global"),
-        ("sliding window", i.sliding_window),
-        ("MLP", i.mlp),
-        ("KV-shared layers", i.kv_shared_layers),
+        ("sliding window", i.sliding_window), ("MLP", i.mlp), ("KV-shared layers", i.kv_shared_layers),
         ("per-layer embeddings", i.ple),
         ("vocab", f"{i.vocab_size:,} (tied embeddings)" if i.tie_word_embeddings else f"{i.vocab_size:,}"),
-        ("max positions", f"{i.max_position_embeddings:,}"),
-        ("towers", i.towers),
+        ("max positions", f"{i.max_position_embeddings:,}"), ("towers", i.towers),
         ("params (published)", f"{p.published.total:.2f} B"
                                + (f", ~{p.published.active} B active" if p.published.active else "")),
         ("params (derived)", f"body {p.body / 1e9:.3f} B, embed {p.embed / 1e9:.3f} B, PLE {p.ple / 1e9:.3f} B, "
@@ -65,8 +62,7 @@ def _model_text(i: m.ModelInfo) -> str:
         ("T4 roofline tok/s", ", ".join(f"{f} {v:.1f}" for f, v in i.t4_roofline_tok_s.items())),
         ("hub bf16", i.hub.bf16),
         ("hub qat-w4a16", i.hub.qat_w4a16_ct or "none from Google (repack q4_0-unquantized)"),
-        ("hub q4_0-unquantized", i.hub.qat_q4_0_unquantized),
-        ("hub gguf", i.hub.qat_q4_0_gguf),
+        ("hub q4_0-unquantized", i.hub.qat_q4_0_unquantized), ("hub gguf", i.hub.qat_q4_0_gguf),
         ("community emb4", i.hub.community_emb4),
     ]
     lines += [("note", n) for n in i.notes]
@@ -90,11 +86,9 @@ def _resolve_gpus(args: argparse.Namespace) -> tuple[str, int]:
 
 def _fit(args: argparse.Namespace) -> Output:
     gpu, num_gpus = _resolve_gpus(args)
-    kwargs = dict(
-        gpu_memory_utilization=args.gpu_memory_utilization, max_num_seqs=args.max_num_seqs,
-        max_num_batched_tokens=args.max_num_batched_tokens, text_only=args.text_only,
-        overhead_gib=args.overhead_gib,
-    )
+    kwargs = dict(gpu_memory_utilization=args.gpu_memory_utilization, max_num_seqs=args.max_num_seqs,
+                  max_num_batched_tokens=args.max_num_batched_tokens, text_only=args.text_only,
+                  overhead_gib=args.overhead_gib)
     formats = [m.normalize_format(args.format)] if args.format else list(m.FORMATS)
     models = [m.get_variant(args.model).key] if args.model else None
     everything = m.fit_table(gpu, args.context, num_gpus, **kwargs)
@@ -113,12 +107,10 @@ def _fit(args: argparse.Namespace) -> Output:
         r = results[0]
         data["load_ram"] = m.load_ram(r.model, r.format)
         data["roofline"] = m.decode_roofline(r.model, r.format, gpu)
-    rows = [
-        [m.VARIANTS[r.model].name, r.format + ("" if r.google_build else "*"), f"{r.weights_gib:.2f}",
-         f"{max(r.kv_budget_gib, 0):.2f}", f"{r.kv_token_capacity:,}" if r.weights_fit else "-",
-         f"{r.max_context_fits:,}" if r.weights_fit else "-", "yes" if r.fits else "NO"]
-        for r in results
-    ]
+    rows = [[m.VARIANTS[r.model].name, r.format + ("" if r.google_build else "*"), f"{r.weights_gib:.2f}",
+             f"{max(r.kv_budget_gib, 0):.2f}", f"{r.kv_token_capacity:,}" if r.weights_fit else "-",
+             f"{r.max_context_fits:,}" if r.weights_fit else "-", "yes" if r.fits else "NO"]
+            for r in results]
     g = GPUS[gpu]
     text = (f"{where} ({g.usable_memory_gib:.2f} GiB usable), context {args.context:,}, "
             f"gpu_memory_utilization {args.gpu_memory_utilization:g}, max_num_seqs {args.max_num_seqs}, "

@@ -12,9 +12,7 @@ from gemma4_t4.pipeline import AUTO, NOTEBOOKS_DIR, TARGETS, run_pipeline
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = add_command(
-        subparsers,
-        "run",
-        _run,
+        subparsers, "run", _run,
         help="execute the notebooks with papermill into OUT/notebooks and write OUT/index.md",
         description="Execute the four notebooks headlessly (papermill) with the parameters of "
         "notebooks/params/TARGET.yaml, export them to HTML and write a report index. "
@@ -24,21 +22,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--target",
         type=str.lower,  # T4, CPU: a choice is the same word in any case
-        choices=(AUTO, *TARGETS),
-        default=AUTO,
+        choices=(AUTO, *TARGETS), default=AUTO,
         help="where the notebooks run (default auto: t4 where an NVIDIA GPU is found, else cpu)",
     )
     parser.add_argument("--out", default="build", help="output folder (default build)")
+    parser.add_argument("--only", action="append", metavar="PART",
+                        help="run only this part number, e.g. --only 02 (repeatable)")
     parser.add_argument(
-        "--only",
-        action="append",
-        metavar="PART",
-        help="run only this part number, e.g. --only 02 (repeatable)",
-    )
-    parser.add_argument(
-        "--notebooks",
-        default=None,
-        metavar="DIR",
+        "--notebooks", default=None, metavar="DIR",
         help="folder holding the NN_*.ipynb notebooks and params/ (default: the checkout's notebooks/; "
         "needed when the package is installed rather than checked out)",
     )
@@ -52,15 +43,9 @@ def _run(args: argparse.Namespace) -> Output:
     # started stops with the kernel (its supervisor watches the kernel's pid: docs/serving.md)
     with signals.orderly_stop():
         report = run_pipeline(
-            target=args.target,
-            notebooks_dir=notebooks,
-            params_dir=notebooks / "params",
-            out=args.out,
-            only=args.only,
-            export_html=not args.no_html,
-            progress=not args.json,
-            cell_timeout=args.cell_timeout,
-            log=(lambda _msg: None) if args.json else print,
+            target=args.target, notebooks_dir=notebooks, params_dir=notebooks / "params", out=args.out,
+            only=args.only, export_html=not args.no_html, progress=not args.json,
+            cell_timeout=args.cell_timeout, log=(lambda _msg: None) if args.json else print,
         )
     lines = ["", f"{'part':<5}{'status':<9}{'time':>7}  notebook"]
     for run in report.runs:

@@ -67,10 +67,8 @@ def _common(parser: argparse.ArgumentParser, region: bool = True) -> None:
 
 
 def _recipe(commands: list[str]) -> str:
-    return (
-        "# dry run: nothing was created or changed (read-only lookups only). Equivalent AWS CLI:\n"
-        + "\n".join(commands)
-    )
+    return ("# dry run: nothing was created or changed (read-only lookups only). Equivalent AWS CLI:\n"
+            + "\n".join(commands))
 
 
 # -- handlers ---------------------------------------------------------------------------------
@@ -91,11 +89,9 @@ def _quotas(args: argparse.Namespace) -> Output:
         except Gemma4T4Error as exc:
             picks[instance] = None
             notes[instance] = str(exc)  # each type's own reason
-    text = (
-        report.table()
-        + "\n"
-        + "\n".join(f"-> {t}: deploy in {r}" if r else f"-> {t}: {notes[t]}" for t, r in picks.items())
-    )
+    text = (report.table()
+            + "\n"
+            + "\n".join(f"-> {t}: deploy in {r}" if r else f"-> {t}: {notes[t]}" for t, r in picks.items()))
     code = 0 if any(picks.values()) else 1
     return Output({"rows": report.rows, "picked": picks}, text, code)
 
@@ -108,8 +104,7 @@ def _image(args: argparse.Namespace) -> Output:
     region = args.region or _default_region()
     if args.dry_run:
         call = ApiCall(
-            "ecr",
-            "list_images",
+            "ecr", "list_images",
             {"RegistryId": dlc_account(region), "RepositoryName": "vllm", "Filter": {"tagStatus": "TAGGED"}},
             region,
         )
@@ -117,10 +112,8 @@ def _image(args: argparse.Namespace) -> Output:
     choice = find_vllm_image(region, args.tag, query_registry=args.latest)
     ami = required_ami_version(choice.image_uri, args.instance_type)
     data = {**choice.__dict__, "instance_type": args.instance_type, "inference_ami_version": ami}
-    text = (
-        f"{choice.image_uri}\n  source: {choice.source}; CUDA {choice.cuda}; on {args.instance_type} "
-        f"needs InferenceAmiVersion={ami or '(instance default)'}"
-    )
+    text = (f"{choice.image_uri}\n  source: {choice.source}; CUDA {choice.cuda}; on {args.instance_type} "
+            f"needs InferenceAmiVersion={ami or '(instance default)'}")
     return Output(data, text)
 
 
@@ -136,11 +129,9 @@ def _build_image(args: argparse.Namespace) -> Output:
     base = resolve_dlc_tag(region, args.base_tag)  # read-only: the newest DLC tag in the registry
     if args.dry_run:
         plan = build_plan(region, base.tag)
-        return Output(
-            {"dry_run": True, "cost": cost, "base_tag": base.label, "plan": plan},
-            f"{cost}\nbase image tag: {base.label}\n# CodeBuild builds the image; ECR stores it\n"
-            + _recipe(plan),
-        )
+        return Output({"dry_run": True, "cost": cost, "base_tag": base.label, "plan": plan},
+                      f"{cost}\nbase image tag: {base.label}\n# CodeBuild builds the image; ECR stores it\n"
+                      + _recipe(plan))
     print(f"{cost}\nbase image tag: {base.label}", file=sys.stderr)
     try:
         result = build_t4_image(region, base.tag, force=args.force, progress=not args.json)
@@ -190,30 +181,18 @@ def _matrix(args: argparse.Namespace) -> Output:
     over = over_budget_warning(plan, args.budget_usd)
     if args.dry_run:
         lines = [f"  {e.endpoint:<40} {e.model_id:<40} ~{usd(e.estimate_usd)}" for e in plan.entries]
-        return Output(
-            {"dry_run": True, "plan": plan, "warning": over},
-            "\n".join([head, *lines, *([f"warning: {over}"] if over else [])]),
-        )
+        return Output({"dry_run": True, "plan": plan, "warning": over},
+                      "\n".join([head, *lines, *([f"warning: {over}"] if over else [])]))
     if over:
         print(f"warning: {over}", file=sys.stderr)
     print(head, file=sys.stderr)
-    result = run_matrix(
-        models,
-        base,
-        specs,
-        budget=args.budget_usd,
-        out_dir=args.out,
-        how=EndpointHandling(progress=not args.json),
-    )
-    lines = [
-        f"  {e.endpoint:<40} {e.status:<16} {usd(e.cost_usd)}  {e.error or e.out_dir or ''}"
-        for e in result.entries
-    ]
-    lines.append(
-        f"spent ~{usd(result.spent_usd)} of {usd(result.budget_usd)}; deleted: "
-        f"{', '.join(result.deleted) or 'nothing'}"
-        + (f"; stopped: {result.stopped_reason}" if result.stopped_reason else "")
-    )
+    result = run_matrix(models, base, specs, budget=args.budget_usd, out_dir=args.out,
+                        how=EndpointHandling(progress=not args.json))
+    lines = [f"  {e.endpoint:<40} {e.status:<16} {usd(e.cost_usd)}  {e.error or e.out_dir or ''}"
+             for e in result.entries]
+    lines.append(f"spent ~{usd(result.spent_usd)} of {usd(result.budget_usd)}; deleted: "
+                 f"{', '.join(result.deleted) or 'nothing'}"
+                 + (f"; stopped: {result.stopped_reason}" if result.stopped_reason else ""))
     ok = all(e.status == "measured" for e in result.entries)
     return Output(result, "\n".join([head, *lines]), 0 if ok else 1)
 
@@ -244,31 +223,18 @@ def _config_from(args: argparse.Namespace):
         key, value = item.split("=", 1)
         env[key] = value
     return DeployConfig(
-        name=args.name,
-        model_id=args.model_id,
-        region=region,
-        instance_type=args.instance_type,
-        role_arn=args.role_arn,
-        image_uri=args.image_uri,
-        image_tag=args.image_tag,
-        dtype=args.dtype,
-        max_model_len=args.max_model_len,
-        max_num_seqs=args.max_num_seqs,
-        tensor_parallel_size=args.tensor_parallel_size,
-        gpu_memory_utilization=args.gpu_memory_utilization,
-        extra_args=list(args.vllm_arg or []),
-        extra_env=env,
+        name=args.name, model_id=args.model_id, region=region, instance_type=args.instance_type,
+        role_arn=args.role_arn, image_uri=args.image_uri, image_tag=args.image_tag, dtype=args.dtype,
+        max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
+        tensor_parallel_size=args.tensor_parallel_size, gpu_memory_utilization=args.gpu_memory_utilization,
+        extra_args=list(args.vllm_arg or []), extra_env=env,
         fallback_instance_types=[t for t in (args.fallback_instance_types or "").split(",") if t],
         inference_ami_version=None if args.inference_ami_version == "none" else args.inference_ami_version,
-        startup_timeout_s=args.startup_timeout,
-        ttl_hours=args.ttl_hours,
-        allow_unfixed_image=args.allow_unfixed_image,
-        model_data_s3_uri=getattr(args, "model_data", None),
-        min_instances=args.min_instances,
-        max_instances=args.max_instances,
+        startup_timeout_s=args.startup_timeout, ttl_hours=args.ttl_hours,
+        allow_unfixed_image=args.allow_unfixed_image, model_data_s3_uri=getattr(args, "model_data", None),
+        min_instances=args.min_instances, max_instances=args.max_instances,
         scaling_target=args.scaling_target if args.scaling_target is not None else DEFAULT_SCALING_TARGET,
-        draft=args.draft,
-        num_draft_tokens=args.num_draft_tokens,
+        draft=args.draft, num_draft_tokens=args.num_draft_tokens,
     )
 
 
@@ -299,14 +265,8 @@ def _deploy(args: argparse.Namespace) -> Output:
         plan = deployment_plan(config)
         cost = deploy_cost(config).line()
         return Output(
-            {
-                "dry_run": True,
-                "config": config.summary(),
-                "cost": cost,
-                "image_tag": args.image_label,
-                "upload": upload_lines,
-                "plan": plan,
-            },
+            {"dry_run": True, "config": config.summary(), "cost": cost, "image_tag": args.image_label,
+             "upload": upload_lines, "plan": plan},
             f"{cost}\nimage tag: {args.image_label}\n" + _recipe(upload_lines + plan),
         )
     config.validate()
@@ -314,10 +274,8 @@ def _deploy(args: argparse.Namespace) -> Output:
     kwargs = {"wait": not args.no_wait, "timeout_s": args.timeout, "progress": not args.json}
     if args.failover:
         result = deploy_with_failover(config, failover, **kwargs)
-        lines = [
-            f"{a.region}: {a.outcome} after {a.elapsed_s:.0f} s" + (f" ({a.reason})" if a.reason else "")
-            for a in result.attempts
-        ]
+        lines = [f"{a.region}: {a.outcome} after {a.elapsed_s:.0f} s" + (f" ({a.reason})" if a.reason else "")
+                 for a in result.attempts]
         return Output(result, "\n".join(lines), 0 if result.success else 1)
     try:
         result = deploy(config, **kwargs)
@@ -338,8 +296,7 @@ def _with_model_dir(config, args: argparse.Namespace):
     config.validate(require_role=False)  # refuse a bad config before uploading gigabytes
     if args.dry_run:
         uri, lines = upload_plan(
-            args.model_dir,
-            args.model_bucket or default_bucket("<account>", config.region),
+            args.model_dir, args.model_bucket or default_bucket("<account>", config.region),
             region=config.region,
         )
     else:
@@ -399,11 +356,9 @@ def _logs(args: argparse.Namespace) -> Output:
 
     region = args.region or _default_region()
     if args.dry_run:
-        plan = [
-            ApiCall("logs", "tail", {"LogGroupName": log_group(args.name), "Since": "1h"}, region)
-            .cli()
-            .replace("--log-group-name ", "")
-        ]
+        plan = [ApiCall("logs", "tail", {"LogGroupName": log_group(args.name), "Since": "1h"}, region)
+                .cli()
+                .replace("--log-group-name ", "")]
         return Output({"dry_run": True, "plan": plan}, _recipe(plan))
     result = endpoint_logs(args.name, region, lines=args.lines)
     if not result.found:
@@ -420,13 +375,8 @@ def _invoke(args: argparse.Namespace) -> Output:
         plan = [invoke_plan(args.name, region, chat_payload(args.prompt, max_tokens=args.max_tokens)).cli()]
         return Output({"dry_run": True, "plan": plan}, _recipe(plan))
     if args.stream:
-        result = invoke_stream(
-            args.name,
-            region,
-            args.prompt,
-            max_tokens=args.max_tokens,
-            on_text=None if args.json else lambda t: print(t, end="", flush=True),
-        )
+        result = invoke_stream(args.name, region, args.prompt, max_tokens=args.max_tokens,
+                               on_text=None if args.json else lambda t: print(t, end="", flush=True))
         ttft = f"{result.ttft_s:.2f} s" if result.ttft_s is not None else "-"
         return Output(result, f"\n[time to first token {ttft}, total {result.total_s:.2f} s]")
     result = invoke(args.name, region, args.prompt, max_tokens=args.max_tokens)
@@ -484,8 +434,7 @@ def _deploy_args(p: argparse.ArgumentParser, name: bool = True) -> None:
     p.add_argument("--role-arn", default=None, help="execution role (default: $GEMMA4_T4_SAGEMAKER_ROLE_ARN)")
     p.add_argument("--image-uri", default=None)
     p.add_argument(
-        "--image-tag",
-        default=None,
+        "--image-tag", default=None,
         help=f"the AWS vLLM DLC tag (default: the newest -sagemaker-vN.M in the region's registry; "
         f"{DEFAULT_VLLM_TAG} as a labelled fallback)",
     )
@@ -493,9 +442,7 @@ def _deploy_args(p: argparse.ArgumentParser, name: bool = True) -> None:
     p.add_argument("--max-model-len", type=int, default=8192)
     p.add_argument("--max-num-seqs", type=int, default=4)
     p.add_argument(
-        "--tensor-parallel-size",
-        type=int,
-        default=0,
+        "--tensor-parallel-size", type=int, default=0,
         help="0 (default): 1, or on multi-GPU hosts such as ml.g4dn.12xlarge what the fit calculator needs",
     )
     p.add_argument("--gpu-memory-utilization", type=float, default=0.90)
@@ -507,8 +454,7 @@ def _deploy_args(p: argparse.ArgumentParser, name: bool = True) -> None:
     )
     p.add_argument("--ttl-hours", type=float, default=4.0, help="lifetime tag enforced by `reap`")
     p.add_argument(
-        "--allow-unfixed-image",
-        action="store_true",
+        "--allow-unfixed-image", action="store_true",
         help="let a T4 run an image without the Turing fix (only for a vLLM fixed upstream)",
     )
     p.add_argument("--min-instances", type=int, default=None, help="autoscaling: at least N instances")
@@ -516,15 +462,12 @@ def _deploy_args(p: argparse.ArgumentParser, name: bool = True) -> None:
         "--max-instances", type=int, default=None, help="autoscaling: at most M (the cost shown is at M)"
     )
     p.add_argument(
-        "--scaling-target",
-        type=float,
-        default=None,
+        "--scaling-target", type=float, default=None,
         help="target invocations per instance per minute for target tracking (default 4; needs "
         "--min-instances/--max-instances, refused alone)",
     )
     p.add_argument(
-        "--draft",
-        default="off",
+        "--draft", default="off",
         help="speculative decoding: off | auto (Google's assistant for the model's size and build) | an "
         "assistant's hub id; sent to the container as SM_VLLM_SPECULATIVE_CONFIG",
     )
@@ -559,15 +502,10 @@ def _register_image_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--instance-type", default=DEFAULT_INSTANCE)
     _common(p)
 
-    p = add_command(
-        sub,
-        "build-image",
-        _build_image,
-        "build the fixed T4 image in AWS CodeBuild and push it to your ECR (no local docker)",
-    )
+    p = add_command(sub, "build-image", _build_image,
+                    "build the fixed T4 image in AWS CodeBuild and push it to your ECR (no local docker)")
     p.add_argument(
-        "--base-tag",
-        default=None,
+        "--base-tag", default=None,
         help="the AWS vLLM DLC tag to build FROM (default: the newest in the region's registry, "
         f"else {DEFAULT_VLLM_TAG} labelled as a fallback)",
     )
@@ -583,14 +521,11 @@ def _register_deploy_commands(sub: argparse._SubParsersAction) -> None:
     )
     _deploy_args(p)
     p.add_argument(
-        "--model-dir",
-        default=None,
-        metavar="DIR",
+        "--model-dir", default=None, metavar="DIR",
         help="a local model folder: uploaded to S3 (resumable, checksummed) and served from there",
     )
     p.add_argument(
-        "--model-bucket",
-        default=None,
+        "--model-bucket", default=None,
         help="S3 bucket for --model-dir (default gemma4-t4-models-ACCOUNT-REGION)",
     )
     p.add_argument(
@@ -599,9 +534,7 @@ def _register_deploy_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=float, default=None, help="how long to wait for InService, s")
     p.add_argument("--no-wait", action="store_true", help="return once the endpoint is Creating")
     p.add_argument(
-        "--failover",
-        default=None,
-        metavar="REGIONS",
+        "--failover", default=None, metavar="REGIONS",
         help="comma-separated regions to try in order (skips those without quota)",
     )
     _common(p)
@@ -614,13 +547,11 @@ def _register_deploy_commands(sub: argparse._SubParsersAction) -> None:
         "--budget-usd", type=float, required=True, help="hard stop: endpoints are deleted when spent"
     )
     p.add_argument(
-        "--workload",
-        default="decode",
+        "--workload", default="decode",
         help="benchmark workload per endpoint (decode, ttft, prefix, answers, load, series_decode)",
     )
     p.add_argument(
-        "--out",
-        default="results/sagemaker-matrix",
+        "--out", default="results/sagemaker-matrix",
         help="results folder (OUT/ENDPOINT/WORKLOAD: one subfolder per model, one per workload inside)",
     )
     _deploy_args(p, name=False)
@@ -652,8 +583,7 @@ def _register_endpoint_commands(sub: argparse._SubParsersAction) -> None:
         if name == "delete":
             p.add_argument("--yes", action="store_true", help="really delete")
             p.add_argument(
-                "--not-ours",
-                action="store_true",
+                "--not-ours", action="store_true",
                 help="also delete an endpoint, config or model without this project's tag (not created here)",
             )
 

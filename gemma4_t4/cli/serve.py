@@ -28,10 +28,8 @@ def _env_pairs(pairs: list[str] | None) -> dict[str, str]:
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise Gemma4T4Error(
-                f"--env expects KEY=VALUE, got {pair.split('=')[0]!r}",
-                fix="e.g. --env VLLM_LOGGING_LEVEL=DEBUG",
-            )
+            raise Gemma4T4Error(f"--env expects KEY=VALUE, got {pair.split('=')[0]!r}",
+                                fix="e.g. --env VLLM_LOGGING_LEVEL=DEBUG")
         env[key.strip()] = value
     return env
 
@@ -48,30 +46,16 @@ def _config(args: argparse.Namespace):
             fix="build a tiny one (gemma4-t4 tiny models/tiny-gemma4) and pass --model models/tiny-gemma4",
         )
     return ServerConfig(
-        model=model,
-        target=args.target,
-        served_model_name=args.served_model_name,
-        host=args.host,
-        port=args.port,
-        dtype=args.dtype,
-        max_model_len=args.max_model_len,
-        max_num_seqs=args.max_num_seqs,
-        enable_prefix_caching=not args.no_prefix_caching,
-        enforce_eager=eager,
+        model=model, target=args.target, served_model_name=args.served_model_name, host=args.host,
+        port=args.port, dtype=args.dtype, max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
+        enable_prefix_caching=not args.no_prefix_caching, enforce_eager=eager,
         max_num_batched_tokens=args.max_num_batched_tokens,
-        gpu_memory_utilization=args.gpu_memory_utilization,
-        tensor_parallel_size=args.tensor_parallel_size,
+        gpu_memory_utilization=args.gpu_memory_utilization, tensor_parallel_size=args.tensor_parallel_size,
         language_model_only=True if args.language_model_only else (False if args.multimodal else None),
-        kv_cache_space_gib=args.kv_cache_space,
-        block_size=args.block_size,
-        api_key=args.api_key or os.environ.get("GEMMA4_T4_API_KEY"),
-        extra_args=list(args.vllm_arg or []),
-        extra_env=_env_pairs(args.env),
-        work_dir=args.work_dir,
-        python=args.python,
-        restart_on_crash=args.restart_on_crash,
-        draft=args.draft,
-        num_draft_tokens=args.num_draft_tokens,
+        kv_cache_space_gib=args.kv_cache_space, block_size=args.block_size,
+        api_key=args.api_key or os.environ.get("GEMMA4_T4_API_KEY"), extra_args=list(args.vllm_arg or []),
+        extra_env=_env_pairs(args.env), work_dir=args.work_dir, python=args.python,
+        restart_on_crash=args.restart_on_crash, draft=args.draft, num_draft_tokens=args.num_draft_tokens,
         draft_method=args.draft_method,
     )
 
@@ -82,11 +66,9 @@ def _print_command(args: argparse.Namespace, config) -> Output:
     from gemma4_t4.serving.server_config import plan_launch
 
     plan = plan_launch(config)
-    gate = (
-        "the start gate was not run (it needs the real machine and runs at a real start)"
-        if config.target != "cpu"
-        else "cpu target: no start gate"
-    )
+    gate = ("the start gate was not run (it needs the real machine and runs at a real start)"
+            if config.target != "cpu"
+            else "cpu target: no start gate")
     lines = [f"# nothing started; {gate}", plan.shell(), "", "# defaults chosen:"]
     lines += [f"#   {name}: {reason}" for name, reason in plan.chosen_by.items()]
     if plan.cpu_attention:
@@ -94,16 +76,9 @@ def _print_command(args: argparse.Namespace, config) -> Output:
     draft = config.draft_plan()
     if draft.enabled:  # its reason is among the defaults chosen, above
         lines.append(f"# speculative decoding: --speculative-config {draft.config_json()}")
-    data = {
-        "command": mask(plan.command),
-        "env": plan.launch_env(),
-        "shell": plan.shell(),
-        "chosen_by": plan.chosen_by,
-        "cpu_attention": plan.cpu_attention,
-        "speculative_config": draft.speculative_config(),
-        "started": False,
-        "gate_run": False,
-    }
+    data = {"command": mask(plan.command), "env": plan.launch_env(), "shell": plan.shell(),
+            "chosen_by": plan.chosen_by, "cpu_attention": plan.cpu_attention,
+            "speculative_config": draft.speculative_config(), "started": False, "gate_run": False}
     return Output(data, "\n".join(lines))
 
 
@@ -120,29 +95,19 @@ def _start(args: argparse.Namespace) -> Output:
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                server = start_server(
-                    config,
-                    force=args.force,
-                    gate=not args.no_gate,
-                    wait=not args.no_wait,
-                    timeout=args.timeout,
-                )
+                server = start_server(config, force=args.force, gate=not args.no_gate, wait=not args.no_wait,
+                                      timeout=args.timeout)
         except KeyboardInterrupt as exc:  # said before orderly_stop ends the process as signalled
-            print(
-                f"{signals.interrupt_label(exc)} while vLLM was starting on port {config.port}: stopped it "
-                f"(log: {config.work_dir}/logs/vllm-{config.port}.log)",
-                file=sys.stderr,
-            )
+            print(f"{signals.interrupt_label(exc)} while vLLM was starting on port {config.port}: stopped it "
+                  f"(log: {config.work_dir}/logs/vllm-{config.port}.log)", file=sys.stderr)
             raise
     overrides = [str(w.message) for w in caught if "START GATE OVERRIDDEN" in str(w.message)]
     status = server.status()
     data = {"status": status, "launch_record": server.launch_record, "gate_overridden": overrides}
     text = "\n".join(
         overrides
-        + [
-            status.summary().split("\n--- log tail")[0],
-            f"stop it with: gemma4-t4 serve stop --port {config.port} --work-dir {config.work_dir}",
-        ]
+        + [status.summary().split("\n--- log tail")[0],
+           f"stop it with: gemma4-t4 serve stop --port {config.port} --work-dir {config.work_dir}"]
     )
     return Output(data, text)
 
@@ -193,9 +158,7 @@ def _where(parser: argparse.ArgumentParser, port_default: int | None = None) -> 
     from gemma4_t4.foundation.launch_record import DEFAULT_WORK_DIR
 
     parser.add_argument(
-        "--port",
-        type=int,
-        default=port_default,
+        "--port", type=int, default=port_default,
         help="which server (default: the only one recorded)" if port_default is None else None,
     )
     parser.add_argument(
@@ -233,8 +196,7 @@ def _start_options() -> list[tuple[str, dict]]:
                                       "help": f"t4 default {T4_GPU_MEMORY_UTILIZATION:.2f}"}),
         ("--tensor-parallel-size", {"type": int, "default": 1, "help": "multi-T4 hosts, e.g. 4 on g4dn.12xlarge"}),
         ("--language-model-only", flag | {"help": "skip the vision/audio towers (the t4 default)"}),
-        ("--multimodal", flag | {"help": "t4: keep the vision/audio towers"}),
-        ("--no-prefix-caching", flag),
+        ("--multimodal", flag | {"help": "t4: keep the vision/audio towers"}), ("--no-prefix-caching", flag),
         ("--compile", flag | {"help": "use torch.compile/CUDA graphs (the t4 default; on cpu: slower start)"}),
         ("--eager", flag | {"help": "no CUDA graphs (--enforce-eager; the cpu default)"}),
         ("--kv-cache-space", {"type": int, "default": 1, "help": "cpu: KV cache GiB (default %(default)s)"}),

@@ -25,23 +25,14 @@ def _setup(args: argparse.Namespace) -> Output:
     # a shell command: nothing is loaded yet in the Python that will use the install
     plan = plan_setup(env.probe(), vllm_version=args.vllm)
     data = to_jsonable(plan) | {
-        "commands": plan.commands,
-        "index_urls": plan.index_urls,
-        "dry_run": args.dry_run,
-        "applied": False,
+        "commands": plan.commands, "index_urls": plan.index_urls, "dry_run": args.dry_run, "applied": False,
     }
     if args.dry_run or not plan.needed:
         hint = "\n(dry run: nothing installed; run without --dry-run to install)" if plan.needed else ""
         return Output(data, plan.summary() + hint)
     result = apply_setup(plan)
-    data.update(
-        applied=result.applied,
-        restart=result.restart,
-        message=result.message,
-        output_tail=result.output_tail,
-        installed_route=result.route,
-        record=result.record_path,
-    )
+    data.update(applied=result.applied, restart=result.restart, message=result.message,
+                output_tail=result.output_tail, installed_route=result.route, record=result.record_path)
     return Output(data, plan.summary() + "\n" + result.message)
 
 
@@ -50,17 +41,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     cuda12 = [r for r in INSTALL_MATRIX if r.variant.startswith("cu12")]
     cuda13_driver = min(r.min_driver or 0 for r in INSTALL_MATRIX if r.variant.startswith("cu13"))
     fallback = f" ({', '.join(r.vllm_requirement for r in cuda12[1:])} as the fallback)" if cuda12[1:] else ""
-    cuda12_text = (
-        f"vLLM {cuda12[0].vllm_version}'s {cuda12[0].variant} build{fallback} on drivers "
-        f"{cuda12[0].min_driver}-{cuda13_driver - 1}"
-        if cuda12
-        else "no CUDA 12 build"
-    )
+    cuda12_text = (f"vLLM {cuda12[0].vllm_version}'s {cuda12[0].variant} build{fallback} on drivers "
+                   f"{cuda12[0].min_driver}-{cuda13_driver - 1}"
+                   if cuda12
+                   else "no CUDA 12 build")
 
     p = add_command(
-        subparsers,
-        "setup",
-        _setup,
+        subparsers, "setup", _setup,
         "install the vLLM and torch builds this host runs (GPU, driver, Colab aware)",
         description="Read the host (GPU, compute capability, driver, Colab, installed torch/vLLM) and "
         "install the install matrix's row for it (docs/install.md): vLLM "
@@ -72,15 +59,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--dry-run", action="store_true", help="print the plan and its pip commands; install nothing"
     )
+    p.add_argument("--vllm", default=None,
+                   help=f"vLLM release to install: one of {', '.join(known_vllm_versions())} "
+                   "(default: the best the driver runs)")
     p.add_argument(
-        "--vllm",
-        default=None,
-        help=f"vLLM release to install: one of {', '.join(known_vllm_versions())} "
-        "(default: the best the driver runs)",
-    )
-    p.add_argument(
-        "--undo",
-        action="store_true",
+        "--undo", action="store_true",
         help="revert what this Python's latest setup install changed (with --dry-run: print the pip commands)",
     )
     p.add_argument("--record", default=None, metavar="PATH", help="with --undo: the setup record to restore")

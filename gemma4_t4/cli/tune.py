@@ -21,22 +21,13 @@ DEFAULT_MODEL = "google/gemma-4-E2B-it-qat-w4a16-ct"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = add_command(
-        subparsers,
-        "tune",
-        _tune,
-        "measure the drafter (off, N=1..6 at 1 and 8 streams) and the prefill route on this GPU; "
-        "cache one launch profile that serve start --target t4 follows",
-    )
+    p = add_command(subparsers, "tune", _tune,
+                    "measure the drafter (off, N=1..6 at 1 and 8 streams) and the prefill route on this GPU; "
+                    "cache one launch profile that serve start --target t4 follows")
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"the model to tune (default {DEFAULT_MODEL})")
     p.add_argument("--dry-run", action="store_true", help="print the plan of measurements; start nothing")
-    p.add_argument(
-        "--minutes",
-        type=float,
-        default=DEFAULT_MINUTES,
-        metavar="N",
-        help=f"refuse a plan estimated to take longer (default {DEFAULT_MINUTES:g})",
-    )
+    p.add_argument("--minutes", type=float, default=DEFAULT_MINUTES, metavar="N",
+                   help=f"refuse a plan estimated to take longer (default {DEFAULT_MINUTES:g})")
     p.add_argument(
         "--work-dir", default=".cache/gemma4_t4", help="server logs and benchmark results (serve's default)"
     )
@@ -51,10 +42,8 @@ def _tune(args: argparse.Namespace) -> Output:
         )
     if args.dry_run:
         the_plan = tune.plan(args.model, key, args.minutes)
-        return Output(
-            {"plan": the_plan, "estimated_s": the_plan.estimated_s, "started": False},
-            tune.plan_text(the_plan),
-        )
+        return Output({"plan": the_plan, "estimated_s": the_plan.estimated_s, "started": False},
+                      tune.plan_text(the_plan))
     with signals.orderly_stop():
         try:
             profile, path = tune.tune(args.model, key, work_dir=args.work_dir, minutes=args.minutes)

@@ -73,8 +73,7 @@ def _verify(args: argparse.Namespace) -> Output:
     lines = [
         f"vLLM {report.vllm_version} kernel {report.kernel_file}",
         f"target {report.arch}, limit {report.limit_bytes:,} B per block, Triton {report.triton_version}; "
-        f"tile cap: {report.patch_action} ({report.patch_reason})",
-        "",
+        f"tile cap: {report.patch_action} ({report.patch_reason})", "",
         f"{'model':<8}{'layer':<8}{'case':<13}{'head':>5}{'q/kv':>7}{'path':>5}{'BLOCK_M':>8}{'TILE':>9}"
         f"{'unpatched B':>13}{'patched B':>11}  ok",
     ]
