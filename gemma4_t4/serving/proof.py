@@ -1,10 +1,8 @@
 """The offline sm_75 proof of the Turing fix, run once per installed vLLM kernel + Triton + fix.
 
-``gemma4_t4.turing.verify`` compiles vLLM's own attention kernel for sm_75 with the tile cap and
-reads every launch's shared memory (about 2 s, no GPU). The start gate needs that proof on a
-Turing GPU before it launches vLLM, but not every start should pay for it: the result is cached
-under a key made of everything it depends on, so a vLLM upgrade, a new Triton, an edited kernel
-file or a changed tile cap each run it again.
+``gemma4_t4.turing.verify`` compiles vLLM's attention kernel for sm_75 with the tile cap (about 2 s,
+no GPU). The start gate needs it on a Turing GPU; the result is cached under a key of everything it
+depends on, so a new vLLM, Triton, kernel file or tile cap each run it again.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """One launch path for a vLLM OpenAI-compatible server: T4 (CUDA) and CPU targets.
 
-Notebooks, the CLI (``gemma4-t4 serve``) and the MCP server all start vLLM through
-:func:`start_server` / :class:`VLLMServer`, so flags never drift between them. The server runs
-as a detached subprocess (its own session and process group) bound to 127.0.0.1, logs to a
-file, is waited on through ``/health`` (failing fast with the log tail if the process dies),
-and is stopped with SIGTERM then SIGKILL of the whole group.
-
-The files it leaves under ``work_dir`` are described in :mod:`gemma4_t4.serving.server_state`.
+Notebooks, the CLI and the MCP server all start vLLM through :func:`start_server` /
+:class:`VLLMServer`, so flags never drift. It runs detached in its own process group, logs to a file,
+is waited on through ``/health`` and stopped with SIGTERM then SIGKILL of the whole group. Its files
+under ``work_dir``: :mod:`gemma4_t4.serving.server_state`.
 """
 
 from __future__ import annotations
@@ -118,10 +115,6 @@ def _orderly_stop(exit_info: ExitRecord) -> bool:
     return bool(exit_info.get("terminated_by")) and not exit_info.get("engine_dead_reason")
 
 
-def _owner_alive(owner: ServerOwner) -> bool:
-    return pid_alive(owner.get("pid"), owner.get("create_time"))
-
-
 def _death_hint(exit_code: int | None, reason: str | None = None) -> str:
     if reason and "Illegal instruction" in reason:
         return (
@@ -141,11 +134,8 @@ def _death_hint(exit_code: int | None, reason: str | None = None) -> str:
 
 
 class VLLMServer:
-    """A vLLM server subprocess. Use as a context manager or call start()/stop().
-
-    ``VLLMServer.attach(port, work_dir)`` rebuilds one from its state file in another process
-    (the CLI's ``serve stop|status|logs``), with the same status()/stop()/log_tail().
-    """
+    """A vLLM server subprocess: a context manager, or start()/stop(). ``attach(port, work_dir)``
+    rebuilds one from its state file in another process (the CLI's ``serve stop|status|logs``)."""
 
     def __init__(self, config: ServerConfig):
         self.config = config
@@ -166,8 +156,6 @@ class VLLMServer:
         self._log_file: Any = None
         self._secrets: list[str] = []
 
-    # -- identity ------------------------------------------------------------------------------
-
     @property
     def base_url(self) -> str:
         host = f"[{self.config.host}]" if ":" in self.config.host else self.config.host
@@ -184,27 +172,15 @@ class VLLMServer:
 
     def _lock_owner(self, pid: int | None, create_time: float | None) -> LockOwner:
         """What this server's lock files hold: the process that holds them now."""
-        return {
-            "pid": pid,
-            "create_time": create_time,
-            "port": self.config.port,
-            "target": self.config.target,
-            "log_path": str(self.log_path),
-            "acquired_at": time.time(),
-        }
+        config = self.config
+        return {"pid": pid, "create_time": create_time, "port": config.port, "target": config.target,
+                "log_path": str(self.log_path), "acquired_at": time.time()}
 
     def _supervisor_spec(self, restart_on_crash: int) -> SupervisorSpec:
         """What the supervisor that runs (or adopts) this server is told: where its records go."""
-        return {
-            "super_path": str(self.super_path),
-            "exit_path": str(self.exit_path),
-            "log_path": str(self.log_path),
-            "base_url": self.base_url,
-            "restart_on_crash": restart_on_crash,
-        }
-
-    def _lock_dir(self) -> Path:
-        return Path(self.config.work_dir) / "locks"
+        return {"super_path": str(self.super_path), "exit_path": str(self.exit_path),
+                "log_path": str(self.log_path), "base_url": self.base_url,
+                "restart_on_crash": restart_on_crash}
 
     def _alive(self) -> bool:
         if self.process is not None:
@@ -220,13 +196,10 @@ class VLLMServer:
     def survivors(self) -> list[ProcessInfo]:
         """Processes recorded for this server (API server, EngineCore, Worker) that still run."""
         data = cast(SupervisorRecord, read_json(self.super_path) or {})
-        alive = []
-        for info in data.get("children", []):
-            if info.get("pid") != self._pid and pid_alive(info.get("pid"), info.get("create_time")):
-                alive.append(info)
-        return alive
-
-    # -- start ---------------------------------------------------------------------------------
+        return [
+            info for info in data.get("children", [])
+            if info.get("pid") != self._pid and pid_alive(info.get("pid"), info.get("create_time"))
+        ]
 
     def start(self, wait: bool = True, timeout: float = 600.0) -> VLLMServer:
         config = self.config
@@ -255,7 +228,7 @@ class VLLMServer:
         owner = self._lock_owner(os.getpid(), process_create_time(os.getpid()))
         try:
             for lock in [
-                *(ServerLock(self._lock_dir() / f"{key}.lock") for key in lock_keys(config)),
+                *(ServerLock(work / "locks" / f"{key}.lock") for key in lock_keys(config)),
                 machine_port_lock(config.port),
             ]:
                 lock.acquire(owner)
@@ -273,10 +246,8 @@ class VLLMServer:
         return self
 
     def _reap_predecessor(self) -> None:
-        """A dead server recorded on this port may have left EngineCore / Worker running: kill them.
-
-        A predecessor that still serves is left alone (the port check then refuses the start).
-        """
+        """A dead server recorded on this port may have left EngineCore / Worker running: kill them
+        (one that still serves is left alone: the port check then refuses the start)."""
         path = self.state_path
         if not path.exists() or (self._pid is not None and read_json(path).get("pid") == self._pid):
             return
@@ -316,13 +287,10 @@ class VLLMServer:
         # engine and records its exit, so a server that dies is reported as dead with its code and
         # reason even by another process (serve status).
         supervised = [sys.executable, "-m", "gemma4_t4.serving.supervisor", str(spec_path), "--", *command]
+        # detached, its own process group: stop() reaches EngineCore and workers
         self.process = subprocess.Popen(
-            supervised,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            start_new_session=True,  # detached; own process group: stop() reaches EngineCore and workers
+            supervised, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+            start_new_session=True,
         )
         self._pid = self.process.pid
         self._pid_create_time = process_create_time(self._pid)
@@ -343,11 +311,8 @@ class VLLMServer:
             "log_path": str(self.log_path),
             "versions": runtime_versions(),
             "versions_from": sys.executable,
-            "host": {
-                "hostname": platform.node(),
-                "platform": platform.platform(),
-                "cpu_count": os.cpu_count(),
-            },
+            "host": {"hostname": platform.node(), "platform": platform.platform(),
+                     "cpu_count": os.cpu_count()},
             "gate": _gate_record(self.gate_result),
         }
         self._write_state("starting")
@@ -402,8 +367,6 @@ class VLLMServer:
             fix="raise the timeout (first starts compile kernels) or read " + str(self.log_path),
         )
 
-    # -- probes --------------------------------------------------------------------------------
-
     def healthy(self) -> bool:
         try:
             status, _ = http_get(self.base_url + "/health", timeout=2.0)
@@ -434,9 +397,7 @@ class VLLMServer:
         return None
 
     def status(self) -> ServerStatus:
-        """What the server is doing now, in three named steps: never started; supervised (starting,
-        running, restarting, or a dead engine being cleaned up); or its supervisor ended (stopped,
-        dead, dead with survivors, or unsupervised but still serving)."""
+        """What the server is doing now: never started, supervised, or its supervisor ended."""
         record = self._supervisor_record()
         base = ServerStatus(
             state="not started",
@@ -462,17 +423,15 @@ class VLLMServer:
     def _owner_status(self) -> ServerOwner | None:
         if not self.owner:
             return None
-        return cast(ServerOwner, dict(self.owner, alive=_owner_alive(self.owner)))
+        alive = pid_alive(self.owner.get("pid"), self.owner.get("create_time"))
+        return cast(ServerOwner, dict(self.owner, alive=alive))
 
     def _supervised_status(self, base: ServerStatus, record: SupervisorRecord) -> ServerStatus:
         """The supervisor runs: the engine's state as it records it, else /health decides."""
         engine = record.get("engine")
         if engine == "restarting":
             return replace(
-                base,
-                state="restarting",
-                log_tail=self.log_tail(),
-                survivors=self.survivors(),
+                base, state="restarting", log_tail=self.log_tail(), survivors=self.survivors(),
                 hint=f"restart {base.restarts + 1} of {record.get('restart_on_crash')} follows",
             )
         if engine == "dead":
@@ -480,11 +439,7 @@ class VLLMServer:
             history = record.get("history") or []
             code = history[-1].get("exit_code") if history else None
             return replace(
-                base,
-                state="dead",
-                exit_code=code,
-                exit_signal=_signal_name(code),
-                log_tail=self.log_tail(),
+                base, state="dead", exit_code=code, exit_signal=_signal_name(code), log_tail=self.log_tail(),
                 survivors=self.survivors(),
                 hint=f"{_death_hint(code, base.reason)} (the supervisor is stopping what is left of it)",
             )
@@ -492,16 +447,12 @@ class VLLMServer:
         return replace(base, state="running" if healthy else "starting", healthy=healthy)
 
     def _ended_status(self, base: ServerStatus) -> ServerStatus:
-        """The supervisor is gone: stopped on purpose, dead (with its code and reason), or some of
-        its processes outlived it (still serving: unsupervised; else dead with survivors)."""
+        """The supervisor is gone: stopped, dead (code and reason), unsupervised, or dead with survivors."""
         survivors = self.survivors()
         if survivors and self.healthy():  # the supervisor died; vLLM did not
             port = self.config.port
             return replace(
-                base,
-                state="unsupervised",
-                healthy=True,
-                survivors=survivors,
+                base, state="unsupervised", healthy=True, survivors=survivors,
                 hint=f"its supervisor (pid {self.pid}) is gone: gemma4-t4 serve adopt --port {port} "
                 f"re-supervises it, serve stop --port {port} stops it",
             )
@@ -509,10 +460,7 @@ class VLLMServer:
         ended = replace(base, exit_code=code, exit_signal=_signal_name(code))
         if survivors:
             return replace(
-                ended,
-                state="dead",
-                log_tail=self.log_tail(),
-                survivors=survivors,
+                ended, state="dead", log_tail=self.log_tail(), survivors=survivors,
                 hint=f"{len(survivors)} of its processes still run: gemma4-t4 serve stop --port "
                 f"{self.config.port} (or a new serve start on the port) kills them",
             )
@@ -522,9 +470,7 @@ class VLLMServer:
         if exit_info.get("owner_exited"):
             owner = self.owner or {}
             return replace(
-                ended,
-                state="stopped",
-                reason=reason,
+                ended, state="stopped", reason=reason,
                 hint=f"stopped by its supervisor when its owner ({owner.get('kind', '?')} pid "
                 f"{owner.get('pid')}) exited",
             )
@@ -534,8 +480,7 @@ class VLLMServer:
         if _orderly_stop(exit_info):  # its owner's stop was cut short before recording it: still a stop
             self._stopped = True
             return replace(
-                ended,
-                state="stopped",
+                ended, state="stopped",
                 hint=f"stopped by {exit_info.get('terminated_by')} sent to its processes (an orderly stop, "
                 "not a crash)",
             )
@@ -547,8 +492,6 @@ class VLLMServer:
         """Another process stopped this server (its state file says so, for this pid)."""
         recorded = read_json(self.state_path) or {}
         return recorded.get("pid") == self._pid and recorded.get("state") == "stopped"
-
-    # -- stop ----------------------------------------------------------------------------------
 
     def _wait_exit(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -584,10 +527,7 @@ class VLLMServer:
             return None
         if not self._alive():  # already exited: clean up, but a dead server stays reported as dead
             unsupervised = bool(self.survivors()) and self.healthy()
-            self.reap(grace=min(grace, 10.0))
-            self._release_locks()
-            if self._log_file is not None and not self._log_file.closed:
-                self._log_file.close()
+            self._clean_up(grace=min(grace, 10.0))
             if unsupervised:  # it was serving: this stop is a stop, not a crash
                 self._stopped = True
                 with contextlib.suppress(OSError):
@@ -602,14 +542,17 @@ class VLLMServer:
             # children (EngineCore, workers) share the group; make sure none outlive the parent
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self._pid, signal.SIGKILL)
-        self.reap(grace=2.0)
-        self._release_locks()
-        if self._log_file is not None and not self._log_file.closed:
-            self._log_file.close()
+        self._clean_up(grace=2.0)
         code = self._exit_code()
         with contextlib.suppress(OSError):
             self._write_state("stopped", stopped_at=time.time(), exit_code=code)
         return code
+
+    def _clean_up(self, grace: float) -> None:
+        self.reap(grace=grace)
+        self._release_locks()
+        if self._log_file is not None and not self._log_file.closed:
+            self._log_file.close()
 
     def reap(self, grace: float = 5.0) -> list[ProcessInfo]:
         """Kill every recorded process of this server that still runs (SIGTERM, then SIGKILL)."""
@@ -650,8 +593,6 @@ class VLLMServer:
             with contextlib.suppress(OSError):
                 tmp.rmdir()
 
-    # -- re-adopt ------------------------------------------------------------------------------
-
     def adopt(self) -> VLLMServer:
         """Start a new supervisor for a vLLM whose supervisor died but which still serves."""
         if self._alive():
@@ -676,10 +617,7 @@ class VLLMServer:
         with open(self.log_path, "ab") as log:
             process = subprocess.Popen(
                 [sys.executable, "-m", "gemma4_t4.serving.supervisor", "--adopt", str(spec_path)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             )
         self.process = None  # not waited on here: the new supervisor is detached like the first
         self._pid, self._pid_create_time = process.pid, process_create_time(process.pid)
@@ -704,8 +642,6 @@ class VLLMServer:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
-
-    # -- other processes -----------------------------------------------------------------------
 
     @classmethod
     def from_state(cls, path: str | Path, api_key: str | None = None) -> VLLMServer:
@@ -802,12 +738,8 @@ def start_server(
     owner: ServerOwner | None = None,
 ) -> VLLMServer:
     """Start vLLM in one call: the start gate (on cpu: only the int4-kernel check), then launch and wait.
-
-    The gate refuses, listing every reason with its fix, when the machine can't succeed;
-    ``force=True`` launches anyway and warns about what was overridden. ``probes`` replaces the
-    gate's fact collectors (tests). ``owner`` is recorded in the state file (e.g. the MCP server
-    that started it).
-    """
+    ``force=True`` launches past a refusal, warning; ``probes`` replaces the gate's fact collectors;
+    ``owner`` (e.g. the MCP server that started it) is recorded in the state file."""
     config.validate()  # a bad port or length is refused before the gate probes anything
     result = None
     if gate:
@@ -825,8 +757,3 @@ def _looks_like_hub_id(model: str) -> bool:
     parts = model.split("/")
     return len(parts) == 2 and not model.startswith((".", "/")) and all(parts)
 
-
-if __name__ == "__main__":  # pragma: no cover - the same entry point as python -m gemma4_t4.serving.supervisor
-    from gemma4_t4.serving.supervisor import main
-
-    raise SystemExit(main(sys.argv[1:]))

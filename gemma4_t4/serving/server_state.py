@@ -1,18 +1,11 @@
 """What a vLLM server leaves on disk and how another process finds it: process identity, the
 port and GPU locks, the state files' paths, and the record of what served.
 
-Under ``work_dir`` each server leaves:
-
-- ``logs/vllm-<port>.log``: everything vLLM printed;
-- ``servers/server-<port>.json``: the state file (pid, port, log, launch record), so that
-  ``gemma4-t4 serve stop|status|logs`` works from another process than ``serve start``;
-- ``servers/server-<port>.super.json``: kept by the supervisor (gemma4_t4/serving/supervisor.py) that
-  runs vLLM: every process of the server (API server, EngineCore, Worker) with its start time,
-  and the engine's state (healthy / dead and why / restarting);
-- ``servers/server-<port>.exit.json``: written by the supervisor when vLLM exits,
-  so a server that died is reported with its exit code even across processes;
-- ``locks/*.lock``: one per port and, on a GPU target, one per set of GPUs, so two servers
-  never fight over one GPU. A lock whose process is gone is stale and is taken over.
+Under ``work_dir`` each server leaves ``logs/vllm-<port>.log`` (what vLLM printed);
+``servers/server-<port>.json``, the state file that ``serve stop|status|logs`` read from another
+process; ``servers/server-<port>.super.json`` (the supervisor's: every process with its start time,
+and the engine's state) and ``.exit.json`` (vLLM's exit code, written when it exits); and
+``locks/*.lock``, one per port and per set of GPUs (a lock whose process is gone is taken over).
 """
 
 from __future__ import annotations
@@ -69,9 +62,7 @@ def pid_alive(pid: int | None, create_time: float | None = None) -> bool:
     started = process_create_time(pid)
     if started is None:
         return False
-    if create_time is None or started < 0:
-        return True
-    return abs(started - create_time) < 1.0
+    return create_time is None or started < 0 or abs(started - create_time) < 1.0
 
 
 def read_json(path: Path) -> JSONObject | None:
@@ -120,11 +111,8 @@ def lock_keys(config: ServerConfig) -> list[str]:
 
 
 class ServerLock:
-    """A lock file created with O_EXCL holding its owner's pid and start time.
-
-    A lock whose owner no longer runs (crash, reboot, OOM kill) is stale and is taken over, so
-    a dead server never blocks the next start.
-    """
+    """A lock file created with O_EXCL holding its owner's pid and start time; one whose owner no
+    longer runs is stale and taken over, so a dead server never blocks the next start."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
@@ -133,11 +121,8 @@ class ServerLock:
     def holder(self) -> LockOwner | None:
         """The live owner's record, or None when the lock is free or stale."""
         data = read_json(self.path)
-        if data is None:
-            return None
-        if pid_alive(data.get("pid"), data.get("create_time")):
-            return cast(LockOwner, data)
-        return None
+        alive = data is not None and pid_alive(data.get("pid"), data.get("create_time"))
+        return cast(LockOwner, data) if alive else None
 
     def acquire(self, owner: LockOwner) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -232,9 +217,5 @@ def masked_config(config: ServerSettings) -> ServerSettings:
 
 
 def state_files(work_dir: str | Path) -> list[Path]:
-    folder = Path(work_dir) / "servers"
-    return sorted(
-        p
-        for p in folder.glob("server-*.json")
-        if not p.name.endswith((".exit.json", ".super.json", ".spec.json"))
-    )
+    found = (Path(work_dir) / "servers").glob("server-*.json")
+    return sorted(p for p in found if not p.name.endswith((".exit.json", ".super.json", ".spec.json")))

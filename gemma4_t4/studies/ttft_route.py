@@ -1,13 +1,8 @@
 """The user's own TTFT curve with the tensor-core prefill route off and on (notebook 4, on a T4).
 
-It starts servers and runs the benchmark, so it sits above both :mod:`gemma4_t4.serving.server` and
-:mod:`gemma4_t4.bench` (and the Turing fix, whose route it switches), never inside either.
-
-Starts the same vLLM server twice, with ``GEMMA4_T4_TC_PREFILL=0`` and ``=1``, runs the ``ttft``
-workload of :mod:`gemma4_t4.bench` against each (unique prompts, so no prefix-cache hits), stops
-each server, and plots both curves. Each server's log says what the route did in its processes
-(``gemma4-t4 turing prefill: ...``); that is recorded next to the numbers, so a curve measured where
-the route could not activate (CPU, a non-Turing GPU, a refused vLLM) says so.
+Starts the same server with ``GEMMA4_T4_TC_PREFILL=0`` and ``=1`` (so it sits above serving and
+bench), runs the ``ttft`` workload against each and plots both curves. What the route did, read from
+each server's log, is recorded next to the numbers: a curve where it could not activate says so.
 """
 
 from __future__ import annotations
@@ -79,11 +74,8 @@ def ttft_route_on_off(
     server_factory: Callable[[ServerConfig], VLLMServer] = VLLMServer,
     progress: bool = True,
 ) -> TtftOnOffReport:
-    """TTFT vs input length with the route off, then on; returns medians per length and the plot path.
-
-    ``config``: the server's configuration (its ``max_model_len`` must fit the longest input +
-    output); ``spec``: the TTFT workload both servers run.
-    """
+    """TTFT vs input length with the route off, then on (``config.max_model_len`` must fit the longest
+    input + output); returns medians per length and the plot path."""
     out = Path(out_dir)
     curves: dict[str, ModeCurve] = {}
     for mode, value in MODES:
@@ -92,23 +84,16 @@ def ttft_route_on_off(
         with server:
             served = served_endpoint(server.base_url, cfg.resolved_name())
             result = run(served, spec, out / mode, label=f"TTFT, tensor-core prefill {mode}", progress=progress)
-            log_text = (
-                Path(server.log_path).read_text(errors="replace") if Path(server.log_path).exists() else ""
-            )
-        medians = {n: ms for n, ms in result.ttft_by_input_len().items()}
+            log = Path(server.log_path)
+            log_text = log.read_text(errors="replace") if log.exists() else ""
+        medians = dict(result.ttft_by_input_len())
         curves[mode] = {"ttft_ms": medians, "route": route_actions(log_text), "results": str(out / mode)}
     input_lens = sorted(set(curves["route-off"]["ttft_ms"]) | set(curves["route-on"]["ttft_ms"]))
-    rows: list[TtftRow] = [
-        {
-            "input_len": n,
-            "ttft_ms_route_off": curves["route-off"]["ttft_ms"].get(n),
-            "ttft_ms_route_on": curves["route-on"]["ttft_ms"].get(n),
-        }
-        for n in input_lens
-    ]
-    for row in rows:
-        off, on = row["ttft_ms_route_off"], row["ttft_ms_route_on"]
-        row["speedup"] = round(off / on, 2) if off and on else None
+    rows: list[TtftRow] = []
+    for n in input_lens:
+        off, on = curves["route-off"]["ttft_ms"].get(n), curves["route-on"]["ttft_ms"].get(n)
+        speedup = round(off / on, 2) if off and on else None
+        rows.append({"input_len": n, "ttft_ms_route_off": off, "ttft_ms_route_on": on, "speedup": speedup})
     active = "routed" in curves["route-on"]["route"]
     return TtftOnOffReport(
         rows=rows,
@@ -121,17 +106,12 @@ def ttft_route_on_off(
 
 
 def plot_on_off(rows: list[TtftRow], path: Path, active: bool) -> Path:
-
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2))
     xs = [r["input_len"] for r in rows]
     ax.plot(xs, [r["ttft_ms_route_off"] for r in rows], "o--", label="Triton (GEMMA4_T4_TC_PREFILL=0)")
-    ax.plot(
-        xs,
-        [r["ttft_ms_route_on"] for r in rows],
-        "s-",
-        label="tensor-core prefill route" + ("" if active else " (did NOT activate on this machine)"),
-    )
+    on_label = "tensor-core prefill route" + ("" if active else " (did NOT activate on this machine)")
+    ax.plot(xs, [r["ttft_ms_route_on"] for r in rows], "s-", label=on_label)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("input length (tokens)")

@@ -1,14 +1,10 @@
 """``gemma4-t4 tune``: one cached launch profile per GPU, model and versions, measured on the user's GPU.
 
-A tune launches the model through the package's own server path once per drafter setting (off, then
-Google's assistant drafting N = 1..6 tokens), measures decode at 1 and 8 streams with
-:func:`gemma4_t4.bench.run_benchmark`, takes the prefill route's bench-prefill verdict (measuring it
-when this GPU has none), and writes ONE profile under ``gemma4_t4.foundation.cache`` keyed by GPU name, model,
-vLLM, torch and the fix's version. ``serve start --target t4`` reads it (:func:`launch_choice`).
-
-The profile is written once, atomically, after every measurement: an interrupted tune (Ctrl-C,
-SIGTERM, SIGHUP through :func:`gemma4_t4.foundation.signals.orderly_stop`) leaves no profile, and the server
-it was measuring is stopped by the server context's exit.
+A tune launches the model once per drafter setting (off, then Google's assistant drafting N = 1..6
+tokens), measures decode at 1 and 8 streams, takes the prefill route's bench-prefill verdict, and
+writes ONE profile keyed by GPU name, model, vLLM, torch and the fix's version, which
+``serve start --target t4`` reads. It is written atomically at the end: an interrupted tune leaves
+no profile, and the server it was measuring is stopped by the server context's exit.
 """
 
 from __future__ import annotations
@@ -96,9 +92,6 @@ BenchRunner = Callable[["BenchArgs"], "BenchRun"]
 PrefillSource = Callable[[ProfileKey, Path], PrefillChoice]
 
 
-# ----------------------------------------------------------------------------- plan
-
-
 def drafter_for(model: str) -> tuple[bool, str]:
     """(a drafter exists for ``model`` on a T4, what it is or why not), as the launch resolves ``auto``."""
     try:
@@ -121,15 +114,8 @@ def plan(
         for c in CONCURRENCIES:
             prompts = PROMPTS_PER_STREAM * c
             seconds = (prompts / c) * OUTPUT_LEN / ASSUMED_STREAM_TOK_S[c] + 2.0
-            cells.append(
-                PlanCell(
-                    draft=draft,
-                    num_draft_tokens=num,
-                    concurrency=c,
-                    num_prompts=prompts,
-                    estimated_s=round(seconds, 1),
-                )
-            )
+            cells.append(PlanCell(draft=draft, num_draft_tokens=num, concurrency=c, num_prompts=prompts,
+                                  estimated_s=round(seconds, 1)))
     the_plan = TunePlan(
         key=key,
         cells=cells if enabled else [],
@@ -152,15 +138,8 @@ def plan(
 
 def plan_text(the_plan: TunePlan) -> str:
     rows = [
-        [
-            c.draft,
-            c.num_draft_tokens or "-",
-            c.concurrency,
-            c.workload,
-            f"{c.input_len}/{c.output_len}",
-            c.num_prompts,
-            c.estimated_s,
-        ]
+        [c.draft, c.num_draft_tokens or "-", c.concurrency, c.workload, f"{c.input_len}/{c.output_len}",
+         c.num_prompts, c.estimated_s]
         for c in the_plan.cells
     ]
     lines = [
@@ -169,20 +148,14 @@ def plan_text(the_plan: TunePlan) -> str:
         f"drafter: {the_plan.drafter}",
     ]
     if rows:
-        lines.append(
-            format_table(
-                ["drafter", "N", "concurrency", "workload", "in/out tokens", "prompts", "est. s"], rows
-            )
-        )
+        headers = ["drafter", "N", "concurrency", "workload", "in/out tokens", "prompts", "est. s"]
+        lines.append(format_table(headers, rows))
     lines += [
         f"{the_plan.launches} server launches x ~{the_plan.launch_estimate_s:.0f} s each",
         f"prefill route: {the_plan.prefill}",
         f"estimated total: ~{the_plan.estimated_s / 60:.1f} minutes",
     ]
     return "\n".join(lines)
-
-
-# ----------------------------------------------------------------------------- decide
 
 
 def _measure(cell: PlanCell, run: BenchRun) -> CellMeasure:
@@ -194,27 +167,16 @@ def _measure(cell: PlanCell, run: BenchRun) -> CellMeasure:
             f"{summary.buffered.reason}",
             fix="tune on a server that streams its tokens (a GPU server does; vLLM's CPU build may flush)",
         )
-    if (
-        summary is None
-        or stats is None
-        or stats.median is None
-        or stats.ci_low is None
-        or stats.ci_high is None
-    ):
+    if summary is None or stats is None or None in (stats.median, stats.ci_low, stats.ci_high):
         raise Gemma4T4Error(
             f"the benchmark of drafter {cell.setting} at {cell.concurrency} streams measured no decode speed",
             fix="look at the server log under --work-dir, then run gemma4-t4 tune again",
         )
     spec = summary.spec_decode
     return CellMeasure(
-        draft=cell.draft,
-        num_draft_tokens=cell.num_draft_tokens,
-        concurrency=cell.concurrency,
-        per_stream_tok_s=stats.median,
-        ci_low=stats.ci_low,
-        ci_high=stats.ci_high,
-        output_tok_s=summary.output_throughput_tok_s,
-        acceptance_rate=spec.acceptance_rate if spec else None,
+        draft=cell.draft, num_draft_tokens=cell.num_draft_tokens, concurrency=cell.concurrency,
+        per_stream_tok_s=stats.median, ci_low=stats.ci_low, ci_high=stats.ci_high,
+        output_tok_s=summary.output_throughput_tok_s, acceptance_rate=spec.acceptance_rate if spec else None,
         mean_accepted_length=spec.mean_accepted_length if spec else None,
     )
 
@@ -228,43 +190,22 @@ def decide(cells: list[CellMeasure], concurrency: int) -> DraftChoice:
         raise Gemma4T4Error(
             f"no drafter-off measurement at {concurrency} streams", fix="run gemma4-t4 tune again"
         )
-    on = [c for c in mine if c.draft != "off"]
-    best = max(on, key=lambda c: c.per_stream_tok_s, default=None)
-    if best is not None:
-        ratio = best.per_stream_tok_s / off.per_stream_tok_s
-        low, high = best.ci_low / off.ci_high, best.ci_high / off.ci_low
-        if low > 1.0:
-            return DraftChoice(
-                concurrency=concurrency,
-                draft="auto",
-                num_draft_tokens=best.num_draft_tokens,
-                speedup=round(ratio, 3),
-                speedup_ci_low=round(low, 3),
-                speedup_ci_high=round(high, 3),
-                why=f"drafter N={best.num_draft_tokens}, {ratio:.2f}x at c={concurrency} (95 % {low:.2f}-{high:.2f}x)",
-            )
-        why = f"off at c={concurrency}: the best drafter (N={best.num_draft_tokens}, {ratio:.2f}x, 95 % {low:.2f}-{high:.2f}x) is not beyond noise"
-        return DraftChoice(
-            concurrency=concurrency,
-            draft="off",
-            num_draft_tokens=None,
-            speedup=1.0,
-            speedup_ci_low=round(low, 3),
-            speedup_ci_high=round(high, 3),
-            why=why,
-        )
-    return DraftChoice(
-        concurrency=concurrency,
-        draft="off",
-        num_draft_tokens=None,
-        speedup=1.0,
-        speedup_ci_low=1.0,
-        speedup_ci_high=1.0,
-        why=f"off at c={concurrency}: no drafter measured",
-    )
-
-
-# ----------------------------------------------------------------------------- measure
+    best = max((c for c in mine if c.draft != "off"), key=lambda c: c.per_stream_tok_s, default=None)
+    if best is None:
+        return DraftChoice(concurrency=concurrency, draft="off", speedup=1.0, speedup_ci_low=1.0,
+                           speedup_ci_high=1.0, why=f"off at c={concurrency}: no drafter measured")
+    ratio = best.per_stream_tok_s / off.per_stream_tok_s
+    low, high = best.ci_low / off.ci_high, best.ci_high / off.ci_low
+    figures = f"{ratio:.2f}x at c={concurrency} (95 % {low:.2f}-{high:.2f}x)"
+    if low > 1.0:
+        return DraftChoice(concurrency=concurrency, draft="auto", num_draft_tokens=best.num_draft_tokens,
+                           speedup=round(ratio, 3), speedup_ci_low=round(low, 3),
+                           speedup_ci_high=round(high, 3),
+                           why=f"drafter N={best.num_draft_tokens}, {figures}")
+    why = (f"off at c={concurrency}: the best drafter (N={best.num_draft_tokens}, {ratio:.2f}x, "
+           f"95 % {low:.2f}-{high:.2f}x) is not beyond noise")
+    return DraftChoice(concurrency=concurrency, draft="off", speedup=1.0, speedup_ci_low=round(low, 3),
+                       speedup_ci_high=round(high, 3), why=why)
 
 
 def launch_server(config: ServerConfig) -> AbstractContextManager[RunningServer]:
@@ -310,40 +251,22 @@ def tune(
         by_setting.setdefault((cell.draft, cell.num_draft_tokens), []).append(cell)
     for (draft, num), cells in by_setting.items():
         config = ServerConfig(
-            model=model,
-            target="t4",
-            draft=draft,
-            num_draft_tokens=num or DEFAULT_NUM_DRAFT_TOKENS,
+            model=model, target="t4", draft=draft, num_draft_tokens=num or DEFAULT_NUM_DRAFT_TOKENS,
             work_dir=str(work),
         )
         with server_factory(config) as server:
             for cell in cells:
-                decode = DecodeSpec(
-                    concurrency=[cell.concurrency],
-                    input_len=cell.input_len,
-                    output_len=cell.output_len,
-                    num_prompts=cell.num_prompts,
-                    warmup=cell.concurrency,
-                )
-                args = BenchArgs(
-                    base_url=server.base_url,
-                    model=config.resolved_name(),
-                    spec=decode,
-                    out_dir=str(work / "tune" / f"{cell.setting}-c{cell.concurrency}"),
-                    progress=False,
-                    overwrite=True,
-                )
+                decode = DecodeSpec(concurrency=[cell.concurrency], input_len=cell.input_len,
+                                    output_len=cell.output_len, num_prompts=cell.num_prompts,
+                                    warmup=cell.concurrency)
+                args = BenchArgs(base_url=server.base_url, model=config.resolved_name(), spec=decode,
+                                 out_dir=str(work / "tune" / f"{cell.setting}-c{cell.concurrency}"),
+                                 progress=False, overwrite=True)
                 measures.append(_measure(cell, bench_runner(args)))
     prefill = prefill_source(key, work)
     choices = [decide(measures, c) for c in CONCURRENCIES] if measures else []
-    profile = LaunchProfile(
-        key=key,
-        measured_on=today().isoformat(),
-        cells=measures,
-        choices=choices,
-        prefill=prefill,
-        drafter=the_plan.drafter,
-    )
+    profile = LaunchProfile(key=key, measured_on=today().isoformat(), cells=measures, choices=choices,
+                            prefill=prefill, drafter=the_plan.drafter)
     path = profile_path(key)
     atomic_write_json(path, profile.model_dump(mode="json"))
     return profile, path
