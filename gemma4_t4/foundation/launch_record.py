@@ -60,18 +60,11 @@ class ProcessInfo(TypedDict):
 
 
 class ServerSettings(BaseModel):
-    """Every setting that decides how vLLM is launched, as one record: what a state file and a
-    launch record store (``model_dump(mode="json")``, secrets masked) and read back
-    (``model_validate``). :class:`gemma4_t4.serving.server_config.ServerConfig` is this record plus the target's
-    defaults and the checks; it lives in server_config.py, this stays below the benchmark.
+    """Every setting that decides how vLLM is launched: what a state file and a launch record store
+    (secrets masked) and read back; ``serving.server_config.ServerConfig`` adds the target's defaults and
+    checks. A record from before speculative decoding reads back with the defaults (no drafter)."""
 
-    A record written before speculative decoding lacks ``draft`` / ``num_draft_tokens`` /
-    ``draft_method``: it reads back with the defaults (no drafter), which is what that server ran.
-    """
-
-    model_config = ConfigDict(
-        extra="ignore"
-    )  # a newer record's extra setting does not refuse an older reader
+    model_config = ConfigDict(extra="ignore")  # a newer record's extra setting does not refuse an older one
 
     model: str
     target: str = "cpu"  # "t4" or "cpu", checked by ServerConfig.validate (an error with a fix)

@@ -1,14 +1,10 @@
 """The one command runner: every external command the package runs to *probe or change the host*
 (nvidia-smi, pip, fallocate/mkswap/swapon, sudo) goes through :func:`subprocess_runner`.
 
-A ``Runner`` is any ``runner(command, input=None) -> CommandResult``; tests pass a fake one to
-simulate a full disk, a missing permission, a T4 or a host without ``nvidia-smi``. A command that
-is not installed answers 127 (as a shell would), one that hangs answers 124 (as ``timeout`` would):
-callers never see ``FileNotFoundError`` or ``TimeoutExpired``.
-
-Each command starts in its own session (so its own process group): a hung tool that forked
-children, or a pip interrupted by Ctrl-C/SIGTERM, is stopped with every process it started, not
-just the first one. Output is decoded as UTF-8 with undecodable bytes replaced, never raised on.
+A ``Runner`` is any ``runner(command, input=None) -> CommandResult`` (tests pass a fake one). A command
+not installed answers 127 (as a shell would), one that hangs 124 (as ``timeout`` would). Each command
+starts in its own session, so a hung tool or an interrupted pip is stopped with every process it
+started. Output is decoded as UTF-8 with undecodable bytes replaced, never raised on.
 """
 
 from __future__ import annotations
@@ -71,13 +67,8 @@ def stop_group(proc: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> 
 def subprocess_runner(command: list[str], input: str | None = None, timeout: float = 1800.0) -> CommandResult:
     """The real runner: runs ``command`` in a new process group and captures its output (text)."""
     try:
-        proc = subprocess.Popen(
-            command,
-            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
+        proc = subprocess.Popen(command, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     except FileNotFoundError as exc:
         return CommandResult(NOT_FOUND, "", str(exc))
     except OSError as exc:  # not executable, exec format error

@@ -1,18 +1,10 @@
 """Safe output folders for every command that writes one (repack, requant-awq, tiny; bench and run can reuse it).
 
-The rules:
-
-* a target must not be, contain, or be contained in any source (an ``--overwrite`` of the
-  source's parent would otherwise remove the source with it);
-* ``--overwrite`` only ever removes a folder this package wrote: it carries an ownership
-  marker (:data:`MARKER_NAME`);
-* output is built in a hidden sibling ``.DST.partial-XXXX`` that records the PID that owns it,
-  and renamed into place when complete; SIGTERM and SIGHUP clean it up as Ctrl-C does, and a
-  partial left by a run that was killed outright (``kill -9``, power loss) is found and removed
-  by the next run into the same target, which names it in its output;
-* free space is checked before anything is written.
-
-Everything raises :class:`Gemma4T4Error` with a fix; nothing here prints.
+A target must not be, contain, or lie inside a source (``--overwrite`` of the source's parent would
+remove it); ``--overwrite`` only removes a folder carrying this package's marker (:data:`MARKER_NAME`);
+output is built in a hidden sibling ``.DST.partial-XXXX`` recording its owner PID and renamed into place
+when complete (a partial left by a hard kill is removed, and named, by the next run into the target);
+free space is checked first. Everything raises :class:`Gemma4T4Error` with a fix; nothing here prints.
 """
 
 from __future__ import annotations
@@ -44,9 +36,8 @@ def _real(path: str | os.PathLike) -> Path:
     return Path(os.path.realpath(os.path.abspath(os.fspath(path))))
 
 
-def refuse_overlap(
-    target: str | os.PathLike, sources: Iterable[str | os.PathLike], what: str = "DST"
-) -> None:
+def refuse_overlap(target: str | os.PathLike, sources: Iterable[str | os.PathLike],
+                   what: str = "DST") -> None:
     """Refuse a ``target`` that is, contains, or lies inside any of ``sources`` (symlinks resolved)."""
     t = _real(target)
     for src in sources:
@@ -61,25 +52,18 @@ def refuse_overlap(
             continue
         raise Gemma4T4Error(
             f"{what} {target} {relation} the source {src}; writing there could destroy the source",
-            fix=f"choose a {what} outside the source folder (e.g. a sibling folder)",
-        )
+            fix=f"choose a {what} outside the source folder (e.g. a sibling folder)")
 
 
 def write_marker(folder: str | os.PathLike, command: str, **details: object) -> None:
     """Mark ``folder`` as written by this package (``--overwrite`` may later replace it)."""
-    payload = {
-        MARKER_KEY: True,
-        "command": command,
-        "version": __version__,
-        "created_unix": round(time.time(), 3),
-        **details,
-    }
+    payload = {MARKER_KEY: True, "command": command, "version": __version__,
+               "created_unix": round(time.time(), 3), **details}
     (Path(folder) / MARKER_NAME).write_text(json.dumps(payload, indent=1, default=str) + "\n")
 
 
 def is_owned(folder: str | os.PathLike, legacy_names: Iterable[str] = ()) -> bool:
-    """True when ``folder`` carries this package's ownership marker (or a legacy report file
-    that only this package writes, for outputs made before the marker existed)."""
+    """``folder`` carries this package's marker (or a legacy report file only this package writes)."""
     folder = Path(folder)
     try:
         data = json.loads((folder / MARKER_NAME).read_text())
@@ -90,48 +74,30 @@ def is_owned(folder: str | os.PathLike, legacy_names: Iterable[str] = ()) -> boo
     return any((folder / name).is_file() for name in legacy_names)
 
 
-def check_target(
-    target: str | os.PathLike,
-    *,
-    overwrite: bool,
-    sources: Iterable[str | os.PathLike] = (),
-    what: str = "DST",
-    legacy_names: Iterable[str] = (),
-) -> Path:
-    """Validate an output folder before any work: not a file, not a symlink, no overlap with a
-    source, and when it exists only replaceable with ``overwrite`` and only when this package
-    wrote it (or it is empty). Returns the target as a Path."""
+def check_target(target: str | os.PathLike, *, overwrite: bool, sources: Iterable[str | os.PathLike] = (),
+                 what: str = "DST", legacy_names: Iterable[str] = ()) -> Path:
+    """Validate an output folder before any work: not a file or symlink, no overlap with a source; an
+    existing one only with ``overwrite`` and only when this package wrote it (or it is empty)."""
     path = Path(target)
     refuse_overlap(path, sources, what)
     if path.is_symlink():
-        raise Gemma4T4Error(
-            f"{what} {path} is a symbolic link", fix=f"give the real folder as {what}, or a new path"
-        )
+        raise Gemma4T4Error(f"{what} {path} is a symbolic link",
+                            fix=f"give the real folder as {what}, or a new path")
     if path.exists() and not path.is_dir():
-        raise Gemma4T4Error(
-            f"{what} {path} is a file, not a folder", fix=f"choose a new folder path for {what}"
-        )
-    for parent in path.absolute().parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise Gemma4T4Error(
-                    f"{parent} (a parent of {what}) is a file", fix=f"choose a {what} in a folder"
-                )
-            break
+        raise Gemma4T4Error(f"{what} {path} is a file, not a folder",
+                            fix=f"choose a new folder path for {what}")
+    parent = _existing_ancestor(path.parent)
+    if not parent.is_dir():
+        raise Gemma4T4Error(f"{parent} (a parent of {what}) is a file", fix=f"choose a {what} in a folder")
     if path.exists():
         if not overwrite:
             raise Gemma4T4Error(f"{path} already exists", fix=f"choose a new {what} or pass --overwrite")
-        empty = not any(path.iterdir())
-        if not empty and not is_owned(path, legacy_names):
+        if any(path.iterdir()) and not is_owned(path, legacy_names):
             raise Gemma4T4Error(
                 f"{path} was not written by gemma4-t4 (no {MARKER_NAME}), so --overwrite will not remove it",
-                fix=f"choose a new {what}, or remove the folder yourself if you are sure it holds nothing you need",
-            )
+                fix=f"choose a new {what}, or remove the folder yourself if you are sure it holds nothing "
+                "you need")
     return path
-
-
-# ------------------------------------------------------------------------------------------
-# free space
 
 
 def _existing_ancestor(path: Path) -> Path:
@@ -146,18 +112,15 @@ def free_bytes(path: str | os.PathLike) -> int:
     return shutil.disk_usage(_existing_ancestor(Path(path))).free
 
 
-def ensure_free_space(
-    path: str | os.PathLike, need_bytes: int, what: str = "the output", margin: int = FREE_SPACE_MARGIN
-) -> None:
+def ensure_free_space(path: str | os.PathLike, need_bytes: int, what: str = "the output",
+                      margin: int = FREE_SPACE_MARGIN) -> None:
     """Refuse to start when the filesystem of ``path`` has less than ``need_bytes`` (+ margin) free."""
     free = free_bytes(path)
     if free < need_bytes + margin:
         where = _existing_ancestor(Path(path))
-        raise Gemma4T4Error(
-            f"not enough free space for {what}: needs {(need_bytes + margin) / 1e9:,.2f} GB, "
-            f"{free / 1e9:,.2f} GB free on the filesystem of {where}",
-            fix="free some space there, or choose a target on a disk with more room",
-        )
+        raise Gemma4T4Error(f"not enough free space for {what}: needs {(need_bytes + margin) / 1e9:,.2f} GB, "
+                            f"{free / 1e9:,.2f} GB free on the filesystem of {where}",
+                            fix="free some space there, or choose a target on a disk with more room")
 
 
 def os_error(exc: OSError, what: str) -> Gemma4T4Error:
@@ -187,14 +150,11 @@ def write_error(exc: BaseException, what: str) -> Gemma4T4Error | None:
     (safetensors' ``SafetensorError: ... No space left on device (os error 28)``); None otherwise."""
     if isinstance(exc, OSError):
         return os_error(exc, what)
-    found = _OS_ERROR_IN_TEXT.search(str(exc))
-    if found is None:
+    if (found := _OS_ERROR_IN_TEXT.search(str(exc))) is None:
         return None
-    code = int(found.group(1))
-    return os_error(OSError(code, os.strerror(code)), what)
+    return os_error(OSError(code := int(found.group(1)), os.strerror(code)), what)
 
 
-# ------------------------------------------------------------------------------------------
 # partial outputs: owned by a PID, found again after a hard kill
 
 
@@ -214,8 +174,7 @@ def _alive(pid: int, start: str | None) -> bool:
         return False
     except PermissionError:
         return True  # someone else's live process
-    current = _proc_start(pid)
-    return start is None or current is None or current == start
+    return start is None or (current := _proc_start(pid)) is None or current == start
 
 
 def partial_prefix(target: Path) -> str:
@@ -233,14 +192,9 @@ def make_partial(target: str | os.PathLike) -> Path:
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=partial_prefix(target), dir=target.parent))
-        owner = {
-            "made_parents": [str(p) for p in missing],  # removed again if the build is discarded
-            "pid": os.getpid(),
-            "start": _proc_start(os.getpid()),
-            "host": socket.gethostname(),
-            "target": str(target),
-            "created_unix": round(time.time(), 3),
-        }
+        owner = {"made_parents": [str(p) for p in missing],  # removed again if the build is discarded
+                 "pid": os.getpid(), "start": _proc_start(os.getpid()), "host": socket.gethostname(),
+                 "target": str(target), "created_unix": round(time.time(), 3)}
         (tmp / PARTIAL_OWNER).write_text(json.dumps(owner) + "\n")
     except OSError as exc:
         for parent in missing:
@@ -290,14 +244,10 @@ class Cleanup:
     restored: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:
-        return (
-            [f"removed stale partial output {p} (left by an interrupted run)" for p in self.removed]
-            + [
-                f"removed stale backup {p} (left by a run interrupted while replacing its target)"
-                for p in self.backups_removed
-            ]
-            + [f"restored {p} (a run was killed while replacing it)" for p in self.restored]
-        )
+        return ([f"removed stale partial output {p} (left by an interrupted run)" for p in self.removed]
+                + [f"removed stale backup {p} (left by a run interrupted while replacing its target)"
+                   for p in self.backups_removed]
+                + [f"restored {p} (a run was killed while replacing it)" for p in self.restored])
 
 
 def clean_stale(target: str | os.PathLike, legacy_names: Iterable[str] = ()) -> Cleanup:
@@ -315,18 +265,13 @@ def clean_stale(target: str | os.PathLike, legacy_names: Iterable[str] = ()) -> 
     except OSError:
         return done
     for entry in entries:
-        if (
-            entry.name.startswith(partial_prefix(target))
-            and entry.is_dir()
-            and not entry.is_symlink()
-            and not _owner_alive(entry)
-        ):
+        if (entry.name.startswith(partial_prefix(target)) and entry.is_dir() and not entry.is_symlink()
+                and not _owner_alive(entry)):
             shutil.rmtree(entry, ignore_errors=True)
             if not entry.exists():
                 done.removed.append(str(entry))
-    backups = [
-        e for e in entries if e.name.startswith(backup_prefix(target)) and e.is_dir() and not e.is_symlink()
-    ]
+    backups = [e for e in entries
+               if e.name.startswith(backup_prefix(target)) and e.is_dir() and not e.is_symlink()]
     for entry in sorted(backups, key=lambda e: e.name, reverse=True):
         if not target.exists() and is_owned(entry, legacy):
             entry.rename(target)
@@ -342,9 +287,8 @@ def swap_into_place(tmp: Path, target: Path, overwrite: bool) -> None:
     """Rename the finished ``tmp`` to ``target``; an existing target is moved aside first and
     removed after (a kill in between leaves a backup the next run restores or removes)."""
     if target.exists() and not overwrite:  # appeared while we worked (another run into the same DST)
-        raise Gemma4T4Error(
-            f"{target} appeared while this build was written", fix="choose a new DST or pass --overwrite"
-        )
+        raise Gemma4T4Error(f"{target} appeared while this build was written",
+                            fix="choose a new DST or pass --overwrite")
     if target.exists():
         backup = target.with_name(f"{backup_prefix(target)}{int(time.time())}-{os.getpid()}")
         target.rename(backup)

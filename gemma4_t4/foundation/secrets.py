@@ -1,15 +1,11 @@
 """One masking rule for secrets, wherever they appear: argument lists, environments, free text.
 
-A name is secret when, normalised (upper case, ``-`` as ``_``, leading dashes dropped), one of
-its ``_``-separated words is SECRET, PASSWORD, PASSWD, CREDENTIAL(S), APIKEY or AUTHORIZATION,
-or its last word is TOKEN (not ``..._per_token``, a unit) or KEY (or it ends in KEY_ID) -- so
-``max_num_batched_tokens``, ``TOKENIZERS_PARALLELISM``, ``first_token_s`` and ``token_source``
-are not secrets, while these are:
-``--api-key``, ``--hf-token``, ``HF_TOKEN``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ACCESS_KEY_ID``,
-``GEMMA4_T4_API_KEY``. Paths such as ``--ssl-keyfile`` are not secrets, nor is a bare ``key``
-(a lookup key in a record, such as a cache key). Every form is covered:
-``--api-key K``, ``--api-key=K``, ``NAME=VALUE`` words, ``{NAME: VALUE}`` mappings, and any
-known secret value inside text (a log line, an error message, an MCP answer).
+A name is secret when, normalised (upper case, ``-`` as ``_``, leading dashes dropped), a word of it
+is SECRET, PASSWORD, PASSWD, CREDENTIAL(S), APIKEY or AUTHORIZATION, or its last word is TOKEN (not
+``..._per_token``) or KEY (or it ends in KEY_ID): ``HF_TOKEN``, ``--api-key``, ``AWS_ACCESS_KEY_ID`` are;
+``max_num_batched_tokens``, ``first_token_s``, ``--ssl-keyfile`` and a bare ``key`` are not. Covered:
+``--api-key K``, ``--api-key=K``, ``NAME=VALUE`` words, ``{NAME: VALUE}`` mappings, and any known secret
+value inside text (a log line, an error message, an MCP answer).
 """
 
 from __future__ import annotations
@@ -59,20 +55,16 @@ def mask_argv(argv: Iterable[str]) -> list[str]:
         elif arg.startswith("--") and is_secret_name(arg):
             out.append(arg)
             hide_next = True
-        elif (
-            "=" in arg
-            and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", arg.split("=", 1)[0])
-            and is_secret_name(arg.split("=", 1)[0])
-        ):
+        elif ("=" in arg and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", arg.split("=", 1)[0])
+              and is_secret_name(arg.split("=", 1)[0])):
             out.append(arg.split("=", 1)[0] + "=" + MASK)
         else:
             out.append(arg)
     return out
 
 
-def secret_values(
-    argv: Iterable[str] = (), env: Mapping[str, str] | None = None, extra: Iterable[str | None] = ()
-) -> list[str]:
+def secret_values(argv: Iterable[str] = (), env: Mapping[str, str] | None = None,
+                  extra: Iterable[str | None] = ()) -> list[str]:
     """The plain values that :func:`mask_argv` / :func:`mask_env` would hide (to scrub text with)."""
     values: list[str] = [v for v in extra if v]
     argv = [str(a) for a in argv]
@@ -97,35 +89,22 @@ def mask_text(text: str, values: Iterable[str] = ()) -> str:
     for pattern in _TOKEN_PATTERNS:
         text = pattern.sub(lambda m: (m.group(1) if m.groups() else "") + MASK, text)
     # --api-key K / --api-key=K / NAME=VALUE written into free text
-    text = re.sub(
-        r"(--[A-Za-z0-9_-]+)([ =])([^\s;,'\"]+)",
-        lambda m: m.group(1) + m.group(2) + MASK if is_secret_name(m.group(1)) else m.group(0),
-        text,
-    )
-    text = re.sub(
-        r"\b([A-Za-z_][A-Za-z0-9_]*)=([^\s;,'\"]+)",
-        lambda m: m.group(1) + "=" + MASK if is_secret_name(m.group(1)) else m.group(0),
-        text,
-    )
-    return text
+    text = re.sub(r"(--[A-Za-z0-9_-]+)([ =])([^\s;,'\"]+)",
+                  lambda m: m.group(1) + m.group(2) + MASK if is_secret_name(m.group(1)) else m.group(0),
+                  text)
+    return re.sub(r"\b([A-Za-z_][A-Za-z0-9_]*)=([^\s;,'\"]+)",
+                  lambda m: m.group(1) + "=" + MASK if is_secret_name(m.group(1)) else m.group(0), text)
 
 
 def mask(value: Any, values: Iterable[str] = ()) -> Any:
-    """Mask a JSON-like value: the string under a secret-named key, secret values in strings,
-    argv-like lists. A number or flag under such a name (``first_token_s``, ``api_key_used``) is
-    data, not a secret, and stays."""
+    """Mask a JSON-like value: the string under a secret-named key, secret values in strings, argv-like
+    lists. A number or flag under such a name (``api_key_used``) is data, not a secret, and stays."""
     values = list(values)
     if isinstance(value, str):
         return mask_text(value, values)
     if isinstance(value, Mapping):
-        return {
-            k: (
-                MASK
-                if isinstance(k, str) and is_secret_name(k) and isinstance(v, str) and v
-                else mask(v, values)
-            )
-            for k, v in value.items()
-        }
+        return {k: MASK if isinstance(k, str) and is_secret_name(k) and isinstance(v, str) and v
+                else mask(v, values) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         items = list(value)
         if all(isinstance(x, str) for x in items):

@@ -1,10 +1,9 @@
 """The one rule for signals: SIGINT, SIGTERM and SIGHUP mean the same orderly stop.
 
-Wherever a command owns something (a server, an endpoint, a build, an upload, pip, a partial
-checkpoint), it wraps that stretch in :func:`orderly_stop`. Inside the block SIGTERM and SIGHUP
-raise :class:`Terminated`, a ``KeyboardInterrupt``, so the same ``except``/``finally`` code that
-already cleans up after Ctrl-C runs for them too. A process killed by a signal it did not handle
-would skip every ``finally``: that is how endpoints were left billing and servers orphaned.
+Wherever a command owns something (a server, an endpoint, a build, pip), it wraps that stretch in
+:func:`orderly_stop`, where SIGTERM and SIGHUP raise :class:`Terminated` (a ``KeyboardInterrupt``) so
+the cleanup that runs after Ctrl-C runs for them too. A process killed by a signal it did not handle
+skips every ``finally``: that is how endpoints were left billing and servers orphaned.
 """
 
 from __future__ import annotations
@@ -37,18 +36,11 @@ def interrupt_label(exc: BaseException) -> str:
 
 @contextlib.contextmanager
 def orderly_stop(signals: tuple[int, ...] = STOP_SIGNALS, *, redeliver: bool = True) -> Iterator[None]:
-    """Within the block, ``signals`` raise :class:`Terminated` so ``except BaseException`` /
-    ``finally`` cleanup runs. With ``redeliver`` the signal is sent again with its default action
-    once the cleanup has unwound, so the process still ends the way its sender expects (exit
-    status 128 + signal); without it the ``Terminated`` propagates to the caller's boundary.
-
-    Only signals left at their default action are taken over (a caller's own handler wins, and
-    nesting is harmless), and only in the main thread (Python delivers signals there only). A
-    second signal during the cleanup is ignored: it must not cut the cleanup short.
-
-    A child forked inside the block (a multiprocessing fork pool's worker) inherits the handler
-    but none of the cleanup it stands for: there the signal takes its default action, so the
-    child ends quietly as signalled instead of printing a ``Terminated`` traceback."""
+    """Within the block, ``signals`` raise :class:`Terminated` so the cleanup runs; with ``redeliver`` the
+    signal is sent again with its default action once it has unwound (exit status 128 + signal), else
+    ``Terminated`` propagates. Only signals at their default action are taken over (a caller's handler
+    wins; nesting is harmless), only in the main thread; a second signal during cleanup is ignored. A
+    child forked inside the block gets the default action (it inherits none of the cleanup)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -83,7 +75,6 @@ def orderly_stop(signals: tuple[int, ...] = STOP_SIGNALS, *, redeliver: bool = T
 
 
 def default_in_child() -> None:
-    """Give a child process (a fork pool's ``initializer``) the default action for SIGINT and the
-    stop signals: the parent's cleanup handlers are not the child's to run."""
+    """A fork pool's ``initializer``: the default action for SIGINT and the stop signals in the child."""
     for sig in (signal.SIGINT, *STOP_SIGNALS):
         signal.signal(sig, signal.SIG_DFL)

@@ -18,9 +18,8 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]], right
     right = set(right)
 
     def line(row: list[str]) -> str:
-        return "  ".join(
-            c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
-        ).rstrip()
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w)
+                         for i, (c, w) in enumerate(zip(row, widths, strict=True))).rstrip()
 
     rule = "  ".join("-" * w for w in widths)
     return "\n".join([line(cells[0]), rule] + [line(r) for r in cells[1:]])
@@ -32,9 +31,6 @@ def format_pairs(pairs: Sequence[tuple[str, object]]) -> str:
         return ""
     width = max(len(k) for k, _ in pairs)
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in pairs)
-
-
-# ---------------------------------------------------------------- results that display themselves
 
 
 def format_value(value: object) -> str:
@@ -54,8 +50,7 @@ def format_value(value: object) -> str:
 
 def table_cells(rows: Iterable[object],
                 columns: Sequence[str] | None = None) -> tuple[list[str], list[list[str]]]:
-    """Rows (dicts, dataclasses or pydantic models) -> (columns, formatted cells): what every
-    displayed table (HTML or text) and the report index show."""
+    """Rows (dicts, dataclasses or pydantic models) -> (columns, formatted cells)."""
     plain = [dict(_as_row(r)) for r in rows]
     if columns is None:
         columns = list(dict.fromkeys(k for row in plain for k in row))
@@ -67,9 +62,7 @@ def _as_row(row: object) -> Mapping[str, object]:
     if isinstance(row, Mapping):
         return row
     dump = getattr(row, "model_dump", None)
-    if callable(dump):
-        return dump(by_alias=True)
-    return to_jsonable(row)
+    return dump(by_alias=True) if callable(dump) else to_jsonable(row)
 
 
 def html_table(columns: Sequence[str], cells: Sequence[Sequence[str]], title: str | None = None) -> str:
@@ -88,10 +81,8 @@ def text_table(columns: Sequence[str], cells: Sequence[Sequence[str]], title: st
 
 
 class Displayable:
-    """A result that shows itself: an HTML table in Jupyter (``_repr_html_``), a text table
-    elsewhere (``str``, IPython's text display). A class gives :meth:`rows` (dicts, dataclasses or
-    pydantic rows) and may name its ``columns`` and a :meth:`caption`; nothing else. (Not ``rows``:
-    several results already hold a field of that name.)"""
+    """A result that shows itself: an HTML table in Jupyter, a text table elsewhere. A class gives
+    :meth:`table_rows` and may name its ``columns`` and a :meth:`caption`."""
 
     columns: ClassVar[Sequence[str] | None] = None  # None: every key of the rows, in order
     max_rows: ClassVar[int | None] = None  # long results show their first rows and say how many more

@@ -1,24 +1,18 @@
 """Which attention path the embedded CPU server may use: decided by running the op, not by cpuinfo.
 
-vLLM CPU (``vllm/v1/attention/backends/cpu_attn.py::_get_attn_isa``) picks its AMX attention
-kernel for bf16 whenever ``torch.cpu._is_amx_tile_supported()`` is true, i.e. whenever CPUID
-reports ``amx_tile``. Linux (5.16+) also requires each process to ask for the AMX tile-data
-state (``arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)``) before its first tile
-instruction, else the instruction raises SIGILL. vLLM's attention kernel does not ask; oneDNN
-does when a bf16 GEMM takes its AMX path, which it does for 5+ rows. So a server whose first
-request has <= 4 tokens dies with ``Illegal instruction`` in ``cpu_attention_with_kv_cache``,
-while one that saw a longer prompt first keeps working. The flags cannot tell, so:
+vLLM CPU (``cpu_attn.py::_get_attn_isa``) picks its AMX attention kernel for bf16 whenever CPUID
+reports ``amx_tile``, but Linux 5.16+ raises SIGILL on a process's first tile instruction unless it
+asked for the tile-data state (``arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)``). vLLM's kernel
+does not ask; oneDNN does, for bf16 GEMMs of 5+ rows. So a server whose first request has <= 4 tokens
+dies with ``Illegal instruction``, while one that saw a longer prompt first works. The flags cannot tell:
 
-1. :func:`probe` runs vLLM's real ops (reshape-and-cache, scheduler metadata, attention with KV
-   cache) in a fresh *subprocess*, set up exactly as the server's processes would be, over the
-   shapes Gemma 4 uses (head 32/64 for the tiny model, 256/512 for the real ones; 1..33-token
-   prefills and a decode step), against a float32 reference. A SIGILL kills only the probe.
-2. :func:`choose` tries, in order of speed: vLLM as it is; bf16 with the AMX permission requested
-   at process start (``GEMMA4_T4_CPU_AMX=request``); bf16 on the portable ``vec`` kernel
-   (``GEMMA4_T4_CPU_ATTN_ISA=vec``); float32. The first that passes wins. The variables are
-   applied in every vLLM process by :func:`install_from_env`, called from the package's vLLM
-   plugin. The verdict is cached on disk, keyed by the CPU's flags and model name, the
-   interpreter and the vLLM/torch versions.
+1. :func:`probe` runs vLLM's real ops in a fresh subprocess set up as the server's would be, over
+   Gemma 4's shapes (head 32/64/256/512; 1..33-token prefills, a decode step), against a float32
+   reference. A SIGILL kills only the probe.
+2. :func:`choose` tries, fastest first: vLLM as it is; bf16 with the AMX permission requested
+   (``GEMMA4_T4_CPU_AMX=request``); bf16 on the ``vec`` kernel (``GEMMA4_T4_CPU_ATTN_ISA=vec``);
+   float32. The first that passes wins; :func:`install_from_env` (from the vLLM plugin) applies it in
+   every vLLM process. The verdict is cached, keyed by CPU flags and model, interpreter and versions.
 """
 
 from __future__ import annotations
@@ -55,9 +49,8 @@ CANDIDATES: list[tuple[str, str, dict[str, str]]] = [
 ]
 PROBE_TIMEOUT_S = 180.0
 # (head_dim, query tokens, tokens already cached): prefills of 1..33 tokens and a decode step.
-CASES = [(hd, q, 0) for hd in (32, 64, 256, 512) for q in (1, 2, 3, 4, 5, 8, 33)] + [
-    (hd, 1, 40) for hd in (32, 64, 256, 512)
-]
+CASES = [(hd, q, 0) for hd in (32, 64, 256, 512) for q in (1, 2, 3, 4, 5, 8, 33)] + [(hd, 1, 40) for hd in
+                                                                                     (32, 64, 256, 512)]
 BLOCK_SIZE = 32  # the server's CPU block size (vLLM's AMX kernel needs a multiple of 32)
 # bf16 inputs vs a float32 reference: a correct kernel stays well below this.
 MAX_ABS_ERR = {"bfloat16": 0.05, "float32": 1e-3}
@@ -126,48 +119,28 @@ def probe(candidate: str, python: str | None = None, timeout: float = PROBE_TIME
     env = {k: v for k, v in os.environ.items() if k not in (ISA_ENV, AMX_ENV)}
     env.update(extra, PYTHONFAULTHANDLER="1", VLLM_TARGET_DEVICE="cpu")
     try:
-        done = subprocess.run(
-            [python or sys.executable, "-m", "gemma4_t4.host.cpuattn", dtype],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=env,
-            stdin=subprocess.DEVNULL,
-        )
+        command = [python or sys.executable, "-m", "gemma4_t4.host.cpuattn", dtype]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env,
+                              stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
-        return ProbeResult(
-            candidate=name,
-            dtype=dtype,
-            ok=False,
-            returncode=None,
-            detail=f"probe timed out after {timeout:.0f} s",
-            seconds=timeout,
-        )
+        return ProbeResult(candidate=name, dtype=dtype, ok=False, returncode=None,
+                           detail=f"probe timed out after {timeout:.0f} s", seconds=timeout)
     except OSError as exc:
-        return ProbeResult(
-            candidate=name, dtype=dtype, ok=False, returncode=None, detail=f"could not run the probe: {exc}"
-        )
-    return parse_probe(
-        name, dtype, done.returncode, done.stdout, done.stderr, round(time.monotonic() - started, 2)
-    )
+        return ProbeResult(candidate=name, dtype=dtype, ok=False, returncode=None,
+                           detail=f"could not run the probe: {exc}")
+    seconds = round(time.monotonic() - started, 2)
+    return parse_probe(name, dtype, done.returncode, done.stdout, done.stderr, seconds)
 
 
-def parse_probe(
-    name: str, dtype: str, code: int, stdout: str, stderr: str, seconds: float | None = None
-) -> ProbeResult:
+def parse_probe(name: str, dtype: str, code: int, stdout: str, stderr: str,
+                seconds: float | None = None) -> ProbeResult:
     """A probe process's verdict from its exit code and output."""
     if code < 0:
         fatal = [line.strip() for line in stderr.splitlines() if line.startswith("Fatal Python error")]
         frames = [line.strip() for line in stderr.splitlines() if "_custom_ops.py" in line]
-        return ProbeResult(
-            candidate=name,
-            dtype=dtype,
-            ok=False,
-            returncode=code,
-            signal=signal.Signals(-code).name,
-            detail="; ".join(fatal[:1] + frames[:1])[:300],
-            seconds=seconds,
-        )
+        return ProbeResult(candidate=name, dtype=dtype, ok=False, returncode=code,
+                           signal=signal.Signals(-code).name, detail="; ".join(fatal[:1] + frames[:1])[:300],
+                           seconds=seconds)
     report = None
     for line in reversed(stdout.splitlines()):
         if line.startswith("{"):
@@ -178,32 +151,20 @@ def parse_probe(
             break
     if report is None:
         last = (stderr.strip().splitlines() or [""])[-1][:300]
-        return ProbeResult(
-            candidate=name, dtype=dtype, ok=False, returncode=code, detail=f"no result (exit {code}): {last}", seconds=seconds
-        )
+        return ProbeResult(candidate=name, dtype=dtype, ok=False, returncode=code,
+                           detail=f"no result (exit {code}): {last}", seconds=seconds)
     err = report.get("max_abs_err")
     ok = code == 0 and err is not None and err <= MAX_ABS_ERR.get(dtype, 0.05)
     detail = report.get("error") or ("" if ok else f"max abs error {err} above {MAX_ABS_ERR.get(dtype)}")
-    return ProbeResult(
-        candidate=name,
-        dtype=dtype,
-        ok=ok,
-        returncode=code,
-        isa=report.get("isa"),
-        max_abs_err=err,
-        detail=detail,
-        seconds=seconds,
-    )
+    return ProbeResult(candidate=name, dtype=dtype, ok=ok, returncode=code, isa=report.get("isa"),
+                       max_abs_err=err, detail=detail, seconds=seconds)
 
 
 Prober = Callable[[str], ProbeResult]
 
 
 def choose(python: str | None = None, refresh: bool = False, prober: Prober | None = None) -> Choice:
-    """The first of :data:`CANDIDATES` whose probe passes: dtype and environment for the CPU server.
-
-    ``prober`` replaces :func:`probe` (tests); a custom prober's verdict is not cached.
-    """
+    """The first of :data:`CANDIDATES` whose probe passes (a custom ``prober``'s verdict is not cached)."""
     key = cache_key(python)
     path = cache_dir() / f"cpu-attention-{key}.json"
     if prober is None and not refresh:
@@ -222,25 +183,14 @@ def choose(python: str | None = None, refresh: bool = False, prober: Prober | No
             # no vLLM CPU there (or it cannot import): nothing learnt; keep vLLM's default, uncached.
             # A later candidate that cannot run (a time-out) is a failed candidate, never a reason to
             # fall back to a default the first probe saw crash.
-            return Choice(
-                candidate="vllm-default",
-                dtype="bfloat16",
-                env={},
-                reason=f"probe could not run ({result.detail}); vLLM's default kept",
-                probes=probes,
-                fingerprint_id=key,
-            )
+            why = f"probe could not run ({result.detail}); vLLM's default kept"
+            return Choice(candidate="vllm-default", dtype="bfloat16", env={}, reason=why, probes=probes,
+                          fingerprint_id=key)
         if result.ok:
             failed = "; ".join(f"{p.candidate} failed ({p.signal or p.detail})" for p in probes[:-1])
             passed = f"{name} passed ({dtype} on vLLM's {result.isa} attention, max abs error {result.max_abs_err:.2g})"
-            choice = Choice(
-                candidate=name,
-                dtype=dtype,
-                env=dict(env),
-                reason=f"{failed}; {passed}" if failed else passed,
-                probes=probes,
-                fingerprint_id=key,
-            )
+            choice = Choice(candidate=name, dtype=dtype, env=dict(env), probes=probes, fingerprint_id=key,
+                            reason=f"{failed}; {passed}" if failed else passed)
             break
     if choice is None:
         raise Gemma4T4Error(
@@ -254,9 +204,7 @@ def choose(python: str | None = None, refresh: bool = False, prober: Prober | No
     return choice
 
 
-# --------------------------------------------------------------------------------------------
 # In the vLLM processes (called from the package's vLLM plugin)
-# --------------------------------------------------------------------------------------------
 
 
 def install_from_env() -> PluginSetup | None:
@@ -289,9 +237,7 @@ def install_from_env() -> PluginSetup | None:
     return done
 
 
-# --------------------------------------------------------------------------------------------
 # The probe itself: `python -m gemma4_t4.host.cpuattn DTYPE` (its own process, the candidate's env)
-# --------------------------------------------------------------------------------------------
 
 
 def _run_cases(dtype_name: str) -> CaseReport:
@@ -319,14 +265,12 @@ def _run_cases(dtype_name: str) -> CaseReport:
         qsl = torch.tensor([0, q_len], dtype=torch.int32)
         seq_lens = torch.tensor([seq], dtype=torch.int32)
         table = torch.arange(blocks, dtype=torch.int32).unsqueeze(0)
-        meta = ops.cpu_attn_get_scheduler_metadata(
-            1, heads, kv_heads, head_dim, seq_lens, dtype, qsl, True, -1, chosen, True
-        )
+        meta = ops.cpu_attn_get_scheduler_metadata(1, heads, kv_heads, head_dim, seq_lens, dtype, qsl, True,
+                                                   -1, chosen, True)
         out = torch.empty_like(q)
         scale = head_dim**-0.5
-        ops.cpu_attention_with_kv_cache(
-            q, key_cache, value_cache, out, qsl, seq_lens, scale, True, None, -1, table, 0.0, meta, None
-        )
+        ops.cpu_attention_with_kv_cache(q, key_cache, value_cache, out, qsl, seq_lens, scale, True, None, -1,
+                                        table, 0.0, meta, None)
         # float32 reference: causal over the cached tokens plus the new ones
         qf, kf, vf = q.float().transpose(0, 1), k.float().transpose(0, 1), v.float().transpose(0, 1)
         scores = (qf @ kf.expand(heads, -1, -1).transpose(1, 2)) * scale

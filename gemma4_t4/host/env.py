@@ -1,22 +1,11 @@
 """What this machine is, and what stands between it and Gemma 4 on vLLM.
 
-Two halves, kept apart so each can be tested alone:
-
-* :func:`probe` gathers :class:`Facts` (I/O). Every probe is guarded: no GPU, no torch, no
-  vLLM, no ``nvidia-smi`` all give ``None``/empty facts, never an exception. The I/O goes
-  through a :class:`Probes` bundle (``run`` a command, ``read`` a file, ``env``, package
-  ``version``, ``disk_free``, ``cuda_device``), so tests can simulate a Colab T4 with a
-  CPU-only torch, a GCE VM with an old driver, and so on.
-* :func:`judge` turns facts into :class:`Problem` s (pure): each with a severity, a code, a
-  message and the exact fix line.
-
-This is the package's one model of the host: ``nvidia-smi`` is parsed in :mod:`gemma4_t4.host.smi` and
-nowhere else (:func:`probe_gpus`, re-exported here), and :func:`needs_turing_fix` is the one
-decision "does this device need the Turing attention fix". The start gate, the notebooks' runtime check, the torch fix, swap and the
-benchmark telemetry all read these facts.
-
-``torch`` is never imported unless ``smem=True`` (reading shared memory per block initialises
-CUDA); its build is read from ``torch/version.py`` on disk.
+:func:`probe` gathers :class:`Facts` through an injectable :class:`Probes` bundle and never raises
+(no GPU, torch, vLLM or ``nvidia-smi`` gives ``None``/empty facts); :func:`judge` turns facts into
+:class:`Problem` s, purely, each with severity, code, message and exact fix line. This is the package's
+one model of the host (``nvidia-smi`` is parsed only in :mod:`gemma4_t4.host.smi`, re-exported here) and
+:func:`needs_turing_fix` its one Turing-fix decision. ``torch`` is imported only with ``smem=True``
+(reading shared memory initialises CUDA); its build is read from ``torch/version.py`` on disk.
 """
 
 from __future__ import annotations
@@ -45,14 +34,11 @@ from gemma4_t4.host import setup_plan
 from gemma4_t4.host.smi import SMI_ESSENTIAL as SMI_ESSENTIAL
 from gemma4_t4.host.smi import SMI_FIELDS as SMI_FIELDS
 from gemma4_t4.host.smi import GPUInfo as GPUInfo
-from gemma4_t4.host.smi import GpuProbe as GpuProbe
-from gemma4_t4.host.smi import RunFn as RunFn
+from gemma4_t4.host.smi import RunFn
 from gemma4_t4.host.smi import parse_capability as parse_capability
 from gemma4_t4.host.smi import parse_smi_csv as parse_smi_csv
 from gemma4_t4.host.smi import probe_gpu_state as probe_gpu_state
-from gemma4_t4.host.smi import probe_gpus as probe_gpus
 from gemma4_t4.host.smi import run_probe as _run
-from gemma4_t4.host.smi import smi_query as smi_query
 from gemma4_t4.turing.smem import OPTIN_SMEM_BY_CAPABILITY
 from gemma4_t4.turing.smem import needs_fix as _kernel_overflows
 
@@ -88,20 +74,13 @@ TRANSFORMERS_FIRST_12B = "5.10.1"
 TRANSFORMERS_FIX = f"pip install 'transformers{','.join(VLLM_TRANSFORMERS_RANGE[GPU_VLLM])}'"
 
 Severity = Literal["error", "warning", "info"]
-Platform = Literal["colab", "kaggle", "sagemaker", "gce", "ec2", "other"]
 
-
-# ---------------------------------------------------------------------------------------
-# Facts
-# ---------------------------------------------------------------------------------------
 
 
 @dataclass
 class GpuChoice:
-    """Which of the host's GPUs setup, the doctor, the gate and the notebooks plan for, and why.
-
-    ``error``/``fix`` instead of a silent pick when CUDA_VISIBLE_DEVICES names no listed GPU of a
-    host whose GPUs differ (or hides them all)."""
+    """The GPU setup, the doctor, the gate and the notebooks plan for, and why; ``error``/``fix`` instead
+    of a silent pick when CUDA_VISIBLE_DEVICES names no listed GPU of a mixed host (or hides them all)."""
 
     gpu: GPUInfo | None
     reason: str
@@ -120,12 +99,9 @@ def _model(gpu: GPUInfo) -> tuple[str, str | None]:
 
 def choose_gpu(gpus: Sequence[GPUInfo], cuda_visible_devices: str | None = None,
                cuda_device_order: str | None = None) -> GpuChoice:
-    """The GPU to plan for: the one CUDA_VISIBLE_DEVICES names (read as nvidia-smi's index), else
-    a T4 (the package's path), else the first GPU vLLM supports (sm_75+), else the first listed.
-
-    Pure. nvidia-smi numbers GPUs by PCI bus; CUDA does so only with CUDA_DEVICE_ORDER=PCI_BUS_ID,
-    so on a mixed host the reason says to set both for serving.
-    """
+    """The one CUDA_VISIBLE_DEVICES names (as nvidia-smi's index), else a T4, else the first sm_75+ GPU,
+    else the first listed. nvidia-smi numbers GPUs by PCI bus, CUDA only with CUDA_DEVICE_ORDER=PCI_BUS_ID,
+    so on a mixed host the reason says to set both for serving."""
     if not gpus:
         return GpuChoice(None, "no NVIDIA GPU")
     mixed = len({_model(g) for g in gpus}) > 1
@@ -209,7 +185,6 @@ class Facts:
 
     @property
     def gpu_choice(self) -> GpuChoice:
-        """The GPU everything plans for, and why (:func:`choose_gpu`)."""
         return choose_gpu(self.gpus, self.cuda_visible_devices, self.cuda_device_order)
 
     @property
@@ -225,10 +200,8 @@ class Facts:
 
     @property
     def compute_capability(self) -> str | None:
-        """The chosen GPU's capability ("7.5"): torch's reading when probed (CUDA's device 0, which
-        CUDA_VISIBLE_DEVICES selects), else nvidia-smi's."""
-        gpu = self.gpu
-        return self.torch_compute_capability or (gpu.compute_capability if gpu else None)
+        """The chosen GPU's ("7.5"): torch's reading of CUDA's device 0 when probed, else nvidia-smi's."""
+        return self.torch_compute_capability or (self.gpu.compute_capability if self.gpu else None)
 
     def turing_fix_needed(self, target: str | None = None) -> bool | None:
         """:func:`needs_turing_fix` for the chosen GPU (``None`` on a host without a GPU)."""
@@ -274,10 +247,6 @@ class EnvReport(BaseModel):
         data["gpu_choice"] = to_jsonable(self.facts.gpu_choice)
         return data
 
-
-# ---------------------------------------------------------------------------------------
-# Probing (I/O, injectable)
-# ---------------------------------------------------------------------------------------
 
 
 ReadFn = Callable[[str], "str | None"]
@@ -374,12 +343,8 @@ def detect_platform(p: Probes) -> tuple[str, str]:
 
 
 def _meminfo(text: str | None) -> dict[str, float]:
-    values = {}
-    for line in (text or "").splitlines():
-        m = re.match(r"(\w+):\s+(\d+)\s*kB", line)
-        if m:
-            values[m.group(1)] = int(m.group(2)) * 1024 / GiB
-    return values
+    return {m.group(1): int(m.group(2)) * 1024 / GiB for line in (text or "").splitlines()
+            if (m := re.match(r"(\w+):\s+(\d+)\s*kB", line))}
 
 
 def cache_paths(env: Mapping[str, str], cwd: str) -> list[tuple[str, str]]:
@@ -393,12 +358,11 @@ def cache_paths(env: Mapping[str, str], cwd: str) -> list[tuple[str, str]]:
         ("TMPDIR", env.get("TMPDIR") or "/tmp"),
         ("cwd", cwd),
     ]
-    seen, out = set(), []
+    first: dict[str, str] = {}
     for label, path in candidates:
-        if path and path not in seen:
-            seen.add(path)
-            out.append((label, path))
-    return out
+        if path:
+            first.setdefault(path, label)
+    return [(label, path) for path, label in first.items()]
 
 
 def probe(probes: Probes | None = None, smem: bool = False) -> Facts:
@@ -406,15 +370,8 @@ def probe(probes: Probes | None = None, smem: bool = False) -> Facts:
     p = probes or Probes()
     u = p.uname()
     plat, evidence = detect_platform(p)
-    facts = Facts(
-        os=f"{u.system} {_os_release(p)}".strip(),
-        kernel=u.release,
-        machine=u.machine,
-        python=p.python_version(),
-        platform=plat,
-        platform_evidence=evidence,
-        nvidia_smi=False,
-    )
+    facts = Facts(os=f"{u.system} {_os_release(p)}".strip(), kernel=u.release, machine=u.machine,
+                  python=p.python_version(), platform=plat, platform_evidence=evidence, nvidia_smi=False)
     state = probe_gpu_state(p)
     facts.nvidia_smi, facts.gpus, facts.driver_version = state.installed, state.gpus, state.driver
     facts.cuda_visible_devices = p.env.get("CUDA_VISIBLE_DEVICES")
@@ -472,22 +429,14 @@ def _round(x: float | None) -> float | None:
     return None if x is None else round(x, 2)
 
 
-# ---------------------------------------------------------------------------------------
-# Judging (pure)
-# ---------------------------------------------------------------------------------------
-
 
 def _v(version: str | None) -> tuple[int, ...]:
     """'5.19.0' -> (5, 19, 0); local tags and pre-release suffixes are ignored."""
-    if not version:
-        return ()
-    core = version.split("+")[0]
-    return tuple(int(x) for x in re.findall(r"\d+", core)[:3])
+    return tuple(int(x) for x in re.findall(r"\d+", (version or "").split("+")[0])[:3])
 
 
 def _satisfies(version: str, spec: tuple[str, str]) -> bool:
-    lo, hi = spec
-    return _v(version) >= _v(lo.lstrip(">=")) and _v(version) < _v(hi.lstrip("<"))
+    return _v(spec[0].lstrip(">=")) <= _v(version) < _v(spec[1].lstrip("<"))
 
 
 def host_plan(facts: Facts) -> tuple[setup_plan.SetupPlan | None, Gemma4T4Error | None]:
@@ -534,14 +483,10 @@ def _driver_fix(platform_name: str, facts: Facts | None = None) -> str:
 
 def needs_turing_fix(smem_per_block_optin: int | None, capability: str | tuple[int, int] | None = None,
                      target: str | None = None) -> bool:
-    """Does this device need the Turing attention fix? The package's one answer.
-
-    Decided from the device's opt-in shared memory per block against what vLLM's default head-512
-    attention launch needs (98,304 B with Turing's fp32 staging; the kernel model in
-    ``gemma4_t4.turing.smem``). An unknown limit is predicted from the compute capability's
-    documented maximum; with neither known, a ``t4`` target (and no target) is taken to be a T4,
-    so an unknown device fails closed.
-    """
+    """Does this device need the Turing attention fix? The package's one answer: its opt-in shared memory
+    per block against vLLM's head-512 launch (98,304 B with fp32 staging; ``gemma4_t4.turing.smem``). An
+    unknown limit comes from the capability's documented maximum; with neither known, a ``t4`` target
+    (or none) is taken to be a T4, so an unknown device fails closed."""
     cap = parse_capability(capability)
     limit = smem_per_block_optin or (OPTIN_SMEM_BY_CAPABILITY.get(cap) if cap else None)
     if limit is None:

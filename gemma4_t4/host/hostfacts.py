@@ -1,9 +1,6 @@
-"""What the install planner reads of the host model's facts, as an interface below both.
-
-:class:`gemma4_t4.host.env.Facts` is the one record of the host; the planner
-(:mod:`gemma4_t4.host.setup_plan`) takes it as an argument, and the host model calls the planner for the doctor's fix line. Naming the
-few attributes the planner reads here, below both, keeps the two modules from importing each other
-(even for type checking): ``env.Facts`` satisfies these protocols as it is.
+"""What the install planner reads of the host model's facts, as an interface below both: the planner
+takes :class:`gemma4_t4.host.env.Facts` and the host model calls the planner, so naming the attributes
+here keeps the two from importing each other (``env.Facts`` satisfies these protocols as it is).
 """
 
 from __future__ import annotations

