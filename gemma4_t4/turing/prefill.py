@@ -609,13 +609,6 @@ def install_on(impl_cls: Any, route: PrefillRoute) -> Any:
     return forward
 
 
-def _read(module: Any) -> str | None:
-    try:
-        return Path(module.__file__).read_text(encoding="utf-8")
-    except (OSError, TypeError, AttributeError):
-        return None
-
-
 def install(
     origin: str = "plugin",
     device: DeviceInfo | None = None,
@@ -650,7 +643,7 @@ def install(
                         import importlib
 
                         module = importlib.import_module(BACKEND_MODULE)
-                    source = _read(module)
+                    source = tilecap._read_source(module)
                     problem = "cannot read triton_attn.py" if source is None else structure_problem(source)
                 if problem:
                     outcome.update(action="refused", reason=f"{problem}; the route stays off")
