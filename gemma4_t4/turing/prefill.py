@@ -95,8 +95,8 @@ def structure_problem(source: str) -> str | None:
     forward = methods.get("forward")
     if forward is None or "do_kv_cache_update" not in methods:
         return f"{IMPL_CLASS} has no forward or no do_kv_cache_update (the cache write moved into forward?)"
-    if tuple(tilecap._positional_names(forward)) != FORWARD_PARAMS:
-        return f"{IMPL_CLASS}.forward takes ({', '.join(tilecap._positional_names(forward))})"
+    if tuple(tilecap.positional_names(forward)) != FORWARD_PARAMS:
+        return f"{IMPL_CLASS}.forward takes ({', '.join(tilecap.positional_names(forward))})"
     text = ast.unparse(forward)
     if "reshape_and_cache" in text:
         return f"{IMPL_CLASS}.forward writes the KV cache itself"
@@ -587,6 +587,13 @@ class VerdictPolicy:
         return bool(entry["use_route"]), int(entry.get("min_tokens", 0)), f"verdict: {entry.get('why', '')}"
 
 
+def _read(module: Any) -> str | None:
+    try:
+        return Path(module.__file__).read_text(encoding="utf-8")
+    except (OSError, TypeError, AttributeError):
+        return None
+
+
 def install_on(impl_cls: Any, route: PrefillRoute) -> Any:
     """Replace ``impl_cls.forward`` with the routing wrapper (idempotent); returns the wrapper."""
     current = impl_cls.forward
@@ -643,7 +650,7 @@ def install(
                         import importlib
 
                         module = importlib.import_module(BACKEND_MODULE)
-                    source = tilecap._read_source(module)
+                    source = _read(module)
                     problem = "cannot read triton_attn.py" if source is None else structure_problem(source)
                 if problem:
                     outcome.update(action="refused", reason=f"{problem}; the route stays off")

@@ -80,7 +80,7 @@ def version_problem(version):
     )
 
 
-def _positional_names(function):
+def positional_names(function):
     args = function.args
     return [a.arg for a in (*args.posonlyargs, *args.args)]
 
@@ -97,15 +97,15 @@ def structure_problem(source):
     tile = functions.get(TILE_FUNCTION)
     if tile is None:
         return f"{TILE_FUNCTION}() is missing"
-    if tuple(_positional_names(tile)) != EXPECTED_TILE_PARAMS:
+    if tuple(positional_names(tile)) != EXPECTED_TILE_PARAMS:
         return (
-            f"{TILE_FUNCTION}() takes ({', '.join(_positional_names(tile))}), "
+            f"{TILE_FUNCTION}() takes ({', '.join(positional_names(tile))}), "
             f"expected ({', '.join(EXPECTED_TILE_PARAMS)})"
         )
     launcher = functions.get(LAUNCHER)
     if launcher is None:
         return f"{LAUNCHER}() is missing"
-    params = _positional_names(launcher)
+    params = positional_names(launcher)
     if tuple(params[: len(REQUIRED_LAUNCHER_PARAMS)]) != REQUIRED_LAUNCHER_PARAMS:
         return f"{LAUNCHER}() signature changed: ({', '.join(params[:12])}, ...)"
     tile_calls = 0
