@@ -9,20 +9,8 @@ from gemma4_t4.quant.repack import NonFiniteError, OffGridError, RepackReport, r
 from gemma4_t4.quant.safetensors_io import open_checkpoint
 
 __all__ = [
-    "CompareReport",
-    "GridReport",
-    "LatticeFit",
-    "NonFiniteError",
-    "OffGridError",
-    "RepackReport",
-    "awq_requantize",
-    "choose_scale",
-    "dequantize",
-    "fit_lattice",
-    "grid_check",
-    "grid_compare",
-    "open_checkpoint",
-    "pack_int4",
-    "repack",
-    "unpack_int4",
+    "CompareReport", "GridReport", "LatticeFit", "NonFiniteError", "OffGridError", "RepackReport",
+    "awq_requantize", "choose_scale", "dequantize", "fit_lattice", "grid_check", "grid_compare",
+    "open_checkpoint", "pack_int4", "repack", "unpack_int4",
 ]
+

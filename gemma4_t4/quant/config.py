@@ -13,12 +13,8 @@ from dataclasses import dataclass
 
 # Modules that stay in their original dtype: multimodal towers and projectors, MoE routers.
 KEEP_PATTERNS = (
-    r"(^|\.)vision_tower\.",
-    r"(^|\.)audio_tower\.",
-    r"(^|\.)embed_vision\.",
-    r"(^|\.)embed_audio\.",
-    r"(^|\.)multi_modal_projector\.",
-    r"(^|\.)router\.",
+    r"(^|\.)vision_tower\.", r"(^|\.)audio_tower\.", r"(^|\.)embed_vision\.", r"(^|\.)embed_audio\.",
+    r"(^|\.)multi_modal_projector\.", r"(^|\.)router\.",
     r"(^|\.)gate\.weight$",  # MoE router linear in some exports
     r"norm\.weight$",
 )
@@ -71,34 +67,18 @@ def quantization_config(group_size: int, ignore: list[str], emb4: bool, symmetri
     if emb4:
         targets += [r"re:.*embed_tokens$", r"re:.*embed_tokens_per_layer$", r"re:^lm_head$"]
     weights = {
-        "num_bits": 4,
-        "type": "int",
-        "symmetric": symmetric,
-        "strategy": "group",
-        "group_size": group_size,
-        "dynamic": False,
-        "actorder": None,
-        "observer": observer,
-        "observer_kwargs": {},
+        "num_bits": 4, "type": "int", "symmetric": symmetric, "strategy": "group", "group_size": group_size,
+        "dynamic": False, "actorder": None, "observer": observer, "observer_kwargs": {},
         "block_structure": None,
     }
-    return {
-        "quant_method": "compressed-tensors",
+    group = {
+        "targets": targets, "weights": weights, "input_activations": None, "output_activations": None,
         "format": "pack-quantized",
-        "quantization_status": "compressed",
-        "config_groups": {
-            "group_0": {
-                "targets": targets,
-                "weights": weights,
-                "input_activations": None,
-                "output_activations": None,
-                "format": "pack-quantized",
-            }
-        },
-        "ignore": sorted(set(ignore)),
-        "kv_cache_scheme": None,
-        "sparsity_config": {},
-        "transform_config": {},
-        "global_compression_ratio": None,
+    }
+    return {
+        "quant_method": "compressed-tensors", "format": "pack-quantized", "quantization_status": "compressed",
+        "config_groups": {"group_0": group}, "ignore": sorted(set(ignore)), "kv_cache_scheme": None,
+        "sparsity_config": {}, "transform_config": {}, "global_compression_ratio": None,
         "version": COMPRESSED_TENSORS_VERSION,
     }
+

@@ -235,8 +235,7 @@ def progress_bar(total: int, enabled: bool, desc: str):
     return tqdm(total=total, unit="B", unit_scale=True, desc=desc, leave=False)
 
 
-# ------------------------------------------------------------------------------------------
-# grid_compare
+# -- grid_compare ----------------------------------------------------------------------------------
 
 
 @dataclass

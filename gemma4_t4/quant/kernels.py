@@ -34,8 +34,7 @@ def _i32(v: int) -> ir.Constant:
     return ir.Constant(_I32, v)
 
 
-# ------------------------------------------------------------------------------------------
-# 32-bit bit tricks as LLVM intrinsics
+# -- 32-bit bit tricks as LLVM intrinsics ----------------------------------------------------------
 
 
 def _unary(name: str, signature, emit):
@@ -112,8 +111,7 @@ def _widen_impl(x):
     return lambda x: np.float32(x)
 
 
-# ------------------------------------------------------------------------------------------
-# per-group helpers
+# -- per-group helpers -----------------------------------------------------------------------------
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -241,8 +239,7 @@ def _pairwise_sum(p, n):
     return sums[0]
 
 
-# ------------------------------------------------------------------------------------------
-# kernels
+# -- kernels ---------------------------------------------------------------------------------------
 
 
 @numba.njit(cache=True, nogil=True, inline="always")

@@ -148,8 +148,7 @@ def lattice_quantizer(group_size: int, scale_dtype: str, allow_requant: bool, to
         off_mask = ~fit.on_grid
         off = int(off_mask.sum())
         examples = [(int(r), int(g)) for r, g in zip(*np.nonzero(off_mask), strict=True)][:3] if off else []
-        requant = 0
-        changed = 0
+        requant = changed = 0
         if off and allow_requant:  # rare: fit the off-grid groups with plain RTN, then re-choose scales
             w = lattice.as_values(block)
             requant = lattice.requantize_off_grid(w, fit)
@@ -166,10 +165,8 @@ def lattice_quantizer(group_size: int, scale_dtype: str, allow_requant: bool, to
 
 
 def non_finite_values(block: np.ndarray, dtype: str) -> int:
-    """NaN / Inf values in ``block`` as read for safetensors ``dtype`` (0 for integer dtypes).
-
-    The safetensors dtype decides, not the numpy one: BF16 and U16 are both read as uint16.
-    """
+    """NaN / Inf values in ``block`` as read for safetensors ``dtype`` (0 for integer dtypes): the
+    safetensors dtype decides, not the numpy one (BF16 and U16 are both read as uint16)."""
     if dtype in ("BF16", "F16", "F32", "F64"):
         return lattice.count_non_finite(block)
     if dtype == "F8_E4M3":  # the fn variant: no Inf, NaN is S.1111.111
@@ -243,19 +240,9 @@ def _side_bytes(src: Path) -> int:
 
 
 def build_quantized(
-    src: str | Path,
-    dst: str | Path,
-    quantizer: Quantizer,
-    *,
-    method: str,
-    group_size: int,
-    scale_dtype: str,
-    symmetric: bool,
-    emb4: bool = False,
-    overwrite: bool = False,
-    shard_bytes: int = SHARD_BYTES,
-    block_bytes: int = BLOCK_BYTES,
-    progress: bool | Callable[[str], None] = False,
+    src: str | Path, dst: str | Path, quantizer: Quantizer, *, method: str, group_size: int, scale_dtype: str,
+    symmetric: bool, emb4: bool = False, overwrite: bool = False, shard_bytes: int = SHARD_BYTES,
+    block_bytes: int = BLOCK_BYTES, progress: bool | Callable[[str], None] = False,
 ) -> RepackReport:
     """Shared writer for the lattice repack and the AWQ-style baseline."""
     t0 = time.perf_counter()
@@ -348,15 +335,12 @@ def _build(reader: LocalCheckpoint, src: str | Path, dst_path: Path, quantizer: 
             ), t0)
             safepaths.swap_into_place(tmp, dst_path, overwrite)
             return report
-        except OSError as exc:
+        except BaseException as exc:
             if writer is not None:
                 writer.abort()
             safepaths.discard_partial(tmp)
-            raise safepaths.os_error(exc, f"the build {dst_path}") from exc
-        except BaseException:
-            if writer is not None:
-                writer.abort()
-            safepaths.discard_partial(tmp)
+            if isinstance(exc, OSError):
+                raise safepaths.os_error(exc, f"the build {dst_path}") from exc
             raise
         finally:
             if bar is not None:
@@ -366,9 +350,8 @@ def _build(reader: LocalCheckpoint, src: str | Path, dst_path: Path, quantizer: 
 def _plan_build(reader: LocalCheckpoint, src: str | Path, method: str, group_size: int, scale_dtype: str,
                 symmetric: bool, emb4: bool
                 ) -> tuple[dict[str, qconfig.TensorRole], list[PlannedTensor], dict, str | None, bool]:
-    """What a build holds: each source tensor's role, the planned tensors in source order (each
-    quantized weight replaced by its packed tensors), the quantization config, the embedding a
-    text-only build unties into its own int4 lm_head (and whether it does)."""
+    """Each source tensor's role, the planned tensors in source order (quantized weights replaced by
+    their packed tensors), the quantization config, and the embedding untied into an int4 lm_head."""
     roles = {n: qconfig.classify(n, i.shape, i.dtype, group_size, emb4) for n, i in reader.tensors.items()}
     quant = [n for n, r in roles.items() if r.quantize]
     if not quant:
@@ -376,8 +359,6 @@ def _plan_build(reader: LocalCheckpoint, src: str | Path, method: str, group_siz
     embed_name = next((n for n in quant if qconfig.EMBED_RE.search(n)), None)
     untie = emb4 and embed_name is not None and "lm_head.weight" not in reader.tensors
     scale_st = "F16" if scale_dtype == "fp16" else "BF16"
-
-    # plan: source order, each quantized weight replaced by its three tensors
     plan: list[PlannedTensor] = []
     for name in sorted(reader.tensors):
         info = reader.tensors[name]
@@ -411,10 +392,9 @@ def _tally(totals: dict[str, int], exact_totals: dict[str, int], row: TensorRepa
 
 
 def _copy_tensor(reader: LocalCheckpoint, writer: ShardedWriter, name: str, block_bytes: int, write: bool) -> int:
-    """Copy one tensor as it is, block by block; returns its NaN/Inf count (nothing of it is written
-    once one is found). Copied tensors are checked too: a NaN in a norm or an unpacked embedding
-    would otherwise reach the build unchanged (and later every logit); read even when refusing
-    already, so the error names every damaged tensor at once."""
+    """Copy one tensor block by block; returns its NaN/Inf count (a NaN in a norm would reach every
+    logit), writing nothing once one is found but reading on so the error names every damaged tensor."""
+
     bad = 0
     for start, stop in reader.row_blocks(name, block_bytes):
         rows = reader.read_rows(name, start, stop)

@@ -1,14 +1,10 @@
 """Streaming access to (sharded) safetensors checkpoints, local or over HTTP range requests.
 
-Tensors are read a block of rows at a time: local files with ``preadv`` of just that byte
-range (into a reusable buffer, so resident memory stays bounded however large the checkpoint),
-remote files through ``Range`` requests (one per shard for its header, then only the bytes of
-the requested rows). Pickle checkpoints (``.bin``, ``.pt``)
-are refused and never opened: unpickling runs arbitrary code.
-
-Writing is the mirror image: :class:`ShardedWriter` lays out every output tensor up front
-(so headers are final before any data is written), then tensors are written block by block
-with ``pwrite`` into a temporary directory that the caller renames into place.
+Tensors are read a block of rows at a time (local ``preadv`` into a reusable buffer, so memory
+stays bounded; remote ``Range`` requests: one per shard for its header, then only the rows read).
+Pickle checkpoints (``.bin``, ``.pt``) are refused and never opened: unpickling runs arbitrary code.
+:class:`ShardedWriter` fixes every header up front, then writes blocks with ``pwrite`` into a
+temporary directory that the caller renames into place.
 """
 
 from __future__ import annotations
@@ -31,24 +27,16 @@ import numpy as np
 from gemma4_t4.errors import Gemma4T4Error
 
 # safetensors dtype -> (numpy dtype used to hold the raw bytes, bytes per element).
-# BF16 has no numpy dtype: it is carried as uint16 bit patterns.
-DTYPES: dict[str, tuple[np.dtype, int]] = {
-    "BF16": (np.dtype("<u2"), 2),
-    "F16": (np.dtype("<f2"), 2),
-    "F32": (np.dtype("<f4"), 4),
-    "F64": (np.dtype("<f8"), 8),
-    "I8": (np.dtype("i1"), 1),
-    "U8": (np.dtype("u1"), 1),
-    "I16": (np.dtype("<i2"), 2),
-    "U16": (np.dtype("<u2"), 2),
-    "I32": (np.dtype("<i4"), 4),
-    "U32": (np.dtype("<u4"), 4),
-    "I64": (np.dtype("<i8"), 8),
-    "U64": (np.dtype("<u8"), 8),
-    "BOOL": (np.dtype("?"), 1),
-    "F8_E4M3": (np.dtype("u1"), 1),
-    "F8_E5M2": (np.dtype("u1"), 1),
+# BF16 and FP8 have no numpy dtype: they are carried as unsigned-integer bit patterns.
+_NUMPY_CODES = {
+    "BF16": "<u2", "F16": "<f2", "F32": "<f4", "F64": "<f8", "I8": "i1", "U8": "u1", "I16": "<i2",
+    "U16": "<u2", "I32": "<i4", "U32": "<u4", "I64": "<i8", "U64": "<u8", "BOOL": "?", "F8_E4M3": "u1",
+    "F8_E5M2": "u1",
 }
+DTYPES: dict[str, tuple[np.dtype, int]] = {
+    name: (np.dtype(code), np.dtype(code).itemsize) for name, code in _NUMPY_CODES.items()
+}
+
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 INDEX_NAME = "model.safetensors.index.json"
@@ -79,6 +67,12 @@ class TensorInfo:
     def row_bytes(self) -> int:
         """Bytes per index of the first dimension."""
         return self.nbytes // self.shape[0] if self.shape and self.shape[0] else self.nbytes
+
+    def row_span(self, row_start: int, row_stop: int | None) -> tuple[int, int, tuple[int, ...]]:
+        """(absolute start, byte length, shape) of rows ``row_start:row_stop``."""
+        row_stop = self.shape[0] if row_stop is None else min(row_stop, self.shape[0])
+        shape = (row_stop - row_start, *self.shape[1:])
+        return self.start + row_start * self.row_bytes, shape[0] * self.row_bytes, shape
 
 
 def refuse_pickle(path: str) -> None:
@@ -300,12 +294,8 @@ class CheckpointReader:
         np_dtype = DTYPES[info.dtype][0]
         if not info.shape:
             return np.frombuffer(bytes(self._read(info.shard, info.start, info.nbytes)), np_dtype).copy()
-        rows = info.shape[0]
-        row_stop = rows if row_stop is None else min(row_stop, rows)
-        start = info.start + row_start * info.row_bytes
-        length = (row_stop - row_start) * info.row_bytes
-        buf = self._read(info.shard, start, length)
-        return np.frombuffer(buf, np_dtype).reshape((row_stop - row_start, *info.shape[1:])).copy()
+        start, length, shape = info.row_span(row_start, row_stop)
+        return np.frombuffer(self._read(info.shard, start, length), np_dtype).reshape(shape).copy()
 
     def read(self, name: str) -> np.ndarray:
         return self.read_rows(name)
@@ -323,7 +313,8 @@ class CheckpointReader:
         return sum(t.nbytes for t in self.tensors.values())
 
     def read_text(self, name: str) -> str | None:
-        """A small side file (config.json ...) next to the checkpoint, or None."""
+        """A small side file
+ (config.json ...) next to the checkpoint, or None."""
         return None
 
     def close(self) -> None:
@@ -433,15 +424,10 @@ class LocalCheckpoint(CheckpointReader):
         info = self.info(name)
         if not info.shape or info.nbytes < 1 << 16:
             return super().read_rows(name, row_start, row_stop)
-        rows = info.shape[0]
-        row_stop = rows if row_stop is None else min(row_stop, rows)
-        start = info.start + row_start * info.row_bytes
-        length = (row_stop - row_start) * info.row_bytes
-        np_dtype = DTYPES[info.dtype][0]
-        shape = (row_stop - row_start, *info.shape[1:])
+        start, length, shape = info.row_span(row_start, row_stop)
         buf = out[:length] if out is not None and out.nbytes >= length else np.empty(length, np.uint8)
         self._pread(info.shard, start, memoryview(buf))
-        return buf.view(np_dtype).reshape(shape)
+        return buf.view(DTYPES[info.dtype][0]).reshape(shape)
 
     def read_text(self, name: str) -> str | None:
         p = self.root / name
@@ -473,11 +459,8 @@ def hub_headers(url: str, env: dict[str, str] | None = None) -> dict[str, str]:
 
 
 class RemoteCheckpoint(CheckpointReader):
-    """A checkpoint served over HTTP(S): ``base_url`` is the folder (``.../resolve/main``) or one file URL.
-
-    Only the headers and the requested byte ranges are downloaded: one ranged GET per shard
-    for its header (which also tells the file size), then one per block of rows.
-    """
+    """A checkpoint over HTTP(S): ``url`` is the folder (``.../resolve/main``) or one file URL; one ranged
+    GET per shard fetches its header (and file size), then one per block of rows."""
 
     def __init__(self, url: str, timeout: float = 60.0, headers: dict[str, str] | None = None):
         super().__init__(url)
@@ -605,11 +588,8 @@ def open_checkpoint(path: str | os.PathLike) -> CheckpointReader:
     return LocalCheckpoint(path)
 
 
-# --------------------------------------------------------------------------------------------
-# writing
-
-
 @dataclass
+
 class PlannedTensor:
     name: str
     dtype: str
@@ -629,11 +609,8 @@ class _Shard:
 
 
 class ShardedWriter:
-    """Write planned tensors into ``out_dir`` as one file or shards + index, block by block.
-
-    The full layout is fixed up front (``plan``), every file is created at its final size,
-    and ``write_rows`` places bytes with ``pwrite``; nothing is held in memory.
-    """
+    """Write planned tensors into ``out_dir`` as one file or shards + index: the layout is fixed up front,
+    every file created at its final size, and ``write_rows`` places bytes with ``pwrite``."""
 
     def __init__(self, out_dir: Path, plan: list[PlannedTensor], max_shard_bytes: int = 4 * 10**9,
                  metadata: dict[str, str] | None = None):

@@ -1,16 +1,11 @@
 """The file-patch fallback: the tile cap written into vLLM's installed kernel file.
 
-For images where this package cannot be installed into vLLM's environment (e.g. an AWS vLLM
-container), ``apply`` appends one marked block to
-``vllm/v1/attention/ops/triton_unified_attention.py``. The block embeds the text of
-``smem.py`` and ``tilecap.py`` and runs the same ``install()`` as the plugin when vLLM imports
-the module, so the two routes behave identically (and never both: the second sees the first).
-
-Safety: the original file is backed up next to it first, the marker records the original's
-SHA-256, every write is atomic (temporary file + rename), ``apply`` twice is a no-op, and
-``revert`` restores the backup and checks that the bytes match the recorded checksum.
-The same refusal rule as the plugin: an untested vLLM version or a changed kernel is refused
-and nothing is written.
+Where this package cannot be installed into vLLM's environment (an AWS vLLM container), ``apply``
+appends to ``vllm/v1/attention/ops/triton_unified_attention.py`` one marked block embedding
+``smem.py`` and ``tilecap.py`` that runs the plugin's ``install()`` at import (never both: the second
+sees the first). The original is backed up first and its SHA-256 recorded in the marker; writes are
+atomic; ``apply`` twice is a no-op; ``revert`` checks the backup against the checksum. An untested
+vLLM or a changed kernel is refused, as by the plugin, and nothing is written.
 """
 
 from __future__ import annotations

@@ -37,17 +37,9 @@ class AttentionCase:
 
 
 def make_case(
-    head_size: int,
-    num_q_heads: int,
-    num_kv_heads: int,
-    query_lens: list[int],
-    context_lens: list[int],
-    sliding_window: int | None = None,
-    block_size: int = 16,
-    dtype: Any = None,
-    device: str = "cpu",
-    seed: int = 0,
-    softmax_scale: float = 1.0,
+    head_size: int, num_q_heads: int, num_kv_heads: int, query_lens: list[int], context_lens: list[int],
+    sliding_window: int | None = None, block_size: int = 16, dtype: Any = None, device: str = "cpu",
+    seed: int = 0, softmax_scale: float = 1.0,
 ) -> AttentionCase:
     """Random unit-RMS q/k/v (Gemma 4 normalises q and k, scale 1.0) in a shuffled paged KV cache."""
     import torch
@@ -104,27 +96,20 @@ def reference_attention(case: AttentionCase) -> Any:
 
 def run_unified_attention(module: Any, case: AttentionCase, use_3d: bool = True) -> Any:
     """Call vLLM's launcher (``module.unified_attention``) on ``case``; returns the output tensor.
-
-    ``use_3d``: hand the launcher its split-KV buffers, as TRITON_ATTN does, so decode batches
-    take the 3D path; prefill and mixed batches take the 2D path either way.
-    """
+    ``use_3d``: pass the split-KV buffers, as TRITON_ATTN does, so decode batches take the 3D path."""
     import torch
 
     q = case.q
-    tokens = q.shape[0]
     out = torch.empty_like(q)
     window = (case.sliding_window - 1, 0) if case.sliding_window else (-1, -1)
-    padded = head_size_padded(case.head_size)
     segments = {}
     if use_3d:
+        dims = (q.shape[0], case.num_q_heads, NUM_SOFTMAX_SEGMENTS)
+        f32 = dict(dtype=torch.float32, device=q.device)
         segments = dict(
             seq_threshold_3D=128 // case.num_kv_heads, num_par_softmax_segments=NUM_SOFTMAX_SEGMENTS,
-            softmax_segm_output=torch.empty(tokens, case.num_q_heads, NUM_SOFTMAX_SEGMENTS, padded,
-                                            dtype=torch.float32, device=q.device),
-            softmax_segm_max=torch.empty(tokens, case.num_q_heads, NUM_SOFTMAX_SEGMENTS, dtype=torch.float32,
-                                         device=q.device),
-            softmax_segm_expsum=torch.empty(tokens, case.num_q_heads, NUM_SOFTMAX_SEGMENTS,
-                                            dtype=torch.float32, device=q.device),
+            softmax_segm_output=torch.empty(*dims, head_size_padded(case.head_size), **f32),
+            softmax_segm_max=torch.empty(*dims, **f32), softmax_segm_expsum=torch.empty(*dims, **f32),
         )
     module.unified_attention(
         q=q, k=case.key_cache, v=case.value_cache, out=out, cu_seqlens_q=case.cu_seqlens_q,
@@ -184,14 +169,9 @@ class InterpreterReport(TypedDict):
 
 
 def interpreter_check() -> InterpreterReport:
-    """Run the kernel under Triton's CPU interpreter at the T4-clamped tiles and at TILE 32.
-
-    Needs ``TRITON_INTERPRET=1`` in the environment before Triton is imported (``main`` below).
-    Returns, per case, the clamped kernel's max error against the float32 reference and the max
-    difference between clamped and default-tile outputs.
-    """
+    """Run the kernel under Triton's CPU interpreter (``TRITON_INTERPRET=1`` set before Triton is
+    imported) at the T4-clamped tiles and at TILE 32: per case, errors against the float32 reference."""
     import torch
-
 
     kernel = load_kernel_module(interpret=True)
     original = kernel.module._get_tile_size

@@ -1,20 +1,11 @@
 """Load vLLM's own unified-attention kernel module from its files, without a vLLM runtime.
 
-``verify`` (sm_75 compiles on a CPU machine), the interpreter numerics test and the GPU
-benchmark all need the real kernel and the real ``unified_attention`` launcher, but not the rest
-of vLLM: a CPU build of vLLM disables Triton, and a GPU machine may have no vLLM at all. The
-loader executes the installed (or copied) files under a private import overlay that supplies
-only what the module imports from vLLM:
-
-* ``vllm.triton_utils`` -> the real ``triton`` (vLLM's CPU build would hand out placeholders);
-* ``vllm.platforms.current_platform`` -> :class:`TargetPlatform`, reporting the target's
-  compute capability;
-* ``vllm.envs`` -> defaults (feature flags off), ``vllm.logger`` -> the logging module;
-* ``vllm.v1.kv_cache_interface.KVQuantMode`` -> the enum read from vLLM's own file;
-* every other ``vllm.*`` module (the ``@triton.jit`` helpers) -> loaded from vLLM's files.
-
-vLLM modules already imported in this process are hidden during the load and restored after, so
-the real vLLM is left exactly as it was.
+``verify``, the interpreter numerics test and the GPU benchmark need the real kernel and launcher
+but not the rest of vLLM (a CPU build disables Triton; a GPU machine may have no vLLM). The files run
+under a private import overlay: ``vllm.triton_utils`` -> the real ``triton``; ``current_platform`` ->
+:class:`TargetPlatform` (the target's capability); ``vllm.envs`` -> flags off; ``vllm.logger`` ->
+logging; ``KVQuantMode`` -> the enum read from vLLM's file; other ``vllm.*`` modules -> vLLM's files.
+vLLM modules already imported are hidden during the load and restored after.
 """
 
 from __future__ import annotations
@@ -126,6 +117,7 @@ class TargetPlatform:
     def is_device_capability_family(self, capability: int, device_id: int = 0) -> bool:
         return (self.capability[0] * 10 + self.capability[1]) // 10 == capability // 10
 
+
     def fp8_dtype(self) -> Any:
         import torch
 
@@ -184,13 +176,9 @@ def _stub_modules(root: Path, capability: tuple[int, int]) -> dict[str, types.Mo
 
     kv_cache_interface = types.ModuleType("vllm.v1.kv_cache_interface")
     kv_cache_interface.KVQuantMode = _kv_quant_mode_enum(root)
-    return {
-        "vllm.triton_utils": triton_utils,
-        "vllm.envs": envs,
-        "vllm.logger": logger_module,
-        "vllm.platforms": platforms,
-        "vllm.v1.kv_cache_interface": kv_cache_interface,
-    }
+    modules = (triton_utils, envs, logger_module, platforms, kv_cache_interface)
+    return {module.__name__: module for module in modules}
+
 
 
 class _ModuleLoader(importlib.abc.Loader):
@@ -271,11 +259,8 @@ class KernelModule:
 def load_kernel_module(
     root: str | Path | None = None, capability: tuple[int, int] = (7, 5), interpret: bool = False
 ) -> KernelModule:
-    """Execute vLLM's ``triton_unified_attention.py`` (and the helper files it imports) privately.
-
-    ``capability``: what ``current_platform`` reports to the launcher. ``interpret``: build the
-    kernels for Triton's CPU interpreter (``TRITON_INTERPRET=1``) so they run on CPU tensors.
-    """
+    """Execute vLLM's ``triton_unified_attention.py`` (and the helper files it imports) privately for
+    ``capability``; ``interpret``: for Triton's CPU interpreter (``TRITON_INTERPRET=1``), on CPU tensors."""
     if interpret and os.environ.get("TRITON_INTERPRET") != "1" and "triton" in sys.modules:
         raise Gemma4T4Error(
             "Triton's interpreter must be chosen before Triton is imported",
@@ -310,11 +295,8 @@ def load_kernel_module(
 
 @contextmanager
 def recording_launches(kernel: KernelModule):
-    """Replace ``.run`` on the kernels' JITFunctions with a recorder: nothing is compiled or run.
-
-    ``kernel[grid](**kw)`` calls ``run(grid=..., warmup=False, **kw)``, so the recorder sees the
-    exact constexprs (TILE_SIZE, BLOCK_M, ...) and arguments vLLM's launcher chose.
-    """
+    """Replace ``.run`` on the kernels' JITFunctions with a recorder of the exact constexprs and
+    arguments vLLM's launcher chose (``kernel[grid](**kw)`` calls ``run``): nothing is compiled or run."""
     recorded: list[RecordedLaunch] = []
     jits = {name: getattr(kernel.module, name) for name in KERNELS}
 

@@ -1,14 +1,9 @@
-"""The vLLM general plugin that installs the Turing tile cap in every vLLM process.
+"""The vLLM general plugin (entry-point group ``vllm.general_plugins`` in pyproject.toml) that installs
+the Turing tile cap and, on sm_7x, the tensor-core prefill route (:mod:`.prefill`) in every vLLM process.
 
-Registered in pyproject.toml under the entry-point group ``vllm.general_plugins``. vLLM calls
-:func:`register` once per process: in the API server / ``LLM(...)`` front end, in the EngineCore
-process and in every worker, i.e. wherever attention kernels are launched. A patch applied only
-in a notebook cell would not reach the spawned EngineCore.
-
-It also installs the tensor-core prefill route on sm_7x GPUs (:mod:`.prefill`).
-
-Set ``GEMMA4_T4_TURING_FIX=0`` to turn the tile cap off and ``GEMMA4_T4_TC_PREFILL=0`` to turn the
-prefill route off; vLLM's ``VLLM_PLUGINS`` allow-list also applies.
+vLLM calls :func:`register` in the front end, the EngineCore and every worker, wherever attention runs
+(a patch applied in a notebook cell would not reach the spawned EngineCore). ``GEMMA4_T4_TURING_FIX=0``
+and ``GEMMA4_T4_TC_PREFILL=0`` turn them off; vLLM's ``VLLM_PLUGINS`` allow-list also applies.
 """
 
 from __future__ import annotations
@@ -20,7 +15,6 @@ from gemma4_t4.turing import prefill, tilecap
 ENTRY_POINT_GROUP = "vllm.general_plugins"
 ENTRY_POINT_NAME = "gemma4_t4_turing"
 ENTRY_POINT_VALUE = "gemma4_t4.turing.plugin:register"
-
 
 
 class TileClamp(TypedDict):
@@ -36,10 +30,8 @@ class TileClamp(TypedDict):
 
 
 class TileCapOutcome(prefill.RouteOutcome, total=False):
-    """What :func:`gemma4_t4.turing.tilecap.install` did in one process (tilecap itself stays
-    standard-library only, so its shape is written down here): an install's outcome (``action``:
-    capped / no-change / already-active / disabled / refused, always with its reason, vLLM version
-    and origin) and what the tile cap found and changed."""
+    """What :func:`.tilecap.install` did in one process (``action``: capped / no-change / already-active
+    / disabled / refused), written down here because tilecap stays standard-library only."""
 
     device: prefill.DeviceInfo | None
     clamps: list[TileClamp]
@@ -51,9 +43,8 @@ _prefill_outcome: prefill.RouteOutcome | None = None
 
 
 def register() -> None:
-    """vLLM's hook: install the tile cap and the prefill route where this process's device needs them.
+    """vLLM's hook: install the tile cap and the prefill route where this device needs them. Never raises."""
 
-    Never raises."""
     global _outcome, _prefill_outcome
     if _outcome is not None:  # vLLM may load plugins more than once per process
         return

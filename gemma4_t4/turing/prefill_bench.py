@@ -1,17 +1,16 @@
 """``gemma4-t4 turing bench-prefill``: time the tensor-core prefill route against vLLM's Triton kernel
 on this GPU, check both against float32, and cache the verdict the route follows.
 
-Both paths run exactly the code vLLM runs: the route is :class:`.prefill.PrefillRoute` ``.forward``;
-the Triton path is vLLM's own ``unified_attention`` launcher and kernel (loaded from vLLM's files by
-:mod:`.offline`, so no engine is needed), called with the arguments TritonAttentionImpl.forward
-passes (:func:`triton_forward`), at the tiles the tile cap picks for this GPU. Times are medians
-of eager calls (CUDA events), as vLLM runs attention outside its CUDA graphs.
+Both paths run the code vLLM runs: :class:`.prefill.PrefillRoute` ``.forward``, and vLLM's own
+``unified_attention`` (loaded from its files by :mod:`.offline`, no engine) called as
+TritonAttentionImpl.forward calls it, at the tile cap's tiles. Times are medians of eager calls
+(CUDA events), as vLLM runs attention outside its CUDA graphs.
 """
 
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,12 +49,11 @@ def layer_shapes(models: tuple[str, ...] = DEFAULT_MODELS) -> list[LayerShape]:
     shapes = []
     for name in models:
         v = get_variant(name)
-        shapes.append(
-            LayerShape(v.size, "global", v.global_head_dim, v.num_q_heads, v.num_kv_heads_global, None)
-        )
-        shapes.append(
+        shapes += [
+            LayerShape(v.size, "global", v.global_head_dim, v.num_q_heads, v.num_kv_heads_global, None),
             LayerShape(v.size, "sliding", v.head_dim, v.num_q_heads, v.num_kv_heads_sliding, v.sliding_window)
-        )
+        ]
+
     return shapes
 
 
@@ -87,7 +85,6 @@ class StepMetadata:
     max_seq_len: int
     seq_lens: Any
     block_table: Any
-    slot_mapping: Any
     seq_threshold_3D: int
     num_par_softmax_segments: int
     softmax_segm_output: Any
@@ -96,7 +93,6 @@ class StepMetadata:
     causal: Any = True
     mm_prefix_range_tensor: Any = None
     rswa_prefix_lens: Any = None
-    rswa_window: int | None = None
 
 
 @dataclass
@@ -115,28 +111,15 @@ class Step:
 
 
 def make_step(
-    shape: LayerShape,
-    query_lens: list[int],
-    context_lens: list[int],
-    device: str = "cuda",
-    seed: int = 0,
-    block_size: int = 16,
-    shared_kv: bool = False,
+    shape: LayerShape, query_lens: list[int], context_lens: list[int], device: str = "cuda", seed: int = 0,
+    block_size: int = 16, shared_kv: bool = False,
 ) -> Step:
     """A step's attention inputs with a shuffled block table; K/V of the new tokens already cached."""
     import torch
 
-
     case = make_case(
-        shape.head_size,
-        shape.num_q_heads,
-        shape.num_kv_heads,
-        query_lens,
-        context_lens,
-        sliding_window=shape.window,
-        block_size=block_size,
-        device=device,
-        seed=seed,
+        shape.head_size, shape.num_q_heads, shape.num_kv_heads, query_lens, context_lens,
+        sliding_window=shape.window, block_size=block_size, device=device, seed=seed,
     )
     # vLLM's physical cache is [blocks, block_size, kv_heads, 2*head]; forward sees it transposed.
     physical = torch.cat([case.key_cache, case.value_cache], dim=-1)
@@ -148,27 +131,16 @@ def make_step(
         blocks = case.block_table[i, pos // block_size].long()
         keys.append(key_cache[blocks, pos % block_size])
         values.append(value_cache[blocks, pos % block_size])
-    tokens = sum(query_lens)
-    padded = head_size_padded(shape.head_size)
+    segments = (sum(query_lens), shape.num_q_heads, NUM_SEGMENTS)
     metadata = StepMetadata(
-        num_actual_tokens=tokens,
-        max_query_len=max(query_lens),
-        query_start_loc=case.cu_seqlens_q,
-        max_seq_len=max(context_lens),
-        seq_lens=case.seqused_k,
-        block_table=case.block_table,
-        slot_mapping=None,
-        seq_threshold_3D=128 // shape.num_kv_heads,
-        num_par_softmax_segments=NUM_SEGMENTS,
+        num_actual_tokens=segments[0], max_query_len=max(query_lens), query_start_loc=case.cu_seqlens_q,
+        max_seq_len=max(context_lens), seq_lens=case.seqused_k, block_table=case.block_table,
+        seq_threshold_3D=128 // shape.num_kv_heads, num_par_softmax_segments=NUM_SEGMENTS,
         softmax_segm_output=torch.empty(
-            tokens, shape.num_q_heads, NUM_SEGMENTS, padded, dtype=torch.float32, device=device
+            *segments, head_size_padded(shape.head_size), dtype=torch.float32, device=device
         ),
-        softmax_segm_max=torch.empty(
-            tokens, shape.num_q_heads, NUM_SEGMENTS, dtype=torch.float32, device=device
-        ),
-        softmax_segm_expsum=torch.empty(
-            tokens, shape.num_q_heads, NUM_SEGMENTS, dtype=torch.float32, device=device
-        ),
+        softmax_segm_max=torch.empty(*segments, dtype=torch.float32, device=device),
+        softmax_segm_expsum=torch.empty(*segments, dtype=torch.float32, device=device),
     )
     window = (shape.window - 1, 0) if shape.window else (-1, -1)
     impl = FakeImpl(shape.num_q_heads, shape.head_size, shape.num_kv_heads, window)
@@ -178,50 +150,24 @@ def make_step(
 
 
 def triton_forward(kernel_module: Any):
-    """TritonAttentionImpl.forward's launch (fp16 cache, no quantisation) over vLLM's real launcher.
-
-    For machines without a vLLM engine: the same split of the cache and the same
-    ``unified_attention`` arguments as vLLM's forward (checked by :func:`.prefill.structure_problem`).
-    """
+    """TritonAttentionImpl.forward's launch (fp16 cache, no quantisation) over vLLM's real launcher, for
+    machines without a vLLM engine (the arguments :func:`.prefill.structure_problem` checks)."""
 
     def forward(
-        impl,
-        layer,
-        query,
-        key,
-        value,
-        kv_cache,
-        attn_metadata,
-        output,
-        output_scale=None,
+        impl, layer, query, key, value, kv_cache, attn_metadata, output, output_scale=None,
         output_block_scale=None,
     ):
         key_cache, value_cache = prefill.split_kv_cache(kv_cache, impl.head_size)
-        n = attn_metadata.num_actual_tokens
+        n, meta = attn_metadata.num_actual_tokens, attn_metadata
         kernel_module.unified_attention(
-            q=query[:n],
-            k=key_cache,
-            v=value_cache,
-            out=output[:n],
-            cu_seqlens_q=attn_metadata.query_start_loc,
-            max_seqlen_q=attn_metadata.max_query_len,
-            seqused_k=attn_metadata.seq_lens,
-            max_seqlen_k=attn_metadata.max_seq_len,
-            softmax_scale=impl.scale,
-            causal=attn_metadata.causal,
-            window_size=impl.sliding_window,
-            block_table=attn_metadata.block_table,
-            softcap=impl.logits_soft_cap,
-            q_descale=None,
-            k_descale=None,
-            v_descale=None,
-            seq_threshold_3D=attn_metadata.seq_threshold_3D,
-            num_par_softmax_segments=attn_metadata.num_par_softmax_segments,
-            softmax_segm_output=attn_metadata.softmax_segm_output,
-            softmax_segm_max=attn_metadata.softmax_segm_max,
-            softmax_segm_expsum=attn_metadata.softmax_segm_expsum,
-            sinks=impl.sinks,
-            output_scale=output_scale,
+            q=query[:n], k=key_cache, v=value_cache, out=output[:n], cu_seqlens_q=meta.query_start_loc,
+            max_seqlen_q=meta.max_query_len, seqused_k=meta.seq_lens, max_seqlen_k=meta.max_seq_len,
+            softmax_scale=impl.scale, causal=meta.causal, window_size=impl.sliding_window,
+            block_table=meta.block_table, softcap=impl.logits_soft_cap, q_descale=None, k_descale=None,
+            v_descale=None, seq_threshold_3D=meta.seq_threshold_3D,
+            num_par_softmax_segments=meta.num_par_softmax_segments,
+            softmax_segm_output=meta.softmax_segm_output, softmax_segm_max=meta.softmax_segm_max,
+            softmax_segm_expsum=meta.softmax_segm_expsum, sinks=impl.sinks, output_scale=output_scale,
         )
         return output
 
@@ -336,10 +282,9 @@ class PrefillBenchReport(Displayable, BaseModel):
 def load_triton_kernel(vllm_root: str | None, capability: tuple[int, int], device: prefill.DeviceInfo) -> Any:
     """vLLM's kernel module for ``capability`` with the tile cap decided for ``device``."""
     kernel = load_kernel_module(vllm_root, capability=capability)
-    outcome = tilecap.install(
+    return kernel, tilecap.install(
         kernel.module, origin="bench", device=device, vllm_version=kernel.vllm_version, log=False
     )
-    return kernel, outcome
 
 
 def measure(
@@ -347,7 +292,6 @@ def measure(
 ) -> dict[str, PathMeasure]:
     """Max error vs float32 (and route vs Triton) and eager time of each path on one step."""
     import torch
-
 
     reference = reference_attention(step.case)
     forward = triton_forward(kernel_module)
@@ -385,6 +329,7 @@ def decide(rows: list[PrefillBenchRow]) -> dict[str, prefill.HeadVerdict]:
             r["route_max_abs_err"] <= ERROR_MARGIN * r["triton_max_abs_err"] + ERROR_FLOOR
             and r["route_finite"]
             for r in mine
+
         )
         wins = {n: all(r["route_ms"] < r["triton_ms"] for r in mine if r["seq_len"] == n) for n in lengths}
         min_tokens = None
@@ -400,22 +345,16 @@ def decide(rows: list[PrefillBenchRow]) -> dict[str, prefill.HeadVerdict]:
         else:
             floor = 0 if min_tokens == lengths[0] else min_tokens
             speedups = [r["triton_ms"] / r["route_ms"] for r in mine if r["seq_len"] >= min_tokens]
-            entry = {
-                "use_route": True,
-                "min_tokens": floor,
-                "why": f"{min(speedups):.1f}-{max(speedups):.1f}x faster, error within 1.5x"
-                + (f", from {floor} tokens" if floor else ""),
-            }
+            why = f"{min(speedups):.1f}-{max(speedups):.1f}x faster, error within 1.5x"
+            why += f", from {floor} tokens" if floor else ""
+            entry = {"use_route": True, "min_tokens": floor, "why": why}
         verdict[str(head)] = entry
     return verdict
 
 
 def bench_prefill(
-    lengths: tuple[int, ...] = DEFAULT_LENGTHS,
-    models: tuple[str, ...] = DEFAULT_MODELS,
-    vllm_root: str | None = None,
-    out_dir: str | Path = "bench_prefill",
-    save_verdict: bool = True,
+    lengths: tuple[int, ...] = DEFAULT_LENGTHS, models: tuple[str, ...] = DEFAULT_MODELS,
+    vllm_root: str | None = None, out_dir: str | Path = "bench_prefill", save_verdict: bool = True,
 ) -> PrefillBenchReport:
     """Run the benchmark on this GPU; write ``bench_prefill.json`` + ``bench_prefill.png``; cache the verdict."""
     torch = require_cuda()
@@ -424,11 +363,8 @@ def bench_prefill(
     capability = (props.major, props.minor)
     # the device's real limit: the tile cap decides as it would in vLLM on this GPU
     device: prefill.DeviceInfo = {
-        "platform": "cuda",
-        "name": props.name,
-        "capability": capability,
-        "limit": int(props.shared_memory_per_block_optin),
-        "limit_source": "target",
+        "platform": "cuda", "name": props.name, "capability": capability,
+        "limit": int(props.shared_memory_per_block_optin), "limit_source": "target",
     }
     kernel, cap_outcome = load_triton_kernel(vllm_root, capability, device)
     key = prefill.device_key(kernel.vllm_version)
@@ -437,19 +373,11 @@ def bench_prefill(
         for n in lengths:
             step = make_step(shape, [n], [n], seed=n)
             result = measure(step, kernel.module)
-            rows.append(
-                {
-                    "model": shape.model,
-                    "layer": shape.layer,
-                    "head_size": shape.head_size,
-                    "num_q_heads": shape.num_q_heads,
-                    "num_kv_heads": shape.num_kv_heads,
-                    "window": shape.window,
-                    "seq_len": n,
-                    **{f"{p}_{k}": v for p in ("route", "triton") for k, v in result[p].items()},
-                    "speedup": round(result["triton"]["ms"] / result["route"]["ms"], 2),
-                }
-            )
+            rows.append({
+                **asdict(shape), "seq_len": n,
+                **{f"{p}_{k}": v for p in ("route", "triton") for k, v in result[p].items()},
+                "speedup": round(result["triton"]["ms"] / result["route"]["ms"], 2),
+            })
             del step
             torch.cuda.empty_cache()
     verdict = decide(rows)
@@ -467,7 +395,6 @@ def bench_prefill(
 
 
 def plot(rows: list[PrefillBenchRow], path: Path, key: dict[str, str]) -> Path:
-
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for model_layer in sorted({(r["model"], r["layer"]) for r in rows}):
@@ -475,16 +402,11 @@ def plot(rows: list[PrefillBenchRow], path: Path, key: dict[str, str]) -> Path:
             (r for r in rows if (r["model"], r["layer"]) == model_layer), key=lambda r: r["seq_len"]
         )
         label = f"{model_layer[0]} {model_layer[1]} (head {mine[0]['head_size']})"
-        line = ax.plot(
-            [r["seq_len"] for r in mine], [r["triton_ms"] for r in mine], "--o", label=f"{label} Triton"
-        )
-        ax.plot(
-            [r["seq_len"] for r in mine],
-            [r["route_ms"] for r in mine],
-            "-s",
-            color=line[0].get_color(),
-            label=f"{label} tensor-core route",
-        )
+        lengths = [r["seq_len"] for r in mine]
+        line = ax.plot(lengths, [r["triton_ms"] for r in mine], "--o", label=f"{label} Triton")
+        route_label = f"{label} tensor-core route"
+        ax.plot(lengths, [r["route_ms"] for r in mine], "-s", color=line[0].get_color(), label=route_label)
+
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("prompt tokens (one new sequence)")

@@ -1,26 +1,14 @@
-"""Shared memory needed by vLLM's unified-attention kernel, and the tile that fits a limit.
-
-The one model of the kernel's shared-memory need, used by the runtime tile cap (plugin and file
-patch) and checked against real sm_75 / sm_80+ compiles by ``gemma4-t4 turing verify``.
-
-This file is self-contained (standard library only) on purpose: the file-patch fallback embeds
-its text into vLLM's kernel module, where this package may not be importable.
-"""
+"""Shared memory needed by vLLM's unified-attention kernel, and the tile that fits a limit: the one
+model, used by the tile cap (plugin and file patch) and checked against real compiles by ``gemma4-t4
+turing verify``. Standard library only: the file patch embeds this text into vLLM's kernel module."""
 
 # Largest shared memory a block may opt in to, by compute capability (CUDA programming guide,
 # "Technical Specifications"). Used only to predict the limit without creating a CUDA context;
 # the tile cap itself reads the device's real ``shared_memory_per_block_optin``.
 OPTIN_SMEM_BY_CAPABILITY = {
-    (7, 0): 98_304,
-    (7, 2): 98_304,
-    (7, 5): 65_536,  # T4, RTX 20xx, Quadro RTX
-    (8, 0): 166_912,
-    (8, 6): 101_376,
-    (8, 7): 166_912,
-    (8, 9): 101_376,  # L4, RTX 40xx
-    (9, 0): 232_448,
-    (10, 0): 232_448,
-    (12, 0): 101_376,
+    (7, 0): 98_304, (7, 2): 98_304, (7, 5): 65_536,  # sm_75: T4, RTX 20xx, Quadro RTX
+    (8, 0): 166_912, (8, 6): 101_376, (8, 7): 166_912, (8, 9): 101_376,  # sm_89: L4, RTX 40xx
+    (9, 0): 232_448, (10, 0): 232_448, (12, 0): 101_376,
 }
 
 MIN_TILE = 16  # tl.dot needs K >= 16: TILE 8 does not compile
@@ -47,15 +35,12 @@ def launcher_block_m(num_queries_per_kv):
 def attention_smem_bytes(tile, block_m, head_size, element_size=2, capability=(7, 5)):
     """Bytes of shared memory one kernel_unified_attention program needs.
 
-    Below sm_80 Triton lowers ``tl.dot`` to FP32 FMAs and stages the Q block and the K/V tile in
-    shared memory as fp32: (TILE + BLOCK_M) * HEAD_SIZE_PADDED * 4 bytes, whatever the input
-    type (fp16 and fp32 compiles give the same bytes; for fp16 this is 2*(TILE+BLOCK_M)*HSP*2).
-    num_warps and num_stages change nothing there (the pipeliner runs only from sm_80).
-    From sm_80 the need also depends on Triton's tensor-core layout and software pipelining, so it
-    is only estimated: (BLOCK_M + 2*TILE) * HSP * element bytes + 2%, which bounds the head-512
-    compiles (49,792 / 83,200 B at TILE 16 / 32) but undercounts head 256 (58,624 B compiled at
-    TILE 32 on sm_80). Those GPUs allow >= 99 KiB per block, which every Gemma 4 launch fits
-    (``gemma4-t4 turing verify --arch sm_80`` shows the compiled bytes).
+    Below sm_80 Triton lowers ``tl.dot`` to FP32 FMAs and stages the Q block and K/V tile as fp32:
+    (TILE + BLOCK_M) * HEAD_SIZE_PADDED * 4 bytes whatever the input type, num_warps or num_stages.
+    From sm_80 tensor-core layouts and pipelining make it an estimate, (BLOCK_M + 2*TILE) * HSP *
+    element bytes + 2%: it bounds the head-512 compiles (49,792 / 83,200 B at TILE 16 / 32) but
+    undercounts head 256 (58,624 B at TILE 32 on sm_80); those GPUs allow >= 99 KiB, which every
+    Gemma 4 launch fits (``gemma4-t4 turing verify --arch sm_80`` shows the compiled bytes).
     """
     hsp = head_size_padded(head_size)
     if tuple(capability) < (8, 0):
@@ -64,11 +49,8 @@ def attention_smem_bytes(tile, block_m, head_size, element_size=2, capability=(7
 
 
 def fitting_tile(tile, block_m, head_size, element_size, limit, capability):
-    """The largest power-of-two tile <= ``tile`` whose launch fits ``limit``.
-
-    Returns ``tile`` itself when it already fits, and MIN_TILE when nothing fits (the launch
-    will fail whatever the tile; the caller reports that).
-    """
+    """The largest power-of-two tile <= ``tile`` whose launch fits ``limit`` (MIN_TILE when nothing
+    fits: the launch fails whatever the tile, and the caller reports that)."""
     chosen = tile
     while chosen > MIN_TILE and attention_smem_bytes(chosen, block_m, head_size, element_size, capability) > limit:
         chosen //= 2
@@ -76,16 +58,10 @@ def fitting_tile(tile, block_m, head_size, element_size, limit, capability):
 
 
 def needs_fix(
-    smem_limit,
-    capability=(7, 5),
-    head_size=GEMMA4_MAX_HEAD,
-    element_size=2,
-    block_m=GEMMA4_BLOCK_M,
+    smem_limit, capability=(7, 5), head_size=GEMMA4_MAX_HEAD, element_size=2, block_m=GEMMA4_BLOCK_M,
     tile=DEFAULT_TILE,
 ):
-    """True when vLLM's default tile for this head size overflows ``smem_limit``.
+    """True when vLLM's default tile for this head size overflows ``smem_limit`` (with the defaults:
+    a Gemma 4 head-512 fp16 launch at TILE 32, which needs 98,304 B; a T4 allows 65,536 B)."""
 
-    With the defaults: does a Gemma 4 global-attention (head 512, fp16) launch at TILE 32 exceed
-    the device's per-block limit? On a T4 (sm_75, 65,536 B) it needs 98,304 B: yes.
-    """
     return attention_smem_bytes(tile, block_m, head_size, element_size, capability) > smem_limit

@@ -1,16 +1,11 @@
 """Cap vLLM's unified-attention KV tile so that every launch fits the GPU's shared memory.
 
-``install(module)`` replaces ``_get_tile_size`` in vLLM's kernel module with a wrapper that keeps
-vLLM's choice whenever it fits and otherwise halves the tile until the launch fits the device's
-real ``shared_memory_per_block_optin``. ``unified_attention`` looks the function up in its module
-globals on every call, so the wrapper decides both the 2D (prefill/mixed) and the 3D (decode)
-tile. The wrapper is installed only on CUDA devices whose limit is below what Gemma 4's head-512
-layers need at vLLM's default tiles; on CPU and on big-shared-memory GPUs nothing changes.
-Each process logs one line saying what it did or why not.
-
-Self-contained (standard library; torch and vLLM imported lazily): the plugin imports this
-module, and the file-patch fallback embeds this file's text (after smem.py's) into vLLM's kernel
-file, so both run the same code.
+``install(module)`` replaces ``_get_tile_size`` in vLLM's kernel module (looked up on every call,
+for the 2D and the 3D tile) with a wrapper that keeps vLLM's choice when it fits and otherwise halves
+the tile until the launch fits the device's ``shared_memory_per_block_optin``. Only CUDA devices
+below what Gemma 4's head-512 layers need get it; each process logs one line saying what it did.
+Standard library only (torch and vLLM lazily): the file patch embeds this text (after smem.py's)
+into vLLM's kernel file, so plugin and patch run the same code.
 """
 
 import ast
@@ -85,18 +80,15 @@ def version_problem(version):
     )
 
 
-def _positional_names(function):
+def positional_names(function):
     args = function.args
     return [a.arg for a in (*args.posonlyargs, *args.args)]
 
 
 def structure_problem(source):
-    """Check vLLM's kernel file text; return what differs from the expected structure, or None.
-
-    Expected: ``_get_tile_size(head_size, sliding_window, element_size, is_prefill)``, and a
-    ``unified_attention`` launcher that computes BLOCK_M, calls ``_get_tile_size`` for its tiles
-    and passes TILE_SIZE and BLOCK_M to the kernel.
-    """
+    """What in vLLM's kernel file text differs from ``_get_tile_size(head_size, sliding_window,
+    element_size, is_prefill)`` and a launcher that computes BLOCK_M, calls ``_get_tile_size`` and
+    passes TILE_SIZE and BLOCK_M to the kernel; None when nothing does."""
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:
@@ -105,15 +97,15 @@ def structure_problem(source):
     tile = functions.get(TILE_FUNCTION)
     if tile is None:
         return f"{TILE_FUNCTION}() is missing"
-    if tuple(_positional_names(tile)) != EXPECTED_TILE_PARAMS:
+    if tuple(positional_names(tile)) != EXPECTED_TILE_PARAMS:
         return (
-            f"{TILE_FUNCTION}() takes ({', '.join(_positional_names(tile))}), "
+            f"{TILE_FUNCTION}() takes ({', '.join(positional_names(tile))}), "
             f"expected ({', '.join(EXPECTED_TILE_PARAMS)})"
         )
     launcher = functions.get(LAUNCHER)
     if launcher is None:
         return f"{LAUNCHER}() is missing"
-    params = _positional_names(launcher)
+    params = positional_names(launcher)
     if tuple(params[: len(REQUIRED_LAUNCHER_PARAMS)]) != REQUIRED_LAUNCHER_PARAMS:
         return f"{LAUNCHER}() signature changed: ({', '.join(params[:12])}, ...)"
     tile_calls = 0
@@ -149,12 +141,9 @@ def describe_device(capability, limit):
 
 
 def current_device(platform=None):
-    """The device this process will launch on, without creating a CUDA context.
-
-    Forked vLLM workers cannot use CUDA once the parent created a context, so the limit comes
-    from the device only when torch already initialised CUDA here; otherwise it is predicted
-    from the compute capability (NVML) and confirmed against the device at the first launch.
-    """
+    """The device this process will launch on, without creating a CUDA context (forked workers could
+    not use CUDA after it): the limit is read from the device only when torch already initialised
+    CUDA here, otherwise predicted from the capability (NVML) and confirmed at the first launch."""
     if platform is None:
         from vllm.platforms import current_platform as platform
     if not platform.is_cuda():
@@ -185,15 +174,11 @@ def _device_limit_now():
 
 
 def make_capped_tile_size(original, launcher_code=None, device_limit=None, predicted_limit=None, clamps=None):
-    """Wrap ``_get_tile_size`` so that the chosen tile always fits the device's shared memory.
+    """Wrap ``_get_tile_size`` so that the chosen tile fits ``device_limit()``'s (limit, capability)
+    (default: the current CUDA device's). BLOCK_M is read from the launcher's frame, where vLLM computes
+    it before choosing tiles; any other caller gets the launcher's minimum, 16."""
+    limits, decisions, warned = {}, {}, set()
 
-    ``device_limit()`` returns (limit, capability) for the device launching now (default: the
-    current CUDA device). BLOCK_M is read from the launcher's frame, where vLLM computes it inline
-    before choosing tiles; any other caller gets the launcher's minimum, 16.
-    """
-    limits = {}
-    decisions = {}
-    warned = set()
     clamps = clamps if clamps is not None else []
 
     def limit_now():
@@ -260,12 +245,8 @@ def _finish(module, outcome, log):
 
 
 def install(module=None, origin="plugin", device=None, vllm_version=None, platform=None, log=True):
-    """Install the tile cap into vLLM's kernel ``module`` when this device needs it.
-
-    ``device``: a dict like :func:`current_device`'s (verify passes a compile target); by default
-    the process's own device. Returns the outcome (``action``: capped, no-change, disabled,
-    already-active or refused) and logs it as one line. Never raises: a failure is a refusal.
-    """
+    """Install the tile cap into vLLM's kernel ``module`` when ``device`` (as :func:`current_device`
+    returns it, or a compile target) needs it. Returns and logs the outcome; never raises."""
     version = vllm_version or detect_vllm_version()
     outcome = {"action": "refused", "reason": "", "vllm_version": version, "origin": origin,
                "device": None, "clamps": []}

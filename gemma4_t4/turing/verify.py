@@ -1,14 +1,11 @@
 """Offline proof that the tile cap makes every Gemma 4 attention launch fit a GPU's shared memory.
 
-For every attention shape Gemma 4 produces (each size's sliding head-256 and global head-512
-layers; prefill, 3D decode, large-batch 2D decode and speculative decoding's verification steps
-of N+1 query tokens per sequence; the same for Google's assistant (drafter) layers, which are
-Q-only and read the target's KV cache), :func:`verify` calls the installed vLLM's
-real ``unified_attention`` launcher on CPU tensors, records the kernel launch it would make,
-compiles that launch with Triton's ahead-of-time path for the target (``GPUTarget("cuda", 75,
-32)`` for a T4) and reads the compiled kernel's shared-memory bytes: the number a GPU compares
-with its per-block limit when it loads the kernel. It does so once with vLLM's own tiles and
-once with the tile cap installed for the target. No GPU is needed.
+For every attention shape of Gemma 4 and its assistants (drafters: Q-only layers over the target's
+KV cache) and every case (prefill, 3D decode, 2D batch decode, speculative verification of N+1
+tokens), :func:`verify` calls vLLM's real ``unified_attention`` launcher on CPU tensors, records
+the launch, compiles it ahead of time for the target (``GPUTarget("cuda", 75, 32)`` for a T4) and
+reads the kernel's shared-memory bytes, the number the GPU compares with its per-block limit: once
+with vLLM's own tiles, once with the tile cap. No GPU is needed.
 """
 
 from __future__ import annotations
@@ -119,13 +116,10 @@ class VerifyReport(Displayable, BaseModel):
 def gemma4_attention_shapes(drafters: bool = True) -> list[AttentionShape]:
     """Every distinct attention layer shape of the Gemma 4 family, and of its assistants (drafters).
 
-    An assistant's decoder layers are Q-only: vLLM builds them (``gemma4_mtp``) with the target's
-    head size and KV heads per layer type, and they read the target's KV cache, its 512-wide
-    global layers included. Their query heads are the assistant config's ``num_attention_heads``,
-    which no local file records; the target's count is used (an assumption). The shared memory
-    does not depend on it while an assistant keeps <= 16 query heads per KV head (BLOCK_M stays
-    16); more would need BLOCK_M 32, which no tile fits on a T4 at head 512 (``smem.fitting_tile``
-    then returns MIN_TILE and the launch is reported as not fitting).
+    An assistant's Q-only layers (vLLM's ``gemma4_mtp``) take the target's head size and KV heads per
+    layer type. Their query-head count is in no local file, so the target's is assumed; shared memory
+    does not depend on it up to 16 query heads per KV head (BLOCK_M 16; above, no tile fits head 512
+    on a T4 and the launch is reported as not fitting).
     """
     with_assistant = {variant for variant, _build in ASSISTANTS}
     shapes = []
@@ -218,11 +212,8 @@ def capture_attention_launches(kernel: KernelModule, shapes: list[AttentionShape
 
 
 class SharedMemoryCompiler:
-    """Compiles recorded launches for one GPU target and returns ``metadata.shared``.
-
-    Launches with the same Triton specialization compile once per run (and Triton's on-disk
-    cache makes a second run fast).
-    """
+    """Compiles recorded launches for one GPU target and returns ``metadata.shared``, once per
+    Triton specialization (Triton's on-disk cache makes a second run fast)."""
 
     def __init__(self, capability: tuple[int, int], warp_size: int = 32):
         triton = require_triton()
@@ -302,18 +293,13 @@ def _compile_forked(index: int) -> int:
 
 
 def verify(
-    arch: str | tuple[int, int] = "sm_75",
-    limit_bytes: int | None = None,
-    vllm_root: str | None = None,
-    shapes: list[AttentionShape] | None = None,
-    jobs: int | None = None,
+    arch: str | tuple[int, int] = "sm_75", limit_bytes: int | None = None, vllm_root: str | None = None,
+    shapes: list[AttentionShape] | None = None, jobs: int | None = None,
 ) -> VerifyReport:
-    """Compile every Gemma 4 attention launch for ``arch``, unpatched and with the tile cap.
+    """Compile every Gemma 4 attention launch for ``arch``, unpatched and with the tile cap, in ``jobs``
+    processes (default: one per CPU). ``ok`` is False if the tile cap refuses this vLLM or a patched
+    launch needs more than ``limit_bytes`` (default: the architecture's opt-in maximum)."""
 
-    ``ok`` is False if the tile cap refuses this vLLM or any patched launch needs more than the
-    target's per-block limit (``limit_bytes``, default: the architecture's opt-in maximum).
-    ``jobs``: compile processes (default: one per CPU).
-    """
     started = time.monotonic()
     triton = require_triton()
     capability = parse_arch(arch) if isinstance(arch, str) else tuple(arch)
