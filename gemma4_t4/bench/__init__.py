@@ -28,33 +28,19 @@ from gemma4_t4.bench import specs as _workloads  # noqa: F401
 # names -> defining module, imported on first use: importing the package (e.g. for its schemas)
 # stays cheap; aiohttp, boto3 and matplotlib load only when a run, a backend or a plot needs them
 _EXPORTS = {
-    "REGISTRY": "registry",
-    "workload": "registry",
-    "BenchArgs": "workloads",
-    "run_benchmark": "workloads",
-    "AnswerComparison": "answers",
-    "compare_answers": "answers",
-    "RunComparison": "compare",
-    "compare_runs": "compare",
-    "compare_suites": "compare",
-    "plot_compare": "plots",
-    "plot_run": "plots",
-    "BenchRun": "results",
-    "format_cells": "results",
-    "load_run": "results",
-    "CellSummary": "schemas",
-    "RequestRecord": "schemas",
-    "RunInfo": "schemas",
-    "RunReport": "schemas",
-    "run": "specs",
-    "AnswersSpec": "specs",
-    "DecodeSpec": "specs",
-    "LoadSpec": "specs",
-    "OpenLoopSpec": "specs",
-    "PrefixSpec": "specs",
-    "SeriesDecodeSpec": "specs",
-    "SweepSpec": "specs",
-    "TTFTSpec": "specs",
+    name: module
+    for module, names in {
+        "registry": ("REGISTRY", "workload"),
+        "workloads": ("BenchArgs", "run_benchmark"),
+        "answers": ("AnswerComparison", "compare_answers"),
+        "compare": ("RunComparison", "compare_runs", "compare_suites"),
+        "plots": ("plot_compare", "plot_run"),
+        "results": ("BenchRun", "format_cells", "load_run"),
+        "schemas": ("CellSummary", "RequestRecord", "RunInfo", "RunReport"),
+        "specs": ("run", "AnswersSpec", "DecodeSpec", "LoadSpec", "OpenLoopSpec", "PrefixSpec",
+                  "SeriesDecodeSpec", "SweepSpec", "TTFTSpec"),
+    }.items()
+    for name in names
 }
 
 __all__ = sorted(_EXPORTS)

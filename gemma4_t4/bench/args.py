@@ -1,14 +1,9 @@
-"""The run-level options of one benchmark run, declared once: its name, type, default, help and
-command-line flag (where it goes, where results are written, how requests time out, ...).
+"""The run-level options of one benchmark run, declared once: name, type, default, help and flag.
 
-What is measured is a workload class (:mod:`gemma4_t4.bench.specs`: its own fields, defaults and
-rules); :class:`~gemma4_t4.bench.workloads.BenchArgs` is these options with a workload spec and the
-rules. ``gemma4-t4 bench run``'s flags are generated from these fields and the workload classes'
-(a flag per field, ``--input-len`` for ``input_len``). This module stays light (pydantic only):
-the CLI reads it at start-up.
-
-A field's command-line spelling, where it is not ``--field-name``, and whether it is an option at
-all sit on the field itself (``json_schema_extra=cli(...)``).
+What is measured is a workload class (:mod:`gemma4_t4.bench.specs`); ``gemma4-t4 bench run``'s flags
+are generated from these fields and the workload classes' (``--input-len`` for ``input_len``; another
+spelling, or no flag at all, sits on the field: ``json_schema_extra=cli(...)``). Light (pydantic
+only): the CLI reads it at start-up.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""Where requests go: an OpenAI-compatible HTTP server, or a SageMaker endpoint.
-
-The benchmark is cut like guidellm's: a *backend* sends one request and returns its record,
-the *scheduler* (``client.closed_loop`` / ``client.open_loop``) decides when, the *benchmark*
-(``workloads``) builds cells and summaries, and *presentation* (``results``, ``plots``) shows
-them. Both backends produce the same :class:`RequestRecord`, parsed by the same SSE parser.
+"""Where requests go: an OpenAI-compatible HTTP server, or a SageMaker endpoint. As in guidellm, a
+*backend* sends one request and returns its record (both the same :class:`RequestRecord`, from the
+same SSE parser); ``client.closed_loop`` / ``client.open_loop`` decide when.
 
 ``sagemaker://REGION/ENDPOINT`` reaches the SageMaker runtime through boto3's normal endpoint
 resolution (``AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME`` points it at a local stand-in), SigV4-signed
@@ -41,15 +38,10 @@ from gemma4_t4.foundation.launch_record import LaunchRecord
 
 SAGEMAKER_SCHEME = "sagemaker://"
 # the runtime's own faults before any output: nothing was generated for us, so a retry is safe
-RETRYABLE = frozenset(
-    {
-        "ThrottlingException",
-        "ServiceUnavailable",
-        "InternalFailure",
-        "ModelNotReadyException",
-        "InternalDependencyException",
-    }
-)
+RETRYABLE = frozenset({
+    "ThrottlingException", "ServiceUnavailable", "InternalFailure", "ModelNotReadyException",
+    "InternalDependencyException",
+})
 RETRYABLE_MODEL_STATUS = frozenset({429, 503})
 
 
@@ -143,12 +135,7 @@ class OpenAIHTTPBackend:
 
             async def send(spec: RequestSpec) -> RequestRecord:
                 return await send_request(
-                    session,
-                    self.url,
-                    model,
-                    spec,
-                    api_key=self.api_key,
-                    keep_text=keep_text,
+                    session, self.url, model, spec, api_key=self.api_key, keep_text=keep_text,
                     timeout_s=self.request_timeout_s,
                 )
 
@@ -189,11 +176,8 @@ class SageMakerBackend:
 
             # our loop owns retries (and records them); boto3 only signs and sends
             config = Config(
-                region_name=self.region,
-                max_pool_connections=max(10, pool),
-                read_timeout=self.request_timeout_s or 600,
-                connect_timeout=10,
-                retries={"total_max_attempts": 1},
+                region_name=self.region, max_pool_connections=max(10, pool), connect_timeout=10,
+                read_timeout=self.request_timeout_s or 600, retries={"total_max_attempts": 1},
             )
             self.client = boto3.client("sagemaker-runtime", config=config)
             self._pool_size = max(10, pool)
@@ -239,13 +223,8 @@ class SageMakerBackend:
         return {
             "captured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "client": client_environment(),
-            "server": {
-                "backend": self.kind,
-                "region": self.region,
-                "endpoint": self.endpoint,
-                "model": model,
-                "launch": launch,
-            },
+            "server": {"backend": self.kind, "region": self.region, "endpoint": self.endpoint, "model": model,
+                       "launch": launch},
             "gpus": [],
         }
 
@@ -266,14 +245,8 @@ class SageMakerBackend:
         finally:
             pool.shutdown(wait=False, cancel_futures=True)  # finalise first; threads end on their own
 
-    # ------------------------------------------------------------ one invocation
-
     def _invoke(
-        self,
-        spec: RequestSpec,
-        model: str,
-        keep_text: bool,
-        stream: bool | None = None,
+        self, spec: RequestSpec, model: str, keep_text: bool, stream: bool | None = None,
         clock: Callable[[], float] = time.perf_counter,
     ) -> RequestRecord:
         """One request; retries what is safe to retry; never raises for endpoint or network faults."""
@@ -321,14 +294,11 @@ class SageMakerBackend:
                     parser.feed(buffer, clock())
             else:
                 response = client.invoke_endpoint(
-                    EndpointName=self.endpoint,
-                    Body=body,
-                    ContentType="application/json",
+                    EndpointName=self.endpoint, Body=body, ContentType="application/json",
                     Accept="application/json",
                 )
                 record.http_status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
-                payload = response["Body"].read()
-                _read_whole(parser, payload, clock())
+                _read_whole(parser, response["Body"].read(), clock())
         except ClientError as exc:
             _classify_client_error(record, exc)
         except BotoCoreError as exc:

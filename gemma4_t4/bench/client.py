@@ -46,12 +46,8 @@ class RequestSpec:
     extra_body: RawJSON = field(default_factory=dict)  # merged into the request body as is
 
     def payload(self, model: str, stream: bool = True) -> RawJSON:
-        body: RawJSON = {
-            "model": model,
-            "max_tokens": self.max_tokens,
-            "temperature": self.temperature,
-            "stream": stream,
-        }
+        body: RawJSON = {"model": model, "max_tokens": self.max_tokens, "temperature": self.temperature}
+        body["stream"] = stream
         if stream:
             body["stream_options"] = {"include_usage": True}
         if self.ignore_eos:
@@ -113,13 +109,8 @@ def apply_usage(record: RequestRecord, usage: object) -> bool:
 def _error_class(exc: BaseException) -> str:
     if isinstance(exc, aiohttp.ClientConnectorError):
         return "connect_error"
-    if isinstance(
-        exc,
-        aiohttp.ServerDisconnectedError
-        | aiohttp.ClientPayloadError
-        | aiohttp.ClientOSError
-        | ConnectionResetError,
-    ):
+    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError | aiohttp.ClientOSError
+                  | ConnectionResetError):
         return "disconnected"
     if isinstance(exc, asyncio.TimeoutError | TimeoutError | aiohttp.ServerTimeoutError):
         return "timeout"
@@ -136,9 +127,7 @@ class StreamParser:
         self.record, self.chat = record, chat
         self.texts: list[str] = []
         self.done = False
-        self.last_choice_s: float | None = (
-            None  # kept here, set on the record once (a model setattr per chunk costs)
-        )
+        self.last_choice_s: float | None = None  # set on the record once (a model setattr per chunk costs)
 
     def feed(self, raw: bytes, now: float) -> bool:
         """One line; False once the stream is over ([DONE] or an error)."""
@@ -220,10 +209,7 @@ class StreamParser:
 
 def new_record(spec: RequestSpec, now: float) -> RequestRecord:
     return RequestRecord(
-        request_id=spec.request_id,
-        api=spec.api,
-        input_len_target=spec.input_len,
-        max_tokens=spec.max_tokens,
+        request_id=spec.request_id, api=spec.api, input_len_target=spec.input_len, max_tokens=spec.max_tokens,
         send_s=now,
     )
 
@@ -318,7 +304,7 @@ async def open_loop(
 ) -> list[RequestRecord]:
     """Send ``specs[i]`` at start + ``offsets[i]`` whether or not earlier ones have finished (open
     loop: the load does not slow down when the server does). At most ``max_in_flight`` run at once;
-    a request that finds the cap full waits, and its record's ``send_lag_s`` shows by how much."""
+    a request that finds the cap full waits (its record's ``send_s`` - ``scheduled_s`` says how long)."""
     gate = asyncio.Semaphore(max(1, max_in_flight))
     start = clock()
     results: list[RequestRecord | None] = [None] * len(specs)
@@ -342,14 +328,8 @@ async def open_loop(
 
 
 async def run_closed_loop(
-    session: aiohttp.ClientSession,
-    base_url: str,
-    model: str,
-    specs: Sequence[RequestSpec],
-    concurrency: int,
-    on_record: OnRecord = None,
-    api_key: str | None = None,
-    keep_text: bool = False,
+    session: aiohttp.ClientSession, base_url: str, model: str, specs: Sequence[RequestSpec], concurrency: int,
+    on_record: OnRecord = None, api_key: str | None = None, keep_text: bool = False,
 ) -> list[RequestRecord]:
     """The closed loop over HTTP (see :func:`closed_loop`)."""
 

@@ -16,13 +16,8 @@ from gemma4_t4.bench.schemas import CellStats, CellSummary, SpecDecode
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.table import Displayable
 
-# metric -> (per-request extractor, True when higher is better)
-METRICS: dict[str, tuple[str, bool]] = {
-    "ttft_ms": ("ttft_ms", False),
-    "tpot_ms": ("tpot_ms", False),
-    "e2el_ms": ("e2el_ms", False),
-    "per_stream_tok_s": ("per_stream_tok_s", True),
-}
+# metric (a per-request figure and a cell statistic) -> True when higher is better
+METRICS: dict[str, bool] = {"ttft_ms": False, "tpot_ms": False, "e2el_ms": False, "per_stream_tok_s": True}
 
 
 @dataclass
@@ -127,14 +122,8 @@ def _num(v: float | None) -> str:
 
 
 def cell_key(cell: CellSummary) -> tuple:
-    return (
-        cell.workload,
-        cell.variant,
-        cell.concurrency,
-        cell.open_loop.offered_rate_rps if cell.open_loop else None,
-        cell.input_len,
-        cell.output_len,
-    )
+    rate = cell.open_loop.offered_rate_rps if cell.open_loop else None
+    return (cell.workload, cell.variant, cell.concurrency, rate, cell.input_len, cell.output_len)
 
 
 DECODE_METRICS = ("tpot_ms", "per_stream_tok_s")
@@ -152,12 +141,8 @@ def _recomputed(run: BenchRun, cell: CellSummary, side: str) -> CellStats | str:
 
 
 def _per_request(run: BenchRun, cell: str, attr: str) -> list[float]:
-    out = []
-    for record in run.measured(cell):
-        value = getattr(request_metrics(record), attr)
-        if value is not None:
-            out.append(value)
-    return out
+    values = (getattr(request_metrics(record), attr) for record in run.measured(cell))
+    return [v for v in values if v is not None]
 
 
 def compare_runs(a: str | os.PathLike | BenchRun, b: str | os.PathLike | BenchRun) -> RunComparison:
@@ -182,38 +167,27 @@ def compare_runs(a: str | os.PathLike | BenchRun, b: str | os.PathLike | BenchRu
             why = " / ".join(x for x in (sa, sb) if isinstance(x, str))
             if ca.workload != "answers":  # an answers run's result is its answers, compared below
                 missing.append(why)
-            ratios = [Ratio(n, None, None, None, None, None, h, not_measured=why) for n, (_, h) in METRICS.items()]
+            ratios = [Ratio(n, None, None, None, None, None, h, not_measured=why) for n, h in METRICS.items()]
             matched.append(CellComparison(cell_key(ca), ca.cell, cb.cell, ratios, ca.spec_decode, cb.spec_decode))
             continue
         flush = " / ".join(
             f"{side}: {s.buffered.reason}" for side, s in (("A", sa), ("B", sb)) if s.buffered
         )
         ratios = []
-        for name, (attr, higher) in METRICS.items():
+        for name, higher in METRICS.items():
             if flush and name in DECODE_METRICS:  # a flushed stream times no decoding: no figure, no ratio
                 ratios.append(Ratio(name, None, None, None, None, None, higher, not_measured=flush))
                 continue
-            va, vb = _per_request(run_a, ca.cell, attr), _per_request(run_b, cb.cell, attr)
-            point, low, high = ratio_ci(va, vb)
-            stats_a, stats_b = getattr(sa, name), getattr(sb, name)
-            ratios.append(Ratio(name, stats_a.median, stats_b.median, point, low, high, higher))
+            ci = ratio_ci(_per_request(run_a, ca.cell, name), _per_request(run_b, cb.cell, name))
+            ratios.append(Ratio(name, getattr(sa, name).median, getattr(sb, name).median, *ci, higher))
         ta, tb = sa.output_throughput_tok_s, sb.output_throughput_tok_s
         ratios.append(
             Ratio("output_throughput_tok_s", ta, tb, (tb / ta) if ta and tb else None, None, None, True)
         )
         matched.append(CellComparison(cell_key(ca), ca.cell, cb.cell, ratios, ca.spec_decode, cb.spec_decode))
-    answers = None
-    if run_a.answers() or run_b.answers():
-        answers = compare_answers(run_a, run_b)
-    return RunComparison(
-        str(run_a.dir),
-        str(run_b.dir),
-        matched,
-        unmatched_a,
-        [c.cell for c in by_b.values()],
-        answers,
-        not_measured=missing,
-    )
+    answers = compare_answers(run_a, run_b) if run_a.answers() or run_b.answers() else None
+    unmatched_b = [c.cell for c in by_b.values()]
+    return RunComparison(str(run_a.dir), str(run_b.dir), matched, unmatched_a, unmatched_b, answers, missing)
 
 
 # ---------------------------------------------------------------- T4 vs L4: one headline per model
@@ -222,11 +196,8 @@ def compare_runs(a: str | os.PathLike | BenchRun, b: str | os.PathLike | BenchRu
 def is_suite(path: str | os.PathLike) -> bool:
     """A folder of results directories (not itself one)."""
     p = Path(path)
-    return (
-        p.is_dir()
-        and not (p / SUMMARY_FILE).exists()
-        and any((d / SUMMARY_FILE).is_file() for d in p.iterdir())
-    )
+    holds_runs = p.is_dir() and any((d / SUMMARY_FILE).is_file() for d in p.iterdir())
+    return holds_runs and not (p / SUMMARY_FILE).exists()
 
 
 def load_suite(path: str | os.PathLike) -> list[BenchRun]:
@@ -286,11 +257,7 @@ class Headline(Displayable):
     def text(self) -> str:
         lines = [f"{self.model}  (A/B; measured)"] + [f"  not measured: {why}" for why in self.not_measured]
         if self.decode_ratio is not None:
-            interval = (
-                f" [{self.decode_ci_low:.3f}, {self.decode_ci_high:.3f}]"
-                if self.decode_ci_low is not None
-                else " [no interval]"
-            )
+            interval = f" {_interval(self.decode_ci_low, self.decode_ci_high) or '[no interval]'}"
             lines.append(
                 f"  decode tok/s ({self.decode_method}): A {_num(self.decode_a)}  B {_num(self.decode_b)}"
                 f"  A/B {self.decode_ratio:.3f}x{interval}"
@@ -306,10 +273,8 @@ class Headline(Displayable):
             )
         if self.answers:
             lines += ["  " + line for line in self.answers.text().splitlines()]
-        for side, prices, unpriced in (
-            ("A", self.usd_per_mtok_a, self.unpriced_a),
-            ("B", self.usd_per_mtok_b, self.unpriced_b),
-        ):
+        sides = (("A", self.usd_per_mtok_a, self.unpriced_a), ("B", self.usd_per_mtok_b, self.unpriced_b))
+        for side, prices, unpriced in sides:
             if prices:
                 lines.append(f"  $/Mtok {side}: " + ", ".join(f"{k} ${v:.2f}" for k, v in prices.items()))
             elif unpriced:
@@ -435,50 +400,30 @@ def compare_suites(a: str | os.PathLike, b: str | os.PathLike) -> SuiteCompariso
     for model in sorted(models_a & models_b):
         every_a = [r for r in runs_a if (r.run.model or "?") == model]
         every_b = [r for r in runs_b if (r.run.model or "?") == model]
-        incomplete = [
-            f"{side}: {r.not_measured}"
-            for side, runs in (("A", every_a), ("B", every_b))
-            for r in runs
-            if r.not_measured
-        ]
+        sides = (("A", every_a), ("B", every_b))
+        incomplete = [f"{side}: {r.not_measured}" for side, runs in sides for r in runs if r.not_measured]
         # figures come from complete runs only; a stopped run is named, never averaged in
         ra, rb = [r for r in every_a if r.ok], [r for r in every_b if r.ok]
         method_a, da, flush_a = _decode_samples(ra)
         method_b, db, flush_b = _decode_samples(rb)
         flushed = [f"{side}: {why}" for side, why in (("A", flush_a), ("B", flush_b)) if why]
         method = method_a if method_a == method_b and not flushed else None
-        point = low = high = None
-        if method:
-            point, low, high = ratio_ci(db, da)  # A/B
-        ta, tb = _ttft_samples(ra), _ttft_samples(rb)
+        point, low, high = ratio_ci(db, da) if method else (None, None, None)  # A/B
         answers_a = next((r for r in every_a if r.answers() or r.run.workload == "answers"), None)
         answers_b = next((r for r in every_b if r.answers() or r.run.workload == "answers"), None)
-        build = next(
-            (r.run.config.get("model_format") for r in ra + rb if r.run.config.get("model_format")), None
-        )
-        ma, mb = _median(ta), _median(tb)
-        prices_a, prices_b = _prices(ra), _prices(rb)
+        formats = (r.run.config.get("model_format") for r in ra + rb)
+        build = next((f for f in formats if f), None)
+        ma, mb = _median(_ttft_samples(ra)), _median(_ttft_samples(rb))
+        (prices_a, unpriced_a), (prices_b, unpriced_b) = _prices(ra), _prices(rb)
         headlines.append(
             Headline(
-                model=model,
-                decode_method=method,
-                decode_a=_median(da) if method else None,
-                decode_b=_median(db) if method else None,
-                decode_ratio=point,
-                decode_ci_low=low,
-                decode_ci_high=high,
-                ttft_a_ms=ma,
-                ttft_b_ms=mb,
-                ttft_ratio=(ma / mb) if ma and mb else None,
+                model=model, decode_method=method, decode_a=_median(da) if method else None,
+                decode_b=_median(db) if method else None, decode_ratio=point, decode_ci_low=low,
+                decode_ci_high=high, ttft_a_ms=ma, ttft_b_ms=mb, ttft_ratio=(ma / mb) if ma and mb else None,
                 answers=compare_answers(answers_a, answers_b) if answers_a and answers_b else None,
-                usd_per_mtok_a=prices_a[0],
-                usd_per_mtok_b=prices_b[0],
-                unpriced_a=prices_a[1],
-                unpriced_b=prices_b[1],
-                decode_not_measured=flushed,
-                published=published_decode(model, build),
-                not_measured=incomplete,
-                kind_a=measured_kind(ra[0]) if ra else None,
+                usd_per_mtok_a=prices_a, usd_per_mtok_b=prices_b, unpriced_a=unpriced_a,
+                unpriced_b=unpriced_b, decode_not_measured=flushed, published=published_decode(model, build),
+                not_measured=incomplete, kind_a=measured_kind(ra[0]) if ra else None,
                 kind_b=measured_kind(rb[0]) if rb else None,
             )
         )

@@ -1,17 +1,11 @@
 """A FAKE OpenAI-compatible streaming server with injected timings, for testing the client.
 
-It generates nothing: every response is a scripted stream whose timing is set per request
-(``"fake"`` in the request body) or by server defaults. It records when it actually wrote each
-chunk (``perf_counter``, the same system-wide monotonic clock the client uses on Linux), so a
-test can compare what the client measured with what the server really did (``GET /fake/log``).
-
-Scripts can include: the delay to the first token, gaps between chunks, several tokens per
-chunk, an answer sent in one flush, chat's role-only first chunk, usage in the last chunk, a malformed chunk, and a server
-that exits mid-run, or one that accepts a request and never answers. It also answers
-``/invocations`` (vLLM's SageMaker route, streamed or not), ``/health``, ``/v1/models``, ``/metrics``, ``/tokenize``
-and ``/detokenize`` (one token per character) so the whole benchmark can run against it.
-
-Run it standalone with ``python -m gemma4_t4.bench.fake_server --port N``.
+It generates nothing: each response is a scripted stream (:class:`FakeScript`, per request as
+``"fake"`` in the body, or the server's default). It logs when it wrote each chunk (``perf_counter``,
+the client's clock on Linux; ``GET /fake/log``), so a test compares what the client measured with
+what the server did. It also answers ``/invocations``, ``/health``, ``/v1/models``, ``/metrics``,
+``/tokenize`` and ``/detokenize`` (one token per character), so the whole benchmark runs against it.
+Standalone: ``python -m gemma4_t4.bench.fake_server --port N``.
 """
 
 from __future__ import annotations
@@ -92,11 +86,8 @@ def _chunk(chat: bool, text: str | None, finish: str | None, role: bool = False)
         choice = {"index": 0, "delta": delta, "finish_reason": finish}
         obj = {"id": "fake", "object": "chat.completion.chunk", "choices": [choice]}
     else:
-        obj = {
-            "id": "fake",
-            "object": "text_completion",
-            "choices": [{"index": 0, "text": text, "finish_reason": finish}],
-        }
+        choices = [{"index": 0, "text": text, "finish_reason": finish}]
+        obj = {"id": "fake", "object": "text_completion", "choices": choices}
     return b"data: " + json.dumps(obj).encode() + b"\n\n"
 
 
@@ -128,18 +119,13 @@ async def _stream(request: web.Request, chat: bool) -> web.StreamResponse:
         await asyncio.sleep(script.hang_s)
     if script.http_status != 200:
         return web.json_response({"error": {"message": "fake failure"}}, status=script.http_status)
-    prompt = (
-        body.get("prompt") if not chat else "".join(m.get("content", "") for m in body.get("messages", []))
-    )
+    messages = "".join(m.get("content", "") for m in body.get("messages", []))
+    prompt = messages if chat else body.get("prompt")
     prompt_tokens = script.prompt_tokens if script.prompt_tokens is not None else len(prompt or "")
     n_tokens = script.tokens if script.tokens is not None else int(body.get("max_tokens") or 16)
     state.queries += prompt_tokens
     entry: WriteLog = {
-        "received_s": received,
-        "writes_s": [],
-        "role_s": None,
-        "tokens": n_tokens,
-        "id": body.get("fake_id"),
+        "received_s": received, "writes_s": [], "role_s": None, "tokens": n_tokens, "id": body.get("fake_id")
     }
     state.log.append(entry)
     if body.get("stream") is False:  # a whole completion, as SageMaker's non-streamed invoke gets it
@@ -150,15 +136,11 @@ async def _stream(request: web.Request, chat: bool) -> web.StreamResponse:
         await asyncio.sleep(script.role_chunk_delay_s)
         await response.write(_chunk(chat, None, None, role=True))
         entry["role_s"] = time.perf_counter()
-    start = received
-    sent = 0
-    chunk_index = 0
-    target = start + script.ttft_s
+    sent = chunk_index = 0
+    target = received + script.ttft_s
     if script.flush:
         await asyncio.sleep(max(0.0, target - time.perf_counter()))
-        pieces = [
-            _chunk(chat, "ab", "length" if k == n_tokens - 1 else None) for k in range(n_tokens)
-        ]
+        pieces = [_chunk(chat, "ab", "length" if k == n_tokens - 1 else None) for k in range(n_tokens)]
         await response.write(b"".join(pieces))
         entry["writes_s"].append(time.perf_counter())
         sent = n_tokens
@@ -187,9 +169,8 @@ async def _stream(request: web.Request, chat: bool) -> web.StreamResponse:
     if script.usage:
         usage = _usage(prompt_tokens, n_tokens) | {"prompt_tokens_details": {"cached_tokens": 0}} | (
             script.usage_fields or {})
-        await response.write(
-            b"data: " + json.dumps({"id": "fake", "choices": [], "usage": usage}).encode() + b"\n\n"
-        )
+        event = {"id": "fake", "choices": [], "usage": usage}
+        await response.write(b"data: " + json.dumps(event).encode() + b"\n\n")
     await response.write(b"data: [DONE]\n\n")
     await response.write_eof()
     return response
@@ -259,17 +240,12 @@ def build_app(state: FakeServerState | None = None, model: str = "fake-model") -
     app = web.Application()
     app[STATE_KEY] = state or FakeServerState()
     app[MODEL_KEY] = model
-    app.router.add_post("/v1/completions", _completions)
-    app.router.add_post("/v1/chat/completions", _chat)
-    app.router.add_get("/health", _health)
-    app.router.add_post("/invocations", _invocations)
-    app.router.add_get("/ping", _health)
-    app.router.add_get("/v1/models", _models)
-    app.router.add_get("/metrics", _metrics)
-    app.router.add_get("/version", _version)
-    app.router.add_post("/tokenize", _tokenize)
-    app.router.add_post("/detokenize", _detokenize)
-    app.router.add_get("/fake/log", _log)
+    posts = {"/v1/completions": _completions, "/v1/chat/completions": _chat, "/invocations": _invocations,
+             "/tokenize": _tokenize, "/detokenize": _detokenize}
+    gets = {"/health": _health, "/ping": _health, "/v1/models": _models, "/metrics": _metrics,
+            "/version": _version, "/fake/log": _log}
+    app.router.add_routes([web.post(p, h) for p, h in posts.items()])
+    app.router.add_routes([web.get(p, h) for p, h in gets.items()])
     return app
 
 

@@ -65,11 +65,7 @@ def median(values: Sequence[float]) -> float:
 
 
 def bootstrap_ci(
-    values: Sequence[float],
-    statistic=median,
-    confidence: float = 0.95,
-    resamples: int = 1000,
-    seed: int = 0,
+    values: Sequence[float], statistic=median, confidence: float = 0.95, resamples: int = 1000, seed: int = 0
 ) -> tuple[float | None, float | None]:
     """Percentile-bootstrap interval of ``statistic`` (deterministic for a given seed)."""
     if len(values) < 2:
@@ -90,16 +86,8 @@ def summarize(values: Iterable[float | None], ci: bool = True) -> Stats:
     std = math.sqrt(sum((v - mean) ** 2 for v in data) / (len(data) - 1)) if len(data) > 1 else 0.0
     low, high = bootstrap_ci(data) if ci else (None, None)
     return LatencyStats(
-        n=len(data),
-        mean=mean,
-        median=median(data),
-        p90=percentile(data, 90),
-        p99=percentile(data, 99),
-        std=std,
-        min=min(data),
-        max=max(data),
-        ci_low=low,
-        ci_high=high,
+        n=len(data), mean=mean, median=median(data), p90=percentile(data, 90), p99=percentile(data, 99),
+        std=std, min=min(data), max=max(data), ci_low=low, ci_high=high,
     )
 
 
@@ -146,24 +134,13 @@ def request_metrics(r: RequestRecord) -> RequestMetrics:
     if ok and not flushed and ttft is not None and e2el is not None and n is not None and n > 1:
         tpot = (e2el - ttft) / (n - 1)
     chunk_times = r.chunk_times_s
-    itl = (
-        [(b - a) * 1000.0 for a, b in zip(chunk_times, chunk_times[1:], strict=False)]
-        if ok and not flushed
-        else []
-    )
+    gaps = [(b - a) * 1000.0 for a, b in zip(chunk_times, chunk_times[1:], strict=False)]
     return RequestMetrics(
-        ok=ok,
-        ttft_ms=ttft if ok else None,
-        ttft_first_chunk_ms=ttft_chunk if ok else None,
-        e2el_ms=e2el if ok else None,
-        tpot_ms=tpot,
+        ok=ok, ttft_ms=ttft if ok else None, ttft_first_chunk_ms=ttft_chunk if ok else None,
+        e2el_ms=e2el if ok else None, tpot_ms=tpot,
         per_stream_tok_s=(1000.0 / tpot) if tpot and tpot > 0 else None,
-        itl_ms=itl,
-        chunks=len(chunk_times),
-        completion_tokens=n,
-        prompt_tokens=r.prompt_tokens,
-        cached_tokens=r.cached_tokens,
-        flushed=flushed,
+        itl_ms=gaps if ok and not flushed else [], chunks=len(chunk_times), completion_tokens=n,
+        prompt_tokens=r.prompt_tokens, cached_tokens=r.cached_tokens, flushed=flushed,
         decode_span_ms=(chunk_times[-1] - chunk_times[0]) * 1000.0 if chunk_times else None,
     )
 
@@ -176,9 +153,7 @@ def buffered_delivery(records: Sequence[RequestRecord]) -> BufferedDelivery | No
     if not flushed:
         return None
     return BufferedDelivery(
-        requests=len(flushed),
-        completed=len(done),
-        tokens=max(m.completion_tokens or 0 for m in flushed),
+        requests=len(flushed), completed=len(done), tokens=max(m.completion_tokens or 0 for m in flushed),
         span_ms=max(m.decode_span_ms or 0.0 for m in flushed),
     )
 
@@ -208,10 +183,7 @@ def aggregate(records: Sequence[RequestRecord]) -> CellStats:
     buffered = buffered_delivery(recs)
     decoded = [] if buffered else ok
     return CellStats(
-        completed=len(ok),
-        failed=len(recs) - len(ok),
-        errors=errors,
-        error_examples=examples or None,
+        completed=len(ok), failed=len(recs) - len(ok), errors=errors, error_examples=examples or None,
         window=window,
         ttft_ms=summarize(m.ttft_ms for _, m in ok),
         ttft_first_chunk_ms=summarize(m.ttft_first_chunk_ms for _, m in ok),
@@ -223,9 +195,7 @@ def aggregate(records: Sequence[RequestRecord]) -> CellStats:
         output_throughput_tok_s=out_tokens / duration if duration > 0 else None,
         input_throughput_tok_s=in_tokens / duration if duration > 0 else None,
         request_throughput_req_s=len(ok) / duration if duration > 0 else None,
-        total_output_tokens=out_tokens,
-        total_input_tokens=in_tokens,
-        content_chunks=chunks,
+        total_output_tokens=out_tokens, total_input_tokens=in_tokens, content_chunks=chunks,
         tokens_per_chunk=(out_tokens / chunks) if chunks else None,
         token_source=sorted({r.token_source for r, _ in ok if r.token_source}),
         cached_prompt_tokens=sum(cached) if cached else None,
@@ -257,23 +227,16 @@ def open_loop_stats(
     span = sends[-1] - sends[0] if len(sends) > 1 else 0.0
     peak = peak_in_flight(recs)
     return OpenLoopInfo(
-        offered_rate_rps=rate,
-        arrival=arrival,
+        offered_rate_rps=rate, arrival=arrival,
         achieved_send_rate_rps=(len(sends) - 1) / span if span > 0 else None,
         send_lag_ms=summarize(((r.send_s - r.scheduled_s) * 1000 for r in scheduled), ci=False),
-        max_in_flight=max_in_flight,
-        peak_in_flight=peak,
-        cap_reached=peak >= max_in_flight,
+        max_in_flight=max_in_flight, peak_in_flight=peak, cap_reached=peak >= max_in_flight,
     )
 
 
 def series_decode(
-    short: Sequence[RequestRecord],
-    long: Sequence[RequestRecord],
-    short_tokens: int,
-    long_tokens: int,
-    resamples: int = 1000,
-    seed: int = 0,
+    short: Sequence[RequestRecord], long: Sequence[RequestRecord], short_tokens: int, long_tokens: int,
+    resamples: int = 1000, seed: int = 0,
 ) -> SeriesDecode:
     """The series' decode speed: (long - short) tokens / (wall_long - wall_short), with wall the
     median end-to-end latency; prefill cancels out. The interval resamples both sides."""

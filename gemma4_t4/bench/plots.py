@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from gemma4_t4.bench.compare import RunComparison, compare_runs
-from gemma4_t4.bench.results import BenchRun, load_run
+from gemma4_t4.bench.results import PLOT_FILES, BenchRun, load_run
 from gemma4_t4.foundation.figures import check_plot_path, pyplot, save_figure
 
 
@@ -17,6 +18,10 @@ def _title(run: BenchRun, what: str) -> str:
     if run.not_measured:  # a plot of a run that did not complete says so on its face
         title += f"\nNOT MEASURED: run {run.status}"
     return title
+
+
+def _note(ax: Any, text: str, xy: tuple[Any, Any], dy: int = 8, **style: str) -> None:
+    ax.annotate(text, xy, textcoords="offset points", xytext=(0, dy), ha="center", fontsize=8, **style)
 
 
 def plot_throughput(run: BenchRun, path: Path) -> Path | None:
@@ -37,15 +42,7 @@ def plot_throughput(run: BenchRun, path: Path) -> Path | None:
         ax.text(0.02, 0.02, f"per-stream tok/s {buffered.reason}", transform=ax.transAxes, fontsize=7, wrap=True)
     for c in cells:
         if c.queueing:
-            ax.annotate(
-                "queueing",
-                (c.concurrency, c.output_throughput_tok_s or 0),
-                textcoords="offset points",
-                xytext=(0, 8),
-                ha="center",
-                fontsize=8,
-                color="tab:red",
-            )
+            _note(ax, "queueing", (c.concurrency, c.output_throughput_tok_s or 0), color="tab:red")
     ax.set_xscale("log", base=2)
     ax.set_xticks(xs, [str(x) for x in xs])
     ax.set_xlabel("concurrent requests")
@@ -93,11 +90,8 @@ def plot_prefix(run: BenchRun, path: Path) -> Path | None:
     labels, values, colors = [], [], []
     for c in sorted(cells, key=lambda c: (c.concurrency or 0, c.variant or "")):
         hit = c.prefix_cache.hit_rate
-        labels.append(
-            f"c={c.concurrency}\n{c.variant}\nhits {hit * 100:.0f} %"
-            if hit is not None
-            else f"c={c.concurrency}\n{c.variant}"
-        )
+        hits = f"\nhits {hit * 100:.0f} %" if hit is not None else ""
+        labels.append(f"c={c.concurrency}\n{c.variant}{hits}")
         values.append(c.ttft_ms.median or 0)
         colors.append("tab:green" if c.variant == "shared_prefix" else "tab:gray")
     ax.bar(range(len(values)), values, color=colors)
@@ -133,23 +127,12 @@ def plot_roofline(run: BenchRun, path: Path) -> Path | None:
     )
     for x, r in zip(xs, roofs, strict=True):
         if r.efficiency is not None:
-            ax.annotate(
-                f"{r.efficiency * 100:.0f} %",
-                (x, r.per_stream_tok_s),
-                textcoords="offset points",
-                xytext=(0, 4),
-                ha="center",
-                fontsize=8,
-            )
-    ax.set_xticks(
-        xs,
-        [
-            f"c={c.concurrency}"
-            if c.concurrency is not None
-            else f"{c.open_loop.offered_rate_rps if c.open_loop else None:g}/s"
-            for c in cells
-        ],
-    )
+            _note(ax, f"{r.efficiency * 100:.0f} %", (x, r.per_stream_tok_s), dy=4)
+    ax.set_xticks(xs, [
+        f"c={c.concurrency}" if c.concurrency is not None
+        else f"{c.open_loop.offered_rate_rps if c.open_loop else None:g}/s"
+        for c in cells
+    ])
     ax.set_ylabel("decode tokens / s per stream")
     ax.set_title(_title(run, f"Roofline on {roof.gpu}"))
     ax.legend(fontsize=8)
@@ -175,25 +158,12 @@ def plot_rate(run: BenchRun, path: Path) -> Path | None:
     ax.set_ylabel("TTFT (ms)")
     ax.grid(alpha=0.3)
     right = ax.twinx()
-    right.plot(
-        xs,
-        [c.output_throughput_tok_s for c in cells],
-        "^:",
-        color="tab:green",
-        label="output tok/s (right)",
-    )
+    tok_s = [c.output_throughput_tok_s for c in cells]
+    right.plot(xs, tok_s, "^:", color="tab:green", label="output tok/s (right)")
     right.set_ylabel("output tokens / s")
     for c, loop, x in zip(cells, loops, xs, strict=True):
         if loop.cap_reached:
-            ax.annotate(
-                "in-flight cap",
-                (x, c.ttft_ms.median or 0),
-                textcoords="offset points",
-                xytext=(0, 8),
-                ha="center",
-                fontsize=8,
-                color="tab:red",
-            )
+            _note(ax, "in-flight cap", (x, c.ttft_ms.median or 0), color="tab:red")
     lines = ax.get_legend_handles_labels()
     more = right.get_legend_handles_labels()
     ax.legend(lines[0] + more[0], lines[1] + more[1], fontsize=8, loc="upper left")
@@ -204,13 +174,8 @@ def plot_rate(run: BenchRun, path: Path) -> Path | None:
 def plot_run(out_dir: str | os.PathLike | BenchRun) -> list[Path]:
     """Every plot that the run's cells support, written next to its results."""
     run = out_dir if isinstance(out_dir, BenchRun) else load_run(out_dir)
-    made = [
-        plot_throughput(run, run.dir / "throughput_vs_concurrency.png"),
-        plot_rate(run, run.dir / "ttft_vs_offered_rate.png"),
-        plot_ttft(run, run.dir / "ttft_vs_input_len.png"),
-        plot_prefix(run, run.dir / "prefix_cache.png"),
-        plot_roofline(run, run.dir / "roofline.png"),
-    ]
+    plots = (plot_throughput, plot_rate, plot_ttft, plot_prefix, plot_roofline)  # in PLOT_FILES' order
+    made = [plot(run, run.dir / name) for plot, name in zip(plots, PLOT_FILES, strict=True)]
     return [p for p in made if p is not None]
 
 
@@ -240,9 +205,7 @@ def plot_compare(
         text = f"{r.ratio:.2f}x" if r.ratio else ""
         if r.ci_low is not None:
             text += f"\n[{r.ci_low:.2f}, {r.ci_high:.2f}]"
-        ax.annotate(
-            text, (x, max(r.a, r.b)), textcoords="offset points", xytext=(0, 4), ha="center", fontsize=8
-        )
+        _note(ax, text, (x, max(r.a, r.b)), dy=4)
     ax.set_xticks(list(xs), [c.cell_a[:28] for c, _ in rows], rotation=20, ha="right", fontsize=8)
     ax.set_ylabel(metric)
     ax.set_title(f"A/B {metric} (median): B/A with 95 % interval")

@@ -1,18 +1,15 @@
-"""The series' PUBLISHED reference results, as data. These were measured by the series' author
-on their hardware (``vllm bench serve`` on GCE; ``compare.py`` on SageMaker); they are not ours.
-Every entry carries ``published=True``, its source and its conditions; every published number a
-notebook prints comes from here.
-
-Checked against the sources: the GCE run's REPORT.md and aggregate.py (8 prompts per cell, 3
-repeats with a unique seed each; throughput is the mean over repeats, TTFT the mean of the
-repeats' *median* TTFT, per-stream 1000 / the mean median TPOT) and the SageMaker write-up.
+"""The series' PUBLISHED reference results, as data (measured by the series' author, not by us);
+every entry carries ``published=True``, its source and conditions, and every published number a
+notebook prints comes from here. Checked against the GCE run's REPORT.md and aggregate.py (3
+repeats of 8 prompts; throughput the mean over repeats, TTFT the mean of their median TTFT,
+per-stream 1000 / the mean median TPOT) and the SageMaker write-up.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, TypedDict, TypeVar
 from urllib.parse import urlsplit
 
 from gemma4_t4.catalog.hardware import PRICES, identify_gpu
@@ -52,12 +49,9 @@ class PublishedResult:
 
 
 def _gce(build: str, rows: list[tuple[int, int, float, float, float]], source: str = GCE_SOURCE) -> list[PublishedResult]:
-    out = []
-    for input_len, c, tput, stream, ttft in rows:
-        note = "queueing (c > max-num-seqs 8)" if c > 8 else ""
-        out.append(PublishedResult("t4", "gemma-4-E2B", build, input_len, c, tput, stream, ttft, source,
-                                   note=note))
-    return out
+    return [PublishedResult("t4", "gemma-4-E2B", build, n, c, tput, stream, ttft, source,
+                            note="queueing (c > max-num-seqs 8)" if c > 8 else "")
+            for n, c, tput, stream, ttft in rows]
 
 
 GCE_T4_E2B: list[PublishedResult] = (
@@ -157,11 +151,18 @@ def gce_t4(build: str, input_len: int = 512, concurrency: int = 1) -> PublishedR
     raise KeyError(f"no published GCE T4 cell for {build} in {input_len} c={concurrency}; published: {have}")
 
 
+R = TypeVar("R", PublishedLoad, PublishedDecode)
+
+
+def _sagemaker(rows: list[R], what: str, model: str, build: str) -> R:
+    found = next((r for r in rows if (r.model, r.build) == (model, build)), None)
+    if found is None:
+        raise KeyError(f"no published SageMaker {what} figure for {model} {build}")
+    return found
+
+
 def sagemaker_load(model: str = "gemma-4-E2B", build: str = "emb4") -> PublishedLoad:
-    for r in SAGEMAKER_LOAD:
-        if (r.model, r.build) == (model, build):
-            return r
-    raise KeyError(f"no published SageMaker load figure for {model} {build}")
+    return _sagemaker(SAGEMAKER_LOAD, "load", model, build)
 
 
 def published_results(gpu: str | None = None, build: str | None = None) -> list[PublishedResult]:
@@ -169,10 +170,7 @@ def published_results(gpu: str | None = None, build: str | None = None) -> list[
 
 
 def sagemaker_decode(model: str = "gemma-4-E2B", build: str = "emb4") -> PublishedDecode:
-    for r in SAGEMAKER_DECODE:
-        if (r.model, r.build) == (model, build):
-            return r
-    raise KeyError(f"no published SageMaker decode figure for {model} {build}")
+    return _sagemaker(SAGEMAKER_DECODE, "decode", model, build)
 
 
 @dataclass(frozen=True)
@@ -241,10 +239,9 @@ GRID_26B_Q_PROJ = PublishedGridCheck("gemma-4-26B-A4B", "layer 0 q_proj", 11.5e6
 
 @dataclass(frozen=True)
 class Kind:
-    """What a figure was measured on: the model's size ("E2B", ..., or "tiny" for the random CI
-    model) and the GPU class ("t4", "l4", ... or "cpu"). ``None``: not known from what was recorded.
-    ``gpu_name``: a GPU the hardware table does not list, as nvidia-smi named it (``gpu`` is then
-    None: it is compared with nothing and priced as nothing, but named)."""
+    """What a figure was measured on: model size ("E2B", ..., "tiny" for the CI model) and GPU class
+    ("t4", ..., "cpu"); ``None``: not recorded. ``gpu_name``: a GPU the hardware table lacks, as
+    nvidia-smi named it (``gpu`` is then None: compared with and priced as nothing, but named)."""
 
     model_size: str | None
     gpu: str | None
@@ -255,9 +252,8 @@ class Kind:
         return self.model_size is not None and self.gpu is not None
 
     def unpriced(self, priced_gpu: str | None = None) -> str | None:
-        """Why a throughput measured on this kind is no $ per million tokens (None: it is one).
-        Only a real Gemma 4 size on the GPU it is priced as gets a price; a tiny random model's
-        speed, a CPU's, or an unrecorded kind's says nothing about what serving Gemma 4 costs."""
+        """Why a throughput measured on this kind is no $ per million tokens (None: it is one): only
+        a real Gemma 4 size on the GPU it is priced as says what serving Gemma 4 costs."""
         if self.model_size is None or (self.gpu is None and not self.gpu_name):
             return "no $/Mtok: the run did not record which model and GPU it measured"
         if self.model_size == "tiny":
@@ -301,9 +297,8 @@ def model_size_of(*names: str | None) -> str | None:
 
 
 def measured_kind(run: BenchRun) -> Kind:
-    """The kind of what a :class:`~gemma4_t4.bench.results.BenchRun` measured, from what it
-    recorded: the served name, the model root vLLM reported, the launch record's model and
-    target, the GPUs of the host (for a local server) or the GPU a SageMaker run was priced as."""
+    """The kind a run measured, from what it recorded: served name, vLLM's model root, the launch
+    record, the host's GPUs (a local server) or the GPU a remote run was priced as."""
     info = run.run
     environment = info.environment or {}
     server = environment.get("server") or {}
@@ -353,12 +348,9 @@ def beside(
     measured_on: Kind | None = None,
     published_on: Kind | None = None,
 ) -> BesideRow:
-    """One display row: a measured figure next to the published one. Their ratio is given only
-    where the measurement is the published condition's kind (the same model size and GPU class,
-    both known); elsewhere (a tiny model, a CPU, another GPU, or an unrecorded kind) the published
-    figure stands alone, labelled published, and the row says what was measured on. ``measured``
-    may be the reason a figure is not measured ("not measured: the server delivered ..."): shown
-    as it is, with no ratio."""
+    """One display row: a measured figure (or why it is not measured) next to the published one,
+    their ratio only where both are the same known kind (model size and GPU class); elsewhere the
+    published figure stands alone, labelled, and the row says what was measured on."""
     comparable = (
         measured_on is not None and published_on is not None and measured_on.known and measured_on == published_on
     )
@@ -380,8 +372,8 @@ def beside(
 
 @dataclass
 class QatVsBf16(Displayable):
-    """Part 2's figures from a bf16 and a QAT decode run (same spec, same venue), and its display:
-    each measured figure beside the published one (a ratio only where the kinds match)."""
+    """Part 2's figures from a bf16 and a QAT decode run (same spec and venue), each beside the
+    published one."""
 
     bf16: DecodeSpeed
     qat: DecodeSpeed
@@ -420,8 +412,8 @@ class QatVsBf16(Displayable):
         return self.qat.output_tok_s[self.c_max] / self.bf16.output_tok_s[self.c_max]  # type: ignore[operator]
 
     def decode_curves(self) -> tuple[str, dict[str, dict[int, float | None]]]:
-        """(what is plotted, build -> figure per concurrency): per-stream decode tok/s, or the
-        output tok/s over the run where the answers came in one flush (no per-stream speed)."""
+        """(what is plotted, build -> figure per concurrency): per-stream tok/s, or output tok/s
+        where the answers came in one flush."""
         if self.flushed:
             return "output tok/s, all streams (answers came in one flush)", {
                 b: s.output_tok_s for b, s in self.speeds.items()}
@@ -457,8 +449,7 @@ def qat_vs_bf16(bf16_run: BenchRun, qat_run: BenchRun, venue: str) -> QatVsBf16:
 
 
 def t4_beside(decode: BenchRun, ttft_ms: dict[int, float | None], title: str) -> Table:
-    """Part 4's decode and TTFT runs, each figure beside the series' GCE T4 E2B QAT cell (a ratio
-    only where this run is that kind: E2B on a T4; elsewhere the published figure stands alone)."""
+    """Part 4's decode and TTFT runs, each figure beside the series' GCE T4 E2B QAT cell."""
     speed = decode.decode_speed()
     c1, c8 = gce_t4("qat"), gce_t4("qat", concurrency=8)
     kind = {"measured_on": measured_kind(decode), "published_on": published_kind(c1)}
@@ -476,8 +467,7 @@ def t4_beside(decode: BenchRun, ttft_ms: dict[int, float | None], title: str) ->
 
 
 def grid_beside(measured: dict[str, CompareReport], venue: str) -> Table:
-    """Part 3's levels-changed figures: the series' published grid check beside each measured
-    comparison (label -> :func:`gemma4_t4.quant.grid_compare` report)."""
+    """Part 3's published grid check beside each measured :func:`gemma4_t4.quant.grid_compare`."""
     pub = GRID_26B_Q_PROJ
     rows: list[dict[str, object]] = [
         {"build": f"published: {pub.model} {pub.tensor}, repack", "levels changed %": pub.repack_changed_pct},

@@ -16,6 +16,7 @@ from pydantic import (
     Field,
     GetPydanticSchema,
     ValidationError,
+    ValidationInfo,
     create_model,
     field_validator,
     model_validator,
@@ -137,6 +138,24 @@ class WorkloadSpec(BaseModel):
         given = {k: v for k, v in data.items() if v is not None}
         return cls.derived({**cls.defaults, **given})
 
+    # papermill's forms of every list field (each declared by the workloads that take it), read once here
+    @field_validator("concurrency", "input_lens", "series_lens", "rates", mode="before", check_fields=False)
+    @classmethod
+    def _read_lists(cls, value: object, info: ValidationInfo) -> object:
+        field = str(info.field_name)
+        return as_list(value, float if field == "rates" else int, cls.__name__, field, param_name(cls, field))
+
+    @field_validator("concurrency", "input_lens", check_fields=False)
+    @classmethod
+    def _at_least_one(cls, value: list[int] | None, info: ValidationInfo) -> list[int] | None:
+        if value is not None and not value:
+            raise SpecRefused(f"{info.field_name} is empty", fix="give at least one value, e.g. 1")
+        for v in value or []:
+            if v < 1:
+                what = "input length" if info.field_name == "input_lens" else "concurrency"
+                raise SpecRefused(f"{what} {v} must be at least 1", fix="use e.g. --concurrency 1,8")
+        return value
+
     @classmethod
     def derived(cls, data: Values) -> Values:
         """Defaults that follow from other fields (a prefix is 3/4 of the prompt)."""
@@ -211,16 +230,6 @@ def param_name(cls: type[WorkloadSpec], field: str) -> str:
 class Streams(WorkloadSpec):
     concurrency: list[int] | None = Field(None, description="closed-loop streams per cell, e.g. 1,2,4,8,16")
 
-    @field_validator("concurrency", mode="before")
-    @classmethod
-    def _read_streams(cls, value: object) -> object:
-        return as_list(value, int, cls.__name__, "concurrency", param_name(cls, "concurrency"))
-
-    @field_validator("concurrency")
-    @classmethod
-    def _positive_streams(cls, value: list[int] | None) -> list[int] | None:
-        return at_least_one(value, "concurrency", "concurrency")
-
 
 class PromptLen(WorkloadSpec):
     input_len: int | None = Field(None, description="prompt tokens")
@@ -238,16 +247,6 @@ class Arrivals(WorkloadSpec):
         if value < 1:
             raise SpecRefused("max_in_flight must be at least 1", fix="use e.g. --max-in-flight 64")
         return value
-
-
-def at_least_one(value: list[int] | None, field: str, what: str) -> list[int] | None:
-    if value is not None:
-        if not value:
-            raise SpecRefused(f"{field} is empty", fix="give at least one value, e.g. 1")
-        for v in value:
-            if v < 1:
-                raise SpecRefused(f"{what} {v} must be at least 1", fix="use e.g. --concurrency 1,8")
-    return value
 
 
 # ---------------------------------------------------------------- choosing a spec

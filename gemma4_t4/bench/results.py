@@ -27,7 +27,6 @@ from gemma4_t4.bench.schemas import (
     SCHEMA,
     Answer,
     CellSummary,
-    LatencyStats,
     RequestRecord,
     RunInfo,
     RunReport,
@@ -43,21 +42,16 @@ from gemma4_t4.foundation.table import Displayable
 RUN_FILE, RECORDS_FILE, SUMMARY_FILE, CSV_FILE = "run.json", "records.jsonl", "summary.json", "summary.csv"
 # the plots `bench plot` writes next to the results (plots.plot_run): --overwrite replaces these too
 PLOT_FILES = (
-    "throughput_vs_concurrency.png",
-    "ttft_vs_offered_rate.png",
-    "ttft_vs_input_len.png",
-    "prefix_cache.png",
+    "throughput_vs_concurrency.png", "ttft_vs_offered_rate.png", "ttft_vs_input_len.png", "prefix_cache.png",
     "roofline.png",
 )
 BENCH_FILES = (RUN_FILE, RECORDS_FILE, SUMMARY_FILE, CSV_FILE, *PLOT_FILES, safepaths.MARKER_NAME)
 
 
 def check_out_dir(out_dir: str | os.PathLike, overwrite: bool) -> Path:
-    """Refuse an ``--out`` that would mix a run with other files, before anything is measured:
-    a missing or empty folder is used as is; one holding anything (``.`` included) needs
-    ``--overwrite``, and even then only a folder the bench wrote (its ownership marker, or the
-    results files of a run made before the marker) is reused, and only the bench's own files in it
-    are replaced (:data:`BENCH_FILES`; anything else there stays)."""
+    """Refuse an ``--out`` that would mix a run with other files, before anything is measured: a
+    non-empty folder needs ``--overwrite`` and must be one the bench wrote (its marker, or older
+    results files); only :data:`BENCH_FILES` are replaced there."""
     path = Path(out_dir)
     if path.is_symlink() or (path.exists() and not path.is_dir()):
         raise Gemma4T4Error(
@@ -79,42 +73,28 @@ def check_out_dir(out_dir: str | os.PathLike, overwrite: bool) -> Path:
             fix="choose a new --out directory",
         )
     return path
+
+
 LATENCY_KEYS = ("ttft_ms", "ttft_first_chunk_ms", "tpot_ms", "itl_ms", "e2el_ms", "per_stream_tok_s")
 CSV_STATS = ("mean", "median", "p90", "p99", "ci_low", "ci_high")
 CSV_SCALARS = (
-    "cell",
-    "workload",
-    "variant",
-    "concurrency",
-    "offered_rate_rps",
-    "input_len",
-    "output_len",
-    "num_prompts",
-    "completed",
-    "failed",
-    "queueing",
-    "output_throughput_tok_s",
-    "request_throughput_req_s",
-    "tokens_per_chunk",
-    "prefix_cache_hit_rate",
-    "partial",
+    "cell", "workload", "variant", "concurrency", "offered_rate_rps", "input_len", "output_len",
+    "num_prompts", "completed", "failed", "queueing", "output_throughput_tok_s", "request_throughput_req_s",
+    "tokens_per_chunk", "prefix_cache_hit_rate", "partial",
 )
 
 
 def cells_to_csv(cells: Sequence[CellSummary]) -> str:
-    header = list(CSV_SCALARS) + [f"{k}_{s}" for k in LATENCY_KEYS for s in CSV_STATS]
     buffer = io.StringIO()
     writer = csv.writer(buffer)
-    writer.writerow(header)
+    writer.writerow(list(CSV_SCALARS) + [f"{k}_{s}" for k in LATENCY_KEYS for s in CSV_STATS])
     for cell in cells:
         nested = {
             "prefix_cache_hit_rate": cell.prefix_cache.hit_rate,
             "offered_rate_rps": cell.open_loop.offered_rate_rps if cell.open_loop else None,
         }
         row = [nested[k] if k in nested else getattr(cell, k) for k in CSV_SCALARS]
-        for key in LATENCY_KEYS:
-            stats: LatencyStats = getattr(cell, key)
-            row += [getattr(stats, s) for s in CSV_STATS]
+        row += [getattr(getattr(cell, key), s) for key in LATENCY_KEYS for s in CSV_STATS]
         writer.writerow(["" if v is None else v for v in row])
     return buffer.getvalue()
 
@@ -140,17 +120,15 @@ class ResultsWriter:
         self._records = open(self.dir / RECORDS_FILE, "a", buffering=1)  # noqa: SIM115 - closed in close()
 
     def add_record(self, cell: str, phase: str, record: RequestRecord) -> None:
-        data = record.model_dump(mode="json")
-        self._records.write(json.dumps({"cell": cell, "phase": phase} | data) + "\n")
+        line = {"cell": cell, "phase": phase} | record.model_dump(mode="json")
+        self._records.write(json.dumps(line) + "\n")
 
     def add_cell(self, summary: CellSummary) -> None:
         self.cells = [c for c in self.cells if c.cell != summary.cell] + [summary]
         self._write_summary()
 
     def _write_summary(self) -> None:
-        summary = SummaryFile(run=self.run_info.digest(), cells=self.cells)
-        atomic_write_json(self.dir / SUMMARY_FILE, summary.to_json())
-        atomic_write_text(self.dir / CSV_FILE, cells_to_csv(self.cells))
+        write_summary(self.dir, self.run_info, self.cells)
 
     def update_run(self, **fields: Any) -> None:
         self.run_info = RunInfo.model_validate(self.run_info.to_json() | fields)
@@ -166,8 +144,9 @@ class ResultsWriter:
         return BenchRun(dir=self.dir, run=self.run_info, cells=list(self.cells))
 
 
-def _median(stats: LatencyStats | None) -> float | None:
-    return stats.median if stats is not None else None
+def write_summary(path: Path, run: RunInfo, cells: list[CellSummary]) -> None:
+    atomic_write_json(path / SUMMARY_FILE, SummaryFile(run=run.digest(), cells=cells).to_json())
+    atomic_write_text(path / CSV_FILE, cells_to_csv(cells))
 
 
 class TableRow(BaseModel):
@@ -193,9 +172,8 @@ class TableRow(BaseModel):
 
 @dataclass
 class DecodeSpeed:
-    """What a decode run measured, per concurrency. ``per_stream`` is ``None`` (and ``not_measured``
-    says why) where the server delivered each answer in one flush (vLLM's CPU build): the figures
-    that are real there are the output tok/s over the run and the end-to-end latency."""
+    """What a decode run measured, per concurrency; no ``per_stream`` (``not_measured`` says why)
+    where the server delivered each answer in one flush (vLLM's CPU build)."""
 
     per_stream: dict[int, float | None] | None  # median per-stream decode tok/s
     output_tok_s: dict[int, float | None]  # all streams, over the cell's window
@@ -218,18 +196,15 @@ class BenchRun(Displayable, BaseModel):
     cells: list[CellSummary] = Field(default_factory=list, description="summary.json's cells, in run order")
     _records: list[StoredRecord] | None = PrivateAttr(default=None)
 
-    # ------------------------------------------------------------ files
-
     @classmethod
     def load(cls, out_dir: str | os.PathLike) -> BenchRun:
         path = Path(out_dir)
-        summary_path = path / SUMMARY_FILE
+        summary_path, run_path = path / SUMMARY_FILE, path / RUN_FILE
         if not summary_path.is_file():
             raise Gemma4T4Error(
                 f"{path} holds no {SUMMARY_FILE}", fix="pass a directory written by gemma4-t4 bench run"
             )
         summary: SummaryFile = parse_file(SummaryFile, summary_path.read_text(), str(summary_path))
-        run_path = path / RUN_FILE
         if run_path.is_file():
             run = parse_file(RunInfo, run_path.read_text(), str(run_path))
         else:
@@ -241,11 +216,8 @@ class BenchRun(Displayable, BaseModel):
         path = Path(out_dir) if out_dir is not None else self.dir
         path.mkdir(parents=True, exist_ok=True)
         atomic_write_json(path / RUN_FILE, self.run.to_json())
-        atomic_write_json(path / SUMMARY_FILE, SummaryFile(run=self.run.digest(), cells=self.cells).to_json())
-        atomic_write_text(path / CSV_FILE, cells_to_csv(self.cells))
+        write_summary(path, self.run, self.cells)
         return path
-
-    # ------------------------------------------------------------ records
 
     @property
     def records(self) -> list[StoredRecord]:
@@ -255,8 +227,6 @@ class BenchRun(Displayable, BaseModel):
 
     def measured(self, cell: str) -> list[StoredRecord]:
         return [r for r in self.records if r.cell == cell and r.phase == "measure"]
-
-    # ------------------------------------------------------------ accessors
 
     @property
     def failed(self) -> int:
@@ -346,22 +316,17 @@ class BenchRun(Displayable, BaseModel):
             not_measured=why,
         )
 
+    def _decode_medians(self, key: str) -> dict[int, float | None]:
+        decode = [c for c in self.cells if c.workload == "decode" and c.concurrency is not None]
+        return {c.concurrency: getattr(c, key).median for c in decode}
+
     def per_stream_by_concurrency(self) -> dict[int, float | None]:
-        """Median per-stream decode tok/s for each concurrency of a decode run (None for a cell
-        whose answers came in one flush: see :attr:`decode_not_measured`)."""
-        return {
-            c.concurrency: _median(c.per_stream_tok_s)
-            for c in self.cells
-            if c.workload == "decode" and c.concurrency is not None
-        }
+        """Median per-stream decode tok/s per concurrency (None: answers came in one flush)."""
+        return self._decode_medians("per_stream_tok_s")
 
     def e2el_by_concurrency(self) -> dict[int, float | None]:
-        """Median end-to-end latency (ms) for each concurrency of a decode run."""
-        return {
-            c.concurrency: _median(c.e2el_ms)
-            for c in self.cells
-            if c.workload == "decode" and c.concurrency is not None
-        }
+        """Median end-to-end latency (ms) per concurrency of a decode run."""
+        return self._decode_medians("e2el_ms")
 
     def throughput_by_concurrency(self) -> dict[int, float | None]:
         """Aggregate output tok/s (all streams) for each concurrency."""
@@ -373,7 +338,7 @@ class BenchRun(Displayable, BaseModel):
 
     def ttft_by_input_len(self) -> dict[int, float | None]:
         """Median TTFT (ms) for each input length of a ttft run."""
-        return {c.input_len: _median(c.ttft_ms) for c in self.cells if c.workload == "ttft" and c.input_len}
+        return {c.input_len: c.ttft_ms.median for c in self.cells if c.workload == "ttft" and c.input_len}
 
     def prefix_hit_rate(self) -> float | None:
         """The shared-prefix cell's measured hit rate (None if the server exposes no counters)."""
@@ -395,31 +360,19 @@ class BenchRun(Displayable, BaseModel):
 
     def rows(self) -> list[TableRow]:
         """One display row per measured cell."""
-        out = []
-        for c in self.cells:
-            load = (
-                c.concurrency
-                if c.concurrency is not None
-                else f"{c.open_loop.offered_rate_rps if c.open_loop else None} req/s"
+        return [
+            TableRow(
+                workload=c.workload, variant=c.variant, input_tokens=c.input_len, output_tokens=c.output_len,
+                concurrency=c.concurrency if c.concurrency is not None
+                else f"{c.open_loop.offered_rate_rps if c.open_loop else None} req/s",
+                ok=c.completed, failed=c.failed, ttft_ms_median=c.ttft_ms.median,
+                e2el_ms_median=c.e2el_ms.median,
+                tpot_ms_median=c.buffered.reason if c.buffered else c.tpot_ms.median,
+                per_stream_tok_s_median=c.buffered.reason if c.buffered else c.per_stream_tok_s.median,
+                output_tok_s=c.output_throughput_tok_s, prefix_cache_hit_rate=c.prefix_cache.hit_rate,
             )
-            out.append(
-                TableRow(
-                    workload=c.workload,
-                    variant=c.variant,
-                    concurrency=load,
-                    input_tokens=c.input_len,
-                    output_tokens=c.output_len,
-                    ok=c.completed,
-                    failed=c.failed,
-                    ttft_ms_median=c.ttft_ms.median,
-                    tpot_ms_median=c.buffered.reason if c.buffered else c.tpot_ms.median,
-                    per_stream_tok_s_median=c.buffered.reason if c.buffered else c.per_stream_tok_s.median,
-                    e2el_ms_median=c.e2el_ms.median,
-                    output_tok_s=c.output_throughput_tok_s,
-                    prefix_cache_hit_rate=c.prefix_cache.hit_rate,
-                )
-            )
-        return out
+            for c in self.cells
+        ]
 
     def table(self) -> str:
         table = format_cells(self.cells)
@@ -429,29 +382,19 @@ class BenchRun(Displayable, BaseModel):
 
     def report(self) -> RunReport:
         return RunReport(
-            status=self.status,
-            out_dir=str(self.dir),
-            failed=self.failed,
-            table=self.table(),
-            cells=self.cells,
-            run=self.run,
+            status=self.status, out_dir=str(self.dir), failed=self.failed, table=self.table(),
+            cells=self.cells, run=self.run,
         )
 
 
 def read_records(path: Path) -> list[StoredRecord]:
     """Records, skipping a torn last line left by a hard kill."""
     out: list[StoredRecord] = []
-    if not path.exists():
-        return out
-    with open(path) as handle:
-        for line in handle:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                out.append(StoredRecord.model_validate_json(line))
-            except ValueError:  # a torn line (pydantic's ValidationError is a ValueError)
-                continue
+    for line in path.read_text().splitlines() if path.exists() else []:
+        try:
+            out.append(StoredRecord.model_validate_json(line))
+        except ValueError:  # a torn or blank line (pydantic's ValidationError is a ValueError)
+            continue
     return out
 
 
@@ -484,13 +427,8 @@ def format_cells(cells: Sequence[CellSummary]) -> str:
         spec = c.spec_decode
         if spec is not None and spec.acceptance_rate is not None and spec.mean_accepted_length is not None:
             flags += f" [drafts accepted {spec.acceptance_rate:.0%}, mean accepted length {spec.mean_accepted_length:.2f}]"
-        load = (
-            c.concurrency
-            if c.concurrency is not None
-            else f"{c.open_loop.offered_rate_rps:g}/s"
-            if c.open_loop
-            else "-"
-        )
+        rate = f"{c.open_loop.offered_rate_rps:g}/s" if c.open_loop else "-"
+        load = c.concurrency if c.concurrency is not None else rate
         lines.append(
             f"{c.cell[:44]:<44} {load:>3} {_fmt(c.input_len):>5} "
             f"{_fmt(c.output_len):>4} {f'{c.completed}/{c.failed}':>8} "

@@ -70,11 +70,6 @@ class RequestRecord(BenchModel):
     streamed: bool | None = Field(None, description="False when the backend could not stream (no TTFT/TPOT)")
     attempts: int | None = Field(None, description="SageMaker: invocations made (throttling is retried)")
 
-    @property
-    def send_lag_s(self) -> float | None:
-        """How late the request left against its schedule (the in-flight cap was full)."""
-        return None if self.scheduled_s is None else self.send_s - self.scheduled_s
-
     def to_dict(self) -> dict:
         return self.model_dump(exclude={"cell", "phase"})
 

@@ -1,21 +1,13 @@
 """What to measure: one class per workload, registered with :func:`workload`, and :func:`run`.
 
-A workload class holds everything about its workload in one place: its fields (the shared ones
-declared once, in :class:`WorkloadSpec` and the mixins below), the value each field takes when it
-is left out (``defaults``) and per venue (``venues``: t4, cpu, sagemaker — what the notebooks'
-parameters and ``params/*.yaml`` read), its rules (validators on the class) and how it builds its
-cells (``cells``; ``follow`` and ``finish`` where a workload adds cells or figures as it runs).
-The CLI's ``bench run`` flags and the MCP tool ``run_benchmark``'s schema are generated from the
-registry, so a new workload is one decorated class::
+A workload class holds all of its workload: its fields (shared ones declared once, in
+:mod:`gemma4_t4.bench.registry`), ``defaults`` and per-venue values (``venues``: what the notebooks'
+parameters and ``params/*.yaml`` read), its rules (validators) and how it builds its cells (``cells``;
+``follow``/``finish`` where it adds cells or figures as it runs). The CLI's ``bench run`` flags and the
+MCP tool's schema are generated from the registry, so a new workload is one decorated class.
 
-    @workload("decode")
-    class DecodeSpec(Streams, PromptLen, WorkloadSpec):
-        defaults: ClassVar[Values] = {"concurrency": [1, 2, 4, 8, 16], "input_len": 512, "output_len": 128}
-        def cells(self, run, factory): ...
-
-A spec says *what*; the thing it runs on says *where* (anything with the :class:`Served`
-attributes: :class:`gemma4_t4.serving.endpoint.Endpoint`, a SageMaker endpoint). A spec is refused when
-it is made, so a notebook or a SageMaker experiment checks every spec before it serves or bills::
+A spec says *what*; a :class:`Served` (an endpoint) says *where*. A spec is refused when it is made,
+so a notebook or a SageMaker experiment checks every spec before it serves or bills::
 
     decode = DecodeSpec(concurrency=[1, 8], input_len=512, output_len=128)   # refused here if wrong
     with nb.endpoint(TARGET, model, work_dir) as endpoint:
@@ -43,10 +35,7 @@ from gemma4_t4.bench.registry import (
     Streams,
     Values,
     WorkloadSpec,
-    as_list,
-    at_least_one,
     notebook_params,
-    param_name,
     spec_error,
     spec_for,
     spec_from_options,
@@ -81,7 +70,6 @@ class Served(Protocol):
 
     @property
     def max_num_seqs(self) -> int | None: ...
-
 
 
 # ---------------------------------------------------------------- the workloads
@@ -122,11 +110,6 @@ class OpenLoopSpec(Arrivals, PromptLen, WorkloadSpec):
         description="decode: open-loop cells at these offered requests/s instead, e.g. 0.5,1,2",
         json_schema_extra=cli(flag="--rate", metavar="REQ_PER_S"),
     )
-
-    @field_validator("rates", mode="before")
-    @classmethod
-    def _read_rates(cls, value: object) -> object:
-        return as_list(value, float, cls.__name__, "rates", "RATES")
 
     @field_validator("rates")
     @classmethod
@@ -218,11 +201,6 @@ class SeriesDecodeSpec(PromptLen, WorkloadSpec):
         json_schema_extra=cli(metavar="SHORT,LONG"),
     )
 
-    @field_validator("series_lens", mode="before")
-    @classmethod
-    def _read_lens(cls, value: object) -> object:
-        return as_list(value, int, cls.__name__, "series_lens", "SERIES_LENS")
-
     @field_validator("series_lens")
     @classmethod
     def _short_then_long(cls, value: list[int]) -> list[int]:
@@ -265,16 +243,6 @@ class TTFTSpec(WorkloadSpec):
     }
     params: ClassVar[dict[str, str]] = {"TTFT_INPUT_LENS": "input_lens"}
     input_lens: list[int] | None = Field(None, description="ttft: prompt lengths (default 256,...,4096)")
-
-    @field_validator("input_lens", mode="before")
-    @classmethod
-    def _read_lens(cls, value: object) -> object:
-        return as_list(value, int, cls.__name__, "input_lens", param_name(cls, "input_lens"))
-
-    @field_validator("input_lens")
-    @classmethod
-    def _positive_lens(cls, value: list[int] | None) -> list[int] | None:
-        return at_least_one(value, "input_lens", "input length")
 
     def prompt_lens(self) -> list[int]:
         return list(self.input_lens)

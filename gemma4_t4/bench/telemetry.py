@@ -117,10 +117,7 @@ def prefix_cache_delta(before: MetricsSnapshot | None, after: MetricsSnapshot | 
         return PrefixCache(source="not exposed")
     queries, hits = q1 - q0, h1 - h0
     return PrefixCache(
-        queries=queries,
-        hits=hits,
-        hit_rate=(hits / queries) if queries else None,
-        source="/metrics",
+        queries=queries, hits=hits, hit_rate=(hits / queries) if queries else None, source="/metrics",
         prefix_caching_enabled=cache_config(after).get("enable_prefix_caching"),
     )
 
@@ -144,13 +141,10 @@ def spec_decode_delta(before: MetricsSnapshot | None, after: MetricsSnapshot | N
         for pos in sorted(positions, key=lambda p: int(p) if p.isdigit() else 0)
     ]
     return SpecDecode(
-        drafts=drafts,
-        draft_tokens=draft_tokens,
-        accepted_tokens=accepted,
+        drafts=drafts, draft_tokens=draft_tokens, accepted_tokens=accepted, source="/metrics",
         acceptance_rate=accepted / draft_tokens if draft_tokens else None,
         mean_accepted_length=1.0 + accepted / drafts if drafts else None,
         per_position_acceptance=per_position if drafts else [],
-        source="/metrics",
     )
 
 
@@ -160,12 +154,8 @@ def cache_config(snapshot: MetricsSnapshot | None) -> dict[str, str]:
         return {}
     labels = snapshot.info.get("vllm:cache_config_info") or {}
     keep = (
-        "enable_prefix_caching",
-        "block_size",
-        "cache_dtype",
-        "kv_cache_size_tokens",
-        "kv_cache_max_concurrency",
-        "gpu_memory_utilization",
+        "enable_prefix_caching", "block_size", "cache_dtype", "kv_cache_size_tokens",
+        "kv_cache_max_concurrency", "gpu_memory_utilization",
     )
     return {k: labels[k] for k in keep if k in labels}
 
@@ -212,9 +202,8 @@ def check_reachable(base_url: str, model: str | None = None, api_key: str | None
             fix=f"use --model {ids[0]}",
         )
     entry = next((m for m in models if m.get("id") == model), models[0])
-    return ServerInfo(
-        models=ids, max_model_len=entry.get("max_model_len"), root=entry.get("root"), backend="openai-http"
-    )
+    length = entry.get("max_model_len")
+    return ServerInfo(models=ids, max_model_len=length, root=entry.get("root"), backend="openai-http")
 
 
 def server_version(base_url: str, api_key: str | None = None) -> str | None:
@@ -259,7 +248,7 @@ class EnvironmentRecord(TypedDict):
 
 
 def gpu_inventory() -> list[GPURecord]:
-    """GPUs on this machine, from the one nvidia-smi probe (``smi``, which the host model uses too) (empty where there is none)."""
+    """GPUs on this machine (none: empty), from the nvidia-smi probe the host model uses too."""
     _, gpus, _ = smi.probe_gpus(smi.HostCommands())
     return [{"name": g.name, "driver": g.driver_version, "memory_mib": g.memory_mib,
              "max_sm_clock_mhz": g.max_sm_clock_mhz, "power_limit_w": g.power_limit_w,
@@ -267,14 +256,9 @@ def gpu_inventory() -> list[GPURecord]:
 
 
 def client_environment() -> dict[str, str | None]:
-    return {
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "gemma4_t4": package_version("gemma4-t4"),
-        "aiohttp": package_version("aiohttp"),
-        "boto3": package_version("boto3"),
-    }
+    versions = {name.replace("-", "_"): package_version(name) for name in ("gemma4-t4", "aiohttp", "boto3")}
+    host = {"python": sys.version.split()[0], "platform": platform.platform(), "machine": platform.machine()}
+    return host | versions
 
 
 def capture_environment(
@@ -285,32 +269,18 @@ def capture_environment(
     return {
         "captured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "client": client_environment(),
-        "server": {
-            "base_url": base_url,
-            "model": model,
-            "version": server_version(base_url, api_key),
-            "cache_config": cache_config(snap),
-            "launch": server_launch,
-        },
+        "server": {"base_url": base_url, "model": model, "version": server_version(base_url, api_key),
+                   "cache_config": cache_config(snap), "launch": server_launch},
         "gpus": gpu_inventory(),
     }
 
 
 SMI_SAMPLE_QUERY = (
-    "clocks.sm",
-    "power.draw",
-    "clocks_throttle_reasons.active",
-    "memory.used",
-    "utilization.gpu",
+    "clocks.sm", "power.draw", "clocks_throttle_reasons.active", "memory.used", "utilization.gpu",
     "temperature.gpu",
 )
 SMI_SAMPLE_KEYS = (
-    "sm_clock_mhz",
-    "power_w",
-    "throttle_reasons",
-    "memory_used_mib",
-    "gpu_util_pct",
-    "temperature_c",
+    "sm_clock_mhz", "power_w", "throttle_reasons", "memory_used_mib", "gpu_util_pct", "temperature_c",
 )
 
 
@@ -363,11 +333,8 @@ class GPUSampler:
                 self._nvml, self.source = pynvml, "nvml"
             except Exception:  # noqa: BLE001 - no driver, no GPU, no package: fall back to nvidia-smi
                 self._nvml = None
-        if (
-            self.source is None
-            and (smi is not _smi_output or shutil.which("nvidia-smi"))
-            and self._smi_sample()
-        ):
+        has_smi = smi is not _smi_output or shutil.which("nvidia-smi")
+        if self.source is None and has_smi and self._smi_sample():
             self.source = "nvidia-smi"
 
     @property
@@ -423,11 +390,7 @@ class GPUSampler:
 
 # NVML clocks-throttle bits that matter on a 70 W T4
 _THROTTLE_BITS = {
-    0x4: "sw_power_cap",
-    0x8: "hw_slowdown",
-    0x20: "sw_thermal",
-    0x40: "hw_thermal",
-    0x80: "hw_power_brake",
+    0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x20: "sw_thermal", 0x40: "hw_thermal", 0x80: "hw_power_brake",
 }
 
 
@@ -442,11 +405,8 @@ def summarize_gpu_samples(samples: list[GPUSample]) -> GPUTelemetry:
     clocks = sorted(s["sm_clock_mhz"] for s in samples)
     power = [s["power_w"] for s in samples]
     return GPUTelemetry(
-        samples=len(samples),
-        sm_clock_mhz_median=clocks[len(clocks) // 2],
-        sm_clock_mhz_min=clocks[0],
-        power_w_mean=sum(power) / len(power),
-        power_w_max=max(power),
+        samples=len(samples), sm_clock_mhz_median=clocks[len(clocks) // 2], sm_clock_mhz_min=clocks[0],
+        power_w_mean=sum(power) / len(power), power_w_max=max(power),
         memory_used_mib_max=max(s["memory_used_mib"] for s in samples),
         throttled_fraction={k: v / len(samples) for k, v in reasons.items()},
     )
@@ -467,13 +427,11 @@ class MetricsSampler:
                 snap = scrape(self.base_url, self.api_key, timeout=self.interval_s * 2)
                 if snap is None:
                     continue
-                self.samples.append(
-                    {
-                        "running": snap.get("vllm:num_requests_running") or 0.0,
-                        "waiting": snap.get("vllm:num_requests_waiting") or 0.0,
-                        "kv_cache_usage": snap.get("vllm:kv_cache_usage_perc") or 0.0,
-                    }
-                )
+                self.samples.append({
+                    "running": snap.get("vllm:num_requests_running") or 0.0,
+                    "waiting": snap.get("vllm:num_requests_waiting") or 0.0,
+                    "kv_cache_usage": snap.get("vllm:kv_cache_usage_perc") or 0.0,
+                })
 
         self._thread = threading.Thread(target=loop, name="metrics-sampler", daemon=True)
         self._thread.start()
@@ -485,9 +443,6 @@ class MetricsSampler:
             self._thread.join(5)
         if not self.samples:
             return ServerLoad()
-        return ServerLoad(
-            samples=len(self.samples),
-            max_running=max(s["running"] for s in self.samples),
-            max_waiting=max(s["waiting"] for s in self.samples),
-            max_kv_cache_usage=max(s["kv_cache_usage"] for s in self.samples),
-        )
+        top = {key: max(s[key] for s in self.samples) for key in ("running", "waiting", "kv_cache_usage")}
+        return ServerLoad(samples=len(self.samples), max_running=top["running"], max_waiting=top["waiting"],
+                          max_kv_cache_usage=top["kv_cache_usage"])

@@ -1,11 +1,9 @@
-"""The benchmark: its arguments (:class:`BenchArgs`: the run's options and a workload spec from
-:mod:`gemma4_t4.bench.specs`, whose class builds its cells) and the run loop.
+"""The benchmark: its arguments (:class:`BenchArgs`: run options and a workload spec) and the run loop.
 
-Every cell: warm-up with its own prompts (never the measured ones) → ``/metrics`` scrape →
-measured run (records streamed to disk) → scrape → summary with the prefix-cache hit rate
-measured from the scrape delta. Cells above the server's ``max_num_seqs`` are labelled as
-queueing. A workload may add cells after one is measured (the sweep's rates come from the
-measured ends, as guidellm's sweep profile does).
+Every cell: warm-up with its own prompts (never the measured ones) → ``/metrics`` scrape → measured
+run (records streamed to disk) → scrape → summary, the prefix-cache hit rate from the scrape delta.
+Cells above the server's ``max_num_seqs`` are labelled queueing. A workload may add cells after one
+is measured (the sweep's rates come from its measured ends, as guidellm's sweep does).
 """
 
 from __future__ import annotations
@@ -16,6 +14,7 @@ import time
 import uuid
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -50,9 +49,7 @@ from gemma4_t4.foundation.jsonable import JSONValue
 
 
 class BenchArgs(BenchOptions):
-    """One benchmark run: the run-level options declared once in :class:`BenchOptions` and the
-    workload spec it measures (:mod:`gemma4_t4.bench.specs`: the spec holds its own fields and
-    rules), with the run's rules."""
+    """One benchmark run: the run-level options (:class:`BenchOptions`) and the workload spec it measures."""
 
     spec: SerializeAsAny[WorkloadSpec] = Field(description="what to measure: a registered workload")
 
@@ -74,9 +71,8 @@ class BenchArgs(BenchOptions):
     @classmethod
     def _timeout(cls, value: float | None) -> float | None:
         if value is not None and not value > 0:
-            raise Gemma4T4Error(
-                f"--request-timeout {value} must be > 0 seconds", fix="use e.g. --request-timeout 120"
-            )
+            message = f"--request-timeout {value} must be > 0 seconds"
+            raise Gemma4T4Error(message, fix="use e.g. --request-timeout 120")
         return value
 
     @model_validator(mode="after")
@@ -157,11 +153,8 @@ def _check_lengths(args: BenchArgs, max_model_len: int | None) -> None:
 
 
 def run_benchmark(
-    base_url: str | BenchArgs,
-    model: str | None = None,
-    workload: str | None = None,
-    out_dir: str | Path | None = None,
-    **opts: Any,
+    base_url: str | BenchArgs, model: str | None = None, workload: str | None = None,
+    out_dir: str | Path | None = None, **opts: Any,
 ) -> BenchRun:
     """Run one workload against a live server or endpoint; write a results directory and return
     the run (in memory). ``opts`` are :class:`BenchArgs` fields, or pass a ``BenchArgs`` alone.
@@ -181,9 +174,7 @@ def run_benchmark(
     server = backend.check(args.model)
     _check_lengths(args, server.max_model_len)
     environment = backend.environment(args.model, args.server_launch)
-    spec = args.spec
-    factory = None
-    tokenizer_source = None
+    spec, factory, tokenizer_source = args.spec, None, None
     if spec.prompts:
         tok = backend.tokenizer(args.model, args.tokenizer)
         tokenizer_source = tok.source
@@ -221,26 +212,14 @@ def _open_writer(
     tokenizer_source: str | None,
 ) -> ResultsWriter:
     """The results folder, with run.json saying what is measured, where, and with which prompts."""
-    spec = args.spec
-    return ResultsWriter(
-        out,
-        RunInfo(
-            run_id=uuid.uuid4().hex[:12],
-            workload=args.workload,
-            model=args.model,
-            base_url=args.base_url,
-            label=args.label,
-            started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            config=args.record(),
-            prompts=PromptInfo(
-                seed=spec.seed, nonce=factory.nonce if factory else None, tokenizer=tokenizer_source
-            ),
-            server=server,
-            environment=secrets.mask(environment),
-            definitions="docs/benchmarks.md#metric-definitions",
-        ),
-        overwrite=args.overwrite,
+    nonce = factory.nonce if factory else None
+    info = RunInfo(
+        run_id=uuid.uuid4().hex[:12], workload=args.workload, model=args.model, base_url=args.base_url,
+        label=args.label, started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), config=args.record(),
+        prompts=PromptInfo(seed=args.spec.seed, nonce=nonce, tokenizer=tokenizer_source), server=server,
+        environment=secrets.mask(environment), definitions="docs/benchmarks.md#metric-definitions",
     )
+    return ResultsWriter(out, info, overwrite=args.overwrite)
 
 
 def _run_cells(
@@ -292,16 +271,9 @@ def _run_cell(
     interrupted = False
     try:
         if cell.warmup_specs:
-            _run_async(
-                lambda: _measure(
-                    args,
-                    backend,
-                    cell.warmup_specs,
-                    min(cell.concurrency, len(cell.warmup_specs)),
-                    lambda r: writer.add_record(cell.cell, "warmup", r),
-                    None,
-                )
-            )
+            keep_warm = partial(writer.add_record, cell.cell, "warmup")
+            streams = min(cell.concurrency, len(cell.warmup_specs))
+            _run_async(lambda: _measure(args, backend, cell.warmup_specs, streams, keep_warm, None))
         before = backend.scrape()
         make_sampler = getattr(backend, "sampler", None)
         sampler = make_sampler() if (args.sample_metrics and make_sampler) else None
@@ -322,48 +294,23 @@ def _run_cell(
         interrupted = True
         raise
     finally:
-        summary = _summarize_cell(
-            args,
-            cell,
-            measured,
-            before,
-            after,
-            load,
-            gpu,
-            started,
-            partial=interrupted or len(measured) < len(cell.specs),
-        )
+        cut_short = interrupted or len(measured) < len(cell.specs)
+        summary = _summarize_cell(args, cell, measured, before, after, load, gpu, started, partial=cut_short)
         writer.add_cell(summary)
     return summary, measured
 
 
 def _summarize_cell(
-    args: BenchArgs,
-    cell: Cell,
-    measured: list[RequestRecord],
-    before: Any,
-    after: Any,
-    load: ServerLoad,
-    gpu: GPUTelemetry | None,
-    started: float,
-    partial: bool,
+    args: BenchArgs, cell: Cell, measured: list[RequestRecord], before: Any, after: Any, load: ServerLoad,
+    gpu: GPUTelemetry | None, started: float, partial: bool,
 ) -> CellSummary:
-    stats = aggregate(measured)
     summary = CellSummary(
-        cell=cell.cell,
-        workload=cell.workload,
-        variant=cell.variant,
-        api=args.api,
-        concurrency=None if cell.rate else cell.concurrency,
-        input_len=cell.input_len,
-        output_len=cell.output_len,
-        num_prompts=len(cell.specs),
-        warmup_requests=len(cell.warmup_specs),
+        cell=cell.cell, workload=cell.workload, variant=cell.variant, api=args.api,
+        concurrency=None if cell.rate else cell.concurrency, input_len=cell.input_len,
+        output_len=cell.output_len, num_prompts=len(cell.specs), warmup_requests=len(cell.warmup_specs),
         max_num_seqs=args.max_num_seqs,
-        queueing=None if cell.rate else _queueing(cell.concurrency, args.max_num_seqs),
-        partial=partial,
-        started_at=started,
-        **stats.model_dump(),
+        queueing=None if cell.rate else _queueing(cell.concurrency, args.max_num_seqs), partial=partial,
+        started_at=started, **aggregate(measured).model_dump(),
     )
     if cell.rate:
         summary.open_loop = open_loop_stats(measured, cell.rate, cell.arrival, cell.concurrency)
@@ -381,9 +328,8 @@ def _summarize_cell(
     if cell.workload == "answers":
         summary.answers = _answers(measured)
         summary.correct = sum(1 for a in summary.answers if a.correct)
-    summary.derived = derive_cell(
-        summary, args.gpu, args.bytes_per_token, args.price_keys, open_loop=cell.rate is not None
-    )
+    open_loop = cell.rate is not None
+    summary.derived = derive_cell(summary, args.gpu, args.bytes_per_token, args.price_keys, open_loop)
     return summary
 
 
@@ -393,37 +339,20 @@ def _answers(measured: list[RequestRecord]) -> list[Answer]:
         index = int(record.request_id.rsplit("-", 1)[1])
         question, expected = QUESTIONS[index]
         text = record.text or ""
-        out.append(
-            Answer(
-                index=index,
-                question=question,
-                expected=expected,
-                text=text,
-                correct=record.error is None and is_correct(text, expected),
-                error=record.error,
-            )
-        )
+        correct = record.error is None and is_correct(text, expected)
+        out.append(Answer(index=index, question=question, expected=expected, text=text, correct=correct,
+                          error=record.error))
     return sorted(out, key=lambda a: a.index)
 
 
 async def _measure(
-    args: BenchArgs,
-    backend: Backend,
-    specs: list[RequestSpec],
-    concurrency: int,
-    on_record: Callable[[RequestRecord], None],
-    progress_desc: str | None,
-    cell: Cell | None = None,
+    args: BenchArgs, backend: Backend, specs: list[RequestSpec], concurrency: int,
+    on_record: Callable[[RequestRecord], None], progress_desc: str | None, cell: Cell | None = None,
 ) -> None:
     from tqdm.auto import tqdm
 
-    bar = tqdm(
-        total=len(specs),
-        desc=progress_desc,
-        unit="req",
-        leave=True,
-        disable=not (args.progress and progress_desc),
-    )
+    hide = not (args.progress and progress_desc)
+    bar = tqdm(total=len(specs), desc=progress_desc, unit="req", leave=True, disable=hide)
     failed = 0
 
     def record(r: RequestRecord) -> None:
@@ -446,12 +375,5 @@ async def _measure(
 
 
 __all__ = [
-    "ARRIVALS",
-    "METHODS",
-    "REGISTRY",
-    "BenchArgs",
-    "Cell",
-    "ServerInfo",
-    "build_args",
-    "run_benchmark",
-]
+    "ARRIVALS", "METHODS", "REGISTRY", "BenchArgs", "Cell", "ServerInfo", "build_args", "run_benchmark",
+]  # fmt: skip
