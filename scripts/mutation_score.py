@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -189,6 +190,11 @@ def mutated_line(source_lines: list[str], def_line: int, diff: str) -> int:
 def worker(key: str, jobs: int, out: Path, only: list[str] | None = None) -> int:
     """Runs in its own process (mutmut keeps its configuration and results in module globals)."""
     target = MODULES[key]
+    # mutmut forks each mutant's test run from a process that has already run numba's parallel
+    # kernels (quant.grid's tests); numba's default GNU OpenMP pool then raises SIGTERM in the fork
+    # ("fork() called from a process already using GNU OpenMP"), which mutmut can only call
+    # "suspicious". The workqueue layer resets itself after a fork.
+    os.environ.setdefault("NUMBA_THREADING_LAYER", "workqueue")
     from mutmut import configuration
 
     config = configuration.config()
