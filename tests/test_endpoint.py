@@ -164,7 +164,11 @@ def test_a_sagemaker_endpoint_is_deleted_when_its_block_ends_and_knows_its_cost(
         (record,) = _records(own_cache)
         assert (record.venue, record.name, record.region) == ("sagemaker", "g4-ep-life", REGION)
         time.sleep(0.05)
-        assert served.cost_usd() > 0
+        # its price times its time up so far, to the second's fraction (seconds up, not a rounded figure)
+        low = served.usd_per_hour * (time.monotonic() - served.started) / 3600
+        cost = served.cost_usd()
+        high = served.usd_per_hour * (time.monotonic() - served.started) / 3600
+        assert 0 < low <= cost <= high
     assert not _live("g4-ep-life") and _records(own_cache) == []
 
 

@@ -330,9 +330,10 @@ class Endpoint:
         return f"{self.gpu_name} (not in the hardware table)" if self.gpu_name else "no GPU"
 
     def cost_usd(self) -> float:
-        """What this endpoint has cost so far: its price per hour times its time up (0 on a CPU)."""
+        """What this endpoint has cost so far: its price per hour times its time up (0 on a CPU).
+        Not rounded: a fraction of a cent is still a cost, and displays round it themselves."""
         end = self._stopped_at if self._stopped_at is not None else time.monotonic()
-        return round(self.usd_per_hour * (end - self.started) / 3600.0, 4)
+        return self.usd_per_hour * (end - self.started) / 3600.0
 
     @property
     def stopped(self) -> bool:
