@@ -39,10 +39,6 @@ class Target:
     tests: tuple[str, ...]
     # None: every function of the module; else the functions (``Class.*`` for a class's methods)
     functions: tuple[str, ...] | None = None
-    # fork each mutant's run from mutmut's clean fork server instead of from the process that ran the
-    # tests once for their stats (mutmut's "forkserver" isolation): for tests whose run leaves
-    # native thread pools (numba, torch's OpenMP) that do not survive a fork
-    forkserver: bool = False
 
 
 # module key -> the module, its fast test files, and the part of it in scope
@@ -96,7 +92,6 @@ MODULES: dict[str, Target] = {
     "quant.grid": Target(
         "gemma4_t4/quant/grid.py",
         ("tests/test_quant_repack.py", "tests/test_quant_verdicts.py", "tests/test_quant_io.py"),
-        forkserver=True,
     ),
     "secrets": Target("gemma4_t4/foundation/secrets.py", ("tests/test_secrets_rule.py",)),
     "gate": Target(
@@ -208,8 +203,6 @@ def worker(key: str, jobs: int, out: Path, only: list[str] | None = None) -> int
     # the image build that test_sagemaker_ownership.py runs bundles the source tree and refuses one
     # without README.md and docker/: the copy in mutants/ gets them too
     config.also_copy = [*config.also_copy, Path("README.md"), Path("docker")]
-    if target.forkserver:
-        config.process_isolation = configuration.ProcessIsolation.FORKSERVER
 
     from mutmut.__main__ import cli
     from mutmut.mutation.data import SourceFileMutationData
