@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 TARGET ?= auto
 PYTEST_ARGS ?=
 # pytest-xdist workers; each takes whole test files (so a file's module fixtures stay on one worker),
-# in the order tests/conftest.py sets: the longest files first
+# in the order tests/conftest.py sets: the notebook and vLLM files first
 PYTEST_WORKERS ?= 2
 PYTEST_XDIST := -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 # `make mutation MUTATION_ARGS="turing.smem setup.plan --jobs 4"`: module keys and options of scripts/mutation_score.py

