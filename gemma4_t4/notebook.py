@@ -630,7 +630,8 @@ def t4_vs_l4(served: Endpoint, specs: Mapping[str, WorkloadSpec], runs_dir: str 
 
 def drafter_on_off(served: Endpoint, draft: str, out_dir: str | Path) -> Any:
     """Speculative decoding with ``draft`` off, then on, on a local server like ``served``; ``None`` where
-    it cannot restart (SageMaker)."""
+    it cannot restart (SageMaker). ``served``, running without a drafter, is the off side; it is
+    stopped before the drafter's launch."""
     if not served.can_restart:
         print(f"not run on {served.venue}: a drafter comparison restarts the server twice (on SageMaker: "
               "two more billed deploys)")
@@ -639,7 +640,7 @@ def drafter_on_off(served: Endpoint, draft: str, out_dir: str | Path) -> Any:
     from gemma4_t4.studies.drafter_bench import drafter_on_off as compare
 
     return compare(served.server.config, draft, out_dir, start=start_owned_server,
-                   tokenizer=served.tokenizer or served.server.config.model)
+                   tokenizer=served.tokenizer or served.server.config.model, running=served)
 
 
 def ttft_route_on_off(served: Endpoint, runtime: RuntimeInfo, spec: WorkloadSpec, out_dir: str | Path) -> Any:

@@ -71,3 +71,49 @@ def test_a_mismatched_drafter_is_refused_before_any_launch(tiny_model_dir, tmp_p
         drafter_on_off(_config(tiny_model_dir), str(tiny_model_dir), tmp_path,  # a target, not an assistant
                        start=lambda cfg: started.append(cfg))
     assert started == []
+
+
+class RunningEndpoint:
+    """Stands in for notebook 4's Endpoint: already serving, with ``url`` and ``stop()``; records when
+    it was stopped relative to the launches."""
+
+    def __init__(self, config, started):
+        self.launch = FakeLaunch(config, {False: 0.008, True: 0.004}, [])
+        self.url = self.launch.base_url
+        self.started = started
+        self.launches_before_stop: int | None = None
+
+    def stop(self):
+        if self.launches_before_stop is None:
+            self.launches_before_stop = len(self.started)
+        self.launch.stop()
+
+
+def test_a_running_server_without_a_drafter_is_the_off_side_and_stopped_before_the_drafter_starts(
+    tiny_model_dir, tiny_drafter_dir, tmp_path
+):
+    started = []
+    config = _config(tiny_model_dir).replaced(draft="off")
+    running = RunningEndpoint(config, started)
+    result = drafter_on_off(config, str(tiny_drafter_dir), tmp_path, output_len=8, num_prompts=2,
+                            start=lambda cfg: FakeLaunch(cfg, {False: 0.008, True: 0.004}, started),
+                            tokenizer=str(tiny_model_dir), running=running)
+    assert [s.config.draft for s in started] == [str(tiny_drafter_dir)]  # one launch: the drafter's
+    assert running.launches_before_stop == 0 and running.launch.stopped and started[0].stopped
+    assert result.off.not_measured is None and result.off.tok_s > 0
+    assert result.off.decode.run.base_url == running.url  # measured on the running server
+    assert result.answers.measured and result.answers.total == 20
+
+
+def test_a_running_server_with_a_drafter_is_stopped_first_and_both_sides_launch(
+    tiny_model_dir, tiny_drafter_dir, tmp_path
+):
+    started = []
+    config = _config(tiny_model_dir).replaced(draft=str(tiny_drafter_dir))
+    running = RunningEndpoint(config, started)
+    result = drafter_on_off(config, str(tiny_drafter_dir), tmp_path, output_len=4, num_prompts=2,
+                            start=lambda cfg: FakeLaunch(cfg, {False: 0.008, True: 0.004}, started),
+                            tokenizer=str(tiny_model_dir), running=running)
+    assert running.launches_before_stop == 0  # freed before any launch (one GPU)
+    assert [s.config.draft for s in started] == ["off", str(tiny_drafter_dir)] and all(s.stopped for s in started)
+    assert result.off.decode.run.base_url == started[0].base_url

@@ -15,6 +15,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -132,6 +133,49 @@ def test_each_notebook_wrote_real_results_and_plots(nbval_run, part1_pipeline, n
     assert not bad, f"neither a figure nor the reason there is none: {bad}"
     assert results["target"] == "cpu"
     assert list(out_dir.rglob("*.png")), f"{source.name} saved no plot"
+    SERVED_CHECKS.get(number, lambda _out, _results: None)(out_dir, results)
+
+
+def _served_int4_repack(out_dir: Path, results: dict) -> None:
+    """Part 3 served the linear int4 repack (compressed-tensors) on the real vLLM CPU server and got
+    every fixed question answered, as it served the QAT source: the CPU build's int4 serving path. Where
+    that build has no int4 kernels (AVX2-only) the part says so instead of a count."""
+    from gemma4_t4.bench.results import load_run
+    from gemma4_t4.host import cpuisa
+
+    build = cpuisa.cpu_build()  # the probe the notebook's repack_to_serve reads
+    if build.int4_refused:
+        assert results["identical answers after repack"].startswith(f"not measured: {build.int4_missing}"), results
+        return
+    for label, folder in (("qat", "tiny-gemma4-qat"), ("repack", "repack-linear")):
+        run = load_run(out_dir / f"answers-{label}")
+        assert run.run.status == "complete" and Path(run.run.server.root).name == folder, (label, run.run.server)
+        assert (run.cells[0].completed, run.cells[0].failed) == (20, 0), label
+        assert len(run.answers()) == 20 and all(a.error is None for a in run.answers()), label
+    assert re.fullmatch(r"\d+/20", results["identical answers after repack"]), results
+
+
+def _served_the_tiny_assistant(out_dir: Path, results: dict) -> None:
+    """Part 4's drafter step ran vLLM's speculative decoding with the tiny assistant (MTP) on the real
+    CPU server: the drafter-on answers carry vLLM's own spec-decode counters, consistent with each other;
+    the drafter-off ones have none."""
+    from gemma4_t4.bench.results import load_run
+
+    drafter = out_dir / "drafter"
+    assert load_run(drafter / "answers-off").cells[0].spec_decode is None  # no drafter: no counters
+    on = load_run(drafter / "answers-on")
+    assert (on.cells[0].completed, on.cells[0].failed) == (20, 0)
+    spec = on.cells[0].spec_decode
+    assert spec is not None and spec.source == "/metrics" and spec.drafts > 0, spec
+    per_draft = spec.draft_tokens / spec.drafts  # draft tokens per verification step: a whole number
+    assert per_draft == int(per_draft) >= 1 and len(spec.per_position_acceptance) == per_draft, spec
+    assert 0.0 <= spec.acceptance_rate <= 1.0
+    assert spec.mean_accepted_length == pytest.approx(1 + spec.accepted_tokens / spec.drafts)
+    assert re.fullmatch(r"\d+/20", results["identical answers, drafter on vs off"]), results
+
+
+# what each part served on the real vLLM CPU server, checked from its own records
+SERVED_CHECKS = {"03": _served_int4_repack, "04": _served_the_tiny_assistant}
 
 
 # ---------------------------------------------------------------- the pipeline itself

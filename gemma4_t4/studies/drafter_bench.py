@@ -3,13 +3,15 @@
 Starts the same server without and with a drafter (so it sits above serving and bench), runs
 single-stream decode and the fixed-answer questions against each, and returns both sides with vLLM's
 acceptance and the greedy answers compared n/N. A side whose runs did not complete is "not measured".
+A server already running the same launch without a drafter (the notebook's own) is measured as the
+drafter-off side instead of a fresh launch: one model load fewer (minutes on a T4).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
@@ -100,6 +102,14 @@ def start_server(config: ServerConfig) -> VLLMServer:
     return VLLMServer(config).start()
 
 
+class Running(Protocol):
+    """A server already up (an ``Endpoint``): where it answers, and how it is stopped."""
+
+    url: str
+
+    def stop(self) -> None: ...
+
+
 def drafter_on_off(
     config: ServerConfig,
     draft: str,
@@ -110,11 +120,15 @@ def drafter_on_off(
     num_prompts: int = 8,
     start: Callable[[ServerConfig], Any] = start_server,
     tokenizer: str | None = None,
+    running: Running | None = None,
 ) -> DrafterComparison:
     """Decode at c=1 and the fixed answers with ``draft`` off, then on (``config``'s other settings
     kept; a free port for each). ``start`` launches and waits (the notebook passes its owned start, so
-    a killed kernel's server is stopped by its supervisor). Every server is stopped before this returns,
-    also on Ctrl-C, SIGTERM or SIGHUP. The drafter is checked before anything starts."""
+    a killed kernel's server is stopped by its supervisor). ``running``, a server already up with
+    ``config`` when that launch has no drafter, is measured as the off side instead of a new launch,
+    and stopped before the drafter's side starts (which then has the GPU to itself). Every server is
+    stopped before this returns, also on Ctrl-C, SIGTERM or SIGHUP. The drafter is checked before
+    anything starts."""
     out = Path(out_dir)
     sides: dict[str, DrafterSide] = {}
     plans = (("off", "off"), ("on", draft))
@@ -128,23 +142,30 @@ def drafter_on_off(
     for _, value in plans:
         side_config(value).validate()  # a drafter that does not match the target is refused before any launch
     served = config.resolved_name()
+    reuse = running if running is not None and config.draft == "off" else None
+    if running is not None and reuse is None:
+        running.stop()  # it runs a drafter: both sides launch, and the GPU is freed for them first
     with signals.orderly_stop(redeliver=False):
         for label, value in plans:
             name = "drafter off" if label == "off" else f"drafter on ({value})"
+            if label == "off" and reuse is not None:
+                url, stop = reuse.url, reuse.stop
+            else:
+                try:
+                    server = start(side_config(value))
+                except Exception as exc:  # noqa: BLE001 - a side that did not start is "not measured", and says why
+                    sides[label] = DrafterSide(label=name, draft=value,
+                                               not_measured=f"the server did not start: {str(exc).splitlines()[0]}")
+                    continue
+                url, stop = server.base_url, server.stop
             try:
-                server = start(side_config(value))
-            except Exception as exc:  # noqa: BLE001 - a side that did not start is "not measured", and says why
-                sides[label] = DrafterSide(label=name, draft=value,
-                                           not_measured=f"the server did not start: {str(exc).splitlines()[0]}")
-                continue
-            try:
-                decode = run_benchmark(server.base_url, served, "decode", out / f"decode-{label}", concurrency=[1],
+                decode = run_benchmark(url, served, "decode", out / f"decode-{label}", concurrency=[1],
                                        input_len=input_len, output_len=output_len, num_prompts=num_prompts,
                                        warmup=1, tokenizer=tokenizer, overwrite=True, progress=False)
-                answers = run_benchmark(server.base_url, served, "answers", out / f"answers-{label}",
+                answers = run_benchmark(url, served, "answers", out / f"answers-{label}",
                                         overwrite=True, progress=False)
             finally:
-                server.stop()
+                stop()
             sides[label] = _side(name, value, decode, answers)
     if sides["off"].answers is None or sides["on"].answers is None:
         comparison = AnswerComparison.not_measured(
