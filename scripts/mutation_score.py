@@ -91,7 +91,8 @@ MODULES: dict[str, Target] = {
     ),
     "quant.grid": Target(
         "gemma4_t4/quant/grid.py",
-        ("tests/test_quant_repack.py", "tests/test_quant_verdicts.py", "tests/test_quant_io.py"),
+        ("tests/test_quant_repack.py", "tests/test_quant_verdicts.py", "tests/test_quant_io.py",
+         "tests/test_mutants_quant_grid.py"),
     ),
     "secrets": Target("gemma4_t4/foundation/secrets.py", ("tests/test_secrets_rule.py",)),
     "gate": Target(

@@ -227,12 +227,13 @@ def select_tensors(reader: CheckpointReader, wanted: Sequence[str] | None, group
     return Selection(out, skipped, empty, not_weights)
 
 
-def progress_bar(total: int, enabled: bool, desc: str):
+def progress_bar(total: int, enabled: bool, desc: str, unit: str = "B"):
+    """A tqdm bar over ``total`` bytes (or ``unit``s: no k/M scaling), or ``None`` when not ``enabled``."""
     if not enabled:
         return None
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, unit="B", unit_scale=True, desc=desc, leave=False)
+    return tqdm(total=total, unit=unit, unit_scale=unit == "B", desc=desc, leave=False)
 
 
 # -- grid_compare ----------------------------------------------------------------------------------
@@ -426,7 +427,7 @@ def grid_compare(ref: str, other: str, group_size: int = lattice.DEFAULT_GROUP, 
                                 fix="compare two builds of the same model (names must match)")
         rows_out = []
         empty = [m for m in common if 0 in r_mods[m].shape]
-        bar = progress_bar(len(common), progress, "grid-compare")
+        bar = progress_bar(len(common), progress, "grid-compare", unit="module")
         for m in common:
             if r_mods[m].shape != o_mods[m].shape:
                 raise Gemma4T4Error(f"{m}: shape {r_mods[m].shape} in {ref} but {o_mods[m].shape} in {other}",
