@@ -196,6 +196,12 @@ def worker(key: str, jobs: int, out: Path, only: list[str] | None = None) -> int
     # ("fork() called from a process already using GNU OpenMP"), which mutmut can only call
     # "suspicious". The workqueue layer resets itself after a fork.
     os.environ.setdefault("NUMBA_THREADING_LAYER", "workqueue")
+    # quant.grid's progress-bar tests draw tqdm bars, which start tqdm's monitor thread; it takes
+    # tqdm's lock every few seconds, and a mutant's test run forked while it holds the lock waits for
+    # it forever (seen: a test process idle in futex_wait until mutmut's timeout). Bars draw without it.
+    from tqdm import tqdm
+
+    tqdm.monitor_interval = 0
     from mutmut import configuration
 
     config = configuration.config()

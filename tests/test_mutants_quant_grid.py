@@ -36,7 +36,8 @@ def _damaged() -> np.ndarray:
     w[5, 3] += S / 3  # group (5, 0): one value a third of a level off
     w[30, 40] += S / 7  # group (30, 1)
     w[40, :32] = 0.0  # group (40, 0): all zero (peak level 0)
-    w[45, 50] = np.nan  # group (45, 1): non-finite
+    w[6, 10] = np.nan  # group (6, 0): non-finite, in the first block
+    w[45, 50] = np.nan  # group (45, 1): non-finite, in the last block
     return w
 
 
@@ -50,19 +51,31 @@ def test_a_tensor_read_in_many_row_blocks_reports_what_one_block_reports(tmp_pat
     assert asdict(blocks) == asdict(whole)
     assert whole.shape == [ROWS, COLS] and whole.weights == ROWS * COLS
     assert whole.groups == 96 and type(whole.groups) is int
-    assert (whole.groups_off_grid, whole.non_finite, whole.on_grid) == (3, 1, False)
-    assert whole.off_grid_examples == [[5, 0], [30, 1], [45, 1]]
-    # 92 groups peak at -8 (coarsest level 8), the all-zero group at 0; off-grid groups have no peak
-    assert whole.peak_histogram == {0: 1, 8: 92}
+    assert (whole.groups_off_grid, whole.non_finite, whole.on_grid) == (4, 2, False)
+    assert whole.off_grid_examples == [[5, 0], [6, 0], [30, 1], [45, 1]]
+    # 91 groups peak at -8 (coarsest level 8), the all-zero group at 0; off-grid groups have no peak
+    assert whole.peak_histogram == {0: 1, 8: 91}
     # every value of an on-grid group is reproduced exactly; an off-grid group counts none
-    assert whole.values_bit_identical == dict.fromkeys(whole.values_bit_identical, 93 * 32)
-    assert whole.groups_bit_identical == dict.fromkeys(whole.groups_bit_identical, 93)
-    assert whole.max_deviation_levels == float("inf")  # the NaN group
+    assert whole.values_bit_identical == dict.fromkeys(whole.values_bit_identical, 92 * 32)
+    assert whole.groups_bit_identical == dict.fromkeys(whole.groups_bit_identical, 92)
+    assert whole.max_deviation_levels == float("inf")  # the NaN groups
+
+
+def test_blocks_whose_groups_all_peak_low_add_up(tmp_path):
+    """A block without any group peaking at 7 or 8 still adds to the ten-bucket histogram."""
+    w = (np.random.default_rng(3).integers(-1, 2, (ROWS, COLS)) * S).astype(np.float32)  # levels -1..1
+    w[:, 0] = S  # no all-zero group
+    src = _checkpoint(tmp_path / "src", {"a.weight": w})
+    with open_checkpoint(src) as reader:
+        whole = check_tensor(reader, "a.weight", block_bytes=ROWS * ROW_BYTES)
+        blocks = check_tensor(reader, "a.weight", block_bytes=8 * ROW_BYTES)
+    assert asdict(blocks) == asdict(whole) and whole.on_grid
+    assert max(whole.peak_histogram) < 7 and sum(whole.peak_histogram.values()) == 96
 
 
 def test_the_worst_deviation_is_rounded_to_six_decimals(tmp_path):
     w = _damaged()
-    w[45, 50] = -8 * S  # no NaN: a finite worst deviation
+    w[6, 10] = w[45, 50] = -8 * S  # no NaN: a finite worst deviation
     src = _checkpoint(tmp_path / "src", {"a.weight": w})
     with open_checkpoint(src) as reader:
         t = check_tensor(reader, "a.weight", block_bytes=8 * ROW_BYTES)
@@ -254,6 +267,7 @@ def test_reports_caption_and_table_rows(tmp_path):
     assert report.caption() == f"{other_dir} against {ref_dir}: weights moved to another int4 level"
     assert report.table_rows() == [{"build": str(other_dir), "levels changed %": 0.1953,
                                     "bit-identical %": 99.8047, "weights": 512, "modules": 1}]
+    assert grid.grid_check(str(ref_dir), scale_dtypes=()).caption().endswith("reproduces bit for bit: -")
     checked = grid.grid_check(str(ref_dir))
     assert checked.caption() == (
         f"Grid check of {ref_dir}: 1/1 tensors on the grid, 0 of 16 groups off it, 512 weights; "
