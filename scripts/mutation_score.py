@@ -196,12 +196,16 @@ def worker(key: str, jobs: int, out: Path, only: list[str] | None = None) -> int
     # ("fork() called from a process already using GNU OpenMP"), which mutmut can only call
     # "suspicious". The workqueue layer resets itself after a fork.
     os.environ.setdefault("NUMBA_THREADING_LAYER", "workqueue")
-    # quant.grid's progress-bar tests draw tqdm bars, which start tqdm's monitor thread; it takes
-    # tqdm's lock every few seconds, and a mutant's test run forked while it holds the lock waits for
-    # it forever (seen: a test process idle in futex_wait until mutmut's timeout). Bars draw without it.
+    # quant.grid's progress-bar tests draw tqdm bars. tqdm's default lock is a multiprocessing lock,
+    # one semaphore shared by every process forked from here: a mutant's test run killed while it held
+    # it (mutmut's timeout) leaves every later one waiting forever (seen in gdb: a test process in
+    # SemLock.acquire). A thread lock is each forked process's own; no monitor thread takes it either.
+    import threading
+
     from tqdm import tqdm
 
     tqdm.monitor_interval = 0
+    tqdm.set_lock(threading.RLock())
     from mutmut import configuration
 
     config = configuration.config()
