@@ -10,29 +10,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from safetensors.numpy import save_file
 
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.quant import open_checkpoint
 from gemma4_t4.quant.grid import check_tensor
+from tests.test_quant_verdicts import S, _checkpoint, _on_grid  # S = 2^-7: exact in fp16 and bf16
 
-S = np.float32(2.0**-7)  # exact in fp16 and bf16: a repack reproduces every on-grid value bit for bit
 ROWS, COLS = 48, 64  # 96 groups of 32
 ROW_BYTES = COLS * 4
-
-
-def _checkpoint(folder: Path, tensors: dict[str, np.ndarray]) -> Path:
-    folder.mkdir(parents=True)
-    save_file(tensors, str(folder / "model.safetensors"))
-    (folder / "config.json").write_text('{"model_type": "gemma4_text"}')
-    return folder
 
 
 def _damaged() -> np.ndarray:
     """On the int4 grid (every group peaks at -8) except: two off-grid groups in different row
     blocks, an all-zero group and one NaN, so each figure has something to sum across blocks."""
-    w = (np.random.default_rng(7).integers(-8, 8, (ROWS, COLS)) * S).astype(np.float32)
-    w[:, ::32] = -8 * S
+    w = _on_grid(ROWS, COLS, seed=7)
     w[5, 3] += S / 3  # group (5, 0): one value a third of a level off
     w[30, 40] += S / 7  # group (30, 1)
     w[40, :32] = 0.0  # group (40, 0): all zero (peak level 0)
@@ -83,12 +74,6 @@ def test_the_worst_deviation_is_rounded_to_six_decimals(tmp_path):
 
 
 # -- grid_check: the report's own figures ------------------------------------------------------------
-def _on_grid(rows: int, cols: int, seed: int = 0) -> np.ndarray:
-    w = (np.random.default_rng(seed).integers(-8, 8, (rows, cols)) * S).astype(np.float32)
-    w[:, ::32] = -8 * S
-    return w
-
-
 class _Clock:
     """perf_counter for grid_check: start, then ``elapsed`` seconds later."""
 
