@@ -4,10 +4,15 @@ compared, the speed-up from end-to-end tok/s, and a side whose runs failed shown
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+
 import pytest
 
 from gemma4_t4.bench.fake_server import FakeScript, FakeServer, FakeServerState
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.foundation import signals
 from gemma4_t4.serving.server_config import ServerConfig
 from gemma4_t4.serving.server_state import free_port
 from gemma4_t4.studies.drafter_bench import drafter_on_off
@@ -117,3 +122,23 @@ def test_a_running_server_with_a_drafter_is_stopped_first_and_both_sides_launch(
     assert running.launches_before_stop == 0  # freed before any launch (one GPU)
     assert [s.config.draft for s in started] == ["off", str(tiny_drafter_dir)] and all(s.stopped for s in started)
     assert result.off.decode.run.base_url == started[0].base_url
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_during_the_reused_off_side_stops_the_running_server_and_launches_nothing(
+    tiny_model_dir, tiny_drafter_dir, tmp_path, signum
+):
+    started = []
+    config = _config(tiny_model_dir).replaced(draft="off")
+    running = RunningEndpoint(config, started)
+    running.launch.fake.state.default = FakeScript(ttft_s=0.01, gap_s=0.05)  # ~3 s a request: the signal lands mid-run
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signum))
+    timer.start()
+    try:
+        with pytest.raises(signals.Terminated):
+            drafter_on_off(config, str(tiny_drafter_dir), tmp_path, output_len=64, num_prompts=8,
+                           start=lambda cfg: FakeLaunch(cfg, {False: 0.008, True: 0.004}, started),
+                           tokenizer=str(tiny_model_dir), running=running)
+    finally:
+        timer.cancel()
+    assert running.launch.stopped and started == []
