@@ -408,8 +408,12 @@ def test_open_loop_options_are_checked(fake, tmp_path):
 
 
 def test_sweep_measures_both_ends_then_rates_in_between(tmp_path):
-    """guidellm-style sweep: one at a time, all at once, then open-loop rates between the two."""
-    state = FakeServerState(default=FakeScript(ttft_s=0.05, gap_s=0.01))  # ~0.08 s per 4-token request
+    """guidellm-style sweep: one at a time, all at once, then open-loop rates between the two.
+
+    The sweep refuses when all-at-once is not faster than one-at-a-time, and both ends are wall-clock
+    readings: each request takes ~0.33 s, so one at a time takes ~1.3 s and all four at once ~0.33 s,
+    and only a stall of about a second inside the all-at-once cell could reverse them."""
+    state = FakeServerState(default=FakeScript(ttft_s=0.3, gap_s=0.01))  # ~0.33 s per 4-token request
     with FakeServer(free_port(), state) as server:
         run = run_benchmark(
             server.base_url,
@@ -420,7 +424,7 @@ def test_sweep_measures_both_ends_then_rates_in_between(tmp_path):
             arrival="constant",
             input_len=32,
             output_len=4,
-            num_prompts=8,
+            num_prompts=4,
             progress=False,
         )
     assert run.status == "complete"
@@ -431,12 +435,13 @@ def test_sweep_measures_both_ends_then_rates_in_between(tmp_path):
         "sweep_rate",
     ]
     sync, burst = run.cells[0], run.cells[1]
-    assert (sync.concurrency, burst.concurrency) == (1, 8)
+    assert (sync.concurrency, burst.concurrency) == (1, 4)
     sweep = run.run.sweep
     assert sweep.synchronous_rps == sync.request_throughput_req_s
     assert sweep.synchronous_rps < sweep.rates[0] < sweep.rates[1] < sweep.throughput_rps
     assert [c.open_loop.offered_rate_rps for c in run.cells[2:]] == sweep.rates
-    assert 5 < sweep.synchronous_rps < 14  # 1 / 0.08 s at best, less on a busy machine
+    assert sweep.synchronous_rps < 1 / 0.33  # one at a time: never faster than the scripted request
+    assert [c.num_prompts for c in run.cells] == [4, 4, 4, 4]
 
 
 def test_sweep_rates_and_options():
