@@ -82,6 +82,9 @@ def per_worker(name: str) -> Path:
 
 
 os.environ.setdefault("GEMMA4_T4_CACHE_DIR", str(per_worker("gemma4_t4-cache")))
+# vLLM's cache (what it learnt inspecting the model code; its writes are atomic) is shared by every
+# server the tests start: a fresh one per work dir costs each start ~16 s of importing vLLM again
+os.environ.setdefault("VLLM_CACHE_ROOT", str(CACHE / "vllm-cache"))
 
 
 @pytest.fixture(autouse=True)

@@ -423,7 +423,9 @@ def build_command(config: ServerConfig, python: str | None = None, dtype: str | 
 def build_env(
     config: ServerConfig, base: dict[str, str] | None = None, cpu_env: dict[str, str] | None = None
 ) -> dict[str, str]:
-    """Environment for the server process: offline, no telemetry, caches inside work_dir."""
+    """Environment for the server process: offline, no telemetry, caches inside work_dir (vLLM's own
+    cache where ``VLLM_CACHE_ROOT`` names one: each new cache root costs a start one more import of
+    the model's code, which vLLM then remembers there)."""
     env = dict(os.environ if base is None else base)
     work = Path(config.work_dir).resolve()
     env.update(
@@ -431,7 +433,7 @@ def build_env(
             "HF_HUB_OFFLINE": env.get("HF_HUB_OFFLINE", "1" if Path(config.model).exists() else "0"),
             "VLLM_NO_USAGE_STATS": "1",
             "DO_NOT_TRACK": "1",
-            "VLLM_CACHE_ROOT": str(work / "vllm-cache"),
+            "VLLM_CACHE_ROOT": env.get("VLLM_CACHE_ROOT") or str(work / "vllm-cache"),
             "TORCHINDUCTOR_CACHE_DIR": str(work / "inductor-cache"),
             "TMPDIR": str(server_tmp_dir(work)),
             "PYTHONUNBUFFERED": "1",
