@@ -610,7 +610,7 @@ def t4_vs_l4(served: Endpoint, specs: Mapping[str, WorkloadSpec], runs_dir: str 
              model: str | Path, budget: Budget | None, region: str = "us-east-2", poll_s: float = 15.0) -> Any:
     """On SageMaker, run ``specs`` on an L4 endpoint and return the headline against the T4 runs in
     ``runs_dir``; elsewhere show the published rows alone and return ``None``."""
-    # lazy: the benchmark's client (aiohttp) loads only in a step that measures
+    # lazy: the benchmark runner loads only in a step that measures
     from gemma4_t4.bench.specs import run
 
     if served.venue != "sagemaker":

@@ -1,14 +1,14 @@
 """A cell (one measured condition: its requests and its warm-up requests) and the helpers each
-workload (:mod:`gemma4_t4.bench.specs`) builds its cells with. Light: the request type (and with
-it aiohttp) loads when a run builds its cells, not when the CLI reads the workload classes."""
+workload (:mod:`gemma4_t4.bench.specs`) builds its cells with."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from gemma4_t4.bench.client import RequestSpec
+
 if TYPE_CHECKING:
-    from gemma4_t4.bench.client import RequestSpec
     from gemma4_t4.bench.prompts import Prompt, PromptFactory
 
 
@@ -35,9 +35,6 @@ class Cell:
 
 def request_specs(prompts: list[Prompt], cell: str, api: str | None, output_len: int) -> list[RequestSpec]:
     """One greedy, exact-length request per prompt."""
-    # the client module imports aiohttp: loaded here, when a run builds its cells
-    from gemma4_t4.bench.client import RequestSpec
-
     return [
         RequestSpec(
             f"{cell}-{i}", p.text, output_len, api=api, ignore_eos=True, temperature=0.0, input_len=p.tokens

@@ -21,11 +21,13 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
-
-import aiohttp
+from types import ModuleType
+from typing import TYPE_CHECKING, Literal
 
 from gemma4_t4.bench.schemas import RawJSON, RequestRecord
+
+if TYPE_CHECKING:
+    import aiohttp
 
 Api = Literal["completions", "chat"]
 
@@ -106,7 +108,16 @@ def apply_usage(record: RequestRecord, usage: object) -> bool:
     return True
 
 
+def _aiohttp() -> ModuleType:
+    """aiohttp, imported when a request is made: it costs ~0.3 s, and every CLI command imports this
+    module (through the workload classes) although few send a request."""
+    import aiohttp
+
+    return aiohttp
+
+
 def _error_class(exc: BaseException) -> str:
+    aiohttp = _aiohttp()
     if isinstance(exc, aiohttp.ClientConnectorError):
         return "connect_error"
     if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError | aiohttp.ClientOSError
@@ -234,7 +245,7 @@ async def send_request(
     record = new_record(spec, clock())
     parser = StreamParser(record, spec.api == "chat")
     try:
-        limit = aiohttp.ClientTimeout(total=timeout_s, sock_connect=10.0) if timeout_s else None
+        limit = _aiohttp().ClientTimeout(total=timeout_s, sock_connect=10.0) if timeout_s else None
         async with session.post(url, data=body, headers=headers, timeout=limit) as response:
             record.http_status = response.status
             if response.status != 200:
@@ -255,6 +266,7 @@ async def send_request(
 
 def make_session(concurrency: int, timeout_s: float | None = 600.0) -> aiohttp.ClientSession:
     """One pooled session for a run: enough connections for the concurrency, no total timeout."""
+    aiohttp = _aiohttp()
     connector = aiohttp.TCPConnector(limit=max(1, concurrency), force_close=False, enable_cleanup_closed=True)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0, sock_read=timeout_s)
     return aiohttp.ClientSession(connector=connector, timeout=timeout, read_bufsize=2**16)

@@ -24,6 +24,7 @@ from pydantic import Field, field_validator, model_validator
 
 from gemma4_t4.bench.args import cli
 from gemma4_t4.bench.cells import Cell, RunOptions, request_specs, warm_count
+from gemma4_t4.bench.client import RequestSpec
 from gemma4_t4.bench.metrics import series_decode
 from gemma4_t4.bench.registry import (
     REGISTRY,
@@ -311,9 +312,8 @@ class AnswersSpec(Streams, WorkloadSpec):
     defaults: ClassVar[Values] = {"concurrency": [1], "output_len": 32}
 
     def cells(self, run: RunOptions, factory: PromptFactory | None) -> list[Cell]:
-        # the questions' module reads results, and the request type aiohttp: loaded when a run starts
+        # the questions' module reads results: loaded when a run starts
         from gemma4_t4.bench.answers import QUESTIONS
-        from gemma4_t4.bench.client import RequestSpec
 
         specs = [
             RequestSpec(f"answers-{i}", q, self.output_len, api=run.api, ignore_eos=False, temperature=0.0)
