@@ -196,6 +196,10 @@ def worker(key: str, jobs: int, out: Path, only: list[str] | None = None) -> int
     # ("fork() called from a process already using GNU OpenMP"), which mutmut can only call
     # "suspicious". The workqueue layer resets itself after a fork.
     os.environ.setdefault("NUMBA_THREADING_LAYER", "workqueue")
+    # torch's own GNU OpenMP pool has the same fork hazard: a mutant's tests forked after torch ran a
+    # multi-threaded op waited forever in gomp_team_barrier_wait_end (seen in gdb). One OpenMP thread,
+    # set before torch loads, makes no pool to inherit.
+    os.environ["OMP_NUM_THREADS"] = "1"
     # quant.grid's progress-bar tests draw tqdm bars. tqdm's default lock is a multiprocessing lock,
     # one semaphore shared by every process forked from here: a mutant's test run killed while it held
     # it (mutmut's timeout) leaves every later one waiting forever (seen in gdb: a test process in
