@@ -233,8 +233,9 @@ class Supervisor:
         changed = False
         for proc in found:
             old = self.known.get(proc.pid)
-            # vLLM renames its processes (VLLM::EngineCore) a moment after they start: look again
-            if old is None or not old["name"].startswith(("VLLM::", "APIServer")):
+            # vLLM renames its processes (VLLM::EngineCore) a moment after they start, and until then a
+            # forked one shows the API server's command line: look again at all but the API server itself
+            if old is None or not (old["name"].startswith("VLLM::") or proc.pid == self.api_pid):
                 info = describe(proc)
                 if info and info != old:
                     self.known[proc.pid] = info
