@@ -772,8 +772,6 @@ def test_a_deep_work_dir_keeps_vllms_socket_paths_short(tmp_path):
 
 
 def test_vllms_cache_is_the_work_dirs_unless_the_environment_names_one(tmp_path):
-    from gemma4_t4.serving.server_config import build_env
-
     config = ServerConfig(model="m/x", work_dir=str(tmp_path / "work"), dtype="float32")
     assert build_env(config, base={})["VLLM_CACHE_ROOT"] == str(tmp_path / "work" / "vllm-cache")
     assert build_env(config, base={"VLLM_CACHE_ROOT": ""})["VLLM_CACHE_ROOT"] == str(tmp_path / "work" / "vllm-cache")
