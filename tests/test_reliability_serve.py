@@ -837,3 +837,51 @@ def test_a_fork_child_of_an_orderly_stop_dies_of_sigterm_without_a_traceback():
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(-signal.SIGTERM)  # ended by the signal, as its sender expects
     assert "Traceback" not in done.stderr and "Terminated" not in done.stderr, done.stderr
+
+
+# a stand-in for vLLM's engine core between its fork and its rename: the API server's command line,
+# then VLLM::EngineCore once the test says so (vLLM renames with setproctitle, as this does)
+_NOT_YET_RENAMED = (
+    "import os, sys, time, setproctitle  # vllm.entrypoints.openai.api_server: the parent's command line\n"
+    "flag = sys.argv[1]\n"
+    "while not os.path.exists(flag):\n"
+    "    time.sleep(0.01)\n"
+    "setproctitle.setproctitle('VLLM::EngineCore')\n"
+    "open(flag + '.done', 'w').close()\n"
+    "time.sleep(120)\n"
+)
+
+
+def _wait_for(check, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"{what} did not happen within {timeout:.0f} s"
+        time.sleep(0.02)
+
+
+def test_a_child_seen_before_vllm_renames_it_is_named_again_after(tmp_path):
+    """The race a real run once lost: the supervisor's scan landed between an engine core's fork and its
+    rename, recorded it as a second APIServer and never looked again. Here the rename waits for the test."""
+    from gemma4_t4.serving.supervisor import Supervisor
+
+    flag = tmp_path / "rename"
+    child = subprocess.Popen([sys.executable, "-c", _NOT_YET_RENAMED, str(flag)])
+    try:
+        _wait_for(lambda: "-c" in psutil.Process(child.pid).cmdline(), "the child's exec")
+        spec = {"super_path": str(tmp_path / "super.json"), "exit_path": str(tmp_path / "exit.json"),
+                "log_path": str(tmp_path / "vllm.log"), "base_url": "http://127.0.0.1:9"}
+        supervisor = Supervisor(spec, command=[sys.executable])
+        supervisor.api_pid = os.getpid()  # the API server is another process: this child is not it
+
+        supervisor.scan_children()
+        assert supervisor.known[child.pid]["name"] == "APIServer"  # what it shows before the rename
+
+        flag.touch()
+        _wait_for(lambda: Path(f"{flag}.done").exists(), "the rename")
+        supervisor.scan_children()
+        assert supervisor.known[child.pid]["name"] == "VLLM::EngineCore"
+        record = json.loads((tmp_path / "super.json").read_text())
+        assert [c["name"] for c in record["children"] if c["pid"] == child.pid] == ["VLLM::EngineCore"]
+    finally:
+        child.kill()
+        child.wait(timeout=10)
