@@ -27,7 +27,7 @@ from gemma4_t4.host import cpuattn
 from gemma4_t4.serving.server import VLLMServer
 from gemma4_t4.serving.server_config import ServerConfig, build_command, build_env, plan_launch
 from gemma4_t4.serving.server_state import free_port, pid_alive
-from gemma4_t4.serving.supervisor import engine_death_reason
+from gemma4_t4.serving.supervisor import Supervisor, engine_death_reason
 
 KEY, KEY2, TOKEN = "sk-test-4242-key", "other-key-9191", "hf_abcdefghijklmnopqrstuvwxyz012345"
 
@@ -840,15 +840,12 @@ def test_a_fork_child_of_an_orderly_stop_dies_of_sigterm_without_a_traceback():
 
 
 # a stand-in for vLLM's engine core between its fork and its rename: the API server's command line,
-# then VLLM::EngineCore once the test says so (vLLM renames with setproctitle, as this does)
+# then VLLM::EngineCore (same pid, same start time) once the test says so
 _NOT_YET_RENAMED = (
-    "import os, sys, time, setproctitle  # vllm.entrypoints.openai.api_server: the parent's command line\n"
-    "flag = sys.argv[1]\n"
-    "while not os.path.exists(flag):\n"
+    "import os, sys, time  # vllm.entrypoints.openai.api_server: the parent's command line\n"
+    "while not os.path.exists(sys.argv[1]):\n"
     "    time.sleep(0.01)\n"
-    "setproctitle.setproctitle('VLLM::EngineCore')\n"
-    "open(flag + '.done', 'w').close()\n"
-    "time.sleep(120)\n"
+    "os.execv('/bin/sleep', ['VLLM::EngineCore', '120'])\n"
 )
 
 
@@ -862,8 +859,6 @@ def _wait_for(check, what: str, timeout: float = 30.0) -> None:
 def test_a_child_seen_before_vllm_renames_it_is_named_again_after(tmp_path):
     """The race a real run once lost: the supervisor's scan landed between an engine core's fork and its
     rename, recorded it as a second APIServer and never looked again. Here the rename waits for the test."""
-    from gemma4_t4.serving.supervisor import Supervisor
-
     flag = tmp_path / "rename"
     child = subprocess.Popen([sys.executable, "-c", _NOT_YET_RENAMED, str(flag)])
     try:
@@ -877,7 +872,7 @@ def test_a_child_seen_before_vllm_renames_it_is_named_again_after(tmp_path):
         assert supervisor.known[child.pid]["name"] == "APIServer"  # what it shows before the rename
 
         flag.touch()
-        _wait_for(lambda: Path(f"{flag}.done").exists(), "the rename")
+        _wait_for(lambda: psutil.Process(child.pid).cmdline()[:1] == ["VLLM::EngineCore"], "the rename")
         supervisor.scan_children()
         assert supervisor.known[child.pid]["name"] == "VLLM::EngineCore"
         record = json.loads((tmp_path / "super.json").read_text())
