@@ -21,10 +21,11 @@ from gemma4_t4.studies.drafter_bench import drafter_on_off
 class FakeLaunch:
     """Stands in for a started VLLMServer: the drafter launch answers faster per token."""
 
-    def __init__(self, config, gaps, started, status=200):
+    def __init__(self, config, gaps, started, status=200, flush=False):
         self.config = config
         gap = gaps[config.draft != "off"]
-        script = FakeScript(ttft_s=0.01, gap_s=gap, http_status=status if config.draft != "off" else 200)
+        script = FakeScript(ttft_s=0.01, gap_s=gap, http_status=status if config.draft != "off" else 200,
+                            flush=flush)
         self.fake = FakeServer(free_port(), FakeServerState(default=script)).start()
         self.stopped = False
         started.append(self)
@@ -57,6 +58,19 @@ def test_off_then_on_each_stopped_with_speedup_and_answers(tiny_model_dir, tiny_
     assert result.answers.measured and result.answers.total == 20
     assert result.on.acceptance_rate is None  # the fake exposes no spec-decode counters: none invented
     assert [r["drafter"] for r in result.rows()] == ["drafter off", f"drafter on ({tiny_drafter_dir})"]
+    assert all(isinstance(side.tpot_ms, float) and side.tpot_ms > 0 for side in (result.off, result.on))
+
+
+def test_answers_in_one_flush_have_no_streamed_tpot_only_the_reason(tiny_model_dir, tiny_drafter_dir, tmp_path):
+    started = []
+    result = drafter_on_off(_config(tiny_model_dir), str(tiny_drafter_dir), tmp_path, output_len=8, num_prompts=2,
+                            start=lambda cfg: FakeLaunch(cfg, {False: 0.008, True: 0.004}, started, flush=True),
+                            tokenizer=str(tiny_model_dir))
+    for side, row in zip((result.off, result.on), result.rows(), strict=True):
+        assert side.tpot_ms.startswith("not measured: the server delivered 8 tokens in one flush"), side.tpot_ms
+        assert row["streamed TPOT ms"] == side.tpot_ms
+        assert side.tok_s > 0  # end-to-end tok/s times the whole generation: still a figure
+    assert result.speedup == pytest.approx(result.on.tok_s / result.off.tok_s)
 
 
 def test_a_failed_drafter_side_is_not_measured(tiny_model_dir, tiny_drafter_dir, tmp_path):

@@ -33,7 +33,8 @@ class DrafterSide(BaseModel):
     label: str
     draft: str
     tok_s: float | None = None  # output tokens / s at c=1, end to end (robust to tokens streamed in bursts)
-    tpot_ms: float | None = None  # median inter-token time as streamed, c=1
+    # median inter-token time as streamed, c=1; "not measured: ..." where the answers came in one flush
+    tpot_ms: float | str | None = None
     acceptance_rate: float | None = None  # accepted / draft tokens (None: no drafter or no counters)
     mean_accepted_length: float | None = None  # tokens per verification step, bonus token included
     not_measured: str | None = None  # why this side is not a result
@@ -57,8 +58,8 @@ class DrafterComparison(Displayable, BaseModel):
         return self.on.tok_s / self.off.tok_s
 
     def rows(self) -> list[dict[str, str]]:
-        def fmt(value: float | None, spec: str) -> str:
-            return "-" if value is None else format(value, spec)
+        def fmt(value: float | str | None, spec: str) -> str:
+            return "-" if value is None else value if isinstance(value, str) else format(value, spec)
 
         return [
             {
@@ -91,7 +92,7 @@ def _side(label: str, draft: str, decode: BenchRun, answers: BenchRun) -> Drafte
         return side
     cell = decode.cells[0]
     side.tok_s = cell.output_throughput_tok_s
-    side.tpot_ms = cell.tpot_ms.median
+    side.tpot_ms = cell.buffered.reason if cell.buffered else cell.tpot_ms.median
     if cell.spec_decode is not None:
         side.acceptance_rate = cell.spec_decode.acceptance_rate
         side.mean_accepted_length = cell.spec_decode.mean_accepted_length
