@@ -308,8 +308,12 @@ def test_series_method_and_load_test_on_the_fake_server(fake, tmp_path, capsys):
     sd = data["run"]["series_decode"]
     # (20 - 4) tokens over the median walls' difference; the long requests wait >= 16 x 4 ms more
     # than the fake's first token (how close to 250 tok/s it comes out times this machine: not asserted)
-    assert sd["wall_long_ms"] >= 16 * 4.0 and sd["wall_long_ms"] > sd["wall_short_ms"]
-    assert sd["decode_tok_s"] == pytest.approx(16 / ((sd["wall_long_ms"] - sd["wall_short_ms"]) / 1000))
+    # (a stall of this machine's could still put the short median above the long one: then no figure)
+    assert sd["wall_long_ms"] >= 16 * 4.0
+    if sd["wall_long_ms"] > sd["wall_short_ms"]:
+        assert sd["decode_tok_s"] == pytest.approx(16 / ((sd["wall_long_ms"] - sd["wall_short_ms"]) / 1000))
+    else:
+        assert sd["decode_tok_s"] is None
     assert [c["num_prompts"] for c in data["cells"]] == [8, 8] and [
         c["concurrency"] for c in data["cells"]
     ] == [1, 1]

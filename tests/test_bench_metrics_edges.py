@@ -396,6 +396,12 @@ def test_series_decode_exactly():
     assert (out.ci_low, out.ci_high) == pytest.approx(tuple(np.percentile(estimates, [2.5, 97.5])), rel=1e-9)
 
 
+def test_series_decode_has_no_sample_from_a_pair_whose_long_request_came_out_faster():
+    short, long = _walls([100.0, 500.0, 110.0]), _walls([1100.0, 400.0, 1200.0])
+    out = metrics.series_decode(short, long, short_tokens=32, long_tokens=256, resamples=10)
+    assert out.samples == pytest.approx([224 / 1.0, 224 / 1.09])  # the second pair has no speed
+
+
 def test_series_decode_defaults_are_1000_resamples_seed_0():
     short, long = _walls([100.0, 130.0, 90.0]), _walls([900.0, 1000.0, 1400.0])
     default = metrics.series_decode(short, long, 16, 128)

@@ -173,7 +173,8 @@ def test_series_decode_method_on_the_real_server(vllm_server, tmp_path):
         assert sd.decode_tok_s == pytest.approx(20 / ((sd.wall_long_ms - sd.wall_short_ms) / 1000))
     else:
         assert sd.decode_tok_s is None  # no figure from a long request that came out faster
-    assert len(sd.samples) == 3
+    # one sample per short/long pair, none from a pair whose long request came out faster (machine timing)
+    assert len(sd.samples) <= 3 and all(s > 0 for s in sd.samples)
 
 
 def test_two_local_endpoints_match_http_on_the_same_server(vllm_server, tiny_model_dir, tmp_path, capsys):
