@@ -367,8 +367,7 @@ class BenchRun(Displayable, BaseModel):
                 else f"{c.open_loop.offered_rate_rps if c.open_loop else None} req/s",
                 ok=c.completed, failed=c.failed, ttft_ms_median=c.ttft_ms.median,
                 e2el_ms_median=c.e2el_ms.median,
-                tpot_ms_median=c.buffered.reason if c.buffered else c.tpot_ms.median,
-                per_stream_tok_s_median=c.buffered.reason if c.buffered else c.per_stream_tok_s.median,
+                tpot_ms_median=c.decode_median(c.tpot_ms), per_stream_tok_s_median=c.decode_median(c.per_stream_tok_s),
                 output_tok_s=c.output_throughput_tok_s, prefix_cache_hit_rate=c.prefix_cache.hit_rate,
             )
             for c in self.cells

@@ -251,6 +251,11 @@ class CellStats(BenchModel):
     token_source: list[str] = Field(default_factory=list)
     cached_prompt_tokens: int | None = None
 
+    def decode_median(self, stats: LatencyStats) -> float | str | None:
+        """The median of a decode figure (TPOT, per-stream tok/s) of this cell, or, where the answers came
+        in one flush, the reason it is not measured (what every table shows instead of a number)."""
+        return self.buffered.reason if self.buffered else stats.median
+
 
 class CellSummary(CellStats):
     """One measured cell of ``summary.json``."""

@@ -92,7 +92,7 @@ def _side(label: str, draft: str, decode: BenchRun, answers: BenchRun) -> Drafte
         return side
     cell = decode.cells[0]
     side.tok_s = cell.output_throughput_tok_s
-    side.tpot_ms = cell.buffered.reason if cell.buffered else cell.tpot_ms.median
+    side.tpot_ms = cell.decode_median(cell.tpot_ms)
     if cell.spec_decode is not None:
         side.acceptance_rate = cell.spec_decode.acceptance_rate
         side.mean_accepted_length = cell.spec_decode.mean_accepted_length
