@@ -74,6 +74,36 @@ def test_request_timeout_flag_is_validated(capsys, tmp_path):
     _one_line_error(capsys, code, "--request-timeout")
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_stop_signal_while_another_task_runs_cancels_the_run_and_leaves_no_task_traceback(caplog, sig):
+    """The signal arrives while a task the run never awaits is running (as aiohttp's request writer
+    does): it must cancel the run and surface as Terminated, not be kept by that task and printed by
+    asyncio as "Task exception was never retrieved" (which a bench run's stderr showed under SIGTERM)."""
+    import asyncio
+    import gc
+
+    from gemma4_t4.foundation import signals
+
+    async def run() -> None:
+        async def writer() -> None:
+            os.kill(os.getpid(), sig)  # delivered while this task, not the run, is running
+            await asyncio.sleep(30)
+
+        background = asyncio.get_running_loop().create_task(writer())  # noqa: F841  (never awaited)
+        await asyncio.sleep(30)
+
+    started, signum = time.monotonic(), None
+    try:
+        with signals.orderly_stop(redeliver=False):
+            signals.run_async(run())
+    except signals.Terminated as exc:
+        signum = exc.signum
+    gc.collect()  # the exception and its frames are gone: a task that kept the signal logs it now
+    assert signum == sig and time.monotonic() - started < 10
+    assert "never retrieved" not in caplog.text, caplog.text
+    assert signal.getsignal(sig) is signal.SIG_DFL, "the default action is back after the block"
+
+
 def test_sigterm_finalises_the_run_like_ctrl_c(tmp_path, fake_server_process):
     base_url = fake_server_process("--ttft", "0.3", "--gap", "0.05")
     out = tmp_path / "term"

@@ -135,7 +135,7 @@ def _run_async(factory: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(factory())
+        return signals.run_async(factory())  # a stop signal cancels the run, never lands in a task
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         return pool.submit(lambda: asyncio.run(factory())).result()
 

@@ -8,13 +8,16 @@ skips every ``finally``: that is how endpoints were left billing and servers orp
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
+from typing import Any, TypeVar
 
 STOP_SIGNALS: tuple[int, ...] = (signal.SIGTERM, signal.SIGHUP)
+T = TypeVar("T")
 
 
 class Terminated(KeyboardInterrupt):
@@ -78,3 +81,46 @@ def default_in_child() -> None:
     """A fork pool's ``initializer``: the default action for SIGINT and the stop signals in the child."""
     for sig in (signal.SIGINT, *STOP_SIGNALS):
         signal.signal(sig, signal.SIG_DFL)
+
+
+def run_async(main: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run(main)`` in which a stop signal that :func:`orderly_stop` would turn into
+    :class:`Terminated` cancels ``main`` instead, as asyncio does for Ctrl-C, and is raised once the
+    loop has unwound. Raised from the handler inside the loop, it would land in whichever task was
+    running (aiohttp's request writer, say): that task would keep it and asyncio would print "Task
+    exception was never retrieved" with a traceback. Outside the main thread this is asyncio.run."""
+    caught: list[int] = []
+    with asyncio.Runner() as runner:
+        loop = runner.get_loop()
+        task: asyncio.Task | None = None
+
+        async def wrapped() -> T:
+            nonlocal task
+            task = asyncio.current_task()
+            return await main
+
+        def stop(signum: int) -> None:
+            caught.append(signum)
+            if task is not None:
+                task.cancel()
+
+        taken: dict[int, Any] = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in STOP_SIGNALS:
+                previous = signal.getsignal(sig)
+                if callable(previous):  # orderly_stop's handler (or a caller's): a default action stays
+                    taken[sig] = previous
+                    loop.add_signal_handler(sig, stop, sig)
+        try:
+            result = runner.run(wrapped())
+        except asyncio.CancelledError:
+            if caught:
+                raise Terminated(caught[0]) from None
+            raise
+        finally:
+            for sig, previous in taken.items():
+                loop.remove_signal_handler(sig)  # resets the default action: put the previous one back
+                signal.signal(sig, previous)
+    if caught:  # arrived before the main task could be cancelled
+        raise Terminated(caught[0])
+    return result
