@@ -87,6 +87,22 @@ os.environ.setdefault("GEMMA4_T4_CACHE_DIR", str(per_worker("gemma4_t4-cache")))
 os.environ.setdefault("VLLM_CACHE_ROOT", str(CACHE / "vllm-cache"))
 
 
+def worker_cpu(worker: str | None, cpus: list[int]) -> int | None:
+    """The one CPU this xdist worker's vLLM servers bind their engine's threads to (None: leave vLLM's
+    own choice). vLLM's CPU build binds each server's worker process to the same core by default (the
+    last core of each physical CPU, one reserved for the scheduler: core 0 of a 2-core machine), so two
+    test workers' servers would share one core while the other sits idle; measured on a 2-core
+    machine, two servers starting at once took 49-69 s each bound to one core, 36-40 s bound apart."""
+    if not worker or not worker.startswith("gw") or not worker[2:].isdigit() or len(cpus) < 2:
+        return None
+    return sorted(cpus)[int(worker[2:]) % len(cpus)]
+
+
+_CPU = worker_cpu(os.environ.get("PYTEST_XDIST_WORKER"), list(os.sched_getaffinity(0)))
+if _CPU is not None:
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", str(_CPU))
+
+
 @pytest.fixture(autouse=True)
 def _tier_guard(request, monkeypatch):
     """In a run that deselects a tier, a test without that tier's marker may not launch its command."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import sys
 
-from conftest import REPO, TIER_COMMANDS, _launches
+from conftest import REPO, TIER_COMMANDS, _launches, worker_cpu
 
 FAST_TIERS = ("vllm", "compile", "notebooks", "slow")
 
@@ -32,3 +32,10 @@ def test_the_guard_tells_a_real_vllm_launch_from_the_fake():
     assert _launches("compile", [sys.executable, "-m", "gemma4_t4", "turing", "verify", "--arch", "sm_75"])
     assert _launches("notebooks", [sys.executable, "-m", "ipykernel_launcher", "-f", "k.json"])
     assert not _launches("notebooks", [sys.executable, "-m", "gemma4_t4", "models"])
+
+
+def test_each_xdist_worker_binds_its_vllm_servers_to_its_own_core():
+    assert [worker_cpu(f"gw{i}", [1, 0]) for i in range(3)] == [0, 1, 0]
+    assert worker_cpu("gw1", [4, 5, 6, 7]) == 5
+    # outside xdist, or with one CPU to use, vLLM keeps its own choice
+    assert worker_cpu(None, [0, 1]) is None and worker_cpu("gw0", [3]) is None and worker_cpu("master", [0, 1]) is None
