@@ -114,6 +114,17 @@ def test_kernel_pairwise_sum_is_numpys():
         assert kernels._pairwise_sum(p, n) == p[:n].sum(), n
 
 
+def test_the_kernels_are_the_default_only_for_tensors_big_enough_to_repay_their_compile():
+    if lattice.numba is None:
+        assert not lattice.numba_enabled(True) and not lattice.numba_enabled(None, 1 << 30)
+        return
+    big = lattice.NUMBA_MIN_VALUES
+    assert lattice.numba_enabled(None, big) and lattice.numba_enabled(None, 4 * big)
+    assert not lattice.numba_enabled(None, big - 1) and not lattice.numba_enabled(None, 65_536)  # a tiny model's
+    assert lattice.numba_enabled(True, 8) and not lattice.numba_enabled(False, 4 * big)  # a flag wins
+    assert 65_536 < big <= 2048 * 2048  # a tiny model's largest tensor stays on numpy; a real layer's does not
+
+
 def test_tolerance_matters_for_bf16_rounding():
     w, *_ = _qat_matrix(seed=1)
     assert lattice.fit_lattice(w, tol=0.05).on_grid.all()

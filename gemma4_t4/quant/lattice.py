@@ -14,8 +14,8 @@ The recipe (see docs/quantization.md):
    most values exactly, as the consumer computes them: round_dtype(q * s).
 
 Two implementations with identical results: plain numpy here (the readable reference) and
-fused numba kernels in kernels.py (used when numba is importable: one vectorised pass per
-block, all cores). Inputs are [rows, cols] float arrays or, straight from a checkpoint, bf16
+fused numba kernels in kernels.py (used when numba is importable, for tensors of at least
+NUMBA_MIN_VALUES values: one vectorised pass per block, all cores). Inputs are [rows, cols] float arrays or, straight from a checkpoint, bf16
 bit patterns (uint16), which the kernels widen on the fly.
 """
 
@@ -236,8 +236,18 @@ def choose_scale_numpy(w: np.ndarray, fit: LatticeFit, dtype: str, value_dtype: 
     return ScaleChoice(best, best_exact, dtype)
 
 
-def numba_enabled(flag: bool | None) -> bool:
-    return numba is not None if flag is None else (flag and numba is not None)
+# The kernels compile on their first call in a fresh install (about 30 s for all of them on a 2-core
+# machine, then cached beside kernels.py): paid back by a real checkpoint's tensors (millions of values
+# each), never by a tiny model's (at most ~65k), where numpy gives the same bits in milliseconds.
+NUMBA_MIN_VALUES = 1 << 20
+
+
+def numba_enabled(flag: bool | None, values: int | None = None) -> bool:
+    """Whether to use the kernels: ``flag`` where given (and numba is importable), else for a tensor of
+    at least :data:`NUMBA_MIN_VALUES` ``values``."""
+    if numba is None:
+        return False
+    return flag if flag is not None else (values is None or values >= NUMBA_MIN_VALUES)
 
 
 def as_values(block: np.ndarray) -> np.ndarray:
@@ -276,7 +286,7 @@ def analyze(block: np.ndarray, group_size: int = DEFAULT_GROUP, tol: float = DEF
         if dt not in SCALE_DTYPES:
             raise ValueError(f"scale dtype must be one of {SCALE_DTYPES}, got {dt!r}")
     _check_shape(block, group_size)
-    if not numba_enabled(use_numba):
+    if not numba_enabled(use_numba, block.size):
         w = as_values(block)
         fit = fit_lattice_numpy(w, group_size, tol)
         return fit, {dt: choose_scale_numpy(w, fit, dt, value_dtype) for dt in scale_dtypes}
@@ -317,7 +327,7 @@ def choose_scale(w: np.ndarray, fit: LatticeFit, dtype: str = "fp16", value_dtyp
         raise ValueError(f"scale dtype must be one of {SCALE_DTYPES}, got {dtype!r}")
     w = np.asarray(w)
     _check_shape(w, fit.group_size)
-    if not numba_enabled(use_numba):
+    if not numba_enabled(use_numba, w.size):
         return choose_scale_numpy(as_values(w), fit, dtype, value_dtype)
     out_scale = np.empty(fit.scale.shape, np.float32)
     out_exact = np.empty(fit.scale.shape, np.int16)

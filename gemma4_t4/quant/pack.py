@@ -21,7 +21,7 @@ def pack_int4(levels: np.ndarray, use_numba: bool | None = None) -> np.ndarray:
     rows, cols = levels.shape
     if cols % 8:
         raise ValueError(f"{cols} columns are not a multiple of 8")
-    if lattice.numba_enabled(use_numba):
+    if lattice.numba_enabled(use_numba, levels.size):
         out = np.empty((rows, cols // 8), np.uint32)
         lattice.kernels.pack_kernel(levels, out)
         return out.view(np.int32)
