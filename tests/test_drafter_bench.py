@@ -17,6 +17,10 @@ from gemma4_t4.serving.server_config import ServerConfig
 from gemma4_t4.serving.server_state import free_port
 from gemma4_t4.studies.drafter_bench import drafter_on_off
 
+# seconds between streamed tokens, drafter off and on: the drafter side answers faster per token (by how
+# much is not asserted; each side's answers sleep 20 x 32 gaps, so the gaps are kept short)
+GAPS = {False: 0.002, True: 0.001}
+
 
 class FakeLaunch:
     """Stands in for a started VLLMServer: the drafter launch answers faster per token."""
@@ -47,7 +51,7 @@ def _config(model_dir):
 def test_off_then_on_each_stopped_with_speedup_and_answers(tiny_model_dir, tiny_drafter_dir, tmp_path):
     started = []
     result = drafter_on_off(_config(tiny_model_dir), str(tiny_drafter_dir), tmp_path, output_len=8, num_prompts=2,
-                            start=lambda cfg: FakeLaunch(cfg, {False: 0.008, True: 0.004}, started),
+                            start=lambda cfg: FakeLaunch(cfg, GAPS, started),
                             tokenizer=str(tiny_model_dir))
     assert [s.config.draft for s in started] == ["off", str(tiny_drafter_dir)]
     assert all(s.stopped for s in started) and started[0].config.port != started[1].config.port
@@ -64,7 +68,7 @@ def test_off_then_on_each_stopped_with_speedup_and_answers(tiny_model_dir, tiny_
 def test_answers_in_one_flush_have_no_streamed_tpot_only_the_reason(tiny_model_dir, tiny_drafter_dir, tmp_path):
     started = []
     result = drafter_on_off(_config(tiny_model_dir), str(tiny_drafter_dir), tmp_path, output_len=8, num_prompts=2,
-                            start=lambda cfg: FakeLaunch(cfg, {False: 0.008, True: 0.004}, started, flush=True),
+                            start=lambda cfg: FakeLaunch(cfg, GAPS, started, flush=True),
                             tokenizer=str(tiny_model_dir))
     for side, row in zip((result.off, result.on), result.rows(), strict=True):
         assert side.tpot_ms.startswith("not measured: the server delivered 8 tokens in one flush"), side.tpot_ms
@@ -97,7 +101,7 @@ class RunningEndpoint:
     it was stopped relative to the launches."""
 
     def __init__(self, config, started):
-        self.launch = FakeLaunch(config, {False: 0.008, True: 0.004}, [])
+        self.launch = FakeLaunch(config, GAPS, [])
         self.url = self.launch.base_url
         self.started = started
         self.launches_before_stop: int | None = None
@@ -115,7 +119,7 @@ def test_a_running_server_without_a_drafter_is_the_off_side_and_stopped_before_t
     config = _config(tiny_model_dir).replaced(draft="off")
     running = RunningEndpoint(config, started)
     result = drafter_on_off(config, str(tiny_drafter_dir), tmp_path, output_len=8, num_prompts=2,
-                            start=lambda cfg: FakeLaunch(cfg, {False: 0.008, True: 0.004}, started),
+                            start=lambda cfg: FakeLaunch(cfg, GAPS, started),
                             tokenizer=str(tiny_model_dir), running=running)
     assert [s.config.draft for s in started] == [str(tiny_drafter_dir)]  # one launch: the drafter's
     assert running.launches_before_stop == 0 and running.launch.stopped and started[0].stopped
@@ -131,7 +135,7 @@ def test_a_running_server_with_a_drafter_is_stopped_first_and_both_sides_launch(
     config = _config(tiny_model_dir).replaced(draft=str(tiny_drafter_dir))
     running = RunningEndpoint(config, started)
     result = drafter_on_off(config, str(tiny_drafter_dir), tmp_path, output_len=4, num_prompts=2,
-                            start=lambda cfg: FakeLaunch(cfg, {False: 0.008, True: 0.004}, started),
+                            start=lambda cfg: FakeLaunch(cfg, GAPS, started),
                             tokenizer=str(tiny_model_dir), running=running)
     assert running.launches_before_stop == 0  # freed before any launch (one GPU)
     assert [s.config.draft for s in started] == ["off", str(tiny_drafter_dir)] and all(s.stopped for s in started)
@@ -151,7 +155,7 @@ def test_a_signal_during_the_reused_off_side_stops_the_running_server_and_launch
     try:
         with pytest.raises(signals.Terminated):
             drafter_on_off(config, str(tiny_drafter_dir), tmp_path, output_len=64, num_prompts=8,
-                           start=lambda cfg: FakeLaunch(cfg, {False: 0.008, True: 0.004}, started),
+                           start=lambda cfg: FakeLaunch(cfg, GAPS, started),
                            tokenizer=str(tiny_model_dir), running=running)
     finally:
         timer.cancel()
