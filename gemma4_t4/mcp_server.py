@@ -46,7 +46,7 @@ from gemma4_t4.sagemaker.build import (
     build_record,
 )
 from gemma4_t4.sagemaker.build import build_t4_image as build
-from gemma4_t4.sagemaker.config import ConfigSummary, DeployConfig
+from gemma4_t4.sagemaker.config import ConfigSummary, DeployConfig, default_region
 from gemma4_t4.sagemaker.cost import estimate
 from gemma4_t4.sagemaker.deploy import (
     DeployFailed,
@@ -116,6 +116,7 @@ ContextLen = Annotated[int, Field(gt=0, le=1_048_576, description="tokens per se
 Sequences = Annotated[int, Field(gt=0, le=1024, description="concurrent sequences")]
 UserPort = Annotated[int, Field(ge=1024, le=65535, description="an unprivileged TCP port (1024..65535)")]
 Seconds = Annotated[float, Field(gt=0)]
+Region = Annotated[str | None, Field(description="AWS region (default: $AWS_REGION, else us-east-2)")]
 DraftTokens = Annotated[
     int, Field(ge=1, le=speculative.MAX_NUM_DRAFT_TOKENS, description="draft tokens per speculative step")
 ]
@@ -431,9 +432,10 @@ def check_quotas(instance_types: list[str] | None = None, regions: list[str] | N
 
 
 @tool(READ_ONLY)
-def find_vllm_image(region: str = "us-east-2", tag: str | None = None, latest: bool = False,
+def find_vllm_image(region: Region = None, tag: str | None = None, latest: bool = False,
                     instance_type: str = "ml.g4dn.xlarge") -> ImageResult:
     """The AWS vLLM container image for a region (pinned tag or newest in the registry) and its AMI."""
+    region = default_region(region)
     choice = find(region, tag, query_registry=latest)
     return ImageResult(**choice.model_dump(), instance_type=instance_type,
                        inference_ami_version=required_ami_version(choice.image_uri, instance_type))
@@ -454,13 +456,14 @@ def _config(name: str, model_id: str, region: str, instance_type: str, max_model
 
 @tool(LOCAL_READ_ONLY)
 def get_deployment_config(name: str = "gemma4-t4", model_id: str = "google/gemma-4-E2B-it",
-                          region: str = "us-east-2", instance_type: str = "ml.g4dn.xlarge",
+                          region: Region = None, instance_type: str = "ml.g4dn.xlarge",
                           max_model_len: ContextLen = 8192, max_num_seqs: Sequences = 4, dtype: str | None = None,
                           fallback_instance_types: list[str] | None = None,
                           extra_vllm_args: list[str] | None = None, ttl_hours: float = 4.0,
                           image_tag: str | None = None, role_arn: str | None = None, image_uri: str | None = None,
                           allow_unfixed_image: bool = False) -> ConfigResult:
     """Validate a deployment config (no AWS calls): container env, AMI, $/hour and the aws CLI recipe."""
+    region = default_region(region)
     config = _config(name, model_id, region, instance_type, max_model_len, max_num_seqs, dtype,
                      fallback_instance_types, extra_vllm_args, ttl_hours, image_tag, role_arn, image_uri,
                      allow_unfixed_image)
@@ -474,7 +477,7 @@ def get_deployment_config(name: str = "gemma4-t4", model_id: str = "google/gemma
 
 
 @tool(CREATES, confirm=True)
-def deploy_endpoint(name: str = "gemma4-t4", model_id: str = "google/gemma-4-E2B-it", region: str = "us-east-2",
+def deploy_endpoint(name: str = "gemma4-t4", model_id: str = "google/gemma-4-E2B-it", region: Region = None,
                     instance_type: str = "ml.g4dn.xlarge", max_model_len: ContextLen = 8192,
                     max_num_seqs: Sequences = 4,
                     dtype: str | None = None, fallback_instance_types: list[str] | None = None,
@@ -491,6 +494,7 @@ def deploy_endpoint(name: str = "gemma4-t4", model_id: str = "google/gemma-4-E2B
     On a T4 an image without the Turing fix is refused; with no image_uri the newest fixed image
     in the region's ECR is used (build it with build_t4_image).
     """
+    region = default_region(region)
     if image_uri is None:  # the stock DLC tag: newest in the registry, else the labelled fallback
         image_tag = resolve_dlc_tag(region, image_tag).tag
     config = _config(name, model_id, region, instance_type, max_model_len, max_num_seqs, dtype,
@@ -534,8 +538,9 @@ class BuildImageResult(BaseModel):
 
 
 @tool(DESTRUCTIVE, confirm=True)
-def build_t4_image(region: str = "us-east-2", base_tag: str | None = None, confirm: Confirm = False) -> BuildImageResult:
+def build_t4_image(region: Region = None, base_tag: str | None = None, confirm: Confirm = False) -> BuildImageResult:
     """Build the fixed T4 image in AWS CodeBuild and push it to your ECR (bills). Needs confirm=True."""
+    region = default_region(region)
     tag = resolve_dlc_tag(region, base_tag).tag  # newest in the registry, else the labelled fallback
     plan = build_plan(region, tag)  # validates region and tag before anything else
     cost = build_cost().line()
@@ -552,8 +557,9 @@ def build_t4_image(region: str = "us-east-2", base_tag: str | None = None, confi
 
 
 @tool(READ_ONLY)
-def get_endpoint_status(name: str, region: str = "us-east-2") -> StatusToolResult:
+def get_endpoint_status(name: str, region: Region = None) -> StatusToolResult:
     """Endpoint status, failure reason, instance, AMI, age, expiry, cost so far and advice."""
+    region = default_region(region)
     watch = _WATCHES.by_key.get((region, name))
     return StatusToolResult(endpoint=endpoint_status(name, region),
                             deployment_watch=watch.result if watch else None)
@@ -567,8 +573,9 @@ def list_endpoints(regions: list[str] | None = None, include_untagged: bool = Fa
 
 
 @tool(READ_ONLY)
-def get_endpoint_logs(name: str, region: str = "us-east-2", lines: int = 50) -> LogsResult:
+def get_endpoint_logs(name: str, region: Region = None, lines: int = 50) -> LogsResult:
     """The endpoint's CloudWatch log tail and startup milestones; explains a missing log group."""
+    region = default_region(region)
     return endpoint_logs(name, region, lines=lines)
 
 
@@ -644,9 +651,10 @@ def _target(endpoint_name: str | None, base_url: str | None) -> None:
 
 
 @tool(READ_ONLY)
-def query_model(prompt: str, endpoint_name: str | None = None, region: str = "us-east-2",
+def query_model(prompt: str, endpoint_name: str | None = None, region: Region = None,
                 base_url: str | None = None, max_tokens: int = 256, temperature: float = 0.0) -> QueryResult:
     """Send one chat prompt to a SageMaker endpoint (endpoint_name) or a local vLLM server (base_url)."""
+    region = default_region(region)
     _target(endpoint_name, base_url)
     if base_url:
         return _local_chat(base_url, prompt, max_tokens, temperature)
@@ -656,9 +664,10 @@ def query_model(prompt: str, endpoint_name: str | None = None, region: str = "us
 
 
 @tool(READ_ONLY)
-def verify_model_health(endpoint_name: str | None = None, region: str = "us-east-2",
+def verify_model_health(endpoint_name: str | None = None, region: Region = None,
                         base_url: str | None = None) -> HealthReport:
     """A real generation check: known-answer prompts; degenerate or repetitive replies fail."""
+    region = default_region(region)
     _target(endpoint_name, base_url)
 
     def ask(prompt: str) -> str:
@@ -668,8 +677,9 @@ def verify_model_health(endpoint_name: str | None = None, region: str = "us-east
 
 
 @tool(DESTRUCTIVE, confirm=True)
-def delete_endpoint(name: str, region: str = "us-east-2", confirm: Confirm = False) -> DeleteToolResult:
+def delete_endpoint(name: str, region: Region = None, confirm: Confirm = False) -> DeleteToolResult:
     """Delete endpoint, endpoint config and model (idempotent). Needs confirm=True."""
+    region = default_region(region)
     if not confirm:
         planned = delete(name, region, dry_run=True)
         return DeleteToolResult(refused=True, would_run=planned.plan, kept=planned.kept,

@@ -260,3 +260,21 @@ def test_matrix_refuses_a_workload_it_cannot_run_before_any_deploy(local_aws, wo
         assert "Traceback" not in done.stderr
     sm = boto3.client("sagemaker", region_name="us-east-2")
     assert sm.list_endpoints()["Endpoints"] == [] and sm.list_models()["Models"] == []
+
+
+def test_the_mcp_tools_and_the_cli_take_the_region_from_the_environment_alike(monkeypatch):
+    """A tool called without a region uses $AWS_REGION (then $AWS_DEFAULT_REGION) as the CLI does; us-east-2
+    only where neither is set. Both resolve through sagemaker.config.default_region."""
+    from gemma4_t4.cli.sagemaker import default_region
+    from gemma4_t4.mcp_server import find_vllm_image
+
+    monkeypatch.delenv("AWS_REGION", raising=False)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
+    assert default_region(None) == "eu-west-1" and find_vllm_image().region == "eu-west-1"
+    monkeypatch.setenv("AWS_REGION", "us-west-2")
+    assert default_region(None) == "us-west-2" and find_vllm_image().region == "us-west-2"
+    assert get_deployment_config(role_arn=ROLE).config["region"] == "us-west-2"
+    assert find_vllm_image(region="us-east-1").region == "us-east-1" and default_region("us-east-1") == "us-east-1"
+    monkeypatch.delenv("AWS_REGION")
+    monkeypatch.delenv("AWS_DEFAULT_REGION")
+    assert default_region(None) == "us-east-2" and find_vllm_image().region == "us-east-2"

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -47,8 +46,11 @@ def interrupted_line(exc: BaseException, elapsed_s: float) -> str:
     return f"{signals.interrupt_label(exc)} after {elapsed_s:.0f} s: {what}"
 
 
-def _default_region() -> str:
-    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-2"
+def default_region(region: str | None) -> str:
+    # lazy: the SageMaker modules load only when a sagemaker command runs, not for --help
+    from gemma4_t4.sagemaker.config import default_region as resolve
+
+    return resolve(region)
 
 
 def _regions(value: str | None) -> list[str]:
@@ -101,7 +103,7 @@ def _image(args: argparse.Namespace) -> Output:
     from gemma4_t4.sagemaker.cli_recipe import ApiCall
     from gemma4_t4.sagemaker.image import dlc_account, find_vllm_image, required_ami_version
 
-    region = args.region or _default_region()
+    region = default_region(args.region)
     if args.dry_run:
         call = ApiCall(
             "ecr", "list_images",
@@ -124,7 +126,7 @@ def _build_image(args: argparse.Namespace) -> Output:
     from gemma4_t4.sagemaker.build import BuildFailed, build_cost, build_plan, build_record, build_t4_image
     from gemma4_t4.sagemaker.image import resolve_dlc_tag
 
-    region = args.region or _default_region()
+    region = default_region(args.region)
     cost = build_cost().line()
     base = resolve_dlc_tag(region, args.base_tag)  # read-only: the newest DLC tag in the registry
     if args.dry_run:
@@ -204,7 +206,7 @@ def _config_from(args: argparse.Namespace):
     from gemma4_t4.sagemaker.config import DEFAULT_SCALING_TARGET, DeployConfig
     from gemma4_t4.sagemaker.image import resolve_dlc_tag
 
-    region = args.region or _default_region()
+    region = default_region(args.region)
     if args.scaling_target is not None and args.min_instances is None and args.max_instances is None:
         raise Gemma4T4Error(
             "--scaling-target applies only to an autoscaled endpoint; alone it would be ignored",
@@ -333,7 +335,7 @@ def _status(args: argparse.Namespace) -> Output:
     from gemma4_t4.sagemaker.cost import usd
     from gemma4_t4.sagemaker.ops import endpoint_status
 
-    region = args.region or _default_region()
+    region = default_region(args.region)
     if args.dry_run:
         plan = [ApiCall("sagemaker", "describe_endpoint", {"EndpointName": args.name}, region).cli()]
         return Output({"dry_run": True, "plan": plan}, _recipe(plan))
@@ -354,7 +356,7 @@ def _logs(args: argparse.Namespace) -> Output:
     from gemma4_t4.sagemaker.cli_recipe import ApiCall
     from gemma4_t4.sagemaker.ops import endpoint_logs, log_group
 
-    region = args.region or _default_region()
+    region = default_region(args.region)
     if args.dry_run:
         plan = [ApiCall("logs", "tail", {"LogGroupName": log_group(args.name), "Since": "1h"}, region)
                 .cli()
@@ -370,7 +372,7 @@ def _invoke(args: argparse.Namespace) -> Output:
     # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
     from gemma4_t4.sagemaker.ops import chat_payload, invoke, invoke_plan, invoke_stream
 
-    region = args.region or _default_region()
+    region = default_region(args.region)
     if args.dry_run:
         plan = [invoke_plan(args.name, region, chat_payload(args.prompt, max_tokens=args.max_tokens)).cli()]
         return Output({"dry_run": True, "plan": plan}, _recipe(plan))
@@ -387,7 +389,7 @@ def _delete(args: argparse.Namespace) -> Output:
     # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
     from gemma4_t4.sagemaker.ops import delete_endpoint
 
-    region = args.region or _default_region()
+    region = default_region(args.region)
     if args.dry_run:  # reads the endpoint's chain (read-only) so it lists exactly what --yes deletes
         result = delete_endpoint(args.name, region, dry_run=True, not_ours=args.not_ours)
         kept = "".join(f"\n# kept: {k}" for k in result.kept)

@@ -29,6 +29,12 @@ DEFAULT_INSTANCE = "ml.g4dn.xlarge"
 DEFAULT_REGION = "us-east-2"
 ROLE_ENV = "GEMMA4_T4_SAGEMAKER_ROLE_ARN"
 
+
+def default_region(region: str | None = None) -> str:
+    """``region`` where given, else the AWS CLI's and boto3's own variables, else :data:`DEFAULT_REGION`
+    (the CLI's and the MCP server's one rule)."""
+    return region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or DEFAULT_REGION
+
 _NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")  # SageMaker resource-name rule
 _ROLE = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
 _VLLM_FLAG = re.compile(r"^--[a-z0-9][a-z0-9-]*$")
