@@ -320,3 +320,23 @@ def test_results_are_models_and_a_newer_writers_fields_survive_in_model_extra(tm
     assert not hasattr(cell, "get") and not hasattr(cell.ttft_ms, "keys")
     again = json.loads((load_run(copy).save(tmp_path / "again") / "summary.json").read_text())
     assert again["cells"][0]["joules_per_token"] == 0.25 and again["cells"][0]["ttft_ms"]["p999"] == 41.5
+
+
+def test_a_signal_handler_of_the_callers_own_is_left_to_run_inside_run_async():
+    """Only orderly_stop's handler is taken over: a caller's own SIGHUP handler still runs, and the run goes on."""
+    import asyncio
+
+    from gemma4_t4.foundation import signals
+
+    seen: list[int] = []
+
+    async def run() -> str:
+        os.kill(os.getpid(), signal.SIGHUP)
+        await asyncio.sleep(0.05)
+        return "done"
+
+    previous = signal.signal(signal.SIGHUP, lambda signum, _frame: seen.append(signum))
+    try:
+        assert signals.run_async(run()) == "done" and seen == [signal.SIGHUP]
+    finally:
+        signal.signal(signal.SIGHUP, previous)

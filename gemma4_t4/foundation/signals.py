@@ -59,6 +59,7 @@ def orderly_stop(signals: tuple[int, ...] = STOP_SIGNALS, *, redeliver: bool = T
             signal.signal(sig, signal.SIG_IGN)
         raise Terminated(signum)
 
+    handler.raises_terminated = True  # type: ignore[attr-defined]  (what run_async looks for)
     for sig in signals:
         if signal.getsignal(sig) is signal.SIG_DFL:
             previous[sig] = signal.signal(sig, handler)
@@ -108,7 +109,7 @@ def run_async(main: Coroutine[Any, Any, T]) -> T:
         if threading.current_thread() is threading.main_thread():
             for sig in STOP_SIGNALS:
                 previous = signal.getsignal(sig)
-                if callable(previous):  # orderly_stop's handler (or a caller's): a default action stays
+                if getattr(previous, "raises_terminated", False):  # orderly_stop's: any other handler stays
                     taken[sig] = previous
                     loop.add_signal_handler(sig, stop, sig)
         try:
