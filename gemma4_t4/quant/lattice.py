@@ -288,8 +288,9 @@ def analyze(block: np.ndarray, group_size: int = DEFAULT_GROUP, tol: float = DEF
     _check_shape(block, group_size)
     if not numba_enabled(use_numba, block.size):
         w = as_values(block)
-        fit = fit_lattice_numpy(w, group_size, tol)
-        return fit, {dt: choose_scale_numpy(w, fit, dt, value_dtype) for dt in scale_dtypes}
+        with np.errstate(invalid="ignore"):  # a non-finite group is marked off the grid, as the kernels do
+            fit = fit_lattice_numpy(w, group_size, tol)
+            return fit, {dt: choose_scale_numpy(w, fit, dt, value_dtype) for dt in scale_dtypes}
     rows, cols = block.shape
     ng = cols // group_size
     nd = len(scale_dtypes)
@@ -328,7 +329,8 @@ def choose_scale(w: np.ndarray, fit: LatticeFit, dtype: str = "fp16", value_dtyp
     w = np.asarray(w)
     _check_shape(w, fit.group_size)
     if not numba_enabled(use_numba, w.size):
-        return choose_scale_numpy(as_values(w), fit, dtype, value_dtype)
+        with np.errstate(invalid="ignore"):  # a non-finite group is off the grid: its scale is the base one
+            return choose_scale_numpy(as_values(w), fit, dtype, value_dtype)
     out_scale = np.empty(fit.scale.shape, np.float32)
     out_exact = np.empty(fit.scale.shape, np.int16)
     kernels.choose_kernel(_kernel_input(w), fit.levels, fit.scale, fit.peak, fit.group_size,
