@@ -15,8 +15,9 @@ The recipe (see docs/quantization.md):
 
 Two implementations with identical results: plain numpy here (the readable reference) and
 fused numba kernels in kernels.py (used when numba is importable, for tensors of at least
-NUMBA_MIN_VALUES values: one vectorised pass per block, all cores). Inputs are [rows, cols] float arrays or, straight from a checkpoint, bf16
-bit patterns (uint16), which the kernels widen on the fly.
+NUMBA_MIN_VALUES values: one vectorised pass per block, all cores). Inputs are [rows, cols]
+float arrays or, straight from a checkpoint, bf16 bit patterns (uint16), which the kernels
+widen on the fly.
 """
 
 from __future__ import annotations
@@ -236,7 +237,7 @@ def choose_scale_numpy(w: np.ndarray, fit: LatticeFit, dtype: str, value_dtype: 
     return ScaleChoice(best, best_exact, dtype)
 
 
-# The kernels compile on their first call in a fresh install (about 30 s for all of them on a 2-core
+# The kernels compile on their first call in a fresh install (30-56 s for all of them on a 2-core
 # machine, then cached beside kernels.py): paid back by a real checkpoint's tensors (millions of values
 # each), never by a tiny model's (at most ~65k), where numpy gives the same bits in milliseconds.
 NUMBA_MIN_VALUES = 1 << 20
