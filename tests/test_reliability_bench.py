@@ -92,12 +92,16 @@ def test_a_stop_signal_while_another_task_runs_cancels_the_run_and_leaves_no_tas
         background = asyncio.get_running_loop().create_task(writer())  # noqa: F841  (never awaited)
         await asyncio.sleep(30)
 
-    started, signum = time.monotonic(), None
+    started, signum, during_cleanup = time.monotonic(), None, None
     try:
         with signals.orderly_stop(redeliver=False):
-            signals.run_async(run())
+            try:
+                signals.run_async(run())
+            finally:  # the run's own cleanup, still inside the block: a second signal is ignored there
+                during_cleanup = signal.getsignal(sig)
     except signals.Terminated as exc:
         signum = exc.signum
+    assert during_cleanup is signal.SIG_IGN, during_cleanup
     gc.collect()  # the exception and its frames are gone: a task that kept the signal logs it now
     assert signum == sig and time.monotonic() - started < 10
     assert "never retrieved" not in caplog.text, caplog.text

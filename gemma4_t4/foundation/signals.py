@@ -120,8 +120,9 @@ def run_async(main: Coroutine[Any, Any, T]) -> T:
             raise
         finally:
             for sig, previous in taken.items():
-                loop.remove_signal_handler(sig)  # resets the default action: put the previous one back
-                signal.signal(sig, previous)
+                loop.remove_signal_handler(sig)  # resets the default action: put the right one back
+                # after a stop signal, ignore the next as orderly_stop's handler does, until its block restores
+                signal.signal(sig, signal.SIG_IGN if caught else previous)
     if caught:  # arrived before the main task could be cancelled
         raise Terminated(caught[0])
     return result
