@@ -124,3 +124,43 @@ def test_console_script_subprocess():
     assert data["largest_fitting"] == "12b"
     verdicts = {(r["model"], r["format"]): r["fits"] for r in data["results"]}
     assert not any(verdicts[("26b-a4b", f)] for f in ("bf16", "qat-w4a16", "emb4"))
+
+
+def _commands(parser, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], tuple[str, str]]:
+    """Every command and subcommand below ``parser``: its help text and its handler's name."""
+    found = {}
+    for action in parser._subparsers._group_actions if parser._subparsers else ():
+        for name, sub in action.choices.items():
+            handler = sub.get_default("_handler")
+            found[(*path, name)] = (sub.format_help(), handler.__qualname__ if handler else "")
+            found.update(_commands(sub, (*path, name)))
+    return found
+
+
+def test_a_command_loads_only_its_own_module_and_parses_as_with_every_module_loaded():
+    import pkgutil
+
+    from gemma4_t4 import cli
+    from gemma4_t4.cli import build_parser
+
+    full = _commands(build_parser())
+    modules = {m.name for m in pkgutil.iter_modules(cli.__path__)}
+    commands = {path[0] for path in full}
+    alone = {name for name in commands if name.replace("-", "_") in modules}
+    assert {"setup", "doctor", "fix-torch", "serve", "sagemaker", "bench"} <= alone
+    for name in commands:
+        lazy = _commands(build_parser(name))
+        loaded = {path[0] for path in lazy}
+        # a module named after its command is loaded alone (with what else it registers: `models`
+        # brings `fit`); every other command loads them all
+        assert name in loaded and (loaded < commands if name in alone else loaded == commands), name
+        assert {path: full[path] for path in lazy} == lazy, name  # the same help and handlers
+
+
+def test_setup_starts_without_the_benchmark_or_studies_modules():
+    code = ("import sys; from gemma4_t4.cli import main; main(['setup', '--dry-run', '--json']); "
+            "print(sorted(m for m in sys.modules if m.startswith(('gemma4_t4.bench', 'gemma4_t4.studies', "
+            "'gemma4_t4.cli.'))))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1].replace("'", '"')) == ["gemma4_t4.cli.setup"]

@@ -98,7 +98,7 @@ def test_interrupt_is_130_and_usage_errors_stay_argparse(monkeypatch, capsys):
 
 
 def test_a_broken_command_module_is_reported_not_raised(monkeypatch, capsys):
-    def broken_modules():
+    def broken_modules(command=None):
         raise ImportError("cannot import name 'x' from 'gemma4_t4.cli.fake'")
 
     monkeypatch.setattr(cli, "_command_modules", broken_modules)

@@ -1,7 +1,9 @@
 """The ``gemma4-t4`` command line: a thin adapter over the package's functions.
 
 Every capability owns one module in this folder that defines ``register(subparsers)``.
-``main`` discovers them, so adding a capability never edits this file. Handlers return an
+``main`` discovers them, so adding a capability never edits this file. A command given on the
+command line whose module bears its name (``fix-torch``: ``fix_torch.py``) loads that module alone;
+any other start (``--help``, ``repack``, a typo) loads them all. Handlers return an
 :class:`Output`; ``--json`` (on every command) prints its ``data`` instead of its ``text``.
 
 ``main`` is the CLI's one error boundary: any exception becomes ``error: <message>`` and a
@@ -65,7 +67,8 @@ def _add_debug(parser: argparse.ArgumentParser, default: object = False) -> None
                         help="show the full traceback when something fails (also: GEMMA4_T4_DEBUG=1)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser, or with ``command`` only that command's (see the module docstring)."""
     parser = argparse.ArgumentParser(
         prog="gemma4-t4",
         description="Run Google's Gemma 4 on NVIDIA T4 GPUs with vLLM: checks, fixes, serving, "
@@ -74,20 +77,26 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"gemma4-t4 {__version__}")
     _add_debug(parser)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in _command_modules():
+    for module in _command_modules(command):
         module.register(subparsers)
+    if command is not None and command not in subparsers.choices:  # not the module's own: all of them
+        return build_parser()
     return parser
 
 
-def _command_modules() -> list[Any]:
-    modules = []
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        if hasattr(module, "register"):
-            modules.append(module)
-    return modules
+def _command_modules(command: str | None = None) -> list[Any]:
+    # Loading every module costs a start ~0.5 s (the benchmark's flags are built from its pydantic
+    # specs): a user's `gemma4-t4 setup` or `doctor` should not pay for `bench`.
+    names = sorted(info.name for info in pkgutil.iter_modules(__path__) if not info.name.startswith("_"))
+    own = command.replace("-", "_") if command else None
+    modules = [importlib.import_module(f"{__name__}.{name}") for name in ([own] if own in names else names)]
+    return [module for module in modules if hasattr(module, "register")]
+
+
+def _command_named(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` asks for: its first word that is not an option (the top level's options
+    take no value)."""
+    return next((word for word in argv if not word.startswith("-")), None)
 
 
 def emit(output: Output, as_json: bool) -> None:
@@ -133,7 +142,7 @@ def _wants(flag: str, argv: Sequence[str] | None) -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     as_json, debug = _wants("--json", argv), debug_enabled(_wants("--debug", argv))
     try:
-        parser = build_parser()
+        parser = build_parser(_command_named(sys.argv[1:] if argv is None else argv))
         args = parser.parse_args(argv)
         handler: Handler | None = getattr(args, "_handler", None)
         if handler is None:
