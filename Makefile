@@ -62,7 +62,7 @@ test: lint
 	$(BIN)/python -m pytest $(PYTEST_XDIST) $(PYTEST_ARGS)
 
 test-fast: lint
-	$(BIN)/python -m pytest $(PYTEST_XDIST) -m "not vllm and not compile and not notebooks and not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(PYTEST_XDIST) -m "not vllm and not compile and not notebooks and not slow and not more_hosts" $(PYTEST_ARGS)
 
 # Mutants of the core modules against their fast tests (docs/testing.md); deliberately not a
 # prerequisite of `test`: it takes minutes and its score is reported, not gated.

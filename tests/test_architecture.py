@@ -5,6 +5,7 @@ free-form."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections import Counter
 from pathlib import Path
@@ -55,6 +56,12 @@ def _imports(tree: ast.AST, type_checking: bool = False) -> list[tuple[ast.stmt,
     return found
 
 
+@functools.cache
+def _parse(source: str) -> ast.Module:
+    """Each module's tree, parsed once per run: a dozen checks walk every module (read-only)."""
+    return ast.parse(source)
+
+
 def import_graph(type_checking: bool = False) -> dict[str, set[str]]:
     """module -> the package modules it imports (``from pkg import sub`` counts as importing ``sub``;
     with ``type_checking``, imports under ``if TYPE_CHECKING`` count too)."""
@@ -62,7 +69,7 @@ def import_graph(type_checking: bool = False) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for mod, path in modules.items():
         is_pkg = path.name == "__init__.py"
-        for stmt, _local in _imports(ast.parse(path.read_text(), str(path)), type_checking):
+        for stmt, _local in _imports(_parse(path.read_text()), type_checking):
             if isinstance(stmt, ast.Import):
                 targets = [a.name for a in stmt.names]
             else:
@@ -196,7 +203,7 @@ def local_package_imports(source: str) -> list[tuple[int, str | None]]:
     lines = source.splitlines()
     return [
         (stmt.lineno, _reason_comment(lines, stmt))
-        for stmt, local in _imports(ast.parse(source), type_checking=True)
+        for stmt, local in _imports(_parse(source), type_checking=True)
         if local and _imports_the_package(stmt)
     ]
 
@@ -339,7 +346,7 @@ def private_name_uses() -> list[str]:
     modules = package_modules()
     found = []
     for mod, path in modules.items():
-        tree = ast.parse(path.read_text(), str(path))
+        tree = _parse(path.read_text())
         aliases: dict[str, str] = {}
         for stmt, _local in _imports(tree):
             if isinstance(stmt, ast.ImportFrom) and (stmt.module or "").startswith(NAME):
@@ -430,7 +437,7 @@ def dict_any_aliases(tree: ast.AST) -> set[str]:
 def package_dict_any_aliases() -> set[str]:
     names: set[str] = set()
     for path in PACKAGE.rglob("*.py"):
-        names |= dict_any_aliases(ast.parse(path.read_text(), str(path)))
+        names |= dict_any_aliases(_parse(path.read_text()))
     return names
 
 
@@ -447,7 +454,7 @@ def dict_any_annotations(path: Path, aliases: set[str] | None = None) -> int:
     """``dict[str, Any]`` used as an annotation (arguments, returns, annotated names, fields),
     including inside ``X | None`` and ``list[...]``, and every use of a module-level alias of
     ``dict[str, Any]`` (from this package or this file) in an annotation."""
-    tree = ast.parse(path.read_text(), str(path))
+    tree = _parse(path.read_text())
     aliases = (package_dict_any_aliases() if aliases is None else aliases) | dict_any_aliases(tree)
     count = 0
     for node in ast.walk(tree):
@@ -816,7 +823,7 @@ def oversized(source: str, name: str) -> list[str]:
     found = []
     if non_blank_lines(lines) > MODULE_LINE_LIMIT:
         found.append(f"{name}: {non_blank_lines(lines)} lines")
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(_parse(source)):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             first = min([node.lineno] + [d.lineno for d in node.decorator_list])
             count = non_blank_lines(lines[first - 1 : node.end_lineno])

@@ -50,7 +50,9 @@ def _config(model_dir):
 
 def test_off_then_on_each_stopped_with_speedup_and_answers(tiny_model_dir, tiny_drafter_dir, tmp_path):
     started = []
-    result = drafter_on_off(_config(tiny_model_dir), str(tiny_drafter_dir), tmp_path, output_len=8, num_prompts=2,
+    # 64 tokens: a stream spans 63-126 ms, so a worker stalled a few ms on a busy machine still reads
+    # it token by token (at 8 tokens, a stalled read once took a whole stream as one flush)
+    result = drafter_on_off(_config(tiny_model_dir), str(tiny_drafter_dir), tmp_path, output_len=64, num_prompts=2,
                             start=lambda cfg: FakeLaunch(cfg, GAPS, started),
                             tokenizer=str(tiny_model_dir))
     assert [s.config.draft for s in started] == ["off", str(tiny_drafter_dir)]

@@ -12,6 +12,7 @@ sources, so the test is seen to report an undeclared import."""
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 import tomllib
 from collections.abc import Iterable, Mapping
@@ -60,6 +61,13 @@ def declared(pyproject: Path = REPO / "pyproject.toml") -> tuple[set[str], dict[
         for extra, reqs in project.get("optional-dependencies", {}).items()
     }
     return base, extras
+
+
+@functools.cache
+def installed_distributions() -> Mapping[str, list[str]]:
+    """``importlib.metadata.packages_distributions()``, read once per run (it reads every installed
+    distribution's file list: ~1 s each time)."""
+    return metadata.packages_distributions()
 
 
 def _is_type_checking(test: ast.expr) -> bool:
@@ -147,7 +155,7 @@ def undeclared_imports(
     distribution is not a base dependency, unless it is guarded by a Gemma4T4Error naming an extra
     that declares it. ``distributions`` maps import names to distributions (default: what is
     installed, ``importlib.metadata.packages_distributions()``)."""
-    dists = metadata.packages_distributions() if distributions is None else distributions
+    dists = installed_distributions() if distributions is None else distributions
     findings: list[Finding] = []
     for module, source in sorted(sources.items()):
         for imp in module_level_imports(source, module):
@@ -392,22 +400,28 @@ def _extra_closure(extra_requirements: set[str]) -> set[str]:
     todo = list(extra_requirements)
     while todo:
         name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        try:
-            requires = metadata.requires(name) or []
-        except metadata.PackageNotFoundError:
-            continue
-        todo.extend(canonicalize_name(Requirement(r).name) for r in requires)
+        if name not in seen:
+            seen.add(name)
+            todo.extend(_requirements_of(name))
     return seen
+
+
+@functools.cache
+def _requirements_of(name: str) -> list[str]:
+    """The distributions ``name`` requires (none when it is not installed); each extra's closure
+    shares most of them."""
+    try:
+        requires = metadata.requires(name) or []
+    except metadata.PackageNotFoundError:
+        return []
+    return [canonicalize_name(Requirement(r).name) for r in requires]
 
 
 def test_every_optional_import_names_what_installs_it():
     from gemma4_t4.errors import EXTRA_FOR_MODULE, SETUP_FOR_MODULE
 
     base, _extras = declared()
-    dists = metadata.packages_distributions()
+    dists = installed_distributions()
     unnamed = []
     for module, source in package_sources().items():
         for imp in optional_imports(source, module):
@@ -424,7 +438,7 @@ def test_the_extra_table_agrees_with_pyproject():
     from gemma4_t4.errors import EXTRA_FOR_MODULE
 
     _base, extras = declared()
-    dists = metadata.packages_distributions()
+    dists = installed_distributions()
     wrong = []
     for module, extra in EXTRA_FOR_MODULE.items():
         if extra not in extras:
