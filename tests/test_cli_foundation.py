@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import shutil
 import subprocess
@@ -163,4 +164,4 @@ def test_setup_starts_without_the_benchmark_or_studies_modules():
             "'gemma4_t4.cli.'))))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout.splitlines()[-1].replace("'", '"')) == ["gemma4_t4.cli.setup"]
+    assert ast.literal_eval(done.stdout.splitlines()[-1]) == ["gemma4_t4.cli.setup"]
