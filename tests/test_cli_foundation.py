@@ -165,3 +165,13 @@ def test_setup_starts_without_the_benchmark_or_studies_modules():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert ast.literal_eval(done.stdout.splitlines()[-1]) == ["gemma4_t4.cli.setup"]
+
+
+@pytest.mark.parametrize("argv", [["nonsense"], [""], ["--debug", "../setup"]])
+def test_an_unknown_command_is_refused_with_every_command_listed(argv, capsys):
+    with pytest.raises(SystemExit) as usage:
+        main(argv)
+    err = capsys.readouterr().err
+    assert usage.value.code == 2 and "invalid choice" in err and "Traceback" not in err
+    for name in ("bench", "doctor", "fix-torch", "grid-check", "sagemaker", "setup", "tune"):
+        assert f"'{name}'" in err, err
