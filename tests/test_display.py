@@ -5,6 +5,7 @@ committed H200 prefill measurements), never from a stand-in of the result itself
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from html.parser import HTMLParser
 from pathlib import Path
@@ -18,6 +19,7 @@ from gemma4_t4.bench.compare import compare_suites
 from gemma4_t4.bench.fake_server import FakeScript, FakeServer, FakeServerState
 from gemma4_t4.catalog import models
 from gemma4_t4.catalog.hardware import PRICES
+from gemma4_t4.cli.turing import bench_prefill_text, verify_text
 from gemma4_t4.foundation.table import Displayable, Table, pairs, text_table, together
 from gemma4_t4.sagemaker import cost, ops, quotas
 from gemma4_t4.sagemaker.deploy import DeployResult, TimelineEvent
@@ -205,6 +207,22 @@ def test_the_sm75_proof_shows_each_launch_unpatched_and_patched():
     assert cells.body[:2] == ["sm_75", "proven"]
 
 
+def test_turing_verify_prints_the_proofs_own_table_and_its_verdict():
+    over = dataclasses.replace(_launch(512), ok=False)  # a launch over the limit: the CLI says FAIL
+    fits = VerifyReport(ok=True, arch="sm_75", capability=(7, 5), limit_bytes=65_536, vllm_version="0.33.0",
+                        kernel_file="k.py", kernel_sha256="0" * 64, triton_version="3.5.0", patch_action="capped",
+                        patch_reason="T4", model_exact=True, changed_launches=1, compiles=2, seconds=3.0,
+                        launches=[_launch(512)])  # fmt: skip
+    text = verify_text(fits)
+    assert str(fits) in text and text.endswith("PASS: every patched launch fits")
+    header, rule, row = str(fits).splitlines()[1:4]
+    assert header.split()[4:7] == ["q/kv", "path", "BLOCK_M"] and row.split()[4:7] == ["8/1", "2d", "16"]
+    failed = verify_text(fits.model_copy(update={"ok": False, "launches": [over], "model_exact": None}))
+    assert failed.endswith("FAIL: a patched launch exceeds the limit or the tile cap refused this vLLM")
+    assert "smem model not checked (an estimate above sm_75)" in failed
+    assert str(fits).splitlines()[3].endswith("yes") and [line for line in failed.splitlines() if "8/1" in line][0].endswith("no")
+
+
 def test_the_prefill_verdict_shows_one_row_per_head_from_the_committed_h200_rows():
     measured = json.loads((REPO / "docs/results/turing_prefill_h200.json").read_text())["rows"]
     by = {(r["path"].split(" ")[0], r["head_size"], r["seq_len"]): r for r in measured if r["batch"] == "single"}
@@ -219,6 +237,12 @@ def test_the_prefill_verdict_shows_one_row_per_head_from_the_committed_h200_rows
                                 tile_cap="no-change", kernel_sha256="0" * 64, heads=decide(rows), rows=rows)
     cells, _ = _shown(report)
     assert "NVIDIA H200 (9.0), vLLM 0.33.0" in cells.caption
+    # bench-prefill prints every measured step above the same verdict table, and where it wrote them
+    printed = bench_prefill_text(report.model_copy(update={"key": report.key | {"torch": "2.11", "triton": "3.6"},
+                                                           "plot": "p.png"}), "out")  # fmt: skip
+    measured, verdict, wrote = printed.split("\n\n")
+    assert measured.startswith("measured: torch 2.11, Triton 3.6") and len(measured.splitlines()) == 3 + len(rows)
+    assert verdict == str(report) and wrote == "wrote out/bench_prefill.json, p.png"
     assert cells.head == ["head", "use_route", "min_tokens", "why"]
     head_512 = cells.body[cells.body.index("512"):][:4]
     assert head_512[1] == "yes" and "faster" in head_512[3]

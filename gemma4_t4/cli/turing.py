@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from gemma4_t4.cli import Output, add_command
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.foundation.table import Table
 from gemma4_t4.turing.filepatch import apply_file_patch, revert_file_patch
 from gemma4_t4.turing.state import status
-from gemma4_t4.turing.verify import verify
+from gemma4_t4.turing.verify import VerifyReport, verify
+
+if TYPE_CHECKING:  # the timing harness itself loads only when bench-prefill runs
+    from gemma4_t4.turing.prefill_bench import PrefillBenchReport
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -70,25 +75,21 @@ def _patch_state(patch) -> str:
 
 def _verify(args: argparse.Namespace) -> Output:
     report = verify(args.arch, limit_bytes=args.limit_bytes, vllm_root=args.vllm_root, jobs=args.jobs)
-    lines = [
-        f"vLLM {report.vllm_version} kernel {report.kernel_file}",
-        f"target {report.arch}, limit {report.limit_bytes:,} B per block, Triton {report.triton_version}; "
-        f"tile cap: {report.patch_action} ({report.patch_reason})", "",
-        f"{'model':<8}{'layer':<8}{'case':<13}{'head':>5}{'q/kv':>7}{'path':>5}{'BLOCK_M':>8}{'TILE':>9}"
-        f"{'unpatched B':>13}{'patched B':>11}  ok",
-    ]
-    for c in report.launches:
-        tile = f"{c.tile_size_unpatched}->{c.tile_size}" if c.tile_size != c.tile_size_unpatched else str(c.tile_size)
-        lines.append(
-            f"{c.model:<8}{c.layer:<8}{c.case:<13}{c.head_size:>5}{f'{c.num_q_heads}/{c.num_kv_heads}':>7}"
-            f"{c.path:>5}{c.block_m:>8}{tile:>9}{c.shared_bytes_unpatched:>13,}{c.shared_bytes_patched:>11,}  "
-            f"{'ok' if c.ok else 'OVER'}")
-    lines += ["", f"{report.changed_launches} launches re-tiled; {report.compiles} compiles in {report.seconds:.0f} s; "
-              "smem model " + {True: "matches every compile", False: "DISAGREES with a compile",
-                               None: "not checked (an estimate above sm_75)"}[report.model_exact],
-              "PASS: every patched launch fits" if report.ok else "FAIL: a patched launch exceeds the limit "
-              "or the tile cap refused this vLLM"]
-    return Output(report, "\n".join(lines), exit_code=0 if report.ok else 1)
+    return Output(report, verify_text(report), exit_code=0 if report.ok else 1)
+
+
+def verify_text(report: VerifyReport) -> str:
+    """The proof as the CLI prints it: the kernel and tile cap, the report's own table, the verdict."""
+    model = {True: "matches every compile", False: "DISAGREES with a compile",
+             None: "not checked (an estimate above sm_75)"}[report.model_exact]
+    return "\n".join([
+        f"vLLM {report.vllm_version} kernel {report.kernel_file}, Triton {report.triton_version}; "
+        f"tile cap: {report.patch_action} ({report.patch_reason})", "", str(report), "",
+        f"{report.changed_launches} launches re-tiled; {report.compiles} compiles in {report.seconds:.0f} s; "
+        f"smem model {model}",
+        "PASS: every patched launch fits" if report.ok
+        else "FAIL: a patched launch exceeds the limit or the tile cap refused this vLLM",
+    ])
 
 
 def _bench_prefill(args: argparse.Namespace) -> Output:
@@ -105,22 +106,16 @@ def _bench_prefill(args: argparse.Namespace) -> Output:
                             fix="e.g. --lengths 512,1024,2048,4096")
     models = tuple(m.strip() for m in args.models.split(",") if m.strip())
     report = bench_prefill(lengths, models, args.vllm_root, args.out, save_verdict=not args.no_save_verdict)
-    key = report.key
-    lines = [f"{key['gpu']} ({key['capability']}), torch {key['torch']}, Triton {key['triton']}, vLLM {key['vllm']}; "
-             f"tile cap: {report.tile_cap}", "",
-             f"{'model':<8}{'layer':<9}{'head':>5}{'q/kv':>7}{'tokens':>8}{'Triton ms':>11}{'route ms':>10}"
-             f"{'x':>7}{'Triton err':>12}{'route err':>11}"]
-    for r in report.rows:
-        heads = f"{r['num_q_heads']}/{r['num_kv_heads']}"
-        lines.append(f"{r['model']:<8}{r['layer']:<9}{r['head_size']:>5}{heads:>7}"
-                     f"{r['seq_len']:>8}{r['triton_ms']:>11.3f}{r['route_ms']:>10.3f}{r['speedup']:>7.1f}"
-                     f"{r['triton_max_abs_err']:>12.2e}{r['route_max_abs_err']:>11.2e}")
-    lines.append("")
-    for head, entry in report.heads.items():
-        lines.append(f"head {head}: {'tensor-core route' if entry['use_route'] else 'Triton'} ({entry['why']})")
-    lines.append(f"wrote {args.out}/bench_prefill.json, {report.plot}"
-                 + (f"; verdict cached in {report.verdict_path}" if report.verdict_path else ""))
-    return Output(report, "\n".join(lines))
+    return Output(report, bench_prefill_text(report, args.out))
+
+
+def bench_prefill_text(report: PrefillBenchReport, out: str) -> str:
+    """What bench-prefill prints: every measured step, the report's own verdict table, what it wrote."""
+    measured = Table(report.rows, title=f"measured: torch {report.key['torch']}, Triton {report.key['triton']}",
+                     columns=["model", "layer", "head_size", "num_q_heads", "num_kv_heads", "seq_len", "triton_ms",
+                              "route_ms", "speedup", "triton_max_abs_err", "route_max_abs_err"])
+    saved = f"; verdict cached in {report.verdict_path}" if report.verdict_path else ""
+    return f"{measured}\n\n{report}\n\nwrote {out}/bench_prefill.json, {report.plot}{saved}"
 
 
 def _apply(args: argparse.Namespace) -> Output:

@@ -104,7 +104,8 @@ class VerifyReport(Displayable, BaseModel):
                 f"{self.compiles} compiles, all fit: {self.ok}")
 
     def table_rows(self) -> list[dict[str, object]]:
-        return [{"model": c.model, "layer": c.layer, "case": c.case, "head": c.head_size, "path": c.path,
+        return [{"model": c.model, "layer": c.layer, "case": c.case, "head": c.head_size,
+                 "q/kv": f"{c.num_q_heads}/{c.num_kv_heads}", "path": c.path, "BLOCK_M": c.block_m,
                  "tile unpatched": c.tile_size_unpatched, "bytes unpatched": c.shared_bytes_unpatched,
                  "tile patched": c.tile_size, "bytes patched": c.shared_bytes_patched, "fits": c.ok}
                 for c in self.launches]
