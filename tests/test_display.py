@@ -215,12 +215,13 @@ def test_turing_verify_prints_the_proofs_own_table_and_its_verdict():
                         launches=[_launch(512)])  # fmt: skip
     text = verify_text(fits)
     assert str(fits) in text and text.endswith("PASS: every patched launch fits")
-    header, rule, row = str(fits).splitlines()[1:4]
+    header, _, row = str(fits).splitlines()[1:4]
     assert header.split()[4:7] == ["q/kv", "path", "BLOCK_M"] and row.split()[4:7] == ["8/1", "2d", "16"]
     failed = verify_text(fits.model_copy(update={"ok": False, "launches": [over], "model_exact": None}))
     assert failed.endswith("FAIL: a patched launch exceeds the limit or the tile cap refused this vLLM")
     assert "smem model not checked (an estimate above sm_75)" in failed
-    assert str(fits).splitlines()[3].endswith("yes") and [line for line in failed.splitlines() if "8/1" in line][0].endswith("no")
+    (failed_row,) = [line for line in failed.splitlines() if "8/1" in line]
+    assert row.endswith("yes") and failed_row.endswith("no")
 
 
 def test_the_prefill_verdict_shows_one_row_per_head_from_the_committed_h200_rows():

@@ -111,7 +111,8 @@ def _bench_prefill(args: argparse.Namespace) -> Output:
 
 def bench_prefill_text(report: PrefillBenchReport, out: str) -> str:
     """What bench-prefill prints: every measured step, the report's own verdict table, what it wrote."""
-    measured = Table(report.rows, title=f"measured: torch {report.key['torch']}, Triton {report.key['triton']}",
+    key = report.key  # read like the report's caption reads it: a missing entry shows as "?"
+    measured = Table(report.rows, title=f"measured: torch {key.get('torch', '?')}, Triton {key.get('triton', '?')}",
                      columns=["model", "layer", "head_size", "num_q_heads", "num_kv_heads", "seq_len", "triton_ms",
                               "route_ms", "speedup", "triton_max_abs_err", "route_max_abs_err"])
     saved = f"; verdict cached in {report.verdict_path}" if report.verdict_path else ""
