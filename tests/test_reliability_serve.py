@@ -839,6 +839,42 @@ def test_a_fork_child_of_an_orderly_stop_dies_of_sigterm_without_a_traceback():
     assert "Traceback" not in done.stderr and "Terminated" not in done.stderr, done.stderr
 
 
+POOL_SCRIPT = """
+import multiprocessing, os, sys, time
+from pathlib import Path
+from gemma4_t4.foundation import signals
+
+def work(folder):
+    Path(folder, str(os.getpid())).touch()
+    time.sleep(60)  # a long compile: the parent is killed meanwhile
+    return 0
+
+context = multiprocessing.get_context("fork")  # as turing verify's compile pool
+with context.Pool(2, initializer=signals.default_in_child) as pool:
+    pool.map(work, [sys.argv[1]] * 2, chunksize=1)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM, signal.SIGHUP])
+def test_fork_pool_workers_end_with_their_parent_quietly(tmp_path, signum):
+    """turing verify's compile workers outlived a parent stopped by kill -9, SIGTERM or SIGHUP: each
+    finished its compile, found the result pipe closed and printed a BrokenPipeError traceback."""
+    parent = subprocess.Popen([sys.executable, "-c", POOL_SCRIPT, str(tmp_path)], stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    _wait_for(lambda: len(list(tmp_path.iterdir())) == 2, "both workers' start", timeout=60)
+    workers = [int(f.name) for f in tmp_path.iterdir()]
+    try:
+        parent.send_signal(signum)
+        stderr = parent.communicate(timeout=30)[1]
+        assert parent.returncode == -signum
+        _wait_for(lambda: not any(pid_alive(pid) for pid in workers), "the workers' end", timeout=20)
+        assert "Traceback" not in stderr, stderr
+    finally:  # a failure leaves no worker sleeping on
+        for pid in workers:
+            if pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
 # a stand-in for vLLM's engine core between its fork and its rename: the API server's command line,
 # then VLLM::EngineCore (same pid, same start time) once the test says so
 _NOT_YET_RENAMED = (

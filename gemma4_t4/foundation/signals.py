@@ -12,11 +12,13 @@ import asyncio
 import contextlib
 import os
 import signal
+import sys
 import threading
 from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
 
 STOP_SIGNALS: tuple[int, ...] = (signal.SIGTERM, signal.SIGHUP)
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 T = TypeVar("T")
 
 
@@ -79,9 +81,20 @@ def orderly_stop(signals: tuple[int, ...] = STOP_SIGNALS, *, redeliver: bool = T
 
 
 def default_in_child() -> None:
-    """A fork pool's ``initializer``: the default action for SIGINT and the stop signals in the child."""
+    """A fork pool's ``initializer``: the default action for SIGINT and the stop signals in the child,
+    and (on Linux) a SIGTERM from the kernel when the parent dies. A parent killed outright (kill -9, or
+    a stop signal where nothing handles it) cannot terminate its pool: its workers would finish their
+    task, find the result pipe closed and print a BrokenPipeError traceback each."""
     for sig in (signal.SIGINT, *STOP_SIGNALS):
         signal.signal(sig, signal.SIG_DFL)
+    if sys.platform.startswith("linux"):
+        import ctypes  # only a pool worker needs these, not every process that imports this module
+        import multiprocessing
+
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        parent = multiprocessing.parent_process()
+        if parent is not None and os.getppid() != parent.pid:  # it died before prctl took effect
+            os.kill(os.getpid(), signal.SIGTERM)
 
 
 def run_async(main: Coroutine[Any, Any, T]) -> T:
