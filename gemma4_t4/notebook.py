@@ -623,7 +623,7 @@ def t4_vs_l4(served: Endpoint, specs: Mapping[str, WorkloadSpec], runs_dir: str 
         for label, spec in specs.items():
             run(l4, spec, Path(out_dir) / label, overwrite=True)
     (headline,) = compare_suites(runs_dir, out_dir).headlines
-    print(headline.text())
+    show_table(headline)
     show_table(headline_rows(headline))
     return headline
 

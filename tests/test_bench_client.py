@@ -214,7 +214,7 @@ def test_full_workloads_on_the_fake_server_write_results_and_plots(tmp_path):
         "prefix_cache.png",
     }
     comparison = compare_runs(a.dir, b.dir)
-    assert len(comparison.cells) == 2 and "B/A" in comparison.text()
+    assert len(comparison.cells) == 2 and "B/A" in str(comparison)
     assert plot_compare(a, b, tmp_path / "ab.png").stat().st_size > 1000
     assert (tmp_path / "a" / "summary.csv").read_text().count("\n") == 3
 

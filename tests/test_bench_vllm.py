@@ -242,7 +242,7 @@ def test_two_local_endpoints_match_http_on_the_same_server(vllm_server, tiny_mod
         headline = compare_suites(tmp_path / side, tmp_path / "http").headlines[0]
         assert headline.answers.identical == headline.answers.total == 20
         # a per-stream ratio where the server streamed its tokens; else named not measured (one flush)
-        assert (headline.decode_ratio is not None) != bool(headline.decode_not_measured), headline.text()
+        assert (headline.decode_ratio is not None) != bool(headline.decode_not_measured), str(headline)
     assert with_text > 0  # some of the 12 sagemaker:// decode requests carried text, each with its TTFT
     (headline,) = compare_suites(tmp_path / "tiny-a", tmp_path / "tiny-b").headlines
     assert headline.answers.identical == headline.answers.total == 20

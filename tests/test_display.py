@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -15,8 +16,17 @@ import pytest
 from gemma4_t4 import notebook as nb
 from gemma4_t4 import quant
 from gemma4_t4.bench import compare_runs, published, run_benchmark
-from gemma4_t4.bench.compare import compare_suites
+from gemma4_t4.bench.answers import AnswerComparison, Divergence
+from gemma4_t4.bench.compare import (
+    CellComparison,
+    Headline,
+    Ratio,
+    RunComparison,
+    compare_suites,
+    published_decode,
+)
 from gemma4_t4.bench.fake_server import FakeScript, FakeServer, FakeServerState
+from gemma4_t4.bench.schemas import SpecDecode
 from gemma4_t4.catalog import models
 from gemma4_t4.catalog.hardware import PRICES
 from gemma4_t4.cli.turing import bench_prefill_text, verify_text
@@ -63,7 +73,7 @@ def _shown(result: Displayable) -> tuple[_Cells, str]:
     page, text = result._repr_html_(), str(result)
     assert page.startswith("<table>") and page.endswith("</table>")
     cells = _Cells(page)
-    table = text_table(*result.table_parts())  # the text display (comparisons print their fuller text())
+    table = text_table(*result.table_parts())  # the text display
     assert cells.head and all(h in table for h in cells.head) and all(v in table for v in cells.body), table
     assert not cells.caption or table.splitlines()[0] == cells.caption
     assert text == table or type(result).__str__ is not Displayable.__str__
@@ -112,14 +122,46 @@ def test_a_benchmark_run_shows_one_row_per_cell_with_its_figures(runs):
 def test_comparisons_show_their_ratios(runs):
     comparison = compare_runs(runs["a"].dir, runs["b"].dir)
     cells, text = _shown(comparison)
-    assert "B/A ratios" in cells.caption and {"metric", "A", "B", "B/A"} <= set(cells.head)
-    assert "per_stream_tok_s" in cells.body and text == comparison.text()  # the text form is the full one
+    assert "B/A ratios" in cells.caption and {"metric", "A", "B", "B/A [95 % interval]"} <= set(cells.head)
+    assert "per_stream_tok_s" in cells.body
+    assert re.search(r"per_stream_tok_s .* \d+\.\d{3} \[\d+\.\d{3}, \d+\.\d{3}\]$", text, re.M)  # ratio [interval]
     suite = compare_suites(runs["a"].dir.parent, runs["b"].dir.parent)
     cells, _ = _shown(suite)
-    assert "decode A/B" in cells.head and len(cells.body) == len(cells.head) * len(suite.headlines)
     (headline,) = suite.headlines
+    assert {"model", "figure", "A/B [95 % interval]"} <= set(cells.head)
+    assert len(cells.body) == len(cells.head) * len(headline.table_rows())  # each model's headline rows
     cells, _ = _shown(headline)
     assert cells.body[0].startswith("decode tok/s") and "TTFT ms (median)" in cells.body
+
+
+def test_a_comparison_shows_the_same_in_html_as_in_text():
+    """The HTML display of a comparison once left out what its text showed: the prices, the
+    published row and its source, the answers compared, a drafter's acceptance, unmatched cells."""
+    answers = AnswerComparison(20, 19, 18, 17, Divergence(3, "What is 12 squared?", 9, "is 144.", "is 1444."), [3])
+    pub = published_decode("gemma-4-E2B-it")
+    headline = Headline("gemma-4-E2B-it", "series", 80.0, 100.0, 0.8, 0.75, 0.85, 300.0, 250.0, 1.2, answers,
+                        {"ml.g4dn.xlarge": 2.74}, {}, pub, not_measured=["B: run l4/old is interrupted"],
+                        unpriced_b="not priced: measured on a CPU")  # fmt: skip
+    flushed = "A: not measured: the server delivered 128 tokens in one flush"
+    on = SpecDecode(drafts=10, draft_tokens=30, accepted_tokens=15, acceptance_rate=0.5, mean_accepted_length=2.5,
+                    source="/metrics")  # fmt: skip
+    ratios = [Ratio("per_stream_tok_s", 48.2, 96.3, 1.998, 1.9, 2.1, True),
+              Ratio("tpot_ms", None, None, None, None, None, False, not_measured=flushed)]  # fmt: skip
+    runs = RunComparison("off", "on", [CellComparison(("decode",), "c1", "c1", ratios, None, on)], ["c8"], [], answers)
+    said_by_both = ["identical answers: 19/20 (correct: A 18, B 17)",
+                    "first difference: question 3 ('What is 12 squared?') at character 9:", "B: ...'is 1444.'"]
+    for result, said in [
+        (headline, ["not measured: B: run l4/old is interrupted", "0.800 [0.750, 0.850]", "1.200 [no interval]",
+                    "ml.g4dn.xlarge $2.74", "not priced: measured on a CPU", "108.5", "141.7", "0.766",
+                    "published (gemma-4-E2B emb4, not our measurement): decode tok/s T4 | L4",
+                    f"published (gemma-4-E2B emb4, not our measurement): identical answers 40/40  [{pub.source}]"]),
+        (runs, ["1.998 [1.900, 2.100]", flushed, "accepted 50.0%, mean accepted length 2.50",
+                "unmatched cells: A ['c8']  B []"]),
+    ]:  # fmt: skip
+        cells, text = _shown(result)
+        page = "\n".join([cells.caption, *cells.head, *cells.body])
+        for figure in said + said_by_both:
+            assert figure in page and figure in text, figure
 
 
 def test_part2_and_part4_tables_put_each_measured_figure_beside_the_published_one(runs):

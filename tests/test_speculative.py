@@ -415,8 +415,10 @@ def test_run_comparison_shows_drafter_off_against_on():
         mean_accepted_length=2.5,
         source="/metrics",
     )
-    text = RunComparison("off", "on", [CellComparison(("decode",), "c1", "c1", [], None, on)]).text()
-    assert "drafter" in text and "A off  B accepted 50.0%, mean accepted length 2.50" in text
+    comparison = RunComparison("off", "on", [CellComparison(("decode",), "c1", "c1", [], None, on)])
+    (row,) = comparison.table_rows()
+    assert row == {"cell": "c1", "metric": "drafter", "A": "off", "B": "accepted 50.0%, mean accepted length 2.50"}
+    assert "accepted 50.0%, mean accepted length 2.50" in str(comparison)
 
 
 def test_sagemaker_deploy_cli_plan_carries_the_drafter(capsys, monkeypatch):

@@ -6,7 +6,7 @@ Notebook API: a typed spec says what to measure, an endpoint (``gemma4_t4.servin
     decode = bench.DecodeSpec(concurrency=[1, 8], input_len=512, output_len=128)  # refused here if wrong
     with nb.endpoint("t4", "google/gemma-4-E2B-it", "work", name="gemma4") as endpoint:
         result = bench.run(endpoint, decode, "results/t4-qat")
-    print(result.table()); bench.plot_run(result); print(bench.compare_runs("results/t4-bf16", result).text())
+    print(result.table()); bench.plot_run(result); print(bench.compare_runs("results/t4-bf16", result))
     result.per_stream_by_concurrency(); result.cell(workload="decode", concurrency=8).ttft_ms.median
 
 ``run_benchmark(base_url, model, workload, out_dir, **fields)`` is the same run from ``BenchArgs``

@@ -68,41 +68,25 @@ class RunComparison(Displayable):
     def caption(self) -> str:
         return "; ".join([f"B/A ratios (A = {self.a}, B = {self.b})", *self.problems])
 
+    columns = ("cell", "metric", "higher is better", "A", "B", "B/A [95 % interval]")
+
     def table_rows(self) -> list[dict[str, object]]:
-        """One row per compared figure of each matched cell (the text form adds the answers)."""
-        return [
-            {"cell": cell.cell_a, "metric": r.metric, "A": r.a, "B": r.b,
-             "B/A": r.not_measured or r.ratio, "95 % interval": _interval(r.ci_low, r.ci_high),
-             "higher is better": r.higher_is_better}
-            for cell in self.cells
-            for r in cell.ratios
-        ]
-
-    def __str__(self) -> str:
-        return self.text()
-
-    def text(self) -> str:
-        lines = [f"B/A ratios (A = {self.a}, B = {self.b}); [95 % bootstrap interval]"]
-        lines += self.problems
+        """One row per compared figure of each matched cell, and one for its drafter's acceptance."""
+        rows: list[dict[str, object]] = []
         for cell in self.cells:
-            lines.append(f"\n{cell.cell_a}" + (f"  vs  {cell.cell_b}" if cell.cell_b != cell.cell_a else ""))
-            for r in cell.ratios:
-                if r.not_measured:
-                    lines.append(f"  {r.metric:<26} {r.not_measured}")
-                    continue
-                interval = f"[{r.ci_low:.3f}, {r.ci_high:.3f}]" if r.ci_low is not None else "[no interval]"
-                ratio = f"{r.ratio:.3f}x" if r.ratio is not None else "-"
-                lines.append(
-                    f"  {r.metric:<26} A {_num(r.a):>10}  B {_num(r.b):>10}  B/A {ratio:>8} {interval}"
-                    + ("  (higher is better)" if r.higher_is_better else "")
-                )
+            name = cell.cell_a if cell.cell_b == cell.cell_a else f"{cell.cell_a} vs {cell.cell_b}"
+            rows += [{"cell": name, "metric": r.metric, "higher is better": r.higher_is_better, "A": r.a,
+                      "B": r.b, "B/A [95 % interval]": r.not_measured or _ratio(r.ratio, r.ci_low, r.ci_high)}
+                     for r in cell.ratios]
             if cell.spec_a or cell.spec_b:
-                lines.append(f"  {'drafter':<26} A {_drafter(cell.spec_a)}  B {_drafter(cell.spec_b)}")
-        if self.unmatched_a or self.unmatched_b:
-            lines.append(f"\nunmatched cells: A {self.unmatched_a}  B {self.unmatched_b}")
-        if self.answers:
-            lines.append("\n" + self.answers.text())
-        return "\n".join(lines)
+                rows.append({"cell": name, "metric": "drafter", "A": _drafter(cell.spec_a),
+                             "B": _drafter(cell.spec_b)})
+        return rows
+
+    def notes(self) -> list[str]:
+        unmatched = self.unmatched_a or self.unmatched_b
+        return ([f"unmatched cells: A {self.unmatched_a}  B {self.unmatched_b}"] if unmatched else []) + (
+            [self.answers.text()] if self.answers else [])
 
 
 def _drafter(spec: SpecDecode | None) -> str:
@@ -113,12 +97,12 @@ def _drafter(spec: SpecDecode | None) -> str:
     return f"accepted {spec.acceptance_rate:.1%}, mean accepted length {spec.mean_accepted_length:.2f}"
 
 
-def _interval(low: float | None, high: float | None) -> str | None:
-    return f"[{low:.3f}, {high:.3f}]" if low is not None and high is not None else None
-
-
-def _num(v: float | None) -> str:
-    return "-" if v is None else f"{v:,.2f}"
+def _ratio(ratio: float | None, low: float | None = None, high: float | None = None) -> str | None:
+    """A measured ratio, 3 decimals, with its 95 % bootstrap interval or a word that it has none."""
+    if ratio is None:
+        return None
+    interval = f"[{low:.3f}, {high:.3f}]" if low is not None and high is not None else "[no interval]"
+    return f"{ratio:.3f} {interval}"
 
 
 def cell_key(cell: CellSummary) -> tuple:
@@ -241,53 +225,40 @@ class Headline(Displayable):
         return "; ".join([f"{self.model}: A/B, measured", *(f"not measured: {w}" for w in self.not_measured)])
 
     def table_rows(self) -> list[dict[str, object]]:
-        """Decode, TTFT and answers, A beside B (the text form adds prices and the published row)."""
-        decode = self.decode_ratio if self.decode_ratio is not None else "; ".join(self.decode_not_measured) or None
-        answers = self.answers.line() if self.answers else None
-        return [
+        """Decode, TTFT and $/Mtok, A beside B, then the published row (T4 as A, L4 as B)."""
+        ratio = "A/B [95 % interval]"
+        decode = _ratio(self.decode_ratio, self.decode_ci_low, self.decode_ci_high)
+        rows: list[dict[str, object]] = [
             {"figure": f"decode tok/s ({self.decode_method or '-'})", "A": self.decode_a, "B": self.decode_b,
-             "A/B": decode, "95 % interval": _interval(self.decode_ci_low, self.decode_ci_high)},
-            {"figure": "TTFT ms (median)", "A": self.ttft_a_ms, "B": self.ttft_b_ms, "A/B": self.ttft_ratio},
-            {"figure": "identical answers", "A/B": answers},
+             ratio: decode or "; ".join(self.decode_not_measured) or "not measured on both sides"},
+            {"figure": "TTFT ms (median)", "A": self.ttft_a_ms, "B": self.ttft_b_ms,
+             ratio: _ratio(self.ttft_ratio)},
+            {"figure": "$/Mtok (at the best output tok/s)", "A": _usd(self.usd_per_mtok_a, self.unpriced_a),
+             "B": _usd(self.usd_per_mtok_b, self.unpriced_b)},
         ]
-
-    def __str__(self) -> str:
-        return self.text()
-
-    def text(self) -> str:
-        lines = [f"{self.model}  (A/B; measured)"] + [f"  not measured: {why}" for why in self.not_measured]
-        if self.decode_ratio is not None:
-            interval = f" {_interval(self.decode_ci_low, self.decode_ci_high) or '[no interval]'}"
-            lines.append(
-                f"  decode tok/s ({self.decode_method}): A {_num(self.decode_a)}  B {_num(self.decode_b)}"
-                f"  A/B {self.decode_ratio:.3f}x{interval}"
-            )
-        elif self.decode_not_measured:
-            lines += [f"  decode tok/s: {why}" for why in self.decode_not_measured]
-        else:
-            lines.append("  decode: not measured on both sides")
-        if self.ttft_ratio is not None:
-            lines.append(
-                f"  TTFT ms (median): A {_num(self.ttft_a_ms)}  B {_num(self.ttft_b_ms)}"
-                f"  A/B {self.ttft_ratio:.3f}x"
-            )
-        if self.answers:
-            lines += ["  " + line for line in self.answers.text().splitlines()]
-        sides = (("A", self.usd_per_mtok_a, self.unpriced_a), ("B", self.usd_per_mtok_b, self.unpriced_b))
-        for side, prices, unpriced in sides:
-            if prices:
-                lines.append(f"  $/Mtok {side}: " + ", ".join(f"{k} ${v:.2f}" for k, v in prices.items()))
-            elif unpriced:
-                lines.append(f"  $/Mtok {side}: {unpriced}")
         p = self.published
         if p is not None:
-            ratio = f"  T4/L4 {p.t4_tok_s / p.l4_tok_s:.2f}x" if p.t4_tok_s else ""
-            lines.append(
-                f"  published ({p.model} {p.build}, not our measurement): decode T4 "
-                f"{_num(p.t4_tok_s)}  L4 {_num(p.l4_tok_s)}{ratio}; identical answers "
-                f"{p.identical_answers or '-'}  [{p.source}]"
-            )
-        return "\n".join(lines)
+            rows.append({"figure": f"{_published(p)}: decode tok/s T4 | L4",
+                         "A": p.t4_tok_s, "B": p.l4_tok_s,
+                         ratio: f"{p.t4_tok_s / p.l4_tok_s:.3f}" if p.t4_tok_s else None})
+        return rows
+
+    def notes(self) -> list[str]:
+        """The answers compared, and the published row's answers and source."""
+        out = [self.answers.text()] if self.answers else []
+        p = self.published
+        if p is not None:
+            out.append(f"{_published(p)}: identical answers {p.identical_answers or '-'}  [{p.source}]")
+        return out
+
+
+def _published(p: PublishedDecode) -> str:
+    return f"published ({p.model} {p.build}, not our measurement)"
+
+
+def _usd(prices: dict[str, float], unpriced: str | None) -> str | None:
+    """$/Mtok of each instance a side was priced as, or why it shows none."""
+    return ", ".join(f"{k} ${v:.2f}" for k, v in prices.items()) or unpriced
 
 
 @dataclass
@@ -316,21 +287,12 @@ class SuiteComparison(Displayable):
         return "; ".join([f"A = {self.a}, B = {self.b}", *self.problems])
 
     def table_rows(self) -> list[dict[str, object]]:
-        """One row per model measured on both sides."""
-        return [
-            {"model": h.model, "decode A": h.decode_a, "decode B": h.decode_b, "decode A/B": h.decode_ratio,
-             "TTFT A/B": h.ttft_ratio, "identical answers": h.answers.line() if h.answers else None}
-            for h in self.headlines
-        ]
+        """Each model's headline rows, the model named in each."""
+        return [{"model": h.model, **row} for h in self.headlines for row in h.table_rows()]
 
-    def __str__(self) -> str:
-        return self.text()
-
-    def text(self) -> str:
-        out = [f"A = {self.a}, B = {self.b}; [95 % bootstrap interval]"] + [h.text() for h in self.headlines]
-        if self.unmatched_models:
-            out.append(f"models on one side only: {self.unmatched_models}")
-        return "\n\n".join(out)
+    def notes(self) -> list[str]:
+        out = [f"{h.model}: {note}" for h in self.headlines for note in h.notes()]
+        return out + ([f"models on one side only: {self.unmatched_models}"] if self.unmatched_models else [])
 
 
 def _decode_samples(runs: list[BenchRun]) -> tuple[str | None, list[float], str | None]:

@@ -217,10 +217,10 @@ def _compare(args: argparse.Namespace) -> Output:
         check_plot_path(args.plot)  # before any work: a bad name is refused, not found out at the end
     if is_suite(args.a) or is_suite(args.b):
         result = compare_suites(args.a, args.b)
-        text = result.text()
+        text = str(result)
     else:
         result = compare_runs(args.a, args.b)
-        text = result.text()
+        text = str(result)
         if args.plot:
             path = plot_compare(args.a, args.b, args.plot, comparison=result)
             text += f"\nplot: {path}" if path else "\nno comparable cells to plot"

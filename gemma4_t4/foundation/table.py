@@ -65,24 +65,31 @@ def _as_row(row: object) -> Mapping[str, object]:
     return dump(by_alias=True) if callable(dump) else to_jsonable(row)
 
 
-def html_table(columns: Sequence[str], cells: Sequence[Sequence[str]], title: str | None = None) -> str:
-    """Formatted cells as one HTML table (escaped), the title as its caption."""
+def html_table(columns: Sequence[str], cells: Sequence[Sequence[str]], title: str | None = None,
+               notes: Sequence[str] = ()) -> str:
+    """Formatted cells as one HTML table (escaped), the title as its caption, each note a full-width
+    footer row that keeps its line breaks."""
     head = "".join(f"<th style='text-align:left'>{html.escape(str(c))}</th>" for c in columns)
     body = "".join("<tr>" + "".join(f"<td style='text-align:left'>{html.escape(v)}</td>" for v in r) + "</tr>"
                    for r in cells)
     caption = f"<caption style='text-align:left'><b>{html.escape(title)}</b></caption>" if title else ""
-    return f"<table>{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    foot = "".join(f"<tr><td colspan='{max(len(columns), 1)}' style='text-align:left;white-space:pre-wrap'>"
+                   f"{html.escape(note)}</td></tr>" for note in notes)
+    foot = f"<tfoot>{foot}</tfoot>" if foot else ""
+    return f"<table>{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody>{foot}</table>"
 
 
-def text_table(columns: Sequence[str], cells: Sequence[Sequence[str]], title: str | None = None) -> str:
-    """Formatted cells as plain text, the title on the line above."""
-    text = format_table([str(c) for c in columns], cells)
-    return f"{title}\n{text}" if title else text
+def text_table(columns: Sequence[str], cells: Sequence[Sequence[str]], title: str | None = None,
+               notes: Sequence[str] = ()) -> str:
+    """Formatted cells as plain text, the title on the line above, the notes below (no columns: no table)."""
+    table = [format_table([str(c) for c in columns], cells)] if columns else []
+    return "\n".join([*([title] if title else []), *table, *notes])
 
 
 class Displayable:
     """A result that shows itself: an HTML table in Jupyter, a text table elsewhere. A class gives
-    :meth:`table_rows` and may name its ``columns`` and a :meth:`caption`."""
+    :meth:`table_rows` and may name its ``columns``, a :meth:`caption` and :meth:`notes` (what is not
+    a row: shown under the table in both displays)."""
 
     columns: ClassVar[Sequence[str] | None] = None  # None: every key of the rows, in order
     max_rows: ClassVar[int | None] = None  # long results show their first rows and say how many more
@@ -93,8 +100,11 @@ class Displayable:
     def caption(self) -> str | None:
         return None
 
-    def table_parts(self) -> tuple[list[str], list[list[str]], str | None]:
-        """(columns, formatted cells, title): what both displays show."""
+    def notes(self) -> Sequence[str]:
+        return ()
+
+    def table_parts(self) -> tuple[list[str], list[list[str]], str | None, list[str]]:
+        """(columns, formatted cells, title, notes): what both displays show."""
         rows = list(self.table_rows())
         title = self.caption()
         if self.max_rows is not None and len(rows) > self.max_rows:
@@ -102,7 +112,7 @@ class Displayable:
             title = f"{title} ({more})" if title else more
             rows = rows[: self.max_rows]
         columns, cells = table_cells(rows, self.columns)
-        return columns, cells, title
+        return columns, cells, title, list(self.notes())
 
     def _repr_html_(self) -> str:
         return html_table(*self.table_parts())
