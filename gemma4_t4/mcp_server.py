@@ -46,19 +46,18 @@ from gemma4_t4.sagemaker.build import (
     build_record,
 )
 from gemma4_t4.sagemaker.build import build_t4_image as build
-from gemma4_t4.sagemaker.config import ConfigSummary, DeployConfig, default_region
-from gemma4_t4.sagemaker.cost import estimate
+from gemma4_t4.sagemaker.config import ConfigSummary, DeployConfig, default_region, deploy_settings
 from gemma4_t4.sagemaker.deploy import (
     DeployFailed,
     DeployResult,
     deploy,
+    deploy_cost,
     deploy_in_background,
     deployment_plan,
     rollback,
 )
 from gemma4_t4.sagemaker.health import HealthReport, check_health
 from gemma4_t4.sagemaker.image import (
-    DEFAULT_VLLM_TAG,
     US_REGIONS,
     ImageChoice,
     required_ami_version,
@@ -441,50 +440,43 @@ def find_vllm_image(region: Region = None, tag: str | None = None, latest: bool 
                        inference_ami_version=required_ami_version(choice.image_uri, instance_type))
 
 
-def _config(name: str, model_id: str, region: str, instance_type: str, max_model_len: int, max_num_seqs: int,
-            dtype: str | None, fallback_instance_types: list[str] | None, extra_vllm_args: list[str] | None,
-            ttl_hours: float, image_tag: str | None, role_arn: str | None, image_uri: str | None = None,
-            allow_unfixed_image: bool = False) -> Any:
-    # The same fail-closed rule as the CLI: DeployConfig.validate refuses a T4 image without the fix.
-    return DeployConfig(name=name, model_id=model_id, region=region, instance_type=instance_type,
-                        max_model_len=max_model_len, max_num_seqs=max_num_seqs, dtype=dtype,
-                        fallback_instance_types=list(fallback_instance_types or []),
-                        extra_args=list(extra_vllm_args or []), ttl_hours=ttl_hours,
-                        image_tag=image_tag or DEFAULT_VLLM_TAG, role_arn=role_arn, image_uri=image_uri,
-                        allow_unfixed_image=allow_unfixed_image)
+# The deploy settings' MCP types that carry limits in the schema (the SDK refuses a bad value before the
+# tool runs); the others are typed as declared. DeployConfig.validate checks every value either way.
+_DEPLOY_LIMITS = {"max_model_len": ContextLen, "max_num_seqs": Sequences, "region": Region,
+                  "num_draft_tokens": DraftTokens | None}
+
+
+def _takes_deploy_settings(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn(..., **settings)`` takes every deploy setting as a keyword parameter, typed, defaulted and
+    described (its help) as declared once beside DeployConfig, where the CLI's deploy flags come from too."""
+    own = inspect.signature(fn, eval_str=True)
+    declared = [inspect.Parameter(s.parameter, inspect.Parameter.KEYWORD_ONLY, default=s.default,
+                                  annotation=Annotated[_DEPLOY_LIMITS.get(s.name, s.type), Field(description=s.help)])
+                for s in deploy_settings()]
+    kept = [p for p in own.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    fn.__signature__ = own.replace(parameters=declared + kept)  # type: ignore[attr-defined]
+    return fn
 
 
 @tool(LOCAL_READ_ONLY)
-def get_deployment_config(name: str = "gemma4-t4", model_id: str = "google/gemma-4-E2B-it",
-                          region: Region = None, instance_type: str = "ml.g4dn.xlarge",
-                          max_model_len: ContextLen = 8192, max_num_seqs: Sequences = 4, dtype: str | None = None,
-                          fallback_instance_types: list[str] | None = None,
-                          extra_vllm_args: list[str] | None = None, ttl_hours: float = 4.0,
-                          image_tag: str | None = None, role_arn: str | None = None, image_uri: str | None = None,
-                          allow_unfixed_image: bool = False) -> ConfigResult:
-    """Validate a deployment config (no AWS calls): container env, AMI, $/hour and the aws CLI recipe."""
-    region = default_region(region)
-    config = _config(name, model_id, region, instance_type, max_model_len, max_num_seqs, dtype,
-                     fallback_instance_types, extra_vllm_args, ttl_hours, image_tag, role_arn, image_uri,
-                     allow_unfixed_image)
+@_takes_deploy_settings
+def get_deployment_config(**settings: object) -> ConfigResult:
+    """Validate a deployment config (no AWS calls): container env, AMI, $/hour and the aws CLI recipe.
+    Without image_tag it plans with the recorded DLC tag (deploy_endpoint looks up the newest)."""
     try:
+        config = DeployConfig.from_settings(**settings)
         plan = deployment_plan(config)
     except Gemma4T4Error as exc:
         return ConfigResult(valid=False, problem=exc.message, fix=exc.fix)
-    cost = estimate(config.instance_type, config.instance_count)
+    cost = deploy_cost(config)
     return ConfigResult(valid=True, config=config.summary(), cost=cost.line(), usd_per_hour=cost.usd_per_hour,
                         aws_cli=plan)
 
 
 @tool(CREATES, confirm=True)
-def deploy_endpoint(name: str = "gemma4-t4", model_id: str = "google/gemma-4-E2B-it", region: Region = None,
-                    instance_type: str = "ml.g4dn.xlarge", max_model_len: ContextLen = 8192,
-                    max_num_seqs: Sequences = 4,
-                    dtype: str | None = None, fallback_instance_types: list[str] | None = None,
-                    extra_vllm_args: list[str] | None = None, ttl_hours: float = 4.0, image_tag: str | None = None,
-                    role_arn: str | None = None, wait: bool = False, timeout_s: Seconds | None = None,
-                    image_uri: str | None = None, allow_unfixed_image: bool = False,
-                    confirm: Confirm = False) -> DeployToolResult:
+@_takes_deploy_settings
+def deploy_endpoint(*, wait: bool = False, timeout_s: Seconds | None = None, confirm: Confirm = False,
+                    **settings: object) -> DeployToolResult:
     """Deploy to a SageMaker endpoint (billing starts). Needs confirm=True; without it, returns the plan.
 
     wait=False returns at Creating and keeps watching while this MCP server runs: a Failed or timed-out
@@ -494,14 +486,10 @@ def deploy_endpoint(name: str = "gemma4-t4", model_id: str = "google/gemma-4-E2B
     On a T4 an image without the Turing fix is refused; with no image_uri the newest fixed image
     in the region's ECR is used (build it with build_t4_image).
     """
-    region = default_region(region)
-    if image_uri is None:  # the stock DLC tag: newest in the registry, else the labelled fallback
-        image_tag = resolve_dlc_tag(region, image_tag).tag
-    config = _config(name, model_id, region, instance_type, max_model_len, max_num_seqs, dtype,
-                     fallback_instance_types, extra_vllm_args, ttl_hours, image_tag, role_arn, image_uri,
-                     allow_unfixed_image)
+    config = DeployConfig.from_settings(**settings)
+    config.pin_image_tag(settings.get("image_tag"))  # no tag given: the newest in the registry
     plan = deployment_plan(config)  # validates before anything else
-    cost = estimate(config.instance_type, config.instance_count).line()
+    cost = deploy_cost(config).line()
     if not confirm:
         return DeployToolResult(refused=True, cost=cost, aws_cli=plan,
                                 reason="deploying creates billed resources: call again with confirm=True")
@@ -509,9 +497,9 @@ def deploy_endpoint(name: str = "gemma4-t4", model_id: str = "google/gemma-4-E2B
         if wait:  # a shutdown ends the wait and rolls back what this deploy created
             result = deploy(config, timeout_s=timeout_s, progress=False, sleep=_cancellable_sleep)
         else:
-            client = _WATCHES.client(region) if _WATCHES.client else None
+            client = _WATCHES.client(config.region) if _WATCHES.client else None
             watcher = deploy_in_background(config, timeout_s=timeout_s, client=client)
-            _WATCHES.by_key[(region, name)] = watcher
+            _WATCHES.by_key[(config.region, config.name)] = watcher
             result = watcher.result
     except DeployFailed as exc:
         return DeployToolResult(refused=False, reason=str(exc), cost=cost, aws_cli=plan,

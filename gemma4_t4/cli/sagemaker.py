@@ -10,6 +10,7 @@ import argparse
 import functools
 import sys
 import time
+import typing
 from collections.abc import Callable
 
 from gemma4_t4.cli import Output, add_command, add_group
@@ -155,7 +156,6 @@ def _build_image(args: argparse.Namespace) -> Output:
 def _matrix(args: argparse.Namespace) -> Output:
     # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
     from gemma4_t4.bench.specs import spec_for
-    from gemma4_t4.sagemaker.config import DEFAULT_MODEL_ID
     from gemma4_t4.sagemaker.cost import usd
     from gemma4_t4.sagemaker.matrix import (
         EndpointHandling,
@@ -168,8 +168,7 @@ def _matrix(args: argparse.Namespace) -> Output:
     check_budget(args.budget_usd)  # before the plan: a dry run refuses a budget the real run would
     # one spec per endpoint, checked here: a misspelt workload is refused before any deploy
     specs = {args.workload: spec_for(args.workload)}
-    args.name, args.model_id = "g4-matrix", DEFAULT_MODEL_ID
-    base = _config_from(args)
+    base = _config_from(args)  # each model's endpoint gets its own name (matrix_configs)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     if not models:
         raise Gemma4T4Error(
@@ -200,44 +199,22 @@ def _matrix(args: argparse.Namespace) -> Output:
 
 
 def _config_from(args: argparse.Namespace):
-    """The typed config; without --image-uri the stock DLC tag is looked up in the region's registry
-    (``args.image_label`` says which tag and whether it is the recorded fallback)."""
+    """The typed config from the deploy flags; without --image-uri the stock DLC tag is looked up in the
+    region's registry (``args.image_label`` says which tag and whether it is the recorded fallback)."""
     # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
-    from gemma4_t4.sagemaker.config import DEFAULT_SCALING_TARGET, DeployConfig
-    from gemma4_t4.sagemaker.image import resolve_dlc_tag
+    from gemma4_t4.sagemaker.config import DeployConfig, deploy_settings
 
-    region = default_region(args.region)
-    if args.scaling_target is not None and args.min_instances is None and args.max_instances is None:
-        raise Gemma4T4Error(
-            "--scaling-target applies only to an autoscaled endpoint; alone it would be ignored",
-            fix="add --min-instances N and/or --max-instances M, or drop --scaling-target",
-        )
-    if args.image_uri is None:
-        resolved = resolve_dlc_tag(region, args.image_tag)
-        args.image_tag, args.image_label = resolved.tag, resolved.label
-    else:
-        args.image_label = f"{args.image_uri} (given)"
-
-    env = {}
-    for item in args.env or []:
+    given = {s.parameter: getattr(args, s.parameter) for s in deploy_settings() if hasattr(args, s.parameter)}
+    given["fallback_instance_types"] = [t for t in (args.fallback_instance_types or "").split(",") if t]
+    given["extra_env"] = env = {}
+    for item in args.extra_env or []:
         if "=" not in item:
             raise Gemma4T4Error(f"--env {item!r} is not KEY=VALUE", fix="write --env SM_VLLM_SEED=0")
         key, value = item.split("=", 1)
         env[key] = value
-    return DeployConfig(
-        name=args.name, model_id=args.model_id, region=region, instance_type=args.instance_type,
-        role_arn=args.role_arn, image_uri=args.image_uri, image_tag=args.image_tag, dtype=args.dtype,
-        max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
-        tensor_parallel_size=args.tensor_parallel_size, gpu_memory_utilization=args.gpu_memory_utilization,
-        extra_args=list(args.vllm_arg or []), extra_env=env,
-        fallback_instance_types=[t for t in (args.fallback_instance_types or "").split(",") if t],
-        inference_ami_version=None if args.inference_ami_version == "none" else args.inference_ami_version,
-        startup_timeout_s=args.startup_timeout, ttl_hours=args.ttl_hours,
-        allow_unfixed_image=args.allow_unfixed_image, model_data_s3_uri=getattr(args, "model_data", None),
-        min_instances=args.min_instances, max_instances=args.max_instances,
-        scaling_target=args.scaling_target if args.scaling_target is not None else DEFAULT_SCALING_TARGET,
-        draft=args.draft, num_draft_tokens=args.num_draft_tokens,
-    )
+    config = DeployConfig.from_settings(**given)
+    args.image_label = config.pin_image_tag(args.image_tag)
+    return config
 
 
 @_owns_aws_resources
@@ -258,7 +235,7 @@ def _deploy(args: argparse.Namespace) -> Output:
     failover = _regions(args.failover) if args.failover else []
     for region in failover:  # a dry run refuses a region the real run would (e.g. a typo)
         validate_region(region)
-    if args.model_dir and args.model_data:
+    if args.model_dir and args.model_data_s3_uri:
         raise Gemma4T4Error("--model-dir and --model-data both name the model", fix="pass one of them")
     upload_lines: list[str] = []
     if args.model_dir:
@@ -281,11 +258,11 @@ def _deploy(args: argparse.Namespace) -> Output:
         return Output(result, "\n".join(lines), 0 if result.success else 1)
     try:
         result = deploy(config, **kwargs)
+        head, code = f"{result.name} in {result.region}: {result.status}", 0
     except DeployFailed as exc:
-        timeline = "\n".join(f"  {e.t_s:8.1f} s  {e.stage}  {e.detail}" for e in exc.result.timeline)
-        return Output(exc.result, f"error: {exc}\n{timeline}", 1)
+        result, head, code = exc.result, f"error: {exc}", 1
     timeline = "\n".join(f"  {e.t_s:8.1f} s  {e.stage}  {e.detail}" for e in result.timeline)
-    return Output(result, f"{result.name} in {result.region}: {result.status}\n{timeline}")
+    return Output(result, f"{head}\n{timeline}", code)
 
 
 def _with_model_dir(config, args: argparse.Namespace):
@@ -423,61 +400,28 @@ def _reap(args: argparse.Namespace) -> Output:
 
 
 # -- registration -------------------------------------------------------------------------------
-def _deploy_args(p: argparse.ArgumentParser, name: bool = True) -> None:
-    # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
-    from gemma4_t4.sagemaker.config import DEFAULT_INSTANCE, DEFAULT_MODEL_ID
-    from gemma4_t4.sagemaker.image import DEFAULT_VLLM_TAG
+# How a list or a map is typed on a command line (deploy's spellings of old; _config_from reads them back)
+_LIST_FLAGS = {
+    "extra_args": {"action": "append", "metavar": "FLAG"},  # --vllm-arg=--enforce-eager
+    "extra_env": {"action": "append", "metavar": "KEY=VALUE"},
+    "fallback_instance_types": {"metavar": "TYPES"},  # comma-separated
+}
+# matrix names its endpoints and takes its models from --models: these settings are deploy's alone
+_ONE_ENDPOINT = ("name", "model_id", "model_data_s3_uri")
 
-    if name:  # matrix names its endpoints and takes its models from --models
-        p.add_argument("--name", default="gemma4-t4")
-        p.add_argument("--model-id", default=DEFAULT_MODEL_ID)
-    p.add_argument("--instance-type", default=DEFAULT_INSTANCE)
-    p.add_argument("--fallback-instance-types", default=None, help="comma-separated InstancePools fallbacks")
-    p.add_argument("--role-arn", default=None, help="execution role (default: $GEMMA4_T4_SAGEMAKER_ROLE_ARN)")
-    p.add_argument("--image-uri", default=None)
-    p.add_argument(
-        "--image-tag", default=None,
-        help=f"the AWS vLLM DLC tag (default: the newest -sagemaker-vN.M in the region's registry; "
-        f"{DEFAULT_VLLM_TAG} as a labelled fallback)",
-    )
-    p.add_argument("--dtype", default=None, help="default float16 on T4, bfloat16 elsewhere")
-    p.add_argument("--max-model-len", type=int, default=8192)
-    p.add_argument("--max-num-seqs", type=int, default=4)
-    p.add_argument(
-        "--tensor-parallel-size", type=int, default=0,
-        help="0 (default): 1, or on multi-GPU hosts such as ml.g4dn.12xlarge what the fit calculator needs",
-    )
-    p.add_argument("--gpu-memory-utilization", type=float, default=0.90)
-    p.add_argument("--vllm-arg", action="append", help="extra vLLM flag, e.g. --vllm-arg=--enforce-eager")
-    p.add_argument("--env", action="append", help="extra container variable KEY=VALUE (wins)")
-    p.add_argument("--inference-ami-version", default="auto", help="'auto' (from the image's CUDA) or 'none'")
-    p.add_argument(
-        "--startup-timeout", type=int, default=1800, help="container startup health-check timeout, s"
-    )
-    p.add_argument("--ttl-hours", type=float, default=4.0, help="lifetime tag enforced by `reap`")
-    p.add_argument(
-        "--allow-unfixed-image", action="store_true",
-        help="let a T4 run an image without the Turing fix (only for a vLLM fixed upstream)",
-    )
-    p.add_argument("--min-instances", type=int, default=None, help="autoscaling: at least N instances")
-    p.add_argument(
-        "--max-instances", type=int, default=None, help="autoscaling: at most M (the cost shown is at M)"
-    )
-    p.add_argument(
-        "--scaling-target", type=float, default=None,
-        help="target invocations per instance per minute for target tracking (default 4; needs "
-        "--min-instances/--max-instances, refused alone)",
-    )
-    p.add_argument(
-        "--draft", default="off",
-        help="speculative decoding: off | auto (Google's assistant for the model's size and build) | an "
-        "assistant's hub id; sent to the container as SM_VLLM_SPECULATIVE_CONFIG",
-    )
-    p.add_argument(
-        "--num-draft-tokens", type=int, default=None,
-        help="draft tokens per step with --draft, 1..16 (default: the assistant's size recipe, 2 for E2B and "
-        "26B-A4B and 4 for E4B, 12B and 31B)"
-    )
+
+def _deploy_args(p: argparse.ArgumentParser, name: bool = True) -> None:
+    """The deploy settings as flags, generated from their one declaration beside DeployConfig."""
+    # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
+    from gemma4_t4.sagemaker.config import deploy_settings
+
+    for setting in deploy_settings():
+        if not name and setting.name in _ONE_ENDPOINT:
+            continue
+        kind = next((t for t in typing.get_args(setting.type) if t is not type(None)), setting.type)  # int | None
+        value = {"type": kind, "default": setting.default, "metavar": setting.flag[2:].upper().replace("-", "_")}
+        options = _LIST_FLAGS.get(setting.name) or ({"action": "store_true"} if kind is bool else value)
+        p.add_argument(setting.flag, dest=setting.parameter, help=setting.help, **options)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -530,16 +474,13 @@ def _register_deploy_commands(sub: argparse._SubParsersAction) -> None:
         "--model-bucket", default=None,
         help="S3 bucket for --model-dir (default gemma4-t4-models-ACCOUNT-REGION)",
     )
-    p.add_argument(
-        "--model-data", default=None, metavar="S3_URI", help="serve an uploaded folder: s3://bucket/prefix/"
-    )
     p.add_argument("--timeout", type=float, default=None, help="how long to wait for InService, s")
     p.add_argument("--no-wait", action="store_true", help="return once the endpoint is Creating")
     p.add_argument(
         "--failover", default=None, metavar="REGIONS",
         help="comma-separated regions to try in order (skips those without quota)",
     )
-    _common(p)
+    _common(p, region=False)  # --region is a deploy setting
 
     p = add_command(
         sub, "matrix", _matrix, "deploy, measure and delete one endpoint per model, under a hard budget"
@@ -557,7 +498,7 @@ def _register_deploy_commands(sub: argparse._SubParsersAction) -> None:
         help="results folder (OUT/ENDPOINT/WORKLOAD: one subfolder per model, one per workload inside)",
     )
     _deploy_args(p, name=False)
-    _common(p)
+    _common(p, region=False)
 
 
 def _register_endpoint_commands(sub: argparse._SubParsersAction) -> None:

@@ -5,9 +5,11 @@ resource's tags derive from it. ``validate()`` runs before any AWS call, so bad 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, get_type_hints
 
 from gemma4_t4.catalog.hardware import SAGEMAKER_INSTANCES
 from gemma4_t4.catalog.models import DEFAULT_MAX_NUM_BATCHED_TOKENS, fit
@@ -148,44 +150,107 @@ def extra_args_to_env(args: list[str]) -> dict[str, str]:
     return env
 
 
+def setting(default: object, help: str, *, flag: str = "", parameter: str = "", resolved: bool = False) -> Any:
+    """A field a user sets, with its one-line help: a flag of `sagemaker deploy` (``--field-name`` or the older
+    ``flag``) and a parameter of the MCP deploy tools (the field's name or ``parameter``). ``resolved``: left
+    out, it is worked out by :meth:`DeployConfig.from_settings` (region, image tag), not the field's default."""
+    metadata = {"help": help, "flag": flag, "parameter": parameter, "resolved": resolved}
+    if default in (list, dict):  # an empty one for each config
+        return field(default_factory=default, metadata=metadata)  # type: ignore[call-overload]
+    return field(default=default, metadata=metadata)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One user-facing deploy setting as the CLI and the MCP tools offer it (from :func:`setting`)."""
+
+    name: str  # the DeployConfig field
+    type: Any  # what a user passes: the field's type, ``T | None`` where None means "left out"
+    default: object  # what a user who passes nothing passes: the field's default, or None
+    help: str
+    flag: str
+    parameter: str
+
+
 @dataclass
 class DeployConfig:
-    """Everything one SageMaker deployment needs. Model, config and endpoint share ``name``."""
+    """Everything one SageMaker deployment needs. Model, config and endpoint share ``name``.
+    The fields declared with :func:`setting` are the user's (CLI flags, MCP parameters)."""
 
-    name: str = "gemma4-t4"
-    model_id: str = DEFAULT_MODEL_ID
-    region: str = DEFAULT_REGION
-    instance_type: str = DEFAULT_INSTANCE
-    role_arn: str | None = None  # default: $GEMMA4_T4_SAGEMAKER_ROLE_ARN
-    image_uri: str | None = None  # default: the regional vLLM DLC at image_tag
-    image_tag: str = images.DEFAULT_VLLM_TAG
-    dtype: str | None = None  # default: float16 on T4 (no bf16 on Turing), else bfloat16
-    max_model_len: int = 8192
-    max_num_seqs: int = 4
-    tensor_parallel_size: int = 0  # 0: from the fit calculator (1 unless a multi-GPU host needs more)
-    gpu_memory_utilization: float = 0.90
+    name: str = setting("gemma4-t4", "endpoint name, shared by its model and endpoint config")
+    model_id: str = setting(DEFAULT_MODEL_ID, "Hugging Face model id (or a path in the container)")
+    region: str = setting(DEFAULT_REGION, "AWS region (default: $AWS_REGION, else us-east-2)", resolved=True)
+    instance_type: str = setting(DEFAULT_INSTANCE, "SageMaker instance type (ml.g4dn.xlarge: one T4)")
+    role_arn: str | None = setting(None, f"execution role ARN (default: ${ROLE_ENV})")
+    image_uri: str | None = setting(None, "container image (default on a T4: the newest fixed image in the "
+                                    "region's ECR, else the AWS vLLM DLC at the image tag)")
+    image_tag: str = setting(images.DEFAULT_VLLM_TAG, "the AWS vLLM DLC tag (default: the newest -sagemaker-vN.M "
+                             f"in the region's registry; {images.DEFAULT_VLLM_TAG} as a labelled fallback)",
+                             resolved=True)
+    dtype: str | None = setting(None, "default float16 on T4 (no bf16 on Turing), bfloat16 elsewhere")
+    max_model_len: int = setting(8192, "tokens per sequence (prompt + output)")
+    max_num_seqs: int = setting(4, "concurrent sequences")
+    tensor_parallel_size: int = setting(0, "0 (default): 1, or on multi-GPU hosts such as ml.g4dn.12xlarge "
+                                        "what the fit calculator needs")
+    gpu_memory_utilization: float = setting(0.90, "share of GPU memory vLLM may take (0.1..0.99)")
     served_model_name: str | None = None
-    extra_args: list[str] = field(default_factory=list)  # more vLLM flags, sent as SM_VLLM_*
-    extra_env: dict[str, str] = field(default_factory=dict)  # wins over everything derived
-    fallback_instance_types: list[str] = field(default_factory=list)  # InstancePools, in priority order
-    inference_ami_version: str | None = "auto"  # "auto": derived from the image's CUDA
+    extra_args: list[str] = setting(list, "more vLLM flags, sent as SM_VLLM_* (CLI: --vllm-arg=--enforce-eager, "
+                                    "once per flag)", flag="--vllm-arg", parameter="extra_vllm_args")
+    extra_env: dict[str, str] = setting(dict, "more container variables, winning over everything derived "
+                                        "(CLI: --env KEY=VALUE, once per variable)", flag="--env")
+    fallback_instance_types: list[str] = setting(list, "InstancePools fallbacks in priority order (CLI: "
+                                                 "comma-separated)")
+    inference_ami_version: str | None = setting("auto", "'auto' (from the image's CUDA), 'none' or a version")
     instance_count: int = 1
-    startup_timeout_s: int = 1800  # ContainerStartupHealthCheckTimeoutInSeconds (60..3600)
+    startup_timeout_s: int = setting(1800, "container startup health-check timeout, s (60..3600)",
+                                     flag="--startup-timeout")  # ContainerStartupHealthCheckTimeoutInSeconds
     download_timeout_s: int = 1800  # ModelDataDownloadTimeoutInSeconds
-    ttl_hours: float = 4.0  # cost guard: `reap` deletes the endpoint after this
+    ttl_hours: float = setting(4.0, "lifetime in hours, a cost guard: `reap` deletes the endpoint after it")
     created_by: str = "gemma4-t4"
     tags: dict[str, str] = field(default_factory=dict)
-    # A T4 deploy refuses an image without the Turing fix; True only for a DLC fixed upstream.
-    allow_unfixed_image: bool = False
-    model_data_s3_uri: str | None = None  # s3://bucket/prefix/ of an uncompressed model folder
-    min_instances: int | None = None  # with max_instances: Application Auto Scaling target tracking
-    max_instances: int | None = None
-    scaling_target: float = DEFAULT_SCALING_TARGET  # invocations per instance per minute the policy holds
+    allow_unfixed_image: bool = setting(False, "let a T4 run an image without the Turing fix (only for a vLLM "
+                                        "fixed upstream)")  # otherwise a T4 deploy refuses it (_validate_image)
+    model_data_s3_uri: str | None = setting(None, "serve an uploaded model folder: s3://bucket/prefix/",
+                                            flag="--model-data")
+    min_instances: int | None = setting(None, "autoscaling (Application Auto Scaling): at least N instances")
+    max_instances: int | None = setting(None, "autoscaling: at most M instances (the cost shown is at M)")
+    scaling_target: float = setting(DEFAULT_SCALING_TARGET, "autoscaling: invocations per instance per minute "
+                                    "the policy holds (default 4; refused without min/max instances)", resolved=True)
     scale_in_cooldown_s: int = 600
     scale_out_cooldown_s: int = 300
-    # speculative decoding (gemma4_t4/serving/speculative.py): off | auto | self | an assistant hub id
-    draft: str = "off"
-    num_draft_tokens: int | None = None  # None: the assistant's size recipe (speculative.untuned_num_draft_tokens)
+    draft: str = setting("off", "speculative decoding: off | auto (Google's assistant for the model's size and "
+                         "build) | self | an assistant's hub id; sent as SM_VLLM_SPECULATIVE_CONFIG")  # serving/speculative.py
+    num_draft_tokens: int | None = setting(None, "draft tokens per step with a draft, 1..16 (default: the "
+                                           "assistant's size recipe, 2 for E2B and 26B-A4B, 4 for the others)")  # untuned_num_draft_tokens
+
+    @classmethod
+    def from_settings(cls, **given: object) -> DeployConfig:
+        """The config a user asked for with CLI flags or MCP parameters (by :class:`Setting` parameter name):
+        the one place their conventions turn into fields, so both refuse alike. None leaves a setting out
+        (its default; the region as :func:`default_region` says); inference_ami_version "none" means none."""
+        autoscaled = given.get("min_instances") is not None or given.get("max_instances") is not None
+        if given.get("scaling_target") is not None and not autoscaled:
+            raise Gemma4T4Error("--scaling-target applies only to an autoscaled endpoint; alone it would be ignored",
+                                fix="add --min-instances N and/or --max-instances M, or drop --scaling-target")
+        if given.get("inference_ami_version") == "none":
+            given["inference_ami_version"] = None
+        given["region"] = default_region(given.get("region"))  # type: ignore[arg-type]
+        values = {}
+        for declared in deploy_settings():
+            if declared.parameter in given:
+                value = given.pop(declared.parameter)
+                if value is not None or declared.default is not None:  # None where it means "left out": dropped
+                    values[declared.name] = value
+        return cls(**values, **given)  # type: ignore[arg-type]  # a name no setting has: the TypeError names it
+
+    def pin_image_tag(self, tag: str | None) -> str:
+        """Without an image URI: pin ``image_tag`` to ``tag``, else to the newest DLC tag in the region's registry
+        (a read-only lookup; the recorded default when it cannot be read). Returns the label saying which."""
+        if self.image_uri is not None:
+            return f"{self.image_uri} (given)"
+        resolved = images.resolve_dlc_tag(self.region, tag)
+        self.image_tag = resolved.tag
+        return resolved.label
 
     # -- derived values -------------------------------------------------------------------
     @property
@@ -375,7 +440,8 @@ class DeployConfig:
         extra_args_to_env(self.extra_args)
         for key in self.extra_env:
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,1023}", key):
-                raise Gemma4T4Error(f"invalid environment variable name {key!r}")
+                raise Gemma4T4Error(f"invalid environment variable name {key!r}",
+                                    fix="use letters, digits and underscores, not starting with a digit")
         # Judge what the container will really get: --env and --vllm-arg override the dtype field.
         env = self.container_env()
         dtype = env.get("SM_VLLM_DTYPE", "")
@@ -534,3 +600,20 @@ def auto_tensor_parallel(
     except Gemma4T4Error:
         return 1
     return gpus
+
+
+@functools.cache
+def deploy_settings() -> tuple[Setting, ...]:
+    """The user-facing deploy settings, in DeployConfig's order: the one declaration the CLI's flags and
+    the MCP tools' parameters are generated from."""
+    types = get_type_hints(DeployConfig)
+    found = []
+    for f in fields(DeployConfig):
+        if "help" not in f.metadata:
+            continue
+        optional = f.metadata["resolved"] or f.default_factory is not MISSING  # None: empty
+        found.append(Setting(
+            f.name, types[f.name] | None if optional else types[f.name], None if optional else f.default,
+            f.metadata["help"], f.metadata["flag"] or "--" + f.name.replace("_", "-"),
+            f.metadata["parameter"] or f.name))
+    return tuple(found)
