@@ -861,3 +861,35 @@ def test_the_package_stays_within_its_size():
         f"the package has {total:,} non-blank lines, over its {PACKAGE_LINE_LIMIT:,}: remove duplication or "
         "dead code before adding more"
     )
+
+
+# A line count can be met by packing more onto each line; Python tokens (names, operators, literals;
+# not comments, line breaks or indentation) cannot. The package's token count when its layout was
+# last settled, rounded up: it stays at or below it too.
+PACKAGE_TOKEN_LIMIT = 199_000
+
+
+def code_tokens(source: str) -> int:
+    """Python tokens of ``source``, leaving out comments, line breaks and indentation (formatting)."""
+    import io
+    import tokenize
+
+    layout = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
+              tokenize.ENDMARKER, tokenize.ENCODING}
+    return sum(1 for t in tokenize.generate_tokens(io.StringIO(source).readline) if t.type not in layout)
+
+
+def test_the_token_counter_ignores_formatting():
+    packed = "x = f(a, b)  # note\n"
+    spread = "x = f(\n    a,\n    b,\n)\n"
+    assert code_tokens(packed) == 8  # x = f ( a , b )
+    assert code_tokens(spread) == code_tokens(packed) + 1  # only the trailing comma is new
+    assert code_tokens("if a:\n    b = 1\n") == 6
+
+
+def test_the_package_stays_within_its_token_count():
+    total = sum(code_tokens(path.read_text()) for path in PACKAGE.rglob("*.py"))
+    assert 0 < total <= PACKAGE_TOKEN_LIMIT, (
+        f"the package has {total:,} Python tokens, over its {PACKAGE_TOKEN_LIMIT:,}: remove duplication or "
+        "dead code before adding more"
+    )
