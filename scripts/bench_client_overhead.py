@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 from gemma4_t4.bench.client import RequestSpec, make_session, run_closed_loop
 from gemma4_t4.bench.metrics import percentile
@@ -27,7 +28,8 @@ from gemma4_t4.serving.server_state import free_port
 
 
 def start_fake(port: int, *flags: str) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-m", "gemma4_t4.bench.fake_server", "--port", str(port), *flags],
+    fake = Path(__file__).resolve().parents[1] / "tests" / "fake_openai_server.py"  # the tests' fake
+    proc = subprocess.Popen([sys.executable, str(fake), "--port", str(port), *flags],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

@@ -25,11 +25,12 @@ import time
 from pathlib import Path
 
 from gemma4_t4.bench import run_benchmark
-from gemma4_t4.bench.fake_server import FakeScript, FakeServer, FakeServerState
 from gemma4_t4.sagemaker.runtime_standin import RuntimeStandIn
 from gemma4_t4.serving.server_state import free_port
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))  # the FAKE server lives with the tests that use it
+from fake_openai_server import FakeScript, FakeServer, FakeServerState  # noqa: E402
 
 
 def _aws_env(url: str) -> None:

@@ -187,7 +187,7 @@ def local_aws_server():
 
 @pytest.fixture
 def fake_server_process():
-    """Start ``python -m gemma4_t4.bench.fake_server`` with extra flags, in its own process
+    """Start ``python tests/fake_openai_server.py`` with extra flags, in its own process
     (so it can exit mid-run); returns its base URL once ``/health`` answers. Killed at teardown."""
     import subprocess
     import sys
@@ -200,7 +200,8 @@ def fake_server_process():
 
     def start(*flags: str) -> str:
         port = free_port()
-        cmd = [sys.executable, "-m", "gemma4_t4.bench.fake_server", "--port", str(port), *flags]
+        script = Path(__file__).with_name("fake_openai_server.py")
+        cmd = [sys.executable, str(script), "--port", str(port), *flags]
         procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         base_url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 30

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 import aiohttp
 from aiohttp import web
+from fake_openai_server import AppInThread
 
-from gemma4_t4.bench.fake_server import AppInThread
 from gemma4_t4.sagemaker.runtime_standin import STREAM_CONTENT_TYPE, payload_part
 
 

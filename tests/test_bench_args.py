@@ -5,11 +5,11 @@ import inspect
 import json
 
 import pytest
+from fake_openai_server import FakeScript, FakeServer, FakeServerState
 
 from gemma4_t4.bench import BenchArgs, run_benchmark
 from gemma4_t4.bench.args import METHODS, BenchOptions, flag_name, is_user_option
 from gemma4_t4.bench.compare import compare_suites, published_decode
-from gemma4_t4.bench.fake_server import FakeScript, FakeServer, FakeServerState
 from gemma4_t4.bench.metrics import series_decode
 from gemma4_t4.bench.schemas import RequestRecord
 from gemma4_t4.bench.specs import REGISTRY, SPECS

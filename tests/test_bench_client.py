@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 from bench_cli_args import bench_run_argv
+from fake_openai_server import FakeScript, FakeServer, FakeServerState
 
 from gemma4_t4.bench import compare_runs, load_run, plot_compare, plot_run, run_benchmark
 from gemma4_t4.bench.client import RequestSpec, make_session, run_closed_loop
-from gemma4_t4.bench.fake_server import FakeScript, FakeServer, FakeServerState
 from gemma4_t4.bench.metrics import aggregate, request_metrics
 from gemma4_t4.bench.schemas import RequestRecord
 from gemma4_t4.cli import main as cli_main

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 from bench_cli_args import bench_run_argv
+from fake_openai_server import FakeScript, FakeServer, FakeServerState
 
 from gemma4_t4.bench import compare_runs, run_benchmark
 from gemma4_t4.bench.answers import QUESTIONS, compare_answers, is_correct
 from gemma4_t4.bench.compare import compare_suites
-from gemma4_t4.bench.fake_server import FakeScript, FakeServer, FakeServerState
 from gemma4_t4.bench.metrics import FLUSH_FLOOR_MS_PER_TOKEN, aggregate, delivered_in_one_flush, median
 from gemma4_t4.bench.published import Kind
 from gemma4_t4.bench.results import load_run

@@ -10,13 +10,13 @@ import json
 
 import pytest
 import sagemaker_fault_standin
+from fake_openai_server import FakeScript, FakeServer, FakeServerState
 from sagemaker_fault_standin import Endpoint, FaultInjectingStandIn, aws_env
 
 from gemma4_t4.bench import compare_runs, load_run, run_benchmark
 from gemma4_t4.bench.backends import OpenAIHTTPBackend, SageMakerBackend, backend_for, parse_base_url
 from gemma4_t4.bench.client import RequestSpec
 from gemma4_t4.bench.compare import compare_suites
-from gemma4_t4.bench.fake_server import FakeScript, FakeServer, FakeServerState
 from gemma4_t4.cli import main as cli_main
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.sagemaker import runtime_standin

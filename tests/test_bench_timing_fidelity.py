@@ -11,10 +11,10 @@ from __future__ import annotations
 import http.client
 import threading
 
+from fake_openai_server import FakeScript, FakeServer, FakeServerState
 from sagemaker_fault_standin import aws_env
 
 from gemma4_t4.bench import run_benchmark
-from gemma4_t4.bench.fake_server import FakeScript, FakeServer, FakeServerState
 from gemma4_t4.sagemaker.runtime_standin import RuntimeStandIn
 from gemma4_t4.serving.server_state import free_port
 

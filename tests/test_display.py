@@ -12,6 +12,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from fake_openai_server import FakeScript, FakeServer, FakeServerState
 
 from gemma4_t4 import notebook as nb
 from gemma4_t4 import quant
@@ -25,7 +26,6 @@ from gemma4_t4.bench.compare import (
     compare_suites,
     published_decode,
 )
-from gemma4_t4.bench.fake_server import FakeScript, FakeServer, FakeServerState
 from gemma4_t4.bench.schemas import SpecDecode
 from gemma4_t4.catalog import models
 from gemma4_t4.catalog.hardware import PRICES

@@ -1,5 +1,5 @@
 """The drafter step's orchestration (notebook 4), against the FAKE OpenAI server with injected
-timings (gemma4_t4.bench.fake_server): two launches (off, then the drafter), each stopped, the answers
+timings (tests/fake_openai_server.py): two launches (off, then the drafter), each stopped, the answers
 compared, the speed-up from end-to-end tok/s, and a side whose runs failed shown as not measured."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import signal
 import threading
 
 import pytest
+from fake_openai_server import FakeScript, FakeServer, FakeServerState
 
-from gemma4_t4.bench.fake_server import FakeScript, FakeServer, FakeServerState
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation import signals
 from gemma4_t4.serving.server_config import ServerConfig

@@ -15,8 +15,8 @@ from pathlib import Path
 import boto3
 import psutil
 import pytest
+from fake_openai_server import FakeScript, FakeServer, FakeServerState
 
-from gemma4_t4.bench.fake_server import FakeScript, FakeServer, FakeServerState
 from gemma4_t4.bench.specs import DecodeSpec, PrefixSpec, TTFTSpec, run, spec_for
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.sagemaker.config import DeployConfig

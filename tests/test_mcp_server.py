@@ -150,7 +150,8 @@ async def test_results_are_scrubbed_of_secret_values(monkeypatch):
 
 
 async def test_local_tools_on_a_cpu_host(tmp_path, monkeypatch):
-    from gemma4_t4.bench.fake_server import FakeServer
+    from fake_openai_server import FakeServer
+
     from gemma4_t4.serving.server_state import free_port
 
     monkeypatch.setenv("GEMMA4_T4_WORK_DIR", str(tmp_path))
@@ -206,7 +207,8 @@ async def test_run_benchmark_schema_is_the_spec_classes():
 
 
 async def test_stdio_run_benchmark_takes_a_spec_and_refuses_an_unknown_field(tmp_path):
-    from gemma4_t4.bench.fake_server import FakeServer
+    from fake_openai_server import FakeServer
+
     from gemma4_t4.serving.server_state import free_port
 
     env = {**os.environ, "GEMMA4_T4_WORK_DIR": str(tmp_path)}

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 from bench_cli_args import bench_run_argv
+from fake_openai_server import FakeScript, FakeServer, FakeServerState
 
 from gemma4_t4.bench import load_run, run_benchmark
-from gemma4_t4.bench.fake_server import FakeScript, FakeServer, FakeServerState
 from gemma4_t4.bench.results import BenchRun
 from gemma4_t4.bench.schemas import SCHEMA
 from gemma4_t4.cli import main as cli_main

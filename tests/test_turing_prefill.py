@@ -624,8 +624,9 @@ def test_bench_prefill_on_a_cpu_machine_says_it_needs_a_gpu(capsys):
 
 
 def test_ttft_on_off_starts_one_server_per_mode_and_records_what_the_route_did(tmp_path):
-    """Against the FAKE OpenAI server (gemma4_t4.bench.fake_server): the orchestration, not vLLM."""
-    from gemma4_t4.bench.fake_server import FakeScript, FakeServer, FakeServerState
+    """Against the FAKE OpenAI server (tests/fake_openai_server.py): the orchestration, not vLLM."""
+    from fake_openai_server import FakeScript, FakeServer, FakeServerState
+
     from gemma4_t4.bench.specs import TTFTSpec
     from gemma4_t4.serving.server_config import ServerConfig
     from gemma4_t4.serving.server_state import free_port

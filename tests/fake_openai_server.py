@@ -5,7 +5,7 @@ It generates nothing: each response is a scripted stream (:class:`FakeScript`, p
 the client's clock on Linux; ``GET /fake/log``), so a test compares what the client measured with
 what the server did. It also answers ``/invocations``, ``/health``, ``/v1/models``, ``/metrics``,
 ``/tokenize`` and ``/detokenize`` (one token per character), so the whole benchmark runs against it.
-Standalone: ``python -m gemma4_t4.bench.fake_server --port N``.
+Standalone: ``python tests/fake_openai_server.py --port N``.
 """
 
 from __future__ import annotations
