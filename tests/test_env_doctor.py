@@ -311,8 +311,8 @@ def test_one_nvidia_smi_parser_feeds_doctor_gate_telemetry_and_torchfix(tmp_path
     device = gate.facts_from_host(doctor())
     assert device.gpu_present is True and device.gpu_count == 2 and device.compute_capability == (7, 5)
     assert device.gpu_memory_bytes == 15360 * 2**20
-    no_torch = torchfix.probe_torch_facts(runner=lambda cmd: CommandResult(0, '{"import_error": "x"}\n'))
-    assert no_torch.gpu_present is True and no_torch.driver_version == "580.95.05"
+    no_torch = torchfix.probe_torch_facts(runner=lambda cmd: CommandResult(0, '{"cuda_probe_error": "x"}\n'))
+    assert no_torch.gpus == facts.gpus and no_torch.driver_version == "580.95.05" and no_torch.torch_version is None
 
 
 def test_the_runner_never_raises_for_missing_or_hung_commands():

@@ -7,7 +7,7 @@ import pytest
 
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.launch_record import ServerSettings
-from gemma4_t4.host import cpuattn, torchfix
+from gemma4_t4.host import cpuattn, env, torchfix
 from gemma4_t4.serving import server
 from gemma4_t4.serving.server_config import ServerConfig
 
@@ -92,15 +92,21 @@ def test_the_cpu_attention_choice_round_trips_through_its_cache_file(tmp_path):
 
 
 def test_the_torch_fix_json_is_the_plan_and_its_command_line():
-    facts = torchfix.TorchFacts(
-        python="py",
-        torch_version="2.11.0+cpu",
-        gpu_present=True,
+    facts = env.Facts(
+        os="Linux",
+        kernel="6",
+        machine="x86_64",
+        python="3.12.3",
+        platform="gce",
+        platform_evidence="DMI: Google",
+        nvidia_smi=True,
+        gpus=[env.GPUInfo(0, "Tesla T4", 15360, "7.5", "580.65.06")],
         driver_version="580.65.06",
+        torch_version="2.11.0+cpu",
+        vllm_distribution="vllm",
         vllm_version="0.33.0",
-        vllm_torch_pin="2.14.0",
     )
-    plan = torchfix.plan_torch_fix(facts)
+    plan = torchfix.plan_torch_fix(facts, python="py")
     data = torchfix.torch_fix_dict(plan)
     assert set(data) == set(torchfix.TorchFixPlan.model_fields) | {"command_line"}
     assert data["command_line"] == plan.command_line()

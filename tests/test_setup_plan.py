@@ -13,6 +13,7 @@ import os
 import stat
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -193,18 +194,17 @@ def test_cpu_host_plan_installs_the_cpu_torch_and_vllm_together():
 
 def test_doctor_advice_follows_the_plan_for_the_driver():
     """No cu130 advice to a 550 driver: the doctor's and fix-torch's commands come from the matrix."""
-    from gemma4_t4.host.torchfix import TorchFacts, plan_torch_fix
+    from gemma4_t4.host.torchfix import plan_torch_fix
 
     facts = _facts("550.54.15", torch_version="2.13.0+cpu", torch_cuda=None)
     _, problems = env.judge(facts)
     fixes = " ".join(p.fix or "" for p in problems)
     assert "cu130" not in fixes and "vllm==0.31.0+cu129" in fixes and "2.14.0+cu129" not in fixes
-    torch_plan = plan_torch_fix(TorchFacts(python="py", torch_version="2.13.0+cpu", gpu_present=True,
-                                           driver_version="550.54.15", vllm_version="0.30.0+cu129"))
+    torch_plan = plan_torch_fix(replace(facts, vllm_distribution="vllm", vllm_version="0.30.0+cu129"), python="py")
     assert torch_plan.cuda_variant == "cu129" and "torch==2.13.0+cu129" in torch_plan.command
     # vLLM 0.33.0 on that driver: torch alone cannot help, and it says so instead of naming a missing torch
-    stuck = plan_torch_fix(TorchFacts(python="py", torch_version="2.14.0+cpu", gpu_present=True,
-                                      driver_version="550.54.15", vllm_version="0.33.0"))
+    stuck = plan_torch_fix(replace(facts, torch_version="2.14.0+cpu", vllm_distribution="vllm", vllm_version="0.33.0"),
+                           python="py")
     assert not stuck.torch_alone and "torch alone cannot fix" in stuck.summary()
     assert stuck.command == [] and "gemma4-t4 setup" in stuck.command_line()
 

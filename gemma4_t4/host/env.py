@@ -171,7 +171,7 @@ class Facts:
     smem_probed: bool = False
     smem_per_block_optin: int | None = None
     torch_compute_capability: str | None = None
-    cuda_probe_error: str | None = None
+    cuda_probe_error: str | None = None  # torch cannot reach CUDA: its import error, or is_available() False
     ram_total_gib: float | None = None
     ram_available_gib: float | None = None
     swap_total_gib: float | None = None
