@@ -35,6 +35,7 @@ from gemma4_t4.bench.specs import AnySpec
 from gemma4_t4.errors import Gemma4T4Error, UnexpectedError, debug_enabled, user_error
 from gemma4_t4.foundation import secrets, signals
 from gemma4_t4.foundation.jsonable import to_jsonable
+from gemma4_t4.foundation.launch_record import launch_settings
 from gemma4_t4.host import env
 from gemma4_t4.sagemaker import quotas  # sagemaker.* import no AWS SDK: boto3 loads at a tool's first call
 from gemma4_t4.sagemaker.build import (
@@ -86,7 +87,7 @@ from gemma4_t4.serving.server import (
     start_server,
     stop_server,
 )
-from gemma4_t4.serving.server_config import ServerConfig
+from gemma4_t4.serving.server_config import ServerConfig, setting_help
 from gemma4_t4.serving.server_state import free_port
 from gemma4_t4.turing import filepatch
 from gemma4_t4.turing import state as turing_state
@@ -751,19 +752,42 @@ def apply_turing_patch(revert: bool = False, confirm: Confirm = False) -> Turing
     return TuringPatchResult(refused=False, result=done, status=turing_state.status())
 
 
+# The launch settings start_vllm_server takes (ServerSettings declares them, as for serve start), with the MCP's
+# limits and defaults. Not for an assistant: host and api_key (it serves on 127.0.0.1 only), python, extra args
+# and env (another program, or vLLM options past the checks), work_dir, restarts; the tri-states stay the CLI's.
+_LAUNCH_PARAMETERS = ("model", "target", "port", "served_model_name", "dtype", "max_model_len", "max_num_seqs",
+                      "max_num_batched_tokens", "gpu_memory_utilization", "tensor_parallel_size", "kv_cache_space_gib",
+                      "block_size", "draft", "num_draft_tokens", "draft_method")
+_LAUNCH_LIMITS = {"port": UserPort, "max_model_len": ContextLen, "max_num_seqs": Sequences, "draft": str,
+                  "num_draft_tokens": DraftTokens}
+_LAUNCH_DEFAULTS = {"port": None, "max_model_len": 4096, "max_num_seqs": 8}  # port None: a free one
+
+
+def _takes_launch_settings(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn(..., **settings)`` takes the launch settings of :data:`_LAUNCH_PARAMETERS` as keyword parameters,
+    typed (a declared ``choices`` as a Literal), defaulted and described (``setting_help``) from ServerSettings."""
+    own, settings = inspect.signature(fn, eval_str=True), launch_settings()
+    declared = []
+    for name in _LAUNCH_PARAMETERS:
+        field = settings[name]
+        default = _LAUNCH_DEFAULTS.get(name, field.default)
+        choices = (field.json_schema_extra or {}).get("choices")  # target, draft_method: the SDK refuses others
+        kind = _LAUNCH_LIMITS.get(name) or (Literal[choices] if choices else field.annotation)
+        described = Annotated[kind | None if default is None else kind, Field(description=setting_help(name, default))]
+        declared.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=described,
+                                          default=inspect.Parameter.empty if field.is_required() else default))
+    kept = [p for p in own.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    fn.__signature__ = own.replace(parameters=declared + kept)  # type: ignore[attr-defined]
+    return fn
+
+
 @tool(CREATES)
-def start_vllm_server(model: str, target: Literal["cpu", "t4"] = "cpu", port: UserPort | None = None,
-                      served_model_name: str | None = None, max_model_len: ContextLen = 4096,
-                      max_num_seqs: Sequences = 8, timeout_s: Seconds = 600.0, draft: str = "off",
-                      num_draft_tokens: DraftTokens | None = None) -> ServerToolResult:
+@_takes_launch_settings
+def start_vllm_server(*, timeout_s: Annotated[Seconds, Field(description="how long to wait for /health")] = 600.0,
+                      **settings: object) -> ServerToolResult:
     """Start vLLM on 127.0.0.1 (free port by default) through the start gate; waits for /health.
-    ``draft``: speculative decoding, auto | off | self | an assistant id or folder (docs/serving.md).
-    ``num_draft_tokens``: left out, the tune profile's N, else the assistant's size recipe (2 for E2B
-    and 26B-A4B, 4 for the others)."""
-    config = ServerConfig(model=model, target=target, port=port or free_port(),
-                          served_model_name=served_model_name, max_model_len=max_model_len,
-                          max_num_seqs=max_num_seqs, work_dir=_work_dir(), draft=draft,
-                          num_draft_tokens=num_draft_tokens)
+    The settings are serve start's (docs/serving.md), each described in the schema."""
+    config = ServerConfig(**settings | {"port": settings.get("port") or free_port(), "work_dir": _work_dir()})
     # owned by this MCP server: recorded in the state file, stopped when it exits (docs/serving.md)
     owner = {"kind": "mcp-server", "pid": os.getpid(), "create_time": _own_create_time(),
              "on_exit": "stopped by the MCP server when it exits"}

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import typing
 import warnings
 
 from gemma4_t4.cli import Output, add_command, add_group
@@ -35,29 +36,29 @@ def _env_pairs(pairs: list[str] | None) -> dict[str, str]:
 
 
 def _config(args: argparse.Namespace):
+    """The ServerConfig the flags ask for: each launch setting from its flag (:func:`_setting_flags`)."""
     # lazy: the serving stack loads only when a serve command runs, not for --help
+    from gemma4_t4.foundation.launch_record import launch_settings
     from gemma4_t4.serving.server_config import ServerConfig
 
-    eager = True if args.eager else (False if args.compile else None)
+    given = {}
+    for name, field in launch_settings().items():
+        value = getattr(args, name)
+        switches = (field.json_schema_extra or {}).get("switches")
+        if not switches:
+            given[name] = value
+        elif value:  # a tri-state's flags given (none: its default); of --eager --compile, --eager wins
+            given[name] = next(setting for setting, _ in switches.values() if setting in value)
     model = args.model or (DEFAULT_T4_MODEL if args.target == "t4" else None)
     if model is None:
         raise Gemma4T4Error(
             "--model is required with --target cpu",
             fix="build a tiny one (gemma4-t4 tiny models/tiny-gemma4) and pass --model models/tiny-gemma4",
         )
-    return ServerConfig(
-        model=model, target=args.target, served_model_name=args.served_model_name, host=args.host,
-        port=args.port, dtype=args.dtype, max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
-        enable_prefix_caching=not args.no_prefix_caching, enforce_eager=eager,
-        max_num_batched_tokens=args.max_num_batched_tokens,
-        gpu_memory_utilization=args.gpu_memory_utilization, tensor_parallel_size=args.tensor_parallel_size,
-        language_model_only=True if args.language_model_only else (False if args.multimodal else None),
-        kv_cache_space_gib=args.kv_cache_space, block_size=args.block_size,
-        api_key=args.api_key or os.environ.get("GEMMA4_T4_API_KEY"), extra_args=list(args.vllm_arg or []),
-        extra_env=_env_pairs(args.env), work_dir=args.work_dir, python=args.python,
-        restart_on_crash=args.restart_on_crash, draft=args.draft, num_draft_tokens=args.num_draft_tokens,
-        draft_method=args.draft_method,
-    )
+    return ServerConfig(**given | {
+        "model": model, "extra_args": list(args.extra_args or []), "extra_env": _env_pairs(args.extra_env),
+        "api_key": args.api_key or os.environ.get("GEMMA4_T4_API_KEY"),
+    })
 
 
 def _print_command(args: argparse.Namespace, config) -> Output:
@@ -153,96 +154,60 @@ def _logs(args: argparse.Namespace) -> Output:
     )
 
 
-def _where(parser: argparse.ArgumentParser, port_default: int | None = None) -> None:
+def _where(parser: argparse.ArgumentParser) -> None:
     # lazy: the serving stack loads only when a serve command runs, not for --help
     from gemma4_t4.foundation.launch_record import DEFAULT_WORK_DIR
 
-    parser.add_argument(
-        "--port", type=int, default=port_default,
-        help="which server (default: the only one recorded)" if port_default is None else None,
-    )
+    parser.add_argument("--port", type=int, default=None, help="which server (default: the only one recorded)")
     parser.add_argument(
         "--work-dir", default=DEFAULT_WORK_DIR, help="where servers are recorded (default %(default)s)"
     )
 
 
-def _start_options() -> list[tuple[str, dict]]:
-    """``serve start``'s options after --target/--model/--host/--port, each with its argparse keywords.
-    The help states the defaults the launch really uses (gemma4_t4.serving.server_config's T4/CPU constants)."""
-    # lazy: the serving stack loads only when a serve command runs, not for --help
-    from gemma4_t4.serving.server_config import (
-        CPU_CONTEXT,
-        CPU_MAX_NUM_SEQS,
-        T4_CONTEXT,
-        T4_GPU_MEMORY_UTILIZATION,
-        T4_MAX_NUM_BATCHED_TOKENS,
-        T4_MAX_NUM_SEQS,
-    )
+# serve start's own defaults where a config's differ: it targets this GPU, with DEFAULT_T4_MODEL (on cpu _config
+# asks for --model), and on t4 leaves the drafter to the profile `gemma4-t4 tune` measured (None: ServerConfig).
+_START_DEFAULTS = {"target": "t4", "model": None, "draft": None}
 
-    # lazy: the serving stack loads only when a serve command runs, not for --help
-    from gemma4_t4.serving.speculative import DEFAULT_NUM_DRAFT_TOKENS
 
-    flag = {"action": "store_true"}
-    return [
-        ("--dtype", {"default": None, "help": "default float16 on t4 (no bf16 on Turing); on cpu a probe "
-                     "of vLLM's attention picks bf16 or float32"}),
-        ("--max-model-len", {"type": int, "default": None, "help": f"t4 default: {T4_CONTEXT} where the fit "
-                             f"calculator says it fits; cpu: {CPU_CONTEXT}"}),
-        ("--max-num-seqs", {"type": int, "default": None,
-                            "help": f"t4 default {T4_MAX_NUM_SEQS}; cpu: {CPU_MAX_NUM_SEQS}"}),
-        ("--max-num-batched-tokens", {"type": int, "default": None,
-                                      "help": f"prefill chunk (t4 default {T4_MAX_NUM_BATCHED_TOKENS})"}),
-        ("--gpu-memory-utilization", {"type": float, "default": None,
-                                      "help": f"t4 default {T4_GPU_MEMORY_UTILIZATION:.2f}"}),
-        ("--tensor-parallel-size", {"type": int, "default": 1, "help": "multi-T4 hosts, e.g. 4 on g4dn.12xlarge"}),
-        ("--language-model-only", flag | {"help": "skip the vision/audio towers (the t4 default)"}),
-        ("--multimodal", flag | {"help": "t4: keep the vision/audio towers"}), ("--no-prefix-caching", flag),
-        ("--compile", flag | {"help": "use torch.compile/CUDA graphs (the t4 default; on cpu: slower start)"}),
-        ("--eager", flag | {"help": "no CUDA graphs (--enforce-eager; the cpu default)"}),
-        ("--kv-cache-space", {"type": int, "default": 1, "help": "cpu: KV cache GiB (default %(default)s)"}),
-        ("--block-size", {"type": int, "default": None}),
-        ("--api-key", {"default": None, "help": "required when binding beyond localhost (or set GEMMA4_T4_API_KEY)"}),
-        ("--python", {"default": None, "help": "interpreter with vLLM installed (default: this one)"}),
-        ("--vllm-arg", {"action": "append", "metavar": "ARG",
-                        "help": "extra vLLM argument (repeatable; use --vllm-arg=--flag)"}),
-        ("--env", {"action": "append", "metavar": "KEY=VALUE", "help": "extra environment for vLLM (repeatable)"}),
-        ("--restart-on-crash", {"type": int, "default": 0, "metavar": "N", "help": "restart a crashed vLLM up to "
-                                "N times, backoff 2, 4, 8 ... 60 s (default %(default)s: off)"}),
-        ("--draft", {"default": None, "metavar": "auto|off|self|MODEL", "help": "speculative decoding: auto = "
-                     "Google's assistant for the target's size and build where one is known and memory allows; "
-                     "self = the target as its own draft model (a check); MODEL = an assistant id or folder "
-                     "(default: on t4 the choice `gemma4-t4 tune` measured on this GPU, else off)"}),
-        ("--num-draft-tokens", {"type": int, "default": None, "metavar": "N", "help": "tokens drafted per step, "
-                                "1..16 (default: the tune profile's N, else the assistant's size recipe, 2 for E2B "
-                                "and 26B-A4B and 4 for E4B, 12B and 31B; "
-                                f"{DEFAULT_NUM_DRAFT_TOKENS} for a whole-model drafter)"}),
-        ("--draft-method", {"choices": ["mtp", "draft_model"], "default": None,
-                            "help": "draft_model: draft with a whole (smaller) Gemma 4 instead of an assistant"}),
-        ("--print-command", flag | {"help": "print the exact vLLM command line and environment (secrets masked); "
-                                    "start nothing"}),
-        ("--timeout", {"type": float, "default": 1800.0, "help": "seconds to wait for /health (default %(default)g)"}),
-        ("--no-wait", flag | {"help": "return right after launching"}),
-        ("--force", flag | {"help": "launch even if the start gate refuses (loud)"}),
-        ("--no-gate", flag | {"help": "skip the start gate entirely"}),
-    ]
+def _setting_flags(p: argparse.ArgumentParser) -> None:
+    """``serve start``'s launch flags, generated from their one declaration on ServerSettings; the help says what
+    a setting left out gets (server_config.WHEN_UNSET: the T4/CPU launch defaults)."""
+    # lazy: the serving stack loads only when a serve command runs, not for --help
+    from gemma4_t4.foundation.launch_record import launch_settings
+    from gemma4_t4.serving.server_config import setting_help
+
+    for name, field in launch_settings().items():
+        cli = dict(field.json_schema_extra or {})
+        switches = cli.pop("switches", {})
+        for flag, (setting, text) in switches.items():  # a tri-state: a flag for each value (_config reads them)
+            p.add_argument(flag, dest=name, action="append_const", const=setting, help=text)
+        default = _START_DEFAULTS.get(name, field.default)
+        text = setting_help(name, default) + (f" (t4 default: {DEFAULT_T4_MODEL})" if name == "model" else "")
+        flag = cli.pop("flag", "--" + name.replace("_", "-"))
+        if typing.get_origin(field.annotation) in (list, dict):  # extra_args, extra_env: a flag per item
+            p.add_argument(flag, dest=name, action="append", help=text, **cli)
+        elif not switches:
+            kind = next(t for t in (*typing.get_args(field.annotation), field.annotation) if t is not type(None))
+            if "choices" in cli:  # taken in any case
+                kind, text = str.lower, f"{text}, any case"
+            p.add_argument(flag, dest=name, type=kind, default=default,
+                           help=text if default is None else f"{text} (default %(default)s)", **cli)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     # lazy: the serving stack loads only when a serve command runs, not for --help
-    from gemma4_t4.foundation.launch_record import DEFAULT_PORT
     from gemma4_t4.serving.server import STOP_GRACE_S
 
     sub = add_group(subparsers, "serve", "start, stop and inspect a vLLM server (T4 or CPU)", __doc__)
 
     p = add_command(sub, "start", _start, "launch vLLM detached and wait until /health answers")
-    p.add_argument("--target", type=str.lower, choices=["t4", "cpu"], default="t4",
-                   help="t4 (this GPU) or cpu, any case (default %(default)s)")
-    p.add_argument("--model", default=None, help=f"hub id or local folder (t4 default: {DEFAULT_T4_MODEL})")
-    p.add_argument("--served-model-name", default=None)
-    p.add_argument("--host", default="127.0.0.1", help="other than localhost needs --api-key")
-    _where(p, DEFAULT_PORT)
-    for name, options in _start_options():
-        p.add_argument(name, **options)
+    _setting_flags(p)
+    p.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait for /health (default %(default)g)")
+    for flag, text in (("--print-command", "print the exact vLLM command line and environment (secrets masked); "
+                        "start nothing"), ("--no-wait", "return right after launching"),
+                       ("--force", "launch even if the start gate refuses (loud)"),
+                       ("--no-gate", "skip the start gate entirely")):
+        p.add_argument(flag, action="store_true", help=text)
 
     p = add_command(sub, "stop", _stop, "SIGTERM the server's process group, SIGKILL after a grace period")
     _where(p)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, NotRequired
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.fields import FieldInfo
 
 from gemma4_t4.foundation.jsonable import TypedDict
 
@@ -59,45 +60,71 @@ class ProcessInfo(TypedDict):
     pgid: int
 
 
+def setting(default: Any, help: str, **cli: Any) -> Any:
+    """A setting a user sets, with its one-line help (``description``): ``serve start``'s flag (``--field-name``)
+    and the MCP start tool's parameter are generated from it. ``cli``: the flag's spelling where that is not
+    enough: ``flag``, ``metavar``, ``choices``, or ``switches`` (flag -> the value it sets and its help)."""
+    return Field(default, description=help, json_schema_extra=cli or None)  # pydantic copies a [] or {} default
+
+
 class ServerSettings(BaseModel):
     """Every setting that decides how vLLM is launched: what a state file and a launch record store
     (secrets masked) and read back; ``serving.server_config.ServerConfig`` adds the target's defaults and
-    checks. A record from before speculative decoding reads back with the defaults (no drafter)."""
+    checks. Those declared with :func:`setting` are the user's. A record from before speculative decoding
+    reads back with the defaults (no drafter)."""
 
     model_config = ConfigDict(extra="ignore")  # a newer record's extra setting does not refuse an older one
 
-    model: str
-    target: str = "cpu"  # "t4" or "cpu", checked by ServerConfig.validate (an error with a fix)
-    served_model_name: str | None = None
-    host: str = DEFAULT_HOST
-    port: int = DEFAULT_PORT
-    dtype: str | None = None  # default: float16 on t4 (no bf16 on Turing); cpu: decided by a probe
-    max_model_len: int | None = None
-    max_num_seqs: int | None = None
-    enable_prefix_caching: bool = True
-    enforce_eager: bool | None = None  # default: CUDA graphs on t4, eager on cpu
-    max_num_batched_tokens: int | None = None
+    model: str = setting(..., "hub id or local folder")
+    target: str = setting("cpu", "t4 (this GPU) or cpu", choices=("t4", "cpu"))  # checked by ServerConfig.validate
+    served_model_name: str | None = setting(None, "the model's name in the API (default: the model folder's name)")
+    host: str = setting(DEFAULT_HOST, "the address to bind: other than localhost needs --api-key")
+    port: int = setting(DEFAULT_PORT, "TCP port, 1024..65535")
+    dtype: str | None = setting(None, "vLLM's --dtype (default float16 on t4, no bf16 on Turing; on cpu a probe of "
+                                "vLLM's attention picks bf16 or float32)")
+    max_model_len: int | None = setting(None, "tokens per sequence, prompt + output")
+    max_num_seqs: int | None = setting(None, "concurrent sequences")
+    enable_prefix_caching: bool = setting(True, "vLLM's prefix caching: a prefix seen before is not computed again",
+                                          switches={"--no-prefix-caching": (False, "off: every prompt computed in full")})
+    enforce_eager: bool | None = setting(None, "eager mode: no CUDA graphs, no torch.compile", switches={
+        "--eager": (True, "no CUDA graphs (--enforce-eager; the cpu default)"),
+        "--compile": (False, "use torch.compile/CUDA graphs (the t4 default; on cpu: slower start)")})
+    max_num_batched_tokens: int | None = setting(None, "prefill chunk")
     # t4 only
-    gpu_memory_utilization: float | None = None
-    tensor_parallel_size: int = 1
-    language_model_only: bool | None = None  # default: text only on t4 (the towers' memory goes to KV)
+    gpu_memory_utilization: float | None = setting(None, "share of GPU memory vLLM may take, 0.1..0.99")
+    tensor_parallel_size: int = setting(1, "GPUs per server: multi-T4 hosts, e.g. 4 on g4dn.12xlarge")
+    language_model_only: bool | None = setting(None, "text only: no vision/audio towers, their memory to KV", switches={
+        "--language-model-only": (True, "skip the vision/audio towers (the t4 default)"),
+        "--multimodal": (False, "t4: keep the vision/audio towers")})
     # cpu only
-    kv_cache_space_gib: int = 1
-    block_size: int | None = None  # cpu default 32 (vLLM's CPU default 128 makes prefix hits coarse)
-    api_key: str | None = None  # masked ("***") in every stored record
-    extra_args: list[str] = Field(default_factory=list)
-    extra_env: dict[str, str] = Field(default_factory=dict)
-    work_dir: str = DEFAULT_WORK_DIR  # logs, state, locks, temp files and vLLM caches stay here
-    python: str | None = None  # interpreter that has vLLM installed; default: this one
-    restart_on_crash: int = 0  # restart a crashed vLLM up to N times (backoff 2, 4, 8 ... 60 s)
+    kv_cache_space_gib: int = setting(1, "cpu: KV cache GiB", flag="--kv-cache-space", metavar="GIB")
+    block_size: int | None = setting(None, "tokens per KV cache block (cpu default 32: vLLM's 128 makes prefix hits "
+                                     "coarse)")
+    # masked ("***") in every stored record
+    api_key: str | None = setting(None, "required when binding beyond localhost (or set GEMMA4_T4_API_KEY)")
+    extra_args: list[str] = setting([], "extra vLLM argument (repeatable; use --vllm-arg=--flag)", flag="--vllm-arg",
+                                    metavar="ARG")
+    extra_env: dict[str, str] = setting({}, "extra environment for vLLM (repeatable)", flag="--env",
+                                        metavar="KEY=VALUE")
+    work_dir: str = setting(DEFAULT_WORK_DIR, "logs, state, locks, temp files and vLLM caches stay here")
+    python: str | None = setting(None, "interpreter with vLLM installed (default: this one)")
+    restart_on_crash: int = setting(0, "restart a crashed vLLM up to N times, backoff 2, 4, 8 ... 60 s; 0: off",
+                                    metavar="N")
     probe_cpu_attention: bool = True  # cpu, dtype unset: run the attention probe (gemma4_t4.host.cpuattn)
     chosen_by: dict[str, str] = Field(default_factory=dict)  # why each default was chosen
-    # speculative decoding (gemma4_t4/serving/speculative.py): off | auto | self | a drafter id or folder
-    # None (the CLI's unset): on t4 the tune profile measured on this GPU decides (gemma4_t4/studies/tune.py)
-    draft: str | None = "off"
-    # None: the tune profile's N, else the assistant's untuned N for the target's size (ServerConfig fills it)
-    num_draft_tokens: int | None = None
-    draft_method: str | None = None  # None: mtp for a drafter, draft_model for self
+    # speculative decoding: gemma4_t4/serving/speculative.py
+    draft: str | None = setting("off", "speculative decoding: off; auto = Google's assistant for the target's size "
+                                "and build where one is known and memory allows; self = the target as its own draft "
+                                "model (a check); else an assistant's id or folder", metavar="auto|off|self|MODEL")
+    num_draft_tokens: int | None = setting(None, "tokens drafted per step, 1..16", metavar="N")
+    draft_method: str | None = setting(None, "mtp (an assistant drafts) or draft_model (a whole, smaller Gemma 4 "
+                                       "drafts; the default with draft self)", choices=("mtp", "draft_model"))
+
+
+def launch_settings() -> dict[str, FieldInfo]:
+    """The settings a user sets (declared with :func:`setting`), in ServerSettings' order: the one
+    declaration ``serve start``'s flags and the MCP start tool's parameters are generated from."""
+    return {name: field for name, field in ServerSettings.model_fields.items() if field.description}
 
 
 class HostRecord(TypedDict):

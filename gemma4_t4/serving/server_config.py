@@ -33,6 +33,17 @@ T4_MAX_NUM_BATCHED_TOKENS = 4096
 T4_GPU_MEMORY_UTILIZATION = 0.90  # the series' value: ~1.5 GiB of 15 GiB left for CUDA graphs and context
 CPU_CONTEXT = 4096
 CPU_MAX_NUM_SEQS = 8
+# What a launch setting left None gets (target_defaults, the drafter's plan), beside the constants it quotes:
+# `serve start --help` and the MCP start tool's schema add it to the setting's help where None is their default.
+WHEN_UNSET = {
+    "max_model_len": f"t4 default: {T4_CONTEXT} where the fit calculator says it fits; cpu: {CPU_CONTEXT}",
+    "max_num_seqs": f"t4 default {T4_MAX_NUM_SEQS}; cpu: {CPU_MAX_NUM_SEQS}",
+    "max_num_batched_tokens": f"t4 default {T4_MAX_NUM_BATCHED_TOKENS}",
+    "gpu_memory_utilization": f"t4 default {T4_GPU_MEMORY_UTILIZATION:.2f}",
+    "draft": "default: on t4 the choice `gemma4-t4 tune` measured on this GPU, else off",
+    "num_draft_tokens": "default: the tune profile's N, else the assistant's size recipe, 2 for E2B and 26B-A4B and 4 "
+    f"for E4B, 12B and 31B; {speculative.DEFAULT_NUM_DRAFT_TOKENS} for a whole-model drafter",
+}
 # Names vLLM must get exactly once, from ServerConfig: a second --host in extra args would win
 # (argparse keeps the last), bypassing the public-host check; same for --port and --dtype.
 OWNED_ARGS = ("--host", "--port", "--dtype")
@@ -69,6 +80,12 @@ def protected_options_named(name: str) -> list[str]:
     if name in PROTECTED_OPTIONS:
         return [name]
     return [option for option in PROTECTED_OPTIONS if len(name) > 2 and option.startswith(name)]
+
+
+def setting_help(name: str, default: object = None) -> str:
+    """A launch setting's help as ServerSettings declares it and, where ``default`` is None, what it gets then."""
+    text = ServerSettings.model_fields[name].description
+    return f"{text} ({WHEN_UNSET[name]})" if default is None and name in WHEN_UNSET else str(text)
 
 
 class ServerConfig(ServerSettings):
