@@ -28,19 +28,35 @@ TIER_COMMANDS = {
     "notebooks": ("papermill", "ipykernel_launcher"),
     "compile": ("turing verify",),
 }
+# What `make test-fast` deselects (the Makefile's -m expression; tests/test_test_tiers.py holds the two
+# equal). A test carrying none of these runs in the fast tier, so the guard watches it in every run.
+FAST_TIER_EXCLUDES = ("vllm", "compile", "notebooks", "slow", "more_hosts")
 FAKE_VLLM_NAME = "fake_vllm_python"  # the FAKE vLLM executable below
 # named stand-ins for vLLM's interpreter (fake_vllm_python, fake_with_child): fast-tier work
 FAKE_PREFIX = "fake"
 
 
+def _program_words(argv: list[str]) -> list[str]:
+    """argv without the text of a ``-c`` script: what runs is the program and its arguments, not words
+    that a script's source (a comment, a string) happens to contain."""
+    return [a for i, a in enumerate(argv) if not (i > 0 and argv[i - 1] == "-c")]
+
+
 def _launches(tier: str, argv: list[str]) -> bool:
+    """Whether ``argv`` runs the tier's command: each of its words is a whole argument (a program's name,
+    a module after ``-m``), in order, never a substring of one."""
+    words = _program_words(argv)
     if tier == "vllm":  # a real interpreter running vLLM's server module (not the fake vLLM)
         return any(
-            a.startswith("vllm.entrypoints") and i >= 2 and not Path(argv[i - 2]).name.startswith(FAKE_PREFIX)
-            for i, a in enumerate(argv)
+            a.startswith("vllm.entrypoints") and i >= 2 and not Path(words[i - 2]).name.startswith(FAKE_PREFIX)
+            for i, a in enumerate(words)
         )
-    text = " ".join(argv)
-    return any(word in text for word in TIER_COMMANDS[tier])
+    names = [Path(a).name for a in words]
+    for command in TIER_COMMANDS[tier]:
+        parts = command.split()
+        if any(names[i : i + len(parts)] == parts for i in range(len(names))):
+            return True
+    return False
 
 
 # Files whose tests run the notebooks, then those that start vLLM or compile, run first (`make test`
@@ -105,8 +121,13 @@ if _CPU is not None:
 
 @pytest.fixture(autouse=True)
 def _tier_guard(request, monkeypatch):
-    """In a run that deselects a tier, a test without that tier's marker may not launch its command."""
-    tiers = {t for t in _deselected_tiers(request.config) if request.node.get_closest_marker(t) is None}
+    """A test of the fast tier (none of FAST_TIER_EXCLUDES' markers) may not launch a tier's command, in
+    every run: `make test` fails such a test as `make test-fast` does, so CI sees a fast tier gone wrong.
+    In a run that deselects a tier, a test without that tier's own marker may not launch its command."""
+    markers = {m.name for m in request.node.iter_markers()}
+    fast = not markers & set(FAST_TIER_EXCLUDES)
+    deselected = _deselected_tiers(request.config)
+    tiers = {t for t in TIER_COMMANDS if t not in markers and (fast or t in deselected)}
     if not tiers:
         yield
         return

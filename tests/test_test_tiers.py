@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import sys
 
-from conftest import REPO, TIER_COMMANDS, _launches, worker_cpu
+from conftest import FAST_TIER_EXCLUDES, REPO, TIER_COMMANDS, _launches, worker_cpu
 
 FAST_TIERS = ("vllm", "compile", "notebooks", "slow")
 
@@ -21,6 +21,26 @@ def test_make_test_fast_deselects_every_slow_tier():
     for tier in FAST_TIERS:
         assert f'"{tier}:' in markers, f"marker {tier} is not declared"
     assert set(TIER_COMMANDS) == {"vllm", "compile", "notebooks"}
+
+
+def test_the_guard_watches_exactly_what_make_test_fast_selects():
+    """The guard runs in `make test` too, on the tests the fast tier would run: both read one list."""
+    makefile = (REPO / "Makefile").read_text()
+    line = next(x for x in makefile.splitlines() if x.lstrip().startswith("$(BIN)/python -m pytest") and ' -m "' in x)
+    deselected = set(re.findall(r"not (\w+)", line))
+    assert deselected == set(FAST_TIER_EXCLUDES), line
+
+
+def test_the_guard_matches_what_runs_not_words_in_a_script():
+    """A `-c` script whose source mentions a tier's command (a comment naming turing verify's compile
+    pool) runs no such command; a command whose program or module is the tier's does."""
+    script = "import multiprocessing  # as turing verify's compile pool; not papermill, not ipykernel_launcher"
+    assert not any(_launches(tier, [sys.executable, "-c", script, "/tmp/x"]) for tier in TIER_COMMANDS)
+    assert not _launches("vllm", [sys.executable, "-c", "import vllm.entrypoints.openai.api_server"])
+    assert _launches("compile", ["/venv/bin/gemma4-t4", "turing", "verify"])
+    assert not _launches("compile", ["/venv/bin/gemma4-t4", "turing", "show", "verify"])
+    assert _launches("notebooks", ["/venv/bin/papermill", "in.ipynb", "out.ipynb"])
+    assert _launches("notebooks", "papermill in.ipynb out.ipynb".split())
 
 
 def test_the_guard_tells_a_real_vllm_launch_from_the_fake():
