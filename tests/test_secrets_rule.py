@@ -178,3 +178,34 @@ def test_an_option_whose_value_ends_in_key_does_not_make_the_next_word_a_secret(
     assert secrets.secret_values(argv) == []
     assert secrets.mask_argv(argv) == argv
     assert secrets.mask_text("started with --port 8000", secrets.secret_values(argv)) == "started with --port 8000"
+
+
+def test_a_secret_under_its_name_in_an_echoed_json_body_is_masked():
+    """A server's error body that echoes the request's headers or settings as JSON (or a Python repr)
+    hides every value under a secret name, and only those."""
+    body = '{"error": {"headers": {"authorization": "Bearer zz-1", "x-api-key": "k\\"1"}, "model": "m"}}'
+    assert secrets.mask_text(body) == (
+        '{"error": {"headers": {"authorization": "***", "x-api-key": "***"}, "model": "m"}}'
+    )
+    assert secrets.mask_text("{'aws_secret_access_key': 'wJal/rX', 'max_tokens': '5'}") == (
+        "{'aws_secret_access_key': '***', 'max_tokens': '5'}"
+    )
+
+
+def test_the_known_values_are_the_key_given_and_the_environments_secrets():
+    env = {"HF_TOKEN": "abc123", "AWS_SECRET_ACCESS_KEY": "wJal/rX", "AWS_REGION": "us-east-2", "X": "abc"}
+    assert secrets.known_values(["sk-1", None], env=env) == ["wJal/rX", "abc123", "sk-1"]
+
+
+def test_a_six_character_token_is_masked_in_an_mcp_answer(monkeypatch):
+    """`HF_TOKEN=abc123` in the MCP server's environment, echoed by a tool's answer, is masked: the
+    answers go through the package's rule, which keeps values of 3 characters and more."""
+    import anyio
+
+    monkeypatch.setenv("HF_TOKEN", "abc123")
+
+    def leaky() -> mcp_server.QueryResult:
+        return mcp_server.QueryResult(target="x", text="the server refused token abc123", latency_s=0.0)
+
+    result = anyio.run(mcp_server._adapter(leaky))
+    assert result.text == "the server refused token ***"

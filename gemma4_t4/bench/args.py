@@ -17,6 +17,9 @@ from gemma4_t4.bench.schemas import RawJSON
 
 # decode's methods on the command line: --method series is the series_decode workload
 METHODS = ("vllm", "series")
+# where `bench run` reads the server's key when --api-key is not given: an argument is visible to
+# every user of the host (ps, /proc/PID/cmdline), an environment variable only to its owner
+API_KEY_ENV = "GEMMA4_T4_API_KEY"
 
 
 class CliFlag(TypedDict, total=False):
@@ -95,7 +98,10 @@ class BenchOptions(BaseModel):
         None, description="the server's max-num-seqs: cells above it are labelled queueing"
     )
     api_key: SecretStr | None = Field(
-        None, description="bearer key of the server; never stored", json_schema_extra=cli(metavar="KEY")
+        None,
+        description=f"bearer key of the server (bench run: else ${API_KEY_ENV}, kept out of the process list); "
+        "never stored, and masked in every error a server sends back",
+        json_schema_extra=cli(metavar="KEY"),
     )
     tokenizer: str | None = Field(
         None,

@@ -97,6 +97,11 @@ class BenchArgs(BenchOptions):
     def key(self) -> str | None:
         return self.api_key.get_secret_value() if self.api_key else None
 
+    def secret_values(self) -> list[str]:
+        """What no result may hold: the API key and every secret the environment holds (a server
+        may echo the Authorization header, or a proxy's token, in an error body)."""
+        return secrets.known_values([self.key()])
+
     def record(self) -> dict[str, JSONValue]:
         """What run.json stores: every argument (as JSON), the API key and other secrets never."""
         data = self.model_dump(mode="json", exclude={"api_key"})
@@ -168,6 +173,17 @@ def run_benchmark(
                 fix="call run_benchmark(base_url, model, workload, out_dir, ...) or pass BenchArgs",
             )
         args = build_args(base_url, model, workload, out_dir, **opts)
+    try:
+        return _run(args)
+    except Gemma4T4Error as exc:  # a server's message may hold the key it was sent: never shown
+        values = args.secret_values()
+        exc.message = secrets.mask_text(exc.message, values)
+        exc.fix = exc.fix and secrets.mask_text(exc.fix, values)
+        exc.args = (exc.message,)
+        raise
+
+
+def _run(args: BenchArgs) -> BenchRun:
     # before the server is asked anything: a folder holding other files is refused, not mixed into
     out = check_out_dir(args.out_dir, args.overwrite)
     backend = backend_for(args.base_url, args.key(), args.request_timeout_s)
@@ -190,7 +206,8 @@ def run_benchmark(
         raise
     except Exception as exc:  # whatever stopped the run, run.json must not call it complete
         if outcome.status == "complete":
-            outcome.status, outcome.error = f"aborted: {type(exc).__name__}", str(exc)[:300]
+            error = secrets.mask_text(str(exc), args.secret_values())[:300]
+            outcome.status, outcome.error = f"aborted: {type(exc).__name__}", error
         raise
     finally:
         writer.update_run(status=outcome.status, error=outcome.error,
@@ -345,6 +362,14 @@ def _answers(measured: list[RequestRecord]) -> list[Answer]:
     return sorted(out, key=lambda a: a.index)
 
 
+def _scrub(record: RequestRecord, values: list[str]) -> None:
+    """Mask every known secret in what a server sent back (an error body, an answer's text)."""
+    for name in ("error_detail", "text"):
+        value = getattr(record, name)
+        if value:
+            setattr(record, name, secrets.mask_text(value, values))
+
+
 async def _measure(
     args: BenchArgs, backend: Backend, specs: list[RequestSpec], concurrency: int,
     on_record: Callable[[RequestRecord], None], progress_desc: str | None, cell: Cell | None = None,
@@ -354,9 +379,11 @@ async def _measure(
     hide = not (args.progress and progress_desc)
     bar = tqdm(total=len(specs), desc=progress_desc, unit="req", leave=True, disable=hide)
     failed = 0
+    values = args.secret_values()
 
     def record(r: RequestRecord) -> None:
         nonlocal failed
+        _scrub(r, values)  # before it is stored, summarised or returned
         on_record(r)
         if r.error:
             failed += 1

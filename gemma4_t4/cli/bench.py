@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import types
 from typing import Literal, Union, get_args, get_origin
 
@@ -10,7 +11,7 @@ from pydantic import SecretStr
 from pydantic.fields import FieldInfo
 
 # the declarations alone (pydantic): the benchmark's client loads only when a run starts
-from gemma4_t4.bench.args import METHODS, BenchOptions, cli_flag, flag_name, is_user_option
+from gemma4_t4.bench.args import API_KEY_ENV, METHODS, BenchOptions, cli_flag, flag_name, is_user_option
 from gemma4_t4.bench.compare import compare_suites, is_suite
 from gemma4_t4.bench.specs import REGISTRY
 from gemma4_t4.cli import Output, add_command, add_group
@@ -175,6 +176,8 @@ def bench_args(args: argparse.Namespace) -> dict[str, object]:
     name); a flag not given leaves its field to the workload's (or the run's) default."""
     names = set(BenchOptions.model_fields) | set(workload_fields()) | {"workload", "method"}
     fields = {k: v for k, v in vars(args).items() if k in names and v is not None}
+    if "api_key" not in fields and os.environ.get(API_KEY_ENV):  # the key without it showing in ps
+        fields["api_key"] = os.environ[API_KEY_ENV]
     fields["progress"] = not args.json
     return fields
 

@@ -4,12 +4,15 @@ A name is secret when, normalised (upper case, ``-`` as ``_``, leading dashes dr
 is SECRET, PASSWORD, PASSWD, CREDENTIAL(S), APIKEY or AUTHORIZATION, or its last word is TOKEN (not
 ``..._per_token``) or KEY (or it ends in KEY_ID): ``HF_TOKEN``, ``--api-key``, ``AWS_ACCESS_KEY_ID`` are;
 ``max_num_batched_tokens``, ``first_token_s``, ``--ssl-keyfile`` and a bare ``key`` are not. Covered:
-``--api-key K``, ``--api-key=K``, ``NAME=VALUE`` words, ``{NAME: VALUE}`` mappings, and any known secret
-value inside text (a log line, an error message, an MCP answer).
+``--api-key K``, ``--api-key=K``, ``NAME=VALUE`` words, ``"NAME": "VALUE"`` in JSON text, ``{NAME: VALUE}``
+mappings, ``Bearer ...``, Hugging Face (``hf_...``) and AWS (``AKIA...``) tokens, and any known secret value
+inside text (a log line, an error body a server echoed, an MCP answer). The values the package knows are
+:func:`known_values`: a key given as an option, and every secret-named variable of the environment.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
@@ -82,12 +85,23 @@ def secret_values(argv: Iterable[str] = (), env: Mapping[str, str] | None = None
     return sorted({v for v in values if len(v) >= _MIN_VALUE_LEN and v != MASK}, key=len, reverse=True)
 
 
+def known_values(extra: Iterable[str | None] = (), env: Mapping[str, str] | None = None) -> list[str]:
+    """Every secret value the package knows: ``extra`` (e.g. the bench's API key) and the value of
+    every secret-named variable of ``env`` (this process's environment by default: ``HF_TOKEN``,
+    ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ...), as short as 3 characters."""
+    return secret_values(env=os.environ if env is None else env, extra=extra)
+
+
 def mask_text(text: str, values: Iterable[str] = ()) -> str:
     """``text`` with every known secret value and every recognisable token masked."""
     for value in sorted({v for v in values if v and len(v) >= _MIN_VALUE_LEN}, key=len, reverse=True):
         text = text.replace(value, MASK)
     for pattern in _TOKEN_PATTERNS:
         text = pattern.sub(lambda m: (m.group(1) if m.groups() else "") + MASK, text)
+    # "api_key": "K" / 'Authorization': 'Bearer K' in a JSON (or repr) body a server echoed
+    text = re.sub(r"""(["'])([A-Za-z0-9_-]+)\1(\s*:\s*)(["'])((?:(?!\4)[^\\]|\\.)*)\4""",
+                  lambda m: m.group(0)[: m.start(5) - m.start(0)] + MASK + m.group(4)
+                  if is_secret_name(m.group(2)) and m.group(5) else m.group(0), text)
     # --api-key K / --api-key=K / NAME=VALUE written into free text
     text = re.sub(r"(--[A-Za-z0-9_-]+)([ =])([^\s;,'\"]+)",
                   lambda m: m.group(1) + m.group(2) + MASK if is_secret_name(m.group(1)) else m.group(0),
