@@ -58,7 +58,7 @@ def check_out_dir(out_dir: str | os.PathLike, overwrite: bool) -> Path:
             f"--out {path} is {'a symbolic link' if path.is_symlink() else 'a file, not a directory'}",
             fix="choose a directory path for --out (it is created if missing)",
         )
-    if not path.exists() or not any(path.iterdir()):
+    if not path.exists() or safepaths.holds_nothing(path):  # or only an empty marker a full disk left
         return path
     holds_results = safepaths.is_owned(path, (SUMMARY_FILE, RECORDS_FILE, RUN_FILE))
     if not overwrite:
@@ -68,7 +68,7 @@ def check_out_dir(out_dir: str | os.PathLike, overwrite: bool) -> Path:
         )
     if not holds_results:
         raise Gemma4T4Error(
-            f"--out {path} holds files the bench did not write (no {safepaths.MARKER_NAME} or results), "
+            f"--out {path} holds files the bench did not write ({safepaths.not_owned_reason(path)}; no results), "
             "so --overwrite will not write into it",
             fix="choose a new --out directory",
         )

@@ -13,8 +13,12 @@ from typing import Any
 from gemma4_t4.foundation.jsonable import to_jsonable
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes, mode_from: str | os.PathLike | None = None) -> None:
-    """Replace ``path`` with ``data``; copy permission bits from ``mode_from`` when given."""
+def atomic_write_bytes(
+    path: str | os.PathLike, data: bytes, mode_from: str | os.PathLike | None = None, mode: int | None = None
+) -> None:
+    """Replace ``path`` with ``data``; copy permission bits from ``mode_from``, or set ``mode``, when given
+    (otherwise the file is private to its owner, as ``mkstemp`` makes it). A write that fails (a full
+    disk, a file-size limit) removes its temporary file and leaves ``path`` as it was."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -25,6 +29,8 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes, mode_from: str | os
             os.fsync(handle.fileno())
         if mode_from is not None:
             shutil.copymode(mode_from, tmp)
+        elif mode is not None:
+            os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -32,8 +38,8 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes, mode_from: str | os
         raise
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
+def atomic_write_text(path: str | os.PathLike, text: str, mode: int | None = None) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"), mode=mode)
 
 
 def atomic_write_json(path: str | os.PathLike, data: Any) -> None:

@@ -14,6 +14,7 @@ import errno
 import json
 import os
 import re
+import shlex
 import shutil
 import socket
 import tempfile
@@ -24,6 +25,7 @@ from pathlib import Path
 
 from gemma4_t4 import __version__
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.foundation.atomic import atomic_write_text
 
 MARKER_NAME = ".gemma4_t4-output.json"  # in every finished output folder
 PARTIAL_OWNER = ".gemma4_t4-partial.json"  # in every folder being built: who builds it
@@ -36,8 +38,9 @@ def _real(path: str | os.PathLike) -> Path:
     return Path(os.path.realpath(os.path.abspath(os.fspath(path))))
 
 
-def refuse_overlap(target: str | os.PathLike, sources: Iterable[str | os.PathLike],
-                   what: str = "DST") -> None:
+def refuse_overlap(
+    target: str | os.PathLike, sources: Iterable[str | os.PathLike], what: str = "DST"
+) -> None:
     """Refuse a ``target`` that is, contains, or lies inside any of ``sources`` (symlinks resolved)."""
     t = _real(target)
     for src in sources:
@@ -52,51 +55,115 @@ def refuse_overlap(target: str | os.PathLike, sources: Iterable[str | os.PathLik
             continue
         raise Gemma4T4Error(
             f"{what} {target} {relation} the source {src}; writing there could destroy the source",
-            fix=f"choose a {what} outside the source folder (e.g. a sibling folder)")
+            fix=f"choose a {what} outside the source folder (e.g. a sibling folder)",
+        )
 
 
 def write_marker(folder: str | os.PathLike, command: str, **details: object) -> None:
-    """Mark ``folder`` as written by this package (``--overwrite`` may later replace it)."""
-    payload = {MARKER_KEY: True, "command": command, "version": __version__,
-               "created_unix": round(time.time(), 3), **details}
-    (Path(folder) / MARKER_NAME).write_text(json.dumps(payload, indent=1, default=str) + "\n")
+    """Mark ``folder`` as written by this package (``--overwrite`` may later replace it). Written
+    atomically: a full disk leaves no marker rather than an empty one that would block every retry."""
+    payload = {
+        MARKER_KEY: True,
+        "command": command,
+        "version": __version__,
+        "created_unix": round(time.time(), 3),
+        **details,
+    }
+    # 0o644: readable like the files beside it (a temporary file starts private to its owner)
+    atomic_write_text(
+        Path(folder) / MARKER_NAME, json.dumps(payload, indent=1, default=str) + "\n", mode=0o644
+    )
+
+
+def marker_problem(folder: str | os.PathLike) -> str | None:
+    """Why ``folder``'s marker is not a marker of this package (empty, not JSON, another shape,
+    unreadable), or None when there is none or it is valid."""
+    path = Path(folder) / MARKER_NAME
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot be read: {exc.strerror or exc}"
+    if not raw.strip():
+        return f"empty ({len(raw)} bytes): a write cut short, e.g. by a full disk"
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return "not JSON"
+    return (
+        None if isinstance(data, dict) and data.get(MARKER_KEY) is True else f"no {MARKER_KEY!r}: true in it"
+    )
 
 
 def is_owned(folder: str | os.PathLike, legacy_names: Iterable[str] = ()) -> bool:
     """``folder`` carries this package's marker (or a legacy report file only this package writes)."""
     folder = Path(folder)
-    try:
-        data = json.loads((folder / MARKER_NAME).read_text())
-        if isinstance(data, dict) and data.get(MARKER_KEY) is True:
-            return True
-    except (OSError, ValueError):
-        pass
+    if (folder / MARKER_NAME).is_file() and marker_problem(folder) is None:
+        return True
     return any((folder / name).is_file() for name in legacy_names)
 
 
-def check_target(target: str | os.PathLike, *, overwrite: bool, sources: Iterable[str | os.PathLike] = (),
-                 what: str = "DST", legacy_names: Iterable[str] = ()) -> Path:
+def holds_nothing(folder: str | os.PathLike) -> bool:
+    """``folder`` is empty, or holds only an empty marker: what a full disk left when the marker was
+    written in place (before it was written atomically). Removing that file loses no byte, so such a
+    folder counts as empty; a marker with any content is judged by :func:`marker_problem` instead."""
+    entries = list(Path(folder).iterdir())
+    if not entries:
+        return True
+    only = entries[0]
+    return (
+        len(entries) == 1
+        and only.name == MARKER_NAME
+        and not only.is_symlink()
+        and only.is_file()
+        and only.stat().st_size == 0
+    )
+
+
+def not_owned_reason(folder: str | os.PathLike) -> str:
+    """Why ``folder`` does not show that this package wrote it, for a refusal's message."""
+    problem = marker_problem(folder)
+    return f"its {MARKER_NAME} is corrupt: {problem}" if problem else f"no {MARKER_NAME}"
+
+
+def check_target(
+    target: str | os.PathLike,
+    *,
+    overwrite: bool,
+    sources: Iterable[str | os.PathLike] = (),
+    what: str = "DST",
+    legacy_names: Iterable[str] = (),
+) -> Path:
     """Validate an output folder before any work: not a file or symlink, no overlap with a source; an
     existing one only with ``overwrite`` and only when this package wrote it (or it is empty)."""
     path = Path(target)
     refuse_overlap(path, sources, what)
     if path.is_symlink():
-        raise Gemma4T4Error(f"{what} {path} is a symbolic link",
-                            fix=f"give the real folder as {what}, or a new path")
+        raise Gemma4T4Error(
+            f"{what} {path} is a symbolic link", fix=f"give the real folder as {what}, or a new path"
+        )
     if path.exists() and not path.is_dir():
-        raise Gemma4T4Error(f"{what} {path} is a file, not a folder",
-                            fix=f"choose a new folder path for {what}")
+        raise Gemma4T4Error(
+            f"{what} {path} is a file, not a folder", fix=f"choose a new folder path for {what}"
+        )
     parent = _existing_ancestor(path.parent)
     if not parent.is_dir():
         raise Gemma4T4Error(f"{parent} (a parent of {what}) is a file", fix=f"choose a {what} in a folder")
     if path.exists():
         if not overwrite:
             raise Gemma4T4Error(f"{path} already exists", fix=f"choose a new {what} or pass --overwrite")
-        if any(path.iterdir()) and not is_owned(path, legacy_names):
+        # A corrupt marker is not ownership: this package writes its marker atomically, so it never
+        # leaves one half-written, and a file's name alone proves nothing about who made the folder
+        # (another tool, a copy, a hand edit). So --overwrite refuses such a folder, naming the marker;
+        # only a folder holding nothing but an empty marker counts as empty (removing it loses nothing).
+        if not holds_nothing(path) and not is_owned(path, legacy_names):
             raise Gemma4T4Error(
-                f"{path} was not written by gemma4-t4 (no {MARKER_NAME}), so --overwrite will not remove it",
-                fix=f"choose a new {what}, or remove the folder yourself if you are sure it holds nothing "
-                "you need")
+                f"{path} was not written by gemma4-t4, as far as its marker shows ({not_owned_reason(path)}), "
+                "so --overwrite will not remove it",
+                fix=f"choose a new {what}, or remove the folder yourself (rm -r {shlex.quote(str(path))}) if you are "
+                "sure it holds nothing you need",
+            )
     return path
 
 
@@ -112,15 +179,18 @@ def free_bytes(path: str | os.PathLike) -> int:
     return shutil.disk_usage(_existing_ancestor(Path(path))).free
 
 
-def ensure_free_space(path: str | os.PathLike, need_bytes: int, what: str = "the output",
-                      margin: int = FREE_SPACE_MARGIN) -> None:
+def ensure_free_space(
+    path: str | os.PathLike, need_bytes: int, what: str = "the output", margin: int = FREE_SPACE_MARGIN
+) -> None:
     """Refuse to start when the filesystem of ``path`` has less than ``need_bytes`` (+ margin) free."""
     free = free_bytes(path)
     if free < need_bytes + margin:
         where = _existing_ancestor(Path(path))
-        raise Gemma4T4Error(f"not enough free space for {what}: needs {(need_bytes + margin) / 1e9:,.2f} GB, "
-                            f"{free / 1e9:,.2f} GB free on the filesystem of {where}",
-                            fix="free some space there, or choose a target on a disk with more room")
+        raise Gemma4T4Error(
+            f"not enough free space for {what}: needs {(need_bytes + margin) / 1e9:,.2f} GB, "
+            f"{free / 1e9:,.2f} GB free on the filesystem of {where}",
+            fix="free some space there, or choose a target on a disk with more room",
+        )
 
 
 def os_error(exc: OSError, what: str) -> Gemma4T4Error:
@@ -192,9 +262,14 @@ def make_partial(target: str | os.PathLike) -> Path:
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=partial_prefix(target), dir=target.parent))
-        owner = {"made_parents": [str(p) for p in missing],  # removed again if the build is discarded
-                 "pid": os.getpid(), "start": _proc_start(os.getpid()), "host": socket.gethostname(),
-                 "target": str(target), "created_unix": round(time.time(), 3)}
+        owner = {
+            "made_parents": [str(p) for p in missing],  # removed again if the build is discarded
+            "pid": os.getpid(),
+            "start": _proc_start(os.getpid()),
+            "host": socket.gethostname(),
+            "target": str(target),
+            "created_unix": round(time.time(), 3),
+        }
         (tmp / PARTIAL_OWNER).write_text(json.dumps(owner) + "\n")
     except OSError as exc:
         for parent in missing:
@@ -244,10 +319,14 @@ class Cleanup:
     restored: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:
-        return ([f"removed stale partial output {p} (left by an interrupted run)" for p in self.removed]
-                + [f"removed stale backup {p} (left by a run interrupted while replacing its target)"
-                   for p in self.backups_removed]
-                + [f"restored {p} (a run was killed while replacing it)" for p in self.restored])
+        return (
+            [f"removed stale partial output {p} (left by an interrupted run)" for p in self.removed]
+            + [
+                f"removed stale backup {p} (left by a run interrupted while replacing its target)"
+                for p in self.backups_removed
+            ]
+            + [f"restored {p} (a run was killed while replacing it)" for p in self.restored]
+        )
 
 
 def clean_stale(target: str | os.PathLike, legacy_names: Iterable[str] = ()) -> Cleanup:
@@ -265,13 +344,18 @@ def clean_stale(target: str | os.PathLike, legacy_names: Iterable[str] = ()) -> 
     except OSError:
         return done
     for entry in entries:
-        if (entry.name.startswith(partial_prefix(target)) and entry.is_dir() and not entry.is_symlink()
-                and not _owner_alive(entry)):
+        if (
+            entry.name.startswith(partial_prefix(target))
+            and entry.is_dir()
+            and not entry.is_symlink()
+            and not _owner_alive(entry)
+        ):
             shutil.rmtree(entry, ignore_errors=True)
             if not entry.exists():
                 done.removed.append(str(entry))
-    backups = [e for e in entries
-               if e.name.startswith(backup_prefix(target)) and e.is_dir() and not e.is_symlink()]
+    backups = [
+        e for e in entries if e.name.startswith(backup_prefix(target)) and e.is_dir() and not e.is_symlink()
+    ]
     for entry in sorted(backups, key=lambda e: e.name, reverse=True):
         if not target.exists() and is_owned(entry, legacy):
             entry.rename(target)
@@ -287,8 +371,9 @@ def swap_into_place(tmp: Path, target: Path, overwrite: bool) -> None:
     """Rename the finished ``tmp`` to ``target``; an existing target is moved aside first and
     removed after (a kill in between leaves a backup the next run restores or removes)."""
     if target.exists() and not overwrite:  # appeared while we worked (another run into the same DST)
-        raise Gemma4T4Error(f"{target} appeared while this build was written",
-                            fix="choose a new DST or pass --overwrite")
+        raise Gemma4T4Error(
+            f"{target} appeared while this build was written", fix="choose a new DST or pass --overwrite"
+        )
     if target.exists():
         backup = target.with_name(f"{backup_prefix(target)}{int(time.time())}-{os.getpid()}")
         target.rename(backup)
