@@ -152,20 +152,21 @@ def _install(module, device, **kw):
     return tilecap.install(module, origin="test", device=device, **kw)
 
 
-@pytest.mark.parametrize("version", ["0.29.1", "0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.33.0rc1", "0.33.2.dev3+gabc"])
+@pytest.mark.parametrize("version", ["0.29.1", "0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.33.0rc1", "0.33.2.dev3+gabc",
+                                     "0.34.0"])
 def test_every_tested_series_is_accepted(version, untested_not_allowed):
     from gemma4_t4.turing import tilecap
 
     assert tilecap.version_problem(version) is None
 
 
-@pytest.mark.parametrize("version", ["0.34.0", "0.28.0", "1.33.0", "10.33.0", "0.3", "v0.33.0", "unknown", "", None])
+@pytest.mark.parametrize("version", ["0.35.0", "0.28.0", "1.33.0", "10.33.0", "0.3", "v0.33.0", "unknown", "", None])
 def test_an_untested_or_unreadable_version_is_refused_with_the_way_out(version, untested_not_allowed):
     from gemma4_t4.turing import tilecap
 
     problem = tilecap.version_problem(version)
     assert problem == (
-        f"vLLM {version} is not a tested version (tested: 0.29.x, 0.30.x, 0.31.x, 0.32.x, 0.33.x); set "
+        f"vLLM {version} is not a tested version (tested: 0.29.x, 0.30.x, 0.31.x, 0.32.x, 0.33.x, 0.34.x); set "
         "GEMMA4_T4_TURING_ALLOW_UNTESTED=1 to apply the fix anyway when `gemma4-t4 turing verify` passes on it"
     )
 

@@ -550,10 +550,10 @@ def test_install_on_t4_wraps_forward_once_and_logs_one_line(tmp_path, monkeypatc
     assert f"vLLM {version}, via test" in lines[0]
 
 
-@pytest.mark.parametrize("version", ["0.31.0+cu129", "0.31.0", "0.32.0", "0.33.0"])
+@pytest.mark.parametrize("version", ["0.31.0+cu129", "0.31.0", "0.32.0", "0.33.0", "0.34.0"])
 def test_the_cuda12_wheel_and_the_later_releases_pass_the_version_gate(version):
-    # 0.31.0+cu129 is the CUDA-12 route's wheel (drivers 525-579, Colab); its triton_attn.py passes
-    # the structure check and this file's tests with GEMMA4_T4_VLLM_ROOT pointing at its files
+    # 0.31.0+cu129 is the CUDA-12 route's wheel (drivers 525-579, Colab); it and 0.34.0 (the PyPI wheel,
+    # 2026-12-05) pass the structure check and this file's tests with GEMMA4_T4_VLLM_ROOT pointing at their files
     assert prefill.version_problem(version) is None
 
 

@@ -281,7 +281,7 @@ def load_kernel_module(
         except ImportError as exc:
             raise Gemma4T4Error(
                 f"cannot load vLLM {version}'s kernel offline: {exc}",
-                fix="use a tested vLLM (0.29.x to 0.33.x) or report the new layout",
+                fix="use a tested vLLM (0.29.x to 0.34.x) or report the new layout",
             ) from exc
         finally:
             sys.meta_path.remove(finder)

