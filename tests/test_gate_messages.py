@@ -265,11 +265,12 @@ def test_report_override_warning_and_line():
 
 @dataclass
 class Config:
-    """A stand-in launch configuration: the two fields the gate reads before its probes."""
+    """A stand-in launch configuration: the fields the gate reads besides its probes."""
 
     model: str = "google/gemma-4-E2B-it-qat-w4a16-ct"
     target: str = "t4"
     python: str | None = None
+    tensor_parallel_size: int = 1
 
 
 class Recording(GateProbes):

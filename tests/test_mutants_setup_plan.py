@@ -268,8 +268,6 @@ def test_a_cuda_13_driver_plan_has_a_fallback_and_no_driver_note():
 
 
 @pytest.mark.parametrize(("gpu", "cc", "note"), [
-    ("Tesla V100", "7.0", "Tesla V100 is older than Turing (sm_75): vLLM's kernels will not run on it"),
-    ("Tesla P4", "6.1", "Tesla P4 is older than Turing (sm_75): vLLM's kernels will not run on it"),
     ("NVIDIA L4", "8.9", "NVIDIA L4 is not a Turing GPU: the T4 (sm_75) steps are skipped there"),
     ("NVIDIA H200", "9.0", "NVIDIA H200 is not a Turing GPU: the T4 (sm_75) steps are skipped there"),
     ("NVIDIA A100", "8.0", "NVIDIA A100 is not a Turing GPU: the T4 (sm_75) steps are skipped there"),
@@ -277,6 +275,7 @@ def test_a_cuda_13_driver_plan_has_a_fallback_and_no_driver_note():
     ("Unknown GPU", None, None),
 ])
 def test_a_gpu_that_is_not_a_t4_is_named_in_a_note(gpu, cc, note):
+    # a GPU below sm_75 (V100, P4) is refused, not noted: tests/test_setup_old_gpus.py
     plan = plan_setup(_facts("580.82.07", gpu=gpu, cc=cc), python="py")
     assert plan.notes == ([note] if note else [])
     assert plan.host == f"{gpu} (sm_{(cc or '?').replace('.', '')}), driver 580.82.07"

@@ -80,9 +80,9 @@ def test_setup_plans_for_the_t4_not_the_p100_listed_first(tmp_path):
 def test_cuda_visible_devices_names_the_gpu_setup_plans_for_and_a_missing_one_is_refused(tmp_path):
     from gemma4_t4.host.setup_plan import plan_setup
 
-    p100 = plan_setup(env.probe(_probes("0")), python="py")
-    assert p100.host.startswith("Tesla P100") and p100.gpu_index == 0
-    assert any("older than Turing" in n for n in p100.notes)
+    with pytest.raises(Gemma4T4Error, match=r"Tesla P100-PCIE-16GB \(sm_60\) is older than Turing") as p100:
+        plan_setup(env.probe(_probes("0")), python="py")  # the P100 CUDA_VISIBLE_DEVICES names: refused
+    assert "CUDA_VISIBLE_DEVICES=1" in p100.value.fix  # the T4 beside it can serve
     with pytest.raises(Gemma4T4Error, match="names GPU 7, which nvidia-smi does not list") as info:
         plan_setup(env.probe(_probes("7")), python="py")
     assert "one of 0, 1" in info.value.fix

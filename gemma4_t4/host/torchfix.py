@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shlex
+import signal
+import subprocess
 import sys
 
 from pydantic import BaseModel, Field
 
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.jsonable import JSONValue
-from gemma4_t4.foundation.runner import CommandResult, Runner, subprocess_runner
+from gemma4_t4.foundation.runner import TIMED_OUT, CommandResult, Runner, stop_group, subprocess_runner
 from gemma4_t4.host import env, setup_plan
 
 
@@ -80,6 +83,8 @@ _PROBE = (
     "        break\n"
     "    except metadata.PackageNotFoundError:\n"
     "        pass\n"
+    # said before torch is imported: an interpreter whose torch crashes it is still a Python
+    "print(json.dumps(out), flush=True)\n"
     "try:\n"
     "    import torch\n"
     "    out.update(torch_version=torch.__version__, torch_cuda=torch.version.cuda)\n"
@@ -91,23 +96,87 @@ _PROBE = (
 )
 
 
-def probe_torch_facts(python: str | None = None, runner: Runner = subprocess_runner,
+# importing torch cold takes seconds, a minute on a small VM; an interpreter silent for longer is hung
+PROBE_TIMEOUT_S = 120.0
+
+
+def _die_with_parent() -> None:
+    """In the probed interpreter, before exec: the kernel sends it SIGKILL when the CLI dies, even by a
+    SIGKILL that runs no cleanup (the runner's group stop covers Ctrl-C, SIGTERM and the timeout)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def probe_runner(command: list[str], input: str | None = None, timeout: float = PROBE_TIMEOUT_S) -> CommandResult:
+    """The runner of the torch probe: its own process group (stopped, children and all, on timeout or a
+    stop signal) that dies with this process."""
+    try:
+        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True, preexec_fn=_die_with_parent)
+    except OSError as exc:  # missing, not executable, not a program
+        return CommandResult(127 if isinstance(exc, FileNotFoundError) else 126, "", f"{type(exc).__name__}: {exc}")
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        stop_group(proc, grace_s=1.0)
+        return CommandResult(TIMED_OUT, "", f"no answer within {timeout:g} s")
+    except BaseException:
+        stop_group(proc)
+        raise
+    return CommandResult(proc.returncode, out.decode(errors="replace"), err.decode(errors="replace"))
+
+
+def _not_python(python: str, done: CommandResult) -> Gemma4T4Error:
+    why = (f"did not answer within {PROBE_TIMEOUT_S:g} s and was stopped" if done.timed_out
+           else "does not exist" if not os.path.exists(python)
+           else f"is not a Python interpreter (exit {done.returncode}: "
+                f"{(done.stderr or done.stdout or 'no output').strip()[-200:]})")
+    return Gemma4T4Error(f"--python {python} {why}: its torch cannot be probed",
+                         fix="pass the python of the environment that runs vLLM to --python (e.g. "
+                             "/path/to/venv/bin/python), or leave --python out for this one")
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _answers(stdout: str) -> list[dict[str, object]]:
+    found = []
+    for line in stdout.splitlines():
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(value, dict):
+            found.append(value)
+    return found
+
+
+def probe_torch_facts(python: str | None = None, runner: Runner = probe_runner,
                       probes: env.Probes | None = None) -> env.Facts:
     """The doctor's host facts (:func:`gemma4_t4.host.env.probe`) with torch as ``python`` imports it,
-    asked in a subprocess: a broken torch can't break us."""
-    done = runner([python or sys.executable, "-c", _PROBE])
-    try:
-        found = json.loads(done.stdout.strip().splitlines()[-1])
-    except (IndexError, json.JSONDecodeError):
-        found = {"cuda_probe_error": (done.stderr or "no output").strip()[-300:]}
-    error = found.get("cuda_probe_error")
+    asked in a subprocess: a broken torch can't break us. Refuses what is not a Python interpreter, or
+    one that hangs (stopped with everything it started)."""
+    python = python or sys.executable
+    done = runner([python, "-c", _PROBE])
+    answers = _answers(done.stdout)
+    if not answers or done.timed_out:
+        raise _not_python(python, done)
+    found = answers[-1]
+    if not {"torch_version", "cuda_probe_error"} & set(found):  # it said who it is, then importing torch killed it
+        found["cuda_probe_error"] = f"importing torch failed (exit {done.returncode}): " + (
+            (done.stderr or "no output").strip()[-300:])
+    error = _text(found.get("cuda_probe_error"))
     if error and "No module named 'torch'" in error:
         error = "torch is not installed"
     host = env.probe(probes)  # a failed nvidia-smi is recorded there, and the plan refuses it as setup does
     # the target's own vLLM where its probe answered (another interpreter may have another, or none)
-    vllm = {k: found[k] for k in ("vllm_distribution", "vllm_version") if k in found}
-    return dataclasses.replace(host, python=found.get("python", host.python), torch_version=found.get("torch_version"),
-                               torch_cuda=found.get("torch_cuda"), cuda_probe_error=error, **vllm)
+    vllm = {k: _text(found[k]) for k in ("vllm_distribution", "vllm_version") if k in found}
+    return dataclasses.replace(host, python=_text(found.get("python")) or host.python,
+                               torch_version=_text(found.get("torch_version")), torch_cuda=_text(found.get("torch_cuda")),
+                               cuda_probe_error=error, **vllm)
 
 
 def _torch_reason(facts: env.Facts, route: setup_plan.InstallRoute) -> str:

@@ -30,6 +30,7 @@ from gemma4_t4.catalog.hardware import GPUS, identify_gpu
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.jsonable import to_jsonable
 from gemma4_t4.host import cpuisa, env
+from gemma4_t4.host.setup_plan import SETUP_COMMAND
 from gemma4_t4.host.torchfix import plan_torch_fix
 from gemma4_t4.serving.proof import turing_proof
 from gemma4_t4.turing.state import status as turing_status
@@ -91,7 +92,8 @@ class GateFacts(BaseModel):
     cuda_available: bool | None = None
     gpu_present: bool | None = None  # an NVIDIA GPU the driver sees (nvidia-smi), whatever torch says
     gpu_name: str | None = None
-    gpu_count: int | None = None
+    gpu_count: int | None = None  # GPUs CUDA shows this process that tensor parallelism can use
+    tensor_parallel_size: int | None = None  # the launch's (set from the config, never probed)
     compute_capability: tuple[int, int] | None = None
     smem_per_block_optin: int | None = None
     gpu_memory_bytes: int | None = None
@@ -124,7 +126,7 @@ class GateFacts(BaseModel):
 
 @dataclass
 class GateReason:
-    check: str  # cuda | turing | host_memory | gpu_memory | disk | doctor:CODE | cpu_int4
+    check: str  # cuda | turing | host_memory | gpu_memory | tensor_parallel | disk | doctor:CODE | cpu_int4
     problem: str
     fix: str
 
@@ -190,6 +192,7 @@ def judge(facts: GateFacts, torch_fix_command: str | None = None) -> list[GateRe
         *_judge_cuda(facts, torch_fix_command),
         *_judge_turing(facts),
         *_judge_host_memory(facts),
+        *_judge_tensor_parallel(facts),
         *_judge_gpu_memory(facts),
         *_judge_disk(facts),
         *_judge_doctor(facts),
@@ -220,9 +223,10 @@ def _judge_cuda(facts: GateFacts, torch_fix_command: str | None) -> list[GateRea
     """1. torch must see CUDA."""
     if facts.cuda_available is True:
         return []
-    fix_torch = "gemma4-t4 fix-torch --apply" + (
-        f"  (runs: {torch_fix_command})" if torch_fix_command else ""
-    )
+    if torch_fix_command and torch_fix_command.startswith(SETUP_COMMAND):
+        fix_torch = torch_fix_command  # vLLM must change too: fix-torch --apply would refuse, setup is the fix
+    else:
+        fix_torch = "gemma4-t4 fix-torch --apply" + (f"  (runs: {torch_fix_command})" if torch_fix_command else "")
     if facts.torch_version is None:
         problem = "torch is not installed (or fails to import) in this Python" + _note(facts, "torch")
         fix = fix_torch
@@ -320,6 +324,24 @@ def _judge_host_memory(facts: GateFacts) -> list[GateReason]:
     ]
 
 
+def _judge_tensor_parallel(facts: GateFacts) -> list[GateReason]:
+    """3b. tensor parallelism needs as many GPUs as it names, visible to CUDA (the memory check divides
+    the model over them, so it cannot see this itself). An unknown count is left to vLLM."""
+    tp, count = facts.tensor_parallel_size, facts.gpu_count
+    if tp is None or tp <= 1 or not count or tp <= count:
+        return []
+    what = f"{count} {facts.gpu_name}" if facts.gpu_name else str(count)
+    return [
+        GateReason(
+            "tensor_parallel",
+            f"--tensor-parallel-size {tp} needs {tp} GPUs, but CUDA sees {what} GPU{'s' if count > 1 else ''} "
+            "here for it: vLLM would wait for workers that never start",
+            f"pass --tensor-parallel-size {count} or less (tensor_parallel_size), or run on a machine with {tp} "
+            "GPUs of one model (CUDA_VISIBLE_DEVICES must list them all)",
+        )
+    ]
+
+
 def _judge_gpu_memory(facts: GateFacts) -> list[GateReason]:
     """4. GPU memory per the fit calculator."""
     if facts.gpu_fit_ok is True:
@@ -382,6 +404,29 @@ def _note(facts: GateFacts, *checks: str) -> str:
 _DOCTOR_CODES_COVERED = {"cpu-torch-on-gpu-host", "cuda-init-failed", "no-gpu", "nvidia-smi-failed"}
 
 
+def visible_gpu_count(f: env.Facts) -> int:
+    """GPUs of the chosen GPU's model that CUDA shows this process: CUDA_VISIBLE_DEVICES' entries in order
+    up to the first it cannot use (CUDA ignores the rest), else every listed one."""
+    gpu = f.gpu
+    if gpu is None:
+        return 0
+    same = [g for g in f.gpus if (g.name, g.compute_capability) == (gpu.name, gpu.compute_capability)]
+    if f.cuda_visible_devices is None:
+        return len(same)
+    count = 0
+    for entry in (e.strip() for e in f.cuda_visible_devices.split(",")):
+        if entry.isdigit():
+            listed = next((g for g in f.gpus if g.index == int(entry)), None)
+            if listed is None:
+                break  # an index nvidia-smi does not list
+            count += listed in same
+        elif not entry or entry.startswith("-") or f.gpu_choice.mixed:
+            break  # a hidden GPU, or a UUID a mixed host cannot place
+        else:
+            count += 1  # a UUID or MIG name: every GPU here is the chosen model
+    return min(count, len(same))
+
+
 def facts_from_host(report: env.EnvReport) -> GateFacts:
     """The gate's device facts (bytes, capability tuples) read from the host model."""
     f = report.facts
@@ -393,7 +438,7 @@ def facts_from_host(report: env.EnvReport) -> GateFacts:
         torch_cuda_build=None if f.torch_is_cpu_build else f.torch_cuda,
         gpu_present=bool(f.gpus) if f.nvidia_smi else False,
         gpu_name=gpu.name if gpu else None,
-        gpu_count=sum(1 for g in f.gpus if gpu and (g.name, g.compute_capability) == (gpu.name, gpu.compute_capability)),
+        gpu_count=visible_gpu_count(f),
         compute_capability=capability,
         smem_per_block_optin=f.smem_per_block_optin,
         gpu_memory_bytes=gpu.memory_mib * 2**20 if gpu and gpu.memory_mib else None,
@@ -686,7 +731,7 @@ def _torch_fix_command() -> str | None:
 
 
 # What the gate sets itself (from the config) or gathers across probes: never taken from an answer.
-_NOT_PROBED = frozenset({"target", "model", "notes"})
+_NOT_PROBED = frozenset({"target", "model", "notes", "tensor_parallel_size"})
 
 
 def _ask(probe: Callable[..., GateFacts], *args: object) -> GateFacts:
@@ -751,5 +796,6 @@ def check_start(
     """Gate a launch of ``config``. Raises :class:`GateRefused` unless every check passes or ``force``."""
     probes = probes or GateProbes()
     facts = facts or collect_facts(config, probes)
+    facts.tensor_parallel_size = config.tensor_parallel_size
     command = probes.torch_fix_command() if facts.cuda_available is not True else None
     return _decide(judge(facts, torch_fix_command=command), facts, force)
