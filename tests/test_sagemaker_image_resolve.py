@@ -100,3 +100,42 @@ def test_the_fallback_is_the_tag_seen_publicly_with_its_evidence():
     assert "FALLBACK" in comment and "-sagemaker-v1.1" in comment and "2026-" in comment
     docs = (Path(__file__).resolve().parents[1] / "docs" / "sagemaker.md").read_text()
     assert f"`image.DEFAULT_VLLM_TAG` (`{DEFAULT_VLLM_TAG}`) is only a recorded\nfallback" in docs
+
+
+AL2023 = f"{DEFAULT_DLC_ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/vllm:server-sagemaker-cuda-"
+
+
+@pytest.mark.parametrize(
+    ("revision", "cuda", "ami"),
+    [(f"v1.{m}", (12, 9), "al2-ami-sagemaker-inference-gpu-3-1") for m in range(5)]
+    + [(f"v2.{m}", (13, 0), "al2023-ami-sagemaker-inference-gpu-4-1") for m in range(4)]
+    + [("v1.4.0", (12, 9), "al2-ami-sagemaker-inference-gpu-3-1"), ("v2.3.0", (13, 0),
+                                                                    "al2023-ami-sagemaker-inference-gpu-4-1")],
+)
+def test_each_al2023_revision_aws_published_gets_its_cuda_and_the_ami_that_runs_it(revision, cuda, ami):
+    """AWS's DLC changelog (read 2026-12-05): server-sagemaker-cuda v1.0-v1.4 bundle CUDA 12.9.1, v2.0 and
+    later CUDA 13.0.2 (v2.3 the newest seen). A v1.x image runs on the driver-550 AMI (minor-version
+    compatibility); a v2.x image needs the driver-580 AL2023 AMI, and a CUDA-12 AMI is refused for it."""
+    from gemma4_t4.errors import Gemma4T4Error
+    from gemma4_t4.sagemaker import image
+
+    uri = AL2023 + revision
+    assert image.image_cuda(uri) == cuda
+    assert image.required_ami_version(uri, "ml.g4dn.xlarge") == ami
+    published = image.AL2023_TAG_CUDA[image.al2023_revision(revision.join(["server-sagemaker-cuda-", ""]))]
+    assert "changelog" in published.source and "2026-12-05" in published.source
+    assert ("CUDA 13.0.2" if cuda == (13, 0) else "CUDA 12.9.1") in published.source
+    image.check_ami_for_image(ami, uri, "ml.g4dn.xlarge")
+    if cuda[0] == 13:
+        with pytest.raises(Gemma4T4Error, match="cannot run image"):
+            image.check_ami_for_image("al2-ami-sagemaker-inference-gpu-3-1", uri, "ml.g4dn.xlarge")
+
+
+@pytest.mark.parametrize("revision", ["v2", "v2.4", "v3.0"])
+def test_an_al2023_revision_past_the_recorded_ones_is_never_guessed(revision):
+    from gemma4_t4.errors import Gemma4T4Error
+    from gemma4_t4.sagemaker import image
+
+    assert image.image_cuda(AL2023 + revision) is None
+    with pytest.raises(Gemma4T4Error, match="is not known"):
+        image.required_ami_version(AL2023 + revision, "ml.g4dn.xlarge")

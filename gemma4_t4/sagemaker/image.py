@@ -43,7 +43,9 @@ US_REGIONS: tuple[str, ...] = ("us-east-1", "us-east-2", "us-west-2", "us-west-1
 # registry first (:func:`resolve_dlc_tag`) and label this one "fallback" when they use it. It is the
 # revision seen publicly: "for 0.30.0 only ``…-sagemaker-v1.1`` is seen publicly" (third-party code,
 # 2026-09-25; reference notes hosts_as_they_are.md, "Added 2026-12-01 (second pass)"). ``-v1.2`` was
-# reported as newer once and ``-v1.3`` never seen outside one Dockerfile, so neither is the fallback.
+# reported as newer once, ``-v1.3`` never seen outside one Dockerfile, and a ``…-sagemaker-v1.4`` tag was
+# seen in a public run log (us-east-2, 2026-10-08; third pass, 2026-12-05) without its vLLM release, so
+# none of them is the fallback: the registry lookup finds them where they exist.
 DEFAULT_VLLM_TAG = "0.30.0-gpu-py312-cu130-ubuntu24.04-sagemaker-v1.1"
 DEFAULT_VLLM_RELEASE = (0, 30, 0)
 
@@ -65,11 +67,20 @@ class PublishedCuda:
 # ``server-sagemaker-cuda-vX.Y`` names no CUDA version: only what AWS publishes for a revision is used.
 # A revision missing here (and the floating ``-v1``, whose image moves) has no known CUDA, and a deploy
 # of it needs an explicit InferenceAmiVersion (:func:`required_ami_version` says so).
+# v1.0-v1.4 bundle CUDA 12.9.1 (a CUDA 12 driver runs them, through minor-version compatibility on the
+# driver-550 AMI) and v2.0-v2.3 CUDA 13.0.2 (the driver-580 AL2023 AMI only); v2.3 is the newest seen.
+_V1_SOURCE = (
+    'aws/deep-learning-containers changelog, server-sagemaker-cuda v1.3.0 (2026-05-12): "Bundled versions: '
+    'CUDA 12.9.1"; the changelog gives CUDA 12.9.1 for v1.0-v1.4 (read 2026-12-05; reference notes '
+    "hosts_as_they_are.md, third pass)"
+)
+_V2_SOURCE = (
+    "aws/deep-learning-containers changelog: server-sagemaker-cuda v2.0 and later bundle CUDA 13.0.2 (newest "
+    "seen v2.3, vLLM 0.27.0; read 2026-12-05; reference notes hosts_as_they_are.md, third pass)"
+)
 AL2023_TAG_CUDA: dict[tuple[int, ...], PublishedCuda] = {
-    (1, 3): PublishedCuda((12, 9),
-        'aws/deep-learning-containers changelog, server-sagemaker-cuda v1.3.0 (2026-05-12): "Bundled '
-        'versions: CUDA 12.9.1" (read 2026-12-01; reference notes hosts_as_they_are.md)',
-    ),
+    **{(1, minor): PublishedCuda((12, 9), _V1_SOURCE) for minor in range(5)},
+    **{(2, minor): PublishedCuda((13, 0), _V2_SOURCE) for minor in range(4)},
 }
 
 # InferenceAmiVersion -> (NVIDIA driver, the CUDA version it ships). The instance default (no AMI
