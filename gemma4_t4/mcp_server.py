@@ -367,13 +367,17 @@ def _settle_watches() -> None:
             log.warning("exiting: endpoint %s in %s is InService and stays (it bills until deleted or its "
                         "expiry tag's reap; delete_endpoint deletes it)", name, region)
             continue
-        try:
-            gone = rollback(watcher.sm, watcher.result.created)
+        try:  # by the CreationTime recorded at create: a name re-created by another owner is left alone
+            gone = rollback(watcher.sm, watcher.result.created, watcher.result.created_at)
         except Exception as exc:  # noqa: BLE001 - said in the log, with the command that finishes the job
             log.error("exiting: could not delete endpoint %s in %s (%s): %s; run gemma4-t4 sagemaker delete %s "
                       "--region %s --yes", name, region, status, _scrub(str(exc), _secret_values()), name, region)
             continue
         watcher.result.rolled_back = gone
+        if any(g.startswith("left alone: endpoint:") for g in gone):
+            log.warning("exiting: endpoint %s in %s was deleted and re-created by another owner since this "
+                        "deploy: left alone (%s)", name, region, ", ".join(gone))
+            continue
         watcher.result.status, watcher.result.success = "Deleted at exit", False
         log.warning("exiting: deleted endpoint %s in %s (%s, not yet InService: nothing would watch it after "
                     "this exit): %s", name, region, status, ", ".join(gone) or "nothing left")

@@ -355,3 +355,40 @@ async def test_an_endpoint_still_watched_when_the_server_exits_is_deleted_and_an
     log = errlog_path.read_text()
     assert "deleted endpoint g4-creating" in log and "Creating, not yet InService" in log
     assert "g4-kept" not in log.split("deleted endpoint")[-1].split("\n")[0]
+
+
+def _deploy_by_hand(sm, name: str) -> None:
+    """What a user does in another shell: their own model, config and endpoint under ``name``."""
+    sm.create_model(ModelName=name, ExecutionRoleArn="arn:aws:iam::123456789012:role/theirs",
+                    PrimaryContainer={"Image": "123456789012.dkr.ecr.us-east-2.amazonaws.com/theirs:1"})
+    sm.create_endpoint_config(EndpointConfigName=name, ProductionVariants=[
+        {"VariantName": "AllTraffic", "ModelName": name, "InstanceType": "ml.g4dn.xlarge", "InitialInstanceCount": 1}])
+    sm.create_endpoint(EndpointName=name, EndpointConfigName=name)
+
+
+async def test_the_exit_rollback_leaves_alone_an_endpoint_another_owner_re_created_under_the_name(
+    local_aws, tmp_path  # noqa: F811
+):
+    """deploy_endpoint {"name": "shared", "wait": false, "confirm": true} returns Creating; in another shell the
+    user deletes it and deploys their own of the same name; closing the MCP client must not delete theirs."""
+    import asyncio
+
+    env = {**os.environ, **local_aws.env(), "GEMMA4_T4_WORK_DIR": str(tmp_path), "PYTHONPATH": str(REPO)}
+    params = StdioServerParameters(command=sys.executable, args=["-c", WATCHED_SERVER], env=env, cwd=str(REPO))
+    errlog_path = tmp_path / "server-stderr.log"
+    sm = boto3.client("sagemaker", region_name="us-east-2")
+    name = "g4-creating-shared"  # the stand-in keeps it Creating, so the exit has it to settle
+    with open(errlog_path, "w") as errlog:
+        async with Client(stdio_client(params, errlog=errlog)) as client:
+            creating = await client.call_tool("deploy_endpoint", {"name": name, "wait": False, "confirm": True})
+            assert creating.structured_content["deployment"]["status"] == "Creating", creating.content[0].text
+            sm.delete_endpoint(EndpointName=name)
+            sm.delete_endpoint_config(EndpointConfigName=name)
+            sm.delete_model(ModelName=name)
+            await asyncio.sleep(1.5)  # a later CreationTime, as any re-creation by hand has
+            _deploy_by_hand(sm, name)
+    await asyncio.sleep(1.0)
+    assert _endpoints() == [name]  # the user's endpoint, config and model survive the exit
+    assert [c["EndpointConfigName"] for c in sm.list_endpoint_configs()["EndpointConfigs"]] == [name]
+    assert [m["ModelName"] for m in sm.list_models()["Models"]] == [name]
+    assert "re-created by another owner" in errlog_path.read_text()

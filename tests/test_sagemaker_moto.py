@@ -200,3 +200,36 @@ def test_cli_lifecycle_and_confirmation(local_aws, capsys):  # noqa: F811
     assert code == 0 and quotas["picked"] == {"ml.g4dn.xlarge": "us-east-2"}
     code, bad = _cli(capsys, "sagemaker", "deploy", "--region", "eu-mars-1", "--json")
     assert code == 2 and "unknown or unsupported AWS region" in bad["message"]
+
+
+def test_reap_deletes_the_endpoint_it_listed_never_a_later_one_of_the_same_name(local_aws):  # noqa: F811
+    """Between the reaper's listing and its delete the owner deleted the expired endpoint and deployed a new
+    one of the same name: the reaper checks the listed CreationTime and leaves the new one alone."""
+    import time
+
+    deploy(DeployConfig(name="g4-old", ttl_hours=1), poll_s=0.05, progress=False)
+    real = boto3.client("sagemaker", region_name=REGION)
+
+    class ReCreatedMeanwhile:
+        """moto's client; the first DescribeEndpoint (the delete's) finds the name re-created."""
+
+        done = False
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def describe_endpoint(self, **kwargs):
+            if not ReCreatedMeanwhile.done:
+                ReCreatedMeanwhile.done = True
+                real.delete_endpoint(EndpointName="g4-old")
+                time.sleep(1.5)  # a later CreationTime
+                real.create_endpoint(EndpointName="g4-old", EndpointConfigName="g4-old")
+            return real.describe_endpoint(**kwargs)
+
+    def clients(service, region):
+        return ReCreatedMeanwhile() if service == "sagemaker" else boto3.client(service, region_name=region)
+
+    result = reap([REGION], now=dt.datetime.now(dt.UTC) + dt.timedelta(hours=2), clients=clients)
+    assert result.deleted == [] and result.decisions[0].action == "failed"
+    assert "not the one recorded" in result.decisions[0].reason
+    assert _names()["endpoints"] == ["g4-old"]

@@ -240,7 +240,8 @@ def test_a_refused_delete_says_how_to_delete_anyway(local_aws):  # noqa: F811
     with pytest.raises(Gemma4T4Error) as refused:
         plan_delete(sm, "theirs")
     assert refused.value.fix == (
-        "delete it with the AWS console or CLI, or pass --not-ours to delete it and its chain anyway"
+        "delete it with the AWS console or CLI, or with `gemma4-t4 sagemaker delete theirs --not-ours --yes` "
+        "(the CLI only: the MCP delete_endpoint never deletes an endpoint this project did not create)"
     )
     plan = plan_delete(sm, "theirs", not_ours=True)  # the whole untagged chain goes
     assert plan.resources == [("endpoint", "theirs"), ("endpoint-config", "their-cfg"), ("model", "their-m")]

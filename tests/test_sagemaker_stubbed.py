@@ -4,6 +4,8 @@ asserts the exact calls made (Stubber fails on any unexpected call)."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 import boto3
 import pytest
 from botocore.stub import Stubber
@@ -126,6 +128,26 @@ def _expect_creates(stubber: Stubber, region: str = "us-east-2", fail_at: str | 
             )
             return
         stubber.add_response(operation, {key: arn + operation})
+        _describe_created(stubber, operation.removeprefix("create_"))  # the identity recorded at create
+
+
+# What SageMaker answers when a created resource is described: its CreationTime is the identity that
+# a rollback checks again before it deletes (a name alone may by then be another owner's).
+CREATED = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)  # a Stubber answers as given: botocore's parsed type
+
+
+def _describe_created(stubber: Stubber, kind: str, created: dt.datetime = CREATED) -> None:
+    arn = "arn:aws:sagemaker:us-east-2:123456789012:"
+    answers = {
+        "model": ({"ModelName": NAME, "ModelArn": arn + "model/x", "CreationTime": created}, "ModelName"),
+        "endpoint_config": ({"EndpointConfigName": NAME, "EndpointConfigArn": arn + "endpoint-config/x",
+                             "ProductionVariants": [{"VariantName": "AllTraffic"}], "CreationTime": created},
+                            "EndpointConfigName"),
+        "endpoint": ({"EndpointName": NAME, "EndpointArn": arn + "endpoint/x", "EndpointStatus": "Creating",
+                      "CreationTime": created, "LastModifiedTime": created}, "EndpointName"),
+    }
+    answer, key = answers[kind]
+    stubber.add_response(f"describe_{kind}", answer, {key: NAME})
 
 
 def _describe(stubber: Stubber, status: str, reason: str | None = None) -> None:
@@ -145,6 +167,7 @@ def _describe(stubber: Stubber, status: str, reason: str | None = None) -> None:
 def _expect_deletes(stubber: Stubber, kinds=("endpoint", "endpoint_config", "model")) -> None:
     keys = {"endpoint": "EndpointName", "endpoint_config": "EndpointConfigName", "model": "ModelName"}
     for kind in kinds:
+        _describe_created(stubber, kind)  # still the one this deploy created: deleted
         stubber.add_response(f"delete_{kind}", {}, {keys[kind]: NAME})
 
 
@@ -349,3 +372,26 @@ def test_failover_without_quota_anywhere_creates_nothing():
             DeployConfig(name=NAME, role_arn=ROLE), ["us-east-1", "us-west-2"], clients=clients
         )
     assert ("sagemaker", "us-east-1") not in clients.clients  # no SageMaker client was even built
+
+
+def test_a_rollback_deletes_only_what_this_deploy_created_not_a_re_created_name():
+    """Between a create and its rollback someone deleted this deploy's endpoint and config and created their
+    own of the same name: the rollback checks each CreationTime recorded at create and leaves theirs alone."""
+    sm = _client("sagemaker")
+    stubber = Stubber(sm)
+    _expect_preflight(stubber)
+    _expect_creates(stubber)
+    _describe(stubber, "Failed", "CannotStartContainerError")
+    theirs = CREATED + dt.timedelta(minutes=3)
+    _describe_created(stubber, "endpoint", theirs)  # no delete_endpoint follows: Stubber refuses any other call
+    _describe_created(stubber, "endpoint_config", theirs)
+    _describe_created(stubber, "model")  # still this deploy's own: deleted
+    stubber.add_response("delete_model", {}, {"ModelName": NAME})
+    with stubber, pytest.raises(DeployFailed) as info:
+        deploy(DeployConfig(name=NAME, role_arn=ROLE), client=sm, ecr_client=_fixed_image()[0], progress=False)
+    stubber.assert_no_pending_responses()
+    assert info.value.result.rolled_back == [
+        f"model:{NAME}",
+        f"left alone: endpoint:{NAME} (re-created by another owner since this deploy)",
+        f"left alone: endpoint-config:{NAME} (re-created by another owner since this deploy)",
+    ]

@@ -29,7 +29,7 @@ from gemma4_t4.sagemaker.cli_recipe import ApiCall
 from gemma4_t4.sagemaker.config import SCALING_METRIC, DeployConfig
 from gemma4_t4.sagemaker.cost import estimate
 from gemma4_t4.sagemaker.image import US_REGIONS, find_fixed_image
-from gemma4_t4.sagemaker.ops import SCALABLE, DeleteResult, delete_resources
+from gemma4_t4.sagemaker.ops import SCALABLE, DeleteResult, check_identity, created_at, delete_resources
 from gemma4_t4.sagemaker.quotas import quota_name, region_quotas
 
 # Capacity-type failures: worth trying another region. Anything else (a bad model, OOM) would
@@ -53,6 +53,9 @@ class DeployResult(Displayable):
     success: bool
     elapsed_s: float = 0.0
     created: list[str] = field(default_factory=list)  # "model:NAME", ...
+    # "model:NAME" -> its CreationTime (epoch s) as SageMaker answered right after the create: the identity
+    # every automatic delete checks (a name alone may by then be someone else's resource)
+    created_at: dict[str, float] = field(default_factory=dict)
     rolled_back: list[str] = field(default_factory=list)
     failure_reason: str | None = None
     usd_per_hour: float | None = None
@@ -166,17 +169,29 @@ class _Clock:
         return round(self.monotonic() - self.start, 2)
 
 
-def rollback(sm: Any, created: list[str]) -> list[str]:
-    """Delete what ``created`` lists, endpoint first (reverse creation order). Returns what went."""
+def rollback(sm: Any, created: list[str], created_at: dict[str, float] | None = None) -> list[str]:
+    """Delete what ``created`` lists, endpoint first (reverse creation order). Returns what went, and
+    "left alone: ..." for each resource whose name now belongs to another (its CreationTime is not the
+    one ``created_at`` recorded: someone deleted this deploy's and created their own)."""
     kinds = {"autoscaling": -1, "endpoint": 0, "endpoint-config": 1, "model": 2}
     resources = sorted((tuple(c.split(":", 1)) for c in created), key=lambda r: kinds[r[0]])
-    result = DeleteResult("", "")
-    for resource in resources:
+    result, left_alone = DeleteResult("", ""), []
+    for kind, name in resources:
+        # a scalable target (endpoint/NAME/variant/...) is its endpoint's: the endpoint's identity decides
+        owner = ("endpoint", name.split("/")[1]) if kind == "autoscaling" else (kind, name)
+        recorded = (created_at or {}).get(":".join(owner))
         try:
-            delete_resources(sm, [resource], result)  # type: ignore[list-item]
+            if recorded is not None and not check_identity(sm, *owner, recorded) and kind != "autoscaling":
+                result.already_absent.append(f"{kind}:{name}")
+                continue
+            delete_resources(sm, [(kind, name)], result)
         except Gemma4T4Error as exc:  # keep going: the other resources must still be deleted
-            result.already_absent.append(f"{resource[0]}:{resource[1]} (delete failed: {exc.message})")
-    return result.deleted + [a for a in result.already_absent if "delete failed" not in a]
+            if "not the one recorded" in exc.message:
+                left_alone.append(f"{kind}:{name}")
+                continue
+            result.already_absent.append(f"{kind}:{name} (delete failed: {exc.message})")
+    gone = result.deleted + [a for a in result.already_absent if "delete failed" not in a]
+    return gone + [f"left alone: {r} (re-created by another owner since this deploy)" for r in left_alone]
 
 
 def describe_deleted(resources: Sequence[str]) -> str:
@@ -309,7 +324,14 @@ def _create(sm: Any, create_calls: list, name: str, result: DeployResult, event:
             result.failure_reason = f"{error_code(exc)}: {error_message(exc)}"
             event("error", f"{call.operation}: {result.failure_reason}")
             raise _Failure(aws_error(exc, call.operation).fix) from exc
-        result.created.append(f"{_KIND_OF[call.operation]}:{name}")
+        kind = _KIND_OF[call.operation]
+        result.created.append(f"{kind}:{name}")
+        try:  # the identity every automatic delete checks; unreadable: the rollback falls back to the name
+            when = created_at(sm, kind, name)
+            if when is not None:
+                result.created_at[f"{kind}:{name}"] = when
+        except Gemma4T4Error:
+            pass
         event(call.operation, name)
 
 
@@ -339,7 +361,7 @@ def _roll_back(exc: BaseException, sm: Any, config: DeployConfig, result: Deploy
         result.failure_reason = result.failure_reason or f"{type(exc).__name__}: {exc}"
     if result.status in ("Error", "InService"):
         result.status = "Interrupted" if isinstance(exc, KeyboardInterrupt) else "Error"
-    result.rolled_back = rollback(sm, result.created)
+    result.rolled_back = rollback(sm, result.created, result.created_at)
     event("rolled back", ", ".join(result.rolled_back) or "nothing created")
     if isinstance(exc, KeyboardInterrupt) and result.rolled_back:
         note_undone(exc, f"deleted {describe_deleted(result.rolled_back)} in {config.region}")
@@ -521,7 +543,7 @@ class DeploymentWatcher:
             self.result.status, self.result.success = "Error", False
             self.result.failure_reason = f"{type(exc).__name__}: {exc}"
         if not self.result.success:
-            self.result.rolled_back = rollback(self.sm, self.result.created)
+            self.result.rolled_back = rollback(self.sm, self.result.created, self.result.created_at)
             self._event("rolled back", ", ".join(self.result.rolled_back) or "nothing created")
         self.result.elapsed_s = round(time.monotonic() - self._start, 2)
         self.done.set()

@@ -518,7 +518,8 @@ def plan_delete(sm: Any, name: str, not_ours: bool = False) -> DeletePlan:
         if not is_ours(tags) and not not_ours:
             raise Gemma4T4Error(
                 f"endpoint {name} was not created by gemma4-t4 (no {PROJECT_TAG}={PROJECT_VALUE} tag): not deleted",
-                fix="delete it with the AWS console or CLI, or pass --not-ours to delete it and its chain anyway",
+                fix=f"delete it with the AWS console or CLI, or with `gemma4-t4 sagemaker delete {name} --not-ours --yes` "
+                "(the CLI only: the MCP delete_endpoint never deletes an endpoint this project did not create)",
             )
         if AUTOSCALING_TAG in tags:
             scaling = [("autoscaling", f"endpoint/{name}/variant/AllTraffic")]
@@ -585,13 +586,18 @@ def delete_resources(sm: Any, resources: list[tuple[str, str]], result: DeleteRe
 
 
 def delete_endpoint(name: str, region: str, *, client: Any = None, dry_run: bool = False,
-                    autoscaling_client: Any = None, not_ours: bool = False) -> DeleteResult:
+                    autoscaling_client: Any = None, not_ours: bool = False,
+                    created_at: float | None = None) -> DeleteResult:
     """Delete autoscaling, endpoint, endpoint config and model(s). Safe to repeat: missing parts are
     reported. A config or model another endpoint uses is kept (``kept`` says why). The dry run reads
-    the same chain (read-only calls) and lists exactly what the real run deletes."""
+    the same chain (read-only calls) and lists exactly what the real run deletes. ``created_at``: the
+    endpoint's CreationTime as recorded when it was seen (an automatic delete: the reaper, a rollback);
+    an endpoint of that name created at another time is someone else's and is refused, not deleted."""
     validate_region(region)
     result = DeleteResult(name, region, dry_run=dry_run)
     sm = _client(client, "sagemaker", region)
+    if created_at is not None:
+        check_identity(sm, "endpoint", name, created_at)
     plan = plan_delete(sm, name, not_ours=not_ours)
     result.plan = [c.cli() for c in delete_plan(name, region, plan.resources)]
     result.kept = plan.kept
@@ -599,3 +605,46 @@ def delete_endpoint(name: str, region: str, *, client: Any = None, dry_run: bool
         return result
     delete_resources(sm, plan.resources, result, autoscaling_client)
     return result
+
+
+# -- identity: an automatic delete removes only the resource it recorded ----------------------------
+# A name is not an identity: between a create and its automatic delete (a watcher's rollback, the exit
+# of the MCP server, the reaper) someone may delete the resource and create their own of the same name.
+# The CreationTime SageMaker answered is the identity; both values come from AWS's clock, so they match
+# to the microsecond, and a re-creation takes longer than this tolerance.
+SAME_CREATION_S = 1.0
+_DESCRIBE_CREATED = {
+    "endpoint": ("describe_endpoint", "EndpointName"),
+    "endpoint-config": ("describe_endpoint_config", "EndpointConfigName"),
+    "model": ("describe_model", "ModelName"),
+}
+
+
+def created_at(sm: Any, kind: str, name: str) -> float | None:
+    """The CreationTime (epoch seconds) of the ``kind`` resource called ``name``; None where none exists."""
+    operation, key = _DESCRIBE_CREATED[kind]
+    try:
+        created = _aware(getattr(sm, operation)(**{key: name}).get("CreationTime"))
+    except aws_exceptions() as exc:
+        if is_not_found(exc):
+            return None
+        raise aws_error(exc, f"{operation} {name}") from exc
+    return created.timestamp() if created else None
+
+
+def same_creation(recorded: float, live: float | None) -> bool:
+    """The one identity rule: the live resource is the recorded one (None: no resource has the name)."""
+    return live is not None and abs(live - recorded) < SAME_CREATION_S
+
+
+def check_identity(sm: Any, kind: str, name: str, recorded: float) -> bool:
+    """True where the resource is the recorded one, False where none has the name; another resource of
+    that name is refused (it was created at another time, by someone else)."""
+    live = created_at(sm, kind, name)
+    if live is None or same_creation(recorded, live):
+        return live is not None
+    when = dt.datetime.fromtimestamp(live, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    raise Gemma4T4Error(
+        f"{kind} {name} was created {when}, not the one recorded: another owner re-created the name; not deleted",
+        fix=f"delete it by hand if it is really unwanted: gemma4-t4 sagemaker delete {name} --yes",
+    )

@@ -26,6 +26,7 @@ class ReapDecision:
     expires_at: str | None
     action: str  # "delete" | "keep" | "deleted" | "failed"
     reason: str
+    created_at: float | None = None  # the listed endpoint's CreationTime: what the delete checks
 
 
 @dataclass
@@ -71,7 +72,9 @@ def reap(
             action, why = "keep", f"{hours_between(now, expires):.2f} h left"
         else:
             action, why = "delete", f"expired {hours_between(expires, now):.2f} h ago"
-        decision = ReapDecision(endpoint.name, endpoint.region, endpoint.status, endpoint.expires_at, action, why)
+        created = dt.datetime.fromisoformat(endpoint.created_at).timestamp() if endpoint.created_at else None
+        decision = ReapDecision(endpoint.name, endpoint.region, endpoint.status, endpoint.expires_at, action, why,
+                                created)
         if action == "delete":
             _act(decision, dry_run, make)
         result.decisions.append(decision)
@@ -82,7 +85,9 @@ def _act(decision: ReapDecision, dry_run: bool, make: ClientFactory) -> None:
     if dry_run:
         return
     try:
-        delete_endpoint(decision.name, decision.region, client=make("sagemaker", decision.region))
+        # by identity: the endpoint listed, not whatever holds its name by now (another owner's re-creation)
+        delete_endpoint(decision.name, decision.region, client=make("sagemaker", decision.region),
+                        created_at=decision.created_at)
         decision.action = "deleted"
     except Exception as exc:  # noqa: BLE001 - one failure must not stop the reaping of the rest
         decision.action, decision.reason = "failed", f"{decision.reason}; delete failed: {exc}"

@@ -137,9 +137,8 @@ def reap_orphans(*, sagemaker_client: object = None) -> list[Reaped]:
 
 
 # an endpoint created this long before its owner's record was written is not the owner's (clock skew
-# between this machine and AWS is allowed for); a recorded CreationTime must match to this tolerance
+# between this machine and AWS is allowed for)
 _CLOCK_SKEW_S = 300.0
-_SAME_CREATION_S = 2.0
 
 
 def _reap_sagemaker(record: OwnershipRecord, sagemaker_client: object) -> str:
@@ -147,7 +146,7 @@ def _reap_sagemaker(record: OwnershipRecord, sagemaker_client: object) -> str:
     now belong to an endpoint someone deployed after the owner died, which is not this record's."""
     # lazy: the SageMaker modules load only for a SageMaker endpoint (a local one never needs them)
     from gemma4_t4.sagemaker.aws import client_factory
-    from gemma4_t4.sagemaker.ops import delete_endpoint
+    from gemma4_t4.sagemaker.ops import delete_endpoint, same_creation
 
     # a client is bound to one region: the record's own region gets its own client
     client_region = getattr(getattr(sagemaker_client, "meta", None), "region_name", None)
@@ -156,7 +155,7 @@ def _reap_sagemaker(record: OwnershipRecord, sagemaker_client: object) -> str:
     created = _endpoint_created_at(client, record.name)
     if created is not None:
         if record.endpoint_created_at is not None:
-            mine = abs(created - record.endpoint_created_at) < _SAME_CREATION_S
+            mine = same_creation(record.endpoint_created_at, created)  # the package's one identity rule
         else:
             mine = created >= record.started_at - _CLOCK_SKEW_S
         if not mine:
@@ -516,8 +515,10 @@ class Endpoint:
         def delete() -> None:
             # only what this deploy may have created: a deploy refused before creating anything
             # (the name already exists, the image is missing) leaves whatever holds the name alone
-            if sm.may_have_created:
-                endpoint.deleted += delete_endpoint(config.name, config.region, client=sm.client).deleted
+            if sm.may_have_created:  # once InService, by its recorded CreationTime (another's re-creation stays)
+                recorded = endpoint._owned.endpoint_created_at if endpoint._owned is not None else None
+                endpoint.deleted += delete_endpoint(config.name, config.region, client=sm.client,
+                                                    created_at=recorded).deleted
 
         endpoint._stop = delete
         try:
