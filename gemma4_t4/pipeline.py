@@ -24,10 +24,9 @@ from gemma4_t4.foundation.atomic import atomic_write_text
 from gemma4_t4.foundation.jsonable import JSONObject
 from gemma4_t4.notebook import AUTO, SUMMARY_FILE, TARGETS, JSONValue, NotebookSummary, table_cells
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-# A checkout has the notebooks next to the package; an installed package does not carry them
-# (pass --notebooks DIR, a checkout's notebooks/ folder with its params/).
-NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
+# The notebooks and their params/ ship with the package (data/notebooks: in a checkout a link to its
+# notebooks/ folder, in a wheel a copy of it), so `gemma4-t4 run` needs no checkout.
+NOTEBOOKS_DIR = Path(__file__).resolve().parent / "data" / "notebooks"
 PARAMS_DIR = NOTEBOOKS_DIR / "params"
 
 # The series, in order. File names are "<number>_<slug>.ipynb"; only the number is fixed.
@@ -182,9 +181,9 @@ def run_pipeline(
 
     target, why = resolve_target(target)
     if not Path(notebooks_dir).is_dir():
-        raise Gemma4T4Error(f"no notebooks folder at {notebooks_dir} (an installed package does not carry the "
-                            "notebooks)", fix="pass --notebooks DIR: the notebooks/ folder of a checkout of the "
-                                              "repository (it holds NN_*.ipynb and params/)")
+        raise Gemma4T4Error(f"no notebooks folder at {notebooks_dir}",
+                            fix="pass --notebooks DIR, a folder holding the NN_*.ipynb notebooks and params/, or "
+                                "leave it out to run the notebooks installed with the package")
     out = check_out_dir(out, notebooks_dir)
     params = load_parameters(target, params_dir)
     found = find_notebooks(notebooks_dir)
@@ -237,7 +236,9 @@ def _execute(papermill: Any, source: Path, number: str, title: str, target: str,
     run = NotebookRun(number, title, "ok", source=str(source), executed=str(executed), out_dir=str(run_dir))
     try:
         papermill.execute_notebook(
-            str(source), str(executed), parameters=values, cwd=str(source.parent), kernel_name="python3",
+            # the kernel works in the notebook's own output folder: the notebooks may sit in an installed
+            # package, where nothing may be written
+            str(source), str(executed), parameters=values, cwd=str(run_dir), kernel_name="python3",
             progress_bar=progress, execution_timeout=cell_timeout, report_mode=False,
             kernel_manager_class=kernel_logging_to(run_dir / KERNEL_LOG),
         )

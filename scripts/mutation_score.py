@@ -215,9 +215,6 @@ def worker(key: str, jobs: int, out: Path, only: list[str] | None = None) -> int
     config = configuration.config()
     config.only_mutate = [target.path]
     config.pytest_add_cli_args_test_selection = [t for t in target.tests if (REPO / t.split("::")[0]).exists()]
-    # the image build that test_sagemaker_ownership.py runs bundles the source tree and refuses one
-    # without README.md and docker/: the copy in mutants/ gets them too
-    config.also_copy = [*config.also_copy, Path("README.md"), Path("docker")]
 
     from mutmut.__main__ import cli
     from mutmut.mutation.data import SourceFileMutationData

@@ -5,7 +5,10 @@ Docker build, so the push is stood in for by LocalAWS.seed_fixed_image (named as
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+import subprocess
+import sys
 import time
 import zipfile
 from io import BytesIO
@@ -68,15 +71,41 @@ def test_source_bundle_is_deterministic_and_complete():
     first, second = source_bundle(), source_bundle()
     assert first == second
     names = zipfile.ZipFile(BytesIO(first)).namelist()
-    for needed in (
-        "pyproject.toml",
-        "docker/sagemaker-t4/Dockerfile",
-        build.BUILDSPEC,
-        "gemma4_t4/sagemaker/image_check.py",
-        "gemma4_t4/turing/__init__.py",
-    ):
-        assert needed in names
-    assert not any("__pycache__" in n or n.endswith(".pyc") for n in names)
+    version = importlib.metadata.version("gemma4-t4")
+    wheel_name = f"gemma4_t4-{version}-py3-none-any.whl"
+    assert sorted(names) == sorted(["docker/sagemaker-t4/Dockerfile", build.BUILDSPEC, "docker/sagemaker-t4/build.sh",
+                                    wheel_name])
+    # the Dockerfile installs the wheel the bundle carries, from the context root CodeBuild is given
+    dockerfile = zipfile.ZipFile(BytesIO(first)).read("docker/sagemaker-t4/Dockerfile").decode()
+    assert "COPY gemma4_t4-*.whl" in dockerfile and "pyproject.toml" not in dockerfile
+    wheel = zipfile.ZipFile(BytesIO(zipfile.ZipFile(BytesIO(first)).read(wheel_name)))
+    inside = wheel.namelist()
+    for needed in ("gemma4_t4/sagemaker/image_check.py", "gemma4_t4/turing/__init__.py",
+                   "gemma4_t4/data/sagemaker-t4/Dockerfile", f"gemma4_t4-{version}.dist-info/RECORD"):
+        assert needed in inside, needed
+    assert not any("__pycache__" in n or n.endswith(".pyc") for n in inside)
+    entry_points = wheel.read(f"gemma4_t4-{version}.dist-info/entry_points.txt").decode()
+    assert "[vllm.general_plugins]" in entry_points and "gemma4_t4.turing.plugin:register" in entry_points
+
+
+@pytest.mark.slow
+def test_the_bundled_wheel_installs_with_pip_and_carries_the_plugin(tmp_path):
+    """pip itself accepts the wheel build-image makes (RECORD, WHEEL, METADATA), and what it installs
+    has the vLLM plugin entry point the image's check loads: the container's install step, off AWS."""
+    context = build.write_build_context(tmp_path / "context")
+    (wheel,) = context.glob("gemma4_t4-*.whl")
+    target = tmp_path / "site"
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile", "--quiet",
+                           "--target", str(target), str(wheel)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    probe = ("import importlib.metadata as m, gemma4_t4; "
+             "print(gemma4_t4.__file__); "
+             "print([e.value for e in m.entry_points(group='vllm.general_plugins')])")
+    shown = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                           cwd=tmp_path, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(target)})
+    assert shown.returncode == 0, shown.stderr
+    assert str(target) in shown.stdout and "gemma4_t4.turing.plugin:register" in shown.stdout
+    assert (context / "docker" / "sagemaker-t4" / "build.sh").stat().st_mode & 0o111
 
 
 def test_build_creates_a_tagged_least_privilege_stack_then_reuses_it(local_aws):  # noqa: F811

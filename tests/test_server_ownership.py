@@ -369,7 +369,9 @@ def test_a_name_too_long_and_a_broken_pipe_have_their_own_fixes():
 
 
 def test_run_keeps_its_scratch_under_out(tmp_path):
-    from gemma4_t4.pipeline import REPO_ROOT, run_pipeline
+    from gemma4_t4.pipeline import run_pipeline
+
+    REPO_ROOT = Path(__file__).resolve().parents[1]  # noqa: N806 - the checkout this test runs from
 
     (tmp_path / "nbs" / "params").mkdir(parents=True)
     (tmp_path / "nbs" / "params" / "cpu.yaml").write_text("all: {}\n")

@@ -17,7 +17,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Execute the four notebooks headlessly (papermill) with the parameters of "
         "notebooks/params/TARGET.yaml, export them to HTML and write a report index. "
         "--target wins over a params file (a params file naming another TARGET is refused). "
-        "From an installed package, pass --notebooks DIR (a checkout's notebooks/). TARGET=cpu needs no GPU and no AWS (tiny Gemma 4 on vLLM's CPU build, moto for AWS).",
+        "The notebooks installed with the package run unless --notebooks DIR names others. TARGET=cpu needs no GPU and no AWS (tiny Gemma 4 on vLLM's CPU build, moto for AWS).",
     )
     parser.add_argument(
         "--target",
@@ -30,8 +30,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="run only this part number, e.g. --only 02 (repeatable)")
     parser.add_argument(
         "--notebooks", default=None, metavar="DIR",
-        help="folder holding the NN_*.ipynb notebooks and params/ (default: the checkout's notebooks/; "
-        "needed when the package is installed rather than checked out)",
+        help="folder holding the NN_*.ipynb notebooks and params/ (default: the notebooks installed with "
+        "the package)",
     )
     parser.add_argument("--no-html", action="store_true", help="skip the HTML export")
     parser.add_argument("--cell-timeout", type=float, default=None, help="seconds allowed per cell")
