@@ -5,6 +5,7 @@ that ``gemma4-t4 run`` collects; outside Jupyter it prints text, so each step ru
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import shutil
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from gemma4_t4.bench.compare import compare_suites
 from gemma4_t4.bench.pricing import CostTable, measured_price
-from gemma4_t4.bench.published import Kind, beside, published_kind, sagemaker_decode_table
+from gemma4_t4.bench.published import headline_rows, sagemaker_decode_table
 from gemma4_t4.bench.specs import notebook_params
 from gemma4_t4.catalog.hardware import PRICES, InstancePrice, identify_gpu, price_key
 from gemma4_t4.catalog.models import VARIANTS, fit, get_variant
@@ -40,7 +41,6 @@ from gemma4_t4.host import setup as setup_apply
 from gemma4_t4.serving.endpoint import Budget, Endpoint, start_owned_server
 
 if TYPE_CHECKING:
-    from gemma4_t4.bench.published import BesideRow
     from gemma4_t4.bench.specs import WorkloadSpec
 
 __all__ = ["Budget", "Endpoint"]  # re-exported: a notebook builds both from here
@@ -48,6 +48,10 @@ __all__ = ["Budget", "Endpoint"]  # re-exported: a notebook builds both from her
 TARGETS = ("cpu", "t4", "sagemaker")
 AUTO = "auto"  # the notebooks' default: the GPU path where there is an NVIDIA GPU, else the CPU default
 SUMMARY_FILE = "summary.json"
+# The context a part's server gets unless its workloads need more: the tiny CPU model's runs are short;
+# on a GPU 8,192 tokens, the context check_model_size's fit check judges a size at.
+CPU_CONTEXT = 2048
+GPU_CONTEXT = 8192
 
 
 def in_notebook() -> bool:
@@ -282,7 +286,7 @@ def check_target(target: str, allowed: Sequence[str] = TARGETS) -> str:
 
 
 def model_choices(sizes: Sequence[str], formats: Sequence[str], gpu: str | None,
-                  context_len: int = 8192) -> tuple[list[str], list[str]]:
+                  context_len: int = GPU_CONTEXT) -> tuple[list[str], list[str]]:
     """(sizes whose every format fits one ``gpu``, reasons for the others); without a GPU all are kept."""
     if gpu is None:
         return list(sizes), []
@@ -296,8 +300,9 @@ def model_choices(sizes: Sequence[str], formats: Sequence[str], gpu: str | None,
     return kept, left_out
 
 
-def check_model_size(size: str, formats: Sequence[str], runtime: RuntimeInfo, context_len: int = 8192) -> str:
+def check_model_size(size: str, formats: Sequence[str], runtime: RuntimeInfo, context_len: int = GPU_CONTEXT) -> str:
     """Refuse, before any download, a MODEL_SIZE the GPU cannot hold in every format; print what fits."""
+    size = _size_key(str(size)) or size  # "E2B" or a hub id names the size "e2b"
     gpu = runtime.gpu_key if runtime.target != "cpu" else None
     if gpu is None:
         return size  # the CPU default serves the tiny model whatever the size; an unknown GPU is not judged
@@ -320,6 +325,104 @@ PARAMETERS: dict[int, tuple[str, ...]] = {
     2: ("CONCURRENCY", "INPUT_LEN", "OUTPUT_LEN", "NUM_PROMPTS"),
     4: ("CONCURRENCY", "TTFT_INPUT_LENS", "INPUT_LEN", "OUTPUT_LEN", "NUM_PROMPTS"),
 }
+# Parts 2 and 4 report their figures at one stream (Part 2's QAT/bf16 ratio is per stream at c=1, as
+# published): a CONCURRENCY without 1 gets it added, so `-p CONCURRENCY 4` measures [1, 4].
+NEEDS_ONE_STREAM = (2, 4)
+
+
+@dataclass(frozen=True)
+class Param:
+    """A parameters-cell value's rule: its ``kind``, an accepted value as papermill's ``-p`` writes it, and
+    what an accepted value is (the refusal's words)."""
+
+    kind: Literal["target", "size", "path", "flag", "money", "aws", "choice", "answers", "workload"]
+    example: str
+    what: str
+    choices: tuple[str, ...] = ()
+    field: str = ""  # "aws": the DeployConfig field whose rule it follows
+
+
+def _params(part: int, targets: tuple[str, ...], sizes: tuple[str, ...], **extra: Param) -> dict[str, Param]:
+    folder, built = Param("path", "gemma4_t4_work", "a folder name"), " with a QAT int4 build" if part != 3 else ""
+    return {"TARGET": Param("target", targets[0], f"one of {', '.join((AUTO, *targets))}", (AUTO, *targets)),
+            "OUT_DIR": folder, "WORK_DIR": folder, "CLEANUP": Param("flag", "True", "True or False (papermill's bools)"),
+            **({"MODEL_SIZE": Param("size", sizes[0], f"a size{built}: {', '.join(sizes)}", sizes)} if sizes else {}),
+            **extra}
+
+
+_REGION = Param("aws", "us-east-2", "an AWS region SageMaker serves in", field="region")
+_AWS = {"REGION": _REGION, "BUDGET_USD": Param("money", "5.0", "a positive number of US dollars")}
+_WHOLE = "a whole number of at least 1"
+_WORKLOAD = {"CONCURRENCY": Param("workload", '"[1, 8]"', f"a list of concurrent streams, each {_WHOLE}"),
+             "INPUT_LEN": Param("workload", "512", _WHOLE), "OUTPUT_LEN": Param("workload", "128", _WHOLE),
+             "NUM_PROMPTS": Param("workload", "8", _WHOLE)}
+_QAT_SIZES = tuple(k for k, v in VARIANTS.items() if v.hub.qat_w4a16_ct)  # Parts 2 and 4 serve the QAT build
+_GPU_TARGETS = ("cpu", "t4", "sagemaker")
+PART_PARAMS: dict[int, dict[str, Param]] = {  # every parameter of each part's parameters cell, checked first
+    1: _params(1, ("cpu", "sagemaker", "t4"), (), PREFERRED_REGION=_REGION,
+               ENDPOINT_NAME=Param("aws", "gemma4-t4-part1", "a SageMaker endpoint name", field="name"),
+               MODEL_ID=Param("aws", "google/gemma-4-E2B-it", "a Hugging Face model id", field="model_id"),
+               INSTANCE_TYPE=Param("aws", "ml.g4dn.xlarge", "a SageMaker GPU instance type", field="instance_type"),
+               TTL_HOURS=Param("aws", "2.0", "a lifetime in hours, above 0 and at most 168", field="ttl_hours")),
+    2: _params(2, _GPU_TARGETS, _QAT_SIZES, **_WORKLOAD, **_AWS),
+    3: _params(3, _GPU_TARGETS, tuple(VARIANTS), **_AWS, SCALE_DTYPE=Param("choice", "fp16", "fp16 or bf16", ("fp16", "bf16"))),
+    4: _params(4, _GPU_TARGETS, _QAT_SIZES, **_WORKLOAD, **_AWS,
+               TTFT_INPUT_LENS=Param("workload", '"[512, 1024, 2048, 4096]"', f"a list of prompt lengths, each {_WHOLE}"),
+               REFERENCE_ANSWERS=Param("answers", '""', 'empty (""), or the folder of an earlier answers run')),
+}
+
+
+def refuse_parameter(name: str, value: object, rule: Param) -> Gemma4T4Error:
+    """The one sentence a wrong parameter gets: its name and value, what it must be, an accepted value."""
+    return Gemma4T4Error(f"{name}={value!r} is not {rule.what}",
+                         fix=f"give e.g. -p {name} {rule.example} to papermill (the same value in the parameters cell)")
+
+
+def _accepted(name: str, value: object, rule: Param) -> bool:
+    """Whether ``value`` passes ``rule`` (a workload value as its workload class reads it)."""
+    text = str(value).strip().lower() if isinstance(value, str | os.PathLike) else None
+    number = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if rule.kind in ("target", "size", "choice"):
+        return text is not None and (text in rule.choices or (rule.kind == "size" and _size_key(text) in rule.choices))
+    if rule.kind == "path":
+        return bool(text)
+    if rule.kind == "answers":
+        return value == "" or (bool(text) and Path(str(value)).is_dir())
+    if rule.kind == "flag":
+        return isinstance(value, bool)
+    if rule.kind == "money":
+        return number and value > 0  # type: ignore[operator]
+    if rule.kind == "aws":
+        # lazy: the SageMaker deploy rules load only to check the AWS parameters
+        from gemma4_t4.sagemaker.config import DeployConfig
+
+        try:
+            DeployConfig(**{rule.field: value}).validate(require_role=False)
+        except (Gemma4T4Error, TypeError, ValueError):
+            return False
+        return rule.field != "ttl_hours" or number
+    try:
+        read = notebook_params("cpu", **{name: value})[name]  # a given value is read alike on every venue
+    except Gemma4T4Error:
+        return False
+    return not isinstance(value, bool) and all(isinstance(v, int) and v >= 1 for v in (read if isinstance(read, list) else [read]))
+
+
+def _size_key(value: str) -> str | None:
+    try:
+        return get_variant(value).key
+    except Gemma4T4Error:
+        return None
+
+
+def check_parameters(part: int, cell: Mapping[str, object]) -> None:
+    """Check every value of Part ``part``'s parameters cell (``globals()`` in the notebook; papermill's
+    ``-p``/``-y`` values included) before anything is served or billed: a wrong one is refused in one
+    sentence naming it and an accepted value."""
+    for name, rule in PART_PARAMS[part].items():
+        value = cell.get(name)
+        if not (rule.kind == "workload" and value is None) and not _accepted(name, value, rule):
+            raise refuse_parameter(name, value, rule)
 
 
 def conditions(part: int, target: str) -> dict[str, object]:
@@ -329,14 +432,21 @@ def conditions(part: int, target: str) -> dict[str, object]:
 
 def fill_defaults(part: int, target: str, **values: object) -> tuple[object, ...]:
     """The parameters in order, each ``None`` replaced by ``target``'s value and each given one read as its
-    workload class reads it (``"1,4"`` is ``[1, 4]``); prints where each came from."""
+    workload class reads it (``"1,4"`` is ``[1, 4]``); prints where each came from. A list is measured in
+    rising order, once per value; where the part needs one stream, 1 is added (and said)."""
     unknown = [name for name in values if name not in PARAMETERS[part]]
     if unknown:
         raise Gemma4T4Error(f"{unknown[0]} has no default for part {part}", fix=f"set {unknown[0]} in the parameters cell")
-    read = notebook_params(target, **values)
+    for name, value in values.items():
+        if value is not None and not _accepted(name, value, PART_PARAMS[part][name]):
+            raise refuse_parameter(name, value, PART_PARAMS[part][name])
+    read = {k: sorted(set(v)) if isinstance(v, list) else v for k, v in notebook_params(target, **values).items()}
     label = "CPU default" if target == "cpu" else "the series' T4 conditions"
-    origin = [f"{name}={read[name]} ({label if values[name] is None else 'set'})" for name in values]
-    print("workload:", ", ".join(origin))
+    origin = {name: label if values[name] is None else "set" for name in values}
+    if part in NEEDS_ONE_STREAM and "CONCURRENCY" in read and 1 not in read["CONCURRENCY"]:
+        read["CONCURRENCY"] = [1, *read["CONCURRENCY"]]
+        origin["CONCURRENCY"] += f"; 1 added: Part {part}'s figures are at one stream, as published"
+    print("workload:", ", ".join(f"{name}={read[name]} ({why})" for name, why in origin.items()))
     return tuple(read[name] for name in values)
 
 
@@ -491,14 +601,17 @@ def drafter_for(target: str, work_dir: str | Path = ".") -> str:
 def endpoint(runtime: RuntimeInfo | str, model: str | Path, work_dir: str | Path, *, name: str,
              part: int | None = None, region: str = "us-east-2", budget: Budget | None = None,
              gpu: Literal["t4", "l4"] = "t4", max_num_seqs: int = 8, max_model_len: int | None = None,
-             enable_prefix_caching: bool = True, poll_s: float = 15.0) -> Endpoint:
+             enable_prefix_caching: bool = True, poll_s: float = 15.0, serves: Sequence[WorkloadSpec] = ()) -> Endpoint:
     """What serves ``model`` as ``name``, one :class:`Endpoint` so later cells are the same on every venue.
 
     ``cpu`` or ``t4``: a local vLLM on a free port, owned by this kernel (stopped by ``stop()``, at exit, or
     by its supervisor if the kernel dies). ``sagemaker``: a billed endpoint on ``gpu``'s instance type
     (a local folder is uploaded to S3 first), deleted by ``stop()``, at exit, or when ``budget`` runs out.
+    ``serves``: the workloads it will run; its context holds their longest prompt and output, or it is
+    refused here, before anything starts.
     """
     target = runtime.target if isinstance(runtime, RuntimeInfo) else check_target(runtime)
+    max_model_len = context_for(target, model, serves, max_model_len)
     if target == "sagemaker":
         return _sagemaker_endpoint(model, name=name, part=part, region=region, budget=budget, gpu=gpu,
                                    max_num_seqs=max_num_seqs, max_model_len=max_model_len, poll_s=poll_s)
@@ -508,15 +621,41 @@ def endpoint(runtime: RuntimeInfo | str, model: str | Path, work_dir: str | Path
 
     server_target = "cpu" if target == "cpu" else "t4"
     config = ServerConfig(model=str(model), target=server_target, served_model_name=name, port=free_port(),
-                          max_model_len=max_model_len or (2048 if server_target == "cpu" else 8192),
+                          max_model_len=max_model_len,
                           max_num_seqs=max_num_seqs, enable_prefix_caching=enable_prefix_caching,
                           work_dir=str(Path(work_dir) / "vllm"))
     gpu_name = runtime.gpu_name if isinstance(runtime, RuntimeInfo) else None
     return Endpoint.local(config, gpu_name=gpu_name)
 
 
+def context_for(target: str, model: str | Path, serves: Sequence[WorkloadSpec] = (),
+                max_model_len: int | None = None) -> int:
+    """The context an endpoint serves ``serves`` with: ``max_model_len``, else the target's (2,048 tokens on
+    the CPU default, 8,192 on a GPU: the context the fit check judged), raised to the longest prompt plus
+    output the workloads send; refused where that exceeds ``max_model_len`` or the model's positions."""
+    needed = max((max(s.prompt_lens(), default=0) + s.longest_output() for s in serves), default=0)
+    limit = model_positions(model)
+    wanted = max(CPU_CONTEXT if check_target(target) == "cpu" else GPU_CONTEXT, needed)
+    context = max_model_len or (min(wanted, limit) if limit else wanted)
+    if needed > context:
+        held = f"max_model_len={context}" if max_model_len else f"the {limit} positions {Path(str(model)).name} holds"
+        raise Gemma4T4Error(f"the workloads send up to {needed} tokens (prompt + output), more than {held}",
+                            fix=f"shorten INPUT_LEN or TTFT_INPUT_LENS to fit {context} tokens with the output")
+    return context
+
+
+def model_positions(model: str | Path) -> int | None:
+    """The positions ``model`` holds: a local folder's config.json, else the catalog's size; None if unknown."""
+    config = Path(model) / "config.json"
+    if config.is_file():
+        data = json.loads(config.read_text())
+        return (data.get("text_config") or {}).get("max_position_embeddings") or data.get("max_position_embeddings")
+    size = _size_key(str(model))
+    return VARIANTS[size].max_position_embeddings if size else None
+
+
 def _sagemaker_endpoint(model: str | Path, *, name: str, part: int | None, region: str, budget: Budget | None,
-                        gpu: str, max_num_seqs: int, max_model_len: int | None, poll_s: float) -> Endpoint:
+                        gpu: str, max_num_seqs: int, max_model_len: int, poll_s: float) -> Endpoint:
     # lazy: the SageMaker modules (deploy, experiments, S3 upload) load only on TARGET=sagemaker
     from gemma4_t4.sagemaker.config import DeployConfig
     from gemma4_t4.sagemaker.cost import usd
@@ -527,7 +666,7 @@ def _sagemaker_endpoint(model: str | Path, *, name: str, part: int | None, regio
         raise Gemma4T4Error(f"no SageMaker instance for gpu={gpu!r}", fix=f"use one of {', '.join(INSTANCE_OF_GPU)}")
     config = DeployConfig(
         region=region, instance_type=INSTANCE_OF_GPU[gpu], model_id=str(model), served_model_name=name,
-        max_num_seqs=max_num_seqs, max_model_len=max_model_len or 8192, ttl_hours=2.0,
+        max_num_seqs=max_num_seqs, max_model_len=max_model_len, ttl_hours=2.0,
         name=endpoint_name(PART_PREFIX.get(part or 0, "g4-nb-") + gpu, name),
     )
     tokenizer = None
@@ -849,39 +988,3 @@ def aws_venue(target: str, work_dir: str | Path) -> AwsVenue:
         venue = AwsVenue(target, local, tiny, generated=local.runtime is not None)
     print(venue.describe())
     return venue
-
-
-# ---------------------------------------------------------------- endpoints (TARGET=sagemaker)
-
-
-def headline_rows(headline: Any) -> Table:
-    """A T4-vs-L4 headline (A = T4, B = L4) as rows beside the published SageMaker row; a ratio appears
-    only where the runs recorded the published row's model size and GPU."""
-    pub = headline.published
-    conditions = f"SageMaker, {pub.model} {pub.build}, c=1" if pub else "not published"
-    source = pub.source if pub else ""
-    kind_a, kind_b = headline.kind_a, headline.kind_b
-    both = (Kind(kind_a.model_size, f"{kind_a.gpu}/{kind_b.gpu}")
-            if kind_a and kind_b and kind_a.model_size == kind_b.model_size else None)
-
-    def row(label: str, measured: float | None, published: float | None, measured_on: Kind | None,
-            gpu: str) -> BesideRow:
-        return (beside(label, measured, published, source, conditions, measured_on=measured_on,
-                           published_on=published_kind(pub, gpu) if pub else None))
-
-    answers = headline.answers
-    identical = answers.identical / answers.total if answers and answers.measured and answers.total else None
-    pub_identical = None
-    if pub and pub.identical_answers:
-        same, total = (int(x) for x in pub.identical_answers.split("/"))
-        pub_identical = same / total
-    return Table([
-        row(f"decode tok/s on the T4 ({headline.decode_method})", headline.decode_a,
-            pub.t4_tok_s if pub else None, kind_a, "t4"),
-        row(f"decode tok/s on the L4 ({headline.decode_method})", headline.decode_b,
-            pub.l4_tok_s if pub else None, kind_b, "l4"),
-        row("T4 / L4 decode", headline.decode_ratio,
-            pub.t4_tok_s / pub.l4_tok_s if pub and pub.t4_tok_s else None, both, "t4/l4"),
-        row("T4 / L4 median TTFT", headline.ttft_ratio, None, both, "t4/l4"),
-        row("identical answers (share)", identical, pub_identical, both, "t4/l4"),
-    ], "T4 vs L4, measured here beside the published row")

@@ -470,8 +470,19 @@ def test_workload_parameters_left_at_none_are_filled_per_target():
     for part in ("02", "04"):
         none = [k for k, v in declared[part].items() if v is None]
         assert none and set(none) <= set(notebook.PARAMETERS[int(part)]), none
-    assert notebook.fill_defaults(4, "t4", TTFT_INPUT_LENS=None, CONCURRENCY=[2]) == ([512, 1024, 2048, 4096], [2])
+    # Part 4 reports its figures at one stream: a CONCURRENCY without 1 gets it
+    assert notebook.fill_defaults(4, "t4", TTFT_INPUT_LENS=None, CONCURRENCY=[2]) == ([512, 1024, 2048, 4096], [1, 2])
     assert notebook.fill_defaults(2, "cpu", INPUT_LEN=None) == (128,)
+
+
+def test_each_parameters_cell_is_the_one_its_part_checks(nb_path):
+    """check_parameters knows every parameter a notebook declares, and the notebook calls it first."""
+    from gemma4_t4 import notebook
+
+    part = int(nb_path.stem[:2])
+    assert set(_parameters(_load(nb_path))) == set(notebook.PART_PARAMS[part])
+    first = next(c for c in _load(nb_path).cells if c.cell_type == "code" and "notebook as nb" in c.source)
+    assert f"nb.check_parameters({part}, globals())" in first.source
 
 
 def test_published_claims_carry_their_source_and_match_it():

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 from urllib.parse import urlsplit
 
 from gemma4_t4.catalog.hardware import PRICES, identify_gpu
@@ -486,3 +486,36 @@ def sagemaker_decode_table() -> Table:
              "identical answers (published)": r.identical_answers, "source": r.source.split(" (")[0]}
             for r in SAGEMAKER_DECODE if r.t4_tok_s]
     return Table(rows, "T4 vs L4 on SageMaker, single-stream decode (published)")
+
+
+def headline_rows(headline: Any) -> Table:
+    """A T4-vs-L4 headline (A = T4, B = L4) as rows beside the published SageMaker row; a ratio appears
+    only where the runs recorded the published row's model size and GPU."""
+    pub = headline.published
+    conditions = f"SageMaker, {pub.model} {pub.build}, c=1" if pub else "not published"
+    source = pub.source if pub else ""
+    kind_a, kind_b = headline.kind_a, headline.kind_b
+    both = (Kind(kind_a.model_size, f"{kind_a.gpu}/{kind_b.gpu}")
+            if kind_a and kind_b and kind_a.model_size == kind_b.model_size else None)
+
+    def row(label: str, measured: float | None, published: float | None, measured_on: Kind | None,
+            gpu: str) -> BesideRow:
+        return (beside(label, measured, published, source, conditions, measured_on=measured_on,
+                           published_on=published_kind(pub, gpu) if pub else None))
+
+    answers = headline.answers
+    identical = answers.identical / answers.total if answers and answers.measured and answers.total else None
+    pub_identical = None
+    if pub and pub.identical_answers:
+        same, total = (int(x) for x in pub.identical_answers.split("/"))
+        pub_identical = same / total
+    return Table([
+        row(f"decode tok/s on the T4 ({headline.decode_method})", headline.decode_a,
+            pub.t4_tok_s if pub else None, kind_a, "t4"),
+        row(f"decode tok/s on the L4 ({headline.decode_method})", headline.decode_b,
+            pub.l4_tok_s if pub else None, kind_b, "l4"),
+        row("T4 / L4 decode", headline.decode_ratio,
+            pub.t4_tok_s / pub.l4_tok_s if pub and pub.t4_tok_s else None, both, "t4/l4"),
+        row("T4 / L4 median TTFT", headline.ttft_ratio, None, both, "t4/l4"),
+        row("identical answers (share)", identical, pub_identical, both, "t4/l4"),
+    ], "T4 vs L4, measured here beside the published row")
