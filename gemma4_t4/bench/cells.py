@@ -44,7 +44,8 @@ def request_specs(prompts: list[Prompt], cell: str, api: str | None, output_len:
 
 
 def warm_count(warmup: int, concurrency: int) -> int:
-    # a full batch of warm-up requests: the first batch of a new size can stall on some backends
+    # a full batch of warm-up requests: the first batch of a new size can stall on some backends.
+    # ``concurrency`` is what the cell can have in flight: never more than its measured prompts
     return max(warmup, concurrency) if warmup > 0 else 0
 
 
@@ -71,6 +72,7 @@ def unique_cell(
         length,
         output_len,
         request_specs(factory.unique(name, n, length), name, api, output_len),
-        request_specs(factory.unique(warm, warm_count(warmup, c), length), warm, api, output_len),
+        # c = 100000 with 2 prompts has 2 in flight: its warm-up is 2 prompts, not 100000 to tokenize
+        request_specs(factory.unique(warm, warm_count(warmup, min(c, n)), length), warm, api, output_len),
         **extra,  # type: ignore[arg-type]
     )

@@ -33,6 +33,14 @@ Value = int | float | str | list[int] | list[float] | None
 Values = dict[str, Value]
 VENUES = ("t4", "cpu", "sagemaker")
 
+# Bounds of what one run may ask for (Field limits, so the MCP schema carries them too). Far above
+# any real measurement (the series: 8 prompts a cell, c <= 16), low enough that a typo (1e9 prompts,
+# c = 100000) is refused at once instead of building prompts, or sending them, for days.
+MAX_STREAMS = 1024  # concurrent requests (vLLM's --max-num-seqs tops out in the hundreds)
+MAX_PROMPTS = 10_000  # measured (or warm-up) requests per cell
+MAX_TOKENS = 1_048_576  # prompt or output tokens: no served context is longer
+MAX_RATES = 64  # open-loop rates (or sweep steps) in one run
+
 
 class SpecRefused(Gemma4T4Error, ValueError):
     """A spec refused: an unknown field, a wrong type, or a rule of its workload. Also a
@@ -115,9 +123,11 @@ class WorkloadSpec(BaseModel):
     venues: ClassVar[dict[str, Values]] = {}  # a venue's values where they differ from the defaults
     params: ClassVar[dict[str, str]] = {}  # a notebook parameter -> the field it sets
 
-    output_len: int | None = Field(None, description="output tokens (ignore_eos)")
-    num_prompts: int | None = Field(None, description="measured requests per cell")
-    warmup: int = Field(2, description="warm-up requests per cell, at least the concurrency")
+    output_len: int | None = Field(None, le=MAX_TOKENS, description="output tokens (ignore_eos)")
+    num_prompts: int | None = Field(None, ge=1, le=MAX_PROMPTS, description="measured requests per cell")
+    warmup: int = Field(
+        2, le=MAX_PROMPTS, description="warm-up requests per cell, at least the concurrency (at most the prompts)"
+    )
     seed: int = Field(0, description="seed of the prompts' words")
     nonce: str | None = Field(None, description="reproduce a run's exact prompts (see its run.json)")
 
@@ -160,6 +170,11 @@ class WorkloadSpec(BaseModel):
     def derived(cls, data: Values) -> Values:
         """Defaults that follow from other fields (a prefix is 3/4 of the prompt)."""
         return data
+
+    def expected_s(self) -> float | None:
+        """How long the run takes at the least, where its own fields say (an open loop's arrivals:
+        prompts / rate); None where only the server's speed would tell (a closed loop)."""
+        return None
 
     @model_validator(mode="after")
     def _shared_rules(self) -> WorkloadSpec:
@@ -228,18 +243,26 @@ def param_name(cls: type[WorkloadSpec], field: str) -> str:
 
 
 class Streams(WorkloadSpec):
-    concurrency: list[int] | None = Field(None, description="closed-loop streams per cell, e.g. 1,2,4,8,16")
+    concurrency: list[Annotated[int, Field(ge=1, le=MAX_STREAMS)]] | None = Field(
+        None, description="closed-loop streams per cell, e.g. 1,2,4,8,16"
+    )
 
 
 class PromptLen(WorkloadSpec):
-    input_len: int | None = Field(None, description="prompt tokens")
+    input_len: int | None = Field(None, ge=1, le=MAX_TOKENS, description="prompt tokens")
 
 
 class Arrivals(WorkloadSpec):
     arrival: Literal["poisson", "constant"] = Field(
         "poisson", description="open loop: Poisson (default) or evenly spaced arrivals"
     )
-    max_in_flight: int = Field(256, description="open loop: requests the client keeps in flight at most")
+    max_in_flight: int = Field(
+        256, le=MAX_STREAMS, description="open loop: requests the client keeps in flight at most"
+    )
+
+    def prompts_at(self, rate: float) -> int:
+        """Requests of an open-loop cell at ``rate``: ``num_prompts``, else ~30 s of arrivals (16-256)."""
+        return self.num_prompts or max(16, min(256, round(30 * rate)))
 
     @field_validator("max_in_flight")
     @classmethod
@@ -262,7 +285,16 @@ def spec_error(what: str, exc: ValidationError) -> SpecRefused:
         return SpecRefused(
             f"{what} has no field {field!r}{where}", fix=f"{what} takes: {', '.join(_field_names(what))}"
         )
+    bound = _BOUNDS.get(first["type"], "").format(**first.get("ctx", {}))
+    if bound:  # a value outside its Field limits: say the limit, not pydantic's sentence
+        where = field.split(".")[0] if "." not in field else f"each of {field.split('.')[0]}"
+        return SpecRefused(f"{what}.{field} = {first['input']!r} must be {bound}", fix=f"give {where} {bound}")
     return SpecRefused(f"{what}.{field}: {first['msg']}", fix=f"give {field} as the type {what} declares")
+
+
+_BOUNDS = {"greater_than_equal": "at least {ge}", "greater_than": "above {gt}", "less_than_equal": "at most {le}",
+           "less_than": "below {lt}", "too_long": "at most {max_length} values", "too_short": "at least {min_length} value(s)",
+           "finite_number": "a finite number"}
 
 
 def _field_names(what: str) -> list[str]:

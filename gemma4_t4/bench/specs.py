@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from typing import TYPE_CHECKING, Annotated, ClassVar, Protocol
 
 from pydantic import Field, field_validator, model_validator
 
@@ -27,6 +27,9 @@ from gemma4_t4.bench.cells import Cell, RunOptions, request_specs, warm_count
 from gemma4_t4.bench.client import RequestSpec
 from gemma4_t4.bench.metrics import series_decode
 from gemma4_t4.bench.registry import (
+    MAX_PROMPTS,
+    MAX_RATES,
+    MAX_TOKENS,
     REGISTRY,
     VENUES,
     AnySpec,
@@ -75,6 +78,9 @@ class Served(Protocol):
 
 # ---------------------------------------------------------------- the workloads
 
+MIN_RATE, MAX_RATE = 0.01, 10_000.0  # requests/s: one every 100 s .. far beyond any server
+MAX_RUN_S = 24 * 3600  # an open loop's arrivals alone longer than this are refused
+
 _DECODE_T4: Values = {"concurrency": [1, 8], "input_len": 512, "output_len": 128, "num_prompts": 8}
 _TTFT_T4: Values = {"input_lens": [512, 1024, 2048, 4096]}
 
@@ -107,17 +113,25 @@ class OpenLoopSpec(Arrivals, PromptLen, WorkloadSpec):
 
     workload: ClassVar[str] = "decode"
     defaults: ClassVar[Values] = {"input_len": 512, "output_len": 128}
-    rates: list[float] = Field(
-        description="decode: open-loop cells at these offered requests/s instead, e.g. 0.5,1,2",
+    rates: list[Annotated[float, Field(ge=MIN_RATE, le=MAX_RATE, allow_inf_nan=False)]] = Field(
+        min_length=1, max_length=MAX_RATES,
+        description=f"decode: open-loop cells at these offered requests/s instead, e.g. 0.5,1,2 "
+        f"({MIN_RATE:g} to {MAX_RATE:g})",
         json_schema_extra=cli(flag="--rate", metavar="REQ_PER_S"),
     )
 
-    @field_validator("rates")
-    @classmethod
-    def _positive_rates(cls, value: list[float]) -> list[float]:
-        if not value or any(not r > 0 for r in value):
-            raise SpecRefused(f"rates must be > 0 requests/s, got {value}", fix="use e.g. --rate 0.5,1,2")
-        return value
+    def expected_s(self) -> float:
+        return sum(self.prompts_at(rate) / rate for rate in self.rates)
+
+    @model_validator(mode="after")
+    def _ends_within_a_day(self) -> OpenLoopSpec:
+        if self.expected_s() > MAX_RUN_S:
+            raise SpecRefused(
+                f"{self.kind} at {', '.join(f'{r:g}' for r in self.rates)} req/s would send its requests over "
+                f"{self.expected_s() / 3600:,.0f} hours (prompts / rate)",
+                fix="raise --rate or lower --num-prompts: one run sends its requests within 24 hours",
+            )
+        return self
 
     def cells(self, run: RunOptions, factory: PromptFactory | None) -> list[Cell]:
         return rate_cells(self, run, factory, self.rates)
@@ -130,7 +144,7 @@ def rate_cells(
     cells = []
     for rate in rates:
         name = f"decode-r{rate:g}-{spec.arrival}-in{spec.input_len}-out{spec.output_len}"
-        n = spec.num_prompts or max(16, min(256, round(30 * rate)))  # about 30 s of arrivals
+        n = spec.prompts_at(rate)
         warm, length, out = f"w-{name}", spec.input_len, spec.output_len
         specs = request_specs(factory.unique(name, n, length), name, run.api, out)
         warm_specs = request_specs(factory.unique(warm, spec.warmup, length), warm, run.api, out)
@@ -159,6 +173,7 @@ class SweepSpec(Arrivals, PromptLen, WorkloadSpec):
     workload: ClassVar[str] = "decode"
     defaults: ClassVar[Values] = {"input_len": 512, "output_len": 128}
     sweep: int = Field(
+        le=MAX_RATES,
         description="decode: measure one-at-a-time and all-at-once, then N open-loop rates in between",
         json_schema_extra=cli(metavar="N"),
     )
@@ -196,7 +211,7 @@ class SeriesDecodeSpec(PromptLen, WorkloadSpec):
 
     workload: ClassVar[str] = "decode"
     defaults: ClassVar[Values] = {"input_len": 512, "output_len": 16, "num_prompts": 8, "series_lens": [16, 512]}
-    series_lens: list[int] | None = Field(
+    series_lens: list[Annotated[int, Field(ge=1, le=MAX_TOKENS)]] | None = Field(
         None,
         description="series decode: the short and long output tokens (default 16,512)",
         json_schema_extra=cli(metavar="SHORT,LONG"),
@@ -243,7 +258,9 @@ class TTFTSpec(WorkloadSpec):
         "cpu": {"input_lens": [64, 128, 256, 512, 1024]},
     }
     params: ClassVar[dict[str, str]] = {"TTFT_INPUT_LENS": "input_lens"}
-    input_lens: list[int] | None = Field(None, description="ttft: prompt lengths (default 256,...,4096)")
+    input_lens: list[Annotated[int, Field(ge=1, le=MAX_TOKENS)]] | None = Field(
+        None, description="ttft: prompt lengths (default 256,...,4096)"
+    )
 
     def prompt_lens(self) -> list[int]:
         return list(self.input_lens)
@@ -263,8 +280,12 @@ class PrefixSpec(PromptLen, WorkloadSpec):
 
     workload: ClassVar[str] = "prefix"
     defaults: ClassVar[Values] = {"input_len": 1024, "output_len": 32, "num_prompts": 32, "groups": 4}
-    prefix_len: int | None = Field(None, description="prefix workload: shared tokens (default 3/4 of input)")
-    groups: int | None = Field(None, description="prefix workload: number of prefixes")
+    prefix_len: int | None = Field(
+        None, ge=1, le=MAX_TOKENS, description="prefix workload: shared tokens (default 3/4 of input)"
+    )
+    groups: int | None = Field(
+        None, ge=1, le=MAX_PROMPTS // 2, description="prefix workload: number of prefixes"
+    )
 
     @classmethod
     def derived(cls, data: Values) -> Values:
@@ -321,7 +342,7 @@ class AnswersSpec(Streams, WorkloadSpec):
         ]
         warm = [
             RequestSpec(f"w-answers-{i}", f"Say the word number {i}.", 8, api=run.api, ignore_eos=False)
-            for i in range(warm_count(self.warmup, max(self.concurrency)))
+            for i in range(warm_count(self.warmup, min(max(self.concurrency), len(specs))))
         ]
         out = self.output_len
         return [Cell(f"answers-c{c}", "answers", "answers", c, None, out, specs, warm) for c in self.concurrency]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import sys
 import time
 import uuid
 from collections.abc import Callable, Coroutine
@@ -183,7 +184,30 @@ def run_benchmark(
         raise
 
 
-def _run(args: BenchArgs) -> BenchRun:
+# "a few minutes": a run expected to take longer says so before it starts, and shows its progress
+LONG_RUN_S = 180.0
+
+
+def _announce(args: BenchArgs, say: Callable[[str], None]) -> BenchArgs:
+    """The run, with its progress shown where it is expected to take long (said before it starts)."""
+    expected = args.spec.expected_s()
+    if expected is None or expected <= LONG_RUN_S:
+        return args
+    hours, minutes = divmod(round(expected / 60), 60)
+    took = f"{hours} h {minutes} min" if hours else f"{minutes} min"
+    spec = args.spec
+    pace = [f"{spec.prompts_at(r)} requests at {r:g} req/s" for r in getattr(spec, "rates", None) or []]
+    say(f"note: this {spec.kind} run takes at least {took}: its requests are sent at the offered rate "
+        f"({', '.join(pace)}); progress is shown per request")
+    return args.model_copy(update={"progress": True})
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)  # stderr: --json's stdout and an MCP stdio stream stay clean
+
+
+def _run(args: BenchArgs, say: Callable[[str], None] = _say) -> BenchRun:
+    args = _announce(args, say)
     # before the server is asked anything: a folder holding other files is refused, not mixed into
     out = check_out_dir(args.out_dir, args.overwrite)
     backend = backend_for(args.base_url, args.key(), args.request_timeout_s)

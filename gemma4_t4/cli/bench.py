@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import types
-from typing import Literal, Union, get_args, get_origin
+from typing import Annotated, Literal, Union, get_args, get_origin
 
 from pydantic import SecretStr
 from pydantic.fields import FieldInfo
@@ -83,6 +83,8 @@ def _flag_kwargs(name: str, info: FieldInfo, workloads: list[str] | None = None)
     kwargs["required"] = info.is_required() and workloads is None  # a workload's own field: its rules
     listed = get_origin(kind) is list
     item = get_args(kind)[0] if listed else kind
+    if get_origin(item) is Annotated:  # list[Annotated[int, Field(le=...)]]: the limits are the spec's
+        item = get_args(item)[0]
     metavar = meta.get("metavar") or _METAVARS.get(item, name.upper())  # type: ignore[call-overload]
     choices = list(get_args(kind)) if get_origin(kind) is Literal else meta.get("choices")
     if choices:
