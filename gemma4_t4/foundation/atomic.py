@@ -1,5 +1,6 @@
 """Atomic file writes: a temporary file in the same folder, fsync, then a rename, so readers
-never see half a file and an interrupted write leaves the old file (or nothing) in place."""
+never see half a file and an interrupted write leaves the old file (or nothing) in place; and the
+reading side, :func:`read_json_object`, which says why a record someone else left is unreadable."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from gemma4_t4.foundation.jsonable import to_jsonable
+from gemma4_t4.foundation.jsonable import JSONObject, to_jsonable
 
 
 def atomic_write_bytes(
@@ -44,3 +45,28 @@ def atomic_write_text(path: str | os.PathLike, text: str, mode: int | None = Non
 
 def atomic_write_json(path: str | os.PathLike, data: Any) -> None:
     atomic_write_text(path, json.dumps(to_jsonable(data), indent=2) + "\n")
+
+
+class UnreadableJSON(ValueError):
+    """A JSON record that exists but holds no JSON object; its text says why, for the message that names it."""
+
+
+def read_json_object(path: str | os.PathLike) -> JSONObject:
+    """The JSON object a record file holds. ``FileNotFoundError`` when there is none; :class:`UnreadableJSON`
+    when it is empty (a write cut short: a full disk, or a kill during a write that was not atomic), not
+    JSON, not an object, or unreadable."""
+    try:
+        raw = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise UnreadableJSON(f"cannot be read: {exc.strerror or exc}") from exc
+    if not raw.strip():
+        raise UnreadableJSON(f"empty ({len(raw)} bytes): a write cut short, e.g. by a full disk")
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        raise UnreadableJSON("not JSON: cut short or overwritten") from exc
+    if not isinstance(data, dict):
+        raise UnreadableJSON(f"not a JSON object (a {type(data).__name__})")
+    return data

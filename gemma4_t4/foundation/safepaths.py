@@ -25,7 +25,7 @@ from pathlib import Path
 
 from gemma4_t4 import __version__
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.foundation.atomic import atomic_write_text
+from gemma4_t4.foundation.atomic import UnreadableJSON, atomic_write_text, read_json_object
 
 MARKER_NAME = ".gemma4_t4-output.json"  # in every finished output folder
 PARTIAL_OWNER = ".gemma4_t4-partial.json"  # in every folder being built: who builds it
@@ -78,22 +78,13 @@ def write_marker(folder: str | os.PathLike, command: str, **details: object) -> 
 def marker_problem(folder: str | os.PathLike) -> str | None:
     """Why ``folder``'s marker is not a marker of this package (empty, not JSON, another shape,
     unreadable), or None when there is none or it is valid."""
-    path = Path(folder) / MARKER_NAME
     try:
-        raw = path.read_bytes()
+        data = read_json_object(Path(folder) / MARKER_NAME)
     except FileNotFoundError:
         return None
-    except OSError as exc:
-        return f"cannot be read: {exc.strerror or exc}"
-    if not raw.strip():
-        return f"empty ({len(raw)} bytes): a write cut short, e.g. by a full disk"
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        return "not JSON"
-    return (
-        None if isinstance(data, dict) and data.get(MARKER_KEY) is True else f"no {MARKER_KEY!r}: true in it"
-    )
+    except UnreadableJSON as exc:
+        return str(exc)
+    return None if data.get(MARKER_KEY) is True else f"no {MARKER_KEY!r}: true in it"
 
 
 def is_owned(folder: str | os.PathLike, legacy_names: Iterable[str] = ()) -> bool:

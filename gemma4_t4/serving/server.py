@@ -26,7 +26,7 @@ from pydantic import ValidationError
 
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation import secrets
-from gemma4_t4.foundation.atomic import atomic_write_json
+from gemma4_t4.foundation.atomic import UnreadableJSON, atomic_write_json, read_json_object
 from gemma4_t4.foundation.jsonable import to_jsonable
 from gemma4_t4.foundation.launch_record import DEFAULT_WORK_DIR, LaunchRecord, ProcessInfo
 from gemma4_t4.foundation.net import http_get
@@ -36,6 +36,7 @@ from gemma4_t4.serving.server_state import (
     LockOwner,
     ServerLock,
     ServerOwner,
+    UnreadableState,
     exit_file,
     lock_keys,
     machine_port_lock,
@@ -45,6 +46,7 @@ from gemma4_t4.serving.server_state import (
     process_create_time,
     read_json,
     runtime_versions,
+    serve_command,
     state_files,
     state_path,
     supervisor_file,
@@ -54,10 +56,12 @@ from gemma4_t4.serving.supervisor import ExitRecord, SupervisorRecord, Superviso
 STOP_GRACE_S = 30.0
 
 
-
 @dataclass
 class ServerStatus:
-    state: Literal["not started", "starting", "running", "dead", "stopped", "restarting", "unsupervised"]
+    # unreadable: its state file holds nothing readable (reason says why, hint how to clear it)
+    state: Literal[
+        "not started", "starting", "running", "dead", "stopped", "restarting", "unsupervised", "unreadable"
+    ]
     pid: int | None
     base_url: str
     healthy: bool
@@ -77,6 +81,8 @@ class ServerStatus:
     owner: ServerOwner | None = None  # who started it (e.g. an MCP server), if recorded
 
     def summary(self) -> str:
+        if self.state == "unreadable":
+            return f"unreadable: {self.reason}\n  hint: {self.hint}"
         label = "unsupervised, still serving" if self.state == "unsupervised" else self.state
         line = f"{label}: {self.model or '?'} ({self.target}) at {self.base_url}"
         if self.pid:
@@ -173,14 +179,29 @@ class VLLMServer:
     def _lock_owner(self, pid: int | None, create_time: float | None) -> LockOwner:
         """What this server's lock files hold: the process that holds them now."""
         config = self.config
-        return {"pid": pid, "create_time": create_time, "port": config.port, "target": config.target,
-                "log_path": str(self.log_path), "acquired_at": time.time()}
+        return {
+            "pid": pid,
+            "create_time": create_time,
+            "port": config.port,
+            "target": config.target,
+            "log_path": str(self.log_path),
+            "acquired_at": time.time(),
+            "work_dir": str(Path(config.work_dir).resolve()),
+        }
 
     def _supervisor_spec(self, restart_on_crash: int) -> SupervisorSpec:
         """What the supervisor that runs (or adopts) this server is told: where its records go."""
-        return {"super_path": str(self.super_path), "exit_path": str(self.exit_path),
-                "log_path": str(self.log_path), "base_url": self.base_url,
-                "restart_on_crash": restart_on_crash}
+        return {
+            "super_path": str(self.super_path),
+            "exit_path": str(self.exit_path),
+            "log_path": str(self.log_path),
+            "base_url": self.base_url,
+            "restart_on_crash": restart_on_crash,
+        }
+
+    def _serve(self, action: str) -> str:
+        """The ``gemma4-t4 serve ACTION`` command a hint prints for this server (its --work-dir included)."""
+        return serve_command(action, self.config.port, self.config.work_dir)
 
     def _alive(self) -> bool:
         if self.process is not None:
@@ -197,7 +218,8 @@ class VLLMServer:
         """Processes recorded for this server (API server, EngineCore, Worker) that still run."""
         data = cast(SupervisorRecord, read_json(self.super_path) or {})
         return [
-            info for info in data.get("children", [])
+            info
+            for info in data.get("children", [])
             if info.get("pid") != self._pid and pid_alive(info.get("pid"), info.get("create_time"))
         ]
 
@@ -249,7 +271,7 @@ class VLLMServer:
         """A dead server recorded on this port may have left EngineCore / Worker running: kill them
         (one that still serves is left alone: the port check then refuses the start)."""
         path = self.state_path
-        if not path.exists() or (self._pid is not None and read_json(path).get("pid") == self._pid):
+        if not path.exists() or (self._pid is not None and (read_json(path) or {}).get("pid") == self._pid):
             return
         try:
             old = VLLMServer.from_state(path)
@@ -262,8 +284,7 @@ class VLLMServer:
             raise Gemma4T4Error(
                 f"a server whose supervisor died still serves on port {self.config.port} "
                 f"(pids {', '.join(str(p['pid']) for p in left)})",
-                fix=f"gemma4-t4 serve adopt --port {self.config.port} to keep it, "
-                f"or gemma4-t4 serve stop --port {self.config.port}",
+                fix=f"{self._serve('adopt')} to keep it, or {self._serve('stop')}",
             )
         self.reaped = old.reap()
 
@@ -289,7 +310,11 @@ class VLLMServer:
         supervised = [sys.executable, "-m", "gemma4_t4.serving.supervisor", str(spec_path), "--", *command]
         # detached, its own process group: stop() reaches EngineCore and workers
         self.process = subprocess.Popen(
-            supervised, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+            supervised,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
             start_new_session=True,
         )
         self._pid = self.process.pid
@@ -311,8 +336,11 @@ class VLLMServer:
             "log_path": str(self.log_path),
             "versions": runtime_versions(),
             "versions_from": sys.executable,
-            "host": {"hostname": platform.node(), "platform": platform.platform(),
-                     "cpu_count": os.cpu_count()},
+            "host": {
+                "hostname": platform.node(),
+                "platform": platform.platform(),
+                "cpu_count": os.cpu_count(),
+            },
             "gate": _gate_record(self.gate_result),
         }
         self._write_state("starting")
@@ -431,7 +459,10 @@ class VLLMServer:
         engine = record.get("engine")
         if engine == "restarting":
             return replace(
-                base, state="restarting", log_tail=self.log_tail(), survivors=self.survivors(),
+                base,
+                state="restarting",
+                log_tail=self.log_tail(),
+                survivors=self.survivors(),
                 hint=f"restart {base.restarts + 1} of {record.get('restart_on_crash')} follows",
             )
         if engine == "dead":
@@ -439,7 +470,11 @@ class VLLMServer:
             history = record.get("history") or []
             code = history[-1].get("exit_code") if history else None
             return replace(
-                base, state="dead", exit_code=code, exit_signal=_signal_name(code), log_tail=self.log_tail(),
+                base,
+                state="dead",
+                exit_code=code,
+                exit_signal=_signal_name(code),
+                log_tail=self.log_tail(),
                 survivors=self.survivors(),
                 hint=f"{_death_hint(code, base.reason)} (the supervisor is stopping what is left of it)",
             )
@@ -450,19 +485,24 @@ class VLLMServer:
         """The supervisor is gone: stopped, dead (code and reason), unsupervised, or dead with survivors."""
         survivors = self.survivors()
         if survivors and self.healthy():  # the supervisor died; vLLM did not
-            port = self.config.port
             return replace(
-                base, state="unsupervised", healthy=True, survivors=survivors,
-                hint=f"its supervisor (pid {self.pid}) is gone: gemma4-t4 serve adopt --port {port} "
-                f"re-supervises it, serve stop --port {port} stops it",
+                base,
+                state="unsupervised",
+                healthy=True,
+                survivors=survivors,
+                hint=f"its supervisor (pid {self.pid}) is gone: {self._serve('adopt')} re-supervises it, "
+                f"{self._serve('stop')} stops it",
             )
         code = self._exit_code()
         ended = replace(base, exit_code=code, exit_signal=_signal_name(code))
         if survivors:
             return replace(
-                ended, state="dead", log_tail=self.log_tail(), survivors=survivors,
-                hint=f"{len(survivors)} of its processes still run: gemma4-t4 serve stop --port "
-                f"{self.config.port} (or a new serve start on the port) kills them",
+                ended,
+                state="dead",
+                log_tail=self.log_tail(),
+                survivors=survivors,
+                hint=f"{len(survivors)} of its processes still run: {self._serve('stop')} (or a new serve "
+                "start on the port) kills them",
             )
         self._release_locks()  # its locks died with it
         exit_info = self._exit_info()
@@ -470,7 +510,9 @@ class VLLMServer:
         if exit_info.get("owner_exited"):
             owner = self.owner or {}
             return replace(
-                ended, state="stopped", reason=reason,
+                ended,
+                state="stopped",
+                reason=reason,
                 hint=f"stopped by its supervisor when its owner ({owner.get('kind', '?')} pid "
                 f"{owner.get('pid')}) exited",
             )
@@ -480,7 +522,8 @@ class VLLMServer:
         if _orderly_stop(exit_info):  # its owner's stop was cut short before recording it: still a stop
             self._stopped = True
             return replace(
-                ended, state="stopped",
+                ended,
+                state="stopped",
                 hint=f"stopped by {exit_info.get('terminated_by')} sent to its processes (an orderly stop, "
                 "not a crash)",
             )
@@ -606,7 +649,7 @@ class VLLMServer:
         if not api or not self.healthy():
             raise Gemma4T4Error(
                 f"nothing to adopt on port {self.config.port}: the server does not serve",
-                fix=f"gemma4-t4 serve stop --port {self.config.port} reaps what is left",
+                fix=f"{self._serve('stop')} reaps what is left",
             )
         spec_path = self.state_path.with_suffix(".spec.json")
         spec = self._supervisor_spec(0)
@@ -617,7 +660,10 @@ class VLLMServer:
         with open(self.log_path, "ab") as log:
             process = subprocess.Popen(
                 [sys.executable, "-m", "gemma4_t4.serving.supervisor", "--adopt", str(spec_path)],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
             )
         self.process = None  # not waited on here: the new supervisor is detached like the first
         self._pid, self._pid_create_time = process.pid, process_create_time(process.pid)
@@ -645,20 +691,20 @@ class VLLMServer:
 
     @classmethod
     def from_state(cls, path: str | Path, api_key: str | None = None) -> VLLMServer:
-        data = read_json(Path(path))
-        if data is None:
+        try:
+            data = read_json_object(path)
+        except FileNotFoundError:
             raise Gemma4T4Error(
-                f"no readable server state at {path}",
+                f"no server state at {path}",
                 fix="gemma4-t4 serve status lists the servers this work dir knows",
-            )
+            ) from None
+        except UnreadableJSON as exc:
+            raise UnreadableState(Path(path), str(exc)) from None
         try:
             # api_key is masked on disk; the caller passes the real one if it has it
             config = ServerConfig.model_validate({**data["config"], "api_key": api_key})
         except (KeyError, TypeError, ValidationError) as exc:
-            raise Gemma4T4Error(
-                f"the server state at {path} has no readable config ({type(exc).__name__}: {exc})",
-                fix=f"stop that server by its PID if it still runs, then delete {path} (or the work dir's servers/)",
-            ) from exc
+            raise UnreadableState(Path(path), f"no readable config ({type(exc).__name__})") from exc
         server = cls(config)
         server._pid = data.get("pid")
         server._pid_create_time = data.get("pid_create_time")
@@ -681,7 +727,14 @@ class VLLMServer:
                     fix="gemma4-t4 serve status lists them; start one with gemma4-t4 serve start",
                 )
             return cls.from_state(path, api_key=api_key)
-        servers = [cls.from_state(p, api_key=api_key) for p in state_files(work_dir)]
+        servers, unreadable = [], []
+        for path in state_files(work_dir):
+            try:
+                servers.append(cls.from_state(path, api_key=api_key))
+            except UnreadableState as exc:  # the others are still found (serve status names this one)
+                unreadable.append(exc)
+        if not servers and unreadable:
+            raise unreadable[0]
         if not servers:
             raise Gemma4T4Error(
                 f"no server recorded under {work_dir}",
@@ -697,10 +750,26 @@ class VLLMServer:
         return candidates[0]
 
 
-
 def list_servers(work_dir: str | Path = DEFAULT_WORK_DIR) -> list[ServerStatus]:
-    """Status of every server recorded under ``work_dir``."""
-    return [VLLMServer.from_state(p).status() for p in state_files(work_dir)]
+    """Status of every server recorded under ``work_dir``; a state file that cannot be read is listed
+    as ``unreadable``, named with its fix, and hides none of the others."""
+    statuses = []
+    for path in state_files(work_dir):
+        try:
+            statuses.append(VLLMServer.from_state(path).status())
+        except UnreadableState as exc:
+            statuses.append(
+                ServerStatus(
+                    state="unreadable",
+                    pid=None,
+                    base_url="",
+                    healthy=False,
+                    port=exc.port,
+                    reason=exc.message,
+                    hint=exc.fix,
+                )
+            )
+    return statuses
 
 
 def stop_server(
@@ -756,4 +825,3 @@ def start_server(
 def _looks_like_hub_id(model: str) -> bool:
     parts = model.split("/")
     return len(parts) == 2 and not model.startswith((".", "/")) and all(parts)
-

@@ -14,6 +14,8 @@ import contextlib
 import json
 import os
 import platform
+import re
+import shlex
 import socket
 from pathlib import Path
 from typing import cast
@@ -23,9 +25,9 @@ import psutil
 from gemma4_t4 import __version__
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation import cache, secrets
-from gemma4_t4.foundation.atomic import atomic_write_json
+from gemma4_t4.foundation.atomic import UnreadableJSON, atomic_write_json, read_json_object
 from gemma4_t4.foundation.jsonable import JSONObject, TypedDict
-from gemma4_t4.foundation.launch_record import DEFAULT_HOST, ServerSettings
+from gemma4_t4.foundation.launch_record import DEFAULT_HOST, DEFAULT_WORK_DIR, ServerSettings
 from gemma4_t4.foundation.versions import package_version
 from gemma4_t4.serving.server_config import ServerConfig
 
@@ -41,6 +43,7 @@ def free_port(host: str = DEFAULT_HOST) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
+
 
 def process_create_time(pid: int) -> float | None:
     """When ``pid`` started, or None if it is gone (or a zombie waiting to be reaped)."""
@@ -66,11 +69,56 @@ def pid_alive(pid: int | None, create_time: float | None = None) -> bool:
 
 
 def read_json(path: Path) -> JSONObject | None:
-    """A state file as it is on disk (written by another process, maybe an older version)."""
+    """A state file as it is on disk (written by another process, maybe an older version); None when
+    it is missing or holds no JSON object (:class:`UnreadableState` names such a state file)."""
     try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+        return read_json_object(path)
+    except (FileNotFoundError, UnreadableJSON):
         return None
+
+
+def serve_command(action: str, port: int | None, work_dir: str | Path) -> str:
+    """``gemma4-t4 serve ACTION --port P`` as a fix prints it: with ``--work-dir`` unless it is the default
+    one (seen from here), since without it the command looks in the default work dir and finds nothing."""
+    command = f"gemma4-t4 serve {action} --port {port}"
+    if Path(work_dir).resolve() != Path(DEFAULT_WORK_DIR).resolve():
+        command += f" --work-dir {shlex.quote(str(work_dir))}"
+    return command
+
+
+class UnreadableState(Gemma4T4Error):
+    """A server's state file that holds nothing readable. The fix removes it (the next ``serve start``
+    on the port writes a new one) rather than sending the user to ``serve status``, which reads it too;
+    processes the server's supervisor recorded as running are named first: nothing else finds them."""
+
+    def __init__(self, path: Path, why: str):
+        self.path, self.why = Path(path), why
+        found = re.fullmatch(r"server-(\d+)\.json", self.path.name)
+        self.port = int(found.group(1)) if found else None
+        alive = recorded_alive(self.path.with_suffix(".super.json"))
+        first = ""
+        if alive:
+            pids = " ".join(str(pid) for pid in alive)
+            first = (
+                f"stop {', '.join(f'pid {pid}' for pid in alive)} before deleting it, as nothing else records "
+                f"them (kill {pids}); then "
+            )
+        super().__init__(
+            f"the server state {path} cannot be read ({why})",
+            fix=f"{first}delete it: rm {shlex.quote(str(path))} (the next serve start on port {self.port} writes "
+            "a new one)",
+        )
+
+
+def recorded_alive(super_path: Path) -> list[int]:
+    """The processes a supervisor record names (itself, vLLM's) that still run, each by pid and start time."""
+    record = read_json(super_path) or {}
+    procs = [(record.get("supervisor_pid"), record.get("supervisor_create_time"))]
+    procs += [
+        (c.get("pid"), c.get("create_time")) for c in record.get("children") or [] if isinstance(c, dict)
+    ]
+    alive = [pid for pid, created in procs if isinstance(pid, int) and pid_alive(pid, created)]
+    return list(dict.fromkeys(alive))
 
 
 class LockOwner(TypedDict):
@@ -82,6 +130,7 @@ class LockOwner(TypedDict):
     target: str
     log_path: str
     acquired_at: float
+    work_dir: str  # absolute: a fix names it to a user in any folder (older locks lack it)
 
 
 class ServerOwner(TypedDict, total=False):
@@ -133,10 +182,13 @@ class ServerLock:
                 raw = self.path.read_text() if self.path.exists() else ""
                 live = self.holder()
                 if live is not None:
+                    # the machine-wide port lock may be another work dir's: the fix names the holder's
+                    log = live.get("log_path")
+                    work = live.get("work_dir") or (str(Path(log).parent.parent) if log else DEFAULT_WORK_DIR)
                     raise Gemma4T4Error(
                         f"{self.path.stem} is taken by server pid {live.get('pid')} on port "
-                        f"{live.get('port')} (log: {live.get('log_path')})",
-                        fix=f"stop it first (gemma4-t4 serve stop --port {live.get('port')}), "
+                        f"{live.get('port')} (log: {log})",
+                        fix=f"stop it first ({serve_command('stop', live.get('port'), work)}), "
                         "or use another --port / CUDA_VISIBLE_DEVICES",
                     ) from None
                 # stale: remove it only if nobody replaced it meanwhile
@@ -201,7 +253,6 @@ def runtime_versions() -> dict[str, str | None]:
 
 def supervisor_file(work_dir: str | Path, port: int) -> Path:
     return Path(work_dir) / "servers" / f"server-{port}.super.json"
-
 
 
 def masked_config(config: ServerSettings) -> ServerSettings:
