@@ -181,16 +181,14 @@ def test_auto_picks_the_qat_assistant_for_a_qat_e2b_and_the_command_carries_it()
     assert "fit calculator with the drafter: fits" in config.chosen_by["draft"]
 
 
-# Each of Google's ten assistants (5 sizes x base/QAT, hub ids per hosts_as_they_are.md "Added
-# 2026-12-01") for its target, with the untuned N per size; tensor-parallel sizes where target and
-# drafter fit T4s at 4,096 tokens (a bf16 26B-A4B or 31B needs eight).
+# Google's assistants vLLM is known to serve (4 sizes x base/QAT, hub ids per hosts_as_they_are.md "Added
+# 2026-12-01"; the 12B's below) for their targets, with the untuned N per size; tensor-parallel sizes where
+# target and drafter fit T4s at 4,096 tokens (a bf16 26B-A4B or 31B needs eight).
 AUTO_PAIRS = [
     ("google/gemma-4-E2B-it", 1, "google/gemma-4-E2B-it-assistant", 2),
     ("google/gemma-4-E2B-it-qat-w4a16-ct", 1, "google/gemma-4-E2B-it-qat-q4_0-unquantized-assistant", 2),
     ("google/gemma-4-E4B-it", 2, "google/gemma-4-E4B-it-assistant", 4),
     ("google/gemma-4-E4B-it-qat-w4a16-ct", 1, "google/gemma-4-E4B-it-qat-q4_0-unquantized-assistant", 4),
-    ("google/gemma-4-12B-it", 4, "google/gemma-4-12B-it-assistant", 4),
-    ("google/gemma-4-12B-it-qat-w4a16-ct", 1, "google/gemma-4-12B-it-qat-q4_0-unquantized-assistant", 4),
     ("google/gemma-4-26B-A4B-it", 8, "google/gemma-4-26B-A4B-it-assistant", 2),
     (
         "google/gemma-4-26B-A4B-it-qat-q4_0-unquantized",
@@ -213,6 +211,49 @@ def test_print_command_with_draft_auto_names_the_matching_assistant(target, tp, 
     assert f'"model":"{assistant}"' in data["shell"]
     assert data["chosen_by"]["num_draft_tokens"].startswith("untuned N for the")  # until tune measures
     assert data["chosen_by"]["draft"].startswith("Google's assistant for")
+
+
+@pytest.mark.parametrize(
+    ("target", "assistant"),
+    [
+        ("google/gemma-4-12B-it", "google/gemma-4-12B-it-assistant"),
+        ("google/gemma-4-12B-it-qat-w4a16-ct", "google/gemma-4-12B-it-qat-q4_0-unquantized-assistant"),
+    ],
+)
+def test_auto_does_not_pick_the_12b_assistant_vllm_is_not_known_to_serve_and_says_so(target, assistant, capsys):
+    """The 12B assistant is a gemma4_unified_assistant: no run of vLLM serving it was found (reference notes
+    hosts_as_they_are.md, 2026-12-05), so auto stays off naming it; the user can still pass its id."""
+    code = main(["serve", "start", "--target", "t4", "--model", target, "--draft", "auto",
+                 "--tensor-parallel-size", "4", "--max-model-len", "4096", "--print-command", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0 and data["speculative_config"] is None and "--speculative-config" not in data["shell"], data
+    why = data["chosen_by"]["draft"]
+    assert why.startswith(f"off: {assistant} is not picked") and "gemma4_unified_assistant" in why
+    assert f"pass --draft {assistant}" in why
+    explicit = ServerConfig(model=target, target="t4", draft=assistant, tensor_parallel_size=4, max_model_len=4096)
+    assert explicit.draft_plan().speculative_config() == {"model": assistant, "num_speculative_tokens": 4}
+
+
+def test_an_assistants_speculative_config_leaves_the_method_out_and_gemma4_mtp_is_refused_as_one():
+    """In vLLM `gemma4_mtp` is the assistant's model type; the method is `mtp`, detected when left out. A
+    hand-written {"method": "gemma4_mtp"} is rejected by vLLM (reference notes hosts_as_they_are.md,
+    2026-12-05), so neither --draft-method nor a raw --speculative-config may carry it."""
+    assistant = "google/gemma-4-E2B-it-qat-q4_0-unquantized-assistant"
+    record = ServerConfig(model="google/gemma-4-E2B-it-qat-w4a16-ct", target="t4", draft=assistant,
+                          num_draft_tokens=2).draft_plan().speculative_config()
+    assert record == {"model": assistant, "num_speculative_tokens": 2}  # no "method": vLLM detects mtp
+    for method in ("gemma4_mtp", "GEMMA4_MTP"):
+        with pytest.raises(Gemma4T4Error, match="model type, not a vLLM speculative method") as info:
+            ServerConfig(model="google/gemma-4-E2B-it-qat-w4a16-ct", target="t4", draft=assistant,
+                         draft_method=method).draft_plan()
+        assert "leave --draft-method out" in info.value.fix
+    raw = json.dumps({"method": "gemma4_mtp", "model": assistant, "num_speculative_tokens": 2})
+    for extra in ([f"--speculative-config={raw}"], ["--speculative-config", raw]):
+        with pytest.raises(Gemma4T4Error, match="names method 'gemma4_mtp', which vLLM refuses") as info:
+            ServerConfig(model="google/gemma-4-E2B-it-qat-w4a16-ct", target="t4", extra_args=extra).validate()
+        assert '"method": "mtp"' in info.value.fix
+    fine = raw.replace("gemma4_mtp", "mtp")
+    ServerConfig(model="google/gemma-4-E2B-it-qat-w4a16-ct", target="t4", extra_args=[f"--speculative-config={fine}"]).validate()
 
 
 def test_an_explicit_num_draft_tokens_wins_over_the_untuned_n():
@@ -317,10 +358,21 @@ def test_catalog_names_only_recorded_assistant_ids():
     assert all(a.evidence and a.weights_source and a.num_draft_tokens_source for a in models.ASSISTANTS.values())
     # every size has a figure; the sizes without a direct bf16 figure say what they rest on
     assert "[inferred]" in models.ASSISTANTS[("e2b", "qat")].weights_source
-    assert "upper bound" in models.ASSISTANTS[("26b-a4b", "base")].weights_source
+    assert all(not a.vllm_gap for (k, _), a in models.ASSISTANTS.items() if k != "12b")
+    assert all("gemma4_unified_assistant" in a.vllm_gap for (k, _), a in models.ASSISTANTS.items() if k == "12b")
     assert {k: a.num_draft_tokens for (k, b), a in models.ASSISTANTS.items() if b == "base"} == {
         "e2b": 2, "e4b": 4, "12b": 4, "26b-a4b": 2, "31b": 4,
     }
+
+
+@pytest.mark.parametrize("build", ["base", "qat"])
+def test_the_26b_a4b_assistant_is_about_0_84_gb_as_deployed_not_322_mb(build):
+    """A deployment saw ~0.42 B parameters and the weights grow by 0.78 GiB (reference notes
+    hosts_as_they_are.md, 2026-12-05): ~840 MB bf16, about the 12B assistant's 862 MB."""
+    assistant = models.ASSISTANTS[("26b-a4b", build)]
+    assert assistant.weights_bytes == 840 * models.MB
+    assert 0.78 * 2**30 <= assistant.weights_bytes <= 0.42e9 * 2 * 1.01
+    assert "0.42 B parameters" in assistant.weights_source and "2026-12-05" in assistant.weights_source
 
 
 def test_fit_counts_the_drafter_weights_and_a_whole_model_drafter_kv():

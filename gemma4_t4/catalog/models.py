@@ -54,10 +54,11 @@ MB = 10**6
 class Assistant:
     """Google's MTP drafter checkpoint for one size and target build.
 
-    vLLM serves it as ``gemma4_mtp`` through ``--speculative-config`` in every stable release since
-    0.21.0 (PR #41745; hosts_as_they_are.md, "Added 2026-12-01"), so on every vLLM this package
-    installs (0.29-0.33, the CUDA-12 route's 0.31.0+cu129 included). Its decoder layers are Q-only
-    and read the target's KV cache, so it adds weights but no KV cache.
+    vLLM serves the ``gemma4_assistant`` model type as ``gemma4_mtp`` through ``--speculative-config``
+    in every stable release since 0.21.0 (PR #41745; hosts_as_they_are.md, "Added 2026-12-01"), so on
+    every vLLM this package installs (0.29-0.34, the CUDA-12 route's 0.31.0+cu129 included). Its
+    decoder layers are Q-only and read the target's KV cache, so it adds weights but no KV cache.
+    ``vllm_gap`` says why one is not known to be served (the 12B's ``gemma4_unified_assistant``).
     """
 
     variant: str  # VARIANTS key
@@ -69,6 +70,8 @@ class Assistant:
     # draft tokens per step until `gemma4-t4 tune` has measured this GPU (the tune profile's N wins)
     num_draft_tokens: int
     num_draft_tokens_source: str
+    # empty: vLLM is known to serve it; else why not (``--draft auto`` then stays off and says so)
+    vllm_gap: str = ""
 
 
 _ID_EVIDENCE = (
@@ -88,10 +91,11 @@ _ASSISTANT_BYTES = {
     # 423M parameters on the Hub listing (captured by onlylabs.fyi); its BF16 GGUF conversion
     # (sjakek/gemma4-12b-mtp-assistant) is 861,520,128 B: hidden 1024, 4 blocks, FFN 8192
     "12b": (862 * MB, "423M parameters on its Hub listing; the BF16 GGUF conversion is 861,520,128 B [reported]"),
-    # third-party notes disagree: 0.27 GB (a Hub listing), ~200 MB (an MLX bf16 table), 0.30 GiB
-    # (a Q4_0 GGUF note); the largest is taken so the fit never undercounts it
-    "26b-a4b": (322 * MB, "third-party figures 0.27 GB, ~200 MB and 0.30 GiB disagree; the largest (0.30 GiB "
-                          "= 322 MB) is used [reported, upper bound]"),
+    # A deployment of the 26B-A4B assistant saw ~0.42 B parameters and its weights grow by 0.78 GiB
+    # (0.84 GB); the earlier 0.27 GB / ~200 MB / 0.30 GiB notes undercounted it
+    "26b-a4b": (840 * MB, "~0.42 B parameters x 2 B = ~840 MB bf16; a deployment saw the weights grow by "
+                          "0.78 GiB (a third-party deployment README; reference notes hosts_as_they_are.md, "
+                          "2026-12-05) [reported]"),
     "31b": (940 * MB, "0.94 GB bf16, 4 layers, per its MLX conversion NeoRoth/gemma-4-31b-it-assistant-mlx "
                       "(another note: ~930 MB) [reported]"),
 }
@@ -109,13 +113,24 @@ _ASSISTANT_N = {
 }
 
 
+# The 12B assistant's model type is gemma4_unified_assistant. vLLM's config code renames it to gemma4_mtp
+# (config/speculative.py of 0.31.0 and 0.34.0), but no run of vLLM serving it was found, so it is not
+# picked for the user: an explicit --draft id still tries it.
+_VLLM_GAPS = {
+    "12b": "its model type gemma4_unified_assistant has no known vLLM run: vLLM's config maps it to gemma4_mtp "
+           "(config/speculative.py, 0.31.0 and 0.34.0), but no served run of it was found (reference notes "
+           "hosts_as_they_are.md, 2026-12-05)",
+}
+
+
 def _assistant(key: str, build: AssistantBuild) -> Assistant:
     size = VARIANTS[key].size
     suffix = "-it-qat-q4_0-unquantized-assistant" if build == "qat" else "-it-assistant"
     weights, weights_source = _ASSISTANT_BYTES[key]
     num, num_source = _ASSISTANT_N[key]
     return Assistant(key, build, f"google/gemma-4-{size}{suffix}", weights,
-                     weights_source + (_QAT_SAME_SIZE if build == "qat" else ""), _ID_EVIDENCE, num, num_source)
+                     weights_source + (_QAT_SAME_SIZE if build == "qat" else ""), _ID_EVIDENCE, num, num_source,
+                     _VLLM_GAPS.get(key, ""))
 
 
 ASSISTANTS: dict[tuple[str, AssistantBuild], Assistant] = {

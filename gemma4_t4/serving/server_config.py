@@ -196,6 +196,7 @@ class ServerConfig(ServerSettings):
         if self._arg_problem:
             raise self._arg_problem
         _check_extra_args(self)
+        speculative.check_raw_speculative_config(self.extra_args)
         if self.draft_plan().enabled and any(
             str(a).split("=", 1)[0].replace("_", "-").lower() == "--speculative-config" for a in self.extra_args
         ):

@@ -4,13 +4,18 @@
 
 * ``off`` (the default): no drafter;
 * ``auto``: Google's assistant for the target's size and build (``models.ASSISTANTS``: all five
-  sizes, each with a QAT companion that a QAT target gets) where, on a T4, the fit calculator
-  says target + drafter still fit; else off, with the reason in ``chosen_by["draft"]``;
+  sizes, each with a QAT companion that a QAT target gets) where vLLM is known to serve it (not the
+  12B's, ``Assistant.vllm_gap``) and, on a T4, the fit calculator says target + drafter still fit;
+  else off, with the reason in ``chosen_by["draft"]``;
 * ``self``: the target as its own whole-model drafter (vLLM ``method: draft_model``). Greedy,
   it accepts (nearly) every draft: a known-answer check of the acceptance plumbing, not a
   speed-up;
-* a hub id or a local folder: an assistant (``gemma4_assistant``, served as vLLM's
-  ``gemma4_mtp``), or, with ``draft_method="draft_model"``, a whole smaller Gemma 4.
+* a hub id or a local folder: an assistant (model type ``gemma4_assistant``, which vLLM loads as its
+  ``gemma4_mtp`` model), or, with ``draft_method="draft_model"``, a whole smaller Gemma 4.
+
+The ``--speculative-config`` for an assistant leaves ``method`` out: vLLM detects ``mtp`` from the
+drafter's config. ``gemma4_mtp`` is a model type, not a method; vLLM refuses ``{"method": "gemma4_mtp"}``
+(reference notes hosts_as_they_are.md, 2026-12-05).
 
 A drafter that does not fit the target is refused before launch, naming the mismatch read from
 both local config.json files: vocabulary, ``backbone_hidden_size``, model type, and for an
@@ -166,6 +171,30 @@ def _head_dims(text: dict[str, object], config_path: Path) -> dict[str, tuple[in
 
 def _int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+RAW_CONFIG_FLAG = "--speculative-config"
+
+
+def check_raw_speculative_config(extra_args: list[str]) -> None:
+    """Refuse a hand-written ``--speculative-config`` (an extra vLLM arg) whose method is ``gemma4_mtp``:
+    that is the assistant's model type, and vLLM rejects it as a method at start (seen on 0.21/0.22;
+    reference notes hosts_as_they_are.md, 2026-12-05)."""
+    args = [str(a) for a in extra_args]
+    values = [a.split("=", 1)[1] for a in args if a.startswith(RAW_CONFIG_FLAG + "=")]
+    values += [args[i + 1] for i, a in enumerate(args[:-1]) if a == RAW_CONFIG_FLAG]
+    for value in values:
+        try:
+            method = json.loads(value).get("method")
+        except (json.JSONDecodeError, AttributeError):
+            continue  # not a JSON object: vLLM's own parser says what is wrong with it
+        if str(method).strip().lower() == "gemma4_mtp":
+            raise Gemma4T4Error(
+                f"{RAW_CONFIG_FLAG} names method 'gemma4_mtp', which vLLM refuses: gemma4_mtp is the Gemma 4 "
+                "assistant's model type, not a speculative method",
+                fix='use "method": "mtp" or leave method out (vLLM detects it from the assistant), or use '
+                "--draft ASSISTANT instead of the raw flag",
+            )
 
 
 def check_num_draft_tokens(num: object) -> int:
@@ -333,6 +362,11 @@ def resolve_draft(
     draft = (draft or "off").strip()
     if not draft:
         raise Gemma4T4Error("--draft is empty", fix="use auto, off, self or a drafter id/folder")
+    if str(draft_method).strip().lower() == "gemma4_mtp":
+        raise Gemma4T4Error(
+            "draft method 'gemma4_mtp' is the Gemma 4 assistant's model type, not a vLLM speculative method",
+            fix="leave --draft-method out for an assistant (vLLM's method is mtp, detected from its config)",
+        )
     if draft_method not in (None, "mtp", "draft_model"):
         raise Gemma4T4Error(f"unknown draft method {draft_method!r}", fix="use mtp or draft_model")
     num = check_num_draft_tokens(num_draft_tokens)
@@ -368,6 +402,9 @@ def _auto(model: str, num: int, fit_context: FitContext) -> DraftPlan:
     assistant, why = models.assistant_for(key, kind)
     if assistant is None:
         return DraftPlan("auto", None, None, num, f"off: {why}")
+    if assistant.vllm_gap:  # never a drafter vLLM may not load: the user can still name it
+        why = f"off: {assistant.hub_id} is not picked: {assistant.vllm_gap}; pass --draft {assistant.hub_id} to try it"
+        return DraftPlan("auto", None, None, num, why)
     if fit_context.target == "t4":
         ctx = fit_context
         with_drafter = models.fit(
@@ -393,6 +430,7 @@ __all__ = [
     "SpeculativeConfigRecord",
     "check_num_draft_tokens",
     "check_pair",
+    "check_raw_speculative_config",
     "read_shape",
     "resolve_draft",
     "target_build",
