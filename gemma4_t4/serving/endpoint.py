@@ -20,9 +20,11 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import shlex
 import sys
 import threading
 import time
+import warnings
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,7 +36,7 @@ from pydantic import BaseModel
 from gemma4_t4.catalog.hardware import InstancePrice, identify_gpu, price_of_gpu, sagemaker_price
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation import signals
-from gemma4_t4.foundation.atomic import atomic_write_text
+from gemma4_t4.foundation.atomic import UnreadableJSON, atomic_write_text, read_json_object
 from gemma4_t4.foundation.cache import cache_root
 
 if TYPE_CHECKING:
@@ -121,7 +123,10 @@ def reap_orphans(*, sagemaker_client: object = None) -> list[Reaped]:
     A record that cannot be read is named and kept (it is not ours to guess at)."""
     reaped = []
     for path, record in owned_records():
-        if record is None or _owner_alive(record):
+        if record is None:
+            warnings.warn(_unreadable_record(path), stacklevel=2)
+            continue
+        if _owner_alive(record):
             continue
         try:
             local = record.venue == "local"
@@ -134,6 +139,17 @@ def reap_orphans(*, sagemaker_client: object = None) -> list[Reaped]:
             path.unlink(missing_ok=True)
         reaped.append(Reaped(record.name, record.venue, action))
     return reaped
+
+
+def _unreadable_record(path: Path) -> str:
+    """What the user is told of a record that cannot be read: kept, so what it names is never reaped."""
+    try:
+        why = f"not an ownership record: {sorted(read_json_object(path))[:5]}"
+    except (OSError, UnreadableJSON) as exc:
+        why = str(exc)
+    return (f"kept the ownership record {path}: it cannot be read ({why}), so a server or endpoint it names is "
+            "not stopped for a dead owner. Check that nothing of yours still runs or bills (gemma4-t4 serve status, "
+            f"gemma4-t4 sagemaker list), then delete it: rm {shlex.quote(str(path))}")
 
 
 # an endpoint created this long before its owner's record was written is not the owner's (clock skew
