@@ -108,6 +108,13 @@ class RequestMetrics:
     cached_tokens: int | None
     flushed: bool = False  # its tokens came in one flush: no TPOT, ITL or per-stream speed
     decode_span_ms: float | None = None  # first to last output chunk
+    corrupt: bool = False  # its chunk times go backwards: a damaged record times nothing
+
+
+def out_of_order(r: RequestRecord) -> bool:
+    """Chunk times that go backwards: ``perf_counter`` never does, so the record was damaged or edited."""
+    times = r.chunk_times_s
+    return any(b < a for a, b in zip(times, times[1:], strict=False))
 
 
 def delivered_in_one_flush(r: RequestRecord) -> bool:
@@ -115,8 +122,8 @@ def delivered_in_one_flush(r: RequestRecord) -> bool:
     :data:`FLUSH_FLOOR_MS_PER_TOKEN` each: the server sent a finished answer, the stream timed
     nothing of its decoding. A non-streamed request (``streamed=False``) has no TPOT anyway."""
     n = r.completion_tokens
-    if r.error is not None or r.streamed is False or n is None or n < 2 or not r.chunk_times_s:
-        return False
+    if r.error is not None or r.streamed is False or n is None or n < 2 or not r.chunk_times_s or out_of_order(r):
+        return False  # (a negative span is a corrupt record, not a fast flush)
     span_ms = (r.chunk_times_s[-1] - r.chunk_times_s[0]) * 1000.0
     return len(r.chunk_times_s) < 2 or span_ms < FLUSH_FLOOR_MS_PER_TOKEN * (n - 1)
 
@@ -130,8 +137,9 @@ def request_metrics(r: RequestRecord) -> RequestMetrics:
     ttft_chunk = (r.first_chunk_s - send) * 1000.0 if r.first_chunk_s is not None else None
     e2el = (r.last_choice_s - send) * 1000.0 if r.last_choice_s is not None else None
     flushed = delivered_in_one_flush(r)
+    corrupt = ok and out_of_order(r)
     tpot = None
-    if ok and not flushed and ttft is not None and e2el is not None and n is not None and n > 1:
+    if ok and not flushed and not corrupt and ttft is not None and e2el is not None and n is not None and n > 1:
         tpot = (e2el - ttft) / (n - 1)
     chunk_times = r.chunk_times_s
     gaps = [(b - a) * 1000.0 for a, b in zip(chunk_times, chunk_times[1:], strict=False)]
@@ -139,22 +147,24 @@ def request_metrics(r: RequestRecord) -> RequestMetrics:
         ok=ok, ttft_ms=ttft if ok else None, ttft_first_chunk_ms=ttft_chunk if ok else None,
         e2el_ms=e2el if ok else None, tpot_ms=tpot,
         per_stream_tok_s=(1000.0 / tpot) if tpot and tpot > 0 else None,
-        itl_ms=gaps if ok and not flushed else [], chunks=len(chunk_times), completion_tokens=n,
-        prompt_tokens=r.prompt_tokens, cached_tokens=r.cached_tokens, flushed=flushed,
+        itl_ms=gaps if ok and not (flushed or corrupt) else [], chunks=len(chunk_times), completion_tokens=n,
+        prompt_tokens=r.prompt_tokens, cached_tokens=r.cached_tokens, flushed=flushed, corrupt=corrupt,
         decode_span_ms=(chunk_times[-1] - chunk_times[0]) * 1000.0 if chunk_times else None,
     )
 
 
 def buffered_delivery(records: Sequence[RequestRecord]) -> BufferedDelivery | None:
     """Why a cell's decode figures are not measured (its completed requests that came in one
-    flush), or None when every completed request streamed its tokens as they were made."""
+    flush, or whose records are corrupt), or None when every completed request streamed its
+    tokens as they were made."""
     done = [request_metrics(r) for r in records if r.error is None]
     flushed = [m for m in done if m.flushed]
-    if not flushed:
+    corrupt = sum(1 for m in done if m.corrupt)
+    if not flushed and not corrupt:
         return None
     return BufferedDelivery(
-        requests=len(flushed), completed=len(done), tokens=max(m.completion_tokens or 0 for m in flushed),
-        span_ms=max(m.decode_span_ms or 0.0 for m in flushed),
+        requests=len(flushed), completed=len(done), tokens=max((m.completion_tokens or 0 for m in flushed), default=0),
+        span_ms=max((m.decode_span_ms or 0.0 for m in flushed), default=0.0), corrupt=corrupt,
     )
 
 

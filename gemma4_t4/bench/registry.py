@@ -126,7 +126,7 @@ class WorkloadSpec(BaseModel):
     output_len: int | None = Field(None, le=MAX_TOKENS, description="output tokens (ignore_eos)")
     num_prompts: int | None = Field(None, ge=1, le=MAX_PROMPTS, description="measured requests per cell")
     warmup: int = Field(
-        2, le=MAX_PROMPTS, description="warm-up requests per cell, at least the concurrency (at most the prompts)"
+        2, le=MAX_PROMPTS, description="warm-up requests per cell, at least what the cell has in flight"
     )
     seed: int = Field(0, description="seed of the prompts' words")
     nonce: str | None = Field(None, description="reproduce a run's exact prompts (see its run.json)")

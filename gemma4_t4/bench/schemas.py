@@ -212,10 +212,16 @@ class BufferedDelivery(BenchModel):
     completed: int = Field(description="completed requests of the cell")
     tokens: int = Field(description="most tokens one flush delivered")
     span_ms: float = Field(description="longest first-to-last token span among the flushed requests")
+    corrupt: int = Field(0, description="completed records whose chunk times go backwards (damaged or edited)")
 
     @property
     def reason(self) -> str:
         """What a TPOT / ITL / per-stream figure reads instead of a number."""
+        if self.corrupt:  # the client's clock never goes back: such a record was damaged or edited
+            return (
+                f"not measured: {self.corrupt} of {self.completed} records are corrupt (their chunk times go "
+                "backwards, which the client's clock cannot do): records.jsonl was damaged or edited"
+            )
         return (
             f"not measured: the server delivered {self.tokens} tokens in one flush "
             f"({self.requests} of {self.completed} requests: every token within {self.span_ms:.2f} ms of the first)"
