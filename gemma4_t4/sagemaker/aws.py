@@ -12,6 +12,13 @@ ClientFactory = Callable[[str, str], Any]  # (service, region) -> boto3 client
 
 
 _SHARED: dict[tuple, Any] = {}
+# every AWS command fails the same way without credentials: one message and one fix for all of them
+NO_CREDENTIALS = ("no AWS credentials: boto3 found none (no AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE, "
+                  "~/.aws/credentials or config, SSO session, or instance role)")
+CREDENTIALS_FIX = ("run `aws configure` (or `aws sso login --profile NAME`, then export AWS_PROFILE=NAME), or export "
+                   "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; on EC2/SageMaker attach an IAM role")
+_CREDENTIAL_FAILURES = {"NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError",
+                        "UnrecognizedClientException", "InvalidClientTokenId", "ExpiredTokenException", "ExpiredToken"}
 
 
 def client_factory(session: Any = None) -> ClientFactory:
@@ -43,6 +50,10 @@ def _session_factory(session: Any) -> ClientFactory:
     def make(service: str, region: str) -> Any:
         key = (service, region)
         if key not in cache:
+            # before the first client: without credentials every call would fail, and a command that
+            # records per-region failures (quotas) would conclude something else from them
+            if not cache and session.get_credentials() is None:
+                raise Gemma4T4Error(NO_CREDENTIALS, fix=CREDENTIALS_FIX)
             cache[key] = session.client(service, region_name=region, config=config)
         return cache[key]
 
@@ -81,12 +92,18 @@ def is_not_found(exc: BaseException) -> bool:
     return code == "ValidationException" and "could not find" in error_message(exc).lower()
 
 
+def is_credentials_error(exc: BaseException) -> bool:
+    """The caller has no (valid) credentials: no region or retry answers differently."""
+    return type(exc).__name__ in _CREDENTIAL_FAILURES or error_code(exc) in _CREDENTIAL_FAILURES
+
+
 def aws_error(exc: BaseException, action: str) -> Gemma4T4Error:
     """A botocore failure as a Gemma4T4Error with the fix for the common causes."""
     code = error_code(exc) or type(exc).__name__
     message = error_message(exc)
     fixes = {
-        "NoCredentialsError": "configure credentials (aws configure / aws sso login) or set AWS_PROFILE",
+        "NoCredentialsError": CREDENTIALS_FIX,
+        "PartialCredentialsError": CREDENTIALS_FIX,
         "ExpiredTokenException": "refresh your session: aws sso login",
         "AccessDeniedException": "grant the caller the SageMaker permissions listed in docs/sagemaker.md",
         "ResourceLimitExceeded": "request a quota increase for '<instance> for endpoint usage' in Service "

@@ -12,7 +12,13 @@ from typing import Any
 from gemma4_t4.catalog.hardware import SAGEMAKER_INSTANCES
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.table import Displayable, format_table
-from gemma4_t4.sagemaker.aws import ClientFactory, aws_error, aws_exceptions, client_factory
+from gemma4_t4.sagemaker.aws import (
+    ClientFactory,
+    aws_error,
+    aws_exceptions,
+    client_factory,
+    is_credentials_error,
+)
 from gemma4_t4.sagemaker.cli_recipe import ApiCall
 from gemma4_t4.sagemaker.image import US_REGIONS, validate_region
 
@@ -86,6 +92,8 @@ def region_quotas(region: str, instance_types: Sequence[str], client: Any) -> li
                     found[instance] = QuotaRow(region, instance, quota["QuotaName"], float(quota["Value"]),
                                                quota.get("QuotaCode"), quota.get("Adjustable"))
     except aws_exceptions() as exc:  # recorded per region; the other regions still answer
+        if is_credentials_error(exc):  # ...unless the caller has no credentials: no region would answer
+            raise aws_error(exc, "ListServiceQuotas") from exc
         message = str(aws_error(exc, "ListServiceQuotas")).splitlines()[0]
         return [QuotaRow(region, t, quota_name(t), None, error=message) for t in instance_types]
     return [found.get(t) or QuotaRow(region, t, quota_name(t), None, error="quota not listed in this region")
