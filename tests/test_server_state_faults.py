@@ -19,6 +19,7 @@ import psutil
 import pytest
 
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.foundation.launch_record import DEFAULT_WORK_DIR
 from gemma4_t4.serving.server import VLLMServer, list_servers
 from gemma4_t4.serving.server_config import ServerConfig
 from gemma4_t4.serving.server_state import free_port, machine_port_lock, pid_alive, state_path
@@ -159,3 +160,15 @@ def test_the_supervisor_gone_hints_carry_the_work_dir(fake_vllm, model_dir, tmp_
         VLLMServer.attach(server.config.port, work).stop(grace=2)
         if api is not None and pid_alive(api["pid"], api["create_time"]):
             os.kill(api["pid"], signal.SIGKILL)
+
+
+def test_a_port_with_no_server_in_another_work_dir_points_to_that_work_dirs_status(tmp_path, monkeypatch):
+    work = tmp_path / "work"
+    with pytest.raises(Gemma4T4Error, match="no server recorded on port 8125") as info:
+        VLLMServer.attach(8125, work)
+    assert f"gemma4-t4 serve status --work-dir {work}" in info.value.fix  # before: the default work dir's
+    monkeypatch.chdir(tmp_path)  # the default work dir, given relative or absolute, needs no flag
+    for default in (DEFAULT_WORK_DIR, tmp_path / DEFAULT_WORK_DIR):
+        with pytest.raises(Gemma4T4Error) as info:
+            VLLMServer.attach(8125, default)
+        assert info.value.fix.startswith("gemma4-t4 serve status lists them"), info.value.fix

@@ -641,7 +641,7 @@ class VLLMServer:
         if self._alive():
             raise Gemma4T4Error(
                 f"the server on port {self.config.port} is supervised (pid {self.pid})",
-                fix="nothing to do; gemma4-t4 serve status shows it",
+                fix=f"nothing to do; {self._serve('status')} shows it",
             )
         record = cast(SupervisorRecord, read_json(self.super_path) or {})
         left = self.survivors()
@@ -696,7 +696,7 @@ class VLLMServer:
         except FileNotFoundError:
             raise Gemma4T4Error(
                 f"no server state at {path}",
-                fix="gemma4-t4 serve status lists the servers this work dir knows",
+                fix=f"{serve_command('status', None, Path(path).parent.parent)} lists the servers this work dir knows",
             ) from None
         except UnreadableJSON as exc:
             raise UnreadableState(Path(path), str(exc)) from None
@@ -724,7 +724,7 @@ class VLLMServer:
             if not path.exists():
                 raise Gemma4T4Error(
                     f"no server recorded on port {port} under {work_dir}",
-                    fix="gemma4-t4 serve status lists them; start one with gemma4-t4 serve start",
+                    fix=f"{serve_command('status', None, work_dir)} lists them; start one with gemma4-t4 serve start",
                 )
             return cls.from_state(path, api_key=api_key)
         servers, unreadable = [], []

@@ -80,7 +80,7 @@ def read_json(path: Path) -> JSONObject | None:
 def serve_command(action: str, port: int | None, work_dir: str | Path) -> str:
     """``gemma4-t4 serve ACTION --port P`` as a fix prints it: with ``--work-dir`` unless it is the default
     one (seen from here), since without it the command looks in the default work dir and finds nothing."""
-    command = f"gemma4-t4 serve {action} --port {port}"
+    command = f"gemma4-t4 serve {action}" + (f" --port {port}" if port is not None else "")
     if Path(work_dir).resolve() != Path(DEFAULT_WORK_DIR).resolve():
         command += f" --work-dir {shlex.quote(str(work_dir))}"
     return command
