@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 from gemma4_t4.catalog.hardware import PRICES, identify_gpu
 from gemma4_t4.catalog.models import VARIANTS
+from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.table import Displayable, Table
 
 if TYPE_CHECKING:
@@ -444,8 +445,14 @@ class QatVsBf16(Displayable):
 
 
 def qat_vs_bf16(bf16_run: BenchRun, qat_run: BenchRun, venue: str) -> QatVsBf16:
-    """Part 2's comparison of two complete decode runs (refused, naming why, for an incomplete one)."""
-    return QatVsBf16(bf16_run.decode_speed(), qat_run.decode_speed(), measured_kind(bf16_run), venue)
+    """Part 2's comparison of two complete decode runs (refused, naming why, for an incomplete one or
+    one without the c=1 cell its ratios are taken at)."""
+    bf16, qat = bf16_run.decode_speed(), qat_run.decode_speed()
+    if 1 not in bf16.output_tok_s or 1 not in qat.output_tok_s:
+        raise Gemma4T4Error("Part 2's QAT/bf16 figures are at one stream, but a run measured no c=1 cell "
+                            f"(bf16: c={sorted(bf16.output_tok_s)}, QAT: c={sorted(qat.output_tok_s)})",
+                            fix='measure both with concurrency 1 among the rest, e.g. -p CONCURRENCY "[1, 8]"')
+    return QatVsBf16(bf16, qat, measured_kind(bf16_run), venue)
 
 
 def t4_beside(decode: BenchRun, ttft_ms: dict[int, float | None], title: str) -> Table:
