@@ -137,3 +137,15 @@ def test_a_bounded_spec_still_runs_at_its_limits():
     assert DecodeSpec(concurrency=[1, 1024], num_prompts=10_000).num_prompts == 10_000
     with pytest.raises(Gemma4T4Error, match="must be at most 1024"):
         run_benchmark(NOWHERE, "m", "decode", "unused", concurrency=[1025])
+
+
+def test_a_null_field_from_an_mcp_client_takes_the_workloads_default():
+    """`{"kind": "decode", "input_len": null}` once reached the run as None, and the run crashed."""
+    from pydantic import TypeAdapter
+
+    from gemma4_t4.bench.registry import AnySpec
+
+    spec = TypeAdapter(AnySpec).validate_python({"kind": "decode", "input_len": None, "concurrency": None})
+    assert (spec.input_len, spec.concurrency, spec.output_len) == (512, [1, 2, 4, 8, 16], 128)
+    prefix = TypeAdapter(AnySpec).validate_python({"kind": "prefix", "input_len": 400, "prefix_len": None})
+    assert (prefix.prefix_len, prefix.groups, prefix.num_prompts) == (300, 4, 32)
