@@ -149,3 +149,28 @@ def test_a_null_field_from_an_mcp_client_takes_the_workloads_default():
     assert (spec.input_len, spec.concurrency, spec.output_len) == (512, [1, 2, 4, 8, 16], 128)
     prefix = TypeAdapter(AnySpec).validate_python({"kind": "prefix", "input_len": 400, "prefix_len": None})
     assert (prefix.prefix_len, prefix.groups, prefix.num_prompts) == (300, 4, 32)
+
+
+@pytest.mark.parametrize(
+    ("spec", "named"),
+    [
+        ({"kind": "decode", "num_prompts": 1e9}, "num_prompts = 1000000000.0 must be at most 10000"),
+        ({"kind": "open_loop", "rates": [1e-9]}, "rates.0 = 1e-09 must be at least 0.01"),
+        ({"kind": "decode", "concurrency": [100000], "num_prompts": 2}, "must be at most 1024"),
+    ],
+)
+def test_mcp_run_benchmark_refuses_an_unbounded_spec_before_it_runs(tmp_path, spec, named):
+    import anyio
+    from mcp import Client
+
+    from gemma4_t4.mcp_server import build_server
+
+    async def call():
+        async with Client(build_server()) as client:
+            args = {"base_url": NOWHERE, "model": "m", "out_dir": str(tmp_path / "out"), "spec": spec}
+            return await client.call_tool("run_benchmark", args)
+
+    result = anyio.run(call)
+    text = result.content[0].text
+    assert result.is_error and named in text and "cannot reach" not in text
+    assert not (tmp_path / "out").exists()
