@@ -23,6 +23,7 @@ from gemma4_t4.foundation.launch_record import DEFAULT_WORK_DIR
 from gemma4_t4.serving.server import VLLMServer, list_servers
 from gemma4_t4.serving.server_config import ServerConfig
 from gemma4_t4.serving.server_state import free_port, machine_port_lock, pid_alive, state_path
+from tests.test_server_lifecycle import _config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -34,18 +35,6 @@ CORRUPT = {
     "a list": b"[]",
     "no config": b'{"pid": 12345, "state": "running"}',
 }
-
-
-def _config(fake: Path, model: Path, work: Path, **kw) -> ServerConfig:
-    return ServerConfig(
-        model=str(model),
-        port=free_port(),
-        work_dir=str(work),
-        python=str(fake),
-        extra_env={"FAKE_VLLM_MODE": "serve"},
-        probe_cpu_attention=False,
-        **kw,
-    )
 
 
 def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -60,7 +49,7 @@ def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
 
 def test_one_corrupt_state_file_leaves_the_other_servers_listed_and_is_named(fake_vllm, model_dir, tmp_path):
     work = tmp_path / "work"
-    server = VLLMServer(_config(fake_vllm, model_dir, work))
+    server = VLLMServer(_config(fake_vllm, model_dir, work, probe_cpu_attention=False))
     server.start(timeout=20)
     server.stop(grace=2)  # a stopped server stays recorded
     broken_port = free_port()
@@ -116,7 +105,7 @@ def test_a_corrupt_state_files_fix_names_the_processes_its_supervisor_recorded_a
 
 def test_the_port_locks_fix_carries_the_holders_work_dir(fake_vllm, model_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("GEMMA4_T4_CACHE_DIR", str(tmp_path / "cache"))
-    first = VLLMServer(_config(fake_vllm, model_dir, tmp_path / "work A"))
+    first = VLLMServer(_config(fake_vllm, model_dir, tmp_path / "work A", probe_cpu_attention=False))
     # what a start in work A holds while its vLLM loads: the machine-wide port lock, naming this process
     lock = machine_port_lock(first.config.port)
     lock.acquire(first._lock_owner(os.getpid(), psutil.Process().create_time()))
@@ -138,7 +127,7 @@ def test_the_port_locks_fix_carries_the_holders_work_dir(fake_vllm, model_dir, t
 
 def test_the_supervisor_gone_hints_carry_the_work_dir(fake_vllm, model_dir, tmp_path):
     work = tmp_path / "work"
-    server = VLLMServer(_config(fake_vllm, model_dir, work))
+    server = VLLMServer(_config(fake_vllm, model_dir, work, probe_cpu_attention=False))
     server.start(timeout=20)
     api = None
     try:
