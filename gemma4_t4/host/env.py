@@ -60,6 +60,7 @@ E2B_LOAD_PEAK_GIB = round(load_ram("e2b", "bf16").peak_ram_gib, 1)
 # vLLM version -> transformers requirement, and exact pairs reported working or broken for
 # Gemma 4 (transformers 5.15 moved global_head_dim into per_layer_config; vLLM reads the old key).
 VLLM_TRANSFORMERS_RANGE = {
+    "0.34.0": (">=5.16.1", "<5.23.0"),
     "0.33.0": (">=5.16.1", "<5.21.0"),
     "0.32.0": (">=5.16.1", "<5.20.0"),
 }

@@ -4,10 +4,10 @@ release x CUDA variant ever planned, with its torch, indexes, oldest driver and 
 seen published (evidence per row: ``docs/install.md``, kept in step by a test). Setup, the doctor and
 ``fix-torch`` all read it:
 
-* driver >= 580: vLLM 0.33.0 (the release the Turing fix is proven against) in its default CUDA
-  13.0 build from PyPI, torch 2.14.0 from PyTorch's ``cu130`` index;
+* driver >= 580: vLLM 0.34.0 (the newest release, and the Turing fix is proven against its kernel) in
+  its default CUDA 13.0 build from PyPI, torch 2.14.0 from PyTorch's ``cu130`` index;
 * driver 525-579 (Colab, older VMs): vLLM 0.31.0's ``cu129`` build with torch 2.13.0+cu129, then
-  0.30.0's as its fallback. torch 2.14 (vLLM 0.33.0's pin) has no cu129 build and no 0.32/0.33
+  0.30.0's as its fallback. torch 2.14 (vLLM 0.33/0.34's pin) has no cu129 build and no 0.32-0.34
   ``+cu129`` wheel was seen, so 0.31.0 is the newest CUDA 12 pair that exists; CUDA 12.9 runs on
   525+ through minor-version compatibility;
 * below 525: refused with the reason and the fix (a newer driver image);
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 # The release the sm_75 attention fix is proven against (gemma4_t4.turing), as the `gpu` extra
 # pins it (env.GPU_VLLM says the same; a test keeps them equal).
-PROVEN_VLLM = "0.33.0"
+PROVEN_VLLM = "0.34.0"
 VLLM_WHEEL_INDEX = "https://wheels.vllm.ai/{version}/{variant}"
 PYTORCH_INDEX = "https://download.pytorch.org/whl/{variant}"
 DEFAULT_VARIANT = "cu130"  # what `pip install vllm==X` from PyPI gets (vLLM >= 0.20)
@@ -103,8 +103,12 @@ class InstallRoute:
 # The matrix, in order of preference (the first row a driver runs is planned; later rows it runs
 # are the fallbacks). Evidence per row: docs/install.md (read 2026-12-01).
 INSTALL_MATRIX: tuple[InstallRoute, ...] = (
-    InstallRoute("vllm-0.33.0-cu130", "vllm", "0.33.0", "cu130", "2.14.0", ">=5.16.1,<5.21.0", 580,
+    # 0.34.0 (PyPI, read 2026-12-05) pins torch 2.14.0 and transformers<5.23.0; the tile cap and the
+    # prefill route passed on its files (docs/install.md, "vLLM 0.34.0")
+    InstallRoute("vllm-0.34.0-cu130", "vllm", "0.34.0", "cu130", "2.14.0", ">=5.16.1,<5.23.0", 580,
                  "NVIDIA sm_75 and newer (T4, L4, A10G, A100, H100)", "native CUDA 13.0 (driver >= 580)"),
+    InstallRoute("vllm-0.33.0-cu130", "vllm", "0.33.0", "cu130", "2.14.0", ">=5.16.1,<5.21.0", 580,
+                 "NVIDIA sm_75 and newer", "native CUDA 13.0 (driver >= 580)", planned=False),
     InstallRoute("vllm-0.32.0-cu130", "vllm", "0.32.0", "cu130", "2.13.0", ">=5.16.1,<5.20.0", 580,
                  "NVIDIA sm_75 and newer", "native CUDA 13.0 (driver >= 580)", planned=False),
     # vLLM 0.31.0's CUDA 12.9 build: a release asset of v0.31.0 (2026-10-05) and on vLLM's
@@ -125,7 +129,7 @@ GPU_ROUTES = tuple(r for r in INSTALL_MATRIX if r.kind == "gpu")
 CPU_ROUTE = next(r for r in INSTALL_MATRIX if r.kind == "cpu")
 CPU_VLLM = CPU_ROUTE.vllm_version
 CPU_TORCH = CPU_ROUTE.torch_version
-# the transformers requirement each GPU release is installed with (the `gpu` extra declares 0.33.0's)
+# the transformers requirement each GPU release is installed with (the `gpu` extra declares 0.34.0's)
 TRANSFORMERS_RANGE = {r.vllm_version: r.transformers for r in GPU_ROUTES}
 # Oldest Linux driver per CUDA variant: 13.x needs 580; 12.x runs on 525+ through minor-version
 # compatibility (full 12.9 support from 575).
