@@ -431,10 +431,11 @@ def _without_torch_index(step: PipStep, route: InstallRoute, python: str, runner
     index = ["--extra-index-url", route.torch_index]
     torch = f"torch=={route.torch_build}"
     pairs = list(zip(step.command, step.command[1:], strict=False))
-    if torch not in step.command or tuple(index) not in pairs:
+    if tuple(index) not in pairs:
         return step.command
-    probe = runner(pip_command(python, "install", "--dry-run", "--no-deps", "--ignore-installed", "--quiet", torch))
-    if probe.returncode != 0:
+    probe = None if torch not in step.command else runner(  # a step without torch (--no-deps vllm) needs no index
+        pip_command(python, "install", "--dry-run", "--no-deps", "--ignore-installed", "--quiet", torch))
+    if probe is not None and probe.returncode != 0:
         with _progress(say, f"{torch} is not in pip's configured sources: installing it alone from {route.torch_index}"):
             done = runner(pip_command(python, "install", "--quiet", torch, "--index-url", route.torch_index))
         if done.returncode != 0:
