@@ -292,9 +292,12 @@ def spec_error(what: str, exc: ValidationError) -> SpecRefused:
     return SpecRefused(f"{what}.{field}: {first['msg']}", fix=f"give {field} as the type {what} declares")
 
 
-_BOUNDS = {"greater_than_equal": "at least {ge}", "greater_than": "above {gt}", "less_than_equal": "at most {le}",
-           "less_than": "below {lt}", "too_long": "at most {max_length} values", "too_short": "at least {min_length} value(s)",
-           "finite_number": "a finite number"}
+# pydantic's error types of a Field limit -> the limit in words (its ctx holds the bound)
+_BOUNDS = {
+    "greater_than_equal": "at least {ge}", "greater_than": "above {gt}", "less_than_equal": "at most {le}",
+    "less_than": "below {lt}", "too_long": "at most {max_length} values", "too_short": "at least {min_length} value(s)",
+    "finite_number": "a finite number",
+}  # fmt: skip
 
 
 def _field_names(what: str) -> list[str]:

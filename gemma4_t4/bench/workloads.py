@@ -30,7 +30,7 @@ from gemma4_t4.bench.client import ARRIVALS, RequestSpec, arrival_offsets, close
 from gemma4_t4.bench.derive import derive_cell, lookup_bytes_per_token
 from gemma4_t4.bench.metrics import aggregate, open_loop_stats
 from gemma4_t4.bench.prompts import PromptFactory
-from gemma4_t4.bench.registry import REGISTRY, WorkloadSpec, spec_for, spec_from_options
+from gemma4_t4.bench.registry import REGISTRY, Arrivals, WorkloadSpec, spec_for, spec_from_options
 from gemma4_t4.bench.results import BenchRun, ResultsWriter, check_out_dir
 from gemma4_t4.bench.schemas import (
     Answer,
@@ -196,7 +196,8 @@ def _announce(args: BenchArgs, say: Callable[[str], None]) -> BenchArgs:
     hours, minutes = divmod(round(expected / 60), 60)
     took = f"{hours} h {minutes} min" if hours else f"{minutes} min"
     spec = args.spec
-    pace = [f"{spec.prompts_at(r)} requests at {r:g} req/s" for r in getattr(spec, "rates", None) or []]
+    rates = (getattr(spec, "rates", None) or []) if isinstance(spec, Arrivals) else []
+    pace = [f"{spec.prompts_at(r)} requests at {r:g} req/s" for r in rates]
     say(f"note: this {spec.kind} run takes at least {took}: its requests are sent at the offered rate "
         f"({', '.join(pace)}); progress is shown per request")
     return args.model_copy(update={"progress": True})
