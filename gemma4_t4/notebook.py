@@ -382,7 +382,9 @@ def _accepted(name: str, value: object, rule: Param) -> bool:
     """Whether ``value`` passes ``rule`` (a workload value as its workload class reads it)."""
     text = str(value).strip().lower() if isinstance(value, str | os.PathLike) else None
     number = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    if rule.kind in ("target", "size", "choice"):
+    if rule.kind == "choice":  # passed on as written (SCALE_DTYPE)
+        return value in rule.choices
+    if rule.kind in ("target", "size"):
         return text is not None and (text in rule.choices or (rule.kind == "size" and _size_key(text) in rule.choices))
     if rule.kind == "path":
         return bool(text)

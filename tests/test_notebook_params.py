@@ -127,6 +127,7 @@ MATRIX = [
     ("WORK_DIR", "-p", "None", NO),
     ("SCALE_DTYPE", "-p", "bf16", OK),
     ("SCALE_DTYPE", "-p", "fp32", NO),
+    ("SCALE_DTYPE", "-p", "BF16", NO),
     ("REFERENCE_ANSWERS", "-p", "", OK),
     ("REFERENCE_ANSWERS", "-p", "no/such/run", NO),
     ("ENDPOINT_NAME", "-p", "my-endpoint-2", OK),
