@@ -82,7 +82,7 @@ def test_a_server_echoing_the_key_leaves_it_nowhere(tmp_path, capsys, monkeypatc
     monkeypatch.setenv("HF_TOKEN", HF)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", AWS_SECRET)
     with _echo_server() as url:
-        code = _bench(url, tmp_path / "r", "--api-key", KEY)
+        code = _bench(url, tmp_path / "r", "--api-key", KEY, "--label", f"run with {KEY}")
     out, err = capsys.readouterr()
     assert code == 1 and set(_Echo.seen) == {f"Bearer {KEY}"}  # the server got the key, and failed
     stored = {p.name: p.read_text() for p in (tmp_path / "r").iterdir()}

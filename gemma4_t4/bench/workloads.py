@@ -107,7 +107,7 @@ class BenchArgs(BenchOptions):
         """What run.json stores: every argument (as JSON), the API key and other secrets never."""
         data = self.model_dump(mode="json", exclude={"api_key"})
         data["api_key_used"] = self.api_key is not None
-        return secrets.mask(data)
+        return secrets.mask(data, self.secret_values())  # a label may hold the key too
 
 
 def build_args(base_url: str, model: str, workload: str, out_dir: str | Path, **opts: Any) -> BenchArgs:
@@ -255,11 +255,12 @@ def _open_writer(
 ) -> ResultsWriter:
     """The results folder, with run.json saying what is measured, where, and with which prompts."""
     nonce = factory.nonce if factory else None
+    hidden = args.secret_values()
     info = RunInfo(
         run_id=uuid.uuid4().hex[:12], workload=args.workload, model=args.model, base_url=args.base_url,
-        label=args.label, started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), config=args.record(),
-        prompts=PromptInfo(seed=args.spec.seed, nonce=nonce, tokenizer=tokenizer_source), server=server,
-        environment=secrets.mask(environment), definitions="docs/benchmarks.md#metric-definitions",
+        label=secrets.mask(args.label, hidden), started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        config=args.record(), prompts=PromptInfo(seed=args.spec.seed, nonce=nonce, tokenizer=tokenizer_source),
+        server=server, environment=secrets.mask(environment, hidden), definitions="docs/benchmarks.md#metric-definitions",
     )
     return ResultsWriter(out, info, overwrite=args.overwrite)
 
