@@ -76,10 +76,15 @@ def test_a_long_run_shows_its_progress_even_where_progress_was_off(tmp_path):
     from gemma4_t4.bench import workloads
 
     long = build_args(NOWHERE, "m", "decode", tmp_path / "r", rates=[0.05, 0.1], progress=False)
-    assert workloads._announce(long, said.append).progress is True
-    assert said and "at least 8 min" in said[0] and "16 requests at 0.1 req/s" in said[0]
+    shown = workloads._announce(long, "this open_loop run", workloads._pace(long.spec), said.append)
+    assert shown.progress is True and "at least 8 min" in said[0] and "16 requests at 0.1 req/s" in said[0]
     short = build_args(NOWHERE, "m", "decode", tmp_path / "r", rates=[1.0], progress=False)
-    assert workloads._announce(short, said.append).progress is False and len(said) == 1
+    assert workloads._announce(short, "this run", workloads._pace(short.spec), said.append).progress is False
+    # a sweep's rates are known once its ends are measured: its rate cells are announced then
+    sweep = build_args(NOWHERE, "m", "decode", tmp_path / "r", sweep=2, progress=False)
+    assert workloads._pace(sweep.spec) == []
+    workloads._announce(sweep, "the rest of this sweep run", [(32, 0.04), (32, 0.08)], said.append)
+    assert said[1].startswith("note: the rest of this sweep run takes at least 20 min") and len(said) == 2
 
 
 class _Words:

@@ -188,19 +188,25 @@ def run_benchmark(
 LONG_RUN_S = 180.0
 
 
-def _announce(args: BenchArgs, say: Callable[[str], None]) -> BenchArgs:
-    """The run, with its progress shown where it is expected to take long (said before it starts)."""
-    expected = args.spec.expected_s()
-    if expected is None or expected <= LONG_RUN_S:
+def _announce(args: BenchArgs, what: str, pace: list[tuple[int, float]], say: Callable[[str], None]) -> BenchArgs:
+    """The run, with its progress shown where its open-loop cells (``pace``: requests and the rate they
+    are sent at) take long: said before they start."""
+    expected = sum(n / rate for n, rate in pace)
+    if expected <= LONG_RUN_S:
         return args
     hours, minutes = divmod(round(expected / 60), 60)
     took = f"{hours} h {minutes} min" if hours else f"{minutes} min"
-    spec = args.spec
-    rates = (getattr(spec, "rates", None) or []) if isinstance(spec, Arrivals) else []
-    pace = [f"{spec.prompts_at(r)} requests at {r:g} req/s" for r in rates]
-    say(f"note: this {spec.kind} run takes at least {took}: its requests are sent at the offered rate "
-        f"({', '.join(pace)}); progress is shown per request")
+    rates = ", ".join(f"{n} requests at {rate:.3g} req/s" for n, rate in pace)
+    say(f"note: {what} takes at least {took}: its requests are sent at the offered rate ({rates}); "
+        "progress is shown per request")
     return args.model_copy(update={"progress": True})
+
+
+def _pace(spec: WorkloadSpec) -> list[tuple[int, float]]:
+    """An open-loop spec's cells as (requests, rate), known before anything is built."""
+    if not isinstance(spec, Arrivals):
+        return []
+    return [(spec.prompts_at(rate), rate) for rate in getattr(spec, "rates", None) or []]
 
 
 def _say(text: str) -> None:
@@ -208,7 +214,7 @@ def _say(text: str) -> None:
 
 
 def _run(args: BenchArgs, say: Callable[[str], None] = _say) -> BenchRun:
-    args = _announce(args, say)
+    args = _announce(args, f"this {args.spec.kind} run", _pace(args.spec), say)
     # before the server is asked anything: a folder holding other files is refused, not mixed into
     out = check_out_dir(args.out_dir, args.overwrite)
     backend = backend_for(args.base_url, args.key(), args.request_timeout_s)
@@ -225,7 +231,7 @@ def _run(args: BenchArgs, say: Callable[[str], None] = _say) -> BenchRun:
     outcome = _Outcome()
     try:
         with signals.orderly_stop(redeliver=False):
-            _run_cells(args, backend, cells, factory, writer, outcome)
+            _run_cells(args, backend, cells, factory, writer, outcome, say)
     except KeyboardInterrupt as exc:
         outcome.status = signals.interrupt_label(exc)
         raise
@@ -267,10 +273,10 @@ def _open_writer(
 
 def _run_cells(
     args: BenchArgs, backend: Backend, cells: list[Cell], factory: PromptFactory | None,
-    writer: ResultsWriter, outcome: _Outcome,
+    writer: ResultsWriter, outcome: _Outcome, say: Callable[[str], None] = _say,
 ) -> None:
-    """Run the cells in order (a sweep adds more as it learns the load range), stopping early where
-    the server became unreachable; ``outcome`` says how it ended."""
+    """Run the cells in order (a sweep adds more as it learns the load range, saying so where they take
+    long), stopping early where the server became unreachable; ``outcome`` says how it ended."""
     spec = args.spec
     measured: dict[str, list[RequestRecord]] = {}
     pending = list(cells)
@@ -291,6 +297,8 @@ def _run_cells(
             raise
         if fields:
             writer.update_run(**{k: v.to_json() for k, v in fields.items()})
+        pace = [(len(c.specs), c.rate) for c in more if c.rate]
+        args = _announce(args, f"the rest of this {spec.kind} run", pace, say)  # rates known only now
         pending += more
     figures = spec.finish(cells, measured)
     if figures:
