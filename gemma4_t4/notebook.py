@@ -760,7 +760,7 @@ def t4_vs_l4(served: Endpoint, specs: Mapping[str, WorkloadSpec], runs_dir: str 
         show_table(sagemaker_decode_table())
         return None
     with endpoint("sagemaker", model, ".", name=served.served_name, part=4, region=region, budget=budget,
-                  gpu="l4", max_num_seqs=served.max_num_seqs or 8, poll_s=poll_s) as l4:
+                  gpu="l4", max_num_seqs=served.max_num_seqs or 8, poll_s=poll_s, serves=list(specs.values())) as l4:
         for label, spec in specs.items():
             run(l4, spec, Path(out_dir) / label, overwrite=True)
     (headline,) = compare_suites(runs_dir, out_dir).headlines
