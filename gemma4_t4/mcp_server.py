@@ -25,7 +25,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, TypeAdapter, model_validator
 
@@ -35,8 +35,15 @@ from gemma4_t4.bench.specs import AnySpec
 from gemma4_t4.errors import Gemma4T4Error, UnexpectedError, debug_enabled, user_error
 from gemma4_t4.foundation import secrets, signals
 from gemma4_t4.foundation.jsonable import to_jsonable
-from gemma4_t4.foundation.launch_record import launch_settings
 from gemma4_t4.host import env
+from gemma4_t4.mcp_boundary import (
+    DEFAULT_BUDGET_USD,
+    BudgetUSD,
+    assistant_deploy,
+    deploy_parameters,
+    launch_parameters,
+    takes_settings,
+)
 from gemma4_t4.sagemaker import quotas  # sagemaker.* import no AWS SDK: boto3 loads at a tool's first call
 from gemma4_t4.sagemaker.build import (
     BuildFailed,
@@ -47,7 +54,7 @@ from gemma4_t4.sagemaker.build import (
     build_record,
 )
 from gemma4_t4.sagemaker.build import build_t4_image as build
-from gemma4_t4.sagemaker.config import ConfigSummary, DeployConfig, default_region, deploy_settings
+from gemma4_t4.sagemaker.config import ConfigSummary, DeployConfig, default_region, validate_name
 from gemma4_t4.sagemaker.deploy import (
     DeployFailed,
     DeployResult,
@@ -78,7 +85,6 @@ from gemma4_t4.sagemaker.ops import (
 from gemma4_t4.sagemaker.ops import delete_endpoint as delete
 from gemma4_t4.sagemaker.ops import list_endpoints as list_all
 from gemma4_t4.sagemaker.quotas import QuotaRow
-from gemma4_t4.serving import speculative
 from gemma4_t4.serving.server import (
     DEFAULT_WORK_DIR,
     ServerStatus,
@@ -87,7 +93,7 @@ from gemma4_t4.serving.server import (
     start_server,
     stop_server,
 )
-from gemma4_t4.serving.server_config import ServerConfig, setting_help
+from gemma4_t4.serving.server_config import ServerConfig
 from gemma4_t4.serving.server_state import free_port
 from gemma4_t4.turing import filepatch
 from gemma4_t4.turing import state as turing_state
@@ -112,14 +118,11 @@ DESTRUCTIVE = ToolAnnotations(read_only_hint=False, destructive_hint=True, idemp
 # Tool parameter types with their limits: the SDK validates them before a tool runs, so a bad value
 # never reaches AWS or a vLLM launch. Only a real JSON true confirms ("yes" and 1 do not).
 Confirm = Annotated[StrictBool, Field(description="true (a JSON boolean) to act; anything else only describes")]
-ContextLen = Annotated[int, Field(gt=0, le=1_048_576, description="tokens per sequence (prompt + output)")]
-Sequences = Annotated[int, Field(gt=0, le=1024, description="concurrent sequences")]
 UserPort = Annotated[int, Field(ge=1024, le=65535, description="an unprivileged TCP port (1024..65535)")]
 Seconds = Annotated[float, Field(gt=0)]
 Region = Annotated[str | None, Field(description="AWS region (default: $AWS_REGION, else us-east-2)")]
-DraftTokens = Annotated[
-    int, Field(ge=1, le=speculative.MAX_NUM_DRAFT_TOKENS, description="draft tokens per speculative step")
-]
+Tokens = Annotated[int, Field(ge=1, le=32_768, description="tokens to generate")]
+Temperature = Annotated[float, Field(ge=0, le=2, description="sampling temperature")]
 
 
 def _secret_values() -> list[str]:
@@ -138,13 +141,14 @@ def tool_error_text(exc: BaseException) -> str:
     return head + (f"\n  fix: {error.fix}" if error.fix else "")
 
 
-def _adapter(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Run ``fn`` in a worker thread, turn every exception into a tool error, scrub secrets."""
+def _adapter(fn: Callable[..., Any], interruptible: bool = False) -> Callable[..., Any]:
+    """Run ``fn`` in a worker thread, turn every exception into a tool error, scrub secrets. ``interruptible``:
+    a shutdown does not wait for it (it has nothing billed to roll back)."""
     signature = inspect.signature(fn, eval_str=True)
     return_type = signature.return_annotation
 
     def call(*args: Any, **kwargs: Any) -> Any:
-        with _IN_FLIGHT:
+        with _INTERRUPTIBLE if interruptible else _IN_FLIGHT:
             return fn(*args, **kwargs)
 
     @functools.wraps(fn)
@@ -171,21 +175,23 @@ def _adapter(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 class _InFlight:
-    """Tool calls running in worker threads: a shutdown waits for them to finish their cleanup."""
+    """Tool calls running in worker threads: a shutdown waits for those ``counted`` to finish their cleanup
+    (a deploy's rollback, a stopped build); one not counted (a benchmark) ends with the process."""
 
-    def __init__(self) -> None:
+    def __init__(self, counted: bool = True) -> None:
         self._count = 0
         self._idle = threading.Condition()
+        self._counted = counted
 
     def __enter__(self) -> None:
         if _SHUTDOWN.is_set():
             raise Gemma4T4Error("the MCP server is shutting down", fix="start it again and repeat the call")
         with self._idle:
-            self._count += 1
+            self._count += self._counted
 
     def __exit__(self, *exc: object) -> None:
         with self._idle:
-            self._count -= 1
+            self._count -= self._counted
             self._idle.notify_all()
 
     def wait_idle(self, timeout: float) -> bool:
@@ -194,6 +200,9 @@ class _InFlight:
 
 
 _IN_FLIGHT = _InFlight()
+# A benchmark holds nothing billed of its own (an endpoint it measures is watched by its own deploy): a shutdown
+# cancels it with the process rather than waiting up to SHUTDOWN_GRACE_S for its requests to end.
+_INTERRUPTIBLE = _InFlight(counted=False)
 _SHUTDOWN = threading.Event()  # set by SIGTERM/SIGHUP: waits inside tools end at once
 _STOP_SIGNAL: list[int] = [signal.SIGTERM]
 SHUTDOWN_GRACE_S = 600.0  # how long a shutdown waits for in-flight tools to roll back
@@ -213,12 +222,14 @@ class ToolSpec:
     fn: Callable[..., Any]
     annotations: ToolAnnotations
     confirm: bool = False
+    interruptible: bool = False  # a shutdown cancels it instead of waiting for it
 
 
 REGISTRY: dict[str, ToolSpec] = {}
 
 
-def tool(annotations: ToolAnnotations, confirm: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def tool(annotations: ToolAnnotations, confirm: bool = False,
+         interruptible: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register a tool under its function's name. ``confirm=True``: it must take ``confirm: bool = False``."""
 
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -227,7 +238,7 @@ def tool(annotations: ToolAnnotations, confirm: bool = False) -> Callable[[Calla
             raise TypeError(f"{fn.__name__} needs confirmation but has no `confirm: Confirm = False` parameter")
         if confirm and parameter.annotation not in ("Confirm", Confirm):  # "yes" or 1 must not confirm
             raise TypeError(f"{fn.__name__}'s confirm must be typed Confirm (a strict boolean)")
-        REGISTRY[fn.__name__] = ToolSpec(fn, annotations, confirm)
+        REGISTRY[fn.__name__] = ToolSpec(fn, annotations, confirm, interruptible)
         return fn
 
     return register
@@ -258,6 +269,7 @@ class ConfigResult(BaseModel):
     config: ConfigSummary | None = None  # None when the config is not valid
     cost: str = ""
     usd_per_hour: float | None = None
+    budget: str = ""  # the worst case within budget_usd
     aws_cli: list[str] = []
 
 
@@ -438,51 +450,41 @@ def check_quotas(instance_types: list[str] | None = None, regions: list[str] | N
 @tool(READ_ONLY)
 def find_vllm_image(region: Region = None, tag: str | None = None, latest: bool = False,
                     instance_type: str = "ml.g4dn.xlarge") -> ImageResult:
-    """The AWS vLLM container image for a region (pinned tag or newest in the registry) and its AMI."""
+    """The AWS vLLM container image for a region (pinned tag or newest in the registry) and its AMI.
+    Refuses a tag that is not a pinned AWS vLLM tag (latest, a path)."""
     region = default_region(region)
-    choice = find(region, tag, query_registry=latest)
+    choice = find(region, tag, query_registry=latest)  # a tag that is not a pinned AWS vLLM tag is refused
     return ImageResult(**choice.model_dump(), instance_type=instance_type,
                        inference_ami_version=required_ami_version(choice.image_uri, instance_type))
 
 
-# The deploy settings' MCP types that carry limits in the schema (the SDK refuses a bad value before the
-# tool runs); the others are typed as declared. DeployConfig.validate checks every value either way.
-_DEPLOY_LIMITS = {"max_model_len": ContextLen, "max_num_seqs": Sequences, "region": Region,
-                  "num_draft_tokens": DraftTokens | None}
-
-
-def _takes_deploy_settings(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn(..., **settings)`` takes every deploy setting as a keyword parameter, typed, defaulted and
-    described (its help) as declared once beside DeployConfig, where the CLI's deploy flags come from too."""
-    own = inspect.signature(fn, eval_str=True)
-    declared = [inspect.Parameter(s.parameter, inspect.Parameter.KEYWORD_ONLY, default=s.default,
-                                  annotation=Annotated[_DEPLOY_LIMITS.get(s.name, s.type), Field(description=s.help)])
-                for s in deploy_settings()]
-    kept = [p for p in own.parameters.values() if p.kind is not p.VAR_KEYWORD]
-    fn.__signature__ = own.replace(parameters=declared + kept)  # type: ignore[attr-defined]
-    return fn
-
-
 @tool(LOCAL_READ_ONLY)
-@_takes_deploy_settings
-def get_deployment_config(**settings: object) -> ConfigResult:
-    """Validate a deployment config (no AWS calls): container env, AMI, $/hour and the aws CLI recipe.
-    Without image_tag it plans with the recorded DLC tag (deploy_endpoint looks up the newest)."""
+@takes_settings(deploy_parameters())
+def get_deployment_config(*, budget_usd: BudgetUSD = DEFAULT_BUDGET_USD, **settings: object) -> ConfigResult:
+    """Validate a deployment config (no AWS calls): container env, AMI, $/hour, the budget's bound and the aws
+    CLI recipe. Without image_tag it plans with the recorded DLC tag (deploy_endpoint looks up the newest).
+    Invalid, as deploy_endpoint refuses it: an unpriced instance type, a bound (instances x ttl_hours x $/hour)
+    over budget_usd, a container variable outside the allow-list, an AMI the image cannot run on."""
     try:
         config = DeployConfig.from_settings(**settings)
         plan = deployment_plan(config)
+        bound = assistant_deploy(config, budget_usd)
     except Gemma4T4Error as exc:
         return ConfigResult(valid=False, problem=exc.message, fix=exc.fix)
     cost = deploy_cost(config)
     return ConfigResult(valid=True, config=config.summary(), cost=cost.line(), usd_per_hour=cost.usd_per_hour,
-                        aws_cli=plan)
+                        budget=bound.line(), aws_cli=plan)
 
 
 @tool(CREATES, confirm=True)
-@_takes_deploy_settings
-def deploy_endpoint(*, wait: bool = False, timeout_s: Seconds | None = None, confirm: Confirm = False,
-                    **settings: object) -> DeployToolResult:
-    """Deploy to a SageMaker endpoint (billing starts). Needs confirm=True; without it, returns the plan.
+@takes_settings(deploy_parameters())
+def deploy_endpoint(*, wait: bool = False, timeout_s: Seconds | None = None, budget_usd: BudgetUSD = DEFAULT_BUDGET_USD,
+                    confirm: Confirm = False, **settings: object) -> DeployToolResult:
+    """Deploy to a SageMaker endpoint (billing starts). Needs confirm=True; without it, returns the plan and the
+    budget's bound. Refused before anything is billed: an instance type without a price, a worst case
+    (instances x ttl_hours x $/hour) over budget_usd, a container variable outside the allow-list (no
+    LD_PRELOAD, PYTHONPATH, HF_ENDPOINT), an AMI the image cannot run on; raw vLLM arguments, another image
+    or role and an unfixed T4 image are not parameters at all (docs/sagemaker.md: the assistant's boundary).
 
     wait=False returns at Creating and keeps watching while this MCP server runs: a Failed or timed-out
     endpoint is deleted. When the MCP server exits (its client closes, SIGTERM) before the endpoint is
@@ -494,7 +496,7 @@ def deploy_endpoint(*, wait: bool = False, timeout_s: Seconds | None = None, con
     config = DeployConfig.from_settings(**settings)
     config.pin_image_tag(settings.get("image_tag"))  # no tag given: the newest in the registry
     plan = deployment_plan(config)  # validates before anything else
-    cost = deploy_cost(config).line()
+    cost = deploy_cost(config).line() + "; " + assistant_deploy(config, budget_usd).line()
     if not confirm:
         return DeployToolResult(refused=True, cost=cost, aws_cli=plan,
                                 reason="deploying creates billed resources: call again with confirm=True")
@@ -552,6 +554,7 @@ def build_t4_image(region: Region = None, base_tag: str | None = None, confirm: 
 @tool(READ_ONLY)
 def get_endpoint_status(name: str, region: Region = None) -> StatusToolResult:
     """Endpoint status, failure reason, instance, AMI, age, expiry, cost so far and advice."""
+    validate_name(name)
     region = default_region(region)
     watch = _WATCHES.by_key.get((region, name))
     return StatusToolResult(endpoint=endpoint_status(name, region),
@@ -566,8 +569,11 @@ def list_endpoints(regions: list[str] | None = None, include_untagged: bool = Fa
 
 
 @tool(READ_ONLY)
-def get_endpoint_logs(name: str, region: Region = None, lines: int = 50) -> LogsResult:
-    """The endpoint's CloudWatch log tail and startup milestones; explains a missing log group."""
+def get_endpoint_logs(name: str, region: Region = None,
+                      lines: Annotated[int, Field(ge=1, le=10_000)] = 50) -> LogsResult:
+    """The endpoint's CloudWatch log tail and startup milestones; explains a missing log group.
+    Refuses a name outside SageMaker's name rule (a path such as ../../x)."""
+    validate_name(name)
     region = default_region(region)
     return endpoint_logs(name, region, lines=lines)
 
@@ -645,7 +651,7 @@ def _target(endpoint_name: str | None, base_url: str | None) -> None:
 
 @tool(READ_ONLY)
 def query_model(prompt: str, endpoint_name: str | None = None, region: Region = None,
-                base_url: str | None = None, max_tokens: int = 256, temperature: float = 0.0) -> QueryResult:
+                base_url: str | None = None, max_tokens: Tokens = 256, temperature: Temperature = 0.0) -> QueryResult:
     """Send one chat prompt to a SageMaker endpoint (endpoint_name) or a local vLLM server (base_url)."""
     region = default_region(region)
     _target(endpoint_name, base_url)
@@ -671,7 +677,9 @@ def verify_model_health(endpoint_name: str | None = None, region: Region = None,
 
 @tool(DESTRUCTIVE, confirm=True)
 def delete_endpoint(name: str, region: Region = None, confirm: Confirm = False) -> DeleteToolResult:
-    """Delete endpoint, endpoint config and model (idempotent). Needs confirm=True."""
+    """Delete endpoint, endpoint config and model (idempotent). Needs confirm=True. Refuses an endpoint this
+    project did not create (no project tag): a person deletes that with the CLI (sagemaker delete --not-ours)."""
+    validate_name(name)
     region = default_region(region)
     if not confirm:
         planned = delete(name, region, dry_run=True)
@@ -756,41 +764,14 @@ def apply_turing_patch(revert: bool = False, confirm: Confirm = False) -> Turing
     return TuringPatchResult(refused=False, result=done, status=turing_state.status())
 
 
-# The launch settings start_vllm_server takes (ServerSettings declares them, as for serve start), with the MCP's
-# limits and defaults. Not for an assistant: host and api_key (it serves on 127.0.0.1 only), python, extra args
-# and env (another program, or vLLM options past the checks), work_dir, restarts; the tri-states stay the CLI's.
-_LAUNCH_PARAMETERS = ("model", "target", "port", "served_model_name", "dtype", "max_model_len", "max_num_seqs",
-                      "max_num_batched_tokens", "gpu_memory_utilization", "tensor_parallel_size", "kv_cache_space_gib",
-                      "block_size", "draft", "num_draft_tokens", "draft_method")
-_LAUNCH_LIMITS = {"port": UserPort, "max_model_len": ContextLen, "max_num_seqs": Sequences, "draft": str,
-                  "num_draft_tokens": DraftTokens}
-_LAUNCH_DEFAULTS = {"port": None, "max_model_len": 4096, "max_num_seqs": 8}  # port None: a free one
-
-
-def _takes_launch_settings(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn(..., **settings)`` takes the launch settings of :data:`_LAUNCH_PARAMETERS` as keyword parameters,
-    typed (a declared ``choices`` as a Literal), defaulted and described (``setting_help``) from ServerSettings."""
-    own, settings = inspect.signature(fn, eval_str=True), launch_settings()
-    declared = []
-    for name in _LAUNCH_PARAMETERS:
-        field = settings[name]
-        default = _LAUNCH_DEFAULTS.get(name, field.default)
-        choices = (field.json_schema_extra or {}).get("choices")  # target, draft_method: the SDK refuses others
-        kind = _LAUNCH_LIMITS.get(name) or (Literal[choices] if choices else field.annotation)
-        described = Annotated[kind | None if default is None else kind, Field(description=setting_help(name, default))]
-        declared.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=described,
-                                          default=inspect.Parameter.empty if field.is_required() else default))
-    kept = [p for p in own.parameters.values() if p.kind is not p.VAR_KEYWORD]
-    fn.__signature__ = own.replace(parameters=declared + kept)  # type: ignore[attr-defined]
-    return fn
-
-
 @tool(CREATES)
-@_takes_launch_settings
+@takes_settings(launch_parameters())
 def start_vllm_server(*, timeout_s: Annotated[Seconds, Field(description="how long to wait for /health")] = 600.0,
                       **settings: object) -> ServerToolResult:
     """Start vLLM on 127.0.0.1 (free port by default) through the start gate; waits for /health.
-    The settings are serve start's (docs/serving.md), each described in the schema."""
+    The settings are serve start's (docs/serving.md) that an assistant may set, each described and bounded in
+    the schema; never another host, an API key, another interpreter, raw vLLM arguments or environment, another
+    work dir or unattended restarts (not parameters: the start gate checks the rest)."""
     config = ServerConfig(**settings | {"port": settings.get("port") or free_port(), "work_dir": _work_dir()})
     # owned by this MCP server: recorded in the state file, stopped when it exits (docs/serving.md)
     owner = {"kind": "mcp-server", "pid": os.getpid(), "create_time": _own_create_time(),
@@ -803,6 +784,19 @@ def start_vllm_server(*, timeout_s: Annotated[Seconds, Field(description="how lo
 
 
 _OWNED: list[Any] = []  # vLLM servers started by this MCP server
+
+
+def _owned_server(port: int | None) -> int:
+    """The port of a server this MCP server started (``port``, or the only one it started); others refused."""
+    ports = [server.port for server in _OWNED]
+    if port is None and len(ports) == 1:
+        return ports[0]
+    if port is not None and port in ports:
+        return port
+    raise Gemma4T4Error(
+        f"the server on port {port} was not started by this MCP server: not stopped" if port is not None else
+        f"say which server to stop: this MCP server started {len(ports)} ({', '.join(map(str, ports)) or 'none'})",
+        fix="stop servers started otherwise with gemma4-t4 serve stop --port PORT; pass port= of one started here")
 
 
 def _own_create_time() -> float | None:
@@ -820,7 +814,9 @@ def _stop_owned() -> None:
 
 @tool(DESTRUCTIVE, confirm=True)
 def stop_vllm_server(port: UserPort | None = None, confirm: Confirm = False) -> ServerToolResult:
-    """Stop a vLLM server started here (SIGTERM, then SIGKILL). Needs confirm=True."""
+    """Stop a vLLM server this MCP server started (SIGTERM, then SIGKILL). Needs confirm=True.
+    Refused for a server started otherwise (the CLI, a notebook, another MCP server): it is not this one's."""
+    port = _owned_server(port)
     if not confirm:
         target = VLLMServer.attach(port, _work_dir())
         return ServerToolResult(refused=True, servers=[target.status()],
@@ -837,13 +833,14 @@ def server_status() -> ServerToolResult:
                             summary="\n".join(s.summary() for s in servers) or "no servers recorded")
 
 
-@tool(CREATES)
+@tool(CREATES, interruptible=True)
 def run_benchmark(base_url: str, spec: AnySpec | None = None, model: str | None = None,
                   out_dir: str | None = None, request_timeout_s: Seconds | None = None) -> RunReport:
     """Benchmark a running OpenAI-compatible server or sagemaker://REGION/ENDPOINT (TTFT, TPOT, throughput);
     writes a results dir. spec = what to measure, chosen by its kind (default {"kind": "decode"}); the schema
     holds every registered workload (decode, open_loop, sweep, series_decode, ttft, prefix, answers, load, ...)
-    with its description, its fields and their defaults."""
+    with its description, its fields and their defaults; a null field means its default, an unknown one is
+    refused. The MCP server's shutdown (SIGTERM) cancels a running benchmark; its results dir stays partial."""
     if model is None:
         model = _served_model(base_url)
     chosen = spec or bench_specs.DecodeSpec()
@@ -861,7 +858,7 @@ def build_server() -> MCPServer:
     for name, spec in REGISTRY.items():
         annotations = spec.annotations.model_copy(update={"title": name.replace("_", " ").capitalize()})
         tools.append(strict_arguments(
-            Tool.from_function(_adapter(spec.fn), name=name, title=annotations.title, annotations=annotations)))
+            Tool.from_function(_adapter(spec.fn, spec.interruptible), name=name, title=annotations.title, annotations=annotations)))
     return MCPServer(
         "gemma4-t4", log_level="WARNING",
         instructions="Deploy and serve Gemma 4 on NVIDIA T4 GPUs (SageMaker and local vLLM). Start with get_help. "

@@ -89,7 +89,10 @@ async def test_destructive_tools_refuse_without_confirmation(local_aws, tmp_path
         assert patch.structured_content["refused"] is True
 
         bad = await client.call_tool("get_deployment_config", {"instance_type": "ml.p9.huge"})
-        assert bad.structured_content["valid"] is False and "instance type" in bad.structured_content["problem"]
+        # only a priced instance type is a choice (the schema's enum): ml.p9.huge is refused before the tool runs
+        assert bad.is_error and "instance_type" in bad.content[0].text and "ml.g4dn.xlarge" in bad.content[0].text
+        bad = await client.call_tool("get_deployment_config", {"max_model_len": 100})
+        assert bad.is_error and "max_model_len" in bad.content[0].text
         error = await client.call_tool("deploy_endpoint", {"name": "x", "region": "mars-1", "confirm": True})
         assert error.is_error and "unknown or unsupported AWS region" in error.content[0].text
         assert _endpoints() == ["g4-mcp"]

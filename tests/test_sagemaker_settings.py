@@ -34,15 +34,22 @@ OLD_SPELLINGS = {"startup_timeout_s": ("--startup-timeout", "startup_timeout_s")
                  "model_data_s3_uri": ("--model-data", "model_data_s3_uri")}
 # The same deployment in both spellings: every conversion the CLI makes (comma lists, KEY=VALUE, "none").
 TAG = DEFAULT_VLLM_TAG
+AMI = "al2023-ami-sagemaker-inference-gpu-4-1"  # the driver a CUDA 13 image needs
 ARGV = ["--name", "g4-same", "--instance-type", "ml.g6.xlarge", "--fallback-instance-types", "ml.g5.xlarge",
         "--image-tag", TAG, "--max-model-len", "4096", "--max-num-seqs", "2", "--gpu-memory-utilization", "0.85",
         "--vllm-arg=--enforce-eager", "--vllm-arg=--seed=7", "--env", "SM_VLLM_SWAP_SPACE=2", "--ttl-hours", "2",
-        "--inference-ami-version", "none", "--startup-timeout", "900", "--min-instances", "1",
+        "--inference-ami-version", AMI, "--startup-timeout", "900", "--min-instances", "1",
         "--max-instances", "3", "--scaling-target", "8", "--model-data", "s3://my-bucket/models/e2b/"]
-PARAMETERS = {"name": "g4-same", "instance_type": "ml.g6.xlarge", "fallback_instance_types": ["ml.g5.xlarge"],
-              "image_tag": TAG, "max_model_len": 4096, "max_num_seqs": 2, "gpu_memory_utilization": 0.85,
-              "extra_vllm_args": ["--enforce-eager", "--seed=7"], "extra_env": {"SM_VLLM_SWAP_SPACE": "2"},
-              "ttl_hours": 2, "inference_ami_version": "none", "startup_timeout_s": 900, "min_instances": 1,
+# The same deployment within the assistant's boundary (priced types, allow-listed variables, no raw vLLM flags).
+ASSISTANT_ARGV = ["--name", "g4-same", "--instance-type", "ml.g6.xlarge", "--fallback-instance-types",
+                  "ml.g4dn.xlarge", "--dtype", "float16", "--image-tag", TAG, "--max-model-len", "4096", "--max-num-seqs", "2",
+                  "--gpu-memory-utilization", "0.85", "--env", "SM_VLLM_SWAP_SPACE=2", "--env",
+                  "SM_VLLM_ENFORCE_EAGER=true", "--ttl-hours", "2", "--startup-timeout", "900", "--min-instances", "1",
+                  "--max-instances", "3", "--scaling-target", "8", "--model-data", "s3://my-bucket/models/e2b/"]
+PARAMETERS = {"name": "g4-same", "instance_type": "ml.g6.xlarge", "fallback_instance_types": ["ml.g4dn.xlarge"],
+              "dtype": "float16", "image_tag": TAG, "max_model_len": 4096, "max_num_seqs": 2, "gpu_memory_utilization": 0.85,
+              "extra_env": {"SM_VLLM_SWAP_SPACE": "2", "SM_VLLM_ENFORCE_EAGER": "true"},
+              "ttl_hours": 2, "startup_timeout_s": 900, "min_instances": 1,
               "max_instances": 3, "scaling_target": 8, "model_data_s3_uri": "s3://my-bucket/models/e2b/"}
 
 
@@ -105,32 +112,41 @@ def test_every_setting_is_a_flag_of_deploy_with_its_help_and_default():
 
 
 @pytest.mark.anyio
-async def test_every_setting_is_a_described_parameter_of_both_mcp_deploy_tools():
+async def test_every_offered_setting_is_a_described_parameter_of_both_mcp_deploy_tools():
     schemas = await _schemas()
-    own = {"get_deployment_config": set(), "deploy_endpoint": {"wait", "timeout_s", "confirm"}}
+    own = {"get_deployment_config": {"budget_usd"}, "deploy_endpoint": {"wait", "timeout_s", "confirm", "budget_usd"}}
+    offered = [s for s in SETTINGS.values() if s.assistant["sets"]]
     for tool, schema in schemas.items():
         properties = schema["properties"]
-        assert set(properties) == {s.parameter for s in SETTINGS.values()} | own[tool], tool
-        for s in SETTINGS.values():
-            assert properties[s.parameter]["description"] == s.help, (tool, s.name)
+        assert set(properties) == {s.parameter for s in offered} | own[tool], tool
+        for s in offered:
+            assert properties[s.parameter]["description"].startswith(s.help), (tool, s.name)
             assert properties[s.parameter]["default"] == s.default, (tool, s.name)
         # the limits the MCP types carry: the SDK refuses a bad value before the tool runs
-        assert properties["max_model_len"]["exclusiveMinimum"] == 0 and properties["max_num_seqs"]["maximum"] == 1024
+        assert '"minimum": 256' in json.dumps(properties["max_model_len"])
+        assert '"maximum": 1024' in json.dumps(properties["max_num_seqs"])
         assert '"maximum": 16' in json.dumps(properties["num_draft_tokens"])
     assert schemas["deploy_endpoint"]["properties"]["confirm"]["type"] == "boolean"
 
 
 @pytest.mark.anyio
 async def test_the_cli_dry_run_and_the_mcp_config_tool_give_the_same_config(capsys):
-    code, cli = _cli_dry_run(capsys, *ARGV)
+    code, cli = _cli_dry_run(capsys, *ASSISTANT_ARGV)
     assert code == 0, cli
     async with Client(build_server()) as client:
         mcp = (await client.call_tool("get_deployment_config", PARAMETERS)).structured_content
     assert mcp["valid"] is True, mcp
     assert mcp["config"] == cli["config"] and mcp["cost"] == cli["cost"]
     assert _timeless(mcp["aws_cli"]) == _timeless(cli["plan"])
+    assert mcp["budget"].startswith("at most 3x ml.g6.xlarge x 2 h")  # the worst case the preview shows
     config = cli["config"]
-    assert config["instance_types"] == ["ml.g6.xlarge", "ml.g5.xlarge"] and config["inference_ami_version"] is None
+    assert config["instance_types"] == ["ml.g6.xlarge", "ml.g4dn.xlarge"]
+    assert config["container_env"]["SM_VLLM_ENFORCE_EAGER"] == "true"
+    # the CLI's whole range (raw vLLM flags, any variable, an unpriced fallback, no AMI) stays a person's
+    code, cli = _cli_dry_run(capsys, *ARGV)
+    assert code == 0, cli
+    config = cli["config"]
+    assert config["instance_types"] == ["ml.g6.xlarge", "ml.g5.xlarge"] and config["inference_ami_version"] == AMI
     assert config["container_env"]["SM_VLLM_ENFORCE_EAGER"] == "true" and config["container_env"]["SM_VLLM_SEED"] == "7"
     assert config["container_env"]["SM_VLLM_SWAP_SPACE"] == "2" and config["instances"] == "1..3 (autoscaling)"
     assert config["model_data"] == "s3://my-bucket/models/e2b/" and config["ttl_hours"] == 2
@@ -156,13 +172,34 @@ async def test_the_cli_and_the_mcp_tools_refuse_a_setting_alike(capsys, argv, pa
     code, text = _cli_dry_run(capsys, "--image-tag", TAG, *argv)
     assert code == 2 and message in text, text
     async with Client(build_server()) as client:
-        config = (await client.call_tool("get_deployment_config", parameters)).structured_content
+        answer = await client.call_tool("get_deployment_config", parameters)
         deploy = await client.call_tool("deploy_endpoint", {"image_tag": TAG, **parameters})
-    assert config["valid"] is False and message in config["problem"], config
-    assert config["fix"]  # each refusal names its fix
-    assert deploy.is_error and message in deploy.content[0].text  # refused before any AWS call
+    parameter = next(iter(parameters))
+    if answer.is_error:  # outside the assistant's boundary: the SDK refuses it before the tool runs, named
+        assert parameter in answer.content[0].text and parameter in deploy.content[0].text
+    else:
+        config = answer.structured_content
+        assert config["valid"] is False and message in config["problem"], config
+        assert config["fix"]  # each refusal names its fix
+        assert message in deploy.content[0].text
+    assert deploy.is_error  # refused before any AWS call
 
 
 def test_the_cli_alone_refuses_an_env_item_without_a_value(capsys):
     code, text = _cli_dry_run(capsys, "--image-tag", TAG, "--env", "SM_VLLM_SEED")
     assert code == 2 and "--env 'SM_VLLM_SEED' is not KEY=VALUE" in text and "--env SM_VLLM_SEED=0" in text
+
+
+@pytest.mark.anyio
+async def test_no_ami_for_a_cuda_13_image_is_refused_before_billing_and_an_mcp_null_means_auto(capsys):
+    """`--inference-ami-version none` (CLI) and `inference_ami_version: null` (MCP) deployed a cu130 image on
+    g4dn's default driver (470): CannotStartContainerError ~6 billed minutes later. None is refused where the
+    image needs a driver; an MCP null leaves the setting out (auto), as the docs say; "none" is not an
+    assistant's choice at all."""
+    code, text = _cli_dry_run(capsys, "--image-tag", TAG, "--inference-ami-version", "none")
+    assert code == 2 and "needs a newer GPU driver" in text and AMI in text
+    async with Client(build_server()) as client:
+        null = (await client.call_tool("get_deployment_config", {"inference_ami_version": None})).structured_content
+        none = await client.call_tool("deploy_endpoint", {"inference_ami_version": "none", "confirm": True})
+    assert null["valid"] is True and null["config"]["inference_ami_version"] == AMI
+    assert none.is_error and "inference_ami_version" in none.content[0].text

@@ -178,6 +178,7 @@ def _setting_flags(p: argparse.ArgumentParser) -> None:
 
     for name, field in launch_settings().items():
         cli = dict(field.json_schema_extra or {})
+        cli.pop("assistant", None)  # the MCP boundary; a person's flag has the declared limits only
         switches = cli.pop("switches", {})
         for flag, (setting, text) in switches.items():  # a tri-state: a flag for each value (_config reads them)
             p.add_argument(flag, dest=name, action="append_const", const=setting, help=text)

@@ -6,7 +6,7 @@ code that launches servers.
 
 from __future__ import annotations
 
-from typing import Any, NotRequired
+from typing import Any, NotRequired, Required
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.fields import FieldInfo
@@ -60,11 +60,47 @@ class ProcessInfo(TypedDict):
     pgid: int
 
 
-def setting(default: Any, help: str, **cli: Any) -> Any:
+class Assistant(TypedDict, total=False):
+    """The assistant's boundary for one setting, declared beside it: whether an assistant (the MCP server's
+    tools) may set it and within which bounds. The MCP tools' parameters are generated from it, so a setting
+    is offered only where this says so, and with these limits in its schema (the SDK refuses anything else)."""
+
+    sets: Required[bool]
+    why: Required[str]  # why it is offered within these bounds, or withheld
+    ge: float
+    gt: float
+    le: float
+    choices: list[str]  # an assistant picks one of these only
+    keys: list[str]  # a mapping (a container environment): these keys only
+    default: Any  # the MCP tool's default where it differs from the CLI's (a JSON value)
+
+
+def assistant_sets(why: str = "", **bounds: Any) -> Assistant:
+    """An assistant sets this, within ``bounds`` (ge, gt, le, choices, keys, default)."""
+    return Assistant(sets=True, why=why, **bounds)  # type: ignore[typeddict-item]
+
+
+def assistant_never(why: str) -> Assistant:
+    """An assistant never sets this: the MCP tools do not offer it (a person sets it through the CLI)."""
+    return Assistant(sets=False, why=why)
+
+
+def setting(default: Any, help: str, assistant: Assistant | None = None, **cli: Any) -> Any:
     """A setting a user sets, with its one-line help (``description``): ``serve start``'s flag (``--field-name``)
-    and the MCP start tool's parameter are generated from it. ``cli``: the flag's spelling where that is not
-    enough: ``flag``, ``metavar``, ``choices``, or ``switches`` (flag -> the value it sets and its help)."""
-    return Field(default, description=help, json_schema_extra=cli or None)  # pydantic copies a [] or {} default
+    and, where ``assistant`` allows it, the MCP start tool's parameter are generated from it. ``cli``: the flag's
+    spelling where that is not enough: ``flag``, ``metavar``, ``choices``, or ``switches`` (flag -> the value it
+    sets and its help). ``assistant``: the boundary decision, required (None fails the boundary's test)."""
+    extra = cli | ({"assistant": assistant} if assistant is not None else {})
+    return Field(default, description=help, json_schema_extra=extra or None)  # pydantic copies a [] or {} default
+
+
+def assistant_boundary(field: FieldInfo) -> Assistant | None:
+    """The boundary a setting declares (None: none declared, which the MCP tools refuse to generate)."""
+    return (field.json_schema_extra or {}).get("assistant")  # type: ignore[union-attr,return-value]
+
+
+_LOCAL = "the server binds 127.0.0.1 only"
+_CLI_SWITCH = "a tri-state the CLI's switches set; an assistant's server takes the target's default"
 
 
 class ServerSettings(BaseModel):
@@ -75,50 +111,71 @@ class ServerSettings(BaseModel):
 
     model_config = ConfigDict(extra="ignore")  # a newer record's extra setting does not refuse an older one
 
-    model: str = setting(..., "hub id or local folder")
-    target: str = setting("cpu", "t4 (this GPU) or cpu", choices=("t4", "cpu"))  # checked by ServerConfig.validate
-    served_model_name: str | None = setting(None, "the model's name in the API (default: the model folder's name)")
-    host: str = setting(DEFAULT_HOST, "the address to bind: other than localhost needs --api-key")
-    port: int = setting(DEFAULT_PORT, "TCP port, 1024..65535")
+    model: str = setting(..., "hub id or local folder", assistant_sets("the start gate checks what it serves"))
+    target: str = setting("cpu", "t4 (this GPU) or cpu", assistant_sets(choices=["t4", "cpu"]),
+                          choices=("t4", "cpu"))  # checked by ServerConfig.validate
+    served_model_name: str | None = setting(None, "the model's name in the API (default: the model folder's name)",
+                                            assistant_sets())
+    host: str = setting(DEFAULT_HOST, "the address to bind: other than localhost needs --api-key",
+                        assistant_never(_LOCAL + ": another address exposes it to the network"))
+    port: int = setting(DEFAULT_PORT, "TCP port, 1024..65535",
+                        assistant_sets("unprivileged ports only; none: a free one", ge=1024, le=65535, default=None))
     dtype: str | None = setting(None, "vLLM's --dtype (default float16 on t4, no bf16 on Turing; on cpu a probe of "
-                                "vLLM's attention picks bf16 or float32)")
-    max_model_len: int | None = setting(None, "tokens per sequence, prompt + output")
-    max_num_seqs: int | None = setting(None, "concurrent sequences")
+                                "vLLM's attention picks bf16 or float32)", assistant_sets())
+    max_model_len: int | None = setting(None, "tokens per sequence, prompt + output",
+                                        assistant_sets(gt=0, le=1_048_576, default=4096))
+    max_num_seqs: int | None = setting(None, "concurrent sequences", assistant_sets(gt=0, le=1024, default=8))
     enable_prefix_caching: bool = setting(True, "vLLM's prefix caching: a prefix seen before is not computed again",
+                                          assistant_never(_CLI_SWITCH),
                                           switches={"--no-prefix-caching": (False, "off: every prompt computed in full")})
-    enforce_eager: bool | None = setting(None, "eager mode: no CUDA graphs, no torch.compile", switches={
+    enforce_eager: bool | None = setting(None, "eager mode: no CUDA graphs, no torch.compile", assistant_never(
+        _CLI_SWITCH), switches={
         "--eager": (True, "no CUDA graphs (--enforce-eager; the cpu default)"),
         "--compile": (False, "use torch.compile/CUDA graphs (the t4 default; on cpu: slower start)")})
-    max_num_batched_tokens: int | None = setting(None, "prefill chunk")
+    max_num_batched_tokens: int | None = setting(None, "prefill chunk", assistant_sets(gt=0, le=1_048_576))
     # t4 only
-    gpu_memory_utilization: float | None = setting(None, "share of GPU memory vLLM may take, 0.1..0.99")
-    tensor_parallel_size: int = setting(1, "GPUs per server: multi-T4 hosts, e.g. 4 on g4dn.12xlarge")
-    language_model_only: bool | None = setting(None, "text only: no vision/audio towers, their memory to KV", switches={
+    gpu_memory_utilization: float | None = setting(None, "share of GPU memory vLLM may take, 0.1..0.99",
+                                                   assistant_sets(ge=0.1, le=0.99))
+    tensor_parallel_size: int = setting(1, "GPUs per server: multi-T4 hosts, e.g. 4 on g4dn.12xlarge",
+                                        assistant_sets(ge=1, le=8))
+    language_model_only: bool | None = setting(None, "text only: no vision/audio towers, their memory to KV",
+                                               assistant_never(_CLI_SWITCH), switches={
         "--language-model-only": (True, "skip the vision/audio towers (the t4 default)"),
         "--multimodal": (False, "t4: keep the vision/audio towers")})
     # cpu only
-    kv_cache_space_gib: int = setting(1, "cpu: KV cache GiB", flag="--kv-cache-space", metavar="GIB")
+    kv_cache_space_gib: int = setting(1, "cpu: KV cache GiB", assistant_sets(ge=1, le=1024), flag="--kv-cache-space",
+                                      metavar="GIB")
     block_size: int | None = setting(None, "tokens per KV cache block (cpu default 32: vLLM's 128 makes prefix hits "
-                                     "coarse)")
+                                     "coarse)", assistant_sets(ge=1, le=1024))
     # masked ("***") in every stored record
-    api_key: str | None = setting(None, "required when binding beyond localhost (or set GEMMA4_T4_API_KEY)")
-    extra_args: list[str] = setting([], "extra vLLM argument (repeatable; use --vllm-arg=--flag)", flag="--vllm-arg",
-                                    metavar="ARG")
-    extra_env: dict[str, str] = setting({}, "extra environment for vLLM (repeatable)", flag="--env",
-                                        metavar="KEY=VALUE")
-    work_dir: str = setting(DEFAULT_WORK_DIR, "logs, state, locks, temp files and vLLM caches stay here")
-    python: str | None = setting(None, "interpreter with vLLM installed (default: this one)")
+    api_key: str | None = setting(None, "required when binding beyond localhost (or set GEMMA4_T4_API_KEY)",
+                                  assistant_never(_LOCAL + ", which needs no key; a key an assistant types is in its "
+                                                  "transcript"))
+    extra_args: list[str] = setting([], "extra vLLM argument (repeatable; use --vllm-arg=--flag)", assistant_never(
+        "raw vLLM arguments pass every check (--trust-remote-code runs a model repository's code)"),
+                                    flag="--vllm-arg", metavar="ARG")
+    extra_env: dict[str, str] = setting({}, "extra environment for vLLM (repeatable)", assistant_never(
+        "an environment changes what runs (LD_PRELOAD, PYTHONPATH) and where weights come from (HF_ENDPOINT)"),
+                                        flag="--env", metavar="KEY=VALUE")
+    work_dir: str = setting(DEFAULT_WORK_DIR, "logs, state, locks, temp files and vLLM caches stay here",
+                            assistant_never("the MCP server's own ($GEMMA4_T4_WORK_DIR), set by whoever runs it"))
+    python: str | None = setting(None, "interpreter with vLLM installed (default: this one)",
+                                 assistant_never("another interpreter is another program"))
     restart_on_crash: int = setting(0, "restart a crashed vLLM up to N times, backoff 2, 4, 8 ... 60 s; 0: off",
-                                    metavar="N")
+                                    assistant_never("restarts run unattended after the tool returned; a person's "
+                                                    "choice (serve start --restart-on-crash)"), metavar="N")
     probe_cpu_attention: bool = True  # cpu, dtype unset: run the attention probe (gemma4_t4.host.cpuattn)
     chosen_by: dict[str, str] = Field(default_factory=dict)  # why each default was chosen
     # speculative decoding: gemma4_t4/serving/speculative.py
     draft: str | None = setting("off", "speculative decoding: off; auto = Google's assistant for the target's size "
                                 "and build where one is known and memory allows; self = the target as its own draft "
-                                "model (a check); else an assistant's id or folder", metavar="auto|off|self|MODEL")
-    num_draft_tokens: int | None = setting(None, "tokens drafted per step, 1..16", metavar="N")
+                                "model (a check); else an assistant's id or folder", assistant_sets(),
+                                metavar="auto|off|self|MODEL")
+    num_draft_tokens: int | None = setting(None, "tokens drafted per step, 1..16", assistant_sets(ge=1, le=16),
+                                           metavar="N")
     draft_method: str | None = setting(None, "mtp (an assistant drafts) or draft_model (a whole, smaller Gemma 4 "
-                                       "drafts; the default with draft self)", choices=("mtp", "draft_model"))
+                                       "drafts; the default with draft self)",
+                                       assistant_sets(choices=["mtp", "draft_model"]), choices=("mtp", "draft_model"))
 
 
 def launch_settings() -> dict[str, FieldInfo]:

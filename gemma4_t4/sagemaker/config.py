@@ -11,11 +11,12 @@ import re
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, get_type_hints
 
-from gemma4_t4.catalog.hardware import SAGEMAKER_INSTANCES
+from gemma4_t4.catalog.hardware import SAGEMAKER_INSTANCES, sagemaker_price
 from gemma4_t4.catalog.models import DEFAULT_MAX_NUM_BATCHED_TOKENS, fit
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation import secrets
 from gemma4_t4.foundation.jsonable import TypedDict  # pydantic reads ConfigSummary (the MCP config tool)
+from gemma4_t4.foundation.launch_record import Assistant, assistant_never, assistant_sets
 from gemma4_t4.sagemaker import image as images
 from gemma4_t4.serving import speculative
 
@@ -47,6 +48,13 @@ _S3_PREFIX = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/([A-Za-z0-9!_.*
 CONTAINER_MODEL_DIR = "/opt/ml/model"  # where SageMaker mounts uncompressed S3 model data
 # Target tracking on invocations per instance (what SageMaker's own guide uses for real-time endpoints).
 SCALING_METRIC = "SageMakerVariantInvocationsPerInstance"
+
+
+def validate_name(name: str) -> None:
+    """SageMaker's resource-name rule (an endpoint, its config and model): no path, no other character."""
+    if not _NAME.match(name):
+        raise Gemma4T4Error(f"invalid endpoint name {name!r}",
+                            fix="use 1-63 letters, digits and hyphens, starting with a letter or digit")
 
 
 class CreateBucketParams(TypedDict, total=False):
@@ -150,11 +158,40 @@ def extra_args_to_env(args: list[str]) -> dict[str, str]:
     return env
 
 
-def setting(default: object, help: str, *, flag: str = "", parameter: str = "", resolved: bool = False) -> Any:
+# The container variables an assistant may add (MCP deploy_endpoint's extra_env), each with the values it takes:
+# vLLM switches the AWS container reads as SM_VLLM_*, none of which runs other code or fetches from elsewhere.
+# Everything else (LD_PRELOAD, PYTHONPATH, HF_ENDPOINT, another SM_VLLM_*) is a person's, through the CLI's --env.
+ASSISTANT_ENV = {
+    "SM_VLLM_ENFORCE_EAGER": r"true|false",
+    "SM_VLLM_ENABLE_PREFIX_CACHING": r"true|false",
+    "SM_VLLM_MAX_NUM_BATCHED_TOKENS": r"[1-9][0-9]{0,6}",
+    "SM_VLLM_BLOCK_SIZE": r"8|16|32|64|128",
+    "SM_VLLM_SWAP_SPACE": r"[0-9]{1,3}",
+}
+# an instance type with a price: the only ones an assistant deploys (a budget needs a price to be enforced)
+PRICED_INSTANCES = [t for t in SAGEMAKER_INSTANCES if sagemaker_price(t) is not None]
+
+
+def check_assistant_env(env: dict[str, str]) -> None:
+    """Refuse a container variable outside :data:`ASSISTANT_ENV`, or a value it does not take."""
+    for key, value in env.items():
+        pattern = ASSISTANT_ENV.get(key)
+        if pattern is None:
+            raise Gemma4T4Error(
+                f"extra_env {key} is not a container variable an assistant sets",
+                fix=f"use one of {', '.join(ASSISTANT_ENV)}; anything else is a person's (gemma4-t4 sagemaker "
+                "deploy --env), because it can change what the container runs or where it fetches from")
+        if not re.fullmatch(pattern, str(value)):
+            raise Gemma4T4Error(f"extra_env {key}={value!r} is not a value it takes", fix=f"use {pattern}")
+
+
+def setting(default: object, help: str, assistant: Assistant, *, flag: str = "", parameter: str = "",
+            resolved: bool = False) -> Any:
     """A field a user sets, with its one-line help: a flag of `sagemaker deploy` (``--field-name`` or the older
-    ``flag``) and a parameter of the MCP deploy tools (the field's name or ``parameter``). ``resolved``: left
-    out, it is worked out by :meth:`DeployConfig.from_settings` (region, image tag), not the field's default."""
-    metadata = {"help": help, "flag": flag, "parameter": parameter, "resolved": resolved}
+    ``flag``) and, where ``assistant`` allows it, a parameter of the MCP deploy tools (the field's name or
+    ``parameter``), within its bounds. ``resolved``: left out, it is worked out by
+    :meth:`DeployConfig.from_settings` (region, image tag), not the field's default."""
+    metadata = {"help": help, "flag": flag, "parameter": parameter, "resolved": resolved, "assistant": assistant}
     if default in (list, dict):  # an empty one for each config
         return field(default_factory=default, metadata=metadata)  # type: ignore[call-overload]
     return field(default=default, metadata=metadata)
@@ -170,6 +207,7 @@ class Setting:
     help: str
     flag: str
     parameter: str
+    assistant: Assistant  # the MCP boundary: offered or not, and its bounds
 
 
 @dataclass
@@ -177,70 +215,99 @@ class DeployConfig:
     """Everything one SageMaker deployment needs. Model, config and endpoint share ``name``.
     The fields declared with :func:`setting` are the user's (CLI flags, MCP parameters)."""
 
-    name: str = setting("gemma4-t4", "endpoint name, shared by its model and endpoint config")
-    model_id: str = setting(DEFAULT_MODEL_ID, "Hugging Face model id (or a path in the container)")
-    region: str = setting(DEFAULT_REGION, "AWS region (default: $AWS_REGION, else us-east-2)", resolved=True)
-    instance_type: str = setting(DEFAULT_INSTANCE, "SageMaker instance type (ml.g4dn.xlarge: one T4)")
-    role_arn: str | None = setting(None, f"execution role ARN (default: ${ROLE_ENV})")
+    name: str = setting("gemma4-t4", "endpoint name, shared by its model and endpoint config",
+                        assistant_sets("deploy never overwrites an existing name"))
+    model_id: str = setting(DEFAULT_MODEL_ID, "Hugging Face model id (or a path in the container)",
+                            assistant_sets("checked for shell syntax; served from the Hub"))
+    region: str = setting(DEFAULT_REGION, "AWS region (default: $AWS_REGION, else us-east-2)", assistant_sets(),
+                          resolved=True)
+    instance_type: str = setting(DEFAULT_INSTANCE, "SageMaker instance type (ml.g4dn.xlarge: one T4)", assistant_sets(
+        "priced types only: a budget without a price cannot be enforced", choices=PRICED_INSTANCES))
+    role_arn: str | None = setting(None, f"execution role ARN (default: ${ROLE_ENV})", assistant_never(
+        f"the role decides what the endpoint may reach in the account: the user's ${ROLE_ENV}"))
     image_uri: str | None = setting(None, "container image (default on a T4: the newest fixed image in the "
-                                    "region's ECR, else the AWS vLLM DLC at the image tag)")
+                                    "region's ECR, else the AWS vLLM DLC at the image tag)", assistant_never(
+        "another image is another program: an assistant deploys the image the package resolves"))
     image_tag: str = setting(images.DEFAULT_VLLM_TAG, "the AWS vLLM DLC tag (default: the newest -sagemaker-vN.M "
                              f"in the region's registry; {images.DEFAULT_VLLM_TAG} as a labelled fallback)",
-                             resolved=True)
-    dtype: str | None = setting(None, "default float16 on T4 (no bf16 on Turing), bfloat16 elsewhere")
-    max_model_len: int = setting(8192, "tokens per sequence (prompt + output)")
-    max_num_seqs: int = setting(4, "concurrent sequences")
+                             assistant_sets("pinned AWS vLLM tags only"), resolved=True)
+    dtype: str | None = setting(None, "default float16 on T4 (no bf16 on Turing), bfloat16 elsewhere",
+                                assistant_sets(choices=["float16", "bfloat16", "float32"]))
+    max_model_len: int = setting(8192, "tokens per sequence (prompt + output)", assistant_sets(ge=256, le=1_048_576))
+    max_num_seqs: int = setting(4, "concurrent sequences", assistant_sets(ge=1, le=1024))
     tensor_parallel_size: int = setting(0, "0 (default): 1, or on multi-GPU hosts such as ml.g4dn.12xlarge "
-                                        "what the fit calculator needs")
-    gpu_memory_utilization: float = setting(0.90, "share of GPU memory vLLM may take (0.1..0.99)")
+                                        "what the fit calculator needs", assistant_sets(ge=0, le=8))
+    gpu_memory_utilization: float = setting(0.90, "share of GPU memory vLLM may take (0.1..0.99)",
+                                            assistant_sets(ge=0.1, le=0.99))
     served_model_name: str | None = None
     extra_args: list[str] = setting(list, "more vLLM flags, sent as SM_VLLM_* (CLI: --vllm-arg=--enforce-eager, "
-                                    "once per flag)", flag="--vllm-arg", parameter="extra_vllm_args")
+                                    "once per flag)", assistant_never(
+        "raw vLLM arguments pass every check (--trust-remote-code runs a model repository's code)"),
+                                    flag="--vllm-arg", parameter="extra_vllm_args")
     extra_env: dict[str, str] = setting(dict, "more container variables, winning over everything derived "
-                                        "(CLI: --env KEY=VALUE, once per variable)", flag="--env")
+                                        "(CLI: --env KEY=VALUE, once per variable)", assistant_sets(
+        "vLLM switches only: LD_PRELOAD, PYTHONPATH or HF_ENDPOINT would change what runs or where weights come "
+        "from", keys=list(ASSISTANT_ENV)), flag="--env")
     fallback_instance_types: list[str] = setting(list, "InstancePools fallbacks in priority order (CLI: "
-                                                 "comma-separated)")
-    inference_ami_version: str | None = setting("auto", "'auto' (from the image's CUDA), 'none' or a version")
+                                                 "comma-separated)", assistant_sets(
+        "priced types only, within the budget at the costliest", choices=PRICED_INSTANCES))
+    inference_ami_version: str | None = setting("auto", "'auto' (from the image's CUDA), 'none' or a version",
+                                                assistant_sets("'none' would leave g4dn on driver 470, which a "
+                                                               "CUDA 13 image cannot use", choices=["auto",
+                                                                                                    *images.AMI_DRIVERS]))
     instance_count: int = 1
     startup_timeout_s: int = setting(1800, "container startup health-check timeout, s (60..3600)",
+                                     assistant_sets(ge=60, le=3600),
                                      flag="--startup-timeout")  # ContainerStartupHealthCheckTimeoutInSeconds
     download_timeout_s: int = 1800  # ModelDataDownloadTimeoutInSeconds
-    ttl_hours: float = setting(4.0, "lifetime in hours, a cost guard: `reap` deletes the endpoint after it")
+    ttl_hours: float = setting(4.0, "lifetime in hours, a cost guard: `reap` deletes the endpoint after it",
+                               assistant_sets("the hours of the budget's bound", gt=0, le=168))
     created_by: str = "gemma4-t4"
     tags: dict[str, str] = field(default_factory=dict)
     allow_unfixed_image: bool = setting(False, "let a T4 run an image without the Turing fix (only for a vLLM "
-                                        "fixed upstream)")  # otherwise a T4 deploy refuses it (_validate_image)
+                                        "fixed upstream)", assistant_never(
+        "a T4 image without the fix crashes at the first prefill, after ~13 billed minutes"))  # _validate_image
     model_data_s3_uri: str | None = setting(None, "serve an uploaded model folder: s3://bucket/prefix/",
+                                            assistant_sets("an s3:// folder, checked to hold config.json"),
                                             flag="--model-data")
-    min_instances: int | None = setting(None, "autoscaling (Application Auto Scaling): at least N instances")
-    max_instances: int | None = setting(None, "autoscaling: at most M instances (the cost shown is at M)")
+    min_instances: int | None = setting(None, "autoscaling (Application Auto Scaling): at least N instances",
+                                        assistant_sets("within the budget", ge=1, le=20))
+    max_instances: int | None = setting(None, "autoscaling: at most M instances (the cost shown is at M)",
+                                        assistant_sets("within the budget, which counts all M", ge=1, le=20))
     scaling_target: float = setting(DEFAULT_SCALING_TARGET, "autoscaling: invocations per instance per minute "
-                                    "the policy holds (default 4; refused without min/max instances)", resolved=True)
+                                    "the policy holds (default 4; refused without min/max instances)",
+                                    assistant_sets(gt=0, le=10_000), resolved=True)
     scale_in_cooldown_s: int = 600
     scale_out_cooldown_s: int = 300
     draft: str = setting("off", "speculative decoding: off | auto (Google's assistant for the model's size and "
-                         "build) | self | an assistant's hub id; sent as SM_VLLM_SPECULATIVE_CONFIG")  # serving/speculative.py
+                         "build) | self | an assistant's hub id; sent as SM_VLLM_SPECULATIVE_CONFIG",
+                         assistant_sets())  # serving/speculative.py
     num_draft_tokens: int | None = setting(None, "draft tokens per step with a draft, 1..16 (default: the "
-                                           "assistant's size recipe, 2 for E2B and 26B-A4B, 4 for the others)")  # untuned_num_draft_tokens
+                                           "assistant's size recipe, 2 for E2B and 26B-A4B, 4 for the others)",
+                                           assistant_sets(ge=1, le=speculative.MAX_NUM_DRAFT_TOKENS))  # untuned_num_draft_tokens
 
     @classmethod
     def from_settings(cls, **given: object) -> DeployConfig:
         """The config a user asked for with CLI flags or MCP parameters (by :class:`Setting` parameter name):
         the one place their conventions turn into fields, so both refuse alike. None leaves a setting out
-        (its default; the region as :func:`default_region` says); inference_ami_version "none" means none."""
+        (its default; the region as :func:`default_region` says); inference_ami_version "none" means none, which
+        :meth:`validate` refuses where the image needs a newer driver than the instance's default."""
         autoscaled = given.get("min_instances") is not None or given.get("max_instances") is not None
         if given.get("scaling_target") is not None and not autoscaled:
             raise Gemma4T4Error("--scaling-target applies only to an autoscaled endpoint; alone it would be ignored",
                                 fix="add --min-instances N and/or --max-instances M, or drop --scaling-target")
-        if given.get("inference_ami_version") == "none":
-            given["inference_ami_version"] = None
+        none_ami = given.get("inference_ami_version") == "none"
+        if none_ami:
+            del given["inference_ami_version"]
         given["region"] = default_region(given.get("region"))  # type: ignore[arg-type]
         values = {}
         for declared in deploy_settings():
             if declared.parameter in given:
                 value = given.pop(declared.parameter)
-                if value is not None or declared.default is not None:  # None where it means "left out": dropped
+                if value is not None:  # None leaves it out: the field's default (an MCP null too)
                     values[declared.name] = value
+        if none_ami:
+            values["inference_ami_version"] = None
         return cls(**values, **given)  # type: ignore[arg-type]  # a name no setting has: the TypeError names it
 
     def pin_image_tag(self, tag: str | None) -> str:
@@ -415,9 +482,7 @@ class DeployConfig:
         if len(set(self.instance_types)) != len(self.instance_types):
             raise Gemma4T4Error("an instance type appears twice in the pool list",
                                 fix="list each fallback instance type once")
-        if not _NAME.match(self.name):
-            raise Gemma4T4Error(f"invalid endpoint name {self.name!r}",
-                                fix="use 1-63 letters, digits and hyphens, starting with a letter or digit")
+        validate_name(self.name)
         if not self.model_id or len(self.model_id) > 1024:
             raise Gemma4T4Error("model_id is empty", fix="pass a Hugging Face id such as " + DEFAULT_MODEL_ID)
         for label, value in (("model_id", self.model_id), ("served_model_name", self.served_model_name)):
@@ -484,7 +549,7 @@ class DeployConfig:
 
     def _validate_image_source(self) -> None:
         """The AMI fits the image, the image is in the endpoint's region, its tag is pinned."""
-        if self.inference_ami_version not in (None, "auto"):
+        if self.inference_ami_version != "auto":  # none too: a CUDA 13 image on g4dn's driver 470 never starts
             images.check_ami_for_image(self.inference_ami_version, self.resolved_image(), self.instance_type)
         ecr_region = re.search(r"\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws", self.image_uri or "")
         if ecr_region and ecr_region[1] != self.region:
@@ -615,5 +680,5 @@ def deploy_settings() -> tuple[Setting, ...]:
         found.append(Setting(
             f.name, types[f.name] | None if optional else types[f.name], None if optional else f.default,
             f.metadata["help"], f.metadata["flag"] or "--" + f.name.replace("_", "-"),
-            f.metadata["parameter"] or f.name))
+            f.metadata["parameter"] or f.name, f.metadata["assistant"]))
     return tuple(found)

@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass
 
 from gemma4_t4.catalog.hardware import sagemaker_price
+from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.table import Displayable
 from gemma4_t4.sagemaker.config import EXPIRES_TAG, PROJECT_TAG, PROJECT_VALUE
 
@@ -77,3 +78,50 @@ def parse_expiry(tags: dict[str, str]) -> dt.datetime | None:
 
 def is_ours(tags: dict[str, str]) -> bool:
     return tags.get(PROJECT_TAG) == PROJECT_VALUE
+
+
+MAX_ASSISTANT_BUDGET_USD = 100.0  # the most one deploy through the MCP server may bill; a person's CLI has no cap
+
+
+@dataclass
+class BilledBound:
+    """The worst case of one deployment: every instance it may run, for its whole lifetime, at the costliest
+    price of its pool. What an assistant's deploy shows in its preview and must fit in its budget."""
+
+    instance_type: str  # the costliest type of the pool
+    instances: int
+    hours: float
+    usd_per_hour: float  # one instance of instance_type
+    budget_usd: float
+
+    @property
+    def usd(self) -> float:
+        return self.instances * self.hours * self.usd_per_hour
+
+    def line(self) -> str:
+        return (f"at most {self.instances}x {self.instance_type} x {self.hours:g} h x ${self.usd_per_hour:.3f}/h = "
+                f"{usd(self.usd)}, within the budget of {usd(self.budget_usd)}")
+
+
+def billed_bound(instance_types: list[str], instances: int, hours: float, budget_usd: float) -> BilledBound:
+    """The bound of a deployment (instances x hours x price), refused where a type has no price (no budget can
+    be enforced) or where it exceeds ``budget_usd``, before anything is created."""
+    if not 0 < budget_usd <= MAX_ASSISTANT_BUDGET_USD:
+        raise Gemma4T4Error(f"budget {budget_usd!r} must be in (0, {MAX_ASSISTANT_BUDGET_USD:g}] USD",
+                            fix="pass budget_usd within it; a larger deployment is a person's (gemma4-t4 sagemaker deploy)")
+    priced = []
+    for instance_type in instance_types:
+        price = sagemaker_price(instance_type)
+        if price is None:
+            raise Gemma4T4Error(f"no price for {instance_type}: a budget cannot be enforced",
+                                fix="use an instance type listed in gemma4_t4.catalog.hardware.PRICES")
+        priced.append((price.usd_per_hour, instance_type))
+    rate, costliest = max(priced)
+    bound = BilledBound(costliest, instances, hours, rate, budget_usd)
+    if bound.usd > budget_usd:
+        raise Gemma4T4Error(
+            f"this deployment may bill {usd(bound.usd)} ({instances}x {costliest} x {hours:g} h x ${rate:.3f}/h), "
+            f"over the budget of {usd(budget_usd)}",
+            fix="lower ttl_hours or the instance count, or raise budget_usd (at most "
+            f"{usd(MAX_ASSISTANT_BUDGET_USD)} through the MCP server)")
+    return bound

@@ -295,6 +295,7 @@ def resolve_dlc_tag(region: str, tag: str | None = None, *,
     DLC registry; an explicit ``tag`` wins. When the registry cannot be read or holds no tag for the
     release, the recorded :data:`DEFAULT_VLLM_TAG` is used, labelled as a fallback with the reason."""
     if tag:
+        validate_tag(tag)
         return ResolvedTag(tag, "override")
     validate_region(region)
     try:
@@ -323,10 +324,21 @@ class ImageChoice(BaseModel):
     candidates: int = 0
 
 
+def validate_tag(tag: str) -> None:
+    """Refuse a tag that is not a pinned AWS vLLM tag (``latest``, ``../../x``: ECR's tag rule is
+    [A-Za-z0-9_.-], and a floating tag would deploy whatever AWS pushes next)."""
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", tag) or (
+            parse_tag(tag) is None and al2023_revision(tag) is None):
+        raise Gemma4T4Error(f"image tag {tag!r} is not a pinned vLLM SageMaker tag",
+                            fix=f"use a tag like {DEFAULT_VLLM_TAG} (floating, -soci and omni tags are refused), "
+                            "or leave it out for the newest pinned one")
+
+
 def find_vllm_image(region: str, tag: str | None = None, query_registry: bool = False,
                     ecr_client: Any = None) -> ImageChoice:
     """The vLLM image for ``region``: an explicit tag, the newest in the registry, or the default."""
     if tag:
+        validate_tag(tag)
         uri, source, count = vllm_image_uri(region, tag), "override", 0
     elif query_registry:
         tags = list_vllm_tags(region, ecr_client)

@@ -1,0 +1,154 @@
+"""The assistant's boundary: what the MCP tools let an assistant set, generated from each setting's declaration.
+
+Deploy settings (``sagemaker.config.DeployConfig``) and launch settings (``foundation.launch_record.ServerSettings``)
+each declare an :class:`~gemma4_t4.foundation.launch_record.Assistant` beside their help: offered or withheld, and
+within which bounds (limits, choices, allowed keys). The tools' parameters are generated from that, so the SDK
+refuses a value outside them before a tool runs, and a withheld setting is not a parameter at all (an unknown
+argument is refused, named). Every other tool parameter is declared here (:data:`TOOL_PARAMETERS`), with why an
+assistant may pass it; ``tests/test_mcp_boundary.py`` checks every parameter of every tool against the two.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import typing
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.foundation.launch_record import Assistant, assistant_boundary, launch_settings
+from gemma4_t4.sagemaker.config import DeployConfig, check_assistant_env, deploy_settings
+from gemma4_t4.sagemaker.cost import MAX_ASSISTANT_BUDGET_USD, BilledBound, billed_bound
+from gemma4_t4.serving.server_config import setting_help
+
+
+@dataclass(frozen=True)
+class Offered:
+    """One setting as an MCP parameter: its name there, the declared type, the tool's default, help, boundary."""
+
+    parameter: str
+    kind: Any
+    default: Any
+    help: str
+    rule: Assistant
+    required: bool = False
+
+
+def parameter_type(offered: Offered) -> Any:
+    """The parameter's type with its boundary in the schema: limits, a Literal of the choices, the allowed keys.
+    Null is accepted where the setting is optional and means the default (:func:`takes_settings`)."""
+    rule, kind = offered.rule, offered.kind
+    base = next((t for t in (*typing.get_args(kind), kind) if t is not type(None)), kind)
+    if "choices" in rule:
+        choice = Literal[tuple(rule["choices"])]
+        base = list[choice] if typing.get_origin(base) is list else choice
+    if "keys" in rule:
+        base = dict[Literal[tuple(rule["keys"])], str]
+    bounds = {k: rule[k] for k in ("ge", "gt", "le") if k in rule}  # type: ignore[literal-required]
+    return Annotated[base if offered.required else base | None, Field(description=offered.help, **bounds)]
+
+
+def takes_settings(offered: Iterable[Offered]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``fn(..., **settings)`` takes each offered setting as a keyword parameter, typed within its boundary; a
+    null or missing one reaches ``fn`` as its default (null means the default, as the schema says)."""
+    offered = list(offered)
+    defaults = {o.parameter: o.default for o in offered}
+
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        own = inspect.signature(fn, eval_str=True)
+        declared = [inspect.Parameter(o.parameter, inspect.Parameter.KEYWORD_ONLY, annotation=parameter_type(o),
+                                      default=inspect.Parameter.empty if o.required else o.default)
+                    for o in offered]
+        kept = [p for p in own.parameters.values() if p.kind is not p.VAR_KEYWORD]
+
+        @functools.wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            filled = {k: (defaults[k] if v is None and k in defaults else v) for k, v in kwargs.items()}
+            return fn(*args, **filled)
+
+        call.__signature__ = own.replace(parameters=declared + kept)  # type: ignore[attr-defined]
+        return call
+
+    return wrap
+
+
+def deploy_parameters() -> list[Offered]:
+    """The deploy settings an assistant sets (DeployConfig's declarations), as MCP parameters."""
+    return [Offered(s.parameter, s.type, s.default, s.help, s.assistant) for s in deploy_settings()
+            if s.assistant["sets"]]
+
+
+def launch_parameters() -> list[Offered]:
+    """The launch settings an assistant sets (ServerSettings' declarations), with the MCP's defaults."""
+    found = []
+    for name, field in launch_settings().items():
+        rule = assistant_boundary(field)
+        if rule is None:
+            raise TypeError(f"ServerSettings.{name} declares no assistant boundary (setting(..., assistant=...))")
+        if rule["sets"]:
+            default = rule.get("default", field.default)
+            found.append(Offered(name, field.annotation, None if field.is_required() else default,
+                                 setting_help(name, default), rule, required=field.is_required()))
+    return found
+
+
+def withheld() -> dict[str, str]:
+    """Every setting an assistant never sets, with why (what docs/sagemaker.md and docs/serving.md list)."""
+    deploy = {f"deploy {s.parameter}": s.assistant["why"] for s in deploy_settings() if not s.assistant["sets"]}
+    launch = {f"serve {n}": (assistant_boundary(f) or {}).get("why", "") for n, f in launch_settings().items()
+              if not (assistant_boundary(f) or {"sets": True})["sets"]}
+    return deploy | launch
+
+
+DEFAULT_BUDGET_USD = 10.0  # four hours of one T4 is ~$2.94; 20 of the largest for a week is refused
+BudgetUSD = Annotated[float, Field(gt=0, le=MAX_ASSISTANT_BUDGET_USD, description=(
+    f"the most this deployment may bill, USD: instances x ttl_hours x $/hour must fit (default "
+    f"{DEFAULT_BUDGET_USD:g}, at most {MAX_ASSISTANT_BUDGET_USD:g}; a person deploys past it with the CLI)"))]
+
+
+def assistant_deploy(config: DeployConfig, budget_usd: float) -> BilledBound:
+    """What an assistant's deploy must also pass, before anything is billed: container variables from the
+    allow-list only, and the worst case (every instance for its whole lifetime) within the budget."""
+    check_assistant_env(config.extra_env)
+    if config.extra_args or config.image_uri or config.role_arn or config.allow_unfixed_image:
+        raise Gemma4T4Error("an assistant sets no raw vLLM argument, image, role or unfixed image",
+                            fix="a person deploys those with gemma4-t4 sagemaker deploy")
+    return billed_bound(config.instance_types, config.billed_instances_at_most, config.ttl_hours, budget_usd)
+
+
+# Every tool parameter that is not a generated setting, with why an assistant may pass it. A parameter of a tool
+# that is in neither this nor a setting's declaration fails tests/test_mcp_boundary.py.
+TOOL_PARAMETERS = {
+    "confirm": "a strict JSON true; without it a billing or destructive tool only describes",
+    "region": "an AWS region the package knows (refused otherwise)",
+    "regions": "regions to read (quotas, listings): read-only",
+    "instance_types": "instance types to read quotas for: read-only",
+    "instance_type": "find_vllm_image: which driver the image needs on it: read-only",
+    "include_untagged": "lists other owners' endpoints too: read-only",
+    "name": "an endpoint name (SageMaker's name rule); delete_endpoint deletes only this project's tagged ones",
+    "lines": "how many log lines to read (1..10,000)",
+    "tag": "a pinned AWS vLLM tag (the ECR tag rule; latest and paths refused)",
+    "latest": "asks the registry for its newest pinned tag: read-only",
+    "base_tag": "the DLC tag the fixed image builds on: a pinned AWS vLLM tag",
+    "wait": "whether deploy_endpoint waits for InService (a watch rolls back a Failed one either way)",
+    "timeout_s": "how long to wait; a deploy's timeout rolls back what it created",
+    "budget_usd": "the cap on what one deploy may bill, bounded for an assistant",
+    "prompt": "text sent to the model",
+    "endpoint_name": "an endpoint to query (SageMaker's name rule)",
+    "base_url": "a local server's URL or sagemaker://REGION/ENDPOINT to query or measure",
+    "max_tokens": "tokens to generate (1..32,768)",
+    "temperature": "sampling temperature (0..2)",
+    "probe_shared_memory": "the doctor reads this GPU's shared memory: read-only",
+    "functional": "compile vLLM's kernel for arch offline: nothing installed changes",
+    "arch": "the arch to compile for (sm_XY)",
+    "revert": "undo the file patch (needs confirm)",
+    "port": "stop_vllm_server: which server this MCP server started (others are refused)",
+    "spec": "a registered workload's typed spec: every field bounded by its class",
+    "model": "run_benchmark: the served model's name (a request field, not a launch)",
+    "out_dir": "where results go: a new folder (an existing run's is refused)",
+    "request_timeout_s": "per-request timeout",
+}
