@@ -129,7 +129,7 @@ def _status(args: argparse.Namespace) -> Output:
         statuses = list_servers(args.work_dir)
         if not statuses:
             return Output([], f"no server recorded under {args.work_dir}")
-        code = 1 if any(s.state in ("dead", "unsupervised") for s in statuses) else 0
+        code = 1 if any(s.state in ("dead", "unsupervised", "unreadable") for s in statuses) else 0
         return Output(statuses, "\n\n".join(s.summary() for s in statuses), code)
     status = VLLMServer.attach(args.port, args.work_dir).status()
     return Output(status, status.summary(), 1 if status.state in ("dead", "unsupervised") else 0)
