@@ -468,7 +468,7 @@ def test_papermill_parameters_are_read_as_they_plainly_mean(given, read, capsys)
 
     value = _papermill_p(given)
     (concurrency,) = notebook.fill_defaults(2, "cpu", CONCURRENCY=value)
-    assert concurrency == read
+    assert concurrency == sorted({1, *read})  # Part 2's figures are at one stream: 1 is added, once
     (lens,) = notebook.fill_defaults(4, "t4", TTFT_INPUT_LENS=_papermill_p(given.replace("4", "64")))
     assert lens == ([512, 1024, 2048, 4096] if given == "None" else [int(str(v).replace("4", "64")) for v in read])
 
@@ -479,10 +479,10 @@ def test_papermill_parameters_that_mean_no_list_are_refused_with_the_forms(given
 
     with pytest.raises(Gemma4T4Error, match="CONCURRENCY|concurrency") as err:
         notebook.fill_defaults(2, "cpu", CONCURRENCY=_papermill_p(given))
-    assert '-y "CONCURRENCY: [1, 4]"' in err.value.fix and '"1,4"' in err.value.fix
+    assert '-p CONCURRENCY "[1, 8]"' in err.value.fix  # papermill's form, with a value it accepts
     with pytest.raises(Gemma4T4Error) as err:
         notebook.fill_defaults(4, "t4", TTFT_INPUT_LENS=_papermill_p(given))
-    assert '-y "TTFT_INPUT_LENS: [1, 4]"' in err.value.fix
+    assert '-p TTFT_INPUT_LENS "[512, 1024, 2048, 4096]"' in err.value.fix
 
 
 def test_venue_defaults_come_from_the_classes_and_an_unknown_venue_is_named():
