@@ -424,7 +424,10 @@ def get_help() -> HelpResult:
              "gemma4-t4 sagemaker delete NAME --yes", "gemma4-t4 sagemaker reap --yes"],
         notes=["Destructive or billing tools need confirm=True; without it they describe what they would do.",
                "Every endpoint carries an expiry tag; `gemma4-t4 sagemaker reap` deletes endpoints past it.",
-               "A failed or timed-out deploy deletes what it created."],
+               "A failed or timed-out deploy deletes what it created.",
+               "An assistant's boundary (docs/sagemaker.md): priced instance types, a budget_usd per deploy "
+               "(default $10, at most $100), allow-listed SM_VLLM_* switches only, no raw vLLM arguments, "
+               "image, role, host, API key or interpreter; null means a setting's default."],
     )
 
 
@@ -822,6 +825,7 @@ def stop_vllm_server(port: UserPort | None = None, confirm: Confirm = False) -> 
         return ServerToolResult(refused=True, servers=[target.status()],
                                 reason="stopping drops in-flight requests: call again with confirm=True")
     status = stop_server(port, _work_dir())
+    _OWNED[:] = [server for server in _OWNED if server.port != port]
     return ServerToolResult(servers=[status], summary=status.summary())
 
 
