@@ -791,7 +791,7 @@ _OWNED: list[Any] = []  # vLLM servers started by this MCP server
 
 def _owned_server(port: int | None) -> int:
     """The port of a server this MCP server started (``port``, or the only one it started); others refused."""
-    ports = [server.port for server in _OWNED]
+    ports = [server.config.port for server in _OWNED]
     if port is None and len(ports) == 1:
         return ports[0]
     if port is not None and port in ports:
@@ -825,7 +825,7 @@ def stop_vllm_server(port: UserPort | None = None, confirm: Confirm = False) -> 
         return ServerToolResult(refused=True, servers=[target.status()],
                                 reason="stopping drops in-flight requests: call again with confirm=True")
     status = stop_server(port, _work_dir())
-    _OWNED[:] = [server for server in _OWNED if server.port != port]
+    _OWNED[:] = [server for server in _OWNED if server.config.port != port]
     return ServerToolResult(servers=[status], summary=status.summary())
 
 

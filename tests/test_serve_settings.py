@@ -269,6 +269,13 @@ async def test_the_mcp_tool_and_serve_start_give_the_same_config(monkeypatch, ca
     (plain,) = seen
     assert (plain.target, plain.max_model_len, plain.max_num_seqs, plain.draft) == ("cpu", 4096, 8, "off")
     assert 1024 <= plain.port <= 65535 and plain.host == "127.0.0.1" and plain.work_dir == str(tmp_path / "mcp")
+    # a JSON null means the same as leaving the setting out (issue 41/44: null must mean the default)
+    seen, answer = await _start_recorded(monkeypatch, tmp_path, {
+        "model": "m", "port": None, "target": None, "max_model_len": None, "max_num_seqs": None, "draft": None})
+    assert len(seen) == 1, answer.content[0].text
+    (null,) = seen
+    assert (null.target, null.max_model_len, null.max_num_seqs, null.draft) == ("cpu", 4096, 8, "off")
+    assert 1024 <= null.port <= 65535
 
 
 @pytest.mark.anyio
