@@ -21,6 +21,7 @@ from pydantic import Field
 
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.launch_record import Assistant, assistant_boundary, launch_settings
+from gemma4_t4.sagemaker import image as images
 from gemma4_t4.sagemaker.config import DeployConfig, check_assistant_env, deploy_settings
 from gemma4_t4.sagemaker.cost import MAX_ASSISTANT_BUDGET_USD, BilledBound, billed_bound
 from gemma4_t4.serving.server_config import setting_help
@@ -114,8 +115,15 @@ def assistant_deploy(config: DeployConfig, budget_usd: float) -> BilledBound:
     """What an assistant's deploy must also pass, before anything is billed: container variables from the
     allow-list only, and the worst case (every instance for its whole lifetime) within the budget."""
     check_assistant_env(config.extra_env)
-    if config.extra_args or config.image_uri or config.role_arn or config.allow_unfixed_image:
-        raise Gemma4T4Error("an assistant sets no raw vLLM argument, image, role or unfixed image",
+    image = config.image_uri
+    if image is not None and (image != images.vllm_image_uri(config.region, images.image_tag(image))
+                              or images.parse_tag(images.image_tag(image)) is None):
+        raise Gemma4T4Error(
+            f"image {image} is not AWS's vLLM DLC at a pinned tag: an assistant deploys no other image",
+            fix="leave image_uri out (on a T4: the newest fixed image in your ECR); a person deploys another image "
+            "with gemma4-t4 sagemaker deploy --image-uri")
+    if config.extra_args or config.role_arn or config.allow_unfixed_image:
+        raise Gemma4T4Error("an assistant sets no raw vLLM argument, role or unfixed image",
                             fix="a person deploys those with gemma4-t4 sagemaker deploy")
     return billed_bound(config.instance_types, config.billed_instances_at_most, config.ttl_hours, budget_usd)
 

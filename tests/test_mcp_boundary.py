@@ -75,7 +75,7 @@ async def test_every_tool_parameter_is_a_declared_boundary_decision():
         assert rule is not None, f"ServerSettings.{field_name} declares no assistant boundary"
         assert (field_name in tools["start_vllm_server"]["properties"]) is rule["sets"], field_name
     never = withheld()
-    assert {"deploy extra_vllm_args", "deploy image_uri", "deploy role_arn", "deploy allow_unfixed_image",
+    assert {"deploy extra_vllm_args", "deploy role_arn", "deploy allow_unfixed_image",
             "serve host", "serve api_key", "serve extra_args", "serve extra_env", "serve python"} <= set(never)
     assert all(never.values())  # each says why
 
@@ -86,7 +86,7 @@ async def test_the_deploy_schema_offers_priced_types_and_allow_listed_variables_
     properties = tools["deploy_endpoint"]["properties"]
     assert _in_schema(properties["instance_type"], "enum") == [PRICED_INSTANCES]
     assert _in_schema(properties["extra_env"], "enum") == [list(ASSISTANT_ENV)]
-    assert "extra_vllm_args" not in properties and "image_uri" not in properties
+    assert "extra_vllm_args" not in properties and "role_arn" not in properties
     assert _in_schema(properties["budget_usd"], "maximum") == [100.0]
 
 
@@ -98,6 +98,17 @@ async def test_an_assistant_sets_no_container_variable_beyond_the_allow_list(loc
         answer = await client.call_tool("deploy_endpoint", {"name": "g4-env", "extra_env": extra_env,
                                                             "confirm": True})
     assert answer.is_error and "extra_env" in answer.content[0].text
+    assert _endpoints() == []
+
+
+@pytest.mark.parametrize("image", ["123456789012.dkr.ecr.us-east-2.amazonaws.com/mine:1",
+                                   "763104351884.dkr.ecr.us-east-2.amazonaws.com/vllm:latest"])
+async def test_an_assistant_deploys_no_image_but_the_dlc_at_a_pinned_tag(local_aws, image):  # noqa: F811
+    async with Client(build_server()) as client:
+        answer = await client.call_tool("deploy_endpoint", {"name": "g4-img", "instance_type": "ml.g6.xlarge",
+                                                            "image_uri": image, "confirm": True})
+    text = answer.content[0].text
+    assert answer.is_error and ("no other image" in text or "not a pinned" in text), text
     assert _endpoints() == []
 
 

@@ -226,8 +226,8 @@ class DeployConfig:
     role_arn: str | None = setting(None, f"execution role ARN (default: ${ROLE_ENV})", assistant_never(
         f"the role decides what the endpoint may reach in the account: the user's ${ROLE_ENV}"))
     image_uri: str | None = setting(None, "container image (default on a T4: the newest fixed image in the "
-                                    "region's ECR, else the AWS vLLM DLC at the image tag)", assistant_never(
-        "another image is another program: an assistant deploys the image the package resolves"))
+                                    "region's ECR, else the AWS vLLM DLC at the image tag)", assistant_sets(
+        "AWS's vLLM DLC at a pinned tag only: another image is another program"))
     image_tag: str = setting(images.DEFAULT_VLLM_TAG, "the AWS vLLM DLC tag (default: the newest -sagemaker-vN.M "
                              f"in the region's registry; {images.DEFAULT_VLLM_TAG} as a labelled fallback)",
                              assistant_sets("pinned AWS vLLM tags only"), resolved=True)
