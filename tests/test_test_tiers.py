@@ -40,7 +40,7 @@ def test_the_guard_matches_what_runs_not_words_in_a_script():
     assert _launches("compile", ["/venv/bin/gemma4-t4", "turing", "verify"])
     assert not _launches("compile", ["/venv/bin/gemma4-t4", "turing", "show", "verify"])
     assert _launches("notebooks", ["/venv/bin/papermill", "in.ipynb", "out.ipynb"])
-    assert _launches("notebooks", "papermill in.ipynb out.ipynb".split())
+    assert _launches("notebooks", ["papermill", "in.ipynb", "out.ipynb"])
 
 
 def test_the_guard_tells_a_real_vllm_launch_from_the_fake():
