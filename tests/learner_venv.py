@@ -148,6 +148,9 @@ def learner_env(bin_dir: Path) -> dict[str, str]:
                                                    if not p.startswith(str(REPO)))])
     env["VIRTUAL_ENV"] = str(bin_dir.parent)
     env["PIP_RETRIES"] = "0"
+    # the package's cache root (locks, ownership records, the sm_75 proof) is the learner runs' own, per
+    # test worker: a build-image lock or a server record of another test must not refuse or reap them
+    env["GEMMA4_T4_CACHE_DIR"] = str(CACHE / "-".join(filter(None, ("learner-cache", os.environ.get("PYTEST_XDIST_WORKER")))))
     # setup()'s pip would byte-compile all of torch, vLLM and transformers (minutes on 2 cores); Python
     # compiles what a notebook imports anyway
     env["PIP_NO_COMPILE"] = "1"
