@@ -97,7 +97,12 @@ def per_worker(name: str) -> Path:
     return CACHE / "-".join(filter(None, (name, os.environ.get("PYTEST_XDIST_WORKER"))))
 
 
-os.environ.setdefault("GEMMA4_T4_CACHE_DIR", str(per_worker("gemma4_t4-cache")))
+# An xdist run's controller imports this file too, before it starts the workers, and they inherit its
+# environment: the root set there (marked by _OWN_CACHE) is replaced by each worker's own, so the workers
+# do not share one; a root the caller set is kept.
+_OWN_CACHE = "GEMMA4_T4_TESTS_OWN_CACHE_DIR"
+if os.environ.get("GEMMA4_T4_CACHE_DIR") in (None, os.environ.get(_OWN_CACHE)):
+    os.environ["GEMMA4_T4_CACHE_DIR"] = os.environ[_OWN_CACHE] = str(per_worker("gemma4_t4-cache"))
 # vLLM's cache (what it learnt inspecting the model code; its writes are atomic) is shared by every
 # server the tests start: a fresh one per work dir costs each start ~16 s of importing vLLM again
 os.environ.setdefault("VLLM_CACHE_ROOT", str(CACHE / "vllm-cache"))

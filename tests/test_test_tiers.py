@@ -59,3 +59,13 @@ def test_each_xdist_worker_binds_its_vllm_servers_to_its_own_core():
     assert worker_cpu("gw1", [4, 5, 6, 7]) == 5
     # outside xdist, or with one CPU to use, vLLM keeps its own choice
     assert worker_cpu(None, [0, 1]) is None and worker_cpu("gw0", [3]) is None and worker_cpu("master", [0, 1]) is None
+
+
+def test_each_xdist_worker_has_its_own_package_cache_root():
+    """Workers inherit the controller's environment; the root conftest set there is not shared on.
+    (Outside xdist there is one process, and its root is the unsuffixed one.)"""
+    import os
+
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    root = os.environ["GEMMA4_T4_CACHE_DIR"]
+    assert root.endswith(f"gemma4_t4-cache-{worker}" if worker else "gemma4_t4-cache"), (worker, root)
