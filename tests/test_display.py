@@ -320,11 +320,11 @@ def test_sagemaker_results_show_themselves():
     report = quotas.QuotaReport([quotas.QuotaRow("us-east-2", "ml.g4dn.xlarge", "ml.g4dn.xlarge for endpoint usage", 2.0),
                                  quotas.QuotaRow("us-east-1", "ml.g4dn.xlarge", "q", None, error="AccessDenied")])
     cells, _ = _shown(report)
-    assert cells.caption == "ml.g4dn.xlarge for endpoint usage" and cells.body[-1] == "AccessDenied"
+    assert cells.caption == "ml.g4dn.xlarge for endpoint usage" and cells.body[-2] == "AccessDenied"  # [-1]: the note
     result = DeployResult("gemma4-t4", "us-east-2", "InService", True, elapsed_s=12.5,
                                  timeline=[TimelineEvent(0.0, "create_model"), TimelineEvent(12.5, "InService")])
     cells, _ = _shown(result)
-    assert cells.caption == "gemma4-t4: InService in 12.5 s" and cells.body[-2] == "InService"
+    assert cells.caption == "gemma4-t4: InService in 12.5 s" and cells.body[-3] == "InService"  # [-1]: the note
     status = ops.EndpointStatus("gemma4-t4", "us-east-2", True, "InService", instance_types=["ml.g4dn.xlarge"])
     cells, _ = _shown(status)
     assert cells.body[:4] == ["gemma4-t4", "us-east-2", "InService", "ml.g4dn.xlarge"]

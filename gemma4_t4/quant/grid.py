@@ -79,10 +79,38 @@ class GridReport(Displayable):
     def table_rows(self) -> list[TensorGrid]:
         return self.tensors
 
+    def notes(self) -> list[str]:
+        """What the learner's own numbers mean (shown under the table in both displays)."""
+        if self.tensors_checked == 0:
+            return ["Nothing was checked: no 2-D float weight was found, so this says nothing about the grid."]
+        if self.on_grid:
+            reading = (f"Every one of the {self.weights_total:,} weights in {self.tensors_checked} tensors sits "
+                       f"exactly on a 4-bit level of its group of {self.group_size} (levels -8..7 times one scale "
+                       "per group): a repack to int4 can keep every value.")
+        else:
+            bad = len(self.tensors_off_grid) + len(self.tensors_non_finite)
+            reading = (f"{bad} of {self.tensors_checked} tensors are off the grid ({self.groups_off_grid:,} of "
+                       f"{self.groups_total:,} groups): those weights are not 4-bit numbers, so any int4 build "
+                       "must move them, and the repack refuses them.")
+        return [reading, *tiny_model_note(self.weights_total)]
+
     @property
     def on_grid(self) -> bool:
         """The verdict: something was checked, and every checked tensor is finite and on the grid."""
         return self.tensors_checked > 0 and not self.tensors_off_grid and not self.tensors_non_finite
+
+
+# Below this a checkpoint is the tiny random test model, not a Gemma 4 (E2B alone has ~5 billion weights).
+TINY_WEIGHTS = 100_000_000
+
+
+def tiny_model_note(weights: int) -> list[str]:
+    """On the CPU default: what the tiny random model shows, and what it cannot."""
+    if weights >= TINY_WEIGHTS:
+        return []
+    return [f"{weights:,} weights is the tiny random test model, snapped to the grid the way Google's QAT weights "
+            "are: it shows the check and the repack at work, not that Google's checkpoints are on the grid "
+            "(TARGET='t4' checks the real one)."]
 
 
 def _pct(part: float, whole: float) -> float:
@@ -287,6 +315,16 @@ class CompareReport(Displayable):
         return [{"build": self.other, "levels changed %": self.level_changed_pct,
                  "bit-identical %": self.bit_identical_pct, "weights": self.weights_total,
                  "modules": self.modules_compared}]
+
+    def notes(self) -> list[str]:
+        """The learner's reading: how many weights this build moved off the level REF put them on."""
+        if not self.weights_with_ref_lattice:
+            return [f"No weight of {self.ref} sits on a 4-bit lattice, so no level could move: nothing compared."]
+        moved = (f"{self.level_changed:,} of {self.weights_with_ref_lattice:,} weights "
+                 f"({self.level_changed_pct:.3g} %) moved off their 4-bit level in {self.other}")
+        if self.level_changed == 0:
+            return [f"{moved}: the same int4 numbers, a lossless conversion."]
+        return [f"{moved}: it re-quantized with its own groups and scales, away from where training put them."]
 
     @property
     def within_tolerance(self) -> bool:

@@ -92,6 +92,19 @@ class RepackReport(Displayable):
                  "values bit-identical %": self.values_bit_identical_pct.get(self.scale_dtype),
                  "MB written": self.bytes_written / 1e6, "MB read": self.bytes_read / 1e6}]
 
+    def notes(self) -> list[str]:
+        """The learner's reading: was the conversion lossless, and how much smaller is it."""
+        share = f"{self.bytes_written / self.bytes_read:.0%} of the {self.bytes_read / 1e6:,.1f} MB read" \
+            if self.bytes_read else "nothing read"
+        if self.levels_changed == 0:
+            kept = "no weight moved to another level: lossless"
+        elif self.levels_changed is None:
+            kept = "levels moved: not counted"
+        else:
+            kept = f"{self.levels_changed:,} weights moved to another level: not lossless"
+        return [f"{self.tensors_quantized} tensors packed to int4, {kept}; {self.bytes_written / 1e6:,.1f} MB "
+                f"written, {share}."]
+
 
 class TensorsRefused(Gemma4T4Error):
     """A repack refused because of some tensors (named with a count each); nothing was written."""

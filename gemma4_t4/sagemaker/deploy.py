@@ -70,6 +70,17 @@ class DeployResult(Displayable):
     def table_rows(self) -> list[TimelineEvent]:
         return self.timeline
 
+    def notes(self) -> list[str]:
+        """The learner's reading: what the status and the time it took mean."""
+        if not self.success:
+            return [f"{self.status}: nothing is left billing from this deploy (rolled back: "
+                    f"{', '.join(self.rolled_back) or 'nothing'})."]
+        made = f"{len(self.created)} resources created ({', '.join(c.split(':')[0] for c in self.created)})"
+        if self.elapsed_s < 60:
+            return [f"{self.status} after {self.elapsed_s:.0f} s, {made}. A real endpoint takes 10-15 minutes to "
+                    "come up, so seconds mean a local stand-in answered: the calls are real, the GPU is not."]
+        return [f"{self.status} after {self.elapsed_s / 60:.1f} min, {made}; it bills from now until deleted."]
+
 
 class DeployFailed(Gemma4T4Error):
     """The deploy failed and was rolled back; ``result`` has the timeline and what was deleted."""

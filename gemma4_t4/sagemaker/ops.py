@@ -71,6 +71,14 @@ class EndpointStatus(Displayable):
     def table_rows(self) -> list[EndpointStatus]:
         return [self]
 
+    def notes(self) -> list[str]:
+        """The learner's reading: is it serving, and what it costs while it stays."""
+        if not self.exists:
+            return [f"{self.name} does not exist in {self.region}: nothing bills for it."]
+        price = f"${self.usd_per_hour:.2f}/h until deleted" if self.usd_per_hour else "priced at nothing known"
+        expiry = f"; its expiry tag says {self.expires_at}" if self.expires_at else ""
+        return [f"{self.status}: {price}{expiry}."]
+
 
 def endpoint_status(name: str, region: str, client: Any = None,
                     now: dt.datetime | None = None) -> EndpointStatus:

@@ -55,6 +55,17 @@ class QuotaReport(Displayable):
     def table_rows(self) -> list[QuotaRow]:
         return self.rows
 
+    def notes(self) -> list[str]:
+        """The learner's reading: which regions can host one endpoint, and what a 0 means."""
+        lines = []
+        for itype in dict.fromkeys(r.instance_type for r in self.rows):
+            rows = [r for r in self.rows if r.instance_type == itype]
+            ok = self.regions_with_capacity(itype)
+            lines.append(f"{len(ok)} of {len(rows)} regions allow at least one {itype} endpoint"
+                         f"{': ' + ', '.join(ok) if ok else ''}" + ("" if len(ok) == len(rows) else
+                         "; a 0 or a failed lookup there needs a quota increase (Service Quotas) before a deploy"))
+        return lines
+
     def regions_with_capacity(self, instance_type: str, need: int = 1) -> list[str]:
         return [r.region for r in self.rows
                 if r.instance_type == instance_type and r.value is not None and r.value >= need]

@@ -1,0 +1,347 @@
+"""Part 1's lesson helpers: the notebook's cells stay the calls (quotas, image, deploy, query, the MCP
+server, clean-up), and this module holds what used to crowd them: the stand-in replies queued where
+moto answers alone, the stock-image refusal, the MCP tour, the cost of an idle endpoint, and the part's
+checks and summary built from its results in one call, each result saying what the learner's numbers mean."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gemma4_t4 import notebook as nb
+from gemma4_t4 import sagemaker
+from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.foundation.figures import pyplot
+from gemma4_t4.foundation.table import Displayable, Table
+from gemma4_t4.sagemaker import image as images
+from gemma4_t4.sagemaker.cost import CostEstimate
+from gemma4_t4.sagemaker.deploy import DeployResult
+from gemma4_t4.sagemaker.ops import EndpointStatus, InvokeResult, StreamResult
+from gemma4_t4.sagemaker.quotas import QuotaReport
+
+PART = 1
+FIX = "run every cell above in order (Run all); if a step failed, its own message says what to change"
+# what moto returns where no model runs here (a stand-in reply, labelled canned by the venue)
+CANNED = {
+    "What is the capital of France? Answer in one sentence.": "Paris is the capital of France.",
+    "What is two plus two? Answer in one sentence.": "Two plus two is four.",
+}
+MCP_QUESTION = "What is two plus two? Answer in one sentence."
+COST_HOURS = (0, 0.6, 1, 2, 4, 8, 24)
+
+
+@dataclass(repr=False)  # IPython shows the table (Displayable), not the fields
+class StockRefusal(Displayable):
+    """AWS's stock vLLM image offered for a T4: refused before any AWS call, naming the fix."""
+
+    message: str | None
+    fix: str | None
+
+    def caption(self) -> str:
+        return "The stock vLLM image on a T4 (ml.g4dn.xlarge)"
+
+    def table_rows(self) -> list[dict[str, object]]:
+        return [{"refused": self.message is not None, "why": self.message or "-", "fix": self.fix or "-"}]
+
+    def notes(self) -> list[str]:
+        if self.message is None:
+            return [
+                "Not refused: a T4 deploy would start the stock image, which crashes at the first prefill."
+            ]
+        return [
+            "Refused before anything was created or billed: the check reads the image's name, so a deploy "
+            "that would crash on Turing never starts."
+        ]
+
+
+def stock_image_on_a_t4(region: str) -> StockRefusal:
+    """Validate a T4 deploy of AWS's stock vLLM image (the rule every T4 deploy enforces)."""
+    stock = sagemaker.DeployConfig(
+        instance_type="ml.g4dn.xlarge", region=region, image_uri=sagemaker.vllm_image_uri(region)
+    )
+    try:
+        stock.validate(require_role=False)
+    except Gemma4T4Error as refusal:
+        return StockRefusal(refusal.message, refusal.fix)
+    return StockRefusal(None, None)
+
+
+@dataclass(repr=False)  # IPython shows the table (Displayable), not the fields
+class Query(Displayable):
+    """One question asked of the endpoint, and the same question streamed where a model answers."""
+
+    question: str
+    reply: InvokeResult
+    streamed: StreamResult | None
+    replies_from: str
+    generated: bool  # from a model (AWS, or the tiny one), not canned by moto
+
+    @property
+    def tokens(self) -> int | None:
+        return (self.reply.usage or {}).get("completion_tokens")
+
+    def caption(self) -> str:
+        return f"Q: {self.question}"
+
+    def table_rows(self) -> list[dict[str, object]]:
+        ttft = self.streamed.ttft_s * 1000 if self.streamed and self.streamed.ttft_s is not None else None
+        return [
+            {
+                "reply": self.reply.text,
+                "latency ms": self.reply.latency_s * 1000,
+                "tokens": self.tokens,
+                "finish": self.reply.finish_reason,
+                "streamed: first token ms": ttft,
+                "from": self.replies_from,
+            }
+        ]
+
+    def notes(self) -> list[str]:
+        took = f"{self.reply.latency_s * 1000:.0f} ms"
+        if not self.generated:
+            return [
+                f"A canned stand-in reply ({took}): moto returned a queued text, so this shows the request "
+                "and response format of /invocations, nothing about a model or its speed."
+            ]
+        if "tiny" in self.replies_from:
+            return [
+                f"{self.tokens} tokens in {took} from the tiny random Gemma 4 on this CPU: real generated "
+                "tokens through the same SageMaker-runtime calls, but no sense and no GPU speed."
+            ]
+        return [
+            f"{self.tokens} tokens in {took} from Gemma 4 on the endpoint: the round trip includes the "
+            "network and SageMaker's front end as well as the decode."
+        ]
+
+
+def query(aws: nb.AwsVenue, name: str, region: str, question: str, max_tokens: int = 32) -> Query:
+    """Ask ``question`` (a canned stand-in reply is queued where moto answers alone), then stream it."""
+    aws.canned(CANNED.get(question, "No canned reply for this question."))
+    reply = sagemaker.invoke(name, region, question, max_tokens=max_tokens)
+    streamed = aws.invoke_stream(name, region, question, max_tokens=max_tokens)
+    return Query(question, reply, streamed, aws.replies_from, aws.generated)
+
+
+class MCPTour(Table):
+    """Five tool calls through a real MCP client, with what each answer shows."""
+
+    def __init__(self, session: nb.MCPSession):
+        super().__init__(session.table_rows(), session.caption())
+        self.tools, self.calls = session.tools, session.calls
+
+    def notes(self) -> list[str]:
+        config, delete = self.calls[-2].result, self.calls[-1].result
+        return [
+            f"{len(self.tools)} tools listed; {sum(not c.is_error for c in self.calls)} of {len(self.calls)} "
+            "calls answered without an error.",
+            f"get_deployment_config judged the stock image on a T4 valid={config.get('valid')}: "
+            f"{str(config.get('problem'))[:120]}",
+            f"delete_endpoint without confirm=True: refused={delete.get('refused')}, "
+            f"deleted={delete.get('deleted')} (an assistant must ask before anything is destroyed).",
+        ]
+
+
+def mcp_tour(name: str, region: str, aws: nb.AwsVenue, log_path: Any = None) -> MCPTour:
+    """Start `gemma4-t4 mcp` under a real MCP client and call five tools, as an assistant would."""
+    aws.canned(CANNED[MCP_QUESTION])
+    stock = sagemaker.vllm_image_uri(region)
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("get_endpoint_status", {"name": name, "region": region}),
+        ("query_model", {"prompt": MCP_QUESTION, "endpoint_name": name, "region": region, "max_tokens": 32}),
+        ("list_endpoints", {"regions": [region]}),
+        ("get_deployment_config", {"instance_type": "ml.g4dn.xlarge", "region": region, "image_uri": stock}),
+        ("delete_endpoint", {"name": name, "region": region}),  # no confirm=True: must refuse
+    ]
+    return MCPTour(nb.mcp_session(calls, log_path=log_path))
+
+
+class IdleCost(Table):
+    """What an endpoint left running costs, per instance type, against the expiry tag."""
+
+    def __init__(
+        self, ttl_hours: float, instance_types: tuple[str, ...] = ("ml.g4dn.xlarge", "ml.g6.xlarge")
+    ):
+        self.estimates = [sagemaker.estimate(t) for t in instance_types]
+        self.ttl_hours = ttl_hours
+        super().__init__(
+            [row for e in self.estimates for row in e.table_rows()],
+            "Published on-demand prices (AWS Price List API, 2026-09-30)",
+        )
+
+    def notes(self) -> list[str]:
+        return [
+            f"{e.instance_type}: ${e.usd_per_hour * self.ttl_hours:.2f} if it lives to its {self.ttl_hours:g} h "
+            f"expiry tag, ${e.usd_per_hour * 24:.2f} if forgotten for a day."
+            for e in self.estimates
+            if e.usd_per_hour
+        ] + ["An endpoint bills per hour it exists, serving or idle."]
+
+    def figure(self) -> Any:
+        plt = pyplot()
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for e in self.estimates:
+            ax.plot(
+                COST_HOURS, [h * (e.usd_per_hour or 0) for h in COST_HOURS], marker="o", label=e.instance_type
+            )
+        ax.axvline(self.ttl_hours, color="C3", linestyle="--", label=f"expiry tag ({self.ttl_hours:g} h)")
+        ax.set(
+            xlabel="hours the endpoint stays up",
+            ylabel="USD (on-demand, us-east-2)",
+            title="An idle endpoint still bills",
+        )
+        ax.legend()
+        return fig
+
+
+@dataclass
+class Part1Run:
+    """Everything Part 1 measured, handed to :func:`compare` in one piece."""
+
+    target: str
+    instance_type: str
+    region: str
+    quotas: QuotaReport
+    image_uri: str
+    deployment: DeployResult
+    status: EndpointStatus
+    stock: StockRefusal
+    query: Query
+    mcp: MCPTour
+    estimate: CostEstimate
+
+
+def _checks(r: Part1Run) -> list[tuple[str, bool, str]]:
+    reply, streamed, generated = r.query.reply, r.query.streamed, r.query.generated
+    needs_fix = sagemaker.DeployConfig(instance_type=r.instance_type).needs_fixed_image
+    real_stream = bool(
+        streamed
+        and streamed.text.strip()
+        and nb.is_real_number(streamed.ttft_s)
+        and streamed.ttft_s <= streamed.total_s
+    )
+    return [
+        (
+            "the quota",
+            bool(r.quotas.rows) and r.region in r.quotas.regions_with_capacity(r.instance_type),
+            f"{r.region} has no {r.instance_type} endpoint quota",
+        ),
+        (
+            "the deploy",
+            r.deployment.success and r.deployment.status == "InService",
+            str(r.deployment.failure_reason),
+        ),
+        (
+            "the endpoint status",
+            r.status.exists and r.status.status == "InService",
+            f"status {r.status.status}",
+        ),
+        (
+            "the stock image refusal",
+            bool(r.stock.message and "Turing" in r.stock.message),
+            "the stock image was not refused for Turing",
+        ),
+        (
+            "the image",
+            not needs_fix or images.carries_turing_fix(r.image_uri),
+            f"{r.image_uri} lacks the Turing fix",
+        ),
+        (
+            "the reply",
+            bool(reply.text.strip()) and nb.is_real_number(reply.latency_s),
+            f"empty reply or latency {reply.latency_s!r}",
+        ),
+        (
+            "the generated tokens",
+            not generated or bool(r.query.tokens and "canned" not in reply.text),
+            f"{r.query.tokens} tokens counted by the server",
+        ),
+        ("the streamed reply", not generated or real_stream, "no streamed text or first-token time"),
+        (
+            "the MCP tools",
+            len(r.mcp.tools) >= 20 and "build_t4_image" in r.mcp.tools,
+            f"{len(r.mcp.tools)} tools",
+        ),
+        ("the MCP calls", not any(c.is_error for c in r.mcp.calls), "a tool call answered an error"),
+        (
+            "the MCP stock-image verdict",
+            r.mcp.calls[-2].result.get("valid") is False
+            and "Turing" in str(r.mcp.calls[-2].result.get("problem")),
+            "the stock image was judged valid on a T4",
+        ),
+        (
+            "the MCP delete without confirm",
+            bool(r.mcp.calls[-1].result.get("refused")) and not r.mcp.calls[-1].result.get("deleted"),
+            "an unconfirmed delete was not refused",
+        ),
+        (
+            "the estimated $/hour",
+            nb.is_real_number(r.estimate.usd_per_hour),
+            f"no price for {r.instance_type}",
+        ),
+    ]
+
+
+@dataclass(repr=False)  # IPython shows the table (Displayable), not the fields
+class Part1Results(Displayable):
+    """Part 1's figures, each checked when built: what this run measured, as the summary saves it."""
+
+    results: dict[str, str | int | float | bool | None]
+    tables: list[Displayable]
+
+    def caption(self) -> str:
+        return f"Part 1 summary ({self.results['target']}): every figure checked"
+
+    def table_rows(self) -> list[dict[str, object]]:
+        return [{"figure": k, "value": v} for k, v in self.results.items()]
+
+    def summary(self) -> dict[str, Any]:
+        """``nb.save_summary``'s keyword arguments."""
+        return {"part": PART, "results": self.results, "tables": self.tables}
+
+
+def compare(
+    target: str,
+    instance_type: str,
+    region: str,
+    quotas: QuotaReport,
+    image_uri: str,
+    deployment: DeployResult,
+    status: EndpointStatus,
+    stock: StockRefusal,
+    query: Query,
+    mcp: MCPTour,
+    costs: IdleCost,
+) -> Part1Results:
+    """Check every figure of the part (a missing or impossible one is refused with its name and why)."""
+    run = Part1Run(
+        target,
+        instance_type,
+        region,
+        quotas,
+        image_uri,
+        deployment,
+        status,
+        stock,
+        query,
+        mcp,
+        sagemaker.estimate(instance_type),
+    )
+    for figure_name, ok, why in _checks(run):
+        if not ok:
+            raise Gemma4T4Error(f"Part 1's check failed on {figure_name}: {why}.", fix=FIX)
+    results: dict[str, str | int | float | bool | None] = {
+        "target": run.target,
+        "region": run.region,
+        "instance type": run.instance_type,
+        "regions with quota": len(run.quotas.regions_with_capacity(run.instance_type)),
+        "deploy seconds": run.deployment.elapsed_s,
+        "endpoint status": run.status.status,
+        "query latency ms": run.query.reply.latency_s * 1000,
+        "reply tokens": run.query.tokens,
+        "reply from": run.query.replies_from,
+        "stock image on a T4 refused": run.stock.message is not None,
+        "estimated $/hour": run.estimate.usd_per_hour,
+        "MCP tools": len(run.mcp.tools),
+        "MCP delete without confirm refused": bool(run.mcp.calls[-1].result.get("refused")),
+    }
+    return Part1Results(results, [costs])
