@@ -39,7 +39,9 @@ def plot_throughput(run: BenchRun, path: Path) -> Path | None:
     if buffered is None:
         ax.plot(xs, [c.per_stream_tok_s.median for c in cells], "s--", label="per-stream tok/s (median)")
     else:  # answers came in one flush: there is no per-stream speed to draw, and the plot says why
-        ax.text(0.02, 0.02, f"per-stream tok/s {buffered.reason}", transform=ax.transAxes, fontsize=7, wrap=True)
+        ax.text(
+            0.02, 0.02, f"per-stream tok/s {buffered.reason}", transform=ax.transAxes, fontsize=7, wrap=True
+        )
     for c in cells:
         if c.queueing:
             _note(ax, "queueing", (c.concurrency, c.output_throughput_tok_s or 0), color="tab:red")
@@ -128,11 +130,15 @@ def plot_roofline(run: BenchRun, path: Path) -> Path | None:
     for x, r in zip(xs, roofs, strict=True):
         if r.efficiency is not None:
             _note(ax, f"{r.efficiency * 100:.0f} %", (x, r.per_stream_tok_s), dy=4)
-    ax.set_xticks(xs, [
-        f"c={c.concurrency}" if c.concurrency is not None
-        else f"{c.open_loop.offered_rate_rps if c.open_loop else None:g}/s"
-        for c in cells
-    ])
+    ax.set_xticks(
+        xs,
+        [
+            f"c={c.concurrency}"
+            if c.concurrency is not None
+            else f"{c.open_loop.offered_rate_rps if c.open_loop else None:g}/s"
+            for c in cells
+        ],
+    )
     ax.set_ylabel("decode tokens / s per stream")
     ax.set_title(_title(run, f"Roofline on {roof.gpu}"))
     ax.legend(fontsize=8)
@@ -212,3 +218,84 @@ def plot_compare(
     ax.margins(y=0.2)
     ax.legend()
     return save_figure(fig, path)
+
+
+def plot_qat_vs_bf16(
+    what: str,
+    curves: dict[str, dict[int, float | None]],
+    ceilings: dict[str, float],
+    published: dict[str, float],
+    gpu: str,
+    model: str,
+    venue: str,
+) -> Any:
+    """Part 2's figure (returned, not saved: the notebook shows and saves it): the measured decode
+    curves per build on the left; on the right each build's decode ceiling on ``gpu`` with the
+    series' published T4 per-stream figure on it."""
+    plt = pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for label, curve in curves.items():
+        points = [(c, v) for c, v in sorted(curve.items()) if v is not None]
+        left.plot([c for c, _ in points], [v for _, v in points], "o-", label=f"{label} (measured, {venue})")
+    left.set(xlabel="concurrent streams", ylabel="tok/s", title=f"Decode speed: {what}")
+    left.grid(alpha=0.3)
+    left.legend()
+    formats = list(ceilings)
+    right.bar(
+        formats, [ceilings[f] for f in formats], color="#bbb", label=f"{gpu.upper()} ceiling (spec bandwidth)"
+    )
+    shown = [f for f in formats if f in published]
+    right.scatter(shown, [published[f] for f in shown], color="C3", zorder=3, label="published GCE T4, c=1")
+    for f in formats:
+        _note(right, f"{ceilings[f]:.0f}", (f, ceilings[f]), dy=3)
+    right.set(ylabel="tok/s per stream", title=f"{model} on {gpu.upper()}: ceiling vs published T4")
+    right.margins(y=0.15)
+    right.legend()
+    return fig
+
+
+def plot_t4_part(
+    per_stream: dict[int, float | None] | None,
+    not_measured: str | None,
+    output: dict[int, float | None],
+    ttft_ms: dict[int, float | None],
+    published_ttft: dict[int, float],
+    fits: list[Any],
+    gpu: str,
+    venue: str,
+) -> Any:
+    """Part 4's figure (returned, not saved): decode per stream and all streams, TTFT against the
+    published curve of the same build, and what fits one GPU (weights against its budget)."""
+    plt = pyplot()
+    fig, (dec, ttft, fit) = plt.subplots(1, 3, figsize=(15, 4))
+    if per_stream:
+        dec.plot(list(per_stream), list(per_stream.values()), "o-", label="per stream")
+    else:  # answers came in one flush: no per-stream speed to draw, and the legend says so
+        why = " (answers came in one flush)" if not_measured else ""
+        dec.plot([], [], "o-", label=f"per stream: not measured{why}")
+    dec.plot(list(output), list(output.values()), "s-", label="all streams")
+    dec.set(xlabel="concurrent streams", ylabel="output tok/s", title=f"Decode ({venue}, measured)")
+    dec.legend(fontsize=8, loc="upper left")
+    ttft.plot(list(ttft_ms), list(ttft_ms.values()), "o-", label=f"measured ({venue})")
+    ttft.plot(
+        list(published_ttft),
+        list(published_ttft.values()),
+        "x--",
+        color="C3",
+        label="published GCE T4, E2B QAT",
+    )
+    ttft.set(
+        xlabel="input tokens",
+        ylabel="median TTFT ms",
+        xscale="log",
+        yscale="log",
+        title="TTFT vs prompt length",
+    )
+    ttft.legend(fontsize=8)
+    fit.barh(
+        [f.model for f in fits], [f.weights_gib for f in fits], color=["C2" if f.fits else "C3" for f in fits]
+    )
+    fit.axvline(fits[0].budget_gib, color="k", linestyle="--", label=f"{gpu} budget (0.9 x usable)")
+    fit.set(xlabel="weights GiB (int4)", title=f"What fits one {gpu} (green: fits at 8k)")
+    fit.legend(loc="lower right")
+    return fig

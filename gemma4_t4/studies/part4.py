@@ -1,0 +1,396 @@
+"""Part 4 of the notebook series (Gemma 4 on a T4): the host steps (doctor, torch, swap, the sm_75
+proof), the workloads, and the results that read the learner's own numbers, check them, plot
+themselves and write the part's summary. The notebook makes one short call per step."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gemma4_t4.bench.answers import compare_answers
+from gemma4_t4.bench.plots import plot_t4_part
+from gemma4_t4.bench.published import T4_DRAFTER, PublishedDrafter, gce_t4, t4_beside
+from gemma4_t4.bench.results import BenchRun, load_run
+from gemma4_t4.bench.specs import AnswersSpec, DecodeSpec, PrefixSpec, TTFTSpec, run
+from gemma4_t4.catalog.models import FitResult, FitTable, fit_table, largest_fitting, load_ram
+from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.foundation.table import Displayable, Table
+from gemma4_t4.host import env, swap, torchfix
+from gemma4_t4.serving.endpoint import Budget, Endpoint
+
+# The series served the QAT build in Part 4, so its TTFT curve is read against the QAT figures
+# (316 ms at 512 tokens -> 7,243 ms at 4,096), never the bf16 ones.
+PUBLISHED_TTFT_BUILD = "qat"
+PUBLISHED_TTFT_LENS = (512, 4096)
+FIX = "run the notebook again from the top; if it repeats, see docs/benchmarks.md"
+
+
+def _real(value: object) -> bool:
+    return (
+        isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    )
+
+
+def published_ttft() -> dict[int, float]:
+    """The series' GCE T4 median TTFT at c=1 for the build Part 4 serves (QAT)."""
+    return {n: gce_t4(PUBLISHED_TTFT_BUILD, n).ttft_ms for n in PUBLISHED_TTFT_LENS}
+
+
+def drafter_line(pub: PublishedDrafter = T4_DRAFTER) -> str:
+    """The published drafter result with each speed-up named: tok/s over tok/s, and per-token time."""
+    return (
+        f"published: {pub.model} {pub.build} on a GCE T4, {pub.draft_tokens} draft tokens, greedy: "
+        f"{pub.tok_s_off} -> {pub.tok_s_on} tok/s ({pub.tok_s_on / pub.tok_s_off:.2f}x the tok/s); per token "
+        f"{pub.ms_per_token_off} -> {pub.ms_per_token_on} ms ({pub.ms_per_token_off / pub.ms_per_token_on:.2f}x less time "
+        f"per token); {pub.acceptance:.0%} of drafts accepted, {pub.answers_changed} answers changed length"
+    )
+
+
+@dataclass
+class Specs:
+    """Part 4's four workloads, each checked when built (before anything is served or billed)."""
+
+    decode: DecodeSpec
+    ttft: TTFTSpec
+    prefix: PrefixSpec
+    answers: AnswersSpec
+
+    @property
+    def all(self) -> list[Any]:
+        return [self.decode, self.ttft, self.prefix, self.answers]
+
+    @property
+    def for_l4(self) -> dict[str, Any]:
+        return {"decode": self.decode, "ttft": self.ttft, "answers": self.answers}
+
+
+def specs(
+    concurrency: Sequence[int], ttft_lens: Sequence[int], input_len: int, output_len: int, num_prompts: int
+) -> Specs:
+    return Specs(
+        DecodeSpec(
+            concurrency=concurrency, input_len=input_len, output_len=output_len, num_prompts=num_prompts
+        ),
+        TTFTSpec(input_lens=ttft_lens, output_len=4, num_prompts=4),
+        PrefixSpec(input_len=512, output_len=4, num_prompts=8, groups=2),
+        AnswersSpec(),
+    )
+
+
+@dataclass
+class Study:
+    """Part 4's run: what the host steps found and the USD budget billed endpoints share."""
+
+    target: str
+    model_size: str
+    gpu: str
+    budget_usd: float
+    serves_here: bool  # a local GPU this part serves on (a fix is applied only there)
+    ram_gib: float | None = None
+    report: Any = None
+    proof: Any = None
+    budget: Budget = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.budget = Budget(self.budget_usd)
+
+    def doctor(self) -> Table:
+        """Every problem on this host with its fix (on a machine without a GPU, seeing them is the point)."""
+        self.report = env.doctor()
+        pair = f"vLLM + transformers: {self.report.pair.status} - {self.report.pair.detail}"
+        return Table(
+            self.report.problems,
+            title=f"doctor: {len(self.report.problems)} problem(s); {pair}",
+            columns=["severity", "message", "fix"],
+        )
+
+    def torch_fix(self) -> str:
+        """The CUDA torch plan; applied only on a GPU this part serves on, where it is needed."""
+        plan = torchfix.plan_torch_fix()
+        if self.serves_here and plan.needed:
+            return f"{plan.summary()}\n{torchfix.apply_torch_fix(plan).message} - now restart the kernel and run all cells again"
+        return plan.summary()
+
+    def swap(self) -> Table:
+        """Host RAM to load each build here, and the swap file made (a dry run unless it is needed and allowed)."""
+        now = swap.swap_status()
+        load = [load_ram(self.model_size, fmt, host_ram_gib=self.ram_gib) for fmt in ("bf16", "qat-w4a16")]
+        need = max(item.swap_needed_gib for item in load)
+        real = self.serves_here and need > 0 and now.can_create
+        made = swap.create_swap(f"{max(16, int(need))}G", dry_run=not real).summary()
+        return Table(
+            load, title=f"Host RAM to load {self.model_size.upper()} with vLLM here. {now.summary()} {made}"
+        )
+
+    def turing_proof(self) -> Any:
+        """vLLM's attention kernel compiled for sm_75 for this size's shapes, unpatched and patched."""
+        # lazy: Triton's compiler loads for this step only
+        from gemma4_t4.turing.verify import gemma4_attention_shapes, verify
+
+        self.proof = verify(
+            "sm_75", shapes=[s for s in gemma4_attention_shapes() if s.model.lower() == self.model_size]
+        )
+        return self.proof
+
+    def answers(self, endpoint: Endpoint, spec: AnswersSpec, runs_dir: Path, reference: str) -> Any:
+        """The fixed questions answered here, compared with ``reference`` (another GPU's answers run) or,
+        without one, with a second run here (greedy decoding must repeat itself)."""
+        mine = run(endpoint, spec, runs_dir / "answers", overwrite=True)
+        other = (
+            load_run(reference)
+            if reference
+            else run(endpoint, spec, runs_dir.parent / "answers-repeat", overwrite=True)
+        )
+        return compare_answers(mine, other)  # "not measured: ..." if a run did not complete
+
+    @staticmethod
+    def release_billed(endpoint: Endpoint) -> None:
+        """Stop an endpoint that bills and cannot restart (SageMaker: nothing after this step needs it);
+        a local server keeps running for Going further."""
+        if not endpoint.can_restart:
+            endpoint.stop()
+
+    @staticmethod
+    def clean_up(left: Sequence[str]) -> None:
+        """Refuse to end the part while one of its SageMaker endpoints still bills."""
+        if left:
+            raise Gemma4T4Error(
+                f"still billing: {', '.join(left)}",
+                fix="delete each with: gemma4-t4 sagemaker delete NAME --yes",
+            )
+
+    def fits(self) -> FitTable:
+        return fit_table(self.gpu, context_len=8192)
+
+    def compare(
+        self,
+        decode: BenchRun,
+        ttft: BenchRun,
+        prefix: BenchRun | None,
+        answers: Any,
+        headline: Any,
+        cost: Any,
+        endpoint: Endpoint,
+        concurrency: Sequence[int],
+        ttft_lens: Sequence[int],
+    ) -> Results:
+        """The main path's results read and checked: refused, naming the figure, where one is missing or impossible."""
+        fits = self.fits()
+        results = Results(self, decode, ttft, prefix, answers, headline, cost, fits, endpoint)
+        results.check(concurrency, ttft_lens)
+        return results
+
+
+def study(target: str, model_size: str, runtime: Any, budget_usd: float) -> Study:
+    return Study(
+        target,
+        model_size,
+        runtime.roofline_gpu,
+        budget_usd,
+        runtime.serves_on_this_gpu,
+        runtime.facts.ram_total_gib,
+    )
+
+
+@dataclass
+class Results(Displayable):
+    """Part 4's measured figures beside the series' published T4 ones, with their reading."""
+
+    study: Study
+    decode: BenchRun
+    ttft: BenchRun
+    prefix: BenchRun | None
+    answers: Any
+    headline: Any
+    cost: Any
+    fits: list[FitResult]
+    endpoint: Endpoint
+    drafter: Any = None
+
+    @property
+    def ttft_ms(self) -> dict[int, float | None]:
+        return self.ttft.ttft_by_input_len()
+
+    @property
+    def ttft_growth(self) -> float:
+        ms = self.ttft_ms
+        return ms[max(ms)] / ms[min(ms)]  # type: ignore[operator]
+
+    @property
+    def largest(self) -> FitResult | None:
+        return largest_fitting(self.fits)
+
+    def table_rows(self) -> list[object]:
+        title = f"Measured here ({self.study.target}, {self.study.model_size})"
+        return list(t4_beside(self.decode, self.ttft_ms, title).table_rows())
+
+    def caption(self) -> str:
+        return f"Measured here ({self.study.target}, {self.study.model_size}) beside the series' published T4 figures"
+
+    def notes(self) -> list[str]:
+        speed, ms, pub = self.decode.decode_speed(), self.ttft_ms, published_ttft()
+        lo, hi = min(ms), max(ms)
+        lines = [
+            f"TTFT grew {self.ttft_growth:.1f}x from {lo} to {hi} tokens ({hi / lo:.0f}x the tokens); the series "
+            f"measured {pub[512]:,.0f} -> {pub[4096]:,.0f} ms for the QAT build on a GCE T4 "
+            f"({pub[4096] / pub[512]:.0f}x for 8x the tokens, published): prefill attention grows faster than the prompt."
+        ]
+        c1 = gce_t4("qat")
+        if speed.streamed and speed.per_stream:
+            mine = speed.per_stream[min(speed.per_stream)]
+            lines.append(
+                f"Per stream at c={min(speed.per_stream)} this run decoded {mine:.1f} tok/s; the series measured "
+                f"{c1.per_stream_tok_s} on a GCE T4 (E2B QAT, published)."
+            )
+        else:
+            lines.append(f"Per-stream speed is not measured here: {speed.not_measured}.")
+        if self.study.target == "cpu":
+            lines.append(
+                "On the CPU default a tiny random model runs on vLLM's CPU build: the steps, the checks and the "
+                "TTFT growth's shape are real; the speeds say nothing about a T4."
+            )
+        rate = self.prefix.prefix_hit_rate() if self.prefix else None
+        if rate is not None:
+            lines.append(
+                f"The prefix cache served {rate:.0%} of prompt tokens from cache: some relief for shared prefixes, "
+                "secondary next to prefill's growth (the series' finding)."
+            )
+        return lines
+
+    def plot(self) -> Any:
+        speed = self.decode.decode_speed()
+        ok = [f for f in self.fits if f.format == "qat-w4a16"]
+        return plot_t4_part(
+            speed.per_stream,
+            speed.not_measured,
+            speed.output_tok_s,
+            self.ttft_ms,
+            published_ttft(),
+            ok,
+            self.study.gpu,
+            self.study.target,
+        )
+
+    def check(self, concurrency: Sequence[int], ttft_lens: Sequence[int]) -> None:
+        """Refuse a run that measured nothing, or a figure that cannot be, with one sentence naming it."""
+        s, proof = self.study, self.study.proof
+        worst = (
+            max(c.shared_bytes_unpatched for c in proof.launches),
+            max(c.shared_bytes_patched for c in proof.launches),
+        )
+        if not proof.ok or worst[0] != 98_304 or worst[1] > 65_536:
+            raise Gemma4T4Error(
+                f"the sm_75 proof found {worst[0]:,} B unpatched and {worst[1]:,} B patched: the fix "
+                "must bring 98,304 B within 65,536 B",
+                fix=FIX,
+            )
+        for bench in (self.decode, self.ttft, *([self.prefix] if self.prefix else [])):
+            if not bench.ok or bench.failed:
+                raise Gemma4T4Error(
+                    f"the {bench.dir.name} run did not complete ({bench.failed} failed requests)", fix=FIX
+                )
+        speed = self.decode.decode_speed()
+        figures = {
+            **{f"output tok/s at c={c}": v for c, v in speed.output_tok_s.items()},
+            **{f"E2EL ms at c={c}": v for c, v in speed.e2el_ms.items()},
+            **{f"TTFT ms at {n} tokens": v for n, v in self.ttft_ms.items()},
+        }
+        if speed.streamed:
+            figures |= {f"per-stream tok/s at c={c}": v for c, v in (speed.per_stream or {}).items()}
+        bad = next((f"{name} is {value!r}" for name, value in figures.items() if not _real(value)), None)
+        bad = bad or (
+            f"decode measured c={sorted(speed.output_tok_s)}, not {list(concurrency)}"
+            if set(speed.output_tok_s) != set(concurrency)
+            else None
+        )
+        bad = bad or (
+            f"TTFT measured {sorted(self.ttft_ms)} tokens, not {list(ttft_lens)}"
+            if len(self.ttft_ms) != len(ttft_lens)
+            else None
+        )
+        rate = self.prefix.prefix_hit_rate() if self.prefix else None
+        bad = bad or (
+            "the prefix cache hit rate is not above 0 on a server that exposes /metrics"
+            if self.endpoint.exposes_metrics and not (rate and rate > 0)
+            else None
+        )
+        bad = bad or (
+            f"answers: {self.answers.text()}"
+            if not (self.answers.total and self.answers.identical == self.answers.total)
+            else None
+        )
+        bad = bad or ("no Gemma 4 size fits one GPU at 8k context" if self.largest is None else None)
+        bad = bad or self._cost_problem()
+        bad = bad or (
+            f"the endpoints spent ${s.budget.spent_usd:.2f}, over BUDGET_USD"
+            if s.budget.spent_usd > s.budget.usd
+            else None
+        )
+        if s.report is not None and any(not p.fix for p in s.report.problems if p.severity == "error"):
+            bad = bad or "a doctor error came without its fix"
+        if bad:
+            raise Gemma4T4Error(f"Part 4's figures are not real: {bad}", fix=FIX)
+
+    def _cost_problem(self) -> str | None:
+        measured, price = self.cost.measured, self.cost.price
+        if not price.usd_per_hour > 0:
+            return f"the price of {price.instance} is not positive"
+        if self.study.target == "cpu" and measured.usd_per_mtok is not None:
+            return "a tiny model's CPU speed was priced as $ per Mtok"
+        if not (_real(measured.usd_per_mtok) or measured.label.startswith("no $/Mtok")):
+            return f"the measured $ per Mtok is {measured.usd_per_mtok!r} without a reason"
+        return None
+
+    def add_drafter(self, drafter: Any) -> Any:
+        """Going further: the drafter's figures join the summary, checked like the rest; shown as is."""
+        if drafter is not None and not (
+            drafter.on.not_measured is None
+            and drafter.on.acceptance_rate is not None
+            and drafter.answers.measured
+        ):
+            raise Gemma4T4Error("the drafter run measured no acceptance or no answers to compare", fix=FIX)
+        self.drafter = drafter
+        return drafter
+
+    def summary(self) -> dict[str, Any]:
+        """``nb.save_summary``'s keyword arguments: the checked figures apart from the published ones."""
+        speed, ms, d, h = self.decode.decode_speed(), self.ttft_ms, self.drafter, self.headline
+        proof, cost, pub, largest = self.study.proof, self.cost, published_ttft(), self.largest
+        results = {
+            "target": self.study.target,
+            "doctor problems": len(self.study.report.problems) if self.study.report else None,
+            "sm_75 shared bytes unpatched (worst)": max(c.shared_bytes_unpatched for c in proof.launches),
+            "sm_75 shared bytes patched (worst)": max(c.shared_bytes_patched for c in proof.launches),
+            "per-stream tok/s c=1": speed.per_stream[min(speed.per_stream)]
+            if speed.per_stream
+            else speed.not_measured,
+            "output tok/s c=1": speed.output_tok_s[min(speed.output_tok_s)],
+            "E2EL ms c=1": speed.e2el_ms[min(speed.e2el_ms)],
+            "best output tok/s": cost.measured.output_tok_s,
+            f"TTFT growth {min(ms)}->{max(ms)} tokens (x)": self.ttft_growth,
+            "prefix cache hit rate": self.prefix.prefix_hit_rate() if self.prefix else None,
+            "identical answers": self.answers.line(),
+            "drafter on / off, tok/s at 1 stream": d.speedup if d else None,
+            "drafter acceptance": d.on.acceptance_rate if d else None,
+            "identical answers, drafter on vs off": d.answers.line() if d else "not run here",
+            "T4/L4 decode (SageMaker)": (h.decode_ratio or "; ".join(h.decode_not_measured)) if h else None,
+            "largest model that fits one T4": f"{largest.model} {largest.format}" if largest else None,
+            "$ per Mtok (measured)": cost.measured.summary(),
+            "$ per Mtok priced as": f"{cost.price.platform} {cost.price.instance} ({cost.price.gpu}), {cost.price.usd_per_hour} $/h",
+        }
+        c1, c8 = gce_t4("qat"), gce_t4("qat", concurrency=8)
+        published = {
+            "TTFT growth 512->4096 on a T4, QAT (x)": round(pub[4096] / pub[512], 1),
+            "per-stream tok/s QAT c=1 (GCE T4)": c1.per_stream_tok_s,
+            "output tok/s QAT c=8 (GCE T4)": c8.output_throughput_tok_s,
+            "drafter tok/s on / off, E2B emb4, 3 draft tokens (GCE T4)": round(
+                T4_DRAFTER.tok_s_on / T4_DRAFTER.tok_s_off, 2
+            ),
+            "drafter per-token time off / on (GCE T4)": round(
+                T4_DRAFTER.ms_per_token_off / T4_DRAFTER.ms_per_token_on, 2
+            ),
+        }
+        return {"part": 4, "results": results, "published": published, "tables": [cost, self]}
