@@ -97,3 +97,27 @@ def test_the_summary_is_the_checked_figures_and_the_published_ones_apart():
         "QAT/bf16 all streams c=8 (GCE T4)": 1.31,
         "QAT/bf16 decode (SageMaker L4)": 2.05,
     }
+
+
+def test_the_clean_up_refuses_while_an_endpoint_of_the_part_still_bills():
+    part2.Study.clean_up([])  # nothing left: the part ends
+    with pytest.raises(Gemma4T4Error, match=r"still billing: gemma4-qat"):
+        part2.Study.clean_up(["gemma4-qat"])
+
+
+def test_every_call_the_notebook_makes_on_its_study_and_comparison_exists():
+    """The notebook's calls on its study objects resolve (a missing method fails only when executed)."""
+    import json
+    import re
+    from pathlib import Path
+
+    cells = json.loads(
+        (Path(__file__).resolve().parents[1] / "notebooks" / "02_bf16_vs_qat.ipynb").read_text()
+    )["cells"]
+    source = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    owners = {"part2": part2, "study": part2.Study, "comparison": part2.Comparison}
+    used = set(re.findall(r"\b(part2|study|comparison)\.(\w+)", source))
+    missing = [
+        f"{o}.{a}" for o, a in used if not hasattr(owners[o], a) and a not in part2.Study.__dataclass_fields__
+    ]
+    assert used and not missing, missing

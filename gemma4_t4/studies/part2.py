@@ -158,6 +158,15 @@ class Study:
     def ram(self) -> RamVerdict:
         return self.host
 
+    @staticmethod
+    def clean_up(left: Sequence[str]) -> None:
+        """Refuse to end the part while one of its SageMaker endpoints still bills."""
+        if left:
+            raise Gemma4T4Error(
+                f"still billing: {', '.join(left)}",
+                fix="delete each with: gemma4-t4 sagemaker delete NAME --yes",
+            )
+
     def compare(
         self, bf16_run: BenchRun, qat_run: BenchRun, concurrency: Sequence[int], endpoints: Sequence[Endpoint]
     ) -> Comparison:
