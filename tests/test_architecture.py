@@ -866,7 +866,7 @@ def test_the_package_stays_within_its_size():
 # A line count can be met by packing more onto each line; Python tokens (names, operators, literals;
 # not comments, line breaks or indentation) cannot. The package's token count when its layout was
 # last settled, rounded up: it stays at or below it too.
-PACKAGE_TOKEN_LIMIT = 212_878  # +4,762: Parts 2 and 4 (studies/part2.py, part4.py, their plots); +3,812 before: Parts 1 and 3
+PACKAGE_TOKEN_LIMIT = 212_898  # +4,782: Parts 2 and 4 (studies/part2.py, part4.py, their plots); +3,812 before: Parts 1 and 3
 
 
 def code_tokens(source: str) -> int:

@@ -121,3 +121,14 @@ def test_every_call_the_notebook_makes_on_its_study_and_comparison_exists():
         f"{o}.{a}" for o, a in used if not hasattr(owners[o], a) and a not in part2.Study.__dataclass_fields__
     ]
     assert used and not missing, missing
+
+
+def test_ipythons_text_display_is_the_table_with_its_reading():
+    """IPython's text form (what papermill and a terminal show) is the table and its notes, not the
+    dataclass's field dump."""
+    from IPython.lib.pretty import pretty
+
+    shown = pretty(_t4())
+    assert shown.startswith("QAT int4 vs bf16") and "72.3 tok/s is 42%" in shown
+    assert pretty(part2.RamVerdict("e2b", 12.7, 0.0, "t4")).startswith("Gemma 4 E2B: host RAM")
+    assert pretty(part2.ceilings("e2b", "t4", "t4")).startswith("Gemma 4 E2B: decode ceiling")

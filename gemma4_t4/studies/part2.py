@@ -35,7 +35,7 @@ def _real(value: object) -> bool:
     )
 
 
-@dataclass
+@dataclass(repr=False)  # the text display is the table (Displayable), not the fields
 class Ceilings(Displayable):
     """Step 1's table: the per-stream decode ceiling (bandwidth / bytes per token) of each format on
     this GPU and on the T4 and L4, with what it means for the learner's GPU."""
@@ -85,7 +85,7 @@ def ceilings(model_size: str, gpu: str, target: str) -> Ceilings:
     )
 
 
-@dataclass
+@dataclass(repr=False)
 class RamVerdict(Displayable):
     """What this host's RAM (and swap) will load, checked before any download: vLLM's loader reads
     the checkpoint's tensors into process memory while the engine processes start, so the peak is
@@ -183,7 +183,7 @@ def study(target: str, model_size: str, runtime: Any, budget_usd: float) -> Stud
     return Study(target, model_size, runtime.roofline_gpu, budget_usd, host)
 
 
-@dataclass
+@dataclass(repr=False)
 class Comparison(Displayable):
     """QAT vs bf16 as measured here, beside the published figures, with the reading of the learner's
     own numbers under the table."""

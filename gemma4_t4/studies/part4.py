@@ -195,7 +195,7 @@ def study(target: str, model_size: str, runtime: Any, budget_usd: float) -> Stud
     )
 
 
-@dataclass
+@dataclass(repr=False)  # the text display is the table (Displayable), not the fields
 class Results(Displayable):
     """Part 4's measured figures beside the series' published T4 ones, with their reading."""
 
