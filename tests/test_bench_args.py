@@ -380,20 +380,26 @@ def test_notebook_benchmark_calls_are_typed_specs_run_on_an_endpoint():
     spec_names = {s.__name__ for s in specs.SPECS}
     run_params = set(inspect.signature(specs.run).parameters)
     runs = built = 0
-    for path in sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb")):
+    root = Path(__file__).resolve().parents[1]
+    sources = []  # each notebook's code cells, and the lesson modules that run a part's steps for it
+    for path in sorted((root / "notebooks").glob("*.ipynb")):
         for cell in json.loads(path.read_text())["cells"]:
-            if cell["cell_type"] != "code":
-                continue
-            source = "".join(line for line in cell["source"] if not line.lstrip().startswith(("%", "!")))
-            for node in ast.walk(ast.parse(source)):
-                name = getattr(getattr(node, "func", None), "id", None)
-                if isinstance(node, ast.Call) and name == "run_benchmark":
-                    raise AssertionError(f"{path.name}: run_benchmark(**options) instead of run(endpoint, spec, ...)")
-                if isinstance(node, ast.Call) and name == "run":
-                    runs += 1
-                    assert len(node.args) == 3 and {k.arg for k in node.keywords} <= run_params, ast.unparse(node)
-                if isinstance(node, ast.Call) and name in spec_names:
-                    built += 1
+            if cell["cell_type"] == "code":
+                lines = [line for line in cell["source"] if not line.lstrip().startswith(("%", "!"))]
+                sources.append((path, "".join(lines)))
+    lessons = [*(root / "gemma4_t4" / "studies").glob("part*.py"), *(root / "gemma4_t4").glob("tutorial_part*.py")]
+    assert lessons, "the notebooks' lesson modules moved: update this list"
+    sources += [(path, path.read_text()) for path in sorted(lessons)]
+    for path, source in sources:
+        for node in ast.walk(ast.parse(source)):
+            name = getattr(getattr(node, "func", None), "id", None)
+            if isinstance(node, ast.Call) and name == "run_benchmark":
+                raise AssertionError(f"{path.name}: run_benchmark(**options) instead of run(endpoint, spec, ...)")
+            if isinstance(node, ast.Call) and name == "run":
+                runs += 1
+                assert len(node.args) == 3 and {k.arg for k in node.keywords} <= run_params, ast.unparse(node)
+            if isinstance(node, ast.Call) and name in spec_names:
+                built += 1
     assert runs >= 8 and built >= 5, (runs, built)
 
 
