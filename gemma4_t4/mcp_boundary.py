@@ -144,7 +144,7 @@ TOOL_PARAMETERS = {
     "base_tag": "the DLC tag the fixed image builds on: a pinned AWS vLLM tag",
     "wait": "whether deploy_endpoint waits for InService (a watch rolls back a Failed one either way)",
     "timeout_s": "how long to wait; a deploy's timeout rolls back what it created",
-    "budget_usd": "the cap on what one deploy may bill, bounded for an assistant",
+    "budget_usd": "the cap on what one deploy or image build may bill, bounded for an assistant",
     "prompt": "text sent to the model",
     "endpoint_name": "an endpoint to query (SageMaker's name rule)",
     "base_url": "a local server's URL or sagemaker://REGION/ENDPOINT to query or measure",

@@ -46,6 +46,7 @@ from gemma4_t4.mcp_boundary import (
 )
 from gemma4_t4.sagemaker import quotas  # sagemaker.* import no AWS SDK: boto3 loads at a tool's first call
 from gemma4_t4.sagemaker.build import (
+    BUILD_TIMEOUT_MINUTES,
     BuildFailed,
     BuildRecord,
     BuildResult,
@@ -536,12 +537,20 @@ class BuildImageResult(BaseModel):
 
 
 @tool(DESTRUCTIVE, confirm=True)
-def build_t4_image(region: Region = None, base_tag: str | None = None, confirm: Confirm = False) -> BuildImageResult:
-    """Build the fixed T4 image in AWS CodeBuild and push it to your ECR (bills). Needs confirm=True."""
+def build_t4_image(region: Region = None, base_tag: str | None = None, confirm: Confirm = False,
+                   budget_usd: BudgetUSD = DEFAULT_BUDGET_USD) -> BuildImageResult:
+    """Build the fixed T4 image in AWS CodeBuild and push it to your ECR (bills). Needs confirm=True.
+    Refuses a budget_usd below the build's worst case (CodeBuild stops it at its timeout)."""
     region = default_region(region)
     tag = resolve_dlc_tag(region, base_tag).tag  # newest in the registry, else the labelled fallback
     plan = build_plan(region, tag)  # validates region and tag before anything else
-    cost = build_cost().line()
+    # The project's timeout bounds the compute billed, so the worst case is known before the build starts.
+    worst = build_cost(BUILD_TIMEOUT_MINUTES).build_usd
+    cost = f"{build_cost().line()}; at most ${worst:.2f} of compute (stopped at {BUILD_TIMEOUT_MINUTES} min)"
+    if worst > budget_usd:
+        return BuildImageResult(refused=True, cost=cost, aws_cli=plan,
+                                reason=f"the build may bill up to ${worst:.2f}, over budget_usd=${budget_usd:.2f}: "
+                                f"call again with budget_usd of at least {worst:.2f}")
     if not confirm:
         return BuildImageResult(refused=True, cost=cost, aws_cli=plan,
                                 reason="building creates ECR, S3, IAM and CodeBuild resources and bills: "

@@ -282,6 +282,21 @@ def test_cli_record_and_mcp_tool_need_confirm(local_aws, tmp_path, capsys):  # n
     assert "not a pinned vLLM SageMaker tag" in capsys.readouterr().err
 
 
+def test_the_mcp_build_is_bounded_by_a_budget_its_preview_shows(local_aws):  # noqa: F811
+    """An assistant's build bills CodeBuild minutes: the preview names the worst case (the project's timeout)
+    and a budget_usd below it is refused before anything is created, even with confirm=True."""
+    from gemma4_t4.mcp_server import build_t4_image as tool
+    from gemma4_t4.sagemaker.build import BUILD_TIMEOUT_MINUTES, CODEBUILD_USD_PER_MINUTE
+
+    _clear_ecr()
+    worst = round(BUILD_TIMEOUT_MINUTES * CODEBUILD_USD_PER_MINUTE, 2)
+    preview = tool(region=REGION)
+    assert f"at most ${worst:.2f}" in preview.cost
+    refused = tool(region=REGION, confirm=True, budget_usd=worst / 2)
+    assert refused.refused and "over budget_usd" in refused.reason and f"{worst:.2f}" in refused.reason
+    assert _stack_counts() == {"repos": 0, "buckets": 0, "roles": 0, "projects": 0}  # nothing was created
+
+
 def test_an_interrupted_wait_stops_the_build_it_started():
     """Ctrl-C while waiting on CodeBuild stops that build (nothing left billing), then re-raises."""
     cb = boto3.client("codebuild", region_name=REGION, aws_access_key_id="x", aws_secret_access_key="x")
