@@ -35,6 +35,12 @@ def _real(value: object) -> bool:
     )
 
 
+def refuse_while_billing(left: Sequence[str]) -> None:
+    """Refuse to end a part while one of its SageMaker endpoints still bills (Parts 2 and 4's clean-up check)."""
+    if left:
+        raise Gemma4T4Error(f"still billing: {', '.join(left)}", fix="delete each with: gemma4-t4 sagemaker delete NAME --yes")
+
+
 @dataclass(repr=False)  # the text display is the table (Displayable), not the fields
 class Ceilings(Displayable):
     """Step 1's table: the per-stream decode ceiling (bandwidth / bytes per token) of each format on
@@ -158,14 +164,7 @@ class Study:
     def ram(self) -> RamVerdict:
         return self.host
 
-    @staticmethod
-    def clean_up(left: Sequence[str]) -> None:
-        """Refuse to end the part while one of its SageMaker endpoints still bills."""
-        if left:
-            raise Gemma4T4Error(
-                f"still billing: {', '.join(left)}",
-                fix="delete each with: gemma4-t4 sagemaker delete NAME --yes",
-            )
+    clean_up = staticmethod(refuse_while_billing)
 
     def compare(
         self, bf16_run: BenchRun, qat_run: BenchRun, concurrency: Sequence[int], endpoints: Sequence[Endpoint]

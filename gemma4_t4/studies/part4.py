@@ -20,6 +20,7 @@ from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.table import Displayable, Table
 from gemma4_t4.host import env, swap, torchfix
 from gemma4_t4.serving.endpoint import Budget, Endpoint
+from gemma4_t4.studies.part2 import refuse_while_billing
 
 # The series served the QAT build in Part 4, so its TTFT curve is read against the QAT figures
 # (316 ms at 512 tokens -> 7,243 ms at 4,096), never the bf16 ones.
@@ -153,14 +154,7 @@ class Study:
         if not endpoint.can_restart:
             endpoint.stop()
 
-    @staticmethod
-    def clean_up(left: Sequence[str]) -> None:
-        """Refuse to end the part while one of its SageMaker endpoints still bills."""
-        if left:
-            raise Gemma4T4Error(
-                f"still billing: {', '.join(left)}",
-                fix="delete each with: gemma4-t4 sagemaker delete NAME --yes",
-            )
+    clean_up = staticmethod(refuse_while_billing)
 
     def fits(self) -> FitTable:
         return fit_table(self.gpu, context_len=8192)
