@@ -112,6 +112,67 @@ MODULES: dict[str, Target] = {
             "delete_plan",
         ),
     ),
+    # the modules the notebooks, the CLI and the MCP server reach, beyond the nine above
+    "bench.registry": Target(
+        "gemma4_t4/bench/registry.py",
+        ("tests/test_bench_args.py", "tests/test_bench_bounds.py", "tests/test_mutants_bench.py"),
+    ),
+    "bench.specs": Target(
+        "gemma4_t4/bench/specs.py",
+        ("tests/test_bench_args.py", "tests/test_bench_bounds.py", "tests/test_bench_client.py",
+         "tests/test_notebook_params.py", "tests/test_mutants_bench.py"),
+    ),
+    "bench.compare": Target(
+        "gemma4_t4/bench/compare.py",
+        ("tests/test_bench_integrity.py", "tests/test_bench_trust.py", "tests/test_bench_flush_compare.py",
+         "tests/test_display.py", "tests/test_mutants_bench.py"),
+    ),
+    "bench.results": Target(
+        "gemma4_t4/bench/results.py",
+        ("tests/test_bench_integrity.py", "tests/test_bench_metrics.py", "tests/test_bench_trust.py",
+         "tests/test_part2_reading.py", "tests/test_part4_reading.py", "tests/test_reliability_bench.py",
+         "tests/test_mutants_bench.py"),
+    ),
+    "bench.published": Target(
+        "gemma4_t4/bench/published.py",
+        ("tests/test_bench_integrity.py", "tests/test_bench_trust.py", "tests/test_display.py",
+         "tests/test_part2_reading.py", "tests/test_part4_reading.py", "tests/test_mutants_bench.py"),
+    ),
+    "host.env": Target(
+        "gemma4_t4/host/env.py",
+        ("tests/test_env_doctor.py", "tests/test_setup_host_verdicts.py", "tests/test_setup_mixed_gpus.py",
+         "tests/test_gpu_identity.py", "tests/test_setup_hosts.py", "tests/test_mutants_host.py"),
+    ),
+    "host.setup": Target(
+        "gemma4_t4/host/setup.py",
+        ("tests/test_setup_apply.py", "tests/test_setup_plan.py", "tests/test_setup_host_verdicts.py",
+         "tests/test_setup_one_plan.py", "tests/test_mutants_host.py"),
+    ),
+    "sagemaker.config": Target(
+        "gemma4_t4/sagemaker/config.py",
+        ("tests/test_sagemaker_config.py", "tests/test_sagemaker_settings.py", "tests/test_sagemaker_checks.py",
+         "tests/test_mcp_boundary.py", "tests/test_mutants_sagemaker.py"),
+    ),
+    "sagemaker.deploy": Target(
+        "gemma4_t4/sagemaker/deploy.py",
+        ("tests/test_sagemaker_moto.py", "tests/test_sagemaker_stubbed.py", "tests/test_sagemaker_checks.py",
+         "tests/test_sagemaker_config.py", "tests/test_reliability_sagemaker.py", "tests/test_mutants_sagemaker.py"),
+    ),
+    "mcp_boundary": Target("gemma4_t4/mcp_boundary.py", ("tests/test_mcp_boundary.py",)),
+    "mcp_server": Target(
+        "gemma4_t4/mcp_server.py",
+        ("tests/test_mcp_server.py", "tests/test_mcp_boundary.py", "tests/test_reliability_mcp.py",
+         "tests/test_serve_settings.py", "tests/test_mutants_surfaces.py"),
+    ),
+    "notebook": Target(
+        "gemma4_t4/notebook.py",
+        ("tests/test_notebook_params.py", "tests/test_notebook_venues.py", "tests/test_display.py",
+         "tests/test_bench_trust.py", "tests/test_mutants_surfaces.py"),
+    ),
+    "serving.endpoint": Target(
+        "gemma4_t4/serving/endpoint.py",
+        ("tests/test_endpoint.py", "tests/test_server_owned_records.py", "tests/test_mutants_surfaces.py"),
+    ),
 }
 
 KILLED = ("killed", "timeout", "caught by type check")
