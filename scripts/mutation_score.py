@@ -115,28 +115,28 @@ MODULES: dict[str, Target] = {
     # the modules the notebooks, the CLI and the MCP server reach, beyond the nine above
     "bench.registry": Target(
         "gemma4_t4/bench/registry.py",
-        ("tests/test_bench_args.py", "tests/test_bench_bounds.py", "tests/test_mutants_bench.py"),
+        ("tests/test_bench_args.py", "tests/test_bench_bounds.py", "tests/test_mutants_bench_specs.py"),
     ),
     "bench.specs": Target(
         "gemma4_t4/bench/specs.py",
         ("tests/test_bench_args.py", "tests/test_bench_bounds.py", "tests/test_bench_client.py",
-         "tests/test_notebook_params.py", "tests/test_mutants_bench.py"),
+         "tests/test_notebook_params.py", "tests/test_mutants_bench_specs.py"),
     ),
     "bench.compare": Target(
         "gemma4_t4/bench/compare.py",
         ("tests/test_bench_integrity.py", "tests/test_bench_trust.py", "tests/test_bench_flush_compare.py",
-         "tests/test_display.py", "tests/test_mutants_bench.py"),
+         "tests/test_display.py", "tests/test_mutants_bench_results.py"),
     ),
     "bench.results": Target(
         "gemma4_t4/bench/results.py",
         ("tests/test_bench_integrity.py", "tests/test_bench_metrics.py", "tests/test_bench_trust.py",
          "tests/test_part2_reading.py", "tests/test_part4_reading.py", "tests/test_reliability_bench.py",
-         "tests/test_mutants_bench.py"),
+         "tests/test_mutants_bench_results.py"),
     ),
     "bench.published": Target(
         "gemma4_t4/bench/published.py",
         ("tests/test_bench_integrity.py", "tests/test_bench_trust.py", "tests/test_display.py",
-         "tests/test_part2_reading.py", "tests/test_part4_reading.py", "tests/test_mutants_bench.py"),
+         "tests/test_part2_reading.py", "tests/test_part4_reading.py", "tests/test_mutants_bench_results.py"),
     ),
     "host.env": Target(
         "gemma4_t4/host/env.py",
@@ -158,20 +158,20 @@ MODULES: dict[str, Target] = {
         ("tests/test_sagemaker_moto.py", "tests/test_sagemaker_stubbed.py", "tests/test_sagemaker_checks.py",
          "tests/test_sagemaker_config.py", "tests/test_reliability_sagemaker.py", "tests/test_mutants_sagemaker.py"),
     ),
-    "mcp_boundary": Target("gemma4_t4/mcp_boundary.py", ("tests/test_mcp_boundary.py",)),
+    "mcp_boundary": Target("gemma4_t4/mcp_boundary.py", ("tests/test_mcp_boundary.py", "tests/test_mutants_mcp.py")),
     "mcp_server": Target(
         "gemma4_t4/mcp_server.py",
         ("tests/test_mcp_server.py", "tests/test_mcp_boundary.py", "tests/test_reliability_mcp.py",
-         "tests/test_serve_settings.py", "tests/test_mutants_surfaces.py"),
+         "tests/test_serve_settings.py", "tests/test_mutants_mcp.py"),
     ),
     "notebook": Target(
         "gemma4_t4/notebook.py",
         ("tests/test_notebook_params.py", "tests/test_notebook_venues.py", "tests/test_display.py",
-         "tests/test_bench_trust.py", "tests/test_mutants_surfaces.py"),
+         "tests/test_bench_trust.py", "tests/test_mutants_notebook.py"),
     ),
     "serving.endpoint": Target(
         "gemma4_t4/serving/endpoint.py",
-        ("tests/test_endpoint.py", "tests/test_server_owned_records.py", "tests/test_mutants_surfaces.py"),
+        ("tests/test_endpoint.py", "tests/test_server_owned_records.py", "tests/test_mutants_notebook.py"),
     ),
 }
 
@@ -314,6 +314,14 @@ def worker(key: str, jobs: int, out: Path, only: list[str] | None = None) -> int
     counts: dict[str, int] = {}
     for status in statuses.values():
         counts[status] = counts.get(status, 0) + 1
+    out.mkdir(parents=True, exist_ok=True)
+    previous = out / f"{key}.json"
+    if only and previous.exists():
+        # a re-run of some mutants (usually last run's survivors, after new tests) updates the module's
+        # full-run record: the module's code is unchanged, so mutants killed before stay killed
+        record = merge_rerun(json.loads(previous.read_text()), statuses, survivors, seconds)
+        previous.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n")
+        return 0
     killed, scored = score(counts)
     record = {
         "module": key,
@@ -326,11 +334,57 @@ def worker(key: str, jobs: int, out: Path, only: list[str] | None = None) -> int
         "scored": scored,
         "score": round(100.0 * killed / scored, 1) if scored else None,
         "seconds": round(seconds, 1),
+        "jobs": jobs,
+        **provenance(target),
         "survivors": survivors,
     }
-    out.mkdir(parents=True, exist_ok=True)
     (out / f"{key}.json").write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n")
     return 0
+
+
+def provenance(target: Target) -> dict:
+    """When, where and on which code a record was measured: the docs table names all three."""
+    import hashlib
+    import platform
+
+    cpu = "unknown CPU"
+    flags = ""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+        cpu = next(line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name"))
+        flags = next(line for line in info.splitlines() if line.startswith("flags"))
+    except (OSError, StopIteration):
+        pass
+    isa = "AMX" if " amx_tile" in flags else "AVX-512" if " avx512f" in flags else "AVX2" if " avx2" in flags else "?"
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "cpu": f"{cpu} ({isa}, {os.cpu_count()} cores)",
+        "python": platform.python_version(),
+        # the module's own text: a record whose module changed since is stale, and the table says so
+        "module_sha256": hashlib.sha256((REPO / target.path).read_bytes()).hexdigest()[:12],
+    }
+
+
+def merge_rerun(record: dict, statuses: dict[str, str], survivors: list[dict], seconds: float) -> dict:
+    """The full-run record with some mutants' statuses replaced by a later run's."""
+    was = {s["mutant"]: s["status"] for s in record["survivors"]}
+    counts = dict(record["counts"])
+    for name, status in statuses.items():
+        old = was.get(name, "killed")
+        counts[old] = counts.get(old, 0) - 1
+        counts[status] = counts.get(status, 0) + 1
+    counts = {k: v for k, v in counts.items() if v > 0}
+    kept = [s for s in record["survivors"] if s["mutant"] not in statuses]
+    killed, scored = score(counts)
+    reruns = [*record.get("reruns", []), {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "mutants": len(statuses),
+        "killed": sum(1 for st in statuses.values() if st in KILLED),
+        "seconds": round(seconds, 1),
+    }]
+    return {**record, "counts": counts, "killed": killed, "scored": scored,
+            "score": round(100.0 * killed / scored, 1) if scored else None,
+            "reruns": reruns, "survivors": sorted(kept + survivors, key=lambda s: s["mutant"])}
 
 
 def relocate(record: dict) -> dict:
