@@ -387,12 +387,145 @@ def merge_rerun(record: dict, statuses: dict[str, str], survivors: list[dict], s
             "reruns": reruns, "survivors": sorted(kept + survivors, key=lambda s: s["mutant"])}
 
 
+# The committed records (compact: a survivor's mutated line, not its whole diff) that docs/testing.md's
+# table and docs/mutation-survivors.md are written from by ``--docs``; ``--publish`` copies OUT's there.
+RECORDS = REPO / "docs" / "results" / "mutation"
+TESTING_MD = REPO / "docs" / "testing.md"
+SURVIVORS_MD = REPO / "docs" / "mutation-survivors.md"
+TABLE_START = "<!-- mutation table: written by `scripts/mutation_score.py --docs` from docs/results/mutation; not by hand -->"
+TABLE_END = "<!-- end of mutation table -->"
+
+
+def changed_text(diff: str) -> str:
+    return " / ".join(d[1:].strip() for d in diff.splitlines() if d.startswith("+") and not d.startswith("+++"))
+
+
+def compact(record: dict, committed: dict | None) -> dict:
+    """OUT's record as committed: survivors by their mutated text; a committed record's equivalents and
+    notes (written by people, with reasons) are kept where their mutants still survive."""
+    survivors = [
+        {"mutant": s["mutant"], "status": s["status"], "where": s["where"], "change": s.get("change") or changed_text(s["diff"])}
+        for s in record["survivors"]
+    ]
+    alive = {s["mutant"] for s in survivors}
+    equivalent = {m: why for m, why in (committed or {}).get("equivalent", {}).items() if m in alive}
+    return {**{k: v for k, v in record.items() if k != "survivors"}, "equivalent": equivalent,
+            "notes": (committed or {}).get("notes", ""), "survivors": survivors}
+
+
+def adjusted(record: dict) -> tuple[int, int, int]:
+    """(caught, scored, equivalent): equivalent survivors are named and left out of the score."""
+    caught, scored = score(record["counts"])
+    alive = {s["mutant"] for s in record["survivors"]}
+    equivalent = sum(1 for m in record.get("equivalent", {}) if m in alive)
+    return caught, scored - equivalent, equivalent
+
+
+def committed_records() -> dict[str, dict | None]:
+    return {key: json.loads((RECORDS / f"{key}.json").read_text()) if (RECORDS / f"{key}.json").exists() else None
+            for key in MODULES}
+
+
+def current(record: dict) -> str:
+    import hashlib
+
+    digest = record.get("module_sha256")
+    if not digest:
+        return "not recorded"
+    now = hashlib.sha256((REPO / record["path"]).read_bytes()).hexdigest()[:12]
+    return "yes" if now == digest else "module changed since"
+
+
+def minutes(seconds: float) -> str:
+    return f"{int(seconds // 60)} min {int(seconds % 60)} s"
+
+
+def render_table(records: dict[str, dict | None]) -> str:
+    rows = [
+        "| module | file | mutants | killed | survived | of them equivalent | score | measured | CPU | time | record current |",
+        "|---|---|---:|---:|---:|---:|---:|---|---|---|---|",
+    ]
+    total_caught = total_scored = 0
+    for key, r in records.items():
+        path = MODULES[key].path
+        if r is None:
+            rows.append(f"| `{key}` | `{path}` | | | | | not measured yet | | | | |")
+            continue
+        caught, scored, equivalent = adjusted(r)
+        total_caught, total_scored = total_caught + caught, total_scored + scored
+        left = len(r["survivors"])
+        runs = r.get("seconds")
+        time_text = f"{minutes(runs)} (`--jobs {r.get('jobs', '?')}`)" if runs else ""
+        if r.get("reruns"):
+            time_text += f" + {len(r['reruns'])} re-run(s) of survivors, {minutes(sum(x['seconds'] for x in r['reruns']))}"
+        rows.append(
+            f"| `{key}` | `{path}` | {r['mutants']} | {caught} | {left} | {equivalent} | "
+            f"{100.0 * caught / max(scored, 1):.1f} % | {r.get('date', '')} | {r.get('cpu', '')} | {time_text} | {current(r)} |"
+        )
+    if total_scored:
+        rows.append(f"| **all measured** | | | {total_caught} | | | {100.0 * total_caught / total_scored:.1f} % | | | | |")
+    rows += ["", "Each module's tests (a mutant runs only those of them that execute its function):", "",
+             "| module | in scope | fast test files |", "|---|---|---|"]
+    for key, target in MODULES.items():
+        scope = "all functions" if target.functions is None else ", ".join(f"`{f}`" for f in target.functions)
+        tests = ", ".join(f"`{t.removeprefix('tests/')}`" for t in target.tests)
+        rows.append(f"| `{key}` | {scope} | {tests} |")
+    return "\n".join(rows)
+
+
+def render_survivors(records: dict[str, dict | None]) -> str:
+    lines = [
+        "# Mutation survivors",
+        "",
+        "Written by `scripts/mutation_score.py --docs` from the records in `docs/results/mutation/`; not by hand.",
+        "What survives, per module, in its latest record (docs/testing.md gives the scores and how they are",
+        "measured). Each line: `file:line` (status) the mutant's name, then the mutated code; an equivalent",
+        "mutant (no input can tell it apart) carries its reason.",
+    ]
+    for key, r in records.items():
+        if r is None:
+            continue
+        lines += ["", f"## {key} ({r.get('date', 'date not recorded')}; record current: {current(r)})", ""]
+        if r.get("notes"):
+            lines += [r["notes"], ""]
+        if not r["survivors"]:
+            lines.append("None survive.")
+        for s in r["survivors"]:
+            why = r.get("equivalent", {}).get(s["mutant"])
+            tail = f" — equivalent: {why}" if why else ""
+            lines.append(f"- {s['where']} ({s['status']}) `{s['mutant']}`: {s['change']}{tail}")
+    return "\n".join(lines) + "\n"
+
+
+def write_docs(records: dict[str, dict | None]) -> None:
+    text = TESTING_MD.read_text()
+    start, end = text.index(TABLE_START), text.index(TABLE_END)
+    TESTING_MD.write_text(text[: start + len(TABLE_START)] + "\n" + render_table(records) + "\n" + text[end:])
+    SURVIVORS_MD.write_text(render_survivors(records))
+
+
+def publish(keys: list[str], out: Path) -> list[str]:
+    RECORDS.mkdir(parents=True, exist_ok=True)
+    done = []
+    for key in keys:
+        source = out / f"{key}.json"
+        if not source.exists():
+            continue
+        target = RECORDS / f"{key}.json"
+        committed = json.loads(target.read_text()) if target.exists() else None
+        record = compact(relocate(json.loads(source.read_text())), committed)
+        target.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+        done.append(key)
+    return done
+
+
 def relocate(record: dict) -> dict:
     """Recompute each survivor's file:line from its diff against the module as it is now."""
     source = (REPO / record["path"]).read_text()
     lines, defs = source.splitlines(), function_lines(source)
     for s in record["survivors"]:
-        s["where"] = f"{record['path']}:{mutated_line(lines, defs.get(function_of(s['mutant']), 1), s['diff'])}"
+        if "diff" in s:
+            s["where"] = f"{record['path']}:{mutated_line(lines, defs.get(function_of(s['mutant']), 1), s['diff'])}"
     return record
 
 
@@ -430,6 +563,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=REPO / "build" / "mutation")
     parser.add_argument("--report", action="store_true", help="only rebuild OUT/summary.md from OUT's module records")
     parser.add_argument("--only", nargs="+", metavar="MUTANT", help="re-run only these mutant names (one module)")
+    parser.add_argument("--publish", action="store_true",
+                        help="copy OUT's records of these modules to docs/results/mutation and rewrite the docs")
+    parser.add_argument("--docs", action="store_true",
+                        help="rewrite docs/testing.md's table and docs/mutation-survivors.md from docs/results/mutation")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     out = args.out if args.out.is_absolute() else REPO / args.out
@@ -439,6 +576,12 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown module(s) {', '.join(unknown)}; known: {', '.join(MODULES)}")
     keys = args.modules or list(MODULES)
+    if args.publish or args.docs:
+        if args.publish:
+            print("published:", ", ".join(publish(keys, out)) or "nothing (no records in OUT)")
+        write_docs(committed_records())
+        print(f"wrote {TESTING_MD.relative_to(REPO)}'s table and {SURVIVORS_MD.relative_to(REPO)}")
+        return 0
     if args.report:
         records = [relocate(json.loads((out / f"{k}.json").read_text())) for k in keys if (out / f"{k}.json").exists()]
         print(summary(records, out))
