@@ -25,7 +25,7 @@ unexport PYTHONDONTWRITEBYTECODE
 help:
 	@echo "make run   - execute the four notebooks headlessly (TARGET=auto|cpu|t4|sagemaker) into build/"
 	@echo "make test  - create .venv, install .[$(EXTRAS)], run ruff and pytest"
-	@echo "make mutation - mutation score of the core modules with mutmut (minutes; not part of make test)"
+	@echo "make mutation - mutation score of every module the notebooks, CLI and MCP server reach (hours; MUTATION_ARGS='--batch bench'; not part of make test)"
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)

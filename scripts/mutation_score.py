@@ -175,6 +175,18 @@ MODULES: dict[str, Target] = {
     ),
 }
 
+# ``--batch NAME``: groups of modules measured together, each small enough for one sitting on a 2-core
+# machine (the docs table gives each batch's measured time)
+BATCHES: dict[str, tuple[str, ...]] = {
+    "turing": ("turing.smem", "turing.tilecap"),
+    "quant": ("quant.grid",),
+    "bench": ("bench.metrics", "bench.answers", "bench.registry", "bench.specs"),
+    "results": ("bench.compare", "bench.results", "bench.published"),
+    "host": ("setup.plan", "host.env", "host.setup", "gate"),
+    "sagemaker": ("sagemaker.delete_plan", "sagemaker.config", "sagemaker.deploy"),
+    "surfaces": ("secrets", "mcp_boundary", "mcp_server", "notebook", "serving.endpoint"),
+}
+
 KILLED = ("killed", "timeout", "caught by type check")
 # a mutant no fast test executes ("no tests") counts against the score, as a survivor does
 COUNTED = (*KILLED, "survived", "no tests", "suspicious", "segfault")
@@ -464,6 +476,15 @@ def render_table(records: dict[str, dict | None]) -> str:
         )
     if total_scored:
         rows.append(f"| **all measured** | | | {total_caught} | | | {100.0 * total_caught / total_scored:.1f} % | | | | |")
+    rows += ["", "Batches (`make mutation MUTATION_ARGS=\"--batch NAME\"`), with the time their latest full runs took:", "",
+             "| batch | modules | mutants | full-run time measured | modules not measured yet |", "|---|---|---:|---|---|"]
+    for name, keys in BATCHES.items():
+        done = [records[k] for k in keys if records.get(k) and records[k].get("seconds")]
+        missing = [k for k in keys if not (records.get(k) and records[k].get("seconds"))]
+        rows.append(
+            f"| `{name}` | {', '.join(f'`{k}`' for k in keys)} | {sum(r['mutants'] for r in done) or ''} | "
+            f"{minutes(sum(r['seconds'] for r in done)) if done else ''} | {', '.join(f'`{k}`' for k in missing)} |"
+        )
     rows += ["", "Each module's tests (a mutant runs only those of them that execute its function):", "",
              "| module | in scope | fast test files |", "|---|---|---|"]
     for key, target in MODULES.items():
@@ -559,6 +580,7 @@ def summary(records: list[dict], out: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("modules", nargs="*", help=f"module keys (default: all): {', '.join(MODULES)}")
+    parser.add_argument("--batch", choices=list(BATCHES), help="measure one batch of modules (see docs/testing.md)")
     parser.add_argument("--jobs", type=int, default=2, help="mutants tested at once (default 2)")
     parser.add_argument("--out", type=Path, default=REPO / "build" / "mutation")
     parser.add_argument("--report", action="store_true", help="only rebuild OUT/summary.md from OUT's module records")
@@ -572,6 +594,8 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out if args.out.is_absolute() else REPO / args.out
     if args.worker:
         return worker(args.worker, args.jobs, out, args.only)
+    if args.batch:
+        args.modules = [*args.modules, *BATCHES[args.batch]]
     unknown = [m for m in args.modules if m not in MODULES]
     if unknown:
         parser.error(f"unknown module(s) {', '.join(unknown)}; known: {', '.join(MODULES)}")

@@ -90,3 +90,8 @@ def test_the_committed_records_are_json_with_their_module_and_date(ms):
         record = json.loads(path.read_text())
         assert record["module"] == path.stem and record["module"] in ms.MODULES
         assert record.get("date"), path.name
+
+
+def test_every_module_is_in_exactly_one_batch(ms):
+    batched = [key for keys in ms.BATCHES.values() for key in keys]
+    assert sorted(batched) == sorted(ms.MODULES), set(batched) ^ set(ms.MODULES)
