@@ -1,0 +1,816 @@
+"""What a learner sees from the notebooks' API (``gemma4_t4.notebook``) and from the one Endpoint every
+venue serves through (``gemma4_t4.serving.endpoint``), pinned where the other tests leave it loose: the
+runtime check's verdict and words on each kind of host, the sizes that fit, where a part serves and with
+which context, the clean-up's account of what still bills, the summary a run writes, the budget, and the
+ownership records that let the next command reap what a killed one left.
+
+Everything here runs in-process in well under a second per test: hosts are stand-in probes (the
+``nvidia-smi`` answers as data), servers and deploys are recorded, not started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from gemma4_t4 import notebook as nb
+from gemma4_t4.catalog.hardware import PRICES
+from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.foundation.table import Table
+from gemma4_t4.host import env
+from gemma4_t4.serving.endpoint import Endpoint
+
+DRIVER = "580.82.07"
+T4 = ("Tesla T4", 15360, "7.5")
+L4 = ("NVIDIA L4", 23034, "8.9")
+P100 = ("Tesla P100-PCIE-16GB", 16384, "6.0")
+
+
+def _host(
+    *gpus: tuple[str, int, str],
+    environ: dict[str, str] | None = None,
+    ram_gib: float = 12.5,
+    versions: dict[str, str] | None = None,
+) -> env.Probes:
+    """A stand-in host: nvidia-smi lists ``gpus`` (name, MiB, compute capability) in this order."""
+
+    def run(cmd):
+        if not gpus:
+            return None  # no nvidia-smi
+        query = next((a.split("=", 1)[1] for a in cmd if a.startswith("--query-gpu=")), None)
+        if query is None:
+            return 0, f"Driver Version: {DRIVER}   CUDA Version: 13.0\n"
+        lines = []
+        for index, (name, mib, cc) in enumerate(gpus):
+            known = {
+                "index": str(index),
+                "name": name,
+                "memory.total": str(mib),
+                "compute_cap": cc,
+                "driver_version": DRIVER,
+            }
+            lines.append(", ".join(known.get(f, "[N/A]") for f in query.split(",")))
+        return 0, "\n".join(lines) + "\n"
+
+    files = {
+        "/proc/meminfo": f"MemTotal:        {int(ram_gib * 2**20)} kB\nMemAvailable:    1 kB\n",
+        "/etc/os-release": 'PRETTY_NAME="Debian GNU/Linux 13"\n',
+    }
+    return env.Probes(
+        run=run,
+        read=files.get,
+        env=environ or {"HOME": "/h"},
+        version=(versions or {}).get,
+        disk_free=lambda path: 100.0,
+        torch_dir=lambda: None,
+        modules={},
+        uname=lambda: SimpleNamespace(system="Linux", release="6.1.0", machine="x86_64"),
+        python_version=lambda: "3.11.9",
+        cwd=lambda: "/h",
+    )
+
+
+def _runtime(target: str, *gpus, **more) -> nb.RuntimeInfo:
+    return nb.runtime_check(target, probes=_host(*gpus, **more), show=False)
+
+
+# ---------------------------------------------------------------- the runtime check
+
+
+def test_auto_on_a_t4_host_takes_the_gpu_path_and_says_why():
+    """TARGET='auto' with a T4 serves on it; the reason names the GPU nvidia-smi found."""
+    info = _runtime("auto", T4)
+    assert (info.target, info.requested) == ("t4", "auto")
+    assert info.reason == "TARGET='auto': Tesla T4 found (nvidia-smi), so the GPU path"
+    assert info.serves_on_this_gpu and info.is_t4 and info.gpu_key == "t4" and info.roofline_gpu == "t4"
+    assert info.gpu_name == "Tesla T4" and info.compute_capability == "7.5" and info.gpu_memory_gib == 15.0
+    assert info.driver == DRIVER and info.ram_gib == 12.5 and info.python == "3.11.9"
+    assert info.platform == "Linux Debian GNU/Linux 13 x86_64" and not info.colab
+    assert info.notes == []  # one T4: nothing to say
+
+
+def test_auto_without_a_gpu_is_the_cpu_default_and_a_part_without_cpu_refuses_it():
+    """No GPU: the embedded CPU default, said so; a part that has no CPU venue refuses rather than guess."""
+    info = _runtime("auto")
+    assert info.target == "cpu" and not info.serves_on_this_gpu and info.gpu is None
+    assert (
+        info.reason
+        == "TARGET='auto': no NVIDIA GPU found (nvidia-smi lists none), so the embedded CPU default"
+    )
+    assert info.gpu_name is None and info.compute_capability is None and info.gpu_memory_gib is None
+    assert not info.is_t4 and info.gpu_key is None and info.roofline_gpu == "t4"
+    assert info.notes == [
+        "TARGET='cpu' is the embedded default: no GPU and no AWS needed (a tiny random Gemma 4 on "
+        "vLLM's CPU build, a local moto for AWS); numbers show the method, not T4 speed"
+    ]
+    with pytest.raises(Gemma4T4Error, match="TARGET='cpu' is not supported"):
+        nb.runtime_check("auto", allowed=("t4", "sagemaker"), probes=_host(), show=False)
+
+
+def test_part1_with_a_gpu_runs_on_the_stand_ins_and_never_reads_t4_as_a_billed_deploy():
+    """Part 1 uses no local GPU: auto and 't4' both run where nothing bills, and the reason says so."""
+    part1 = {"allowed": ("cpu", "sagemaker"), "auto_gpu": "cpu", "show": False}
+    auto = nb.runtime_check("auto", probes=_host(T4), **part1)
+    assert auto.target == "cpu"
+    assert auto.reason == (
+        "TARGET='auto': Tesla T4 found, but this part runs on the local stand-ins unless you "
+        "choose another TARGET explicitly (it would bill)"
+    )
+    t4 = nb.runtime_check("t4", probes=_host(T4), **part1)
+    assert t4.target == "cpu" and t4.reason.startswith(
+        "TARGET='t4' (this machine's GPU) is not used by this part: "
+        "it runs on 'cpu'; a T4 on AWS is TARGET='sagemaker'"
+    )
+    # where the part's GPU venue is not offered at all, 't4' is refused rather than remapped
+    with pytest.raises(Gemma4T4Error, match="TARGET='t4' is not supported"):
+        nb.runtime_check("t4", allowed=("cpu", "sagemaker"), auto_gpu="t4", probes=_host(T4), show=False)
+
+
+def test_an_explicit_target_is_read_whatever_its_case_and_spaces():
+    info = _runtime(" CPU ", T4)
+    assert info.target == "cpu" and info.requested == "cpu"
+    assert info.reason == "TARGET='cpu' was set in the parameters cell"
+    with pytest.raises(Gemma4T4Error) as refused:
+        nb.check_target("gpu")
+    assert refused.value.message == "TARGET='gpu' is not supported by this notebook"
+    assert (
+        refused.value.fix == "set TARGET to 'auto' or one of 'cpu', 't4', 'sagemaker' in the parameters cell"
+    )
+
+
+def test_t4_without_a_gpu_stops_at_the_first_cell_with_the_colab_fix():
+    with pytest.raises(Gemma4T4Error) as refused:
+        _runtime("t4")
+    assert refused.value.message == "TARGET='t4' but no NVIDIA GPU is visible (nvidia-smi found none)"
+    assert refused.value.fix == (
+        "on Colab: Runtime > Change runtime type > T4 GPU; elsewhere use TARGET='cpu' (or 'auto')"
+    )
+    with pytest.raises(Gemma4T4Error) as no_cpu:
+        nb.runtime_check("t4", allowed=("t4", "sagemaker"), probes=_host(), show=False)
+    assert no_cpu.value.fix.endswith("elsewhere use another TARGET")
+
+
+def test_an_l4_is_run_as_itself_and_priced_as_an_l4():
+    """Another GPU the table lists: the Turing steps are skipped and the note says whose results they are."""
+    info = _runtime("t4", L4)
+    assert info.target == "t4" and not info.is_t4 and info.gpu_key == "l4" and info.roofline_gpu == "l4"
+    assert info.gpu_memory_gib == 22.5
+    assert info.notes == [
+        "GPU is NVIDIA L4 (sm_89), not a T4: the Turing steps (fp16, the sm_75 attention fix) are "
+        "skipped because this GPU does not need them; results are this GPU's, priced and "
+        "roofline'd as l4"
+    ]
+
+
+def test_a_gpu_the_table_lacks_is_named_unpriced_and_shown_against_the_t4():
+    info = _runtime("t4", P100)
+    assert info.gpu_key is None and info.roofline_gpu == "t4"
+    assert len(info.notes) == 2
+    assert (
+        info.notes[0].startswith("GPU is Tesla P100-PCIE-16GB (sm_60), not a T4")
+        and "priced" not in info.notes[0]
+    )
+    assert info.notes[1] == (
+        "Tesla P100-PCIE-16GB is not in the hardware table (gemma4_t4.catalog.hardware): its "
+        "results are not priced, and the roofline and fit tables show the series' T4 for "
+        "reference"
+    )
+
+
+def test_a_turing_gpu_is_the_t4_path_by_its_sm_75_and_a_t4_by_its_name():
+    """A Quadro RTX (sm_75) takes the Turing steps; so does a T4 whose driver does not report sm."""
+    quadro = nb.RuntimeInfo("t4", "t4", "", env.Facts("", "", "", "", "", "", True), {})
+    quadro.facts.gpus = [env.GPUInfo(0, "Quadro RTX 6000", 24576, "7.5", DRIVER)]
+    assert quadro.is_t4
+    named = nb.RuntimeInfo("t4", "t4", "", env.Facts("", "", "", "", "", "", True), {})
+    named.facts.gpus = [env.GPUInfo(0, "Tesla T4", 0, None, DRIVER)]
+    assert named.is_t4 and named.gpu_memory_gib is None  # a size nvidia-smi did not give is not 0 GiB
+    assert named.cpu_count >= 1
+
+
+def test_on_a_host_with_two_gpus_the_note_names_the_one_used():
+    info = _runtime("auto", P100, T4)
+    assert info.gpu_name == "Tesla T4" and info.gpu.index == 1
+    assert info.notes[0].startswith("2 GPUs; this part uses GPU 1: ")
+    with pytest.raises(Gemma4T4Error, match="names GPU 5"):  # a GPU it does not list is no guess
+        _runtime("auto", P100, T4, environ={"HOME": "/h", "CUDA_VISIBLE_DEVICES": "5"})
+    with pytest.raises(Gemma4T4Error, match="names GPU 5"):
+        _runtime("t4", T4, environ={"HOME": "/h", "CUDA_VISIBLE_DEVICES": "5"})
+    # the CPU default serves on no GPU: a GPU choice it does not use is no reason to stop
+    assert _runtime("cpu", T4, environ={"HOME": "/h", "CUDA_VISIBLE_DEVICES": "5"}).target == "cpu"
+
+
+def test_the_runtime_table_shows_the_host_and_each_package(capsys):
+    info = nb.runtime_check("t4", probes=_host(T4, versions={"vllm": "0.33.0"}), show=True)
+    out = capsys.readouterr().out
+    assert "Runtime (TARGET=t4)" in out
+    assert "t4 (TARGET='t4' was set in the parameters cell)" in out
+    assert "3.11.9 (Linux Debian GNU/Linux 13 x86_64)" in out
+    assert f"Tesla T4 sm_75 15.0 GiB, driver {DRIVER}" in out
+    assert f"12.5 GiB, {info.cpu_count} CPU cores" in out
+    assert "0.33.0" in out and "not installed" in out  # vllm's version; torch is missing here
+    assert "TARGET=t4: TARGET='t4' was set in the parameters cell" in out
+    assert info.packages["vllm"] == "0.33.0" and info.packages["torch"] is None
+    nb.runtime_check("cpu", probes=_host(environ={"COLAB_RELEASE_TAG": "x"}), show=True)
+    out = capsys.readouterr().out
+    shown = dict(
+        re.split(r"\s{2,}", line.strip(), maxsplit=1) for line in out.splitlines() if "  " in line.strip()
+    )
+    assert shown["Colab"] == "yes" and shown["GPU"] == "none" and shown["vllm"] == "not installed"
+    assert "note: TARGET='cpu' is the embedded default" in out
+
+
+# ---------------------------------------------------------------- the sizes that fit
+
+
+def test_the_sizes_that_fit_a_t4_in_both_formats_and_why_the_others_do_not():
+    kept, left_out = nb.model_choices(["e2b", "e4b", "26b-a4b"], ["qat", "bf16"], "t4")
+    assert kept == ["e2b"]
+    assert left_out[0].startswith("e4b: bf16 does not fit: weights") and ";" not in left_out[0]
+    assert left_out[1].startswith("26b-a4b: qat-w4a16 does not fit") and "; bf16 does not fit" in left_out[1]
+    assert nb.model_choices(["e2b", "31b"], ["bf16"], None) == (["e2b", "31b"], [])  # no GPU: nothing judged
+
+
+def test_a_model_size_the_t4_cannot_hold_is_refused_before_any_download(capsys):
+    t4 = _runtime("t4", T4)
+    assert nb.check_model_size("E2B", ["qat"], t4) == "e2b"
+    out = capsys.readouterr().out
+    assert "model sizes that fit one t4 in qat: e2b, e4b, 12b" in out
+    assert "  left out: 26b-a4b: qat-w4a16 does not fit" in out
+    with pytest.raises(Gemma4T4Error) as refused:
+        nb.check_model_size("31b", ["qat", "bf16"], t4)
+    assert refused.value.message.startswith("MODEL_SIZE='31b' cannot run here: 31b: qat-w4a16 does not fit")
+    assert refused.value.fix == "choose one of 'e2b' in the parameters cell"
+    with pytest.raises(Gemma4T4Error, match="MODEL_SIZE='99b' cannot run here: 99b: unknown size"):
+        nb.check_model_size("99b", ["qat"], t4)
+    # at a longer context fewer sizes fit: the context the part serves is the one judged
+    with pytest.raises(Gemma4T4Error, match="MODEL_SIZE='e4b'.*131072-token sequence"):
+        nb.check_model_size("e4b", ["qat"], t4, context_len=131072)
+
+
+def test_the_cpu_default_and_an_unlisted_gpu_do_not_judge_the_size(capsys):
+    assert nb.check_model_size("31B", ["bf16"], _runtime("cpu", T4)) == "31b"
+    assert nb.check_model_size("31b", ["bf16"], _runtime("t4", P100)) == "31b"
+    assert capsys.readouterr().out == ""
+
+
+# ---------------------------------------------------------------- workload parameters
+
+
+def test_a_parameter_the_part_does_not_have_is_named():
+    with pytest.raises(Gemma4T4Error) as refused:
+        nb.fill_defaults(2, "t4", CONCURRENCY=None, TTFT_INPUT_LENS=None)
+    assert refused.value.message == "TTFT_INPUT_LENS has no default for part 2"
+    assert refused.value.fix == "set TTFT_INPUT_LENS in the parameters cell"
+    with pytest.raises(Gemma4T4Error, match="INPUT_LEN=0 is not a whole number of at least 1"):
+        nb.fill_defaults(2, "t4", INPUT_LEN=0)
+
+
+def test_defaults_say_where_they_came_from(capsys):
+    assert nb.fill_defaults(2, "t4", INPUT_LEN=None, OUTPUT_LEN=64) == (512, 64)
+    assert capsys.readouterr().out == (
+        "workload: INPUT_LEN=512 (the series' T4 conditions), OUTPUT_LEN=64 (set)\n"
+    )
+    assert nb.fill_defaults(4, "cpu", CONCURRENCY=[8, 1]) == ([1, 8],)
+    assert "CONCURRENCY=[1, 8] (CPU default)" not in capsys.readouterr().out  # set, not a default
+    nb.fill_defaults(4, "cpu", CONCURRENCY=None)
+    assert capsys.readouterr().out == "workload: CONCURRENCY=[1, 8] (CPU default)\n"
+
+
+def test_each_part_states_its_conditions_per_venue():
+    t4 = nb.conditions(4, "t4")
+    assert t4["TTFT_INPUT_LENS"] == [512, 1024, 2048, 4096] and t4["INPUT_LEN"] == 512
+    assert set(nb.conditions(2, "cpu")) == {"CONCURRENCY", "INPUT_LEN", "OUTPUT_LEN", "NUM_PROMPTS"}
+    assert nb.conditions(2, "cpu")["INPUT_LEN"] < t4["INPUT_LEN"]  # the CPU default is shorter
+
+
+def test_prepare_dirs_makes_both_folders_as_absolute_paths(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    out, work = nb.prepare_dirs("results/part2", Path("work") / "deep")
+    assert out == tmp_path / "results" / "part2" and out.is_dir() and out.is_absolute()
+    assert work == tmp_path / "work" / "deep" and work.is_dir()
+    assert nb.prepare_dirs(out, work) == (out, work)  # a second run finds them in place
+
+
+# ---------------------------------------------------------------- tables, figures, the summary
+
+
+def test_show_table_prints_the_title_and_rows_outside_jupyter(capsys):
+    nb.show_table([{"size": "e2b", "tok/s": 12.5}], title="decode")
+    out = capsys.readouterr().out
+    assert out.startswith("decode") and "e2b" in out and "12.5" in out
+    nb.show_table(Table([{"a": 1}], "own caption"), title="retitled")
+    assert capsys.readouterr().out.startswith("retitled")
+
+
+def test_in_jupyter_a_table_is_displayed_not_printed(monkeypatch, capsys):
+    import IPython
+    import IPython.display
+
+    class ZMQInteractiveShell:  # Jupyter's kernel shell, by its class name
+        pass
+
+    shown = []
+    monkeypatch.setattr(IPython, "get_ipython", lambda: ZMQInteractiveShell())
+    monkeypatch.setattr(IPython.display, "display", shown.append)
+    assert nb.in_notebook()
+    table = Table([{"a": 1}], "t")
+    nb.show_table(table)
+    assert shown == [table] and capsys.readouterr().out == ""
+
+    class TerminalInteractiveShell:  # plain ipython in a terminal prints, like python
+        pass
+
+    monkeypatch.setattr(IPython, "get_ipython", lambda: TerminalInteractiveShell())
+    assert not nb.in_notebook()
+    monkeypatch.setattr(IPython, "get_ipython", lambda: None)
+    assert not nb.in_notebook()
+
+
+def test_a_figure_is_saved_as_png_and_a_missing_plot_names_the_step(tmp_path, capsys):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.plot([1, 2], [3, 4])
+    path = tmp_path / "plots" / "curve.png"
+    nb.show_figure(fig, path)
+    assert path.read_bytes().startswith(b"\x89PNG") and f"saved {path}" in capsys.readouterr().out
+    assert not plt.fignum_exists(fig.number)  # closed: a notebook of many figures does not pile them up
+    nb.show_image(path)
+    assert capsys.readouterr().out == f"plot: {path}\n"
+    with pytest.raises(Gemma4T4Error) as missing:
+        nb.show_image(tmp_path / "none.png")
+    assert missing.value.message == f"no plot at {tmp_path / 'none.png'}"
+    assert missing.value.fix == "run the step that makes it first"
+
+
+def test_the_summary_holds_what_was_measured_apart_from_what_was_published(tmp_path, capsys):
+    out = tmp_path / "new" / "out"
+    nb.save_summary(
+        out,
+        2,
+        {"tok/s c=1": 41.5},
+        tables=[{"title": "t", "rows": [{"a": 1}]}, Table([{"b": 2}], "T")],
+        notes=["a note"],
+        published={"T4 tok/s": 40.0},
+    )
+    saved = json.loads((out / "summary.json").read_text())
+    assert saved == {
+        "part": 2,
+        "results": {"tok/s c=1": 41.5},
+        "published": {"T4 tok/s": 40.0},
+        "tables": [{"title": "t", "rows": [{"a": 1}]}, {"title": "T", "rows": [{"b": 2}]}],
+        "notes": ["a note"],
+    }
+    assert capsys.readouterr().out == f"summary written to {out / 'summary.json'}\n"
+    nb.save_summary(out, 3, {"x": 1})
+    assert json.loads((out / "summary.json").read_text())["published"] == {}
+    with pytest.raises(Gemma4T4Error) as empty:
+        nb.save_summary(out, 2, {})
+    assert (
+        empty.value.message == "no results to save"
+        and empty.value.fix == "run the measuring steps above first"
+    )
+    with pytest.raises(Gemma4T4Error) as mixed:
+        nb.save_summary(out, 2, {"x": 1, "Published ratio": 1.79})
+    assert mixed.value.message == "published figures among the measured results: ['Published ratio']"
+    assert mixed.value.fix == "pass them as published={...}"
+
+
+def test_only_a_finite_positive_number_counts_as_measured():
+    assert nb.is_real_number(1) and nb.is_real_number(0.25)
+    for value in (0, -1.0, float("nan"), float("inf"), True, "3", None):
+        assert not nb.is_real_number(value), value
+
+
+# ---------------------------------------------------------------- what each target serves
+
+
+def test_each_format_serves_its_hub_build_on_a_gpu():
+    assert nb.model_for("t4") == "google/gemma-4-E2B-it"
+    assert nb.model_for("sagemaker", "e4b", "qat") == "google/gemma-4-E4B-it-qat-w4a16-ct"
+    assert nb.model_for("t4", "e2b", "qat-unquantized") == "google/gemma-4-E2B-it-qat-q4_0-unquantized"
+    with pytest.raises(Gemma4T4Error) as none:
+        nb.model_for("t4", "26b-a4b", "qat")
+    assert none.value.message == "Google publishes no -qat-w4a16-ct build of 26b-a4b"
+    assert none.value.fix == "repack the -qat-q4_0-unquantized build (Part 3) and serve that"
+    with pytest.raises(Gemma4T4Error) as unknown:
+        nb.model_for("t4", "e2b", "int4")
+    assert unknown.value.message == "unknown format 'int4'"
+    assert unknown.value.fix == "use 'bf16', 'qat' or 'qat-unquantized'"
+    assert nb.drafter_for("t4") == "auto"
+    with pytest.raises(Gemma4T4Error, match="TARGET='tpu'"):
+        nb.drafter_for("tpu")
+
+
+def test_the_cpu_default_builds_the_matching_tiny_model(tmp_path, monkeypatch):
+    built = []
+    monkeypatch.setattr(nb, "ensure_tiny_gemma4", lambda path, variant: built.append((path, variant)) or path)
+    assert nb.model_for("cpu", "e2b", "bf16", tmp_path) == str(tmp_path / "models" / "tiny-gemma4")
+    nb.model_for("cpu", "e2b", "qat", tmp_path)
+    nb.model_for("cpu", "e2b", "qat-unquantized", tmp_path)
+    assert nb.drafter_for("cpu", tmp_path) == str(tmp_path / "models" / "tiny-gemma4-drafter")
+    assert built == [
+        (tmp_path / "models" / "tiny-gemma4", "bf16"),
+        (tmp_path / "models" / "tiny-gemma4-qat", "qat"),
+        (tmp_path / "models" / "tiny-gemma4-qat", "qat"),
+        (tmp_path / "models" / "tiny-gemma4-drafter", "drafter"),
+    ]
+
+
+def _folder(tmp_path: Path, config: dict) -> Path:
+    folder = tmp_path / "tiny"
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_a_models_positions_come_from_its_text_config_else_the_catalog(tmp_path):
+    assert (
+        nb.model_positions(
+            _folder(
+                tmp_path, {"text_config": {"max_position_embeddings": 1024}, "max_position_embeddings": 99}
+            )
+        )
+        == 1024
+    )
+    assert nb.model_positions(_folder(tmp_path, {"max_position_embeddings": 512})) == 512
+    assert nb.model_positions("google/gemma-4-31B-it") == 262144
+    assert nb.model_positions("someone/other-model") is None
+
+
+def test_the_context_is_the_targets_unless_the_model_holds_less_or_the_workloads_need_more(tmp_path):
+    from gemma4_t4.bench.specs import DecodeSpec, TTFTSpec
+
+    small = _folder(tmp_path, {"max_position_embeddings": 1024})
+    assert nb.context_for("cpu", small) == 1024  # the model's positions cap the CPU default
+    assert nb.context_for("cpu", "someone/other-model") == 2048  # unknown positions: the default stands
+    assert nb.context_for("sagemaker", "someone/other-model") == 8192
+    assert nb.context_for("t4", "google/gemma-4-E2B-it", max_model_len=1000) == 1000  # as asked
+    exactly = DecodeSpec(concurrency=[1], input_len=1000, output_len=24)
+    assert nb.context_for("cpu", small, [exactly]) == 1024  # 1,000 + 24 fits 1,024 exactly
+    with pytest.raises(Gemma4T4Error) as refused:
+        nb.context_for("cpu", small, [TTFTSpec(input_lens=[64, 1020], output_len=8)])
+    assert (
+        refused.value.message == "the workloads send up to 1028 tokens (prompt + output), more than the 1024 "
+        "positions tiny holds"
+    )
+    assert refused.value.fix == "shorten INPUT_LEN or TTFT_INPUT_LENS to fit 1024 tokens with the output"
+
+
+# ---------------------------------------------------------------- where a part serves
+
+
+class _Recorded:
+    """Endpoint's builders, recording what a part asked for instead of starting or deploying it."""
+
+    def __init__(self):
+        self.local: list[tuple] = []
+        self.sagemaker: list[tuple] = []
+
+    def install(self, monkeypatch) -> _Recorded:
+        recorded = self
+
+        class Builders:
+            @staticmethod
+            def local(config, *, gpu_name=None):
+                recorded.local.append((config, gpu_name))
+                return "local endpoint"
+
+            @staticmethod
+            def sagemaker(config, *, budget=None, tokenizer=None, poll_s=15.0):
+                recorded.sagemaker.append((config, budget, tokenizer, poll_s))
+                served = Endpoint(
+                    "sagemaker",
+                    config.name,
+                    f"sagemaker://{config.region}/{config.name}",
+                    config.served_model_name,
+                    usd_per_hour=0.736,
+                )
+                return served
+
+        monkeypatch.setattr(nb, "Endpoint", Builders)
+        return self
+
+
+def test_a_local_t4_part_serves_on_this_gpu_with_the_fit_checks_context(tmp_path, monkeypatch):
+    made = _Recorded().install(monkeypatch)
+    runtime = _runtime("t4", T4)
+    assert (
+        nb.endpoint(
+            runtime,
+            "google/gemma-4-E2B-it",
+            tmp_path,
+            name="gemma4",
+            max_num_seqs=4,
+            enable_prefix_caching=False,
+        )
+        == "local endpoint"
+    )
+    ((config, gpu_name),) = made.local
+    assert gpu_name == "Tesla T4" and config.target == "t4" and config.model == "google/gemma-4-E2B-it"
+    assert config.served_model_name == "gemma4" and config.max_model_len == 8192 and config.max_num_seqs == 4
+    assert config.enable_prefix_caching is False and config.work_dir == str(tmp_path / "vllm")
+    assert config.port > 0
+    nb.endpoint("cpu", _folder(tmp_path, {"max_position_embeddings": 4096}), tmp_path, name="tiny")
+    config, gpu_name = made.local[1]
+    assert config.target == "cpu" and gpu_name is None and config.max_model_len == 2048
+    assert config.max_num_seqs == 8 and config.enable_prefix_caching is True  # the parts' defaults
+
+
+def test_a_sagemaker_part_deploys_its_gpus_instance_named_for_the_part(tmp_path, monkeypatch, capsys):
+    made = _Recorded().install(monkeypatch)
+    budget = nb.Budget(3.0)
+    served = nb.endpoint(
+        "sagemaker",
+        "google/gemma-4-E2B-it",
+        tmp_path,
+        name="gemma4",
+        part=2,
+        region="us-west-2",
+        budget=budget,
+        max_num_seqs=4,
+        poll_s=0.5,
+    )
+    ((config, given_budget, tokenizer, poll_s),) = made.sagemaker
+    assert config.instance_type == "ml.g4dn.xlarge" and config.region == "us-west-2"
+    assert config.name == "g4-p2-t4-gemma4" and config.served_model_name == "gemma4"
+    assert config.model_id == "google/gemma-4-E2B-it" and config.model_data_s3_uri is None
+    assert config.max_num_seqs == 4 and config.max_model_len == 8192 and config.ttl_hours == 2.0
+    assert given_budget is budget and tokenizer is None and poll_s == 0.5
+    out = capsys.readouterr().out
+    assert (
+        "ml.g4dn.xlarge endpoint g4-p2-t4-gemma4 InService in 0 s, serving gemma4 (0.74 $/h; budget left: $3"
+        in out
+    )
+    assert served.venue == "sagemaker"
+    nb.endpoint("sagemaker", "google/gemma-4-E2B-it", tmp_path, name="gemma4", gpu="l4")
+    config = made.sagemaker[1][0]
+    assert config.instance_type == "ml.g6.xlarge" and config.name == "g4-nb-l4-gemma4"
+    assert "(0.74 $/h; budget left: none set)" in capsys.readouterr().out
+    with pytest.raises(Gemma4T4Error) as refused:
+        nb.endpoint("sagemaker", "google/gemma-4-E2B-it", tmp_path, name="gemma4", gpu="a10")
+    assert (
+        refused.value.message == "no SageMaker instance for gpu='a10'"
+        and refused.value.fix == "use one of t4, l4"
+    )
+
+
+def test_a_local_folder_is_uploaded_once_and_served_from_s3(tmp_path, monkeypatch, capsys):
+    from gemma4_t4.sagemaker import upload
+
+    made = _Recorded().install(monkeypatch)
+    folder = _folder(tmp_path, {"max_position_embeddings": 4096})
+    sent = []
+
+    def upload_model_folder(path, region):
+        sent.append((path, region))
+        return SimpleNamespace(
+            files=["config.json", "model.safetensors"], total_bytes=2.5e9, s3_uri="s3://bucket/tiny/"
+        )
+
+    monkeypatch.setattr(upload, "upload_model_folder", upload_model_folder)
+    nb.endpoint("sagemaker", folder, tmp_path, name="tiny", part=3, region="eu-west-1")
+    assert sent == [(folder, "eu-west-1")]
+    config, _, tokenizer, _ = made.sagemaker[0]
+    assert config.model_id == "tiny" and config.model_data_s3_uri == "s3://bucket/tiny/"
+    assert tokenizer == str(folder) and config.max_model_len == 4096  # the folder's own positions
+    assert "tiny: 2 files, 2.50 GB at s3://bucket/tiny/" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- Part 3's repack, clean-up, the steps off their venue
+
+
+def test_the_repack_a_venue_serves_beside_its_qat_source(tmp_path, monkeypatch, capsys):
+    from gemma4_t4.host.cpuisa import CpuBuild
+
+    gpu = nb.repack_to_serve(_runtime("t4", T4), tmp_path)
+    assert gpu.folder == tmp_path / "repack-emb4" and gpu.exact
+    assert gpu.pairs("qat-src") == [("qat", Path("qat-src")), ("repack", tmp_path / "repack-emb4")]
+    assert capsys.readouterr().out == "serving: the emb4 repack (int4 linears and 4-bit embeddings)\n"
+    avx2 = CpuBuild("avx2", "_C_AVX2", None, False, "")
+    monkeypatch.setattr(nb.cpuisa, "cpu_build", lambda: avx2)
+    none = nb.repack_to_serve(_runtime("cpu"), tmp_path)
+    assert none.folder is None and not none.exact and none.pairs("qat-src") == []
+    assert none.why == f"not measured: {avx2.int4_missing}; serve it on a T4 or an AVX-512 CPU"
+    monkeypatch.setattr(nb.cpuisa, "cpu_build", lambda: CpuBuild("avx512", "_C_AVX512", None, True, ""))
+    linear = nb.repack_to_serve(_runtime("cpu"), tmp_path)
+    assert linear.folder == tmp_path / "repack-linear" and not linear.exact
+    assert linear.why.startswith("the linear-only repack (vLLM's CPU build, int4 linears)")
+
+
+def _served(venue: str, name: str, stop=None) -> Endpoint:
+    url = f"sagemaker://us-east-2/{name}" if venue == "sagemaker" else f"http://127.0.0.1:80{len(name)}"
+    served = Endpoint(venue, name, url, name)  # stop() marks it stopped: nothing runs behind it
+    if stop is not None:
+        served._stop = stop
+    return served
+
+
+def test_clean_up_says_what_it_stopped_and_asks_aws_what_the_part_left(monkeypatch, capsys):
+    from gemma4_t4.sagemaker import experiments
+
+    asked = []
+    monkeypatch.setattr(
+        experiments,
+        "leftover_endpoints",
+        lambda region, part: asked.append((region, part)) or ["g4-p2-old", "g4-p2-t4-gemma4"],
+    )
+    local, billed = _served("local", "gemma4"), _served("sagemaker", "g4-p2-t4-gemma4")
+    left = nb.clean_up(local, billed, keep_local=True, part=2, region="us-west-2")
+    assert asked == [("us-west-2", 2)] and left == ["g4-p2-old", "g4-p2-t4-gemma4"]
+    out = capsys.readouterr().out
+    assert f"stopped: {billed.url} | left running: {local.url}" in out
+    assert "Part 2 endpoints still in us-west-2: g4-p2-old, g4-p2-t4-gemma4" in out
+    # local servers only: AWS is not asked (no AWS credentials needed for a local run's clean-up)
+    assert nb.clean_up(local, part=2) == [] and asked == [("us-west-2", 2)] and local.stopped
+    assert "stopped: " + local.url + " | left running: nothing" in capsys.readouterr().out
+    assert nb.clean_up() == [] and "stopped: nothing | left running: nothing" in capsys.readouterr().out
+
+
+def test_an_endpoint_that_could_not_be_deleted_is_reported_as_still_billing(capsys):
+    def refuse():
+        raise Gemma4T4Error("AccessDenied", fix="")
+
+    stuck = _served("sagemaker", "g4-p4-t4-x", stop=refuse)
+    with pytest.raises(Gemma4T4Error):
+        nb.clean_up(stuck)
+    stuck._stop = None
+    assert nb.clean_up(stuck) == [] and stuck.stopped
+
+
+def test_the_steps_that_need_sagemaker_or_a_turing_gpu_say_why_they_did_not_run(tmp_path, capsys):
+    cpu = _runtime("cpu")
+    local = _served("local", "gemma4")
+    assert nb.t4_vs_l4(local, {}, tmp_path, tmp_path, model="m", budget=None) is None
+    out = capsys.readouterr().out
+    assert (
+        out.startswith(
+            "T4 vs L4 is measured on SageMaker (TARGET='sagemaker'); here (local) the published rows "
+            "stand alone:"
+        )
+        and "T4 vs L4 on SageMaker, single-stream decode (published)" in out
+    )
+    assert nb.drafter_on_off(local, "auto", tmp_path) is None
+    assert capsys.readouterr().out.startswith(
+        "not run on local: a drafter comparison restarts the server twice"
+    )
+    assert nb.ttft_route_on_off(local, cpu, None, tmp_path) is None
+    assert (
+        capsys.readouterr().out == "not run on cpu: the route activates on a local Turing GPU (sm_7x) only\n"
+    )
+    assert (
+        nb.ttft_route_on_off(local, _runtime("t4", T4), None, tmp_path) is None
+    )  # a T4, but no server to restart
+    capsys.readouterr()
+    assert nb.prefill_verdict(cpu, tmp_path) is None
+    assert capsys.readouterr().out == "skipped on cpu: the route is measured and used on a Turing GPU only\n"
+
+
+def test_a_local_endpoint_is_priced_as_a_cloud_t4_and_a_sagemaker_one_at_its_instance():
+    runtime = _runtime("cpu")
+    assert nb.price_of(_served("local", "gemma4"), runtime) is PRICES["gce:n1-standard-2+t4"]
+    l4 = Endpoint("local", "g", "http://x", "g", gpu="l4")
+    assert nb.price_of(l4, runtime).gpu == "l4"
+
+
+# ---------------------------------------------------------------- files
+
+
+def test_local_model_keeps_a_folder_and_dir_bytes_counts_every_file(tmp_path, capsys):
+    folder = tmp_path / "m"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "a.json").write_text("12345")
+    (folder / "sub" / "b.bin").write_bytes(b"123")
+    assert nb.local_model(folder) == folder and nb.local_model(str(folder)) == folder
+    assert nb.dir_bytes(folder) == 8
+    stray = tmp_path / "file.txt"
+    stray.write_text("x")
+    assert nb.remove_dirs(folder, stray, tmp_path / "gone") == [str(folder)]
+    assert not folder.exists() and stray.exists()
+    assert capsys.readouterr().out == f"removed: {folder}\n"
+    assert nb.remove_dirs(tmp_path / "gone") == [] and capsys.readouterr().out == "removed: nothing\n"
+
+
+def test_an_mcp_session_shows_one_row_per_call_with_its_result_cut_short():
+    long = "x" * 500
+    session = nb.MCPSession(
+        ["a", "b", "c"], [nb.MCPCall("doctor", {}, False, long), nb.MCPCall("plan", {}, True, "no")]
+    )
+    assert session.caption() == "Tool calls through a real MCP client (stdio); 3 tools listed"
+    assert session.table_rows() == [
+        {"tool": "doctor", "error": False, "result": "x" * 160},
+        {"tool": "plan", "error": True, "result": "no"},
+    ]
+
+
+# ---------------------------------------------------------------- Part 1's AWS venue
+
+
+class _LocalAWS:
+    def __init__(self):
+        self.queued, self.stopped = [], False
+
+    def queue_chat_replies(self, replies):
+        self.queued += replies
+
+    def stop(self):
+        self.stopped = True
+
+
+def test_part1_says_where_its_aws_calls_go_and_whose_replies_they_are(capsys):
+    real = nb.AwsVenue("sagemaker")
+    assert real.describe() == "AWS: real AWS (billed)" and real.replies_from == "the endpoint"
+    real.canned("hi")
+    real.stop()  # nothing runs locally for real AWS
+    canned = nb.AwsVenue("cpu", _LocalAWS(), None, generated=False)
+    assert canned.replies_from == "canned (moto)"
+    assert canned.describe() == (
+        "AWS: local moto + fake Service Quotas; endpoint replies: canned (moto) (vLLM is not "
+        "installed here, so moto answers with queued bodies)"
+    )
+    canned.canned("Hello")
+    assert canned.local.queued == ["Hello (canned: no vLLM on this machine)"]
+    assert canned.invoke_stream("ep", "us-east-2", "hi") is None
+    assert capsys.readouterr().out == "streamed: not run (moto alone implements no response streams)\n"
+    tiny = _served("local", "tiny-gemma4")
+    generated = nb.AwsVenue("cpu", _LocalAWS(), tiny)
+    assert generated.describe() == (
+        "AWS: local moto + fake Service Quotas; endpoint replies: tiny Gemma 4 via the runtime stand-in"
+    )
+    generated.canned("Hello")
+    assert generated.local.queued == []  # the tiny model answers: nothing canned
+    generated.stop()
+    assert generated.local.stopped and tiny.stopped
+    venue = nb.aws_venue("sagemaker", ".")
+    assert venue.target == "sagemaker" and venue.local is None
+    assert capsys.readouterr().out == "AWS: real AWS (billed)\n"
+
+
+# ---------------------------------------------------------------- the install cell
+
+
+class _Pip:
+    def __init__(self, returncode: int = 0, output: str = ""):
+        self.commands, self.returncode, self.output = [], returncode, output
+
+    def __call__(self, command):
+        self.commands.append(command)
+        return SimpleNamespace(returncode=self.returncode, stdout=self.output, stderr="")
+
+
+def test_the_install_cell_installs_only_the_missing_requirements(capsys):
+    pip = _Pip()
+    wanted = ["PyYAML>=6", "typing-extensions[x]>=4", "no-such-package-g4t4>=1.0"]
+    assert nb.setup(vllm=False, packages=wanted, runner=pip) is None
+    assert pip.commands == [[sys.executable, "-m", "pip", "install", "--quiet", "no-such-package-g4t4>=1.0"]]
+    assert capsys.readouterr().out == (
+        "installing: no-such-package-g4t4>=1.0\nsetup: this part needs no vLLM here\n"
+    )
+    nb.setup(vllm=False, packages=["pyyaml"], runner=pip)
+    assert len(pip.commands) == 1
+    assert capsys.readouterr().out == "setup: this part needs no vLLM here; nothing to install\n"
+    nb.setup(vllm=False, packages=["no-such-package-g4t4"], dry_run=True, runner=pip)
+    assert len(pip.commands) == 1 and "would run: no-such-package-g4t4" in capsys.readouterr().out
+
+
+def test_a_failed_pip_install_shows_its_last_lines_and_the_command():
+    pip = _Pip(returncode=1, output="\n".join(f"line {i}" for i in range(1, 13)) + "\n")
+    with pytest.raises(Gemma4T4Error) as failed:
+        nb.setup(vllm=False, packages=["no-such-package-g4t4"], runner=pip)
+    tail = "\n".join(f"line {i}" for i in range(3, 13))
+    assert failed.value.message == f"pip failed installing no-such-package-g4t4:\n{tail}"
+    assert failed.value.fix == (
+        f"check the network, then run: {sys.executable} -m pip install --quiet no-such-package-g4t4"
+    )
+
+
+def test_the_install_cells_dry_run_plans_for_this_host_and_runs_nothing(capsys):
+    pip = _Pip()
+    plan = nb.setup(dry_run=True, probes=_host(T4), runner=pip)
+    assert pip.commands == [] and plan.needed  # a bare T4 host needs the vLLM build
+    assert capsys.readouterr().out.strip() == plan.summary().strip()
+
+
+# ---------------------------------------------------------------- running async code from a cell
+
+
+def test_run_sync_runs_a_coroutine_from_plain_python_and_from_inside_a_running_loop():
+    async def answer():
+        return 42
+
+    assert nb.run_sync(answer) == 42
+
+    async def cell():  # Jupyter: a loop already runs, so it goes to a worker thread
+        return nb.run_sync(answer)
+
+    assert asyncio.run(cell()) == 42
