@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from gemma4_t4.bench.compare import compare_runs
 from gemma4_t4.bench.metrics import aggregate
 from gemma4_t4.bench.results import (
     RECORDS_FILE,
@@ -437,3 +438,377 @@ def test_the_text_table_groups_thousands_and_rounds_as_labelled(tmp_path):
     slow = [_record(i, ttft=1.23456, gap=0.001) for i in range(4)]
     line = format_cells([_cell("c", slow)]).splitlines()[2]
     assert "1,234.6" in line and "1.00" in line and "1,000.0" in line
+
+
+# ---------------------------------------------------------------- compare.py: two runs
+
+
+def _rows(comparison) -> dict[str, dict]:
+    return {r["metric"]: r for r in comparison.table_rows()}
+
+
+def test_compare_shows_each_figure_of_a_and_b_and_their_ratio_b_over_a(tmp_path):
+    """B decodes twice as fast as A (TPOT 10 ms vs 20 ms), first tokens at the same 100 ms."""
+    a, b = _decode(tmp_path / "a", gap=0.02), _decode(tmp_path / "b", gap=0.01)
+    comparison = compare_runs(a.dir, b.dir)
+    assert comparison.problems == [] and comparison.notes() == []
+    assert comparison.caption() == f"B/A ratios (A = {a.dir}, B = {b.dir})"
+    (cell,) = comparison.cells
+    assert cell.key == ("decode", None, 1, None, 16, 8) and (cell.cell_a, cell.cell_b) == ("decode-c1",) * 2
+    rows = _rows(comparison)
+    assert list(rows) == ["ttft_ms", "tpot_ms", "e2el_ms", "per_stream_tok_s", "output_throughput_tok_s"]
+    ratio = "B/A [95 % interval]"
+    assert rows["per_stream_tok_s"]["A"] == pytest.approx(50.0) and rows["per_stream_tok_s"][
+        "B"
+    ] == pytest.approx(100.0)
+    assert (
+        rows["per_stream_tok_s"][ratio] == "2.000 [2.000, 2.000]"
+        and rows["per_stream_tok_s"]["higher is better"]
+    )
+    assert rows["tpot_ms"][ratio] == "0.500 [0.500, 0.500]" and rows["tpot_ms"]["higher is better"] is False
+    assert rows["ttft_ms"][ratio] == "1.000 [1.000, 1.000]" and rows["ttft_ms"]["A"] == pytest.approx(100.0)
+    assert rows["e2el_ms"][ratio] == "0.708 [0.708, 0.708]" and rows["e2el_ms"]["cell"] == "decode-c1"
+    throughput = rows["output_throughput_tok_s"]
+    assert throughput["A"] == pytest.approx(32 / 0.241) and throughput["B"] == pytest.approx(32 / 0.171)
+    assert throughput[ratio] == "1.409 [no interval]" and throughput["higher is better"] is True
+    assert comparison.columns == ("cell", "metric", "higher is better", "A", "B", "B/A [95 % interval]")
+    # runs already in memory compare the same as their folders
+    same = compare_runs(a, b)
+    assert _rows(same)["per_stream_tok_s"][ratio] == "2.000 [2.000, 2.000]"
+    assert compare_runs(str(a.dir), b).a == str(a.dir)
+
+
+def test_the_interval_brackets_a_ratio_of_varied_requests(tmp_path):
+    """Four requests per side with different speeds: the interval is around the point, not on it."""
+    fast = [_record(i, gap=g) for i, g in enumerate((0.008, 0.01, 0.012, 0.011))]
+    slow = [_record(i, gap=g) for i, g in enumerate((0.018, 0.02, 0.024, 0.021))]
+    a = _write(tmp_path / "a", [(_cell("decode-c1", slow), slow)])
+    b = _write(tmp_path / "b", [(_cell("decode-c1", fast), fast)])
+    shown = _rows(compare_runs(a.dir, b.dir))["per_stream_tok_s"]["B/A [95 % interval]"]
+    point, low, high = (float(x.strip("[],")) for x in shown.split())
+    from statistics import median
+
+    expected = median(1 / g for g in (0.008, 0.01, 0.012, 0.011)) / median(
+        1 / g for g in (0.018, 0.02, 0.024, 0.021)
+    )
+    assert low < point < high and point == pytest.approx(expected, abs=1e-3)
+
+
+def test_cells_that_match_on_their_facts_are_compared_under_both_names(tmp_path):
+    records = [_record(i) for i in range(2)]
+    a = _write(tmp_path / "a", [(_cell("old-name", records), records)])
+    b = _write(tmp_path / "b", [(_cell("new-name", records), records)])
+    assert {r["cell"] for r in compare_runs(a.dir, b.dir).table_rows()} == {"old-name vs new-name"}
+
+
+def test_cells_without_a_partner_are_named_and_nothing_compared_is_a_problem(tmp_path):
+    a = _decode(tmp_path / "a", concurrency=1)
+    b = _decode(tmp_path / "b", concurrency=8)
+    comparison = compare_runs(a.dir, b.dir)
+    assert (
+        comparison.cells == []
+        and comparison.unmatched_a == ["decode-c1"]
+        and comparison.unmatched_b == ["decode-c8"]
+    )
+    assert comparison.problems == [
+        "nothing compared: no cell of A matches one of B (same workload, variant, concurrency, rate, input and "
+        "output length); A has ['decode-c1'], B has ['decode-c8']"
+    ]
+    assert comparison.caption().endswith("; " + comparison.problems[0])
+    assert comparison.notes() == ["unmatched cells: A ['decode-c1']  B ['decode-c8']"]
+    one_more = _write(tmp_path / "c", [(_cell("decode-c1", [_record(0)]), [_record(0)]),
+                                       (_cell("decode-c4", [_record(0)], concurrency=4), [_record(0)])])  # fmt: skip
+    partly = compare_runs(a.dir, one_more.dir)
+    assert partly.problems == [] and partly.notes() == ["unmatched cells: A []  B ['decode-c4']"]
+    assert compare_runs(one_more.dir, a.dir).notes() == ["unmatched cells: A ['decode-c4']  B []"]
+
+
+def test_a_run_that_did_not_complete_gives_no_ratio_and_names_its_side(tmp_path):
+    a = _decode(tmp_path / "a")
+    b = _decode(tmp_path / "b", status="aborted: server unreachable")
+    comparison = compare_runs(a.dir, b.dir)
+    assert comparison.cells == [] and comparison.table_rows() == []
+    assert comparison.problems == [f"not measured: B: run {b.dir} is aborted: server unreachable"]
+    both = compare_runs(b.dir, b.dir)
+    assert [p.split(":")[1] for p in both.problems] == [" A", " B"]
+
+
+def test_a_cell_whose_records_are_gone_shows_why_in_every_figure(tmp_path):
+    """summary.json alone can be edited: without records.jsonl no figure is printed from it."""
+    a, b = _decode(tmp_path / "a"), _decode(tmp_path / "b")
+    (b.dir / RECORDS_FILE).unlink()
+    comparison = compare_runs(a.dir, b.dir)
+    why = (
+        f"B: {b.dir / RECORDS_FILE} holds no measured records of cell decode-c1, so its figures cannot be checked "
+        "(summary.json alone can be edited); compare runs with their records.jsonl"
+    )
+    assert comparison.problems == [f"not measured: {why}"]
+    rows = comparison.table_rows()
+    assert [r["metric"] for r in rows] == ["ttft_ms", "tpot_ms", "e2el_ms", "per_stream_tok_s"]
+    assert all((r["A"], r["B"], r["B/A [95 % interval]"]) == (None, None, why) for r in rows)
+    (a.dir / RECORDS_FILE).unlink()
+    both = compare_runs(a.dir, b.dir).problems[0]
+    assert both.startswith(f"not measured: A: {a.dir / RECORDS_FILE} holds no") and f" / B: {b.dir}" in both
+
+
+def test_a_streamed_side_against_a_flushed_one_names_the_flush_instead_of_a_decode_ratio(tmp_path):
+    a, b = _decode(tmp_path / "a"), _decode(tmp_path / "b", flush=True)
+    flush = (
+        "not measured: the server delivered 8 tokens in one flush (4 of 4 requests: every token within 0.00 ms "
+        "of the first)"
+    )
+    rows = _rows(compare_runs(a.dir, b.dir))
+    for metric in ("tpot_ms", "per_stream_tok_s"):
+        assert (rows[metric]["A"], rows[metric]["B"], rows[metric]["B/A [95 % interval]"]) == (
+            None,
+            None,
+            f"B: {flush}",
+        )
+    assert rows["ttft_ms"]["B/A [95 % interval]"] == "6.000 [6.000, 6.000]"  # whole requests are still timed
+    assert rows["e2el_ms"]["B"] == pytest.approx(600.0)
+    both = _rows(compare_runs(b.dir, b.dir))
+    assert both["tpot_ms"]["B/A [95 % interval]"] == f"A: {flush} / B: {flush}"
+    assert _rows(compare_runs(b.dir, a.dir))["per_stream_tok_s"]["B/A [95 % interval]"] == f"A: {flush}"
+
+
+def test_the_drafter_row_shows_each_sides_acceptance(tmp_path):
+    records = [_record(i) for i in range(2)]
+    measured = SpecDecode(acceptance_rate=0.376, mean_accepted_length=2.128, source="/metrics")
+    a = _write(tmp_path / "a", [(_cell("c", records), records)])
+    b = _write(tmp_path / "b", [(_cell("c", records, spec_decode=measured), records)])
+    c = _write(tmp_path / "c", [(_cell("c", records, spec_decode=SpecDecode(source="/metrics")), records)])
+    drafter = _rows(compare_runs(a.dir, b.dir))["drafter"]
+    assert drafter == {"cell": "c", "metric": "drafter", "A": "off",
+                       "B": "accepted 37.6%, mean accepted length 2.13"}  # fmt: skip
+    assert _rows(compare_runs(c.dir, a.dir))["drafter"]["A"] == "on (/metrics)"
+    half = _write(
+        tmp_path / "h", [(_cell("c", records, spec_decode=SpecDecode(acceptance_rate=0.5)), records)]
+    )
+    assert _rows(compare_runs(a.dir, half.dir))["drafter"]["B"] == "on (unavailable)"
+    assert "drafter" not in _rows(compare_runs(a.dir, a.dir))
+
+
+def _answers_run(path: Path, text: str = "Paris", error: str | None = None, **info) -> BenchRun:
+    from gemma4_t4.bench.answers import QUESTIONS
+    from gemma4_t4.bench.schemas import Answer
+
+    answers = [Answer(index=i, question=q, text=text, error=error) for i, (q, _) in enumerate(QUESTIONS)]
+    records = [_record(0)]
+    cell = _cell("answers", records, workload="answers", answers=answers)
+    return _write(path, [(cell, records)], workload="answers", **info)
+
+
+def test_answers_runs_compare_their_answers_and_a_missing_record_is_no_problem_there(tmp_path):
+    a, b = _answers_run(tmp_path / "a"), _answers_run(tmp_path / "b", text="Paris.")
+    (b.dir / RECORDS_FILE).unlink()
+    comparison = compare_runs(a.dir, b.dir)
+    assert comparison.problems == [] and comparison.answers.identical == 0
+    assert (
+        comparison.notes() == [comparison.answers.text()] and "identical answers: 0/" in comparison.notes()[0]
+    )
+    broken = _answers_run(tmp_path / "c", error="timeout")
+    errored = compare_runs(a.dir, broken.dir)
+    assert errored.problems == [f"answers {errored.answers.line()}"] and errored.answers.line().startswith(
+        "not measured"
+    )
+    assert compare_runs(_decode(tmp_path / "d").dir, _decode(tmp_path / "e").dir).answers is None
+
+
+# ---------------------------------------------------------------- compare.py: two suites (T4 vs L4)
+
+
+def _suite_run(
+    path: Path,
+    model: str = "google/gemma-4-E2B-it",
+    gpu: str = "t4",
+    gap: float = 0.02,
+    ttft: float = 0.1,
+    flush: bool = False,
+    cells: str = "c1",
+    **info,
+) -> BenchRun:
+    """A remote run of ``model`` declared (and priced) as ``gpu``; decode at c=1 (and c=8 in "c1c8")."""
+    made = []
+    for c in (1, 8) if cells == "c1c8" else (1,):
+        records = [_record(i, gap=gap / c, ttft=ttft, flush=flush) for i in range(4)]
+        made.append((_cell(f"decode-c{c}", records, concurrency=c), records))
+    info = {"model": model, "base_url": "http://10.0.0.5:8000", "config": {"gpu": gpu}} | info
+    return _write(path, made, **info)
+
+
+def test_a_folder_of_runs_is_a_suite_and_a_run_folder_is_one_run(tmp_path):
+    from gemma4_t4.bench.compare import is_suite, load_suite
+
+    one = _suite_run(tmp_path / "suite" / "b-run")
+    _suite_run(tmp_path / "suite" / "a-run")
+    (tmp_path / "suite" / "notes").mkdir()
+    assert (
+        is_suite(tmp_path / "suite") and not is_suite(one.dir) and not is_suite(tmp_path / "suite" / "notes")
+    )
+    assert not is_suite(tmp_path / "nothing-here")
+    assert [r.dir.name for r in load_suite(tmp_path / "suite")] == ["a-run", "b-run"]
+    assert [r.dir for r in load_suite(one.dir)] == [one.dir]
+    for empty in (tmp_path / "suite" / "notes", tmp_path / "nothing-here"):
+        with pytest.raises(Gemma4T4Error, match="holds no benchmark results") as error:
+            load_suite(empty)
+        assert error.value.fix == "pass a results directory or a folder of them"
+
+
+def test_a_t4_suite_against_an_l4_suite_gives_one_headline_per_model(tmp_path):
+    from gemma4_t4.bench.compare import compare_suites
+
+    t4 = _suite_run(tmp_path / "t4" / "e2b", gap=0.02, cells="c1c8")
+    _suite_run(tmp_path / "t4" / "e4b", model="google/gemma-4-E4B-it")
+    _suite_run(tmp_path / "l4" / "e2b", gpu="l4", gap=0.01, ttft=0.05)
+    suite = compare_suites(tmp_path / "t4", tmp_path / "l4")
+    (h,) = suite.headlines
+    assert h.model == "google/gemma-4-E2B-it" and suite.unmatched_models == ["google/gemma-4-E4B-it"]
+    assert (
+        h.decode_method == "per-stream c=1"
+        and h.decode_a == pytest.approx(50.0)
+        and h.decode_b == pytest.approx(100.0)
+    )
+    assert (h.decode_ratio, h.decode_ci_low, h.decode_ci_high) == pytest.approx((0.5, 0.5, 0.5))
+    assert (h.ttft_a_ms, h.ttft_b_ms, h.ttft_ratio) == pytest.approx((100.0, 50.0, 2.0))
+    assert h.kind_a.gpu == "t4" and h.kind_b.gpu == "l4" and h.kind_a.model_size == "E2B"
+    # priced at the best measured output tok/s: the c=8 cell, on every T4 instance
+    best = max(t4.throughput_by_concurrency().values())
+    assert best == t4.throughput_by_concurrency()[8]
+    assert h.usd_per_mtok_a["sagemaker:ml.g4dn.xlarge"] == pytest.approx(0.736 / (best * 3600) * 1e6)
+    assert set(h.usd_per_mtok_b) == {
+        "sagemaker:ml.g6.xlarge",
+        "ec2:g6.xlarge",
+        "gce:g2-standard-4",
+        "cloudrun:l4",
+    }
+    assert h.published.build == "emb4" and h.published.t4_tok_s == 108.5
+    rows = suite.table_rows()
+    assert [r["model"] for r in rows] == [h.model] * 4
+    decode, ttft, usd, published = rows
+    ratio = "A/B [95 % interval]"
+    assert decode == {"model": h.model, "figure": "decode tok/s (per-stream c=1)", "A": h.decode_a, "B": h.decode_b,
+                      ratio: "0.500 [0.500, 0.500]"}  # fmt: skip
+    assert ttft["figure"] == "TTFT ms (median)" and ttft[ratio] == "2.000 [no interval]"
+    assert usd["figure"] == "$/Mtok (at the best output tok/s)"
+    assert usd["A"].startswith(
+        f"sagemaker:ml.g4dn.xlarge ${h.usd_per_mtok_a['sagemaker:ml.g4dn.xlarge']:.2f}, ec2:"
+    )
+    assert published == {"model": h.model,
+                         "figure": "published (gemma-4-E2B emb4, not our measurement): decode tok/s T4 | L4",
+                         "A": 108.5, "B": 141.7, ratio: "0.766"}  # fmt: skip
+    assert suite.problems == [] and suite.caption() == f"A = {tmp_path / 't4'}, B = {tmp_path / 'l4'}"
+    assert h.caption() == "google/gemma-4-E2B-it: A/B, measured"
+    assert suite.notes() == [
+        f"{h.model}: published (gemma-4-E2B emb4, not our measurement): identical answers 40/40  [{h.published.source}]",
+        "models on one side only: ['google/gemma-4-E4B-it']",
+    ]
+
+
+def test_a_suite_prefers_the_series_decode_method_and_needs_the_same_method_on_both_sides(tmp_path):
+    from gemma4_t4.bench.compare import compare_suites
+    from gemma4_t4.bench.schemas import SeriesDecode
+
+    series = SeriesDecode(short_tokens=16, long_tokens=512, samples=[40.0, 42.0, 44.0])
+    _suite_run(tmp_path / "a" / "r", series_decode=series)
+    _suite_run(tmp_path / "b" / "r", gpu="l4", series_decode=SeriesDecode(short_tokens=16, long_tokens=512,
+                                                                          samples=[80.0, 84.0, 88.0]))  # fmt: skip
+    (h,) = compare_suites(tmp_path / "a", tmp_path / "b").headlines
+    assert h.decode_method == "series" and (h.decode_a, h.decode_b, h.decode_ratio) == pytest.approx(
+        (42.0, 84.0, 0.5)
+    )
+    assert h.decode_ci_low <= 0.5 <= h.decode_ci_high
+    _suite_run(tmp_path / "c" / "r", gpu="l4")  # per-stream only: not the same method
+    (mixed,) = compare_suites(tmp_path / "a", tmp_path / "c").headlines
+    assert (mixed.decode_method, mixed.decode_a, mixed.decode_b, mixed.decode_ratio) == (
+        None,
+        None,
+        None,
+        None,
+    )
+    assert mixed.table_rows()[0]["A/B [95 % interval]"] == "not measured on both sides"
+    assert mixed.table_rows()[0]["figure"] == "decode tok/s (-)"
+
+
+def test_a_flushed_side_names_the_flush_where_the_decode_ratio_would_be(tmp_path):
+    from gemma4_t4.bench.compare import compare_suites
+
+    _suite_run(tmp_path / "a" / "r")
+    flushed = _suite_run(tmp_path / "b" / "r", gpu="l4", flush=True)
+    (h,) = compare_suites(tmp_path / "a", tmp_path / "b").headlines
+    flush = (
+        "not measured: the server delivered 8 tokens in one flush (4 of 4 requests: every token within 0.00 ms "
+        f"of the first) ({flushed.dir}, cell decode-c1)"
+    )
+    assert h.decode_not_measured == [f"B: {flush}"] and h.decode_method is None and h.decode_ratio is None
+    assert h.table_rows()[0]["A/B [95 % interval]"] == f"B: {flush}"
+    assert h.ttft_ratio is not None  # TTFT is still timed
+    (both,) = compare_suites(tmp_path / "b", tmp_path / "b").headlines
+    assert [w[:2] for w in both.decode_not_measured] == ["A:", "B:"]
+
+
+def test_an_incomplete_run_in_a_suite_is_named_and_never_averaged_in(tmp_path):
+    from gemma4_t4.bench.compare import compare_suites
+
+    _suite_run(tmp_path / "a" / "r")
+    stopped = _suite_run(tmp_path / "b" / "r", gpu="l4", status="aborted: x")
+    suite = compare_suites(tmp_path / "a", tmp_path / "b")
+    (h,) = suite.headlines
+    why = f"B: run {stopped.dir} is aborted: x"
+    assert h.not_measured == [why] and h.decode_b is None and h.ttft_b_ms is None and h.kind_b is None
+    assert h.usd_per_mtok_b == {} and h.unpriced_b is None
+    assert suite.problems == [f"google/gemma-4-E2B-it: not measured: {why}"]
+    assert h.caption() == f"google/gemma-4-E2B-it: A/B, measured; not measured: {why}"
+    assert suite.caption().endswith(f"; google/gemma-4-E2B-it: not measured: {why}")
+
+
+def test_suites_with_no_model_in_common_compare_nothing_and_say_so(tmp_path):
+    from gemma4_t4.bench.compare import compare_suites
+
+    _suite_run(tmp_path / "a" / "r", model="google/gemma-4-E2B-it")
+    _suite_run(tmp_path / "b" / "r", model="google/gemma-4-E4B-it", gpu="l4")
+    suite = compare_suites(tmp_path / "a", tmp_path / "b")
+    assert suite.headlines == [] and suite.table_rows() == []
+    assert suite.problems == [
+        "nothing compared: no model was run on both sides (one side only: "
+        "['google/gemma-4-E2B-it', 'google/gemma-4-E4B-it'])"
+    ]
+
+
+def test_a_tiny_or_unrecorded_run_shows_why_it_has_no_price(tmp_path):
+    from gemma4_t4.bench.compare import compare_suites
+
+    _suite_run(tmp_path / "a" / "r", model="tiny-gemma4")
+    _suite_run(tmp_path / "b" / "r", model="tiny-gemma4", gpu=None)
+    (h,) = compare_suites(tmp_path / "a", tmp_path / "b").headlines
+    assert h.usd_per_mtok_a == {} and h.unpriced_a.startswith(
+        "no $/Mtok: a tiny random model on T4 is a method"
+    )
+    assert h.unpriced_b == "no $/Mtok: the run did not record which model and GPU it measured"
+    usd = h.table_rows()[2]
+    assert (usd["A"], usd["B"]) == (h.unpriced_a, h.unpriced_b) and h.published is None
+    assert len(h.table_rows()) == 3 and h.notes() == []
+
+
+def test_a_suite_with_answers_compares_them_and_an_errored_set_is_a_problem(tmp_path):
+    from gemma4_t4.bench.compare import compare_suites
+
+    _answers_run(tmp_path / "a" / "answers", model="m", config={"gpu": "t4"})
+    _answers_run(tmp_path / "b" / "answers", model="m", config={"gpu": "l4"}, error="timeout")
+    suite = compare_suites(tmp_path / "a", tmp_path / "b")
+    (h,) = suite.headlines
+    assert h.answers is not None and not h.answers.measured
+    assert suite.problems == [f"m: answers {h.answers.line()}"]
+    assert suite.notes() == [f"m: {h.answers.text()}"]
+    _answers_run(tmp_path / "c" / "answers", model="m", config={"gpu": "l4"})
+    (same,) = compare_suites(tmp_path / "a", tmp_path / "c").headlines
+    assert same.answers.all_identical and same.notes() == [same.answers.text()]
+
+
+def test_the_published_sagemaker_row_is_found_by_any_spelling_of_the_served_name():
+    from gemma4_t4.bench.compare import published_decode
+
+    assert published_decode("google/gemma-4-E2B-it").t4_tok_s == 108.5  # the row with a T4 figure
+    assert published_decode("GEMMA_4_E4B").build == "emb4"
+    assert published_decode("gemma-4-E2B", "bf16").l4_tok_s == 51.3  # no T4 figure: still its row
+    assert published_decode("gemma-4-26b-a4b").l4_tok_s == 91.5
+    assert published_decode("gemma-4-E2B", "fp8") is None and published_decode("llama") is None
