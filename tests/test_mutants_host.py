@@ -1074,3 +1074,84 @@ def test_a_restore_that_fails_after_every_route_failed_says_the_environment_is_n
     assert failed.value.fix == (
         "fix the cause above, then run gemma4-t4 setup --undo to put the recorded packages back"
     )
+
+
+def test_pip_gets_an_hour_and_the_install_check_fifteen_minutes(monkeypatch):
+    """A torch + vLLM install on a small VM takes many minutes, importing vLLM cold several: neither is cut
+    short by the runner's default. (The runner is module-level here, so it is replaced for the test.)"""
+    seen = []
+    monkeypatch.setattr(
+        setup,
+        "subprocess_runner",
+        lambda command, input=None, timeout=None: (
+            seen.append((command, input, timeout)) or CommandResult(0, "ok")
+        ),
+    )
+    assert setup.pip_runner(["py", "-m", "pip", "freeze"], input="x").stdout == "ok"
+    assert setup.check_runner(["py", "-c", "pass"]).stdout == "ok"
+    assert seen == [(["py", "-m", "pip", "freeze"], "x", 3600.0), (["py", "-c", "pass"], None, 900.0)]
+
+
+def test_record_names_sort_by_time_so_undo_finds_the_latest(tmp_path):
+    import re
+
+    names = [setup.write_record(_record(), tmp_path).name for _ in range(3)]
+    assert all(re.fullmatch(r"before-\d{8}-\d{6}-\d{9}\.json", n) for n in names), names
+    assert len(set(names)) == 3
+
+
+def test_a_package_setup_added_as_a_url_install_is_uninstalled_by_name():
+    record = _record(after=["torch==2.13.0+cpu", "vllm @ https://wheels.vllm.ai/x/vllm-0.31.0-cp38-abi3.whl"])
+    assert setup.restore_commands(record, record["after"]) == [
+        ["py", "-m", "pip", "uninstall", "--quiet", "-y", "vllm"]
+    ]
+
+
+def test_a_lock_file_without_a_holder_still_refuses_in_words(tmp_path):
+    with setup.setup_lock("py", tmp_path) as held:
+        held.write_text("")  # a holder that wrote nothing yet
+        with pytest.raises(Gemma4T4Error) as busy, setup.setup_lock("py", tmp_path):
+            pass
+    assert str(busy.value).startswith(
+        f"another gemma4-t4 setup is changing the packages of py right now (a process holds {held})"
+    )
+    assert busy.value.fix.startswith("wait for it to finish (or stop it), then run this again")
+
+
+def test_progress_goes_to_stderr_so_json_output_stays_clean(capsys):
+    setup.say_on_stderr("setup: step 1/2")
+    out, err = capsys.readouterr()
+    assert (out, err) == ("", "setup: step 1/2\n")
+
+
+def test_an_interrupted_setup_names_its_record_and_the_undo(tmp_path, capsys):
+    plan = plan_setup(_apply_facts(), python="py")
+    pip = FakePip(BEFORE)
+
+    def interrupted(command, input=None):
+        if command[3] == "install" and "--dry-run" not in command:
+            raise KeyboardInterrupt
+        return pip(command, input)
+
+    with pytest.raises(KeyboardInterrupt):
+        setup.apply_setup(plan, runner=interrupted, records=tmp_path, say=lambda line: None)
+    record = setup.latest_record(tmp_path)
+    assert capsys.readouterr().err == (
+        f"setup interrupted: pip was stopped; packages may be half-changed. The packages before setup are recorded "
+        f"in {record}; restore them with: gemma4-t4 setup --undo\n"
+    )
+
+
+def test_a_route_failing_offline_names_the_index_it_could_not_reach_and_pips_last_lines(tmp_path):
+    plan = plan_setup(_apply_facts(), python="py")
+    noise = "".join(f"Collecting package{i}\n" for i in range(20))
+    pip = FakePip(BEFORE, fail_at="torch", stderr=noise + "ReadTimeoutError: Read timed out.")
+    with pytest.raises(Gemma4T4Error) as offline:
+        setup.apply_setup(plan, runner=pip, records=tmp_path, say=lambda line: None)
+    main = next(step for step in plan.steps if step.command[3] == "install")
+    failure = str(offline.value).split("\n", 1)[1]
+    assert failure.startswith(f"- {plan.route}: pip could not reach {', '.join(main.index_urls)}:\n")
+    assert (
+        "Collecting package6\n" in failure and "Collecting package5\n" not in failure
+    )  # pip's last 15 lines
+    assert sum("--dry-run" in c for c in pip.calls) == 1  # one probe for torch per route, none for vLLM alone
