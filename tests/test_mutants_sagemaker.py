@@ -9,6 +9,7 @@ import datetime as dt
 import json
 
 import pytest
+from botocore.exceptions import ClientError
 
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.sagemaker.config import (
@@ -21,6 +22,25 @@ from gemma4_t4.sagemaker.config import (
     extra_args_to_env,
     redact_env,
     validate_name,
+)
+from gemma4_t4.sagemaker.deploy import (
+    DeployFailed,
+    DeploymentWatcher,
+    DeployResult,
+    TimelineEvent,
+    autoscaling_calls,
+    check_model_data,
+    deploy,
+    deploy_cost,
+    deploy_in_background,
+    deploy_with_failover,
+    deployment_calls,
+    deployment_plan,
+    describe_deleted,
+    is_capacity_failure,
+    rollback,
+    wait_in_service,
+    with_fixed_image,
 )
 from gemma4_t4.sagemaker.image import DEFAULT_VLLM_TAG, fixed_image_tag
 
@@ -769,3 +789,880 @@ def test_a_t4_with_the_stock_image_is_refused_naming_the_fix():
     DeployConfig(image_uri=STOCK, allow_unfixed_image=True).validate(require_role=False)
     DeployConfig(image_uri=STOCK, instance_type="ml.g6.xlarge").validate(require_role=False)
     DeployConfig(image_uri=FIXED).validate(require_role=False)
+
+
+# -- fake AWS for the deploy ---------------------------------------------------------------------------
+
+CREATED = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
+NAME = "g4-test"
+KINDS = {"model": "ModelName", "endpoint_config": "EndpointConfigName", "endpoint": "EndpointName"}
+
+
+def aws_failure(code: str, message: str = "", operation: str = "Op") -> ClientError:
+    return ClientError({"Error": {"Code": code, "Message": message}}, operation)
+
+
+def not_found() -> ClientError:
+    return aws_failure("ValidationException", "Could not find resource.")
+
+
+class FakeSageMaker:
+    """SageMaker's models, endpoint configs and endpoints in a dict, each with its CreationTime. The endpoint
+    answers ``statuses`` in turn (the last one from then on); the describe right after CreateEndpoint reads
+    only its CreationTime and answers ``Creating``. ``fail`` raises an AWS error at an operation, once."""
+
+    def __init__(self, statuses=("InService",), fail=None, existing=()):
+        self.statuses = ["Creating", *statuses]
+        self.fail = dict(fail or {})
+        self.resources = {kind: CREATED for kind in existing}
+        self.calls: list[tuple[str, dict]] = []
+
+    def __getattr__(self, operation):
+        verb, _, kind = operation.partition("_")
+        if kind not in KINDS:
+            raise AttributeError(operation)
+
+        def call(**params):
+            self.calls.append((operation, params))
+            if operation in self.fail:
+                raise self.fail.pop(operation)
+            exists = kind in self.resources
+            if verb == "create":
+                self.resources[kind] = CREATED
+                return {}
+            if not exists:
+                raise not_found()
+            if verb == "delete":
+                del self.resources[kind]
+                return {}
+            answer = {"CreationTime": self.resources[kind]}
+            if kind == "endpoint":
+                status = self.statuses.pop(0) if len(self.statuses) > 1 else self.statuses[0]
+                if isinstance(status, BaseException):
+                    raise status
+                status, _, reason = status.partition(":")
+                answer["EndpointStatus"] = status
+                if reason:
+                    answer["FailureReason"] = reason.strip()
+            return answer
+
+        return call
+
+    def operations(self) -> list[str]:
+        return [operation for operation, _ in self.calls]
+
+
+class FakeCalls:
+    """Any other AWS client: records each call; ``fail`` raises at an operation."""
+
+    def __init__(self, fail=None, pages=None):
+        self.fail = dict(fail or {})
+        self.pages = pages or {}
+        self.calls: list[tuple[str, dict]] = []
+
+    def __getattr__(self, operation):
+        def call(**params):
+            self.calls.append((operation, params))
+            if operation in self.fail:
+                raise self.fail[operation]
+            return {}
+
+        return call
+
+    def get_paginator(self, operation):
+        fake = self
+
+        class Pages:
+            def paginate(self, **params):
+                fake.calls.append((operation, params))
+                if operation in fake.fail:
+                    raise fake.fail[operation]
+                return fake.pages[operation]
+
+        return Pages()
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def t4_config(**change) -> DeployConfig:
+    """A T4 deploy with the fixed image given (no ECR lookup) and a role."""
+    return DeployConfig(**({"name": NAME, "role_arn": ROLE, "image_uri": FIXED} | change))
+
+
+def run_deploy(
+    config: DeployConfig, sm: FakeSageMaker, clock: FakeClock | None = None, **kwargs
+) -> DeployResult:
+    clock = clock or FakeClock()
+    return deploy(
+        config,
+        client=sm,
+        ecr_client=FakeCalls(),
+        progress=False,
+        sleep=clock.sleep,
+        monotonic=clock.monotonic,
+        **kwargs,
+    )
+
+
+def failed_deploy(config: DeployConfig, sm: FakeSageMaker, **kwargs) -> DeployFailed:
+    with pytest.raises(DeployFailed) as info:
+        run_deploy(config, sm, **kwargs)
+    return info.value
+
+
+# -- the deploy's results as a learner reads them ------------------------------------------------------
+
+
+def test_a_deploys_caption_and_reading_say_what_happened():
+    ok = DeployResult(
+        "g4",
+        "us-east-2",
+        "InService",
+        True,
+        elapsed_s=12.34,
+        created=["model:g4", "endpoint-config:g4", "endpoint:g4"],
+    )
+    assert ok.caption() == "g4: InService in 12.3 s"
+    assert ok.notes() == [
+        "InService after 12 s, 3 resources created (model, endpoint-config, endpoint). A real "
+        "endpoint takes 10-15 minutes to come up, so seconds mean a local stand-in answered: the "
+        "calls are real, the GPU is not."
+    ]
+    ok.elapsed_s = 60.0
+    assert ok.notes() == [
+        "InService after 1.0 min, 3 resources created (model, endpoint-config, endpoint); it "
+        "bills from now until deleted."
+    ]
+    failed = DeployResult(
+        "g4",
+        "us-east-2",
+        "Failed",
+        False,
+        elapsed_s=5,
+        failure_reason="OOM",
+        rolled_back=["endpoint:g4", "model:g4"],
+    )
+    assert failed.caption() == "g4: Failed in 5.0 s: OOM"
+    assert failed.notes() == [
+        "Failed: nothing is left billing from this deploy (rolled back: endpoint:g4, model:g4)."
+    ]
+    assert DeployResult("g4", "r", "Error", False).notes() == [
+        "Error: nothing is left billing from this deploy (rolled back: nothing)."
+    ]
+    event = TimelineEvent(1.0, "validated")
+    assert DeployResult("g4", "r", "Error", False, timeline=[event]).table_rows() == [event]
+
+
+def test_a_failed_deploy_names_its_status_reason_and_what_it_rolled_back():
+    result = DeployResult("g4", "us-west-2", "Failed", False, failure_reason="OOM", rolled_back=["model:g4"])
+    error = DeployFailed(result, fix="read the logs")
+    assert error.message == "deploy of g4 in us-west-2 ended Failed: OOM; rolled back: model:g4"
+    assert error.fix == "read the logs" and error.result is result
+    assert DeployFailed(DeployResult("g4", "r", "Error", False)).message.endswith("rolled back: nothing")
+    assert describe_deleted(["endpoint:a", "endpoint-config:a", "model:a:b"]) == (
+        "endpoint a, endpoint config a, model a:b"
+    )
+
+
+# -- the create calls and the dry run ------------------------------------------------------------------
+
+
+def test_the_create_calls_carry_the_models_container_the_variant_and_the_tags(monkeypatch):
+    monkeypatch.delenv(ROLE_ENV, raising=False)
+    config = DeployConfig(name=NAME, image_uri=FIXED)
+    calls = deployment_calls(config, NOW)
+    tags = config.resource_tags(NOW)
+    assert [(c.service, c.operation, c.region) for c in calls] == [
+        ("sagemaker", "create_model", "us-east-2"),
+        ("sagemaker", "create_endpoint_config", "us-east-2"),
+        ("sagemaker", "create_endpoint", "us-east-2"),
+    ]
+    assert calls[0].params == {
+        "ModelName": NAME,
+        "ExecutionRoleArn": "arn:aws:iam::<ACCOUNT>:role/<SageMakerExecutionRole>",
+        "PrimaryContainer": config.primary_container(),
+        "Tags": tags,
+    }
+    assert calls[1].params == {
+        "EndpointConfigName": NAME,
+        "ProductionVariants": [config.production_variant()],
+        "Tags": tags,
+    }
+    assert calls[2].params == {"EndpointName": NAME, "EndpointConfigName": NAME, "Tags": tags}
+    assert calls[0].note == "model google/gemma-4-E2B-it in the vLLM container"
+    assert calls[1].note == "instance, driver (InferenceAmiVersion) and startup timeouts"
+    assert calls[2].note == deploy_cost(config).line() and "$0.736/hour" in calls[2].note
+    uploaded = deployment_calls(t4_config(model_data_s3_uri="s3://my-bucket/e2b/"), NOW)
+    assert uploaded[0].note == "model s3://my-bucket/e2b/ in the vLLM container"
+    assert uploaded[0].params["ExecutionRoleArn"] == ROLE
+
+
+def test_an_autoscaled_deploy_registers_its_variant_and_a_target_tracking_policy():
+    config = t4_config(
+        min_instances=2, max_instances=5, scaling_target=8.0, scale_in_cooldown_s=120, scale_out_cooldown_s=60
+    )
+    register, policy = autoscaling_calls(config)
+    resource = {
+        "ServiceNamespace": "sagemaker",
+        "ScalableDimension": "sagemaker:variant:DesiredInstanceCount",
+        "ResourceId": f"endpoint/{NAME}/variant/AllTraffic",
+    }
+    assert (register.service, register.operation, register.region) == (
+        "application-autoscaling",
+        "register_scalable_target",
+        "us-east-2",
+    )
+    assert register.params == {**resource, "MinCapacity": 2, "MaxCapacity": 5}
+    assert register.note == "scale 2..5 instances (after InService)"
+    assert (policy.service, policy.operation) == ("application-autoscaling", "put_scaling_policy")
+    assert policy.params == {
+        "PolicyName": f"{NAME}-invocations",
+        **resource,
+        "PolicyType": "TargetTrackingScaling",
+        "TargetTrackingScalingPolicyConfiguration": {
+            "TargetValue": 8.0,
+            "PredefinedMetricSpecification": {
+                "PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"
+            },
+            "ScaleInCooldown": 120,
+            "ScaleOutCooldown": 60,
+        },
+    }
+    assert policy.note == "target tracking on invocations per instance, with cooldowns"
+    assert autoscaling_calls(t4_config()) == []
+    assert deployment_calls(config)[3:] == [register, policy]
+    assert deploy_cost(config).usd_per_hour == pytest.approx(5 * 0.736)  # the worst case: all five billed
+
+
+def test_the_dry_run_plan_looks_up_the_fixed_image_creates_and_waits():
+    plan = deployment_plan(DeployConfig(name=NAME, region="us-west-2"))
+    assert len(plan) == 4
+    lines = plan[0].split("\n")  # one step: find the image, then create the model with it
+    assert lines[0].startswith("# T4: the newest fixed image in your ECR (tag <base DLC tag>-g4t4-<version>)")
+    assert lines[1] == (
+        "aws ecr describe-images --region us-west-2 --repository-name gemma4-t4-vllm "
+        '--filter \'{"tagStatus":"TAGGED"}\''
+    )
+    assert lines[2] == "# model google/gemma-4-E2B-it in the vLLM container"
+    assert lines[3].startswith("aws sagemaker create-model --region us-west-2 --model-name g4-test ")
+    assert "\naws sagemaker create-endpoint-config --region us-west-2 " in plan[1]
+    assert plan[-1] == (
+        "# wait for InService (a T4 start takes ~13 min)\naws sagemaker wait endpoint-in-service "
+        f"--region us-west-2 --endpoint-name {NAME}"
+    )
+    for given in (
+        DeployConfig(name=NAME, image_uri=FIXED),
+        DeployConfig(name=NAME, instance_type="ml.g6.xlarge"),
+    ):
+        first = deployment_plan(given)[0]
+        assert "describe-images" not in first and "create-model" in first
+    with pytest.raises(Gemma4T4Error, match="invalid endpoint name"):
+        deployment_plan(DeployConfig(name="bad name"))
+
+
+# -- deploy -------------------------------------------------------------------------------------------
+
+
+def test_a_dry_run_calls_nothing_needs_no_role_and_returns_the_plan(monkeypatch):
+    monkeypatch.delenv(ROLE_ENV, raising=False)
+
+    class Exploding:
+        def __getattr__(self, name):
+            raise AssertionError(f"AWS was called ({name})")
+
+    config = DeployConfig(name=NAME)
+    result = deploy(config, client=Exploding(), ecr_client=Exploding(), dry_run=True, progress=False)
+    assert (result.status, result.success) == ("DryRun", False)
+    assert result.plan == deployment_plan(config)
+    assert result.usd_per_hour == pytest.approx(0.736) and "$0.736/hour" in result.cost_line
+    with pytest.raises(Gemma4T4Error, match="no SageMaker execution role"):
+        deploy(config, client=Exploding(), ecr_client=Exploding(), progress=False)
+
+
+def test_a_deploy_creates_model_config_and_endpoint_waits_and_records_each_identity():
+    sm, clock, seen = FakeSageMaker(statuses=("Creating", "InService")), FakeClock(), []
+    result = run_deploy(t4_config(), sm, clock, poll_s=30, on_event=seen.append)
+    assert (result.status, result.success, result.failure_reason) == ("InService", True, None)
+    assert result.created == [f"model:{NAME}", f"endpoint-config:{NAME}", f"endpoint:{NAME}"]
+    assert result.created_at == {
+        f"{k}:{NAME}": CREATED.timestamp() for k in ("model", "endpoint-config", "endpoint")
+    }
+    assert sm.operations() == [
+        "describe_endpoint",
+        "describe_endpoint_config",
+        "describe_model",
+        "create_model",
+        "describe_model",
+        "create_endpoint_config",
+        "describe_endpoint_config",
+        "create_endpoint",
+        "describe_endpoint",
+        "describe_endpoint",
+        "describe_endpoint",
+    ]
+    assert sm.calls[3][1] == deployment_calls(t4_config())[0].params | {"Tags": sm.calls[3][1]["Tags"]}
+    stages = [(e.stage, e.detail) for e in result.timeline]
+    assert stages[0][0] == "validated" and stages[0][1] == f"{deploy_cost(t4_config()).line()}; image {FIXED}"
+    assert stages[1:4] == [
+        ("create_model", NAME),
+        ("create_endpoint_config", NAME),
+        ("create_endpoint", NAME),
+    ]
+    assert stages[4:] == [("status Creating", ""), ("status InService", ""), ("InService", "after 30 s")]
+    assert [e.t_s for e in result.timeline][-1] == 30.0 and result.elapsed_s == 30.0
+    assert seen == result.timeline
+    assert (
+        result.plan == [c.cli() for c in deployment_calls(t4_config())][:0] + result.plan
+        and len(result.plan) == 3
+    )
+    assert result.usd_per_hour == pytest.approx(0.736)
+
+
+def test_a_deploy_without_waiting_returns_at_creating():
+    sm = FakeSageMaker(statuses=("Failed:never read",))
+    result = run_deploy(t4_config(), sm, wait=False)
+    assert (result.status, result.success) == ("Creating", True)
+    assert sm.operations()[-1] == "describe_endpoint" and len(result.created) == 3  # its CreationTime only
+
+
+def test_the_wait_defaults_to_the_startup_timeout_plus_15_minutes():
+    sm = FakeSageMaker(statuses=("Creating",))
+    error = failed_deploy(t4_config(startup_timeout_s=60), sm, poll_s=100)
+    assert error.result.status == "TimedOut" and error.result.failure_reason == "still Creating after 960 s"
+    assert (
+        error.fix == "raise the timeout or read the logs (gemma4-t4 sagemaker logs); the endpoint was deleted"
+    )
+    assert error.result.rolled_back == [f"endpoint:{NAME}", f"endpoint-config:{NAME}", f"model:{NAME}"]
+    assert sm.resources == {}
+    given = failed_deploy(t4_config(), FakeSageMaker(statuses=("Creating",)), poll_s=100, timeout_s=250)
+    assert given.result.failure_reason == "still Creating after 250 s"
+
+
+@pytest.mark.parametrize(
+    "reason, fix",
+    [
+        (
+            "CannotStartContainerError",
+            "the container never started: check inference_ami_version matches the image's CUDA",
+        ),
+        (
+            "Insufficient CAPACITY in us-east-2",
+            "try another region (deploy --failover) or another instance type",
+        ),
+        ("ResourceLimitExceeded", "try another region (deploy --failover) or another instance type"),
+        ("out of memory", "read the logs (gemma4-t4 sagemaker logs NAME) before retrying"),
+    ],
+)
+def test_a_failed_endpoint_is_rolled_back_and_the_fix_follows_the_reason(reason, fix):
+    sm = FakeSageMaker(statuses=(f"Failed:{reason}",))
+    error = failed_deploy(t4_config(), sm)
+    assert error.result.status == "Failed" and error.result.failure_reason == reason and error.fix == fix
+    assert error.message == (
+        f"deploy of {NAME} in us-east-2 ended Failed: {reason}; rolled back: endpoint:{NAME}, "
+        f"endpoint-config:{NAME}, model:{NAME}"
+    )
+    assert error.result.timeline[-1].stage == "rolled back" and sm.resources == {}
+
+
+def test_a_refused_create_rolls_back_what_was_made_and_names_the_quota_fix():
+    sm = FakeSageMaker(fail={"create_endpoint": aws_failure("ResourceLimitExceeded", "0 Instances")})
+    error = failed_deploy(t4_config(), sm)
+    assert error.result.failure_reason == "ResourceLimitExceeded: 0 Instances"
+    assert ("error", "create_endpoint: ResourceLimitExceeded: 0 Instances") in [
+        (e.stage, e.detail) for e in error.result.timeline
+    ]
+    assert error.fix.startswith("request a quota increase")
+    assert error.result.created == [f"model:{NAME}", f"endpoint-config:{NAME}"]
+    assert error.result.rolled_back == [f"endpoint-config:{NAME}", f"model:{NAME}"]
+    assert error.result.status == "Error" and sm.resources == {}
+
+
+def test_an_unreadable_creation_time_still_records_the_resource():
+    """The model was made but its CreationTime could not be read: the rollback still knows it by name."""
+    answers = iter(
+        [not_found(), aws_failure("AccessDeniedException", "no")]
+    )  # preflight, then after the create
+
+    class Denied(FakeSageMaker):
+        def describe_model(self, **params):
+            self.calls.append(("describe_model", params))
+            raise next(answers)
+
+    result = run_deploy(t4_config(), Denied())
+    assert result.success and f"model:{NAME}" in result.created and f"model:{NAME}" not in result.created_at
+    assert f"endpoint:{NAME}" in result.created_at
+
+
+def test_an_error_while_waiting_is_named_and_rolled_back():
+    def broken(_seconds):
+        raise RuntimeError("network went away")
+
+    sm = FakeSageMaker(statuses=("Creating",))
+    with pytest.raises(DeployFailed) as info:
+        deploy(t4_config(), client=sm, ecr_client=FakeCalls(), progress=False, sleep=broken)
+    result = info.value.result
+    assert (result.status, result.failure_reason) == ("Error", "RuntimeError: network went away")
+    assert info.value.fix == "read the logs (gemma4-t4 sagemaker logs NAME) before retrying"
+    assert len(result.rolled_back) == 3 and sm.resources == {}
+
+
+def test_an_interrupted_deploy_deletes_what_it_made_and_says_so_on_the_interrupt():
+    def interrupt(_seconds):
+        raise KeyboardInterrupt
+
+    sm = FakeSageMaker(statuses=("Creating",))
+    with pytest.raises(KeyboardInterrupt) as info:
+        deploy(t4_config(), client=sm, ecr_client=FakeCalls(), progress=False, sleep=interrupt)
+    assert info.value.__notes__ == [
+        f"gemma4-t4 undid: deleted endpoint {NAME}, endpoint config {NAME}, model {NAME} in us-east-2"
+    ]
+    assert sm.resources == {}
+
+
+def test_a_wait_that_ends_in_an_aws_error_is_rolled_back_with_that_error():
+    sm = FakeSageMaker(statuses=(aws_failure("AccessDeniedException", "denied"), "Failed"))
+    error = failed_deploy(t4_config(), sm)
+    assert (error.result.status, error.result.failure_reason) == ("Error", "AccessDeniedException: denied")
+    assert sm.resources == {}
+
+
+@pytest.mark.parametrize(
+    "kind, label", [("endpoint", "endpoint"), ("endpoint_config", "endpoint-config"), ("model", "model")]
+)
+def test_a_name_already_taken_is_never_overwritten(kind, label):
+    sm = FakeSageMaker(existing=(kind,))
+    with pytest.raises(Gemma4T4Error) as info:
+        run_deploy(t4_config(region="us-west-2", image_uri=FIXED.replace("us-east-2", "us-west-2")), sm)
+    assert not isinstance(info.value, DeployFailed)
+    assert info.value.message == f"{label} {NAME!r} already exists in us-west-2; deploy never overwrites"
+    assert info.value.fix == (
+        f"delete it first (gemma4-t4 sagemaker delete {NAME} --region us-west-2 --yes) or "
+        "choose another --name"
+    )
+    assert not any(op.startswith(("create", "delete")) for op in sm.operations())
+
+
+def test_a_preflight_read_that_fails_otherwise_is_not_taken_for_absent():
+    sm = FakeSageMaker(fail={"describe_endpoint_config": aws_failure("AccessDeniedException", "denied")})
+    with pytest.raises(Gemma4T4Error) as info:
+        run_deploy(t4_config(), sm)
+    assert info.value.message == "describe_endpoint_config failed: AccessDeniedException: denied"
+    assert not any(op.startswith("create") for op in sm.operations())
+
+
+def test_an_autoscaled_deploy_registers_after_in_service():
+    sm, aas = FakeSageMaker(), FakeCalls()
+    result = run_deploy(t4_config(min_instances=1, max_instances=3), sm, autoscaling_client=aas)
+    assert result.success and [op for op, _ in aas.calls] == [
+        "register_scalable_target",
+        "put_scaling_policy",
+    ]
+    assert result.created[0] == f"autoscaling:endpoint/{NAME}/variant/AllTraffic"
+    stages = [(e.stage, e.detail) for e in result.timeline]
+    assert stages[-2:] == [
+        ("register_scalable_target", "scale 1..3 instances (after InService)"),
+        ("put_scaling_policy", "target tracking on invocations per instance, with cooldowns"),
+    ]
+    assert stages[-3][0] == "InService"
+
+
+def test_a_refused_autoscaling_registration_rolls_the_endpoint_back():
+    sm = FakeSageMaker()
+    aas = FakeCalls(fail={"register_scalable_target": aws_failure("ValidationException", "bad capacity")})
+    error = failed_deploy(t4_config(min_instances=1, max_instances=3), sm, autoscaling_client=aas)
+    assert error.result.failure_reason == "register_scalable_target: ValidationException: bad capacity"
+    assert error.result.status == "Error" and sm.resources == {} and len(error.result.rolled_back) == 3
+
+
+def test_uploaded_weights_are_checked_before_anything_is_created():
+    s3 = FakeCalls()
+    run_deploy(t4_config(model_data_s3_uri="s3://my-bucket/models/e2b/"), FakeSageMaker(), s3_client=s3)
+    assert s3.calls == [("head_object", {"Bucket": "my-bucket", "Key": "models/e2b/config.json"})]
+    sm = FakeSageMaker()
+    missing = FakeCalls(fail={"head_object": aws_failure("404", "Not Found")})
+    with pytest.raises(Gemma4T4Error, match="does not exist; nothing was created"):
+        run_deploy(t4_config(model_data_s3_uri="s3://my-bucket/e2b/"), sm, s3_client=missing)
+    assert sm.calls == []
+
+
+@pytest.mark.parametrize("code", ["404", "NoSuchKey", "NotFound", "NoSuchBucket"])
+def test_model_data_without_config_json_or_bucket_is_refused_saying_which(code):
+    s3 = FakeCalls(fail={"head_object": aws_failure(code, "gone")})
+    with pytest.raises(Gemma4T4Error) as info:
+        check_model_data(s3, "s3://my-bucket/e2b/")
+    assert info.value.message == (
+        "model data s3://my-bucket/e2b/: s3://my-bucket/e2b/config.json does not exist; nothing was created"
+    )
+    assert (
+        info.value.fix == "upload the model folder first (deploy --model-dir DIR does it) or fix --model-data"
+    )
+    assert s3.calls[-1] == ("head_bucket", {"Bucket": "my-bucket"})
+    s3.fail["head_bucket"] = aws_failure("404", "gone")
+    with pytest.raises(Gemma4T4Error) as info:
+        check_model_data(s3, "s3://my-bucket/e2b/")
+    assert info.value.message == (
+        "model data s3://my-bucket/e2b/: bucket 'my-bucket' does not exist (or is not "
+        "yours); nothing was created"
+    )
+
+
+def test_model_data_that_cannot_be_read_says_why():
+    s3 = FakeCalls(fail={"head_object": aws_failure("403", "Forbidden")})
+    with pytest.raises(Gemma4T4Error) as info:
+        check_model_data(s3, "s3://my-bucket/e2b/")
+    assert info.value.message == "HeadObject s3://my-bucket/e2b/config.json failed: 403: Forbidden"
+    assert [op for op, _ in s3.calls] == ["head_object"]
+
+
+def test_a_t4_without_an_image_gets_the_newest_fixed_one_in_its_regions_ecr():
+    tag = fixed_image_tag()
+    ecr = FakeCalls(
+        pages={
+            "describe_images": [
+                {
+                    "imageDetails": [
+                        {
+                            "imageTags": [tag],
+                            "imageDigest": "sha256:" + "a" * 64,
+                            "registryId": "123456789012",
+                        }
+                    ]
+                }
+            ]
+        }
+    )
+    config = DeployConfig(name=NAME, region="us-west-2")
+    found = with_fixed_image(config, ecr)
+    assert found.image_uri.endswith(f".dkr.ecr.us-west-2.amazonaws.com/gemma4-t4-vllm:{tag}")
+    assert found.image_uri.startswith("123456789012.") and config.image_uri is None
+    assert ecr.calls == [
+        ("describe_images", {"repositoryName": "gemma4-t4-vllm", "filter": {"tagStatus": "TAGGED"}})
+    ]
+    for kept in (DeployConfig(image_uri=FIXED), DeployConfig(instance_type="ml.g6.xlarge")):
+        assert with_fixed_image(kept, FakeCalls()) is kept
+
+
+# -- the rollback ---------------------------------------------------------------------------------------
+
+
+def test_a_rollback_deletes_endpoint_then_config_then_model():
+    sm = FakeSageMaker(existing=("model", "endpoint_config", "endpoint"))
+    gone = rollback(sm, [f"model:{NAME}", f"endpoint-config:{NAME}", f"endpoint:{NAME}"])
+    assert gone == [f"endpoint:{NAME}", f"endpoint-config:{NAME}", f"model:{NAME}"]
+    assert [op for op in sm.operations()] == ["delete_endpoint", "delete_endpoint_config", "delete_model"]
+    assert rollback(FakeSageMaker(), []) == []
+
+
+def test_a_rollback_counts_an_already_gone_resource_and_keeps_going_past_a_failed_delete():
+    sm = FakeSageMaker(
+        existing=("model", "endpoint"),
+        fail={"delete_endpoint": aws_failure("AccessDeniedException", "denied")},
+    )
+    recorded = {f"model:{NAME}": CREATED.timestamp(), f"endpoint-config:{NAME}": CREATED.timestamp()}
+    gone = rollback(sm, [f"model:{NAME}", f"endpoint-config:{NAME}", f"endpoint:{NAME}"], recorded)
+    assert gone == [
+        f"model:{NAME}",
+        f"endpoint-config:{NAME}",
+    ]  # the config was already gone; the endpoint stays
+    assert "delete_endpoint_config" not in sm.operations() and sm.resources == {"endpoint": CREATED}
+
+
+def test_a_rollback_leaves_alone_a_name_someone_re_created():
+    sm = FakeSageMaker(existing=("model", "endpoint"))
+    sm.resources["endpoint"] = CREATED + dt.timedelta(minutes=3)
+    recorded = {f"model:{NAME}": CREATED.timestamp(), f"endpoint:{NAME}": CREATED.timestamp()}
+    gone = rollback(sm, [f"model:{NAME}", f"endpoint:{NAME}"], recorded)
+    assert gone == [
+        f"model:{NAME}",
+        f"left alone: endpoint:{NAME} (re-created by another owner since this deploy)",
+    ]
+    assert "endpoint" in sm.resources
+
+
+# -- waiting for InService -----------------------------------------------------------------------------
+
+
+def test_the_wait_polls_until_the_timeout_and_counts_every_second(capsys):
+    sm, clock, events = FakeSageMaker(statuses=("Creating",)), FakeClock(), []
+    sm.resources["endpoint"] = CREATED
+    sm.statuses = ["Creating"]
+    final = wait_in_service(
+        sm,
+        NAME,
+        100,
+        poll_s=30,
+        progress=True,
+        event=lambda s, d: events.append((s, d)),
+        sleep=clock.sleep,
+        monotonic=clock.monotonic,
+    )
+    assert final == {"status": "TimedOut", "reason": "still Creating after 100 s"}
+    assert clock.now == 100 and sm.operations().count("describe_endpoint") == 5  # t = 0, 30, 60, 90, 100
+    assert events == [("status Creating", "")]  # once per change, not per poll
+    assert "100/100 s of the timeout" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("status", ["Failed", "OutOfService", "Deleting", "RollingBack"])
+def test_an_endpoint_that_can_no_longer_come_up_ends_the_wait(status):
+    sm = FakeSageMaker()
+    sm.resources["endpoint"] = CREATED
+    sm.statuses = [status]
+    assert wait_in_service(sm, NAME, 100, progress=False, sleep=FakeClock().sleep) == {
+        "status": "Failed",
+        "reason": status,
+    }
+
+
+def test_throttling_keeps_waiting_and_another_error_ends_the_wait():
+    sm, clock = FakeSageMaker(), FakeClock()
+    sm.resources["endpoint"] = CREATED
+    sm.statuses = ["Updating", aws_failure("ThrottlingException", "slow down"), "InService"]
+    events = []
+    final = wait_in_service(
+        sm,
+        NAME,
+        100,
+        poll_s=10,
+        progress=False,
+        event=lambda s, d: events.append(s),
+        sleep=clock.sleep,
+        monotonic=clock.monotonic,
+    )
+    assert final == {"status": "InService"} and events == ["status Updating", "status InService"]
+    sm.statuses = [aws_failure("AccessDeniedException", "denied")]
+    assert wait_in_service(sm, NAME, 100, progress=False, sleep=clock.sleep) == {
+        "status": "Error",
+        "reason": "AccessDeniedException: denied",
+    }
+    first = FakeSageMaker()
+    first.resources["endpoint"] = CREATED
+    first.statuses = [aws_failure("ThrottlingException", "slow down"), "InService"]
+    events.clear()
+    wait_in_service(
+        first,
+        NAME,
+        100,
+        poll_s=10,
+        progress=False,
+        event=lambda s, d: events.append(s),
+        sleep=clock.sleep,
+        monotonic=clock.monotonic,
+    )
+    assert events == ["status Creating", "status InService"]
+
+
+def test_a_failure_reason_is_shown_with_its_status():
+    sm, events = FakeSageMaker(), []
+    sm.resources["endpoint"] = CREATED
+    sm.statuses = ["Failed:the container exited"]
+    final = wait_in_service(sm, NAME, 100, progress=False, event=lambda s, d: events.append((s, d)))
+    assert final == {"status": "Failed", "reason": "the container exited"}
+    assert events == [("status Failed", "the container exited")]
+
+
+# -- region failover ------------------------------------------------------------------------------------
+
+
+def quota_pages(value: float) -> dict:
+    return {
+        "list_service_quotas": [
+            {
+                "Quotas": [
+                    {"QuotaName": "ml.g4dn.xlarge for endpoint usage", "QuotaCode": "L-1", "Value": value}
+                ]
+            }
+        ]
+    }
+
+
+class Regions:
+    """A client factory: SageMaker and quotas per region, ECR and the rest answering nothing."""
+
+    def __init__(self, sagemaker: dict[str, FakeSageMaker], quotas: dict[str, float] | None = None):
+        self.sagemaker = sagemaker
+        self.quotas = quotas or {}
+        self.asked: list[tuple[str, str]] = []
+
+    def __call__(self, service: str, region: str):
+        self.asked.append((service, region))
+        if service == "sagemaker":
+            return self.sagemaker[region]
+        if service == "service-quotas":
+            return FakeCalls(pages=quota_pages(self.quotas.get(region, 0.0)))
+        return FakeCalls()
+
+
+def test_failover_moves_on_after_no_quota_or_no_capacity_and_stops_at_in_service():
+    clients = Regions(
+        {
+            "us-west-2": FakeSageMaker(statuses=("Failed:InsufficientInstanceCapacity",)),
+            "us-east-2": FakeSageMaker(),
+        },
+        quotas={"us-west-2": 1.0, "us-east-2": 2.0},
+    )
+    config = DeployConfig(name=NAME, role_arn=ROLE, allow_unfixed_image=True)
+    outcome = deploy_with_failover(
+        config, ["us-east-1", "us-west-2", "us-east-2"], clients=clients, progress=False, poll_s=0
+    )
+    assert outcome.success and outcome.region == "us-east-2" and outcome.deployment.region == "us-east-2"
+    attempts = [(a.region, a.outcome, a.reason) for a in outcome.attempts]
+    assert attempts == [
+        ("us-east-1", "skipped: no quota", "ml.g4dn.xlarge=0.0"),
+        ("us-west-2", "capacity", "InsufficientInstanceCapacity"),
+        ("us-east-2", "InService", None),
+    ]
+    assert outcome.attempts[1].rolled_back == [f"endpoint:{NAME}", f"endpoint-config:{NAME}", f"model:{NAME}"]
+    assert outcome.attempts[2].timeline == outcome.deployment.timeline
+    assert ("sagemaker", "us-east-1") not in clients.asked
+    assert outcome.attempts[0].elapsed_s == 0.0 and outcome.attempts[1].elapsed_s >= 0
+    assert outcome.attempts[0].started_at.endswith("+00:00")
+
+
+def test_failover_stops_at_a_failure_another_region_would_repeat():
+    clients = Regions(
+        {
+            "us-west-2": FakeSageMaker(statuses=("Failed:CannotStartContainerError",)),
+            "us-east-2": FakeSageMaker(),
+        }
+    )
+    config = DeployConfig(name=NAME, role_arn=ROLE, allow_unfixed_image=True)
+    outcome = deploy_with_failover(
+        config, ["us-west-2", "us-east-2"], clients=clients, check_quota=False, progress=False, poll_s=0
+    )
+    assert not outcome.success and outcome.region is None and outcome.deployment is None
+    assert [(a.region, a.outcome) for a in outcome.attempts] == [("us-west-2", "failed")]
+    assert ("service-quotas", "us-west-2") not in clients.asked and (
+        "sagemaker",
+        "us-east-2",
+    ) not in clients.asked
+
+
+def test_failover_that_runs_out_of_capacity_everywhere_reports_each_region():
+    clients = Regions(
+        {r: FakeSageMaker(statuses=("Failed:quota exceeded",)) for r in ("us-west-2", "us-east-2")}
+    )
+    config = DeployConfig(name=NAME, role_arn=ROLE, allow_unfixed_image=True)
+    outcome = deploy_with_failover(
+        config, ["us-west-2", "us-east-2"], clients=clients, check_quota=False, progress=False, poll_s=0
+    )
+    assert not outcome.success and [a.outcome for a in outcome.attempts] == ["capacity", "capacity"]
+
+
+def test_failover_without_quota_anywhere_is_refused_naming_the_regions():
+    clients = Regions({}, quotas={"us-east-1": 0.0, "us-west-2": 0.5})
+    with pytest.raises(Gemma4T4Error) as info:
+        deploy_with_failover(
+            DeployConfig(name=NAME, role_arn=ROLE), ["us-east-1", "us-west-2"], clients=clients
+        )
+    assert info.value.message == (
+        "no quota for 'ml.g4dn.xlarge for endpoint usage' in any region tried "
+        "(us-east-1, us-west-2); nothing was created"
+    )
+    assert info.value.fix.startswith("request a quota increase in Service Quotas")
+
+
+def test_failover_validates_every_regions_config_before_any_call():
+    clients = Regions({})
+    with pytest.raises(Gemma4T4Error, match="unknown or unsupported AWS region 'mars-1'"):
+        deploy_with_failover(DeployConfig(name=NAME, role_arn=ROLE), ["us-east-2", "mars-1"], clients=clients)
+    assert clients.asked == []
+
+
+@pytest.mark.parametrize(
+    "reason, capacity",
+    [
+        (None, False),
+        ("", False),
+        ("OOM at load", False),
+        ("InsufficientInstanceCapacity", True),
+        ("Quota reached", True),
+        ("resourcelimitexceeded", True),
+    ],
+)
+def test_capacity_failures_are_the_ones_worth_another_region(reason, capacity):
+    assert is_capacity_failure(reason) is capacity
+
+
+# -- the background watch -------------------------------------------------------------------------------
+
+
+def test_a_background_watch_reports_in_service_and_registers_autoscaling():
+    sm, aas = FakeSageMaker(), FakeCalls()
+    sm.resources["endpoint"] = CREATED
+    sm.statuses = ["InService"]
+    config = t4_config(min_instances=1, max_instances=2)
+    result = DeployResult(NAME, "us-east-2", "Creating", True, created=[f"endpoint:{NAME}"])
+    watcher = DeploymentWatcher(sm, result, 100, poll_s=0.01, config=config, autoscaling_client=aas).start()
+    assert watcher.wait(10) is result and watcher.done.is_set()
+    assert result.success and result.status == "InService" and result.rolled_back == []
+    assert [op for op, _ in aas.calls] == ["register_scalable_target", "put_scaling_policy"]
+    assert [e.stage for e in result.timeline] == [
+        "status InService",
+        "register_scalable_target",
+        "put_scaling_policy",
+    ]
+
+
+@pytest.mark.parametrize(
+    "answer, status, reason",
+    [
+        ("Failed:CannotStartContainerError", "Failed", "CannotStartContainerError"),
+        (RuntimeError("boom"), "Error", "RuntimeError: boom"),
+    ],
+)
+def test_a_background_watch_rolls_back_an_endpoint_that_did_not_come_up(answer, status, reason):
+    sm = FakeSageMaker(existing=("endpoint", "model"))
+    sm.statuses = [answer]
+    result = DeployResult(NAME, "us-east-2", "Creating", True, created=[f"model:{NAME}", f"endpoint:{NAME}"])
+    DeploymentWatcher(sm, result, 100, poll_s=0.01).start().wait(10)
+    assert (result.success, result.status, result.failure_reason) == (False, status, reason)
+    assert result.rolled_back == [f"endpoint:{NAME}", f"model:{NAME}"] and sm.resources == {}
+    assert result.timeline[-1].stage == "rolled back"
+
+
+def test_a_background_watch_whose_autoscaling_is_refused_rolls_back():
+    sm = FakeSageMaker(existing=("endpoint",))
+    sm.statuses = ["InService"]
+    aas = FakeCalls(fail={"register_scalable_target": aws_failure("ValidationException", "no")})
+    result = DeployResult(NAME, "us-east-2", "Creating", True, created=[f"endpoint:{NAME}"])
+    DeploymentWatcher(
+        sm, result, 100, poll_s=0.01, config=t4_config(max_instances=2), autoscaling_client=aas
+    ).start().wait(10)
+    assert (result.success, result.status) == (False, "Error")
+    assert result.failure_reason == "register_scalable_target: ValidationException: no"
+    assert result.rolled_back == [f"endpoint:{NAME}"]
+
+
+def test_a_background_deploy_creates_now_and_watches_with_the_default_timeout():
+    class Session:
+        def __init__(self, sm):
+            self.sm = sm
+
+        def get_credentials(self):
+            return object()
+
+        def client(self, service, region_name, config):
+            return self.sm if service == "sagemaker" else FakeCalls()
+
+    sm = FakeSageMaker(statuses=("InService",))
+    watcher = deploy_in_background(t4_config(startup_timeout_s=600), session=Session(sm), poll_s=0.01)
+    assert watcher.timeout_s == 1500 and watcher.poll_s == 0.01 and watcher.sm is sm
+    result = watcher.wait(10)
+    assert result.success and result.status == "InService" and len(result.created) == 3
+    assert (
+        deploy_in_background(
+            t4_config(name="g4-two"), client=FakeSageMaker(), session=Session(None), timeout_s=30
+        )
+        .wait(10)
+        .status
+        == "InService"
+    )
