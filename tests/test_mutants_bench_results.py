@@ -812,3 +812,432 @@ def test_the_published_sagemaker_row_is_found_by_any_spelling_of_the_served_name
     assert published_decode("gemma-4-E2B", "bf16").l4_tok_s == 51.3  # no T4 figure: still its row
     assert published_decode("gemma-4-26b-a4b").l4_tok_s == 91.5
     assert published_decode("gemma-4-E2B", "fp8") is None and published_decode("llama") is None
+
+
+# ---------------------------------------------------------------- published.py: lookups
+
+
+def test_published_lookups_name_what_is_missing():
+    from gemma4_t4.bench import published
+
+    with pytest.raises(KeyError) as cell:
+        published.gce_t4("qat", 1000, 3)
+    assert "no published GCE T4 cell for qat in 1000 c=3; published: [('bf16', 512, 1), (" in str(cell.value)
+    assert published.gce_t4("emb4").per_stream_tok_s == 99.94  # defaults: 512 tokens in, one stream
+    assert published.gce_t4("bf16", 4096, 16).ttft_ms == 81551
+    with pytest.raises(KeyError, match="no published SageMaker decode figure for gemma-4-E2B fp8"):
+        published.sagemaker_decode("gemma-4-E2B", "fp8")
+    with pytest.raises(KeyError, match="no published SageMaker load figure for gemma-4-31B emb4"):
+        published.sagemaker_load("gemma-4-31B")
+    assert published.sagemaker_decode() == published.SAGEMAKER_DECODE[0]  # E2B emb4
+    assert published.sagemaker_decode("gemma-4-E2B", "qat").l4_tok_s == 105.1
+    assert published.sagemaker_load("gemma-4-12B").t4_tok_s == 216.45
+    assert (published.sagemaker_load().model, published.sagemaker_load().build) == ("gemma-4-E2B", "emb4")
+
+
+def test_published_results_filter_by_gpu_and_build():
+    from gemma4_t4.bench import published
+
+    assert len(published.published_results()) == 22
+    assert len(published.published_results(build="emb4")) == 6 and published.published_results("l4") == []
+    assert {r.build for r in published.published_results("t4", "qat")} == {"qat"}
+    assert len(published.published_results(gpu="t4")) == 22
+
+
+def test_the_series_headline_ratios_are_the_published_figures_divided():
+    from gemma4_t4.bench import published
+
+    assert round(published.PART2_L4_QAT_VS_BF16.ratio, 2) == 2.05
+    assert round(published.PART3_L4_EMB4_VS_QAT.ratio, 2) == 1.39
+    assert round(published.T4_QAT_VS_BF16_C1.ratio, 2) == 1.79
+    assert round(published.T4_QAT_VS_BF16_C8.ratio, 2) == 1.31
+    assert round(published.T4_DRAFTER.speedup, 2) == 1.34  # 9.9 ms a token off, 7.4 on
+
+
+# ---------------------------------------------------------------- published.py: what a run measured on
+
+
+def test_a_kind_says_why_it_has_no_price_or_none():
+    from gemma4_t4.bench.published import Kind
+
+    unrecorded = "no $/Mtok: the run did not record which model and GPU it measured"
+    assert Kind(None, "t4").unpriced() == unrecorded and Kind("E2B", None).unpriced() == unrecorded
+    assert Kind("tiny", "t4").unpriced() == (
+        "no $/Mtok: a tiny random model on T4 is a method check, not a price of serving Gemma 4"
+    )
+    assert Kind("E2B", None, "NVIDIA B300").unpriced() == (
+        "no $/Mtok: NVIDIA B300 is not in the hardware table, so no price is known for it"
+    )
+    assert Kind("E2B", "cpu").unpriced() == "no $/Mtok: E2B on a CPU is not a priced GPU deployment"
+    assert Kind("E2B", "l4").unpriced("t4") == "no $/Mtok: measured on L4, priced as T4"
+    assert Kind("E2B", "h100").unpriced() == "no $/Mtok: no price is known for H100"
+    assert Kind("E2B", "t4").unpriced() is None and Kind("E2B", "t4").unpriced("t4") is None
+    assert Kind("26B-A4B", "l4").unpriced() is None
+
+
+def test_a_kind_describes_itself_and_is_known_only_with_size_and_gpu():
+    from gemma4_t4.bench.published import Kind
+
+    assert Kind("E2B", "t4").known and not Kind("E2B", None).known and not Kind(None, "t4").known
+    assert not Kind("E2B", None, "NVIDIA B300").known
+    assert Kind("tiny", "cpu").describe() == "a tiny random model on a CPU"
+    assert Kind("E4B", "l4").describe() == "E4B on L4"
+    assert Kind(None, None).describe() == "an unknown model on unknown hardware"
+    assert Kind("E2B", None, "NVIDIA B300").describe() == "E2B on NVIDIA B300 (not in the hardware table)"
+
+
+def test_the_model_size_is_read_from_the_first_name_that_says_one():
+    from gemma4_t4.bench.published import model_size_of
+
+    assert model_size_of("google/gemma-4-E2B-it") == "E2B"
+    assert model_size_of(None, "", "/models/gemma_4_26b_a4b_it") == "26B-A4B"
+    assert model_size_of("served-name", "/w/models/tiny-gemma4") == "tiny"
+    assert model_size_of("gemma-4-12B", "gemma-4-E4B") == "12B" and model_size_of("gemma4-31b") == "31B"
+    assert model_size_of("gemma-4-e4b2") is None and model_size_of("xe2b") is None  # part of a longer word
+    assert model_size_of() is None and model_size_of(None) is None and model_size_of("gemma4") is None
+
+
+def _info(**fields) -> BenchRun:
+    from gemma4_t4.bench.schemas import ServerInfo
+
+    server = ServerInfo(**fields.pop("server", {}))
+    return BenchRun(dir=Path("r"), run=RunInfo(server=server, **fields))
+
+
+def test_the_kind_of_a_run_comes_from_what_it_recorded():
+    from gemma4_t4.bench.published import Kind, measured_kind
+
+    t4 = [{"name": "Tesla T4"}]
+    local = "http://127.0.0.1:8000"
+    # a local server: the host's first GPU
+    assert measured_kind(_info(model="gemma-4-E2B-it", base_url=local, environment={"gpus": t4})) == Kind(
+        "E2B", "t4"
+    )
+    assert measured_kind(
+        _info(
+            model="e4b",
+            base_url="http://localhost:8000",
+            environment={"gpus": [{"name": "NVIDIA L4"}, {"name": "Tesla T4"}]},
+        )
+    ) == Kind("E4B", "l4")
+    assert (
+        measured_kind(_info(model="e2b", base_url="http://[::1]:8000", environment={"gpus": t4})).gpu == "t4"
+    )
+    assert measured_kind(
+        _info(model="e2b", base_url=local, environment={"gpus": [{"name": "NVIDIA B300"}]})
+    ) == Kind("E2B", None, "NVIDIA B300")
+    # a local server on a host without an NVIDIA GPU, or one launched for the CPU
+    assert measured_kind(_info(model="e2b", base_url=local, server={"backend": "openai-http"})) == Kind(
+        "E2B", "cpu"
+    )
+    launched = {
+        "server": {"launch": {"config": {"model": "/w/models/tiny-gemma4", "target": "cpu"}}},
+        "gpus": t4,
+    }
+    assert measured_kind(_info(model="gemma4", base_url=local, environment=launched)) == Kind("tiny", "cpu")
+    # the launch record's model, then vLLM's root, then the served name
+    named = {"server": {"launch": {"config": {"model": "google/gemma-4-12B-it"}}}, "gpus": t4}
+    assert measured_kind(_info(model="e2b", base_url=local, environment=named,
+                               server={"root": "e4b"})).model_size == "12B"  # fmt: skip
+    assert measured_kind(_info(model="e2b", base_url=local, environment={"gpus": t4},
+                               server={"root": "e4b"})).model_size == "E4B"  # fmt: skip
+    # a remote endpoint: the GPU it was declared and priced as (local without GPUs and not openai-http too)
+    remote = _info(
+        model="e2b", base_url="http://10.0.0.5:8000", config={"gpu": "l4"}, environment={"gpus": t4}
+    )
+    assert measured_kind(remote) == Kind("E2B", "l4")
+    assert measured_kind(_info(model="e2b", base_url=local, server={"backend": "sagemaker"})) == Kind(
+        "E2B", None
+    )
+    assert measured_kind(_info()) == Kind(None, None)
+
+
+def test_a_published_figure_is_the_kind_of_its_row():
+    from gemma4_t4.bench import published
+
+    assert published.published_kind(published.gce_t4("qat")) == published.Kind("E2B", "t4")
+    assert published.published_kind(published.PART2_L4_QAT_VS_BF16) == published.Kind("E2B", "l4")
+    assert published.published_kind(published.sagemaker_decode("gemma-4-12B"), "l4") == published.Kind(
+        "12B", "l4"
+    )
+    assert published.published_kind(published.sagemaker_decode()) == published.Kind("E2B", None)
+
+
+# ---------------------------------------------------------------- published.py: measured beside published
+
+
+def test_a_figure_beside_the_published_one_gets_a_ratio_only_on_the_same_kind():
+    from gemma4_t4.bench.published import Kind, beside
+
+    t4 = Kind("E2B", "t4")
+    row = beside("per-stream", 80.0, 72.31, "xbill9/x (GCE, fp16)", "GCE T4", measured_on=t4, published_on=t4)
+    assert row == {"figure": "per-stream", "measured here": 80.0, "measured on": "E2B on T4", "published": 72.31,
+                   "measured / published": pytest.approx(80.0 / 72.31), "published under": "GCE T4",
+                   "source": "xbill9/x"}  # fmt: skip
+    other = beside("x", 80.0, 72.31, "s", "GCE T4", measured_on=Kind("E2B", "l4"), published_on=t4)
+    assert (
+        other["measured / published"] is None
+        and other["published under"] == "GCE T4 (published; not comparable)"
+    )
+    assert beside("x", 80.0, 72.31, "s")["published under"] == "(published; not comparable)"
+    assert beside("x", 80.0, 72.31, "s")["measured on"] == "not recorded"
+    unknown = Kind(None, "t4")
+    assert (
+        beside("x", 80.0, 72.31, "s", measured_on=unknown, published_on=unknown)["measured / published"]
+        is None
+    )
+    assert beside("x", 80.0, None, "s", "mine", measured_on=t4)["published under"] == "mine"
+    assert (
+        beside("x", 80.0, 72.31, "s", measured_on=t4)["measured / published"] is None
+    )  # published kind unknown
+    flush = "not measured: one flush"
+    assert (
+        beside("x", flush, 72.31, "s", "c", measured_on=t4, published_on=t4)["measured / published"] is None
+    )
+    assert beside("x", True, 72.31, "s", "c", measured_on=t4, published_on=t4)["measured / published"] is None
+    assert beside("x", 80, 0.0, "s", "c", measured_on=t4, published_on=t4)["measured / published"] is None
+    assert beside("x", 80, 40.0, "s", "c", measured_on=t4, published_on=t4)["measured / published"] == 2.0
+
+
+def _speed(per_stream: dict | None, output: dict, e2el: float = 900.0):
+    from gemma4_t4.bench.results import DecodeSpeed
+
+    why = None if per_stream else "not measured: the server sent each answer in one flush"
+    return DecodeSpeed(
+        per_stream=per_stream, output_tok_s=output, e2el_ms={c: e2el for c in output}, not_measured=why
+    )
+
+
+def test_part2_puts_each_measured_qat_and_bf16_figure_beside_the_published_one():
+    from gemma4_t4.bench.published import T4_QAT_VS_BF16_C1, Kind, QatVsBf16
+
+    figures = QatVsBf16(_speed({1: 40.0, 8: 20.0}, {1: 40.0, 8: 160.0}, 1000.0),
+                        _speed({1: 72.0, 8: 27.0}, {1: 70.0, 8: 216.0}, 600.0), Kind("E2B", "t4"), "t4")  # fmt: skip
+    assert figures.flushed is None and figures.c_max == 8
+    assert figures.per_stream == {"bf16": 40.0, "qat": 72.0}
+    assert figures.ratio_c1 == pytest.approx(1.8) and figures.ratio_output_c1 == pytest.approx(1.75)
+    assert figures.ratio_cmax == pytest.approx(216 / 160)
+    assert figures.caption() == "QAT int4 vs bf16, measured here (t4) beside the published figures"
+    assert figures.decode_curves() == (
+        "per-stream decode tok/s",
+        {"bf16": {1: 40.0, 8: 20.0}, "qat": {1: 72.0, 8: 27.0}},
+    )
+    rows = {r["figure"]: r for r in figures.table_rows()}
+    assert list(rows) == [
+        "per-stream tok/s bf16, c=1", "per-stream tok/s QAT, c=1", "QAT/bf16 per stream, c=1",
+        "QAT/bf16 all streams, c=8 (published: c=8)", "QAT/bf16 single-stream decode (published: on an L4)",
+        "output tok/s bf16, c=8", "output tok/s qat, c=8", "QAT/bf16 output tok/s, c=1", "E2EL ms bf16, c=1",
+        "E2EL ms qat, c=1",
+    ]  # fmt: skip
+    mp = "measured / published"
+    assert (
+        rows["per-stream tok/s bf16, c=1"]["published"],
+        rows["per-stream tok/s QAT, c=1"]["published"],
+    ) == (40.44, 72.31)
+    assert rows["per-stream tok/s QAT, c=1"][mp] == pytest.approx(72.0 / 72.31)
+    ratio = rows["QAT/bf16 per stream, c=1"]
+    assert ratio["measured here"] == pytest.approx(1.8) and ratio["published"] == pytest.approx(72.31 / 40.44)
+    assert (
+        ratio[mp] == pytest.approx(1.8 / (72.31 / 40.44))
+        and ratio["published under"] == "GCE T4, 512 in / 128 out, c=1"
+    )
+    all_streams = rows["QAT/bf16 all streams, c=8 (published: c=8)"]
+    assert all_streams["measured here"] == pytest.approx(1.35) and all_streams["published"] == pytest.approx(
+        215.91 / 164.62
+    )
+    l4 = rows["QAT/bf16 single-stream decode (published: on an L4)"]
+    assert (
+        l4["published"] == pytest.approx(105.1 / 51.3) and l4[mp] is None
+    )  # published on an L4, measured on a T4
+    assert l4["published under"] == "SageMaker ml.g6.xlarge, c=1 (published; not comparable)"
+    assert (rows["output tok/s bf16, c=8"]["measured here"], rows["output tok/s bf16, c=8"]["published"]) == (
+        160.0,
+        164.62,
+    )
+    assert (rows["output tok/s qat, c=8"]["measured here"], rows["output tok/s qat, c=8"]["published"]) == (
+        216.0,
+        215.91,
+    )
+    assert rows["output tok/s qat, c=8"]["published under"] == "GCE T4, 512 in / 128 out, c=8"
+    mine = rows["QAT/bf16 output tok/s, c=1"]
+    assert mine["measured here"] == pytest.approx(1.75) and mine["published"] is None
+    assert mine["published under"] == "measured here (not published)" and mine["measured on"] == "E2B on T4"
+    assert mine["source"] == T4_QAT_VS_BF16_C1.source.split(" (")[0]
+    assert (rows["E2EL ms bf16, c=1"]["measured here"], rows["E2EL ms qat, c=1"]["measured here"]) == (
+        1000.0,
+        600.0,
+    )
+
+
+def test_part2_at_other_concurrencies_reads_its_highest_and_shows_no_c8_rows():
+    from gemma4_t4.bench.published import Kind, QatVsBf16
+
+    figures = QatVsBf16(_speed({1: 40.0, 4: 30.0}, {1: 40.0, 2: 70.0, 4: 100.0}),
+                        _speed({1: 60.0, 4: 45.0}, {1: 60.0, 2: 100.0, 4: 180.0}), Kind("E2B", "t4"), "t4")  # fmt: skip
+    assert figures.c_max == 4 and figures.ratio_cmax == pytest.approx(1.8)
+    labels = [r["figure"] for r in figures.table_rows()]
+    assert "QAT/bf16 all streams, c=4 (published: c=8)" in labels and not any("c=8" in x for x in labels[4:])
+    assert len(labels) == 8
+
+
+def test_part2_where_one_build_flushed_names_the_flush_instead_of_per_stream_figures():
+    from gemma4_t4.bench.published import Kind, QatVsBf16
+
+    flush = "not measured: the server sent each answer in one flush"
+    for bf16, qat in ((_speed(None, {1: 30.0, 8: 90.0}), _speed({1: 60.0, 8: 20.0}, {1: 33.0, 8: 99.0})),
+                      (_speed({1: 60.0, 8: 20.0}, {1: 30.0, 8: 90.0}), _speed(None, {1: 33.0, 8: 99.0}))):  # fmt: skip
+        figures = QatVsBf16(bf16, qat, Kind("tiny", "cpu"), "cpu")
+        assert figures.flushed == flush and figures.ratio_c1 == flush
+        assert figures.per_stream == {"bf16": flush, "qat": flush}
+        assert figures.decode_curves() == ("output tok/s, all streams (answers came in one flush)",
+                                           {"bf16": bf16.output_tok_s, "qat": qat.output_tok_s})  # fmt: skip
+        assert figures.caption() == (
+            f"QAT int4 vs bf16, measured here (cpu) beside the published figures; per-stream speed {flush}"
+        )
+        rows = {r["figure"]: r for r in figures.table_rows()}
+        assert rows["QAT/bf16 per stream, c=1"]["measured here"] == flush
+        assert rows["QAT/bf16 output tok/s, c=1"]["measured here"] == pytest.approx(1.1)
+
+
+def test_part2_from_two_runs_refuses_runs_without_a_c1_cell(tmp_path):
+    from gemma4_t4.bench.published import Kind, qat_vs_bf16
+
+    bf16 = _suite_run(tmp_path / "bf16", gap=0.02)
+    qat = _suite_run(tmp_path / "qat", gap=0.01)
+    figures = qat_vs_bf16(bf16, qat, "t4")
+    assert figures.measured_on == Kind("E2B", "t4") and figures.venue == "t4"
+    assert figures.ratio_c1 == pytest.approx(2.0) and figures.bf16.per_stream == {1: pytest.approx(50.0)}
+    c8 = _decode(tmp_path / "c8", concurrency=8)
+    with pytest.raises(Gemma4T4Error) as error:
+        qat_vs_bf16(c8, qat, "t4")
+    assert error.value.message == (
+        "Part 2's QAT/bf16 figures are at one stream, but a run measured no c=1 cell (bf16: c=[8], QAT: c=[1])"
+    )
+    assert error.value.fix == 'measure both with concurrency 1 among the rest, e.g. -p CONCURRENCY "[1, 8]"'
+    with pytest.raises(Gemma4T4Error, match=r"\(bf16: c=\[1\], QAT: c=\[8\]\)"):
+        qat_vs_bf16(qat, c8, "t4")
+
+
+def test_part4_puts_its_ttft_and_decode_beside_the_published_qat_cells(tmp_path):
+    from gemma4_t4.bench.published import t4_beside
+
+    run = _suite_run(tmp_path / "d", gap=0.01, cells="c1c8")
+    table = t4_beside(run, {512: 300.0, 4096: None}, "Part 4")
+    assert table.caption() == "Part 4"
+    rows = {r["figure"]: r for r in table.table_rows()}
+    assert list(rows) == [
+        "median TTFT ms at 512 tokens, c=1", "median TTFT ms at 4096 tokens, c=1", "per-stream tok/s, c=1",
+        "per-stream tok/s, c=8", "output tok/s, c=8", "median E2EL ms, c=1", "median E2EL ms, c=8",
+    ]  # fmt: skip
+    mp = "measured / published"
+    ttft = rows["median TTFT ms at 512 tokens, c=1"]
+    assert (ttft["measured here"], ttft["published"], ttft[mp]) == (300.0, 316, pytest.approx(300 / 316))
+    assert ttft["published under"] == "GCE T4, E2B QAT, 512 in, c=1"
+    long = rows["median TTFT ms at 4096 tokens, c=1"]
+    assert (long["measured here"], long["published"], long[mp]) == (None, 7243, None)
+    c1, c8 = rows["per-stream tok/s, c=1"], rows["per-stream tok/s, c=8"]
+    assert c1["measured here"] == pytest.approx(100.0) and c1["published"] == 72.31
+    assert c8["measured here"] == pytest.approx(800.0) and c8["published"] == 37.83
+    assert c8["published under"] == "GCE T4, E2B QAT, 512 in / 128 out, c=8"
+    out = rows["output tok/s, c=8"]
+    assert (
+        out["measured here"] == pytest.approx(run.throughput_by_concurrency()[8])
+        and out["published"] == 215.91
+    )
+    e2el = rows["median E2EL ms, c=8"]
+    assert e2el["measured here"] == pytest.approx(100 + 7 * 1.25) and e2el["published"] is None
+    assert e2el["published under"] == "end-to-end latency (not published)"
+    flushed = _suite_run(tmp_path / "f", flush=True)
+    rows = {r["figure"]: r for r in t4_beside(flushed, {}, "Part 4").table_rows()}
+    assert rows["per-stream tok/s, c=1"]["measured here"].startswith(
+        "not measured: the server delivered 8 tokens"
+    )
+    assert rows["output tok/s, c=8"]["measured here"] is None
+
+
+def test_part3_puts_each_measured_grid_check_under_the_published_one():
+    from types import SimpleNamespace
+
+    from gemma4_t4.bench.published import grid_beside
+
+    report = SimpleNamespace(level_changed_pct=0.0, bit_identical_pct=100.0, weights_total=1024)
+    table = grid_beside({"repack": report}, "cpu")
+    assert table.caption() == "Weights moved to another int4 level (published: the series, Part 3)"
+    assert table.table_rows() == [
+        {"build": "published: gemma-4-26B-A4B layer 0 q_proj, repack", "levels changed %": 0.0},
+        {"build": "published: gemma-4-26B-A4B layer 0 q_proj, AWQ conversion", "levels changed %": 30.3},
+        {
+            "build": "measured here (cpu): repack",
+            "levels changed %": 0.0,
+            "bit-identical %": 100.0,
+            "weights": 1024,
+        },
+    ]
+
+
+def test_the_published_t4_vs_l4_table_lists_the_rows_with_a_t4_figure():
+    from gemma4_t4.bench.published import sagemaker_decode_table
+
+    table = sagemaker_decode_table()
+    assert table.caption() == "T4 vs L4 on SageMaker, single-stream decode (published)"
+    rows = table.table_rows()
+    assert [(r["model"], r["build"]) for r in rows] == [("gemma-4-E2B", "emb4"), ("gemma-4-E4B", "emb4"),
+                                                         ("gemma-4-12B", "emb4")]  # fmt: skip
+    assert rows[0] == {"model": "gemma-4-E2B", "build": "emb4", "T4 tok/s (published)": 108.5,
+                       "L4 tok/s (published)": 141.7, "T4 / L4 (published)": pytest.approx(108.5 / 141.7),
+                       "identical answers (published)": "40/40", "source": "xbill9/sagemaker-gemma compare.py"}  # fmt: skip
+
+
+def test_the_t4_vs_l4_headline_sits_beside_the_published_sagemaker_row(tmp_path):
+    from gemma4_t4.bench.compare import compare_suites
+    from gemma4_t4.bench.published import headline_rows
+
+    _answers_run(tmp_path / "t4" / "answers", model="google/gemma-4-E2B-it", config={"gpu": "t4"},
+                 base_url="http://10.0.0.5:8000")  # fmt: skip
+    _suite_run(tmp_path / "t4" / "decode", gap=0.02)
+    _answers_run(tmp_path / "l4" / "answers", model="google/gemma-4-E2B-it", config={"gpu": "l4"},
+                 base_url="http://10.0.0.6:8000")  # fmt: skip
+    _suite_run(tmp_path / "l4" / "decode", gpu="l4", gap=0.01, ttft=0.05)
+    (headline,) = compare_suites(tmp_path / "t4", tmp_path / "l4").headlines
+    table = headline_rows(headline)
+    assert table.caption() == "T4 vs L4, measured here beside the published row"
+    rows = {r["figure"]: r for r in table.table_rows()}
+    assert list(rows) == ["decode tok/s on the T4 (per-stream c=1)", "decode tok/s on the L4 (per-stream c=1)",
+                          "T4 / L4 decode", "T4 / L4 median TTFT", "identical answers (share)"]  # fmt: skip
+    mp = "measured / published"
+    t4, l4, ratio = (rows[k] for k in list(rows)[:3])
+    assert (t4["measured here"], t4["published"], t4[mp]) == (
+        pytest.approx(50.0),
+        108.5,
+        pytest.approx(50 / 108.5),
+    )
+    assert t4["measured on"] == "E2B on T4" and t4["published under"] == "SageMaker, gemma-4-E2B emb4, c=1"
+    assert (l4["measured here"], l4["published"], l4[mp]) == (
+        pytest.approx(100.0),
+        141.7,
+        pytest.approx(100 / 141.7),
+    )
+    assert ratio["published"] == pytest.approx(108.5 / 141.7) and ratio[mp] == pytest.approx(
+        0.5 / (108.5 / 141.7)
+    )
+    assert ratio["measured on"] == "E2B on T4/L4"
+    ttft = rows["T4 / L4 median TTFT"]
+    assert ttft["measured here"] == pytest.approx(2.0) and ttft["published"] is None
+    identical = rows["identical answers (share)"]
+    assert (identical["measured here"], identical["published"], identical[mp]) == (1.0, 1.0, 1.0)
+    assert identical["source"] == "xbill9/sagemaker-gemma compare.py"
+
+
+def test_a_headline_without_a_published_row_or_of_two_sizes_shows_no_ratio(tmp_path):
+    from gemma4_t4.bench.compare import compare_suites
+    from gemma4_t4.bench.published import Kind, headline_rows
+
+    _suite_run(tmp_path / "a" / "r", model="gemma-4-31B")
+    _suite_run(tmp_path / "b" / "r", model="gemma-4-31B", gpu="l4")
+    (headline,) = compare_suites(tmp_path / "a", tmp_path / "b").headlines
+    rows = headline_rows(headline).table_rows()
+    assert all(r["published"] is None and r["measured / published"] is None for r in rows)
+    assert {r["published under"] for r in rows} == {"not published"} and {r["source"] for r in rows} == {""}
+    assert rows[4]["measured here"] is None  # no answers compared
+    headline.kind_b = Kind("E4B", "l4")  # sides of two sizes: no T4/L4 kind to compare with
+    assert headline_rows(headline).table_rows()[2]["measured on"] == "not recorded"
