@@ -14,6 +14,7 @@ import asyncio
 import json
 import re
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -24,7 +25,8 @@ from gemma4_t4.catalog.hardware import PRICES
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.table import Table
 from gemma4_t4.host import env
-from gemma4_t4.serving.endpoint import Endpoint
+from gemma4_t4.serving import endpoint as endpoints
+from gemma4_t4.serving.endpoint import Budget, BudgetRefused, Endpoint, OwnershipRecord
 
 DRIVER = "580.82.07"
 T4 = ("Tesla T4", 15360, "7.5")
@@ -814,3 +816,667 @@ def test_run_sync_runs_a_coroutine_from_plain_python_and_from_inside_a_running_l
         return nb.run_sync(answer)
 
     assert asyncio.run(cell()) == 42
+
+
+# ================================================================ the Endpoint (gemma4_t4.serving.endpoint)
+
+
+@pytest.fixture
+def own_cache(tmp_path, monkeypatch):
+    """Ownership records of this test only."""
+    monkeypatch.setenv("GEMMA4_T4_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "owned"
+
+
+def _up_for(served: Endpoint, hours: float) -> Endpoint:
+    """As if ``served`` had been up for ``hours``."""
+    served.started = time.monotonic() - hours * 3600.0
+    return served
+
+
+def _billed(name: str, usd_per_hour: float, hours: float = 0.0) -> Endpoint:
+    return _up_for(
+        Endpoint("sagemaker", name, f"sagemaker://us-east-2/{name}", name, usd_per_hour=usd_per_hour), hours
+    )
+
+
+def test_a_budget_must_be_a_positive_finite_amount():
+    for bad in (0, -1.0, float("inf"), float("nan")):
+        with pytest.raises(Gemma4T4Error) as refused:
+            Budget(bad)
+        assert refused.value.message == f"budget {bad!r} must be a positive number of USD"
+        assert refused.value.fix == "e.g. BUDGET_USD = 5"
+    assert Budget(0.01).usd == 0.01
+
+
+def test_the_budget_admits_up_to_what_is_left_and_refuses_a_cent_more():
+    budget = Budget(10.0)
+    first = _billed("first", 2.0)
+    budget.admit(first, 6.0)
+    assert budget.left_usd == 4.0 and budget.spent_usd == 0.0
+    budget.admit(_billed("exact", 2.0), 4.0)  # exactly what is left fits
+    assert budget.left_usd == 0.0
+    with pytest.raises(BudgetRefused) as refused:
+        budget.admit(_billed("more", 2.0), 0.01)
+    assert refused.value.message == "more would cost ~$0.01; $0.00 of the $10.00 budget is left"
+    assert refused.value.fix == "raise the budget (BUDGET_USD / --budget-usd) or deploy fewer endpoints"
+
+
+def test_a_live_endpoint_holds_its_estimate_or_its_cost_if_more_and_a_stopped_one_its_cost():
+    budget = Budget(10.0)
+    cheap, dear = _billed("cheap", 1.0, hours=0.5), _billed("dear", 4.0, hours=1.0)
+    budget.admit(cheap, 2.0)
+    budget.admit(dear, 3.0)
+    # cheap: 0.50 spent, 2.00 held; dear: 4.00 spent, more than its 3.00 estimate, so 4.00 held
+    assert budget.spent_usd == pytest.approx(4.5, abs=1e-3)
+    assert budget.left_usd == pytest.approx(10.0 - 2.0 - 4.0, abs=1e-3)
+    cheap._budget = budget
+    cheap.stop()  # what it really cost is spent; its estimate is no longer held
+    assert budget.left_usd == pytest.approx(10.0 - 0.5 - 4.0, abs=1e-3)
+    assert budget.spent_usd == pytest.approx(4.5, abs=1e-3)
+    budget.close(cheap)  # closing twice spends nothing more
+    assert budget.spent_usd == pytest.approx(4.5, abs=1e-3)
+
+
+def test_the_budget_watch_deletes_the_endpoint_once_the_budget_is_spent():
+    budget = Budget(1.0)
+    served = _billed("g4-p2-t4-x", 2.0, hours=0.6)  # 1.20 spent of 1.00
+    budget.admit(served, 0.0)
+    served._budget = budget
+    endpoints._BudgetWatch(served, budget, every_s=0.0).run()
+    assert (
+        served.stopped and served.stopped_reason == "budget $1.00 spent while g4-p2-t4-x was up; deleted it"
+    )
+    assert budget.spent_usd == pytest.approx(1.2, abs=1e-3)
+    within = _billed("g4-p2-t4-y", 2.0, hours=0.1)
+    watch = endpoints._BudgetWatch(within, Budget(1.0), every_s=0.0)
+    within.stop()
+    watch.run()  # a stopped endpoint's watch ends, spending nothing
+    assert within.stopped_reason is None and watch.daemon and watch.name == "budget-g4-p2-t4-y"
+
+
+def test_an_endpoint_says_what_it_is_what_it_costs_and_whether_it_can_restart():
+    local = Endpoint("local", "gemma4", "http://127.0.0.1:8000", "gemma4", gpu="t4")
+    assert repr(local) == "Endpoint(local, http://127.0.0.1:8000, serving 'gemma4', running)"
+    assert local.price is not None and local.price.gpu == "t4"  # priced as a cloud T4
+    assert local.cost_usd() == 0.0 and not local.can_restart and local.gpu_label == "t4"
+    unknown = Endpoint("local", "g", "http://h:1", "g", gpu_name="Tesla P100-PCIE-16GB")
+    assert unknown.gpu_label == "Tesla P100-PCIE-16GB (not in the hardware table)" and unknown.price is None
+    assert Endpoint("local", "g", "http://h:1", "g").gpu_label == "no GPU"
+    billed = _billed("g4", 0.736, hours=2.0)
+    assert billed.cost_usd() == pytest.approx(1.472, abs=1e-4)
+    billed.stop()
+    cost = billed.cost_usd()
+    assert billed.cost_usd() == cost  # stopped: the meter stops too
+    assert repr(billed).endswith("stopped)")
+    priced = Endpoint(
+        "sagemaker", "g", "sagemaker://r/g", "g", gpu="t4", price=PRICES["gce:n1-standard-2+t4"]
+    )
+    assert priced.price is PRICES["gce:n1-standard-2+t4"]
+    local.server = SimpleNamespace()
+    assert local.can_restart
+
+
+def test_stop_runs_once_and_a_failed_stop_can_be_tried_again():
+    calls = []
+
+    def flaky():
+        calls.append(len(calls))
+        if len(calls) == 1:
+            raise RuntimeError("throttled")
+
+    served = _billed("g4", 1.0)
+    served._stop = flaky
+    with pytest.raises(RuntimeError):
+        served.stop()
+    assert not served.stopped
+    served.stop()
+    served.stop()
+    assert served.stopped and calls == [0, 1]
+
+
+def test_leaving_the_block_stops_it_even_on_an_exception():
+    stopped = []
+    served = _billed("g4", 1.0)
+    served._stop = lambda: stopped.append(True)
+    with pytest.raises(ValueError), served as inside:
+        assert inside is served
+        raise ValueError("a cell failed")
+    assert stopped == [True] and served.stopped
+
+
+def test_a_stop_that_fails_at_exit_is_one_line_not_a_traceback(capsys):
+    served = _billed("g4", 1.0)
+
+    def denied():
+        raise Gemma4T4Error("AccessDenied on DeleteEndpoint", fix="check the role")
+
+    served._stop = denied
+    served._stop_at_exit()
+    assert (
+        capsys.readouterr().err
+        == "gemma4-t4: could not stop sagemaker://us-east-2/g4 at exit: AccessDenied on "
+        "DeleteEndpoint\n"
+    )
+
+    def broken():
+        raise OSError("disk gone")
+
+    served._stop = broken
+    served._stop_at_exit()
+    assert capsys.readouterr().err.endswith("at exit: OSError: disk gone\n")
+
+
+def test_an_endpoint_someone_else_runs_is_measured_never_owned():
+    local = endpoints.served_endpoint(
+        "http://10.0.0.2:8000", "gemma4", tokenizer="tok", gpu="t4", api_key="k"
+    )
+    assert (local.venue, local.name, local.url, local.served_name) == (
+        "local",
+        "gemma4",
+        "http://10.0.0.2:8000",
+        "gemma4",
+    )
+    assert local.tokenizer == "tok" and local.gpu == "t4" and local.api_key == "k" and local.exposes_metrics
+    remote = endpoints.served_endpoint("sagemaker://us-east-2/g4", "gemma4")
+    assert remote.venue == "sagemaker" and not remote.exposes_metrics and remote.tokenizer is None
+
+
+# ---------------------------------------------------------------- ownership records
+
+
+def _records(folder: Path) -> dict[str, OwnershipRecord]:
+    return {p.name: OwnershipRecord.model_validate_json(p.read_text()) for p in sorted(folder.glob("*.json"))}
+
+
+def test_owning_a_name_records_this_process_and_stopping_drops_the_record(own_cache):
+    import psutil
+
+    served = Endpoint("local", "google/gemma-4-E2B-it", "http://127.0.0.1:8123", "gemma4")
+    before = time.time()
+    served._own(work_dir="/w", port=8123)
+    ((name, record),) = _records(own_cache).items()
+    assert name == "local-google_gemma-4-E2B-it-8123.json"
+    assert (
+        record.owner_pid == psutil.Process().pid
+        and record.owner_create_time == psutil.Process().create_time()
+    )
+    assert (record.venue, record.name, record.url, record.work_dir, record.port) == (
+        "local",
+        "google/gemma-4-E2B-it",
+        "http://127.0.0.1:8123",
+        "/w",
+        8123,
+    )
+    assert record.region is None and before <= record.started_at <= time.time()
+    served._record_server(SimpleNamespace(pid=None, pid_create_time=None))  # not started: nothing to add
+    assert _records(own_cache)[name].server_pid is None
+    served._record_server(SimpleNamespace(pid=4242, pid_create_time=99.5))
+    assert (_records(own_cache)[name].server_pid, _records(own_cache)[name].server_create_time) == (
+        4242,
+        99.5,
+    )
+    served.stop()
+    assert _records(own_cache) == {}
+    billed = _billed("g4-p2-t4-x", 1.0)
+    billed._own(region="eu-west-1")
+    assert _records(own_cache)["sagemaker-g4-p2-t4-x.json"].region == "eu-west-1"
+    billed.stop()
+
+
+def test_a_name_held_by_another_live_endpoint_or_process_is_refused(own_cache):
+    import psutil
+
+    first = _billed("g4-p4-t4-x", 1.0)
+    first._own(region="us-east-2")
+    second = _billed("g4-p4-t4-x", 1.0)
+    with pytest.raises(Gemma4T4Error) as held:
+        second._own(region="us-east-2")
+    assert held.value.message == (
+        "sagemaker endpoint 'g4-p4-t4-x' is owned by another Endpoint of this process "
+        "(sagemaker://us-east-2/g4-p4-t4-x)"
+    )
+    assert held.value.fix == "stop() that one first (its endpoint goes with it), or use another name"
+    first._own(region="us-east-2")  # the owner itself may write its record again
+    first.stop()
+    second._own(region="us-east-2")  # once the first stopped, the name is free
+    second.stop()
+    parent = psutil.Process().parent()
+    path = own_cache / "sagemaker-g4-p4-t4-x.json"
+    path.write_text(
+        OwnershipRecord(
+            venue="sagemaker",
+            name="g4-p4-t4-x",
+            url="u",
+            owner_pid=parent.pid,
+            owner_create_time=parent.create_time(),
+            started_at=0.0,
+        ).model_dump_json()
+    )
+    third = _billed("g4-p4-t4-x", 1.0)
+    with pytest.raises(Gemma4T4Error) as other:
+        third._own(region="us-east-2")
+    assert other.value.message == (
+        f"sagemaker endpoint 'g4-p4-t4-x' is owned by process {parent.pid} (started "
+        f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(0.0))})"
+    )
+    assert other.value.fix == "use another name, or stop that process first (its endpoint goes with it)"
+    assert json.loads(path.read_text())["owner_pid"] == parent.pid  # the refusal changed nothing
+    path.write_text("{broken")  # an unreadable record names no live owner: taken over
+    third._own(region="us-east-2")
+    assert _records(own_cache)["sagemaker-g4-p4-t4-x.json"].owner_pid == psutil.Process().pid
+    third.stop()
+
+
+def _dead_record(folder: Path, file: str, **fields) -> Path:
+    record = OwnershipRecord(
+        **{"owner_pid": 2**22 - 7, "owner_create_time": 1.0, "started_at": 1.0, **fields}
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / file
+    path.write_text(record.model_dump_json())
+    return path
+
+
+def test_the_reaper_drops_what_a_dead_owner_never_started_and_keeps_a_live_owners_record(own_cache, tmp_path):
+    import psutil
+
+    never = _dead_record(
+        own_cache,
+        "local-a.json",
+        venue="local",
+        name="a",
+        url="http://x:1",
+        work_dir=str(tmp_path),
+        port=8001,
+    )
+    me = psutil.Process()
+    live = _dead_record(
+        own_cache,
+        "local-b.json",
+        venue="local",
+        name="b",
+        url="http://x:2",
+        owner_pid=me.pid,
+        owner_create_time=me.create_time(),
+    )
+    assert endpoints.reap_orphans() == [endpoints.Reaped("a", "local", "stopped")]
+    assert not never.exists() and live.exists()
+    assert [(p.name, r is not None) for p, r in endpoints.owned_records()] == [("local-b.json", True)]
+
+
+def test_an_ownership_record_of_something_else_is_named_with_its_keys_and_kept(own_cache):
+    own_cache.mkdir(parents=True)
+    odd = own_cache / "local-odd.json"
+    odd.write_text(json.dumps({"g": 1, "f": 2, "e": 3, "d": 4, "c": 5, "b": 6, "a": 7}))
+    with pytest.warns(UserWarning) as caught:
+        assert endpoints.reap_orphans() == []
+    message = str(caught[0].message)
+    assert message.startswith(
+        f"kept the ownership record {odd}: it cannot be read (not an ownership record: "
+        "['a', 'b', 'c', 'd', 'e'])"
+    )
+    assert message.endswith(f"then delete it: rm {odd}") and odd.exists()
+    assert endpoints.owned_records() == [(odd, None)]
+
+
+def _state(tmp_path: Path, port: int, pid: int, created: float | None) -> None:
+    from gemma4_t4.serving.server_config import ServerConfig
+    from gemma4_t4.serving.server_state import state_path
+
+    config = ServerConfig(model="m", target="cpu", port=port, work_dir=str(tmp_path))
+    path = state_path(tmp_path, port)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        json.dumps(
+            {
+                "config": config.model_dump(mode="json"),
+                "pid": pid,
+                "pid_create_time": created,
+                "state": "running",
+            }
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    ("pid", "created", "mine"),
+    [
+        (2**22 - 11, 500.0, True),  # the very supervisor the owner started
+        (2**22 - 11, 500.9, True),  # the same start time, as two clocks read it
+        (2**22 - 11, 501.5, False),  # the pid again, but a process started later
+        (2**22 - 12, 500.0, False),  # another pid
+        (2**22 - 11, None, True),  # the state does not say when: the pid decides
+    ],
+)
+def test_the_reaper_stops_only_the_server_the_dead_owner_started(own_cache, tmp_path, pid, created, mine):
+    _state(tmp_path, 8011, pid, created)
+    path = _dead_record(
+        own_cache,
+        "local-a-8011.json",
+        venue="local",
+        name="a",
+        url="http://x:8011",
+        work_dir=str(tmp_path),
+        port=8011,
+        server_pid=2**22 - 11,
+        server_create_time=500.0,
+    )
+    (reaped,) = endpoints.reap_orphans()
+    if mine:
+        assert reaped.action == "stopped"
+    else:
+        assert reaped.action == f"left alone: port 8011 now runs another server (pid {pid}), not this owner's"
+    assert not path.exists()  # either way the record is done with
+
+
+def test_a_dead_owners_record_whose_server_state_is_gone_or_unnamed_is_dropped(own_cache, tmp_path):
+    _state(tmp_path, 8012, 2**22 - 13, 1.0)
+    _dead_record(
+        own_cache,
+        "local-a.json",
+        venue="local",
+        name="a",
+        url="u",
+        work_dir=str(tmp_path),
+        port=8013,
+        server_pid=2**22 - 13,
+    )  # no state on this port: its supervisor cleaned up
+    _dead_record(
+        own_cache,
+        "local-b.json",
+        venue="local",
+        name="b",
+        url="u",
+        work_dir=str(tmp_path),
+        port=None,
+        server_pid=2**22 - 13,
+    )
+    assert [r.action for r in endpoints.reap_orphans()] == ["stopped", "stopped"]
+    assert list(own_cache.glob("*.json")) == []
+
+
+def test_a_reap_that_fails_is_named_and_keeps_the_record_for_next_time(own_cache, tmp_path):
+    from gemma4_t4.serving.server_state import state_path
+
+    bad = state_path(tmp_path, 8014)
+    bad.parent.mkdir(parents=True)
+    bad.write_text("{not json")
+    path = _dead_record(
+        own_cache,
+        "local-a.json",
+        venue="local",
+        name="a",
+        url="u",
+        work_dir=str(tmp_path),
+        port=8014,
+        server_pid=2**22 - 13,
+    )
+    (reaped,) = endpoints.reap_orphans()
+    assert reaped.action.startswith("failed: ") and path.exists()
+
+
+# ---------------------------------------------------------------- a dead owner's SageMaker endpoint
+
+
+@pytest.fixture
+def aws(monkeypatch):
+    """moto in this process, with credentials of this test only."""
+    from moto import mock_aws
+
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing-endpoint",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-2",
+    }.items():
+        monkeypatch.setenv(key, value)
+    for key in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_SAGEMAKER", "AWS_PROFILE"):
+        monkeypatch.delenv(key, raising=False)
+    with mock_aws():
+        yield
+
+
+TAGS = [{"Key": "project", "Value": "gemma4-t4"}]  # what this package tags its endpoints with
+
+
+def _deployed(region: str, name: str) -> tuple[object, float]:
+    import boto3
+
+    sm = boto3.client("sagemaker", region_name=region)
+    sm.create_model(
+        ModelName=name,
+        ExecutionRoleArn="arn:aws:iam::123456789012:role/r",
+        PrimaryContainer={"Image": "123456789012.dkr.ecr.us-east-2.amazonaws.com/vllm:1"},
+        Tags=TAGS,
+    )
+    sm.create_endpoint_config(
+        EndpointConfigName=name,
+        Tags=TAGS,
+        ProductionVariants=[
+            {
+                "VariantName": "v",
+                "ModelName": name,
+                "InitialInstanceCount": 1,
+                "InstanceType": "ml.g4dn.xlarge",
+            }
+        ],
+    )
+    sm.create_endpoint(EndpointName=name, EndpointConfigName=name, Tags=TAGS)
+    return sm, sm.describe_endpoint(EndpointName=name)["CreationTime"].timestamp()
+
+
+def _names(sm) -> list[str]:
+    return [e["EndpointName"] for e in sm.list_endpoints()["Endpoints"]]
+
+
+def test_the_reaper_deletes_the_endpoint_its_dead_owner_deployed(aws, own_cache):
+    sm, created = _deployed("us-east-2", "g4-p2-t4-a")
+    path = _dead_record(
+        own_cache,
+        "sagemaker-g4-p2-t4-a.json",
+        venue="sagemaker",
+        name="g4-p2-t4-a",
+        url="u",
+        region="us-east-2",
+        started_at=created - 60,
+        endpoint_created_at=created + 0.5,
+    )
+    assert endpoints.reap_orphans(sagemaker_client=sm) == [
+        endpoints.Reaped("g4-p2-t4-a", "sagemaker", "deleted")
+    ]
+    assert _names(sm) == [] and not path.exists()
+
+
+def test_the_reaper_leaves_an_endpoint_someone_deployed_later_under_the_dead_owners_name(aws, own_cache):
+    sm, created = _deployed("us-east-2", "g4-p2-t4-b")
+    _dead_record(
+        own_cache,
+        "sagemaker-g4-p2-t4-b.json",
+        venue="sagemaker",
+        name="g4-p2-t4-b",
+        url="u",
+        region="us-east-2",
+        started_at=created - 3600,
+        endpoint_created_at=created - 1800,
+    )
+    (reaped,) = endpoints.reap_orphans(sagemaker_client=sm)
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(created))
+    assert reaped.action == f"left alone: endpoint 'g4-p2-t4-b' was created {when}, not by this owner"
+    assert _names(sm) == ["g4-p2-t4-b"]
+
+
+@pytest.mark.parametrize(("owner_started_after_s", "mine"), [(200.0, True), (400.0, False), (-60.0, True)])
+def test_an_owner_that_died_mid_deploy_owns_only_what_was_created_after_it_started(
+    aws, own_cache, owner_started_after_s, mine
+):
+    """No CreationTime recorded yet: an endpoint created before the owner started is not its (five minutes of
+    clock skew between this machine and AWS allowed)."""
+    sm, created = _deployed("us-east-2", "g4-p2-t4-c")
+    _dead_record(
+        own_cache,
+        "sagemaker-g4-p2-t4-c.json",
+        venue="sagemaker",
+        name="g4-p2-t4-c",
+        url="u",
+        region="us-east-2",
+        started_at=created + owner_started_after_s,
+    )
+    (reaped,) = endpoints.reap_orphans(sagemaker_client=sm)
+    assert (reaped.action == "deleted") is mine and (_names(sm) == []) is mine
+
+
+def test_the_reaper_asks_the_records_own_region(aws, own_cache):
+    import boto3
+
+    sm, created = _deployed("eu-west-1", "g4-p3-t4-d")
+    _dead_record(
+        own_cache,
+        "sagemaker-g4-p3-t4-d.json",
+        venue="sagemaker",
+        name="g4-p3-t4-d",
+        url="u",
+        region="eu-west-1",
+        started_at=created - 60,
+        endpoint_created_at=created,
+    )
+    other_region = boto3.client("sagemaker", region_name="us-east-2")
+    assert [r.action for r in endpoints.reap_orphans(sagemaker_client=other_region)] == ["deleted"]
+    assert _names(sm) == []
+    # an endpoint already gone: nothing to delete, and the record goes
+    _dead_record(
+        own_cache,
+        "sagemaker-g4-p3-t4-e.json",
+        venue="sagemaker",
+        name="g4-p3-t4-e",
+        url="u",
+        region="eu-west-1",
+    )
+    assert [r.action for r in endpoints.reap_orphans(sagemaker_client=sm)] == ["deleted"]
+    assert list(own_cache.glob("*.json")) == []
+
+
+# ---------------------------------------------------------------- a local endpoint's start, recorded
+
+
+def test_a_local_endpoint_starts_through_the_gate_owned_and_recorded(
+    own_cache, tmp_path, monkeypatch, capsys
+):
+    from gemma4_t4.serving.server_config import ServerConfig
+
+    started, stops = [], []
+    server = SimpleNamespace(
+        pid=2**22 - 21, pid_create_time=7.0, log_path=tmp_path / "vllm.log", stop=lambda: stops.append(True)
+    )
+    monkeypatch.setattr(endpoints, "start_owned_server", lambda config: started.append(config) or server)
+    config = ServerConfig(
+        model="m",
+        target="t4",
+        served_model_name="gemma4",
+        port=8021,
+        work_dir=str(tmp_path),
+        max_num_seqs=4,
+        api_key="secret",
+    )
+    served = Endpoint.local(config, gpu_name="Tesla T4")
+    assert started == [config] and served.server is server and served.can_restart
+    assert (served.venue, served.name, served.served_name, served.url) == (
+        "local",
+        "gemma4",
+        "gemma4",
+        "http://127.0.0.1:8021",
+    )
+    assert served.gpu == "t4" and served.gpu_name == "Tesla T4" and served.usd_per_hour == 0.0
+    assert served.max_num_seqs == 4 and served.api_key == "secret" and served.exposes_metrics
+    assert served.tokenizer is None  # the server's own /tokenize counts the prompt
+    record = _records(own_cache)["local-gemma4-8021.json"]
+    assert (record.server_pid, record.server_create_time, record.port) == (2**22 - 21, 7.0, 8021)
+    assert record.work_dir == str(tmp_path)
+    assert (
+        capsys.readouterr().out
+        == f"vLLM serving gemma4 at http://127.0.0.1:8021 (ready in 0 s, log: {server.log_path})\n"
+    )
+    served.stop()
+    assert stops == [True] and _records(own_cache) == {}
+    cpu = Endpoint.local(
+        ServerConfig(model="m", target="cpu", served_model_name="tiny", port=8022, work_dir=str(tmp_path)),
+        gpu_name="Tesla T4",
+        quiet=True,
+    )
+    assert cpu.gpu is None and cpu.gpu_name is None and capsys.readouterr().out == ""
+    cpu.stop()
+
+
+def test_a_local_start_that_fails_leaves_no_record(own_cache, tmp_path, monkeypatch):
+    from gemma4_t4.serving.server_config import ServerConfig
+
+    def refuse(config):
+        raise Gemma4T4Error("the start gate refused", fix="free memory")
+
+    monkeypatch.setattr(endpoints, "start_owned_server", refuse)
+    with pytest.raises(Gemma4T4Error, match="start gate"):
+        Endpoint.local(
+            ServerConfig(model="m", target="cpu", served_model_name="tiny", port=8023, work_dir=str(tmp_path))
+        )
+    assert _records(own_cache) == {}
+
+
+def test_an_owned_server_is_started_with_this_process_as_its_owner(monkeypatch):
+    import atexit
+
+    import psutil
+
+    from gemma4_t4.serving import server as servers
+
+    asked = []
+    server = SimpleNamespace(stop=lambda: None)
+    monkeypatch.setattr(
+        servers, "start_server", lambda config, owner: asked.append((config, owner)) or server
+    )
+    assert endpoints.start_owned_server("config") is server
+    atexit.unregister(server.stop)
+    me = psutil.Process()
+    assert asked == [
+        (
+            "config",
+            {
+                "kind": "endpoint owner",
+                "pid": me.pid,
+                "create_time": me.create_time(),
+                "on_exit": "stopped when this process exits, even if it is killed",
+                "stop_with_owner": True,
+            },
+        )
+    ]
+
+
+def test_a_deploy_deletes_only_once_a_create_call_may_have_created_something():
+    from botocore.exceptions import ClientError
+
+    class Client:
+        region = "us-east-2"
+
+        def create_model(self, **kw):
+            return {"ok": kw}
+
+        def create_endpoint(self, **kw):
+            raise ClientError(
+                {"Error": {"Code": "ValidationException", "Message": "exists"}}, "CreateEndpoint"
+            )
+
+        def create_endpoint_config(self, **kw):
+            raise ConnectionError("lost")
+
+        def describe_endpoint(self, **kw):
+            return {"EndpointStatus": "InService"}
+
+    refused = endpoints._CreateWatch(Client())
+    assert refused.region == "us-east-2" and refused.describe_endpoint() == {"EndpointStatus": "InService"}
+    with pytest.raises(ClientError):
+        refused.create_endpoint(EndpointName="x")
+    assert not refused.may_have_created  # the service refused: nothing was created
+    lost = endpoints._CreateWatch(Client())
+    with pytest.raises(ConnectionError):
+        lost.create_endpoint_config(EndpointConfigName="x")
+    assert lost.may_have_created  # the answer was lost: it may have been
+    made = endpoints._CreateWatch(Client())
+    assert made.create_model(ModelName="m") == {"ok": {"ModelName": "m"}} and made.may_have_created
