@@ -510,6 +510,15 @@ def test_at_exit_an_endpoint_whose_status_cannot_be_read_is_deleted(watches, cap
     assert "(unknown (ConnectionError), not yet InService" in _log(caplog)[0][1]
 
 
+def test_at_exit_an_endpoint_without_a_status_in_the_answer_is_deleted_as_unknown(watches, caplog):
+    caplog.set_level(logging.WARNING, logger="gemma4_t4.mcp")
+    sm = FakeSageMaker("Creating")
+    sm.describe_endpoint = lambda EndpointName: {}  # noqa: N803 - boto3's keyword
+    _watch("g4-q", sm)
+    mcp_server._settle_watches()
+    assert sm.deleted and "g4-q in us-east-2 (?, not yet InService" in _log(caplog)[0][1]
+
+
 def test_at_exit_a_failed_delete_is_logged_with_the_command_that_finishes_it(watches, caplog, monkeypatch):
     caplog.set_level(logging.WARNING, logger="gemma4_t4.mcp")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "SuperSecret123")
@@ -835,13 +844,13 @@ def test_a_tool_answers_through_the_adapter_and_refuses_unknown_arguments_naming
     assert status.structured_content["summary"] == "no servers recorded"
     assert (
         stray.is_error
-        and "server_status takes no argument 'port'; it takes: no arguments" in stray.content[0].text
+        and "server_status takes no argument 'port'; it takes: no arguments [" in stray.content[0].text
     )
     assert "inside spec" not in stray.content[0].text
     text = typo.content[0].text
     assert (
         "run_benchmark takes no argument 'a', 'concurency'; it takes: base_url, model, out_dir, "
-        "request_timeout_s, spec; workload options go inside spec"
+        "request_timeout_s, spec; workload options go inside spec ["
     ) in text
     assert bad.is_error and bad.content[0].text.endswith(
         "Gemma4T4Error: say where to send the request\n  fix: pass "
@@ -855,6 +864,37 @@ def test_a_tool_answers_through_the_adapter_and_refuses_unknown_arguments_naming
         "out_dir",
         "request_timeout_s",
     }
+
+
+def test_a_served_interruptible_tool_does_not_hold_the_shutdown(monkeypatch):
+    """A benchmark, once served, runs without holding a shutdown; a deploy holds it while it runs."""
+    seen = {}
+
+    def bench_like() -> QueryResult:
+        seen["bench"] = mcp_server._IN_FLIGHT.wait_idle(0)
+        return QueryResult(target="x", text="", latency_s=0.0)
+
+    def deploy_like() -> QueryResult:
+        seen["deploy"] = mcp_server._IN_FLIGHT.wait_idle(0)
+        return QueryResult(target="x", text="", latency_s=0.0)
+
+    monkeypatch.setitem(
+        mcp_server.REGISTRY,
+        "bench_like",
+        mcp_server.ToolSpec(bench_like, mcp_server.CREATES, interruptible=True),
+    )
+    monkeypatch.setitem(
+        mcp_server.REGISTRY, "deploy_like", mcp_server.ToolSpec(deploy_like, mcp_server.CREATES)
+    )
+
+    async def calls() -> None:
+        async with Client(mcp_server.build_server()) as client:
+            for name in ("bench_like", "deploy_like"):
+                answer = await client.call_tool(name, {})
+                assert not answer.is_error, answer.content[0].text
+
+    _run(calls())
+    assert seen == {"bench": True, "deploy": False}
 
 
 def test_a_stop_signal_ignores_further_signals_and_shuts_down_in_its_own_thread(monkeypatch):
