@@ -301,7 +301,7 @@ def test_captions_and_tables_of_an_incomplete_run_say_it_is_no_result(tmp_path):
 
 
 def _sweep(tmp_path: Path) -> BenchRun:
-    """c=1 and c=8 decode, a load cell, a ttft cell at 512 tokens, a shared-prefix cell."""
+    """c=1 and c=8 decode, a load cell, ttft cells, an open-loop decode cell, a shared-prefix cell."""
     fast, slow = [_record(i, gap=0.01) for i in range(4)], [_record(i, gap=0.04) for i in range(4)]
     return _write(tmp_path / "sweep", [
         (_cell("decode-c1", fast), fast),
@@ -309,6 +309,8 @@ def _sweep(tmp_path: Path) -> BenchRun:
         (_cell("load-c16", slow, workload="load", concurrency=16), slow),
         (_cell("ttft-512", fast, workload="ttft", input_len=512), fast),
         (_cell("ttft-0", fast, workload="ttft", input_len=0), fast),
+        (_cell("decode-2rps", fast, concurrency=None, open_loop=OpenLoopInfo(offered_rate_rps=2.0, max_in_flight=8)),
+         fast),
         (_cell("prefix", fast, workload="prefix", variant="shared_prefix",
                prefix_cache=PrefixCache(hit_rate=0.75)), fast),
     ])  # fmt: skip
@@ -338,7 +340,7 @@ def test_a_cell_is_found_by_its_facts_or_the_error_lists_the_cells(tmp_path):
     assert run.cell(workload="ttft", input_len=512).cell == "ttft-512"
     assert run.cell(variant="shared_prefix").cell == "prefix"
     with pytest.raises(
-        Gemma4T4Error, match=r"^2 cells of .* match; cells: \['decode-c1', 'decode-c8'"
+        Gemma4T4Error, match=r"^3 cells of .* match; cells: \['decode-c1', 'decode-c8'"
     ) as error:
         run.cell(workload="decode")
     assert error.value.fix == "name the cell, or give workload/variant/concurrency/input_len"
@@ -1241,3 +1243,133 @@ def test_a_headline_without_a_published_row_or_of_two_sizes_shows_no_ratio(tmp_p
     assert rows[4]["measured here"] is None  # no answers compared
     headline.kind_b = Kind("E4B", "l4")  # sides of two sizes: no T4/L4 kind to compare with
     assert headline_rows(headline).table_rows()[2]["measured on"] == "not recorded"
+
+
+# ---------------------------------------------------------------- the edges a reader meets less often
+
+
+def test_records_reach_the_disk_as_they_are_added_so_a_killed_run_keeps_them(tmp_path):
+    writer = ResultsWriter(tmp_path / "r", RunInfo(workload="decode"))
+    writer.add_record("c", "measure", _record(0))
+    try:
+        assert [r.request_id for r in read_records(tmp_path / "r" / RECORDS_FILE)] == ["r-0"]
+    finally:
+        writer.close()
+
+
+def test_open_loop_cells_match_only_at_the_same_offered_rate(tmp_path):
+    records = [_record(i) for i in range(2)]
+
+    def rate(path: Path, rps: float) -> BenchRun:
+        loop = OpenLoopInfo(offered_rate_rps=rps, max_in_flight=8)
+        return _write(path, [(_cell(f"rate-{rps:g}", records, concurrency=None, open_loop=loop), records)])
+
+    a, same, faster = rate(tmp_path / "a", 2.0), rate(tmp_path / "b", 2.0), rate(tmp_path / "c", 4.0)
+    assert compare_runs(a.dir, same.dir).cells[0].key == ("decode", None, None, 2.0, 16, 8)
+    assert compare_runs(a.dir, faster.dir).unmatched_b == ["rate-4"]
+
+
+def test_a_side_with_no_timed_window_shows_no_throughput_ratio(tmp_path):
+    """Records without an end time leave no window to divide by: the ratio is blank, never a crash."""
+    timed = [_record(i) for i in range(2)]
+    untimed = [r.model_copy(update={"end_s": None}) for r in timed]
+    a = _write(tmp_path / "a", [(_cell("c", untimed), untimed)])
+    b = _write(tmp_path / "b", [(_cell("c", timed), timed)])
+    for x, y in ((a, b), (b, a)):
+        row = _rows(compare_runs(x.dir, y.dir))["output_throughput_tok_s"]
+        assert row["B/A [95 % interval]"] is None and None in (row["A"], row["B"])
+
+
+def test_an_answers_run_against_a_decode_run_says_one_side_holds_no_answers(tmp_path):
+    answers, decode = _answers_run(tmp_path / "a"), _decode(tmp_path / "b")
+    comparison = compare_runs(answers.dir, decode.dir)
+    assert comparison.answers is not None and comparison.answers.line() == "not measured: B holds no answers"
+    assert comparison.problems == ["answers not measured: B holds no answers"]
+    assert compare_runs(decode.dir, answers.dir).answers.line() == "not measured: A holds no answers"
+
+
+def test_answers_cells_of_other_facts_still_compare_their_answers_without_nothing_compared(tmp_path):
+    a = _answers_run(tmp_path / "a")
+    b = _answers_run(tmp_path / "b")
+    summary = json.loads((b.dir / SUMMARY_FILE).read_text())
+    summary["cells"][0]["concurrency"] = 4
+    (b.dir / SUMMARY_FILE).write_text(json.dumps(summary))
+    comparison = compare_runs(a.dir, b.dir)
+    assert comparison.cells == [] and comparison.answers.all_identical and comparison.problems == []
+
+
+def test_a_missing_records_row_keeps_which_way_is_better(tmp_path):
+    a, b = _decode(tmp_path / "a"), _decode(tmp_path / "b")
+    (b.dir / RECORDS_FILE).unlink()
+    better = {r["metric"]: r["higher is better"] for r in compare_runs(a.dir, b.dir).table_rows()}
+    assert better == {"ttft_ms": False, "tpot_ms": False, "e2el_ms": False, "per_stream_tok_s": True}
+
+
+def test_a_build_without_a_published_t4_figure_shows_its_l4_row_and_no_ratio(tmp_path):
+    from gemma4_t4.bench.compare import compare_suites
+
+    for side, gpu in (("a", "t4"), ("b", "l4")):
+        _suite_run(tmp_path / side / "r", config={"gpu": gpu, "model_format": "bf16"})
+    (h,) = compare_suites(tmp_path / "a", tmp_path / "b").headlines
+    published = h.table_rows()[3]
+    assert published["figure"] == "published (gemma-4-E2B bf16, not our measurement): decode tok/s T4 | L4"
+    assert (published["A"], published["B"], published["A/B [95 % interval]"]) == (None, 51.3, None)
+    assert h.notes() == [
+        f"published (gemma-4-E2B bf16, not our measurement): identical answers -  [{h.published.source}]"
+    ]
+
+
+def test_a_side_without_a_one_stream_cell_has_no_ttft_or_decode_figure(tmp_path):
+    from gemma4_t4.bench.compare import compare_suites
+
+    _suite_run(tmp_path / "a" / "r")
+    records = [_record(i) for i in range(2)]
+    _write(tmp_path / "b" / "r", [(_cell("decode-c8", records, concurrency=8), records)], model="google/gemma-4-E2B-it",
+           base_url="http://10.0.0.5:8000", config={"gpu": "l4"})  # fmt: skip
+    (h,) = compare_suites(tmp_path / "a", tmp_path / "b").headlines
+    assert h.ttft_a_ms == pytest.approx(100.0) and h.ttft_b_ms is None and h.ttft_ratio is None
+    assert (
+        h.decode_method is None and h.table_rows()[0]["A/B [95 % interval]"] == "not measured on both sides"
+    )
+    assert h.usd_per_mtok_b  # its c=8 cell is still priced
+    (back,) = compare_suites(tmp_path / "b", tmp_path / "a").headlines
+    assert back.ttft_ratio is None and back.ttft_b_ms == pytest.approx(100.0)
+
+
+def test_a_ttft_run_gives_the_ttft_and_a_run_priced_as_one_instance_keeps_it(tmp_path):
+    from gemma4_t4.bench.compare import compare_suites
+    from gemma4_t4.bench.schemas import Derived
+
+    records = [_record(i, ttft=0.2) for i in range(2)]
+    priced = _cell(
+        "decode-c1", records, derived=Derived(usd_per_million_output_tokens={"ec2:g4dn.xlarge": 1.0})
+    )
+    info = {"model": "google/gemma-4-E2B-it", "base_url": "http://10.0.0.5:8000", "config": {"gpu": "t4"}}
+    _write(tmp_path / "a" / "r", [(_cell("ttft-512", records, workload="ttft", input_len=512), records), (priced, records)],
+           **info)  # fmt: skip
+    _suite_run(tmp_path / "b" / "r", gpu="l4")
+    (h,) = compare_suites(tmp_path / "a", tmp_path / "b").headlines
+    assert h.ttft_a_ms == pytest.approx(200.0)
+    assert list(h.usd_per_mtok_a) == ["ec2:g4dn.xlarge"]
+
+
+def test_a_local_run_is_priced_as_the_gpu_it_ran_on(tmp_path):
+    from gemma4_t4.bench.compare import compare_suites
+
+    for side, name in (("a", "Tesla T4"), ("b", "NVIDIA L4")):
+        _suite_run(tmp_path / side / "r", base_url="http://127.0.0.1:8000", config={},
+                   environment={"gpus": [{"name": name}]})  # fmt: skip
+    (h,) = compare_suites(tmp_path / "a", tmp_path / "b").headlines
+    assert "ec2:g4dn.xlarge" in h.usd_per_mtok_a and "ec2:g6.xlarge" in h.usd_per_mtok_b
+    assert (h.kind_a.gpu, h.kind_b.gpu) == ("t4", "l4")
+
+
+def test_a_series_without_samples_falls_back_to_the_one_stream_cell(tmp_path):
+    from gemma4_t4.bench.compare import compare_suites
+    from gemma4_t4.bench.schemas import SeriesDecode
+
+    empty = SeriesDecode(short_tokens=16, long_tokens=512)
+    _suite_run(tmp_path / "a" / "r", series_decode=empty)
+    _suite_run(tmp_path / "b" / "r", gpu="l4", series_decode=empty)
+    (h,) = compare_suites(tmp_path / "a", tmp_path / "b").headlines
+    assert h.decode_method == "per-stream c=1" and h.decode_ratio == pytest.approx(1.0)
