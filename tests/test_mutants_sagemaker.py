@@ -254,7 +254,8 @@ def test_an_image_given_is_labelled_given_and_a_tag_given_is_pinned():
     config = DeployConfig(image_uri=FIXED)
     assert config.pin_image_tag(None) == f"{FIXED} (given)"
     other = DeployConfig()
-    other.pin_image_tag("0.29.0-gpu-py312-cu130-ubuntu24.04-sagemaker-v1.3")
+    label = other.pin_image_tag("0.29.0-gpu-py312-cu130-ubuntu24.04-sagemaker-v1.3")
+    assert label == "0.29.0-gpu-py312-cu130-ubuntu24.04-sagemaker-v1.3 (given)"
     assert other.image_tag == "0.29.0-gpu-py312-cu130-ubuntu24.04-sagemaker-v1.3"
 
 
@@ -488,8 +489,14 @@ def test_the_fit_calculator_picks_the_smallest_tensor_parallel_size_that_fits():
     assert auto_tensor_parallel("my/local-model", "ml.g4dn.12xlarge") == 1  # unknown to the calculator
 
 
-def test_a_long_context_and_many_sequences_need_more_gpus():
-    assert auto_tensor_parallel("google/gemma-4-31B-it-qat-w4a16", "ml.g4dn.12xlarge", 131072, 64) == 4
+def test_a_long_context_needs_more_gpus():
+    """The 31B QAT build fits two T4s at 16k tokens per sequence and needs four at 32k."""
+    assert auto_tensor_parallel("google/gemma-4-31B-it-qat-w4a16", "ml.g4dn.12xlarge", 16384) == 2
+    assert auto_tensor_parallel("google/gemma-4-31B-it-qat-w4a16", "ml.g4dn.12xlarge", 32768) == 4
+    config = DeployConfig(instance_type="ml.g4dn.12xlarge", model_id="google/gemma-4-31B-it-qat-w4a16")
+    assert config.resolved_tensor_parallel_size() == 2
+    config.max_model_len = 32768
+    assert config.resolved_tensor_parallel_size() == 4
 
 
 @pytest.mark.parametrize("suffix", ["-qat-w4a16", "-QAT", "-w4a16", "-int4", "-emb4"])
@@ -1666,3 +1673,18 @@ def test_a_background_deploy_creates_now_and_watches_with_the_default_timeout():
         .status
         == "InService"
     )
+
+
+def test_an_automatic_drafter_is_dropped_where_it_would_not_fit_beside_the_target_on_a_t4():
+    """draft=auto sends Google's assistant only where the fit calculator says target and drafter fit the T4s
+    at the endpoint's memory share and tensor parallelism; off a T4 it is not judged."""
+
+    def drafts(**change) -> bool:
+        return "SM_VLLM_SPECULATIVE_CONFIG" in DeployConfig(draft="auto", **change).container_env()
+
+    assert drafts(gpu_memory_utilization=0.8) and not drafts(gpu_memory_utilization=0.7)
+    e4b = "google/gemma-4-E4B-it"
+    assert not drafts(model_id=e4b)  # one T4
+    assert drafts(model_id=e4b, instance_type="ml.g4dn.12xlarge")  # split over two of the four T4s
+    assert not drafts(model_id=e4b, instance_type="ml.g4dn.12xlarge", tensor_parallel_size=1)
+    assert drafts(model_id=e4b, instance_type="ml.g6.xlarge")
