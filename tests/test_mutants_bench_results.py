@@ -1373,3 +1373,17 @@ def test_a_series_without_samples_falls_back_to_the_one_stream_cell(tmp_path):
     _suite_run(tmp_path / "b" / "r", gpu="l4", series_decode=empty)
     (h,) = compare_suites(tmp_path / "a", tmp_path / "b").headlines
     assert h.decode_method == "per-stream c=1" and h.decode_ratio == pytest.approx(1.0)
+
+
+def test_the_plain_refusals_name_what_a_run_does_not_give(tmp_path):
+    """Called without saying what for: "a result" and "a per-stream decode speed"."""
+    stopped = _decode(tmp_path / "s", status="aborted: x")
+    with pytest.raises(Gemma4T4Error) as error:
+        stopped.require_complete()
+    assert error.value.message == f"not measured: run {stopped.dir} is aborted: x, so it gives no a result"
+    flushed = _decode(tmp_path / "f", flush=True)
+    with pytest.raises(Gemma4T4Error) as error:
+        flushed.require_streamed()
+    assert error.value.message.startswith(f"{flushed.dir} gives no a per-stream decode speed: not measured: ")
+    with pytest.raises(Gemma4T4Error, match="already holds benchmark results"):
+        ResultsWriter(stopped.dir, RunInfo())  # a run folder is replaced only when asked
