@@ -1494,7 +1494,7 @@ def quota_pages(value: float) -> dict:
 class Regions:
     """A client factory: SageMaker and quotas per region, ECR and the rest answering nothing."""
 
-    def __init__(self, sagemaker: dict[str, FakeSageMaker], quotas: dict[str, float] | None = None):
+    def __init__(self, sagemaker: dict[str, FakeSageMaker], quotas: dict[str, float | None] | None = None):
         self.sagemaker = sagemaker
         self.quotas = quotas or {}
         self.asked: list[tuple[str, str]] = []
@@ -1504,7 +1504,10 @@ class Regions:
         if service == "sagemaker":
             return self.sagemaker[region]
         if service == "service-quotas":
-            return FakeCalls(pages=quota_pages(self.quotas.get(region, 0.0)))
+            quota = self.quotas.get(region, 0.0)
+            if quota is None:  # the quota could not be read in this region
+                return FakeCalls(fail={"list_service_quotas": aws_failure("AccessDeniedException", "denied")})
+            return FakeCalls(pages=quota_pages(quota))
         return FakeCalls()
 
 
@@ -1665,6 +1668,10 @@ def test_a_background_deploy_creates_now_and_watches_with_the_default_timeout():
     assert watcher.timeout_s == 1500 and watcher.poll_s == 0.01 and watcher.sm is sm
     result = watcher.wait(10)
     assert result.success and result.status == "InService" and len(result.created) == 3
+    assert "InService" not in [
+        e.stage for e in result.timeline
+    ]  # the create returned at Creating: the watch waited
+    assert 0 <= result.elapsed_s < 10
     assert (
         deploy_in_background(
             t4_config(name="g4-two"), client=FakeSageMaker(), session=Session(None), timeout_s=30
@@ -1688,3 +1695,43 @@ def test_an_automatic_drafter_is_dropped_where_it_would_not_fit_beside_the_targe
     assert drafts(model_id=e4b, instance_type="ml.g4dn.12xlarge")  # split over two of the four T4s
     assert not drafts(model_id=e4b, instance_type="ml.g4dn.12xlarge", tensor_parallel_size=1)
     assert drafts(model_id=e4b, instance_type="ml.g6.xlarge")
+
+
+def test_failover_reports_an_unreadable_quota_and_refuses_when_no_region_had_one():
+    clients = Regions({}, quotas={"us-east-1": None, "us-west-2": 0.0})
+    with pytest.raises(Gemma4T4Error, match="in any region tried"):
+        deploy_with_failover(
+            DeployConfig(name=NAME, role_arn=ROLE), ["us-east-1", "us-west-2"], clients=clients
+        )
+    clients = Regions(
+        {"us-west-2": FakeSageMaker(statuses=("Failed:capacity",))},
+        quotas={"us-east-1": None, "us-west-2": 1.0},
+    )
+    config = DeployConfig(name=NAME, role_arn=ROLE, allow_unfixed_image=True)
+    outcome = deploy_with_failover(
+        config, ["us-east-1", "us-west-2"], clients=clients, progress=False, poll_s=0
+    )
+    assert not outcome.success  # one region skipped, one out of capacity: reported, not refused
+    skipped = outcome.attempts[0]
+    assert (skipped.outcome, skipped.reason) == (
+        "skipped: no quota",
+        "ml.g4dn.xlarge=ListServiceQuotas failed: AccessDeniedException: denied",
+    )
+    assert outcome.attempts[1].outcome == "capacity"
+
+
+def test_failover_over_no_regions_tries_nothing():
+    outcome = deploy_with_failover(DeployConfig(name=NAME, role_arn=ROLE), [], clients=Regions({}))
+    assert not outcome.success and outcome.attempts == []
+
+
+def test_an_interrupt_before_anything_was_created_deletes_nothing_and_says_nothing():
+    class Interrupted(FakeSageMaker):
+        def create_model(self, **params):
+            raise KeyboardInterrupt
+
+    sm = Interrupted()
+    with pytest.raises(KeyboardInterrupt) as info:
+        run_deploy(t4_config(), sm)
+    assert getattr(info.value, "__notes__", []) == []
+    assert not any(op.startswith("delete") for op in sm.operations())
