@@ -1255,7 +1255,32 @@ def test_a_reap_that_fails_is_named_and_keeps_the_record_for_next_time(own_cache
         server_pid=2**22 - 13,
     )
     (reaped,) = endpoints.reap_orphans()
-    assert reaped.action.startswith("failed: ") and path.exists()
+    assert reaped.action.startswith(f"failed: the server state {bad} cannot be read") and path.exists()
+
+
+def test_an_aws_error_other_than_no_such_endpoint_fails_the_reap_and_keeps_the_record(own_cache):
+    """Access denied is no proof the endpoint is gone: the record stays, so the next command tries again."""
+    from botocore.exceptions import ClientError
+
+    class Denied:
+        meta = SimpleNamespace(region_name="us-east-2")
+
+        def describe_endpoint(self, **kw):
+            raise ClientError(
+                {"Error": {"Code": "AccessDeniedException", "Message": "no"}}, "DescribeEndpoint"
+            )
+
+    path = _dead_record(
+        own_cache,
+        "sagemaker-g4-p2-t4-z.json",
+        venue="sagemaker",
+        name="g4-p2-t4-z",
+        url="u",
+        region="us-east-2",
+    )
+    (reaped,) = endpoints.reap_orphans(sagemaker_client=Denied())
+    assert reaped.action.startswith("failed: ClientError: An error occurred (AccessDeniedException)")
+    assert path.exists()
 
 
 # ---------------------------------------------------------------- a dead owner's SageMaker endpoint
