@@ -11,6 +11,7 @@ import json
 import pytest
 from botocore.exceptions import ClientError
 
+from gemma4_t4.catalog.hardware import SAGEMAKER_INSTANCES
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.sagemaker.config import (
     DeployConfig,
@@ -944,9 +945,9 @@ def test_a_deploys_caption_and_reading_say_what_happened():
         "endpoint takes 10-15 minutes to come up, so seconds mean a local stand-in answered: the "
         "calls are real, the GPU is not."
     ]
-    ok.elapsed_s = 60.0
+    ok.elapsed_s = 600.0
     assert ok.notes() == [
-        "InService after 1.0 min, 3 resources created (model, endpoint-config, endpoint); it "
+        "InService after 10.0 min, 3 resources created (model, endpoint-config, endpoint); it "
         "bills from now until deleted."
     ]
     failed = DeployResult(
@@ -1054,7 +1055,10 @@ def test_the_dry_run_plan_looks_up_the_fixed_image_creates_and_waits():
     plan = deployment_plan(DeployConfig(name=NAME, region="us-west-2"))
     assert len(plan) == 4
     lines = plan[0].split("\n")  # one step: find the image, then create the model with it
-    assert lines[0].startswith("# T4: the newest fixed image in your ECR (tag <base DLC tag>-g4t4-<version>)")
+    assert lines[0] == (
+        "# T4: the newest fixed image in your ECR (tag <base DLC tag>-g4t4-<version>) replaces <ACCOUNT>/...; none "
+        "there = refused (build it: gemma4-t4 sagemaker build-image)"
+    )
     assert lines[1] == (
         "aws ecr describe-images --region us-west-2 --repository-name gemma4-t4-vllm "
         '--filter \'{"tagStatus":"TAGGED"}\''
@@ -1480,11 +1484,17 @@ def test_a_failure_reason_is_shown_with_its_status():
 
 
 def quota_pages(value: float) -> dict:
+    """Service Quotas' answer: every endpoint instance type at ``value``, and a training quota beside it."""
+    quotas = [
+        {"QuotaName": f"{t} for endpoint usage", "QuotaCode": f"L-{i}", "Value": value}
+        for i, t in enumerate(SAGEMAKER_INSTANCES)
+    ]
     return {
         "list_service_quotas": [
             {
                 "Quotas": [
-                    {"QuotaName": "ml.g4dn.xlarge for endpoint usage", "QuotaCode": "L-1", "Value": value}
+                    *quotas,
+                    {"QuotaName": "ml.g6.xlarge for training job usage", "QuotaCode": "L-T", "Value": 9.0},
                 ]
             }
         ]
@@ -1548,7 +1558,7 @@ def test_failover_stops_at_a_failure_another_region_would_repeat():
     outcome = deploy_with_failover(
         config, ["us-west-2", "us-east-2"], clients=clients, check_quota=False, progress=False, poll_s=0
     )
-    assert not outcome.success and outcome.region is None and outcome.deployment is None
+    assert outcome.success is False and outcome.region is None and outcome.deployment is None
     assert [(a.region, a.outcome) for a in outcome.attempts] == [("us-west-2", "failed")]
     assert ("service-quotas", "us-west-2") not in clients.asked and (
         "sagemaker",
@@ -1735,3 +1745,41 @@ def test_an_interrupt_before_anything_was_created_deletes_nothing_and_says_nothi
         run_deploy(t4_config(), sm)
     assert getattr(info.value, "__notes__", []) == []
     assert not any(op.startswith("delete") for op in sm.operations())
+
+
+def test_failover_deploys_in_the_region_it_tries_with_that_regions_clients():
+    """A config made for us-east-2 that fails over to us-west-2 is created there, named there."""
+
+    class Session:
+        def get_credentials(self):
+            return object()
+
+        def client(self, service, region_name, config):
+            return clients(service, region_name)
+
+    clients = Regions({"us-west-2": FakeSageMaker()}, quotas={"us-west-2": 1.0, "eu-west-1": 1.0})
+    config = DeployConfig(
+        name=NAME,
+        role_arn=ROLE,
+        region="us-east-2",
+        instance_type="ml.g6.xlarge",
+        fallback_instance_types=["ml.g5.xlarge"],
+    )
+    outcome = deploy_with_failover(config, ["us-west-2"], session=Session(), progress=False, poll_s=0)
+    assert outcome.success is True and outcome.region == "us-west-2"
+    assert outcome.deployment.region == "us-west-2" and outcome.deployment.name == NAME
+    create = next(params for op, params in clients.sagemaker["us-west-2"].calls if op == "create_model")
+    assert ".dkr.ecr.us-west-2." in create["PrimaryContainer"]["Image"]
+    assert config.region == "us-east-2"  # the caller's config is left as it was
+    nothing = Regions({}, quotas={"us-west-2": 0.0})
+    with pytest.raises(Gemma4T4Error) as info:
+        deploy_with_failover(config, ["us-west-2"], clients=nothing)
+    assert info.value.message.startswith("no quota for 'ml.g6.xlarge for endpoint usage'")
+    skipped = Regions(
+        {"us-west-2": FakeSageMaker(statuses=("Failed:capacity",))},
+        quotas={"us-east-1": 0.0, "us-west-2": 1.0},
+    )
+    outcome = deploy_with_failover(
+        config, ["us-east-1", "us-west-2"], clients=skipped, progress=False, poll_s=0
+    )
+    assert outcome.attempts[0].reason == "ml.g6.xlarge=0.0; ml.g5.xlarge=0.0"
