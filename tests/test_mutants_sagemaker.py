@@ -1502,7 +1502,8 @@ def quota_pages(value: float) -> dict:
 
 
 class Regions:
-    """A client factory: SageMaker and quotas per region, ECR and the rest answering nothing."""
+    """A client factory: SageMaker and quotas per region, ECR answering nothing; any other client is a
+    mistake (a failover asks for each region's own clients)."""
 
     def __init__(self, sagemaker: dict[str, FakeSageMaker], quotas: dict[str, float | None] | None = None):
         self.sagemaker = sagemaker
@@ -1511,6 +1512,8 @@ class Regions:
 
     def __call__(self, service: str, region: str):
         self.asked.append((service, region))
+        assert region in ("us-east-1", "us-east-2", "us-west-2", "eu-west-1"), region
+        assert service in ("sagemaker", "service-quotas", "ecr"), service
         if service == "sagemaker":
             return self.sagemaker[region]
         if service == "service-quotas":
@@ -1543,8 +1546,12 @@ def test_failover_moves_on_after_no_quota_or_no_capacity_and_stops_at_in_service
     assert outcome.attempts[1].rolled_back == [f"endpoint:{NAME}", f"endpoint-config:{NAME}", f"model:{NAME}"]
     assert outcome.attempts[2].timeline == outcome.deployment.timeline
     assert ("sagemaker", "us-east-1") not in clients.asked
-    assert outcome.attempts[0].elapsed_s == 0.0 and outcome.attempts[1].elapsed_s >= 0
-    assert outcome.attempts[0].started_at.endswith("+00:00")
+    assert outcome.attempts[0].elapsed_s == 0.0
+    for attempt in outcome.attempts:  # when each began (UTC) and how long it took, in seconds to 1/100
+        assert dt.datetime.fromisoformat(attempt.started_at).tzinfo == dt.UTC
+        assert isinstance(attempt.elapsed_s, float) and 0 <= attempt.elapsed_s < 1.5
+        assert attempt.elapsed_s == round(attempt.elapsed_s, 2)
+    assert [e.stage for e in outcome.attempts[1].timeline][-1] == "rolled back"
 
 
 def test_failover_stops_at_a_failure_another_region_would_repeat():
@@ -1765,8 +1772,9 @@ def test_failover_deploys_in_the_region_it_tries_with_that_regions_clients():
         instance_type="ml.g6.xlarge",
         fallback_instance_types=["ml.g5.xlarge"],
     )
-    outcome = deploy_with_failover(config, ["us-west-2"], session=Session(), progress=False, poll_s=0)
+    outcome = deploy_with_failover(config, ["us-west-2"], session=Session(), progress=False, wait=False)
     assert outcome.success is True and outcome.region == "us-west-2"
+    assert outcome.attempts[0].outcome == "Creating"  # the deploy's own arguments reach it
     assert outcome.deployment.region == "us-west-2" and outcome.deployment.name == NAME
     create = next(params for op, params in clients.sagemaker["us-west-2"].calls if op == "create_model")
     assert ".dkr.ecr.us-west-2." in create["PrimaryContainer"]["Image"]
