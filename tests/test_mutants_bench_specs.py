@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 import pytest
-from pydantic import Field, TypeAdapter
+from pydantic import Field, TypeAdapter, model_validator
 
 from gemma4_t4.bench import specs
 from gemma4_t4.bench.prompts import Prompt
@@ -171,6 +171,8 @@ def test_a_workload_with_no_defaults_of_its_own_takes_the_shared_field_values():
 
     @workload("toy_plain")
     class ToyPlainSpec(Streams, WorkloadSpec):
+        """A stand-in workload: closed-loop streams, nothing else of its own."""
+
         workload: ClassVar[str] = "toy_plain"
 
     try:
@@ -182,6 +184,13 @@ def test_a_workload_with_no_defaults_of_its_own_takes_the_shared_field_values():
             ToyPlainSpec.venue_defaults("t4") == {} and ToyPlainSpec.for_venue("cpu", output_len=None) == spec
         )
         assert spec.follow(_Run(), None, []) == ([], {}) and spec.finish([], {}) == {}
+        # its help, its name in errors and tracebacks: the class as written, with its kind added
+        assert ToyPlainSpec.__doc__ == "A stand-in workload: closed-loop streams, nothing else of its own."
+        assert (ToyPlainSpec.__module__, ToyPlainSpec.__name__) == (__name__, "ToyPlainSpec")
+        assert ToyPlainSpec.__qualname__.endswith("<locals>.ToyPlainSpec")
+        assert ToyPlainSpec(concurrency=[3, 5]).streams() == [3, 5]
+        cell = spec.unique_cell(_Run(), _Factory(), "toy", "v", 1, 2)  # no prompt length of its own
+        assert (cell.input_len, cell.output_len, len(cell.specs)) == (None, None, 2)
         with pytest.raises(NotImplementedError, match="ToyPlainSpec builds no cells"):
             spec.cells(_Run(), None)
     finally:
@@ -332,7 +341,7 @@ def test_a_value_outside_its_limits_is_one_line_naming_the_limit(build, line, fi
 
 def test_an_unknown_field_is_named_with_the_workloads_that_take_it():
     err = _refused(lambda: TTFTSpec(bogus=1), "TTFTSpec has no field 'bogus'")
-    assert "(a field of" not in str(err)
+    assert err.message == "TTFTSpec has no field 'bogus'"  # no workload takes it: nothing more to say
     assert err.fix == "TTFTSpec takes: input_lens, nonce, num_prompts, output_len, seed, warmup"
     err = _refused(
         lambda: AnswersSpec(input_len=8),
@@ -342,6 +351,20 @@ def test_an_unknown_field_is_named_with_the_workloads_that_take_it():
         lambda: DecodeSpec(sweep=2), "DecodeSpec has no field 'sweep' (a field of the sweep workload)"
     )
     assert "workloads" not in str(err).split("(")[1].split(")")[0]
+    _refused(
+        lambda: TTFTSpec(arrival="constant"),
+        "TTFTSpec has no field 'arrival' (a field of the open_loop, sweep workloads)",
+    )
+
+
+def test_a_workload_class_not_registered_still_refuses_an_unknown_field_in_one_line():
+    """A notebook's own `class MyDecode(DecodeSpec)`, not (yet) decorated: a typo is still named, not a crash."""
+
+    class MyDecode(DecodeSpec):
+        pass
+
+    err = _refused(lambda: MyDecode(bogus=1), "MyDecode has no field 'bogus'")
+    assert err.fix.startswith("MyDecode takes:")
 
 
 def test_a_limit_a_new_workload_declares_is_said_in_words():
@@ -354,7 +377,17 @@ def test_a_limit_a_new_workload_declares_is_said_in_words():
         below: int = Field(1, lt=5)
         words: list[int] = Field([1], min_length=2, max_length=3)
 
+        @model_validator(mode="after")
+        def _not_three(self) -> ToyLimitsSpec:
+            if self.above == 3:  # a rule that raises a plain ValueError, not a SpecRefused
+                raise ValueError("three is out")
+            return self
+
     try:
+        err = _refused(
+            lambda: ToyLimitsSpec(above=3, words=[1, 2]), "ToyLimitsSpec.fields: Value error, three is out"
+        )
+        assert err.fix == "give fields as the type ToyLimitsSpec declares"
         assert (
             _refused(
                 lambda: ToyLimitsSpec(above=0, words=[1, 2]), "ToyLimitsSpec.above = 0 must be above 0"
@@ -382,8 +415,23 @@ def test_a_spec_refused_inside_the_mcp_tools_arguments_is_a_validation_error():
     """The MCP tool's `spec` argument: a workload's rule surfaces as pydantic's error, naming it."""
     from pydantic import ValidationError
 
-    with pytest.raises(ValidationError, match="3 prompts cannot make 2 groups"):
+    with pytest.raises(ValidationError, match="3 prompts cannot make 2 groups") as err:
         TypeAdapter(AnySpec).validate_python({"kind": "prefix", "num_prompts": 3, "groups": 2})
+    assert err.value.error_count() == 1  # only the workload its kind names is tried
+
+
+def test_an_mcp_client_is_told_the_kinds_there_are():
+    """The tool's schema says `kind` picks the workload; an unknown kind is one error listing the kinds."""
+    from pydantic import ValidationError
+
+    schema = TypeAdapter(AnySpec).json_schema()
+    assert schema["discriminator"]["propertyName"] == "kind" and set(
+        schema["discriminator"]["mapping"]
+    ) == set(REGISTRY)
+    with pytest.raises(ValidationError) as err:
+        TypeAdapter(AnySpec).validate_python({"kind": "nope"})
+    assert err.value.error_count() == 1
+    assert "does not match any of the expected tags: 'decode', 'open_loop', 'sweep'" in str(err.value)
 
 
 # ---------------------------------------------------------------- choosing a spec from the CLI's flags
@@ -407,12 +455,12 @@ def test_the_cli_flags_choose_the_workload():
     ("workload_", "method", "fields", "line", "fix"),
     [
         ("ttft", None, {"sweep": 2}, "--sweep is for the decode workload and chooses its own rates", "use --workload decode and drop --rate/--concurrency"),
-        ("decode", None, {"sweep": 2, "rates": [1.0]}, "--sweep is for the decode workload", "drop --rate/--concurrency"),
-        ("decode", None, {"sweep": 2, "concurrency": [1]}, "--sweep is for the decode workload", "drop --rate/--concurrency"),
+        ("decode", None, {"sweep": 2, "rates": [1.0]}, "--sweep is for the decode workload and chooses its own rates", "use --workload decode and drop --rate/--concurrency"),
+        ("decode", None, {"sweep": 2, "concurrency": [1]}, "--sweep is for the decode workload and chooses its own rates", "use --workload decode and drop --rate/--concurrency"),
         ("prefix", None, {"rates": [1.0]}, "--rate is for the decode workload, not prefix", "drop --rate, or use --workload decode"),
         ("ttft", "series", {}, "--method series is a decode method (8 prompts at c=1)", "use --workload decode without --rate/--sweep"),
-        ("decode", "series", {"rates": [1.0]}, "--method series is a decode method", "without --rate/--sweep"),
-        ("decode", "series", {"sweep": 2}, "--method series is a decode method", "without --rate/--sweep"),
+        ("decode", "series", {"rates": [1.0]}, "--method series is a decode method (8 prompts at c=1)", "use --workload decode without --rate/--sweep"),
+        ("decode", "series", {"sweep": 2}, "--method series is a decode method (8 prompts at c=1)", "use --workload decode without --rate/--sweep"),
         ("decode", "guidellm", {}, "unknown method 'guidellm'", "use --method vllm or --method series"),
         ("nope", None, {}, "unknown workload 'nope'", "use one of: decode, open_loop, sweep, series_decode, ttft, prefix, answers, load"),
     ],
@@ -420,7 +468,7 @@ def test_the_cli_flags_choose_the_workload():
 def test_flags_that_do_not_go_together_are_refused_before_anything_runs(workload_, method, fields, line, fix):
     with pytest.raises(Gemma4T4Error) as err:
         spec_from_options(workload_, method, **fields)
-    assert line in str(err.value) and fix in err.value.fix
+    assert (err.value.message, err.value.fix) == (line, fix)
 
 
 def test_a_flag_left_unset_is_not_a_conflict():
