@@ -723,6 +723,22 @@ def test_problems_come_most_severe_first_and_ok_follows_the_errors():
     assert data["gpu_choice"]["reason"] == "the only GPU" and data["facts"]["gpus"][0]["name"] == "Tesla T4"
 
 
+def test_an_untested_vllm_is_an_error_only_where_the_turing_fix_is_needed():
+    """vLLM 0.28.0 (older than the series the fix is proven on): an error on a T4, nothing on an L4 or a
+    host without a GPU; where setup has no route (driver 470), the fix is the driver's, not a setup line."""
+    untested = dict(vllm_distribution="vllm", vllm_version="0.28.0", transformers_version="5.19.0")
+    t4 = _problems(_facts(T4, **untested))["vllm-untested"]
+    assert t4.severity == "error" and t4.fix.startswith("gemma4-t4 setup (installs vllm==")
+    assert "vllm-untested" not in _problems(_facts(L4, **untested))
+    assert "vllm-untested" not in _problems(_facts(**untested))
+    old_driver = _facts(T4, driver_version="470.82.01", torch_version="2.13.0+cpu", **untested)
+    with pytest.raises(Gemma4T4Error) as no_route:
+        env.setup_plan.plan_setup(old_driver, python="python", loaded=())
+    rows = _problems(old_driver)
+    assert rows["vllm-untested"].fix == no_route.value.fix
+    assert rows["cpu-torch-on-gpu-host"].fix == no_route.value.fix  # the same way out, not a torch line
+
+
 # ------------------------------------------------------------------ setup: records, undo, install
 
 
