@@ -534,8 +534,8 @@ def test_an_open_loop_longer_than_a_day_is_refused_before_it_starts():
     assert OpenLoopSpec(rates=[1.0, 2.0]).expected_s() == 30.0 + 30.0
     assert OpenLoopSpec(rates=[0.5], num_prompts=10).expected_s() == 20.0
     assert OpenLoopSpec(rates=[1.0], num_prompts=86_400 // 10, max_in_flight=4).rates == [1.0]  # 2.4 h
-    day = OpenLoopSpec(rates=[0.1], num_prompts=8_640)  # exactly 24 h of arrivals: still allowed
-    assert day.expected_s() == pytest.approx(86_400)
+    day = OpenLoopSpec(rates=[0.125, 0.25], num_prompts=7_200)  # exactly 24 h of arrivals: still allowed
+    assert day.expected_s() == 86_400
     err = _refused(
         lambda: OpenLoopSpec(rates=[0.1, 0.2], num_prompts=10_000),
         "open_loop at 0.1, 0.2 req/s would send its requests over 42 hours (prompts / rate)",
@@ -543,6 +543,7 @@ def test_an_open_loop_longer_than_a_day_is_refused_before_it_starts():
     assert err.fix == "raise --rate or lower --num-prompts: one run sends its requests within 24 hours"
     _refused(lambda: OpenLoopSpec(rates=[0.1], num_prompts=8_641), "over 24 hours")
     _refused(lambda: OpenLoopSpec(rates=[0.01], num_prompts=10_000), "over 278 hours")
+    _refused(lambda: OpenLoopSpec(rates=[0.1], num_prompts=9_181), "over 26 hours")  # 25.503 h, rounded
 
 
 def test_sweep_rates_lie_evenly_between_the_measured_ends():
@@ -576,12 +577,15 @@ def test_a_sweep_measures_its_ends_then_the_rates_between():
         ("decode-r2-constant-in16-out4", "sweep_rate", 2.0, 10), ("decode-r3-constant-in16-out4", "sweep_rate", 3.0, 10),
     ]  # fmt: skip
     assert info["sweep"].model_dump() == {"synchronous_rps": 1.0, "throughput_rps": 4.0, "rates": [2.0, 3.0]}
+    # an end with no measured rate (every request failed) is no rate at all: nothing to sweep
+    slow = sync.model_copy(update={"request_throughput_req_s": 0.5})
     unmeasured = through.model_copy(update={"request_throughput_req_s": None})
     with pytest.raises(Gemma4T4Error, match="no load range"):
-        spec.follow(_Run(), factory, [sync, unmeasured])
+        spec.follow(_Run(), factory, [slow, unmeasured])
     _refused(lambda: SweepSpec(sweep=0), "--sweep 0 must be at least 1")
     assert _refused(lambda: SweepSpec(sweep=-1), "--sweep -1 must be at least 1").fix == "use e.g. --sweep 5"
     _refused(lambda: SweepSpec(sweep=65), "SweepSpec.sweep = 65 must be at most 64")
+    assert SweepSpec(sweep=64).sweep == 64
     assert SweepSpec(sweep=1).sweep == 1
 
 
@@ -615,6 +619,10 @@ def test_the_series_figure_is_computed_from_each_sides_records():
     assert (figure.short_tokens, figure.long_tokens, figure.decode_tok_s) == (10, 110, pytest.approx(100.0))
     empty = spec.finish(cells, {})["series_decode"]
     assert empty.decode_tok_s is None and (empty.short_tokens, empty.long_tokens) == (10, 110)
+
+
+def test_the_shortest_series_lengths_are_accepted():
+    assert SeriesDecodeSpec(series_lens=[1, 2]).series_lens == [1, 2]
 
 
 @pytest.mark.parametrize("lens", [[16], [16, 512, 1024], [512, 16], [16, 16]])
