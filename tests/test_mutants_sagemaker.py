@@ -817,9 +817,11 @@ def not_found() -> ClientError:
 class FakeSageMaker:
     """SageMaker's models, endpoint configs and endpoints in a dict, each with its CreationTime. The endpoint
     answers ``statuses`` in turn (the last one from then on); the describe right after CreateEndpoint reads
-    only its CreationTime and answers ``Creating``. ``fail`` raises an AWS error at an operation, once."""
+    only its CreationTime and answers ``Creating``. ``fail`` raises an AWS error at an operation, once.
+    Only ``name`` is this deploy's: any other name is not found."""
 
-    def __init__(self, statuses=("InService",), fail=None, existing=()):
+    def __init__(self, statuses=("InService",), fail=None, existing=(), name=NAME):
+        self.name = name
         self.statuses = ["Creating", *statuses]
         self.fail = dict(fail or {})
         self.resources = {kind: CREATED for kind in existing}
@@ -834,8 +836,9 @@ class FakeSageMaker:
             self.calls.append((operation, params))
             if operation in self.fail:
                 raise self.fail.pop(operation)
-            exists = kind in self.resources
+            exists = kind in self.resources and params.get(KINDS[kind]) == self.name
             if verb == "create":
+                assert params[KINDS[kind]] == self.name, params
                 self.resources[kind] = CREATED
                 return {}
             if not exists:
@@ -1594,7 +1597,9 @@ def test_failover_without_quota_anywhere_is_refused_naming_the_regions():
         "no quota for 'ml.g4dn.xlarge for endpoint usage' in any region tried "
         "(us-east-1, us-west-2); nothing was created"
     )
-    assert info.value.fix.startswith("request a quota increase in Service Quotas")
+    assert info.value.fix == (
+        "request a quota increase in Service Quotas (new accounts often have 0), or add --fallback-instance-types"
+    )
 
 
 def test_failover_validates_every_regions_config_before_any_call():
@@ -1622,21 +1627,49 @@ def test_capacity_failures_are_the_ones_worth_another_region(reason, capacity):
 # -- the background watch -------------------------------------------------------------------------------
 
 
-def test_a_background_watch_reports_in_service_and_registers_autoscaling():
+def test_a_background_watch_reports_in_service_and_registers_autoscaling(capsys):
+    """The watch polls quietly (no bar from a background thread) until InService, then registers autoscaling."""
     sm, aas = FakeSageMaker(), FakeCalls()
     sm.resources["endpoint"] = CREATED
-    sm.statuses = ["InService"]
+    sm.statuses = ["Creating", "InService"]
     config = t4_config(min_instances=1, max_instances=2)
     result = DeployResult(NAME, "us-east-2", "Creating", True, created=[f"endpoint:{NAME}"])
     watcher = DeploymentWatcher(sm, result, 100, poll_s=0.01, config=config, autoscaling_client=aas).start()
     assert watcher.wait(10) is result and watcher.done.is_set()
     assert result.success and result.status == "InService" and result.rolled_back == []
     assert [op for op, _ in aas.calls] == ["register_scalable_target", "put_scaling_policy"]
-    assert [e.stage for e in result.timeline] == [
-        "status InService",
-        "register_scalable_target",
-        "put_scaling_policy",
+    assert [(e.stage, e.detail) for e in result.timeline] == [
+        ("status Creating", ""),
+        ("status InService", ""),
+        ("register_scalable_target", "scale 1..2 instances (after InService)"),
+        ("put_scaling_policy", "target tracking on invocations per instance, with cooldowns"),
     ]
+    for event in result.timeline:  # seconds since the watch began, to 1/100
+        assert isinstance(event.t_s, float) and 0 <= event.t_s < 10 and event.t_s == round(event.t_s, 2)
+    assert capsys.readouterr().err == ""
+
+
+def test_a_background_watch_runs_in_a_named_daemon_thread_that_never_holds_up_an_exit():
+    """A notebook or MCP server that exits while an endpoint is still Creating is not kept waiting."""
+    import threading
+
+    release = threading.Event()
+
+    class Slow(FakeSageMaker):
+        def describe_endpoint(self, **params):
+            release.wait(10)
+            return {"EndpointStatus": "InService", "CreationTime": CREATED}
+
+    result = DeployResult(NAME, "us-east-2", "Creating", True, created=[f"endpoint:{NAME}"])
+    watcher = DeploymentWatcher(Slow(), result, 100)
+    assert watcher.poll_s == 15.0  # one DescribeEndpoint every 15 s
+    watcher.start()
+    try:
+        thread = next(t for t in threading.enumerate() if t.name == f"watch-{NAME}")
+        assert thread.daemon
+    finally:
+        release.set()
+    assert watcher.wait(10).status == "InService"
 
 
 @pytest.mark.parametrize(
@@ -1678,25 +1711,29 @@ def test_a_background_deploy_creates_now_and_watches_with_the_default_timeout():
             return object()
 
         def client(self, service, region_name, config):
+            assert region_name == "us-east-2"
             return self.sm if service == "sagemaker" else FakeCalls()
 
     sm = FakeSageMaker(statuses=("InService",))
-    watcher = deploy_in_background(t4_config(startup_timeout_s=600), session=Session(sm), poll_s=0.01)
-    assert watcher.timeout_s == 1500 and watcher.poll_s == 0.01 and watcher.sm is sm
+    config = t4_config(startup_timeout_s=600)
+    watcher = deploy_in_background(config, session=Session(sm))
+    assert (
+        watcher.timeout_s == 1500 and watcher.poll_s == 15.0 and watcher.sm is sm and watcher.config is config
+    )
     result = watcher.wait(10)
     assert result.success and result.status == "InService" and len(result.created) == 3
     assert "InService" not in [
         e.stage for e in result.timeline
     ]  # the create returned at Creating: the watch waited
     assert 0 <= result.elapsed_s < 10
-    assert (
-        deploy_in_background(
-            t4_config(name="g4-two"), client=FakeSageMaker(), session=Session(None), timeout_s=30
-        )
-        .wait(10)
-        .status
-        == "InService"
+    given = deploy_in_background(
+        t4_config(name="g4-two"),
+        client=FakeSageMaker(name="g4-two"),
+        session=Session(None),
+        timeout_s=30,
+        poll_s=0.01,
     )
+    assert given.timeout_s == 30 and given.poll_s == 0.01 and given.wait(10).status == "InService"
 
 
 def test_an_automatic_drafter_is_dropped_where_it_would_not_fit_beside_the_target_on_a_t4():
@@ -1791,3 +1828,42 @@ def test_failover_deploys_in_the_region_it_tries_with_that_regions_clients():
         config, ["us-east-1", "us-west-2"], clients=skipped, progress=False, poll_s=0
     )
     assert outcome.attempts[0].reason == "ml.g6.xlarge=0.0; ml.g5.xlarge=0.0"
+
+
+def test_the_timeline_ends_naming_what_was_rolled_back_or_that_nothing_was_created():
+    error = failed_deploy(t4_config(), FakeSageMaker(statuses=("Failed:OOM",)))
+    assert (error.result.timeline[-1].stage, error.result.timeline[-1].detail) == (
+        "rolled back",
+        f"endpoint:{NAME}, endpoint-config:{NAME}, model:{NAME}",
+    )
+    assert getattr(error.__cause__, "__notes__", None) is None  # only an interrupt says what it undid
+    nothing = failed_deploy(
+        t4_config(), FakeSageMaker(fail={"create_model": aws_failure("ValidationException", "bad image")})
+    )
+    assert (nothing.result.timeline[-1].stage, nothing.result.timeline[-1].detail) == (
+        "rolled back",
+        "nothing created",
+    )
+    assert nothing.result.created == [] and nothing.result.rolled_back == []
+    assert nothing.message.endswith("rolled back: nothing")
+
+
+def test_a_failed_deploy_leaves_alone_an_endpoint_someone_re_created_under_its_name():
+    """Between the failure and the rollback the name was deleted and re-created by another owner: the rollback
+    compares the CreationTime recorded at create and deletes only what this deploy made."""
+
+    class Recreated(FakeSageMaker):
+        def describe_endpoint(self, **params):
+            answer = self.__getattr__("describe_endpoint")(**params)
+            if answer["EndpointStatus"] == "Failed":
+                self.resources["endpoint"] = CREATED + dt.timedelta(minutes=3)
+            return answer
+
+    sm = Recreated(statuses=("Failed:OOM",))
+    error = failed_deploy(t4_config(), sm)
+    assert error.result.rolled_back == [
+        f"endpoint-config:{NAME}",
+        f"model:{NAME}",
+        f"left alone: endpoint:{NAME} (re-created by another owner since this deploy)",
+    ]
+    assert "delete_endpoint" not in sm.operations() and "endpoint" in sm.resources
