@@ -1867,3 +1867,20 @@ def test_a_failed_deploy_leaves_alone_an_endpoint_someone_re_created_under_its_n
         f"left alone: endpoint:{NAME} (re-created by another owner since this deploy)",
     ]
     assert "delete_endpoint" not in sm.operations() and "endpoint" in sm.resources
+
+
+def test_a_refused_scaling_policy_rolls_back_the_registered_target_first(monkeypatch):
+    """The scalable target was registered before the policy was refused: it is the first thing this deploy
+    made that the rollback must undo (here without AWS credentials for it, so it is not claimed as gone)."""
+    for variable in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/dev/null")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    sm = FakeSageMaker()
+    aas = FakeCalls(fail={"put_scaling_policy": aws_failure("ValidationException", "bad policy")})
+    error = failed_deploy(t4_config(min_instances=1, max_instances=3), sm, autoscaling_client=aas)
+    assert error.result.failure_reason == "put_scaling_policy: ValidationException: bad policy"
+    assert error.result.created[0] == f"autoscaling:endpoint/{NAME}/variant/AllTraffic"
+    assert error.result.rolled_back == [f"endpoint:{NAME}", f"endpoint-config:{NAME}", f"model:{NAME}"]
+    assert sm.resources == {}
