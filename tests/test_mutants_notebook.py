@@ -283,6 +283,30 @@ def test_a_parameter_the_part_does_not_have_is_named():
         nb.fill_defaults(2, "t4", INPUT_LEN=0)
 
 
+def _cell(part: int, **changed: object) -> dict[str, object]:
+    """A parameters cell of each parameter's own example value (as YAML reads it), with ``changed``."""
+    import yaml
+
+    return {name: yaml.safe_load(rule.example) for name, rule in nb.PART_PARAMS[part].items()} | changed
+
+
+def test_reference_answers_name_an_existing_run_folder(tmp_path):
+    nb.check_parameters(4, _cell(4, REFERENCE_ANSWERS=str(tmp_path)))
+    nb.check_parameters(4, _cell(4, REFERENCE_ANSWERS=tmp_path))
+    with pytest.raises(Gemma4T4Error, match="REFERENCE_ANSWERS="):
+        nb.check_parameters(4, _cell(4, REFERENCE_ANSWERS=str(tmp_path / "missing")))
+
+
+def test_an_endpoints_lifetime_is_a_number_of_hours_not_a_flag():
+    nb.check_parameters(1, _cell(1, TTL_HOURS=4))
+    with pytest.raises(Gemma4T4Error) as refused:
+        nb.check_parameters(1, _cell(1, TTL_HOURS=True))
+    assert refused.value.message == "TTL_HOURS=True is not a lifetime in hours, above 0 and at most 168"
+    assert (
+        refused.value.fix == "give e.g. -p TTL_HOURS 2.0 to papermill (the same value in the parameters cell)"
+    )
+
+
 def test_defaults_say_where_they_came_from(capsys):
     assert nb.fill_defaults(2, "t4", INPUT_LEN=None, OUTPUT_LEN=64) == (512, 64)
     assert capsys.readouterr().out == (
