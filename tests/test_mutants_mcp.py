@@ -412,9 +412,12 @@ class FakeSageMaker:
         import datetime as dt
 
         self.status, self.deleted, self.delete_fails = status, [], delete_fails
+        self.names: set[str] = set()  # the endpoints it knows (each watch adds its own)
         self.created = dt.datetime.fromtimestamp(created, dt.UTC) if created is not None else None
 
     def describe_endpoint(self, EndpointName: str) -> dict:
+        if EndpointName not in self.names:  # as SageMaker answers for a name it does not know
+            raise LookupError(f"Could not find endpoint {EndpointName}")
         if isinstance(self.status, Exception):
             raise self.status
         return {"EndpointStatus": self.status, "CreationTime": self.created}
@@ -446,6 +449,7 @@ def _watch(name: str, sm: FakeSageMaker, done: bool = False, created_at: dict | 
     event = threading.Event()
     if done:
         event.set()
+    sm.names.add(name)
     watcher = types.SimpleNamespace(sm=sm, result=result, done=event)
     mcp_server._WATCHES.by_key[("us-east-2", name)] = watcher
     return watcher
@@ -517,6 +521,16 @@ def test_at_exit_an_endpoint_without_a_status_in_the_answer_is_deleted_as_unknow
     _watch("g4-q", sm)
     mcp_server._settle_watches()
     assert sm.deleted and "g4-q in us-east-2 (?, not yet InService" in _log(caplog)[0][1]
+
+
+def test_at_exit_a_watch_that_had_created_nothing_says_nothing_was_left(watches, caplog):
+    caplog.set_level(logging.WARNING, logger="gemma4_t4.mcp")
+    watcher = _watch("g4-n", FakeSageMaker("Creating"))
+    watcher.result.created = []
+    mcp_server._settle_watches()
+    assert _log(caplog)[0][1].endswith(
+        "(Creating, not yet InService: nothing would watch it after this exit): nothing left"
+    )
 
 
 def test_at_exit_a_failed_delete_is_logged_with_the_command_that_finishes_it(watches, caplog, monkeypatch):
