@@ -894,8 +894,8 @@ class FakeCalls:
 
 
 class FakeClock:
-    def __init__(self):
-        self.now = 0.0
+    def __init__(self, now: float = 0.0):
+        self.now = now
 
     def monotonic(self) -> float:
         return self.now
@@ -1884,3 +1884,57 @@ def test_a_refused_scaling_policy_rolls_back_the_registered_target_first(monkeyp
     assert error.result.created[0] == f"autoscaling:endpoint/{NAME}/variant/AllTraffic"
     assert error.result.rolled_back == [f"endpoint:{NAME}", f"endpoint-config:{NAME}", f"model:{NAME}"]
     assert sm.resources == {}
+
+
+def test_a_deploy_through_a_session_asks_its_own_regions_clients_and_shows_a_bar(capsys):
+    """Without clients handed in, a deploy makes each one from the session in the endpoint's region, looks
+    up the fixed image there, checks the uploaded weights there, and draws the wait's bar by default."""
+    tag = fixed_image_tag()
+    sm, s3 = FakeSageMaker(statuses=("Creating", "InService")), FakeCalls()
+    ecr = FakeCalls(
+        pages={
+            "describe_images": [
+                {
+                    "imageDetails": [
+                        {
+                            "imageTags": [tag],
+                            "imageDigest": "sha256:" + "a" * 64,
+                            "registryId": "123456789012",
+                        }
+                    ]
+                }
+            ]
+        }
+    )
+    made = {"sagemaker": sm, "ecr": ecr, "s3": s3}
+
+    class Session:
+        def get_credentials(self):
+            return object()
+
+        def client(self, service, region_name, config):
+            assert region_name == "us-west-2"
+            return made[service]
+
+    clock = FakeClock(1000.0)
+    config = DeployConfig(
+        name=NAME, role_arn=ROLE, region="us-west-2", model_data_s3_uri="s3://my-bucket/e2b/"
+    )
+    result = deploy(config, session=Session(), sleep=clock.sleep, monotonic=clock.monotonic)
+    assert result.success and ecr.calls and s3.calls
+    create = next(params for op, params in sm.calls if op == "create_model")
+    assert (
+        create["PrimaryContainer"]["Image"]
+        == f"123456789012.dkr.ecr.us-west-2.amazonaws.com/gemma4-t4-vllm:{tag}"
+    )
+    assert result.timeline[-1].detail == "after 15 s"  # one poll, 15 s apart by default
+    assert "InService | 15/2700 s of the timeout" in capsys.readouterr().err
+
+
+def test_a_deploys_times_are_seconds_to_one_hundredth_since_it_began():
+    clock = FakeClock(1000.0)
+    result = run_deploy(
+        t4_config(), FakeSageMaker(statuses=("Creating", "InService")), clock, poll_s=0.123456
+    )
+    assert result.elapsed_s == 0.12 and result.timeline[-1].detail == "after 0 s"
+    assert [e.t_s for e in result.timeline][:2] == [0.0, 0.0] and result.timeline[-1].t_s == 0.12
