@@ -15,6 +15,7 @@ import json
 import re
 import sys
 import time
+from datetime import UTC
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -940,6 +941,11 @@ def test_a_live_endpoint_holds_its_estimate_or_its_cost_if_more_and_a_stopped_on
     assert budget.spent_usd == pytest.approx(4.5, abs=1e-3)
     budget.close(cheap)  # closing twice spends nothing more
     assert budget.spent_usd == pytest.approx(4.5, abs=1e-3)
+    dear._budget = budget
+    dear.stop()  # both stopped: what each cost is spent
+    assert budget.spent_usd == pytest.approx(4.5, abs=1e-3) and budget.left_usd == pytest.approx(
+        5.5, abs=1e-3
+    )
 
 
 def test_the_budget_watch_deletes_the_endpoint_once_the_budget_is_spent():
@@ -959,6 +965,28 @@ def test_the_budget_watch_deletes_the_endpoint_once_the_budget_is_spent():
     assert within.stopped_reason is None and watch.daemon and watch.name == "budget-g4-p2-t4-y"
 
 
+def test_a_budget_spent_to_the_cent_deletes_the_endpoint():
+    budget = Budget(1.0)
+    spent = _billed("g4-p2-t4-a", 2.0, hours=0.5)
+    budget.admit(spent, 0.0)
+    spent._budget = budget
+    spent.stop()
+    spent._stopped_at = spent.started + 1800.0  # up exactly half an hour at 2.00 $/h: 1.00 of 1.00
+    budget._closed = spent.cost_usd()
+    live = _billed("g4-p2-t4-b", 0.0)
+    budget.admit(live, 0.0)
+    endpoints._BudgetWatch(live, budget, every_s=0.0).run()
+    assert live.stopped and live.stopped_reason.startswith("budget $1.00 spent while g4-p2-t4-b was up")
+
+
+def test_the_budget_watch_checks_again_until_the_budget_runs_out():
+    budget = Budget(1.0)
+    served = _billed("g4-p2-t4-c", 3600.0 * 20)  # 20 $/s: the budget runs out 50 ms after it started
+    budget.admit(served, 0.0)
+    endpoints._BudgetWatch(served, budget, every_s=0.01).run()
+    assert served.stopped and served.stopped_reason is not None
+
+
 def test_an_endpoint_says_what_it_is_what_it_costs_and_whether_it_can_restart():
     local = Endpoint("local", "gemma4", "http://127.0.0.1:8000", "gemma4", gpu="t4")
     assert repr(local) == "Endpoint(local, http://127.0.0.1:8000, serving 'gemma4', running)"
@@ -973,10 +1001,10 @@ def test_an_endpoint_says_what_it_is_what_it_costs_and_whether_it_can_restart():
     cost = billed.cost_usd()
     assert billed.cost_usd() == cost  # stopped: the meter stops too
     assert repr(billed).endswith("stopped)")
-    priced = Endpoint(
-        "sagemaker", "g", "sagemaker://r/g", "g", gpu="t4", price=PRICES["gce:n1-standard-2+t4"]
-    )
-    assert priced.price is PRICES["gce:n1-standard-2+t4"]
+    instance = PRICES["sagemaker:ml.g4dn.xlarge"]
+    priced = Endpoint("sagemaker", "g", "sagemaker://r/g", "g", gpu="t4", price=instance)
+    assert priced.price is instance  # the instance's own price, not a cloud T4's
+    assert priced.deleted == [] and not priced.exposes_metrics  # nothing deleted yet; no /metrics by default
     local.server = SimpleNamespace()
     assert local.can_restart
 
@@ -999,6 +1027,14 @@ def test_stop_runs_once_and_a_failed_stop_can_be_tried_again():
     assert served.stopped and calls == [0, 1]
 
 
+def test_stop_still_stops_when_the_ownership_record_was_deleted_by_hand(own_cache):
+    served = _billed("g4-p2-t4-r", 1.0)
+    served._own(region="us-east-2")
+    (own_cache / "sagemaker-g4-p2-t4-r.json").unlink()
+    served.stop()
+    assert served.stopped
+
+
 def test_leaving_the_block_stops_it_even_on_an_exception():
     stopped = []
     served = _billed("g4", 1.0)
@@ -1007,6 +1043,19 @@ def test_leaving_the_block_stops_it_even_on_an_exception():
         assert inside is served
         raise ValueError("a cell failed")
     assert stopped == [True] and served.stopped
+
+
+def test_sigterm_is_taken_over_inside_the_block_only():
+    import signal
+
+    before = signal.getsignal(signal.SIGTERM)
+    served = _billed("g4", 1.0)
+    with served:
+        inside = signal.getsignal(signal.SIGTERM)
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert (
+        before is not signal.SIG_DFL or inside is not before
+    )  # at its default it is the block's handler within
 
 
 def test_a_stop_that_fails_at_exit_is_one_line_not_a_traceback(capsys):
@@ -1147,42 +1196,73 @@ def _dead_record(folder: Path, file: str, **fields) -> Path:
 def test_the_reaper_drops_what_a_dead_owner_never_started_and_keeps_a_live_owners_record(own_cache, tmp_path):
     import psutil
 
-    never = _dead_record(
+    me = psutil.Process()
+    live = _dead_record(
         own_cache,
         "local-a.json",
         venue="local",
         name="a",
-        url="http://x:1",
-        work_dir=str(tmp_path),
-        port=8001,
-    )
-    me = psutil.Process()
-    live = _dead_record(
-        own_cache,
-        "local-b.json",
-        venue="local",
-        name="b",
         url="http://x:2",
         owner_pid=me.pid,
         owner_create_time=me.create_time(),
     )
-    assert endpoints.reap_orphans() == [endpoints.Reaped("a", "local", "stopped")]
-    assert not never.exists() and live.exists()
-    assert [(p.name, r is not None) for p, r in endpoints.owned_records()] == [("local-b.json", True)]
+    # its supervisor was never recorded: a server on its port now is someone else's, left running
+    _state(tmp_path, 8001, 2**22 - 31, 1.0)
+    never = _dead_record(
+        own_cache,
+        "local-b.json",
+        venue="local",
+        name="b",
+        url="http://x:1",
+        work_dir=str(tmp_path),
+        port=8001,
+    )
+    # the pid is alive, but as another process (started at another time): its owner is dead
+    parent = me.parent()
+    reused = _dead_record(
+        own_cache,
+        "local-c.json",
+        venue="local",
+        name="c",
+        url="http://x:3",
+        owner_pid=parent.pid,
+        owner_create_time=parent.create_time() - 100.0,
+    )
+    assert endpoints.reap_orphans() == [
+        endpoints.Reaped("b", "local", "stopped"),
+        endpoints.Reaped("c", "local", "stopped"),
+    ]
+    assert not never.exists() and live.exists() and not reused.exists()
+    assert (tmp_path / "servers" / "server-8001.json").exists()  # not touched
+    assert [(p.name, r is not None) for p, r in endpoints.owned_records()] == [("local-a.json", True)]
+
+
+def test_a_record_without_a_work_dir_reads_the_server_state_here(own_cache, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _state(tmp_path, 8002, 2**22 - 32, 1.0)
+    _dead_record(
+        own_cache, "local-a.json", venue="local", name="a", url="u", port=8002, server_pid=2**22 - 33
+    )
+    (reaped,) = endpoints.reap_orphans()
+    assert (
+        reaped.action == f"left alone: port 8002 now runs another server (pid {2**22 - 32}), not this owner's"
+    )
 
 
 def test_an_ownership_record_of_something_else_is_named_with_its_keys_and_kept(own_cache):
     own_cache.mkdir(parents=True)
-    odd = own_cache / "local-odd.json"
+    odd = own_cache / "local-a-odd.json"
     odd.write_text(json.dumps({"g": 1, "f": 2, "e": 3, "d": 4, "c": 5, "b": 6, "a": 7}))
+    dead = _dead_record(own_cache, "local-b.json", venue="local", name="b", url="u")
     with pytest.warns(UserWarning) as caught:
-        assert endpoints.reap_orphans() == []
-    message = str(caught[0].message)
-    assert message.startswith(
-        f"kept the ownership record {odd}: it cannot be read (not an ownership record: "
-        "['a', 'b', 'c', 'd', 'e'])"
+        assert endpoints.reap_orphans() == [endpoints.Reaped("b", "local", "stopped")]
+    assert str(caught[0].message) == (
+        f"kept the ownership record {odd}: it cannot be read (not an ownership record: ['a', 'b', 'c', 'd', 'e']), "
+        "so a server or endpoint it names is not stopped for a dead owner. Check that nothing of yours still runs "
+        f"or bills (gemma4-t4 serve status, gemma4-t4 sagemaker list), then delete it: rm {odd}"
     )
-    assert message.endswith(f"then delete it: rm {odd}") and odd.exists()
+    assert caught[0].filename == __file__  # the warning points at the caller's line, not the package's
+    assert odd.exists() and not dead.exists()
     assert endpoints.owned_records() == [(odd, None)]
 
 
@@ -1211,6 +1291,7 @@ def _state(tmp_path: Path, port: int, pid: int, created: float | None) -> None:
         (2**22 - 11, 500.0, True),  # the very supervisor the owner started
         (2**22 - 11, 500.9, True),  # the same start time, as two clocks read it
         (2**22 - 11, 501.5, False),  # the pid again, but a process started later
+        (2**22 - 11, 501.0, False),  # a full second apart is another start
         (2**22 - 12, 500.0, False),  # another pid
         (2**22 - 11, None, True),  # the state does not say when: the pid decides
     ],
@@ -1446,6 +1527,74 @@ def test_the_reaper_asks_the_records_own_region(aws, own_cache):
     assert list(own_cache.glob("*.json")) == []
 
 
+class _Recording:
+    """A SageMaker client that notes each call it passes on."""
+
+    def __init__(self, client):
+        self.client, self.calls = client, []
+        self.meta = client.meta
+
+    def __getattr__(self, name):
+        self.calls.append(name)
+        return getattr(self.client, name)
+
+
+def test_the_reaper_uses_the_client_it_is_given_for_the_records_region_and_else_makes_one(aws, own_cache):
+    sm, created = _deployed("us-east-2", "g4-p2-t4-f")
+    _dead_record(
+        own_cache,
+        "sagemaker-g4-p2-t4-f.json",
+        venue="sagemaker",
+        name="g4-p2-t4-f",
+        url="u",
+        region="us-east-2",
+        started_at=created - 60,
+        endpoint_created_at=created,
+    )
+    given = _Recording(sm)
+    assert [r.action for r in endpoints.reap_orphans(sagemaker_client=given)] == ["deleted"]
+    assert "describe_endpoint" in given.calls and "delete_endpoint" in given.calls
+    _, created = _deployed("us-east-2", "g4-p2-t4-g")
+    _dead_record(
+        own_cache,
+        "sagemaker-g4-p2-t4-g.json",
+        venue="sagemaker",
+        name="g4-p2-t4-g",
+        url="u",
+        region="us-east-2",
+        started_at=created - 60,
+        endpoint_created_at=created,
+    )
+    assert [r.action for r in endpoints.reap_orphans()] == ["deleted"]  # no client given: one for the region
+    assert _names(sm) == []
+
+
+def test_an_endpoint_left_alone_is_named_with_when_it_was_created(own_cache):
+    from datetime import datetime
+
+    created = datetime(2020, 1, 2, 3, 4, tzinfo=UTC)
+
+    class Someone:
+        meta = SimpleNamespace(region_name="us-east-2")
+
+        def describe_endpoint(self, **kw):
+            return {"CreationTime": created}
+
+    _dead_record(
+        own_cache,
+        "sagemaker-g4-p2-t4-h.json",
+        venue="sagemaker",
+        name="g4-p2-t4-h",
+        url="u",
+        region="us-east-2",
+        started_at=time.time(),
+        endpoint_created_at=time.time() - 60,
+    )
+    (reaped,) = endpoints.reap_orphans(sagemaker_client=Someone())
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(created.timestamp()))
+    assert reaped.action == f"left alone: endpoint 'g4-p2-t4-h' was created {when}, not by this owner"
+
+
 # ---------------------------------------------------------------- a local endpoint's start, recorded
 
 
@@ -1495,6 +1644,15 @@ def test_a_local_endpoint_starts_through_the_gate_owned_and_recorded(
     )
     assert cpu.gpu is None and cpu.gpu_name is None and capsys.readouterr().out == ""
     cpu.stop()
+    p100 = Endpoint.local(
+        ServerConfig(model="m", target="t4", served_model_name="p", port=8024, work_dir=str(tmp_path)),
+        gpu_name="Tesla P100-PCIE-16GB",
+        tokenizer="google/gemma-4-E2B-it",
+        quiet=True,
+    )
+    assert p100.gpu is None and p100.gpu_label == "Tesla P100-PCIE-16GB (not in the hardware table)"
+    assert p100.tokenizer == "google/gemma-4-E2B-it"
+    p100.stop()
 
 
 def test_a_local_start_that_fails_leaves_no_record(own_cache, tmp_path, monkeypatch):
@@ -1546,8 +1704,8 @@ def test_a_deploy_deletes_only_once_a_create_call_may_have_created_something():
     class Client:
         region = "us-east-2"
 
-        def create_model(self, **kw):
-            return {"ok": kw}
+        def create_model(self, *args, **kw):
+            return {"ok": kw, "args": args}
 
         def create_endpoint(self, **kw):
             raise ClientError(
@@ -1564,10 +1722,10 @@ def test_a_deploy_deletes_only_once_a_create_call_may_have_created_something():
     assert refused.region == "us-east-2" and refused.describe_endpoint() == {"EndpointStatus": "InService"}
     with pytest.raises(ClientError):
         refused.create_endpoint(EndpointName="x")
-    assert not refused.may_have_created  # the service refused: nothing was created
+    assert refused.may_have_created is False  # the service refused: nothing was created
     lost = endpoints._CreateWatch(Client())
     with pytest.raises(ConnectionError):
         lost.create_endpoint_config(EndpointConfigName="x")
     assert lost.may_have_created  # the answer was lost: it may have been
     made = endpoints._CreateWatch(Client())
-    assert made.create_model(ModelName="m") == {"ok": {"ModelName": "m"}} and made.may_have_created
+    assert made.create_model("m", Tags=[]) == {"ok": {"Tags": []}, "args": ("m",)} and made.may_have_created
