@@ -1729,3 +1729,262 @@ def test_a_deploy_deletes_only_once_a_create_call_may_have_created_something():
     assert lost.may_have_created  # the answer was lost: it may have been
     made = endpoints._CreateWatch(Client())
     assert made.create_model("m", Tags=[]) == {"ok": {"Tags": []}, "args": ("m",)} and made.may_have_created
+
+
+# ---------------------------------------------------------------- the steps on their own venue (recorded, not run)
+
+
+def test_t4_vs_l4_deploys_an_l4_serving_the_same_model_and_compares_it_with_the_t4_runs(
+    tmp_path, monkeypatch, capsys
+):
+    from gemma4_t4.bench import specs as bench_specs
+
+    asked, ran = [], []
+
+    class L4:
+        def __enter__(self):
+            return "l4 endpoint"
+
+        def __exit__(self, *exc):
+            ran.append("deleted")
+
+    def endpoint(*args, **kwargs):
+        asked.append((args, kwargs))
+        return L4()
+
+    headline = Table([{"figure": "T4 / L4", "measured here": 0.4}], "headline")
+    monkeypatch.setattr(nb, "endpoint", endpoint)
+    monkeypatch.setattr(
+        bench_specs, "run", lambda on, spec, out, overwrite: ran.append((on, spec, out, overwrite))
+    )
+    monkeypatch.setattr(
+        nb, "compare_suites", lambda t4, l4: SimpleNamespace(headlines=[headline], t4=t4, l4=l4)
+    )
+    monkeypatch.setattr(nb, "headline_rows", lambda h: [{"row": "published beside measured"}])
+    budget = Budget(5.0)
+    t4 = Endpoint(
+        "sagemaker", "g4-p4-t4-gemma4", "sagemaker://us-west-2/g4-p4-t4-gemma4", "gemma4", max_num_seqs=4
+    )
+    specs = {"decode": "decode spec", "answers": "answers spec"}
+    assert (
+        nb.t4_vs_l4(
+            t4,
+            specs,
+            tmp_path / "t4",
+            tmp_path / "l4",
+            model="google/gemma-4-E2B-it",
+            budget=budget,
+            region="us-west-2",
+            poll_s=0.5,
+        )
+        is headline
+    )
+    ((args, kwargs),) = asked
+    assert args == ("sagemaker", "google/gemma-4-E2B-it", ".")
+    assert kwargs == {
+        "name": "gemma4",
+        "part": 4,
+        "region": "us-west-2",
+        "budget": budget,
+        "gpu": "l4",
+        "max_num_seqs": 4,
+        "poll_s": 0.5,
+        "serves": ["decode spec", "answers spec"],
+    }
+    assert ran == [
+        ("l4 endpoint", "decode spec", tmp_path / "l4" / "decode", True),
+        ("l4 endpoint", "answers spec", tmp_path / "l4" / "answers", True),
+        "deleted",
+    ]
+    out = capsys.readouterr().out
+    assert "headline" in out and "published beside measured" in out
+    t4.max_num_seqs = None
+    nb.t4_vs_l4(t4, specs, tmp_path / "t4", tmp_path / "l4", model="m", budget=None)
+    assert (
+        asked[1][1]["max_num_seqs"] == 8
+        and asked[1][1]["region"] == "us-east-2"
+        and asked[1][1]["poll_s"] == 15.0
+    )
+
+
+def _restartable(tmp_path: Path, tokenizer: str | None = None) -> Endpoint:
+    served = Endpoint("local", "gemma4", "http://127.0.0.1:8031", "gemma4", tokenizer=tokenizer)
+    served.server = SimpleNamespace(config=SimpleNamespace(model="google/gemma-4-E2B-it-qat-w4a16-ct"))
+    return served
+
+
+def test_the_drafter_comparison_restarts_the_local_server_with_the_same_config(tmp_path, monkeypatch):
+    from gemma4_t4.studies import drafter_bench
+
+    asked = []
+    monkeypatch.setattr(
+        drafter_bench,
+        "drafter_on_off",
+        lambda config, draft, out, **kw: asked.append((config, draft, out, kw)) or "report",
+    )
+    served = _restartable(tmp_path)
+    assert nb.drafter_on_off(served, "auto", tmp_path) == "report"
+    ((config, draft, out, kw),) = asked
+    assert config is served.server.config and draft == "auto" and out == tmp_path
+    assert kw == {
+        "start": endpoints.start_owned_server,
+        "tokenizer": "google/gemma-4-E2B-it-qat-w4a16-ct",
+        "running": served,
+    }
+    nb.drafter_on_off(_restartable(tmp_path, tokenizer="tok"), "auto", tmp_path)
+    assert asked[1][3]["tokenizer"] == "tok"
+
+
+def test_on_a_t4_the_ttft_route_curve_and_the_prefill_verdict_run_and_show_their_plots(
+    tmp_path, monkeypatch, capsys
+):
+    from gemma4_t4.studies import ttft_route
+    from gemma4_t4.turing import prefill_bench
+
+    plot = tmp_path / "curve.png"
+    plot.write_bytes(b"\x89PNG")
+    asked = []
+    monkeypatch.setattr(
+        ttft_route,
+        "ttft_route_on_off",
+        lambda config, spec, out: asked.append((config, spec, out)) or SimpleNamespace(plot=plot),
+    )
+    monkeypatch.setattr(
+        prefill_bench, "bench_prefill", lambda out_dir: asked.append(out_dir) or SimpleNamespace(plot=plot)
+    )
+    served, t4 = _restartable(tmp_path), _runtime("t4", T4)
+    assert nb.ttft_route_on_off(served, t4, "ttft spec", tmp_path).plot == plot
+    assert nb.prefill_verdict(t4, tmp_path / "prefill").plot == plot
+    assert asked == [(served.server.config, "ttft spec", tmp_path), tmp_path / "prefill"]
+    assert capsys.readouterr().out == f"plot: {plot}\nplot: {plot}\n"
+
+
+def test_the_install_cell_applies_the_plan_and_restarts_colab_when_something_loaded_was_replaced(
+    monkeypatch, capsys
+):
+    import IPython
+
+    from gemma4_t4.host import setup as setup_apply
+
+    applied, shutdowns = [], []
+    result = SimpleNamespace(message="installed vllm 0.33.0", restart=True)
+    monkeypatch.setattr(setup_apply, "apply_setup", lambda plan, **kw: applied.append((plan, kw)) or result)
+    pip = _Pip()
+    assert nb.setup(probes=_host(T4), runner=pip) is result
+    assert applied[0][1] == {"runner": pip}
+    out = capsys.readouterr().out
+    assert (
+        "installed vllm 0.33.0\n" in out
+        and "RESTART NEEDED: restart the runtime, then run all cells again" in out
+    )
+    assert "restarting the Colab runtime now" not in out  # not Colab: the learner restarts
+
+    class ZMQInteractiveShell:
+        kernel = SimpleNamespace(do_shutdown=lambda restart: shutdowns.append(restart))
+
+    monkeypatch.setattr(IPython, "get_ipython", lambda: ZMQInteractiveShell())
+    colab = _host(T4, environ={"HOME": "/h", "COLAB_RELEASE_TAG": "x"})
+    nb.setup(probes=colab)
+    assert applied[1][1] == {} and shutdowns == [True]
+    assert "restarting the Colab runtime now..." in capsys.readouterr().out
+    nb.setup(probes=colab, restart=False)
+    assert shutdowns == [True]  # restart=False: the learner restarts when ready
+    assert "RESTART NEEDED" in capsys.readouterr().out
+    result.restart = False
+    nb.setup(probes=colab)
+    assert shutdowns == [True] and "RESTART NEEDED" not in capsys.readouterr().out
+
+
+def test_a_hub_model_is_downloaded_with_only_what_vllm_reads(tmp_path, monkeypatch):
+    import huggingface_hub
+
+    asked = []
+    monkeypatch.setattr(
+        huggingface_hub,
+        "snapshot_download",
+        lambda repo, allow_patterns: asked.append((repo, allow_patterns)) or str(tmp_path),
+    )
+    assert nb.local_model("google/gemma-4-E2B-it") == tmp_path
+    assert asked == [("google/gemma-4-E2B-it", ["*.json", "*.safetensors", "*.jinja", "tokenizer*"])]
+
+
+def test_part1_on_the_cpu_starts_the_local_stand_ins_and_says_whose_replies_they_are(
+    tmp_path, monkeypatch, capsys
+):
+    import importlib.util
+
+    from gemma4_t4.sagemaker import local
+
+    made = []
+
+    class LocalAWS:
+        def __init__(self, seed_fixed_image=True, runtime_backend=None):
+            made.append((seed_fixed_image, runtime_backend))
+            self.runtime = None
+
+        def start(self):
+            return self
+
+    monkeypatch.setattr(local, "LocalAWS", LocalAWS)
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real_find_spec(name, *a)
+    )
+    venue = nb.aws_venue("cpu", tmp_path)
+    assert made == [(False, None)] and venue.tiny is None and not venue.generated and venue.target == "cpu"
+    assert capsys.readouterr().out.startswith(
+        "AWS: local moto + fake Service Quotas; endpoint replies: canned (moto)"
+    )
+
+
+def test_part1_streams_a_reply_where_a_model_answers(monkeypatch, capsys):
+    from gemma4_t4 import sagemaker
+
+    asked = []
+    monkeypatch.setattr(
+        sagemaker,
+        "invoke_stream",
+        lambda name, region, prompt, max_tokens: (
+            asked.append((name, region, prompt, max_tokens))
+            or SimpleNamespace(ttft_s=0.25, chunks=7, text="Paris")
+        ),
+    )
+    venue = nb.AwsVenue("sagemaker")
+    assert venue.invoke_stream("ep", "us-west-2", "Capital of France?", max_tokens=8).text == "Paris"
+    assert nb.AwsVenue("sagemaker").invoke_stream("ep", "us-west-2", "hi") is not None
+    assert asked == [("ep", "us-west-2", "Capital of France?", 8), ("ep", "us-west-2", "hi", 32)]
+    assert capsys.readouterr().out.startswith("streamed: first token after 250 ms, 7 chunks: Paris\n")
+
+
+def test_part1_finds_the_dlc_image_off_a_t4_and_the_fixed_image_on_one(monkeypatch, capsys):
+    from gemma4_t4 import sagemaker
+    from gemma4_t4.sagemaker import build
+
+    monkeypatch.setattr(
+        sagemaker, "find_vllm_image", lambda region: SimpleNamespace(image_uri=f"dlc@{region}")
+    )
+    monkeypatch.setattr(build, "build_plan", lambda region: ["step 1", "step 2", "step 3", "step 4"])
+    built = []
+
+    def ensure_t4_image(region, on_build_succeeded=None):
+        built.append((region, on_build_succeeded))
+        return SimpleNamespace(
+            image_uri=f"fixed@{region}",
+            digest="sha256:abc",
+            built=len(built) > 1,
+            build=SimpleNamespace(created=["repo", "project"], reused=[]) if len(built) > 1 else None,
+        )
+
+    monkeypatch.setattr(build, "ensure_t4_image", ensure_t4_image)
+    assert nb.AwsVenue("sagemaker").image_uri("ml.g6.xlarge", "us-west-2") == "dlc@us-west-2"
+    assert capsys.readouterr().out == ""
+    assert nb.AwsVenue("sagemaker").image_uri("ml.g4dn.xlarge", "us-west-2") == "fixed@us-west-2"
+    assert built == [("us-west-2", None)]
+    out = capsys.readouterr().out
+    assert out.startswith("step 1\nstep 2\nstep 3 \n...\n") and "step 4" not in out
+    assert "found: fixed@us-west-2 sha256:abc" in out
+    local = SimpleNamespace(seed_fixed_image_for=lambda target: None)
+    nb.AwsVenue("cpu", local).image_uri("ml.g4dn.xlarge", "us-east-2")
+    assert built[1][1] == local.seed_fixed_image_for  # moto gets the image the build made
+    out = capsys.readouterr().out
+    assert "built: fixed@us-east-2 sha256:abc" in out and "created: repo, project | reused: -" in out
