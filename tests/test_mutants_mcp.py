@@ -562,7 +562,9 @@ def test_at_exit_an_endpoint_another_owner_re_created_is_left_alone(watches, cap
         "exiting: endpoint g4-e in us-east-2 was deleted and re-created by another owner since this deploy: left "
         "alone ("
     )
-    assert "left alone: endpoint:g4-e (re-created by another owner since this deploy)" in message
+    assert message.endswith(
+        "(endpoint-config:g4-e, model:g4-e, left alone: endpoint:g4-e (re-created by another owner since this deploy))"
+    )
     assert watcher.result.rolled_back and later.deleted
 
 
