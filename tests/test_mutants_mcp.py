@@ -1015,10 +1015,17 @@ def test_main_installs_the_stop_signals_quiets_library_logs_and_cleans_up_after_
     owned.append(server)
     before = {sig: signal.getsignal(sig) for sig in signals.STOP_SIGNALS}
     levels = {name: logging.getLogger(name).level for name in ("botocore", "boto3", "urllib3")}
+    root = logging.getLogger()
+    root_handlers, root_level = root.handlers[:], root.level
     try:
         for name in levels:
             logging.getLogger(name).setLevel(logging.DEBUG)
+        root.handlers.clear()  # a fresh process: nothing has configured logging yet
+        root.setLevel(logging.NOTSET)
         mcp_server.main()
+        assert (
+            root.level == logging.WARNING
+        )  # an INFO line from any library never reaches the server's stderr
         assert seen["handlers"] == {sig: mcp_server._on_stop_signal for sig in signals.STOP_SIGNALS}
         assert {name: logging.getLogger(name).level for name in levels} == dict.fromkeys(
             levels, logging.WARNING
@@ -1028,4 +1035,6 @@ def test_main_installs_the_stop_signals_quiets_library_logs_and_cleans_up_after_
             signal.signal(sig, handler)
         for name, level in levels.items():
             logging.getLogger(name).setLevel(level)
+        root.handlers[:] = root_handlers
+        root.setLevel(root_level)
     assert server.stopped_with == 10.0 and cleaned == ["watches"]
