@@ -519,6 +519,13 @@ def test_open_loop_cells_one_per_rate_with_about_30_seconds_of_arrivals():
         "constant",
     )
     assert len(cell.warmup_specs) == 1 and cell.warmup_specs[0].request_id.startswith("w-decode-r2-")
+    assert [s.request_id for s in cell.specs[:2]] == [
+        "decode-r2-constant-in32-out4-0",
+        "decode-r2-constant-in32-out4-1",
+    ]
+    assert (cell.specs[0].prompt, cell.warmup_specs[0].prompt) == (
+        "decode-r2-constant-in32-out4 #0", "w-decode-r2-constant-in32-out4 #0",
+    )  # fmt: skip
     assert cell.specs[0].input_len == 32 and cell.specs[0].max_tokens == 4
     assert (
         spec.prompts_at(0.55) == 16
@@ -619,6 +626,8 @@ def test_the_series_figure_is_computed_from_each_sides_records():
     assert (figure.short_tokens, figure.long_tokens, figure.decode_tok_s) == (10, 110, pytest.approx(100.0))
     empty = spec.finish(cells, {})["series_decode"]
     assert empty.decode_tok_s is None and (empty.short_tokens, empty.long_tokens) == (10, 110)
+    stopped = spec.finish([], {})["series_decode"]  # stopped before its cells: an empty figure, no crash
+    assert stopped.decode_tok_s is None and stopped.wall_short_ms is None
 
 
 def test_the_shortest_series_lengths_are_accepted():
@@ -668,6 +677,13 @@ def test_a_prefix_run_compares_shared_prefixes_with_as_many_unique_prompts():
         [],
     )
     assert unique.meta == {"prefix_len": 60, "groups": 2, "per_group": 4, "control": True}
+    assert (shared.specs[0].request_id, unique.specs[0].request_id) == (
+        "prefix-c1-in100-p60-out4-shared-0", "prefix-c1-in100-p60-out4-unique-0",
+    )  # fmt: skip
+    assert (unique.specs[0].prompt, shared.warmup_specs[0].prompt) == (
+        "prefix-c1-in100-p60-out4-unique #0", "w-prefix-c1-in100-p60-out4 #0",
+    )  # fmt: skip
+    assert (shared.input_len, shared.output_len, unique.workload) == (100, 4, "prefix")
     assert (unique.input_len, unique.output_len, shared.specs[0].max_tokens) == (100, 4, 4)
 
 
@@ -720,9 +736,39 @@ def test_the_load_test_sends_one_shared_prompt_c_times():
         {"shared_prompt": True},
     )
     assert {s.prompt for s in cell.specs} == {"load-shared #0"} and cell.specs[0].max_tokens == 8
-    assert cell.warmup_specs[0].request_id.startswith("w-load-c3-in16-out8")
+    assert [s.request_id for s in cell.specs] == [
+        "load-c3-in16-out8-0",
+        "load-c3-in16-out8-1",
+        "load-c3-in16-out8-2",
+    ]
+    warm = cell.warmup_specs[0]
+    assert (warm.request_id, warm.prompt, warm.api, warm.max_tokens) == (
+        "w-load-c3-in16-out8-0",
+        "load-shared #0",
+        "completions",
+        8,
+    )
+    (one,) = LoadSpec(concurrency=[4], warmup=1).cells(_Run(), _Factory())
+    assert len(one.warmup_specs) == 1  # the one shared prompt warms up as often as asked, not once a stream
     (given,) = LoadSpec(concurrency=[2], num_prompts=5, warmup=0).cells(_Run(), _Factory())
     assert (len(given.specs), given.warmup_specs) == (5, [])
+
+
+def test_every_request_of_a_run_has_its_own_id_and_no_cell_sends_another_cells_prompts():
+    """Records are joined to their requests by id; a prompt sent by two cells would be a cache hit for the second."""
+    runs = [
+        DecodeSpec(concurrency=[1, 2], num_prompts=2, input_len=8),
+        OpenLoopSpec(rates=[1, 2], num_prompts=2, input_len=8),
+        SweepSpec(sweep=1, num_prompts=2, input_len=8),
+        SeriesDecodeSpec(num_prompts=2, input_len=8),
+        TTFTSpec(input_lens=[8, 16], num_prompts=2),
+        PrefixSpec(input_len=8, prefix_len=4, num_prompts=4, groups=2),
+    ]
+    for spec in runs:
+        cells = spec.cells(_Run(), _Factory())
+        sent = [s for c in cells for s in (*c.specs, *c.warmup_specs)]
+        assert len({s.request_id for s in sent}) == len(sent), type(spec).__name__
+        assert len({s.prompt for s in sent}) == len(sent), type(spec).__name__
 
 
 def test_a_cell_can_use_its_own_prompt_and_output_length():
