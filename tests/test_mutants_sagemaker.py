@@ -1938,3 +1938,38 @@ def test_a_deploys_times_are_seconds_to_one_hundredth_since_it_began():
     )
     assert result.elapsed_s == 0.12 and result.timeline[-1].detail == "after 0 s"
     assert [e.t_s for e in result.timeline][:2] == [0.0, 0.0] and result.timeline[-1].t_s == 0.12
+
+
+def test_waiting_polls_every_15_s_and_leaves_its_bar_by_default(capsys):
+    """The bar names the endpoint, shows its status and the seconds of the timeout, and stays on screen."""
+    sm, clock = FakeSageMaker(), FakeClock(1000.0)
+    sm.resources["endpoint"] = CREATED
+    sm.statuses = ["Creating", "InService"]
+    assert wait_in_service(sm, NAME, 60, sleep=clock.sleep, monotonic=clock.monotonic) == {
+        "status": "InService"
+    }
+    assert clock.now == 1015.0
+    err = capsys.readouterr().err
+    assert f"\r{NAME}: " in err and err.endswith("InService | 15/60 s of the timeout\n")
+    sm.statuses = ["InService"]
+    wait_in_service(sm, NAME, 60, progress=False)
+    assert capsys.readouterr().err == ""
+
+
+def test_an_endpoint_without_a_status_is_shown_as_unknown_until_the_timeout():
+    class NoStatus:
+        def describe_endpoint(self, **params):
+            return {"EndpointName": params["EndpointName"]}
+
+    clock, events = FakeClock(), []
+    final = wait_in_service(
+        NoStatus(),
+        NAME,
+        10,
+        poll_s=10,
+        progress=False,
+        event=lambda s, d: events.append(s),
+        sleep=clock.sleep,
+        monotonic=clock.monotonic,
+    )
+    assert final == {"status": "TimedOut", "reason": "still ? after 10 s"} and events == ["status ?"]
