@@ -376,9 +376,13 @@ def test_a_registered_tool_keeps_its_annotations_confirmation_and_interruptibili
 
     def plain() -> None: ...
 
+    def bench() -> None: ...
+
     try:
         assert mcp_server.tool(mcp_server.DESTRUCTIVE, confirm=True)(strict) is strict
         mcp_server.tool(mcp_server.READ_ONLY)(plain)
+        mcp_server.tool(mcp_server.CREATES, interruptible=True)(bench)
+        assert mcp_server.REGISTRY["bench"] == mcp_server.ToolSpec(bench, mcp_server.CREATES, False, True)
         assert mcp_server.REGISTRY["strict"] == mcp_server.ToolSpec(
             strict, mcp_server.DESTRUCTIVE, True, False
         )
@@ -386,6 +390,7 @@ def test_a_registered_tool_keeps_its_annotations_confirmation_and_interruptibili
     finally:
         mcp_server.REGISTRY.pop("strict", None)
         mcp_server.REGISTRY.pop("plain", None)
+        mcp_server.REGISTRY.pop("bench", None)
     assert (
         mcp_server.REGISTRY["run_benchmark"].interruptible
         and not mcp_server.REGISTRY["deploy_endpoint"].interruptible
