@@ -1635,7 +1635,7 @@ def test_a_background_watch_reports_in_service_and_registers_autoscaling(capsys)
     config = t4_config(min_instances=1, max_instances=2)
     result = DeployResult(NAME, "us-east-2", "Creating", True, created=[f"endpoint:{NAME}"])
     watcher = DeploymentWatcher(sm, result, 100, poll_s=0.01, config=config, autoscaling_client=aas).start()
-    assert watcher.wait(10) is result and watcher.done.is_set()
+    assert watcher.wait(5) is result and watcher.done.is_set()
     assert result.success and result.status == "InService" and result.rolled_back == []
     assert [op for op, _ in aas.calls] == ["register_scalable_target", "put_scaling_policy"]
     assert [(e.stage, e.detail) for e in result.timeline] == [
@@ -1657,7 +1657,7 @@ def test_a_background_watch_runs_in_a_named_daemon_thread_that_never_holds_up_an
 
     class Slow(FakeSageMaker):
         def describe_endpoint(self, **params):
-            release.wait(10)
+            release.wait(5)
             return {"EndpointStatus": "InService", "CreationTime": CREATED}
 
     result = DeployResult(NAME, "us-east-2", "Creating", True, created=[f"endpoint:{NAME}"])
@@ -1669,7 +1669,7 @@ def test_a_background_watch_runs_in_a_named_daemon_thread_that_never_holds_up_an
         assert thread.daemon
     finally:
         release.set()
-    assert watcher.wait(10).status == "InService"
+    assert watcher.wait(5).status == "InService"
 
 
 @pytest.mark.parametrize(
@@ -1683,7 +1683,7 @@ def test_a_background_watch_rolls_back_an_endpoint_that_did_not_come_up(answer, 
     sm = FakeSageMaker(existing=("endpoint", "model"))
     sm.statuses = [answer]
     result = DeployResult(NAME, "us-east-2", "Creating", True, created=[f"model:{NAME}", f"endpoint:{NAME}"])
-    DeploymentWatcher(sm, result, 100, poll_s=0.01).start().wait(10)
+    DeploymentWatcher(sm, result, 100, poll_s=0.01).start().wait(5)
     assert (result.success, result.status, result.failure_reason) == (False, status, reason)
     assert result.rolled_back == [f"endpoint:{NAME}", f"model:{NAME}"] and sm.resources == {}
     assert result.timeline[-1].stage == "rolled back"
@@ -1696,7 +1696,7 @@ def test_a_background_watch_whose_autoscaling_is_refused_rolls_back():
     result = DeployResult(NAME, "us-east-2", "Creating", True, created=[f"endpoint:{NAME}"])
     DeploymentWatcher(
         sm, result, 100, poll_s=0.01, config=t4_config(max_instances=2), autoscaling_client=aas
-    ).start().wait(10)
+    ).start().wait(5)
     assert (result.success, result.status) == (False, "Error")
     assert result.failure_reason == "register_scalable_target: ValidationException: no"
     assert result.rolled_back == [f"endpoint:{NAME}"]
@@ -1720,7 +1720,7 @@ def test_a_background_deploy_creates_now_and_watches_with_the_default_timeout():
     assert (
         watcher.timeout_s == 1500 and watcher.poll_s == 15.0 and watcher.sm is sm and watcher.config is config
     )
-    result = watcher.wait(10)
+    result = watcher.wait(5)
     assert result.success and result.status == "InService" and len(result.created) == 3
     assert "InService" not in [
         e.stage for e in result.timeline
@@ -1733,7 +1733,7 @@ def test_a_background_deploy_creates_now_and_watches_with_the_default_timeout():
         timeout_s=30,
         poll_s=0.01,
     )
-    assert given.timeout_s == 30 and given.poll_s == 0.01 and given.wait(10).status == "InService"
+    assert given.timeout_s == 30 and given.poll_s == 0.01 and given.wait(5).status == "InService"
 
 
 def test_an_automatic_drafter_is_dropped_where_it_would_not_fit_beside_the_target_on_a_t4():
