@@ -819,6 +819,10 @@ def test_a_suite_with_answers_compares_them_and_an_errored_set_is_a_problem(tmp_
     assert h.answers is not None and not h.answers.measured
     assert suite.problems == [f"m: answers {h.answers.line()}"]
     assert suite.notes() == [f"m: {h.answers.text()}"]
+    from gemma4_t4.bench.published import headline_rows
+
+    shared = {r["figure"]: r for r in headline_rows(h).table_rows()}["identical answers (share)"]
+    assert shared["measured here"] is None  # an errored set is no share of identical answers
     _answers_run(tmp_path / "c" / "answers", model="m", config={"gpu": "l4"})
     (same,) = compare_suites(tmp_path / "a", tmp_path / "c").headlines
     assert same.answers.all_identical and same.notes() == [same.answers.text()]
