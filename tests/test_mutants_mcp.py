@@ -663,13 +663,14 @@ def test_a_local_chat_without_a_model_asks_the_server_which_it_serves(sent, monk
 def test_a_local_chat_refused_by_the_server_keeps_its_reason(sent):
     body = json.dumps({"error": {"message": "This model's maximum context length is 2048 tokens"}}).encode()
     sent.answer[0] = urllib.error.HTTPError(
-        "http://h/v1/chat/completions", 400, "Bad Request", {}, io.BytesIO(body)
+        "http://GPUBOX/v1/chat/completions", 400, "Bad Request", {}, io.BytesIO(body)
     )
-    with pytest.raises(Gemma4T4Error) as refused:
-        mcp_server._local_chat("http://h", "hi", 4, 0.0, model="m")
+    with pytest.raises(Gemma4T4Error) as refused:  # a LAN host name, as /etc/hosts spells it
+        mcp_server._local_chat("http://GPUBOX", "hi", 4, 0.0, model="m")
+    assert sent.requests[0]["url"] == "http://GPUBOX/v1/chat/completions"
     assert (
         refused.value.message
-        == "http://h answered HTTP 400: This model's maximum context length is 2048 tokens"
+        == "http://GPUBOX answered HTTP 400: This model's maximum context length is 2048 tokens"
     )
     assert refused.value.fix.startswith("shorten the prompt or lower max_tokens")
 
