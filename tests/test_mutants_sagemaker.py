@@ -215,6 +215,17 @@ def test_the_settings_name_their_flags_parameters_and_left_out_defaults():
     assert settings["region"].default is None and settings["extra_env"].default is None
     assert settings["region"].type == str | None
     assert "served_model_name" not in settings and "instance_count" not in settings  # not a user's setting
+    assert settings["extra_env"].type == dict[str, str] | None  # an empty mapping when left out
+    assert settings["ttl_hours"].help.startswith("lifetime in hours, a cost guard")
+    # the MCP boundary travels with each setting: the role is a person's, the context length bounded
+    assert (
+        settings["role_arn"].assistant["sets"] is False and ROLE_ENV in settings["role_arn"].assistant["why"]
+    )
+    assert settings["max_model_len"].assistant["sets"] is True
+    assert (settings["max_model_len"].assistant["ge"], settings["max_model_len"].assistant["le"]) == (
+        256,
+        1_048_576,
+    )
 
 
 def test_settings_left_out_keep_their_defaults_and_the_region_follows_the_environment(monkeypatch):
