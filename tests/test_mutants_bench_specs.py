@@ -650,7 +650,8 @@ def test_ttft_cells_one_per_prompt_length():
     assert [(c.cell, c.input_len, c.concurrency, len(c.specs), len(c.warmup_specs)) for c in cells] == [
         ("ttft-c1-in64-out4", 64, 1, 2, 0), ("ttft-c1-in256-out4", 256, 1, 2, 0),
     ]  # fmt: skip
-    assert [s.input_len for s in cells[1].specs] == [256, 256] and cells[0].workload == "ttft"
+    assert [s.input_len for s in cells[1].specs] == [256, 256]
+    assert (cells[0].workload, cells[0].variant) == ("ttft", "ttft")
     assert spec.prompt_lens() == [64, 256] and DecodeSpec(input_len=300).prompt_lens() == [300]
 
 
