@@ -274,6 +274,57 @@ BUGS: tuple[Bug, ...] = (
         "values.append(argv[i])",
         ("tests/test_secrets_rule.py",),
     ),
+    Bug(
+        "An explicit --region wins over $AWS_REGION",
+        "gemma4_t4/sagemaker/config.py",
+        'return region or os.environ.get("AWS_REGION") or',
+        'return os.environ.get("AWS_REGION") or region or',
+        ("tests/test_sagemaker_moto.py::test_cli_lifecycle_and_confirmation",),
+    ),
+    Bug(
+        "Autoscaling with only --min-instances 2 (or min = max) is accepted",
+        "gemma4_t4/sagemaker/config.py",
+        "if not 1 <= low <= high <= 20:",
+        "if not 1 <= low < high <= 20:",
+        ("tests/test_user_expectations.py::test_an_autoscaling_floor_alone_or_a_fixed_fleet_is_accepted",),
+    ),
+    Bug(
+        "A notebook parameter left None takes the venue's value (the CPU's short prompts on a CPU)",
+        "gemma4_t4/bench/registry.py",
+        "**{k: v for k, v in given.items() if v is not None}})",
+        "**given})",
+        ("tests/test_bench_args.py::test_papermill_parameters_are_read_as_they_plainly_mean",),
+    ),
+    Bug(
+        "An open loop is refused when its arrivals alone take over 24 hours, not over 24 minutes",
+        "gemma4_t4/bench/specs.py",
+        "MAX_RUN_S = 24 * 3600",
+        "MAX_RUN_S = 24 * 60",
+        ("tests/test_bench_bounds.py::test_a_bounded_spec_still_runs_at_its_limits",),
+    ),
+    Bug(
+        "A decode cell without --num-prompts measures max(32, 4 x c) prompts, as docs/benchmarks.md says",
+        "gemma4_t4/bench/specs.py",
+        "n or max(32, 4 * c)",
+        "n or max(8, 4 * c)",
+        (
+            "tests/test_user_expectations.py::test_a_decode_cell_measures_32_prompts_or_4_per_stream_unless_told",
+        ),
+    ),
+    Bug(
+        "`bench compare A B` shows output tok/s as B/A, like its other ratios",
+        "gemma4_t4/bench/compare.py",
+        "(tb / ta) if ta and tb else None",
+        "(ta / tb) if ta and tb else None",
+        ("tests/test_user_expectations.py::test_bench_compare_reads_every_ratio_as_b_over_a",),
+    ),
+    Bug(
+        "A host of one GPU model is not called mixed (no CUDA_DEVICE_ORDER advice)",
+        "gemma4_t4/host/env.py",
+        "mixed = len({_model(g) for g in gpus}) > 1",
+        "mixed = len({_model(g) for g in gpus}) >= 1",
+        ("tests/test_setup_mixed_gpus.py::test_choose_gpu_prefers_the_t4_and_follows_cuda_visible_devices",),
+    ),
     # a check that the bugged copy is what runs: every secret is shown masked as ***
     Bug(
         "Secrets are shown as *** (the copy under test is the one imported)",
