@@ -127,8 +127,9 @@ Temperature = Annotated[float, Field(ge=0, le=2, description="sampling temperatu
 
 
 def _secret_values() -> list[str]:
-    """Secret-named environment values to scrub; short ones are left out (a stray ``1`` is not masked)."""
-    return [v for k, v in os.environ.items() if secrets.is_secret_name(k) and len(v) >= 6]
+    """Secret-named environment values to scrub, by the package's one rule (values of 3 characters and
+    more: a stray ``1`` is not masked, a 4-character token is)."""
+    return secrets.known_values()
 
 
 _scrub = secrets.mask  # the package's one masking rule, shared with serve, bench and SageMaker

@@ -137,9 +137,12 @@ BUGS: tuple[Bug, ...] = (
     Bug(
         "A 6-character secret (HF_TOKEN=abc123) is masked in MCP answers",
         "gemma4_t4/mcp_server.py",
-        "secrets.is_secret_name(k) and len(v) >= 6]",
-        "secrets.is_secret_name(k) and len(v) > 6]",
-        ("tests/test_secrets_rule.py::test_a_six_character_token_is_masked_in_an_mcp_answer",),
+        "    return secrets.known_values()",
+        "    return [v for v in secrets.known_values() if len(v) > 6]",
+        (
+            "tests/test_secrets_rule.py::test_a_six_character_token_is_masked_in_an_mcp_answer",
+            "tests/test_secrets_rule.py::test_a_four_character_secret_is_masked_in_an_mcp_answer_as_everywhere_else",
+        ),
         issue=True,
     ),
     Bug(

@@ -209,3 +209,17 @@ def test_a_six_character_token_is_masked_in_an_mcp_answer(monkeypatch):
 
     result = anyio.run(mcp_server._adapter(leaky))
     assert result.text == "the server refused token ***"
+
+
+def test_a_four_character_secret_is_masked_in_an_mcp_answer_as_everywhere_else(monkeypatch):
+    """`HF_TOKEN=k3y9` is masked in MCP answers exactly as serve, bench and SageMaker mask it: the MCP
+    server has no shorter rule of its own (it once kept only values of 6 characters and more)."""
+    import anyio
+
+    monkeypatch.setenv("HF_TOKEN", "k3y9")
+
+    def leaky() -> mcp_server.QueryResult:
+        return mcp_server.QueryResult(target="x", text="the server refused token k3y9", latency_s=0.0)
+
+    assert anyio.run(mcp_server._adapter(leaky)).text == "the server refused token ***"
+    assert secrets.mask_text("token k3y9", secrets.known_values()) == "token ***"
