@@ -1060,6 +1060,7 @@ def test_an_autoscaled_deploy_registers_its_variant_and_a_target_tracking_policy
         },
     }
     assert policy.note == "target tracking on invocations per instance, with cooldowns"
+    assert policy.region == "us-east-2"
     assert autoscaling_calls(t4_config()) == []
     assert deployment_calls(config)[3:] == [register, policy]
     assert deploy_cost(config).usd_per_hour == pytest.approx(5 * 0.736)  # the worst case: all five billed
@@ -1642,7 +1643,7 @@ def test_a_background_watch_reports_in_service_and_registers_autoscaling(capsys)
     """The watch polls quietly (no bar from a background thread) until InService, then registers autoscaling."""
     sm, aas = FakeSageMaker(), FakeCalls()
     sm.resources["endpoint"] = CREATED
-    sm.statuses = ["Creating", "InService"]
+    sm.statuses = ["Creating", "Creating", "Creating", "InService"]  # three polls 0.01 s apart, then up
     config = t4_config(min_instances=1, max_instances=2)
     result = DeployResult(NAME, "us-east-2", "Creating", True, created=[f"endpoint:{NAME}"])
     watcher = DeploymentWatcher(sm, result, 100, poll_s=0.01, config=config, autoscaling_client=aas).start()
@@ -1658,6 +1659,8 @@ def test_a_background_watch_reports_in_service_and_registers_autoscaling(capsys)
     for event in result.timeline:  # seconds since the watch began, to 1/100
         assert isinstance(event.t_s, float) and 0 <= event.t_s < 10 and event.t_s == round(event.t_s, 2)
     assert capsys.readouterr().err == ""
+    assert isinstance(result.elapsed_s, float) and 0 < result.elapsed_s < 1.5
+    assert result.elapsed_s == round(result.elapsed_s, 2)
 
 
 def test_a_background_watch_runs_in_a_named_daemon_thread_that_never_holds_up_an_exit():
@@ -1880,14 +1883,20 @@ def test_a_failed_deploy_leaves_alone_an_endpoint_someone_re_created_under_its_n
     assert "delete_endpoint" not in sm.operations() and "endpoint" in sm.resources
 
 
-def test_a_refused_scaling_policy_rolls_back_the_registered_target_first(monkeypatch):
-    """The scalable target was registered before the policy was refused: it is the first thing this deploy
-    made that the rollback must undo (here without AWS credentials for it, so it is not claimed as gone)."""
+@pytest.fixture
+def no_aws_credentials(monkeypatch):
+    """No AWS credentials anywhere boto3 looks: a client made without one handed in fails at once."""
     for variable in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.setenv("AWS_CONFIG_FILE", "/dev/null")
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+def test_a_refused_scaling_policy_rolls_back_the_registered_target_first(no_aws_credentials):
+    """The scalable target was registered before the policy was refused: it is the first thing this deploy
+    made that the rollback undoes, checked as its endpoint's (here without AWS credentials for it, so it
+    is not claimed as gone)."""
     sm = FakeSageMaker()
     aas = FakeCalls(fail={"put_scaling_policy": aws_failure("ValidationException", "bad policy")})
     error = failed_deploy(t4_config(min_instances=1, max_instances=3), sm, autoscaling_client=aas)
@@ -1895,6 +1904,31 @@ def test_a_refused_scaling_policy_rolls_back_the_registered_target_first(monkeyp
     assert error.result.created[0] == f"autoscaling:endpoint/{NAME}/variant/AllTraffic"
     assert error.result.rolled_back == [f"endpoint:{NAME}", f"endpoint-config:{NAME}", f"model:{NAME}"]
     assert sm.resources == {}
+    # after the create: its CreationTime read and the InService poll, then the rollback
+    rollback_calls = sm.operations()[sm.operations().index("create_endpoint") + 3 :]
+    assert rollback_calls == [
+        "describe_endpoint",  # the scalable target's endpoint: still this deploy's
+        "describe_endpoint",
+        "delete_endpoint",
+        "describe_endpoint_config",
+        "delete_endpoint_config",
+        "describe_model",
+        "delete_model",
+    ]
+
+
+def test_a_scalable_target_whose_endpoint_is_already_gone_is_still_deregistered(no_aws_credentials):
+    """Someone deleted the endpoint before the rollback: the endpoint counts as gone, but its scalable
+    target is not assumed gone with it (here its deregistration fails without credentials: not claimed)."""
+    sm = FakeSageMaker()
+
+    class PolicyRefused(FakeCalls):
+        def put_scaling_policy(self, **params):
+            del sm.resources["endpoint"]
+            raise aws_failure("ValidationException", "bad policy")
+
+    error = failed_deploy(t4_config(min_instances=1, max_instances=3), sm, autoscaling_client=PolicyRefused())
+    assert error.result.rolled_back == [f"endpoint-config:{NAME}", f"model:{NAME}", f"endpoint:{NAME}"]
 
 
 def test_a_deploy_through_a_session_asks_its_own_regions_clients_and_shows_a_bar(capsys):
@@ -1917,7 +1951,8 @@ def test_a_deploy_through_a_session_asks_its_own_regions_clients_and_shows_a_bar
             ]
         }
     )
-    made = {"sagemaker": sm, "ecr": ecr, "s3": s3}
+    aas = FakeCalls()
+    made = {"sagemaker": sm, "ecr": ecr, "s3": s3, "application-autoscaling": aas}
 
     class Session:
         def get_credentials(self):
@@ -1929,16 +1964,17 @@ def test_a_deploy_through_a_session_asks_its_own_regions_clients_and_shows_a_bar
 
     clock = FakeClock(1000.0)
     config = DeployConfig(
-        name=NAME, role_arn=ROLE, region="us-west-2", model_data_s3_uri="s3://my-bucket/e2b/"
+        name=NAME, role_arn=ROLE, region="us-west-2", model_data_s3_uri="s3://my-bucket/e2b/", max_instances=2
     )
     result = deploy(config, session=Session(), sleep=clock.sleep, monotonic=clock.monotonic)
     assert result.success and ecr.calls and s3.calls
+    assert [op for op, _ in aas.calls] == ["register_scalable_target", "put_scaling_policy"]
     create = next(params for op, params in sm.calls if op == "create_model")
     assert (
         create["PrimaryContainer"]["Image"]
         == f"123456789012.dkr.ecr.us-west-2.amazonaws.com/gemma4-t4-vllm:{tag}"
     )
-    assert result.timeline[-1].detail == "after 15 s"  # one poll, 15 s apart by default
+    assert result.timeline[-3].detail == "after 15 s"  # one poll, 15 s apart by default
     assert "InService | 15/2700 s of the timeout" in capsys.readouterr().err
 
 
@@ -1984,3 +2020,26 @@ def test_an_endpoint_without_a_status_is_shown_as_unknown_until_the_timeout():
         monotonic=clock.monotonic,
     )
     assert final == {"status": "TimedOut", "reason": "still ? after 10 s"} and events == ["status ?"]
+
+
+def test_a_background_watch_names_what_it_rolled_back_and_leaves_a_re_created_endpoint_alone():
+    sm = FakeSageMaker(existing=("endpoint", "model"))
+    sm.resources["endpoint"] = CREATED + dt.timedelta(minutes=3)  # deleted and re-created by another owner
+    sm.statuses = ["Failed:OOM"]
+    result = DeployResult(
+        NAME,
+        "us-east-2",
+        "Creating",
+        True,
+        created=[f"model:{NAME}", f"endpoint:{NAME}"],
+        created_at={f"model:{NAME}": CREATED.timestamp(), f"endpoint:{NAME}": CREATED.timestamp()},
+    )
+    DeploymentWatcher(sm, result, 100, poll_s=0.01).start().wait(5)
+    left = f"left alone: endpoint:{NAME} (re-created by another owner since this deploy)"
+    assert result.rolled_back == [f"model:{NAME}", left] and "endpoint" in sm.resources
+    assert (result.timeline[-1].stage, result.timeline[-1].detail) == ("rolled back", f"model:{NAME}, {left}")
+    empty = DeployResult(NAME, "us-east-2", "Creating", True)
+    DeploymentWatcher(
+        FakeSageMaker(statuses=("Failed:OOM",), existing=("endpoint",)), empty, 100, poll_s=0.01
+    ).start().wait(5)
+    assert (empty.timeline[-1].stage, empty.timeline[-1].detail) == ("rolled back", "nothing created")
