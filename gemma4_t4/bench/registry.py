@@ -301,7 +301,14 @@ _BOUNDS = {
 
 
 def _field_names(what: str) -> list[str]:
-    spec = next((s for s in REGISTRY.values() if s.__name__ == what), None)
+    # every workload class, not only registered ones: a notebook's own ``class MyDecode(DecodeSpec)``
+    # gets its fields named in the fix too
+    classes, seen = [WorkloadSpec], []
+    while classes:
+        cls = classes.pop()
+        seen.append(cls)
+        classes.extend(cls.__subclasses__())
+    spec = next((s for s in seen if s.__name__ == what), None)
     return sorted(n for n in spec.model_fields if n != "kind") if spec else []
 
 
