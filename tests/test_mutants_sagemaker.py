@@ -1442,7 +1442,8 @@ def test_an_endpoint_that_can_no_longer_come_up_ends_the_wait(status):
     sm = FakeSageMaker()
     sm.resources["endpoint"] = CREATED
     sm.statuses = [status]
-    assert wait_in_service(sm, NAME, 100, progress=False, sleep=FakeClock().sleep) == {
+    clock = FakeClock()
+    assert wait_in_service(sm, NAME, 100, progress=False, sleep=clock.sleep, monotonic=clock.monotonic) == {
         "status": "Failed",
         "reason": status,
     }
@@ -1465,7 +1466,7 @@ def test_throttling_keeps_waiting_and_another_error_ends_the_wait():
     )
     assert final == {"status": "InService"} and events == ["status Updating", "status InService"]
     sm.statuses = [aws_failure("AccessDeniedException", "denied")]
-    assert wait_in_service(sm, NAME, 100, progress=False, sleep=clock.sleep) == {
+    assert wait_in_service(sm, NAME, 100, progress=False, sleep=clock.sleep, monotonic=clock.monotonic) == {
         "status": "Error",
         "reason": "AccessDeniedException: denied",
     }
@@ -1490,7 +1491,16 @@ def test_a_failure_reason_is_shown_with_its_status():
     sm, events = FakeSageMaker(), []
     sm.resources["endpoint"] = CREATED
     sm.statuses = ["Failed:the container exited"]
-    final = wait_in_service(sm, NAME, 100, progress=False, event=lambda s, d: events.append((s, d)))
+    clock = FakeClock()
+    final = wait_in_service(
+        sm,
+        NAME,
+        100,
+        progress=False,
+        event=lambda s, d: events.append((s, d)),
+        sleep=clock.sleep,
+        monotonic=clock.monotonic,
+    )
     assert final == {"status": "Failed", "reason": "the container exited"}
     assert events == [("status Failed", "the container exited")]
 
@@ -1999,7 +2009,7 @@ def test_waiting_polls_every_15_s_and_leaves_its_bar_by_default(capsys):
     err = capsys.readouterr().err
     assert f"\r{NAME}: " in err and err.endswith("InService | 15/60 s of the timeout\n")
     sm.statuses = ["InService"]
-    wait_in_service(sm, NAME, 60, progress=False)
+    wait_in_service(sm, NAME, 60, progress=False, sleep=clock.sleep, monotonic=clock.monotonic)
     assert capsys.readouterr().err == ""
 
 
