@@ -175,10 +175,8 @@ def test_a_gpu_the_table_lacks_is_named_unpriced_and_shown_against_the_t4():
     info = _runtime("t4", P100)
     assert info.gpu_key is None and info.roofline_gpu == "t4"
     assert len(info.notes) == 2
-    assert (
-        info.notes[0].startswith("GPU is Tesla P100-PCIE-16GB (sm_60), not a T4")
-        and "priced" not in info.notes[0]
-    )
+    assert info.notes[0].startswith("GPU is Tesla P100-PCIE-16GB (sm_60), not a T4")
+    assert info.notes[0].endswith("because this GPU does not need them; results are this GPU's")
     assert info.notes[1] == (
         "Tesla P100-PCIE-16GB is not in the hardware table (gemma4_t4.catalog.hardware): its "
         "results are not priced, and the roofline and fit tables show the series' T4 for "
@@ -197,14 +195,30 @@ def test_a_turing_gpu_is_the_t4_path_by_its_sm_75_and_a_t4_by_its_name():
     assert named.cpu_count >= 1
 
 
+def test_a_gpu_whose_driver_does_not_report_its_sm_is_shown_without_one(capsys):
+    info = nb.runtime_check("t4", probes=_host(("Tesla P100-PCIE-16GB", 16384, "[N/A]")))  # shown by default
+    assert info.notes[0].startswith("GPU is Tesla P100-PCIE-16GB (sm_?), not a T4")
+    out = capsys.readouterr().out
+    assert "Tesla P100-PCIE-16GB sm_ 16.0 GiB" in out
+    shown = dict(
+        re.split(r"\s{2,}", line.strip(), maxsplit=1) for line in out.splitlines() if "  " in line.strip()
+    )
+    assert {"TARGET", "python", "Colab", "GPU", "RAM"} <= set(shown) and shown["Colab"] == "no"
+
+
 def test_on_a_host_with_two_gpus_the_note_names_the_one_used():
     info = _runtime("auto", P100, T4)
     assert info.gpu_name == "Tesla T4" and info.gpu.index == 1
     assert info.notes[0].startswith("2 GPUs; this part uses GPU 1: ")
-    with pytest.raises(Gemma4T4Error, match="names GPU 5"):  # a GPU it does not list is no guess
+    with pytest.raises(Gemma4T4Error, match="names GPU 5") as auto:  # a GPU it does not list is no guess
         _runtime("auto", P100, T4, environ={"HOME": "/h", "CUDA_VISIBLE_DEVICES": "5"})
-    with pytest.raises(Gemma4T4Error, match="names GPU 5"):
+    with pytest.raises(Gemma4T4Error, match="names GPU 5") as t4:
         _runtime("t4", T4, environ={"HOME": "/h", "CUDA_VISIBLE_DEVICES": "5"})
+    assert auto.value.fix and t4.value.fix  # each says how to name a GPU it lists
+    assert "CUDA_VISIBLE_DEVICES" in auto.value.fix and "CUDA_VISIBLE_DEVICES" in t4.value.fix
+    # a part without a local-GPU venue refuses auto on a GPU host rather than serve where it may not
+    with pytest.raises(Gemma4T4Error, match="TARGET='t4' is not supported"):
+        nb.runtime_check("auto", allowed=("cpu", "sagemaker"), probes=_host(T4), show=False)
     # the CPU default serves on no GPU: a GPU choice it does not use is no reason to stop
     assert _runtime("cpu", T4, environ={"HOME": "/h", "CUDA_VISIBLE_DEVICES": "5"}).target == "cpu"
 
@@ -259,6 +273,9 @@ def test_a_model_size_the_t4_cannot_hold_is_refused_before_any_download(capsys):
     assert refused.value.message.startswith("MODEL_SIZE='31b' cannot run here: 31b: qat-w4a16 does not fit")
     assert refused.value.fix == "choose one of 'e2b' in the parameters cell"
     assert "model sizes that fit one t4 in qat and bf16: e2b\n" in capsys.readouterr().out
+    with pytest.raises(Gemma4T4Error) as qat_only:
+        nb.check_model_size("31b", ["qat"], t4)
+    assert qat_only.value.fix == "choose one of 'e2b', 'e4b', '12b' in the parameters cell"
     with pytest.raises(Gemma4T4Error, match="MODEL_SIZE='99b' cannot run here: 99b: unknown size"):
         nb.check_model_size("99b", ["qat"], t4)
     # at a longer context fewer sizes fit: the context the part serves is the one judged
@@ -342,7 +359,14 @@ def test_show_table_prints_the_title_and_rows_outside_jupyter(capsys):
     out = capsys.readouterr().out
     assert out.startswith("decode") and "e2b" in out and "12.5" in out
     nb.show_table(Table([{"a": 1}], "own caption"), title="retitled")
-    assert capsys.readouterr().out.startswith("retitled")
+    out = capsys.readouterr().out
+    assert (
+        out.startswith("retitled")
+        and out.splitlines()[1].strip() == "a"
+        and out.splitlines()[3].strip() == "1"
+    )
+    nb.show_table([{"size": "e2b", "tok/s": 12.5}], columns=["tok/s"])
+    assert "e2b" not in capsys.readouterr().out  # only the columns asked for
 
 
 def test_in_jupyter_a_table_is_displayed_not_printed(monkeypatch, capsys, tmp_path):
@@ -389,10 +413,13 @@ def test_a_figure_is_saved_as_png_and_a_missing_plot_names_the_step(tmp_path, ca
 
     fig, ax = plt.subplots()
     ax.plot([1, 2], [3, 4])
-    path = tmp_path / "plots" / "curve.png"
+    other = plt.figure()  # the current figure is another one: the one shown is the one closed
+    path = tmp_path / "plots" / "part2" / "curve.png"
     nb.show_figure(fig, path)
     assert path.read_bytes().startswith(b"\x89PNG") and f"saved {path}" in capsys.readouterr().out
     assert not plt.fignum_exists(fig.number)  # closed: a notebook of many figures does not pile them up
+    assert plt.fignum_exists(other.number)
+    plt.close(other)
     from PIL import Image
 
     with Image.open(path) as png:  # the report's resolution, cropped to the plot (no blank margins)
@@ -425,8 +452,9 @@ def test_the_summary_holds_what_was_measured_apart_from_what_was_published(tmp_p
         "notes": ["a note"],
     }
     assert capsys.readouterr().out == f"summary written to {out / 'summary.json'}\n"
-    nb.save_summary(out, 3, {"x": 1})
-    assert json.loads((out / "summary.json").read_text())["published"] == {}
+    nb.save_summary(out, 3, {"x": 1}, tables=[Table([{"b": 2}])])
+    saved = json.loads((out / "summary.json").read_text())
+    assert saved["published"] == {} and saved["tables"] == [{"title": "", "rows": [{"b": 2}]}]
     with pytest.raises(Gemma4T4Error) as empty:
         nb.save_summary(out, 2, {})
     assert (
@@ -472,6 +500,10 @@ def test_the_cpu_default_builds_the_matching_tiny_model(tmp_path, monkeypatch):
     nb.model_for("cpu", "e2b", "qat", tmp_path)
     nb.model_for("cpu", "e2b", "qat-unquantized", tmp_path)
     assert nb.drafter_for("cpu", tmp_path) == str(tmp_path / "models" / "tiny-gemma4-drafter")
+    monkeypatch.chdir(tmp_path)
+    assert nb.drafter_for("cpu") == str(Path("models") / "tiny-gemma4-drafter")
+    assert nb.model_for("cpu") == str(Path("models") / "tiny-gemma4")
+    del built[-2:]
     assert built == [
         (tmp_path / "models" / "tiny-gemma4", "bf16"),
         (tmp_path / "models" / "tiny-gemma4-qat", "qat"),
@@ -578,6 +610,8 @@ def test_a_local_t4_part_serves_on_this_gpu_with_the_fit_checks_context(tmp_path
     config, gpu_name = made.local[1]
     assert config.target == "cpu" and gpu_name is None and config.max_model_len == 2048
     assert config.max_num_seqs == 8 and config.enable_prefix_caching is True  # the parts' defaults
+    nb.endpoint("cpu", "m", tmp_path, name="tiny", max_model_len=1536)
+    assert made.local[2][0].max_model_len == 1536
 
 
 def test_a_sagemaker_part_deploys_its_gpus_instance_named_for_the_part(tmp_path, monkeypatch, capsys):
@@ -606,9 +640,19 @@ def test_a_sagemaker_part_deploys_its_gpus_instance_named_for_the_part(tmp_path,
         in out
     )
     assert served.venue == "sagemaker"
-    nb.endpoint("sagemaker", "google/gemma-4-E2B-it", tmp_path, name="gemma4", gpu="l4")
-    config = made.sagemaker[1][0]
+    nb.endpoint(
+        "sagemaker",
+        "google/gemma-4-E4B-it",
+        tmp_path,
+        name="gemma4",
+        gpu="l4",
+        max_num_seqs=6,
+        max_model_len=4096,
+    )
+    config, _, _, poll_s = made.sagemaker[1]
     assert config.instance_type == "ml.g6.xlarge" and config.name == "g4-nb-l4-gemma4"
+    assert config.region == "us-east-2" and poll_s == 15.0 and config.model_id == "google/gemma-4-E4B-it"
+    assert config.max_num_seqs == 6 and config.max_model_len == 4096
     assert "(0.74 $/h; budget left: none set)" in capsys.readouterr().out
     with pytest.raises(Gemma4T4Error) as refused:
         nb.endpoint("sagemaker", "google/gemma-4-E2B-it", tmp_path, name="gemma4", gpu="a10")
@@ -658,7 +702,10 @@ def test_the_repack_a_venue_serves_beside_its_qat_source(tmp_path, monkeypatch, 
     monkeypatch.setattr(nb.cpuisa, "cpu_build", lambda: CpuBuild("avx512", "_C_AVX512", None, True, ""))
     linear = nb.repack_to_serve(_runtime("cpu"), tmp_path)
     assert linear.folder == tmp_path / "repack-linear" and not linear.exact
-    assert linear.why.startswith("the linear-only repack (vLLM's CPU build, int4 linears)")
+    assert linear.why == (
+        "the linear-only repack (vLLM's CPU build, int4 linears); the tiny random model's answers "
+        "are counted, not required to match"
+    )
 
 
 def _served(venue: str, name: str, stop=None) -> Endpoint:
@@ -690,6 +737,33 @@ def test_clean_up_says_what_it_stopped_and_asks_aws_what_the_part_left(monkeypat
     assert nb.clean_up() == [] and "stopped: nothing | left running: nothing" in capsys.readouterr().out
 
 
+class _Stuck(SimpleNamespace):
+    """An endpoint whose delete did not take (stop() returned, yet it still runs)."""
+
+    def stop(self) -> None:
+        pass
+
+
+def test_clean_up_reports_an_endpoint_still_up_and_asks_aws_in_the_default_region(monkeypatch, capsys):
+    from gemma4_t4.sagemaker import experiments
+
+    asked = []
+    monkeypatch.setattr(experiments, "leftover_endpoints", lambda region, part: asked.append(region) or [])
+    stuck = _Stuck(
+        venue="sagemaker", url="sagemaker://us-east-2/g4-p3-t4-a", name="g4-p3-t4-a", stopped=False
+    )
+    one, two = _served("local", "a"), _served("local", "bb")
+    assert nb.clean_up(stuck, one, two, part=3) == ["g4-p3-t4-a"] and asked == ["us-east-2"]
+    out = capsys.readouterr().out
+    assert f"stopped: {one.url}, {two.url} | left running: {stuck.url}" in out
+    assert "Part 3 endpoints still in us-east-2: g4-p3-t4-a" in out
+    nb.clean_up(_served("sagemaker", "g4-p3-t4-b"), part=3)
+    assert "Part 3 endpoints still in us-east-2: none" in capsys.readouterr().out
+    kept = [_served("local", "c"), _served("local", "dd")]
+    nb.clean_up(*kept, keep_local=True)
+    assert f"left running: {kept[0].url}, {kept[1].url}" in capsys.readouterr().out
+
+
 def test_an_endpoint_that_could_not_be_deleted_is_reported_as_still_billing(capsys):
     def refuse():
         raise Gemma4T4Error("AccessDenied", fix="")
@@ -714,8 +788,8 @@ def test_the_steps_that_need_sagemaker_or_a_turing_gpu_say_why_they_did_not_run(
         and "T4 vs L4 on SageMaker, single-stream decode (published)" in out
     )
     assert nb.drafter_on_off(local, "auto", tmp_path) is None
-    assert capsys.readouterr().out.startswith(
-        "not run on local: a drafter comparison restarts the server twice"
+    assert capsys.readouterr().out == (
+        "not run on local: a drafter comparison restarts the server twice (on SageMaker: two more billed deploys)\n"
     )
     assert nb.ttft_route_on_off(local, cpu, None, tmp_path) is None
     assert (
@@ -766,6 +840,10 @@ def test_local_model_keeps_a_folder_and_dir_bytes_counts_every_file(tmp_path, ca
     assert not folder.exists() and stray.exists()
     assert capsys.readouterr().out == f"removed: {folder}\n"
     assert nb.remove_dirs(tmp_path / "gone") == [] and capsys.readouterr().out == "removed: nothing\n"
+    (tmp_path / "x").mkdir()
+    (tmp_path / "y").mkdir()
+    nb.remove_dirs(tmp_path / "x", tmp_path / "y")
+    assert capsys.readouterr().out == f"removed: {tmp_path / 'x'}, {tmp_path / 'y'}\n"
 
 
 def test_an_mcp_session_shows_one_row_per_call_with_its_result_cut_short():
@@ -848,6 +926,24 @@ def test_the_install_cell_installs_only_the_missing_requirements(capsys):
     assert capsys.readouterr().out == "setup: this part needs no vLLM here; nothing to install\n"
     nb.setup(vllm=False, packages=["no-such-package-g4t4"], dry_run=True, runner=pip)
     assert len(pip.commands) == 1 and "would run: no-such-package-g4t4" in capsys.readouterr().out
+
+
+def test_the_install_cell_names_every_missing_requirement_and_finds_scikit_learn_as_sklearn(
+    monkeypatch, capsys
+):
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: object() if name == "sklearn" else real_find_spec(name, *a),
+    )
+    pip = _Pip(returncode=1)
+    with pytest.raises(Gemma4T4Error) as failed:
+        nb.setup(vllm=False, packages=["scikit-learn>=1.5", "no-such-a-g4t4", "no-such-b-g4t4"], runner=pip)
+    assert failed.value.message.startswith("pip failed installing no-such-a-g4t4, no-such-b-g4t4:")
+    assert capsys.readouterr().out == "installing: no-such-a-g4t4 no-such-b-g4t4\n"
 
 
 def test_a_failed_pip_install_shows_its_last_lines_and_the_command():
@@ -1758,9 +1854,11 @@ def test_t4_vs_l4_deploys_an_l4_serving_the_same_model_and_compares_it_with_the_
         bench_specs, "run", lambda on, spec, out, overwrite: ran.append((on, spec, out, overwrite))
     )
     monkeypatch.setattr(
-        nb, "compare_suites", lambda t4, l4: SimpleNamespace(headlines=[headline], t4=t4, l4=l4)
+        nb,
+        "compare_suites",
+        lambda t4, l4: ran.append(("compared", t4, l4)) or SimpleNamespace(headlines=[headline]),
     )
-    monkeypatch.setattr(nb, "headline_rows", lambda h: [{"row": "published beside measured"}])
+    monkeypatch.setattr(nb, "headline_rows", lambda h: [{"row": f"published beside {h.caption()}"}])
     budget = Budget(5.0)
     t4 = Endpoint(
         "sagemaker", "g4-p4-t4-gemma4", "sagemaker://us-west-2/g4-p4-t4-gemma4", "gemma4", max_num_seqs=4
@@ -1795,9 +1893,10 @@ def test_t4_vs_l4_deploys_an_l4_serving_the_same_model_and_compares_it_with_the_
         ("l4 endpoint", "decode spec", tmp_path / "l4" / "decode", True),
         ("l4 endpoint", "answers spec", tmp_path / "l4" / "answers", True),
         "deleted",
+        ("compared", tmp_path / "t4", tmp_path / "l4"),
     ]
     out = capsys.readouterr().out
-    assert "headline" in out and "published beside measured" in out
+    assert "headline" in out and "published beside headline" in out
     t4.max_num_seqs = None
     nb.t4_vs_l4(t4, specs, tmp_path / "t4", tmp_path / "l4", model="m", budget=None)
     assert (
@@ -1871,11 +1970,11 @@ def test_the_install_cell_applies_the_plan_and_restarts_colab_when_something_loa
     monkeypatch.setattr(setup_apply, "apply_setup", lambda plan, **kw: applied.append((plan, kw)) or result)
     pip = _Pip()
     assert nb.setup(probes=_host(T4), runner=pip) is result
-    assert applied[0][1] == {"runner": pip}
+    assert applied[0][1] == {"runner": pip} and applied[0][0].needed  # this host's plan is the one applied
     out = capsys.readouterr().out
     assert (
-        "installed vllm 0.33.0\n" in out
-        and "RESTART NEEDED: restart the runtime, then run all cells again" in out
+        "installed vllm 0.33.0\nRESTART NEEDED: restart the runtime, then run all cells again (the install cell "
+        "will then find everything in place)\n" in out
     )
     assert "restarting the Colab runtime now" not in out  # not Colab: the learner restarts
 
@@ -1886,13 +1985,23 @@ def test_the_install_cell_applies_the_plan_and_restarts_colab_when_something_loa
     colab = _host(T4, environ={"HOME": "/h", "COLAB_RELEASE_TAG": "x"})
     nb.setup(probes=colab)
     assert applied[1][1] == {} and shutdowns == [True]
-    assert "restarting the Colab runtime now..." in capsys.readouterr().out
+    assert "\nrestarting the Colab runtime now...\n" in capsys.readouterr().out
     nb.setup(probes=colab, restart=False)
     assert shutdowns == [True]  # restart=False: the learner restarts when ready
     assert "RESTART NEEDED" in capsys.readouterr().out
     result.restart = False
     nb.setup(probes=colab)
     assert shutdowns == [True] and "RESTART NEEDED" not in capsys.readouterr().out
+
+
+def test_without_ipython_or_huggingface_hub_it_is_plain_python_and_a_download_names_the_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "IPython", None)  # import IPython raises ImportError
+    assert not nb.in_notebook()
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)
+    with pytest.raises(Gemma4T4Error) as missing:
+        nb.local_model("google/gemma-4-E2B-it")
+    assert missing.value.message == "huggingface_hub is not installed"
+    assert missing.value.fix == "pip install huggingface_hub"
 
 
 def test_a_hub_model_is_downloaded_with_only_what_vllm_reads(tmp_path, monkeypatch):
@@ -1937,6 +2046,39 @@ def test_part1_on_the_cpu_starts_the_local_stand_ins_and_says_whose_replies_they
     )
 
 
+def test_part1_on_the_cpu_with_vllm_serves_the_tiny_model_behind_the_runtime_stand_in(
+    tmp_path, monkeypatch, capsys
+):
+    import importlib.util
+
+    from gemma4_t4.sagemaker import local
+
+    made, served = [], []
+
+    class LocalAWS:
+        def __init__(self, seed_fixed_image=True, runtime_backend=None):
+            made.append((seed_fixed_image, runtime_backend))
+            self.runtime = SimpleNamespace(url="http://127.0.0.1:9") if runtime_backend else None
+
+        def start(self):
+            return self
+
+    tiny = Endpoint("local", "tiny-gemma4", "http://127.0.0.1:8041", "tiny-gemma4")
+    monkeypatch.setattr(local, "LocalAWS", LocalAWS)
+    monkeypatch.setattr(nb, "ensure_tiny_gemma4", lambda path, variant: path)
+    monkeypatch.setattr(nb, "endpoint", lambda *args, **kw: served.append((args, kw)) or tiny)
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: object() if name == "vllm" else real_find_spec(name, *a)
+    )
+    venue = nb.aws_venue("cpu", tmp_path)
+    assert served == [(("cpu", str(tmp_path / "models" / "tiny-gemma4"), tmp_path), {"name": "tiny-gemma4"})]
+    assert made == [(False, tiny.url)] and venue.tiny is tiny and venue.generated
+    assert capsys.readouterr().out == (
+        "AWS: local moto + fake Service Quotas; endpoint replies: tiny Gemma 4 via the runtime stand-in\n"
+    )
+
+
 def test_part1_streams_a_reply_where_a_model_answers(monkeypatch, capsys):
     from gemma4_t4 import sagemaker
 
@@ -1946,14 +2088,14 @@ def test_part1_streams_a_reply_where_a_model_answers(monkeypatch, capsys):
         "invoke_stream",
         lambda name, region, prompt, max_tokens: (
             asked.append((name, region, prompt, max_tokens))
-            or SimpleNamespace(ttft_s=0.25, chunks=7, text="Paris")
+            or SimpleNamespace(ttft_s=2.0, chunks=7, text="Paris")
         ),
     )
     venue = nb.AwsVenue("sagemaker")
     assert venue.invoke_stream("ep", "us-west-2", "Capital of France?", max_tokens=8).text == "Paris"
     assert nb.AwsVenue("sagemaker").invoke_stream("ep", "us-west-2", "hi") is not None
     assert asked == [("ep", "us-west-2", "Capital of France?", 8), ("ep", "us-west-2", "hi", 32)]
-    assert capsys.readouterr().out.startswith("streamed: first token after 250 ms, 7 chunks: Paris\n")
+    assert capsys.readouterr().out.startswith("streamed: first token after 2000 ms, 7 chunks: Paris\n")
 
 
 def test_part1_finds_the_dlc_image_off_a_t4_and_the_fixed_image_on_one(monkeypatch, capsys):
@@ -1963,7 +2105,9 @@ def test_part1_finds_the_dlc_image_off_a_t4_and_the_fixed_image_on_one(monkeypat
     monkeypatch.setattr(
         sagemaker, "find_vllm_image", lambda region: SimpleNamespace(image_uri=f"dlc@{region}")
     )
-    monkeypatch.setattr(build, "build_plan", lambda region: ["step 1", "step 2", "step 3", "step 4"])
+    monkeypatch.setattr(
+        build, "build_plan", lambda region: [f"step 1 in {region}", "step 2", "step 3", "step 4"]
+    )
     built = []
 
     def ensure_t4_image(region, on_build_succeeded=None):
@@ -1972,7 +2116,9 @@ def test_part1_finds_the_dlc_image_off_a_t4_and_the_fixed_image_on_one(monkeypat
             image_uri=f"fixed@{region}",
             digest="sha256:abc",
             built=len(built) > 1,
-            build=SimpleNamespace(created=["repo", "project"], reused=[]) if len(built) > 1 else None,
+            build=SimpleNamespace(created=["repo", "project"], reused=["role", "bucket"])
+            if len(built) > 1
+            else None,
         )
 
     monkeypatch.setattr(build, "ensure_t4_image", ensure_t4_image)
@@ -1981,10 +2127,12 @@ def test_part1_finds_the_dlc_image_off_a_t4_and_the_fixed_image_on_one(monkeypat
     assert nb.AwsVenue("sagemaker").image_uri("ml.g4dn.xlarge", "us-west-2") == "fixed@us-west-2"
     assert built == [("us-west-2", None)]
     out = capsys.readouterr().out
-    assert out.startswith("step 1\nstep 2\nstep 3 \n...\n") and "step 4" not in out
+    assert out.startswith("step 1 in us-west-2\nstep 2\nstep 3 \n...\n") and "step 4" not in out
     assert "found: fixed@us-west-2 sha256:abc" in out
     local = SimpleNamespace(seed_fixed_image_for=lambda target: None)
     nb.AwsVenue("cpu", local).image_uri("ml.g4dn.xlarge", "us-east-2")
     assert built[1][1] == local.seed_fixed_image_for  # moto gets the image the build made
     out = capsys.readouterr().out
-    assert "built: fixed@us-east-2 sha256:abc" in out and "created: repo, project | reused: -" in out
+    assert (
+        "built: fixed@us-east-2 sha256:abc" in out and "created: repo, project | reused: role, bucket" in out
+    )
