@@ -915,6 +915,10 @@ class FakeClock:
         self.now += seconds
 
 
+_FAILOVER_CLOCK = FakeClock()
+FAKE_TIME = {"sleep": _FAILOVER_CLOCK.sleep, "monotonic": _FAILOVER_CLOCK.monotonic}  # a failover's waits
+
+
 def t4_config(**change) -> DeployConfig:
     """A T4 deploy with the fixed image given (no ECR lookup) and a role."""
     return DeployConfig(**({"name": NAME, "role_arn": ROLE, "image_uri": FIXED} | change))
@@ -1559,7 +1563,7 @@ def test_failover_moves_on_after_no_quota_or_no_capacity_and_stops_at_in_service
     )
     config = DeployConfig(name=NAME, role_arn=ROLE, allow_unfixed_image=True)
     outcome = deploy_with_failover(
-        config, ["us-east-1", "us-west-2", "us-east-2"], clients=clients, progress=False, poll_s=0
+        config, ["us-east-1", "us-west-2", "us-east-2"], clients=clients, progress=False, **FAKE_TIME
     )
     assert outcome.success and outcome.region == "us-east-2" and outcome.deployment.region == "us-east-2"
     attempts = [(a.region, a.outcome, a.reason) for a in outcome.attempts]
@@ -1588,7 +1592,7 @@ def test_failover_stops_at_a_failure_another_region_would_repeat():
     )
     config = DeployConfig(name=NAME, role_arn=ROLE, allow_unfixed_image=True)
     outcome = deploy_with_failover(
-        config, ["us-west-2", "us-east-2"], clients=clients, check_quota=False, progress=False, poll_s=0
+        config, ["us-west-2", "us-east-2"], clients=clients, check_quota=False, progress=False, **FAKE_TIME
     )
     assert outcome.success is False and outcome.region is None and outcome.deployment is None
     assert [(a.region, a.outcome) for a in outcome.attempts] == [("us-west-2", "failed")]
@@ -1604,7 +1608,7 @@ def test_failover_that_runs_out_of_capacity_everywhere_reports_each_region():
     )
     config = DeployConfig(name=NAME, role_arn=ROLE, allow_unfixed_image=True)
     outcome = deploy_with_failover(
-        config, ["us-west-2", "us-east-2"], clients=clients, check_quota=False, progress=False, poll_s=0
+        config, ["us-west-2", "us-east-2"], clients=clients, check_quota=False, progress=False, **FAKE_TIME
     )
     assert not outcome.success and [a.outcome for a in outcome.attempts] == ["capacity", "capacity"]
 
@@ -1787,7 +1791,7 @@ def test_failover_reports_an_unreadable_quota_and_refuses_when_no_region_had_one
     )
     config = DeployConfig(name=NAME, role_arn=ROLE, allow_unfixed_image=True)
     outcome = deploy_with_failover(
-        config, ["us-east-1", "us-west-2"], clients=clients, progress=False, poll_s=0
+        config, ["us-east-1", "us-west-2"], clients=clients, progress=False, **FAKE_TIME
     )
     assert not outcome.success  # one region skipped, one out of capacity: reported, not refused
     skipped = outcome.attempts[0]
@@ -1849,7 +1853,7 @@ def test_failover_deploys_in_the_region_it_tries_with_that_regions_clients():
         quotas={"us-east-1": 0.0, "us-west-2": 1.0},
     )
     outcome = deploy_with_failover(
-        config, ["us-east-1", "us-west-2"], clients=skipped, progress=False, poll_s=0
+        config, ["us-east-1", "us-west-2"], clients=skipped, progress=False, **FAKE_TIME
     )
     assert outcome.attempts[0].reason == "ml.g6.xlarge=0.0; ml.g5.xlarge=0.0"
 
