@@ -2136,3 +2136,97 @@ def test_part1_finds_the_dlc_image_off_a_t4_and_the_fixed_image_on_one(monkeypat
     assert (
         "built: fixed@us-east-2 sha256:abc" in out and "created: repo, project | reused: role, bucket" in out
     )
+
+
+# ---------------------------------------------------------------- each part's parameters cell, as declared
+
+
+def _fresh_notebook_module():
+    """The notebooks' API imported anew: its parameter rules are built at import, and this is that import."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gemma4_t4_notebook_fresh", nb.__file__)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up while they are made
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[spec.name]
+    return module
+
+
+_FOLDER = ("", "a folder name", "gemma4_t4_work")
+_COMMON = {
+    "OUT_DIR": _FOLDER,
+    "WORK_DIR": _FOLDER,
+    "CLEANUP": ("yes", "True or False (papermill's bools)", "True"),
+}
+_QAT = ("31b-x", "a size with a QAT int4 build: e2b, e4b, 12b, 31b", "e2b")
+_WHOLE_RULE = "a whole number of at least 1"
+_WORKLOAD_RULES = {
+    "CONCURRENCY": ("[0]", f"a list of concurrent streams, each {_WHOLE_RULE}", '"[1, 8]"'),
+    "INPUT_LEN": (0, _WHOLE_RULE, "512"),
+    "OUTPUT_LEN": (0, _WHOLE_RULE, "128"),
+    "NUM_PROMPTS": (0, _WHOLE_RULE, "8"),
+}
+_AWS_RULES = {
+    "REGION": ("mars", "an AWS region SageMaker serves in", "us-east-2"),
+    "BUDGET_USD": (0, "a positive number of US dollars", "5.0"),
+}
+_GPU_TARGET = ("gpu", "one of auto, cpu, t4, sagemaker", "cpu")
+# (a refused value, the refusal's words, the accepted example it names) for every parameter, in cell order
+PARAMETER_RULES = {
+    1: {
+        "TARGET": ("gpu", "one of auto, cpu, sagemaker, t4", "cpu"),
+        **_COMMON,
+        "PREFERRED_REGION": ("mars", "an AWS region SageMaker serves in", "us-east-2"),
+        "ENDPOINT_NAME": ("my endpoint", "a SageMaker endpoint name", "gemma4-t4-part1"),
+        "MODEL_ID": ("", "a Hugging Face model id", "google/gemma-4-E2B-it"),
+        "INSTANCE_TYPE": ("ml.t2.micro", "a SageMaker GPU instance type", "ml.g4dn.xlarge"),
+        "TTL_HOURS": (0, "a lifetime in hours, above 0 and at most 168", "2.0"),
+    },
+    2: {"TARGET": _GPU_TARGET, **_COMMON, "MODEL_SIZE": _QAT, **_WORKLOAD_RULES, **_AWS_RULES},
+    3: {
+        "TARGET": _GPU_TARGET,
+        **_COMMON,
+        "MODEL_SIZE": ("xxl", "a size: e2b, e4b, 12b, 26b-a4b, 31b", "e2b"),
+        **_AWS_RULES,
+        "SCALE_DTYPE": ("fp32", "fp16 or bf16", "fp16"),
+    },
+    4: {
+        "TARGET": _GPU_TARGET,
+        **_COMMON,
+        "MODEL_SIZE": _QAT,
+        **_WORKLOAD_RULES,
+        **_AWS_RULES,
+        "TTFT_INPUT_LENS": (
+            "[0]",
+            f"a list of prompt lengths, each {_WHOLE_RULE}",
+            '"[512, 1024, 2048, 4096]"',
+        ),
+        "REFERENCE_ANSWERS": ("no/such/run", 'empty (""), or the folder of an earlier answers run', '""'),
+    },
+}
+
+
+@pytest.mark.parametrize("part", sorted(PARAMETER_RULES))
+def test_each_parameter_of_a_part_is_refused_in_its_own_words_naming_an_accepted_value(part):
+    """What a learner reads when a parameter is wrong: its rule in words and a value papermill accepts."""
+    import yaml
+
+    fresh = _fresh_notebook_module()
+    rules = PARAMETER_RULES[part]
+    assert list(fresh.PART_PARAMS[part]) == list(rules)  # the part's parameters cell, in order
+    cell = {name: yaml.safe_load(example) for name, (_, _, example) in rules.items()}
+    fresh.check_parameters(part, cell)  # every example is accepted
+    for name, (bad, words, example) in rules.items():
+        with pytest.raises(Gemma4T4Error) as refused:
+            fresh.check_parameters(part, cell | {name: bad})
+        assert refused.value.message == f"{name}={bad!r} is not {words}"
+        assert (
+            refused.value.fix
+            == f"give e.g. -p {name} {example} to papermill (the same value in the parameters cell)"
+        )
+    if "MODEL_SIZE" in rules:  # a size is read like the catalog reads it, whatever its case
+        fresh.check_parameters(part, cell | {"MODEL_SIZE": "E4B"})
+    fresh.check_parameters(part, cell | {"TARGET": "AUTO"})
