@@ -534,7 +534,7 @@ def test_a_models_positions_come_from_its_text_config_else_the_catalog(tmp_path)
 
 
 def test_the_context_is_the_targets_unless_the_model_holds_less_or_the_workloads_need_more(tmp_path):
-    from gemma4_t4.bench.specs import DecodeSpec, TTFTSpec
+    from gemma4_t4.bench.specs import AnswersSpec, DecodeSpec, TTFTSpec
 
     small = _folder(tmp_path, {"max_position_embeddings": 1024})
     assert nb.context_for("cpu", small) == 1024  # the model's positions cap the CPU default
@@ -543,6 +543,8 @@ def test_the_context_is_the_targets_unless_the_model_holds_less_or_the_workloads
     assert nb.context_for("t4", "google/gemma-4-E2B-it", max_model_len=1000) == 1000  # as asked
     exactly = DecodeSpec(concurrency=[1], input_len=1000, output_len=24)
     assert nb.context_for("cpu", small, [exactly]) == 1024  # 1,000 + 24 fits 1,024 exactly
+    # the answers workload sends questions of no fixed length: only its output is counted against the context
+    assert nb.context_for("cpu", small, [AnswersSpec(output_len=8)], max_model_len=8) == 8
     with pytest.raises(Gemma4T4Error) as refused:
         nb.context_for("cpu", small, [TTFTSpec(input_lens=[64, 1020], output_len=8)])
     assert (
