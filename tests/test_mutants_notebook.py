@@ -1137,7 +1137,7 @@ def test_leaving_the_block_stops_it_even_on_an_exception():
     stopped = []
     served = _billed("g4", 1.0)
     served._stop = lambda: stopped.append(True)
-    with pytest.raises(ValueError), served as inside:
+    with pytest.raises(ValueError, match="a cell failed"), served as inside:  # the cell's own error
         assert inside is served
         raise ValueError("a cell failed")
     assert stopped == [True] and served.stopped
