@@ -2057,3 +2057,17 @@ def test_a_background_watch_names_what_it_rolled_back_and_leaves_a_re_created_en
         FakeSageMaker(statuses=("Failed:OOM",), existing=("endpoint",)), empty, 100, poll_s=0.01
     ).start().wait(5)
     assert (empty.timeline[-1].stage, empty.timeline[-1].detail) == ("rolled back", "nothing created")
+
+
+def test_the_last_poll_comes_exactly_at_the_timeout_not_after_it():
+    """With 0.4 s of the timeout left the wait sleeps 0.4 s, not a whole second or a whole poll."""
+    sm, clock = FakeSageMaker(), FakeClock()
+    sm.resources["endpoint"] = CREATED
+    sm.statuses = ["Creating"]
+    final = wait_in_service(
+        sm, NAME, 100.4, poll_s=50, progress=False, sleep=clock.sleep, monotonic=clock.monotonic
+    )
+    assert clock.now == pytest.approx(100.4) and final == {
+        "status": "TimedOut",
+        "reason": "still Creating after 100 s",
+    }
