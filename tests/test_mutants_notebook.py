@@ -2144,16 +2144,17 @@ def test_part1_finds_the_dlc_image_off_a_t4_and_the_fixed_image_on_one(monkeypat
 
 
 def _fresh_notebook_module():
-    """The notebooks' API imported anew: its parameter rules are built at import, and this is that import."""
+    """The notebooks' API imported anew (under its own name, so it is the same code): its parameter rules
+    are built at import, and this is that import. The module already imported stays in place."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("gemma4_t4_notebook_fresh", nb.__file__)
+    spec = importlib.util.spec_from_file_location(nb.__name__, nb.__file__)
     module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up while they are made
+    sys.modules[nb.__name__] = module  # its dataclasses look their module up while they are made
     try:
         spec.loader.exec_module(module)
     finally:
-        del sys.modules[spec.name]
+        sys.modules[nb.__name__] = nb
     return module
 
 
