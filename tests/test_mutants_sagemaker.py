@@ -83,6 +83,7 @@ def test_sagemaker_names_of_1_to_63_letters_digits_and_inner_hyphens_are_taken(n
 
 @pytest.mark.parametrize("name", ["", "A" * 64, "-lead", "trail-", "a_b", "a/b", "a.b"])
 def test_other_endpoint_names_are_refused_naming_the_rule(name):
+    """A name SageMaker would refuse is refused here first, with the rule to follow."""
     with pytest.raises(Gemma4T4Error) as info:
         validate_name(name)
     assert info.value.message == f"invalid endpoint name {name!r}"
@@ -123,6 +124,7 @@ def test_vllm_flags_become_the_containers_variables():
 
 
 def test_a_switch_followed_by_another_flag_stays_a_switch():
+    """`--enforce-eager --max-num-seqs 2` is a switch and a flag with its value, not one flag valued '--max-num-seqs'."""
     assert extra_args_to_env(["--enforce-eager", "--max-num-seqs", "2"]) == {
         "SM_VLLM_ENFORCE_EAGER": "true",
         "SM_VLLM_MAX_NUM_SEQS": "2",
@@ -141,6 +143,7 @@ def test_a_switch_followed_by_another_flag_stays_a_switch():
     ],
 )
 def test_a_value_that_is_not_a_long_flag_is_refused_by_name(args, bad):
+    """A stray value or a short flag is refused, quoting the argument the user typed."""
     with pytest.raises(Gemma4T4Error) as info:
         extra_args_to_env(args)
     assert info.value.message == f"extra vLLM argument {bad!r} is not a --long-flag"
@@ -151,6 +154,7 @@ def test_a_value_that_is_not_a_long_flag_is_refused_by_name(args, bad):
 
 
 def test_an_assistant_sets_the_allow_listed_vllm_switches_with_their_values():
+    """An MCP client may set the five allow-listed vLLM switches, a number given as a number too."""
     check_assistant_env(
         {
             "SM_VLLM_ENFORCE_EAGER": "true",
@@ -165,6 +169,7 @@ def test_an_assistant_sets_the_allow_listed_vllm_switches_with_their_values():
 
 @pytest.mark.parametrize("key", ["LD_PRELOAD", "HF_ENDPOINT", "SM_VLLM_TRUST_REMOTE_CODE"])
 def test_an_assistant_may_not_set_another_variable(key):
+    """LD_PRELOAD, HF_ENDPOINT or another SM_VLLM_* from an MCP client is refused, naming what it may set."""
     with pytest.raises(Gemma4T4Error) as info:
         check_assistant_env({"SM_VLLM_ENFORCE_EAGER": "true", key: "1"})
     assert info.value.message == f"extra_env {key} is not a container variable an assistant sets"
@@ -203,6 +208,7 @@ def test_each_config_has_its_own_lists_and_variables():
 
 
 def test_the_settings_name_their_flags_parameters_and_left_out_defaults():
+    """The CLI flag and MCP parameter of each setting, and what a user who passes nothing gets."""
     settings = {s.name: s for s in deploy_settings()}
     assert (
         settings["extra_args"].flag == "--vllm-arg" and settings["extra_args"].parameter == "extra_vllm_args"
@@ -240,11 +246,13 @@ def test_settings_left_out_keep_their_defaults_and_the_region_follows_the_enviro
 
 
 def test_inference_ami_none_means_no_ami_and_auto_stays_auto():
+    """`--inference-ami-version none` sends no AMI; leaving it out keeps 'auto'."""
     assert DeployConfig.from_settings(inference_ami_version="none").inference_ami_version is None
     assert DeployConfig.from_settings(inference_ami_version=None).inference_ami_version == "auto"
 
 
 def test_a_scaling_target_alone_is_refused_and_with_instances_taken():
+    """A scaling target without min/max instances would be ignored, so it is refused; with either it is kept."""
     with pytest.raises(Gemma4T4Error) as info:
         DeployConfig.from_settings(scaling_target=8)
     assert (
@@ -258,11 +266,13 @@ def test_a_scaling_target_alone_is_refused_and_with_instances_taken():
 
 
 def test_a_setting_no_deploy_has_is_refused():
+    """A misspelt setting is an error naming it, not silently dropped."""
     with pytest.raises(TypeError, match="no_such_setting"):
         DeployConfig.from_settings(no_such_setting=1)
 
 
 def test_an_image_given_is_labelled_given_and_a_tag_given_is_pinned():
+    """The dry run says where the image came from: the user's URI or the tag they pinned."""
     config = DeployConfig(image_uri=FIXED)
     assert config.pin_image_tag(None) == f"{FIXED} (given)"
     other = DeployConfig()
@@ -275,12 +285,14 @@ def test_an_image_given_is_labelled_given_and_a_tag_given_is_pinned():
 
 
 def test_the_dtype_is_float16_on_a_t4_and_bfloat16_elsewhere_unless_given():
+    """Turing has no bf16: float16 on a T4, bfloat16 on L4/A10G, the user's dtype where given."""
     assert DeployConfig().resolved_dtype() == "float16"
     assert DeployConfig(instance_type="ml.g6.xlarge").resolved_dtype() == "bfloat16"
     assert DeployConfig(instance_type="ml.g5.xlarge", dtype="float32").resolved_dtype() == "float32"
 
 
 def test_the_role_is_the_given_one_else_the_environments(monkeypatch):
+    """The execution role is the one passed, else $GEMMA4_T4_SAGEMAKER_ROLE_ARN; an empty variable is no role."""
     monkeypatch.delenv(ROLE_ENV, raising=False)
     assert DeployConfig().resolved_role() is None
     monkeypatch.setenv(ROLE_ENV, "")
@@ -294,6 +306,7 @@ def test_the_role_is_the_given_one_else_the_environments(monkeypatch):
 
 
 def test_any_t4_in_the_pool_needs_the_fixed_image_unless_opted_out():
+    """A T4 anywhere in the instance pool needs the Turing-fixed image, unless the user opts out."""
     mixed = DeployConfig(
         instance_type="ml.g6.xlarge", fallback_instance_types=["ml.g4dn.2xlarge", "ml.g5.xlarge"]
     )
@@ -303,6 +316,7 @@ def test_any_t4_in_the_pool_needs_the_fixed_image_unless_opted_out():
 
 
 def test_the_image_is_the_given_one_else_the_planned_fixed_one_on_t4_else_the_stock_dlc():
+    """The image a deploy plans: the user's, the fixed image in their ECR on a T4, else AWS's DLC."""
     assert DeployConfig(image_uri=STOCK, allow_unfixed_image=True).resolved_image() == STOCK
     planned = DeployConfig(region="us-west-2").resolved_image()
     assert planned == f"<ACCOUNT>.dkr.ecr.us-west-2.amazonaws.com/gemma4-t4-vllm:{fixed_image_tag()}"
@@ -312,6 +326,7 @@ def test_the_image_is_the_given_one_else_the_planned_fixed_one_on_t4_else_the_st
 
 
 def test_instances_autoscaling_and_the_worst_case_count():
+    """How many instances start, and the most that can be billed, with and without autoscaling."""
     plain = DeployConfig(instance_count=2)
     assert not plain.autoscaling and plain.initial_instances == 2 and plain.billed_instances_at_most == 2
     low_only = DeployConfig(min_instances=3)
@@ -343,6 +358,7 @@ def test_the_ami_is_the_newest_any_pool_member_needs_or_none_or_the_given_one():
 
 
 def test_the_container_gets_the_model_its_short_name_and_the_launch_limits():
+    """The container's variables: the model (or the uploaded folder), its served name and the limits."""
     env = DeployConfig(
         model_id="google/gemma-4-E4B-it", max_model_len=4096, max_num_seqs=2, gpu_memory_utilization=0.85
     ).container_env()
@@ -380,6 +396,7 @@ def test_tensor_parallelism_is_sent_only_above_one_gpu():
 
 
 def test_extra_flags_then_extra_variables_win_over_everything_derived():
+    """--vllm-arg overrides what the config derives, and --env overrides both."""
     env = DeployConfig(
         extra_args=["--max-num-seqs", "8", "--dtype=half"], extra_env={"SM_VLLM_MAX_NUM_SEQS": "6"}
     ).container_env()
@@ -387,6 +404,7 @@ def test_extra_flags_then_extra_variables_win_over_everything_derived():
 
 
 def test_a_draft_sends_its_speculative_config_and_a_local_folder_is_refused(tmp_path):
+    """A drafter reaches the container as SM_VLLM_SPECULATIVE_CONFIG; a local folder it cannot read is refused."""
     auto = json.loads(DeployConfig(draft="auto").container_env()["SM_VLLM_SPECULATIVE_CONFIG"])
     assert auto == {"model": "google/gemma-4-E2B-it-assistant", "num_speculative_tokens": 2}
     tuned = json.loads(
@@ -411,6 +429,7 @@ def test_a_draft_sends_its_speculative_config_and_a_local_folder_is_refused(tmp_
 
 
 def test_the_variant_names_the_model_instances_timeouts_and_driver():
+    """CreateEndpointConfig's variant carries the model, instance count, both timeouts, type and AMI."""
     variant = DeployConfig(
         name="g4-v",
         instance_count=2,
@@ -431,6 +450,7 @@ def test_the_variant_names_the_model_instances_timeouts_and_driver():
 
 
 def test_uploaded_weights_are_mounted_uncompressed_and_hub_weights_are_not():
+    """Weights uploaded to S3 are mounted as an uncompressed prefix; Hub weights need no model data."""
     container = DeployConfig(image_uri=FIXED, model_data_s3_uri="s3://my-bucket/e2b/").primary_container()
     assert container["Image"] == FIXED
     assert container["ModelDataSource"] == {
@@ -440,6 +460,7 @@ def test_uploaded_weights_are_mounted_uncompressed_and_hub_weights_are_not():
 
 
 def test_every_resource_is_tagged_with_its_owner_lifetime_and_expiry():
+    """Every resource carries the tags `reap` reads: owner, lifetime, expiry, model; the user's tags win."""
     tags = DeployConfig(ttl_hours=1.5, created_by="ci", tags={"team": "ml", "project": "mine"}).resource_tags(
         NOW
     )
@@ -469,6 +490,7 @@ def test_every_resource_is_tagged_with_its_owner_lifetime_and_expiry():
 
 
 def test_the_summary_shows_what_a_deploy_will_be_with_secrets_masked():
+    """The dry run's and MCP config tool's summary: every field, HF_TOKEN masked."""
     summary = DeployConfig(
         name="g4-s",
         extra_env={"HF_TOKEN": "hf_secret_value"},
@@ -521,6 +543,7 @@ def test_a_quantized_build_named_in_the_model_id_fits_on_fewer_gpus(suffix):
 
 
 def test_a_default_t4_config_with_a_role_is_valid(monkeypatch):
+    """The defaults deploy on a T4 as they are."""
     monkeypatch.delenv(ROLE_ENV, raising=False)
     DeployConfig(role_arn=ROLE).validate()
     DeployConfig().validate(require_role=False)
@@ -562,6 +585,7 @@ def test_a_default_t4_config_with_a_role_is_valid(monkeypatch):
     ],
 )
 def test_values_at_the_edge_of_what_sagemaker_and_vllm_accept_are_taken(change):
+    """Each limit's own edge is accepted: a user at the boundary is not refused."""
     DeployConfig(**change).validate(require_role=False)
 
 
@@ -698,6 +722,7 @@ def test_values_at_the_edge_of_what_sagemaker_and_vllm_accept_are_taken(change):
     ],
 )
 def test_a_value_sagemaker_or_vllm_would_refuse_is_refused_first_naming_the_fix(change, message, fix):
+    """Just past each limit the deploy is refused before any AWS call, with the words and the fix."""
     error = refusal(DeployConfig(**change))
     assert message in error.message
     if fix is not None:
@@ -705,6 +730,7 @@ def test_a_value_sagemaker_or_vllm_would_refuse_is_refused_first_naming_the_fix(
 
 
 def test_the_bf16_refusal_names_an_override_only_when_there_is_one():
+    """The bf16-on-T4 refusal points at --env/--vllm-arg only when that is where the bf16 came from."""
     assert "(set through" not in refusal(DeployConfig(dtype="bfloat16")).message
     overridden = refusal(DeployConfig(dtype="float16", extra_args=["--dtype", "bfloat16"])).message
     assert overridden.endswith(" (set through --env SM_VLLM_DTYPE or --vllm-arg)")
@@ -724,6 +750,7 @@ def test_the_bf16_refusal_names_an_override_only_when_there_is_one():
     ],
 )
 def test_autoscaling_bounds_are_refused_with_the_counts_read(change, message):
+    """Autoscaling bounds outside 1 <= min <= max <= 20 are refused, showing the counts as read."""
     error = refusal(DeployConfig(**change))
     assert error.message == message and error.fix == "e.g. --min-instances 1 --max-instances 3"
 
@@ -740,12 +767,14 @@ def test_autoscaling_bounds_are_refused_with_the_counts_read(change, message):
     ],
 )
 def test_a_scaling_policy_sagemaker_would_refuse_is_refused(change):
+    """A target of 0 or above 10,000, or a cooldown outside 0..3600 s, is refused."""
     error = refusal(DeployConfig(min_instances=1, max_instances=2, **change))
     assert error.message == "scaling target must be > 0 and cooldowns 0..3600 s"
     assert error.fix == "defaults: 4 invocations/instance/minute, 600 s in, 300 s out"
 
 
 def test_a_role_is_needed_for_a_real_deploy_and_must_be_an_iam_role_arn(monkeypatch):
+    """A real deploy needs an IAM role ARN (a 12-digit account, a role path); a dry run does not."""
     monkeypatch.delenv(ROLE_ENV, raising=False)
     error = refusal(DeployConfig(), require_role=True)
     assert error.message == "no SageMaker execution role"
@@ -765,6 +794,7 @@ def test_a_role_is_needed_for_a_real_deploy_and_must_be_an_iam_role_arn(monkeypa
 
 
 def test_an_image_from_another_regions_ecr_is_refused():
+    """SageMaker pulls from the endpoint's own region: an image in another region's ECR is refused."""
     error = refusal(DeployConfig(region="us-west-2", image_uri=FIXED))
     assert error.message == f"image {FIXED} is in us-east-2 but the endpoint is in us-west-2"
     assert error.fix.startswith("SageMaker pulls from ECR in the endpoint's region")
@@ -772,6 +802,7 @@ def test_an_image_from_another_regions_ecr_is_refused():
 
 
 def test_an_unpinned_tag_is_refused_only_where_no_image_is_given():
+    """A floating DLC tag is refused; with an explicit image the tag is not used and not judged."""
     error = refusal(DeployConfig(image_tag="latest"))
     assert error.message == "image tag 'latest' is not a pinned vLLM SageMaker tag"
     assert error.fix == f"use a tag like {DEFAULT_VLLM_TAG} (floating, -soci and omni tags are refused)"
@@ -792,6 +823,7 @@ def test_a_given_ami_must_run_the_image_and_none_is_judged_too():
 
 
 def test_a_t4_with_the_stock_image_is_refused_naming_the_fix():
+    """AWS's stock vLLM image crashes a T4 at the first prefill: refused, naming the T4s and build-image."""
     error = refusal(DeployConfig(image_uri=STOCK, fallback_instance_types=["ml.g4dn.2xlarge"]))
     assert error.message.startswith(
         f"image {STOCK} is AWS's stock vLLM container, which lacks the Turing "
@@ -949,6 +981,7 @@ def failed_deploy(config: DeployConfig, sm: FakeSageMaker, **kwargs) -> DeployFa
 
 
 def test_a_deploys_caption_and_reading_say_what_happened():
+    """The result's caption and the learner's reading, for a quick stand-in, a real start and a failure."""
     ok = DeployResult(
         "g4",
         "us-east-2",
@@ -989,6 +1022,7 @@ def test_a_deploys_caption_and_reading_say_what_happened():
 
 
 def test_a_failed_deploy_names_its_status_reason_and_what_it_rolled_back():
+    """The error of a failed deploy says where, how it ended, why, and what was deleted."""
     result = DeployResult("g4", "us-west-2", "Failed", False, failure_reason="OOM", rolled_back=["model:g4"])
     error = DeployFailed(result, fix="read the logs")
     assert error.message == "deploy of g4 in us-west-2 ended Failed: OOM; rolled back: model:g4"
@@ -1003,6 +1037,7 @@ def test_a_failed_deploy_names_its_status_reason_and_what_it_rolled_back():
 
 
 def test_the_create_calls_carry_the_models_container_the_variant_and_the_tags(monkeypatch):
+    """The three create calls' exact parameters and the notes the printed recipe shows beside them."""
     monkeypatch.delenv(ROLE_ENV, raising=False)
     config = DeployConfig(name=NAME, image_uri=FIXED)
     calls = deployment_calls(config, NOW)
@@ -1033,6 +1068,7 @@ def test_the_create_calls_carry_the_models_container_the_variant_and_the_tags(mo
 
 
 def test_an_autoscaled_deploy_registers_its_variant_and_a_target_tracking_policy():
+    """Autoscaling registers MIN..MAX and a target-tracking policy with the user's target and cooldowns; the cost is at MAX."""
     config = t4_config(
         min_instances=2, max_instances=5, scaling_target=8.0, scale_in_cooldown_s=120, scale_out_cooldown_s=60
     )
@@ -1071,6 +1107,7 @@ def test_an_autoscaled_deploy_registers_its_variant_and_a_target_tracking_policy
 
 
 def test_the_dry_run_plan_looks_up_the_fixed_image_creates_and_waits():
+    """The dry run prints the ECR lookup and create-model as one step on a T4, then the other creates and the wait."""
     plan = deployment_plan(DeployConfig(name=NAME, region="us-west-2"))
     assert len(plan) == 4
     lines = plan[0].split("\n")  # one step: find the image, then create the model with it
@@ -1103,6 +1140,7 @@ def test_the_dry_run_plan_looks_up_the_fixed_image_creates_and_waits():
 
 
 def test_a_dry_run_calls_nothing_needs_no_role_and_returns_the_plan(monkeypatch):
+    """A dry run touches no AWS client and needs no role; a real run does need one."""
     monkeypatch.delenv(ROLE_ENV, raising=False)
 
     class Exploding:
@@ -1119,6 +1157,7 @@ def test_a_dry_run_calls_nothing_needs_no_role_and_returns_the_plan(monkeypatch)
 
 
 def test_a_deploy_creates_model_config_and_endpoint_waits_and_records_each_identity():
+    """A deploy checks the name is free, creates the three resources, records each CreationTime and waits."""
     sm, clock, seen = FakeSageMaker(statuses=("Creating", "InService")), FakeClock(), []
     result = run_deploy(t4_config(), sm, clock, poll_s=30, on_event=seen.append)
     assert (result.status, result.success, result.failure_reason) == ("InService", True, None)
@@ -1159,6 +1198,7 @@ def test_a_deploy_creates_model_config_and_endpoint_waits_and_records_each_ident
 
 
 def test_a_deploy_without_waiting_returns_at_creating():
+    """wait=False returns as soon as the endpoint is Creating (an MCP tool's background deploy)."""
     sm = FakeSageMaker(statuses=("Failed:never read",))
     result = run_deploy(t4_config(), sm, wait=False)
     assert (result.status, result.success) == ("Creating", True)
@@ -1166,6 +1206,7 @@ def test_a_deploy_without_waiting_returns_at_creating():
 
 
 def test_the_wait_defaults_to_the_startup_timeout_plus_15_minutes():
+    """The wait gives up at the container startup timeout plus 15 minutes of placement, then deletes all."""
     sm = FakeSageMaker(statuses=("Creating",))
     error = failed_deploy(t4_config(startup_timeout_s=60), sm, poll_s=100)
     assert error.result.status == "TimedOut" and error.result.failure_reason == "still Creating after 960 s"
@@ -1194,6 +1235,7 @@ def test_the_wait_defaults_to_the_startup_timeout_plus_15_minutes():
     ],
 )
 def test_a_failed_endpoint_is_rolled_back_and_the_fix_follows_the_reason(reason, fix):
+    """A Failed endpoint is deleted with its config and model, and the fix fits the failure reason."""
     sm = FakeSageMaker(statuses=(f"Failed:{reason}",))
     error = failed_deploy(t4_config(), sm)
     assert error.result.status == "Failed" and error.result.failure_reason == reason and error.fix == fix
@@ -1205,6 +1247,7 @@ def test_a_failed_endpoint_is_rolled_back_and_the_fix_follows_the_reason(reason,
 
 
 def test_a_refused_create_rolls_back_what_was_made_and_names_the_quota_fix():
+    """A quota refusal at CreateEndpoint deletes the model and config already made, and names the quota fix."""
     sm = FakeSageMaker(fail={"create_endpoint": aws_failure("ResourceLimitExceeded", "0 Instances")})
     error = failed_deploy(t4_config(), sm)
     assert error.result.failure_reason == "ResourceLimitExceeded: 0 Instances"
@@ -1234,6 +1277,8 @@ def test_an_unreadable_creation_time_still_records_the_resource():
 
 
 def test_an_error_while_waiting_is_named_and_rolled_back():
+    """An unexpected error mid-wait is named on the result and everything is deleted."""
+
     def broken(_seconds):
         raise RuntimeError("network went away")
 
@@ -1247,6 +1292,8 @@ def test_an_error_while_waiting_is_named_and_rolled_back():
 
 
 def test_an_interrupted_deploy_deletes_what_it_made_and_says_so_on_the_interrupt():
+    """Ctrl-C mid-wait deletes the three resources and the interrupt says so."""
+
     def interrupt(_seconds):
         raise KeyboardInterrupt
 
@@ -1260,6 +1307,7 @@ def test_an_interrupted_deploy_deletes_what_it_made_and_says_so_on_the_interrupt
 
 
 def test_a_wait_that_ends_in_an_aws_error_is_rolled_back_with_that_error():
+    """DescribeEndpoint refused mid-wait: the deploy ends Error with AWS's reason and rolls back."""
     sm = FakeSageMaker(statuses=(aws_failure("AccessDeniedException", "denied"), "Failed"))
     error = failed_deploy(t4_config(), sm)
     assert (error.result.status, error.result.failure_reason) == ("Error", "AccessDeniedException: denied")
@@ -1270,6 +1318,7 @@ def test_a_wait_that_ends_in_an_aws_error_is_rolled_back_with_that_error():
     "kind, label", [("endpoint", "endpoint"), ("endpoint_config", "endpoint-config"), ("model", "model")]
 )
 def test_a_name_already_taken_is_never_overwritten(kind, label):
+    """An endpoint, config or model of the same name is someone's: refused, nothing created or deleted."""
     sm = FakeSageMaker(existing=(kind,))
     with pytest.raises(Gemma4T4Error) as info:
         run_deploy(t4_config(region="us-west-2", image_uri=FIXED.replace("us-east-2", "us-west-2")), sm)
@@ -1283,6 +1332,7 @@ def test_a_name_already_taken_is_never_overwritten(kind, label):
 
 
 def test_a_preflight_read_that_fails_otherwise_is_not_taken_for_absent():
+    """A denied read of an existing name is an error, not a free name."""
     sm = FakeSageMaker(fail={"describe_endpoint_config": aws_failure("AccessDeniedException", "denied")})
     with pytest.raises(Gemma4T4Error) as info:
         run_deploy(t4_config(), sm)
@@ -1291,6 +1341,7 @@ def test_a_preflight_read_that_fails_otherwise_is_not_taken_for_absent():
 
 
 def test_an_autoscaled_deploy_registers_after_in_service():
+    """Autoscaling is registered only once the endpoint is InService, and recorded first for the rollback."""
     sm, aas = FakeSageMaker(), FakeCalls()
     result = run_deploy(t4_config(min_instances=1, max_instances=3), sm, autoscaling_client=aas)
     assert result.success and [op for op, _ in aas.calls] == [
@@ -1307,6 +1358,7 @@ def test_an_autoscaled_deploy_registers_after_in_service():
 
 
 def test_a_refused_autoscaling_registration_rolls_the_endpoint_back():
+    """A refused scalable-target registration fails the deploy and deletes the endpoint."""
     sm = FakeSageMaker()
     aas = FakeCalls(fail={"register_scalable_target": aws_failure("ValidationException", "bad capacity")})
     error = failed_deploy(t4_config(min_instances=1, max_instances=3), sm, autoscaling_client=aas)
@@ -1315,6 +1367,7 @@ def test_a_refused_autoscaling_registration_rolls_the_endpoint_back():
 
 
 def test_uploaded_weights_are_checked_before_anything_is_created():
+    """--model-data is checked for config.json before any create; missing, nothing is created."""
     s3 = FakeCalls()
     run_deploy(t4_config(model_data_s3_uri="s3://my-bucket/models/e2b/"), FakeSageMaker(), s3_client=s3)
     assert s3.calls == [("head_object", {"Bucket": "my-bucket", "Key": "models/e2b/config.json"})]
@@ -1327,6 +1380,7 @@ def test_uploaded_weights_are_checked_before_anything_is_created():
 
 @pytest.mark.parametrize("code", ["404", "NoSuchKey", "NotFound", "NoSuchBucket"])
 def test_model_data_without_config_json_or_bucket_is_refused_saying_which(code):
+    """Missing model data says whether the bucket or only config.json is missing."""
     s3 = FakeCalls(fail={"head_object": aws_failure(code, "gone")})
     with pytest.raises(Gemma4T4Error) as info:
         check_model_data(s3, "s3://my-bucket/e2b/")
@@ -1347,6 +1401,7 @@ def test_model_data_without_config_json_or_bucket_is_refused_saying_which(code):
 
 
 def test_model_data_that_cannot_be_read_says_why():
+    """Model data that cannot be read (403) is an error with AWS's code, not 'missing'."""
     s3 = FakeCalls(fail={"head_object": aws_failure("403", "Forbidden")})
     with pytest.raises(Gemma4T4Error) as info:
         check_model_data(s3, "s3://my-bucket/e2b/")
@@ -1355,6 +1410,7 @@ def test_model_data_that_cannot_be_read_says_why():
 
 
 def test_a_t4_without_an_image_gets_the_newest_fixed_one_in_its_regions_ecr():
+    """A T4 deploy without --image-uri uses the newest fixed image in its region's ECR."""
     tag = fixed_image_tag()
     ecr = FakeCalls(
         pages={
@@ -1386,6 +1442,7 @@ def test_a_t4_without_an_image_gets_the_newest_fixed_one_in_its_regions_ecr():
 
 
 def test_a_rollback_deletes_endpoint_then_config_then_model():
+    """A rollback deletes in reverse order of creation: endpoint, config, model."""
     sm = FakeSageMaker(existing=("model", "endpoint_config", "endpoint"))
     gone = rollback(sm, [f"model:{NAME}", f"endpoint-config:{NAME}", f"endpoint:{NAME}"])
     assert gone == [f"endpoint:{NAME}", f"endpoint-config:{NAME}", f"model:{NAME}"]
@@ -1394,6 +1451,7 @@ def test_a_rollback_deletes_endpoint_then_config_then_model():
 
 
 def test_a_rollback_counts_an_already_gone_resource_and_keeps_going_past_a_failed_delete():
+    """An already-gone resource counts as rolled back; a failed delete is not claimed and the rest still go."""
     sm = FakeSageMaker(
         existing=("model", "endpoint"),
         fail={"delete_endpoint": aws_failure("AccessDeniedException", "denied")},
@@ -1408,6 +1466,7 @@ def test_a_rollback_counts_an_already_gone_resource_and_keeps_going_past_a_faile
 
 
 def test_a_rollback_leaves_alone_a_name_someone_re_created():
+    """A resource re-created under the name since the deploy is someone else's: left alone and said so."""
     sm = FakeSageMaker(existing=("model", "endpoint"))
     sm.resources["endpoint"] = CREATED + dt.timedelta(minutes=3)
     recorded = {f"model:{NAME}": CREATED.timestamp(), f"endpoint:{NAME}": CREATED.timestamp()}
@@ -1423,6 +1482,7 @@ def test_a_rollback_leaves_alone_a_name_someone_re_created():
 
 
 def test_the_wait_polls_until_the_timeout_and_counts_every_second(capsys):
+    """The wait polls every poll_s until the timeout and its bar counts the seconds waited."""
     sm, clock, events = FakeSageMaker(statuses=("Creating",)), FakeClock(), []
     sm.resources["endpoint"] = CREATED
     sm.statuses = ["Creating"]
@@ -1444,6 +1504,7 @@ def test_the_wait_polls_until_the_timeout_and_counts_every_second(capsys):
 
 @pytest.mark.parametrize("status", ["Failed", "OutOfService", "Deleting", "RollingBack"])
 def test_an_endpoint_that_can_no_longer_come_up_ends_the_wait(status):
+    """Failed, OutOfService, Deleting or RollingBack end the wait at once as Failed."""
     sm = FakeSageMaker()
     sm.resources["endpoint"] = CREATED
     sm.statuses = [status]
@@ -1455,6 +1516,7 @@ def test_an_endpoint_that_can_no_longer_come_up_ends_the_wait(status):
 
 
 def test_throttling_keeps_waiting_and_another_error_ends_the_wait():
+    """Throttling is waited through (keeping the last status); any other AWS error ends the wait."""
     sm, clock = FakeSageMaker(), FakeClock()
     sm.resources["endpoint"] = CREATED
     sm.statuses = ["Updating", aws_failure("ThrottlingException", "slow down"), "InService"]
@@ -1493,6 +1555,7 @@ def test_throttling_keeps_waiting_and_another_error_ends_the_wait():
 
 
 def test_a_failure_reason_is_shown_with_its_status():
+    """SageMaker's FailureReason is the wait's reason and the timeline's detail."""
     sm, events = FakeSageMaker(), []
     sm.resources["endpoint"] = CREATED
     sm.statuses = ["Failed:the container exited"]
@@ -1555,6 +1618,7 @@ class Regions:
 
 
 def test_failover_moves_on_after_no_quota_or_no_capacity_and_stops_at_in_service():
+    """Failover skips a region without quota, moves on after a capacity failure and stops at InService."""
     clients = Regions(
         {
             "us-west-2": FakeSageMaker(statuses=("Failed:InsufficientInstanceCapacity",)),
@@ -1585,6 +1649,7 @@ def test_failover_moves_on_after_no_quota_or_no_capacity_and_stops_at_in_service
 
 
 def test_failover_stops_at_a_failure_another_region_would_repeat():
+    """A failure that is not about capacity would repeat anywhere: failover stops there."""
     clients = Regions(
         {
             "us-west-2": FakeSageMaker(statuses=("Failed:CannotStartContainerError",)),
@@ -1604,6 +1669,7 @@ def test_failover_stops_at_a_failure_another_region_would_repeat():
 
 
 def test_failover_that_runs_out_of_capacity_everywhere_reports_each_region():
+    """No capacity anywhere: every region's attempt is reported, nothing raised."""
     clients = Regions(
         {r: FakeSageMaker(statuses=("Failed:quota exceeded",)) for r in ("us-west-2", "us-east-2")}
     )
@@ -1615,6 +1681,7 @@ def test_failover_that_runs_out_of_capacity_everywhere_reports_each_region():
 
 
 def test_failover_without_quota_anywhere_is_refused_naming_the_regions():
+    """No quota in any region: refused, naming the quota and the regions, nothing created."""
     clients = Regions({}, quotas={"us-east-1": 0.0, "us-west-2": 0.5})
     with pytest.raises(Gemma4T4Error) as info:
         deploy_with_failover(
@@ -1630,6 +1697,7 @@ def test_failover_without_quota_anywhere_is_refused_naming_the_regions():
 
 
 def test_failover_validates_every_regions_config_before_any_call():
+    """A bad region later in the list is refused before the first region is touched."""
     clients = Regions({})
     with pytest.raises(Gemma4T4Error, match="unknown or unsupported AWS region 'mars-1'"):
         deploy_with_failover(DeployConfig(name=NAME, role_arn=ROLE), ["us-east-2", "mars-1"], clients=clients)
@@ -1648,6 +1716,7 @@ def test_failover_validates_every_regions_config_before_any_call():
     ],
 )
 def test_capacity_failures_are_the_ones_worth_another_region(reason, capacity):
+    """Capacity and quota failures, in any case, are the ones another region may not have."""
     assert is_capacity_failure(reason) is capacity
 
 
@@ -1709,6 +1778,7 @@ def test_a_background_watch_runs_in_a_named_daemon_thread_that_never_holds_up_an
     ],
 )
 def test_a_background_watch_rolls_back_an_endpoint_that_did_not_come_up(answer, status, reason):
+    """A watched endpoint that fails, or a watch that errors, is rolled back and says why."""
     sm = FakeSageMaker(existing=("endpoint", "model"))
     sm.statuses = [answer]
     result = DeployResult(NAME, "us-east-2", "Creating", True, created=[f"model:{NAME}", f"endpoint:{NAME}"])
@@ -1719,6 +1789,7 @@ def test_a_background_watch_rolls_back_an_endpoint_that_did_not_come_up(answer, 
 
 
 def test_a_background_watch_whose_autoscaling_is_refused_rolls_back():
+    """A refused autoscaling registration after InService rolls the watched endpoint back."""
     sm = FakeSageMaker(existing=("endpoint",))
     sm.statuses = ["InService"]
     aas = FakeCalls(fail={"register_scalable_target": aws_failure("ValidationException", "no")})
@@ -1732,6 +1803,8 @@ def test_a_background_watch_whose_autoscaling_is_refused_rolls_back():
 
 
 def test_a_background_deploy_creates_now_and_watches_with_the_default_timeout():
+    """deploy_in_background creates at once and watches for the startup timeout plus 15 minutes."""
+
     class Session:
         def __init__(self, sm):
             self.sm = sm
@@ -1781,6 +1854,7 @@ def test_an_automatic_drafter_is_dropped_where_it_would_not_fit_beside_the_targe
 
 
 def test_failover_reports_an_unreadable_quota_and_refuses_when_no_region_had_one():
+    """An unreadable quota is a skipped region with AWS's reason; with no region left it is refused."""
     clients = Regions({}, quotas={"us-east-1": None, "us-west-2": 0.0})
     with pytest.raises(Gemma4T4Error, match="in any region tried"):
         deploy_with_failover(
@@ -1804,11 +1878,14 @@ def test_failover_reports_an_unreadable_quota_and_refuses_when_no_region_had_one
 
 
 def test_failover_over_no_regions_tries_nothing():
+    """An empty region list tries nothing and refuses nothing."""
     outcome = deploy_with_failover(DeployConfig(name=NAME, role_arn=ROLE), [], clients=Regions({}))
     assert not outcome.success and outcome.attempts == []
 
 
 def test_an_interrupt_before_anything_was_created_deletes_nothing_and_says_nothing():
+    """Ctrl-C before the first create deletes nothing and claims nothing."""
+
     class Interrupted(FakeSageMaker):
         def create_model(self, **params):
             raise KeyboardInterrupt
@@ -1860,6 +1937,7 @@ def test_failover_deploys_in_the_region_it_tries_with_that_regions_clients():
 
 
 def test_the_timeline_ends_naming_what_was_rolled_back_or_that_nothing_was_created():
+    """The timeline's last line names what the rollback deleted, or that nothing was created."""
     error = failed_deploy(t4_config(), FakeSageMaker(statuses=("Failed:OOM",)))
     assert (error.result.timeline[-1].stage, error.result.timeline[-1].detail) == (
         "rolled back",
@@ -1994,6 +2072,7 @@ def test_a_deploy_through_a_session_asks_its_own_regions_clients_and_shows_a_bar
 
 
 def test_a_deploys_times_are_seconds_to_one_hundredth_since_it_began():
+    """Timeline times and the elapsed time are seconds since the deploy began, to 1/100 s."""
     clock = FakeClock(1000.0)
     result = run_deploy(
         t4_config(), FakeSageMaker(statuses=("Creating", "InService")), clock, poll_s=0.123456
@@ -2019,6 +2098,8 @@ def test_waiting_polls_every_15_s_and_leaves_its_bar_by_default(capsys):
 
 
 def test_an_endpoint_without_a_status_is_shown_as_unknown_until_the_timeout():
+    """A DescribeEndpoint answer without a status shows as '?' and is waited on until the timeout."""
+
     class NoStatus:
         def describe_endpoint(self, **params):
             return {"EndpointName": params["EndpointName"]}
@@ -2038,6 +2119,7 @@ def test_an_endpoint_without_a_status_is_shown_as_unknown_until_the_timeout():
 
 
 def test_a_background_watch_names_what_it_rolled_back_and_leaves_a_re_created_endpoint_alone():
+    """The watch's rollback checks CreationTimes too and ends its timeline naming what went."""
     sm = FakeSageMaker(existing=("endpoint", "model"))
     sm.resources["endpoint"] = CREATED + dt.timedelta(minutes=3)  # deleted and re-created by another owner
     sm.statuses = ["Failed:OOM"]
