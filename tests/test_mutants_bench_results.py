@@ -709,6 +709,7 @@ def test_a_t4_suite_against_an_l4_suite_gives_one_headline_per_model(tmp_path):
     assert decode == {"model": h.model, "figure": "decode tok/s (per-stream c=1)", "A": h.decode_a, "B": h.decode_b,
                       ratio: "0.500 [0.500, 0.500]"}  # fmt: skip
     assert ttft["figure"] == "TTFT ms (median)" and ttft[ratio] == "2.000 [no interval]"
+    assert (ttft["A"], ttft["B"]) == (pytest.approx(100.0), pytest.approx(50.0))
     assert usd["figure"] == "$/Mtok (at the best output tok/s)"
     assert usd["A"].startswith(
         f"sagemaker:ml.g4dn.xlarge ${h.usd_per_mtok_a['sagemaker:ml.g4dn.xlarge']:.2f}, ec2:"
@@ -764,6 +765,7 @@ def test_a_flushed_side_names_the_flush_where_the_decode_ratio_would_be(tmp_path
     assert h.ttft_ratio is not None  # TTFT is still timed
     (both,) = compare_suites(tmp_path / "b", tmp_path / "b").headlines
     assert [w[:2] for w in both.decode_not_measured] == ["A:", "B:"]
+    assert both.table_rows()[0]["A/B [95 % interval]"] == f"A: {flush}; B: {flush}"
 
 
 def test_an_incomplete_run_in_a_suite_is_named_and_never_averaged_in(tmp_path):
@@ -1358,21 +1360,32 @@ def test_a_side_without_a_one_stream_cell_has_no_ttft_or_decode_figure(tmp_path)
     assert back.ttft_ratio is None and back.ttft_b_ms == pytest.approx(100.0)
 
 
-def test_a_ttft_run_gives_the_ttft_and_a_run_priced_as_one_instance_keeps_it(tmp_path):
+def test_a_ttft_run_gives_the_ttft_and_a_side_is_priced_at_its_best_cell(tmp_path):
+    """The TTFT is the first one-stream cell's (a ttft cell counts); the price is the fastest decode or
+    load cell's, as the instances that cell was priced as; an untimed cell is passed over."""
     from gemma4_t4.bench.compare import compare_suites
     from gemma4_t4.bench.schemas import Derived
 
-    records = [_record(i, ttft=0.2) for i in range(2)]
-    priced = _cell(
-        "decode-c1", records, derived=Derived(usd_per_million_output_tokens={"ec2:g4dn.xlarge": 1.0})
-    )
+    def priced(key: str) -> Derived:
+        return Derived(usd_per_million_output_tokens={key: 1.0})
+
+    slow_ttft = [_record(i, ttft=0.2) for i in range(2)]
+    decode = [_record(i) for i in range(2)]
+    load = [_record(i, gap=0.001) for i in range(2)]
+    untimed = [r.model_copy(update={"end_s": None}) for r in decode]
     info = {"model": "google/gemma-4-E2B-it", "base_url": "http://10.0.0.5:8000", "config": {"gpu": "t4"}}
-    _write(tmp_path / "a" / "r", [(_cell("ttft-512", records, workload="ttft", input_len=512), records), (priced, records)],
-           **info)  # fmt: skip
+    _write(tmp_path / "a" / "r", [
+        (_cell("ttft-512", slow_ttft, workload="ttft", input_len=512), slow_ttft),
+        (_cell("decode-c1", decode, derived=priced("ec2:g4dn.xlarge")), decode),
+        (_cell("load-c16", load, workload="load", concurrency=16, derived=priced("sagemaker:ml.g4dn.xlarge")), load),
+        (_cell("decode-c4", untimed, concurrency=4, derived=priced("gce:n1-standard-2+t4")), untimed),
+    ], **info)  # fmt: skip
     _suite_run(tmp_path / "b" / "r", gpu="l4")
     (h,) = compare_suites(tmp_path / "a", tmp_path / "b").headlines
     assert h.ttft_a_ms == pytest.approx(200.0)
-    assert list(h.usd_per_mtok_a) == ["ec2:g4dn.xlarge"]
+    assert list(h.usd_per_mtok_a) == ["sagemaker:ml.g4dn.xlarge"]
+    best = 16 / 0.108  # the load cell: 8 tokens 1 ms apart after 100 ms, two requests
+    assert h.usd_per_mtok_a["sagemaker:ml.g4dn.xlarge"] == pytest.approx(0.736 / (best * 3600) * 1e6)
 
 
 def test_a_local_run_is_priced_as_the_gpu_it_ran_on(tmp_path):
