@@ -227,17 +227,19 @@ def _run(coro: Any) -> Any:
 
 
 def test_a_six_character_secret_is_masked_and_a_plain_setting_is_not(monkeypatch):
-    """HF_TOKEN=abc123 is masked in an answer; a 5-character secret value (a stray "1"-like value) and the value of
-    a variable whose name is not a secret's stay as they are."""
+    """HF_TOKEN=abc123 and a 5-character secret are masked in an answer (the package's rule keeps values
+    of 3 characters and more); a 2-character secret value (a stray "1"-like value) and the value of a
+    variable whose name is not a secret's stay as they are."""
     monkeypatch.setenv("HF_TOKEN", "abc123")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "abcde")
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "q7")
     monkeypatch.setenv("GEMMA4_T4_PLAIN_SETTING", "visible-value")
 
     def answer() -> QueryResult:
-        return QueryResult(target="x", text="token abc123, key abcde, setting visible-value", latency_s=0.0)
+        return QueryResult(target="x", text="token abc123, key abcde, short q7, setting visible-value", latency_s=0.0)
 
     result = _run(_adapter(answer)())
-    assert result.text == "token ***, key abcde, setting visible-value"
+    assert result.text == "token ***, key ***, short q7, setting visible-value"
     assert isinstance(result, QueryResult)
 
 
