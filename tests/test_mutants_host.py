@@ -739,6 +739,64 @@ def test_an_untested_vllm_is_an_error_only_where_the_turing_fix_is_needed():
     assert rows["cpu-torch-on-gpu-host"].fix == no_route.value.fix  # the same way out, not a torch line
 
 
+def test_a_sagemaker_driver_below_580_gets_setups_line_and_the_ami_for_cuda13():
+    facts = _facts(T4, driver_version="550.54.15", platform="sagemaker")
+    plan, _ = env.host_plan(facts)
+    assert _problems(facts)["cuda12-route"].fix == (
+        f"{setup_plan.setup_line(plan)}; or for CUDA 13: set InferenceAmiVersion="
+        "'al2023-ami-sagemaker-inference-gpu-4-1' (driver 580, CUDA 13) on the production variant"
+    )
+
+
+def test_the_doctors_install_lines_name_python_on_path_not_this_interpreter():
+    """The fix is printed for the user's shell: 'python -m pip ...', never the doctor's own sys.executable."""
+    no_vllm = _problems(_facts(T4))["no-vllm"].fix
+    assert no_vllm.startswith(
+        "gemma4-t4 setup (installs vllm==0.34.0 with torch 2.14.0+cu130: python -m pip install "
+    )
+
+
+def test_a_dmi_file_with_stray_bytes_is_still_read(tmp_path):
+    odd = tmp_path / "product_name"
+    odd.write_bytes(b"Google Compute Engine\xff\xfe\n")
+    text = env._read(str(odd))
+    assert text.startswith("Google Compute Engine") and "\ufffd" in text
+    assert env._read(str(tmp_path / "absent")) is None
+
+
+def test_free_space_is_that_of_the_filesystem_holding_the_folder():
+    """/dev/shm is its own filesystem (tmpfs): its free space, not that of /."""
+    if not Path("/dev/shm").is_dir():
+        pytest.skip("no /dev/shm on this machine")
+    shm, root = env.shutil.disk_usage("/dev/shm").free / 1e9, env.shutil.disk_usage("/").free / 1e9
+    if abs(shm - root) < 1:
+        pytest.skip("/dev/shm and / report the same free space here")
+    assert env._disk_free("/dev/shm") == pytest.approx(shm, rel=0.01)
+
+
+def test_the_doctor_reads_the_device_through_torch_only_when_asked():
+    calls = []
+    probes = _host(
+        T4,
+        torch="2.14.0+cu130",
+        torch_cuda="13.0",
+        cuda_device=lambda: calls.append(1) or {"smem_per_block_optin": 65_536, "compute_capability": "7.5"},
+    )
+    assert not env.doctor(probes).facts.smem_probed and calls == []  # reading it initialises CUDA
+    assert env.doctor(probes, smem=True).facts.smem_per_block_optin == 65_536 and calls == [1]
+
+
+def test_the_turing_decision_uses_the_measured_limit_and_the_known_table():
+    # a V100 whose limit was not read: its documented 98,304 B fit the launch
+    assert env.needs_turing_fix(None, (7, 0)) is False and env.needs_turing_fix(None, "7.0") is False
+    # exactly the 98,304 B needed, capability unknown: no fix (Turing's plain count, no Ampere margin)
+    assert env.needs_turing_fix(98_304) is False
+    measured = _facts(T4, smem_per_block_optin=101_376, torch_compute_capability="7.5")
+    assert measured.turing_fix_needed() is False  # what torch read wins over the capability's table entry
+    unknown = _facts(("Tesla T4", 15360, None))  # driver 470: no capability, no limit
+    assert unknown.turing_fix_needed() is True and unknown.turing_fix_needed("cpu") is False
+
+
 # ------------------------------------------------------------------ setup: records, undo, install
 
 
