@@ -1170,8 +1170,16 @@ def test_part4_puts_its_ttft_and_decode_beside_the_published_qat_cells(tmp_path)
         out["measured here"] == pytest.approx(run.throughput_by_concurrency()[8])
         and out["published"] == 215.91
     )
+    assert (
+        out[mp] == pytest.approx(run.throughput_by_concurrency()[8] / 215.91)
+        and out["measured on"] == "E2B on T4"
+    )
+    assert out["published under"] == "GCE T4, E2B QAT, 512 in / 128 out, c=8" and out["source"].startswith(
+        "xbill9/"
+    )
     e2el = rows["median E2EL ms, c=8"]
     assert e2el["measured here"] == pytest.approx(100 + 7 * 1.25) and e2el["published"] is None
+    assert e2el["measured on"] == "E2B on T4"
     assert e2el["published under"] == "end-to-end latency (not published)"
     flushed = _suite_run(tmp_path / "f", flush=True)
     rows = {r["figure"]: r for r in t4_beside(flushed, {}, "Part 4").table_rows()}
@@ -1249,6 +1257,7 @@ def test_the_t4_vs_l4_headline_sits_beside_the_published_sagemaker_row(tmp_path)
     assert ratio["measured on"] == "E2B on T4/L4"
     ttft = rows["T4 / L4 median TTFT"]
     assert ttft["measured here"] == pytest.approx(2.0) and ttft["published"] is None
+    assert ttft["measured on"] == "E2B on T4/L4"
     identical = rows["identical answers (share)"]
     assert (identical["measured here"], identical["published"], identical[mp]) == (1.0, 1.0, 1.0)
     assert identical["source"] == "xbill9/sagemaker-gemma compare.py"
@@ -1422,3 +1431,23 @@ def test_the_plain_refusals_name_what_a_run_does_not_give(tmp_path):
     assert error.value.message.startswith(f"{flushed.dir} gives no a per-stream decode speed: not measured: ")
     with pytest.raises(Gemma4T4Error, match="already holds benchmark results"):
         ResultsWriter(stopped.dir, RunInfo())  # a run folder is replaced only when asked
+
+
+def test_the_published_rows_are_built_from_the_series_figures_as_printed():
+    """mutmut builds the module's tables once, at import: the builders are called here again with the
+    series' own figures (GCE run, 512 tokens in), and must give the rows the notebooks print."""
+    from gemma4_t4.bench import published
+
+    rows = published._gce("qat", [(512, 8, 215.91, 37.83, 1301), (512, 16, 213.79, 34.69, 5903)])
+    assert rows == [published.gce_t4("qat", 512, 8), published.gce_t4("qat", 512, 16)]
+    assert [r.note for r in rows] == ["", "queueing (c > max-num-seqs 8)"]  # above vLLM's 8 sequences
+    ratio = published._ratio("QAT int4 vs bf16 on a T4, per stream at c=1", "t4", "per-stream decode tok/s",
+                             "GCE T4, 512 in / 128 out, c=1", published.gce_t4("bf16"), published.gce_t4("qat"),
+                             "per_stream_tok_s")  # fmt: skip
+    assert ratio == published.T4_QAT_VS_BF16_C1 and (ratio.baseline_value, ratio.value) == (40.44, 72.31)
+    assert (ratio.model, ratio.baseline, ratio.build, ratio.source) == (
+        "gemma-4-E2B",
+        "bf16",
+        "qat",
+        published.GCE_SOURCE,
+    )
