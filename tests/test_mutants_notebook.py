@@ -276,6 +276,10 @@ def test_a_model_size_the_t4_cannot_hold_is_refused_before_any_download(capsys):
     with pytest.raises(Gemma4T4Error) as qat_only:
         nb.check_model_size("31b", ["qat"], t4)
     assert qat_only.value.fix == "choose one of 'e2b', 'e4b', '12b' in the parameters cell"
+    with pytest.raises(Gemma4T4Error) as nothing:  # a context no size holds: the refusal says so plainly
+        nb.check_model_size("e2b", ["bf16"], t4, context_len=4_000_000)
+    assert nothing.value.fix == "choose one of none in the parameters cell"
+    assert "model sizes that fit one t4 in bf16: none\n" in capsys.readouterr().out
     with pytest.raises(Gemma4T4Error, match="MODEL_SIZE='99b' cannot run here: 99b: unknown size"):
         nb.check_model_size("99b", ["qat"], t4)
     # at a longer context fewer sizes fit: the context the part serves is the one judged
@@ -607,7 +611,7 @@ def test_a_local_t4_part_serves_on_this_gpu_with_the_fit_checks_context(tmp_path
     assert gpu_name == "Tesla T4" and config.target == "t4" and config.model == "google/gemma-4-E2B-it"
     assert config.served_model_name == "gemma4" and config.max_model_len == 8192 and config.max_num_seqs == 4
     assert config.enable_prefix_caching is False and config.work_dir == str(tmp_path / "vllm")
-    assert config.port > 0
+    assert config.port != 8000  # a free port: never the one `gemma4-t4 serve start` takes by default
     nb.endpoint("cpu", _folder(tmp_path, {"max_position_embeddings": 4096}), tmp_path, name="tiny")
     config, gpu_name = made.local[1]
     assert config.target == "cpu" and gpu_name is None and config.max_model_len == 2048
@@ -964,6 +968,13 @@ def test_the_install_cells_dry_run_plans_for_this_host_and_runs_nothing(capsys):
     plan = nb.setup(dry_run=True, probes=_host(T4), runner=pip)
     assert pip.commands == [] and plan.needed  # a bare T4 host needs the vLLM build
     assert capsys.readouterr().out.strip() == plan.summary().strip()
+
+
+def test_a_dry_run_in_a_kernel_that_loaded_transformers_says_the_runtime_must_restart(monkeypatch):
+    import types
+
+    monkeypatch.setitem(sys.modules, "transformers", types.ModuleType("transformers"))
+    assert nb.setup(dry_run=True, probes=_host(T4), runner=_Pip()).restart  # it replaces a module in use
 
 
 # ---------------------------------------------------------------- running async code from a cell
