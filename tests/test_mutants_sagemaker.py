@@ -2154,3 +2154,60 @@ def test_the_last_poll_comes_exactly_at_the_timeout_not_after_it():
         "status": "TimedOut",
         "reason": "still Creating after 100 s",
     }
+
+
+def test_a_drafter_named_by_hub_id_is_sent_with_its_own_size_recipe():
+    """An assistant's hub id is not a local folder: it is sent as named, with that assistant's untuned N
+    (4 for the 31B's), and --draft self sends the whole target with the whole-model default."""
+    named = DeployConfig(model_id="some/other-model", draft="google/gemma-4-31B-it-assistant").container_env()
+    assert json.loads(named["SM_VLLM_SPECULATIVE_CONFIG"]) == {
+        "model": "google/gemma-4-31B-it-assistant",
+        "num_speculative_tokens": 4,
+    }
+    own = DeployConfig(model_id="some/other-model", draft="self").container_env()
+    assert json.loads(own["SM_VLLM_SPECULATIVE_CONFIG"]) == {
+        "model": "some/other-model",
+        "num_speculative_tokens": 3,
+        "method": "draft_model",
+    }
+
+
+def test_refusals_word_for_word_where_the_words_carry_the_fix(tmp_path, monkeypatch):
+    """The messages a user acts on, whole: limits, role, unfixed image, a local drafter, a lone scaling target."""
+    assert (
+        refusal(DeployConfig(max_num_seqs=0)).message == "max_model_len must be >= 256 and max_num_seqs >= 1"
+    )
+    assert refusal(DeployConfig(startup_timeout_s=1)).message == (
+        "startup/download timeouts must be 60..3600 s (SageMaker's limits)"
+    )
+    monkeypatch.delenv(ROLE_ENV, raising=False)
+    assert refusal(DeployConfig(), require_role=True).fix == (
+        f"pass role_arn=... (CLI: --role-arn) or set {ROLE_ENV}; docs/sagemaker.md lists the minimal policy"
+    )
+    stock = refusal(DeployConfig(image_uri=STOCK))
+    assert stock.message.endswith(
+        "vLLM's attention kernel asks for 96 KiB at Gemma 4's first prefill and the endpoint crashes"
+    )
+    assert stock.fix == (
+        "build the fixed image once (gemma4-t4 sagemaker build-image --region us-east-2), then "
+        "deploy without --image-uri (the newest fixed image in ECR is used) or with --image-uri of "
+        "that image; --allow-unfixed-image only for an image whose vLLM is fixed upstream"
+    )
+    with pytest.raises(Gemma4T4Error) as info:
+        DeployConfig(draft=str(tmp_path)).draft_plan()
+    assert (
+        info.value.fix == "pass an assistant hub id (e.g. google/gemma-4-E2B-it-assistant), auto, self or off"
+    )
+    with pytest.raises(Gemma4T4Error) as info:
+        DeployConfig.from_settings(scaling_target=8)
+    assert info.value.fix == "add --min-instances N and/or --max-instances M, or drop --scaling-target"
+
+
+def test_the_image_follows_the_pinned_tag_and_a_model_path_serves_under_its_last_part():
+    """--image-tag picks the fixed image built on that tag on a T4 and that DLC elsewhere; a model given as a
+    path is served under its folder's name."""
+    tag = "0.29.0-gpu-py312-cu130-ubuntu24.04-sagemaker-v1.3"
+    assert DeployConfig(image_tag=tag).resolved_image().endswith(f"/gemma4-t4-vllm:{fixed_image_tag(tag)}")
+    assert DeployConfig(image_tag=tag, instance_type="ml.g6.xlarge").resolved_image().endswith(f"/vllm:{tag}")
+    env = DeployConfig(model_id="/models/gemma/gemma-4-E2B-it").container_env()
+    assert env["SM_VLLM_SERVED_MODEL_NAME"] == "gemma-4-E2B-it"
