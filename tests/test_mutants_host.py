@@ -867,6 +867,45 @@ def test_a_gpu_too_old_is_refused_in_setups_words_and_judged_by_torchs_reading()
     assert "gpu-too-old" in _problems(unread)
 
 
+def test_the_pair_names_what_is_installed_and_ignores_local_tags():
+    for vllm, transformers in (
+        ("0.26.0", "5.19.0"),
+        ("0.27.1", "5.15.0"),
+        (None, "5.19.0"),
+        ("0.33.0", None),
+    ):
+        pair = env.judge_pair(vllm, transformers)
+        assert (pair.vllm, pair.transformers) == (vllm, transformers)
+    assert env.judge_pair("0.27.1", "5.15.0+local").status == "known-bad"
+    assert env.judge_pair("0.29.0+cu129", "5.17.0+local").status == "known-good"
+    tagged = _problems(
+        _facts(T4, vllm_distribution="vllm", vllm_version="0.32.0+cu129", transformers_version="5.21.0")
+    )
+    assert (
+        tagged["vllm-transformers-pair"].fix == "pip install 'transformers>=5.16.1,<5.20.0'"
+    )  # 0.32.0's own range
+    unknown = _problems(_facts(T4, vllm_version="0.30.0", transformers_version="5.17.0"))[
+        "vllm-transformers-pair"
+    ]
+    assert unknown.message == "vLLM 0.30.0 + transformers 5.17.0 not verified for Gemma 4"
+
+
+def test_the_transformers_and_memory_fixes_word_for_word():
+    no_12b = _problems(_facts(transformers_version="5.10.0"))["transformers-no-12b"]
+    assert no_12b.fix == "pip install 'transformers>=5.16.1,<5.23.0'"
+    colab = _problems(_facts(ram_total_gib=12.7, swap_total_gib=0.0, platform="colab"))["low-ram-no-swap"]
+    assert colab.fix == "Colab cannot add swap: load a QAT or emb4 build (smaller load peak)"
+    gce = _problems(_facts(ram_total_gib=7.3, swap_total_gib=0.0))["low-ram-no-swap"]
+    assert gce.fix == (
+        "sudo fallocate -l 16G /swapfile && sudo chmod 600 /swapfile && sudo mkswap /swapfile && "
+        "sudo swapon /swapfile"
+    )
+    assert gce.message == (
+        "7.3 GiB RAM + 0.0 GiB swap is below the ~13.5 GiB peak of loading E2B bf16 (a 7.8 GB VM "
+        "was OOM-killed without swap)"
+    )
+
+
 # ------------------------------------------------------------------ setup: records, undo, install
 
 
