@@ -2211,3 +2211,9 @@ def test_the_image_follows_the_pinned_tag_and_a_model_path_serves_under_its_last
     assert DeployConfig(image_tag=tag, instance_type="ml.g6.xlarge").resolved_image().endswith(f"/vllm:{tag}")
     env = DeployConfig(model_id="/models/gemma/gemma-4-E2B-it").container_env()
     assert env["SM_VLLM_SERVED_MODEL_NAME"] == "gemma-4-E2B-it"
+
+
+def test_the_fit_is_judged_on_the_hosts_own_gpu():
+    """The E4B needs two 16 GB T4s on ml.g4dn.12xlarge but fits one 24 GB L4 on ml.g6.12xlarge."""
+    assert auto_tensor_parallel("google/gemma-4-E4B-it", "ml.g4dn.12xlarge") == 2
+    assert auto_tensor_parallel("google/gemma-4-E4B-it", "ml.g6.12xlarge") == 1
