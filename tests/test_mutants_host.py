@@ -906,6 +906,23 @@ def test_the_transformers_and_memory_fixes_word_for_word():
     )
 
 
+def test_a_host_without_proc_meminfo_reports_memory_unknown_and_every_cache_folder():
+    probes = _host(
+        T4,
+        torch="2.14.0+cu130",
+        torch_cuda="13.0",
+        cuda_device=lambda: {"smem_per_block_optin": 101_376, "compute_capability": "8.9"},
+    )
+    probes.read = {"/t/torch/version.py": "__version__ = '2.14.0+cu130'\ncuda = '13.0'\n"}.get
+    facts = env.probe(probes, smem=True)
+    assert (facts.ram_total_gib, facts.ram_available_gib, facts.swap_total_gib) == (None, None, None)
+    assert "low-ram-no-swap" not in _problems(facts)
+    assert facts.torch_compute_capability == "8.9"  # torch's reading of the device, beside nvidia-smi's 7.5
+    assert facts.platform_evidence == "no cloud markers found"
+    assert [d.label for d in facts.disks] == ["HF_HOME", "VLLM_CACHE_ROOT", "TMPDIR", "cwd"]
+    assert facts.disks[-1] == env.DiskInfo("cwd", "/h/work", 200.0)
+
+
 # ------------------------------------------------------------------ setup: records, undo, install
 
 
