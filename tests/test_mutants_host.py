@@ -237,6 +237,29 @@ def test_an_sm75_card_of_a_mixed_host_is_taken_for_the_t4_path():
     )
 
 
+def test_an_ampere_card_beside_a_pascal_one_is_planned_for():
+    chosen = env.choose_gpu(_gpus(P100, A100))
+    assert chosen.gpu.index == 1 and "the first GPU vLLM supports (sm_75 or newer)" in chosen.reason
+
+
+def test_a_refused_choice_on_a_mixed_host_says_only_why_and_keeps_the_mix_known():
+    """The doctor's JSON: no reason beside the error, and 'mixed' still true (the host's GPUs differ)."""
+    gpus = _gpus(P100, L4)
+    for value in ("2", "-1", "GPU-abc"):
+        refused = env.choose_gpu(gpus, value)
+        assert refused.gpu is None and refused.reason == "" and refused.mixed is True, value
+    assert env.choose_gpu(gpus, "GPU-abc").fix == (
+        "set CUDA_VISIBLE_DEVICES to the nvidia-smi index of the GPU to use "
+        "(with CUDA_DEVICE_ORDER=PCI_BUS_ID)"
+    )
+    named = env.choose_gpu(gpus, "1")
+    assert named.mixed is True
+    report = env.doctor(_host(P100, L4, environ={"CUDA_VISIBLE_DEVICES": "1"}))
+    assert "mixed-gpus" in {p.code for p in report.problems}  # named or not, the mix is reported
+    same = env.choose_gpu(_gpus(T4, T4), "GPU-abc")
+    assert same.gpu.index == 0 and same.mixed is False
+
+
 # ------------------------------------------------------------------ facts read off the host
 
 
