@@ -1451,3 +1451,89 @@ def test_the_published_rows_are_built_from_the_series_figures_as_printed():
         "qat",
         published.GCE_SOURCE,
     )
+
+
+def test_two_matched_cells_each_show_their_rows_and_an_unmatched_first_cell_stops_nothing(tmp_path):
+    records = [_record(i) for i in range(2)]
+
+    def cells(*concurrencies: int) -> list:
+        return [(_cell(f"decode-c{c}", records, concurrency=c), records) for c in concurrencies]
+
+    a = _write(tmp_path / "a", cells(8, 1, 4))
+    b = _write(tmp_path / "b", cells(1, 4))
+    comparison = compare_runs(a.dir, b.dir)
+    assert comparison.unmatched_a == ["decode-c8"] and comparison.unmatched_b == []
+    assert [r["cell"] for r in comparison.table_rows()] == ["decode-c1"] * 5 + ["decode-c4"] * 5
+
+
+def test_an_incomplete_a_side_is_named_as_a_in_runs_and_suites(tmp_path):
+    from gemma4_t4.bench.compare import compare_suites
+
+    stopped = _suite_run(tmp_path / "a" / "r", status="aborted: x")
+    done = _suite_run(tmp_path / "b" / "r", gpu="l4")
+    comparison = compare_runs(stopped.dir, done.dir)
+    assert (
+        comparison.caption()
+        == f"B/A ratios (A = {stopped.dir}, B = {done.dir}); not measured: A: run {stopped.dir} is aborted: x"
+    )
+    (h,) = compare_suites(tmp_path / "a", tmp_path / "b").headlines
+    assert (
+        h.not_measured == [f"A: run {stopped.dir} is aborted: x"]
+        and h.kind_a is None
+        and h.kind_b.gpu == "l4"
+    )
+
+
+def test_a_flushed_row_keeps_which_way_is_better(tmp_path):
+    a, b = _decode(tmp_path / "a"), _decode(tmp_path / "b", flush=True)
+    better = {r["metric"]: r["higher is better"] for r in compare_runs(a.dir, b.dir).table_rows()}
+    assert better["tpot_ms"] is False and better["per_stream_tok_s"] is True
+
+
+def test_a_cell_without_records_still_names_both_cells_and_their_drafters(tmp_path):
+    records = [_record(i) for i in range(2)]
+    spec = SpecDecode(acceptance_rate=0.5, mean_accepted_length=2.0)
+    a = _write(tmp_path / "a", [(_cell("old", records, spec_decode=spec), records)])
+    b = _write(tmp_path / "b", [(_cell("new", records, spec_decode=SpecDecode(source="/metrics")), records)])
+    (b.dir / RECORDS_FILE).unlink()
+    comparison = compare_runs(a.dir, b.dir)
+    assert comparison.cells[0].key == ("decode", None, 1, None, 16, 8)
+    rows = _rows(comparison)
+    assert rows["ttft_ms"]["cell"] == "old vs new"
+    assert (rows["drafter"]["A"], rows["drafter"]["B"]) == (
+        "accepted 50.0%, mean accepted length 2.00",
+        "on (/metrics)",
+    )
+
+
+def test_runs_that_name_no_model_are_compared_as_one_unnamed_model(tmp_path):
+    from gemma4_t4.bench.compare import compare_suites
+
+    _suite_run(tmp_path / "a" / "r", model=None)
+    _suite_run(tmp_path / "b" / "r", model=None, gpu="l4")
+    (h,) = compare_suites(tmp_path / "a", tmp_path / "b").headlines
+    assert h.model == "?" and h.decode_ratio == pytest.approx(1.0)
+
+
+def test_a_suite_compares_its_answers_run_not_its_decode_run(tmp_path):
+    """Each side holds a decode run and an answers run of one model: the answers runs are compared;
+    an answers run that stopped before any answer is still the one compared (not measured, named)."""
+    from gemma4_t4.bench.compare import compare_suites
+
+    model = {"model": "google/gemma-4-E2B-it"}
+    for side, gpu in (("a", "t4"), ("b", "l4")):
+        _suite_run(tmp_path / side / "1-decode", gpu=gpu)
+        _answers_run(tmp_path / side / "2-answers", config={"gpu": gpu}, **model)
+    (h,) = compare_suites(tmp_path / "a", tmp_path / "b").headlines
+    assert h.answers.measured and h.answers.all_identical
+    stopped = _write(tmp_path / "c" / "2-answers", [], workload="answers", status="aborted: x", **model)
+    _suite_run(tmp_path / "c" / "1-decode")
+    (h,) = compare_suites(tmp_path / "c", tmp_path / "b").headlines
+    assert h.answers is not None and h.answers.line() == f"not measured: A: run {stopped.dir} is aborted: x"
+    (h,) = compare_suites(tmp_path / "b", tmp_path / "c").headlines
+    assert h.answers.line() == f"not measured: B: run {stopped.dir} is aborted: x"
+    _suite_run(tmp_path / "d" / "1-decode")  # no answers run on this side: no answers compared
+    (h,) = compare_suites(tmp_path / "a", tmp_path / "d").headlines
+    assert h.answers is None
+    (h,) = compare_suites(tmp_path / "d", tmp_path / "a").headlines
+    assert h.answers is None
