@@ -2217,3 +2217,25 @@ def test_the_fit_is_judged_on_the_hosts_own_gpu():
     """The E4B needs two 16 GB T4s on ml.g4dn.12xlarge but fits one 24 GB L4 on ml.g6.12xlarge."""
     assert auto_tensor_parallel("google/gemma-4-E4B-it", "ml.g4dn.12xlarge") == 2
     assert auto_tensor_parallel("google/gemma-4-E4B-it", "ml.g6.12xlarge") == 1
+
+
+def test_more_refusals_word_for_word_and_the_edges_they_leave_open():
+    """Lower-case variable names are variable names; a bucket of 63 characters with the dry run's account
+    placeholder is still a bucket; each refusal below says exactly what is wrong."""
+    DeployConfig(extra_env={"my_var": "1"}, model_data_s3_uri="s3://<account>-" + "b" * 50 + "/m/").validate(
+        require_role=False
+    )
+    assert refusal(DeployConfig(dtype="bfloat16")).message == (
+        "dtype bfloat16 on ml.g4dn.xlarge (T4, sm_75): Turing has no bf16 and vLLM refuses it"
+    )
+    assert refusal(DeployConfig(instance_count=0)).message == (
+        "tensor_parallel_size must be >= 0 (0: auto) and instance_count >= 1"
+    )
+    assert refusal(DeployConfig(fallback_instance_types=["ml.g4dn.xlarge"])).message == (
+        "an instance type appears twice in the pool list"
+    )
+    assert refusal(DeployConfig(model_id="")).message == "model_id is empty"
+    assert (
+        "use one of: ml.g4dn.xlarge, ml.g4dn.2xlarge, "
+        in refusal(DeployConfig(instance_type="ml.p3.2xlarge")).fix
+    )
