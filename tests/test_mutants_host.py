@@ -810,6 +810,29 @@ def test_the_doctor_reads_the_device_through_torch_only_when_asked():
     assert env.doctor(probes, smem=True).facts.smem_per_block_optin == 65_536 and calls == [1]
 
 
+def test_the_device_read_through_torch_gives_its_shared_memory_and_capability(monkeypatch):
+    """What ``doctor --smem`` reads off device 0. No GPU here, so a stand-in torch module answers (the real
+    probe imports torch itself; there is no other way in)."""
+    import sys
+    from types import ModuleType
+
+    asked = []
+
+    def properties(index):
+        asked.append(index)
+        return SimpleNamespace(shared_memory_per_block_optin=65_536, major=7, minor=5)
+
+    fake = ModuleType("torch")
+    fake.cuda = SimpleNamespace(is_available=lambda: True, get_device_properties=properties)
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    assert env._cuda_device() == {"smem_per_block_optin": 65_536, "compute_capability": "7.5"}
+    assert asked == [0]
+    fake.cuda.get_device_properties = lambda index: SimpleNamespace(
+        major=8, minor=9
+    )  # an older torch: no field
+    assert env._cuda_device() == {"smem_per_block_optin": None, "compute_capability": "8.9"}
+
+
 def test_the_turing_decision_uses_the_measured_limit_and_the_known_table():
     # a V100 whose limit was not read: its documented 98,304 B fit the launch
     assert env.needs_turing_fix(None, (7, 0)) is False and env.needs_turing_fix(None, "7.0") is False
@@ -896,6 +919,10 @@ def test_the_pair_names_what_is_installed_and_ignores_local_tags():
         ("0.27.1", "5.15.0"),
         (None, "5.19.0"),
         ("0.33.0", None),
+        ("0.29.0", "5.17.0"),
+        ("0.33.0", "5.19.0"),
+        ("0.33.0", "5.15.0"),
+        ("0.30.0", "5.17.0"),
     ):
         pair = env.judge_pair(vllm, transformers)
         assert (pair.vllm, pair.transformers) == (vllm, transformers)
