@@ -1370,7 +1370,9 @@ def test_an_ownership_record_of_something_else_is_named_with_its_keys_and_kept(o
         "so a server or endpoint it names is not stopped for a dead owner. Check that nothing of yours still runs "
         f"or bills (gemma4-t4 serve status, gemma4-t4 sagemaker list), then delete it: rm {odd}"
     )
-    assert caught[0].filename != endpoints.__file__  # the warning points at the caller, not the package's line
+    assert (
+        caught[0].filename != endpoints.__file__
+    )  # the warning points at the caller, not the package's line
     assert odd.exists() and not dead.exists()
     assert endpoints.owned_records() == [(odd, None)]
 
@@ -2243,4 +2245,9 @@ def test_each_parameter_of_a_part_is_refused_in_its_own_words_naming_an_accepted
         )
     if "MODEL_SIZE" in rules:  # a size is read like the catalog reads it, whatever its case
         fresh.check_parameters(part, cell | {"MODEL_SIZE": "E4B"})
+        fresh.check_parameters(
+            part, cell | {"MODEL_SIZE": "google/gemma-4-E4B-it"}
+        )  # a hub id names its size
+        with pytest.raises(Gemma4T4Error, match="TARGET="):  # ... but is no TARGET
+            fresh.check_parameters(part, cell | {"TARGET": "google/gemma-4-E4B-it"})
     fresh.check_parameters(part, cell | {"TARGET": "AUTO"})
