@@ -454,14 +454,14 @@ def minutes(seconds: float) -> str:
 
 def render_table(records: dict[str, dict | None]) -> str:
     rows = [
-        "| module | file | mutants | killed | survived | of them equivalent | score | measured | CPU | time | record current |",
-        "|---|---|---:|---:|---:|---:|---:|---|---|---|---|",
+        "| module | file | mutants | killed | survived | of them equivalent | score | score, equivalents left out | measured | CPU | time | record current |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|---|---|---|",
     ]
     total_caught = total_scored = 0
     for key, r in records.items():
         path = MODULES[key].path
         if r is None:
-            rows.append(f"| `{key}` | `{path}` | | | | | not measured yet | | | | |")
+            rows.append(f"| `{key}` | `{path}` | | | | | not measured yet | | | | | |")
             continue
         caught, scored, equivalent = adjusted(r)
         total_caught, total_scored = total_caught + caught, total_scored + scored
@@ -472,10 +472,10 @@ def render_table(records: dict[str, dict | None]) -> str:
             time_text += f" + {len(r['reruns'])} re-run(s) of survivors, {minutes(sum(x['seconds'] for x in r['reruns']))}"
         rows.append(
             f"| `{key}` | `{path}` | {r['mutants']} | {caught} | {left} | {equivalent} | "
-            f"{100.0 * caught / max(scored, 1):.1f} % | {r.get('date', '')} | {r.get('cpu', '')} | {time_text} | {current(r)} |"
+            f"{100.0 * caught / max(scored + equivalent, 1):.1f} % | {100.0 * caught / max(scored, 1):.1f} % | {r.get('date', '')} | {r.get('cpu', '')} | {time_text} | {current(r)} |"
         )
     if total_scored:
-        rows.append(f"| **all measured** | | | {total_caught} | | | {100.0 * total_caught / total_scored:.1f} % | | | | |")
+        rows.append(f"| **all measured** | | | {total_caught} | | | | {100.0 * total_caught / total_scored:.1f} % | | | | |")
     rows += ["", "Batches (`make mutation MUTATION_ARGS=\"--batch NAME\"`), with the time their latest full runs took:", "",
              "| batch | modules | mutants | full-run time measured | modules not measured yet |", "|---|---|---:|---|---|"]
     for name, keys in BATCHES.items():
