@@ -454,7 +454,7 @@ def minutes(seconds: float) -> str:
 
 def render_table(records: dict[str, dict | None]) -> str:
     rows = [
-        "| module | file | mutants | killed | not killed (survived, timed out, reached by no test) | of them equivalent | score | score, equivalents left out | measured | CPU | time | record current |",
+        "| module | file | mutants | killed | not killed (survived or reached by no test) | of them equivalent | score | score, equivalents left out | measured | CPU | time | record current |",
         "|---|---|---:|---:|---:|---:|---:|---:|---|---|---|---|",
     ]
     total_caught = total_scored = 0
