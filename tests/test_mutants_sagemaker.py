@@ -1988,14 +1988,20 @@ def no_aws_credentials(monkeypatch):
 
 def test_a_refused_scaling_policy_rolls_back_the_registered_target_first(no_aws_credentials):
     """The scalable target was registered before the policy was refused: it is the first thing this deploy
-    made that the rollback undoes, checked as its endpoint's (here without AWS credentials for it, so it
-    is not claimed as gone)."""
+    made that the rollback undoes, checked as its endpoint's, and deregistered through the same client that
+    registered it (here the process has no AWS credentials of its own: a rollback that asked the default
+    client left the target registered and did not say so)."""
     sm = FakeSageMaker()
     aas = FakeCalls(fail={"put_scaling_policy": aws_failure("ValidationException", "bad policy")})
     error = failed_deploy(t4_config(min_instances=1, max_instances=3), sm, autoscaling_client=aas)
     assert error.result.failure_reason == "put_scaling_policy: ValidationException: bad policy"
-    assert error.result.created[0] == f"autoscaling:endpoint/{NAME}/variant/AllTraffic"
-    assert error.result.rolled_back == [f"endpoint:{NAME}", f"endpoint-config:{NAME}", f"model:{NAME}"]
+    target = f"endpoint/{NAME}/variant/AllTraffic"
+    assert error.result.created[0] == f"autoscaling:{target}"
+    assert error.result.rolled_back == [f"autoscaling:{target}", f"endpoint:{NAME}", f"endpoint-config:{NAME}",
+                                        f"model:{NAME}"]
+    assert [op for op, _ in aas.calls] == ["register_scalable_target", "put_scaling_policy",
+                                           "deregister_scalable_target"]
+    assert aas.calls[-1][1]["ResourceId"] == target
     assert sm.resources == {}
     # after the create: its CreationTime read and the InService poll, then the rollback
     rollback_calls = sm.operations()[sm.operations().index("create_endpoint") + 3 :]
@@ -2010,9 +2016,30 @@ def test_a_refused_scaling_policy_rolls_back_the_registered_target_first(no_aws_
     ]
 
 
+def test_a_deploy_through_a_session_rolls_its_scalable_target_back_through_that_session(no_aws_credentials):
+    """A deploy made with a session (a profile) whose scaling policy is refused deregisters the scalable
+    target through that session's own client, not through the process's default credentials."""
+    sm = FakeSageMaker()
+    aas = FakeCalls(fail={"put_scaling_policy": aws_failure("ValidationException", "bad policy")})
+    made = {"sagemaker": sm, "application-autoscaling": aas, "ecr": FakeCalls(), "s3": FakeCalls()}
+
+    class Session:
+        def get_credentials(self):
+            return object()
+
+        def client(self, service, region_name, config):
+            return made[service]
+
+    config = t4_config(min_instances=1, max_instances=3)
+    with pytest.raises(Gemma4T4Error) as caught:
+        deploy(config, session=Session(), progress=False, sleep=lambda s: None)
+    assert caught.value.result.rolled_back[0] == f"autoscaling:endpoint/{NAME}/variant/AllTraffic"
+    assert [op for op, _ in aas.calls][-1] == "deregister_scalable_target"
+
+
 def test_a_scalable_target_whose_endpoint_is_already_gone_is_still_deregistered(no_aws_credentials):
     """Someone deleted the endpoint before the rollback: the endpoint counts as gone, but its scalable
-    target is not assumed gone with it (here its deregistration fails without credentials: not claimed)."""
+    target is not assumed gone with it: it is deregistered, through the deploy's own client."""
     sm = FakeSageMaker()
 
     class PolicyRefused(FakeCalls):
@@ -2020,8 +2047,11 @@ def test_a_scalable_target_whose_endpoint_is_already_gone_is_still_deregistered(
             del sm.resources["endpoint"]
             raise aws_failure("ValidationException", "bad policy")
 
-    error = failed_deploy(t4_config(min_instances=1, max_instances=3), sm, autoscaling_client=PolicyRefused())
-    assert error.result.rolled_back == [f"endpoint-config:{NAME}", f"model:{NAME}", f"endpoint:{NAME}"]
+    aas = PolicyRefused()
+    error = failed_deploy(t4_config(min_instances=1, max_instances=3), sm, autoscaling_client=aas)
+    assert error.result.rolled_back == [f"autoscaling:endpoint/{NAME}/variant/AllTraffic",
+                                        f"endpoint-config:{NAME}", f"model:{NAME}", f"endpoint:{NAME}"]
+    assert [op for op, _ in aas.calls][-1] == "deregister_scalable_target"
 
 
 def test_a_deploy_through_a_session_asks_its_own_regions_clients_and_shows_a_bar(capsys):

@@ -180,10 +180,13 @@ class _Clock:
         return round(self.monotonic() - self.start, 2)
 
 
-def rollback(sm: Any, created: list[str], created_at: dict[str, float] | None = None) -> list[str]:
+def rollback(sm: Any, created: list[str], created_at: dict[str, float] | None = None,
+             autoscaling_client: Any = None) -> list[str]:
     """Delete what ``created`` lists, endpoint first (reverse creation order). Returns what went, and
     "left alone: ..." for each resource whose name now belongs to another (its CreationTime is not the
-    one ``created_at`` recorded: someone deleted this deploy's and created their own)."""
+    one ``created_at`` recorded: someone deleted this deploy's and created their own).
+    ``autoscaling_client``: the client that registered a scalable target (the deploy's session or
+    profile); without it the process's default credentials are asked, which may not see the target."""
     kinds = {"autoscaling": -1, "endpoint": 0, "endpoint-config": 1, "model": 2}
     resources = sorted((tuple(c.split(":", 1)) for c in created), key=lambda r: kinds[r[0]])
     result, left_alone = DeleteResult("", ""), []
@@ -195,7 +198,7 @@ def rollback(sm: Any, created: list[str], created_at: dict[str, float] | None = 
             if recorded is not None and not check_identity(sm, *owner, recorded) and kind != "autoscaling":
                 result.already_absent.append(f"{kind}:{name}")
                 continue
-            delete_resources(sm, [(kind, name)], result)
+            delete_resources(sm, [(kind, name)], result, autoscaling_client)
         except Gemma4T4Error as exc:  # keep going: the other resources must still be deleted
             if "not the one recorded" in exc.message:
                 left_alone.append(f"{kind}:{name}")
@@ -283,6 +286,15 @@ def deploy(config: DeployConfig, *, client: Any = None, session: Any = None, wai
 
     make = client_factory(session)
     sm = client or make("sagemaker", config.region)
+    # the one application-autoscaling client, made on first use: it registers a scalable target and,
+    # through the same session, deregisters it in a rollback
+    autoscaling: list[Any] = [autoscaling_client] if autoscaling_client is not None else []
+
+    def aas() -> Any:
+        if not autoscaling:
+            autoscaling.append(make("application-autoscaling", config.region))
+        return autoscaling[0]
+
     config = with_fixed_image(config, ecr_client or make("ecr", config.region))
     if config.model_data_s3_uri:
         check_model_data(s3_client or make("s3", config.region), config.model_data_s3_uri)
@@ -304,12 +316,11 @@ def deploy(config: DeployConfig, *, client: Any = None, session: Any = None, wai
             raise _Failure(_fix_for(result))
         event("InService", f"after {clock.elapsed():.0f} s")
         if config.autoscaling:
-            aas = autoscaling_client or make("application-autoscaling", config.region)
-            register_autoscaling(config, aas, result, event)
+            register_autoscaling(config, aas(), result, event)
         result.success = True
         return result
     except BaseException as exc:
-        _roll_back(exc, sm, config, result, event)
+        _roll_back(exc, sm, config, result, event, aas() if any(c.startswith("autoscaling:") for c in result.created) else None)
         result.elapsed_s = clock.elapsed()
         if isinstance(exc, KeyboardInterrupt):
             raise
@@ -366,13 +377,13 @@ def _refuse_existing(sm: Any, config: DeployConfig) -> None:
 
 
 def _roll_back(exc: BaseException, sm: Any, config: DeployConfig, result: DeployResult,
-               event: Callable[[str, str], None]) -> None:
+               event: Callable[[str, str], None], autoscaling_client: Any = None) -> None:
     """A deploy failed (or was interrupted) with ``exc``: record why and delete what it created."""
     if not isinstance(exc, _Failure):
         result.failure_reason = result.failure_reason or f"{type(exc).__name__}: {exc}"
     if result.status in ("Error", "InService"):
         result.status = "Interrupted" if isinstance(exc, KeyboardInterrupt) else "Error"
-    result.rolled_back = rollback(sm, result.created, result.created_at)
+    result.rolled_back = rollback(sm, result.created, result.created_at, autoscaling_client)
     event("rolled back", ", ".join(result.rolled_back) or "nothing created")
     if isinstance(exc, KeyboardInterrupt) and result.rolled_back:
         note_undone(exc, f"deleted {describe_deleted(result.rolled_back)} in {config.region}")
@@ -544,9 +555,9 @@ class DeploymentWatcher:
             self.result.status = final["status"]
             self.result.failure_reason = final.get("reason")
             if self.result.status == "InService" and self.config is not None and self.config.autoscaling:
-                aas = (self.autoscaling_client
-                       or client_factory()("application-autoscaling", self.config.region))
-                register_autoscaling(self.config, aas, self.result, self._event)
+                self.autoscaling_client = (self.autoscaling_client
+                                           or client_factory()("application-autoscaling", self.config.region))
+                register_autoscaling(self.config, self.autoscaling_client, self.result, self._event)
             self.result.success = self.result.status == "InService"
         except _Failure:
             self.result.status, self.result.success = "Error", False
@@ -554,7 +565,8 @@ class DeploymentWatcher:
             self.result.status, self.result.success = "Error", False
             self.result.failure_reason = f"{type(exc).__name__}: {exc}"
         if not self.result.success:
-            self.result.rolled_back = rollback(self.sm, self.result.created, self.result.created_at)
+            self.result.rolled_back = rollback(self.sm, self.result.created, self.result.created_at,
+                                               self.autoscaling_client)
             self._event("rolled back", ", ".join(self.result.rolled_back) or "nothing created")
         self.result.elapsed_s = round(time.monotonic() - self._start, 2)
         self.done.set()
@@ -570,4 +582,6 @@ def deploy_in_background(config: DeployConfig, *, client: Any = None, session: A
     sm = client or client_factory(session)("sagemaker", config.region)
     result = deploy(config, client=sm, session=session, wait=False, progress=False)
     timeout = timeout_s if timeout_s is not None else config.startup_timeout_s + 900
-    return DeploymentWatcher(sm, result, timeout, poll_s, config=config).start()
+    # the watcher registers autoscaling (and rolls it back) through the caller's session, as the deploy did
+    aas = client_factory(session)("application-autoscaling", config.region) if config.autoscaling else None
+    return DeploymentWatcher(sm, result, timeout, poll_s, config=config, autoscaling_client=aas).start()
