@@ -1838,6 +1838,31 @@ def test_a_background_deploy_creates_now_and_watches_with_the_default_timeout():
     assert given.timeout_s == 30 and given.poll_s == 0.01 and given.wait(5).status == "InService"
 
 
+def test_a_background_deploy_scales_and_rolls_back_through_its_own_session(no_aws_credentials):
+    """A background deploy with autoscaling, made through a session (a profile), registers its scalable
+    target through that session's client and, when the scaling policy is refused, deregisters it through
+    the same client: nothing is asked of the process's default credentials (here there are none)."""
+    sm = FakeSageMaker(statuses=("InService",))
+    aas = FakeCalls(fail={"put_scaling_policy": aws_failure("ValidationException", "bad policy")})
+    asked = []
+
+    class Session:
+        def get_credentials(self):
+            return object()
+
+        def client(self, service, region_name, config):
+            asked.append((service, region_name))
+            return {"sagemaker": sm, "application-autoscaling": aas}.get(service) or FakeCalls()
+
+    config = t4_config(min_instances=1, max_instances=3)
+    result = deploy_in_background(config, session=Session(), timeout_s=30, poll_s=0.01).wait(5)
+    assert (result.success, result.failure_reason) == (False, "put_scaling_policy: ValidationException: bad policy")
+    assert [op for op, _ in aas.calls] == ["register_scalable_target", "put_scaling_policy",
+                                           "deregister_scalable_target"]
+    assert result.rolled_back[0] == f"autoscaling:endpoint/{NAME}/variant/AllTraffic"
+    assert ("application-autoscaling", config.region) in asked and sm.resources == {}
+
+
 def test_an_automatic_drafter_is_dropped_where_it_would_not_fit_beside_the_target_on_a_t4():
     """draft=auto sends Google's assistant only where the fit calculator says target and drafter fit the T4s
     at the endpoint's memory share and tensor parallelism; off a T4 it is not judged."""
