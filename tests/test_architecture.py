@@ -852,7 +852,7 @@ def test_no_module_over_800_lines_and_no_function_over_80():
 
 # the package's size when its layout was last settled was 26.8k non-blank lines; it stays at or below it
 # (a new feature pays for itself by removing duplication)
-PACKAGE_LINE_LIMIT = 27_960  # +9: the MCP build's budget; +733 before: Parts 2 and 4 (studies/part2.py, part4.py, their plots); +418 before: Parts 1 and 3
+PACKAGE_LINE_LIMIT = 27_971  # +11: a rollback deregisters through the deploy's own autoscaling client, an unregistered workload class's fields in its refusal; +9 before: the MCP build's budget; +733 before: Parts 2 and 4 (studies/part2.py, part4.py, their plots); +418 before: Parts 1 and 3
 
 
 def test_the_package_stays_within_its_size():
@@ -866,7 +866,7 @@ def test_the_package_stays_within_its_size():
 # A line count can be met by packing more onto each line; Python tokens (names, operators, literals;
 # not comments, line breaks or indentation) cannot. The package's token count when its layout was
 # last settled, rounded up: it stays at or below it too.
-PACKAGE_TOKEN_LIMIT = 212_933  # +35: the MCP build's budget; +4,782 before: Parts 2 and 4 (studies/part2.py, part4.py, their plots); +3,812 before: Parts 1 and 3
+PACKAGE_TOKEN_LIMIT = 213_035  # +102: a rollback deregisters through the deploy's own autoscaling client, an unregistered workload class's fields in its refusal; +35 before: the MCP build's budget; +4,782 before: Parts 2 and 4 (studies/part2.py, part4.py, their plots); +3,812 before: Parts 1 and 3
 
 
 def code_tokens(source: str) -> int:
