@@ -332,7 +332,7 @@ def worker(key: str, jobs: int, out: Path, only: list[str] | None = None) -> int
         # a re-run of some mutants (usually last run's survivors, after new tests) updates the module's
         # full-run record: the module's code is unchanged, so mutants killed before stay killed
         record = merge_rerun(json.loads(previous.read_text()), statuses, survivors, seconds)
-        previous.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n")
+        write_atomically(previous, json.dumps(record, indent=2, ensure_ascii=False) + "\n")
         return 0
     killed, scored = score(counts)
     record = {
@@ -350,7 +350,7 @@ def worker(key: str, jobs: int, out: Path, only: list[str] | None = None) -> int
         **provenance(target),
         "survivors": survivors,
     }
-    (out / f"{key}.json").write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n")
+    write_atomically(out / f"{key}.json", json.dumps(record, indent=2, ensure_ascii=False) + "\n")
     return 0
 
 
@@ -521,8 +521,8 @@ def render_survivors(records: dict[str, dict | None]) -> str:
 def write_docs(records: dict[str, dict | None]) -> None:
     text = TESTING_MD.read_text()
     start, end = text.index(TABLE_START), text.index(TABLE_END)
-    TESTING_MD.write_text(text[: start + len(TABLE_START)] + "\n" + render_table(records) + "\n" + text[end:])
-    SURVIVORS_MD.write_text(render_survivors(records))
+    write_atomically(TESTING_MD, text[: start + len(TABLE_START)] + "\n" + render_table(records) + "\n" + text[end:])
+    write_atomically(SURVIVORS_MD, render_survivors(records))
 
 
 def publish(keys: list[str], out: Path) -> list[str]:
@@ -535,9 +535,18 @@ def publish(keys: list[str], out: Path) -> list[str]:
         target = RECORDS / f"{key}.json"
         committed = json.loads(target.read_text()) if target.exists() else None
         record = compact(relocate(json.loads(source.read_text())), committed)
-        target.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+        write_atomically(target, json.dumps(record, indent=1, ensure_ascii=False) + "\n")
         done.append(key)
     return done
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """A record or a docs page is whole or not written: a run stopped mid-write (SIGTERM, Ctrl-C) leaves
+    the previous file, never half of one. Imported here, not at the top: the package must not be in
+    ``sys.modules`` before mutmut puts its mutated copy first on the path."""
+    from gemma4_t4.foundation.atomic import atomic_write_text
+
+    atomic_write_text(path, text)
 
 
 def relocate(record: dict) -> dict:

@@ -1409,24 +1409,16 @@ def test_model_data_that_cannot_be_read_says_why():
     assert [op for op, _ in s3.calls] == ["head_object"]
 
 
+def ecr_with_fixed_image(tag: str) -> FakeCalls:
+    """An ECR whose repository holds one fixed image tagged ``tag``."""
+    image = {"imageTags": [tag], "imageDigest": "sha256:" + "a" * 64, "registryId": "123456789012"}
+    return FakeCalls(pages={"describe_images": [{"imageDetails": [image]}]})
+
+
 def test_a_t4_without_an_image_gets_the_newest_fixed_one_in_its_regions_ecr():
     """A T4 deploy without --image-uri uses the newest fixed image in its region's ECR."""
     tag = fixed_image_tag()
-    ecr = FakeCalls(
-        pages={
-            "describe_images": [
-                {
-                    "imageDetails": [
-                        {
-                            "imageTags": [tag],
-                            "imageDigest": "sha256:" + "a" * 64,
-                            "registryId": "123456789012",
-                        }
-                    ]
-                }
-            ]
-        }
-    )
+    ecr = ecr_with_fixed_image(tag)
     config = DeployConfig(name=NAME, region="us-west-2")
     found = with_fixed_image(config, ecr)
     assert found.image_uri.endswith(f".dkr.ecr.us-west-2.amazonaws.com/gemma4-t4-vllm:{tag}")
@@ -2084,21 +2076,7 @@ def test_a_deploy_through_a_session_asks_its_own_regions_clients_and_shows_a_bar
     up the fixed image there, checks the uploaded weights there, and draws the wait's bar by default."""
     tag = fixed_image_tag()
     sm, s3 = FakeSageMaker(statuses=("Creating", "InService")), FakeCalls()
-    ecr = FakeCalls(
-        pages={
-            "describe_images": [
-                {
-                    "imageDetails": [
-                        {
-                            "imageTags": [tag],
-                            "imageDigest": "sha256:" + "a" * 64,
-                            "registryId": "123456789012",
-                        }
-                    ]
-                }
-            ]
-        }
-    )
+    ecr = ecr_with_fixed_image(tag)
     aas = FakeCalls()
     made = {"sagemaker": sm, "ecr": ecr, "s3": s3, "application-autoscaling": aas}
 
