@@ -26,19 +26,10 @@ from gemma4_t4.catalog.tiny import ensure_tiny_gemma4
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.atomic import atomic_write_json
 from gemma4_t4.foundation.jsonable import JSONValue, to_jsonable
-from gemma4_t4.foundation.table import (  # noqa: F401 - format_value, table_cells, pairs, together: re-exported
-    Displayable,
-    Table,
-    format_table,
-    format_value,
-    pairs,
-    table_cells,
-    text_table,
-    together,
-)
+from gemma4_t4.foundation.table import Displayable, Table, pairs  # noqa: F401 - pairs: re-exported
 from gemma4_t4.host import cpuisa, env, setup_plan
 from gemma4_t4.host import setup as setup_apply
-from gemma4_t4.serving.endpoint import Budget, Endpoint, start_owned_server
+from gemma4_t4.venues.endpoint import Budget, Endpoint, start_owned_server
 
 if TYPE_CHECKING:
     from gemma4_t4.bench.specs import WorkloadSpec
@@ -661,8 +652,7 @@ def _sagemaker_endpoint(model: str | Path, *, name: str, part: int | None, regio
     # lazy: the SageMaker modules (deploy, experiments, S3 upload) load only on TARGET=sagemaker
     from gemma4_t4.sagemaker.config import DeployConfig
     from gemma4_t4.sagemaker.cost import usd
-    from gemma4_t4.sagemaker.experiments import INSTANCE_OF_GPU, PART_PREFIX
-    from gemma4_t4.sagemaker.matrix import endpoint_name
+    from gemma4_t4.venues.parts import INSTANCE_OF_GPU, PART_PREFIX, endpoint_name
 
     if gpu not in INSTANCE_OF_GPU:
         raise Gemma4T4Error(f"no SageMaker instance for gpu={gpu!r}", fix=f"use one of {', '.join(INSTANCE_OF_GPU)}")
@@ -735,7 +725,7 @@ def clean_up(*endpoints: Endpoint, keep_local: bool = False, part: int | None = 
     left = [e.name for e in endpoints if e.venue == "sagemaker" and not e.stopped]
     if used_sagemaker and part is not None:
         # lazy: the SageMaker modules (deploy, experiments, S3 upload) load only on TARGET=sagemaker
-        from gemma4_t4.sagemaker.experiments import leftover_endpoints
+        from gemma4_t4.venues.parts import leftover_endpoints
 
         left += leftover_endpoints(region, part)
         print(f"Part {part} endpoints still in {region}:", ", ".join(sorted(set(left))) or "none")
@@ -981,7 +971,7 @@ def aws_venue(target: str, work_dir: str | Path) -> AwsVenue:
         venue = AwsVenue(target)
     else:
         # lazy: the local moto server and the runtime stand-in load only on Part 1's cpu venue
-        from gemma4_t4.sagemaker.local import LocalAWS
+        from gemma4_t4.standins.local import LocalAWS
 
         tiny = (endpoint("cpu", model_for("cpu", work_dir=work_dir), work_dir, name="tiny-gemma4")
                 if importlib.util.find_spec("vllm") is not None else None)

@@ -19,7 +19,7 @@ from gemma4_t4.foundation.figures import pyplot
 from gemma4_t4.foundation.table import Displayable, Table
 from gemma4_t4.quant.grid import TINY_WEIGHTS, CompareReport, GridReport
 from gemma4_t4.quant.repack import RepackReport
-from gemma4_t4.serving.endpoint import Budget, Endpoint
+from gemma4_t4.venues.endpoint import Budget, Endpoint
 
 PART = 3
 FIX = "run every cell above in order (Run all); if a step failed, its own message says what to change"

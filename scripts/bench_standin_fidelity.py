@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 
 from gemma4_t4.bench import run_benchmark
-from gemma4_t4.sagemaker.runtime_standin import RuntimeStandIn
 from gemma4_t4.serving.server_state import free_port
+from gemma4_t4.standins.runtime_standin import RuntimeStandIn
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the FAKE server lives with the tests that use it

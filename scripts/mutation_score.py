@@ -169,8 +169,8 @@ MODULES: dict[str, Target] = {
         ("tests/test_notebook_params.py", "tests/test_notebook_venues.py", "tests/test_display.py",
          "tests/test_bench_trust.py", "tests/test_mutants_notebook.py"),
     ),
-    "serving.endpoint": Target(
-        "gemma4_t4/serving/endpoint.py",
+    "venues.endpoint": Target(
+        "gemma4_t4/venues/endpoint.py",
         ("tests/test_endpoint.py", "tests/test_server_owned_records.py", "tests/test_mutants_notebook.py"),
     ),
 }
@@ -184,7 +184,7 @@ BATCHES: dict[str, tuple[str, ...]] = {
     "results": ("bench.compare", "bench.results", "bench.published"),
     "host": ("setup.plan", "host.env", "host.setup", "gate"),
     "sagemaker": ("sagemaker.delete_plan", "sagemaker.config", "sagemaker.deploy"),
-    "surfaces": ("secrets", "mcp_boundary", "mcp_server", "notebook", "serving.endpoint"),
+    "surfaces": ("secrets", "mcp_boundary", "mcp_server", "notebook", "venues.endpoint"),
 }
 
 KILLED = ("killed", "timeout", "caught by type check")

@@ -1,5 +1,5 @@
 """Offline AWS for the SageMaker and MCP tests: one moto server plus the FAKE Service Quotas
-server per session (gemma4_t4.sagemaker.local.LocalAWS), reset before every test.
+server per session (gemma4_t4.standins.local.LocalAWS), reset before every test.
 
 Test modules import these fixtures by name, and pytest keeps a separate cache for a fixture in every
 module that defines it: ``local_aws_session`` here is only a per-module handle on the server that
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from gemma4_t4.sagemaker.local import DEFAULT_QUOTAS, LocalAWS
+from gemma4_t4.standins.local import DEFAULT_QUOTAS, LocalAWS
 
 
 @pytest.fixture(scope="session")

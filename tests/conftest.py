@@ -205,7 +205,7 @@ def vllm_server(tiny_model_dir):
 def local_aws_server():
     """The session's one LocalAWS (moto + the FAKE Service Quotas server); tests/aws_fixtures.py hands it
     to the modules that import its fixtures, so a module's import starts no server of its own."""
-    from gemma4_t4.sagemaker.local import LocalAWS
+    from gemma4_t4.standins.local import LocalAWS
 
     with LocalAWS() as aws:
         yield aws

@@ -1,6 +1,6 @@
 """A FAULT-INJECTING stand-in for the SageMaker runtime API, for the benchmark's fault tests.
 
-The package's own stand-in (``gemma4_t4.sagemaker.runtime_standin``, used with moto and the real
+The package's own stand-in (``gemma4_t4.standins.runtime_standin``, used with moto and the real
 vLLM server wherever a healthy endpoint is enough) forwards faithfully; this one adds, per
 endpoint name, the faults a real endpoint shows and that stand-in cannot: throttle the first N
 invocations, answer ModelError, refuse streaming (ValidationError), or disappear after N
@@ -20,7 +20,7 @@ import aiohttp
 from aiohttp import web
 from fake_openai_server import AppInThread
 
-from gemma4_t4.sagemaker.runtime_standin import STREAM_CONTENT_TYPE, payload_part
+from gemma4_t4.standins.runtime_standin import STREAM_CONTENT_TYPE, payload_part
 
 
 @dataclass

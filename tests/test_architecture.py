@@ -241,39 +241,72 @@ def test_every_function_local_package_import_says_why():
 
 # ----------------------------------------------------------------------------- layers
 
-# (importer prefix, imported prefixes it may never reach directly). The benchmark measures any
-# OpenAI-compatible server and must not load the code that launches one; the Turing fix is loaded
-# into every vLLM process and must not load the benchmark. Code that needs both (the prefill
-# route's TTFT curve, ttft_route.py) sits above them.
-LAYER_RULES = {
-    "gemma4_t4.bench": ("gemma4_t4.serving.server", "gemma4_t4.serving.gate", "gemma4_t4.serving.supervisor", "gemma4_t4.turing"),
-    "gemma4_t4.turing": ("gemma4_t4.bench", "gemma4_t4.serving.server", "gemma4_t4.serving.gate"),
-}
+# The layers, low to high: a module imports only from its own layer or below (top-level,
+# function-local and TYPE_CHECKING imports alike). The package root counts as the bottom layer
+# because it holds only the version (test_the_package_root_holds_only_the_version). The Turing fix
+# is loaded into every vLLM process and sits low; the benchmark measures any OpenAI-compatible server
+# and must not even load the code that launches one (BENCH_MUST_NOT_LOAD below); the venues (the
+# Endpoint and its budget) sit above both the local serving stack and SageMaker, the studies above
+# the venues, and the root modules (notebook, tutorials, pipeline, MCP) and the CLI on top.
+LAYERS = (
+    ("gemma4_t4", "gemma4_t4.errors", "gemma4_t4.foundation"),
+    ("gemma4_t4.catalog",),
+    ("gemma4_t4.turing",),
+    ("gemma4_t4.host",),
+    ("gemma4_t4.quant",),
+    ("gemma4_t4.bench",),
+    ("gemma4_t4.serving",),
+    ("gemma4_t4.sagemaker",),
+    ("gemma4_t4.standins",),
+    ("gemma4_t4.venues",),
+    ("gemma4_t4.studies",),
+)
+TOP = len(LAYERS)  # every other module: the root modules and cli/
 
 
 def _under(module: str, prefix: str) -> bool:
     return module == prefix or module.startswith(prefix + ".")
 
 
+def layer_of(module: str) -> int:
+    for level, prefixes in enumerate(LAYERS):
+        if module in prefixes or any(p != NAME and _under(module, p) for p in prefixes):
+            return level
+    return TOP
+
+
 def layer_violations(graph: dict[str, set[str]]) -> list[str]:
-    found = []
-    for mod, targets in sorted(graph.items()):
-        for layer, forbidden in LAYER_RULES.items():
-            if _under(mod, layer):
-                found += [f"{mod} -> {t}" for t in sorted(targets) if any(_under(t, f) for f in forbidden)]
-    return found
+    return [f"{mod} -> {t}" for mod, targets in sorted(graph.items()) for t in sorted(targets)
+            if layer_of(t) > layer_of(mod)]
 
 
 def test_the_layer_check_sees_a_violation():
     assert layer_violations({"gemma4_t4.bench.x": {"gemma4_t4.serving.server"}}) == [
         "gemma4_t4.bench.x -> gemma4_t4.serving.server"
     ]
-    assert layer_violations({"gemma4_t4.turing.y": {"gemma4_t4.bench.plots"}})
-    assert layer_violations({"gemma4_t4.studies.ttft_route": {"gemma4_t4.bench", "gemma4_t4.serving.server"}}) == []
+    assert layer_violations({"gemma4_t4.serving.y": {"gemma4_t4.venues.endpoint"}}) == [
+        "gemma4_t4.serving.y -> gemma4_t4.venues.endpoint"
+    ]
+    assert layer_violations({"gemma4_t4.foundation.z": {"gemma4_t4.notebook"}})
+    assert layer_violations({"gemma4_t4.turing.plugin": {"gemma4_t4.host.cpuisa"}})
+    assert layer_violations({"gemma4_t4.studies.ttft_route": {"gemma4_t4.bench", "gemma4_t4.venues.endpoint"}}) == []
+    assert layer_violations({"gemma4_t4.cli.serve": {"gemma4_t4.notebook", "gemma4_t4"}}) == []
 
 
-def test_bench_and_turing_keep_to_their_layers():
-    assert layer_violations(import_graph()) == []
+def test_every_module_has_a_layer_below_the_top_unless_it_is_a_root_module_or_the_cli():
+    for mod in package_modules():
+        if layer_of(mod) == TOP:
+            assert mod.count(".") == 1 or _under(mod, "gemma4_t4.cli"), mod
+
+
+def test_no_upward_import():
+    assert layer_violations(import_graph(type_checking=True)) == []
+
+
+def test_the_package_root_holds_only_the_version():
+    tree = ast.parse((PACKAGE / "__init__.py").read_text())
+    body = [n for n in tree.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+    assert [ast.unparse(n).split(" =")[0] for n in body] == ["__version__"]
 
 
 # What the benchmark must not load, even through another module: it measures any OpenAI-compatible
@@ -287,9 +320,9 @@ BENCH_MUST_NOT_LOAD = (
     "gemma4_t4.serving.server",
     "gemma4_t4.serving.gate",
     "gemma4_t4.serving.supervisor",
-    "gemma4_t4.serving.endpoint",
+    "gemma4_t4.venues",
+    "gemma4_t4.standins",
     "gemma4_t4.serving.launch_profile",
-    "gemma4_t4.host.cpuattn",
     "gemma4_t4.host.cpuisa",
     "gemma4_t4.serving.speculative",
     "gemma4_t4.serving.proof",
@@ -297,9 +330,7 @@ BENCH_MUST_NOT_LOAD = (
     "gemma4_t4.host.setup",
     "gemma4_t4.host.torchfix",
     "gemma4_t4.turing",
-    "gemma4_t4.studies.tune",
-    "gemma4_t4.studies.ttft_route",
-    "gemma4_t4.studies.drafter_bench",
+    "gemma4_t4.studies",
 )
 
 _LIST_LOADED = """
@@ -569,9 +600,8 @@ def test_every_verdict_cache_lives_under_the_one_cache_root(monkeypatch, tmp_pat
     """The CPU attention probe, the sm_75 proof and the prefill verdicts move together with
     $GEMMA4_T4_CACHE_DIR (and default to ~/.cache/gemma4_t4)."""
     from gemma4_t4.foundation import cache
-    from gemma4_t4.host import cpuattn
     from gemma4_t4.serving import proof
-    from gemma4_t4.turing import prefill
+    from gemma4_t4.turing import cpuattn, prefill
 
     monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path))
     for folder in (cpuattn.cache_dir(), proof.cache_dir(), prefill.cache_dir()):

@@ -1,7 +1,7 @@
 """SageMaker endpoints as a benchmark backend: ``--base-url sagemaker://REGION/ENDPOINT`` through
 boto3's sagemaker-runtime (SigV4, normal endpoint resolution), against local runtime STAND-INs that
 forward to the bench FAKE server's ``/invocations`` and frame streams as AWS event-stream messages
-botocore decodes: the package's own (gemma4_t4.sagemaker.runtime_standin) for healthy endpoints,
+botocore decodes: the package's own (gemma4_t4.standins.runtime_standin) for healthy endpoints,
 and a FAULT-INJECTING one (tests/sagemaker_fault_standin.py) for throttling, model errors, no
 streaming and an endpoint that dies. Against the REAL vLLM CPU server: tests/test_bench_vllm.py
 and tests/test_notebooks_sagemaker.py."""
@@ -19,9 +19,9 @@ from gemma4_t4.bench.client import RequestSpec
 from gemma4_t4.bench.compare import compare_suites
 from gemma4_t4.cli import main as cli_main
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.sagemaker import runtime_standin
-from gemma4_t4.sagemaker.runtime_standin import RuntimeStandIn
 from gemma4_t4.serving.server_state import free_port
+from gemma4_t4.standins import runtime_standin
+from gemma4_t4.standins.runtime_standin import RuntimeStandIn
 
 SM = "sagemaker://us-east-2/"
 

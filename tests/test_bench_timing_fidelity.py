@@ -15,8 +15,8 @@ from fake_openai_server import FakeScript, FakeServer, FakeServerState
 from sagemaker_fault_standin import aws_env
 
 from gemma4_t4.bench import run_benchmark
-from gemma4_t4.sagemaker.runtime_standin import RuntimeStandIn
 from gemma4_t4.serving.server_state import free_port
+from gemma4_t4.standins.runtime_standin import RuntimeStandIn
 
 TTFT_S, GAP_S = 0.040, 0.015  # injected: 40 ms to the first token, 15 ms between tokens
 TOKEN = b'"text": "ab"'  # one fake token as the server writes it (inside the stand-in's event)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from gemma4_t4 import notebook as nb
 from gemma4_t4.bench import published
 from gemma4_t4.bench.answers import QUESTIONS, compare_answers
 from gemma4_t4.bench.compare import compare_runs
@@ -14,6 +13,7 @@ from gemma4_t4.bench.results import BenchRun
 from gemma4_t4.bench.schemas import Answer, CellSummary, RunInfo, ServerInfo
 from gemma4_t4.cli import main as cli_main
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.foundation.table import table_cells
 
 
 def _answers(text: str = "Paris", error: str | None = None) -> list[Answer]:
@@ -145,7 +145,7 @@ def test_a_tiny_cpu_run_gets_no_ratio_against_the_published_t4_row(tmp_path):
     assert row["measured / published"] is None and row["published"] == 40.44 and row["measured here"] == 106.0
     assert "published; not comparable" in row["published under"] and row["measured on"] == kind.describe()
     # the notebooks' report table shows no ratio for it
-    columns, cells = nb.table_cells([row])
+    columns, cells = table_cells([row])
     assert cells[0][columns.index("measured / published")] == "-"
 
 

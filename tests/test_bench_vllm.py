@@ -185,7 +185,7 @@ def test_two_local_endpoints_match_http_on_the_same_server(vllm_server, tiny_mod
     from gemma4_t4.bench.compare import compare_suites
     from gemma4_t4.cli import main as cli_main
     from gemma4_t4.sagemaker import DeployConfig, delete_endpoint, deploy
-    from gemma4_t4.sagemaker.local import LocalAWS
+    from gemma4_t4.standins.local import LocalAWS
 
     decode = {
         "input_len": 64,

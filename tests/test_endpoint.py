@@ -20,11 +20,11 @@ from fake_openai_server import FakeScript, FakeServer, FakeServerState
 from gemma4_t4.bench.specs import DecodeSpec, PrefixSpec, TTFTSpec, run, spec_for
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.sagemaker.config import DeployConfig
-from gemma4_t4.serving import endpoint as endpoints
-from gemma4_t4.serving.endpoint import Budget, Endpoint, OwnershipRecord, served_endpoint
 from gemma4_t4.serving.server import VLLMServer
 from gemma4_t4.serving.server_config import ServerConfig
 from gemma4_t4.serving.server_state import free_port, pid_alive
+from gemma4_t4.venues import endpoint as endpoints
+from gemma4_t4.venues.endpoint import Budget, Endpoint, OwnershipRecord, served_endpoint
 from tests.aws_fixtures import local_aws, local_aws_session  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[1]
@@ -103,7 +103,7 @@ def test_sigterm_and_sighup_inside_the_block_stop_the_server_like_ctrl_c(fake_vl
     config = _config(model_dir, fake_vllm, work)
     script = (
         "import json, time\n"
-        "from gemma4_t4.serving.endpoint import Endpoint\n"
+        "from gemma4_t4.venues.endpoint import Endpoint\n"
         "from gemma4_t4.serving.server_config import ServerConfig\n"
         f"config = ServerConfig.model_validate_json({config.model_dump_json()!r})\n"
         "with Endpoint.local(config, quiet=True) as served:\n"
@@ -298,7 +298,7 @@ def test_a_second_owner_refused_leaves_the_first_owners_endpoint_alone(local_aws
     its way out it must not delete the first one's endpoint, config, model or ownership record."""
     script = (
         "import json, time\n"
-        "from gemma4_t4.serving.endpoint import Endpoint\n"
+        "from gemma4_t4.venues.endpoint import Endpoint\n"
         "from gemma4_t4.sagemaker.config import DeployConfig\n"
         f"config = DeployConfig(name='g4-shared', region={REGION!r}, max_model_len=4096, ttl_hours=1.0)\n"
         "with Endpoint.sagemaker(config, poll_s=0.05, progress=False) as served:\n"
@@ -373,7 +373,7 @@ def test_the_reaper_leaves_a_server_started_later_on_the_dead_owners_port_and_wo
     config = _config(model_dir, fake_vllm, work)
     script = (
         "import json, time\n"
-        "from gemma4_t4.serving.endpoint import Endpoint\n"
+        "from gemma4_t4.venues.endpoint import Endpoint\n"
         "from gemma4_t4.serving.server_config import ServerConfig\n"
         f"config = ServerConfig.model_validate_json({config.model_dump_json()!r})\n"
         "served = Endpoint.local(config, quiet=True)\n"

@@ -14,9 +14,9 @@ from gemma4_t4.bench.schemas import RunInfo, ServerInfo
 from gemma4_t4.catalog import models
 from gemma4_t4.catalog.hardware import GPUS, identify_gpu, price_key, price_of_gpu, sagemaker_price
 from gemma4_t4.host import env
-from gemma4_t4.serving.endpoint import Endpoint
 from gemma4_t4.serving.gate import GIB, GateFacts, GateProbes, collect_facts
 from gemma4_t4.serving.server_config import ServerConfig
+from gemma4_t4.venues.endpoint import Endpoint
 
 # (nvidia-smi's name, the table key, compute capability, MiB nvidia-smi reports)
 KNOWN = [

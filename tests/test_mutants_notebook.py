@@ -1,5 +1,5 @@
 """What a learner sees from the notebooks' API (``gemma4_t4.notebook``) and from the one Endpoint every
-venue serves through (``gemma4_t4.serving.endpoint``), pinned where the other tests leave it loose: the
+venue serves through (``gemma4_t4.venues.endpoint``), pinned where the other tests leave it loose: the
 runtime check's verdict and words on each kind of host, the sizes that fit, where a part serves and with
 which context, the clean-up's account of what still bills, the summary a run writes, the budget, and the
 ownership records that let the next command reap what a killed one left.
@@ -26,8 +26,8 @@ from gemma4_t4.catalog.hardware import PRICES
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.table import Table
 from gemma4_t4.host import env
-from gemma4_t4.serving import endpoint as endpoints
-from gemma4_t4.serving.endpoint import Budget, BudgetRefused, Endpoint, OwnershipRecord
+from gemma4_t4.venues import endpoint as endpoints
+from gemma4_t4.venues.endpoint import Budget, BudgetRefused, Endpoint, OwnershipRecord
 
 DRIVER = "580.82.07"
 T4 = ("Tesla T4", 15360, "7.5")
@@ -723,7 +723,7 @@ def _served(venue: str, name: str, stop=None) -> Endpoint:
 
 
 def test_clean_up_says_what_it_stopped_and_asks_aws_what_the_part_left(monkeypatch, capsys):
-    from gemma4_t4.sagemaker import experiments
+    from gemma4_t4.venues import parts as experiments
 
     asked = []
     monkeypatch.setattr(
@@ -751,7 +751,7 @@ class _Stuck(SimpleNamespace):
 
 
 def test_clean_up_reports_an_endpoint_still_up_and_asks_aws_in_the_default_region(monkeypatch, capsys):
-    from gemma4_t4.sagemaker import experiments
+    from gemma4_t4.venues import parts as experiments
 
     asked = []
     monkeypatch.setattr(experiments, "leftover_endpoints", lambda region, part: asked.append(region) or [])
@@ -992,7 +992,7 @@ def test_run_sync_runs_a_coroutine_from_plain_python_and_from_inside_a_running_l
     assert asyncio.run(cell()) == 42
 
 
-# ================================================================ the Endpoint (gemma4_t4.serving.endpoint)
+# ================================================================ the Endpoint (gemma4_t4.venues.endpoint)
 
 
 @pytest.fixture
@@ -2037,7 +2037,7 @@ def test_part1_on_the_cpu_starts_the_local_stand_ins_and_says_whose_replies_they
 ):
     import importlib.util
 
-    from gemma4_t4.sagemaker import local
+    from gemma4_t4.standins import local
 
     made = []
 
@@ -2066,7 +2066,7 @@ def test_part1_on_the_cpu_with_vllm_serves_the_tiny_model_behind_the_runtime_sta
 ):
     import importlib.util
 
-    from gemma4_t4.sagemaker import local
+    from gemma4_t4.standins import local
 
     made, served = [], []
 

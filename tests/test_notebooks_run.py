@@ -387,7 +387,7 @@ def _serving_checkout(tmp_path: Path, fake_vllm: Path, model_dir: Path) -> tuple
     (notebooks / "params" / "cpu.yaml").write_text("all:\n  TARGET: cpu\n")
     serve = (
         "import json, os, pathlib, time\n"
-        "from gemma4_t4.serving.endpoint import Endpoint\n"
+        "from gemma4_t4.venues.endpoint import Endpoint\n"
         "from gemma4_t4.serving.server_config import ServerConfig\n"
         "from gemma4_t4.serving.server_state import free_port\n"
         f"config = ServerConfig(model={str(model_dir)!r}, target='cpu', port=free_port(), work_dir={str(work)!r},"

@@ -9,8 +9,8 @@ import pytest
 from gemma4_t4.bench.compare import Headline, published_decode
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.notebook import headline_rows
-from gemma4_t4.sagemaker import experiments
-from gemma4_t4.sagemaker.local import LocalAWS
+from gemma4_t4.standins.local import LocalAWS
+from gemma4_t4.venues import parts as experiments
 
 REGION = "us-east-2"
 

@@ -7,9 +7,10 @@ import pytest
 
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.launch_record import ServerSettings
-from gemma4_t4.host import cpuattn, env, torchfix
+from gemma4_t4.host import env, torchfix
 from gemma4_t4.serving import server
 from gemma4_t4.serving.server_config import ServerConfig
+from gemma4_t4.turing import cpuattn
 
 
 def test_the_masked_config_is_the_settings_record_with_secrets_masked():

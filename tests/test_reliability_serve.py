@@ -23,11 +23,11 @@ import pytest
 
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation import secrets
-from gemma4_t4.host import cpuattn
 from gemma4_t4.serving.server import VLLMServer
 from gemma4_t4.serving.server_config import ServerConfig, build_command, build_env, plan_launch
 from gemma4_t4.serving.server_state import free_port, pid_alive
 from gemma4_t4.serving.supervisor import Supervisor, engine_death_reason
+from gemma4_t4.turing import cpuattn
 
 KEY, KEY2, TOKEN = "sk-test-4242-key", "other-key-9191", "hf_abcdefghijklmnopqrstuvwxyz012345"
 

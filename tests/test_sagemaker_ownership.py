@@ -13,8 +13,8 @@ from botocore.exceptions import ClientError
 
 from gemma4_t4.cli import main
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.sagemaker.local import FAKE_ROLE_ARN
 from gemma4_t4.sagemaker.ops import delete_plan, plan_delete
+from gemma4_t4.standins.local import FAKE_ROLE_ARN
 
 REGION = "us-east-2"
 

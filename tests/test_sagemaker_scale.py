@@ -20,8 +20,9 @@ from gemma4_t4.cli import main
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.sagemaker import DeployConfig, delete_endpoint, deploy, invoke
 from gemma4_t4.sagemaker.config import auto_tensor_parallel
-from gemma4_t4.sagemaker.matrix import EndpointHandling, endpoint_name, matrix_plan, run_configs, run_matrix
 from gemma4_t4.sagemaker.upload import MIN_PART_SIZE, scan_folder, upload_model_folder
+from gemma4_t4.studies.matrix import EndpointHandling, matrix_plan, run_configs, run_matrix
+from gemma4_t4.venues.parts import endpoint_name
 
 REGION = "us-east-2"
 
@@ -251,7 +252,7 @@ def test_matrix_budget_stops_before_and_during(local_aws, tmp_path):  # noqa: F8
 
 def test_the_budget_refuses_the_second_endpoint_before_deploying_it(local_aws, tmp_path):  # noqa: F811
     """A T4 (~$0.31 for 25 min) fits $0.40; the L4 after it (~$0.47) does not: it is never created."""
-    from gemma4_t4.serving.endpoint import Budget
+    from gemma4_t4.venues.endpoint import Budget
 
     model = "google/gemma-4-E2B-it"
     configs = [
@@ -330,7 +331,7 @@ def test_an_orphaned_endpoint_is_deleted_by_the_next_owner(local_aws, tmp_path, 
     import subprocess
     import sys
 
-    from gemma4_t4.serving.endpoint import Endpoint, OwnershipRecord, owned_dir, owned_records
+    from gemma4_t4.venues.endpoint import Endpoint, OwnershipRecord, owned_dir, owned_records
 
     monkeypatch.setenv("GEMMA4_T4_CACHE_DIR", str(tmp_path / "cache"))
     orphan = DeployConfig(name="g4-orphan", region=REGION)

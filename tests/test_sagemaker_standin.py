@@ -16,7 +16,7 @@ from botocore.eventstream import EventStreamBuffer
 from botocore.exceptions import ClientError
 
 from gemma4_t4.sagemaker import DeployConfig, deploy, invoke, invoke_stream
-from gemma4_t4.sagemaker.runtime_standin import (
+from gemma4_t4.standins.runtime_standin import (
     RuntimeStandIn,
     event_message,
     model_stream_error,
@@ -160,7 +160,7 @@ def test_matrix_measures_through_the_benchmark_adapter(
     """The matrix run end to end offline: moto deploys, the benchmark measures sagemaker://REGION/ENDPOINT
     through the stand-in (real tokens from the tiny model), and the endpoint is deleted."""
     from gemma4_t4.bench.specs import DecodeSpec
-    from gemma4_t4.sagemaker.matrix import EndpointHandling, run_matrix
+    from gemma4_t4.studies.matrix import EndpointHandling, run_matrix
 
     with RuntimeStandIn(vllm_server.base_url, control_plane_url=local_aws.endpoint_url) as standin:
         monkeypatch.setenv("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME", standin.url)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gemma4_t4.serving import endpoint as endpoints
+from gemma4_t4.venues import endpoint as endpoints
 
 
 def test_an_unreadable_ownership_record_is_named(tmp_path, monkeypatch):

@@ -182,12 +182,12 @@ def test_the_option_lists_match_the_installed_vllm_parser():
 def test_a_server_owned_by_a_killed_process_is_stopped_and_status_says_so(fake_vllm, model_dir, tmp_path):
     """An Endpoint's server dies with the process that owns it (SIGKILL: no atexit, no finally); the
     ownership record it left is reaped by the next Endpoint, and `serve status` tells the truth."""
-    from gemma4_t4.serving import endpoint as endpoints
+    from gemma4_t4.venues import endpoint as endpoints
 
     work, cache = tmp_path / "nb", tmp_path / "cache"
     script = (
         "import json, sys, time\n"
-        "from gemma4_t4.serving.endpoint import Endpoint\n"
+        "from gemma4_t4.venues.endpoint import Endpoint\n"
         "from gemma4_t4.serving.server_config import ServerConfig\n"
         "from gemma4_t4.serving.server_state import free_port\n"
         f"config = ServerConfig(model={str(model_dir)!r}, target='cpu', port=free_port(), work_dir={str(work / 'vllm')!r},"

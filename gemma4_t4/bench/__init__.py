@@ -1,6 +1,6 @@
 """An exact, honest serving benchmark for OpenAI-compatible servers (vLLM first).
 
-Notebook API: a typed spec says what to measure, an endpoint (``gemma4_t4.serving.endpoint``) where::
+Notebook API: a typed spec says what to measure, an endpoint (``gemma4_t4.venues.endpoint``) where::
 
     from gemma4_t4 import bench, notebook as nb
     decode = bench.DecodeSpec(concurrency=[1, 8], input_len=512, output_len=128)  # refused here if wrong

@@ -157,7 +157,7 @@ def _matrix(args: argparse.Namespace) -> Output:
     # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
     from gemma4_t4.bench.specs import spec_for
     from gemma4_t4.sagemaker.cost import usd
-    from gemma4_t4.sagemaker.matrix import (
+    from gemma4_t4.studies.matrix import (
         EndpointHandling,
         check_budget,
         matrix_plan,

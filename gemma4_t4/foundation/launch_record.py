@@ -19,7 +19,7 @@ DEFAULT_WORK_DIR = ".cache/gemma4_t4"
 
 
 class ProbeResult(BaseModel):
-    """One candidate's verdict from the CPU attention probe (:mod:`gemma4_t4.host.cpuattn`), stored in its
+    """One candidate's verdict from the CPU attention probe (:mod:`gemma4_t4.turing.cpuattn`), stored in its
     cached verdict and in the launch record."""
 
     candidate: str  # a name from cpuattn.CANDIDATES
@@ -164,7 +164,7 @@ class ServerSettings(BaseModel):
     restart_on_crash: int = setting(0, "restart a crashed vLLM up to N times, backoff 2, 4, 8 ... 60 s; 0: off",
                                     assistant_never("restarts run unattended after the tool returned; a person's "
                                                     "choice (serve start --restart-on-crash)"), metavar="N")
-    probe_cpu_attention: bool = True  # cpu, dtype unset: run the attention probe (gemma4_t4.host.cpuattn)
+    probe_cpu_attention: bool = True  # cpu, dtype unset: run the attention probe (gemma4_t4.turing.cpuattn)
     chosen_by: dict[str, str] = Field(default_factory=dict)  # why each default was chosen
     # speculative decoding: gemma4_t4/serving/speculative.py
     draft: str | None = setting("off", "speculative decoding: off; auto = Google's assistant for the target's size "

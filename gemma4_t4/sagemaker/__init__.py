@@ -4,9 +4,8 @@
 on failure, autoscaling) -> ``ops`` (status, list, logs, invoke, stream, delete) with
 ``quotas``, ``image`` (DLC tags, the fixed T4 image), ``build`` (that image built in CodeBuild),
 ``upload`` (a local model folder to S3), ``cost`` and ``reaper`` (the $/hour estimate and the
-TTL reaper), ``matrix`` / ``experiments`` (budget-capped endpoint measurements) and
-``cli_recipe`` (dry runs as aws CLI commands). ``local.LocalAWS`` runs all of it offline
-against moto, a fake Service Quotas server and the ``runtime_standin`` in front of real vLLM.
+TTL reaper) and ``cli_recipe`` (dry runs as aws CLI commands); ``image_check`` runs inside the
+built image. ``gemma4_t4.standins`` runs all of it offline.
 """
 
 from gemma4_t4.sagemaker.build import build_t4_image

@@ -1,1 +1,1 @@
-"""Serving Gemma 4: the start gate and its sm_75 proof, the local vLLM server and its supervisor, launch profiles, drafters, and the Endpoint that owns a local server or a SageMaker endpoint."""
+"""Serving Gemma 4: the start gate and its sm_75 proof, the local vLLM server and its supervisor, launch profiles, and drafters."""

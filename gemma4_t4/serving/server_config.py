@@ -18,8 +18,8 @@ from pydantic import PrivateAttr
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation import secrets
 from gemma4_t4.foundation.launch_record import DEFAULT_PORT, ServerSettings
-from gemma4_t4.host import cpuattn
 from gemma4_t4.serving import speculative
+from gemma4_t4.turing import cpuattn
 
 # T4 launch defaults: the fastest configuration known for a 16 GB T4, each with its reason.
 T4_CONTEXT = 16384  # the series served E2B with --max-model-len 16384; a 4,096-token TTFT sweep needs > 4096

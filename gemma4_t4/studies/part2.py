@@ -22,7 +22,7 @@ from gemma4_t4.bench.results import BenchRun
 from gemma4_t4.catalog.models import Roofline, decode_roofline, load_ram
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.table import Displayable
-from gemma4_t4.serving.endpoint import Budget, Endpoint
+from gemma4_t4.venues.endpoint import Budget, Endpoint
 
 FORMATS = ("bf16", "qat-w4a16", "emb4")
 SERVED = {"bf16": "bf16", "qat": "qat-w4a16"}  # the builds Part 2 serves -> their roofline format

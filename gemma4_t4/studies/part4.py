@@ -19,8 +19,8 @@ from gemma4_t4.catalog.models import FitResult, FitTable, fit_table, largest_fit
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.table import Displayable, Table
 from gemma4_t4.host import env, swap, torchfix
-from gemma4_t4.serving.endpoint import Budget, Endpoint
 from gemma4_t4.studies.part2 import refuse_while_billing
+from gemma4_t4.venues.endpoint import Budget, Endpoint
 
 # The series served the QAT build in Part 4, so its TTFT curve is read against the QAT figures
 # (316 ms at 512 tokens -> 7,243 ms at 4,096), never the bf16 ones.

@@ -18,10 +18,10 @@ from gemma4_t4.bench.specs import TTFTSpec, run
 from gemma4_t4.foundation.figures import pyplot, save_figure
 from gemma4_t4.foundation.jsonable import TypedDict
 from gemma4_t4.foundation.table import Displayable
-from gemma4_t4.serving.endpoint import served_endpoint
 from gemma4_t4.serving.server import VLLMServer
 from gemma4_t4.serving.server_config import ServerConfig
 from gemma4_t4.turing import prefill
+from gemma4_t4.venues.endpoint import served_endpoint
 
 ROUTE_LINE = re.compile(r"gemma4-t4 turing prefill: (?P<action>[\w-]+): (?P<reason>.*?) \[vLLM")
 MODES = (("route-off", "0"), ("route-on", "1"))

@@ -9,8 +9,7 @@ and ``GEMMA4_T4_TC_PREFILL=0`` turn them off; vLLM's ``VLLM_PLUGINS`` allow-list
 from __future__ import annotations
 
 from gemma4_t4.foundation.jsonable import TypedDict
-from gemma4_t4.host import cpuattn
-from gemma4_t4.turing import prefill, tilecap
+from gemma4_t4.turing import cpuattn, prefill, tilecap
 
 ENTRY_POINT_GROUP = "vllm.general_plugins"
 ENTRY_POINT_NAME = "gemma4_t4_turing"

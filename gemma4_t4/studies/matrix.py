@@ -1,7 +1,7 @@
 """The matrix run: for each model in turn, deploy an endpoint, run the workload specs on it, delete
 it, under a hard budget.
 
-The shared :class:`~gemma4_t4.serving.endpoint.Budget` refuses the next endpoint when its estimate does
+The shared :class:`~gemma4_t4.venues.endpoint.Budget` refuses the next endpoint when its estimate does
 not fit what is left and deletes a live one the moment the budget is spent. Whatever happens (a failed
 deploy or measurement, Ctrl-C, SIGTERM, SIGHUP), the ``with`` block deletes every endpoint the run
 created before the exception leaves. The specs are checked before anything is deployed.
@@ -24,7 +24,8 @@ from gemma4_t4.sagemaker.aws import note_undone
 from gemma4_t4.sagemaker.config import DeployConfig
 from gemma4_t4.sagemaker.cost import usd
 from gemma4_t4.sagemaker.deploy import DeployFailed, deploy_cost, describe_deleted
-from gemma4_t4.serving.endpoint import DEPLOY_MINUTES, MEASURE_MINUTES, Budget, BudgetRefused, Endpoint
+from gemma4_t4.venues.endpoint import DEPLOY_MINUTES, MEASURE_MINUTES, Budget, BudgetRefused, Endpoint
+from gemma4_t4.venues.parts import endpoint_name
 
 if TYPE_CHECKING:
     from gemma4_t4.bench.results import BenchRun
@@ -150,11 +151,6 @@ class MatrixResult:
     @property
     def estimate_usd(self) -> float:
         return round(sum(e.estimate_usd for e in self.entries), 4)
-
-
-def endpoint_name(prefix: str, model_id: str) -> str:
-    slug = re.sub(r"[^a-z0-9]+", "-", model_id.rsplit("/", 1)[-1].lower()).strip("-")
-    return f"{prefix}-{slug}"[:63].rstrip("-")
 
 
 def matrix_configs(models: Sequence[str], base: DeployConfig,

@@ -10,7 +10,7 @@ Quotas server, with the environment pointed at both and dummy credentials, so no
 Stand-ins, named as such, for what moto cannot do: its CodeBuild runs no build, so
 ``seed_fixed_image`` puts the manifest ``build-image`` would have pushed into moto's ECR (at start
 and after every reset); its runtime answers canned bodies and no streams, so ``runtime_backend``
-starts :class:`~gemma4_t4.sagemaker.runtime_standin.RuntimeStandIn` in front of a real vLLM server.
+starts :class:`~gemma4_t4.standins.runtime_standin.RuntimeStandIn` in front of a real vLLM server.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from gemma4_t4.foundation.jsonable import JSONObject
 from gemma4_t4.sagemaker.config import ROLE_ENV
 from gemma4_t4.sagemaker.image import T4_IMAGE_REPOSITORY, fixed_image_tag, t4_image_uri
 from gemma4_t4.sagemaker.ops import ChatMessage
-from gemma4_t4.sagemaker.quota_fake import FakeServiceQuotas
-from gemma4_t4.sagemaker.runtime_standin import RuntimeStandIn
+from gemma4_t4.standins.quota_fake import FakeServiceQuotas
+from gemma4_t4.standins.runtime_standin import RuntimeStandIn
 
 FAKE_ROLE_ARN = "arn:aws:iam::123456789012:role/gemma4-t4-local-fake"
 DEFAULT_QUOTAS: dict[str, dict[str, float]] = {
@@ -163,7 +163,7 @@ class LocalAWS:
             "config": {"mediaType": "application/vnd.docker.container.image.v1+json", "size": 2,
                        "digest": "sha256:" + "0" * 64},
             "layers": [],
-            "annotations": {"stand-in": "gemma4_t4.sagemaker.local.seed_fixed_image"},
+            "annotations": {"stand-in": "gemma4_t4.standins.local.seed_fixed_image"},
         }
         try:
             ecr.put_image(repositoryName=T4_IMAGE_REPOSITORY, imageManifest=json.dumps(manifest),

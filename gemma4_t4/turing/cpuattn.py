@@ -119,7 +119,7 @@ def probe(candidate: str, python: str | None = None, timeout: float = PROBE_TIME
     env = {k: v for k, v in os.environ.items() if k not in (ISA_ENV, AMX_ENV)}
     env.update(extra, PYTHONFAULTHANDLER="1", VLLM_TARGET_DEVICE="cpu")
     try:
-        command = [python or sys.executable, "-m", "gemma4_t4.host.cpuattn", dtype]
+        command = [python or sys.executable, "-m", "gemma4_t4.turing.cpuattn", dtype]
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env,
                               stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
@@ -237,7 +237,7 @@ def install_from_env() -> PluginSetup | None:
     return done
 
 
-# The probe itself: `python -m gemma4_t4.host.cpuattn DTYPE` (its own process, the candidate's env)
+# The probe itself: `python -m gemma4_t4.turing.cpuattn DTYPE` (its own process, the candidate's env)
 
 
 def _run_cases(dtype_name: str) -> CaseReport:
