@@ -602,7 +602,7 @@ def test_a_whole_model_drafter_counts_its_weights_outside_the_catalog(tiny_model
 
 
 def test_the_proof_runs_again_when_the_catalog_adds_launches(tmp_path, monkeypatch):
-    from gemma4_t4.catalog import models
+    from gemma4_t4.catalog import assistants
     from gemma4_t4.serving import proof
 
     root, _kernel = _vllm_copy(tmp_path)
@@ -611,5 +611,5 @@ def test_the_proof_runs_again_when_the_catalog_adds_launches(tmp_path, monkeypat
     assert proof.turing_proof("sm_75", root, cache, verify).cached and verify.calls == 1
     # without 12B's assistants the drafter's 12B layers are not launched: another set, another proof
     for build in ("base", "qat"):
-        monkeypatch.delitem(models.ASSISTANTS, ("12b", build))
+        monkeypatch.delitem(assistants.ASSISTANTS, ("12b", build))
     assert not proof.turing_proof("sm_75", root, cache, verify).cached and verify.calls == 2

@@ -667,7 +667,7 @@ class DraftConfig:
 
 
 def test_drafter_memory_of_each_source(tmp_path, monkeypatch):
-    from gemma4_t4.catalog import models
+    from gemma4_t4.catalog import assistants, models
     from gemma4_t4.serving.gate import DrafterMemory, _gib, drafter_memory
 
     hub = tmp_path / "hub"
@@ -681,7 +681,7 @@ def test_drafter_memory_of_each_source(tmp_path, monkeypatch):
     )
 
     assistant = "google/gemma-4-12B-it-qat-q4_0-unquantized-assistant"
-    size = models.assistant_by_id(assistant).weights_bytes
+    size = assistants.assistant_by_id(assistant).weights_bytes
     assert drafter_memory(DraftConfig(StandInPlan(model=assistant, requested=assistant)), 7 * GIB) == DrafterMemory(
         size, False, f"drafter {assistant}: {_gib(size)} from the assistant catalog"
     )

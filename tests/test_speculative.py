@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gemma4_t4.bench.telemetry import snapshot_from_text, spec_decode_delta
-from gemma4_t4.catalog import models
+from gemma4_t4.catalog import assistants, models
 from gemma4_t4.cli import main
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.serving import speculative
@@ -350,17 +350,17 @@ def test_cli_refuses_zero_draft_tokens_with_the_fix(tiny_model_dir, capsys):
 
 
 def test_catalog_names_only_recorded_assistant_ids():
-    ids = {a.hub_id for a in models.ASSISTANTS.values()}
+    ids = {a.hub_id for a in assistants.ASSISTANTS.values()}
     sizes = ("E2B", "E4B", "12B", "26B-A4B", "31B")
     assert ids == {f"google/gemma-4-{s}-it-assistant" for s in sizes} | {
         f"google/gemma-4-{s}-it-qat-q4_0-unquantized-assistant" for s in sizes
     }
-    assert all(a.evidence and a.weights_source and a.num_draft_tokens_source for a in models.ASSISTANTS.values())
+    assert all(a.evidence and a.weights_source and a.num_draft_tokens_source for a in assistants.ASSISTANTS.values())
     # every size has a figure; the sizes without a direct bf16 figure say what they rest on
-    assert "[inferred]" in models.ASSISTANTS[("e2b", "qat")].weights_source
-    assert all(not a.vllm_gap for (k, _), a in models.ASSISTANTS.items() if k != "12b")
-    assert all("gemma4_unified_assistant" in a.vllm_gap for (k, _), a in models.ASSISTANTS.items() if k == "12b")
-    assert {k: a.num_draft_tokens for (k, b), a in models.ASSISTANTS.items() if b == "base"} == {
+    assert "[inferred]" in assistants.ASSISTANTS[("e2b", "qat")].weights_source
+    assert all(not a.vllm_gap for (k, _), a in assistants.ASSISTANTS.items() if k != "12b")
+    assert all("gemma4_unified_assistant" in a.vllm_gap for (k, _), a in assistants.ASSISTANTS.items() if k == "12b")
+    assert {k: a.num_draft_tokens for (k, b), a in assistants.ASSISTANTS.items() if b == "base"} == {
         "e2b": 2, "e4b": 4, "12b": 4, "26b-a4b": 2, "31b": 4,
     }
 
@@ -369,15 +369,15 @@ def test_catalog_names_only_recorded_assistant_ids():
 def test_the_26b_a4b_assistant_is_about_0_84_gb_as_deployed_not_322_mb(build):
     """A deployment saw ~0.42 B parameters and the weights grow by 0.78 GiB (reference notes
     hosts_as_they_are.md, 2026-12-05): ~840 MB bf16, about the 12B assistant's 862 MB."""
-    assistant = models.ASSISTANTS[("26b-a4b", build)]
-    assert assistant.weights_bytes == 840 * models.MB
+    assistant = assistants.ASSISTANTS[("26b-a4b", build)]
+    assert assistant.weights_bytes == 840 * assistants.MB
     assert 0.78 * 2**30 <= assistant.weights_bytes <= 0.42e9 * 2 * 1.01
     assert "0.42 B parameters" in assistant.weights_source and "2026-12-05" in assistant.weights_source
 
 
 def test_fit_counts_the_drafter_weights_and_a_whole_model_drafter_kv():
     plain = models.fit("e2b", "qat-w4a16", context_len=16384)
-    assistant = models.assistant_for("e2b", "qat")[0]
+    assistant = assistants.assistant_for("e2b", "qat")[0]
     drafted = models.fit("e2b", "qat-w4a16", context_len=16384, draft_weights_bytes=assistant.weights_bytes)
     assert drafted.weights_gib == pytest.approx(plain.weights_gib + assistant.weights_bytes / 2**30, abs=1e-3)
     assert drafted.kv_gib_per_sequence == plain.kv_gib_per_sequence  # an assistant reads the target's KV

@@ -115,8 +115,8 @@ def test_refused_vllm_fails_verify(tmp_path):
 
 
 def test_verify_covers_speculative_decoding_shapes():
+    from gemma4_t4.catalog.assistants import ASSISTANTS
     from gemma4_t4.catalog.family import VARIANTS
-    from gemma4_t4.catalog.models import ASSISTANTS
     from gemma4_t4.serving.speculative import MAX_NUM_DRAFT_TOKENS
 
     assert VERIFY_DRAFT_TOKENS == (1, 2, 3, 4, 5, 6, MAX_NUM_DRAFT_TOKENS)

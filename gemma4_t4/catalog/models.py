@@ -2,7 +2,8 @@
 
 Loaded sizes and KV-token figures were published by the series (labelled ``published``); the rest is
 derived by pure functions (no I/O): bytes per decoded token, the bandwidth roofline, the memory fit
-(tensor parallelism, drafters included), host RAM while loading, and Google's MTP drafters per size.
+(tensor parallelism, drafters included) and host RAM while loading. Google's MTP drafters are
+catalogued in :mod:`gemma4_t4.catalog.assistants`.
 
 Formats (bytes per weight):
 
@@ -20,7 +21,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Literal
 
 from gemma4_t4.catalog.family import (
     FORMATS,
@@ -33,125 +33,13 @@ from gemma4_t4.catalog.family import (
     get_variant,
     normalize_format,
 )
-from gemma4_t4.catalog.hardware import GPUS, get_gpu
+from gemma4_t4.catalog.hardware import get_gpu
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.table import Displayable
 
 # Bytes per weight. int4 with one 16-bit scale per group of 32: 4/8 + 16/(8*32) = 0.5625.
 INT4_G32_BYTES = 0.5 + 2 / 32
 FP16_BYTES = 2
-
-
-# ---------------------------------------------------------------------------------------
-# Google's drafters ("assistants") for speculative decoding
-# ---------------------------------------------------------------------------------------
-
-AssistantBuild = Literal["base", "qat"]
-MB = 10**6
-
-
-@dataclass(frozen=True)
-class Assistant:
-    """Google's MTP drafter checkpoint for one size and target build.
-
-    vLLM serves the ``gemma4_assistant`` model type as ``gemma4_mtp`` through ``--speculative-config``
-    in every stable release since 0.21.0 (PR #41745; hosts_as_they_are.md, "Added 2026-12-01"), so on
-    every vLLM this package installs (0.29-0.34, the CUDA-12 route's 0.31.0+cu129 included). Its
-    decoder layers are Q-only and read the target's KV cache, so it adds weights but no KV cache.
-    ``vllm_gap`` says why one is not known to be served (the 12B's ``gemma4_unified_assistant``).
-    """
-
-    variant: str  # VARIANTS key
-    build: AssistantBuild  # "qat": trained for Google's QAT (q4_0) targets
-    hub_id: str
-    weights_bytes: int  # bf16 checkpoint size (served as fp16 on a T4: the same bytes)
-    weights_source: str  # where weights_bytes comes from; "[inferred]" marks an estimate
-    evidence: str  # where the id is recorded (checked 2026-12-01)
-    # draft tokens per step until `gemma4-t4 tune` has measured this GPU (the tune profile's N wins)
-    num_draft_tokens: int
-    num_draft_tokens_source: str
-    # empty: vLLM is known to serve it; else why not (``--draft auto`` then stays off and says so)
-    vllm_gap: str = ""
-
-
-_ID_EVIDENCE = (
-    "Google's assistant list, google/gemma-4-{E2B,E4B,12B,26B-A4B,31B}-it-assistant each with a "
-    "-it-qat-q4_0-unquantized-assistant companion: reference note hosts_as_they_are.md, 'Added 2026-12-01' "
-    "(a note citing the Hugging Face API listing of 2026-09-28) [reported]"
-)
-_QAT_SAME_SIZE = "; the QAT companion has the base assistant's architecture and bf16 weights: the same size [inferred]"
-# Sizes (bf16 bytes), each from the most direct public figure found on 2026-12-01:
-_ASSISTANT_BYTES = {
-    # "78M params" for the E2B drafter (Google's release as summarised by community notes, 2026-05-06);
-    # an MLX bf16 copy lists 151 MB. 78M x 2 B, rounded up to E4B's figure.
-    "e2b": (156 * MB, "78M parameters reported for the E2B drafter [reported], so ~156 MB bf16 [inferred]; an "
-                      "MLX bf16 copy lists 151 MB [reported]"),
-    "e4b": (156 * MB, "156 MB, hub discussion google/gemma-4-E4B-it-assistant #3; 78.8M parameters per a GGUF "
-                      "conversion's card [reported]"),
-    # 423M parameters on the Hub listing (captured by onlylabs.fyi); its BF16 GGUF conversion
-    # (sjakek/gemma4-12b-mtp-assistant) is 861,520,128 B: hidden 1024, 4 blocks, FFN 8192
-    "12b": (862 * MB, "423M parameters on its Hub listing; the BF16 GGUF conversion is 861,520,128 B [reported]"),
-    # A deployment of the 26B-A4B assistant saw ~0.42 B parameters and its weights grow by 0.78 GiB
-    # (0.84 GB); the earlier 0.27 GB / ~200 MB / 0.30 GiB notes undercounted it
-    "26b-a4b": (840 * MB, "~0.42 B parameters x 2 B = ~840 MB bf16; a deployment saw the weights grow by "
-                          "0.78 GiB (a third-party deployment README; reference notes hosts_as_they_are.md, "
-                          "2026-12-05) [reported]"),
-    "31b": (940 * MB, "0.94 GB bf16, 4 layers, per its MLX conversion NeoRoth/gemma-4-31b-it-assistant-mlx "
-                      "(another note: ~930 MB) [reported]"),
-}
-# Untuned N (num_speculative_tokens) per size; `gemma4-t4 tune` measures N = 1..6 on the user's GPU.
-_ASSISTANT_N = {
-    "e2b": (2, "vLLM's Gemma 4 recipe: N=2 for E2B [reported]; on a GCE T4 N=2/3/4 gave 126/135/137 vs 100.5 "
-               "tok/s (t4_speed_anchors.md)"),
-    "e4b": (4, "vLLM's Gemma 4 recipe: N=4 for E4B [reported]"),
-    "12b": (4, "no published N for 12B: E4B's recipe value, since a larger target makes each accepted draft "
-               "worth more [inferred]"),
-    "26b-a4b": (2, "N=2 beat N=4 for 26B-A4B on a DGX Spark (t4_speed_anchors.md) [reported]: a MoE target "
-                   "reads more experts per verified token"),
-    "31b": (4, "no vLLM recipe value for 31B: third-party vLLM launch scripts for the 31B assistant use N=4 "
-               "[reported]; a dense target, like E4B"),
-}
-
-
-# The 12B assistant's model type is gemma4_unified_assistant. vLLM's config code renames it to gemma4_mtp
-# (config/speculative.py of 0.31.0 and 0.34.0), but no run of vLLM serving it was found, so it is not
-# picked for the user: an explicit --draft id still tries it.
-_VLLM_GAPS = {
-    "12b": "its model type gemma4_unified_assistant has no known vLLM run: vLLM's config maps it to gemma4_mtp "
-           "(config/speculative.py, 0.31.0 and 0.34.0), but no served run of it was found (reference notes "
-           "hosts_as_they_are.md, 2026-12-05)",
-}
-
-
-def _assistant(key: str, build: AssistantBuild) -> Assistant:
-    size = VARIANTS[key].size
-    suffix = "-it-qat-q4_0-unquantized-assistant" if build == "qat" else "-it-assistant"
-    weights, weights_source = _ASSISTANT_BYTES[key]
-    num, num_source = _ASSISTANT_N[key]
-    return Assistant(key, build, f"google/gemma-4-{size}{suffix}", weights,
-                     weights_source + (_QAT_SAME_SIZE if build == "qat" else ""), _ID_EVIDENCE, num, num_source,
-                     _VLLM_GAPS.get(key, ""))
-
-
-ASSISTANTS: dict[tuple[str, AssistantBuild], Assistant] = {
-    (key, build): _assistant(key, build) for key in VARIANTS for build in ("base", "qat")
-}
-
-
-def assistant_for(variant: str | Gemma4Variant, build: AssistantBuild) -> tuple[Assistant | None, str]:
-    """Google's assistant for a target of ``variant`` and ``build`` (a QAT target gets the QAT
-    companion), or None, with the reason."""
-    v = get_variant(variant)
-    found = ASSISTANTS.get((v.key, build))
-    if found:
-        return found, f"Google's assistant for {v.size} ({build}): {found.hub_id}"
-    return None, f"no Google assistant (drafter) checkpoint is recorded for {v.size} ({build})"
-
-
-def assistant_by_id(hub_id: str) -> Assistant | None:
-    """The catalogued assistant with this hub id (case-insensitive), or None."""
-    return next((a for a in ASSISTANTS.values() if a.hub_id.lower() == str(hub_id).strip().lower()), None)
-
 
 
 # ---------------------------------------------------------------------------------------
@@ -420,8 +308,14 @@ def decode_roofline(variant: str | Gemma4Variant, fmt: str = "bf16", gpu: str = 
 # Loaded sizes vLLM reports exceed the checkpoint arithmetic by 0.2-0.3 GiB (E2B bf16 9.8,
 # ct 8.01, emb4 2.86 GiB published vs 9.50 / 7.74 / 2.64 computed): RoPE caches and buffers.
 RUNTIME_BUFFERS_GIB = 0.25
-# CUDA context, activation peak of the profile run, sampler and CUDA graphs, per GPU. 1.2 GiB
-# reproduces the published E2B GCE T4 KV token counts within about 10 % (see fit()).
+# CUDA context, activation peak of the profile run, sampler and CUDA graphs, per GPU. With it fit()
+# comes this close to the published figures (E2B on a GCE T4, 16k context, 8 seqs, util 0.9, vLLM's
+# default 2,048 batched tokens): KV capacity 285,320 / 519,671 / 1,198,973 tokens for bf16 / qat-w4a16 /
+# emb4 against 315,974 / 519,568 / 1,099,362 published (-10 %, 0 %, +9 %); loaded weights 9.76 / 8.00 /
+# 2.89 GiB against 9.8 / 8.02 / 2.86. For the 12B, weights come out 7.94 (qat-w4a16) / 7.03 GiB (emb4)
+# against 8.28 / 7.36 (-4 %). The SageMaker KV figures (12B emb4 on a T4: 20,354 tokens at 8k) ran
+# under container defaults that were not published; with vLLM's defaults we estimate ~1.8x as many,
+# so treat KV capacity as +-10 % when the server flags are known and as an upper bound otherwise.
 DEFAULT_OVERHEAD_GIB = 1.2
 # vLLM's `serve` default below 70 GiB of GPU memory; sliding layers hold window + this.
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
@@ -547,14 +441,7 @@ def fit(variant: str | Gemma4Variant, fmt: str = "qat-w4a16", gpu: str = "t4", c
     vocab-parallel embeddings; norms are negligible), KV heads split or replicate, and every
     GPU pays its own runtime buffers and ``overhead_gib``.
 
-    How close to the published figures (E2B on a GCE T4, 16k context, 8 seqs, util 0.9,
-    vLLM's default 2,048 batched tokens): KV capacity comes out 285,320 / 519,671 / 1,198,973
-    tokens for bf16 / qat-w4a16 / emb4 against 315,974 / 519,568 / 1,099,362 published
-    (-10 %, 0 %, +9 %); loaded weights 9.76 / 8.00 / 2.89 GiB against 9.8 / 8.02 / 2.86. For the
-    12B, weights come out 7.94 (qat-w4a16) / 7.03 GiB (emb4) against 8.28 / 7.36 (-4 %). The
-    SageMaker KV figures (12B emb4 on a T4: 20,354 tokens at 8k) ran under container defaults
-    that were not published; with vLLM's defaults we estimate ~1.8x as many, so treat KV
-    capacity as +-10 % when the server flags are known and as an upper bound otherwise.
+    Accuracy against the published figures: see :data:`DEFAULT_OVERHEAD_GIB`.
 
     A drafter adds ``draft_weights_bytes`` (split over the GPUs like the target's). An MTP
     assistant reads the target's KV cache (Q-only layers); a whole-model drafter (vLLM
@@ -571,16 +458,9 @@ def fit(variant: str | Gemma4Variant, fmt: str = "qat-w4a16", gpu: str = "t4", c
     budget = usable * gpu_memory_utilization
     weights_gib = (w.total_bytes + draft_weights_bytes) / GiB / num_gpus + RUNTIME_BUFFERS_GIB
     kv_budget = budget - weights_gib - overhead_gib
-    kv_copies = 2 if draft_own_kv else 1
-
-    def per_seq(n: int) -> int:
-        return kv_copies * kv_cache_bytes_per_sequence(v, n, num_gpus, kv_dtype_bytes, max_num_batched_tokens)
-
-    seq_bytes = per_seq(context_len)
-    kv_budget_bytes = max(0.0, kv_budget) * GiB
-    concurrency = kv_budget_bytes / seq_bytes
     weights_fit = kv_budget > 0
-    max_ctx = _max_context(per_seq, kv_budget_bytes, v.max_position_embeddings) if weights_fit else 0
+    seq_bytes, concurrency, max_ctx = _kv_fit(v, context_len, num_gpus, kv_dtype_bytes, max_num_batched_tokens,
+                                              2 if draft_own_kv else 1, kv_budget)
     fits = weights_fit and concurrency >= 1.0 and context_len <= v.max_position_embeddings
     google_build = not (fmt == "qat-w4a16" and v.hub.qat_w4a16_ct is None) and fmt != "emb4"
     where = f"{num_gpus}x {g.key.upper()}" if num_gpus > 1 else g.key.upper()
@@ -596,7 +476,6 @@ def fit(variant: str | Gemma4Variant, fmt: str = "qat-w4a16", gpu: str = "t4", c
         verdict = (f"fits on {where}: {int(concurrency * context_len):,} KV tokens, "
                    f"{min(max_num_seqs, int(concurrency))} x {context_len}-token sequences at once")
     notes = _fit_notes(v, fmt, g.key, fits, concurrency, context_len, max_num_seqs)
-    notes += _drafter_notes(draft_weights_bytes, draft_own_kv)
     return FitResult(
         model=v.key, format=fmt, gpu=g.key, num_gpus=num_gpus, context_len=context_len,
         gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
@@ -607,7 +486,7 @@ def fit(variant: str | Gemma4Variant, fmt: str = "qat-w4a16", gpu: str = "t4", c
         kv_token_capacity=int(concurrency * context_len) if weights_fit else 0,
         max_concurrency=round(concurrency, 3), concurrent_sequences=min(max_num_seqs, int(concurrency)),
         max_context_fits=max_ctx, weights_fit=weights_fit, fits=fits, google_build=google_build,
-        verdict=verdict, notes=notes,
+        verdict=verdict, notes=notes + _drafter_notes(draft_weights_bytes, draft_own_kv),
     )
 
 
@@ -657,6 +536,19 @@ def _fit_notes(v: Gemma4Variant, fmt: str, gpu: str, fits: bool, concurrency: fl
     if gpu == "t4" and fmt == "bf16":
         notes.append("a T4 has no bf16: vLLM serves the weights as fp16 (--dtype float16)")
     return notes
+
+
+def _kv_fit(v: Gemma4Variant, context_len: int, num_gpus: int, kv_dtype_bytes: int, max_num_batched_tokens: int,
+            kv_copies: int, kv_budget_gib: float) -> tuple[int, float, int]:
+    """(KV bytes of one ``context_len`` sequence, sequences that fit at once, longest context that fits)."""
+
+    def per_seq(n: int) -> int:
+        return kv_copies * kv_cache_bytes_per_sequence(v, n, num_gpus, kv_dtype_bytes, max_num_batched_tokens)
+
+    seq_bytes = per_seq(context_len)
+    kv_budget_bytes = max(0.0, kv_budget_gib) * GiB
+    max_ctx = _max_context(per_seq, kv_budget_bytes, v.max_position_embeddings) if kv_budget_gib > 0 else 0
+    return seq_bytes, kv_budget_bytes / seq_bytes, max_ctx
 
 
 def _max_context(per_seq, kv_budget_bytes: float, max_positions: int) -> int:
@@ -810,11 +702,3 @@ def model_info(variant: str | Gemma4Variant, gpu: str = "t4") -> ModelInfo:
 
 def all_models() -> list[ModelInfo]:
     return [model_info(k) for k in VARIANTS]
-
-
-__all__ = [
-    "ASSISTANTS", "FORMATS", "GPUS", "VARIANTS", "Assistant", "DecodeBytes", "FitResult", "Gemma4Variant", "LoadRam", "ModelInfo",
-    "Roofline", "all_models", "decode_bytes_per_token", "decode_roofline", "fit", "fit_table",
-    "get_variant", "kv_cache_bytes_per_sequence", "kv_read_bytes_per_token", "largest_fitting",
-    "assistant_for", "linear_counts", "load_ram", "model_info", "normalize_format", "param_breakdown", "weights_estimate",
-]

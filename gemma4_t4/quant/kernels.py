@@ -316,6 +316,18 @@ def _coarsest_divisor(qf, gs, chosen, odd):
     return 1
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _store_levels_lsq(levels, r, base, qf, vals, prod, gs):
+    """Store a group's levels ``qf`` in row ``r`` of ``levels`` and return its least-squares scale
+    sum(q*w) / sum(q^2), summed as numpy sums (``prod`` is scratch)."""
+    qq = np.uint32(0)  # sum of q^2 in integers: exact, and vectorises (a float sum would not)
+    for j in range(gs):
+        levels[r, base + j] = np.int8(qf[j])
+        prod[j] = np.float64(qf[j]) * np.float64(vals[j])
+        qq = _u32_add(qq, _small_uint(qf[j] * qf[j]))
+    return np.float32(_pairwise_sum(prod, gs) / np.float64(qq))
+
+
 @numba.njit(cache=True, nogil=True, parallel=True)
 def analyze_kernel(w, gs, tol, fmts, nd, vfmt, levels, lsq, peak, deviation, scales, exact):
     """Lattice fit of every group plus, for the first ``nd`` scale formats in ``fmts``, the chosen
@@ -364,12 +376,7 @@ def analyze_kernel(w, gs, tol, fmts, nd, vfmt, levels, lsq, peak, deviation, sca
                     dv = np.float32(div)
                     for j in range(gs):
                         qf[j] = qf[j] / dv  # exact
-                qq = np.uint32(0)  # sum of q^2 in integers: exact, and vectorises (a float sum would not)
-                for j in range(gs):
-                    levels[r, base + j] = np.int8(qf[j])
-                    prod[j] = np.float64(qf[j]) * np.float64(vals[j])
-                    qq = _u32_add(qq, _small_uint(qf[j] * qf[j]))
-                s = np.float32(_pairwise_sum(prod, gs) / np.float64(qq))
+                s = _store_levels_lsq(levels, r, base, qf, vals, prod, gs)
                 peak[r, g] = chosen // div
                 deviation[r, g] = _bits_f32(worst) / np.float32(div)  # in levels of the coarsest lattice
             lsq[r, g] = s

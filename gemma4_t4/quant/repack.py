@@ -290,16 +290,8 @@ def _build(reader: LocalCheckpoint, src: str | Path, dst_path: Path, quantizer: 
     config = _parse_config(reader.read_text("config.json"), str(src_root))
     # headers are at most a few MB; side files (tokenizer ...) are copied as they are
     need = sum(t.nbytes for t in plan) + 512 * len(plan) + _side_bytes(src_root)
-
-    rows_report: list[TensorRepack] = []
-    off_grid: dict[str, int] = {}
-    non_finite: dict[str, int] = {}
-    off_examples: dict[str, list[tuple[int, int]]] = {}
-    totals = {"groups": 0, "off": 0, "requant": 0, "weights": 0, "changed": 0}
-    exact_totals: dict[str, int] = {}
-    bytes_read, bar = 0, None
-    callback = progress if callable(progress) else None
-    writer = None
+    tally = _Tally()
+    writer = bar = None
     with signals.orderly_stop():
         tmp = safepaths.make_partial(dst_path)  # first: a read-only target fails here, naming it
         try:
@@ -307,44 +299,24 @@ def _build(reader: LocalCheckpoint, src: str | Path, dst_path: Path, quantizer: 
             writer = ShardedWriter(tmp, plan, max_shard_bytes=shard_bytes)
             bar = progress_bar(reader.total_bytes, progress is True, method)
             for name in sorted(reader.tensors):
-                info = reader.tensors[name]
-                role = roles[name]
-                refusing = bool(off_grid or non_finite)
+                info, role = reader.tensors[name], roles[name]
                 if not role.quantize:
-                    bad = _copy_tensor(reader, writer, name, block_bytes, write=not refusing)
-                    if bad:
-                        non_finite[name] = bad
-                    rows_report.append(TensorRepack(name, list(info.shape), "copy", role.reason, non_finite=bad))
+                    bad = _copy_tensor(reader, writer, name, block_bytes, write=not tally.refusing)
+                    tally.add(info, TensorRepack(name, list(info.shape), "copy", role.reason, non_finite=bad))
                 else:
-                    row = _quantize_tensor(reader, writer, info, role.module, quantizer, group_size, block_bytes,
-                                           write=not refusing, lm_head=untie and name == embed_name)
-                    rows_report.append(row)
-                    if row.non_finite:
-                        non_finite[name] = row.non_finite
-                    _tally(totals, exact_totals, row, info.numel)
-                    if row.groups_off_grid and not row.groups_requantized:
-                        off_grid[name] = row.groups_off_grid
-                        off_examples[name] = row.off_grid_examples
-                bytes_read += info.nbytes
+                    tally.add(info, _quantize_tensor(reader, writer, info, role.module, quantizer, group_size,
+                                                     block_bytes, write=not tally.refusing,
+                                                     lm_head=untie and name == embed_name))
                 if bar is not None:
                     bar.update(info.nbytes)
-                if callback is not None:
-                    callback(name)
-            _refuse_damaged(non_finite, off_grid, off_examples, roles)
+                if callable(progress):
+                    progress(name)
+            _refuse_damaged(tally, roles)
             files = writer.finish()
             writer = None
-            report = _write_build(tmp, files, src_root, config, qcfg, untie, RepackReport(
+            report = _write_build(tmp, files, src_root, config, qcfg, untie, tally.report(
                 src=str(src), dst=str(dst_path), method=method, emb4=emb4, scale_dtype=scale_dtype,
-                group_size=group_size, symmetric=symmetric, files=[],
-                tensors_quantized=sum(r.action == "int4" for r in rows_report),
-                tensors_copied=sum(r.action == "copy" for r in rows_report), weights_quantized=totals["weights"],
-                groups_total=totals["groups"], groups_off_grid=totals["off"], groups_requantized=totals["requant"],
-                levels_changed=totals["changed"] if method == "lattice" else None,
-                values_bit_identical=exact_totals,
-                values_bit_identical_pct={k: round(100.0 * v / totals["weights"], 4) if totals["weights"] else 0.0
-                                          for k, v in exact_totals.items()},
-                ignore=qcfg["ignore"], bytes_read=bytes_read, bytes_written=0, seconds=0.0, mb_per_s=0.0,
-                tensors=rows_report, cleanup=cleanup.lines(),
+                group_size=group_size, symmetric=symmetric, ignore=qcfg["ignore"], cleanup=cleanup.lines(),
             ), t0)
             safepaths.swap_into_place(tmp, dst_path, overwrite)
             return report
@@ -358,6 +330,60 @@ def _build(reader: LocalCheckpoint, src: str | Path, dst_path: Path, quantizer: 
         finally:
             if bar is not None:
                 bar.close()
+
+
+@dataclass
+class _Tally:
+    """The build so far: a row per tensor, the counts the report sums, and the tensors that refuse it."""
+
+    rows: list[TensorRepack] = field(default_factory=list)
+    non_finite: dict[str, int] = field(default_factory=dict)
+    off_grid: dict[str, int] = field(default_factory=dict)  # groups off the grid and not requantized
+    off_examples: dict[str, list[list[int]]] = field(default_factory=dict)
+    weights: int = 0  # of the quantized tensors
+    groups: int = 0
+    groups_off_grid: int = 0
+    groups_requantized: int = 0
+    levels_changed: int = 0
+    values_bit_identical: dict[str, int] = field(default_factory=dict)
+    bytes_read: int = 0
+
+    @property
+    def refusing(self) -> bool:
+        """Once a tensor refuses the build nothing more is written; the scan goes on to name every one."""
+        return bool(self.off_grid or self.non_finite)
+
+    def add(self, info: TensorInfo, row: TensorRepack) -> None:
+        self.rows.append(row)
+        self.bytes_read += info.nbytes
+        if row.non_finite:
+            self.non_finite[row.name] = row.non_finite
+        if row.action != "int4":
+            return
+        self.weights += info.numel
+        self.groups += row.groups
+        self.groups_off_grid += row.groups_off_grid
+        self.groups_requantized += row.groups_requantized
+        self.levels_changed += row.levels_changed
+        for k, v in row.values_bit_identical.items():
+            self.values_bit_identical[k] = self.values_bit_identical.get(k, 0) + v
+        if row.groups_off_grid and not row.groups_requantized:
+            self.off_grid[row.name] = row.groups_off_grid
+            self.off_examples[row.name] = row.off_grid_examples
+
+    def report(self, **fields: object) -> RepackReport:
+        """The report of a finished scan; files, bytes written and timing are filled in when written."""
+        return RepackReport(
+            **fields, files=[], tensors_quantized=sum(r.action == "int4" for r in self.rows),
+            tensors_copied=sum(r.action == "copy" for r in self.rows), weights_quantized=self.weights,
+            groups_total=self.groups, groups_off_grid=self.groups_off_grid,
+            groups_requantized=self.groups_requantized,
+            levels_changed=self.levels_changed if fields["method"] == "lattice" else None,
+            values_bit_identical=self.values_bit_identical,
+            values_bit_identical_pct={k: round(100.0 * v / self.weights, 4) if self.weights else 0.0
+                                      for k, v in self.values_bit_identical.items()},
+            bytes_read=self.bytes_read, bytes_written=0, seconds=0.0, mb_per_s=0.0, tensors=self.rows,
+        )
 
 
 def _plan_build(reader: LocalCheckpoint, src: str | Path, method: str, group_size: int, scale_dtype: str,
@@ -393,17 +419,6 @@ def _plan_build(reader: LocalCheckpoint, src: str | Path, method: str, group_siz
     return roles, plan, qcfg, embed_name, untie
 
 
-def _tally(totals: dict[str, int], exact_totals: dict[str, int], row: TensorRepack, numel: int) -> None:
-    """Add one quantized tensor's counts to the build's totals."""
-    totals["groups"] += row.groups
-    totals["off"] += row.groups_off_grid
-    totals["requant"] += row.groups_requantized
-    totals["weights"] += numel
-    totals["changed"] += row.levels_changed
-    for k, v in row.values_bit_identical.items():
-        exact_totals[k] = exact_totals.get(k, 0) + v
-
-
 def _copy_tensor(reader: LocalCheckpoint, writer: ShardedWriter, name: str, block_bytes: int, write: bool) -> int:
     """Copy one tensor block by block; returns its NaN/Inf count (a NaN in a norm would reach every
     logit), writing nothing once one is found but reading on so the error names every damaged tensor."""
@@ -417,10 +432,10 @@ def _copy_tensor(reader: LocalCheckpoint, writer: ShardedWriter, name: str, bloc
     return bad
 
 
-def _refuse_damaged(non_finite: dict[str, int], off_grid: dict[str, int],
-                    off_examples: dict[str, list[tuple[int, int]]], roles: dict[str, qconfig.TensorRole]) -> None:
+def _refuse_damaged(tally: _Tally, roles: dict[str, qconfig.TensorRole]) -> None:
     """Refuse a build with NaN/Inf values or (without --allow-requant) groups off the int4 grid,
     naming the tensors."""
+    non_finite, off_grid, off_examples = tally.non_finite, tally.off_grid, tally.off_examples
     if non_finite:
         listed = ", ".join(f"{n} ({c:,} values)" for n, c in list(non_finite.items())[:MAX_LISTED])
         more = f" and {len(non_finite) - MAX_LISTED} more" if len(non_finite) > MAX_LISTED else ""

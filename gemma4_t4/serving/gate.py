@@ -25,7 +25,7 @@ from typing import Protocol
 import psutil
 from pydantic import BaseModel, ConfigDict, Field
 
-from gemma4_t4.catalog import models
+from gemma4_t4.catalog import assistants, models
 from gemma4_t4.catalog.hardware import GPUS, identify_gpu
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.jsonable import to_jsonable
@@ -599,7 +599,7 @@ def drafter_memory(config: GatedLaunch, target_weights: int | None) -> DrafterMe
     name = str(plan.model)
     path = Path(name).expanduser()
     cached = hf_cache_dir() / ("models--" + name.replace("/", "--"))
-    assistant = models.assistant_by_id(name)
+    assistant = assistants.assistant_by_id(name)
     entry = catalog_entry(name) if own_kv else None
     if plan.requested == "self":
         weights, source = target_weights, "a second copy of the target's weights"

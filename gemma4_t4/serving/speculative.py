@@ -3,7 +3,7 @@
 ``ServerConfig.draft`` (CLI ``serve start --draft``) takes:
 
 * ``off`` (the default): no drafter;
-* ``auto``: Google's assistant for the target's size and build (``models.ASSISTANTS``: all five
+* ``auto``: Google's assistant for the target's size and build (``assistants.ASSISTANTS``: all five
   sizes, each with a QAT companion that a QAT target gets) where vLLM is known to serve it (not the
   12B's, ``Assistant.vllm_gap``) and, on a T4, the fit calculator says target + drafter still fit;
   else off, with the reason in ``chosen_by["draft"]``;
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, NotRequired
 
-from gemma4_t4.catalog import models
+from gemma4_t4.catalog import assistants, models
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.jsonable import TypedDict
 
@@ -215,18 +215,18 @@ def untuned_num_draft_tokens(
     model: str, draft: str | None = None, draft_method: str | None = None
 ) -> tuple[int, str]:
     """Draft tokens per step before ``gemma4-t4 tune`` has measured, with the reason: an assistant's
-    size recipe (``models.Assistant.num_draft_tokens``; the size is the catalogued target's, else the
+    size recipe (``assistants.Assistant.num_draft_tokens``; the size is the catalogued target's, else the
     assistant's named by ``draft``), else :data:`DEFAULT_NUM_DRAFT_TOKENS`."""
     fallback = (DEFAULT_NUM_DRAFT_TOKENS, "default (used only with a drafter)")
     if draft == "self" or draft_method == "draft_model":
         return DEFAULT_NUM_DRAFT_TOKENS, "default for a whole-model drafter"
     assistant = None
     if draft and draft not in KEYWORDS:
-        assistant = models.assistant_by_id(draft)
+        assistant = assistants.assistant_by_id(draft)
     if assistant is None:
         build = target_build(model)
         if build is not None:
-            assistant = models.assistant_for(build[0], build[2])[0]
+            assistant = assistants.assistant_for(build[0], build[2])[0]
     if assistant is None:
         return fallback
     size = models.get_variant(assistant.variant).size
@@ -238,7 +238,7 @@ def untuned_num_draft_tokens(
 def check_pair(target: str, drafter: str, method: DraftMethod) -> str:
     """Refuse a drafter that cannot draft for ``target``; returns what was checked."""
     target_shape, draft_shape = read_shape(target), read_shape(drafter)
-    known = models.assistant_by_id(drafter) if draft_shape is None else None
+    known = assistants.assistant_by_id(drafter) if draft_shape is None else None
     built = target_build(target)
     if known is not None and method == "draft_model":
         raise Gemma4T4Error(
@@ -326,7 +326,7 @@ def check_one_kv_cache_group(drafter: str) -> None:
         )
 
 
-def target_build(model: str) -> tuple[str, str, models.AssistantBuild] | None:
+def target_build(model: str) -> tuple[str, str, assistants.AssistantBuild] | None:
     """(variant key, fit format, assistant build) of a catalogued target, or None."""
     from gemma4_t4.serving.gate import catalog_entry  # the one id/folder -> catalog rule
 
@@ -399,7 +399,7 @@ def _auto(model: str, num: int, fit_context: FitContext) -> DraftPlan:
                "(pass --draft MODEL)")
         return DraftPlan("auto", None, None, num, why)
     key, fmt, kind = build
-    assistant, why = models.assistant_for(key, kind)
+    assistant, why = assistants.assistant_for(key, kind)
     if assistant is None:
         return DraftPlan("auto", None, None, num, f"off: {why}")
     if assistant.vllm_gap:  # never a drafter vLLM may not load: the user can still name it

@@ -14,7 +14,7 @@ from gemma4_t4.turing import tilecap
 from gemma4_t4.turing.offline import load_kernel_module
 from gemma4_t4.turing.smem import head_size_padded
 
-NUM_SOFTMAX_SEGMENTS = 16
+NUM_SOFTMAX_SEGMENTS = 16  # vLLM's TRITON_ATTN default for the 3D path
 
 
 @dataclass
@@ -102,15 +102,8 @@ def run_unified_attention(module: Any, case: AttentionCase, use_3d: bool = True)
     q = case.q
     out = torch.empty_like(q)
     window = (case.sliding_window - 1, 0) if case.sliding_window else (-1, -1)
-    segments = {}
-    if use_3d:
-        dims = (q.shape[0], case.num_q_heads, NUM_SOFTMAX_SEGMENTS)
-        f32 = dict(dtype=torch.float32, device=q.device)
-        segments = dict(
-            seq_threshold_3D=128 // case.num_kv_heads, num_par_softmax_segments=NUM_SOFTMAX_SEGMENTS,
-            softmax_segm_output=torch.empty(*dims, head_size_padded(case.head_size), **f32),
-            softmax_segm_max=torch.empty(*dims, **f32), softmax_segm_expsum=torch.empty(*dims, **f32),
-        )
+    segments = segment_buffers(q.shape[0], case.num_q_heads, case.num_kv_heads, case.head_size, q.device) \
+        if use_3d else {}
     module.unified_attention(
         q=q, k=case.key_cache, v=case.value_cache, out=out, cu_seqlens_q=case.cu_seqlens_q,
         max_seqlen_q=max(case.query_lens), seqused_k=case.seqused_k, max_seqlen_k=max(case.context_lens),
@@ -118,6 +111,20 @@ def run_unified_attention(module: Any, case: AttentionCase, use_3d: bool = True)
         softcap=0, q_descale=None, k_descale=None, v_descale=None, **segments,
     )
     return out
+
+
+def segment_buffers(tokens: int, num_q_heads: int, num_kv_heads: int, head_size: int, device: Any) -> dict:
+    """The split-KV (3D path) arguments TRITON_ATTN passes vLLM's launcher: its threshold, segment
+    count and float32 scratch buffers."""
+    import torch
+
+    dims = (tokens, num_q_heads, NUM_SOFTMAX_SEGMENTS)
+    f32 = dict(dtype=torch.float32, device=device)
+    return dict(
+        seq_threshold_3D=128 // num_kv_heads, num_par_softmax_segments=NUM_SOFTMAX_SEGMENTS,
+        softmax_segm_output=torch.empty(*dims, head_size_padded(head_size), **f32),
+        softmax_segm_max=torch.empty(*dims, **f32), softmax_segm_expsum=torch.empty(*dims, **f32),
+    )
 
 
 @contextmanager

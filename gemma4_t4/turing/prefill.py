@@ -24,7 +24,6 @@ import json
 import logging
 import os
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -60,9 +59,6 @@ MARK = "_gemma4_t4_prefill_route"
 HOST_LENGTHS_ATTR = "_gemma4_t4_host_lengths"
 LOG_PREFIX = "gemma4-t4 turing prefill"
 SUPPORTED_KV_DTYPES = ("auto", "float16", "half")
-
-logger = logging.getLogger("vllm.gemma4_t4.turing")
-
 
 def switch() -> str:
     """``off``, ``force`` or ``auto`` from GEMMA4_T4_TC_PREFILL (unset: auto)."""
@@ -318,7 +314,7 @@ class PrefillRoute:
 
         self.policy = policy or VerdictPolicy()
         self.attention = attention or efficient_attention
-        self.log = log or _log
+        self.log = log or tilecap.log_line
         self.layer_decisions: dict[tuple, tuple[bool, int, str]] = {}
         self.logged: set[str] = set()
         self.broken: set[tuple] = set()  # layer configurations whose route raised: Triton from then on
@@ -477,13 +473,6 @@ def _window(impl: Any) -> int | None:
     return None if left < 0 else left + 1
 
 
-def _log(level: int, message: str) -> None:
-    if logger.hasHandlers():
-        logger.log(level, message)
-    else:
-        print(f"{logging.getLevelName(level)} {message}", file=sys.stderr, flush=True)
-
-
 def cache_dir() -> Path:
     return cache_root() / "turing_prefill"
 
@@ -587,13 +576,6 @@ class VerdictPolicy:
         return bool(entry["use_route"]), int(entry.get("min_tokens", 0)), f"verdict: {entry.get('why', '')}"
 
 
-def _read(module: Any) -> str | None:
-    try:
-        return Path(module.__file__).read_text(encoding="utf-8")
-    except (OSError, TypeError, AttributeError):
-        return None
-
-
 def install_on(impl_cls: Any, route: PrefillRoute) -> Any:
     """Replace ``impl_cls.forward`` with the routing wrapper (idempotent); returns the wrapper."""
     current = impl_cls.forward
@@ -650,7 +632,7 @@ def install(
                         import importlib
 
                         module = importlib.import_module(BACKEND_MODULE)
-                    source = _read(module)
+                    source = tilecap.read_source(module)
                     problem = "cannot read triton_attn.py" if source is None else structure_problem(source)
                 if problem:
                     outcome.update(action="refused", reason=f"{problem}; the route stays off")
@@ -665,6 +647,6 @@ def install(
         outcome.update(action="refused", reason=f"{type(exc).__name__}: {exc}; the route stays off")
     if log:
         level = logging.WARNING if outcome["action"] == "refused" else logging.INFO
-        _log(level, f"{LOG_PREFIX}: {outcome['action']}: {outcome['reason']} [vLLM {version}, via {origin}, "
+        tilecap.log_line(level, f"{LOG_PREFIX}: {outcome['action']}: {outcome['reason']} [vLLM {version}, via {origin}, "
              f"pid {os.getpid()}]")
     return outcome

@@ -23,13 +23,11 @@ from gemma4_t4.foundation.figures import pyplot, save_figure
 from gemma4_t4.foundation.jsonable import TypedDict
 from gemma4_t4.foundation.table import Displayable
 from gemma4_t4.turing import prefill, tilecap
-from gemma4_t4.turing.numerics import make_case, reference_attention
+from gemma4_t4.turing.numerics import make_case, reference_attention, segment_buffers
 from gemma4_t4.turing.offline import load_kernel_module
-from gemma4_t4.turing.smem import head_size_padded
 
 DEFAULT_LENGTHS = (512, 1024, 2048, 4096)
 DEFAULT_MODELS = ("e2b", "e4b", "12b")
-NUM_SEGMENTS = 16
 ERROR_MARGIN = 1.5  # the route must be within 1.5x of Triton's max error vs float32 (plus one fp16 ulp floor)
 ERROR_FLOOR = 2e-3
 
@@ -131,16 +129,10 @@ def make_step(
         blocks = case.block_table[i, pos // block_size].long()
         keys.append(key_cache[blocks, pos % block_size])
         values.append(value_cache[blocks, pos % block_size])
-    segments = (sum(query_lens), shape.num_q_heads, NUM_SEGMENTS)
     metadata = StepMetadata(
-        num_actual_tokens=segments[0], max_query_len=max(query_lens), query_start_loc=case.cu_seqlens_q,
+        num_actual_tokens=sum(query_lens), max_query_len=max(query_lens), query_start_loc=case.cu_seqlens_q,
         max_seq_len=max(context_lens), seq_lens=case.seqused_k, block_table=case.block_table,
-        seq_threshold_3D=128 // shape.num_kv_heads, num_par_softmax_segments=NUM_SEGMENTS,
-        softmax_segm_output=torch.empty(
-            *segments, head_size_padded(shape.head_size), dtype=torch.float32, device=device
-        ),
-        softmax_segm_max=torch.empty(*segments, dtype=torch.float32, device=device),
-        softmax_segm_expsum=torch.empty(*segments, dtype=torch.float32, device=device),
+        **segment_buffers(sum(query_lens), shape.num_q_heads, shape.num_kv_heads, shape.head_size, device),
     )
     window = (shape.window - 1, 0) if shape.window else (-1, -1)
     impl = FakeImpl(shape.num_q_heads, shape.head_size, shape.num_kv_heads, window)

@@ -126,7 +126,8 @@ def structure_problem(source):
     return None
 
 
-def _read_source(module):
+def read_source(module):
+    """The text of ``module``'s file, or None."""
     path = getattr(module, "__file__", None)
     if not path:
         return None
@@ -235,14 +236,41 @@ def _finish(module, outcome, log):
         except Exception:
             pass
     if log:
-        line = (f"{LOG_PREFIX}: {outcome['action']}: {outcome['reason']} "
-                f"[vLLM {outcome['vllm_version']}, via {outcome['origin']}, pid {outcome['pid']}]")
-        level = logging.ERROR if outcome["action"] == "refused" else logging.INFO
-        if logger.hasHandlers():
-            logger.log(level, line)
-        else:  # vLLM's API server loads plugins before it configures logging: keep the line anyway
-            print(f"{logging.getLevelName(level)} {line}", file=sys.stderr, flush=True)
+        log_line(logging.ERROR if outcome["action"] == "refused" else logging.INFO,
+                 f"{LOG_PREFIX}: {outcome['action']}: {outcome['reason']} "
+                 f"[vLLM {outcome['vllm_version']}, via {outcome['origin']}, pid {outcome['pid']}]")
     return outcome
+
+
+def log_line(level, line):
+    """Log through vLLM's logger; vLLM's API server loads plugins before it configures logging, so
+    without a handler the line goes to stderr."""
+    if logger.hasHandlers():
+        logger.log(level, line)
+    else:
+        print(f"{logging.getLevelName(level)} {line}", file=sys.stderr, flush=True)
+
+
+def _fits_without_cap(device):
+    """Why ``device`` needs no tile cap (not CUDA, or enough shared memory), or None."""
+    if device["platform"] != "cuda":
+        return f"platform is {device['platform']}, not CUDA: no shared-memory limit to fit"
+    capability, limit = device.get("capability"), device.get("limit")
+    if capability is None or limit is None or needs_fix(limit, capability):
+        return None
+    need = attention_smem_bytes(DEFAULT_TILE, GEMMA4_BLOCK_M, GEMMA4_MAX_HEAD, 2, capability)
+    return (f"{describe_device(capability, limit)} fits vLLM's default tiles "
+            f"(head {GEMMA4_MAX_HEAD} at TILE {DEFAULT_TILE} needs about {need:,} B)")
+
+
+def _capped_reason(capability, limit):
+    if limit is None:
+        return "compute capability not in the table: tiles follow the device's limit at the first launch"
+    patched = attention_smem_bytes(fitting_tile(DEFAULT_TILE, GEMMA4_BLOCK_M, GEMMA4_MAX_HEAD, 2, limit, capability),
+                                   GEMMA4_BLOCK_M, GEMMA4_MAX_HEAD, 2, capability)
+    need = attention_smem_bytes(DEFAULT_TILE, GEMMA4_BLOCK_M, GEMMA4_MAX_HEAD, 2, capability)
+    return (f"{describe_device(capability, limit)}: head-{GEMMA4_MAX_HEAD} launches capped "
+            f"from {need:,} B to {patched:,} B; launches that fit keep vLLM's tiles")
 
 
 def install(module=None, origin="plugin", device=None, vllm_version=None, platform=None, log=True):
@@ -258,17 +286,11 @@ def install(module=None, origin="plugin", device=None, vllm_version=None, platfo
         if device is None:
             device = current_device(platform)
         outcome["device"] = device
-        if device["platform"] != "cuda":
-            outcome.update(action="no-change",
-                           reason=f"platform is {device['platform']}, not CUDA: no shared-memory limit to fit")
+        fits = _fits_without_cap(device)
+        if fits:
+            outcome.update(action="no-change", reason=fits)
             return _finish(module, outcome, log)
         capability, limit = device.get("capability"), device.get("limit")
-        if capability is not None and limit is not None and not needs_fix(limit, capability):
-            need = attention_smem_bytes(DEFAULT_TILE, GEMMA4_BLOCK_M, GEMMA4_MAX_HEAD, 2, capability)
-            outcome.update(action="no-change", reason=(
-                f"{describe_device(capability, limit)} fits vLLM's default tiles "
-                f"(head {GEMMA4_MAX_HEAD} at TILE {DEFAULT_TILE} needs about {need:,} B)"))
-            return _finish(module, outcome, log)
         if module is None:
             import importlib
 
@@ -282,7 +304,7 @@ def install(module=None, origin="plugin", device=None, vllm_version=None, platfo
             return _finish(module, outcome, log)
         problem = version_problem(version)
         if problem is None:
-            source = _read_source(module)
+            source = read_source(module)
             problem = "cannot read the kernel module's source" if source is None else structure_problem(source)
         if problem is None and not callable(current):
             problem = f"{TILE_FUNCTION} is not callable"
@@ -298,17 +320,7 @@ def install(module=None, origin="plugin", device=None, vllm_version=None, platfo
         wrapper = make_capped_tile_size(current, getattr(launcher, "__code__", None), device_limit,
                                         predicted, clamps)
         setattr(module, TILE_FUNCTION, wrapper)
-        outcome["clamps"] = clamps
-        if limit is None:
-            reason = "compute capability not in the table: tiles follow the device's limit at the first launch"
-        else:
-            patched = attention_smem_bytes(
-                fitting_tile(DEFAULT_TILE, GEMMA4_BLOCK_M, GEMMA4_MAX_HEAD, 2, limit, capability),
-                GEMMA4_BLOCK_M, GEMMA4_MAX_HEAD, 2, capability)
-            need = attention_smem_bytes(DEFAULT_TILE, GEMMA4_BLOCK_M, GEMMA4_MAX_HEAD, 2, capability)
-            reason = (f"{describe_device(capability, limit)}: head-{GEMMA4_MAX_HEAD} launches capped "
-                      f"from {need:,} B to {patched:,} B; launches that fit keep vLLM's tiles")
-        outcome.update(action="capped", reason=reason)
+        outcome.update(action="capped", reason=_capped_reason(capability, limit), clamps=clamps)
         return _finish(module, outcome, log)
     except Exception as exc:  # a broken fix must never break vLLM: refuse and keep its tiles
         outcome.update(action="refused", reason=f"{type(exc).__name__}: {exc}; nothing was changed")

@@ -19,11 +19,13 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from gemma4_t4.catalog.models import ASSISTANTS, VARIANTS
+from gemma4_t4.catalog.assistants import ASSISTANTS
+from gemma4_t4.catalog.family import VARIANTS
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation import signals
 from gemma4_t4.foundation.table import Displayable
 from gemma4_t4.turing import smem, tilecap
+from gemma4_t4.turing.numerics import AttentionCase, run_unified_attention
 from gemma4_t4.turing.offline import (
     KernelModule,
     RecordedLaunch,
@@ -33,7 +35,6 @@ from gemma4_t4.turing.offline import (
 )
 
 KV_BLOCK_SIZE = 16  # vLLM's CUDA default KV block size
-NUM_SOFTMAX_SEGMENTS = 16  # vLLM's TRITON_ATTN default for the 3D path
 # Draft lengths whose verification step is compiled: 1..6 covers the useful range (the launch's default
 # is 3) and 16 is speculative.MAX_NUM_DRAFT_TOKENS, the largest a launch accepts (not imported: the
 # speculative module reaches the start gate, which imports this package). A step runs N+1 query tokens
@@ -167,27 +168,20 @@ def call_launcher(kernel: KernelModule, shape: AttentionShape, seqs: int, q_len:
     """Call vLLM's ``unified_attention`` with CPU fp16 tensors in TRITON_ATTN's layout."""
     import torch
 
-    module = kernel.module
     blocks_per_seq = -(-ctx // KV_BLOCK_SIZE)
-    tokens = seqs * q_len
-    q = torch.zeros(tokens, shape.num_q_heads, shape.head_size, dtype=torch.float16)
+    # one paged cache viewed as K and V, as TRITON_ATTN holds it (the strides are part of the compile)
     kv_cache = torch.zeros(seqs * blocks_per_seq + 1, 2, KV_BLOCK_SIZE, shape.num_kv_heads, shape.head_size,
                            dtype=torch.float16)
     key_cache, value_cache = kv_cache.unbind(1)
-    padded = smem.head_size_padded(shape.head_size)
-    window = (shape.sliding_window - 1, 0) if shape.sliding_window else (-1, -1)
-    module.unified_attention(
-        q=q, k=key_cache, v=value_cache, out=torch.empty_like(q),
-        cu_seqlens_q=torch.arange(0, seqs + 1, dtype=torch.int32) * q_len, max_seqlen_q=q_len,
-        seqused_k=torch.full((seqs,), ctx, dtype=torch.int32), max_seqlen_k=ctx,
-        softmax_scale=1.0, causal=True, window_size=window,
+    run_unified_attention(kernel.module, AttentionCase(
+        q=torch.zeros(seqs * q_len, shape.num_q_heads, shape.head_size, dtype=torch.float16),
+        key_cache=key_cache, value_cache=value_cache,
         block_table=torch.arange(seqs * blocks_per_seq, dtype=torch.int32).reshape(seqs, blocks_per_seq),
-        softcap=0, q_descale=None, k_descale=None, v_descale=None,
-        seq_threshold_3D=128 // shape.num_kv_heads, num_par_softmax_segments=NUM_SOFTMAX_SEGMENTS,
-        softmax_segm_output=torch.empty(tokens, shape.num_q_heads, NUM_SOFTMAX_SEGMENTS, padded),
-        softmax_segm_max=torch.empty(tokens, shape.num_q_heads, NUM_SOFTMAX_SEGMENTS),
-        softmax_segm_expsum=torch.empty(tokens, shape.num_q_heads, NUM_SOFTMAX_SEGMENTS),
-    )
+        cu_seqlens_q=torch.arange(0, seqs + 1, dtype=torch.int32) * q_len,
+        seqused_k=torch.full((seqs,), ctx, dtype=torch.int32), query_lens=[q_len] * seqs,
+        context_lens=[ctx] * seqs, head_size=shape.head_size, num_q_heads=shape.num_q_heads,
+        num_kv_heads=shape.num_kv_heads, sliding_window=shape.sliding_window, softmax_scale=1.0,
+    ))
 
 
 class AttentionLaunch(RecordedLaunch):
