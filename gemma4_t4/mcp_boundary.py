@@ -5,7 +5,7 @@ each declare an :class:`~gemma4_t4.foundation.launch_record.Assistant` beside th
 within which bounds (limits, choices, allowed keys). The tools' parameters are generated from that, so the SDK
 refuses a value outside them before a tool runs, and a withheld setting is not a parameter at all (an unknown
 argument is refused, named). Every other tool parameter is declared here (:data:`TOOL_PARAMETERS`), with why an
-assistant may pass it; ``tests/test_mcp_boundary.py`` checks every parameter of every tool against the two.
+assistant may pass it; ``tests/mcp/test_mcp_boundary.py`` checks every parameter of every tool against the two.
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ def assistant_deploy(config: DeployConfig, budget_usd: float) -> BilledBound:
 
 
 # Every tool parameter that is not a generated setting, with why an assistant may pass it. A parameter of a tool
-# that is in neither this nor a setting's declaration fails tests/test_mcp_boundary.py.
+# that is in neither this nor a setting's declaration fails tests/mcp/test_mcp_boundary.py.
 TOOL_PARAMETERS = {
     "confirm": "a strict JSON true; without it a billing or destructive tool only describes",
     "region": "an AWS region the package knows (refused otherwise)",

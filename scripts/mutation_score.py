@@ -43,23 +43,23 @@ class Target:
 
 # module key -> the module, its fast test files, and the part of it in scope
 MODULES: dict[str, Target] = {
-    "turing.smem": Target("gemma4_t4/turing/smem.py", ("tests/test_turing_smem.py", "tests/test_mutants_turing.py")),
+    "turing.smem": Target("gemma4_t4/turing/smem.py", ("tests/turing/test_turing_smem.py", "tests/turing/test_mutants_turing.py")),
     # the plugin tests that load vLLM's kernel module (its `kernel` fixture) take 10-20 s per mutant on
     # a 2-core box, and test_turing_filepatch.py runs the CLI in subprocesses (mutants there are not
     # seen): the fast ones below plus a stand-in kernel module (test_mutants_turing.py) cover it
     "turing.tilecap": Target(
         "gemma4_t4/turing/tilecap.py",
         (
-            "tests/test_mutants_turing.py",
-            "tests/test_turing_plugin.py::test_cpu_platform_changes_nothing_and_imports_nothing",
-            "tests/test_turing_plugin.py::test_changed_kernel_is_refused",
-            "tests/test_turing_plugin.py::test_structure_check_on_the_installed_kernel",
-            "tests/test_turing_plugin.py::test_plugin_entry_point_and_status",
+            "tests/turing/test_mutants_turing.py",
+            "tests/turing/test_turing_plugin.py::test_cpu_platform_changes_nothing_and_imports_nothing",
+            "tests/turing/test_turing_plugin.py::test_changed_kernel_is_refused",
+            "tests/turing/test_turing_plugin.py::test_structure_check_on_the_installed_kernel",
+            "tests/turing/test_turing_plugin.py::test_plugin_entry_point_and_status",
         ),
     ),
     "setup.plan": Target(
         "gemma4_t4/host/setup_plan.py",
-        ("tests/test_setup_plan.py", "tests/test_mutants_setup_plan.py"),
+        ("tests/host/test_setup_plan.py", "tests/host/test_mutants_setup_plan.py"),
         functions=(
             "InstallRoute.*",
             "known_vllm_versions",
@@ -83,25 +83,25 @@ MODULES: dict[str, Target] = {
     ),
     "bench.metrics": Target(
         "gemma4_t4/bench/metrics.py",
-        ("tests/test_bench_metrics.py", "tests/test_bench_integrity.py", "tests/test_bench_metrics_edges.py"),
+        ("tests/bench/test_bench_metrics.py", "tests/bench/test_bench_integrity.py", "tests/bench/test_bench_metrics_edges.py"),
     ),
     "bench.answers": Target(
         "gemma4_t4/bench/answers.py",
-        ("tests/test_bench_metrics.py", "tests/test_bench_trust.py", "tests/test_bench_integrity.py"),
+        ("tests/bench/test_bench_metrics.py", "tests/bench/test_bench_trust.py", "tests/bench/test_bench_integrity.py"),
     ),
     "quant.grid": Target(
         "gemma4_t4/quant/grid.py",
-        ("tests/test_quant_repack.py", "tests/test_quant_verdicts.py", "tests/test_quant_io.py",
-         "tests/test_mutants_quant_grid.py"),
+        ("tests/quant/test_quant_repack.py", "tests/quant/test_quant_verdicts.py", "tests/quant/test_quant_io.py",
+         "tests/quant/test_mutants_quant_grid.py"),
     ),
-    "secrets": Target("gemma4_t4/foundation/secrets.py", ("tests/test_secrets_rule.py",)),
+    "secrets": Target("gemma4_t4/foundation/secrets.py", ("tests/foundation/test_secrets_rule.py",)),
     "gate": Target(
-        "gemma4_t4/serving/gate.py", ("tests/test_gate_judge.py", "tests/test_gate_margins.py", "tests/test_gate_messages.py")
+        "gemma4_t4/serving/gate.py", ("tests/serving/test_gate_judge.py", "tests/serving/test_gate_margins.py", "tests/serving/test_gate_messages.py")
     ),
     "sagemaker.delete_plan": Target(
         "gemma4_t4/sagemaker/ops.py",
-        ("tests/test_sagemaker_moto.py", "tests/test_sagemaker_scale.py", "tests/test_sagemaker_checks.py",
-         "tests/test_sagemaker_ownership.py"),
+        ("tests/sagemaker/test_sagemaker_moto.py", "tests/sagemaker/test_sagemaker_scale.py", "tests/sagemaker/test_sagemaker_checks.py",
+         "tests/sagemaker/test_sagemaker_ownership.py"),
         functions=(
             "_endpoint_config_name",
             "_config_models",
@@ -115,63 +115,63 @@ MODULES: dict[str, Target] = {
     # the modules the notebooks, the CLI and the MCP server reach, beyond the nine above
     "bench.registry": Target(
         "gemma4_t4/bench/registry.py",
-        ("tests/test_bench_args.py", "tests/test_bench_bounds.py", "tests/test_mutants_bench_specs.py"),
+        ("tests/bench/test_bench_args.py", "tests/bench/test_bench_bounds.py", "tests/bench/test_mutants_bench_specs.py"),
     ),
     "bench.specs": Target(
         "gemma4_t4/bench/specs.py",
-        ("tests/test_bench_args.py", "tests/test_bench_bounds.py", "tests/test_bench_client.py",
-         "tests/test_notebook_params.py", "tests/test_mutants_bench_specs.py"),
+        ("tests/bench/test_bench_args.py", "tests/bench/test_bench_bounds.py", "tests/bench/test_bench_client.py",
+         "tests/notebooks/test_notebook_params.py", "tests/bench/test_mutants_bench_specs.py"),
     ),
     "bench.compare": Target(
         "gemma4_t4/bench/compare.py",
-        ("tests/test_bench_integrity.py", "tests/test_bench_trust.py", "tests/test_bench_flush_compare.py",
-         "tests/test_display.py", "tests/test_mutants_bench_results.py"),
+        ("tests/bench/test_bench_integrity.py", "tests/bench/test_bench_trust.py", "tests/bench/test_bench_flush_compare.py",
+         "tests/test_display.py", "tests/bench/test_mutants_bench_results.py"),
     ),
     "bench.results": Target(
         "gemma4_t4/bench/results.py",
-        ("tests/test_bench_integrity.py", "tests/test_bench_metrics.py", "tests/test_bench_trust.py",
-         "tests/test_part2_reading.py", "tests/test_part4_reading.py", "tests/test_reliability_bench.py",
-         "tests/test_mutants_bench_results.py"),
+        ("tests/bench/test_bench_integrity.py", "tests/bench/test_bench_metrics.py", "tests/bench/test_bench_trust.py",
+         "tests/studies/test_part2_reading.py", "tests/studies/test_part4_reading.py", "tests/bench/test_reliability_bench.py",
+         "tests/bench/test_mutants_bench_results.py"),
     ),
     "bench.published": Target(
         "gemma4_t4/bench/published.py",
-        ("tests/test_bench_integrity.py", "tests/test_bench_trust.py", "tests/test_display.py",
-         "tests/test_part2_reading.py", "tests/test_part4_reading.py", "tests/test_mutants_bench_results.py"),
+        ("tests/bench/test_bench_integrity.py", "tests/bench/test_bench_trust.py", "tests/test_display.py",
+         "tests/studies/test_part2_reading.py", "tests/studies/test_part4_reading.py", "tests/bench/test_mutants_bench_results.py"),
     ),
     "host.env": Target(
         "gemma4_t4/host/env.py",
-        ("tests/test_env_doctor.py", "tests/test_setup_host_verdicts.py", "tests/test_setup_mixed_gpus.py",
-         "tests/test_gpu_identity.py", "tests/test_setup_hosts.py", "tests/test_mutants_host.py"),
+        ("tests/host/test_env_doctor.py", "tests/host/test_setup_host_verdicts.py", "tests/host/test_setup_mixed_gpus.py",
+         "tests/catalog/test_gpu_identity.py", "tests/host/test_setup_hosts.py", "tests/host/test_mutants_host.py"),
     ),
     "host.setup": Target(
         "gemma4_t4/host/setup.py",
-        ("tests/test_setup_apply.py", "tests/test_setup_plan.py", "tests/test_setup_host_verdicts.py",
-         "tests/test_setup_one_plan.py", "tests/test_mutants_host.py"),
+        ("tests/host/test_setup_apply.py", "tests/host/test_setup_plan.py", "tests/host/test_setup_host_verdicts.py",
+         "tests/host/test_setup_one_plan.py", "tests/host/test_mutants_host.py"),
     ),
     "sagemaker.config": Target(
         "gemma4_t4/sagemaker/config.py",
-        ("tests/test_sagemaker_config.py", "tests/test_sagemaker_settings.py", "tests/test_sagemaker_checks.py",
-         "tests/test_mcp_boundary.py", "tests/test_mutants_sagemaker.py"),
+        ("tests/sagemaker/test_sagemaker_config.py", "tests/sagemaker/test_sagemaker_settings.py", "tests/sagemaker/test_sagemaker_checks.py",
+         "tests/mcp/test_mcp_boundary.py", "tests/sagemaker/test_mutants_sagemaker.py"),
     ),
     "sagemaker.deploy": Target(
         "gemma4_t4/sagemaker/deploy.py",
-        ("tests/test_sagemaker_moto.py", "tests/test_sagemaker_stubbed.py", "tests/test_sagemaker_checks.py",
-         "tests/test_sagemaker_config.py", "tests/test_reliability_sagemaker.py", "tests/test_mutants_sagemaker.py"),
+        ("tests/sagemaker/test_sagemaker_moto.py", "tests/sagemaker/test_sagemaker_stubbed.py", "tests/sagemaker/test_sagemaker_checks.py",
+         "tests/sagemaker/test_sagemaker_config.py", "tests/sagemaker/test_reliability_sagemaker.py", "tests/sagemaker/test_mutants_sagemaker.py"),
     ),
-    "mcp_boundary": Target("gemma4_t4/mcp_boundary.py", ("tests/test_mcp_boundary.py", "tests/test_mutants_mcp.py")),
+    "mcp_boundary": Target("gemma4_t4/mcp_boundary.py", ("tests/mcp/test_mcp_boundary.py", "tests/mcp/test_mutants_mcp.py")),
     "mcp_server": Target(
         "gemma4_t4/mcp_server.py",
-        ("tests/test_mcp_server.py", "tests/test_mcp_boundary.py", "tests/test_reliability_mcp.py",
-         "tests/test_serve_settings.py", "tests/test_mutants_mcp.py"),
+        ("tests/mcp/test_mcp_server.py", "tests/mcp/test_mcp_boundary.py", "tests/mcp/test_reliability_mcp.py",
+         "tests/serving/test_serve_settings.py", "tests/mcp/test_mutants_mcp.py"),
     ),
     "notebook": Target(
         "gemma4_t4/notebook.py",
-        ("tests/test_notebook_params.py", "tests/test_notebook_venues.py", "tests/test_display.py",
-         "tests/test_bench_trust.py", "tests/test_mutants_notebook.py"),
+        ("tests/notebooks/test_notebook_params.py", "tests/notebooks/test_notebook_venues.py", "tests/test_display.py",
+         "tests/bench/test_bench_trust.py", "tests/notebooks/test_mutants_notebook.py"),
     ),
     "venues.endpoint": Target(
         "gemma4_t4/venues/endpoint.py",
-        ("tests/test_endpoint.py", "tests/test_server_owned_records.py", "tests/test_mutants_notebook.py"),
+        ("tests/venues/test_endpoint.py", "tests/serving/test_server_owned_records.py", "tests/notebooks/test_mutants_notebook.py"),
     ),
 }
 

@@ -203,7 +203,7 @@ def vllm_server(tiny_model_dir):
 
 @pytest.fixture(scope="session")
 def local_aws_server():
-    """The session's one LocalAWS (moto + the FAKE Service Quotas server); tests/aws_fixtures.py hands it
+    """The session's one LocalAWS (moto + the FAKE Service Quotas server); tests/fakes/aws_fixtures.py hands it
     to the modules that import its fixtures, so a module's import starts no server of its own."""
     from gemma4_t4.standins.local import LocalAWS
 
@@ -213,7 +213,7 @@ def local_aws_server():
 
 @pytest.fixture
 def fake_server_process():
-    """Start ``python tests/fake_openai_server.py`` with extra flags, in its own process
+    """Start ``python tests/fakes/fake_openai_server.py`` with extra flags, in its own process
     (so it can exit mid-run); returns its base URL once ``/health`` answers. Killed at teardown."""
     import subprocess
     import sys
@@ -226,7 +226,7 @@ def fake_server_process():
 
     def start(*flags: str) -> str:
         port = free_port()
-        script = Path(__file__).with_name("fake_openai_server.py")
+        script = Path(__file__).parent / "fakes" / "fake_openai_server.py"
         cmd = [sys.executable, str(script), "--port", str(port), *flags]
         procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         base_url = f"http://127.0.0.1:{port}"
@@ -303,13 +303,13 @@ def tiny_drafter_dir(tiny_model_dir) -> Path:
 
 # ------------------------------------------------------------------------------------------
 # The learner's install: this tree built as a wheel, in a clean venv outside the checkout, with what the
-# install cells and setup() install on a host without a GPU (tests/learner_venv.py). The notebook tier
-# (tests/test_notebooks_run.py) runs the notebooks there; tests/test_learner_install.py checks each
+# install cells and setup() install on a host without a GPU (tests/fakes/learner_venv.py). The notebook tier
+# (tests/notebooks/test_notebooks_run.py) runs the notebooks there; tests/notebooks/test_learner_install.py checks each
 # install line's step. Built once per tree content, shared by the xdist workers.
 
 
 @pytest.fixture(scope="session")
 def learner_venv():
-    import learner_venv as venvs
+    from fakes import learner_venv as venvs
 
     return venvs.learner_venv()

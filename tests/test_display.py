@@ -12,7 +12,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from fake_openai_server import FakeScript, FakeServer, FakeServerState
+from fakes.fake_openai_server import FakeScript, FakeServer, FakeServerState
 
 from gemma4_t4 import notebook as nb
 from gemma4_t4 import quant

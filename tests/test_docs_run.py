@@ -7,7 +7,7 @@ validated by :func:`~gemma4_t4.bench.workloads.build_args` (the run's options an
 request. Then each command is classified:
 
 - ``run``: safe as written, run on a stand-in T4 host (a stand-in ``nvidia-smi`` on PATH, as in
-  tests/test_setup_hosts.py): ``doctor``, ``fix-torch`` (it only prints), ``turing status``,
+  tests/host/test_setup_hosts.py): ``doctor``, ``fix-torch`` (it only prints), ``turing status``,
   ``setup --dry-run``, ``serve start --print-command``, ``swap create --dry-run``, ``models``, ``fit``;
 - ``dry-run``: would install, change the host or start a server, so it is run with ``--dry-run`` or
   ``--print-command`` added (``setup``, ``swap create``, ``serve start``);
@@ -567,7 +567,7 @@ def test_every_python_snippet_imports_and_binds():
 
 
 # A stand-in T4 host: nvidia-smi answering as a Tesla T4 with driver 550 would (the same stand-in
-# as tests/test_setup_hosts.py builds); the test runs each command there in a scratch folder.
+# as tests/host/test_setup_hosts.py builds); the test runs each command there in a scratch folder.
 STANDIN_SMI = """#!/bin/sh
 # STAND-IN nvidia-smi: a Tesla T4, driver 550.54.15, CUDA 12.4
 q=""

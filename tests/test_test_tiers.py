@@ -69,3 +69,47 @@ def test_each_xdist_worker_has_its_own_package_cache_root():
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     root = os.environ["GEMMA4_T4_CACHE_DIR"]
     assert root.endswith(f"gemma4_t4-cache-{worker}" if worker else "gemma4_t4-cache"), (worker, root)
+
+
+# The test tree mirrors the package (vllm-project/guidellm's layout): tests/<folder>/ for each package folder,
+# tests/mcp/ and tests/notebooks/ for the two surfaces in the package's root, tests/fakes/ for the stand-ins the
+# tests share; at tests/ itself only the package-wide checks below.
+SURFACE_FOLDERS = {"mcp", "notebooks", "fakes", "data"}
+PACKAGE_WIDE = {"test_architecture.py", "test_display.py", "test_docs_run.py", "test_imports_declared.py",
+                "test_mutation_docs.py", "test_one_declaration.py", "test_planted_bugs.py", "test_test_tiers.py",
+                "test_user_expectations.py"}
+
+
+def misplaced_tests(tests: list[str], package_folders: set[str]) -> list[str]:
+    """Each test file (a path relative to tests/) that is not in a folder named after a package folder or
+    surface, and each file at tests/ itself that is not a package-wide check."""
+    found = []
+    for rel in tests:
+        folder, _, name = rel.rpartition("/")
+        allowed = folder.split("/")[0] in package_folders | SURFACE_FOLDERS if folder else name in PACKAGE_WIDE
+        if not allowed:
+            found.append(rel)
+    return found
+
+
+def test_the_layout_check_sees_a_misplaced_test():
+    assert misplaced_tests(["test_gate_judge.py", "gate/test_x.py", "serving/test_y.py"], {"serving"}) == [
+        "test_gate_judge.py", "gate/test_x.py"]
+
+
+def test_the_tests_mirror_the_package():
+    package = REPO / "gemma4_t4"
+    folders = {p.parent.name for p in package.glob("*/__init__.py")}
+    tests = [str(p.relative_to(REPO / "tests")) for p in (REPO / "tests").rglob("test_*.py")]
+    assert misplaced_tests(tests, folders) == []
+    for folder in {t.split("/")[0] for t in tests if "/" in t}:
+        assert not (REPO / "tests" / folder / "__init__.py").exists(), "test folders are not packages (unique basenames)"
+    names = [t.rsplit("/", 1)[-1] for t in tests]
+    assert len(names) == len(set(names)), "two test files share a basename"
+
+
+def test_make_selects_tests_by_marker_only():
+    """`make test` and `make test-fast` run the whole tree and choose by marker, never by file name."""
+    for line in (REPO / "Makefile").read_text().splitlines():
+        if "-m pytest" in line:
+            assert "tests/" not in line and "-k" not in line.split(), line

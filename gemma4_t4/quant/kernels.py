@@ -1,5 +1,5 @@
 """numba kernels for lattice.py: one fused pass per block of rows, bit-identical to the numpy
-reference there (tests/test_quant_lattice.py checks it).
+reference there (tests/quant/test_quant_lattice.py checks it).
 
 Why it is fast: every inner loop runs over one group of ``group_size`` values with 32-bit
 lanes and no early exit, so LLVM vectorises it. numba widens 32-bit integer arithmetic to
