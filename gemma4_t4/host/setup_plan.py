@@ -46,6 +46,13 @@ DRIVER_IMAGE_FIX = (
     "on GCE a 2026 Deep Learning VM image; Colab's driver cannot be changed (use a GCE T4 VM)"
 )
 
+# a driver no route runs, on platforms whose machine image brings the driver (elsewhere: DRIVER_IMAGE_FIX)
+DRIVER_FIX = {
+    "sagemaker": "set InferenceAmiVersion='al2023-ami-sagemaker-inference-gpu-4-1' (driver 580, CUDA 13) "
+                 "on the production variant",
+    "gce": "use a 2026 Deep Learning VM image (driver >= 580) or install an NVIDIA driver >= 580, then reboot",
+}
+
 Kind = Literal["gpu", "cpu"]
 # vLLM's kernels (and every route's wheels) need Turing or newer: setup, fix-torch, the doctor and the
 # gate refuse an older GPU with the words of gpu_too_old
@@ -248,9 +255,11 @@ def check_vllm_choice(vllm_version: str | None) -> None:
             "driver runs)"))
 
 
-def routes_for_driver(driver: str | None, vllm_version: str | None = None) -> list[InstallRoute]:
+def routes_for_driver(driver: str | None, vllm_version: str | None = None,
+                      platform: str | None = None) -> list[InstallRoute]:
     """The GPU routes a driver runs, best first: the planned rows (``planned``) in matrix order,
-    or only ``vllm_version``'s builds when it is given. Refuses when none applies."""
+    or only ``vllm_version``'s builds when it is given. Refuses when none applies (the fix for a driver
+    older than every route: ``platform``'s way to a newer one)."""
     check_vllm_choice(vllm_version)
     major = driver_major(driver)
     if major is None:
@@ -276,7 +285,7 @@ def routes_for_driver(driver: str | None, vllm_version: str | None = None) -> li
     raise Gemma4T4Error(
         f"NVIDIA driver {driver} is older than every route in the install matrix (CUDA 12.9 builds need >= "
         f"{MIN_DRIVER['cu129']}, CUDA 13.0 builds >= {MIN_DRIVER['cu130']}); CUDA forward compatibility does not "
-        "reach this branch either", fix=DRIVER_IMAGE_FIX)
+        "reach this branch either", fix=DRIVER_FIX.get(platform or "", DRIVER_IMAGE_FIX))
 
 
 def default_route(vllm_version: str) -> InstallRoute | None:
@@ -343,7 +352,7 @@ def plan_setup(facts: HostFacts, python: str | None = None, vllm_version: str | 
     host = f"{gpu.name} (sm_{(cc or '?').replace('.', '')}), driver {facts.driver_version or 'unknown'}"
     if len(facts.gpus) > 1:
         host += f", GPU {gpu.index} of {len(facts.gpus)}"
-    routes = routes_for_driver(facts.driver_version, vllm_version)
+    routes = routes_for_driver(facts.driver_version, vllm_version, facts.platform)
     # a working install of a row this driver runs (e.g. the fallback setup fell back to) is kept:
     # setup does not churn it; --vllm asks for another release explicitly
     major = driver_major(facts.driver_version) or 0
@@ -357,16 +366,7 @@ def plan_setup(facts: HostFacts, python: str | None = None, vllm_version: str | 
                           f"({kept.key}); the preferred one is {routes[0].label} (gemma4-t4 setup --vllm "
                           f"{routes[0].vllm_version} moves to it)")
     route = chosen[0]
-    if route.variant != DEFAULT_VARIANT and major < MIN_DRIVER[DEFAULT_VARIANT]:
-        cuda12 = ", ".join(dict.fromkeys(r.vllm_version for r in GPU_ROUTES if r.variant == route.variant))
-        plan.notes.append(
-            f"driver {facts.driver_version} cannot load CUDA 13 builds (need >= "
-            f"{MIN_DRIVER[DEFAULT_VARIANT]}): using vLLM {route.vllm_version}'s {route.variant} build "
-            f"(the {route.variant} builds with a published torch: {cuda12}; torch 2.14 has no cu129 build)")
-        if major < FULL_SUPPORT_DRIVER[route.variant]:
-            plan.notes.append(
-                f"{route.variant} runs on driver {facts.driver_version} through CUDA minor-version "
-                f"compatibility (full support from {FULL_SUPPORT_DRIVER[route.variant]})")
+    plan.notes += _older_driver_notes(route, facts.driver_version, major)
     if choice.mixed:
         plan.notes.append(f"GPUs differ: {choice.reason}")
     if plan.needed and (untested := untested_vllm(facts)) is not None:
@@ -374,6 +374,20 @@ def plan_setup(facts: HostFacts, python: str | None = None, vllm_version: str | 
     if cc and cc != "7.5":
         plan.notes.append(f"{gpu.name} is not a Turing GPU: the T4 (sm_75) steps are skipped there")
     return plan
+
+
+def _older_driver_notes(route: InstallRoute, driver: str | None, major: int) -> list[str]:
+    """Why a driver below 580 gets a CUDA 12 build, and how it runs it."""
+    if route.variant == DEFAULT_VARIANT or major >= MIN_DRIVER[DEFAULT_VARIANT]:
+        return []
+    cuda12 = ", ".join(dict.fromkeys(r.vllm_version for r in GPU_ROUTES if r.variant == route.variant))
+    notes = [f"driver {driver} cannot load CUDA 13 builds (need >= {MIN_DRIVER[DEFAULT_VARIANT]}): using vLLM "
+             f"{route.vllm_version}'s {route.variant} build (the {route.variant} builds with a published torch: "
+             f"{cuda12}; torch 2.14 has no cu129 build)"]
+    if major < FULL_SUPPORT_DRIVER[route.variant]:
+        notes.append(f"{route.variant} runs on driver {driver} through CUDA minor-version compatibility (full "
+                     f"support from {FULL_SUPPORT_DRIVER[route.variant]})")
+    return notes
 
 
 def _plan_route(route: InstallRoute, fallbacks: Sequence[InstallRoute], facts: HostFacts, python: str,
@@ -455,13 +469,3 @@ def setup_line(plan: SetupPlan) -> str:
 def fix_text(plan: SetupPlan) -> str:
     """The torch-only pip command where vLLM already is the route's build, else ``gemma4-t4 setup``."""
     return shlex.join(["pip", *plan.torch_fix[3:]]) if plan.torch_fix else setup_line(plan)
-
-
-def fix_line(facts: HostFacts) -> str:
-    """The doctor's command for a host whose vLLM/torch do not match: the plan ``gemma4-t4 setup`` runs
-    (or the refusal's fix when no route runs here)."""
-    try:
-        plan = plan_setup(facts, python="python", loaded=())
-    except Gemma4T4Error as exc:
-        return exc.fix or str(exc)
-    return setup_line(plan)

@@ -22,6 +22,7 @@ from typing import Literal
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.runner import CommandResult, Runner, subprocess_runner
 from gemma4_t4.host import env
+from gemma4_t4.host.env import meminfo
 
 # CommandResult, Runner and subprocess_runner stay importable from here (they used to live here).
 
@@ -140,13 +141,12 @@ def read_proc_swaps(proc_swaps: Path = Path("/proc/swaps")) -> list[SwapArea]:
 
 
 def swap_status(env: SwapEnvironment | None = None, proc_swaps: Path = Path("/proc/swaps")) -> SwapStatus:
-    import psutil
-
     env = env or detect_swap_environment()
     areas = read_proc_swaps(proc_swaps)
     refusal = env.refusal()
+    ram = meminfo().get("MemTotal")  # the doctor's reading of RAM
     return SwapStatus(areas, sum(a.size_bytes for a in areas), sum(a.used_bytes for a in areas),
-                      psutil.virtual_memory().total, refusal is None, refusal[0] if refusal else None,
+                      None if ram is None else round(ram * GIB), refusal is None, refusal[0] if refusal else None,
                       refusal[1] if refusal else None, env.platform)
 
 

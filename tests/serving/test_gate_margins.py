@@ -1,5 +1,6 @@
 """The start gate's safety margins, each at its edge: values just inside and just outside the margin,
-through the gate's injected probes (GateProbes), so a margin dropped or shrunk is noticed.
+through the gate's injected probes (GateProbes: a stand-in host for the doctor's probe, stand-in launch
+probes), so a margin dropped or shrunk is noticed.
 
 - disk: a download needs the weights plus 5 % free (temporary files, metadata);
 - host memory: a checkpoint the catalog does not know loads with 4 GiB besides its weights;
@@ -13,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from gemma4_t4.serving.gate import GIB, GateFacts, GateProbes, GateRefused, check_start
+from gemma4_t4.serving.gate import GIB, GateProbes, GateRefused, ModelFound, TuringFound, check_start
 from gemma4_t4.serving.server_config import ServerConfig
+from tests.serving.test_gate_judge import host_probes
 
 MODEL = "google/gemma-4-E2B-it-qat-w4a16-ct"
 WEIGHTS = 8 * GIB
@@ -22,31 +24,12 @@ DOWNLOAD = 20 * GIB  # 5 % of it is exactly 1 GiB: the margin's edge is a whole 
 MIB = 1024**2
 
 
-def _device(gpu_memory_bytes: int = 15 * GIB) -> GateFacts:
-    """What the torch probe finds on a T4 with the fix active (stand-in answers)."""
-    return GateFacts(
-        torch_version="2.14.0+cu130",
-        torch_cuda_build="13.0",
-        cuda_available=True,
-        gpu_present=True,
-        gpu_name="Tesla T4",
-        gpu_count=1,
-        compute_capability=(7, 5),
-        smem_per_block_optin=65_536,
-        gpu_memory_bytes=gpu_memory_bytes,
-    )
-
-
 def _probes(*, ram_and_swap: int = 64 * GIB, gpu_memory_bytes: int = 15 * GIB, model=None) -> GateProbes:
-    probes = GateProbes(
-        torch=lambda: _device(gpu_memory_bytes),
-        turing=lambda cc: GateFacts(turing_fix_active=True, turing_fix_proven=True),
-        host_memory=lambda: GateFacts(
-            ram_total_bytes=ram_and_swap, ram_available_bytes=ram_and_swap, swap_total_bytes=0, swap_free_bytes=0
-        ),
-        platform=lambda: "gce",
-        torch_fix_command=lambda: None,
-    )
+    """A T4 host with the fix active, ``ram_and_swap`` bytes of available RAM (no swap) and a GPU reporting
+    ``gpu_memory_bytes``, as /proc/meminfo and nvidia-smi would say (kB and MiB)."""
+    kb = ram_and_swap // 1024
+    host = host_probes(gpus=(("Tesla T4", gpu_memory_bytes // MIB, "7.5"),), meminfo_kb=(kb, kb, 0, 0))
+    probes = GateProbes(host=host, turing=lambda cc: TuringFound(active=True, proven=True))
     if model is not None:
         probes.model = model
     return probes
@@ -63,8 +46,8 @@ def _checks(config: ServerConfig, probes: GateProbes) -> list[str]:
 def _download(free: int | None, on_disk: bool = False):
     """The model probe's answer for 20 GiB of weights still to download onto a disk with ``free`` bytes."""
 
-    def probe(config, device) -> GateFacts:
-        return GateFacts(
+    def probe(config, host) -> ModelFound:
+        return ModelFound(
             weights_bytes=DOWNLOAD,
             weights_on_disk=on_disk,
             disk_path="/data/hf",

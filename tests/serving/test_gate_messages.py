@@ -1,10 +1,11 @@
 """What the start gate tells a user, word for word: every reason's problem and fix, the report and
-the override warning, the refusal's error; and which facts decide between them (fix command only
-when torch cannot see CUDA, swap size rounding, the Turing limit's wording). Pure: GateFacts in,
-reasons out, or check_start / check_cpu_start with stand-in probes."""
+the override warning, the refusal's error; and which facts decide between them (the doctor's words for
+the host, swap size rounding, the Turing limit's wording). Pure: LaunchFacts in, reasons out, or
+check_start / check_cpu_start with stand-in probes."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import pytest
@@ -12,23 +13,23 @@ import pytest
 from gemma4_t4.host import cpuisa, env
 from gemma4_t4.serving.gate import (
     GIB,
-    GateFacts,
     GateProbes,
     GateReason,
     GateRefused,
     GateResult,
+    LaunchFacts,
     check_cpu_start,
     check_start,
-    collect_facts,
+    host_reasons,
     judge,
     judge_cpu,
 )
 from tests.serving.test_gate_judge import GOOD as JUDGE_GOOD
+from tests.serving.test_gate_judge import NO_CUDA, t4_gpu, with_changes
 
 # the judge tests' healthy T4, with round RAM figures so every message below reads exactly
-GOOD = JUDGE_GOOD.model_copy(update={"ram_total_bytes": 8 * GIB, "ram_available_bytes": 7 * GIB})
+GOOD = with_changes(JUDGE_GOOD, ram_total_gib=8.0, ram_available_gib=7.0)
 
-TORCH_FIX = "gemma4-t4 fix-torch --apply"
 TURING_INSTALL = (
     "install gemma4-t4 into the Python that runs vLLM (its vllm.general_plugins entry point loads the fix in "
     "every vLLM process) and check with `gemma4-t4 turing status`; where that is impossible, "
@@ -44,8 +45,8 @@ GPU_FIT_DEFAULT = (
 )
 
 
-def facts(**changes) -> GateFacts:
-    return GOOD.model_copy(update=changes)
+def facts(**changes) -> LaunchFacts:
+    return with_changes(GOOD, **changes)
 
 
 def only(reasons: list[GateReason]) -> tuple[str, str, str]:
@@ -53,52 +54,54 @@ def only(reasons: list[GateReason]) -> tuple[str, str, str]:
     return reasons[0].check, reasons[0].problem, reasons[0].fix
 
 
-# --- 1. torch and CUDA ----------------------------------------------------------------------------
+# --- 1. the host: the doctor's words --------------------------------------------------------------
 
 
-def test_torch_missing_names_its_notes_and_the_fix_command():
-    f = facts(cuda_available=None, torch_version=None,
-              notes=["torch: ImportError: no torch", "model: unrelated", "torch: second"])
-    assert only(judge(f, torch_fix_command="pip install torch==2.14.0+cu130")) == (
-        "cuda",
-        "torch is not installed (or fails to import) in this Python (ImportError: no torch; second)",
-        "gemma4-t4 fix-torch --apply  (runs: pip install torch==2.14.0+cu130)",
+def _doctor(f: LaunchFacts) -> dict[str, env.Problem]:
+    return {p.code: p for p in env.judge(f.host)[1]}
+
+
+@pytest.mark.parametrize(
+    ("changes", "code"),
+    [
+        ({"torch_version": None, "torch_cuda": None, "smem_probed": False, "smem_per_block_optin": None,
+          "torch_compute_capability": None}, "no-torch"),
+        ({"nvidia_smi": False, "gpus": [], **NO_CUDA}, "no-gpu"),
+        ({"gpus": [], **NO_CUDA}, "no-gpu"),
+        ({"torch_version": "2.14.0+cpu", "torch_cuda": None, **NO_CUDA}, "cpu-torch-on-gpu-host"),
+        (NO_CUDA, "cuda-init-failed"),
+        ({"gpu_probe_error": "nvidia-smi timed out", "gpu_probe_fix": "reboot", "gpus": [], **NO_CUDA},
+         "nvidia-smi-failed"),
+    ],
+)
+def test_a_host_without_a_working_cuda_is_refused_in_the_doctors_words(changes, code):
+    f = facts(**changes)
+    problem = _doctor(f)[code]
+    reason = next(r for r in judge(f) if r.check == f"doctor:{code}")
+    assert (reason.problem, reason.fix) == (problem.message, problem.fix)
+
+
+def test_no_gpu_names_the_cpu_target_and_a_cpu_only_torch_names_the_plans_pip_line():
+    assert only(judge(facts(nvidia_smi=False, gpus=[], **NO_CUDA))) == (
+        "doctor:no-gpu",
+        "no NVIDIA GPU: nvidia-smi is not installed, so only the CPU path (the tiny model on vLLM's CPU build) "
+        "can run here",
+        "Colab: Runtime > Change runtime type > T4 GPU; GCE: attach an NVIDIA T4 and install the driver; or keep "
+        "to the CPU path (--target cpu, or make run)",
     )
-    assert only(judge(f))[2] == TORCH_FIX
+    cpu = judge(facts(torch_version="2.14.0+cpu", torch_cuda=None, **NO_CUDA))[0]
+    assert cpu.check == "doctor:cpu-torch-on-gpu-host" and cpu.problem.startswith(
+        "torch 2.14.0+cpu is a CPU-only build on a host with Tesla T4")
+    assert cpu.fix == "pip install torch==2.14.0+cu130 --index-url https://download.pytorch.org/whl/cu130"
 
 
-def test_no_gpu_on_the_machine():
-    assert only(judge(facts(cuda_available=False, gpu_present=False))) == (
-        "cuda",
-        "no NVIDIA GPU is visible on this machine (nvidia-smi finds none)",
-        "run on a T4 host (Colab: Runtime > Change runtime type > T4 GPU), or serve on CPU with "
-        "target='cpu' (CLI: --target cpu)",
-    )
-
-
-def test_cpu_only_torch_build():
-    assert only(judge(facts(cuda_available=False, torch_version="2.14.0+cpu", torch_cuda_build=None))) == (
-        "cuda",
-        "torch 2.14.0+cpu is a CPU-only build, so the GPU is invisible to vLLM",
-        TORCH_FIX,
-    )
-
-
-def test_a_cuda_build_that_cannot_use_the_gpu_points_at_the_driver():
-    assert only(judge(facts(cuda_available=False))) == (
-        "cuda",
-        "torch 2.14.0+cu130 (CUDA 13.0) cannot use the GPU: usually a driver older than the CUDA build needs",
-        "update the NVIDIA driver (CUDA 13 builds need driver >= 580), or install the torch build matching "
-        "your driver (gemma4-t4 fix-torch shows the command)",
-    )
-
-
-def test_cuda_state_unknown_fails_closed():
-    assert only(judge(facts(cuda_available=None))) == (
-        "cuda",
-        "could not find out whether torch sees CUDA",
-        "run gemma4-t4 doctor and fix what it reports",
-    )
+def test_only_the_doctors_errors_and_a_missing_gpu_or_torch_refuse():
+    # warnings and notes of the doctor (a mixed host, low disk, an unverified pair) never refuse a launch
+    mixed = facts(gpus=[t4_gpu(0, "NVIDIA L4", 23_034, "8.9"), t4_gpu(1)], cuda_visible_devices=None)
+    assert "mixed-gpus" in _doctor(mixed) and judge(mixed) == []
+    low_disk = facts(disks=[env.DiskInfo("HF_HOME", "/h", 1.0)], transformers_version="5.22.0")
+    assert {"low-disk"} <= set(_doctor(low_disk)) and judge(low_disk) == []
+    assert host_reasons(GOOD.host) == []
 
 
 # --- 2. the Turing fix ----------------------------------------------------------------------------
@@ -136,7 +139,7 @@ def test_an_inactive_or_unconfirmed_fix_names_the_limit():
 def test_a_proven_fix_not_known_inactive_passes_and_a_device_with_enough_memory_needs_none():
     assert judge(facts(turing_fix_active=None, turing_fix_proven=True)) == []
     assert judge(facts(turing_fix_active=False, turing_fix_proven=False, smem_per_block_optin=101_376,
-                       compute_capability=(8, 9), gpu_name="NVIDIA L4")) == []
+                       torch_compute_capability="8.9", gpus=[t4_gpu(0, "NVIDIA L4", 23_034, "8.9")])) == []
 
 
 # --- 3. host memory -------------------------------------------------------------------------------
@@ -149,13 +152,13 @@ def test_host_memory_unknown_names_its_notes():
         "could not estimate host memory for the weight load (psutil failed; not a catalog id)",
         "use a catalog model or a local checkpoint folder, or pass force=True if you know it fits",
     )
-    for missing in ("ram_available_bytes", "swap_free_bytes"):
+    for missing in ("ram_available_gib", "swap_free_gib"):
         assert only(judge(facts(**{missing: None})))[0] == "host_memory"
 
 
 def test_host_memory_short_asks_for_swap_rounded_up_plus_two_gib():
     # 30 GiB and one byte short: 31 GiB rounded up, plus 2
-    f = facts(ram_available_bytes=2 * GIB, swap_free_bytes=0, load_peak_bytes=32 * GIB + 1)
+    f = facts(ram_available_gib=2.0, swap_free_gib=0.0, load_peak_bytes=32 * GIB + 1)
     assert only(judge(f)) == (
         "host_memory",
         "RAM available 2.0 GiB + free swap 0.0 GiB = 2.0 GiB < 32.0 GiB needed while loading the weights; "
@@ -164,26 +167,26 @@ def test_host_memory_short_asks_for_swap_rounded_up_plus_two_gib():
         "checkpoint such as the QAT w4a16 one)",
     )
     # exactly 30 GiB short: 32G; a small shortfall still asks for at least 16G
-    assert "--size 32G " in only(judge(facts(ram_available_bytes=2 * GIB, swap_free_bytes=0,
+    assert "--size 32G " in only(judge(facts(ram_available_gib=2.0, swap_free_gib=0.0,
                                               load_peak_bytes=32 * GIB)))[2]
-    small = only(judge(facts(ram_available_bytes=GIB, swap_free_bytes=GIB, load_peak_bytes=3 * GIB)))
+    small = only(judge(facts(ram_available_gib=1.0, swap_free_gib=1.0, load_peak_bytes=3 * GIB)))
     assert small[1].startswith("RAM available 1.0 GiB + free swap 1.0 GiB = 2.0 GiB < 3.0 GiB needed")
     assert "--size 16G " in small[2]
     # 14 GiB short: 14 + 2 = 16, and 15 GiB short: 17
-    assert "--size 16G " in only(judge(facts(ram_available_bytes=GIB, swap_free_bytes=GIB,
+    assert "--size 16G " in only(judge(facts(ram_available_gib=1.0, swap_free_gib=1.0,
                                               load_peak_bytes=16 * GIB)))[2]
-    assert "--size 17G " in only(judge(facts(ram_available_bytes=GIB, swap_free_bytes=GIB,
+    assert "--size 17G " in only(judge(facts(ram_available_gib=1.0, swap_free_gib=1.0,
                                               load_peak_bytes=17 * GIB)))[2]
 
 
 def test_host_memory_exactly_enough_passes_and_ram_plus_swap_both_count():
-    assert judge(facts(ram_available_bytes=5 * GIB, swap_free_bytes=7 * GIB, load_peak_bytes=12 * GIB)) == []
-    assert only(judge(facts(ram_available_bytes=5 * GIB, swap_free_bytes=7 * GIB,
+    assert judge(facts(ram_available_gib=5.0, swap_free_gib=7.0, load_peak_bytes=12 * GIB)) == []
+    assert only(judge(facts(ram_available_gib=5.0, swap_free_gib=7.0,
                             load_peak_bytes=12 * GIB + 1)))[0] == "host_memory"
 
 
 def test_colab_cannot_add_swap():
-    f = facts(platform="colab", ram_available_bytes=2 * GIB, swap_free_bytes=0)
+    f = facts(platform="colab", ram_available_gib=2.0, swap_free_gib=0.0)
     assert only(judge(f))[2] == (
         "Colab cannot add swap: use the QAT w4a16 checkpoint (smaller load), a smaller model, or a High-RAM runtime"
     )
@@ -222,25 +225,12 @@ def test_disk_messages():
     assert judge(facts(weights_on_disk=True, weights_bytes=None, disk_free_bytes=None)) == []
 
 
-# --- 6. doctor ------------------------------------------------------------------------------------
-
-
-def test_doctor_errors_keep_their_code_message_and_fix():
-    errors = [
-        env.Problem("error", "old-driver", "driver 470", None),
-        env.Problem("error", "bad-pair", "vllm 0.32 with torch 2.10", "pip install vllm==0.33.0"),
-    ]
-    reasons = judge(facts(doctor_errors=errors))
-    assert [(r.check, r.problem, r.fix) for r in reasons] == [
-        ("doctor:old-driver", "driver 470", "run gemma4-t4 doctor for details"),
-        ("doctor:bad-pair", "vllm 0.32 with torch 2.10", "pip install vllm==0.33.0"),
-    ]
-
-
 def test_reasons_come_in_check_order():
-    f = facts(cuda_available=None, turing_fix_active=False, load_peak_bytes=None, gpu_fit_ok=None,
-              disk_free_bytes=None, doctor_errors=[env.Problem("error", "x", "y", "z")])
-    assert [r.check for r in judge(f)] == ["cuda", "turing", "host_memory", "gpu_memory", "disk", "doctor:x"]
+    f = facts(transformers_version="5.1.0", turing_fix_active=False, load_peak_bytes=None, gpu_fit_ok=None,
+              disk_free_bytes=None, tensor_parallel_size=2)
+    assert [r.check for r in judge(f)] == [
+        "doctor:transformers-too-old", "doctor:vllm-transformers-pair", "turing", "host_memory", "tensor_parallel",
+        "gpu_memory", "disk"]
 
 
 # --- results, reports, refusals -------------------------------------------------------------------
@@ -274,42 +264,41 @@ class Config:
 
 
 class Recording(GateProbes):
-    """Stand-in probes that must not run (the facts are given) and count the fix-command asks."""
+    """Stand-in probes that must not run (the facts are given)."""
 
     def __init__(self):
         def fail(*_):
             raise AssertionError("a probe ran although the facts were given")
 
-        super().__init__(torch=fail, turing=fail, host_memory=fail, model=fail, platform=fail,
-                         cpu_build=fail, torch_fix_command=self.command)
-        self.asked = 0
-
-    def command(self):
-        self.asked += 1
-        return "pip install torch==2.14.0+cu130"
+        super().__init__(turing=fail, model=fail, cpu_build=fail)
+        self.host = None  # type: ignore[assignment]  # env.probe(None) would read this machine
 
 
-def test_check_start_asks_for_the_torch_command_only_when_cuda_is_not_seen():
+def test_check_start_with_the_facts_given_probes_nothing_and_words_its_refusal():
     probes = Recording()
     result = check_start(Config(), probes=probes, facts=GOOD)
     assert (result.ok, result.forced, result.reasons) == (True, False, [])
-    assert probes.asked == 0
+    cpu_torch = facts(torch_version="2.14.0+cpu", torch_cuda=None)
     with pytest.raises(GateRefused) as refused:
-        check_start(Config(), probes=probes, facts=facts(cuda_available=False, torch_cuda_build=None))
-    assert probes.asked == 1
+        check_start(Config(), probes=probes, facts=cpu_torch)
     error = refused.value
     assert error.result.ok is False and error.result.forced is False
+    doctor = _doctor(cpu_torch)["cpu-torch-on-gpu-host"]
     assert error.message == (
-        "start gate refused to launch vLLM: 1 reason(s)\n[cuda] torch 2.14.0+cu130 is a CPU-only build, so the "
-        "GPU is invisible to vLLM\n    fix: gemma4-t4 fix-torch --apply  (runs: pip install torch==2.14.0+cu130)"
+        f"start gate refused to launch vLLM: 1 reason(s)\n[doctor:cpu-torch-on-gpu-host] {doctor.message}\n"
+        f"    fix: {doctor.fix}"
     )
     assert error.fix == "fix each reason above, or pass force=True (CLI: --force) to launch anyway"
     assert error.to_dict()["reasons"] == [
-        {"check": "cuda", "problem": error.result.reasons[0].problem, "fix": error.result.reasons[0].fix}
+        {"check": "doctor:cpu-torch-on-gpu-host", "problem": doctor.message, "fix": doctor.fix}
     ]
-    forced = check_start(Config(), force=True, probes=probes, facts=facts(cuda_available=None))
-    assert (forced.ok, forced.forced, [r.check for r in forced.reasons]) == (False, True, ["cuda"])
+    forced = check_start(Config(), force=True, probes=probes, facts=facts(**NO_CUDA))
+    assert (forced.ok, forced.forced, [r.check for r in forced.reasons]) == (False, True, ["doctor:cuda-init-failed"])
     assert check_start(Config(), force=True, probes=probes, facts=GOOD).forced is False
+
+
+def _build(int4: bool | None, reason: str = f"vLLM's CPU build here lacks the int4 kernel {cpuisa.INT4_OP}"):
+    return cpuisa.CpuBuild(isa="avx2", extension="_C_AVX2", library=None, int4=int4, reason=reason)
 
 
 def _cpu_probes(answer):
@@ -321,7 +310,7 @@ def _cpu_probes(answer):
 def test_cpu_gate_refuses_int4_without_the_kernel_word_for_word():
     config = Config(model="google/gemma-4-E2B-it-qat-w4a16-ct", target="cpu")
     with pytest.raises(GateRefused) as refused:
-        check_cpu_start(config, probes=_cpu_probes(GateFacts(model_int4=True, cpu_int4_kernel=False)))
+        check_cpu_start(config, probes=_cpu_probes(_build(False)))
     result = refused.value.result
     assert result.facts.target == "cpu" and result.facts.model == config.model
     assert only(result.reasons) == (
@@ -330,7 +319,7 @@ def test_cpu_gate_refuses_int4_without_the_kernel_word_for_word():
         f"vLLM's CPU build here lacks the int4 kernel {cpuisa.INT4_OP}",
         cpuisa.INT4_FIX,
     )
-    detail = GateFacts(model_int4=True, cpu_int4_kernel=False, cpu_build_detail="the AVX2 build has no int4 kernel")
+    detail = _build(False, "the AVX2 build has no int4 kernel")
     forced = check_cpu_start(config, force=True, probes=_cpu_probes(detail))
     assert (forced.ok, forced.forced) == (False, True)
     assert forced.reasons[0].problem.endswith("checkpoint, but the AVX2 build has no int4 kernel")
@@ -339,10 +328,9 @@ def test_cpu_gate_refuses_int4_without_the_kernel_word_for_word():
 @pytest.mark.parametrize(
     "answer",
     [
-        GateFacts(model_int4=True, cpu_int4_kernel=True),
-        GateFacts(model_int4=False, cpu_int4_kernel=False),
-        GateFacts(model_int4=None, cpu_int4_kernel=False),
-        GateFacts(model_int4=True, cpu_int4_kernel=None),
+        _build(True),
+        None,  # not an int4 checkpoint (or its format unknown): the build is not asked
+        _build(None),
     ],
 )
 def test_cpu_gate_passes_unless_int4_meets_a_build_known_to_lack_the_kernel(answer):
@@ -351,9 +339,9 @@ def test_cpu_gate_passes_unless_int4_meets_a_build_known_to_lack_the_kernel(answ
 
 
 def test_the_int4_check_is_the_cpu_targets_only():
-    f = GateFacts(target="t4", model="m", model_int4=True, cpu_int4_kernel=False)
+    f = LaunchFacts(None, "t4", "m", cpu=_build(False))
     assert judge_cpu(f) == []
-    assert [r.check for r in judge_cpu(f.model_copy(update={"target": "cpu"}))] == ["cpu_int4"]
+    assert [r.check for r in judge_cpu(dataclasses.replace(f, target="cpu"))] == ["cpu_int4"]
 
 
 def test_a_failing_cpu_probe_leaves_the_facts_unknown_and_passes():
@@ -366,32 +354,7 @@ def test_a_failing_cpu_probe_leaves_the_facts_unknown_and_passes():
     assert result.ok and result.facts.notes == ["cpu_int4: OSError: lscpu missing"]
 
 
-def test_the_platform_probe_answers_only_when_the_torch_probe_did_not():
-    calls = []
-
-    def platform():
-        calls.append(1)
-        return "colab"
-
-    probes = GateProbes(
-        torch=lambda: GateFacts(platform="gce"),
-        turing=lambda cc: GateFacts(),
-        host_memory=lambda: GateFacts(),
-        model=lambda config, device: GateFacts(),
-        platform=platform,
-    )
-    assert collect_facts(Config(), probes).platform == "gce" and calls == []
-    probes.torch = lambda: GateFacts()
-    assert collect_facts(Config(), probes).platform == "colab" and calls == [1]
-
-    def broken():
-        raise RuntimeError("no metadata server")
-
-    probes.platform = broken
-    assert collect_facts(Config(), probes).platform is None
-
-
-# --- the CPU build probe and the platform probe ---------------------------------------------------
+# --- the CPU build probe ---------------------------------------------------
 
 
 def test_cpu_build_probe_reads_the_model_then_asks_the_build_of_the_configs_python(tmp_path, monkeypatch):
@@ -411,8 +374,7 @@ def test_cpu_build_probe_reads_the_model_then_asks_the_build_of_the_configs_pyth
     bf16 = tmp_path / "bf16"
     bf16.mkdir()
     (bf16 / "config.json").write_text('{"model_type": "gemma4_text"}')
-    plain = gate.probe_cpu_build(Config(model=str(bf16), target="cpu"))
-    assert plain.model_int4 is False and plain.model_fields_set == {"model_int4"} and asked == []
+    assert gate.probe_cpu_build(Config(model=str(bf16), target="cpu")) is None and asked == []
 
     int4 = tmp_path / "int4"
     int4.mkdir()
@@ -424,90 +386,27 @@ def test_cpu_build_probe_reads_the_model_then_asks_the_build_of_the_configs_pyth
         python: str = "/opt/venv/bin/python"
 
     found = gate.probe_cpu_build(WithPython(model=str(int4), target="cpu"))
-    assert (found.model_int4, found.cpu_int4_kernel, found.cpu_build_detail) == (
-        True, False, "stand-in: no int4 kernel"
-    )
+    assert (found.int4, found.reason) == (False, "stand-in: no int4 kernel")
     assert asked == ["/opt/venv/bin/python"]
     gate.probe_cpu_build(Config(model=str(int4), target="cpu"))  # a config without a python: this one's
     assert asked == ["/opt/venv/bin/python", None]
 
 
-def test_platform_probe_is_the_host_models_platform():
-    from gemma4_t4.host import env
-    from gemma4_t4.serving import gate
-
-    assert gate.detect_platform() == env.detect_platform(env.Probes())[0]
+# --- the GPUs CUDA shows a launch (env.Facts.cuda_gpu_count, the tensor-parallel check's count) ---
 
 
-# --- the device facts read from the host model (facts_from_host) --------------------------------
-
-
-def _host(gpus, problems=(), **facts_changes):
-    from gemma4_t4.host import env
-
-    base = dict(os="Linux", kernel="6.1", machine="x86_64", python="3.11.9", platform="gce",
-                platform_evidence="DMI: Google", nvidia_smi=True, gpus=list(gpus),
-                torch_version="2.14.0+cu130", torch_cuda="13.0", smem_probed=True,
-                smem_per_block_optin=65_536, torch_compute_capability="7.5")
-    base.update(facts_changes)
-    pair = env.PairStatus(vllm=None, transformers=None, status="missing", detail="stand-in")
-    return env.EnvReport(facts=env.Facts(**base), pair=pair, problems=list(problems))
-
-
-def _gpu(index, name="Tesla T4", memory_mib=15_360, cc="7.5"):
-    from gemma4_t4.host import env
-
-    return env.GPUInfo(index=index, name=name, memory_mib=memory_mib, compute_capability=cc, driver_version="580.65")
-
-
-def test_host_facts_of_a_working_t4():
-    from gemma4_t4.host import env
-    from gemma4_t4.serving.gate import facts_from_host
-
-    problems = [
-        env.Problem("error", "driver-too-old", "driver 535", "update the driver"),
-        env.Problem("error", "no-gpu", "covered by the gate itself"),
-        env.Problem("error", "cuda-init-failed", "covered"),
-        env.Problem("error", "cpu-torch-on-gpu-host", "covered"),
-        env.Problem("error", "nvidia-smi-failed", "covered"),
-        env.Problem("warning", "old-vllm", "only a warning"),
-    ]
-    f = facts_from_host(_host([_gpu(0), _gpu(1)], problems))
-    assert (f.platform, f.torch_version, f.torch_cuda_build) == ("gce", "2.14.0+cu130", "13.0")
-    assert (f.gpu_present, f.gpu_name, f.gpu_count) == (True, "Tesla T4", 2)
-    assert f.compute_capability == (7, 5) and f.smem_per_block_optin == 65_536
-    assert f.gpu_memory_bytes == 15_360 * 2**20
-    assert f.cuda_available is True
-    assert f.doctor_errors == [env.Problem("error", "driver-too-old", "driver 535", "update the driver")]
-    assert f.notes == []
-
-
-def test_host_facts_count_only_gpus_like_the_chosen_one_and_note_the_choice():
-    from gemma4_t4.serving.gate import facts_from_host
-
-    gpus = [_gpu(0, "NVIDIA L4", 23_034, "8.9"), _gpu(1), _gpu(2)]
-    f = facts_from_host(_host(gpus, torch_compute_capability=None))
-    assert (f.gpu_name, f.gpu_count, f.compute_capability) == ("Tesla T4", 2, (7, 5))
-    assert len(f.notes) == 1 and f.notes[0].startswith("mixed GPUs (0: NVIDIA L4, 1: Tesla T4, 2: Tesla T4): GPU 1")
-
-
-def test_host_facts_without_cuda_torch_or_gpu():
-    from gemma4_t4.serving.gate import facts_from_host
-
-    cpu_torch = facts_from_host(_host([_gpu(0)], torch_version="2.14.0+cpu", torch_cuda=None, smem_probed=False,
-                                      torch_compute_capability=None))
-    assert cpu_torch.torch_cuda_build is None and cpu_torch.cuda_available is False
-    failed = facts_from_host(_host([_gpu(0)], cuda_probe_error="CUDA driver version is insufficient"))
-    assert failed.cuda_available is False and failed.notes == ["CUDA driver version is insufficient"]
-    no_torch = facts_from_host(_host([_gpu(0)], torch_version=None, torch_cuda=None))
-    assert no_torch.cuda_available is None and "cuda_available" not in no_torch.model_fields_set
-    no_smi = facts_from_host(_host([], nvidia_smi=False, torch_compute_capability=None, smem_per_block_optin=None))
-    assert (no_smi.gpu_present, no_smi.gpu_name, no_smi.gpu_count, no_smi.gpu_memory_bytes) == (False, None, 0, None)
-    assert no_smi.cuda_available is False  # no capability read: CUDA did not work
-    empty_smi = facts_from_host(_host([], nvidia_smi=True, torch_compute_capability=None))
-    assert empty_smi.gpu_present is False
-    unknown_memory = facts_from_host(_host([_gpu(0, memory_mib=None)]))
-    assert unknown_memory.gpu_memory_bytes is None
+def test_the_gpu_count_is_gpus_like_the_chosen_one_that_cuda_shows():
+    two = facts(gpus=[t4_gpu(0), t4_gpu(1)])
+    assert two.host.cuda_gpu_count == 2
+    mixed = facts(gpus=[t4_gpu(0, "NVIDIA L4", 23_034, "8.9"), t4_gpu(1), t4_gpu(2)])
+    assert (mixed.host.gpu.name, mixed.host.cuda_gpu_count) == ("Tesla T4", 2)
+    assert facts(gpus=[], nvidia_smi=False).host.cuda_gpu_count == 0
+    assert facts(gpus=[t4_gpu(0), t4_gpu(1)], cuda_visible_devices="1").host.cuda_gpu_count == 1
+    assert facts(gpus=[t4_gpu(0), t4_gpu(1)], cuda_visible_devices="GPU-abc,GPU-def").host.cuda_gpu_count == 2
+    assert facts(gpus=[t4_gpu(0), t4_gpu(1)], cuda_visible_devices="0,-1,1").host.cuda_gpu_count == 1
+    tp = judge(facts(gpus=[t4_gpu(0), t4_gpu(1)], cuda_visible_devices="1", tensor_parallel_size=2))
+    assert only(tp)[:2] == ("tensor_parallel", "--tensor-parallel-size 2 needs 2 GPUs, but CUDA sees 1 Tesla T4 GPU "
+                                               "here for it: vLLM would wait for workers that never start")
 
 
 # --- small readers: GiB text, model format, host memory, torch probe, HF cache, model probe ---------
@@ -520,21 +419,12 @@ def test_gib_text():
     assert _gib(3 * GIB // 2) == "1.5 GiB"
 
 
-def test_host_facts_of_a_cpu_torch_that_names_a_cuda_and_of_a_host_without_nvidia_smi():
-    from gemma4_t4.serving.gate import facts_from_host
-
-    plus_cpu = facts_from_host(_host([_gpu(0)], torch_version="2.14.0+cpu", torch_cuda="12.8"))
-    assert plus_cpu.torch_cuda_build is None
-    no_smi = facts_from_host(_host([_gpu(0)], nvidia_smi=False))
-    assert no_smi.gpu_present is False
-
-
 def test_cpu_gate_never_calls_a_passing_start_forced():
     passing = check_cpu_start(Config(target="cpu"), force=True,
-                              probes=_cpu_probes(GateFacts(model_int4=False, cpu_int4_kernel=False)))
+                              probes=_cpu_probes(None))
     assert (passing.ok, passing.forced) == (True, False)
     with pytest.raises(GateRefused) as refused:
-        check_cpu_start(Config(target="cpu"), probes=_cpu_probes(GateFacts(model_int4=True, cpu_int4_kernel=False)))
+        check_cpu_start(Config(target="cpu"), probes=_cpu_probes(_build(False)))
     assert refused.value.result.forced is False and refused.value.result.ok is False
 
 
@@ -572,48 +462,25 @@ def test_model_format_of_unreadable_folders_and_hub_ids(tmp_path):
     assert model_is_int4("google/gemma-4-E2B-it") is False
 
 
-def test_host_memory_probe_reads_psutil(monkeypatch):
-    from types import SimpleNamespace
-
-    from gemma4_t4.serving import gate
-
-    monkeypatch.setattr(gate.psutil, "virtual_memory", lambda: SimpleNamespace(total=8, available=5))
-    monkeypatch.setattr(gate.psutil, "swap_memory", lambda: SimpleNamespace(total=16, free=12))
-    found = gate.probe_host_memory()
-    assert (found.ram_total_bytes, found.ram_available_bytes, found.swap_total_bytes, found.swap_free_bytes) == (
-        8, 5, 16, 12
-    )
-
-
-def test_torch_probe_asks_the_doctor_to_read_the_device_through_torch(monkeypatch):
-    from gemma4_t4.host import env
-    from gemma4_t4.serving import gate
-
-    asked = []
-
-    def stand_in_doctor(**kwargs):
-        asked.append(kwargs)
-        return _host([_gpu(0)])
-
-    monkeypatch.setattr(env, "doctor", stand_in_doctor)
-    found = gate.probe_torch()
-    assert asked == [{"smem": True}]
-    assert found.gpu_name == "Tesla T4" and found.cuda_available is True
-
-
-def test_hf_cache_dir_follows_hf_hub_cache_then_hf_home_then_home(tmp_path, monkeypatch):
+def test_the_hub_cache_follows_hf_hub_cache_then_hf_home_then_xdg_cache_home_then_home(tmp_path, monkeypatch):
+    """One rule for where downloads land (env.hf_hub_cache): the gate's disk and cache checks and the
+    doctor's HF_HOME row read it. Before, the gate ignored XDG_CACHE_HOME, which the doctor honours."""
     from pathlib import Path
 
-    from gemma4_t4.serving.gate import hf_cache_dir
+    from gemma4_t4.serving import gate
 
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hubcache"))
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hfhome"))
-    assert hf_cache_dir() == tmp_path / "hubcache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert gate._hub_cache() == tmp_path / "hubcache"
     monkeypatch.delenv("HF_HUB_CACHE")
-    assert hf_cache_dir() == tmp_path / "hfhome" / "hub"
+    assert gate._hub_cache() == tmp_path / "hfhome" / "hub"
     monkeypatch.delenv("HF_HOME")
+    assert gate._hub_cache() == tmp_path / "xdg" / "huggingface" / "hub"
+    assert env.cache_paths(dict(__import__("os").environ), "/w")[0] == ("HF_HOME", str(tmp_path / "xdg" / "huggingface"))
+    monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert hf_cache_dir() == Path(tmp_path / "home" / ".cache" / "huggingface" / "hub")
+    assert gate._hub_cache() == Path(tmp_path / "home" / ".cache" / "huggingface" / "hub")
 
 
 def test_model_probe_reads_a_cached_download_and_estimates_a_missing_one(tmp_path, monkeypatch):
@@ -624,7 +491,7 @@ def test_model_probe_reads_a_cached_download_and_estimates_a_missing_one(tmp_pat
     hub = tmp_path / "hub"
     monkeypatch.setenv("HF_HUB_CACHE", str(hub))
     model = "google/gemma-4-E2B-it"
-    device = GateFacts(gpu_memory_bytes=15 * GIB, gpu_name="Tesla T4")
+    device = GOOD.host
     # nothing cached, and the cache folder does not exist yet: free space of its nearest parent
     missing = gate.probe_model(ServerConfig(model=model, target="t4"), device)
     assert missing.weights_on_disk is False and missing.disk_path == str(hub)
@@ -718,7 +585,7 @@ def test_drafter_memory_of_each_source(tmp_path, monkeypatch):
 
 # --- the GPU fit's verdict, detail and fix (_gpu_fit through probe_model's inputs) ----------------
 
-T4_DEVICE = GateFacts(gpu_memory_bytes=15 * GIB, gpu_name="Tesla T4")
+T4_DEVICE = GOOD.host
 
 
 def test_gpu_fit_fixes_for_a_model_too_big_and_a_context_too_long(tmp_path, monkeypatch):
@@ -753,20 +620,19 @@ def test_gpu_fit_fixes_for_a_model_too_big_and_a_context_too_long(tmp_path, monk
 
 
 def test_gpu_fit_outside_the_catalog_is_weights_plus_one_gib_within_vllms_share():
-    from gemma4_t4.serving.gate import _gpu_fit
+    from gemma4_t4.serving.gate import ModelFound, _gpu_fit
     from gemma4_t4.serving.server import ServerConfig
 
     config = ServerConfig(model="someone/x", target="t4", gpu_memory_utilization=0.5)  # 7.5 GiB of 15
     fits = _gpu_fit(config, None, 5 * GIB, T4_DEVICE)
-    assert fits.model_fields_set == {"gpu_fit_ok", "gpu_fit_detail"}
-    assert fits.gpu_fit_ok is True
+    assert fits.gpu_fit_ok is True and fits.gpu_fit_fix is None and fits.notes == []
     assert fits.gpu_fit_detail == (
         "weights 5.0 GiB + 1 GiB runtime vs 7.5 GiB vLLM may use (gpu_memory_utilization 0.5; not a catalog "
         "model, so KV cache is not estimated)"
     )
     assert _gpu_fit(config, None, int(6.5 * GIB) - 1, T4_DEVICE).gpu_fit_ok is True
     assert _gpu_fit(config, None, int(6.5 * GIB), T4_DEVICE).gpu_fit_ok is False  # exactly full is not room
-    assert _gpu_fit(config, None, None, T4_DEVICE).model_fields_set == set()
+    assert _gpu_fit(config, None, None, T4_DEVICE) == ModelFound()
 
 
 def test_catalog_entry_of_local_folders_and_hub_ids(tmp_path):
@@ -796,7 +662,7 @@ def test_catalog_entry_of_local_folders_and_hub_ids(tmp_path):
 
 
 def test_unknown_fit_and_disk_name_the_model_probes_notes_too():
-    f = facts(gpu_fit_ok=None, disk_free_bytes=None, notes=["model: not a catalog id", "torch: unrelated"])
+    f = facts(gpu_fit_ok=None, disk_free_bytes=None, notes=["model: not a catalog id", "turing: unrelated"])
     reasons = judge(f)
     assert [(r.check, r.problem) for r in reasons] == [
         ("gpu_memory", "could not check that the model fits GPU memory (not a catalog id)"),
