@@ -1,5 +1,5 @@
-"""What a vLLM server leaves on disk and how another process finds it: process identity, the
-port and GPU locks, the state files' paths, and the record of what served.
+"""What a vLLM server leaves on disk and how another process finds it: the port and GPU locks,
+the state files' paths, and the record of what served.
 
 Under ``work_dir`` each server leaves ``logs/vllm-<port>.log`` (what vLLM printed);
 ``servers/server-<port>.json``, the state file that ``serve stop|status|logs`` read from another
@@ -17,19 +17,26 @@ import platform
 import re
 import shlex
 import socket
+import sys
+import time
 from pathlib import Path
-from typing import cast
-
-import psutil
+from typing import Any, cast
 
 from gemma4_t4 import __version__
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation import cache, secrets
 from gemma4_t4.foundation.atomic import UnreadableJSON, atomic_write_json, read_json_object
-from gemma4_t4.foundation.jsonable import JSONObject, TypedDict
-from gemma4_t4.foundation.launch_record import DEFAULT_HOST, DEFAULT_WORK_DIR, ServerSettings
+from gemma4_t4.foundation.jsonable import JSONObject, TypedDict, to_jsonable
+from gemma4_t4.foundation.launch_record import (
+    DEFAULT_HOST,
+    DEFAULT_WORK_DIR,
+    LaunchRecord,
+    ProcessInfo,
+    ServerSettings,
+)
 from gemma4_t4.foundation.versions import package_version
-from gemma4_t4.serving.server_config import ServerConfig
+from gemma4_t4.serving.server_config import LaunchPlan, ServerConfig
+from gemma4_t4.serving.supervisor import pid_alive
 
 
 def port_in_use(host: str, port: int) -> bool:
@@ -43,29 +50,6 @@ def free_port(host: str = DEFAULT_HOST) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
-
-
-def process_create_time(pid: int) -> float | None:
-    """When ``pid`` started, or None if it is gone (or a zombie waiting to be reaped)."""
-    try:
-        proc = psutil.Process(pid)
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return None
-        return proc.create_time()
-    except psutil.NoSuchProcess:
-        return None
-    except psutil.AccessDenied:
-        return -1.0  # someone else's live process
-
-
-def pid_alive(pid: int | None, create_time: float | None = None) -> bool:
-    """True if ``pid`` runs and (when given) started at ``create_time``: a reused pid is not ours."""
-    if not pid:
-        return False
-    started = process_create_time(pid)
-    if started is None:
-        return False
-    return create_time is None or started < 0 or abs(started - create_time) < 1.0
 
 
 def read_json(path: Path) -> JSONObject | None:
@@ -270,3 +254,39 @@ def masked_config(config: ServerSettings) -> ServerSettings:
 def state_files(work_dir: str | Path) -> list[Path]:
     found = (Path(work_dir) / "servers").glob("server-*.json")
     return sorted(p for p in found if not p.name.endswith((".exit.json", ".super.json", ".spec.json")))
+
+
+def launch_record(
+    plan: LaunchPlan,
+    config: ServerConfig,
+    pid: int,
+    log_path: Path,
+    reaped: list[ProcessInfo],
+    gate_result: Any,
+) -> LaunchRecord:
+    """What served, as the state file and the benchmark record keep it: secrets masked."""
+    return {
+        "command": secrets.mask_argv(plan.command),
+        "env": plan.launch_env(),
+        "pid": pid,
+        "pgid": pid,
+        "started_at": time.time(),
+        "config": masked_config(config).model_dump(mode="json"),
+        "chosen_by": plan.chosen_by,
+        "cpu_attention": plan.cpu_attention.model_dump(mode="json") if plan.cpu_attention else None,
+        "reaped": reaped,
+        "log_path": str(log_path),
+        "versions": runtime_versions(),
+        "versions_from": sys.executable,
+        "host": {"hostname": platform.node(), "platform": platform.platform(), "cpu_count": os.cpu_count()},
+        "gate": _gate_record(gate_result),
+    }
+
+
+def _gate_record(gate_result: Any) -> Any:
+    if gate_result is None:
+        return None
+    record = to_jsonable(gate_result)
+    if isinstance(record, dict):
+        record.pop("facts", None)  # the facts are in the gate's own report; keep the record small
+    return record

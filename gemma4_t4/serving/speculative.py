@@ -235,16 +235,37 @@ def untuned_num_draft_tokens(
     )
 
 
+_ASSISTANT_AS_DRAFT_MODEL_FIX = "leave --draft-method out (assistants run as vLLM's gemma4_mtp)"
+
+
 def check_pair(target: str, drafter: str, method: DraftMethod) -> str:
     """Refuse a drafter that cannot draft for ``target``; returns what was checked."""
     target_shape, draft_shape = read_shape(target), read_shape(drafter)
-    known = assistants.assistant_by_id(drafter) if draft_shape is None else None
+    if draft_shape is None:
+        _check_hub_drafter(target, drafter, method)
+        return f"{drafter}: a hub id, checked by vLLM at load"
+    _check_drafter_kind(drafter, draft_shape, method)
+    if target_shape is None:
+        return f"{drafter} ({draft_shape.model_type}); the target is a hub id, checked by vLLM at load"
+    problems = _shape_mismatches(target_shape, draft_shape, method)
+    if problems:
+        raise Gemma4T4Error(
+            f"drafter {drafter} does not match target {target}: " + "; ".join(problems),
+            fix="use the drafter built for this target (gemma4-t4 tiny DIR --variant drafter builds the tiny "
+            "target's; Google's assistant for the same size), or --draft auto",
+        )
+    return f"{drafter} ({draft_shape.model_type}) matches the target's vocabulary and shapes"
+
+
+def _check_hub_drafter(target: str, drafter: str, method: DraftMethod) -> None:
+    """A drafter named by hub id: Google's assistants are known by id, anything else is left to vLLM."""
+    known = assistants.assistant_by_id(drafter)
     built = target_build(target)
     if known is not None and method == "draft_model":
         raise Gemma4T4Error(
             f"{drafter} is an assistant: it drafts from the target's hidden states and cannot run as a "
             "standalone draft model",
-            fix="leave --draft-method out (assistants run as vLLM's gemma4_mtp)",
+            fix=_ASSISTANT_AS_DRAFT_MODEL_FIX,
         )
     if known is not None and built is not None and known.variant != built[0]:
         raise Gemma4T4Error(
@@ -253,14 +274,16 @@ def check_pair(target: str, drafter: str, method: DraftMethod) -> str:
             "which differ in size",
             fix="use --draft auto (the assistant for the target's size), or that size's assistant id",
         )
-    if draft_shape is None:
-        if method == "mtp" and "assistant" not in drafter.lower():
-            raise Gemma4T4Error(
-                f"{drafter} is not a Gemma 4 assistant (drafter) id, and it is not a local folder to check",
-                fix="use a google/gemma-4-*-assistant id, --draft auto, or --draft-method draft_model to draft "
-                "with a whole model",
-            )
-        return f"{drafter}: a hub id, checked by vLLM at load"
+    if method == "mtp" and "assistant" not in drafter.lower():
+        raise Gemma4T4Error(
+            f"{drafter} is not a Gemma 4 assistant (drafter) id, and it is not a local folder to check",
+            fix="use a google/gemma-4-*-assistant id, --draft auto, or --draft-method draft_model to draft "
+            "with a whole model",
+        )
+
+
+def _check_drafter_kind(drafter: str, draft_shape: ModelShape, method: DraftMethod) -> None:
+    """A local drafter is of the kind ``method`` runs: an assistant for mtp, a Gemma 4 model otherwise."""
     if method == "mtp" and not draft_shape.is_assistant:
         kind = "a target model" if draft_shape.model_type in TARGET_MODEL_TYPES else "not an assistant"
         raise Gemma4T4Error(
@@ -272,15 +295,17 @@ def check_pair(target: str, drafter: str, method: DraftMethod) -> str:
         raise Gemma4T4Error(
             f"{drafter} is an assistant ({draft_shape.model_type}): it drafts from the target's hidden states "
             "and cannot run as a standalone draft model",
-            fix="leave --draft-method out (assistants run as vLLM's gemma4_mtp)",
+            fix=_ASSISTANT_AS_DRAFT_MODEL_FIX,
         )
     if method == "draft_model" and draft_shape.model_type not in TARGET_MODEL_TYPES:
         raise Gemma4T4Error(
             f"{drafter} has model_type {draft_shape.model_type!r}, not a Gemma 4 model",
             fix="draft with a smaller Gemma 4 checkpoint (same tokenizer) or an assistant",
         )
-    if target_shape is None:
-        return f"{drafter} ({draft_shape.model_type}); the target is a hub id, checked by vLLM at load"
+
+
+def _shape_mismatches(target_shape: ModelShape, draft_shape: ModelShape, method: DraftMethod) -> list[str]:
+    """Where a local drafter's vocabulary (and, for an assistant, the layers it reads) differ from the target's."""
     problems = []
     if target_shape.vocab_size != draft_shape.vocab_size:
         problems.append(f"vocabulary {draft_shape.vocab_size} vs the target's {target_shape.vocab_size}")
@@ -296,13 +321,7 @@ def check_pair(target: str, drafter: str, method: DraftMethod) -> str:
                 problems.append(f"the target has no {layer_type} layer for the drafter's to read")
             elif dims != wanted:
                 problems.append(f"{layer_type} (head size, KV heads) {dims} vs the target's {wanted}")
-    if problems:
-        raise Gemma4T4Error(
-            f"drafter {drafter} does not match target {target}: " + "; ".join(problems),
-            fix="use the drafter built for this target (gemma4-t4 tiny DIR --variant drafter builds the tiny "
-            "target's; Google's assistant for the same size), or --draft auto",
-        )
-    return f"{drafter} ({draft_shape.model_type}) matches the target's vocabulary and shapes"
+    return problems
 
 
 def check_one_kv_cache_group(drafter: str) -> None:

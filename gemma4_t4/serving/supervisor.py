@@ -148,6 +148,29 @@ class _WatchState(TypedDict):
     silent_since: float | None
 
 
+def process_create_time(pid: int) -> float | None:
+    """When ``pid`` started, or None if it is gone (or a zombie waiting to be reaped)."""
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return proc.create_time()
+    except psutil.NoSuchProcess:
+        return None
+    except psutil.AccessDenied:
+        return -1.0  # someone else's live process
+
+
+def pid_alive(pid: int | None, create_time: float | None = None) -> bool:
+    """True if ``pid`` runs and (when given) started at ``create_time``: a reused pid is not ours."""
+    if not pid:
+        return False
+    started = process_create_time(pid)
+    if started is None:
+        return False
+    return create_time is None or started < 0 or abs(started - create_time) < 1.0
+
+
 def describe(proc: psutil.Process) -> ProcessInfo | None:
     with contextlib.suppress(psutil.Error):
         cmd = proc.cmdline()
@@ -227,8 +250,8 @@ class Supervisor:
         else:  # adopted: the recorded processes and whatever they spawn
             for info in list(self.known.values()):
                 with contextlib.suppress(psutil.Error):
-                    proc = psutil.Process(info["pid"])
-                    if abs(proc.create_time() - info["create_time"]) < 1.0:
+                    if pid_alive(info["pid"], info["create_time"]):
+                        proc = psutil.Process(info["pid"])
                         found += [proc, *proc.children(recursive=True)]
         changed = False
         for proc in found:
@@ -273,33 +296,22 @@ class Supervisor:
     def api_alive(self) -> bool:
         if self.child is not None:
             return self.child.poll() is None
-        with contextlib.suppress(psutil.Error):
-            proc = psutil.Process(self.api_pid)
-            same = abs(proc.create_time() - self.api_create_time) < 1
-            return proc.status() != psutil.STATUS_ZOMBIE and same
-        return False
+        return pid_alive(self.api_pid, self.api_create_time)
 
     def kill_tree(self, grace: float = 10.0) -> None:
         """Stop what is left of this vLLM: API server and every recorded child."""
         procs = []
         for info in self.known.values():
             with contextlib.suppress(psutil.Error):
-                proc = psutil.Process(info["pid"])
-                if abs(proc.create_time() - info["create_time"]) < 1.0 and proc.pid != os.getpid():
-                    procs.append(proc)
+                if info["pid"] != os.getpid() and pid_alive(info["pid"], info["create_time"]):
+                    procs.append(psutil.Process(info["pid"]))
         terminate_then_kill(procs, grace)
 
     def check_owner(self) -> None:
         """The owner (a notebook kernel killed with SIGKILL never runs its atexit) is gone: stop,
         as if signalled. A pid reused by another process does not count as the owner."""
-        if self.owner_pid is None or self.owner_exited:
+        if self.owner_pid is None or self.owner_exited or pid_alive(self.owner_pid, self.owner_create_time):
             return
-        with contextlib.suppress(psutil.Error):
-            proc = psutil.Process(self.owner_pid)
-            started = proc.create_time()
-            same = self.owner_create_time is None or abs(started - self.owner_create_time) < 1.0
-            if same and proc.status() != psutil.STATUS_ZOMBIE:
-                return
         self.owner_exited = True
         self.terminated.append(signal.SIGTERM)
 
@@ -342,12 +354,7 @@ class Supervisor:
         if self.command is not None:
             self.spawn()
         else:
-            self.run_offset = self.log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
-            for info in self.spec.get("children", []):
-                self.known[info["pid"]] = info
-            self.api_pid, self.api_create_time = self.spec["api_pid"], self.spec["api_create_time"]
-            self.engine = "healthy"
-            self.write(force=True)
+            self.adopt_recorded()
         code: int | None = None
         while True:
             state: _WatchState = {"checked": 0.0, "failures": 0, "marker": False, "silent_since": None}
@@ -357,26 +364,8 @@ class Supervisor:
                 # a signal reached the whole group; an owner's exit reached nobody: stop vLLM here
                 code = self.finish_child(grace=30.0, kill=self.owner_exited)
                 break
-            reason = engine_death_reason(self.log_since_start())
-            if self.api_alive():  # the engine died, the API server did not notice (or hangs)
-                reason = reason or "/health and /metrics stopped answering"
-            code = self.finish_child(grace=5.0, kill=True)
-            self.kill_tree(grace=2.0)  # EngineCore / Worker left behind by a dead API server
-            self.engine = "dead"
-            self.reason = reason or (
-                f"vLLM exited with code {code}" if code is not None else "the API server is gone"
-            )
-            self.history.append({"ended_at": time.time(), "exit_code": code, "reason": self.reason})
-            if self.command is None or self.restarts >= self.restart_limit:
-                break
-            wait = min(BACKOFF_S[0] * 2**self.restarts, BACKOFF_S[1])
-            self.engine = "restarting"
-            self.write(force=True)
-            deadline = time.monotonic() + wait
-            while time.monotonic() < deadline and not self.terminated:
-                self.check_owner()
-                time.sleep(0.2)
-            if self.terminated:
+            code = self.record_engine_death()
+            if self.command is None or self.restarts >= self.restart_limit or not self.back_off():
                 break
             self.restarts += 1
             self.known = {}
@@ -385,6 +374,44 @@ class Supervisor:
         if self.engine != "dead":
             self.engine = "stopped" if self.terminated else "exited"
         self.write(force=True)
+        self.write_exit(code)
+        return 1 if code is None else code if code >= 0 else 128 - code
+
+    def adopt_recorded(self) -> None:
+        """Watch the processes a dead supervisor recorded, from the end of the log as it is now."""
+        self.run_offset = self.log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        for info in self.spec.get("children", []):
+            self.known[info["pid"]] = info
+        self.api_pid, self.api_create_time = self.spec["api_pid"], self.spec["api_create_time"]
+        self.engine = "healthy"
+        self.write(force=True)
+
+    def record_engine_death(self) -> int | None:
+        """vLLM or its engine died on its own: stop what is left, record why; vLLM's exit code."""
+        reason = engine_death_reason(self.log_since_start())
+        if self.api_alive():  # the engine died, the API server did not notice (or hangs)
+            reason = reason or "/health and /metrics stopped answering"
+        code = self.finish_child(grace=5.0, kill=True)
+        self.kill_tree(grace=2.0)  # EngineCore / Worker left behind by a dead API server
+        self.engine = "dead"
+        self.reason = reason or (
+            f"vLLM exited with code {code}" if code is not None else "the API server is gone"
+        )
+        self.history.append({"ended_at": time.time(), "exit_code": code, "reason": self.reason})
+        return code
+
+    def back_off(self) -> bool:
+        """Wait before the next restart (2, 4, 8 ... 60 s); False when a stop came meanwhile."""
+        wait = min(BACKOFF_S[0] * 2**self.restarts, BACKOFF_S[1])
+        self.engine = "restarting"
+        self.write(force=True)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and not self.terminated:
+            self.check_owner()
+            time.sleep(0.2)
+        return not self.terminated
+
+    def write_exit(self, code: int | None) -> None:
         ended: ExitRecord = {
             "pid": os.getpid(),
             "child_pid": self.api_pid,
@@ -399,7 +426,6 @@ class Supervisor:
             "ended_at": time.time(),
         }
         atomic_write_json(self.exit_path, ended)
-        return 1 if code is None else code if code >= 0 else 128 - code
 
     def finish_child(self, grace: float, kill: bool = False) -> int | None:
         """Wait for the API server to exit (``kill``: stop it first); its exit code when it is ours."""
