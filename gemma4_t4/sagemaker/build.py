@@ -28,7 +28,7 @@ from typing import Any
 
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.cache import cache_root
-from gemma4_t4.foundation.jsonable import TypedDict
+from gemma4_t4.foundation.jsonable import JSONObject, TypedDict
 from gemma4_t4.sagemaker import image as images
 from gemma4_t4.sagemaker.aws import (
     aws_error,
@@ -42,6 +42,7 @@ from gemma4_t4.sagemaker.aws import (
 from gemma4_t4.sagemaker.cli_recipe import ApiCall
 from gemma4_t4.sagemaker.config import PROJECT_TAG, PROJECT_VALUE, PUBLIC_ACCESS_BLOCK, create_bucket_params
 from gemma4_t4.sagemaker.cost import usd
+from gemma4_t4.sagemaker.upload import remote_sha256
 
 PROJECT_NAME = "gemma4-t4-image"
 ROLE_NAME = "gemma4-t4-codebuild-image"
@@ -202,69 +203,13 @@ def _tags_kv(key: str = "key", value: str = "value") -> list[dict[str, str]]:
     return [{key: PROJECT_TAG, value: PROJECT_VALUE}, {key: "created-by", value: "gemma4-t4 build-image"}]
 
 
-class PolicyStatement(TypedDict, total=False):
-    Effect: str
-    Principal: dict[str, str]
-    Action: str | list[str]
-    Resource: str
-
-
-class PolicyDocument(TypedDict):
-    """An IAM policy document (the role's trust policy and its inline policy)."""
-
-    Version: str
-    Statement: list[PolicyStatement]
-
-
-class EnvVar(TypedDict):
-    name: str
-    value: str
-    type: str
-
-
-class StartBuildParams(TypedDict):
-    """CodeBuild StartBuild's parameters."""
-
-    projectName: str
-    sourceTypeOverride: str
-    sourceLocationOverride: str
-    environmentVariablesOverride: list[EnvVar]
-
-
-class ProjectSource(TypedDict):
-    type: str
-    location: str
-    buildspec: str
-
-
-class ProjectEnvironment(TypedDict):
-    type: str
-    image: str
-    computeType: str
-    privilegedMode: bool
-    environmentVariables: list[EnvVar]
-
-
-class ProjectDefinition(TypedDict):
-    """CodeBuild CreateProject's parameters."""
-
-    name: str
-    description: str
-    source: ProjectSource
-    artifacts: dict[str, str]
-    environment: ProjectEnvironment
-    serviceRole: str
-    timeoutInMinutes: int
-    tags: list[dict[str, str]]
-
-
-def role_trust_policy() -> PolicyDocument:
-    statement: PolicyStatement = {
-        "Effect": "Allow", "Principal": {"Service": "codebuild.amazonaws.com"}, "Action": "sts:AssumeRole"}
+# The IAM policies and CodeBuild parameters below are sent to AWS as built, never read back: plain JSON.
+def role_trust_policy() -> JSONObject:
+    statement = {"Effect": "Allow", "Principal": {"Service": "codebuild.amazonaws.com"}, "Action": "sts:AssumeRole"}
     return {"Version": "2012-10-17", "Statement": [statement]}
 
 
-def role_policy(target: BuildTarget) -> PolicyDocument:
+def role_policy(target: BuildTarget) -> JSONObject:
     """Least privilege: its own logs, its source object, pulling the DLC, pushing one repository."""
     region, account = target.region, target.account
     pull = ["ecr:BatchCheckLayerAvailability", "ecr:GetDownloadUrlForLayer", "ecr:BatchGetImage"]
@@ -282,19 +227,19 @@ def role_policy(target: BuildTarget) -> PolicyDocument:
             "Statement": [{"Effect": "Allow", "Action": action, "Resource": res} for action, res in grants]}
 
 
-def build_env(target: BuildTarget) -> list[EnvVar]:
+def build_env(target: BuildTarget) -> list[JSONObject]:
     env = {"BASE_IMAGE": target.base_image, "TARGET_IMAGE": target.image_uri,
            "DLC_REGISTRY": target.dlc_registry, "OWN_REGISTRY": target.own_registry}
     return [{"name": k, "value": v, "type": "PLAINTEXT"} for k, v in env.items()]
 
 
-def start_build_params(target: BuildTarget) -> StartBuildParams:
+def start_build_params(target: BuildTarget) -> JSONObject:
     return {"projectName": PROJECT_NAME, "sourceTypeOverride": "S3",
             "sourceLocationOverride": f"{target.bucket}/{target.source_key}",
             "environmentVariablesOverride": build_env(target)}
 
 
-def project_definition(target: BuildTarget) -> ProjectDefinition:
+def project_definition(target: BuildTarget) -> JSONObject:
     return {
         "name": PROJECT_NAME,
         "description": "gemma4-t4: AWS's vLLM DLC + the Turing attention fix, for SageMaker T4 endpoints",
@@ -443,13 +388,7 @@ def ensure_stack(target: BuildTarget, bundle: bytes, clients: Callable[[str, str
     s3.put_public_access_block(**calls["put_public_access_block"].params)
     s3.put_bucket_tagging(**calls["put_bucket_tagging"].params)
     digest = hashlib.sha256(bundle).hexdigest()
-    try:
-        head = s3.head_object(Bucket=target.bucket, Key=target.source_key)
-        present = head.get("Metadata", {}).get("sha256") == digest
-    except aws_exceptions() as exc:
-        if error_code(exc) not in ("404", "NoSuchKey", "NotFound"):
-            raise
-        present = False
+    present = remote_sha256(s3, target.bucket, target.source_key, len(bundle)) == digest
     if not present:
         s3.put_object(Bucket=target.bucket, Key=target.source_key, Body=bundle, Metadata={"sha256": digest},
                       ChecksumAlgorithm="SHA256")

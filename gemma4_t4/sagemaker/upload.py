@@ -163,7 +163,8 @@ def ensure_bucket(s3: Any, bucket: str, region: str) -> bool:
     return True
 
 
-def _remote_sha(s3: Any, bucket: str, key: str, size: int) -> str | None:
+def remote_sha256(s3: Any, bucket: str, key: str, size: int) -> str | None:
+    """The sha256 an object of ``size`` bytes was stored with (its metadata); None when it is not there."""
     try:
         head = s3.head_object(Bucket=bucket, Key=key)
     except aws_exceptions() as exc:
@@ -266,7 +267,7 @@ def upload_model_folder(folder: str | Path, region: str, *, bucket: str | None =
         with tqdm(total=total, unit="B", unit_scale=True, desc="upload", disable=not progress) as bar:
             for f in files:
                 key = prefix + f.name
-                if _remote_sha(s3, bucket, key, f.size) == f.sha256:
+                if remote_sha256(s3, bucket, key, f.size) == f.sha256:
                     result.files.append(UploadedFile(f.name, f.size, "skipped"))
                     bar.update(f.size)
                     continue

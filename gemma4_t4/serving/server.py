@@ -16,7 +16,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Any, cast
+from typing import IO, Any, cast
 
 import psutil
 
@@ -86,14 +86,37 @@ class VLLMServer(RecordedServer):
             "restart_on_crash": restart_on_crash,
         }
 
+    def _spawn_supervisor(
+        self,
+        spec: SupervisorSpec,
+        log: IO[bytes],
+        command: list[str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> subprocess.Popen:
+        """Start the supervisor detached, in its own process group (a stop reaches EngineCore and workers):
+        it runs vLLM's ``command`` (or, without one, adopts the processes ``spec`` names), records its
+        processes, watches the engine and records its exit, so a server that dies is reported as dead
+        with its code and reason even by another process (serve status)."""
+        spec_path = self.state_path.with_suffix(".spec.json")
+        atomic_write_json(spec_path, spec)
+        with contextlib.suppress(FileNotFoundError):
+            self.exit_path.unlink()
+        args = [str(spec_path), "--", *command] if command else ["--adopt", str(spec_path)]
+        return subprocess.Popen(
+            [sys.executable, "-m", "gemma4_t4.serving.supervisor", *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+
     def start(self, wait: bool = True, timeout: float = 600.0) -> VLLMServer:
         config = self.config
         config.validate()
         if self._pid is not None and self._alive():
             raise Gemma4T4Error(f"server already running (pid {self.pid})", fix="stop() it first")
-        model_path = Path(config.model)
-        local = config.model.startswith((".", "/")) or not _looks_like_hub_id(config.model)
-        if local and not model_path.exists():
+        if not _looks_like_hub_id(config.model) and not Path(config.model).exists():
             raise Gemma4T4Error(
                 f"model path {config.model} does not exist",
                 fix="build it first (gemma4-t4 tiny OUT) or pass a Hugging Face model id",
@@ -156,30 +179,14 @@ class VLLMServer(RecordedServer):
         plan = plan_launch(config)
         command, env = plan.command, plan.env
         self._secrets = secrets.secret_values(command, env, [config.api_key])
-        for stale in (self.exit_path, self.super_path):
-            with contextlib.suppress(FileNotFoundError):
-                stale.unlink()
-        log = open(self.log_path, "wb")  # noqa: SIM115 - handed to the child, closed in stop()
-        self._log_file = log
-        spec_path = self.state_path.with_suffix(".spec.json")
+        with contextlib.suppress(FileNotFoundError):
+            self.super_path.unlink()
+        self._log_file = open(self.log_path, "wb")  # noqa: SIM115 - handed to the child, closed in stop()
         spec = self._supervisor_spec(config.restart_on_crash)
         if self.owner and self.owner.get("stop_with_owner") and self.owner.get("pid"):
             spec["owner_pid"] = self.owner["pid"]
             spec["owner_create_time"] = self.owner.get("create_time")
-        atomic_write_json(spec_path, spec)
-        # A small supervisor (gemma4_t4/serving/supervisor.py) runs vLLM, records its processes, watches the
-        # engine and records its exit, so a server that dies is reported as dead with its code and
-        # reason even by another process (serve status).
-        supervised = [sys.executable, "-m", "gemma4_t4.serving.supervisor", str(spec_path), "--", *command]
-        # detached, its own process group: stop() reaches EngineCore and workers
-        self.process = subprocess.Popen(
-            supervised,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            start_new_session=True,
-        )
+        self.process = self._spawn_supervisor(spec, self._log_file, command, env)
         self._pid = self.process.pid
         self._pid_create_time = process_create_time(self._pid)
         self._stopped = False
@@ -346,20 +353,10 @@ class VLLMServer(RecordedServer):
                 f"nothing to adopt on port {self.config.port}: the server does not serve",
                 fix=f"{self._serve('stop')} reaps what is left",
             )
-        spec_path = self.state_path.with_suffix(".spec.json")
         spec = self._supervisor_spec(0)
         spec.update(children=left, api_pid=api[0]["pid"], api_create_time=api[0]["create_time"])
-        atomic_write_json(spec_path, spec)
-        with contextlib.suppress(FileNotFoundError):
-            self.exit_path.unlink()
         with open(self.log_path, "ab") as log:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "gemma4_t4.serving.supervisor", "--adopt", str(spec_path)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
+            process = self._spawn_supervisor(spec, log)
         self.process = None  # not waited on here: the new supervisor is detached like the first
         self._pid, self._pid_create_time = process.pid, process_create_time(process.pid)
         deadline = time.monotonic() + 10
