@@ -190,10 +190,6 @@ class DecodeBytes:
     def total_bytes(self) -> int:
         return self.weights_bytes + self.kv_bytes
 
-    def __float__(self) -> float:
-        """``float(decode_bytes_per_token(...))`` is the byte count, for callers that want a number."""
-        return float(self.total_bytes)
-
     @property
     def weights_gb(self) -> float:
         return self.weights_bytes / GB

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.foundation import safepaths, signals
+from gemma4_t4.foundation import safepaths
 
 Variant = Literal["bf16", "qat", "drafter"]
 VARIANTS: tuple[str, ...] = ("bf16", "qat", "drafter")
@@ -158,7 +158,7 @@ def build_tiny_gemma4(out_dir: str | os.PathLike, variant: Variant = "bf16", spe
     written to a partial sibling and renamed, so an interrupted build leaves nothing half-written.
     ``save`` writes the weights (default :func:`save_model`)."""
     import torch
-    from transformers import Gemma4ForCausalLM, Gemma4TextConfig
+    from transformers import Gemma4ForCausalLM
 
     if variant not in VARIANTS:
         raise Gemma4T4Error(f"unknown tiny variant {variant!r}", fix=f"use one of: {', '.join(VARIANTS)}")
@@ -177,24 +177,14 @@ def build_tiny_gemma4(out_dir: str | os.PathLike, variant: Variant = "bf16", spe
         model = _tiny_assistant(spec, tokenizer, generator)
         return _save(model, tokenizer, out, variant, spec, portable=False, overwrite=overwrite,
                      save=save or save_model, cleanup=cleanup)
-    config = Gemma4TextConfig(
-        vocab_size=vocab, vocab_size_per_layer_input=vocab, hidden_size=spec.hidden_size,
+    config = _text_config(
+        spec, tokenizer, vocab_size_per_layer_input=vocab, hidden_size=spec.hidden_size,
         intermediate_size=spec.intermediate_size, num_hidden_layers=spec.num_hidden_layers,
-        num_attention_heads=spec.num_attention_heads, num_key_value_heads=spec.num_key_value_heads,
-        head_dim=spec.head_dim, global_head_dim=spec.global_head_dim,
-        num_global_key_value_heads=spec.num_key_value_heads,
-        hidden_size_per_layer_input=spec.hidden_size_per_layer_input, sliding_window=spec.sliding_window,
-        layer_types=spec.layer_types(), max_position_embeddings=spec.max_position_embeddings,
-        final_logit_softcapping=30.0, tie_word_embeddings=True, pad_token_id=0,
-        eos_token_id=[1, tokenizer.convert_tokens_to_ids("<turn|>")], bos_token_id=2,
+        num_attention_heads=spec.num_attention_heads,
+        hidden_size_per_layer_input=spec.hidden_size_per_layer_input, layer_types=spec.layer_types(),
     )
-    model = Gemma4ForCausalLM(config)
-    # Random init is tiny (std 0.02); widen it so greedy outputs differ between prompts.
+    model = _widened(Gemma4ForCausalLM(config), generator)
     with torch.no_grad():
-        for _name, param in model.named_parameters():
-            if param.dim() == 2:
-                param.normal_(0.0, 0.08, generator=generator)
-        model = model.to(torch.bfloat16)
         if variant == "qat":
             for _name, param in model.named_parameters():
                 if param.dim() == 2 and param.shape[-1] % 32 == 0:
@@ -212,29 +202,42 @@ def _tiny_assistant(spec: TinySpec, tokenizer, generator):
     and per layer type the target's head size and KV heads (its Q-only attention reads the
     target's cache). No per-layer embeddings, every layer KV-shared (transformers' own rules).
     """
-    import torch
-    from transformers import Gemma4AssistantConfig, Gemma4AssistantForCausalLM, Gemma4TextConfig
+    from transformers import Gemma4AssistantConfig, Gemma4AssistantForCausalLM
 
-    vocab = len(tokenizer)
     layers = spec.draft_num_hidden_layers
-    text = Gemma4TextConfig(
-        vocab_size=vocab, vocab_size_per_layer_input=0, hidden_size=spec.draft_hidden_size,
+    text = _text_config(
+        spec, tokenizer, vocab_size_per_layer_input=0, hidden_size=spec.draft_hidden_size,
         intermediate_size=spec.draft_intermediate_size, num_hidden_layers=layers,
-        num_attention_heads=spec.draft_num_attention_heads, num_key_value_heads=spec.num_key_value_heads,
-        head_dim=spec.head_dim, global_head_dim=spec.global_head_dim,
-        num_global_key_value_heads=spec.num_key_value_heads, hidden_size_per_layer_input=0,
-        sliding_window=spec.sliding_window,
-        layer_types=["sliding_attention"] * (layers - 1) + ["full_attention"],
-        max_position_embeddings=spec.max_position_embeddings, final_logit_softcapping=30.0,
-        num_kv_shared_layers=layers, tie_word_embeddings=True, pad_token_id=0,
-        eos_token_id=[1, tokenizer.convert_tokens_to_ids("<turn|>")], bos_token_id=2,
+        num_attention_heads=spec.draft_num_attention_heads, hidden_size_per_layer_input=0,
+        layer_types=["sliding_attention"] * (layers - 1) + ["full_attention"], num_kv_shared_layers=layers,
     )
     config = Gemma4AssistantConfig(
         text_config=text, backbone_hidden_size=spec.hidden_size,
         # centroid masking off: vLLM captures CUDA graphs for it, which a CPU cannot
         use_ordered_embeddings=False, tie_word_embeddings=True,
     )
-    model = Gemma4AssistantForCausalLM(config)
+    return _widened(Gemma4AssistantForCausalLM(config), generator)
+
+
+def _text_config(spec: TinySpec, tokenizer, **shape: Any):
+    """A ``Gemma4TextConfig`` with the tiny target's vocabulary, attention heads, window and special
+    tokens; ``shape`` gives the rest (the target's or the drafter's)."""
+    from transformers import Gemma4TextConfig
+
+    return Gemma4TextConfig(
+        vocab_size=len(tokenizer), num_key_value_heads=spec.num_key_value_heads, head_dim=spec.head_dim,
+        global_head_dim=spec.global_head_dim, num_global_key_value_heads=spec.num_key_value_heads,
+        sliding_window=spec.sliding_window, max_position_embeddings=spec.max_position_embeddings,
+        final_logit_softcapping=30.0, tie_word_embeddings=True, pad_token_id=0,
+        eos_token_id=[1, tokenizer.convert_tokens_to_ids("<turn|>")], bos_token_id=2, **shape,
+    )
+
+
+def _widened(model, generator):
+    """``model`` in bf16 with its matrices drawn at std 0.08: transformers' init (std 0.02) is so
+    narrow that greedy outputs would not differ between prompts."""
+    import torch
+
     with torch.no_grad():
         for _name, param in model.named_parameters():
             if param.dim() == 2:
@@ -252,27 +255,14 @@ def _save(model, tokenizer, out: Path, variant: str, spec: TinySpec, portable: b
     """Write ``model`` + ``tokenizer`` into a partial sibling of ``out``, then swap it in; a failure or
     stop signal removes the partial build, and a full disk is a :class:`Gemma4T4Error` naming it."""
     model.generation_config.do_sample = False
-    with signals.orderly_stop():
-        tmp = safepaths.make_partial(out)
-        try:
-            weights = sum(p.numel() * p.element_size() for p in model.parameters())
-            safepaths.ensure_free_space(tmp, weights + TOKENIZER_BYTES, f"the tiny model {out}")
-            save(model, tmp)
-            tokenizer.save_pretrained(tmp)
-            if portable:
-                _portable_config(tmp / "config.json", spec)
-            (tmp / INFO_NAME).write_text(json.dumps({"variant": variant, "spec": asdict(spec)}, indent=2) + "\n")
-            safepaths.write_marker(tmp, "tiny", variant=variant)
-            tmp.chmod(0o755)  # mkdtemp makes it private; the checkpoint is meant to be shared
-            (tmp / safepaths.PARTIAL_OWNER).unlink()
-            safepaths.swap_into_place(tmp, out, overwrite)
-        except BaseException as exc:
-            safepaths.discard_partial(tmp)
-            plain = isinstance(exc, Exception) and not isinstance(exc, Gemma4T4Error)
-            clear = safepaths.write_error(exc, f"the tiny model {out}") if plain else None
-            if clear is not None:
-                raise clear from exc
-            raise
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    what = f"the tiny model {out}"
+    with safepaths.partial_build(out, overwrite, weights + TOKENIZER_BYTES, what, "tiny", variant=variant) as tmp:
+        save(model, tmp)
+        tokenizer.save_pretrained(tmp)
+        if portable:
+            _portable_config(tmp / "config.json", spec)
+        (tmp / INFO_NAME).write_text(json.dumps({"variant": variant, "spec": asdict(spec)}, indent=2) + "\n")
     return TinyModelInfo(
         path=out, variant=variant, spec=asdict(spec), vocab_size=len(tokenizer),
         num_parameters=sum(p.numel() for p in model.parameters()),

@@ -8,17 +8,13 @@ import math
 from pathlib import Path
 from typing import Any
 
-# What to_jsonable gives: JSON values and nothing else. Named with TypeAliasType so pydantic can
-# validate it (a plain recursive alias sends pydantic into endless recursion); typing_extensions
-# comes with pydantic, and without it the plain alias serves for annotations.
-try:
-    from typing_extensions import TypeAliasType
+# typing_extensions' TypedDict, not typing's: pydantic reads the package's JSON records (MCP results,
+# bench results) and needs it on Python < 3.12
+from typing_extensions import TypeAliasType, TypedDict  # noqa: F401 - TypedDict for the records' modules
 
-    JSONValue = TypeAliasType(
-        "JSONValue", "str | int | float | bool | None | list[JSONValue] | dict[str, JSONValue]"
-    )
-except ImportError:  # pragma: no cover - typing_extensions comes with pydantic
-    JSONValue = str | int | float | bool | None | list["JSONValue"] | dict[str, "JSONValue"]  # type: ignore[misc]
+# What to_jsonable gives: JSON values and nothing else. Named with TypeAliasType so pydantic can
+# validate it (a plain recursive alias sends pydantic into endless recursion).
+JSONValue = TypeAliasType("JSONValue", "str | int | float | bool | None | list[JSONValue] | dict[str, JSONValue]")
 
 # A JSON object whose shape belongs to someone else (a server's reply, an AWS response body, a
 # launch record, a user's parameter file): JSON, but not fields this package interprets one by one.
@@ -43,11 +39,3 @@ def to_jsonable(value: Any) -> Any:  # Any in: anything; out: a JSONValue
     if hasattr(value, "item") and callable(value.item) and getattr(value, "shape", None) == ():
         return value.item()  # numpy / torch scalars
     return value
-
-
-# The class for JSON records that pydantic may read (MCP results, bench results): on Python < 3.12
-# pydantic needs typing_extensions' TypedDict; without pydantic installed, typing's serves.
-try:
-    from typing_extensions import TypedDict  # noqa: F401 - re-exported
-except ImportError:  # pragma: no cover - typing_extensions comes with pydantic
-    from typing import TypedDict  # noqa: F401 - re-exported

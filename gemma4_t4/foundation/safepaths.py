@@ -19,12 +19,13 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from gemma4_t4 import __version__
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.foundation import signals
 from gemma4_t4.foundation.atomic import UnreadableJSON, atomic_write_text, read_json_object
 
 MARKER_NAME = ".gemma4_t4-output.json"  # in every finished output folder
@@ -356,6 +357,31 @@ def clean_stale(target: str | os.PathLike, legacy_names: Iterable[str] = ()) -> 
             if not entry.exists():
                 done.backups_removed.append(str(entry))
     return done
+
+
+@contextlib.contextmanager
+def partial_build(target: Path, overwrite: bool, need_bytes: int, what: str, command: str,
+                  **details: object) -> Iterator[Path]:
+    """Build ``target`` in a partial sibling that the block fills (its free space checked first): when
+    the block ends, it is marked as ``command``'s output, made readable to others and renamed into
+    place; a failure or a stop signal removes it, and a file-system failure becomes a
+    :class:`Gemma4T4Error` naming ``what``."""
+    with signals.orderly_stop():
+        tmp = make_partial(target)  # first: a read-only target fails here, naming it
+        try:
+            ensure_free_space(tmp, need_bytes, what)
+            yield tmp
+            write_marker(tmp, command, **details)
+            tmp.chmod(0o755)  # mkdtemp makes it private; an output is meant to be shared
+            (tmp / PARTIAL_OWNER).unlink()
+            swap_into_place(tmp, target, overwrite)
+        except BaseException as exc:
+            discard_partial(tmp)
+            plain = isinstance(exc, Exception) and not isinstance(exc, Gemma4T4Error)
+            clear = write_error(exc, what) if plain else None
+            if clear is not None:
+                raise clear from exc
+            raise
 
 
 def swap_into_place(tmp: Path, target: Path, overwrite: bool) -> None:

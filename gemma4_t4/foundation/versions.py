@@ -13,17 +13,6 @@ def package_version(dist: str) -> str | None:
     """
     try:
         return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
-    except Exception:  # noqa: BLE001 - a damaged dist-info must not break the doctor
+    except Exception:  # noqa: BLE001 - not installed (PackageNotFoundError), or a damaged dist-info
         return None
 
-
-def package_requires(dist: str) -> list[str]:
-    """The requirement lines of an installed distribution (empty when it is not installed)."""
-    try:
-        return list(metadata.requires(dist) or [])
-    except metadata.PackageNotFoundError:
-        return []
-    except Exception:  # noqa: BLE001
-        return []

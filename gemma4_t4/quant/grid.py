@@ -175,16 +175,11 @@ def grid_check(path: str, tensors: Sequence[str] | None = None, group_size: int 
         names = selection.names
         rows_out: list[TensorGrid] = []
         bytes_read = 0
-        bar = progress_bar(sum(reader.tensors[n].nbytes for n in names), progress, "grid-check")
-        try:
+        with progress_bar(sum(reader.tensors[n].nbytes for n in names), progress, "grid-check") as bar:
             for name in names:
                 rows_out.append(check_tensor(reader, name, group_size, tol, scale_dtypes))
                 bytes_read += reader.tensors[name].nbytes
-                if bar is not None:
-                    bar.update(reader.tensors[name].nbytes)
-        finally:
-            if bar is not None:
-                bar.close()
+                bar.update(reader.tensors[name].nbytes)
     seconds = time.perf_counter() - t0
     weights = sum(r.weights for r in rows_out)
     groups = sum(r.groups for r in rows_out)
@@ -256,12 +251,10 @@ def select_tensors(reader: CheckpointReader, wanted: Sequence[str] | None, group
 
 
 def progress_bar(total: int, enabled: bool, desc: str, unit: str = "B"):
-    """A tqdm bar over ``total`` bytes (or ``unit``s: no k/M scaling), or ``None`` when not ``enabled``."""
-    if not enabled:
-        return None
+    """A tqdm bar over ``total`` bytes (or ``unit``s: no k/M scaling); it shows nothing unless ``enabled``."""
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, unit=unit, unit_scale=unit == "B", desc=desc, leave=False)
+    return tqdm(total=total, unit=unit, unit_scale=unit == "B", desc=desc, leave=False, disable=not enabled)
 
 
 # -- grid_compare ----------------------------------------------------------------------------------
@@ -465,18 +458,15 @@ def grid_compare(ref: str, other: str, group_size: int = lattice.DEFAULT_GROUP, 
                                 fix="compare two builds of the same model (names must match)")
         rows_out = []
         empty = [m for m in common if 0 in r_mods[m].shape]
-        bar = progress_bar(len(common), progress, "grid-compare", unit="module")
-        for m in common:
-            if r_mods[m].shape != o_mods[m].shape:
-                raise Gemma4T4Error(f"{m}: shape {r_mods[m].shape} in {ref} but {o_mods[m].shape} in {other}",
-                                    fix="compare two builds of the same model")
-            if m in empty:
-                continue
-            rows_out.append(compare_module(r_reader, o_reader, r_mods[m], o_mods[m], group_size))
-            if bar is not None:
+        with progress_bar(len(common), progress, "grid-compare", unit="module") as bar:
+            for m in common:
+                if r_mods[m].shape != o_mods[m].shape:
+                    raise Gemma4T4Error(f"{m}: shape {r_mods[m].shape} in {ref} but {o_mods[m].shape} in {other}",
+                                        fix="compare two builds of the same model")
+                if m in empty:
+                    continue
+                rows_out.append(compare_module(r_reader, o_reader, r_mods[m], o_mods[m], group_size))
                 bar.update(1)
-        if bar is not None:
-            bar.close()
     _refuse_non_finite(rows_out, ref, other)
     weights = sum(t.weights for t in rows_out)
     lat_weights = sum(t.weights_on_ref_lattice for t in rows_out)

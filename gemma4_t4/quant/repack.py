@@ -10,7 +10,6 @@ source is only ever read.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from collections.abc import Callable
@@ -20,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.foundation import safepaths, signals
+from gemma4_t4.foundation import safepaths
 from gemma4_t4.foundation.jsonable import to_jsonable
 from gemma4_t4.foundation.table import Displayable
 from gemma4_t4.quant import config as qconfig
@@ -269,8 +268,6 @@ def build_quantized(
     try:
         # the source folder and, for symlinked shards (the Hugging Face cache), the folders they live in
         sources = [reader.root, *{(reader.root / s).resolve().parent for s in reader.shards}]
-        if dst_path.absolute() == reader.root.absolute() or os.path.realpath(dst_path) == os.path.realpath(reader.root):
-            raise Gemma4T4Error("DST is the source folder; the source is never modified", fix="choose a new DST")
         safepaths.refuse_overlap(dst_path, sources)
         cleanup = safepaths.clean_stale(dst_path, legacy_names=(REPORT_NAME,))
         safepaths.check_target(dst_path, overwrite=overwrite, sources=sources, legacy_names=(REPORT_NAME,))
@@ -291,61 +288,44 @@ def _build(reader: LocalCheckpoint, src: str | Path, dst_path: Path, quantizer: 
     # headers are at most a few MB; side files (tokenizer ...) are copied as they are
     need = sum(t.nbytes for t in plan) + 512 * len(plan) + _side_bytes(src_root)
     tally = _Tally()
-    writer = bar = None
-    with signals.orderly_stop():
-        tmp = safepaths.make_partial(dst_path)  # first: a read-only target fails here, naming it
+    command = "repack" if method == "lattice" else "requant-awq"
+    with safepaths.partial_build(dst_path, overwrite, need, f"the build {dst_path}", command, source=str(src_root)) \
+            as tmp:
+        writer = ShardedWriter(tmp, plan, max_shard_bytes=shard_bytes)  # sized up front: a full disk fails here
         try:
-            safepaths.ensure_free_space(tmp, need, f"the build {dst_path}")
-            writer = ShardedWriter(tmp, plan, max_shard_bytes=shard_bytes)
-            bar = progress_bar(reader.total_bytes, progress is True, method)
-            for name in sorted(reader.tensors):
-                info, role = reader.tensors[name], roles[name]
-                if not role.quantize:
-                    bad = _copy_tensor(reader, writer, name, block_bytes, write=not tally.refusing)
-                    tally.add(info, TensorRepack(name, list(info.shape), "copy", role.reason, non_finite=bad))
-                else:
-                    tally.add(info, _quantize_tensor(reader, writer, info, role.module, quantizer, group_size,
-                                                     block_bytes, write=not tally.refusing,
-                                                     lm_head=untie and name == embed_name))
-                if bar is not None:
+            with progress_bar(reader.total_bytes, progress is True, method) as bar:
+                for name in sorted(reader.tensors):
+                    info, role = reader.tensors[name], roles[name]
+                    if not role.quantize:
+                        bad = _copy_tensor(reader, writer, name, block_bytes, write=not tally.refusing)
+                        tally.add(info, TensorRepack(name, list(info.shape), "copy", role.reason, non_finite=bad))
+                    else:
+                        tally.add(info, _quantize_tensor(reader, writer, info, role.module, quantizer, group_size,
+                                                         block_bytes, write=not tally.refusing,
+                                                         lm_head=untie and name == embed_name))
                     bar.update(info.nbytes)
-                if callable(progress):
-                    progress(name)
+                    if callable(progress):
+                        progress(name)
             _refuse_damaged(tally, roles)
             files = writer.finish()
-            writer = None
-            report = _write_build(tmp, files, src_root, config, qcfg, untie, tally.report(
-                src=str(src), dst=str(dst_path), method=method, emb4=emb4, scale_dtype=scale_dtype,
-                group_size=group_size, symmetric=symmetric, ignore=qcfg["ignore"], cleanup=cleanup.lines(),
-            ), t0)
-            safepaths.swap_into_place(tmp, dst_path, overwrite)
-            return report
-        except BaseException as exc:
-            if writer is not None:
-                writer.abort()
-            safepaths.discard_partial(tmp)
-            if isinstance(exc, OSError):
-                raise safepaths.os_error(exc, f"the build {dst_path}") from exc
+        except BaseException:
+            writer.abort()
             raise
-        finally:
-            if bar is not None:
-                bar.close()
+        report = _write_build(tmp, files, src_root, config, qcfg, untie, tally.report(
+            src=str(src), dst=str(dst_path), method=method, emb4=emb4, scale_dtype=scale_dtype,
+            group_size=group_size, symmetric=symmetric, ignore=qcfg["ignore"], cleanup=cleanup.lines(),
+        ), t0)
+    return report
 
 
 @dataclass
 class _Tally:
-    """The build so far: a row per tensor, the counts the report sums, and the tensors that refuse it."""
+    """The build so far: a row per tensor and the tensors that refuse it."""
 
     rows: list[TensorRepack] = field(default_factory=list)
     non_finite: dict[str, int] = field(default_factory=dict)
     off_grid: dict[str, int] = field(default_factory=dict)  # groups off the grid and not requantized
     off_examples: dict[str, list[list[int]]] = field(default_factory=dict)
-    weights: int = 0  # of the quantized tensors
-    groups: int = 0
-    groups_off_grid: int = 0
-    groups_requantized: int = 0
-    levels_changed: int = 0
-    values_bit_identical: dict[str, int] = field(default_factory=dict)
     bytes_read: int = 0
 
     @property
@@ -358,30 +338,26 @@ class _Tally:
         self.bytes_read += info.nbytes
         if row.non_finite:
             self.non_finite[row.name] = row.non_finite
-        if row.action != "int4":
-            return
-        self.weights += info.numel
-        self.groups += row.groups
-        self.groups_off_grid += row.groups_off_grid
-        self.groups_requantized += row.groups_requantized
-        self.levels_changed += row.levels_changed
-        for k, v in row.values_bit_identical.items():
-            self.values_bit_identical[k] = self.values_bit_identical.get(k, 0) + v
         if row.groups_off_grid and not row.groups_requantized:
             self.off_grid[row.name] = row.groups_off_grid
             self.off_examples[row.name] = row.off_grid_examples
 
     def report(self, **fields: object) -> RepackReport:
         """The report of a finished scan; files, bytes written and timing are filled in when written."""
+        packed = [r for r in self.rows if r.action == "int4"]
+        weights = sum(r.shape[0] * r.shape[1] for r in packed)
+        exact: dict[str, int] = {}
+        for r in packed:
+            for k, v in r.values_bit_identical.items():
+                exact[k] = exact.get(k, 0) + v
         return RepackReport(
-            **fields, files=[], tensors_quantized=sum(r.action == "int4" for r in self.rows),
-            tensors_copied=sum(r.action == "copy" for r in self.rows), weights_quantized=self.weights,
-            groups_total=self.groups, groups_off_grid=self.groups_off_grid,
-            groups_requantized=self.groups_requantized,
-            levels_changed=self.levels_changed if fields["method"] == "lattice" else None,
-            values_bit_identical=self.values_bit_identical,
-            values_bit_identical_pct={k: round(100.0 * v / self.weights, 4) if self.weights else 0.0
-                                      for k, v in self.values_bit_identical.items()},
+            **fields, files=[], tensors_quantized=len(packed), tensors_copied=len(self.rows) - len(packed),
+            weights_quantized=weights, groups_total=sum(r.groups for r in packed),
+            groups_off_grid=sum(r.groups_off_grid for r in packed),
+            groups_requantized=sum(r.groups_requantized for r in packed),
+            levels_changed=sum(r.levels_changed for r in packed) if fields["method"] == "lattice" else None,
+            values_bit_identical=exact,
+            values_bit_identical_pct={k: round(100.0 * v / weights, 4) if weights else 0.0 for k, v in exact.items()},
             bytes_read=self.bytes_read, bytes_written=0, seconds=0.0, mb_per_s=0.0, tensors=self.rows,
         )
 
@@ -466,7 +442,7 @@ def _refuse_damaged(tally: _Tally, roles: dict[str, qconfig.TensorRole]) -> None
 
 def _write_build(tmp: Path, files: list[str], src_root: Path, config: dict | None,
                  qcfg: dict, untie: bool, report: RepackReport, t0: float) -> RepackReport:
-    """Finish the partial build ``tmp``: side files, the updated config, the report and the marker."""
+    """Finish the partial build ``tmp``: side files, the updated config and the report."""
     side = _copy_side_files(src_root, tmp)
     new_config = _updated_config(config, qcfg, untie)
     (tmp / "config.json").write_text(json.dumps(new_config, indent=2, sort_keys=True) + "\n")
@@ -478,9 +454,6 @@ def _write_build(tmp: Path, files: list[str], src_root: Path, config: dict | Non
     report.seconds = round(seconds, 3)
     report.mb_per_s = round(report.bytes_read / 1e6 / seconds, 1) if seconds > 0 else 0.0
     (tmp / REPORT_NAME).write_text(json.dumps(to_jsonable(report), indent=1) + "\n")
-    safepaths.write_marker(tmp, "repack" if report.method == "lattice" else "requant-awq", source=str(src_root))
-    tmp.chmod(0o755)
-    (tmp / safepaths.PARTIAL_OWNER).unlink()
     return report
 
 

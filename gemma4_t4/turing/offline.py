@@ -106,17 +106,21 @@ class TargetPlatform:
     def get_device_capability(self, device_id: int = 0) -> DeviceCapability:
         return DeviceCapability(*self.capability)
 
+    def _number(self, capability: Any = None) -> int:
+        """A capability as vLLM compares them: (7, 5) and 75 are both 75 (default: the target's)."""
+        if isinstance(capability, int):
+            return capability
+        major, minor = self.capability if capability is None else capability
+        return major * 10 + minor
+
     def has_device_capability(self, capability: Any, device_id: int = 0) -> bool:
-        wanted = capability if isinstance(capability, int) else capability[0] * 10 + capability[1]
-        return self.capability[0] * 10 + self.capability[1] >= wanted
+        return self._number() >= self._number(capability)
 
     def is_device_capability(self, capability: Any, device_id: int = 0) -> bool:
-        wanted = capability if isinstance(capability, int) else capability[0] * 10 + capability[1]
-        return self.capability[0] * 10 + self.capability[1] == wanted
+        return self._number() == self._number(capability)
 
     def is_device_capability_family(self, capability: int, device_id: int = 0) -> bool:
-        return (self.capability[0] * 10 + self.capability[1]) // 10 == capability // 10
-
+        return self._number() // 10 == capability // 10
 
     def fp8_dtype(self) -> Any:
         import torch

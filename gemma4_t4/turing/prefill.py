@@ -113,14 +113,6 @@ def structure_problem(source: str) -> str | None:
     return None
 
 
-def version_problem(version: str | None) -> str | None:
-    match = re.match(r"^(\d+)\.(\d+)", version or "")
-    if match and f"{match.group(1)}.{match.group(2)}" in TESTED_VLLM_SERIES:
-        return None
-    tested = ", ".join(s + ".x" for s in TESTED_VLLM_SERIES)
-    return f"vLLM {version} is not a tested version (tested: {tested})"
-
-
 def layer_problem(impl: Any) -> str | None:
     """Why this attention layer cannot take the route (None: it can). Static per layer."""
     head = getattr(impl, "head_size", None)
@@ -584,14 +576,8 @@ def install_on(impl_cls: Any, route: PrefillRoute) -> Any:
     original = current
 
     @functools.wraps(original)
-    def forward(
-        self, layer, query, key, value, kv_cache, attn_metadata, output=None, output_scale=None,
-        output_block_scale=None,
-    ):
-        return route.forward(
-            original, self, layer, query, key, value, kv_cache, attn_metadata, output, output_scale,
-            output_block_scale,
-        )
+    def forward(self, *args, **kwargs):  # vLLM's own parameters (FORWARD_PARAMS), as vLLM passes them
+        return route.forward(original, self, *args, **kwargs)
 
     setattr(forward, MARK, route)
     impl_cls.forward = forward
@@ -626,7 +612,7 @@ def install(
                     "has tensor cores here"
                 ))
             else:
-                problem = version_problem(version)
+                problem = tilecap.untested_version(version, TESTED_VLLM_SERIES)
                 if problem is None:
                     if module is None:
                         import importlib

@@ -66,19 +66,20 @@ def detect_vllm_version():
     return "unknown"
 
 
+def untested_version(version, tested):
+    """``vLLM X is not a tested version (tested: ...)``, or None when ``version``'s series is in ``tested``."""
+    match = re.match(r"^(\d+)\.(\d+)", version or "")
+    if match and f"{match.group(1)}.{match.group(2)}" in tested:
+        return None
+    return f"vLLM {version} is not a tested version (tested: {', '.join(s + '.x' for s in tested)})"
+
+
 def version_problem(version):
     """Why this vLLM version is refused, or None when it is a tested series."""
-    match = re.match(r"^(\d+)\.(\d+)", version or "")
-    series = f"{match.group(1)}.{match.group(2)}" if match else None
-    if series in TESTED_VLLM_SERIES:
+    untested = untested_version(version, TESTED_VLLM_SERIES)
+    if untested is None or os.environ.get(ENV_ALLOW_UNTESTED, "").strip() == "1":
         return None
-    if os.environ.get(ENV_ALLOW_UNTESTED, "").strip() == "1":
-        return None
-    return (
-        f"vLLM {version} is not a tested version (tested: "
-        f"{', '.join(s + '.x' for s in TESTED_VLLM_SERIES)}); set {ENV_ALLOW_UNTESTED}=1 to apply "
-        "the fix anyway when `gemma4-t4 turing verify` passes on it"
-    )
+    return f"{untested}; set {ENV_ALLOW_UNTESTED}=1 to apply the fix anyway when `gemma4-t4 turing verify` passes on it"
 
 
 def positional_names(function):
