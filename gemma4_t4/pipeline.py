@@ -21,9 +21,10 @@ from typing import Any, Literal
 
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.atomic import atomic_write_text
-from gemma4_t4.foundation.jsonable import JSONObject
+from gemma4_t4.foundation.jsonable import JSONObject, JSONValue
 from gemma4_t4.foundation.table import table_cells
-from gemma4_t4.notebook import AUTO, SUMMARY_FILE, TARGETS, JSONValue, NotebookSummary
+from gemma4_t4.notebook import SUMMARY_FILE, NotebookSummary
+from gemma4_t4.venues.runtime import AUTO, TARGETS
 
 # The notebooks and their params/ ship with the package (data/notebooks: in a checkout a link to its
 # notebooks/ folder, in a wheel a copy of it), so `gemma4-t4 run` needs no checkout.

@@ -5,19 +5,28 @@ checks and summary built from its results in one call, each result saying what t
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from gemma4_t4 import notebook as nb
 from gemma4_t4 import sagemaker
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.figures import pyplot
+from gemma4_t4.foundation.jsonable import JSONValue
 from gemma4_t4.foundation.table import Displayable, Table
+from gemma4_t4.sagemaker import build
 from gemma4_t4.sagemaker import image as images
 from gemma4_t4.sagemaker.cost import CostEstimate
 from gemma4_t4.sagemaker.deploy import DeployResult
 from gemma4_t4.sagemaker.ops import EndpointStatus, InvokeResult, StreamResult
 from gemma4_t4.sagemaker.quotas import QuotaReport
+from gemma4_t4.venues.endpoint import Endpoint
+from gemma4_t4.venues.parameters import is_real_number
 
 PART = 1
 FIX = "run every cell above in order (Run all); if a step failed, its own message says what to change"
@@ -28,6 +37,175 @@ CANNED = {
 }
 MCP_QUESTION = "What is two plus two? Answer in one sentence."
 COST_HOURS = (0, 0.6, 1, 2, 4, 8, 24)
+
+
+@dataclass
+class AwsVenue:
+    """Where Part 1's AWS calls go: real AWS (billed), or local stand-ins (moto) whose replies come from the
+    tiny Gemma 4 where vLLM is installed, else canned by moto."""
+
+    target: str
+    local: Any = None  # LocalAWS, on TARGET="cpu"
+    tiny: Endpoint | None = None  # the tiny Gemma 4's server behind the runtime stand-in
+    generated: bool = True  # replies come from a model (AWS, or the tiny one), not canned by moto
+
+    @property
+    def replies_from(self) -> str:
+        if not self.local:
+            return "the endpoint"
+        return "tiny Gemma 4 via the runtime stand-in" if self.generated else "canned (moto)"
+
+    def describe(self) -> str:
+        if not self.local:
+            return "AWS: real AWS (billed)"
+        why = "" if self.generated else " (vLLM is not installed here, so moto answers with queued bodies)"
+        return f"AWS: local moto + fake Service Quotas; endpoint replies: {self.replies_from}{why}"
+
+    def canned(self, text: str) -> None:
+        """Queue ``text`` as the next reply where moto answers canned bodies (nothing elsewhere)."""
+        if self.local and not self.generated:
+            self.local.queue_chat_replies([f"{text} (canned: no vLLM on this machine)"])
+
+    def image_uri(self, instance_type: str, region: str) -> str:
+        """The image for ``instance_type``: on a T4 the fixed one (found or built), else the DLC."""
+        if not sagemaker.DeployConfig(instance_type=instance_type).needs_fixed_image:
+            return sagemaker.find_vllm_image(region).image_uri
+        print(
+            "\n".join(build.build_plan(region)[:3]), "\n..."
+        )  # all of it: gemma4-t4 sagemaker build-image --dry-run
+        image = build.ensure_t4_image(
+            region, on_build_succeeded=self.local.seed_fixed_image_for if self.local else None
+        )
+        print(("built: " if image.built else "found: ") + image.image_uri, image.digest)
+        if image.build is not None:
+            print(
+                "created:", ", ".join(image.build.created), "| reused:", ", ".join(image.build.reused) or "-"
+            )
+        return image.image_uri
+
+    def invoke_stream(self, name: str, region: str, prompt: str, max_tokens: int = 32) -> Any:
+        """A streamed reply, or ``None`` where moto answers alone (it implements no response streams)."""
+        if not self.generated:
+            print("streamed: not run (moto alone implements no response streams)")
+            return None
+        streamed = sagemaker.invoke_stream(name, region, prompt, max_tokens=max_tokens)
+        print(
+            f"streamed: first token after {streamed.ttft_s * 1000:.0f} ms, {streamed.chunks} chunks:",
+            streamed.text,
+        )
+        return streamed
+
+    def stop(self) -> None:
+        """Stop the local stand-ins and the tiny model's server (nothing runs for real AWS)."""
+        if self.local:
+            self.local.stop()
+        if self.tiny:
+            self.tiny.stop()
+
+
+def aws_venue(target: str, work_dir: str | Path) -> AwsVenue:
+    """Part 1's venue: "sagemaker" is real AWS; "cpu" starts the local stand-ins (and the tiny Gemma 4)."""
+    if target != "cpu":
+        venue = AwsVenue(target)
+    else:
+        # lazy: the local moto server and the runtime stand-in load only on Part 1's cpu venue
+        from gemma4_t4.standins.local import LocalAWS
+
+        tiny = (
+            nb.endpoint("cpu", nb.model_for("cpu", work_dir=work_dir), work_dir, name="tiny-gemma4")
+            if importlib.util.find_spec("vllm") is not None
+            else None
+        )
+        # seed_fixed_image=False: the image step builds the T4 image itself (against moto here)
+        local = LocalAWS(seed_fixed_image=False, runtime_backend=tiny.url if tiny else None).start()
+        venue = AwsVenue(target, local, tiny, generated=local.runtime is not None)
+    print(venue.describe())
+    return venue
+
+
+def run_sync(make_coroutine: Callable[[], Any]) -> Any:
+    """Run an async function to completion; in Jupyter (a loop already runs here) in a worker thread."""
+    import anyio
+
+    try:
+        import asyncio
+
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return anyio.run(make_coroutine)
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(anyio.run, make_coroutine).result()
+
+
+@dataclass
+class MCPCall:
+    """One tool call made through a real MCP client."""
+
+    tool: str
+    arguments: dict[str, JSONValue]  # sent over JSON-RPC
+    is_error: bool
+    result: Any  # the structured content, else the text content
+
+
+@dataclass
+class MCPSession(Displayable):
+    """The tools a real MCP client listed and the calls it made, shown one row per call."""
+
+    tools: list[str]
+    calls: list[MCPCall]
+
+    def caption(self) -> str:
+        return f"Tool calls through a real MCP client (stdio); {len(self.tools)} tools listed"
+
+    def table_rows(self) -> list[dict[str, object]]:
+        return [{"tool": c.tool, "error": c.is_error, "result": str(c.result)[:160]} for c in self.calls]
+
+
+def mcp_session(
+    calls: Sequence[tuple[str, Mapping[str, JSONValue]]],
+    timeout_s: float = 300.0,
+    log_path: str | Path | None = None,
+) -> MCPSession:
+    """Start the MCP server as a stdio subprocess (this environment, so ``LocalAWS`` reaches it), list its
+    tools and make ``calls``; its stderr goes to ``log_path`` (a notebook's stderr has no descriptor)."""
+    import tempfile
+
+    import anyio
+    from mcp import Client, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "gemma4_t4.mcp_server"], env=dict(os.environ)
+    )
+
+    async def session() -> tuple[list[str], list[MCPCall]]:
+        made: list[MCPCall] = []
+        with (
+            anyio.fail_after(timeout_s),
+            (
+                open(log_path, "a")
+                if log_path  # noqa: SIM115
+                else tempfile.TemporaryFile("w+")
+            ) as errlog,
+        ):
+            async with Client(stdio_client(params, errlog=errlog)) as client:
+                tools = sorted(t.name for t in (await client.list_tools()).tools)
+                for name, arguments in calls:
+                    reply = await client.call_tool(name, dict(arguments))
+                    text = "\n".join(getattr(c, "text", "") for c in reply.content)
+                    made.append(
+                        MCPCall(
+                            name,
+                            dict(arguments),
+                            bool(reply.is_error),
+                            reply.structured_content if reply.structured_content is not None else text,
+                        )
+                    )
+        return tools, made
+
+    return MCPSession(*run_sync(session))
 
 
 @dataclass(repr=False)  # IPython shows the table (Displayable), not the fields
@@ -114,7 +292,7 @@ class Query(Displayable):
         ]
 
 
-def query(aws: nb.AwsVenue, name: str, region: str, question: str, max_tokens: int = 32) -> Query:
+def query(aws: AwsVenue, name: str, region: str, question: str, max_tokens: int = 32) -> Query:
     """Ask ``question`` (a canned stand-in reply is queued where moto answers alone), then stream it."""
     aws.canned(CANNED.get(question, "No canned reply for this question."))
     reply = sagemaker.invoke(name, region, question, max_tokens=max_tokens)
@@ -125,7 +303,7 @@ def query(aws: nb.AwsVenue, name: str, region: str, question: str, max_tokens: i
 class MCPTour(Table):
     """Five tool calls through a real MCP client, with what each answer shows."""
 
-    def __init__(self, session: nb.MCPSession):
+    def __init__(self, session: MCPSession):
         super().__init__(session.table_rows(), session.caption())
         self.tools, self.calls = session.tools, session.calls
 
@@ -141,7 +319,7 @@ class MCPTour(Table):
         ]
 
 
-def mcp_tour(name: str, region: str, aws: nb.AwsVenue, log_path: Any = None) -> MCPTour:
+def mcp_tour(name: str, region: str, aws: AwsVenue, log_path: Any = None) -> MCPTour:
     """Start `gemma4-t4 mcp` under a real MCP client and call five tools, as an assistant would."""
     aws.canned(CANNED[MCP_QUESTION])
     stock = sagemaker.vllm_image_uri(region)
@@ -152,7 +330,7 @@ def mcp_tour(name: str, region: str, aws: nb.AwsVenue, log_path: Any = None) -> 
         ("get_deployment_config", {"instance_type": "ml.g4dn.xlarge", "region": region, "image_uri": stock}),
         ("delete_endpoint", {"name": name, "region": region}),  # no confirm=True: must refuse
     ]
-    return MCPTour(nb.mcp_session(calls, log_path=log_path))
+    return MCPTour(mcp_session(calls, log_path=log_path))
 
 
 class IdleCost(Table):
@@ -216,7 +394,7 @@ def _checks(r: Part1Run) -> list[tuple[str, bool, str]]:
     real_stream = bool(
         streamed
         and streamed.text.strip()
-        and nb.is_real_number(streamed.ttft_s)
+        and is_real_number(streamed.ttft_s)
         and streamed.ttft_s <= streamed.total_s
     )
     return [
@@ -247,7 +425,7 @@ def _checks(r: Part1Run) -> list[tuple[str, bool, str]]:
         ),
         (
             "the reply",
-            bool(reply.text.strip()) and nb.is_real_number(reply.latency_s),
+            bool(reply.text.strip()) and is_real_number(reply.latency_s),
             f"empty reply or latency {reply.latency_s!r}",
         ),
         (
@@ -275,7 +453,7 @@ def _checks(r: Part1Run) -> list[tuple[str, bool, str]]:
         ),
         (
             "the estimated $/hour",
-            nb.is_real_number(r.estimate.usd_per_hour),
+            is_real_number(r.estimate.usd_per_hour),
             f"no price for {r.instance_type}",
         ),
     ]

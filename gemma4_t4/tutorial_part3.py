@@ -17,9 +17,12 @@ from gemma4_t4.bench.specs import AnswersSpec, run
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.figures import pyplot
 from gemma4_t4.foundation.table import Displayable, Table
+from gemma4_t4.host import cpuisa
 from gemma4_t4.quant.grid import TINY_WEIGHTS, CompareReport, GridReport
 from gemma4_t4.quant.repack import RepackReport
 from gemma4_t4.venues.endpoint import Budget, Endpoint
+from gemma4_t4.venues.parameters import is_real_number
+from gemma4_t4.venues.runtime import RuntimeInfo
 
 PART = 3
 FIX = "run every cell above in order (Run all); if a step failed, its own message says what to change"
@@ -166,11 +169,46 @@ class ServedAnswers(Displayable):
 
 
 def served_answers(
-    runtime: nb.RuntimeInfo, work_dir: str | Path, out_dir: str | Path, budget_usd: float
+    runtime: RuntimeInfo, work_dir: str | Path, out_dir: str | Path, budget_usd: float
 ) -> ServedAnswers:
-    """What this venue serves (nb.repack_to_serve) and the budget its SageMaker endpoints share."""
-    serving = nb.repack_to_serve(runtime, work_dir)
-    return ServedAnswers(Path(out_dir), Budget(budget_usd), serving.folder, serving.why, serving.exact)
+    """What this venue serves next to the QAT source, and the budget its SageMaker endpoints share: the
+    emb4 repack off ``cpu``; on ``cpu`` the linear-only repack where vLLM's CPU build has int4."""
+    work, exact = Path(work_dir), runtime.target != "cpu"
+    # the answers must match their source exactly: on a real model (a GPU, SageMaker); the tiny random
+    # model on a CPU has near-ties everywhere, and a different int4 summation order can flip a greedy pick
+    if exact:
+        folder, why = work / "repack-emb4", "the emb4 repack (int4 linears and 4-bit embeddings)"
+    elif (build := cpuisa.cpu_build()).int4_refused:
+        folder, why = None, f"not measured: {build.int4_missing}; serve it on a T4 or an AVX-512 CPU"
+    else:
+        folder, why = (
+            work / "repack-linear",
+            (
+                "the linear-only repack (vLLM's CPU build, int4 linears); "
+                "the tiny random model's answers are counted, not required to match"
+            ),
+        )
+    print("serving:", why)
+    return ServedAnswers(Path(out_dir), Budget(budget_usd), folder, why, exact)
+
+
+def local_model(model: str | Path) -> Path:
+    """``model`` if it is a folder, else its Hugging Face download (weights, configs, tokenizer; cached)."""
+    path = Path(model)
+    if path.exists():
+        return path
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError as exc:
+        raise Gemma4T4Error("huggingface_hub is not installed", fix="pip install huggingface_hub") from exc
+    return Path(
+        snapshot_download(str(model), allow_patterns=["*.json", "*.safetensors", "*.jinja", "tokenizer*"])
+    )
+
+
+def dir_bytes(path: str | Path) -> int:
+    """Bytes of all files under ``path``."""
+    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
 
 
 def figure(levels: LevelsChanged, repacks: Repacks, awq: RepackReport, source_bytes: int, target: str) -> Any:
@@ -241,7 +279,7 @@ def _checks(
         ),
         (
             "the AWQ-style levels changed",
-            nb.is_real_number(a.level_changed_pct),
+            is_real_number(a.level_changed_pct),
             f"{a.level_changed_pct!r} is not a positive share of moved weights",
         ),
         ("the answers", answered, answers.line()),

@@ -176,7 +176,7 @@ BUGS: tuple[Bug, ...] = (
     ),
     Bug(
         "A local T4 server gets the GPU context (8,192 tokens), not the CPU default's 2,048",
-        "gemma4_t4/notebook.py",
+        "gemma4_t4/venues/parts.py",
         'wanted = max(CPU_CONTEXT if check_target(target) == "cpu" else GPU_CONTEXT, needed)',
         'wanted = max(CPU_CONTEXT if check_target(target) != "sagemaker" else GPU_CONTEXT, needed)',
         ("tests/notebooks/test_notebook_params.py::test_part4_on_a_local_t4_serves_a_context_its_ttft_prompts_fit",),
@@ -186,7 +186,7 @@ BUGS: tuple[Bug, ...] = (
     Bug(
         "Part 4's longest TTFT prompts raise the server's context to fit them (a 12,000-token prompt is "
         "not refused against the default 8,192)",
-        "gemma4_t4/notebook.py",
+        "gemma4_t4/venues/parts.py",
         'wanted = max(CPU_CONTEXT if check_target(target) == "cpu" else GPU_CONTEXT, needed)',
         'wanted = CPU_CONTEXT if check_target(target) == "cpu" else GPU_CONTEXT',
         ("tests/notebooks/test_notebook_params.py::test_part4_on_a_local_t4_serves_a_context_its_ttft_prompts_fit",),

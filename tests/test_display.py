@@ -16,6 +16,7 @@ from fakes.fake_openai_server import FakeScript, FakeServer, FakeServerState
 
 from gemma4_t4 import notebook as nb
 from gemma4_t4 import quant
+from gemma4_t4 import tutorial_part1 as part1
 from gemma4_t4.bench import compare_runs, published, run_benchmark
 from gemma4_t4.bench.answers import AnswerComparison, Divergence
 from gemma4_t4.bench.compare import (
@@ -26,6 +27,7 @@ from gemma4_t4.bench.compare import (
     compare_suites,
     published_decode,
 )
+from gemma4_t4.bench.pricing import CostTable, measured_price
 from gemma4_t4.bench.schemas import SpecDecode
 from gemma4_t4.catalog import models
 from gemma4_t4.catalog.hardware import PRICES
@@ -188,7 +190,7 @@ def test_part2_and_part4_tables_put_each_measured_figure_beside_the_published_on
 
 def test_the_cost_table_prices_the_published_rows_and_says_why_a_tiny_run_has_none(runs):
     price = PRICES["gce:n1-standard-2+t4"]
-    table = nb.CostTable(price, nb.measured_price(runs["a"], price), "cpu")
+    table = CostTable(price, measured_price(runs["a"], price), "cpu")
     cells, _ = _shown(table)
     rows = [cells.body[i: i + len(cells.head)] for i in range(0, len(cells.body), len(cells.head))]
     assert len(rows) == 3 and rows[0][0].startswith("published: SageMaker ml.g4dn.xlarge (T4)")
@@ -332,7 +334,7 @@ def test_sagemaker_results_show_themselves():
     cells, _ = _shown(together(*estimates, title="prices"))
     day = cells.body[cells.head.index("$ if forgotten for a day")]
     assert day == f"{24 * estimates[0].usd_per_hour:,.3g}"
-    session = nb.MCPSession(["get_endpoint_status"], [nb.MCPCall("delete_endpoint", {}, False, {"refused": True})])
+    session = part1.MCPSession(["get_endpoint_status"], [part1.MCPCall("delete_endpoint", {}, False, {"refused": True})])
     cells, _ = _shown(session)
     assert cells.body == ["delete_endpoint", "no", "{'refused': True}"]
     cells, _ = _shown(pairs({"instance_type": "ml.g4dn.xlarge"}, "Deployment"))

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.foundation.table import in_notebook
 
 
 def pyplot() -> Any:
@@ -43,3 +44,16 @@ def save_figure(fig: Any, path: str | os.PathLike) -> Path:
     fig.savefig(path, dpi=120)
     pyplot().close(fig)
     return Path(path)
+
+
+def show_image(path: str | Path) -> None:
+    """Show a PNG another function saved (e.g. the benchmark's plots) inline."""
+    path = Path(path)
+    if not path.exists():
+        raise Gemma4T4Error(f"no plot at {path}", fix="run the step that makes it first")
+    if in_notebook():
+        from IPython.display import Image, display
+
+        display(Image(filename=str(path)))
+    else:
+        print(f"plot: {path}")

@@ -151,3 +151,26 @@ def together(*results: Displayable, title: str | None = None) -> Table:
 def pairs(values: Mapping[str, object], title: str | None = None) -> Table:
     """A one-record listing (a config's settings) as a setting/value table."""
     return Table([{"setting": k, "value": v} for k, v in values.items()], title)
+
+
+def in_notebook() -> bool:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and shell.__class__.__name__ != "TerminalInteractiveShell"
+
+
+def show_table(rows: Iterable[object] | Displayable, title: str | None = None,
+               columns: Sequence[str] | None = None) -> None:
+    """Show rows (dicts, dataclasses, pydantic models) or a self-displaying result mid-cell: HTML in
+    Jupyter, text elsewhere."""
+    shown = rows if isinstance(rows, Displayable) and title is None and columns is None else Table(
+        rows.table_rows() if isinstance(rows, Displayable) else rows, title, columns)
+    if in_notebook():
+        from IPython.display import display
+
+        display(shown)
+    else:
+        print(shown)

@@ -4,7 +4,6 @@ writes the part's summary. The notebook makes one short call per step; the reaso
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,16 +22,11 @@ from gemma4_t4.catalog.models import Roofline, decode_roofline, load_ram
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.table import Displayable
 from gemma4_t4.venues.endpoint import Budget, Endpoint
+from gemma4_t4.venues.parameters import is_real_number
 
 FORMATS = ("bf16", "qat-w4a16", "emb4")
 SERVED = {"bf16": "bf16", "qat": "qat-w4a16"}  # the builds Part 2 serves -> their roofline format
 FIX = "run the notebook again from the top; if it repeats, see docs/benchmarks.md"
-
-
-def _real(value: object) -> bool:
-    return (
-        isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
-    )
 
 
 def refuse_while_billing(left: Sequence[str]) -> None:
@@ -290,7 +284,7 @@ class Comparison(Displayable):
             if not self.figures.flushed:
                 figures |= {f"per-stream tok/s at c={c}": v for c, v in (speed.per_stream or {}).items()}
             for name, value in figures.items():
-                if not _real(value):
+                if not is_real_number(value):
                     raise Gemma4T4Error(
                         f"{build} {name} is {value!r}: a measured figure must be a positive number", fix=FIX
                     )
@@ -307,7 +301,7 @@ class Comparison(Displayable):
     def _below_ceiling(self, build: str, per_stream: dict[int, float | None]) -> None:
         """A per-stream speed above the bandwidth ceiling is a measurement error, not a fast GPU."""
         one = per_stream.get(1)
-        if self.target == "cpu" or self.figures.flushed or not _real(one):
+        if self.target == "cpu" or self.figures.flushed or not is_real_number(one):
             return
         ceiling = self.ceilings.ceiling(SERVED[build])
         if one > ceiling.tok_s_spec * 1.05:  # type: ignore[operator]

@@ -4,35 +4,42 @@ themselves and write the part's summary. The notebook makes one short call per s
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gemma4_t4.bench.answers import compare_answers
+from gemma4_t4.bench.compare import compare_suites
 from gemma4_t4.bench.plots import plot_t4_part
-from gemma4_t4.bench.published import T4_DRAFTER, PublishedDrafter, gce_t4, t4_beside
+from gemma4_t4.bench.pricing import CostTable, measured_price
+from gemma4_t4.bench.published import (
+    T4_DRAFTER,
+    PublishedDrafter,
+    gce_t4,
+    headline_rows,
+    sagemaker_decode_table,
+    t4_beside,
+)
 from gemma4_t4.bench.results import BenchRun, load_run
-from gemma4_t4.bench.specs import AnswersSpec, DecodeSpec, PrefixSpec, TTFTSpec, run
+from gemma4_t4.bench.specs import AnswersSpec, DecodeSpec, PrefixSpec, TTFTSpec, WorkloadSpec, run
+from gemma4_t4.catalog.hardware import PRICES, InstancePrice, price_key
 from gemma4_t4.catalog.models import FitResult, FitTable, fit_table, largest_fitting, load_ram
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.foundation.table import Displayable, Table
+from gemma4_t4.foundation.figures import show_image
+from gemma4_t4.foundation.table import Displayable, Table, show_table
 from gemma4_t4.host import env, swap, torchfix
 from gemma4_t4.studies.part2 import refuse_while_billing
-from gemma4_t4.venues.endpoint import Budget, Endpoint
+from gemma4_t4.venues.endpoint import Budget, Endpoint, start_owned_server
+from gemma4_t4.venues.parameters import is_real_number
+from gemma4_t4.venues.parts import context_for, sagemaker_endpoint
+from gemma4_t4.venues.runtime import RuntimeInfo
 
 # The series served the QAT build in Part 4, so its TTFT curve is read against the QAT figures
 # (316 ms at 512 tokens -> 7,243 ms at 4,096), never the bf16 ones.
 PUBLISHED_TTFT_BUILD = "qat"
 PUBLISHED_TTFT_LENS = (512, 4096)
 FIX = "run the notebook again from the top; if it repeats, see docs/benchmarks.md"
-
-
-def _real(value: object) -> bool:
-    return (
-        isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
-    )
 
 
 def published_ttft() -> dict[int, float]:
@@ -178,7 +185,7 @@ class Study:
         return results
 
 
-def study(target: str, model_size: str, runtime: Any, budget_usd: float) -> Study:
+def study(target: str, model_size: str, runtime: RuntimeInfo, budget_usd: float) -> Study:
     return Study(
         target,
         model_size,
@@ -294,7 +301,9 @@ class Results(Displayable):
         }
         if speed.streamed:
             figures |= {f"per-stream tok/s at c={c}": v for c, v in (speed.per_stream or {}).items()}
-        bad = next((f"{name} is {value!r}" for name, value in figures.items() if not _real(value)), None)
+        bad = next(
+            (f"{name} is {value!r}" for name, value in figures.items() if not is_real_number(value)), None
+        )
         bad = bad or (
             f"decode measured c={sorted(speed.output_tok_s)}, not {list(concurrency)}"
             if set(speed.output_tok_s) != set(concurrency)
@@ -334,7 +343,7 @@ class Results(Displayable):
             return f"the price of {price.instance} is not positive"
         if self.study.target == "cpu" and measured.usd_per_mtok is not None:
             return "a tiny model's CPU speed was priced as $ per Mtok"
-        if not (_real(measured.usd_per_mtok) or measured.label.startswith("no $/Mtok")):
+        if not (is_real_number(measured.usd_per_mtok) or measured.label.startswith("no $/Mtok")):
             return f"the measured $ per Mtok is {measured.usd_per_mtok!r} without a reason"
         return None
 
@@ -388,3 +397,106 @@ class Results(Displayable):
             ),
         }
         return {"part": 4, "results": results, "published": published, "tables": [cost, self]}
+
+
+# ---------------------------------------------------------------- the steps that run on some venues only
+
+
+def t4_vs_l4(
+    served: Endpoint,
+    specs: Mapping[str, WorkloadSpec],
+    runs_dir: str | Path,
+    out_dir: str | Path,
+    *,
+    model: str | Path,
+    budget: Budget | None,
+    region: str = "us-east-2",
+    poll_s: float = 15.0,
+) -> Any:
+    """On SageMaker, run ``specs`` on an L4 endpoint and return the headline against the T4 runs in
+    ``runs_dir``; elsewhere show the published rows alone and return ``None``."""
+    if served.venue != "sagemaker":
+        print(
+            f"T4 vs L4 is measured on SageMaker (TARGET='sagemaker'); here ({served.venue}) the published "
+            "rows stand alone:"
+        )
+        show_table(sagemaker_decode_table())
+        return None
+    context = context_for("sagemaker", model, list(specs.values()))
+    with sagemaker_endpoint(
+        model,
+        name=served.served_name,
+        part=4,
+        region=region,
+        budget=budget,
+        gpu="l4",
+        max_num_seqs=served.max_num_seqs or 8,
+        max_model_len=context,
+        poll_s=poll_s,
+    ) as l4:
+        for label, spec in specs.items():
+            run(l4, spec, Path(out_dir) / label, overwrite=True)
+    (headline,) = compare_suites(runs_dir, out_dir).headlines
+    show_table(headline)
+    show_table(headline_rows(headline))
+    return headline
+
+
+def price_of(served: Endpoint) -> InstancePrice:
+    """The endpoint's hourly price, else a GCE T4's (which :func:`measured_price` then refuses to use)."""
+    return served.price or PRICES[price_key("gce", "n1-standard-2+t4")]
+
+
+def cost_per_mtok(run: Any, served: Endpoint, runtime: RuntimeInfo) -> CostTable:
+    """A decode run's $/Mtok beside the published SageMaker rows, at :func:`price_of`'s price."""
+    price = price_of(served)
+    return CostTable(price, measured_price(run, price), runtime.target)
+
+
+def drafter_on_off(served: Endpoint, draft: str, out_dir: str | Path) -> Any:
+    """Speculative decoding with ``draft`` off, then on, on a local server like ``served``; ``None`` where
+    it cannot restart (SageMaker). ``served``, running without a drafter, is the off side; it is
+    stopped before the drafter's launch."""
+    if not served.can_restart:
+        print(
+            f"not run on {served.venue}: a drafter comparison restarts the server twice (on SageMaker: "
+            "two more billed deploys)"
+        )
+        return None
+    # lazy: the drafter study (two launches and the benchmark) loads only for its step
+    from gemma4_t4.studies import drafter_bench
+
+    return drafter_bench.drafter_on_off(
+        served.server.config,
+        draft,
+        out_dir,
+        start=start_owned_server,
+        tokenizer=served.tokenizer or served.server.config.model,
+        running=served,
+    )
+
+
+def ttft_route_on_off(served: Endpoint, runtime: RuntimeInfo, spec: TTFTSpec, out_dir: str | Path) -> Any:
+    """The TTFT curve with the prefill route off, then on; ``None`` off a local Turing GPU."""
+    if not served.can_restart or not runtime.is_t4:
+        print(f"not run on {runtime.target}: the route activates on a local Turing GPU (sm_7x) only")
+        return None
+    # lazy: the TTFT route curve (servers, the benchmark, plots) loads only for its step
+    from gemma4_t4.studies import ttft_route
+
+    report = ttft_route.ttft_route_on_off(served.server.config, spec, out_dir)
+    show_image(report.plot)
+    return report
+
+
+def prefill_verdict(runtime: RuntimeInfo, out_dir: str | Path) -> Any:
+    """The tensor-core prefill route's verdict (plot shown), or ``None`` off a Turing GPU."""
+    if not runtime.is_t4:
+        print(f"skipped on {runtime.target}: the route is measured and used on a Turing GPU only")
+        return None
+    # lazy: the prefill bench loads Triton's interpreter numerics, needed only on a Turing GPU
+    from gemma4_t4.turing import prefill_bench
+
+    report = prefill_bench.bench_prefill(out_dir=out_dir)
+    show_image(report.plot)
+    return report

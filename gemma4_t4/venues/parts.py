@@ -1,12 +1,29 @@
-"""What the notebooks' ``TARGET=sagemaker`` steps share: the instance each GPU is deployed on, the
-name of every endpoint a part creates, and the clean-up check that lists what a part left."""
+"""What a notebook part serves with: the context of its endpoint and, on ``TARGET=sagemaker``, the
+instance each GPU is deployed on, the name of every endpoint a part creates, the endpoint itself and
+the clean-up check that lists what a part left."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
+from gemma4_t4.catalog.models import VARIANTS, get_variant
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.sagemaker.ops import list_endpoints
+from gemma4_t4.venues.endpoint import Budget, Endpoint
+from gemma4_t4.venues.runtime import check_target
+
+if TYPE_CHECKING:
+    from gemma4_t4.bench.specs import WorkloadSpec
+
+# The context a part's server gets unless its workloads need more: the tiny CPU model's runs are short;
+# on a GPU 8,192 tokens, the context check_model_size's fit check judges a size at.
+CPU_CONTEXT = 2048
+GPU_CONTEXT = 8192
 
 INSTANCE_OF_GPU = {"t4": "ml.g4dn.xlarge", "l4": "ml.g6.xlarge"}  # the instance a part deploys for each GPU
 
@@ -23,6 +40,75 @@ def endpoint_name(prefix: str, model_id: str) -> str:
 def leftover_endpoints(region: str, part: int) -> list[str]:
     """Endpoints of Part ``part`` (2-4) still in ``region``: the clean-up check, expect []. Works
     whether or not the part's run finished (it lists the region, not the run's record)."""
+    # lazy: the SageMaker modules (boto3) load only on TARGET=sagemaker
+    from gemma4_t4.sagemaker.ops import list_endpoints
+
     if part not in PART_PREFIX:
         raise Gemma4T4Error(f"part {part!r} creates no endpoints", fix="pass part=2, 3 or 4")
     return sorted(e.name for e in list_endpoints([region]) if e.name.startswith(PART_PREFIX[part]))
+
+
+def context_for(target: str, model: str | Path, serves: Sequence[WorkloadSpec] = (),
+                max_model_len: int | None = None) -> int:
+    """The context an endpoint serves ``serves`` with: ``max_model_len``, else the target's (2,048 tokens on
+    the CPU default, 8,192 on a GPU: the context the fit check judged), raised to the longest prompt plus
+    output the workloads send; refused where that exceeds ``max_model_len`` or the model's positions."""
+    needed = max((max(s.prompt_lens(), default=0) + s.longest_output() for s in serves), default=0)
+    limit = model_positions(model)
+    wanted = max(CPU_CONTEXT if check_target(target) == "cpu" else GPU_CONTEXT, needed)
+    context = max_model_len or (min(wanted, limit) if limit else wanted)
+    if needed > context:
+        held = f"max_model_len={context}" if max_model_len else f"the {limit} positions {Path(str(model)).name} holds"
+        raise Gemma4T4Error(f"the workloads send up to {needed} tokens (prompt + output), more than {held}",
+                            fix=f"shorten INPUT_LEN or TTFT_INPUT_LENS to fit {context} tokens with the output")
+    return context
+
+
+def model_positions(model: str | Path) -> int | None:
+    """The positions ``model`` holds: a local folder's config.json, else the catalog's size; None if unknown."""
+    config = Path(model) / "config.json"
+    if config.is_file():
+        data = json.loads(config.read_text())
+        return (data.get("text_config") or {}).get("max_position_embeddings") or data.get("max_position_embeddings")
+    size = size_key(str(model))
+    return VARIANTS[size].max_position_embeddings if size else None
+
+
+def size_key(value: str) -> str | None:
+    """The catalog's key of a size or hub id ("E2B", "google/gemma-4-E2B-it" -> "e2b"); None if it names none."""
+    try:
+        return get_variant(value).key
+    except Gemma4T4Error:
+        return None
+
+
+def sagemaker_endpoint(model: str | Path, *, name: str, part: int | None, region: str, budget: Budget | None,
+                       gpu: str, max_num_seqs: int, max_model_len: int, poll_s: float) -> Endpoint:
+    """A billed endpoint serving ``model`` (a local folder is uploaded to S3 first) on ``gpu``'s instance."""
+    # lazy: the SageMaker modules (deploy, experiments, S3 upload) load only on TARGET=sagemaker
+    from gemma4_t4.sagemaker.config import DeployConfig
+    from gemma4_t4.sagemaker.cost import usd
+
+    if gpu not in INSTANCE_OF_GPU:
+        raise Gemma4T4Error(f"no SageMaker instance for gpu={gpu!r}", fix=f"use one of {', '.join(INSTANCE_OF_GPU)}")
+    config = DeployConfig(
+        region=region, instance_type=INSTANCE_OF_GPU[gpu], model_id=str(model), served_model_name=name,
+        max_num_seqs=max_num_seqs, max_model_len=max_model_len, ttl_hours=2.0,
+        name=endpoint_name(PART_PREFIX.get(part or 0, "g4-nb-") + gpu, name),
+    )
+    tokenizer = None
+    folder = Path(model)
+    if folder.is_dir():  # a local build (Part 3's repack): uploaded once, served from S3
+        # lazy: the SageMaker modules (deploy, experiments, S3 upload) load only on TARGET=sagemaker
+        from gemma4_t4.sagemaker.upload import upload_model_folder
+
+        upload = upload_model_folder(folder, region)
+        print(f"{folder.name}: {len(upload.files)} files, {upload.total_bytes / 1e9:.2f} GB at {upload.s3_uri}")
+        config = dataclasses.replace(config, model_id=folder.name, model_data_s3_uri=upload.s3_uri)
+        tokenizer = str(folder)
+    started = time.monotonic()
+    served = Endpoint.sagemaker(config, budget=budget, tokenizer=tokenizer, poll_s=poll_s)
+    print(f"{config.instance_type} endpoint {config.name} InService in {time.monotonic() - started:.0f} s, "
+          f"serving {served.served_name} ({served.usd_per_hour:.2f} $/h; budget left: "
+          + (f"{usd(budget.left_usd)})" if budget else "none set)"))
+    return served

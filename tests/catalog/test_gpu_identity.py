@@ -16,7 +16,9 @@ from gemma4_t4.catalog.hardware import GPUS, identify_gpu, price_key, price_of_g
 from gemma4_t4.host import env
 from gemma4_t4.serving.gate import GIB, ModelFound, probe_model
 from gemma4_t4.serving.server_config import ServerConfig
+from gemma4_t4.studies import part4
 from gemma4_t4.venues.endpoint import Endpoint
+from gemma4_t4.venues.runtime import RuntimeInfo
 
 # (nvidia-smi's name, the table key, compute capability, MiB nvidia-smi reports)
 KNOWN = [
@@ -50,7 +52,7 @@ def _gate_facts(name: str, mib: int, model: str = MODEL) -> ModelFound:
     return probe_model(ServerConfig(model=model, target="t4", max_model_len=8192), host)
 
 
-def _notebook_runtime(name: str, cc: str, mib: int) -> nb.RuntimeInfo:
+def _notebook_runtime(name: str, cc: str, mib: int) -> RuntimeInfo:
     def run(cmd):
         if any(a.startswith("--query-gpu") for a in cmd):
             return 0, f"0, {name}, {mib}, {cc}, 580.82.07\n"
@@ -148,10 +150,10 @@ def test_the_endpoint_owns_its_venue():
     cpu = Endpoint("local", "x", "http://127.0.0.1:1", "x")
     assert cpu.price is None and cpu.gpu_label == "no GPU"
     # a notebook's $/Mtok row needs an hourly figure: a T4's, which measured_price then refuses to use
-    assert nb.price_of(cpu, None).gpu == "t4"  # type: ignore[arg-type]
+    assert part4.price_of(cpu).gpu == "t4"
     t4 = sagemaker_price("ml.g4dn.xlarge")
     assert t4 is not None and t4.key == price_key("sagemaker", "ml.g4dn.xlarge") and t4.gpu == "t4"
     billed = Endpoint("sagemaker", "e", "sagemaker://us-east-2/e", "e", gpu="t4", usd_per_hour=t4.usd_per_hour,
                       price=t4)
-    assert billed.price is t4 and not billed.can_restart and nb.price_of(billed, None) is t4  # type: ignore[arg-type]
+    assert billed.price is t4 and not billed.can_restart and part4.price_of(billed) is t4
     assert sagemaker_price("ml.nothing") is None and price_of_gpu("a100-40gb") is None and price_of_gpu(None) is None

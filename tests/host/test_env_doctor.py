@@ -360,14 +360,14 @@ def test_notebook_runtime_check_reads_the_doctor_probe(capsys):
     from gemma4_t4.errors import Gemma4T4Error
 
     info = nb.runtime_check("t4", probes=fake_probes(ram_gib=12.7), show=True)
-    assert info.is_t4 and info.gpu_memory_gib == 15.0 and info.driver == "595.91.07"
-    assert info.ram_gib == 12.7 and info.packages["vllm"] == "0.33.0" and not info.colab
+    assert info.is_t4 and info.gpu_memory_gib == 15.0 and info.facts.driver_version == "595.91.07"
+    assert info.facts.ram_total_gib == 12.7 and info.packages["vllm"] == "0.33.0" and info.facts.platform != "colab"
     assert "Tesla T4 sm_75 15.0 GiB" in capsys.readouterr().out
     with pytest.raises(Gemma4T4Error, match="no NVIDIA GPU") as err:
         nb.runtime_check("t4", probes=fake_probes(gpu=False), show=False)
     assert "T4 GPU" in err.value.fix
     colab_cpu = nb.runtime_check("cpu", probes=fake_probes(gpu=False, env={"COLAB_RELEASE_TAG": "x"}), show=False)
-    assert colab_cpu.colab and colab_cpu.gpu_name is None and colab_cpu.notes
+    assert colab_cpu.facts.platform == "colab" and colab_cpu.gpu_name is None and colab_cpu.notes
 
 
 def test_an_old_driver_rejecting_a_field_still_lists_its_gpus():

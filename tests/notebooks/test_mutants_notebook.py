@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import sys
 import time
@@ -22,12 +23,19 @@ from types import SimpleNamespace
 import pytest
 
 from gemma4_t4 import notebook as nb
+from gemma4_t4 import tutorial_part1 as part1
+from gemma4_t4 import tutorial_part3 as part3
 from gemma4_t4.catalog.hardware import PRICES
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.foundation.table import Table
+from gemma4_t4.foundation.figures import show_image
+from gemma4_t4.foundation.table import Table, in_notebook
 from gemma4_t4.host import env
+from gemma4_t4.studies import part4
 from gemma4_t4.venues import endpoint as endpoints
+from gemma4_t4.venues import parameters, parts
 from gemma4_t4.venues.endpoint import Budget, BudgetRefused, Endpoint, OwnershipRecord
+from gemma4_t4.venues.parameters import is_real_number
+from gemma4_t4.venues.runtime import RuntimeInfo, check_target
 
 DRIVER = "580.82.07"
 T4 = ("Tesla T4", 15360, "7.5")
@@ -79,7 +87,7 @@ def _host(
     )
 
 
-def _runtime(target: str, *gpus, **more) -> nb.RuntimeInfo:
+def _runtime(target: str, *gpus, **more) -> RuntimeInfo:
     return nb.runtime_check(target, probes=_host(*gpus, **more), show=False)
 
 
@@ -93,8 +101,8 @@ def test_auto_on_a_t4_host_takes_the_gpu_path_and_says_why():
     assert info.reason == "TARGET='auto': Tesla T4 found (nvidia-smi), so the GPU path"
     assert info.serves_on_this_gpu and info.is_t4 and info.gpu_key == "t4" and info.roofline_gpu == "t4"
     assert info.gpu_name == "Tesla T4" and info.compute_capability == "7.5" and info.gpu_memory_gib == 15.0
-    assert info.driver == DRIVER and info.ram_gib == 12.5 and info.python == "3.11.9"
-    assert info.platform == "Linux Debian GNU/Linux 13 x86_64" and not info.colab
+    assert info.facts.driver_version == DRIVER and info.facts.ram_total_gib == 12.5 and info.facts.python == "3.11.9"
+    assert info.facts.platform != "colab"
     assert info.notes == []  # one T4: nothing to say
 
 
@@ -140,7 +148,7 @@ def test_an_explicit_target_is_read_whatever_its_case_and_spaces():
     assert info.target == "cpu" and info.requested == "cpu"
     assert info.reason == "TARGET='cpu' was set in the parameters cell"
     with pytest.raises(Gemma4T4Error) as refused:
-        nb.check_target("gpu")
+        check_target("gpu")
     assert refused.value.message == "TARGET='gpu' is not supported by this notebook"
     assert (
         refused.value.fix == "set TARGET to 'auto' or one of 'cpu', 't4', 'sagemaker' in the parameters cell"
@@ -186,13 +194,12 @@ def test_a_gpu_the_table_lacks_is_named_unpriced_and_shown_against_the_t4():
 
 def test_a_turing_gpu_is_the_t4_path_by_its_sm_75_and_a_t4_by_its_name():
     """A Quadro RTX (sm_75) takes the Turing steps; so does a T4 whose driver does not report sm."""
-    quadro = nb.RuntimeInfo("t4", "t4", "", env.Facts("", "", "", "", "", "", True), {})
+    quadro = RuntimeInfo("t4", "t4", "", env.Facts("", "", "", "", "", "", True), {})
     quadro.facts.gpus = [env.GPUInfo(0, "Quadro RTX 6000", 24576, "7.5", DRIVER)]
     assert quadro.is_t4
-    named = nb.RuntimeInfo("t4", "t4", "", env.Facts("", "", "", "", "", "", True), {})
+    named = RuntimeInfo("t4", "t4", "", env.Facts("", "", "", "", "", "", True), {})
     named.facts.gpus = [env.GPUInfo(0, "Tesla T4", 0, None, DRIVER)]
     assert named.is_t4 and named.gpu_memory_gib is None  # a size nvidia-smi did not give is not 0 GiB
-    assert named.cpu_count >= 1
 
 
 def test_a_gpu_whose_driver_does_not_report_its_sm_is_shown_without_one(capsys):
@@ -230,7 +237,7 @@ def test_the_runtime_table_shows_the_host_and_each_package(capsys):
     assert "t4 (TARGET='t4' was set in the parameters cell)" in out
     assert "3.11.9 (Linux Debian GNU/Linux 13 x86_64)" in out
     assert f"Tesla T4 sm_75 15.0 GiB, driver {DRIVER}" in out
-    assert f"12.5 GiB, {info.cpu_count} CPU cores" in out
+    assert f"12.5 GiB, {os.cpu_count() or 1} CPU cores" in out
     assert "0.33.0" in out and "not installed" in out  # vllm's version; torch is missing here
     assert "TARGET=t4: TARGET='t4' was set in the parameters cell" in out
     assert info.packages["vllm"] == "0.33.0" and info.packages["torch"] is None
@@ -309,7 +316,7 @@ def _cell(part: int, **changed: object) -> dict[str, object]:
     """A parameters cell of each parameter's own example value (as YAML reads it), with ``changed``."""
     import yaml
 
-    return {name: yaml.safe_load(rule.example) for name, rule in nb.PART_PARAMS[part].items()} | changed
+    return {name: yaml.safe_load(rule.example) for name, rule in parameters.PART_PARAMS[part].items()} | changed
 
 
 def test_reference_answers_name_an_existing_run_folder(tmp_path):
@@ -389,7 +396,7 @@ def test_in_jupyter_a_table_is_displayed_not_printed(monkeypatch, capsys, tmp_pa
     shown = []
     monkeypatch.setattr(IPython, "get_ipython", lambda: ZMQInteractiveShell())
     monkeypatch.setattr(IPython.display, "display", shown.append)
-    assert nb.in_notebook()
+    assert in_notebook()
     table = Table([{"a": 1}], "t")
     nb.show_table(table)
     assert shown == [table] and capsys.readouterr().out == ""
@@ -399,14 +406,14 @@ def test_in_jupyter_a_table_is_displayed_not_printed(monkeypatch, capsys, tmp_pa
 
     nb.show_figure(fig, tmp_path / "f.png")
     assert shown[-1] is fig and (tmp_path / "f.png").exists()
-    nb.show_image(tmp_path / "f.png")
+    show_image(tmp_path / "f.png")
     assert type(shown[-1]).__name__ == "Image" and shown[-1].filename == str(tmp_path / "f.png")
     assert "plot:" not in capsys.readouterr().out
 
     monkeypatch.setattr(IPython, "get_ipython", lambda: TerminalInteractiveShell())
-    assert not nb.in_notebook()
+    assert not in_notebook()
     monkeypatch.setattr(IPython, "get_ipython", lambda: None)
-    assert not nb.in_notebook()
+    assert not in_notebook()
 
 
 def test_a_figure_is_saved_as_png_and_a_missing_plot_names_the_step(tmp_path, capsys):
@@ -429,10 +436,10 @@ def test_a_figure_is_saved_as_png_and_a_missing_plot_names_the_step(tmp_path, ca
     with Image.open(path) as png:  # the report's resolution, cropped to the plot (no blank margins)
         assert round(png.info["dpi"][0]) == 110
         assert png.size[0] < 6.4 * 110 and png.size[1] < 4.8 * 110
-    nb.show_image(path)
+    show_image(path)
     assert capsys.readouterr().out == f"plot: {path}\n"
     with pytest.raises(Gemma4T4Error) as missing:
-        nb.show_image(tmp_path / "none.png")
+        show_image(tmp_path / "none.png")
     assert missing.value.message == f"no plot at {tmp_path / 'none.png'}"
     assert missing.value.fix == "run the step that makes it first"
 
@@ -472,9 +479,9 @@ def test_the_summary_holds_what_was_measured_apart_from_what_was_published(tmp_p
 
 
 def test_only_a_finite_positive_number_counts_as_measured():
-    assert nb.is_real_number(1) and nb.is_real_number(0.25)
+    assert is_real_number(1) and is_real_number(0.25)
     for value in (0, -1.0, float("nan"), float("inf"), True, "3", None):
-        assert not nb.is_real_number(value), value
+        assert not is_real_number(value), value
 
 
 # ---------------------------------------------------------------- what each target serves
@@ -525,32 +532,32 @@ def _folder(tmp_path: Path, config: dict) -> Path:
 
 def test_a_models_positions_come_from_its_text_config_else_the_catalog(tmp_path):
     assert (
-        nb.model_positions(
+        parts.model_positions(
             _folder(
                 tmp_path, {"text_config": {"max_position_embeddings": 1024}, "max_position_embeddings": 99}
             )
         )
         == 1024
     )
-    assert nb.model_positions(_folder(tmp_path, {"max_position_embeddings": 512})) == 512
-    assert nb.model_positions("google/gemma-4-31B-it") == 262144
-    assert nb.model_positions("someone/other-model") is None
+    assert parts.model_positions(_folder(tmp_path, {"max_position_embeddings": 512})) == 512
+    assert parts.model_positions("google/gemma-4-31B-it") == 262144
+    assert parts.model_positions("someone/other-model") is None
 
 
 def test_the_context_is_the_targets_unless_the_model_holds_less_or_the_workloads_need_more(tmp_path):
     from gemma4_t4.bench.specs import AnswersSpec, DecodeSpec, TTFTSpec
 
     small = _folder(tmp_path, {"max_position_embeddings": 1024})
-    assert nb.context_for("cpu", small) == 1024  # the model's positions cap the CPU default
-    assert nb.context_for("cpu", "someone/other-model") == 2048  # unknown positions: the default stands
-    assert nb.context_for("sagemaker", "someone/other-model") == 8192
-    assert nb.context_for("t4", "google/gemma-4-E2B-it", max_model_len=1000) == 1000  # as asked
+    assert parts.context_for("cpu", small) == 1024  # the model's positions cap the CPU default
+    assert parts.context_for("cpu", "someone/other-model") == 2048  # unknown positions: the default stands
+    assert parts.context_for("sagemaker", "someone/other-model") == 8192
+    assert parts.context_for("t4", "google/gemma-4-E2B-it", max_model_len=1000) == 1000  # as asked
     exactly = DecodeSpec(concurrency=[1], input_len=1000, output_len=24)
-    assert nb.context_for("cpu", small, [exactly]) == 1024  # 1,000 + 24 fits 1,024 exactly
+    assert parts.context_for("cpu", small, [exactly]) == 1024  # 1,000 + 24 fits 1,024 exactly
     # the answers workload sends questions of no fixed length: only its output is counted against the context
-    assert nb.context_for("cpu", small, [AnswersSpec(output_len=8)], max_model_len=8) == 8
+    assert parts.context_for("cpu", small, [AnswersSpec(output_len=8)], max_model_len=8) == 8
     with pytest.raises(Gemma4T4Error) as refused:
-        nb.context_for("cpu", small, [TTFTSpec(input_lens=[64, 1020], output_len=8)])
+        parts.context_for("cpu", small, [TTFTSpec(input_lens=[64, 1020], output_len=8)])
     assert (
         refused.value.message == "the workloads send up to 1028 tokens (prompt + output), more than the 1024 "
         "positions tiny holds"
@@ -590,6 +597,7 @@ class _Recorded:
                 return served
 
         monkeypatch.setattr(nb, "Endpoint", Builders)
+        monkeypatch.setattr(parts, "Endpoint", Builders)
         return self
 
 
@@ -622,7 +630,7 @@ def test_a_local_t4_part_serves_on_this_gpu_with_the_fit_checks_context(tmp_path
 
 def test_a_sagemaker_part_deploys_its_gpus_instance_named_for_the_part(tmp_path, monkeypatch, capsys):
     made = _Recorded().install(monkeypatch)
-    budget = nb.Budget(3.0)
+    budget = Budget(3.0)
     served = nb.endpoint(
         "sagemaker",
         "google/gemma-4-E2B-it",
@@ -696,17 +704,17 @@ def test_a_local_folder_is_uploaded_once_and_served_from_s3(tmp_path, monkeypatc
 def test_the_repack_a_venue_serves_beside_its_qat_source(tmp_path, monkeypatch, capsys):
     from gemma4_t4.host.cpuisa import CpuBuild
 
-    gpu = nb.repack_to_serve(_runtime("t4", T4), tmp_path)
+    gpu = part3.served_answers(_runtime("t4", T4), tmp_path, tmp_path / "out", 1.0)
     assert gpu.folder == tmp_path / "repack-emb4" and gpu.exact
     assert gpu.pairs("qat-src") == [("qat", Path("qat-src")), ("repack", tmp_path / "repack-emb4")]
     assert capsys.readouterr().out == "serving: the emb4 repack (int4 linears and 4-bit embeddings)\n"
     avx2 = CpuBuild("avx2", "_C_AVX2", None, False, "")
-    monkeypatch.setattr(nb.cpuisa, "cpu_build", lambda: avx2)
-    none = nb.repack_to_serve(_runtime("cpu"), tmp_path)
+    monkeypatch.setattr(part3.cpuisa, "cpu_build", lambda: avx2)
+    none = part3.served_answers(_runtime("cpu"), tmp_path, tmp_path / "out", 1.0)
     assert none.folder is None and not none.exact and none.pairs("qat-src") == []
     assert none.why == f"not measured: {avx2.int4_missing}; serve it on a T4 or an AVX-512 CPU"
-    monkeypatch.setattr(nb.cpuisa, "cpu_build", lambda: CpuBuild("avx512", "_C_AVX512", None, True, ""))
-    linear = nb.repack_to_serve(_runtime("cpu"), tmp_path)
+    monkeypatch.setattr(part3.cpuisa, "cpu_build", lambda: CpuBuild("avx512", "_C_AVX512", None, True, ""))
+    linear = part3.served_answers(_runtime("cpu"), tmp_path, tmp_path / "out", 1.0)
     assert linear.folder == tmp_path / "repack-linear" and not linear.exact
     assert linear.why == (
         "the linear-only repack (vLLM's CPU build, int4 linears); the tiny random model's answers "
@@ -723,11 +731,11 @@ def _served(venue: str, name: str, stop=None) -> Endpoint:
 
 
 def test_clean_up_says_what_it_stopped_and_asks_aws_what_the_part_left(monkeypatch, capsys):
-    from gemma4_t4.venues import parts as experiments
+    from gemma4_t4.venues import parts
 
     asked = []
     monkeypatch.setattr(
-        experiments,
+        parts,
         "leftover_endpoints",
         lambda region, part: asked.append((region, part)) or ["g4-p2-old", "g4-p2-t4-gemma4"],
     )
@@ -751,10 +759,10 @@ class _Stuck(SimpleNamespace):
 
 
 def test_clean_up_reports_an_endpoint_still_up_and_asks_aws_in_the_default_region(monkeypatch, capsys):
-    from gemma4_t4.venues import parts as experiments
+    from gemma4_t4.venues import parts
 
     asked = []
-    monkeypatch.setattr(experiments, "leftover_endpoints", lambda region, part: asked.append(region) or [])
+    monkeypatch.setattr(parts, "leftover_endpoints", lambda region, part: asked.append(region) or [])
     stuck = _Stuck(
         venue="sagemaker", url="sagemaker://us-east-2/g4-p3-t4-a", name="g4-p3-t4-a", stopped=False
     )
@@ -784,7 +792,7 @@ def test_an_endpoint_that_could_not_be_deleted_is_reported_as_still_billing(caps
 def test_the_steps_that_need_sagemaker_or_a_turing_gpu_say_why_they_did_not_run(tmp_path, capsys):
     cpu = _runtime("cpu")
     local = _served("local", "gemma4")
-    assert nb.t4_vs_l4(local, {}, tmp_path, tmp_path, model="m", budget=None) is None
+    assert part4.t4_vs_l4(local, {}, tmp_path, tmp_path, model="m", budget=None) is None
     out = capsys.readouterr().out
     assert (
         out.startswith(
@@ -793,30 +801,29 @@ def test_the_steps_that_need_sagemaker_or_a_turing_gpu_say_why_they_did_not_run(
         )
         and "T4 vs L4 on SageMaker, single-stream decode (published)" in out
     )
-    assert nb.drafter_on_off(local, "auto", tmp_path) is None
+    assert part4.drafter_on_off(local, "auto", tmp_path) is None
     assert capsys.readouterr().out == (
         "not run on local: a drafter comparison restarts the server twice (on SageMaker: two more billed deploys)\n"
     )
-    assert nb.ttft_route_on_off(local, cpu, None, tmp_path) is None
+    assert part4.ttft_route_on_off(local, cpu, None, tmp_path) is None
     assert (
         capsys.readouterr().out == "not run on cpu: the route activates on a local Turing GPU (sm_7x) only\n"
     )
     assert (
-        nb.ttft_route_on_off(local, _runtime("t4", T4), None, tmp_path) is None
+        part4.ttft_route_on_off(local, _runtime("t4", T4), None, tmp_path) is None
     )  # a T4, but no server to restart
     restartable = _served("local", "tiny")
     restartable.server = SimpleNamespace()
-    assert nb.ttft_route_on_off(restartable, cpu, None, tmp_path) is None  # a server, but no Turing GPU
+    assert part4.ttft_route_on_off(restartable, cpu, None, tmp_path) is None  # a server, but no Turing GPU
     capsys.readouterr()
-    assert nb.prefill_verdict(cpu, tmp_path) is None
+    assert part4.prefill_verdict(cpu, tmp_path) is None
     assert capsys.readouterr().out == "skipped on cpu: the route is measured and used on a Turing GPU only\n"
 
 
 def test_a_local_endpoint_is_priced_as_a_cloud_t4_and_a_sagemaker_one_at_its_instance():
-    runtime = _runtime("cpu")
-    assert nb.price_of(_served("local", "gemma4"), runtime) is PRICES["gce:n1-standard-2+t4"]
+    assert part4.price_of(_served("local", "gemma4")) is PRICES["gce:n1-standard-2+t4"]
     l4 = Endpoint("local", "g", "http://x", "g", gpu="l4")
-    assert nb.price_of(l4, runtime).gpu == "l4"
+    assert part4.price_of(l4).gpu == "l4"
 
 
 def test_a_runs_cost_table_is_priced_at_the_endpoints_price_for_its_venue(tmp_path):
@@ -825,7 +832,7 @@ def test_a_runs_cost_table_is_priced_at_the_endpoints_price_for_its_venue(tmp_pa
 
     run = BenchRun(dir=tmp_path / "r", run=RunInfo(workload="decode", model="m", status="complete"), cells=[])
     served = Endpoint("local", "g", "http://x", "g", gpu="l4")
-    table = nb.cost_per_mtok(run, served, _runtime("t4", L4))
+    table = part4.cost_per_mtok(run, served, _runtime("t4", L4))
     assert table.price is served.price and table.venue == "t4"
     assert table.measured.usd_per_hour == served.price.usd_per_hour
 
@@ -838,8 +845,8 @@ def test_local_model_keeps_a_folder_and_dir_bytes_counts_every_file(tmp_path, ca
     (folder / "sub").mkdir(parents=True)
     (folder / "a.json").write_text("12345")
     (folder / "sub" / "b.bin").write_bytes(b"123")
-    assert nb.local_model(folder) == folder and nb.local_model(str(folder)) == folder
-    assert nb.dir_bytes(folder) == 8
+    assert part3.local_model(folder) == folder and part3.local_model(str(folder)) == folder
+    assert part3.dir_bytes(folder) == 8
     stray = tmp_path / "file.txt"
     stray.write_text("x")
     assert nb.remove_dirs(folder, stray, tmp_path / "gone") == [str(folder)]
@@ -854,8 +861,8 @@ def test_local_model_keeps_a_folder_and_dir_bytes_counts_every_file(tmp_path, ca
 
 def test_an_mcp_session_shows_one_row_per_call_with_its_result_cut_short():
     long = "x" * 500
-    session = nb.MCPSession(
-        ["a", "b", "c"], [nb.MCPCall("doctor", {}, False, long), nb.MCPCall("plan", {}, True, "no")]
+    session = part1.MCPSession(
+        ["a", "b", "c"], [part1.MCPCall("doctor", {}, False, long), part1.MCPCall("plan", {}, True, "no")]
     )
     assert session.caption() == "Tool calls through a real MCP client (stdio); 3 tools listed"
     assert session.table_rows() == [
@@ -879,11 +886,11 @@ class _LocalAWS:
 
 
 def test_part1_says_where_its_aws_calls_go_and_whose_replies_they_are(capsys):
-    real = nb.AwsVenue("sagemaker")
+    real = part1.AwsVenue("sagemaker")
     assert real.describe() == "AWS: real AWS (billed)" and real.replies_from == "the endpoint"
     real.canned("hi")
     real.stop()  # nothing runs locally for real AWS
-    canned = nb.AwsVenue("cpu", _LocalAWS(), None, generated=False)
+    canned = part1.AwsVenue("cpu", _LocalAWS(), None, generated=False)
     assert canned.replies_from == "canned (moto)"
     assert canned.describe() == (
         "AWS: local moto + fake Service Quotas; endpoint replies: canned (moto) (vLLM is not "
@@ -894,7 +901,7 @@ def test_part1_says_where_its_aws_calls_go_and_whose_replies_they_are(capsys):
     assert canned.invoke_stream("ep", "us-east-2", "hi") is None
     assert capsys.readouterr().out == "streamed: not run (moto alone implements no response streams)\n"
     tiny = _served("local", "tiny-gemma4")
-    generated = nb.AwsVenue("cpu", _LocalAWS(), tiny)
+    generated = part1.AwsVenue("cpu", _LocalAWS(), tiny)
     assert generated.describe() == (
         "AWS: local moto + fake Service Quotas; endpoint replies: tiny Gemma 4 via the runtime stand-in"
     )
@@ -902,7 +909,7 @@ def test_part1_says_where_its_aws_calls_go_and_whose_replies_they_are(capsys):
     assert generated.local.queued == []  # the tiny model answers: nothing canned
     generated.stop()
     assert generated.local.stopped and tiny.stopped
-    venue = nb.aws_venue("sagemaker", ".")
+    venue = part1.aws_venue("sagemaker", ".")
     assert venue.target == "sagemaker" and venue.local is None
     assert capsys.readouterr().out == "AWS: real AWS (billed)\n"
 
@@ -984,10 +991,10 @@ def test_run_sync_runs_a_coroutine_from_plain_python_and_from_inside_a_running_l
     async def answer():
         return 42
 
-    assert nb.run_sync(answer) == 42
+    assert part1.run_sync(answer) == 42
 
     async def cell():  # Jupyter: a loop already runs, so it goes to a worker thread
-        return nb.run_sync(answer)
+        return part1.run_sync(answer)
 
     assert asyncio.run(cell()) == 42
 
@@ -1848,8 +1855,6 @@ def test_a_deploy_deletes_only_once_a_create_call_may_have_created_something():
 def test_t4_vs_l4_deploys_an_l4_serving_the_same_model_and_compares_it_with_the_t4_runs(
     tmp_path, monkeypatch, capsys
 ):
-    from gemma4_t4.bench import specs as bench_specs
-
     asked, ran = [], []
 
     class L4:
@@ -1859,28 +1864,28 @@ def test_t4_vs_l4_deploys_an_l4_serving_the_same_model_and_compares_it_with_the_
         def __exit__(self, *exc):
             ran.append("deleted")
 
-    def endpoint(*args, **kwargs):
+    def sagemaker_endpoint(*args, **kwargs):
         asked.append((args, kwargs))
         return L4()
 
     headline = Table([{"figure": "T4 / L4", "measured here": 0.4}], "headline")
-    monkeypatch.setattr(nb, "endpoint", endpoint)
+    monkeypatch.setattr(part4, "sagemaker_endpoint", sagemaker_endpoint)
+    contexts = []
+    monkeypatch.setattr(part4, "context_for", lambda *asked_for: contexts.append(asked_for) or 4096)
+    monkeypatch.setattr(part4, "run", lambda on, spec, out, overwrite: ran.append((on, spec, out, overwrite)))
     monkeypatch.setattr(
-        bench_specs, "run", lambda on, spec, out, overwrite: ran.append((on, spec, out, overwrite))
-    )
-    monkeypatch.setattr(
-        nb,
+        part4,
         "compare_suites",
         lambda t4, l4: ran.append(("compared", t4, l4)) or SimpleNamespace(headlines=[headline]),
     )
-    monkeypatch.setattr(nb, "headline_rows", lambda h: [{"row": f"published beside {h.caption()}"}])
+    monkeypatch.setattr(part4, "headline_rows", lambda h: [{"row": f"published beside {h.caption()}"}])
     budget = Budget(5.0)
     t4 = Endpoint(
         "sagemaker", "g4-p4-t4-gemma4", "sagemaker://us-west-2/g4-p4-t4-gemma4", "gemma4", max_num_seqs=4
     )
     specs = {"decode": "decode spec", "answers": "answers spec"}
     assert (
-        nb.t4_vs_l4(
+        part4.t4_vs_l4(
             t4,
             specs,
             tmp_path / "t4",
@@ -1893,7 +1898,7 @@ def test_t4_vs_l4_deploys_an_l4_serving_the_same_model_and_compares_it_with_the_
         is headline
     )
     ((args, kwargs),) = asked
-    assert args == ("sagemaker", "google/gemma-4-E2B-it", ".")
+    assert args == ("google/gemma-4-E2B-it",)
     assert kwargs == {
         "name": "gemma4",
         "part": 4,
@@ -1901,9 +1906,10 @@ def test_t4_vs_l4_deploys_an_l4_serving_the_same_model_and_compares_it_with_the_
         "budget": budget,
         "gpu": "l4",
         "max_num_seqs": 4,
+        "max_model_len": 4096,
         "poll_s": 0.5,
-        "serves": ["decode spec", "answers spec"],
     }
+    assert contexts == [("sagemaker", "google/gemma-4-E2B-it", ["decode spec", "answers spec"])]
     assert ran == [
         ("l4 endpoint", "decode spec", tmp_path / "l4" / "decode", True),
         ("l4 endpoint", "answers spec", tmp_path / "l4" / "answers", True),
@@ -1913,7 +1919,7 @@ def test_t4_vs_l4_deploys_an_l4_serving_the_same_model_and_compares_it_with_the_
     out = capsys.readouterr().out
     assert "headline" in out and "published beside headline" in out
     t4.max_num_seqs = None
-    nb.t4_vs_l4(t4, specs, tmp_path / "t4", tmp_path / "l4", model="m", budget=None)
+    part4.t4_vs_l4(t4, specs, tmp_path / "t4", tmp_path / "l4", model="m", budget=None)
     assert (
         asked[1][1]["max_num_seqs"] == 8
         and asked[1][1]["region"] == "us-east-2"
@@ -1937,7 +1943,7 @@ def test_the_drafter_comparison_restarts_the_local_server_with_the_same_config(t
         lambda config, draft, out, **kw: asked.append((config, draft, out, kw)) or "report",
     )
     served = _restartable(tmp_path)
-    assert nb.drafter_on_off(served, "auto", tmp_path) == "report"
+    assert part4.drafter_on_off(served, "auto", tmp_path) == "report"
     ((config, draft, out, kw),) = asked
     assert config is served.server.config and draft == "auto" and out == tmp_path
     assert kw == {
@@ -1945,7 +1951,7 @@ def test_the_drafter_comparison_restarts_the_local_server_with_the_same_config(t
         "tokenizer": "google/gemma-4-E2B-it-qat-w4a16-ct",
         "running": served,
     }
-    nb.drafter_on_off(_restartable(tmp_path, tokenizer="tok"), "auto", tmp_path)
+    part4.drafter_on_off(_restartable(tmp_path, tokenizer="tok"), "auto", tmp_path)
     assert asked[1][3]["tokenizer"] == "tok"
 
 
@@ -1967,8 +1973,8 @@ def test_on_a_t4_the_ttft_route_curve_and_the_prefill_verdict_run_and_show_their
         prefill_bench, "bench_prefill", lambda out_dir: asked.append(out_dir) or SimpleNamespace(plot=plot)
     )
     served, t4 = _restartable(tmp_path), _runtime("t4", T4)
-    assert nb.ttft_route_on_off(served, t4, "ttft spec", tmp_path).plot == plot
-    assert nb.prefill_verdict(t4, tmp_path / "prefill").plot == plot
+    assert part4.ttft_route_on_off(served, t4, "ttft spec", tmp_path).plot == plot
+    assert part4.prefill_verdict(t4, tmp_path / "prefill").plot == plot
     assert asked == [(served.server.config, "ttft spec", tmp_path), tmp_path / "prefill"]
     assert capsys.readouterr().out == f"plot: {plot}\nplot: {plot}\n"
 
@@ -2011,10 +2017,10 @@ def test_the_install_cell_applies_the_plan_and_restarts_colab_when_something_loa
 
 def test_without_ipython_or_huggingface_hub_it_is_plain_python_and_a_download_names_the_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "IPython", None)  # import IPython raises ImportError
-    assert not nb.in_notebook()
+    assert not in_notebook()
     monkeypatch.setitem(sys.modules, "huggingface_hub", None)
     with pytest.raises(Gemma4T4Error) as missing:
-        nb.local_model("google/gemma-4-E2B-it")
+        part3.local_model("google/gemma-4-E2B-it")
     assert missing.value.message == "huggingface_hub is not installed"
     assert missing.value.fix == "pip install huggingface_hub"
 
@@ -2028,7 +2034,7 @@ def test_a_hub_model_is_downloaded_with_only_what_vllm_reads(tmp_path, monkeypat
         "snapshot_download",
         lambda repo, allow_patterns: asked.append((repo, allow_patterns)) or str(tmp_path),
     )
-    assert nb.local_model("google/gemma-4-E2B-it") == tmp_path
+    assert part3.local_model("google/gemma-4-E2B-it") == tmp_path
     assert asked == [("google/gemma-4-E2B-it", ["*.json", "*.safetensors", "*.jinja", "tokenizer*"])]
 
 
@@ -2054,7 +2060,7 @@ def test_part1_on_the_cpu_starts_the_local_stand_ins_and_says_whose_replies_they
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real_find_spec(name, *a)
     )
-    venue = nb.aws_venue("cpu", tmp_path)
+    venue = part1.aws_venue("cpu", tmp_path)
     assert made == [(False, None)] and venue.tiny is None and not venue.generated and venue.target == "cpu"
     assert capsys.readouterr().out.startswith(
         "AWS: local moto + fake Service Quotas; endpoint replies: canned (moto)"
@@ -2086,7 +2092,7 @@ def test_part1_on_the_cpu_with_vllm_serves_the_tiny_model_behind_the_runtime_sta
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *a: object() if name == "vllm" else real_find_spec(name, *a)
     )
-    venue = nb.aws_venue("cpu", tmp_path)
+    venue = part1.aws_venue("cpu", tmp_path)
     assert served == [(("cpu", str(tmp_path / "models" / "tiny-gemma4"), tmp_path), {"name": "tiny-gemma4"})]
     assert made == [(False, tiny.url)] and venue.tiny is tiny and venue.generated
     assert capsys.readouterr().out == (
@@ -2106,9 +2112,9 @@ def test_part1_streams_a_reply_where_a_model_answers(monkeypatch, capsys):
             or SimpleNamespace(ttft_s=2.0, chunks=7, text="Paris")
         ),
     )
-    venue = nb.AwsVenue("sagemaker")
+    venue = part1.AwsVenue("sagemaker")
     assert venue.invoke_stream("ep", "us-west-2", "Capital of France?", max_tokens=8).text == "Paris"
-    assert nb.AwsVenue("sagemaker").invoke_stream("ep", "us-west-2", "hi") is not None
+    assert part1.AwsVenue("sagemaker").invoke_stream("ep", "us-west-2", "hi") is not None
     assert asked == [("ep", "us-west-2", "Capital of France?", 8), ("ep", "us-west-2", "hi", 32)]
     assert capsys.readouterr().out.startswith("streamed: first token after 2000 ms, 7 chunks: Paris\n")
 
@@ -2137,15 +2143,15 @@ def test_part1_finds_the_dlc_image_off_a_t4_and_the_fixed_image_on_one(monkeypat
         )
 
     monkeypatch.setattr(build, "ensure_t4_image", ensure_t4_image)
-    assert nb.AwsVenue("sagemaker").image_uri("ml.g6.xlarge", "us-west-2") == "dlc@us-west-2"
+    assert part1.AwsVenue("sagemaker").image_uri("ml.g6.xlarge", "us-west-2") == "dlc@us-west-2"
     assert capsys.readouterr().out == ""
-    assert nb.AwsVenue("sagemaker").image_uri("ml.g4dn.xlarge", "us-west-2") == "fixed@us-west-2"
+    assert part1.AwsVenue("sagemaker").image_uri("ml.g4dn.xlarge", "us-west-2") == "fixed@us-west-2"
     assert built == [("us-west-2", None)]
     out = capsys.readouterr().out
     assert out.startswith("step 1 in us-west-2\nstep 2\nstep 3 \n...\n") and "step 4" not in out
     assert "found: fixed@us-west-2 sha256:abc" in out
     local = SimpleNamespace(seed_fixed_image_for=lambda target: None)
-    nb.AwsVenue("cpu", local).image_uri("ml.g4dn.xlarge", "us-east-2")
+    part1.AwsVenue("cpu", local).image_uri("ml.g4dn.xlarge", "us-east-2")
     assert built[1][1] == local.seed_fixed_image_for  # moto gets the image the build made
     out = capsys.readouterr().out
     assert (

@@ -23,6 +23,7 @@ from gemma4_t4.bench.published import T4_QAT_VS_BF16_C1, Kind, QatVsBf16
 from gemma4_t4.bench.results import DecodeSpeed
 from gemma4_t4.bench.specs import AnswersSpec, DecodeSpec, PrefixSpec, TTFTSpec
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.venues import parameters, parts
 
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = {int(p.name[:2]): p for p in sorted((REPO / "notebooks").glob("0*.ipynb"))}
@@ -163,8 +164,8 @@ def _specs(part: int, target: str, cell: dict[str, object]) -> list:
     """The workloads the part serves, built from the filled parameters as its cells build them."""
     filled = dict(
         zip(
-            nb.PARAMETERS[part],
-            nb.fill_defaults(part, target, **{n: cell[n] for n in nb.PARAMETERS[part]}),
+            parameters.PARAMETERS[part],
+            nb.fill_defaults(part, target, **{n: cell[n] for n in parameters.PARAMETERS[part]}),
             strict=True,
         )
     )
@@ -190,11 +191,11 @@ def test_each_parameter_runs_the_part_or_is_refused_in_one_sentence(part, name, 
     cell = _cell(part) | {name: _papermill(raw) if how == "-p" else _yaml(name, raw)}
     if expected == OK:
         nb.check_parameters(part, cell)
-        if part in nb.PARAMETERS:  # what the part serves is built from what was accepted, and fits its server
+        if part in parameters.PARAMETERS:  # what the part serves is built from what was accepted, and fits its server
             for target, model in (("cpu", None), ("t4", "google/gemma-4-E2B-it-qat-w4a16-ct")):
                 specs = _specs(part, target, cell)
                 assert 1 in specs[0].concurrency  # the part's figures are at one stream
-                nb.context_for(target, model or tmp_path, specs)
+                parts.context_for(target, model or tmp_path, specs)
         return
     with pytest.raises(Gemma4T4Error) as refused:
         nb.check_parameters(part, cell)
@@ -302,10 +303,10 @@ def test_part4_on_a_local_t4_serves_a_context_its_ttft_prompts_fit():
     ttft = TTFTSpec(input_lens=filled[1], output_len=4, num_prompts=4)
     model = nb.model_for(target, "e2b", "qat")
     assert max(ttft.input_lens) == 4096
-    assert nb.context_for(target, model, [ttft]) >= 4096 + 4
+    assert parts.context_for(target, model, [ttft]) >= 4096 + 4
     # the context the fit check judged the size at (check_model_size), where the workloads need no more
-    assert nb.context_for(target, model) == nb.GPU_CONTEXT == 8192
-    assert nb.context_for(target, model, [TTFTSpec(input_lens=[12_000], output_len=4)]) == 12_004
+    assert parts.context_for(target, model) == parts.GPU_CONTEXT == 8192
+    assert parts.context_for(target, model, [TTFTSpec(input_lens=[12_000], output_len=4)]) == 12_004
 
 
 def test_a_context_the_workloads_do_not_fit_is_refused_before_anything_starts(tmp_path):
@@ -318,8 +319,8 @@ def test_a_context_the_workloads_do_not_fit_is_refused_before_anything_starts(tm
             "cpu", model, tmp_path, name="never-started", serves=too_long
         )  # refused: no server needed
     with pytest.raises(Gemma4T4Error, match="more than max_model_len=2048"):
-        nb.context_for("t4", "google/gemma-4-E2B-it", [TTFTSpec(input_lens=[4096])], max_model_len=2048)
-    assert nb.context_for("cpu", model, [TTFTSpec.for_venue("cpu")]) == nb.CPU_CONTEXT
+        parts.context_for("t4", "google/gemma-4-E2B-it", [TTFTSpec(input_lens=[4096])], max_model_len=2048)
+    assert parts.context_for("cpu", model, [TTFTSpec.for_venue("cpu")]) == parts.CPU_CONTEXT
 
 
 # ---------------------------------------------------------------- the real papermill call

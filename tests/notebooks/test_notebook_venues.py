@@ -9,6 +9,8 @@ import pytest
 
 from gemma4_t4 import notebook as nb
 from gemma4_t4.bench.specs import AnswersSpec, DecodeSpec, PrefixSpec, run
+from gemma4_t4.studies import part4
+from gemma4_t4.venues.endpoint import Budget
 from tests.notebooks.test_notebooks_sagemaker import REGION, aws_to_tiny_model  # noqa: F401
 
 
@@ -17,7 +19,7 @@ def test_a_part_on_sagemaker_runs_the_same_cells_and_leaves_nothing_billing(
     aws_to_tiny_model, tiny_model_dir, tmp_path, monkeypatch  # noqa: F811
 ):
     monkeypatch.setenv("GEMMA4_T4_CACHE_DIR", str(tmp_path / "cache"))
-    budget = nb.Budget(2.0)
+    budget = Budget(2.0)
     decode = DecodeSpec(concurrency=[1], input_len=32, output_len=24, num_prompts=3, warmup=1)
     answers = AnswersSpec(output_len=6)
     runs_dir = tmp_path / "runs"
@@ -35,7 +37,7 @@ def test_a_part_on_sagemaker_runs_the_same_cells_and_leaves_nothing_billing(
     assert decoded.run.server.backend == "sagemaker" and set(decoded.per_stream_by_concurrency()) == {1}
     assert prefix.prefix_hit_rate() is None  # an endpoint has no /metrics: not measured, never 0
     assert endpoint.stopped and endpoint.cost_usd() > 0
-    headline = nb.t4_vs_l4(endpoint, {"decode": decode, "answers": answers}, runs_dir, tmp_path / "l4",
+    headline = part4.t4_vs_l4(endpoint, {"decode": decode, "answers": answers}, runs_dir, tmp_path / "l4",
                            model=tiny_model_dir, budget=budget, region=REGION, poll_s=0)
     assert headline is not None
     # vLLM's CPU build flushes each answer: no per-stream ratio then, and the headline says why
@@ -43,4 +45,4 @@ def test_a_part_on_sagemaker_runs_the_same_cells_and_leaves_nothing_billing(
     assert headline.answers.total > 0
     assert 0 < budget.spent_usd <= budget.usd
     assert nb.clean_up(endpoint, part=4, region=REGION) == []
-    assert nb.price_of(endpoint, nb.runtime_check("cpu", show=False)).instance == "ml.g4dn.xlarge"
+    assert part4.price_of(endpoint).instance == "ml.g4dn.xlarge"

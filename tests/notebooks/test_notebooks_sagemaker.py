@@ -7,17 +7,17 @@ from __future__ import annotations
 import pytest
 
 from gemma4_t4.bench.compare import Headline, published_decode
+from gemma4_t4.bench.published import headline_rows
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.notebook import headline_rows
 from gemma4_t4.standins.local import LocalAWS
-from gemma4_t4.venues import parts as experiments
+from gemma4_t4.venues import parts
 
 REGION = "us-east-2"
 
 
 # moto 5.2's endpoint-config enum of instance types predates the L4 (real SageMaker has offered
 # ml.g6.xlarge since 2024): the test extends moto's list by the instance types Part 4 deploys.
-MOTO_MISSING_TYPES = {experiments.INSTANCE_OF_GPU["l4"]}
+MOTO_MISSING_TYPES = {parts.INSTANCE_OF_GPU["l4"]}
 
 
 @pytest.fixture
@@ -41,7 +41,7 @@ def aws_to_tiny_model(vllm_server, monkeypatch, tmp_path):
 
 def test_leftover_endpoints_refuses_a_part_that_creates_none():
     with pytest.raises(Gemma4T4Error, match="creates no endpoints"):
-        experiments.leftover_endpoints(REGION, 1)
+        parts.leftover_endpoints(REGION, 1)
 
 
 def test_headline_rows_put_the_published_row_beside_and_label_it():
