@@ -17,19 +17,26 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.foundation.launch_record import Assistant, assistant_boundary, launch_settings
+from gemma4_t4.foundation.launch_record import (
+    Assistant,
+    assistant_boundary,
+    help_for,
+    offered_default,
+    user_settings,
+    value_type,
+)
 from gemma4_t4.sagemaker import image as images
-from gemma4_t4.sagemaker.config import DeployConfig, check_assistant_env, deploy_settings
+from gemma4_t4.sagemaker.config import DeployConfig, check_assistant_env
 from gemma4_t4.sagemaker.cost import MAX_ASSISTANT_BUDGET_USD, BilledBound, billed_bound
-from gemma4_t4.serving.server_config import setting_help
+from gemma4_t4.serving.server_config import ServerConfig
 
 
 @dataclass(frozen=True)
 class Offered:
-    """One setting as an MCP parameter: its name there, the declared type, the tool's default, help, boundary."""
+    """One setting as an MCP parameter: its name, the declared type, the tool's default, help, boundary."""
 
     parameter: str
     kind: Any
@@ -39,11 +46,27 @@ class Offered:
     required: bool = False
 
 
+def offered(model: type[BaseModel], sagemaker: bool) -> list[Offered]:
+    """The one MCP-signature source: the settings of ``model`` an assistant sets (their declared boundary), with
+    the help and default its flags have; ``sagemaker``: the deploy tools (else a local server's start tool, which
+    withholds the settings declared ``sagemaker_only``). A setting without a boundary is refused, named."""
+    found = []
+    for name, field in user_settings(model).items():
+        rule = assistant_boundary(field)
+        if rule is None:
+            raise TypeError(f"{model.__name__}.{name} declares no assistant boundary (setting(..., assistant=...))")
+        if rule["sets"] and (sagemaker or "sagemaker_only" not in rule):
+            default = rule.get("default", offered_default(field))
+            text = field.description if field.is_required() else help_for(model, name, default)
+            found.append(Offered(name, field.annotation, default, str(text), rule, field.is_required()))
+    return found
+
+
 def parameter_type(offered: Offered) -> Any:
     """The parameter's type with its boundary in the schema: limits, a Literal of the choices, the allowed keys.
     Null is accepted where the setting is optional and means the default (:func:`takes_settings`)."""
     rule, kind = offered.rule, offered.kind
-    base = next((t for t in (*typing.get_args(kind), kind) if t is not type(None)), kind)
+    base = value_type(kind)
     if "choices" in rule:
         choice = Literal[tuple(rule["choices"])]
         base = list[choice] if typing.get_origin(base) is list else choice
@@ -77,32 +100,15 @@ def takes_settings(offered: Iterable[Offered]) -> Callable[[Callable[..., Any]],
     return wrap
 
 
-def deploy_parameters() -> list[Offered]:
-    """The deploy settings an assistant sets (DeployConfig's declarations), as MCP parameters."""
-    return [Offered(s.parameter, s.type, s.default, s.help, s.assistant) for s in deploy_settings()
-            if s.assistant["sets"]]
-
-
-def launch_parameters() -> list[Offered]:
-    """The launch settings an assistant sets (ServerSettings' declarations), with the MCP's defaults."""
-    found = []
-    for name, field in launch_settings().items():
-        rule = assistant_boundary(field)
-        if rule is None:
-            raise TypeError(f"ServerSettings.{name} declares no assistant boundary (setting(..., assistant=...))")
-        if rule["sets"]:
-            default = rule.get("default", field.default)
-            found.append(Offered(name, field.annotation, None if field.is_required() else default,
-                                 setting_help(name, default), rule, required=field.is_required()))
-    return found
-
-
 def withheld() -> dict[str, str]:
     """Every setting an assistant never sets, with why (what docs/sagemaker.md and docs/serving.md list)."""
-    deploy = {f"deploy {s.parameter}": s.assistant["why"] for s in deploy_settings() if not s.assistant["sets"]}
-    launch = {f"serve {n}": (assistant_boundary(f) or {}).get("why", "") for n, f in launch_settings().items()
-              if not (assistant_boundary(f) or {"sets": True})["sets"]}
-    return deploy | launch
+    found = {}
+    for venue, model in (("deploy", DeployConfig), ("serve", ServerConfig)):
+        for name, field in user_settings(model).items():
+            rule = assistant_boundary(field) or {"sets": True}
+            if not rule["sets"] or venue == "serve" and "sagemaker_only" in rule:
+                found[f"{venue} {name}"] = rule.get("sagemaker_only", rule["why"])
+    return found
 
 
 DEFAULT_BUDGET_USD = 10.0  # four hours of one T4 is ~$2.94; 20 of the largest for a week is refused

@@ -36,14 +36,7 @@ from gemma4_t4.errors import Gemma4T4Error, UnexpectedError, debug_enabled, user
 from gemma4_t4.foundation import secrets, signals
 from gemma4_t4.foundation.jsonable import to_jsonable
 from gemma4_t4.host import env
-from gemma4_t4.mcp_boundary import (
-    DEFAULT_BUDGET_USD,
-    BudgetUSD,
-    assistant_deploy,
-    deploy_parameters,
-    launch_parameters,
-    takes_settings,
-)
+from gemma4_t4.mcp_boundary import DEFAULT_BUDGET_USD, BudgetUSD, assistant_deploy, offered, takes_settings
 from gemma4_t4.sagemaker import quotas  # sagemaker.* import no AWS SDK: boto3 loads at a tool's first call
 from gemma4_t4.sagemaker.build import (
     BUILD_TIMEOUT_MINUTES,
@@ -56,15 +49,7 @@ from gemma4_t4.sagemaker.build import (
 )
 from gemma4_t4.sagemaker.build import build_t4_image as build
 from gemma4_t4.sagemaker.config import ConfigSummary, DeployConfig, default_region, validate_name
-from gemma4_t4.sagemaker.deploy import (
-    DeployFailed,
-    DeployResult,
-    deploy,
-    deploy_cost,
-    deploy_in_background,
-    deployment_plan,
-    rollback,
-)
+from gemma4_t4.sagemaker.deploy import DeployResult, deploy_cost, deployment_plan, rollback, run_deploy
 from gemma4_t4.sagemaker.health import HealthReport, check_health
 from gemma4_t4.sagemaker.image import (
     US_REGIONS,
@@ -126,12 +111,8 @@ Tokens = Annotated[int, Field(ge=1, le=32_768, description="tokens to generate")
 Temperature = Annotated[float, Field(ge=0, le=2, description="sampling temperature")]
 
 
-def _secret_values() -> list[str]:
-    """Secret-named environment values to scrub, by the package's one rule (values of 3 characters and
-    more: a stray ``1`` is not masked, a 4-character token is)."""
-    return secrets.known_values()
-
-
+# secret-named environment values to scrub (secrets.known_values: 3 characters and more, so a stray 1 stays)
+_secret_values = secrets.known_values
 _scrub = secrets.mask  # the package's one masking rule, shared with serve, bench and SageMaker
 log = logging.getLogger("gemma4_t4.mcp")
 
@@ -464,7 +445,7 @@ def find_vllm_image(region: Region = None, tag: str | None = None, latest: bool 
 
 
 @tool(LOCAL_READ_ONLY)
-@takes_settings(deploy_parameters())
+@takes_settings(offered(DeployConfig, sagemaker=True))
 def get_deployment_config(*, budget_usd: BudgetUSD = DEFAULT_BUDGET_USD, **settings: object) -> ConfigResult:
     """Validate a deployment config (no AWS calls): container env, AMI, $/hour, the budget's bound and the aws
     CLI recipe. Without image_tag it plans with the recorded DLC tag (deploy_endpoint looks up the newest).
@@ -482,7 +463,7 @@ def get_deployment_config(*, budget_usd: BudgetUSD = DEFAULT_BUDGET_USD, **setti
 
 
 @tool(CREATES, confirm=True)
-@takes_settings(deploy_parameters())
+@takes_settings(offered(DeployConfig, sagemaker=True))
 def deploy_endpoint(*, wait: bool = False, timeout_s: Seconds | None = None, budget_usd: BudgetUSD = DEFAULT_BUDGET_USD,
                     confirm: Confirm = False, **settings: object) -> DeployToolResult:
     """Deploy to a SageMaker endpoint (billing starts). Needs confirm=True; without it, returns the plan and the
@@ -498,26 +479,21 @@ def deploy_endpoint(*, wait: bool = False, timeout_s: Seconds | None = None, bud
     On a T4 an image without the Turing fix is refused; with no image_uri the newest fixed image
     in the region's ECR is used (build it with build_t4_image).
     """
-    config = DeployConfig.from_settings(**settings)
-    config.pin_image_tag(settings.get("image_tag"))  # no tag given: the newest in the registry
-    plan = deployment_plan(config)  # validates before anything else
-    cost = deploy_cost(config).line() + "; " + assistant_deploy(config, budget_usd).line()
+    config = DeployConfig.from_settings(look_up_image_tag=True, **settings)  # no tag: the registry's newest
+    # a shutdown ends a wait and rolls back what this deploy created; wait=False: watched while this server runs
+    run = run_deploy(config, act=confirm, bound=lambda c: assistant_deploy(c, budget_usd).line(),
+                     background=not wait, client=_WATCHES.client(config.region) if _WATCHES.client else None,
+                     timeout_s=timeout_s, progress=False, sleep=_cancellable_sleep)
     if not confirm:
-        return DeployToolResult(refused=True, cost=cost, aws_cli=plan,
+        return DeployToolResult(refused=True, cost=run.cost, aws_cli=run.plan,
                                 reason="deploying creates billed resources: call again with confirm=True")
-    try:
-        if wait:  # a shutdown ends the wait and rolls back what this deploy created
-            result = deploy(config, timeout_s=timeout_s, progress=False, sleep=_cancellable_sleep)
-        else:
-            client = _WATCHES.client(config.region) if _WATCHES.client else None
-            watcher = deploy_in_background(config, timeout_s=timeout_s, client=client)
-            _WATCHES.by_key[(config.region, config.name)] = watcher
-            result = watcher.result
-    except DeployFailed as exc:
-        return DeployToolResult(refused=False, reason=str(exc), cost=cost, aws_cli=plan,
-                                deployment=exc.result,
+    if run.watcher:
+        _WATCHES.by_key[(config.region, config.name)] = run.watcher
+    if run.failed:
+        return DeployToolResult(refused=False, reason=str(run.failed), cost=run.cost, aws_cli=run.plan,
+                                deployment=run.result,
                                 next_step="read get_endpoint_logs; what was created has been deleted")
-    return DeployToolResult(refused=False, cost=cost, aws_cli=plan, deployment=result,
+    return DeployToolResult(refused=False, cost=run.cost, aws_cli=run.plan, deployment=run.result,
                             next_step="poll get_endpoint_status until InService, then verify_model_health")
 
 
@@ -778,7 +754,7 @@ def apply_turing_patch(revert: bool = False, confirm: Confirm = False) -> Turing
 
 
 @tool(CREATES)
-@takes_settings(launch_parameters())
+@takes_settings(offered(ServerConfig, sagemaker=False))
 def start_vllm_server(*, timeout_s: Annotated[Seconds, Field(description="how long to wait for /health")] = 600.0,
                       **settings: object) -> ServerToolResult:
     """Start vLLM on 127.0.0.1 (free port by default) through the start gate; waits for /health.

@@ -10,7 +10,6 @@ import argparse
 import functools
 import sys
 import time
-import typing
 from collections.abc import Callable
 
 from gemma4_t4.cli import Output, add_command, add_group
@@ -48,7 +47,7 @@ def interrupted_line(exc: BaseException, elapsed_s: float) -> str:
 
 
 def default_region(region: str | None) -> str:
-    # lazy: the SageMaker modules load only when a sagemaker command runs, not for --help
+    # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
     from gemma4_t4.sagemaker.config import default_region as resolve
 
     return resolve(region)
@@ -199,76 +198,47 @@ def _matrix(args: argparse.Namespace) -> Output:
 
 
 def _config_from(args: argparse.Namespace):
-    """The typed config from the deploy flags; without --image-uri the stock DLC tag is looked up in the
-    region's registry (``args.image_label`` says which tag and whether it is the recorded fallback)."""
+    """The typed config from the deploy flags; without --image-uri or --image-tag the stock DLC tag is looked up
+    in the region's registry (its ``image_label`` says which tag and whether it is the recorded fallback)."""
     # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
-    from gemma4_t4.sagemaker.config import DeployConfig, deploy_settings
+    from gemma4_t4.foundation.launch_record import read_setting_flags
+    from gemma4_t4.sagemaker.config import DeployConfig
 
-    given = {s.parameter: getattr(args, s.parameter) for s in deploy_settings() if hasattr(args, s.parameter)}
-    given["fallback_instance_types"] = [t for t in (args.fallback_instance_types or "").split(",") if t]
-    given["extra_env"] = env = {}
-    for item in args.extra_env or []:
-        if "=" not in item:
-            raise Gemma4T4Error(f"--env {item!r} is not KEY=VALUE", fix="write --env SM_VLLM_SEED=0")
-        key, value = item.split("=", 1)
-        env[key] = value
-    config = DeployConfig.from_settings(**given)
-    args.image_label = config.pin_image_tag(args.image_tag)
-    return config
+    return DeployConfig.from_settings(look_up_image_tag=True, **read_setting_flags(args, DeployConfig))
 
 
 @_owns_aws_resources
 def _deploy(args: argparse.Namespace) -> Output:
     # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
-    from gemma4_t4.sagemaker.deploy import (
-        DeployFailed,
-        deploy,
-        deploy_cost,
-        deploy_with_failover,
-        deployment_plan,
-    )
-
-    # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
-    from gemma4_t4.sagemaker.image import validate_region
+    from gemma4_t4.sagemaker.deploy import FailoverResult, run_deploy
 
     config = _config_from(args)
-    failover = _regions(args.failover) if args.failover else []
-    for region in failover:  # a dry run refuses a region the real run would (e.g. a typo)
-        validate_region(region)
     if args.model_dir and args.model_data_s3_uri:
         raise Gemma4T4Error("--model-dir and --model-data both name the model", fix="pass one of them")
     upload_lines: list[str] = []
     if args.model_dir:
         config, upload_lines = _with_model_dir(config, args)
+    run = run_deploy(config, act=not args.dry_run, failover=_regions(args.failover) if args.failover else (),
+                     announce=lambda cost: print(cost, file=sys.stderr), wait=not args.no_wait,
+                     timeout_s=args.timeout, progress=not args.json)
     if args.dry_run:
-        plan = deployment_plan(config)
-        cost = deploy_cost(config).line()
         return Output(
-            {"dry_run": True, "config": config.summary(), "cost": cost, "image_tag": args.image_label,
-             "upload": upload_lines, "plan": plan},
-            f"{cost}\nimage tag: {args.image_label}\n" + _recipe(upload_lines + plan),
+            {"dry_run": True, "config": config.summary(), "cost": run.cost, "image_tag": config.image_label,
+             "upload": upload_lines, "plan": run.plan},
+            f"{run.cost}\nimage tag: {config.image_label}\n" + _recipe(upload_lines + run.plan),
         )
-    config.validate()
-    print(deploy_cost(config).line(), file=sys.stderr)
-    kwargs = {"wait": not args.no_wait, "timeout_s": args.timeout, "progress": not args.json}
-    if args.failover:
-        result = deploy_with_failover(config, failover, **kwargs)
+    result = run.result
+    if isinstance(result, FailoverResult):
         lines = [f"{a.region}: {a.outcome} after {a.elapsed_s:.0f} s" + (f" ({a.reason})" if a.reason else "")
                  for a in result.attempts]
         return Output(result, "\n".join(lines), 0 if result.success else 1)
-    try:
-        result = deploy(config, **kwargs)
-        head, code = f"{result.name} in {result.region}: {result.status}", 0
-    except DeployFailed as exc:
-        result, head, code = exc.result, f"error: {exc}", 1
+    head = f"error: {run.failed}" if run.failed else f"{result.name} in {result.region}: {result.status}"
     timeline = "\n".join(f"  {e.t_s:8.1f} s  {e.stage}  {e.detail}" for e in result.timeline)
-    return Output(result, f"{head}\n{timeline}", code)
+    return Output(result, f"{head}\n{timeline}", 1 if run.failed else 0)
 
 
 def _with_model_dir(config, args: argparse.Namespace):
     """Upload --model-dir (real run) or plan its upload (dry run); the config serves it from S3."""
-    import dataclasses
-
     # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
     from gemma4_t4.sagemaker.upload import default_bucket, upload_model_folder, upload_plan
 
@@ -284,7 +254,7 @@ def _with_model_dir(config, args: argparse.Namespace):
         )
         print(result.table(), file=sys.stderr)
         uri, lines = result.s3_uri, []
-    return dataclasses.replace(config, model_data_s3_uri=uri), lines
+    return config.replaced(model_data_s3_uri=uri), lines
 
 
 def _list(args: argparse.Namespace) -> Output:
@@ -400,30 +370,6 @@ def _reap(args: argparse.Namespace) -> Output:
 
 
 # -- registration -------------------------------------------------------------------------------
-# How a list or a map is typed on a command line (deploy's spellings of old; _config_from reads them back)
-_LIST_FLAGS = {
-    "extra_args": {"action": "append", "metavar": "FLAG"},  # --vllm-arg=--enforce-eager
-    "extra_env": {"action": "append", "metavar": "KEY=VALUE"},
-    "fallback_instance_types": {"metavar": "TYPES"},  # comma-separated
-}
-# matrix names its endpoints and takes its models from --models: these settings are deploy's alone
-_ONE_ENDPOINT = ("name", "model_id", "model_data_s3_uri")
-
-
-def _deploy_args(p: argparse.ArgumentParser, name: bool = True) -> None:
-    """The deploy settings as flags, generated from their one declaration beside DeployConfig."""
-    # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
-    from gemma4_t4.sagemaker.config import deploy_settings
-
-    for setting in deploy_settings():
-        if not name and setting.name in _ONE_ENDPOINT:
-            continue
-        kind = next((t for t in typing.get_args(setting.type) if t is not type(None)), setting.type)  # int | None
-        value = {"type": kind, "default": setting.default, "metavar": setting.flag[2:].upper().replace("-", "_")}
-        options = _LIST_FLAGS.get(setting.name) or ({"action": "store_true"} if kind is bool else value)
-        p.add_argument(setting.flag, dest=setting.parameter, help=setting.help, **options)
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
     sub = add_group(subparsers, "sagemaker", "deploy to and manage SageMaker endpoints (boto3)", __doc__)
     _register_image_commands(sub)
@@ -462,10 +408,14 @@ def _register_image_commands(sub: argparse._SubParsersAction) -> None:
 
 def _register_deploy_commands(sub: argparse._SubParsersAction) -> None:
     """deploy and matrix: the commands that create endpoints (and bill)."""
+    # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
+    from gemma4_t4.foundation.launch_record import add_setting_flags
+    from gemma4_t4.sagemaker.config import DeployConfig
+
     p = add_command(
         sub, "deploy", _deploy, "create model, endpoint config and endpoint; roll back on failure"
     )
-    _deploy_args(p)
+    add_setting_flags(p, DeployConfig)
     p.add_argument(
         "--model-dir", default=None, metavar="DIR",
         help="a local model folder: uploaded to S3 (resumable, checksummed) and served from there",
@@ -497,7 +447,8 @@ def _register_deploy_commands(sub: argparse._SubParsersAction) -> None:
         "--out", default="results/sagemaker-matrix",
         help="results folder (OUT/ENDPOINT/WORKLOAD: one subfolder per model, one per workload inside)",
     )
-    _deploy_args(p, name=False)
+    # matrix names its endpoints and takes its models from --models: these settings are deploy's alone
+    add_setting_flags(p, DeployConfig, skip=("name", "model_id", "model_data_s3_uri"))
     _common(p, region=False)
 
 

@@ -14,51 +14,27 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import typing
 import warnings
 
 from gemma4_t4.cli import Output, add_command, add_group
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation import signals
 
-DEFAULT_T4_MODEL = "google/gemma-4-E2B-it-qat-w4a16-ct"
-
-
-def _env_pairs(pairs: list[str] | None) -> dict[str, str]:
-    env = {}
-    for pair in pairs or []:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise Gemma4T4Error(f"--env expects KEY=VALUE, got {pair.split('=')[0]!r}",
-                                fix="e.g. --env VLLM_LOGGING_LEVEL=DEBUG")
-        env[key.strip()] = value
-    return env
-
 
 def _config(args: argparse.Namespace):
-    """The ServerConfig the flags ask for: each launch setting from its flag (:func:`_setting_flags`)."""
+    """The ServerConfig the flags ask for (read back by the one flag builder's reader)."""
     # lazy: the serving stack loads only when a serve command runs, not for --help
-    from gemma4_t4.foundation.launch_record import launch_settings
-    from gemma4_t4.serving.server_config import ServerConfig
+    from gemma4_t4.foundation.launch_record import read_setting_flags
+    from gemma4_t4.serving.server_config import DEFAULT_T4_MODEL, ServerConfig
 
-    given = {}
-    for name, field in launch_settings().items():
-        value = getattr(args, name)
-        switches = (field.json_schema_extra or {}).get("switches")
-        if not switches:
-            given[name] = value
-        elif value:  # a tri-state's flags given (none: its default); of --eager --compile, --eager wins
-            given[name] = next(setting for setting, _ in switches.values() if setting in value)
+    given = read_setting_flags(args, ServerConfig)
     model = args.model or (DEFAULT_T4_MODEL if args.target == "t4" else None)
     if model is None:
         raise Gemma4T4Error(
             "--model is required with --target cpu",
             fix="build a tiny one (gemma4-t4 tiny models/tiny-gemma4) and pass --model models/tiny-gemma4",
         )
-    return ServerConfig(**given | {
-        "model": model, "extra_args": list(args.extra_args or []), "extra_env": _env_pairs(args.extra_env),
-        "api_key": args.api_key or os.environ.get("GEMMA4_T4_API_KEY"),
-    })
+    return ServerConfig(**given | {"model": model, "api_key": args.api_key or os.environ.get("GEMMA4_T4_API_KEY")})
 
 
 def _print_command(args: argparse.Namespace, config) -> Output:
@@ -164,45 +140,17 @@ def _where(parser: argparse.ArgumentParser) -> None:
     )
 
 
-# serve start's own defaults where a config's differ: it targets this GPU, with DEFAULT_T4_MODEL (on cpu _config
-# asks for --model), and on t4 leaves the drafter to the profile `gemma4-t4 tune` measured (None: ServerConfig).
-_START_DEFAULTS = {"target": "t4", "model": None, "draft": None}
-
-
-def _setting_flags(p: argparse.ArgumentParser) -> None:
-    """``serve start``'s launch flags, generated from their one declaration on ServerSettings; the help says what
-    a setting left out gets (server_config.WHEN_UNSET: the T4/CPU launch defaults)."""
-    # lazy: the serving stack loads only when a serve command runs, not for --help
-    from gemma4_t4.foundation.launch_record import launch_settings
-    from gemma4_t4.serving.server_config import setting_help
-
-    for name, field in launch_settings().items():
-        cli = dict(field.json_schema_extra or {})
-        cli.pop("assistant", None)  # the MCP boundary; a person's flag has the declared limits only
-        switches = cli.pop("switches", {})
-        for flag, (setting, text) in switches.items():  # a tri-state: a flag for each value (_config reads them)
-            p.add_argument(flag, dest=name, action="append_const", const=setting, help=text)
-        default = _START_DEFAULTS.get(name, field.default)
-        text = setting_help(name, default) + (f" (t4 default: {DEFAULT_T4_MODEL})" if name == "model" else "")
-        flag = cli.pop("flag", "--" + name.replace("_", "-"))
-        if typing.get_origin(field.annotation) in (list, dict):  # extra_args, extra_env: a flag per item
-            p.add_argument(flag, dest=name, action="append", help=text, **cli)
-        elif not switches:
-            kind = next(t for t in (*typing.get_args(field.annotation), field.annotation) if t is not type(None))
-            if "choices" in cli:  # taken in any case
-                kind, text = str.lower, f"{text}, any case"
-            p.add_argument(flag, dest=name, type=kind, default=default,
-                           help=text if default is None else f"{text} (default %(default)s)", **cli)
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
     # lazy: the serving stack loads only when a serve command runs, not for --help
+    from gemma4_t4.foundation.launch_record import add_setting_flags
     from gemma4_t4.serving.server import STOP_GRACE_S
+    from gemma4_t4.serving.server_config import ServerConfig
 
     sub = add_group(subparsers, "serve", "start, stop and inspect a vLLM server (T4 or CPU)", __doc__)
 
     p = add_command(sub, "start", _start, "launch vLLM detached and wait until /health answers")
-    _setting_flags(p)
+    # on t4 the drafter left out is the profile `gemma4-t4 tune` measured (None: ServerConfig asks it)
+    add_setting_flags(p, ServerConfig, defaults={"draft": None})
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait for /health (default %(default)g)")
     for flag, text in (("--print-command", "print the exact vLLM command line and environment (secrets masked); "
                         "start nothing"), ("--no-wait", "return right after launching"),

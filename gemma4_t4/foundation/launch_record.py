@@ -1,16 +1,20 @@
-"""What a launched vLLM server records about itself: its processes, its (masked) configuration and
-how it was started. The server manager and the supervisor write these records; the benchmark stores
-them in its results. They live here, below all three, so that reading a record never imports the
-code that launches servers.
+"""The vLLM settings, declared once (:class:`VLLMSettings`; the one flag builder reads them), and what a
+launched vLLM server records about itself: its processes, its (masked) configuration and how it was started.
+The server manager and the supervisor write these records; the benchmark stores them in its results. They
+live here, below all three, so that reading a record never imports the code that launches servers.
 """
 
 from __future__ import annotations
 
+import argparse
+import types
+import typing
 from typing import Any, NotRequired, Required
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.fields import FieldInfo
 
+from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.jsonable import TypedDict
 
 DEFAULT_HOST = "127.0.0.1"
@@ -73,10 +77,11 @@ class Assistant(TypedDict, total=False):
     choices: list[str]  # an assistant picks one of these only
     keys: list[str]  # a mapping (a container environment): these keys only
     default: Any  # the MCP tool's default where it differs from the CLI's (a JSON value)
+    sagemaker_only: str  # offered by the deploy tools only: why a local server's start tool withholds it
 
 
 def assistant_sets(why: str = "", **bounds: Any) -> Assistant:
-    """An assistant sets this, within ``bounds`` (ge, gt, le, choices, keys, default)."""
+    """An assistant sets this, within ``bounds`` (ge, gt, le, choices, keys, default, sagemaker_only)."""
     return Assistant(sets=True, why=why, **bounds)  # type: ignore[typeddict-item]
 
 
@@ -85,25 +90,95 @@ def assistant_never(why: str) -> Assistant:
     return Assistant(sets=False, why=why)
 
 
-def setting(default: Any, help: str, assistant: Assistant | None = None, **cli: Any) -> Any:
-    """A setting a user sets, with its one-line help (``description``): ``serve start``'s flag (``--field-name``)
-    and, where ``assistant`` allows it, the MCP start tool's parameter are generated from it. ``cli``: the flag's
-    spelling where that is not enough: ``flag``, ``metavar``, ``choices``, or ``switches`` (flag -> the value it
-    sets and its help). ``assistant``: the boundary decision, required (None fails the boundary's test)."""
-    extra = cli | ({"assistant": assistant} if assistant is not None else {})
-    return Field(default, description=help, json_schema_extra=extra or None)  # pydantic copies a [] or {} default
+def setting(default: Any, help: str, assistant: Assistant, **cli: Any) -> Any:
+    """A setting a user sets, with its one-line help (``description``) and its assistant boundary: the CLI's flag
+    (``--field-name``, :func:`add_setting_flags`) and, where ``assistant`` allows it, the MCP tools' parameter
+    (``mcp_boundary.takes_settings``) are generated from it. ``cli``: the flag's spelling where that is not
+    enough: ``flag``, ``metavar``, ``choices``, ``switches`` (flag -> the value it sets and its help), ``comma``
+    (a list typed comma-separated), ``resolved`` (left out, the config works it out: no default shown)."""
+    return Field(default, description=help, json_schema_extra=cli | {"assistant": assistant})  # copies a [] or {}
+
+
+def declared(field: FieldInfo) -> dict[str, Any]:
+    """What :func:`setting` declared beside a field's help: its boundary and its flag's spelling."""
+    return dict(field.json_schema_extra or {})  # type: ignore[arg-type]
 
 
 def assistant_boundary(field: FieldInfo) -> Assistant | None:
     """The boundary a setting declares (None: none declared, which the MCP tools refuse to generate)."""
-    return (field.json_schema_extra or {}).get("assistant")  # type: ignore[union-attr,return-value]
+    return declared(field).get("assistant")
+
+
+def user_settings(model: type[BaseModel]) -> dict[str, FieldInfo]:
+    """The settings a user sets (declared with :func:`setting`), in the model's order: the one declaration the
+    CLI's flags and the MCP tools' parameters are generated from."""
+    return {name: field for name, field in model.model_fields.items() if field.description}
+
+
+def offered_default(field: FieldInfo) -> Any:
+    """What a user who passes nothing passes: None where the config works the value out (a required or resolved
+    setting, an empty list or mapping), else the declared default."""
+    left_out = field.is_required() or declared(field).get("resolved") or isinstance(field.default, (list, dict))
+    return None if left_out else field.default
+
+
+def help_for(model: type[BaseModel], name: str, default: object = None) -> str:
+    """A setting's help and, where ``default`` is None, what the venue gives it then (the model's ``WHEN_UNSET``)."""
+    text = str(model.model_fields[name].description)
+    when = getattr(model, "WHEN_UNSET", {}).get(name)
+    return f"{text} ({when})" if default is None and when else text
+
+
+# The container variables an assistant may add (MCP deploy_endpoint's extra_env), each with the values it takes:
+# vLLM switches the AWS container reads as SM_VLLM_*, none of which runs other code or fetches from elsewhere.
+# Everything else (LD_PRELOAD, PYTHONPATH, HF_ENDPOINT, another SM_VLLM_*) is a person's, through the CLI's --env.
+ASSISTANT_ENV = {
+    "SM_VLLM_ENFORCE_EAGER": r"true|false",
+    "SM_VLLM_ENABLE_PREFIX_CACHING": r"true|false",
+    "SM_VLLM_MAX_NUM_BATCHED_TOKENS": r"[1-9][0-9]{0,6}",
+    "SM_VLLM_BLOCK_SIZE": r"8|16|32|64|128",
+    "SM_VLLM_SWAP_SPACE": r"[0-9]{1,3}",
+}
+_RAW_ARGS = "raw vLLM arguments pass every check (--trust-remote-code runs a model repository's code)"
+
+
+class VLLMSettings(BaseModel):
+    """The vLLM settings a local server (:class:`ServerSettings`) and a SageMaker endpoint
+    (``sagemaker.config.DeployConfig``) share, each declared once: one default, one help, one boundary.
+    None: the venue's default, which each fills where it is built (its ``WHEN_UNSET`` says which)."""
+
+    served_model_name: str | None = setting(None, "the model's name in the API (default: the model folder's name)",
+                                            assistant_sets("a name in the API, checked for shell syntax"))
+    dtype: str | None = setting(None, "vLLM's --dtype (default float16 on a T4: Turing has no bf16; bfloat16 on "
+                                "other GPUs; on cpu a probe of vLLM's attention picks bf16 or float32)",
+                                assistant_sets(choices=["float16", "bfloat16", "float32"]))
+    max_model_len: int | None = setting(None, "tokens per sequence, prompt + output",
+                                        assistant_sets(ge=256, le=1_048_576))
+    max_num_seqs: int | None = setting(None, "concurrent sequences", assistant_sets(ge=1, le=1024))
+    tensor_parallel_size: int | None = setting(None, "GPUs per server: multi-GPU hosts, e.g. 4 on g4dn.12xlarge",
+                                               assistant_sets(ge=1, le=8))
+    gpu_memory_utilization: float | None = setting(None, "share of GPU memory vLLM may take, 0.1..0.99",
+                                                   assistant_sets(ge=0.1, le=0.99))
+    extra_args: list[str] = setting([], "extra vLLM argument (repeatable; use --vllm-arg=--flag; SageMaker: sent as "
+                                    "SM_VLLM_*)", assistant_never(_RAW_ARGS), flag="--vllm-arg", metavar="ARG")
+    extra_env: dict[str, str] = setting({}, "extra environment for vLLM (repeatable; SageMaker: container variables, "
+                                        "winning over everything derived)", assistant_sets(
+        "vLLM switches only: LD_PRELOAD, PYTHONPATH or HF_ENDPOINT would change what runs or where weights come "
+        "from", keys=list(ASSISTANT_ENV), sagemaker_only="an environment changes what runs (LD_PRELOAD, "
+        "PYTHONPATH) and where weights come from (HF_ENDPOINT)"), flag="--env", metavar="KEY=VALUE")
+    draft: str | None = setting("off", "speculative decoding: off; auto = Google's assistant for the target's size "
+                                "and build where one is known and memory allows; self = the target as its own draft "
+                                "model (a check); else an assistant's id (a local server: or folder)",
+                                assistant_sets(), metavar="auto|off|self|MODEL")  # serving/speculative.py
+    num_draft_tokens: int | None = setting(None, "tokens drafted per step, 1..16", assistant_sets(ge=1, le=16),
+                                           metavar="N")
 
 
 _LOCAL = "the server binds 127.0.0.1 only"
 _CLI_SWITCH = "a tri-state the CLI's switches set; an assistant's server takes the target's default"
 
 
-class ServerSettings(BaseModel):
+class ServerSettings(VLLMSettings):
     """Every setting that decides how vLLM is launched: what a state file and a launch record store
     (secrets masked) and read back; ``serving.server_config.ServerConfig`` adds the target's defaults and
     checks. Those declared with :func:`setting` are the user's. A record from before speculative decoding
@@ -112,19 +187,13 @@ class ServerSettings(BaseModel):
     model_config = ConfigDict(extra="ignore")  # a newer record's extra setting does not refuse an older one
 
     model: str = setting(..., "hub id or local folder", assistant_sets("the start gate checks what it serves"))
+    # cpu runs anywhere: a GPU launch (and the T4 model's download) is asked for, never a default
     target: str = setting("cpu", "t4 (this GPU) or cpu", assistant_sets(choices=["t4", "cpu"]),
                           choices=("t4", "cpu"))  # checked by ServerConfig.validate
-    served_model_name: str | None = setting(None, "the model's name in the API (default: the model folder's name)",
-                                            assistant_sets())
     host: str = setting(DEFAULT_HOST, "the address to bind: other than localhost needs --api-key",
                         assistant_never(_LOCAL + ": another address exposes it to the network"))
     port: int = setting(DEFAULT_PORT, "TCP port, 1024..65535",
                         assistant_sets("unprivileged ports only; none: a free one", ge=1024, le=65535, default=None))
-    dtype: str | None = setting(None, "vLLM's --dtype (default float16 on t4, no bf16 on Turing; on cpu a probe of "
-                                "vLLM's attention picks bf16 or float32)", assistant_sets())
-    max_model_len: int | None = setting(None, "tokens per sequence, prompt + output",
-                                        assistant_sets(gt=0, le=1_048_576, default=4096))
-    max_num_seqs: int | None = setting(None, "concurrent sequences", assistant_sets(gt=0, le=1024, default=8))
     enable_prefix_caching: bool = setting(True, "vLLM's prefix caching: a prefix seen before is not computed again",
                                           assistant_never(_CLI_SWITCH),
                                           switches={"--no-prefix-caching": (False, "off: every prompt computed in full")})
@@ -134,10 +203,6 @@ class ServerSettings(BaseModel):
         "--compile": (False, "use torch.compile/CUDA graphs (the t4 default; on cpu: slower start)")})
     max_num_batched_tokens: int | None = setting(None, "prefill chunk", assistant_sets(gt=0, le=1_048_576))
     # t4 only
-    gpu_memory_utilization: float | None = setting(None, "share of GPU memory vLLM may take, 0.1..0.99",
-                                                   assistant_sets(ge=0.1, le=0.99))
-    tensor_parallel_size: int = setting(1, "GPUs per server: multi-T4 hosts, e.g. 4 on g4dn.12xlarge",
-                                        assistant_sets(ge=1, le=8))
     language_model_only: bool | None = setting(None, "text only: no vision/audio towers, their memory to KV",
                                                assistant_never(_CLI_SWITCH), switches={
         "--language-model-only": (True, "skip the vision/audio towers (the t4 default)"),
@@ -151,12 +216,6 @@ class ServerSettings(BaseModel):
     api_key: str | None = setting(None, "required when binding beyond localhost (or set GEMMA4_T4_API_KEY)",
                                   assistant_never(_LOCAL + ", which needs no key; a key an assistant types is in its "
                                                   "transcript"))
-    extra_args: list[str] = setting([], "extra vLLM argument (repeatable; use --vllm-arg=--flag)", assistant_never(
-        "raw vLLM arguments pass every check (--trust-remote-code runs a model repository's code)"),
-                                    flag="--vllm-arg", metavar="ARG")
-    extra_env: dict[str, str] = setting({}, "extra environment for vLLM (repeatable)", assistant_never(
-        "an environment changes what runs (LD_PRELOAD, PYTHONPATH) and where weights come from (HF_ENDPOINT)"),
-                                        flag="--env", metavar="KEY=VALUE")
     work_dir: str = setting(DEFAULT_WORK_DIR, "logs, state, locks, temp files and vLLM caches stay here",
                             assistant_never("the MCP server's own ($GEMMA4_T4_WORK_DIR), set by whoever runs it"))
     python: str | None = setting(None, "interpreter with vLLM installed (default: this one)",
@@ -166,22 +225,74 @@ class ServerSettings(BaseModel):
                                                     "choice (serve start --restart-on-crash)"), metavar="N")
     probe_cpu_attention: bool = True  # cpu, dtype unset: run the attention probe (gemma4_t4.turing.cpuattn)
     chosen_by: dict[str, str] = Field(default_factory=dict)  # why each default was chosen
-    # speculative decoding: gemma4_t4/serving/speculative.py
-    draft: str | None = setting("off", "speculative decoding: off; auto = Google's assistant for the target's size "
-                                "and build where one is known and memory allows; self = the target as its own draft "
-                                "model (a check); else an assistant's id or folder", assistant_sets(),
-                                metavar="auto|off|self|MODEL")
-    num_draft_tokens: int | None = setting(None, "tokens drafted per step, 1..16", assistant_sets(ge=1, le=16),
-                                           metavar="N")
     draft_method: str | None = setting(None, "mtp (an assistant drafts) or draft_model (a whole, smaller Gemma 4 "
                                        "drafts; the default with draft self)",
                                        assistant_sets(choices=["mtp", "draft_model"]), choices=("mtp", "draft_model"))
 
 
-def launch_settings() -> dict[str, FieldInfo]:
-    """The settings a user sets (declared with :func:`setting`), in ServerSettings' order: the one
-    declaration ``serve start``'s flags and the MCP start tool's parameters are generated from."""
-    return {name: field for name, field in ServerSettings.model_fields.items() if field.description}
+def add_setting_flags(parser: argparse.ArgumentParser, model: type[BaseModel], skip: tuple[str, ...] = (),
+                      defaults: dict[str, Any] | None = None) -> None:
+    """The one flag builder: each user setting of ``model`` (but ``skip``) as a flag with its declared help, and
+    where its default is None what the venue gives it (:func:`help_for`). ``defaults``: a command's own default
+    where it differs from the declaration's. :func:`read_setting_flags` reads them back."""
+    for name, field in user_settings(model).items():
+        if name in skip:
+            continue
+        cli = {k: v for k, v in declared(field).items() if k in ("metavar", "choices")}
+        switches = declared(field).get("switches", {})
+        for flag, (value, text) in switches.items():  # a tri-state: a flag for each value
+            parser.add_argument(flag, dest=name, action="append_const", const=value, help=text)
+        default = (defaults or {}).get(name, offered_default(field))
+        text, flag = help_for(model, name, default), declared(field).get("flag", "--" + name.replace("_", "-"))
+        kind = value_type(field.annotation)
+        if declared(field).get("comma"):
+            parser.add_argument(flag, dest=name, type=_comma_list, default=default, help=text, **cli)
+        elif typing.get_origin(kind) in (list, dict):  # a flag per item (a mapping's: KEY=VALUE)
+            parser.add_argument(flag, dest=name, action="append", help=text, **cli)
+        elif kind is bool and not switches:
+            parser.add_argument(flag, dest=name, action="store_true", help=text)
+        elif not switches:
+            if "choices" in cli:  # taken in any case
+                kind, text = str.lower, f"{text}, any case"
+            parser.add_argument(flag, dest=name, type=kind, default=default,
+                                help=text if default is None else f"{text} (default %(default)s)", **cli)
+
+
+def value_type(annotation: Any) -> Any:
+    """The type a setting takes, None aside: ``int | None`` -> int; ``list[str]`` stays."""
+    union = isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union
+    return next((t for t in typing.get_args(annotation) if t is not type(None)), annotation) if union else annotation
+
+
+def _comma_list(value: str) -> list[str]:
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def read_setting_flags(args: argparse.Namespace, model: type[BaseModel]) -> dict[str, Any]:
+    """The settings :func:`add_setting_flags` parsed, as the model takes them; a tri-state, list or mapping not
+    given is left out (its default); of two switches given, the first declared wins (--eager over --compile)."""
+    given: dict[str, Any] = {}
+    for name, field in user_settings(model).items():
+        if not hasattr(args, name):
+            continue
+        value, switches = getattr(args, name), declared(field).get("switches")
+        if switches:
+            if value:
+                given[name] = next(setting for setting, _ in switches.values() if setting in value)
+        elif typing.get_origin(field.annotation) is dict:
+            if value:
+                given[name] = dict(_key_value(item) for item in value)
+        elif value is not None or typing.get_origin(field.annotation) is not list:
+            given[name] = value
+    return given
+
+
+def _key_value(item: str) -> tuple[str, str]:
+    key, sep, value = item.partition("=")
+    if not sep or not key.strip():
+        raise Gemma4T4Error(f"--env expects KEY=VALUE, got {item.split('=')[0]!r}",
+                            fix="e.g. --env VLLM_LOGGING_LEVEL=DEBUG (SageMaker: --env SM_VLLM_SEED=0)")
+    return key.strip(), value
 
 
 class HostRecord(TypedDict):

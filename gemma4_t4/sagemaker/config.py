@@ -5,18 +5,24 @@ resource's tags derive from it. ``validate()`` runs before any AWS call, so bad 
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import os
 import re
-from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, get_type_hints
+from typing import Any, ClassVar
+
+from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
 from gemma4_t4.catalog.hardware import SAGEMAKER_INSTANCES, sagemaker_price
 from gemma4_t4.catalog.models import DEFAULT_MAX_NUM_BATCHED_TOKENS, fit
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation import secrets
 from gemma4_t4.foundation.jsonable import TypedDict  # pydantic reads ConfigSummary (the MCP config tool)
-from gemma4_t4.foundation.launch_record import Assistant, assistant_never, assistant_sets
+from gemma4_t4.foundation.launch_record import (
+    ASSISTANT_ENV,
+    VLLMSettings,
+    assistant_never,
+    assistant_sets,
+    setting,
+)
 from gemma4_t4.sagemaker import image as images
 from gemma4_t4.serving import speculative
 
@@ -158,16 +164,6 @@ def extra_args_to_env(args: list[str]) -> dict[str, str]:
     return env
 
 
-# The container variables an assistant may add (MCP deploy_endpoint's extra_env), each with the values it takes:
-# vLLM switches the AWS container reads as SM_VLLM_*, none of which runs other code or fetches from elsewhere.
-# Everything else (LD_PRELOAD, PYTHONPATH, HF_ENDPOINT, another SM_VLLM_*) is a person's, through the CLI's --env.
-ASSISTANT_ENV = {
-    "SM_VLLM_ENFORCE_EAGER": r"true|false",
-    "SM_VLLM_ENABLE_PREFIX_CACHING": r"true|false",
-    "SM_VLLM_MAX_NUM_BATCHED_TOKENS": r"[1-9][0-9]{0,6}",
-    "SM_VLLM_BLOCK_SIZE": r"8|16|32|64|128",
-    "SM_VLLM_SWAP_SPACE": r"[0-9]{1,3}",
-}
 # an instance type with a price: the only ones an assistant deploys (a budget needs a price to be enforced)
 PRICED_INSTANCES = [t for t in SAGEMAKER_INSTANCES if sagemaker_price(t) is not None]
 
@@ -185,35 +181,21 @@ def check_assistant_env(env: dict[str, str]) -> None:
             raise Gemma4T4Error(f"extra_env {key}={value!r} is not a value it takes", fix=f"use {pattern}")
 
 
-def setting(default: object, help: str, assistant: Assistant, *, flag: str = "", parameter: str = "",
-            resolved: bool = False) -> Any:
-    """A field a user sets, with its one-line help: a flag of `sagemaker deploy` (``--field-name`` or the older
-    ``flag``) and, where ``assistant`` allows it, a parameter of the MCP deploy tools (the field's name or
-    ``parameter``), within its bounds. ``resolved``: left out, it is worked out by
-    :meth:`DeployConfig.from_settings` (region, image tag), not the field's default."""
-    metadata = {"help": help, "flag": flag, "parameter": parameter, "resolved": resolved, "assistant": assistant}
-    if default in (list, dict):  # an empty one for each config
-        return field(default_factory=default, metadata=metadata)  # type: ignore[call-overload]
-    return field(default=default, metadata=metadata)
+# SageMaker's value of each vLLM setting left None (DeployConfig.WHEN_UNSET says so in the help)
+_SAGEMAKER_DEFAULTS = {"max_model_len": 8192, "max_num_seqs": 4, "gpu_memory_utilization": 0.90, "draft": "off"}
 
 
-@dataclass(frozen=True)
-class Setting:
-    """One user-facing deploy setting as the CLI and the MCP tools offer it (from :func:`setting`)."""
+class DeployConfig(VLLMSettings):
+    """Everything one SageMaker deployment needs. Model, config and endpoint share ``name``. The fields
+    declared with ``setting`` are the user's (CLI flags, MCP parameters); the vLLM settings are
+    :class:`VLLMSettings`', with SageMaker's defaults (:data:`WHEN_UNSET`) filled when it is built."""
 
-    name: str  # the DeployConfig field
-    type: Any  # what a user passes: the field's type, ``T | None`` where None means "left out"
-    default: object  # what a user who passes nothing passes: the field's default, or None
-    help: str
-    flag: str
-    parameter: str
-    assistant: Assistant  # the MCP boundary: offered or not, and its bounds
-
-
-@dataclass
-class DeployConfig:
-    """Everything one SageMaker deployment needs. Model, config and endpoint share ``name``.
-    The fields declared with :func:`setting` are the user's (CLI flags, MCP parameters)."""
+    model_config = ConfigDict(frozen=True, protected_namespaces=())
+    WHEN_UNSET: ClassVar[dict[str, str]] = {
+        **{name: f"SageMaker default {value:g}" for name, value in _SAGEMAKER_DEFAULTS.items() if name != "draft"},
+        "tensor_parallel_size": "default 1, or what the fit calculator needs on a multi-GPU instance",
+        "num_draft_tokens": "default: the assistant's size recipe, 2 for E2B and 26B-A4B, 4 for the others",
+    }
 
     name: str = setting("gemma4-t4", "endpoint name, shared by its model and endpoint config",
                         assistant_sets("deploy never overwrites an existing name"))
@@ -231,26 +213,11 @@ class DeployConfig:
     image_tag: str = setting(images.DEFAULT_VLLM_TAG, "the AWS vLLM DLC tag (default: the newest -sagemaker-vN.M "
                              f"in the region's registry; {images.DEFAULT_VLLM_TAG} as a labelled fallback)",
                              assistant_sets("pinned AWS vLLM tags only"), resolved=True)
-    dtype: str | None = setting(None, "default float16 on T4 (no bf16 on Turing), bfloat16 elsewhere",
-                                assistant_sets(choices=["float16", "bfloat16", "float32"]))
-    max_model_len: int = setting(8192, "tokens per sequence (prompt + output)", assistant_sets(ge=256, le=1_048_576))
-    max_num_seqs: int = setting(4, "concurrent sequences", assistant_sets(ge=1, le=1024))
-    tensor_parallel_size: int = setting(0, "0 (default): 1, or on multi-GPU hosts such as ml.g4dn.12xlarge "
-                                        "what the fit calculator needs", assistant_sets(ge=0, le=8))
-    gpu_memory_utilization: float = setting(0.90, "share of GPU memory vLLM may take (0.1..0.99)",
-                                            assistant_sets(ge=0.1, le=0.99))
-    served_model_name: str | None = None
-    extra_args: list[str] = setting(list, "more vLLM flags, sent as SM_VLLM_* (CLI: --vllm-arg=--enforce-eager, "
-                                    "once per flag)", assistant_never(
-        "raw vLLM arguments pass every check (--trust-remote-code runs a model repository's code)"),
-                                    flag="--vllm-arg", parameter="extra_vllm_args")
-    extra_env: dict[str, str] = setting(dict, "more container variables, winning over everything derived "
-                                        "(CLI: --env KEY=VALUE, once per variable)", assistant_sets(
-        "vLLM switches only: LD_PRELOAD, PYTHONPATH or HF_ENDPOINT would change what runs or where weights come "
-        "from", keys=list(ASSISTANT_ENV)), flag="--env")
-    fallback_instance_types: list[str] = setting(list, "InstancePools fallbacks in priority order (CLI: "
+    image_label: str = ""  # which image tag and why (given, the registry's newest, the fallback): from_settings
+    fallback_instance_types: list[str] = setting([], "InstancePools fallbacks in priority order (CLI: "
                                                  "comma-separated)", assistant_sets(
-        "priced types only, within the budget at the costliest", choices=PRICED_INSTANCES))
+        "priced types only, within the budget at the costliest", choices=PRICED_INSTANCES), comma=True,
+                                                 metavar="TYPES")
     inference_ami_version: str | None = setting("auto", "'auto' (from the image's CUDA), 'none' or a version",
                                                 assistant_sets("'none' would leave g4dn on driver 470, which a "
                                                                "CUDA 13 image cannot use", choices=["auto",
@@ -263,7 +230,7 @@ class DeployConfig:
     ttl_hours: float = setting(4.0, "lifetime in hours, a cost guard: `reap` deletes the endpoint after it",
                                assistant_sets("the hours of the budget's bound", gt=0, le=168))
     created_by: str = "gemma4-t4"
-    tags: dict[str, str] = field(default_factory=dict)
+    tags: dict[str, str] = Field(default_factory=dict)
     allow_unfixed_image: bool = setting(False, "let a T4 run an image without the Turing fix (only for a vLLM "
                                         "fixed upstream)", assistant_never(
         "a T4 image without the fix crashes at the first prefill, after ~13 billed minutes"))  # _validate_image
@@ -279,45 +246,45 @@ class DeployConfig:
                                     assistant_sets(gt=0, le=10_000), resolved=True)
     scale_in_cooldown_s: int = 600
     scale_out_cooldown_s: int = 300
-    draft: str = setting("off", "speculative decoding: off | auto (Google's assistant for the model's size and "
-                         "build) | self | an assistant's hub id; sent as SM_VLLM_SPECULATIVE_CONFIG",
-                         assistant_sets())  # serving/speculative.py
-    num_draft_tokens: int | None = setting(None, "draft tokens per step with a draft, 1..16 (default: the "
-                                           "assistant's size recipe, 2 for E2B and 26B-A4B, 4 for the others)",
-                                           assistant_sets(ge=1, le=speculative.MAX_NUM_DRAFT_TOKENS))  # untuned_num_draft_tokens
+    _valid: bool = PrivateAttr(default=False)  # validate() passed (the role aside)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _sagemaker_defaults(cls, given: Any) -> Any:
+        """A vLLM setting left None gets SageMaker's default (:data:`WHEN_UNSET`): the config is complete when built."""
+        if isinstance(given, dict):
+            given = {**given, **{k: v for k, v in _SAGEMAKER_DEFAULTS.items() if given.get(k) is None}}
+        return given
 
     @classmethod
-    def from_settings(cls, **given: object) -> DeployConfig:
-        """The config a user asked for with CLI flags or MCP parameters (by :class:`Setting` parameter name):
-        the one place their conventions turn into fields, so both refuse alike. None leaves a setting out
-        (its default; the region as :func:`default_region` says); inference_ami_version "none" means none, which
-        :meth:`validate` refuses where the image needs a newer driver than the instance's default."""
+    def from_settings(cls, look_up_image_tag: bool = False, **given: Any) -> DeployConfig:
+        """The config a user asked for with CLI flags or MCP parameters: the one place their conventions turn into
+        fields, so both refuse alike. None leaves a setting out (its default; the region as
+        :func:`default_region` says); inference_ami_version "none" means none, which :meth:`validate` refuses
+        where the image needs a newer driver than the instance's default. ``look_up_image_tag``: without an image
+        URI or a tag, the newest DLC tag in the region's registry (a read-only lookup; the recorded default when
+        it cannot be read), resolved before the config is built; ``image_label`` says which."""
         autoscaled = given.get("min_instances") is not None or given.get("max_instances") is not None
         if given.get("scaling_target") is not None and not autoscaled:
             raise Gemma4T4Error("--scaling-target applies only to an autoscaled endpoint; alone it would be ignored",
                                 fix="add --min-instances N and/or --max-instances M, or drop --scaling-target")
-        none_ami = given.get("inference_ami_version") == "none"
-        if none_ami:
-            del given["inference_ami_version"]
-        given["region"] = default_region(given.get("region"))  # type: ignore[arg-type]
-        values = {}
-        for declared in deploy_settings():
-            if declared.parameter in given:
-                value = given.pop(declared.parameter)
-                if value is not None:  # None leaves it out: the field's default (an MCP null too)
-                    values[declared.name] = value
-        if none_ami:
+        unknown = sorted(set(given) - set(cls.model_fields))
+        if unknown:
+            raise TypeError(f"DeployConfig takes no setting {', '.join(unknown)}")
+        values = {k: v for k, v in given.items() if v is not None}  # None leaves it out (an MCP null too)
+        if values.get("inference_ami_version") == "none":
             values["inference_ami_version"] = None
-        return cls(**values, **given)  # type: ignore[arg-type]  # a name no setting has: the TypeError names it
+        values["region"] = default_region(given.get("region"))
+        if values.get("image_uri") is not None:
+            values["image_label"] = f"{values['image_uri']} (given)"
+        elif look_up_image_tag:
+            resolved = images.resolve_dlc_tag(values["region"], values.get("image_tag"))
+            values.update(image_tag=resolved.tag, image_label=resolved.label)
+        return cls(**values)
 
-    def pin_image_tag(self, tag: str | None) -> str:
-        """Without an image URI: pin ``image_tag`` to ``tag``, else to the newest DLC tag in the region's registry
-        (a read-only lookup; the recorded default when it cannot be read). Returns the label saying which."""
-        if self.image_uri is not None:
-            return f"{self.image_uri} (given)"
-        resolved = images.resolve_dlc_tag(self.region, tag)
-        self.image_tag = resolved.tag
-        return resolved.label
+    def replaced(self, **changes: Any) -> DeployConfig:
+        """A copy with ``changes``, built like a new config."""
+        return type(self).model_validate(self.model_dump() | changes)
 
     # -- derived values -------------------------------------------------------------------
     @property
@@ -462,13 +429,16 @@ class DeployConfig:
 
     # -- validation -----------------------------------------------------------------------
     def validate(self, require_role: bool = True) -> None:
-        """Every check that needs no AWS call; raises Gemma4T4Error naming the fix."""
-        self._validate_names()
-        self._validate_container()
-        self._validate_scaling()
-        self._validate_image()
-        self._validate_limits()
-        self._validate_image_source()
+        """Every check that needs no AWS call; raises Gemma4T4Error naming the fix. A config is frozen, so it is
+        checked once, however many steps of a deploy ask (the role, read from the environment, each time)."""
+        if not self._valid:
+            self._validate_names()
+            self._validate_container()
+            self._validate_scaling()
+            self._validate_image()
+            self._validate_limits()
+            self._validate_image_source()
+            self._valid = True
         if require_role:
             self._validate_role()
 
@@ -500,7 +470,7 @@ class DeployConfig:
     def _validate_container(self) -> None:
         """The dtype and tensor parallelism the container really gets (--env, --vllm-arg win) suit the
         instance types."""
-        if self.tensor_parallel_size < 0 or self.instance_count < 1:
+        if (self.tensor_parallel_size or 0) < 0 or self.instance_count < 1:
             raise Gemma4T4Error("tensor_parallel_size must be >= 0 (0: auto) and instance_count >= 1")
         extra_args_to_env(self.extra_args)
         for key in self.extra_env:
@@ -544,7 +514,7 @@ class DeployConfig:
             raise Gemma4T4Error("startup/download timeouts must be 60..3600 s (SageMaker's limits)",
                                 fix="use 1800 for a first start that downloads weights")
         if not 0 < self.ttl_hours <= 24 * 7:
-            raise Gemma4T4Error(f"ttl_hours={self.ttl_hours} must be in (0, 168]",
+            raise Gemma4T4Error(f"ttl_hours={self.ttl_hours:g} must be in (0, 168]",
                                 fix="choose a lifetime such as 4 hours; `reap` deletes endpoints past it")
 
     def _validate_image_source(self) -> None:
@@ -665,20 +635,3 @@ def auto_tensor_parallel(
     except Gemma4T4Error:
         return 1
     return gpus
-
-
-@functools.cache
-def deploy_settings() -> tuple[Setting, ...]:
-    """The user-facing deploy settings, in DeployConfig's order: the one declaration the CLI's flags and
-    the MCP tools' parameters are generated from."""
-    types = get_type_hints(DeployConfig)
-    found = []
-    for f in fields(DeployConfig):
-        if "help" not in f.metadata:
-            continue
-        optional = f.metadata["resolved"] or f.default_factory is not MISSING  # None: empty
-        found.append(Setting(
-            f.name, types[f.name] | None if optional else types[f.name], None if optional else f.default,
-            f.metadata["help"], f.metadata["flag"] or "--" + f.name.replace("_", "-"),
-            f.metadata["parameter"] or f.name, f.metadata["assistant"]))
-    return tuple(found)

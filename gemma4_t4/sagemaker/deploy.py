@@ -4,7 +4,6 @@ failed start stops billing at once. ``deploy_with_failover`` tries regions in or
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import time
 from collections.abc import Callable, Sequence
@@ -218,7 +217,7 @@ def with_fixed_image(config: DeployConfig, ecr_client: Any) -> DeployConfig:
     if not config.needs_fixed_image or config.image_uri:
         return config
     found = find_fixed_image(config.region, ecr_client=ecr_client)
-    return dataclasses.replace(config, image_uri=found.image_uri)
+    return config.replaced(image_uri=found.image_uri)
 
 
 def check_model_data(s3: Any, uri: str) -> None:
@@ -299,24 +298,15 @@ def deploy(config: DeployConfig, *, client: Any = None, session: Any = None, wai
     if config.model_data_s3_uri:
         check_model_data(s3_client or make("s3", config.region), config.model_data_s3_uri)
     calls = deployment_calls(config)
-    create_calls = [c for c in calls if c.service == "sagemaker"]
     result.plan = [c.cli() for c in calls]
     event("validated", f"{cost.line()}; image {config.resolved_image()}")
     _refuse_existing(sm, config)
     try:
-        _create(sm, create_calls, config.name, result, event)
-        if not wait:
-            result.status, result.success = "Creating", True
-            return result
-        timeout = timeout_s if timeout_s is not None else config.startup_timeout_s + 900
-        final = wait_in_service(sm, config.name, timeout, poll_s, progress, event, sleep, monotonic)
-        result.status = final["status"]
-        result.failure_reason = final.get("reason")
-        if result.status != "InService":
-            raise _Failure(_fix_for(result))
-        event("InService", f"after {clock.elapsed():.0f} s")
-        if config.autoscaling:
-            register_autoscaling(config, aas(), result, event)
+        _create(sm, [c for c in calls if c.service == "sagemaker"], config.name, result, event)
+        if wait:
+            _wait_and_scale(sm, config, result, event, aas, clock, timeout_s, poll_s, progress, sleep)
+        else:
+            result.status = "Creating"
         result.success = True
         return result
     except BaseException as exc:
@@ -327,6 +317,21 @@ def deploy(config: DeployConfig, *, client: Any = None, session: Any = None, wai
         raise DeployFailed(result, fix=(exc.fix if isinstance(exc, _Failure) else None) or _fix_for(result)) from exc
     finally:
         result.elapsed_s = clock.elapsed()
+
+
+def _wait_and_scale(sm: Any, config: DeployConfig, result: DeployResult, event: Callable[[str, str], None],
+                    aas: Callable[[], Any], clock: _Clock, timeout_s: float | None, poll_s: float, progress: bool,
+                    sleep: Callable[[float], None]) -> None:
+    """Wait for InService (a Failed or timed-out endpoint raises _Failure), then register autoscaling."""
+    timeout = timeout_s if timeout_s is not None else config.startup_timeout_s + 900
+    final = wait_in_service(sm, config.name, timeout, poll_s, progress, event, sleep, clock.monotonic)
+    result.status = final["status"]
+    result.failure_reason = final.get("reason")
+    if result.status != "InService":
+        raise _Failure(_fix_for(result))
+    event("InService", f"after {clock.elapsed():.0f} s")
+    if config.autoscaling:
+        register_autoscaling(config, aas(), result, event)
 
 
 class _Failure(Exception):
@@ -481,11 +486,12 @@ def deploy_with_failover(config: DeployConfig, regions: Sequence[str] = US_REGIO
                          **deploy_kwargs: Any) -> FailoverResult:
     """Try ``regions`` in order; move on after no quota or a capacity failure, stop on others."""
     make = clients or client_factory(session)
-    for region in regions:  # validate every attempt's config before any call
-        dataclasses.replace(config, region=region).validate()
+    attempts = [config.replaced(region=region) for region in regions]
+    for attempt_config in attempts:  # validate every attempt's config before any call
+        attempt_config.validate()
     outcome = FailoverResult(False, None)
-    for region in regions:
-        attempt_config = dataclasses.replace(config, region=region)
+    for attempt_config in attempts:
+        region = attempt_config.region
         started = dt.datetime.now(dt.UTC).isoformat()
         t0 = time.monotonic()
         if check_quota:
@@ -585,3 +591,46 @@ def deploy_in_background(config: DeployConfig, *, client: Any = None, session: A
     # the watcher registers autoscaling (and rolls it back) through the caller's session, as the deploy did
     aas = client_factory(session)("application-autoscaling", config.region) if config.autoscaling else None
     return DeploymentWatcher(sm, result, timeout, poll_s, config=config, autoscaling_client=aas).start()
+
+
+# -- the one deploy flow (CLI sagemaker deploy, MCP deploy_endpoint) -------------------------------------
+@dataclass
+class DeployRun:
+    """One deploy request through :func:`run_deploy`: the plan and cost it showed and, when it acted, the
+    deployment (a failover's attempts, a watched one's result), or the failure it rolled back."""
+
+    plan: list[str]
+    cost: str
+    result: DeployResult | FailoverResult | None = None
+    watcher: DeploymentWatcher | None = None
+    failed: DeployFailed | None = None
+
+
+def run_deploy(config: DeployConfig, *, act: bool, bound: Callable[[DeployConfig], str] | None = None,
+               failover: Sequence[str] = (), background: bool = False, client: Any = None,
+               announce: Callable[[str], None] | None = None, **deploy_kwargs: Any) -> DeployRun:
+    """The one deploy flow the CLI and the MCP tools share. Validate (once: the config is frozen) and plan, which
+    is all a dry run or an unconfirmed call answers; ``bound``: the caller's own limit (an assistant's budget),
+    refused or stated after the cost. With ``act``: the role too, then deploy in ``failover``'s regions, in the
+    ``background`` (returns at Creating, watched until InService), or waiting (``deploy_kwargs``)."""
+    for region in failover:  # a dry run refuses a region the real run would (e.g. a typo)
+        image_module.validate_region(region)
+    run = DeployRun(deployment_plan(config), deploy_cost(config).line())
+    if bound:
+        run.cost += "; " + bound(config)
+    if not act:
+        return run
+    config.validate()
+    if announce:
+        announce(run.cost)
+    try:
+        if failover:
+            run.result = deploy_with_failover(config, failover, **deploy_kwargs)
+        elif background:
+            run.watcher = deploy_in_background(config, client=client, timeout_s=deploy_kwargs.get("timeout_s"))
+            run.result = run.watcher.result
+        else:
+            run.result = deploy(config, **deploy_kwargs)
+    except DeployFailed as exc:
+        run.result, run.failed = exc.result, exc
+    return run

@@ -11,7 +11,7 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import PrivateAttr
 
@@ -33,9 +33,11 @@ T4_MAX_NUM_BATCHED_TOKENS = 4096
 T4_GPU_MEMORY_UTILIZATION = 0.90  # the series' value: ~1.5 GiB of 15 GiB left for CUDA graphs and context
 CPU_CONTEXT = 4096
 CPU_MAX_NUM_SEQS = 8
+DEFAULT_T4_MODEL = "google/gemma-4-E2B-it-qat-w4a16-ct"  # serve start --target t4 without --model
 # What a launch setting left None gets (target_defaults, the drafter's plan), beside the constants it quotes:
 # `serve start --help` and the MCP start tool's schema add it to the setting's help where None is their default.
 WHEN_UNSET = {
+    "model": f"t4 default: {DEFAULT_T4_MODEL}",
     "max_model_len": f"t4 default: {T4_CONTEXT} where the fit calculator says it fits; cpu: {CPU_CONTEXT}",
     "max_num_seqs": f"t4 default {T4_MAX_NUM_SEQS}; cpu: {CPU_MAX_NUM_SEQS}",
     "max_num_batched_tokens": f"t4 default {T4_MAX_NUM_BATCHED_TOKENS}",
@@ -43,6 +45,7 @@ WHEN_UNSET = {
     "draft": "default: on t4 the choice `gemma4-t4 tune` measured on this GPU, else off",
     "num_draft_tokens": "default: the tune profile's N, else the assistant's size recipe, 2 for E2B and 26B-A4B and 4 "
     f"for E4B, 12B and 31B; {speculative.DEFAULT_NUM_DRAFT_TOKENS} for a whole-model drafter",
+    "tensor_parallel_size": "default 1",
 }
 # Names vLLM must get exactly once, from ServerConfig: a second --host in extra args would win
 # (argparse keeps the last), bypassing the public-host check; same for --port and --dtype.
@@ -82,21 +85,18 @@ def protected_options_named(name: str) -> list[str]:
     return [option for option in PROTECTED_OPTIONS if len(name) > 2 and option.startswith(name)]
 
 
-def setting_help(name: str, default: object = None) -> str:
-    """A launch setting's help as ServerSettings declares it and, where ``default`` is None, what it gets then."""
-    text = ServerSettings.model_fields[name].description
-    return f"{text} ({WHEN_UNSET[name]})" if default is None and name in WHEN_UNSET else str(text)
-
-
 class ServerConfig(ServerSettings):
     """Everything that decides how vLLM is launched: :class:`ServerSettings` plus the checks, and the
     target's defaults (:func:`target_defaults`) for fields left at None, each reason in ``chosen_by``."""
 
+    WHEN_UNSET: ClassVar[dict[str, str]] = WHEN_UNSET
     _arg_problem: Gemma4T4Error | None = PrivateAttr(default=None)  # raised by validate(), never echoing a value
     _profile_reason: str | None = PrivateAttr(default=None)  # why the tune profile (or its absence) set the drafter
 
     def model_post_init(self, context: Any, /) -> None:
         self._lift_api_key()
+        if self.tensor_parallel_size is None:
+            self.tensor_parallel_size = 1
         for name, (value, reason) in target_defaults(self).items():
             if getattr(self, name) is None:
                 setattr(self, name, value)

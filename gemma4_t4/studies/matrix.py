@@ -155,7 +155,7 @@ class MatrixResult:
 
 def matrix_configs(models: Sequence[str], base: DeployConfig,
                    prefix: str = "g4-matrix") -> list[DeployConfig]:
-    return [dataclasses.replace(base, model_id=m, name=endpoint_name(prefix, m)) for m in models]
+    return [base.replaced(model_id=m, name=endpoint_name(prefix, m)) for m in models]
 
 
 def _rate(config: DeployConfig) -> float:

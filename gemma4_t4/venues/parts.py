@@ -4,7 +4,6 @@ the clean-up check that lists what a part left."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 import time
@@ -104,7 +103,7 @@ def sagemaker_endpoint(model: str | Path, *, name: str, part: int | None, region
 
         upload = upload_model_folder(folder, region)
         print(f"{folder.name}: {len(upload.files)} files, {upload.total_bytes / 1e9:.2f} GB at {upload.s3_uri}")
-        config = dataclasses.replace(config, model_id=folder.name, model_data_s3_uri=upload.s3_uri)
+        config = config.replaced(model_id=folder.name, model_data_s3_uri=upload.s3_uri)
         tokenizer = str(folder)
     started = time.monotonic()
     served = Endpoint.sagemaker(config, budget=budget, tokenizer=tokenizer, poll_s=poll_s)

@@ -19,16 +19,18 @@ from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from gemma4_t4.cli import main
-from gemma4_t4.foundation.launch_record import assistant_boundary, launch_settings
-from gemma4_t4.mcp_boundary import TOOL_PARAMETERS, deploy_parameters, launch_parameters, withheld
+from gemma4_t4.foundation.launch_record import assistant_boundary, user_settings
+from gemma4_t4.mcp_boundary import TOOL_PARAMETERS, offered, withheld
 from gemma4_t4.mcp_server import build_server
-from gemma4_t4.sagemaker.config import ASSISTANT_ENV, PRICED_INSTANCES, deploy_settings
+from gemma4_t4.sagemaker.config import ASSISTANT_ENV, PRICED_INSTANCES, DeployConfig
+from gemma4_t4.serving.server_config import ServerConfig
 
 pytestmark = pytest.mark.anyio
 REPO = Path(__file__).resolve().parents[2]
 # the tools whose settings are generated from a declaration, and which
-GENERATED = {"get_deployment_config": deploy_parameters, "deploy_endpoint": deploy_parameters,
-             "start_vllm_server": launch_parameters}
+GENERATED = {"get_deployment_config": lambda: offered(DeployConfig, sagemaker=True),
+             "deploy_endpoint": lambda: offered(DeployConfig, sagemaker=True),
+             "start_vllm_server": lambda: offered(ServerConfig, sagemaker=False)}
 
 
 @pytest.fixture
@@ -66,16 +68,15 @@ async def test_every_tool_parameter_is_a_declared_boundary_decision():
                     assert rule["keys"] in _in_schema(declared, "enum"), (name, parameter)
             else:
                 assert parameter in TOOL_PARAMETERS, f"{name}.{parameter} has no boundary decision"
-    for s in deploy_settings():  # DeployConfig's setting() takes the decision as a required argument
-        assert s.assistant["sets"] or s.assistant["why"], s.name
-        offered = s.assistant["sets"]
-        assert (s.parameter in tools["deploy_endpoint"]["properties"]) is offered, s.name
-    for field_name, field in launch_settings().items():
-        rule = assistant_boundary(field)
-        assert rule is not None, f"ServerSettings.{field_name} declares no assistant boundary"
-        assert (field_name in tools["start_vllm_server"]["properties"]) is rule["sets"], field_name
+    for model, tool in ((DeployConfig, "deploy_endpoint"), (ServerConfig, "start_vllm_server")):
+        for field_name, field in user_settings(model).items():  # setting() takes the decision as an argument
+            rule = assistant_boundary(field)
+            assert rule is not None and (rule["sets"] or rule["why"]), f"{model.__name__}.{field_name}"
+            # a setting declared for SageMaker only is withheld from a local server's start tool, with why
+            offered_here = rule["sets"] and (model is DeployConfig or "sagemaker_only" not in rule)
+            assert (field_name in tools[tool]["properties"]) is offered_here, field_name
     never = withheld()
-    assert {"deploy extra_vllm_args", "deploy role_arn", "deploy allow_unfixed_image",
+    assert {"deploy extra_args", "deploy role_arn", "deploy allow_unfixed_image",
             "serve host", "serve api_key", "serve extra_args", "serve extra_env", "serve python"} <= set(never)
     assert all(never.values())  # each says why
 
@@ -86,7 +87,7 @@ async def test_the_deploy_schema_offers_priced_types_and_allow_listed_variables_
     properties = tools["deploy_endpoint"]["properties"]
     assert _in_schema(properties["instance_type"], "enum") == [PRICED_INSTANCES]
     assert _in_schema(properties["extra_env"], "enum") == [list(ASSISTANT_ENV)]
-    assert "extra_vllm_args" not in properties and "role_arn" not in properties
+    assert "extra_args" not in properties and "role_arn" not in properties
     assert _in_schema(properties["budget_usd"], "maximum") == [100.0]
 
 

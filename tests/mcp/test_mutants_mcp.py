@@ -6,7 +6,6 @@ adapter, its generated signature); nothing here starts a subprocess, a server or
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import inspect
 import io
 import json
@@ -24,23 +23,28 @@ from mcp import Client
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import TypeAdapter, ValidationError
 
-from gemma4_t4 import mcp_boundary, mcp_server
+from gemma4_t4 import mcp_server
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation import signals
-from gemma4_t4.foundation.launch_record import assistant_sets
+from gemma4_t4.foundation.launch_record import (
+    assistant_boundary,
+    assistant_sets,
+    offered_default,
+    user_settings,
+)
 from gemma4_t4.mcp_boundary import (
     Offered,
     assistant_deploy,
-    deploy_parameters,
-    launch_parameters,
+    offered,
     parameter_type,
     takes_settings,
     withheld,
 )
 from gemma4_t4.mcp_server import Confirm, QueryResult, _adapter
 from gemma4_t4.sagemaker import image as images
-from gemma4_t4.sagemaker.config import DeployConfig, deploy_settings
+from gemma4_t4.sagemaker.config import DeployConfig
 from gemma4_t4.sagemaker.deploy import DeployResult
+from gemma4_t4.serving.server_config import WHEN_UNSET, ServerConfig
 
 # a pinned DLC tag other than the package's default, so "the tag in the URI" and "the default tag" differ
 OTHER_TAG = "0.11.0-gpu-py312-cu128-ubuntu22.04-sagemaker-v1.0"
@@ -112,51 +116,55 @@ def test_takes_settings_gives_a_tool_the_offered_settings_and_null_means_the_def
 
 
 def test_deploy_endpoint_offers_each_deploy_setting_an_assistant_sets_as_declared():
-    offered = {o.parameter: o for o in deploy_parameters()}
-    declared = {s.parameter: s for s in deploy_settings()}
-    assert "instance_type" in offered and "extra_env" in offered
-    assert "role_arn" not in offered and "extra_vllm_args" not in offered
-    for name, o in offered.items():
-        s = declared[name]
-        assert (o.kind, o.default, o.help, o.rule, o.required) == (
-            s.type,
-            s.default,
-            s.help,
-            s.assistant,
+    given = {o.parameter: o for o in offered(DeployConfig, sagemaker=True)}
+    declared = user_settings(DeployConfig)
+    assert "instance_type" in given and "extra_env" in given
+    assert "role_arn" not in given and "extra_args" not in given
+    for name, o in given.items():
+        field = declared[name]
+        assert (o.kind, o.default, o.rule, o.required) == (
+            field.annotation,
+            offered_default(field),
+            assistant_boundary(field),
             False,
         )
-    assert offered["instance_type"].default == "ml.g4dn.xlarge"
+        assert o.help.startswith(field.description)
+    assert given["instance_type"].default == "ml.g4dn.xlarge"
+    assert given["max_model_len"].default is None and "(SageMaker default 8192)" in given["max_model_len"].help
 
 
 def test_start_vllm_server_offers_the_launch_settings_with_the_mcp_defaults():
-    """model is required; port defaults to none (a free one) where serve start's is 8000; max_model_len to
-    4,096 (a T4's Part 4 prompts fit); target keeps serve start's cpu; each has its help and its boundary."""
-    offered = {o.parameter: o for o in launch_parameters()}
-    assert offered["model"].required and offered["model"].default is None
-    assert offered["port"].default is None and offered["port"].help == "TCP port, 1024..65535"
-    # a setting left unset says what it gets then; one the MCP sets by default does not
-    assert offered["max_num_batched_tokens"].help == "prefill chunk (t4 default 4096)"
-    assert offered["max_model_len"].help == "tokens per sequence, prompt + output"
-    assert offered["max_model_len"].default == 4096 and offered["max_num_seqs"].default == 8
-    assert offered["target"].default == "cpu" and offered["target"].rule["choices"] == ["t4", "cpu"]
-    assert offered["port"].rule["ge"] == 1024 and offered["port"].kind is int
-    assert not offered["target"].required and offered["target"].help.startswith("t4 (this GPU) or cpu")
-    assert {"host", "api_key", "extra_args", "extra_env", "python", "work_dir"}.isdisjoint(offered)
+    """model is required; port defaults to none (a free one) where serve start's is 8000; max_model_len and
+    max_num_seqs to none (the target's default, as serve start's); target cpu, as serve start's; each has its
+    help and its boundary; the environment, offered for SageMaker, is withheld from a local server."""
+    given = {o.parameter: o for o in offered(ServerConfig, sagemaker=False)}
+    assert given["model"].required and given["model"].default is None
+    assert given["port"].default is None and given["port"].help == "TCP port, 1024..65535"
+    # a setting left unset says what it gets then
+    assert given["max_num_batched_tokens"].help == "prefill chunk (t4 default 4096)"
+    assert given["max_model_len"].help == f"tokens per sequence, prompt + output ({WHEN_UNSET['max_model_len']})"
+    assert given["max_model_len"].default is None and given["max_num_seqs"].default is None
+    assert given["target"].default == "cpu" and given["target"].rule["choices"] == ["t4", "cpu"]
+    assert given["port"].rule["ge"] == 1024 and given["port"].kind is int
+    assert not given["target"].required and given["target"].help.startswith("t4 (this GPU) or cpu")
+    assert {"host", "api_key", "extra_args", "extra_env", "python", "work_dir"}.isdisjoint(given)
 
 
-def test_a_launch_setting_without_a_boundary_decision_stops_the_server_naming_it(monkeypatch):
+def test_a_launch_setting_without_a_boundary_decision_stops_the_server_naming_it():
     from pydantic import Field
 
-    monkeypatch.setattr(mcp_boundary, "launch_settings", lambda: {"sneaky": Field(1, description="x")})
-    with pytest.raises(TypeError, match=r"ServerSettings\.sneaky declares no assistant boundary"):
-        launch_parameters()
+    class Sneaky(ServerConfig):
+        sneaky: int = Field(1, description="x")
+
+    with pytest.raises(TypeError, match=r"Sneaky\.sneaky declares no assistant boundary"):
+        offered(Sneaky, sagemaker=False)
 
 
 def test_withheld_lists_every_setting_an_assistant_never_sets_with_why():
     never = withheld()
     assert {
         "deploy role_arn",
-        "deploy extra_vllm_args",
+        "deploy extra_args",
         "deploy allow_unfixed_image",
         "serve host",
         "serve api_key",
@@ -171,7 +179,7 @@ def test_withheld_lists_every_setting_an_assistant_never_sets_with_why():
 
 
 def _config(**changes: Any) -> DeployConfig:
-    return dataclasses.replace(DeployConfig(instance_type="ml.g6.xlarge"), **changes)
+    return DeployConfig(instance_type="ml.g6.xlarge").replaced(**changes)
 
 
 def test_an_assistant_deploy_is_bounded_by_its_budget():

@@ -10,16 +10,17 @@ import json
 
 import pytest
 from botocore.exceptions import ClientError
+from pydantic import ValidationError
 
 from gemma4_t4.catalog.hardware import SAGEMAKER_INSTANCES
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.foundation.launch_record import assistant_boundary, declared, offered_default, user_settings
 from gemma4_t4.sagemaker.config import (
     DeployConfig,
     auto_tensor_parallel,
     check_assistant_env,
     create_bucket_params,
     default_region,
-    deploy_settings,
     extra_args_to_env,
     redact_env,
     validate_name,
@@ -200,7 +201,7 @@ def test_an_allow_listed_variable_takes_only_its_whole_values(key, value):
 
 def test_each_config_has_its_own_lists_and_variables():
     """Two configs never share a list: one's extra flags do not leak into the next deploy."""
-    first, second = DeployConfig(), DeployConfig()
+    first, second = DeployConfig(), DeployConfig()  # frozen, but a list inside could still be changed
     first.extra_args.append("--enforce-eager")
     first.extra_env["X"] = "1"
     first.fallback_instance_types.append("ml.g6.xlarge")
@@ -209,36 +210,23 @@ def test_each_config_has_its_own_lists_and_variables():
 
 def test_the_settings_name_their_flags_parameters_and_left_out_defaults():
     """The CLI flag and MCP parameter of each setting, and what a user who passes nothing gets."""
-    settings = {s.name: s for s in deploy_settings()}
-    assert (
-        settings["extra_args"].flag == "--vllm-arg" and settings["extra_args"].parameter == "extra_vllm_args"
-    )
-    assert (
-        settings["max_model_len"].flag == "--max-model-len"
-        and settings["max_model_len"].parameter == "max_model_len"
-    )
-    assert settings["max_model_len"].default == 8192 and settings["max_model_len"].type is int
-    assert settings["region"].default is None and settings["extra_env"].default is None
-    assert settings["region"].type == str | None
-    assert "served_model_name" not in settings and "instance_count" not in settings  # not a user's setting
-    assert settings["extra_env"].type == dict[str, str] | None  # an empty mapping when left out
-    assert settings["ttl_hours"].help.startswith("lifetime in hours, a cost guard")
+    settings = user_settings(DeployConfig)
+    assert declared(settings["extra_args"])["flag"] == "--vllm-arg" and "flag" not in declared(settings["max_model_len"])
+    assert offered_default(settings["max_model_len"]) is None and settings["max_model_len"].annotation == int | None
+    assert offered_default(settings["region"]) is None and offered_default(settings["extra_env"]) is None
+    assert "instance_count" not in settings  # not a user's setting
+    assert settings["ttl_hours"].description.startswith("lifetime in hours, a cost guard")
     # the MCP boundary travels with each setting: the role is a person's, the context length bounded
-    assert (
-        settings["role_arn"].assistant["sets"] is False and ROLE_ENV in settings["role_arn"].assistant["why"]
-    )
-    assert settings["max_model_len"].assistant["sets"] is True
-    assert (settings["max_model_len"].assistant["ge"], settings["max_model_len"].assistant["le"]) == (
-        256,
-        1_048_576,
-    )
+    role, context = assistant_boundary(settings["role_arn"]), assistant_boundary(settings["max_model_len"])
+    assert role["sets"] is False and ROLE_ENV in role["why"]
+    assert context["sets"] is True and (context["ge"], context["le"]) == (256, 1_048_576)
 
 
 def test_settings_left_out_keep_their_defaults_and_the_region_follows_the_environment(monkeypatch):
     """An MCP client that sends null for a setting gets its default, never None."""
     monkeypatch.setenv("AWS_REGION", "us-west-2")
     config = DeployConfig.from_settings(
-        name="g4-x", max_model_len=None, extra_vllm_args=["--enforce-eager"], region=None, draft=None
+        name="g4-x", max_model_len=None, extra_args=["--enforce-eager"], region=None, draft=None
     )
     assert config.region == "us-west-2" and config.max_model_len == 8192 and config.draft == "off"
     assert config.extra_args == ["--enforce-eager"] and config.name == "g4-x"
@@ -272,13 +260,15 @@ def test_a_setting_no_deploy_has_is_refused():
 
 
 def test_an_image_given_is_labelled_given_and_a_tag_given_is_pinned():
-    """The dry run says where the image came from: the user's URI or the tag they pinned."""
-    config = DeployConfig(image_uri=FIXED)
-    assert config.pin_image_tag(None) == f"{FIXED} (given)"
-    other = DeployConfig()
-    label = other.pin_image_tag("0.29.0-gpu-py312-cu130-ubuntu24.04-sagemaker-v1.3")
-    assert label == "0.29.0-gpu-py312-cu130-ubuntu24.04-sagemaker-v1.3 (given)"
-    assert other.image_tag == "0.29.0-gpu-py312-cu130-ubuntu24.04-sagemaker-v1.3"
+    """The dry run says where the image came from: the user's URI or the tag they pinned, resolved when the
+    config is built (it is frozen after)."""
+    config = DeployConfig.from_settings(look_up_image_tag=True, image_uri=FIXED)
+    assert config.image_label == f"{FIXED} (given)"
+    tag = "0.29.0-gpu-py312-cu130-ubuntu24.04-sagemaker-v1.3"
+    other = DeployConfig.from_settings(look_up_image_tag=True, image_tag=tag)
+    assert other.image_label == f"{tag} (given)" and other.image_tag == tag
+    with pytest.raises(ValidationError):
+        other.image_tag = "0.30.0-gpu-py312-cu130-ubuntu24.04-sagemaker-v1.1"
 
 
 # -- derived values -----------------------------------------------------------------------------------
@@ -529,8 +519,7 @@ def test_a_long_context_needs_more_gpus():
     assert auto_tensor_parallel("google/gemma-4-31B-it-qat-w4a16", "ml.g4dn.12xlarge", 32768) == 4
     config = DeployConfig(instance_type="ml.g4dn.12xlarge", model_id="google/gemma-4-31B-it-qat-w4a16")
     assert config.resolved_tensor_parallel_size() == 2
-    config.max_model_len = 32768
-    assert config.resolved_tensor_parallel_size() == 4
+    assert config.replaced(max_model_len=32768).resolved_tensor_parallel_size() == 4
 
 
 @pytest.mark.parametrize("suffix", ["-qat-w4a16", "-QAT", "-w4a16", "-int4", "-emb4"])

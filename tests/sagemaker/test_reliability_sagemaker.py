@@ -206,7 +206,7 @@ def test_bf16_override_refused_through_cli_and_mcp():
     assert proc.returncode == 2 and "Turing has no bf16" in proc.stderr + proc.stdout
     proc = _cli("sagemaker", "deploy", "--dry-run", "--vllm-arg=--dtype=bfloat16")
     assert proc.returncode == 2 and "Turing has no bf16" in proc.stderr + proc.stdout
-    result = get_deployment_config(extra_vllm_args=["--dtype=bfloat16"])
+    result = get_deployment_config(extra_args=["--dtype=bfloat16"])
     assert not result.valid and "bf16" in result.problem
     stock = get_deployment_config(image_uri=STOCK)
     assert not stock.valid and "Turing" in stock.problem and "build-image" in stock.fix

@@ -1,7 +1,8 @@
-"""The deploy settings are declared once, beside DeployConfig: every one is a flag of ``sagemaker
-deploy`` (and, but for the per-endpoint ones, of ``matrix``) and a parameter of the MCP tools
-``get_deployment_config`` and ``deploy_endpoint``, with the same help, default and refusals; the same
-settings through the CLI and through MCP give the same config."""
+"""The deploy settings are declared once, on DeployConfig (its vLLM settings on the VLLMSettings it extends):
+every one is a flag of ``sagemaker deploy`` (and, but for the per-endpoint ones, of ``matrix``) and, where
+the assistant's boundary allows it, a parameter of the MCP tools ``get_deployment_config`` and
+``deploy_endpoint``, with the same help, default and refusals; the same settings through the CLI and through
+MCP give the same config."""
 
 from __future__ import annotations
 
@@ -13,25 +14,36 @@ import pytest
 from mcp import Client
 
 from gemma4_t4.cli import build_parser, main
+from gemma4_t4.foundation.launch_record import (
+    assistant_boundary,
+    declared,
+    help_for,
+    offered_default,
+    user_settings,
+)
 from gemma4_t4.mcp_server import build_server
-from gemma4_t4.sagemaker.config import DeployConfig, default_region, deploy_settings
+from gemma4_t4.sagemaker.config import DeployConfig, default_region
 from gemma4_t4.sagemaker.image import DEFAULT_VLLM_TAG
 
-SETTINGS = {s.name: s for s in deploy_settings()}
-# What a user who passes nothing gets, as the CLI's flags and the MCP tools have always said (None: the
-# deploy works it out: the region from $AWS_REGION, the image tag from the registry, an empty list).
+SETTINGS = user_settings(DeployConfig)
+# What a user who passes nothing gets (None: the deploy works it out: the region from $AWS_REGION, the image tag
+# from the registry, an empty list, and a vLLM setting SageMaker's default, 8192 tokens, 4 sequences, 0.90).
 TODAYS_DEFAULTS = {
     "name": "gemma4-t4", "model_id": "google/gemma-4-E2B-it", "region": None, "instance_type": "ml.g4dn.xlarge",
-    "role_arn": None, "image_uri": None, "image_tag": None, "dtype": None, "max_model_len": 8192,
-    "max_num_seqs": 4, "tensor_parallel_size": 0, "gpu_memory_utilization": 0.90, "extra_args": None,
+    "role_arn": None, "image_uri": None, "image_tag": None, "dtype": None, "max_model_len": None,
+    "max_num_seqs": None, "tensor_parallel_size": None, "gpu_memory_utilization": None, "extra_args": None,
     "extra_env": None, "fallback_instance_types": None, "inference_ami_version": "auto",
     "startup_timeout_s": 1800, "ttl_hours": 4.0, "allow_unfixed_image": False, "model_data_s3_uri": None,
     "min_instances": None, "max_instances": None, "scaling_target": None, "draft": "off", "num_draft_tokens": None,
+    "served_model_name": None,
 }  # fmt: skip
-# Flags and MCP parameters spelt otherwise than their field, kept as users have always typed them.
-OLD_SPELLINGS = {"startup_timeout_s": ("--startup-timeout", "startup_timeout_s"),
-                 "extra_args": ("--vllm-arg", "extra_vllm_args"), "extra_env": ("--env", "extra_env"),
-                 "model_data_s3_uri": ("--model-data", "model_data_s3_uri")}
+# Flags spelt otherwise than their field, kept as users have always typed them.
+OLD_SPELLINGS = {"startup_timeout_s": "--startup-timeout", "extra_args": "--vllm-arg", "extra_env": "--env",
+                 "model_data_s3_uri": "--model-data"}
+
+
+def _flag(name: str) -> str:
+    return declared(SETTINGS[name]).get("flag", "--" + name.replace("_", "-"))
 # The same deployment in both spellings: every conversion the CLI makes (comma lists, KEY=VALUE, "none").
 TAG = DEFAULT_VLLM_TAG
 AMI = "al2023-ami-sagemaker-inference-gpu-4-1"  # the driver a CUDA 13 image needs
@@ -88,40 +100,44 @@ def _timeless(plan: list[str]) -> list[str]:
 
 
 def test_the_declaration_keeps_todays_defaults_and_spellings():
-    assert {name: s.default for name, s in SETTINGS.items()} == TODAYS_DEFAULTS
-    for name, (flag, parameter) in OLD_SPELLINGS.items():
-        assert (SETTINGS[name].flag, SETTINGS[name].parameter) == (flag, parameter)
-    for s in SETTINGS.values():
-        assert s.help and "\n" not in s.help, s.name  # one line each, for --help and the MCP schema
+    assert {name: offered_default(field) for name, field in SETTINGS.items()} == TODAYS_DEFAULTS
+    for name, flag in OLD_SPELLINGS.items():
+        assert _flag(name) == flag
+    for name, field in SETTINGS.items():
+        assert field.description and "\n" not in field.description, name  # one line: --help and the MCP schema
     # a setting left out (None where its default is None) gets DeployConfig's own default
-    left_out = {s.parameter: None for s in SETTINGS.values() if s.default is None}
+    left_out = {name: None for name, default in TODAYS_DEFAULTS.items() if default is None}
     assert DeployConfig.from_settings(**left_out) == DeployConfig(region=default_region())
+    config = DeployConfig()  # complete when built: SageMaker's values of the vLLM settings left None
+    assert (config.max_model_len, config.max_num_seqs, config.gpu_memory_utilization) == (8192, 4, 0.90)
 
 
 def test_every_setting_is_a_flag_of_deploy_with_its_help_and_default():
     deploy, matrix = _flags(_command("deploy")), _flags(_command("matrix"))
-    for s in SETTINGS.values():
-        action = deploy[s.flag]
-        assert (action.help, action.dest) == (s.help, s.parameter), s.name
-        assert action.default == s.default, s.name
+    for name in SETTINGS:
+        action = deploy[_flag(name)]
+        assert action.help.startswith(help_for(DeployConfig, name, action.default)) and action.dest == name, name
+        assert action.default == TODAYS_DEFAULTS[name], name
     # matrix names its endpoints and takes its models from --models
-    assert {s.flag for s in SETTINGS.values()} - set(matrix) == {"--name", "--model-id", "--model-data"}
-    assert {s.flag for s in SETTINGS.values()} - {"--name", "--model-id", "--model-data"} <= set(matrix)
+    flags = {_flag(name) for name in SETTINGS}
+    assert flags - set(matrix) == {"--name", "--model-id", "--model-data"}
+    assert flags - {"--name", "--model-id", "--model-data"} <= set(matrix)
     defaults = vars(_command("deploy").parse_args([]))
-    assert {s.name: defaults[s.parameter] for s in SETTINGS.values()} == TODAYS_DEFAULTS
+    assert {name: defaults[name] for name in SETTINGS} == TODAYS_DEFAULTS
+    assert "(SageMaker default 8192)" in deploy["--max-model-len"].help
 
 
 @pytest.mark.anyio
 async def test_every_offered_setting_is_a_described_parameter_of_both_mcp_deploy_tools():
     schemas = await _schemas()
     own = {"get_deployment_config": {"budget_usd"}, "deploy_endpoint": {"wait", "timeout_s", "confirm", "budget_usd"}}
-    offered = [s for s in SETTINGS.values() if s.assistant["sets"]]
+    offered = [name for name, field in SETTINGS.items() if assistant_boundary(field)["sets"]]
     for tool, schema in schemas.items():
         properties = schema["properties"]
-        assert set(properties) == {s.parameter for s in offered} | own[tool], tool
-        for s in offered:
-            assert properties[s.parameter]["description"].startswith(s.help), (tool, s.name)
-            assert properties[s.parameter]["default"] == s.default, (tool, s.name)
+        assert set(properties) == set(offered) | own[tool], tool
+        for name in offered:
+            assert properties[name]["description"].startswith(SETTINGS[name].description), (tool, name)
+            assert properties[name]["default"] == TODAYS_DEFAULTS[name], (tool, name)
         # the limits the MCP types carry: the SDK refuses a bad value before the tool runs
         assert '"minimum": 256' in json.dumps(properties["max_model_len"])
         assert '"maximum": 1024' in json.dumps(properties["max_num_seqs"])
@@ -187,7 +203,7 @@ async def test_the_cli_and_the_mcp_tools_refuse_a_setting_alike(capsys, argv, pa
 
 def test_the_cli_alone_refuses_an_env_item_without_a_value(capsys):
     code, text = _cli_dry_run(capsys, "--image-tag", TAG, "--env", "SM_VLLM_SEED")
-    assert code == 2 and "--env 'SM_VLLM_SEED' is not KEY=VALUE" in text and "--env SM_VLLM_SEED=0" in text
+    assert code == 2 and "--env expects KEY=VALUE, got 'SM_VLLM_SEED'" in text and "--env SM_VLLM_SEED=0" in text
 
 
 @pytest.mark.anyio

@@ -15,10 +15,14 @@ from gemma4_t4 import mcp_server
 from gemma4_t4.cli import build_parser, main
 from gemma4_t4.cli import serve as serve_cli
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.foundation.launch_record import ServerSettings, launch_settings
-from gemma4_t4.serving.server_config import WHEN_UNSET, ServerConfig, setting_help
+from gemma4_t4.foundation.launch_record import ServerSettings, help_for, user_settings
+from gemma4_t4.serving.server_config import DEFAULT_T4_MODEL, WHEN_UNSET, ServerConfig
 
-SETTINGS = launch_settings()
+SETTINGS = user_settings(ServerSettings)
+
+
+def setting_help(name: str, default: object = None) -> str:
+    return help_for(ServerConfig, name, default)
 # Every flag of `serve start`, as users have always typed them, and its destination (a tri-state's flags set one).
 FLAGS = {
     "--target": "target", "--model": "model", "--served-model-name": "served_model_name", "--host": "host",
@@ -33,22 +37,24 @@ FLAGS = {
     "--print-command": "print_command", "--timeout": "timeout", "--no-wait": "no_wait", "--force": "force",
     "--no-gate": "no_gate",
 }  # fmt: skip
-# What `serve start` with no flag passes on (None: the target's default, see WHEN_UNSET; the model: t4's).
+# What `serve start` with no flag passes on (None: the target's default, see WHEN_UNSET; the model: t4's). The
+# target is the declaration's one default, cpu (the CLI said t4, the config and the MCP tool cpu).
 CLI_DEFAULTS = {
-    "target": "t4", "model": None, "served_model_name": None, "host": "127.0.0.1", "port": 8000,
+    "target": "cpu", "model": None, "served_model_name": None, "host": "127.0.0.1", "port": 8000,
     "work_dir": ".cache/gemma4_t4", "dtype": None, "max_model_len": None, "max_num_seqs": None,
-    "max_num_batched_tokens": None, "gpu_memory_utilization": None, "tensor_parallel_size": 1,
+    "max_num_batched_tokens": None, "gpu_memory_utilization": None, "tensor_parallel_size": None,
     "language_model_only": None, "enable_prefix_caching": None, "enforce_eager": None, "kv_cache_space_gib": 1,
     "block_size": None, "api_key": None, "python": None, "extra_args": None, "extra_env": None, "restart_on_crash": 0,
     "draft": None, "num_draft_tokens": None, "draft_method": None, "print_command": False, "timeout": 1800.0,
     "no_wait": False, "force": False, "no_gate": False,
 }  # fmt: skip
-# start_vllm_server's parameters and their defaults, as they have always been (port None: a free one) and the
-# settings it takes beyond them; never host, api_key, python, extra args or env, work_dir.
+# start_vllm_server's parameters and their defaults (port None: a free one; a vLLM setting None: the target's
+# default, as serve start's, where the tool said 4096 tokens and 8 sequences of its own) and the settings it takes
+# beyond them; never host, api_key, python, extra args or env, work_dir.
 MCP_DEFAULTS = {
-    "model": None, "target": "cpu", "port": None, "served_model_name": None, "max_model_len": 4096,
-    "max_num_seqs": 8, "timeout_s": 600.0, "draft": "off", "num_draft_tokens": None, "dtype": None,
-    "max_num_batched_tokens": None, "gpu_memory_utilization": None, "tensor_parallel_size": 1,
+    "model": None, "target": "cpu", "port": None, "served_model_name": None, "max_model_len": None,
+    "max_num_seqs": None, "timeout_s": 600.0, "draft": "off", "num_draft_tokens": None, "dtype": None,
+    "max_num_batched_tokens": None, "gpu_memory_utilization": None, "tensor_parallel_size": None,
     "kv_cache_space_gib": 1, "block_size": None, "draft_method": None,
 }  # fmt: skip
 
@@ -100,8 +106,8 @@ def test_every_launch_setting_is_a_serve_start_flag_with_its_help():
     for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization", "draft",
                  "num_draft_tokens"):
         assert WHEN_UNSET[name] in text, name  # the help states what the launch really uses when left out
-    assert "t4 (this GPU) or cpu, any case (default t4)" in text
-    assert f"hub id or local folder (t4 default: {serve_cli.DEFAULT_T4_MODEL})" in text
+    assert "t4 (this GPU) or cpu, any case (default cpu)" in text
+    assert f"hub id or local folder (t4 default: {DEFAULT_T4_MODEL})" in text
 
 
 def _print_command(monkeypatch, capsys, *argv: str) -> tuple[int, ServerConfig | None, str]:
@@ -218,15 +224,16 @@ async def test_start_vllm_server_takes_its_settings_described_with_todays_defaul
         assert properties[name]["description"], name
         if name != "model":
             assert properties[name]["default"] == default, name
-        if name in SETTINGS:
+        if name in SETTINGS and name != "model":  # the model is required: no "t4 default" of serve start's
             assert properties[name]["description"] == setting_help(name, properties[name].get("default")), name
-    # a default of None says what the launch uses then; a default of its own (4096) does not
+    assert properties["model"]["description"] == SETTINGS["model"].description
+    # a default of None says what the launch uses then, as serve start's help does
     assert WHEN_UNSET["num_draft_tokens"] in properties["num_draft_tokens"]["description"]
-    assert properties["max_model_len"]["description"] == "tokens per sequence, prompt + output"
+    assert properties["max_model_len"]["description"] == f"tokens per sequence, prompt + output ({WHEN_UNSET['max_model_len']})"
     limits = json.dumps(properties)
     port = json.dumps(properties["port"])
     assert '"minimum": 1024' in port and '"maximum": 65535' in port
-    assert '"exclusiveMinimum": 0' in json.dumps(properties["max_model_len"])
+    assert '"minimum": 256' in json.dumps(properties["max_model_len"])
     assert '"maximum": 1048576' in json.dumps(properties["max_model_len"])
     assert '"maximum": 1024' in json.dumps(properties["max_num_seqs"]) and properties["timeout_s"]["exclusiveMinimum"] == 0
     assert '"maximum": 16' in json.dumps(properties["num_draft_tokens"])
