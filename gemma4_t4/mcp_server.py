@@ -111,8 +111,12 @@ Tokens = Annotated[int, Field(ge=1, le=32_768, description="tokens to generate")
 Temperature = Annotated[float, Field(ge=0, le=2, description="sampling temperature")]
 
 
-# secret-named environment values to scrub (secrets.known_values: 3 characters and more, so a stray 1 stays)
-_secret_values = secrets.known_values
+def _secret_values() -> list[str]:
+    """Secret-named environment values to scrub, by the package's one rule (values of 3 characters and
+    more: a stray ``1`` is not masked, a 4-character token is)."""
+    return secrets.known_values()
+
+
 _scrub = secrets.mask  # the package's one masking rule, shared with serve, bench and SageMaker
 log = logging.getLogger("gemma4_t4.mcp")
 

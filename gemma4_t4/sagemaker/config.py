@@ -192,7 +192,8 @@ class DeployConfig(VLLMSettings):
 
     model_config = ConfigDict(frozen=True, protected_namespaces=())
     WHEN_UNSET: ClassVar[dict[str, str]] = {
-        **{name: f"SageMaker default {value:g}" for name, value in _SAGEMAKER_DEFAULTS.items() if name != "draft"},
+        "max_model_len": "SageMaker default 8192", "max_num_seqs": "SageMaker default 4",
+        "gpu_memory_utilization": "SageMaker default 0.90",
         "tensor_parallel_size": "default 1, or what the fit calculator needs on a multi-GPU instance",
         "num_draft_tokens": "default: the assistant's size recipe, 2 for E2B and 26B-A4B, 4 for the others",
     }
