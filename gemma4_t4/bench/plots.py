@@ -20,6 +20,11 @@ def _title(run: BenchRun, what: str) -> str:
     return title
 
 
+def _axes() -> tuple[Any, Any]:
+    """A figure of the size every run plot has, and its axes."""
+    return pyplot().subplots(figsize=(7, 4.2))
+
+
 def _note(ax: Any, text: str, xy: tuple[Any, Any], dy: int = 8, **style: str) -> None:
     ax.annotate(text, xy, textcoords="offset points", xytext=(0, dy), ha="center", fontsize=8, **style)
 
@@ -31,8 +36,7 @@ def plot_throughput(run: BenchRun, path: Path) -> Path | None:
     )
     if not cells:
         return None
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = _axes()
     xs = [c.concurrency for c in cells]
     ax.plot(xs, [c.output_throughput_tok_s for c in cells], "o-", label="system output tok/s")
     buffered = next((c.buffered for c in cells if c.buffered), None)
@@ -47,9 +51,11 @@ def plot_throughput(run: BenchRun, path: Path) -> Path | None:
             _note(ax, "queueing", (c.concurrency, c.output_throughput_tok_s or 0), color="tab:red")
     ax.set_xscale("log", base=2)
     ax.set_xticks(xs, [str(x) for x in xs])
-    ax.set_xlabel("concurrent requests")
-    ax.set_ylabel("tokens / s")
-    ax.set_title(_title(run, f"Decode: in {cells[0].input_len} / out {cells[0].output_len}"))
+    ax.set(
+        xlabel="concurrent requests",
+        ylabel="tokens / s",
+        title=_title(run, f"Decode: in {cells[0].input_len} / out {cells[0].output_len}"),
+    )
     ax.grid(alpha=0.3)
     ax.legend()
     return save_figure(fig, path)
@@ -63,8 +69,7 @@ def plot_ttft(run: BenchRun, path: Path) -> Path | None:
     )
     if not cells:
         return None
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = _axes()
     for conc in sorted({c.concurrency or 0 for c in cells}):
         group = [c for c in cells if (c.concurrency or 0) == conc]
         xs = [c.input_len for c in group]
@@ -75,9 +80,11 @@ def plot_ttft(run: BenchRun, path: Path) -> Path | None:
         ax.plot(xs, [c.ttft_ms.p90 for c in group], "x:", alpha=0.6, label=f"p90, c={conc}")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    ax.set_xlabel("input length (tokens)")
-    ax.set_ylabel("time to first token (ms)")
-    ax.set_title(_title(run, "TTFT vs input length (unique prompts)"))
+    ax.set(
+        xlabel="input length (tokens)",
+        ylabel="time to first token (ms)",
+        title=_title(run, "TTFT vs input length (unique prompts)"),
+    )
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
     return save_figure(fig, path)
@@ -87,8 +94,7 @@ def plot_prefix(run: BenchRun, path: Path) -> Path | None:
     cells = [c for c in run.cells if c.workload == "prefix" and c.completed]
     if not cells:
         return None
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = _axes()
     labels, values, colors = [], [], []
     for c in sorted(cells, key=lambda c: (c.concurrency or 0, c.variant or "")):
         hit = c.prefix_cache.hit_rate
@@ -98,8 +104,7 @@ def plot_prefix(run: BenchRun, path: Path) -> Path | None:
         colors.append("tab:green" if c.variant == "shared_prefix" else "tab:gray")
     ax.bar(range(len(values)), values, color=colors)
     ax.set_xticks(range(len(values)), labels, fontsize=8)
-    ax.set_ylabel("median TTFT (ms)")
-    ax.set_title(_title(run, "Prefix cache: shared prefixes vs unique prompts"))
+    ax.set(ylabel="median TTFT (ms)", title=_title(run, "Prefix cache: shared prefixes vs unique prompts"))
     ax.grid(alpha=0.3, axis="y")
     return save_figure(fig, path)
 
@@ -115,8 +120,7 @@ def plot_roofline(run: BenchRun, path: Path) -> Path | None:
         return None
     cells = [c for c, _ in measured]
     roofs = [r for _, r in measured]
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = _axes()
     roof = roofs[0]
     xs = list(range(len(cells)))
     ax.bar(xs, [r.per_stream_tok_s or 0 for r in roofs], label="measured per stream")
@@ -139,8 +143,7 @@ def plot_roofline(run: BenchRun, path: Path) -> Path | None:
             for c in cells
         ],
     )
-    ax.set_ylabel("decode tokens / s per stream")
-    ax.set_title(_title(run, f"Roofline on {roof.gpu}"))
+    ax.set(ylabel="decode tokens / s per stream", title=_title(run, f"Roofline on {roof.gpu}"))
     ax.legend(fontsize=8)
     return save_figure(fig, path)
 
@@ -155,13 +158,11 @@ def plot_rate(run: BenchRun, path: Path) -> Path | None:
         return None
     cells = [c for c, _ in measured]
     loops = [loop for _, loop in measured]
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = _axes()
     xs = [loop.offered_rate_rps for loop in loops]
     ax.plot(xs, [c.ttft_ms.median for c in cells], "o-", label="TTFT median")
     ax.plot(xs, [c.ttft_ms.p90 for c in cells], "s--", label="TTFT p90")
-    ax.set_xlabel(f"offered load (requests / s, {loops[0].arrival} arrivals)")
-    ax.set_ylabel("TTFT (ms)")
+    ax.set(xlabel=f"offered load (requests / s, {loops[0].arrival} arrivals)", ylabel="TTFT (ms)")
     ax.grid(alpha=0.3)
     right = ax.twinx()
     tok_s = [c.output_throughput_tok_s for c in cells]
@@ -213,8 +214,7 @@ def plot_compare(
             text += f"\n[{r.ci_low:.2f}, {r.ci_high:.2f}]"
         _note(ax, text, (x, max(r.a, r.b)), dy=4)
     ax.set_xticks(list(xs), [c.cell_a[:28] for c, _ in rows], rotation=20, ha="right", fontsize=8)
-    ax.set_ylabel(metric)
-    ax.set_title(f"A/B {metric} (median): B/A with 95 % interval")
+    ax.set(ylabel=metric, title=f"A/B {metric} (median): B/A with 95 % interval")
     ax.margins(y=0.2)
     ax.legend()
     return save_figure(fig, path)

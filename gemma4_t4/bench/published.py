@@ -19,7 +19,6 @@ from gemma4_t4.foundation.table import Displayable, Table
 
 if TYPE_CHECKING:
     from gemma4_t4.bench.results import BenchRun, DecodeSpeed
-    from gemma4_t4.quant.grid import CompareReport
 
 GCE_SOURCE = ("xbill9/gemma4-dev gpu-vllm-t4-2b/benchmarks/runs/2026-09-18-qat-vs-bf16-t4/ "
               "(GCE n1-standard-2 + T4, us-west2-b, driver 615.71.09; vLLM 0.29.0 with the hd512 clamp, fp16, "
@@ -164,10 +163,6 @@ def _sagemaker(rows: list[R], what: str, model: str, build: str) -> R:
 
 def sagemaker_load(model: str = "gemma-4-E2B", build: str = "emb4") -> PublishedLoad:
     return _sagemaker(SAGEMAKER_LOAD, "load", model, build)
-
-
-def published_results(gpu: str | None = None, build: str | None = None) -> list[PublishedResult]:
-    return [r for r in GCE_T4_E2B if (gpu is None or r.gpu == gpu) and (build is None or r.build == build)]
 
 
 def sagemaker_decode(model: str = "gemma-4-E2B", build: str = "emb4") -> PublishedDecode:
@@ -471,19 +466,6 @@ def t4_beside(decode: BenchRun, ttft_ms: dict[int, float | None], title: str) ->
     rows += [beside(f"median E2EL ms, c={c}", ms, None, c1.source, "end-to-end latency (not published)", **kind)
              for c, ms in speed.e2el_ms.items()]
     return Table(rows, title)
-
-
-def grid_beside(measured: dict[str, CompareReport], venue: str) -> Table:
-    """Part 3's published grid check beside each measured :func:`gemma4_t4.quant.grid_compare`."""
-    pub = GRID_26B_Q_PROJ
-    rows: list[dict[str, object]] = [
-        {"build": f"published: {pub.model} {pub.tensor}, repack", "levels changed %": pub.repack_changed_pct},
-        {"build": f"published: {pub.model} {pub.tensor}, AWQ conversion", "levels changed %": pub.awq_changed_pct},
-    ]
-    rows += [{"build": f"measured here ({venue}): {label}", "levels changed %": report.level_changed_pct,
-              "bit-identical %": report.bit_identical_pct, "weights": report.weights_total}
-             for label, report in measured.items()]
-    return Table(rows, "Weights moved to another int4 level (published: the series, Part 3)")
 
 
 def sagemaker_decode_table() -> Table:

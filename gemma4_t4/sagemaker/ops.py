@@ -83,12 +83,9 @@ class EndpointStatus(Displayable):
 def endpoint_status(name: str, region: str, client: Any = None,
                     now: dt.datetime | None = None) -> EndpointStatus:
     sm = _client(client, "sagemaker", region)
-    try:
-        desc = sm.describe_endpoint(EndpointName=name)
-    except aws_exceptions() as exc:
-        if is_not_found(exc):
-            return EndpointStatus(name, region, False, advice="no such endpoint in this region")
-        raise aws_error(exc, f"DescribeEndpoint {name}") from exc
+    desc = _described(sm, "describe_endpoint", f"DescribeEndpoint {name}", EndpointName=name)
+    if desc is None:
+        return EndpointStatus(name, region, False, advice="no such endpoint in this region")
     now = now or dt.datetime.now(dt.UTC)
     status = EndpointStatus(name, region, True, desc.get("EndpointStatus"), desc.get("FailureReason"),
                             desc.get("EndpointConfigName"))
@@ -449,23 +446,27 @@ class DeletePlan:
     kept: list[str] = field(default_factory=list)
 
 
-def _endpoint_config_name(sm: Any, endpoint: str) -> str | None:
+def _described(sm: Any, operation: str, action: str, **name: str) -> JSONObject | None:
+    """SageMaker's answer to ``operation`` for the resource ``name`` names; None when none has that name
+    (any other failure is raised as ``action`` failing)."""
     try:
-        return sm.describe_endpoint(EndpointName=endpoint).get("EndpointConfigName")
+        return getattr(sm, operation)(**name)
     except aws_exceptions() as exc:
         if is_not_found(exc):
             return None
-        raise aws_error(exc, f"DescribeEndpoint {endpoint}") from exc
+        raise aws_error(exc, action) from exc
+
+
+def _endpoint_config_name(sm: Any, endpoint: str) -> str | None:
+    desc = _described(sm, "describe_endpoint", f"DescribeEndpoint {endpoint}", EndpointName=endpoint)
+    return desc.get("EndpointConfigName") if desc else None
 
 
 def _config_models(sm: Any, config: str) -> list[str] | None:
-    try:
-        variants = sm.describe_endpoint_config(EndpointConfigName=config).get("ProductionVariants", [])
-    except aws_exceptions() as exc:
-        if is_not_found(exc):
-            return None
-        raise aws_error(exc, f"DescribeEndpointConfig {config}") from exc
-    return sorted({v["ModelName"] for v in variants if v.get("ModelName")})
+    desc = _described(sm, "describe_endpoint_config", f"DescribeEndpointConfig {config}", EndpointConfigName=config)
+    if desc is None:
+        return None
+    return sorted({v["ModelName"] for v in desc.get("ProductionVariants", []) if v.get("ModelName")})
 
 
 def _other_endpoints_uses(sm: Any, name: str) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
@@ -490,7 +491,9 @@ def _other_endpoints_uses(sm: Any, name: str) -> tuple[dict[str, list[str]], dic
     return configs, models
 
 
-_DESCRIBE_ARN = {
+# kind -> the call that describes one, the name's parameter, the ARN's field in the answer
+_DESCRIBE = {
+    "endpoint": ("describe_endpoint", "EndpointName", "EndpointArn"),
     "endpoint-config": ("describe_endpoint_config", "EndpointConfigName", "EndpointConfigArn"),
     "model": ("describe_model", "ModelName", "ModelArn"),
 }
@@ -498,14 +501,9 @@ _DESCRIBE_ARN = {
 
 def _ours(sm: Any, kind: str, resource: str) -> bool | None:
     """Whether ``resource`` carries this project's tag (None: it does not exist)."""
-    operation, key, arn_key = _DESCRIBE_ARN[kind]
-    try:
-        arn = getattr(sm, operation)(**{key: resource}).get(arn_key)
-    except aws_exceptions() as exc:
-        if is_not_found(exc):
-            return None
-        raise aws_error(exc, f"{operation} {resource}") from exc
-    return is_ours(_tags(sm, arn))
+    operation, key, arn_key = _DESCRIBE[kind]
+    desc = _described(sm, operation, f"{operation} {resource}", **{key: resource})
+    return None if desc is None else is_ours(_tags(sm, desc.get(arn_key)))
 
 
 def plan_delete(sm: Any, name: str, not_ours: bool = False) -> DeletePlan:
@@ -621,22 +619,13 @@ def delete_endpoint(name: str, region: str, *, client: Any = None, dry_run: bool
 # The CreationTime SageMaker answered is the identity; both values come from AWS's clock, so they match
 # to the microsecond, and a re-creation takes longer than this tolerance.
 SAME_CREATION_S = 1.0
-_DESCRIBE_CREATED = {
-    "endpoint": ("describe_endpoint", "EndpointName"),
-    "endpoint-config": ("describe_endpoint_config", "EndpointConfigName"),
-    "model": ("describe_model", "ModelName"),
-}
 
 
 def created_at(sm: Any, kind: str, name: str) -> float | None:
     """The CreationTime (epoch seconds) of the ``kind`` resource called ``name``; None where none exists."""
-    operation, key = _DESCRIBE_CREATED[kind]
-    try:
-        created = _aware(getattr(sm, operation)(**{key: name}).get("CreationTime"))
-    except aws_exceptions() as exc:
-        if is_not_found(exc):
-            return None
-        raise aws_error(exc, f"{operation} {name}") from exc
+    operation, key, _ = _DESCRIBE[kind]
+    desc = _described(sm, operation, f"{operation} {name}", **{key: name})
+    created = _aware(desc.get("CreationTime")) if desc else None
     return created.timestamp() if created else None
 
 

@@ -861,15 +861,6 @@ def test_published_lookups_name_what_is_missing():
     assert (published.sagemaker_load().model, published.sagemaker_load().build) == ("gemma-4-E2B", "emb4")
 
 
-def test_published_results_filter_by_gpu_and_build():
-    from gemma4_t4.bench import published
-
-    assert len(published.published_results()) == 22
-    assert len(published.published_results(build="emb4")) == 6 and published.published_results("l4") == []
-    assert {r.build for r in published.published_results("t4", "qat")} == {"qat"}
-    assert len(published.published_results(gpu="t4")) == 22
-
-
 def test_the_series_headline_ratios_are_the_published_figures_divided():
     from gemma4_t4.bench import published
 
@@ -1187,26 +1178,6 @@ def test_part4_puts_its_ttft_and_decode_beside_the_published_qat_cells(tmp_path)
         "not measured: the server delivered 8 tokens"
     )
     assert rows["output tok/s, c=8"]["measured here"] is None
-
-
-def test_part3_puts_each_measured_grid_check_under_the_published_one():
-    from types import SimpleNamespace
-
-    from gemma4_t4.bench.published import grid_beside
-
-    report = SimpleNamespace(level_changed_pct=0.0, bit_identical_pct=100.0, weights_total=1024)
-    table = grid_beside({"repack": report}, "cpu")
-    assert table.caption() == "Weights moved to another int4 level (published: the series, Part 3)"
-    assert table.table_rows() == [
-        {"build": "published: gemma-4-26B-A4B layer 0 q_proj, repack", "levels changed %": 0.0},
-        {"build": "published: gemma-4-26B-A4B layer 0 q_proj, AWQ conversion", "levels changed %": 30.3},
-        {
-            "build": "measured here (cpu): repack",
-            "levels changed %": 0.0,
-            "bit-identical %": 100.0,
-            "weights": 1024,
-        },
-    ]
 
 
 def test_the_published_t4_vs_l4_table_lists_the_rows_with_a_t4_figure():
