@@ -130,8 +130,7 @@ def _per_request(run: BenchRun, cell: str, attr: str) -> list[float]:
 
 
 def compare_runs(a: str | os.PathLike | BenchRun, b: str | os.PathLike | BenchRun) -> RunComparison:
-    run_a = a if isinstance(a, BenchRun) else load_run(a)
-    run_b = b if isinstance(b, BenchRun) else load_run(b)
+    run_a, run_b = load_run(a), load_run(b)
     incomplete = [
         f"{side}: {run.not_measured}" for side, run in (("A", run_a), ("B", run_b)) if run.not_measured
     ]

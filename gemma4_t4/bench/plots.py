@@ -180,7 +180,7 @@ def plot_rate(run: BenchRun, path: Path) -> Path | None:
 
 def plot_run(out_dir: str | os.PathLike | BenchRun) -> list[Path]:
     """Every plot that the run's cells support, written next to its results."""
-    run = out_dir if isinstance(out_dir, BenchRun) else load_run(out_dir)
+    run = load_run(out_dir)
     plots = (plot_throughput, plot_rate, plot_ttft, plot_prefix, plot_roofline)  # in PLOT_FILES' order
     made = [plot(run, run.dir / name) for plot, name in zip(plots, PLOT_FILES, strict=True)]
     return [p for p in made if p is not None]

@@ -397,8 +397,9 @@ def read_records(path: Path) -> list[StoredRecord]:
     return out
 
 
-def load_run(out_dir: str | os.PathLike) -> BenchRun:
-    return BenchRun.load(out_dir)
+def load_run(out_dir: str | os.PathLike | BenchRun) -> BenchRun:
+    """The run in ``out_dir`` (a run already loaded is itself)."""
+    return out_dir if isinstance(out_dir, BenchRun) else BenchRun.load(out_dir)
 
 
 def _fmt(value: Any, digits: int = 1) -> str:

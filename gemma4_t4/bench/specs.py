@@ -428,8 +428,3 @@ __all__ = [  # the registry's names too, for callers that import them from here
     "SeriesDecodeSpec", "SweepSpec", "TTFTSpec", "Served", "ServedAt", "run",
 ]  # fmt: skip
 
-
-def __getattr__(name: str) -> object:
-    if name == "SPECS":  # a view of the registry, kept for callers that read it by this name
-        return tuple(REGISTRY.values())
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

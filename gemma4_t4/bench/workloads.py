@@ -23,10 +23,10 @@ from pydantic import Field, SerializeAsAny, ValidationError, field_validator, mo
 
 from gemma4_t4.bench import telemetry
 from gemma4_t4.bench.answers import QUESTIONS, is_correct
-from gemma4_t4.bench.args import METHODS, BenchOptions
+from gemma4_t4.bench.args import BenchOptions
 from gemma4_t4.bench.backends import Backend, backend_for, parse_base_url
 from gemma4_t4.bench.cells import Cell
-from gemma4_t4.bench.client import ARRIVALS, RequestSpec, arrival_offsets, closed_loop, open_loop
+from gemma4_t4.bench.client import RequestSpec, arrival_offsets, closed_loop, open_loop
 from gemma4_t4.bench.derive import derive_cell, lookup_bytes_per_token
 from gemma4_t4.bench.metrics import aggregate, open_loop_stats
 from gemma4_t4.bench.prompts import PromptFactory
@@ -434,7 +434,3 @@ async def _measure(
     finally:
         bar.close()
 
-
-__all__ = [
-    "ARRIVALS", "METHODS", "REGISTRY", "BenchArgs", "Cell", "ServerInfo", "build_args", "run_benchmark",
-]  # fmt: skip

@@ -10,9 +10,6 @@ from gemma4_t4.cli import Output, add_command
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.table import format_pairs, format_table
 
-__all__ = ["format_table", "register"]  # format_table was defined here; it stays importable
-
-
 # ---------------------------------------------------------------------------------------
 # models
 # ---------------------------------------------------------------------------------------

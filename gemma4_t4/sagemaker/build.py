@@ -587,11 +587,7 @@ def build_t4_image(region: str, base_tag: str = images.DEFAULT_VLLM_TAG, *, forc
     ``on_build_succeeded`` is for offline runs: moto's CodeBuild runs no Docker, so
     :meth:`LocalAWS.seed_fixed_image` stands in for the push there."""
     images.validate_region(region)
-    if images.parse_tag(base_tag) is None:
-        raise Gemma4T4Error(
-            f"base tag {base_tag!r} is not a pinned vLLM SageMaker tag",
-            fix=f"use a tag like {images.DEFAULT_VLLM_TAG} (gemma4-t4 sagemaker image --latest)",
-        )
+    images.fixed_image_tag(base_tag)  # a base tag that is not pinned is refused before any AWS call
     bundle = source_bundle()
     make = clients or client_factory(session)
     t0 = monotonic()

@@ -366,7 +366,7 @@ def fixed_image_tag(base_tag: str = DEFAULT_VLLM_TAG, version: str | None = None
     """The ECR tag of the fixed image: base DLC tag + package version (ECR allows [A-Za-z0-9_.-])."""
     if parse_tag(base_tag) is None:
         raise Gemma4T4Error(f"base tag {base_tag!r} is not a pinned vLLM SageMaker tag",
-                            fix=f"use a tag like {DEFAULT_VLLM_TAG}")
+                            fix=f"use a tag like {DEFAULT_VLLM_TAG} (gemma4-t4 sagemaker image --latest)")
     safe_version = re.sub(r"[^A-Za-z0-9_.-]", "_", version or package_version())
     return f"{base_tag}{FIXED_TAG_MARK}{safe_version}"
 

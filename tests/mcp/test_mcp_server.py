@@ -187,7 +187,7 @@ async def test_local_tools_on_a_cpu_host(tmp_path, monkeypatch):
 
 
 async def test_run_benchmark_schema_is_the_spec_classes():
-    from gemma4_t4.bench.specs import SPECS
+    from gemma4_t4.bench.specs import REGISTRY
 
     async with Client(build_server()) as client:
         tool = {t.name: t for t in (await client.list_tools()).tools}["run_benchmark"]
@@ -197,8 +197,8 @@ async def test_run_benchmark_schema_is_the_spec_classes():
     union = next(choice for choice in spec["anyOf"] if "oneOf" in choice)
     assert union["discriminator"]["propertyName"] == "kind"
     variants = {ref["$ref"].rsplit("/", 1)[-1] for ref in union["oneOf"]}
-    assert variants == {cls.__name__ for cls in SPECS}
-    for cls in SPECS:  # each variant is that class's own schema: its kind, its fields, nothing else accepted
+    assert variants == {cls.__name__ for cls in REGISTRY.values()}
+    for cls in REGISTRY.values():  # each variant is that class's own schema: its kind, its fields, nothing else accepted
         variant = schema["$defs"][cls.__name__]
         assert variant["additionalProperties"] is False
         assert variant["properties"]["kind"]["const"] == cls.model_fields["kind"].default
@@ -206,7 +206,7 @@ async def test_run_benchmark_schema_is_the_spec_classes():
     from gemma4_t4.mcp_server import get_help
 
     spec_line = next(line for line in get_help().workflow if line.startswith("run_benchmark("))
-    assert all(cls.model_fields["kind"].default in spec_line for cls in SPECS)
+    assert all(cls.model_fields["kind"].default in spec_line for cls in REGISTRY.values())
 
 
 async def test_stdio_run_benchmark_takes_a_spec_and_refuses_an_unknown_field(tmp_path):
