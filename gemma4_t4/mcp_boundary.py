@@ -1,11 +1,14 @@
 """The assistant's boundary: what the MCP tools let an assistant set, generated from each setting's declaration.
 
-Deploy settings (``sagemaker.config.DeployConfig``) and launch settings (``foundation.launch_record.ServerSettings``)
-each declare an :class:`~gemma4_t4.foundation.launch_record.Assistant` beside their help: offered or withheld, and
-within which bounds (limits, choices, allowed keys). The tools' parameters are generated from that, so the SDK
+The vLLM settings (``foundation.launch_record.VLLMSettings``), the deploy settings (``sagemaker.config.DeployConfig``)
+and the launch settings (``foundation.launch_record.ServerSettings``) each declare an
+:class:`~gemma4_t4.foundation.launch_record.Assistant` beside their help: offered or withheld, and within which
+bounds (limits, choices, allowed keys). The tools' parameters are generated from that (:func:`offered`), so the SDK
 refuses a value outside them before a tool runs, and a withheld setting is not a parameter at all (an unknown
-argument is refused, named). Every other tool parameter is declared here (:data:`TOOL_PARAMETERS`), with why an
-assistant may pass it; ``tests/mcp/test_mcp_boundary.py`` checks every parameter of every tool against the two.
+argument is refused, named: :func:`strict_arguments`). Every other tool parameter is declared here
+(:data:`TOOL_PARAMETERS`, typed with its limits), with why an assistant may pass it, and a tool that bills or
+deletes is registered (:func:`tool`) only with a strict ``confirm``; ``tests/mcp/test_mcp_boundary.py`` checks every
+parameter of every tool against these.
 """
 
 from __future__ import annotations
@@ -15,9 +18,9 @@ import inspect
 import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.launch_record import (
@@ -32,6 +35,10 @@ from gemma4_t4.sagemaker import image as images
 from gemma4_t4.sagemaker.config import DeployConfig, check_assistant_env
 from gemma4_t4.sagemaker.cost import MAX_ASSISTANT_BUDGET_USD, BilledBound, billed_bound
 from gemma4_t4.serving.server_config import ServerConfig
+
+if TYPE_CHECKING:
+    from mcp.server.mcpserver.tools import Tool
+    from mcp.types import ToolAnnotations
 
 
 @dataclass(frozen=True)
@@ -111,6 +118,44 @@ def withheld() -> dict[str, str]:
     return found
 
 
+# Tool parameter types with their limits: the SDK validates them before a tool runs, so a bad value
+# never reaches AWS or a vLLM launch. Only a real JSON true confirms ("yes" and 1 do not).
+Confirm = Annotated[StrictBool, Field(description="true (a JSON boolean) to act; anything else only describes")]
+UserPort = Annotated[int, Field(ge=1024, le=65535, description="an unprivileged TCP port (1024..65535)")]
+Seconds = Annotated[float, Field(gt=0)]
+Region = Annotated[str | None, Field(description="AWS region (default: $AWS_REGION, else us-east-2)")]
+Tokens = Annotated[int, Field(ge=1, le=32_768, description="tokens to generate")]
+Temperature = Annotated[float, Field(ge=0, le=2, description="sampling temperature")]
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """One tool: its function, its MCP annotations, and whether it acts only with confirm=True."""
+
+    fn: Callable[..., Any]
+    annotations: ToolAnnotations
+    confirm: bool = False
+    interruptible: bool = False  # a shutdown cancels it instead of waiting for it
+
+
+REGISTRY: dict[str, ToolSpec] = {}
+
+
+def tool(annotations: ToolAnnotations, confirm: bool = False,
+         interruptible: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register a tool under its function's name. ``confirm=True``: it must take ``confirm: bool = False``."""
+
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        parameter = inspect.signature(fn).parameters.get("confirm")
+        if confirm and (parameter is None or parameter.default is not False):
+            raise TypeError(f"{fn.__name__} needs confirmation but has no `confirm: Confirm = False` parameter")
+        if confirm and parameter.annotation not in ("Confirm", Confirm):  # "yes" or 1 must not confirm
+            raise TypeError(f"{fn.__name__}'s confirm must be typed Confirm (a strict boolean)")
+        REGISTRY[fn.__name__] = ToolSpec(fn, annotations, confirm, interruptible)
+        return fn
+
+    return register
+
+
 DEFAULT_BUDGET_USD = 10.0  # four hours of one T4 is ~$2.94; 20 of the largest for a week is refused
 BudgetUSD = Annotated[float, Field(gt=0, le=MAX_ASSISTANT_BUDGET_USD, description=(
     f"the most this deployment may bill, USD: instances x ttl_hours x $/hour must fit (default "
@@ -166,3 +211,27 @@ TOOL_PARAMETERS = {
     "out_dir": "where results go: a new folder (an existing run's is refused)",
     "request_timeout_s": "per-request timeout",
 }
+
+
+def strict_arguments(tool: Tool) -> Tool:
+    """An argument the tool does not declare is refused, naming it (the SDK's argument model drops
+    unknown names silently: a misspelt ``confirm`` or a workload option outside ``spec`` would run
+    the tool with its defaults). The schema says so too (``additionalProperties: false``)."""
+    loose = tool.fn_metadata.arg_model
+    known = {field.alias or name for name, field in loose.model_fields.items()}
+
+    def refuse_unknown(cls: type, arguments: object) -> object:
+        unknown = sorted(set(arguments) - known) if isinstance(arguments, dict) else []
+        if unknown:
+            raise ValueError(f"{tool.name} takes no argument {', '.join(map(repr, unknown))}; it takes: "
+                             f"{', '.join(sorted(known)) or 'no arguments'}" + ("; workload options go inside spec"
+                                                              if "spec" in known else ""))
+        return arguments
+
+    strict = type(loose.__name__, (loose,), {
+        "model_config": ConfigDict(**loose.model_config, extra="forbid"), "__module__": loose.__module__,
+        "_refuse_unknown": model_validator(mode="before")(classmethod(refuse_unknown)),
+    })
+    tool.fn_metadata.arg_model = strict
+    tool.parameters = strict.model_json_schema(by_alias=True)
+    return tool

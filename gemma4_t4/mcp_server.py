@@ -14,66 +14,89 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-import json
 import logging
 import os
 import signal
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, TypeAdapter, model_validator
+from pydantic import Field, TypeAdapter
 
 from gemma4_t4.bench import specs as bench_specs  # the spec classes: the benchmark's client loads in a run
 from gemma4_t4.bench.schemas import RunReport
 from gemma4_t4.bench.specs import AnySpec
-from gemma4_t4.errors import Gemma4T4Error, UnexpectedError, debug_enabled, user_error
+from gemma4_t4.errors import Gemma4T4Error, debug_enabled
 from gemma4_t4.foundation import secrets, signals
 from gemma4_t4.foundation.jsonable import to_jsonable
 from gemma4_t4.host import env
-from gemma4_t4.mcp_boundary import DEFAULT_BUDGET_USD, BudgetUSD, assistant_deploy, offered, takes_settings
+from gemma4_t4.mcp_answers import (
+    BuildImageResult,
+    BuiltImage,
+    ConfigResult,
+    DeleteToolResult,
+    DeployToolResult,
+    EndpointsResult,
+    GpuArchResult,
+    HelpResult,
+    ImageResult,
+    QueryResult,
+    QuotaResult,
+    ServerToolResult,
+    StatusToolResult,
+    TuringCheckResult,
+    TuringPatchResult,
+    local_chat,
+    served_model,
+    tool_error_text,
+)
+from gemma4_t4.mcp_boundary import (
+    DEFAULT_BUDGET_USD,
+    REGISTRY,
+    BudgetUSD,
+    Confirm,
+    Region,
+    Seconds,
+    Temperature,
+    Tokens,
+    UserPort,
+    assistant_deploy,
+    offered,
+    strict_arguments,
+    takes_settings,
+    tool,
+)
 from gemma4_t4.sagemaker import quotas  # sagemaker.* import no AWS SDK: boto3 loads at a tool's first call
 from gemma4_t4.sagemaker.build import (
     BUILD_TIMEOUT_MINUTES,
     BuildFailed,
-    BuildRecord,
-    BuildResult,
     build_cost,
     build_plan,
     build_record,
 )
 from gemma4_t4.sagemaker.build import build_t4_image as build
-from gemma4_t4.sagemaker.config import ConfigSummary, DeployConfig, default_region, validate_name
-from gemma4_t4.sagemaker.deploy import DeployResult, deploy_cost, deployment_plan, rollback, run_deploy
+from gemma4_t4.sagemaker.config import DeployConfig, default_region, validate_name
+from gemma4_t4.sagemaker.deploy import deploy_cost, deployment_plan, rollback, run_deploy
 from gemma4_t4.sagemaker.health import HealthReport, check_health
 from gemma4_t4.sagemaker.image import (
     US_REGIONS,
-    ImageChoice,
     required_ami_version,
     resolve_dlc_tag,
 )
 from gemma4_t4.sagemaker.image import find_vllm_image as find
 from gemma4_t4.sagemaker.ops import (
-    EndpointStatus,
-    EndpointSummary,
-    InvokeResult,
     LogsResult,
     endpoint_logs,
     endpoint_status,
     invoke,
-    parse_chat_response,
 )
 from gemma4_t4.sagemaker.ops import delete_endpoint as delete
 from gemma4_t4.sagemaker.ops import list_endpoints as list_all
-from gemma4_t4.sagemaker.quotas import QuotaRow
 from gemma4_t4.serving.server import (
     DEFAULT_WORK_DIR,
-    ServerStatus,
     VLLMServer,
     list_servers,
     start_server,
@@ -101,14 +124,6 @@ CREATES = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempote
 DESTRUCTIVE = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True,
                               open_world_hint=True)
 
-# Tool parameter types with their limits: the SDK validates them before a tool runs, so a bad value
-# never reaches AWS or a vLLM launch. Only a real JSON true confirms ("yes" and 1 do not).
-Confirm = Annotated[StrictBool, Field(description="true (a JSON boolean) to act; anything else only describes")]
-UserPort = Annotated[int, Field(ge=1024, le=65535, description="an unprivileged TCP port (1024..65535)")]
-Seconds = Annotated[float, Field(gt=0)]
-Region = Annotated[str | None, Field(description="AWS region (default: $AWS_REGION, else us-east-2)")]
-Tokens = Annotated[int, Field(ge=1, le=32_768, description="tokens to generate")]
-Temperature = Annotated[float, Field(ge=0, le=2, description="sampling temperature")]
 
 
 def _secret_values() -> list[str]:
@@ -119,13 +134,6 @@ def _secret_values() -> list[str]:
 
 _scrub = secrets.mask  # the package's one masking rule, shared with serve, bench and SageMaker
 log = logging.getLogger("gemma4_t4.mcp")
-
-
-def tool_error_text(exc: BaseException) -> str:
-    """What a failed tool answers: the error's type, its one-line message and the fix."""
-    error = user_error(exc)
-    head = error.message if isinstance(error, UnexpectedError) else f"{type(error).__name__}: {error.message}"
-    return head + (f"\n  fix: {error.fix}" if error.fix else "")
 
 
 def _adapter(fn: Callable[..., Any], interruptible: bool = False) -> Callable[..., Any]:
@@ -202,140 +210,8 @@ def _cancellable_sleep(seconds: float) -> None:
         raise signals.Terminated(_STOP_SIGNAL[0])
 
 
-@dataclass(frozen=True)
-class ToolSpec:
-    """One tool: its function, its MCP annotations, and whether it acts only with confirm=True."""
-
-    fn: Callable[..., Any]
-    annotations: ToolAnnotations
-    confirm: bool = False
-    interruptible: bool = False  # a shutdown cancels it instead of waiting for it
-
-
-REGISTRY: dict[str, ToolSpec] = {}
-
-
-def tool(annotations: ToolAnnotations, confirm: bool = False,
-         interruptible: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register a tool under its function's name. ``confirm=True``: it must take ``confirm: bool = False``."""
-
-    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
-        parameter = inspect.signature(fn).parameters.get("confirm")
-        if confirm and (parameter is None or parameter.default is not False):
-            raise TypeError(f"{fn.__name__} needs confirmation but has no `confirm: Confirm = False` parameter")
-        if confirm and parameter.annotation not in ("Confirm", Confirm):  # "yes" or 1 must not confirm
-            raise TypeError(f"{fn.__name__}'s confirm must be typed Confirm (a strict boolean)")
-        REGISTRY[fn.__name__] = ToolSpec(fn, annotations, confirm, interruptible)
-        return fn
-
-    return register
-
-
 def _work_dir() -> str:
     return os.environ.get(WORK_DIR_ENV, DEFAULT_WORK_DIR)
-
-
-# -- result types ---------------------------------------------------------------------------------
-class HelpResult(BaseModel):
-    workflow: list[str]
-    tools: dict[str, str]
-    cli: list[str]
-    notes: list[str]
-
-
-class QuotaResult(BaseModel):
-    rows: list[QuotaRow]
-    picked: dict[str, str | None]
-    summary: str
-
-
-class ConfigResult(BaseModel):
-    valid: bool
-    problem: str | None = None
-    fix: str | None = None
-    config: ConfigSummary | None = None  # None when the config is not valid
-    cost: str = ""
-    usd_per_hour: float | None = None
-    budget: str = ""  # the worst case within budget_usd
-    aws_cli: list[str] = []
-
-
-class DeployToolResult(BaseModel):
-    refused: bool
-    reason: str | None = None
-    cost: str = ""
-    aws_cli: list[str] = []
-    deployment: DeployResult | None = None
-    next_step: str | None = None
-
-
-class DeleteToolResult(BaseModel):
-    refused: bool
-    reason: str | None = None
-    deleted: list[str] = []
-    already_absent: list[str] = []
-    would_run: list[str] = []
-    kept: list[str] = Field([], description="configs/models another endpoint still uses, and which")
-
-
-class StatusToolResult(BaseModel):
-    endpoint: EndpointStatus
-    deployment_watch: DeployResult | None = None
-
-
-class QueryResult(InvokeResult):
-    """A reply, and which server or endpoint gave it."""
-
-    target: str
-
-
-class EndpointsResult(BaseModel):
-    endpoints: list[EndpointSummary]
-    count: int
-
-
-class ServerToolResult(BaseModel):
-    refused: bool = False
-    reason: str | None = None
-    servers: list[ServerStatus] = []
-    summary: str = ""
-
-
-class ImageResult(ImageChoice):
-    """The vLLM container for a region (``sagemaker.image.ImageChoice``), and the InferenceAmiVersion
-    whose driver runs its CUDA on an instance type."""
-
-    instance_type: str
-    inference_ami_version: str | None = None
-
-
-class GpuArchResult(BaseModel):
-    gpus: list[env.GPUInfo]
-    compute_capability: str | None = None
-    arch: str | None = None
-    torch_arch_flags: str | None = None
-    smem_per_block_optin: int | None = None
-    needs_turing_fix: bool | None = Field(None, description="None on a host without a GPU")
-    cuda_probe_error: str | None = None
-    summary: str
-
-
-class TuringCheckResult(BaseModel):
-    status: turing_state.TuringStatus
-    ok: bool = Field(description="the fix reaches vLLM (and, with functional=True, the sm_75 compile proves it)")
-    summary: str
-    verify: turing_verify.VerifyReport | None = Field(
-        None, description="the sm_75 proof (functional=True); its launches are only the ones that fail"
-    )
-
-
-class TuringPatchResult(BaseModel):
-    refused: bool
-    reason: str | None = None
-    would: list[str] = []
-    status: turing_state.TuringStatus
-    result: filepatch.FilePatchResult | None = None
-    message: str | None = None
 
 
 @dataclass
@@ -501,22 +377,6 @@ def deploy_endpoint(*, wait: bool = False, timeout_s: Seconds | None = None, bud
                             next_step="poll get_endpoint_status until InService, then verify_model_health")
 
 
-class BuiltImage(BuildRecord):
-    """What build_t4_image answers after a build: the image's record, and the resources it
-    created or found already there."""
-
-    created: list[str]
-    reused: list[str]
-
-
-class BuildImageResult(BaseModel):
-    refused: bool
-    reason: str | None = None
-    cost: str = ""
-    aws_cli: list[str] = []
-    build: BuiltImage | BuildResult | None = None  # the record of the image, or the failed build
-
-
 @tool(DESTRUCTIVE, confirm=True)
 def build_t4_image(region: Region = None, base_tag: str | None = None, confirm: Confirm = False,
                    budget_usd: BudgetUSD = DEFAULT_BUDGET_USD) -> BuildImageResult:
@@ -571,71 +431,6 @@ def get_endpoint_logs(name: str, region: Region = None,
     return endpoint_logs(name, region, lines=lines)
 
 
-def _served_model(base_url: str) -> str:
-    """The first model a local server serves (clear error if it is unreachable or serves none)."""
-    from gemma4_t4.bench.telemetry import check_reachable  # loads the bench package (~1 s): only when asked
-
-    if base_url.startswith("sagemaker://"):
-        raise Gemma4T4Error("a SageMaker endpoint cannot be asked which model it serves",
-                            fix="pass model=<the endpoint's served model name>")
-    return check_reachable(base_url).models[0]  # it refuses a server that serves none
-
-
-def _local_chat(base_url: str, prompt: str, max_tokens: int, temperature: float,
-                model: str | None = None) -> QueryResult:
-    """One non-streaming chat request to a local vLLM server (/v1/chat/completions)."""
-    if model is None:
-        model = _served_model(base_url)
-    payload = {"model": model, "messages": [{"role": "user", "content": prompt}],
-               "max_tokens": max_tokens, "temperature": temperature}
-    request = urllib.request.Request(base_url.rstrip("/") + "/v1/chat/completions",
-                                     data=json.dumps(payload).encode(),
-                                     headers={"Content-Type": "application/json"})
-    start = time.perf_counter()
-    try:
-        with urllib.request.urlopen(request, timeout=300) as response:
-            body = response.read()
-    except urllib.error.HTTPError as exc:  # the server answered: keep its reason
-        raise http_error(base_url, exc.code, exc.read()) from None
-    except (urllib.error.URLError, OSError) as exc:
-        raise Gemma4T4Error(f"no answer from {base_url}: {exc}",
-                            fix="check server_status; start one with start_vllm_server") from exc
-    text, finish, usage = parse_chat_response(body)
-    return QueryResult(target=base_url, text=text, latency_s=round(time.perf_counter() - start, 3),
-                       finish_reason=finish, usage=usage)
-
-
-def server_reason(body: bytes) -> str:
-    """The reason in an OpenAI-compatible error body (vLLM: {"error": {"message": ...}}), else its text."""
-    text = body.decode("utf-8", "replace").strip()
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return " ".join(text.split())[:500] or "(empty body)"
-    error = data.get("error", data) if isinstance(data, dict) else data
-    if isinstance(error, dict):
-        return str(error.get("message") or error.get("detail") or error)[:500]
-    return str(error)[:500]
-
-
-def http_error(base_url: str, status: int, body: bytes) -> Gemma4T4Error:
-    """A failed request as the user should see it: the server's own reason and the fix that matches it."""
-    reason = server_reason(body)
-    lowered = reason.lower()
-    if status == 400 and any(k in lowered for k in ("context length", "max_model_len", "max_tokens",
-                                                    "maximum context", "too long")):
-        fix = "shorten the prompt or lower max_tokens: prompt + max_tokens must fit the server's max_model_len"
-    elif status in (400, 422):
-        fix = "change the request as the server's reason says (prompt, max_tokens, temperature)"
-    elif status == 404:
-        fix = "the server does not serve that model or path: check base_url (http://HOST:PORT) with server_status"
-    elif status == 401:
-        fix = "the server needs an API key: start it without one for local use, or query it through the CLI"
-    else:
-        fix = "the server failed while answering: read its log tail with server_status, restart it if it died"
-    return Gemma4T4Error(f"{base_url} answered HTTP {status}: {reason}", fix=fix)
-
-
 def _target(endpoint_name: str | None, base_url: str | None) -> None:
     if bool(endpoint_name) == bool(base_url):
         raise Gemma4T4Error("say where to send the request",
@@ -649,7 +444,7 @@ def query_model(prompt: str, endpoint_name: str | None = None, region: Region = 
     region = default_region(region)
     _target(endpoint_name, base_url)
     if base_url:
-        return _local_chat(base_url, prompt, max_tokens, temperature)
+        return local_chat(base_url, prompt, max_tokens, temperature)
     result = invoke(endpoint_name, region, prompt, max_tokens=max_tokens, temperature=temperature)
     return QueryResult(target=f"sagemaker:{region}/{endpoint_name}",
                        **result.model_copy(update={"latency_s": round(result.latency_s, 3)}).model_dump())
@@ -836,7 +631,7 @@ def run_benchmark(base_url: str, spec: AnySpec | None = None, model: str | None 
     with its description, its fields and their defaults; a null field means its default, an unknown one is
     refused. The MCP server's shutdown (SIGTERM) cancels a running benchmark; its results dir stays partial."""
     if model is None:
-        model = _served_model(base_url)
+        model = served_model(base_url)
     chosen = spec or bench_specs.DecodeSpec()
     out = out_dir or os.path.join(_work_dir(), "bench", f"{chosen.kind}-{time.strftime('%Y%m%d-%H%M%S')}")
     timeout = {} if request_timeout_s is None else {"request_timeout_s": request_timeout_s}
@@ -858,30 +653,6 @@ def build_server() -> MCPServer:
         instructions="Deploy and serve Gemma 4 on NVIDIA T4 GPUs (SageMaker and local vLLM). Start with get_help. "
         "Tools that bill or delete need confirm=True.", tools=tools,
     )
-
-
-def strict_arguments(tool: Tool) -> Tool:
-    """An argument the tool does not declare is refused, naming it (the SDK's argument model drops
-    unknown names silently: a misspelt ``confirm`` or a workload option outside ``spec`` would run
-    the tool with its defaults). The schema says so too (``additionalProperties: false``)."""
-    loose = tool.fn_metadata.arg_model
-    known = {field.alias or name for name, field in loose.model_fields.items()}
-
-    def refuse_unknown(cls: type, arguments: object) -> object:
-        unknown = sorted(set(arguments) - known) if isinstance(arguments, dict) else []
-        if unknown:
-            raise ValueError(f"{tool.name} takes no argument {', '.join(map(repr, unknown))}; it takes: "
-                             f"{', '.join(sorted(known)) or 'no arguments'}" + ("; workload options go inside spec"
-                                                              if "spec" in known else ""))
-        return arguments
-
-    strict = type(loose.__name__, (loose,), {
-        "model_config": ConfigDict(**loose.model_config, extra="forbid"), "__module__": loose.__module__,
-        "_refuse_unknown": model_validator(mode="before")(classmethod(refuse_unknown)),
-    })
-    tool.fn_metadata.arg_model = strict
-    tool.parameters = strict.model_json_schema(by_alias=True)
-    return tool
 
 
 def main() -> None:

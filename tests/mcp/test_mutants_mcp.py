@@ -23,7 +23,7 @@ from mcp import Client
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import TypeAdapter, ValidationError
 
-from gemma4_t4 import mcp_server
+from gemma4_t4 import mcp_answers, mcp_boundary, mcp_server
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation import signals
 from gemma4_t4.foundation.launch_record import (
@@ -392,11 +392,11 @@ def test_a_registered_tool_keeps_its_annotations_confirmation_and_interruptibili
         assert mcp_server.tool(mcp_server.DESTRUCTIVE, confirm=True)(strict) is strict
         mcp_server.tool(mcp_server.READ_ONLY)(plain)
         mcp_server.tool(mcp_server.CREATES, interruptible=True)(bench)
-        assert mcp_server.REGISTRY["bench"] == mcp_server.ToolSpec(bench, mcp_server.CREATES, False, True)
-        assert mcp_server.REGISTRY["strict"] == mcp_server.ToolSpec(
+        assert mcp_server.REGISTRY["bench"] == mcp_boundary.ToolSpec(bench, mcp_server.CREATES, False, True)
+        assert mcp_server.REGISTRY["strict"] == mcp_boundary.ToolSpec(
             strict, mcp_server.DESTRUCTIVE, True, False
         )
-        assert mcp_server.REGISTRY["plain"] == mcp_server.ToolSpec(plain, mcp_server.READ_ONLY, False, False)
+        assert mcp_server.REGISTRY["plain"] == mcp_boundary.ToolSpec(plain, mcp_server.READ_ONLY, False, False)
     finally:
         mcp_server.REGISTRY.pop("strict", None)
         mcp_server.REGISTRY.pop("plain", None)
@@ -629,12 +629,12 @@ def sent(monkeypatch):
 
     requests_answer: list[Any] = [_chat_reply()]
     monkeypatch.setattr(urllib.request, "urlopen", urlopen)
-    monkeypatch.setattr(mcp_server, "time", FakeClock(100.0, 100.12345))
+    monkeypatch.setattr(mcp_answers, "time", FakeClock(100.0, 100.12345))
     return types.SimpleNamespace(requests=requests, answer=requests_answer)
 
 
 def test_a_local_chat_sends_one_openai_request_and_times_it(sent):
-    result = mcp_server._local_chat("http://127.0.0.1:8000/", "Capital of France?", 16, 0.5, model="gemma")
+    result = mcp_answers.local_chat("http://127.0.0.1:8000/", "Capital of France?", 16, 0.5, model="gemma")
     assert sent.requests == [
         {
             "url": "http://127.0.0.1:8000/v1/chat/completions",
@@ -666,7 +666,7 @@ def test_a_local_chat_without_a_model_asks_the_server_which_it_serves(sent, monk
         "check_reachable",
         lambda url: asked.append(url) or types.SimpleNamespace(models=["first", "second"]),
     )
-    mcp_server._local_chat("http://127.0.0.1:8000", "hi", 4, 0.0)
+    mcp_answers.local_chat("http://127.0.0.1:8000", "hi", 4, 0.0)
     assert asked == ["http://127.0.0.1:8000"] and sent.requests[0]["body"]["model"] == "first"
 
 
@@ -676,7 +676,7 @@ def test_a_local_chat_refused_by_the_server_keeps_its_reason(sent):
         "http://GPUBOX/v1/chat/completions", 400, "Bad Request", {}, io.BytesIO(body)
     )
     with pytest.raises(Gemma4T4Error) as refused:  # a LAN host name, as /etc/hosts spells it
-        mcp_server._local_chat("http://GPUBOX", "hi", 4, 0.0, model="m")
+        mcp_answers.local_chat("http://GPUBOX", "hi", 4, 0.0, model="m")
     assert sent.requests[0]["url"] == "http://GPUBOX/v1/chat/completions"
     assert (
         refused.value.message
@@ -688,14 +688,14 @@ def test_a_local_chat_refused_by_the_server_keeps_its_reason(sent):
 def test_a_local_chat_to_no_server_says_how_to_start_one(sent):
     sent.answer[0] = urllib.error.URLError("Connection refused")
     with pytest.raises(Gemma4T4Error) as refused:
-        mcp_server._local_chat("http://127.0.0.1:9", "hi", 4, 0.0, model="m")
+        mcp_answers.local_chat("http://127.0.0.1:9", "hi", 4, 0.0, model="m")
     assert refused.value.message == "no answer from http://127.0.0.1:9: <urlopen error Connection refused>"
     assert refused.value.fix == "check server_status; start one with start_vllm_server"
 
 
 def test_a_sagemaker_url_cannot_be_asked_its_model():
     with pytest.raises(Gemma4T4Error) as refused:
-        mcp_server._served_model("sagemaker://us-east-2/g4")
+        mcp_answers.served_model("sagemaker://us-east-2/g4")
     assert refused.value.message == "a SageMaker endpoint cannot be asked which model it serves"
     assert refused.value.fix == "pass model=<the endpoint's served model name>"
 
@@ -714,7 +714,7 @@ def test_a_sagemaker_url_cannot_be_asked_its_model():
     ],
 )
 def test_the_servers_reason_is_read_from_either_error_shape_or_its_text(body, reason):
-    assert mcp_server.server_reason(body) == reason
+    assert mcp_answers.server_reason(body) == reason
 
 
 def test_a_long_reason_is_cut_at_500_characters():
@@ -723,7 +723,7 @@ def test_a_long_reason_is_cut_at_500_characters():
         json.dumps({"error": {"message": "y" * 600}}).encode(),
         json.dumps({"error": "z" * 600}).encode(),
     ):
-        assert len(mcp_server.server_reason(body)) == 500
+        assert len(mcp_answers.server_reason(body)) == 500
 
 
 @pytest.mark.parametrize(
@@ -766,7 +766,7 @@ def test_a_long_reason_is_cut_at_500_characters():
     ],
 )
 def test_a_failed_request_gets_the_fix_that_matches_its_status_and_reason(status, reason, fix):
-    error = mcp_server.http_error("http://h:1", status, json.dumps({"error": {"message": reason}}).encode())
+    error = mcp_answers.http_error("http://h:1", status, json.dumps({"error": {"message": reason}}).encode())
     assert error.message == f"http://h:1 answered HTTP {status}: {reason}"
     assert error.fix.startswith(fix)
 
@@ -913,10 +913,10 @@ def test_a_served_interruptible_tool_does_not_hold_the_shutdown(monkeypatch):
     monkeypatch.setitem(
         mcp_server.REGISTRY,
         "bench_like",
-        mcp_server.ToolSpec(bench_like, mcp_server.CREATES, interruptible=True),
+        mcp_boundary.ToolSpec(bench_like, mcp_server.CREATES, interruptible=True),
     )
     monkeypatch.setitem(
-        mcp_server.REGISTRY, "deploy_like", mcp_server.ToolSpec(deploy_like, mcp_server.CREATES)
+        mcp_server.REGISTRY, "deploy_like", mcp_boundary.ToolSpec(deploy_like, mcp_server.CREATES)
     )
 
     async def calls() -> None:

@@ -12,8 +12,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from mcp import Client
 
-from gemma4_t4 import mcp_server
-from gemma4_t4.mcp_server import REGISTRY, build_server, http_error, server_reason, tool, tool_error_text
+from gemma4_t4 import mcp_answers, mcp_server
+from gemma4_t4.mcp_answers import http_error, server_reason
+from gemma4_t4.mcp_server import REGISTRY, build_server, tool, tool_error_text
 
 pytestmark = pytest.mark.anyio
 SECRET = "TopSecretKey-9f8e7d6c5b4a"
@@ -237,11 +238,10 @@ async def test_query_model_keeps_vllms_400_reason_on_the_real_server(vllm_server
 
 
 def test_a_sagemaker_url_without_a_model_names_the_missing_model_not_an_unreachable_server():
-    from gemma4_t4 import mcp_server
     from gemma4_t4.errors import Gemma4T4Error
 
     with pytest.raises(Gemma4T4Error, match="SageMaker endpoint") as info:
-        mcp_server._served_model("sagemaker://us-east-2/ep")
+        mcp_answers.served_model("sagemaker://us-east-2/ep")
     assert "model=" in info.value.fix
 
 
