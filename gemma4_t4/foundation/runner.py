@@ -13,6 +13,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -64,11 +65,23 @@ def stop_group(proc: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> 
         return
 
 
-def subprocess_runner(command: list[str], input: str | None = None, timeout: float = 1800.0) -> CommandResult:
-    """The real runner: runs ``command`` in a new process group and captures its output (text)."""
+def _die_with_parent() -> None:
+    """In the child, before exec: the kernel sends it SIGKILL when this process dies, even by a SIGKILL that
+    runs no cleanup (the group stop covers Ctrl-C, SIGTERM and the timeout)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def subprocess_runner(command: list[str], input: str | None = None, timeout: float = 1800.0,
+                      die_with_parent: bool = False) -> CommandResult:
+    """The real runner: runs ``command`` in a new process group and captures its output (text);
+    ``die_with_parent``: the command is killed when this process dies, however it dies."""
     try:
         proc = subprocess.Popen(command, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                                preexec_fn=_die_with_parent if die_with_parent else None)
     except FileNotFoundError as exc:
         return CommandResult(NOT_FOUND, "", str(exc))
     except OSError as exc:  # not executable, exec format error

@@ -435,9 +435,9 @@ def probe(probes: Probes | None = None, smem: bool = False) -> Facts:
             facts.cuda_probe_error = f"{type(exc).__name__}: {exc}"
 
     mem = meminfo(p.read)
-    # to 0.1 MiB: fine enough for the start gate's margins, short enough to print
-    facts.ram_total_gib, facts.ram_available_gib = _round(mem.get("MemTotal"), 4), _round(mem.get("MemAvailable"), 4)
-    facts.swap_total_gib, facts.swap_free_gib = _round(mem.get("SwapTotal"), 4), _round(mem.get("SwapFree"), 4)
+    facts.ram_total_gib, facts.swap_total_gib = _round(mem.get("MemTotal")), _round(mem.get("SwapTotal"))
+    # what the start gate weighs a load against: to 0.1 MiB, fine enough for its margins
+    facts.ram_available_gib, facts.swap_free_gib = _round(mem.get("MemAvailable"), 4), _round(mem.get("SwapFree"), 4)
     facts.disks = [DiskInfo(label, path, _round(p.disk_free(path)))
                    for label, path in cache_paths(p.env, p.cwd())]
 

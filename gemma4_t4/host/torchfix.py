@@ -12,15 +12,13 @@ import dataclasses
 import json
 import os
 import shlex
-import signal
-import subprocess
 import sys
 
 from pydantic import BaseModel, Field
 
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.jsonable import JSONValue
-from gemma4_t4.foundation.runner import TIMED_OUT, CommandResult, Runner, stop_group, subprocess_runner
+from gemma4_t4.foundation.runner import CommandResult, Runner, subprocess_runner
 from gemma4_t4.host import env, setup_plan
 
 
@@ -100,32 +98,10 @@ _PROBE = (
 PROBE_TIMEOUT_S = 120.0
 
 
-def _die_with_parent() -> None:
-    """In the probed interpreter, before exec: the kernel sends it SIGKILL when the CLI dies, even by a
-    SIGKILL that runs no cleanup (the runner's group stop covers Ctrl-C, SIGTERM and the timeout)."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 def probe_runner(command: list[str], input: str | None = None, timeout: float = PROBE_TIMEOUT_S) -> CommandResult:
     """The runner of the torch probe: its own process group (stopped, children and all, on timeout or a
     stop signal) that dies with this process."""
-    try:
-        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                start_new_session=True, preexec_fn=_die_with_parent)
-    except OSError as exc:  # missing, not executable, not a program
-        return CommandResult(127 if isinstance(exc, FileNotFoundError) else 126, "", f"{type(exc).__name__}: {exc}")
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        stop_group(proc, grace_s=1.0)
-        return CommandResult(TIMED_OUT, "", f"no answer within {timeout:g} s")
-    except BaseException:
-        stop_group(proc)
-        raise
-    return CommandResult(proc.returncode, out.decode(errors="replace"), err.decode(errors="replace"))
+    return subprocess_runner(command, input=input, timeout=timeout, die_with_parent=True)
 
 
 def _not_python(python: str, done: CommandResult) -> Gemma4T4Error:

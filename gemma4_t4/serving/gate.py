@@ -375,6 +375,12 @@ def local_weights_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*.safetensors"))
 
 
+def _cached_weights(model: str) -> int | None:
+    """The safetensors bytes of ``model`` in the Hugging Face cache; None while it is not downloaded."""
+    cached = _hub_cache() / ("models--" + model.replace("/", "--"))
+    return local_weights_bytes(cached) if cached.is_dir() and any(cached.rglob("*.safetensors")) else None
+
+
 def catalog_entry(model: str) -> tuple[str, str] | None:
     """(variant key, format) of a Gemma 4 hub id or local checkpoint folder, when recognisable."""
     path = Path(model)
@@ -413,9 +419,8 @@ def probe_model(config: GatedLaunch, host: env.Facts) -> ModelFound:
         found.weights_bytes, found.weights_on_disk, found.disk_path = weights, True, str(model_path)
     else:
         hub = _hub_cache()
-        cached = hub / ("models--" + config.model.replace("/", "--"))
-        on_disk = cached.is_dir() and any(cached.rglob("*.safetensors"))
-        weights = local_weights_bytes(cached) if on_disk else None
+        weights = _cached_weights(config.model)
+        on_disk = weights is not None
         if weights is None and entry is not None:
             weights = models.weights_estimate(entry[0], entry[1]).checkpoint_bytes
         if weights is None:
@@ -451,15 +456,14 @@ def drafter_memory(config: GatedLaunch, target_weights: int | None) -> DrafterMe
     own_kv = plan.method == "draft_model"  # an MTP assistant reads the target's KV cache
     name = str(plan.model)
     path = Path(name).expanduser()
-    cached = _hub_cache() / ("models--" + name.replace("/", "--"))
     assistant = assistants.assistant_by_id(name)
     entry = catalog_entry(name) if own_kv else None
     if plan.requested == "self":
         weights, source = target_weights, "a second copy of the target's weights"
     elif path.is_dir():
         weights, source = local_weights_bytes(path), f"its safetensors in {path}"
-    elif cached.is_dir() and any(cached.rglob("*.safetensors")):
-        weights, source = local_weights_bytes(cached), "its safetensors in the Hugging Face cache"
+    elif (cached := _cached_weights(name)) is not None:
+        weights, source = cached, "its safetensors in the Hugging Face cache"
     elif assistant is not None:
         weights, source = assistant.weights_bytes, "the assistant catalog"
     elif entry is not None:

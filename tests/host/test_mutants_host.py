@@ -360,8 +360,8 @@ def test_the_probe_reads_driver_cuda_torch_memory_disks_and_packages():
         "13.0",
         False,
     )
-    assert (facts.ram_total_gib, facts.ram_available_gib, facts.swap_total_gib) == (15.625, 7.8125, 1.0)
-    assert facts.swap_free_gib == 0.999  # 1 MiB of swap in use: to 0.1 MiB, what the start gate counts
+    assert (facts.ram_total_gib, facts.ram_available_gib, facts.swap_total_gib) == (15.62, 7.8125, 1.0)
+    assert facts.swap_free_gib == 0.999  # 1 MiB of swap in use: available RAM and free swap to 0.1 MiB (the gate's)
     assert facts.disks[0] == env.DiskInfo("HF_HOME", "/h/.cache/huggingface", 123.46)
     assert (facts.vllm_distribution, facts.vllm_version, facts.transformers_version) == (
         "vllm",
@@ -911,6 +911,8 @@ def test_a_gpu_too_old_is_refused_in_setups_words_and_judged_by_torchs_reading()
     # nvidia-smi too old to report a capability; torch read sm_60 off the device
     unread = _facts(("Tesla P100-PCIE-16GB", 16384, None), torch_compute_capability="6.0")
     assert "gpu-too-old" in _problems(unread)
+    with pytest.raises(Gemma4T4Error, match="older than Turing"):  # setup refuses it too (it planned an install)
+        setup_plan.plan_setup(unread, python="python", loaded=())
 
 
 def test_the_pair_names_what_is_installed_and_ignores_local_tags():

@@ -69,6 +69,7 @@ HOSTS = {
     "t4-untested-vllm": host(torch="2.14.0+cu130", torch_cuda="13.0", vllm=UNTESTED_VLLM),
     "t4-vllm-cpu": host(vllm="0.32.0+cpu"),
     "p100-alone": host([P100]),
+    "p100-on-driver-470": host([P100], driver=DRIVERS["470"]),  # one refusal: the GPU (the doctor said two)
     "p100-picked-beside-a-t4": host([P100, T4], cuda_visible="0"),
     "p100-beside-an-l4": host([P100, L4]),
     "mixed-names-a-missing-gpu": host([P100, L4], cuda_visible="3"),
@@ -176,6 +177,7 @@ def test_the_hosts_cover_refusals_plans_and_a_ready_t4():
         "t4-driver-470-gce",
         "t4-driver-470-sagemaker",
         "p100-alone",
+        "p100-on-driver-470",
         "p100-picked-beside-a-t4",
         "mixed-names-a-missing-gpu",
         "nvidia-smi-broken",
@@ -184,6 +186,10 @@ def test_the_hosts_cover_refusals_plans_and_a_ready_t4():
     assert said["t4-driver-470-gce"].setup[1] == setup_plan.DRIVER_FIX["gce"]
     assert said["t4-driver-470"].setup[1] == setup_plan.DRIVER_IMAGE_FIX
     assert "vllm-untested" in said["t4-untested-vllm"].gate and "gpu-too-old" in said["p100-alone"].gate
+    assert (
+        "gpu-too-old" in said["p100-on-driver-470"].doctor
+        and "driver-too-old" not in said["p100-on-driver-470"].doctor
+    )
 
 
 def test_a_disagreement_is_found():
