@@ -21,12 +21,13 @@ class Gemma4T4Error(Exception):
         super().__init__(message)
         self.message = message
         self.fix = fix
+        self.kind = type(self).__name__  # what to_dict names the error
 
     def __str__(self) -> str:
         return f"{self.message}\n  fix: {self.fix}" if self.fix else self.message
 
     def to_dict(self) -> dict[str, str | None]:
-        return {"error": type(self).__name__, "message": self.message, "fix": self.fix}
+        return {"error": self.kind, "message": self.message, "fix": self.fix}
 
 
 class UnexpectedError(Gemma4T4Error):
@@ -36,9 +37,6 @@ class UnexpectedError(Gemma4T4Error):
         super().__init__(message, fix)
         self.kind = type(exc).__name__
         self.original = exc
-
-    def to_dict(self) -> dict[str, str | None]:
-        return {"error": self.kind, "message": self.message, "fix": self.fix}
 
 
 # The optional packages the package imports where they are used, and what installs each: a

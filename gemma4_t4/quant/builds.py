@@ -81,7 +81,7 @@ def module_weights(reader: CheckpointReader) -> dict[str, ModuleWeight]:
         elif name.endswith(".weight_packed"):
             module = name[: -len(".weight_packed")]
             try:
-                shape = tuple(int(x) for x in reader.read(f"{module}.weight_shape"))
+                shape = tuple(int(x) for x in reader.read_rows(f"{module}.weight_shape"))
                 scale = reader.info(f"{module}.weight_scale")
             except Gemma4T4Error as exc:
                 raise Gemma4T4Error(f"{reader.source}: packed module {module} is incomplete ({exc.message})",

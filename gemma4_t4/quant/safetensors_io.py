@@ -61,7 +61,7 @@ class TensorInfo:
 
     @property
     def numel(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+        return math.prod(self.shape)
 
     @property
     def row_bytes(self) -> int:
@@ -253,9 +253,8 @@ class CheckpointReader:
                 )
             for shard in self.shards:
                 self.tensors.update(self._read_shard_header(shard))
-            in_files = {n for n, t in self.tensors.items()}
             not_found = [n for n, s in weight_map.items() if n not in self.tensors or self.tensors[n].shard != s]
-            unlisted = sorted(in_files - set(weight_map))
+            unlisted = sorted(set(self.tensors) - set(weight_map))
             if not_found or unlisted:
                 detail = []
                 if not_found:
@@ -297,9 +296,6 @@ class CheckpointReader:
         start, length, shape = info.row_span(row_start, row_stop)
         return np.frombuffer(self._read(info.shard, start, length), np_dtype).reshape(shape).copy()
 
-    def read(self, name: str) -> np.ndarray:
-        return self.read_rows(name)
-
     def row_blocks(self, name: str, max_bytes: int) -> Iterator[tuple[int, int]]:
         """Row ranges of at most ``max_bytes`` source bytes each (at least one row)."""
         info = self.info(name)
@@ -313,8 +309,7 @@ class CheckpointReader:
         return sum(t.nbytes for t in self.tensors.values())
 
     def read_text(self, name: str) -> str | None:
-        """A small side file
- (config.json ...) next to the checkpoint, or None."""
+        """A small side file (config.json ...) next to the checkpoint, or None."""
         return None
 
     def close(self) -> None:
@@ -597,7 +592,7 @@ class PlannedTensor:
 
     @property
     def nbytes(self) -> int:
-        return (int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1) * DTYPES[self.dtype][1]
+        return math.prod(self.shape) * DTYPES[self.dtype][1]
 
 
 @dataclass

@@ -111,7 +111,7 @@ def test_repack_output_decompresses_with_compressed_tensors_to_the_grid_values(b
     info = packed.info("model.layers.0.self_attn.q_proj.weight_packed")
     assert info.dtype == "I32" and info.shape == (128, 16)
     assert packed.info("model.layers.0.self_attn.q_proj.weight_scale").dtype == "F16"
-    assert list(packed.read("model.layers.0.self_attn.q_proj.weight_shape")) == [128, 128]
+    assert list(packed.read_rows("model.layers.0.self_attn.q_proj.weight_shape")) == [128, 128]
 
 
 def _bf16_scale_qat_copy(src: Path, dst: Path) -> Path:

@@ -512,8 +512,8 @@ def test_tensor_order_in_the_header_does_not_matter(tmp_path):
     reader = open_checkpoint(path)
     with safe_open(str(path), "np") as f:
         for name in ("a", "b"):
-            assert np.array_equal(reader.read(name), f.get_tensor(name))
-    assert reader.read("b").tolist() == [3.0, 4.0]
+            assert np.array_equal(reader.read_rows(name), f.get_tensor(name))
+    assert reader.read_rows("b").tolist() == [3.0, 4.0]
 
 
 def test_index_shard_paths_must_stay_inside_the_checkpoint(tmp_path, tiny_qat_model_dir):
