@@ -47,7 +47,7 @@ from gemma4_t4.serving.supervisor import (
     SupervisorSpec,
     pid_alive,
     process_create_time,
-    terminate_then_kill,
+    stop_recorded,
 )
 
 STOP_GRACE_S = 30.0
@@ -312,11 +312,7 @@ class VLLMServer(RecordedServer):
     def reap(self, grace: float = 5.0) -> list[ProcessInfo]:
         """Kill every recorded process of this server that still runs (SIGTERM, then SIGKILL)."""
         left = self.survivors()
-        procs = []
-        for info in left:
-            with contextlib.suppress(psutil.Error):
-                procs.append(psutil.Process(info["pid"]))
-        terminate_then_kill(procs, grace)
+        stop_recorded(left, grace)
         self._kill_leftovers()
         return left
 

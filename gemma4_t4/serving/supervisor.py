@@ -22,6 +22,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterable
 from pathlib import Path
 from typing import NotRequired
 
@@ -184,8 +185,14 @@ def describe(proc: psutil.Process) -> ProcessInfo | None:
     return None
 
 
-def terminate_then_kill(procs: list[psutil.Process], grace: float) -> None:
-    """SIGTERM every process, wait ``grace`` seconds, SIGKILL whoever is left (already-gone ones are skipped)."""
+def stop_recorded(recorded: Iterable[ProcessInfo], grace: float) -> None:
+    """SIGTERM every recorded process that still runs as itself (a reused pid is another process),
+    wait ``grace`` seconds, SIGKILL whoever is left."""
+    procs = []
+    for info in recorded:
+        with contextlib.suppress(psutil.Error):
+            if info["pid"] != os.getpid() and pid_alive(info["pid"], info["create_time"]):
+                procs.append(psutil.Process(info["pid"]))
     for proc in procs:
         with contextlib.suppress(psutil.Error):
             proc.terminate()
@@ -300,12 +307,7 @@ class Supervisor:
 
     def kill_tree(self, grace: float = 10.0) -> None:
         """Stop what is left of this vLLM: API server and every recorded child."""
-        procs = []
-        for info in self.known.values():
-            with contextlib.suppress(psutil.Error):
-                if info["pid"] != os.getpid() and pid_alive(info["pid"], info["create_time"]):
-                    procs.append(psutil.Process(info["pid"]))
-        terminate_then_kill(procs, grace)
+        stop_recorded(self.known.values(), grace)
 
     def check_owner(self) -> None:
         """The owner (a notebook kernel killed with SIGKILL never runs its atexit) is gone: stop,
