@@ -13,6 +13,7 @@ import sys
 from gemma4_t4.cli import Output, add_command
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation import signals
+from gemma4_t4.foundation.launch_record import DEFAULT_WORK_DIR
 from gemma4_t4.serving.launch_profile import host_key
 from gemma4_t4.studies import tune
 from gemma4_t4.studies.tune import DEFAULT_MINUTES
@@ -29,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--minutes", type=float, default=DEFAULT_MINUTES, metavar="N",
                    help=f"refuse a plan estimated to take longer (default {DEFAULT_MINUTES:g})")
     p.add_argument(
-        "--work-dir", default=".cache/gemma4_t4", help="server logs and benchmark results (serve's default)"
+        "--work-dir", default=DEFAULT_WORK_DIR, help="server logs and benchmark results (serve's default)"
     )
 
 
