@@ -435,6 +435,16 @@ def _checks(r: Part1Run) -> list[tuple[str, bool, str]]:
         ),
         ("the streamed reply", not generated or real_stream, "no streamed text or first-token time"),
         (
+            "the estimated $/hour",
+            is_real_number(r.estimate.usd_per_hour),
+            f"no price for {r.instance_type}",
+        ),
+    ]
+
+
+def _mcp_checks(r: Part1Run) -> list[tuple[str, bool, str]]:
+    return [
+        (
             "the MCP tools",
             len(r.mcp.tools) >= 20 and "build_t4_image" in r.mcp.tools,
             f"{len(r.mcp.tools)} tools",
@@ -450,11 +460,6 @@ def _checks(r: Part1Run) -> list[tuple[str, bool, str]]:
             "the MCP delete without confirm",
             bool(r.mcp.calls[-1].result.get("refused")) and not r.mcp.calls[-1].result.get("deleted"),
             "an unconfirmed delete was not refused",
-        ),
-        (
-            "the estimated $/hour",
-            is_real_number(r.estimate.usd_per_hour),
-            f"no price for {r.instance_type}",
         ),
     ]
 
@@ -504,7 +509,7 @@ def compare(
         mcp,
         sagemaker.estimate(instance_type),
     )
-    for figure_name, ok, why in _checks(run):
+    for figure_name, ok, why in _checks(run) + _mcp_checks(run):
         if not ok:
             raise Gemma4T4Error(f"Part 1's check failed on {figure_name}: {why}.", fix=FIX)
     results: dict[str, str | int | float | bool | None] = {

@@ -111,6 +111,15 @@ class Running(Protocol):
     def stop(self) -> None: ...
 
 
+def _measure(url: str, served: str, out: Path, label: str, tokenizer: str | None,
+             **workload: int) -> tuple[BenchRun, BenchRun]:
+    """One side's single-stream decode and fixed answers."""
+    decode = run_benchmark(url, served, "decode", out / f"decode-{label}", concurrency=[1], warmup=1,
+                           tokenizer=tokenizer, overwrite=True, progress=False, **workload)
+    answers = run_benchmark(url, served, "answers", out / f"answers-{label}", overwrite=True, progress=False)
+    return decode, answers
+
+
 def drafter_on_off(
     config: ServerConfig,
     draft: str,
@@ -160,11 +169,8 @@ def drafter_on_off(
                     continue
                 url, stop = server.base_url, server.stop
             try:
-                decode = run_benchmark(url, served, "decode", out / f"decode-{label}", concurrency=[1],
-                                       input_len=input_len, output_len=output_len, num_prompts=num_prompts,
-                                       warmup=1, tokenizer=tokenizer, overwrite=True, progress=False)
-                answers = run_benchmark(url, served, "answers", out / f"answers-{label}",
-                                        overwrite=True, progress=False)
+                decode, answers = _measure(url, served, out, label, tokenizer, input_len=input_len,
+                                           output_len=output_len, num_prompts=num_prompts)
             finally:
                 stop()
             sides[label] = _side(name, value, decode, answers)

@@ -23,8 +23,15 @@ from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.sagemaker.aws import note_undone
 from gemma4_t4.sagemaker.config import DeployConfig
 from gemma4_t4.sagemaker.cost import usd
-from gemma4_t4.sagemaker.deploy import DeployFailed, deploy_cost, describe_deleted
-from gemma4_t4.venues.endpoint import DEPLOY_MINUTES, MEASURE_MINUTES, Budget, BudgetRefused, Endpoint
+from gemma4_t4.sagemaker.deploy import DeployFailed, describe_deleted
+from gemma4_t4.venues.endpoint import (
+    DEPLOY_MINUTES,
+    MEASURE_MINUTES,
+    Budget,
+    BudgetRefused,
+    Endpoint,
+    hourly_rate,
+)
 from gemma4_t4.venues.parts import endpoint_name
 
 if TYPE_CHECKING:
@@ -158,14 +165,6 @@ def matrix_configs(models: Sequence[str], base: DeployConfig,
     return [base.replaced(model_id=m, name=endpoint_name(prefix, m)) for m in models]
 
 
-def _rate(config: DeployConfig) -> float:
-    rate = deploy_cost(config).usd_per_hour
-    if rate is None:
-        raise Gemma4T4Error(f"no price for {config.instance_type}: a budget cannot be enforced",
-                            fix="use an instance type listed in gemma4_t4.catalog.hardware.PRICES")
-    return rate
-
-
 def configs_plan(configs: Sequence[DeployConfig], *, deploy_minutes: float = DEPLOY_MINUTES,
                  measure_minutes: float = MEASURE_MINUTES) -> MatrixResult:
     """The cost estimate per endpoint (validated; nothing is called). The defaults are the minutes
@@ -176,10 +175,10 @@ def configs_plan(configs: Sequence[DeployConfig], *, deploy_minutes: float = DEP
     if len(set(names)) != len(names):
         raise Gemma4T4Error(f"two endpoints share a name: {names}",
                             fix="give each model its own endpoint name")
-    plan = MatrixResult(configs[0].instance_type, configs[0].region, 0.0, _rate(configs[0]))
+    plan = MatrixResult(configs[0].instance_type, configs[0].region, 0.0, hourly_rate(configs[0]))
     for config in configs:
         config.validate(require_role=False)
-        estimate = round(_rate(config) * (deploy_minutes + measure_minutes) / 60.0, 4)
+        estimate = round(hourly_rate(config) * (deploy_minutes + measure_minutes) / 60.0, 4)
         plan.entries.append(MatrixEntry(config.model_id, config.name, "planned", estimate,
                                         instance_type=config.instance_type))
     return plan

@@ -275,9 +275,8 @@ class Results(Displayable):
             self.study.target,
         )
 
-    def check(self, concurrency: Sequence[int], ttft_lens: Sequence[int]) -> None:
-        """Refuse a run that measured nothing, or a figure that cannot be, with one sentence naming it."""
-        s, proof = self.study, self.study.proof
+    def _check_proof(self) -> None:
+        proof = self.study.proof
         worst = (
             max(c.shared_bytes_unpatched for c in proof.launches),
             max(c.shared_bytes_patched for c in proof.launches),
@@ -288,6 +287,11 @@ class Results(Displayable):
                 "must bring 98,304 B within 65,536 B",
                 fix=FIX,
             )
+
+    def check(self, concurrency: Sequence[int], ttft_lens: Sequence[int]) -> None:
+        """Refuse a run that measured nothing, or a figure that cannot be, with one sentence naming it."""
+        s = self.study
+        self._check_proof()
         for bench in (self.decode, self.ttft, *([self.prefix] if self.prefix else [])):
             if not bench.ok or bench.failed:
                 raise Gemma4T4Error(

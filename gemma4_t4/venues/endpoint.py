@@ -504,16 +504,11 @@ class Endpoint:
         the budget is spent."""
         # lazy: the SageMaker modules load only for a SageMaker endpoint (a local one never needs them)
         from gemma4_t4.sagemaker.aws import client_factory
-        from gemma4_t4.sagemaker.deploy import deploy, deploy_cost
+        from gemma4_t4.sagemaker.deploy import deploy
         from gemma4_t4.sagemaker.ops import delete_endpoint
 
         config.validate(require_role=True)
-        rate = deploy_cost(config).usd_per_hour
-        if rate is None:
-            raise Gemma4T4Error(
-                f"no price for {config.instance_type}: its cost cannot be tracked",
-                fix="use an instance type listed in gemma4_t4.catalog.hardware.PRICES",
-            )
+        rate = hourly_rate(config)
         served = config.container_env()["SM_VLLM_SERVED_MODEL_NAME"]
         price = sagemaker_price(config.instance_type)
         endpoint = cls(
@@ -551,6 +546,18 @@ class Endpoint:
         if budget is not None:
             _BudgetWatch(endpoint, budget, watch_s).start()
         return endpoint
+
+
+def hourly_rate(config: DeployConfig) -> float:
+    """What ``config``'s endpoint bills per hour at its most instances; refused without a price."""
+    # lazy: the SageMaker modules load only for a SageMaker endpoint (a local one never needs them)
+    from gemma4_t4.sagemaker.deploy import deploy_cost
+
+    rate = deploy_cost(config).usd_per_hour
+    if rate is None:
+        raise Gemma4T4Error(f"no price for {config.instance_type}: a budget cannot be enforced",
+                            fix="use an instance type listed in gemma4_t4.catalog.hardware.PRICES")
+    return rate
 
 
 class _CreateWatch:
