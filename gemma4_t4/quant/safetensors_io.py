@@ -503,36 +503,40 @@ class RemoteCheckpoint(CheckpointReader):
             fix = "check the URL"
         return Gemma4T4Error(f"{what}: HTTP {exc.code}", fix=fix)
 
-    def _get_text(self, name: str) -> str | None:
+    def _get(self, name: str, what: str, byte_range: tuple[int, int] | None = None) -> tuple[bytes, str]:
+        """The body of a GET of ``name`` (of ``byte_range``: a server that ignores it is refused before
+        the body is read) and its Content-Range. A failure raises, naming ``what``; an HTTP error
+        stays its cause (:func:`_not_found`)."""
         try:
-            with self._request(name) as resp:
-                return resp.read().decode()
+            with self._request(name, byte_range) as resp:
+                if byte_range is not None and resp.status != 206:
+                    raise Gemma4T4Error(
+                        f"{self.base}/{name} ignored the Range request (HTTP {resp.status})",
+                        fix="use a server that supports HTTP range requests (the Hugging Face Hub does)",
+                    )
+                return resp.read(), resp.headers.get("Content-Range") or ""
         except urllib.error.HTTPError as exc:
-            if exc.code == 404:
-                return None
-            raise self._http_error(f"GET {self.base}/{name} failed", exc) from exc
+            raise self._http_error(f"{what} failed", exc) from exc
         except urllib.error.URLError as exc:
             raise Gemma4T4Error(f"cannot reach {self.base}: {exc.reason}", fix="check the URL and network") from exc
+        except (OSError, ValueError, http.client.HTTPException) as exc:  # timeouts, resets, malformed URLs
+            raise Gemma4T4Error(f"{what} failed: {exc}", fix="check the URL and network") from exc
+
+    def _get_text(self, name: str) -> str | None:
+        try:
+            body, _ = self._get(name, f"GET {self.base}/{name}")
+            return body.decode()
+        except Gemma4T4Error as exc:
+            if _not_found(exc):
+                return None
+            raise
         except UnicodeDecodeError as exc:
             raise Gemma4T4Error(f"{self.base}/{name} is not UTF-8 text", fix="check the URL") from exc
-        except (OSError, ValueError, http.client.HTTPException) as exc:  # timeouts, resets, malformed URLs
-            raise Gemma4T4Error(f"GET {self.base}/{name} failed: {exc}", fix="check the URL and network") from exc
 
     def _ranged_get(self, shard: str, start: int, stop: int) -> tuple[bytes, int | None]:
         """Bytes start..stop (fewer at the end of the file) and the file size from Content-Range."""
-        try:
-            with self._request(shard, byte_range=(start, stop)) as resp:
-                if resp.status != 206:
-                    raise Gemma4T4Error(
-                        f"{self.base}/{shard} ignored the Range request (HTTP {resp.status})",
-                        fix="use a server that supports HTTP range requests (the Hugging Face Hub does)",
-                    )
-                data = resp.read()
-                total = (resp.headers.get("Content-Range") or "").rpartition("/")[2]
-        except urllib.error.HTTPError as exc:
-            raise self._http_error(f"range read of {self.base}/{shard} failed", exc) from exc
-        except (OSError, ValueError, http.client.HTTPException) as exc:  # URLError, timeouts, resets, bad URLs
-            raise Gemma4T4Error(f"range read of {self.base}/{shard} failed: {exc}", fix="check the URL and network") from exc
+        data, content_range = self._get(shard, f"range read of {self.base}/{shard}", (start, stop))
+        total = content_range.rpartition("/")[2]
         self.bytes_downloaded += len(data)
         return data, int(total) if total.isdigit() else None
 
@@ -542,7 +546,7 @@ class RemoteCheckpoint(CheckpointReader):
             try:
                 data, size = self._ranged_get(shard, 0, HEAD_BYTES)
             except Gemma4T4Error as exc:
-                if isinstance(exc.__cause__, urllib.error.HTTPError) and exc.__cause__.code == 404:
+                if _not_found(exc):
                     self._heads[shard] = None
                     return None
                 raise
@@ -573,6 +577,11 @@ class RemoteCheckpoint(CheckpointReader):
 
     def read_text(self, name: str) -> str | None:
         return self._get_text(name)
+
+
+def _not_found(exc: Gemma4T4Error) -> bool:
+    """The request behind ``exc`` was answered 404: no such file (a shard or side file may be absent)."""
+    return isinstance(exc.__cause__, urllib.error.HTTPError) and exc.__cause__.code == 404
 
 
 def open_checkpoint(path: str | os.PathLike) -> CheckpointReader:
