@@ -32,7 +32,7 @@ from gemma4_t4.serving.server_state import (
     state_path,
     supervisor_file,
 )
-from gemma4_t4.serving.supervisor import ExitRecord, SupervisorRecord, pid_alive
+from gemma4_t4.serving.supervisor import ExitRecord, SupervisorRecord, pid_alive, signal_name
 
 
 @dataclass
@@ -85,11 +85,6 @@ class ServerStatus:
         if self.log_tail:
             line += "\n--- log tail ---\n" + self.log_tail
         return line
-
-
-def signal_name(exit_code: int | None) -> str | None:
-    """The signal that killed vLLM, from its exit code (negative: killed by that signal)."""
-    return signal.Signals(-exit_code).name if exit_code is not None and exit_code < 0 else None
 
 
 def orderly_stop(exit_info: ExitRecord) -> bool:

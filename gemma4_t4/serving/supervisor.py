@@ -21,7 +21,6 @@ import subprocess
 import sys
 import time
 import urllib.error
-import urllib.request
 from collections.abc import Iterable
 from pathlib import Path
 from typing import NotRequired
@@ -31,6 +30,7 @@ import psutil
 from gemma4_t4.foundation.atomic import atomic_write_json
 from gemma4_t4.foundation.jsonable import TypedDict
 from gemma4_t4.foundation.launch_record import ProcessInfo
+from gemma4_t4.foundation.net import http_get
 
 POLL_S = 1.0
 HEALTH_EVERY_S = 2.0
@@ -72,12 +72,10 @@ def engine_death_reason(log_text: str) -> str | None:
     return "; ".join(dict.fromkeys(parts)) or None
 
 
-def _probe(url: str, timeout: float = 2.0) -> int | None:
+def _probe(url: str) -> int | None:
+    """The HTTP status ``url`` answers with; None when nothing answers."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
-            return response.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
+        return http_get(url)[0]
     except (OSError, urllib.error.URLError):
         return None
 
@@ -147,6 +145,11 @@ class _WatchState(TypedDict):
     failures: int
     marker: bool
     silent_since: float | None
+
+
+def signal_name(exit_code: int | None) -> str | None:
+    """The signal that killed vLLM, from its exit code (negative: killed by that signal)."""
+    return signal.Signals(-exit_code).name if exit_code is not None and exit_code < 0 else None
 
 
 def process_create_time(pid: int) -> float | None:
@@ -418,7 +421,7 @@ class Supervisor:
             "pid": os.getpid(),
             "child_pid": self.api_pid,
             "exit_code": code,
-            "signal": signal.Signals(-code).name if code is not None and code < 0 else None,
+            "signal": signal_name(code),
             "terminated_by": signal.Signals(self.terminated[0]).name if self.terminated else None,
             "engine_dead_reason": self.reason if self.engine == "dead" else None,
             "restarts": self.restarts,
