@@ -9,20 +9,16 @@ Turing fix loads); an image already in ECR under that tag is reused, not rebuilt
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import datetime as dt
 import fcntl
 import hashlib
-import io
 import json
 import os
 import sys
 import time
-import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +35,7 @@ from gemma4_t4.sagemaker.aws import (
     note_undone,
     sleep_ticking,
 )
+from gemma4_t4.sagemaker.bundle import BUNDLE_FOLDER, source_bundle
 from gemma4_t4.sagemaker.cli_recipe import ApiCall
 from gemma4_t4.sagemaker.config import PROJECT_TAG, PROJECT_VALUE, PUBLIC_ACCESS_BLOCK, create_bucket_params
 from gemma4_t4.sagemaker.cost import usd
@@ -48,7 +45,7 @@ PROJECT_NAME = "gemma4-t4-image"
 ROLE_NAME = "gemma4-t4-codebuild-image"
 BUILD_IMAGE = "aws/codebuild/standard:7.0"
 COMPUTE_TYPE = "BUILD_GENERAL1_LARGE"  # 8 vCPU / 15 GB: the DLC layers are ~8 GB
-BUILDSPEC = "docker/sagemaker-t4/buildspec.yml"
+BUILDSPEC = f"{BUNDLE_FOLDER}/buildspec.yml"
 # CodeBuild on-demand list price for BUILD_GENERAL1_LARGE (Linux), USD/minute, and ECR storage,
 # USD per GB-month (AWS pricing pages, us-east-2). Estimates, not measurements.
 CODEBUILD_USD_PER_MINUTE = 0.020
@@ -59,14 +56,6 @@ BUILD_TIMEOUT_MINUTES = 90
 PHASES = ("SUBMITTED", "QUEUED", "PROVISIONING", "DOWNLOAD_SOURCE", "INSTALL", "PRE_BUILD", "BUILD",
           "POST_BUILD", "UPLOAD_ARTIFACTS", "FINALIZING", "COMPLETED")
 FAILED_STATUSES = ("FAILED", "FAULT", "STOPPED", "TIMED_OUT")
-# The image's Dockerfile, buildspec and local build script ship as package data; in the bundle they sit
-# under docker/sagemaker-t4/, where BUILDSPEC names them (a CodeBuild project created earlier keeps
-# naming that path: an existing project is reused as is).
-PACKAGE_DIR = Path(__file__).resolve().parents[1]
-BUILD_DIR = PACKAGE_DIR / "data" / "sagemaker-t4"
-_BUNDLE_FOLDER = "docker/sagemaker-t4"
-_DISTRIBUTION = "gemma4-t4"
-_ZIP_TIME = (2020, 1, 1, 0, 0, 0)  # fixed timestamps: the same package gives the same bytes
 
 
 @dataclass
@@ -119,83 +108,6 @@ def build_target(region: str, account: str, base_tag: str = images.DEFAULT_VLLM_
               else f"gemma4-t4-build-<account>-{region}")
     return BuildTarget(region, account, base_tag, tag, images.vllm_image_uri(region, base_tag),
                        images.t4_image_uri(account, region, tag), bucket, key)
-
-
-# -- the source bundle --------------------------------------------------------------------------
-# Made from the installed package (a wheel install or a checkout's editable one alike): its files, its
-# distribution metadata and entry points (the vllm.general_plugins one loads the Turing fix), so
-# build-image needs no source tree.
-def _package_files(package_dir: Path) -> Iterator[tuple[str, Path]]:
-    """(path in the wheel, file) for every file of the installed package; compiled caches left out.
-    os.walk follows links: a checkout links data/notebooks to its notebooks/ folder."""
-    for folder, dirs, files in os.walk(package_dir, followlinks=True):
-        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-        for name in sorted(files):
-            path = Path(folder) / name
-            if path.suffix not in (".pyc", ".pyo") and path.is_file():  # a dangling link is no file
-                yield f"{package_dir.name}/{path.relative_to(package_dir).as_posix()}", path
-
-
-def _zip_entry(archive: zipfile.ZipFile, name: str, data: bytes, mode: int = 0o644) -> None:
-    info = zipfile.ZipInfo(name, date_time=_ZIP_TIME)
-    info.external_attr = mode << 16
-    info.compress_type = zipfile.ZIP_DEFLATED
-    archive.writestr(info, data)
-
-
-def package_wheel() -> tuple[str, bytes]:
-    """(file name, bytes) of a wheel of the installed package, deterministic, built from what is
-    installed: no pyproject.toml, no checkout."""
-    try:
-        dist = metadata.distribution(_DISTRIBUTION)
-    except metadata.PackageNotFoundError:
-        raise Gemma4T4Error(
-            f"gemma4_t4 is imported from {PACKAGE_DIR} but no {_DISTRIBUTION} distribution is "
-            "installed, so the image cannot carry its entry points (the Turing fix's vLLM plugin)",
-            fix="install the package (pip install gemma4-t4, or pip install -e . in a checkout)") from None
-    version = dist.version
-    info_dir = f"gemma4_t4-{version}.dist-info"
-    files = [(name, path.read_bytes()) for name, path in _package_files(PACKAGE_DIR)]
-    # an installed wheel has METADATA; a checkout's own egg-info (found first from its root) PKG-INFO
-    about = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or f"Metadata-Version: 2.1\nName: {_DISTRIBUTION}\n"
-    files += [(f"{info_dir}/METADATA", about.encode()),
-              (f"{info_dir}/entry_points.txt", (dist.read_text("entry_points.txt") or "").encode()),
-              (f"{info_dir}/WHEEL", b"Wheel-Version: 1.0\nGenerator: gemma4_t4.sagemaker.build\n"
-                                    b"Root-Is-Purelib: true\nTag: py3-none-any\n")]
-    record = [f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},"
-              f"{len(data)}" for name, data in files]
-    files.append((f"{info_dir}/RECORD", "\n".join([*record, f"{info_dir}/RECORD,,", ""]).encode()))
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for name, data in files:
-            _zip_entry(archive, name, data)
-    return f"gemma4_t4-{version}-py3-none-any.whl", buffer.getvalue()
-
-
-def source_bundle() -> bytes:
-    """The build context CodeBuild gets: the package's wheel at the root, the Dockerfile, buildspec and
-    build script under docker/sagemaker-t4/; a deterministic zip (fixed timestamps, sorted)."""
-    if not (BUILD_DIR / "Dockerfile").is_file():
-        raise Gemma4T4Error(f"the image build files are missing from the installed package ({BUILD_DIR})",
-                            fix="reinstall the package (pip install --force-reinstall gemma4-t4)")
-    wheel_name, wheel = package_wheel()
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for path in sorted(p for p in BUILD_DIR.iterdir() if p.is_file()):
-            _zip_entry(archive, f"{_BUNDLE_FOLDER}/{path.name}", path.read_bytes(),
-                       0o755 if path.suffix == ".sh" else 0o644)
-        _zip_entry(archive, wheel_name, wheel)
-    return buffer.getvalue()
-
-
-def write_build_context(folder: str | Path) -> Path:
-    """The bundle unpacked into ``folder``: what build.sh hands to a local ``docker build``."""
-    folder = Path(folder)
-    with zipfile.ZipFile(io.BytesIO(source_bundle())) as archive:
-        archive.extractall(folder)
-        for info in archive.infolist():  # extractall drops the modes: build.sh stays executable
-            (folder / info.filename).chmod((info.external_attr >> 16) & 0o777)
-    return folder
 
 
 # -- the plan (also what runs) --------------------------------------------------------------------

@@ -101,8 +101,8 @@ def test_the_install_cell_pulls_no_cuda_torch(learner_venvs, nb):
 def test_the_wheel_carries_what_the_cli_reads_at_run_time(learner_venv, tmp_path):
     """From the wheel, outside the checkout: the notebooks and params `gemma4-t4 run` executes are this
     tree's, and the T4 image's build bundle is made from the installed package (no source tree asked for)."""
-    probe = ("from gemma4_t4.pipeline import NOTEBOOKS_DIR; from gemma4_t4.sagemaker import build; "
-             "import io, zipfile; names = zipfile.ZipFile(io.BytesIO(build.source_bundle())).namelist(); "
+    probe = ("from gemma4_t4.pipeline import NOTEBOOKS_DIR; from gemma4_t4.sagemaker import bundle; "
+             "import io, zipfile; names = zipfile.ZipFile(io.BytesIO(bundle.source_bundle())).namelist(); "
              "print(NOTEBOOKS_DIR); print(sorted(names))")
     shown = learner_venv.run("python", "-c", probe, cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr[-3000:]

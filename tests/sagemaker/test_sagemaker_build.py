@@ -22,7 +22,8 @@ from gemma4_t4.cli import main
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.sagemaker import build
 from gemma4_t4.sagemaker.aws import client_factory
-from gemma4_t4.sagemaker.build import BuildFailed, build_plan, build_t4_image, source_bundle
+from gemma4_t4.sagemaker.build import BuildFailed, build_plan, build_t4_image
+from gemma4_t4.sagemaker.bundle import source_bundle, write_build_context
 from gemma4_t4.sagemaker.image import T4_IMAGE_REPOSITORY, find_fixed_image, fixed_image_tag
 
 REGION = "us-east-2"
@@ -92,7 +93,7 @@ def test_source_bundle_is_deterministic_and_complete():
 def test_the_bundled_wheel_installs_with_pip_and_carries_the_plugin(tmp_path):
     """pip itself accepts the wheel build-image makes (RECORD, WHEEL, METADATA), and what it installs
     has the vLLM plugin entry point the image's check loads: the container's install step, off AWS."""
-    context = build.write_build_context(tmp_path / "context")
+    context = write_build_context(tmp_path / "context")
     (wheel,) = context.glob("gemma4_t4-*.whl")
     target = tmp_path / "site"
     done = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile", "--quiet",
