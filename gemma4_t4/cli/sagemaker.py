@@ -73,6 +73,11 @@ def _recipe(commands: list[str]) -> str:
             + "\n".join(commands))
 
 
+def _dry_run(plan: list[str]) -> Output:
+    """A dry run's answer: the plan, as data and as the equivalent aws CLI recipe."""
+    return Output({"dry_run": True, "plan": plan}, _recipe(plan))
+
+
 # -- handlers ---------------------------------------------------------------------------------
 def _quotas(args: argparse.Namespace) -> Output:
     # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
@@ -82,7 +87,7 @@ def _quotas(args: argparse.Namespace) -> Output:
     types = args.instance_types.split(",")
     if args.dry_run:
         plan = [c.cli() for c in quota_plan(types, regions)]
-        return Output({"dry_run": True, "plan": plan}, _recipe(plan))
+        return _dry_run(plan)
     report = check_quotas(types, regions)
     picks, notes = {}, {}
     for instance in types:
@@ -110,7 +115,7 @@ def _image(args: argparse.Namespace) -> Output:
             {"RegistryId": dlc_account(region), "RepositoryName": "vllm", "Filter": {"tagStatus": "TAGGED"}},
             region,
         )
-        return Output({"dry_run": True, "plan": [call.cli()]}, _recipe([call.cli()]))
+        return _dry_run([call.cli()])
     choice = find_vllm_image(region, args.tag, query_registry=args.latest)
     ami = required_ami_version(choice.image_uri, args.instance_type)
     data = {**choice.__dict__, "instance_type": args.instance_type, "inference_ami_version": ami}
@@ -265,7 +270,7 @@ def _list(args: argparse.Namespace) -> Output:
     regions = _regions(args.regions)
     if args.dry_run:
         plan = [ApiCall("sagemaker", "list_endpoints", {}, r).cli() for r in regions]
-        return Output({"dry_run": True, "plan": plan}, _recipe(plan))
+        return _dry_run(plan)
     endpoints = list_endpoints(regions, project_only=not args.all)
     text = (
         "\n".join(
@@ -285,7 +290,7 @@ def _status(args: argparse.Namespace) -> Output:
     region = default_region(args.region)
     if args.dry_run:
         plan = [ApiCall("sagemaker", "describe_endpoint", {"EndpointName": args.name}, region).cli()]
-        return Output({"dry_run": True, "plan": plan}, _recipe(plan))
+        return _dry_run(plan)
     status = endpoint_status(args.name, region)
     if not status.exists:
         return Output(status, f"{args.name}: not found in {region}", 1)
@@ -308,7 +313,7 @@ def _logs(args: argparse.Namespace) -> Output:
         plan = [ApiCall("logs", "tail", {"LogGroupName": log_group(args.name), "Since": "1h"}, region)
                 .cli()
                 .replace("--log-group-name ", "")]
-        return Output({"dry_run": True, "plan": plan}, _recipe(plan))
+        return _dry_run(plan)
     result = endpoint_logs(args.name, region, lines=args.lines)
     if not result.found:
         return Output(result, f"{result.log_group}: {result.explanation}", 1)
@@ -322,7 +327,7 @@ def _invoke(args: argparse.Namespace) -> Output:
     region = default_region(args.region)
     if args.dry_run:
         plan = [invoke_plan(args.name, region, chat_payload(args.prompt, max_tokens=args.max_tokens)).cli()]
-        return Output({"dry_run": True, "plan": plan}, _recipe(plan))
+        return _dry_run(plan)
     if args.stream:
         result = invoke_stream(args.name, region, args.prompt, max_tokens=args.max_tokens,
                                on_text=None if args.json else lambda t: print(t, end="", flush=True))

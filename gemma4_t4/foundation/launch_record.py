@@ -173,6 +173,12 @@ class VLLMSettings(BaseModel):
     num_draft_tokens: int | None = setting(None, "tokens drafted per step, 1..16", assistant_sets(ge=1, le=16),
                                            metavar="N")
 
+    def check_memory_share(self) -> None:
+        """The share of GPU memory vLLM may take, where given: 0.1..0.99 (0 is a value, not "unset")."""
+        share = self.gpu_memory_utilization
+        if share is not None and not 0.1 <= share <= 0.99:
+            raise Gemma4T4Error(f"gpu_memory_utilization={share} is outside 0.1..0.99", fix="use a value such as 0.90")
+
 
 _LOCAL = "the server binds 127.0.0.1 only"
 _CLI_SWITCH = "a tri-state the CLI's switches set; an assistant's server takes the target's default"

@@ -508,9 +508,7 @@ class DeployConfig(VLLMSettings):
         if self.max_model_len < 256 or self.max_num_seqs < 1:
             raise Gemma4T4Error("max_model_len must be >= 256 and max_num_seqs >= 1",
                                 fix="T4 defaults: max_model_len=8192, max_num_seqs=4")
-        if not 0.1 <= self.gpu_memory_utilization <= 0.99:
-            raise Gemma4T4Error(f"gpu_memory_utilization={self.gpu_memory_utilization} is outside 0.1..0.99",
-                                fix="use 0.90")
+        self.check_memory_share()
         if not 60 <= self.startup_timeout_s <= 3600 or not 60 <= self.download_timeout_s <= 3600:
             raise Gemma4T4Error("startup/download timeouts must be 60..3600 s (SageMaker's limits)",
                                 fix="use 1800 for a first start that downloads weights")

@@ -231,12 +231,7 @@ class ServerConfig(ServerSettings):
                     f"{name}={value!r} must be a positive whole number",
                     fix=f"leave {name} out for the target's default, or pass a positive number",
                 )
-        utilization = 0.9 if self.gpu_memory_utilization is None else self.gpu_memory_utilization
-        if not 0.1 <= utilization <= 0.99:  # 0 is a value, not "unset": vLLM would get 0.0
-            raise Gemma4T4Error(
-                f"gpu_memory_utilization={self.gpu_memory_utilization} is outside 0.1..0.99",
-                fix="use a value such as 0.90",
-            )
+        self.check_memory_share()
         if not 0 <= int(self.restart_on_crash) <= 100:
             raise Gemma4T4Error(
                 f"restart_on_crash={self.restart_on_crash} is outside 0..100",

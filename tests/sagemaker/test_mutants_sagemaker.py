@@ -591,8 +591,8 @@ def test_values_at_the_edge_of_what_sagemaker_and_vllm_accept_are_taken(change):
             "max_model_len must be >= 256 and max_num_seqs >= 1",
             "T4 defaults: max_model_len=8192, max_num_seqs=4",
         ),
-        ({"gpu_memory_utilization": 0.09}, "gpu_memory_utilization=0.09 is outside 0.1..0.99", "use 0.90"),
-        ({"gpu_memory_utilization": 0.995}, "gpu_memory_utilization=0.995 is outside 0.1..0.99", "use 0.90"),
+        ({"gpu_memory_utilization": 0.09}, "gpu_memory_utilization=0.09 is outside 0.1..0.99", "use a value such as 0.90"),
+        ({"gpu_memory_utilization": 0.995}, "gpu_memory_utilization=0.995 is outside 0.1..0.99", "use a value such as 0.90"),
         (
             {"startup_timeout_s": 59},
             "startup/download timeouts must be 60..3600 s (SageMaker's limits)",
