@@ -834,9 +834,3 @@ def test_run_hands_the_spec_and_the_endpoint_to_the_benchmark(monkeypatch, tmp_p
         specs.run(served, {"kind": "decode"}, tmp_path)
     assert err.value.fix == "pass e.g. DecodeSpec(concurrency=[1, 8]) from gemma4_t4.bench.specs"
     assert len(seen) == 2
-
-
-def test_the_registry_is_readable_by_its_old_name():
-    assert tuple(REGISTRY.values()) == specs.SPECS
-    with pytest.raises(AttributeError, match="has no attribute 'NOPE'"):
-        specs.NOPE  # noqa: B018
