@@ -1,7 +1,8 @@
 """The vLLM settings are declared once (``foundation.launch_record.VLLMSettings``, which the local server's
 ``ServerSettings`` and SageMaker's ``DeployConfig`` extend), and their CLI flags and MCP parameters are built by
-one builder each (``launch_record.add_setting_flags``, ``mcp_boundary.offered``). Each check reads the whole
-package's source and shows first, on a small sample, that it finds what it looks for."""
+one builder each (``launch_record.add_setting_flags``, ``mcp_boundary.offered``); the CLI and the MCP tool deploy
+through one flow (``sagemaker.deploy.run_deploy``). Each check reads the package's source and shows first, on a
+small sample, that it finds what it looks for."""
 
 from __future__ import annotations
 
@@ -164,3 +165,22 @@ def test_their_flags_are_built_by_the_one_builder_only():
 
 def test_their_mcp_parameters_come_from_the_declaration_only():
     assert mcp_parameters_written_by_hand(_package()) == []
+
+
+DEPLOYERS = {"deploy", "deploy_in_background", "deploy_with_failover"}  # what run_deploy chooses between
+
+
+def deploys_outside_the_flow(sources: dict[str, str]) -> list[str]:
+    """Each call of a deployer by name (not through ``run_deploy``) in the CLI's and the MCP server's source."""
+    return [f"{path}:{node.lineno} {node.func.id}" for path, source in sources.items()
+            for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in DEPLOYERS]
+
+
+def test_the_cli_and_the_mcp_tool_deploy_through_the_one_flow():
+    sample = "def tool():\n    run = run_deploy(config, act=True)\n    return deploy(config, wait=False)\n"
+    assert deploys_outside_the_flow({"sample.py": sample}) == ["sample.py:3 deploy"]
+    adapters = {path: source for path, source in _package().items()
+                if path in ("gemma4_t4/cli/sagemaker.py", "gemma4_t4/mcp_server.py")}
+    assert len(adapters) == 2 and all("run_deploy(" in source for source in adapters.values())
+    assert deploys_outside_the_flow(adapters) == []
