@@ -4,7 +4,7 @@ target build, with its size, draft length and whether vLLM is known to serve it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from gemma4_t4.catalog.family import VARIANTS, Gemma4Variant, get_variant
 
@@ -96,7 +96,7 @@ def _assistant(key: str, build: AssistantBuild) -> Assistant:
 
 
 ASSISTANTS: dict[tuple[str, AssistantBuild], Assistant] = {
-    (key, build): _assistant(key, build) for key in VARIANTS for build in ("base", "qat")
+    (key, build): _assistant(key, build) for key in VARIANTS for build in get_args(AssistantBuild)
 }
 
 

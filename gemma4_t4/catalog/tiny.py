@@ -16,13 +16,13 @@ import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation import safepaths
 
 Variant = Literal["bf16", "qat", "drafter"]
-VARIANTS: tuple[str, ...] = ("bf16", "qat", "drafter")
+VARIANTS: tuple[str, ...] = get_args(Variant)
 INFO_NAME = "tiny_gemma4.json"  # variant + spec; also what marks tiny builds made before the ownership marker
 TOKENIZER_BYTES = 2 * 2**20  # tokenizer, chat template and configs of the tiny model, with room to spare
 SaveModel = Callable[[Any, Path], None]  # (model, folder): writes the weights and the model's config

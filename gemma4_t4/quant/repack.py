@@ -264,58 +264,55 @@ def build_quantized(
     group_size = lattice.validate_group_size(group_size, multiple_of=8)  # int4 packs 8 per int32 word
     if scale_dtype not in lattice.SCALE_DTYPES:
         raise Gemma4T4Error(f"unknown scale dtype {scale_dtype!r}", fix="use fp16 (T4 default) or bf16")
-    reader = LocalCheckpoint(src_path)
-    try:
+    with LocalCheckpoint(src_path) as reader:
         # the source folder and, for symlinked shards (the Hugging Face cache), the folders they live in
         sources = [reader.root, *{(reader.root / s).resolve().parent for s in reader.shards}]
         safepaths.refuse_overlap(dst_path, sources)
         cleanup = safepaths.clean_stale(dst_path, legacy_names=(REPORT_NAME,))
         safepaths.check_target(dst_path, overwrite=overwrite, sources=sources, legacy_names=(REPORT_NAME,))
-        return _build(reader, src, dst_path, quantizer, cleanup, overwrite=overwrite, method=method,
-                      group_size=group_size, scale_dtype=scale_dtype, symmetric=symmetric, emb4=emb4,
-                      shard_bytes=shard_bytes, block_bytes=block_bytes, progress=progress, t0=t0)
-    finally:
-        reader.close()
-
-
-def _build(reader: LocalCheckpoint, src: str | Path, dst_path: Path, quantizer: Quantizer,
-           cleanup: safepaths.Cleanup, *, overwrite: bool, method: str, group_size: int, scale_dtype: str,
-           symmetric: bool, emb4: bool, shard_bytes: int, block_bytes: int, progress: bool | Callable[[str], None],
-           t0: float) -> RepackReport:
-    src_root = reader.root
-    roles, plan, qcfg, embed_name, untie = _plan_build(reader, src, method, group_size, scale_dtype, symmetric, emb4)
-    config = _parse_config(reader.read_text("config.json"), str(src_root))
-    # headers are at most a few MB; side files (tokenizer ...) are copied as they are
-    need = sum(t.nbytes for t in plan) + 512 * len(plan) + _side_bytes(src_root)
-    tally = _Tally()
-    command = "repack" if method == "lattice" else "requant-awq"
-    with safepaths.partial_build(dst_path, overwrite, need, f"the build {dst_path}", command, source=str(src_root)) \
-            as tmp:
-        writer = ShardedWriter(tmp, plan, max_shard_bytes=shard_bytes)  # sized up front: a full disk fails here
-        try:
-            with progress_bar(reader.total_bytes, progress is True, method) as bar:
-                for name in sorted(reader.tensors):
-                    info, role = reader.tensors[name], roles[name]
-                    if not role.quantize:
-                        bad = _copy_tensor(reader, writer, name, block_bytes, write=not tally.refusing)
-                        tally.add(info, TensorRepack(name, list(info.shape), "copy", role.reason, non_finite=bad))
-                    else:
-                        tally.add(info, _quantize_tensor(reader, writer, info, role.module, quantizer, group_size,
-                                                         block_bytes, write=not tally.refusing,
-                                                         lm_head=untie and name == embed_name))
-                    bar.update(info.nbytes)
-                    if callable(progress):
-                        progress(name)
-            _refuse_damaged(tally, roles)
-            files = writer.finish()
-        except BaseException:
-            writer.abort()
-            raise
-        report = _write_build(tmp, files, src_root, config, qcfg, untie, tally.report(
-            src=str(src), dst=str(dst_path), method=method, emb4=emb4, scale_dtype=scale_dtype,
-            group_size=group_size, symmetric=symmetric, ignore=qcfg["ignore"], cleanup=cleanup.lines(),
-        ), t0)
+        roles, plan, qcfg, embed_name, untie = _plan_build(reader, src, method, group_size, scale_dtype, symmetric,
+                                                           emb4)
+        config = _parse_config(reader.read_text("config.json"), str(reader.root))
+        # headers are at most a few MB; side files (tokenizer ...) are copied as they are
+        need = sum(t.nbytes for t in plan) + 512 * len(plan) + _side_bytes(reader.root)
+        command = "repack" if method == "lattice" else "requant-awq"
+        with safepaths.partial_build(dst_path, overwrite, need, f"the build {dst_path}", command,
+                                     source=str(reader.root)) as tmp:
+            writer = ShardedWriter(tmp, plan, max_shard_bytes=shard_bytes)  # sized up front: a full disk fails here
+            try:
+                tally = _scan(reader, writer, roles, quantizer, group_size, block_bytes,
+                              embed_name if untie else None, progress, method)
+                _refuse_damaged(tally, roles)
+                files = writer.finish()
+            except BaseException:
+                writer.abort()
+                raise
+            report = _write_build(tmp, files, reader.root, config, qcfg, untie, tally.report(
+                src=str(src), dst=str(dst_path), method=method, emb4=emb4, scale_dtype=scale_dtype,
+                group_size=group_size, symmetric=symmetric, ignore=qcfg["ignore"], cleanup=cleanup.lines(),
+            ), t0)
     return report
+
+
+def _scan(reader: LocalCheckpoint, writer: ShardedWriter, roles: dict[str, qconfig.TensorRole], quantizer: Quantizer,
+          group_size: int, block_bytes: int, lm_head_source: str | None, progress: bool | Callable[[str], None],
+          method: str) -> _Tally:
+    """Copy or quantize every tensor, block by block, into ``writer`` (``lm_head_source``: the embedding
+    also written as the untied lm_head); once a tensor refuses the build, read on without writing."""
+    tally = _Tally()
+    with progress_bar(reader.total_bytes, progress is True, method) as bar:
+        for name in sorted(reader.tensors):
+            info, role = reader.tensors[name], roles[name]
+            if not role.quantize:
+                bad = _copy_tensor(reader, writer, name, block_bytes, write=not tally.refusing)
+                tally.add(info, TensorRepack(name, list(info.shape), "copy", role.reason, non_finite=bad))
+            else:
+                tally.add(info, _quantize_tensor(reader, writer, info, role.module, quantizer, group_size, block_bytes,
+                                                 write=not tally.refusing, lm_head=name == lm_head_source))
+            bar.update(info.nbytes)
+            if callable(progress):
+                progress(name)
+    return tally
 
 
 @dataclass
