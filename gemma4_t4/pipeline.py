@@ -23,7 +23,9 @@ from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.atomic import atomic_write_text
 from gemma4_t4.foundation.jsonable import JSONObject, JSONValue
 from gemma4_t4.foundation.table import table_cells
+from gemma4_t4.host import env
 from gemma4_t4.notebook import SUMMARY_FILE, NotebookSummary
+from gemma4_t4.venues import runtime
 from gemma4_t4.venues.runtime import AUTO, TARGETS
 
 # The notebooks and their params/ ship with the package (data/notebooks: in a checkout a link to its
@@ -137,18 +139,12 @@ def parameters_for(notebook: Path, target: str, out_dir: Path, work_dir: Path,
 
 
 def resolve_target(target: str, probes: Any = None) -> tuple[str, str]:
-    """(target, why): ``auto`` is the GPU path (t4) on a host with an NVIDIA GPU, else cpu."""
+    """(target, why): ``auto`` chosen as the notebooks' first cell chooses it (the GPU path where the host has
+    an NVIDIA GPU it can use, else cpu), so a run is refused here where its notebooks would refuse."""
     if target != AUTO:
         return target, f"--target {target}"
-    # lazy: the host probe's modules load only for --target auto
-    from gemma4_t4.host import env
-
-    facts = env.probe(probes)
-    if facts.gpus:
-        choice = facts.gpu_choice
-        used = choice.gpu.name if choice.gpu is not None else f"{len(facts.gpus)} GPUs"
-        return "t4", f"auto: {used} found (nvidia-smi; {choice.reason or choice.error}), so the GPU path (params/t4.yaml)"
-    return "cpu", "auto: no NVIDIA GPU found, so the embedded CPU default (params/cpu.yaml)"
+    resolved, why = runtime.resolve_target(AUTO, TARGETS, env.probe(probes))
+    return resolved, f"{why} (params/{resolved}.yaml)"
 
 
 def check_out_dir(out: str | Path, notebooks_dir: Path | None = None) -> Path:

@@ -84,7 +84,7 @@ def size_key(value: str) -> str | None:
 def sagemaker_endpoint(model: str | Path, *, name: str, part: int | None, region: str, budget: Budget | None,
                        gpu: str, max_num_seqs: int, max_model_len: int, poll_s: float) -> Endpoint:
     """A billed endpoint serving ``model`` (a local folder is uploaded to S3 first) on ``gpu``'s instance."""
-    # lazy: the SageMaker modules (deploy, experiments, S3 upload) load only on TARGET=sagemaker
+    # lazy: the SageMaker modules (deploy, S3 upload) load only on TARGET=sagemaker
     from gemma4_t4.sagemaker.config import DeployConfig
     from gemma4_t4.sagemaker.cost import usd
 
@@ -98,7 +98,7 @@ def sagemaker_endpoint(model: str | Path, *, name: str, part: int | None, region
     tokenizer = None
     folder = Path(model)
     if folder.is_dir():  # a local build (Part 3's repack): uploaded once, served from S3
-        # lazy: the SageMaker modules (deploy, experiments, S3 upload) load only on TARGET=sagemaker
+        # lazy: the SageMaker modules (deploy, S3 upload) load only on TARGET=sagemaker
         from gemma4_t4.sagemaker.upload import upload_model_folder
 
         upload = upload_model_folder(folder, region)

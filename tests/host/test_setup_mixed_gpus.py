@@ -129,3 +129,6 @@ def test_make_run_auto_names_the_gpu_it_chose_on_a_mixed_host():
 
     target, why = resolve_target("auto", env.Probes(run=run, env={"HOME": "/h"}))
     assert target == "t4" and "Tesla T4" in why and "P100" not in why.split("(")[0], why
+    # a mix CUDA_VISIBLE_DEVICES names none of: refused before any notebook runs, as its first cell refuses it
+    with pytest.raises(Gemma4T4Error, match="does not list"):
+        resolve_target("auto", env.Probes(run=run, env={"HOME": "/h", "CUDA_VISIBLE_DEVICES": "9"}))

@@ -365,7 +365,8 @@ def test_auto_target_follows_the_host():
     t4 = env.Probes(run=lambda cmd: (0, "0, Tesla T4, 15360, 7.5, 550.54.15\n"))
     assert resolve_target("auto", t4)[0] == "t4"
     assert resolve_target("auto", env.Probes(run=lambda cmd: None)) == (
-        "cpu", "auto: no NVIDIA GPU found, so the embedded CPU default (params/cpu.yaml)")
+        "cpu", "TARGET='auto': no NVIDIA GPU found (nvidia-smi lists none), so the embedded CPU default "
+        "(params/cpu.yaml)")
     assert resolve_target("sagemaker", t4)[0] == "sagemaker"
 
 
