@@ -9,6 +9,7 @@ import os
 import pickle
 import re
 import shutil
+import socket
 import threading
 from pathlib import Path
 
@@ -268,3 +269,14 @@ def test_symlink_loops_and_dangling_links_are_named_as_such(tmp_path, sharded):
     first.symlink_to(first.name)
     with pytest.raises(Gemma4T4Error, match=f"{first.name} is a symlink loop"):
         open_checkpoint(sharded)
+
+
+def test_an_unreachable_host_reads_the_same_for_a_folder_and_a_file_url():
+    # the index GET and the shard's ranged GET name the failure in the same words
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()  # nothing listens there now: the connection is refused
+    for url in (f"http://127.0.0.1:{port}/repo", f"http://127.0.0.1:{port}/model.safetensors"):
+        with pytest.raises(Gemma4T4Error, match=rf"^cannot reach http://127\.0\.0\.1:{port}"):
+            RemoteCheckpoint(url, timeout=5)
