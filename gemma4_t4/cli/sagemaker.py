@@ -161,13 +161,8 @@ def _matrix(args: argparse.Namespace) -> Output:
     # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
     from gemma4_t4.bench.specs import spec_for
     from gemma4_t4.sagemaker.cost import usd
-    from gemma4_t4.studies.matrix import (
-        EndpointHandling,
-        check_budget,
-        matrix_plan,
-        over_budget_warning,
-        run_matrix,
-    )
+    from gemma4_t4.studies.matrix import EndpointHandling, matrix_plan, over_budget_warning, run_matrix
+    from gemma4_t4.venues.endpoint import check_budget
 
     check_budget(args.budget_usd)  # before the plan: a dry run refuses a budget the real run would
     # one spec per endpoint, checked here: a misspelt workload is refused before any deploy

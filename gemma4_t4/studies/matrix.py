@@ -81,16 +81,6 @@ def _check_seconds(name: str, value: object, *, zero_ok: bool, example: str) -> 
     raise Gemma4T4Error(f"{name} {value!r} must be a number of seconds, {least}", fix=f"e.g. {example}")
 
 
-MAX_BUDGET_USD = 100_000.0  # a typo's guard: 1e308 is no budget at all (and prints a 300-digit dollar figure)
-
-
-def check_budget(budget_usd: float) -> None:
-    """A hard budget is a positive number of USD up to :data:`MAX_BUDGET_USD` (NaN and inf are refused too)."""
-    if not 0 < budget_usd <= MAX_BUDGET_USD:
-        raise Gemma4T4Error(f"budget {budget_usd:.4g} must be a positive number of USD, at most {MAX_BUDGET_USD:,.0f}",
-                            fix="e.g. --budget-usd 5")
-
-
 def check_specs(specs: Mapping[str, WorkloadSpec]) -> dict[str, WorkloadSpec]:
     """The workload specs by label, refused before anything is deployed: none at all, a label that is
     not a plain folder name, or a value that is not a spec (named)."""
@@ -223,7 +213,6 @@ def run_configs(configs: Sequence[DeployConfig], specs: Mapping[str, WorkloadSpe
     config is checked before the first deploy."""
     checked = check_specs(specs)
     if not isinstance(budget, Budget):
-        check_budget(budget)
         budget = Budget(budget)
     plan = configs_plan(configs)
     by_name = {c.name: c for c in configs}

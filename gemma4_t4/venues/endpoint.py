@@ -220,6 +220,17 @@ def _reap_local(record: OwnershipRecord) -> str:
 # ---------------------------------------------------------------- budget
 
 
+MAX_BUDGET_USD = 100_000.0  # a typo's guard: 1e308 is no budget at all (and prints a 300-digit dollar figure)
+
+
+def check_budget(usd: float) -> float:
+    """A hard budget is a positive number of USD up to :data:`MAX_BUDGET_USD` (NaN and inf are refused too)."""
+    if not 0 < usd <= MAX_BUDGET_USD:
+        raise Gemma4T4Error(f"budget {usd:.4g} must be a positive number of USD, at most {MAX_BUDGET_USD:,.0f}",
+                            fix="e.g. BUDGET_USD = 5 in a notebook, --budget-usd 5 on the command line")
+    return usd
+
+
 class BudgetRefused(Gemma4T4Error):
     """An endpoint's estimate does not fit what is left of the budget: refused before deploying."""
 
@@ -229,9 +240,7 @@ class Budget:
     estimate (or what it has cost, if more) until it stops; then what it really cost is spent."""
 
     def __init__(self, usd: float):
-        if not 0 < usd < float("inf"):
-            raise Gemma4T4Error(f"budget {usd!r} must be a positive number of USD", fix="e.g. BUDGET_USD = 5")
-        self.usd = usd
+        self.usd = check_budget(usd)
         self._closed = 0.0
         self._live: dict[Endpoint, float] = {}  # endpoint -> its estimate
         self._lock = threading.Lock()

@@ -12,6 +12,7 @@ from typing import Literal
 from gemma4_t4.bench.specs import notebook_params
 from gemma4_t4.catalog.models import VARIANTS
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.venues.endpoint import MAX_BUDGET_USD
 from gemma4_t4.venues.parts import size_key
 from gemma4_t4.venues.runtime import AUTO
 
@@ -49,7 +50,7 @@ def _params(part: int, targets: tuple[str, ...], sizes: tuple[str, ...], **extra
 
 
 _REGION = Param("aws", "us-east-2", "an AWS region SageMaker serves in", field="region")
-_AWS = {"REGION": _REGION, "BUDGET_USD": Param("money", "5.0", "a positive number of US dollars")}
+_AWS = {"REGION": _REGION, "BUDGET_USD": Param("money", "5.0", f"a positive number of US dollars, at most {MAX_BUDGET_USD:,.0f}")}
 _WHOLE = "a whole number of at least 1"
 _WORKLOAD = {"CONCURRENCY": Param("workload", '"[1, 8]"', f"a list of concurrent streams, each {_WHOLE}"),
              "INPUT_LEN": Param("workload", "512", _WHOLE), "OUTPUT_LEN": Param("workload", "128", _WHOLE),
@@ -96,7 +97,7 @@ def accepted(name: str, value: object, rule: Param) -> bool:
     if rule.kind == "flag":
         return isinstance(value, bool)
     if rule.kind == "money":
-        return is_real_number(value)
+        return is_real_number(value) and value <= MAX_BUDGET_USD  # type: ignore[operator]
     if rule.kind == "aws":
         # lazy: the SageMaker deploy rules load only to check the AWS parameters
         from gemma4_t4.sagemaker.config import DeployConfig

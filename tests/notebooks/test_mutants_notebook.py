@@ -1022,12 +1022,12 @@ def _billed(name: str, usd_per_hour: float, hours: float = 0.0) -> Endpoint:
 
 
 def test_a_budget_must_be_a_positive_finite_amount():
-    for bad in (0, -1.0, float("inf"), float("nan")):
+    for bad in (0, -1.0, float("inf"), float("nan"), 1e308):
         with pytest.raises(Gemma4T4Error) as refused:
             Budget(bad)
-        assert refused.value.message == f"budget {bad!r} must be a positive number of USD"
-        assert refused.value.fix == "e.g. BUDGET_USD = 5"
-    assert Budget(0.01).usd == 0.01
+        assert refused.value.message == f"budget {bad:.4g} must be a positive number of USD, at most 100,000"
+        assert refused.value.fix == "e.g. BUDGET_USD = 5 in a notebook, --budget-usd 5 on the command line"
+    assert Budget(0.01).usd == 0.01 and Budget(100_000).usd == 100_000
 
 
 def test_the_budget_admits_up_to_what_is_left_and_refuses_a_cent_more():
@@ -2193,7 +2193,7 @@ _WORKLOAD_RULES = {
 }
 _AWS_RULES = {
     "REGION": ("mars", "an AWS region SageMaker serves in", "us-east-2"),
-    "BUDGET_USD": (0, "a positive number of US dollars", "5.0"),
+    "BUDGET_USD": (1e308, "a positive number of US dollars, at most 100,000", "5.0"),
 }
 _GPU_TARGET = ("gpu", "one of auto, cpu, t4, sagemaker", "cpu")
 # (a refused value, the refusal's words, the accepted example it names) for every parameter, in cell order
