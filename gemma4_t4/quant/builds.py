@@ -20,12 +20,6 @@ from gemma4_t4.quant.safetensors_io import CheckpointReader
 FLOAT_DTYPES = ("BF16", "F16", "F32")
 
 
-def to_f32(raw: np.ndarray, dtype: str) -> np.ndarray:
-    if dtype == "BF16":
-        return lattice.bf16_bits_to_f32(raw)
-    return raw.astype(np.float32)
-
-
 def scale_dtype_name(st_dtype: str) -> str:
     return {"F16": "fp16", "BF16": "bf16", "F32": "fp32"}[st_dtype]
 
@@ -58,11 +52,11 @@ class ModuleWeight:
     def read(self, reader: CheckpointReader, start: int, stop: int) -> WeightBlock:
         m = self.module
         if not self.packed:
-            return WeightBlock(to_f32(reader.read_rows(f"{m}.weight", start, stop), self.dtype))
+            return WeightBlock(lattice.as_values(reader.read_rows(f"{m}.weight", start, stop)))
         cols = self.shape[1]
         levels = pack.unpack_int4(reader.read_rows(f"{m}.weight_packed", start, stop), cols)
         scale_info = reader.info(f"{m}.weight_scale")
-        scale = to_f32(reader.read_rows(f"{m}.weight_scale", start, stop), scale_info.dtype)
+        scale = lattice.as_values(reader.read_rows(f"{m}.weight_scale", start, stop))
         zp = None
         if not self.symmetric:
             packed_zp = reader.read_rows(f"{m}.weight_zero_point", start // 8, (stop + 7) // 8)

@@ -113,7 +113,8 @@ def tiny_model_note(weights: int) -> list[str]:
             "(TARGET='t4' checks the real one)."]
 
 
-def _pct(part: float, whole: float) -> float:
+def pct(part: float, whole: float) -> float:
+    """``part`` as a percentage of ``whole``, to 4 decimals (0 when ``whole`` is 0): every share a report gives."""
     return round(100.0 * part / whole, 4) if whole else 0.0
 
 
@@ -190,9 +191,9 @@ def grid_check(path: str, tensors: Sequence[str] | None = None, group_size: int 
         tensors_empty=selection.empty, tensors_non_finite={r.name: r.non_finite for r in rows_out if r.non_finite},
         tensors_not_weights=selection.not_weights,
         groups_total=groups, groups_off_grid=sum(r.groups_off_grid for r in rows_out), weights_total=weights,
-        values_bit_identical_pct={dt: _pct(sum(r.values_bit_identical[dt] for r in rows_out), weights)
+        values_bit_identical_pct={dt: pct(sum(r.values_bit_identical[dt] for r in rows_out), weights)
                                   for dt in scale_dtypes},
-        groups_bit_identical_pct={dt: _pct(sum(r.groups_bit_identical[dt] for r in rows_out), groups)
+        groups_bit_identical_pct={dt: pct(sum(r.groups_bit_identical[dt] for r in rows_out), groups)
                                   for dt in scale_dtypes},
         bytes_read=bytes_read, seconds=round(seconds, 3),
         mb_per_s=round(bytes_read / 1e6 / seconds, 1) if seconds > 0 else 0.0, tensors=rows_out,
@@ -398,11 +399,11 @@ def compare_module(ref_reader: CheckpointReader, other_reader: CheckpointReader,
     return TensorCompare(
         module=ref.module, shape=[rows, cols], ref_format=_describe(ref), other_format=_describe(other),
         weights=n, level_changed=changed if has_lattice else None,
-        level_changed_pct=_pct(changed, lattice_weights) if has_lattice else None,
+        level_changed_pct=pct(changed, lattice_weights) if has_lattice else None,
         weights_on_ref_lattice=lattice_weights,
-        bit_identical=identical, bit_identical_pct=_pct(identical, n),
+        bit_identical=identical, bit_identical_pct=pct(identical, n),
         groups=n // gs if cols % gs == 0 else 0, groups_bit_identical=groups_identical,
-        groups_bit_identical_pct=_pct(groups_identical, n // gs) if cols % gs == 0 else 0.0,
+        groups_bit_identical_pct=pct(groups_identical, n // gs) if cols % gs == 0 else 0.0,
         max_abs_diff=max_diff, mean_abs_diff=sum_diff / n if n else 0.0,
         ref_non_finite=ref_nf, other_non_finite=other_nf, non_finite_scales=scale_nf,
     )
@@ -474,10 +475,10 @@ def grid_compare(ref: str, other: str, group_size: int = lattice.DEFAULT_GROUP, 
     return CompareReport(
         ref=str(ref), other=str(other), group_size=group_size, modules_compared=len(rows_out),
         modules_only_in_ref=sorted(set(r_mods) - set(o_mods)), modules_only_in_other=sorted(set(o_mods) - set(r_mods)),
-        weights_total=weights, level_changed=changed, level_changed_pct=_pct(changed, lat_weights),
+        weights_total=weights, level_changed=changed, level_changed_pct=pct(changed, lat_weights),
         weights_with_ref_lattice=lat_weights,
-        bit_identical_pct=_pct(sum(t.bit_identical for t in rows_out), weights),
-        groups_bit_identical_pct=_pct(sum(t.groups_bit_identical for t in rows_out), sum(t.groups for t in rows_out)),
+        bit_identical_pct=pct(sum(t.bit_identical for t in rows_out), weights),
+        groups_bit_identical_pct=pct(sum(t.groups_bit_identical for t in rows_out), sum(t.groups for t in rows_out)),
         max_abs_diff=max((t.max_abs_diff for t in rows_out), default=0.0), tensors=rows_out,
         modules_empty=empty, max_changed_pct=max_changed_pct,
     )

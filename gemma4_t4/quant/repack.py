@@ -24,7 +24,7 @@ from gemma4_t4.foundation.jsonable import to_jsonable
 from gemma4_t4.foundation.table import Displayable
 from gemma4_t4.quant import config as qconfig
 from gemma4_t4.quant import lattice, pack
-from gemma4_t4.quant.grid import progress_bar
+from gemma4_t4.quant.grid import pct, progress_bar
 from gemma4_t4.quant.safetensors_io import (
     INDEX_NAME,
     PICKLE_SUFFIXES,
@@ -354,7 +354,7 @@ class _Tally:
             groups_requantized=sum(r.groups_requantized for r in packed),
             levels_changed=sum(r.levels_changed for r in packed) if fields["method"] == "lattice" else None,
             values_bit_identical=exact,
-            values_bit_identical_pct={k: round(100.0 * v / weights, 4) if weights else 0.0 for k, v in exact.items()},
+            values_bit_identical_pct={k: pct(v, weights) for k, v in exact.items()},
             bytes_read=self.bytes_read, bytes_written=0, seconds=0.0, mb_per_s=0.0, tensors=self.rows,
         )
 
