@@ -22,6 +22,7 @@ from gemma4_t4.quant.grid import TINY_WEIGHTS, CompareReport, GridReport
 from gemma4_t4.quant.repack import RepackReport
 from gemma4_t4.venues.endpoint import Budget, Endpoint
 from gemma4_t4.venues.parameters import is_real_number
+from gemma4_t4.venues.parts import refuse_while_billing
 from gemma4_t4.venues.runtime import RuntimeInfo
 
 PART = 3
@@ -240,10 +241,7 @@ def figure(levels: LevelsChanged, repacks: Repacks, awq: RepackReport, source_by
 
 def clean_up(left: list[str], work_dir: str | Path, remove: bool) -> None:
     """Refuse if an endpoint of this part still bills; remove the repacked checkpoints unless kept."""
-    if left:
-        raise Gemma4T4Error(
-            f"still billing: {', '.join(left)}", fix="delete each with: gemma4-t4 sagemaker delete NAME --yes"
-        )
+    refuse_while_billing(left)
     if remove:
         work = Path(work_dir)
         nb.remove_dirs(work / "repack-linear", work / "repack-emb4", work / "awq-g128")

@@ -23,16 +23,11 @@ from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.table import Displayable
 from gemma4_t4.venues.endpoint import Budget, Endpoint
 from gemma4_t4.venues.parameters import is_real_number
+from gemma4_t4.venues.parts import refuse_while_billing
 
 FORMATS = ("bf16", "qat-w4a16", "emb4")
 SERVED = {"bf16": "bf16", "qat": "qat-w4a16"}  # the builds Part 2 serves -> their roofline format
 FIX = "run the notebook again from the top; if it repeats, see docs/benchmarks.md"
-
-
-def refuse_while_billing(left: Sequence[str]) -> None:
-    """Refuse to end a part while one of its SageMaker endpoints still bills (Parts 2 and 4's clean-up check)."""
-    if left:
-        raise Gemma4T4Error(f"still billing: {', '.join(left)}", fix="delete each with: gemma4-t4 sagemaker delete NAME --yes")
 
 
 @dataclass(repr=False)  # the text display is the table (Displayable), not the fields

@@ -29,10 +29,9 @@ from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.figures import show_image
 from gemma4_t4.foundation.table import Displayable, Table, show_table
 from gemma4_t4.host import env, swap, torchfix
-from gemma4_t4.studies.part2 import refuse_while_billing
 from gemma4_t4.venues.endpoint import Budget, Endpoint, start_owned_server
 from gemma4_t4.venues.parameters import is_real_number
-from gemma4_t4.venues.parts import context_for, sagemaker_endpoint
+from gemma4_t4.venues.parts import context_for, refuse_while_billing, sagemaker_endpoint
 from gemma4_t4.venues.runtime import RuntimeInfo
 
 # The series served the QAT build in Part 4, so its TTFT curve is read against the QAT figures

@@ -47,6 +47,12 @@ def leftover_endpoints(region: str, part: int) -> list[str]:
     return sorted(e.name for e in list_endpoints([region]) if e.name.startswith(PART_PREFIX[part]))
 
 
+def refuse_while_billing(left: Sequence[str]) -> None:
+    """Refuse to end a part while one of its SageMaker endpoints still bills (each part's clean-up check)."""
+    if left:
+        raise Gemma4T4Error(f"still billing: {', '.join(left)}", fix="delete each with: gemma4-t4 sagemaker delete NAME --yes")
+
+
 def context_for(target: str, model: str | Path, serves: Sequence[WorkloadSpec] = (),
                 max_model_len: int | None = None) -> int:
     """The context an endpoint serves ``serves`` with: ``max_model_len``, else the target's (2,048 tokens on
