@@ -315,7 +315,7 @@ RUNTIME_BUFFERS_GIB = 0.25
 DEFAULT_OVERHEAD_GIB = 1.2
 # vLLM's `serve` default below 70 GiB of GPU memory; sliding layers hold window + this.
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
-KV_BLOCK_SIZE = 16
+KV_BLOCK_SIZE = 16  # vLLM's CUDA default KV block size (tokens)
 
 
 @dataclass(frozen=True)

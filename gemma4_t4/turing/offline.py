@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.turing.tilecap import KERNEL_MODULE
 
 KERNEL_RELPATH = Path("v1/attention/ops/triton_unified_attention.py")
-KERNEL_NAME = "vllm.v1.attention.ops.triton_unified_attention"
 KERNELS = ("kernel_unified_attention", "reduce_segments")
 TRITON_FIX = "pip install 'triton==3.8.0'  (or: pip install -e '.[dev]')"
 _LOAD_LOCK = threading.Lock()
@@ -281,7 +281,7 @@ def load_kernel_module(
         sys.meta_path.insert(0, finder)
         try:
             with _env("TRITON_INTERPRET", "1" if interpret else None):
-                module = importlib.import_module(KERNEL_NAME)
+                module = importlib.import_module(KERNEL_MODULE)
         except ImportError as exc:
             raise Gemma4T4Error(
                 f"cannot load vLLM {version}'s kernel offline: {exc}",

@@ -21,12 +21,14 @@ from pydantic import BaseModel, Field
 
 from gemma4_t4.catalog.assistants import ASSISTANTS
 from gemma4_t4.catalog.family import VARIANTS
+from gemma4_t4.catalog.models import KV_BLOCK_SIZE
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation import signals
 from gemma4_t4.foundation.table import Displayable
 from gemma4_t4.turing import smem, tilecap
 from gemma4_t4.turing.numerics import AttentionCase, run_unified_attention
 from gemma4_t4.turing.offline import (
+    TRITON_FIX,
     KernelModule,
     RecordedLaunch,
     load_kernel_module,
@@ -34,7 +36,6 @@ from gemma4_t4.turing.offline import (
     require_triton,
 )
 
-KV_BLOCK_SIZE = 16  # vLLM's CUDA default KV block size
 # Draft lengths whose verification step is compiled: 1..6 covers the useful range (the launch's default
 # is 3) and 16 is speculative.MAX_NUM_DRAFT_TOKENS, the largest a launch accepts (not imported: the
 # speculative module reaches the start gate, which imports this package). A step runs N+1 query tokens
@@ -229,7 +230,7 @@ class SharedMemoryCompiler:
         if not hasattr(jit, "_pack_args"):
             raise Gemma4T4Error(
                 f"Triton {self.triton.__version__} lacks the JIT internals the offline compile uses",
-                fix="install the tested Triton: " + "pip install 'triton==3.8.0'",
+                fix=f"install the tested Triton: {TRITON_FIX}",
             )
         binder = self._binders.get(id(jit))
         if binder is None:
