@@ -320,8 +320,7 @@ def parse_problem(argv: list[str], group_ok: bool = False) -> str | None:
 
 
 def _served_name(argv: list[str]) -> str | None:
-    from gemma4_t4.cli.serve import DEFAULT_T4_MODEL
-    from gemma4_t4.serving.server_config import ServerConfig
+    from gemma4_t4.serving.server_config import DEFAULT_T4_MODEL, ServerConfig
 
     ns = _parser().parse_args(argv)
     model = ns.model or (DEFAULT_T4_MODEL if ns.target == "t4" else None)
