@@ -72,11 +72,13 @@ def _one_line(text: str, limit: int = 400) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def _os_fix(exc: OSError) -> str | None:
+def os_fix(exc: OSError) -> str | None:
+    """What to do about a file-system or network ``OSError`` the user can act on (None: no advice)."""
     where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
     return {
         errno.ENOSPC: f"free disk space{where}, or write to a disk with more room",
         errno.EDQUOT: f"free space within your disk quota{where}, or write elsewhere",
+        errno.EFBIG: f"raise the file-size limit (ulimit -f){where}, or write to another disk",
         errno.EROFS: f"the filesystem is read-only{where}: choose a writable location",
         errno.EACCES: f"check the owner and permissions{where}, or choose a location you can write",
         errno.EPERM: f"this needs permissions you do not have{where}: choose another location or run as its owner",
@@ -100,7 +102,7 @@ def user_error(exc: BaseException) -> Gemma4T4Error:
     text = _one_line(str(exc) or name)
     fix: str | None = None
     if isinstance(exc, OSError):
-        fix = _os_fix(exc)
+        fix = os_fix(exc)
     elif isinstance(exc, ModuleNotFoundError):
         fix = missing_module_fix(exc)
     module = type(exc).__module__ or ""

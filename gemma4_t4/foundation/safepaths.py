@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gemma4_t4 import __version__
-from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.errors import Gemma4T4Error, os_fix
 from gemma4_t4.foundation import signals
 from gemma4_t4.foundation.atomic import UnreadableJSON, atomic_write_text, read_json_object
 
@@ -186,22 +186,14 @@ def ensure_free_space(
 
 
 def os_error(exc: OSError, what: str) -> Gemma4T4Error:
-    """A clear message for the file-system failures a user can act on."""
-    code = exc.errno
-    if code in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-        fix = "free some space (or raise the quota / file-size limit), or write to another disk"
-        reason = "the disk is full" if code != errno.EFBIG else "a file-size limit was reached"
-    elif code in (errno.EROFS, errno.EACCES, errno.EPERM):
-        fix = "choose a writable location (check permissions and that the disk is not mounted read-only)"
-        reason = "the location is read-only" if code == errno.EROFS else "permission denied"
-    elif code in (errno.ENOTDIR, errno.EEXIST, errno.EISDIR):
-        fix = "check the path: a file stands where a folder is expected (or the reverse)"
-        reason = os.strerror(code)
-    else:
-        fix = "check the path and the disk"
-        reason = exc.strerror or str(exc)
+    """A clear message for the file-system failures a user can act on; the fix is :func:`.errors.os_fix`'s."""
+    reason = {
+        errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk is full",
+        errno.EFBIG: "a file-size limit was reached", errno.EROFS: "the location is read-only",
+        errno.EACCES: "permission denied", errno.EPERM: "permission denied",
+    }.get(exc.errno or -1) or exc.strerror or str(exc)
     where = f" ({exc.filename})" if exc.filename else ""
-    return Gemma4T4Error(f"cannot write {what}: {reason}{where}", fix=fix)
+    return Gemma4T4Error(f"cannot write {what}: {reason}{where}", fix=os_fix(exc) or "check the path and the disk")
 
 
 _OS_ERROR_IN_TEXT = re.compile(r"\(os error (\d+)\)")  # how Rust writers (safetensors) report errno

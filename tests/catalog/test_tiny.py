@@ -154,7 +154,7 @@ def test_a_full_disk_while_writing_is_a_clear_error_and_leaves_nothing(tmp_path,
     out = tmp_path / "new" / "deeper" / "m"
     with pytest.raises(Gemma4T4Error, match=r"cannot write the tiny model .*: the disk is full") as info:
         build_tiny_gemma4(out, save=full_disk)
-    assert "free some space" in info.value.fix
+    assert "free disk space" in info.value.fix
     assert _siblings(tmp_path) == []
 
 
