@@ -101,16 +101,14 @@ def endpoint_status(name: str, region: str, client: Any = None,
         if placed:
             status.placed_instance_type = placed[0]
     if status.config_name:
-        try:
-            config = sm.describe_endpoint_config(EndpointConfigName=status.config_name)
-            for variant in config.get("ProductionVariants", []):
-                if variant.get("InstanceType"):
-                    status.instance_types.append(variant["InstanceType"])
-                status.instance_types += [p["InstanceType"] for p in variant.get("InstancePools", [])]
-                status.inference_ami_version = variant.get("InferenceAmiVersion")
-        except aws_exceptions() as exc:
-            if not is_not_found(exc):
-                raise aws_error(exc, "DescribeEndpointConfig") from exc
+        config = _described(
+            sm, "describe_endpoint_config", "DescribeEndpointConfig", EndpointConfigName=status.config_name
+        )
+        for variant in (config or {}).get("ProductionVariants", []):
+            if variant.get("InstanceType"):
+                status.instance_types.append(variant["InstanceType"])
+            status.instance_types += [p["InstanceType"] for p in variant.get("InstancePools", [])]
+            status.inference_ami_version = variant.get("InferenceAmiVersion")
     tags = _tags(sm, desc.get("EndpointArn"))
     status.expires_at = tags.get(EXPIRES_TAG)
     billed_type = status.placed_instance_type or (status.instance_types[0] if status.instance_types else None)
@@ -517,8 +515,8 @@ def plan_delete(sm: Any, name: str, not_ours: bool = False) -> DeletePlan:
     its scaling policies)."""
     config_name, models = name, [name]
     scaling: list[tuple[str, str]] = []
-    try:
-        desc = sm.describe_endpoint(EndpointName=name)
+    desc = _described(sm, "describe_endpoint", f"DescribeEndpoint {name}", EndpointName=name)
+    if desc is not None:
         config_name = desc.get("EndpointConfigName", name)
         tags = _tags(sm, desc.get("EndpointArn"))
         if not is_ours(tags) and not not_ours:
@@ -529,9 +527,6 @@ def plan_delete(sm: Any, name: str, not_ours: bool = False) -> DeletePlan:
             )
         if AUTOSCALING_TAG in tags:
             scaling = [("autoscaling", f"endpoint/{name}/variant/AllTraffic")]
-    except aws_exceptions() as exc:
-        if not is_not_found(exc):
-            raise aws_error(exc, f"DescribeEndpoint {name}") from exc
     models = _config_models(sm, config_name) or models
     used_configs, used_models = _other_endpoints_uses(sm, name)
     plan = DeletePlan([*scaling, ("endpoint", name)])  # a missing one is reported as already absent
