@@ -339,15 +339,7 @@ def existing_image(ecr: Any, tag: str) -> str | None:
 def rebuild_tag(ecr: Any, tag: str) -> str:
     """The tag a forced rebuild pushes: ``<tag>-rN`` with the first N >= 2 not in ECR. The repository
     is IMMUTABLE, so pushing the existing tag again would fail after the whole billed build."""
-    taken: set[str] = set()
-    try:
-        for page in ecr.get_paginator("describe_images").paginate(
-            repositoryName=images.T4_IMAGE_REPOSITORY, filter={"tagStatus": "TAGGED"}
-        ):
-            taken.update(t for i in page.get("imageDetails", []) for t in i.get("imageTags", []))
-    except aws_exceptions() as exc:
-        if error_code(exc) != "RepositoryNotFoundException":
-            raise
+    taken = {t for image in images.fixed_images(ecr) for t in image.get("imageTags", [])}
     n = 2
     while f"{tag}-r{n}" in taken:
         n += 1

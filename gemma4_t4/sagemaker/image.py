@@ -451,19 +451,27 @@ class EcrImageDetail(TypedDict, total=False):
     imagePushedAt: dt.datetime  # boto3 parses the timestamp
 
 
+def fixed_images(ecr: Any) -> list[EcrImageDetail]:
+    """Every tagged image of the fixed-image repository in ``ecr``'s account (none before it exists)."""
+    try:
+        pages = ecr.get_paginator("describe_images").paginate(
+            repositoryName=T4_IMAGE_REPOSITORY, filter={"tagStatus": "TAGGED"}
+        )
+        return [image for page in pages for image in page.get("imageDetails", [])]
+    except aws_exceptions() as exc:
+        if error_code(exc) != "RepositoryNotFoundException":
+            raise
+        return []
+
+
 def find_fixed_image(region: str, *, ecr_client: Any = None, account: str | None = None) -> FixedImage:
     """The newest fixed T4 image in this account's ECR in ``region``; refuses when there is none."""
     validate_region(region)
     ecr = ecr_client or client_factory()("ecr", region)
     try:
-        images: list[EcrImageDetail] = []
-        for page in ecr.get_paginator("describe_images").paginate(repositoryName=T4_IMAGE_REPOSITORY,
-                                                                   filter={"tagStatus": "TAGGED"}):
-            images += page.get("imageDetails", [])
+        images = fixed_images(ecr)
     except aws_exceptions() as exc:
-        if error_code(exc) != "RepositoryNotFoundException":
-            raise aws_error(exc, f"DescribeImages {T4_IMAGE_REPOSITORY} in {region}") from exc
-        images = []
+        raise aws_error(exc, f"DescribeImages {T4_IMAGE_REPOSITORY} in {region}") from exc
     by_tag = {t: i for i in images for t in i.get("imageTags", [])}
     tag = select_latest_fixed_tag(by_tag)
     if tag is None:
