@@ -836,8 +836,8 @@ def test_no_record_type_re_declares_another():
 
 
 # Size limits: a module a reader can hold in mind, a function that does one thing.
-MODULE_LINE_LIMIT = 800
-FUNCTION_LINE_LIMIT = 80
+MODULE_LINE_LIMIT = 600
+FUNCTION_LINE_LIMIT = 60
 # Functions allowed over the limit, each named with its reason (none).
 FUNCTIONS_OVER_LIMIT_ALLOWED: set[str] = set()
 
@@ -872,7 +872,7 @@ def test_the_size_check_sees_a_long_function_and_a_long_module():
     assert oversized(module, "m.py") == [f"m.py: {MODULE_LINE_LIMIT + 1} lines"]
 
 
-def test_no_module_over_800_lines_and_no_function_over_80():
+def test_no_module_over_600_lines_and_no_function_over_60():
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
         name = path.relative_to(PACKAGE.parent).as_posix()
@@ -882,7 +882,7 @@ def test_no_module_over_800_lines_and_no_function_over_80():
 
 # the package's size when its layout was last settled was 26.8k non-blank lines; it stays at or below it
 # (a new feature pays for itself by removing duplication)
-PACKAGE_LINE_LIMIT = 27_971  # +11: a rollback deregisters through the deploy's own autoscaling client, an unregistered workload class's fields in its refusal; +9 before: the MCP build's budget; +733 before: Parts 2 and 4 (studies/part2.py, part4.py, their plots); +418 before: Parts 1 and 3
+PACKAGE_LINE_LIMIT = 27_806  # -165 since the last layout: vLLM settings, the machine's judge, the venues and the stand-ins each declared once (was 27,971)
 
 
 def test_the_package_stays_within_its_size():
@@ -896,7 +896,7 @@ def test_the_package_stays_within_its_size():
 # A line count can be met by packing more onto each line; Python tokens (names, operators, literals;
 # not comments, line breaks or indentation) cannot. The package's token count when its layout was
 # last settled, rounded up: it stays at or below it too.
-PACKAGE_TOKEN_LIMIT = 213_035  # +102: a rollback deregisters through the deploy's own autoscaling client, an unregistered workload class's fields in its refusal; +35 before: the MCP build's budget; +4,782 before: Parts 2 and 4 (studies/part2.py, part4.py, their plots); +3,812 before: Parts 1 and 3
+PACKAGE_TOKEN_LIMIT = 211_397  # -1,638 since the last layout, by the same change (was 213,035)
 
 
 def code_tokens(source: str) -> int:
