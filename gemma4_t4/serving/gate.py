@@ -22,7 +22,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from gemma4_t4.catalog import assistants, models
 from gemma4_t4.catalog.hardware import GPUS, identify_gpu
@@ -30,6 +30,8 @@ from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.jsonable import to_jsonable
 from gemma4_t4.host import cpuisa, env
 from gemma4_t4.serving.proof import turing_proof
+from gemma4_t4.serving.server_config import ServerConfig
+from gemma4_t4.serving.speculative import catalog_entry
 from gemma4_t4.turing.state import status as turing_status
 
 T = TypeVar("T")
@@ -41,36 +43,6 @@ ATTENTION_SMEM_NEEDED = 98_304
 # 7,252 MiB RAM + 6,205-6,761 MiB swap for 9.5 GiB of weights [inferred from measured peaks].
 LOAD_OVERHEAD_BYTES = 4 * GIB
 DISK_MARGIN = 1.05  # download temp files and metadata
-
-
-class DrafterChoice(Protocol):
-    """What the gate reads of a launch's drafter: a :class:`gemma4_t4.serving.speculative.DraftPlan` (named by
-    its shape: speculative reads the gate's catalog rule, :func:`catalog_entry`)."""
-
-    requested: str
-    method: str | None
-    model: str | None
-
-    @property
-    def enabled(self) -> bool: ...
-
-
-class GatedLaunch(Protocol):
-    """What the gate reads of a launch: a :class:`gemma4_t4.serving.server.ServerConfig`. Named by its shape
-    because server.py runs the gate before it starts vLLM: the gate importing it would be a cycle."""
-
-    model: str
-    target: str
-    python: str | None
-    # ServerConfig fills every unset launch setting with its target's default when it is built
-    max_model_len: int
-    max_num_seqs: int
-    max_num_batched_tokens: int | None
-    gpu_memory_utilization: float
-    tensor_parallel_size: int
-    language_model_only: bool
-
-    def draft_plan(self) -> DrafterChoice: ...
 
 
 @dataclass
@@ -366,7 +338,7 @@ def model_is_int4(model: str) -> bool | None:
     return None if entry is None else entry[1] in ("qat-w4a16", "emb4")
 
 
-def probe_cpu_build(config: GatedLaunch) -> cpuisa.CpuBuild | None:
+def probe_cpu_build(config: ServerConfig) -> cpuisa.CpuBuild | None:
     """For an int4 checkpoint: can vLLM's CPU build here run int4 (``gemma4_t4.host.cpuisa``, cached)?"""
     return cpuisa.cpu_build(python=config.python) if model_is_int4(str(config.model)) else None
 
@@ -381,35 +353,11 @@ def _cached_weights(model: str) -> int | None:
     return local_weights_bytes(cached) if cached.is_dir() and any(cached.rglob("*.safetensors")) else None
 
 
-def catalog_entry(model: str) -> tuple[str, str] | None:
-    """(variant key, format) of a Gemma 4 hub id or local checkpoint folder, when recognisable."""
-    path = Path(model)
-    if path.is_dir():
-        try:
-            config = json.loads((path / "config.json").read_text())
-        except (OSError, json.JSONDecodeError):
-            return None
-        text = config.get("text_config", config)
-        for key, variant in models.VARIANTS.items():
-            shape = (variant.hidden_size, variant.num_layers)
-            if (text.get("hidden_size"), text.get("num_hidden_layers")) == shape:
-                quant = config.get("quantization_config")
-                return key, ("qat-w4a16" if quant else "bf16")  # emb4 is smaller: a safe overestimate
-        return None
-    try:
-        variant = models.get_variant(model)
-    except Gemma4T4Error:
-        return None
-    lowered = model.lower()
-    fmt = "emb4" if "emb4" in lowered else "qat-w4a16" if "w4a16" in lowered else "bf16"
-    return variant.key, fmt
-
-
 def _hub_cache() -> Path:
     return env.hf_hub_cache(os.environ)
 
 
-def probe_model(config: GatedLaunch, host: env.Facts) -> ModelFound:
+def probe_model(config: ServerConfig, host: env.Facts) -> ModelFound:
     """Weights size, load peak, GPU fit and disk for ``config.model`` on ``host``'s GPU."""
     found = ModelFound()
     model_path = Path(config.model)
@@ -447,7 +395,7 @@ class DrafterMemory:
     detail: str
 
 
-def drafter_memory(config: GatedLaunch, target_weights: int | None) -> DrafterMemory:
+def drafter_memory(config: ServerConfig, target_weights: int | None) -> DrafterMemory:
     """The drafter ``config.draft_plan()`` chose, sized from its files, the assistant catalog or the
     fit calculator's estimate (``target_weights``: the target's, for ``--draft self``)."""
     plan = config.draft_plan()
@@ -475,7 +423,7 @@ def drafter_memory(config: GatedLaunch, target_weights: int | None) -> DrafterMe
     return DrafterMemory(weights, own_kv, f"drafter {name}: {_gib(weights)} from {source}{kv}")
 
 
-def _gpu_fit(config: GatedLaunch, entry: tuple[str, str] | None, weights: int | None, host: env.Facts) -> ModelFound:
+def _gpu_fit(config: ServerConfig, entry: tuple[str, str] | None, weights: int | None, host: env.Facts) -> ModelFound:
     """The fit calculator for a catalog model on a table GPU; else the weights against vLLM's share of
     the memory the host reports (an unknown GPU is never judged as another). The drafter counts too."""
     if host.gpu is not None:
@@ -503,7 +451,7 @@ def _gpu_fit(config: GatedLaunch, entry: tuple[str, str] | None, weights: int | 
 
 
 def _catalog_fit(
-    config: GatedLaunch, entry: tuple[str, str], gpu: str, drafter: DrafterMemory, with_drafter: str
+    config: ServerConfig, entry: tuple[str, str], gpu: str, drafter: DrafterMemory, with_drafter: str
 ) -> ModelFound:
     """The fit calculator (weights, KV cache, runtime) for a catalog model on a table GPU."""
     result = models.fit(
@@ -535,7 +483,7 @@ def _catalog_fit(
 
 
 def _memory_fit(
-    config: GatedLaunch,
+    config: ServerConfig,
     entry: tuple[str, str] | None,
     weights: int | None,
     host: env.Facts,
@@ -571,8 +519,8 @@ class GateProbes:
 
     host: env.Probes = field(default_factory=env.Probes)  # the doctor's, read with smem=True (CUDA through torch)
     turing: Callable[[tuple[int, int] | None], TuringFound] = probe_turing
-    model: Callable[[GatedLaunch, env.Facts], ModelFound] = probe_model
-    cpu_build: Callable[[GatedLaunch], cpuisa.CpuBuild | None] = probe_cpu_build
+    model: Callable[[ServerConfig, env.Facts], ModelFound] = probe_model
+    cpu_build: Callable[[ServerConfig], cpuisa.CpuBuild | None] = probe_cpu_build
 
 
 def _ask(facts: LaunchFacts, check: str, probe: Callable[..., T], *args: object) -> T | None:
@@ -584,7 +532,7 @@ def _ask(facts: LaunchFacts, check: str, probe: Callable[..., T], *args: object)
         return None
 
 
-def collect_facts(config: GatedLaunch, probes: GateProbes | None = None) -> LaunchFacts:
+def collect_facts(config: ServerConfig, probes: GateProbes | None = None) -> LaunchFacts:
     """The host as the doctor reads it, then the launch-time probes; one that fails leaves a note."""
     probes = probes or GateProbes()
     host = env.probe(probes.host, smem=True)  # never raises: what it could not read is what the doctor says
@@ -595,7 +543,7 @@ def collect_facts(config: GatedLaunch, probes: GateProbes | None = None) -> Laun
     return facts
 
 
-def check_cpu_start(config: GatedLaunch, force: bool = False, probes: GateProbes | None = None) -> GateResult:
+def check_cpu_start(config: ServerConfig, force: bool = False, probes: GateProbes | None = None) -> GateResult:
     """Gate a launch on the CPU target (only :func:`judge_cpu`'s checks); see :func:`check_start`."""
     facts = LaunchFacts(None, config.target, str(config.model))
     # a probe that fails leaves the build unknown, and an unknown build never refuses (judge_cpu)
@@ -611,7 +559,7 @@ def _decide(reasons: list[GateReason], facts: LaunchFacts, force: bool) -> GateR
 
 
 def check_start(
-    config: GatedLaunch, force: bool = False, probes: GateProbes | None = None, facts: LaunchFacts | None = None
+    config: ServerConfig, force: bool = False, probes: GateProbes | None = None, facts: LaunchFacts | None = None
 ) -> GateResult:
     """Gate a launch of ``config``. Raises :class:`GateRefused` unless every check passes or ``force``."""
     facts = facts or collect_facts(config, probes)

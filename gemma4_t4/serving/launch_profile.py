@@ -185,10 +185,9 @@ def nearest_key(key: ProfileKey, others: list[ProfileKey]) -> ProfileKey:
 class LaunchChoice(BaseModel):
     """What ``serve start --target t4`` takes from the profile (or why it takes nothing)."""
 
-    draft: str
-    num_draft_tokens: int | None
+    draft: str = "off"  # the safe default
+    num_draft_tokens: int | None = None
     reason: str
-    profile_path: str | None = None
 
 
 def launch_choice(model: str, gpu_name: GpuNameProbe = nvidia_smi_gpu_name) -> LaunchChoice:
@@ -201,7 +200,7 @@ def launch_choice(model: str, gpu_name: GpuNameProbe = nvidia_smi_gpu_name) -> L
     )
     key = host_key(model, gpu_name)
     if key is None:
-        return _off(f"no GPU visible, no tune profile: {fallback}")
+        return LaunchChoice(reason=f"no GPU visible, no tune profile: {fallback}")
     profiles, unreadable = load_profiles(model)
     match = next((p for p in profiles if p.key == key), None)
     if match is None:
@@ -218,22 +217,15 @@ def launch_choice(model: str, gpu_name: GpuNameProbe = nvidia_smi_gpu_name) -> L
             why = f"tune profile ignored, measured with another {stale}: {fallback}"
         else:
             why = f"no tune profile: {fallback}"
-        return _off(why)
+        return LaunchChoice(reason=why)
     parts = [c.why for c in match.choices] or [match.drafter]
     prefill = prefill_choice(Path(match.prefill.verdict_path))
     parts.append(f"prefill route {'on' if prefill.route_on else 'off'} ({prefill.why})")
     reason = f"measured here on {key.gpu} on {match.measured_on}: " + "; ".join(parts)
     single = match.choice(1)
     if single is None or single.draft == "off":
-        return _off(reason, str(profile_path(key)))
+        return LaunchChoice(reason=reason)
     batch = match.choice(8)
     if batch is not None and batch.draft == "off":
         reason += " (this launch uses the c=1 choice; pass --draft off for batch serving)"
-    return LaunchChoice(
-        draft=single.draft, num_draft_tokens=single.num_draft_tokens, reason=reason,
-        profile_path=str(profile_path(key)),
-    )
-
-
-def _off(reason: str, path: str | None = None) -> LaunchChoice:
-    return LaunchChoice(draft="off", num_draft_tokens=None, reason=reason, profile_path=path)
+    return LaunchChoice(draft=single.draft, num_draft_tokens=single.num_draft_tokens, reason=reason)

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 from pydantic import PrivateAttr
 
+from gemma4_t4.catalog import models
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation import secrets
 from gemma4_t4.foundation.launch_record import DEFAULT_PORT, ServerSettings
@@ -376,14 +377,7 @@ def t4_context(
     max_num_batched_tokens: int = T4_MAX_NUM_BATCHED_TOKENS,
 ) -> tuple[int, str]:
     """The T4 context: the series' 16,384 where the fit calculator says it fits, else the most that does."""
-    try:
-        # lazy: the gate's catalog and the fit model (the host model behind them) only size a T4 context
-        from gemma4_t4.catalog import models
-        from gemma4_t4.serving.gate import catalog_entry
-
-        entry = catalog_entry(model)
-    except ImportError:
-        entry = None
+    entry = speculative.catalog_entry(model)
     if entry is None:
         return T4_FALLBACK_CONTEXT, f"{model} is not in the fit calculator's catalog: {T4_FALLBACK_CONTEXT}"
     try:

@@ -345,10 +345,32 @@ def check_one_kv_cache_group(drafter: str) -> None:
         )
 
 
+def catalog_entry(model: str) -> tuple[str, str] | None:
+    """(variant key, format) of a Gemma 4 hub id or local checkpoint folder, when recognisable."""
+    path = Path(model)
+    if path.is_dir():
+        try:
+            config = json.loads((path / "config.json").read_text())
+        except (OSError, json.JSONDecodeError):
+            return None
+        text = config.get("text_config", config)
+        for key, variant in models.VARIANTS.items():
+            shape = (variant.hidden_size, variant.num_layers)
+            if (text.get("hidden_size"), text.get("num_hidden_layers")) == shape:
+                quant = config.get("quantization_config")
+                return key, ("qat-w4a16" if quant else "bf16")  # emb4 is smaller: a safe overestimate
+        return None
+    try:
+        variant = models.get_variant(model)
+    except Gemma4T4Error:
+        return None
+    lowered = model.lower()
+    fmt = "emb4" if "emb4" in lowered else "qat-w4a16" if "w4a16" in lowered else "bf16"
+    return variant.key, fmt
+
+
 def target_build(model: str) -> tuple[str, str, assistants.AssistantBuild] | None:
     """(variant key, fit format, assistant build) of a catalogued target, or None."""
-    from gemma4_t4.serving.gate import catalog_entry  # the one id/folder -> catalog rule
-
     entry = catalog_entry(model)
     if entry is None:
         return None
@@ -438,20 +460,3 @@ def _auto(model: str, num: int, fit_context: FitContext) -> DraftPlan:
         why += f"; fit calculator with the drafter: {with_drafter.verdict}"
     return DraftPlan("auto", "mtp", assistant.hub_id, num, why)
 
-
-__all__ = [
-    "ASSISTANT_MODEL_TYPES",
-    "DEFAULT_NUM_DRAFT_TOKENS",
-    "MAX_NUM_DRAFT_TOKENS",
-    "DraftPlan",
-    "FitContext",
-    "ModelShape",
-    "SpeculativeConfigRecord",
-    "check_num_draft_tokens",
-    "check_pair",
-    "check_raw_speculative_config",
-    "read_shape",
-    "resolve_draft",
-    "target_build",
-    "untuned_num_draft_tokens",
-]

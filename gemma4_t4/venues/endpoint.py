@@ -298,7 +298,6 @@ class Endpoint:
         *,
         tokenizer: str | None = None,
         gpu: str | None = None,
-        gpu_name: str | None = None,
         usd_per_hour: float = 0.0,
         price: InstancePrice | None = None,
         max_num_seqs: int | None = None,
@@ -311,7 +310,6 @@ class Endpoint:
         self.served_name = served_name
         self.tokenizer = tokenizer
         self.gpu = gpu  # the hardware table's key (roofline, cost); None: no GPU, or one the table lacks
-        self.gpu_name = gpu_name  # as nvidia-smi names it (local), for messages about an unknown GPU
         self.usd_per_hour = usd_per_hour  # what this package bills for it (nothing for a local machine)
         self._price = price
         self.max_num_seqs = max_num_seqs
@@ -345,13 +343,6 @@ class Endpoint:
         """A server this process started here: its config can be started again with other options
         (a drafter on and off, the prefill route); a SageMaker endpoint would be another billed deploy."""
         return self.server is not None
-
-    @property
-    def gpu_label(self) -> str:
-        """Its GPU for a message: the table's key, an unknown GPU by its nvidia-smi name, or none."""
-        if self.gpu:
-            return self.gpu
-        return f"{self.gpu_name} (not in the hardware table)" if self.gpu_name else "no GPU"
 
     def cost_usd(self) -> float:
         """What this endpoint has cost so far: its price per hour times its time up (0 on a CPU).
@@ -468,11 +459,11 @@ class Endpoint:
         reap_orphans()
         started = time.monotonic()
         name = config.resolved_name()
+        gpu = None if config.target == "cpu" else identify_gpu(gpu_name)
         endpoint = cls(
             "local", name, VLLMServer(config).base_url, name,  # (only its address: nothing is started here)
             tokenizer=tokenizer,  # None: the server's own /tokenize gives exact prompt lengths
-            gpu=None if config.target == "cpu" else _gpu_key(gpu_name),
-            gpu_name=None if config.target == "cpu" else gpu_name,
+            gpu=gpu.key if gpu else None,
             usd_per_hour=0.0,  # what this package bills: nothing for a machine you already run
             max_num_seqs=config.max_num_seqs,
             api_key=config.api_key,
@@ -598,11 +589,6 @@ class _CreateWatch:
             return answer
 
         return create
-
-
-def _gpu_key(gpu_name: str | None) -> str | None:
-    gpu = identify_gpu(gpu_name)
-    return gpu.key if gpu else None
 
 
 def start_owned_server(config: ServerConfig) -> VLLMServer:

@@ -104,8 +104,8 @@ def test_the_notebooks_runtime_and_endpoint_read_the_same_gpu(name, key, cc, mib
     runtime = _notebook_runtime(name, cc, mib)
     assert runtime.gpu_name == name and runtime.gpu_key == key and runtime.roofline_gpu == key
     assert any(f"priced and roofline'd as {key}" in n for n in runtime.notes) or key == "t4"
-    served = Endpoint("local", "x", "http://127.0.0.1:1", "x", gpu=runtime.gpu_key, gpu_name=name)
-    assert served.gpu_label == key and served.price == price_of_gpu(key)
+    served = Endpoint("local", "x", "http://127.0.0.1:1", "x", gpu=runtime.gpu_key)
+    assert served.price == price_of_gpu(key)
     assert served.price is None or served.price.gpu == key  # priced as itself or not at all, never as a T4
 
 
@@ -132,8 +132,8 @@ def test_an_unknown_gpu_is_named_and_never_priced_as_a_t4_in_the_notebooks_and_c
     runtime = _notebook_runtime(name, cc, mib)
     assert runtime.gpu_key is None and any(name in n and "not priced" in n for n in runtime.notes)
     assert not any("priced and roofline'd as" in n for n in runtime.notes)
-    served = Endpoint("local", "x", "http://127.0.0.1:1", "x", gpu=runtime.gpu_key, gpu_name=name)
-    assert served.price is None and served.gpu_label == f"{name} (not in the hardware table)"
+    served = Endpoint("local", "x", "http://127.0.0.1:1", "x", gpu=runtime.gpu_key)
+    assert served.price is None
     kind = published.measured_kind(_local_run(tmp_path, name))
     assert kind == published.Kind("12B", None, name) and not kind.known
     assert kind.unpriced(priced_gpu="t4") == f"no $/Mtok: {name} is not in the hardware table, so no price is known for it"
@@ -143,12 +143,12 @@ def test_an_unknown_gpu_is_named_and_never_priced_as_a_t4_in_the_notebooks_and_c
 
 
 def test_the_endpoint_owns_its_venue():
-    local = Endpoint("local", "x", "http://127.0.0.1:1", "x", gpu="l4", gpu_name="NVIDIA L4")
+    local = Endpoint("local", "x", "http://127.0.0.1:1", "x", gpu="l4")
     assert local.price is not None and local.price.key == price_key("gce", "g2-standard-4")
     assert local.usd_per_hour == 0.0 and local.cost_usd() == 0.0  # a machine you run: this package bills nothing
     assert not local.can_restart  # no server of this process behind it
     cpu = Endpoint("local", "x", "http://127.0.0.1:1", "x")
-    assert cpu.price is None and cpu.gpu_label == "no GPU"
+    assert cpu.price is None
     # a notebook's $/Mtok row needs an hourly figure: a T4's, which measured_price then refuses to use
     assert part4.price_of(cpu).gpu == "t4"
     t4 = sagemaker_price("ml.g4dn.xlarge")
