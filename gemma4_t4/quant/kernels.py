@@ -175,70 +175,6 @@ def _choose_group(qf, vals, gs, lsq, fmt, vfmt):
     return best, best_n
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _pairwise_block(p, start, n):
-    """numpy's pairwise float64 summation of p[start:start+n] for n <= 128 (8 accumulators)."""
-    if n < 8:
-        s = 0.0
-        for i in range(start, start + n):
-            s += p[i]
-        return s
-    r0, r1, r2, r3 = p[start], p[start + 1], p[start + 2], p[start + 3]
-    r4, r5, r6, r7 = p[start + 4], p[start + 5], p[start + 6], p[start + 7]
-    i = 8
-    while i < n - n % 8:
-        b = start + i
-        r0 += p[b]
-        r1 += p[b + 1]
-        r2 += p[b + 2]
-        r3 += p[b + 3]
-        r4 += p[b + 4]
-        r5 += p[b + 5]
-        r6 += p[b + 6]
-        r7 += p[b + 7]
-        i += 8
-    s = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-    while i < n:
-        s += p[start + i]
-        i += 1
-    return s
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _pairwise_sum(p, n):
-    """numpy's pairwise summation of p[:n], bit-identical to ndarray.sum().
-
-    Above 128 values numpy splits in two halves (rounded down to a multiple of 8) and adds the
-    halves' sums; that tree is walked here with explicit stacks (cached numba code must not
-    recurse).
-    """
-    if n <= 128:
-        return _pairwise_block(p, 0, n)
-    todo_start = np.empty(64, np.int64)
-    todo_n = np.empty(64, np.int64)
-    todo_join = np.empty(64, np.bool_)
-    sums = np.empty(64, np.float64)
-    top, depth = 0, 0
-    todo_start[0], todo_n[0], todo_join[0] = 0, n, False
-    while top >= 0:
-        start, m, join = todo_start[top], todo_n[top], todo_join[top]
-        top -= 1
-        if join:  # both halves done: left sum below right sum
-            depth -= 1
-            sums[depth - 1] = sums[depth - 1] + sums[depth]
-        elif m <= 128:
-            sums[depth] = _pairwise_block(p, start, m)
-            depth += 1
-        else:
-            half = m // 2
-            half -= half % 8
-            todo_start[top + 1], todo_n[top + 1], todo_join[top + 1] = start, m, True
-            todo_start[top + 2], todo_n[top + 2], todo_join[top + 2] = start + half, m - half, False
-            todo_start[top + 3], todo_n[top + 3], todo_join[top + 3] = start, half, False
-            top += 3
-    return sums[0]
-
-
 # -- kernels ---------------------------------------------------------------------------------------
 
 
@@ -317,15 +253,22 @@ def _coarsest_divisor(qf, gs, chosen, odd):
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _store_levels_lsq(levels, r, base, qf, vals, prod, gs):
+def _store_levels_lsq(levels, r, base, qf, vals, gs):
     """Store a group's levels ``qf`` in row ``r`` of ``levels`` and return its least-squares scale
-    sum(q*w) / sum(q^2), summed as numpy sums (``prod`` is scratch)."""
+    sum(q*w) / sum(q^2).
+
+    sum(q*w) is exact in float64 whatever the order, so a plain loop gives numpy's pairwise sum bit
+    for bit: each product has at most 27 significant bits (a float32 times a level of at most 8), the
+    non-zero ones lie within 2**7 of each other (every w with q != 0 is within half a level of q*s,
+    the largest is 8*s), and a group has at most 2**15 of them: 27 + 7 + 15 bits fit float64's 53.
+    """
     qq = np.uint32(0)  # sum of q^2 in integers: exact, and vectorises (a float sum would not)
+    qw = 0.0
     for j in range(gs):
         levels[r, base + j] = np.int8(qf[j])
-        prod[j] = np.float64(qf[j]) * np.float64(vals[j])
+        qw += np.float64(qf[j]) * np.float64(vals[j])
         qq = _u32_add(qq, _small_uint(qf[j] * qf[j]))
-    return np.float32(_pairwise_sum(prod, gs) / np.float64(qq))
+    return np.float32(qw / np.float64(qq))
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
@@ -339,7 +282,6 @@ def analyze_kernel(w, gs, tol, fmts, nd, vfmt, levels, lsq, peak, deviation, sca
         vals = np.empty(gs, np.float32)
         unit = np.empty(gs, np.float32)
         qf = np.empty(gs, np.float32)
-        prod = np.empty(gs, np.float64)
         for g in range(ng):
             base = g * gs
             amax_bits = np.uint32(0)
@@ -376,7 +318,7 @@ def analyze_kernel(w, gs, tol, fmts, nd, vfmt, levels, lsq, peak, deviation, sca
                     dv = np.float32(div)
                     for j in range(gs):
                         qf[j] = qf[j] / dv  # exact
-                s = _store_levels_lsq(levels, r, base, qf, vals, prod, gs)
+                s = _store_levels_lsq(levels, r, base, qf, vals, gs)
                 peak[r, g] = chosen // div
                 deviation[r, g] = _bits_f32(worst) / np.float32(div)  # in levels of the coarsest lattice
             lsq[r, g] = s

@@ -498,7 +498,7 @@ def _quantize_tensor(reader: LocalCheckpoint, writer: ShardedWriter, info: Tenso
             row.values_bit_identical[k] = row.values_bit_identical.get(k, 0) + v
         if write and not (res.off_grid and not res.requantized):
             packed = pack.pack_int4(res.levels)
-            scale = lattice.scale_to_bits(res.scale, "fp16" if writer.plan[f"{module}.weight_scale"].dtype == "F16"
+            scale = lattice.scale_to_bits(res.scale, "fp16" if writer.tensors[f"{module}.weight_scale"].dtype == "F16"
                                           else "bf16")
             for t in targets:
                 writer.write_rows(f"{t}.weight_packed", start, packed)

@@ -19,7 +19,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -69,7 +69,9 @@ class TensorInfo:
         return self.nbytes // self.shape[0] if self.shape and self.shape[0] else self.nbytes
 
     def row_span(self, row_start: int, row_stop: int | None) -> tuple[int, int, tuple[int, ...]]:
-        """(absolute start, byte length, shape) of rows ``row_start:row_stop``."""
+        """(absolute start, byte length, shape) of rows ``row_start:row_stop`` (a scalar: all of it)."""
+        if not self.shape:
+            return self.start, self.nbytes, ()
         row_stop = self.shape[0] if row_stop is None else min(row_stop, self.shape[0])
         shape = (row_stop - row_start, *self.shape[1:])
         return self.start + row_start * self.row_bytes, shape[0] * self.row_bytes, shape
@@ -209,10 +211,10 @@ class CheckpointReader:
         self.source = source
         self.tensors: dict[str, TensorInfo] = {}
         self.shards: list[str] = []
-        self.metadata: dict = {}
 
     # -- subclass hooks -----------------------------------------------------------------
-    def _read(self, shard: str, start: int, length: int) -> bytes | memoryview:
+    def _read_into(self, shard: str, start: int, view: memoryview) -> None:
+        """Fill ``view`` with the bytes of ``shard`` from ``start``."""
         raise NotImplementedError
 
     def _size(self, shard: str) -> int | None:
@@ -230,50 +232,52 @@ class CheckpointReader:
         # a single file given by its own path is named as given, a shard of a folder as folder/shard
         return self.source if self.source.endswith("/" + shard) or self.source == shard else f"{self.source}/{shard}"
 
-    def _load_layout(self, index_text: str | None, single: str | None) -> None:
-        if index_text is not None:
-            try:
-                index = json.loads(index_text)
-                weight_map: dict[str, str] = index["weight_map"]
-                if not isinstance(weight_map, dict):
-                    raise TypeError("weight_map is not an object")
-            except (ValueError, KeyError, TypeError, RecursionError) as exc:
-                raise Gemma4T4Error(f"{self.source}: {INDEX_NAME} is not a valid index ({exc!r})",
-                                    fix="re-download the index file") from exc
-            self.shards = sorted({safe_shard_name(v, self.source) for v in weight_map.values()})
-            missing = [s for s in self.shards if not self._exists(s)]
-            for shard in missing:
-                why = self._why_missing(shard)
-                if why is not None:
-                    raise why
-            if missing:
-                raise Gemma4T4Error(
-                    f"{self.source}: {len(missing)} shard(s) named in {INDEX_NAME} are missing: {', '.join(missing[:5])}",
-                    fix="download every shard listed in the index (an interrupted download leaves some out)",
-                )
-            for shard in self.shards:
-                self.tensors.update(self._read_shard_header(shard))
-            not_found = [n for n, s in weight_map.items() if n not in self.tensors or self.tensors[n].shard != s]
-            unlisted = sorted(set(self.tensors) - set(weight_map))
-            if not_found or unlisted:
-                detail = []
-                if not_found:
-                    detail.append(f"{len(not_found)} indexed tensor(s) not in their shard (e.g. {not_found[0]})")
-                if unlisted:
-                    detail.append(f"{len(unlisted)} tensor(s) in shards but not in the index (e.g. {unlisted[0]})")
-                raise Gemma4T4Error(f"{self.source}: index and shards disagree: {'; '.join(detail)}",
-                                    fix="the index belongs to another revision; re-download index and shards together")
-            metadata = index.get("metadata")
-            self.metadata = metadata if isinstance(metadata, dict) else {}
-        else:
-            assert single is not None
-            self.shards = [single]
-            self.tensors = self._read_shard_header(single)
+    def _load_single(self, shard: str) -> None:
+        self.shards = [shard]
+        self.tensors = self._read_shard_header(shard)
+
+    def _load_index(self, index_text: str) -> None:
+        try:
+            index = json.loads(index_text)
+            weight_map: dict[str, str] = index["weight_map"]
+            if not isinstance(weight_map, dict):
+                raise TypeError("weight_map is not an object")
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
+            raise Gemma4T4Error(f"{self.source}: {INDEX_NAME} is not a valid index ({exc!r})",
+                                fix="re-download the index file") from exc
+        self.shards = sorted({safe_shard_name(v, self.source) for v in weight_map.values()})
+        missing = [s for s in self.shards if not self._exists(s)]
+        for shard in missing:
+            why = self._why_missing(shard)
+            if why is not None:
+                raise why
+        if missing:
+            raise Gemma4T4Error(
+                f"{self.source}: {len(missing)} shard(s) named in {INDEX_NAME} are missing: {', '.join(missing[:5])}",
+                fix="download every shard listed in the index (an interrupted download leaves some out)",
+            )
+        for shard in self.shards:
+            self.tensors.update(self._read_shard_header(shard))
+        not_found = [n for n, s in weight_map.items() if n not in self.tensors or self.tensors[n].shard != s]
+        unlisted = sorted(set(self.tensors) - set(weight_map))
+        if not_found or unlisted:
+            detail = []
+            if not_found:
+                detail.append(f"{len(not_found)} indexed tensor(s) not in their shard (e.g. {not_found[0]})")
+            if unlisted:
+                detail.append(f"{len(unlisted)} tensor(s) in shards but not in the index (e.g. {unlisted[0]})")
+            raise Gemma4T4Error(f"{self.source}: index and shards disagree: {'; '.join(detail)}",
+                                fix="the index belongs to another revision; re-download index and shards together")
+
+    def _read(self, shard: str, start: int, length: int) -> bytes:
+        view = memoryview(bytearray(length))
+        self._read_into(shard, start, view)
+        return bytes(view)
 
     def _read_shard_header(self, shard: str) -> dict[str, TensorInfo]:
         size = self._size(shard)
         header, data_start = parse_header(
-            bytes(self._read(shard, 0, 8)), lambda n: bytes(self._read(shard, 8, n)), self._shard_label(shard), size
+            self._read(shard, 0, 8), lambda n: self._read(shard, 8, n), self._shard_label(shard), size
         )
         return tensors_from_header(header, data_start, shard, size)
 
@@ -287,14 +291,14 @@ class CheckpointReader:
 
     def read_rows(self, name: str, row_start: int = 0, row_stop: int | None = None,
                   out: np.ndarray | None = None) -> np.ndarray:
-        """Rows ``row_start:row_stop`` (first dimension) as a numpy array (BF16 as uint16 bits).
-        ``out`` is a scratch buffer local reads fill instead of allocating (others ignore it)."""
+        """Rows ``row_start:row_stop`` (first dimension) as a numpy array (BF16 as uint16 bits), read
+        straight into ``out`` (a reusable uint8 buffer; the result is then a view of it) where it is
+        large enough, else into a fresh array."""
         info = self.info(name)
-        np_dtype = DTYPES[info.dtype][0]
-        if not info.shape:
-            return np.frombuffer(bytes(self._read(info.shard, info.start, info.nbytes)), np_dtype).copy()
         start, length, shape = info.row_span(row_start, row_stop)
-        return np.frombuffer(self._read(info.shard, start, length), np_dtype).reshape(shape).copy()
+        buf = out[:length] if out is not None and out.nbytes >= length else np.empty(length, np.uint8)
+        self._read_into(info.shard, start, memoryview(buf))
+        return buf.view(DTYPES[info.dtype][0]).reshape(shape)
 
     def row_blocks(self, name: str, max_bytes: int) -> Iterator[tuple[int, int]]:
         """Row ranges of at most ``max_bytes`` source bytes each (at least one row)."""
@@ -353,7 +357,7 @@ class LocalCheckpoint(CheckpointReader):
                 p = p.parent
             else:
                 self.root = p.parent
-                self._load_layout(None, p.name)
+                self._load_single(p.name)
                 return
         self.root = p
         index = p / INDEX_NAME
@@ -362,14 +366,14 @@ class LocalCheckpoint(CheckpointReader):
                 index_text = index.read_text()
             except UnicodeDecodeError as exc:
                 raise Gemma4T4Error(f"{index} is not UTF-8 text", fix="re-download the index file") from exc
-            self._load_layout(index_text, None)
+            self._load_index(index_text)
         elif (p / SINGLE_NAME).exists():
-            self._load_layout(None, SINGLE_NAME)
+            self._load_single(SINGLE_NAME)
         else:
             singles = sorted(x.name for x in p.glob("*.safetensors"))
             pickles = sorted(x.name for x in p.iterdir() if x.name.lower().endswith(PICKLE_SUFFIXES))
             if len(singles) == 1:
-                self._load_layout(None, singles[0])
+                self._load_single(singles[0])
             elif pickles and not singles:
                 refuse_pickle(str(p / pickles[0]))
             else:
@@ -398,11 +402,8 @@ class LocalCheckpoint(CheckpointReader):
             fd = self._fds[shard] = os.open(self._path(shard), os.O_RDONLY)
         return fd
 
-    def _read(self, shard: str, start: int, length: int) -> bytes | memoryview:
-        return self._pread(shard, start, memoryview(bytearray(max(0, length))))
-
-    def _pread(self, shard: str, start: int, view: memoryview) -> memoryview:
-        """Fill ``view`` from ``shard`` at ``start`` (preadv may return short counts: loop)."""
+    def _read_into(self, shard: str, start: int, view: memoryview) -> None:
+        # preadv may return short counts: loop
         done = 0
         while done < len(view):
             n = os.preadv(self._fd(shard), [view[done:]], start + done)
@@ -410,19 +411,6 @@ class LocalCheckpoint(CheckpointReader):
                 raise Gemma4T4Error(f"{self._path(shard)} ended at byte {start + done}, before the data its "
                                     "header describes", fix="the file is truncated; re-download it")
             done += n
-        return view
-
-    def read_rows(self, name: str, row_start: int = 0, row_stop: int | None = None,
-                  out: np.ndarray | None = None) -> np.ndarray:
-        """As :meth:`CheckpointReader.read_rows`, read with ``preadv`` straight into ``out`` (a
-        reusable uint8 buffer; the result is then a view of it) or into a fresh array."""
-        info = self.info(name)
-        if not info.shape or info.nbytes < 1 << 16:
-            return super().read_rows(name, row_start, row_stop)
-        start, length, shape = info.row_span(row_start, row_stop)
-        buf = out[:length] if out is not None and out.nbytes >= length else np.empty(length, np.uint8)
-        self._pread(info.shard, start, memoryview(buf))
-        return buf.view(DTYPES[info.dtype][0]).reshape(shape)
 
     def read_text(self, name: str) -> str | None:
         p = self.root / name
@@ -470,45 +458,32 @@ class RemoteCheckpoint(CheckpointReader):
                                 "(spaces must be written as %20)")
         self.timeout = timeout
         self.headers = hub_headers(url) if headers is None else dict(headers)
-        self.bytes_downloaded = 0
-        self._heads: dict[str, bytes | None] = {}
-        self._sizes: dict[str, int] = {}
+        self._heads: dict[str, tuple[bytes, int | None] | None] = {}  # shard -> (first bytes, file size)
         if url.endswith(".safetensors"):
             self.base, single = url.rsplit("/", 1)
             if not self._exists(single):
                 raise Gemma4T4Error(f"{url} does not exist (HTTP 404)", fix="check the file URL")
-            self._load_layout(None, single)
+            self._load_single(single)
             return
         self.base = url.rstrip("/")
-        index_text = self._get_text(INDEX_NAME)
+        index_text = self.read_text(INDEX_NAME)
         if index_text is not None:
-            self._load_layout(index_text, None)
+            self._load_index(index_text)
         elif self._exists(SINGLE_NAME):
-            self._load_layout(None, SINGLE_NAME)
+            self._load_single(SINGLE_NAME)
         else:
             raise Gemma4T4Error(f"{url} has neither {INDEX_NAME} nor {SINGLE_NAME}",
                                 fix="use the checkpoint folder URL, e.g. https://huggingface.co/ORG/NAME/resolve/main")
-
-    def _request(self, shard: str, byte_range: tuple[int, int] | None = None):
-        req = urllib.request.Request(f"{self.base}/{shard}", headers=dict(self.headers))
-        if byte_range is not None:
-            req.add_header("Range", f"bytes={byte_range[0]}-{byte_range[1] - 1}")
-        return urllib.request.urlopen(req, timeout=self.timeout)  # noqa: S310 - user-chosen URL
-
-    def _http_error(self, what: str, exc: urllib.error.HTTPError) -> Gemma4T4Error:
-        if exc.code in (401, 403):
-            fix = ("the repository is gated or private: set HF_TOKEN to a token whose account accepted the "
-                   "model's licence" if not self.headers else "the token was refused: check it can read this repository")
-        else:
-            fix = "check the URL"
-        return Gemma4T4Error(f"{what}: HTTP {exc.code}", fix=fix)
 
     def _get(self, name: str, what: str, byte_range: tuple[int, int] | None = None) -> tuple[bytes, str]:
         """The body of a GET of ``name`` (of ``byte_range``: a server that ignores it is refused before
         the body is read) and its Content-Range. A failure raises, naming ``what``; an HTTP error
         stays its cause (:func:`_not_found`)."""
         try:
-            with self._request(name, byte_range) as resp:
+            req = urllib.request.Request(f"{self.base}/{name}", headers=dict(self.headers))
+            if byte_range is not None:
+                req.add_header("Range", f"bytes={byte_range[0]}-{byte_range[1] - 1}")
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:  # noqa: S310 - user-chosen URL
                 if byte_range is not None and resp.status != 206:
                     raise Gemma4T4Error(
                         f"{self.base}/{name} ignored the Range request (HTTP {resp.status})",
@@ -516,16 +491,21 @@ class RemoteCheckpoint(CheckpointReader):
                     )
                 return resp.read(), resp.headers.get("Content-Range") or ""
         except urllib.error.HTTPError as exc:
-            raise self._http_error(f"{what} failed", exc) from exc
+            if exc.code not in (401, 403):
+                fix = "check the URL"
+            elif self.headers:
+                fix = "the token was refused: check it can read this repository"
+            else:
+                fix = "the repository is gated or private: set HF_TOKEN to a token whose account accepted the model's licence"
+            raise Gemma4T4Error(f"{what} failed: HTTP {exc.code}", fix=fix) from exc
         except urllib.error.URLError as exc:
             raise Gemma4T4Error(f"cannot reach {self.base}: {exc.reason}", fix="check the URL and network") from exc
         except (OSError, ValueError, http.client.HTTPException) as exc:  # timeouts, resets, malformed URLs
             raise Gemma4T4Error(f"{what} failed: {exc}", fix="check the URL and network") from exc
 
-    def _get_text(self, name: str) -> str | None:
+    def read_text(self, name: str) -> str | None:
         try:
-            body, _ = self._get(name, f"GET {self.base}/{name}")
-            return body.decode()
+            return self._get(name, f"GET {self.base}/{name}")[0].decode()
         except Gemma4T4Error as exc:
             if _not_found(exc):
                 return None
@@ -537,46 +517,37 @@ class RemoteCheckpoint(CheckpointReader):
         """Bytes start..stop (fewer at the end of the file) and the file size from Content-Range."""
         data, content_range = self._get(shard, f"range read of {self.base}/{shard}", (start, stop))
         total = content_range.rpartition("/")[2]
-        self.bytes_downloaded += len(data)
         return data, int(total) if total.isdigit() else None
 
-    def _head(self, shard: str) -> bytes | None:
-        """The first HEAD_BYTES of a shard (None if it does not exist), fetched once."""
+    def _head(self, shard: str) -> tuple[bytes, int | None] | None:
+        """The first HEAD_BYTES of a shard and its size (None if it does not exist), fetched once."""
         if shard not in self._heads:
             try:
-                data, size = self._ranged_get(shard, 0, HEAD_BYTES)
+                self._heads[shard] = self._ranged_get(shard, 0, HEAD_BYTES)
             except Gemma4T4Error as exc:
-                if _not_found(exc):
-                    self._heads[shard] = None
-                    return None
-                raise
-            self._heads[shard] = data
-            if size is not None:
-                self._sizes[shard] = size
+                if not _not_found(exc):
+                    raise
+                self._heads[shard] = None
         return self._heads[shard]
 
     def _exists(self, shard: str) -> bool:
         return self._head(shard) is not None
 
     def _size(self, shard: str) -> int | None:
-        self._head(shard)
-        return self._sizes.get(shard)
+        head = self._head(shard)
+        return head[1] if head else None
 
-    def _read(self, shard: str, start: int, length: int) -> bytes:
-        if length <= 0:
-            return b""
-        if start + length <= HEAD_BYTES:
-            head = self._head(shard) or b""
-            if start + length <= len(head):
-                return head[start:start + length]
-        data, _ = self._ranged_get(shard, start, start + length)
-        if len(data) != length:
-            raise Gemma4T4Error(f"{self.base}/{shard}: short read ({len(data)} of {length} bytes)",
+    def _read_into(self, shard: str, start: int, view: memoryview) -> None:
+        stop = start + len(view)
+        head = self._head(shard)
+        if head and stop <= len(head[0]):
+            view[:] = head[0][start:stop]
+            return
+        data, _ = self._ranged_get(shard, start, stop)
+        if len(data) != len(view):
+            raise Gemma4T4Error(f"{self.base}/{shard}: short read ({len(data)} of {len(view)} bytes)",
                                 fix="retry; the file may have changed on the server")
-        return data
-
-    def read_text(self, name: str) -> str | None:
-        return self._get_text(name)
+        view[:] = data
 
 
 def _not_found(exc: Gemma4T4Error) -> bool:
@@ -593,7 +564,6 @@ def open_checkpoint(path: str | os.PathLike) -> CheckpointReader:
 
 
 @dataclass
-
 class PlannedTensor:
     name: str
     dtype: str
@@ -604,22 +574,12 @@ class PlannedTensor:
         return math.prod(self.shape) * DTYPES[self.dtype][1]
 
 
-@dataclass
-class _Shard:
-    file: str
-    tensors: list[PlannedTensor] = field(default_factory=list)
-    offsets: dict[str, int] = field(default_factory=dict)  # absolute data offset per tensor
-    size: int = 0
-
-
 class ShardedWriter:
     """Write planned tensors into ``out_dir`` as one file or shards + index: the layout is fixed up front,
     every file created at its final size, and ``write_rows`` places bytes with ``pwrite``."""
 
-    def __init__(self, out_dir: Path, plan: list[PlannedTensor], max_shard_bytes: int = 4 * 10**9,
-                 metadata: dict[str, str] | None = None):
+    def __init__(self, out_dir: Path, plan: list[PlannedTensor], max_shard_bytes: int = 4 * 10**9):
         self.out_dir = Path(out_dir)
-        self.plan = {t.name: t for t in plan}
         groups: list[list[PlannedTensor]] = [[]]
         size = 0
         for t in plan:
@@ -629,46 +589,36 @@ class ShardedWriter:
             groups[-1].append(t)
             size += t.nbytes
         n = len(groups)
-        names = [SINGLE_NAME] if n == 1 else [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
-        self.shards: list[_Shard] = []
-        self._where: dict[str, _Shard] = {}
+        self.files = [SINGLE_NAME] if n == 1 else [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
+        self.tensors: dict[str, TensorInfo] = {}  # where each planned tensor's bytes go
         self._fds: dict[str, int] = {}
-        for file, tensors in zip(names, groups, strict=True):
-            shard = _Shard(file, tensors)
-            header: dict = {"__metadata__": dict(metadata or {"format": "pt"})}
-            cursor = 0
-            for t in tensors:
-                header[t.name] = {"dtype": t.dtype, "shape": list(t.shape), "data_offsets": [cursor, cursor + t.nbytes]}
-                cursor += t.nbytes
-            raw = json.dumps(header, separators=(",", ":")).encode()
-            raw += b" " * (-len(raw) % 8)  # data starts 8-byte aligned
-            data_start = 8 + len(raw)
-            for t in tensors:
-                shard.offsets[t.name] = data_start + header[t.name]["data_offsets"][0]
-                self._where[t.name] = shard
-            shard.size = data_start + cursor
-            try:
-                fd = os.open(self.out_dir / file, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-                self._fds[file] = fd
+        try:
+            for file, tensors in zip(self.files, groups, strict=True):
+                header: dict = {"__metadata__": {"format": "pt"}}
+                cursor = 0
+                for t in tensors:
+                    header[t.name] = {"dtype": t.dtype, "shape": list(t.shape), "data_offsets": [cursor, cursor + t.nbytes]}
+                    cursor += t.nbytes
+                raw = json.dumps(header, separators=(",", ":")).encode()
+                raw += b" " * (-len(raw) % 8)  # data starts 8-byte aligned
+                self.tensors.update(tensors_from_header(header, 8 + len(raw), file, None))
+                fd = self._fds[file] = os.open(self.out_dir / file, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
                 os.pwrite(fd, struct.pack("<Q", len(raw)) + raw, 0)
-                os.ftruncate(fd, shard.size)
-            except BaseException:
-                self.abort()
-                raise
-            self.shards.append(shard)
+                os.ftruncate(fd, 8 + len(raw) + cursor)
+        except BaseException:
+            self.abort()
+            raise
 
     def write_rows(self, name: str, row_start: int, array: np.ndarray) -> None:
         """Write ``array`` (rows ``row_start:...`` of tensor ``name``, already in its stored dtype)."""
-        t = self.plan[name]
-        shard = self._where[name]
-        row_bytes = t.nbytes // t.shape[0] if t.shape and t.shape[0] else t.nbytes
+        info = self.tensors[name]
         data = np.ascontiguousarray(array).view(np.uint8).reshape(-1)
-        if row_start * row_bytes + data.nbytes > t.nbytes:
+        offset = info.start + row_start * info.row_bytes
+        if offset + data.nbytes > info.end:
             raise ValueError(f"write past the end of {name}")
-        offset = shard.offsets[name] + row_start * row_bytes
         view = memoryview(data)
         while view:
-            written = os.pwrite(self._fds[shard.file], view, offset)
+            written = os.pwrite(self._fds[info.shard], view, offset)
             view = view[written:]
             offset += written
 
@@ -677,15 +627,14 @@ class ShardedWriter:
         for file in list(self._fds):
             os.fsync(self._fds[file])
             os.close(self._fds.pop(file))
-        files = [s.file for s in self.shards]
-        if len(self.shards) > 1:
-            index = {
-                "metadata": {"total_size": sum(t.nbytes for t in self.plan.values())},
-                "weight_map": {t.name: s.file for s in self.shards for t in s.tensors},
-            }
-            (self.out_dir / INDEX_NAME).write_text(json.dumps(index, indent=2) + "\n")
-            files.append(INDEX_NAME)
-        return files
+        if len(self.files) == 1:
+            return list(self.files)
+        index = {
+            "metadata": {"total_size": sum(t.nbytes for t in self.tensors.values())},
+            "weight_map": {t.name: t.shard for t in self.tensors.values()},
+        }
+        (self.out_dir / INDEX_NAME).write_text(json.dumps(index, indent=2) + "\n")
+        return [*self.files, INDEX_NAME]
 
     def abort(self) -> None:
         for fd in self._fds.values():

@@ -188,7 +188,7 @@ def test_remote_gated_repository_names_the_token_and_accepts_it(http_folder):
         grid_check(url)
     assert "401" in str(err.value) and "HF_TOKEN" in err.value.fix
     reader = RemoteCheckpoint(url, headers={"Authorization": "Bearer hf_test"})
-    assert reader.tensors and reader.bytes_downloaded > 0
+    assert reader.tensors
 
 
 def test_hub_token_is_sent_to_hugging_face_hosts_only():
