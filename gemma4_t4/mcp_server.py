@@ -26,9 +26,10 @@ from typing import Annotated, Any
 
 from pydantic import Field, TypeAdapter
 
+from gemma4_t4.bench import registry as bench_registry
 from gemma4_t4.bench import specs as bench_specs  # the spec classes: the benchmark's client loads in a run
+from gemma4_t4.bench.registry import AnySpec
 from gemma4_t4.bench.schemas import RunReport
-from gemma4_t4.bench.specs import AnySpec
 from gemma4_t4.errors import Gemma4T4Error, debug_enabled
 from gemma4_t4.foundation import secrets, signals
 from gemma4_t4.foundation.jsonable import to_jsonable
@@ -276,7 +277,7 @@ def get_help() -> HelpResult:
             "start_vllm_server, server_status, query_model(base_url=...), run_benchmark, "
             "stop_vllm_server(confirm=True)",
             "run_benchmark(base_url, spec={\"kind\": KIND, ...}): KIND is one of "
-            + ", ".join(bench_specs.REGISTRY)
+            + ", ".join(bench_registry.REGISTRY)
             + "; the other fields are that spec's (its schema lists them; an unknown one is refused, named)",
         ],
         tools={name: (spec.fn.__doc__ or "").strip().splitlines()[0] for name, spec in REGISTRY.items()},

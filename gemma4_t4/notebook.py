@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
-from gemma4_t4.bench.specs import notebook_params
+from gemma4_t4.bench.registry import notebook_params
 from gemma4_t4.catalog.models import VARIANTS, fit, get_variant
 from gemma4_t4.catalog.tiny import ensure_tiny_gemma4
 from gemma4_t4.errors import Gemma4T4Error

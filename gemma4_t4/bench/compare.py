@@ -324,7 +324,9 @@ def _prices(runs: list[BenchRun]) -> tuple[dict[str, float], str | None]:
     a real Gemma 4 size on the GPU it was priced as gets a price."""
     if not runs:
         return {}, None
-    unpriced = measured_kind(runs[0]).unpriced()
+    kind = measured_kind(runs[0])  # the GPU the headline names is the one priced, or none is
+    declared = next((r.run.config.get("gpu") for r in runs if r.run.config.get("gpu")), None)
+    unpriced = kind.unpriced(declared)
     if unpriced:
         return {}, unpriced
     best: tuple[float, CellSummary] | None = None
@@ -337,8 +339,7 @@ def _prices(runs: list[BenchRun]) -> tuple[dict[str, float], str | None]:
     if best is None:
         return {}, None
     keys = list(best[1].derived.usd_per_million_output_tokens or {})  # the instances the run was priced as
-    gpu = next((r.run.config.get("gpu") for r in runs if r.run.config.get("gpu")), None)
-    return cost(best[0], keys or None, gpu_key=gpu or measured_kind(runs[0]).gpu), None
+    return cost(best[0], keys or None, gpu_key=kind.gpu), None
 
 
 def published_decode(model: str, build: str | None = None) -> PublishedDecode | None:

@@ -105,10 +105,10 @@ class ResultsWriter:
 
     def __init__(self, out_dir: str | os.PathLike, run_info: RunInfo, overwrite: bool = False):
         self.dir = check_out_dir(out_dir, overwrite)
-        for name in BENCH_FILES:  # only what a bench run writes; other files are never touched
-            (self.dir / name).unlink(missing_ok=True)
-        try:
+        try:  # made first: under a file there is no folder, and nothing to replace
             self.dir.mkdir(parents=True, exist_ok=True)
+            for name in BENCH_FILES:  # only what a bench run writes; other files are never touched
+                (self.dir / name).unlink(missing_ok=True)
             safepaths.write_marker(self.dir, "bench run")
         except OSError as exc:
             raise Gemma4T4Error(

@@ -30,19 +30,12 @@ from gemma4_t4.bench.registry import (
     MAX_PROMPTS,
     MAX_RATES,
     MAX_TOKENS,
-    REGISTRY,
-    VENUES,
-    AnySpec,
     Arrivals,
     PromptLen,
     SpecRefused,
     Streams,
     Values,
     WorkloadSpec,
-    notebook_params,
-    spec_error,
-    spec_for,
-    spec_from_options,
     workload,
 )
 from gemma4_t4.bench.schemas import BenchModel, CellSummary, RequestRecord, SweepInfo
@@ -421,10 +414,3 @@ def run(
         request_timeout_s=request_timeout_s,
     )
     return run_benchmark(args)
-
-__all__ = [  # the registry's names too, for callers that import them from here
-    "REGISTRY", "VENUES", "AnySpec", "SpecRefused", "WorkloadSpec", "notebook_params", "spec_error", "spec_for",
-    "spec_from_options", "workload", "AnswersSpec", "DecodeSpec", "LoadSpec", "OpenLoopSpec", "PrefixSpec",
-    "SeriesDecodeSpec", "SweepSpec", "TTFTSpec", "Served", "ServedAt", "run",
-]  # fmt: skip
-

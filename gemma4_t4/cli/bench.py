@@ -13,7 +13,7 @@ from pydantic.fields import FieldInfo
 # the declarations alone (pydantic): the benchmark's client loads only when a run starts
 from gemma4_t4.bench.args import API_KEY_ENV, METHODS, BenchOptions, cli_flag, flag_name, is_user_option
 from gemma4_t4.bench.compare import compare_suites, is_suite
-from gemma4_t4.bench.specs import REGISTRY
+from gemma4_t4.bench.registry import REGISTRY
 from gemma4_t4.cli import Output, add_command, add_group
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.figures import check_plot_path

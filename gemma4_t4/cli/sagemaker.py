@@ -159,7 +159,7 @@ def _build_image(args: argparse.Namespace) -> Output:
 @_owns_aws_resources
 def _matrix(args: argparse.Namespace) -> Output:
     # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
-    from gemma4_t4.bench.specs import spec_for
+    from gemma4_t4.bench.registry import spec_for
     from gemma4_t4.sagemaker.cost import usd
     from gemma4_t4.studies.matrix import EndpointHandling, matrix_plan, over_budget_warning, run_matrix
     from gemma4_t4.venues.endpoint import check_budget

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from gemma4_t4.bench.specs import notebook_params
+from gemma4_t4.bench.registry import notebook_params
 from gemma4_t4.catalog.models import VARIANTS
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.venues.endpoint import MAX_BUDGET_USD

@@ -11,8 +11,8 @@ from gemma4_t4.bench import BenchArgs, run_benchmark
 from gemma4_t4.bench.args import METHODS, BenchOptions, flag_name, is_user_option
 from gemma4_t4.bench.compare import compare_suites, published_decode
 from gemma4_t4.bench.metrics import series_decode
+from gemma4_t4.bench.registry import REGISTRY
 from gemma4_t4.bench.schemas import RequestRecord
-from gemma4_t4.bench.specs import REGISTRY
 from gemma4_t4.bench.workloads import build_args
 from gemma4_t4.cli import build_parser
 from gemma4_t4.cli import main as cli_main
@@ -71,7 +71,7 @@ def test_cli_flags_become_benchargs_fields_by_the_same_names(tmp_path):
 
 
 def test_mcp_tool_parameters_are_benchargs_fields_and_one_spec():
-    from gemma4_t4.bench.specs import AnySpec
+    from gemma4_t4.bench.registry import AnySpec
     from gemma4_t4.mcp_server import run_benchmark as tool
 
     params = inspect.signature(tool, eval_str=True).parameters
@@ -377,7 +377,7 @@ def test_notebook_benchmark_calls_are_typed_specs_run_on_an_endpoint():
 
     from gemma4_t4.bench import specs
 
-    spec_names = {s.__name__ for s in specs.REGISTRY.values()}
+    spec_names = {s.__name__ for s in REGISTRY.values()}
     run_params = set(inspect.signature(specs.run).parameters)
     runs = built = 0
     root = Path(__file__).resolve().parents[2]

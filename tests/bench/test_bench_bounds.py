@@ -12,7 +12,8 @@ from fakes.bench_cli_args import bench_run_argv
 
 from gemma4_t4.bench.cells import RunOptions
 from gemma4_t4.bench.prompts import PromptFactory
-from gemma4_t4.bench.specs import AnswersSpec, DecodeSpec, OpenLoopSpec, PrefixSpec, spec_for
+from gemma4_t4.bench.registry import spec_for
+from gemma4_t4.bench.specs import AnswersSpec, DecodeSpec, OpenLoopSpec, PrefixSpec
 from gemma4_t4.bench.workloads import build_args, run_benchmark
 from gemma4_t4.cli import main as cli_main
 from gemma4_t4.errors import Gemma4T4Error

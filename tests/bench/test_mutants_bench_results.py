@@ -168,6 +168,16 @@ def test_a_folder_that_cannot_be_created_is_one_error_naming_it():
     assert error.value.fix == "choose a writable --out directory"
 
 
+def test_an_out_under_a_file_is_one_error_and_the_file_stays(tmp_path):
+    """No folder can be made under a file: the error names the path and nothing is removed."""
+    (tmp_path / "f").write_text("mine")
+    with pytest.raises(Gemma4T4Error) as error:
+        ResultsWriter(tmp_path / "f" / "run", RunInfo())
+    assert error.value.message == f"cannot create {tmp_path / 'f' / 'run'}: Not a directory"
+    assert error.value.fix == "choose a writable --out directory"
+    assert (tmp_path / "f").read_text() == "mine"
+
+
 # ---------------------------------------------------------------- results.py: what is written
 
 
@@ -1377,6 +1387,19 @@ def test_a_local_run_is_priced_as_the_gpu_it_ran_on(tmp_path):
     (h,) = compare_suites(tmp_path / "a", tmp_path / "b").headlines
     assert "ec2:g4dn.xlarge" in h.usd_per_mtok_a and "ec2:g6.xlarge" in h.usd_per_mtok_b
     assert (h.kind_a.gpu, h.kind_b.gpu) == ("t4", "l4")
+
+
+def test_a_local_run_declared_as_another_gpu_is_not_priced_as_that_one(tmp_path):
+    """The headline names the host's GPU; the price is that GPU's or none, never the declared one's."""
+    from gemma4_t4.bench.compare import compare_suites
+
+    for side, name in (("a", "Tesla T4"), ("b", "NVIDIA L4")):
+        _suite_run(tmp_path / side / "r", base_url="http://127.0.0.1:8000", config={"gpu": "l4"},
+                   environment={"gpus": [{"name": name}]})  # fmt: skip
+    (h,) = compare_suites(tmp_path / "a", tmp_path / "b").headlines
+    assert h.kind_a.gpu == "t4" and h.usd_per_mtok_a == {}
+    assert h.unpriced_a == "no $/Mtok: measured on T4, priced as L4"
+    assert h.kind_b.gpu == "l4" and "ec2:g6.xlarge" in h.usd_per_mtok_b and h.unpriced_b is None
 
 
 def test_a_series_without_samples_falls_back_to_the_one_stream_cell(tmp_path):

@@ -187,7 +187,7 @@ async def test_local_tools_on_a_cpu_host(tmp_path, monkeypatch):
 
 
 async def test_run_benchmark_schema_is_the_spec_classes():
-    from gemma4_t4.bench.specs import REGISTRY
+    from gemma4_t4.bench.registry import REGISTRY
 
     async with Client(build_server()) as client:
         tool = {t.name: t for t in (await client.list_tools()).tools}["run_benchmark"]

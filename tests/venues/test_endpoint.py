@@ -18,7 +18,8 @@ import pytest
 from fakes.aws_fixtures import local_aws, local_aws_session  # noqa: F401
 from fakes.fake_openai_server import FakeScript, FakeServer, FakeServerState
 
-from gemma4_t4.bench.specs import DecodeSpec, PrefixSpec, TTFTSpec, run, spec_for
+from gemma4_t4.bench.registry import spec_for
+from gemma4_t4.bench.specs import DecodeSpec, PrefixSpec, TTFTSpec, run
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.sagemaker.config import DeployConfig
 from gemma4_t4.serving.server import VLLMServer
