@@ -7,7 +7,8 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
@@ -16,7 +17,6 @@ from gemma4_t4.catalog.models import VARIANTS, fit, get_variant
 from gemma4_t4.catalog.tiny import ensure_tiny_gemma4
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.atomic import atomic_write_json
-from gemma4_t4.foundation.jsonable import JSONValue, to_jsonable
 from gemma4_t4.foundation.table import Displayable, in_notebook, pairs, show_table  # noqa: F401 - pairs: re-exported
 from gemma4_t4.host import env, setup_plan
 from gemma4_t4.host import setup as setup_apply
@@ -233,26 +233,47 @@ def show_figure(fig: Any, path: str | Path) -> None:
 SummaryValue = str | int | float | bool | None  # one measured or published figure, or a short text
 
 
+# what a failed check tells the learner to do: the step that failed said what to change
+RERUN_FIX = "run every cell above in order (Run all); if a step failed, its own message says what to change"
+
+
+def refuse_failed_check(part: int, checks: Iterable[tuple[str, bool, str]]) -> None:
+    """Refuse the first ``(figure, ok, why)`` check that failed, naming the figure and why."""
+    for figure_name, ok, why in checks:
+        if not ok:
+            raise Gemma4T4Error(f"Part {part}'s check failed on {figure_name}: {why}.", fix=RERUN_FIX)
+
+
+@dataclass(repr=False)  # IPython shows the table (Displayable), not the fields
+class PartResults(Displayable):
+    """A part's figures, each checked when built: what this run measured, beside the published figures
+    it is read against (if any), as the summary saves them."""
+
+    part: int
+    results: dict[str, SummaryValue]
+    tables: list[Displayable]
+    published: dict[str, SummaryValue] = field(default_factory=dict)
+
+    def caption(self) -> str:
+        checked = "every measured figure checked" if self.published else "every figure checked"
+        return f"Part {self.part} summary ({self.results['target']}): {checked}"
+
+    def table_rows(self) -> list[dict[str, object]]:
+        if not self.published:
+            return [{"figure": k, "value": v} for k, v in self.results.items()]
+        measured = [{"figure": k, "value": v, "from": "measured here"} for k, v in self.results.items()]
+        return measured + [{"figure": k, "value": v, "from": "published"} for k, v in self.published.items()]
+
+    def summary(self) -> dict[str, Any]:
+        """:func:`save_summary`'s keyword arguments."""
+        return {"part": self.part, "results": self.results, "published": self.published, "tables": self.tables}
+
+
 class TableIn(TypedDict):
     """A table for ``summary.json``: its title and its rows (anything :func:`show_table` takes)."""
 
     title: str
     rows: Sequence[object]
-
-
-class SummaryTable(TypedDict):
-    title: str
-    rows: list[dict[str, JSONValue]]
-
-
-class NotebookSummary(TypedDict, total=False):
-    """A notebook's ``summary.json``: what it measured, the published figures it compares with."""
-
-    part: int
-    results: dict[str, JSONValue]  # measured by this run
-    published: dict[str, JSONValue]  # from gemma4_t4.bench.published, labelled as such
-    tables: list[SummaryTable]
-    notes: list[str]
 
 
 def _summary_table(table: TableIn | Displayable) -> TableIn:
@@ -275,8 +296,10 @@ def save_summary(out_dir: str | Path, part: int, results: Mapping[str, SummaryVa
                             fix="pass them as published={...}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    payload: NotebookSummary = {"part": part, "results": to_jsonable(dict(results)), "published": to_jsonable(dict(published or {})),
-               "tables": to_jsonable([_summary_table(t) for t in tables]), "notes": list(notes)}
+    # a notebook's summary.json: what it measured, the published figures (labelled as such) it compares with
+    # (atomic_write_json makes every value JSON: rows of dataclasses or pydantic models included)
+    payload = {"part": part, "results": dict(results), "published": dict(published or {}),
+               "tables": [_summary_table(t) for t in tables], "notes": list(notes)}
     path = out / SUMMARY_FILE
     atomic_write_json(path, payload)
     print(f"summary written to {path}")

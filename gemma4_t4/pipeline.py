@@ -24,7 +24,7 @@ from gemma4_t4.foundation.atomic import atomic_write_text
 from gemma4_t4.foundation.jsonable import JSONObject, JSONValue
 from gemma4_t4.foundation.table import table_cells
 from gemma4_t4.host import env
-from gemma4_t4.notebook import SUMMARY_FILE, NotebookSummary
+from gemma4_t4.notebook import SUMMARY_FILE
 from gemma4_t4.venues import runtime
 from gemma4_t4.venues.runtime import AUTO, TARGETS
 
@@ -57,7 +57,7 @@ class NotebookRun:
     seconds: float = 0.0
     error: str | None = None
     plots: list[str] = field(default_factory=list)
-    summary: NotebookSummary | None = None
+    summary: JSONObject | None = None  # the notebook's summary.json
 
 
 @dataclass
@@ -304,7 +304,7 @@ def _short_error(exc: BaseException) -> str:
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def _read_summary(run_dir: Path) -> NotebookSummary | None:
+def _read_summary(run_dir: Path) -> JSONObject | None:
     path = run_dir / SUMMARY_FILE
     try:
         return json.loads(path.read_text())

@@ -28,8 +28,6 @@ from gemma4_t4.sagemaker.quotas import QuotaReport
 from gemma4_t4.venues.endpoint import Endpoint
 from gemma4_t4.venues.parameters import is_real_number
 
-PART = 1
-FIX = "run every cell above in order (Run all); if a step failed, its own message says what to change"
 # what moto returns where no model runs here (a stand-in reply, labelled canned by the venue)
 CANNED = {
     "What is the capital of France? Answer in one sentence.": "Paris is the capital of France.",
@@ -464,24 +462,6 @@ def _mcp_checks(r: Part1Run) -> list[tuple[str, bool, str]]:
     ]
 
 
-@dataclass(repr=False)  # IPython shows the table (Displayable), not the fields
-class Part1Results(Displayable):
-    """Part 1's figures, each checked when built: what this run measured, as the summary saves it."""
-
-    results: dict[str, str | int | float | bool | None]
-    tables: list[Displayable]
-
-    def caption(self) -> str:
-        return f"Part 1 summary ({self.results['target']}): every figure checked"
-
-    def table_rows(self) -> list[dict[str, object]]:
-        return [{"figure": k, "value": v} for k, v in self.results.items()]
-
-    def summary(self) -> dict[str, Any]:
-        """``nb.save_summary``'s keyword arguments."""
-        return {"part": PART, "results": self.results, "tables": self.tables}
-
-
 def compare(
     target: str,
     instance_type: str,
@@ -494,7 +474,7 @@ def compare(
     query: Query,
     mcp: MCPTour,
     costs: IdleCost,
-) -> Part1Results:
+) -> nb.PartResults:
     """Check every figure of the part (a missing or impossible one is refused with its name and why)."""
     run = Part1Run(
         target,
@@ -509,10 +489,8 @@ def compare(
         mcp,
         sagemaker.estimate(instance_type),
     )
-    for figure_name, ok, why in _checks(run) + _mcp_checks(run):
-        if not ok:
-            raise Gemma4T4Error(f"Part 1's check failed on {figure_name}: {why}.", fix=FIX)
-    results: dict[str, str | int | float | bool | None] = {
+    nb.refuse_failed_check(1, _checks(run) + _mcp_checks(run))
+    results: dict[str, nb.SummaryValue] = {
         "target": run.target,
         "region": run.region,
         "instance type": run.instance_type,
@@ -527,4 +505,4 @@ def compare(
         "MCP tools": len(run.mcp.tools),
         "MCP delete without confirm refused": bool(run.mcp.calls[-1].result.get("refused")),
     }
-    return Part1Results(results, [costs])
+    return nb.PartResults(1, results, [costs])

@@ -25,9 +25,6 @@ from gemma4_t4.venues.parameters import is_real_number
 from gemma4_t4.venues.parts import refuse_while_billing
 from gemma4_t4.venues.runtime import RuntimeInfo
 
-PART = 3
-FIX = "run every cell above in order (Run all); if a step failed, its own message says what to change"
-
 
 def _published_grid() -> str:
     pub = GRID_26B_Q_PROJ
@@ -289,37 +286,12 @@ def _checks(
     ]
 
 
-@dataclass(repr=False)  # IPython shows the table (Displayable), not the fields
-class Part3Results(Displayable):
-    """Part 3's figures, each checked when built (:func:`compare`): what this run measured beside the
-    published figures it is read against."""
-
-    results: dict[str, str | int | float | None]
-    published: dict[str, float]
-    levels: LevelsChanged
-
-    def caption(self) -> str:
-        return f"Part 3 summary ({self.results['target']}): every measured figure checked"
-
-    def table_rows(self) -> list[dict[str, object]]:
-        rows: list[dict[str, object]] = [
-            {"figure": k, "value": v, "from": "measured here"} for k, v in self.results.items()
-        ]
-        return rows + [{"figure": k, "value": v, "from": "published"} for k, v in self.published.items()]
-
-    def summary(self) -> dict[str, Any]:
-        """``nb.save_summary``'s keyword arguments (its part, the measured and the published figures)."""
-        return {"part": PART, "results": self.results, "published": self.published, "tables": [self.levels]}
-
-
 def compare(
     target: str, grid: GridReport, repacks: Repacks, levels: LevelsChanged, answers: ServedAnswers
-) -> Part3Results:
+) -> nb.PartResults:
     """Check every figure of the part (a missing or impossible one is refused with its name and why)."""
-    for figure_name, ok, why in _checks(grid, repacks, levels, answers):
-        if not ok:
-            raise Gemma4T4Error(f"Part 3's check failed on {figure_name}: {why}.", fix=FIX)
-    results: dict[str, str | int | float | None] = {
+    nb.refuse_failed_check(3, _checks(grid, repacks, levels, answers))
+    results: dict[str, nb.SummaryValue] = {
         "target": target,
         "tensors on grid": f"{grid.tensors_on_grid}/{grid.tensors_checked}",
         "weights checked": grid.weights_total,
@@ -333,4 +305,4 @@ def compare(
         f"AWQ levels changed % ({pub.model} {pub.tensor})": pub.awq_changed_pct,
         f"emb4 repack vs QAT decode (SageMaker L4, {l4.model})": round(l4.ratio, 2),
     }
-    return Part3Results(results, published, levels)
+    return nb.PartResults(3, results, [levels], published)

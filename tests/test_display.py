@@ -32,7 +32,7 @@ from gemma4_t4.bench.schemas import SpecDecode
 from gemma4_t4.catalog import models
 from gemma4_t4.catalog.hardware import PRICES
 from gemma4_t4.cli.turing import bench_prefill_text, verify_text
-from gemma4_t4.foundation.table import Displayable, Table, pairs, text_table, together
+from gemma4_t4.foundation.table import Displayable, Table, pairs, text_table
 from gemma4_t4.sagemaker import cost, ops, quotas
 from gemma4_t4.sagemaker.deploy import DeployResult, TimelineEvent
 from gemma4_t4.serving.proof import TuringProof
@@ -67,6 +67,11 @@ class _Cells(HTMLParser):
             {"caption": lambda t: setattr(self, "caption", t), "th": self.head.append,
              "td": self.body.append}[tag](self._text)  # fmt: skip
             self._where, self._text = None, None
+
+
+def together(*results: Displayable, title: str | None = None) -> Table:
+    """Several results of one kind in one table (e.g. two repacks), each contributing its rows."""
+    return Table([row for result in results for row in result.table_rows()], title=title)
 
 
 def _shown(result: Displayable) -> tuple[_Cells, str]:

@@ -72,10 +72,8 @@ def secret_values(argv: Iterable[str] = (), env: Mapping[str, str] | None = None
     values: list[str] = [v for v in extra if v]
     argv = [str(a) for a in argv]
     for i, arg in enumerate(argv):
-        if arg.startswith("-") and "=" in arg and is_secret_name(arg.split("=", 1)[0]):
-            values.append(arg.split("=", 1)[1])
         # `--name value` only: a `--name=value` word's value may end in KEY/TOKEN (`--x=my-key`)
-        elif arg.startswith("--") and "=" not in arg and is_secret_name(arg) and i + 1 < len(argv):
+        if arg.startswith("--") and "=" not in arg and is_secret_name(arg) and i + 1 < len(argv):
             values.append(argv[i + 1])
         elif "=" in arg and is_secret_name(arg.split("=", 1)[0]):
             values.append(arg.split("=", 1)[1])

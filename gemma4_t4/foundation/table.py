@@ -143,11 +143,6 @@ class Table(Displayable):
         return iter(self._rows)
 
 
-def together(*results: Displayable, title: str | None = None) -> Table:
-    """Several results of one kind in one table (e.g. two repacks), each contributing its rows."""
-    return Table([row for result in results for row in result.table_rows()], title=title)
-
-
 def pairs(values: Mapping[str, object], title: str | None = None) -> Table:
     """A one-record listing (a config's settings) as a setting/value table."""
     return Table([{"setting": k, "value": v} for k, v in values.items()], title)

@@ -57,7 +57,7 @@ class DrafterComparison(Displayable, BaseModel):
             return None
         return self.on.tok_s / self.off.tok_s
 
-    def rows(self) -> list[dict[str, str]]:
+    def table_rows(self) -> list[dict[str, str]]:
         def fmt(value: float | str | None, spec: str) -> str:
             return "-" if value is None else value if isinstance(value, str) else format(value, spec)
 
@@ -74,9 +74,6 @@ class DrafterComparison(Displayable, BaseModel):
 
     def caption(self) -> str:
         return f"speculative decoding, 1 stream: drafter off vs on; {self.line()}"
-
-    def table_rows(self) -> list[dict[str, str]]:
-        return self.rows()
 
     def line(self) -> str:
         speedup = self.speedup

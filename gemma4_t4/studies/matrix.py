@@ -150,14 +150,12 @@ class MatrixResult:
         return round(sum(e.estimate_usd for e in self.entries), 4)
 
 
-def matrix_configs(models: Sequence[str], base: DeployConfig,
-                   prefix: str = "g4-matrix") -> list[DeployConfig]:
-    return [base.replaced(model_id=m, name=endpoint_name(prefix, m)) for m in models]
+def matrix_configs(models: Sequence[str], base: DeployConfig) -> list[DeployConfig]:
+    return [base.replaced(model_id=m, name=endpoint_name("g4-matrix", m)) for m in models]
 
 
-def configs_plan(configs: Sequence[DeployConfig], *, deploy_minutes: float = DEPLOY_MINUTES,
-                 measure_minutes: float = MEASURE_MINUTES) -> MatrixResult:
-    """The cost estimate per endpoint (validated; nothing is called). The defaults are the minutes
+def configs_plan(configs: Sequence[DeployConfig]) -> MatrixResult:
+    """The cost estimate per endpoint (validated; nothing is called), for the minutes
     ``Endpoint.sagemaker`` prices an endpoint for when the budget admits it."""
     if not configs:
         raise Gemma4T4Error("nothing to deploy", fix="pass at least one model")
@@ -168,26 +166,22 @@ def configs_plan(configs: Sequence[DeployConfig], *, deploy_minutes: float = DEP
     plan = MatrixResult(configs[0].instance_type, configs[0].region, 0.0, hourly_rate(configs[0]))
     for config in configs:
         config.validate(require_role=False)
-        estimate = round(hourly_rate(config) * (deploy_minutes + measure_minutes) / 60.0, 4)
+        estimate = round(hourly_rate(config) * (DEPLOY_MINUTES + MEASURE_MINUTES) / 60.0, 4)
         plan.entries.append(MatrixEntry(config.model_id, config.name, "planned", estimate,
                                         instance_type=config.instance_type))
     return plan
 
 
-def matrix_plan(models: Sequence[str], base: DeployConfig, *, prefix: str = "g4-matrix",
-                deploy_minutes: float = DEPLOY_MINUTES,
-                measure_minutes: float = MEASURE_MINUTES) -> MatrixResult:
+def matrix_plan(models: Sequence[str], base: DeployConfig) -> MatrixResult:
     """The cost estimate per model (nothing is called)."""
-    return configs_plan(matrix_configs(models, base, prefix), deploy_minutes=deploy_minutes,
-                        measure_minutes=measure_minutes)
+    return configs_plan(matrix_configs(models, base))
 
 
 def run_matrix(models: Sequence[str], base: DeployConfig, specs: Mapping[str, WorkloadSpec], *,
-               budget: Budget | float, out_dir: str | Path, prefix: str = "g4-matrix",
-               measure: Measure | None = None, tokenizer: str | None = None,
+               budget: Budget | float, out_dir: str | Path, measure: Measure | None = None, tokenizer: str | None = None,
                how: EndpointHandling = EndpointHandling()) -> MatrixResult:
     """Deploy, measure and delete each model's endpoint in turn; never spend past the budget."""
-    return run_configs(matrix_configs(models, base, prefix), specs, budget=budget, out_dir=out_dir,
+    return run_configs(matrix_configs(models, base), specs, budget=budget, out_dir=out_dir,
                        measure=measure, tokenizer=tokenizer, how=how)
 
 

@@ -4,7 +4,7 @@ themselves and write the part's summary. The notebook makes one short call per s
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -274,29 +274,33 @@ class Results(Displayable):
             self.study.target,
         )
 
-    def _check_proof(self) -> None:
-        proof = self.study.proof
-        worst = (
-            max(c.shared_bytes_unpatched for c in proof.launches),
-            max(c.shared_bytes_patched for c in proof.launches),
-        )
-        if not proof.ok or worst[0] != 98_304 or worst[1] > 65_536:
-            raise Gemma4T4Error(
-                f"the sm_75 proof found {worst[0]:,} B unpatched and {worst[1]:,} B patched: the fix "
-                "must bring 98,304 B within 65,536 B",
-                fix=FIX,
-            )
+    @property
+    def worst_shared_bytes(self) -> tuple[int, int]:
+        """The sm_75 proof's largest shared-memory need of any launch: unpatched, patched."""
+        launches = self.study.proof.launches
+        return max(c.shared_bytes_unpatched for c in launches), max(c.shared_bytes_patched for c in launches)
 
     def check(self, concurrency: Sequence[int], ttft_lens: Sequence[int]) -> None:
         """Refuse a run that measured nothing, or a figure that cannot be, with one sentence naming it."""
-        s = self.study
-        self._check_proof()
+        unpatched, patched = self.worst_shared_bytes
+        if not self.study.proof.ok or unpatched != 98_304 or patched > 65_536:
+            raise Gemma4T4Error(
+                f"the sm_75 proof found {unpatched:,} B unpatched and {patched:,} B patched: the fix "
+                "must bring 98,304 B within 65,536 B",
+                fix=FIX,
+            )
         for bench in (self.decode, self.ttft, *([self.prefix] if self.prefix else [])):
             if not bench.ok or bench.failed:
                 raise Gemma4T4Error(
                     f"the {bench.dir.name} run did not complete ({bench.failed} failed requests)", fix=FIX
                 )
-        speed = self.decode.decode_speed()
+        bad = next(self._problems(concurrency, ttft_lens), None)
+        if bad:
+            raise Gemma4T4Error(f"Part 4's figures are not real: {bad}", fix=FIX)
+
+    def _problems(self, concurrency: Sequence[int], ttft_lens: Sequence[int]) -> Iterator[str]:
+        """Each figure that cannot be, in the order they are checked (the first is the one refused)."""
+        s, speed = self.study, self.decode.decode_speed()
         figures = {
             **{f"output tok/s at c={c}": v for c, v in speed.output_tok_s.items()},
             **{f"E2EL ms at c={c}": v for c, v in speed.e2el_ms.items()},
@@ -304,51 +308,29 @@ class Results(Displayable):
         }
         if speed.streamed:
             figures |= {f"per-stream tok/s at c={c}": v for c, v in (speed.per_stream or {}).items()}
-        bad = next(
-            (f"{name} is {value!r}" for name, value in figures.items() if not is_real_number(value)), None
-        )
-        bad = bad or (
-            f"decode measured c={sorted(speed.output_tok_s)}, not {list(concurrency)}"
-            if set(speed.output_tok_s) != set(concurrency)
-            else None
-        )
-        bad = bad or (
-            f"TTFT measured {sorted(self.ttft_ms)} tokens, not {list(ttft_lens)}"
-            if len(self.ttft_ms) != len(ttft_lens)
-            else None
-        )
+        yield from (f"{name} is {value!r}" for name, value in figures.items() if not is_real_number(value))
+        if set(speed.output_tok_s) != set(concurrency):
+            yield f"decode measured c={sorted(speed.output_tok_s)}, not {list(concurrency)}"
+        if len(self.ttft_ms) != len(ttft_lens):
+            yield f"TTFT measured {sorted(self.ttft_ms)} tokens, not {list(ttft_lens)}"
         rate = self.prefix.prefix_hit_rate() if self.prefix else None
-        bad = bad or (
-            "the prefix cache hit rate is not above 0 on a server that exposes /metrics"
-            if self.endpoint.exposes_metrics and not (rate and rate > 0)
-            else None
-        )
-        bad = bad or (
-            f"answers: {self.answers.text()}"
-            if not (self.answers.total and self.answers.identical == self.answers.total)
-            else None
-        )
-        bad = bad or ("no Gemma 4 size fits one GPU at 8k context" if self.largest is None else None)
-        bad = bad or self._cost_problem()
-        bad = bad or (
-            f"the endpoints spent ${s.budget.spent_usd:.2f}, over BUDGET_USD"
-            if s.budget.spent_usd > s.budget.usd
-            else None
-        )
-        if s.report is not None and any(not p.fix for p in s.report.problems if p.severity == "error"):
-            bad = bad or "a doctor error came without its fix"
-        if bad:
-            raise Gemma4T4Error(f"Part 4's figures are not real: {bad}", fix=FIX)
-
-    def _cost_problem(self) -> str | None:
+        if self.endpoint.exposes_metrics and not (rate and rate > 0):
+            yield "the prefix cache hit rate is not above 0 on a server that exposes /metrics"
+        if not (self.answers.total and self.answers.identical == self.answers.total):
+            yield f"answers: {self.answers.text()}"
+        if self.largest is None:
+            yield "no Gemma 4 size fits one GPU at 8k context"
         measured, price = self.cost.measured, self.cost.price
         if not price.usd_per_hour > 0:
-            return f"the price of {price.instance} is not positive"
-        if self.study.target == "cpu" and measured.usd_per_mtok is not None:
-            return "a tiny model's CPU speed was priced as $ per Mtok"
+            yield f"the price of {price.instance} is not positive"
+        if s.target == "cpu" and measured.usd_per_mtok is not None:
+            yield "a tiny model's CPU speed was priced as $ per Mtok"
         if not (is_real_number(measured.usd_per_mtok) or measured.label.startswith("no $/Mtok")):
-            return f"the measured $ per Mtok is {measured.usd_per_mtok!r} without a reason"
-        return None
+            yield f"the measured $ per Mtok is {measured.usd_per_mtok!r} without a reason"
+        if s.budget.spent_usd > s.budget.usd:
+            yield f"the endpoints spent ${s.budget.spent_usd:.2f}, over BUDGET_USD"
+        if s.report is not None and any(not p.fix for p in s.report.problems if p.severity == "error"):
+            yield "a doctor error came without its fix"
 
     def add_drafter(self, drafter: Any) -> Any:
         """Going further: the drafter's figures join the summary, checked like the rest; shown as is."""
@@ -364,12 +346,13 @@ class Results(Displayable):
     def summary(self) -> dict[str, Any]:
         """``nb.save_summary``'s keyword arguments: the checked figures apart from the published ones."""
         speed, ms, d, h = self.decode.decode_speed(), self.ttft_ms, self.drafter, self.headline
-        proof, cost, pub, largest = self.study.proof, self.cost, published_ttft(), self.largest
+        cost, pub, largest = self.cost, published_ttft(), self.largest
+        unpatched, patched = self.worst_shared_bytes
         results = {
             "target": self.study.target,
             "doctor problems": len(self.study.report.problems) if self.study.report else None,
-            "sm_75 shared bytes unpatched (worst)": max(c.shared_bytes_unpatched for c in proof.launches),
-            "sm_75 shared bytes patched (worst)": max(c.shared_bytes_patched for c in proof.launches),
+            "sm_75 shared bytes unpatched (worst)": unpatched,
+            "sm_75 shared bytes patched (worst)": patched,
             "per-stream tok/s c=1": speed.per_stream[min(speed.per_stream)]
             if speed.per_stream
             else speed.not_measured,

@@ -36,14 +36,6 @@ class TtftRow(TypedDict):
     speedup: NotRequired[float | None]
 
 
-class ModeCurve(TypedDict):
-    """One mode's benchmark: median TTFT per input length, the route's log actions, its results dir."""
-
-    ttft_ms: dict[int, float | None]
-    route: list[str]
-    results: str
-
-
 class TtftOnOffReport(Displayable, BaseModel):
     """The TTFT route curve: median TTFT per input length with the route off and on."""
 
@@ -77,7 +69,8 @@ def ttft_route_on_off(
     """TTFT vs input length with the route off, then on (``config.max_model_len`` must fit the longest
     input + output); returns medians per length and the plot path."""
     out = Path(out_dir)
-    curves: dict[str, ModeCurve] = {}
+    medians: dict[str, dict[int, float | None]] = {}  # mode -> median TTFT per input length
+    routes: dict[str, list[str]] = {}  # mode -> the route's actions in its server's log
     for mode, value in MODES:
         cfg = config.replaced(extra_env={**config.extra_env, prefill.ENV_SWITCH: value})
         server = server_factory(cfg)
@@ -86,21 +79,19 @@ def ttft_route_on_off(
             result = run(served, spec, out / mode, label=f"TTFT, tensor-core prefill {mode}", progress=progress)
             log = Path(server.log_path)
             log_text = log.read_text(errors="replace") if log.exists() else ""
-        medians = dict(result.ttft_by_input_len())
-        curves[mode] = {"ttft_ms": medians, "route": route_actions(log_text), "results": str(out / mode)}
-    input_lens = sorted(set(curves["route-off"]["ttft_ms"]) | set(curves["route-on"]["ttft_ms"]))
+        medians[mode], routes[mode] = dict(result.ttft_by_input_len()), route_actions(log_text)
     rows: list[TtftRow] = []
-    for n in input_lens:
-        off, on = curves["route-off"]["ttft_ms"].get(n), curves["route-on"]["ttft_ms"].get(n)
+    for n in sorted(set(medians["route-off"]) | set(medians["route-on"])):
+        off, on = medians["route-off"].get(n), medians["route-on"].get(n)
         speedup = round(off / on, 2) if off and on else None
         rows.append({"input_len": n, "ttft_ms_route_off": off, "ttft_ms_route_on": on, "speedup": speedup})
-    active = "routed" in curves["route-on"]["route"]
+    active = "routed" in routes["route-on"]
     return TtftOnOffReport(
         rows=rows,
         route_on_active=active,
-        route_on_log=curves["route-on"]["route"],
-        route_off_log=curves["route-off"]["route"],
-        results={m: c["results"] for m, c in curves.items()},
+        route_on_log=routes["route-on"],
+        route_off_log=routes["route-off"],
+        results={mode: str(out / mode) for mode, _ in MODES},
         plot=str(plot_on_off(rows, out / "ttft_route_on_off.png", active)),
     )
 

@@ -213,10 +213,6 @@ def launch_server(config: ServerConfig) -> AbstractContextManager[RunningServer]
     return start_server(config, timeout=1800.0)
 
 
-def run_bench(args: BenchArgs) -> BenchRun:
-    return run_benchmark(args)
-
-
 def measured_prefill(key: ProfileKey, work_dir: Path) -> PrefillChoice:
     """bench-prefill's cached verdict for this GPU and versions; measured (and cached) when absent."""
     # lazy: `gemma4-t4 --help` loads this module (cli/tune reads DEFAULT_MINUTES); the prefill route
@@ -237,7 +233,7 @@ def tune(
     work_dir: str | Path = ".cache/gemma4_t4",
     minutes: float = DEFAULT_MINUTES,
     server_factory: ServerFactory = launch_server,
-    bench_runner: BenchRunner = run_bench,
+    bench_runner: BenchRunner = run_benchmark,
     prefill_source: PrefillSource = measured_prefill,
     has_drafter: tuple[bool, str] | None = None,
     today: Callable[[], datetime.date] = datetime.date.today,

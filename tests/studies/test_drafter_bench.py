@@ -63,7 +63,7 @@ def test_off_then_on_each_stopped_with_speedup_and_answers(tiny_model_dir, tiny_
     assert result.speedup == pytest.approx(result.on.tok_s / result.off.tok_s)
     assert result.answers.measured and result.answers.total == 20
     assert result.on.acceptance_rate is None  # the fake exposes no spec-decode counters: none invented
-    assert [r["drafter"] for r in result.rows()] == ["drafter off", f"drafter on ({tiny_drafter_dir})"]
+    assert [r["drafter"] for r in result.table_rows()] == ["drafter off", f"drafter on ({tiny_drafter_dir})"]
     assert all(isinstance(side.tpot_ms, float) and side.tpot_ms > 0 for side in (result.off, result.on))
 
 
@@ -72,7 +72,7 @@ def test_answers_in_one_flush_have_no_streamed_tpot_only_the_reason(tiny_model_d
     result = drafter_on_off(_config(tiny_model_dir), str(tiny_drafter_dir), tmp_path, output_len=8, num_prompts=2,
                             start=lambda cfg: FakeLaunch(cfg, GAPS, started, flush=True),
                             tokenizer=str(tiny_model_dir))
-    for side, row in zip((result.off, result.on), result.rows(), strict=True):
+    for side, row in zip((result.off, result.on), result.table_rows(), strict=True):
         assert side.tpot_ms.startswith("not measured: the server delivered 8 tokens in one flush"), side.tpot_ms
         assert row["streamed TPOT ms"] == side.tpot_ms
         assert side.tok_s > 0  # end-to-end tok/s times the whole generation: still a figure
@@ -87,7 +87,7 @@ def test_a_failed_drafter_side_is_not_measured(tiny_model_dir, tiny_drafter_dir,
     assert all(s.stopped for s in started)
     assert result.on.not_measured and result.speedup is None
     assert not result.answers.measured and "not measured" in result.line()
-    assert result.rows()[1]["tok/s (c=1)"].startswith("not measured")
+    assert result.table_rows()[1]["tok/s (c=1)"].startswith("not measured")
 
 
 def test_a_mismatched_drafter_is_refused_before_any_launch(tiny_model_dir, tmp_path):
