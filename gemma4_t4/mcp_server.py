@@ -300,18 +300,9 @@ def check_quotas(instance_types: list[str] | None = None, regions: list[str] | N
     """Endpoint quotas by name across regions (sequential), and the region to deploy in."""
     types = instance_types or ["ml.g4dn.xlarge"]
     report = quotas.check_quotas(types, regions or US_REGIONS)
-    picked: dict[str, str | None] = {}
-    notes = []
-    for instance in types:
-        try:
-            picked[instance] = quotas.pick_region(report, instance)
-        except Gemma4T4Error as exc:
-            picked[instance] = None
-            notes.append(str(exc))
+    picked, why = quotas.pick_regions(report, types)
     summary = "; ".join(f"{t}: {r or 'no region with quota'}" for t, r in picked.items())
-    if notes:
-        summary += "\n" + "\n".join(notes)
-    return QuotaResult(rows=report.rows, picked=picked, summary=summary)
+    return QuotaResult(rows=report.rows, picked=picked, summary="\n".join([summary, *why.values()]))
 
 
 @tool(READ_ONLY)

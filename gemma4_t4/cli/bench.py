@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import types
-from typing import Annotated, Literal, Union, get_args, get_origin
+from typing import Annotated, Literal, get_args, get_origin
 
 from pydantic import SecretStr
 from pydantic.fields import FieldInfo
@@ -17,6 +16,7 @@ from gemma4_t4.bench.registry import REGISTRY
 from gemma4_t4.cli import Output, add_command, add_group
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.figures import check_plot_path
+from gemma4_t4.foundation.launch_record import value_type
 
 
 def _comma_list(cast, what: str):
@@ -48,15 +48,6 @@ _SCALARS = {int: int, float: float, str: str, SecretStr: str}
 _METAVARS = {int: "N", float: "X"}  # str: the field's name
 
 
-def _without_none(annotation: object) -> object:
-    """``int`` for ``int | None`` (an option left out takes BenchArgs' default)."""
-    if get_origin(annotation) in (Union, types.UnionType):
-        kept = [a for a in get_args(annotation) if a is not type(None)]
-        if len(kept) == 1:
-            return kept[0]
-    return annotation
-
-
 def _help(info: FieldInfo, workloads: list[str] | None = None) -> str:
     text = info.description or ""
     if info.default is True:
@@ -74,7 +65,7 @@ def _flag_kwargs(name: str, info: FieldInfo, workloads: list[str] | None = None)
     switch, Literal -> choices; ``dest`` is the field's name, help its description (and, for a
     workload's field, the workloads that take it)."""
     meta = cli_flag(name, info)
-    kind = _without_none(info.annotation)
+    kind = value_type(info.annotation)
     kwargs: dict[str, object] = {"dest": name, "help": _help(info, workloads)}
     if kind is bool:
         kwargs["action"] = "store_false" if info.default is True else "store_true"
@@ -114,13 +105,11 @@ def workload_fields() -> dict[str, tuple[FieldInfo, list[str]]]:
     return fields
 
 
-def option_flags(parser: argparse.ArgumentParser) -> dict[str, str]:
+def option_flags(parser: argparse.ArgumentParser) -> None:
     """Add one flag per run option (BenchOptions) and per workload field (the registry) to
-    ``parser``, ``--workload`` choosing among the registered workloads; returns flag -> field name."""
-    flags = {}
+    ``parser``, ``--workload`` choosing among the registered workloads."""
     for name, info in BenchOptions.model_fields.items():
         if is_user_option(name):
-            flags[flag_name(name)] = name
             parser.add_argument(flag_name(name), **_flag_kwargs(name, info))  # type: ignore[arg-type]
     parser.add_argument(
         "--workload", required=True, choices=list(REGISTRY),
@@ -131,11 +120,8 @@ def option_flags(parser: argparse.ArgumentParser) -> dict[str, str]:
         "--method", choices=list(METHODS), default=None,
         help="decode: 'series' = the series' method, (L-S)/(wall_L - wall_S), 8 prompts at c=1",
     )
-    flags["--workload"], flags["--method"] = "workload", "method"
     for name, (info, kinds) in workload_fields().items():
-        flags[flag_name(name, info)] = name
         parser.add_argument(flag_name(name, info), **_flag_kwargs(name, info, kinds))  # type: ignore[arg-type]
-    return flags
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -15,6 +15,39 @@ from collections.abc import Callable
 from gemma4_t4.cli import Output, add_command, add_group
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation import signals
+from gemma4_t4.foundation.atomic import atomic_write_json
+from gemma4_t4.foundation.launch_record import add_setting_flags, read_setting_flags
+
+# the SageMaker modules import no AWS SDK (boto3 loads at the first call), and the parser's own flags
+# come from them: importing them here costs a command nothing
+from gemma4_t4.sagemaker.aws import undone
+from gemma4_t4.sagemaker.build import BuildFailed, build_cost, build_plan, build_record, build_t4_image
+from gemma4_t4.sagemaker.cli_recipe import ApiCall
+from gemma4_t4.sagemaker.config import DEFAULT_INSTANCE, DeployConfig, default_region
+from gemma4_t4.sagemaker.cost import usd
+from gemma4_t4.sagemaker.deploy import FailoverResult, run_deploy
+from gemma4_t4.sagemaker.image import (
+    DEFAULT_VLLM_TAG,
+    US_REGIONS,
+    dlc_account,
+    find_vllm_image,
+    required_ami_version,
+    resolve_dlc_tag,
+)
+from gemma4_t4.sagemaker.ops import (
+    chat_payload,
+    delete_endpoint,
+    endpoint_logs,
+    endpoint_status,
+    invoke,
+    invoke_plan,
+    invoke_stream,
+    list_endpoints,
+    log_group,
+)
+from gemma4_t4.sagemaker.quotas import check_quotas, pick_regions, quota_plan
+from gemma4_t4.sagemaker.reaper import reap
+from gemma4_t4.sagemaker.upload import default_bucket, upload_model_folder, upload_plan
 
 
 def _owns_aws_resources(
@@ -39,24 +72,11 @@ def _owns_aws_resources(
 
 def interrupted_line(exc: BaseException, elapsed_s: float) -> str:
     """One line for an interrupted command: the signal, the time it ran, and what it undid."""
-    # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
-    from gemma4_t4.sagemaker.aws import undone
-
     what = "; ".join(undone(exc)) or "nothing had been created, nothing to delete"
     return f"{signals.interrupt_label(exc)} after {elapsed_s:.0f} s: {what}"
 
 
-def default_region(region: str | None) -> str:
-    # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
-    from gemma4_t4.sagemaker.config import default_region as resolve
-
-    return resolve(region)
-
-
 def _regions(value: str | None) -> list[str]:
-    # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
-    from gemma4_t4.sagemaker.image import US_REGIONS
-
     return [r.strip() for r in value.split(",") if r.strip()] if value else list(US_REGIONS)
 
 
@@ -80,34 +100,19 @@ def _dry_run(plan: list[str]) -> Output:
 
 # -- handlers ---------------------------------------------------------------------------------
 def _quotas(args: argparse.Namespace) -> Output:
-    # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
-    from gemma4_t4.sagemaker.quotas import check_quotas, pick_region, quota_plan
-
     regions = _regions(args.regions)
     types = args.instance_types.split(",")
     if args.dry_run:
         plan = [c.cli() for c in quota_plan(types, regions)]
         return _dry_run(plan)
     report = check_quotas(types, regions)
-    picks, notes = {}, {}
-    for instance in types:
-        try:
-            picks[instance] = pick_region(report, instance)
-        except Gemma4T4Error as exc:
-            picks[instance] = None
-            notes[instance] = str(exc)  # each type's own reason
-    text = (report.table()
-            + "\n"
-            + "\n".join(f"-> {t}: deploy in {r}" if r else f"-> {t}: {notes[t]}" for t, r in picks.items()))
-    code = 0 if any(picks.values()) else 1
-    return Output({"rows": report.rows, "picked": picks}, text, code)
+    picks, why = pick_regions(report, types)
+    lines = [f"-> {t}: deploy in {r}" if r else f"-> {t}: {why[t]}" for t, r in picks.items()]
+    return Output({"rows": report.rows, "picked": picks}, "\n".join([str(report), *lines]),
+                  0 if any(picks.values()) else 1)
 
 
 def _image(args: argparse.Namespace) -> Output:
-    # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
-    from gemma4_t4.sagemaker.cli_recipe import ApiCall
-    from gemma4_t4.sagemaker.image import dlc_account, find_vllm_image, required_ami_version
-
     region = default_region(args.region)
     if args.dry_run:
         call = ApiCall(
@@ -126,11 +131,6 @@ def _image(args: argparse.Namespace) -> Output:
 
 @_owns_aws_resources
 def _build_image(args: argparse.Namespace) -> Output:
-    # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
-    from gemma4_t4.foundation.atomic import atomic_write_json
-    from gemma4_t4.sagemaker.build import BuildFailed, build_cost, build_plan, build_record, build_t4_image
-    from gemma4_t4.sagemaker.image import resolve_dlc_tag
-
     region = default_region(args.region)
     cost = build_cost().line()
     base = resolve_dlc_tag(region, args.base_tag)  # read-only: the newest DLC tag in the registry
@@ -160,7 +160,6 @@ def _build_image(args: argparse.Namespace) -> Output:
 def _matrix(args: argparse.Namespace) -> Output:
     # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
     from gemma4_t4.bench.registry import spec_for
-    from gemma4_t4.sagemaker.cost import usd
     from gemma4_t4.studies.matrix import EndpointHandling, matrix_plan, over_budget_warning, run_matrix
     from gemma4_t4.venues.endpoint import check_budget
 
@@ -200,18 +199,11 @@ def _matrix(args: argparse.Namespace) -> Output:
 def _config_from(args: argparse.Namespace):
     """The typed config from the deploy flags; without --image-uri or --image-tag the stock DLC tag is looked up
     in the region's registry (its ``image_label`` says which tag and whether it is the recorded fallback)."""
-    # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
-    from gemma4_t4.foundation.launch_record import read_setting_flags
-    from gemma4_t4.sagemaker.config import DeployConfig
-
     return DeployConfig.from_settings(look_up_image_tag=True, **read_setting_flags(args, DeployConfig))
 
 
 @_owns_aws_resources
 def _deploy(args: argparse.Namespace) -> Output:
-    # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
-    from gemma4_t4.sagemaker.deploy import FailoverResult, run_deploy
-
     config = _config_from(args)
     if args.model_dir and args.model_data_s3_uri:
         raise Gemma4T4Error("--model-dir and --model-data both name the model", fix="pass one of them")
@@ -232,16 +224,12 @@ def _deploy(args: argparse.Namespace) -> Output:
         lines = [f"{a.region}: {a.outcome} after {a.elapsed_s:.0f} s" + (f" ({a.reason})" if a.reason else "")
                  for a in result.attempts]
         return Output(result, "\n".join(lines), 0 if result.success else 1)
-    head = f"error: {run.failed}" if run.failed else f"{result.name} in {result.region}: {result.status}"
-    timeline = "\n".join(f"  {e.t_s:8.1f} s  {e.stage}  {e.detail}" for e in result.timeline)
-    return Output(result, f"{head}\n{timeline}", 1 if run.failed else 0)
+    failed = [f"error: {run.failed}"] if run.failed else []
+    return Output(result, "\n".join([*failed, str(result)]), 1 if run.failed else 0)
 
 
 def _with_model_dir(config, args: argparse.Namespace):
     """Upload --model-dir (real run) or plan its upload (dry run); the config serves it from S3."""
-    # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
-    from gemma4_t4.sagemaker.upload import default_bucket, upload_model_folder, upload_plan
-
     config.validate(require_role=False)  # refuse a bad config before uploading gigabytes
     if args.dry_run:
         uri, lines = upload_plan(
@@ -258,10 +246,6 @@ def _with_model_dir(config, args: argparse.Namespace):
 
 
 def _list(args: argparse.Namespace) -> Output:
-    # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
-    from gemma4_t4.sagemaker.cli_recipe import ApiCall
-    from gemma4_t4.sagemaker.ops import list_endpoints
-
     regions = _regions(args.regions)
     if args.dry_run:
         plan = [ApiCall("sagemaker", "list_endpoints", {}, r).cli() for r in regions]
@@ -277,32 +261,15 @@ def _list(args: argparse.Namespace) -> Output:
 
 
 def _status(args: argparse.Namespace) -> Output:
-    # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
-    from gemma4_t4.sagemaker.cli_recipe import ApiCall
-    from gemma4_t4.sagemaker.cost import usd
-    from gemma4_t4.sagemaker.ops import endpoint_status
-
     region = default_region(args.region)
     if args.dry_run:
         plan = [ApiCall("sagemaker", "describe_endpoint", {"EndpointName": args.name}, region).cli()]
         return _dry_run(plan)
     status = endpoint_status(args.name, region)
-    if not status.exists:
-        return Output(status, f"{args.name}: not found in {region}", 1)
-    cost = f"{usd(status.cost_so_far_usd)} so far" if status.cost_so_far_usd is not None else ""
-    text = (
-        f"{status.name} ({status.region}): {status.status} {status.failure_reason or ''}\n"
-        f"  instance {', '.join(status.instance_types)}; AMI {status.inference_ami_version}; age "
-        f"{status.age_minutes} min; expires {status.expires_at}; {cost}\n  {status.advice or ''}"
-    )
-    return Output(status, text)
+    return Output(status, str(status), 0 if status.exists else 1)
 
 
 def _logs(args: argparse.Namespace) -> Output:
-    # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
-    from gemma4_t4.sagemaker.cli_recipe import ApiCall
-    from gemma4_t4.sagemaker.ops import endpoint_logs, log_group
-
     region = default_region(args.region)
     if args.dry_run:
         plan = [ApiCall("logs", "tail", {"LogGroupName": log_group(args.name), "Since": "1h"}, region)
@@ -316,9 +283,6 @@ def _logs(args: argparse.Namespace) -> Output:
 
 
 def _invoke(args: argparse.Namespace) -> Output:
-    # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
-    from gemma4_t4.sagemaker.ops import chat_payload, invoke, invoke_plan, invoke_stream
-
     region = default_region(args.region)
     if args.dry_run:
         plan = [invoke_plan(args.name, region, chat_payload(args.prompt, max_tokens=args.max_tokens)).cli()]
@@ -333,9 +297,6 @@ def _invoke(args: argparse.Namespace) -> Output:
 
 
 def _delete(args: argparse.Namespace) -> Output:
-    # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
-    from gemma4_t4.sagemaker.ops import delete_endpoint
-
     region = default_region(args.region)
     if args.dry_run:  # reads the endpoint's chain (read-only) so it lists exactly what --yes deletes
         result = delete_endpoint(args.name, region, dry_run=True, not_ours=args.not_ours)
@@ -358,9 +319,6 @@ def _delete(args: argparse.Namespace) -> Output:
 
 
 def _reap(args: argparse.Namespace) -> Output:
-    # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
-    from gemma4_t4.sagemaker.reaper import reap
-
     dry = args.dry_run or not args.yes
     result = reap(_regions(args.regions), dry_run=dry)
     lines = [f"{d.region:<10} {d.name:<40} {d.action:<8} {d.reason}" for d in result.decisions]
@@ -379,10 +337,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _register_image_commands(sub: argparse._SubParsersAction) -> None:
     """quotas, image, build-image: what a deploy needs before it starts."""
-    # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
-    from gemma4_t4.sagemaker.config import DEFAULT_INSTANCE
-    from gemma4_t4.sagemaker.image import DEFAULT_VLLM_TAG
-
     p = add_command(sub, "quotas", _quotas, "endpoint quotas by name across regions; picks a region")
     p.add_argument("--instance-types", default=DEFAULT_INSTANCE, help="comma-separated")
     p.add_argument("--regions", default=None, help="comma-separated (default: the US regions)")
@@ -408,10 +362,6 @@ def _register_image_commands(sub: argparse._SubParsersAction) -> None:
 
 def _register_deploy_commands(sub: argparse._SubParsersAction) -> None:
     """deploy and matrix: the commands that create endpoints (and bill)."""
-    # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
-    from gemma4_t4.foundation.launch_record import add_setting_flags
-    from gemma4_t4.sagemaker.config import DeployConfig
-
     p = add_command(
         sub, "deploy", _deploy, "create model, endpoint config and endpoint; roll back on failure"
     )

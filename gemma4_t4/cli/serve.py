@@ -19,14 +19,23 @@ import warnings
 from gemma4_t4.cli import Output, add_command, add_group
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation import signals
+from gemma4_t4.foundation.launch_record import DEFAULT_WORK_DIR, add_setting_flags, read_setting_flags
+from gemma4_t4.foundation.secrets import mask
+
+# the parser's own flags come from the serving stack (ServerConfig): its modules are loaded with it
+from gemma4_t4.serving.server import (
+    STOP_GRACE_S,
+    VLLMServer,
+    adopt_server,
+    list_servers,
+    start_server,
+    stop_server,
+)
+from gemma4_t4.serving.server_config import DEFAULT_T4_MODEL, ServerConfig, plan_launch
 
 
-def _config(args: argparse.Namespace):
+def _config(args: argparse.Namespace) -> ServerConfig:
     """The ServerConfig the flags ask for (read back by the one flag builder's reader)."""
-    # lazy: the serving stack loads only when a serve command runs, not for --help
-    from gemma4_t4.foundation.launch_record import read_setting_flags
-    from gemma4_t4.serving.server_config import DEFAULT_T4_MODEL, ServerConfig
-
     given = read_setting_flags(args, ServerConfig)
     model = args.model or (DEFAULT_T4_MODEL if args.target == "t4" else None)
     if model is None:
@@ -37,11 +46,7 @@ def _config(args: argparse.Namespace):
     return ServerConfig(**given | {"model": model, "api_key": args.api_key or os.environ.get("GEMMA4_T4_API_KEY")})
 
 
-def _print_command(args: argparse.Namespace, config) -> Output:
-    # lazy: the serving stack loads only when a serve command runs, not for --help
-    from gemma4_t4.foundation.secrets import mask
-    from gemma4_t4.serving.server_config import plan_launch
-
+def _print_command(args: argparse.Namespace, config: ServerConfig) -> Output:
     plan = plan_launch(config)
     gate = ("the start gate was not run (it needs the real machine and runs at a real start)"
             if config.target != "cpu"
@@ -60,9 +65,6 @@ def _print_command(args: argparse.Namespace, config) -> Output:
 
 
 def _start(args: argparse.Namespace) -> Output:
-    # lazy: the serving stack loads only when a serve command runs, not for --help
-    from gemma4_t4.serving.server import start_server
-
     config = _config(args)
     if args.print_command:
         return _print_command(args, config)
@@ -90,17 +92,11 @@ def _start(args: argparse.Namespace) -> Output:
 
 
 def _stop(args: argparse.Namespace) -> Output:
-    # lazy: the serving stack loads only when a serve command runs, not for --help
-    from gemma4_t4.serving.server import stop_server
-
     status = stop_server(args.port, args.work_dir, grace=args.grace)
     return Output(status, status.summary())
 
 
 def _status(args: argparse.Namespace) -> Output:
-    # lazy: the serving stack loads only when a serve command runs, not for --help
-    from gemma4_t4.serving.server import VLLMServer, list_servers
-
     if args.port is None:
         statuses = list_servers(args.work_dir)
         if not statuses:
@@ -112,17 +108,11 @@ def _status(args: argparse.Namespace) -> Output:
 
 
 def _adopt(args: argparse.Namespace) -> Output:
-    # lazy: the serving stack loads only when a serve command runs, not for --help
-    from gemma4_t4.serving.server import adopt_server
-
     status = adopt_server(args.port, args.work_dir)
     return Output(status, status.summary())
 
 
 def _logs(args: argparse.Namespace) -> Output:
-    # lazy: the serving stack loads only when a serve command runs, not for --help
-    from gemma4_t4.serving.server import VLLMServer
-
     server = VLLMServer.attach(args.port, args.work_dir)
     tail = server.log_tail(args.lines)
     return Output(
@@ -131,9 +121,6 @@ def _logs(args: argparse.Namespace) -> Output:
 
 
 def _where(parser: argparse.ArgumentParser) -> None:
-    # lazy: the serving stack loads only when a serve command runs, not for --help
-    from gemma4_t4.foundation.launch_record import DEFAULT_WORK_DIR
-
     parser.add_argument("--port", type=int, default=None, help="which server (default: the only one recorded)")
     parser.add_argument(
         "--work-dir", default=DEFAULT_WORK_DIR, help="where servers are recorded (default %(default)s)"
@@ -141,11 +128,6 @@ def _where(parser: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    # lazy: the serving stack loads only when a serve command runs, not for --help
-    from gemma4_t4.foundation.launch_record import add_setting_flags
-    from gemma4_t4.serving.server import STOP_GRACE_S
-    from gemma4_t4.serving.server_config import ServerConfig
-
     sub = add_group(subparsers, "serve", "start, stop and inspect a vLLM server (T4 or CPU)", __doc__)
 
     p = add_command(sub, "start", _start, "launch vLLM detached and wait until /health answers")

@@ -63,7 +63,8 @@ class EndpointStatus(Displayable):
     cost_so_far_usd: float | None = None
     advice: str | None = None
 
-    columns = ("name", "region", "status", "instance_types", "inference_ami_version", "expires_at", "usd_per_hour")
+    columns = ("name", "region", "status", "instance_types", "inference_ami_version", "expires_at", "usd_per_hour",
+               "age_minutes", "cost_so_far_usd", "failure_reason")
 
     def caption(self) -> str:
         return "Endpoint status" + (f": {self.advice}" if self.advice else "")

@@ -11,7 +11,7 @@ from typing import Any
 
 from gemma4_t4.catalog.hardware import SAGEMAKER_INSTANCES
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.foundation.table import Displayable, format_table
+from gemma4_t4.foundation.table import Displayable
 from gemma4_t4.sagemaker.aws import (
     ClientFactory,
     aws_error,
@@ -69,12 +69,6 @@ class QuotaReport(Displayable):
     def regions_with_capacity(self, instance_type: str, need: int = 1) -> list[str]:
         return [r.region for r in self.rows
                 if r.instance_type == instance_type and r.value is not None and r.value >= need]
-
-    def table(self) -> str:
-        rows = [(r.region, r.instance_type, "-" if r.value is None else f"{r.value:g}",
-                 r.error or ("ok" if r.available else "no quota: request an increase")) for r in self.rows]
-        return format_table(["region", "instance", "quota", "note"], rows, right=[2])
-
 
 def quota_plan(instance_types: Sequence[str], regions: Sequence[str]) -> list[ApiCall]:
     note = f"look for: {', '.join(quota_name(t) for t in instance_types)}"
@@ -135,3 +129,15 @@ def pick_region(report: QuotaReport, instance_type: str, preferred: Sequence[str
         f"--quota-code <code for '{quota_name(instance_type)}'> --desired-value {need} --region <region>, "
         "or try another instance type",
     )
+
+
+def pick_regions(report: QuotaReport, instance_types: Sequence[str]) -> tuple[dict[str, str | None], dict[str, str]]:
+    """Per instance type the region to deploy in (None where no region has quota) and, for those, why."""
+    picked: dict[str, str | None] = {}
+    why = {}
+    for instance in instance_types:
+        try:
+            picked[instance] = pick_region(report, instance)
+        except Gemma4T4Error as exc:
+            picked[instance], why[instance] = None, str(exc)
+    return picked, why
