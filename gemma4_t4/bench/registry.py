@@ -123,10 +123,10 @@ class WorkloadSpec(BaseModel):
     venues: ClassVar[dict[str, Values]] = {}  # a venue's values where they differ from the defaults
     params: ClassVar[dict[str, str]] = {}  # a notebook parameter -> the field it sets
 
-    output_len: int | None = Field(None, le=MAX_TOKENS, description="output tokens (ignore_eos)")
+    output_len: int | None = Field(None, ge=1, le=MAX_TOKENS, description="output tokens (ignore_eos)")
     num_prompts: int | None = Field(None, ge=1, le=MAX_PROMPTS, description="measured requests per cell")
     warmup: int = Field(
-        2, le=MAX_PROMPTS, description="warm-up requests per cell, at least what the cell has in flight"
+        2, ge=0, le=MAX_PROMPTS, description="warm-up requests per cell, at least what the cell has in flight"
     )
     seed: int = Field(0, description="seed of the prompts' words")
     nonce: str | None = Field(None, description="reproduce a run's exact prompts (see its run.json)")
@@ -155,17 +155,6 @@ class WorkloadSpec(BaseModel):
         field = str(info.field_name)
         return as_list(value, float if field == "rates" else int, cls.__name__, field, param_name(cls, field))
 
-    @field_validator("concurrency", "input_lens", check_fields=False)
-    @classmethod
-    def _at_least_one(cls, value: list[int] | None, info: ValidationInfo) -> list[int] | None:
-        if value is not None and not value:
-            raise SpecRefused(f"{info.field_name} is empty", fix="give at least one value, e.g. 1")
-        for v in value or []:
-            if v < 1:
-                what = "input length" if info.field_name == "input_lens" else "concurrency"
-                raise SpecRefused(f"{what} {v} must be at least 1", fix="use e.g. --concurrency 1,8")
-        return value
-
     @classmethod
     def derived(cls, data: Values) -> Values:
         """Defaults that follow from other fields (a prefix is 3/4 of the prompt)."""
@@ -175,16 +164,6 @@ class WorkloadSpec(BaseModel):
         """How long the run takes at the least, where its own fields say (an open loop's arrivals:
         prompts / rate); None where only the server's speed would tell (a closed loop)."""
         return None
-
-    @model_validator(mode="after")
-    def _shared_rules(self) -> WorkloadSpec:
-        if self.output_len is not None and self.output_len < 1:
-            raise SpecRefused("output length must be at least 1", fix="use --output-len 1 or more")
-        if self.num_prompts is not None and self.num_prompts < 1:
-            raise SpecRefused("num_prompts must be at least 1", fix="use --num-prompts 1 or more")
-        if self.warmup < 0:
-            raise SpecRefused("warm-up requests cannot be negative", fix="use --warmup 0 or more")
-        return self
 
     @classmethod
     def venue_defaults(cls, venue: str) -> Values:
@@ -244,7 +223,7 @@ def param_name(cls: type[WorkloadSpec], field: str) -> str:
 
 class Streams(WorkloadSpec):
     concurrency: list[Annotated[int, Field(ge=1, le=MAX_STREAMS)]] | None = Field(
-        None, description="closed-loop streams per cell, e.g. 1,2,4,8,16"
+        None, min_length=1, description="closed-loop streams per cell, e.g. 1,2,4,8,16"
     )
 
 
@@ -257,19 +236,12 @@ class Arrivals(WorkloadSpec):
         "poisson", description="open loop: Poisson (default) or evenly spaced arrivals"
     )
     max_in_flight: int = Field(
-        256, le=MAX_STREAMS, description="open loop: requests the client keeps in flight at most"
+        256, ge=1, le=MAX_STREAMS, description="open loop: requests the client keeps in flight at most"
     )
 
     def prompts_at(self, rate: float) -> int:
         """Requests of an open-loop cell at ``rate``: ``num_prompts``, else ~30 s of arrivals (16-256)."""
         return self.num_prompts or max(16, min(256, round(30 * rate)))
-
-    @field_validator("max_in_flight")
-    @classmethod
-    def _in_flight(cls, value: int) -> int:
-        if value < 1:
-            raise SpecRefused("max_in_flight must be at least 1", fix="use e.g. --max-in-flight 64")
-        return value
 
 
 # ---------------------------------------------------------------- choosing a spec

@@ -166,17 +166,11 @@ class SweepSpec(Arrivals, PromptLen, WorkloadSpec):
     workload: ClassVar[str] = "decode"
     defaults: ClassVar[Values] = {"input_len": 512, "output_len": 128}
     sweep: int = Field(
+        ge=1,
         le=MAX_RATES,
         description="decode: measure one-at-a-time and all-at-once, then N open-loop rates in between",
         json_schema_extra=cli(metavar="N"),
     )
-
-    @field_validator("sweep")
-    @classmethod
-    def _some_rates(cls, value: int) -> int:
-        if value < 1:
-            raise SpecRefused(f"--sweep {value} must be at least 1", fix="use e.g. --sweep 5")
-        return value
 
     def cells(self, run: RunOptions, factory: PromptFactory | None) -> list[Cell]:
         n = self.num_prompts or 32
@@ -252,7 +246,7 @@ class TTFTSpec(WorkloadSpec):
     }
     params: ClassVar[dict[str, str]] = {"TTFT_INPUT_LENS": "input_lens"}
     input_lens: list[Annotated[int, Field(ge=1, le=MAX_TOKENS)]] | None = Field(
-        None, description="ttft: prompt lengths (default 256,...,4096)"
+        None, min_length=1, description="ttft: prompt lengths (default 256,...,4096)"
     )
 
     def prompt_lens(self) -> list[int]:

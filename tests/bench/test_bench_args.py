@@ -249,7 +249,7 @@ def test_defaults_follow_the_workload_and_bad_values_name_the_fix(tmp_path):
         ({"method": "series", "rates": [1.0]}, "series"),
         ({"series_lens": [512, 16], "method": "series"}, "SHORT,LONG"),
         ({"concurrency": [0]}, "at least 1"),
-        ({"warmup": -1}, "negative"),
+        ({"warmup": -1}, "at least 0"),
         ({"request_timeout_s": -2}, "request-timeout"),
     ]:
         with pytest.raises(Gemma4T4Error, match=match) as err:

@@ -303,19 +303,19 @@ def test_an_empty_list_is_refused_naming_the_field():
         (lambda: DecodeSpec(concurrency=[]), "concurrency"),
         (lambda: TTFTSpec(input_lens=""), "input_lens"),
     ):
-        err = _refused(build, f"{field} is empty")
-        assert err.fix == "give at least one value, e.g. 1"
+        err = _refused(build, f"{field} = [] must be at least 1 value(s)")
+        assert err.fix == f"give {field} at least 1 value(s)"
 
 
 def test_shared_rules_refuse_a_run_that_measures_nothing():
     assert (
-        _refused(lambda: DecodeSpec(output_len=0), "output length must be at least 1").fix
-        == "use --output-len 1 or more"
+        _refused(lambda: DecodeSpec(output_len=0), "DecodeSpec.output_len = 0 must be at least 1").fix
+        == "give output_len at least 1"
     )
-    assert _refused(lambda: DecodeSpec(output_len=-3), "output length must be at least 1")
+    assert _refused(lambda: DecodeSpec(output_len=-3), "output_len = -3 must be at least 1")
     assert (
-        _refused(lambda: LoadSpec(warmup=-1), "warm-up requests cannot be negative").fix
-        == "use --warmup 0 or more"
+        _refused(lambda: LoadSpec(warmup=-1), "LoadSpec.warmup = -1 must be at least 0").fix
+        == "give warmup at least 0"
     )
     assert DecodeSpec(output_len=1, warmup=0).output_len == 1  # the smallest run that measures something
     _refused(lambda: DecodeSpec(num_prompts=0), "DecodeSpec.num_prompts = 0 must be at least 1")
@@ -330,7 +330,7 @@ def test_shared_rules_refuse_a_run_that_measures_nothing():
         (lambda: OpenLoopSpec(rates=[1.0] * 65), "must be at most 64 values", "give rates at most 64 values"),
         (lambda: OpenLoopSpec(rates=[1.0, float("nan")]), "OpenLoopSpec.rates.1 = nan must be a finite number", "give each of rates a finite number"),
         (lambda: OpenLoopSpec(rates=[20_000]), "OpenLoopSpec.rates.0 = 20000 must be at most 10000", "give each of rates at most 10000.0"),
-        (lambda: OpenLoopSpec(rates=[1], max_in_flight=0), "max_in_flight must be at least 1", "use e.g. --max-in-flight 64"),
+        (lambda: OpenLoopSpec(rates=[1], max_in_flight=0), "OpenLoopSpec.max_in_flight = 0 must be at least 1", "give max_in_flight at least 1"),
         (lambda: DecodeSpec(input_len="long"), "DecodeSpec.input_len: Input should be a valid integer", "give input_len as the type DecodeSpec declares"),
         (lambda: SweepSpec(), "SweepSpec.sweep: Field required", "give sweep as the type SweepSpec declares"),
     ],
@@ -591,8 +591,8 @@ def test_a_sweep_measures_its_ends_then_the_rates_between():
     unmeasured = through.model_copy(update={"request_throughput_req_s": None})
     with pytest.raises(Gemma4T4Error, match="no load range"):
         spec.follow(_Run(), factory, [slow, unmeasured])
-    _refused(lambda: SweepSpec(sweep=0), "--sweep 0 must be at least 1")
-    assert _refused(lambda: SweepSpec(sweep=-1), "--sweep -1 must be at least 1").fix == "use e.g. --sweep 5"
+    _refused(lambda: SweepSpec(sweep=0), "SweepSpec.sweep = 0 must be at least 1")
+    assert _refused(lambda: SweepSpec(sweep=-1), "sweep = -1 must be at least 1").fix == "give sweep at least 1"
     _refused(lambda: SweepSpec(sweep=65), "SweepSpec.sweep = 65 must be at most 64")
     assert SweepSpec(sweep=64).sweep == 64
     assert SweepSpec(sweep=1).sweep == 1
