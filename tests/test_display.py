@@ -152,8 +152,8 @@ def test_a_comparison_shows_the_same_in_html_as_in_text():
     flushed = "A: not measured: the server delivered 128 tokens in one flush"
     on = SpecDecode(drafts=10, draft_tokens=30, accepted_tokens=15, acceptance_rate=0.5, mean_accepted_length=2.5,
                     source="/metrics")  # fmt: skip
-    ratios = [Ratio("per_stream_tok_s", 48.2, 96.3, 1.998, 1.9, 2.1, True),
-              Ratio("tpot_ms", None, None, None, None, None, False, not_measured=flushed)]  # fmt: skip
+    ratios = [Ratio("per_stream_tok_s", True, 48.2, 96.3, 1.998, 1.9, 2.1),
+              Ratio("tpot_ms", False, not_measured=flushed)]  # fmt: skip
     runs = RunComparison("off", "on", [CellComparison(("decode",), "c1", "c1", ratios, None, on)], ["c8"], [], answers)
     said_by_both = ["identical answers: 19/20 (correct: A 18, B 17)",
                     "first difference: question 3 ('What is 12 squared?') at character 9:", "B: ...'is 1444.'"]

@@ -8,7 +8,7 @@ only): the CLI reads it at start-up.
 
 from __future__ import annotations
 
-from typing import Literal, TypedDict
+from typing import Literal, TypedDict, Unpack
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic.fields import FieldInfo
@@ -32,25 +32,8 @@ class CliFlag(TypedDict, total=False):
     option: bool  # False: the program sets it (not a user option, no flag)
 
 
-def cli(
-    flag: str | None = None,
-    metavar: str | None = None,
-    repeatable: bool = False,
-    choices: tuple[str, ...] = (),
-    option: bool = True,
-) -> CliFlag:
+def cli(**meta: Unpack[CliFlag]) -> CliFlag:
     """A field's command-line metadata (``Field(..., json_schema_extra=cli(flag="--rate"))``)."""
-    meta = CliFlag()
-    if flag is not None:
-        meta["flag"] = flag
-    if metavar is not None:
-        meta["metavar"] = metavar
-    if repeatable:
-        meta["repeatable"] = True
-    if choices:
-        meta["choices"] = list(choices)
-    if not option:
-        meta["option"] = False
     return meta
 
 

@@ -359,23 +359,22 @@ def _classify_client_error(record: RequestRecord, exc: Exception) -> None:
         record.error, record.error_detail = "stream_unsupported", message[:300]
     elif code == "ValidationError" and "not found" in message.lower():
         record.error, record.error_detail = "endpoint_not_found", message[:300]
-    elif code in ("ModelStreamError", "InternalStreamFailure"):
+    else:  # ModelStreamError, InternalStreamFailure, ...: the code names it
         record.error, record.error_detail = _snake(code), f"{code}: {message}"[:300]
-    else:
-        record.error, record.error_detail = _snake(code), f"{code}: {message}"[:300]
+
+
+# botocore's exceptions -> the error classes the HTTP client records too
+_BOTOCORE_CLASSES = {
+    "NoCredentialsError": "no_credentials", "PartialCredentialsError": "no_credentials",
+    "ReadTimeoutError": "timeout", "ConnectTimeoutError": "timeout", "EndpointConnectionError": "connect_error",
+    "ConnectionClosedError": "disconnected", "ResponseStreamingError": "disconnected",
+    "IncompleteReadError": "disconnected",
+}  # fmt: skip
 
 
 def _botocore_class(exc: Exception) -> str:
     name = type(exc).__name__
-    if name == "NoCredentialsError" or name == "PartialCredentialsError":
-        return "no_credentials"
-    if name in ("ReadTimeoutError", "ConnectTimeoutError"):
-        return "timeout"
-    if name in ("EndpointConnectionError",):
-        return "connect_error"
-    if name in ("ConnectionClosedError", "ResponseStreamingError", "IncompleteReadError"):
-        return "disconnected"
-    return _snake(name)
+    return _BOTOCORE_CLASSES.get(name) or _snake(name)
 
 
 def _snake(name: str) -> str:

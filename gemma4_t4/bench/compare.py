@@ -23,12 +23,12 @@ METRICS: dict[str, bool] = {"ttft_ms": False, "tpot_ms": False, "e2el_ms": False
 @dataclass
 class Ratio:
     metric: str
-    a: float | None
-    b: float | None
-    ratio: float | None  # b / a
-    ci_low: float | None
-    ci_high: float | None
     higher_is_better: bool
+    a: float | None = None
+    b: float | None = None
+    ratio: float | None = None  # b / a
+    ci_low: float | None = None
+    ci_high: float | None = None
     not_measured: str | None = None  # why there is no figure (answers that came in one flush)
 
 
@@ -150,7 +150,7 @@ def compare_runs(a: str | os.PathLike | BenchRun, b: str | os.PathLike | BenchRu
             why = " / ".join(x for x in (sa, sb) if isinstance(x, str))
             if ca.workload != "answers":  # an answers run's result is its answers, compared below
                 missing.append(why)
-            ratios = [Ratio(n, None, None, None, None, None, h, not_measured=why) for n, h in METRICS.items()]
+            ratios = [Ratio(n, h, not_measured=why) for n, h in METRICS.items()]
             matched.append(CellComparison(cell_key(ca), ca.cell, cb.cell, ratios, ca.spec_decode, cb.spec_decode))
             continue
         flush = " / ".join(
@@ -159,14 +159,12 @@ def compare_runs(a: str | os.PathLike | BenchRun, b: str | os.PathLike | BenchRu
         ratios = []
         for name, higher in METRICS.items():
             if flush and name in DECODE_METRICS:  # a flushed stream times no decoding: no figure, no ratio
-                ratios.append(Ratio(name, None, None, None, None, None, higher, not_measured=flush))
+                ratios.append(Ratio(name, higher, not_measured=flush))
                 continue
             ci = ratio_ci(_per_request(run_a, ca.cell, name), _per_request(run_b, cb.cell, name))
-            ratios.append(Ratio(name, getattr(sa, name).median, getattr(sb, name).median, *ci, higher))
+            ratios.append(Ratio(name, higher, getattr(sa, name).median, getattr(sb, name).median, *ci))
         ta, tb = sa.output_throughput_tok_s, sb.output_throughput_tok_s
-        ratios.append(
-            Ratio("output_throughput_tok_s", ta, tb, (tb / ta) if ta and tb else None, None, None, True)
-        )
+        ratios.append(Ratio("output_throughput_tok_s", True, ta, tb, (tb / ta) if ta and tb else None))
         matched.append(CellComparison(cell_key(ca), ca.cell, cb.cell, ratios, ca.spec_decode, cb.spec_decode))
     answers = compare_answers(run_a, run_b) if run_a.answers() or run_b.answers() else None
     unmatched_b = [c.cell for c in by_b.values()]

@@ -211,7 +211,6 @@ T4_QAT_VS_BF16_C1 = _ratio("QAT int4 vs bf16 on a T4, per stream at c=1", "t4", 
 T4_QAT_VS_BF16_C8 = _ratio("QAT int4 vs bf16 on a T4, all streams at c=8", "t4", "output tok/s (all streams)",
                            "GCE T4, 512 in / 128 out, c=8", gce_t4("bf16", concurrency=8),
                            gce_t4("qat", concurrency=8), "output_throughput_tok_s")
-RATIOS = [PART2_L4_QAT_VS_BF16, PART3_L4_EMB4_VS_QAT, T4_QAT_VS_BF16_C1, T4_QAT_VS_BF16_C8]
 
 
 @dataclass(frozen=True)

@@ -125,15 +125,12 @@ class ResultsWriter:
 
     def add_cell(self, summary: CellSummary) -> None:
         self.cells = [c for c in self.cells if c.cell != summary.cell] + [summary]
-        self._write_summary()
-
-    def _write_summary(self) -> None:
         write_summary(self.dir, self.run_info, self.cells)
 
     def update_run(self, **fields: Any) -> None:
         self.run_info = RunInfo.model_validate(self.run_info.to_json() | fields)
         atomic_write_json(self.dir / RUN_FILE, self.run_info.to_json())
-        self._write_summary()
+        write_summary(self.dir, self.run_info, self.cells)
 
     def close(self) -> None:
         if not self._records.closed:

@@ -70,9 +70,6 @@ class RequestRecord(BenchModel):
     streamed: bool | None = Field(None, description="False when the backend could not stream (no TTFT/TPOT)")
     attempts: int | None = Field(None, description="SageMaker: invocations made (throttling is retried)")
 
-    def to_dict(self) -> dict:
-        return self.model_dump(exclude={"cell", "phase"})
-
 
 class StoredRecord(RequestRecord):
     """One line of ``records.jsonl``: a request record and where it belongs."""
