@@ -20,7 +20,6 @@ from gemma4_t4.sagemaker.aws import (
     client_factory,
     error_code,
     error_message,
-    is_not_found,
     note_undone,
     sleep_ticking,
 )
@@ -28,7 +27,14 @@ from gemma4_t4.sagemaker.cli_recipe import ApiCall
 from gemma4_t4.sagemaker.config import SCALING_METRIC, DeployConfig
 from gemma4_t4.sagemaker.cost import estimate
 from gemma4_t4.sagemaker.image import US_REGIONS, find_fixed_image
-from gemma4_t4.sagemaker.ops import SCALABLE, DeleteResult, check_identity, created_at, delete_resources
+from gemma4_t4.sagemaker.ops import (
+    SCALABLE,
+    DeleteResult,
+    check_identity,
+    created_at,
+    delete_resources,
+    describe,
+)
 from gemma4_t4.sagemaker.quotas import quota_name, region_quotas
 
 # Capacity-type failures: worth trying another region. Anything else (a bad model, OOM) would
@@ -158,16 +164,6 @@ def deployment_plan(config: DeployConfig) -> list[str]:
         f"aws sagemaker wait endpoint-in-service --region {config.region} --endpoint-name {config.name}"
     )
     return commands
-
-
-def _exists(sm: Any, operation: str, **kwargs: Any) -> bool:
-    try:
-        getattr(sm, operation)(**kwargs)
-        return True
-    except aws_exceptions() as exc:
-        if is_not_found(exc):
-            return False
-        raise aws_error(exc, operation) from exc
 
 
 class _Clock:
@@ -368,12 +364,8 @@ _KIND_OF = {"create_model": "model", "create_endpoint_config": "endpoint-config"
 
 def _refuse_existing(sm: Any, config: DeployConfig) -> None:
     """Refuse to touch resources this deploy did not create."""
-    for kind, operation, key in (
-        ("endpoint", "describe_endpoint", "EndpointName"),
-        ("endpoint-config", "describe_endpoint_config", "EndpointConfigName"),
-        ("model", "describe_model", "ModelName"),
-    ):
-        if _exists(sm, operation, **{key: config.name}):
+    for kind in ("endpoint", "endpoint-config", "model"):
+        if describe(sm, kind, config.name) is not None:
             raise Gemma4T4Error(
                 f"{kind} {config.name!r} already exists in {config.region}; deploy never overwrites",
                 fix=f"delete it first (gemma4-t4 sagemaker delete {config.name} --region {config.region} --yes) "

@@ -84,7 +84,7 @@ class EndpointStatus(Displayable):
 def endpoint_status(name: str, region: str, client: Any = None,
                     now: dt.datetime | None = None) -> EndpointStatus:
     sm = _client(client, "sagemaker", region)
-    desc = _described(sm, "describe_endpoint", f"DescribeEndpoint {name}", EndpointName=name)
+    desc = describe(sm, "endpoint", name)
     if desc is None:
         return EndpointStatus(name, region, False, advice="no such endpoint in this region")
     now = now or dt.datetime.now(dt.UTC)
@@ -102,9 +102,7 @@ def endpoint_status(name: str, region: str, client: Any = None,
         if placed:
             status.placed_instance_type = placed[0]
     if status.config_name:
-        config = _described(
-            sm, "describe_endpoint_config", "DescribeEndpointConfig", EndpointConfigName=status.config_name
-        )
+        config = describe(sm, "endpoint-config", status.config_name)
         for variant in (config or {}).get("ProductionVariants", []):
             if variant.get("InstanceType"):
                 status.instance_types.append(variant["InstanceType"])
@@ -456,13 +454,8 @@ def _described(sm: Any, operation: str, action: str, **name: str) -> JSONObject 
         raise aws_error(exc, action) from exc
 
 
-def _endpoint_config_name(sm: Any, endpoint: str) -> str | None:
-    desc = _described(sm, "describe_endpoint", f"DescribeEndpoint {endpoint}", EndpointName=endpoint)
-    return desc.get("EndpointConfigName") if desc else None
-
-
 def _config_models(sm: Any, config: str) -> list[str] | None:
-    desc = _described(sm, "describe_endpoint_config", f"DescribeEndpointConfig {config}", EndpointConfigName=config)
+    desc = describe(sm, "endpoint-config", config)
     if desc is None:
         return None
     return sorted({v["ModelName"] for v in desc.get("ProductionVariants", []) if v.get("ModelName")})
@@ -481,7 +474,7 @@ def _other_endpoints_uses(sm: Any, name: str) -> tuple[dict[str, list[str]], dic
             other = ep["EndpointName"]
             if other == name:
                 continue
-            config = _endpoint_config_name(sm, other)
+            config = (describe(sm, "endpoint", other) or {}).get("EndpointConfigName")
             if config is None:
                 continue
             configs.setdefault(config, []).append(other)
@@ -498,11 +491,17 @@ _DESCRIBE = {
 }
 
 
+def describe(sm: Any, kind: str, name: str) -> JSONObject | None:
+    """SageMaker's description of the ``kind`` resource called ``name``; None where none has that name."""
+    operation, key, _ = _DESCRIBE[kind]
+    api_name = operation.title().replace("_", "")  # DescribeEndpointConfig, as AWS names it
+    return _described(sm, operation, f"{api_name} {name}", **{key: name})
+
+
 def _ours(sm: Any, kind: str, resource: str) -> bool | None:
     """Whether ``resource`` carries this project's tag (None: it does not exist)."""
-    operation, key, arn_key = _DESCRIBE[kind]
-    desc = _described(sm, operation, f"{operation} {resource}", **{key: resource})
-    return None if desc is None else is_ours(_tags(sm, desc.get(arn_key)))
+    desc = describe(sm, kind, resource)
+    return None if desc is None else is_ours(_tags(sm, desc.get(_DESCRIBE[kind][2])))
 
 
 def plan_delete(sm: Any, name: str, not_ours: bool = False) -> DeletePlan:
@@ -516,7 +515,7 @@ def plan_delete(sm: Any, name: str, not_ours: bool = False) -> DeletePlan:
     its scaling policies)."""
     config_name, models = name, [name]
     scaling: list[tuple[str, str]] = []
-    desc = _described(sm, "describe_endpoint", f"DescribeEndpoint {name}", EndpointName=name)
+    desc = describe(sm, "endpoint", name)
     if desc is not None:
         config_name = desc.get("EndpointConfigName", name)
         tags = _tags(sm, desc.get("EndpointArn"))
@@ -619,8 +618,7 @@ SAME_CREATION_S = 1.0
 
 def created_at(sm: Any, kind: str, name: str) -> float | None:
     """The CreationTime (epoch seconds) of the ``kind`` resource called ``name``; None where none exists."""
-    operation, key, _ = _DESCRIBE[kind]
-    desc = _described(sm, operation, f"{operation} {name}", **{key: name})
+    desc = describe(sm, kind, name)
     created = _aware(desc.get("CreationTime")) if desc else None
     return created.timestamp() if created else None
 

@@ -3,7 +3,7 @@ Quotas server, with the environment pointed at both and dummy credentials, so no
 
     with LocalAWS() as aws:
         deploy(DeployConfig(...))           # talks to moto
-        aws.queue_invoke_results([...])     # what the "endpoint" will answer (canned), or
+        aws.queue_chat_replies([...])       # what the "endpoint" will answer (canned), or
     with LocalAWS(runtime_backend="http://127.0.0.1:8000") as aws:
         invoke(...)                         # the runtime STAND-IN forwards to a real vLLM server
 
@@ -20,13 +20,12 @@ import logging
 import os
 import time
 import urllib.request
-from typing import Any, TypedDict
+from typing import Any
 
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.jsonable import JSONObject
 from gemma4_t4.sagemaker.config import ROLE_ENV
 from gemma4_t4.sagemaker.image import T4_IMAGE_REPOSITORY, fixed_image_tag, t4_image_uri
-from gemma4_t4.sagemaker.ops import ChatMessage
 from gemma4_t4.standins.quota_fake import FakeServiceQuotas
 from gemma4_t4.standins.runtime_standin import RuntimeStandIn
 
@@ -37,22 +36,19 @@ DEFAULT_QUOTAS: dict[str, dict[str, float]] = {
     "us-west-2": {"ml.g4dn.xlarge": 1, "ml.g6.xlarge": 0},
     "us-west-1": {"ml.g4dn.xlarge": 0, "ml.g6.xlarge": 0},
 }
-# Never print or pass these on; they are dummies, but the rule is the same as for real ones.
-_CREDENTIAL_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN",
-                   "AWS_PROFILE")
+# Credentials env() does not set: dropped while started, so no real session or profile is mixed in.
+_OTHER_CREDENTIAL_ENV = ("AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_PROFILE")
 
 
 class LocalAWS:
     """Start moto + the quota fake on 127.0.0.1 (free ports) and point boto3 at them."""
 
-    def __init__(self, quotas: dict[str, dict[str, float]] | None = None, region: str = "us-east-2",
-                 set_env: bool = True, seed_fixed_image: bool = True, runtime_backend: str | None = None):
+    region = "us-east-2"
+
+    def __init__(self, seed_fixed_image: bool = True, runtime_backend: str | None = None):
         self.seed_image = seed_fixed_image
         self.runtime_backend = runtime_backend
         self.runtime: Any = None
-        self.quotas = {r: dict(v) for r, v in (quotas if quotas is not None else DEFAULT_QUOTAS).items()}
-        self.region = region
-        self.set_env = set_env
         self.moto: Any = None
         self.quota_fake: FakeServiceQuotas | None = None
         self.endpoint_url = ""
@@ -86,16 +82,15 @@ class LocalAWS:
         self.moto.start()
         host, port = self.moto.get_host_and_port()
         self.endpoint_url = f"http://{host}:{port}"
-        self.quota_fake = FakeServiceQuotas(self.quotas).start()
+        self.quota_fake = FakeServiceQuotas({r: dict(v) for r, v in DEFAULT_QUOTAS.items()}).start()
         if self.runtime_backend:
             self.runtime = RuntimeStandIn(self.runtime_backend, control_plane_url=self.endpoint_url,
                                           region=self.region).start()
-        if self.set_env:
-            for key, value in self.env().items():
-                self._saved_env[key] = os.environ.get(key)
-                os.environ[key] = value
-            for key in _CREDENTIAL_ENV[2:]:  # keys come from env(); drop session/profile left over
-                self._saved_env[key] = os.environ.pop(key, None)
+        for key, value in self.env().items():
+            self._saved_env[key] = os.environ.get(key)
+            os.environ[key] = value
+        for key in _OTHER_CREDENTIAL_ENV:
+            self._saved_env[key] = os.environ.pop(key, None)
         if self.seed_image:
             self.seed_fixed_image()
         return self
@@ -123,26 +118,6 @@ class LocalAWS:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    # -- helpers ----------------------------------------------------------------------------
-    def _post(self, path: str, payload: JSONObject | None = None) -> None:
-        data = json.dumps(payload or {}).encode()
-        request = urllib.request.Request(self.endpoint_url + path, data=data, method="POST",
-                                         headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=10) as response:
-            response.read()
-
-    def reset(self) -> None:
-        """Forget every moto resource (between tests); the fixed image is seeded again."""
-        self._post("/moto-api/reset")
-        if self.seed_image:
-            self.seed_fixed_image()
-
-    def client(self, service: str, region: str | None = None) -> Any:
-        import boto3
-
-        return boto3.client(service, region_name=region or self.region, endpoint_url=self.endpoint_url,
-                            aws_access_key_id="testing", aws_secret_access_key="testing")
-
     def seed_fixed_image_for(self, target: Any) -> str:
         """``build_t4_image(on_build_succeeded=...)`` hook: the stand-in push for that build's target."""
         return self.seed_fixed_image(target.region, target.tag)
@@ -152,7 +127,10 @@ class LocalAWS:
         have written into moto's ECR. Returns the image URI."""
         region = region or self.region
         tag = tag or fixed_image_tag()
-        ecr = self.client("ecr", region)
+        import boto3
+
+        ecr = boto3.client("ecr", region_name=region, endpoint_url=self.endpoint_url,
+                           aws_access_key_id="testing", aws_secret_access_key="testing")
         try:
             ecr.create_repository(repositoryName=T4_IMAGE_REPOSITORY)
         except ecr.exceptions.RepositoryAlreadyExistsException:
@@ -172,60 +150,23 @@ class LocalAWS:
             pass
         return t4_image_uri("123456789012", region, tag)
 
-    def queue_invoke_results(self, bodies: list[Any], region: str | None = None,
-                             content_type: str = "application/json") -> None:
-        """The next endpoint invocations (any endpoint) answer these bodies, in order (moto keys answers
-        by request body: repeating an identical request returns the same answer)."""
-        results = [{"Body": b if isinstance(b, str) else json.dumps(b), "ContentType": content_type}
-                   for b in bodies]
-        self._post("/moto-api/static/sagemaker/endpoint-results",
-                   {"account_id": "123456789012", "region": region or self.region, "results": results})
-
-    def queue_chat_replies(self, texts: list[str], region: str | None = None) -> None:
-        """Queue OpenAI chat-completion bodies whose assistant message is each text."""
-        self.queue_invoke_results([chat_completion(t) for t in texts], region)
-
-    def put_endpoint_logs(self, endpoint: str, lines: list[str], region: str | None = None) -> None:
-        """Write container log lines where SageMaker would (/aws/sagemaker/Endpoints/NAME)."""
-        logs = self.client("logs", region)
-        group = f"/aws/sagemaker/Endpoints/{endpoint}"
-        try:
-            logs.create_log_group(logGroupName=group)
-        except logs.exceptions.ResourceAlreadyExistsException:
-            pass
-        stream = "AllTraffic/i-0fake0000000000000"
-        try:
-            logs.create_log_stream(logGroupName=group, logStreamName=stream)
-        except logs.exceptions.ResourceAlreadyExistsException:
-            pass
-        now = int(time.time() * 1000)
-        events = [{"timestamp": now + i, "message": line} for i, line in enumerate(lines)]
-        logs.put_log_events(logGroupName=group, logStreamName=stream, logEvents=events)
+    def queue_chat_replies(self, texts: list[str]) -> None:
+        """The next endpoint invocations (any endpoint) answer OpenAI chat-completion bodies, as the vLLM
+        container returns them, whose assistant message is each text, in order (moto keys answers by
+        request body: repeating an identical request returns the same answer)."""
+        results = [{"Body": json.dumps(_chat_completion(text)), "ContentType": "application/json"} for text in texts]
+        payload = {"account_id": "123456789012", "region": self.region, "results": results}
+        request = urllib.request.Request(self.endpoint_url + "/moto-api/static/sagemaker/endpoint-results",
+                                         data=json.dumps(payload).encode(), method="POST",
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            response.read()
 
 
-class ChatChoice(TypedDict):
-    index: int
-    message: ChatMessage
-    finish_reason: str
-
-
-class ChatCompletion(TypedDict):
-    """The chat-completion body the stand-in answers with (the OpenAI shape vLLM returns)."""
-
-    id: str
-    object: str
-    created: int
-    model: str
-    choices: list[ChatChoice]
-    usage: dict[str, int]  # prompt_tokens, completion_tokens, total_tokens
-
-
-def chat_completion(text: str, model: str = "gemma-4-E2B-it", finish_reason: str = "stop") -> ChatCompletion:
-    """An OpenAI chat-completion response body, as the vLLM container returns it."""
+def _chat_completion(text: str) -> JSONObject:
     words = max(1, len(text.split()))
     return {
-        "id": "chatcmpl-local", "object": "chat.completion", "created": int(time.time()), "model": model,
-        "choices": [
-            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish_reason}],
+        "id": "chatcmpl-local", "object": "chat.completion", "created": int(time.time()), "model": "gemma-4-E2B-it",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
         "usage": {"prompt_tokens": 12, "completion_tokens": words, "total_tokens": 12 + words},
     }

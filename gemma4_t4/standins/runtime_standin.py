@@ -15,16 +15,16 @@ import binascii
 import http.client
 import json
 import struct
-import threading
 import time
 import urllib.parse
 from collections import deque
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.standins.server import StandInHandler, StandInServer
 
 STREAM_CONTENT_TYPE = "application/vnd.amazon.eventstream"
+BACKEND_TIMEOUT_S = 600.0  # a long generation on a CPU backend still answers
 _STRING = 7  # event-stream header value type: string
 
 
@@ -58,8 +58,7 @@ def model_stream_error(message: str, code: str = "ModelStreamError") -> bytes:
     )
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
+class _Handler(StandInHandler):
     # HTTP/1.1 chunked, as the real runtime answers: over HTTP/1.0 without a length botocore reads
     # 64 KiB blocks and every event of a short reply arrives at once (TTFT and TPOT meaningless).
     protocol_version = "HTTP/1.1"
@@ -67,17 +66,9 @@ class _Handler(BaseHTTPRequestHandler):
     # client's delayed ACK (up to 40 ms on Linux), added to TTFT
     disable_nagle_algorithm = True
 
-    def log_message(self, *args: Any) -> None:  # quiet: requests are the test's business
-        pass
-
     def _error(self, status: int, code: str, message: str, **extra: Any) -> None:
-        body = json.dumps({"message": message, **extra}).encode()
-        self.send_response(status)
-        self.send_header("x-amzn-ErrorType", code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        self.send_json(status, {"message": message, **extra},
+                       {"x-amzn-ErrorType": code, "Content-Type": "application/json"})
 
     def _model_error(self, status: int, data: bytes, message: str) -> None:
         """SageMaker wraps a container error in ModelError (HTTP 424) and keeps the original."""
@@ -129,7 +120,7 @@ class _Handler(BaseHTTPRequestHandler):
         if backend not in self._backends:
             url = urllib.parse.urlparse(backend)
             self._backends[backend] = http.client.HTTPConnection(url.hostname, url.port or 80,
-                                                                 timeout=self.server.standin.timeout_s)
+                                                                 timeout=BACKEND_TIMEOUT_S)
         return self._backends[backend]
 
     def finish(self) -> None:
@@ -188,24 +179,15 @@ def _forward(conn: http.client.HTTPConnection, backend: str, body: bytes,
     return conn.getresponse()
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    standin: RuntimeStandIn
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client closing its kept-alive connection is normal (boto3 does at exit): not worth a traceback."""
-        import sys
-
-        if not isinstance(sys.exc_info()[1], ConnectionError):
-            super().handle_error(request, client_address)
-
-
-class RuntimeStandIn:
+class RuntimeStandIn(StandInServer):
     """STAND-IN SageMaker runtime on 127.0.0.1 in front of real vLLM server(s). ``backend``: one base
     URL for every endpoint, or ``{endpoint name: base URL}``."""
 
+    handler = _Handler
+    thread_name = "runtime stand-in"
+
     def __init__(self, backend: str | dict[str, str], *, control_plane_url: str | None = None,
-                 region: str = "us-east-2", port: int = 0, timeout_s: float = 600.0):
+                 region: str = "us-east-2"):
         self.backends = backend if isinstance(backend, dict) else {"*": backend}
         for url in self.backends.values():
             if urllib.parse.urlparse(url).scheme != "http":
@@ -213,26 +195,15 @@ class RuntimeStandIn:
                                     fix="pass the server's base URL, e.g. http://127.0.0.1:8000")
         self.control_plane_url = control_plane_url
         self.region = region
-        self.port = port
-        self.timeout_s = timeout_s
         self.parts_sent = 0
         # when each PayloadPart left (perf_counter, the clock the fake server logs its writes with):
         # what the timing-fidelity test holds against the backend's own write times
         self.part_times: deque[float] = deque(maxlen=100_000)
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
         self._sagemaker: Any = None
 
     def part_sent(self, at: float) -> None:
         self.parts_sent += 1
         self.part_times.append(at)
-
-    @property
-    def url(self) -> str:
-        if not self._server:
-            raise Gemma4T4Error("the runtime stand-in is not started",
-                                fix="call start() or use it as a context")
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def backend_for(self, name: str) -> str:
         return self.backends.get(name) or self.backends.get("*") or next(iter(self.backends.values()))
@@ -254,26 +225,3 @@ class RuntimeStandIn:
         except Exception:  # noqa: BLE001 - any lookup failure reads as "not found", as on AWS
             return f"Endpoint {name} of account 123456789012 not found."
         return None if status == "InService" else f"Endpoint {name} is {status}, not InService."
-
-    def start(self) -> RuntimeStandIn:
-        self._server = _Server(("127.0.0.1", self.port), _Handler)
-        self._server.standin = self
-        self._thread = threading.Thread(target=self._server.serve_forever, name="sagemaker-runtime-standin",
-                                        daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._server:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread:
-            self._thread.join(timeout=5)
-            self._thread = None
-
-    def __enter__(self) -> RuntimeStandIn:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

@@ -7,6 +7,10 @@ tests/conftest.py starts once per session (``local_aws_server``)."""
 
 from __future__ import annotations
 
+import time
+import urllib.request
+
+import boto3
 import pytest
 
 from gemma4_t4.standins.local import DEFAULT_QUOTAS, LocalAWS
@@ -20,9 +24,37 @@ def local_aws_session(local_aws_server: LocalAWS) -> LocalAWS:
 @pytest.fixture
 def local_aws(local_aws_session: LocalAWS) -> LocalAWS:
     """moto + fake quotas with empty state and the default quota table."""
-    local_aws_session.reset()
+    reset(local_aws_session)
     assert local_aws_session.quota_fake is not None
     local_aws_session.quota_fake.quotas.clear()
     local_aws_session.quota_fake.quotas.update({r: dict(v) for r, v in DEFAULT_QUOTAS.items()})
     local_aws_session.quota_fake.requests.clear()
     return local_aws_session
+
+
+def reset(aws: LocalAWS) -> None:
+    """Forget every moto resource (between tests); the fixed image is seeded again."""
+    request = urllib.request.Request(aws.endpoint_url + "/moto-api/reset", data=b"{}", method="POST",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        response.read()
+    if aws.seed_image:
+        aws.seed_fixed_image()
+
+
+def put_endpoint_logs(endpoint: str, lines: list[str], region: str = LocalAWS.region) -> None:
+    """Write container log lines where SageMaker would (/aws/sagemaker/Endpoints/NAME), in moto's logs."""
+    logs = boto3.client("logs", region_name=region)
+    group = f"/aws/sagemaker/Endpoints/{endpoint}"
+    try:
+        logs.create_log_group(logGroupName=group)
+    except logs.exceptions.ResourceAlreadyExistsException:
+        pass
+    stream = "AllTraffic/i-0fake0000000000000"
+    try:
+        logs.create_log_stream(logGroupName=group, logStreamName=stream)
+    except logs.exceptions.ResourceAlreadyExistsException:
+        pass
+    now = int(time.time() * 1000)
+    events = [{"timestamp": now + i, "message": line} for i, line in enumerate(lines)]
+    logs.put_log_events(logGroupName=group, logStreamName=stream, logEvents=events)

@@ -1325,7 +1325,7 @@ def test_a_preflight_read_that_fails_otherwise_is_not_taken_for_absent():
     sm = FakeSageMaker(fail={"describe_endpoint_config": aws_failure("AccessDeniedException", "denied")})
     with pytest.raises(Gemma4T4Error) as info:
         run_deploy(t4_config(), sm)
-    assert info.value.message == "describe_endpoint_config failed: AccessDeniedException: denied"
+    assert info.value.message == f"DescribeEndpointConfig {NAME} failed: AccessDeniedException: denied"
     assert not any(op.startswith("create") for op in sm.operations())
 
 

@@ -9,7 +9,7 @@ import json
 
 import boto3
 import pytest
-from fakes.aws_fixtures import local_aws, local_aws_session  # noqa: F401 - fixtures
+from fakes.aws_fixtures import local_aws, local_aws_session, put_endpoint_logs  # noqa: F401 - fixtures
 
 from gemma4_t4.cli import main
 from gemma4_t4.errors import Gemma4T4Error
@@ -71,7 +71,7 @@ def test_lifecycle_deploy_status_invoke_logs_delete(local_aws):  # noqa: F811
 
     missing = endpoint_logs("g4-life", REGION)
     assert not missing.found and "container never started" in missing.explanation
-    local_aws.put_endpoint_logs(
+    put_endpoint_logs(
         "g4-life",
         ["INFO starting", "INFO Model loading took 9.8 GiB and 41 s", "INFO Application startup complete."],
     )
