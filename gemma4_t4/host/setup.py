@@ -383,7 +383,8 @@ def check_install(python: str, kind: Kind, runner: Runner = check_runner) -> Che
 
 
 def _tail(done: CommandResult, lines: int = 15) -> str:
-    return "\n".join((done.stdout + done.stderr).strip().splitlines()[-lines:])
+    """The last ``lines`` of stdout then stderr (stdout need not end with a newline: never run them together)."""
+    return "\n".join((done.stdout.rstrip() + "\n" + done.stderr).strip().splitlines()[-lines:])
 
 
 class _RouteFailed(Exception):

@@ -186,6 +186,15 @@ def test_the_install_check_passes_on_this_machines_cpu_stack():
     assert not gpu.ok and gpu.failed == "torch sees the GPU" and "is_available() is False" in gpu.detail
 
 
+def test_a_failed_commands_tail_keeps_its_last_stdout_line_and_first_stderr_line_apart():
+    """stdout without a final newline, then stderr: the tail a user reads shows them on two lines."""
+    def dies(command, input=None):
+        return CommandResult(1, "Collecting vllm", "ERROR: no space left on device")
+
+    verdict = check_install("py", "cpu", runner=dies)
+    assert verdict.detail.endswith("Collecting vllm\nERROR: no space left on device")
+
+
 SLOW_PIP = """#!/bin/sh
 # a stand-in python: `-m pip freeze` answers, `-m pip install` forks a child and sleeps
 case "$3" in
