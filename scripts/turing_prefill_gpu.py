@@ -28,9 +28,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gemma4_t4.turing import prefill_bench as pb  # noqa: E402
+from gemma4_t4.turing.verify import AttentionShape  # noqa: E402
 
-E2B_GLOBAL = pb.LayerShape("E2B", "global", 512, 8, 1, None)
-E2B_SLIDING = pb.LayerShape("E2B", "sliding", 256, 8, 1, 512)
+E2B_GLOBAL = AttentionShape("E2B", "global", 512, 8, 1, None)
+E2B_SLIDING = AttentionShape("E2B", "sliding", 256, 8, 1, 512)
 T4 = {"platform": "cuda", "name": "T4", "capability": (7, 5), "limit": 65_536, "limit_source": "target"}
 ROUTE = "torch-mem-efficient (tensor-core route)"
 
@@ -121,7 +122,7 @@ def main() -> int:
                                 "context_lens": context_lens,
                                 "num_q_heads": shape.num_q_heads,
                                 "num_kv_heads": shape.num_kv_heads,
-                                "window": shape.window,
+                                "window": shape.sliding_window,
                                 "finite": r["finite"],
                                 **(
                                     {
@@ -134,7 +135,7 @@ def main() -> int:
                                     if p == "route"
                                     else {
                                         "tile": kernel.module._get_tile_size(
-                                            shape.head_size, shape.window or 0, 2, True
+                                            shape.head_size, shape.sliding_window or 0, 2, True
                                         )
                                     }
                                 ),

@@ -42,6 +42,10 @@ class CommandResult:
     def timed_out(self) -> bool:
         return self.returncode == TIMED_OUT
 
+    def tail(self, lines: int = 15) -> str:
+        """The last ``lines`` of stdout then stderr (stdout need not end with a newline: never run them together)."""
+        return "\n".join((self.stdout.rstrip() + "\n" + self.stderr).strip().splitlines()[-lines:])
+
 
 Runner = Callable[..., CommandResult]  # runner(command: list[str], input: str | None = None)
 

@@ -119,7 +119,7 @@ def pip_freeze(python: str, runner: Runner, purpose: str = "install") -> list[st
         what, again = (("list the installed packages to undo setup", f"run {UNDO_COMMAND} again")
                        if purpose == "undo" else
                        ("record the installed packages before changing them", "run setup again"))
-        raise Gemma4T4Error(f"could not {what} (pip freeze exit {done.returncode}): {_tail(done, 5)}",
+        raise Gemma4T4Error(f"could not {what} (pip freeze exit {done.returncode}): {done.tail(5)}",
                             fix=f"make sure {python} -m pip works, then {again}; nothing was changed")
     return [line for line in done.stdout.splitlines() if line.strip()]
 
@@ -239,7 +239,7 @@ def restore_record(record: InstallRecord, runner: Runner, since_record: bool = F
     for command in restore_commands(record, current, since_record):
         done = runner(command)
         if done.returncode != 0:
-            problems.append(f"{' '.join(command[3:])[:300]} failed: {_tail(done, 5)}")
+            problems.append(f"{' '.join(command[3:])[:300]} failed: {done.tail(5)}")
     return problems
 
 
@@ -379,12 +379,7 @@ def check_install(python: str, kind: Kind, runner: Runner = check_runner) -> Che
             continue
         if isinstance(found, dict) and "ok" in found:
             return CheckResult(bool(found["ok"]), str(found.get("failed", "")), str(found.get("detail", "")))
-    return CheckResult(False, "the check process", f"exit {done.returncode}, no verdict: {_tail(done, 8)}")
-
-
-def _tail(done: CommandResult, lines: int = 15) -> str:
-    """The last ``lines`` of stdout then stderr (stdout need not end with a newline: never run them together)."""
-    return "\n".join((done.stdout.rstrip() + "\n" + done.stderr).strip().splitlines()[-lines:])
+    return CheckResult(False, "the check process", f"exit {done.returncode}, no verdict: {done.tail(8)}")
 
 
 class _RouteFailed(Exception):
@@ -442,7 +437,7 @@ def _without_torch_index(step: PipStep, route: InstallRoute, python: str, runner
         if done.returncode != 0:
             offline = bool(_NO_NETWORK.search(done.stdout + done.stderr))
             where = f"pip could not reach {route.torch_index}" if offline else f"pip failed ({done.returncode}) at: {torch}"
-            raise _RouteFailed(f"{where}:\n{_tail(done)}", offline)
+            raise _RouteFailed(f"{where}:\n{done.tail()}", offline)
     at = pairs.index(tuple(index))
     return step.command[:at] + step.command[at + 2:]
 
@@ -455,7 +450,7 @@ def _run_route(steps: Sequence[PipStep], plan: SetupPlan, route: InstallRoute, r
             else step.command
         with _progress(say, f"step {number}/{len(steps)}: {step.purpose}"):
             done = runner(command)
-        tail = _tail(done)
+        tail = done.tail()
         if done.returncode != 0 and "uninstall" not in step.command:  # uninstalling what is absent is fine
             offline = bool(_NO_NETWORK.search(done.stdout + done.stderr))
             where = (f"pip could not reach {', '.join(step.index_urls) or 'PyPI'}" if offline

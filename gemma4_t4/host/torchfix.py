@@ -204,7 +204,7 @@ def apply_torch_fix(plan: TorchFixPlan, runner: Runner = subprocess_runner) -> T
     if not plan.torch_alone or not plan.command:
         raise Gemma4T4Error(f"torch alone cannot fix this host: {plan.reason}", fix=f"run {plan.setup_command}")
     done: CommandResult = runner(plan.command)
-    tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-20:])
+    tail = done.tail(20)
     if done.returncode != 0:
         raise Gemma4T4Error(f"pip failed ({done.returncode}) installing torch {plan.torch_version}+"
                             f"{plan.cuda_variant}:\n{tail}",

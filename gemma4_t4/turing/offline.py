@@ -37,9 +37,6 @@ KERNELS = ("kernel_unified_attention", "reduce_segments")
 TRITON_FIX = "pip install 'triton==3.8.0'  (or: pip install -e '.[dev]')"
 _LOAD_LOCK = threading.Lock()
 
-DeviceCapability = namedtuple("DeviceCapability", "major minor")
-
-
 def require_triton() -> Any:
     try:
         import triton
@@ -81,12 +78,17 @@ def read_vllm_version(root: Path) -> str:
     return "unknown"
 
 
+DeviceCapability = namedtuple("DeviceCapability", "major minor")
+
+
 def sha256_file(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 class TargetPlatform:
-    """Stands in for vLLM's ``current_platform``: a CUDA device of the given capability."""
+    """Stands in for vLLM's ``current_platform``: a CUDA device of the given capability, with what the
+    kernel module (``fp8_dtype``, ``is_device_capability_family``) and a file-patched tile cap
+    (:func:`.tilecap.current_device`) call; anything else is an error naming the attribute."""
 
     def __init__(self, capability: tuple[int, int]):
         self.capability = tuple(capability)
@@ -94,33 +96,12 @@ class TargetPlatform:
     def is_cuda(self) -> bool:
         return True
 
-    def is_rocm(self) -> bool:
-        return False
-
-    def is_xpu(self) -> bool:
-        return False
-
-    def is_cpu(self) -> bool:
-        return False
-
     def get_device_capability(self, device_id: int = 0) -> DeviceCapability:
         return DeviceCapability(*self.capability)
 
-    def _number(self, capability: Any = None) -> int:
-        """A capability as vLLM compares them: (7, 5) and 75 are both 75 (default: the target's)."""
-        if isinstance(capability, int):
-            return capability
-        major, minor = self.capability if capability is None else capability
-        return major * 10 + minor
-
-    def has_device_capability(self, capability: Any, device_id: int = 0) -> bool:
-        return self._number() >= self._number(capability)
-
-    def is_device_capability(self, capability: Any, device_id: int = 0) -> bool:
-        return self._number() == self._number(capability)
-
     def is_device_capability_family(self, capability: int, device_id: int = 0) -> bool:
-        return self._number() // 10 == capability // 10
+        """vLLM's test: 100 is any sm_10x."""
+        return self.capability[0] == capability // 10
 
     def fp8_dtype(self) -> Any:
         import torch

@@ -209,28 +209,6 @@ def efficient_attention(
     )[0][0]
 
 
-def reference_attention(
-    q: Any, k: Any, v: Any, cu_seqlens: Any, max_len: int, scale: float, window: int | None
-) -> Any:
-
-
-    """The same function in plain float32 PyTorch, one sequence at a time (CPU tests, GPU reference)."""
-    import torch
-
-    out = torch.empty_like(q)
-    bounds = cu_seqlens.tolist()
-    for start, end in zip(bounds[:-1], bounds[1:], strict=True):
-        qs, ks, vs = (t[start:end].float().transpose(0, 1) for t in (q, k, v))  # [H, L, D]
-        pos = torch.arange(end - start, device=q.device)
-        allowed = pos[None, :] <= pos[:, None]
-        if window:
-            allowed &= (pos[:, None] - pos[None, :]) < window
-        scores = (qs @ ks.transpose(1, 2)) * scale
-        probs = scores.masked_fill(~allowed, float("-inf")).softmax(-1)
-        out[start:end] = (probs @ vs).transpose(0, 1).to(q.dtype)
-    return out
-
-
 def split_kv_cache(kv_cache: Any, head_size: int) -> tuple[Any, Any]:
     """K and V caches as TritonAttentionImpl.forward views them: [blocks, block_size, kv_heads, head]."""
     return kv_cache.transpose(1, 2).split(head_size, dim=-1)

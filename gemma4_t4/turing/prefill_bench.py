@@ -10,7 +10,7 @@ TritonAttentionImpl.forward calls it, at the tile cap's tiles. Times are medians
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,34 +25,12 @@ from gemma4_t4.foundation.table import Displayable
 from gemma4_t4.turing import prefill, tilecap
 from gemma4_t4.turing.numerics import make_case, reference_attention, segment_buffers
 from gemma4_t4.turing.offline import load_kernel_module
+from gemma4_t4.turing.verify import AttentionShape, gemma4_attention_shapes
 
 DEFAULT_LENGTHS = (512, 1024, 2048, 4096)
 DEFAULT_MODELS = ("e2b", "e4b", "12b")
 ERROR_MARGIN = 1.5  # the route must be within 1.5x of Triton's max error vs float32 (plus one fp16 ulp floor)
 ERROR_FLOOR = 2e-3
-
-
-@dataclass
-class LayerShape:
-    model: str
-    layer: str  # "global" | "sliding"
-    head_size: int
-    num_q_heads: int
-    num_kv_heads: int
-    window: int | None
-
-
-def layer_shapes(models: tuple[str, ...] = DEFAULT_MODELS) -> list[LayerShape]:
-    """Each model's global (head 512) and sliding (head 256, its window) attention, from gemma4_t4.catalog.models."""
-    shapes = []
-    for name in models:
-        v = get_variant(name)
-        shapes += [
-            LayerShape(v.size, "global", v.global_head_dim, v.num_q_heads, v.num_kv_heads_global, None),
-            LayerShape(v.size, "sliding", v.head_dim, v.num_q_heads, v.num_kv_heads_sliding, v.sliding_window)
-        ]
-
-    return shapes
 
 
 @dataclass
@@ -109,7 +87,7 @@ class Step:
 
 
 def make_step(
-    shape: LayerShape, query_lens: list[int], context_lens: list[int], device: str = "cuda", seed: int = 0,
+    shape: AttentionShape, query_lens: list[int], context_lens: list[int], device: str = "cuda", seed: int = 0,
     block_size: int = 16, shared_kv: bool = False,
 ) -> Step:
     """A step's attention inputs with a shuffled block table; K/V of the new tokens already cached."""
@@ -117,7 +95,7 @@ def make_step(
 
     case = make_case(
         shape.head_size, shape.num_q_heads, shape.num_kv_heads, query_lens, context_lens,
-        sliding_window=shape.window, block_size=block_size, device=device, seed=seed,
+        sliding_window=shape.sliding_window, block_size=block_size, device=device, seed=seed,
     )
     # vLLM's physical cache is [blocks, block_size, kv_heads, 2*head]; forward sees it transposed.
     physical = torch.cat([case.key_cache, case.value_cache], dim=-1)
@@ -134,7 +112,7 @@ def make_step(
         max_seq_len=max(context_lens), seq_lens=case.seqused_k, block_table=case.block_table,
         **segment_buffers(sum(query_lens), shape.num_q_heads, shape.num_kv_heads, shape.head_size, device),
     )
-    window = (shape.window - 1, 0) if shape.window else (-1, -1)
+    window = (shape.sliding_window - 1, 0) if shape.sliding_window else (-1, -1)
     impl = FakeImpl(shape.num_q_heads, shape.head_size, shape.num_kv_heads, window)
     key = None if shared_kv else torch.cat(keys)
     value = None if shared_kv else torch.cat(values)
@@ -361,12 +339,15 @@ def bench_prefill(
     kernel, cap_outcome = load_triton_kernel(vllm_root, capability, device)
     key = prefill.device_key(kernel.vllm_version)
     rows: list[PrefillBenchRow] = []
-    for shape in layer_shapes(models):
+    names = {get_variant(name).size for name in models}
+    for shape in (s for s in gemma4_attention_shapes(drafters=False) if s.model in names):
         for n in lengths:
             step = make_step(shape, [n], [n], seed=n)
             result = measure(step, kernel.module)
             rows.append({
-                **asdict(shape), "seq_len": n,
+                "model": shape.model, "layer": shape.layer, "head_size": shape.head_size,
+                "num_q_heads": shape.num_q_heads, "num_kv_heads": shape.num_kv_heads,
+                "window": shape.sliding_window, "seq_len": n,
                 **{f"{p}_{k}": v for p in ("route", "triton") for k, v in result[p].items()},
                 "speedup": round(result["triton"]["ms"] / result["route"]["ms"], 2),
             })

@@ -3,7 +3,7 @@ mixed steps, K/V from arguments or from the paged cache, every fallback, install
 
 Steps are built like vLLM's (``prefill_bench.make_step``: TritonAttentionMetadata's fields,
 vLLM's cache layout, shuffled block tables). On CPU the tensor-core kernel is replaced by the same
-function in float32 PyTorch (``prefill.reference_attention``) and vLLM's Triton kernel, which
+function in float32 PyTorch (``fakes.packed_attention``) and vLLM's Triton kernel, which
 cannot run here, by a float32 paged-attention stand-in (``paged_forward`` below); the GPU test
 (tests/turing/test_turing_prefill_gpu.py) runs both real kernels.
 """
@@ -19,12 +19,15 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from fakes.packed_attention import reference_attention as packed_reference  # noqa: E402
+
 from gemma4_t4.turing import plugin, prefill, tilecap  # noqa: E402
 from gemma4_t4.turing import prefill_bench as pb  # noqa: E402
 from gemma4_t4.turing.numerics import reference_attention as paged_reference  # noqa: E402
+from gemma4_t4.turing.verify import AttentionShape  # noqa: E402
 
-GLOBAL = pb.LayerShape("E2B", "global", 512, 8, 1, None)
-SLIDING = pb.LayerShape("E4B", "sliding", 256, 8, 2, 16)
+GLOBAL = AttentionShape("E2B", "global", 512, 8, 1, None)
+SLIDING = AttentionShape("E4B", "sliding", 256, 8, 2, 16)
 MIXED = (
     [1, 30, 1, 20, 8, 1, 12],
     [50, 30, 61, 20, 40, 9, 12],
@@ -116,7 +119,7 @@ class SpyAttention:
         )
         if self.fail is not None:
             raise self.fail
-        return prefill.reference_attention(q, k, v, cu, max_len, scale, window)
+        return packed_reference(q, k, v, cu, max_len, scale, window)
 
 
 def on(impl):
@@ -186,7 +189,7 @@ def test_mixed_step_equals_the_reference_with_prompts_routed(shape, shared_kv):
             "tokens": 62,
             "cu": [0, 30, 50, 62],
             "max_len": 30,
-            "window": shape.window,
+            "window": shape.sliding_window,
             "k_heads": shape.num_q_heads,
         }
     ]
@@ -222,7 +225,7 @@ def test_gather_reads_prompts_through_a_shuffled_block_table():
 def test_reference_window_counts_the_query_itself():
     q = k = v = torch.randn(40, 1, 8)
     cu = torch.tensor([0, 40], dtype=torch.int32)
-    one = prefill.reference_attention(q, k, v, cu, 40, 1.0, 1)
+    one = packed_reference(q, k, v, cu, 40, 1.0, 1)
     assert torch.allclose(one, v)  # window 1: each query sees only itself
 
 

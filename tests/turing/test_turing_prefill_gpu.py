@@ -13,6 +13,9 @@ import os
 import pytest
 
 torch = pytest.importorskip("torch")
+
+from fakes.packed_attention import reference_attention as packed_reference  # noqa: E402
+
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
@@ -40,8 +43,9 @@ def kernel():
 @pytest.mark.parametrize("shared_kv", [False, True])
 def test_route_matches_float32_and_triton(kernel, head, window, length, shared_kv):
     from gemma4_t4.turing import prefill_bench as pb
+    from gemma4_t4.turing.verify import AttentionShape
 
-    shape = pb.LayerShape("E2B", "global" if window is None else "sliding", head, 8, 1, window)
+    shape = AttentionShape("E2B", "global" if window is None else "sliding", head, 8, 1, window)
     for query_lens, context_lens in (
         ([length], [length]),
         ([1, length, 1, 300, 64], [700, length, length + 9, 300, 564]),
@@ -61,8 +65,8 @@ def test_efficient_kernel_window_matches_gemma_sliding_semantics():
     q, k, v = (torch.randn(1000, 8, 256, device="cuda", dtype=torch.float16) for _ in range(3))
     cu = torch.tensor([0, 600, 1000], dtype=torch.int32, device="cuda")
     fast = prefill.efficient_attention(q, k, v, cu, 600, 1.0, 512).float()
-    exact = prefill.reference_attention(q, k, v, cu, 600, 1.0, 512).float()
-    wider = prefill.reference_attention(q, k, v, cu, 600, 1.0, 513).float()
+    exact = packed_reference(q, k, v, cu, 600, 1.0, 512).float()
+    wider = packed_reference(q, k, v, cu, 600, 1.0, 513).float()
     assert (fast - exact).abs().max() < 4e-3
     assert (fast - wider).abs().max() > 1e-2  # the window is off by nothing, not by one
 
