@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gemma4_t4.bench.published import measured_kind, sagemaker_load
-from gemma4_t4.catalog.hardware import get_price, usd_per_million_tokens
+from gemma4_t4.catalog.hardware import PRICES, price_key, usd_per_million_tokens
 from gemma4_t4.foundation.table import Displayable
 
 
@@ -56,7 +56,7 @@ class CostTable(Displayable):
         load = sagemaker_load("gemma-4-E2B", "emb4")  # the series' c=16 figures
         rows: list[dict[str, object]] = []
         for gpu, instance, tok_s in (("T4", load.t4_instance, load.t4_tok_s), ("L4", load.l4_instance, load.l4_tok_s)):
-            usd_per_hour = get_price(f"sagemaker:{instance}").usd_per_hour
+            usd_per_hour = PRICES[price_key("sagemaker", instance)].usd_per_hour
             rows.append({"source": f"published: SageMaker {instance} ({gpu}), E2B emb4, c={load.concurrency}",
                          "output tok/s": tok_s, "$/h": usd_per_hour,
                          "$ per million output tokens": usd_per_million_tokens(usd_per_hour, tok_s)})

@@ -16,23 +16,13 @@ from gemma4_t4.errors import Gemma4T4Error
 class GPU:
     key: str
     name: str
-    compute_capability: tuple[int, int]
-    memory_gb: float  # GB = 1e9 bytes, as sold
     usable_memory_gib: float  # what torch reports as total on a typical host
     bandwidth_gb_s: float  # spec
     measured_bandwidth_gb_s: float | None  # stream-measured where published
-    smem_per_block_optin: int  # bytes; the Turing attention fix keys on this
-    bf16: bool
-    fp8: bool
-    tdp_w: int
     source: str
     # the names nvidia-smi (``--query-gpu=name``) and torch print for this GPU: identify_gpu matches them
     # exactly, so a near name (an L40S beside the L4, an H100 NVL beside the H100) is never read as this one
     smi_names: tuple[str, ...] = ()
-
-    @property
-    def arch(self) -> str:
-        return f"sm_{self.compute_capability[0]}{self.compute_capability[1]}"
 
 
 # nvidia-smi names: seen printed in public logs, test fixtures and price tables of GPU clouds (read
@@ -41,25 +31,21 @@ class GPU:
 GPUS: dict[str, GPU] = {
     g.key: g
     for g in [
-        GPU("t4", "NVIDIA T4", (7, 5), 16.0, 14.56, 320.0, 277.0, 65_536, False, False, 70,
+        GPU("t4", "NVIDIA T4", 14.56, 320.0, 277.0,
             "NVIDIA T4 datasheet; 277 GB/s stream figure published by the series", ("Tesla T4",)),
-        GPU("l4", "NVIDIA L4", (8, 9), 24.0, 22.03, 300.0, None, 101_376, True, True, 72,
-            "NVIDIA L4 datasheet", ("NVIDIA L4",)),
-        GPU("a10g", "NVIDIA A10G", (8, 6), 24.0, 22.06, 600.0, None, 101_376, True, False, 300,
-            "AWS g5 instance documentation", ("NVIDIA A10G",)),
-        GPU("a100-40gb", "NVIDIA A100 40GB", (8, 0), 40.0, 39.4, 1555.0, None, 166_912, True, False, 400,
+        GPU("l4", "NVIDIA L4", 22.03, 300.0, None, "NVIDIA L4 datasheet", ("NVIDIA L4",)),
+        GPU("a10g", "NVIDIA A10G", 22.06, 600.0, None, "AWS g5 instance documentation", ("NVIDIA A10G",)),
+        GPU("a100-40gb", "NVIDIA A100 40GB", 39.4, 1555.0, None,
             "NVIDIA A100 datasheet (SXM4 and PCIe: the same 40 GB and 1,555 GB/s)",
             ("NVIDIA A100-SXM4-40GB", "NVIDIA A100-PCIE-40GB")),
-        GPU("a100-80gb", "NVIDIA A100 80GB SXM4", (8, 0), 80.0, 79.15, 2039.0, None, 166_912, True, False, 400,
+        GPU("a100-80gb", "NVIDIA A100 80GB SXM4", 79.15, 2039.0, None,
             "NVIDIA A100 datasheet; 79.15 GiB as torch reports it", ("NVIDIA A100-SXM4-80GB",)),
-        GPU("a100-80gb-pcie", "NVIDIA A100 80GB PCIe", (8, 0), 80.0, 79.15, 1935.0, None, 166_912, True, False,
-            300, "NVIDIA A100 datasheet; 79.15 GiB as torch reports it", ("NVIDIA A100 80GB PCIe",)),
-        GPU("h100", "NVIDIA H100 SXM", (9, 0), 80.0, 79.1, 3350.0, None, 232_448, True, True, 700,
-            "NVIDIA H100 datasheet", ("NVIDIA H100 80GB HBM3",)),
-        GPU("h100-pcie", "NVIDIA H100 PCIe", (9, 0), 80.0, 79.19, 2000.0, None, 232_448, True, True, 350,
+        GPU("a100-80gb-pcie", "NVIDIA A100 80GB PCIe", 79.15, 1935.0, None,
+            "NVIDIA A100 datasheet; 79.15 GiB as torch reports it", ("NVIDIA A100 80GB PCIe",)),
+        GPU("h100", "NVIDIA H100 SXM", 79.1, 3350.0, None, "NVIDIA H100 datasheet", ("NVIDIA H100 80GB HBM3",)),
+        GPU("h100-pcie", "NVIDIA H100 PCIe", 79.19, 2000.0, None,
             "NVIDIA H100 datasheet; 79.19 GiB as torch reports it", ("NVIDIA H100 PCIe",)),
-        GPU("h200", "NVIDIA H200", (9, 0), 141.0, 139.8, 4800.0, None, 232_448, True, True, 700,
-            "NVIDIA H200 datasheet", ("NVIDIA H200",)),
+        GPU("h200", "NVIDIA H200", 139.8, 4800.0, None, "NVIDIA H200 datasheet", ("NVIDIA H200",)),
     ]
 }
 
@@ -131,13 +117,6 @@ SAGEMAKER_INSTANCES: dict[str, tuple[str, int]] = {
     "ml.g6.xlarge": ("l4", 1), "ml.g6.2xlarge": ("l4", 1), "ml.g6.4xlarge": ("l4", 1),
     "ml.g6.12xlarge": ("l4", 4), "ml.g5.xlarge": ("a10g", 1), "ml.g5.2xlarge": ("a10g", 1),
 }
-
-
-def get_price(key: str) -> InstancePrice:
-    try:
-        return PRICES[key]
-    except KeyError:
-        raise Gemma4T4Error(f"no price for {key!r}", fix=f"use one of: {', '.join(PRICES)}") from None
 
 
 def sagemaker_price(instance_type: str) -> InstancePrice | None:

@@ -169,8 +169,7 @@ class DecodeBytes:
 
     ``weights_bytes`` follows the published convention: N_lin x b_lin + N_emb x b_emb, where
     N_lin counts the decoder linears as each checkpoint ships them and N_emb is the tied
-    output layer (the embedding lookup itself reads one row). ``vllm_weights_bytes`` is what
-    vLLM's Gemma 4 modules actually hold: no k/v for KV-shared layers, K twice on k_eq_v layers.
+    output layer (the embedding lookup itself reads one row).
     """
 
     model: str
@@ -181,7 +180,6 @@ class DecodeBytes:
     embed_bytes: int
     small_bytes: int  # norms, one embedding row, one PLE row
     weights_bytes: int
-    vllm_weights_bytes: int
     context_len: int
     kv_bytes: int  # KV cache read at context_len (0 when context_len is 0)
     kv_dtype_bytes: int
@@ -244,7 +242,6 @@ def decode_bytes_per_token(
     lin = linear_counts(v)
     b_lin, b_emb = _bytes_per_weight(fmt)
     linear_params = lin.read_per_token + (lin.kv_shared_projections if _ships_kv_shared_projections(fmt) else 0)
-    vllm_linear_params = lin.read_per_token + lin.k_eq_v_duplicate
     embed_params = v.vocab_size * v.hidden_size
     small = FP16_BYTES * (norm_params(v) + v.hidden_size + v.num_layers * v.ple_dim_per_layer)
     linear_bytes = round(linear_params * b_lin)
@@ -252,8 +249,7 @@ def decode_bytes_per_token(
     return DecodeBytes(
         model=v.key, format=fmt, linear_params=linear_params, linear_bytes=linear_bytes,
         embed_params=embed_params, embed_bytes=embed_bytes, small_bytes=small,
-        weights_bytes=linear_bytes + embed_bytes + small,
-        vllm_weights_bytes=round(vllm_linear_params * b_lin) + embed_bytes + small, context_len=context_len,
+        weights_bytes=linear_bytes + embed_bytes + small, context_len=context_len,
         kv_bytes=kv_read_bytes_per_token(v, context_len, kv_dtype_bytes) if context_len else 0,
         kv_dtype_bytes=kv_dtype_bytes,
     )

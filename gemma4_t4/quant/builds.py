@@ -43,11 +43,10 @@ class ModuleWeight:
     group_size: int | None = None
     symmetric: bool = True
 
-    def blocks(self, reader: CheckpointReader, rows_per_block: int) -> Iterator[tuple[int, WeightBlock]]:
+    def blocks(self, reader: CheckpointReader, rows_per_block: int) -> Iterator[WeightBlock]:
         rows_per_block = max(8, rows_per_block - rows_per_block % 8)  # zero points pack 8 rows per word
         for start in range(0, self.shape[0], rows_per_block):
-            stop = min(self.shape[0], start + rows_per_block)
-            yield start, self.read(reader, start, stop)
+            yield self.read(reader, start, min(self.shape[0], start + rows_per_block))
 
     def read(self, reader: CheckpointReader, start: int, stop: int) -> WeightBlock:
         m = self.module

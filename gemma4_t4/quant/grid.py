@@ -137,16 +137,10 @@ def check_tensor(reader: CheckpointReader, name: str, group_size: int = lattice.
         fit, choices = lattice.analyze(block, group_size, tol, tuple(scale_dtypes), levels_out=levels)
         hist += np.bincount(fit.peak.reshape(-1).astype(np.int64) + 1, minlength=10)[:10]
         bad = ~fit.on_grid
-        n_bad = int(bad.sum())
-        if n_bad and len(examples) < MAX_EXAMPLES:
-            r, g = np.nonzero(bad)
-            examples += [[int(a) + start, int(b)] for a, b in zip(r[:MAX_EXAMPLES], g[:MAX_EXAMPLES], strict=True)]
-        off += n_bad
-        dev = fit.deviation[np.isfinite(fit.deviation)]
-        if dev.size:
-            worst = max(worst, float(dev.max()))
-        if n_bad and not np.isfinite(fit.deviation).all():
-            worst = float("inf")
+        if len(examples) < MAX_EXAMPLES:
+            examples += (np.argwhere(bad)[:MAX_EXAMPLES] + [start, 0]).tolist()  # [row, group]
+        off += int(bad.sum())
+        worst = max(worst, float(fit.deviation.max()))  # inf where a group holds NaN/Inf
         for dt, choice in choices.items():
             exact[dt] += int(np.maximum(choice.exact, 0).sum())
             gexact[dt] += int((choice.exact == group_size).sum())
@@ -173,13 +167,11 @@ def grid_check(path: str, tensors: Sequence[str] | None = None, group_size: int 
     tol = lattice.validate_tol(tol)
     with open_checkpoint(path) as reader:
         selection = select_tensors(reader, tensors, group_size)
-        names = selection.names
         rows_out: list[TensorGrid] = []
-        bytes_read = 0
-        with progress_bar(sum(reader.tensors[n].nbytes for n in names), progress, "grid-check") as bar:
-            for name in names:
+        bytes_read = sum(reader.tensors[n].nbytes for n in selection.names)
+        with progress_bar(bytes_read, progress, "grid-check") as bar:
+            for name in selection.names:
                 rows_out.append(check_tensor(reader, name, group_size, tol, scale_dtypes))
-                bytes_read += reader.tensors[name].nbytes
                 bar.update(reader.tensors[name].nbytes)
     seconds = time.perf_counter() - t0
     weights = sum(r.weights for r in rows_out)
@@ -366,8 +358,7 @@ def compare_module(ref_reader: CheckpointReader, other_reader: CheckpointReader,
     ref_nf = other_nf = scale_nf = 0
     max_diff = 0.0
     sum_diff = 0.0
-    other_blocks = other.blocks(other_reader, rows_per_block)
-    for (_, rb), (_, ob) in zip(ref.blocks(ref_reader, rows_per_block), other_blocks, strict=True):
+    for rb, ob in zip(ref.blocks(ref_reader, rows_per_block), other.blocks(other_reader, rows_per_block), strict=True):
         v_ref = rb.values
         ref_nf += lattice.count_non_finite(v_ref)
         other_nf += lattice.count_non_finite(ob.values)
@@ -385,7 +376,7 @@ def compare_module(ref_reader: CheckpointReader, other_reader: CheckpointReader,
         diff = np.abs(v_other.astype(np.float64) - v_ref.astype(np.float64))
         same = v_other == v_ref
         identical += int(same.sum())
-        max_diff = max(max_diff, float(diff.max()) if diff.size else 0.0)
+        max_diff = max(max_diff, float(diff.max()))
         sum_diff += float(diff.sum())
         if cols % gs == 0:
             groups_identical += int(same.reshape(same.shape[0], -1, gs).all(axis=-1).sum())
@@ -410,11 +401,8 @@ def compare_module(ref_reader: CheckpointReader, other_reader: CheckpointReader,
 
 
 def validate_max_changed_pct(value: object) -> float:
-    try:
-        pct = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        pct = float("nan")
-    if not (np.isfinite(pct) and 0.0 <= pct <= 100.0):
+    pct = lattice.as_number(value)
+    if not 0.0 <= pct <= 100.0:
         raise Gemma4T4Error(f"levels-changed tolerance {value!r} is not a percentage from 0 to 100",
                             fix="use --max-changed-pct 0 (a lossless repack changes no level)")
     return pct

@@ -60,13 +60,18 @@ def validate_group_size(group_size: object, multiple_of: int = 1) -> int:
     return int(group_size)
 
 
-def validate_tol(tol: object) -> float:
-    """A lattice tolerance in levels: finite, 0 <= tol < 0.5."""
+def as_number(value: object) -> float:
+    """``value`` as a float; NaN when it is none, which every range check then refuses."""
     try:
-        value = float(tol)  # type: ignore[arg-type]
+        return float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        value = math.nan
-    if not (math.isfinite(value) and 0 <= value < MAX_TOL):
+        return math.nan
+
+
+def validate_tol(tol: object) -> float:
+    """A lattice tolerance in levels: 0 <= tol < 0.5."""
+    value = as_number(tol)
+    if not 0 <= value < MAX_TOL:
         raise Gemma4T4Error(f"tolerance {tol!r} is not usable: it must be a number from 0 to below {MAX_TOL} level",
                             fix=f"use --tol {DEFAULT_TOL} (bf16 storage rounds by up to ~0.03 level)")
     return value
@@ -150,10 +155,10 @@ class ScaleChoice:
 
 
 def _groups(w: np.ndarray, group_size: int) -> np.ndarray:
-    rows, cols = w.shape
-    if cols % group_size:
-        raise ValueError(f"{cols} columns are not a multiple of group size {group_size}")
-    return w.reshape(rows, cols // group_size, group_size)
+    """[rows, cols] -> [rows, groups, group_size], refusing any other shape."""
+    if w.ndim != 2 or w.shape[1] % group_size:
+        raise ValueError(f"expected [rows, a multiple of {group_size} columns], got shape {w.shape}")
+    return w.reshape(w.shape[0], w.shape[1] // group_size, group_size)
 
 
 def fit_lattice_numpy(w: np.ndarray, group_size: int = DEFAULT_GROUP, tol: float = DEFAULT_TOL) -> LatticeFit:
@@ -265,13 +270,6 @@ def _kernel_input(block: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(block, dtype=np.float32)
 
 
-def _check_shape(w: np.ndarray, group_size: int) -> None:
-    if w.ndim != 2:
-        raise ValueError(f"expected a 2-D tensor, got shape {w.shape}")
-    if w.shape[1] % group_size:
-        raise ValueError(f"{w.shape[1]} columns are not a multiple of group size {group_size}")
-
-
 def analyze(block: np.ndarray, group_size: int = DEFAULT_GROUP, tol: float = DEFAULT_TOL,
             scale_dtypes: tuple[str, ...] | list[str] = ("fp16",), value_dtype: str = "bf16",
             use_numba: bool | None = None, levels_out: np.ndarray | None = None,
@@ -286,7 +284,7 @@ def analyze(block: np.ndarray, group_size: int = DEFAULT_GROUP, tol: float = DEF
     for dt in scale_dtypes:
         if dt not in SCALE_DTYPES:
             raise ValueError(f"scale dtype must be one of {SCALE_DTYPES}, got {dt!r}")
-    _check_shape(block, group_size)
+    _groups(block, group_size)  # refuses a shape the groups do not tile
     if not numba_enabled(use_numba, block.size):
         w = as_values(block)
         with np.errstate(invalid="ignore"):  # a non-finite group is marked off the grid, as the kernels do
@@ -328,7 +326,7 @@ def choose_scale(w: np.ndarray, fit: LatticeFit, dtype: str = "fp16", value_dtyp
     if dtype not in SCALE_DTYPES:
         raise ValueError(f"scale dtype must be one of {SCALE_DTYPES}, got {dtype!r}")
     w = np.asarray(w)
-    _check_shape(w, fit.group_size)
+    _groups(w, fit.group_size)  # refuses a shape the groups do not tile
     if not numba_enabled(use_numba, w.size):
         with np.errstate(invalid="ignore"):  # a non-finite group is off the grid: its scale is the base one
             return choose_scale_numpy(as_values(w), fit, dtype, value_dtype)

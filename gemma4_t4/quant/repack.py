@@ -139,7 +139,7 @@ class BlockResult:
     zero_point: np.ndarray | None
     off_grid: int = 0
     requantized: int = 0
-    off_grid_examples: list[tuple[int, int]] = field(default_factory=list)
+    off_grid_examples: list[list[int]] = field(default_factory=list)  # [row, group]
     exact: dict[str, int] = field(default_factory=dict)
     levels_changed: int = 0
 
@@ -147,8 +147,7 @@ class BlockResult:
 Quantizer = Callable[[np.ndarray], BlockResult]
 
 
-def lattice_quantizer(group_size: int, scale_dtype: str, allow_requant: bool, tol: float = lattice.DEFAULT_TOL,
-                      report_dtypes: tuple[str, ...] = lattice.SCALE_DTYPES) -> Quantizer:
+def lattice_quantizer(group_size: int, scale_dtype: str, allow_requant: bool, report_dtypes: tuple[str, ...]) -> Quantizer:
     dtypes = tuple(dict.fromkeys((scale_dtype, *report_dtypes)))  # the written one first
     levels_buf = np.empty(0, np.int8)  # reused block after block: each block is packed before the next
 
@@ -156,10 +155,10 @@ def lattice_quantizer(group_size: int, scale_dtype: str, allow_requant: bool, to
         nonlocal levels_buf
         if levels_buf.size < block.size:
             levels_buf = np.empty(block.size, np.int8)
-        fit, choices = lattice.analyze(block, group_size, tol, dtypes, levels_out=levels_buf)
+        fit, choices = lattice.analyze(block, group_size, lattice.DEFAULT_TOL, dtypes, levels_out=levels_buf)
         off_mask = ~fit.on_grid
         off = int(off_mask.sum())
-        examples = [(int(r), int(g)) for r, g in zip(*np.nonzero(off_mask), strict=True)][:3] if off else []
+        examples = np.argwhere(off_mask)[:3].tolist()  # [row, group]
         requant = changed = 0
         if off and allow_requant:  # rare: fit the off-grid groups with plain RTN, then re-choose scales
             w = lattice.as_values(block)
@@ -254,7 +253,7 @@ def _side_bytes(src: Path) -> int:
 def build_quantized(
     src: str | Path, dst: str | Path, quantizer: Quantizer, *, method: str, group_size: int, scale_dtype: str,
     symmetric: bool, emb4: bool = False, overwrite: bool = False, shard_bytes: int = SHARD_BYTES,
-    block_bytes: int = BLOCK_BYTES, progress: bool | Callable[[str], None] = False,
+    progress: bool | Callable[[str], None] = False,
 ) -> RepackReport:
     """Shared writer for the lattice repack and the AWQ-style baseline."""
     t0 = time.perf_counter()
@@ -280,8 +279,8 @@ def build_quantized(
                                      source=str(reader.root)) as tmp:
             writer = ShardedWriter(tmp, plan, max_shard_bytes=shard_bytes)  # sized up front: a full disk fails here
             try:
-                tally = _scan(reader, writer, roles, quantizer, group_size, block_bytes,
-                              embed_name if untie else None, progress, method)
+                tally = _scan(reader, writer, roles, quantizer, group_size, embed_name if untie else None, progress,
+                              method)
                 _refuse_damaged(tally, roles)
                 files = writer.finish()
             except BaseException:
@@ -295,7 +294,7 @@ def build_quantized(
 
 
 def _scan(reader: LocalCheckpoint, writer: ShardedWriter, roles: dict[str, qconfig.TensorRole], quantizer: Quantizer,
-          group_size: int, block_bytes: int, lm_head_source: str | None, progress: bool | Callable[[str], None],
+          group_size: int, lm_head_source: str | None, progress: bool | Callable[[str], None],
           method: str) -> _Tally:
     """Copy or quantize every tensor, block by block, into ``writer`` (``lm_head_source``: the embedding
     also written as the untied lm_head); once a tensor refuses the build, read on without writing."""
@@ -304,10 +303,10 @@ def _scan(reader: LocalCheckpoint, writer: ShardedWriter, roles: dict[str, qconf
         for name in sorted(reader.tensors):
             info, role = reader.tensors[name], roles[name]
             if not role.quantize:
-                bad = _copy_tensor(reader, writer, name, block_bytes, write=not tally.refusing)
+                bad = _copy_tensor(reader, writer, name, write=not tally.refusing)
                 tally.add(info, TensorRepack(name, list(info.shape), "copy", role.reason, non_finite=bad))
             else:
-                tally.add(info, _quantize_tensor(reader, writer, info, role.module, quantizer, group_size, block_bytes,
+                tally.add(info, _quantize_tensor(reader, writer, info, role.module, quantizer, group_size,
                                                  write=not tally.refusing, lm_head=name == lm_head_source))
             bar.update(info.nbytes)
             if callable(progress):
@@ -392,12 +391,12 @@ def _plan_build(reader: LocalCheckpoint, src: str | Path, method: str, group_siz
     return roles, plan, qcfg, embed_name, untie
 
 
-def _copy_tensor(reader: LocalCheckpoint, writer: ShardedWriter, name: str, block_bytes: int, write: bool) -> int:
+def _copy_tensor(reader: LocalCheckpoint, writer: ShardedWriter, name: str, write: bool) -> int:
     """Copy one tensor block by block; returns its NaN/Inf count (a NaN in a norm would reach every
     logit), writing nothing once one is found but reading on so the error names every damaged tensor."""
 
     bad = 0
-    for start, stop in reader.row_blocks(name, block_bytes):
+    for start, stop in reader.row_blocks(name, BLOCK_BYTES):
         rows = reader.read_rows(name, start, stop)
         bad += non_finite_values(rows, reader.tensors[name].dtype)
         if write and not bad:
@@ -467,15 +466,14 @@ def _packed_plan(module: str, info: TensorInfo, group_size: int, scale_st: str, 
 
 
 def _quantize_tensor(reader: LocalCheckpoint, writer: ShardedWriter, info: TensorInfo, module: str,
-                     quantizer: Quantizer, group_size: int, block_bytes: int, write: bool,
-                     lm_head: bool) -> TensorRepack:
+                     quantizer: Quantizer, group_size: int, write: bool, lm_head: bool) -> TensorRepack:
     rows, cols = info.shape
     targets = [module] + ([qconfig.LM_HEAD] if lm_head else [])
     row = TensorRepack(info.name, [rows, cols], "int4", "4-bit embedding (emb4), also written as an untied lm_head"
                        if lm_head else ("int4 embedding" if "embed" in module else "int4 linear"),
                        groups=rows * cols // group_size)
     # zero points pack 8 rows per int32 word: keep blocks a multiple of 8 rows
-    step = max(8, (block_bytes // max(1, info.row_bytes)) // 8 * 8)
+    step = max(8, (BLOCK_BYTES // max(1, info.row_bytes)) // 8 * 8)
     if write:
         for t in targets:
             writer.write_rows(f"{t}.weight_shape", 0, np.array([rows, cols], np.int64))
@@ -518,7 +516,6 @@ def repack(
     group_size: int = lattice.DEFAULT_GROUP,
     allow_requant: bool = False,
     overwrite: bool = False,
-    tol: float = lattice.DEFAULT_TOL,
     shard_bytes: int = SHARD_BYTES,
     progress: bool | Callable[[str], None] = False,
     compare_scale_dtypes: bool = False,
@@ -532,7 +529,7 @@ def repack(
     reports both).
     """
     report_dtypes = lattice.SCALE_DTYPES if compare_scale_dtypes else (scale_dtype,)
-    quantizer = lattice_quantizer(group_size, scale_dtype, allow_requant, tol, report_dtypes)
+    quantizer = lattice_quantizer(group_size, scale_dtype, allow_requant, report_dtypes)
     return build_quantized(src, dst, quantizer, method="lattice", group_size=group_size, scale_dtype=scale_dtype,
                            symmetric=True, emb4=emb4, overwrite=overwrite, shard_bytes=shard_bytes,
                            progress=progress)

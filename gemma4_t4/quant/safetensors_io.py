@@ -97,26 +97,6 @@ def _no_constants(token: str) -> float:
     raise ValueError(f"{token} is not JSON")  # Python's json accepts NaN/Infinity; the format does not
 
 
-def parse_header(raw_len: bytes, read_header, source: str, file_size: int | None) -> tuple[dict, int]:
-    """Validate and parse a safetensors header. ``read_header(n)`` returns the n header bytes."""
-    if len(raw_len) < 8:
-        raise Gemma4T4Error(f"{source} is too short to be a safetensors file", fix="re-download the file")
-    (header_len,) = struct.unpack("<Q", raw_len)
-    if header_len == 0 or header_len > MAX_HEADER_BYTES or (file_size is not None and 8 + header_len > file_size):
-        raise Gemma4T4Error(
-            f"{source} is not a safetensors file (header length {header_len})",
-            fix="check the path; pickle checkpoints (.bin) are not supported, convert them to safetensors",
-        )
-    try:
-        header = json.loads(read_header(header_len), object_pairs_hook=_unique_keys, parse_constant=_no_constants)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        reason = "nested too deeply" if isinstance(exc, RecursionError) else exc
-        raise Gemma4T4Error(f"{source} has a corrupt safetensors header: {reason}", fix="re-download the file") from exc
-    if not isinstance(header, dict):
-        raise Gemma4T4Error(f"{source} has a corrupt safetensors header (not a JSON object)", fix="re-download the file")
-    return header, 8 + header_len
-
-
 def _corrupt(shard: str, what: str) -> Gemma4T4Error:
     return Gemma4T4Error(f"{shard}: {what}", fix="the file is corrupt or not a safetensors file; re-download it")
 
@@ -223,14 +203,21 @@ class CheckpointReader:
     def _exists(self, shard: str) -> bool:
         raise NotImplementedError
 
-    def _why_missing(self, shard: str) -> Gemma4T4Error | None:
-        """A more precise error than "missing" for a shard that is there but cannot be opened."""
-        return None
-
     # -- layout -------------------------------------------------------------------------
     def _shard_label(self, shard: str) -> str:
         # a single file given by its own path is named as given, a shard of a folder as folder/shard
         return self.source if self.source.endswith("/" + shard) or self.source == shard else f"{self.source}/{shard}"
+
+    def _load_folder(self) -> bool:
+        """Load the folder's index, else its ``model.safetensors``; False when it has neither."""
+        index_text = self.read_text(INDEX_NAME)
+        if index_text is not None:
+            self._load_index(index_text)
+        elif self._exists(SINGLE_NAME):
+            self._load_single(SINGLE_NAME)
+        else:
+            return False
+        return True
 
     def _load_single(self, shard: str) -> None:
         self.shards = [shard]
@@ -247,10 +234,6 @@ class CheckpointReader:
                                 fix="re-download the index file") from exc
         self.shards = sorted({safe_shard_name(v, self.source) for v in weight_map.values()})
         missing = [s for s in self.shards if not self._exists(s)]
-        for shard in missing:
-            why = self._why_missing(shard)
-            if why is not None:
-                raise why
         if missing:
             raise Gemma4T4Error(
                 f"{self.source}: {len(missing)} shard(s) named in {INDEX_NAME} are missing: {', '.join(missing[:5])}",
@@ -275,11 +258,23 @@ class CheckpointReader:
         return bytes(view)
 
     def _read_shard_header(self, shard: str) -> dict[str, TensorInfo]:
-        size = self._size(shard)
-        header, data_start = parse_header(
-            self._read(shard, 0, 8), lambda n: self._read(shard, 8, n), self._shard_label(shard), size
-        )
-        return tensors_from_header(header, data_start, shard, size)
+        """The shard's tensor table from its validated header (``_read`` gives all bytes asked or raises)."""
+        size, source = self._size(shard), self._shard_label(shard)
+        (header_len,) = struct.unpack("<Q", self._read(shard, 0, 8))
+        if header_len == 0 or header_len > MAX_HEADER_BYTES or (size is not None and 8 + header_len > size):
+            raise Gemma4T4Error(
+                f"{source} is not a safetensors file (header length {header_len})",
+                fix="check the path; pickle checkpoints (.bin) are not supported, convert them to safetensors",
+            )
+        try:
+            header = json.loads(self._read(shard, 8, header_len), object_pairs_hook=_unique_keys,
+                                parse_constant=_no_constants)
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            reason = "nested too deeply" if isinstance(exc, RecursionError) else exc
+            raise Gemma4T4Error(f"{source} has a corrupt safetensors header: {reason}", fix="re-download the file") from exc
+        if not isinstance(header, dict):
+            raise Gemma4T4Error(f"{source} has a corrupt safetensors header (not a JSON object)", fix="re-download the file")
+        return tensors_from_header(header, 8 + header_len, shard, size)
 
     # -- reads ----------------------------------------------------------------------------
     def info(self, name: str) -> TensorInfo:
@@ -360,16 +355,7 @@ class LocalCheckpoint(CheckpointReader):
                 self._load_single(p.name)
                 return
         self.root = p
-        index = p / INDEX_NAME
-        if index.exists():
-            try:
-                index_text = index.read_text()
-            except UnicodeDecodeError as exc:
-                raise Gemma4T4Error(f"{index} is not UTF-8 text", fix="re-download the index file") from exc
-            self._load_index(index_text)
-        elif (p / SINGLE_NAME).exists():
-            self._load_single(SINGLE_NAME)
-        else:
+        if not self._load_folder():
             singles = sorted(x.name for x in p.glob("*.safetensors"))
             pickles = sorted(x.name for x in p.iterdir() if x.name.lower().endswith(PICKLE_SUFFIXES))
             if len(singles) == 1:
@@ -387,11 +373,10 @@ class LocalCheckpoint(CheckpointReader):
         return self.root / shard
 
     def _exists(self, shard: str) -> bool:
-        return self._path(shard).is_file()
-
-    def _why_missing(self, shard: str) -> Gemma4T4Error | None:
         path = self._path(shard)
-        return missing_path_error(path) if path.is_symlink() else None
+        if not path.is_file() and path.is_symlink():  # there, but a loop or dangling: say which
+            raise missing_path_error(path)
+        return path.is_file()
 
     def _size(self, shard: str) -> int | None:
         return self._path(shard).stat().st_size
@@ -466,12 +451,7 @@ class RemoteCheckpoint(CheckpointReader):
             self._load_single(single)
             return
         self.base = url.rstrip("/")
-        index_text = self.read_text(INDEX_NAME)
-        if index_text is not None:
-            self._load_index(index_text)
-        elif self._exists(SINGLE_NAME):
-            self._load_single(SINGLE_NAME)
-        else:
+        if not self._load_folder():
             raise Gemma4T4Error(f"{url} has neither {INDEX_NAME} nor {SINGLE_NAME}",
                                 fix="use the checkpoint folder URL, e.g. https://huggingface.co/ORG/NAME/resolve/main")
 
