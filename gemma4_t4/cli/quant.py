@@ -13,29 +13,7 @@ def _grid_check(args: argparse.Namespace) -> Output:
 
     report = grid_check(args.checkpoint, tensors=args.tensor or None, group_size=args.group_size,
                         tol=args.tol, progress=not args.json and not args.quiet)
-    lines = [
-        f"{report.source}: {report.tensors_on_grid}/{report.tensors_checked} tensors on the int4 grid "
-        f"(group {report.group_size}, tolerance {report.tolerance_levels} level)",
-        f"  groups off grid: {report.groups_off_grid:,} of {report.groups_total:,}; weights checked: {report.weights_total:,}",
-        "  values a repack keeps bit-identical: "
-        + ", ".join(f"{k} scales {v:.2f} %" for k, v in report.values_bit_identical_pct.items()),
-        f"  read {report.bytes_read / 1e6:,.1f} MB in {report.seconds:.1f} s ({report.mb_per_s:,.0f} MB/s)",
-    ]
-    for name, count in report.tensors_non_finite.items():
-        lines.append(f"  NON-FINITE {name}: {count:,} NaN/Inf values (never on a grid; the checkpoint is damaged)")
-    for t in report.tensors:
-        if t.groups_off_grid:
-            lines.append(f"  OFF GRID {t.name}: {t.groups_off_grid:,}/{t.groups:,} groups, worst "
-                         f"{t.max_deviation_levels:.3f} level, e.g. [row, group] {t.off_grid_examples[:2]}")
-    for name, why in report.tensors_skipped.items():
-        lines.append(f"  not checked {name}: {why}")
-    for name in report.tensors_empty:
-        lines.append(f"  not checked {name}: zero-size (nothing to check; not counted as on the grid)")
-    if report.tensors_checked == 0:
-        lines.append(f"  NOTHING CHECKED: no 2-D float weight with a multiple of {report.group_size} columns "
-                     f"({len(report.tensors_skipped)} not checkable, {len(report.tensors_empty)} zero-size, "
-                     f"{report.tensors_not_weights} 0-D/1-D tensors that are not weights)")
-    return Output(report, "\n".join(lines), exit_code=0 if report.on_grid else 1)
+    return Output(report, str(report), exit_code=0 if report.on_grid else 1)
 
 
 def _grid_compare(args: argparse.Namespace) -> Output:
@@ -44,40 +22,7 @@ def _grid_compare(args: argparse.Namespace) -> Output:
 
     r = grid_compare(args.ref, args.other, group_size=args.group_size, modules=args.tensor or None,
                      progress=not args.json, max_changed_pct=args.max_changed_pct)
-    lines = [
-        f"{r.other} vs {r.ref}: {r.modules_compared} modules, {r.weights_total:,} weights",
-        f"  level changed (REF grid): {r.level_changed:,} ({r.level_changed_pct:.2f} % of "
-        f"{r.weights_with_ref_lattice:,} weights on REF's lattice)",
-        f"  values bit-identical: {r.bit_identical_pct:.2f} %   groups bit-identical: {r.groups_bit_identical_pct:.2f} %"
-        f"   max |diff| {r.max_abs_diff:.3g}",
-    ]
-    if r.modules_only_in_ref or r.modules_only_in_other:
-        lines.append(f"  only in REF: {len(r.modules_only_in_ref)}  only in OTHER: {len(r.modules_only_in_other)}")
-    for m in r.modules_empty:
-        lines.append(f"  not compared {m}: zero-size")
-    if r.modules_compared == 0:
-        lines.append("  NOTHING COMPARED: every shared module is zero-size")
-    elif r.weights_with_ref_lattice == 0:
-        lines.append("  NOTHING COMPARED on a lattice: no weight of REF sits on an int4 lattice, so no level "
-                     "change can be counted (is REF a QAT or int4 build?)")
-    elif not r.within_tolerance:
-        lines.append(f"  LEVELS CHANGED beyond tolerance: {r.level_changed_pct:.4g} % > {r.max_changed_pct:g} % "
-                     "(--max-changed-pct)")
-    return Output(r, "\n".join(lines), exit_code=0 if r.within_tolerance else 1)
-
-
-def _repack_text(r) -> str:
-    return "\n".join([
-        f"wrote {r.dst} ({r.method}, int4 g{r.group_size} {'symmetric' if r.symmetric else 'asymmetric'}, "
-        f"{r.scale_dtype} scales{', emb4' if r.emb4 else ''})",
-        f"  {r.tensors_quantized} tensors packed ({r.weights_quantized:,} weights), {r.tensors_copied} copied; "
-        f"ignore list: {len(r.ignore)} modules",
-        f"  groups off grid: {r.groups_off_grid:,}, requantized: {r.groups_requantized:,}, levels changed: "
-        f"{r.levels_changed if r.levels_changed is not None else 'n/a'}",
-        "  values bit-identical: " + ", ".join(f"{k} scales {v:.2f} %" for k, v in r.values_bit_identical_pct.items()),
-        f"  {r.bytes_read / 1e6:,.1f} MB -> {r.bytes_written / 1e6:,.1f} MB in {r.seconds:.1f} s ({r.mb_per_s:,.0f} MB/s)",
-        *(f"  {line}" for line in r.cleanup),
-    ])
+    return Output(r, str(r), exit_code=0 if r.within_tolerance else 1)
 
 
 def _repack(args: argparse.Namespace) -> Output:
@@ -87,7 +32,7 @@ def _repack(args: argparse.Namespace) -> Output:
     r = repack(args.src, args.dst, emb4=args.emb4, scale_dtype=args.scale_dtype, group_size=args.group_size,
                allow_requant=args.allow_requant, overwrite=args.overwrite, progress=not args.json,
                compare_scale_dtypes=args.compare_scale_dtypes)
-    return Output(r, _repack_text(r))
+    return Output(r, str(r))
 
 
 def _requant_awq(args: argparse.Namespace) -> Output:
@@ -96,7 +41,7 @@ def _requant_awq(args: argparse.Namespace) -> Output:
 
     r = awq_requantize(args.src, args.dst, group_size=args.group_size, scale_dtype=args.scale_dtype,
                        overwrite=args.overwrite, progress=not args.json)
-    return Output(r, _repack_text(r))
+    return Output(r, str(r))
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -77,12 +77,22 @@ class GridReport(Displayable):
                 f"values a repack reproduces bit for bit: {identical or '-'}")
 
     def table_rows(self) -> list[TensorGrid]:
-        return self.tensors
+        return sorted(self.tensors, key=lambda t: not t.groups_off_grid)  # off-grid tensors first
 
     def notes(self) -> list[str]:
-        """What the learner's own numbers mean (shown under the table in both displays)."""
+        """What the learner's own numbers mean, and every tensor that is damaged or was not checked (shown
+        under the table in both displays)."""
+        named = [*(f"NON-FINITE {name}: {count:,} NaN/Inf values (never on a grid; the checkpoint is damaged)"
+                   for name, count in self.tensors_non_finite.items()),
+                 *(f"not checked {name}: {why}" for name, why in self.tensors_skipped.items()),
+                 *(f"not checked {name}: zero-size (nothing to check; not counted as on the grid)"
+                   for name in self.tensors_empty),
+                 f"read {self.bytes_read / 1e6:,.1f} MB in {self.seconds:.1f} s ({self.mb_per_s:,.0f} MB/s)"]
         if self.tensors_checked == 0:
-            return ["Nothing was checked: no 2-D float weight was found, so this says nothing about the grid."]
+            return [f"NOTHING CHECKED: no 2-D float weight with a multiple of {self.group_size} columns "
+                    f"({len(self.tensors_skipped)} not checkable, {len(self.tensors_empty)} zero-size, "
+                    f"{self.tensors_not_weights} 0-D/1-D tensors that are not weights), so this says nothing "
+                    "about the grid.", *named]
         if self.on_grid:
             reading = (f"Every one of the {self.weights_total:,} weights in {self.tensors_checked} tensors sits "
                        f"exactly on a 4-bit level of its group of {self.group_size} (levels -8..7 times one scale "
@@ -92,7 +102,7 @@ class GridReport(Displayable):
             reading = (f"{bad} of {self.tensors_checked} tensors are off the grid ({self.groups_off_grid:,} of "
                        f"{self.groups_total:,} groups): those weights are not 4-bit numbers, so any int4 build "
                        "must move them, and the repack refuses them.")
-        return [reading, *tiny_model_note(self.weights_total)]
+        return [reading, *named, *tiny_model_note(self.weights_total)]
 
     @property
     def on_grid(self) -> bool:
@@ -303,14 +313,27 @@ class CompareReport(Displayable):
                  "modules": self.modules_compared}]
 
     def notes(self) -> list[str]:
-        """The learner's reading: how many weights this build moved off the level REF put them on."""
-        if not self.weights_with_ref_lattice:
-            return [f"No weight of {self.ref} sits on a 4-bit lattice, so no level could move: nothing compared."]
+        """The learner's reading: how many weights this build moved off the level REF put them on; and every
+        module that was not compared."""
+        named = [f"groups bit-identical: {self.groups_bit_identical_pct:.2f} %; max |diff| {self.max_abs_diff:.3g}",
+                 *(f"not compared {m}: zero-size" for m in self.modules_empty)]
+        if self.modules_only_in_ref or self.modules_only_in_other:
+            named.append(f"only in {self.ref}: {len(self.modules_only_in_ref)} modules; only in {self.other}: "
+                         f"{len(self.modules_only_in_other)}")
         moved = (f"{self.level_changed:,} of {self.weights_with_ref_lattice:,} weights "
                  f"({self.level_changed_pct:.3g} %) moved off their 4-bit level in {self.other}")
-        if self.level_changed == 0:
-            return [f"{moved}: the same int4 numbers, a lossless conversion."]
-        return [f"{moved}: it re-quantized with its own groups and scales, away from where training put them."]
+        if not self.modules_compared:
+            reading = "NOTHING COMPARED: every shared module is zero-size."
+        elif not self.weights_with_ref_lattice:
+            reading = f"No weight of {self.ref} sits on a 4-bit lattice, so no level could move: nothing compared."
+        elif self.level_changed == 0:
+            reading = f"{moved}: the same int4 numbers, a lossless conversion."
+        else:
+            reading = f"{moved}: it re-quantized with its own groups and scales, away from where training put them."
+        if self.weights_with_ref_lattice and not self.within_tolerance:
+            reading += (f" LEVELS CHANGED beyond tolerance: {self.level_changed_pct:.4g} % > "
+                        f"{self.max_changed_pct:g} %.")
+        return [reading, *named]
 
     @property
     def within_tolerance(self) -> bool:

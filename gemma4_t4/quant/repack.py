@@ -101,8 +101,13 @@ class RepackReport(Displayable):
             kept = "levels moved: not counted"
         else:
             kept = f"{self.levels_changed:,} weights moved to another level: not lossless"
+        identical = ", ".join(f"{k} scales {v:.2f} %" for k, v in self.values_bit_identical_pct.items())
         return [f"{self.tensors_quantized} tensors packed to int4, {kept}; {self.bytes_written / 1e6:,.1f} MB "
-                f"written, {share}."]
+                f"written, {share}.",
+                f"{'symmetric' if self.symmetric else 'asymmetric'}: {self.weights_quantized:,} weights packed, "
+                f"{self.tensors_copied} tensors copied, {len(self.ignore)} modules on the ignore list; groups off "
+                f"grid {self.groups_off_grid:,}, requantized {self.groups_requantized:,}; values bit-identical: "
+                f"{identical}; {self.seconds:.1f} s ({self.mb_per_s:,.0f} MB/s)", *self.cleanup]
 
 
 class TensorsRefused(Gemma4T4Error):

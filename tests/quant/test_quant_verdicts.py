@@ -137,7 +137,7 @@ def test_grid_compare_exit_code_follows_the_levels_changed_tolerance(tmp_path):
     repack(src, tmp_path / "lossless")
     awq_requantize(src, tmp_path / "awq")
     code, out, _ = _cli("grid-compare", src, tmp_path / "lossless")
-    assert code == 0 and "level changed (REF grid): 0 " in out
+    assert code == 0 and "(0 %) moved off their 4-bit level" in out and "lossless conversion" in out
     code, out, _ = _cli("grid-compare", src, tmp_path / "awq")
     pct = grid_compare(str(src), str(tmp_path / "awq")).level_changed_pct
     assert pct > 10 and code == 1 and f"{pct:.4g} % > 0 %" in out
@@ -153,7 +153,7 @@ def test_grid_compare_fails_when_nothing_is_on_a_lattice_or_everything_is_empty(
     b = _checkpoint(tmp_path / "b", {"a.weight": noise, "e.weight": np.zeros((0, 64), np.float32)})
     code, out, _ = _cli("grid-compare", a, b)
     assert (
-        code == 1 and "no weight of REF sits on an int4 lattice" in out and "not compared e: zero-size" in out
+        code == 1 and "sits on a 4-bit lattice, so no level could move" in out and "not compared e: zero-size" in out
     )
     code, out, _ = _cli("grid-compare", a, b, "--tensor", "e")
     assert code == 1 and "NOTHING COMPARED: every shared module is zero-size" in out
@@ -325,7 +325,7 @@ def test_an_asymmetric_packed_ref_has_no_lattice_to_count_levels_on(tmp_path):
     assert r.tensors[0].level_changed is None and r.weights_with_ref_lattice == 0
     assert not r.within_tolerance
     code, out, _ = _cli("grid-compare", tmp_path / "awq", src)
-    assert code == 1 and "no weight of REF sits on an int4 lattice" in out
+    assert code == 1 and "sits on a 4-bit lattice, so no level could move" in out
 
 
 def test_a_packed_ref_stored_on_a_non_coarsest_lattice_counts_on_its_finest(tmp_path):
