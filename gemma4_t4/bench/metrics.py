@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from gemma4_t4.bench.schemas import (
@@ -263,23 +263,18 @@ def series_decode(
     out.wall_short_ms, out.wall_long_ms, out.decode_tok_s = median(ws), median(wl), speed(ws, wl)
     out.samples = [s for s in (speed([a], [b]) for a, b in zip(ws, wl, strict=False)) if s is not None]
     if len(ws) > 1 and len(wl) > 1:
-        out.ci_low, out.ci_high = _interval(ws, wl, speed, resamples, seed)
+        rng = random.Random(seed)
+        estimates = sorted(
+            v
+            for v in (
+                speed([ws[rng.randrange(len(ws))] for _ in ws], [wl[rng.randrange(len(wl))] for _ in wl])
+                for _ in range(resamples)
+            )
+            if v is not None
+        )
+        if estimates:
+            out.ci_low, out.ci_high = percentile(estimates, 2.5), percentile(estimates, 97.5)
     return out
-
-
-def _interval(
-    a: Sequence[float], b: Sequence[float], estimate: Callable[[list[float], list[float]], float | None],
-    resamples: int, seed: int,
-) -> tuple[float | None, float | None]:
-    """The 95 % percentile-bootstrap interval of ``estimate(a, b)``, both sides resampled (deterministic
-    for a seed); a resample where the estimate is undefined (None) is left out."""
-    rng = random.Random(seed)
-    draws = (
-        estimate([a[rng.randrange(len(a))] for _ in a], [b[rng.randrange(len(b))] for _ in b])
-        for _ in range(resamples)
-    )
-    estimates = sorted(v for v in draws if v is not None)
-    return (percentile(estimates, 2.5), percentile(estimates, 97.5)) if estimates else (None, None)
 
 
 def ratio_ci(
@@ -294,11 +289,16 @@ def ratio_ci(
     b = [v for v in b if v is not None]
     if not a or not b:
         return (None, None, None)
-
-    def ratio(sa: list[float], sb: list[float]) -> float | None:
-        base = statistic(sa)
-        return statistic(sb) / base if base else None
-
+    base = statistic(a)
+    point = statistic(b) / base if base else None
     if len(a) < 2 or len(b) < 2:
-        return (ratio(a, b), None, None)
-    return (ratio(a, b), *_interval(a, b, ratio, resamples, seed))
+        return (point, None, None)
+    rng = random.Random(seed)
+    estimates = []
+    for _ in range(resamples):
+        sa = statistic([a[rng.randrange(len(a))] for _ in a])
+        sb = statistic([b[rng.randrange(len(b))] for _ in b])
+        if sa:
+            estimates.append(sb / sa)
+    estimates.sort()
+    return (point, percentile(estimates, 2.5), percentile(estimates, 97.5))
