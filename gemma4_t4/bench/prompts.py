@@ -155,7 +155,7 @@ class PromptFactory:
         """``lead`` + the longest start of ``body`` whose tokenized length is exactly ``target``."""
         tok = self.tokenizer
         body_ids = tok.encode(body)
-        base = tok.count(lead, chat=self.chat) if lead else tok.count("", chat=self.chat)
+        base = tok.count(lead, chat=self.chat)
         cut = max(0, target - base)
         best: tuple[int, str, int] | None = None
         seen: set[int] = set()

@@ -22,7 +22,7 @@ from pydantic import (
     model_validator,
 )
 
-from gemma4_t4.bench.cells import Cell, RunOptions, unique_cell
+from gemma4_t4.bench.cells import Cell, RunOptions, request_specs, warm_count
 from gemma4_t4.bench.schemas import BenchModel, CellSummary, RequestRecord
 from gemma4_t4.errors import Gemma4T4Error
 
@@ -195,7 +195,11 @@ class WorkloadSpec(BaseModel):
         ``length`` or ``output_len`` where they are not this workload's ``input_len``/``output_len``."""
         length = sizes.get("length") or getattr(self, "input_len", None)
         out = sizes.get("output_len") or self.output_len
-        return unique_cell(factory, run.api, self.warmup, name, self.workload, variant, c, n, length, out)
+        warm = f"w-{name}"
+        specs = request_specs(factory.unique(name, n, length), name, run.api, out)
+        # c = 100000 with 2 prompts has 2 in flight: its warm-up is 2 prompts, not 100000 to tokenize
+        warm_specs = request_specs(factory.unique(warm, warm_count(self.warmup, min(c, n)), length), warm, run.api, out)
+        return Cell(name, self.workload, variant, c, length, out, specs, warm_specs)
 
     def cells(self, run: RunOptions, factory: PromptFactory | None) -> list[Cell]:
         """Every cell known before anything is measured, prompts included."""

@@ -146,27 +146,6 @@ def write_summary(path: Path, run: RunInfo, cells: list[CellSummary]) -> None:
     atomic_write_text(path / CSV_FILE, cells_to_csv(cells))
 
 
-class TableRow(BaseModel):
-    """One display row of a cell (what notebooks show)."""
-
-    model_config = ConfigDict(populate_by_name=True)
-
-    workload: str
-    variant: str | None
-    concurrency: int | str | None = Field(description="closed loop: streams; open loop: 'R req/s'")
-    input_tokens: int | None = Field(alias="input tokens")
-    output_tokens: int | None = Field(alias="output tokens")
-    ok: int
-    failed: int
-    ttft_ms_median: float | None = Field(alias="TTFT ms (median)")
-    # "not measured: the server delivered N tokens in one flush" where the stream was buffered
-    tpot_ms_median: float | str | None = Field(alias="TPOT ms (median)")
-    per_stream_tok_s_median: float | str | None = Field(alias="per-stream tok/s (median)")
-    e2el_ms_median: float | None = Field(alias="E2EL ms (median)")
-    output_tok_s: float | None = Field(alias="output tok/s (all streams)")
-    prefix_cache_hit_rate: float | None = Field(alias="prefix cache hit rate")
-
-
 @dataclass
 class DecodeSpeed:
     """What a decode run measured, per concurrency; no ``per_stream`` (``not_measured`` says why)
@@ -352,21 +331,18 @@ class BenchRun(Displayable, BaseModel):
         where = f" on {self.run.base_url}" if self.run.base_url else ""
         return f"{what}{where}: not measured: {self.not_measured}" if self.not_measured else f"{what}{where}"
 
-    def table_rows(self) -> list[TableRow]:
-        return self.rows()
-
-    def rows(self) -> list[TableRow]:
-        """One display row per measured cell."""
+    def table_rows(self) -> list[dict[str, object]]:
+        """One display row per measured cell (what notebooks show): concurrency is the streams of a
+        closed loop, "R req/s" of an open one; a decode figure of a flushed cell is why it has none."""
         return [
-            TableRow(
-                workload=c.workload, variant=c.variant, input_tokens=c.input_len, output_tokens=c.output_len,
-                concurrency=c.concurrency if c.concurrency is not None
-                else f"{c.open_loop.offered_rate_rps if c.open_loop else None} req/s",
-                ok=c.completed, failed=c.failed, ttft_ms_median=c.ttft_ms.median,
-                e2el_ms_median=c.e2el_ms.median,
-                tpot_ms_median=c.decode_median(c.tpot_ms), per_stream_tok_s_median=c.decode_median(c.per_stream_tok_s),
-                output_tok_s=c.output_throughput_tok_s, prefix_cache_hit_rate=c.prefix_cache.hit_rate,
-            )
+            {"workload": c.workload, "variant": c.variant,
+             "concurrency": c.concurrency if c.concurrency is not None
+             else f"{c.open_loop.offered_rate_rps if c.open_loop else None} req/s",
+             "input tokens": c.input_len, "output tokens": c.output_len, "ok": c.completed, "failed": c.failed,
+             "TTFT ms (median)": c.ttft_ms.median, "TPOT ms (median)": c.decode_median(c.tpot_ms),
+             "per-stream tok/s (median)": c.decode_median(c.per_stream_tok_s), "E2EL ms (median)": c.e2el_ms.median,
+             "output tok/s (all streams)": c.output_throughput_tok_s,
+             "prefix cache hit rate": c.prefix_cache.hit_rate}
             for c in self.cells
         ]
 

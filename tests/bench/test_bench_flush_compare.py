@@ -70,7 +70,7 @@ def test_a_run_whose_c8_flushed_names_its_c8_cell_although_c1_streamed(tmp_path)
     assert speed.per_stream is None and speed.not_measured == run.decode_not_measured
     with pytest.raises(Gemma4T4Error, match=f"{FLUSH}.* in cell {c8.cell}"):
         run.require_streamed()
-    rows = [r.model_dump(by_alias=True) for r in run.rows()]
+    rows = run.table_rows()
     assert rows[0]["per-stream tok/s (median)"] > 0 and rows[1]["per-stream tok/s (median)"].startswith(FLUSH)
 
 

@@ -194,7 +194,7 @@ def test_a_flushing_server_gets_no_per_stream_speed_anywhere(tmp_path, capsys):
     (cell,) = a.cells
     assert cell.buffered and cell.per_stream_tok_s.median is None and cell.output_throughput_tok_s > 0
     reason = "not measured: the server delivered 128 tokens in one flush"
-    row = a.rows()[0].model_dump(by_alias=True)
+    row = a.table_rows()[0]
     assert row["per-stream tok/s (median)"].startswith(reason) and row["TPOT ms (median)"].startswith(reason)
     assert row["E2EL ms (median)"] > 30 and reason in a.table()
     with pytest.raises(Gemma4T4Error, match=reason) as err:

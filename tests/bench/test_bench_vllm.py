@@ -141,7 +141,7 @@ def test_decode_and_answers_through_the_typed_spine(vllm_server, tmp_path):
     for c in (1, 2):
         flushed = run.cell(workload="decode", concurrency=c).buffered
         assert (per_stream[c] is None) if flushed else (per_stream[c] or 0) > 0, (c, per_stream, flushed)
-    assert [r.ok for r in run.rows()] == [3, 3]
+    assert [r["ok"] for r in run.table_rows()] == [3, 3]
     assert load_run(run.dir).cells == run.cells and load_run(run.dir).run == run.run
     answers = run_benchmark(
         vllm_server.base_url, "tiny-gemma4", "answers", tmp_path / "ans", output_len=6, progress=False

@@ -393,7 +393,7 @@ def test_a_run_whose_later_cell_flushed_names_that_cell_and_gives_no_per_stream_
         "read its output tok/s and E2EL instead (they time the whole generation), "
         "or measure on a server that streams tokens as it makes them (vLLM on a GPU)"
     )
-    rows = [r.model_dump(by_alias=True) for r in run.rows()]
+    rows = run.table_rows()
     assert rows[0]["per-stream tok/s (median)"] == pytest.approx(50.0)
     assert rows[1]["TPOT ms (median)"].startswith("not measured: the server delivered 8 tokens")
 
@@ -420,7 +420,7 @@ def test_each_display_row_is_one_cell_with_its_medians(tmp_path):
                       open_loop=OpenLoopInfo(offered_rate_rps=2.5, max_in_flight=64),
                       prefix_cache=PrefixCache(hit_rate=0.5))  # fmt: skip
     run = _write(tmp_path / "r", [(_cell("decode-c1", records), records), (open_loop, records)])
-    first, second = (r.model_dump(by_alias=True) for r in run.table_rows())
+    first, second = run.table_rows()
     assert first == {
         "workload": "decode", "variant": None, "concurrency": 1, "input tokens": 16, "output tokens": 8,
         "ok": 4, "failed": 0, "TTFT ms (median)": pytest.approx(100.0), "TPOT ms (median)": pytest.approx(20.0),
