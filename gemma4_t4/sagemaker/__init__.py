@@ -8,18 +8,11 @@ TTL reaper) and ``cli_recipe`` (dry runs as aws CLI commands); ``image_check`` r
 built image. ``gemma4_t4.standins`` runs all of it offline.
 """
 
-from gemma4_t4.sagemaker.build import build_t4_image
-from gemma4_t4.sagemaker.config import DeployConfig, extra_args_to_env
+from gemma4_t4.sagemaker.config import DeployConfig
 from gemma4_t4.sagemaker.cost import estimate
-from gemma4_t4.sagemaker.deploy import (
-    DeployFailed,
-    DeployResult,
-    deploy,
-    deploy_with_failover,
-    deployment_plan,
-)
+from gemma4_t4.sagemaker.deploy import deploy, deployment_plan
 from gemma4_t4.sagemaker.health import check_health
-from gemma4_t4.sagemaker.image import find_fixed_image, find_vllm_image, required_ami_version, vllm_image_uri
+from gemma4_t4.sagemaker.image import find_vllm_image, vllm_image_uri
 from gemma4_t4.sagemaker.ops import (
     delete_endpoint,
     endpoint_logs,
@@ -30,31 +23,22 @@ from gemma4_t4.sagemaker.ops import (
 )
 from gemma4_t4.sagemaker.quotas import check_quotas, pick_region
 from gemma4_t4.sagemaker.reaper import reap
-from gemma4_t4.sagemaker.upload import upload_model_folder
 
 __all__ = [
     "DeployConfig",
-    "DeployFailed",
-    "DeployResult",
-    "build_t4_image",
     "check_health",
     "check_quotas",
     "delete_endpoint",
     "deploy",
-    "deploy_with_failover",
     "deployment_plan",
     "endpoint_logs",
     "endpoint_status",
     "estimate",
-    "extra_args_to_env",
-    "find_fixed_image",
     "find_vllm_image",
     "invoke",
     "invoke_stream",
     "list_endpoints",
     "pick_region",
     "reap",
-    "required_ami_version",
-    "upload_model_folder",
     "vllm_image_uri",
 ]

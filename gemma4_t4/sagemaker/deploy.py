@@ -306,7 +306,7 @@ def deploy(config: DeployConfig, *, client: Any = None, session: Any = None, wai
         result.success = True
         return result
     except BaseException as exc:
-        _roll_back(exc, sm, config, result, event, aas() if any(c.startswith("autoscaling:") for c in result.created) else None)
+        _roll_back(exc, sm, result, event, aas() if any(c.startswith("autoscaling:") for c in result.created) else None)
         result.elapsed_s = clock.elapsed()
         if isinstance(exc, KeyboardInterrupt):
             raise
@@ -315,18 +315,19 @@ def deploy(config: DeployConfig, *, client: Any = None, session: Any = None, wai
         result.elapsed_s = clock.elapsed()
 
 
-def _wait_and_scale(sm: Any, config: DeployConfig, result: DeployResult, event: Callable[[str, str], None],
+def _wait_and_scale(sm: Any, config: DeployConfig | None, result: DeployResult, event: Callable[[str, str], None],
                     aas: Callable[[], Any], clock: _Clock, timeout_s: float | None, poll_s: float, progress: bool,
                     sleep: Callable[[float], None]) -> None:
-    """Wait for InService (a Failed or timed-out endpoint raises _Failure), then register autoscaling."""
+    """Wait for InService (a Failed or timed-out endpoint raises _Failure), then register autoscaling.
+    ``timeout_s`` defaults to the container startup timeout plus 15 minutes for placement."""
     timeout = timeout_s if timeout_s is not None else config.startup_timeout_s + 900
-    final = wait_in_service(sm, config.name, timeout, poll_s, progress, event, sleep, clock.monotonic)
+    final = wait_in_service(sm, result.name, timeout, poll_s, progress, event, sleep, clock.monotonic)
     result.status = final["status"]
     result.failure_reason = final.get("reason")
     if result.status != "InService":
         raise _Failure(_fix_for(result))
     event("InService", f"after {clock.elapsed():.0f} s")
-    if config.autoscaling:
+    if config is not None and config.autoscaling:
         register_autoscaling(config, aas(), result, event)
 
 
@@ -373,17 +374,17 @@ def _refuse_existing(sm: Any, config: DeployConfig) -> None:
             )
 
 
-def _roll_back(exc: BaseException, sm: Any, config: DeployConfig, result: DeployResult,
-               event: Callable[[str, str], None], autoscaling_client: Any = None) -> None:
+def _roll_back(exc: BaseException, sm: Any, result: DeployResult, event: Callable[[str, str], None],
+               autoscaling_client: Any = None) -> None:
     """A deploy failed (or was interrupted) with ``exc``: record why and delete what it created."""
     if not isinstance(exc, _Failure):
         result.failure_reason = result.failure_reason or f"{type(exc).__name__}: {exc}"
-    if result.status in ("Error", "InService"):
+    if result.status in ("Error", "Creating", "InService"):
         result.status = "Interrupted" if isinstance(exc, KeyboardInterrupt) else "Error"
     result.rolled_back = rollback(sm, result.created, result.created_at, autoscaling_client)
     event("rolled back", ", ".join(result.rolled_back) or "nothing created")
     if isinstance(exc, KeyboardInterrupt) and result.rolled_back:
-        note_undone(exc, f"deleted {describe_deleted(result.rolled_back)} in {config.region}")
+        note_undone(exc, f"deleted {describe_deleted(result.rolled_back)} in {result.region}")
 
 
 def _fix_for(result: DeployResult) -> str:
@@ -536,7 +537,7 @@ class DeploymentWatcher:
         self.timeout_s = timeout_s
         self.poll_s = poll_s
         self.done = threading.Event()
-        self._start = time.monotonic()
+        self._clock = _Clock(time.monotonic)
         self._thread = threading.Thread(target=self._run, name=f"watch-{result.name}", daemon=True)
 
     def start(self) -> DeploymentWatcher:
@@ -544,29 +545,23 @@ class DeploymentWatcher:
         return self
 
     def _event(self, stage: str, detail: str = "") -> None:
-        self.result.timeline.append(TimelineEvent(round(time.monotonic() - self._start, 2), stage, detail))
+        self.result.timeline.append(TimelineEvent(self._clock.elapsed(), stage, detail))
+
+    def _autoscaling(self) -> Any:
+        self.autoscaling_client = (self.autoscaling_client
+                                   or client_factory()("application-autoscaling", self.result.region))
+        return self.autoscaling_client
 
     def _run(self) -> None:
+        """The blocking deploy's wait, scaling and rollback, in this thread and without a bar."""
         try:
-            final = wait_in_service(self.sm, self.result.name, self.timeout_s, self.poll_s, progress=False,
-                                    event=self._event)
-            self.result.status = final["status"]
-            self.result.failure_reason = final.get("reason")
-            if self.result.status == "InService" and self.config is not None and self.config.autoscaling:
-                self.autoscaling_client = (self.autoscaling_client
-                                           or client_factory()("application-autoscaling", self.config.region))
-                register_autoscaling(self.config, self.autoscaling_client, self.result, self._event)
-            self.result.success = self.result.status == "InService"
-        except _Failure:
-            self.result.status, self.result.success = "Error", False
+            _wait_and_scale(self.sm, self.config, self.result, self._event, self._autoscaling, self._clock,
+                            self.timeout_s, self.poll_s, False, time.sleep)
+            self.result.success = True
         except Exception as exc:  # noqa: BLE001 - reported on the result, then rolled back
-            self.result.status, self.result.success = "Error", False
-            self.result.failure_reason = f"{type(exc).__name__}: {exc}"
-        if not self.result.success:
-            self.result.rolled_back = rollback(self.sm, self.result.created, self.result.created_at,
-                                               self.autoscaling_client)
-            self._event("rolled back", ", ".join(self.result.rolled_back) or "nothing created")
-        self.result.elapsed_s = round(time.monotonic() - self._start, 2)
+            self.result.success = False
+            _roll_back(exc, self.sm, self.result, self._event, self.autoscaling_client)
+        self.result.elapsed_s = self._clock.elapsed()
         self.done.set()
 
     def wait(self, timeout: float | None = None) -> DeployResult:
