@@ -91,14 +91,6 @@ class BuildTarget:
     bucket: str
     source_key: str
 
-    @property
-    def own_registry(self) -> str:
-        return self.image_uri.split("/", 1)[0]
-
-    @property
-    def dlc_registry(self) -> str:
-        return self.base_image.split("/", 1)[0]
-
 
 def build_target(region: str, account: str, base_tag: str = images.DEFAULT_VLLM_TAG,
                  bundle_sha256: str | None = None, tag: str | None = None) -> BuildTarget:
@@ -141,7 +133,8 @@ def role_policy(target: BuildTarget) -> JSONObject:
 
 def build_env(target: BuildTarget) -> list[JSONObject]:
     env = {"BASE_IMAGE": target.base_image, "TARGET_IMAGE": target.image_uri,
-           "DLC_REGISTRY": target.dlc_registry, "OWN_REGISTRY": target.own_registry}
+           "DLC_REGISTRY": target.base_image.split("/", 1)[0],
+           "OWN_REGISTRY": target.image_uri.split("/", 1)[0]}
     return [{"name": k, "value": v, "type": "PLAINTEXT"} for k, v in env.items()]
 
 
@@ -431,22 +424,18 @@ class BuildHolder(TypedDict, total=False):
     build_id: str
 
 
-def build_lock_path(region: str, repository: str = images.T4_IMAGE_REPOSITORY) -> Path:
-    return cache_root() / "locks" / f"build-image-{region}-{repository}.lock"
-
-
 @contextlib.contextmanager
-def build_lock(region: str, repository: str = images.T4_IMAGE_REPOSITORY) -> Iterator[Callable[..., None]]:
+def build_lock(region: str) -> Iterator[Callable[..., None]]:
     """One build-image at a time per region and repository: two would push the same tag (``-r2`` under
     --force) and the second fails after its whole billed build. Yields a function recording the holder's
     tag and build id for the refusal. An fcntl lock dies with the process, so a killed run never sticks."""
-    path = build_lock_path(region, repository)
+    path = cache_root() / "locks" / f"build-image-{region}-{images.T4_IMAGE_REPOSITORY}.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise _already_building(region, repository, path) from None
+            raise _already_building(region, path) from None
         holder: BuildHolder = {"pid": os.getpid(),
                                "started_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
 
@@ -465,7 +454,7 @@ def build_lock(region: str, repository: str = images.T4_IMAGE_REPOSITORY) -> Ite
             handle.truncate()  # unlocked when the file closes
 
 
-def _already_building(region: str, repository: str, path: Path) -> Gemma4T4Error:
+def _already_building(region: str, path: Path) -> Gemma4T4Error:
     try:
         holder = json.loads(path.read_text() or "{}")
     except (OSError, ValueError):
@@ -473,7 +462,7 @@ def _already_building(region: str, repository: str, path: Path) -> Gemma4T4Error
     build_id, tag = holder.get("build_id"), holder.get("tag")
     running = f"CodeBuild build {build_id}" if build_id else "its CodeBuild build not started yet"
     return Gemma4T4Error(
-        f"build-image is already running for {repository} in {region} (pid {holder.get('pid', '?')}, "
+        f"build-image is already running for {images.T4_IMAGE_REPOSITORY} in {region} (pid {holder.get('pid', '?')}, "
         f"since {holder.get('started_at', '?')}, {running}" + (f", tag {tag}" if tag else "") + ")",
         fix="wait for it to finish, then re-run (it reuses the image that build pushes)"
         + (f"; follow it with: aws codebuild batch-get-builds --region {region} --ids {build_id}" if build_id else "")
@@ -578,25 +567,14 @@ def build_record(result: BuildResult) -> BuildRecord:
                        recorded_at=dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
 
 
-@dataclass
-class T4Image:
-    """The fixed image a T4 deploy will use: found in ECR, or built now."""
-
-    image_uri: str
-    digest: str | None
-    built: bool
-    build: BuildResult | None = None
-
-
 def ensure_t4_image(region: str, base_tag: str = images.DEFAULT_VLLM_TAG, *, progress: bool = True,
                     on_build_succeeded: Callable[[BuildTarget], None] | None = None,
-                    **kwargs: Any) -> T4Image:
+                    **kwargs: Any) -> images.FixedImage:
     """The newest fixed image in ``region``'s ECR, else build one (its cost is printed first)."""
     try:
-        found = images.find_fixed_image(region)
-        return T4Image(found.image_uri, found.digest, built=False)
+        return images.find_fixed_image(region)
     except Gemma4T4Error as missing:
         print(f"{missing.message}\nbuilding it: {build_cost().line()}")
     result = build_t4_image(region, base_tag, progress=progress, on_build_succeeded=on_build_succeeded,
                             **kwargs)
-    return T4Image(result.image_uri, result.digest, built=True, build=result)
+    return images.FixedImage(result.image_uri, result.tag, result.digest, build=result)

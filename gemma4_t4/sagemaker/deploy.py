@@ -498,18 +498,15 @@ def deploy_with_failover(config: DeployConfig, regions: Sequence[str] = US_REGIO
             result = deploy(attempt_config, client=make("sagemaker", region), ecr_client=make("ecr", region),
                             **deploy_kwargs)
         except DeployFailed as exc:
-            capacity = is_capacity_failure(exc.result.failure_reason)
-            outcome.attempts.append(FailoverAttempt(
-                region, "capacity" if capacity else "failed", started, round(time.monotonic() - t0, 2),
-                exc.result.failure_reason, exc.result.timeline, exc.result.rolled_back))
-            if not capacity:
-                return outcome
-            continue
-        outcome.attempts.append(
-            FailoverAttempt(region, result.status, started, round(time.monotonic() - t0, 2), None,
-                            result.timeline))
-        outcome.success, outcome.region, outcome.deployment = True, region, result
-        return outcome
+            result = exc.result
+        capacity = not result.success and is_capacity_failure(result.failure_reason)
+        ended = result.status if result.success else "capacity" if capacity else "failed"
+        outcome.attempts.append(FailoverAttempt(region, ended, started, round(time.monotonic() - t0, 2),
+                                                result.failure_reason, result.timeline, result.rolled_back))
+        if result.success:
+            outcome.success, outcome.region, outcome.deployment = True, region, result
+        if not capacity:
+            return outcome
     if outcome.attempts and all(a.outcome == "skipped: no quota" for a in outcome.attempts):
         raise Gemma4T4Error(
             f"no quota for {quota_name(config.instance_type)!r} in any region tried "

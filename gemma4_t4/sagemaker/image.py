@@ -4,7 +4,6 @@ never chosen automatically) and the driver (``InferenceAmiVersion``) an image's 
 
 from __future__ import annotations
 
-import datetime as dt
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -114,9 +113,7 @@ class ImageTag:
 
     tag: str
     vllm_version: tuple[int, int, int]
-    python: str
     cuda: tuple[int, int]
-    os: str
     sagemaker_revision: tuple[int, ...]
 
     @property
@@ -131,8 +128,8 @@ def parse_tag(tag: str) -> ImageTag | None:
         return None
     cuda = match["cuda"]
     version = tuple(int(p) for p in match["version"].split("."))
-    return ImageTag(tag=tag, vllm_version=version, python=match["py"],  # type: ignore[arg-type]
-                    cuda=(int(cuda[:-1]), int(cuda[-1])), os=match["os"],
+    return ImageTag(tag=tag, vllm_version=version,  # type: ignore[arg-type]
+                    cuda=(int(cuda[:-1]), int(cuda[-1])),
                     sagemaker_revision=tuple(int(p) for p in match["sm"].split(".")))
 
 
@@ -160,11 +157,9 @@ def ecr_domain(region: str) -> str:
     return "amazonaws.com.cn" if region.startswith("cn-") else "amazonaws.com"
 
 
-def vllm_image_uri(region: str, tag: str = DEFAULT_VLLM_TAG, account: str | None = None,
-                   repository: str = DLC_REPOSITORY) -> str:
+def vllm_image_uri(region: str, tag: str = DEFAULT_VLLM_TAG) -> str:
     """``<account>.dkr.ecr.<region>.amazonaws.com/vllm:<tag>``."""
-    account = account or dlc_account(region)
-    return f"{account}.dkr.ecr.{region}.{ecr_domain(region)}/{repository}:{tag}"
+    return f"{dlc_account(region)}.dkr.ecr.{region}.{ecr_domain(region)}/{DLC_REPOSITORY}:{tag}"
 
 
 def image_tag(image_uri: str) -> str:
@@ -258,13 +253,12 @@ def check_ami_for_image(ami_version: str | None, image_uri: str, instance_type: 
         )
 
 
-def list_vllm_tags(region: str, ecr_client: Any = None, account: str | None = None,
-                   repository: str = DLC_REPOSITORY) -> list[str]:
+def list_vllm_tags(region: str, ecr_client: Any = None) -> list[str]:
     """Every tag in the regional vLLM DLC repository (needs ECR read permission on it)."""
     ecr = ecr_client or client_factory()("ecr", region)
     tags: list[str] = []
     pages = ecr.get_paginator("list_images").paginate(
-        registryId=account or dlc_account(region), repositoryName=repository, filter={"tagStatus": "TAGGED"})
+        registryId=dlc_account(region), repositoryName=DLC_REPOSITORY, filter={"tagStatus": "TAGGED"})
     for page in pages:
         tags += [i["imageTag"] for i in page.get("imageIds", []) if i.get("imageTag")]
     return sorted(set(tags))
@@ -288,26 +282,24 @@ class ResolvedTag:
         return f"{self.tag} (given)"
 
 
-def resolve_dlc_tag(region: str, tag: str | None = None, *,
-                    release: tuple[int, int, int] = DEFAULT_VLLM_RELEASE, ecr_client: Any = None,
-                    account: str | None = None) -> ResolvedTag:
-    """The newest pinned ``...-sagemaker-vN.M`` tag (numeric order) of vLLM ``release`` in ``region``'s
-    DLC registry; an explicit ``tag`` wins. When the registry cannot be read or holds no tag for the
+def resolve_dlc_tag(region: str, tag: str | None = None, *, ecr_client: Any = None) -> ResolvedTag:
+    """The newest pinned ``...-sagemaker-vN.M`` tag (numeric order) of vLLM :data:`DEFAULT_VLLM_RELEASE` in
+    ``region``'s DLC registry; an explicit ``tag`` wins. When the registry cannot be read or holds no tag for the
     release, the recorded :data:`DEFAULT_VLLM_TAG` is used, labelled as a fallback with the reason."""
     if tag:
         validate_tag(tag)
         return ResolvedTag(tag, "override")
     validate_region(region)
     try:
-        tags = list_vllm_tags(region, ecr_client, account)
+        tags = list_vllm_tags(region, ecr_client)
     except aws_exceptions() as exc:
         code = error_code(exc) or type(exc).__name__
         return ResolvedTag(DEFAULT_VLLM_TAG, "fallback", f"{code}: {error_message(exc)}")
     except Gemma4T4Error as exc:  # boto3 missing
         return ResolvedTag(DEFAULT_VLLM_TAG, "fallback", exc.message)
-    wanted = [p for p in (parse_tag(t) for t in tags) if p is not None and p.vllm_version == release]
+    wanted = [p for p in (parse_tag(t) for t in tags) if p is not None and p.vllm_version == DEFAULT_VLLM_RELEASE]
     if not wanted:
-        version = ".".join(map(str, release))
+        version = ".".join(map(str, DEFAULT_VLLM_RELEASE))
         reason = f"no pinned {version} SageMaker tag among {len(tags)} tags"
         return ResolvedTag(DEFAULT_VLLM_TAG, "fallback", reason, len(tags))
     return ResolvedTag(max(wanted, key=lambda p: p.sort_key).tag, "registry", candidates=len(tags))
@@ -434,12 +426,16 @@ def planned_t4_image_uri(region: str, base_tag: str = DEFAULT_VLLM_TAG) -> str:
 
 @dataclass
 class FixedImage:
-    region: str
+    """The fixed image a T4 deploy uses: found in ECR, or built now (``build``, a ``build.BuildResult``)."""
+
     image_uri: str
     tag: str
     digest: str | None
-    pushed_at: str | None
-    candidates: int
+    build: Any = None
+
+    @property
+    def built(self) -> bool:
+        return self.build is not None
 
 
 class EcrImageDetail(TypedDict, total=False):
@@ -448,7 +444,6 @@ class EcrImageDetail(TypedDict, total=False):
     registryId: str
     imageDigest: str
     imageTags: list[str]
-    imagePushedAt: dt.datetime  # boto3 parses the timestamp
 
 
 def fixed_images(ecr: Any) -> list[EcrImageDetail]:
@@ -464,7 +459,7 @@ def fixed_images(ecr: Any) -> list[EcrImageDetail]:
         return []
 
 
-def find_fixed_image(region: str, *, ecr_client: Any = None, account: str | None = None) -> FixedImage:
+def find_fixed_image(region: str, *, ecr_client: Any = None) -> FixedImage:
     """The newest fixed T4 image in this account's ECR in ``region``; refuses when there is none."""
     validate_region(region)
     ecr = ecr_client or client_factory()("ecr", region)
@@ -483,7 +478,5 @@ def find_fixed_image(region: str, *, ecr_client: Any = None, account: str | None
             "fixed image in this region)",
         )
     detail = by_tag[tag]
-    account = account or detail.get("registryId") or ACCOUNT_PLACEHOLDER
-    pushed = detail.get("imagePushedAt")
-    return FixedImage(region, t4_image_uri(account, region, tag), tag, detail.get("imageDigest"),
-                      pushed.isoformat() if hasattr(pushed, "isoformat") else pushed, len(by_tag))
+    account = detail.get("registryId") or ACCOUNT_PLACEHOLDER
+    return FixedImage(t4_image_uri(account, region, tag), tag, detail.get("imageDigest"))
