@@ -206,8 +206,10 @@ SHUTDOWN_GRACE_S = 600.0  # how long a shutdown waits for in-flight tools to rol
 
 def _cancellable_sleep(seconds: float) -> None:
     """The sleep between polls of billing work (deploy, build): the server's shutdown ends it by raising
-    ``signals.Terminated``, so the caller's Ctrl-C cleanup (rollback, stop the build) runs in its thread."""
-    if _SHUTDOWN.wait(seconds):
+    ``signals.Terminated``, so the caller's Ctrl-C cleanup (rollback, stop the build) runs in its thread.
+    Every caller passes a number (a poll interval); ``float`` refuses None, which ``Event.wait`` would
+    take as a wait without end."""
+    if _SHUTDOWN.wait(float(seconds)):
         raise signals.Terminated(_STOP_SIGNAL[0])
 
 

@@ -363,6 +363,29 @@ def test_a_billing_wait_sleeps_its_time_when_nothing_stops_it():
         mcp_server._SHUTDOWN.clear()
 
 
+def test_a_billing_wait_of_none_is_refused_not_endless():
+    """None is no number of seconds: Event.wait(None) would block the tool's thread until a shutdown."""
+    outcome: list[BaseException | None] = []
+
+    def wait() -> None:
+        try:
+            mcp_server._cancellable_sleep(None)  # type: ignore[arg-type]
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 - recorded for the assertion below
+            outcome.append(exc)
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    waiter.start()
+    waiter.join(timeout=5)
+    try:
+        assert not waiter.is_alive(), "a wait of None never returned"
+        assert isinstance(outcome[0], TypeError)
+    finally:
+        mcp_server._SHUTDOWN.set()  # ends the wait of the code before the fix, should it still be waiting
+        waiter.join(timeout=5)
+        mcp_server._SHUTDOWN.clear()
+
+
 def test_a_confirming_tool_must_take_a_strict_confirm_that_defaults_to_false():
     def no_confirm() -> None: ...
 
