@@ -36,7 +36,7 @@ class Output:
     """What a command produced: machine-readable ``data``, human ``text``, an exit code."""
 
     data: Any
-    text: str | None = None
+    text: str
     exit_code: int = 0
 
 
@@ -99,15 +99,6 @@ def _command_named(argv: Sequence[str]) -> str | None:
     return next((word for word in argv if not word.startswith("-")), None)
 
 
-def emit(output: Output, as_json: bool) -> None:
-    if as_json:
-        print(json.dumps(to_jsonable(output.data), indent=2, sort_keys=False))
-    else:
-        text = output.text if output.text is not None else json.dumps(to_jsonable(output.data), indent=2)
-        if text:
-            print(text)
-
-
 def report_error(exc: BaseException, as_json: bool, debug: bool) -> int:
     """Show ``exc`` as the user sees every failure: one message, its fix; the traceback on --debug."""
     error = user_error(exc)
@@ -135,14 +126,11 @@ def _reader_went_away() -> int:
     return BROKEN_PIPE_EXIT
 
 
-def _wants(flag: str, argv: Sequence[str] | None) -> bool:
-    return flag in (sys.argv[1:] if argv is None else argv)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    as_json, debug = _wants("--json", argv), debug_enabled(_wants("--debug", argv))
+    words = sys.argv[1:] if argv is None else argv
+    as_json, debug = "--json" in words, debug_enabled("--debug" in words)
     try:
-        parser = build_parser(_command_named(sys.argv[1:] if argv is None else argv))
+        parser = build_parser(_command_named(words))
         args = parser.parse_args(argv)
         handler: Handler | None = getattr(args, "_handler", None)
         if handler is None:
@@ -152,7 +140,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             bool(getattr(args, "json", False)), debug_enabled(bool(getattr(args, "debug", False))),
         )
         output = handler(args)
-        emit(output, as_json)
+        if as_json:
+            print(json.dumps(to_jsonable(output.data), indent=2))
+        elif output.text:
+            print(output.text)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -15,20 +15,18 @@ from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation import signals
 from gemma4_t4.foundation.launch_record import DEFAULT_WORK_DIR
 from gemma4_t4.serving.launch_profile import host_key
+from gemma4_t4.serving.server_config import DEFAULT_T4_MODEL
 from gemma4_t4.studies import tune
-from gemma4_t4.studies.tune import DEFAULT_MINUTES
-
-DEFAULT_MODEL = "google/gemma-4-E2B-it-qat-w4a16-ct"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = add_command(subparsers, "tune", _tune,
                     "measure the drafter (off, N=1..6 at 1 and 8 streams) and the prefill route on this GPU; "
                     "cache one launch profile that serve start --target t4 follows")
-    p.add_argument("--model", default=DEFAULT_MODEL, help=f"the model to tune (default {DEFAULT_MODEL})")
+    p.add_argument("--model", default=DEFAULT_T4_MODEL, help=f"the model to tune (default {DEFAULT_T4_MODEL})")
     p.add_argument("--dry-run", action="store_true", help="print the plan of measurements; start nothing")
-    p.add_argument("--minutes", type=float, default=DEFAULT_MINUTES, metavar="N",
-                   help=f"refuse a plan estimated to take longer (default {DEFAULT_MINUTES:g})")
+    p.add_argument("--minutes", type=float, default=tune.DEFAULT_MINUTES, metavar="N",
+                   help=f"refuse a plan estimated to take longer (default {tune.DEFAULT_MINUTES:g})")
     p.add_argument(
         "--work-dir", default=DEFAULT_WORK_DIR, help="server logs and benchmark results (serve's default)"
     )
