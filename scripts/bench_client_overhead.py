@@ -22,7 +22,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from gemma4_t4.bench.client import RequestSpec, make_session, run_closed_loop
+from gemma4_t4.bench.client import RequestSpec, closed_loop, make_session, send_request
 from gemma4_t4.bench.metrics import percentile
 from gemma4_t4.serving.server_state import free_port
 
@@ -44,7 +44,11 @@ def start_fake(port: int, *flags: str) -> subprocess.Popen:
 
 async def run(base: str, specs: list[RequestSpec], concurrency: int):
     async with make_session(concurrency) as session:
-        return await run_closed_loop(session, base, "fake-model", specs, concurrency)
+
+        async def send(spec: RequestSpec):
+            return await send_request(session, base, "fake-model", spec)
+
+        return await closed_loop(send, specs, concurrency)
 
 
 def main() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from fakes.bench_runs import save_run
 
 from gemma4_t4.bench.cells import RunOptions
 from gemma4_t4.bench.compare import compare_runs
@@ -90,7 +91,7 @@ def _run(folder, gap_s: float) -> BenchRun:
             CellSummary(cell="decode-c1", workload="decode", variant="decode", concurrency=1, completed=4)
         ],
     )
-    run.save()
+    save_run(run)
     lines, start = [], 0.0
     for i in range(4):
         chunks = [start + (k + 1) * gap_s for k in range(20)]

@@ -273,14 +273,7 @@ def make_session(concurrency: int, timeout_s: float | None = 600.0) -> aiohttp.C
 
 
 Send = Callable[[RequestSpec], Awaitable[RequestRecord]]
-OnRecord = Callable[[RequestRecord], Awaitable[None] | None] | None
-
-
-async def _emit(on_record: OnRecord, record: RequestRecord) -> None:
-    if on_record is not None:
-        maybe = on_record(record)
-        if asyncio.iscoroutine(maybe):
-            await maybe
+OnRecord = Callable[[RequestRecord], None] | None
 
 
 async def closed_loop(
@@ -300,7 +293,8 @@ async def closed_loop(
                 return
             record = await send(spec)
             results[index] = record
-            await _emit(on_record, record)
+            if on_record:
+                on_record(record)
 
     await asyncio.gather(*(worker() for _ in range(max(1, min(concurrency, len(specs))))))
     return [r for r in results if r is not None]
@@ -326,7 +320,8 @@ async def open_loop(
             record = await send(spec)
         record.scheduled_s = at
         results[index] = record
-        await _emit(on_record, record)
+        if on_record:
+            on_record(record)
 
     tasks = []
     for index, (spec, offset) in enumerate(zip(specs, offsets, strict=True)):
@@ -337,18 +332,6 @@ async def open_loop(
         tasks.append(asyncio.create_task(one(index, spec, at)))
     await asyncio.gather(*tasks)
     return [r for r in results if r is not None]
-
-
-async def run_closed_loop(
-    session: aiohttp.ClientSession, base_url: str, model: str, specs: Sequence[RequestSpec], concurrency: int,
-    on_record: OnRecord = None, api_key: str | None = None, keep_text: bool = False,
-) -> list[RequestRecord]:
-    """The closed loop over HTTP (see :func:`closed_loop`)."""
-
-    async def send(spec: RequestSpec) -> RequestRecord:
-        return await send_request(session, base_url, model, spec, api_key=api_key, keep_text=keep_text)
-
-    return await closed_loop(send, specs, concurrency, on_record)
 
 
 ARRIVALS = ("poisson", "constant")

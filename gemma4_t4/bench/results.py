@@ -187,14 +187,6 @@ class BenchRun(Displayable, BaseModel):
             run = RunInfo.model_validate(summary.run)
         return cls(dir=path, run=run, cells=summary.cells)
 
-    def save(self, out_dir: str | os.PathLike | None = None) -> Path:
-        """Write run.json, summary.json and summary.csv (records are written as they are measured)."""
-        path = Path(out_dir) if out_dir is not None else self.dir
-        path.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(path / RUN_FILE, self.run.to_json())
-        write_summary(path, self.run, self.cells)
-        return path
-
     @property
     def records(self) -> list[StoredRecord]:
         if self._records is None:

@@ -12,7 +12,7 @@ from fakes.bench_cli_args import bench_run_argv
 from fakes.fake_openai_server import FakeScript, FakeServer, FakeServerState
 
 from gemma4_t4.bench import compare_runs, load_run, plot_compare, plot_run, run_benchmark
-from gemma4_t4.bench.client import RequestSpec, make_session, run_closed_loop
+from gemma4_t4.bench.client import RequestSpec, closed_loop, make_session, send_request
 from gemma4_t4.bench.metrics import aggregate, request_metrics
 from gemma4_t4.bench.schemas import RequestRecord
 from gemma4_t4.cli import main as cli_main
@@ -34,9 +34,10 @@ def fake():
 def _run(server, specs, concurrency=1, keep_text=False):
     async def go():
         async with make_session(concurrency) as session:
-            return await run_closed_loop(
-                session, server.base_url, "fake-model", specs, concurrency, keep_text=keep_text
-            )
+            async def send(spec):
+                return await send_request(session, server.base_url, "fake-model", spec, keep_text=keep_text)
+
+            return await closed_loop(send, specs, concurrency)
 
     return list(asyncio.run(go()))
 

@@ -5,6 +5,7 @@ ratios only where the measurement is the published condition's kind."""
 from __future__ import annotations
 
 import pytest
+from fakes.bench_runs import save_run
 
 from gemma4_t4.bench import published
 from gemma4_t4.bench.answers import QUESTIONS, compare_answers
@@ -35,7 +36,7 @@ def _answers_run(tmp_path, name: str, status: str = "complete", error: str | Non
         run=RunInfo(workload="answers", model="m", status=status, error=error),
         cells=[cell],
     )
-    run.save()
+    save_run(run)
     return run
 
 
@@ -96,7 +97,7 @@ def test_compare_with_no_matching_cells_exits_non_zero(tmp_path, capsys):
         run=RunInfo(status="complete"),
         cells=[CellSummary(cell="y", workload="decode", concurrency=4)],
     )
-    a.save(), b.save()
+    save_run(a), save_run(b)
     assert cli_main(["bench", "compare", str(a.dir), str(b.dir)]) == 1
     out = capsys.readouterr().out
     assert "nothing compared: no cell of A matches one of B" in out and "['x']" in out and "['y']" in out

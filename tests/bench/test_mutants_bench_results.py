@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 import pytest
+from fakes.bench_runs import save_run
 
 from gemma4_t4.bench.compare import compare_runs
 from gemma4_t4.bench.metrics import aggregate
@@ -272,11 +273,11 @@ def test_a_run_without_run_json_is_read_from_the_summarys_digest(tmp_path):
 
 def test_save_writes_the_run_to_another_folder_too(tmp_path):
     run = _decode(tmp_path / "r")
-    out = run.save(tmp_path / "copy" / "deeper")
+    out = save_run(run, tmp_path / "copy" / "deeper")
     assert out == tmp_path / "copy" / "deeper"
     copy = load_run(out)
     assert copy.run.run_id == run.run.run_id and [c.cell for c in copy.cells] == ["decode-c1"]
-    assert (out / "summary.csv").is_file() and run.save() == run.dir
+    assert (out / "summary.csv").is_file() and save_run(run) == run.dir
 
 
 # ---------------------------------------------------------------- results.py: complete or not

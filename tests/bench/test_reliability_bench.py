@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from fakes.bench_cli_args import bench_run_argv
+from fakes.bench_runs import save_run
 from fakes.fake_openai_server import FakeScript, FakeServer, FakeServerState
 
 from gemma4_t4.bench import load_run, run_benchmark
@@ -274,7 +275,7 @@ def test_results_written_by_the_previous_version_still_load(tmp_path):
     answers = load_run(FIXTURE / "answers")
     assert len(answers.answers()) == 20 and answers.answers()[0].question.startswith("What is the capital")
     # a round trip through the models keeps every field name the old files had
-    copy = decode.save(tmp_path / "copy")
+    copy = save_run(decode, tmp_path / "copy")
     old = json.loads((FIXTURE / "decode" / "summary.json").read_text())
     new = json.loads((copy / "summary.json").read_text())
     assert set(old["cells"][0]) <= set(new["cells"][0]) and new["schema"] == SCHEMA
@@ -290,7 +291,7 @@ def test_results_written_by_the_previous_version_still_load(tmp_path):
     ],
 )
 def test_other_results_versions_are_refused_clearly(tmp_path, schema, needle, fix):
-    copy = load_run(FIXTURE / "decode").save(tmp_path / "r")
+    copy = save_run(load_run(FIXTURE / "decode"), tmp_path / "r")
     data = json.loads((copy / "summary.json").read_text())
     (copy / "summary.json").write_text(json.dumps(data | {"schema": schema}))
     with pytest.raises(Gemma4T4Error, match=needle) as err:
@@ -299,7 +300,7 @@ def test_other_results_versions_are_refused_clearly(tmp_path, schema, needle, fi
 
 
 def test_edited_results_fail_validation_with_the_field_named(tmp_path):
-    copy = load_run(FIXTURE / "decode").save(tmp_path / "r")
+    copy = save_run(load_run(FIXTURE / "decode"), tmp_path / "r")
     data = json.loads((copy / "summary.json").read_text())
     data["cells"][0]["completed"] = "many"
     (copy / "summary.json").write_text(json.dumps(data))
@@ -311,7 +312,7 @@ def test_edited_results_fail_validation_with_the_field_named(tmp_path):
 
 
 def test_results_are_models_and_a_newer_writers_fields_survive_in_model_extra(tmp_path):
-    copy = load_run(FIXTURE / "decode").save(tmp_path / "r")
+    copy = save_run(load_run(FIXTURE / "decode"), tmp_path / "r")
     data = json.loads((copy / "summary.json").read_text())
     data["cells"][0]["joules_per_token"] = 0.25  # a field a newer writer added, here and in a nested model
     data["cells"][0]["ttft_ms"]["p999"] = 41.5
@@ -322,7 +323,7 @@ def test_results_are_models_and_a_newer_writers_fields_survive_in_model_extra(tm
     with pytest.raises(TypeError, match="not subscriptable"):
         cell["workload"]  # noqa: B018
     assert not hasattr(cell, "get") and not hasattr(cell.ttft_ms, "keys")
-    again = json.loads((load_run(copy).save(tmp_path / "again") / "summary.json").read_text())
+    again = json.loads((save_run(load_run(copy), tmp_path / "again") / "summary.json").read_text())
     assert again["cells"][0]["joules_per_token"] == 0.25 and again["cells"][0]["ttft_ms"]["p999"] == 41.5
 
 
