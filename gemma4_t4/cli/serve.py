@@ -26,7 +26,6 @@ from gemma4_t4.foundation.secrets import mask
 from gemma4_t4.serving.server import (
     STOP_GRACE_S,
     VLLMServer,
-    adopt_server,
     list_servers,
     start_server,
     stop_server,
@@ -108,7 +107,8 @@ def _status(args: argparse.Namespace) -> Output:
 
 
 def _adopt(args: argparse.Namespace) -> Output:
-    status = adopt_server(args.port, args.work_dir)
+    # re-supervise a server whose supervisor died while vLLM kept serving
+    status = VLLMServer.attach(args.port, args.work_dir).adopt().status()
     return Output(status, status.summary())
 
 

@@ -114,7 +114,7 @@ class VLLMServer(RecordedServer):
     def start(self, wait: bool = True, timeout: float = 600.0) -> VLLMServer:
         config = self.config
         config.validate()
-        if self._pid is not None and self._alive():
+        if self.pid is not None and self._alive():
             raise Gemma4T4Error(f"server already running (pid {self.pid})", fix="stop() it first")
         if not _looks_like_hub_id(config.model) and not Path(config.model).exists():
             raise Gemma4T4Error(
@@ -157,7 +157,7 @@ class VLLMServer(RecordedServer):
         """A dead server recorded on this port may have left EngineCore / Worker running: kill them
         (one that still serves is left alone: the port check then refuses the start)."""
         path = self.state_path
-        if not path.exists() or (self._pid is not None and (read_json(path) or {}).get("pid") == self._pid):
+        if not path.exists() or (self.pid is not None and (read_json(path) or {}).get("pid") == self.pid):
             return
         try:
             old = VLLMServer.from_state(path)
@@ -187,22 +187,22 @@ class VLLMServer(RecordedServer):
             spec["owner_pid"] = self.owner["pid"]
             spec["owner_create_time"] = self.owner.get("create_time")
         self.process = self._spawn_supervisor(spec, self._log_file, command, env)
-        self._pid = self.process.pid
-        self._pid_create_time = process_create_time(self._pid)
+        self.pid = self.process.pid
+        self.pid_create_time = process_create_time(self.pid)
         self._stopped = False
-        owner = self._lock_owner(self._pid, self._pid_create_time)
+        owner = self._lock_owner(self.pid, self.pid_create_time)
         for lock in self._locks:
             lock.update(owner)
         self.launch_record = launch_record(
-            plan, config, self._pid, self.log_path, self.reaped, self.gate_result
+            plan, config, self.pid, self.log_path, self.reaped, self.gate_result
         )
         self._write_state("starting")
 
     def _write_state(self, state: str, **extra: Any) -> None:
         record = {
             "state": state,
-            "pid": self._pid,
-            "pid_create_time": self._pid_create_time,
+            "pid": self.pid,
+            "pid_create_time": self.pid_create_time,
             "port": self.config.port,
             "base_url": self.base_url,
             "target": self.config.target,
@@ -225,7 +225,7 @@ class VLLMServer(RecordedServer):
         # (an adopted or already-loaded one) is not left waiting a whole interval
         delay = min(poll, 0.05)
         while time.monotonic() < deadline:
-            if self._pid is None:
+            if self.pid is None:
                 raise Gemma4T4Error("server was never started", fix="call start()")
             if not self._alive():
                 status = self.status()
@@ -250,25 +250,17 @@ class VLLMServer(RecordedServer):
 
     def _wait_exit(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
-        if self.process is not None:
-            try:
-                self.process.wait(timeout=timeout)
-                return True
-            except subprocess.TimeoutExpired:
-                return False
-        while time.monotonic() < deadline:
-            if not self._alive():
-                return True
+        while self._alive() and time.monotonic() < deadline:
             time.sleep(0.2)
         return not self._alive()
 
     def _signal_group(self, sig: int) -> None:
-        pid = self._pid
+        pid = self.pid
         if pid is None:
             return
         if self.process is None:
             # attached from a state file: only signal a group we can prove is ours
-            if not pid_alive(pid, self._pid_create_time):
+            if not pid_alive(pid, self.pid_create_time):
                 return
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 if os.getpgid(pid) != pid:
@@ -278,7 +270,7 @@ class VLLMServer(RecordedServer):
 
     def stop(self, grace: float = STOP_GRACE_S) -> int | None:
         """SIGTERM the whole process group, then SIGKILL after ``grace`` seconds; then any survivor."""
-        if self._pid is None:
+        if self.pid is None:
             return None
         if not self._alive():  # already exited: clean up, but a dead server stays reported as dead
             unsupervised = bool(self.survivors()) and self.healthy()
@@ -289,14 +281,13 @@ class VLLMServer(RecordedServer):
                     self._write_state("stopped", stopped_at=time.time(), exit_code=None)
             return self._exit_code()
         self._stopped = True
-        if self._alive():
-            self._signal_group(signal.SIGTERM)
-            if not self._wait_exit(grace):
-                self._signal_group(signal.SIGKILL)
-                self._wait_exit(10.0)
-            # children (EngineCore, workers) share the group; make sure none outlive the parent
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self._pid, signal.SIGKILL)
+        self._signal_group(signal.SIGTERM)
+        if not self._wait_exit(grace):
+            self._signal_group(signal.SIGKILL)
+            self._wait_exit(10.0)
+        # children (EngineCore, workers) share the group; make sure none outlive the parent
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)
         self._clean_up(grace=2.0)
         code = self._exit_code()
         with contextlib.suppress(OSError):
@@ -318,9 +309,9 @@ class VLLMServer(RecordedServer):
 
     def _kill_leftovers(self) -> None:
         """SIGKILL processes left in the server's group (an EngineCore orphaned by a crash)."""
-        if self._pid is None:
+        if self.pid is None:
             return
-        groups = {self._pid} | {
+        groups = {self.pid} | {
             p.get("pgid") for p in (read_json(self.super_path) or {}).get("children", []) if p.get("pgid")
         }
         for proc in psutil.process_iter(["pid", "create_time"]):
@@ -329,7 +320,7 @@ class VLLMServer(RecordedServer):
                     proc.pid != os.getpid()
                     and os.getpgid(proc.pid) in groups
                     and (
-                        self._pid_create_time is None or proc.info["create_time"] >= self._pid_create_time - 1
+                        self.pid_create_time is None or proc.info["create_time"] >= self.pid_create_time - 1
                     )
                 ):
                     proc.kill()
@@ -354,15 +345,13 @@ class VLLMServer(RecordedServer):
         with open(self.log_path, "ab") as log:
             process = self._spawn_supervisor(spec, log)
         self.process = None  # not waited on here: the new supervisor is detached like the first
-        self._pid, self._pid_create_time = process.pid, process_create_time(process.pid)
+        self.pid, self.pid_create_time = process.pid, process_create_time(process.pid)
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and self._supervisor_record().get("supervisor_pid") != self._pid:
+        while time.monotonic() < deadline and self._supervisor_record().get("supervisor_pid") != self.pid:
             time.sleep(0.1)
-        owner = self._lock_owner(self._pid, self._pid_create_time)
-        for lock in self._locks:
-            lock.owned = True  # the dead supervisor's locks pass to the new one
-            lock.update(owner)
-            lock.owned = False
+        owner = self._lock_owner(self.pid, self.pid_create_time)
+        for lock in self._locks:  # the dead supervisor's locks pass to the new one
+            atomic_write_json(lock.path, owner)
         if self.launch_record is not None:
             self.launch_record["adopted_at"] = time.time()
         self._stopped = False
@@ -370,7 +359,7 @@ class VLLMServer(RecordedServer):
         return self
 
     def __enter__(self) -> VLLMServer:
-        if self._pid is None:
+        if self.pid is None:
             self.start()
         return self
 
@@ -441,13 +430,6 @@ def stop_server(
     """Stop the server recorded under ``work_dir`` (any process may call this), survivors included."""
     server = VLLMServer.attach(port, work_dir)
     server.stop(grace=grace)
-    return server.status()
-
-
-def adopt_server(port: int | None = None, work_dir: str | Path = DEFAULT_WORK_DIR) -> ServerStatus:
-    """Re-supervise a server whose supervisor died while vLLM kept serving."""
-    server = VLLMServer.attach(port, work_dir)
-    server.adopt()
     return server.status()
 
 

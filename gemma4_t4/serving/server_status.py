@@ -127,8 +127,8 @@ class RecordedServer:
         self.launch_record: LaunchRecord | None = None
         self.owner: ServerOwner | None = None  # set before start() to record who owns the server
         self._stopped = False
-        self._pid: int | None = None
-        self._pid_create_time: float | None = None
+        self.pid: int | None = None  # the supervisor's
+        self.pid_create_time: float | None = None  # with the pid, what identifies this very server
         self._locks: list[ServerLock] = []
         self._secrets: list[str] = []
 
@@ -137,15 +137,6 @@ class RecordedServer:
         host = f"[{self.config.host}]" if ":" in self.config.host else self.config.host
         return f"http://{host}:{self.config.port}"
 
-    @property
-    def pid(self) -> int | None:
-        return self._pid
-
-    @property
-    def pid_create_time(self) -> float | None:
-        """When the supervisor (``pid``) started: with the pid, what identifies this very server."""
-        return self._pid_create_time
-
     def _serve(self, action: str) -> str:
         """The ``gemma4-t4 serve ACTION`` command a hint prints for this server (its --work-dir included)."""
         return serve_command(action, self.config.port, self.config.work_dir)
@@ -153,11 +144,11 @@ class RecordedServer:
     def _alive(self) -> bool:
         if self.process is not None:
             return self.process.poll() is None
-        return pid_alive(self._pid, self._pid_create_time)
+        return pid_alive(self.pid, self.pid_create_time)
 
     def _supervisor_record(self) -> SupervisorRecord:
         data = cast(SupervisorRecord, read_json(self.super_path) or {})
-        if self._pid is not None and data.get("supervisor_pid") not in (None, self._pid):
+        if self.pid is not None and data.get("supervisor_pid") not in (None, self.pid):
             return {}  # another (older or adopting) supervisor's record
         return data
 
@@ -167,7 +158,7 @@ class RecordedServer:
         return [
             info
             for info in data.get("children", [])
-            if info.get("pid") != self._pid and pid_alive(info.get("pid"), info.get("create_time"))
+            if info.get("pid") != self.pid and pid_alive(info.get("pid"), info.get("create_time"))
         ]
 
     def healthy(self) -> bool:
@@ -187,7 +178,7 @@ class RecordedServer:
 
     def _exit_info(self) -> ExitRecord:
         info = cast("ExitRecord | None", read_json(self.exit_path))
-        return info if info is not None and info.get("pid") == self._pid else {}
+        return info if info is not None and info.get("pid") == self.pid else {}
 
     def _exit_code(self) -> int | None:
         """vLLM's exit code as the supervisor recorded it (negative: the signal that killed it)."""
@@ -204,10 +195,10 @@ class RecordedServer:
         record = self._supervisor_record()
         base = ServerStatus(
             state="not started",
-            pid=self._pid,
+            pid=self.pid,
             base_url=self.base_url,
             healthy=False,
-            log_path=str(self.log_path) if self._pid is not None else None,
+            log_path=str(self.log_path) if self.pid is not None else None,
             port=self.config.port,
             model=self.config.model,
             target=self.config.target,
@@ -217,7 +208,7 @@ class RecordedServer:
             restarts=int(record.get("restarts") or 0),
             owner=self._owner_status(),
         )
-        if self._pid is None:
+        if self.pid is None:
             return base
         if self._alive():
             return self._supervised_status(base, record)
@@ -309,11 +300,11 @@ class RecordedServer:
     def _recorded_as_stopped(self) -> bool:
         """Another process stopped this server (its state file says so, for this pid)."""
         recorded = read_json(self.state_path) or {}
-        return recorded.get("pid") == self._pid and recorded.get("state") == "stopped"
+        return recorded.get("pid") == self.pid and recorded.get("state") == "stopped"
 
     def _release_locks(self) -> None:
         for lock in self._locks:
-            lock.release(pid=self._pid)
+            lock.release(pid=self.pid)
         # every path that ends a server releases its locks: the socket folder made outside work_dir
         # for a deep one goes too, once empty (another server of the same work_dir may still use it)
         tmp = server_tmp_dir(Path(self.config.work_dir))
@@ -338,8 +329,8 @@ class RecordedServer:
         except (KeyError, TypeError, ValidationError) as exc:
             raise UnreadableState(Path(path), f"no readable config ({type(exc).__name__})") from exc
         server = cls(config)
-        server._pid = data.get("pid")
-        server._pid_create_time = data.get("pid_create_time")
+        server.pid = data.get("pid")
+        server.pid_create_time = data.get("pid_create_time")
         server.launch_record = cast("LaunchRecord | None", data.get("launch_record"))
         server.owner = cast("ServerOwner | None", data.get("owner"))
         server._stopped = data.get("state") == "stopped"

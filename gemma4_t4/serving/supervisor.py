@@ -140,13 +140,6 @@ class ExitRecord(TypedDict, total=False):
     ended_at: float
 
 
-class _WatchState(TypedDict):
-    checked: float
-    failures: int
-    marker: bool
-    silent_since: float | None
-
-
 def signal_name(exit_code: int | None) -> str | None:
     """The signal that killed vLLM, from its exit code (negative: killed by that signal)."""
     return signal.Signals(-exit_code).name if exit_code is not None and exit_code < 0 else None
@@ -224,8 +217,11 @@ class Supervisor:
         self.child: subprocess.Popen | None = None
         self.api_pid: int | None = None
         self.api_create_time: float | None = None
-        self.log_offset = 0
-        self.run_offset = 0
+        self.log_offset = 0  # read up to here for the death markers
+        self.run_offset = 0  # where this run of vLLM began writing
+        # the watch over one run of vLLM: last /health check, error answers in a row, a death marker
+        # seen in the log, since when nothing answers at all
+        self.checked, self.failures, self.marker, self.silent_since = 0.0, 0, False, None
         self.last_write = 0.0
         self.owner_pid = spec.get("owner_pid")
         self.owner_create_time = spec.get("owner_create_time")
@@ -275,21 +271,12 @@ class Supervisor:
                     changed = True
         self.write(force=changed)
 
-    def read_new_log(self) -> str:
-        try:
-            with open(self.log_path, "rb") as handle:
-                handle.seek(self.log_offset)
-                data = handle.read()
-        except OSError:
-            return ""
-        self.log_offset += len(data)
-        return data.decode(errors="replace")
-
-    def log_since_start(self) -> str:
+    def read_log(self, offset: int) -> bytes:
+        """vLLM's log from ``offset`` on (nothing while it cannot be read)."""
         with contextlib.suppress(OSError), open(self.log_path, "rb") as handle:
-            handle.seek(self.run_offset)
-            return handle.read().decode(errors="replace")
-        return ""
+            handle.seek(offset)
+            return handle.read()
+        return b""
 
     def spawn(self) -> None:
         assert self.command is not None
@@ -320,38 +307,38 @@ class Supervisor:
         self.owner_exited = True
         self.terminated.append(signal.SIGTERM)
 
-    def watch_once(self, state: _WatchState) -> bool:
+    def watch_once(self) -> bool:
         """One poll; True while vLLM (and its engine) is alive."""
         self.check_owner()
         if self.terminated:
             return False
         self.scan_children()
-        text = self.read_new_log()
-        if any(marker in text for marker in DEAD_MARKERS):
-            state["marker"] = True
+        new = self.read_log(self.log_offset)
+        self.log_offset += len(new)
+        if any(marker in new.decode(errors="replace") for marker in DEAD_MARKERS):
+            self.marker = True
         if not self.api_alive():
             return False
         now = time.monotonic()
-        if now - state["checked"] >= HEALTH_EVERY_S:
-            state["checked"] = now
+        if now - self.checked >= HEALTH_EVERY_S:
+            self.checked = now
             health = _probe(self.base_url + "/health")
             if health == 200:
                 if self.engine != "healthy":
                     self.engine = "healthy"
                     self.write(force=True)
-                state["failures"], state["silent_since"] = 0, None
+                self.failures, self.silent_since = 0, None
             elif self.engine == "healthy":
                 metrics = _probe(self.base_url + "/metrics")
                 if metrics == 200:
-                    state["failures"], state["silent_since"] = 0, None
+                    self.failures, self.silent_since = 0, None
                 elif health is None and metrics is None:
-                    state["silent_since"] = state["silent_since"] or now
+                    self.silent_since = self.silent_since or now
                 else:
-                    state["failures"] += 1
-        if state["marker"] and self.engine == "healthy" or state["failures"] >= HEALTH_FAILURES:
+                    self.failures += 1
+        if self.marker and self.engine == "healthy" or self.failures >= HEALTH_FAILURES:
             return False  # engine dead while the API process lingers: it would answer 500 forever
-        silent = state["silent_since"]
-        return silent is None or time.monotonic() - silent <= SILENT_DEAD_S
+        return self.silent_since is None or time.monotonic() - self.silent_since <= SILENT_DEAD_S
 
     def run(self) -> int:
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -362,8 +349,8 @@ class Supervisor:
             self.adopt_recorded()
         code: int | None = None
         while True:
-            state: _WatchState = {"checked": 0.0, "failures": 0, "marker": False, "silent_since": None}
-            while not self.terminated and self.watch_once(state):
+            self.checked, self.failures, self.marker, self.silent_since = 0.0, 0, False, None
+            while not self.terminated and self.watch_once():
                 time.sleep(POLL_S)
             if self.terminated:
                 # a signal reached the whole group; an owner's exit reached nobody: stop vLLM here
@@ -393,7 +380,7 @@ class Supervisor:
 
     def record_engine_death(self) -> int | None:
         """vLLM or its engine died on its own: stop what is left, record why; vLLM's exit code."""
-        reason = engine_death_reason(self.log_since_start())
+        reason = engine_death_reason(self.read_log(self.run_offset).decode(errors="replace"))
         if self.api_alive():  # the engine died, the API server did not notice (or hangs)
             reason = reason or "/health and /metrics stopped answering"
         code = self.finish_child(grace=5.0, kill=True)
