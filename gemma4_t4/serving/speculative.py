@@ -180,9 +180,8 @@ def check_raw_speculative_config(extra_args: list[str]) -> None:
     """Refuse a hand-written ``--speculative-config`` (an extra vLLM arg) whose method is ``gemma4_mtp``:
     that is the assistant's model type, and vLLM rejects it as a method at start (seen on 0.21/0.22;
     reference notes hosts_as_they_are.md, 2026-12-05)."""
-    args = [str(a) for a in extra_args]
-    values = [a.split("=", 1)[1] for a in args if a.startswith(RAW_CONFIG_FLAG + "=")]
-    values += [args[i + 1] for i, a in enumerate(args[:-1]) if a == RAW_CONFIG_FLAG]
+    values = [a.split("=", 1)[1] for a in extra_args if a.startswith(RAW_CONFIG_FLAG + "=")]
+    values += [extra_args[i + 1] for i, a in enumerate(extra_args[:-1]) if a == RAW_CONFIG_FLAG]
     for value in values:
         try:
             method = json.loads(value).get("method")

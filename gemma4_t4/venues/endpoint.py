@@ -432,11 +432,6 @@ class Endpoint:
         _HELD[str(path)] = self
         atexit.register(self._stop_at_exit)
 
-    def _record_server(self, server: VLLMServer) -> None:
-        """Add the local server's supervisor (pid, start time) to the ownership record."""
-        if server.pid is not None:
-            self._update_record(server_pid=server.pid, server_create_time=server.pid_create_time)
-
     def _update_record(self, **update: object) -> None:
         if self._record is not None and self._owned is not None:
             self._owned = self._owned.model_copy(update=update)
@@ -478,7 +473,8 @@ class Endpoint:
             raise
         endpoint.server = server
         endpoint._stop = server.stop
-        endpoint._record_server(server)
+        # the supervisor (pid, start time) the reaper stops for a dead owner, and only that one
+        endpoint._update_record(server_pid=server.pid, server_create_time=server.pid_create_time)
         if not quiet:
             print(
                 f"vLLM serving {endpoint.served_name} at {endpoint.url} "
@@ -538,8 +534,8 @@ class Endpoint:
                 endpoint._budget = budget
             with signals.orderly_stop():
                 deploy(config, client=sm, progress=progress, poll_s=poll_s)
-                if endpoint._record is not None:  # the CreationTime is what the reaper matches
-                    endpoint._update_record(endpoint_created_at=_endpoint_created_at(sm.client, config.name))
+                # the CreationTime is what the reaper matches
+                endpoint._update_record(endpoint_created_at=_endpoint_created_at(sm.client, config.name))
         except BaseException:
             endpoint.stop()  # rolled back by deploy already where it failed; this catches the rest
             raise

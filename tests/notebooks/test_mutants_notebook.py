@@ -1238,9 +1238,8 @@ def test_owning_a_name_records_this_process_and_stopping_drops_the_record(own_ca
         8123,
     )
     assert record.region is None and before <= record.started_at <= time.time()
-    served._record_server(SimpleNamespace(pid=None, pid_create_time=None))  # not started: nothing to add
-    assert _records(own_cache)[name].server_pid is None
-    served._record_server(SimpleNamespace(pid=4242, pid_create_time=99.5))
+    assert _records(own_cache)[name].server_pid is None  # not started: no supervisor recorded yet
+    served._update_record(server_pid=4242, server_create_time=99.5)
     assert (_records(own_cache)[name].server_pid, _records(own_cache)[name].server_create_time) == (
         4242,
         99.5,
