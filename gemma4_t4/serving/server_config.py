@@ -108,6 +108,33 @@ class ServerConfig(ServerSettings):
         utils/_auth.py, get_token; read 2026-12-01). A bare ``--hf-token`` (the token of `hf auth login`)
         holds no secret and stays. An abbreviated secret option (``--api-k=K``) is dropped with its value,
         never stored, and validate() refuses it."""
+        args, found, tokens = self._split_secret_words()
+        if tokens:
+            where = "in extra vLLM args" if len(set(tokens)) > 1 else "(an extra vLLM arg and --env)"
+            if len(set(tokens)) > 1 or self.extra_env.get("HF_TOKEN", tokens[0]) != tokens[0]:
+                self._arg_problem = self._arg_problem or Gemma4T4Error(
+                    f"two different values for HF_TOKEN {where}",
+                    fix="pass it once (best as HF_TOKEN in your environment or --env HF_TOKEN=..., never on a "
+                    "command line)",
+                )
+            self.extra_env = {"HF_TOKEN": tokens[0], **self.extra_env}
+        env_key = self.extra_env.get("VLLM_API_KEY")  # vLLM's own variable for the same key
+        if env_key:
+            found.append(env_key)
+            self.extra_env = {k: v for k, v in self.extra_env.items() if k != "VLLM_API_KEY"}
+        if found:
+            keys = set(found) | ({self.api_key} if self.api_key else set())
+            if len(keys) > 1:
+                self._arg_problem = Gemma4T4Error(
+                    "two different API keys (--api-key and an extra vLLM arg or VLLM_API_KEY)",
+                    fix=_ONE_KEY_FIX,
+                )
+            self.api_key = self.api_key or found[0]
+        self.extra_args = args
+
+    def _split_secret_words(self) -> tuple[list[str], list[str], list[str]]:
+        """The extra args without secret options, the API keys and the HF tokens they gave (what vLLM
+        would read); an abbreviated or empty secret option sets the problem validate() raises."""
         args, found, tokens = [], [], []
         items = self.extra_args
         i = 0
@@ -149,28 +176,7 @@ class ServerConfig(ServerSettings):
                 i += 1
                 continue
             i += 1 + values
-        if tokens:
-            where = "in extra vLLM args" if len(set(tokens)) > 1 else "(an extra vLLM arg and --env)"
-            if len(set(tokens)) > 1 or self.extra_env.get("HF_TOKEN", tokens[0]) != tokens[0]:
-                self._arg_problem = self._arg_problem or Gemma4T4Error(
-                    f"two different values for HF_TOKEN {where}",
-                    fix="pass it once (best as HF_TOKEN in your environment or --env HF_TOKEN=..., never on a "
-                    "command line)",
-                )
-            self.extra_env = {"HF_TOKEN": tokens[0], **self.extra_env}
-        env_key = self.extra_env.get("VLLM_API_KEY")  # vLLM's own variable for the same key
-        if env_key:
-            found.append(env_key)
-            self.extra_env = {k: v for k, v in self.extra_env.items() if k != "VLLM_API_KEY"}
-        if found:
-            keys = set(found) | ({self.api_key} if self.api_key else set())
-            if len(keys) > 1:
-                self._arg_problem = Gemma4T4Error(
-                    "two different API keys (--api-key and an extra vLLM arg or VLLM_API_KEY)",
-                    fix=_ONE_KEY_FIX,
-                )
-            self.api_key = self.api_key or found[0]
-        self.extra_args = args
+        return args, found, tokens
 
     def replaced(self, **changes: Any) -> ServerConfig:
         """A copy with ``changes``, made like a new config (key lifted, target defaults filled)."""
