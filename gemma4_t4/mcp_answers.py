@@ -12,7 +12,7 @@ import urllib.request
 from pydantic import BaseModel, Field
 
 from gemma4_t4.errors import Gemma4T4Error, UnexpectedError, user_error
-from gemma4_t4.host import env
+from gemma4_t4.host.smi import GPUInfo
 from gemma4_t4.sagemaker.build import BuildRecord, BuildResult
 from gemma4_t4.sagemaker.config import ConfigSummary
 from gemma4_t4.sagemaker.deploy import DeployResult
@@ -99,7 +99,7 @@ class ImageResult(ImageChoice):
 
 
 class GpuArchResult(BaseModel):
-    gpus: list[env.GPUInfo]
+    gpus: list[GPUInfo]
     compute_capability: str | None = None
     arch: str | None = None
     torch_arch_flags: str | None = None

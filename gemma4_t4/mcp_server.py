@@ -33,7 +33,7 @@ from gemma4_t4.bench.schemas import RunReport
 from gemma4_t4.errors import Gemma4T4Error, debug_enabled
 from gemma4_t4.foundation import secrets, signals
 from gemma4_t4.foundation.jsonable import to_jsonable
-from gemma4_t4.host import env
+from gemma4_t4.host import env, smi
 from gemma4_t4.mcp_answers import (
     BuildImageResult,
     BuiltImage,
@@ -493,7 +493,7 @@ def verify_gpu_arch() -> GpuArchResult:
     facts = env.probe(smem=True)  # initialises CUDA through torch only when a GPU is present
     arch_flags = _torch_arch_flags()
     capability = facts.compute_capability
-    cap = env.parse_capability(capability)
+    cap = smi.parse_capability(capability)
     needs = facts.turing_fix_needed()
     arch = f"sm_{cap[0]}{cap[1]}" if cap else None
     if not facts.gpus:

@@ -3,7 +3,7 @@
 :func:`probe` gathers :class:`Facts` through an injectable :class:`Probes` bundle and never raises
 (no GPU, torch, vLLM or ``nvidia-smi`` gives ``None``/empty facts); :func:`judge` turns facts into
 :class:`Problem` s, purely, each with severity, code, message and exact fix line. This is the package's
-one model of the host (``nvidia-smi`` is parsed only in :mod:`gemma4_t4.host.smi`, re-exported here) and
+one model of the host (``nvidia-smi`` is queried and parsed only in :mod:`gemma4_t4.host.smi`) and
 :func:`needs_turing_fix` its one Turing-fix decision. ``torch`` is imported only with ``smem=True``
 (reading shared memory initialises CUDA); its build is read from ``torch/version.py`` on disk.
 """
@@ -29,16 +29,7 @@ from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.jsonable import JSONObject, to_jsonable
 from gemma4_t4.foundation.versions import package_version
 from gemma4_t4.host import setup_plan
-
-# nvidia-smi's query and parser live in smi.py, below the benchmark; the host model re-exports them
-from gemma4_t4.host.smi import SMI_ESSENTIAL as SMI_ESSENTIAL
-from gemma4_t4.host.smi import SMI_FIELDS as SMI_FIELDS
-from gemma4_t4.host.smi import GPUInfo as GPUInfo
-from gemma4_t4.host.smi import RunFn
-from gemma4_t4.host.smi import parse_capability as parse_capability
-from gemma4_t4.host.smi import parse_smi_csv as parse_smi_csv
-from gemma4_t4.host.smi import probe_gpu_state as probe_gpu_state
-from gemma4_t4.host.smi import run_probe as _run
+from gemma4_t4.host.smi import GPUInfo, RunFn, parse_capability, probe_gpu_state, run_probe
 from gemma4_t4.turing.smem import OPTIN_SMEM_BY_CAPABILITY
 from gemma4_t4.turing.smem import needs_fix as _kernel_overflows
 
@@ -325,7 +316,7 @@ def _cuda_device() -> CudaDevice:
 class Probes:
     """The I/O the probe performs; replace any of these in tests."""
 
-    run: RunFn = _run
+    run: RunFn = run_probe
     read: ReadFn = _read
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     version: Callable[[str], str | None] = package_version

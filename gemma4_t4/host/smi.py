@@ -1,4 +1,4 @@
-"""nvidia-smi: the one query and parser of its output. Below both the host model (which re-exports it)
+"""nvidia-smi: the one query and parser of its output. Below both the host model
 and the benchmark's telemetry, so recording a result's GPUs loads neither the host model nor the Turing
 fix. A probe that fails, hangs or prints garbage is an error with its cause, never read as "no GPU"."""
 

@@ -28,7 +28,7 @@ from gemma4_t4.catalog import assistants, models
 from gemma4_t4.catalog.hardware import GPUS, identify_gpu
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.jsonable import to_jsonable
-from gemma4_t4.host import cpuisa, env
+from gemma4_t4.host import cpuisa, env, smi
 from gemma4_t4.serving.proof import turing_proof
 from gemma4_t4.serving.server_config import ServerConfig
 from gemma4_t4.serving.speculative import catalog_entry
@@ -533,7 +533,7 @@ def collect_facts(config: ServerConfig, probes: GateProbes | None = None) -> Lau
     probes = probes or GateProbes()
     host = env.probe(probes.host, smem=True)  # never raises: what it could not read is what the doctor says
     facts = LaunchFacts(host, config.target, str(config.model), config.tensor_parallel_size)
-    facts.turing = _ask(facts, "turing", probes.turing, env.parse_capability(host.compute_capability)) or TuringFound()
+    facts.turing = _ask(facts, "turing", probes.turing, smi.parse_capability(host.compute_capability)) or TuringFound()
     facts.checkpoint = _ask(facts, "model", probes.model, config, host) or ModelFound()
     facts.notes += [f"model: {note}" for note in facts.checkpoint.notes if note]
     return facts

@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 from gemma4_t4 import __version__, turing
 from gemma4_t4.foundation.cache import cache_root
 from gemma4_t4.foundation.versions import package_version
-from gemma4_t4.host import env
+from gemma4_t4.host import env, smi
 
 PROFILE_FORMAT = 1
 DRAFT_TOKENS: tuple[int, ...] = (1, 2, 3, 4, 5, 6)
@@ -103,7 +103,7 @@ def nvidia_smi_gpu_name() -> str | None:
     """The name of the GPU the host plan uses (:func:`gemma4_t4.host.env.choose_gpu`: CUDA_VISIBLE_DEVICES,
     else a T4 on a mixed host), as nvidia-smi says it; None when none is visible or chosen."""
     probes = env.Probes()
-    state = env.probe_gpu_state(probes)
+    state = smi.probe_gpu_state(probes)
     gpu = env.choose_gpu(state.gpus, probes.env.get("CUDA_VISIBLE_DEVICES"),
                          probes.env.get("CUDA_DEVICE_ORDER")).gpu
     return gpu.name if gpu is not None else None

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from gemma4_t4.catalog.hardware import identify_gpu
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.host import env
+from gemma4_t4.host import env, smi
 
 TARGETS = ("cpu", "t4", "sagemaker")
 AUTO = "auto"  # the notebooks' default: the GPU path where there is an NVIDIA GPU, else the CPU default
@@ -26,7 +26,7 @@ class RuntimeInfo:
     notes: list[str] = field(default_factory=list)
 
     @property
-    def gpu(self) -> env.GPUInfo | None:
+    def gpu(self) -> smi.GPUInfo | None:
         """The GPU the part uses: env.choose_gpu's (CUDA_VISIBLE_DEVICES, else a T4), never just the first."""
         return self.facts.gpu
 

@@ -7,7 +7,7 @@ import pytest
 
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.launch_record import ServerSettings
-from gemma4_t4.host import env, torchfix
+from gemma4_t4.host import env, smi, torchfix
 from gemma4_t4.serving import server
 from gemma4_t4.serving.server_config import ServerConfig
 from gemma4_t4.turing import cpuattn
@@ -101,7 +101,7 @@ def test_the_torch_fix_json_is_the_plan_and_its_command_line():
         platform="gce",
         platform_evidence="DMI: Google",
         nvidia_smi=True,
-        gpus=[env.GPUInfo(0, "Tesla T4", 15360, "7.5", "580.65.06")],
+        gpus=[smi.GPUInfo(0, "Tesla T4", 15360, "7.5", "580.65.06")],
         driver_version="580.65.06",
         torch_version="2.11.0+cpu",
         vllm_distribution="vllm",

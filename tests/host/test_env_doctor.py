@@ -288,7 +288,7 @@ def test_the_gate_env_and_doctor_agree_on_the_turing_decision():
 
 
 def test_smi_csv_parser_handles_missing_fields_and_error_lines():
-    from gemma4_t4.host.env import parse_smi_csv
+    from gemma4_t4.host.smi import parse_smi_csv
 
     rows = parse_smi_csv("0, Tesla T4, [N/A], 7.5\nNVIDIA-SMI has failed because it couldn't communicate\n",
                          ("index", "name", "power.limit", "compute_cap"))

@@ -14,7 +14,7 @@ import pytest
 
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.runner import CommandResult
-from gemma4_t4.host import env, setup, setup_plan
+from gemma4_t4.host import env, setup, setup_plan, smi
 from gemma4_t4.host.setup_plan import plan_setup
 from tests.host.test_setup_apply import BEFORE, PASS, FakePip
 from tests.host.test_setup_apply import _facts as _apply_facts
@@ -26,8 +26,8 @@ A100 = ("NVIDIA A100-SXM4-40GB", 40960, "8.0")
 V100 = ("Tesla V100-SXM2-16GB", 16160, "7.0")
 
 
-def _gpus(*models, driver="580.82.07") -> list[env.GPUInfo]:
-    return [env.GPUInfo(i, name, mib, cc, driver) for i, (name, mib, cc) in enumerate(models)]
+def _gpus(*models, driver="580.82.07") -> list[smi.GPUInfo]:
+    return [smi.GPUInfo(i, name, mib, cc, driver) for i, (name, mib, cc) in enumerate(models)]
 
 
 def _host(
@@ -117,8 +117,8 @@ def test_a_single_gpu_or_identical_gpus_are_planned_for_without_a_mix_warning():
     assert env.choose_gpu([]).gpu is None and env.choose_gpu([]).reason == "no NVIDIA GPU"
     # same name, different capability (a MIG slice or a misreported part): that is a mix
     same_name = [
-        env.GPUInfo(0, "Tesla T4", 15360, "7.5", None),
-        env.GPUInfo(1, "Tesla T4", 15360, None, None),
+        smi.GPUInfo(0, "Tesla T4", 15360, "7.5", None),
+        smi.GPUInfo(1, "Tesla T4", 15360, None, None),
     ]
     assert env.choose_gpu(same_name).mixed
 
@@ -141,20 +141,20 @@ def test_a_mixed_host_with_nothing_vllm_supports_says_so_and_plans_for_the_first
     chosen = env.choose_gpu(_gpus(P100, V100))
     assert chosen.gpu.index == 0
     assert "GPU 0 (Tesla P100-PCIE-16GB), no GPU here is sm_75 or newer" in chosen.reason
-    unknown = [env.GPUInfo(0, "Mystery A", 1, None, None), env.GPUInfo(1, "Mystery B", 1, None, None)]
+    unknown = [smi.GPUInfo(0, "Mystery A", 1, None, None), smi.GPUInfo(1, "Mystery B", 1, None, None)]
     assert "no GPU here is sm_75 or newer" in env.choose_gpu(unknown).reason
 
 
 def test_a_t4_is_found_by_its_name_when_nvidia_smi_gives_no_capability():
     """A driver too old to report compute_cap: 'Tesla T4' by name is still the T4 preferred."""
     gpus = [
-        env.GPUInfo(0, "Tesla P100-PCIE-16GB", 16384, None, None),
-        env.GPUInfo(1, "Tesla T4", 15360, None, None),
+        smi.GPUInfo(0, "Tesla P100-PCIE-16GB", 16384, None, None),
+        smi.GPUInfo(1, "Tesla T4", 15360, None, None),
     ]
     chosen = env.choose_gpu(gpus)
     assert chosen.gpu.index == 1 and "GPU 1 (Tesla T4), a T4 is preferred for the T4 path" in chosen.reason
     # "T4" must be a word of the name, not part of one
-    lookalike = [env.GPUInfo(0, "Tesla P100", 1, None, None), env.GPUInfo(1, "NVIDIA RT4000", 1, None, None)]
+    lookalike = [smi.GPUInfo(0, "Tesla P100", 1, None, None), smi.GPUInfo(1, "NVIDIA RT4000", 1, None, None)]
     assert env.choose_gpu(lookalike).gpu.index == 0
 
 

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.host import env, setup_plan
+from gemma4_t4.host import env, setup_plan, smi
 from gemma4_t4.host.setup_plan import (
     INSTALL_MATRIX,
     PipStep,
@@ -32,7 +32,7 @@ CU129_LEAD_INDEX = "https://wheels.vllm.ai/0.31.0/cu129"
 
 
 def _facts(driver=None, gpu="Tesla T4", cc="7.5", **changes) -> env.Facts:
-    gpus = [] if driver is None else [env.GPUInfo(0, gpu, 15360, cc, driver)]
+    gpus = [] if driver is None else [smi.GPUInfo(0, gpu, 15360, cc, driver)]
     base = dict(os="Linux", kernel="6", machine="x86_64", python="3.11.7", platform="gce", platform_evidence="",
                 nvidia_smi=driver is not None, gpus=gpus, driver_version=driver, torch_version=None,
                 torch_cuda=None, vllm_distribution=None, vllm_version=None)

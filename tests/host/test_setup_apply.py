@@ -17,7 +17,7 @@ import pytest
 
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.runner import CommandResult
-from gemma4_t4.host import env
+from gemma4_t4.host import env, smi
 from gemma4_t4.host.setup import CHECK_SCRIPT, apply_setup, check_install, latest_record, undo_setup
 from gemma4_t4.host.setup_plan import plan_setup
 
@@ -75,7 +75,7 @@ class FakePip:
 
 
 def _facts(driver: str | None = "550.54.15", **changes) -> env.Facts:
-    gpus = [] if driver is None else [env.GPUInfo(0, "Tesla T4", 15360, "7.5", driver)]
+    gpus = [] if driver is None else [smi.GPUInfo(0, "Tesla T4", 15360, "7.5", driver)]
     base = dict(
         os="Linux",
         kernel="6",

@@ -191,7 +191,7 @@ def test_a_hung_nvidia_smi_is_stopped_with_its_children_and_reported(tmp_path):
     pidfile = tmp_path / "child.pid"
     _tool(tmp_path / "bin", f"#!/bin/sh\nsleep 300 &\necho $! > {pidfile}\nwait\n")
     from gemma4_t4.foundation.runner import subprocess_runner
-    from gemma4_t4.host import env
+    from gemma4_t4.host import env, smi
 
     probes = env.Probes(
         run=lambda cmd: (lambda d: (d.returncode, d.stdout + d.stderr))(
@@ -199,7 +199,7 @@ def test_a_hung_nvidia_smi_is_stopped_with_its_children_and_reported(tmp_path):
         ),
         which=lambda name: str(tmp_path / "bin" / "nvidia-smi"),
     )
-    state = env.probe_gpu_state(probes)
+    state = smi.probe_gpu_state(probes)
     assert state.installed and state.gpus == [] and "hung" in state.error
     child = int(pidfile.read_text())
     assert _gone(child)  # the forked grandchild went with the group

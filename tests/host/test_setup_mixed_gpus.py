@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.host import env
+from gemma4_t4.host import env, smi
 from tests.host.test_setup_hosts import _cli, _tool
 
 DRIVER = "550.54.15"
@@ -27,7 +27,7 @@ def _smi_line(gpu: tuple[str, ...], fields: list[str]) -> str:
 def _mixed_smi(folder: Path) -> Path:
     """Answers exactly the fields asked, one line per GPU, P100 first (nvidia-smi's PCI order)."""
     cases = []
-    for fields in (env.SMI_FIELDS, env.SMI_ESSENTIAL, ("index", "compute_cap"), ("index", "clocks.max.sm"),
+    for fields in (smi.SMI_FIELDS, smi.SMI_ESSENTIAL, ("index", "compute_cap"), ("index", "clocks.max.sm"),
                    ("index", "power.limit")):
         lines = "\\n".join(_smi_line(g, list(fields)) for g in GPUS)
         cases.append(f'  --query-gpu={",".join(fields)}) printf "{lines}\\n" ;;')
@@ -50,7 +50,7 @@ def _probes(cuda_visible: str | None = None) -> env.Probes:
 
 
 def test_choose_gpu_prefers_the_t4_and_follows_cuda_visible_devices():
-    gpus = [env.GPUInfo(int(i), n, int(m), c, DRIVER) for i, n, m, c in GPUS]
+    gpus = [smi.GPUInfo(int(i), n, int(m), c, DRIVER) for i, n, m, c in GPUS]
     chosen = env.choose_gpu(gpus)
     assert chosen.gpu.name == "Tesla T4" and chosen.mixed and "T4 is preferred" in chosen.reason
     assert "CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=1" in chosen.reason
@@ -62,7 +62,7 @@ def test_choose_gpu_prefers_the_t4_and_follows_cuda_visible_devices():
                        ("-1", "hides every GPU"), ("GPU-1234", "not an nvidia-smi index")):
         refused = env.choose_gpu(gpus, bad)
         assert refused.gpu is None and words in refused.error and refused.fix
-    same = [env.GPUInfo(i, "Tesla T4", 15360, "7.5", DRIVER) for i in range(2)]
+    same = [smi.GPUInfo(i, "Tesla T4", 15360, "7.5", DRIVER) for i in range(2)]
     assert env.choose_gpu(same).gpu.index == 0 and not env.choose_gpu(same).mixed
     assert env.choose_gpu(same, "GPU-uuid").gpu.index == 0  # any of two identical GPUs plans the same
 

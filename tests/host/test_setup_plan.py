@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.host import env
+from gemma4_t4.host import env, smi
 from gemma4_t4.host.setup import CHECK_SCRIPT
 from gemma4_t4.host.setup_plan import INSTALL_MATRIX, plan_setup, route_by_key, routes_for_driver
 from gemma4_t4.host.swap import CommandResult
@@ -116,7 +116,7 @@ def test_a_gpu_other_than_a_t4_runs_and_says_the_turing_steps_are_skipped(tmp_pa
 
 
 def _facts(driver: str | None, **changes) -> env.Facts:
-    gpus = [] if driver is None else [env.GPUInfo(0, "Tesla T4", 15360, "7.5", driver)]
+    gpus = [] if driver is None else [smi.GPUInfo(0, "Tesla T4", 15360, "7.5", driver)]
     base = dict(os="Linux", kernel="6", machine="x86_64", python="3.11.7", platform="gce", platform_evidence="",
                 nvidia_smi=driver is not None, gpus=gpus, driver_version=driver, torch_version="2.11.0+cu128",
                 torch_cuda="12.8", vllm_distribution=None, vllm_version=None)

@@ -13,14 +13,14 @@ import pytest
 
 from gemma4_t4.cli import main
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.host import env
+from gemma4_t4.host import env, smi
 from gemma4_t4.host.swap import CommandResult
 from gemma4_t4.host.torchfix import apply_torch_fix, plan_torch_fix, probe_torch_facts
 
 PYTHON = "/venv/bin/python"
 CPU_TORCH_ON_T4 = env.Facts(os="Linux", kernel="6", machine="x86_64", python="3.12.3", platform="other",
                             platform_evidence="", nvidia_smi=True,
-                            gpus=[env.GPUInfo(0, "Tesla T4", 15360, "7.5", "595.91.07")], driver_version="595.91.07",
+                            gpus=[smi.GPUInfo(0, "Tesla T4", 15360, "7.5", "595.91.07")], driver_version="595.91.07",
                             torch_version="2.11.0+cpu", cuda_probe_error="torch.cuda.is_available() is False",
                             vllm_distribution="vllm", vllm_version="0.33.0")
 

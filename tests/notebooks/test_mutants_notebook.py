@@ -29,7 +29,7 @@ from gemma4_t4.catalog.hardware import PRICES
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.figures import show_image
 from gemma4_t4.foundation.table import Table, in_notebook
-from gemma4_t4.host import env
+from gemma4_t4.host import env, smi
 from gemma4_t4.studies import part4
 from gemma4_t4.venues import endpoint as endpoints
 from gemma4_t4.venues import parameters, parts
@@ -195,10 +195,10 @@ def test_a_gpu_the_table_lacks_is_named_unpriced_and_shown_against_the_t4():
 def test_a_turing_gpu_is_the_t4_path_by_its_sm_75_and_a_t4_by_its_name():
     """A Quadro RTX (sm_75) takes the Turing steps; so does a T4 whose driver does not report sm."""
     quadro = RuntimeInfo("t4", "t4", "", env.Facts("", "", "", "", "", "", True), {})
-    quadro.facts.gpus = [env.GPUInfo(0, "Quadro RTX 6000", 24576, "7.5", DRIVER)]
+    quadro.facts.gpus = [smi.GPUInfo(0, "Quadro RTX 6000", 24576, "7.5", DRIVER)]
     assert quadro.is_t4
     named = RuntimeInfo("t4", "t4", "", env.Facts("", "", "", "", "", "", True), {})
-    named.facts.gpus = [env.GPUInfo(0, "Tesla T4", 0, None, DRIVER)]
+    named.facts.gpus = [smi.GPUInfo(0, "Tesla T4", 0, None, DRIVER)]
     assert named.is_t4 and named.gpu_memory_gib is None  # a size nvidia-smi did not give is not 0 GiB
 
 
