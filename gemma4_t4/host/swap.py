@@ -244,19 +244,19 @@ def create_swap(size: str | int = DEFAULT_SWAP_SIZE, path: str = DEFAULT_SWAP_PA
         result = SwapResult("already-active", path, active[path].size_bytes,
                             message=f"{path} is already active swap ({_human(active[path].size_bytes)}); "
                                     "nothing to do")
-        return (_dry(result, persist, fstab, steps, refusal) if dry_run
-                else _persist(result, persist, fstab, steps))
-
-    reuse = swap_path.exists()
-    if reuse:
+    elif swap_path.exists():
         _check_reusable(swap_path, size_bytes)
+        result = _activate_existing(steps, swap_path, size_bytes)
     else:
         _check_room(swap_path, size_bytes, disk_free)
-    if dry_run:
-        return _dry_run(steps, swap_path, size_bytes, reuse, persist, fstab, refusal)
-    if reuse:
-        return _activate_existing(steps, swap_path, persist, fstab)
-    return _create_new(steps, swap_path, size_bytes, persist, fstab)
+        result = _create_new(steps, swap_path, size_bytes)
+    if dry_run:  # the same steps, recorded and not run (they all "succeed")
+        if result.action != "already-active":
+            verb = "activate" if result.action == "activated-existing" else "create"
+            result.message = f"would {verb} a {_human(size_bytes)} swap file at {path}"
+        result.action = "dry-run"
+        result.would_refuse = f"{refusal[0]} (fix: {refusal[1]})" if refusal else None
+    return _persist(result, persist, fstab, steps)
 
 
 def _check_reusable(swap_path: Path, size_bytes: int) -> None:
@@ -286,35 +286,18 @@ def _check_room(swap_path: Path, size_bytes: int, disk_free: Callable[[Path], in
             fix="pass a smaller --size, or a --path on a disk with more space")
 
 
-def _dry_run(steps: _Steps, swap_path: Path, size_bytes: int, reuse: bool, persist: bool, fstab: Path,
-             refusal: tuple[str, str] | None) -> SwapResult:
-    """Record the commands a real run would run; run none."""
-    path = str(swap_path)
-    if not reuse:
-        _allocate(steps, "fallocate", path, size_bytes)
-    steps(["chmod", "600", path])
-    if not reuse:
-        steps(["mkswap", path])
-    steps(["swapon", path])
-    result = SwapResult("dry-run", path, size_bytes,
-                        message=f"would {'activate' if reuse else 'create'} a {_human(size_bytes)} swap "
-                                f"file at {path}")
-    return _dry(result, persist, fstab, steps, refusal)
-
-
-def _activate_existing(steps: _Steps, swap_path: Path, persist: bool, fstab: Path) -> SwapResult:
+def _activate_existing(steps: _Steps, swap_path: Path, size_bytes: int) -> SwapResult:
     path = str(swap_path)
     try:
         steps(["chmod", "600", path])
         steps(["swapon", path])
     except _StepFailed as exc:
         raise _swap_error(exc, created=False) from None
-    result = SwapResult("activated-existing", path, swap_path.stat().st_size, commands=steps.ran,
-                        message=f"activated the existing swap file {path}")
-    return _persist(result, persist, fstab, steps)
+    return SwapResult("activated-existing", path, size_bytes if steps.dry_run else swap_path.stat().st_size,
+                      message=f"activated the existing swap file {path}")
 
 
-def _create_new(steps: _Steps, swap_path: Path, size_bytes: int, persist: bool, fstab: Path) -> SwapResult:
+def _create_new(steps: _Steps, swap_path: Path, size_bytes: int) -> SwapResult:
     """fallocate (dd where fallocate can't make a usable swap file), chmod, mkswap, swapon; any
     failure removes the file, so nothing is left half-done."""
     path = str(swap_path)
@@ -335,10 +318,9 @@ def _create_new(steps: _Steps, swap_path: Path, size_bytes: int, persist: bool, 
             if retry_with_dd and not _not_permitted(text):
                 continue  # filesystems without fallocate support, or holes swapon rejects
             raise _swap_error(exc, created=True) from None
-        result = SwapResult("created", path, size_bytes, commands=steps.ran,
-                            message=f"created and activated a {_human(size_bytes)} swap file at {path}"
-                                    + (" (dd: fallocate did not work here)" if method == "dd" else ""))
-        return _persist(result, persist, fstab, steps)
+        return SwapResult("created", path, size_bytes,
+                          message=f"created and activated a {_human(size_bytes)} swap file at {path}"
+                                  + (" (dd: fallocate did not work here)" if method == "dd" else ""))
     raise _swap_error(last_error, created=True)  # pragma: no cover - the loop always returns or raises
 
 
@@ -368,23 +350,13 @@ def _backup_name(fstab: Path) -> str:
     return f"{fstab}.gemma4-t4.bak.{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def _dry(result: SwapResult, persist: bool, fstab: Path, steps: _Steps,
-         refusal: tuple[str, str] | None) -> SwapResult:
-    if persist and not _fstab_has(fstab, result.path):
-        steps(["cp", "-p", str(fstab), _backup_name(fstab)])
-        steps(["tee", "-a", str(fstab)], input=_fstab_line(result.path) + "\n")
-        result.fstab_line = _fstab_line(result.path)
-    result.commands = steps.ran
-    result.action = "dry-run"
-    result.would_refuse = f"{refusal[0]} (fix: {refusal[1]})" if refusal else None
-    return result
-
-
 def _persist(result: SwapResult, persist: bool, fstab: Path, steps: _Steps) -> SwapResult:
-    """Add the fstab line (backup first) when asked and not there yet."""
+    """Add the fstab line (backup first) when asked and not there yet (a dry run records the commands
+    and the line)."""
     if persist and _fstab_has(fstab, result.path):
-        result.persisted = True
-        result.message += f"; {fstab} already mounts it at boot"
+        if not steps.dry_run:
+            result.persisted = True
+            result.message += f"; {fstab} already mounts it at boot"
     elif persist:
         line, backup = _fstab_line(result.path), _backup_name(fstab)
         try:
@@ -393,7 +365,9 @@ def _persist(result: SwapResult, persist: bool, fstab: Path, steps: _Steps) -> S
         except _StepFailed as exc:
             raise Gemma4T4Error(f"swap is active, but adding it to {fstab} failed: {exc}",
                                 fix=f"add this line to {fstab} yourself: {line}") from None
-        result.persisted, result.fstab_line, result.fstab_backup = True, line, backup
-        result.message += f"; added to {fstab} (backup: {backup})"
+        result.fstab_line = line
+        if not steps.dry_run:
+            result.persisted, result.fstab_backup = True, backup
+            result.message += f"; added to {fstab} (backup: {backup})"
     result.commands = steps.ran
     return result
