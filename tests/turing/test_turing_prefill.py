@@ -21,6 +21,7 @@ torch = pytest.importorskip("torch")
 
 from fakes.packed_attention import reference_attention as packed_reference  # noqa: E402
 
+from gemma4_t4.foundation.cache import CACHE_ENV  # noqa: E402
 from gemma4_t4.turing import plugin, prefill, tilecap  # noqa: E402
 from gemma4_t4.turing import prefill_bench as pb  # noqa: E402
 from gemma4_t4.turing.numerics import reference_attention as paged_reference  # noqa: E402
@@ -399,7 +400,7 @@ def test_no_verdict_means_off_until_measured_and_says_how_to_measure(monkeypatch
 def test_verdict_decides_per_head_size_and_minimum_length(monkeypatch, tmp_path):
     from gemma4_t4.foundation.atomic import atomic_write_json
 
-    monkeypatch.setenv(prefill.ENV_CACHE_DIR, str(tmp_path))
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
     monkeypatch.delenv(prefill.ENV_SWITCH, raising=False)
     heads = {
         "512": {"use_route": True, "min_tokens": 1024, "why": "4x"},

@@ -72,10 +72,11 @@ def test_efficient_kernel_window_matches_gemma_sliding_semantics():
 
 
 def test_bench_prefill_writes_json_plot_and_verdict(tmp_path, monkeypatch, kernel):
+    from gemma4_t4.foundation.cache import CACHE_ENV
     from gemma4_t4.turing import prefill
     from gemma4_t4.turing.prefill_bench import bench_prefill
 
-    monkeypatch.setenv(prefill.ENV_CACHE_DIR, str(tmp_path / "cache"))
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
     report = bench_prefill((512, 1024), ("e2b",), os.environ.get("GEMMA4_T4_VLLM_ROOT"), tmp_path / "out")
     data = json.loads((tmp_path / "out" / "bench_prefill.json").read_text())
     assert (tmp_path / "out" / "bench_prefill.png").stat().st_size > 1000
