@@ -130,16 +130,15 @@ def undone(exc: BaseException) -> list[str]:
     return [n[len(_UNDONE) :] for n in getattr(exc, "__notes__", []) if n.startswith(_UNDONE)]
 
 
-def sleep_ticking(sleep: Callable[[float], None], seconds: float, tick: Callable[[], None],
-                  step: float = 1.0) -> None:
-    """``sleep(seconds)`` in steps of at most ``step``, calling ``tick`` after each: a wait's elapsed
+def sleep_ticking(sleep: Callable[[float], None], seconds: float, tick: Callable[[], None]) -> None:
+    """``sleep(seconds)`` in steps of at most a second, calling ``tick`` after each: a wait's elapsed
     counter keeps moving between polls instead of standing still for a whole poll interval."""
     if seconds <= 0:
         sleep(seconds)
         return
     left = seconds
     while left > 0:
-        chunk = min(step, left)
+        chunk = min(1.0, left)
         sleep(chunk)
         left -= chunk
         tick()

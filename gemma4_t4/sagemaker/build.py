@@ -492,40 +492,39 @@ def build_t4_image(region: str, base_tag: str = images.DEFAULT_VLLM_TAG, *, forc
     target = build_target(region, account, base_tag, bundle_sha)
     result = BuildResult(region, target.image_uri, target.tag, "PENDING", cost_line=build_cost().line())
     ecr = make("ecr", region)
-    held = contextlib.ExitStack()  # one build-image per region and repository (build_lock)
-    record = held.enter_context(build_lock(region))
     try:
-        digest = existing_image(ecr, target.tag)
-        if digest and not force:
-            result.status, result.digest = "REUSED", digest
-            result.reused.append(f"image:{target.tag}")
+        with build_lock(region) as record:  # one build-image per region and repository
+            digest = existing_image(ecr, target.tag)
+            if digest and not force:
+                result.status, result.digest = "REUSED", digest
+                result.reused.append(f"image:{target.tag}")
+                return result
+            if digest:  # --force: never push onto a tag the IMMUTABLE repository already holds
+                existing = target.tag
+                target = build_target(region, account, base_tag, bundle_sha, rebuild_tag(ecr, existing))
+                result.image_uri, result.tag = target.image_uri, target.tag
+                print(f"--force: {existing} is already in ECR and its tags are immutable; building {target.tag}",
+                      file=sys.stderr)
+            record(tag=target.tag)
+            ensure_stack(target, bundle, make, result, sleep)
+            build = _run_build(make("codebuild", region), target, result, record, poll_s, progress, sleep,
+                               monotonic)
+            result.status = build.get("buildStatus", "?")
+            if result.status != "SUCCEEDED":
+                result.log_tail = log_tail(make("logs", region), build)
+                raise BuildFailed(result, f"CodeBuild status {result.status}")
+            if on_build_succeeded:
+                on_build_succeeded(target)
+            result.digest = existing_image(ecr, target.tag)
+            if not result.digest:
+                result.status = "FAILED"
+                result.log_tail = log_tail(make("logs", region), build)
+                raise BuildFailed(result, f"the build reported SUCCEEDED but {target.image_uri} is not in ECR")
             return result
-        if digest:  # --force: never push onto a tag the IMMUTABLE repository already holds
-            existing = target.tag
-            target = build_target(region, account, base_tag, bundle_sha, rebuild_tag(ecr, existing))
-            result.image_uri, result.tag = target.image_uri, target.tag
-            print(f"--force: {existing} is already in ECR and its tags are immutable; building {target.tag}",
-                  file=sys.stderr)
-        record(tag=target.tag)
-        ensure_stack(target, bundle, make, result, sleep)
-        build = _run_build(make("codebuild", region), target, result, record, poll_s, progress, sleep, monotonic)
-        result.status = build.get("buildStatus", "?")
-        if result.status != "SUCCEEDED":
-            result.log_tail = log_tail(make("logs", region), build)
-            raise BuildFailed(result, f"CodeBuild status {result.status}")
-        if on_build_succeeded:
-            on_build_succeeded(target)
-        result.digest = existing_image(ecr, target.tag)
-        if not result.digest:
-            result.status = "FAILED"
-            result.log_tail = log_tail(make("logs", region), build)
-            raise BuildFailed(result, f"the build reported SUCCEEDED but {target.image_uri} is not in ECR")
-        return result
     except aws_exceptions() as exc:
         raise aws_error(exc, f"build-image in {region}") from exc
     finally:
         result.elapsed_s = round(monotonic() - t0, 2)
-        held.close()
 
 
 def _run_build(cb: Any, target: BuildTarget, result: BuildResult, record: Callable[..., None], poll_s: float,

@@ -27,7 +27,22 @@ class ApiCall:
     note: str | None = None  # printed as a comment above the command
 
     def cli(self) -> str:
-        return to_cli(self)
+        """``aws <service> <operation> --param value ...``; structures are passed as JSON."""
+        parts = ["aws", self.service, _kebab(self.operation)]  # boto3 and CLI service names agree
+        if self.region:
+            parts += ["--region", shlex.quote(self.region)]
+        for key, value in _redact(self.params).items():
+            flag = "--" + _kebab(key)
+            if isinstance(value, bool):
+                parts.append(flag if value else "--no-" + flag[2:])
+            elif isinstance(value, (dict, list)):
+                parts += [flag, shlex.quote(json.dumps(value, separators=(",", ":")))]
+            elif isinstance(value, bytes):
+                parts += [flag, shlex.quote(value.decode())]
+            else:
+                parts += [flag, shlex.quote(str(value))]
+        command = " ".join(parts)
+        return f"# {comment_line(self.note)}\n{command}" if self.note else command
 
 
 def _kebab(name: str) -> str:
@@ -44,25 +59,6 @@ def _redact(value: Any) -> Any:
     if isinstance(value, list):
         return [_redact(v) for v in value]
     return value
-
-
-def to_cli(call: ApiCall) -> str:
-    """``aws <service> <operation> --param value ...``; structures are passed as JSON."""
-    parts = ["aws", call.service, _kebab(call.operation)]  # boto3 and CLI service names agree
-    if call.region:
-        parts += ["--region", shlex.quote(call.region)]
-    for key, value in _redact(call.params).items():
-        flag = "--" + _kebab(key)
-        if isinstance(value, bool):
-            parts.append(flag if value else "--no-" + flag[2:])
-        elif isinstance(value, (dict, list)):
-            parts += [flag, shlex.quote(json.dumps(value, separators=(",", ":")))]
-        elif isinstance(value, bytes):
-            parts += [flag, shlex.quote(value.decode())]
-        else:
-            parts += [flag, shlex.quote(str(value))]
-    command = " ".join(parts)
-    return f"# {comment_line(call.note)}\n{command}" if call.note else command
 
 
 def comment_line(text: str) -> str:

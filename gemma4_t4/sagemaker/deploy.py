@@ -281,14 +281,10 @@ def deploy(config: DeployConfig, *, client: Any = None, session: Any = None, wai
 
     make = client_factory(session)
     sm = client or make("sagemaker", config.region)
-    # the one application-autoscaling client, made on first use: it registers a scalable target and,
-    # through the same session, deregisters it in a rollback
-    autoscaling: list[Any] = [autoscaling_client] if autoscaling_client is not None else []
 
-    def aas() -> Any:
-        if not autoscaling:
-            autoscaling.append(make("application-autoscaling", config.region))
-        return autoscaling[0]
+    def aas() -> Any:  # one application-autoscaling client (the factory caches it), made on first use: it
+        # registers a scalable target and, through the same session, deregisters it in a rollback
+        return autoscaling_client or make("application-autoscaling", config.region)
 
     config = with_fixed_image(config, ecr_client or make("ecr", config.region))
     if config.model_data_s3_uri:

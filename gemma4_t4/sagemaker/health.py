@@ -36,14 +36,11 @@ def degenerate_reasons(text: str) -> list[str]:
     if alnum < 0.4 * len(stripped.replace(" ", "")):
         reasons.append("mostly punctuation or symbols")
     words = re.findall(r"\w+|[^\w\s]", stripped.lower())
-    for n in (1, 2, 3, 4):  # an n-gram repeated back to back 4+ times: ": ok: ok: ok: ok"
-        for i in range(0, max(0, len(words) - 4 * n + 1)):
-            gram = words[i : i + n]
-            if all(words[i + k * n : i + (k + 1) * n] == gram for k in range(1, 4)):
-                reasons.append(f"repeats {' '.join(gram)!r} back to back")
-                break
-        if reasons and reasons[-1].startswith("repeats"):
-            break
+    # the shortest n-gram repeated back to back 4+ times: ": ok: ok: ok: ok"
+    repeated = next((words[i : i + n] for n in (1, 2, 3, 4) for i in range(len(words) - 4 * n + 1)
+                     if words[i : i + n] * 4 == words[i : i + 4 * n]), None)
+    if repeated:
+        reasons.append(f"repeats {' '.join(repeated)!r} back to back")
     content = [w for w in words if w.isalnum()]
     if len(content) >= 12 and len(set(content)) / len(content) < 0.3:
         reasons.append(f"only {len(set(content))} distinct words in {len(content)}")

@@ -4,6 +4,7 @@ payload), streaming invoke, and an idempotent delete of endpoint, config and mod
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 import time
 from collections.abc import Iterator, Sequence
@@ -346,37 +347,19 @@ def _safe_json(body: bytes) -> JSONValue:
         return body.decode(errors="replace")
 
 
-class SSEDecoder:
-    """Server-sent events from arbitrarily split byte chunks (SageMaker PayloadParts split anywhere)."""
-
-    def __init__(self) -> None:
-        self._buffer = b""
-
-    def feed(self, chunk: bytes) -> list[JSONObject]:  # the events' JSON, as the server sent it
-        self._buffer += chunk
-        events: list[JSONObject] = []
-        while b"\n" in self._buffer:
-            line, self._buffer = self._buffer.split(b"\n", 1)
-            line = line.strip()
-            if not line.startswith(b"data:"):
-                continue
-            data = line[5:].strip()
-            if data == b"[DONE]" or not data:
-                continue
-            events.append(json.loads(data))
-        return events
-
-
 def stream_deltas(payload_parts: Iterator[bytes]) -> Iterator[StreamDelta]:
-    """OpenAI stream events -> {"text": delta} / {"usage": {...}} items."""
-    decoder = SSEDecoder()
-
-    def parts() -> Iterator[bytes]:  # lazily: a token is yielded as soon as its part arrives
-        yield from payload_parts
-        yield b"\n"
-
-    for part in parts():
-        for event in decoder.feed(part):
+    """OpenAI stream events (server-sent ``data:`` lines, split anywhere across SageMaker's PayloadParts)
+    -> {"text": delta} / {"usage": {...}} items, each yielded as soon as its line is complete."""
+    buffer = b""
+    for part in itertools.chain(payload_parts, [b"\n"]):
+        buffer += part
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            line = line.strip()
+            data = line[5:].strip()
+            if not line.startswith(b"data:") or data in (b"", b"[DONE]"):
+                continue
+            event = json.loads(data)
             for choice in event.get("choices") or []:
                 delta = (choice.get("delta") or {}).get("content") or choice.get("text") or ""
                 if delta:

@@ -75,19 +75,14 @@ def reap(
         created = dt.datetime.fromisoformat(endpoint.created_at).timestamp() if endpoint.created_at else None
         decision = ReapDecision(endpoint.name, endpoint.region, endpoint.status, endpoint.expires_at, action, why,
                                 created)
-        if action == "delete":
-            _act(decision, dry_run, make)
         result.decisions.append(decision)
+        if action != "delete" or dry_run:
+            continue
+        try:
+            # by identity: the endpoint listed, not whatever holds its name by now (another owner's re-creation)
+            delete_endpoint(decision.name, decision.region, client=make("sagemaker", decision.region),
+                            created_at=created)
+            decision.action = "deleted"
+        except Exception as exc:  # noqa: BLE001 - one failure must not stop the reaping of the rest
+            decision.action, decision.reason = "failed", f"{why}; delete failed: {exc}"
     return result
-
-
-def _act(decision: ReapDecision, dry_run: bool, make: ClientFactory) -> None:
-    if dry_run:
-        return
-    try:
-        # by identity: the endpoint listed, not whatever holds its name by now (another owner's re-creation)
-        delete_endpoint(decision.name, decision.region, client=make("sagemaker", decision.region),
-                        created_at=decision.created_at)
-        decision.action = "deleted"
-    except Exception as exc:  # noqa: BLE001 - one failure must not stop the reaping of the rest
-        decision.action, decision.reason = "failed", f"{decision.reason}; delete failed: {exc}"

@@ -118,16 +118,11 @@ def scan_folder(folder: str | Path) -> list[LocalFile]:
     return files
 
 
-def manifest_sha256(files: list[LocalFile]) -> str:
-    digest = hashlib.sha256()
-    for f in files:
-        digest.update(f"{f.name}\0{f.size}\0{f.sha256}\n".encode())
-    return digest.hexdigest()
-
-
 def default_prefix(folder: str | Path, files: list[LocalFile]) -> str:
+    """``models/<folder>-<manifest sha256[:12]>/``: the manifest lists every file's name, size and sha256."""
     name = "".join(c if c.isalnum() or c in "._-" else "-" for c in Path(folder).resolve().name)[:80]
-    return f"models/{name or 'model'}-{manifest_sha256(files)[:12]}/"
+    manifest = "".join(f"{f.name}\0{f.size}\0{f.sha256}\n" for f in files)
+    return f"models/{name or 'model'}-{hashlib.sha256(manifest.encode()).hexdigest()[:12]}/"
 
 
 def default_bucket(account: str, region: str) -> str:
@@ -180,14 +175,6 @@ def _b64(digest: bytes) -> str:
     return base64.b64encode(digest).decode()
 
 
-def _parts(path: Path, part_size: int):
-    with path.open("rb") as handle:
-        number = 1
-        while chunk := handle.read(part_size):
-            yield number, chunk
-            number += 1
-
-
 def _multipart(s3: Any, bucket: str, key: str, f: LocalFile, part_size: int,
                advance: Callable[[int], None]) -> tuple[str, int, int]:
     """Upload ``f`` in parts, resuming an unfinished upload of ``key``. Returns (status, parts, bytes sent)."""
@@ -229,17 +216,18 @@ def interrupted_upload_note(bucket: str, key: str, upload_id: str, parts_done: i
 def _send_parts(s3: Any, bucket: str, key: str, f: LocalFile, part_size: int, upload_id: str,
                 done: dict[int, tuple[int | None, str]], completed: list[CompletedPart], sent: list[int],
                 advance: Callable[[int], None]) -> None:
-    for number, chunk in _parts(f.path, part_size):
-        md5 = hashlib.md5(chunk, usedforsecurity=False).hexdigest()
-        sha = _b64(hashlib.sha256(chunk).digest())
-        if done.get(number) == (len(chunk), md5):
-            etag = md5
-        else:
-            etag = s3.upload_part(Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=chunk,
-                                  ChecksumSHA256=sha)["ETag"].strip('"')
-            sent.append(len(chunk))
-        completed.append({"PartNumber": number, "ETag": etag, "ChecksumSHA256": sha})
-        advance(len(chunk))
+    with f.path.open("rb") as handle:  # one part in memory at a time
+        for number, chunk in enumerate(iter(lambda: handle.read(part_size), b""), start=1):
+            md5 = hashlib.md5(chunk, usedforsecurity=False).hexdigest()
+            sha = _b64(hashlib.sha256(chunk).digest())
+            if done.get(number) == (len(chunk), md5):
+                etag = md5
+            else:
+                etag = s3.upload_part(Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=chunk,
+                                      ChecksumSHA256=sha)["ETag"].strip('"')
+                sent.append(len(chunk))
+            completed.append({"PartNumber": number, "ETag": etag, "ChecksumSHA256": sha})
+            advance(len(chunk))
 
 
 def upload_model_folder(folder: str | Path, region: str, *, bucket: str | None = None,

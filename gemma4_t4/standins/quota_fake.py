@@ -1,5 +1,5 @@
 """A FAKE Service Quotas endpoint for offline runs (tests, CPU notebooks): moto lacks SageMaker's
-Service Quotas, so this HTTP server answers ``ListServiceQuotas`` and ``GetServiceQuota`` (JSON 1.1)
+Service Quotas, so this HTTP server answers ``ListServiceQuotas`` (JSON 1.1), the one call the package makes,
 with configured values per region (read from the SigV4 credential scope); boto3 reaches it through
 ``AWS_ENDPOINT_URL_SERVICE_QUOTAS``. Its quota codes (``L-FAKE…``) are made up: lookups go by name.
 """
@@ -35,12 +35,6 @@ class _Handler(StandInHandler):
             if start + size < len(quotas):
                 page["NextToken"] = str(start + size)
             self.send_json(200, page, _JSON)
-        elif target == "GetServiceQuota":
-            hit = [q for q in quotas if q["QuotaCode"] == request.get("QuotaCode")]
-            if hit:
-                self.send_json(200, {"Quota": hit[0]}, _JSON)
-            else:
-                self.send_json(400, {"__type": "NoSuchResourceException", "message": "no such quota"}, _JSON)
         else:
             self.send_json(400, {"__type": "UnknownOperationException", "message": target}, _JSON)
 

@@ -176,9 +176,9 @@ def test_recipe_round_trips_through_shlex_with_hostile_values():
 
 
 def test_recipe_notes_stay_comments():
-    from gemma4_t4.sagemaker.cli_recipe import ApiCall, to_cli
+    from gemma4_t4.sagemaker.cli_recipe import ApiCall
 
-    printed = to_cli(ApiCall("sagemaker", "list_endpoints", {}, "us-east-2", note="a\nrm -rf /\r\nb"))
+    printed = ApiCall("sagemaker", "list_endpoints", {}, "us-east-2", note="a\nrm -rf /\r\nb").cli()
     assert _commands([printed]) == [["aws", "sagemaker", "list-endpoints", "--region", "us-east-2"]]
 
 

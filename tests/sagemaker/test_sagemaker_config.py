@@ -10,12 +10,12 @@ import pytest
 
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.sagemaker import image
-from gemma4_t4.sagemaker.cli_recipe import ApiCall, to_cli
+from gemma4_t4.sagemaker.cli_recipe import ApiCall
 from gemma4_t4.sagemaker.config import DeployConfig, extra_args_to_env, redact_env
 from gemma4_t4.sagemaker.cost import estimate
 from gemma4_t4.sagemaker.deploy import deploy, deployment_plan
 from gemma4_t4.sagemaker.health import PROBES, assess, check_health, degenerate_reasons
-from gemma4_t4.sagemaker.ops import SSEDecoder, stream_deltas
+from gemma4_t4.sagemaker.ops import stream_deltas
 
 ROLE = "arn:aws:iam::123456789012:role/sm-exec"
 
@@ -147,7 +147,7 @@ def test_cli_recipe_round_trips_parameters():
         "ProductionVariants": [{"VariantName": "AllTraffic", "Weight": 1.0}],
         "EnableNetworkIsolation": True,
     }
-    command = to_cli(ApiCall("sagemaker", "create_endpoint_config", params, "us-west-2"))
+    command = ApiCall("sagemaker", "create_endpoint_config", params, "us-west-2").cli()
     argv = shlex.split(command)
     assert argv[:5] == ["aws", "sagemaker", "create-endpoint-config", "--region", "us-west-2"]
     assert json.loads(argv[argv.index("--production-variants") + 1]) == params["ProductionVariants"]
@@ -206,7 +206,12 @@ def test_sse_decoder_handles_arbitrary_splits():
     items = list(stream_deltas(iter(parts)))
     assert "".join(i.get("text", "") for i in items) == "Hello"
     assert items[-1] == {"usage": {"completion_tokens": 2}}
-    assert SSEDecoder().feed(b'data: {"a": 1}') == []  # incomplete line is held back
+
+    def first_then_nothing():
+        yield b'data: {"choices": [{"delta": {"content": "a"}}]}\n'
+        raise AssertionError("read past the first complete event")
+
+    assert next(stream_deltas(first_then_nothing())) == {"text": "a"}  # yielded before the next part
 
 
 def test_image_check_reads_the_installed_vllm():
