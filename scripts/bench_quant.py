@@ -149,9 +149,8 @@ def warm_page_cache(folder: Path) -> None:
 def warm_numba() -> None:
     """Compile (and cache) the kernels once so timings exclude JIT compilation."""
     subprocess.run([sys.executable, "-c", "import numpy as np; from gemma4_t4.quant import lattice, pack; "
-                    "w = np.ones((8, 64), np.uint16); f, _ = lattice.analyze(w, scale_dtypes=(\"fp16\", \"bf16\")); "
-                    "lattice.choose_scale(w, f); "
-                    "pack.pack_int4(f.levels)"], cwd=REPO, check=True)
+                    "w = np.ones((8, 64), np.uint16); f, _ = lattice.analyze(w, scale_dtypes=(\"fp16\", \"bf16\"), use_numba=True); "
+                    "pack.pack_int4(f.levels, use_numba=True)"], cwd=REPO, check=True)
 
 
 def main() -> None:

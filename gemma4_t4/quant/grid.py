@@ -219,12 +219,11 @@ def select_tensors(reader: CheckpointReader, wanted: Sequence[str] | None, group
     if wanted:
         names = []
         for name in wanted:
-            candidates = [name, f"{name}.weight"]
-            hit = next((c for c in candidates if c in reader.tensors), None)
-            if hit is None:
-                close = [n for n in reader.tensors if name in n][:5]
+            hit = name if name in reader.tensors else f"{name}.weight"
+            if hit not in reader.tensors:
+                close = next((n for n in reader.tensors if name in n), None)
                 raise Gemma4T4Error(f"{reader.source} has no tensor {name!r}",
-                                    fix=f"use a full tensor name{', e.g. ' + close[0] if close else ''}")
+                                    fix=f"use a full tensor name{', e.g. ' + close if close else ''}")
             names.append(hit)
     else:
         names = sorted(reader.tensors)
@@ -242,7 +241,7 @@ def select_tensors(reader: CheckpointReader, wanted: Sequence[str] | None, group
             skipped[name] = (f"{len(shape)}-D {info.dtype}{shape}: grid-check reads 2-D weights "
                              "[rows, input columns]; a stacked (e.g. per-expert) tensor is not checked")
             continue
-        if info.numel == 0:
+        if info.nbytes == 0:
             empty.append(name)
             continue
         if shape[1] % group_size:

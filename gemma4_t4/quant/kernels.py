@@ -20,8 +20,8 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic, overload
 
-FP16, BF16, FP32 = 0, 1, 2
-FORMAT_CODES = {"fp16": FP16, "bf16": BF16, "fp32": FP32}
+FP16, BF16 = 0, 1
+FORMAT_CODES = {"fp16": FP16, "bf16": BF16}
 _PEAK_TRIALS = (8, 7, 6, 5, 4, 3, 2, 1)  # as lattice._PEAK_TRIALS
 _SCALE_STEPS = (0, 1, -1, 2, -2)  # ulps around the rounded least-squares scale, as the reference
 _FP16_MIN_NORMAL = 6.103515625e-05
@@ -37,40 +37,33 @@ def _i32(v: int) -> ir.Constant:
 # -- 32-bit bit tricks as LLVM intrinsics ----------------------------------------------------------
 
 
-def _unary(name: str, signature, emit):
-    """A numba-callable LLVM snippet of one argument: ``emit(builder, x)`` returns its value."""
-
-    def typer(typingctx, x):
-        return signature, lambda context, builder, sig, args: emit(builder, *args)
-
-    typer.__name__ = typer.__qualname__ = name
-    return intrinsic(typer)
-
-
-def _binary(name: str, signature, emit):
-    """As :func:`_unary`, for two arguments (numba's ``@intrinsic`` takes no ``*args``)."""
-
-    def typer(typingctx, x, y):
-        return signature, lambda context, builder, sig, args: emit(builder, *args)
-
+def _intrinsic(name: str, signature, emit):
+    """A numba-callable LLVM snippet of one or two arguments: ``emit(builder, *args)`` returns its
+    value (numba's ``@intrinsic`` takes no ``*args``, so each arity has its typer)."""
+    if len(signature.args) == 1:
+        def typer(typingctx, x):
+            return signature, lambda context, builder, sig, args: emit(builder, *args)
+    else:
+        def typer(typingctx, x, y):
+            return signature, lambda context, builder, sig, args: emit(builder, *args)
     typer.__name__ = typer.__qualname__ = name
     return intrinsic(typer)
 
 
 u32, i32, f32 = types.uint32, types.int32, types.float32
-_f32_bits = _unary("_f32_bits", u32(f32), lambda b, x: b.bitcast(x, _I32))
-_bits_f32 = _unary("_bits_f32", f32(u32), lambda b, u: b.bitcast(u, _F32))
+_f32_bits = _intrinsic("_f32_bits", u32(f32), lambda b, x: b.bitcast(x, _I32))
+_bits_f32 = _intrinsic("_bits_f32", f32(u32), lambda b, u: b.bitcast(u, _F32))
 # |x| as uint32 bits: ordered like |x| (NaN above inf), so max() needs no float compare
-_abs_bits = _unary("_abs_bits", u32(f32), lambda b, x: b.and_(b.bitcast(x, _I32), _i32(0x7FFFFFFF)))
+_abs_bits = _intrinsic("_abs_bits", u32(f32), lambda b, x: b.and_(b.bitcast(x, _I32), _i32(0x7FFFFFFF)))
 # x's bits as int32: ordered like x over the positive floats
-_signed_bits = _unary("_signed_bits", i32(f32), lambda b, x: b.bitcast(x, _I32))
-_bf16_to_f32 = _unary("_bf16_to_f32", f32(types.uint16), lambda b, h: b.bitcast(b.shl(b.zext(h, _I32), _i32(16)), _F32))
+_signed_bits = _intrinsic("_signed_bits", i32(f32), lambda b, x: b.bitcast(x, _I32))
+_bf16_to_f32 = _intrinsic("_bf16_to_f32", f32(types.uint16), lambda b, h: b.bitcast(b.shl(b.zext(h, _I32), _i32(16)), _F32))
 # a float32 holding a small non-negative integer, as uint32
-_small_uint = _unary("_small_uint", u32(f32), lambda b, x: b.fptoui(x, _I32))
-_u32_add = _binary("_u32_add", u32(u32, u32), lambda b, x, y: b.add(x, y))
-_u32_or = _binary("_u32_or", u32(u32, u32), lambda b, x, y: b.or_(x, y))
+_small_uint = _intrinsic("_small_uint", u32(f32), lambda b, x: b.fptoui(x, _I32))
+_u32_add = _intrinsic("_u32_add", u32(u32, u32), lambda b, x, y: b.add(x, y))
+_u32_or = _intrinsic("_u32_or", u32(u32, u32), lambda b, x, y: b.or_(x, y))
 # 1 if the float32 values are equal (0.0 == -0.0, as the reference's ==), else 0
-_equal = _binary("_equal", u32(f32, f32), lambda b, x, y: b.zext(b.fcmp_ordered("==", x, y), _I32))
+_equal = _intrinsic("_equal", u32(f32, f32), lambda b, x, y: b.zext(b.fcmp_ordered("==", x, y), _I32))
 
 
 def _bf16_ir(builder, u):
@@ -95,9 +88,9 @@ def _fp16_ir(builder, x):
 
 # round to nearest, ties to even, returned as float32: bf16 (finite or inf input); fp16 with
 # subnormals and overflow to inf; fp16 then bf16 (what a bf16 model loads from an fp16-scaled weight)
-_round_bf16 = _unary("_round_bf16", f32(f32), lambda b, x: b.bitcast(_bf16_ir(b, b.bitcast(x, _I32)), _F32))
-_round_fp16 = _unary("_round_fp16", f32(f32), lambda b, x: b.bitcast(_fp16_ir(b, x), _F32))
-_round_fp16_bf16 = _unary("_round_fp16_bf16", f32(f32), lambda b, x: b.bitcast(_bf16_ir(b, _fp16_ir(b, x)), _F32))
+_round_bf16 = _intrinsic("_round_bf16", f32(f32), lambda b, x: b.bitcast(_bf16_ir(b, b.bitcast(x, _I32)), _F32))
+_round_fp16 = _intrinsic("_round_fp16", f32(f32), lambda b, x: b.bitcast(_fp16_ir(b, x), _F32))
+_round_fp16_bf16 = _intrinsic("_round_fp16_bf16", f32(f32), lambda b, x: b.bitcast(_bf16_ir(b, _fp16_ir(b, x)), _F32))
 
 
 def _widen(x):  # pragma: no cover - replaced by the overload inside kernels
@@ -118,9 +111,7 @@ def _widen_impl(x):
 def _round_to(x, fmt):
     if fmt == FP16:
         return _round_fp16(x)
-    if fmt == BF16:
-        return _round_bf16(x)
-    return x
+    return _round_bf16(x)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -140,23 +131,21 @@ def step_scale(c, fmt, steps):
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _count_exact(qf, vals, gs, cand, fmt, vfmt):
-    """How many round_vfmt(round_fmt(q * cand)) equal the source values (q * cand is exact in float32)."""
+def _count_exact(qf, vals, gs, cand, fmt):
+    """How many round_bf16(round_fmt(q * cand)) equal the source values, as a bf16 model loads them
+    (q * cand is exact in float32); one loop per format, so each vectorises."""
     n = np.uint32(0)
-    if fmt == FP16 and vfmt == BF16:
+    if fmt == FP16:
         for j in range(gs):
             n = _u32_add(n, _equal(_round_fp16_bf16(qf[j] * cand), vals[j]))
-    elif fmt == BF16 and vfmt == BF16:
-        for j in range(gs):
-            n = _u32_add(n, _equal(_round_bf16(qf[j] * cand), vals[j]))
     else:
         for j in range(gs):
-            n = _u32_add(n, _equal(_round_to(_round_to(qf[j] * cand, fmt), vfmt), vals[j]))
+            n = _u32_add(n, _equal(_round_bf16(qf[j] * cand), vals[j]))
     return n
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _choose_group(qf, vals, gs, lsq, fmt, vfmt):
+def _choose_group(qf, vals, gs, lsq, fmt):
     """(scale in fmt, values reproduced exactly): the rounded least-squares scale or the best of
     its +-2 ulp neighbours, first one wins ties."""
     c0 = _round_to(lsq, fmt)
@@ -167,7 +156,7 @@ def _choose_group(qf, vals, gs, lsq, fmt, vfmt):
     first = True
     for t in _SCALE_STEPS:
         cand = c0 if t == 0 else step_scale(c0, fmt, t)
-        n = _count_exact(qf, vals, gs, cand, fmt, vfmt)
+        n = _count_exact(qf, vals, gs, cand, fmt)
         if first or n > best_n:
             best, best_n, first = cand, n, False
         if best_n == gs:
@@ -272,7 +261,7 @@ def _store_levels_lsq(levels, r, base, qf, vals, gs):
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def analyze_kernel(w, gs, tol, fmts, nd, vfmt, levels, lsq, peak, deviation, scales, exact):
+def analyze_kernel(w, gs, tol, fmts, nd, levels, lsq, peak, deviation, scales, exact):
     """Lattice fit of every group plus, for the first ``nd`` scale formats in ``fmts``, the chosen
     scale and its exact-value count. ``tol`` is float32 (the reference compares in float32).
     ``fmts``, ``scales`` and ``exact`` keep at least one entry (zero-length ones crash parfors)."""
@@ -323,32 +312,9 @@ def analyze_kernel(w, gs, tol, fmts, nd, vfmt, levels, lsq, peak, deviation, sca
                 deviation[r, g] = _bits_f32(worst) / np.float32(div)  # in levels of the coarsest lattice
             lsq[r, g] = s
             for d in range(nd):
-                c, n = _choose_group(qf, vals, gs, s, fmts[d], vfmt)
+                c, n = _choose_group(qf, vals, gs, s, fmts[d])
                 scales[d, r, g] = c
                 exact[d, r, g] = n
-
-
-@numba.njit(cache=True, nogil=True, parallel=True)
-def choose_kernel(w, levels, lsq, peak, gs, fmt, vfmt, out_scale, out_exact):
-    """Scale choice for a given fit (after requantising off-grid groups, say)."""
-    rows, cols = w.shape
-    ng = cols // gs
-    for r in numba.prange(rows):
-        vals = np.empty(gs, np.float32)
-        qf = np.empty(gs, np.float32)
-        for g in range(ng):
-            base = g * gs
-            if peak[r, g] < 0:
-                c = _round_to(lsq[r, g], fmt)
-                out_scale[r, g] = c if c > 0.0 else step_scale(np.float32(0.0), fmt, 1)
-                out_exact[r, g] = -1
-                continue
-            for j in range(gs):
-                vals[j] = _widen(w[r, base + j])
-                qf[j] = np.float32(levels[r, base + j])
-            c, n = _choose_group(qf, vals, gs, lsq[r, g], fmt, vfmt)
-            out_scale[r, g] = c
-            out_exact[r, g] = n
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)

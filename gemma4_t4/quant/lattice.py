@@ -222,8 +222,15 @@ def _neighbour_scales(c0: np.ndarray, dtype: str, steps: int) -> np.ndarray:
     return bf16_bits_to_f32(np.clip(bits, 1, 0x7F7F).astype(np.uint16))
 
 
-def choose_scale_numpy(w: np.ndarray, fit: LatticeFit, dtype: str, value_dtype: str = "bf16") -> ScaleChoice:
-    g = _groups(np.asarray(w, dtype=np.float32), fit.group_size)
+def choose_scale(w: np.ndarray, fit: LatticeFit, dtype: str = "fp16") -> ScaleChoice:
+    """Pick per-group scales in ``dtype`` that reproduce the most values bit-exactly (the numpy
+    reference of the kernels' choice; ``w`` as floats or bf16 bits).
+
+    A value is reproduced when the decompressed weight, round_dtype(q * s), rounds back to the
+    stored source value in bf16 (Gemma's checkpoint dtype), i.e. the
+    model loads the same bits.
+    """
+    g = _groups(as_values(np.asarray(w)), fit.group_size)
     rows, ngroups, gs = g.shape
     q = fit.levels.reshape(rows, ngroups, gs).astype(np.float64)
     base = round_to_dtype(fit.scale, dtype)
@@ -231,7 +238,7 @@ def choose_scale_numpy(w: np.ndarray, fit: LatticeFit, dtype: str, value_dtype: 
     best, best_exact = base, np.full((rows, ngroups), -1, np.int16)
     for steps in (0, 1, -1, 2, -2):
         cand = base if steps == 0 else _neighbour_scales(base, dtype, steps)
-        deq = round_to_dtype(round_to_dtype(q * cand[..., None].astype(np.float64), dtype), value_dtype)
+        deq = round_to_dtype(round_to_dtype(q * cand[..., None].astype(np.float64), dtype), "bf16")
         exact = (deq == g).sum(axis=-1).astype(np.int16)
         better = exact > best_exact
         best = np.where(better, cand, best)
@@ -263,15 +270,8 @@ def as_values(block: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(block, dtype=np.float32)
 
 
-def _kernel_input(block: np.ndarray) -> np.ndarray:
-    # the kernels read bf16 bits directly (no float32 copy) and widen anything else once
-    if block.dtype == np.uint16:
-        return np.ascontiguousarray(block)
-    return np.ascontiguousarray(block, dtype=np.float32)
-
-
 def analyze(block: np.ndarray, group_size: int = DEFAULT_GROUP, tol: float = DEFAULT_TOL,
-            scale_dtypes: tuple[str, ...] | list[str] = ("fp16",), value_dtype: str = "bf16",
+            scale_dtypes: tuple[str, ...] | list[str] = ("fp16",),
             use_numba: bool | None = None, levels_out: np.ndarray | None = None,
             ) -> tuple[LatticeFit, dict[str, ScaleChoice]]:
     """Lattice fit plus the scale choice for each of ``scale_dtypes``, in one pass.
@@ -289,7 +289,7 @@ def analyze(block: np.ndarray, group_size: int = DEFAULT_GROUP, tol: float = DEF
         w = as_values(block)
         with np.errstate(invalid="ignore"):  # a non-finite group is marked off the grid, as the kernels do
             fit = fit_lattice_numpy(w, group_size, tol)
-            return fit, {dt: choose_scale_numpy(w, fit, dt, value_dtype) for dt in scale_dtypes}
+            return fit, {dt: choose_scale(w, fit, dt) for dt in scale_dtypes}
     rows, cols = block.shape
     ng = cols // group_size
     nd = len(scale_dtypes)
@@ -303,8 +303,10 @@ def analyze(block: np.ndarray, group_size: int = DEFAULT_GROUP, tol: float = DEF
     scales = np.empty((max(nd, 1), rows, ng), np.float32)
     exact = np.empty((max(nd, 1), rows, ng), np.int16)
     fmts = np.array([kernels.FORMAT_CODES[dt] for dt in scale_dtypes] or [0], np.int64)
-    kernels.analyze_kernel(_kernel_input(block), group_size, np.float32(tol), fmts, nd,
-                           kernels.FORMAT_CODES[value_dtype], levels, lsq, peak, deviation, scales, exact)
+    # the kernels read bf16 bits directly (no float32 copy) and widen anything else once
+    w = np.ascontiguousarray(block, dtype=np.uint16 if block.dtype == np.uint16 else np.float32)
+    kernels.analyze_kernel(w, group_size, np.float32(tol), fmts, nd, levels, lsq, peak, deviation,
+                           scales, exact)
     fit = LatticeFit(levels, lsq, peak, deviation, group_size)
     return fit, {dt: ScaleChoice(scales[i], exact[i], dt) for i, dt in enumerate(scale_dtypes)}
 
@@ -315,33 +317,13 @@ def fit_lattice(w: np.ndarray, group_size: int = DEFAULT_GROUP, tol: float = DEF
     return analyze(np.asarray(w), group_size, tol, (), use_numba=use_numba)[0]
 
 
-def choose_scale(w: np.ndarray, fit: LatticeFit, dtype: str = "fp16", value_dtype: str = "bf16",
-                 use_numba: bool | None = None) -> ScaleChoice:
-    """Pick per-group scales in ``dtype`` that reproduce the most values bit-exactly.
-
-    A value is reproduced when the decompressed weight, round_dtype(q * s), rounds back to the
-    stored source value in ``value_dtype`` (the checkpoint's dtype, bf16 for Gemma), i.e. the
-    model loads the same bits.
-    """
-    if dtype not in SCALE_DTYPES:
-        raise ValueError(f"scale dtype must be one of {SCALE_DTYPES}, got {dtype!r}")
-    w = np.asarray(w)
-    _groups(w, fit.group_size)  # refuses a shape the groups do not tile
-    if not numba_enabled(use_numba, w.size):
-        with np.errstate(invalid="ignore"):  # a non-finite group is off the grid: its scale is the base one
-            return choose_scale_numpy(as_values(w), fit, dtype, value_dtype)
-    out_scale = np.empty(fit.scale.shape, np.float32)
-    out_exact = np.empty(fit.scale.shape, np.int16)
-    kernels.choose_kernel(_kernel_input(w), fit.levels, fit.scale, fit.peak, fit.group_size,
-                          kernels.FORMAT_CODES[dtype], kernels.FORMAT_CODES[value_dtype], out_scale, out_exact)
-    return ScaleChoice(out_scale, out_exact, dtype)
-
-
-def requantize_off_grid(w: np.ndarray, fit: LatticeFit) -> int:
-    """Give off-grid groups a plain symmetric round-to-nearest lattice (in place). Returns how many.
+def requantize_off_grid(w: np.ndarray, fit: LatticeFit, choices: dict[str, ScaleChoice]) -> int:
+    """Give off-grid groups a plain symmetric round-to-nearest lattice and choose their scales anew
+    in ``choices`` (all in place). Returns how many.
 
     The scale uses the full asymmetric range of int4 (+7 / -8) without clipping. Those
-    groups' values change; the caller reports them.
+    groups' values change; the caller reports them. Only they are chosen again: every other
+    group keeps its levels and least-squares scale, so its choice stands.
     """
     off = ~fit.on_grid
     count = int(off.sum())
@@ -358,4 +340,9 @@ def requantize_off_grid(w: np.ndarray, fit: LatticeFit) -> int:
     lv[off] = q
     fit.scale[off] = s
     fit.peak[off] = np.abs(q).max(axis=-1)
+    # the requantized groups as a [groups, group_size] tensor of one group per row
+    alone = LatticeFit(q, s[:, None], fit.peak[off][:, None], fit.deviation[off][:, None], fit.group_size)
+    for dtype, choice in choices.items():
+        chosen = choose_scale(sel, alone, dtype)
+        choice.scale[off], choice.exact[off] = chosen.scale[:, 0], chosen.exact[:, 0]
     return count

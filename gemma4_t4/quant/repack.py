@@ -165,12 +165,11 @@ def lattice_quantizer(group_size: int, scale_dtype: str, allow_requant: bool, re
         off = int(off_mask.sum())
         examples = np.argwhere(off_mask)[:3].tolist()  # [row, group]
         requant = changed = 0
-        if off and allow_requant:  # rare: fit the off-grid groups with plain RTN, then re-choose scales
+        if off and allow_requant:  # rare: fit the off-grid groups with plain RTN and choose their scales
             w = lattice.as_values(block)
-            requant = lattice.requantize_off_grid(w, fit)
+            requant = lattice.requantize_off_grid(w, fit, choices)
             deq = lattice.dequantize(fit.levels, fit.scale, group_size, "fp32")
             changed = int((np.abs(deq - w) > 0.5 * np.repeat(fit.scale, group_size, axis=1)).sum())
-            choices = {dt: lattice.choose_scale(w, fit, dt) for dt in dtypes}
         exact = {dt: int(np.maximum(choices[dt].exact, 0).sum()) for dt in report_dtypes}
         chosen = choices[scale_dtype]
         if not np.all(np.isfinite(chosen.scale)):
@@ -409,13 +408,17 @@ def _copy_tensor(reader: LocalCheckpoint, writer: ShardedWriter, name: str, writ
     return bad
 
 
+def _listed(entries: list[str]) -> str:
+    """The first MAX_LISTED entries, and how many more."""
+    more = f" and {len(entries) - MAX_LISTED} more" if len(entries) > MAX_LISTED else ""
+    return ", ".join(entries[:MAX_LISTED]) + more
+
+
 def _refuse_damaged(tally: _Tally, roles: dict[str, qconfig.TensorRole]) -> None:
     """Refuse a build with NaN/Inf values or (without --allow-requant) groups off the int4 grid,
     naming the tensors."""
     non_finite, off_grid, off_examples = tally.non_finite, tally.off_grid, tally.off_examples
     if non_finite:
-        listed = ", ".join(f"{n} ({c:,} values)" for n, c in list(non_finite.items())[:MAX_LISTED])
-        more = f" and {len(non_finite) - MAX_LISTED} more" if len(non_finite) > MAX_LISTED else ""
         copied = sum(1 for n in non_finite if not roles[n].quantize)
         kinds = ", ".join(part for part in (
             f"{len(non_finite) - copied} to quantize" if len(non_finite) > copied else "",
@@ -423,18 +426,16 @@ def _refuse_damaged(tally: _Tally, roles: dict[str, qconfig.TensorRole]) -> None
         raise NonFiniteError(
             f"{sum(non_finite.values()):,} NaN/Inf values in {len(non_finite)} tensor(s) ({kinds}); "
             f"no int4 level can represent them and a copy would pass the damage on to every output, "
-            f"so nothing was written: {listed}{more}",
+            f"so nothing was written: {_listed([f'{n} ({c:,} values)' for n, c in non_finite.items()])}",
             fix="the source checkpoint is damaged: re-download it (or restore the named tensors); "
             "--allow-requant does not apply, a NaN has no nearest level",
             tensors=non_finite,
         )
     if off_grid:
-        listed = ", ".join(f"{n} ({c} groups, e.g. row/group {off_examples[n][:1]})"
-                           for n, c in list(off_grid.items())[:MAX_LISTED])
-        more = f" and {len(off_grid) - MAX_LISTED} more" if len(off_grid) > MAX_LISTED else ""
+        listed = _listed([f"{n} ({c} groups, e.g. row/group {off_examples[n][:1]})" for n, c in off_grid.items()])
         raise OffGridError(
             f"{sum(off_grid.values())} groups in {len(off_grid)} tensor(s) are not on the int4 grid, "
-            f"so a lossless repack is impossible; nothing was written: {listed}{more}",
+            f"so a lossless repack is impossible; nothing was written: {listed}",
             fix="check the source is a QAT (-qat-q4_0-unquantized) checkpoint with `gemma4-t4 grid-check`; "
             "pass --allow-requant to round those groups (their values change)",
             tensors=off_grid,

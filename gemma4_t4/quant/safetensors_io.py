@@ -60,10 +60,6 @@ class TensorInfo:
         return self.end - self.start
 
     @property
-    def numel(self) -> int:
-        return math.prod(self.shape)
-
-    @property
     def row_bytes(self) -> int:
         """Bytes per index of the first dimension."""
         return self.nbytes // self.shape[0] if self.shape and self.shape[0] else self.nbytes

@@ -50,7 +50,8 @@ def test_numba_and_numpy_agree_bit_for_bit():
         assert np.array_equal(getattr(a, field), getattr(b, field)), field
     assert np.allclose(a.deviation, b.deviation, equal_nan=True)
     for dt in lattice.SCALE_DTYPES:
-        ca, cb = lattice.choose_scale(w, a, dt, use_numba=False), lattice.choose_scale(w, b, dt, use_numba=True)
+        ca = lattice.analyze(w, scale_dtypes=(dt,), use_numba=False)[1][dt]
+        cb = lattice.analyze(w, scale_dtypes=(dt,), use_numba=True)[1][dt]
         assert np.array_equal(ca.scale, cb.scale) and np.array_equal(ca.exact, cb.exact)
     assert not a.on_grid[5, 1] and a.peak[7, 0] == 0 and a.on_grid.sum() == a.on_grid.size - 1
 
@@ -99,9 +100,20 @@ def test_kernels_match_the_numpy_reference_bit_for_bit(group_size):
             assert np.array_equal(got[dt].scale, ref[dt].scale), dt
             assert np.array_equal(got[dt].exact, ref[dt].exact), dt
             # the separate entry point gives the same choice
-            alone = lattice.choose_scale(block, fit, dt, use_numba=True)
+            alone = lattice.choose_scale(block, fit, dt)
             assert np.array_equal(alone.scale, ref[dt].scale) and np.array_equal(alone.exact, ref[dt].exact)
     assert np.isinf(ref["fp16"].scale[1, 2]) or ref["fp16"].exact[1, 2] < group_size
+
+
+@pytest.mark.parametrize("use_numba", [False, True])
+def test_requantizing_chooses_anew_only_the_off_grid_groups_and_equals_a_full_choice(use_numba):
+    w = _adversarial_matrix(64)
+    w[~np.isfinite(w)] = 0.0  # a repack refuses NaN/Inf before it requantizes
+    fit, choices = lattice.analyze(w, 64, scale_dtypes=lattice.SCALE_DTYPES, use_numba=use_numba)
+    assert lattice.requantize_off_grid(w, fit, choices) > 0 and fit.on_grid.all()
+    for dt in lattice.SCALE_DTYPES:
+        full = lattice.choose_scale(w, fit, dt)
+        assert np.array_equal(choices[dt].scale, full.scale) and np.array_equal(choices[dt].exact, full.exact)
 
 
 @pytest.mark.parametrize("group_size", [32, 4096])
