@@ -36,7 +36,6 @@ class UnexpectedError(Gemma4T4Error):
     def __init__(self, exc: BaseException, message: str, fix: str):
         super().__init__(message, fix)
         self.kind = type(exc).__name__
-        self.original = exc
 
 
 # The optional packages the package imports where they are used, and what installs each: a

@@ -172,11 +172,6 @@ def check_parameters(part: int, cell: Mapping[str, object]) -> None:
             raise refuse_parameter(name, value, rule)
 
 
-def conditions(part: int, target: str) -> dict[str, object]:
-    """Part ``part``'s workload parameters on ``target`` when none is set (from the workload classes)."""
-    return notebook_params(target, **dict.fromkeys(PARAMETERS[part]))
-
-
 def fill_defaults(part: int, target: str, **values: object) -> tuple[object, ...]:
     """The parameters in order, each ``None`` replaced by ``target``'s value and each given one read as its
     workload class reads it (``"1,4"`` is ``[1, 4]``); prints where each came from. A list is measured in

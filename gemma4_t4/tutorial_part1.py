@@ -34,7 +34,9 @@ CANNED = {
     "What is two plus two? Answer in one sentence.": "Two plus two is four.",
 }
 MCP_QUESTION = "What is two plus two? Answer in one sentence."
+MCP_TIMEOUT_S = 300.0  # the MCP tour's limit: starting the server, listing its tools and five calls
 COST_HOURS = (0, 0.6, 1, 2, 4, 8, 24)
+COST_INSTANCE_TYPES = ("ml.g4dn.xlarge", "ml.g6.xlarge")  # the T4 and the L4 endpoint Part 1 compares
 
 
 @dataclass
@@ -161,13 +163,10 @@ class MCPSession(Displayable):
         return [{"tool": c.tool, "error": c.is_error, "result": str(c.result)[:160]} for c in self.calls]
 
 
-def mcp_session(
-    calls: Sequence[tuple[str, Mapping[str, JSONValue]]],
-    timeout_s: float = 300.0,
-    log_path: str | Path | None = None,
-) -> MCPSession:
+def mcp_session(calls: Sequence[tuple[str, Mapping[str, JSONValue]]]) -> MCPSession:
     """Start the MCP server as a stdio subprocess (this environment, so ``LocalAWS`` reaches it), list its
-    tools and make ``calls``; its stderr goes to ``log_path`` (a notebook's stderr has no descriptor)."""
+    tools and make ``calls`` (within MCP_TIMEOUT_S); its stderr goes to a temporary file (a notebook's
+    stderr has no descriptor)."""
     import tempfile
 
     import anyio
@@ -180,14 +179,7 @@ def mcp_session(
 
     async def session() -> tuple[list[str], list[MCPCall]]:
         made: list[MCPCall] = []
-        with (
-            anyio.fail_after(timeout_s),
-            (
-                open(log_path, "a")
-                if log_path  # noqa: SIM115
-                else tempfile.TemporaryFile("w+")
-            ) as errlog,
-        ):
+        with anyio.fail_after(MCP_TIMEOUT_S), tempfile.TemporaryFile("w+") as errlog:
             async with Client(stdio_client(params, errlog=errlog)) as client:
                 tools = sorted(t.name for t in (await client.list_tools()).tools)
                 for name, arguments in calls:
@@ -298,12 +290,8 @@ def query(aws: AwsVenue, name: str, region: str, question: str, max_tokens: int 
     return Query(question, reply, streamed, aws.replies_from, aws.generated)
 
 
-class MCPTour(Table):
+class MCPTour(MCPSession):
     """Five tool calls through a real MCP client, with what each answer shows."""
-
-    def __init__(self, session: MCPSession):
-        super().__init__(session.table_rows(), session.caption())
-        self.tools, self.calls = session.tools, session.calls
 
     def notes(self) -> list[str]:
         config, delete = self.calls[-2].result, self.calls[-1].result
@@ -317,7 +305,7 @@ class MCPTour(Table):
         ]
 
 
-def mcp_tour(name: str, region: str, aws: AwsVenue, log_path: Any = None) -> MCPTour:
+def mcp_tour(name: str, region: str, aws: AwsVenue) -> MCPTour:
     """Start `gemma4-t4 mcp` under a real MCP client and call five tools, as an assistant would."""
     aws.canned(CANNED[MCP_QUESTION])
     stock = sagemaker.vllm_image_uri(region)
@@ -328,16 +316,15 @@ def mcp_tour(name: str, region: str, aws: AwsVenue, log_path: Any = None) -> MCP
         ("get_deployment_config", {"instance_type": "ml.g4dn.xlarge", "region": region, "image_uri": stock}),
         ("delete_endpoint", {"name": name, "region": region}),  # no confirm=True: must refuse
     ]
-    return MCPTour(mcp_session(calls, log_path=log_path))
+    session = mcp_session(calls)
+    return MCPTour(session.tools, session.calls)
 
 
 class IdleCost(Table):
     """What an endpoint left running costs, per instance type, against the expiry tag."""
 
-    def __init__(
-        self, ttl_hours: float, instance_types: tuple[str, ...] = ("ml.g4dn.xlarge", "ml.g6.xlarge")
-    ):
-        self.estimates = [sagemaker.estimate(t) for t in instance_types]
+    def __init__(self, ttl_hours: float):
+        self.estimates = [sagemaker.estimate(t) for t in COST_INSTANCE_TYPES]
         self.ttl_hours = ttl_hours
         super().__init__(
             [row for e in self.estimates for row in e.table_rows()],
@@ -369,26 +356,11 @@ class IdleCost(Table):
         return fig
 
 
-@dataclass
-class Part1Run:
-    """Everything Part 1 measured, handed to :func:`compare` in one piece."""
-
-    target: str
-    instance_type: str
-    region: str
-    quotas: QuotaReport
-    image_uri: str
-    deployment: DeployResult
-    status: EndpointStatus
-    stock: StockRefusal
-    query: Query
-    mcp: MCPTour
-    estimate: CostEstimate
-
-
-def _checks(r: Part1Run) -> list[tuple[str, bool, str]]:
-    reply, streamed, generated = r.query.reply, r.query.streamed, r.query.generated
-    needs_fix = sagemaker.DeployConfig(instance_type=r.instance_type).needs_fixed_image
+def _checks(instance_type: str, region: str, quotas: QuotaReport, image_uri: str, deployment: DeployResult,
+            status: EndpointStatus, stock: StockRefusal, query: Query,
+            estimate: CostEstimate) -> list[tuple[str, bool, str]]:
+    reply, streamed, generated = query.reply, query.streamed, query.generated
+    needs_fix = sagemaker.DeployConfig(instance_type=instance_type).needs_fixed_image
     real_stream = bool(
         streamed
         and streamed.text.strip()
@@ -398,28 +370,24 @@ def _checks(r: Part1Run) -> list[tuple[str, bool, str]]:
     return [
         (
             "the quota",
-            bool(r.quotas.rows) and r.region in r.quotas.regions_with_capacity(r.instance_type),
-            f"{r.region} has no {r.instance_type} endpoint quota",
+            bool(quotas.rows) and region in quotas.regions_with_capacity(instance_type),
+            f"{region} has no {instance_type} endpoint quota",
         ),
         (
             "the deploy",
-            r.deployment.success and r.deployment.status == "InService",
-            str(r.deployment.failure_reason),
+            deployment.success and deployment.status == "InService",
+            str(deployment.failure_reason),
         ),
-        (
-            "the endpoint status",
-            r.status.exists and r.status.status == "InService",
-            f"status {r.status.status}",
-        ),
+        ("the endpoint status", status.exists and status.status == "InService", f"status {status.status}"),
         (
             "the stock image refusal",
-            bool(r.stock.message and "Turing" in r.stock.message),
+            bool(stock.message and "Turing" in stock.message),
             "the stock image was not refused for Turing",
         ),
         (
             "the image",
-            not needs_fix or images.carries_turing_fix(r.image_uri),
-            f"{r.image_uri} lacks the Turing fix",
+            not needs_fix or images.carries_turing_fix(image_uri),
+            f"{image_uri} lacks the Turing fix",
         ),
         (
             "the reply",
@@ -428,35 +396,31 @@ def _checks(r: Part1Run) -> list[tuple[str, bool, str]]:
         ),
         (
             "the generated tokens",
-            not generated or bool(r.query.tokens and "canned" not in reply.text),
-            f"{r.query.tokens} tokens counted by the server",
+            not generated or bool(query.tokens and "canned" not in reply.text),
+            f"{query.tokens} tokens counted by the server",
         ),
         ("the streamed reply", not generated or real_stream, "no streamed text or first-token time"),
-        (
-            "the estimated $/hour",
-            is_real_number(r.estimate.usd_per_hour),
-            f"no price for {r.instance_type}",
-        ),
+        ("the estimated $/hour", is_real_number(estimate.usd_per_hour), f"no price for {instance_type}"),
     ]
 
 
-def _mcp_checks(r: Part1Run) -> list[tuple[str, bool, str]]:
+def _mcp_checks(mcp: MCPTour) -> list[tuple[str, bool, str]]:
+    config, delete = mcp.calls[-2].result, mcp.calls[-1].result
     return [
         (
             "the MCP tools",
-            len(r.mcp.tools) >= 20 and "build_t4_image" in r.mcp.tools,
-            f"{len(r.mcp.tools)} tools",
+            len(mcp.tools) >= 20 and "build_t4_image" in mcp.tools,
+            f"{len(mcp.tools)} tools",
         ),
-        ("the MCP calls", not any(c.is_error for c in r.mcp.calls), "a tool call answered an error"),
+        ("the MCP calls", not any(c.is_error for c in mcp.calls), "a tool call answered an error"),
         (
             "the MCP stock-image verdict",
-            r.mcp.calls[-2].result.get("valid") is False
-            and "Turing" in str(r.mcp.calls[-2].result.get("problem")),
+            config.get("valid") is False and "Turing" in str(config.get("problem")),
             "the stock image was judged valid on a T4",
         ),
         (
             "the MCP delete without confirm",
-            bool(r.mcp.calls[-1].result.get("refused")) and not r.mcp.calls[-1].result.get("deleted"),
+            bool(delete.get("refused")) and not delete.get("deleted"),
             "an unconfirmed delete was not refused",
         ),
     ]
@@ -476,33 +440,22 @@ def compare(
     costs: IdleCost,
 ) -> nb.PartResults:
     """Check every figure of the part (a missing or impossible one is refused with its name and why)."""
-    run = Part1Run(
-        target,
-        instance_type,
-        region,
-        quotas,
-        image_uri,
-        deployment,
-        status,
-        stock,
-        query,
-        mcp,
-        sagemaker.estimate(instance_type),
-    )
-    nb.refuse_failed_check(1, _checks(run) + _mcp_checks(run))
+    estimate = sagemaker.estimate(instance_type)
+    checks = _checks(instance_type, region, quotas, image_uri, deployment, status, stock, query, estimate)
+    nb.refuse_failed_check(1, checks + _mcp_checks(mcp))
     results: dict[str, nb.SummaryValue] = {
-        "target": run.target,
-        "region": run.region,
-        "instance type": run.instance_type,
-        "regions with quota": len(run.quotas.regions_with_capacity(run.instance_type)),
-        "deploy seconds": run.deployment.elapsed_s,
-        "endpoint status": run.status.status,
-        "query latency ms": run.query.reply.latency_s * 1000,
-        "reply tokens": run.query.tokens,
-        "reply from": run.query.replies_from,
-        "stock image on a T4 refused": run.stock.message is not None,
-        "estimated $/hour": run.estimate.usd_per_hour,
-        "MCP tools": len(run.mcp.tools),
-        "MCP delete without confirm refused": bool(run.mcp.calls[-1].result.get("refused")),
+        "target": target,
+        "region": region,
+        "instance type": instance_type,
+        "regions with quota": len(quotas.regions_with_capacity(instance_type)),
+        "deploy seconds": deployment.elapsed_s,
+        "endpoint status": status.status,
+        "query latency ms": query.reply.latency_s * 1000,
+        "reply tokens": query.tokens,
+        "reply from": query.replies_from,
+        "stock image on a T4 refused": stock.message is not None,
+        "estimated $/hour": estimate.usd_per_hour,
+        "MCP tools": len(mcp.tools),
+        "MCP delete without confirm refused": bool(mcp.calls[-1].result.get("refused")),
     }
     return nb.PartResults(1, results, [costs])

@@ -172,10 +172,10 @@ def free_bytes(path: str | os.PathLike) -> int:
 
 
 def ensure_free_space(
-    path: str | os.PathLike, need_bytes: int, what: str = "the output", margin: int = FREE_SPACE_MARGIN
+    path: str | os.PathLike, need_bytes: int, what: str = "the output"
 ) -> None:
     """Refuse to start when the filesystem of ``path`` has less than ``need_bytes`` (+ margin) free."""
-    free = free_bytes(path)
+    free, margin = free_bytes(path), FREE_SPACE_MARGIN
     if free < need_bytes + margin:
         where = _existing_ancestor(Path(path))
         raise Gemma4T4Error(
@@ -263,13 +263,18 @@ def make_partial(target: str | os.PathLike) -> Path:
     return tmp
 
 
+def _owner(folder: Path) -> dict | None:
+    """The owner record of a partial build, or None when it is missing or unreadable."""
+    try:
+        owner = json.loads((folder / PARTIAL_OWNER).read_text())
+    except (OSError, ValueError):
+        return None
+    return owner if isinstance(owner, dict) else None
+
+
 def discard_partial(tmp: Path) -> None:
     """Remove a partial build and the (then empty) parent folders its run created."""
-    try:
-        owner = json.loads((tmp / PARTIAL_OWNER).read_text())
-        made = owner.get("made_parents", []) if isinstance(owner, dict) else []
-    except (OSError, ValueError):
-        made = []
+    made = (_owner(tmp) or {}).get("made_parents", [])
     shutil.rmtree(tmp, ignore_errors=True)
     for parent in made:  # deepest first
         with contextlib.suppress(OSError):
@@ -277,11 +282,8 @@ def discard_partial(tmp: Path) -> None:
 
 
 def _owner_alive(folder: Path) -> bool:
-    try:
-        owner = json.loads((folder / PARTIAL_OWNER).read_text())
-    except (OSError, ValueError):
-        owner = None
-    if not isinstance(owner, dict) or not isinstance(owner.get("pid"), int):
+    owner = _owner(folder)
+    if owner is None or not isinstance(owner.get("pid"), int):
         # no owner yet: a run that is creating it right now, or one that died at birth
         try:
             age = time.time() - folder.stat().st_mtime

@@ -29,19 +29,15 @@ class Terminated(KeyboardInterrupt):
         super().__init__(f"terminated by {signal.Signals(signum).name}")
         self.signum = signum
 
-    @property
-    def signal_name(self) -> str:
-        return signal.Signals(self.signum).name
-
 
 def interrupt_label(exc: BaseException) -> str:
     """How a run's status names its interruption: "interrupted" for Ctrl-C, with the signal otherwise."""
-    return f"interrupted ({exc.signal_name})" if isinstance(exc, Terminated) else "interrupted"
+    return f"interrupted ({signal.Signals(exc.signum).name})" if isinstance(exc, Terminated) else "interrupted"
 
 
 @contextlib.contextmanager
-def orderly_stop(signals: tuple[int, ...] = STOP_SIGNALS, *, redeliver: bool = True) -> Iterator[None]:
-    """Within the block, ``signals`` raise :class:`Terminated` so the cleanup runs; with ``redeliver`` the
+def orderly_stop(*, redeliver: bool = True) -> Iterator[None]:
+    """Within the block, the stop signals raise :class:`Terminated` so the cleanup runs; with ``redeliver`` the
     signal is sent again with its default action once it has unwound (exit status 128 + signal), else
     ``Terminated`` propagates. Only signals at their default action are taken over (a caller's handler
     wins; nesting is harmless), only in the main thread; a second signal during cleanup is ignored. A
@@ -62,7 +58,7 @@ def orderly_stop(signals: tuple[int, ...] = STOP_SIGNALS, *, redeliver: bool = T
         raise Terminated(signum)
 
     handler.raises_terminated = True  # type: ignore[attr-defined]  (what run_async looks for)
-    for sig in signals:
+    for sig in STOP_SIGNALS:
         if signal.getsignal(sig) is signal.SIG_DFL:
             previous[sig] = signal.signal(sig, handler)
     try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -20,9 +20,11 @@ from gemma4_t4.bench.answers import AnswerComparison, compare_answers
 from gemma4_t4.bench.results import BenchRun
 from gemma4_t4.foundation import signals
 from gemma4_t4.foundation.table import Displayable
-from gemma4_t4.serving.server import VLLMServer
 from gemma4_t4.serving.server_config import ServerConfig
 from gemma4_t4.serving.server_state import free_port
+
+if TYPE_CHECKING:
+    from gemma4_t4.venues.endpoint import Endpoint
 
 
 class DrafterSide(BaseModel):
@@ -96,18 +98,6 @@ def _side(label: str, draft: str, decode: BenchRun, answers: BenchRun) -> Drafte
     return side
 
 
-def start_server(config: ServerConfig) -> VLLMServer:
-    return VLLMServer(config).start()
-
-
-class Running(Protocol):
-    """A server already up (an ``Endpoint``): where it answers, and how it is stopped."""
-
-    url: str
-
-    def stop(self) -> None: ...
-
-
 def _measure(url: str, served: str, out: Path, label: str, tokenizer: str | None,
              **workload: int) -> tuple[BenchRun, BenchRun]:
     """One side's single-stream decode and fixed answers."""
@@ -121,13 +111,13 @@ def drafter_on_off(
     config: ServerConfig,
     draft: str,
     out_dir: str | Path,
-    num_draft_tokens: int | None = None,  # None: the launch's own choice (tune profile, else the size recipe)
+    *,
+    start: Callable[[ServerConfig], Any],
     input_len: int = 128,
     output_len: int = 64,
     num_prompts: int = 8,
-    start: Callable[[ServerConfig], Any] = start_server,
     tokenizer: str | None = None,
-    running: Running | None = None,
+    running: Endpoint | None = None,
 ) -> DrafterComparison:
     """Decode at c=1 and the fixed answers with ``draft`` off, then on (``config``'s other settings
     kept; a free port for each). ``start`` launches and waits (the notebook passes its owned start, so
@@ -143,7 +133,8 @@ def drafter_on_off(
     def side_config(value: str) -> ServerConfig:
         # a port free now (not one picked minutes earlier), and a chosen_by of its own: each launch's
         # reasons are its own, never written into the caller's config
-        return config.replaced(port=free_port(), draft=value, num_draft_tokens=num_draft_tokens,
+        # num_draft_tokens=None: the launch's own choice (tune profile, else the size recipe)
+        return config.replaced(port=free_port(), draft=value, num_draft_tokens=None,
                                    chosen_by=dict(config.chosen_by))
 
     for _, value in plans:

@@ -102,10 +102,10 @@ def drafter_for(model: str) -> tuple[bool, str]:
 
 
 def plan(
-    model: str, key: ProfileKey, minutes: float = DEFAULT_MINUTES, has_drafter: tuple[bool, str] | None = None
+    model: str, key: ProfileKey, minutes: float = DEFAULT_MINUTES
 ) -> TunePlan:
     """The measurements a tune makes, each with its estimated time; refuses a plan over ``minutes``."""
-    enabled, drafter = has_drafter if has_drafter is not None else drafter_for(model)
+    enabled, drafter = drafter_for(model)
     settings: list[tuple[DraftSetting, int | None]] = [("off", None)]
     if enabled:
         settings += [("auto", n) for n in DRAFT_TOKENS]
@@ -196,16 +196,15 @@ def decide(cells: list[CellMeasure], concurrency: int) -> DraftChoice:
                            speedup_ci_high=1.0, why=f"off at c={concurrency}: no drafter measured")
     ratio = best.per_stream_tok_s / off.per_stream_tok_s
     low, high = best.ci_low / off.ci_high, best.ci_high / off.ci_low
-    figures = f"{ratio:.2f}x at c={concurrency} (95 % {low:.2f}-{high:.2f}x)"
+    bounds = {"speedup_ci_low": round(low, 3), "speedup_ci_high": round(high, 3)}
     if low > 1.0:
         return DraftChoice(concurrency=concurrency, draft="auto", num_draft_tokens=best.num_draft_tokens,
-                           speedup=round(ratio, 3), speedup_ci_low=round(low, 3),
-                           speedup_ci_high=round(high, 3),
-                           why=f"drafter N={best.num_draft_tokens}, {figures}")
+                           speedup=round(ratio, 3), **bounds,
+                           why=f"drafter N={best.num_draft_tokens}, {ratio:.2f}x at c={concurrency} "
+                               f"(95 % {low:.2f}-{high:.2f}x)")
     why = (f"off at c={concurrency}: the best drafter (N={best.num_draft_tokens}, {ratio:.2f}x, "
            f"95 % {low:.2f}-{high:.2f}x) is not beyond noise")
-    return DraftChoice(concurrency=concurrency, draft="off", speedup=1.0, speedup_ci_low=round(low, 3),
-                       speedup_ci_high=round(high, 3), why=why)
+    return DraftChoice(concurrency=concurrency, draft="off", speedup=1.0, **bounds, why=why)
 
 
 def launch_server(config: ServerConfig) -> AbstractContextManager[RunningServer]:
@@ -235,11 +234,10 @@ def tune(
     server_factory: ServerFactory = launch_server,
     bench_runner: BenchRunner = run_benchmark,
     prefill_source: PrefillSource = measured_prefill,
-    has_drafter: tuple[bool, str] | None = None,
     today: Callable[[], datetime.date] = datetime.date.today,
 ) -> tuple[LaunchProfile, Path]:
     """Measure the plan on this GPU and write the profile (atomically, at the end). Returns it and its path."""
-    the_plan = plan(model, key, minutes, has_drafter)
+    the_plan = plan(model, key, minutes)
     work = Path(work_dir)
     measures: list[CellMeasure] = []
     by_setting: dict[tuple[str, int | None], list[PlanCell]] = {}

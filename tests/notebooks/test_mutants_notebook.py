@@ -348,10 +348,16 @@ def test_defaults_say_where_they_came_from(capsys):
 
 
 def test_each_part_states_its_conditions_per_venue():
-    t4 = nb.conditions(4, "t4")
+    from gemma4_t4.bench.registry import notebook_params
+    from gemma4_t4.venues.parameters import PARAMETERS
+
+    def conditions(part: int, target: str) -> dict[str, object]:  # the part's workload values, none set
+        return notebook_params(target, **dict.fromkeys(PARAMETERS[part]))
+
+    t4 = conditions(4, "t4")
     assert t4["TTFT_INPUT_LENS"] == [512, 1024, 2048, 4096] and t4["INPUT_LEN"] == 512
-    assert set(nb.conditions(2, "cpu")) == {"CONCURRENCY", "INPUT_LEN", "OUTPUT_LEN", "NUM_PROMPTS"}
-    assert nb.conditions(2, "cpu")["INPUT_LEN"] < t4["INPUT_LEN"]  # the CPU default is shorter
+    assert set(conditions(2, "cpu")) == {"CONCURRENCY", "INPUT_LEN", "OUTPUT_LEN", "NUM_PROMPTS"}
+    assert conditions(2, "cpu")["INPUT_LEN"] < t4["INPUT_LEN"]  # the CPU default is shorter
 
 
 def test_prepare_dirs_makes_both_folders_as_absolute_paths(tmp_path, monkeypatch):

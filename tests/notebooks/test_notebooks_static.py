@@ -457,7 +457,8 @@ def test_the_checker_catches_a_wrong_keyword():
 
 
 def test_t4_parameters_reproduce_the_series_conditions():
-    from gemma4_t4.notebook import conditions
+    from gemma4_t4.bench.registry import notebook_params
+    from gemma4_t4.venues.parameters import PARAMETERS
 
     t4 = yaml.safe_load((PARAMS_DIR / "t4.yaml").read_text())
     assert t4["04"]["TTFT_INPUT_LENS"] == [512, 1024, 2048, 4096] and 8 in t4["04"]["CONCURRENCY"]
@@ -466,7 +467,7 @@ def test_t4_parameters_reproduce_the_series_conditions():
                         "NUM_PROMPTS": 8}
     for part in (2, 4):  # the notebooks' own T4 defaults are the same values
         section = {k: v for k, v in t4[f"{part:02d}"].items() if k != "MODEL_SIZE"}
-        assert conditions(part, "t4") == section  # params/t4.yaml: the workload classes' T4 values
+        assert notebook_params("t4", **dict.fromkeys(PARAMETERS[part])) == section  # params/t4.yaml: the workload classes' T4 values
 
 
 def test_workload_parameters_left_at_none_are_filled_per_target():
