@@ -4,6 +4,7 @@ answers are identical and, for the first that differs, where it diverges."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -95,10 +96,7 @@ class AnswerComparison:
 
 
 def first_difference(a: str, b: str) -> int:
-    for i, (x, y) in enumerate(zip(a, b, strict=False)):
-        if x != y:
-            return i
-    return min(len(a), len(b))
+    return len(os.path.commonprefix([a, b]))
 
 
 AnswerSource = BenchRun | Sequence[Answer]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -83,7 +84,7 @@ def summarize(values: Iterable[float | None], ci: bool = True) -> Stats:
     if not data:
         return LatencyStats()
     mean = sum(data) / len(data)
-    std = math.sqrt(sum((v - mean) ** 2 for v in data) / (len(data) - 1)) if len(data) > 1 else 0.0
+    std = statistics.stdev(data) if len(data) > 1 else 0.0
     low, high = bootstrap_ci(data) if ci else (None, None)
     return LatencyStats(
         n=len(data), mean=mean, median=median(data), p90=percentile(data, 90), p99=percentile(data, 99),

@@ -297,8 +297,9 @@ class PrefixSpec(PromptLen, WorkloadSpec):
             base = f"prefix-c{c}-in{length}-p{self.prefix_len}-out{out}"
             groups = factory.shared_prefix(f"{base}-shared", self.groups, per_group, self.prefix_len, length)
             shared = [p for group in groups for p in group]  # group-major: the first of each group fills
-            meta: dict[str, int | bool | str] = {"prefix_len": self.prefix_len, "groups": self.groups}
-            meta["per_group"] = per_group
+            meta: dict[str, int | bool | str] = {
+                "prefix_len": self.prefix_len, "groups": self.groups, "per_group": per_group
+            }
             warm_prompts = factory.unique(f"w-{base}", warm_count(self.warmup, c), length)
             warm = request_specs(warm_prompts, f"w-{base}", run.api, out)
             shared_specs = request_specs(shared, f"{base}-shared", run.api, out)

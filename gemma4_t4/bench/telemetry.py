@@ -116,10 +116,8 @@ def prefix_cache_delta(before: MetricsSnapshot | None, after: MetricsSnapshot | 
     if None in (q0, q1, h0, h1):
         return PrefixCache(source="not exposed")
     queries, hits = q1 - q0, h1 - h0
-    return PrefixCache(
-        queries=queries, hits=hits, hit_rate=(hits / queries) if queries else None, source="/metrics",
-        prefix_caching_enabled=cache_config(after).get("enable_prefix_caching"),
-    )
+    # prefix_caching_enabled is set by the caller, whether or not the counters are exposed
+    return PrefixCache(queries=queries, hits=hits, hit_rate=(hits / queries) if queries else None, source="/metrics")
 
 
 def spec_decode_delta(before: MetricsSnapshot | None, after: MetricsSnapshot | None) -> SpecDecode | None:

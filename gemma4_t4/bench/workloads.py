@@ -326,8 +326,7 @@ def _run_cell(
             streams = min(cell.concurrency, len(cell.warmup_specs))
             _run_async(lambda: _measure(args, backend, cell.warmup_specs, streams, keep_warm, None))
         before = backend.scrape()
-        make_sampler = getattr(backend, "sampler", None)
-        sampler = make_sampler() if (args.sample_metrics and make_sampler) else None
+        sampler = backend.sampler() if args.sample_metrics else None
         sampler = sampler.start() if sampler else None
         gpu_sampler = telemetry.GPUSampler().start()
 
