@@ -17,7 +17,6 @@ from typing import Any
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.atomic import atomic_write_json
 from gemma4_t4.foundation.cache import cache_root
-from gemma4_t4.foundation.table import Displayable
 from gemma4_t4.foundation.versions import package_version
 from gemma4_t4.turing import offline
 from gemma4_t4.turing.verify import gemma4_attention_shapes, verify
@@ -26,7 +25,7 @@ PROOF_FORMAT = 1
 
 
 @dataclass
-class TuringProof(Displayable):
+class TuringProof:
     """Whether the tile cap makes every Gemma 4 launch fit ``arch``; ``proven`` is None when the
     proof could not run here (no vLLM, no Triton)."""
 
@@ -36,14 +35,6 @@ class TuringProof(Displayable):
     cached: bool
     detail: str
     seconds: float | None = None
-
-    def caption(self) -> str:
-        return f"sm_75 proof for {self.arch}"
-
-    def table_rows(self) -> list[dict[str, object]]:
-        verdict = {True: "proven", False: "refuted", None: "not run here"}[self.proven]
-        return [{"arch": self.arch, "verdict": verdict, "cached": self.cached, "detail": self.detail,
-                 "seconds": self.seconds}]
 
 
 def cache_dir() -> Path:

@@ -401,7 +401,9 @@ def build_command(config: ServerConfig, python: str | None = None, dtype: str | 
             cmd += ["--block-size", str(config.block_size)]
     else:
         cmd += ["--block-size", str(config.block_size or 32)]
-    cmd += config.draft_plan().argv()  # --speculative-config '{"model": ..., "num_speculative_tokens": N}'
+    drafter = config.draft_plan().config_json()  # '{"model": ..., "num_speculative_tokens": N}'
+    if drafter:
+        cmd += ["--speculative-config", drafter]
     cmd += config.extra_args  # without secrets: those were lifted into api_key and extra_env
     return cmd
 

@@ -81,10 +81,6 @@ class DraftPlan:
         record = self.speculative_config()
         return json.dumps(record, separators=(",", ":")) if record else None
 
-    def argv(self) -> list[str]:
-        text = self.config_json()
-        return ["--speculative-config", text] if text else []
-
 
 @dataclass(frozen=True)
 class ModelShape:

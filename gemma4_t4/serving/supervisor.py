@@ -231,10 +231,9 @@ class Supervisor:
         if not force and time.time() - self.last_write < 5.0:
             return
         self.last_write = time.time()
-        me = psutil.Process()
         record: SupervisorRecord = {
             "supervisor_pid": os.getpid(),
-            "supervisor_create_time": me.create_time(),
+            "supervisor_create_time": psutil.Process().create_time(),
             "adopted": self.command is None,
             "api_pid": self.api_pid,
             "api_create_time": self.api_create_time,
