@@ -32,6 +32,13 @@ class HelpResult(BaseModel):
     notes: list[str]
 
 
+class Refusable(BaseModel):
+    """A tool that bills, deletes or changes something: refused (and why) until its call may act."""
+
+    refused: bool
+    reason: str | None = None
+
+
 class QuotaResult(BaseModel):
     rows: list[QuotaRow]
     picked: dict[str, str | None]
@@ -49,18 +56,14 @@ class ConfigResult(BaseModel):
     aws_cli: list[str] = []
 
 
-class DeployToolResult(BaseModel):
-    refused: bool
-    reason: str | None = None
+class DeployToolResult(Refusable):
     cost: str = ""
     aws_cli: list[str] = []
     deployment: DeployResult | None = None
     next_step: str | None = None
 
 
-class DeleteToolResult(BaseModel):
-    refused: bool
-    reason: str | None = None
+class DeleteToolResult(Refusable):
     deleted: list[str] = []
     already_absent: list[str] = []
     would_run: list[str] = []
@@ -83,9 +86,8 @@ class EndpointsResult(BaseModel):
     count: int
 
 
-class ServerToolResult(BaseModel):
-    refused: bool = False
-    reason: str | None = None
+class ServerToolResult(Refusable):
+    refused: bool = False  # only stop_vllm_server is ever refused
     servers: list[ServerStatus] = []
     summary: str = ""
 
@@ -118,9 +120,7 @@ class TuringCheckResult(BaseModel):
     )
 
 
-class TuringPatchResult(BaseModel):
-    refused: bool
-    reason: str | None = None
+class TuringPatchResult(Refusable):
     would: list[str] = []
     status: turing_state.TuringStatus
     result: filepatch.FilePatchResult | None = None
@@ -135,9 +135,7 @@ class BuiltImage(BuildRecord):
     reused: list[str]
 
 
-class BuildImageResult(BaseModel):
-    refused: bool
-    reason: str | None = None
+class BuildImageResult(Refusable):
     cost: str = ""
     aws_cli: list[str] = []
     build: BuiltImage | BuildResult | None = None  # the record of the image, or the failed build

@@ -363,12 +363,10 @@ def deploy_endpoint(*, wait: bool = False, timeout_s: Seconds | None = None, bud
                                 reason="deploying creates billed resources: call again with confirm=True")
     if run.watcher:
         _WATCHES.by_key[(config.region, config.name)] = run.watcher
-    if run.failed:
-        return DeployToolResult(refused=False, reason=str(run.failed), cost=run.cost, aws_cli=run.plan,
-                                deployment=run.result,
-                                next_step="read get_endpoint_logs; what was created has been deleted")
-    return DeployToolResult(refused=False, cost=run.cost, aws_cli=run.plan, deployment=run.result,
-                            next_step="poll get_endpoint_status until InService, then verify_model_health")
+    next_step = ("read get_endpoint_logs; what was created has been deleted" if run.failed
+                 else "poll get_endpoint_status until InService, then verify_model_health")
+    return DeployToolResult(refused=False, reason=str(run.failed) if run.failed else None, cost=run.cost,
+                            aws_cli=run.plan, deployment=run.result, next_step=next_step)
 
 
 @tool(DESTRUCTIVE, confirm=True)
@@ -382,14 +380,11 @@ def build_t4_image(region: Region = None, base_tag: str | None = None, confirm: 
     # The project's timeout bounds the compute billed, so the worst case is known before the build starts.
     worst = build_cost(BUILD_TIMEOUT_MINUTES).build_usd
     cost = f"{build_cost().line()}; at most ${worst:.2f} of compute (stopped at {BUILD_TIMEOUT_MINUTES} min)"
-    if worst > budget_usd:
-        return BuildImageResult(refused=True, cost=cost, aws_cli=plan,
-                                reason=f"the build may bill up to ${worst:.2f}, over budget_usd=${budget_usd:.2f}: "
-                                f"call again with budget_usd of at least {worst:.2f}")
-    if not confirm:
-        return BuildImageResult(refused=True, cost=cost, aws_cli=plan,
-                                reason="building creates ECR, S3, IAM and CodeBuild resources and bills: "
-                                "call again with confirm=True")
+    if worst > budget_usd or not confirm:
+        return BuildImageResult(refused=True, cost=cost, aws_cli=plan, reason=(
+            f"the build may bill up to ${worst:.2f}, over budget_usd=${budget_usd:.2f}: call again with budget_usd "
+            f"of at least {worst:.2f}" if worst > budget_usd else "building creates ECR, S3, IAM and CodeBuild "
+            "resources and bills: call again with confirm=True"))
     try:
         result = build(region, tag, progress=False, sleep=_cancellable_sleep)  # a shutdown stops the build
     except BuildFailed as exc:
@@ -463,13 +458,10 @@ def delete_endpoint(name: str, region: Region = None, confirm: Confirm = False) 
     project did not create (no project tag): a person deletes that with the CLI (sagemaker delete --not-ours)."""
     validate_name(name)
     region = default_region(region)
-    if not confirm:
-        planned = delete(name, region, dry_run=True)
-        return DeleteToolResult(refused=True, would_run=planned.plan, kept=planned.kept,
-                                reason=f"deleting {name} in {region} is irreversible: call again with confirm=True")
-    result = delete(name, region)
-    return DeleteToolResult(refused=False, deleted=result.deleted, already_absent=result.already_absent,
-                            would_run=result.plan, kept=result.kept)
+    result = delete(name, region, dry_run=not confirm)  # the dry run reads what the real one would delete
+    return DeleteToolResult(refused=not confirm, deleted=result.deleted, already_absent=result.already_absent,
+                            would_run=result.plan, kept=result.kept, reason=None if confirm else
+                            f"deleting {name} in {region} is irreversible: call again with confirm=True")
 
 
 # -- local machine tools ---------------------------------------------------------------------------------
