@@ -114,12 +114,9 @@ class Gemma4Variant:
         return ["full_attention" if (i + 1) % self.full_attention_every == 0 else "sliding_attention"
                 for i in range(self.num_layers)]
 
-    @property
-    def first_kv_shared_layer(self) -> int:
-        return self.num_layers - self.num_kv_shared_layers
-
     def is_kv_shared(self, layer: int) -> bool:
-        return self.num_kv_shared_layers > 0 and layer >= self.first_kv_shared_layer
+        """Whether ``layer`` is one of the last ``num_kv_shared_layers``."""
+        return layer >= self.num_layers - self.num_kv_shared_layers
 
     @property
     def num_full_layers(self) -> int:

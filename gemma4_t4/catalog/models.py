@@ -213,19 +213,6 @@ def kv_read_bytes_per_token(variant: str | Gemma4Variant, context_len: int, kv_d
     return total
 
 
-def _bytes_per_weight(fmt: str) -> tuple[float, float]:
-    """(linear, output layer) bytes per weight."""
-    return {"bf16": (FP16_BYTES, FP16_BYTES), "qat-w4a16": (INT4_G32_BYTES, FP16_BYTES),
-            "emb4": (INT4_G32_BYTES, INT4_G32_BYTES)}[fmt]
-
-
-def _ships_kv_shared_projections(fmt: str) -> bool:
-    # Google's bf16 / q4_0-unquantized checkpoints keep the KV-shared layers' k/v (the published
-    # N_lin = 1,895.7 M for E2B counts them); the emb4 repack starts from q4_0-unquantized and
-    # keeps them; Google's ct file lacks them (its int4 body is 1.056 GB = 1,876.8 M x 0.5625).
-    return fmt != "qat-w4a16"
-
-
 def decode_bytes_per_token(
     variant: str | Gemma4Variant, fmt: str = "bf16", context_len: int = 0, kv_dtype_bytes: int = 2,
 ) -> DecodeBytes:
@@ -240,8 +227,12 @@ def decode_bytes_per_token(
     v = get_variant(variant)
     fmt = normalize_format(fmt)
     lin = linear_counts(v)
-    b_lin, b_emb = _bytes_per_weight(fmt)
-    linear_params = lin.read_per_token + (lin.kv_shared_projections if _ships_kv_shared_projections(fmt) else 0)
+    b_lin, b_emb = {"bf16": (FP16_BYTES, FP16_BYTES), "qat-w4a16": (INT4_G32_BYTES, FP16_BYTES),
+                    "emb4": (INT4_G32_BYTES, INT4_G32_BYTES)}[fmt]  # (linear, output layer) bytes per weight
+    # Google's bf16 / q4_0-unquantized checkpoints keep the KV-shared layers' k/v (the published
+    # N_lin = 1,895.7 M for E2B counts them); the emb4 repack starts from q4_0-unquantized and
+    # keeps them; Google's ct file lacks them (its int4 body is 1.056 GB = 1,876.8 M x 0.5625).
+    linear_params = lin.read_per_token + (lin.kv_shared_projections if fmt != "qat-w4a16" else 0)
     embed_params = v.vocab_size * v.hidden_size
     small = FP16_BYTES * (norm_params(v) + v.hidden_size + v.num_layers * v.ple_dim_per_layer)
     linear_bytes = round(linear_params * b_lin)

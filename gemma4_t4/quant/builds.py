@@ -18,10 +18,7 @@ from gemma4_t4.quant import lattice, pack
 from gemma4_t4.quant.safetensors_io import CheckpointReader
 
 FLOAT_DTYPES = ("BF16", "F16", "F32")
-
-
-def scale_dtype_name(st_dtype: str) -> str:
-    return {"F16": "fp16", "BF16": "bf16", "F32": "fp32"}[st_dtype]
+SCALE_DTYPE_NAMES = {"F16": "fp16", "BF16": "bf16", "F32": "fp32"}  # safetensors dtype -> rounding name
 
 
 @dataclass
@@ -60,7 +57,7 @@ class ModuleWeight:
         if not self.symmetric:
             packed_zp = reader.read_rows(f"{m}.weight_zero_point", start // 8, (stop + 7) // 8)
             zp = pack.unpack_int4_dim0(packed_zp, packed_zp.shape[0] * 8)[: stop - start]
-        values = lattice.dequantize(levels, scale, self.group_size or cols, scale_dtype_name(scale_info.dtype), zp)
+        values = lattice.dequantize(levels, scale, self.group_size or cols, SCALE_DTYPE_NAMES[scale_info.dtype], zp)
         return WeightBlock(values, levels, scale, zp)
 
 

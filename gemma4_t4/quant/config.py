@@ -36,13 +36,9 @@ class TensorRole:
     reason: str
 
 
-def module_of(tensor_name: str) -> str:
-    return tensor_name[: -len(".weight")] if tensor_name.endswith(".weight") else tensor_name
-
-
 def classify(name: str, shape: tuple[int, ...], dtype: str, group_size: int, emb4: bool) -> TensorRole:
     """Decide what happens to one checkpoint tensor."""
-    module = module_of(name)
+    module = name.removesuffix(".weight")
     # an explicit lm_head is packed only together with the embeddings (emb4)
     is_embedding = bool(EMBED_RE.search(name) or PLE_RE.search(name) or LM_HEAD_RE.search(name))
     if not name.endswith(".weight") or len(shape) != 2 or dtype not in ("BF16", "F16", "F32"):
@@ -61,7 +57,7 @@ def classify(name: str, shape: tuple[int, ...], dtype: str, group_size: int, emb
 
 
 def quantization_config(group_size: int, ignore: list[str], emb4: bool, symmetric: bool = True,
-                        scale_dtype: str = "fp16", observer: str = "minmax") -> dict:
+                        observer: str = "minmax") -> dict:
     """compressed-tensors ``quantization_config`` for a pack-quantized int4 weight-only build."""
     targets = ["Linear"]
     if emb4:

@@ -165,7 +165,7 @@ def fit_lattice_numpy(w: np.ndarray, group_size: int = DEFAULT_GROUP, tol: float
     g = _groups(np.asarray(w, dtype=np.float32), group_size)
     rows, ngroups, _ = g.shape
     finite = np.isfinite(g).all(axis=-1)
-    absmax = np.where(finite, np.abs(np.where(np.isfinite(g), g, 0)).max(axis=-1), 0).astype(np.float32)
+    absmax = np.where(finite, np.abs(g).max(axis=-1), 0).astype(np.float32)
     safe = np.where(absmax > 0, absmax, 1.0).astype(np.float32)
     unit = g / safe[..., None]
     chosen = np.zeros((rows, ngroups), np.int16)

@@ -378,8 +378,7 @@ def _plan_build(reader: LocalCheckpoint, src: str | Path, method: str, group_siz
     for name in sorted(reader.tensors):
         info = reader.tensors[name]
         if roles[name].quantize:
-            mod = roles[name].module
-            plan += _packed_plan(mod, info, group_size, scale_st, symmetric)
+            plan += _packed_plan(roles[name].module, info, group_size, scale_st, symmetric)
         else:
             plan.append(PlannedTensor(name, info.dtype, info.shape))
     if untie:
@@ -389,7 +388,7 @@ def _plan_build(reader: LocalCheckpoint, src: str | Path, method: str, group_siz
     lm_head_packed = untie or ("lm_head.weight" in roles and roles["lm_head.weight"].quantize)
     if not lm_head_packed and qconfig.LM_HEAD not in ignore:
         ignore.append(qconfig.LM_HEAD)
-    qcfg = qconfig.quantization_config(group_size, ignore, emb4, symmetric=symmetric, scale_dtype=scale_dtype,
+    qcfg = qconfig.quantization_config(group_size, ignore, emb4, symmetric=symmetric,
                                        observer="lattice" if method == "lattice" else "minmax")
 
     return roles, plan, qcfg, embed_name, untie

@@ -489,17 +489,14 @@ class RemoteCheckpoint(CheckpointReader):
         except UnicodeDecodeError as exc:
             raise Gemma4T4Error(f"{self.base}/{name} is not UTF-8 text", fix="check the URL") from exc
 
-    def _ranged_get(self, shard: str, start: int, stop: int) -> tuple[bytes, int | None]:
-        """Bytes start..stop (fewer at the end of the file) and the file size from Content-Range."""
-        data, content_range = self._get(shard, f"range read of {self.base}/{shard}", (start, stop))
-        total = content_range.rpartition("/")[2]
-        return data, int(total) if total.isdigit() else None
-
     def _head(self, shard: str) -> tuple[bytes, int | None] | None:
-        """The first HEAD_BYTES of a shard and its size (None if it does not exist), fetched once."""
+        """The first HEAD_BYTES of a shard (fewer for a smaller file) and its size from Content-Range
+        (None if it does not exist), fetched once."""
         if shard not in self._heads:
             try:
-                self._heads[shard] = self._ranged_get(shard, 0, HEAD_BYTES)
+                data, content_range = self._get(shard, f"range read of {self.base}/{shard}", (0, HEAD_BYTES))
+                total = content_range.rpartition("/")[2]
+                self._heads[shard] = data, int(total) if total.isdigit() else None
             except Gemma4T4Error as exc:
                 if not _not_found(exc):
                     raise
@@ -519,7 +516,7 @@ class RemoteCheckpoint(CheckpointReader):
         if head and stop <= len(head[0]):
             view[:] = head[0][start:stop]
             return
-        data, _ = self._ranged_get(shard, start, stop)
+        data, _ = self._get(shard, f"range read of {self.base}/{shard}", (start, stop))
         if len(data) != len(view):
             raise Gemma4T4Error(f"{self.base}/{shard}: short read ({len(data)} of {len(view)} bytes)",
                                 fix="retry; the file may have changed on the server")

@@ -37,7 +37,7 @@ def test_family_facts():
     e2b = VARIANTS["e2b"]
     assert e2b.layer_types().count("full_attention") == 7
     assert [i for i, t in enumerate(e2b.layer_types()) if t == "full_attention"] == [4, 9, 14, 19, 24, 29, 34]
-    assert e2b.first_kv_shared_layer == 15
+    assert not e2b.is_kv_shared(14) and e2b.is_kv_shared(15)
     assert [v.num_full_layers for v in VARIANTS.values()] == [7, 7, 8, 5, 10]
     for v in VARIANTS.values():
         assert (v.head_dim, v.global_head_dim, v.vocab_size, v.tie_word_embeddings) == (256, 512, 262_144, True)
