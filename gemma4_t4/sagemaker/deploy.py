@@ -166,13 +166,22 @@ def deployment_plan(config: DeployConfig) -> list[str]:
     return commands
 
 
-class _Clock:
-    def __init__(self, monotonic: Callable[[], float]):
-        self.monotonic = monotonic
+class _Timeline:
+    """Records a deploy's events on its result, timed from when the deploy began (and hands each on)."""
+
+    def __init__(self, result: DeployResult, monotonic: Callable[[], float],
+                 on_event: Callable[[TimelineEvent], None] | None = None):
+        self.result, self.monotonic, self.on_event = result, monotonic, on_event
         self.start = monotonic()
 
     def elapsed(self) -> float:
         return round(self.monotonic() - self.start, 2)
+
+    def __call__(self, stage: str, detail: str = "") -> None:
+        item = TimelineEvent(self.elapsed(), stage, detail)
+        self.result.timeline.append(item)
+        if self.on_event:
+            self.on_event(item)
 
 
 def rollback(sm: Any, created: list[str], created_at: dict[str, float] | None = None,
@@ -271,13 +280,7 @@ def deploy(config: DeployConfig, *, client: Any = None, session: Any = None, wai
     if dry_run:
         result.plan = deployment_plan(config)
         return result
-    clock = _Clock(monotonic)
-
-    def event(stage: str, detail: str = "") -> None:
-        item = TimelineEvent(clock.elapsed(), stage, detail)
-        result.timeline.append(item)
-        if on_event:
-            on_event(item)
+    event = _Timeline(result, monotonic, on_event)
 
     make = client_factory(session)
     sm = client or make("sagemaker", config.region)
@@ -296,33 +299,33 @@ def deploy(config: DeployConfig, *, client: Any = None, session: Any = None, wai
     try:
         _create(sm, [c for c in calls if c.service == "sagemaker"], config.name, result, event)
         if wait:
-            _wait_and_scale(sm, config, result, event, aas, clock, timeout_s, poll_s, progress, sleep)
+            _wait_and_scale(sm, config, result, event, aas, timeout_s, poll_s, progress, sleep)
         else:
             result.status = "Creating"
         result.success = True
         return result
     except BaseException as exc:
         _roll_back(exc, sm, result, event, aas() if any(c.startswith("autoscaling:") for c in result.created) else None)
-        result.elapsed_s = clock.elapsed()
+        result.elapsed_s = event.elapsed()
         if isinstance(exc, KeyboardInterrupt):
             raise
         raise DeployFailed(result, fix=(exc.fix if isinstance(exc, _Failure) else None) or _fix_for(result)) from exc
     finally:
-        result.elapsed_s = clock.elapsed()
+        result.elapsed_s = event.elapsed()
 
 
-def _wait_and_scale(sm: Any, config: DeployConfig | None, result: DeployResult, event: Callable[[str, str], None],
-                    aas: Callable[[], Any], clock: _Clock, timeout_s: float | None, poll_s: float, progress: bool,
+def _wait_and_scale(sm: Any, config: DeployConfig | None, result: DeployResult, event: _Timeline,
+                    aas: Callable[[], Any], timeout_s: float | None, poll_s: float, progress: bool,
                     sleep: Callable[[float], None]) -> None:
     """Wait for InService (a Failed or timed-out endpoint raises _Failure), then register autoscaling.
     ``timeout_s`` defaults to the container startup timeout plus 15 minutes for placement."""
     timeout = timeout_s if timeout_s is not None else config.startup_timeout_s + 900
-    final = wait_in_service(sm, result.name, timeout, poll_s, progress, event, sleep, clock.monotonic)
+    final = wait_in_service(sm, result.name, timeout, poll_s, progress, event, sleep, event.monotonic)
     result.status = final["status"]
     result.failure_reason = final.get("reason")
     if result.status != "InService":
         raise _Failure(_fix_for(result))
-    event("InService", f"after {clock.elapsed():.0f} s")
+    event("InService", f"after {event.elapsed():.0f} s")
     if config is not None and config.autoscaling:
         register_autoscaling(config, aas(), result, event)
 
@@ -530,15 +533,12 @@ class DeploymentWatcher:
         self.timeout_s = timeout_s
         self.poll_s = poll_s
         self.done = threading.Event()
-        self._clock = _Clock(time.monotonic)
+        self._timeline = _Timeline(result, time.monotonic)
         self._thread = threading.Thread(target=self._run, name=f"watch-{result.name}", daemon=True)
 
     def start(self) -> DeploymentWatcher:
         self._thread.start()
         return self
-
-    def _event(self, stage: str, detail: str = "") -> None:
-        self.result.timeline.append(TimelineEvent(self._clock.elapsed(), stage, detail))
 
     def _autoscaling(self) -> Any:
         self.autoscaling_client = (self.autoscaling_client
@@ -548,13 +548,13 @@ class DeploymentWatcher:
     def _run(self) -> None:
         """The blocking deploy's wait, scaling and rollback, in this thread and without a bar."""
         try:
-            _wait_and_scale(self.sm, self.config, self.result, self._event, self._autoscaling, self._clock,
-                            self.timeout_s, self.poll_s, False, time.sleep)
+            _wait_and_scale(self.sm, self.config, self.result, self._timeline, self._autoscaling, self.timeout_s,
+                            self.poll_s, False, time.sleep)
             self.result.success = True
         except Exception as exc:  # noqa: BLE001 - reported on the result, then rolled back
             self.result.success = False
-            _roll_back(exc, self.sm, self.result, self._event, self.autoscaling_client)
-        self.result.elapsed_s = self._clock.elapsed()
+            _roll_back(exc, self.sm, self.result, self._timeline, self.autoscaling_client)
+        self.result.elapsed_s = self._timeline.elapsed()
         self.done.set()
 
     def wait(self, timeout: float | None = None) -> DeployResult:

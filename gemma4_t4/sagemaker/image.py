@@ -297,12 +297,12 @@ def resolve_dlc_tag(region: str, tag: str | None = None, *, ecr_client: Any = No
         return ResolvedTag(DEFAULT_VLLM_TAG, "fallback", f"{code}: {error_message(exc)}")
     except Gemma4T4Error as exc:  # boto3 missing
         return ResolvedTag(DEFAULT_VLLM_TAG, "fallback", exc.message)
-    wanted = [p for p in (parse_tag(t) for t in tags) if p is not None and p.vllm_version == DEFAULT_VLLM_RELEASE]
+    wanted = [t for t in tags if (p := parse_tag(t)) is not None and p.vllm_version == DEFAULT_VLLM_RELEASE]
     if not wanted:
         version = ".".join(map(str, DEFAULT_VLLM_RELEASE))
         reason = f"no pinned {version} SageMaker tag among {len(tags)} tags"
         return ResolvedTag(DEFAULT_VLLM_TAG, "fallback", reason, len(tags))
-    return ResolvedTag(max(wanted, key=lambda p: p.sort_key).tag, "registry", candidates=len(tags))
+    return ResolvedTag(select_latest_tag(wanted), "registry", candidates=len(tags))
 
 
 class ImageChoice(BaseModel):

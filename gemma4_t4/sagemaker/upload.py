@@ -190,15 +190,26 @@ def _multipart(s3: Any, bucket: str, key: str, f: LocalFile, part_size: int,
         upload_id = s3.create_multipart_upload(Bucket=bucket, Key=key, Metadata={"sha256": f.sha256},
                                                ChecksumAlgorithm="SHA256")["UploadId"]
     completed: list[CompletedPart] = []
-    sent: list[int] = []  # bytes of each part sent now (parts kept from an earlier run are not)
+    sent = 0  # bytes of the parts sent now (parts kept from an earlier run are not)
     try:
-        _send_parts(s3, bucket, key, f, part_size, upload_id, done, completed, sent, advance)
+        with f.path.open("rb") as handle:  # one part in memory at a time
+            for number, chunk in enumerate(iter(lambda: handle.read(part_size), b""), start=1):
+                md5 = hashlib.md5(chunk, usedforsecurity=False).hexdigest()
+                sha = _b64(hashlib.sha256(chunk).digest())
+                if done.get(number) == (len(chunk), md5):
+                    etag = md5
+                else:
+                    etag = s3.upload_part(Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number,
+                                          Body=chunk, ChecksumSHA256=sha)["ETag"].strip('"')
+                    sent += len(chunk)
+                completed.append({"PartNumber": number, "ETag": etag, "ChecksumSHA256": sha})
+                advance(len(chunk))
     except BaseException as exc:  # Ctrl-C, SIGTERM/SIGHUP (signals.orderly_stop) or a failure mid-file
         print(interrupted_upload_note(bucket, key, upload_id, len(completed), exc), file=sys.stderr)
         raise
     s3.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id,
                                  MultipartUpload={"Parts": completed})
-    return status, len(completed), sum(sent)
+    return status, len(completed), sent
 
 
 def interrupted_upload_note(bucket: str, key: str, upload_id: str, parts_done: int,
@@ -211,23 +222,6 @@ def interrupted_upload_note(bucket: str, key: str, upload_id: str, parts_done: i
         f"aws s3api abort-multipart-upload --bucket {shlex.quote(bucket)} --key {shlex.quote(key)} "
         f"--upload-id {shlex.quote(upload_id)}"
     )
-
-
-def _send_parts(s3: Any, bucket: str, key: str, f: LocalFile, part_size: int, upload_id: str,
-                done: dict[int, tuple[int | None, str]], completed: list[CompletedPart], sent: list[int],
-                advance: Callable[[int], None]) -> None:
-    with f.path.open("rb") as handle:  # one part in memory at a time
-        for number, chunk in enumerate(iter(lambda: handle.read(part_size), b""), start=1):
-            md5 = hashlib.md5(chunk, usedforsecurity=False).hexdigest()
-            sha = _b64(hashlib.sha256(chunk).digest())
-            if done.get(number) == (len(chunk), md5):
-                etag = md5
-            else:
-                etag = s3.upload_part(Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=chunk,
-                                      ChecksumSHA256=sha)["ETag"].strip('"')
-                sent.append(len(chunk))
-            completed.append({"PartNumber": number, "ETag": etag, "ChecksumSHA256": sha})
-            advance(len(chunk))
 
 
 def upload_model_folder(folder: str | Path, region: str, *, bucket: str | None = None,
