@@ -5,7 +5,7 @@ writes the part's summary. The notebook makes one short call per step; the reaso
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from gemma4_t4.bench.plots import plot_qat_vs_bf16
@@ -140,12 +140,8 @@ class Study:
     target: str
     model_size: str
     gpu: str
-    budget_usd: float
+    budget: Budget  # BUDGET_USD, shared by the part's billed endpoints
     host: RamVerdict
-    budget: Budget = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.budget = Budget(self.budget_usd)
 
     def ceilings(self) -> Ceilings:
         return ceilings(self.model_size, self.gpu, self.target)
@@ -168,7 +164,7 @@ def study(target: str, model_size: str, runtime: Any, budget_usd: float) -> Stud
     """Part 2's study for the notebook's ``runtime`` (its GPU and host RAM)."""
     facts = runtime.facts
     host = RamVerdict(model_size, facts.ram_total_gib, facts.swap_total_gib, target)
-    return Study(target, model_size, runtime.roofline_gpu, budget_usd, host)
+    return Study(target, model_size, runtime.roofline_gpu, Budget(budget_usd), host)
 
 
 @dataclass(repr=False)

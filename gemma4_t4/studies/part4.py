@@ -5,7 +5,7 @@ themselves and write the part's summary. The notebook makes one short call per s
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -94,15 +94,11 @@ class Study:
     target: str
     model_size: str
     gpu: str
-    budget_usd: float
+    budget: Budget  # BUDGET_USD, shared by the part's billed endpoints
     serves_here: bool  # a local GPU this part serves on (a fix is applied only there)
     ram_gib: float | None = None
     report: Any = None
     proof: Any = None
-    budget: Budget = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.budget = Budget(self.budget_usd)
 
     def doctor(self) -> Table:
         """Every problem on this host with its fix (on a machine without a GPU, seeing them is the point)."""
@@ -189,7 +185,7 @@ def study(target: str, model_size: str, runtime: RuntimeInfo, budget_usd: float)
         target,
         model_size,
         runtime.roofline_gpu,
-        budget_usd,
+        Budget(budget_usd),
         runtime.serves_on_this_gpu,
         runtime.facts.ram_total_gib,
     )

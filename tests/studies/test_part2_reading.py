@@ -9,6 +9,7 @@ from gemma4_t4.bench.published import Kind, QatVsBf16
 from gemma4_t4.bench.results import DecodeSpeed
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.studies import part2
+from gemma4_t4.venues.endpoint import Budget
 
 FLUSH = "not measured: the server sent each answer in one flush"
 
@@ -84,7 +85,7 @@ def test_a_missing_or_impossible_figure_stops_the_run_naming_it():
     comparison.figures.bf16.output_tok_s[8] = None
     with pytest.raises(Gemma4T4Error, match=r"bf16 output tok/s at c=8 is None: a measured figure must be"):
         comparison.check(
-            [], [1, 8], part2.Study("t4", "e2b", "t4", 5.0, part2.RamVerdict("e2b", None, None)).budget, []
+            [], [1, 8], part2.Study("t4", "e2b", "t4", Budget(5.0), part2.RamVerdict("e2b", None, None)).budget, []
         )
 
 

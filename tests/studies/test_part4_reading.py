@@ -14,6 +14,7 @@ from gemma4_t4.bench.published import gce_t4
 from gemma4_t4.bench.results import DecodeSpeed
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.studies import part4
+from gemma4_t4.venues.endpoint import Budget
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "04_gemma4_on_t4.ipynb"
 
@@ -43,7 +44,7 @@ def _results(
         {1: 2000.0, 8: 5000.0},
         None if per_stream else "not measured: the server sent each answer in one flush",
     )
-    study = part4.Study(target, "e2b", "t4", 5.0, serves_here=False)
+    study = part4.Study(target, "e2b", "t4", Budget(5.0), serves_here=False)
     return part4.Results(study, _Run(speed), _Run(ttft=ttft), _Run(hit_rate=0.5), None, None, None, [], None)  # type: ignore[arg-type]
 
 
