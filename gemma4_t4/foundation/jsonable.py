@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -39,3 +40,15 @@ def to_jsonable(value: Any) -> Any:  # Any in: anything; out: a JSONValue
     if hasattr(value, "item") and callable(value.item) and getattr(value, "shape", None) == ():
         return value.item()  # numpy / torch scalars
     return value
+
+
+def last_json_object(text: str) -> JSONObject | None:
+    """The last line of ``text`` that is a JSON object (a child process's verdict after its log lines), or None."""
+    for line in reversed(text.splitlines()):
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return None

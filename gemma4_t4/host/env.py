@@ -26,6 +26,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from gemma4_t4.catalog.models import load_ram
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.foundation import safepaths
 from gemma4_t4.foundation.jsonable import JSONObject, to_jsonable
 from gemma4_t4.foundation.versions import package_version
 from gemma4_t4.host import setup_plan
@@ -266,11 +267,8 @@ def _read(path: str) -> str | None:
 
 def free_bytes(path: str) -> int | None:
     """Free bytes on the filesystem holding ``path`` (or its nearest existing parent: where it would go)."""
-    p = Path(path).expanduser()
-    while not p.exists() and p != p.parent:
-        p = p.parent
     try:
-        return shutil.disk_usage(p).free
+        return safepaths.free_bytes(Path(path).expanduser())
     except OSError:
         return None
 

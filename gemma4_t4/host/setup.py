@@ -26,6 +26,7 @@ from typing import NotRequired, TypedDict
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.atomic import atomic_write_json
 from gemma4_t4.foundation.cache import cache_root
+from gemma4_t4.foundation.jsonable import last_json_object
 from gemma4_t4.foundation.runner import CommandResult, Runner, subprocess_runner
 from gemma4_t4.foundation.signals import orderly_stop
 from gemma4_t4.host.setup_plan import (
@@ -373,13 +374,9 @@ class CheckResult:
 def check_install(python: str, kind: Kind, runner: Runner = check_runner) -> CheckResult:
     """Prove an install in a fresh process: torch (and the GPU), a kernel, vLLM's ops, the plugin."""
     done = runner([python, "-c", CHECK_SCRIPT, kind])
-    for line in reversed(done.stdout.strip().splitlines()):
-        try:
-            found = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(found, dict) and "ok" in found:
-            return CheckResult(bool(found["ok"]), str(found.get("failed", "")), str(found.get("detail", "")))
+    found = last_json_object(done.stdout)
+    if found is not None and "ok" in found:
+        return CheckResult(bool(found["ok"]), str(found.get("failed", "")), str(found.get("detail", "")))
     return CheckResult(False, "the check process", f"exit {done.returncode}, no verdict: {done.tail(8)}")
 
 

@@ -9,7 +9,6 @@ host plan (:func:`gemma4_t4.host.setup_plan.plan_setup`); where vLLM is wrong to
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import shlex
 import sys
@@ -17,7 +16,7 @@ import sys
 from pydantic import BaseModel, Field
 
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.foundation.jsonable import JSONValue
+from gemma4_t4.foundation.jsonable import JSONValue, last_json_object
 from gemma4_t4.foundation.runner import CommandResult, Runner, subprocess_runner
 from gemma4_t4.host import env, setup_plan
 
@@ -118,18 +117,6 @@ def _text(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _answers(stdout: str) -> list[dict[str, object]]:
-    found = []
-    for line in stdout.splitlines():
-        try:
-            value = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(value, dict):
-            found.append(value)
-    return found
-
-
 def probe_torch_facts(python: str | None = None, runner: Runner = probe_runner,
                       probes: env.Probes | None = None) -> env.Facts:
     """The doctor's host facts (:func:`gemma4_t4.host.env.probe`) with torch as ``python`` imports it,
@@ -137,10 +124,9 @@ def probe_torch_facts(python: str | None = None, runner: Runner = probe_runner,
     one that hangs (stopped with everything it started)."""
     python = python or sys.executable
     done = runner([python, "-c", _PROBE])
-    answers = _answers(done.stdout)
-    if not answers or done.timed_out:
+    found = last_json_object(done.stdout)
+    if found is None or done.timed_out:
         raise _not_python(python, done)
-    found = answers[-1]
     if not {"torch_version", "cuda_probe_error"} & set(found):  # it said who it is, then importing torch killed it
         found["cuda_probe_error"] = f"importing torch failed (exit {done.returncode}): " + (
             (done.stderr or "no output").strip()[-300:])

@@ -32,7 +32,7 @@ from typing import Any
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.atomic import atomic_write_json
 from gemma4_t4.foundation.cache import cache_root
-from gemma4_t4.foundation.jsonable import TypedDict
+from gemma4_t4.foundation.jsonable import TypedDict, last_json_object
 
 # the verdict records live with the launch record that stores them, below the benchmark
 from gemma4_t4.foundation.launch_record import Choice, ProbeResult
@@ -141,14 +141,7 @@ def parse_probe(name: str, dtype: str, code: int, stdout: str, stderr: str,
         return ProbeResult(candidate=name, dtype=dtype, ok=False, returncode=code,
                            signal=signal.Signals(-code).name, detail="; ".join(fatal[:1] + frames[:1])[:300],
                            seconds=seconds)
-    report = None
-    for line in reversed(stdout.splitlines()):
-        if line.startswith("{"):
-            try:
-                report = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            break
+    report = last_json_object(stdout)
     if report is None:
         last = (stderr.strip().splitlines() or [""])[-1][:300]
         return ProbeResult(candidate=name, dtype=dtype, ok=False, returncode=code,
