@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
+from gemma4_t4.catalog.models import KV_BLOCK_SIZE
 from gemma4_t4.turing import tilecap
 from gemma4_t4.turing.offline import load_kernel_module
 from gemma4_t4.turing.smem import head_size_padded
@@ -32,23 +33,21 @@ class AttentionCase:
     head_size: int
     num_q_heads: int
     num_kv_heads: int
-    sliding_window: int | None
-    softmax_scale: float
+    sliding_window: int | None  # (softmax scale 1.0: Gemma 4 normalises q and k)
 
 
 def make_case(
     head_size: int, num_q_heads: int, num_kv_heads: int, query_lens: list[int], context_lens: list[int],
-    sliding_window: int | None = None, block_size: int = 16, dtype: Any = None, device: str = "cpu",
-    seed: int = 0, softmax_scale: float = 1.0,
+    sliding_window: int | None = None, device: str = "cpu", seed: int = 0,
 ) -> AttentionCase:
     """Random unit-RMS q/k/v (Gemma 4 normalises q and k, scale 1.0) in a shuffled paged KV cache."""
     import torch
 
-    dtype = dtype or torch.float16
+    dtype = torch.float16
     generator = torch.Generator().manual_seed(seed)
-    blocks_per_seq = [-(-ctx // block_size) for ctx in context_lens]
+    blocks_per_seq = [-(-ctx // KV_BLOCK_SIZE) for ctx in context_lens]
     num_blocks = sum(blocks_per_seq) + 1
-    shape = (num_blocks, block_size, num_kv_heads, head_size)
+    shape = (num_blocks, KV_BLOCK_SIZE, num_kv_heads, head_size)
     key_cache = torch.randn(shape, generator=generator).to(dtype)
     value_cache = torch.randn(shape, generator=generator).to(dtype)
     order = torch.randperm(num_blocks - 1, generator=generator) + 1  # block 0 unused, as in vLLM
@@ -63,7 +62,7 @@ def make_case(
     return AttentionCase(
         q.to(device), key_cache.to(device), value_cache.to(device), block_table.to(device), cu.to(device),
         torch.tensor(context_lens, dtype=torch.int32, device=device), list(query_lens), list(context_lens),
-        head_size, num_q_heads, num_kv_heads, sliding_window, softmax_scale,
+        head_size, num_q_heads, num_kv_heads, sliding_window,
     )
 
 
@@ -82,7 +81,7 @@ def reference_attention(case: AttentionCase) -> Any:
         keys = keys.repeat_interleave(group, dim=1)  # [ctx, q_heads, head]
         values = values.repeat_interleave(group, dim=1)
         q = case.q[start:start + q_len].float()  # [q_len, q_heads, head]
-        scores = torch.einsum("qhd,khd->hqk", q, keys) * case.softmax_scale
+        scores = torch.einsum("qhd,khd->hqk", q, keys)
         query_pos = torch.arange(ctx - q_len, ctx, device=q.device)[:, None]
         key_pos = torch.arange(ctx, device=q.device)[None, :]
         allowed = key_pos <= query_pos
@@ -94,20 +93,19 @@ def reference_attention(case: AttentionCase) -> Any:
     return torch.cat(outputs)
 
 
-def run_unified_attention(module: Any, case: AttentionCase, use_3d: bool = True) -> Any:
-    """Call vLLM's launcher (``module.unified_attention``) on ``case``; returns the output tensor.
-    ``use_3d``: pass the split-KV buffers, as TRITON_ATTN does, so decode batches take the 3D path."""
+def run_unified_attention(module: Any, case: AttentionCase) -> Any:
+    """Call vLLM's launcher (``module.unified_attention``) on ``case``; returns the output tensor. The
+    split-KV buffers are passed, as TRITON_ATTN does, so decode batches take the 3D path."""
     import torch
 
     q = case.q
     out = torch.empty_like(q)
     window = (case.sliding_window - 1, 0) if case.sliding_window else (-1, -1)
-    segments = segment_buffers(q.shape[0], case.num_q_heads, case.num_kv_heads, case.head_size, q.device) \
-        if use_3d else {}
+    segments = segment_buffers(q.shape[0], case.num_q_heads, case.num_kv_heads, case.head_size, q.device)
     module.unified_attention(
         q=q, k=case.key_cache, v=case.value_cache, out=out, cu_seqlens_q=case.cu_seqlens_q,
         max_seqlen_q=max(case.query_lens), seqused_k=case.seqused_k, max_seqlen_k=max(case.context_lens),
-        softmax_scale=case.softmax_scale, causal=True, window_size=window, block_table=case.block_table,
+        softmax_scale=1.0, causal=True, window_size=window, block_table=case.block_table,
         softcap=0, q_descale=None, k_descale=None, v_descale=None, **segments,
     )
     return out

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from gemma4_t4.catalog.models import get_variant
+from gemma4_t4.catalog.models import KV_BLOCK_SIZE, get_variant
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.atomic import atomic_write_json
 from gemma4_t4.foundation.figures import pyplot, save_figure
@@ -88,14 +88,14 @@ class Step:
 
 def make_step(
     shape: AttentionShape, query_lens: list[int], context_lens: list[int], device: str = "cuda", seed: int = 0,
-    block_size: int = 16, shared_kv: bool = False,
+    shared_kv: bool = False,
 ) -> Step:
     """A step's attention inputs with a shuffled block table; K/V of the new tokens already cached."""
     import torch
 
     case = make_case(
         shape.head_size, shape.num_q_heads, shape.num_kv_heads, query_lens, context_lens,
-        sliding_window=shape.sliding_window, block_size=block_size, device=device, seed=seed,
+        sliding_window=shape.sliding_window, device=device, seed=seed,
     )
     # vLLM's physical cache is [blocks, block_size, kv_heads, 2*head]; forward sees it transposed.
     physical = torch.cat([case.key_cache, case.value_cache], dim=-1)
@@ -104,9 +104,9 @@ def make_step(
     keys, values = [], []
     for i, (q_len, ctx) in enumerate(zip(query_lens, context_lens, strict=True)):
         pos = torch.arange(ctx - q_len, ctx, device=device)
-        blocks = case.block_table[i, pos // block_size].long()
-        keys.append(key_cache[blocks, pos % block_size])
-        values.append(value_cache[blocks, pos % block_size])
+        blocks = case.block_table[i, pos // KV_BLOCK_SIZE].long()
+        keys.append(key_cache[blocks, pos % KV_BLOCK_SIZE])
+        values.append(value_cache[blocks, pos % KV_BLOCK_SIZE])
     metadata = StepMetadata(
         num_actual_tokens=sum(query_lens), max_query_len=max(query_lens), query_start_loc=case.cu_seqlens_q,
         max_seq_len=max(context_lens), seq_lens=case.seqused_k, block_table=case.block_table,

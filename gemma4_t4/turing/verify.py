@@ -181,7 +181,7 @@ def call_launcher(kernel: KernelModule, shape: AttentionShape, seqs: int, q_len:
         cu_seqlens_q=torch.arange(0, seqs + 1, dtype=torch.int32) * q_len,
         seqused_k=torch.full((seqs,), ctx, dtype=torch.int32), query_lens=[q_len] * seqs,
         context_lens=[ctx] * seqs, head_size=shape.head_size, num_q_heads=shape.num_q_heads,
-        num_kv_heads=shape.num_kv_heads, sliding_window=shape.sliding_window, softmax_scale=1.0,
+        num_kv_heads=shape.num_kv_heads, sliding_window=shape.sliding_window,
     ))
 
 
@@ -211,14 +211,14 @@ class SharedMemoryCompiler:
     """Compiles recorded launches for one GPU target and returns ``metadata.shared``, once per
     Triton specialization (Triton's on-disk cache makes a second run fast)."""
 
-    def __init__(self, capability: tuple[int, int], warp_size: int = 32):
+    def __init__(self, capability: tuple[int, int]):
         triton = require_triton()
         from triton.backends.compiler import GPUTarget
         from triton.compiler import ASTSource, make_backend
         from triton.runtime.jit import create_function_from_signature
 
         self.triton = triton
-        self.target = GPUTarget("cuda", capability[0] * 10 + capability[1], warp_size)
+        self.target = GPUTarget("cuda", capability[0] * 10 + capability[1], 32)
         self.backend = make_backend(self.target)
         self._ast_source = ASTSource
         self._binder_factory = create_function_from_signature
