@@ -247,7 +247,7 @@ class EnvironmentRecord(TypedDict):
 
 def gpu_inventory() -> list[GPURecord]:
     """GPUs on this machine (none: empty), from the nvidia-smi probe the host model uses too."""
-    _, gpus, _ = smi.probe_gpus(smi.HostCommands())
+    gpus = smi.probe_gpu_state(smi.HostCommands()).gpus
     return [{"name": g.name, "driver": g.driver_version, "memory_mib": g.memory_mib,
              "max_sm_clock_mhz": g.max_sm_clock_mhz, "power_limit_w": g.power_limit_w,
              "compute_cap": g.compute_capability} for g in gpus]

@@ -173,9 +173,3 @@ def probe_gpu_state(p: SmiProbes) -> GpuProbe:
                         fix="run nvidia-smi by hand; if PATH holds another tool named nvidia-smi, put the driver's "
                             "first, else reinstall the NVIDIA driver", path=path)
     return GpuProbe(True, gpus, next((g.driver_version for g in gpus if g.driver_version), None), path=path)
-
-
-def probe_gpus(p: SmiProbes) -> tuple[bool, list[GPUInfo], str | None]:
-    """(nvidia-smi installed, its GPUs, driver version); see :func:`probe_gpu_state` for why it failed."""
-    state = probe_gpu_state(p)
-    return state.installed, state.gpus, state.driver
