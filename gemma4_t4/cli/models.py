@@ -83,13 +83,12 @@ def _resolve_gpus(args: argparse.Namespace) -> tuple[str, int]:
 
 def _fit(args: argparse.Namespace) -> Output:
     gpu, num_gpus = _resolve_gpus(args)
-    kwargs = dict(gpu_memory_utilization=args.gpu_memory_utilization, max_num_seqs=args.max_num_seqs,
-                  max_num_batched_tokens=args.max_num_batched_tokens, text_only=args.text_only,
-                  overhead_gib=args.overhead_gib)
-    formats = [m.normalize_format(args.format)] if args.format else list(m.FORMATS)
-    models = [m.get_variant(args.model).key] if args.model else None
-    everything = m.fit_table(gpu, args.context, num_gpus, **kwargs)
-    results = [r for r in everything if (models is None or r.model in models) and r.format in formats]
+    everything = m.fit_table(gpu, args.context, num_gpus, gpu_memory_utilization=args.gpu_memory_utilization,
+                             max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
+                             text_only=args.text_only, overhead_gib=args.overhead_gib)
+    formats = [m.normalize_format(args.format)] if args.format else m.FORMATS
+    models = [m.get_variant(args.model).key] if args.model else m.VARIANTS
+    results = m.FitTable(r for r in everything if r.model in models and r.format in formats)
     best = m.largest_fitting(everything)
     where = f"{num_gpus}x {gpu.upper()}" if num_gpus > 1 else f"one {gpu.upper()}"
     if best:
@@ -100,26 +99,14 @@ def _fit(args: argparse.Namespace) -> Output:
         summary = f"no Gemma 4 size fits {where} at {args.context:,} tokens"
     data = {"gpu": gpu, "num_gpus": num_gpus, "context_len": args.context, "results": results,
             "largest_fitting": best.model if best else None, "summary": summary}
+    notes = results[0].notes if len(results) == 1 else []
+    lines = [str(results), *(f"  note: {n}" for n in notes)]
     if args.model and args.format:
         r = results[0]
         data["load_ram"] = m.load_ram(r.model, r.format)
         data["roofline"] = m.decode_roofline(r.model, r.format, gpu)
-    rows = [[m.VARIANTS[r.model].name, r.format + ("" if r.google_build else "*"), f"{r.weights_gib:.2f}",
-             f"{max(r.kv_budget_gib, 0):.2f}", f"{r.kv_token_capacity:,}" if r.weights_fit else "-",
-             f"{r.max_context_fits:,}" if r.weights_fit else "-", "yes" if r.fits else "NO"]
-            for r in results]
-    g = GPUS[gpu]
-    text = (f"{where} ({g.usable_memory_gib:.2f} GiB usable), context {args.context:,}, "
-            f"gpu_memory_utilization {args.gpu_memory_utilization:g}, max_num_seqs {args.max_num_seqs}, "
-            f"overhead {args.overhead_gib:g} GiB per GPU\n\n")
-    text += format_table(["model", "format", "weights GiB", "KV GiB", "KV tokens", "max context", "fits"],
-                         rows, right=(2, 3, 4, 5))
-    text += "\n\n* no Google checkpoint in this format (community build or repack)"
-    if len(results) == 1:
-        text += "\n" + results[0].verdict + "".join(f"\n  note: {n}" for n in results[0].notes)
-        text += f"\n  load: {data['load_ram'].advice}" if "load_ram" in data else ""
-    text += "\n" + summary
-    return Output(data, text, 0)
+        lines.append(f"  load: {data['load_ram'].advice}")
+    return Output(data, "\n".join([*lines, summary]))
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

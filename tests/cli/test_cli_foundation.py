@@ -43,7 +43,7 @@ def test_models_one_and_unknown(capsys):
 def test_fit_table_text_and_json(capsys):
     assert main(["fit", "--gpu", "t4"]) == 0
     text = capsys.readouterr().out
-    assert "gemma-4-26B-A4B" in text and "largest Gemma 4 that fits one T4" in text and "gemma-4-12B" in text
+    assert "26b-a4b" in text and "largest Gemma 4 that fits one T4" in text and "gemma-4-12B" in text
     code, data = run_json(capsys, "fit", "--gpu", "t4")
     assert code == 0 and data["largest_fitting"] == "12b"
     fits = {(r["model"], r["format"]): r["fits"] for r in data["results"]}
