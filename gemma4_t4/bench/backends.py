@@ -31,7 +31,7 @@ from gemma4_t4.bench.client import (
     send_request,
 )
 from gemma4_t4.bench.prompts import HFTokenizer, ServerTokenizer, Tokenizer
-from gemma4_t4.bench.schemas import RawJSON, RequestRecord, ServerInfo
+from gemma4_t4.bench.schemas import RequestRecord, ServerInfo
 from gemma4_t4.bench.telemetry import client_environment
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.launch_record import LaunchRecord
@@ -144,14 +144,6 @@ class OpenAIHTTPBackend:
 
 
 # ---------------------------------------------------------------- SageMaker runtime
-
-
-def _client_error(exc: Exception) -> tuple[str, str, int | None, RawJSON]:
-    """(code, message, HTTP status, raw error) of a botocore ClientError."""
-    response = getattr(exc, "response", None) or {}
-    error = response.get("Error") or {}
-    status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
-    return str(error.get("Code") or type(exc).__name__), str(error.get("Message") or exc), status, response
 
 
 @dataclass
@@ -346,8 +338,11 @@ def _read_whole(parser: StreamParser, payload: bytes, now: float) -> None:
 
 
 def _classify_client_error(record: RequestRecord, exc: Exception) -> None:
-    code, message, status, response = _client_error(exc)
-    record.http_status = status
+    """The error class, detail and HTTP status of a botocore ClientError."""
+    response = getattr(exc, "response", None) or {}
+    error = response.get("Error") or {}
+    code, message = str(error.get("Code") or type(exc).__name__), str(error.get("Message") or exc)
+    record.http_status = status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
     if code == "ModelError":
         original = response.get("OriginalStatusCode")
         detail = response.get("OriginalMessage") or message

@@ -138,7 +138,7 @@ class WorkloadSpec(BaseModel):
             refused = exc.errors()[0].get("ctx", {}).get("error")
             if isinstance(refused, SpecRefused):  # a rule of the workload: already one line with its fix
                 raise refused from None
-            raise spec_error(type(self).__name__, exc) from None
+            raise spec_error(type(self), exc) from None
 
     @model_validator(mode="before")
     @classmethod
@@ -251,15 +251,15 @@ class Arrivals(WorkloadSpec):
 # ---------------------------------------------------------------- choosing a spec
 
 
-def spec_error(what: str, exc: ValidationError) -> SpecRefused:
+def spec_error(spec: type[WorkloadSpec], exc: ValidationError) -> SpecRefused:
     """One line naming the field a spec refused (an unknown name, or a wrong type)."""
-    first = exc.errors()[0]
+    what, first = spec.__name__, exc.errors()[0]
     field = ".".join(str(p) for p in first["loc"]) or "fields"
     if first["type"] == "extra_forbidden":
-        owners = [kind for kind, spec in REGISTRY.items() if field in spec.model_fields]
+        owners = [kind for kind, registered in REGISTRY.items() if field in registered.model_fields]
         where = f" (a field of the {', '.join(owners)} workload{'s' if len(owners) > 1 else ''})" if owners else ""
         return SpecRefused(
-            f"{what} has no field {field!r}{where}", fix=f"{what} takes: {', '.join(_field_names(what))}"
+            f"{what} has no field {field!r}{where}", fix=f"{what} takes: {', '.join(sorted(set(spec.model_fields) - {'kind'}))}"
         )
     bound = _BOUNDS.get(first["type"], "").format(**first.get("ctx", {}))
     if bound:  # a value outside its Field limits: say the limit, not pydantic's sentence
@@ -274,18 +274,6 @@ _BOUNDS = {
     "less_than": "below {lt}", "too_long": "at most {max_length} values", "too_short": "at least {min_length} value(s)",
     "finite_number": "a finite number",
 }  # fmt: skip
-
-
-def _field_names(what: str) -> list[str]:
-    # every workload class, not only registered ones: a notebook's own ``class MyDecode(DecodeSpec)``
-    # gets its fields named in the fix too
-    classes, seen = [WorkloadSpec], []
-    while classes:
-        cls = classes.pop()
-        seen.append(cls)
-        classes.extend(cls.__subclasses__())
-    spec = next((s for s in seen if s.__name__ == what), None)
-    return sorted(n for n in spec.model_fields if n != "kind") if spec else []
 
 
 def spec_for(kind: str, **fields: object) -> WorkloadSpec:

@@ -86,11 +86,6 @@ class BenchArgs(BenchOptions):
         return self
 
     @property
-    def mode(self) -> str:
-        """The registry entry this run uses (decode runs closed loop, open loop, sweep or series)."""
-        return self.spec.kind
-
-    @property
     def workload(self) -> str:
         """What the results call the workload (open loop, sweep and series decode are decode)."""
         return self.spec.workload

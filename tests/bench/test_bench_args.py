@@ -63,7 +63,7 @@ def test_cli_flags_become_benchargs_fields_by_the_same_names(tmp_path):
         ["ec2:g4dn.xlarge"],
         30.0,
     )
-    assert args.mode == "open_loop"
+    assert args.spec.kind == "open_loop"
     # a workload's field given to a workload that does not take it: named, with what it takes
     with pytest.raises(Gemma4T4Error, match="OpenLoopSpec has no field 'concurrency'") as err:
         _built({**fields, "concurrency": [1]})
@@ -234,7 +234,7 @@ def test_defaults_follow_the_workload_and_bad_values_name_the_fix(tmp_path):
     prefix = build_args(*base, "prefix", tmp_path, input_len=400)
     assert (prefix.spec.prefix_len, prefix.spec.groups, prefix.spec.num_prompts) == (300, 4, 32)
     series = build_args(*base, "decode", tmp_path, method="series")
-    assert (series.mode, series.spec.series_lens, series.spec.num_prompts, series.spec.streams()) == (
+    assert (series.spec.kind, series.spec.series_lens, series.spec.num_prompts, series.spec.streams()) == (
         "series_decode",
         [16, 512],
         8,
