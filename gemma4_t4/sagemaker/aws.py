@@ -69,18 +69,18 @@ def aws_exceptions() -> tuple[type[BaseException], ...]:
     return (ClientError, BotoCoreError)
 
 
-def error_code(exc: BaseException) -> str | None:
+def _error_fields(exc: BaseException) -> dict[str, str]:
+    """The ``Error`` block of a botocore ClientError's response (none for other failures)."""
     response = getattr(exc, "response", None)
-    if isinstance(response, dict):
-        return response.get("Error", {}).get("Code")
-    return None
+    return response.get("Error", {}) if isinstance(response, dict) else {}
+
+
+def error_code(exc: BaseException) -> str | None:
+    return _error_fields(exc).get("Code")
 
 
 def error_message(exc: BaseException) -> str:
-    response = getattr(exc, "response", None)
-    if isinstance(response, dict):
-        return response.get("Error", {}).get("Message") or str(exc)
-    return str(exc)
+    return _error_fields(exc).get("Message") or str(exc)
 
 
 def is_not_found(exc: BaseException) -> bool:

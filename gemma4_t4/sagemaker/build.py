@@ -265,17 +265,6 @@ class BuildFailed(Gemma4T4Error):
         self.result = result
 
 
-def _ignore(codes: tuple[str, ...], call: Callable[[], Any]) -> bool:
-    """Run ``call``; True when it created something, False when AWS says it already exists."""
-    try:
-        call()
-        return True
-    except aws_exceptions() as exc:
-        if error_code(exc) in codes:
-            return False
-        raise
-
-
 def ensure_stack(target: BuildTarget, bundle: bytes, clients: Callable[[str, str], Any], result: BuildResult,
                  sleep: Callable[[float], None] = time.sleep) -> None:
     """Create what is missing (ECR, S3 + bundle, role, project); record created vs reused."""
@@ -283,13 +272,18 @@ def ensure_stack(target: BuildTarget, bundle: bytes, clients: Callable[[str, str
     region = target.region
     ecr, s3, iam = (clients(s, region) for s in ("ecr", "s3", "iam"))
 
-    def note(created: bool, what: str) -> None:
-        (result.created if created else result.reused).append(what)
+    def create(client: Any, operation: str, exists: str, what: str) -> None:
+        """Make ``what`` with the planned call; AWS answering ``exists`` means it is reused."""
+        try:
+            getattr(client, operation)(**calls[operation].params)
+            result.created.append(what)
+        except aws_exceptions() as exc:
+            if error_code(exc) != exists:
+                raise
+            result.reused.append(what)
 
-    note(_ignore(("RepositoryAlreadyExistsException",), lambda: ecr.create_repository(
-        **calls["create_repository"].params)), f"ecr:{images.T4_IMAGE_REPOSITORY}")
-    note(_ignore(("BucketAlreadyOwnedByYou",), lambda: s3.create_bucket(**calls["create_bucket"].params)),
-         f"s3:{target.bucket}")
+    create(ecr, "create_repository", "RepositoryAlreadyExistsException", f"ecr:{images.T4_IMAGE_REPOSITORY}")
+    create(s3, "create_bucket", "BucketAlreadyOwnedByYou", f"s3:{target.bucket}")
     s3.put_public_access_block(**calls["put_public_access_block"].params)
     s3.put_bucket_tagging(**calls["put_bucket_tagging"].params)
     digest = hashlib.sha256(bundle).hexdigest()
@@ -297,17 +291,14 @@ def ensure_stack(target: BuildTarget, bundle: bytes, clients: Callable[[str, str
     if not present:
         s3.put_object(Bucket=target.bucket, Key=target.source_key, Body=bundle, Metadata={"sha256": digest},
                       ChecksumAlgorithm="SHA256")
-    note(not present, f"s3://{target.bucket}/{target.source_key}")
-    note(_ignore(("EntityAlreadyExists",), lambda: iam.create_role(**calls["create_role"].params)),
-         f"iam:{ROLE_NAME}")
+    (result.reused if present else result.created).append(f"s3://{target.bucket}/{target.source_key}")
+    create(iam, "create_role", "EntityAlreadyExists", f"iam:{ROLE_NAME}")
     iam.put_role_policy(**calls["put_role_policy"].params)
-    definition = calls["create_project"].params
     cb = clients("codebuild", region)
     for attempt in range(6):  # a new role takes a few seconds to become assumable by CodeBuild
         try:
             # An existing project is reused as is: what varies per build is passed to start_build.
-            created = _ignore(("ResourceAlreadyExistsException",), lambda: cb.create_project(**definition))
-            note(created, f"codebuild:{PROJECT_NAME}")
+            create(cb, "create_project", "ResourceAlreadyExistsException", f"codebuild:{PROJECT_NAME}")
             return
         except aws_exceptions() as exc:
             assuming = error_code(exc) == "InvalidInputException" and "assume" in error_message(exc).lower()

@@ -329,16 +329,16 @@ def validate_tag(tag: str) -> None:
 def find_vllm_image(region: str, tag: str | None = None, query_registry: bool = False,
                     ecr_client: Any = None) -> ImageChoice:
     """The vLLM image for ``region``: an explicit tag, the newest in the registry, or the default."""
+    count = 0
     if tag:
         validate_tag(tag)
-        uri, source, count = vllm_image_uri(region, tag), "override", 0
+        source = "override"
     elif query_registry:
         tags = list_vllm_tags(region, ecr_client)
         tag, source, count = select_latest_tag(tags), "registry", len(tags)
-        uri = vllm_image_uri(region, tag)
     else:
-        tag, source, count = DEFAULT_VLLM_TAG, "default", 0
-        uri = vllm_image_uri(region, tag)
+        tag, source = DEFAULT_VLLM_TAG, "default"
+    uri = vllm_image_uri(region, tag)
     cuda = image_cuda(uri)
     return ImageChoice(region=region, image_uri=uri, tag=tag, source=source,
                        cuda=f"{cuda[0]}.{cuda[1]}" if cuda else None, candidates=count)

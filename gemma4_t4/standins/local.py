@@ -102,15 +102,10 @@ class LocalAWS:
             else:
                 os.environ[key] = value
         self._saved_env.clear()
-        if self.runtime:
-            self.runtime.stop()
-            self.runtime = None
-        if self.quota_fake:
-            self.quota_fake.stop()
-            self.quota_fake = None
-        if self.moto:
-            self.moto.stop()
-            self.moto = None
+        for server in (self.runtime, self.quota_fake, self.moto):
+            if server:
+                server.stop()
+        self.runtime = self.quota_fake = self.moto = None
 
     def __enter__(self) -> LocalAWS:
         return self.start()

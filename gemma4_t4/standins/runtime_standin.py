@@ -14,6 +14,7 @@ from __future__ import annotations
 import binascii
 import http.client
 import json
+import re
 import struct
 import time
 import urllib.parse
@@ -80,12 +81,12 @@ class _Handler(StandInHandler):
         # read the body first, whatever the answer: on a kept-alive connection an unread body
         # would be taken for the next request
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        parts = urllib.parse.urlparse(self.path).path.strip("/").split("/")
-        operations = ("invocations", "invocations-response-stream")
-        if len(parts) != 3 or parts[0] != "endpoints" or parts[2] not in operations:
+        route = re.fullmatch(r"/?endpoints/([^/]+)/(invocations(-response-stream)?)/?",
+                             urllib.parse.urlparse(self.path).path)
+        if not route:
             self._error(404, "UnknownOperationException", f"no such runtime operation: {self.path}")
             return
-        name = urllib.parse.unquote(parts[1])
+        name = urllib.parse.unquote(route[1])
         problem = self.server.standin.endpoint_problem(name)
         if problem:
             self._error(400, "ValidationError", problem)
@@ -104,7 +105,7 @@ class _Handler(StandInHandler):
             self._error(424, "ModelError", f"the model container did not answer: {exc}", OriginalStatusCode=0)
             return
         try:
-            if parts[2] == "invocations":
+            if not route[3]:  # not the streaming operation
                 self._reply(response)
             else:
                 self._stream(response)
