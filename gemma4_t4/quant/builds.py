@@ -49,15 +49,13 @@ class ModuleWeight:
         m = self.module
         if not self.packed:
             return WeightBlock(lattice.as_values(reader.read_rows(f"{m}.weight", start, stop)))
-        cols = self.shape[1]
-        levels = pack.unpack_int4(reader.read_rows(f"{m}.weight_packed", start, stop), cols)
-        scale_info = reader.info(f"{m}.weight_scale")
+        levels = pack.unpack_int4(reader.read_rows(f"{m}.weight_packed", start, stop), self.shape[1])
         scale = lattice.as_values(reader.read_rows(f"{m}.weight_scale", start, stop))
         zp = None
         if not self.symmetric:
             packed_zp = reader.read_rows(f"{m}.weight_zero_point", start // 8, (stop + 7) // 8)
             zp = pack.unpack_int4_dim0(packed_zp, packed_zp.shape[0] * 8)[: stop - start]
-        values = lattice.dequantize(levels, scale, self.group_size or cols, SCALE_DTYPE_NAMES[scale_info.dtype], zp)
+        values = lattice.dequantize(levels, scale, self.group_size, SCALE_DTYPE_NAMES[self.dtype], zp)
         return WeightBlock(values, levels, scale, zp)
 
 
@@ -66,10 +64,10 @@ def module_weights(reader: CheckpointReader) -> dict[str, ModuleWeight]:
     out: dict[str, ModuleWeight] = {}
     for name, info in reader.tensors.items():
         if name.endswith(".weight") and len(info.shape) == 2 and info.dtype in FLOAT_DTYPES:
-            module = name[: -len(".weight")]
+            module = name.removesuffix(".weight")
             out[module] = ModuleWeight(module, (info.shape[0], info.shape[1]), False, info.dtype)
         elif name.endswith(".weight_packed"):
-            module = name[: -len(".weight_packed")]
+            module = name.removesuffix(".weight_packed")
             try:
                 shape = tuple(int(x) for x in reader.read_rows(f"{module}.weight_shape"))
                 scale = reader.info(f"{module}.weight_scale")

@@ -148,7 +148,6 @@ class LatticeFit:
 class ScaleChoice:
     scale: np.ndarray  # float32 [rows, groups], values representable in the target dtype
     exact: np.ndarray  # int16 [rows, groups], values per group reproduced bit-exactly
-    dtype: str
 
 
 # -- numpy reference -------------------------------------------------------------------------------
@@ -246,7 +245,7 @@ def choose_scale(w: np.ndarray, fit: LatticeFit, dtype: str = "fp16") -> ScaleCh
     off = ~fit.on_grid
     best = np.where(off, base, best).astype(np.float32)
     best_exact = np.where(off, -1, best_exact).astype(np.int16)
-    return ScaleChoice(best, best_exact, dtype)
+    return ScaleChoice(best, best_exact)
 
 
 # The kernels compile on their first call in a fresh install (30-56 s for all of them on a 2-core
@@ -255,12 +254,12 @@ def choose_scale(w: np.ndarray, fit: LatticeFit, dtype: str = "fp16") -> ScaleCh
 NUMBA_MIN_VALUES = 1 << 20
 
 
-def numba_enabled(flag: bool | None, values: int | None = None) -> bool:
+def numba_enabled(flag: bool | None, values: int) -> bool:
     """Whether to use the kernels: ``flag`` where given (and numba is importable), else for a tensor of
     at least :data:`NUMBA_MIN_VALUES` ``values``."""
     if numba is None:
         return False
-    return flag if flag is not None else (values is None or values >= NUMBA_MIN_VALUES)
+    return flag if flag is not None else values >= NUMBA_MIN_VALUES
 
 
 def as_values(block: np.ndarray) -> np.ndarray:
@@ -308,7 +307,7 @@ def analyze(block: np.ndarray, group_size: int = DEFAULT_GROUP, tol: float = DEF
     kernels.analyze_kernel(w, group_size, np.float32(tol), fmts, nd, levels, lsq, peak, deviation,
                            scales, exact)
     fit = LatticeFit(levels, lsq, peak, deviation, group_size)
-    return fit, {dt: ScaleChoice(scales[i], exact[i], dt) for i, dt in enumerate(scale_dtypes)}
+    return fit, {dt: ScaleChoice(scales[i], exact[i]) for i, dt in enumerate(scale_dtypes)}
 
 
 def fit_lattice(w: np.ndarray, group_size: int = DEFAULT_GROUP, tol: float = DEFAULT_TOL,

@@ -193,15 +193,10 @@ def non_finite_values(block: np.ndarray, dtype: str) -> int:
 
 def _side_items(src: Path) -> list[Path]:
     """The source's files and folders a build carries over as they are (tokenizer, configs, ...)."""
-    items = []
-    for item in sorted(src.iterdir()):
-        name = item.name
-        if name.endswith(".safetensors") or name in (INDEX_NAME, REPORT_NAME) or name.startswith("."):
-            continue
-        if name.lower().endswith(PICKLE_SUFFIXES):
-            continue  # pickle weights are never carried over (and would duplicate the model)
-        items.append(item)
-    return items
+    # pickle weights are never carried over (and would duplicate the model)
+    return [item for item in sorted(src.iterdir())
+            if not (item.name.endswith(".safetensors") or item.name in (INDEX_NAME, REPORT_NAME)
+                    or item.name.startswith(".") or item.name.lower().endswith(PICKLE_SUFFIXES))]
 
 
 def _copy_side_files(src: Path, dst: Path) -> list[str]:
@@ -215,13 +210,10 @@ def _copy_side_files(src: Path, dst: Path) -> list[str]:
 
 
 def _updated_config(config: dict | None, qcfg: dict, untie: bool) -> dict:
-    config = dict(config or {})
-    config["quantization_config"] = qcfg
+    config = {**(config or {}), "quantization_config": qcfg}
     text = config.get("text_config")
-    if isinstance(text, dict):
-        text = dict(text)
-        text.pop("quantization_config", None)  # a QAT source's partial block confuses detectors
-        config["text_config"] = text
+    if isinstance(text, dict):  # a QAT source's partial quantization_config there confuses detectors
+        text = config["text_config"] = {k: v for k, v in text.items() if k != "quantization_config"}
     if untie:
         config["tie_word_embeddings"] = False
         if isinstance(text, dict):

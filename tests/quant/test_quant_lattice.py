@@ -137,7 +137,7 @@ def test_kernel_least_squares_scale_is_numpys_for_float32_values_half_a_level_of
 
 def test_the_kernels_are_the_default_only_for_tensors_big_enough_to_repay_their_compile():
     if lattice.numba is None:
-        assert not lattice.numba_enabled(True) and not lattice.numba_enabled(None, 1 << 30)
+        assert not lattice.numba_enabled(True, 8) and not lattice.numba_enabled(None, 1 << 30)
         return
     big = lattice.NUMBA_MIN_VALUES
     assert lattice.numba_enabled(None, big) and lattice.numba_enabled(None, 4 * big)
