@@ -252,9 +252,9 @@ class SageMakerBackend:
             if record.error == "stream_unsupported" and stream:
                 self.stream = stream = False  # the endpoint said so: every later request is non-streamed
                 continue
-            if not record.error or not record.error.startswith("retryable:") or attempt > self.retries:
-                if record.error and record.error.startswith("retryable:"):
-                    record.error = record.error.removeprefix("retryable:")
+            retryable = (record.error or "").startswith("retryable:")
+            if not retryable or attempt > self.retries:
+                record.error = record.error and record.error.removeprefix("retryable:")
                 return record
             time.sleep(self.backoff_s * 2 ** (attempt - 1))
 

@@ -39,8 +39,6 @@ from gemma4_t4.bench.schemas import (
     Window,
 )
 
-Stats = LatencyStats  # the distribution summary (a model; see schemas.py)
-
 # 0.1 ms per token = 10,000 tok/s for ONE stream: no LLM decoder streams that fast (the series' T4
 # figures are 25-100 tok/s, i.e. 10-40 ms a token), yet it is ~13x the 7.5 us a token the client
 # measured parsing vLLM CPU's flushed answers (32 tokens within 0.23-0.27 ms); see docs/benchmarks.md
@@ -79,7 +77,7 @@ def bootstrap_ci(
     return (percentile(estimates, tail), percentile(estimates, 100.0 - tail))
 
 
-def summarize(values: Iterable[float | None], ci: bool = True) -> Stats:
+def summarize(values: Iterable[float | None], ci: bool = True) -> LatencyStats:
     data = [float(v) for v in values if v is not None and math.isfinite(v)]
     if not data:
         return LatencyStats()
