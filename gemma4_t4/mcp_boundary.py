@@ -43,7 +43,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Offered:
-    """One setting as an MCP parameter: its name, the declared type, the tool's default, help, boundary."""
+    """One setting as an MCP parameter: its name, the declared type, the tool's default, help, boundary, and the
+    setting's own limits (pydantic's constraints, which the boundary's may only narrow)."""
 
     parameter: str
     kind: Any
@@ -51,6 +52,7 @@ class Offered:
     help: str
     rule: Assistant
     required: bool = False
+    limits: tuple[Any, ...] = ()
 
 
 def offered(model: type[BaseModel], sagemaker: bool) -> list[Offered]:
@@ -65,13 +67,15 @@ def offered(model: type[BaseModel], sagemaker: bool) -> list[Offered]:
         if rule["sets"] and (sagemaker or "sagemaker_only" not in rule):
             default = rule.get("default", offered_default(field))
             text = field.description if field.is_required() else help_for(model, name, default)
-            found.append(Offered(name, field.annotation, default, str(text), rule, field.is_required()))
+            found.append(Offered(name, field.annotation, default, str(text), rule, field.is_required(),
+                                 tuple(field.metadata)))
     return found
 
 
 def parameter_type(offered: Offered) -> Any:
-    """The parameter's type with its boundary in the schema: limits, a Literal of the choices, the allowed keys.
-    Null is accepted where the setting is optional and means the default (:func:`takes_settings`)."""
+    """The parameter's type with its boundary in the schema: the setting's limits narrowed by the boundary's, a
+    Literal of the choices, the allowed keys. Null is accepted where the setting is optional and means the default
+    (:func:`takes_settings`)."""
     rule, kind = offered.rule, offered.kind
     base = value_type(kind)
     if "choices" in rule:
@@ -79,8 +83,9 @@ def parameter_type(offered: Offered) -> Any:
         base = list[choice] if typing.get_origin(base) is list else choice
     if "keys" in rule:
         base = dict[Literal[tuple(rule["keys"])], str]
-    bounds = {k: rule[k] for k in ("ge", "gt", "le") if k in rule}  # type: ignore[literal-required]
-    return Annotated[base if offered.required else base | None, Field(description=offered.help, **bounds)]
+    bounds = {k: rule[k] for k in ("ge", "le") if k in rule}  # type: ignore[literal-required]
+    return Annotated[base if offered.required else base | None, *offered.limits,
+                     Field(description=offered.help, **bounds)]
 
 
 def takes_settings(offered: Iterable[Offered]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

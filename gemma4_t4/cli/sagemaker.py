@@ -230,7 +230,6 @@ def _deploy(args: argparse.Namespace) -> Output:
 
 def _with_model_dir(config, args: argparse.Namespace):
     """Upload --model-dir (real run) or plan its upload (dry run); the config serves it from S3."""
-    config.validate(require_role=False)  # refuse a bad config before uploading gigabytes
     if args.dry_run:
         uri, lines = upload_plan(
             args.model_dir, args.model_bucket or default_bucket("<account>", config.region),

@@ -9,9 +9,18 @@ from __future__ import annotations
 import argparse
 import types
 import typing
-from typing import Any, NotRequired, Required
+from collections.abc import Mapping
+from typing import Any, Literal, NotRequired, Required
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic.fields import FieldInfo
 
 from gemma4_t4.errors import Gemma4T4Error
@@ -20,6 +29,7 @@ from gemma4_t4.foundation.jsonable import TypedDict
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
 DEFAULT_WORK_DIR = ".cache/gemma4_t4"
+NAME_MAX = 255  # bytes in one file name (ext4, xfs, APFS): a longer part of a path is no folder
 
 
 class ProbeResult(BaseModel):
@@ -67,12 +77,12 @@ class ProcessInfo(TypedDict):
 class Assistant(TypedDict, total=False):
     """The assistant's boundary for one setting, declared beside it: whether an assistant (the MCP server's
     tools) may set it and within which bounds. The MCP tools' parameters are generated from it, so a setting
-    is offered only where this says so, and with these limits in its schema (the SDK refuses anything else)."""
+    is offered only where this says so, and with the setting's own limits (``setting(ge=..., le=...)``) and
+    these stricter ones in its schema (the SDK refuses anything else)."""
 
     sets: Required[bool]
     why: Required[str]  # why it is offered within these bounds, or withheld
     ge: float
-    gt: float
     le: float
     choices: list[str]  # an assistant picks one of these only
     keys: list[str]  # a mapping (a container environment): these keys only
@@ -81,7 +91,8 @@ class Assistant(TypedDict, total=False):
 
 
 def assistant_sets(why: str = "", **bounds: Any) -> Assistant:
-    """An assistant sets this, within ``bounds`` (ge, gt, le, choices, keys, default, sagemaker_only)."""
+    """An assistant sets this, within ``bounds`` (ge, le: stricter than the setting's own; choices, keys, default,
+    sagemaker_only)."""
     return Assistant(sets=True, why=why, **bounds)  # type: ignore[typeddict-item]
 
 
@@ -90,13 +101,36 @@ def assistant_never(why: str) -> Assistant:
     return Assistant(sets=False, why=why)
 
 
-def setting(default: Any, help: str, assistant: Assistant, **cli: Any) -> Any:
-    """A setting a user sets, with its one-line help (``description``) and its assistant boundary: the CLI's flag
-    (``--field-name``, :func:`add_setting_flags`) and, where ``assistant`` allows it, the MCP tools' parameter
-    (``mcp_boundary.takes_settings``) are generated from it. ``cli``: the flag's spelling where that is not
-    enough: ``flag``, ``metavar``, ``choices``, ``switches`` (flag -> the value it sets and its help), ``comma``
-    (a list typed comma-separated), ``resolved`` (left out, the config works it out: no default shown)."""
-    return Field(default, description=help, json_schema_extra=cli | {"assistant": assistant})  # copies a [] or {}
+def setting(default: Any, help: str, assistant: Assistant, ge: float | None = None, gt: float | None = None,
+            le: float | None = None, **cli: Any) -> Any:
+    """A setting a user sets, with its one-line help (``description``), its limits (``ge``, ``gt``, ``le``: the
+    one declaration of them, which every config, flag and MCP parameter obeys) and its assistant boundary: the
+    CLI's flag (``--field-name``, :func:`add_setting_flags`) and, where ``assistant`` allows it, the MCP tools'
+    parameter (``mcp_boundary.takes_settings``) are generated from it. ``cli``: the flag's spelling where that is
+    not enough: ``flag``, ``metavar``, ``choices`` (a Literal's are read from it), ``switches`` (flag -> the value it
+    sets and its help), ``comma`` (a list typed comma-separated), ``resolved`` (left out, the config works it out: no
+    default shown). ``fix``: what to do when a value breaks the limits, where more than "pass a value within them"."""
+    return Field(default, description=help, ge=ge, gt=gt, le=le,
+                 json_schema_extra=cli | {"assistant": assistant})  # copies a [] or {}
+
+
+def limits(field: FieldInfo) -> str:
+    """A setting's declared limits as a user reads them: ``in 0.1..0.99``, ``in (0, 168]``, ``>= 1``."""
+    bound = {key: getattr(rule, key) for rule in field.metadata for key in ("ge", "gt", "le") if hasattr(rule, key)}
+    if "le" not in bound:
+        return f">= {bound['ge']}"
+    return f"in ({bound['gt']}, {bound['le']}]" if "gt" in bound else f"in {bound['ge']}..{bound['le']}"
+
+
+def refused_setting(model: type[BaseModel], error: Mapping[str, Any]) -> Gemma4T4Error:
+    """Pydantic's refusal of a setting in the user's words: the setting, the value given and its limits."""
+    name = str(error["loc"][0])
+    field = model.model_fields[name]
+    if error["type"] in ("greater_than", "greater_than_equal", "less_than_equal"):
+        return Gemma4T4Error(f"{name}={error['input']!r} must be {limits(field)}", fix=declared(field).get(
+            "fix", f"pass {name} {limits(field)}, or leave it out for its default"))
+    return Gemma4T4Error(f"{name}={error['input']!r}: {error['msg']}",
+                         fix=f"{name}: {field.description or field.annotation}")
 
 
 def declared(field: FieldInfo) -> dict[str, Any]:
@@ -153,12 +187,13 @@ class VLLMSettings(BaseModel):
                                 "other GPUs; on cpu a probe of vLLM's attention picks bf16 or float32)",
                                 assistant_sets(choices=["float16", "bfloat16", "float32"]))
     max_model_len: int | None = setting(None, "tokens per sequence, prompt + output",
-                                        assistant_sets(ge=256, le=1_048_576))
-    max_num_seqs: int | None = setting(None, "concurrent sequences", assistant_sets(ge=1, le=1024))
+                                        assistant_sets(ge=256, le=1_048_576), ge=1)
+    max_num_seqs: int | None = setting(None, "concurrent sequences", assistant_sets(le=1024), ge=1)
+    # 0: SageMaker's fit calculator picks (a local server: 1)
     tensor_parallel_size: int | None = setting(None, "GPUs per server: multi-GPU hosts, e.g. 4 on g4dn.12xlarge",
-                                               assistant_sets(ge=1, le=8))
+                                               assistant_sets(ge=1, le=8), ge=0)
     gpu_memory_utilization: float | None = setting(None, "share of GPU memory vLLM may take, 0.1..0.99",
-                                                   assistant_sets(ge=0.1, le=0.99))
+                                                   assistant_sets(), ge=0.1, le=0.99, fix="use a value such as 0.90")
     extra_args: list[str] = setting([], "extra vLLM argument (repeatable; use --vllm-arg=--flag; SageMaker: sent as "
                                     "SM_VLLM_*)", assistant_never(_RAW_ARGS), flag="--vllm-arg", metavar="ARG")
     extra_env: dict[str, str] = setting({}, "extra environment for vLLM (repeatable; SageMaker: container variables, "
@@ -170,14 +205,30 @@ class VLLMSettings(BaseModel):
                                 "and build where one is known and memory allows; self = the target as its own draft "
                                 "model (a check); else an assistant's id (a local server: or folder)",
                                 assistant_sets(), metavar="auto|off|self|MODEL")  # serving/speculative.py
-    num_draft_tokens: int | None = setting(None, "tokens drafted per step, 1..16", assistant_sets(ge=1, le=16),
-                                           metavar="N")
+    num_draft_tokens: int | None = setting(None, "tokens drafted per step, 1..16", assistant_sets(), ge=1, le=16,
+                                           metavar="N", fix="use a small number such as 3 (fewer can win: each "
+                                           "rejected draft costs a forward pass); --draft off turns drafting off")
 
-    def check_memory_share(self) -> None:
-        """The share of GPU memory vLLM may take, where given: 0.1..0.99 (0 is a value, not "unset")."""
-        share = self.gpu_memory_utilization
-        if share is not None and not 0.1 <= share <= 0.99:
-            raise Gemma4T4Error(f"gpu_memory_utilization={share} is outside 0.1..0.99", fix="use a value such as 0.90")
+    @model_validator(mode="wrap")
+    @classmethod
+    def _in_the_users_words(cls, given: Any, build: Any) -> Any:
+        """A config that breaks a setting's limits is never built, and never refused with pydantic's raw error:
+        the CLI, the MCP tools and a notebook get a Gemma4T4Error naming the setting, its value and its limits."""
+        try:
+            return build(given)
+        except ValidationError as exc:
+            raise refused_setting(cls, exc.errors()[0]) from None
+
+    @field_validator("model", "model_id", "draft", check_fields=False)
+    @classmethod
+    def _a_name_a_path_can_hold(cls, name: str | None, info: ValidationInfo) -> str | None:
+        """A model (or drafter) is a hub id or a local folder: a part longer than a file name can be is neither,
+        and looking for it on disk would fail with the filesystem's own error."""
+        if name and any(len(part.encode()) > NAME_MAX for part in name.split("/")):
+            raise Gemma4T4Error(f"{info.field_name} {name[:40]!r}... has a part longer than {NAME_MAX} bytes, "
+                                "which is neither a hub id nor a folder name",
+                                fix="pass a hub id such as google/gemma-4-E2B-it or the path of a local model folder")
+        return name
 
 
 _LOCAL = "the server binds 127.0.0.1 only"
@@ -194,12 +245,13 @@ class ServerSettings(VLLMSettings):
 
     model: str = setting(..., "hub id or local folder", assistant_sets("the start gate checks what it serves"))
     # cpu runs anywhere: a GPU launch (and the T4 model's download) is asked for, never a default
-    target: str = setting("cpu", "t4 (this GPU) or cpu", assistant_sets(choices=["t4", "cpu"]),
-                          choices=("t4", "cpu"))  # checked by ServerConfig.validate
+    target: Literal["t4", "cpu"] = setting("cpu", "t4 (this GPU) or cpu", assistant_sets())
     host: str = setting(DEFAULT_HOST, "the address to bind: other than localhost needs --api-key",
                         assistant_never(_LOCAL + ": another address exposes it to the network"))
-    port: int = setting(DEFAULT_PORT, "TCP port, 1024..65535",
-                        assistant_sets("unprivileged ports only; none: a free one", ge=1024, le=65535, default=None))
+    # below 1024 needs root (vLLM never runs as root here); 0 ("any port") no state file, lock or /health wait names
+    port: int = setting(DEFAULT_PORT, "TCP port, 1024..65535", assistant_sets("unprivileged ports only; none: a free "
+                        "one", default=None), ge=1024, le=65535,
+                        fix=f"use a port between 1024 and 65535, e.g. {DEFAULT_PORT}")
     enable_prefix_caching: bool = setting(True, "vLLM's prefix caching: a prefix seen before is not computed again",
                                           assistant_never(_CLI_SWITCH),
                                           switches={"--no-prefix-caching": (False, "off: every prompt computed in full")})
@@ -207,17 +259,17 @@ class ServerSettings(VLLMSettings):
         _CLI_SWITCH), switches={
         "--eager": (True, "no CUDA graphs (--enforce-eager; the cpu default)"),
         "--compile": (False, "use torch.compile/CUDA graphs (the t4 default; on cpu: slower start)")})
-    max_num_batched_tokens: int | None = setting(None, "prefill chunk", assistant_sets(gt=0, le=1_048_576))
+    max_num_batched_tokens: int | None = setting(None, "prefill chunk", assistant_sets(le=1_048_576), ge=1)
     # t4 only
     language_model_only: bool | None = setting(None, "text only: no vision/audio towers, their memory to KV",
                                                assistant_never(_CLI_SWITCH), switches={
         "--language-model-only": (True, "skip the vision/audio towers (the t4 default)"),
         "--multimodal": (False, "t4: keep the vision/audio towers")})
     # cpu only
-    kv_cache_space_gib: int = setting(1, "cpu: KV cache GiB", assistant_sets(ge=1, le=1024), flag="--kv-cache-space",
+    kv_cache_space_gib: int = setting(1, "cpu: KV cache GiB", assistant_sets(le=1024), ge=1, flag="--kv-cache-space",
                                       metavar="GIB")
     block_size: int | None = setting(None, "tokens per KV cache block (cpu default 32: vLLM's 128 makes prefix hits "
-                                     "coarse)", assistant_sets(ge=1, le=1024))
+                                     "coarse)", assistant_sets(le=1024), ge=1)
     # masked ("***") in every stored record
     api_key: str | None = setting(None, "required when binding beyond localhost (or set GEMMA4_T4_API_KEY)",
                                   assistant_never(_LOCAL + ", which needs no key; a key an assistant types is in its "
@@ -228,9 +280,12 @@ class ServerSettings(VLLMSettings):
                                  assistant_never("another interpreter is another program"))
     restart_on_crash: int = setting(0, "restart a crashed vLLM up to N times, backoff 2, 4, 8 ... 60 s; 0: off",
                                     assistant_never("restarts run unattended after the tool returned; a person's "
-                                                    "choice (serve start --restart-on-crash)"), metavar="N")
+                                                    "choice (serve start --restart-on-crash)"), ge=0, le=100,
+                                    fix="use a small number such as 3",
+                                    metavar="N")
     probe_cpu_attention: bool = True  # cpu, dtype unset: run the attention probe (gemma4_t4.turing.cpuattn)
     chosen_by: dict[str, str] = Field(default_factory=dict)  # why each default was chosen
+    # a str, not a Literal: the drafter's plan refuses vLLM's model type gemma4_mtp with its own fix
     draft_method: str | None = setting(None, "mtp (an assistant drafts) or draft_model (a whole, smaller Gemma 4 "
                                        "drafts; the default with draft self)",
                                        assistant_sets(choices=["mtp", "draft_model"]), choices=("mtp", "draft_model"))
@@ -251,6 +306,8 @@ def add_setting_flags(parser: argparse.ArgumentParser, model: type[BaseModel], s
         default = (defaults or {}).get(name, offered_default(field))
         text, flag = help_for(model, name, default), declared(field).get("flag", "--" + name.replace("_", "-"))
         kind = value_type(field.annotation)
+        if typing.get_origin(kind) is Literal:
+            cli["choices"] = typing.get_args(kind)
         if declared(field).get("comma"):
             parser.add_argument(flag, dest=name, type=_comma_list, default=default, help=text, **cli)
         elif typing.get_origin(kind) in (list, dict):  # a flag per item (a mapping's: KEY=VALUE)

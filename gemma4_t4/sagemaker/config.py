@@ -1,5 +1,5 @@
 """The typed deployment config: the container environment, the production variant and every
-resource's tags derive from it. ``validate()`` runs before any AWS call, so bad input is a clear
+resource's tags derive from it. It is checked when it is built, before any AWS call, so bad input is a clear
 :class:`Gemma4T4Error`, never a half-created endpoint."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import os
 import re
 from typing import Any, ClassVar
 
-from pydantic import ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from gemma4_t4.catalog.hardware import SAGEMAKER_INSTANCES, sagemaker_price
 from gemma4_t4.catalog.models import DEFAULT_MAX_NUM_BATCHED_TOKENS, fit
@@ -223,31 +223,33 @@ class DeployConfig(VLLMSettings):
                                                 assistant_sets("'none' would leave g4dn on driver 470, which a "
                                                                "CUDA 13 image cannot use", choices=["auto",
                                                                                                     *images.AMI_DRIVERS]))
-    instance_count: int = 1
-    startup_timeout_s: int = setting(1800, "container startup health-check timeout, s (60..3600)",
-                                     assistant_sets(ge=60, le=3600),
-                                     flag="--startup-timeout")  # ContainerStartupHealthCheckTimeoutInSeconds
-    download_timeout_s: int = 1800  # ModelDataDownloadTimeoutInSeconds
+    instance_count: int = Field(1, ge=1)
+    # SageMaker's limits: ContainerStartupHealthCheckTimeoutInSeconds and ModelDataDownloadTimeoutInSeconds
+    startup_timeout_s: int = setting(1800, "container startup health-check timeout, s (60..3600)", assistant_sets(),
+                                     ge=60, le=3600, flag="--startup-timeout",
+                                     fix="use 1800 for a first start that downloads weights")
+    download_timeout_s: int = Field(1800, ge=60, le=3600)
     ttl_hours: float = setting(4.0, "lifetime in hours, a cost guard: `reap` deletes the endpoint after it",
-                               assistant_sets("the hours of the budget's bound", gt=0, le=168))
+                               assistant_sets("the hours of the budget's bound"), gt=0, le=168,
+                               fix="choose a lifetime such as 4 hours; `reap` deletes endpoints past it")
     created_by: str = "gemma4-t4"
     tags: dict[str, str] = Field(default_factory=dict)
     allow_unfixed_image: bool = setting(False, "let a T4 run an image without the Turing fix (only for a vLLM "
                                         "fixed upstream)", assistant_never(
-        "a T4 image without the fix crashes at the first prefill, after ~13 billed minutes"))  # _validate_image
+        "a T4 image without the fix crashes at the first prefill, after ~13 billed minutes"))  # _check_image
     model_data_s3_uri: str | None = setting(None, "serve an uploaded model folder: s3://bucket/prefix/",
                                             assistant_sets("an s3:// folder, checked to hold config.json"),
                                             flag="--model-data")
     min_instances: int | None = setting(None, "autoscaling (Application Auto Scaling): at least N instances",
-                                        assistant_sets("within the budget", ge=1, le=20))
+                                        assistant_sets("within the budget"), ge=1, le=20)
     max_instances: int | None = setting(None, "autoscaling: at most M instances (the cost shown is at M)",
-                                        assistant_sets("within the budget, which counts all M", ge=1, le=20))
-    scaling_target: float = setting(DEFAULT_SCALING_TARGET, "autoscaling: invocations per instance per minute "
-                                    "the policy holds (default 4; refused without min/max instances)",
-                                    assistant_sets(gt=0, le=10_000), resolved=True)
-    scale_in_cooldown_s: int = 600
-    scale_out_cooldown_s: int = 300
-    _valid: bool = PrivateAttr(default=False)  # validate() passed (the role aside)
+                                        assistant_sets("within the budget, which counts all M"), ge=1, le=20)
+    # None: not autoscaled (DEFAULT_SCALING_TARGET where it is)
+    scaling_target: float | None = setting(None, "autoscaling: invocations per instance per minute the policy holds "
+                                           "(default 4; refused without min/max instances)", assistant_sets(), gt=0,
+                                           le=10_000)
+    scale_in_cooldown_s: int = Field(600, ge=0, le=3600)
+    scale_out_cooldown_s: int = Field(300, ge=0, le=3600)
 
     @model_validator(mode="before")
     @classmethod
@@ -255,7 +257,21 @@ class DeployConfig(VLLMSettings):
         """A vLLM setting left None gets SageMaker's default (:data:`WHEN_UNSET`): the config is complete when built."""
         if isinstance(given, dict):
             given = {**given, **{k: v for k, v in _SAGEMAKER_DEFAULTS.items() if given.get(k) is None}}
+            autoscaled = given.get("min_instances") is not None or given.get("max_instances") is not None
+            if autoscaled and given.get("scaling_target") is None:
+                given["scaling_target"] = DEFAULT_SCALING_TARGET
         return given
+
+    @model_validator(mode="after")
+    def _checked(self) -> DeployConfig:
+        """Every check that needs no AWS call, when the config is built: a config that exists is one SageMaker
+        and vLLM accept (but the role, read from the environment by :meth:`check_role`)."""
+        self._check_names()
+        self._check_container()
+        self._check_scaling()
+        self._check_image()
+        self._check_image_source()
+        return self
 
     @classmethod
     def from_settings(cls, look_up_image_tag: bool = False, **given: Any) -> DeployConfig:
@@ -265,10 +281,6 @@ class DeployConfig(VLLMSettings):
         where the image needs a newer driver than the instance's default. ``look_up_image_tag``: without an image
         URI or a tag, the newest DLC tag in the region's registry (a read-only lookup; the recorded default when
         it cannot be read), resolved before the config is built; ``image_label`` says which."""
-        autoscaled = given.get("min_instances") is not None or given.get("max_instances") is not None
-        if given.get("scaling_target") is not None and not autoscaled:
-            raise Gemma4T4Error("--scaling-target applies only to an autoscaled endpoint; alone it would be ignored",
-                                fix="add --min-instances N and/or --max-instances M, or drop --scaling-target")
         unknown = sorted(set(given) - set(cls.model_fields))
         if unknown:
             raise TypeError(f"DeployConfig takes no setting {', '.join(unknown)}")
@@ -429,21 +441,7 @@ class DeployConfig(VLLMSettings):
         return [{"Key": k, "Value": v} for k, v in tags.items()]
 
     # -- validation -----------------------------------------------------------------------
-    def validate(self, require_role: bool = True) -> None:
-        """Every check that needs no AWS call; raises Gemma4T4Error naming the fix. A config is frozen, so it is
-        checked once, however many steps of a deploy ask (the role, read from the environment, each time)."""
-        if not self._valid:
-            self._validate_names()
-            self._validate_container()
-            self._validate_scaling()
-            self._validate_image()
-            self._validate_limits()
-            self._validate_image_source()
-            self._valid = True
-        if require_role:
-            self._validate_role()
-
-    def _validate_names(self) -> None:
+    def _check_names(self) -> None:
         """Region, instance types, endpoint name, model id and model data: each well formed."""
         images.validate_region(self.region)
         for instance in self.instance_types:
@@ -468,11 +466,12 @@ class DeployConfig(VLLMSettings):
             raise Gemma4T4Error(f"model data {data!r} is not an s3://bucket/prefix/ folder",
                                 fix="upload the folder with `gemma4-t4 sagemaker deploy --model-dir DIR`")
 
-    def _validate_container(self) -> None:
-        """The dtype and tensor parallelism the container really gets (--env, --vllm-arg win) suit the
-        instance types."""
-        if (self.tensor_parallel_size or 0) < 0 or self.instance_count < 1:
-            raise Gemma4T4Error("tensor_parallel_size must be >= 0 (0: auto) and instance_count >= 1")
+    def _check_container(self) -> None:
+        """The context and sequences, and the dtype and tensor parallelism the container really gets (--env,
+        --vllm-arg win), suit the instance types."""
+        if self.max_model_len < 256:  # SageMaker's stricter floor: a local server takes less
+            raise Gemma4T4Error(f"max_model_len={self.max_model_len} must be >= 256",
+                                fix="T4 defaults: max_model_len=8192, max_num_seqs=4")
         extra_args_to_env(self.extra_args)
         for key in self.extra_env:
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,1023}", key):
@@ -503,20 +502,7 @@ class DeployConfig(VLLMSettings):
                     f"tensor_parallel_size={tp} but {instance} has {gpus} GPU(s)",
                     fix="lower tensor_parallel_size or pick a multi-GPU instance such as ml.g4dn.12xlarge")
 
-    def _validate_limits(self) -> None:
-        """Lengths, memory share, timeouts and lifetime within what vLLM and SageMaker accept."""
-        if self.max_model_len < 256 or self.max_num_seqs < 1:
-            raise Gemma4T4Error("max_model_len must be >= 256 and max_num_seqs >= 1",
-                                fix="T4 defaults: max_model_len=8192, max_num_seqs=4")
-        self.check_memory_share()
-        if not 60 <= self.startup_timeout_s <= 3600 or not 60 <= self.download_timeout_s <= 3600:
-            raise Gemma4T4Error("startup/download timeouts must be 60..3600 s (SageMaker's limits)",
-                                fix="use 1800 for a first start that downloads weights")
-        if not 0 < self.ttl_hours <= 24 * 7:
-            raise Gemma4T4Error(f"ttl_hours={self.ttl_hours:g} must be in (0, 168]",
-                                fix="choose a lifetime such as 4 hours; `reap` deletes endpoints past it")
-
-    def _validate_image_source(self) -> None:
+    def _check_image_source(self) -> None:
         """The AMI fits the image, the image is in the endpoint's region, its tag is pinned."""
         if self.inference_ami_version != "auto":  # none too: a CUDA 13 image on g4dn's driver 470 never starts
             images.check_ami_for_image(self.inference_ami_version, self.resolved_image(), self.instance_type)
@@ -531,8 +517,8 @@ class DeployConfig(VLLMSettings):
                 f"image tag {self.image_tag!r} is not a pinned vLLM SageMaker tag",
                 fix=f"use a tag like {images.DEFAULT_VLLM_TAG} (floating, -soci and omni tags are refused)")
 
-    def _validate_role(self) -> None:
-        """An IAM execution role ARN, given or from the environment."""
+    def check_role(self) -> None:
+        """An IAM execution role ARN, given or from the environment (what a deploy needs, a plan does not)."""
         role = self.resolved_role()
         if not role:
             raise Gemma4T4Error(
@@ -544,20 +530,21 @@ class DeployConfig(VLLMSettings):
             raise Gemma4T4Error(f"{role!r} is not an IAM role ARN",
                                 fix="use arn:aws:iam::<12-digit account>:role/<name>")
 
-    def _validate_scaling(self) -> None:
+    def _check_scaling(self) -> None:
+        """Autoscaling bounds in order, and a scaling target only where the endpoint is autoscaled."""
         if not self.autoscaling:
+            if self.scaling_target is not None:
+                raise Gemma4T4Error(
+                    "--scaling-target applies only to an autoscaled endpoint; alone it would be ignored",
+                    fix="add --min-instances N and/or --max-instances M, or drop --scaling-target")
             return
         low = self.min_instances if self.min_instances is not None else 1
         high = self.max_instances if self.max_instances is not None else low
-        if not 1 <= low <= high <= 20:
+        if low > high:
             raise Gemma4T4Error(f"min_instances={low}, max_instances={high}: need 1 <= min <= max <= 20",
                                 fix="e.g. --min-instances 1 --max-instances 3")
-        cooldowns_ok = 0 <= self.scale_in_cooldown_s <= 3600 and 0 <= self.scale_out_cooldown_s <= 3600
-        if not 0 < self.scaling_target <= 10_000 or not cooldowns_ok:
-            raise Gemma4T4Error("scaling target must be > 0 and cooldowns 0..3600 s",
-                                fix="defaults: 4 invocations/instance/minute, 600 s in, 300 s out")
 
-    def _validate_image(self) -> None:
+    def _check_image(self) -> None:
         """Fail closed on Turing: the stock vLLM container crashes there at the first prefill."""
         if not self.needs_fixed_image or self.image_uri is None:
             return  # no image given: deploy uses the newest fixed image in ECR, or refuses

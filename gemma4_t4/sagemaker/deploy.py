@@ -146,8 +146,7 @@ def autoscaling_calls(config: DeployConfig) -> list[ApiCall]:
 
 
 def deployment_plan(config: DeployConfig) -> list[str]:
-    """Dry run: validate, then the equivalent aws CLI commands (nothing is called)."""
-    config.validate(require_role=False)
+    """Dry run: the equivalent aws CLI commands (nothing is called)."""
     commands = [c.cli() for c in deployment_calls(config)]
     if config.needs_fixed_image and config.image_uri is None:
         # A dry run calls nothing, so it names the tag build-image writes; deploy looks it up.
@@ -273,7 +272,8 @@ def deploy(config: DeployConfig, *, client: Any = None, session: Any = None, wai
     A T4 without ``image_uri`` gets the newest fixed image in the region's ECR (refused when none);
     ``timeout_s`` defaults to the container startup timeout plus 15 minutes for placement. Raises
     :class:`DeployFailed` (after rolling back); validation errors come before any AWS call."""
-    config.validate(require_role=not dry_run)
+    if not dry_run:
+        config.check_role()
     cost = deploy_cost(config)
     result = DeployResult(config.name, config.region, "DryRun" if dry_run else "Error", False,
                           usd_per_hour=cost.usd_per_hour, cost_line=cost.line())
@@ -478,9 +478,8 @@ def deploy_with_failover(config: DeployConfig, regions: Sequence[str] = US_REGIO
                          **deploy_kwargs: Any) -> FailoverResult:
     """Try ``regions`` in order; move on after no quota or a capacity failure, stop on others."""
     make = clients or client_factory(session)
-    attempts = [config.replaced(region=region) for region in regions]
-    for attempt_config in attempts:  # validate every attempt's config before any call
-        attempt_config.validate()
+    attempts = [config.replaced(region=region) for region in regions]  # each checked when built, before any call
+    config.check_role()
     outcome = FailoverResult(False, None)
     for attempt_config in attempts:
         region = attempt_config.region
@@ -600,7 +599,7 @@ def run_deploy(config: DeployConfig, *, act: bool, bound: Callable[[DeployConfig
         run.cost += "; " + bound(config)
     if not act:
         return run
-    config.validate()
+    config.check_role()
     if announce:
         announce(run.cost)
     try:

@@ -18,7 +18,7 @@ from pydantic import PrivateAttr
 from gemma4_t4.catalog import models
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation import secrets
-from gemma4_t4.foundation.launch_record import DEFAULT_PORT, ServerSettings
+from gemma4_t4.foundation.launch_record import ServerSettings
 from gemma4_t4.serving import speculative
 from gemma4_t4.turing import cpuattn
 
@@ -59,9 +59,6 @@ VLLM_SECRET_OPTIONS = ("--api-key", "--hf-token")
 # masking and the checks. None of vLLM's own options is a proper prefix of these (tested), so
 # refusing every proper prefix never refuses a real option.
 PROTECTED_OPTIONS = (*VLLM_SECRET_OPTIONS, *OWNED_ARGS, "--config")
-# Below 1024 needs root (vLLM never runs as root here); 0 means "any port", which no state file,
-# lock or /health wait can name. The MCP server relies on this check too.
-PORT_RANGE = (1024, 65535)
 
 
 def vllm_option_name(arg: str) -> str | None:
@@ -90,7 +87,7 @@ class ServerConfig(ServerSettings):
 
     def model_post_init(self, context: Any, /) -> None:
         self._lift_secrets()
-        if self.tensor_parallel_size is None:
+        if not self.tensor_parallel_size:  # None or 0 (SageMaker's "the fit calculator picks"): one GPU
             self.tensor_parallel_size = 1
         for name, (value, reason) in target_defaults(self).items():
             if getattr(self, name) is None:
@@ -211,8 +208,8 @@ class ServerConfig(ServerSettings):
         return plan
 
     def validate(self) -> None:
-        if self.target not in ("t4", "cpu"):
-            raise Gemma4T4Error(f"unknown target {self.target!r}", fix="use target='t4' or target='cpu'")
+        """The launch-time checks: extra args and environment, the drafter, the interpreter, bf16 on a T4 and a
+        public address's key (each setting's own limits held when the config was built)."""
         if self._arg_problem:
             raise self._arg_problem
         _check_extra_args(self)
@@ -236,26 +233,6 @@ class ServerConfig(ServerSettings):
             raise Gemma4T4Error(
                 f"binding {self.host} without an API key exposes the server to the network",
                 fix="pass api_key=... (CLI: --api-key) or bind 127.0.0.1",
-            )
-        low, high = PORT_RANGE
-        if isinstance(self.port, bool) or not isinstance(self.port, int) or not low <= self.port <= high:
-            raise Gemma4T4Error(
-                f"invalid port {self.port!r}: vLLM is started on ports {low}-{high} (lower ones need root)",
-                fix=f"use a port between {low} and {high}, e.g. {DEFAULT_PORT}",
-            )
-        for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size",
-                     "tensor_parallel_size", "kv_cache_space_gib"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
-                raise Gemma4T4Error(
-                    f"{name}={value!r} must be a positive whole number",
-                    fix=f"leave {name} out for the target's default, or pass a positive number",
-                )
-        self.check_memory_share()
-        if not 0 <= int(self.restart_on_crash) <= 100:
-            raise Gemma4T4Error(
-                f"restart_on_crash={self.restart_on_crash} is outside 0..100",
-                fix="use a small number such as 3",
             )
 
 

@@ -14,8 +14,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal, Self, cast
 
-from pydantic import ValidationError
-
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation import secrets
 from gemma4_t4.foundation.atomic import UnreadableJSON, read_json_object
@@ -326,7 +324,7 @@ class RecordedServer:
         try:
             # api_key is masked on disk; the caller passes the real one if it has it
             config = ServerConfig.model_validate({**data["config"], "api_key": api_key})
-        except (KeyError, TypeError, ValidationError) as exc:
+        except (KeyError, TypeError, Gemma4T4Error) as exc:  # a setting refused is a Gemma4T4Error
             raise UnreadableState(Path(path), f"no readable config ({type(exc).__name__})") from exc
         server = cls(config)
         server.pid = data.get("pid")

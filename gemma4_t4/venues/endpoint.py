@@ -503,7 +503,7 @@ class Endpoint:
         from gemma4_t4.sagemaker.deploy import deploy
         from gemma4_t4.sagemaker.ops import delete_endpoint
 
-        config.validate(require_role=True)
+        config.check_role()
         rate = hourly_rate(config)
         served = config.container_env()["SM_VLLM_SERVED_MODEL_NAME"]
         price = sagemaker_price(config.instance_type)

@@ -103,7 +103,7 @@ def accepted(name: str, value: object, rule: Param) -> bool:
         from gemma4_t4.sagemaker.config import DeployConfig
 
         try:
-            DeployConfig(**{rule.field: value}).validate(require_role=False)
+            DeployConfig(**{rule.field: value})
         except (Gemma4T4Error, TypeError, ValueError):
             return False
         return rule.field != "ttl_hours" or number

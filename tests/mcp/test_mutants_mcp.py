@@ -16,12 +16,12 @@ import threading
 import types
 import urllib.error
 import urllib.request
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from mcp import Client
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import TypeAdapter, ValidationError
+from pydantic import Field, TypeAdapter, ValidationError
 
 from gemma4_t4 import mcp_answers, mcp_boundary, mcp_server
 from gemma4_t4.errors import Gemma4T4Error
@@ -60,11 +60,14 @@ def _accepts(annotation: Any, value: Any) -> bool:
 
 # -- the generated parameters (mcp_boundary) ---------------------------------------------------------------
 def test_a_bounded_setting_refuses_values_outside_its_limits_and_null_means_unset():
-    """A setting declared ge/le (or gt) is refused outside them by the schema; null is accepted (its default)."""
+    """A setting bounded by the assistant's ge/le, or by its own limits (gt), is refused outside them by the
+    schema; null is accepted (its default); the assistant's bound narrows the setting's own."""
     port = parameter_type(Offered("port", int | None, None, "a port", assistant_sets(ge=1024, le=65535)))
     assert [_accepts(port, v) for v in (1023, 1024, 65535, 65536, None)] == [False, True, True, False, True]
-    share = parameter_type(Offered("share", float, 0.5, "a share", assistant_sets(gt=0)))
+    share = parameter_type(Offered("share", float, 0.5, "a share", assistant_sets(), limits=tuple(Field(gt=0).metadata)))
     assert [_accepts(share, v) for v in (0, 0.01, None)] == [False, True, True]
+    narrowed = parameter_type(Offered("n", int, 1, "n", assistant_sets(le=8), limits=tuple(Field(ge=0, le=64).metadata)))
+    assert [_accepts(narrowed, v) for v in (-1, 0, 8, 9)] == [False, True, True, False]
     schema = TypeAdapter(port).json_schema()
     assert schema["description"] == "a port"
 
@@ -144,8 +147,8 @@ def test_start_vllm_server_offers_the_launch_settings_with_the_mcp_defaults():
     assert given["max_num_batched_tokens"].help == "prefill chunk (t4 default 4096)"
     assert given["max_model_len"].help == f"tokens per sequence, prompt + output ({WHEN_UNSET['max_model_len']})"
     assert given["max_model_len"].default is None and given["max_num_seqs"].default is None
-    assert given["target"].default == "cpu" and given["target"].rule["choices"] == ["t4", "cpu"]
-    assert given["port"].rule["ge"] == 1024 and given["port"].kind is int
+    assert given["target"].default == "cpu" and given["target"].kind == Literal["t4", "cpu"]
+    assert any(getattr(limit, "ge", None) == 1024 for limit in given["port"].limits) and given["port"].kind is int
     assert not given["target"].required and given["target"].help.startswith("t4 (this GPU) or cpu")
     assert {"host", "api_key", "extra_args", "extra_env", "python", "work_dir"}.isdisjoint(given)
 
@@ -196,7 +199,6 @@ def test_an_assistant_deploys_the_dlc_at_a_pinned_tag_only():
     for image in (
         images.vllm_image_uri("us-east-2", "latest"),
         f"123456789012.dkr.ecr.us-east-2.amazonaws.com/vllm:{OTHER_TAG}",
-        images.vllm_image_uri("us-west-2", OTHER_TAG),
     ):
         with pytest.raises(Gemma4T4Error) as refused:
             assistant_deploy(_config(image_uri=image), 10.0)
@@ -207,6 +209,8 @@ def test_an_assistant_deploys_the_dlc_at_a_pinned_tag_only():
             "leave image_uri out (on a T4: the newest fixed image in your ECR); a person "
             "deploys another image with gemma4-t4 sagemaker deploy --image-uri"
         )
+    with pytest.raises(Gemma4T4Error, match="is in us-west-2 but the endpoint is in us-east-2"):
+        _config(image_uri=images.vllm_image_uri("us-west-2", OTHER_TAG))  # never built, so never deployed
 
 
 @pytest.mark.parametrize(

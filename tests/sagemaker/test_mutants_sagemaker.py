@@ -53,10 +53,13 @@ STOCK = f"763104351884.dkr.ecr.us-east-2.amazonaws.com/vllm:{DEFAULT_VLLM_TAG}"
 NOW = dt.datetime(2026, 11, 1, 12, 0, tzinfo=dt.UTC)
 
 
-def refusal(config: DeployConfig, require_role: bool = False) -> Gemma4T4Error:
-    """The error a config's validation raises (the test fails where it raises none)."""
+def refusal(require_role: bool = False, **change: object) -> Gemma4T4Error:
+    """The error building the config raises (or, ``require_role``, checking its role; the test fails where
+    neither raises)."""
     with pytest.raises(Gemma4T4Error) as info:
-        config.validate(require_role=require_role)
+        config = DeployConfig(**change)
+        if require_role:
+            config.check_role()
     return info.value
 
 
@@ -235,7 +238,9 @@ def test_settings_left_out_keep_their_defaults_and_the_region_follows_the_enviro
 
 def test_inference_ami_none_means_no_ami_and_auto_stays_auto():
     """`--inference-ami-version none` sends no AMI; leaving it out keeps 'auto'."""
-    assert DeployConfig.from_settings(inference_ami_version="none").inference_ami_version is None
+    cu114 = "123456789012.dkr.ecr.us-east-2.amazonaws.com/x:1.0-gpu-cu114"  # needs no newer driver
+    assert DeployConfig.from_settings(inference_ami_version="none", instance_type="ml.g6.xlarge", image_uri=cu114,
+                                      region="us-east-2").inference_ami_version is None
     assert DeployConfig.from_settings(inference_ami_version=None).inference_ami_version == "auto"
 
 
@@ -250,7 +255,8 @@ def test_a_scaling_target_alone_is_refused_and_with_instances_taken():
     assert "--min-instances" in info.value.fix
     assert DeployConfig.from_settings(scaling_target=8, max_instances=3).scaling_target == 8
     assert DeployConfig.from_settings(scaling_target=8, min_instances=2).scaling_target == 8
-    assert DeployConfig.from_settings(scaling_target=None).scaling_target == 4.0
+    assert DeployConfig.from_settings(scaling_target=None).scaling_target is None  # not autoscaled: none sent
+    assert DeployConfig.from_settings(min_instances=2).scaling_target == 4.0
 
 
 def test_a_setting_no_deploy_has_is_refused():
@@ -298,7 +304,7 @@ def test_the_role_is_the_given_one_else_the_environments(monkeypatch):
 def test_any_t4_in_the_pool_needs_the_fixed_image_unless_opted_out():
     """A T4 anywhere in the instance pool needs the Turing-fixed image, unless the user opts out."""
     mixed = DeployConfig(
-        instance_type="ml.g6.xlarge", fallback_instance_types=["ml.g4dn.2xlarge", "ml.g5.xlarge"]
+        instance_type="ml.g6.xlarge", fallback_instance_types=["ml.g4dn.2xlarge", "ml.g5.xlarge"], dtype="float16"
     )
     assert mixed.turing_instance_types == ["ml.g4dn.2xlarge"] and mixed.needs_fixed_image
     assert not DeployConfig(instance_type="ml.g6.xlarge").needs_fixed_image
@@ -336,13 +342,14 @@ def test_the_ami_is_the_newest_any_pool_member_needs_or_none_or_the_given_one():
     assert older.resolved_ami_version() == "al2-ami-sagemaker-inference-gpu-3-1"
     cu114 = "123456789012.dkr.ecr.us-east-2.amazonaws.com/x:1.0-gpu-cu114"
     assert DeployConfig(instance_type="ml.g6.xlarge", image_uri=cu114).resolved_ami_version() is None
-    given = DeployConfig(inference_ami_version="al2-ami-sagemaker-inference-gpu-2")
+    given = DeployConfig(instance_type="ml.g6.xlarge", image_uri=cu114, inference_ami_version="al2-ami-sagemaker-inference-gpu-2")
     assert given.resolved_ami_version() == "al2-ami-sagemaker-inference-gpu-2"
     mixed = DeployConfig(
         instance_type="ml.g6.xlarge",
         fallback_instance_types=["ml.g4dn.xlarge"],
         image_uri=STOCK.replace(DEFAULT_VLLM_TAG, "0.30.0-gpu-py312-cu129-ubuntu24.04-sagemaker-v1.1"),
         allow_unfixed_image=True,
+        dtype="float16",
     )
     assert mixed.resolved_ami_version() == "al2-ami-sagemaker-inference-gpu-3-1"
 
@@ -466,7 +473,7 @@ def test_every_resource_is_tagged_with_its_owner_lifetime_and_expiry():
         (t["Key"], t["Value"]) for t in DeployConfig(min_instances=1, max_instances=3).resource_tags(NOW)
     )
     assert scaled["gemma4-t4:autoscaling"] == "1..3" and scaled["project"] == "gemma4-t4"
-    long_id = "org/" + "m" * 400
+    long_id = "org/" + "/".join(["m" * 200] * 2)
     assert (
         len(
             dict((t["Key"], t["Value"]) for t in DeployConfig(model_id=long_id).resource_tags(NOW))[
@@ -534,8 +541,8 @@ def test_a_quantized_build_named_in_the_model_id_fits_on_fewer_gpus(suffix):
 def test_a_default_t4_config_with_a_role_is_valid(monkeypatch):
     """The defaults deploy on a T4 as they are."""
     monkeypatch.delenv(ROLE_ENV, raising=False)
-    DeployConfig(role_arn=ROLE).validate()
-    DeployConfig().validate(require_role=False)
+    DeployConfig(role_arn=ROLE).check_role()
+    DeployConfig()
 
 
 @pytest.mark.parametrize(
@@ -560,7 +567,6 @@ def test_a_default_t4_config_with_a_role_is_valid(monkeypatch):
         {"min_instances": 1, "scaling_target": 0.5},
         {"min_instances": 1, "scale_in_cooldown_s": 0, "scale_out_cooldown_s": 3600},
         {"min_instances": 1, "scale_in_cooldown_s": 3600, "scale_out_cooldown_s": 0},
-        {"scaling_target": -1},  # not autoscaled: the target is never sent
         {"extra_env": {"SM_VLLM_DTYPE": "half"}},
         {"extra_env": {"_X9": "1"}},
         {"dtype": "float32"},
@@ -575,56 +581,37 @@ def test_a_default_t4_config_with_a_role_is_valid(monkeypatch):
 )
 def test_values_at_the_edge_of_what_sagemaker_and_vllm_accept_are_taken(change):
     """Each limit's own edge is accepted: a user at the boundary is not refused."""
-    DeployConfig(**change).validate(require_role=False)
+    DeployConfig(**change)
 
 
 @pytest.mark.parametrize(
     "change, message, fix",
     [
+        ({"max_model_len": 255}, "max_model_len=255 must be >= 256", "T4 defaults: max_model_len=8192, max_num_seqs=4"),
+        ({"max_num_seqs": 0}, "max_num_seqs=0 must be >= 1", "pass max_num_seqs >= 1, or leave it out for its default"),
         (
-            {"max_model_len": 255},
-            "max_model_len must be >= 256 and max_num_seqs >= 1",
-            "T4 defaults: max_model_len=8192, max_num_seqs=4",
+            {"gpu_memory_utilization": 0.09},
+            "gpu_memory_utilization=0.09 must be in 0.1..0.99",
+            "use a value such as 0.90",
         ),
-        (
-            {"max_num_seqs": 0},
-            "max_model_len must be >= 256 and max_num_seqs >= 1",
-            "T4 defaults: max_model_len=8192, max_num_seqs=4",
-        ),
-        ({"gpu_memory_utilization": 0.09}, "gpu_memory_utilization=0.09 is outside 0.1..0.99", "use a value such as 0.90"),
-        ({"gpu_memory_utilization": 0.995}, "gpu_memory_utilization=0.995 is outside 0.1..0.99", "use a value such as 0.90"),
+        ({"gpu_memory_utilization": 0.995}, "gpu_memory_utilization=0.995 must be in 0.1..0.99", None),
         (
             {"startup_timeout_s": 59},
-            "startup/download timeouts must be 60..3600 s (SageMaker's limits)",
+            "startup_timeout_s=59 must be in 60..3600",
             "use 1800 for a first start that downloads weights",
         ),
-        (
-            {"startup_timeout_s": 3601},
-            "startup/download timeouts must be 60..3600 s (SageMaker's limits)",
-            None,
-        ),
-        (
-            {"download_timeout_s": 59},
-            "startup/download timeouts must be 60..3600 s (SageMaker's limits)",
-            None,
-        ),
-        (
-            {"download_timeout_s": 3601},
-            "startup/download timeouts must be 60..3600 s (SageMaker's limits)",
-            None,
-        ),
+        ({"startup_timeout_s": 3601}, "startup_timeout_s=3601 must be in 60..3600", None),
+        ({"download_timeout_s": 59}, "download_timeout_s=59 must be in 60..3600", None),
+        ({"download_timeout_s": 3601}, "download_timeout_s=3601 must be in 60..3600", None),
         (
             {"ttl_hours": 0},
             "ttl_hours=0 must be in (0, 168]",
             "choose a lifetime such as 4 hours; `reap` deletes endpoints past it",
         ),
         ({"ttl_hours": 168.5}, "ttl_hours=168.5 must be in (0, 168]", None),
-        (
-            {"tensor_parallel_size": -1},
-            "tensor_parallel_size must be >= 0 (0: auto) and instance_count >= 1",
-            None,
-        ),
-        ({"instance_count": 0}, "tensor_parallel_size must be >= 0 (0: auto) and instance_count >= 1", None),
+        ({"tensor_parallel_size": -1}, "tensor_parallel_size=-1 must be >= 0", None),
+        ({"instance_count": 0}, "instance_count=0 must be >= 1", None),
+        ({"scaling_target": 3}, "--scaling-target applies only to an autoscaled endpoint", None),
         (
             {"extra_env": {"9X": "1"}},
             "invalid environment variable name '9X'",
@@ -688,7 +675,7 @@ def test_values_at_the_edge_of_what_sagemaker_and_vllm_accept_are_taken(change):
         ),
         ({"instance_type": "ml.p3.2xlarge"}, "unsupported SageMaker instance type 'ml.p3.2xlarge'", None),
         ({"model_id": ""}, "model_id is empty", "pass a Hugging Face id such as google/gemma-4-E2B-it"),
-        ({"model_id": "a" * 1025}, "model_id is empty", None),
+        ({"model_id": "a" * 1025}, "has a part longer than 255 bytes", None),
         (
             {"model_id": "org/model name"},
             "model_id 'org/model name' has characters a model id never has "
@@ -712,7 +699,7 @@ def test_values_at_the_edge_of_what_sagemaker_and_vllm_accept_are_taken(change):
 )
 def test_a_value_sagemaker_or_vllm_would_refuse_is_refused_first_naming_the_fix(change, message, fix):
     """Just past each limit the deploy is refused before any AWS call, with the words and the fix."""
-    error = refusal(DeployConfig(**change))
+    error = refusal(**change)
     assert message in error.message
     if fix is not None:
         assert error.fix == fix
@@ -720,28 +707,27 @@ def test_a_value_sagemaker_or_vllm_would_refuse_is_refused_first_naming_the_fix(
 
 def test_the_bf16_refusal_names_an_override_only_when_there_is_one():
     """The bf16-on-T4 refusal points at --env/--vllm-arg only when that is where the bf16 came from."""
-    assert "(set through" not in refusal(DeployConfig(dtype="bfloat16")).message
-    overridden = refusal(DeployConfig(dtype="float16", extra_args=["--dtype", "bfloat16"])).message
+    assert "(set through" not in refusal(dtype="bfloat16").message
+    overridden = refusal(dtype="float16", extra_args=["--dtype", "bfloat16"]).message
     assert overridden.endswith(" (set through --env SM_VLLM_DTYPE or --vllm-arg)")
 
 
 @pytest.mark.parametrize(
     "change, message",
     [
-        ({"min_instances": 0}, "min_instances=0, max_instances=0: need 1 <= min <= max <= 20"),
-        ({"min_instances": 21}, "min_instances=21, max_instances=21: need 1 <= min <= max <= 20"),
-        ({"max_instances": 21}, "min_instances=1, max_instances=21: need 1 <= min <= max <= 20"),
-        (
-            {"min_instances": 3, "max_instances": 2},
-            "min_instances=3, max_instances=2: need 1 <= min <= max <= 20",
-        ),
-        ({"max_instances": 0}, "min_instances=1, max_instances=0: need 1 <= min <= max <= 20"),
+        ({"min_instances": 0}, "min_instances=0 must be in 1..20"),
+        ({"min_instances": 21}, "min_instances=21 must be in 1..20"),
+        ({"max_instances": 21}, "max_instances=21 must be in 1..20"),
+        ({"min_instances": 3, "max_instances": 2}, "min_instances=3, max_instances=2: need 1 <= min <= max <= 20"),
+        ({"max_instances": 0}, "max_instances=0 must be in 1..20"),
     ],
 )
 def test_autoscaling_bounds_are_refused_with_the_counts_read(change, message):
     """Autoscaling bounds outside 1 <= min <= max <= 20 are refused, showing the counts as read."""
-    error = refusal(DeployConfig(**change))
-    assert error.message == message and error.fix == "e.g. --min-instances 1 --max-instances 3"
+    error = refusal(**change)
+    assert error.message == message
+    assert error.fix == ("e.g. --min-instances 1 --max-instances 3" if "need" in message
+                         else f"pass {next(iter(change))} in 1..20, or leave it out for its default")
 
 
 @pytest.mark.parametrize(
@@ -757,15 +743,15 @@ def test_autoscaling_bounds_are_refused_with_the_counts_read(change, message):
 )
 def test_a_scaling_policy_sagemaker_would_refuse_is_refused(change):
     """A target of 0 or above 10,000, or a cooldown outside 0..3600 s, is refused."""
-    error = refusal(DeployConfig(min_instances=1, max_instances=2, **change))
-    assert error.message == "scaling target must be > 0 and cooldowns 0..3600 s"
-    assert error.fix == "defaults: 4 invocations/instance/minute, 600 s in, 300 s out"
+    error = refusal(min_instances=1, max_instances=2, **change)
+    name, value = next(iter(change.items()))
+    assert error.message == f"{name}={value} must be " + ("in (0, 10000]" if name == "scaling_target" else "in 0..3600")
 
 
 def test_a_role_is_needed_for_a_real_deploy_and_must_be_an_iam_role_arn(monkeypatch):
     """A real deploy needs an IAM role ARN (a 12-digit account, a role path); a dry run does not."""
     monkeypatch.delenv(ROLE_ENV, raising=False)
-    error = refusal(DeployConfig(), require_role=True)
+    error = refusal(require_role=True)
     assert error.message == "no SageMaker execution role"
     assert error.fix.startswith(f"pass role_arn=... (CLI: --role-arn) or set {ROLE_ENV}")
     for bad in (
@@ -774,46 +760,46 @@ def test_a_role_is_needed_for_a_real_deploy_and_must_be_an_iam_role_arn(monkeypa
         "x" + ROLE,
         ROLE + " x",
     ):
-        error = refusal(DeployConfig(role_arn=bad), require_role=True)
+        error = refusal(role_arn=bad, require_role=True)
         assert error.message == f"{bad!r} is not an IAM role ARN"
         assert error.fix == "use arn:aws:iam::<12-digit account>:role/<name>"
     monkeypatch.setenv(ROLE_ENV, "arn:aws-us-gov:iam::123456789012:role/path/sm-exec")
-    DeployConfig().validate(require_role=True)
-    DeployConfig(role_arn="not-checked").validate(require_role=False)
+    DeployConfig().check_role()
+    DeployConfig(role_arn="not-checked")
 
 
 def test_an_image_from_another_regions_ecr_is_refused():
     """SageMaker pulls from the endpoint's own region: an image in another region's ECR is refused."""
-    error = refusal(DeployConfig(region="us-west-2", image_uri=FIXED))
+    error = refusal(region="us-west-2", image_uri=FIXED)
     assert error.message == f"image {FIXED} is in us-east-2 but the endpoint is in us-west-2"
     assert error.fix.startswith("SageMaker pulls from ECR in the endpoint's region")
-    DeployConfig(region="us-east-2", image_uri=FIXED).validate(require_role=False)
+    DeployConfig(region="us-east-2", image_uri=FIXED)
 
 
 def test_an_unpinned_tag_is_refused_only_where_no_image_is_given():
     """A floating DLC tag is refused; with an explicit image the tag is not used and not judged."""
-    error = refusal(DeployConfig(image_tag="latest"))
+    error = refusal(image_tag="latest")
     assert error.message == "image tag 'latest' is not a pinned vLLM SageMaker tag"
     assert error.fix == f"use a tag like {DEFAULT_VLLM_TAG} (floating, -soci and omni tags are refused)"
-    DeployConfig(image_tag="latest", image_uri=FIXED).validate(require_role=False)
+    DeployConfig(image_tag="latest", image_uri=FIXED)
 
 
 def test_a_given_ami_must_run_the_image_and_none_is_judged_too():
     """inference_ami_version 'none' leaves g4dn on driver 470, which a CUDA 13 image cannot use."""
     assert (
         "needs a newer GPU driver than ml.g4dn.xlarge's default"
-        in refusal(DeployConfig(inference_ami_version=None)).message
+        in refusal(inference_ami_version=None).message
     )
     assert (
         "cannot run image"
-        in refusal(DeployConfig(inference_ami_version="al2-ami-sagemaker-inference-gpu-2")).message
+        in refusal(inference_ami_version="al2-ami-sagemaker-inference-gpu-2").message
     )
-    DeployConfig(inference_ami_version="al2023-ami-sagemaker-inference-gpu-4-1").validate(require_role=False)
+    DeployConfig(inference_ami_version="al2023-ami-sagemaker-inference-gpu-4-1")
 
 
 def test_a_t4_with_the_stock_image_is_refused_naming_the_fix():
     """AWS's stock vLLM image crashes a T4 at the first prefill: refused, naming the T4s and build-image."""
-    error = refusal(DeployConfig(image_uri=STOCK, fallback_instance_types=["ml.g4dn.2xlarge"]))
+    error = refusal(image_uri=STOCK, fallback_instance_types=["ml.g4dn.2xlarge"])
     assert error.message.startswith(
         f"image {STOCK} is AWS's stock vLLM container, which lacks the Turing "
         "attention fix: on a T4 (ml.g4dn.xlarge, ml.g4dn.2xlarge, sm_75, 64 KiB shared"
@@ -824,11 +810,11 @@ def test_a_t4_with_the_stock_image_is_refused_naming_the_fix():
     other = "123456789012.dkr.ecr.us-east-2.amazonaws.com/my-vllm:1.0"
     assert (
         f"image {other} is not a gemma4-t4-vllm:<base tag>-g4t4-<version> image, which lacks"
-        in refusal(DeployConfig(image_uri=other)).message
+        in refusal(image_uri=other).message
     )
-    DeployConfig(image_uri=STOCK, allow_unfixed_image=True).validate(require_role=False)
-    DeployConfig(image_uri=STOCK, instance_type="ml.g6.xlarge").validate(require_role=False)
-    DeployConfig(image_uri=FIXED).validate(require_role=False)
+    DeployConfig(image_uri=STOCK, allow_unfixed_image=True)
+    DeployConfig(image_uri=STOCK, instance_type="ml.g6.xlarge")
+    DeployConfig(image_uri=FIXED)
 
 
 # -- fake AWS for the deploy ---------------------------------------------------------------------------
@@ -2197,17 +2183,14 @@ def test_a_drafter_named_by_hub_id_is_sent_with_its_own_size_recipe():
 
 def test_refusals_word_for_word_where_the_words_carry_the_fix(tmp_path, monkeypatch):
     """The messages a user acts on, whole: limits, role, unfixed image, a local drafter, a lone scaling target."""
-    assert (
-        refusal(DeployConfig(max_num_seqs=0)).message == "max_model_len must be >= 256 and max_num_seqs >= 1"
-    )
-    assert refusal(DeployConfig(startup_timeout_s=1)).message == (
-        "startup/download timeouts must be 60..3600 s (SageMaker's limits)"
-    )
+    assert refusal(max_num_seqs=0).message == "max_num_seqs=0 must be >= 1"
+    assert refusal(max_model_len=255).message == "max_model_len=255 must be >= 256"
+    assert refusal(startup_timeout_s=1).message == "startup_timeout_s=1 must be in 60..3600"
     monkeypatch.delenv(ROLE_ENV, raising=False)
-    assert refusal(DeployConfig(), require_role=True).fix == (
+    assert refusal(require_role=True).fix == (
         f"pass role_arn=... (CLI: --role-arn) or set {ROLE_ENV}; docs/sagemaker.md lists the minimal policy"
     )
-    stock = refusal(DeployConfig(image_uri=STOCK))
+    stock = refusal(image_uri=STOCK)
     assert stock.message.endswith(
         "vLLM's attention kernel asks for 96 KiB at Gemma 4's first prefill and the endpoint crashes"
     )
@@ -2245,20 +2228,16 @@ def test_the_fit_is_judged_on_the_hosts_own_gpu():
 def test_more_refusals_word_for_word_and_the_edges_they_leave_open():
     """Lower-case variable names are variable names; a bucket of 63 characters with the dry run's account
     placeholder is still a bucket; each refusal below says exactly what is wrong."""
-    DeployConfig(extra_env={"my_var": "1"}, model_data_s3_uri="s3://<account>-" + "b" * 50 + "/m/").validate(
-        require_role=False
-    )
-    assert refusal(DeployConfig(dtype="bfloat16")).message == (
+    DeployConfig(extra_env={"my_var": "1"}, model_data_s3_uri="s3://<account>-" + "b" * 50 + "/m/")
+    assert refusal(dtype="bfloat16").message == (
         "dtype bfloat16 on ml.g4dn.xlarge (T4, sm_75): Turing has no bf16 and vLLM refuses it"
     )
-    assert refusal(DeployConfig(instance_count=0)).message == (
-        "tensor_parallel_size must be >= 0 (0: auto) and instance_count >= 1"
-    )
-    assert refusal(DeployConfig(fallback_instance_types=["ml.g4dn.xlarge"])).message == (
+    assert refusal(instance_count=0).message == "instance_count=0 must be >= 1"
+    assert refusal(fallback_instance_types=["ml.g4dn.xlarge"]).message == (
         "an instance type appears twice in the pool list"
     )
-    assert refusal(DeployConfig(model_id="")).message == "model_id is empty"
+    assert refusal(model_id="").message == "model_id is empty"
     assert (
         "use one of: ml.g4dn.xlarge, ml.g4dn.2xlarge, "
-        in refusal(DeployConfig(instance_type="ml.p3.2xlarge")).fix
+        in refusal(instance_type="ml.p3.2xlarge").fix
     )

@@ -83,13 +83,12 @@ def test_unfixed_images_refused_on_turing_before_any_call(instance):
     with pytest.raises(Gemma4T4Error, match="ml.g4dn.xlarge"):
         DeployConfig(
             instance_type="ml.g6.xlarge", fallback_instance_types=["ml.g4dn.xlarge"], image_uri=STOCK
-        ).validate(require_role=False)
+        )
 
 
 def test_fixed_image_allowed_opt_out_and_non_turing_keep_the_stock_image():
-    DeployConfig(image_uri=FIXED).validate(require_role=False)
-    opted = DeployConfig(image_uri=STOCK, allow_unfixed_image=True)
-    opted.validate(require_role=False)
+    DeployConfig(image_uri=FIXED)
+    DeployConfig(image_uri=STOCK, allow_unfixed_image=True)
     assert DeployConfig(allow_unfixed_image=True).resolved_image() == STOCK
     l4 = DeployConfig(instance_type="ml.g6.xlarge")
     assert l4.resolved_image() == STOCK and not l4.needs_fixed_image
@@ -144,7 +143,7 @@ def test_hostile_model_ids_refused_everywhere(model_id):
     result = get_deployment_config(model_id=model_id)
     assert not result.valid and "model_id" in result.problem and result.fix
     with pytest.raises(Gemma4T4Error):
-        DeployConfig(served_model_name=model_id).validate(require_role=False)
+        DeployConfig(served_model_name=model_id)
 
 
 def _commands(recipe: list[str]) -> list[list[str]]:
@@ -197,8 +196,7 @@ def test_bf16_override_refused_on_t4(override):
     with pytest.raises(Gemma4T4Error, match="Turing has no bf16") as info:
         deploy(DeployConfig(role_arn=ROLE, image_uri=FIXED, **override), client=ExplodingClient())
     assert "float16" in info.value.fix
-    l4 = DeployConfig(instance_type="ml.g6.xlarge", **{k: v for k, v in override.items() if k != "dtype"})
-    l4.validate(require_role=False)  # the same override is fine on an L4
+    DeployConfig(instance_type="ml.g6.xlarge", **{k: v for k, v in override.items() if k != "dtype"})  # fine on an L4
 
 
 def test_bf16_override_refused_through_cli_and_mcp():
@@ -214,9 +212,9 @@ def test_bf16_override_refused_through_cli_and_mcp():
 
 def test_tensor_parallel_override_cannot_exceed_the_host():
     with pytest.raises(Gemma4T4Error, match="has 1 GPU"):
-        DeployConfig(extra_env={"SM_VLLM_TENSOR_PARALLEL_SIZE": "4"}).validate(require_role=False)
+        DeployConfig(extra_env={"SM_VLLM_TENSOR_PARALLEL_SIZE": "4"})
     with pytest.raises(Gemma4T4Error, match="not a positive integer"):
-        DeployConfig(extra_args=["--tensor-parallel-size", "two"]).validate(require_role=False)
+        DeployConfig(extra_args=["--tensor-parallel-size", "two"])
 
 
 @pytest.mark.parametrize("budget", ["-1", "0", "nan", "inf"])

@@ -45,16 +45,15 @@ class ExplodingClient:
     ],
 )
 def test_bad_config_is_refused_before_any_call(change, message):
-    config = DeployConfig(**({"role_arn": ROLE} | change))
     with pytest.raises(Gemma4T4Error, match=message) as info:
-        deploy(config, client=ExplodingClient(), progress=False)
+        deploy(DeployConfig(**({"role_arn": ROLE} | change)), client=ExplodingClient(), progress=False)
     assert info.value.fix, "every refusal names the fix"
 
 
 def test_missing_role_names_the_variable(monkeypatch):
     monkeypatch.delenv("GEMMA4_T4_SAGEMAKER_ROLE_ARN", raising=False)
     with pytest.raises(Gemma4T4Error, match="no SageMaker execution role") as info:
-        DeployConfig().validate()
+        DeployConfig().check_role()
     assert "GEMMA4_T4_SAGEMAKER_ROLE_ARN" in info.value.fix
 
 
@@ -77,7 +76,7 @@ def test_container_env_from_typed_config():
     assert env["SM_VLLM_MAX_NUM_SEQS"] == "3"  # caller's variable wins
     assert "SM_VLLM_TENSOR_PARALLEL_SIZE" not in env
     multi = DeployConfig(instance_type="ml.g4dn.12xlarge", tensor_parallel_size=4, role_arn=ROLE)
-    multi.validate()
+    multi.check_role()
     assert multi.container_env()["SM_VLLM_TENSOR_PARALLEL_SIZE"] == "4"
     assert DeployConfig(instance_type="ml.g6.xlarge").container_env()["SM_VLLM_DTYPE"] == "bfloat16"
 
@@ -100,9 +99,11 @@ def test_variant_ami_pools_and_timeouts():
         "ml.g6.xlarge",
     ]
     assert [p["Priority"] for p in pooled["InstancePools"]] == [1, 2, 3]
-    cu114 = DeployConfig(image_uri="123456789012.dkr.ecr.us-east-2.amazonaws.com/x:1.0-gpu-cu114")
+    cu114 = DeployConfig(image_uri="123456789012.dkr.ecr.us-east-2.amazonaws.com/x:1.0-gpu-cu114",
+                         allow_unfixed_image=True)
     assert "InferenceAmiVersion" not in cu114.production_variant()  # the instance default driver runs it
-    cu118 = DeployConfig(image_uri="123456789012.dkr.ecr.us-east-2.amazonaws.com/x:1.0-gpu-cu118")
+    cu118 = DeployConfig(image_uri="123456789012.dkr.ecr.us-east-2.amazonaws.com/x:1.0-gpu-cu118",
+                         allow_unfixed_image=True)
     assert cu118.production_variant()["InferenceAmiVersion"] == "al2-ami-sagemaker-inference-gpu-2"
 
 

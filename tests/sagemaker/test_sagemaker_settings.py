@@ -176,8 +176,8 @@ async def test_the_cli_dry_run_and_the_mcp_config_tool_give_the_same_config(caps
     "argv, parameters, message",
     [
         (["--scaling-target", "8"], {"scaling_target": 8}, "--scaling-target applies only to an autoscaled endpoint"),
-        (["--startup-timeout", "30"], {"startup_timeout_s": 30}, "startup/download timeouts must be 60..3600"),
-        (["--gpu-memory-utilization", "1.5"], {"gpu_memory_utilization": 1.5}, "outside 0.1..0.99"),
+        (["--startup-timeout", "30"], {"startup_timeout_s": 30}, "startup_timeout_s=30 must be in 60..3600"),
+        (["--gpu-memory-utilization", "1.5"], {"gpu_memory_utilization": 1.5}, "gpu_memory_utilization=1.5 must be in 0.1..0.99"),
         (["--vllm-arg=enforce-eager"], {"extra_vllm_args": ["enforce-eager"]}, "is not a --long-flag"),
         (["--env", "1BAD=x"], {"extra_env": {"1BAD": "x"}}, "invalid environment variable name '1BAD'"),
         (["--model-data", "s3://b/no-slash"], {"model_data_s3_uri": "s3://b/no-slash"}, "is not an s3://bucket"),

@@ -16,6 +16,7 @@ from gemma4_t4.cli import build_parser, main
 from gemma4_t4.cli import serve as serve_cli
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.launch_record import ServerSettings, help_for, user_settings
+from gemma4_t4.sagemaker.image import DEFAULT_VLLM_TAG
 from gemma4_t4.serving.server_config import DEFAULT_T4_MODEL, WHEN_UNSET, ServerConfig
 
 SETTINGS = user_settings(ServerSettings)
@@ -200,7 +201,7 @@ def test_the_api_key_comes_from_the_environment_when_not_given(monkeypatch, caps
         (["--target", "cpu", "--model", "m", "--host", "0.0.0.0"], "binding 0.0.0.0 without an API key",
          "bind 127.0.0.1"),
         (["--target", "cpu", "--model", "m", "--dtype", "float32", "--gpu-memory-utilization", "1.5"],
-         "outside 0.1..0.99", "0.90"),
+         "gpu_memory_utilization=1.5 must be in 0.1..0.99", "0.90"),
     ],
     ids=["cpu-without-model", "env-without-value", "public-host", "memory-share"],
 )
@@ -312,4 +313,30 @@ async def test_the_mcp_tool_takes_no_host_api_key_or_extra_arguments(monkeypatch
         for name, value in (("host", "0.0.0.0"), ("api_key", "k"), ("extra_args", ["--x"]), ("python", "/bin/sh")):
             answer = await client.call_tool("start_vllm_server", {"model": "m", name: value})
             assert answer.is_error and f"takes no argument '{name}'" in answer.content[0].text, name
+    assert mcp_server._OWNED == []
+
+
+LONG_NAME = "a" * 1024  # no "/": a local folder's name, longer than any filesystem's
+
+
+@pytest.mark.anyio
+async def test_a_model_name_too_long_for_a_folder_is_refused_with_a_fix_not_the_filesystems_error(
+    monkeypatch, capsys, tmp_path
+):
+    """A 1,024-character model id without a "/" ended in a raw OSError (File name too long) from the fit
+    calculator's look at the disk; every surface now refuses it as a setting, naming it and the fix."""
+    words = "has a part longer than 255 bytes, which is neither a hub id nor a folder name"
+    code, _, out = _print_command(monkeypatch, capsys, "--target", "t4", "--model", LONG_NAME)
+    assert code == 2 and f"model {LONG_NAME[:40]!r}... {words}" in out and "OSError" not in out, out
+    code = main(["sagemaker", "deploy", "--dry-run", "--json", "--image-tag", DEFAULT_VLLM_TAG, "--model-id", LONG_NAME])
+    out = capsys.readouterr()
+    assert code == 2 and f"model_id {LONG_NAME[:40]!r}... {words}" in out.out + out.err
+    monkeypatch.setenv("GEMMA4_T4_WORK_DIR", str(tmp_path))
+    async with Client(mcp_server.build_server()) as client:
+        started = await client.call_tool("start_vllm_server", {"model": LONG_NAME, "target": "t4"})
+        planned = (await client.call_tool("get_deployment_config", {"model_id": LONG_NAME})).structured_content
+        drafted = await client.call_tool("start_vllm_server", {"model": "m", "draft": LONG_NAME})
+    assert started.is_error and words in started.content[0].text
+    assert planned["valid"] is False and words in planned["problem"] and "hub id" in planned["fix"]
+    assert drafted.is_error and words in drafted.content[0].text
     assert mcp_server._OWNED == []

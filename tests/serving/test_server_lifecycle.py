@@ -177,8 +177,8 @@ def test_t4_command_flags():
     [
         ({"target": "t4", "dtype": "bfloat16"}, "no bf16"),
         ({"host": "0.0.0.0"}, "without an API key"),
-        ({"port": 0}, "invalid port"),
-        ({"target": "a100"}, "unknown target"),
+        ({"port": 0}, "port=0 must be in 1024..65535"),
+        ({"target": "a100"}, "target='a100': Input should be 't4' or 'cpu'"),
     ],
 )
 def test_bad_config_is_refused(kwargs, match):

@@ -334,18 +334,17 @@ def test_serve_start_interrupted_during_the_health_wait_stops_what_it_started(
 @pytest.mark.parametrize(
     "kwargs, words",
     [
-        ({"port": 0}, "invalid port"),
+        ({"port": 0}, "port=0 must be in 1024..65535"),
         ({"port": 80}, "1024"),
-        ({"port": 70000}, "invalid port"),
+        ({"port": 70000}, "port=70000 must be in 1024..65535"),
         ({"max_model_len": 0}, "max_model_len=0"),
-        ({"max_model_len": -1}, "positive"),
-        ({"max_num_seqs": 0}, "positive"),
+        ({"max_model_len": -1}, ">= 1"),
+        ({"max_num_seqs": 0}, ">= 1"),
     ],
 )
 def test_bad_ports_and_lengths_are_refused_before_anything_starts(tmp_path, kwargs, words):
-    config = ServerConfig(model=str(tmp_path), work_dir=str(tmp_path / "w"), dtype="float32", **kwargs)
     with pytest.raises(Gemma4T4Error, match=words) as info:
-        start_server(config)
+        start_server(ServerConfig(model=str(tmp_path), work_dir=str(tmp_path / "w"), dtype="float32", **kwargs))
     assert info.value.fix and not (tmp_path / "w").exists()
 
 
@@ -391,9 +390,14 @@ def test_run_keeps_its_scratch_under_out(tmp_path):
 
 @pytest.mark.parametrize(
     "field, value",
-    [("gpu_memory_utilization", 0), ("tensor_parallel_size", 0), ("block_size", -3), ("kv_cache_space_gib", 0)],
+    [("gpu_memory_utilization", 0), ("tensor_parallel_size", -1), ("block_size", -3), ("kv_cache_space_gib", 0)],
 )
 def test_non_positive_sizes_are_refused_before_any_launch(field, value):
-    config = ServerConfig(model="m", target="t4", port=free_port(), **{field: value})
     with pytest.raises(Gemma4T4Error, match=field):
-        config.validate()
+        ServerConfig(model="m", target="t4", port=free_port(), **{field: value})
+
+
+def test_a_tensor_parallel_size_of_0_means_one_gpu_locally_as_it_means_the_fit_calculators_choice_on_sagemaker():
+    """0 was refused by `serve start` but taken by `sagemaker deploy` (its fit calculator picks): one
+    declaration takes it on both venues, a local server on its one GPU."""
+    assert ServerConfig(model="m", target="t4", port=free_port(), tensor_parallel_size=0).tensor_parallel_size == 1

@@ -148,8 +148,8 @@ def test_a_whole_model_drafter_with_another_vocabulary_is_refused(tmp_path):
 @pytest.mark.parametrize("num", [0, -1, 17])
 def test_num_draft_tokens_outside_1_to_16_is_refused(tmp_path, num):
     target = _folder(tmp_path, "target", _target_config())
-    with pytest.raises(Gemma4T4Error, match=f"--num-draft-tokens {num} is outside 1..16"):
-        ServerConfig(model=target, target="cpu", draft="self", num_draft_tokens=num).validate()
+    with pytest.raises(Gemma4T4Error, match=f"num_draft_tokens={num} must be in 1..16"):
+        ServerConfig(model=target, target="cpu", draft="self", num_draft_tokens=num)
 
 
 def test_a_hub_id_that_is_no_assistant_is_refused():
@@ -343,7 +343,7 @@ def test_print_command_shows_the_exact_speculative_config(tiny_model_dir, tiny_d
 
 def test_cli_refuses_zero_draft_tokens_with_the_fix(tiny_model_dir, capsys):
     code, data = _print_cpu_launch(tiny_model_dir, "self", "0", capsys)
-    assert code == 2 and "outside 1..16" in data["message"] and "--draft off" in data["fix"]
+    assert code == 2 and "must be in 1..16" in data["message"] and "--draft off" in data["fix"]
 
 
 # -- the catalog and the fit calculator ----------------------------------------------------------------

@@ -409,11 +409,11 @@ def test_the_reaper_leaves_a_server_started_later_on_the_dead_owners_port_and_wo
 def test_an_unpriced_instance_is_refused_in_the_same_words_by_an_endpoint_and_the_matrix():
     from gemma4_t4.studies.matrix import configs_plan
 
-    config = DeployConfig(instance_type="ml.m5.xlarge")
+    config = DeployConfig(instance_type="ml.g5.xlarge")
     refusals = []
     for refuse in (lambda: endpoints.hourly_rate(config), lambda: configs_plan([config])):
         with pytest.raises(Gemma4T4Error) as refused:
             refuse()
         refusals.append((refused.value.message, refused.value.fix))
-    assert refusals == [("no price for ml.m5.xlarge: a budget cannot be enforced",
+    assert refusals == [("no price for ml.g5.xlarge: a budget cannot be enforced",
                          "use an instance type listed in gemma4_t4.catalog.hardware.PRICES")] * 2
