@@ -54,9 +54,9 @@ def add_command(subparsers: argparse._SubParsersAction, name: str, handler: Hand
 
 
 def add_group(subparsers: argparse._SubParsersAction, name: str, help: str,
-              description: str | None = None) -> argparse._SubParsersAction:
+              description: str) -> argparse._SubParsersAction:
     """A command with subcommands (``gemma4-t4 serve start``...); alone it prints its help, exit 2."""
-    top = subparsers.add_parser(name, help=help, description=description or help,
+    top = subparsers.add_parser(name, help=help, description=description,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     top.set_defaults(_handler=lambda _args: Output(None, top.format_help(), 2))
     return top.add_subparsers(dest=f"{name}_command", metavar="SUBCOMMAND")

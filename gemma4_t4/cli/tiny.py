@@ -20,11 +20,11 @@ def _tiny(args: argparse.Namespace) -> Output:
         text = (f"wrote a tiny random Gemma 4 assistant (MTP drafter, {info.num_parameters:,} parameters, vocab "
                 f"{info.vocab_size}) for the default tiny target to {info.path}\nfiles: {', '.join(info.files)}\n"
                 f"serve it: gemma4-t4 serve start --target cpu --model TINY_TARGET --draft {info.path}")
-        return Output(info, "\n".join([text, *info.cleanup]))
-    text = (f"wrote a tiny random Gemma 4 ({info.variant}, {info.num_parameters:,} parameters, vocab "
-            f"{info.vocab_size}) to {info.path}\nfiles: {', '.join(info.files)}\n"
-            f"serve it: python -m vllm.entrypoints.openai.api_server --model {info.path} "
-            f"--served-model-name {info.served_model_name}")
+    else:
+        text = (f"wrote a tiny random Gemma 4 ({info.variant}, {info.num_parameters:,} parameters, vocab "
+                f"{info.vocab_size}) to {info.path}\nfiles: {', '.join(info.files)}\n"
+                f"serve it: python -m vllm.entrypoints.openai.api_server --model {info.path} "
+                f"--served-model-name {info.served_model_name}")
     return Output(info, "\n".join([text, *info.cleanup]))
 
 
