@@ -625,9 +625,6 @@ def run_benchmark(base_url: str, spec: AnySpec | None = None, model: str | None 
     return bench_specs.run(served, chosen, out, progress=False, **timeout).report()
 
 
-CONFIRM_REQUIRED = tuple(name for name, spec in REGISTRY.items() if spec.confirm)
-
-
 def build_server() -> MCPServer:
     tools = []
     for name, spec in REGISTRY.items():

@@ -89,8 +89,8 @@ def _command_modules(command: str | None = None) -> list[Any]:
     # specs): a user's `gemma4-t4 setup` or `doctor` should not pay for `bench`.
     names = sorted(info.name for info in pkgutil.iter_modules(__path__) if not info.name.startswith("_"))
     own = command.replace("-", "_") if command else None
-    modules = [importlib.import_module(f"{__name__}.{name}") for name in ([own] if own in names else names)]
-    return [module for module in modules if hasattr(module, "register")]
+    # every module here is a command's and defines register (the module docstring)
+    return [importlib.import_module(f"{__name__}.{name}") for name in ([own] if own in names else names)]
 
 
 def _command_named(argv: Sequence[str]) -> str | None:
@@ -106,7 +106,7 @@ def report_error(exc: BaseException, as_json: bool, debug: bool) -> int:
         traceback.print_exception(exc, file=sys.stderr)
     if as_json:
         try:
-            print(json.dumps(to_jsonable(error.to_dict()), indent=2))
+            print(json.dumps(error.to_dict(), indent=2))
             return 2
         except OSError:  # stdout itself failed (a full disk, a closed pipe): say it where it can be read
             pass

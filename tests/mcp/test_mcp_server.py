@@ -15,7 +15,7 @@ from fakes.aws_fixtures import local_aws, local_aws_session  # noqa: F401 - fixt
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from gemma4_t4.mcp_server import CONFIRM_REQUIRED, QueryResult, _adapter, build_server
+from gemma4_t4.mcp_server import REGISTRY, QueryResult, _adapter, build_server
 
 pytestmark = pytest.mark.anyio
 REPO = Path(__file__).resolve().parents[2]
@@ -50,7 +50,7 @@ async def test_catalogue_annotations_and_schemas():
         assert tools[name].annotations.destructive_hint is True
     for name in ("get_endpoint_status", "list_endpoints", "get_endpoint_logs", "check_quotas", "server_status"):
         assert tools[name].annotations.read_only_hint is True
-    for name in CONFIRM_REQUIRED:
+    for name in (name for name, spec in REGISTRY.items() if spec.confirm):
         assert "confirm" in tools[name].input_schema["properties"]
         assert tools[name].input_schema["properties"]["confirm"]["default"] is False
 

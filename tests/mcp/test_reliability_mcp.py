@@ -187,7 +187,7 @@ async def test_the_registry_is_the_one_source_of_annotations_and_confirm():
         assert ("confirm" in listed[name].input_schema["properties"]) == spec.confirm, name
         if spec.confirm:
             assert spec.annotations.destructive_hint or not spec.annotations.read_only_hint
-    assert set(mcp_server.CONFIRM_REQUIRED) == {
+    assert {name for name, spec in mcp_server.REGISTRY.items() if spec.confirm} == {
         "deploy_endpoint",
         "delete_endpoint",
         "apply_turing_patch",

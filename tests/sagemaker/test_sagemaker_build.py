@@ -260,7 +260,7 @@ def test_t4_deploy_without_a_fixed_image_refuses_and_creates_nothing(local_aws):
 
 
 def test_cli_record_and_mcp_tool_need_confirm(local_aws, tmp_path, capsys):  # noqa: F811
-    from gemma4_t4.mcp_server import CONFIRM_REQUIRED, REGISTRY
+    from gemma4_t4.mcp_server import REGISTRY
     from gemma4_t4.mcp_server import build_t4_image as tool
 
     _clear_ecr()
@@ -268,7 +268,7 @@ def test_cli_record_and_mcp_tool_need_confirm(local_aws, tmp_path, capsys):  # n
     assert refused.refused and "confirm=True" in refused.reason and "estimated cost" in refused.cost
     assert any("aws codebuild start-build" in c for c in refused.aws_cli)
     assert _stack_counts() == {"repos": 0, "buckets": 0, "roles": 0, "projects": 0}  # nothing was created
-    assert "build_t4_image" in CONFIRM_REQUIRED and REGISTRY["build_t4_image"].annotations.destructive_hint
+    assert REGISTRY["build_t4_image"].confirm and REGISTRY["build_t4_image"].annotations.destructive_hint
     failed = tool(region=REGION, confirm=True)  # moto's CodeBuild pushes nothing: verified as a failure
     assert not failed.refused and "is not in ECR" in failed.reason
 
