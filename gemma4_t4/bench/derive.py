@@ -21,18 +21,12 @@ def lookup_bytes_per_token(model: str, fmt: str) -> float | None:
         return None
 
 
-def roofline(
-    per_stream_tok_s: float | None, bytes_per_token: float, gpu_key: str, use_measured_bandwidth: bool = False
-) -> Roofline:
-    """Where a measured per-stream decode speed sits against the bandwidth ceiling."""
+def roofline(per_stream_tok_s: float | None, bytes_per_token: float, gpu_key: str) -> Roofline:
+    """Where a measured per-stream decode speed sits against the (spec) bandwidth ceiling."""
     if bytes_per_token <= 0:
         raise Gemma4T4Error("bytes_per_token must be positive", fix="pass the model's bytes read per token")
     gpu = get_gpu(gpu_key)
-    bandwidth = (
-        gpu.measured_bandwidth_gb_s
-        if use_measured_bandwidth and gpu.measured_bandwidth_gb_s
-        else gpu.bandwidth_gb_s
-    )
+    bandwidth = gpu.bandwidth_gb_s
     ceiling = bandwidth * 1e9 / bytes_per_token
     out = Roofline(
         gpu=gpu.key,
