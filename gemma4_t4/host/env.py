@@ -79,10 +79,6 @@ class GpuChoice:
     fix: str | None = None
 
 
-def _is_t4(gpu: GPUInfo) -> bool:
-    return gpu.compute_capability == "7.5" or "T4" in gpu.name.split()
-
-
 def _model(gpu: GPUInfo) -> tuple[str, str | None]:
     return gpu.name, gpu.compute_capability
 
@@ -119,7 +115,7 @@ def choose_gpu(gpus: Sequence[GPUInfo], cuda_visible_devices: str | None = None,
                          "CUDA_DEVICE_ORDER=PCI_BUS_ID)")
     if not mixed:
         return GpuChoice(gpus[0], "the only GPU" if len(gpus) == 1 else f"all {len(gpus)} GPUs are {gpus[0].name}")
-    t4 = next((g for g in gpus if _is_t4(g)), None)
+    t4 = next((g for g in gpus if g.compute_capability == "7.5" or "T4" in g.name.split()), None)
     if t4 is not None:
         why = "a T4 is preferred for the T4 path"
         gpu = t4
@@ -455,10 +451,6 @@ def _v(version: str | None) -> tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"\d+", (version or "").split("+")[0])[:3])
 
 
-def _satisfies(version: str, spec: tuple[str, str]) -> bool:
-    return _v(spec[0].lstrip(">=")) <= _v(version) < _v(spec[1].lstrip("<"))
-
-
 def host_plan(facts: Facts) -> tuple[setup_plan.SetupPlan | None, Gemma4T4Error | None]:
     """This host's one install plan (:func:`gemma4_t4.host.setup.plan_setup`), or why there is none;
     every fix line the doctor prints about vLLM and torch is rendered from it."""
@@ -481,7 +473,7 @@ def judge_pair(vllm: str | None, transformers: str | None) -> PairStatus:
         return PairStatus(vllm, transformers, "known-good", f"vLLM {v} + transformers {t} reported working")
     if v in VLLM_TRANSFORMERS_RANGE:
         spec = VLLM_TRANSFORMERS_RANGE[v]
-        if _satisfies(t, spec):
+        if _v(spec[0].lstrip(">=")) <= _v(t) < _v(spec[1].lstrip("<")):
             return PairStatus(vllm, transformers, "in-range", f"within vLLM {v}'s pin {','.join(spec)}")
         return PairStatus(vllm, transformers, "mismatch", f"vLLM {v} requires transformers {','.join(spec)}")
     return PairStatus(vllm, transformers, "unknown", f"vLLM {v} + transformers {t} not verified for Gemma 4")

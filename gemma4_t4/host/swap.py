@@ -185,10 +185,6 @@ class SwapResult:
         return "\n".join(lines)
 
 
-def _fstab_line(path: str) -> str:
-    return f"{path} none swap sw 0 0"
-
-
 def _fstab_has(fstab: Path, path: str) -> bool:
     try:
         text = fstab.read_text()
@@ -346,10 +342,6 @@ def _swap_error(exc: _StepFailed | None, created: bool) -> Gemma4T4Error:
     return Gemma4T4Error(f"{exc}.{cleaned}", fix="read the error above; run with --dry-run to see every command")
 
 
-def _backup_name(fstab: Path) -> str:
-    return f"{fstab}.gemma4-t4.bak.{time.strftime('%Y%m%d-%H%M%S')}"
-
-
 def _persist(result: SwapResult, persist: bool, fstab: Path, steps: _Steps) -> SwapResult:
     """Add the fstab line (backup first) when asked and not there yet (a dry run records the commands
     and the line)."""
@@ -358,7 +350,7 @@ def _persist(result: SwapResult, persist: bool, fstab: Path, steps: _Steps) -> S
             result.persisted = True
             result.message += f"; {fstab} already mounts it at boot"
     elif persist:
-        line, backup = _fstab_line(result.path), _backup_name(fstab)
+        line, backup = f"{result.path} none swap sw 0 0", f"{fstab}.gemma4-t4.bak.{time.strftime('%Y%m%d-%H%M%S')}"
         try:
             steps(["cp", "-p", str(fstab), backup])
             steps(["tee", "-a", str(fstab)], input=line + "\n")
