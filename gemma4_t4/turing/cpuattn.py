@@ -17,6 +17,7 @@ dies with ``Illegal instruction``, while one that saw a longer prompt first work
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -68,14 +69,6 @@ class Fingerprint(TypedDict):
     flags_sha: str
     python: str
     versions: dict[str, str | None]
-
-
-class PluginSetup(TypedDict, total=False):
-    """What :func:`install_from_env` did in one vLLM process."""
-
-    amx_permission: bool
-    attention_isa: str
-    error: str
 
 
 class CaseReport(TypedDict):
@@ -200,19 +193,17 @@ def choose(python: str | None = None, refresh: bool = False, prober: Prober | No
 # In the vLLM processes (called from the package's vLLM plugin)
 
 
-def install_from_env() -> PluginSetup | None:
-    """Apply ``$GEMMA4_T4_CPU_AMX`` / ``$GEMMA4_T4_CPU_ATTN_ISA`` in this process. Never raises."""
+def install_from_env() -> None:
+    """Apply ``$GEMMA4_T4_CPU_AMX`` / ``$GEMMA4_T4_CPU_ATTN_ISA`` in this process. Never raises: a plugin must
+    never break vLLM's start (a set-up that does not take shows in the probe's verdict)."""
     amx, isa = os.environ.get(AMX_ENV), os.environ.get(ISA_ENV)
-    if not amx and not isa:
-        return None
-    done: PluginSetup = {}
-    try:
+    with contextlib.suppress(Exception):
         if amx == "request":
             import torch
 
             # arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA): without it the first AMX tile
             # instruction of vLLM's attention kernel raises SIGILL
-            done["amx_permission"] = bool(torch.cpu._init_amx())
+            torch.cpu._init_amx()
         if isa:
             from vllm.v1.attention.backends import cpu_attn
 
@@ -224,10 +215,6 @@ def install_from_env() -> PluginSetup | None:
 
             _get_attn_isa.__wrapped__ = original  # type: ignore[attr-defined]
             cpu_attn._get_attn_isa = _get_attn_isa
-            done["attention_isa"] = isa
-    except Exception as exc:  # noqa: BLE001 - a plugin must never break vLLM's start
-        done["error"] = f"{type(exc).__name__}: {exc}"
-    return done
 
 
 # The probe itself: `python -m gemma4_t4.turing.cpuattn DTYPE` (its own process, the candidate's env)

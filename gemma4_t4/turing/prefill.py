@@ -522,20 +522,19 @@ class VerdictPolicy:
     def __init__(self, key_fn: Any = None, loader: Any = None):
         self.key_fn = key_fn or device_key
         self.loader = loader or load_verdict
-        self._verdict: Any = False  # not read yet
 
+    @functools.cached_property
     def verdict(self) -> PrefillVerdict | None:
-        if self._verdict is False:
-            try:
-                self._verdict = self.loader(self.key_fn())
-            except Exception:
-                self._verdict = None
-        return self._verdict
+        """Read once: None where there is none or it cannot be read."""
+        try:
+            return self.loader(self.key_fn())
+        except Exception:
+            return None
 
     def __call__(self, impl: Any) -> tuple[bool, int, str]:
         if switch() == "force":
             return True, 0, f"{ENV_SWITCH}=1"
-        verdict = self.verdict()
+        verdict = self.verdict
         entry = (verdict or {}).get("heads", {}).get(str(impl.head_size))
         if entry is None:
             return False, 0, (
