@@ -312,7 +312,6 @@ class WeightsEstimate:
     text_only: bool
     total_bytes: int  # all ranks together, without runtime buffers
     checkpoint_bytes: int  # size on disk of that build (for download/RAM advice)
-    parts: dict[str, int] = field(default_factory=dict)
 
 
 def weights_estimate(variant: str | Gemma4Variant, fmt: str = "bf16", text_only: bool = False) -> WeightsEstimate:
@@ -351,7 +350,7 @@ def weights_estimate(variant: str | Gemma4Variant, fmt: str = "bf16", text_only:
     # The checkpoint always carries the towers (except emb4) and what vLLM drops/duplicates.
     ckpt_towers = 0 if fmt == "emb4" else p.towers * FP16_BYTES
     checkpoint = total - towers_b + ckpt_towers + ckpt_extra
-    return WeightsEstimate(v.key, fmt, text_only or fmt == "emb4", total, checkpoint, parts)
+    return WeightsEstimate(v.key, fmt, text_only or fmt == "emb4", total, checkpoint)
 
 
 def kv_cache_bytes_per_sequence(

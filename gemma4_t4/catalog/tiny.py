@@ -175,21 +175,21 @@ def build_tiny_gemma4(out_dir: str | os.PathLike, variant: Variant = "bf16", spe
     generator = torch.Generator().manual_seed(spec.seed + 1)
     if variant == "drafter":
         model = _tiny_assistant(spec, tokenizer, generator)
-        return _save(model, tokenizer, out, variant, spec, portable=False, overwrite=overwrite,
-                     save=save or save_model, cleanup=cleanup)
-    config = _text_config(
-        spec, tokenizer, vocab_size_per_layer_input=vocab, hidden_size=spec.hidden_size,
-        intermediate_size=spec.intermediate_size, num_hidden_layers=spec.num_hidden_layers,
-        num_attention_heads=spec.num_attention_heads,
-        hidden_size_per_layer_input=spec.hidden_size_per_layer_input, layer_types=spec.layer_types(),
-    )
-    model = _widened(Gemma4ForCausalLM(config), generator)
+    else:
+        config = _text_config(
+            spec, tokenizer, vocab_size_per_layer_input=vocab, hidden_size=spec.hidden_size,
+            intermediate_size=spec.intermediate_size, num_hidden_layers=spec.num_hidden_layers,
+            num_attention_heads=spec.num_attention_heads,
+            hidden_size_per_layer_input=spec.hidden_size_per_layer_input, layer_types=spec.layer_types(),
+        )
+        model = _widened(Gemma4ForCausalLM(config), generator)
     with torch.no_grad():
         if variant == "qat":
             for _name, param in model.named_parameters():
                 if param.dim() == 2 and param.shape[-1] % 32 == 0:
                     param.copy_(snap_to_int4_grid(param, 32, generator))
-    return _save(model, tokenizer, out, variant, spec, portable=True, overwrite=overwrite,
+    # the target's config.json is rewritten for every vLLM; the drafter's stays as transformers wrote it
+    return _save(model, tokenizer, out, variant, spec, portable=variant != "drafter", overwrite=overwrite,
                  save=save or save_model, cleanup=cleanup)
 
 
