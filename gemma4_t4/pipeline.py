@@ -186,16 +186,15 @@ def run_pipeline(
     params = load_parameters(target, params_dir)
     found = find_notebooks(notebooks_dir)
     selected = _select(found, only)
-    # fail on parameter conflicts before any notebook runs
-    for number in selected:
-        if found[number] is not None:
-            parameters_for(found[number], target, out, out, params)
-    if why.startswith("auto"):
-        log(f"TARGET={target} ({why})")
     nb_out = out / "notebooks"
-    nb_out.mkdir(parents=True, exist_ok=True)
     # the notebooks' scratch (models they build, vLLM's state and logs) stays under --out
     work = Path(work_dir).resolve() if work_dir else out / ".work"
+    # each notebook's parameters (its outputs in nb_out/STEM), a conflict refused before any notebook runs
+    values = {number: parameters_for(found[number], target, nb_out / found[number].stem, work, params)
+              for number in selected if found[number] is not None}
+    if why.startswith("auto"):
+        log(f"TARGET={target} ({why})")
+    nb_out.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
 
     runs: list[NotebookRun] = []
@@ -211,7 +210,7 @@ def run_pipeline(
             log(f"[{number}] skipped for TARGET={target}: {skip}")
             runs.append(NotebookRun(number, title, "skipped", source=str(source), error=str(skip)))
             continue
-        runs.append(_execute(papermill, source, number, title, target, nb_out, work, params, out, export_html,
+        runs.append(_execute(papermill, source, number, title, values[number], nb_out, out, export_html,
                              progress, cell_timeout, log))
 
     report = PipelineReport(target=target, out=str(out), runs=runs)
@@ -219,7 +218,7 @@ def run_pipeline(
     return report
 
 
-def _execute(papermill: Any, source: Path, number: str, title: str, target: str, nb_out: Path, work: Path, params: dict,
+def _execute(papermill: Any, source: Path, number: str, title: str, values: JSONObject, nb_out: Path,
              out: Path, export_html: bool, progress: bool, cell_timeout: float | None,
              log: Callable[[str], None]) -> NotebookRun:
     """Execute one notebook into ``nb_out`` (its outputs in ``nb_out/STEM``) and say how it went:
@@ -228,8 +227,7 @@ def _execute(papermill: Any, source: Path, number: str, title: str, target: str,
     run_dir = nb_out / source.stem
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / SUMMARY_FILE).unlink(missing_ok=True)  # a stale summary must not pass for a new one
-    values = parameters_for(source, target, run_dir, work, params)
-    log(f"[{number}] executing {source.name} (TARGET={target}) -> {executed}")
+    log(f"[{number}] executing {source.name} (TARGET={values['TARGET']}) -> {executed}")
     started = time.monotonic()
     run = NotebookRun(number, title, "ok", source=str(source), executed=str(executed), out_dir=str(run_dir))
     try:

@@ -342,11 +342,13 @@ def clean_stale(target: str | os.PathLike, legacy_names: Iterable[str] = ()) -> 
     backups = [
         e for e in entries if e.name.startswith(backup_prefix(target)) and e.is_dir() and not e.is_symlink()
     ]
-    for entry in sorted(backups, key=lambda e: e.name, reverse=True):
-        if not target.exists() and is_owned(entry, legacy):
+    for entry in reversed(backups):  # newest first (the entries are sorted by name)
+        if not is_owned(entry, legacy):
+            continue
+        if not target.exists():
             entry.rename(target)
             done.restored.append(f"{target} from {entry.name}")
-        elif target.exists() and is_owned(entry, legacy):
+        else:
             shutil.rmtree(entry, ignore_errors=True)
             if not entry.exists():
                 done.backups_removed.append(str(entry))

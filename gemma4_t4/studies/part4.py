@@ -15,7 +15,6 @@ from gemma4_t4.bench.plots import plot_t4_part
 from gemma4_t4.bench.pricing import CostTable, measured_price
 from gemma4_t4.bench.published import (
     T4_DRAFTER,
-    PublishedDrafter,
     gce_t4,
     headline_rows,
     sagemaker_decode_table,
@@ -46,8 +45,9 @@ def published_ttft() -> dict[int, float]:
     return {n: gce_t4(PUBLISHED_TTFT_BUILD, n).ttft_ms for n in PUBLISHED_TTFT_LENS}
 
 
-def drafter_line(pub: PublishedDrafter = T4_DRAFTER) -> str:
+def drafter_line() -> str:
     """The published drafter result with each speed-up named: tok/s over tok/s, and per-token time."""
+    pub = T4_DRAFTER
     return (
         f"published: {pub.model} {pub.build} on a GCE T4, {pub.draft_tokens} draft tokens, greedy: "
         f"{pub.tok_s_off} -> {pub.tok_s_on} tok/s ({pub.tok_s_on / pub.tok_s_off:.2f}x the tok/s); per token "
