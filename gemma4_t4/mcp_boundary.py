@@ -5,8 +5,8 @@ and the launch settings (``foundation.launch_record.ServerSettings``) each decla
 :class:`~gemma4_t4.foundation.launch_record.Assistant` beside their help: offered or withheld, and within which
 bounds (limits, choices, allowed keys). The tools' parameters are generated from that (:func:`offered`), so the SDK
 refuses a value outside them before a tool runs, and a withheld setting is not a parameter at all (an unknown
-argument is refused, named: :func:`strict_arguments`). Every other tool parameter is declared here
-(:data:`TOOL_PARAMETERS`, typed with its limits), with why an assistant may pass it, and a tool that bills or
+argument is refused, named: :func:`strict_arguments`). Every other tool parameter is typed here with its limits
+(``tests/mcp/test_mcp_boundary.py`` holds why an assistant may pass each), and a tool that bills or
 deletes is registered (:func:`tool`) only with a strict ``confirm``; ``tests/mcp/test_mcp_boundary.py`` checks every
 parameter of every tool against these.
 """
@@ -34,7 +34,6 @@ from gemma4_t4.foundation.launch_record import (
 from gemma4_t4.sagemaker import image as images
 from gemma4_t4.sagemaker.config import DeployConfig, check_assistant_env
 from gemma4_t4.sagemaker.cost import MAX_ASSISTANT_BUDGET_USD, BilledBound, billed_bound
-from gemma4_t4.serving.server_config import ServerConfig
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver.tools import Tool
@@ -112,17 +111,6 @@ def takes_settings(offered: Iterable[Offered]) -> Callable[[Callable[..., Any]],
     return wrap
 
 
-def withheld() -> dict[str, str]:
-    """Every setting an assistant never sets, with why (what docs/sagemaker.md and docs/serving.md list)."""
-    found = {}
-    for venue, model in (("deploy", DeployConfig), ("serve", ServerConfig)):
-        for name, field in user_settings(model).items():
-            rule = assistant_boundary(field) or {"sets": True}
-            if not rule["sets"] or venue == "serve" and "sagemaker_only" in rule:
-                found[f"{venue} {name}"] = rule.get("sagemaker_only", rule["why"])
-    return found
-
-
 # Tool parameter types with their limits: the SDK validates them before a tool runs, so a bad value
 # never reaches AWS or a vLLM launch. Only a real JSON true confirms ("yes" and 1 do not).
 Confirm = Annotated[StrictBool, Field(description="true (a JSON boolean) to act; anything else only describes")]
@@ -182,40 +170,6 @@ def assistant_deploy(config: DeployConfig, budget_usd: float) -> BilledBound:
         raise Gemma4T4Error("an assistant sets no raw vLLM argument, role or unfixed image",
                             fix="a person deploys those with gemma4-t4 sagemaker deploy")
     return billed_bound(config.instance_types, config.billed_instances_at_most, config.ttl_hours, budget_usd)
-
-
-# Every tool parameter that is not a generated setting, with why an assistant may pass it. A parameter of a tool
-# that is in neither this nor a setting's declaration fails tests/mcp/test_mcp_boundary.py.
-TOOL_PARAMETERS = {
-    "confirm": "a strict JSON true; without it a billing or destructive tool only describes",
-    "region": "an AWS region the package knows (refused otherwise)",
-    "regions": "regions to read (quotas, listings): read-only",
-    "instance_types": "instance types to read quotas for: read-only",
-    "instance_type": "find_vllm_image: which driver the image needs on it: read-only",
-    "include_untagged": "lists other owners' endpoints too: read-only",
-    "name": "an endpoint name (SageMaker's name rule); delete_endpoint deletes only this project's tagged ones",
-    "lines": "how many log lines to read (1..10,000)",
-    "tag": "a pinned AWS vLLM tag (the ECR tag rule; latest and paths refused)",
-    "latest": "asks the registry for its newest pinned tag: read-only",
-    "base_tag": "the DLC tag the fixed image builds on: a pinned AWS vLLM tag",
-    "wait": "whether deploy_endpoint waits for InService (a watch rolls back a Failed one either way)",
-    "timeout_s": "how long to wait; a deploy's timeout rolls back what it created",
-    "budget_usd": "the cap on what one deploy or image build may bill, bounded for an assistant",
-    "prompt": "text sent to the model",
-    "endpoint_name": "an endpoint to query (SageMaker's name rule)",
-    "base_url": "a local server's URL or sagemaker://REGION/ENDPOINT to query or measure",
-    "max_tokens": "tokens to generate (1..32,768)",
-    "temperature": "sampling temperature (0..2)",
-    "probe_shared_memory": "the doctor reads this GPU's shared memory: read-only",
-    "functional": "compile vLLM's kernel for arch offline: nothing installed changes",
-    "arch": "the arch to compile for (sm_XY)",
-    "revert": "undo the file patch (needs confirm)",
-    "port": "stop_vllm_server: which server this MCP server started (others are refused)",
-    "spec": "a registered workload's typed spec: every field bounded by its class",
-    "model": "run_benchmark: the served model's name (a request field, not a launch)",
-    "out_dir": "where results go: a new folder (an existing run's is refused)",
-    "request_timeout_s": "per-request timeout",
-}
 
 
 def strict_arguments(tool: Tool) -> Tool:

@@ -20,12 +20,59 @@ from mcp.client.stdio import stdio_client
 
 from gemma4_t4.cli import main
 from gemma4_t4.foundation.launch_record import assistant_boundary, user_settings
-from gemma4_t4.mcp_boundary import TOOL_PARAMETERS, offered, withheld
+from gemma4_t4.mcp_boundary import offered
 from gemma4_t4.mcp_server import build_server
 from gemma4_t4.sagemaker.config import ASSISTANT_ENV, PRICED_INSTANCES, DeployConfig
 from gemma4_t4.serving.server_config import ServerConfig
 
 pytestmark = pytest.mark.anyio
+
+
+# Every tool parameter that is not a generated setting, with why an assistant may pass it. A parameter of a tool
+# that is in neither this nor a setting's declaration fails here.
+TOOL_PARAMETERS = {
+    "confirm": "a strict JSON true; without it a billing or destructive tool only describes",
+    "region": "an AWS region the package knows (refused otherwise)",
+    "regions": "regions to read (quotas, listings): read-only",
+    "instance_types": "instance types to read quotas for: read-only",
+    "instance_type": "find_vllm_image: which driver the image needs on it: read-only",
+    "include_untagged": "lists other owners' endpoints too: read-only",
+    "name": "an endpoint name (SageMaker's name rule); delete_endpoint deletes only this project's tagged ones",
+    "lines": "how many log lines to read (1..10,000)",
+    "tag": "a pinned AWS vLLM tag (the ECR tag rule; latest and paths refused)",
+    "latest": "asks the registry for its newest pinned tag: read-only",
+    "base_tag": "the DLC tag the fixed image builds on: a pinned AWS vLLM tag",
+    "wait": "whether deploy_endpoint waits for InService (a watch rolls back a Failed one either way)",
+    "timeout_s": "how long to wait; a deploy's timeout rolls back what it created",
+    "budget_usd": "the cap on what one deploy or image build may bill, bounded for an assistant",
+    "prompt": "text sent to the model",
+    "endpoint_name": "an endpoint to query (SageMaker's name rule)",
+    "base_url": "a local server's URL or sagemaker://REGION/ENDPOINT to query or measure",
+    "max_tokens": "tokens to generate (1..32,768)",
+    "temperature": "sampling temperature (0..2)",
+    "probe_shared_memory": "the doctor reads this GPU's shared memory: read-only",
+    "functional": "compile vLLM's kernel for arch offline: nothing installed changes",
+    "arch": "the arch to compile for (sm_XY)",
+    "revert": "undo the file patch (needs confirm)",
+    "port": "stop_vllm_server: which server this MCP server started (others are refused)",
+    "spec": "a registered workload's typed spec: every field bounded by its class",
+    "model": "run_benchmark: the served model's name (a request field, not a launch)",
+    "out_dir": "where results go: a new folder (an existing run's is refused)",
+    "request_timeout_s": "per-request timeout",
+}
+
+
+def withheld() -> dict[str, str]:
+    """Every setting an assistant never sets, with why (what docs/sagemaker.md and docs/serving.md list)."""
+    found = {}
+    for venue, model in (("deploy", DeployConfig), ("serve", ServerConfig)):
+        for name, field in user_settings(model).items():
+            rule = assistant_boundary(field) or {"sets": True}
+            if not rule["sets"] or venue == "serve" and "sagemaker_only" in rule:
+                found[f"{venue} {name}"] = rule.get("sagemaker_only", rule["why"])
+    return found
+
+
 REPO = Path(__file__).resolve().parents[2]
 # the tools whose settings are generated from a declaration, and which
 GENERATED = {"get_deployment_config": lambda: offered(DeployConfig, sagemaker=True),
@@ -76,9 +123,11 @@ async def test_every_tool_parameter_is_a_declared_boundary_decision():
             offered_here = rule["sets"] and (model is DeployConfig or "sagemaker_only" not in rule)
             assert (field_name in tools[tool]["properties"]) is offered_here, field_name
     never = withheld()
-    assert {"deploy extra_args", "deploy role_arn", "deploy allow_unfixed_image",
-            "serve host", "serve api_key", "serve extra_args", "serve extra_env", "serve python"} <= set(never)
-    assert all(never.values())  # each says why
+    assert {"deploy extra_args", "deploy role_arn", "deploy allow_unfixed_image", "serve host", "serve api_key",
+            "serve extra_args", "serve extra_env", "serve python", "serve work_dir"} <= set(never)
+    assert not {"deploy instance_type", "serve model", "serve port"} & set(never)
+    assert all(isinstance(why, str) and why for why in never.values())  # each says why
+    assert "127.0.0.1" in never["serve host"]
 
 
 async def test_the_deploy_schema_offers_priced_types_and_allow_listed_variables_only():

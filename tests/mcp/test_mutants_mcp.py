@@ -38,7 +38,6 @@ from gemma4_t4.mcp_boundary import (
     offered,
     parameter_type,
     takes_settings,
-    withheld,
 )
 from gemma4_t4.mcp_server import Confirm, QueryResult, _adapter
 from gemma4_t4.sagemaker import image as images
@@ -161,24 +160,6 @@ def test_a_launch_setting_without_a_boundary_decision_stops_the_server_naming_it
 
     with pytest.raises(TypeError, match=r"Sneaky\.sneaky declares no assistant boundary"):
         offered(Sneaky, sagemaker=False)
-
-
-def test_withheld_lists_every_setting_an_assistant_never_sets_with_why():
-    never = withheld()
-    assert {
-        "deploy role_arn",
-        "deploy extra_args",
-        "deploy allow_unfixed_image",
-        "serve host",
-        "serve api_key",
-        "serve extra_args",
-        "serve extra_env",
-        "serve python",
-        "serve work_dir",
-    } <= set(never)
-    assert not {"deploy instance_type", "serve model", "serve port"} & set(never)
-    assert all(isinstance(why, str) and why for why in never.values())
-    assert "127.0.0.1" in never["serve host"]
 
 
 def _config(**changes: Any) -> DeployConfig:
