@@ -151,20 +151,20 @@ def compare_runs(a: str | os.PathLike | BenchRun, b: str | os.PathLike | BenchRu
             if ca.workload != "answers":  # an answers run's result is its answers, compared below
                 missing.append(why)
             ratios = [Ratio(n, h, not_measured=why) for n, h in METRICS.items()]
-            matched.append(CellComparison(cell_key(ca), ca.cell, cb.cell, ratios, ca.spec_decode, cb.spec_decode))
-            continue
-        flush = " / ".join(
-            f"{side}: {s.buffered.reason}" for side, s in (("A", sa), ("B", sb)) if s.buffered
-        )
-        ratios = []
-        for name, higher in METRICS.items():
-            if flush and name in DECODE_METRICS:  # a flushed stream times no decoding: no figure, no ratio
-                ratios.append(Ratio(name, higher, not_measured=flush))
-                continue
-            ci = ratio_ci(_per_request(run_a, ca.cell, name), _per_request(run_b, cb.cell, name))
-            ratios.append(Ratio(name, higher, getattr(sa, name).median, getattr(sb, name).median, *ci))
-        ta, tb = sa.output_throughput_tok_s, sb.output_throughput_tok_s
-        ratios.append(Ratio("output_throughput_tok_s", True, ta, tb, (tb / ta) if ta and tb else None))
+        else:
+            flush = " / ".join(
+                f"{side}: {s.buffered.reason}" for side, s in (("A", sa), ("B", sb)) if s.buffered
+            )
+            ratios = []
+            for name, higher in METRICS.items():
+                # a flushed stream times no decoding: no figure, no ratio
+                if flush and name in DECODE_METRICS:
+                    ratios.append(Ratio(name, higher, not_measured=flush))
+                    continue
+                ci = ratio_ci(_per_request(run_a, ca.cell, name), _per_request(run_b, cb.cell, name))
+                ratios.append(Ratio(name, higher, getattr(sa, name).median, getattr(sb, name).median, *ci))
+            ta, tb = sa.output_throughput_tok_s, sb.output_throughput_tok_s
+            ratios.append(Ratio("output_throughput_tok_s", True, ta, tb, (tb / ta) if ta and tb else None))
         matched.append(CellComparison(cell_key(ca), ca.cell, cb.cell, ratios, ca.spec_decode, cb.spec_decode))
     answers = compare_answers(run_a, run_b) if run_a.answers() or run_b.answers() else None
     unmatched_b = [c.cell for c in by_b.values()]
