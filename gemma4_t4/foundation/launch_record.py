@@ -10,7 +10,7 @@ import argparse
 import types
 import typing
 from collections.abc import Mapping
-from typing import Any, Literal, NotRequired, Required
+from typing import Any, Literal, NotRequired, Required, Self
 
 from pydantic import (
     BaseModel,
@@ -208,6 +208,10 @@ class VLLMSettings(BaseModel):
     num_draft_tokens: int | None = setting(None, "tokens drafted per step, 1..16", assistant_sets(), ge=1, le=16,
                                            metavar="N", fix="use a small number such as 3 (fewer can win: each "
                                            "rejected draft costs a forward pass); --draft off turns drafting off")
+
+    def replaced(self, **changes: Any) -> Self:
+        """A copy with ``changes``, built like a new config (checked, and its defaults filled, again)."""
+        return type(self).model_validate(self.model_dump() | changes)
 
     @model_validator(mode="wrap")
     @classmethod

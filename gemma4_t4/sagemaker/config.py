@@ -145,22 +145,18 @@ def extra_args_to_env(args: list[str]) -> dict[str, str]:
     """vLLM flags -> the container's ``SM_VLLM_*`` variables (the inverse of its launcher):
     ``--enforce-eager --max-num-batched-tokens 1024`` -> ``SM_VLLM_ENFORCE_EAGER=true, ..._TOKENS=1024``."""
     env: dict[str, str] = {}
-    i = 0
-    while i < len(args):
-        flag = args[i]
-        value: str | None = None
-        if "=" in flag:
-            flag, value = flag.split("=", 1)
+    words = list(args)
+    while words:
+        given = words.pop(0)
+        flag, inline, value = given.partition("=")
         if not _VLLM_FLAG.match(flag):
             raise Gemma4T4Error(
-                f"extra vLLM argument {args[i]!r} is not a --long-flag",
+                f"extra vLLM argument {given!r} is not a --long-flag",
                 fix="pass flags like ['--enforce-eager', '--max-num-batched-tokens', '1024']",
             )
-        if value is None and i + 1 < len(args) and not args[i + 1].startswith("--"):
-            value = args[i + 1]
-            i += 1
-        env["SM_VLLM_" + flag[2:].replace("-", "_").upper()] = "true" if value is None else value
-        i += 1
+        if not inline:  # the next word is its value, unless it is a flag: then a switch
+            value = words.pop(0) if words and not words[0].startswith("--") else "true"
+        env["SM_VLLM_" + flag[2:].replace("-", "_").upper()] = value
     return env
 
 
@@ -294,10 +290,6 @@ class DeployConfig(VLLMSettings):
             resolved = images.resolve_dlc_tag(values["region"], values.get("image_tag"))
             values.update(image_tag=resolved.tag, image_label=resolved.label)
         return cls(**values)
-
-    def replaced(self, **changes: Any) -> DeployConfig:
-        """A copy with ``changes``, built like a new config."""
-        return type(self).model_validate(self.model_dump() | changes)
 
     # -- derived values -------------------------------------------------------------------
     @property

@@ -175,10 +175,6 @@ class ServerConfig(ServerSettings):
             i += 1 + values
         return args, found, tokens
 
-    def replaced(self, **changes: Any) -> ServerConfig:
-        """A copy with ``changes``, made like a new config (key lifted, target defaults filled)."""
-        return type(self).model_validate(self.model_dump() | changes)
-
     def resolved_dtype(self) -> str:
         return self.dtype or ("float16" if self.target == "t4" else "bfloat16")
 
