@@ -128,6 +128,11 @@ def pct(part: float, whole: float) -> float:
     return round(100.0 * part / whole, 4) if whole else 0.0
 
 
+def throughput_mb_s(nbytes: int, seconds: float) -> float:
+    """A report's throughput (0 for no time measured)."""
+    return round(nbytes / 1e6 / seconds, 1) if seconds > 0 else 0.0
+
+
 def check_tensor(reader: CheckpointReader, name: str, group_size: int = lattice.DEFAULT_GROUP,
                  tol: float = lattice.DEFAULT_TOL, scale_dtypes: Sequence[str] = lattice.SCALE_DTYPES,
                  block_bytes: int = BLOCK_BYTES) -> TensorGrid:
@@ -198,7 +203,7 @@ def grid_check(path: str, tensors: Sequence[str] | None = None, group_size: int 
         groups_bit_identical_pct={dt: pct(sum(r.groups_bit_identical[dt] for r in rows_out), groups)
                                   for dt in scale_dtypes},
         bytes_read=bytes_read, seconds=round(seconds, 3),
-        mb_per_s=round(bytes_read / 1e6 / seconds, 1) if seconds > 0 else 0.0, tensors=rows_out,
+        mb_per_s=throughput_mb_s(bytes_read, seconds), tensors=rows_out,
     )
 
 

@@ -24,7 +24,7 @@ from gemma4_t4.foundation.jsonable import to_jsonable
 from gemma4_t4.foundation.table import Displayable
 from gemma4_t4.quant import config as qconfig
 from gemma4_t4.quant import lattice, pack
-from gemma4_t4.quant.grid import pct, progress_bar
+from gemma4_t4.quant.grid import pct, progress_bar, throughput_mb_s
 from gemma4_t4.quant.safetensors_io import (
     INDEX_NAME,
     PICKLE_SUFFIXES,
@@ -295,7 +295,7 @@ def _scan(reader: LocalCheckpoint, writer: ShardedWriter, roles: dict[str, qconf
     """Copy or quantize every tensor, block by block, into ``writer`` (``lm_head_source``: the embedding
     also written as the untied lm_head); once a tensor refuses the build, read on without writing."""
     tally = _Tally()
-    with progress_bar(reader.total_bytes, progress is True, method) as bar:
+    with progress_bar(sum(t.nbytes for t in reader.tensors.values()), progress is True, method) as bar:
         for name in sorted(reader.tensors):
             info, role = reader.tensors[name], roles[name]
             if not role.quantize:
@@ -445,7 +445,7 @@ def _write_build(tmp: Path, files: list[str], src_root: Path, config: dict | Non
     report.files = sorted(files + side)
     report.bytes_written = sum((tmp / f).stat().st_size for f in files)
     report.seconds = round(seconds, 3)
-    report.mb_per_s = round(report.bytes_read / 1e6 / seconds, 1) if seconds > 0 else 0.0
+    report.mb_per_s = throughput_mb_s(report.bytes_read, seconds)
     (tmp / REPORT_NAME).write_text(json.dumps(to_jsonable(report), indent=1) + "\n")
     return report
 

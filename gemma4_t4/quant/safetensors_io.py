@@ -299,10 +299,6 @@ class CheckpointReader:
         for start in range(0, rows, step):
             yield start, min(rows, start + step)
 
-    @property
-    def total_bytes(self) -> int:
-        return sum(t.nbytes for t in self.tensors.values())
-
     def read_text(self, name: str) -> str | None:
         """A small side file (config.json ...) next to the checkpoint, or None."""
         return None
@@ -365,22 +361,19 @@ class LocalCheckpoint(CheckpointReader):
                     fix="point at a Hugging Face checkpoint directory (config.json + safetensors)",
                 )
 
-    def _path(self, shard: str) -> Path:
-        return self.root / shard
-
     def _exists(self, shard: str) -> bool:
-        path = self._path(shard)
+        path = self.root / shard
         if not path.is_file() and path.is_symlink():  # there, but a loop or dangling: say which
             raise missing_path_error(path)
         return path.is_file()
 
     def _size(self, shard: str) -> int | None:
-        return self._path(shard).stat().st_size
+        return (self.root / shard).stat().st_size
 
     def _fd(self, shard: str) -> int:
         fd = self._fds.get(shard)
         if fd is None:
-            fd = self._fds[shard] = os.open(self._path(shard), os.O_RDONLY)
+            fd = self._fds[shard] = os.open(self.root / shard, os.O_RDONLY)
         return fd
 
     def _read_into(self, shard: str, start: int, view: memoryview) -> None:
@@ -389,7 +382,7 @@ class LocalCheckpoint(CheckpointReader):
         while done < len(view):
             n = os.preadv(self._fd(shard), [view[done:]], start + done)
             if n <= 0:
-                raise Gemma4T4Error(f"{self._path(shard)} ended at byte {start + done}, before the data its "
+                raise Gemma4T4Error(f"{self.root / shard} ended at byte {start + done}, before the data its "
                                     "header describes", fix="the file is truncated; re-download it")
             done += n
 
