@@ -163,9 +163,9 @@ def prefill_choice(path: Path) -> PrefillChoice:
             why="bench-prefill verdict unreadable (not the verdict format): route off; rerun gemma4-t4 turing "
             "bench-prefill",
         )
-    on = {h: e for h, e in heads.items() if e.get("use_route")}
+    on = any(e.get("use_route") for e in heads.values())
     why = "; ".join(f"head {h}: {e.get('why', '')}" for h, e in sorted(heads.items()))
-    return PrefillChoice(route_on=bool(on), verdict_path=str(path), why=f"bench-prefill verdict: {why}")
+    return PrefillChoice(route_on=on, verdict_path=str(path), why=f"bench-prefill verdict: {why}")
 
 
 STALE_FIELDS: tuple[str, ...] = ("gpu", "vllm", "torch", "fix")

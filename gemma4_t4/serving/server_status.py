@@ -24,11 +24,9 @@ from gemma4_t4.serving.server_state import (
     ServerLock,
     ServerOwner,
     UnreadableState,
-    exit_file,
     read_json,
     serve_command,
     state_path,
-    supervisor_file,
 )
 from gemma4_t4.serving.supervisor import ExitRecord, SupervisorRecord, pid_alive, signal_name
 
@@ -120,8 +118,8 @@ class RecordedServer:
         work = Path(config.work_dir)
         self.log_path = work / "logs" / f"vllm-{config.port}.log"
         self.state_path = state_path(work, config.port)
-        self.exit_path = exit_file(work, config.port)
-        self.super_path = supervisor_file(work, config.port)
+        self.exit_path = self.state_path.with_suffix(".exit.json")  # servers/server-<port>.exit.json
+        self.super_path = self.state_path.with_suffix(".super.json")
         self.launch_record: LaunchRecord | None = None
         self.owner: ServerOwner | None = None  # set before start() to record who owns the server
         self._stopped = False

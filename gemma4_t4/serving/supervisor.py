@@ -45,30 +45,22 @@ DEAD_MARKERS = (
 
 def engine_death_reason(log_text: str) -> str | None:
     """Why vLLM's engine died, from its log: the fatal signal and the op, or the first error line."""
-    lines = log_text.splitlines()
     parts: list[str] = []
-    for i, line in enumerate(lines):
-        match = re.search(r"Fatal Python error: (.+)", line)
-        if match:
-            what = match.group(1).strip()
-            op = None
-            for frame in lines[i + 1 : i + 30]:
-                found = re.search(r'File "[^"]*(?:_custom_ops|_ops)\.py", line \d+ in (\w+)', frame)
-                if found and found.group(1) != "__call__":
-                    op = found.group(1)
-                    break
-            parts.append(f"{what} in {op}" if op else what)
-            break
+    fatal = re.search(r"Fatal Python error: (.+)", log_text)
+    if fatal:
+        what = fatal.group(1).strip()
+        frames = "\n".join(log_text[fatal.end() :].splitlines()[1:30])  # the 29 lines after it
+        ops = re.findall(r'File "[^"]*(?:_custom_ops|_ops)\.py", line \d+ in (\w+)', frames)
+        op = next((o for o in ops if o != "__call__"), None)
+        parts.append(f"{what} in {op}" if op else what)
     for pattern, label in (
         (r"Worker proc (\S+) died unexpectedly", "worker {0} died"),
         (r"(?:CUDA out of memory|OutOfMemoryError)", "out of GPU memory"),
         (r"EngineDeadError", "EngineDeadError"),
     ):
-        for line in lines:
-            found = re.search(pattern, line)
-            if found:
-                parts.append(label.format(*found.groups()))
-                break
+        found = re.search(pattern, log_text)  # the first line that says so
+        if found:
+            parts.append(label.format(*found.groups()))
     return "; ".join(dict.fromkeys(parts)) or None
 
 
