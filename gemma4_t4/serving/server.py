@@ -219,11 +219,11 @@ class VLLMServer(RecordedServer):
         }
         atomic_write_json(self.state_path, secrets.mask(record, self._secrets))
 
-    def wait_healthy(self, timeout: float = 600.0, poll: float = 1.0) -> None:
+    def wait_healthy(self, timeout: float = 600.0) -> None:
         deadline = time.monotonic() + timeout
-        # the first checks come quickly and back off to ``poll``: a server that is up within a second
+        # the first checks come quickly and back off to one a second: a server that is up within a second
         # (an adopted or already-loaded one) is not left waiting a whole interval
-        delay = min(poll, 0.05)
+        delay = 0.05
         while time.monotonic() < deadline:
             if self.pid is None:
                 raise Gemma4T4Error("server was never started", fix="call start()")
@@ -240,7 +240,7 @@ class VLLMServer(RecordedServer):
                 self._write_state("running")
                 return
             time.sleep(delay)
-            delay = min(poll, delay * 2)
+            delay = min(1.0, delay * 2)
         tail = self.log_tail()
         self.stop()
         raise Gemma4T4Error(
@@ -367,9 +367,7 @@ class VLLMServer(RecordedServer):
         self.stop()
 
     @classmethod
-    def attach(
-        cls, port: int | None = None, work_dir: str | Path = DEFAULT_WORK_DIR, api_key: str | None = None
-    ) -> VLLMServer:
+    def attach(cls, port: int | None = None, work_dir: str | Path = DEFAULT_WORK_DIR) -> VLLMServer:
         """The server recorded on ``port`` under ``work_dir`` (or the only live one there)."""
         if port is not None:
             path = state_path(work_dir, port)
@@ -378,11 +376,11 @@ class VLLMServer(RecordedServer):
                     f"no server recorded on port {port} under {work_dir}",
                     fix=f"{serve_command('status', None, work_dir)} lists them; start one with gemma4-t4 serve start",
                 )
-            return cls.from_state(path, api_key=api_key)
+            return cls.from_state(path)
         servers, unreadable = [], []
         for path in state_files(work_dir):
             try:
-                servers.append(cls.from_state(path, api_key=api_key))
+                servers.append(cls.from_state(path))
             except UnreadableState as exc:  # the others are still found (serve status names this one)
                 unreadable.append(exc)
         if not servers and unreadable:
@@ -411,15 +409,7 @@ def list_servers(work_dir: str | Path = DEFAULT_WORK_DIR) -> list[ServerStatus]:
             statuses.append(VLLMServer.from_state(path).status())
         except UnreadableState as exc:
             statuses.append(
-                ServerStatus(
-                    state="unreadable",
-                    pid=None,
-                    base_url="",
-                    healthy=False,
-                    port=exc.port,
-                    reason=exc.message,
-                    hint=exc.fix,
-                )
+                ServerStatus(state="unreadable", port=exc.port, reason=exc.message, hint=exc.fix)
             )
     return statuses
 

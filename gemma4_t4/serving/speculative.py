@@ -212,18 +212,15 @@ def untuned_num_draft_tokens(
     """Draft tokens per step before ``gemma4-t4 tune`` has measured, with the reason: an assistant's
     size recipe (``assistants.Assistant.num_draft_tokens``; the size is the catalogued target's, else the
     assistant's named by ``draft``), else :data:`DEFAULT_NUM_DRAFT_TOKENS`."""
-    fallback = (DEFAULT_NUM_DRAFT_TOKENS, "default (used only with a drafter)")
     if draft == "self" or draft_method == "draft_model":
         return DEFAULT_NUM_DRAFT_TOKENS, "default for a whole-model drafter"
-    assistant = None
-    if draft and draft not in KEYWORDS:
-        assistant = assistants.assistant_by_id(draft)
+    assistant = assistants.assistant_by_id(draft) if draft else None  # none is named off, auto or self
     if assistant is None:
         build = target_build(model)
         if build is not None:
             assistant = assistants.assistant_for(build[0], build[2])[0]
     if assistant is None:
-        return fallback
+        return DEFAULT_NUM_DRAFT_TOKENS, "default (used only with a drafter)"
     size = models.get_variant(assistant.variant).size
     return assistant.num_draft_tokens, (
         f"untuned N for the {size} assistant until `gemma4-t4 tune` measures it: {assistant.num_draft_tokens_source}"

@@ -595,10 +595,9 @@ def start_owned_server(config: ServerConfig) -> VLLMServer:
     from gemma4_t4.serving.server import start_server
 
     pid, created = _this_process()
-    on_exit = "stopped when this process exits, even if it is killed"
     owner = {
-        "kind": "endpoint owner", "pid": pid, "create_time": created, "on_exit": on_exit,
-        "stop_with_owner": True,
+        "kind": "endpoint owner", "pid": pid, "create_time": created,
+        "on_exit": "stopped when this process exits, even if it is killed", "stop_with_owner": True,
     }
     server = start_server(config, owner=owner)
     atexit.register(server.stop)
