@@ -70,28 +70,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="levels-changed tolerance in %% of REF's lattice weights (default 0: a lossless repack "
                    "changes none; AWQ-style builds change most)")
 
-    p = add_command(subparsers, "repack", _repack,
-                    help="repack a QAT checkpoint into compressed-tensors int4 without changing any level")
-    p.add_argument("src")
-    p.add_argument("dst")
-    p.add_argument("--emb4", action="store_true",
-                   help="also pack embed_tokens and embed_tokens_per_layer and write an untied 4-bit lm_head")
-    p.add_argument("--scale-dtype", choices=["fp16", "bf16"], default="fp16",
-                   help="fp16 (default: T4 has no bf16 and keeps more values bit-identical) or bf16")
-    p.add_argument("--group-size", type=int, default=32)
-    p.add_argument("--allow-requant", action="store_true",
-                   help="round off-grid groups instead of refusing (their values change)")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace an existing DST (atomically; only a folder gemma4-t4 wrote)")
-    p.add_argument("--compare-scale-dtypes", action="store_true",
-                   help="also count the values the other scale dtype would keep bit-identical (slower; "
-                   "grid-check always reports both)")
-
-    p = add_command(subparsers, "requant-awq", _requant_awq,
-                    help="AWQ-style baseline build (asymmetric, zero point, group 128) for comparison")
-    p.add_argument("src")
-    p.add_argument("dst")
-    p.add_argument("--group-size", type=int, default=128)
-    p.add_argument("--scale-dtype", choices=["fp16", "bf16"], default="fp16")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace an existing DST (atomically; only a folder gemma4-t4 wrote)")
+    for name, handler, text, group_size in (
+        ("repack", _repack, "repack a QAT checkpoint into compressed-tensors int4 without changing any level", 32),
+        ("requant-awq", _requant_awq, "AWQ-style baseline build (asymmetric, zero point, group 128) for comparison",
+         128),
+    ):  # the two builds: a source, a new folder, its group size and scale dtype
+        p = add_command(subparsers, name, handler, help=text)
+        p.add_argument("src")
+        p.add_argument("dst")
+        p.add_argument("--scale-dtype", choices=["fp16", "bf16"], default="fp16",
+                       help="fp16 (default: T4 has no bf16 and keeps more values bit-identical) or bf16")
+        p.add_argument("--group-size", type=int, default=group_size)
+        p.add_argument("--overwrite", action="store_true",
+                       help="replace an existing DST (atomically; only a folder gemma4-t4 wrote)")
+    repack = subparsers.choices["repack"]
+    repack.add_argument("--emb4", action="store_true",
+                        help="also pack embed_tokens and embed_tokens_per_layer and write an untied 4-bit lm_head")
+    repack.add_argument("--allow-requant", action="store_true",
+                        help="round off-grid groups instead of refusing (their values change)")
+    repack.add_argument("--compare-scale-dtypes", action="store_true",
+                        help="also count the values the other scale dtype would keep bit-identical (slower; "
+                        "grid-check always reports both)")
