@@ -487,7 +487,7 @@ def verify_gpu_arch() -> GpuArchResult:
     capability = facts.compute_capability
     cap = smi.parse_capability(capability)
     needs = facts.turing_fix_needed()
-    arch = f"sm_{cap[0]}{cap[1]}" if cap else None
+    arch = turing_verify.arch_name(cap) if cap else None
     if not facts.gpus:
         summary = "no NVIDIA GPU visible (CPU host): the Turing fix is not needed here"
     elif arch and arch_flags is not None and arch not in arch_flags:
@@ -529,12 +529,9 @@ def apply_turing_patch(revert: bool = False, confirm: Confirm = False) -> Turing
             else ["patch vLLM's attention kernel file (a backup is kept; revert=True restores it)"])
         return TuringPatchResult(refused=True, reason="this changes the installed vLLM: call again with confirm=True",
                                  would=would, status=state)
-    if revert:
-        done = filepatch.revert_file_patch()
-        return TuringPatchResult(refused=False, result=done, status=turing_state.status())
-    if state.active:
+    if state.active and not revert:
         return TuringPatchResult(refused=False, status=state, message="already active: " + state.summary)
-    done = filepatch.apply_file_patch()
+    done = filepatch.revert_file_patch() if revert else filepatch.apply_file_patch()
     return TuringPatchResult(refused=False, result=done, status=turing_state.status())
 
 
