@@ -184,3 +184,20 @@ def test_the_cli_and_the_mcp_tool_deploy_through_the_one_flow():
                 if path in ("gemma4_t4/cli/sagemaker.py", "gemma4_t4/mcp_server.py")}
     assert len(adapters) == 2 and all("run_deploy(" in source for source in adapters.values())
     assert deploys_outside_the_flow(adapters) == []
+
+
+def test_a_settings_limits_are_declared_once_and_an_assistants_bound_only_narrows_them():
+    """A setting's limits are its pydantic constraint (``setting(ge=..., le=...)``), which every config, flag and
+    MCP parameter obeys; the assistant's rule may add a stricter bound (max_model_len >= 256), never repeat one."""
+    from gemma4_t4.foundation.launch_record import ServerSettings, assistant_boundary, user_settings
+    from gemma4_t4.sagemaker.config import DeployConfig
+
+    for model in (ServerSettings, DeployConfig):
+        for name, field in user_settings(model).items():
+            own = {key: getattr(rule, key) for rule in field.metadata for key in ("ge", "gt", "le")
+                   if hasattr(rule, key)}
+            rule = assistant_boundary(field) or {}
+            if "ge" in rule:
+                assert rule["ge"] > own.get("ge", own.get("gt", float("-inf"))), f"{model.__name__}.{name}"
+            if "le" in rule:
+                assert rule["le"] < own.get("le", float("inf")), f"{model.__name__}.{name}"

@@ -326,11 +326,11 @@ class DeployConfig(VLLMSettings):
 
     @property
     def autoscaling(self) -> bool:
-        return self.min_instances is not None or self.max_instances is not None
+        return bool(self.min_instances or self.max_instances)  # each is 1..20 where given
 
     @property
     def initial_instances(self) -> int:
-        return self.min_instances if self.min_instances is not None else self.instance_count
+        return self.min_instances or self.instance_count
 
     @property
     def billed_instances_at_most(self) -> int:
@@ -530,8 +530,8 @@ class DeployConfig(VLLMSettings):
                     "--scaling-target applies only to an autoscaled endpoint; alone it would be ignored",
                     fix="add --min-instances N and/or --max-instances M, or drop --scaling-target")
             return
-        low = self.min_instances if self.min_instances is not None else 1
-        high = self.max_instances if self.max_instances is not None else low
+        low = self.min_instances or 1
+        high = self.max_instances or low
         if low > high:
             raise Gemma4T4Error(f"min_instances={low}, max_instances={high}: need 1 <= min <= max <= 20",
                                 fix="e.g. --min-instances 1 --max-instances 3")
