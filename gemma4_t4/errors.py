@@ -66,9 +66,10 @@ def debug_enabled(flag: bool = False) -> bool:
     return flag or os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
 
 
-def _one_line(text: str, limit: int = 400) -> str:
+def _one_line(text: str) -> str:
+    """``text`` on one line, at most 400 characters."""
     line = " ".join(str(text).split())
-    return line if len(line) <= limit else line[: limit - 3] + "..."
+    return line if len(line) <= 400 else line[:397] + "..."
 
 
 def os_fix(exc: OSError) -> str | None:

@@ -46,8 +46,9 @@ class Ceilings(Displayable):
     def caption(self) -> str:
         return f"Gemma 4 {self.model_size.upper()}: decode ceiling at batch 1"
 
-    def ceiling(self, fmt: str, gpu: str | None = None) -> Roofline:
-        return next(r for r in self.rows if r.format == fmt and r.gpu == (gpu or self.gpu))
+    def ceiling(self, fmt: str) -> Roofline:
+        """``fmt``'s ceiling on this runtime's GPU."""
+        return next(r for r in self.rows if r.format == fmt and r.gpu == self.gpu)
 
     def notes(self) -> list[str]:
         bf16, qat = self.ceiling("bf16"), self.ceiling("qat-w4a16")
