@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, Field, computed_field
+from pydantic import BaseModel, computed_field
 
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.jsonable import JSONObject, JSONValue, TypedDict
@@ -278,8 +278,6 @@ class InvokeResult(BaseModel):
     latency_s: float
     finish_reason: str | None = None
     usage: ChatUsage | None = None
-    # the endpoint's reply as parsed JSON (or its text when it was not JSON); kept, never shown
-    raw: JSONValue = Field(None, exclude=True)
 
 
 def chat_payload(prompt: str | None = None, messages: list[ChatMessage] | None = None, max_tokens: int = 256,
@@ -328,23 +326,14 @@ def invoke(name: str, region: str, prompt: str | None = None, *, messages: list[
     runtime = _client(client, "sagemaker-runtime", region)
     payload = chat_payload(prompt, messages, max_tokens, temperature, **extra)
     start = time.perf_counter()
-    try:
-        response = runtime.invoke_endpoint(EndpointName=name, ContentType="application/json",
-                                           Accept="application/json", Body=json.dumps(payload))
+    try:  # the call the dry run shows, accepting JSON
+        response = runtime.invoke_endpoint(**invoke_plan(name, region, payload).params, Accept="application/json")
     except aws_exceptions() as exc:
         raise aws_error(exc, f"InvokeEndpoint {name}") from exc
     body = response["Body"].read()
-    latency = time.perf_counter() - start
-    raw = _safe_json(body)
-    text, finish, usage = parse_chat_response(raw)
-    return InvokeResult(text=text, finish_reason=finish, usage=usage, latency_s=latency, raw=raw)
-
-
-def _safe_json(body: bytes) -> JSONValue:
-    try:
-        return json.loads(body)
-    except ValueError:
-        return body.decode(errors="replace")
+    latency = time.perf_counter() - start  # the reply's time, not its parsing
+    text, finish, usage = parse_chat_response(body)
+    return InvokeResult(text=text, finish_reason=finish, usage=usage, latency_s=latency)
 
 
 def stream_deltas(payload_parts: Iterator[bytes]) -> Iterator[StreamDelta]:
