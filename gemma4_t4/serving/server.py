@@ -219,7 +219,7 @@ class VLLMServer(RecordedServer):
         }
         atomic_write_json(self.state_path, secrets.mask(record, self._secrets))
 
-    def wait_healthy(self, timeout: float = 600.0) -> None:
+    def wait_healthy(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         # the first checks come quickly and back off to one a second: a server that is up within a second
         # (an adopted or already-loaded one) is not left waiting a whole interval

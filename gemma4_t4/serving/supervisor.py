@@ -286,7 +286,7 @@ class Supervisor:
             return self.child.poll() is None
         return pid_alive(self.api_pid, self.api_create_time)
 
-    def kill_tree(self, grace: float = 10.0) -> None:
+    def kill_tree(self, grace: float) -> None:
         """Stop what is left of this vLLM: API server and every recorded child."""
         stop_recorded(self.known.values(), grace)
 
@@ -410,7 +410,7 @@ class Supervisor:
         }
         atomic_write_json(self.exit_path, ended)
 
-    def finish_child(self, grace: float, kill: bool = False) -> int | None:
+    def finish_child(self, grace: float, kill: bool) -> int | None:
         """Wait for the API server to exit (``kill``: stop it first); its exit code when it is ours."""
         if kill and self.api_alive():
             self.kill_tree(grace=grace)
