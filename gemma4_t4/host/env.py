@@ -14,7 +14,6 @@ import importlib.util
 import os
 import platform
 import re
-import shutil
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,7 +29,7 @@ from gemma4_t4.foundation import safepaths
 from gemma4_t4.foundation.jsonable import JSONObject, to_jsonable
 from gemma4_t4.foundation.versions import package_version
 from gemma4_t4.host import setup_plan
-from gemma4_t4.host.smi import GPUInfo, RunFn, parse_capability, probe_gpu_state, run_probe
+from gemma4_t4.host.smi import GPUInfo, HostCommands, parse_capability, probe_gpu_state
 from gemma4_t4.turing.smem import OPTIN_SMEM_BY_CAPABILITY
 from gemma4_t4.turing.smem import needs_fix as _kernel_overflows
 
@@ -307,10 +306,9 @@ def _cuda_device() -> CudaDevice:
 
 
 @dataclass
-class Probes:
-    """The I/O the probe performs; replace any of these in tests."""
+class Probes(HostCommands):
+    """The I/O the probe performs (nvidia-smi's ``run`` and ``which`` too); replace any of these in tests."""
 
-    run: RunFn = run_probe
     read: ReadFn = _read
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     version: Callable[[str], str | None] = package_version
@@ -321,7 +319,6 @@ class Probes:
     uname: Callable[[], Any] = platform.uname
     python_version: Callable[[], str] = platform.python_version
     cwd: Callable[[], str] = os.getcwd
-    which: Callable[[str], str | None] = shutil.which
 
 
 def detect_platform(p: Probes) -> tuple[str, str]:

@@ -8,18 +8,10 @@ import re
 import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from gemma4_t4.foundation.runner import probe_runner
 
 RunFn = Callable[[list[str]], "tuple[int, str] | None"]
-
-
-class SmiProbes(Protocol):
-    """What the nvidia-smi probe needs of :class:`gemma4_t4.host.env.Probes`: run a command, find one on PATH."""
-
-    run: RunFn
-    which: Callable[[str], str | None]
 
 
 def run_probe(cmd: list[str]) -> tuple[int, str] | None:
@@ -33,7 +25,8 @@ def run_probe(cmd: list[str]) -> tuple[int, str] | None:
 
 @dataclass
 class HostCommands:
-    """The real host's commands (``env.Probes`` carries the same two, replaceable in tests)."""
+    """What the nvidia-smi probe runs: a command, and a look-up on PATH (the host's real ones by default;
+    :class:`gemma4_t4.host.env.Probes` extends these, replaceable in tests)."""
 
     run: RunFn = run_probe
     which: Callable[[str], str | None] = shutil.which
@@ -138,7 +131,7 @@ def _smi_failure(code: int, out: str, path: str | None) -> tuple[str, str]:
             f"{recheck}; if PATH holds another tool named nvidia-smi, put the driver's first")
 
 
-def probe_gpu_state(p: SmiProbes) -> GpuProbe:
+def probe_gpu_state(p: HostCommands) -> GpuProbe:
     """Query nvidia-smi without trusting it: fields old drivers lack are asked one by one; "not
     installed" and "no devices" are no GPU; a failure, a hang or garbage is an error with its cause."""
     first = p.run(_SMI_QUERY)
