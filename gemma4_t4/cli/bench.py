@@ -179,9 +179,7 @@ def _run(args: argparse.Namespace) -> Output:
         fields.pop("base_url"), fields.pop("model"), fields.pop("workload"), fields.pop("out_dir"), **fields
     )
     plots = [] if args.no_plots else plot_run(run)
-    failed = run.failed
-    ok = run.status == "complete"
-    text = [run.table(), "", f"status: {run.status}; failed requests: {failed}", f"results: {run.dir}"]
+    text = [run.table(), "", f"status: {run.status}; failed requests: {run.failed}", f"results: {run.dir}"]
     if run.run.series_decode and run.run.series_decode.decode_tok_s:
         sd = run.run.series_decode
         interval = f" [{sd.ci_low:.1f}, {sd.ci_high:.1f}]" if sd.ci_low is not None else ""
@@ -194,10 +192,10 @@ def _run(args: argparse.Namespace) -> Output:
         text.append(f"stopped: {run.run.error}")
     text += [f"plot: {p}" for p in plots]
     data = {
-        "status": run.status, "dir": str(run.dir), "failed": failed,
+        "status": run.status, "dir": str(run.dir), "failed": run.failed,
         "cells": [c.to_json() for c in run.cells], "plots": [str(p) for p in plots], "run": run.run.to_json(),
     }
-    return Output(data, "\n".join(text), exit_code=0 if ok else 1)
+    return Output(data, "\n".join(text), exit_code=0 if run.status == "complete" else 1)
 
 
 def _compare(args: argparse.Namespace) -> Output:
@@ -206,15 +204,12 @@ def _compare(args: argparse.Namespace) -> Output:
 
     if args.plot:
         check_plot_path(args.plot)  # before any work: a bad name is refused, not found out at the end
-    if is_suite(args.a) or is_suite(args.b):
-        result = compare_suites(args.a, args.b)
-        text = str(result)
-    else:
-        result = compare_runs(args.a, args.b)
-        text = str(result)
-        if args.plot:
-            path = plot_compare(args.a, args.b, args.plot, comparison=result)
-            text += f"\nplot: {path}" if path else "\nno comparable cells to plot"
+    suites = is_suite(args.a) or is_suite(args.b)
+    result = compare_suites(args.a, args.b) if suites else compare_runs(args.a, args.b)
+    text = str(result)
+    if args.plot and not suites:  # a folder of runs has no one pair of cells to plot
+        path = plot_compare(args.a, args.b, args.plot, comparison=result)
+        text += f"\nplot: {path}" if path else "\nno comparable cells to plot"
     # exit 0 only for a real comparison: nothing matched, or a run that did not complete, is a failure
     problems = result.problems
     if problems:
