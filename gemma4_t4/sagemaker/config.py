@@ -444,8 +444,11 @@ class DeployConfig(VLLMSettings):
             raise Gemma4T4Error("an instance type appears twice in the pool list",
                                 fix="list each fallback instance type once")
         validate_name(self.name)
-        if not self.model_id or len(self.model_id) > 1024:
+        if not self.model_id:
             raise Gemma4T4Error("model_id is empty", fix="pass a Hugging Face id such as " + DEFAULT_MODEL_ID)
+        if len(self.model_id) > 1024:
+            raise Gemma4T4Error(f"model_id is {len(self.model_id):,} characters long: no model id is",
+                                fix="pass a Hugging Face id such as " + DEFAULT_MODEL_ID)
         for label, value in (("model_id", self.model_id), ("served_model_name", self.served_model_name)):
             if value is not None and not _MODEL_ID.match(value):
                 raise Gemma4T4Error(

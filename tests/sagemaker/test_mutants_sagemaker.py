@@ -676,6 +676,7 @@ def test_values_at_the_edge_of_what_sagemaker_and_vllm_accept_are_taken(change):
         ({"instance_type": "ml.p3.2xlarge"}, "unsupported SageMaker instance type 'ml.p3.2xlarge'", None),
         ({"model_id": ""}, "model_id is empty", "pass a Hugging Face id such as google/gemma-4-E2B-it"),
         ({"model_id": "a" * 1025}, "has a part longer than 255 bytes", None),
+        ({"model_id": "org/" * 300}, "model_id is 1,200 characters long: no model id is", None),
         (
             {"model_id": "org/model name"},
             "model_id 'org/model name' has characters a model id never has "
