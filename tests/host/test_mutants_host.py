@@ -6,6 +6,7 @@ setup records, restores and reports. Hosts are injected probes and a dict-backed
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -333,7 +334,7 @@ def test_model_caches_are_looked_for_where_hugging_face_and_vllm_put_them():
 def test_free_space_is_read_on_the_nearest_existing_folder(tmp_path):
     """HF_HOME not created yet: its parent's filesystem is the one the download fills."""
     free = env._disk_free(str(tmp_path / "not" / "yet"))
-    assert free is not None and free == pytest.approx(env.shutil.disk_usage(tmp_path).free / 1e9, rel=0.01)
+    assert free is not None and free == pytest.approx(shutil.disk_usage(tmp_path).free / 1e9, rel=0.01)
     assert free < 1e6  # GB, not bytes
 
 
@@ -792,7 +793,7 @@ def test_free_space_is_that_of_the_filesystem_holding_the_folder():
     """/dev/shm is its own filesystem (tmpfs): its free space, not that of /."""
     if not Path("/dev/shm").is_dir():
         pytest.skip("no /dev/shm on this machine")
-    shm, root = env.shutil.disk_usage("/dev/shm").free / 1e9, env.shutil.disk_usage("/").free / 1e9
+    shm, root = shutil.disk_usage("/dev/shm").free / 1e9, shutil.disk_usage("/").free / 1e9
     if abs(shm - root) < 1:
         pytest.skip("/dev/shm and / report the same free space here")
     assert env._disk_free("/dev/shm") == pytest.approx(shm, rel=0.01)
