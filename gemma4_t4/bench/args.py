@@ -27,8 +27,6 @@ class CliFlag(TypedDict, total=False):
 
     flag: str  # the flag's spelling when it is not --field-name (--out for out_dir)
     metavar: str
-    repeatable: bool  # a list given once per value (--price A --price B), not comma-separated
-    choices: list[str]  # a str field whose values a validator checks (workload)
     option: bool  # False: the program sets it (not a user option, no flag)
 
 
@@ -46,17 +44,6 @@ def cli_flag(field_name: str, info: FieldInfo | None = None) -> CliFlag:
 
 def is_user_option(field_name: str) -> bool:
     return cli_flag(field_name).get("option", True)
-
-
-def flag_name(field_name: str, info: FieldInfo | None = None) -> str:
-    """``--input-len`` for ``input_len``, or the field's own spelling (``--out`` for ``out_dir``);
-    a ``True`` default is turned off with ``--no-NAME``."""
-    info = info or BenchOptions.model_fields[field_name]
-    meta = cli_flag(field_name, info)
-    if "flag" in meta:
-        return meta["flag"]
-    dashed = field_name.replace("_", "-")
-    return f"--no-{dashed}" if info.default is True else f"--{dashed}"
 
 
 class BenchOptions(BaseModel):
@@ -100,7 +87,7 @@ class BenchOptions(BaseModel):
     price_keys: list[str] | None = Field(
         None,
         description="price key from gemma4_t4.catalog.hardware.PRICES (repeatable)",
-        json_schema_extra=cli(flag="--price", metavar="KEY", repeatable=True),
+        json_schema_extra=cli(flag="--price", metavar="KEY"),
     )
     server_launch: RawJSON | None = Field(
         None,

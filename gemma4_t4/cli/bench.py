@@ -4,95 +4,17 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Annotated, Literal, get_args, get_origin
 
-from pydantic import SecretStr
 from pydantic.fields import FieldInfo
 
 # the declarations alone (pydantic): the benchmark's client loads only when a run starts
-from gemma4_t4.bench.args import API_KEY_ENV, METHODS, BenchOptions, cli_flag, flag_name, is_user_option
+from gemma4_t4.bench.args import API_KEY_ENV, METHODS, BenchOptions, is_user_option
 from gemma4_t4.bench.compare import compare_suites, is_suite
 from gemma4_t4.bench.registry import REGISTRY
 from gemma4_t4.cli import Output, add_command, add_group
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.figures import check_plot_path
-from gemma4_t4.foundation.launch_record import value_type
-
-
-def _comma_list(cast, what: str):
-    """An argparse type for "1,2,4": a list of ``cast`` values, at least one."""
-
-    def parse(text: str) -> list:
-        try:
-            values = [cast(v) for v in text.split(",") if v.strip()]
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected comma-separated {what}s, got {text!r}") from None
-        if not values:
-            raise argparse.ArgumentTypeError(f"expected at least one {what}")
-        return values
-
-    return parse
-
-
-class _ListValues(argparse.Action):
-    """A list flag takes its values comma-separated (``--concurrency 1,8``) or space-separated
-    (``--concurrency 1 8``), or both; each word was already parsed by :func:`_comma_list`."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        setattr(namespace, self.dest, [v for word in values for v in word])
-
-
-_LIST_PARSERS = {int: _comma_list(int, "integer"), float: _comma_list(float, "number"),
-                 str: _comma_list(str, "value")}
-_SCALARS = {int: int, float: float, str: str, SecretStr: str}
-_METAVARS = {int: "N", float: "X"}  # str: the field's name
-
-
-def _help(info: FieldInfo, workloads: list[str] | None = None) -> str:
-    text = info.description or ""
-    if info.default is True:
-        return f"turn off: {text}"
-    if info.default is not None and info.default is not False and not info.is_required():
-        shown = f"{info.default:g}" if isinstance(info.default, float) else info.default
-        text += f" (default {shown})"
-    if workloads is not None:
-        text += " [every workload]" if len(workloads) == len(REGISTRY) else f" [{', '.join(workloads)}]"
-    return text
-
-
-def _flag_kwargs(name: str, info: FieldInfo, workloads: list[str] | None = None) -> dict[str, object]:
-    """argparse's arguments for field ``name``: list -> comma-separated (or repeatable), bool -> a
-    switch, Literal -> choices; ``dest`` is the field's name, help its description (and, for a
-    workload's field, the workloads that take it)."""
-    meta = cli_flag(name, info)
-    kind = value_type(info.annotation)
-    kwargs: dict[str, object] = {"dest": name, "help": _help(info, workloads)}
-    if kind is bool:
-        kwargs["action"] = "store_false" if info.default is True else "store_true"
-        return kwargs
-    kwargs["default"] = None  # not given: the workload's (or the run's) default
-    kwargs["required"] = info.is_required() and workloads is None  # a workload's own field: its rules
-    listed = get_origin(kind) is list
-    item = get_args(kind)[0] if listed else kind
-    if get_origin(item) is Annotated:  # list[Annotated[int, Field(le=...)]]: the limits are the spec's
-        item = get_args(item)[0]
-    metavar = meta.get("metavar") or _METAVARS.get(item, name.upper())  # type: ignore[call-overload]
-    choices = list(get_args(kind)) if get_origin(kind) is Literal else meta.get("choices")
-    if choices:
-        kwargs["choices"] = choices  # argparse shows them in place of a metavar
-    elif listed and meta.get("repeatable"):
-        kwargs.update(action="append", metavar=metavar)
-        return kwargs
-    else:
-        kwargs["metavar"] = f"{metavar},..." if listed and "metavar" not in meta else metavar
-    if listed and item in _LIST_PARSERS:
-        kwargs.update(type=_LIST_PARSERS[item], nargs="+", action=_ListValues)
-        kwargs["help"] = f"{kwargs['help']}; comma- or space-separated"
-    elif kind in _SCALARS:
-        kwargs["type"] = _SCALARS[kind]
-    elif not choices:
-        raise TypeError(f"{name}: no command-line form for {kind!r}")
-    return kwargs
+from gemma4_t4.foundation.launch_record import add_setting_flags
 
 
 def workload_fields() -> dict[str, tuple[FieldInfo, list[str]]]:
@@ -108,9 +30,7 @@ def workload_fields() -> dict[str, tuple[FieldInfo, list[str]]]:
 def option_flags(parser: argparse.ArgumentParser) -> None:
     """Add one flag per run option (BenchOptions) and per workload field (the registry) to
     ``parser``, ``--workload`` choosing among the registered workloads."""
-    for name, info in BenchOptions.model_fields.items():
-        if is_user_option(name):
-            parser.add_argument(flag_name(name), **_flag_kwargs(name, info))  # type: ignore[arg-type]
+    add_setting_flags(parser, {name: info for name, info in BenchOptions.model_fields.items() if is_user_option(name)})
     parser.add_argument(
         "--workload", required=True, choices=list(REGISTRY),
         help="what to measure (--workload decode with --rate is open_loop, with --sweep a sweep, with "
@@ -120,8 +40,10 @@ def option_flags(parser: argparse.ArgumentParser) -> None:
         "--method", choices=list(METHODS), default=None,
         help="decode: 'series' = the series' method, (L-S)/(wall_L - wall_S), 8 prompts at c=1",
     )
-    for name, (info, kinds) in workload_fields().items():
-        parser.add_argument(flag_name(name, info), **_flag_kwargs(name, info, kinds))  # type: ignore[arg-type]
+    fields = workload_fields()
+    add_setting_flags(parser, {name: info for name, (info, _) in fields.items()}, notes={
+        name: " [every workload]" if len(kinds) == len(REGISTRY) else f" [{', '.join(kinds)}]"
+        for name, (_, kinds) in fields.items()})
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

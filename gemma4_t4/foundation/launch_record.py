@@ -9,13 +9,14 @@ from __future__ import annotations
 import argparse
 import types
 import typing
-from collections.abc import Mapping
-from typing import Any, Literal, NotRequired, Required, Self
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, Literal, NotRequired, Required, Self
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SecretStr,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -295,34 +296,63 @@ class ServerSettings(VLLMSettings):
                                        assistant_sets(choices=["mtp", "draft_model"]), choices=("mtp", "draft_model"))
 
 
-def add_setting_flags(parser: argparse.ArgumentParser, model: type[BaseModel], skip: tuple[str, ...] = (),
-                      defaults: dict[str, Any] | None = None) -> None:
+def add_setting_flags(parser: argparse.ArgumentParser, model: type[BaseModel] | Mapping[str, FieldInfo],
+                      skip: tuple[str, ...] = (), defaults: dict[str, Any] | None = None,
+                      notes: Mapping[str, str] | None = None) -> None:
     """The one flag builder: each user setting of ``model`` (but ``skip``) as a flag with its declared help, and
     where its default is None what the venue gives it (:func:`help_for`). ``defaults``: a command's own default
-    where it differs from the declaration's. :func:`read_setting_flags` reads them back."""
-    for name, field in user_settings(model).items():
+    where it differs from the declaration's. :func:`read_setting_flags` reads them back.
+
+    ``model`` may instead be the fields (name -> declaration) of models a command builds later from what it parsed
+    (a benchmark's run options and workload fields): a flag not given parses as None, leaving its field to the
+    model that takes it (the help shows that model's default); a required field's flag is required, but for a
+    field with a note (the workloads that take it, ending its help), whose workload's rules decide."""
+    later = isinstance(model, Mapping)
+    for name, field in (model if later else user_settings(model)).items():
+        meta = declared(field)
+        switches = meta.get("switches", {})
         if name in skip:
             continue
-        cli = {k: v for k, v in declared(field).items() if k in ("metavar", "choices")}
-        switches = declared(field).get("switches", {})
         for flag, (value, text) in switches.items():  # a tri-state: a flag for each value
             parser.add_argument(flag, dest=name, action="append_const", const=value, help=text)
-        default = (defaults or {}).get(name, offered_default(field))
-        text, flag = help_for(model, name, default), declared(field).get("flag", "--" + name.replace("_", "-"))
-        kind = value_type(field.annotation)
+        if switches:
+            continue
+        kind, note, dashed = value_type(field.annotation), (notes or {}).get(name, ""), name.replace("_", "-")
+        default = None if later else (defaults or {}).get(name, offered_default(field))
+        text = str(field.description) if later else help_for(model, name, default)  # type: ignore[arg-type]
+        if kind is bool:  # a switch; a setting on by default is turned off
+            on = field.default is True
+            parser.add_argument(meta.get("flag", f"--no-{dashed}" if on else f"--{dashed}"), dest=name,
+                                action="store_false" if on else "store_true",
+                                help=f"turn off: {text}{note}" if on else text + note)
+            continue
+        cli = {k: v for k, v in meta.items() if k in ("metavar", "choices")}
         if typing.get_origin(kind) is Literal:
-            cli["choices"] = typing.get_args(kind)
-        if declared(field).get("comma"):
-            parser.add_argument(flag, dest=name, type=_comma_list, default=default, help=text, **cli)
+            cli["choices"] = list(typing.get_args(kind))
+        if "choices" in cli and not later:  # a setting's choice is taken in any case
+            cli["type"], text = str.lower, f"{text}, any case"
+        shown = (None if field.is_required() else field.default) if later else default
+        if shown is not None:  # a benchmark's 600.0 reads 600
+            text += f" (default {shown:g})" if later and isinstance(shown, float) else f" (default {shown})"
+        text, flag = text + note, meta.get("flag", f"--{dashed}")
+        item = typing.get_args(kind)[0] if typing.get_origin(kind) is list else None
+        if typing.get_origin(item) is Annotated:  # list[Annotated[int, Field(le=...)]]: the limits are the field's
+            item = typing.get_args(item)[0]
+        if item in _ITEMS and (item is not str or meta.get("comma")):  # numbers, or strings declared comma-separated
+            what, metavar = _ITEMS[item]
+            cli.setdefault("metavar", f"{metavar or name.upper()},...")
+            if item is not str:  # numbers may also come space-separated
+                cli.update(nargs="+", action=_ListValues)
+                text += "; comma- or space-separated"
+            parser.add_argument(flag, dest=name, type=_comma_list(item, what), default=default, help=text, **cli)
         elif typing.get_origin(kind) in (list, dict):  # a flag per item (a mapping's: KEY=VALUE)
             parser.add_argument(flag, dest=name, action="append", help=text, **cli)
-        elif kind is bool and not switches:
-            parser.add_argument(flag, dest=name, action="store_true", help=text)
-        elif not switches:
-            if "choices" in cli:  # taken in any case
-                kind, text = str.lower, f"{text}, any case"
-            parser.add_argument(flag, dest=name, type=kind, default=default,
-                                help=text if default is None else f"{text} (default %(default)s)", **cli)
+        else:
+            if later and "choices" not in cli:  # a field's kind of value: a benchmark's flags name it
+                cli.setdefault("metavar", _ITEMS.get(kind, ("", None))[1] or name.upper())
+            cli.setdefault("type", str if kind is SecretStr or "choices" in cli else kind)
+            parser.add_argument(flag, dest=name, default=default, help=text, **cli,
+                                required=later and field.is_required() and name not in (notes or {}))
 
 
 def value_type(annotation: Any) -> Any:
@@ -331,8 +361,31 @@ def value_type(annotation: Any) -> Any:
     return next((t for t in typing.get_args(annotation) if t is not type(None)), annotation) if union else annotation
 
 
-def _comma_list(value: str) -> list[str]:
-    return [item.strip() for item in value.split(",") if item.strip()]
+# a comma list's items: what an error calls them, and the flag's metavar (None: the field's name)
+_ITEMS: dict[Any, tuple[str, str | None]] = {int: ("integer", "N"), float: ("number", "X"), str: ("value", None)}
+
+
+def _comma_list(cast: Callable[[str], Any], what: str) -> Callable[[str], list[Any]]:
+    """An argparse type for "1,2,4": a list of ``cast`` values, at least one."""
+
+    def parse(text: str) -> list[Any]:
+        try:
+            values = [cast(v.strip()) for v in text.split(",") if v.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated {what}s, got {text!r}") from None
+        if not values:
+            raise argparse.ArgumentTypeError(f"expected at least one {what}")
+        return values
+
+    return parse
+
+
+class _ListValues(argparse.Action):
+    """A comma list takes its values comma-separated (``--concurrency 1,8``) or space-separated
+    (``--concurrency 1 8``), or both; each word was already parsed by :func:`_comma_list`."""
+
+    def __call__(self, parser: Any, namespace: argparse.Namespace, values: Any, option_string: Any = None) -> None:
+        setattr(namespace, self.dest, [v for word in values for v in word])
 
 
 def read_setting_flags(args: argparse.Namespace, model: type[BaseModel]) -> dict[str, Any]:

@@ -8,7 +8,7 @@ import pytest
 from fakes.fake_openai_server import FakeScript, FakeServer, FakeServerState
 
 from gemma4_t4.bench import BenchArgs, run_benchmark
-from gemma4_t4.bench.args import METHODS, BenchOptions, flag_name, is_user_option
+from gemma4_t4.bench.args import METHODS, BenchOptions, cli_flag, is_user_option
 from gemma4_t4.bench.compare import compare_suites, published_decode
 from gemma4_t4.bench.metrics import series_decode
 from gemma4_t4.bench.registry import REGISTRY
@@ -89,6 +89,16 @@ def _run_parser():
 # what the command itself does around the run (not benchmark options)
 COMMAND_FLAGS = {"help", "json", "debug", "no_plots"}
 CHOOSERS = {"workload", "method"}  # which workload runs (decode's modes: --method series)
+
+
+def flag_name(field_name, info):
+    """The flag a field should have: its own spelling (``--out`` for ``out_dir``), else ``--input-len`` for
+    ``input_len``; a ``True`` default is turned off with ``--no-NAME``."""
+    meta = cli_flag(field_name, info)
+    if "flag" in meta:
+        return meta["flag"]
+    dashed = field_name.replace("_", "-")
+    return f"--no-{dashed}" if info.default is True else f"--{dashed}"
 
 
 def test_every_user_option_has_exactly_one_generated_flag():
