@@ -35,7 +35,7 @@ _EXPORTS = {
         "answers": ("AnswerComparison", "compare_answers"),
         "compare": ("RunComparison", "compare_runs", "compare_suites"),
         "plots": ("plot_compare", "plot_run"),
-        "results": ("BenchRun", "format_cells", "load_run"),
+        "results": ("BenchRun", "load_run"),
         "schemas": ("CellSummary", "RequestRecord", "RunInfo", "RunReport"),
         "specs": ("run", "AnswersSpec", "DecodeSpec", "LoadSpec", "OpenLoopSpec", "PrefixSpec",
                   "SeriesDecodeSpec", "SweepSpec", "TTFTSpec"),

@@ -10,7 +10,7 @@ from pathlib import Path
 from gemma4_t4.bench.answers import AnswerComparison, compare_answers
 from gemma4_t4.bench.derive import cost
 from gemma4_t4.bench.metrics import aggregate, buffered_delivery, median, ratio_ci, request_metrics
-from gemma4_t4.bench.published import SAGEMAKER_DECODE, Kind, PublishedDecode, measured_kind
+from gemma4_t4.bench.published import SAGEMAKER_DECODE, Kind, PublishedSageMaker, measured_kind
 from gemma4_t4.bench.results import RECORDS_FILE, SUMMARY_FILE, BenchRun, load_run
 from gemma4_t4.bench.schemas import CellStats, CellSummary, SpecDecode
 from gemma4_t4.errors import Gemma4T4Error
@@ -210,7 +210,7 @@ class Headline(Displayable):
     answers: AnswerComparison | None
     usd_per_mtok_a: dict[str, float]
     usd_per_mtok_b: dict[str, float]
-    published: PublishedDecode | None
+    published: PublishedSageMaker | None
     not_measured: list[str] = field(default_factory=list)  # this model's runs that did not complete
     kind_a: Kind | None = None  # what A and B measured on, from what their runs recorded
     kind_b: Kind | None = None
@@ -249,7 +249,7 @@ class Headline(Displayable):
         return out
 
 
-def _published(p: PublishedDecode) -> str:
+def _published(p: PublishedSageMaker) -> str:
     return f"published ({p.model} {p.build}, not our measurement)"
 
 
@@ -340,7 +340,7 @@ def _prices(runs: list[BenchRun]) -> tuple[dict[str, float], str | None]:
     return cost(best[0], keys or None, gpu_key=kind.gpu), None
 
 
-def published_decode(model: str, build: str | None = None) -> PublishedDecode | None:
+def published_decode(model: str, build: str | None = None) -> PublishedSageMaker | None:
     """The series' SageMaker row for a served model name (case-insensitive match), labelled published."""
     name = model.lower().replace("_", "-")
     rows = [p for p in SAGEMAKER_DECODE if p.model.lower() in name and (build is None or p.build == build)]

@@ -63,18 +63,19 @@ def median(values: Sequence[float]) -> float:
     return percentile(values, 50.0)
 
 
-def bootstrap_ci(
-    values: Sequence[float], statistic=median, confidence: float = 0.95, resamples: int = 1000, seed: int = 0
-) -> tuple[float | None, float | None]:
-    """Percentile-bootstrap interval of ``statistic`` (deterministic for a given seed)."""
+# every bootstrap draws this many resamples from random.Random(0): the same data, the same interval
+RESAMPLES = 1000
+
+
+def bootstrap_ci(values: Sequence[float]) -> tuple[float | None, float | None]:
+    """95 % percentile-bootstrap interval of the median."""
     if len(values) < 2:
         return (None, None)
-    rng = random.Random(seed)
+    rng = random.Random(0)
     data = list(values)
     n = len(data)
-    estimates = sorted(statistic([data[rng.randrange(n)] for _ in range(n)]) for _ in range(resamples))
-    tail = (1.0 - confidence) / 2.0 * 100.0
-    return (percentile(estimates, tail), percentile(estimates, 100.0 - tail))
+    estimates = sorted(median([data[rng.randrange(n)] for _ in range(n)]) for _ in range(RESAMPLES))
+    return (percentile(estimates, 2.5), percentile(estimates, 97.5))
 
 
 def summarize(values: Iterable[float | None], ci: bool = True) -> LatencyStats:
@@ -244,8 +245,7 @@ def open_loop_stats(
 
 
 def series_decode(
-    short: Sequence[RequestRecord], long: Sequence[RequestRecord], short_tokens: int, long_tokens: int,
-    resamples: int = 1000, seed: int = 0,
+    short: Sequence[RequestRecord], long: Sequence[RequestRecord], short_tokens: int, long_tokens: int
 ) -> SeriesDecode:
     """The series' decode speed: (long - short) tokens / (wall_long - wall_short), with wall the
     median end-to-end latency; prefill cancels out. The interval resamples both sides."""
@@ -262,12 +262,12 @@ def series_decode(
     out.wall_short_ms, out.wall_long_ms, out.decode_tok_s = median(ws), median(wl), speed(ws, wl)
     out.samples = [s for s in (speed([a], [b]) for a, b in zip(ws, wl, strict=False)) if s is not None]
     if len(ws) > 1 and len(wl) > 1:
-        rng = random.Random(seed)
+        rng = random.Random(0)
         estimates = sorted(
             v
             for v in (
                 speed([ws[rng.randrange(len(ws))] for _ in ws], [wl[rng.randrange(len(wl))] for _ in wl])
-                for _ in range(resamples)
+                for _ in range(RESAMPLES)
             )
             if v is not None
         )
@@ -276,27 +276,21 @@ def series_decode(
     return out
 
 
-def ratio_ci(
-    a: Sequence[float],
-    b: Sequence[float],
-    statistic=median,
-    resamples: int = 1000,
-    seed: int = 0,
-) -> tuple[float | None, float | None, float | None]:
-    """statistic(b) / statistic(a) with a 95 % bootstrap interval (both sides resampled)."""
+def ratio_ci(a: Sequence[float], b: Sequence[float]) -> tuple[float | None, float | None, float | None]:
+    """median(b) / median(a) with a 95 % bootstrap interval (both sides resampled)."""
     a = [v for v in a if v is not None]
     b = [v for v in b if v is not None]
     if not a or not b:
         return (None, None, None)
-    base = statistic(a)
-    point = statistic(b) / base if base else None
+    base = median(a)
+    point = median(b) / base if base else None
     if len(a) < 2 or len(b) < 2:
         return (point, None, None)
-    rng = random.Random(seed)
+    rng = random.Random(0)
     estimates = []
-    for _ in range(resamples):
-        sa = statistic([a[rng.randrange(len(a))] for _ in a])
-        sb = statistic([b[rng.randrange(len(b))] for _ in b])
+    for _ in range(RESAMPLES):
+        sa = median([a[rng.randrange(len(a))] for _ in a])
+        sb = median([b[rng.randrange(len(b))] for _ in b])
         if sa:
             estimates.append(sb / sa)
     estimates.sort()

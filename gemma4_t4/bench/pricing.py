@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gemma4_t4.bench.published import measured_kind, sagemaker_load
+from gemma4_t4.bench.published import L4_INSTANCE, T4_INSTANCE, measured_kind, sagemaker_load
 from gemma4_t4.catalog.hardware import PRICES, price_key, usd_per_million_tokens
 from gemma4_t4.foundation.table import Displayable
 
@@ -55,7 +55,7 @@ class CostTable(Displayable):
     def table_rows(self) -> list[dict[str, object]]:
         load = sagemaker_load("gemma-4-E2B", "emb4")  # the series' c=16 figures
         rows: list[dict[str, object]] = []
-        for gpu, instance, tok_s in (("T4", load.t4_instance, load.t4_tok_s), ("L4", load.l4_instance, load.l4_tok_s)):
+        for gpu, instance, tok_s in (("T4", T4_INSTANCE, load.t4_tok_s), ("L4", L4_INSTANCE, load.l4_tok_s)):
             usd_per_hour = PRICES[price_key("sagemaker", instance)].usd_per_hour
             rows.append({"source": f"published: SageMaker {instance} ({gpu}), E2B emb4, c={load.concurrency}",
                          "output tok/s": tok_s, "$/h": usd_per_hour,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, TypedDict
 from urllib.parse import urlsplit
 
 from gemma4_t4.catalog.hardware import PRICES, identify_gpu
@@ -67,31 +67,36 @@ GCE_T4_E2B: list[PublishedResult] = (
 )
 
 
+T4_INSTANCE, L4_INSTANCE = "ml.g4dn.xlarge", "ml.g6.xlarge"
+
+
 @dataclass(frozen=True)
-class PublishedDecode:
-    """Single-stream decode tok/s on SageMaker, T4 (ml.g4dn.xlarge) and L4 (ml.g6.xlarge)."""
+class PublishedSageMaker:
+    """Output tok/s on SageMaker, T4 (ml.g4dn.xlarge) and L4 (ml.g6.xlarge): single-stream decode
+    (``concurrency`` 1) or load (16 concurrent requests of 256 tokens)."""
 
     model: str
     build: str
     l4_tok_s: float
     t4_tok_s: float | None
-    identical_answers: str | None
+    identical_answers: str | None = None
+    concurrency: int = 1
     source: str = SAGEMAKER_SOURCE
     published: bool = True
 
 
-SAGEMAKER_DECODE: list[PublishedDecode] = [
-    PublishedDecode("gemma-4-E2B", "emb4", 141.7, 108.5, "40/40"),
-    PublishedDecode("gemma-4-E4B", "emb4", 79.9, 65.6, "40/40"),
-    PublishedDecode("gemma-4-12B", "emb4", 35.0, 28.5, "40/40"),
-    PublishedDecode("gemma-4-26B-A4B", "emb4", 91.5, None, None),  # the T4 ran out of memory at load
+SAGEMAKER_DECODE: list[PublishedSageMaker] = [
+    PublishedSageMaker("gemma-4-E2B", "emb4", 141.7, 108.5, "40/40"),
+    PublishedSageMaker("gemma-4-E4B", "emb4", 79.9, 65.6, "40/40"),
+    PublishedSageMaker("gemma-4-12B", "emb4", 35.0, 28.5, "40/40"),
+    PublishedSageMaker("gemma-4-26B-A4B", "emb4", 91.5, None),  # the T4 ran out of memory at load
     # the QAT builds with bf16 embeddings ("text-only") that Part 3's repack starts from
-    PublishedDecode("gemma-4-E2B", "qat-text", 103.0, None, None),
-    PublishedDecode("gemma-4-E4B", "qat-text", 62.1, None, None),
-    PublishedDecode("gemma-4-12B", "qat-text", 29.0, None, None),
-    PublishedDecode("gemma-4-26B-A4B", "qat-text", 65.8, None, None),
-    PublishedDecode("gemma-4-E2B", "qat", 105.1, None, None),
-    PublishedDecode("gemma-4-E2B", "bf16", 51.3, None, None),
+    PublishedSageMaker("gemma-4-E2B", "qat-text", 103.0, None),
+    PublishedSageMaker("gemma-4-E4B", "qat-text", 62.1, None),
+    PublishedSageMaker("gemma-4-12B", "qat-text", 29.0, None),
+    PublishedSageMaker("gemma-4-26B-A4B", "qat-text", 65.8, None),
+    PublishedSageMaker("gemma-4-E2B", "qat", 105.1, None),
+    PublishedSageMaker("gemma-4-E2B", "bf16", 51.3, None),
 ]
 
 
@@ -120,25 +125,10 @@ class PublishedDrafter:
 T4_DRAFTER = PublishedDrafter("gemma-4-E2B", "emb4", 3, 109.7, 135.0, 9.9, 7.4, 0.38, "3/20")
 
 
-@dataclass(frozen=True)
-class PublishedLoad:
-    """Output tok/s at 16 concurrent requests of 256 tokens on SageMaker, T4 and L4."""
-
-    model: str
-    build: str
-    t4_tok_s: float
-    l4_tok_s: float
-    t4_instance: str = "ml.g4dn.xlarge"
-    l4_instance: str = "ml.g6.xlarge"
-    concurrency: int = 16
-    source: str = SAGEMAKER_SOURCE
-    published: bool = True
-
-
-SAGEMAKER_LOAD: list[PublishedLoad] = [
-    PublishedLoad("gemma-4-E2B", "emb4", 787.05, 1259.15),
-    PublishedLoad("gemma-4-E4B", "emb4", 488.05, 848.95),
-    PublishedLoad("gemma-4-12B", "emb4", 216.45, 411.8),
+SAGEMAKER_LOAD: list[PublishedSageMaker] = [
+    PublishedSageMaker("gemma-4-E2B", "emb4", 1259.15, 787.05, concurrency=16),
+    PublishedSageMaker("gemma-4-E4B", "emb4", 848.95, 488.05, concurrency=16),
+    PublishedSageMaker("gemma-4-12B", "emb4", 411.8, 216.45, concurrency=16),
 ]
 
 
@@ -151,21 +141,18 @@ def gce_t4(build: str, input_len: int = 512, concurrency: int = 1) -> PublishedR
     raise KeyError(f"no published GCE T4 cell for {build} in {input_len} c={concurrency}; published: {have}")
 
 
-R = TypeVar("R", PublishedLoad, PublishedDecode)
-
-
-def _sagemaker(rows: list[R], what: str, model: str, build: str) -> R:
+def _sagemaker(rows: list[PublishedSageMaker], what: str, model: str, build: str) -> PublishedSageMaker:
     found = next((r for r in rows if (r.model, r.build) == (model, build)), None)
     if found is None:
         raise KeyError(f"no published SageMaker {what} figure for {model} {build}")
     return found
 
 
-def sagemaker_load(model: str = "gemma-4-E2B", build: str = "emb4") -> PublishedLoad:
+def sagemaker_load(model: str = "gemma-4-E2B", build: str = "emb4") -> PublishedSageMaker:
     return _sagemaker(SAGEMAKER_LOAD, "load", model, build)
 
 
-def sagemaker_decode(model: str = "gemma-4-E2B", build: str = "emb4") -> PublishedDecode:
+def sagemaker_decode(model: str = "gemma-4-E2B", build: str = "emb4") -> PublishedSageMaker:
     return _sagemaker(SAGEMAKER_DECODE, "decode", model, build)
 
 
@@ -190,8 +177,8 @@ class PublishedRatio:
         return self.value / self.baseline_value
 
 
-def _ratio(claim: str, gpu: str, metric: str, conditions: str, base: PublishedResult | PublishedDecode,
-           top: PublishedResult | PublishedDecode, attr: str) -> PublishedRatio:
+def _ratio(claim: str, gpu: str, metric: str, conditions: str, base: PublishedResult | PublishedSageMaker,
+           top: PublishedResult | PublishedSageMaker, attr: str) -> PublishedRatio:
     return PublishedRatio(claim, gpu, base.model, base.build, top.build, metric, getattr(base, attr),
                           getattr(top, attr), conditions, base.source)
 
@@ -314,7 +301,7 @@ def measured_kind(run: BenchRun) -> Kind:
     return Kind(size, gpu)
 
 
-def published_kind(row: PublishedResult | PublishedRatio | PublishedDecode, gpu: str | None = None) -> Kind:
+def published_kind(row: PublishedResult | PublishedRatio | PublishedSageMaker, gpu: str | None = None) -> Kind:
     """The kind of a published figure (a SageMaker decode row names two GPUs: pass ``gpu``)."""
     return Kind(model_size_of(row.model), gpu or getattr(row, "gpu", None))
 

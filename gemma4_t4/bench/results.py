@@ -338,11 +338,24 @@ class BenchRun(Displayable, BaseModel):
             for c in self.cells
         ]
 
+    def notes(self) -> list[str]:
+        """What a cell's row does not show: it queued, stopped early, reached the in-flight cap, or drafted."""
+        out = []
+        for c in self.cells:
+            flags = [name for name, on in (("queueing", c.queueing), ("partial", c.partial),
+                                           ("in-flight cap reached", c.open_loop and c.open_loop.cap_reached)) if on]
+            spec = c.spec_decode
+            if spec is not None and spec.acceptance_rate is not None and spec.mean_accepted_length is not None:
+                flags.append(f"drafts accepted {spec.acceptance_rate:.0%}, "
+                             f"mean accepted length {spec.mean_accepted_length:.2f}")
+            if flags:
+                out.append(f"{c.cell}: {'; '.join(flags)}")
+        return out
+
     def table(self) -> str:
-        table = format_cells(self.cells)
-        if self.not_measured:  # what an incomplete run got is shown, never as a result
-            return f"not measured: {self.not_measured} (the cells below are what it got before that)\n{table}"
-        return table
+        """The run as text (the CLI's and the MCP report's): its display; an incomplete run's caption
+        says its cells are no result."""
+        return str(self)
 
     def report(self) -> RunReport:
         return RunReport(
@@ -365,41 +378,3 @@ def read_records(path: Path) -> list[StoredRecord]:
 def load_run(out_dir: str | os.PathLike | BenchRun) -> BenchRun:
     """The run in ``out_dir`` (a run already loaded is itself)."""
     return out_dir if isinstance(out_dir, BenchRun) else BenchRun.load(out_dir)
-
-
-def _fmt(value: Any, digits: int = 1) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:,.{digits}f}"
-    return str(value)
-
-
-def format_cells(cells: Sequence[CellSummary]) -> str:
-    """A plain-text table of medians (p90 where it matters), one line per cell."""
-    header = (
-        f"{'cell':<44} {'c':>3} {'in':>5} {'out':>4} {'ok/fail':>8} {'TTFT p50':>9} {'TTFT p90':>9} "
-        f"{'TPOT p50':>9} {'ITL p99':>8} {'stream t/s':>10} {'out tok/s':>9} {'hit %':>6}"
-    )
-    lines = [header, "-" * len(header)]
-    for c in cells:
-        hit = c.prefix_cache.hit_rate
-        flags = (" [queueing]" if c.queueing else "") + (" [partial]" if c.partial else "")
-        if c.open_loop and c.open_loop.cap_reached:
-            flags += " [in-flight cap reached]"
-        if c.buffered:
-            flags += f" [TPOT, ITL, stream t/s {c.buffered.reason}]"
-        spec = c.spec_decode
-        if spec is not None and spec.acceptance_rate is not None and spec.mean_accepted_length is not None:
-            flags += f" [drafts accepted {spec.acceptance_rate:.0%}, mean accepted length {spec.mean_accepted_length:.2f}]"
-        rate = f"{c.open_loop.offered_rate_rps:g}/s" if c.open_loop else "-"
-        load = c.concurrency if c.concurrency is not None else rate
-        lines.append(
-            f"{c.cell[:44]:<44} {load:>3} {_fmt(c.input_len):>5} "
-            f"{_fmt(c.output_len):>4} {f'{c.completed}/{c.failed}':>8} "
-            f"{_fmt(c.ttft_ms.median):>9} {_fmt(c.ttft_ms.p90):>9} "
-            f"{_fmt(c.tpot_ms.median, 2):>9} {_fmt(c.itl_ms.p99):>8} "
-            f"{_fmt(c.per_stream_tok_s.median):>10} "
-            f"{_fmt(c.output_throughput_tok_s):>9} {_fmt(hit * 100 if hit is not None else None):>6}{flags}"
-        )
-    return "\n".join(lines)

@@ -306,7 +306,30 @@ def parse_smi_sample(line: str) -> GPUSample | None:
     return sample
 
 
-class GPUSampler:
+class _Poller:
+    """A daemon thread that keeps ``samples`` once per ``interval_s`` (``_loop``) until stopped."""
+
+    def __init__(self, interval_s: float):
+        self.interval_s = interval_s
+        self.samples: list[dict[str, float]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _loop(self) -> None:
+        raise NotImplementedError
+
+    def start(self) -> Any:
+        self._thread = threading.Thread(target=self._loop, name=type(self).__name__, daemon=True)
+        self._thread.start()
+        return self
+
+    def _join(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(5)
+
+
+class GPUSampler(_Poller):
     """GPU samples (SM clock, power, throttle reasons, memory) once per ``interval_s`` in a thread:
     through NVML when ``pynvml`` (nvidia-ml-py) is importable, else by polling ``nvidia-smi``.
     Does nothing without a GPU; ``source`` says which ("nvml", "nvidia-smi" or None)."""
@@ -314,11 +337,8 @@ class GPUSampler:
     def __init__(
         self, interval_s: float = 0.5, index: int = 0, smi: Any = _smi_output, use_nvml: bool = True
     ):
-        self.interval_s = interval_s
+        super().__init__(interval_s)
         self.index = index
-        self.samples: list[GPUSample] = []
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._smi = smi
         self.source: str | None = None
         self._nvml = None
@@ -357,28 +377,21 @@ class GPUSampler:
             "temperature_c": nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU),
         }
 
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                sample = self._sample()
+                if sample is not None:
+                    self.samples.append(sample)
+            except Exception:  # noqa: BLE001
+                pass
+            self._stop.wait(self.interval_s)
+
     def start(self) -> GPUSampler:
-        if not self.available:
-            return self
-
-        def loop() -> None:
-            while not self._stop.is_set():
-                try:
-                    sample = self._sample()
-                    if sample is not None:
-                        self.samples.append(sample)
-                except Exception:  # noqa: BLE001
-                    pass
-                self._stop.wait(self.interval_s)
-
-        self._thread = threading.Thread(target=loop, name="gpu-sampler", daemon=True)
-        self._thread.start()
-        return self
+        return super().start() if self.available else self
 
     def stop(self) -> GPUTelemetry | None:
-        self._stop.set()
-        if self._thread:
-            self._thread.join(5)
+        self._join()
         if not self.available:
             return None
         summary = summarize_gpu_samples(self.samples)
@@ -410,35 +423,26 @@ def summarize_gpu_samples(samples: list[GPUSample]) -> GPUTelemetry:
     )
 
 
-class MetricsSampler:
+class MetricsSampler(_Poller):
     """Polls ``/metrics`` in a thread during a cell: running/waiting requests, KV usage."""
 
     def __init__(self, base_url: str, api_key: str | None = None, interval_s: float = 1.0):
-        self.base_url, self.api_key, self.interval_s = base_url, api_key, interval_s
-        self.samples: list[dict[str, float]] = []
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__(interval_s)
+        self.base_url, self.api_key = base_url, api_key
 
-    def start(self) -> MetricsSampler:
-        def loop() -> None:
-            while not self._stop.wait(self.interval_s):
-                snap = scrape(self.base_url, self.api_key, timeout=self.interval_s * 2)
-                if snap is None:
-                    continue
-                self.samples.append({
-                    "running": snap.get("vllm:num_requests_running") or 0.0,
-                    "waiting": snap.get("vllm:num_requests_waiting") or 0.0,
-                    "kv_cache_usage": snap.get("vllm:kv_cache_usage_perc") or 0.0,
-                })
-
-        self._thread = threading.Thread(target=loop, name="metrics-sampler", daemon=True)
-        self._thread.start()
-        return self
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            snap = scrape(self.base_url, self.api_key, timeout=self.interval_s * 2)
+            if snap is None:
+                continue
+            self.samples.append({
+                "running": snap.get("vllm:num_requests_running") or 0.0,
+                "waiting": snap.get("vllm:num_requests_waiting") or 0.0,
+                "kv_cache_usage": snap.get("vllm:kv_cache_usage_perc") or 0.0,
+            })
 
     def stop(self) -> ServerLoad:
-        self._stop.set()
-        if self._thread:
-            self._thread.join(5)
+        self._join()
         if not self.samples:
             return ServerLoad()
         top = {key: max(s[key] for s in self.samples) for key in ("running", "waiting", "kv_cache_usage")}

@@ -49,17 +49,13 @@ def rec(
     )
 
 
-def reference_bootstrap(values, statistic, resamples, seed, tails=(2.5, 97.5)):
+def reference_bootstrap(values, statistic, resamples, seed):
     """The documented procedure, written out: ``resamples`` draws with ``random.Random(seed)``,
     then numpy's linear percentiles of the sorted estimates."""
     rng = random.Random(seed)
     n = len(values)
     estimates = [statistic([values[rng.randrange(n)] for _ in range(n)]) for _ in range(resamples)]
-    return tuple(float(np.percentile(estimates, t)) for t in tails)
-
-
-def mean(v):
-    return sum(v) / len(v)
+    return tuple(float(np.percentile(estimates, t)) for t in (2.5, 97.5))
 
 
 DATA = [float(x) for x in np.random.default_rng(7).exponential(10, 25)]
@@ -84,26 +80,19 @@ def test_percentile_ends_are_the_extremes(q):
 # --- bootstrap_ci ---------------------------------------------------------------------------------
 
 
-def test_bootstrap_defaults_are_1000_resamples_seed_0_and_the_central_95_percent():
-    expected = reference_bootstrap(DATA, mean, 1000, 0)
-    assert metrics.bootstrap_ci(DATA, statistic=mean) == pytest.approx(expected, rel=1e-12)
-    assert metrics.bootstrap_ci(DATA, statistic=mean, resamples=1000, seed=0) == pytest.approx(expected, rel=1e-12)
+def test_bootstrap_is_1000_resamples_of_the_median_seed_0_and_the_central_95_percent():
+    expected = reference_bootstrap(DATA, metrics.median, 1000, 0)
+    assert metrics.bootstrap_ci(DATA) == pytest.approx(expected, rel=1e-12)
     # the same call twice gives the same interval (seeded, not drawn from the clock)
-    assert metrics.bootstrap_ci(DATA, statistic=mean) == metrics.bootstrap_ci(DATA, statistic=mean)
-
-
-def test_bootstrap_confidence_sets_both_tails():
-    expected = reference_bootstrap(DATA, mean, 500, 3, tails=(5.0, 95.0))
-    got = metrics.bootstrap_ci(DATA, statistic=mean, confidence=0.90, resamples=500, seed=3)
-    assert got == pytest.approx(expected, rel=1e-12)
+    assert metrics.bootstrap_ci(DATA) == metrics.bootstrap_ci(DATA)
 
 
 def test_bootstrap_needs_two_values_and_two_are_enough():
     assert metrics.bootstrap_ci([]) == (None, None)
     assert metrics.bootstrap_ci([3.0]) == (None, None)
-    low, high = metrics.bootstrap_ci([1.0, 3.0], statistic=mean)
-    # resamples of two values have means 1, 2 or 3: the 95 % interval spans them
-    assert (low, high) == pytest.approx(reference_bootstrap([1.0, 3.0], mean, 1000, 0), rel=1e-12)
+    low, high = metrics.bootstrap_ci([1.0, 3.0])
+    # resamples of two values have medians 1, 2 or 3: the 95 % interval spans them
+    assert (low, high) == pytest.approx(reference_bootstrap([1.0, 3.0], metrics.median, 1000, 0), rel=1e-12)
     assert low == 1.0 and high == 3.0
 
 
@@ -379,7 +368,7 @@ def _walls(walls_ms, send=100.0):
 def test_series_decode_exactly():
     short = _walls([100.0, 120.0, 110.0])
     long = _walls([1100.0, 1300.0, 1200.0, 1250.0])
-    out = metrics.series_decode(short, long, short_tokens=32, long_tokens=256, resamples=400, seed=5)
+    out = metrics.series_decode(short, long, short_tokens=32, long_tokens=256)
     assert out.short_tokens == 32 and out.long_tokens == 256
     assert out.wall_short_ms == pytest.approx(110.0)
     assert out.wall_long_ms == pytest.approx(1225.0)
@@ -387,9 +376,9 @@ def test_series_decode_exactly():
     # i-th short with i-th long; the fourth long has no partner
     assert out.samples == pytest.approx([224 / 1.0, 224 / 1.18, 224 / 1.09])
     ws, wl = [100.0, 120.0, 110.0], [1100.0, 1300.0, 1200.0, 1250.0]
-    rng = random.Random(5)
+    rng = random.Random(0)
     estimates = []
-    for _ in range(400):
+    for _ in range(1000):
         a = [ws[rng.randrange(3)] for _ in ws]
         b = [wl[rng.randrange(4)] for _ in wl]
         estimates.append(224 / ((float(np.median(b)) - float(np.median(a))) / 1000.0))
@@ -398,17 +387,15 @@ def test_series_decode_exactly():
 
 def test_series_decode_has_no_sample_from_a_pair_whose_long_request_came_out_faster():
     short, long = _walls([100.0, 500.0, 110.0]), _walls([1100.0, 400.0, 1200.0])
-    out = metrics.series_decode(short, long, short_tokens=32, long_tokens=256, resamples=10)
+    out = metrics.series_decode(short, long, short_tokens=32, long_tokens=256)
     assert out.samples == pytest.approx([224 / 1.0, 224 / 1.09])  # the second pair has no speed
 
 
-def test_series_decode_defaults_are_1000_resamples_seed_0():
+def test_series_decode_is_seeded():
     short, long = _walls([100.0, 130.0, 90.0]), _walls([900.0, 1000.0, 1400.0])
-    default = metrics.series_decode(short, long, 16, 128)
-    explicit = metrics.series_decode(short, long, 16, 128, resamples=1000, seed=0)
-    assert (default.ci_low, default.ci_high) == (explicit.ci_low, explicit.ci_high)
-    assert default.ci_low is not None
-    assert metrics.series_decode(short, long, 16, 128) == default  # seeded: the same twice
+    first = metrics.series_decode(short, long, 16, 128)
+    assert first.ci_low is not None
+    assert metrics.series_decode(short, long, 16, 128) == first  # seeded: the same twice
 
 
 def test_series_decode_skips_failed_and_unfinished_requests():
@@ -451,10 +438,10 @@ def reference_ratio(a, b, statistic, resamples, seed):
 
 def test_ratio_ci_defaults_and_tails_exactly():
     a, b = DATA[:12], [2.0 * v + 1.0 for v in DATA[12:]]
-    point, low, high = metrics.ratio_ci(a, b, statistic=mean)
-    assert point == pytest.approx(mean(b) / mean(a))
-    assert (low, high) == pytest.approx(reference_ratio(a, b, mean, 1000, 0), rel=1e-12)
-    assert metrics.ratio_ci(a, b, statistic=mean) == metrics.ratio_ci(a, b, statistic=mean, resamples=1000, seed=0)
+    point, low, high = metrics.ratio_ci(a, b)
+    assert point == pytest.approx(metrics.median(b) / metrics.median(a))
+    assert (low, high) == pytest.approx(reference_ratio(a, b, metrics.median, 1000, 0), rel=1e-12)
+    assert metrics.ratio_ci(a, b) == (point, low, high)  # seeded: the same twice
 
 
 def test_ratio_ci_edges():
@@ -463,9 +450,9 @@ def test_ratio_ci_edges():
     assert metrics.ratio_ci([0.0], [1.0]) == (None, None, None)  # a zero base has no ratio
     assert metrics.ratio_ci([2.0], [1.0, 3.0, 5.0]) == (1.5, None, None)  # one side of one: no interval
     assert metrics.ratio_ci([2.0, 4.0, 6.0], [8.0]) == (2.0, None, None)
-    point, low, high = metrics.ratio_ci([1.0, 3.0], [2.0, 6.0], statistic=mean)  # two a side are enough
+    point, low, high = metrics.ratio_ci([1.0, 3.0], [2.0, 6.0])  # two a side are enough
     assert point == 2.0
-    assert (low, high) == pytest.approx(reference_ratio([1.0, 3.0], [2.0, 6.0], mean, 1000, 0))
+    assert (low, high) == pytest.approx(reference_ratio([1.0, 3.0], [2.0, 6.0], metrics.median, 1000, 0))
     assert low is not None and low < 2.0 < high
 
 

@@ -24,7 +24,6 @@ from gemma4_t4.bench.results import (
     ResultsWriter,
     cells_to_csv,
     check_out_dir,
-    format_cells,
     load_run,
     read_records,
 )
@@ -313,10 +312,10 @@ def test_a_run_with_failed_requests_counts_them_and_repeats_no_error_already_in_
 def test_captions_and_tables_of_an_incomplete_run_say_it_is_no_result(tmp_path):
     ok = _decode(tmp_path / "ok", label="bf16 c=1", base_url="http://10.0.0.5:8000")
     assert ok.caption() == "bf16 c=1 on http://10.0.0.5:8000"
-    assert ok.table().startswith("cell") and ok.report().table == ok.table()
+    assert ok.table() == str(ok) and ok.report().table == ok.table()
     stopped = _decode(tmp_path / "s", status="aborted: x")
     assert stopped.caption() == f"decode: not measured: run {stopped.dir} is aborted: x"
-    assert stopped.table().startswith(f"not measured: run {stopped.dir} is aborted: x (the cells below")
+    assert stopped.table().startswith(f"decode: not measured: run {stopped.dir} is aborted: x\n")
     report = stopped.report()
     assert (report.status, report.out_dir, report.failed) == ("aborted: x", str(stopped.dir), 0)
     assert report.cells == stopped.cells and report.run == stopped.run
@@ -435,7 +434,7 @@ def test_each_display_row_is_one_cell_with_its_medians(tmp_path):
 # ---------------------------------------------------------------- results.py: the text table
 
 
-def test_the_text_table_shows_each_cells_medians_and_flags(tmp_path):
+def test_the_text_table_is_the_runs_display_with_each_cells_flags_as_a_note(tmp_path):
     records = [_record(i) for i in range(4)]
     flushed = [_record(i, flush=True) for i in range(4)]
     spec = SpecDecode(acceptance_rate=0.376, mean_accepted_length=2.128, source="/metrics")
@@ -444,31 +443,29 @@ def test_the_text_table_shows_each_cells_medians_and_flags(tmp_path):
               prefix_cache=PrefixCache(hit_rate=0.5)),
         _cell("open-2", records, concurrency=None, input_len=None, output_len=None,
               queueing=True, open_loop=OpenLoopInfo(offered_rate_rps=2.5, max_in_flight=4, cap_reached=True)),
-        _cell("decode-c8-" + "x" * 60, flushed, concurrency=8, partial=True),
+        _cell("decode-c8", flushed, concurrency=8, partial=True),
         _cell("drafter-unknown", records, spec_decode=SpecDecode(acceptance_rate=0.5)),
     ]  # fmt: skip
-    header, rule, first, second, third, fourth = format_cells(cells).splitlines()
-    assert header.split() == ["cell", "c", "in", "out", "ok/fail", "TTFT", "p50", "TTFT", "p90", "TPOT", "p50",
-                              "ITL", "p99", "stream", "t/s", "out", "tok/s", "hit", "%"]  # fmt: skip
-    assert rule == "-" * len(header)
-    assert first.startswith("decode-c1" + " " * 35 + "   1    16    8      4/0     100.0     100.0     20.00")
-    assert "     20.00     20.0       50.0 " in first  # TPOT p50, ITL p99, stream t/s
-    assert f"{32 / 0.241:,.1f}" in first and " 50.0 [queueing] [partial]" in first
-    assert first.endswith("[drafts accepted 38%, mean accepted length 2.13]")
-    assert second.startswith("open-2" + " " * 38 + " 2.5/s     -    -      4/0")
-    assert second.endswith("     - [queueing] [in-flight cap reached]")
-    assert third.startswith("decode-c8-" + "x" * 34 + "   8")  # the name cut at 44 characters
-    assert "       -" in third and third.endswith(
-        "- [partial] [TPOT, ITL, stream t/s not measured: the server delivered 8 tokens in one flush "
-        "(4 of 4 requests: every token within 0.00 ms of the first)]"
-    )
-    assert fourth.endswith(f"{32 / 0.241:,.1f}      -")  # no hit rate, no flag, not even a blank one
+    run = _write(tmp_path / "r", [(c, records) for c in cells])
+    assert run.notes() == [
+        "decode-c1: queueing; partial; drafts accepted 38%, mean accepted length 2.13",
+        "open-2: queueing; in-flight cap reached",
+        "decode-c8: partial",
+    ]  # the drafter with no mean accepted length gets no note, not even a blank one
+    text = run.table()
+    assert text == str(run) and text.endswith("\n".join(run.notes()))
+    caption, header, _rule, first, second, third, fourth, *_ = text.splitlines()
+    assert caption == "decode" and header.split()[:3] == ["workload", "variant", "concurrency"]
+    assert "2.5 req/s" in second and f"{32 / 0.241:,.1f}" in first
+    assert "not measured: the server delivered 8 tokens in one flush" in third
+    assert fourth.split()[:3] == ["decode", "-", "1"]
 
 
-def test_the_text_table_groups_thousands_and_rounds_as_labelled(tmp_path):
+def test_the_text_table_groups_thousands(tmp_path):
     slow = [_record(i, ttft=1.23456, gap=0.001) for i in range(4)]
-    line = format_cells([_cell("c", slow)]).splitlines()[2]
-    assert "1,234.6" in line and "1.00" in line and "1,000.0" in line
+    run = _write(tmp_path / "r", [(_cell("c", slow), slow)])
+    line = run.table().splitlines()[3]
+    assert "1,234.6" in line and "1,000.0" in line
 
 
 # ---------------------------------------------------------------- compare.py: two runs
