@@ -182,10 +182,9 @@ class SageMakerBackend:
         record = self._invoke(spec, model or "", keep_text=False, stream=False)
         if record.error:
             detail = record.error_detail or record.error
-            if record.error in ("connect_error", "timeout", "no_credentials", "endpoint_not_found"):
+            if record.error in _FIXES:  # the endpoint was not reached: each of these has its fix
                 raise Gemma4T4Error(
-                    f"cannot reach the SageMaker endpoint {self.url}: {detail}",
-                    fix=_FIXES.get(record.error, "check the region and endpoint name"),
+                    f"cannot reach the SageMaker endpoint {self.url}: {detail}", fix=_FIXES[record.error]
                 )
             if "does not exist" in detail and model:
                 raise Gemma4T4Error(

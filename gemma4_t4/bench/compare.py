@@ -351,6 +351,10 @@ def _median(values: list[float]) -> float | None:
     return median(values) if values else None
 
 
+def _kind(runs: list[BenchRun]) -> Kind | None:
+    return measured_kind(runs[0]) if runs else None
+
+
 def compare_suites(a: str | os.PathLike, b: str | os.PathLike) -> SuiteComparison:
     """Per model: decode A/B with an interval, TTFT A/B, identical answers, $/Mtok, published row."""
     runs_a, runs_b = load_suite(a), load_suite(b)
@@ -358,19 +362,19 @@ def compare_suites(a: str | os.PathLike, b: str | os.PathLike) -> SuiteCompariso
     models_b = {r.run.model or "?" for r in runs_b}
     headlines = []
     for model in sorted(models_a & models_b):
-        every_a = [r for r in runs_a if (r.run.model or "?") == model]
-        every_b = [r for r in runs_b if (r.run.model or "?") == model]
+        every_a, every_b = ([r for r in runs if (r.run.model or "?") == model] for runs in (runs_a, runs_b))
         sides = (("A", every_a), ("B", every_b))
         incomplete = [f"{side}: {r.not_measured}" for side, runs in sides for r in runs if r.not_measured]
         # figures come from complete runs only; a stopped run is named, never averaged in
-        ra, rb = [r for r in every_a if r.ok], [r for r in every_b if r.ok]
+        ra, rb = ([r for r in runs if r.ok] for runs in (every_a, every_b))
         method_a, da, flush_a = _decode_samples(ra)
         method_b, db, flush_b = _decode_samples(rb)
         flushed = [f"{side}: {why}" for side, why in (("A", flush_a), ("B", flush_b)) if why]
         method = method_a if method_a == method_b and not flushed else None
         point, low, high = ratio_ci(db, da) if method else (None, None, None)  # A/B
-        answers_a = next((r for r in every_a if r.answers() or r.run.workload == "answers"), None)
-        answers_b = next((r for r in every_b if r.answers() or r.run.workload == "answers"), None)
+        answers_a, answers_b = (
+            next((r for r in runs if r.answers() or r.run.workload == "answers"), None) for runs in (every_a, every_b)
+        )
         formats = (r.run.config.get("model_format") for r in ra + rb)
         build = next((f for f in formats if f), None)
         ma, mb = _median(_ttft_samples(ra)), _median(_ttft_samples(rb))
@@ -383,8 +387,7 @@ def compare_suites(a: str | os.PathLike, b: str | os.PathLike) -> SuiteCompariso
                 answers=compare_answers(answers_a, answers_b) if answers_a and answers_b else None,
                 usd_per_mtok_a=prices_a, usd_per_mtok_b=prices_b, unpriced_a=unpriced_a,
                 unpriced_b=unpriced_b, decode_not_measured=flushed, published=published_decode(model, build),
-                not_measured=incomplete, kind_a=measured_kind(ra[0]) if ra else None,
-                kind_b=measured_kind(rb[0]) if rb else None,
+                not_measured=incomplete, kind_a=_kind(ra), kind_b=_kind(rb),
             )
         )
     return SuiteComparison(str(a), str(b), headlines, sorted(models_a ^ models_b))
