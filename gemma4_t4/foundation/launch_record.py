@@ -210,6 +210,16 @@ class VLLMSettings(BaseModel):
                                            metavar="N", fix="use a small number such as 3 (fewer can win: each "
                                            "rejected draft costs a forward pass); --draft off turns drafting off")
 
+    @property
+    def gpu(self) -> str:
+        """What the venue runs vLLM on: a GPU's short name (t4, l4, a10g...) or cpu. Its dtype default and the
+        drafter's fit are judged for it."""
+        raise NotImplementedError
+
+    def resolved_dtype(self) -> str:
+        """vLLM's --dtype: the one given, else float16 on a T4 (Turing has no bf16), else bfloat16."""
+        return self.dtype or ("float16" if self.gpu == "t4" else "bfloat16")
+
     def replaced(self, **changes: Any) -> Self:
         """A copy with ``changes``, built like a new config (checked, and its defaults filled, again)."""
         return type(self).model_validate(self.model_dump() | changes)
@@ -294,6 +304,10 @@ class ServerSettings(VLLMSettings):
     draft_method: str | None = setting(None, "mtp (an assistant drafts) or draft_model (a whole, smaller Gemma 4 "
                                        "drafts; the default with draft self)",
                                        assistant_sets(choices=["mtp", "draft_model"]), choices=("mtp", "draft_model"))
+
+    @property
+    def gpu(self) -> str:
+        return self.target
 
 
 def add_setting_flags(parser: argparse.ArgumentParser, model: type[BaseModel] | Mapping[str, FieldInfo],

@@ -165,14 +165,11 @@ PRICED_INSTANCES = [t for t in SAGEMAKER_INSTANCES if sagemaker_price(t) is not 
 
 
 def check_assistant_env(env: dict[str, str]) -> None:
-    """Refuse a container variable outside :data:`ASSISTANT_ENV`, or a value it does not take."""
+    """Refuse a value an allow-listed container variable does not take. The keys are the MCP tools' schema's
+    (``extra_env`` is typed with :data:`ASSISTANT_ENV`'s keys only), which refuses any other variable before a
+    tool runs."""
     for key, value in env.items():
-        pattern = ASSISTANT_ENV.get(key)
-        if pattern is None:
-            raise Gemma4T4Error(
-                f"extra_env {key} is not a container variable an assistant sets",
-                fix=f"use one of {', '.join(ASSISTANT_ENV)}; anything else is a person's (gemma4-t4 sagemaker "
-                "deploy --env), because it can change what the container runs or where it fetches from")
+        pattern = ASSISTANT_ENV[key]
         if not re.fullmatch(pattern, str(value)):
             raise Gemma4T4Error(f"extra_env {key}={value!r} is not a value it takes", fix=f"use {pattern}")
 
@@ -188,8 +185,7 @@ class DeployConfig(VLLMSettings):
 
     model_config = ConfigDict(frozen=True, protected_namespaces=())
     WHEN_UNSET: ClassVar[dict[str, str]] = {
-        "max_model_len": "SageMaker default 8192", "max_num_seqs": "SageMaker default 4",
-        "gpu_memory_utilization": "SageMaker default 0.90",
+        **{name: f"SageMaker default {value}" for name, value in _SAGEMAKER_DEFAULTS.items()},
         "tensor_parallel_size": "default 1, or what the fit calculator needs on a multi-GPU instance",
         "num_draft_tokens": "default: the assistant's size recipe, 2 for E2B and 26B-A4B, 4 for the others",
     }
@@ -296,9 +292,6 @@ class DeployConfig(VLLMSettings):
     def gpu(self) -> str:
         return SAGEMAKER_INSTANCES[self.instance_type][0]
 
-    def resolved_dtype(self) -> str:
-        return self.dtype or ("float16" if self.gpu == "t4" else "bfloat16")
-
     def resolved_role(self) -> str | None:
         return self.role_arn or os.environ.get(ROLE_ENV) or None
 
@@ -378,20 +371,11 @@ class DeployConfig(VLLMSettings):
                 f"--draft {self.draft} is a local folder, which the SageMaker container cannot read",
                 fix="pass an assistant hub id (e.g. google/gemma-4-E2B-it-assistant), auto, self or off",
             )
-        fit = speculative.FitContext(
-            target="t4" if self.gpu == "t4" else self.gpu,  # the drafter's fit is judged for a T4 only
-            context_len=self.max_model_len,
-            gpu_memory_utilization=self.gpu_memory_utilization,
-            max_num_seqs=self.max_num_seqs,
-            max_num_batched_tokens=DEFAULT_MAX_NUM_BATCHED_TOKENS,
-            tensor_parallel_size=max(1, self.resolved_tensor_parallel_size()),
-        )
-        model = CONTAINER_MODEL_DIR if self.model_data_s3_uri else self.model_id
-        num = self.num_draft_tokens
-        if num is None:
-            num = speculative.untuned_num_draft_tokens(self.model_id, self.draft)[0]
-        plan = speculative.resolve_draft(self.model_id, self.draft, num, fit)
+        # the container's vLLM takes its default prefill chunk
+        plan = speculative.launch_plan(self, self.model_id, DEFAULT_MAX_NUM_BATCHED_TOKENS,
+                                       self.resolved_tensor_parallel_size(), text_only=True)
         if plan.requested == "self":  # the container's own path to the target
+            model = CONTAINER_MODEL_DIR if self.model_data_s3_uri else self.model_id
             plan = speculative.DraftPlan("self", plan.method, model, plan.num_speculative_tokens, plan.reason)
         return plan
 

@@ -175,28 +175,14 @@ class ServerConfig(ServerSettings):
             i += 1 + values
         return args, found, tokens
 
-    def resolved_dtype(self) -> str:
-        return self.dtype or ("float16" if self.target == "t4" else "bfloat16")
-
     def resolved_name(self) -> str:
         return self.served_model_name or Path(self.model).name or self.model
 
     def draft_plan(self) -> speculative.DraftPlan:
         """The drafter this launch uses, checked against the target (reads local config.json files)."""
-        plan = speculative.resolve_draft(
-            self.model,
-            self.draft,
-            self.num_draft_tokens,
-            speculative.FitContext(
-                target=self.target,
-                context_len=int(self.max_model_len or CPU_CONTEXT),
-                gpu_memory_utilization=float(self.gpu_memory_utilization or T4_GPU_MEMORY_UTILIZATION),
-                max_num_seqs=int(self.max_num_seqs or T4_MAX_NUM_SEQS),
-                max_num_batched_tokens=int(self.max_num_batched_tokens or T4_MAX_NUM_BATCHED_TOKENS),
-                tensor_parallel_size=self.tensor_parallel_size,
-                text_only=bool(self.language_model_only),
-            ),
-            self.draft_method,
+        plan = speculative.launch_plan(
+            self, self.model, self.max_num_batched_tokens or T4_MAX_NUM_BATCHED_TOKENS, self.tensor_parallel_size,
+            bool(self.language_model_only), self.draft_method,
         )
         self.chosen_by["draft"] = (
             f"{self._profile_reason}; {plan.reason}" if self._profile_reason else plan.reason

@@ -37,6 +37,7 @@ from typing import Literal, NotRequired
 from gemma4_t4.catalog import assistants, models
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.jsonable import TypedDict
+from gemma4_t4.foundation.launch_record import VLLMSettings
 
 DraftMethod = Literal["mtp", "draft_model"]
 DEFAULT_NUM_DRAFT_TOKENS = 3  # the series' T4 drafter run (1.35x at greedy, t4_speed_anchors.md)
@@ -423,6 +424,18 @@ def resolve_draft(
     if method == "draft_model":
         check_one_kv_cache_group(draft)
     return DraftPlan(draft, method, draft, num, f"{method} drafter {checked}")
+
+
+def launch_plan(settings: VLLMSettings, model: str, max_num_batched_tokens: int, tensor_parallel_size: int,
+                text_only: bool, draft_method: DraftMethod | None = None) -> DraftPlan:
+    """The drafter of a launch's settings (a local server's or a SageMaker endpoint's, both complete when built),
+    its fit judged on the settings' GPU; N unset is the untuned N (:func:`untuned_num_draft_tokens`)."""
+    num = settings.num_draft_tokens
+    if num is None:
+        num = untuned_num_draft_tokens(model, settings.draft, draft_method)[0]
+    fit = FitContext(settings.gpu, settings.max_model_len, settings.gpu_memory_utilization,  # type: ignore[arg-type]
+                     settings.max_num_seqs, max_num_batched_tokens, tensor_parallel_size, text_only)
+    return resolve_draft(model, settings.draft, num, fit, draft_method)
 
 
 def _auto(model: str, num: int, fit_context: FitContext) -> DraftPlan:

@@ -461,7 +461,7 @@ def device_key(vllm_version: str | None = None) -> dict[str, str]:
         vllm_version = tilecap.detect_vllm_version()
     return {
         "gpu": props.name,
-        "capability": f"sm_{props.major}{props.minor}",
+        "capability": tilecap.arch_name((props.major, props.minor)),
         "torch": torch.__version__,
         "triton": triton_version,
         "vllm": vllm_version,
@@ -601,7 +601,7 @@ def install(
                 else:
                     install_on(getattr(module, IMPL_CLASS), route or PrefillRoute())
                     outcome.update(action="routed", reason=(
-                        f"sm_{capability[0]}{capability[1]}: new prompts' attention goes to PyTorch's "
+                        f"{tilecap.arch_name(capability)}: new prompts' attention goes to PyTorch's "
                         "memory-efficient tensor-core kernel where the bench-prefill verdict allows; decode and "
                         "cached-context chunks stay on Triton"
                     ))

@@ -139,8 +139,13 @@ def read_source(module):
         return None
 
 
+def arch_name(capability):
+    """(7, 5) -> 'sm_75'."""
+    return f"sm_{capability[0]}{capability[1]}"
+
+
 def describe_device(capability, limit):
-    return f"sm_{capability[0]}{capability[1]} with {limit:,} B of shared memory per block"
+    return f"{arch_name(capability)} with {limit:,} B of shared memory per block"
 
 
 def current_device(platform=None):

@@ -35,6 +35,7 @@ from gemma4_t4.turing.offline import (
     recording_launches,
     require_triton,
 )
+from gemma4_t4.turing.tilecap import arch_name
 
 # Draft lengths whose verification step is compiled: 1..6 covers the useful range (the launch's default
 # is 3) and 16 is speculative.MAX_NUM_DRAFT_TOKENS, the largest a launch accepts (not imported: the
@@ -143,10 +144,6 @@ def parse_arch(arch: str) -> tuple[int, int]:
     if not match:
         raise Gemma4T4Error(f"unknown architecture {arch!r}", fix="use sm_75 (T4), sm_80, sm_86 or sm_89")
     return int(match.group(1)), int(match.group(2))
-
-
-def arch_name(capability: tuple[int, int]) -> str:
-    return f"sm_{capability[0]}{capability[1]}"
 
 
 def _launch_cases(shape: AttentionShape) -> dict[str, dict[str, int]]:

@@ -209,9 +209,21 @@ def test_an_assistant_sets_no_raw_argument_role_or_unfixed_image(changes):
     assert refused.value.fix == "a person deploys those with gemma4-t4 sagemaker deploy"
 
 
-def test_an_assistant_deploy_refuses_a_container_variable_off_the_allow_list():
-    with pytest.raises(Gemma4T4Error, match="LD_PRELOAD is not a container variable an assistant sets"):
-        assistant_deploy(_config(extra_env={"LD_PRELOAD": "/tmp/x.so"}), 10.0)
+@pytest.mark.parametrize("key", ["LD_PRELOAD", "HF_ENDPOINT", "SM_VLLM_TRUST_REMOTE_CODE"])
+def test_an_assistant_may_not_set_another_variable(key):
+    """LD_PRELOAD, HF_ENDPOINT or another SM_VLLM_* from an MCP client is refused by the deploy tools' schema:
+    their extra_env takes the allow-listed keys only."""
+    extra_env = next(o for o in offered(DeployConfig, sagemaker=True) if o.parameter == "extra_env")
+    adapter = TypeAdapter(parameter_type(extra_env))
+    adapter.validate_python({"SM_VLLM_ENFORCE_EAGER": "true"})
+    with pytest.raises(ValidationError):
+        adapter.validate_python({"SM_VLLM_ENFORCE_EAGER": "true", key: "1"})
+
+
+def test_an_assistant_deploy_refuses_an_allow_listed_variable_with_another_value():
+    """Its keys are the schema's (test_mcp_boundary); the values are checked here, the whole value."""
+    with pytest.raises(Gemma4T4Error, match="SM_VLLM_ENFORCE_EAGER='true; rm' is not a value it takes"):
+        assistant_deploy(_config(extra_env={"SM_VLLM_ENFORCE_EAGER": "true; rm"}), 10.0)
 
 
 # -- answers, errors and secrets (mcp_server) --------------------------------------------------------------
