@@ -49,8 +49,7 @@ def setup(vllm: bool = True, packages: Sequence[str] = (), dry_run: bool = False
         if not dry_run:
             done = (runner or setup_apply.pip_runner)(command)
             if done.returncode != 0:
-                tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-10:])
-                raise Gemma4T4Error(f"pip failed installing {', '.join(missing)}:\n{tail}",
+                raise Gemma4T4Error(f"pip failed installing {', '.join(missing)}:\n{done.tail(10)}",
                                     fix=f"check the network, then run: {' '.join(command)}")
     if not vllm:
         print("setup: this part needs no vLLM here" + ("" if missing else "; nothing to install"))
@@ -115,29 +114,27 @@ def runtime_check(target: str, allowed: Sequence[str] = TARGETS, show: bool = Tr
                           "Gemma 4 on vLLM's CPU build, a local moto for AWS); numbers show the method, "
                           "not T4 speed")
     if show:
-        rows = [
-            {"check": "TARGET", "value": f"{resolved} ({reason})"},
-            {"check": "python", "value": f"{facts.python} ({facts.os} {facts.machine})"},
-            {"check": "Colab", "value": "yes" if facts.platform == "colab" else "no"},
-            {"check": "GPU", "value": f"{info.gpu_name} sm_{(info.compute_capability or '').replace('.', '')} "
-                                      f"{info.gpu_memory_gib} GiB, driver {facts.driver_version}" if info.gpu_name else "none"},
-            {"check": "RAM", "value": f"{facts.ram_total_gib} GiB, {os.cpu_count() or 1} CPU cores"},
-        ] + [{"check": name, "value": version or "not installed"} for name, version in info.packages.items()]
-        show_table(rows, title=f"Runtime (TARGET={resolved})")
+        gpu = (f"{info.gpu_name} sm_{(info.compute_capability or '').replace('.', '')} {info.gpu_memory_gib} GiB, "
+               f"driver {facts.driver_version}" if info.gpu_name else "none")
+        checks = {"TARGET": f"{resolved} ({reason})", "python": f"{facts.python} ({facts.os} {facts.machine})",
+                  "Colab": "yes" if facts.platform == "colab" else "no", "GPU": gpu,
+                  "RAM": f"{facts.ram_total_gib} GiB, {os.cpu_count() or 1} CPU cores",
+                  **{name: version or "not installed" for name, version in info.packages.items()}}
+        show_table([{"check": k, "value": v} for k, v in checks.items()], title=f"Runtime (TARGET={resolved})")
         print(f"TARGET={resolved}: {reason}")
         for note in info.notes:
             print("note:", note)
     return info
 
 
-def model_choices(sizes: Sequence[str], formats: Sequence[str], gpu: str | None,
-                  context_len: int = GPU_CONTEXT) -> tuple[list[str], list[str]]:
-    """(sizes whose every format fits one ``gpu``, reasons for the others); without a GPU all are kept."""
+def model_choices(sizes: Sequence[str], formats: Sequence[str], gpu: str | None) -> tuple[list[str], list[str]]:
+    """(sizes whose every format fits one ``gpu`` at the GPU context, reasons for the others); without a GPU
+    all are kept."""
     if gpu is None:
         return list(sizes), []
     kept, left_out = [], []
     for size in sizes:
-        misfits = [r for r in (fit(size, f, gpu, context_len) for f in formats) if not r.fits]
+        misfits = [r for r in (fit(size, f, gpu, GPU_CONTEXT) for f in formats) if not r.fits]
         if misfits:
             left_out.append(f"{size}: " + "; ".join(f"{r.format} {r.verdict}" for r in misfits))
         else:
@@ -145,13 +142,13 @@ def model_choices(sizes: Sequence[str], formats: Sequence[str], gpu: str | None,
     return kept, left_out
 
 
-def check_model_size(size: str, formats: Sequence[str], runtime: RuntimeInfo, context_len: int = GPU_CONTEXT) -> str:
+def check_model_size(size: str, formats: Sequence[str], runtime: RuntimeInfo) -> str:
     """Refuse, before any download, a MODEL_SIZE the GPU cannot hold in every format; print what fits."""
     size = size_key(str(size)) or size  # "E2B" or a hub id names the size "e2b"
     gpu = runtime.gpu_key if runtime.target != "cpu" else None
     if gpu is None:
         return size  # the CPU default serves the tiny model whatever the size; an unknown GPU is not judged
-    fitting, left_out = model_choices(list(VARIANTS), formats, gpu, context_len)
+    fitting, left_out = model_choices(list(VARIANTS), formats, gpu)
     print(f"model sizes that fit one {gpu} in {' and '.join(formats)}: {', '.join(fitting) or 'none'}")
     for reason in left_out:
         print("  left out:", reason)
@@ -356,11 +353,10 @@ def endpoint(runtime: RuntimeInfo | str, model: str | Path, work_dir: str | Path
     from gemma4_t4.serving.server_config import ServerConfig
     from gemma4_t4.serving.server_state import free_port
 
-    server_target = "cpu" if target == "cpu" else "t4"
-    config = ServerConfig(model=str(model), target=server_target, served_model_name=name, port=free_port(),
-                          max_model_len=max_model_len,
-                          max_num_seqs=max_num_seqs, enable_prefix_caching=enable_prefix_caching,
-                          work_dir=str(Path(work_dir) / "vllm"))
+    # target is cpu or t4 here (sagemaker returned above)
+    config = ServerConfig(model=str(model), target=target, served_model_name=name, port=free_port(),
+                          max_model_len=max_model_len, max_num_seqs=max_num_seqs,
+                          enable_prefix_caching=enable_prefix_caching, work_dir=str(Path(work_dir) / "vllm"))
     gpu_name = runtime.gpu_name if isinstance(runtime, RuntimeInfo) else None
     return Endpoint.local(config, gpu_name=gpu_name)
 

@@ -28,6 +28,7 @@ from gemma4_t4 import tutorial_part3 as part3
 from gemma4_t4.catalog.hardware import PRICES
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.figures import show_image
+from gemma4_t4.foundation.runner import CommandResult
 from gemma4_t4.foundation.table import Table, in_notebook
 from gemma4_t4.host import env, smi
 from gemma4_t4.studies import part4
@@ -924,12 +925,12 @@ def test_part1_says_where_its_aws_calls_go_and_whose_replies_they_are(capsys):
 
 
 class _Pip:
-    def __init__(self, returncode: int = 0, output: str = ""):
-        self.commands, self.returncode, self.output = [], returncode, output
+    def __init__(self, returncode: int = 0, output: str = "", errors: str = ""):
+        self.commands, self.returncode, self.output, self.errors = [], returncode, output, errors
 
     def __call__(self, command):
         self.commands.append(command)
-        return SimpleNamespace(returncode=self.returncode, stdout=self.output, stderr="")
+        return CommandResult(self.returncode, self.output, self.errors)
 
 
 def test_the_install_cell_installs_only_the_missing_requirements(capsys):
@@ -974,6 +975,13 @@ def test_a_failed_pip_install_shows_its_last_lines_and_the_command():
     assert failed.value.fix == (
         f"check the network, then run: {sys.executable} -m pip install --quiet no-such-package-g4t4"
     )
+
+
+def test_a_failed_pip_install_keeps_its_last_stdout_line_apart_from_its_first_stderr_line():
+    pip = _Pip(returncode=1, output="Collecting no-such-package-g4t4", errors="ERROR: No matching distribution\n")
+    with pytest.raises(Gemma4T4Error) as failed:
+        nb.setup(vllm=False, packages=["no-such-package-g4t4"], runner=pip)
+    assert failed.value.message.endswith("\nCollecting no-such-package-g4t4\nERROR: No matching distribution")
 
 
 def test_the_install_cells_dry_run_plans_for_this_host_and_runs_nothing(capsys):
