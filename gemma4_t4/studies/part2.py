@@ -23,11 +23,10 @@ from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.table import Displayable
 from gemma4_t4.venues.endpoint import Budget, Endpoint
 from gemma4_t4.venues.parameters import is_real_number
-from gemma4_t4.venues.parts import refuse_while_billing
+from gemma4_t4.venues.parts import FIX, PartStudy, refuse_unmeasured
 
 FORMATS = ("bf16", "qat-w4a16", "emb4")
 SERVED = {"bf16": "bf16", "qat": "qat-w4a16"}  # the builds Part 2 serves -> their roofline format
-FIX = "run the notebook again from the top; if it repeats, see docs/benchmarks.md"
 
 
 @dataclass(repr=False)  # the text display is the table (Displayable), not the fields
@@ -134,14 +133,9 @@ class RamVerdict(Displayable):
 
 
 @dataclass
-class Study:
-    """Part 2's run: the target, model size, the GPU its ceilings describe and the shared USD budget
-    for billed endpoints (set up here so no cell handles money)."""
+class Study(PartStudy):
+    """Part 2's run, with this host's RAM verdict."""
 
-    target: str
-    model_size: str
-    gpu: str
-    budget: Budget  # BUDGET_USD, shared by the part's billed endpoints
     host: RamVerdict
 
     def ceilings(self) -> Ceilings:
@@ -149,8 +143,6 @@ class Study:
 
     def ram(self) -> RamVerdict:
         return self.host
-
-    clean_up = staticmethod(refuse_while_billing)
 
     def compare(
         self, bf16_run: BenchRun, qat_run: BenchRun, concurrency: Sequence[int], endpoints: Sequence[Endpoint]
@@ -255,37 +247,9 @@ class Comparison(Displayable):
         endpoints: Sequence[Endpoint],
     ) -> None:
         """Refuse a run that measured nothing, or a figure that cannot be, with one sentence naming it."""
-        for run in runs:
-            if not run.ok or run.failed:
-                raise Gemma4T4Error(
-                    f"the {run.run.label} run did not complete ({run.failed} failed requests): "
-                    "its figures measure nothing",
-                    fix=FIX,
-                )
+        refuse_unmeasured(runs, self.figures.speeds, concurrency, {}, budget)
         for build, speed in self.figures.speeds.items():
-            if set(speed.output_tok_s) != set(concurrency):
-                raise Gemma4T4Error(
-                    f"{build} measured c={sorted(speed.output_tok_s)}, not the CONCURRENCY "
-                    f"{list(concurrency)} asked for",
-                    fix=FIX,
-                )
-            figures = {
-                **{f"output tok/s at c={c}": v for c, v in speed.output_tok_s.items()},
-                "E2EL ms at c=1": speed.e2el_ms.get(1),
-            }
-            if not self.figures.flushed:
-                figures |= {f"per-stream tok/s at c={c}": v for c, v in (speed.per_stream or {}).items()}
-            for name, value in figures.items():
-                if not is_real_number(value):
-                    raise Gemma4T4Error(
-                        f"{build} {name} is {value!r}: a measured figure must be a positive number", fix=FIX
-                    )
             self._below_ceiling(build, speed.per_stream or {})
-        if budget.spent_usd > budget.usd:
-            raise Gemma4T4Error(
-                f"the endpoints spent ${budget.spent_usd:.2f}, over BUDGET_USD ${budget.usd:.2f}",
-                fix="delete what is left: gemma4-t4 sagemaker delete NAME --yes",
-            )
         running = [e.url for e in endpoints if not e.stopped]
         if running:
             raise Gemma4T4Error(f"still running after its step: {running}", fix="run the Cleaning up cell")

@@ -30,14 +30,13 @@ from gemma4_t4.foundation.table import Displayable, Table, show_table
 from gemma4_t4.host import env, swap, torchfix
 from gemma4_t4.venues.endpoint import Budget, Endpoint, start_owned_server
 from gemma4_t4.venues.parameters import is_real_number
-from gemma4_t4.venues.parts import context_for, refuse_while_billing, sagemaker_endpoint
+from gemma4_t4.venues.parts import FIX, PartStudy, context_for, refuse_unmeasured, sagemaker_endpoint
 from gemma4_t4.venues.runtime import RuntimeInfo
 
 # The series served the QAT build in Part 4, so its TTFT curve is read against the QAT figures
 # (316 ms at 512 tokens -> 7,243 ms at 4,096), never the bf16 ones.
 PUBLISHED_TTFT_BUILD = "qat"
 PUBLISHED_TTFT_LENS = (512, 4096)
-FIX = "run the notebook again from the top; if it repeats, see docs/benchmarks.md"
 
 
 def published_ttft() -> dict[int, float]:
@@ -88,13 +87,9 @@ def specs(
 
 
 @dataclass
-class Study:
-    """Part 4's run: what the host steps found and the USD budget billed endpoints share."""
+class Study(PartStudy):
+    """Part 4's run, with what the host steps found."""
 
-    target: str
-    model_size: str
-    gpu: str
-    budget: Budget  # BUDGET_USD, shared by the part's billed endpoints
     serves_here: bool  # a local GPU this part serves on (a fix is applied only there)
     ram_gib: float | None = None
     report: Any = None
@@ -155,8 +150,6 @@ class Study:
         a local server keeps running for Going further."""
         if not endpoint.can_restart:
             endpoint.stop()
-
-    clean_up = staticmethod(refuse_while_billing)
 
     def fits(self) -> FitTable:
         return fit_table(self.gpu, context_len=8192)
@@ -220,8 +213,7 @@ class Results(Displayable):
         return largest_fitting(self.fits)
 
     def table_rows(self) -> list[object]:
-        title = f"Measured here ({self.study.target}, {self.study.model_size})"
-        return list(t4_beside(self.decode, self.ttft_ms, title).table_rows())
+        return list(t4_beside(self.decode, self.ttft_ms, self.caption()).table_rows())
 
     def caption(self) -> str:
         return f"Measured here ({self.study.target}, {self.study.model_size}) beside the series' published T4 figures"
@@ -285,28 +277,16 @@ class Results(Displayable):
                 "must bring 98,304 B within 65,536 B",
                 fix=FIX,
             )
-        for bench in (self.decode, self.ttft, *([self.prefix] if self.prefix else [])):
-            if not bench.ok or bench.failed:
-                raise Gemma4T4Error(
-                    f"the {bench.dir.name} run did not complete ({bench.failed} failed requests)", fix=FIX
-                )
-        bad = next(self._problems(concurrency, ttft_lens), None)
+        runs = (self.decode, self.ttft, *([self.prefix] if self.prefix else []))
+        ttft = {f"TTFT ms at {n} tokens": v for n, v in self.ttft_ms.items()}
+        refuse_unmeasured(runs, {"decode": self.decode.decode_speed()}, concurrency, ttft, self.study.budget)
+        bad = next(self._problems(ttft_lens), None)
         if bad:
             raise Gemma4T4Error(f"Part 4's figures are not real: {bad}", fix=FIX)
 
-    def _problems(self, concurrency: Sequence[int], ttft_lens: Sequence[int]) -> Iterator[str]:
+    def _problems(self, ttft_lens: Sequence[int]) -> Iterator[str]:
         """Each figure that cannot be, in the order they are checked (the first is the one refused)."""
-        s, speed = self.study, self.decode.decode_speed()
-        figures = {
-            **{f"output tok/s at c={c}": v for c, v in speed.output_tok_s.items()},
-            **{f"E2EL ms at c={c}": v for c, v in speed.e2el_ms.items()},
-            **{f"TTFT ms at {n} tokens": v for n, v in self.ttft_ms.items()},
-        }
-        if speed.streamed:
-            figures |= {f"per-stream tok/s at c={c}": v for c, v in (speed.per_stream or {}).items()}
-        yield from (f"{name} is {value!r}" for name, value in figures.items() if not is_real_number(value))
-        if set(speed.output_tok_s) != set(concurrency):
-            yield f"decode measured c={sorted(speed.output_tok_s)}, not {list(concurrency)}"
+        s = self.study
         if len(self.ttft_ms) != len(ttft_lens):
             yield f"TTFT measured {sorted(self.ttft_ms)} tokens, not {list(ttft_lens)}"
         rate = self.prefix.prefix_hit_rate() if self.prefix else None
@@ -323,8 +303,6 @@ class Results(Displayable):
             yield "a tiny model's CPU speed was priced as $ per Mtok"
         if not (is_real_number(measured.usd_per_mtok) or measured.label.startswith("no $/Mtok")):
             yield f"the measured $ per Mtok is {measured.usd_per_mtok!r} without a reason"
-        if s.budget.spent_usd > s.budget.usd:
-            yield f"the endpoints spent ${s.budget.spent_usd:.2f}, over BUDGET_USD"
         if s.report is not None and any(not p.fix for p in s.report.problems if p.severity == "error"):
             yield "a doctor error came without its fix"
 

@@ -1,23 +1,30 @@
 """What a notebook part serves with: the context of its endpoint and, on ``TARGET=sagemaker``, the
 instance each GPU is deployed on, the name of every endpoint a part creates, the endpoint itself and
-the clean-up check that lists what a part left."""
+the clean-up check that lists what a part left; and what Parts 2 and 4 share: their study's base and
+the check that refuses a run which measured nothing."""
 
 from __future__ import annotations
 
 import json
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gemma4_t4.catalog.models import VARIANTS, get_variant
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.venues.endpoint import Budget, Endpoint
+from gemma4_t4.venues.parameters import is_real_number
 from gemma4_t4.venues.runtime import check_target
 
 if TYPE_CHECKING:
+    from gemma4_t4.bench.results import BenchRun, DecodeSpeed
     from gemma4_t4.bench.specs import WorkloadSpec
+
+# what a refused figure tells the learner to do
+FIX = "run the notebook again from the top; if it repeats, see docs/benchmarks.md"
 
 # The context a part's server gets unless its workloads need more: the tiny CPU model's runs are short;
 # on a GPU 8,192 tokens, the context check_model_size's fit check judges a size at.
@@ -51,6 +58,44 @@ def refuse_while_billing(left: Sequence[str]) -> None:
     """Refuse to end a part while one of its SageMaker endpoints still bills (each part's clean-up check)."""
     if left:
         raise Gemma4T4Error(f"still billing: {', '.join(left)}", fix="delete each with: gemma4-t4 sagemaker delete NAME --yes")
+
+
+@dataclass
+class PartStudy:
+    """A part's run: the target, model size, the GPU its figures are read against and the USD budget its
+    billed endpoints share (set up here so no cell handles money)."""
+
+    target: str
+    model_size: str
+    gpu: str
+    budget: Budget  # BUDGET_USD, shared by the part's billed endpoints
+
+    clean_up = staticmethod(refuse_while_billing)
+
+
+def refuse_unmeasured(runs: Sequence[BenchRun], speeds: Mapping[str, DecodeSpeed], concurrency: Sequence[int],
+                      figures: Mapping[str, object], budget: Budget) -> None:
+    """Refuse, in one sentence naming it, a run that did not complete, a decode run measured at other
+    concurrencies than asked for, a figure (its ``speeds`` and ``figures``) that is not a positive number,
+    or endpoints that spent more than the budget."""
+    for run in runs:
+        if not run.ok or run.failed:
+            raise Gemma4T4Error(f"the {run.dir.name} run did not complete ({run.failed} failed requests): "
+                                "its figures measure nothing", fix=FIX)
+    measured = dict(figures)
+    for label, speed in speeds.items():
+        if set(speed.output_tok_s) != set(concurrency):
+            raise Gemma4T4Error(f"{label} measured c={sorted(speed.output_tok_s)}, not the CONCURRENCY "
+                                f"{list(concurrency)} asked for", fix=FIX)
+        measured |= {f"{label} output tok/s at c={c}": v for c, v in speed.output_tok_s.items()}
+        measured |= {f"{label} E2EL ms at c={c}": v for c, v in speed.e2el_ms.items()}
+        measured |= {f"{label} per-stream tok/s at c={c}": v for c, v in (speed.per_stream or {}).items()}
+    for name, value in measured.items():
+        if not is_real_number(value):
+            raise Gemma4T4Error(f"{name} is {value!r}: a measured figure must be a positive number", fix=FIX)
+    if budget.spent_usd > budget.usd:
+        raise Gemma4T4Error(f"the endpoints spent ${budget.spent_usd:.2f}, over BUDGET_USD ${budget.usd:.2f}",
+                            fix="delete what is left: gemma4-t4 sagemaker delete NAME --yes")
 
 
 def context_for(target: str, model: str | Path, serves: Sequence[WorkloadSpec] = (),
