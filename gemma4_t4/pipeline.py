@@ -22,7 +22,7 @@ from typing import Any, Literal
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.atomic import atomic_write_text
 from gemma4_t4.foundation.jsonable import JSONObject, JSONValue
-from gemma4_t4.foundation.table import table_cells
+from gemma4_t4.foundation.table import format_value, table_cells
 from gemma4_t4.host import env
 from gemma4_t4.notebook import SUMMARY_FILE
 from gemma4_t4.venues import runtime
@@ -147,17 +147,16 @@ def resolve_target(target: str, probes: Any = None) -> tuple[str, str]:
     return resolved, f"{why} (params/{resolved}.yaml)"
 
 
-def check_out_dir(out: str | Path, notebooks_dir: Path | None = None) -> Path:
+def check_out_dir(out: str | Path, notebooks_dir: Path) -> Path:
     """The output folder, refused before anything runs when it cannot be one, or when the executed
     notebooks (``OUT/notebooks/NN_*.ipynb``) would land on the source notebooks or inside their folder."""
     path = Path(out).expanduser().resolve()
-    if notebooks_dir is not None:
-        source = Path(notebooks_dir).expanduser().resolve()
-        if path / "notebooks" == source or path == source or source in path.parents:
-            raise Gemma4T4Error(
-                f"--out {out} would write the executed notebooks over the source notebooks in {source}",
-                fix="pass an output folder outside the notebooks, e.g. --out build",
-            )
+    source = Path(notebooks_dir).expanduser().resolve()
+    if path / "notebooks" == source or path == source or source in path.parents:
+        raise Gemma4T4Error(
+            f"--out {out} would write the executed notebooks over the source notebooks in {source}",
+            fix="pass an output folder outside the notebooks, e.g. --out build",
+        )
     for parent in (path, *path.parents):
         if parent.exists():
             if not parent.is_dir():
@@ -210,26 +209,26 @@ def run_pipeline(
             log(f"[{number}] skipped for TARGET={target}: {skip}")
             runs.append(NotebookRun(number, title, "skipped", source=str(source), error=str(skip)))
             continue
-        runs.append(_execute(papermill, source, number, title, values[number], nb_out, out, export_html,
-                             progress, cell_timeout, log))
+        runs.append(_execute(papermill, source, number, values[number], out, export_html, progress, cell_timeout,
+                             log))
 
     report = PipelineReport(target=target, out=str(out), runs=runs)
     report.index_md, report.index_html = write_index(report)
     return report
 
 
-def _execute(papermill: Any, source: Path, number: str, title: str, values: JSONObject, nb_out: Path,
-             out: Path, export_html: bool, progress: bool, cell_timeout: float | None,
-             log: Callable[[str], None]) -> NotebookRun:
-    """Execute one notebook into ``nb_out`` (its outputs in ``nb_out/STEM``) and say how it went:
-    failed when a cell raised or when it wrote no summary."""
+def _execute(papermill: Any, source: Path, number: str, values: JSONObject, out: Path, export_html: bool,
+             progress: bool, cell_timeout: float | None, log: Callable[[str], None]) -> NotebookRun:
+    """Execute one notebook into ``out/notebooks`` (its outputs in ``out/notebooks/STEM``) and say how it
+    went: failed when a cell raised or when it wrote no summary."""
+    nb_out = out / "notebooks"
     executed = nb_out / source.name
     run_dir = nb_out / source.stem
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / SUMMARY_FILE).unlink(missing_ok=True)  # a stale summary must not pass for a new one
     log(f"[{number}] executing {source.name} (TARGET={values['TARGET']}) -> {executed}")
     started = time.monotonic()
-    run = NotebookRun(number, title, "ok", source=str(source), executed=str(executed), out_dir=str(run_dir))
+    run = NotebookRun(number, PARTS[number], "ok", source=str(source), executed=str(executed), out_dir=str(run_dir))
     try:
         papermill.execute_notebook(
             # the kernel works in the notebook's own output folder: the notebooks may sit in an installed
@@ -331,6 +330,7 @@ def write_index(report: PipelineReport) -> tuple[str, str]:
 
 
 def render_index_markdown(report: PipelineReport) -> str:
+    """The index: one row per notebook, then each one's figures, tables, notes and plots (from its summary)."""
     out = Path(report.out)
     verdict = "all notebooks ran" if report.ok else "SOME NOTEBOOKS DID NOT RUN"
     if report.ok and any(r.status == "skipped" for r in report.runs):
@@ -342,10 +342,9 @@ def render_index_markdown(report: PipelineReport) -> str:
         "|---|---|---|---:|---|",
     ]
     for run in report.runs:
-        name = Path(run.executed).name if run.executed else f"{run.number}_*.ipynb"
-        link = f"[{name}]({_rel(run.executed, out)})" if run.executed else name
-        page = f"[html]({_rel(run.html, out)})" if run.html else "-"
-        lines.append(f"| {run.number} | {link} | {run.status} | {run.seconds:.0f} s | {page} |")
+        notebook = _link(run.executed, out) or f"{run.number}_*.ipynb"
+        lines.append(f"| {run.number} | {notebook} | {run.status} | {run.seconds:.0f} s | "
+                     f"{_link(run.html, out, 'html') or '-'} |")
     for run in report.runs:
         lines += ["", f"## {run.title}", ""]
         if run.status == "missing":
@@ -356,15 +355,13 @@ def render_index_markdown(report: PipelineReport) -> str:
             continue
         if run.error:
             lines += ["Error:", "", "```", run.error, "```", ""]
-        summary = run.summary or {}
-        for key, value in (summary.get("results") or {}).items():
-            lines.append(f"- **{key}**: {_fmt(value)}")
-        for key, value in (summary.get("published") or {}).items():
-            lines.append(f"- {key} (published, not measured here): {_fmt(value)}")
-        for table in summary.get("tables") or []:
-            lines += ["", f"**{table.get('title', '')}**", ""] + _md_table(table.get("rows") or [])
-        for note in summary.get("notes") or []:
-            lines.append(f"- {note}")
+        summary = run.summary or {}  # save_summary writes every key below; a failed notebook wrote none
+        lines += [f"- **{key}**: {_cell(value)}" for key, value in summary.get("results", {}).items()]
+        lines += [f"- {key} (published, not measured here): {_cell(value)}"
+                  for key, value in summary.get("published", {}).items()]
+        for table in summary.get("tables", []):
+            lines += ["", f"**{table['title']}**", "", *_md_table(table["rows"])]
+        lines += [f"- {note}" for note in summary.get("notes", [])]
         for plot in run.plots:
             lines += ["", f"![{Path(plot).stem}]({plot})"]
     return "\n".join(lines) + "\n"
@@ -374,26 +371,17 @@ def _md_table(rows: list[dict[str, JSONValue]]) -> list[str]:
     if not rows:
         return []
     columns, cells = table_cells(rows)
-    lines = ["| " + " | ".join(_escape(c) for c in columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(_escape(v) for v in row) + " |" for row in cells]
-    return lines
+    return [f"| {' | '.join(_cell(c) for c in row)} |" for row in (columns, ["---"] * len(columns), *cells)]
 
 
-def _fmt(value: Any) -> str:
-    return _escape(table_cells([{"v": value}])[1][0][0])
+def _cell(value: Any) -> str:
+    """One value as a markdown table cell or list item: formatted as every table formats it, ``|`` escaped."""
+    return format_value(value).replace("|", "\\|")
 
 
-def _escape(text: str) -> str:
-    return str(text).replace("|", "\\|")
-
-
-def _rel(path: str | None, base: Path) -> str:
-    if not path:
-        return ""
-    try:
-        return str(Path(path).relative_to(base))
-    except ValueError:
-        return str(path)
+def _link(path: str | None, out: Path, text: str | None = None) -> str:
+    """A markdown link to a file the run wrote under ``out``, shown as ``text`` or its name; "" for none."""
+    return f"[{text or Path(path).name}]({Path(path).relative_to(out)})" if path else ""
 
 
 def _markdown_to_html(md: str, title: str) -> str:
