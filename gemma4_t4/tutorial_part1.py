@@ -163,10 +163,10 @@ class MCPSession(Displayable):
         return [{"tool": c.tool, "error": c.is_error, "result": str(c.result)[:160]} for c in self.calls]
 
 
-def mcp_session(calls: Sequence[tuple[str, Mapping[str, JSONValue]]]) -> MCPSession:
-    """Start the MCP server as a stdio subprocess (this environment, so ``LocalAWS`` reaches it), list its
-    tools and make ``calls`` (within MCP_TIMEOUT_S); its stderr goes to a temporary file (a notebook's
-    stderr has no descriptor)."""
+def mcp_session(calls: Sequence[tuple[str, Mapping[str, JSONValue]]]) -> tuple[list[str], list[MCPCall]]:
+    """Start the MCP server as a stdio subprocess (this environment, so ``LocalAWS`` reaches it): the tools
+    it lists and the ``calls`` it answered, within MCP_TIMEOUT_S; its stderr goes to a temporary file (a
+    notebook's stderr has no descriptor)."""
     import tempfile
 
     import anyio
@@ -195,7 +195,7 @@ def mcp_session(calls: Sequence[tuple[str, Mapping[str, JSONValue]]]) -> MCPSess
                     )
         return tools, made
 
-    return MCPSession(*run_sync(session))
+    return run_sync(session)
 
 
 @dataclass(repr=False)  # IPython shows the table (Displayable), not the fields
@@ -315,8 +315,7 @@ def mcp_tour(name: str, region: str, aws: AwsVenue) -> MCPTour:
         ("get_deployment_config", {"instance_type": "ml.g4dn.xlarge", "region": region, "image_uri": stock}),
         ("delete_endpoint", {"name": name, "region": region}),  # no confirm=True: must refuse
     ]
-    session = mcp_session(calls)
-    return MCPTour(session.tools, session.calls)
+    return MCPTour(*mcp_session(calls))
 
 
 class IdleCost(Table):
