@@ -21,8 +21,15 @@ from gemma4_t4.foundation.table import Displayable, in_notebook, pairs, show_tab
 from gemma4_t4.host import env, setup_plan
 from gemma4_t4.host import setup as setup_apply
 from gemma4_t4.venues.endpoint import Budget, Endpoint
-from gemma4_t4.venues.parameters import NEEDS_ONE_STREAM, PARAMETERS, PART_PARAMS, accepted, refuse_parameter
-from gemma4_t4.venues.parts import GPU_CONTEXT, context_for, sagemaker_endpoint, size_key
+from gemma4_t4.venues.parameters import (
+    NEEDS_ONE_STREAM,
+    PARAMETERS,
+    PART_PARAMS,
+    accepted,
+    refuse_parameter,
+    size_key,
+)
+from gemma4_t4.venues.parts import GPU_CONTEXT, context_for, sagemaker_endpoint
 from gemma4_t4.venues.runtime import TARGETS, RuntimeInfo, check_target, resolve_target
 
 if TYPE_CHECKING:
@@ -127,14 +134,14 @@ def runtime_check(target: str, allowed: Sequence[str] = TARGETS, show: bool = Tr
     return info
 
 
-def model_choices(sizes: Sequence[str], formats: Sequence[str], gpu: str | None) -> tuple[list[str], list[str]]:
-    """(sizes whose every format fits one ``gpu`` at the GPU context, reasons for the others); without a GPU
-    all are kept."""
+def model_choices(sizes: Sequence[str], formats: Sequence[str], gpu: str | None,
+                  context_len: int = GPU_CONTEXT) -> tuple[list[str], list[str]]:
+    """(sizes whose every format fits one ``gpu``, reasons for the others); without a GPU all are kept."""
     if gpu is None:
         return list(sizes), []
     kept, left_out = [], []
     for size in sizes:
-        misfits = [r for r in (fit(size, f, gpu, GPU_CONTEXT) for f in formats) if not r.fits]
+        misfits = [r for r in (fit(size, f, gpu, context_len) for f in formats) if not r.fits]
         if misfits:
             left_out.append(f"{size}: " + "; ".join(f"{r.format} {r.verdict}" for r in misfits))
         else:
@@ -142,13 +149,13 @@ def model_choices(sizes: Sequence[str], formats: Sequence[str], gpu: str | None)
     return kept, left_out
 
 
-def check_model_size(size: str, formats: Sequence[str], runtime: RuntimeInfo) -> str:
+def check_model_size(size: str, formats: Sequence[str], runtime: RuntimeInfo, context_len: int = GPU_CONTEXT) -> str:
     """Refuse, before any download, a MODEL_SIZE the GPU cannot hold in every format; print what fits."""
     size = size_key(str(size)) or size  # "E2B" or a hub id names the size "e2b"
     gpu = runtime.gpu_key if runtime.target != "cpu" else None
     if gpu is None:
         return size  # the CPU default serves the tiny model whatever the size; an unknown GPU is not judged
-    fitting, left_out = model_choices(list(VARIANTS), formats, gpu)
+    fitting, left_out = model_choices(list(VARIANTS), formats, gpu, context_len)
     print(f"model sizes that fit one {gpu} in {' and '.join(formats)}: {', '.join(fitting) or 'none'}")
     for reason in left_out:
         print("  left out:", reason)

@@ -10,10 +10,9 @@ from pathlib import Path
 from typing import Literal
 
 from gemma4_t4.bench.registry import notebook_params
-from gemma4_t4.catalog.models import VARIANTS
+from gemma4_t4.catalog.models import VARIANTS, get_variant
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.venues.endpoint import MAX_BUDGET_USD
-from gemma4_t4.venues.parts import size_key
 from gemma4_t4.venues.runtime import AUTO
 
 # The workload parameters each notebook declares. What a parameter left at None takes on each
@@ -69,6 +68,14 @@ PART_PARAMS: dict[int, dict[str, Param]] = {  # every parameter of each part's p
                TTFT_INPUT_LENS=Param("workload", '"[512, 1024, 2048, 4096]"', f"a list of prompt lengths, each {_WHOLE}"),
                REFERENCE_ANSWERS=Param("answers", '""', 'empty (""), or the folder of an earlier answers run')),
 }
+
+
+def size_key(value: str) -> str | None:
+    """The catalog's key of a size or hub id ("E2B", "google/gemma-4-E2B-it" -> "e2b"); None if it names none."""
+    try:
+        return get_variant(value).key
+    except Gemma4T4Error:
+        return None
 
 
 def is_real_number(value: object) -> bool:

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gemma4_t4.catalog.models import VARIANTS, get_variant
+from gemma4_t4.catalog.models import VARIANTS
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.venues.endpoint import Budget, Endpoint
-from gemma4_t4.venues.parameters import is_real_number
+from gemma4_t4.venues.parameters import is_real_number, size_key
 from gemma4_t4.venues.runtime import check_target
 
 if TYPE_CHECKING:
@@ -122,14 +122,6 @@ def model_positions(model: str | Path) -> int | None:
         return (data.get("text_config") or {}).get("max_position_embeddings") or data.get("max_position_embeddings")
     size = size_key(str(model))
     return VARIANTS[size].max_position_embeddings if size else None
-
-
-def size_key(value: str) -> str | None:
-    """The catalog's key of a size or hub id ("E2B", "google/gemma-4-E2B-it" -> "e2b"); None if it names none."""
-    try:
-        return get_variant(value).key
-    except Gemma4T4Error:
-        return None
 
 
 def sagemaker_endpoint(model: str | Path, *, name: str, part: int | None, region: str, budget: Budget | None,
