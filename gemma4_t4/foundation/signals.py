@@ -58,9 +58,28 @@ def orderly_stop(*, redeliver: bool = True) -> Iterator[None]:
         raise Terminated(signum)
 
     handler.raises_terminated = True  # type: ignore[attr-defined]  (what run_async looks for)
+
+    def resend_if_dropped(unraisable: Any) -> None:
+        # A signal handled inside a callback (a weakref's, such as an import lock's, or a __del__) raises
+        # there, and Python prints and drops that exception: the process would run on with the stop
+        # signals ignored (a repack blocked on a hung read would never end). Send it again, from another
+        # thread a moment later: sent from here, it would be handled in this hook and dropped again.
+        exc = unraisable.exc_value
+        if not (isinstance(exc, Terminated) and exc.signum in previous):
+            dropped_hook(unraisable)
+            return
+        signal.signal(exc.signum, handler)
+        main = threading.main_thread().ident
+        resend = threading.Timer(0.01, signal.pthread_kill, (main, exc.signum))
+        resend.daemon = True
+        resend.start()
+
     for sig in STOP_SIGNALS:
         if signal.getsignal(sig) is signal.SIG_DFL:
             previous[sig] = signal.signal(sig, handler)
+    dropped_hook = sys.unraisablehook
+    if previous:
+        sys.unraisablehook = resend_if_dropped
     try:
         yield
     except Terminated as exc:
@@ -74,6 +93,7 @@ def orderly_stop(*, redeliver: bool = True) -> Iterator[None]:
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)  # type: ignore[arg-type]
+        sys.unraisablehook = dropped_hook
 
 
 def default_in_child() -> None:
