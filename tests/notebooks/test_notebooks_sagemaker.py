@@ -5,6 +5,7 @@ moto endpoint from the real vLLM CPU server through the package's SageMaker-runt
 from __future__ import annotations
 
 import pytest
+from fakes.aws_fixtures import reset
 
 from gemma4_t4.bench.compare import Headline, published_decode
 from gemma4_t4.bench.published import headline_rows
@@ -35,7 +36,7 @@ def aws_to_tiny_model(vllm_server, monkeypatch, tmp_path):
 
     monkeypatch.setattr(FakeEndpointConfig, "validate_instance_type", validate)
     with LocalAWS(runtime_backend=vllm_server.base_url) as aws:
-        aws.reset()  # moto's state is per process: start from none, whatever ran before
+        reset(aws)  # moto's state is per process: start from none, whatever ran before
         yield aws
 
 
