@@ -234,6 +234,7 @@ def create_swap(size: str | int = DEFAULT_SWAP_SIZE, path: str = DEFAULT_SWAP_PA
     refusal = env.refusal()
     if refusal and not dry_run:
         raise Gemma4T4Error(f"cannot create swap here: {refusal[0]}", fix=refusal[1])
+    refusals = [refusal] if refusal else []
 
     active = {a.path: a for a in read_proc_swaps(proc_swaps)}
     if path in active:
@@ -244,14 +245,20 @@ def create_swap(size: str | int = DEFAULT_SWAP_SIZE, path: str = DEFAULT_SWAP_PA
         _check_reusable(swap_path, size_bytes)
         result = _activate_existing(steps, swap_path, size_bytes)
     else:
-        _check_room(swap_path, size_bytes, disk_free)
+        try:
+            _check_room(swap_path, size_bytes, disk_free)
+        except Gemma4T4Error as short:
+            if not dry_run:
+                raise
+            # A dry run previews the whole plan and names each refusal a real run would meet.
+            refusals.append((str(short), short.fix))
         result = _create_new(steps, swap_path, size_bytes)
     if dry_run:  # the same steps, recorded and not run (they all "succeed")
         if result.action != "already-active":
             verb = "activate" if result.action == "activated-existing" else "create"
             result.message = f"would {verb} a {_human(size_bytes)} swap file at {path}"
         result.action = "dry-run"
-        result.would_refuse = f"{refusal[0]} (fix: {refusal[1]})" if refusal else None
+        result.would_refuse = "; ".join(f"{why} (fix: {fix})" for why, fix in refusals) or None
     return _persist(result, persist, fstab, steps)
 
 

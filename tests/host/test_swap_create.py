@@ -109,6 +109,19 @@ def test_full_disk_is_refused_before_anything_runs(box):
     assert box["runner"].calls == [] and not Path(box["path"]).exists()
 
 
+def test_a_dry_run_on_a_full_disk_shows_the_plan_and_names_every_refusal_a_real_run_would_meet(box):
+    kw = box["kw"] | {"disk_free": lambda p: 10 * GIB}
+    env = SwapEnvironment(platform="colab", is_root=True, cap_sys_admin=True)
+    result = create_swap("16G", box["path"], dry_run=True, runner=box["runner"], env=env, **kw)
+    assert result.action == "dry-run" and box["runner"].calls == [] and not Path(box["path"]).exists()
+    assert [c.split()[0] for c in result.commands] == ["fallocate", "chmod", "mkswap", "swapon"]
+    assert "Colab" in result.would_refuse and "not enough free disk" in result.would_refuse
+    assert "pass a smaller --size" in result.would_refuse
+    assert "a real run would refuse: " in result.summary()
+    roomy = create_swap("16G", box["path"], dry_run=True, runner=box["runner"], env=ROOT, **box["kw"])
+    assert roomy.would_refuse is None
+
+
 def test_swapon_not_permitted_cleans_up(box):
     runner = FakeRunner(box["proc"], fail={"swapon": CommandResult(
         255, "", f"swapon: {box['path']}: swapon failed: Operation not permitted")})
