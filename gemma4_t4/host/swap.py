@@ -146,8 +146,8 @@ def swap_status(env: SwapEnvironment | None = None, proc_swaps: Path = Path("/pr
     refusal = env.refusal()
     ram = meminfo().get("MemTotal")  # the doctor's reading of RAM
     return SwapStatus(areas, sum(a.size_bytes for a in areas), sum(a.used_bytes for a in areas),
-                      None if ram is None else round(ram * GIB), refusal is None, refusal[0] if refusal else None,
-                      refusal[1] if refusal else None, env.platform)
+                      None if ram is None else round(ram * GIB), refusal is None, *(refusal or (None, None)),
+                      env.platform)
 
 
 def has_swap_signature(path: Path) -> bool:
@@ -304,15 +304,14 @@ def _create_new(steps: _Steps, swap_path: Path, size_bytes: int) -> SwapResult:
     """fallocate (dd where fallocate can't make a usable swap file), chmod, mkswap, swapon; any
     failure removes the file, so nothing is left half-done."""
     path = str(swap_path)
-    last_error: _StepFailed | None = None
-    for method in ("fallocate", "dd"):
+    for method in ("fallocate", "dd"):  # dd is never retried: the loop returns or raises
         try:
-            _allocate(steps, method, path, size_bytes)
+            steps(["fallocate", "-l", str(size_bytes), path] if method == "fallocate" else
+                  ["dd", "if=/dev/zero", f"of={path}", "bs=1M", f"count={size_bytes // MIB}", "status=none"])
             steps(["chmod", "600", path])
             steps(["mkswap", path])
             steps(["swapon", path])
         except _StepFailed as exc:
-            last_error = exc
             steps(["rm", "-f", path], check=False)  # nothing half-done
             text = exc.result.stderr + exc.result.stdout
             retry_with_dd = method == "fallocate" and (
@@ -324,18 +323,10 @@ def _create_new(steps: _Steps, swap_path: Path, size_bytes: int) -> SwapResult:
         return SwapResult("created", path, size_bytes,
                           message=f"created and activated a {_human(size_bytes)} swap file at {path}"
                                   + (" (dd: fallocate did not work here)" if method == "dd" else ""))
-    raise _swap_error(last_error, created=True)  # pragma: no cover - the loop always returns or raises
+    raise AssertionError("unreachable: the dd attempt returns or raises")
 
 
-def _allocate(steps: _Steps, method: str, path: str, size_bytes: int) -> None:
-    if method == "fallocate":
-        steps(["fallocate", "-l", str(size_bytes), path])
-    else:
-        steps(["dd", "if=/dev/zero", f"of={path}", "bs=1M", f"count={size_bytes // MIB}", "status=none"])
-
-
-def _swap_error(exc: _StepFailed | None, created: bool) -> Gemma4T4Error:
-    assert exc is not None
+def _swap_error(exc: _StepFailed, created: bool) -> Gemma4T4Error:
     text = (exc.result.stderr or exc.result.stdout).strip()
     cleaned = " The partly made swap file was removed; nothing changed." if created else ""
     if exc.tool == "swapon" and _not_permitted(text):
