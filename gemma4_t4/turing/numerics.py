@@ -1,18 +1,17 @@
 """Run vLLM's unified-attention kernel on paged KV and compare it with a float32 reference.
 
-Used by the CPU test (Triton's interpreter, ``load_kernel_module(interpret=True)``) and by the GPU
-benchmark (``scripts/turing_gpu_bench.py``): the same inputs, the same reference, the same launcher.
+Used by the CPU test (Triton's interpreter, ``load_kernel_module(interpret=True)``, in
+``tests/turing/test_turing_numerics.py``), the GPU benchmark (``scripts/turing_gpu_bench.py``) and the
+prefill benchmark: the same inputs, the same reference, the same launcher.
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any
 
 from gemma4_t4.catalog.models import KV_BLOCK_SIZE
-from gemma4_t4.turing import tilecap
-from gemma4_t4.turing.offline import load_kernel_module
 from gemma4_t4.turing.smem import head_size_padded
 
 NUM_SOFTMAX_SEGMENTS = 16  # vLLM's TRITON_ATTN default for the 3D path
@@ -134,82 +133,3 @@ def forced_tile(module: Any, tile: int):
         yield
     finally:
         module._get_tile_size = original
-
-
-# (head, q heads, kv heads, query lens, context lens, sliding window): Gemma 4's head-512 global
-# and head-256 sliding layers, prefill/mixed batches (2D path) and decode batches (3D path).
-INTERPRETER_CASES = (
-    ("global prefill+decode", 512, 8, 1, [20, 1], [40, 33], None),
-    ("global decode (3D)", 512, 8, 2, [1, 1], [40, 70], None),
-    ("sliding prefill, window 16", 256, 8, 2, [24], [40], 16),
-    ("sliding decode (3D), window 16", 256, 16, 8, [1, 1], [50, 23], 16),
-)
-T4_TARGET = {"platform": "cuda", "name": "sm_75 target", "capability": (7, 5), "limit": 65_536,
-             "limit_source": "target"}
-
-
-class InterpreterCase(TypedDict):
-    """One case of :func:`interpreter_check`: the shape, the tiles used, the errors."""
-
-    case: str
-    head_size: int
-    num_q_heads: int
-    num_kv_heads: int
-    query_lens: list[int]
-    context_lens: list[int]
-    sliding_window: int | None
-    clamped_tiles: dict[str, int]  # prefill / decode
-    default_tiles: dict[str, int]
-    max_abs_error: float
-    max_abs_error_default_tile: float
-    max_abs_diff_clamped_vs_default: float
-    reference_max_abs: float
-    finite: bool
-
-
-class InterpreterReport(TypedDict):
-    vllm_version: str
-    patch_action: str
-    cases: list[InterpreterCase]
-
-
-def interpreter_check() -> InterpreterReport:
-    """Run the kernel under Triton's CPU interpreter (``TRITON_INTERPRET=1`` set before Triton is
-    imported) at the T4-clamped tiles and at TILE 32: per case, errors against the float32 reference."""
-    import torch
-
-    kernel = load_kernel_module(interpret=True)
-    original = kernel.module._get_tile_size
-    outcome = tilecap.install(kernel.module, origin="numerics", device=T4_TARGET,
-                              vllm_version=kernel.vllm_version, log=False)
-    results: list[InterpreterCase] = []
-    for name, head, nq, nkv, query_lens, context_lens, window in INTERPRETER_CASES:
-        case = make_case(head, nq, nkv, query_lens, context_lens, sliding_window=window, seed=len(results))
-        reference = reference_attention(case)
-        clamped = run_unified_attention(kernel.module, case).float()
-        tiles = {"prefill": kernel.module._get_tile_size(head, window or 0, 2, True),
-                 "decode": kernel.module._get_tile_size(head, window or 0, 2, False)}
-        with forced_tile(kernel.module, 32):
-            default = run_unified_attention(kernel.module, case).float()
-        results.append({
-            "case": name, "head_size": head, "num_q_heads": nq, "num_kv_heads": nkv,
-            "query_lens": query_lens, "context_lens": context_lens, "sliding_window": window,
-            "clamped_tiles": tiles, "default_tiles": {"prefill": original(head, window or 0, 2, True),
-                                                      "decode": original(head, window or 0, 2, False)},
-            "max_abs_error": float((clamped - reference).abs().max()),
-            "max_abs_error_default_tile": float((default - reference).abs().max()),
-            "max_abs_diff_clamped_vs_default": float((clamped - default).abs().max()),
-            "reference_max_abs": float(reference.abs().max()),
-            "finite": bool(torch.isfinite(clamped).all()),
-        })
-    return {"vllm_version": kernel.vllm_version, "patch_action": outcome["action"], "cases": results}
-
-
-def main() -> None:  # python -m gemma4_t4.turing.numerics (with TRITON_INTERPRET=1)
-    import json
-
-    print(json.dumps(interpreter_check(), indent=2))
-
-
-if __name__ == "__main__":
-    main()

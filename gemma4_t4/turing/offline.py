@@ -25,7 +25,7 @@ import threading
 import types
 from collections import namedtuple
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -238,7 +238,6 @@ class KernelModule:
     sha256: str
     capability: tuple[int, int]
     interpret: bool
-    launches: list[RecordedLaunch] = field(default_factory=list)
 
 
 def load_kernel_module(
@@ -249,7 +248,7 @@ def load_kernel_module(
     if interpret and os.environ.get("TRITON_INTERPRET") != "1" and "triton" in sys.modules:
         raise Gemma4T4Error(
             "Triton's interpreter must be chosen before Triton is imported",
-            fix="run in a fresh process started with TRITON_INTERPRET=1 (python -m gemma4_t4.turing.numerics)",
+            fix="run in a fresh process started with TRITON_INTERPRET=1 (as tests/turing/test_turing_numerics.py runs itself)",
         )
     vllm_root = find_vllm_root(root)
     version = read_vllm_version(vllm_root)
