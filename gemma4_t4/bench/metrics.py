@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import random
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from gemma4_t4.bench.schemas import (
@@ -67,15 +67,24 @@ def median(values: Sequence[float]) -> float:
 RESAMPLES = 1000
 
 
+def _bootstrap(statistic: Callable[..., float | None], *samples: Sequence[float]) -> tuple[float | None, float | None]:
+    """95 % percentile-bootstrap interval of ``statistic`` over ``samples``, each resampled in turn
+    (resamples where it is None are left out; no interval where none is left)."""
+    rng = random.Random(0)
+    estimates = []
+    for _ in range(RESAMPLES):
+        value = statistic(*([data[rng.randrange(len(data))] for _ in data] for data in samples))
+        if value is not None:
+            estimates.append(value)
+    if not estimates:
+        return (None, None)
+    estimates.sort()
+    return (percentile(estimates, 2.5), percentile(estimates, 97.5))
+
+
 def bootstrap_ci(values: Sequence[float]) -> tuple[float | None, float | None]:
     """95 % percentile-bootstrap interval of the median."""
-    if len(values) < 2:
-        return (None, None)
-    rng = random.Random(0)
-    data = list(values)
-    n = len(data)
-    estimates = sorted(median([data[rng.randrange(n)] for _ in range(n)]) for _ in range(RESAMPLES))
-    return (percentile(estimates, 2.5), percentile(estimates, 97.5))
+    return _bootstrap(median, list(values)) if len(values) >= 2 else (None, None)
 
 
 def summarize(values: Iterable[float | None], ci: bool = True) -> LatencyStats:
@@ -262,17 +271,7 @@ def series_decode(
     out.wall_short_ms, out.wall_long_ms, out.decode_tok_s = median(ws), median(wl), speed(ws, wl)
     out.samples = [s for s in (speed([a], [b]) for a, b in zip(ws, wl, strict=False)) if s is not None]
     if len(ws) > 1 and len(wl) > 1:
-        rng = random.Random(0)
-        estimates = sorted(
-            v
-            for v in (
-                speed([ws[rng.randrange(len(ws))] for _ in ws], [wl[rng.randrange(len(wl))] for _ in wl])
-                for _ in range(RESAMPLES)
-            )
-            if v is not None
-        )
-        if estimates:
-            out.ci_low, out.ci_high = percentile(estimates, 2.5), percentile(estimates, 97.5)
+        out.ci_low, out.ci_high = _bootstrap(speed, ws, wl)
     return out
 
 
@@ -286,12 +285,4 @@ def ratio_ci(a: Sequence[float], b: Sequence[float]) -> tuple[float | None, floa
     point = median(b) / base if base else None
     if len(a) < 2 or len(b) < 2:
         return (point, None, None)
-    rng = random.Random(0)
-    estimates = []
-    for _ in range(RESAMPLES):
-        sa = median([a[rng.randrange(len(a))] for _ in a])
-        sb = median([b[rng.randrange(len(b))] for _ in b])
-        if sa:
-            estimates.append(sb / sa)
-    estimates.sort()
-    return (point, percentile(estimates, 2.5), percentile(estimates, 97.5))
+    return (point, *_bootstrap(lambda ra, rb: median(rb) / median(ra) if median(ra) else None, a, b))
