@@ -67,7 +67,9 @@ def median(values: Sequence[float]) -> float:
 RESAMPLES = 1000
 
 
-def _bootstrap(statistic: Callable[..., float | None], *samples: Sequence[float]) -> tuple[float | None, float | None]:
+def _bootstrap(
+    statistic: Callable[..., float | None], *samples: Sequence[float]
+) -> tuple[float | None, float | None]:
     """95 % percentile-bootstrap interval of ``statistic`` over ``samples``, each resampled in turn
     (resamples where it is None are left out; no interval where none is left)."""
     rng = random.Random(0)
