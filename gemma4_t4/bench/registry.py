@@ -189,17 +189,19 @@ class WorkloadSpec(BaseModel):
         return self.output_len or 0
 
     def unique_cell(
-        self, run: RunOptions, factory: PromptFactory | None, name: str, variant: str, c: int, n: int, **sizes: int
+        self, run: RunOptions, factory: PromptFactory | None, name: str, variant: str, c: int, n: int,
+        length: int | None = None, output_len: int | None = None, warm: int | None = None, **cell: object,
     ) -> Cell:
-        """A cell of ``n`` unique prompts at concurrency ``c``, warmed up first; ``sizes``:
-        ``length`` or ``output_len`` where they are not this workload's ``input_len``/``output_len``."""
-        length = sizes.get("length") or getattr(self, "input_len", None)
-        out = sizes.get("output_len") or self.output_len
-        warm = f"w-{name}"
-        specs = request_specs(factory.unique(name, n, length), name, run.api, out)
+        """A cell of ``n`` unique prompts at concurrency ``c``, warmed up first with ``warm`` prompts;
+        ``length``/``output_len`` where they are not this workload's ``input_len``/``output_len``,
+        ``cell``: the open loop's rate and arrival."""
+        length = length or getattr(self, "input_len", None)
+        out = output_len or self.output_len
         # c = 100000 with 2 prompts has 2 in flight: its warm-up is 2 prompts, not 100000 to tokenize
-        warm_specs = request_specs(factory.unique(warm, warm_count(self.warmup, min(c, n)), length), warm, run.api, out)
-        return Cell(name, self.workload, variant, c, length, out, specs, warm_specs)
+        warm = warm_count(self.warmup, min(c, n)) if warm is None else warm
+        specs = request_specs(factory.unique(name, n, length), name, run.api, out)
+        warm_specs = request_specs(factory.unique(f"w-{name}", warm, length), f"w-{name}", run.api, out)
+        return Cell(name, self.workload, variant, c, length, out, specs, warm_specs, **cell)
 
     def cells(self, run: RunOptions, factory: PromptFactory | None) -> list[Cell]:
         """Every cell known before anything is measured, prompts included."""

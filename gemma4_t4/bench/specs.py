@@ -133,18 +133,14 @@ class OpenLoopSpec(Arrivals, PromptLen, WorkloadSpec):
 def rate_cells(
     spec: Arrivals, run: RunOptions, factory: PromptFactory | None, rates: list[float], variant: str = "open_loop"
 ) -> list[Cell]:
-    """Open-loop decode cells, one per offered request rate."""
-    cells = []
-    for rate in rates:
-        name = f"decode-r{rate:g}-{spec.arrival}-in{spec.input_len}-out{spec.output_len}"
-        n = spec.prompts_at(rate)
-        warm, length, out = f"w-{name}", spec.input_len, spec.output_len
-        specs = request_specs(factory.unique(name, n, length), name, run.api, out)
-        warm_specs = request_specs(factory.unique(warm, spec.warmup, length), warm, run.api, out)
-        cells.append(
-            Cell(name, "decode", variant, spec.max_in_flight, length, out, specs, warm_specs, rate=rate, arrival=spec.arrival)
+    """Open-loop decode cells, one per offered request rate, each warmed up with ``warmup`` prompts."""
+    return [
+        spec.unique_cell(
+            run, factory, f"decode-r{rate:g}-{spec.arrival}-in{spec.input_len}-out{spec.output_len}", variant,
+            spec.max_in_flight, spec.prompts_at(rate), warm=spec.warmup, rate=rate, arrival=spec.arrival,
         )
-    return cells
+        for rate in rates
+    ]
 
 
 def sweep_rates(synchronous_rps: float, throughput_rps: float, count: int) -> list[float]:
@@ -304,10 +300,9 @@ class PrefixSpec(PromptLen, WorkloadSpec):
             warm = request_specs(warm_prompts, f"w-{base}", run.api, out)
             shared_specs = request_specs(shared, f"{base}-shared", run.api, out)
             cells.append(Cell(f"{base}-shared", "prefix", "shared_prefix", c, length, out, shared_specs, warm, meta))
-            control = factory.unique(f"{base}-unique", len(shared), length)
-            control_specs = request_specs(control, f"{base}-unique", run.api, out)
-            control_meta = meta | {"control": True}
-            cells.append(Cell(f"{base}-unique", "prefix", "unique_prompts", c, length, out, control_specs, [], control_meta))
+            control_meta = meta | {"control": True}  # the same count of unique prompts, not warmed again
+            cells.append(self.unique_cell(run, factory, f"{base}-unique", "unique_prompts", c, len(shared), warm=0,
+                                          meta=control_meta))
         return cells
 
 
