@@ -32,30 +32,6 @@ _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
 @dataclass
-class Sample:
-    name: str
-    labels: dict[str, str]
-    value: float
-
-
-def parse_prometheus(text: str) -> list[Sample]:
-    samples = []
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        match = _SAMPLE.match(line)
-        if not match:
-            continue
-        try:
-            value = float(match.group(4))
-        except ValueError:
-            continue
-        labels = dict(_LABEL.findall(match.group(3) or ""))
-        samples.append(Sample(match.group(1), labels, value))
-    return samples
-
-
-@dataclass
 class MetricsSnapshot:
     """Summed counters/gauges by metric name, plus the info labels, at one instant."""
 
@@ -80,15 +56,23 @@ def snapshot_from_text(text: str, at_s: float | None = None) -> MetricsSnapshot:
     values: dict[str, float] = {}
     info: dict[str, dict[str, str]] = {}
     by_label: dict[str, dict[str, float]] = {}
-    for s in parse_prometheus(text):
-        if s.name.endswith("_info"):
-            info[s.name] = s.labels
+    for line in text.splitlines():
+        match = _SAMPLE.match(line)  # a comment (#) or a blank line is no sample
+        if not match:
             continue
-        values[s.name] = values.get(s.name, 0.0) + s.value
-        label = _BROKEN_DOWN.get(s.name)
-        if label and label in s.labels:
-            series = by_label.setdefault(s.name, {})
-            series[s.labels[label]] = series.get(s.labels[label], 0.0) + s.value
+        try:
+            value = float(match.group(4))
+        except ValueError:
+            continue
+        name, labels = match.group(1), dict(_LABEL.findall(match.group(3) or ""))
+        if name.endswith("_info"):
+            info[name] = labels
+            continue
+        values[name] = values.get(name, 0.0) + value
+        label = _BROKEN_DOWN.get(name)
+        if label and label in labels:
+            series = by_label.setdefault(name, {})
+            series[labels[label]] = series.get(labels[label], 0.0) + value
     return MetricsSnapshot(time.time() if at_s is None else at_s, values, info, by_label)
 
 
