@@ -237,16 +237,13 @@ class SageMakerBackend:
         finally:
             pool.shutdown(wait=False, cancel_futures=True)  # finalise first; threads end on their own
 
-    def _invoke(
-        self, spec: RequestSpec, model: str, keep_text: bool, stream: bool | None = None,
-        clock: Callable[[], float] = time.perf_counter,
-    ) -> RequestRecord:
+    def _invoke(self, spec: RequestSpec, model: str, keep_text: bool, stream: bool | None = None) -> RequestRecord:
         """One request; retries what is safe to retry; never raises for endpoint or network faults."""
         stream = self.stream if stream is None else stream
         attempt = 0
         while True:
             attempt += 1
-            record = self._attempt(spec, model, keep_text, stream, clock)
+            record = self._attempt(spec, model, keep_text, stream)
             record.attempts = attempt
             if record.error == "stream_unsupported" and stream:
                 self.stream = stream = False  # the endpoint said so: every later request is non-streamed
@@ -257,10 +254,10 @@ class SageMakerBackend:
                 return record
             time.sleep(self.backoff_s * 2 ** (attempt - 1))
 
-    def _attempt(
-        self, spec: RequestSpec, model: str, keep_text: bool, stream: bool, clock: Callable[[], float]
-    ) -> RequestRecord:
+    def _attempt(self, spec: RequestSpec, model: str, keep_text: bool, stream: bool) -> RequestRecord:
         from botocore.exceptions import BotoCoreError, ClientError
+
+        clock = time.perf_counter
 
         client = self._runtime()
         body = json.dumps(spec.payload(model, stream=stream))
