@@ -40,6 +40,7 @@ from gemma4_t4.foundation.table import Displayable
 # Bytes per weight. int4 with one 16-bit scale per group of 32: 4/8 + 16/(8*32) = 0.5625.
 INT4_G32_BYTES = 0.5 + 2 / 32
 FP16_BYTES = 2
+KV_DTYPE_BYTES = FP16_BYTES  # the KV cache is fp16 (a T4 has no fp8)
 
 
 # ---------------------------------------------------------------------------------------
@@ -182,7 +183,6 @@ class DecodeBytes:
     weights_bytes: int
     context_len: int
     kv_bytes: int  # KV cache read at context_len (0 when context_len is 0)
-    kv_dtype_bytes: int
 
     @property
     def total_bytes(self) -> int:
@@ -193,7 +193,7 @@ class DecodeBytes:
         return self.weights_bytes / GB
 
 
-def kv_read_bytes_per_token(variant: str | Gemma4Variant, context_len: int, kv_dtype_bytes: int = 2) -> int:
+def kv_read_bytes_per_token(variant: str | Gemma4Variant, context_len: int) -> int:
     """KV cache bytes one decode step reads for one sequence at ``context_len``.
 
     Every layer attends, KV-shared ones included (they read their source layer's cache);
@@ -206,15 +206,15 @@ def kv_read_bytes_per_token(variant: str | Gemma4Variant, context_len: int, kv_d
     total = 0
     for layer_type in v.layer_types():
         if layer_type == "full_attention":
-            total += 2 * v.num_kv_heads_global * v.global_head_dim * kv_dtype_bytes * context_len
+            total += 2 * v.num_kv_heads_global * v.global_head_dim * KV_DTYPE_BYTES * context_len
         else:
             tokens = min(context_len, v.sliding_window)
-            total += 2 * v.num_kv_heads_sliding * v.head_dim * kv_dtype_bytes * tokens
+            total += 2 * v.num_kv_heads_sliding * v.head_dim * KV_DTYPE_BYTES * tokens
     return total
 
 
 def decode_bytes_per_token(
-    variant: str | Gemma4Variant, fmt: str = "bf16", context_len: int = 0, kv_dtype_bytes: int = 2,
+    variant: str | Gemma4Variant, fmt: str = "bf16", context_len: int = 0,
 ) -> DecodeBytes:
     """Bytes per decoded token for a format; E2B: bf16 4.597 GB, qat-w4a16 1.862 GB, emb4 1.29 GB.
 
@@ -241,8 +241,7 @@ def decode_bytes_per_token(
         model=v.key, format=fmt, linear_params=linear_params, linear_bytes=linear_bytes,
         embed_params=embed_params, embed_bytes=embed_bytes, small_bytes=small,
         weights_bytes=linear_bytes + embed_bytes + small, context_len=context_len,
-        kv_bytes=kv_read_bytes_per_token(v, context_len, kv_dtype_bytes) if context_len else 0,
-        kv_dtype_bytes=kv_dtype_bytes,
+        kv_bytes=kv_read_bytes_per_token(v, context_len) if context_len else 0,
     )
 
 
@@ -354,7 +353,7 @@ def weights_estimate(variant: str | Gemma4Variant, fmt: str = "bf16", text_only:
 
 
 def kv_cache_bytes_per_sequence(
-    variant: str | Gemma4Variant, context_len: int, tensor_parallel: int = 1, kv_dtype_bytes: int = 2,
+    variant: str | Gemma4Variant, context_len: int, tensor_parallel: int = 1,
     max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
 ) -> int:
     """KV cache one sequence of ``context_len`` occupies on one GPU, the way vLLM sizes it.
@@ -378,7 +377,7 @@ def kv_cache_bytes_per_sequence(
             held = min(v.sliding_window - 1 + max_num_batched_tokens, context_len)
             tokens = (math.ceil(held / KV_BLOCK_SIZE) + 1) * KV_BLOCK_SIZE
         heads_per_rank = max(1, math.ceil(heads / tensor_parallel))
-        total += 2 * heads_per_rank * hd * kv_dtype_bytes * tokens
+        total += 2 * heads_per_rank * hd * KV_DTYPE_BYTES * tokens
     return total
 
 
@@ -415,7 +414,7 @@ class FitResult:
 def fit(variant: str | Gemma4Variant, fmt: str = "qat-w4a16", gpu: str = "t4", context_len: int = 8192,
         num_gpus: int = 1, gpu_memory_utilization: float = 0.9, max_num_seqs: int = 8,
         max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS, text_only: bool = False,
-        overhead_gib: float = DEFAULT_OVERHEAD_GIB, kv_dtype_bytes: int = 2, draft_weights_bytes: int = 0,
+        overhead_gib: float = DEFAULT_OVERHEAD_GIB, draft_weights_bytes: int = 0,
         draft_own_kv: bool = False) -> FitResult:
     """Weights + KV cache + overhead against one GPU (or ``num_gpus`` with tensor parallelism).
 
@@ -434,14 +433,14 @@ def fit(variant: str | Gemma4Variant, fmt: str = "qat-w4a16", gpu: str = "t4", c
     fmt = normalize_format(fmt)
     g = get_gpu(gpu)
     _check_fit_args(v, num_gpus, gpu_memory_utilization, context_len, max_num_seqs, max_num_batched_tokens,
-                    overhead_gib, kv_dtype_bytes, draft_weights_bytes)
+                    overhead_gib, draft_weights_bytes)
     w = weights_estimate(v, fmt, text_only)
     usable = g.usable_memory_gib
     budget = usable * gpu_memory_utilization
     weights_gib = (w.total_bytes + draft_weights_bytes) / GiB / num_gpus + RUNTIME_BUFFERS_GIB
     kv_budget = budget - weights_gib - overhead_gib
     weights_fit = kv_budget > 0
-    seq_bytes, concurrency, max_ctx = _kv_fit(v, context_len, num_gpus, kv_dtype_bytes, max_num_batched_tokens,
+    seq_bytes, concurrency, max_ctx = _kv_fit(v, context_len, num_gpus, max_num_batched_tokens,
                                               2 if draft_own_kv else 1, kv_budget)
     fits = weights_fit and concurrency >= 1.0 and context_len <= v.max_position_embeddings
     google_build = not (fmt == "qat-w4a16" and v.hub.qat_w4a16_ct is None) and fmt != "emb4"
@@ -474,7 +473,7 @@ def fit(variant: str | Gemma4Variant, fmt: str = "qat-w4a16", gpu: str = "t4", c
 
 def _check_fit_args(v: Gemma4Variant, num_gpus: int, gpu_memory_utilization: float, context_len: int,
                     max_num_seqs: int, max_num_batched_tokens: int, overhead_gib: float,
-                    kv_dtype_bytes: int, draft_weights_bytes: int) -> None:
+                    draft_weights_bytes: int) -> None:
     """Refuse arguments that would give a silently wrong verdict (NaN compares False everywhere)."""
     if num_gpus < 1 or v.num_q_heads % num_gpus:
         raise Gemma4T4Error(f"{v.name} cannot be split over {num_gpus} GPUs: {v.num_q_heads} query heads",
@@ -489,8 +488,6 @@ def _check_fit_args(v: Gemma4Variant, num_gpus: int, gpu_memory_utilization: flo
     if not 0.0 <= overhead_gib < 1e6:  # also refuses NaN and infinity
         raise Gemma4T4Error(f"overhead_gib must be a non-negative number of GiB, not {overhead_gib}",
                             fix=f"the default is {DEFAULT_OVERHEAD_GIB} GiB per GPU")
-    if kv_dtype_bytes not in (1, 2, 4):
-        raise Gemma4T4Error(f"kv_dtype_bytes must be 1, 2 or 4, not {kv_dtype_bytes}", fix="fp16 KV cache: 2")
     if draft_weights_bytes < 0:
         raise Gemma4T4Error(f"draft_weights_bytes must not be negative, not {draft_weights_bytes}",
                             fix="pass 0 without a drafter")
@@ -520,12 +517,12 @@ def _fit_notes(v: Gemma4Variant, fmt: str, gpu: str, fits: bool, concurrency: fl
     return notes
 
 
-def _kv_fit(v: Gemma4Variant, context_len: int, num_gpus: int, kv_dtype_bytes: int, max_num_batched_tokens: int,
+def _kv_fit(v: Gemma4Variant, context_len: int, num_gpus: int, max_num_batched_tokens: int,
             kv_copies: int, kv_budget_gib: float) -> tuple[int, float, int]:
     """(KV bytes of one ``context_len`` sequence, sequences that fit at once, longest context that fits)."""
 
     def per_seq(n: int) -> int:
-        return kv_copies * kv_cache_bytes_per_sequence(v, n, num_gpus, kv_dtype_bytes, max_num_batched_tokens)
+        return kv_copies * kv_cache_bytes_per_sequence(v, n, num_gpus, max_num_batched_tokens)
 
     seq_bytes = per_seq(context_len)
     kv_budget_bytes = max(0.0, kv_budget_gib) * GiB

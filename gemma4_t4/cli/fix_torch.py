@@ -13,16 +13,12 @@ from gemma4_t4.host.torchfix import apply_torch_fix, plan_torch_fix, torch_fix_d
 
 def _fix_torch(args: argparse.Namespace) -> Output:
     with orderly_stop():  # SIGTERM/SIGHUP stop the probed interpreter's process group, as Ctrl-C does
-        return _run(args)
-
-
-def _run(args: argparse.Namespace) -> Output:
-    plan = plan_torch_fix(vllm_version=args.vllm, python=args.python)
-    data = {"plan": torch_fix_dict(plan), "applied": False}
-    if not args.apply:
-        hint = "\n(dry: nothing installed; add --apply to run it)" if plan.needed and plan.torch_alone else ""
-        return Output(data, plan.summary() + hint)
-    result = apply_torch_fix(plan)
+        plan = plan_torch_fix(vllm_version=args.vllm, python=args.python)
+        data = {"plan": torch_fix_dict(plan), "applied": False}
+        if not args.apply:
+            hint = "\n(dry: nothing installed; add --apply to run it)" if plan.needed and plan.torch_alone else ""
+            return Output(data, plan.summary() + hint)
+        result = apply_torch_fix(plan)
     data.update(applied=result.applied, message=result.message, output_tail=result.output_tail)
     return Output(data, plan.summary() + "\n" + result.message)
 

@@ -209,6 +209,10 @@ class Results(Displayable):
         return ms[max(ms)] / ms[min(ms)]  # type: ignore[operator]
 
     @property
+    def prefix_rate(self) -> float | None:
+        return self.prefix.prefix_hit_rate() if self.prefix else None
+
+    @property
     def largest(self) -> FitResult | None:
         return largest_fitting(self.fits)
 
@@ -240,7 +244,7 @@ class Results(Displayable):
                 "On the CPU default a tiny random model runs on vLLM's CPU build: the steps, the checks and the "
                 "TTFT growth's shape are real; the speeds say nothing about a T4."
             )
-        rate = self.prefix.prefix_hit_rate() if self.prefix else None
+        rate = self.prefix_rate
         if rate is not None:
             lines.append(
                 f"The prefix cache served {rate:.0%} of prompt tokens from cache: some relief for shared prefixes, "
@@ -289,7 +293,7 @@ class Results(Displayable):
         s = self.study
         if len(self.ttft_ms) != len(ttft_lens):
             yield f"TTFT measured {sorted(self.ttft_ms)} tokens, not {list(ttft_lens)}"
-        rate = self.prefix.prefix_hit_rate() if self.prefix else None
+        rate = self.prefix_rate
         if self.endpoint.exposes_metrics and not (rate and rate > 0):
             yield "the prefix cache hit rate is not above 0 on a server that exposes /metrics"
         if not (self.answers.total and self.answers.identical == self.answers.total):
@@ -334,7 +338,7 @@ class Results(Displayable):
             "E2EL ms c=1": speed.e2el_ms[min(speed.e2el_ms)],
             "best output tok/s": cost.measured.output_tok_s,
             f"TTFT growth {min(ms)}->{max(ms)} tokens (x)": self.ttft_growth,
-            "prefix cache hit rate": self.prefix.prefix_hit_rate() if self.prefix else None,
+            "prefix cache hit rate": self.prefix_rate,
             "identical answers": self.answers.line(),
             "drafter on / off, tok/s at 1 stream": d.speedup if d else None,
             "drafter acceptance": d.on.acceptance_rate if d else None,
