@@ -26,7 +26,6 @@ class WeightBlock:
     values: np.ndarray  # float32 [rows, cols]
     levels: np.ndarray | None = None  # int8, packed builds only
     scale: np.ndarray | None = None  # float32 [rows, groups]
-    zero_point: np.ndarray | None = None  # int8 [rows, groups]
 
 
 @dataclass
@@ -56,7 +55,7 @@ class ModuleWeight:
             packed_zp = reader.read_rows(f"{m}.weight_zero_point", start // 8, (stop + 7) // 8)
             zp = pack.unpack_int4_dim0(packed_zp, packed_zp.shape[0] * 8)[: stop - start]
         values = lattice.dequantize(levels, scale, self.group_size, SCALE_DTYPE_NAMES[self.dtype], zp)
-        return WeightBlock(values, levels, scale, zp)
+        return WeightBlock(values, levels, scale)
 
 
 def module_weights(reader: CheckpointReader) -> dict[str, ModuleWeight]:

@@ -275,15 +275,15 @@ def build_quantized(
                                      source=str(reader.root)) as tmp:
             writer = ShardedWriter(tmp, plan, max_shard_bytes=shard_bytes)  # sized up front: a full disk fails here
             try:
-                tally = _scan(reader, writer, roles, quantizer, group_size, embed_name if untie else None, progress,
-                              method)
-                _refuse_damaged(tally, roles)
+                rows = _scan(reader, writer, roles, quantizer, group_size, embed_name if untie else None, progress,
+                             method)
+                _refuse_damaged(rows, roles)
                 files = writer.finish()
             except BaseException:
                 writer.abort()
                 raise
-            report = _write_build(tmp, files, reader.root, config, qcfg, untie, tally.report(
-                src=str(src), dst=str(dst_path), method=method, emb4=emb4, scale_dtype=scale_dtype,
+            report = _write_build(tmp, files, reader.root, config, qcfg, untie, _report(
+                rows, sum(t.nbytes for t in reader.tensors.values()), src=str(src), dst=str(dst_path), method=method, emb4=emb4, scale_dtype=scale_dtype,
                 group_size=group_size, symmetric=symmetric, ignore=qcfg["ignore"], cleanup=cleanup.lines(),
             ), t0)
     return report
@@ -291,67 +291,52 @@ def build_quantized(
 
 def _scan(reader: LocalCheckpoint, writer: ShardedWriter, roles: dict[str, qconfig.TensorRole], quantizer: Quantizer,
           group_size: int, lm_head_source: str | None, progress: bool | Callable[[str], None],
-          method: str) -> _Tally:
+          method: str) -> list[TensorRepack]:
     """Copy or quantize every tensor, block by block, into ``writer`` (``lm_head_source``: the embedding
-    also written as the untied lm_head); once a tensor refuses the build, read on without writing."""
-    tally = _Tally()
+    also written as the untied lm_head): a row per tensor. Once a tensor refuses the build nothing more
+    is written; the scan reads on to name every one."""
+    rows: list[TensorRepack] = []
+    refusing = False
     with progress_bar(sum(t.nbytes for t in reader.tensors.values()), progress is True, method) as bar:
         for name in sorted(reader.tensors):
             info, role = reader.tensors[name], roles[name]
             if not role.quantize:
-                bad = _copy_tensor(reader, writer, name, write=not tally.refusing)
-                tally.add(info, TensorRepack(name, list(info.shape), "copy", role.reason, non_finite=bad))
+                bad = _copy_tensor(reader, writer, name, write=not refusing)
+                row = TensorRepack(name, list(info.shape), "copy", role.reason, non_finite=bad)
             else:
-                tally.add(info, _quantize_tensor(reader, writer, info, role.module, quantizer, group_size,
-                                                 write=not tally.refusing, lm_head=name == lm_head_source))
+                row = _quantize_tensor(reader, writer, info, role.module, quantizer, group_size,
+                                       write=not refusing, lm_head=name == lm_head_source)
+            rows.append(row)
+            refusing = refusing or bool(row.non_finite or _off_grid(row))
             bar.update(info.nbytes)
             if callable(progress):
                 progress(name)
-    return tally
+    return rows
 
 
-@dataclass
-class _Tally:
-    """The build so far: a row per tensor and the tensors that refuse it."""
+def _off_grid(row: TensorRepack) -> int:
+    """The tensor's groups off the grid that were not requantized: they refuse the build."""
+    return 0 if row.groups_requantized else row.groups_off_grid
 
-    rows: list[TensorRepack] = field(default_factory=list)
-    non_finite: dict[str, int] = field(default_factory=dict)
-    off_grid: dict[str, int] = field(default_factory=dict)  # groups off the grid and not requantized
-    off_examples: dict[str, list[list[int]]] = field(default_factory=dict)
-    bytes_read: int = 0
 
-    @property
-    def refusing(self) -> bool:
-        """Once a tensor refuses the build nothing more is written; the scan goes on to name every one."""
-        return bool(self.off_grid or self.non_finite)
-
-    def add(self, info: TensorInfo, row: TensorRepack) -> None:
-        self.rows.append(row)
-        self.bytes_read += info.nbytes
-        if row.non_finite:
-            self.non_finite[row.name] = row.non_finite
-        if row.groups_off_grid and not row.groups_requantized:
-            self.off_grid[row.name] = row.groups_off_grid
-            self.off_examples[row.name] = row.off_grid_examples
-
-    def report(self, **fields: object) -> RepackReport:
-        """The report of a finished scan; files, bytes written and timing are filled in when written."""
-        packed = [r for r in self.rows if r.action == "int4"]
-        weights = sum(r.shape[0] * r.shape[1] for r in packed)
-        exact: dict[str, int] = {}
-        for r in packed:
-            for k, v in r.values_bit_identical.items():
-                exact[k] = exact.get(k, 0) + v
-        return RepackReport(
-            **fields, files=[], tensors_quantized=len(packed), tensors_copied=len(self.rows) - len(packed),
-            weights_quantized=weights, groups_total=sum(r.groups for r in packed),
-            groups_off_grid=sum(r.groups_off_grid for r in packed),
-            groups_requantized=sum(r.groups_requantized for r in packed),
-            levels_changed=sum(r.levels_changed for r in packed) if fields["method"] == "lattice" else None,
-            values_bit_identical=exact,
-            values_bit_identical_pct={k: pct(v, weights) for k, v in exact.items()},
-            bytes_read=self.bytes_read, bytes_written=0, seconds=0.0, mb_per_s=0.0, tensors=self.rows,
-        )
+def _report(rows: list[TensorRepack], bytes_read: int, **fields: object) -> RepackReport:
+    """The report of a finished scan; files, bytes written and timing are filled in when written."""
+    packed = [r for r in rows if r.action == "int4"]
+    weights = sum(r.shape[0] * r.shape[1] for r in packed)
+    exact: dict[str, int] = {}
+    for r in packed:
+        for k, v in r.values_bit_identical.items():
+            exact[k] = exact.get(k, 0) + v
+    return RepackReport(
+        **fields, files=[], tensors_quantized=len(packed), tensors_copied=len(rows) - len(packed),
+        weights_quantized=weights, groups_total=sum(r.groups for r in packed),
+        groups_off_grid=sum(r.groups_off_grid for r in packed),
+        groups_requantized=sum(r.groups_requantized for r in packed),
+        levels_changed=sum(r.levels_changed for r in packed) if fields["method"] == "lattice" else None,
+        values_bit_identical=exact,
+        values_bit_identical_pct={k: pct(v, weights) for k, v in exact.items()},
+        bytes_read=bytes_read, bytes_written=0, seconds=0.0, mb_per_s=0.0, tensors=rows,
+    )
 
 
 def _plan_build(reader: LocalCheckpoint, src: str | Path, method: str, group_size: int, scale_dtype: str,
@@ -405,10 +390,12 @@ def _listed(entries: list[str]) -> str:
     return ", ".join(entries[:MAX_LISTED]) + more
 
 
-def _refuse_damaged(tally: _Tally, roles: dict[str, qconfig.TensorRole]) -> None:
+def _refuse_damaged(rows: list[TensorRepack], roles: dict[str, qconfig.TensorRole]) -> None:
     """Refuse a build with NaN/Inf values or (without --allow-requant) groups off the int4 grid,
     naming the tensors."""
-    non_finite, off_grid, off_examples = tally.non_finite, tally.off_grid, tally.off_examples
+    non_finite = {r.name: r.non_finite for r in rows if r.non_finite}
+    off_grid = {r.name: _off_grid(r) for r in rows if _off_grid(r)}
+    off_examples = {r.name: r.off_grid_examples for r in rows}
     if non_finite:
         copied = sum(1 for n in non_finite if not roles[n].quantize)
         kinds = ", ".join(part for part in (

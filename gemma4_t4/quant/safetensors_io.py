@@ -181,23 +181,14 @@ def missing_path_error(p: Path) -> Gemma4T4Error:
 
 
 class CheckpointReader:
-    """A (sharded) safetensors checkpoint: its tensor table and block reads. Subclasses supply bytes."""
+    """A (sharded) safetensors checkpoint: its tensor table and block reads. Subclasses supply bytes:
+    ``_read_into(shard, start, view)`` fills ``view`` from ``start``, ``_size(shard)`` (None: unknown),
+    ``_exists(shard)`` and ``read_text(name)``, a small side file (config.json ...) or None."""
 
     def __init__(self, source: str):
         self.source = source
         self.tensors: dict[str, TensorInfo] = {}
         self.shards: list[str] = []
-
-    # -- subclass hooks -----------------------------------------------------------------
-    def _read_into(self, shard: str, start: int, view: memoryview) -> None:
-        """Fill ``view`` with the bytes of ``shard`` from ``start``."""
-        raise NotImplementedError
-
-    def _size(self, shard: str) -> int | None:
-        return None
-
-    def _exists(self, shard: str) -> bool:
-        raise NotImplementedError
 
     # -- layout -------------------------------------------------------------------------
     def _shard_label(self, shard: str) -> str:
@@ -298,10 +289,6 @@ class CheckpointReader:
         step = max(1, max_bytes // max(1, info.row_bytes))
         for start in range(0, rows, step):
             yield start, min(rows, start + step)
-
-    def read_text(self, name: str) -> str | None:
-        """A small side file (config.json ...) next to the checkpoint, or None."""
-        return None
 
     def close(self) -> None:
         pass

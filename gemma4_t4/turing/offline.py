@@ -232,12 +232,9 @@ class KernelModule:
     """vLLM's kernel module loaded privately, with where it came from."""
 
     module: types.ModuleType
-    root: Path
     kernel_file: Path
     vllm_version: str
     sha256: str
-    capability: tuple[int, int]
-    interpret: bool
 
 
 def load_kernel_module(
@@ -273,8 +270,7 @@ def load_kernel_module(
                 del sys.modules[name]
             sys.modules.update(hidden)
     kernel_file = vllm_root / KERNEL_RELPATH
-    return KernelModule(module, vllm_root, kernel_file, version, sha256_file(kernel_file),
-                        tuple(capability), interpret)
+    return KernelModule(module, kernel_file, version, sha256_file(kernel_file))
 
 
 @contextmanager

@@ -81,8 +81,6 @@ class Step:
     value: Any
     kv_cache: Any  # logical [blocks, kv_heads, block_size, 2 * head], as vLLM hands it to forward
     metadata: StepMetadata
-    query_lens: list[int]
-    context_lens: list[int]
     case: Any = field(repr=False, default=None)
 
 
@@ -116,7 +114,7 @@ def make_step(
     impl = FakeImpl(shape.num_q_heads, shape.head_size, shape.num_kv_heads, window)
     key = None if shared_kv else torch.cat(keys)
     value = None if shared_kv else torch.cat(values)
-    return Step(impl, case.q, key, value, kv_cache, metadata, list(query_lens), list(context_lens), case)
+    return Step(impl, case.q, key, value, kv_cache, metadata, case)
 
 
 def triton_forward(kernel_module: Any):
