@@ -69,7 +69,6 @@ MODULES: dict[str, Target] = {
             "driver_major",
             "check_vllm_choice",
             "routes_for_driver",
-            "default_route",
             "pip_command",
             "route_steps",
             "plan_setup",

@@ -308,12 +308,6 @@ def routes_for_driver(driver: str | None, vllm_version: str | None = None,
         "reach this branch either", fix=DRIVER_FIX.get(platform or "", DRIVER_IMAGE_FIX))
 
 
-def default_route(vllm_version: str) -> InstallRoute | None:
-    """The matrix row of a vLLM release on a driver that runs everything (its default build)."""
-    rows = [r for r in GPU_ROUTES if r.vllm_version == vllm_version]
-    return next((r for r in rows if r.variant == DEFAULT_VARIANT), rows[0] if rows else None)
-
-
 def pip_command(python: str, *args: str) -> list[str]:
     return [python, "-m", "pip", *args]
 

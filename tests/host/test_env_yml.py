@@ -64,7 +64,7 @@ def test_gpu_extra_matches_the_doctor_stack():
     _, project = _load()
     gpu = project["optional-dependencies"]["gpu"]
     assert f"vllm=={GPU_VLLM}" in gpu
-    assert setup_plan.default_route(GPU_VLLM) is not None and GPU_VLLM in VLLM_TRANSFORMERS_RANGE
+    assert any(r.vllm_version == GPU_VLLM for r in setup_plan.GPU_ROUTES) and GPU_VLLM in VLLM_TRANSFORMERS_RANGE
     pinned = SpecifierSet(next(r for r in gpu if r.startswith("transformers"))[len("transformers"):])
     declared = SpecifierSet(",".join(VLLM_TRANSFORMERS_RANGE[GPU_VLLM]))
     for probe in ("5.15.0", "5.16.0", "5.16.1", "5.19.0", "5.20.9", "5.21.0"):
@@ -79,7 +79,7 @@ def test_setup_plans_the_stack_the_extras_and_the_doctor_declare():
     assert setup_plan.TRANSFORMERS_RANGE[GPU_VLLM] == ",".join(VLLM_TRANSFORMERS_RANGE[GPU_VLLM])
     # the default (cu130) build's torch is the one the doctor's table names
     cu130 = [r.torch_version for r in setup_plan.INSTALL_MATRIX if (r.vllm_version, r.variant) == (GPU_VLLM, "cu130")]
-    assert cu130 == [setup_plan.default_route(GPU_VLLM).torch_version] == ["2.14.0"]
+    assert cu130 == ["2.14.0"]
     makefile = (REPO / "Makefile").read_text()
     assert f"TORCH_CPU ?= torch=={setup_plan.CPU_ROUTE.torch_version}+cpu" in makefile
     assert "TARGET ?= auto" in makefile

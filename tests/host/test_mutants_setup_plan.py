@@ -13,7 +13,6 @@ from gemma4_t4.host.setup_plan import (
     PipStep,
     SetupPlan,
     check_vllm_choice,
-    default_route,
     driver_major,
     known_vllm_versions,
     plan_setup,
@@ -187,14 +186,6 @@ def test_at_the_oldest_routes_driver_a_release_it_cannot_run_is_named_not_the_dr
 def test_a_chosen_release_gets_only_its_builds():
     assert [r.key for r in routes_for_driver("580.82.07", "0.30.0")] == ["vllm-0.30.0-cu129"]
     assert [r.key for r in routes_for_driver("580.82.07", "0.32.0")] == ["vllm-0.32.0-cu130"]
-
-
-def test_default_route_prefers_the_pypi_build_and_falls_back_to_the_only_one():
-    assert default_route("0.34.0") is CU130
-    assert default_route("0.33.0").key == "vllm-0.33.0-cu130"
-    assert default_route("0.32.0") is CU130_OLD
-    assert default_route("0.30.0") is CU129  # no cu130 build: its only row
-    assert default_route("0.99.0") is None
 
 
 # -- the plan -------------------------------------------------------------------------------------
