@@ -11,7 +11,7 @@ import hashlib
 import io
 import os
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from importlib import metadata
 from pathlib import Path
 
@@ -38,11 +38,16 @@ def _package_files(package_dir: Path) -> Iterator[tuple[str, Path]]:
                 yield f"{package_dir.name}/{path.relative_to(package_dir).as_posix()}", path
 
 
-def _zip_entry(archive: zipfile.ZipFile, name: str, data: bytes, mode: int = 0o644) -> None:
-    info = zipfile.ZipInfo(name, date_time=_ZIP_TIME)
-    info.external_attr = mode << 16
-    info.compress_type = zipfile.ZIP_DEFLATED
-    archive.writestr(info, data)
+def _zip(entries: Iterable[tuple[str, bytes, int]]) -> bytes:
+    """A deterministic zip of (name, data, mode) entries, in the order given, every one at the same time."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data, mode in entries:
+            info = zipfile.ZipInfo(name, date_time=_ZIP_TIME)
+            info.external_attr = mode << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(info, data)
+    return buffer.getvalue()
 
 
 def package_wheel() -> tuple[str, bytes]:
@@ -67,11 +72,7 @@ def package_wheel() -> tuple[str, bytes]:
     record = [f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},"
               f"{len(data)}" for name, data in files]
     files.append((f"{info_dir}/RECORD", "\n".join([*record, f"{info_dir}/RECORD,,", ""]).encode()))
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for name, data in files:
-            _zip_entry(archive, name, data)
-    return f"gemma4_t4-{version}-py3-none-any.whl", buffer.getvalue()
+    return f"gemma4_t4-{version}-py3-none-any.whl", _zip((name, data, 0o644) for name, data in files)
 
 
 def source_bundle() -> bytes:
@@ -81,13 +82,9 @@ def source_bundle() -> bytes:
         raise Gemma4T4Error(f"the image build files are missing from the installed package ({BUILD_DIR})",
                             fix="reinstall the package (pip install --force-reinstall gemma4-t4)")
     wheel_name, wheel = package_wheel()
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for path in sorted(p for p in BUILD_DIR.iterdir() if p.is_file()):
-            _zip_entry(archive, f"{BUNDLE_FOLDER}/{path.name}", path.read_bytes(),
-                       0o755 if path.suffix == ".sh" else 0o644)
-        _zip_entry(archive, wheel_name, wheel)
-    return buffer.getvalue()
+    build_files = [(f"{BUNDLE_FOLDER}/{path.name}", path.read_bytes(), 0o755 if path.suffix == ".sh" else 0o644)
+                   for path in sorted(p for p in BUILD_DIR.iterdir() if p.is_file())]
+    return _zip([*build_files, (wheel_name, wheel, 0o644)])
 
 
 def write_build_context(folder: str | Path) -> Path:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from pydantic import ConfigDict, Field, model_validator
@@ -54,6 +55,14 @@ _S3_PREFIX = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/([A-Za-z0-9!_.*
 CONTAINER_MODEL_DIR = "/opt/ml/model"  # where SageMaker mounts uncompressed S3 model data
 # Target tracking on invocations per instance (what SageMaker's own guide uses for real-time endpoints).
 SCALING_METRIC = "SageMakerVariantInvocationsPerInstance"
+
+
+def check_instance_types(instance_types: Iterable[str]) -> None:
+    """Each a SageMaker instance type this package knows (its GPU and price)."""
+    for instance in instance_types:
+        if instance not in SAGEMAKER_INSTANCES:
+            raise Gemma4T4Error(f"unsupported SageMaker instance type {instance!r}",
+                                fix=f"use one of: {', '.join(SAGEMAKER_INSTANCES)}")
 
 
 def validate_name(name: str) -> None:
@@ -420,10 +429,7 @@ class DeployConfig(VLLMSettings):
     def _check_names(self) -> None:
         """Region, instance types, endpoint name, model id and model data: each well formed."""
         images.validate_region(self.region)
-        for instance in self.instance_types:
-            if instance not in SAGEMAKER_INSTANCES:
-                raise Gemma4T4Error(f"unsupported SageMaker instance type {instance!r}",
-                                    fix=f"use one of: {', '.join(SAGEMAKER_INSTANCES)}")
+        check_instance_types(self.instance_types)
         if len(set(self.instance_types)) != len(self.instance_types):
             raise Gemma4T4Error("an instance type appears twice in the pool list",
                                 fix="list each fallback instance type once")

@@ -415,17 +415,6 @@ class DeletePlan:
     kept: list[str] = field(default_factory=list)
 
 
-def _described(sm: Any, operation: str, action: str, **name: str) -> JSONObject | None:
-    """SageMaker's answer to ``operation`` for the resource ``name`` names; None when none has that name
-    (any other failure is raised as ``action`` failing)."""
-    try:
-        return getattr(sm, operation)(**name)
-    except aws_exceptions() as exc:
-        if is_not_found(exc):
-            return None
-        raise aws_error(exc, action) from exc
-
-
 def _config_models(sm: Any, config: str) -> list[str] | None:
     desc = describe(sm, "endpoint-config", config)
     if desc is None:
@@ -466,8 +455,13 @@ _DESCRIBE = {
 def describe(sm: Any, kind: str, name: str) -> JSONObject | None:
     """SageMaker's description of the ``kind`` resource called ``name``; None where none has that name."""
     operation, key, _ = _DESCRIBE[kind]
-    api_name = operation.title().replace("_", "")  # DescribeEndpointConfig, as AWS names it
-    return _described(sm, operation, f"{api_name} {name}", **{key: name})
+    try:
+        return getattr(sm, operation)(**{key: name})
+    except aws_exceptions() as exc:
+        if is_not_found(exc):
+            return None
+        api_name = operation.title().replace("_", "")  # DescribeEndpointConfig, as AWS names it
+        raise aws_error(exc, f"{api_name} {name}") from exc
 
 
 def _ours(sm: Any, kind: str, resource: str) -> bool | None:

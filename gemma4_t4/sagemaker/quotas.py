@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gemma4_t4.catalog.hardware import SAGEMAKER_INSTANCES
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.table import Displayable
 from gemma4_t4.sagemaker.aws import (
@@ -20,6 +19,7 @@ from gemma4_t4.sagemaker.aws import (
     is_credentials_error,
 )
 from gemma4_t4.sagemaker.cli_recipe import ApiCall
+from gemma4_t4.sagemaker.config import check_instance_types
 from gemma4_t4.sagemaker.image import US_REGIONS, validate_region
 
 
@@ -76,15 +76,6 @@ def quota_plan(instance_types: Sequence[str], regions: Sequence[str]) -> list[Ap
             for region in regions]
 
 
-def _validate(instance_types: Sequence[str], regions: Sequence[str]) -> None:
-    for region in regions:
-        validate_region(region)
-    for instance in instance_types:
-        if instance not in SAGEMAKER_INSTANCES:
-            raise Gemma4T4Error(f"unsupported SageMaker instance type {instance!r}",
-                                fix=f"use one of: {', '.join(SAGEMAKER_INSTANCES)}")
-
-
 def region_quotas(region: str, instance_types: Sequence[str], client: Any) -> list[QuotaRow]:
     """All wanted endpoint quotas in one region (one paginated list call)."""
     wanted = {quota_name(t): t for t in instance_types}
@@ -108,7 +99,9 @@ def region_quotas(region: str, instance_types: Sequence[str], client: Any) -> li
 def check_quotas(instance_types: Sequence[str] = ("ml.g4dn.xlarge",), regions: Sequence[str] = US_REGIONS,
                  clients: ClientFactory | None = None, session: Any = None) -> QuotaReport:
     """Endpoint quotas for each instance type in each region, queried sequentially."""
-    _validate(instance_types, regions)
+    for region in regions:
+        validate_region(region)
+    check_instance_types(instance_types)
     make = clients or client_factory(session)
     report = QuotaReport()
     for region in regions:

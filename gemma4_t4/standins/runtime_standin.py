@@ -71,12 +71,6 @@ class _Handler(StandInHandler):
         self.send_json(status, {"message": message, **extra},
                        {"x-amzn-ErrorType": code, "Content-Type": "application/json"})
 
-    def _model_error(self, status: int, data: bytes, message: str) -> None:
-        """SageMaker wraps a container error in ModelError (HTTP 424) and keeps the original."""
-        original = data.decode(errors="replace")[:2000]
-        self._error(424, "ModelError", message.format(original), OriginalStatusCode=status,
-                    OriginalMessage=original)
-
     def do_POST(self) -> None:  # noqa: N802 - http.server's naming
         # read the body first, whatever the answer: on a kept-alive connection an unread body
         # would be taken for the next request
@@ -105,7 +99,12 @@ class _Handler(StandInHandler):
             self._error(424, "ModelError", f"the model container did not answer: {exc}", OriginalStatusCode=0)
             return
         try:
-            if not route[3]:  # not the streaming operation
+            if response.status >= 400:  # SageMaker wraps a container error in ModelError (HTTP 424), keeping it
+                original = response.read().decode(errors="replace")[:2000]
+                said = (f"Received client error from primary: {original}" if route[3]
+                        else f'Received client error from primary with message "{original}"')
+                self._error(424, "ModelError", said, OriginalStatusCode=response.status, OriginalMessage=original)
+            elif not route[3]:  # not the streaming operation
                 self._reply(response)
             else:
                 self._stream(response)
@@ -131,9 +130,6 @@ class _Handler(StandInHandler):
 
     def _reply(self, response: http.client.HTTPResponse) -> None:
         data = response.read()
-        if response.status >= 400:
-            self._model_error(response.status, data, 'Received client error from primary with message "{}"')
-            return
         self.send_response(200)
         self.send_header("Content-Type", response.getheader("Content-Type", "application/json"))
         self.send_header("x-Amzn-Invoked-Production-Variant", "AllTraffic")
@@ -142,9 +138,6 @@ class _Handler(StandInHandler):
         self.wfile.write(data)
 
     def _stream(self, response: http.client.HTTPResponse) -> None:
-        if response.status >= 400:
-            self._model_error(response.status, response.read(), "Received client error from primary: {}")
-            return
         self.send_response(200)
         self.send_header("Content-Type", STREAM_CONTENT_TYPE)
         self.send_header("X-Amzn-SageMaker-Content-Type",
