@@ -456,14 +456,13 @@ def _quantize_tensor(reader: LocalCheckpoint, writer: ShardedWriter, info: Tenso
     row = TensorRepack(info.name, [rows, cols], "int4", "4-bit embedding (emb4), also written as an untied lm_head"
                        if lm_head else ("int4 embedding" if "embed" in module else "int4 linear"),
                        groups=rows * cols // group_size)
-    # zero points pack 8 rows per int32 word: keep blocks a multiple of 8 rows
-    step = max(8, (BLOCK_BYTES // max(1, info.row_bytes)) // 8 * 8)
     if write:
         for t in targets:
             writer.write_rows(f"{t}.weight_shape", 0, np.array([rows, cols], np.int64))
-    scratch = np.empty(min(info.nbytes, step * info.row_bytes), np.uint8)  # one read buffer for all blocks
-    for start in range(0, rows, step):
-        stop = min(rows, start + step)
+    # one read buffer for all blocks
+    scratch = np.empty(min(info.nbytes, max(BLOCK_BYTES, 8 * info.row_bytes)), np.uint8)
+    # zero points pack 8 rows per int32 word: keep blocks a multiple of 8 rows
+    for start, stop in reader.row_blocks(info.name, BLOCK_BYTES, multiple=8):
         block = reader.read_rows(info.name, start, stop, out=scratch)
         bad = lattice.count_non_finite(block)
         if bad:  # refused whatever the quantizer would do (RTN would silently turn NaN into level 0)
@@ -478,7 +477,9 @@ def _quantize_tensor(reader: LocalCheckpoint, writer: ShardedWriter, info: Tenso
         row.off_grid_examples += [[r + start, g] for r, g in res.off_grid_examples[:room]]
         for k, v in res.exact.items():
             row.values_bit_identical[k] = row.values_bit_identical.get(k, 0) + v
-        if write and not (res.off_grid and not res.requantized):
+        if res.off_grid and not res.requantized:
+            write = False  # refusing anyway: keep scanning to name every off-grid tensor
+        if write:
             packed = pack.pack_int4(res.levels)
             scale = lattice.scale_to_bits(res.scale, "fp16" if writer.tensors[f"{module}.weight_scale"].dtype == "F16"
                                           else "bf16")
@@ -487,8 +488,6 @@ def _quantize_tensor(reader: LocalCheckpoint, writer: ShardedWriter, info: Tenso
                 writer.write_rows(f"{t}.weight_scale", start, scale)
                 if res.zero_point is not None:
                     writer.write_rows(f"{t}.weight_zero_point", start // 8, pack.pack_int4_dim0(res.zero_point))
-        elif res.off_grid and not res.requantized:
-            write = False  # refusing anyway: keep scanning to name every off-grid tensor
     return row
 
 

@@ -282,11 +282,12 @@ class CheckpointReader:
         self._read_into(info.shard, start, memoryview(buf))
         return buf.view(DTYPES[info.dtype][0]).reshape(shape)
 
-    def row_blocks(self, name: str, max_bytes: int) -> Iterator[tuple[int, int]]:
-        """Row ranges of at most ``max_bytes`` source bytes each (at least one row)."""
+    def row_blocks(self, name: str, max_bytes: int, multiple: int = 1) -> Iterator[tuple[int, int]]:
+        """Row ranges of at most ``max_bytes`` source bytes each, a ``multiple`` of rows (at least one
+        multiple; the last range takes what is left)."""
         info = self.info(name)
         rows = info.shape[0] if info.shape else 1
-        step = max(1, max_bytes // max(1, info.row_bytes))
+        step = max(multiple, max_bytes // max(1, info.row_bytes) // multiple * multiple)
         for start in range(0, rows, step):
             yield start, min(rows, start + step)
 

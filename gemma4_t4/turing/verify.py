@@ -312,26 +312,22 @@ def verify(
     jit = kernel.module.kernel_unified_attention
     compiler.precompile(jit, [*unpatched, *patched], jobs or os.cpu_count() or 1)
     checks = []
-    model_exact: bool | None = True
     for before, after in zip(unpatched, patched, strict=True):
         shape: AttentionShape = before["shape"]
         kw_before, kw_after = before["kwargs"], after["kwargs"]
-        bytes_before = compiler.shared_bytes(jit, before)
-        bytes_after = compiler.shared_bytes(jit, after) if kw_after is not kw_before else bytes_before
-        predicted = smem.attention_smem_bytes(kw_after["TILE_SIZE"], kw_after["BLOCK_M"], shape.head_size, 2,
-                                              capability)
-        if capability < (8, 0):  # the model is exact below sm_80 and only estimated above
-            model_exact = bool(model_exact) and predicted == bytes_after
-        else:
-            model_exact = None
+        bytes_after = compiler.shared_bytes(jit, after)
         checks.append(LaunchCheck(
             model=shape.model, layer=shape.layer, case=before["case"], head_size=shape.head_size,
             num_q_heads=shape.num_q_heads, num_kv_heads=shape.num_kv_heads,
             path="3d" if kw_after["IS_3D"] else "2d", block_m=kw_after["BLOCK_M"], block_q=kw_after["BLOCK_Q"],
             tile_size=kw_after["TILE_SIZE"], tile_size_unpatched=kw_before["TILE_SIZE"],
-            shared_bytes_unpatched=bytes_before, shared_bytes_patched=bytes_after, model_bytes=predicted,
+            shared_bytes_unpatched=compiler.shared_bytes(jit, before), shared_bytes_patched=bytes_after,
+            model_bytes=smem.attention_smem_bytes(kw_after["TILE_SIZE"], kw_after["BLOCK_M"], shape.head_size, 2,
+                                                  capability),
             limit_bytes=limit, ok=bytes_after <= limit, role=shape.role, query_len=before["query_len"],
         ))
+    # the model is exact below sm_80 and only estimated above
+    model_exact = all(c.model_bytes == c.shared_bytes_patched for c in checks) if capability < (8, 0) else None
     refused = outcome["action"] == "refused"
     return VerifyReport(
         ok=not refused and all(c.ok for c in checks), arch=arch_name(capability), capability=capability,
