@@ -5,6 +5,7 @@ failed start stops billing at once. ``deploy_with_failover`` tries regions in or
 from __future__ import annotations
 
 import datetime as dt
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -390,7 +391,7 @@ def _fix_for(result: DeployResult) -> str:
     reason = result.failure_reason or ""
     if "CannotStartContainer" in reason:
         return "the container never started: check inference_ami_version matches the image's CUDA"
-    if any(m.lower() in reason.lower() for m in CAPACITY_MARKERS):
+    if is_capacity_failure(reason):
         return "try another region (deploy --failover) or another instance type"
     if result.status == "TimedOut":
         return "raise the timeout or read the logs (gemma4-t4 sagemaker logs); the endpoint was deleted"
@@ -516,24 +517,23 @@ def deploy_with_failover(config: DeployConfig, regions: Sequence[str] = US_REGIO
 
 
 # -- background watch (deploy without blocking the caller) ----------------------------------------
+@dataclass(eq=False)
 class DeploymentWatcher:
     """Wait for an endpoint created with ``deploy(wait=False)`` in a background thread and roll
     it back on Failed or timeout, so a caller that returned at ``Creating`` (an MCP tool, a
     notebook cell) still never leaves a crashed endpoint billing."""
 
-    def __init__(self, sm: Any, result: DeployResult, timeout_s: float, poll_s: float = 15.0,
-                 config: DeployConfig | None = None, autoscaling_client: Any = None):
-        import threading
+    sm: Any
+    result: DeployResult
+    timeout_s: float
+    poll_s: float = 15.0
+    config: DeployConfig | None = None
+    autoscaling_client: Any = None
 
-        self.config = config
-        self.autoscaling_client = autoscaling_client
-        self.sm = sm
-        self.result = result
-        self.timeout_s = timeout_s
-        self.poll_s = poll_s
+    def __post_init__(self) -> None:
         self.done = threading.Event()
-        self._timeline = _Timeline(result, time.monotonic)
-        self._thread = threading.Thread(target=self._run, name=f"watch-{result.name}", daemon=True)
+        self._timeline = _Timeline(self.result, time.monotonic)
+        self._thread = threading.Thread(target=self._run, name=f"watch-{self.result.name}", daemon=True)
 
     def start(self) -> DeploymentWatcher:
         self._thread.start()

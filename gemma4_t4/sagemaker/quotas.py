@@ -66,9 +66,8 @@ class QuotaReport(Displayable):
                          "; a 0 or a failed lookup there needs a quota increase (Service Quotas) before a deploy"))
         return lines
 
-    def regions_with_capacity(self, instance_type: str, need: int = 1) -> list[str]:
-        return [r.region for r in self.rows
-                if r.instance_type == instance_type and r.value is not None and r.value >= need]
+    def regions_with_capacity(self, instance_type: str) -> list[str]:
+        return [r.region for r in self.rows if r.instance_type == instance_type and r.available]
 
 def quota_plan(instance_types: Sequence[str], regions: Sequence[str]) -> list[ApiCall]:
     note = f"look for: {', '.join(quota_name(t) for t in instance_types)}"
@@ -109,9 +108,9 @@ def check_quotas(instance_types: Sequence[str] = ("ml.g4dn.xlarge",), regions: S
     return report
 
 
-def pick_region(report: QuotaReport, instance_type: str, preferred: Sequence[str] = (), need: int = 1) -> str:
+def pick_region(report: QuotaReport, instance_type: str, preferred: Sequence[str] = ()) -> str:
     """The first region (preferred first, then report order) with quota for ``instance_type``."""
-    candidates = report.regions_with_capacity(instance_type, need)
+    candidates = report.regions_with_capacity(instance_type)
     for region in [*preferred, *candidates]:
         if region in candidates:
             return region
@@ -119,7 +118,7 @@ def pick_region(report: QuotaReport, instance_type: str, preferred: Sequence[str
     raise Gemma4T4Error(
         f"no quota for {quota_name(instance_type)!r} in any region checked ({', '.join(checked)})",
         fix=f"request an increase: aws service-quotas request-service-quota-increase --service-code sagemaker "
-        f"--quota-code <code for '{quota_name(instance_type)}'> --desired-value {need} --region <region>, "
+        f"--quota-code <code for '{quota_name(instance_type)}'> --desired-value 1 --region <region>, "
         "or try another instance type",
     )
 
