@@ -21,7 +21,7 @@ from fakes.fake_openai_server import FakeScript, FakeServer, FakeServerState
 from gemma4_t4.bench.registry import spec_for
 from gemma4_t4.bench.specs import DecodeSpec, PrefixSpec, TTFTSpec, run
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.sagemaker.config import DeployConfig
+from gemma4_t4.sagemaker.config import CONTAINER_MODEL_DIR, DeployConfig
 from gemma4_t4.serving.server import VLLMServer
 from gemma4_t4.serving.server_config import ServerConfig
 from gemma4_t4.serving.server_state import free_port, pid_alive
@@ -417,3 +417,24 @@ def test_an_unpriced_instance_is_refused_in_the_same_words_by_an_endpoint_and_th
         refusals.append((refused.value.message, refused.value.fix))
     assert refusals == [("no price for ml.g5.xlarge: a budget cannot be enforced",
                          "use an instance type listed in gemma4_t4.catalog.hardware.PRICES")] * 2
+
+
+def test_a_local_build_under_a_path_with_a_space_is_uploaded_and_served_under_its_folder_name(
+    local_aws, tiny_model_dir, tmp_path  # noqa: F811
+):
+    """Part 3 on SageMaker: the repacked folder's path (here with a space, as a learner's working folder may
+    have) is no model id; the endpoint serves the upload under the folder's name."""
+    import shutil
+
+    from gemma4_t4.venues import parts
+
+    folder = tmp_path / "My Work" / "build-qat"
+    shutil.copytree(tiny_model_dir, folder)
+    with parts.sagemaker_endpoint(folder, name="gemma4-qat", part=3, region=REGION, budget=None, gpu="t4",
+                                  max_num_seqs=8, max_model_len=4096, poll_s=0.05) as served:
+        assert served.tokenizer == str(folder) and _live(served.name)
+        model = boto3.client("sagemaker", region_name=REGION).describe_model(ModelName=served.name)
+        container = model["PrimaryContainer"]
+        assert container["Environment"]["SM_VLLM_MODEL"] == CONTAINER_MODEL_DIR  # the uploaded copy
+        assert container["ModelDataSource"]["S3DataSource"]["S3Uri"].startswith("s3://")
+    assert not _live(served.name)
