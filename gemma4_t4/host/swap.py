@@ -251,7 +251,7 @@ def create_swap(size: str | int = DEFAULT_SWAP_SIZE, path: str = DEFAULT_SWAP_PA
             if not dry_run:
                 raise
             # A dry run previews the whole plan and names each refusal a real run would meet.
-            refusals.append((str(short), short.fix))
+            refusals.append((short.message, short.fix))
         result = _create_new(steps, swap_path, size_bytes)
     if dry_run:  # the same steps, recorded and not run (they all "succeed")
         if result.action != "already-active":
