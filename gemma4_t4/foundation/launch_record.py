@@ -188,8 +188,11 @@ class VLLMSettings(BaseModel):
                                 "other GPUs; on cpu a probe of vLLM's attention picks bf16 or float32)",
                                 assistant_sets(choices=["float16", "bfloat16", "float32"]))
     max_model_len: int | None = setting(None, "tokens per sequence, prompt + output",
-                                        assistant_sets(ge=256, le=1_048_576), ge=1)
-    max_num_seqs: int | None = setting(None, "concurrent sequences", assistant_sets(le=1024), ge=1)
+                                        assistant_sets(ge=256, le=1_048_576), ge=1,
+                                        fix="leave it out for the venue's default, or pass a context such as 4096 "
+                                        "(a SageMaker endpoint needs at least 256)")
+    max_num_seqs: int | None = setting(None, "concurrent sequences", assistant_sets(le=1024), ge=1,
+                                       fix="leave it out for the venue's default, or pass a count such as 4")
     # 0: SageMaker's fit calculator picks (a local server: 1)
     tensor_parallel_size: int | None = setting(None, "GPUs per server: multi-GPU hosts, e.g. 4 on g4dn.12xlarge",
                                                assistant_sets(ge=1, le=8), ge=0)

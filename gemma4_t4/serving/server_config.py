@@ -11,7 +11,7 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 from pydantic import PrivateAttr
 
@@ -95,6 +95,13 @@ class ServerConfig(ServerSettings):
                 self.chosen_by.setdefault(name, reason)
                 if name == "draft" and self.target == "t4":
                     self._profile_reason = reason
+
+    def replaced(self, **changes: Any) -> Self:
+        # The copy's extra args no longer hold the secret words whose conflict this config refuses: the
+        # refusal travels with the copy, or a copy would launch with one of two tokens.
+        copy = super().replaced(**changes)
+        copy._arg_problem = copy._arg_problem or self._arg_problem
+        return copy
 
     def _lift_secrets(self) -> None:
         """Secret option values leave the extra args, whose words every user of the machine reads (ps): the

@@ -578,7 +578,10 @@ def test_values_at_the_edge_of_what_sagemaker_and_vllm_accept_are_taken(change):
     "change, message, fix",
     [
         ({"max_model_len": 255}, "max_model_len=255 must be >= 256", "T4 defaults: max_model_len=8192, max_num_seqs=4"),
-        ({"max_num_seqs": 0}, "max_num_seqs=0 must be >= 1", "pass max_num_seqs >= 1, or leave it out for its default"),
+        ({"max_num_seqs": 0}, "max_num_seqs=0 must be >= 1", "leave it out for the venue's default, or pass a count such as 4"),
+        # the shared floor answers first; its fix names SageMaker's own floor, so following it is not refused again
+        ({"max_model_len": 0}, "max_model_len=0 must be >= 1",
+         "leave it out for the venue's default, or pass a context such as 4096 (a SageMaker endpoint needs at least 256)"),
         (
             {"gpu_memory_utilization": 0.09},
             "gpu_memory_utilization=0.09 must be in 0.1..0.99",

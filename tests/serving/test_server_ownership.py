@@ -135,6 +135,24 @@ def test_full_forms_still_work_and_vllm_api_key_in_env_is_the_one_key():
     assert KEY not in str(info.value)
 
 
+@pytest.mark.parametrize(
+    "settings, refusal",
+    [
+        (dict(extra_args=["--hf-token", KEY], extra_env={"HF_TOKEN": "hf_" + "z" * 30}), "two different values"),
+        (dict(api_key="other-key", extra_env={"VLLM_API_KEY": KEY}), "two different API keys"),
+        (dict(extra_args=[f"--api-k={KEY}"]), "--api-k in extra vLLM args"),
+    ],
+)
+def test_a_copy_of_a_refused_config_is_refused_too(settings, refusal):
+    """The secret words leave the extra args when the config is built, so a copy (a study's other side, a
+    new port) can no longer see the conflict: the refusal travels with it."""
+    config = ServerConfig(model="m/x", dtype="float32", **settings)
+    for copy in (config, config.replaced(port=8123), config.replaced(port=8124).replaced(max_num_seqs=2)):
+        with pytest.raises(Gemma4T4Error, match=refusal) as info:
+            build_command(copy)
+        assert KEY not in str(info.value)
+
+
 def test_print_command_with_an_abbreviated_key_refuses_without_printing_it(tmp_path):
     done = _cli(
         "serve",
