@@ -151,11 +151,13 @@ class PromptFactory:
     def header(self, tag: str, index: int) -> str:
         return f"[{self.nonce} {tag} {index}]"
 
-    def fit(self, lead: str, body: str, target: int) -> Prompt:
-        """``lead`` + the longest start of ``body`` whose tokenized length is exactly ``target``."""
+    def fit(self, lead: str, body: str, target: int, chat: bool | None = None) -> Prompt:
+        """``lead`` + the longest start of ``body`` whose tokenized length is exactly ``target``
+        (counted with the chat template unless ``chat`` is False)."""
         tok = self.tokenizer
+        chat = self.chat if chat is None else chat
         body_ids = tok.encode(body)
-        base = tok.count(lead, chat=self.chat)
+        base = tok.count(lead, chat=chat)
         cut = max(0, target - base)
         best: tuple[int, str, int] | None = None
         seen: set[int] = set()
@@ -167,7 +169,7 @@ class PromptFactory:
                 )
             seen.add(cut)
             text = lead + tok.decode(body_ids[:cut])
-            n = tok.count(text, chat=self.chat)
+            n = tok.count(text, chat=chat)
             if best is None or abs(n - target) < abs(best[0] - target):
                 best = (n, text, cut)
             if n == target:
@@ -203,13 +205,11 @@ class PromptFactory:
                 fix="use --prefix-len smaller than --input-len",
             )
         out = []
-        saved_chat = self.chat
         for g in range(groups):
-            self.chat = False  # the prefix is raw text; the template wraps the whole prompt later
+            # the prefix is raw text; the template wraps the whole prompt later
             prefix = self.fit(
-                self.header(f"{tag}-g", g) + " ", self._words(f"{tag}:g{g}", prefix_len * 2), prefix_len
+                self.header(f"{tag}-g", g) + " ", self._words(f"{tag}:g{g}", prefix_len * 2), prefix_len, chat=False
             )
-            self.chat = saved_chat
             group = []
             for i in range(per_group):
                 lead = prefix.text + " " + self.header(f"{tag}-g{g}", i) + " "
@@ -217,5 +217,4 @@ class PromptFactory:
                 prompt.tag = f"{tag}-g{g}"
                 group.append(prompt)
             out.append(group)
-        self.chat = saved_chat
         return out
