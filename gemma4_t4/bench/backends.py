@@ -32,7 +32,6 @@ from gemma4_t4.bench.client import (
 )
 from gemma4_t4.bench.prompts import HFTokenizer, ServerTokenizer, Tokenizer
 from gemma4_t4.bench.schemas import RequestRecord, ServerInfo
-from gemma4_t4.bench.telemetry import client_environment
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.launch_record import LaunchRecord
 
@@ -212,13 +211,9 @@ class SageMakerBackend:
         return HFTokenizer(local)
 
     def environment(self, model: str, launch: LaunchRecord | None) -> telemetry.EnvironmentRecord:
-        return {
-            "captured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "client": client_environment(),
-            "server": {"backend": self.kind, "region": self.region, "endpoint": self.endpoint, "model": model,
-                       "launch": launch},
-            "gpus": [],
-        }
+        server: telemetry.ServerFacts = {"backend": self.kind, "region": self.region, "endpoint": self.endpoint,
+                                         "model": model, "launch": launch}
+        return telemetry.environment_record(server, [])  # the endpoint's GPUs are not this host's
 
     @contextlib.asynccontextmanager
     async def sender(

@@ -15,6 +15,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -243,18 +244,20 @@ def client_environment() -> dict[str, str | None]:
     return host | versions
 
 
+def environment_record(server: ServerFacts, gpus: list[GPURecord]) -> EnvironmentRecord:
+    """What every result stores as its environment: this client host, the server, the GPUs."""
+    return {"captured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "client": client_environment(), "server": server,
+            "gpus": gpus}
+
+
 def capture_environment(
     base_url: str, model: str, api_key: str | None = None, server_launch: LaunchRecord | None = None
 ) -> EnvironmentRecord:
     """Client host, server version and config, GPUs: stored in every result."""
     snap = scrape(base_url, api_key)
-    return {
-        "captured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "client": client_environment(),
-        "server": {"base_url": base_url, "model": model, "version": server_version(base_url, api_key),
-                   "cache_config": cache_config(snap), "launch": server_launch},
-        "gpus": gpu_inventory(),
-    }
+    server: ServerFacts = {"base_url": base_url, "model": model, "version": server_version(base_url, api_key),
+                           "cache_config": cache_config(snap), "launch": server_launch}
+    return environment_record(server, gpu_inventory())
 
 
 SMI_SAMPLE_QUERY = (
@@ -392,11 +395,7 @@ _THROTTLE_BITS = {
 def summarize_gpu_samples(samples: list[GPUSample]) -> GPUTelemetry:
     if not samples:
         return GPUTelemetry()
-    reasons: dict[str, int] = {}
-    for s in samples:
-        for bit, name in _THROTTLE_BITS.items():
-            if s["throttle_reasons"] & bit:
-                reasons[name] = reasons.get(name, 0) + 1
+    reasons = Counter(name for s in samples for bit, name in _THROTTLE_BITS.items() if s["throttle_reasons"] & bit)
     clocks = sorted(s["sm_clock_mhz"] for s in samples)
     power = [s["power_w"] for s in samples]
     return GPUTelemetry(
