@@ -18,10 +18,11 @@ import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field
 
 from gemma4_t4.bench.schemas import (
     SCHEMA,
@@ -170,7 +171,6 @@ class BenchRun(Displayable, BaseModel):
     dir: Path = Field(description="the results directory")
     run: RunInfo = Field(description="run.json")
     cells: list[CellSummary] = Field(default_factory=list, description="summary.json's cells, in run order")
-    _records: list[StoredRecord] | None = PrivateAttr(default=None)
 
     @classmethod
     def load(cls, out_dir: str | os.PathLike) -> BenchRun:
@@ -187,11 +187,9 @@ class BenchRun(Displayable, BaseModel):
             run = RunInfo.model_validate(summary.run)
         return cls(dir=path, run=run, cells=summary.cells)
 
-    @property
+    @cached_property
     def records(self) -> list[StoredRecord]:
-        if self._records is None:
-            self._records = read_records(self.dir / RECORDS_FILE)
-        return self._records
+        return read_records(self.dir / RECORDS_FILE)
 
     def measured(self, cell: str) -> list[StoredRecord]:
         return [r for r in self.records if r.cell == cell and r.phase == "measure"]
