@@ -302,10 +302,6 @@ def _run_cells(
         outcome.status = "complete with failures"
 
 
-def _queueing(concurrency: int, max_num_seqs: int | None) -> bool | None:
-    return None if max_num_seqs is None else concurrency > max_num_seqs
-
-
 def _run_cell(
     args: BenchArgs, backend: Backend, cell: Cell, writer: ResultsWriter
 ) -> tuple[CellSummary, list[RequestRecord]]:
@@ -354,7 +350,9 @@ def _summarize_cell(
         concurrency=None if cell.rate else cell.concurrency, input_len=cell.input_len,
         output_len=cell.output_len, num_prompts=len(cell.specs), warmup_requests=len(cell.warmup_specs),
         max_num_seqs=args.max_num_seqs,
-        queueing=None if cell.rate else _queueing(cell.concurrency, args.max_num_seqs), partial=partial,
+        # a closed-loop cell queues above the server's max_num_seqs (an open loop's concurrency is its cap)
+        queueing=None if cell.rate or args.max_num_seqs is None else cell.concurrency > args.max_num_seqs,
+        partial=partial,
         started_at=started, **aggregate(measured).model_dump(),
     )
     if cell.rate:
