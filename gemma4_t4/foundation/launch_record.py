@@ -125,6 +125,8 @@ def limits(field: FieldInfo) -> str:
 
 def refused_setting(model: type[BaseModel], error: Mapping[str, Any]) -> Gemma4T4Error:
     """Pydantic's refusal of a setting in the user's words: the setting, the value given and its limits."""
+    if not error["loc"]:  # the whole input (not a mapping of settings), not one setting
+        return Gemma4T4Error(f"{model.__name__}: {error['msg']}", fix="pass the settings as a mapping of names to values")
     name = str(error["loc"][0])
     field = model.model_fields[name]
     if error["type"] in ("greater_than", "greater_than_equal", "less_than_equal"):

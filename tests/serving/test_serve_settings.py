@@ -16,6 +16,7 @@ from gemma4_t4.cli import build_parser, main
 from gemma4_t4.cli import serve as serve_cli
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.launch_record import ServerSettings, help_for, user_settings
+from gemma4_t4.sagemaker.config import DeployConfig
 from gemma4_t4.sagemaker.image import DEFAULT_VLLM_TAG
 from gemma4_t4.serving.server_config import DEFAULT_T4_MODEL, WHEN_UNSET, ServerConfig
 
@@ -340,3 +341,11 @@ async def test_a_model_name_too_long_for_a_folder_is_refused_with_a_fix_not_the_
     assert planned["valid"] is False and words in planned["problem"] and "hub id" in planned["fix"]
     assert drafted.is_error and words in drafted.content[0].text
     assert mcp_server._OWNED == []
+
+
+@pytest.mark.parametrize("given", [None, 7, ["model", "m"]])
+def test_settings_that_are_not_a_mapping_are_refused_in_words_not_with_a_raw_error(given):
+    for config in (ServerConfig, DeployConfig):
+        with pytest.raises(Gemma4T4Error, match=f"^{config.__name__}: ") as info:
+            config.model_validate(given)
+        assert "mapping" in info.value.fix
