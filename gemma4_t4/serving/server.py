@@ -76,6 +76,12 @@ class VLLMServer(RecordedServer):
             "work_dir": str(Path(config.work_dir).resolve()),
         }
 
+    def _pass_locks(self) -> None:
+        """The locks pass to the supervisor now running the server (a new one after an adopt)."""
+        owner = self._lock_owner(self.pid, self.pid_create_time)
+        for lock in self._locks:
+            atomic_write_json(lock.path, owner)
+
     def _supervisor_spec(self, restart_on_crash: int) -> SupervisorSpec:
         """What the supervisor that runs (or adopts) this server is told: where its records go."""
         return {
@@ -190,9 +196,7 @@ class VLLMServer(RecordedServer):
         self.pid = self.process.pid
         self.pid_create_time = process_create_time(self.pid)
         self._stopped = False
-        owner = self._lock_owner(self.pid, self.pid_create_time)
-        for lock in self._locks:
-            lock.update(owner)
+        self._pass_locks()
         self.launch_record = launch_record(
             plan, config, self.pid, self.log_path, self.reaped, self.gate_result
         )
@@ -349,9 +353,7 @@ class VLLMServer(RecordedServer):
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and self._supervisor_record().get("supervisor_pid") != self.pid:
             time.sleep(0.1)
-        owner = self._lock_owner(self.pid, self.pid_create_time)
-        for lock in self._locks:  # the dead supervisor's locks pass to the new one
-            atomic_write_json(lock.path, owner)
+        self._pass_locks()  # the dead supervisor's locks pass to the new one
         if self.launch_record is not None:
             self.launch_record["adopted_at"] = time.time()
         self._stopped = False

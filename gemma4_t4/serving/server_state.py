@@ -25,7 +25,7 @@ from typing import Any, cast
 from gemma4_t4 import __version__
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation import cache, secrets
-from gemma4_t4.foundation.atomic import UnreadableJSON, atomic_write_json, read_json_object
+from gemma4_t4.foundation.atomic import UnreadableJSON, read_json_object
 from gemma4_t4.foundation.jsonable import JSONObject, TypedDict, to_jsonable
 from gemma4_t4.foundation.launch_record import (
     DEFAULT_HOST,
@@ -185,10 +185,6 @@ class ServerLock:
             self.owned = True
             return
         raise Gemma4T4Error(f"could not take {self.path}", fix=f"remove {self.path} if no server runs")
-
-    def update(self, owner: LockOwner) -> None:
-        if self.owned:
-            atomic_write_json(self.path, owner)
 
     def release(self, pid: int | None = None) -> None:
         """Remove the lock if we own it, or if it names ``pid`` (stopping from another process)."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import signal
 import subprocess
-import urllib.error
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal, Self, cast
@@ -18,7 +17,6 @@ from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation import secrets
 from gemma4_t4.foundation.atomic import UnreadableJSON, read_json_object
 from gemma4_t4.foundation.launch_record import LaunchRecord, ProcessInfo
-from gemma4_t4.foundation.net import http_get
 from gemma4_t4.serving.server_config import ServerConfig, server_tmp_dir
 from gemma4_t4.serving.server_state import (
     ServerLock,
@@ -28,7 +26,7 @@ from gemma4_t4.serving.server_state import (
     serve_command,
     state_path,
 )
-from gemma4_t4.serving.supervisor import ExitRecord, SupervisorRecord, pid_alive, signal_name
+from gemma4_t4.serving.supervisor import ExitRecord, SupervisorRecord, http_status, pid_alive, signal_name
 
 
 @dataclass
@@ -158,11 +156,7 @@ class RecordedServer:
         ]
 
     def healthy(self) -> bool:
-        try:
-            status, _ = http_get(self.base_url + "/health", timeout=2.0)
-        except (OSError, urllib.error.URLError):
-            return False
-        return status == 200
+        return http_status(self.base_url + "/health") == 200
 
     def log_tail(self, lines: int = 40) -> str:
         try:

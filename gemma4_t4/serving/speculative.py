@@ -30,7 +30,9 @@ v1/spec_decode/gemma4.py]. Not runnable on a CPU: the int4 lookup is a Triton ke
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Literal, NotRequired
 
@@ -372,28 +374,12 @@ def target_build(model: str) -> tuple[str, str, assistants.AssistantBuild] | Non
     return key, fmt, ("qat" if qat else "base")
 
 
-@dataclass(frozen=True)
-class FitContext:
-    """The launch settings the fit calculator needs to judge target + drafter on a T4."""
-
-    target: str  # t4 | cpu
-    context_len: int
-    gpu_memory_utilization: float
-    max_num_seqs: int
-    max_num_batched_tokens: int
-    tensor_parallel_size: int = 1
-    text_only: bool = True
-
-
-def resolve_draft(
-    model: str,
-    draft: str,
-    num_draft_tokens: int,
-    fit_context: FitContext,
-    draft_method: DraftMethod | None = None,
-) -> DraftPlan:
-    """The drafter for ``model``: refuse what cannot work, explain what ``auto`` chose."""
-    draft = (draft or "off").strip()
+def launch_plan(settings: VLLMSettings, model: str, max_num_batched_tokens: int, tensor_parallel_size: int,
+                text_only: bool, draft_method: DraftMethod | None = None) -> DraftPlan:
+    """The drafter of a launch's settings (a local server's or a SageMaker endpoint's, both complete when built):
+    refuse what cannot work, explain what ``auto`` chose (its fit judged on the settings' GPU when that is a T4);
+    N unset is the untuned N (:func:`untuned_num_draft_tokens`)."""
+    draft = (settings.draft or "off").strip()
     if not draft:
         raise Gemma4T4Error("--draft is empty", fix="use auto, off, self or a drafter id/folder")
     if str(draft_method).strip().lower() == "gemma4_mtp":
@@ -403,7 +389,10 @@ def resolve_draft(
         )
     if draft_method not in (None, "mtp", "draft_model"):
         raise Gemma4T4Error(f"unknown draft method {draft_method!r}", fix="use mtp or draft_model")
-    num = check_num_draft_tokens(num_draft_tokens)
+    num = settings.num_draft_tokens
+    if num is None:
+        num = untuned_num_draft_tokens(model, settings.draft, draft_method)[0]
+    num = check_num_draft_tokens(num)
     if draft == "off":
         return DraftPlan("off", None, None, num, "off (--draft off)")
     if draft == "self":
@@ -418,7 +407,14 @@ def resolve_draft(
         )
         return DraftPlan("self", "draft_model", model, num, why)
     if draft == "auto":
-        return _auto(model, num, fit_context)
+        fit_on_t4 = None
+        if settings.gpu == "t4":
+            fit_on_t4 = partial(
+                models.fit, gpu="t4", context_len=settings.max_model_len, num_gpus=tensor_parallel_size,
+                gpu_memory_utilization=settings.gpu_memory_utilization, max_num_seqs=settings.max_num_seqs,
+                max_num_batched_tokens=max_num_batched_tokens, text_only=text_only,
+            )
+        return _auto(model, num, fit_on_t4)
     method: DraftMethod = draft_method or "mtp"
     checked = check_pair(model, draft, method)
     if method == "draft_model":
@@ -426,19 +422,7 @@ def resolve_draft(
     return DraftPlan(draft, method, draft, num, f"{method} drafter {checked}")
 
 
-def launch_plan(settings: VLLMSettings, model: str, max_num_batched_tokens: int, tensor_parallel_size: int,
-                text_only: bool, draft_method: DraftMethod | None = None) -> DraftPlan:
-    """The drafter of a launch's settings (a local server's or a SageMaker endpoint's, both complete when built),
-    its fit judged on the settings' GPU; N unset is the untuned N (:func:`untuned_num_draft_tokens`)."""
-    num = settings.num_draft_tokens
-    if num is None:
-        num = untuned_num_draft_tokens(model, settings.draft, draft_method)[0]
-    fit = FitContext(settings.gpu, settings.max_model_len, settings.gpu_memory_utilization,  # type: ignore[arg-type]
-                     settings.max_num_seqs, max_num_batched_tokens, tensor_parallel_size, text_only)
-    return resolve_draft(model, settings.draft, num, fit, draft_method)
-
-
-def _auto(model: str, num: int, fit_context: FitContext) -> DraftPlan:
+def _auto(model: str, num: int, fit_on_t4: Callable[..., models.FitResult] | None) -> DraftPlan:
     build = target_build(model)
     if build is None:
         why = (f"off: {model} is not in the catalog, so no Google assistant is known for it "
@@ -451,14 +435,8 @@ def _auto(model: str, num: int, fit_context: FitContext) -> DraftPlan:
     if assistant.vllm_gap:  # never a drafter vLLM may not load: the user can still name it
         why = f"off: {assistant.hub_id} is not picked: {assistant.vllm_gap}; pass --draft {assistant.hub_id} to try it"
         return DraftPlan("auto", None, None, num, why)
-    if fit_context.target == "t4":
-        ctx = fit_context
-        with_drafter = models.fit(
-            key, fmt, gpu="t4", context_len=ctx.context_len, num_gpus=ctx.tensor_parallel_size,
-            gpu_memory_utilization=ctx.gpu_memory_utilization, max_num_seqs=ctx.max_num_seqs,
-            max_num_batched_tokens=ctx.max_num_batched_tokens, text_only=ctx.text_only,
-            draft_weights_bytes=assistant.weights_bytes,
-        )
+    if fit_on_t4 is not None:
+        with_drafter = fit_on_t4(key, fmt, draft_weights_bytes=assistant.weights_bytes)
         if not with_drafter.fits:
             why = f"off: {assistant.hub_id} would not fit with the target ({with_drafter.verdict})"
             return DraftPlan("auto", None, None, num, why)

@@ -64,7 +64,7 @@ def engine_death_reason(log_text: str) -> str | None:
     return "; ".join(dict.fromkeys(parts)) or None
 
 
-def _probe(url: str) -> int | None:
+def http_status(url: str) -> int | None:
     """The HTTP status ``url`` answers with; None when nothing answers."""
     try:
         return http_get(url)[0]
@@ -195,8 +195,6 @@ class Supervisor:
     def __init__(self, spec: SupervisorSpec, command: list[str] | None):
         self.spec = spec
         self.command = command
-        self.super_path = Path(spec["super_path"])
-        self.exit_path = Path(spec["exit_path"])
         self.log_path = Path(spec["log_path"])
         self.base_url = spec["base_url"]
         self.restart_limit = int(spec.get("restart_on_crash") or 0)
@@ -215,8 +213,6 @@ class Supervisor:
         # seen in the log, since when nothing answers at all
         self.checked, self.failures, self.marker, self.silent_since = 0.0, 0, False, None
         self.last_write = 0.0
-        self.owner_pid = spec.get("owner_pid")
-        self.owner_create_time = spec.get("owner_create_time")
         self.owner_exited = False
 
     def write(self, force: bool = False) -> None:
@@ -237,7 +233,7 @@ class Supervisor:
             "history": self.history,
             "updated_at": time.time(),
         }
-        atomic_write_json(self.super_path, record)
+        atomic_write_json(self.spec["super_path"], record)
 
     def scan_children(self) -> None:
         found = []
@@ -293,7 +289,8 @@ class Supervisor:
     def check_owner(self) -> None:
         """The owner (a notebook kernel killed with SIGKILL never runs its atexit) is gone: stop,
         as if signalled. A pid reused by another process does not count as the owner."""
-        if self.owner_pid is None or self.owner_exited or pid_alive(self.owner_pid, self.owner_create_time):
+        owner = self.spec.get("owner_pid")
+        if owner is None or self.owner_exited or pid_alive(owner, self.spec.get("owner_create_time")):
             return
         self.owner_exited = True
         self.terminated.append(signal.SIGTERM)
@@ -313,14 +310,14 @@ class Supervisor:
         now = time.monotonic()
         if now - self.checked >= HEALTH_EVERY_S:
             self.checked = now
-            health = _probe(self.base_url + "/health")
+            health = http_status(self.base_url + "/health")
             if health == 200:
                 if self.engine != "healthy":
                     self.engine = "healthy"
                     self.write(force=True)
                 self.failures, self.silent_since = 0, None
             elif self.engine == "healthy":
-                metrics = _probe(self.base_url + "/metrics")
+                metrics = http_status(self.base_url + "/metrics")
                 if metrics == 200:
                     self.failures, self.silent_since = 0, None
                 elif health is None and metrics is None:
@@ -408,7 +405,7 @@ class Supervisor:
             "orderly_stop": bool(self.terminated) and self.engine == "stopped",
             "ended_at": time.time(),
         }
-        atomic_write_json(self.exit_path, ended)
+        atomic_write_json(self.spec["exit_path"], ended)
 
     def finish_child(self, grace: float, kill: bool) -> int | None:
         """Wait for the API server to exit (``kill``: stop it first); its exit code when it is ours."""

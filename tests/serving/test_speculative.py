@@ -15,10 +15,6 @@ from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.serving import speculative
 from gemma4_t4.serving.server_config import ServerConfig, build_command
 
-CPU_FIT = speculative.FitContext(
-    target="cpu", context_len=4096, gpu_memory_utilization=0.9, max_num_seqs=8, max_num_batched_tokens=4096
-)
-
 
 def _folder(root: Path, name: str, config: dict) -> str:
     folder = root / name
