@@ -366,13 +366,13 @@ def probe_model(config: ServerConfig, host: env.Facts) -> ModelFound:
         weights = _cached_weights(config.model)
         on_disk = weights is not None
         if weights is None and entry is not None:
-            weights = models.weights_estimate(entry[0], entry[1]).checkpoint_bytes
+            weights = models.weights_estimate(*entry).checkpoint_bytes
         if weights is None:
             found.notes.append(f"{config.model} is neither a local folder nor a Gemma 4 catalog hub id")
         found.weights_bytes, found.weights_on_disk, found.disk_path = weights, on_disk, str(hub)
         found.disk_free_bytes = env.free_bytes(str(hub))
     if entry is not None:
-        found.load_peak_bytes = int(models.load_ram(entry[0], entry[1]).peak_ram_gib * GIB)
+        found.load_peak_bytes = int(models.load_ram(*entry).peak_ram_gib * GIB)
     elif weights:
         found.load_peak_bytes = weights + LOAD_OVERHEAD_BYTES
     fit = _gpu_fit(config, entry, weights, host)
@@ -411,7 +411,7 @@ def drafter_memory(config: ServerConfig, target_weights: int | None) -> DrafterM
     elif assistant is not None:
         weights, source = assistant.weights_bytes, "the assistant catalog"
     elif entry is not None:
-        estimate = models.weights_estimate(entry[0], entry[1], bool(config.language_model_only))
+        estimate = models.weights_estimate(*entry, bool(config.language_model_only))
         weights, source = estimate.total_bytes, f"the fit calculator's {entry[0]} {entry[1]} estimate"
     else:
         return DrafterMemory(None, own_kv, f"drafter {name}: size unknown (not local, not cached, not catalogued)")
@@ -428,7 +428,7 @@ def _gpu_fit(config: ServerConfig, entry: tuple[str, str] | None, weights: int |
         gpu = GPUS["t4"] if config.target == "t4" else None
     target_weights = weights
     if entry is not None:
-        target_weights = models.weights_estimate(entry[0], entry[1], bool(config.language_model_only)).total_bytes
+        target_weights = models.weights_estimate(*entry, bool(config.language_model_only)).total_bytes
     try:
         drafter = drafter_memory(config, target_weights)
     except Gemma4T4Error as exc:
@@ -451,7 +451,7 @@ def _catalog_fit(
 ) -> ModelFound:
     """The fit calculator (weights, KV cache, runtime) for a catalog model on a table GPU."""
     result = models.fit(
-        entry[0], entry[1], gpu=gpu, context_len=config.max_model_len, num_gpus=config.tensor_parallel_size,
+        *entry, gpu=gpu, context_len=config.max_model_len, num_gpus=config.tensor_parallel_size,
         gpu_memory_utilization=config.gpu_memory_utilization, max_num_seqs=config.max_num_seqs,
         max_num_batched_tokens=config.max_num_batched_tokens or models.DEFAULT_MAX_NUM_BATCHED_TOKENS,
         text_only=config.language_model_only, draft_weights_bytes=drafter.weights_bytes,

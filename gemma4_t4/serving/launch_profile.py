@@ -171,15 +171,9 @@ def prefill_choice(path: Path) -> PrefillChoice:
 STALE_FIELDS: tuple[str, ...] = ("gpu", "vllm", "torch", "fix")
 
 
-def nearest_key(key: ProfileKey, others: list[ProfileKey]) -> ProfileKey:
-    """The stored key closest to this host's: one of this GPU first, then the fewest other differences
-    (an ignored profile of this GPU is explained as such, never hidden behind another GPU's)."""
-
-    def distance(other: ProfileKey) -> tuple[bool, int]:
-        differing = sum(getattr(other, name) != getattr(key, name) for name in STALE_FIELDS)
-        return (other.gpu != key.gpu, differing)
-
-    return min(others, key=distance)
+def stale_fields(key: ProfileKey, other: ProfileKey) -> list[str]:
+    """What makes a profile of ``other`` stale on the host of ``key``: the fields in which they differ."""
+    return [name for name in STALE_FIELDS if getattr(other, name) != getattr(key, name)]
 
 
 class LaunchChoice(BaseModel):
@@ -208,11 +202,11 @@ def launch_choice(model: str, gpu_name: GpuNameProbe = nvidia_smi_gpu_name) -> L
             why = (f"tune profile ignored: {'; '.join(unreadable)}; rerun gemma4-t4 tune --model {model}. "
                    f"{fallback}")
         elif profiles:
-            other = nearest_key(key, [p.key for p in profiles])
+            # the stored key closest to this host's: one of this GPU first, then the fewest other differences
+            # (an ignored profile of this GPU is explained as such, never hidden behind another GPU's)
+            other = min((p.key for p in profiles), key=lambda o: (o.gpu != key.gpu, len(stale_fields(key, o))))
             stale = ", ".join(
-                f"{name} {getattr(other, name)} (here {getattr(key, name)})"
-                for name in STALE_FIELDS
-                if getattr(other, name) != getattr(key, name)
+                f"{name} {getattr(other, name)} (here {getattr(key, name)})" for name in stale_fields(key, other)
             )
             why = f"tune profile ignored, measured with another {stale}: {fallback}"
         else:

@@ -63,15 +63,11 @@ def proof_key(arch: str, vllm_root: str | Path | None = None) -> tuple[str, dict
     return key, parts
 
 
-def _run_verify(arch: str, vllm_root: str | None) -> Any:
-    return verify(arch, vllm_root=vllm_root)
-
-
 def turing_proof(
     arch: str = "sm_75",
     vllm_root: str | Path | None = None,
     cache: Path | None = None,
-    verify: Callable[[str, str | None], Any] = _run_verify,
+    verify: Callable[..., Any] = verify,  # gemma4_t4.turing.verify's: (arch, vllm_root=...) -> its report
 ) -> TuringProof:
     """The proof for the installed vLLM + Triton, from the cache or by running it (then cached)."""
     try:
@@ -88,7 +84,7 @@ def turing_proof(
     if parts["triton"] == "missing":
         return TuringProof(None, arch, key, False, "no proof: Triton is not installed (pip install triton)")
     try:
-        report = verify(arch, None if vllm_root is None else str(vllm_root))
+        report = verify(arch, vllm_root=None if vllm_root is None else str(vllm_root))
     except Gemma4T4Error as exc:
         return TuringProof(None, arch, key, False, f"no proof: {exc.message}")
     failures = report.failures()

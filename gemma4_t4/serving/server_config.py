@@ -327,7 +327,7 @@ def t4_context(
         return T4_FALLBACK_CONTEXT, f"{model} is not in the fit calculator's catalog: {T4_FALLBACK_CONTEXT}"
     try:
         result = models.fit(
-            entry[0], entry[1], gpu="t4", context_len=T4_CONTEXT, num_gpus=tensor_parallel_size,
+            *entry, gpu="t4", context_len=T4_CONTEXT, num_gpus=tensor_parallel_size,
             gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens, text_only=text_only,
         )

@@ -100,15 +100,17 @@ def _this_process() -> tuple[int, float]:
     return os.getpid(), psutil.Process().create_time()
 
 
+def _read_record(path: Path) -> OwnershipRecord | None:
+    """The ownership record at ``path``; None where there is none, or none that can be read."""
+    try:
+        return OwnershipRecord.model_validate_json(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def owned_records() -> list[tuple[Path, OwnershipRecord | None]]:
     """Every ownership record on this machine (``None`` for one that cannot be read)."""
-    found: list[tuple[Path, OwnershipRecord | None]] = []
-    for path in sorted(owned_dir().glob("*.json")):
-        try:
-            found.append((path, OwnershipRecord.model_validate_json(path.read_text())))
-        except (OSError, ValueError):
-            found.append((path, None))
-    return found
+    return [(path, _read_record(path)) for path in sorted(owned_dir().glob("*.json"))]
 
 
 @dataclass
@@ -410,17 +412,13 @@ class Endpoint:
                 f"{self.venue} endpoint {self.name!r} is owned by another Endpoint of this process ({other.url})",
                 fix="stop() that one first (its endpoint goes with it), or use another name",
             )
-        if path.exists():
-            try:
-                held = OwnershipRecord.model_validate_json(path.read_text())
-            except ValueError:
-                held = None
-            if held is not None and _owner_alive(held) and held.owner_pid != os.getpid():
-                raise Gemma4T4Error(
-                    f"{self.venue} endpoint {self.name!r} is owned by process {held.owner_pid} (started "
-                    f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(held.started_at))})",
-                    fix="use another name, or stop that process first (its endpoint goes with it)",
-                )
+        held = _read_record(path)
+        if held is not None and _owner_alive(held) and held.owner_pid != os.getpid():
+            raise Gemma4T4Error(
+                f"{self.venue} endpoint {self.name!r} is owned by process {held.owner_pid} (started "
+                f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(held.started_at))})",
+                fix="use another name, or stop that process first (its endpoint goes with it)",
+            )
         pid, created = _this_process()
         record = OwnershipRecord(
             venue=self.venue, name=self.name, url=self.url, owner_pid=pid, owner_create_time=created,
