@@ -9,6 +9,8 @@ from typing import Any
 from gemma4_t4.errors import Gemma4T4Error
 
 ClientFactory = Callable[[str, str], Any]  # (service, region) -> boto3 client
+Sleep = Callable[[float], None]  # how a wait pauses: time.sleep, a shutdown's cancellable sleep, a test's clock
+Clock = Callable[[], float]  # how a wait reads the time: time.monotonic, or a test's clock
 
 
 _SHARED: dict[tuple, Any] = {}
@@ -130,7 +132,7 @@ def undone(exc: BaseException) -> list[str]:
     return [n[len(_UNDONE) :] for n in getattr(exc, "__notes__", []) if n.startswith(_UNDONE)]
 
 
-def sleep_ticking(sleep: Callable[[float], None], seconds: float, tick: Callable[[], None]) -> None:
+def sleep_ticking(sleep: Sleep, seconds: float, tick: Callable[[], None]) -> None:
     """``sleep(seconds)`` in steps of at most a second, calling ``tick`` after each: a wait's elapsed
     counter keeps moving between polls instead of standing still for a whole poll interval."""
     if seconds <= 0:

@@ -27,6 +27,9 @@ from gemma4_t4.foundation.cache import cache_root
 from gemma4_t4.foundation.jsonable import JSONObject, TypedDict
 from gemma4_t4.sagemaker import image as images
 from gemma4_t4.sagemaker.aws import (
+    ClientFactory,
+    Clock,
+    Sleep,
     aws_error,
     aws_exceptions,
     client_factory,
@@ -265,8 +268,8 @@ class BuildFailed(Gemma4T4Error):
         self.result = result
 
 
-def ensure_stack(target: BuildTarget, bundle: bytes, clients: Callable[[str, str], Any], result: BuildResult,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+def ensure_stack(target: BuildTarget, bundle: bytes, clients: ClientFactory, result: BuildResult,
+                 sleep: Sleep = time.sleep) -> None:
     """Create what is missing (ECR, S3 + bundle, role, project); record created vs reused."""
     calls = {c.operation: c for c in stack_calls(target, len(bundle))}
     region = target.region
@@ -365,8 +368,8 @@ def log_tail(logs: Any, build: CodeBuildBuild, lines: int = 40) -> list[str]:
 
 def wait_for_build(cb: Any, build_id: str, result: BuildResult, *, poll_s: float = 15.0,
                    progress: bool = True, timeout_s: float = BUILD_TIMEOUT_MINUTES * 60 + 600,
-                   sleep: Callable[[float], None] = time.sleep,
-                   monotonic: Callable[[], float] = time.monotonic) -> CodeBuildBuild:
+                   sleep: Sleep = time.sleep,
+                   monotonic: Clock = time.monotonic) -> CodeBuildBuild:
     """Poll the build, showing its phase; returns the final build description."""
     from tqdm.auto import tqdm
 
@@ -462,11 +465,11 @@ def _already_building(region: str, path: Path) -> Gemma4T4Error:
 
 
 def build_t4_image(region: str, base_tag: str = images.DEFAULT_VLLM_TAG, *, force: bool = False,
-                   session: Any = None, clients: Callable[[str, str], Any] | None = None,
+                   session: Any = None, clients: ClientFactory | None = None,
                    poll_s: float = 15.0, progress: bool = True,
                    on_build_succeeded: Callable[[BuildTarget], None] | None = None,
-                   sleep: Callable[[float], None] = time.sleep,
-                   monotonic: Callable[[], float] = time.monotonic) -> BuildResult:
+                   sleep: Sleep = time.sleep,
+                   monotonic: Clock = time.monotonic) -> BuildResult:
     """Create/reuse the stack, run the build, verify the image in ECR and return its digest.
     ``on_build_succeeded`` is for offline runs: moto's CodeBuild runs no Docker, so
     :meth:`LocalAWS.seed_fixed_image` stands in for the push there."""
@@ -519,7 +522,7 @@ def build_t4_image(region: str, base_tag: str = images.DEFAULT_VLLM_TAG, *, forc
 
 
 def _run_build(cb: Any, target: BuildTarget, result: BuildResult, record: Callable[..., None], poll_s: float,
-               progress: bool, sleep: Callable[[float], None], monotonic: Callable[[], float]) -> Any:
+               progress: bool, sleep: Sleep, monotonic: Clock) -> Any:
     """Start the CodeBuild build and wait for it; interrupted, the build is stopped (never left running)."""
     started = cb.start_build(**start_build_params(target))["build"]
     result.build_id, result.status = started["id"], "IN_PROGRESS"

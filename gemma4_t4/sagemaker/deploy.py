@@ -16,6 +16,8 @@ from gemma4_t4.foundation.table import Displayable
 from gemma4_t4.sagemaker import image as image_module
 from gemma4_t4.sagemaker.aws import (
     ClientFactory,
+    Clock,
+    Sleep,
     aws_error,
     aws_exceptions,
     client_factory,
@@ -169,7 +171,7 @@ def deployment_plan(config: DeployConfig) -> list[str]:
 class _Timeline:
     """Records a deploy's events on its result, timed from when the deploy began (and hands each on)."""
 
-    def __init__(self, result: DeployResult, monotonic: Callable[[], float],
+    def __init__(self, result: DeployResult, monotonic: Clock,
                  on_event: Callable[[TimelineEvent], None] | None = None):
         self.result, self.monotonic, self.on_event = result, monotonic, on_event
         self.start = monotonic()
@@ -247,8 +249,7 @@ def check_model_data(s3: Any, uri: str) -> None:
         raise aws_error(exc, f"HeadObject s3://{bucket}/{key}") from exc
 
 
-def register_autoscaling(config: DeployConfig, aas: Any, result: DeployResult,
-                         event: Callable[[str, str], None] | None = None) -> None:
+def register_autoscaling(config: DeployConfig, aas: Any, result: DeployResult, event: _Timeline) -> None:
     """Register the scalable target and its policy (the endpoint must be InService first)."""
     for call in autoscaling_calls(config):
         try:
@@ -258,15 +259,14 @@ def register_autoscaling(config: DeployConfig, aas: Any, result: DeployResult,
             raise _Failure from exc
         if call.operation == "register_scalable_target":
             result.created.insert(0, f"autoscaling:{config.scaling_resource_id()}")
-        if event:
-            event(call.operation, call.note or "")
+        event(call.operation, call.note or "")
 
 
 def deploy(config: DeployConfig, *, client: Any = None, session: Any = None, wait: bool = True,
            timeout_s: float | None = None, poll_s: float = 15.0, progress: bool = True, dry_run: bool = False,
            on_event: Callable[[TimelineEvent], None] | None = None,
-           sleep: Callable[[float], None] = time.sleep,
-           monotonic: Callable[[], float] = time.monotonic, ecr_client: Any = None,
+           sleep: Sleep = time.sleep,
+           monotonic: Clock = time.monotonic, ecr_client: Any = None,
            autoscaling_client: Any = None, s3_client: Any = None) -> DeployResult:
     """Create model, endpoint config and endpoint; wait for InService; roll back on failure.
 
@@ -317,7 +317,7 @@ def deploy(config: DeployConfig, *, client: Any = None, session: Any = None, wai
 
 def _wait_and_scale(sm: Any, config: DeployConfig | None, result: DeployResult, event: _Timeline,
                     aas: Callable[[], Any], timeout_s: float | None, poll_s: float, progress: bool,
-                    sleep: Callable[[float], None]) -> None:
+                    sleep: Sleep) -> None:
     """Wait for InService (a Failed or timed-out endpoint raises _Failure), then register autoscaling.
     ``timeout_s`` defaults to the container startup timeout plus 15 minutes for placement."""
     timeout = timeout_s if timeout_s is not None else config.startup_timeout_s + 900
@@ -339,7 +339,7 @@ class _Failure(Exception):
         self.fix = fix
 
 
-def _create(sm: Any, create_calls: list, name: str, result: DeployResult, event: Callable[[str, str], None]) -> None:
+def _create(sm: Any, create_calls: list, name: str, result: DeployResult, event: _Timeline) -> None:
     """Make the model, endpoint config and endpoint in turn, recording each on ``result``."""
     for call in create_calls:
         try:
@@ -374,7 +374,7 @@ def _refuse_existing(sm: Any, config: DeployConfig) -> None:
             )
 
 
-def _roll_back(exc: BaseException, sm: Any, result: DeployResult, event: Callable[[str, str], None],
+def _roll_back(exc: BaseException, sm: Any, result: DeployResult, event: _Timeline,
                autoscaling_client: Any = None) -> None:
     """A deploy failed (or was interrupted) with ``exc``: record why and delete what it created."""
     if not isinstance(exc, _Failure):
@@ -407,8 +407,8 @@ class ServiceWait(TypedDict):
 
 def wait_in_service(sm: Any, name: str, timeout_s: float, poll_s: float = 15.0, progress: bool = True,
                     event: Callable[[str, str], None] | None = None,
-                    sleep: Callable[[float], None] = time.sleep,
-                    monotonic: Callable[[], float] = time.monotonic) -> ServiceWait:
+                    sleep: Sleep = time.sleep,
+                    monotonic: Clock = time.monotonic) -> ServiceWait:
     """Poll DescribeEndpoint until InService, Failed or the timeout. The bar counts the time waited,
     every second between polls, so an interrupted wait shows the true figure."""
     from tqdm.auto import tqdm
