@@ -3,7 +3,8 @@ factory type so multi-region functions can be handed stubbed or moto-backed clie
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from gemma4_t4.errors import Gemma4T4Error
@@ -113,6 +114,15 @@ def aws_error(exc: BaseException, action: str) -> Gemma4T4Error:
         "ThrottlingException": "retry in a minute; calls already use adaptive retries",
     }
     return Gemma4T4Error(f"{action} failed: {code}: {message}", fix=fixes.get(code))
+
+
+@contextlib.contextmanager
+def aws_call(action: str) -> Iterator[None]:
+    """A botocore failure in the block is raised as :func:`aws_error`, naming ``action``."""
+    try:
+        yield
+    except aws_exceptions() as exc:
+        raise aws_error(exc, action) from exc
 
 
 # -- what an interrupted command undid ----------------------------------------------------------

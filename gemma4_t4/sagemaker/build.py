@@ -30,7 +30,7 @@ from gemma4_t4.sagemaker.aws import (
     ClientFactory,
     Clock,
     Sleep,
-    aws_error,
+    aws_call,
     aws_exceptions,
     client_factory,
     error_code,
@@ -478,16 +478,14 @@ def build_t4_image(region: str, base_tag: str = images.DEFAULT_VLLM_TAG, *, forc
     bundle = source_bundle()
     make = clients or client_factory(session)
     t0 = monotonic()
-    try:
+    with aws_call("GetCallerIdentity"):
         account = make("sts", region).get_caller_identity()["Account"]
-    except aws_exceptions() as exc:
-        raise aws_error(exc, "GetCallerIdentity") from exc
     bundle_sha = hashlib.sha256(bundle).hexdigest()
     target = build_target(region, account, base_tag, bundle_sha)
     result = BuildResult(region, target.image_uri, target.tag, "PENDING", cost_line=build_cost().line())
     ecr = make("ecr", region)
-    try:
-        with build_lock(region) as record:  # one build-image per region and repository
+    try:  # one build-image per region and repository
+        with aws_call(f"build-image in {region}"), build_lock(region) as record:
             digest = existing_image(ecr, target.tag)
             if digest and not force:
                 result.status, result.digest = "REUSED", digest
@@ -515,8 +513,6 @@ def build_t4_image(region: str, base_tag: str = images.DEFAULT_VLLM_TAG, *, forc
                 result.log_tail = log_tail(make("logs", region), build)
                 raise BuildFailed(result, f"the build reported SUCCEEDED but {target.image_uri} is not in ECR")
             return result
-    except aws_exceptions() as exc:
-        raise aws_error(exc, f"build-image in {region}") from exc
     finally:
         result.elapsed_s = round(monotonic() - t0, 2)
 

@@ -14,7 +14,13 @@ from pydantic import BaseModel, Field
 from gemma4_t4 import __version__
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.jsonable import TypedDict
-from gemma4_t4.sagemaker.aws import aws_error, aws_exceptions, client_factory, error_code, error_message
+from gemma4_t4.sagemaker.aws import (
+    aws_call,
+    aws_exceptions,
+    client_factory,
+    error_code,
+    error_message,
+)
 
 DLC_REPOSITORY = "vllm"
 DEFAULT_DLC_ACCOUNT = "763104351884"
@@ -463,10 +469,8 @@ def find_fixed_image(region: str, *, ecr_client: Any = None) -> FixedImage:
     """The newest fixed T4 image in this account's ECR in ``region``; refuses when there is none."""
     validate_region(region)
     ecr = ecr_client or client_factory()("ecr", region)
-    try:
+    with aws_call(f"DescribeImages {T4_IMAGE_REPOSITORY} in {region}"):
         images = fixed_images(ecr)
-    except aws_exceptions() as exc:
-        raise aws_error(exc, f"DescribeImages {T4_IMAGE_REPOSITORY} in {region}") from exc
     by_tag = {t: i for i in images for t in i.get("imageTags", [])}
     tag = select_latest_fixed_tag(by_tag)
     if tag is None:

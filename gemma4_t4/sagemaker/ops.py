@@ -18,6 +18,7 @@ from gemma4_t4.foundation.jsonable import JSONObject, JSONValue, TypedDict
 from gemma4_t4.foundation.table import Displayable
 from gemma4_t4.sagemaker.aws import (
     ClientFactory,
+    aws_call,
     aws_error,
     aws_exceptions,
     client_factory,
@@ -170,7 +171,7 @@ def list_endpoints(regions: Sequence[str] = US_REGIONS, *, clients: ClientFactor
     for region in regions:
         validate_region(region)
         sm = make("sagemaker", region)
-        try:
+        with aws_call(f"ListEndpoints in {region}"):
             for page in sm.get_paginator("list_endpoints").paginate():
                 for ep in page.get("Endpoints", []):
                     tags = _tags(sm, ep.get("EndpointArn"))
@@ -180,8 +181,6 @@ def list_endpoints(regions: Sequence[str] = US_REGIONS, *, clients: ClientFactor
                     out.append(EndpointSummary(
                         name=ep["EndpointName"], region=region, status=ep.get("EndpointStatus", "?"),
                         created_at=created.isoformat() if created else None, tags=tags))
-        except aws_exceptions() as exc:
-            raise aws_error(exc, f"ListEndpoints in {region}") from exc
     return out
 
 
@@ -326,10 +325,8 @@ def invoke(name: str, region: str, prompt: str | None = None, *, messages: list[
     runtime = _client(client, "sagemaker-runtime", region)
     payload = chat_payload(prompt, messages, max_tokens, temperature, **extra)
     start = time.perf_counter()
-    try:  # the call the dry run shows, accepting JSON
+    with aws_call(f"InvokeEndpoint {name}"):  # the call the dry run shows, accepting JSON
         response = runtime.invoke_endpoint(**invoke_plan(name, region, payload).params, Accept="application/json")
-    except aws_exceptions() as exc:
-        raise aws_error(exc, f"InvokeEndpoint {name}") from exc
     body = response["Body"].read()
     latency = time.perf_counter() - start  # the reply's time, not its parsing
     text, finish, usage = parse_chat_response(body)
@@ -374,11 +371,9 @@ def invoke_stream(name: str, region: str, prompt: str | None = None, *,
     runtime = _client(client, "sagemaker-runtime", region)
     payload = chat_payload(prompt, messages, max_tokens, temperature, stream=True, **extra)
     start = time.perf_counter()
-    try:
+    with aws_call(f"InvokeEndpointWithResponseStream {name}"):
         response = runtime.invoke_endpoint_with_response_stream(
             EndpointName=name, ContentType="application/json", Body=json.dumps(payload))
-    except aws_exceptions() as exc:
-        raise aws_error(exc, f"InvokeEndpointWithResponseStream {name}") from exc
     parts = (event["PayloadPart"]["Bytes"] for event in response["Body"] if "PayloadPart" in event)
     pieces: list[str] = []
     ttft = usage = None
@@ -426,10 +421,8 @@ def _other_endpoints_uses(sm: Any, name: str) -> tuple[dict[str, list[str]], dic
     """(config -> other endpoints using it, model -> other endpoints whose config serves it)."""
     configs: dict[str, list[str]] = {}
     models: dict[str, list[str]] = {}
-    try:
+    with aws_call("ListEndpoints"):
         pages = list(sm.get_paginator("list_endpoints").paginate())
-    except aws_exceptions() as exc:
-        raise aws_error(exc, "ListEndpoints") from exc
     for page in pages:
         for ep in page.get("Endpoints", []):
             other = ep["EndpointName"]

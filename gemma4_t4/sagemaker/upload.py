@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.sagemaker.aws import aws_error, aws_exceptions, client_factory, error_code
+from gemma4_t4.sagemaker.aws import aws_call, aws_error, aws_exceptions, client_factory, error_code
 from gemma4_t4.sagemaker.cli_recipe import comment_line
 from gemma4_t4.sagemaker.config import PROJECT_TAG, PROJECT_VALUE, PUBLIC_ACCESS_BLOCK, create_bucket_params
 from gemma4_t4.sagemaker.image import validate_region
@@ -234,7 +234,7 @@ def upload_model_folder(folder: str | Path, region: str, *, bucket: str | None =
     files = scan_folder(folder)
     make = client_factory(session)
     s3 = s3_client or make("s3", region)
-    try:
+    with aws_call(f"upload of {folder} to S3"):
         if bucket is None:
             bucket = default_bucket(make("sts", region).get_caller_identity()["Account"], region)
         prefix = prefix or default_prefix(folder, files)
@@ -260,6 +260,4 @@ def upload_model_folder(folder: str | Path, region: str, *, bucket: str | None =
                     bar.update(f.size)
                 result.files.append(UploadedFile(f.name, f.size, status, parts))
                 result.bytes_uploaded += sent
-    except aws_exceptions() as exc:
-        raise aws_error(exc, f"upload of {folder} to S3") from exc
     return result
