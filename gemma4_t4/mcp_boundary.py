@@ -40,6 +40,8 @@ if TYPE_CHECKING:
     from mcp.types import ToolAnnotations
 
 
+ToolFunction = Callable[..., Any]  # a tool's function as written, and as the decorators hand it on
+
 @dataclass(frozen=True)
 class Offered:
     """One setting as an MCP parameter: its name, the declared type, the tool's default, help, boundary, and the
@@ -87,13 +89,13 @@ def parameter_type(offered: Offered) -> Any:
                      Field(description=offered.help, **bounds)]
 
 
-def takes_settings(offered: Iterable[Offered]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def takes_settings(offered: Iterable[Offered]) -> Callable[[ToolFunction], ToolFunction]:
     """``fn(..., **settings)`` takes each offered setting as a keyword parameter, typed within its boundary; a
     null or missing one reaches ``fn`` as its default (null means the default, as the schema says)."""
     offered = list(offered)
     defaults = {o.parameter: o.default for o in offered}
 
-    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def wrap(fn: ToolFunction) -> ToolFunction:
         own = inspect.signature(fn, eval_str=True)
         declared = [inspect.Parameter(o.parameter, inspect.Parameter.KEYWORD_ONLY, annotation=parameter_type(o),
                                       default=inspect.Parameter.empty if o.required else o.default)
@@ -124,7 +126,7 @@ Temperature = Annotated[float, Field(ge=0, le=2, description="sampling temperatu
 class ToolSpec:
     """One tool: its function, its MCP annotations, and whether it acts only with confirm=True."""
 
-    fn: Callable[..., Any]
+    fn: ToolFunction
     annotations: ToolAnnotations
     confirm: bool = False
     interruptible: bool = False  # a shutdown cancels it instead of waiting for it
@@ -134,10 +136,10 @@ REGISTRY: dict[str, ToolSpec] = {}
 
 
 def tool(annotations: ToolAnnotations, confirm: bool = False,
-         interruptible: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+         interruptible: bool = False) -> Callable[[ToolFunction], ToolFunction]:
     """Register a tool under its function's name. ``confirm=True``: it must take ``confirm: bool = False``."""
 
-    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def register(fn: ToolFunction) -> ToolFunction:
         parameter = inspect.signature(fn).parameters.get("confirm")
         if confirm and (parameter is None or parameter.default is not False):
             raise TypeError(f"{fn.__name__} needs confirmation but has no `confirm: Confirm = False` parameter")

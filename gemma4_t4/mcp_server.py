@@ -63,6 +63,7 @@ from gemma4_t4.mcp_boundary import (
     Seconds,
     Temperature,
     Tokens,
+    ToolFunction,
     UserPort,
     assistant_deploy,
     offered,
@@ -131,7 +132,7 @@ _scrub = secrets.mask
 log = logging.getLogger("gemma4_t4.mcp")
 
 
-def _adapter(fn: Callable[..., Any], interruptible: bool = False) -> Callable[..., Any]:
+def _adapter(fn: ToolFunction, interruptible: bool = False) -> ToolFunction:
     """Run ``fn`` in a worker thread, turn every exception into a tool error, scrub secrets. ``interruptible``:
     a shutdown does not wait for it (it has nothing billed to roll back)."""
     signature = inspect.signature(fn, eval_str=True)
