@@ -374,13 +374,11 @@ def build_command(config: ServerConfig, dtype: str | None = None) -> list[str]:
     return cmd
 
 
-def build_env(
-    config: ServerConfig, base: dict[str, str] | None = None, cpu_env: dict[str, str] | None = None
-) -> dict[str, str]:
+def build_env(config: ServerConfig, cpu_env: dict[str, str] | None = None) -> dict[str, str]:
     """Environment for the server process: offline, no telemetry, caches inside work_dir (vLLM's own
     cache where ``VLLM_CACHE_ROOT`` names one: each new cache root costs a start one more import of
     the model's code, which vLLM then remembers there)."""
-    env = dict(os.environ if base is None else base)
+    env = dict(os.environ)
     work = Path(config.work_dir).resolve()
     env.update(
         {

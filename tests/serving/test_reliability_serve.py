@@ -764,18 +764,19 @@ def test_a_deep_work_dir_keeps_vllms_socket_paths_short(tmp_path):
     tmp = server_tmp_dir(deep)
     assert len(f"ipc://{tmp}/{'0' * 36}") <= 107 and tmp != deep / "tmp"
     assert server_tmp_dir(deep) == tmp, "the same work dir always gets the same TMPDIR"
-    assert build_env(ServerConfig(model="m/x", work_dir=str(deep), dtype="float32"), base={})[
-        "TMPDIR"
-    ] == str(tmp)
+    assert build_env(ServerConfig(model="m/x", work_dir=str(deep), dtype="float32"))["TMPDIR"] == str(tmp)
     shallow = Path("/w")
     assert server_tmp_dir(shallow) == shallow / "tmp"
 
 
-def test_vllms_cache_is_the_work_dirs_unless_the_environment_names_one(tmp_path):
+def test_vllms_cache_is_the_work_dirs_unless_the_environment_names_one(tmp_path, monkeypatch):
     config = ServerConfig(model="m/x", work_dir=str(tmp_path / "work"), dtype="float32")
-    assert build_env(config, base={})["VLLM_CACHE_ROOT"] == str(tmp_path / "work" / "vllm-cache")
-    assert build_env(config, base={"VLLM_CACHE_ROOT": ""})["VLLM_CACHE_ROOT"] == str(tmp_path / "work" / "vllm-cache")
-    assert build_env(config, base={"VLLM_CACHE_ROOT": "/shared/vllm"})["VLLM_CACHE_ROOT"] == "/shared/vllm"
+    monkeypatch.delenv("VLLM_CACHE_ROOT", raising=False)
+    assert build_env(config)["VLLM_CACHE_ROOT"] == str(tmp_path / "work" / "vllm-cache")
+    monkeypatch.setenv("VLLM_CACHE_ROOT", "")
+    assert build_env(config)["VLLM_CACHE_ROOT"] == str(tmp_path / "work" / "vllm-cache")
+    monkeypatch.setenv("VLLM_CACHE_ROOT", "/shared/vllm")
+    assert build_env(config)["VLLM_CACHE_ROOT"] == "/shared/vllm"
 
 
 def test_a_deep_work_dirs_socket_folder_goes_when_the_server_stops(fake_vllm, model_dir, tmp_path):
