@@ -469,8 +469,8 @@ def _catalog_fit(
                 "use a 4-bit (QAT w4a16) checkpoint or a smaller model, or spread over more GPUs "
                 "(tensor_parallel_size); `gemma4-t4 fit` shows what fits"
             )
-    if not result.fits and with_drafter:
-        fix = f"{fix}; or --draft off (the drafter counts: {drafter.detail})"
+        if with_drafter:
+            fix += f"; or --draft off (the drafter counts: {drafter.detail})"
     return ModelFound(
         gpu_fit_ok=result.fits,
         gpu_fit_detail=f"{entry[0]} {entry[1]}{with_drafter} on {gpu}: {result.verdict}",
