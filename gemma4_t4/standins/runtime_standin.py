@@ -27,6 +27,7 @@ from gemma4_t4.standins.server import StandInHandler, StandInServer
 STREAM_CONTENT_TYPE = "application/vnd.amazon.eventstream"
 BACKEND_TIMEOUT_S = 600.0  # a long generation on a CPU backend still answers
 _STRING = 7  # event-stream header value type: string
+_VARIANT = {"x-Amzn-Invoked-Production-Variant": "AllTraffic"}  # the one variant a deploy makes
 
 
 def _header(name: str, value: str) -> bytes:
@@ -105,7 +106,8 @@ class _Handler(StandInHandler):
                         else f'Received client error from primary with message "{original}"')
                 self._error(424, "ModelError", said, OriginalStatusCode=response.status, OriginalMessage=original)
             elif not route[3]:  # not the streaming operation
-                self._reply(response)
+                self.answer(200, {"Content-Type": response.getheader("Content-Type", "application/json"), **_VARIANT},
+                            response.read())
             else:
                 self._stream(response)
         finally:
@@ -128,23 +130,10 @@ class _Handler(StandInHandler):
             conn.close()
         super().finish()
 
-    def _reply(self, response: http.client.HTTPResponse) -> None:
-        data = response.read()
-        self.send_response(200)
-        self.send_header("Content-Type", response.getheader("Content-Type", "application/json"))
-        self.send_header("x-Amzn-Invoked-Production-Variant", "AllTraffic")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
     def _stream(self, response: http.client.HTTPResponse) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", STREAM_CONTENT_TYPE)
-        self.send_header("X-Amzn-SageMaker-Content-Type",
-                         response.getheader("Content-Type", "text/event-stream"))
-        self.send_header("x-Amzn-Invoked-Production-Variant", "AllTraffic")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
+        self.answer(200, {"Content-Type": STREAM_CONTENT_TYPE,
+                          "X-Amzn-SageMaker-Content-Type": response.getheader("Content-Type", "text/event-stream"),
+                          **_VARIANT, "Transfer-Encoding": "chunked"})
         try:
             # read1: whatever the container has sent so far (one SSE event or a few), never
             # waiting to fill a block, so each event is framed and flushed as it is produced

@@ -19,14 +19,19 @@ class StandInHandler(BaseHTTPRequestHandler):
     def log_message(self, *args: Any) -> None:  # quiet: requests are the test's business
         pass
 
-    def send_json(self, status: int, payload: JSONObject, headers: dict[str, str]) -> None:
-        body = json.dumps(payload).encode()
+    def answer(self, status: int, headers: dict[str, str], body: bytes | None = None) -> None:
+        """The status and headers, then the body with its length (None: the caller streams the body)."""
         self.send_response(status)
         for name, value in headers.items():
             self.send_header(name, value)
-        self.send_header("Content-Length", str(len(body)))
+        if body is not None:
+            self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        self.wfile.write(body)
+        if body is not None:
+            self.wfile.write(body)
+
+    def send_json(self, status: int, payload: JSONObject, headers: dict[str, str]) -> None:
+        self.answer(status, headers, json.dumps(payload).encode())
 
 
 class _Server(ThreadingHTTPServer):
