@@ -91,12 +91,18 @@ class LaunchProfile(BaseModel):
         return next((c for c in self.choices if c.concurrency == concurrency), None)
 
 
+def turing_code_digest(*names: str) -> str:
+    """The sha256 of these files of the Turing fix (``gemma4_t4/turing/``): what was measured or proven
+    with other code is stale."""
+    digest = hashlib.sha256()
+    for name in names:
+        digest.update((Path(turing.__file__).with_name(name)).read_bytes())
+    return digest.hexdigest()
+
+
 def fix_version() -> str:
     """The package's version and a hash of the Turing fix's code (tile cap, smem model, prefill route)."""
-    digest = hashlib.sha256()
-    for name in ("smem.py", "tilecap.py", "prefill.py", "plugin.py"):
-        digest.update((Path(turing.__file__).with_name(name)).read_bytes())
-    return f"{__version__}+{digest.hexdigest()[:12]}"
+    return f"{__version__}+{turing_code_digest('smem.py', 'tilecap.py', 'prefill.py', 'plugin.py')[:12]}"
 
 
 def nvidia_smi_gpu_name() -> str | None:

@@ -18,6 +18,7 @@ from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.atomic import atomic_write_json
 from gemma4_t4.foundation.cache import cache_root
 from gemma4_t4.foundation.versions import package_version
+from gemma4_t4.serving.launch_profile import turing_code_digest
 from gemma4_t4.turing import offline
 from gemma4_t4.turing.verify import gemma4_attention_shapes, verify
 
@@ -46,16 +47,13 @@ def proof_key(arch: str, vllm_root: str | Path | None = None) -> tuple[str, dict
     the check's code, and the attention shapes it covers (a size or an assistant added to the catalog
     is a launch the old proof never compiled)."""
     root = offline.find_vllm_root(vllm_root)
-    fix_code = hashlib.sha256()
-    for name in ("smem.py", "tilecap.py", "verify.py"):
-        fix_code.update((Path(offline.__file__).with_name(name)).read_bytes())
     shapes = hashlib.sha256(repr(gemma4_attention_shapes()).encode())
     parts = {
         "arch": arch,
         "kernel_sha256": offline.sha256_file(root / offline.KERNEL_RELPATH),
         "vllm": offline.read_vllm_version(root),
         "triton": package_version("triton") or "missing",
-        "fix_sha256": fix_code.hexdigest(),
+        "fix_sha256": turing_code_digest("smem.py", "tilecap.py", "verify.py"),
         "shapes_sha256": shapes.hexdigest(),
         "format": str(PROOF_FORMAT),
     }

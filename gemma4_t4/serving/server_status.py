@@ -187,7 +187,6 @@ class RecordedServer:
             state="not started",
             pid=self.pid,
             base_url=self.base_url,
-            healthy=False,
             log_path=str(self.log_path) if self.pid is not None else None,
             port=self.config.port,
             model=self.config.model,
