@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,7 @@ from typing import Any
 from gemma4_t4 import notebook as nb
 from gemma4_t4 import sagemaker
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.foundation import signals
 from gemma4_t4.foundation.figures import pyplot
 from gemma4_t4.foundation.jsonable import JSONValue
 from gemma4_t4.foundation.table import Displayable, Table
@@ -123,22 +124,6 @@ def aws_venue(target: str, work_dir: str | Path) -> AwsVenue:
     return venue
 
 
-def run_sync(make_coroutine: Callable[[], Any]) -> Any:
-    """Run an async function to completion; in Jupyter (a loop already runs here) in a worker thread."""
-    import anyio
-
-    try:
-        import asyncio
-
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return anyio.run(make_coroutine)
-    import concurrent.futures
-
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(anyio.run, make_coroutine).result()
-
-
 @dataclass
 class MCPCall:
     """One tool call made through a real MCP client."""
@@ -195,7 +180,7 @@ def mcp_session(calls: Sequence[tuple[str, Mapping[str, JSONValue]]]) -> tuple[l
                     )
         return tools, made
 
-    return run_sync(session)
+    return signals.run_to_completion(session)
 
 
 @dataclass(repr=False)  # IPython shows the table (Displayable), not the fields

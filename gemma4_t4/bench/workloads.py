@@ -8,12 +8,10 @@ is measured (the sweep's rates come from its measured ends, as guidellm's sweep 
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import sys
 import time
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -129,16 +127,6 @@ def build_args(base_url: str, model: str, workload: str, out_dir: str | Path, **
 
 
 # ---------------------------------------------------------------- the run loop
-
-
-def _run_async(factory: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
-    """asyncio.run, also from inside Jupyter (whose loop is already running): use a thread then."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return signals.run_async(factory())  # a stop signal cancels the run, never lands in a task
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(lambda: asyncio.run(factory())).result()
 
 
 def _check_lengths(args: BenchArgs, max_model_len: int | None) -> None:
@@ -315,7 +303,7 @@ def _run_cell(
         if cell.warmup_specs:
             keep_warm = partial(writer.add_record, cell.cell, "warmup")
             streams = min(cell.concurrency, len(cell.warmup_specs))
-            _run_async(lambda: _measure(args, backend, cell.warmup_specs, streams, keep_warm, None))
+            signals.run_to_completion(lambda: _measure(args, backend, cell.warmup_specs, streams, keep_warm, None))
         before = backend.scrape()
         sampler = backend.sampler() if args.sample_metrics else None
         sampler = sampler.start() if sampler else None
@@ -326,7 +314,7 @@ def _run_cell(
             writer.add_record(cell.cell, "measure", record)
 
         try:
-            _run_async(lambda: _measure(args, backend, cell.specs, cell.concurrency, keep, cell.cell, cell))
+            signals.run_to_completion(lambda: _measure(args, backend, cell.specs, cell.concurrency, keep, cell.cell, cell))
         finally:
             load = sampler.stop() if sampler else ServerLoad()
             gpu = gpu_sampler.stop()

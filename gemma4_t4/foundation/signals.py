@@ -9,12 +9,13 @@ skips every ``finally``: that is how endpoints were left billing and servers orp
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import os
 import signal
 import sys
 import threading
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 STOP_SIGNALS: tuple[int, ...] = (signal.SIGTERM, signal.SIGHUP)
@@ -111,6 +112,17 @@ def default_in_child() -> None:
         parent = multiprocessing.parent_process()
         if parent is not None and os.getppid() != parent.pid:  # it died before prctl took effect
             os.kill(os.getpid(), signal.SIGTERM)
+
+
+def run_to_completion(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """:func:`run_async` of ``make()``, also from a notebook cell, where Jupyter's loop already runs: in a
+    worker thread then (where it is asyncio.run)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return run_async(make())
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(lambda: run_async(make())).result()
 
 
 def run_async(main: Coroutine[Any, Any, T]) -> T:

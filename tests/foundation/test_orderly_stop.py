@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import time
@@ -46,3 +47,15 @@ def test_another_dropped_exception_still_reaches_the_previous_hook(monkeypatch):
         ref = weakref.ref(owner, callback)
         del owner
     assert ref() is None and [type(e) for e in seen] == [ValueError]
+
+
+def test_run_to_completion_runs_a_coroutine_from_plain_python_and_from_inside_a_running_loop():
+    async def answer():
+        return 42
+
+    assert signals.run_to_completion(answer) == 42
+
+    async def cell():  # a notebook cell: Jupyter's loop already runs, so it goes to a worker thread
+        return signals.run_to_completion(answer)
+
+    assert asyncio.run(cell()) == 42

@@ -10,7 +10,6 @@ Everything here runs in-process in well under a second per test: hosts are stand
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
@@ -996,21 +995,6 @@ def test_a_dry_run_in_a_kernel_that_loaded_transformers_says_the_runtime_must_re
 
     monkeypatch.setitem(sys.modules, "transformers", types.ModuleType("transformers"))
     assert nb.setup(dry_run=True, probes=_host(T4), runner=_Pip()).restart  # it replaces a module in use
-
-
-# ---------------------------------------------------------------- running async code from a cell
-
-
-def test_run_sync_runs_a_coroutine_from_plain_python_and_from_inside_a_running_loop():
-    async def answer():
-        return 42
-
-    assert part1.run_sync(answer) == 42
-
-    async def cell():  # Jupyter: a loop already runs, so it goes to a worker thread
-        return part1.run_sync(answer)
-
-    assert asyncio.run(cell()) == 42
 
 
 # ================================================================ the Endpoint (gemma4_t4.venues.endpoint)
