@@ -16,7 +16,7 @@ import pytest
 
 from gemma4_t4.serving.gate import GIB, GateProbes, GateRefused, ModelFound, TuringFound, check_start
 from gemma4_t4.serving.server_config import ServerConfig
-from tests.serving.test_gate_judge import host_probes
+from tests.serving.test_gate_judge import host_probes, model_on_a_roomy_disk
 
 MODEL = "google/gemma-4-E2B-it-qat-w4a16-ct"
 WEIGHTS = 8 * GIB
@@ -29,10 +29,8 @@ def _probes(*, ram_and_swap: int = 64 * GIB, gpu_memory_bytes: int = 15 * GIB, m
     ``gpu_memory_bytes``, as /proc/meminfo and nvidia-smi would say (kB and MiB)."""
     kb = ram_and_swap // 1024
     host = host_probes(gpus=(("Tesla T4", gpu_memory_bytes // MIB, "7.5"),), meminfo_kb=(kb, kb, 0, 0))
-    probes = GateProbes(host=host, turing=lambda cc: TuringFound(active=True, proven=True))
-    if model is not None:
-        probes.model = model
-    return probes
+    return GateProbes(host=host, turing=lambda cc: TuringFound(active=True, proven=True),
+                      model=model or model_on_a_roomy_disk)
 
 
 def _checks(config: ServerConfig, probes: GateProbes) -> list[str]:
