@@ -21,15 +21,12 @@ import shlex
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.host.hostfacts import Facts
 from gemma4_t4.host.smi import GPUInfo, parse_capability
 from gemma4_t4.turing import tilecap
-
-if TYPE_CHECKING:
-    # env imports this module for the doctor's fix text: the facts sit below both
-    from gemma4_t4.host.hostfacts import Facts
 
 # The release the sm_75 attention fix is proven against (gemma4_t4.turing), as the `gpu` extra
 # pins it (env.GPU_VLLM says the same; a test keeps them equal).

@@ -283,7 +283,7 @@ def build_quantized(
                 writer.abort()
                 raise
             report = _write_build(tmp, files, reader.root, config, qcfg, untie, _report(
-                rows, sum(t.nbytes for t in reader.tensors.values()), src=str(src), dst=str(dst_path), method=method, emb4=emb4, scale_dtype=scale_dtype,
+                rows, reader.nbytes, src=str(src), dst=str(dst_path), method=method, emb4=emb4, scale_dtype=scale_dtype,
                 group_size=group_size, symmetric=symmetric, ignore=qcfg["ignore"], cleanup=cleanup.lines(),
             ), t0)
     return report
@@ -297,7 +297,7 @@ def _scan(reader: LocalCheckpoint, writer: ShardedWriter, roles: dict[str, qconf
     is written; the scan reads on to name every one."""
     rows: list[TensorRepack] = []
     refusing = False
-    with progress_bar(sum(t.nbytes for t in reader.tensors.values()), progress is True, method) as bar:
+    with progress_bar(reader.nbytes, progress is True, method) as bar:
         for name in sorted(reader.tensors):
             info, role = reader.tensors[name], roles[name]
             if not role.quantize:
@@ -394,8 +394,8 @@ def _refuse_damaged(rows: list[TensorRepack], roles: dict[str, qconfig.TensorRol
     """Refuse a build with NaN/Inf values or (without --allow-requant) groups off the int4 grid,
     naming the tensors."""
     non_finite = {r.name: r.non_finite for r in rows if r.non_finite}
-    off_grid = {r.name: _off_grid(r) for r in rows if _off_grid(r)}
-    off_examples = {r.name: r.off_grid_examples for r in rows}
+    off_rows = [(r, count) for r in rows if (count := _off_grid(r))]
+    off_grid = {r.name: count for r, count in off_rows}
     if non_finite:
         copied = sum(1 for n in non_finite if not roles[n].quantize)
         kinds = ", ".join(part for part in (
@@ -410,7 +410,7 @@ def _refuse_damaged(rows: list[TensorRepack], roles: dict[str, qconfig.TensorRol
             tensors=non_finite,
         )
     if off_grid:
-        listed = _listed([f"{n} ({c} groups, e.g. row/group {off_examples[n][:1]})" for n, c in off_grid.items()])
+        listed = _listed([f"{r.name} ({c} groups, e.g. row/group {r.off_grid_examples[:1]})" for r, c in off_rows])
         raise OffGridError(
             f"{sum(off_grid.values())} groups in {len(off_grid)} tensor(s) are not on the int4 grid, "
             f"so a lossless repack is impossible; nothing was written: {listed}",

@@ -191,6 +191,10 @@ class CheckpointReader:
         self.shards: list[str] = []
 
     # -- layout -------------------------------------------------------------------------
+    @property
+    def nbytes(self) -> int:  # every tensor's bytes: what a full read reads
+        return sum(t.nbytes for t in self.tensors.values())
+
     def _shard_label(self, shard: str) -> str:
         # a single file given by its own path is named as given, a shard of a folder as folder/shard
         return self.source if self.source.endswith("/" + shard) or self.source == shard else f"{self.source}/{shard}"

@@ -16,10 +16,11 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
-from gemma4_t4 import __version__, turing
+from gemma4_t4 import __version__
 from gemma4_t4.foundation.cache import cache_root
 from gemma4_t4.foundation.versions import package_version
 from gemma4_t4.host import env, smi
+from gemma4_t4.turing.offline import turing_code_digest
 
 PROFILE_FORMAT = 1
 DRAFT_TOKENS: tuple[int, ...] = (1, 2, 3, 4, 5, 6)
@@ -89,15 +90,6 @@ class LaunchProfile(BaseModel):
 
     def choice(self, concurrency: int) -> DraftChoice | None:
         return next((c for c in self.choices if c.concurrency == concurrency), None)
-
-
-def turing_code_digest(*names: str) -> str:
-    """The sha256 of these files of the Turing fix (``gemma4_t4/turing/``): what was measured or proven
-    with other code is stale."""
-    digest = hashlib.sha256()
-    for name in names:
-        digest.update((Path(turing.__file__).with_name(name)).read_bytes())
-    return digest.hexdigest()
 
 
 def fix_version() -> str:

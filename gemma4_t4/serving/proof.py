@@ -18,7 +18,6 @@ from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.atomic import atomic_write_json
 from gemma4_t4.foundation.cache import cache_root
 from gemma4_t4.foundation.versions import package_version
-from gemma4_t4.serving.launch_profile import turing_code_digest
 from gemma4_t4.turing import offline
 from gemma4_t4.turing.verify import gemma4_attention_shapes, verify
 
@@ -53,7 +52,7 @@ def proof_key(arch: str, vllm_root: str | Path | None = None) -> tuple[str, dict
         "kernel_sha256": offline.sha256_file(root / offline.KERNEL_RELPATH),
         "vllm": offline.read_vllm_version(root),
         "triton": package_version("triton") or "missing",
-        "fix_sha256": turing_code_digest("smem.py", "tilecap.py", "verify.py"),
+        "fix_sha256": offline.turing_code_digest("smem.py", "tilecap.py", "verify.py"),
         "shapes_sha256": shapes.hexdigest(),
         "format": str(PROOF_FORMAT),
     }

@@ -85,6 +85,14 @@ def sha256_file(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
+def turing_code_digest(*names: str) -> str:
+    """The sha256 of these files of the Turing fix: what was measured or proven with other code is stale."""
+    digest = hashlib.sha256()
+    for name in names:
+        digest.update(Path(__file__).with_name(name).read_bytes())
+    return digest.hexdigest()
+
+
 class TargetPlatform:
     """Stands in for vLLM's ``current_platform``: a CUDA device of the given capability, with what the
     kernel module (``fp8_dtype``, ``is_device_capability_family``) and a file-patched tile cap
@@ -245,7 +253,7 @@ def load_kernel_module(
     if interpret and os.environ.get("TRITON_INTERPRET") != "1" and "triton" in sys.modules:
         raise Gemma4T4Error(
             "Triton's interpreter must be chosen before Triton is imported",
-            fix="run in a fresh process started with TRITON_INTERPRET=1 (as tests/turing/test_turing_numerics.py runs itself)",
+            fix="start a fresh Python with TRITON_INTERPRET=1 set, before anything imports Triton",
         )
     vllm_root = find_vllm_root(root)
     version = read_vllm_version(vllm_root)

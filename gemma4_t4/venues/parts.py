@@ -134,15 +134,15 @@ def sagemaker_endpoint(model: str | Path, *, name: str, part: int | None, region
     if gpu not in INSTANCE_OF_GPU:
         raise Gemma4T4Error(f"no SageMaker instance for gpu={gpu!r}", fix=f"use one of {', '.join(INSTANCE_OF_GPU)}")
     folder = Path(model)
-    # A local build is served under its folder's name (its path is no model id): the config is checked
-    # with that name before anything is uploaded or billed.
+    # a local build (Part 3's repack) is served from S3 under its folder's name, checked before any upload
+    local = folder.is_dir()
     config = DeployConfig(
-        region=region, instance_type=INSTANCE_OF_GPU[gpu], model_id=folder.name if folder.is_dir() else str(model),
+        region=region, instance_type=INSTANCE_OF_GPU[gpu], model_id=folder.name if local else str(model),
         served_model_name=name, max_num_seqs=max_num_seqs, max_model_len=max_model_len, ttl_hours=2.0,
         name=endpoint_name(PART_PREFIX.get(part or 0, "g4-nb-") + gpu, name),
     )
     tokenizer = None
-    if folder.is_dir():  # a local build (Part 3's repack): uploaded once, served from S3
+    if local:
         # lazy: the SageMaker modules (deploy, S3 upload) load only on TARGET=sagemaker
         from gemma4_t4.sagemaker.upload import upload_model_folder
 

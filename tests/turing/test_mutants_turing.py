@@ -681,3 +681,16 @@ def test_an_ampere_target_whose_limit_holds_the_estimate_is_left_alone(standin, 
     outcome = _install(standin, sm86)
     assert outcome["action"] == "no-change"
     assert outcome["reason"].endswith("(head 512 at TILE 32 needs about 83,559 B)")
+
+
+def test_the_interpreter_asked_for_after_triton_is_imported_is_refused_with_a_fix_a_wheel_user_can_follow(monkeypatch):
+    import types
+
+    from gemma4_t4.errors import Gemma4T4Error
+    from gemma4_t4.turing.offline import load_kernel_module
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setitem(sys.modules, "triton", types.ModuleType("triton"))  # Triton already imported
+    with pytest.raises(Gemma4T4Error, match="before Triton is imported") as info:
+        load_kernel_module(interpret=True)
+    assert "TRITON_INTERPRET=1" in info.value.fix and "tests/" not in info.value.fix  # a wheel has no tests/
