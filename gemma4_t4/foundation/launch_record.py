@@ -25,6 +25,7 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.foundation import secrets
 from gemma4_t4.foundation.jsonable import TypedDict
 
 DEFAULT_HOST = "127.0.0.1"
@@ -224,6 +225,10 @@ class VLLMSettings(BaseModel):
     def resolved_dtype(self) -> str:
         """vLLM's --dtype: the one given, else float16 on a T4 (Turing has no bf16), else bfloat16."""
         return self.dtype or ("float16" if self.gpu == "t4" else "bfloat16")
+
+    def __repr_args__(self) -> Any:
+        # a config shown in a notebook cell, a log or a traceback never shows a secret: masked as its records are
+        return secrets.mask(dict(super().__repr_args__())).items()
 
     def replaced(self, **changes: Any) -> Self:
         """A copy with ``changes``, built like a new config (checked, and its defaults filled, again)."""

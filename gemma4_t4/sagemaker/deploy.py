@@ -517,7 +517,7 @@ def deploy_with_failover(config: DeployConfig, regions: Sequence[str] = US_REGIO
 
 
 # -- background watch (deploy without blocking the caller) ----------------------------------------
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)  # its config holds secrets, and its client is no value to show
 class DeploymentWatcher:
     """Wait for an endpoint created with ``deploy(wait=False)`` in a background thread and roll
     it back on Failed or timeout, so a caller that returned at ``Creating`` (an MCP tool, a

@@ -425,8 +425,8 @@ class Endpoint:
             started_at=time.time(), region=region, work_dir=work_dir, port=port,
         )
         path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, record.model_dump_json(indent=1))  # first: a refusal to write changes nothing
         self._record, self._owned = path, record
-        self._update_record()  # writes it
         _HELD[str(path)] = self
         atexit.register(self._stop_at_exit)
 

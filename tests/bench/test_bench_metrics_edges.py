@@ -502,3 +502,10 @@ def test_series_decode_a_sub_millisecond_gap_is_a_speed_and_unfinished_long_requ
     out = metrics.series_decode(short, long, 10, 11)
     assert out.wall_long_ms == pytest.approx(100.5)
     assert out.decode_tok_s == pytest.approx(1 / 0.0005, rel=1e-6)  # one token in 0.5 ms
+
+
+def test_a_ratio_over_an_all_zero_baseline_has_no_point_and_no_interval():
+    """No resample of an all-zero A has a median to divide by: nothing to report, and no crash."""
+    assert metrics.ratio_ci([0.0, 0.0, 0.0], [1.0, 2.0, 3.0]) == (None, None, None)
+    point, low, high = metrics.ratio_ci([0.0, 0.0, 1.0], [2.0, 2.0, 2.0])
+    assert point is None and low is not None and low <= high  # resamples with a non-zero median still count

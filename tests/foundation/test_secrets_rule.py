@@ -223,3 +223,20 @@ def test_a_four_character_secret_is_masked_in_an_mcp_answer_as_everywhere_else(m
 
     assert anyio.run(mcp_server._adapter(leaky)).text == "the server refused token ***"
     assert secrets.mask_text("token k3y9", secrets.known_values()) == "token ***"
+
+
+def test_a_config_or_a_deploy_watcher_shown_in_a_cell_or_a_log_shows_no_secret():
+    """repr and str are what a notebook cell, a log line or a traceback print: the secrets are masked there as in
+    every record (pydantic's own repr printed them)."""
+    from gemma4_t4.sagemaker.config import DeployConfig
+    from gemma4_t4.sagemaker.deploy import DeploymentWatcher, DeployResult
+    from gemma4_t4.serving.server_config import ServerConfig
+
+    token, key = "hf_" + "t" * 30, "k" * 24
+    deploy = DeployConfig(extra_env={"HF_TOKEN": token})
+    local = ServerConfig(model="m/x", api_key=key, extra_env={"HF_TOKEN": token})
+    watcher = DeploymentWatcher(object(), DeployResult("g4", "us-east-2", "Creating", True), 60.0, config=deploy)
+    for shown in (repr(deploy), str(deploy), repr(local), str(local), repr(watcher)):
+        assert token not in shown and key not in shown, shown
+    assert "HF_TOKEN" in repr(deploy) and "api_key" in repr(local)  # the settings still show, masked
+    assert deploy.extra_env["HF_TOKEN"] == token and local.api_key == key  # only their display is masked

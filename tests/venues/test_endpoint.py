@@ -438,3 +438,15 @@ def test_a_local_build_under_a_path_with_a_space_is_uploaded_and_served_under_it
         assert container["Environment"]["SM_VLLM_MODEL"] == CONTAINER_MODEL_DIR  # the uploaded copy
         assert container["ModelDataSource"]["S3DataSource"]["S3Uri"].startswith("s3://")
     assert not _live(served.name)
+
+
+def test_an_ownership_record_that_cannot_be_written_leaves_the_endpoint_unchanged(own_cache, monkeypatch):
+    """_own refuses having changed nothing: a full disk at the record's write leaves no half-owned Endpoint."""
+    def full(path, text):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(endpoints, "atomic_write_text", full)
+    served = Endpoint("local", "m", "http://127.0.0.1:1", "m")
+    with pytest.raises(OSError, match="No space"):
+        served._own(port=1)
+    assert served._record is None and served._owned is None and _records(own_cache) == []
