@@ -333,27 +333,10 @@ def rebuild_tag(ecr: Any, tag: str) -> str:
     return f"{tag}-r{n}"
 
 
-class CodeBuildLogs(TypedDict, total=False):
-    groupName: str  # CodeBuild's field names
-    streamName: str
-
-
-class CodeBuildPhase(TypedDict, total=False):
-    phaseType: str  # SUBMITTED, PROVISIONING, BUILD, ...
-    phaseStatus: str  # SUCCEEDED, FAILED, FAULT, TIMED_OUT, ...
-
-
-class CodeBuildBuild(TypedDict, total=False):
-    """The fields of CodeBuild's BatchGetBuilds ``builds[]`` entry that the build reads."""
-
-    id: str
-    buildStatus: str  # IN_PROGRESS, SUCCEEDED, FAILED, STOPPED, ...
-    currentPhase: str
-    phases: list[CodeBuildPhase]
-    logs: CodeBuildLogs
-
-
-def log_tail(logs: Any, build: CodeBuildBuild, lines: int = 40) -> list[str]:
+# CodeBuild's BatchGetBuilds ``builds[]`` entry, as AWS answers it: the build reads its id, buildStatus
+# (IN_PROGRESS, SUCCEEDED, FAILED, STOPPED, ...), currentPhase, phases (phaseType, phaseStatus) and logs
+# (groupName, streamName).
+def log_tail(logs: Any, build: JSONObject, lines: int = 40) -> list[str]:
     info = build.get("logs") or {}
     group, stream = info.get("groupName"), info.get("streamName")
     if not group or not stream:
@@ -369,7 +352,7 @@ def log_tail(logs: Any, build: CodeBuildBuild, lines: int = 40) -> list[str]:
 def wait_for_build(cb: Any, build_id: str, result: BuildResult, *, poll_s: float = 15.0,
                    progress: bool = True, timeout_s: float = BUILD_TIMEOUT_MINUTES * 60 + 600,
                    sleep: Sleep = time.sleep,
-                   monotonic: Clock = time.monotonic) -> CodeBuildBuild:
+                   monotonic: Clock = time.monotonic) -> JSONObject:
     """Poll the build, showing its phase; returns the final build description."""
     from tqdm.auto import tqdm
 
@@ -409,15 +392,6 @@ def wait_for_build(cb: Any, build_id: str, result: BuildResult, *, poll_s: float
             raise
 
 
-class BuildHolder(TypedDict, total=False):
-    """What the lock file of a running build-image says about the run holding it."""
-
-    pid: int
-    started_at: str
-    tag: str
-    build_id: str
-
-
 @contextlib.contextmanager
 def build_lock(region: str) -> Iterator[Callable[..., None]]:
     """One build-image at a time per region and repository: two would push the same tag (``-r2`` under
@@ -430,11 +404,12 @@ def build_lock(region: str) -> Iterator[Callable[..., None]]:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise _already_building(region, path) from None
-        holder: BuildHolder = {"pid": os.getpid(),
-                               "started_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
+        # what the lock file says about the run holding it (pid, started_at, then tag and build_id)
+        holder: JSONObject = {"pid": os.getpid(),
+                              "started_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
 
         def record(**fields: str) -> None:
-            holder.update(fields)  # type: ignore[typeddict-item]
+            holder.update(fields)
             handle.seek(0)
             handle.truncate()
             handle.write(json.dumps(holder))

@@ -16,7 +16,7 @@ from gemma4_t4.catalog.hardware import SAGEMAKER_INSTANCES, sagemaker_price
 from gemma4_t4.catalog.models import DEFAULT_MAX_NUM_BATCHED_TOKENS, fit
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation import secrets
-from gemma4_t4.foundation.jsonable import TypedDict  # pydantic reads ConfigSummary (the MCP config tool)
+from gemma4_t4.foundation.jsonable import JSONObject, TypedDict  # pydantic reads ConfigSummary
 from gemma4_t4.foundation.launch_record import (
     ASSISTANT_ENV,
     VLLMSettings,
@@ -72,59 +72,18 @@ def validate_name(name: str) -> None:
                             fix="use 1-63 letters, digits and hyphens, starting with a letter or digit")
 
 
-class CreateBucketParams(TypedDict, total=False):
-    """S3 CreateBucket's parameters (model upload and image build buckets)."""
-
-    Bucket: str
-    CreateBucketConfiguration: dict[str, str]  # LocationConstraint outside us-east-1
-
-
 # A private bucket (the model upload and image build buckets).
 PUBLIC_ACCESS_BLOCK = dict.fromkeys(
     ("BlockPublicAcls", "IgnorePublicAcls", "BlockPublicPolicy", "RestrictPublicBuckets"), True)
 
 
-def create_bucket_params(bucket: str, region: str) -> CreateBucketParams:
-    params: CreateBucketParams = {"Bucket": bucket}
+def create_bucket_params(bucket: str, region: str) -> JSONObject:
+    """S3 CreateBucket's parameters (model upload and image build buckets): a LocationConstraint outside
+    us-east-1."""
+    params: JSONObject = {"Bucket": bucket}
     if region != "us-east-1":
         params["CreateBucketConfiguration"] = {"LocationConstraint": region}
     return params
-
-
-class InstancePool(TypedDict):
-    InstanceType: str
-    Priority: int
-
-
-class ProductionVariant(TypedDict, total=False):
-    """The ``ProductionVariants`` entry of CreateEndpointConfig that a deploy sends."""
-
-    VariantName: str
-    ModelName: str
-    InitialInstanceCount: int
-    ContainerStartupHealthCheckTimeoutInSeconds: int
-    ModelDataDownloadTimeoutInSeconds: int
-    InstancePools: list[InstancePool]  # with fallback instance types
-    InstanceType: str  # without them
-    InferenceAmiVersion: str
-
-
-class S3DataSource(TypedDict):
-    S3Uri: str
-    S3DataType: str
-    CompressionType: str
-
-
-class ModelDataSource(TypedDict):
-    S3DataSource: S3DataSource
-
-
-class PrimaryContainer(TypedDict, total=False):
-    """CreateModel's ``PrimaryContainer`` that a deploy sends."""
-
-    Image: str
-    Environment: dict[str, str]
-    ModelDataSource: ModelDataSource  # uncompressed S3 model data
 
 
 class ConfigSummary(TypedDict):
@@ -388,8 +347,9 @@ class DeployConfig(VLLMSettings):
             plan = speculative.DraftPlan("self", plan.method, model, plan.num_speculative_tokens, plan.reason)
         return plan
 
-    def production_variant(self) -> ProductionVariant:
-        variant: ProductionVariant = {
+    # CreateEndpointConfig's and CreateModel's parameters are sent to AWS as built, never read back: plain JSON.
+    def production_variant(self) -> JSONObject:
+        variant: JSONObject = {
             "VariantName": "AllTraffic", "ModelName": self.name,
             "InitialInstanceCount": self.initial_instances,
             "ContainerStartupHealthCheckTimeoutInSeconds": self.startup_timeout_s,
@@ -405,8 +365,8 @@ class DeployConfig(VLLMSettings):
             variant["InferenceAmiVersion"] = ami
         return variant
 
-    def primary_container(self) -> PrimaryContainer:
-        container: PrimaryContainer = {"Image": self.resolved_image(), "Environment": self.container_env()}
+    def primary_container(self) -> JSONObject:
+        container: JSONObject = {"Image": self.resolved_image(), "Environment": self.container_env()}
         if self.model_data_s3_uri:
             # Uncompressed S3 model data: SageMaker copies the prefix to /opt/ml/model, no tarball.
             container["ModelDataSource"] = {"S3DataSource": {

@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NotRequired, TypedDict
+from typing import Any
 
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.table import Displayable
@@ -398,18 +398,12 @@ def _fix_for(result: DeployResult) -> str:
     return "read the logs (gemma4-t4 sagemaker logs NAME) before retrying"
 
 
-class ServiceWait(TypedDict):
-    """How waiting for InService ended: InService, Failed, TimedOut or Error, and why."""
-
-    status: str
-    reason: NotRequired[str]
-
-
 def wait_in_service(sm: Any, name: str, timeout_s: float, poll_s: float = 15.0, progress: bool = True,
                     event: Callable[[str, str], None] | None = None,
                     sleep: Sleep = time.sleep,
-                    monotonic: Clock = time.monotonic) -> ServiceWait:
-    """Poll DescribeEndpoint until InService, Failed or the timeout. The bar counts the time waited,
+                    monotonic: Clock = time.monotonic) -> dict[str, str]:
+    """Poll DescribeEndpoint until InService, Failed or the timeout: its ``status`` (InService, Failed, TimedOut
+    or Error) and, but for InService, the ``reason``. The bar counts the time waited,
     every second between polls, so an interrupted wait shows the true figure."""
     from tqdm.auto import tqdm
 

@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 
 from gemma4_t4 import __version__
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.foundation.jsonable import TypedDict
+from gemma4_t4.foundation.jsonable import JSONObject
 from gemma4_t4.sagemaker.aws import (
     aws_call,
     aws_exceptions,
@@ -444,16 +444,9 @@ class FixedImage:
         return self.build is not None
 
 
-class EcrImageDetail(TypedDict, total=False):
-    """The fields of ECR's DescribeImages ``imageDetails[]`` entry that the lookup reads."""
-
-    registryId: str
-    imageDigest: str
-    imageTags: list[str]
-
-
-def fixed_images(ecr: Any) -> list[EcrImageDetail]:
-    """Every tagged image of the fixed-image repository in ``ecr``'s account (none before it exists)."""
+def fixed_images(ecr: Any) -> list[JSONObject]:
+    """Every tagged image (ECR's ``imageDetails[]``: registryId, imageDigest, imageTags) of the fixed-image
+    repository in ``ecr``'s account (none before it exists)."""
     try:
         pages = ecr.get_paginator("describe_images").paginate(
             repositoryName=T4_IMAGE_REPOSITORY, filter={"tagStatus": "TAGGED"}

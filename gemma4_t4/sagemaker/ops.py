@@ -248,28 +248,6 @@ class ChatMessage(TypedDict):
     content: str
 
 
-class StreamOptions(TypedDict):
-    include_usage: bool
-
-
-class ChatPayload(TypedDict, total=False):
-    """The body of one OpenAI-style chat request (SageMaker passes it to vLLM as is). Extra
-    request fields a caller adds (``top_p``, ``stop``, ``seed``) ride along as JSON."""
-
-    messages: list[ChatMessage]
-    max_tokens: int
-    temperature: float
-    stream: bool
-    stream_options: StreamOptions
-
-
-class StreamDelta(TypedDict, total=False):
-    """One item of :func:`stream_deltas`: a piece of text, or the final usage block."""
-
-    text: str
-    usage: ChatUsage
-
-
 class InvokeResult(BaseModel):
     """One chat reply: its text, why it finished, the usage block and how long it took."""
 
@@ -280,12 +258,14 @@ class InvokeResult(BaseModel):
 
 
 def chat_payload(prompt: str | None = None, messages: list[ChatMessage] | None = None, max_tokens: int = 256,
-                 temperature: float = 0.0, stream: bool = False, **extra: JSONValue) -> ChatPayload:
+                 temperature: float = 0.0, stream: bool = False, **extra: JSONValue) -> JSONObject:
+    """The body of one OpenAI-style chat request (SageMaker passes it to vLLM as is). Extra request fields a
+    caller adds (``top_p``, ``stop``, ``seed``) ride along as JSON."""
     if not messages:
         if not prompt:
             raise Gemma4T4Error("nothing to send", fix="pass prompt='...' or messages=[...]")
         messages = [{"role": "user", "content": prompt}]
-    payload: ChatPayload = {"messages": messages, "max_tokens": max_tokens, "temperature": temperature}
+    payload: JSONObject = {"messages": messages, "max_tokens": max_tokens, "temperature": temperature}
     if stream:
         payload["stream"] = True
         payload["stream_options"] = {"include_usage": True}
@@ -312,7 +292,7 @@ def parse_chat_response(body: JSONValue | bytes) -> tuple[str, str | None, ChatU
     return text or "", choice.get("finish_reason"), body.get("usage")
 
 
-def invoke_plan(name: str, region: str, payload: ChatPayload) -> ApiCall:
+def invoke_plan(name: str, region: str, payload: JSONObject) -> ApiCall:
     return ApiCall("sagemaker-runtime", "invoke_endpoint",
                    {"EndpointName": name, "ContentType": "application/json", "Body": json.dumps(payload)},
                    region, note="add --cli-binary-format raw-in-base64-out and an output file: /dev/stdout")
@@ -333,7 +313,7 @@ def invoke(name: str, region: str, prompt: str | None = None, *, messages: list[
     return InvokeResult(text=text, finish_reason=finish, usage=usage, latency_s=latency)
 
 
-def stream_deltas(payload_parts: Iterator[bytes]) -> Iterator[StreamDelta]:
+def stream_deltas(payload_parts: Iterator[bytes]) -> Iterator[JSONObject]:
     """OpenAI stream events (server-sent ``data:`` lines, split anywhere across SageMaker's PayloadParts)
     -> {"text": delta} / {"usage": {...}} items, each yielded as soon as its line is complete."""
     buffer = b""
@@ -372,8 +352,7 @@ def invoke_stream(name: str, region: str, prompt: str | None = None, *,
     payload = chat_payload(prompt, messages, max_tokens, temperature, stream=True, **extra)
     start = time.perf_counter()
     with aws_call(f"InvokeEndpointWithResponseStream {name}"):
-        response = runtime.invoke_endpoint_with_response_stream(
-            EndpointName=name, ContentType="application/json", Body=json.dumps(payload))
+        response = runtime.invoke_endpoint_with_response_stream(**invoke_plan(name, region, payload).params)
     parts = (event["PayloadPart"]["Bytes"] for event in response["Body"] if "PayloadPart" in event)
     pieces: list[str] = []
     ttft = usage = None
@@ -522,8 +501,7 @@ def _delete_call(kind: str, res: str, region: str | None) -> ApiCall:
     return ApiCall("sagemaker", operation, {key: res}, region)
 
 
-def delete_plan(name: str, region: str, resources: list[tuple[str, str]] | None = None) -> list[ApiCall]:
-    resources = resources or [("endpoint", name), ("endpoint-config", name), ("model", name)]
+def delete_plan(resources: list[tuple[str, str]], region: str) -> list[ApiCall]:
     return [_delete_call(kind, res, region) for kind, res in resources]
 
 
@@ -559,7 +537,7 @@ def delete_endpoint(name: str, region: str, *, client: Any = None, dry_run: bool
     if created_at is not None:
         check_identity(sm, "endpoint", name, created_at)
     plan = plan_delete(sm, name, not_ours=not_ours)
-    result.plan = [c.cli() for c in delete_plan(name, region, plan.resources)]
+    result.plan = [c.cli() for c in delete_plan(plan.resources, region)]
     result.kept = plan.kept
     if dry_run:
         return result

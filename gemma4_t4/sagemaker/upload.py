@@ -16,9 +16,10 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any
 
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.foundation.jsonable import JSONObject
 from gemma4_t4.sagemaker.aws import aws_call, aws_error, aws_exceptions, client_factory, error_code
 from gemma4_t4.sagemaker.cli_recipe import comment_line
 from gemma4_t4.sagemaker.config import PROJECT_TAG, PROJECT_VALUE, PUBLIC_ACCESS_BLOCK, create_bucket_params
@@ -26,14 +27,6 @@ from gemma4_t4.sagemaker.image import validate_region
 
 PART_SIZE = 64 * 1024 * 1024  # S3 allows 5 MiB..5 GiB per part and 10,000 parts
 MIN_PART_SIZE = 5 * 1024 * 1024
-
-
-class CompletedPart(TypedDict):
-    """One part of CompleteMultipartUpload's list."""
-
-    PartNumber: int
-    ETag: str
-    ChecksumSHA256: str
 
 
 @dataclass
@@ -186,7 +179,7 @@ def _multipart(s3: Any, bucket: str, key: str, f: LocalFile, part_size: int,
     if upload_id is None:
         upload_id = s3.create_multipart_upload(Bucket=bucket, Key=key, Metadata={"sha256": f.sha256},
                                                ChecksumAlgorithm="SHA256")["UploadId"]
-    completed: list[CompletedPart] = []
+    completed: list[JSONObject] = []  # CompleteMultipartUpload's parts
     sent = 0  # bytes of the parts sent now (parts kept from an earlier run are not)
     try:
         with f.path.open("rb") as handle:  # one part in memory at a time

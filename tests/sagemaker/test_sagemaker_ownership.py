@@ -257,13 +257,14 @@ def test_a_model_several_endpoints_use_is_kept_naming_them_all(local_aws):  # no
     assert plan.kept == ["model:shared-m (still used by endpoint prod-b, prod-c)"]
 
 
-def test_the_default_delete_plan_is_the_chain_of_one_name_and_scaling_goes_through_its_own_service():
-    assert [(c.service, c.operation, c.params, c.region) for c in delete_plan("ep", REGION)] == [
+def test_the_delete_plan_of_a_chain_and_scaling_goes_through_its_own_service():
+    chain = [("endpoint", "ep"), ("endpoint-config", "ep"), ("model", "ep")]
+    assert [(c.service, c.operation, c.params, c.region) for c in delete_plan(chain, REGION)] == [
         ("sagemaker", "delete_endpoint", {"EndpointName": "ep"}, REGION),
         ("sagemaker", "delete_endpoint_config", {"EndpointConfigName": "ep"}, REGION),
         ("sagemaker", "delete_model", {"ModelName": "ep"}, REGION),
     ]
-    [call] = delete_plan("ep", REGION, [("autoscaling", "endpoint/ep/variant/AllTraffic")])
+    [call] = delete_plan([("autoscaling", "endpoint/ep/variant/AllTraffic")], REGION)
     assert (call.service, call.operation) == ("application-autoscaling", "deregister_scalable_target")
     assert call.params["ResourceId"] == "endpoint/ep/variant/AllTraffic"
     assert call.cli().startswith("# also removes the target-tracking policy\naws application-autoscaling ")
