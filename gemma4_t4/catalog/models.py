@@ -41,6 +41,10 @@ from gemma4_t4.foundation.table import Displayable
 INT4_G32_BYTES = 0.5 + 2 / 32
 FP16_BYTES = 2
 KV_DTYPE_BYTES = FP16_BYTES  # the KV cache is fp16 (a T4 has no fp8)
+# Per format: bytes per weight of the decoder linears, and of the embedding tables (the token
+# embedding, the output layer and the PLE table); norms and MoE routers stay 16-bit in every format.
+FORMAT_BYTES = {"bf16": (FP16_BYTES, FP16_BYTES), "qat-w4a16": (INT4_G32_BYTES, FP16_BYTES),
+                "emb4": (INT4_G32_BYTES, INT4_G32_BYTES)}
 
 
 # ---------------------------------------------------------------------------------------
@@ -177,12 +181,9 @@ class DecodeBytes:
     format: str
     linear_params: int
     linear_bytes: int
-    embed_params: int
-    embed_bytes: int
-    small_bytes: int  # norms, one embedding row, one PLE row
-    weights_bytes: int
-    context_len: int
-    kv_bytes: int  # KV cache read at context_len (0 when context_len is 0)
+    embed_params: int  # the output layer
+    weights_bytes: int  # the linears, the output layer, and norms + one embedding row + one PLE row
+    kv_bytes: int  # KV cache read at the context length (0 when it is 0)
 
     @property
     def total_bytes(self) -> int:
@@ -227,20 +228,17 @@ def decode_bytes_per_token(
     v = get_variant(variant)
     fmt = normalize_format(fmt)
     lin = linear_counts(v)
-    b_lin, b_emb = {"bf16": (FP16_BYTES, FP16_BYTES), "qat-w4a16": (INT4_G32_BYTES, FP16_BYTES),
-                    "emb4": (INT4_G32_BYTES, INT4_G32_BYTES)}[fmt]  # (linear, output layer) bytes per weight
+    b_lin, b_emb = FORMAT_BYTES[fmt]
     # Google's bf16 / q4_0-unquantized checkpoints keep the KV-shared layers' k/v (the published
     # N_lin = 1,895.7 M for E2B counts them); the emb4 repack starts from q4_0-unquantized and
     # keeps them; Google's ct file lacks them (its int4 body is 1.056 GB = 1,876.8 M x 0.5625).
     linear_params = lin.read_per_token + (lin.kv_shared_projections if fmt != "qat-w4a16" else 0)
     embed_params = v.vocab_size * v.hidden_size
-    small = FP16_BYTES * (norm_params(v) + v.hidden_size + v.num_layers * v.ple_dim_per_layer)
     linear_bytes = round(linear_params * b_lin)
-    embed_bytes = round(embed_params * b_emb)
+    small = FP16_BYTES * (norm_params(v) + v.hidden_size + v.num_layers * v.ple_dim_per_layer)
     return DecodeBytes(
-        model=v.key, format=fmt, linear_params=linear_params, linear_bytes=linear_bytes,
-        embed_params=embed_params, embed_bytes=embed_bytes, small_bytes=small,
-        weights_bytes=linear_bytes + embed_bytes + small, context_len=context_len,
+        model=v.key, format=fmt, linear_params=linear_params, linear_bytes=linear_bytes, embed_params=embed_params,
+        weights_bytes=linear_bytes + round(embed_params * b_emb) + small,
         kv_bytes=kv_read_bytes_per_token(v, context_len) if context_len else 0,
     )
 
@@ -322,31 +320,21 @@ def weights_estimate(variant: str | Gemma4Variant, fmt: str = "bf16", text_only:
     fmt = normalize_format(fmt)
     p = param_breakdown(v)
     lin = linear_counts(v)
-    norms_b = norm_params(v) * FP16_BYTES
-    embed_b = p.embed * FP16_BYTES
+    b_lin, b_emb = FORMAT_BYTES[fmt]
     towers_b = 0 if (text_only or fmt == "emb4") else p.towers * FP16_BYTES
-    router_b = lin.router * FP16_BYTES
-    quant_lin = lin.resident - lin.router + lin.k_eq_v_duplicate
-    if fmt == "bf16":
-        parts = {"linears": (lin.resident + lin.k_eq_v_duplicate) * FP16_BYTES, "embed": embed_b,
-                 "ple": p.ple * FP16_BYTES}
-        ckpt_extra = (lin.kv_shared_projections - lin.k_eq_v_duplicate) * FP16_BYTES
-    elif fmt == "qat-w4a16":
-        parts = {"linears": round(quant_lin * INT4_G32_BYTES) + router_b, "embed": embed_b,
-                 "ple": p.ple * FP16_BYTES}
-        if v.ct_duplicate_lm_head:
-            parts["lm_head_copy"] = embed_b
-        ckpt_extra = -round(lin.k_eq_v_duplicate * INT4_G32_BYTES)
-    else:  # emb4: int4 embed, int4 untied lm_head, int4 PLE, no towers
-        parts = {"linears": round(quant_lin * INT4_G32_BYTES) + router_b,
-                 "embed": round(p.embed * INT4_G32_BYTES), "lm_head": round(p.embed * INT4_G32_BYTES),
-                 "ple": round(p.ple * INT4_G32_BYTES)}
-        ckpt_extra = round((lin.kv_shared_projections - lin.k_eq_v_duplicate) * INT4_G32_BYTES)
-    parts["norms"] = norms_b
-    if towers_b:
-        parts["towers"] = towers_b
-    total = sum(parts.values())
-    # The checkpoint always carries the towers (except emb4) and what vLLM drops/duplicates.
+    quant_lin = lin.resident - lin.router + lin.k_eq_v_duplicate  # vLLM holds k_eq_v's K twice
+    total = (round(quant_lin * b_lin) + lin.router * FP16_BYTES + round(p.embed * b_emb) + round(p.ple * b_emb)
+             + norm_params(v) * FP16_BYTES + towers_b)
+    if fmt == "emb4":  # int4 embed, int4 untied lm_head, int4 PLE, no towers
+        total += round(p.embed * b_emb)
+    elif fmt == "qat-w4a16" and v.ct_duplicate_lm_head:
+        total += p.embed * FP16_BYTES
+    # The checkpoint always carries the towers (except emb4) and what vLLM drops/duplicates: the
+    # KV-shared layers' k/v; Google's ct file lacks those and stores k_eq_v's K once.
+    if fmt == "qat-w4a16":
+        ckpt_extra = -round(lin.k_eq_v_duplicate * b_lin)
+    else:
+        ckpt_extra = round((lin.kv_shared_projections - lin.k_eq_v_duplicate) * b_lin)
     ckpt_towers = 0 if fmt == "emb4" else p.towers * FP16_BYTES
     checkpoint = total - towers_b + ckpt_towers + ckpt_extra
     return WeightsEstimate(v.key, fmt, text_only or fmt == "emb4", total, checkpoint)

@@ -29,31 +29,28 @@ COMPRESSED_TENSORS_VERSION = "0.17.0"
 
 @dataclass(frozen=True)
 class TensorRole:
-    name: str
     module: str
-    kind: str  # "linear" | "embedding" | "other"
     quantize: bool
-    reason: str
+    reason: str = ""  # why a tensor is copied as it is
+    layer: bool = True  # a Linear or embedding vLLM could quantize: one kept goes on the ignore list
 
 
 def classify(name: str, shape: tuple[int, ...], dtype: str, group_size: int, emb4: bool) -> TensorRole:
     """Decide what happens to one checkpoint tensor."""
     module = name.removesuffix(".weight")
-    # an explicit lm_head is packed only together with the embeddings (emb4)
-    is_embedding = bool(EMBED_RE.search(name) or PLE_RE.search(name) or LM_HEAD_RE.search(name))
     if not name.endswith(".weight") or len(shape) != 2 or dtype not in ("BF16", "F16", "F32"):
-        return TensorRole(name, module, "other", False, "not a 2-D float weight")
+        return TensorRole(module, False, "not a 2-D float weight", layer=False)
     if any(p.search(name) for p in _KEEP):
-        return TensorRole(name, module, "linear", False, "tower/router/norm kept in original dtype")
-    if is_embedding:
+        return TensorRole(module, False, "tower/router/norm kept in original dtype")
+    # an explicit lm_head is packed only together with the embeddings (emb4)
+    if EMBED_RE.search(name) or PLE_RE.search(name) or LM_HEAD_RE.search(name):
         if not emb4:
-            return TensorRole(name, module, "embedding", False, "embedding kept (use --emb4 to pack it)")
+            return TensorRole(module, False, "embedding kept (use --emb4 to pack it)")
         if shape[1] % group_size:
-            return TensorRole(name, module, "embedding", False, f"width {shape[1]} not a multiple of {group_size}")
-        return TensorRole(name, module, "embedding", True, "4-bit embedding (emb4)")
-    if shape[1] % group_size:
-        return TensorRole(name, module, "linear", False, f"input dim {shape[1]} not a multiple of {group_size}")
-    return TensorRole(name, module, "linear", True, "int4 linear")
+            return TensorRole(module, False, f"width {shape[1]} not a multiple of {group_size}")
+    elif shape[1] % group_size:
+        return TensorRole(module, False, f"input dim {shape[1]} not a multiple of {group_size}")
+    return TensorRole(module, True)
 
 
 def quantization_config(group_size: int, ignore: list[str], emb4: bool, symmetric: bool = True,

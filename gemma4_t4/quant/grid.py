@@ -145,7 +145,7 @@ def check_tensor(reader: CheckpointReader, name: str, group_size: int = lattice.
     gexact = dict.fromkeys(scale_dtypes, 0)
     examples: list[list[int]] = []
     scratch = np.empty(min(info.nbytes, max(block_bytes, info.row_bytes)), np.uint8)  # reused by every block
-    levels = np.empty(scratch.nbytes // DTYPES[info.dtype][0].itemsize, np.int8)
+    levels = np.empty(scratch.nbytes // DTYPES[info.dtype].itemsize, np.int8)
     for start, stop in reader.row_blocks(name, block_bytes):
         block = reader.read_rows(name, start, stop, out=scratch)
         non_finite += lattice.count_non_finite(block)
@@ -413,6 +413,7 @@ def compare_module(ref_reader: CheckpointReader, other_reader: CheckpointReader,
             changed += int((off_level & on[..., None]).sum())
             lattice_weights += int(on.sum()) * gs
     n = rows * cols
+    groups = n // gs if cols % gs == 0 else 0
     has_lattice = lattice_weights > 0
     return TensorCompare(
         module=ref.module, shape=[rows, cols], ref_format=_describe(ref), other_format=_describe(other),
@@ -420,8 +421,7 @@ def compare_module(ref_reader: CheckpointReader, other_reader: CheckpointReader,
         level_changed_pct=pct(changed, lattice_weights) if has_lattice else None,
         weights_on_ref_lattice=lattice_weights,
         bit_identical=identical, bit_identical_pct=pct(identical, n),
-        groups=n // gs if cols % gs == 0 else 0, groups_bit_identical=groups_identical,
-        groups_bit_identical_pct=pct(groups_identical, n // gs) if cols % gs == 0 else 0.0,
+        groups=groups, groups_bit_identical=groups_identical, groups_bit_identical_pct=pct(groups_identical, groups),
         max_abs_diff=max_diff, mean_abs_diff=sum_diff / n if n else 0.0,
         ref_non_finite=ref_nf, other_non_finite=other_nf, non_finite_scales=scale_nf,
     )

@@ -282,11 +282,9 @@ def build_quantized(
             except BaseException:
                 writer.abort()
                 raise
-            report = _write_build(tmp, files, reader.root, config, qcfg, untie, _report(
-                rows, reader.nbytes, src=str(src), dst=str(dst_path), method=method, emb4=emb4, scale_dtype=scale_dtype,
-                group_size=group_size, symmetric=symmetric, ignore=qcfg["ignore"], cleanup=cleanup.lines(),
-            ), t0)
-    return report
+            return _write_build(tmp, files, reader.root, config, qcfg, untie, rows, t0, reader.nbytes, src=str(src),
+                                dst=str(dst_path), method=method, emb4=emb4, scale_dtype=scale_dtype,
+                                group_size=group_size, symmetric=symmetric, cleanup=cleanup.lines())
 
 
 def _scan(reader: LocalCheckpoint, writer: ShardedWriter, roles: dict[str, qconfig.TensorRole], quantizer: Quantizer,
@@ -319,26 +317,6 @@ def _off_grid(row: TensorRepack) -> int:
     return 0 if row.groups_requantized else row.groups_off_grid
 
 
-def _report(rows: list[TensorRepack], bytes_read: int, **fields: object) -> RepackReport:
-    """The report of a finished scan; files, bytes written and timing are filled in when written."""
-    packed = [r for r in rows if r.action == "int4"]
-    weights = sum(r.shape[0] * r.shape[1] for r in packed)
-    exact: dict[str, int] = {}
-    for r in packed:
-        for k, v in r.values_bit_identical.items():
-            exact[k] = exact.get(k, 0) + v
-    return RepackReport(
-        **fields, files=[], tensors_quantized=len(packed), tensors_copied=len(rows) - len(packed),
-        weights_quantized=weights, groups_total=sum(r.groups for r in packed),
-        groups_off_grid=sum(r.groups_off_grid for r in packed),
-        groups_requantized=sum(r.groups_requantized for r in packed),
-        levels_changed=sum(r.levels_changed for r in packed) if fields["method"] == "lattice" else None,
-        values_bit_identical=exact,
-        values_bit_identical_pct={k: pct(v, weights) for k, v in exact.items()},
-        bytes_read=bytes_read, bytes_written=0, seconds=0.0, mb_per_s=0.0, tensors=rows,
-    )
-
-
 def _plan_build(reader: LocalCheckpoint, src: str | Path, method: str, group_size: int, scale_dtype: str,
                 symmetric: bool, emb4: bool
                 ) -> tuple[dict[str, qconfig.TensorRole], list[PlannedTensor], dict, str | None, bool]:
@@ -361,7 +339,7 @@ def _plan_build(reader: LocalCheckpoint, src: str | Path, method: str, group_siz
     if untie:
         plan += _packed_plan(qconfig.LM_HEAD, reader.tensors[embed_name], group_size, scale_st, symmetric)
 
-    ignore = sorted(r.module for r in roles.values() if r.kind in ("linear", "embedding") and not r.quantize)
+    ignore = sorted(r.module for r in roles.values() if r.layer and not r.quantize)
     lm_head_packed = untie or ("lm_head.weight" in roles and roles["lm_head.weight"].quantize)
     if not lm_head_packed and qconfig.LM_HEAD not in ignore:
         ignore.append(qconfig.LM_HEAD)
@@ -420,19 +398,29 @@ def _refuse_damaged(rows: list[TensorRepack], roles: dict[str, qconfig.TensorRol
         )
 
 
-def _write_build(tmp: Path, files: list[str], src_root: Path, config: dict | None,
-                 qcfg: dict, untie: bool, report: RepackReport, t0: float) -> RepackReport:
-    """Finish the partial build ``tmp``: side files, the updated config and the report."""
+def _write_build(tmp: Path, files: list[str], src_root: Path, config: dict | None, qcfg: dict, untie: bool,
+                 rows: list[TensorRepack], t0: float, bytes_read: int, **fields: object) -> RepackReport:
+    """Finish the partial build ``tmp``: side files, the updated config and the report of the scan's ``rows``."""
     side = _copy_side_files(src_root, tmp)
     new_config = _updated_config(config, qcfg, untie)
     (tmp / "config.json").write_text(json.dumps(new_config, indent=2, sort_keys=True) + "\n")
-    if "config.json" not in side:
-        side.append("config.json")
+    packed = [r for r in rows if r.action == "int4"]
+    weights = sum(r.shape[0] * r.shape[1] for r in packed)
+    exact: dict[str, int] = {}
+    for r in packed:
+        for k, v in r.values_bit_identical.items():
+            exact[k] = exact.get(k, 0) + v
     seconds = time.perf_counter() - t0
-    report.files = sorted(files + side)
-    report.bytes_written = sum((tmp / f).stat().st_size for f in files)
-    report.seconds = round(seconds, 3)
-    report.mb_per_s = throughput_mb_s(report.bytes_read, seconds)
+    report = RepackReport(
+        **fields, files=sorted({*files, *side, "config.json"}), tensors_quantized=len(packed),
+        tensors_copied=len(rows) - len(packed), weights_quantized=weights, groups_total=sum(r.groups for r in packed),
+        groups_off_grid=sum(r.groups_off_grid for r in packed),
+        groups_requantized=sum(r.groups_requantized for r in packed),
+        levels_changed=sum(r.levels_changed for r in packed) if fields["method"] == "lattice" else None,
+        values_bit_identical=exact, values_bit_identical_pct={k: pct(v, weights) for k, v in exact.items()},
+        ignore=qcfg["ignore"], bytes_read=bytes_read, bytes_written=sum((tmp / f).stat().st_size for f in files),
+        seconds=round(seconds, 3), mb_per_s=throughput_mb_s(bytes_read, seconds), tensors=rows,
+    )
     (tmp / REPORT_NAME).write_text(json.dumps(to_jsonable(report), indent=1) + "\n")
     return report
 

@@ -26,16 +26,14 @@ import numpy as np
 
 from gemma4_t4.errors import Gemma4T4Error
 
-# safetensors dtype -> (numpy dtype used to hold the raw bytes, bytes per element).
+# safetensors dtype -> the numpy dtype that holds its raw bytes (its itemsize: bytes per element).
 # BF16 and FP8 have no numpy dtype: they are carried as unsigned-integer bit patterns.
 _NUMPY_CODES = {
     "BF16": "<u2", "F16": "<f2", "F32": "<f4", "F64": "<f8", "I8": "i1", "U8": "u1", "I16": "<i2",
     "U16": "<u2", "I32": "<i4", "U32": "<u4", "I64": "<i8", "U64": "<u8", "BOOL": "?", "F8_E4M3": "u1",
     "F8_E5M2": "u1",
 }
-DTYPES: dict[str, tuple[np.dtype, int]] = {
-    name: (np.dtype(code), np.dtype(code).itemsize) for name, code in _NUMPY_CODES.items()
-}
+DTYPES: dict[str, np.dtype] = {name: np.dtype(code) for name, code in _NUMPY_CODES.items()}
 
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
@@ -124,7 +122,7 @@ def tensors_from_header(header: dict, data_start: int, shard: str, file_size: in
         if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_int(o) for o in offsets)):
             raise _corrupt(shard, f"tensor {name!r} has invalid data_offsets {offsets!r} (need [begin, end])")
         begin, end = offsets
-        expected = math.prod(shape) * DTYPES[dtype][1]  # Python ints: no overflow on absurd shapes
+        expected = math.prod(shape) * DTYPES[dtype].itemsize  # Python ints: no overflow on absurd shapes
         if begin < 0 or end - begin != expected:
             raise Gemma4T4Error(
                 f"{shard}: tensor {name} byte range {begin}..{end} does not match {dtype}{list(shape)}",
@@ -284,7 +282,7 @@ class CheckpointReader:
         start, length, shape = info.row_span(row_start, row_stop)
         buf = out[:length] if out is not None and out.nbytes >= length else np.empty(length, np.uint8)
         self._read_into(info.shard, start, memoryview(buf))
-        return buf.view(DTYPES[info.dtype][0]).reshape(shape)
+        return buf.view(DTYPES[info.dtype]).reshape(shape)
 
     def row_blocks(self, name: str, max_bytes: int, multiple: int = 1) -> Iterator[tuple[int, int]]:
         """Row ranges of at most ``max_bytes`` source bytes each, a ``multiple`` of rows (at least one
@@ -529,7 +527,7 @@ class PlannedTensor:
 
     @property
     def nbytes(self) -> int:
-        return math.prod(self.shape) * DTYPES[self.dtype][1]
+        return math.prod(self.shape) * DTYPES[self.dtype].itemsize
 
 
 class ShardedWriter:

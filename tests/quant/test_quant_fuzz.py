@@ -66,7 +66,7 @@ def tensor_entries(draw):
             if broken
             else st.one_of(weights, st.lists(st.integers(0, 9), max_size=3))
         )
-        size = DTYPES[dtype][1]
+        size = DTYPES[dtype].itemsize
         for d in shape:
             size *= max(d, 0)
         offsets: object = [cursor, cursor + size]
