@@ -17,6 +17,7 @@ from gemma4_t4.catalog.models import VARIANTS, fit, get_variant
 from gemma4_t4.catalog.tiny import ensure_tiny_gemma4
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.atomic import atomic_write_json
+from gemma4_t4.foundation.runner import Runner
 from gemma4_t4.foundation.table import Displayable, in_notebook, pairs, show_table  # noqa: F401 - pairs: re-exported
 from gemma4_t4.host import env, setup_plan
 from gemma4_t4.host import setup as setup_apply
@@ -42,7 +43,7 @@ SUMMARY_FILE = "summary.json"
 
 
 def setup(vllm: bool = True, packages: Sequence[str] = (), dry_run: bool = False, restart: bool = True,
-          probes: env.Probes | None = None, runner: Any = None) -> Any:
+          probes: env.Probes | None = None, runner: Runner = setup_apply.pip_runner) -> Any:
     """The install cell's one call (as fastbook's ``setup_book()``): ``vllm=True`` installs the vLLM + torch
     build for this GPU and driver, ``packages`` the extra requirements missing here. When something loaded
     was replaced it says the runtime must restart (on Colab restarts it unless ``restart=False``).
@@ -51,10 +52,10 @@ def setup(vllm: bool = True, packages: Sequence[str] = (), dry_run: bool = False
 
     missing = [req for req in packages if importlib.util.find_spec(_import_name(req)) is None]
     if missing:
-        command = [sys.executable, "-m", "pip", "install", "--quiet", *missing]
+        command = setup_plan.pip_command(sys.executable, "install", "--quiet", *missing)
         print(("would run: " if dry_run else "installing: ") + " ".join(missing))
         if not dry_run:
-            done = (runner or setup_apply.pip_runner)(command)
+            done = runner(command)
             if done.returncode != 0:
                 raise Gemma4T4Error(f"pip failed installing {', '.join(missing)}:\n{done.tail(10)}",
                                     fix=f"check the network, then run: {' '.join(command)}")
@@ -65,7 +66,7 @@ def setup(vllm: bool = True, packages: Sequence[str] = (), dry_run: bool = False
     print(plan.summary())
     if dry_run or not plan.needed:
         return plan
-    result = setup_apply.apply_setup(plan, **({"runner": runner} if runner else {}))
+    result = setup_apply.apply_setup(plan, runner=runner)
     print(result.message)
     if result.restart:
         print("RESTART NEEDED: restart the runtime, then run all cells again (the install cell will then "

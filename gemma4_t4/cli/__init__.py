@@ -22,12 +22,13 @@ import pkgutil
 import signal
 import sys
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from gemma4_t4 import __version__
 from gemma4_t4.errors import debug_enabled, user_error
+from gemma4_t4.foundation import signals
 from gemma4_t4.foundation.jsonable import to_jsonable
 
 
@@ -51,6 +52,19 @@ def add_command(subparsers: argparse._SubParsersAction, name: str, handler: Hand
     _add_debug(parser, default=argparse.SUPPRESS)  # after the command too; keeps an earlier --debug
     parser.set_defaults(_handler=handler)
     return parser
+
+
+@contextlib.contextmanager
+def stopping_in_order(undone: Callable[[BaseException], str]) -> Iterator[None]:
+    """SIGTERM and SIGHUP unwind like Ctrl-C within the block (:func:`gemma4_t4.foundation.signals.orderly_stop`),
+    and an interrupted command's last line names the interruption and ``undone(exc)``: what it stopped or
+    deleted on the way out."""
+    with signals.orderly_stop():
+        try:
+            yield
+        except KeyboardInterrupt as exc:
+            print(f"{signals.interrupt_label(exc)} {undone(exc)}", file=sys.stderr, flush=True)
+            raise
 
 
 def add_group(subparsers: argparse._SubParsersAction, name: str, help: str,

@@ -12,9 +12,8 @@ import sys
 import time
 from collections.abc import Callable
 
-from gemma4_t4.cli import Output, add_command, add_group
+from gemma4_t4.cli import Output, add_command, add_group, stopping_in_order
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.foundation import signals
 from gemma4_t4.foundation.atomic import atomic_write_json
 from gemma4_t4.foundation.launch_record import add_setting_flags, read_setting_flags
 
@@ -60,20 +59,11 @@ def _owns_aws_resources(
     @functools.wraps(handler)
     def run(args: argparse.Namespace) -> Output:
         started = time.monotonic()
-        with signals.orderly_stop():
-            try:
-                return handler(args)
-            except KeyboardInterrupt as exc:
-                print(interrupted_line(exc, time.monotonic() - started), file=sys.stderr, flush=True)
-                raise
+        with stopping_in_order(lambda exc: f"after {time.monotonic() - started:.0f} s: "
+                               + ("; ".join(undone(exc)) or "nothing had been created, nothing to delete")):
+            return handler(args)
 
     return run
-
-
-def interrupted_line(exc: BaseException, elapsed_s: float) -> str:
-    """One line for an interrupted command: the signal, the time it ran, and what it undid."""
-    what = "; ".join(undone(exc)) or "nothing had been created, nothing to delete"
-    return f"{signals.interrupt_label(exc)} after {elapsed_s:.0f} s: {what}"
 
 
 def _regions(value: str | None) -> list[str]:

@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import warnings
 
-from gemma4_t4.cli import Output, add_command, add_group
+from gemma4_t4.cli import Output, add_command, add_group, stopping_in_order
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.foundation import signals
 from gemma4_t4.foundation.launch_record import DEFAULT_WORK_DIR, add_setting_flags, read_setting_flags
 from gemma4_t4.foundation.secrets import mask
 
@@ -69,16 +67,12 @@ def _start(args: argparse.Namespace) -> Output:
         return _print_command(args, config)
     # Ctrl-C, SIGTERM or SIGHUP during the /health wait stops the vLLM this command started
     # (start_server's wait cleans up on any interruption), then the process ends as signalled.
-    with signals.orderly_stop():
-        try:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                server = start_server(config, force=args.force, gate=not args.no_gate, wait=not args.no_wait,
-                                      timeout=args.timeout)
-        except KeyboardInterrupt as exc:  # said before orderly_stop ends the process as signalled
-            print(f"{signals.interrupt_label(exc)} while vLLM was starting on port {config.port}: stopped it "
-                  f"(log: {config.work_dir}/logs/vllm-{config.port}.log)", file=sys.stderr)
-            raise
+    with stopping_in_order(lambda _: f"while vLLM was starting on port {config.port}: stopped it "
+                           f"(log: {config.work_dir}/logs/vllm-{config.port}.log)"), \
+            warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        server = start_server(config, force=args.force, gate=not args.no_gate, wait=not args.no_wait,
+                              timeout=args.timeout)
     overrides = [str(w.message) for w in caught if "START GATE OVERRIDDEN" in str(w.message)]
     status = server.status()
     data = {"status": status, "launch_record": server.launch_record, "gate_overridden": overrides}

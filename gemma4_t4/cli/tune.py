@@ -8,11 +8,9 @@ starts nothing.
 from __future__ import annotations
 
 import argparse
-import sys
 
-from gemma4_t4.cli import Output, add_command
+from gemma4_t4.cli import Output, add_command, stopping_in_order
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.foundation import signals
 from gemma4_t4.foundation.launch_record import DEFAULT_WORK_DIR
 from gemma4_t4.serving.launch_profile import host_key
 from gemma4_t4.serving.server_config import DEFAULT_T4_MODEL
@@ -43,15 +41,8 @@ def _tune(args: argparse.Namespace) -> Output:
         the_plan = tune.plan(args.model, key, args.minutes)
         return Output({"plan": the_plan, "estimated_s": the_plan.estimated_s, "started": False},
                       tune.plan_text(the_plan))
-    with signals.orderly_stop():
-        try:
-            profile, path = tune.tune(args.model, key, work_dir=args.work_dir, minutes=args.minutes)
-        except KeyboardInterrupt as exc:
-            print(
-                f"{signals.interrupt_label(exc)} during tune: the server it started was stopped; no profile written",
-                file=sys.stderr,
-            )
-            raise
+    with stopping_in_order(lambda _: "during tune: the server it started was stopped; no profile written"):
+        profile, path = tune.tune(args.model, key, work_dir=args.work_dir, minutes=args.minutes)
     lines = [f"profile for {key.model} on {key.gpu} (vLLM {key.vllm}): {path}"]
     lines += [f"  {choice.why}" for choice in profile.choices] or [f"  {profile.drafter}"]
     lines.append(f"  prefill route {'on' if profile.prefill.route_on else 'off'}: {profile.prefill.why}")

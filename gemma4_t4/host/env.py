@@ -246,28 +246,20 @@ def probe(probes: Probes | None = None, smem: bool = False) -> Facts:
     u = p.uname()
     plat, evidence = detect_platform(p)
     facts = Facts(os=f"{u.system} {_os_release(p)}".strip(), kernel=u.release, machine=u.machine,
-                  python=p.python_version(), platform=plat, platform_evidence=evidence, nvidia_smi=False)
-    state = probe_gpu_state(p)
-    facts.nvidia_smi, facts.gpus, facts.driver_version = state.installed, state.gpus, state.driver
-    facts.cuda_visible_devices = p.env.get("CUDA_VISIBLE_DEVICES")
-    facts.cuda_device_order = p.env.get("CUDA_DEVICE_ORDER")
-    facts.gpu_probe_error, facts.gpu_probe_fix, facts.nvidia_smi_path = state.error, state.fix, state.path
+                  python=p.python_version(), platform=plat, platform_evidence=evidence,
+                  cuda_visible_devices=p.env.get("CUDA_VISIBLE_DEVICES"), cuda_device_order=p.env.get("CUDA_DEVICE_ORDER"),
+                  **vars(probe_gpu_state(p)))
     if facts.nvidia_smi and not facts.gpu_probe_error:
         banner = p.run(["nvidia-smi"])
         if banner is not None:
-            m = re.search(r"CUDA Version:\s*([\d.]+)", banner[1])
-            facts.driver_cuda_version = m.group(1) if m else None
-            if facts.driver_version is None:
-                m = re.search(r"Driver Version:\s*([\d.]+)", banner[1])
-                facts.driver_version = m.group(1) if m else None
+            facts.driver_cuda_version = _found(r"CUDA Version:\s*([\d.]+)", banner[1])
+            facts.driver_version = facts.driver_version or _found(r"Driver Version:\s*([\d.]+)", banner[1])
 
     torch_dir = p.torch_dir()
     if torch_dir:
         text = p.read(str(Path(torch_dir) / "version.py")) or ""
-        m = re.search(r"__version__\s*=\s*['\"]([^'\"]+)", text)
-        facts.torch_version = m.group(1) if m else p.version("torch")
-        m = re.search(r"^cuda\s*(?::[^=]*)?=\s*['\"]([^'\"]+)['\"]", text, re.M)
-        facts.torch_cuda = m.group(1) if m else None
+        facts.torch_version = _found(r"__version__\s*=\s*['\"]([^'\"]+)", text) or p.version("torch")
+        facts.torch_cuda = _found(r"^cuda\s*(?::[^=]*)?=\s*['\"]([^'\"]+)['\"]", text)
     if smem and facts.torch_version:
         facts.smem_probed = True
         try:
@@ -294,10 +286,14 @@ def probe(probes: Probes | None = None, smem: bool = False) -> Facts:
     return facts
 
 
+def _found(pattern: str, text: str) -> str | None:
+    """The first group of ``pattern``'s first match in ``text`` (``^`` matches at each line), or None."""
+    m = re.search(pattern, text, re.M)
+    return m.group(1) if m else None
+
+
 def _os_release(p: Probes) -> str:
-    text = p.read("/etc/os-release") or ""
-    m = re.search(r'^PRETTY_NAME="?([^"\n]+)"?', text, re.M)
-    return m.group(1) if m else ""
+    return _found(r'^PRETTY_NAME="?([^"\n]+)"?', p.read("/etc/os-release") or "") or ""
 
 
 def _round(x: float | None, digits: int = 2) -> float | None:

@@ -63,13 +63,10 @@ def choose_gpu(gpus: Sequence[GPUInfo], cuda_visible_devices: str | None = None,
     if not mixed:
         return GpuChoice(gpus[0], "the only GPU" if len(gpus) == 1 else f"all {len(gpus)} GPUs are {gpus[0].name}")
     t4 = next((g for g in gpus if g.compute_capability == "7.5" or "T4" in g.name.split()), None)
-    if t4 is not None:
-        why = "a T4 is preferred for the T4 path"
-        gpu = t4
-    else:
-        gpu = next((g for g in gpus if (parse_capability(g.compute_capability) or (0, 0)) >= (7, 5)), gpus[0])
-        why = ("the first GPU vLLM supports (sm_75 or newer)" if gpu.compute_capability
-               and parse_capability(gpu.compute_capability) >= (7, 5) else "no GPU here is sm_75 or newer")
+    able = next((g for g in gpus if (parse_capability(g.compute_capability) or (0, 0)) >= (7, 5)), None)
+    gpu, why = ((t4, "a T4 is preferred for the T4 path") if t4 is not None
+                else (able, "the first GPU vLLM supports (sm_75 or newer)") if able is not None
+                else (gpus[0], "no GPU here is sm_75 or newer"))
     return GpuChoice(gpu, f"mixed GPUs ({listed}): GPU {gpu.index} ({gpu.name}), {why}; serve with "
                      f"{pin.format(gpu.index)} so vLLM uses it", mixed)
 
@@ -152,11 +149,11 @@ class Facts:
             count += listed in same if listed is not None else 1  # a UUID or MIG name: the chosen model
         return min(count, len(same))
 
-    def turing_fix_needed(self, target: str | None = None) -> bool | None:
+    def turing_fix_needed(self) -> bool | None:
         """:func:`needs_turing_fix` for the chosen GPU (``None`` on a host without a GPU)."""
         if not self.gpus and self.smem_per_block_optin is None:
             return None
-        return needs_turing_fix(self.smem_per_block_optin, parse_capability(self.compute_capability), target)
+        return needs_turing_fix(self.smem_per_block_optin, self.compute_capability)
 
 
 def needs_turing_fix(smem_per_block_optin: int | None, capability: str | tuple[int, int] | None = None,

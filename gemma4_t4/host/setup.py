@@ -458,15 +458,15 @@ def _run_route(steps: Sequence[PipStep], plan: SetupPlan, route: InstallRoute, r
     return done.tail()
 
 
-def apply_setup(plan: SetupPlan, runner: Runner = pip_runner, checker: Runner | None = None,
-                records: Path | None = None, say: Say = say_on_stderr) -> SetupResult:
+def apply_setup(plan: SetupPlan, runner: Runner = pip_runner, records: Path | None = None,
+                say: Say = say_on_stderr) -> SetupResult:
     """Record, install, prove; try the next route on failure; restore the record when none works.
-    Interrupted (Ctrl-C, SIGTERM, SIGHUP), pip's process group is stopped and the message names the undo."""
+    Interrupted (Ctrl-C, SIGTERM, SIGHUP), pip's process group is stopped and the message names the undo.
+    The install is proven through ``runner`` too, unless it is the real pip runner (the check's own then)."""
     if not plan.needed:
         return SetupResult(plan, False, False, f"nothing to install: {plan.reason}")
-    checker = checker or (check_runner if runner is pip_runner else runner)
     with setup_lock(plan.python, records):
-        return _apply_locked(plan, runner, checker, records, say)
+        return _apply_locked(plan, runner, check_runner if runner is pip_runner else runner, records, say)
 
 
 def _apply_locked(plan: SetupPlan, runner: Runner, checker: Runner, records: Path | None, say: Say) -> SetupResult:

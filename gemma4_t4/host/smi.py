@@ -100,14 +100,15 @@ def _to_gpu(row: dict[str, str | None]) -> GPUInfo:
 
 @dataclass
 class GpuProbe:
-    """What nvidia-smi said: installed or not, its GPUs and driver, or why it could not be read."""
+    """What nvidia-smi said: installed or not, its GPUs and driver, or why it could not be read (named as
+    the host facts name them: :class:`gemma4_t4.host.hostfacts.Facts` takes these fields as they are)."""
 
-    installed: bool
+    nvidia_smi: bool  # installed
     gpus: list[GPUInfo] = field(default_factory=list)
-    driver: str | None = None
-    error: str | None = None  # nvidia-smi failed / hung / printed garbage: never read as "no GPU"
-    fix: str | None = None
-    path: str | None = None
+    driver_version: str | None = None
+    gpu_probe_error: str | None = None  # nvidia-smi failed / hung / printed garbage: never read as "no GPU"
+    gpu_probe_fix: str | None = None
+    nvidia_smi_path: str | None = None
 
 
 def _smi_failure(code: int, out: str, path: str | None) -> tuple[str, str]:
@@ -154,15 +155,15 @@ def probe_gpu_state(p: HostCommands) -> GpuProbe:
                         row[name] = values.get(row["index"])
     if not rows:
         if NO_DEVICES.search(out) and "\ufffd" not in out:
-            return GpuProbe(True, path=path)  # nvidia-smi says so: no GPU
+            return GpuProbe(True, nvidia_smi_path=path)  # nvidia-smi says so: no GPU
         message, fix = _smi_failure(code, out, path)
-        return GpuProbe(True, error=message, fix=fix, path=path)
+        return GpuProbe(True, gpu_probe_error=message, gpu_probe_fix=fix, nvidia_smi_path=path)
     gpus = [_to_gpu(r) for r in rows]
     bad = [g.driver_version for g in gpus if not _DRIVER_VERSION.fullmatch(g.driver_version or "")]
     if bad or any("\ufffd" in g.name for g in gpus):
         what = f"driver version {bad[0]!r}" if bad else f"GPU name {gpus[0].name!r}"
-        return GpuProbe(True, error=f"nvidia-smi ({path or 'on PATH'}) reported {what}, which is not what a driver "
-                                    "prints (expected e.g. 550.54.15)",
-                        fix="run nvidia-smi by hand; if PATH holds another tool named nvidia-smi, put the driver's "
-                            "first, else reinstall the NVIDIA driver", path=path)
-    return GpuProbe(True, gpus, next((g.driver_version for g in gpus if g.driver_version), None), path=path)
+        return GpuProbe(True, gpu_probe_error=f"nvidia-smi ({path or 'on PATH'}) reported {what}, which is not what a "
+                                              "driver prints (expected e.g. 550.54.15)",
+                        gpu_probe_fix="run nvidia-smi by hand; if PATH holds another tool named nvidia-smi, put the "
+                                      "driver's first, else reinstall the NVIDIA driver", nvidia_smi_path=path)
+    return GpuProbe(True, gpus, next((g.driver_version for g in gpus if g.driver_version), None), nvidia_smi_path=path)

@@ -842,7 +842,7 @@ def test_the_turing_decision_uses_the_measured_limit_and_the_known_table():
     measured = _facts(T4, smem_per_block_optin=101_376, torch_compute_capability="7.5")
     assert measured.turing_fix_needed() is False  # what torch read wins over the capability's table entry
     unknown = _facts(("Tesla T4", 15360, None))  # driver 470: no capability, no limit
-    assert unknown.turing_fix_needed() is True and unknown.turing_fix_needed("cpu") is False
+    assert unknown.turing_fix_needed() is True and env.needs_turing_fix(None, None, "cpu") is False
 
 
 def test_the_no_gpu_and_broken_nvidia_smi_rows_word_for_word():

@@ -200,7 +200,7 @@ def test_a_hung_nvidia_smi_is_stopped_with_its_children_and_reported(tmp_path):
         which=lambda name: str(tmp_path / "bin" / "nvidia-smi"),
     )
     state = smi.probe_gpu_state(probes)
-    assert state.installed and state.gpus == [] and "hung" in state.error
+    assert state.nvidia_smi and state.gpus == [] and "hung" in state.gpu_probe_error
     child = int(pidfile.read_text())
     assert _gone(child)  # the forked grandchild went with the group
 

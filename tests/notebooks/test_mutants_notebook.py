@@ -2000,7 +2000,7 @@ def test_the_install_cell_applies_the_plan_and_restarts_colab_when_something_loa
     monkeypatch.setattr(IPython, "get_ipython", lambda: ZMQInteractiveShell())
     colab = _host(T4, environ={"HOME": "/h", "COLAB_RELEASE_TAG": "x"})
     nb.setup(probes=colab)
-    assert applied[1][1] == {} and shutdowns == [True]
+    assert applied[1][1] == {"runner": setup_apply.pip_runner} and shutdowns == [True]
     assert "\nrestarting the Colab runtime now...\n" in capsys.readouterr().out
     nb.setup(probes=colab, restart=False)
     assert shutdowns == [True]  # restart=False: the learner restarts when ready
