@@ -37,11 +37,8 @@ QUESTIONS: list[tuple[str, str]] = [
 
 def is_correct(text: str, expected: str) -> bool:
     """The expected answer as the first word of the reply (case, punctuation ignored)."""
-    words = text.strip().split()
-    if not words:
-        return False
-    first = words[0].strip(".,;:!?*'\"()").lower()
-    return first == expected.lower()
+    words = text.split()
+    return bool(words) and words[0].strip(".,;:!?*'\"()").lower() == expected.lower()
 
 
 @dataclass
@@ -131,23 +128,19 @@ def compare_answers(a: AnswerSource, b: AnswerSource) -> AnswerComparison:
     shared = sorted(set(by_a) & set(by_b))
     if not shared:
         return AnswerComparison.not_measured("A and B answered no question in common")
-    identical, differing = 0, []
+    differing = [i for i in shared if by_a[i].text != by_b[i].text]
     first: Divergence | None = None
-    for i in shared:
-        ta, tb = by_a[i].text or "", by_b[i].text or ""
-        if ta == tb:
-            identical += 1
-            continue
-        differing.append(i)
-        if first is None:
-            at = first_difference(ta, tb)
-            lo = max(0, at - 20)
-            first = Divergence(i, by_a[i].question or "", at, ta[lo : at + 40], tb[lo : at + 40])
+    if differing:
+        i = differing[0]
+        ta, tb = by_a[i].text, by_b[i].text
+        at = first_difference(ta, tb)
+        lo = max(0, at - 20)
+        first = Divergence(i, by_a[i].question, at, ta[lo : at + 40], tb[lo : at + 40])
     return AnswerComparison(
         total=len(shared),
-        identical=identical,
-        correct_a=sum(1 for i in shared if by_a[i].correct),
-        correct_b=sum(1 for i in shared if by_b[i].correct),
+        identical=len(shared) - len(differing),
+        correct_a=sum(by_a[i].correct for i in shared),
+        correct_b=sum(by_b[i].correct for i in shared),
         first_divergence=first,
         differing=differing,
     )

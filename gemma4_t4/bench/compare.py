@@ -155,14 +155,13 @@ def compare_runs(a: str | os.PathLike | BenchRun, b: str | os.PathLike | BenchRu
             flush = " / ".join(
                 f"{side}: {s.buffered.reason}" for side, s in (("A", sa), ("B", sb)) if s.buffered
             )
-            ratios = []
-            for name, higher in METRICS.items():
+            ratios = [
                 # a flushed stream times no decoding: no figure, no ratio
-                if flush and name in DECODE_METRICS:
-                    ratios.append(Ratio(name, higher, not_measured=flush))
-                    continue
-                ci = ratio_ci(_per_request(run_a, ca.cell, name), _per_request(run_b, cb.cell, name))
-                ratios.append(Ratio(name, higher, getattr(sa, name).median, getattr(sb, name).median, *ci))
+                Ratio(name, higher, not_measured=flush) if flush and name in DECODE_METRICS
+                else Ratio(name, higher, getattr(sa, name).median, getattr(sb, name).median,
+                           *ratio_ci(_per_request(run_a, ca.cell, name), _per_request(run_b, cb.cell, name)))
+                for name, higher in METRICS.items()
+            ]
             ta, tb = sa.output_throughput_tok_s, sb.output_throughput_tok_s
             ratios.append(Ratio("output_throughput_tok_s", True, ta, tb, (tb / ta) if ta and tb else None))
         matched.append(CellComparison(cell_key(ca), ca.cell, cb.cell, ratios, ca.spec_decode, cb.spec_decode))
@@ -292,6 +291,12 @@ class SuiteComparison(Displayable):
         return out + ([f"models on one side only: {self.unmatched_models}"] if self.unmatched_models else [])
 
 
+def _first_c1_cell(runs: list[BenchRun], workloads: tuple[str, ...]) -> tuple[BenchRun, str] | None:
+    """The first complete single-stream cell of these workloads: its run and name."""
+    return next(((run, c.cell) for run in runs for c in run.cells
+                 if c.workload in workloads and c.concurrency == 1 and c.completed), None)
+
+
 def _decode_samples(runs: list[BenchRun]) -> tuple[str | None, list[float], str | None]:
     """(method, per-request decode tok/s, why there are none). The series' method times whole
     requests, so it holds for a server that flushes its answers; per-stream speed does not."""
@@ -299,22 +304,20 @@ def _decode_samples(runs: list[BenchRun]) -> tuple[str | None, list[float], str 
         sd = run.run.series_decode
         if sd and sd.samples:
             return "series", sd.samples, None
-    for run in runs:
-        for c in run.cells:
-            if c.workload == "decode" and c.concurrency == 1 and c.completed:
-                flushed = buffered_delivery(run.measured(c.cell))
-                if flushed:
-                    return "per-stream c=1", [], f"{flushed.reason} ({run.dir}, cell {c.cell})"
-                return "per-stream c=1", _per_request(run, c.cell, "per_stream_tok_s"), None
-    return None, [], None
+    found = _first_c1_cell(runs, ("decode",))
+    if found is None:
+        return None, [], None
+    run, cell = found
+    flushed = buffered_delivery(run.measured(cell))
+    if flushed:
+        return "per-stream c=1", [], f"{flushed.reason} ({run.dir}, cell {cell})"
+    return "per-stream c=1", _per_request(run, cell, "per_stream_tok_s"), None
 
 
-def _ttft_samples(runs: list[BenchRun]) -> list[float]:
-    for run in runs:
-        for c in run.cells:
-            if c.workload in ("decode", "ttft") and c.concurrency == 1 and c.completed:
-                return _per_request(run, c.cell, "ttft_ms")
-    return []
+def _ttft_ms(runs: list[BenchRun]) -> float | None:
+    """The median TTFT of the first single-stream decode or TTFT cell."""
+    found = _first_c1_cell(runs, ("decode", "ttft"))
+    return _median(_per_request(*found, "ttft_ms")) if found else None
 
 
 def _prices(runs: list[BenchRun]) -> tuple[dict[str, float], str | None]:
@@ -323,21 +326,16 @@ def _prices(runs: list[BenchRun]) -> tuple[dict[str, float], str | None]:
     if not runs:
         return {}, None
     kind = measured_kind(runs[0])  # the GPU the headline names is the one priced, or none is
-    declared = next((r.run.config.get("gpu") for r in runs if r.run.config.get("gpu")), None)
-    unpriced = kind.unpriced(declared)
+    unpriced = kind.unpriced(next(filter(None, (r.run.config.get("gpu") for r in runs)), None))
     if unpriced:
         return {}, unpriced
-    best: tuple[float, CellSummary] | None = None
-    for run in runs:
-        for c in run.cells:
-            if c.workload in ("decode", "load"):
-                tok_s = aggregate(run.measured(c.cell)).output_throughput_tok_s
-                if tok_s and (best is None or tok_s > best[0]):
-                    best = (tok_s, c)
-    if best is None:
+    measured = [(aggregate(run.measured(c.cell)).output_throughput_tok_s or 0.0, c)
+                for run in runs for c in run.cells if c.workload in ("decode", "load")]
+    tok_s, best = max(measured, key=lambda m: m[0], default=(0.0, None))
+    if not tok_s:
         return {}, None
-    keys = list(best[1].derived.usd_per_million_output_tokens or {})  # the instances the run was priced as
-    return cost(best[0], keys or None, gpu_key=kind.gpu), None
+    # the instances the run was priced as (none recorded: every instance of its GPU)
+    return cost(tok_s, list(best.derived.usd_per_million_output_tokens or {}), kind.gpu), None
 
 
 def published_decode(model: str, build: str | None = None) -> PublishedSageMaker | None:
@@ -375,9 +373,8 @@ def compare_suites(a: str | os.PathLike, b: str | os.PathLike) -> SuiteCompariso
         answers_a, answers_b = (
             next((r for r in runs if r.answers() or r.run.workload == "answers"), None) for runs in (every_a, every_b)
         )
-        formats = (r.run.config.get("model_format") for r in ra + rb)
-        build = next((f for f in formats if f), None)
-        ma, mb = _median(_ttft_samples(ra)), _median(_ttft_samples(rb))
+        build = next(filter(None, (r.run.config.get("model_format") for r in ra + rb)), None)
+        ma, mb = _ttft_ms(ra), _ttft_ms(rb)
         (prices_a, unpriced_a), (prices_b, unpriced_b) = _prices(ra), _prices(rb)
         headlines.append(
             Headline(

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from gemma4_t4.bench.compare import RunComparison, compare_runs
-from gemma4_t4.bench.results import PLOT_FILES, BenchRun, load_run
+from gemma4_t4.bench.results import PLOT_FILES, BenchRun, DecodeSpeed, load_run
 from gemma4_t4.foundation.figures import check_plot_path, pyplot, save_figure
 
 
@@ -32,7 +32,7 @@ def _note(ax: Any, text: str, xy: tuple[Any, Any], dy: int = 8, **style: str) ->
 def plot_throughput(run: BenchRun, path: Path) -> Path | None:
     cells = sorted(
         (c for c in run.cells if c.workload == "decode" and c.completed and c.concurrency is not None),
-        key=lambda c: c.concurrency or 0,
+        key=lambda c: c.concurrency,
     )
     if not cells:
         return None
@@ -111,15 +111,12 @@ def plot_prefix(run: BenchRun, path: Path) -> Path | None:
 
 def plot_roofline(run: BenchRun, path: Path) -> Path | None:
     # a cell with no per-stream speed (answers that came in one flush) has nothing to place under the roof
-    measured = [
-        (c, c.derived.roofline)
-        for c in run.cells
-        if c.derived.roofline and c.derived.roofline.per_stream_tok_s and not c.buffered
+    cells = [
+        c for c in run.cells if c.derived.roofline and c.derived.roofline.per_stream_tok_s and not c.buffered
     ]
-    if not measured:
+    if not cells:
         return None
-    cells = [c for c, _ in measured]
-    roofs = [r for _, r in measured]
+    roofs = [c.derived.roofline for c in cells]
     fig, ax = _axes()
     roof = roofs[0]
     xs = list(range(len(cells)))
@@ -150,14 +147,12 @@ def plot_roofline(run: BenchRun, path: Path) -> Path | None:
 
 def plot_rate(run: BenchRun, path: Path) -> Path | None:
     """Open-loop cells: TTFT (median, p90) and delivered output tok/s against the offered request rate."""
-    measured = sorted(
-        ((c, c.open_loop) for c in run.cells if c.open_loop and c.completed),
-        key=lambda pair: pair[1].offered_rate_rps,
+    cells = sorted(
+        (c for c in run.cells if c.open_loop and c.completed), key=lambda c: c.open_loop.offered_rate_rps
     )
-    if not measured:
+    if not cells:
         return None
-    cells = [c for c, _ in measured]
-    loops = [loop for _, loop in measured]
+    loops = [c.open_loop for c in cells]
     fig, ax = _axes()
     xs = [loop.offered_rate_rps for loop in loops]
     ax.plot(xs, [c.ttft_ms.median for c in cells], "o-", label="TTFT median")
@@ -203,8 +198,7 @@ def plot_compare(
     rows = [(c, r) for c, r in rows if r.a is not None and r.b is not None]
     if not rows:
         return None
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(rows)), 4.2))
+    fig, ax = pyplot().subplots(figsize=(max(6, 1.6 * len(rows)), 4.2))
     xs = range(len(rows))
     ax.bar([x - 0.2 for x in xs], [r.a for _, r in rows], width=0.4, label="A")
     ax.bar([x + 0.2 for x in xs], [r.b for _, r in rows], width=0.4, label="B")
@@ -232,8 +226,7 @@ def plot_qat_vs_bf16(
     """Part 2's figure (returned, not saved: the notebook shows and saves it): the measured decode
     curves per build on the left; on the right each build's decode ceiling on ``gpu`` with the
     series' published T4 per-stream figure on it."""
-    plt = pyplot()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (left, right) = pyplot().subplots(1, 2, figsize=(11, 4))
     for label, curve in curves.items():
         points = [(c, v) for c, v in sorted(curve.items()) if v is not None]
         left.plot([c for c, _ in points], [v for _, v in points], "o-", label=f"{label} (measured, {venue})")
@@ -255,9 +248,7 @@ def plot_qat_vs_bf16(
 
 
 def plot_t4_part(
-    per_stream: dict[int, float | None] | None,
-    not_measured: str | None,
-    output: dict[int, float | None],
+    speed: DecodeSpeed,
     ttft_ms: dict[int, float | None],
     published_ttft: dict[int, float],
     fits: list[Any],
@@ -266,14 +257,13 @@ def plot_t4_part(
 ) -> Any:
     """Part 4's figure (returned, not saved): decode per stream and all streams, TTFT against the
     published curve of the same build, and what fits one GPU (weights against its budget)."""
-    plt = pyplot()
-    fig, (dec, ttft, fit) = plt.subplots(1, 3, figsize=(15, 4))
-    if per_stream:
-        dec.plot(list(per_stream), list(per_stream.values()), "o-", label="per stream")
+    fig, (dec, ttft, fit) = pyplot().subplots(1, 3, figsize=(15, 4))
+    if speed.per_stream:
+        dec.plot(list(speed.per_stream), list(speed.per_stream.values()), "o-", label="per stream")
     else:  # answers came in one flush: no per-stream speed to draw, and the legend says so
-        why = " (answers came in one flush)" if not_measured else ""
+        why = " (answers came in one flush)" if speed.not_measured else ""
         dec.plot([], [], "o-", label=f"per stream: not measured{why}")
-    dec.plot(list(output), list(output.values()), "s-", label="all streams")
+    dec.plot(list(speed.output_tok_s), list(speed.output_tok_s.values()), "s-", label="all streams")
     dec.set(xlabel="concurrent streams", ylabel="output tok/s", title=f"Decode ({venue}, measured)")
     dec.legend(fontsize=8, loc="upper left")
     ttft.plot(list(ttft_ms), list(ttft_ms.values()), "o-", label=f"measured ({venue})")

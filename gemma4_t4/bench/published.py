@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from gemma4_t4.catalog.hardware import PRICES, identify_gpu
@@ -132,13 +132,17 @@ SAGEMAKER_LOAD: list[PublishedSageMaker] = [
 ]
 
 
+_GCE_CELLS = {(r.build, r.input_len, r.concurrency): r for r in GCE_T4_E2B}
+
+
 def gce_t4(build: str, input_len: int = 512, concurrency: int = 1) -> PublishedResult:
     """The published GCE T4 E2B cell for a build (bf16 | qat | emb4)."""
-    for r in GCE_T4_E2B:
-        if (r.build, r.input_len, r.concurrency) == (build, input_len, concurrency):
-            return r
-    have = sorted({(r.build, r.input_len, r.concurrency) for r in GCE_T4_E2B})
-    raise KeyError(f"no published GCE T4 cell for {build} in {input_len} c={concurrency}; published: {have}")
+    found = _GCE_CELLS.get((build, input_len, concurrency))
+    if found is None:
+        raise KeyError(
+            f"no published GCE T4 cell for {build} in {input_len} c={concurrency}; published: {sorted(_GCE_CELLS)}"
+        )
+    return found
 
 
 def _sagemaker(rows: list[PublishedSageMaker], what: str, model: str, build: str) -> PublishedSageMaker:
@@ -282,7 +286,7 @@ def measured_kind(run: BenchRun) -> Kind:
     """The kind a run measured, from what it recorded: served name, vLLM's model root, the launch
     record, the host's GPUs (a local server) or the GPU a remote run was priced as."""
     info = run.run
-    environment = info.environment or {}
+    environment = info.environment
     server = environment.get("server") or {}
     launch_config = (server.get("launch") or {}).get("config") or {}
     size = model_size_of(launch_config.get("model"), info.server.root, info.model)
@@ -297,27 +301,13 @@ def measured_kind(run: BenchRun) -> Kind:
     elif local and info.server.backend == "openai-http":
         gpu = "cpu"  # a server on this host, which has no NVIDIA GPU
     else:
-        gpu = (info.config or {}).get("gpu")  # a remote endpoint: the GPU it was declared (and priced) as
+        gpu = info.config.get("gpu")  # a remote endpoint: the GPU it was declared (and priced) as
     return Kind(size, gpu)
 
 
 def published_kind(row: PublishedResult | PublishedRatio | PublishedSageMaker, gpu: str | None = None) -> Kind:
     """The kind of a published figure (a SageMaker decode row names two GPUs: pass ``gpu``)."""
     return Kind(model_size_of(row.model), gpu or getattr(row, "gpu", None))
-
-
-BesideRow = TypedDict(
-    "BesideRow",
-    {
-        "figure": str,
-        "measured here": float | str | None,  # str: why it is not measured (e.g. one flush)
-        "measured on": str,
-        "published": float | None,
-        "measured / published": float | None,
-        "published under": str,
-        "source": str,
-    },
-)
 
 
 def beside(
@@ -329,8 +319,8 @@ def beside(
     *,
     measured_on: Kind | None = None,
     published_on: Kind | None = None,
-) -> BesideRow:
-    """One display row: a measured figure (or why it is not measured) next to the published one,
+) -> dict[str, object]:
+    """One display row: a measured figure (or why it is not measured, e.g. one flush) next to the published one,
     their ratio only where both are the same known kind (model size and GPU class); elsewhere the
     published figure stands alone, labelled, and the row says what was measured on."""
     comparable = (
@@ -405,9 +395,9 @@ class QatVsBf16(Displayable):
         flushed = f"; per-stream speed {self.flushed}" if self.flushed else ""
         return f"QAT int4 vs bf16, measured here ({self.venue}) beside the published figures{flushed}"
 
-    def table_rows(self) -> list[BesideRow]:
+    def table_rows(self) -> list[dict[str, object]]:
         c1, c8, l4, c_max = T4_QAT_VS_BF16_C1, T4_QAT_VS_BF16_C8, PART2_L4_QAT_VS_BF16, self.c_max
-        rows: list[tuple[str, float | str | None, float, PublishedRatio]] = [
+        rows = [
             ("per-stream tok/s bf16, c=1", self.per_stream["bf16"], c1.baseline_value, c1),
             ("per-stream tok/s QAT, c=1", self.per_stream["qat"], c1.value, c1),
             ("QAT/bf16 per stream, c=1", self.ratio_c1, c1.ratio, c1),
@@ -415,8 +405,8 @@ class QatVsBf16(Displayable):
             ("QAT/bf16 single-stream decode (published: on an L4)", self.ratio_c1, l4.ratio, l4),
         ]
         if c_max == 8:  # the published all-streams figures are at c=8
-            rows += [(f"output tok/s {b}, c=8", s.output_tok_s[8], v, c8)
-                     for (b, s), v in zip(self.speeds.items(), (c8.baseline_value, c8.value), strict=True)]
+            rows += [("output tok/s bf16, c=8", self.bf16.output_tok_s[8], c8.baseline_value, c8),
+                     ("output tok/s qat, c=8", self.qat.output_tok_s[8], c8.value, c8)]
         out = [beside(label, m, p, r.source, r.conditions, measured_on=self.measured_on,
                       published_on=published_kind(r)) for label, m, p, r in rows]
         unpublished = [("QAT/bf16 output tok/s, c=1", self.ratio_output_c1),
@@ -474,7 +464,7 @@ def headline_rows(headline: Any) -> Table:
             if kind_a and kind_b and kind_a.model_size == kind_b.model_size else None)
 
     def row(label: str, measured: float | None, published: float | None, measured_on: Kind | None,
-            gpu: str) -> BesideRow:
+            gpu: str) -> dict[str, object]:
         return (beside(label, measured, published, source, conditions, measured_on=measured_on,
                            published_on=published_kind(pub, gpu) if pub else None))
 

@@ -181,10 +181,8 @@ class BenchRun(Displayable, BaseModel):
                 f"{path} holds no {SUMMARY_FILE}", fix="pass a directory written by gemma4-t4 bench run"
             )
         summary: SummaryFile = parse_file(SummaryFile, summary_path.read_text(), str(summary_path))
-        if run_path.is_file():
-            run = parse_file(RunInfo, run_path.read_text(), str(run_path))
-        else:
-            run = RunInfo.model_validate(summary.run)
+        run = (parse_file(RunInfo, run_path.read_text(), str(run_path)) if run_path.is_file()
+               else RunInfo.model_validate(summary.run))  # older results: the digest summary.json holds
         return cls(dir=path, run=run, cells=summary.cells)
 
     @cached_property
@@ -237,15 +235,9 @@ class BenchRun(Displayable, BaseModel):
         input_len: int | None = None,
     ) -> CellSummary:
         """The one cell matching a name or the given facts (an error naming the cells if none/several)."""
-        found = [
-            c
-            for c in self.cells
-            if (name is None or c.cell == name)
-            and (workload is None or c.workload == workload)
-            and (variant is None or c.variant == variant)
-            and (concurrency is None or c.concurrency == concurrency)
-            and (input_len is None or c.input_len == input_len)
-        ]
+        facts = {"cell": name, "workload": workload, "variant": variant, "concurrency": concurrency,
+                 "input_len": input_len}
+        found = [c for c in self.cells if all(v is None or getattr(c, k) == v for k, v in facts.items())]
         if len(found) != 1:
             raise Gemma4T4Error(
                 f"{len(found)} cells of {self.dir} match; cells: {[c.cell for c in self.cells]}",
@@ -278,7 +270,7 @@ class BenchRun(Displayable, BaseModel):
         return DecodeSpeed(
             per_stream=None if why else done.per_stream_by_concurrency(),
             output_tok_s=done.throughput_by_concurrency(),
-            e2el_ms=done.e2el_by_concurrency(),
+            e2el_ms=done._decode_medians("e2el_ms"),
             not_measured=why,
         )
 
@@ -289,10 +281,6 @@ class BenchRun(Displayable, BaseModel):
     def per_stream_by_concurrency(self) -> dict[int, float | None]:
         """Median per-stream decode tok/s per concurrency (None: answers came in one flush)."""
         return self._decode_medians("per_stream_tok_s")
-
-    def e2el_by_concurrency(self) -> dict[int, float | None]:
-        """Median end-to-end latency (ms) per concurrency of a decode run."""
-        return self._decode_medians("e2el_ms")
 
     def throughput_by_concurrency(self) -> dict[int, float | None]:
         """Aggregate output tok/s (all streams) for each concurrency."""

@@ -10,7 +10,7 @@ in ``model_extra``. ``to_json()`` is what goes to disk.
 from __future__ import annotations
 
 import json
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -348,19 +348,10 @@ class RunInfo(BenchModel):
     series_decode: SeriesDecode | None = None
     error: str | None = Field(None, description="why the run stopped early")
 
-    DIGEST: ClassVar[tuple[str, ...]] = (
-        "run_id",
-        "workload",
-        "model",
-        "base_url",
-        "status",
-        "started_at",
-        "finished_at",
-        "label",
-    )
-
     def digest(self) -> dict[str, str | None]:
-        return {k: v for k, v in self.to_json().items() if k in self.DIGEST and v is not None}
+        """What summary.json repeats of run.json: what the run was and how it ended."""
+        facts = {"run_id", "workload", "model", "base_url", "status", "started_at", "finished_at", "label"}
+        return self.model_dump(mode="json", include=facts, exclude_none=True)
 
 
 class SummaryFile(BenchModel):

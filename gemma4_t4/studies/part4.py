@@ -253,12 +253,9 @@ class Results(Displayable):
         return lines
 
     def plot(self) -> Any:
-        speed = self.decode.decode_speed()
         ok = [f for f in self.fits if f.format == "qat-w4a16"]
         return plot_t4_part(
-            speed.per_stream,
-            speed.not_measured,
-            speed.output_tok_s,
+            self.decode.decode_speed(),
             self.ttft_ms,
             published_ttft(),
             ok,
