@@ -150,7 +150,7 @@ def _build_image(args: argparse.Namespace) -> Output:
 def _matrix(args: argparse.Namespace) -> Output:
     # lazy: the SageMaker modules (boto3) load only when a sagemaker command runs, not for --help
     from gemma4_t4.bench.registry import spec_for
-    from gemma4_t4.studies.matrix import EndpointHandling, matrix_plan, over_budget_warning, run_matrix
+    from gemma4_t4.studies import matrix
     from gemma4_t4.venues.endpoint import check_budget
 
     check_budget(args.budget_usd)  # before the plan: a dry run refuses a budget the real run would
@@ -162,12 +162,13 @@ def _matrix(args: argparse.Namespace) -> Output:
         raise Gemma4T4Error(
             "--models is empty", fix="e.g. --models google/gemma-4-E2B-it,google/gemma-4-E4B-it"
         )
-    plan = matrix_plan(models, base)
+    configs = matrix.matrix_configs(models, base)
+    plan = matrix.configs_plan(configs)
     head = (
         f"{len(models)} endpoint(s) on {base.instance_type} at ${plan.usd_per_hour:.3f}/h, one at a time: "
         f"~{usd(plan.estimate_usd)} estimated, hard budget {usd(args.budget_usd)}"
     )
-    over = over_budget_warning(plan, args.budget_usd)
+    over = matrix.over_budget_warning(plan, args.budget_usd)
     if args.dry_run:
         lines = [f"  {e.endpoint:<40} {e.model_id:<40} ~{usd(e.estimate_usd)}" for e in plan.entries]
         return Output({"dry_run": True, "plan": plan, "warning": over},
@@ -175,8 +176,8 @@ def _matrix(args: argparse.Namespace) -> Output:
     if over:
         print(f"warning: {over}", file=sys.stderr)
     print(head, file=sys.stderr)
-    result = run_matrix(models, base, specs, budget=args.budget_usd, out_dir=args.out,
-                        how=EndpointHandling(progress=not args.json))
+    result = matrix.run_configs(configs, specs, budget=args.budget_usd, out_dir=args.out,
+                                how=matrix.EndpointHandling(progress=not args.json))
     lines = [f"  {e.endpoint:<40} {e.status:<16} {usd(e.cost_usd)}  {e.error or e.out_dir or ''}"
              for e in result.entries]
     lines.append(f"spent ~{usd(result.spent_usd)} of {usd(result.budget_usd)}; deleted: "

@@ -151,6 +151,7 @@ class MatrixResult:
 
 
 def matrix_configs(models: Sequence[str], base: DeployConfig) -> list[DeployConfig]:
+    """``base`` once per model, each endpoint named after its model (the matrix run's configs)."""
     return [base.replaced(model_id=m, name=endpoint_name("g4-matrix", m)) for m in models]
 
 
@@ -169,19 +170,6 @@ def configs_plan(configs: Sequence[DeployConfig]) -> MatrixResult:
         plan.entries.append(MatrixEntry(config.model_id, config.name, "planned", estimate,
                                         instance_type=config.instance_type))
     return plan
-
-
-def matrix_plan(models: Sequence[str], base: DeployConfig) -> MatrixResult:
-    """The cost estimate per model (nothing is called)."""
-    return configs_plan(matrix_configs(models, base))
-
-
-def run_matrix(models: Sequence[str], base: DeployConfig, specs: Mapping[str, WorkloadSpec], *,
-               budget: Budget | float, out_dir: str | Path, measure: Measure | None = None, tokenizer: str | None = None,
-               how: EndpointHandling = EndpointHandling()) -> MatrixResult:
-    """Deploy, measure and delete each model's endpoint in turn; never spend past the budget."""
-    return run_configs(matrix_configs(models, base), specs, budget=budget, out_dir=out_dir,
-                       measure=measure, tokenizer=tokenizer, how=how)
 
 
 def _measure_entry(endpoint: Endpoint, entry_dir: Path, entry: MatrixEntry, checked: Mapping[str, WorkloadSpec],

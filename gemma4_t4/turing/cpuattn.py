@@ -18,6 +18,7 @@ dies with ``Illegal instruction``, while one that saw a longer prompt first work
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -108,6 +109,7 @@ def cache_key(python: str | None = None) -> str:
 def probe(candidate: str, python: str | None = None, timeout: float = PROBE_TIMEOUT_S) -> ProbeResult:
     """Run vLLM's CPU attention over :data:`CASES` in a subprocess set up as ``candidate`` says."""
     name, dtype, extra = next(c for c in CANDIDATES if c[0] == candidate)
+    not_run = functools.partial(ProbeResult, candidate=name, dtype=dtype, ok=False, returncode=None)
     started = time.monotonic()
     env = {k: v for k, v in os.environ.items() if k not in (ISA_ENV, AMX_ENV)}
     env.update(extra, PYTHONFAULTHANDLER="1", VLLM_TARGET_DEVICE="cpu")
@@ -116,11 +118,9 @@ def probe(candidate: str, python: str | None = None, timeout: float = PROBE_TIME
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env,
                               stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
-        return ProbeResult(candidate=name, dtype=dtype, ok=False, returncode=None,
-                           detail=f"probe timed out after {timeout:.0f} s", seconds=timeout)
+        return not_run(detail=f"probe timed out after {timeout:.0f} s", seconds=timeout)
     except OSError as exc:
-        return ProbeResult(candidate=name, dtype=dtype, ok=False, returncode=None,
-                           detail=f"could not run the probe: {exc}")
+        return not_run(detail=f"could not run the probe: {exc}")
     seconds = round(time.monotonic() - started, 2)
     return parse_probe(name, dtype, done.returncode, done.stdout, done.stderr, seconds)
 
@@ -128,22 +128,19 @@ def probe(candidate: str, python: str | None = None, timeout: float = PROBE_TIME
 def parse_probe(name: str, dtype: str, code: int, stdout: str, stderr: str,
                 seconds: float | None = None) -> ProbeResult:
     """A probe process's verdict from its exit code and output."""
+    result = functools.partial(ProbeResult, candidate=name, dtype=dtype, returncode=code, seconds=seconds)
     if code < 0:
         fatal = [line.strip() for line in stderr.splitlines() if line.startswith("Fatal Python error")]
         frames = [line.strip() for line in stderr.splitlines() if "_custom_ops.py" in line]
-        return ProbeResult(candidate=name, dtype=dtype, ok=False, returncode=code,
-                           signal=signal.Signals(-code).name, detail="; ".join(fatal[:1] + frames[:1])[:300],
-                           seconds=seconds)
+        return result(ok=False, signal=signal.Signals(-code).name, detail="; ".join(fatal[:1] + frames[:1])[:300])
     report = last_json_object(stdout)
     if report is None:
         last = (stderr.strip().splitlines() or [""])[-1][:300]
-        return ProbeResult(candidate=name, dtype=dtype, ok=False, returncode=code,
-                           detail=f"no result (exit {code}): {last}", seconds=seconds)
+        return result(ok=False, detail=f"no result (exit {code}): {last}")
     err = report.get("max_abs_err")
     ok = code == 0 and err is not None and err <= MAX_ABS_ERR.get(dtype, 0.05)
     detail = report.get("error") or ("" if ok else f"max abs error {err} above {MAX_ABS_ERR.get(dtype)}")
-    return ProbeResult(candidate=name, dtype=dtype, ok=ok, returncode=code, isa=report.get("isa"),
-                       max_abs_err=err, detail=detail, seconds=seconds)
+    return result(ok=ok, isa=report.get("isa"), max_abs_err=err, detail=detail)
 
 
 Prober = Callable[[str], ProbeResult]

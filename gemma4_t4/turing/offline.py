@@ -152,9 +152,8 @@ def _stub_modules(root: Path, capability: tuple[int, int]) -> dict[str, types.Mo
         pass
 
     envs = types.ModuleType("vllm.envs")
-    envs.VLLM_BATCH_INVARIANT = False
 
-    def _env_default(name: str) -> Any:  # feature flags read at import: off
+    def _env_default(name: str) -> Any:  # feature flags read at import (VLLM_BATCH_INVARIANT, ...): off
         if name.startswith("VLLM_"):
             return False
         raise AttributeError(name)
@@ -211,22 +210,6 @@ class _VllmFilesFinder(importlib.abc.MetaPathFinder):
         )
 
 
-@contextmanager
-def _env(name: str, value: str | None):
-    old = os.environ.get(name)
-    if value is None:
-        os.environ.pop(name, None)
-    else:
-        os.environ[name] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = old
-
-
 class RecordedLaunch(TypedDict):
     """One kernel launch as :func:`recording_launches` saw it (nothing compiled or run)."""
 
@@ -264,15 +247,21 @@ def load_kernel_module(
         for name in hidden:
             del sys.modules[name]
         sys.meta_path.insert(0, finder)
+        # Triton reads TRITON_INTERPRET when the module's kernels are decorated: set for this import only
+        interpret_env = os.environ.pop("TRITON_INTERPRET", None)
+        if interpret:
+            os.environ["TRITON_INTERPRET"] = "1"
         try:
-            with _env("TRITON_INTERPRET", "1" if interpret else None):
-                module = importlib.import_module(KERNEL_MODULE)
+            module = importlib.import_module(KERNEL_MODULE)
         except ImportError as exc:
             raise Gemma4T4Error(
                 f"cannot load vLLM {version}'s kernel offline: {exc}",
                 fix="use a tested vLLM (0.29.x to 0.34.x) or report the new layout",
             ) from exc
         finally:
+            os.environ.pop("TRITON_INTERPRET", None)
+            if interpret_env is not None:
+                os.environ["TRITON_INTERPRET"] = interpret_env
             sys.meta_path.remove(finder)
             for name in [k for k in sys.modules if k == "vllm" or k.startswith("vllm.")]:
                 del sys.modules[name]

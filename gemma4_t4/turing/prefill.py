@@ -17,7 +17,7 @@ is decided per GPU + versions by ``gemma4-t4 turing bench-prefill``; with no ver
 from __future__ import annotations
 
 import ast
-import dataclasses
+import copy
 import functools
 import hashlib
 import json
@@ -255,22 +255,13 @@ def _sub_metadata(attn_metadata: Any, seq_ids: list[int], query_lens: list[int],
     cu = torch.zeros(len(seq_ids) + 1, dtype=attn_metadata.query_start_loc.dtype)
     cu[1:] = torch.cumsum(torch.tensor(lens), 0)
     index = torch.tensor(seq_ids, dtype=torch.int64).to(device, non_blocking=True)
-    changes = dict(
-        num_actual_tokens=sum(lens),
-        max_query_len=max(lens),
-        query_start_loc=cu.to(device, non_blocking=True),
-        max_seq_len=max(seq_lens[i] for i in seq_ids),
-        seq_lens=attn_metadata.seq_lens.index_select(0, index),
-        block_table=attn_metadata.block_table.index_select(0, index),
-    )
-    if dataclasses.is_dataclass(attn_metadata):
-        sub = dataclasses.replace(attn_metadata, **changes)
-    else:
-        import copy
-
-        sub = copy.copy(attn_metadata)
-        for name, value in changes.items():
-            setattr(sub, name, value)
+    sub = copy.copy(attn_metadata)  # vLLM's dataclass has no __post_init__: a copy with new fields is a replace
+    sub.num_actual_tokens = sum(lens)
+    sub.max_query_len = max(lens)
+    sub.query_start_loc = cu.to(device, non_blocking=True)
+    sub.max_seq_len = max(seq_lens[i] for i in seq_ids)
+    sub.seq_lens = attn_metadata.seq_lens.index_select(0, index)
+    sub.block_table = attn_metadata.block_table.index_select(0, index)
     setattr(sub, HOST_LENGTHS_ATTR, (lens, [seq_lens[i] for i in seq_ids]))
     return sub
 
@@ -608,7 +599,5 @@ def install(
     except Exception as exc:
         outcome.update(action="refused", reason=f"{type(exc).__name__}: {exc}; the route stays off")
     if log:
-        level = logging.WARNING if outcome["action"] == "refused" else logging.INFO
-        tilecap.log_line(level, f"{LOG_PREFIX}: {outcome['action']}: {outcome['reason']} [vLLM {version}, via {origin}, "
-             f"pid {os.getpid()}]")
+        tilecap.log_outcome(LOG_PREFIX, outcome, logging.WARNING)
     return outcome

@@ -185,7 +185,7 @@ def make_capped_tile_size(original, launcher_code=None, device_limit=None, predi
     """Wrap ``_get_tile_size`` so that the chosen tile fits ``device_limit()``'s (limit, capability)
     (default: the current CUDA device's). BLOCK_M is read from the launcher's frame, where vLLM computes
     it before choosing tiles; any other caller gets the launcher's minimum, 16."""
-    limits, decisions, warned = {}, {}, set()
+    limits, decisions = {}, {}
 
     clamps = clamps if clamps is not None else []
 
@@ -219,8 +219,7 @@ def make_capped_tile_size(original, launcher_code=None, device_limit=None, predi
             if chosen != tile:
                 clamps.append({"head_size": head_size, "is_prefill": bool(is_prefill), "block_m": block_m,
                                "tile_from": tile, "tile_to": chosen, "shared_bytes": need, "limit_bytes": limit})
-            if need > limit and key not in warned:
-                warned.add(key)
+            if need > limit:  # logged once: this branch runs once per key
                 logger.warning("%s: head %d with BLOCK_M %d needs %s B even at TILE %d, over the %s B limit; "
                                "this launch cannot fit", LOG_PREFIX, head_size, block_m, f"{need:,}", chosen,
                                f"{limit:,}")
@@ -242,10 +241,16 @@ def _finish(module, outcome, log):
         except Exception:
             pass
     if log:
-        log_line(logging.ERROR if outcome["action"] == "refused" else logging.INFO,
-                 f"{LOG_PREFIX}: {outcome['action']}: {outcome['reason']} "
-                 f"[vLLM {outcome['vllm_version']}, via {outcome['origin']}, pid {outcome['pid']}]")
+        log_outcome(LOG_PREFIX, outcome, logging.ERROR)
     return outcome
+
+
+def log_outcome(prefix, outcome, refused_level):
+    """The one line an install logs per process (``turing status`` and the TTFT study read it); a
+    refusal at ``refused_level``, anything else at INFO."""
+    log_line(refused_level if outcome["action"] == "refused" else logging.INFO,
+             f"{prefix}: {outcome['action']}: {outcome['reason']} "
+             f"[vLLM {outcome['vllm_version']}, via {outcome['origin']}, pid {os.getpid()}]")
 
 
 def log_line(level, line):

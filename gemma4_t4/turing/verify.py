@@ -205,63 +205,59 @@ def capture_attention_launches(kernel: KernelModule, shapes: list[AttentionShape
 
 
 class SharedMemoryCompiler:
-    """Compiles recorded launches for one GPU target and returns ``metadata.shared``, once per
-    Triton specialization (Triton's on-disk cache makes a second run fast)."""
+    """Compiles recorded launches of one kernel (``jit``) for one GPU target and returns
+    ``metadata.shared``, once per Triton specialization (Triton's on-disk cache makes a second run fast)."""
 
-    def __init__(self, capability: tuple[int, int]):
+    def __init__(self, capability: tuple[int, int], jit: Any):
         triton = require_triton()
         from triton.backends.compiler import GPUTarget
-        from triton.compiler import ASTSource, make_backend
+        from triton.compiler import make_backend
         from triton.runtime.jit import create_function_from_signature
 
-        self.triton = triton
+        if not hasattr(jit, "_pack_args"):
+            raise Gemma4T4Error(
+                f"Triton {triton.__version__} lacks the JIT internals the offline compile uses",
+                fix=f"install the tested Triton: {TRITON_FIX}",
+            )
+        self.triton, self.jit = triton, jit
         self.target = GPUTarget("cuda", capability[0] * 10 + capability[1], 32)
         self.backend = make_backend(self.target)
-        self._ast_source = ASTSource
-        self._binder_factory = create_function_from_signature
-        self._binders: dict[int, Any] = {}
+        self.binder = create_function_from_signature(jit.signature, jit.params, self.backend)
         self.cache: dict[tuple, int] = {}
         self.compiles = 0
 
-    def _key(self, jit: Any, launch: RecordedLaunch) -> tuple[tuple, tuple]:
-        if not hasattr(jit, "_pack_args"):
-            raise Gemma4T4Error(
-                f"Triton {self.triton.__version__} lacks the JIT internals the offline compile uses",
-                fix=f"install the tested Triton: {TRITON_FIX}",
-            )
-        binder = self._binders.get(id(jit))
-        if binder is None:
-            binder = self._binders[id(jit)] = self._binder_factory(jit.signature, jit.params, self.backend)
+    def _bind(self, launch: RecordedLaunch) -> tuple[tuple, tuple]:
+        """(the launch's specialization: the cache key, the bound arguments a compile takes)."""
         kwargs = dict(launch["kwargs"])
-        bound, specialization, options = binder(**kwargs)
-        return (jit.fn.__qualname__, repr(specialization), repr(options)), (kwargs, bound, specialization, options)
+        bound, specialization, options = self.binder(**kwargs)
+        return (repr(specialization), repr(options)), (kwargs, bound, specialization, options)
 
-    def _compile(self, jit: Any, launch: RecordedLaunch) -> int:
-        _, (kwargs, bound, specialization, options) = self._key(jit, launch)
-        packed_options, signature, constexprs, attrs = jit._pack_args(
-            self.backend, kwargs, bound, specialization, options)
-        source = self._ast_source(jit, signature, constexprs, attrs)
+    def _compile(self, bound: tuple) -> int:
+        from triton.compiler import ASTSource
+
+        packed_options, signature, constexprs, attrs = self.jit._pack_args(self.backend, *bound)
+        source = ASTSource(self.jit, signature, constexprs, attrs)
         compiled = self.triton.compile(source, target=self.target, options=packed_options.__dict__)
         return int(compiled.metadata.shared)
 
-    def shared_bytes(self, jit: Any, launch: RecordedLaunch) -> int:
-        key, _ = self._key(jit, launch)
+    def shared_bytes(self, launch: RecordedLaunch) -> int:
+        key, bound = self._bind(launch)
         if key not in self.cache:
-            self.cache[key] = self._compile(jit, launch)
+            self.cache[key] = self._compile(bound)
             self.compiles += 1
         return self.cache[key]
 
-    def precompile(self, jit: Any, launches: list[RecordedLaunch], jobs: int) -> None:
+    def precompile(self, launches: list[RecordedLaunch], jobs: int) -> None:
         """Compile the distinct launches in ``jobs`` forked processes (each compile is CPU-bound)."""
-        pending: dict[tuple, RecordedLaunch] = {}
+        pending: dict[tuple, tuple] = {}
         for launch in launches:
-            key, _ = self._key(jit, launch)
+            key, bound = self._bind(launch)
             if key not in self.cache:
-                pending.setdefault(key, launch)
+                pending.setdefault(key, bound)
         if jobs <= 1 or len(pending) <= 1 or "fork" not in multiprocessing.get_all_start_methods():
             return
         global _FORKED_WORK
-        _FORKED_WORK = (self, jit, list(pending.values()))
+        _FORKED_WORK = (self, list(pending.values()))
         try:
             context = multiprocessing.get_context("fork")
             # the workers take the default signal actions: the pool's terminate() (SIGTERM) must end
@@ -277,12 +273,12 @@ class SharedMemoryCompiler:
         self.compiles += len(pending)
 
 
-_FORKED_WORK: tuple[SharedMemoryCompiler, Any, list[RecordedLaunch]] | None = None
+_FORKED_WORK: tuple[SharedMemoryCompiler, list[tuple]] | None = None
 
 
 def _compile_forked(index: int) -> int:
-    compiler, jit, launches = _FORKED_WORK
-    return compiler._compile(jit, launches[index])
+    compiler, pending = _FORKED_WORK
+    return compiler._compile(pending[index])
 
 
 def verify(
@@ -308,20 +304,19 @@ def verify(
     outcome = tilecap.install(kernel.module, origin="verify", device=target,
                               vllm_version=kernel.vllm_version, log=False)
     patched = capture_attention_launches(kernel, shapes) if outcome["action"] != "refused" else unpatched
-    compiler = SharedMemoryCompiler(capability)
-    jit = kernel.module.kernel_unified_attention
-    compiler.precompile(jit, [*unpatched, *patched], jobs or os.cpu_count() or 1)
+    compiler = SharedMemoryCompiler(capability, kernel.module.kernel_unified_attention)
+    compiler.precompile([*unpatched, *patched], jobs or os.cpu_count() or 1)
     checks = []
     for before, after in zip(unpatched, patched, strict=True):
         shape: AttentionShape = before["shape"]
         kw_before, kw_after = before["kwargs"], after["kwargs"]
-        bytes_after = compiler.shared_bytes(jit, after)
+        bytes_after = compiler.shared_bytes(after)
         checks.append(LaunchCheck(
             model=shape.model, layer=shape.layer, case=before["case"], head_size=shape.head_size,
             num_q_heads=shape.num_q_heads, num_kv_heads=shape.num_kv_heads,
             path="3d" if kw_after["IS_3D"] else "2d", block_m=kw_after["BLOCK_M"], block_q=kw_after["BLOCK_Q"],
             tile_size=kw_after["TILE_SIZE"], tile_size_unpatched=kw_before["TILE_SIZE"],
-            shared_bytes_unpatched=compiler.shared_bytes(jit, before), shared_bytes_patched=bytes_after,
+            shared_bytes_unpatched=compiler.shared_bytes(before), shared_bytes_patched=bytes_after,
             model_bytes=smem.attention_smem_bytes(kw_after["TILE_SIZE"], kw_after["BLOCK_M"], shape.head_size, 2,
                                                   capability),
             limit_bytes=limit, ok=bytes_after <= limit, role=shape.role, query_len=before["query_len"],

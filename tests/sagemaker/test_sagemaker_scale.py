@@ -21,7 +21,7 @@ from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.sagemaker import DeployConfig, delete_endpoint, deploy, invoke
 from gemma4_t4.sagemaker.config import auto_tensor_parallel
 from gemma4_t4.sagemaker.upload import MIN_PART_SIZE, scan_folder, upload_model_folder
-from gemma4_t4.studies.matrix import EndpointHandling, matrix_plan, run_configs, run_matrix
+from gemma4_t4.studies.matrix import EndpointHandling, configs_plan, matrix_configs, run_configs
 from gemma4_t4.venues.parts import endpoint_name
 
 REGION = "us-east-2"
@@ -179,7 +179,7 @@ MODELS = ["google/gemma-4-E2B-it", "google/gemma-4-E4B-it"]
 
 
 def test_matrix_plan_estimates_each_model():
-    plan = matrix_plan(MODELS, DeployConfig())
+    plan = configs_plan(matrix_configs(MODELS, DeployConfig()))
     assert [e.endpoint for e in plan.entries] == ["g4-matrix-gemma-4-e2b-it", "g4-matrix-gemma-4-e4b-it"]
     assert plan.entries[0].estimate_usd == pytest.approx(0.736 * 25 / 60, abs=1e-3)
     assert endpoint_name("g4", "x" * 100).__len__() <= 63
@@ -197,8 +197,8 @@ def test_matrix_deploys_measures_and_deletes_each_in_turn(local_aws, tmp_path): 
         local_aws.queue_chat_replies([f"reply from {endpoint.served_name}"])
         return invoke(endpoint.name, REGION, f"hello {endpoint.served_name}").text
 
-    result = run_matrix(
-        MODELS, DeployConfig(), SPECS, budget=5.0, out_dir=tmp_path, measure=measure,
+    result = run_configs(
+        matrix_configs(MODELS, DeployConfig()), SPECS, budget=5.0, out_dir=tmp_path, measure=measure,
         how=EndpointHandling(poll_s=0, progress=False),
     )  # fmt: skip
     assert [e.status for e in result.entries] == ["measured", "measured"]
@@ -221,8 +221,9 @@ def _recording_client(operations: list[str]):
 
 def test_matrix_budget_stops_before_and_during(local_aws, tmp_path):  # noqa: F811
     operations: list[str] = []
-    none = run_matrix(
-        MODELS, DeployConfig(), SPECS, budget=0.05, out_dir=tmp_path, measure=lambda endpoint, entry_dir: None,
+    none = run_configs(
+        matrix_configs(MODELS, DeployConfig()), SPECS, budget=0.05, out_dir=tmp_path,
+        measure=lambda endpoint, entry_dir: None,
         how=EndpointHandling(client=_recording_client(operations), progress=False),
     )  # fmt: skip
     assert [e.status for e in none.entries] == ["skipped: budget", "skipped: budget"]
@@ -239,8 +240,8 @@ def test_matrix_budget_stops_before_and_during(local_aws, tmp_path):  # noqa: F8
             time.sleep(0.05)
         return "finished"
 
-    result = run_matrix(
-        MODELS, DeployConfig(), SPECS, budget=0.5, out_dir=tmp_path, measure=measure,
+    result = run_configs(
+        matrix_configs(MODELS, DeployConfig()), SPECS, budget=0.5, out_dir=tmp_path, measure=measure,
         how=EndpointHandling(poll_s=0, watch_s=0.05, progress=False),
     )  # fmt: skip
     assert result.entries[0].status == "stopped: budget" and "endpoint vanished" in result.entries[0].error
@@ -368,8 +369,8 @@ def test_a_matrix_interrupted_while_measuring_notes_the_endpoint_it_deleted(loca
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt) as info:
-        run_matrix(
-            MODELS[:1], DeployConfig(), SPECS, budget=5.0, out_dir=tmp_path, measure=measure,
+        run_configs(
+            matrix_configs(MODELS[:1], DeployConfig()), SPECS, budget=5.0, out_dir=tmp_path, measure=measure,
             how=EndpointHandling(poll_s=0, progress=False),
         )  # fmt: skip
     name = "g4-matrix-gemma-4-e2b-it"

@@ -160,14 +160,13 @@ def test_matrix_measures_through_the_benchmark_adapter(
     """The matrix run end to end offline: moto deploys, the benchmark measures sagemaker://REGION/ENDPOINT
     through the stand-in (real tokens from the tiny model), and the endpoint is deleted."""
     from gemma4_t4.bench.specs import DecodeSpec
-    from gemma4_t4.studies.matrix import EndpointHandling, run_matrix
+    from gemma4_t4.studies.matrix import EndpointHandling, matrix_configs, run_configs
 
     with RuntimeStandIn(vllm_server.base_url, control_plane_url=local_aws.endpoint_url) as standin:
         monkeypatch.setenv("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME", standin.url)
         monkeypatch.setenv("GEMMA4_T4_CACHE_DIR", str(tmp_path / "cache"))  # ownership records
-        result = run_matrix(
-            ["tiny-gemma4"],
-            DeployConfig(),
+        result = run_configs(
+            matrix_configs(["tiny-gemma4"], DeployConfig()),
             {"decode": DecodeSpec(concurrency=[1], input_len=32, output_len=8, num_prompts=2, warmup=1)},
             budget=1.0,
             out_dir=tmp_path,
