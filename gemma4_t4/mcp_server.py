@@ -126,9 +126,6 @@ CREATES = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempote
 DESTRUCTIVE = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True,
                               open_world_hint=True)
 
-# the package's one masking rule, shared with serve, bench and SageMaker: secret-named environment values of 3
-# characters and more (a stray ``1`` is not masked, a 4-character token is)
-_scrub = secrets.mask
 log = logging.getLogger("gemma4_t4.mcp")
 
 
@@ -154,9 +151,9 @@ def _adapter(fn: ToolFunction, interruptible: bool = False) -> ToolFunction:
         except Exception as exc:  # the boundary: no tool answers a bare "Error executing tool"
             if debug_enabled():
                 log.error("tool %s failed", fn.__name__, exc_info=exc)
-            raise ToolError(_scrub(tool_error_text(exc), secrets.known_values())) from None
+            raise ToolError(secrets.mask(tool_error_text(exc), secrets.known_values())) from None
         plain = to_jsonable(result)
-        scrubbed = _scrub(plain, secrets.known_values())
+        scrubbed = secrets.mask(plain, secrets.known_values())
         if scrubbed != plain:
             return TypeAdapter(return_type).validate_python(scrubbed)
         return result
@@ -244,7 +241,7 @@ def _settle_watches() -> None:
             gone = rollback(watcher.sm, watcher.result.created, watcher.result.created_at)
         except Exception as exc:  # noqa: BLE001 - said in the log, with the command that finishes the job
             log.error("exiting: could not delete endpoint %s in %s (%s): %s; run gemma4-t4 sagemaker delete %s "
-                      "--region %s --yes", name, region, status, _scrub(str(exc), secrets.known_values()), name,
+                      "--region %s --yes", name, region, status, secrets.mask(str(exc), secrets.known_values()), name,
                       region)
             continue
         watcher.result.rolled_back = gone

@@ -137,8 +137,8 @@ BUGS: tuple[Bug, ...] = (
     Bug(
         "A 6-character secret (HF_TOKEN=abc123) is masked in MCP answers",
         "gemma4_t4/mcp_server.py",
-        "_scrub = secrets.mask",
-        "_scrub = lambda value, found: secrets.mask(value, [v for v in found if len(v) > 6])",
+        "scrubbed = secrets.mask(plain, secrets.known_values())",
+        "scrubbed = secrets.mask(plain, [v for v in secrets.known_values() if len(v) > 6])",
         (
             "tests/foundation/test_secrets_rule.py::test_a_six_character_token_is_masked_in_an_mcp_answer",
             "tests/foundation/test_secrets_rule.py::test_a_four_character_secret_is_masked_in_an_mcp_answer_as_everywhere_else",
@@ -224,7 +224,7 @@ BUGS: tuple[Bug, ...] = (
     Bug(
         "An MCP tool's error text is scrubbed of the environment's secrets too, not only its answers",
         "gemma4_t4/mcp_server.py",
-        "raise ToolError(_scrub(tool_error_text(exc), secrets.known_values())) from None",
+        "raise ToolError(secrets.mask(tool_error_text(exc), secrets.known_values())) from None",
         "raise ToolError(tool_error_text(exc)) from None",
         ("tests/mcp/test_reliability_mcp.py::test_errors_are_scrubbed_of_secrets",),
     ),

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gemma4_t4 import __version__
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.cache import cache_root
 from gemma4_t4.foundation.jsonable import JSONObject, TypedDict
@@ -527,7 +528,7 @@ def build_record(result: BuildResult) -> BuildRecord:
     """What build-image records next to the image: enough to deploy it pinned by digest."""
     return BuildRecord(image_uri=result.image_uri, pinned_uri=result.pinned_uri, digest=result.digest,
                        tag=result.tag, region=result.region, status=result.status, build_id=result.build_id,
-                       package_version=images.package_version(),
+                       package_version=__version__,
                        recorded_at=dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
 
 

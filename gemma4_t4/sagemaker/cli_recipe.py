@@ -21,8 +21,7 @@ class ApiCall:
 
     service: str
     operation: str
-    # boto3's request parameters: JSON, and bytes for a blob (a zip, a request body)
-    params: dict[str, JSONValue | bytes] = field(default_factory=dict)
+    params: dict[str, JSONValue] = field(default_factory=dict)  # boto3's request parameters
     region: str | None = None
     note: str | None = None  # printed as a comment above the command
 
@@ -37,8 +36,6 @@ class ApiCall:
                 parts.append(flag if value else "--no-" + flag[2:])
             elif isinstance(value, (dict, list)):
                 parts += [flag, shlex.quote(json.dumps(value, separators=(",", ":")))]
-            elif isinstance(value, bytes):
-                parts += [flag, shlex.quote(value.decode())]
             else:
                 parts += [flag, shlex.quote(str(value))]
         command = " ".join(parts)

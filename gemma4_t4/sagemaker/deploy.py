@@ -42,8 +42,8 @@ from gemma4_t4.sagemaker.quotas import quota_name, region_quotas
 
 # Capacity-type failures: worth trying another region. Anything else (a bad model, OOM) would
 # fail the same way everywhere.
-CAPACITY_MARKERS = ("InsufficientInstanceCapacity", "ResourceLimitExceeded", "insufficient capacity",
-                    "capacity", "quota")
+# Matched case-blind as substrings: "capacity" covers InsufficientInstanceCapacity and "insufficient capacity".
+CAPACITY_MARKERS = ("ResourceLimitExceeded", "capacity", "quota")
 
 
 @dataclass
@@ -57,7 +57,7 @@ class TimelineEvent:
 class DeployResult(Displayable):
     name: str
     region: str
-    status: str  # InService | Creating (wait=False) | Failed | TimedOut | Error | DryRun
+    status: str  # InService | Creating (wait=False) | Failed | TimedOut | Error
     success: bool
     elapsed_s: float = 0.0
     created: list[str] = field(default_factory=list)  # "model:NAME", ...
@@ -263,7 +263,7 @@ def register_autoscaling(config: DeployConfig, aas: Any, result: DeployResult, e
 
 
 def deploy(config: DeployConfig, *, client: Any = None, session: Any = None, wait: bool = True,
-           timeout_s: float | None = None, poll_s: float = 15.0, progress: bool = True, dry_run: bool = False,
+           timeout_s: float | None = None, poll_s: float = 15.0, progress: bool = True,
            on_event: Callable[[TimelineEvent], None] | None = None,
            sleep: Sleep = time.sleep,
            monotonic: Clock = time.monotonic, ecr_client: Any = None,
@@ -273,14 +273,10 @@ def deploy(config: DeployConfig, *, client: Any = None, session: Any = None, wai
     A T4 without ``image_uri`` gets the newest fixed image in the region's ECR (refused when none);
     ``timeout_s`` defaults to the container startup timeout plus 15 minutes for placement. Raises
     :class:`DeployFailed` (after rolling back); validation errors come before any AWS call."""
-    if not dry_run:
-        config.check_role()
+    config.check_role()
     cost = deploy_cost(config)
-    result = DeployResult(config.name, config.region, "DryRun" if dry_run else "Error", False,
-                          usd_per_hour=cost.usd_per_hour, cost_line=cost.line())
-    if dry_run:
-        result.plan = deployment_plan(config)
-        return result
+    result = DeployResult(config.name, config.region, "Error", False, usd_per_hour=cost.usd_per_hour,
+                          cost_line=cost.line())
     event = _Timeline(result, monotonic, on_event)
 
     make = client_factory(session)

@@ -356,16 +356,12 @@ FIXED_TAG_MARK = "-g4t4-"  # <base DLC tag>-g4t4-<package version>: the only tag
 ACCOUNT_PLACEHOLDER = "<ACCOUNT>"  # dry runs name the account they cannot look up
 
 
-def package_version() -> str:
-    return __version__
-
-
-def fixed_image_tag(base_tag: str = DEFAULT_VLLM_TAG, version: str | None = None) -> str:
+def fixed_image_tag(base_tag: str = DEFAULT_VLLM_TAG) -> str:
     """The ECR tag of the fixed image: base DLC tag + package version (ECR allows [A-Za-z0-9_.-])."""
     if parse_tag(base_tag) is None:
         raise Gemma4T4Error(f"base tag {base_tag!r} is not a pinned vLLM SageMaker tag",
                             fix=f"use a tag like {DEFAULT_VLLM_TAG} (gemma4-t4 sagemaker image --latest)")
-    safe_version = re.sub(r"[^A-Za-z0-9_.-]", "_", version or package_version())
+    safe_version = re.sub(r"[^A-Za-z0-9_.-]", "_", __version__)
     return f"{base_tag}{FIXED_TAG_MARK}{safe_version}"
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.jsonable import JSONObject
+from gemma4_t4.sagemaker.aws import client_factory
 from gemma4_t4.sagemaker.config import ROLE_ENV
 from gemma4_t4.sagemaker.image import T4_IMAGE_REPOSITORY, fixed_image_tag, t4_image_uri
 from gemma4_t4.standins.quota_fake import FakeServiceQuotas
@@ -122,10 +123,7 @@ class LocalAWS:
         have written into moto's ECR. Returns the image URI."""
         region = region or self.region
         tag = tag or fixed_image_tag()
-        import boto3
-
-        ecr = boto3.client("ecr", region_name=region, endpoint_url=self.endpoint_url,
-                           aws_access_key_id="testing", aws_secret_access_key="testing")
+        ecr = client_factory()("ecr", region)  # moto's, through the environment start() set
         try:
             ecr.create_repository(repositoryName=T4_IMAGE_REPOSITORY)
         except ecr.exceptions.RepositoryAlreadyExistsException:

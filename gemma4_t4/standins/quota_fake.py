@@ -28,13 +28,8 @@ class _Handler(StandInHandler):
         with fake.lock:
             fake.requests.append({"region": region, "target": target})
         quotas = fake.quota_list(region) if request.get("ServiceCode") == "sagemaker" else []
-        if target == "ListServiceQuotas":
-            start = int(request.get("NextToken") or 0)
-            size = int(request.get("MaxResults") or 100)
-            page: JSONObject = {"Quotas": quotas[start : start + size]}
-            if start + size < len(quotas):
-                page["NextToken"] = str(start + size)
-            self.send_json(200, page, _JSON)
+        if target == "ListServiceQuotas":  # one page: a region holds a handful of quotas, far below its 100
+            self.send_json(200, {"Quotas": quotas}, _JSON)
         else:
             self.send_json(400, {"__type": "UnknownOperationException", "message": target}, _JSON)
 

@@ -44,6 +44,7 @@ from gemma4_t4.sagemaker.deploy import (
     wait_in_service,
     with_fixed_image,
 )
+from gemma4_t4.sagemaker.deploy import run_deploy as deploy_flow  # run_deploy below is this file's helper
 from gemma4_t4.sagemaker.image import DEFAULT_VLLM_TAG, fixed_image_tag
 
 ROLE = "arn:aws:iam::123456789012:role/sm-exec"
@@ -1117,10 +1118,9 @@ def test_a_dry_run_calls_nothing_needs_no_role_and_returns_the_plan(monkeypatch)
             raise AssertionError(f"AWS was called ({name})")
 
     config = DeployConfig(name=NAME)
-    result = deploy(config, client=Exploding(), ecr_client=Exploding(), dry_run=True, progress=False)
-    assert (result.status, result.success) == ("DryRun", False)
-    assert result.plan == deployment_plan(config)
-    assert result.usd_per_hour == pytest.approx(0.736) and "$0.736/hour" in result.cost_line
+    run = deploy_flow(config, act=False, client=Exploding(), ecr_client=Exploding(), progress=False)
+    assert (run.result, run.plan) == (None, deployment_plan(config))
+    assert "$0.736/hour" in run.cost
     with pytest.raises(Gemma4T4Error, match="no SageMaker execution role"):
         deploy(config, client=Exploding(), ecr_client=Exploding(), progress=False)
 
