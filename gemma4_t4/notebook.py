@@ -135,11 +135,9 @@ def runtime_check(target: str, allowed: Sequence[str] = TARGETS, show: bool = Tr
     return info
 
 
-def model_choices(sizes: Sequence[str], formats: Sequence[str], gpu: str | None,
+def model_choices(sizes: Sequence[str], formats: Sequence[str], gpu: str,
                   context_len: int = GPU_CONTEXT) -> tuple[list[str], list[str]]:
-    """(sizes whose every format fits one ``gpu``, reasons for the others); without a GPU all are kept."""
-    if gpu is None:
-        return list(sizes), []
+    """(sizes whose every format fits one ``gpu``, reasons for the others)."""
     kept, left_out = [], []
     for size in sizes:
         misfits = [r for r in (fit(size, f, gpu, context_len) for f in formats) if not r.fits]

@@ -93,8 +93,7 @@ def _quotas(args: argparse.Namespace) -> Output:
     regions = _regions(args.regions)
     types = args.instance_types.split(",")
     if args.dry_run:
-        plan = [c.cli() for c in quota_plan(types, regions)]
-        return _dry_run(plan)
+        return _dry_run([c.cli() for c in quota_plan(types, regions)])
     report = check_quotas(types, regions)
     picks, why = pick_regions(report, types)
     lines = [f"-> {t}: deploy in {r}" if r else f"-> {t}: {why[t]}" for t, r in picks.items()]
@@ -238,8 +237,7 @@ def _with_model_dir(config, args: argparse.Namespace):
 def _list(args: argparse.Namespace) -> Output:
     regions = _regions(args.regions)
     if args.dry_run:
-        plan = [ApiCall("sagemaker", "list_endpoints", {}, r).cli() for r in regions]
-        return _dry_run(plan)
+        return _dry_run([ApiCall("sagemaker", "list_endpoints", {}, r).cli() for r in regions])
     endpoints = list_endpoints(regions, project_only=not args.all)
     text = (
         "\n".join(
@@ -253,8 +251,7 @@ def _list(args: argparse.Namespace) -> Output:
 def _status(args: argparse.Namespace) -> Output:
     region = default_region(args.region)
     if args.dry_run:
-        plan = [ApiCall("sagemaker", "describe_endpoint", {"EndpointName": args.name}, region).cli()]
-        return _dry_run(plan)
+        return _dry_run([ApiCall("sagemaker", "describe_endpoint", {"EndpointName": args.name}, region).cli()])
     status = endpoint_status(args.name, region)
     return Output(status, str(status), 0 if status.exists else 1)
 
@@ -262,10 +259,8 @@ def _status(args: argparse.Namespace) -> Output:
 def _logs(args: argparse.Namespace) -> Output:
     region = default_region(args.region)
     if args.dry_run:
-        plan = [ApiCall("logs", "tail", {"LogGroupName": log_group(args.name), "Since": "1h"}, region)
-                .cli()
-                .replace("--log-group-name ", "")]
-        return _dry_run(plan)
+        call = ApiCall("logs", "tail", {"LogGroupName": log_group(args.name), "Since": "1h"}, region)
+        return _dry_run([call.cli().replace("--log-group-name ", "")])
     result = endpoint_logs(args.name, region, lines=args.lines)
     if not result.found:
         return Output(result, f"{result.log_group}: {result.explanation}", 1)
@@ -275,8 +270,7 @@ def _logs(args: argparse.Namespace) -> Output:
 def _invoke(args: argparse.Namespace) -> Output:
     region = default_region(args.region)
     if args.dry_run:
-        plan = [invoke_plan(args.name, region, chat_payload(args.prompt, max_tokens=args.max_tokens)).cli()]
-        return _dry_run(plan)
+        return _dry_run([invoke_plan(args.name, region, chat_payload(args.prompt, max_tokens=args.max_tokens)).cli()])
     if args.stream:
         result = invoke_stream(args.name, region, args.prompt, max_tokens=args.max_tokens,
                                on_text=None if args.json else lambda t: print(t, end="", flush=True))

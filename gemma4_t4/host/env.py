@@ -105,9 +105,7 @@ class EnvReport(BaseModel):
         return self
 
     def to_dict(self) -> JSONObject:  # the doctor's --json output
-        data: JSONObject = to_jsonable(self)
-        data["gpu_choice"] = to_jsonable(self.facts.gpu_choice)
-        return data
+        return to_jsonable(self) | {"gpu_choice": to_jsonable(self.facts.gpu_choice)}
 
 
 
@@ -451,7 +449,7 @@ def _judge_packages(facts: Facts, pair: PairStatus) -> list[Problem]:
     untested = setup_plan.untested_vllm(facts)  # in the words the Turing fix and the start gate refuse it with
     if untested is not None and facts.gpus and facts.turing_fix_needed():
         plan, error = host_plan(facts)
-        add(Problem("error", "vllm-untested", untested, setup_plan.setup_line(plan) if plan is not None and plan.needed
+        add(Problem("error", "vllm-untested", untested, setup_plan.setup_line(plan) if plan is not None
                     else (error.fix if error is not None and error.fix else "gemma4-t4 setup")))
     t = facts.transformers_version
     if t and _v(t) < _v(TRANSFORMERS_FIRST_GEMMA4):

@@ -424,12 +424,9 @@ def _without_torch_index(step: PipStep, route: InstallRoute, python: str, runner
     """``step``'s command with PyTorch's index only where torch needs it, as the Makefile does: a blanket
     ``--extra-index-url`` is retried by pip for every package, for minutes where that index is slow or
     unreachable. A cheap dry-run asks whether pip's configured sources have the torch build; if not,
-    torch alone is installed from PyTorch's index first (its dependencies are mirrored there)."""
-    index = ["--extra-index-url", route.torch_index]
+    torch alone is installed from PyTorch's index first (its dependencies are mirrored there). Every
+    install step of a route names that index (:func:`gemma4_t4.host.setup_plan.route_steps`)."""
     torch = f"torch=={route.torch_build}"
-    pairs = list(zip(step.command, step.command[1:], strict=False))
-    if tuple(index) not in pairs:
-        return step.command
     probe = None if torch not in step.command else runner(  # a step without torch (--no-deps vllm) needs no index
         pip_command(python, "install", "--dry-run", "--no-deps", "--ignore-installed", "--quiet", torch))
     if probe is not None and probe.returncode != 0:
@@ -437,8 +434,8 @@ def _without_torch_index(step: PipStep, route: InstallRoute, python: str, runner
             done = runner(pip_command(python, "install", "--quiet", torch, "--index-url", route.torch_index))
         if done.returncode != 0:
             raise _RouteFailed.pip(done, route.torch_index, torch)
-    at = pairs.index(tuple(index))
-    return step.command[:at] + step.command[at + 2:]
+    at = step.command.index(route.torch_index)  # the value of its --extra-index-url
+    return step.command[:at - 1] + step.command[at + 1:]
 
 
 def _run_route(steps: Sequence[PipStep], plan: SetupPlan, route: InstallRoute, runner: Runner, checker: Runner,

@@ -219,11 +219,10 @@ def driver_major(driver: str | None) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def gpu_too_old(gpu: GPUInfo, capability: str | None = None,
-                gpus: Sequence[GPUInfo] = ()) -> Gemma4T4Error | None:
-    """The one refusal of a GPU below sm_75 (``capability``: torch's reading where it has one, else
-    nvidia-smi's), naming a listed GPU that can serve; None when the GPU is new enough or unknown."""
-    cap = parse_capability(capability or gpu.compute_capability)
+def gpu_too_old(gpu: GPUInfo, capability: str | None, gpus: Sequence[GPUInfo]) -> Gemma4T4Error | None:
+    """The one refusal of a GPU below sm_75 (``capability``: the host facts' reading of it, torch's where it
+    has one, else nvidia-smi's), naming a listed GPU that can serve; None when the GPU is new enough or unknown."""
+    cap = parse_capability(capability)
     if cap is None or cap >= MIN_CAPABILITY:
         return None
     able = [g for g in gpus if (parse_capability(g.compute_capability) or (0, 0)) >= MIN_CAPABILITY]

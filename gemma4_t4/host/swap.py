@@ -35,16 +35,13 @@ CAP_SYS_ADMIN = 21
 SWAP_SIGNATURES = (b"SWAPSPACE2", b"SWAP-SPACE")
 
 
-def parse_size(size: str | int) -> int:
-    """'16G', '512M', '16GiB' or bytes → bytes (binary units, as fallocate -l reads them)."""
-    if isinstance(size, int):
-        value = size
-    else:
-        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", size, flags=re.IGNORECASE)
-        if not match:
-            raise Gemma4T4Error(f"cannot read swap size {size!r}", fix="write it like 16G or 8192M")
-        scale = {"": 1, "K": 1024, "M": MIB, "G": GIB, "T": 1024 * GIB}[match.group(2).upper()]
-        value = int(float(match.group(1)) * scale)
+def parse_size(size: str) -> int:
+    """'16G', '512M', '16GiB' or a byte count → bytes (binary units, as fallocate -l reads them)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", size, flags=re.IGNORECASE)
+    if not match:
+        raise Gemma4T4Error(f"cannot read swap size {size!r}", fix="write it like 16G or 8192M")
+    scale = {"": 1, "K": 1024, "M": MIB, "G": GIB, "T": 1024 * GIB}[match.group(2).upper()]
+    value = int(float(match.group(1)) * scale)
     if value < 64 * MIB:
         raise Gemma4T4Error(f"swap size {size!r} is too small", fix="use at least 64M (16G for Gemma 4 E2B)")
     return value
@@ -221,7 +218,7 @@ def _not_permitted(text: str) -> bool:
     return "not permitted" in text.lower() or "permission denied" in text.lower()
 
 
-def create_swap(size: str | int = DEFAULT_SWAP_SIZE, path: str = DEFAULT_SWAP_PATH, persist: bool = False,
+def create_swap(size: str = DEFAULT_SWAP_SIZE, path: str = DEFAULT_SWAP_PATH, persist: bool = False,
                 dry_run: bool = False, runner: Runner = subprocess_runner, env: SwapEnvironment | None = None,
                 proc_swaps: Path = Path("/proc/swaps"), fstab: Path = Path("/etc/fstab"),
                 disk_free: Callable[[Path], int] | None = None) -> SwapResult:
