@@ -2,18 +2,18 @@
 
 What is measured is a workload class (:mod:`gemma4_t4.bench.specs`); ``gemma4-t4 bench run``'s flags
 are generated from these fields and the workload classes' (``--input-len`` for ``input_len``; another
-spelling, or no flag at all, sits on the field: ``json_schema_extra=cli(...)``). Light (pydantic
+spelling, or no flag at all, sits on the field: ``json_schema_extra=CliFlag(...)``). Light (pydantic
 only): the CLI reads it at start-up.
 """
 
 from __future__ import annotations
 
-from typing import Literal, TypedDict, Unpack
+from typing import Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
-from pydantic.fields import FieldInfo
 
 from gemma4_t4.bench.schemas import RawJSON
+from gemma4_t4.foundation.launch_record import declared
 
 # decode's methods on the command line: --method series is the series_decode workload
 METHODS = ("vllm", "series")
@@ -30,20 +30,9 @@ class CliFlag(TypedDict, total=False):
     option: bool  # False: the program sets it (not a user option, no flag)
 
 
-def cli(**meta: Unpack[CliFlag]) -> CliFlag:
-    """A field's command-line metadata (``Field(..., json_schema_extra=cli(flag="--rate"))``)."""
-    return meta
-
-
-def cli_flag(field_name: str, info: FieldInfo | None = None) -> CliFlag:
-    """The command-line metadata of ``field_name`` (a run option, or ``info``: a workload's field);
-    empty where the generated flag is enough."""
-    extra = (info or BenchOptions.model_fields[field_name]).json_schema_extra
-    return CliFlag(**extra) if isinstance(extra, dict) else CliFlag()  # type: ignore[typeddict-item]
-
-
 def is_user_option(field_name: str) -> bool:
-    return cli_flag(field_name).get("option", True)
+    """False for a run option the program sets (``CliFlag(option=False)``): it has no flag."""
+    return declared(BenchOptions.model_fields[field_name]).get("option", True)
 
 
 class BenchOptions(BaseModel):
@@ -54,12 +43,12 @@ class BenchOptions(BaseModel):
 
     base_url: str = Field(
         description="http(s)://HOST:PORT of an OpenAI-compatible server, or sagemaker://REGION/ENDPOINT",
-        json_schema_extra=cli(metavar="URL"),
+        json_schema_extra=CliFlag(metavar="URL"),
     )
-    model: str = Field(description="served model name", json_schema_extra=cli(metavar="NAME"))
+    model: str = Field(description="served model name", json_schema_extra=CliFlag(metavar="NAME"))
     out_dir: str = Field(
         description="results directory: new or empty; a folder holding anything needs --overwrite, which replaces only a bench run's files",
-        json_schema_extra=cli(flag="--out", metavar="DIR"),
+        json_schema_extra=CliFlag(flag="--out", metavar="DIR"),
     )
     api: Literal["completions", "chat"] | None = Field(
         None, description="endpoint: completions (default) or chat (the answers workload's default)"
@@ -71,12 +60,12 @@ class BenchOptions(BaseModel):
         None,
         description=f"bearer key of the server (bench run: else ${API_KEY_ENV}, kept out of the process list); "
         "never stored, and masked in every error a server sends back",
-        json_schema_extra=cli(metavar="KEY"),
+        json_schema_extra=CliFlag(metavar="KEY"),
     )
     tokenizer: str | None = Field(
         None,
         description="local tokenizer path, where the server has no /tokenize (a SageMaker endpoint)",
-        json_schema_extra=cli(metavar="PATH"),
+        json_schema_extra=CliFlag(metavar="PATH"),
     )
     label: str | None = Field(None, description="a name for plots and comparisons")
     gpu: str | None = Field(None, description="GPU key for roofline and cost, e.g. t4, l4")
@@ -87,21 +76,21 @@ class BenchOptions(BaseModel):
     price_keys: list[str] | None = Field(
         None,
         description="price key from gemma4_t4.catalog.hardware.PRICES (repeatable)",
-        json_schema_extra=cli(flag="--price", metavar="KEY"),
+        json_schema_extra=CliFlag(flag="--price", metavar="KEY"),
     )
     server_launch: RawJSON | None = Field(
         None,
         description="the server's launch record (free-form; set by whoever launched it)",
-        json_schema_extra=cli(option=False),
+        json_schema_extra=CliFlag(option=False),
     )
     request_timeout_s: float | None = Field(
         600.0,
         description="a request not finished after S seconds fails as 'timeout'",
-        json_schema_extra=cli(flag="--request-timeout", metavar="S"),
+        json_schema_extra=CliFlag(flag="--request-timeout", metavar="S"),
     )
     sample_metrics: bool = Field(True, description="sample the server's /metrics during each cell")
     progress: bool = Field(
-        True, description="progress bars (the CLI: off with --json)", json_schema_extra=cli(option=False)
+        True, description="progress bars (the CLI: off with --json)", json_schema_extra=CliFlag(option=False)
     )
     overwrite: bool = Field(False, description="replace the bench run already in the results directory (never a folder of other files)")
     stop_on_unreachable: bool = Field(

@@ -17,8 +17,9 @@ import json
 import re
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
 from urllib.parse import urlsplit
 
 from gemma4_t4.bench import telemetry
@@ -31,6 +32,7 @@ from gemma4_t4.bench.client import (
     send_request,
 )
 from gemma4_t4.bench.prompts import HFTokenizer, ServerTokenizer, Tokenizer
+from gemma4_t4.bench.registry import MAX_STREAMS
 from gemma4_t4.bench.schemas import RequestRecord, ServerInfo
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.launch_record import LaunchRecord
@@ -42,20 +44,6 @@ RETRYABLE = frozenset({
     "InternalDependencyException",
 })
 RETRYABLE_MODEL_STATUS = frozenset({429, 503})
-
-
-class Backend(Protocol):
-    kind: str
-    url: str
-
-    def check(self, model: str | None) -> ServerInfo: ...
-    def scrape(self) -> telemetry.MetricsSnapshot | None: ...
-    def sampler(self) -> telemetry.MetricsSampler | None: ...
-    def tokenizer(self, model: str, local: str | None) -> Tokenizer: ...
-    def environment(self, model: str, launch: LaunchRecord | None) -> telemetry.EnvironmentRecord: ...
-    def sender(
-        self, model: str, concurrency: int, keep_text: bool
-    ) -> contextlib.AbstractAsyncContextManager[Callable[[RequestSpec], Any]]: ...
 
 
 def parse_base_url(url: str) -> tuple[str, str, str]:
@@ -93,12 +81,10 @@ def parse_base_url(url: str) -> tuple[str, str, str]:
     return "http", url.rstrip("/"), ""
 
 
-def backend_for(
-    url: str, api_key: str | None = None, request_timeout_s: float | None = None, client: Any = None
-) -> Backend:
+def backend_for(url: str, api_key: str | None = None, request_timeout_s: float | None = None) -> Backend:
     kind, a, b = parse_base_url(url)
     if kind == "sagemaker":
-        return SageMakerBackend(a, b, request_timeout_s=request_timeout_s, client=client)
+        return SageMakerBackend(a, b, request_timeout_s=request_timeout_s)
     return OpenAIHTTPBackend(a, api_key=api_key, request_timeout_s=request_timeout_s)
 
 
@@ -122,7 +108,13 @@ class OpenAIHTTPBackend:
         return HFTokenizer(local) if local else ServerTokenizer(self.url, model, self.api_key)
 
     def environment(self, model: str, launch: LaunchRecord | None) -> telemetry.EnvironmentRecord:
-        return telemetry.capture_environment(self.url, model, self.api_key, launch)
+        """Client host, server version and config, GPUs: stored in every result."""
+        snap = self.scrape()
+        server: telemetry.ServerFacts = {
+            "base_url": self.url, "model": model, "version": telemetry.server_version(self.url, self.api_key),
+            "cache_config": telemetry.cache_config(snap), "launch": launch,
+        }
+        return telemetry.environment_record(server, telemetry.gpu_inventory())
 
     def sampler(self) -> telemetry.MetricsSampler:
         return telemetry.MetricsSampler(self.url, self.api_key)
@@ -150,30 +142,27 @@ class SageMakerBackend:
     region: str
     endpoint: str
     request_timeout_s: float | None = None
-    client: Any = None
     retries: int = 3
     backoff_s: float = 0.5
     stream: bool = True  # set False once the endpoint says it cannot stream
     kind: str = "sagemaker"
-    _pool_size: int = field(default=10, repr=False)
 
     @property
     def url(self) -> str:
         return f"{SAGEMAKER_SCHEME}{self.region}/{self.endpoint}"
 
-    def _runtime(self, pool: int = 10) -> Any:
-        if self.client is None or pool > self._pool_size:
-            import boto3
-            from botocore.config import Config
+    @cached_property
+    def _runtime(self) -> Any:
+        import boto3
+        from botocore.config import Config
 
-            # our loop owns retries (and records them); boto3 only signs and sends
-            config = Config(
-                region_name=self.region, max_pool_connections=max(10, pool), connect_timeout=10,
-                read_timeout=self.request_timeout_s or 600, retries={"total_max_attempts": 1},
-            )
-            self.client = boto3.client("sagemaker-runtime", config=config)
-            self._pool_size = max(10, pool)
-        return self.client
+        # our loop owns retries (and records them); boto3 only signs and sends. The pool holds as
+        # many connections as a run may have in flight; urllib3 opens them only as they are needed.
+        config = Config(
+            region_name=self.region, max_pool_connections=MAX_STREAMS, connect_timeout=10,
+            read_timeout=self.request_timeout_s or 600, retries={"total_max_attempts": 1},
+        )
+        return boto3.client("sagemaker-runtime", config=config)
 
     def check(self, model: str | None) -> ServerInfo:
         """One tiny non-streamed completion: the endpoint exists, answers, and serves ``model``."""
@@ -219,8 +208,8 @@ class SageMakerBackend:
     async def sender(
         self, model: str, concurrency: int, keep_text: bool
     ) -> AsyncIterator[Callable[[RequestSpec], Any]]:
-        # boto3 is blocking: one thread per request in flight, a connection pool as large
-        self._runtime(concurrency)
+        # boto3 is blocking: one thread per request in flight, sharing one client made here first
+        self._runtime  # noqa: B018
         pool = concurrent.futures.ThreadPoolExecutor(max(1, concurrency), thread_name_prefix="sagemaker")
         loop = asyncio.get_running_loop()
         try:
@@ -254,7 +243,7 @@ class SageMakerBackend:
 
         clock = time.perf_counter
 
-        client = self._runtime()
+        client = self._runtime
         body = json.dumps(spec.payload(model, stream=stream))
         record = new_record(spec, clock())
         parser = StreamParser(record, spec.api == "chat")
@@ -366,3 +355,7 @@ def _botocore_class(exc: Exception) -> str:
 
 def _snake(name: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name.removesuffix("Exception")).lower()
+
+
+# where requests go (``backend_for`` chooses by the URL): both take the same calls
+Backend = OpenAIHTTPBackend | SageMakerBackend

@@ -232,11 +232,11 @@ async def send_request(
     spec: RequestSpec,
     api_key: str | None = None,
     keep_text: bool = False,
-    clock: Callable[[], float] = time.perf_counter,
     timeout_s: float | None = None,
 ) -> RequestRecord:
     """Stream one request over HTTP and record its timings. Never raises for server or network faults.
     ``timeout_s`` bounds the whole request (a server that accepts but never answers fails it)."""
+    clock = time.perf_counter
     url = base_url.rstrip("/") + ENDPOINTS[spec.api]
     headers = {"Content-Type": "application/json"}
     if api_key:
@@ -280,17 +280,11 @@ async def closed_loop(
     send: Send, specs: Sequence[RequestSpec], concurrency: int, on_record: OnRecord = None
 ) -> list[RequestRecord]:
     """Keep ``concurrency`` requests in flight until ``specs`` are done (closed loop), on any backend."""
-    queue: asyncio.Queue[tuple[int, RequestSpec]] = asyncio.Queue()
-    for item in enumerate(specs):
-        queue.put_nowait(item)
+    pending = enumerate(specs)  # shared by the workers: each takes the next spec when it is free
     results: list[RequestRecord | None] = [None] * len(specs)
 
     async def worker() -> None:
-        while True:
-            try:
-                index, spec = queue.get_nowait()
-            except asyncio.QueueEmpty:
-                return
+        for index, spec in pending:
             record = await send(spec)
             results[index] = record
             if on_record:
@@ -306,12 +300,12 @@ async def open_loop(
     offsets: Sequence[float],
     max_in_flight: int,
     on_record: OnRecord = None,
-    clock: Callable[[], float] = time.perf_counter,
 ) -> list[RequestRecord]:
     """Send ``specs[i]`` at start + ``offsets[i]`` whether or not earlier ones have finished (open
     loop: the load does not slow down when the server does). At most ``max_in_flight`` run at once;
     a request that finds the cap full waits (its record's ``send_s`` - ``scheduled_s`` says how long)."""
     gate = asyncio.Semaphore(max(1, max_in_flight))
+    clock = time.perf_counter
     start = clock()
     results: list[RequestRecord | None] = [None] * len(specs)
 

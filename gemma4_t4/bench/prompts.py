@@ -15,7 +15,6 @@ import secrets
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from typing import Protocol
 
 from gemma4_t4.bench.schemas import RawJSON
 from gemma4_t4.errors import Gemma4T4Error
@@ -38,30 +37,24 @@ WORDS = [
 ]  # fmt: skip
 
 
-class Tokenizer(Protocol):
-    def count(self, text: str, chat: bool = False) -> int: ...
-    def encode(self, text: str) -> list[int]: ...
-    def decode(self, ids: list[int]) -> str: ...
-
-
 class ServerTokenizer:
     """The served model's tokenizer through vLLM's ``/tokenize`` and ``/detokenize``."""
 
-    def __init__(self, base_url: str, model: str, api_key: str | None = None, timeout: float = 30.0):
+    def __init__(self, base_url: str, model: str, api_key: str | None = None):
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.api_key = api_key
-        self.timeout = timeout
         self.source = "server /tokenize"
 
-    def _post(self, path: str, body: RawJSON) -> RawJSON:
-        request = urllib.request.Request(
-            self.base_url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-        )
+    def _post(self, path: str, **fields: object) -> RawJSON:
+        """POST ``fields`` for the served model to ``path``."""
+        body = json.dumps({"model": self.model, **fields}).encode()
+        headers = {"Content-Type": "application/json"}
+        request = urllib.request.Request(self.base_url + path, data=body, headers=headers)
         if self.api_key:
             request.add_header("Authorization", f"Bearer {self.api_key}")
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+            with urllib.request.urlopen(request, timeout=30.0) as response:
                 return json.loads(response.read())
         except urllib.error.HTTPError as exc:
             raise Gemma4T4Error(
@@ -76,24 +69,15 @@ class ServerTokenizer:
 
     def count(self, text: str, chat: bool = False) -> int:
         if chat:
-            body = {
-                "model": self.model,
-                "messages": [{"role": "user", "content": text}],
-                "add_generation_prompt": True,
-            }
-        else:
-            body = {"model": self.model, "prompt": text}
-        return int(self._post("/tokenize", body)["count"])
+            messages = [{"role": "user", "content": text}]
+            return int(self._post("/tokenize", messages=messages, add_generation_prompt=True)["count"])
+        return int(self._post("/tokenize", prompt=text)["count"])
 
     def encode(self, text: str) -> list[int]:
-        return list(
-            self._post("/tokenize", {"model": self.model, "prompt": text, "add_special_tokens": False})[
-                "tokens"
-            ]
-        )
+        return list(self._post("/tokenize", prompt=text, add_special_tokens=False)["tokens"])
 
     def decode(self, ids: list[int]) -> str:
-        return str(self._post("/detokenize", {"model": self.model, "tokens": ids})["prompt"])
+        return str(self._post("/detokenize", tokens=ids)["prompt"])
 
 
 class HFTokenizer:
@@ -126,12 +110,14 @@ class HFTokenizer:
         return self.tokenizer.decode(ids)
 
 
+# the served model's tokenizer: both count, encode and decode alike
+Tokenizer = ServerTokenizer | HFTokenizer
+
+
 @dataclass
 class Prompt:
     text: str
-    tokens: int  # measured with the tokenizer (template included on chat)
-    target: int
-    tag: str
+    tokens: int  # measured with the tokenizer (template included on chat): the record keeps it
 
 
 class PromptFactory:
@@ -144,9 +130,10 @@ class PromptFactory:
         self.nonce = nonce or secrets.token_hex(4)
         self.chat = chat
 
-    def _words(self, key: str, approx_tokens: int) -> str:
+    def _words(self, key: str, tokens: int) -> str:
+        """Seeded words, twice ``tokens`` of them: more than a prompt of ``tokens`` is cut from."""
         rng = random.Random(f"{self.seed}:{key}")
-        return " ".join(rng.choice(WORDS) for _ in range(max(8, approx_tokens)))
+        return " ".join(rng.choice(WORDS) for _ in range(max(8, 2 * tokens)))
 
     def header(self, tag: str, index: int) -> str:
         return f"[{self.nonce} {tag} {index}]"
@@ -159,7 +146,7 @@ class PromptFactory:
         body_ids = tok.encode(body)
         base = tok.count(lead, chat=chat)
         cut = max(0, target - base)
-        best: tuple[int, str, int] | None = None
+        best: Prompt | None = None
         seen: set[int] = set()
         for _ in range(12):
             if cut > len(body_ids):
@@ -170,10 +157,10 @@ class PromptFactory:
             seen.add(cut)
             text = lead + tok.decode(body_ids[:cut])
             n = tok.count(text, chat=chat)
-            if best is None or abs(n - target) < abs(best[0] - target):
-                best = (n, text, cut)
+            if best is None or abs(n - target) < abs(best.tokens - target):
+                best = Prompt(text, n)
             if n == target:
-                return Prompt(text, n, target, "")
+                return best
             step = target - n
             nxt = cut + step
             if nxt in seen:  # oscillating: walk one token at a time
@@ -182,17 +169,13 @@ class PromptFactory:
                     break
             cut = max(0, nxt)
         assert best is not None
-        return Prompt(best[1], best[0], target, "")  # closest reachable; the record keeps both
+        return best  # closest reachable; the record keeps its length and the target
 
     def unique(self, tag: str, count: int, length: int) -> list[Prompt]:
         """``count`` prompts of ``length`` tokens, no two sharing a first KV block."""
-        prompts = []
-        for i in range(count):
-            lead = self.header(tag, i) + " "
-            prompt = self.fit(lead, self._words(f"{tag}:{i}", length * 2), length)
-            prompt.tag = tag
-            prompts.append(prompt)
-        return prompts
+        return [
+            self.fit(self.header(tag, i) + " ", self._words(f"{tag}:{i}", length), length) for i in range(count)
+        ]
 
     def shared_prefix(
         self, tag: str, groups: int, per_group: int, prefix_len: int, length: int
@@ -208,13 +191,11 @@ class PromptFactory:
         for g in range(groups):
             # the prefix is raw text; the template wraps the whole prompt later
             prefix = self.fit(
-                self.header(f"{tag}-g", g) + " ", self._words(f"{tag}:g{g}", prefix_len * 2), prefix_len, chat=False
+                self.header(f"{tag}-g", g) + " ", self._words(f"{tag}:g{g}", prefix_len), prefix_len, chat=False
             )
             group = []
             for i in range(per_group):
                 lead = prefix.text + " " + self.header(f"{tag}-g{g}", i) + " "
-                prompt = self.fit(lead, self._words(f"{tag}:g{g}:{i}", length * 2), length)
-                prompt.tag = f"{tag}-g{g}"
-                group.append(prompt)
+                group.append(self.fit(lead, self._words(f"{tag}:g{g}:{i}", length), length))
             out.append(group)
         return out

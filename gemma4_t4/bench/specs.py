@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated, ClassVar, Protocol
 
 from pydantic import Field, field_validator, model_validator
 
-from gemma4_t4.bench.args import cli
+from gemma4_t4.bench.args import CliFlag
 from gemma4_t4.bench.cells import Cell, RunOptions, request_specs, warm_count
 from gemma4_t4.bench.client import RequestSpec
 from gemma4_t4.bench.metrics import series_decode
@@ -110,7 +110,7 @@ class OpenLoopSpec(Arrivals, PromptLen, WorkloadSpec):
         min_length=1, max_length=MAX_RATES,
         description=f"decode: open-loop cells at these offered requests/s instead, e.g. 0.5,1,2 "
         f"({MIN_RATE:g} to {MAX_RATE:g})",
-        json_schema_extra=cli(flag="--rate", metavar="REQ_PER_S"),
+        json_schema_extra=CliFlag(flag="--rate", metavar="REQ_PER_S"),
     )
 
     def expected_s(self) -> float:
@@ -165,7 +165,7 @@ class SweepSpec(Arrivals, PromptLen, WorkloadSpec):
         ge=1,
         le=MAX_RATES,
         description="decode: measure one-at-a-time and all-at-once, then N open-loop rates in between",
-        json_schema_extra=cli(metavar="N"),
+        json_schema_extra=CliFlag(metavar="N"),
     )
 
     def cells(self, run: RunOptions, factory: PromptFactory | None) -> list[Cell]:
@@ -197,7 +197,7 @@ class SeriesDecodeSpec(PromptLen, WorkloadSpec):
     series_lens: list[Annotated[int, Field(ge=1, le=MAX_TOKENS)]] | None = Field(
         None,
         description="series decode: the short and long output tokens (default 16,512)",
-        json_schema_extra=cli(metavar="SHORT,LONG"),
+        json_schema_extra=CliFlag(metavar="SHORT,LONG"),
     )
 
     @field_validator("series_lens")

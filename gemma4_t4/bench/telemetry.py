@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import platform
 import re
-import shutil
 import sys
 import threading
 import time
@@ -36,7 +35,6 @@ _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 class MetricsSnapshot:
     """Summed counters/gauges by metric name, plus the info labels, at one instant."""
 
-    at_s: float
     values: dict[str, float]
     info: dict[str, dict[str, str]] = field(default_factory=dict)
     # per label value of the few labelled series a result breaks down (SPEC_PER_POS by "position")
@@ -53,7 +51,7 @@ SPEC_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 _BROKEN_DOWN = {SPEC_PER_POS: "position"}
 
 
-def snapshot_from_text(text: str, at_s: float | None = None) -> MetricsSnapshot:
+def snapshot_from_text(text: str) -> MetricsSnapshot:
     values: dict[str, float] = {}
     info: dict[str, dict[str, str]] = {}
     by_label: dict[str, dict[str, float]] = {}
@@ -74,7 +72,7 @@ def snapshot_from_text(text: str, at_s: float | None = None) -> MetricsSnapshot:
         if label and label in labels:
             series = by_label.setdefault(name, {})
             series[labels[label]] = series.get(labels[label], 0.0) + value
-    return MetricsSnapshot(time.time() if at_s is None else at_s, values, info, by_label)
+    return MetricsSnapshot(values, info, by_label)
 
 
 def scrape(base_url: str, api_key: str | None = None, timeout: float = 10.0) -> MetricsSnapshot | None:
@@ -250,23 +248,11 @@ def environment_record(server: ServerFacts, gpus: list[GPURecord]) -> Environmen
             "gpus": gpus}
 
 
-def capture_environment(
-    base_url: str, model: str, api_key: str | None = None, server_launch: LaunchRecord | None = None
-) -> EnvironmentRecord:
-    """Client host, server version and config, GPUs: stored in every result."""
-    snap = scrape(base_url, api_key)
-    server: ServerFacts = {"base_url": base_url, "model": model, "version": server_version(base_url, api_key),
-                           "cache_config": cache_config(snap), "launch": server_launch}
-    return environment_record(server, gpu_inventory())
-
-
-SMI_SAMPLE_QUERY = (
-    "clocks.sm", "power.draw", "clocks_throttle_reasons.active", "memory.used", "utilization.gpu",
-    "temperature.gpu",
-)
-SMI_SAMPLE_KEYS = (
-    "sm_clock_mhz", "power_w", "throttle_reasons", "memory_used_mib", "gpu_util_pct", "temperature_c",
-)
+# a GPU sample's keys, and the nvidia-smi field each is read from
+SMI_SAMPLE = {
+    "sm_clock_mhz": "clocks.sm", "power_w": "power.draw", "throttle_reasons": "clocks_throttle_reasons.active",
+    "memory_used_mib": "memory.used", "gpu_util_pct": "utilization.gpu", "temperature_c": "temperature.gpu",
+}
 
 
 def _smi_output(cmd: list[str]) -> str | None:
@@ -278,13 +264,13 @@ GPUSample = dict[str, float]  # t, sm_clock_mhz, power_w, throttle_reasons (bit 
 
 
 def parse_smi_sample(line: str) -> GPUSample | None:
-    """One ``nvidia-smi --query-gpu=<SMI_SAMPLE_QUERY> --format=csv,noheader,nounits`` line -> a sample
-    shaped like an NVML one (``[N/A]`` fields become 0; throttle reasons are a hex mask)."""
-    rows = smi.parse_smi_csv(line, SMI_SAMPLE_QUERY)
+    """One ``nvidia-smi --query-gpu=<SMI_SAMPLE's fields> --format=csv,noheader,nounits`` line -> a
+    sample shaped like an NVML one (``[N/A]`` fields become 0; throttle reasons are a hex mask)."""
+    rows = smi.parse_smi_csv(line, tuple(SMI_SAMPLE.values()))
     if not rows:
         return None
     sample: GPUSample = {"t": time.time()}
-    for key, field_name in zip(SMI_SAMPLE_KEYS, SMI_SAMPLE_QUERY, strict=True):
+    for key, field_name in SMI_SAMPLE.items():
         raw = rows[0][field_name] or ""
         try:
             sample[key] = int(raw, 16) if key == "throttle_reasons" else float(raw)
@@ -321,25 +307,20 @@ class GPUSampler(_Poller):
     through NVML when ``pynvml`` (nvidia-ml-py) is importable, else by polling ``nvidia-smi``.
     Does nothing without a GPU; ``source`` says which ("nvml", "nvidia-smi" or None)."""
 
-    def __init__(
-        self, interval_s: float = 0.5, index: int = 0, smi: Any = _smi_output, use_nvml: bool = True
-    ):
+    def __init__(self, interval_s: float = 0.5, smi: Any = _smi_output, use_nvml: bool = True):
         super().__init__(interval_s)
-        self.index = index
         self._smi = smi
         self.source: str | None = None
-        self._nvml = None
         if use_nvml:
             try:
                 import pynvml  # nvidia-ml-py
 
                 pynvml.nvmlInit()
-                self._handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+                self._handle = pynvml.nvmlDeviceGetHandleByIndex(0)
                 self._nvml, self.source = pynvml, "nvml"
             except Exception:  # noqa: BLE001 - no driver, no GPU, no package: fall back to nvidia-smi
-                self._nvml = None
-        has_smi = smi is not _smi_output or shutil.which("nvidia-smi")
-        if self.source is None and has_smi and self._smi_sample():
+                pass
+        if self.source is None and self._smi_sample():  # (no nvidia-smi: no sample)
             self.source = "nvidia-smi"
 
     @property
@@ -347,7 +328,7 @@ class GPUSampler(_Poller):
         return self.source is not None
 
     def _smi_sample(self) -> GPUSample | None:
-        out = self._smi(smi.smi_query(SMI_SAMPLE_QUERY, index=self.index))
+        out = self._smi(smi.smi_query(tuple(SMI_SAMPLE.values()), index=0))
         return parse_smi_sample(out.strip().splitlines()[0]) if out and out.strip() else None
 
     def _sample(self) -> GPUSample | None:

@@ -333,6 +333,10 @@ def _summarize_cell(
     args: BenchArgs, cell: Cell, measured: list[RequestRecord], before: Any, after: Any, load: ServerLoad,
     gpu: GPUTelemetry | None, started: float, partial: bool,
 ) -> CellSummary:
+    prefix_cache = telemetry.prefix_cache_delta(before, after)
+    prefix_cache.prefix_caching_enabled = telemetry.cache_config(after).get("enable_prefix_caching")
+    input_lens = [r.prompt_tokens for r in measured if r.prompt_tokens is not None]
+    answers = _answers(measured) if cell.workload == "answers" else None
     summary = CellSummary(
         cell=cell.cell, workload=cell.workload, variant=cell.variant, api=args.api,
         concurrency=None if cell.rate else cell.concurrency, input_len=cell.input_len,
@@ -342,25 +346,13 @@ def _summarize_cell(
         queueing=None if cell.rate or args.max_num_seqs is None else cell.concurrency > args.max_num_seqs,
         partial=partial,
         started_at=started, **aggregate(measured).model_dump(),
+        open_loop=open_loop_stats(measured, cell.rate, cell.arrival, cell.concurrency) if cell.rate else None,
+        prefix_cache=prefix_cache, spec_decode=telemetry.spec_decode_delta(before, after), server_load=load,
+        queueing_observed=True if load.max_waiting else None, gpu_telemetry=gpu or None, meta=dict(cell.meta),
+        input_len_exact=all(n == cell.input_len for n in input_lens) if input_lens and cell.input_len else None,
+        answers=answers, correct=None if answers is None else sum(1 for a in answers if a.correct),
     )
-    if cell.rate:
-        summary.open_loop = open_loop_stats(measured, cell.rate, cell.arrival, cell.concurrency)
-    summary.prefix_cache = telemetry.prefix_cache_delta(before, after)
-    summary.prefix_cache.prefix_caching_enabled = telemetry.cache_config(after).get("enable_prefix_caching")
-    summary.spec_decode = telemetry.spec_decode_delta(before, after)
-    summary.server_load = load
-    if load.max_waiting:
-        summary.queueing_observed = True
-    summary.gpu_telemetry = gpu or None
-    summary.meta = dict(cell.meta)
-    input_lens = [r.prompt_tokens for r in measured if r.prompt_tokens is not None]
-    if input_lens and cell.input_len is not None:
-        summary.input_len_exact = all(n == cell.input_len for n in input_lens)
-    if cell.workload == "answers":
-        summary.answers = _answers(measured)
-        summary.correct = sum(1 for a in summary.answers if a.correct)
-    open_loop = cell.rate is not None
-    summary.derived = derive_cell(summary, args.gpu, args.bytes_per_token, args.price_keys, open_loop)
+    summary.derived = derive_cell(summary, args.gpu, args.bytes_per_token, args.price_keys, cell.rate is not None)
     return summary
 
 

@@ -8,7 +8,7 @@ import pytest
 from fakes.fake_openai_server import FakeScript, FakeServer, FakeServerState
 
 from gemma4_t4.bench import BenchArgs, run_benchmark
-from gemma4_t4.bench.args import METHODS, BenchOptions, cli_flag, is_user_option
+from gemma4_t4.bench.args import METHODS, BenchOptions, is_user_option
 from gemma4_t4.bench.compare import compare_suites, published_decode
 from gemma4_t4.bench.metrics import series_decode
 from gemma4_t4.bench.registry import REGISTRY
@@ -18,6 +18,7 @@ from gemma4_t4.cli import build_parser
 from gemma4_t4.cli import main as cli_main
 from gemma4_t4.cli.bench import bench_args, workload_fields
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.foundation.launch_record import declared
 from gemma4_t4.serving.server_state import free_port
 
 
@@ -94,7 +95,7 @@ CHOOSERS = {"workload", "method"}  # which workload runs (decode's modes: --meth
 def flag_name(field_name, info):
     """The flag a field should have: its own spelling (``--out`` for ``out_dir``), else ``--input-len`` for
     ``input_len``; a ``True`` default is turned off with ``--no-NAME``."""
-    meta = cli_flag(field_name, info)
+    meta = declared(info)
     if "flag" in meta:
         return meta["flag"]
     dashed = field_name.replace("_", "-")

@@ -49,14 +49,14 @@ class _Factory:
 
     def unique(self, tag: str, count: int, length: int) -> list[Prompt]:
         self.asked.append(("unique", tag, count, length))
-        return [Prompt(f"{tag} #{i}", length, length, tag) for i in range(count)]
+        return [Prompt(f"{tag} #{i}", length) for i in range(count)]
 
     def shared_prefix(
         self, tag: str, groups: int, per_group: int, prefix_len: int, length: int
     ) -> list[list[Prompt]]:
         self.asked.append(("shared", tag, groups, per_group, prefix_len, length))
         return [
-            [Prompt(f"{tag} g{g} #{i}", length, length, tag) for i in range(per_group)] for g in range(groups)
+            [Prompt(f"{tag} g{g} #{i}", length) for i in range(per_group)] for g in range(groups)
         ]
 
 
