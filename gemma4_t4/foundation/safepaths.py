@@ -266,10 +266,9 @@ def make_partial(target: str | os.PathLike) -> Path:
 def _owner(folder: Path) -> dict | None:
     """The owner record of a partial build, or None when it is missing or unreadable."""
     try:
-        owner = json.loads((folder / PARTIAL_OWNER).read_text())
-    except (OSError, ValueError):
+        return read_json_object(folder / PARTIAL_OWNER)
+    except (OSError, ValueError):  # missing, or not a JSON object (UnreadableJSON)
         return None
-    return owner if isinstance(owner, dict) else None
 
 
 def discard_partial(tmp: Path) -> None:
@@ -322,12 +321,9 @@ def clean_stale(target: str | os.PathLike, legacy_names: Iterable[str] = ()) -> 
     target = Path(target)
     legacy = tuple(legacy_names)
     done = Cleanup()
-    parent = target.parent
-    if not parent.is_dir():
-        return done
     try:
-        entries = sorted(parent.iterdir())
-    except OSError:
+        entries = sorted(target.parent.iterdir())
+    except OSError:  # no such folder (yet), or not a folder
         return done
     for entry in entries:
         if (

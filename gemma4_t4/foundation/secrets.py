@@ -46,23 +46,16 @@ def mask_argv(argv: Iterable[str]) -> list[str]:
     """A copy of a command line with the value of every secret option or ``NAME=VALUE`` word masked."""
     out: list[str] = []
     hide_next = False
-    for arg in argv:
-        arg = str(arg)
-        if hide_next:
+    for arg in map(str, argv):
+        name, equals, _ = arg.partition("=")
+        if hide_next:  # the value of `--secret-option VALUE`
             out.append(MASK)
             hide_next = False
-            continue
-        if arg.startswith("-") and "=" in arg:
-            name, _ = arg.split("=", 1)
-            out.append(f"{name}={MASK}" if is_secret_name(name) else arg)
-        elif arg.startswith("--") and is_secret_name(arg):
-            out.append(arg)
-            hide_next = True
-        elif ("=" in arg and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", arg.split("=", 1)[0])
-              and is_secret_name(arg.split("=", 1)[0])):
-            out.append(arg.split("=", 1)[0] + "=" + MASK)
+        elif equals and (arg.startswith("-") or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name)) and is_secret_name(name):
+            out.append(f"{name}={MASK}")
         else:
             out.append(arg)
+            hide_next = not equals and arg.startswith("--") and is_secret_name(arg)
     return out
 
 
@@ -72,11 +65,12 @@ def secret_values(argv: Iterable[str] = (), env: Mapping[str, str] | None = None
     values: list[str] = [v for v in extra if v]
     argv = [str(a) for a in argv]
     for i, arg in enumerate(argv):
+        name, equals, value = arg.partition("=")
         # `--name value` only: a `--name=value` word's value may end in KEY/TOKEN (`--x=my-key`)
-        if arg.startswith("--") and "=" not in arg and is_secret_name(arg) and i + 1 < len(argv):
+        if arg.startswith("--") and not equals and is_secret_name(arg) and i + 1 < len(argv):
             values.append(argv[i + 1])
-        elif "=" in arg and is_secret_name(arg.split("=", 1)[0]):
-            values.append(arg.split("=", 1)[1])
+        elif equals and is_secret_name(name):
+            values.append(value)
     for key, value in (env or {}).items():
         if is_secret_name(key) and value:
             values.append(str(value))
@@ -90,8 +84,8 @@ def known_values(extra: Iterable[str | None] = (), env: Mapping[str, str] | None
     return secret_values(env=os.environ if env is None else env, extra=extra)
 
 
-def mask_text(text: str, values: Iterable[str] = ()) -> str:
-    """``text`` with every known secret value and every recognisable token masked."""
+def mask_text(text: str, values: Iterable[str | None] = ()) -> str:
+    """``text`` with every known secret value (None: none given) and every recognisable token masked."""
     for value in sorted({v for v in values if v and len(v) >= _MIN_VALUE_LEN}, key=len, reverse=True):
         text = text.replace(value, MASK)
     for pattern in _TOKEN_PATTERNS:

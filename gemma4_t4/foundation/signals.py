@@ -58,7 +58,7 @@ def orderly_stop(*, redeliver: bool = True) -> Iterator[None]:
             signal.signal(sig, signal.SIG_IGN)
         raise Terminated(signum)
 
-    handler.raises_terminated = True  # type: ignore[attr-defined]  (what run_async looks for)
+    handler.raises_terminated = True  # type: ignore[attr-defined]  (what run_to_completion looks for)
 
     def resend_if_dropped(unraisable: Any) -> None:
         # A signal handled inside a callback (a weakref's, such as an import lock's, or a __del__) raises
@@ -115,22 +115,19 @@ def default_in_child() -> None:
 
 
 def run_to_completion(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    """:func:`run_async` of ``make()``, also from a notebook cell, where Jupyter's loop already runs: in a
-    worker thread then (where it is asyncio.run)."""
+    """``asyncio.run(make())`` in which a stop signal that :func:`orderly_stop` would turn into
+    :class:`Terminated` cancels the run instead, as asyncio does for Ctrl-C, and is raised once the
+    loop has unwound. Raised from the handler inside the loop, it would land in whichever task was
+    running (aiohttp's request writer, say): that task would keep it and asyncio would print "Task
+    exception was never retrieved" with a traceback. Outside the main thread this is asyncio.run; from a
+    notebook cell, where Jupyter's loop already runs, it runs in a worker thread."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return run_async(make())
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(lambda: run_async(make())).result()
-
-
-def run_async(main: Coroutine[Any, Any, T]) -> T:
-    """``asyncio.run(main)`` in which a stop signal that :func:`orderly_stop` would turn into
-    :class:`Terminated` cancels ``main`` instead, as asyncio does for Ctrl-C, and is raised once the
-    loop has unwound. Raised from the handler inside the loop, it would land in whichever task was
-    running (aiohttp's request writer, say): that task would keep it and asyncio would print "Task
-    exception was never retrieved" with a traceback. Outside the main thread this is asyncio.run."""
+        pass
+    else:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            return pool.submit(run_to_completion, make).result()
     caught: list[int] = []
     with asyncio.Runner() as runner:
         loop = runner.get_loop()
@@ -139,7 +136,7 @@ def run_async(main: Coroutine[Any, Any, T]) -> T:
         async def wrapped() -> T:
             nonlocal task
             task = asyncio.current_task()
-            return await main
+            return await make()
 
         def stop(signum: int) -> None:
             caught.append(signum)

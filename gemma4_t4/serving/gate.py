@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -102,10 +102,6 @@ class GateResult:
     forced: bool
     reasons: list[GateReason]
     facts: LaunchFacts
-
-    @property
-    def overridden(self) -> list[GateReason]:
-        return self.reasons if self.forced else []
 
     def override_warning(self) -> str:
         checks = ", ".join(sorted({r.check for r in self.reasons}))
@@ -355,30 +351,25 @@ def _hub_cache() -> Path:
 
 def probe_model(config: ServerConfig, host: env.Facts) -> ModelFound:
     """Weights size, load peak, GPU fit and disk for ``config.model`` on ``host``'s GPU."""
-    found = ModelFound()
-    model_path = Path(config.model)
+    where = Path(config.model)
     entry = catalog_entry(config.model)
-    if model_path.exists():
-        weights = local_weights_bytes(model_path)
-        found.weights_bytes, found.weights_on_disk, found.disk_path = weights, True, str(model_path)
+    notes, free = [], None
+    if where.exists():
+        weights, on_disk = local_weights_bytes(where), True
     else:
-        hub = _hub_cache()
+        where = _hub_cache()
         weights = _cached_weights(config.model)
-        on_disk = weights is not None
+        on_disk, free = weights is not None, env.free_bytes(str(where))
         if weights is None and entry is not None:
             weights = models.weights_estimate(*entry).checkpoint_bytes
         if weights is None:
-            found.notes.append(f"{config.model} is neither a local folder nor a Gemma 4 catalog hub id")
-        found.weights_bytes, found.weights_on_disk, found.disk_path = weights, on_disk, str(hub)
-        found.disk_free_bytes = env.free_bytes(str(hub))
+            notes.append(f"{config.model} is neither a local folder nor a Gemma 4 catalog hub id")
+    peak = weights + LOAD_OVERHEAD_BYTES if weights else None
     if entry is not None:
-        found.load_peak_bytes = int(models.load_ram(*entry).peak_ram_gib * GIB)
-    elif weights:
-        found.load_peak_bytes = weights + LOAD_OVERHEAD_BYTES
-    fit = _gpu_fit(config, entry, weights, host)
-    found.gpu_fit_ok, found.gpu_fit_detail, found.gpu_fit_fix = fit.gpu_fit_ok, fit.gpu_fit_detail, fit.gpu_fit_fix
-    found.notes += fit.notes
-    return found
+        peak = int(models.load_ram(*entry).peak_ram_gib * GIB)
+    fit = _gpu_fit(config, entry, weights, host)  # the GPU fit's findings, and the checkpoint's
+    return replace(fit, weights_bytes=weights, weights_on_disk=on_disk, disk_path=str(where), disk_free_bytes=free,
+                   load_peak_bytes=peak, notes=notes + fit.notes)
 
 
 @dataclass(frozen=True)

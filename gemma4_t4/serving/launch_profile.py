@@ -166,12 +166,7 @@ def prefill_choice(path: Path) -> PrefillChoice:
     return PrefillChoice(route_on=on, verdict_path=str(path), why=f"bench-prefill verdict: {why}")
 
 
-STALE_FIELDS: tuple[str, ...] = ("gpu", "vllm", "torch", "fix")
-
-
-def stale_fields(key: ProfileKey, other: ProfileKey) -> list[str]:
-    """What makes a profile of ``other`` stale on the host of ``key``: the fields in which they differ."""
-    return [name for name in STALE_FIELDS if getattr(other, name) != getattr(key, name)]
+STALE_FIELDS: tuple[str, ...] = ("gpu", "vllm", "torch", "fix")  # a profile differing in one is stale here
 
 
 class LaunchChoice(BaseModel):
@@ -202,10 +197,11 @@ def launch_choice(model: str, gpu_name: GpuNameProbe = nvidia_smi_gpu_name) -> L
         elif profiles:
             # the stored key closest to this host's: one of this GPU first, then the fewest other differences
             # (an ignored profile of this GPU is explained as such, never hidden behind another GPU's)
-            other = min((p.key for p in profiles), key=lambda o: (o.gpu != key.gpu, len(stale_fields(key, o))))
-            stale = ", ".join(
-                f"{name} {getattr(other, name)} (here {getattr(key, name)})" for name in stale_fields(key, other)
+            differing, other = min(
+                (([name for name in STALE_FIELDS if getattr(p.key, name) != getattr(key, name)], p.key) for p in profiles),
+                key=lambda found: ("gpu" in found[0], len(found[0])),
             )
+            stale = ", ".join(f"{name} {getattr(other, name)} (here {getattr(key, name)})" for name in differing)
             why = f"tune profile ignored, measured with another {stale}: {fallback}"
         else:
             why = f"no tune profile: {fallback}"

@@ -162,15 +162,12 @@ class VLLMServer(RecordedServer):
     def _reap_predecessor(self) -> None:
         """A dead server recorded on this port may have left EngineCore / Worker running: kill them
         (one that still serves is left alone: the port check then refuses the start)."""
-        path = self.state_path
-        if not path.exists() or (self.pid is not None and (read_json(path) or {}).get("pid") == self.pid):
-            return
         try:
-            old = VLLMServer.from_state(path)
-        except (Gemma4T4Error, KeyError, TypeError):
+            old = VLLMServer.from_state(self.state_path)
+        except (Gemma4T4Error, KeyError, TypeError):  # none recorded, or none readable
             return
         left = old.survivors()
-        if old._alive() or not left:
+        if (self.pid is not None and old.pid == self.pid) or old._alive() or not left:
             return
         if old.healthy():
             raise Gemma4T4Error(
@@ -402,7 +399,7 @@ class VLLMServer(RecordedServer):
         return candidates[0]
 
 
-def list_servers(work_dir: str | Path = DEFAULT_WORK_DIR) -> list[ServerStatus]:
+def list_servers(work_dir: str | Path) -> list[ServerStatus]:
     """Status of every server recorded under ``work_dir``; a state file that cannot be read is listed
     as ``unreadable``, named with its fix, and hides none of the others."""
     statuses = []
@@ -416,9 +413,7 @@ def list_servers(work_dir: str | Path = DEFAULT_WORK_DIR) -> list[ServerStatus]:
     return statuses
 
 
-def stop_server(
-    port: int | None = None, work_dir: str | Path = DEFAULT_WORK_DIR, grace: float = STOP_GRACE_S
-) -> ServerStatus:
+def stop_server(port: int | None, work_dir: str | Path, grace: float = STOP_GRACE_S) -> ServerStatus:
     """Stop the server recorded under ``work_dir`` (any process may call this), survivors included."""
     server = VLLMServer.attach(port, work_dir)
     server.stop(grace=grace)
@@ -442,7 +437,7 @@ def start_server(
     if gate:
         gate_check = check_cpu_start if config.target == "cpu" else check_start
         result = gate_check(config, force=force, probes=probes)
-        if result.overridden:
+        if result.forced:
             warnings.warn(result.override_warning(), stacklevel=2)
     server = VLLMServer(config)
     server.gate_result = result

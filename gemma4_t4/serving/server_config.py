@@ -267,6 +267,9 @@ def _check_extra_args(config: ServerConfig) -> None:
 
 def target_defaults(config: ServerConfig) -> dict[str, tuple[Any, str]]:
     """The default of each unset launch setting for ``config.target``, with the reason."""
+    drafter: dict[str, tuple[Any, str]] = {
+        "num_draft_tokens": speculative.untuned_num_draft_tokens(config.model, config.draft, config.draft_method)
+    }
     if config.target != "t4":
         return {
             "max_model_len": (CPU_CONTEXT, "cpu default"),
@@ -275,8 +278,7 @@ def target_defaults(config: ServerConfig) -> dict[str, tuple[Any, str]]:
             "gpu_memory_utilization": (T4_GPU_MEMORY_UTILIZATION, "unused on cpu"),
             "language_model_only": (False, "cpu default: the model as it is"),
             "draft": ("off", "cpu default: no drafter"),
-            "num_draft_tokens": speculative.untuned_num_draft_tokens(config.model, config.draft, config.draft_method),
-        }
+        } | drafter
     text_only = config.language_model_only if config.language_model_only is not None else True
     util = config.gpu_memory_utilization or T4_GPU_MEMORY_UTILIZATION
     seqs = config.max_num_seqs or T4_MAX_NUM_SEQS
@@ -287,9 +289,6 @@ def target_defaults(config: ServerConfig) -> dict[str, tuple[Any, str]]:
         from gemma4_t4.serving.launch_profile import launch_choice
 
         profile = launch_choice(config.model)
-    drafter: dict[str, tuple[Any, str]] = {
-        "num_draft_tokens": speculative.untuned_num_draft_tokens(config.model, config.draft, config.draft_method)
-    }
     if profile is not None:
         drafter["draft"] = (profile.draft, profile.reason)
         if profile.num_draft_tokens:

@@ -164,7 +164,7 @@ class RecordedServer:
         except FileNotFoundError:
             return ""
         tail = "\n".join(text.splitlines()[-lines:])
-        return secrets.mask_text(tail, self._secrets + ([self.config.api_key] if self.config.api_key else []))
+        return secrets.mask_text(tail, [*self._secrets, self.config.api_key])
 
     def _exit_info(self) -> ExitRecord:
         info = cast("ExitRecord | None", read_json(self.exit_path))

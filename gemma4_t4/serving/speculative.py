@@ -43,7 +43,6 @@ from gemma4_t4.foundation.launch_record import VLLMSettings
 
 DraftMethod = Literal["mtp", "draft_model"]
 DEFAULT_NUM_DRAFT_TOKENS = 3  # the series' T4 drafter run (1.35x at greedy, t4_speed_anchors.md)
-MAX_NUM_DRAFT_TOKENS = 16  # past this every draft step costs more than its expected acceptance buys
 ASSISTANT_MODEL_TYPES = ("gemma4_assistant", "gemma4_unified_assistant")
 TARGET_MODEL_TYPES = ("gemma4", "gemma4_text", "gemma4_unified")
 KEYWORDS = ("off", "auto", "self")
@@ -157,14 +156,11 @@ def _head_dims(text: dict[str, object], config_path: Path) -> dict[str, tuple[in
         if layer_type in dims:
             continue
         override = per_layer.get(str(index), {})
-        if layer_type == "full_attention":
-            size = _int(override.get("head_dim")) or _int(text.get("global_head_dim")) or head_dim
-            heads = (_int(override.get("num_key_value_heads")) or _int(text.get("num_global_key_value_heads"))
-                     or kv_heads)
-        else:
-            size = _int(override.get("head_dim")) or head_dim
-            heads = _int(override.get("num_key_value_heads")) or kv_heads
-        dims[str(layer_type)] = (size, heads)
+        full = layer_type == "full_attention"  # a full layer may have its own head size and KV heads
+        size = _int(override.get("head_dim")) or (full and _int(text.get("global_head_dim"))) or head_dim
+        heads = (_int(override.get("num_key_value_heads")) or (full and _int(text.get("num_global_key_value_heads")))
+                 or kv_heads)
+        dims[layer_type] = (size, heads)
     return dims
 
 

@@ -209,9 +209,6 @@ class Supervisor:
         self.api_create_time: float | None = None
         self.log_offset = 0  # read up to here for the death markers
         self.run_offset = 0  # where this run of vLLM began writing
-        # the watch over one run of vLLM: last /health check, error answers in a row, a death marker
-        # seen in the log, since when nothing answers at all
-        self.checked, self.failures, self.marker, self.silent_since = 0.0, 0, False, None
         self.last_write = 0.0
         self.owner_exited = False
 
@@ -335,8 +332,9 @@ class Supervisor:
             self.spawn()
         else:
             self.adopt_recorded()
-        code: int | None = None
         while True:
+            # the watch over one run of vLLM: last /health check, error answers in a row, a death marker
+            # seen in the log, since when nothing answers at all
             self.checked, self.failures, self.marker, self.silent_since = 0.0, 0, False, None
             while not self.terminated and self.watch_once():
                 time.sleep(POLL_S)

@@ -14,14 +14,13 @@ from typing import NotRequired
 
 from pydantic import BaseModel
 
-from gemma4_t4.bench.specs import TTFTSpec, run
+from gemma4_t4.bench.specs import ServedAt, TTFTSpec, run
 from gemma4_t4.foundation.figures import pyplot, save_figure
 from gemma4_t4.foundation.jsonable import TypedDict
 from gemma4_t4.foundation.table import Displayable
 from gemma4_t4.serving.server import VLLMServer
 from gemma4_t4.serving.server_config import ServerConfig
 from gemma4_t4.turing import prefill
-from gemma4_t4.venues.endpoint import served_endpoint
 
 ROUTE_LINE = re.compile(r"gemma4-t4 turing prefill: (?P<action>[\w-]+): (?P<reason>.*?) \[vLLM")
 MODES = (("route-off", "0"), ("route-on", "1"))
@@ -75,7 +74,7 @@ def ttft_route_on_off(
         cfg = config.replaced(extra_env={**config.extra_env, prefill.ENV_SWITCH: value})
         server = server_factory(cfg)
         with server:
-            served = served_endpoint(server.base_url, cfg.resolved_name())
+            served = ServedAt(server.base_url, cfg.resolved_name())
             result = run(served, spec, out / mode, label=f"TTFT, tensor-core prefill {mode}", progress=progress)
             log = Path(server.log_path)
             log_text = log.read_text(errors="replace") if log.exists() else ""

@@ -38,7 +38,7 @@ from gemma4_t4.turing.offline import (
 from gemma4_t4.turing.tilecap import arch_name
 
 # Draft lengths whose verification step is compiled: 1..6 covers the useful range (the launch's default
-# is 3) and 16 is speculative.MAX_NUM_DRAFT_TOKENS, the largest a launch accepts (not imported: the
+# is 3) and 16 is num_draft_tokens' limit (le=16 in launch_record), the largest a launch accepts (not imported: the
 # speculative module reaches the start gate, which imports this package). A step runs N+1 query tokens
 # per sequence, so vLLM takes the 2D path with TILE_SIZE_PREFILL and BLOCK_M from the query heads per KV head.
 VERIFY_DRAFT_TOKENS = (1, 2, 3, 4, 5, 6, 16)

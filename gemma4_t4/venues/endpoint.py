@@ -283,7 +283,7 @@ class Budget:
 
 # Endpoints of this process holding an ownership record (by its path): a second Endpoint of the same
 # name is refused while the first is live, so its failure or refusal can never drop the first's record.
-_HELD: weakref.WeakValueDictionary[str, Endpoint] = weakref.WeakValueDictionary()
+_HELD: weakref.WeakValueDictionary[Path, Endpoint] = weakref.WeakValueDictionary()
 
 
 class Endpoint:
@@ -376,7 +376,7 @@ class Endpoint:
                 self._budget.close(self)
             if self._record is not None:
                 self._record.unlink(missing_ok=True)
-                _HELD.pop(str(self._record), None)
+                _HELD.pop(self._record, None)
 
     def _stop_at_exit(self) -> None:
         # the interpreter is exiting: one line, never a traceback (the record stays for the next command)
@@ -406,7 +406,7 @@ class Endpoint:
         """Record this process as the owner, or refuse (raising, having changed nothing) when a live
         process or another live Endpoint of this one owns the name."""
         path = _record_path(self.venue, self.name, port)
-        other = _HELD.get(str(path))
+        other = _HELD.get(path)
         if other is not None and other is not self and not other.stopped:
             raise Gemma4T4Error(
                 f"{self.venue} endpoint {self.name!r} is owned by another Endpoint of this process ({other.url})",
@@ -424,10 +424,9 @@ class Endpoint:
             venue=self.venue, name=self.name, url=self.url, owner_pid=pid, owner_create_time=created,
             started_at=time.time(), region=region, work_dir=work_dir, port=port,
         )
-        path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, record.model_dump_json(indent=1))  # first: a refusal to write changes nothing
         self._record, self._owned = path, record
-        _HELD[str(path)] = self
+        _HELD[path] = self
         atexit.register(self._stop_at_exit)
 
     def _update_record(self, **update: object) -> None:
@@ -457,7 +456,7 @@ class Endpoint:
             "local", name, VLLMServer(config).base_url, name,  # (only its address: nothing is started here)
             tokenizer=tokenizer,  # None: the server's own /tokenize gives exact prompt lengths
             gpu=gpu.key if gpu else None,
-            usd_per_hour=0.0,  # what this package bills: nothing for a machine you already run
+            # usd_per_hour stays 0: what this package bills for a machine you already run is nothing
             max_num_seqs=config.max_num_seqs,
             api_key=config.api_key,
             exposes_metrics=True,
@@ -622,15 +621,3 @@ class _BudgetWatch(threading.Thread):
                 return
             time.sleep(self.every_s)
 
-
-def served_endpoint(
-    url: str, served_name: str, *, tokenizer: str | None = None, gpu: str | None = None,
-    api_key: str | None = None,
-) -> Endpoint:
-    """An endpoint someone else runs (``gemma4-t4 serve start``, another machine): measured, never
-    stopped by this process."""
-    local = url.startswith("http")
-    return Endpoint(
-        "local" if local else "sagemaker", served_name, url, served_name, tokenizer=tokenizer, gpu=gpu,
-        api_key=api_key, exposes_metrics=local,
-    )

@@ -92,7 +92,6 @@ def refuse_parameter(name: str, value: object, rule: Param) -> Gemma4T4Error:
 def accepted(name: str, value: object, rule: Param) -> bool:
     """Whether ``value`` passes ``rule`` (a workload value as its workload class reads it)."""
     text = str(value).strip().lower() if isinstance(value, str | os.PathLike) else None
-    number = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     if rule.kind == "choice":  # passed on as written (SCALE_DTYPE)
         return value in rule.choices
     if rule.kind in ("target", "size"):
@@ -113,7 +112,7 @@ def accepted(name: str, value: object, rule: Param) -> bool:
             DeployConfig(**{rule.field: value})
         except (Gemma4T4Error, TypeError, ValueError):
             return False
-        return rule.field != "ttl_hours" or number
+        return rule.field != "ttl_hours" or is_real_number(value)  # a number, not text pydantic would read as one
     try:
         read = notebook_params("cpu", **{name: value})[name]  # a given value is read alike on every venue
     except Gemma4T4Error:

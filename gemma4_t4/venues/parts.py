@@ -87,9 +87,9 @@ def refuse_unmeasured(runs: Sequence[BenchRun], speeds: Mapping[str, DecodeSpeed
         if set(speed.output_tok_s) != set(concurrency):
             raise Gemma4T4Error(f"{label} measured c={sorted(speed.output_tok_s)}, not the CONCURRENCY "
                                 f"{list(concurrency)} asked for", fix=FIX)
-        measured |= {f"{label} output tok/s at c={c}": v for c, v in speed.output_tok_s.items()}
-        measured |= {f"{label} E2EL ms at c={c}": v for c, v in speed.e2el_ms.items()}
-        measured |= {f"{label} per-stream tok/s at c={c}": v for c, v in (speed.per_stream or {}).items()}
+        for what, values in (("output tok/s", speed.output_tok_s), ("E2EL ms", speed.e2el_ms),
+                             ("per-stream tok/s", speed.per_stream or {})):
+            measured |= {f"{label} {what} at c={c}": v for c, v in values.items()}
     for name, value in measured.items():
         if not is_real_number(value):
             raise Gemma4T4Error(f"{name} is {value!r}: a measured figure must be a positive number", fix=FIX)

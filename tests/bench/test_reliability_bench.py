@@ -97,7 +97,7 @@ def test_a_stop_signal_while_another_task_runs_cancels_the_run_and_leaves_no_tas
     try:
         with signals.orderly_stop(redeliver=False):
             try:
-                signals.run_async(run())
+                signals.run_to_completion(run)
             finally:  # the run's own cleanup, still inside the block: a second signal is ignored there
                 during_cleanup = signal.getsignal(sig)
     except signals.Terminated as exc:
@@ -327,7 +327,7 @@ def test_results_are_models_and_a_newer_writers_fields_survive_in_model_extra(tm
     assert again["cells"][0]["joules_per_token"] == 0.25 and again["cells"][0]["ttft_ms"]["p999"] == 41.5
 
 
-def test_a_signal_handler_of_the_callers_own_is_left_to_run_inside_run_async():
+def test_a_signal_handler_of_the_callers_own_is_left_to_run_inside_run_to_completion():
     """Only orderly_stop's handler is taken over: a caller's own SIGHUP handler still runs, and the run goes on."""
     import asyncio
 
@@ -342,6 +342,6 @@ def test_a_signal_handler_of_the_callers_own_is_left_to_run_inside_run_async():
 
     previous = signal.signal(signal.SIGHUP, lambda signum, _frame: seen.append(signum))
     try:
-        assert signals.run_async(run()) == "done" and seen == [signal.SIGHUP]
+        assert signals.run_to_completion(run) == "done" and seen == [signal.SIGHUP]
     finally:
         signal.signal(signal.SIGHUP, previous)

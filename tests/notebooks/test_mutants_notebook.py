@@ -1193,21 +1193,6 @@ def test_a_stop_that_fails_at_exit_is_one_line_not_a_traceback(capsys):
     served.stop()  # the failed stops left it registered for the exit: stopped now, it is not tried again
 
 
-def test_an_endpoint_someone_else_runs_is_measured_never_owned():
-    local = endpoints.served_endpoint(
-        "http://10.0.0.2:8000", "gemma4", tokenizer="tok", gpu="t4", api_key="k"
-    )
-    assert (local.venue, local.name, local.url, local.served_name) == (
-        "local",
-        "gemma4",
-        "http://10.0.0.2:8000",
-        "gemma4",
-    )
-    assert local.tokenizer == "tok" and local.gpu == "t4" and local.api_key == "k" and local.exposes_metrics
-    remote = endpoints.served_endpoint("sagemaker://us-east-2/g4", "gemma4")
-    assert remote.venue == "sagemaker" and not remote.exposes_metrics and remote.tokenizer is None
-
-
 # ---------------------------------------------------------------- ownership records
 
 

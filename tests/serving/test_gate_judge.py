@@ -265,7 +265,7 @@ def test_force_overrides_loudly_and_records_what_it_overrode(tmp_path):
     probes = _probes(turing=lambda cc: TuringFound(active=False))
     config = ServerConfig(model="google/gemma-4-E2B-it-qat-w4a16-ct", target="t4")
     result = check_start(config, force=True, probes=probes)
-    assert result.forced and not result.ok and [r.check for r in result.overridden] == ["turing"]
+    assert result.forced and not result.ok and [r.check for r in result.reasons] == ["turing"]
     assert "START GATE OVERRIDDEN" in result.override_warning() and "[turing]" in result.override_warning()
     assert check_start(config, probes=_probes()).ok
 
@@ -491,7 +491,7 @@ def test_cpu_start_of_an_int4_model_is_refused_on_a_simulated_avx2_host(tmp_path
 
     assert check_cpu_start(config, probes=avx512).ok  # the AVX-512 build has the kernel
     forced = check_cpu_start(config, force=True, probes=probes)
-    assert forced.forced and forced.overridden[0].check == "cpu_int4"
+    assert forced.forced and forced.reasons[0].check == "cpu_int4"
 
 
 def test_cpu_gate_passes_bf16_models_and_unknown_facts(tmp_path):

@@ -19,14 +19,14 @@ from fakes.aws_fixtures import local_aws, local_aws_session  # noqa: F401
 from fakes.fake_openai_server import FakeScript, FakeServer, FakeServerState
 
 from gemma4_t4.bench.registry import spec_for
-from gemma4_t4.bench.specs import DecodeSpec, PrefixSpec, TTFTSpec, run
+from gemma4_t4.bench.specs import DecodeSpec, PrefixSpec, ServedAt, TTFTSpec, run
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.sagemaker.config import CONTAINER_MODEL_DIR, DeployConfig
 from gemma4_t4.serving.server import VLLMServer
 from gemma4_t4.serving.server_config import ServerConfig
 from gemma4_t4.serving.server_state import free_port, pid_alive
 from gemma4_t4.venues import endpoint as endpoints
-from gemma4_t4.venues.endpoint import Budget, Endpoint, OwnershipRecord, served_endpoint
+from gemma4_t4.venues.endpoint import Budget, Endpoint, OwnershipRecord
 
 REPO = Path(__file__).resolve().parents[2]
 REGION = "us-east-2"
@@ -68,7 +68,7 @@ def test_run_takes_a_spec_on_anything_served(tmp_path):
     """``run(served, spec, out)`` on an OpenAI-compatible server (the FAKE one): a typed run comes back."""
     fake = FakeServer(free_port(), FakeServerState(default=FakeScript(ttft_s=0.01, gap_s=0.001))).start()
     try:
-        served = served_endpoint(fake.base_url, "fake-model")
+        served = ServedAt(fake.base_url, "fake-model")
         result = run(served, DecodeSpec(concurrency=[1, 2], input_len=16, output_len=4, num_prompts=2, warmup=0),
                      tmp_path / "decode", label="fake", progress=False)
         assert result.status == "complete" and set(result.per_stream_by_concurrency()) == {1, 2}
