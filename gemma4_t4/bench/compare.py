@@ -10,7 +10,7 @@ from pathlib import Path
 from gemma4_t4.bench.answers import AnswerComparison, compare_answers
 from gemma4_t4.bench.derive import cost
 from gemma4_t4.bench.metrics import aggregate, buffered_delivery, median, ratio_ci, request_metrics
-from gemma4_t4.bench.published import SAGEMAKER_DECODE, Kind, PublishedSageMaker, measured_kind
+from gemma4_t4.bench.published import Kind, PublishedSageMaker, measured_kind, published_decode
 from gemma4_t4.bench.results import RECORDS_FILE, SUMMARY_FILE, BenchRun, load_run
 from gemma4_t4.bench.schemas import CellStats, CellSummary, SpecDecode
 from gemma4_t4.errors import Gemma4T4Error
@@ -137,8 +137,7 @@ def compare_runs(a: str | os.PathLike | BenchRun, b: str | os.PathLike | BenchRu
     if incomplete:  # what a stopped run got is no result: no ratios from it
         return RunComparison(str(run_a.dir), str(run_b.dir), [], not_measured=incomplete)
     by_b = {cell_key(c): c for c in run_b.cells}
-    matched, unmatched_a = [], []
-    missing: list[str] = []  # cells whose records are gone: nothing to compute a figure from
+    matched, unmatched_a, missing = [], [], []  # missing: cells whose records are gone, nothing to compute from
     for ca in run_a.cells:
         cb = by_b.pop(cell_key(ca), None)
         if cb is None:
@@ -291,12 +290,6 @@ class SuiteComparison(Displayable):
         return out + ([f"models on one side only: {self.unmatched_models}"] if self.unmatched_models else [])
 
 
-def _first_c1_cell(runs: list[BenchRun], workloads: tuple[str, ...]) -> tuple[BenchRun, str] | None:
-    """The first complete single-stream cell of these workloads: its run and name."""
-    return next(((run, c.cell) for run in runs for c in run.cells
-                 if c.workload in workloads and c.concurrency == 1 and c.completed), None)
-
-
 def _decode_samples(runs: list[BenchRun]) -> tuple[str | None, list[float], str | None]:
     """(method, per-request decode tok/s, why there are none). The series' method times whole
     requests, so it holds for a server that flushes its answers; per-stream speed does not."""
@@ -304,20 +297,22 @@ def _decode_samples(runs: list[BenchRun]) -> tuple[str | None, list[float], str 
         sd = run.run.series_decode
         if sd and sd.samples:
             return "series", sd.samples, None
-    found = _first_c1_cell(runs, ("decode",))
-    if found is None:
-        return None, [], None
-    run, cell = found
-    flushed = buffered_delivery(run.measured(cell))
-    if flushed:
-        return "per-stream c=1", [], f"{flushed.reason} ({run.dir}, cell {cell})"
-    return "per-stream c=1", _per_request(run, cell, "per_stream_tok_s"), None
+    for run in runs:
+        for c in run.cells:
+            if c.workload == "decode" and c.concurrency == 1 and c.completed:
+                flushed = buffered_delivery(run.measured(c.cell))
+                if flushed:
+                    return "per-stream c=1", [], f"{flushed.reason} ({run.dir}, cell {c.cell})"
+                return "per-stream c=1", _per_request(run, c.cell, "per_stream_tok_s"), None
+    return None, [], None
 
 
-def _ttft_ms(runs: list[BenchRun]) -> float | None:
-    """The median TTFT of the first single-stream decode or TTFT cell."""
-    found = _first_c1_cell(runs, ("decode", "ttft"))
-    return _median(_per_request(*found, "ttft_ms")) if found else None
+def _ttft_samples(runs: list[BenchRun]) -> list[float]:
+    for run in runs:
+        for c in run.cells:
+            if c.workload in ("decode", "ttft") and c.concurrency == 1 and c.completed:
+                return _per_request(run, c.cell, "ttft_ms")
+    return []
 
 
 def _prices(runs: list[BenchRun]) -> tuple[dict[str, float], str | None]:
@@ -338,19 +333,8 @@ def _prices(runs: list[BenchRun]) -> tuple[dict[str, float], str | None]:
     return cost(tok_s, list(best.derived.usd_per_million_output_tokens or {}), kind.gpu), None
 
 
-def published_decode(model: str, build: str | None = None) -> PublishedSageMaker | None:
-    """The series' SageMaker row for a served model name (case-insensitive match), labelled published."""
-    name = model.lower().replace("_", "-")
-    rows = [p for p in SAGEMAKER_DECODE if p.model.lower() in name and (build is None or p.build == build)]
-    return next((p for p in rows if p.t4_tok_s is not None), rows[0] if rows else None)
-
-
 def _median(values: list[float]) -> float | None:
     return median(values) if values else None
-
-
-def _kind(runs: list[BenchRun]) -> Kind | None:
-    return measured_kind(runs[0]) if runs else None
 
 
 def compare_suites(a: str | os.PathLike, b: str | os.PathLike) -> SuiteComparison:
@@ -361,8 +345,9 @@ def compare_suites(a: str | os.PathLike, b: str | os.PathLike) -> SuiteCompariso
     headlines = []
     for model in sorted(models_a & models_b):
         every_a, every_b = ([r for r in runs if (r.run.model or "?") == model] for runs in (runs_a, runs_b))
-        sides = (("A", every_a), ("B", every_b))
-        incomplete = [f"{side}: {r.not_measured}" for side, runs in sides for r in runs if r.not_measured]
+        incomplete = [
+            f"{side}: {r.not_measured}" for side, runs in (("A", every_a), ("B", every_b)) for r in runs if r.not_measured
+        ]
         # figures come from complete runs only; a stopped run is named, never averaged in
         ra, rb = ([r for r in runs if r.ok] for runs in (every_a, every_b))
         method_a, da, flush_a = _decode_samples(ra)
@@ -374,7 +359,7 @@ def compare_suites(a: str | os.PathLike, b: str | os.PathLike) -> SuiteCompariso
             next((r for r in runs if r.answers() or r.run.workload == "answers"), None) for runs in (every_a, every_b)
         )
         build = next(filter(None, (r.run.config.get("model_format") for r in ra + rb)), None)
-        ma, mb = _ttft_ms(ra), _ttft_ms(rb)
+        ma, mb = _median(_ttft_samples(ra)), _median(_ttft_samples(rb))
         (prices_a, unpriced_a), (prices_b, unpriced_b) = _prices(ra), _prices(rb)
         headlines.append(
             Headline(
@@ -384,7 +369,8 @@ def compare_suites(a: str | os.PathLike, b: str | os.PathLike) -> SuiteCompariso
                 answers=compare_answers(answers_a, answers_b) if answers_a and answers_b else None,
                 usd_per_mtok_a=prices_a, usd_per_mtok_b=prices_b, unpriced_a=unpriced_a,
                 unpriced_b=unpriced_b, decode_not_measured=flushed, published=published_decode(model, build),
-                not_measured=incomplete, kind_a=_kind(ra), kind_b=_kind(rb),
+                not_measured=incomplete, kind_a=measured_kind(ra[0]) if ra else None,
+                kind_b=measured_kind(rb[0]) if rb else None,
             )
         )
     return SuiteComparison(str(a), str(b), headlines, sorted(models_a ^ models_b))

@@ -191,9 +191,7 @@ def plot_compare(
     """A/B bars of one metric's median per matched cell, labelled with B/A and its interval
     (``None`` where nothing was compared: no matched cell, or a run that did not complete)."""
     check_plot_path(path)
-    cmp_ = comparison or compare_runs(a, b)
-    if cmp_.not_measured:
-        return None
+    cmp_ = comparison or compare_runs(a, b)  # a run that did not complete: no cells compared
     rows = [(cell, next(r for r in cell.ratios if r.metric == metric)) for cell in cmp_.cells]
     rows = [(c, r) for c, r in rows if r.a is not None and r.b is not None]
     if not rows:
@@ -202,7 +200,7 @@ def plot_compare(
     xs = range(len(rows))
     ax.bar([x - 0.2 for x in xs], [r.a for _, r in rows], width=0.4, label="A")
     ax.bar([x + 0.2 for x in xs], [r.b for _, r in rows], width=0.4, label="B")
-    for x, (_, r) in zip(xs, rows, strict=True):
+    for x, (_, r) in enumerate(rows):
         text = f"{r.ratio:.2f}x" if r.ratio else ""
         if r.ci_low is not None:
             text += f"\n[{r.ci_low:.2f}, {r.ci_high:.2f}]"

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gemma4_t4.bench.published import L4_INSTANCE, T4_INSTANCE, measured_kind, sagemaker_load
+from gemma4_t4.bench.published import L4_INSTANCE, SAGEMAKER_LOAD, T4_INSTANCE, measured_kind
 from gemma4_t4.catalog.hardware import PRICES, price_key, usd_per_million_tokens
 from gemma4_t4.foundation.table import Displayable
 
@@ -18,7 +18,6 @@ class MeasuredPrice:
 
     usd_per_mtok: float | None
     output_tok_s: float | None
-    usd_per_hour: float
     label: str  # what the row is: the price's instance, or why there is none
 
     def summary(self) -> float | str:
@@ -35,8 +34,8 @@ def measured_price(run: Any, price: Any) -> MeasuredPrice:
     best = max((v for v in done.throughput_by_concurrency().values() if v), default=None)
     why = measured_kind(done).unpriced(price.gpu)
     if why or not best:
-        return MeasuredPrice(None, best, price.usd_per_hour, why or "no $/Mtok: no output tok/s was measured")
-    return MeasuredPrice(usd_per_million_tokens(price.usd_per_hour, best), best, price.usd_per_hour,
+        return MeasuredPrice(None, best, why or "no $/Mtok: no output tok/s was measured")
+    return MeasuredPrice(usd_per_million_tokens(price.usd_per_hour, best), best,
                          f"priced as {price.platform} {price.instance} ({price.gpu})")
 
 
@@ -53,7 +52,7 @@ class CostTable(Displayable):
         return "$ per million output tokens at full utilisation"
 
     def table_rows(self) -> list[dict[str, object]]:
-        load = sagemaker_load("gemma-4-E2B", "emb4")  # the series' c=16 figures
+        load = SAGEMAKER_LOAD[0]  # the series' c=16 figures of E2B emb4
         rows: list[dict[str, object]] = []
         for gpu, instance, tok_s in (("T4", T4_INSTANCE, load.t4_tok_s), ("L4", L4_INSTANCE, load.l4_tok_s)):
             usd_per_hour = PRICES[price_key("sagemaker", instance)].usd_per_hour

@@ -100,6 +100,14 @@ SAGEMAKER_DECODE: list[PublishedSageMaker] = [
 ]
 
 
+def published_decode(model: str, build: str | None = None) -> PublishedSageMaker | None:
+    """The series' SageMaker decode row for a model (any spelling of a served name: the size's name within it,
+    case-insensitive), labelled published; without a build, the row that has a T4 figure."""
+    name = model.lower().replace("_", "-")
+    rows = [p for p in SAGEMAKER_DECODE if p.model.lower() in name and (build is None or p.build == build)]
+    return next((p for p in rows if p.t4_tok_s is not None), rows[0] if rows else None)
+
+
 @dataclass(frozen=True)
 class PublishedDrafter:
     """Single-stream greedy decode on a GCE T4 with Google's drafter off and on (vLLM gemma4_mtp)."""
@@ -145,21 +153,6 @@ def gce_t4(build: str, input_len: int = 512, concurrency: int = 1) -> PublishedR
     return found
 
 
-def _sagemaker(rows: list[PublishedSageMaker], what: str, model: str, build: str) -> PublishedSageMaker:
-    found = next((r for r in rows if (r.model, r.build) == (model, build)), None)
-    if found is None:
-        raise KeyError(f"no published SageMaker {what} figure for {model} {build}")
-    return found
-
-
-def sagemaker_load(model: str = "gemma-4-E2B", build: str = "emb4") -> PublishedSageMaker:
-    return _sagemaker(SAGEMAKER_LOAD, "load", model, build)
-
-
-def sagemaker_decode(model: str = "gemma-4-E2B", build: str = "emb4") -> PublishedSageMaker:
-    return _sagemaker(SAGEMAKER_DECODE, "decode", model, build)
-
-
 @dataclass(frozen=True)
 class PublishedRatio:
     """A headline speed-up of the series: two published figures under the same conditions."""
@@ -189,13 +182,13 @@ def _ratio(claim: str, gpu: str, metric: str, conditions: str, base: PublishedRe
 
 # Part 2: Google's QAT int4 decodes 2.05x faster than bf16 on one L4 (SageMaker ml.g6.xlarge).
 PART2_L4_QAT_VS_BF16 = _ratio("Part 2: QAT int4 vs bf16, single-stream decode on an L4", "l4", "decode tok/s",
-                              "SageMaker ml.g6.xlarge, c=1", sagemaker_decode("gemma-4-E2B", "bf16"),
-                              sagemaker_decode("gemma-4-E2B", "qat"), "l4_tok_s")
+                              "SageMaker ml.g6.xlarge, c=1", published_decode("gemma-4-E2B", "bf16"),
+                              published_decode("gemma-4-E2B", "qat"), "l4_tok_s")
 # Part 3: the repack with 4-bit embeddings adds 1.39x on an L4 - measured on the 26B-A4B.
 PART3_L4_EMB4_VS_QAT = _ratio("Part 3: emb4 repack vs the QAT build, single-stream decode on an L4", "l4",
                               "decode tok/s", "SageMaker ml.g6.xlarge, c=1, gemma-4-26B-A4B",
-                              sagemaker_decode("gemma-4-26B-A4B", "qat-text"),
-                              sagemaker_decode("gemma-4-26B-A4B", "emb4"), "l4_tok_s")
+                              published_decode("gemma-4-26B-A4B", "qat-text"),
+                              published_decode("gemma-4-26B-A4B", "emb4"), "l4_tok_s")
 # The GCE T4 pair: per stream at c=1 (1.79x) and all streams at c=8 (164.62 -> 215.91 tok/s, 1.31x).
 T4_QAT_VS_BF16_C1 = _ratio("QAT int4 vs bf16 on a T4, per stream at c=1", "t4", "per-stream decode tok/s",
                            "GCE T4, 512 in / 128 out, c=1", gce_t4("bf16"), gce_t4("qat"), "per_stream_tok_s")
@@ -447,7 +440,7 @@ def t4_beside(decode: BenchRun, ttft_ms: dict[int, float | None], title: str) ->
 def sagemaker_decode_table() -> Table:
     """The series' published T4 vs L4 single-stream decode rows (what stands alone off SageMaker)."""
     rows = [{"model": r.model, "build": r.build, "T4 tok/s (published)": r.t4_tok_s, "L4 tok/s (published)": r.l4_tok_s,
-             "T4 / L4 (published)": r.t4_tok_s / r.l4_tok_s if r.t4_tok_s else None,
+             "T4 / L4 (published)": r.t4_tok_s / r.l4_tok_s,
              "identical answers (published)": r.identical_answers, "source": r.source.split(" (")[0]}
             for r in SAGEMAKER_DECODE if r.t4_tok_s]
     return Table(rows, "T4 vs L4 on SageMaker, single-stream decode (published)")

@@ -858,14 +858,11 @@ def test_published_lookups_name_what_is_missing():
     assert "no published GCE T4 cell for qat in 1000 c=3; published: [('bf16', 512, 1), (" in str(cell.value)
     assert published.gce_t4("emb4").per_stream_tok_s == 99.94  # defaults: 512 tokens in, one stream
     assert published.gce_t4("bf16", 4096, 16).ttft_ms == 81551
-    with pytest.raises(KeyError, match="no published SageMaker decode figure for gemma-4-E2B fp8"):
-        published.sagemaker_decode("gemma-4-E2B", "fp8")
-    with pytest.raises(KeyError, match="no published SageMaker load figure for gemma-4-31B emb4"):
-        published.sagemaker_load("gemma-4-31B")
-    assert published.sagemaker_decode() == published.SAGEMAKER_DECODE[0]  # E2B emb4
-    assert published.sagemaker_decode("gemma-4-E2B", "qat").l4_tok_s == 105.1
-    assert published.sagemaker_load("gemma-4-12B").t4_tok_s == 216.45
-    assert (published.sagemaker_load().model, published.sagemaker_load().build) == ("gemma-4-E2B", "emb4")
+    assert published.published_decode("gemma-4-E2B", "emb4") == published.SAGEMAKER_DECODE[0]
+    assert published.published_decode("gemma-4-E2B", "qat").l4_tok_s == 105.1
+    assert published.SAGEMAKER_LOAD[2].t4_tok_s == 216.45
+    # the load row the cost table prices is E2B emb4's
+    assert (published.SAGEMAKER_LOAD[0].model, published.SAGEMAKER_LOAD[0].build) == ("gemma-4-E2B", "emb4")
 
 
 def test_the_series_headline_ratios_are_the_published_figures_divided():
@@ -981,10 +978,10 @@ def test_a_published_figure_is_the_kind_of_its_row():
 
     assert published.published_kind(published.gce_t4("qat")) == published.Kind("E2B", "t4")
     assert published.published_kind(published.PART2_L4_QAT_VS_BF16) == published.Kind("E2B", "l4")
-    assert published.published_kind(published.sagemaker_decode("gemma-4-12B"), "l4") == published.Kind(
+    assert published.published_kind(published.published_decode("gemma-4-12B"), "l4") == published.Kind(
         "12B", "l4"
     )
-    assert published.published_kind(published.sagemaker_decode()) == published.Kind("E2B", None)
+    assert published.published_kind(published.published_decode("gemma-4-E2B")) == published.Kind("E2B", None)
 
 
 # ---------------------------------------------------------------- published.py: measured beside published

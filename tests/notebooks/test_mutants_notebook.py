@@ -838,8 +838,7 @@ def test_a_runs_cost_table_is_priced_at_the_endpoints_price_for_its_venue(tmp_pa
     run = BenchRun(dir=tmp_path / "r", run=RunInfo(workload="decode", model="m", status="complete"), cells=[])
     served = Endpoint("local", "g", "http://x", "g", gpu="l4")
     table = part4.cost_per_mtok(run, served, _runtime("t4", L4))
-    assert table.price is served.price and table.venue == "t4"
-    assert table.measured.usd_per_hour == served.price.usd_per_hour
+    assert table.price is served.price and table.venue == "t4"  # the price its $/h column and $/Mtok are at
 
 
 # ---------------------------------------------------------------- files
