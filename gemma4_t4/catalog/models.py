@@ -444,7 +444,6 @@ def fit(variant: str | Gemma4Variant, fmt: str = "qat-w4a16", gpu: str = "t4", c
     else:
         verdict = (f"fits on {where}: {int(concurrency * context_len):,} KV tokens, "
                    f"{min(max_num_seqs, int(concurrency))} x {context_len}-token sequences at once")
-    notes = _fit_notes(v, fmt, g.key, fits, concurrency, context_len, max_num_seqs)
     return FitResult(
         model=v.key, format=fmt, gpu=g.key, num_gpus=num_gpus, context_len=context_len,
         gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
@@ -455,7 +454,8 @@ def fit(variant: str | Gemma4Variant, fmt: str = "qat-w4a16", gpu: str = "t4", c
         kv_token_capacity=int(concurrency * context_len) if weights_fit else 0,
         max_concurrency=round(concurrency, 3), concurrent_sequences=min(max_num_seqs, int(concurrency)),
         max_context_fits=max_ctx, weights_fit=weights_fit, fits=fits, google_build=google_build,
-        verdict=verdict, notes=notes + _drafter_notes(draft_weights_bytes, draft_own_kv),
+        verdict=verdict, notes=_fit_notes(v, fmt, g.key, fits, concurrency, context_len, max_num_seqs,
+                                          draft_weights_bytes, draft_own_kv),
     )
 
 
@@ -481,16 +481,8 @@ def _check_fit_args(v: Gemma4Variant, num_gpus: int, gpu_memory_utilization: flo
                             fix="pass 0 without a drafter")
 
 
-def _drafter_notes(draft_weights_bytes: int, draft_own_kv: bool) -> list[str]:
-    if not (draft_weights_bytes or draft_own_kv):
-        return []
-    return [f"drafter counted: {draft_weights_bytes / GiB:.2f} GiB of weights"
-            + (", its own KV cache (the same size as the target's)" if draft_own_kv else
-               "; it reads the target's KV cache")]
-
-
 def _fit_notes(v: Gemma4Variant, fmt: str, gpu: str, fits: bool, concurrency: float, context_len: int,
-               max_num_seqs: int) -> list[str]:
+               max_num_seqs: int, draft_weights_bytes: int, draft_own_kv: bool) -> list[str]:
     notes = []
     if fmt == "qat-w4a16" and v.hub.qat_w4a16_ct is None:
         notes.append("no Google -qat-w4a16-ct build for this size: repack -qat-q4_0-unquantized "
@@ -502,44 +494,38 @@ def _fit_notes(v: Gemma4Variant, fmt: str, gpu: str, fits: bool, concurrency: fl
                      f"below max_num_seqs={max_num_seqs}")
     if gpu == "t4" and fmt == "bf16":
         notes.append("a T4 has no bf16: vLLM serves the weights as fp16 (--dtype float16)")
+    if draft_weights_bytes or draft_own_kv:
+        notes.append(f"drafter counted: {draft_weights_bytes / GiB:.2f} GiB of weights"
+                     + (", its own KV cache (the same size as the target's)" if draft_own_kv else
+                        "; it reads the target's KV cache"))
     return notes
 
 
 def _kv_fit(v: Gemma4Variant, context_len: int, num_gpus: int, max_num_batched_tokens: int,
             kv_copies: int, kv_budget_gib: float) -> tuple[int, float, int]:
-    """(KV bytes of one ``context_len`` sequence, sequences that fit at once, longest context that fits)."""
+    """(KV bytes of one ``context_len`` sequence, sequences that fit at once, longest context that fits:
+    a multiple of the block size, 0 when nothing fits)."""
 
     def per_seq(n: int) -> int:
         return kv_copies * kv_cache_bytes_per_sequence(v, n, num_gpus, max_num_batched_tokens)
 
     seq_bytes = per_seq(context_len)
     kv_budget_bytes = max(0.0, kv_budget_gib) * GiB
-    max_ctx = _max_context(per_seq, kv_budget_bytes, v.max_position_embeddings) if kv_budget_gib > 0 else 0
-    return seq_bytes, kv_budget_bytes / seq_bytes, max_ctx
-
-
-def _max_context(per_seq, kv_budget_bytes: float, max_positions: int) -> int:
-    """Largest context (multiple of the block size) whose KV cache fits ``kv_budget_bytes``."""
-    if per_seq(max_positions) <= kv_budget_bytes:
-        return max_positions
-    lo, hi = 0, max_positions  # per_seq is non-decreasing in the context
-    while hi - lo > KV_BLOCK_SIZE:
+    lo, hi = 0, v.max_position_embeddings  # per_seq is non-decreasing in the context
+    if kv_budget_gib > 0 and per_seq(hi) <= kv_budget_bytes:
+        return seq_bytes, kv_budget_bytes / seq_bytes, hi
+    while kv_budget_gib > 0 and hi - lo > KV_BLOCK_SIZE:
         mid = (lo + hi) // 2
         if per_seq(mid) <= kv_budget_bytes:
             lo = mid
         else:
             hi = mid
-    return lo - lo % KV_BLOCK_SIZE
+    return seq_bytes, kv_budget_bytes / seq_bytes, lo - lo % KV_BLOCK_SIZE
 
 
-def fit_table(
-    gpu: str = "t4", context_len: int = 8192, num_gpus: int = 1, models: Iterable[str] | None = None,
-    formats: Iterable[str] = FORMATS,
-    **kwargs,
-) -> FitTable:
+def fit_table(gpu: str = "t4", context_len: int = 8192, num_gpus: int = 1, **kwargs) -> FitTable:
     """:func:`fit` for every model x format (largest first within each model)."""
-    names = list(models) if models is not None else list(VARIANTS)
-    return FitTable(fit(m, f, gpu, context_len, num_gpus, **kwargs) for m in names for f in formats)
+    return FitTable(fit(m, f, gpu, context_len, num_gpus, **kwargs) for m in VARIANTS for f in FORMATS)
 
 
 class FitTable(Displayable, list[FitResult]):
@@ -559,10 +545,8 @@ class FitTable(Displayable, list[FitResult]):
 
 def largest_fitting(results: Iterable[FitResult]) -> FitResult | None:
     """The biggest model (by published parameter count) with a format that fits."""
-    fitting = [r for r in results if r.fits]
-    if not fitting:
-        return None
-    return max(fitting, key=lambda r: (VARIANTS[r.model].published.total, r.kv_token_capacity))
+    return max((r for r in results if r.fits), key=lambda r: (VARIANTS[r.model].published.total, r.kv_token_capacity),
+               default=None)
 
 
 # ---------------------------------------------------------------------------------------
@@ -640,7 +624,7 @@ class ModelInfo:
     notes: tuple[str, ...]
 
 
-def model_info(variant: str | Gemma4Variant, gpu: str = "t4") -> ModelInfo:
+def model_info(variant: str | Gemma4Variant) -> ModelInfo:
     v = get_variant(variant)
     if v.moe:
         mlp = (f"{v.intermediate_size} + {v.moe.num_experts} experts x {v.moe.expert_intermediate_size}, "
@@ -662,7 +646,7 @@ def model_info(variant: str | Gemma4Variant, gpu: str = "t4") -> ModelInfo:
         attention_k_eq_v=v.attention_k_eq_v, max_position_embeddings=v.max_position_embeddings,
         towers=v.towers, params=param_breakdown(v), hub=v.hub,
         decode_bytes_gb={f: round(decode_bytes_per_token(v, f).weights_gb, 3) for f in FORMATS},
-        t4_roofline_tok_s={f: round(decode_roofline(v, f, gpu).tok_s_spec, 1) for f in FORMATS},
+        t4_roofline_tok_s={f: round(decode_roofline(v, f).tok_s_spec, 1) for f in FORMATS},
         notes=v.notes,
     )
 

@@ -40,22 +40,22 @@ class ModuleWeight:
     symmetric: bool = True
 
     def blocks(self, reader: CheckpointReader, rows_per_block: int) -> Iterator[WeightBlock]:
+        """The weight, decompressed, ``rows_per_block`` rows at a time (a multiple of 8)."""
         rows_per_block = max(8, rows_per_block - rows_per_block % 8)  # zero points pack 8 rows per word
-        for start in range(0, self.shape[0], rows_per_block):
-            yield self.read(reader, start, min(self.shape[0], start + rows_per_block))
-
-    def read(self, reader: CheckpointReader, start: int, stop: int) -> WeightBlock:
         m = self.module
-        if not self.packed:
-            return WeightBlock(lattice.as_values(reader.read_rows(f"{m}.weight", start, stop)))
-        levels = pack.unpack_int4(reader.read_rows(f"{m}.weight_packed", start, stop), self.shape[1])
-        scale = lattice.as_values(reader.read_rows(f"{m}.weight_scale", start, stop))
-        zp = None
-        if not self.symmetric:
-            packed_zp = reader.read_rows(f"{m}.weight_zero_point", start // 8, (stop + 7) // 8)
-            zp = pack.unpack_int4_dim0(packed_zp, packed_zp.shape[0] * 8)[: stop - start]
-        values = lattice.dequantize(levels, scale, self.group_size, SCALE_DTYPE_NAMES[self.dtype], zp)
-        return WeightBlock(values, levels, scale)
+        for start in range(0, self.shape[0], rows_per_block):
+            stop = min(self.shape[0], start + rows_per_block)
+            if not self.packed:
+                yield WeightBlock(lattice.as_values(reader.read_rows(f"{m}.weight", start, stop)))
+                continue
+            levels = pack.unpack_int4(reader.read_rows(f"{m}.weight_packed", start, stop), self.shape[1])
+            scale = lattice.as_values(reader.read_rows(f"{m}.weight_scale", start, stop))
+            zp = None
+            if not self.symmetric:
+                packed_zp = reader.read_rows(f"{m}.weight_zero_point", start // 8, (stop + 7) // 8)
+                zp = pack.unpack_int4_dim0(packed_zp, stop - start)
+            values = lattice.dequantize(levels, scale, self.group_size, SCALE_DTYPE_NAMES[self.dtype], zp)
+            yield WeightBlock(values, levels, scale)
 
 
 def module_weights(reader: CheckpointReader) -> dict[str, ModuleWeight]:

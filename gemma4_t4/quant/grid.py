@@ -468,7 +468,7 @@ def grid_compare(ref: str, other: str, group_size: int = lattice.DEFAULT_GROUP, 
         r_mods, o_mods = module_weights(r_reader), module_weights(o_reader)
         common = sorted(set(r_mods) & set(o_mods))
         if modules:
-            common = [m for m in common if any(m == x or m == x.removesuffix(".weight") for x in modules)]
+            common = [m for m in common if m in modules or f"{m}.weight" in modules]
         if not common:
             raise Gemma4T4Error(f"{ref} and {other} share no 2-D weight modules",
                                 fix="compare two builds of the same model (names must match)")

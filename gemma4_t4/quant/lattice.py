@@ -89,21 +89,24 @@ def f32_to_bf16_bits(x: np.ndarray) -> np.ndarray:
     """float32 -> bf16 bit patterns, round to nearest even (as torch does)."""
     u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
     rounded = (u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
-    nan = np.isnan(x)
     out = rounded.astype(np.uint16)
-    if nan.any():
-        out[nan] = 0x7FC0
+    out[np.isnan(x)] = 0x7FC0
     return out
 
 
-def count_non_finite(block: np.ndarray) -> int:
-    """NaN and Inf values in a block as read (uint16 = bf16 bit patterns, or floats).
+def count_non_finite(block: np.ndarray, dtype: str | None = None) -> int:
+    """NaN and Inf values in a block as read for safetensors ``dtype`` (0 for integer dtypes). Where
+    no dtype is given, uint16 is bf16 bit patterns and anything else floats: the safetensors dtype
+    decides where one is known (BF16 and U16 are both read as uint16).
 
-    bf16 bits are tested in place (exponent all ones), so the check costs no float copy.
+    bf16 and fp8 bits are tested in place (exponent all ones), so the check costs no float copy.
     """
-    if block.dtype == np.uint16:
-        return int(np.count_nonzero((block & np.uint16(0x7F80)) == np.uint16(0x7F80)))
-    return int(block.size - np.count_nonzero(np.isfinite(block)))
+    dtype = dtype or ("BF16" if block.dtype == np.uint16 else "F32")
+    if dtype in ("F16", "F32", "F64"):
+        return int(block.size - np.count_nonzero(np.isfinite(block)))
+    # F8_E4M3 is the fn variant: no Inf, NaN is S.1111.111; F8_E5M2 is IEEE-like
+    mask = {"BF16": 0x7F80, "F8_E4M3": 0x7F, "F8_E5M2": 0x7C}.get(dtype)
+    return 0 if mask is None else int(np.count_nonzero((block & mask) == mask))
 
 
 def round_to_dtype(x: np.ndarray, dtype: str) -> np.ndarray:

@@ -179,18 +179,6 @@ def lattice_quantizer(group_size: int, scale_dtype: str, allow_requant: bool, re
     return quantize
 
 
-def non_finite_values(block: np.ndarray, dtype: str) -> int:
-    """NaN / Inf values in ``block`` as read for safetensors ``dtype`` (0 for integer dtypes): the
-    safetensors dtype decides, not the numpy one (BF16 and U16 are both read as uint16)."""
-    if dtype in ("BF16", "F16", "F32", "F64"):
-        return lattice.count_non_finite(block)
-    if dtype == "F8_E4M3":  # the fn variant: no Inf, NaN is S.1111.111
-        return int(np.count_nonzero((block & np.uint8(0x7F)) == np.uint8(0x7F)))
-    if dtype == "F8_E5M2":  # IEEE-like: exponent all ones is Inf or NaN
-        return int(np.count_nonzero((block & np.uint8(0x7C)) == np.uint8(0x7C)))
-    return 0
-
-
 def _side_items(src: Path) -> list[Path]:
     """The source's files and folders a build carries over as they are (tokenizer, configs, ...)."""
     # pickle weights are never carried over (and would duplicate the model)
@@ -277,7 +265,7 @@ def build_quantized(
             try:
                 rows = _scan(reader, writer, roles, quantizer, group_size, embed_name if untie else None, progress,
                              method)
-                _refuse_damaged(rows, roles)
+                _refuse_damaged(rows)
                 files = writer.finish()
             except BaseException:
                 writer.abort()
@@ -356,7 +344,7 @@ def _copy_tensor(reader: LocalCheckpoint, writer: ShardedWriter, name: str, writ
     bad = 0
     for start, stop in reader.row_blocks(name, BLOCK_BYTES):
         rows = reader.read_rows(name, start, stop)
-        bad += non_finite_values(rows, reader.tensors[name].dtype)
+        bad += lattice.count_non_finite(rows, reader.tensors[name].dtype)
         if write and not bad:
             writer.write_rows(name, start, rows)
     return bad
@@ -368,14 +356,14 @@ def _listed(entries: list[str]) -> str:
     return ", ".join(entries[:MAX_LISTED]) + more
 
 
-def _refuse_damaged(rows: list[TensorRepack], roles: dict[str, qconfig.TensorRole]) -> None:
+def _refuse_damaged(rows: list[TensorRepack]) -> None:
     """Refuse a build with NaN/Inf values or (without --allow-requant) groups off the int4 grid,
     naming the tensors."""
     non_finite = {r.name: r.non_finite for r in rows if r.non_finite}
     off_rows = [(r, count) for r in rows if (count := _off_grid(r))]
     off_grid = {r.name: count for r, count in off_rows}
     if non_finite:
-        copied = sum(1 for n in non_finite if not roles[n].quantize)
+        copied = sum(1 for r in rows if r.non_finite and r.action == "copy")
         kinds = ", ".join(part for part in (
             f"{len(non_finite) - copied} to quantize" if len(non_finite) > copied else "",
             f"{copied} copied as they are" if copied else "") if part)

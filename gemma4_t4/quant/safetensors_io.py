@@ -439,7 +439,7 @@ class RemoteCheckpoint(CheckpointReader):
         the body is read) and its Content-Range. A failure raises, naming ``what``; an HTTP error
         stays its cause (:func:`_not_found`)."""
         try:
-            req = urllib.request.Request(f"{self.base}/{name}", headers=dict(self.headers))
+            req = urllib.request.Request(f"{self.base}/{name}", headers=self.headers)
             if byte_range is not None:
                 req.add_header("Range", f"bytes={byte_range[0]}-{byte_range[1] - 1}")
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:  # noqa: S310 - user-chosen URL

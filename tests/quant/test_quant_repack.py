@@ -170,7 +170,8 @@ def test_fp16_scale_repack_loads_in_transformers_as_the_values_we_report(builds,
     for module, mw in module_weights(reader).items():
         if not mw.packed:
             continue
-        ours = mw.read(reader, 0, mw.shape[0]).values  # fp16(q * s), as compressed-tensors computes it
+        # fp16(q * s), as compressed-tensors computes it
+        ours = np.concatenate([b.values for b in mw.blocks(reader, mw.shape[0])])
         loaded = state[f"{module}.weight"].float().numpy()
         assert np.array_equal(loaded, ours), module
         identical += int((_to_bf16(loaded) == src[f"{module}.weight"]).sum())  # torch's rounding, not ours
@@ -211,7 +212,8 @@ def test_grid_compare_repack_changes_no_level_and_awq_does(builds, tiny_qat_mode
     from gemma4_t4.quant.builds import module_weights
 
     reader = open_checkpoint(out / "awq")
-    ours_awq = module_weights(reader)["model.layers.0.mlp.up_proj"].read(reader, 0, 256).values
+    up_proj = module_weights(reader)["model.layers.0.mlp.up_proj"]
+    ours_awq = np.concatenate([b.values for b in up_proj.blocks(reader, 256)])
     assert np.array_equal(got, ours_awq)
 
 

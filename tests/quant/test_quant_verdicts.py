@@ -210,15 +210,13 @@ def test_non_finite_values_in_copied_tensors_are_refused_and_named(tmp_path):
 
 
 def test_non_finite_check_follows_the_safetensors_dtype():
-    from gemma4_t4.quant.repack import non_finite_values
-
     bits = np.array([0x3F80, 0x7F80, 0xFFC1, 0x7F7F], np.uint16)
-    assert non_finite_values(bits, "BF16") == 2
-    assert non_finite_values(bits, "U16") == 0  # the same bits as integers are just numbers
-    assert non_finite_values(np.array([1, 2**31 - 1], np.int32), "I32") == 0
-    assert non_finite_values(np.array([0x7F, 0xFF, 0x7E, 0x00], np.uint8), "F8_E4M3") == 2
-    assert non_finite_values(np.array([0x7C, 0xFE, 0x7B, 0x3C], np.uint8), "F8_E5M2") == 2
-    assert non_finite_values(np.array([np.nan, 1.0], np.float64), "F64") == 1
+    assert lattice.count_non_finite(bits, "BF16") == 2
+    assert lattice.count_non_finite(bits, "U16") == 0  # the same bits as integers are just numbers
+    assert lattice.count_non_finite(np.array([1, 2**31 - 1], np.int32), "I32") == 0
+    assert lattice.count_non_finite(np.array([0x7F, 0xFF, 0x7E, 0x00], np.uint8), "F8_E4M3") == 2
+    assert lattice.count_non_finite(np.array([0x7C, 0xFE, 0x7B, 0x3C], np.uint8), "F8_E5M2") == 2
+    assert lattice.count_non_finite(np.array([np.nan, 1.0], np.float64), "F64") == 1
 
 
 def test_grid_compare_counts_levels_only_in_groups_on_refs_lattice(tmp_path):
