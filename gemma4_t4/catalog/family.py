@@ -180,8 +180,7 @@ def _name_key(name: str) -> str:
     return key.replace("_", "-").replace(" ", "-")
 
 
-_NAME_ALIASES = {"26b": "26b-a4b", "26ba4b": "26b-a4b", "26b-a4b": "26b-a4b", "a4b": "26b-a4b",
-                 "moe": "26b-a4b"}
+_NAME_ALIASES = {"26b": "26b-a4b", "26ba4b": "26b-a4b", "a4b": "26b-a4b", "moe": "26b-a4b"}
 
 
 def get_variant(name: str | Gemma4Variant) -> Gemma4Variant:

@@ -185,7 +185,7 @@ def build_tiny_gemma4(out_dir: str | os.PathLike, variant: Variant = "bf16", spe
         model = _widened(Gemma4ForCausalLM(config), generator)
     with torch.no_grad():
         if variant == "qat":
-            for _name, param in model.named_parameters():
+            for param in model.parameters():
                 if param.dim() == 2 and param.shape[-1] % 32 == 0:
                     param.copy_(snap_to_int4_grid(param, 32, generator))
     # the target's config.json is rewritten for every vLLM; the drafter's stays as transformers wrote it
@@ -239,7 +239,7 @@ def _widened(model, generator):
     import torch
 
     with torch.no_grad():
-        for _name, param in model.named_parameters():
+        for param in model.parameters():
             if param.dim() == 2:
                 param.normal_(0.0, 0.08, generator=generator)
     return model.to(torch.bfloat16)

@@ -197,8 +197,17 @@ def _copy_side_files(src: Path, dst: Path) -> list[str]:
     return [item.name for item in items]
 
 
-def _updated_config(config: dict | None, qcfg: dict, untie: bool) -> dict:
-    config = {**(config or {}), "quantization_config": qcfg}
+def _build_config(source_text: str | None, where: str, qcfg: dict, untie: bool) -> dict:
+    """The source's config.json (none: an empty one) with the build's ``quantization_config``."""
+    try:
+        config = json.loads(source_text) if source_text else {}
+    except (ValueError, RecursionError) as exc:
+        raise Gemma4T4Error(f"{where}/config.json is not valid JSON ({str(exc)[:120]})",
+                            fix="restore the checkpoint's config.json (re-download it)") from exc
+    if not isinstance(config, dict):
+        raise Gemma4T4Error(f"{where}/config.json is not a JSON object",
+                            fix="restore the checkpoint's config.json (re-download it)")
+    config["quantization_config"] = qcfg
     text = config.get("text_config")
     if isinstance(text, dict):  # a QAT source's partial quantization_config there confuses detectors
         text = config["text_config"] = {k: v for k, v in text.items() if k != "quantization_config"}
@@ -206,20 +215,6 @@ def _updated_config(config: dict | None, qcfg: dict, untie: bool) -> dict:
         config["tie_word_embeddings"] = False
         if isinstance(text, dict):
             text["tie_word_embeddings"] = False
-    return config
-
-
-def _parse_config(text: str | None, where: str) -> dict | None:
-    if not text:
-        return None
-    try:
-        config = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise Gemma4T4Error(f"{where}/config.json is not valid JSON ({str(exc)[:120]})",
-                            fix="restore the checkpoint's config.json (re-download it)") from exc
-    if not isinstance(config, dict):
-        raise Gemma4T4Error(f"{where}/config.json is not a JSON object",
-                            fix="restore the checkpoint's config.json (re-download it)")
     return config
 
 
@@ -255,7 +250,7 @@ def build_quantized(
         safepaths.check_target(dst_path, overwrite=overwrite, sources=sources, legacy_names=(REPORT_NAME,))
         roles, plan, qcfg, embed_name, untie = _plan_build(reader, src, method, group_size, scale_dtype, symmetric,
                                                            emb4)
-        config = _parse_config(reader.read_text("config.json"), str(reader.root))
+        config = _build_config(reader.read_text("config.json"), str(reader.root), qcfg, untie)
         # headers are at most a few MB; side files (tokenizer ...) are copied as they are
         need = sum(t.nbytes for t in plan) + 512 * len(plan) + _side_bytes(reader.root)
         command = "repack" if method == "lattice" else "requant-awq"
@@ -270,9 +265,10 @@ def build_quantized(
             except BaseException:
                 writer.abort()
                 raise
-            return _write_build(tmp, files, reader.root, config, qcfg, untie, rows, t0, reader.nbytes, src=str(src),
+            return _write_build(tmp, files, reader.root, config, rows, t0, reader.nbytes, src=str(src),
                                 dst=str(dst_path), method=method, emb4=emb4, scale_dtype=scale_dtype,
-                                group_size=group_size, symmetric=symmetric, cleanup=cleanup.lines())
+                                group_size=group_size, symmetric=symmetric, ignore=qcfg["ignore"],
+                                cleanup=cleanup.lines())
 
 
 def _scan(reader: LocalCheckpoint, writer: ShardedWriter, roles: dict[str, qconfig.TensorRole], quantizer: Quantizer,
@@ -327,9 +323,8 @@ def _plan_build(reader: LocalCheckpoint, src: str | Path, method: str, group_siz
     if untie:
         plan += _packed_plan(qconfig.LM_HEAD, reader.tensors[embed_name], group_size, scale_st, symmetric)
 
-    ignore = sorted(r.module for r in roles.values() if r.layer and not r.quantize)
-    lm_head_packed = untie or ("lm_head.weight" in roles and roles["lm_head.weight"].quantize)
-    if not lm_head_packed and qconfig.LM_HEAD not in ignore:
+    ignore = [r.module for r in roles.values() if r.layer and not r.quantize]  # the config sorts it
+    if not (untie or ("lm_head.weight" in roles and roles["lm_head.weight"].quantize)):
         ignore.append(qconfig.LM_HEAD)
     qcfg = qconfig.quantization_config(group_size, ignore, emb4, symmetric=symmetric,
                                        observer="lattice" if method == "lattice" else "minmax")
@@ -386,12 +381,11 @@ def _refuse_damaged(rows: list[TensorRepack]) -> None:
         )
 
 
-def _write_build(tmp: Path, files: list[str], src_root: Path, config: dict | None, qcfg: dict, untie: bool,
-                 rows: list[TensorRepack], t0: float, bytes_read: int, **fields: object) -> RepackReport:
-    """Finish the partial build ``tmp``: side files, the updated config and the report of the scan's ``rows``."""
+def _write_build(tmp: Path, files: list[str], src_root: Path, config: dict, rows: list[TensorRepack], t0: float,
+                 bytes_read: int, **fields: object) -> RepackReport:
+    """Finish the partial build ``tmp``: side files, the build's config and the report of the scan's ``rows``."""
     side = _copy_side_files(src_root, tmp)
-    new_config = _updated_config(config, qcfg, untie)
-    (tmp / "config.json").write_text(json.dumps(new_config, indent=2, sort_keys=True) + "\n")
+    (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     packed = [r for r in rows if r.action == "int4"]
     weights = sum(r.shape[0] * r.shape[1] for r in packed)
     exact: dict[str, int] = {}
@@ -406,7 +400,7 @@ def _write_build(tmp: Path, files: list[str], src_root: Path, config: dict | Non
         groups_requantized=sum(r.groups_requantized for r in packed),
         levels_changed=sum(r.levels_changed for r in packed) if fields["method"] == "lattice" else None,
         values_bit_identical=exact, values_bit_identical_pct={k: pct(v, weights) for k, v in exact.items()},
-        ignore=qcfg["ignore"], bytes_read=bytes_read, bytes_written=sum((tmp / f).stat().st_size for f in files),
+        bytes_read=bytes_read, bytes_written=sum((tmp / f).stat().st_size for f in files),
         seconds=round(seconds, 3), mb_per_s=throughput_mb_s(bytes_read, seconds), tensors=rows,
     )
     (tmp / REPORT_NAME).write_text(json.dumps(to_jsonable(report), indent=1) + "\n")

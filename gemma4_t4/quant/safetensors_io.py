@@ -399,7 +399,7 @@ def hub_headers(url: str, env: dict[str, str] | None = None) -> dict[str, str]:
     """``Authorization`` for gated Hub repositories: HF_TOKEN, sent to Hugging Face hosts only."""
     env = os.environ if env is None else env
     token = env.get("HF_TOKEN") or env.get("HUGGING_FACE_HUB_TOKEN")
-    host = (urllib.parse.urlsplit(url).hostname or "").lower()
+    host = urllib.parse.urlsplit(url).hostname or ""  # lower case, as urllib gives it
     if token and any(host == h or host.endswith("." + h) for h in HUB_HOSTS):
         return {"Authorization": f"Bearer {token}"}
     return {}
