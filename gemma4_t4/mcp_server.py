@@ -428,8 +428,8 @@ def query_model(prompt: str, endpoint_name: str | None = None, region: Region = 
     if base_url:
         return local_chat(base_url, prompt, max_tokens, temperature)
     result = invoke(endpoint_name, region, prompt, max_tokens=max_tokens, temperature=temperature)
-    return QueryResult(target=f"sagemaker:{region}/{endpoint_name}",
-                       **result.model_copy(update={"latency_s": round(result.latency_s, 3)}).model_dump())
+    return QueryResult(**result.model_dump() | {"target": f"sagemaker:{region}/{endpoint_name}",
+                                                "latency_s": round(result.latency_s, 3)})
 
 
 @tool(READ_ONLY)

@@ -11,8 +11,8 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from gemma4_t4.foundation import secrets
 from gemma4_t4.foundation.jsonable import JSONValue
-from gemma4_t4.sagemaker.config import redact_env
 
 
 @dataclass
@@ -51,7 +51,7 @@ def _redact(value: Any) -> Any:
     if isinstance(value, dict):
         out = {k: _redact(v) for k, v in value.items()}
         if "Environment" in out and isinstance(out["Environment"], dict):
-            out["Environment"] = redact_env(out["Environment"])
+            out["Environment"] = secrets.mask_env(out["Environment"])
         return out
     if isinstance(value, list):
         return [_redact(v) for v in value]

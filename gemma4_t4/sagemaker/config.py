@@ -103,12 +103,6 @@ class ConfigSummary(TypedDict):
     instances: str  # "N" or "MIN..MAX (autoscaling)"
 
 
-def redact_env(env: dict[str, str]) -> dict[str, str]:
-    """Hide values of secret-named variables (HF_TOKEN, ...) in anything shown or returned, by the
-    package's one rule (``secrets.is_secret_name``: SM_VLLM_MAX_NUM_BATCHED_TOKENS stays visible)."""
-    return {k: (secrets.MASK if secrets.is_secret_name(k) else v) for k, v in env.items()}
-
-
 def extra_args_to_env(args: list[str]) -> dict[str, str]:
     """vLLM flags -> the container's ``SM_VLLM_*`` variables (the inverse of its launcher):
     ``--enforce-eager --max-num-batched-tokens 1024`` -> ``SM_VLLM_ENFORCE_EAGER=true, ..._TOKENS=1024``."""
@@ -519,7 +513,7 @@ class DeployConfig(VLLMSettings):
             "image": self.resolved_image(),
             "inference_ami_version": self.resolved_ami_version(),
             "dtype": self.resolved_dtype(),
-            "container_env": redact_env(self.container_env()),
+            "container_env": secrets.mask_env(self.container_env()),  # HF_TOKEN hidden, token counts not
             "ttl_hours": self.ttl_hours,
             "turing_fix_required": self.needs_fixed_image,
             "model_data": self.model_data_s3_uri,

@@ -390,17 +390,12 @@ def select_latest_fixed_tag(tags: Iterable[str]) -> str | None:
     return max(parsed, key=lambda item: (item[1][0].sort_key, _version_key(item[1][1])))[0]
 
 
-def image_repository(image_uri: str) -> str:
-    """``vllm`` for ``<acct>.dkr.ecr.<region>.amazonaws.com/vllm:<tag>``."""
-    path = image_uri.split("/", 1)[-1] if "/" in image_uri else image_uri
-    return path.split("@", 1)[0].rsplit(":", 1)[0]
-
-
 def carries_turing_fix(image_uri: str) -> bool | None:
     """True for an image build-image made, False for AWS's stock vLLM DLC, None when unknown. The fixed
     image exists only under this repository and tag scheme, and its build fails unless ``image_check``
     passes, so the name is the proof."""
-    repository = image_repository(image_uri)
+    # ``vllm`` for ``<acct>.dkr.ecr.<region>.amazonaws.com/vllm:<tag>`` (or ``...@sha256:...``)
+    repository = image_uri.split("/", 1)[-1].split("@", 1)[0].rsplit(":", 1)[0]
     tag = image_tag(image_uri)
     if repository == T4_IMAGE_REPOSITORY and parse_fixed_tag(tag) is not None:
         return True

@@ -75,12 +75,8 @@ def torch_has_sm75() -> Check:
     )
 
 
-def run_checks() -> list[Check]:
-    return [plugin_registered(), kernel_supported(), torch_has_sm75()]
-
-
 def main() -> int:
-    checks = run_checks()
+    checks = [plugin_registered(), kernel_supported(), torch_has_sm75()]
     for check in checks:
         print(f"[{'ok' if check.ok else 'FAIL'}] {check.name}: {check.detail}")
     return 0 if all(c.ok for c in checks) else 1

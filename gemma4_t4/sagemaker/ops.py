@@ -389,10 +389,8 @@ class DeletePlan:
     kept: list[str] = field(default_factory=list)
 
 
-def _config_models(sm: Any, config: str) -> list[str] | None:
-    desc = describe(sm, "endpoint-config", config)
-    if desc is None:
-        return None
+def _config_models(sm: Any, config: str) -> list[str]:
+    desc = describe(sm, "endpoint-config", config) or {}  # none: no models
     return sorted({v["ModelName"] for v in desc.get("ProductionVariants", []) if v.get("ModelName")})
 
 
@@ -411,7 +409,7 @@ def _other_endpoints_uses(sm: Any, name: str) -> tuple[dict[str, list[str]], dic
             if config is None:
                 continue
             configs.setdefault(config, []).append(other)
-            for model in _config_models(sm, config) or []:
+            for model in _config_models(sm, config):
                 models.setdefault(model, []).append(other)
     return configs, models
 
@@ -531,7 +529,6 @@ def delete_endpoint(name: str, region: str, *, client: Any = None, dry_run: bool
     the same chain (read-only calls) and lists exactly what the real run deletes. ``created_at``: the
     endpoint's CreationTime as recorded when it was seen (an automatic delete: the reaper, a rollback);
     an endpoint of that name created at another time is someone else's and is refused, not deleted."""
-    validate_region(region)
     result = DeleteResult(name, region, dry_run=dry_run)
     sm = _client(client, "sagemaker", region)
     if created_at is not None:

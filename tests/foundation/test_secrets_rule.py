@@ -7,7 +7,6 @@ from gemma4_t4 import mcp_server
 from gemma4_t4.bench.specs import DecodeSpec
 from gemma4_t4.bench.workloads import BenchArgs
 from gemma4_t4.foundation import secrets
-from gemma4_t4.sagemaker.config import redact_env
 
 KEY = "sk-test-0123456789abcdef"
 
@@ -42,11 +41,12 @@ def test_the_mcp_scrubber_is_the_package_rule():
 
 
 def test_sagemaker_env_masking_is_the_package_rule():
+    from gemma4_t4.sagemaker.config import DeployConfig
+
     env = {"HF_TOKEN": KEY, "SM_VLLM_MAX_NUM_BATCHED_TOKENS": "8192", "AWS_SECRET_ACCESS_KEY": KEY, "X": "1"}
-    assert redact_env(env) == {k: ("***" if secrets.is_secret_name(k) else v) for k, v in env.items()}
-    assert (
-        redact_env(env)["SM_VLLM_MAX_NUM_BATCHED_TOKENS"] == "8192" and redact_env(env)["HF_TOKEN"] == "***"
-    )
+    shown = DeployConfig(extra_env=env).summary()["container_env"]  # what a dry run and the MCP config tool show
+    assert {k: shown[k] for k in env} == {k: ("***" if secrets.is_secret_name(k) else v) for k, v in env.items()}
+    assert shown["SM_VLLM_MAX_NUM_BATCHED_TOKENS"] == "8192" and shown["HF_TOKEN"] == "***"
 
 
 def test_a_bench_record_keeps_no_secret(tmp_path):

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from gemma4_t4.catalog.hardware import SAGEMAKER_INSTANCES
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.foundation import secrets
 from gemma4_t4.foundation.launch_record import assistant_boundary, declared, offered_default, user_settings
 from gemma4_t4.sagemaker.config import (
     DeployConfig,
@@ -22,7 +23,6 @@ from gemma4_t4.sagemaker.config import (
     create_bucket_params,
     default_region,
     extra_args_to_env,
-    redact_env,
     validate_name,
 )
 from gemma4_t4.sagemaker.deploy import (
@@ -106,7 +106,7 @@ def test_a_bucket_outside_us_east_1_names_its_region_and_one_in_us_east_1_does_n
 
 def test_shown_environments_hide_tokens_but_not_token_counts():
     """A dry run or an MCP answer masks HF_TOKEN and keeps the batched-token limit readable."""
-    shown = redact_env({"HF_TOKEN": "hf_abcdef123456", "SM_VLLM_MAX_NUM_BATCHED_TOKENS": "2048", "A": "b"})
+    shown = secrets.mask_env({"HF_TOKEN": "hf_abcdef123456", "SM_VLLM_MAX_NUM_BATCHED_TOKENS": "2048", "A": "b"})
     assert shown["HF_TOKEN"] != "hf_abcdef123456" and "hf_" not in shown["HF_TOKEN"]
     assert shown["SM_VLLM_MAX_NUM_BATCHED_TOKENS"] == "2048" and shown["A"] == "b"
 

@@ -9,9 +9,10 @@ import shlex
 import pytest
 
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.foundation import secrets
 from gemma4_t4.sagemaker import image
 from gemma4_t4.sagemaker.cli_recipe import ApiCall
-from gemma4_t4.sagemaker.config import DeployConfig, extra_args_to_env, redact_env
+from gemma4_t4.sagemaker.config import DeployConfig, extra_args_to_env
 from gemma4_t4.sagemaker.cost import estimate
 from gemma4_t4.sagemaker.deploy import deploy, deployment_plan
 from gemma4_t4.sagemaker.health import PROBES, assess, check_health, degenerate_reasons
@@ -163,7 +164,7 @@ def test_dry_run_plan_hides_secrets_and_shows_cost():
     assert "$0.736/hour" in plan
     assert "aws sagemaker wait endpoint-in-service" in plan
     assert config.container_env()["HF_TOKEN"] == "hf_verysecret123"  # the real call still sends it
-    assert redact_env({"SM_VLLM_MAX_NUM_BATCHED_TOKENS": "1"}) == {"SM_VLLM_MAX_NUM_BATCHED_TOKENS": "1"}
+    assert secrets.mask_env({"SM_VLLM_MAX_NUM_BATCHED_TOKENS": "1"}) == {"SM_VLLM_MAX_NUM_BATCHED_TOKENS": "1"}
 
 
 def test_cost_estimate_from_price_table():
