@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from gemma4_t4.bench import run_benchmark
 from gemma4_t4.bench.answers import AnswerComparison, compare_answers
@@ -29,8 +29,6 @@ if TYPE_CHECKING:
 
 class DrafterSide(BaseModel):
     """One launch (drafter off or on): its single-stream decode figures and vLLM's acceptance."""
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
 
     label: str
     draft: str

@@ -196,17 +196,14 @@ def run_configs(configs: Sequence[DeployConfig], specs: Mapping[str, WorkloadSpe
     if not isinstance(budget, Budget):
         budget = Budget(budget)
     plan = configs_plan(configs)
-    by_name = {c.name: c for c in configs}
-    base = configs[0]
-    result = MatrixResult(base.instance_type, base.region, budget.usd, plan.usd_per_hour)
+    result = dataclasses.replace(plan, budget_usd=budget.usd, entries=[])
     out = Path(out_dir)
 
-    for planned in plan.entries:
+    for planned, config in zip(plan.entries, configs, strict=True):
         entry = dataclasses.replace(planned, status="skipped: budget")
         result.entries.append(entry)
         if result.stopped_reason:
             continue
-        config = by_name[entry.endpoint]
         entry_dir = out / entry.endpoint
         spent_before, started = budget.spent_usd, time.monotonic()
         endpoint: Endpoint | None = None

@@ -10,6 +10,7 @@ no profile, and the server it was measuring is stopped by the server context's e
 from __future__ import annotations
 
 import datetime
+import itertools
 import math
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -106,20 +107,19 @@ def plan(
 ) -> TunePlan:
     """The measurements a tune makes, each with its estimated time; refuses a plan over ``minutes``."""
     enabled, drafter = drafter_for(model)
-    settings: list[tuple[DraftSetting, int | None]] = [("off", None)]
-    if enabled:
-        settings += [("auto", n) for n in DRAFT_TOKENS]
-    cells = []
-    for draft, num in settings:
-        for c in CONCURRENCIES:
-            prompts = PROMPTS_PER_STREAM * c
-            seconds = (prompts / c) * OUTPUT_LEN / ASSUMED_STREAM_TOK_S[c] + 2.0
-            cells.append(PlanCell(draft=draft, num_draft_tokens=num, concurrency=c, num_prompts=prompts,
-                                  estimated_s=round(seconds, 1)))
+    # without a drafter there is nothing to compare: no launch, no cell
+    settings: list[tuple[DraftSetting, int | None]] = (
+        [("off", None), *(("auto", n) for n in DRAFT_TOKENS)] if enabled else []
+    )
+    cells = [
+        PlanCell(draft=draft, num_draft_tokens=num, concurrency=c, num_prompts=PROMPTS_PER_STREAM * c,
+                 estimated_s=round(PROMPTS_PER_STREAM * OUTPUT_LEN / ASSUMED_STREAM_TOK_S[c] + 2.0, 1))
+        for draft, num in settings for c in CONCURRENCIES
+    ]
     the_plan = TunePlan(
         key=key,
-        cells=cells if enabled else [],
-        launches=len(settings) if enabled else 0,
+        cells=cells,
+        launches=len(settings),
         launch_estimate_s=LAUNCH_ESTIMATE_S,
         drafter=drafter if enabled else f"no drafter, decode is not measured: {drafter}",
         prefill="bench-prefill's cached verdict for this GPU and versions (measured now if absent)",
@@ -240,10 +240,8 @@ def tune(
     the_plan = plan(model, key, minutes)
     work = Path(work_dir)
     measures: list[CellMeasure] = []
-    by_setting: dict[tuple[str, int | None], list[PlanCell]] = {}
-    for cell in the_plan.cells:
-        by_setting.setdefault((cell.draft, cell.num_draft_tokens), []).append(cell)
-    for (draft, num), cells in by_setting.items():
+    # one launch per drafter setting: the plan lists each setting's cells together
+    for (draft, num), cells in itertools.groupby(the_plan.cells, key=lambda c: (c.draft, c.num_draft_tokens)):
         config = ServerConfig(
             model=model, target="t4", draft=draft, num_draft_tokens=num or DEFAULT_NUM_DRAFT_TOKENS,
             work_dir=str(work),

@@ -248,11 +248,11 @@ def _run_cases(dtype_name: str) -> CaseReport:
         scale = head_dim**-0.5
         ops.cpu_attention_with_kv_cache(q, key_cache, value_cache, out, qsl, seq_lens, scale, True, None, -1,
                                         table, 0.0, meta, None)
-        # float32 reference: causal over the cached tokens plus the new ones
-        qf, kf, vf = q.float().transpose(0, 1), k.float().transpose(0, 1), v.float().transpose(0, 1)
-        scores = (qf @ kf.expand(heads, -1, -1).transpose(1, 2)) * scale
-        mask = torch.arange(seq)[None, :] > (torch.arange(q_len)[:, None] + cached)
-        ref = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1) @ vf.expand(heads, -1, -1)
+        # float32 reference: causal over the cached tokens plus the new ones, the KV head shared (GQA)
+        qf, kf, vf = (x.float().transpose(0, 1) for x in (q, k, v))
+        allowed = torch.arange(seq)[None, :] <= torch.arange(q_len)[:, None] + cached
+        ref = torch.nn.functional.scaled_dot_product_attention(qf, kf, vf, attn_mask=allowed, scale=scale,
+                                                               enable_gqa=True)
         worst = max(worst, (out.float().transpose(0, 1) - ref).abs().max().item())
     return {"isa": ",".join(sorted(used)), "dtype": dtype_name, "max_abs_err": worst, "cases": len(CASES)}
 

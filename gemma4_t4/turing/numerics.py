@@ -7,6 +7,7 @@ prefill benchmark: the same inputs, the same reference, the same launcher.
 
 from __future__ import annotations
 
+import itertools
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -51,13 +52,10 @@ def make_case(
     value_cache = torch.randn(shape, generator=generator).to(dtype)
     order = torch.randperm(num_blocks - 1, generator=generator) + 1  # block 0 unused, as in vLLM
     block_table = torch.zeros(len(context_lens), max(blocks_per_seq), dtype=torch.int32)
-    start = 0
-    for i, count in enumerate(blocks_per_seq):
-        block_table[i, :count] = order[start:start + count]
-        start += count
+    for i, blocks in enumerate(order.split(blocks_per_seq)):
+        block_table[i, : len(blocks)] = blocks
     q = torch.randn(sum(query_lens), num_q_heads, head_size, generator=generator).to(dtype)
-    cu = torch.zeros(len(query_lens) + 1, dtype=torch.int32)
-    cu[1:] = torch.cumsum(torch.tensor(query_lens), 0)
+    cu = torch.tensor([0, *itertools.accumulate(query_lens)], dtype=torch.int32)
     return AttentionCase(
         q.to(device), key_cache.to(device), value_cache.to(device), block_table.to(device), cu.to(device),
         torch.tensor(context_lens, dtype=torch.int32, device=device), list(query_lens), list(context_lens),

@@ -173,32 +173,27 @@ def _stub_modules(root: Path, capability: tuple[int, int]) -> dict[str, types.Mo
 
 
 
-class _ModuleLoader(importlib.abc.Loader):
-    def __init__(self, module: types.ModuleType | None):
-        self.module = module
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
-        return self.module
+class _EmptyPackage(importlib.abc.Loader):
+    """A vLLM package without its ``__init__`` file: vLLM's own ``__init__`` files never run."""
 
     def exec_module(self, module: types.ModuleType) -> None:
         pass
 
 
 class _VllmFilesFinder(importlib.abc.MetaPathFinder):
-    """Resolves ``vllm`` and ``vllm.*`` to stubs, empty packages, or files under ``root``."""
+    """Resolves ``vllm`` and ``vllm.*`` (the stubs aside: they are in ``sys.modules`` during the load) to
+    empty packages or files under ``root``."""
 
-    def __init__(self, root: Path, stubs: dict[str, types.ModuleType], version: str):
-        self.root, self.stubs, self.version = root, stubs, version
+    def __init__(self, root: Path, version: str):
+        self.root, self.version = root, version
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
         if fullname != "vllm" and not fullname.startswith("vllm."):
             return None
-        if fullname in self.stubs:
-            return importlib.util.spec_from_loader(fullname, _ModuleLoader(self.stubs[fullname]))
         parts = fullname.split(".")[1:]
         folder = self.root.joinpath(*parts)
         if folder.is_dir():  # an empty package: never run vLLM's own __init__ files
-            spec = importlib.machinery.ModuleSpec(fullname, _ModuleLoader(None), is_package=True)
+            spec = importlib.machinery.ModuleSpec(fullname, _EmptyPackage(), is_package=True)
             spec.submodule_search_locations = [str(folder)]
             return spec
         file = self.root.joinpath(*parts[:-1], parts[-1] + ".py")
@@ -241,11 +236,12 @@ def load_kernel_module(
     vllm_root = find_vllm_root(root)
     version = read_vllm_version(vllm_root)
     stubs = _stub_modules(vllm_root, capability)
-    finder = _VllmFilesFinder(vllm_root, stubs, version)
+    finder = _VllmFilesFinder(vllm_root, version)
     with _LOAD_LOCK:
         hidden = {k: v for k, v in sys.modules.items() if k == "vllm" or k.startswith("vllm.")}
         for name in hidden:
             del sys.modules[name]
+        sys.modules.update(stubs)
         sys.meta_path.insert(0, finder)
         # Triton reads TRITON_INTERPRET when the module's kernels are decorated: set for this import only
         interpret_env = os.environ.pop("TRITON_INTERPRET", None)

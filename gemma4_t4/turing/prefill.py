@@ -20,6 +20,7 @@ import ast
 import copy
 import functools
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -221,8 +222,8 @@ def gather_prompt_kv(
 
     device = key_cache.device
     block_size = key_cache.shape[1]
-    rows = torch.cat([torch.full((n,), i, dtype=torch.int64) for i, n in zip(seq_ids, lengths, strict=True)])
-    pos = torch.cat([torch.arange(n, dtype=torch.int64) for n in lengths])
+    rows = torch.tensor(seq_ids).repeat_interleave(torch.tensor(lengths))
+    pos = torch.cat([torch.arange(n) for n in lengths])
     rows, pos = rows.to(device, non_blocking=True), pos.to(device, non_blocking=True)
     blocks = block_table[rows, pos // block_size].long()
     offsets = pos % block_size
@@ -252,10 +253,10 @@ def _sub_metadata(attn_metadata: Any, seq_ids: list[int], query_lens: list[int],
 
     device = attn_metadata.query_start_loc.device
     lens = [query_lens[i] for i in seq_ids]
-    cu = torch.zeros(len(seq_ids) + 1, dtype=attn_metadata.query_start_loc.dtype)
-    cu[1:] = torch.cumsum(torch.tensor(lens), 0)
+    cu = torch.tensor([0, *itertools.accumulate(lens)], dtype=attn_metadata.query_start_loc.dtype)
     index = torch.tensor(seq_ids, dtype=torch.int64).to(device, non_blocking=True)
-    sub = copy.copy(attn_metadata)  # vLLM's dataclass has no __post_init__: a copy with new fields is a replace
+    # vLLM's metadata is a plain dataclass (no __post_init__): a copy with new fields is a replace
+    sub = copy.copy(attn_metadata)
     sub.num_actual_tokens = sum(lens)
     sub.max_query_len = max(lens)
     sub.query_start_loc = cu.to(device, non_blocking=True)
@@ -388,8 +389,6 @@ class PrefillRoute:
         attn_metadata: Any, output: Any, query_lens: list[int], seq_lens: list[int], routed: list[int],
         rest: list[int],
     ) -> None:
-        import itertools
-
         import torch
 
         cu = [0, *itertools.accumulate(query_lens)]
@@ -408,8 +407,7 @@ class PrefillRoute:
             key_cache, value_cache = split_kv_cache(kv_cache, impl.head_size)
             k, v = gather_prompt_kv(key_cache, value_cache, attn_metadata.block_table, routed, lengths)
         k, v = expand_kv_heads(k, impl.num_heads), expand_kv_heads(v, impl.num_heads)
-        packed = torch.zeros(len(routed) + 1, dtype=torch.int32)
-        packed[1:] = torch.cumsum(torch.tensor(lengths), 0)
+        packed = torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32)
         packed = packed.to(query.device, non_blocking=True)
         out = self.attention(q.contiguous(), k, v, packed, max(lengths), impl.scale, _window(impl))
         if rest:
@@ -552,52 +550,47 @@ def install_on(impl_cls: Any, route: PrefillRoute) -> Any:
 
 
 def install(
-    origin: str = "plugin",
-    device: DeviceInfo | None = None,
-    vllm_version: str | None = None,
-    module: Any = None,
-    route: PrefillRoute | None = None,
+    origin: str = "plugin", device: DeviceInfo | None = None, vllm_version: str | None = None, module: Any = None,
     log: bool = True,
 ) -> RouteOutcome:
     """Install the route in this vLLM process when its GPU is sm_7x (``device``: as
     :func:`.tilecap.current_device` returns it, default this process's). Never raises; logs one line."""
     version = vllm_version or tilecap.detect_vllm_version()
-    outcome: RouteOutcome = {"action": "refused", "reason": "", "vllm_version": version, "origin": origin}
     try:
-        if switch() == "off":
-            outcome.update(
-                action="disabled", reason=f"{ENV_SWITCH}=0 is set; prefill attention stays on Triton"
-            )
-        else:
-            device = device if device is not None else tilecap.current_device()
-            capability = device.get("capability")
-            if device.get("platform") != "cuda":
-                outcome.update(action="no-change", reason=f"platform is {device.get('platform')}, not CUDA")
-            elif capability is None or capability[0] != 7:
-                outcome.update(action="no-change", reason=(
-                    f"sm_{''.join(map(str, capability or ('?',)))} is not Turing/Volta: vLLM's Triton kernel "
-                    "has tensor cores here"
-                ))
-            else:
-                problem = tilecap.untested_version(version, TESTED_VLLM_SERIES)
-                if problem is None:
-                    if module is None:
-                        import importlib
-
-                        module = importlib.import_module(BACKEND_MODULE)
-                    source = tilecap.read_source(module)
-                    problem = "cannot read triton_attn.py" if source is None else structure_problem(source)
-                if problem:
-                    outcome.update(action="refused", reason=f"{problem}; the route stays off")
-                else:
-                    install_on(getattr(module, IMPL_CLASS), route or PrefillRoute())
-                    outcome.update(action="routed", reason=(
-                        f"{tilecap.arch_name(capability)}: new prompts' attention goes to PyTorch's "
-                        "memory-efficient tensor-core kernel where the bench-prefill verdict allows; decode and "
-                        "cached-context chunks stay on Triton"
-                    ))
+        action, reason = _install(device, version, module)
     except Exception as exc:
-        outcome.update(action="refused", reason=f"{type(exc).__name__}: {exc}; the route stays off")
+        action, reason = "refused", f"{type(exc).__name__}: {exc}; the route stays off"
+    outcome: RouteOutcome = {"action": action, "reason": reason, "vllm_version": version, "origin": origin}
     if log:
         tilecap.log_outcome(LOG_PREFIX, outcome, logging.WARNING)
     return outcome
+
+
+def _install(device: DeviceInfo | None, version: str, module: Any) -> tuple[str, str]:
+    """(action, reason) of :func:`install`, the route installed where the action is ``routed``."""
+    if switch() == "off":
+        return "disabled", f"{ENV_SWITCH}=0 is set; prefill attention stays on Triton"
+    device = device if device is not None else tilecap.current_device()
+    capability = device.get("capability")
+    if device.get("platform") != "cuda":
+        return "no-change", f"platform is {device.get('platform')}, not CUDA"
+    if capability is None or capability[0] != 7:
+        return "no-change", (
+            f"sm_{''.join(map(str, capability or ('?',)))} is not Turing/Volta: vLLM's Triton kernel "
+            "has tensor cores here"
+        )
+    problem = tilecap.untested_version(version, TESTED_VLLM_SERIES)
+    if problem is None:
+        if module is None:
+            import importlib
+
+            module = importlib.import_module(BACKEND_MODULE)
+        source = tilecap.read_source(module)
+        problem = "cannot read triton_attn.py" if source is None else structure_problem(source)
+    if problem:
+        return "refused", f"{problem}; the route stays off"
+    install_on(getattr(module, IMPL_CLASS), PrefillRoute())
+    return "routed", (
+        f"{tilecap.arch_name(capability)}: new prompts' attention goes to PyTorch's memory-efficient "
+        "tensor-core kernel where the bench-prefill verdict allows; decode and cached-context chunks stay on Triton"
+    )

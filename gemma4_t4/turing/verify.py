@@ -282,7 +282,7 @@ def _compile_forked(index: int) -> int:
 
 
 def verify(
-    arch: str | tuple[int, int] = "sm_75", limit_bytes: int | None = None, vllm_root: str | None = None,
+    arch: str = "sm_75", limit_bytes: int | None = None, vllm_root: str | None = None,
     shapes: list[AttentionShape] | None = None, jobs: int | None = None,
 ) -> VerifyReport:
     """Compile every Gemma 4 attention launch for ``arch``, unpatched and with the tile cap, in ``jobs``
@@ -291,7 +291,7 @@ def verify(
 
     started = time.monotonic()
     triton = require_triton()
-    capability = parse_arch(arch) if isinstance(arch, str) else tuple(arch)
+    capability = parse_arch(arch)
     limit = limit_bytes or smem.OPTIN_SMEM_BY_CAPABILITY.get(capability)
     if limit is None:
         raise Gemma4T4Error(f"no known shared-memory limit for {arch_name(capability)}",
