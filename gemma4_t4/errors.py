@@ -15,27 +15,20 @@ DEBUG_FIX = (
 
 
 class Gemma4T4Error(Exception):
-    """A failure the user can act on. ``fix`` says how."""
+    """A failure the user can act on. ``fix`` says how. ``kind`` names it in :meth:`to_dict`: its own type's
+    name, or (as :func:`user_error` shows any other exception) the original exception's."""
 
-    def __init__(self, message: str, fix: str | None = None):
+    def __init__(self, message: str, fix: str | None = None, kind: str | None = None):
         super().__init__(message)
         self.message = message
         self.fix = fix
-        self.kind = type(self).__name__  # what to_dict names the error
+        self.kind = kind or type(self).__name__
 
     def __str__(self) -> str:
         return f"{self.message}\n  fix: {self.fix}" if self.fix else self.message
 
     def to_dict(self) -> dict[str, str | None]:
         return {"error": self.kind, "message": self.message, "fix": self.fix}
-
-
-class UnexpectedError(Gemma4T4Error):
-    """Any other exception, as the error boundaries show it: ``kind`` is its type's name."""
-
-    def __init__(self, exc: BaseException, message: str, fix: str):
-        super().__init__(message, fix)
-        self.kind = type(exc).__name__
 
 
 # The optional packages the package imports where they are used, and what installs each: a
@@ -120,4 +113,4 @@ def user_error(exc: BaseException) -> Gemma4T4Error:
         fix = "check the URL and that the server is up (gemma4-t4 serve status)"
     elif module.startswith(("botocore", "boto3")):
         fix = "check AWS credentials, region and permissions (aws sts get-caller-identity)"
-    return UnexpectedError(exc, f"{name}: {text}", fix or DEBUG_FIX)
+    return Gemma4T4Error(f"{name}: {text}", fix or DEBUG_FIX, kind=name)

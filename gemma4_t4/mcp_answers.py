@@ -11,7 +11,7 @@ import urllib.request
 
 from pydantic import BaseModel, Field
 
-from gemma4_t4.errors import Gemma4T4Error, UnexpectedError, user_error
+from gemma4_t4.errors import Gemma4T4Error, user_error
 from gemma4_t4.host.smi import GPUInfo
 from gemma4_t4.sagemaker.build import BuildRecord, BuildResult
 from gemma4_t4.sagemaker.config import ConfigSummary
@@ -144,7 +144,8 @@ class BuildImageResult(Refusable):
 def tool_error_text(exc: BaseException) -> str:
     """What a failed tool answers: the error's type, its one-line message and the fix."""
     error = user_error(exc)
-    head = error.message if isinstance(error, UnexpectedError) else f"{type(error).__name__}: {error.message}"
+    # another exception's message already starts with its type's name
+    head = error.message if error is not exc else f"{type(error).__name__}: {error.message}"
     return head + (f"\n  fix: {error.fix}" if error.fix else "")
 
 

@@ -43,7 +43,7 @@ def _config(args: argparse.Namespace) -> ServerConfig:
     return ServerConfig(**given | {"model": model, "api_key": args.api_key or os.environ.get("GEMMA4_T4_API_KEY")})
 
 
-def _print_command(args: argparse.Namespace, config: ServerConfig) -> Output:
+def _print_command(config: ServerConfig) -> Output:
     plan = plan_launch(config)
     gate = ("the start gate was not run (it needs the real machine and runs at a real start)"
             if config.target != "cpu"
@@ -64,7 +64,7 @@ def _print_command(args: argparse.Namespace, config: ServerConfig) -> Output:
 def _start(args: argparse.Namespace) -> Output:
     config = _config(args)
     if args.print_command:
-        return _print_command(args, config)
+        return _print_command(config)
     # Ctrl-C, SIGTERM or SIGHUP during the /health wait stops the vLLM this command started
     # (start_server's wait cleans up on any interruption), then the process ends as signalled.
     with stopping_in_order(lambda _: f"while vLLM was starting on port {config.port}: stopped it "

@@ -117,9 +117,9 @@ def _print_command(monkeypatch, capsys, *argv: str) -> tuple[int, ServerConfig |
     seen: list[ServerConfig] = []
     printed = serve_cli._print_command
 
-    def record(args, config):
+    def record(config):
         seen.append(config)
-        return printed(args, config)
+        return printed(config)
 
     monkeypatch.setattr(serve_cli, "_print_command", record)
     monkeypatch.delenv("GEMMA4_T4_API_KEY", raising=False)
@@ -185,7 +185,7 @@ def test_the_tri_state_flags_give_true_false_or_the_target_default(monkeypatch, 
 def test_the_api_key_comes_from_the_environment_when_not_given(monkeypatch, capsys):
     printed = serve_cli._print_command
     seen: list[ServerConfig] = []
-    monkeypatch.setattr(serve_cli, "_print_command", lambda args, config: seen.append(config) or printed(args, config))
+    monkeypatch.setattr(serve_cli, "_print_command", lambda config: seen.append(config) or printed(config))
     monkeypatch.setenv("GEMMA4_T4_API_KEY", "env-Key-4242")
     argv = ["serve", "start", "--print-command", "--target", "cpu", "--model", "m", "--dtype", "float32"]
     assert main([*argv, "--host", "0.0.0.0"]) == 0 and seen[-1].api_key == "env-Key-4242"
