@@ -26,14 +26,6 @@ from gemma4_t4.venues.parts import refuse_while_billing
 from gemma4_t4.venues.runtime import RuntimeInfo
 
 
-def _published_grid() -> str:
-    pub = GRID_26B_Q_PROJ
-    return (
-        f"Published ({pub.source.split(' (')[0]}, grid_check.py): in the {pub.model}'s {pub.tensor} ({pub.weights / 1e6:.1f} M weights) "
-        f"the repack moved {pub.repack_changed_pct:g} %, a classic AWQ conversion {pub.awq_changed_pct:g} %."
-    )
-
-
 class LevelsChanged(Table):
     """The learner's two comparisons (repack, AWQ-style) beside the published grid check, read aloud."""
 
@@ -62,11 +54,13 @@ class LevelsChanged(Table):
         self.vs_repack, self.vs_awq = vs_repack, vs_awq
 
     def notes(self) -> list[str]:
-        r, a = self.vs_repack, self.vs_awq
+        r, a, pub = self.vs_repack, self.vs_awq, GRID_26B_Q_PROJ
         lines = [
             f"Here: the repack moved {r.level_changed:,} of {r.weights_with_ref_lattice:,} weights off their "
             f"4-bit level; the AWQ-style conversion moved {a.level_changed:,} ({a.level_changed_pct:.3g} %).",
-            _published_grid(),
+            f"Published ({pub.source.split(' (')[0]}, grid_check.py): in the {pub.model}'s {pub.tensor} "
+            f"({pub.weights / 1e6:.1f} M weights) the repack moved {pub.repack_changed_pct:g} %, a classic AWQ "
+            f"conversion {pub.awq_changed_pct:g} %.",
         ]
         if r.weights_total < TINY_WEIGHTS:
             lines.append(
