@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from gemma4_t4.bench.results import BenchRun
 from gemma4_t4.bench.schemas import Answer
 
-QUESTIONS: list[tuple[str, str]] = [
+QUESTIONS = [
     ("What is the capital of France? Answer with one word.", "Paris"),
     ("What is 12 times 12? Answer with the number only.", "144"),
     ("What is the chemical symbol for gold? Answer with the symbol only.", "Au"),
@@ -86,9 +86,11 @@ class AnswerComparison:
         ]
         d = self.first_divergence
         if d:
-            lines.append(f"first difference: question {d.index} ({d.question!r}) at character {d.char}:")
-            lines.append(f"  A: ...{d.a_context!r}")
-            lines.append(f"  B: ...{d.b_context!r}")
+            lines += [
+                f"first difference: question {d.index} ({d.question!r}) at character {d.char}:",
+                f"  A: ...{d.a_context!r}",
+                f"  B: ...{d.b_context!r}",
+            ]
         return "\n".join(lines)
 
 

@@ -17,7 +17,7 @@ from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.table import Displayable
 
 # metric (a per-request figure and a cell statistic) -> True when higher is better
-METRICS: dict[str, bool] = {"ttft_ms": False, "tpot_ms": False, "e2el_ms": False, "per_stream_tok_s": True}
+METRICS = {"ttft_ms": False, "tpot_ms": False, "e2el_ms": False, "per_stream_tok_s": True}
 
 
 @dataclass
@@ -223,7 +223,7 @@ class Headline(Displayable):
         """Decode, TTFT and $/Mtok, A beside B, then the published row (T4 as A, L4 as B)."""
         ratio = "A/B [95 % interval]"
         decode = _ratio(self.decode_ratio, self.decode_ci_low, self.decode_ci_high)
-        rows: list[dict[str, object]] = [
+        rows = [
             {"figure": f"decode tok/s ({self.decode_method or '-'})", "A": self.decode_a, "B": self.decode_b,
              ratio: decode or "; ".join(self.decode_not_measured) or "not measured on both sides"},
             {"figure": "TTFT ms (median)", "A": self.ttft_a_ms, "B": self.ttft_b_ms,

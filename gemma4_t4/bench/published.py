@@ -54,7 +54,7 @@ def _gce(build: str, rows: list[tuple[int, int, float, float, float]], source: s
             for n, c, tput, stream, ttft in rows]
 
 
-GCE_T4_E2B: list[PublishedResult] = (
+GCE_T4_E2B = (
     _gce("bf16", [(512, 1, 37.04, 40.44, 300), (512, 4, 109.05, 32.25, 791), (512, 8, 164.62, 25.49, 1212),
                   (512, 16, 164.36, 24.97, 7270), (4096, 1, 12.11, 30.00, 7199), (4096, 4, 15.16, 6.40, 15304),
                   (4096, 8, 15.66, 2.53, 16779), (4096, 16, 15.46, 2.42, 81551)])
@@ -85,7 +85,7 @@ class PublishedSageMaker:
     published: bool = True
 
 
-SAGEMAKER_DECODE: list[PublishedSageMaker] = [
+SAGEMAKER_DECODE = [
     PublishedSageMaker("gemma-4-E2B", "emb4", 141.7, 108.5, "40/40"),
     PublishedSageMaker("gemma-4-E4B", "emb4", 79.9, 65.6, "40/40"),
     PublishedSageMaker("gemma-4-12B", "emb4", 35.0, 28.5, "40/40"),
@@ -133,7 +133,7 @@ class PublishedDrafter:
 T4_DRAFTER = PublishedDrafter("gemma-4-E2B", "emb4", 3, 109.7, 135.0, 9.9, 7.4, 0.38, "3/20")
 
 
-SAGEMAKER_LOAD: list[PublishedSageMaker] = [
+SAGEMAKER_LOAD = [
     PublishedSageMaker("gemma-4-E2B", "emb4", 1259.15, 787.05, concurrency=16),
     PublishedSageMaker("gemma-4-E4B", "emb4", 848.95, 488.05, concurrency=16),
     PublishedSageMaker("gemma-4-12B", "emb4", 411.8, 216.45, concurrency=16),
@@ -423,18 +423,18 @@ def t4_beside(decode: BenchRun, ttft_ms: dict[int, float | None], title: str) ->
     """Part 4's decode and TTFT runs, each figure beside the series' GCE T4 E2B QAT cell."""
     speed = decode.decode_speed()
     c1, c8 = gce_t4("qat"), gce_t4("qat", concurrency=8)
-    kind = {"measured_on": measured_kind(decode), "published_on": published_kind(c1)}
     per_stream = speed.per_stream or {}
-    rows = [beside(f"median TTFT ms at {n} tokens, c=1", ttft_ms.get(n), gce_t4("qat", n).ttft_ms, c1.source,
-                   f"GCE T4, E2B QAT, {n} in, c=1", **kind) for n in (512, 4096)]
-    rows += [beside(f"per-stream tok/s, c={c}", per_stream.get(c) if speed.streamed else speed.not_measured,
-                    r.per_stream_tok_s, r.source, f"GCE T4, E2B QAT, 512 in / 128 out, c={c}", **kind)
-             for c, r in ((1, c1), (8, c8))]
-    rows.append(beside("output tok/s, c=8", speed.output_tok_s.get(8), c8.output_throughput_tok_s, c8.source,
-                       "GCE T4, E2B QAT, 512 in / 128 out, c=8", **kind))
-    rows += [beside(f"median E2EL ms, c={c}", ms, None, c1.source, "end-to-end latency (not published)", **kind)
+    # (figure, measured, published, its source, its conditions)
+    rows = [(f"median TTFT ms at {n} tokens, c=1", ttft_ms.get(n), gce_t4("qat", n).ttft_ms, c1.source,
+             f"GCE T4, E2B QAT, {n} in, c=1") for n in (512, 4096)]
+    rows += [(f"per-stream tok/s, c={c}", speed.not_measured or per_stream.get(c), r.per_stream_tok_s, r.source,
+              f"GCE T4, E2B QAT, 512 in / 128 out, c={c}") for c, r in ((1, c1), (8, c8))]
+    rows.append(("output tok/s, c=8", speed.output_tok_s.get(8), c8.output_throughput_tok_s, c8.source,
+                 "GCE T4, E2B QAT, 512 in / 128 out, c=8"))
+    rows += [(f"median E2EL ms, c={c}", ms, None, c1.source, "end-to-end latency (not published)")
              for c, ms in speed.e2el_ms.items()]
-    return Table(rows, title)
+    kind = {"measured_on": measured_kind(decode), "published_on": published_kind(c1)}
+    return Table([beside(*row, **kind) for row in rows], title)
 
 
 def sagemaker_decode_table() -> Table:
@@ -456,24 +456,25 @@ def headline_rows(headline: Any) -> Table:
     both = (Kind(kind_a.model_size, f"{kind_a.gpu}/{kind_b.gpu}")
             if kind_a and kind_b and kind_a.model_size == kind_b.model_size else None)
 
-    def row(label: str, measured: float | None, published: float | None, measured_on: Kind | None,
-            gpu: str) -> dict[str, object]:
-        return (beside(label, measured, published, source, conditions, measured_on=measured_on,
-                           published_on=published_kind(pub, gpu) if pub else None))
-
     answers = headline.answers
     identical = answers.identical / answers.total if answers and answers.measured and answers.total else None
     pub_identical = None
     if pub and pub.identical_answers:
         same, total = (int(x) for x in pub.identical_answers.split("/"))
         pub_identical = same / total
+    # (figure, measured, published, measured on, the published row's GPU)
+    rows = [
+        (f"decode tok/s on the T4 ({headline.decode_method})", headline.decode_a,
+         pub.t4_tok_s if pub else None, kind_a, "t4"),
+        (f"decode tok/s on the L4 ({headline.decode_method})", headline.decode_b,
+         pub.l4_tok_s if pub else None, kind_b, "l4"),
+        ("T4 / L4 decode", headline.decode_ratio,
+         pub.t4_tok_s / pub.l4_tok_s if pub and pub.t4_tok_s else None, both, "t4/l4"),
+        ("T4 / L4 median TTFT", headline.ttft_ratio, None, both, "t4/l4"),
+        ("identical answers (share)", identical, pub_identical, both, "t4/l4"),
+    ]
     return Table([
-        row(f"decode tok/s on the T4 ({headline.decode_method})", headline.decode_a,
-            pub.t4_tok_s if pub else None, kind_a, "t4"),
-        row(f"decode tok/s on the L4 ({headline.decode_method})", headline.decode_b,
-            pub.l4_tok_s if pub else None, kind_b, "l4"),
-        row("T4 / L4 decode", headline.decode_ratio,
-            pub.t4_tok_s / pub.l4_tok_s if pub and pub.t4_tok_s else None, both, "t4/l4"),
-        row("T4 / L4 median TTFT", headline.ttft_ratio, None, both, "t4/l4"),
-        row("identical answers (share)", identical, pub_identical, both, "t4/l4"),
+        beside(label, measured, published, source, conditions, measured_on=measured_on,
+               published_on=published_kind(pub, gpu) if pub else None)
+        for label, measured, published, measured_on, gpu in rows
     ], "T4 vs L4, measured here beside the published row")

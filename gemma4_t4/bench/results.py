@@ -134,8 +134,7 @@ class ResultsWriter:
         write_summary(self.dir, self.run_info, self.cells)
 
     def close(self) -> None:
-        if not self._records.closed:
-            self._records.close()
+        self._records.close()  # a file closes once; closing it again does nothing
 
     def result(self) -> BenchRun:
         """The run as written, in memory (nothing re-read from disk)."""
@@ -180,7 +179,7 @@ class BenchRun(Displayable, BaseModel):
             raise Gemma4T4Error(
                 f"{path} holds no {SUMMARY_FILE}", fix="pass a directory written by gemma4-t4 bench run"
             )
-        summary: SummaryFile = parse_file(SummaryFile, summary_path.read_text(), str(summary_path))
+        summary = parse_file(SummaryFile, summary_path.read_text(), str(summary_path))
         run = (parse_file(RunInfo, run_path.read_text(), str(run_path)) if run_path.is_file()
                else RunInfo.model_validate(summary.run))  # older results: the digest summary.json holds
         return cls(dir=path, run=run, cells=summary.cells)
@@ -275,8 +274,8 @@ class BenchRun(Displayable, BaseModel):
         )
 
     def _decode_medians(self, key: str) -> dict[int, float | None]:
-        decode = [c for c in self.cells if c.workload == "decode" and c.concurrency is not None]
-        return {c.concurrency: getattr(c, key).median for c in decode}
+        return {c.concurrency: getattr(c, key).median
+                for c in self.cells if c.workload == "decode" and c.concurrency is not None}
 
     def per_stream_by_concurrency(self) -> dict[int, float | None]:
         """Median per-stream decode tok/s per concurrency (None: answers came in one flush)."""
@@ -296,8 +295,7 @@ class BenchRun(Displayable, BaseModel):
 
     def prefix_hit_rate(self) -> float | None:
         """The shared-prefix cell's measured hit rate (None if the server exposes no counters)."""
-        shared = [c for c in self.cells if c.variant == "shared_prefix"]
-        return shared[0].prefix_cache.hit_rate if shared else None
+        return next((c.prefix_cache.hit_rate for c in self.cells if c.variant == "shared_prefix"), None)
 
     def answers(self) -> list[Answer]:
         """Every answer of an answers run (first cell with answers)."""
