@@ -59,12 +59,6 @@ def debug_enabled(flag: bool = False) -> bool:
     return flag or os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
 
 
-def _one_line(text: str) -> str:
-    """``text`` on one line, at most 400 characters."""
-    line = " ".join(str(text).split())
-    return line if len(line) <= 400 else line[:397] + "..."
-
-
 def os_fix(exc: OSError) -> str | None:
     """What to do about a file-system or network ``OSError`` the user can act on (None: no advice)."""
     where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
@@ -92,7 +86,8 @@ def user_error(exc: BaseException) -> Gemma4T4Error:
     if isinstance(exc, Gemma4T4Error):
         return exc
     name = type(exc).__name__
-    text = _one_line(str(exc) or name)
+    text = " ".join((str(exc) or name).split())  # on one line, at most 400 characters
+    text = text if len(text) <= 400 else text[:397] + "..."
     fix: str | None = None
     if isinstance(exc, OSError):
         fix = os_fix(exc)

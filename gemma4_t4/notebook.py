@@ -274,12 +274,6 @@ class TableIn(TypedDict):
     rows: Sequence[object]
 
 
-def _summary_table(table: TableIn | Displayable) -> TableIn:
-    if isinstance(table, Displayable):
-        return {"title": table.caption() or "", "rows": list(table.table_rows())}
-    return table
-
-
 def save_summary(out_dir: str | Path, part: int, results: Mapping[str, SummaryValue],
                  tables: Sequence[TableIn | Displayable] = (), notes: Sequence[str] = (),
                  published: Mapping[str, SummaryValue] | None = None) -> None:
@@ -297,7 +291,9 @@ def save_summary(out_dir: str | Path, part: int, results: Mapping[str, SummaryVa
     # a notebook's summary.json: what it measured, the published figures (labelled as such) it compares with
     # (atomic_write_json makes every value JSON: rows of dataclasses or pydantic models included)
     payload = {"part": part, "results": dict(results), "published": dict(published or {}),
-               "tables": [_summary_table(t) for t in tables], "notes": list(notes)}
+               "tables": [{"title": t.caption() or "", "rows": list(t.table_rows())}
+                          if isinstance(t, Displayable) else t for t in tables],
+               "notes": list(notes)}
     path = out / SUMMARY_FILE
     atomic_write_json(path, payload)
     print(f"summary written to {path}")

@@ -242,7 +242,10 @@ def _execute(papermill: Any, source: Path, number: str, values: JSONObject, out:
         run.error = _short_error(exc)
         log(f"[{number}] FAILED: {run.error}")
     run.seconds = round(time.monotonic() - started, 1)
-    run.summary = _read_summary(run_dir)
+    try:
+        run.summary = json.loads((run_dir / SUMMARY_FILE).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        pass  # none written (or half of one): a notebook that finished fails below
     run.plots = sorted(str(p.relative_to(out)) for p in run_dir.rglob("*.png"))
     if run.status == "ok" and run.summary is None:
         run.status = "failed"
@@ -299,14 +302,6 @@ def _short_error(exc: BaseException) -> str:
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-def _read_summary(run_dir: Path) -> JSONObject | None:
-    path = run_dir / SUMMARY_FILE
-    try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
 
 
 def export_notebook_html(executed: Path) -> Path:

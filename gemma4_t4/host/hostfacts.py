@@ -39,7 +39,6 @@ def choose_gpu(gpus: Sequence[GPUInfo], cuda_visible_devices: str | None = None,
         return GpuChoice(None, "no NVIDIA GPU")
     mixed = len({_model(g) for g in gpus}) > 1
     listed = ", ".join(f"{g.index}: {g.name}" for g in gpus)
-    pin = "CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES={}"
     if cuda_visible_devices is not None:
         first = cuda_visible_devices.split(",")[0].strip()
         named = f"CUDA_VISIBLE_DEVICES={cuda_visible_devices!r}"
@@ -68,7 +67,7 @@ def choose_gpu(gpus: Sequence[GPUInfo], cuda_visible_devices: str | None = None,
                 else (able, "the first GPU vLLM supports (sm_75 or newer)") if able is not None
                 else (gpus[0], "no GPU here is sm_75 or newer"))
     return GpuChoice(gpu, f"mixed GPUs ({listed}): GPU {gpu.index} ({gpu.name}), {why}; serve with "
-                     f"{pin.format(gpu.index)} so vLLM uses it", mixed)
+                     f"CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES={gpu.index} so vLLM uses it", mixed)
 
 
 @dataclass
