@@ -187,7 +187,7 @@ class DeployConfig(VLLMSettings):
                                assistant_sets("the hours of the budget's bound"), gt=0, le=168,
                                fix="choose a lifetime such as 4 hours; `reap` deletes endpoints past it")
     created_by: str = "gemma4-t4"
-    tags: dict[str, str] = Field(default_factory=dict)
+    tags: dict[str, str] = {}
     allow_unfixed_image: bool = setting(False, "let a T4 run an image without the Turing fix (only for a vLLM "
                                         "fixed upstream)", assistant_never(
         "a T4 image without the fix crashes at the first prefill, after ~13 billed minutes"))  # _check_image

@@ -273,23 +273,23 @@ def chat_payload(prompt: str | None = None, messages: list[ChatMessage] | None =
     return payload
 
 
-def parse_chat_response(body: JSONValue | bytes) -> tuple[str, str | None, ChatUsage | None]:
-    """(text, finish_reason, usage) from an OpenAI chat or completion response."""
-    if isinstance(body, (bytes, str)):
-        try:
-            body = json.loads(body)
-        except ValueError:
-            return (body.decode(errors="replace") if isinstance(body, bytes) else body), None, None
-    if not isinstance(body, dict) or not body.get("choices"):
+def parse_chat_response(body: bytes) -> tuple[str, str | None, ChatUsage | None]:
+    """(text, finish_reason, usage) from the body of an OpenAI chat or completion response (a body that is not
+    JSON: its text, as it came)."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return body.decode(errors="replace"), None, None
+    if not isinstance(data, dict) or not data.get("choices"):
         raise Gemma4T4Error(
-            f"unexpected response from the endpoint: {str(body)[:300]}",
+            f"unexpected response from the endpoint: {str(data)[:300]}",
             fix="check the endpoint serves the vLLM OpenAI API (read its logs)",
         )
-    choice = body["choices"][0]
+    choice = data["choices"][0]
     text = (choice.get("message") or {}).get("content")
     if text is None:
         text = choice.get("text", "")
-    return text or "", choice.get("finish_reason"), body.get("usage")
+    return text or "", choice.get("finish_reason"), data.get("usage")
 
 
 def invoke_plan(name: str, region: str, payload: JSONObject) -> ApiCall:

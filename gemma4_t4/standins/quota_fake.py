@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 
 from gemma4_t4.foundation.jsonable import JSONObject
 from gemma4_t4.standins.server import StandInHandler, StandInServer
@@ -19,15 +18,12 @@ _JSON = {"Content-Type": "application/x-amz-json-1.1"}
 
 class _Handler(StandInHandler):
     def do_POST(self) -> None:  # noqa: N802 - http.server naming
-        fake: FakeServiceQuotas = self.server.standin
         length = int(self.headers.get("Content-Length") or 0)
         request = json.loads(self.rfile.read(length) or b"{}")
         target = (self.headers.get("X-Amz-Target") or "").split(".")[-1]
         match = _SCOPE.search(self.headers.get("Authorization") or "")
         region = match["region"] if match else "us-east-1"
-        with fake.lock:
-            fake.requests.append({"region": region, "target": target})
-        quotas = fake.quota_list(region) if request.get("ServiceCode") == "sagemaker" else []
+        quotas = self.server.standin.quota_list(region) if request.get("ServiceCode") == "sagemaker" else []
         if target == "ListServiceQuotas":  # one page: a region holds a handful of quotas, far below its 100
             self.send_json(200, {"Quotas": quotas}, _JSON)
         else:
@@ -41,16 +37,12 @@ class FakeServiceQuotas(StandInServer):
     thread_name = "fake-service-quotas"
 
     def __init__(self, quotas: dict[str, dict[str, float]] | None = None):
-        self.quotas: dict[str, dict[str, float]] = quotas or {}
-        self.requests: list[dict[str, str]] = []  # every call ({"region", "target"}), for assertions
-        self.lock = threading.Lock()
+        self.quotas: dict[str, dict[str, float]] = quotas or {}  # changed between calls, never during one
 
     def quota_list(self, region: str) -> list[JSONObject]:
         """The region's quotas as ListServiceQuotas answers them (the fields the fake fills)."""
-        with self.lock:
-            values = dict(self.quotas.get(region, {}))
         out: list[JSONObject] = []
-        for i, (instance, value) in enumerate(sorted(values.items())):
+        for i, (instance, value) in enumerate(sorted(self.quotas.get(region, {}).items())):
             code = f"L-FAKE{i:04d}"
             out.append({
                 "ServiceCode": "sagemaker", "ServiceName": "Amazon SageMaker",

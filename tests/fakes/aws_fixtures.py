@@ -28,7 +28,6 @@ def local_aws(local_aws_session: LocalAWS) -> LocalAWS:
     assert local_aws_session.quota_fake is not None
     local_aws_session.quota_fake.quotas.clear()
     local_aws_session.quota_fake.quotas.update({r: dict(v) for r, v in DEFAULT_QUOTAS.items()})
-    local_aws_session.quota_fake.requests.clear()
     return local_aws_session
 
 

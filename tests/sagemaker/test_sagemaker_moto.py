@@ -108,9 +108,11 @@ def test_background_watch_reports_in_service(local_aws):  # noqa: F811
     assert watcher.done.is_set() and result.success and result.rolled_back == []
 
 
-def test_quota_fake_end_to_end(local_aws):  # noqa: F811
+def test_quota_fake_end_to_end(local_aws, monkeypatch):  # noqa: F811
+    asked, quota_list = [], local_aws.quota_fake.quota_list
+    monkeypatch.setattr(local_aws.quota_fake, "quota_list", lambda region: asked.append(region) or quota_list(region))
     report = check_quotas(["ml.g4dn.xlarge", "ml.g6.xlarge"])
-    assert [q["region"] for q in local_aws.quota_fake.requests] == [
+    assert asked == [
         "us-east-1",
         "us-east-2",
         "us-west-2",
