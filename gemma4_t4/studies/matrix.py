@@ -10,6 +10,7 @@ created before the exception leaves. The specs are checked before anything is de
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -105,11 +106,8 @@ def over_budget_warning(plan: MatrixResult, budget_usd: float) -> str | None:
     """A warning when the plan's estimate exceeds the budget: which models the run would skip."""
     if plan.estimate_usd <= budget_usd:
         return None
-    spent, fits = 0.0, 0
-    for entry in plan.entries:
-        if spent + entry.estimate_usd > budget_usd:
-            break
-        spent, fits = spent + entry.estimate_usd, fits + 1
+    # the models run in order, so those that fit are the ones whose running total stays within the budget
+    fits = sum(total <= budget_usd for total in itertools.accumulate(e.estimate_usd for e in plan.entries))
     return (
         f"the estimate ~{usd(plan.estimate_usd)} exceeds the budget {usd(budget_usd)}: only the first {fits} of "
         f"{len(plan.entries)} model(s) fit; the run stops before the rest (raise --budget-usd or drop models)"

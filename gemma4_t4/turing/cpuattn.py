@@ -158,7 +158,6 @@ def choose(python: str | None = None, refresh: bool = False, prober: Prober | No
             pass
     run = prober or (lambda candidate: probe(candidate, python))
     probes: list[ProbeResult] = []
-    choice = None
     for name, dtype, env in CANDIDATES:
         result = run(name)
         probes.append(result)
@@ -175,14 +174,13 @@ def choose(python: str | None = None, refresh: bool = False, prober: Prober | No
             choice = Choice(candidate=name, dtype=dtype, env=dict(env), probes=probes, fingerprint_id=key,
                             reason=f"{failed}; {passed}" if failed else passed)
             break
-    if choice is None:
+    else:
         raise Gemma4T4Error(
             "vLLM's CPU attention fails on this machine in every configuration: "
             + "; ".join(f"{p.candidate}: {p.signal or p.detail}" for p in probes),
             fix="run on another machine, or pass --dtype explicitly to skip the probe at your own risk",
         )
     if prober is None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_json(path, choice.model_dump(mode="json", exclude={"cached"}))
     return choice
 
@@ -206,11 +204,11 @@ def install_from_env() -> None:
 
             original = getattr(cpu_attn._get_attn_isa, "__wrapped__", cpu_attn._get_attn_isa)
 
+            @functools.wraps(original)  # __wrapped__: installing twice wraps vLLM's own function once
             def _get_attn_isa(dtype: Any, block_size: int, *args: Any, **kwargs: Any) -> str:
                 chosen = original(dtype, block_size, *args, **kwargs)
                 return isa if chosen == "amx" else chosen  # the probe found the AMX kernel broken here
 
-            _get_attn_isa.__wrapped__ = original  # type: ignore[attr-defined]
             cpu_attn._get_attn_isa = _get_attn_isa
 
 

@@ -117,9 +117,11 @@ def test_refused_vllm_fails_verify(tmp_path):
 def test_verify_covers_speculative_decoding_shapes():
     from gemma4_t4.catalog.assistants import ASSISTANTS
     from gemma4_t4.catalog.family import VARIANTS
-    from gemma4_t4.serving.speculative import MAX_NUM_DRAFT_TOKENS
+    from gemma4_t4.foundation.launch_record import VLLMSettings
 
-    assert VERIFY_DRAFT_TOKENS == (1, 2, 3, 4, 5, 6, MAX_NUM_DRAFT_TOKENS)
+    # the longest draft a launch accepts: num_draft_tokens' upper limit
+    (most,) = [m.le for m in VLLMSettings.model_fields["num_draft_tokens"].metadata if hasattr(m, "le")]
+    assert tuple(VERIFY_DRAFT_TOKENS) == (1, 2, 3, 4, 5, 6, most)
     shapes = gemma4_attention_shapes()
     drafters = [s for s in shapes if s.role == "drafter"]
     sizes = {VARIANTS[variant].size for variant, _build in ASSISTANTS}
