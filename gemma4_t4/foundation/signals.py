@@ -84,11 +84,9 @@ def orderly_stop(*, redeliver: bool = True) -> Iterator[None]:
     try:
         yield
     except Terminated as exc:
-        for sig, old in previous.items():
-            signal.signal(sig, old)  # type: ignore[arg-type]
-        owned = exc.signum in previous
-        previous.clear()
-        if redeliver and owned:
+        if redeliver and exc.signum in previous:
+            for sig, old in previous.items():
+                signal.signal(sig, old)  # type: ignore[arg-type]
             os.kill(os.getpid(), exc.signum)  # default action: the process ends here
         raise
     finally:

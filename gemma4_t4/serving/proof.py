@@ -84,7 +84,6 @@ def turing_proof(
         report = verify(arch, vllm_root=None if vllm_root is None else str(vllm_root))
     except Gemma4T4Error as exc:
         return TuringProof(None, arch, key, False, f"no proof: {exc.message}")
-    failures = report.failures()
     if report.ok:
         detail = (
             f"proven offline: every Gemma 4 attention launch fits {report.limit_bytes:,} B on {report.arch} "
@@ -93,7 +92,7 @@ def turing_proof(
     else:
         detail = (
             f"offline proof FAILED on {report.arch}: tile cap {report.patch_action} ({report.patch_reason}); "
-            f"{len(failures)} launch(es) over {report.limit_bytes:,} B"
+            f"{len(report.failures())} launch(es) over {report.limit_bytes:,} B"
         )
     proof = TuringProof(bool(report.ok), arch, key, False, detail, report.seconds)
     try:

@@ -537,7 +537,7 @@ class Endpoint:
             endpoint.stop()  # rolled back by deploy already where it failed; this catches the rest
             raise
         if budget is not None:
-            _BudgetWatch(endpoint, budget, watch_s).start()
+            _budget_watch(endpoint, budget, watch_s).start()
         return endpoint
 
 
@@ -601,23 +601,19 @@ def start_owned_server(config: ServerConfig) -> VLLMServer:
     return server
 
 
-class _BudgetWatch(threading.Thread):
-    """Deletes the endpoint the moment the shared budget is spent (daemon: never outlives it)."""
+def _budget_watch(endpoint: Endpoint, budget: Budget, every_s: float) -> threading.Thread:
+    """The thread that deletes the endpoint the moment the shared budget is spent (daemon: never outlives it)."""
 
-    def __init__(self, endpoint: Endpoint, budget: Budget, every_s: float):
-        super().__init__(name=f"budget-{endpoint.name}", daemon=True)
-        self.endpoint, self.budget, self.every_s = endpoint, budget, every_s
-
-    def run(self) -> None:
-        while not self.endpoint.stopped:
-            if self.budget.spent_usd >= self.budget.usd:
+    def watch() -> None:
+        while not endpoint.stopped:
+            if budget.spent_usd >= budget.usd:
                 # lazy: the SageMaker modules load only for a SageMaker endpoint (a local one never needs them)
                 from gemma4_t4.sagemaker.cost import usd
 
-                self.endpoint.stopped_reason = (
-                    f"budget {usd(self.budget.usd)} spent while {self.endpoint.name} was up; deleted it"
-                )
-                self.endpoint.stop()
+                endpoint.stopped_reason = f"budget {usd(budget.usd)} spent while {endpoint.name} was up; deleted it"
+                endpoint.stop()
                 return
-            time.sleep(self.every_s)
+            time.sleep(every_s)
+
+    return threading.Thread(target=watch, name=f"budget-{endpoint.name}", daemon=True)
 

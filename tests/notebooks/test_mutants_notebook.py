@@ -1065,13 +1065,13 @@ def test_the_budget_watch_deletes_the_endpoint_once_the_budget_is_spent():
     served = _billed("g4-p2-t4-x", 2.0, hours=0.6)  # 1.20 spent of 1.00
     budget.admit(served, 0.0)
     served._budget = budget
-    endpoints._BudgetWatch(served, budget, every_s=0.0).run()
+    endpoints._budget_watch(served, budget, every_s=0.0).run()
     assert (
         served.stopped and served.stopped_reason == "budget $1.00 spent while g4-p2-t4-x was up; deleted it"
     )
     assert budget.spent_usd == pytest.approx(1.2, abs=1e-3)
     within = _billed("g4-p2-t4-y", 2.0, hours=0.1)
-    watch = endpoints._BudgetWatch(within, Budget(1.0), every_s=0.0)
+    watch = endpoints._budget_watch(within, Budget(1.0), every_s=0.0)
     within.stop()
     watch.run()  # a stopped endpoint's watch ends, spending nothing
     assert within.stopped_reason is None and watch.daemon and watch.name == "budget-g4-p2-t4-y"
@@ -1087,7 +1087,7 @@ def test_a_budget_spent_to_the_cent_deletes_the_endpoint():
     budget._closed = spent.cost_usd()
     live = _billed("g4-p2-t4-b", 0.0)
     budget.admit(live, 0.0)
-    endpoints._BudgetWatch(live, budget, every_s=0.0).run()
+    endpoints._budget_watch(live, budget, every_s=0.0).run()
     assert live.stopped and live.stopped_reason.startswith("budget $1.00 spent while g4-p2-t4-b was up")
 
 
@@ -1095,7 +1095,7 @@ def test_the_budget_watch_checks_again_until_the_budget_runs_out():
     budget = Budget(1.0)
     served = _billed("g4-p2-t4-c", 3600.0 * 20)  # 20 $/s: the budget runs out 50 ms after it started
     budget.admit(served, 0.0)
-    endpoints._BudgetWatch(served, budget, every_s=0.01).run()
+    endpoints._budget_watch(served, budget, every_s=0.01).run()
     assert served.stopped and served.stopped_reason is not None
 
 
