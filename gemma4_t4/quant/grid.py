@@ -18,7 +18,7 @@ from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.table import Displayable
 from gemma4_t4.quant import lattice
 from gemma4_t4.quant.builds import FLOAT_DTYPES, ModuleWeight, module_weights
-from gemma4_t4.quant.safetensors_io import DTYPES, CheckpointReader, open_checkpoint
+from gemma4_t4.quant.safetensors_io import CheckpointReader, open_checkpoint
 
 BLOCK_BYTES = 32 * 2**20  # source bytes per block: bounds memory, keeps all cores busy
 MAX_EXAMPLES = 5
@@ -144,12 +144,10 @@ def check_tensor(reader: CheckpointReader, name: str, group_size: int = lattice.
     exact = dict.fromkeys(scale_dtypes, 0)
     gexact = dict.fromkeys(scale_dtypes, 0)
     examples: list[list[int]] = []
-    scratch = np.empty(min(info.nbytes, max(block_bytes, info.row_bytes)), np.uint8)  # reused by every block
-    levels = np.empty(scratch.nbytes // DTYPES[info.dtype].itemsize, np.int8)
     for start, stop in reader.row_blocks(name, block_bytes):
-        block = reader.read_rows(name, start, stop, out=scratch)
+        block = reader.read_rows(name, start, stop)
         non_finite += lattice.count_non_finite(block)
-        fit, choices = lattice.analyze(block, group_size, tol, tuple(scale_dtypes), levels_out=levels)
+        fit, choices = lattice.analyze(block, group_size, tol, tuple(scale_dtypes))
         hist += np.bincount(fit.peak.reshape(-1).astype(np.int64) + 1, minlength=10)[:10]
         bad = ~fit.on_grid
         if len(examples) < MAX_EXAMPLES:

@@ -274,14 +274,11 @@ def as_values(block: np.ndarray) -> np.ndarray:
 
 def analyze(block: np.ndarray, group_size: int = DEFAULT_GROUP, tol: float = DEFAULT_TOL,
             scale_dtypes: tuple[str, ...] | list[str] = ("fp16",),
-            use_numba: bool | None = None, levels_out: np.ndarray | None = None,
-            ) -> tuple[LatticeFit, dict[str, ScaleChoice]]:
+            use_numba: bool | None = None) -> tuple[LatticeFit, dict[str, ScaleChoice]]:
     """Lattice fit plus the scale choice for each of ``scale_dtypes``, in one pass.
 
     ``block`` is [rows, cols] as read from a checkpoint: uint16 bf16 bit patterns or floats.
     Same results as :func:`fit_lattice` followed by :func:`choose_scale` per dtype.
-    ``levels_out``: a reusable int8 buffer of at least rows*cols for the levels (streaming
-    callers pass one per tensor; the fit's levels are then a view of it).
     """
     for dt in scale_dtypes:
         if dt not in SCALE_DTYPES:
@@ -295,10 +292,7 @@ def analyze(block: np.ndarray, group_size: int = DEFAULT_GROUP, tol: float = DEF
     rows, cols = block.shape
     ng = cols // group_size
     nd = len(scale_dtypes)
-    if levels_out is not None and levels_out.size >= rows * cols:
-        levels = levels_out.reshape(-1)[:rows * cols].reshape(rows, cols)
-    else:
-        levels = np.empty((rows, cols), np.int8)
+    levels = np.empty((rows, cols), np.int8)
     lsq = np.empty((rows, ng), np.float32)
     peak = np.empty((rows, ng), np.int8)
     deviation = np.empty((rows, ng), np.float32)

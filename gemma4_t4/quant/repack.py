@@ -154,13 +154,9 @@ Quantizer = Callable[[np.ndarray], BlockResult]
 
 def lattice_quantizer(group_size: int, scale_dtype: str, allow_requant: bool, report_dtypes: tuple[str, ...]) -> Quantizer:
     dtypes = tuple(dict.fromkeys((scale_dtype, *report_dtypes)))  # the written one first
-    levels_buf = np.empty(0, np.int8)  # reused block after block: each block is packed before the next
 
     def quantize(block: np.ndarray) -> BlockResult:
-        nonlocal levels_buf
-        if levels_buf.size < block.size:
-            levels_buf = np.empty(block.size, np.int8)
-        fit, choices = lattice.analyze(block, group_size, lattice.DEFAULT_TOL, dtypes, levels_out=levels_buf)
+        fit, choices = lattice.analyze(block, group_size, lattice.DEFAULT_TOL, dtypes)
         off_mask = ~fit.on_grid
         off = int(off_mask.sum())
         examples = np.argwhere(off_mask)[:3].tolist()  # [row, group]
@@ -429,11 +425,9 @@ def _quantize_tensor(reader: LocalCheckpoint, writer: ShardedWriter, info: Tenso
     if write:
         for t in targets:
             writer.write_rows(f"{t}.weight_shape", 0, np.array([rows, cols], np.int64))
-    # one read buffer for all blocks
-    scratch = np.empty(min(info.nbytes, max(BLOCK_BYTES, 8 * info.row_bytes)), np.uint8)
     # zero points pack 8 rows per int32 word: keep blocks a multiple of 8 rows
     for start, stop in reader.row_blocks(info.name, BLOCK_BYTES, multiple=8):
-        block = reader.read_rows(info.name, start, stop, out=scratch)
+        block = reader.read_rows(info.name, start, stop)
         bad = lattice.count_non_finite(block)
         if bad:  # refused whatever the quantizer would do (RTN would silently turn NaN into level 0)
             row.non_finite += bad

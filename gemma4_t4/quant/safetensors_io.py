@@ -1,7 +1,7 @@
 """Streaming access to (sharded) safetensors checkpoints, local or over HTTP range requests.
 
-Tensors are read a block of rows at a time (local ``preadv`` into a reusable buffer, so memory
-stays bounded; remote ``Range`` requests: one per shard for its header, then only the rows read).
+Tensors are read a block of rows at a time, so memory stays bounded (local ``preadv``; remote
+``Range`` requests: one per shard for its header, then only the rows read).
 Pickle checkpoints (``.bin``, ``.pt``) are refused and never opened: unpickling runs arbitrary code.
 :class:`ShardedWriter` fixes every header up front, then writes blocks with ``pwrite`` into a
 temporary directory that the caller renames into place.
@@ -273,14 +273,11 @@ class CheckpointReader:
             raise Gemma4T4Error(f"{self.source} has no tensor {name!r}",
                                 fix="list the names with `gemma4-t4 grid-check CKPT --json`") from None
 
-    def read_rows(self, name: str, row_start: int = 0, row_stop: int | None = None,
-                  out: np.ndarray | None = None) -> np.ndarray:
-        """Rows ``row_start:row_stop`` (first dimension) as a numpy array (BF16 as uint16 bits), read
-        straight into ``out`` (a reusable uint8 buffer; the result is then a view of it) where it is
-        large enough, else into a fresh array."""
+    def read_rows(self, name: str, row_start: int = 0, row_stop: int | None = None) -> np.ndarray:
+        """Rows ``row_start:row_stop`` (first dimension) as a numpy array (BF16 as uint16 bits)."""
         info = self.info(name)
         start, length, shape = info.row_span(row_start, row_stop)
-        buf = out[:length] if out is not None and out.nbytes >= length else np.empty(length, np.uint8)
+        buf = np.empty(length, np.uint8)
         self._read_into(info.shard, start, memoryview(buf))
         return buf.view(DTYPES[info.dtype]).reshape(shape)
 
