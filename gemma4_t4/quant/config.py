@@ -11,18 +11,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-# Modules that stay in their original dtype: multimodal towers and projectors, MoE routers.
-KEEP_PATTERNS = (
-    r"(^|\.)vision_tower\.", r"(^|\.)audio_tower\.", r"(^|\.)embed_vision\.", r"(^|\.)embed_audio\.",
-    r"(^|\.)multi_modal_projector\.", r"(^|\.)router\.",
-    r"(^|\.)gate\.weight$",  # MoE router linear in some exports
-    r"norm\.weight$",
+# Modules that stay in their original dtype: multimodal towers and projectors, MoE routers (some
+# exports name the router's linear "gate"), norms.
+KEEP_RE = re.compile(
+    r"(^|\.)(vision_tower|audio_tower|embed_vision|embed_audio|multi_modal_projector|router)\."
+    r"|(^|\.)gate\.weight$|norm\.weight$"
 )
 EMBED_RE = re.compile(r"(^|\.)embed_tokens\.weight$")
-LM_HEAD_RE = re.compile(r"(^|\.)lm_head\.weight$")
-PLE_RE = re.compile(r"(^|\.)embed_tokens_per_layer\.weight$")
+# the tables emb4 packs: token and per-layer embeddings, and an explicit lm_head
+TABLE_RE = re.compile(r"(^|\.)(embed_tokens|embed_tokens_per_layer|lm_head)\.weight$")
 LM_HEAD = "lm_head"
-_KEEP = [re.compile(p) for p in KEEP_PATTERNS]
 
 COMPRESSED_TENSORS_VERSION = "0.17.0"
 
@@ -40,10 +38,10 @@ def classify(name: str, shape: tuple[int, ...], dtype: str, group_size: int, emb
     module = name.removesuffix(".weight")
     if not name.endswith(".weight") or len(shape) != 2 or dtype not in ("BF16", "F16", "F32"):
         return TensorRole(module, False, "not a 2-D float weight", layer=False)
-    if any(p.search(name) for p in _KEEP):
+    if KEEP_RE.search(name):
         return TensorRole(module, False, "tower/router/norm kept in original dtype")
     # an explicit lm_head is packed only together with the embeddings (emb4)
-    if EMBED_RE.search(name) or PLE_RE.search(name) or LM_HEAD_RE.search(name):
+    if TABLE_RE.search(name):
         if not emb4:
             return TensorRole(module, False, "embedding kept (use --emb4 to pack it)")
         if shape[1] % group_size:

@@ -431,10 +431,11 @@ class RemoteCheckpoint(CheckpointReader):
             raise Gemma4T4Error(f"{url} has neither {INDEX_NAME} nor {SINGLE_NAME}",
                                 fix="use the checkpoint folder URL, e.g. https://huggingface.co/ORG/NAME/resolve/main")
 
-    def _get(self, name: str, what: str, byte_range: tuple[int, int] | None = None) -> tuple[bytes, str]:
+    def _get(self, name: str, what: str, byte_range: tuple[int, int] | None = None,
+             missing_ok: bool = False) -> tuple[bytes, str] | None:
         """The body of a GET of ``name`` (of ``byte_range``: a server that ignores it is refused before
-        the body is read) and its Content-Range. A failure raises, naming ``what``; an HTTP error
-        stays its cause (:func:`_not_found`)."""
+        the body is read) and its Content-Range; None for no such file (HTTP 404) where ``missing_ok``
+        (a shard or side file may be absent). A failure raises, naming ``what``."""
         try:
             req = urllib.request.Request(f"{self.base}/{name}", headers=self.headers)
             if byte_range is not None:
@@ -447,6 +448,8 @@ class RemoteCheckpoint(CheckpointReader):
                     )
                 return resp.read(), resp.headers.get("Content-Range") or ""
         except urllib.error.HTTPError as exc:
+            if exc.code == 404 and missing_ok:
+                return None
             if exc.code not in (401, 403):
                 fix = "check the URL"
             elif self.headers:
@@ -460,12 +463,9 @@ class RemoteCheckpoint(CheckpointReader):
             raise Gemma4T4Error(f"{what} failed: {exc}", fix="check the URL and network") from exc
 
     def read_text(self, name: str) -> str | None:
+        got = self._get(name, f"GET {self.base}/{name}", missing_ok=True)
         try:
-            return self._get(name, f"GET {self.base}/{name}")[0].decode()
-        except Gemma4T4Error as exc:
-            if _not_found(exc):
-                return None
-            raise
+            return got and got[0].decode()
         except UnicodeDecodeError as exc:
             raise Gemma4T4Error(f"{self.base}/{name} is not UTF-8 text", fix="check the URL") from exc
 
@@ -473,14 +473,9 @@ class RemoteCheckpoint(CheckpointReader):
         """The first HEAD_BYTES of a shard (fewer for a smaller file) and its size from Content-Range
         (None if it does not exist), fetched once."""
         if shard not in self._heads:
-            try:
-                data, content_range = self._get(shard, f"range read of {self.base}/{shard}", (0, HEAD_BYTES))
-                total = content_range.rpartition("/")[2]
-                self._heads[shard] = data, int(total) if total.isdigit() else None
-            except Gemma4T4Error as exc:
-                if not _not_found(exc):
-                    raise
-                self._heads[shard] = None
+            got = self._get(shard, f"range read of {self.base}/{shard}", (0, HEAD_BYTES), missing_ok=True)
+            total = got[1].rpartition("/")[2] if got else ""
+            self._heads[shard] = got and (got[0], int(total) if total.isdigit() else None)
         return self._heads[shard]
 
     def _exists(self, shard: str) -> bool:
@@ -501,11 +496,6 @@ class RemoteCheckpoint(CheckpointReader):
             raise Gemma4T4Error(f"{self.base}/{shard}: short read ({len(data)} of {len(view)} bytes)",
                                 fix="retry; the file may have changed on the server")
         view[:] = data
-
-
-def _not_found(exc: Gemma4T4Error) -> bool:
-    """The request behind ``exc`` was answered 404: no such file (a shard or side file may be absent)."""
-    return isinstance(exc.__cause__, urllib.error.HTTPError) and exc.__cause__.code == 404
 
 
 def open_checkpoint(path: str | os.PathLike) -> CheckpointReader:
