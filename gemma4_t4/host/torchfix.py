@@ -62,8 +62,6 @@ class TorchFixPlan(BaseModel):
 @dataclasses.dataclass
 class TorchFixResult:
     applied: bool
-    plan: TorchFixPlan
-    returncode: int | None = None
     output_tail: str = ""
     message: str = ""
 
@@ -186,7 +184,7 @@ def plan_torch_fix(facts: env.Facts | None = None, vllm_version: str | None = No
 def apply_torch_fix(plan: TorchFixPlan, runner: Runner = subprocess_runner) -> TorchFixResult:
     """Run the plan's pip command (only if the plan says it is needed)."""
     if not plan.needed:
-        return TorchFixResult(False, plan, message=f"nothing to do: {plan.reason}")
+        return TorchFixResult(False, message=f"nothing to do: {plan.reason}")
     if not plan.torch_alone or not plan.command:
         raise Gemma4T4Error(f"torch alone cannot fix this host: {plan.reason}", fix=f"run {plan.setup_command}")
     done: CommandResult = runner(plan.command)
@@ -196,7 +194,7 @@ def apply_torch_fix(plan: TorchFixPlan, runner: Runner = subprocess_runner) -> T
                             f"{plan.cuda_variant}:\n{tail}",
                             fix=f"check network access to {plan.index_url} and disk space, then run: "
                                 f"{plan.command_line()}")
-    return TorchFixResult(True, plan, done.returncode, tail,
+    return TorchFixResult(True, tail,
                           message=f"installed torch {plan.torch_version}+{plan.cuda_variant}; restart Python "
                                   "(the notebook kernel) so it loads, then run gemma4-t4 doctor")
 
