@@ -153,17 +153,18 @@ class WorkloadSpec(BaseModel):
     @classmethod
     def _read_lists(cls, value: object, info: ValidationInfo) -> object:
         field = str(info.field_name)
-        return as_list(value, float if field == "rates" else int, cls.__name__, field, param_name(cls, field))
+        param = next((p for p, f in cls.params.items() if f == field), field.upper())  # its notebook parameter
+        return as_list(value, float if field == "rates" else int, cls.__name__, field, param)
 
     @classmethod
     def derived(cls, data: Values) -> Values:
         """Defaults that follow from other fields (a prefix is 3/4 of the prompt)."""
         return data
 
-    def expected_s(self) -> float | None:
-        """How long the run takes at the least, where its own fields say (an open loop's arrivals:
-        prompts / rate); None where only the server's speed would tell (a closed loop)."""
-        return None
+    def pace(self) -> list[tuple[int, float]]:
+        """Its open-loop cells known before the run, as (requests, the rate they are sent at): how long
+        the run takes at the least; none where only the server's speed would tell (a closed loop)."""
+        return []
 
     @classmethod
     def venue_defaults(cls, venue: str) -> Values:
@@ -221,10 +222,6 @@ class WorkloadSpec(BaseModel):
 # a spec of any registered workload, as a parameter type (the MCP tool's ``spec``): its schema is
 # made from the registry when a model using it is built, so a workload registered later is in it
 AnySpec = Annotated[WorkloadSpec, GetPydanticSchema(lambda _source, handler: handler(any_spec()))]
-
-
-def param_name(cls: type[WorkloadSpec], field: str) -> str:
-    return next((p for p, f in cls.params.items() if f == field), field.upper())
 
 
 class Streams(WorkloadSpec):

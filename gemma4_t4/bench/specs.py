@@ -113,8 +113,11 @@ class OpenLoopSpec(Arrivals, PromptLen, WorkloadSpec):
         json_schema_extra=CliFlag(flag="--rate", metavar="REQ_PER_S"),
     )
 
+    def pace(self) -> list[tuple[int, float]]:
+        return [(self.prompts_at(rate), rate) for rate in self.rates]
+
     def expected_s(self) -> float:
-        return sum(self.prompts_at(rate) / rate for rate in self.rates)
+        return sum(n / rate for n, rate in self.pace())
 
     @model_validator(mode="after")
     def _ends_within_a_day(self) -> OpenLoopSpec:
@@ -320,7 +323,7 @@ class AnswersSpec(Streams, WorkloadSpec):
         from gemma4_t4.bench.answers import QUESTIONS
 
         specs = [
-            RequestSpec(f"answers-{i}", q, self.output_len, api=run.api, ignore_eos=False, temperature=0.0)
+            RequestSpec(f"answers-{i}", q, self.output_len, api=run.api, ignore_eos=False)
             for i, (q, _) in enumerate(QUESTIONS)
         ]
         warm = [

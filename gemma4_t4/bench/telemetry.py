@@ -37,8 +37,8 @@ class MetricsSnapshot:
 
     values: dict[str, float]
     info: dict[str, dict[str, str]] = field(default_factory=dict)
-    # per label value of the few labelled series a result breaks down (SPEC_PER_POS by "position")
-    by_label: dict[str, dict[str, float]] = field(default_factory=dict)
+    # SPEC_PER_POS by its "position" label: the one labelled series a result breaks down
+    per_position: dict[str, float] = field(default_factory=dict)
 
     def get(self, name: str) -> float | None:
         return self.values.get(name)
@@ -48,13 +48,12 @@ SPEC_DRAFTS = "vllm:spec_decode_num_drafts_total"
 SPEC_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 SPEC_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 SPEC_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
-_BROKEN_DOWN = {SPEC_PER_POS: "position"}
 
 
 def snapshot_from_text(text: str) -> MetricsSnapshot:
     values: dict[str, float] = {}
     info: dict[str, dict[str, str]] = {}
-    by_label: dict[str, dict[str, float]] = {}
+    per_position: dict[str, float] = {}
     for line in text.splitlines():
         match = _SAMPLE.match(line)  # a comment (#) or a blank line is no sample
         if not match:
@@ -68,11 +67,9 @@ def snapshot_from_text(text: str) -> MetricsSnapshot:
             info[name] = labels
             continue
         values[name] = values.get(name, 0.0) + value
-        label = _BROKEN_DOWN.get(name)
-        if label and label in labels:
-            series = by_label.setdefault(name, {})
-            series[labels[label]] = series.get(labels[label], 0.0) + value
-    return MetricsSnapshot(values, info, by_label)
+        if name == SPEC_PER_POS and "position" in labels:
+            per_position[labels["position"]] = per_position.get(labels["position"], 0.0) + value
+    return MetricsSnapshot(values, info, per_position)
 
 
 def scrape(base_url: str, api_key: str | None = None, timeout: float = 10.0) -> MetricsSnapshot | None:
@@ -115,8 +112,7 @@ def spec_decode_delta(before: MetricsSnapshot | None, after: MetricsSnapshot | N
         return (after.get(name) or 0.0) - (before.get(name) or 0.0)
 
     drafts, draft_tokens, accepted = delta(SPEC_DRAFTS), delta(SPEC_DRAFT_TOKENS), delta(SPEC_ACCEPTED)
-    positions = after.by_label.get(SPEC_PER_POS, {})
-    earlier = before.by_label.get(SPEC_PER_POS, {})
+    positions, earlier = after.per_position, before.per_position
     per_position = [
         (positions[pos] - earlier.get(pos, 0.0)) / drafts if drafts else 0.0
         for pos in sorted(positions, key=lambda p: int(p) if p.isdigit() else 0)
@@ -236,15 +232,11 @@ def gpu_inventory() -> list[GPURecord]:
              "compute_cap": g.compute_capability} for g in gpus]
 
 
-def client_environment() -> dict[str, str | None]:
-    versions = {name.replace("-", "_"): package_version(name) for name in ("gemma4-t4", "aiohttp", "boto3")}
-    host = {"python": sys.version.split()[0], "platform": platform.platform(), "machine": platform.machine()}
-    return host | versions
-
-
 def environment_record(server: ServerFacts, gpus: list[GPURecord]) -> EnvironmentRecord:
     """What every result stores as its environment: this client host, the server, the GPUs."""
-    return {"captured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "client": client_environment(), "server": server,
+    versions = {name.replace("-", "_"): package_version(name) for name in ("gemma4-t4", "aiohttp", "boto3")}
+    client = {"python": sys.version.split()[0], "platform": platform.platform(), "machine": platform.machine()}
+    return {"captured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "client": client | versions, "server": server,
             "gpus": gpus}
 
 
@@ -280,16 +272,13 @@ def parse_smi_sample(line: str) -> GPUSample | None:
 
 
 class _Poller:
-    """A daemon thread that keeps ``samples`` once per ``interval_s`` (``_loop``) until stopped."""
+    """A daemon thread that keeps ``samples`` once per ``interval_s`` (a subclass's ``_loop``) until stopped."""
 
     def __init__(self, interval_s: float):
         self.interval_s = interval_s
         self.samples: list[dict[str, float]] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-
-    def _loop(self) -> None:
-        raise NotImplementedError
 
     def start(self) -> Any:
         self._thread = threading.Thread(target=self._loop, name=type(self).__name__, daemon=True)
@@ -388,10 +377,10 @@ def summarize_gpu_samples(samples: list[GPUSample]) -> GPUTelemetry:
 
 
 class MetricsSampler(_Poller):
-    """Polls ``/metrics`` in a thread during a cell: running/waiting requests, KV usage."""
+    """Polls ``/metrics`` in a thread during a cell, once a second: running/waiting requests, KV usage."""
 
-    def __init__(self, base_url: str, api_key: str | None = None, interval_s: float = 1.0):
-        super().__init__(interval_s)
+    def __init__(self, base_url: str, api_key: str | None = None):
+        super().__init__(1.0)
         self.base_url, self.api_key = base_url, api_key
 
     def _loop(self) -> None:

@@ -27,19 +27,17 @@ def patch_vllm_version() -> str | None:
     patched_version = cpu_version if "cpu" in cpu_version else f"{cpu_version}+cpu"
 
     def version(name: str) -> str:
-        if name == "vllm":
-            return patched_version
-        return original(name)
+        return patched_version if name == "vllm" else original(name)
 
     metadata.version = version
     return patched_version
 
 
-def main(argv: list[str] | None = None) -> None:
+def main() -> None:
     patch_vllm_version()
     from vllm.entrypoints.cli.main import main as vllm_main
 
-    sys.argv = ["vllm", *(sys.argv[1:] if argv is None else argv)]
+    sys.argv = ["vllm", *sys.argv[1:]]
     vllm_main()
 
 

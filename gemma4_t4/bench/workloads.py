@@ -28,7 +28,7 @@ from gemma4_t4.bench.client import RequestSpec, arrival_offsets, closed_loop, op
 from gemma4_t4.bench.derive import derive_cell, lookup_bytes_per_token
 from gemma4_t4.bench.metrics import aggregate, open_loop_stats
 from gemma4_t4.bench.prompts import PromptFactory
-from gemma4_t4.bench.registry import REGISTRY, Arrivals, WorkloadSpec, spec_for, spec_from_options
+from gemma4_t4.bench.registry import REGISTRY, WorkloadSpec, spec_for, spec_from_options
 from gemma4_t4.bench.results import BenchRun, ResultsWriter, check_out_dir
 from gemma4_t4.bench.schemas import (
     Answer,
@@ -185,19 +185,12 @@ def _announce(args: BenchArgs, what: str, pace: list[tuple[int, float]], say: Ca
     return args.model_copy(update={"progress": True})
 
 
-def _pace(spec: WorkloadSpec) -> list[tuple[int, float]]:
-    """An open-loop spec's cells as (requests, rate), known before anything is built."""
-    if not isinstance(spec, Arrivals):
-        return []
-    return [(spec.prompts_at(rate), rate) for rate in getattr(spec, "rates", None) or []]
-
-
 def _say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)  # stderr: --json's stdout and an MCP stdio stream stay clean
 
 
 def _run(args: BenchArgs, say: Callable[[str], None] = _say) -> BenchRun:
-    args = _announce(args, f"this {args.spec.kind} run", _pace(args.spec), say)
+    args = _announce(args, f"this {args.spec.kind} run", args.spec.pace(), say)
     # before the server is asked anything: a folder holding other files is refused, not mixed into
     out = check_out_dir(args.out_dir, args.overwrite)
     backend = backend_for(args.base_url, args.key(), args.request_timeout_s)
@@ -303,7 +296,7 @@ def _run_cell(
         if cell.warmup_specs:
             keep_warm = partial(writer.add_record, cell.cell, "warmup")
             streams = min(cell.concurrency, len(cell.warmup_specs))
-            signals.run_to_completion(lambda: _measure(args, backend, cell.warmup_specs, streams, keep_warm, None))
+            signals.run_to_completion(lambda: _measure(args, backend, cell.warmup_specs, streams, keep_warm))
         before = backend.scrape()
         sampler = backend.sampler() if args.sample_metrics else None
         sampler = sampler.start() if sampler else None
@@ -314,7 +307,7 @@ def _run_cell(
             writer.add_record(cell.cell, "measure", record)
 
         try:
-            signals.run_to_completion(lambda: _measure(args, backend, cell.specs, cell.concurrency, keep, cell.cell, cell))
+            signals.run_to_completion(lambda: _measure(args, backend, cell.specs, cell.concurrency, keep, cell))
         finally:
             load = sampler.stop() if sampler else ServerLoad()
             gpu = gpu_sampler.stop()
@@ -368,28 +361,23 @@ def _answers(measured: list[RequestRecord]) -> list[Answer]:
     return sorted(out, key=lambda a: a.index)
 
 
-def _scrub(record: RequestRecord, values: list[str]) -> None:
-    """Mask every known secret in what a server sent back (an error body, an answer's text)."""
-    for name in ("error_detail", "text"):
-        value = getattr(record, name)
-        if value:
-            setattr(record, name, secrets.mask_text(value, values))
-
-
 async def _measure(
     args: BenchArgs, backend: Backend, specs: list[RequestSpec], concurrency: int,
-    on_record: Callable[[RequestRecord], None], progress_desc: str | None, cell: Cell | None = None,
+    on_record: Callable[[RequestRecord], None], cell: Cell | None = None,
 ) -> None:
+    """Send ``specs`` to the backend: a measured ``cell`` (its progress shown), or its warm-up (None)."""
     from tqdm.auto import tqdm
 
-    hide = not (args.progress and progress_desc)
-    bar = tqdm(total=len(specs), desc=progress_desc, unit="req", leave=True, disable=hide)
+    desc = cell.cell if cell else None
+    bar = tqdm(total=len(specs), desc=desc, unit="req", leave=True, disable=not (args.progress and desc))
     failed = 0
     values = args.secret_values()
 
     def record(r: RequestRecord) -> None:
         nonlocal failed
-        _scrub(r, values)  # before it is stored, summarised or returned
+        for name in ("error_detail", "text"):  # what a server sent back, masked before it is stored or returned
+            if getattr(r, name):
+                setattr(r, name, secrets.mask_text(getattr(r, name), values))
         on_record(r)
         if r.error:
             failed += 1

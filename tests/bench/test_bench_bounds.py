@@ -77,13 +77,13 @@ def test_a_long_run_shows_its_progress_even_where_progress_was_off(tmp_path):
     from gemma4_t4.bench import workloads
 
     long = build_args(NOWHERE, "m", "decode", tmp_path / "r", rates=[0.05, 0.1], progress=False)
-    shown = workloads._announce(long, "this open_loop run", workloads._pace(long.spec), said.append)
+    shown = workloads._announce(long, "this open_loop run", long.spec.pace(), said.append)
     assert shown.progress is True and "at least 8 min" in said[0] and "16 requests at 0.1 req/s" in said[0]
     short = build_args(NOWHERE, "m", "decode", tmp_path / "r", rates=[1.0], progress=False)
-    assert workloads._announce(short, "this run", workloads._pace(short.spec), said.append).progress is False
+    assert workloads._announce(short, "this run", short.spec.pace(), said.append).progress is False
     # a sweep's rates are known once its ends are measured: its rate cells are announced then
     sweep = build_args(NOWHERE, "m", "decode", tmp_path / "r", sweep=2, progress=False)
-    assert workloads._pace(sweep.spec) == []
+    assert sweep.spec.pace() == []
     workloads._announce(sweep, "the rest of this sweep run", [(32, 0.04), (32, 0.08)], said.append)
     assert said[1].startswith("note: the rest of this sweep run takes at least 20 min") and len(said) == 2
 

@@ -179,7 +179,7 @@ def test_a_workload_with_no_defaults_of_its_own_takes_the_shared_field_values():
         spec = ToyPlainSpec()
         assert (spec.output_len, spec.num_prompts, spec.warmup, spec.concurrency) == (None, None, 2, None)
         assert spec.streams() == [1] and spec.prompt_lens() == [] and spec.longest_output() == 0
-        assert spec.expected_s() is None
+        assert spec.pace() == []
         assert (
             ToyPlainSpec.venue_defaults("t4") == {} and ToyPlainSpec.for_venue("cpu", output_len=None) == spec
         )
