@@ -8,10 +8,11 @@ only): the CLI reads it at start-up.
 
 from __future__ import annotations
 
-from typing import Literal, TypedDict
+from typing import TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
+from gemma4_t4.bench.client import Api
 from gemma4_t4.bench.schemas import RawJSON
 from gemma4_t4.foundation.launch_record import declared
 
@@ -50,7 +51,7 @@ class BenchOptions(BaseModel):
         description="results directory: new or empty; a folder holding anything needs --overwrite, which replaces only a bench run's files",
         json_schema_extra=CliFlag(flag="--out", metavar="DIR"),
     )
-    api: Literal["completions", "chat"] | None = Field(
+    api: Api | None = Field(
         None, description="endpoint: completions (default) or chat (the answers workload's default)"
     )
     max_num_seqs: int | None = Field(

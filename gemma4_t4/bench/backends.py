@@ -18,7 +18,7 @@ import re
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -28,7 +28,6 @@ from gemma4_t4.bench.client import (
     StreamParser,
     apply_usage,
     make_session,
-    new_record,
     send_request,
 )
 from gemma4_t4.bench.prompts import HFTokenizer, ServerTokenizer, Tokenizer
@@ -124,14 +123,9 @@ class OpenAIHTTPBackend:
         self, model: str, concurrency: int, keep_text: bool
     ) -> AsyncIterator[Callable[[RequestSpec], Any]]:
         async with make_session(concurrency, self.request_timeout_s) as session:
-
-            async def send(spec: RequestSpec) -> RequestRecord:
-                return await send_request(
-                    session, self.url, model, spec, api_key=self.api_key, keep_text=keep_text,
-                    timeout_s=self.request_timeout_s,
-                )
-
-            yield send
+            # send(spec): send_request's remaining argument
+            yield partial(send_request, session, self.url, model, api_key=self.api_key, keep_text=keep_text,
+                          timeout_s=self.request_timeout_s)
 
 
 # ---------------------------------------------------------------- SageMaker runtime
@@ -213,11 +207,7 @@ class SageMakerBackend:
         pool = concurrent.futures.ThreadPoolExecutor(max(1, concurrency), thread_name_prefix="sagemaker")
         loop = asyncio.get_running_loop()
         try:
-
-            async def send(spec: RequestSpec) -> RequestRecord:
-                return await loop.run_in_executor(pool, self._invoke, spec, model, keep_text, None)
-
-            yield send
+            yield lambda spec: loop.run_in_executor(pool, self._invoke, spec, model, keep_text)
         finally:
             pool.shutdown(wait=False, cancel_futures=True)  # finalise first; threads end on their own
 
@@ -245,8 +235,8 @@ class SageMakerBackend:
 
         client = self._runtime
         body = json.dumps(spec.payload(model, stream=stream))
-        record = new_record(spec, clock())
-        parser = StreamParser(record, spec.api == "chat")
+        parser = StreamParser(spec, clock())
+        record = parser.record
         try:
             if stream:
                 response = client.invoke_endpoint_with_response_stream(
@@ -283,7 +273,7 @@ class SageMakerBackend:
         if record.error:
             record.end_s = clock()
             return parser.flush()
-        return parser.finish(spec, keep_text, clock(), streamed=stream)
+        return parser.finish(keep_text, clock(), streamed=stream)
 
 
 _FIXES = {

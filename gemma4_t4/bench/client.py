@@ -131,11 +131,16 @@ def _error_class(exc: BaseException) -> str:
 
 
 class StreamParser:
-    """Reads an OpenAI SSE stream line by line into a :class:`RequestRecord` (the same parser for
-    every backend: vLLM's SageMaker ``/invocations`` streams the same ``data:`` lines)."""
+    """Reads an OpenAI SSE stream line by line into the :class:`RequestRecord` of ``spec``, sent at
+    ``now`` (the same parser for every backend: vLLM's SageMaker ``/invocations`` streams the same
+    ``data:`` lines)."""
 
-    def __init__(self, record: RequestRecord, chat: bool):
-        self.record, self.chat = record, chat
+    def __init__(self, spec: RequestSpec, now: float):
+        self.record = RequestRecord(
+            request_id=spec.request_id, api=spec.api, input_len_target=spec.input_len, max_tokens=spec.max_tokens,
+            send_s=now,
+        )
+        self.chat = spec.api == "chat"
         self.texts: list[str] = []
         self.done = False
         self.last_choice_s: float | None = None  # set on the record once (a model setattr per chunk costs)
@@ -197,7 +202,7 @@ class StreamParser:
             self.record.last_choice_s = self.last_choice_s
         return self.record
 
-    def finish(self, spec: RequestSpec, keep_text: bool, now: float, streamed: bool = True) -> RequestRecord:
+    def finish(self, keep_text: bool, now: float, streamed: bool = True) -> RequestRecord:
         """Close the record: end time, text, token-count fallback, the no-output check."""
         record = self.flush()
         if record.end_s is None:
@@ -213,16 +218,9 @@ class StreamParser:
                 # no usage: one token per output chunk is the best the stream says (flagged)
                 record.completion_tokens = len(record.chunk_times_s)
                 record.token_source = "chunks"
-            if record.first_token_s is None and spec.max_tokens > 0:
+            if record.first_token_s is None and record.max_tokens > 0:
                 record.error, record.error_detail = "no_output", "the stream carried no output tokens"
         return record
-
-
-def new_record(spec: RequestSpec, now: float) -> RequestRecord:
-    return RequestRecord(
-        request_id=spec.request_id, api=spec.api, input_len_target=spec.input_len, max_tokens=spec.max_tokens,
-        send_s=now,
-    )
 
 
 async def send_request(
@@ -242,8 +240,8 @@ async def send_request(
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
     body = json.dumps(spec.payload(model))
-    record = new_record(spec, clock())
-    parser = StreamParser(record, spec.api == "chat")
+    parser = StreamParser(spec, clock())
+    record = parser.record
     try:
         limit = _aiohttp().ClientTimeout(total=timeout_s, sock_connect=10.0) if timeout_s else None
         async with session.post(url, data=body, headers=headers, timeout=limit) as response:
@@ -261,7 +259,7 @@ async def send_request(
         record.end_s = clock()
         record.error, record.error_detail = _error_class(exc), f"{type(exc).__name__}: {exc}"[:300]
     record.streamed = True
-    return parser.finish(spec, keep_text, clock())
+    return parser.finish(keep_text, clock())
 
 
 def make_session(concurrency: int, timeout_s: float | None = 600.0) -> aiohttp.ClientSession:

@@ -197,13 +197,12 @@ def _run(args: BenchArgs, say: Callable[[str], None] = _say) -> BenchRun:
     server = backend.check(args.model)
     _check_lengths(args, server.max_model_len)
     environment = backend.environment(args.model, args.server_launch)
-    spec, factory, tokenizer_source = args.spec, None, None
+    spec, factory = args.spec, None
     if spec.prompts:
         tok = backend.tokenizer(args.model, args.tokenizer)
-        tokenizer_source = tok.source
         factory = PromptFactory(tok, seed=spec.seed, nonce=spec.nonce, chat=args.api == "chat")
     cells = spec.cells(args, factory)
-    writer = _open_writer(args, out, server, environment, factory, tokenizer_source)
+    writer = _open_writer(args, out, server, environment, factory)
     outcome = _Outcome()
     try:
         with signals.orderly_stop(redeliver=False):
@@ -232,16 +231,15 @@ class _Outcome:
 
 
 def _open_writer(
-    args: BenchArgs, out: Path, server: ServerInfo, environment: object, factory: PromptFactory | None,
-    tokenizer_source: str | None,
+    args: BenchArgs, out: Path, server: ServerInfo, environment: object, factory: PromptFactory | None
 ) -> ResultsWriter:
     """The results folder, with run.json saying what is measured, where, and with which prompts."""
-    nonce = factory.nonce if factory else None
+    nonce, tokenizer = (factory.nonce, factory.tokenizer.source) if factory else (None, None)
     hidden = args.secret_values()
     info = RunInfo(
         run_id=uuid.uuid4().hex[:12], workload=args.workload, model=args.model, base_url=args.base_url,
         label=secrets.mask(args.label, hidden), started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        config=args.record(), prompts=PromptInfo(seed=args.spec.seed, nonce=nonce, tokenizer=tokenizer_source),
+        config=args.record(), prompts=PromptInfo(seed=args.spec.seed, nonce=nonce, tokenizer=tokenizer),
         server=server, environment=secrets.mask(environment, hidden), definitions="docs/benchmarks.md#metric-definitions",
     )
     return ResultsWriter(out, info, overwrite=args.overwrite)

@@ -273,13 +273,13 @@ def test_median_is_numpy_linear_on_an_even_count():
 def test_bogus_usage_in_a_whole_sagemaker_reply_fails_the_request_too():
     """The non-streamed SageMaker reply reads usage through the same check."""
     from gemma4_t4.bench.backends import _read_whole
-    from gemma4_t4.bench.client import RequestSpec, StreamParser, new_record
+    from gemma4_t4.bench.client import RequestSpec, StreamParser
 
     spec = RequestSpec("c-0", "hi", 6)
-    parser = StreamParser(new_record(spec, 0.0), chat=False)
+    parser = StreamParser(spec, 0.0)
     body = b'{"choices": [{"text": "ab", "finish_reason": "length"}], "usage": {"completion_tokens": NaN}}'
     _read_whole(parser, body, 0.5)
-    record = parser.finish(spec, keep_text=False, now=0.5, streamed=False)
+    record = parser.finish(keep_text=False, now=0.5, streamed=False)
     assert record.error == "bad_usage" and "usage.completion_tokens = NaN" in record.error_detail
     assert aggregate([record]).completed == 0
 
