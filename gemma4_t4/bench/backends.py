@@ -49,7 +49,7 @@ def parse_base_url(url: str) -> tuple[str, str, str]:
     """(kind, a, b): ("http", root URL, "") or ("sagemaker", region, endpoint). One-line errors."""
     if not isinstance(url, str) or not url.strip():
         raise Gemma4T4Error("--base-url is empty", fix="pass e.g. --base-url http://127.0.0.1:8000")
-    if url != url.strip() or any(c.isspace() for c in url):
+    if any(c.isspace() for c in url):
         raise Gemma4T4Error(
             f"--base-url {url!r} contains a space",
             fix="remove the spaces, e.g. --base-url http://127.0.0.1:8000",

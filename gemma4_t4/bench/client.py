@@ -48,8 +48,9 @@ class RequestSpec:
     extra_body: RawJSON = field(default_factory=dict)  # merged into the request body as is
 
     def payload(self, model: str, stream: bool = True) -> RawJSON:
-        body: RawJSON = {"model": model, "max_tokens": self.max_tokens, "temperature": self.temperature}
-        body["stream"] = stream
+        body: RawJSON = {
+            "model": model, "max_tokens": self.max_tokens, "temperature": self.temperature, "stream": stream
+        }
         if stream:
             body["stream_options"] = {"include_usage": True}
         if self.ignore_eos:
@@ -137,8 +138,8 @@ class StreamParser:
 
     def __init__(self, spec: RequestSpec, now: float):
         self.record = RequestRecord(
-            request_id=spec.request_id, api=spec.api, input_len_target=spec.input_len, max_tokens=spec.max_tokens,
-            send_s=now,
+            request_id=spec.request_id, api=spec.api, input_len_target=spec.input_len,
+            max_tokens=spec.max_tokens, send_s=now,
         )
         self.chat = spec.api == "chat"
         self.texts: list[str] = []

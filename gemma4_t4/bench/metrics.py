@@ -181,19 +181,17 @@ def buffered_delivery(records: Sequence[RequestRecord]) -> BufferedDelivery | No
 
 def aggregate(records: Sequence[RequestRecord]) -> CellStats:
     """Summary of one measured cell: latency distributions, throughput over an explicit window."""
-    recs = list(records)
-    per = [request_metrics(r) for r in recs]
-    ok = [(r, m) for r, m in zip(recs, per, strict=True) if m.ok]
+    ok = [(r, m) for r in records if (m := request_metrics(r)).ok]
     errors: dict[str, int] = {}
     examples: dict[str, str] = {}
-    for r in recs:
+    for r in records:
         if r.error:
             errors[r.error] = errors.get(r.error, 0) + 1
             examples.setdefault(r.error, r.error_detail or "")
     window = None
-    if recs:
-        start = min(r.send_s for r in recs)
-        end = max((r.end_s or r.send_s) for r in recs)
+    if records:
+        start = min(r.send_s for r in records)
+        end = max((r.end_s or r.send_s) for r in records)
         window = Window(start_s=start, end_s=end, duration_s=end - start)
     out_tokens = sum(m.completion_tokens or 0 for _, m in ok)
     in_tokens = sum(m.prompt_tokens or 0 for _, m in ok)
@@ -201,10 +199,10 @@ def aggregate(records: Sequence[RequestRecord]) -> CellStats:
     chunks = sum(m.chunks for _, m in ok)
     cached = [m.cached_tokens for _, m in ok if m.cached_tokens is not None]
     # one flushed request makes the cell's decode figures unmeasured: the rest came in bursts too
-    buffered = buffered_delivery(recs)
+    buffered = buffered_delivery(records)
     decoded = [] if buffered else ok
     return CellStats(
-        completed=len(ok), failed=len(recs) - len(ok), errors=errors, error_examples=examples or None,
+        completed=len(ok), failed=len(records) - len(ok), errors=errors, error_examples=examples or None,
         window=window,
         ttft_ms=summarize(m.ttft_ms for _, m in ok),
         ttft_first_chunk_ms=summarize(m.ttft_first_chunk_ms for _, m in ok),
@@ -225,8 +223,7 @@ def aggregate(records: Sequence[RequestRecord]) -> CellStats:
 
 def peak_in_flight(records: Sequence[RequestRecord]) -> int:
     """Most requests open at the same moment (a request is open from send to end of stream)."""
-    recs = list(records)
-    events = sorted([(r.send_s, 1) for r in recs] + [(r.end_s or r.send_s, -1) for r in recs])
+    events = sorted([(r.send_s, 1) for r in records] + [(r.end_s or r.send_s, -1) for r in records])
     running = peak = 0
     for _, step in events:  # at equal times an end (-1) sorts before a send (+1)
         running += step
@@ -242,11 +239,10 @@ def open_loop_stats(
     ``send_lag_ms``: sent minus scheduled; it grows when the client's in-flight cap is full, and
     then the offered load was not really offered (``cap_reached``).
     """
-    recs = list(records)
-    scheduled = [r for r in recs if r.scheduled_s is not None]
-    sends = sorted(r.send_s for r in recs)
+    scheduled = [r for r in records if r.scheduled_s is not None]
+    sends = sorted(r.send_s for r in records)
     span = sends[-1] - sends[0] if len(sends) > 1 else 0.0
-    peak = peak_in_flight(recs)
+    peak = peak_in_flight(records)
     return OpenLoopInfo(
         offered_rate_rps=rate, arrival=arrival,
         achieved_send_rate_rps=(len(sends) - 1) / span if span > 0 else None,
@@ -260,8 +256,10 @@ def series_decode(
 ) -> SeriesDecode:
     """The series' decode speed: (long - short) tokens / (wall_long - wall_short), with wall the
     median end-to-end latency; prefill cancels out. The interval resamples both sides."""
-    ws = [m.e2el_ms for m in map(request_metrics, short) if m.ok and m.e2el_ms is not None]
-    wl = [m.e2el_ms for m in map(request_metrics, long) if m.ok and m.e2el_ms is not None]
+    # end-to-end latencies of the requests that completed (a failed one has none)
+    ws, wl = (
+        [m.e2el_ms for m in map(request_metrics, side) if m.e2el_ms is not None] for side in (short, long)
+    )
     out = SeriesDecode(short_tokens=short_tokens, long_tokens=long_tokens)
     if not ws or not wl:
         return out
