@@ -33,6 +33,7 @@ from gemma4_t4.venues.endpoint import (
     Endpoint,
     hourly_rate,
 )
+from gemma4_t4.venues.parameters import is_real_number
 from gemma4_t4.venues.parts import endpoint_name
 
 if TYPE_CHECKING:
@@ -75,8 +76,7 @@ class EndpointHandling:
 
 def _check_seconds(name: str, value: object, *, zero_ok: bool, example: str) -> None:
     """A finite number of seconds above 0 (or 0 itself where ``zero_ok``); NaN, inf, bools refused."""
-    if (isinstance(value, (int, float)) and not isinstance(value, bool)
-            and (value >= 0 if zero_ok else value > 0) and value < float("inf")):
+    if is_real_number(value) or (zero_ok and type(value) in (int, float) and value == 0):
         return
     least = "0 or more" if zero_ok else "more than 0"
     raise Gemma4T4Error(f"{name} {value!r} must be a number of seconds, {least}", fix=f"e.g. {example}")

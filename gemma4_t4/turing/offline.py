@@ -130,11 +130,12 @@ def _kv_quant_mode_enum(root: Path) -> type[enum.IntEnum]:
     if path.is_file():
         for node in ast.parse(path.read_text()).body:
             if isinstance(node, ast.ClassDef) and node.name == "KVQuantMode":
-                members = {}
-                for item in node.body:
-                    if (isinstance(item, ast.Assign) and len(item.targets) == 1
-                            and isinstance(item.targets[0], ast.Name) and isinstance(item.value, ast.Constant)):
-                        members[item.targets[0].id] = item.value.value
+                members = {
+                    item.targets[0].id: item.value.value
+                    for item in node.body
+                    if isinstance(item, ast.Assign) and len(item.targets) == 1
+                    and isinstance(item.targets[0], ast.Name) and isinstance(item.value, ast.Constant)
+                }
     return enum.IntEnum("KVQuantMode", members)
 
 

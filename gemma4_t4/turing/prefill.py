@@ -177,7 +177,7 @@ def host_lengths(attn_metadata: Any) -> tuple[list[int], list[int]]:
     num_seqs = starts.shape[0] - 1
     both = torch.cat([starts.to(torch.int64), attn_metadata.seq_lens[:num_seqs].to(torch.int64)]).tolist()
     cu, seq_lens = both[: num_seqs + 1], both[num_seqs + 1 :]
-    result = ([cu[i + 1] - cu[i] for i in range(num_seqs)], seq_lens)
+    result = ([end - start for start, end in itertools.pairwise(cu)], seq_lens)
     try:
         setattr(attn_metadata, HOST_LENGTHS_ATTR, result)
     except AttributeError:
@@ -232,12 +232,7 @@ def gather_prompt_kv(
 
 def expand_kv_heads(x: Any, num_heads: int) -> Any:
     """GQA: repeat each KV head for its query heads ([T, kv, D] -> [T, q, D], contiguous)."""
-    tokens, kv_heads, dim = x.shape
-    if kv_heads == num_heads:
-        return x.contiguous()
-    return (
-        x[:, :, None, :].expand(tokens, kv_heads, num_heads // kv_heads, dim).reshape(tokens, num_heads, dim)
-    )
+    return x.repeat_interleave(num_heads // x.shape[1], dim=1).contiguous()
 
 
 def _token_index(cu: list[int], seq_ids: list[int], device: Any) -> Any:
