@@ -436,8 +436,7 @@ def query_model(prompt: str, endpoint_name: str | None = None, region: Region = 
 def verify_model_health(endpoint_name: str | None = None, region: Region = None,
                         base_url: str | None = None) -> HealthReport:
     """A real generation check: known-answer prompts; degenerate or repetitive replies fail."""
-    region = default_region(region)
-    _target(endpoint_name, base_url)
+    _target(endpoint_name, base_url)  # query_model resolves the region
 
     def ask(prompt: str) -> str:
         return query_model(prompt, endpoint_name, region, base_url, max_tokens=32, temperature=0.0).text
@@ -555,7 +554,7 @@ def _owned_server(port: int | None) -> int:
     ports = [server.config.port for server in _OWNED]
     if port is None and len(ports) == 1:
         return ports[0]
-    if port is not None and port in ports:
+    if port in ports:
         return port
     raise Gemma4T4Error(
         f"the server on port {port} was not started by this MCP server: not stopped" if port is not None else

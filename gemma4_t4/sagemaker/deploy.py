@@ -417,7 +417,7 @@ def wait_in_service(sm: Any, name: str, timeout_s: float, poll_s: float = 15.0, 
                 try:
                     desc = sm.describe_endpoint(EndpointName=name)
                 except aws_exceptions() as exc:
-                    if error_code(exc) in ("ThrottlingException",):
+                    if error_code(exc) == "ThrottlingException":
                         desc = {"EndpointStatus": last or "Creating"}
                     else:
                         return {"status": "Error", "reason": f"{error_code(exc)}: {error_message(exc)}"}
@@ -523,10 +523,9 @@ class DeploymentWatcher:
     def __post_init__(self) -> None:
         self.done = threading.Event()
         self._timeline = _Timeline(self.result, time.monotonic)
-        self._thread = threading.Thread(target=self._run, name=f"watch-{self.result.name}", daemon=True)
 
     def start(self) -> DeploymentWatcher:
-        self._thread.start()
+        threading.Thread(target=self._run, name=f"watch-{self.result.name}", daemon=True).start()
         return self
 
     def _autoscaling(self) -> Any:

@@ -176,9 +176,8 @@ def _multipart(s3: Any, bucket: str, key: str, f: LocalFile, part_size: int,
                 done[part["PartNumber"]] = (part.get("Size"), part.get("ETag", "").strip('"'))
             break
     status = "resumed" if upload_id else "uploaded"
-    if upload_id is None:
-        upload_id = s3.create_multipart_upload(Bucket=bucket, Key=key, Metadata={"sha256": f.sha256},
-                                               ChecksumAlgorithm="SHA256")["UploadId"]
+    upload_id = upload_id or s3.create_multipart_upload(Bucket=bucket, Key=key, Metadata={"sha256": f.sha256},
+                                                        ChecksumAlgorithm="SHA256")["UploadId"]
     completed: list[JSONObject] = []  # CompleteMultipartUpload's parts
     sent = 0  # bytes of the parts sent now (parts kept from an earlier run are not)
     try:
