@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import platform
 import signal
 import subprocess
 import sys
 import time
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any, cast
 
@@ -23,20 +25,21 @@ import psutil
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation import secrets
 from gemma4_t4.foundation.atomic import atomic_write_json
-from gemma4_t4.foundation.launch_record import DEFAULT_WORK_DIR, ProcessInfo
+from gemma4_t4.foundation.jsonable import to_jsonable
+from gemma4_t4.foundation.launch_record import DEFAULT_WORK_DIR, LaunchRecord, ProcessInfo
 from gemma4_t4.serving.gate import check_cpu_start, check_start
-from gemma4_t4.serving.server_config import ServerConfig, plan_launch, server_tmp_dir
+from gemma4_t4.serving.server_config import LaunchPlan, ServerConfig, plan_launch, server_tmp_dir
 from gemma4_t4.serving.server_state import (
     LockOwner,
     ServerLock,
     ServerOwner,
     UnreadableState,
-    launch_record,
     lock_keys,
     machine_port_lock,
     masked_config,
     port_in_use,
     read_json,
+    runtime_versions,
     serve_command,
     state_files,
     state_path,
@@ -57,11 +60,9 @@ class VLLMServer(RecordedServer):
     """A vLLM server subprocess: a context manager, or start()/stop(). ``attach(port, work_dir)``
     rebuilds one from its state file in another process (the CLI's ``serve stop|status|logs``)."""
 
-    def __init__(self, config: ServerConfig):
-        super().__init__(config)
-        self.gate_result: Any = None  # set by start_server: what the start gate decided
-        self.reaped: list[ProcessInfo] = []  # a dead predecessor's processes killed by start()
-        self._log_file: Any = None
+    gate_result: Any = None  # set by start_server: what the start gate decided
+    reaped: Sequence[ProcessInfo] = ()  # a dead predecessor's processes killed by start()
+    _log_file: Any = None
 
     def _lock_owner(self, pid: int | None, create_time: float | None) -> LockOwner:
         """What this server's lock files hold: the process that holds them now."""
@@ -82,27 +83,22 @@ class VLLMServer(RecordedServer):
         for lock in self._locks:
             atomic_write_json(lock.path, owner)
 
-    def _supervisor_spec(self, restart_on_crash: int) -> SupervisorSpec:
-        """What the supervisor that runs (or adopts) this server is told: where its records go."""
-        return {
+    def _spawn_supervisor(
+        self, log: IO[bytes], command: list[str] | None = None, env: dict[str, str] | None = None, **more: Any
+    ) -> subprocess.Popen:
+        """Start the supervisor detached, in its own process group (a stop reaches EngineCore and workers):
+        it runs vLLM's ``command`` (or, without one, adopts the processes ``more`` names), records its
+        processes, watches the engine and records its exit, so a server that dies is reported as dead
+        with its code and reason even by another process (serve status). Its spec says where its records
+        go, and ``more``: its restarts, the owner it watches, the processes it adopts."""
+        spec: SupervisorSpec = {
             "super_path": str(self.super_path),
             "exit_path": str(self.exit_path),
             "log_path": str(self.log_path),
             "base_url": self.base_url,
-            "restart_on_crash": restart_on_crash,
+            "restart_on_crash": 0,
+            **more,  # type: ignore[typeddict-item]
         }
-
-    def _spawn_supervisor(
-        self,
-        spec: SupervisorSpec,
-        log: IO[bytes],
-        command: list[str] | None = None,
-        env: dict[str, str] | None = None,
-    ) -> subprocess.Popen:
-        """Start the supervisor detached, in its own process group (a stop reaches EngineCore and workers):
-        it runs vLLM's ``command`` (or, without one, adopts the processes ``spec`` names), records its
-        processes, watches the engine and records its exit, so a server that dies is reported as dead
-        with its code and reason even by another process (serve status)."""
         spec_path = self.state_path.with_suffix(".spec.json")
         atomic_write_json(spec_path, spec)
         with contextlib.suppress(FileNotFoundError):
@@ -185,19 +181,43 @@ class VLLMServer(RecordedServer):
         with contextlib.suppress(FileNotFoundError):
             self.super_path.unlink()
         self._log_file = open(self.log_path, "wb")  # noqa: SIM115 - handed to the child, closed in stop()
-        spec = self._supervisor_spec(config.restart_on_crash)
-        if self.owner and self.owner.get("stop_with_owner") and self.owner.get("pid"):
-            spec["owner_pid"] = self.owner["pid"]
-            spec["owner_create_time"] = self.owner.get("create_time")
-        self.process = self._spawn_supervisor(spec, self._log_file, command, env)
+        owner = self.owner or {}
+        watched = (
+            {"owner_pid": owner["pid"], "owner_create_time": owner.get("create_time")}
+            if owner.get("stop_with_owner") and owner.get("pid")
+            else {}
+        )
+        self.process = self._spawn_supervisor(
+            self._log_file, command, env, restart_on_crash=config.restart_on_crash, **watched
+        )
         self.pid = self.process.pid
         self.pid_create_time = process_create_time(self.pid)
         self._stopped = False
         self._pass_locks()
-        self.launch_record = launch_record(
-            plan, config, self.pid, self.log_path, self.reaped, self.gate_result
-        )
+        self.launch_record = self._launch_record(plan)
         self._write_state("starting")
+
+    def _launch_record(self, plan: LaunchPlan) -> LaunchRecord:
+        """What served, as the state file and the benchmark record keep it: secrets masked."""
+        return {
+            "command": secrets.mask_argv(plan.command),
+            "env": plan.launch_env(),
+            "pid": self.pid,
+            "pgid": self.pid,
+            "started_at": time.time(),
+            "config": masked_config(self.config).model_dump(mode="json"),
+            "chosen_by": plan.chosen_by,
+            "cpu_attention": plan.cpu_attention.model_dump(mode="json") if plan.cpu_attention else None,
+            "reaped": list(self.reaped),
+            "log_path": str(self.log_path),
+            "versions": runtime_versions(),
+            "versions_from": sys.executable,
+            "host": {"hostname": platform.node(), "platform": platform.platform(), "cpu_count": os.cpu_count()},
+            # the facts are in the gate's own report; keep the record small
+            "gate": None
+            if self.gate_result is None
+            else {k: v for k, v in to_jsonable(self.gate_result).items() if k != "facts"},
+        }
 
     def _write_state(self, state: str, **extra: Any) -> None:
         record = {
@@ -341,10 +361,10 @@ class VLLMServer(RecordedServer):
                 f"nothing to adopt on port {self.config.port}: the server does not serve",
                 fix=f"{self._serve('stop')} reaps what is left",
             )
-        spec = self._supervisor_spec(0)
-        spec.update(children=left, api_pid=api[0]["pid"], api_create_time=api[0]["create_time"])
         with open(self.log_path, "ab") as log:
-            process = self._spawn_supervisor(spec, log)
+            process = self._spawn_supervisor(
+                log, children=left, api_pid=api[0]["pid"], api_create_time=api[0]["create_time"]
+            )
         self.process = None  # not waited on here: the new supervisor is detached like the first
         self.pid, self.pid_create_time = process.pid, process_create_time(process.pid)
         deadline = time.monotonic() + 10

@@ -17,25 +17,21 @@ import platform
 import re
 import shlex
 import socket
-import sys
-import time
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 from gemma4_t4 import __version__
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation import cache, secrets
 from gemma4_t4.foundation.atomic import UnreadableJSON, read_json_object
-from gemma4_t4.foundation.jsonable import JSONObject, TypedDict, to_jsonable
+from gemma4_t4.foundation.jsonable import JSONObject, TypedDict
 from gemma4_t4.foundation.launch_record import (
     DEFAULT_HOST,
     DEFAULT_WORK_DIR,
-    LaunchRecord,
-    ProcessInfo,
     ServerSettings,
 )
 from gemma4_t4.foundation.versions import package_version
-from gemma4_t4.serving.server_config import LaunchPlan, ServerConfig
+from gemma4_t4.serving.server_config import ServerConfig
 from gemma4_t4.serving.supervisor import pid_alive
 
 
@@ -236,32 +232,3 @@ def state_files(work_dir: str | Path) -> list[Path]:
     found = (Path(work_dir) / "servers").glob("server-*.json")
     return sorted(p for p in found if not p.name.endswith((".exit.json", ".super.json", ".spec.json")))
 
-
-def launch_record(
-    plan: LaunchPlan,
-    config: ServerConfig,
-    pid: int,
-    log_path: Path,
-    reaped: list[ProcessInfo],
-    gate_result: Any,
-) -> LaunchRecord:
-    """What served, as the state file and the benchmark record keep it: secrets masked."""
-    return {
-        "command": secrets.mask_argv(plan.command),
-        "env": plan.launch_env(),
-        "pid": pid,
-        "pgid": pid,
-        "started_at": time.time(),
-        "config": masked_config(config).model_dump(mode="json"),
-        "chosen_by": plan.chosen_by,
-        "cpu_attention": plan.cpu_attention.model_dump(mode="json") if plan.cpu_attention else None,
-        "reaped": reaped,
-        "log_path": str(log_path),
-        "versions": runtime_versions(),
-        "versions_from": sys.executable,
-        "host": {"hostname": platform.node(), "platform": platform.platform(), "cpu_count": os.cpu_count()},
-        # the facts are in the gate's own report; keep the record small
-        "gate": None
-        if gate_result is None
-        else {k: v for k, v in to_jsonable(gate_result).items() if k != "facts"},
-    }
