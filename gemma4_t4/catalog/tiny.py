@@ -188,9 +188,21 @@ def build_tiny_gemma4(out_dir: str | os.PathLike, variant: Variant = "bf16", spe
             for param in model.parameters():
                 if param.dim() == 2 and param.shape[-1] % 32 == 0:
                     param.copy_(snap_to_int4_grid(param, 32, generator))
-    # the target's config.json is rewritten for every vLLM; the drafter's stays as transformers wrote it
-    return _save(model, tokenizer, out, variant, spec, portable=variant != "drafter", overwrite=overwrite,
-                 save=save or save_model, cleanup=cleanup)
+    model.generation_config.do_sample = False
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    # a failure or stop signal removes the partial build; a full disk is a Gemma4T4Error naming it
+    with safepaths.partial_build(out, overwrite, weights + TOKENIZER_BYTES, f"the tiny model {out}", "tiny",
+                                 variant=variant) as tmp:
+        (save or save_model)(model, tmp)
+        tokenizer.save_pretrained(tmp)
+        if variant != "drafter":  # the target's config.json is rewritten for every vLLM, not the drafter's
+            _portable_config(tmp / "config.json", spec)
+        (tmp / INFO_NAME).write_text(json.dumps({"variant": variant, "spec": asdict(spec)}, indent=2) + "\n")
+    return TinyModelInfo(
+        path=out, variant=variant, spec=asdict(spec), vocab_size=vocab,
+        num_parameters=sum(p.numel() for p in model.parameters()),
+        files=sorted(p.name for p in out.iterdir() if not p.name.startswith(".")), cleanup=cleanup.lines(),
+    )
 
 
 def _tiny_assistant(spec: TinySpec, tokenizer, generator):
@@ -248,26 +260,6 @@ def _widened(model, generator):
 def save_model(model, folder: Path) -> None:
     """How a tiny model's weights are written (safetensors); ``build_tiny_gemma4(save=...)`` replaces it."""
     model.save_pretrained(folder, safe_serialization=True)
-
-
-def _save(model, tokenizer, out: Path, variant: str, spec: TinySpec, portable: bool, overwrite: bool,
-          save: SaveModel, cleanup: safepaths.Cleanup) -> TinyModelInfo:
-    """Write ``model`` + ``tokenizer`` into a partial sibling of ``out``, then swap it in; a failure or
-    stop signal removes the partial build, and a full disk is a :class:`Gemma4T4Error` naming it."""
-    model.generation_config.do_sample = False
-    weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    what = f"the tiny model {out}"
-    with safepaths.partial_build(out, overwrite, weights + TOKENIZER_BYTES, what, "tiny", variant=variant) as tmp:
-        save(model, tmp)
-        tokenizer.save_pretrained(tmp)
-        if portable:
-            _portable_config(tmp / "config.json", spec)
-        (tmp / INFO_NAME).write_text(json.dumps({"variant": variant, "spec": asdict(spec)}, indent=2) + "\n")
-    return TinyModelInfo(
-        path=out, variant=variant, spec=asdict(spec), vocab_size=len(tokenizer),
-        num_parameters=sum(p.numel() for p in model.parameters()),
-        files=sorted(p.name for p in out.iterdir() if not p.name.startswith(".")), cleanup=cleanup.lines(),
-    )
 
 
 def ensure_tiny_gemma4(out_dir: str | os.PathLike, variant: Variant = "bf16") -> Path:
