@@ -204,14 +204,10 @@ def kv_read_bytes_per_token(variant: str | Gemma4Variant, context_len: int) -> i
     v = get_variant(variant)
     if context_len < 0:
         raise Gemma4T4Error("context length must be >= 0", fix="pass a token count such as 4096")
-    total = 0
-    for layer_type in v.layer_types():
-        if layer_type == "full_attention":
-            total += 2 * v.num_kv_heads_global * v.global_head_dim * KV_DTYPE_BYTES * context_len
-        else:
-            tokens = min(context_len, v.sliding_window)
-            total += 2 * v.num_kv_heads_sliding * v.head_dim * KV_DTYPE_BYTES * tokens
-    return total
+    full = v.num_full_layers
+    return 2 * KV_DTYPE_BYTES * (full * v.num_kv_heads_global * v.global_head_dim * context_len  # K and V
+                                 + (v.num_layers - full) * v.num_kv_heads_sliding * v.head_dim
+                                 * min(context_len, v.sliding_window))
 
 
 def decode_bytes_per_token(

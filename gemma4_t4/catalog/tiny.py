@@ -152,8 +152,13 @@ def _portable_config(config_path: Path, spec: TinySpec) -> None:
     config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
+def save_model(model, folder: Path) -> None:
+    """How a tiny model's weights are written (safetensors); ``build_tiny_gemma4(save=...)`` replaces it."""
+    model.save_pretrained(folder, safe_serialization=True)
+
+
 def build_tiny_gemma4(out_dir: str | os.PathLike, variant: Variant = "bf16", spec: TinySpec | None = None,
-                      overwrite: bool = False, save: SaveModel | None = None) -> TinyModelInfo:
+                      overwrite: bool = False, save: SaveModel = save_model) -> TinyModelInfo:
     """Build the tiny Gemma 4 checkpoint + tokenizer into ``out_dir``, deterministic per ``spec.seed``;
     written to a partial sibling and renamed, so an interrupted build leaves nothing half-written.
     ``save`` writes the weights (default :func:`save_model`)."""
@@ -193,7 +198,7 @@ def build_tiny_gemma4(out_dir: str | os.PathLike, variant: Variant = "bf16", spe
     # a failure or stop signal removes the partial build; a full disk is a Gemma4T4Error naming it
     with safepaths.partial_build(out, overwrite, weights + TOKENIZER_BYTES, f"the tiny model {out}", "tiny",
                                  variant=variant) as tmp:
-        (save or save_model)(model, tmp)
+        save(model, tmp)
         tokenizer.save_pretrained(tmp)
         if variant != "drafter":  # the target's config.json is rewritten for every vLLM, not the drafter's
             _portable_config(tmp / "config.json", spec)
@@ -255,11 +260,6 @@ def _widened(model, generator):
             if param.dim() == 2:
                 param.normal_(0.0, 0.08, generator=generator)
     return model.to(torch.bfloat16)
-
-
-def save_model(model, folder: Path) -> None:
-    """How a tiny model's weights are written (safetensors); ``build_tiny_gemma4(save=...)`` replaces it."""
-    model.save_pretrained(folder, safe_serialization=True)
 
 
 def ensure_tiny_gemma4(out_dir: str | os.PathLike, variant: Variant = "bf16") -> Path:

@@ -51,5 +51,5 @@ def awq_requantize(src: str | Path, dst: str | Path, group_size: int = AWQ_GROUP
                    overwrite: bool = False, progress: bool | Callable[[str], None] = False) -> RepackReport:
     """Write the AWQ-style (asymmetric, zero point, ``group_size``) pack-quantized build of SRC's linears."""
     return build_quantized(src, dst, awq_quantizer(group_size, scale_dtype), method="awq-rtn",
-                           group_size=group_size, scale_dtype=scale_dtype, symmetric=False, emb4=False,
+                           group_size=group_size, scale_dtype=scale_dtype, symmetric=False,
                            overwrite=overwrite, progress=progress)
