@@ -381,8 +381,7 @@ def compare_module(ref_reader: CheckpointReader, other_reader: CheckpointReader,
     rows_per_block = max(8, BLOCK_BYTES // (cols * 4))
     changed = identical = groups_identical = lattice_weights = 0
     ref_nf = other_nf = scale_nf = 0
-    max_diff = 0.0
-    sum_diff = 0.0
+    max_diff = sum_diff = 0.0
     for rb, ob in zip(ref.blocks(ref_reader, rows_per_block), other.blocks(other_reader, rows_per_block), strict=True):
         v_ref = rb.values
         ref_nf += lattice.count_non_finite(v_ref)

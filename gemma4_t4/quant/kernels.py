@@ -107,13 +107,6 @@ def _widen_impl(x):
 # -- per-group helpers -----------------------------------------------------------------------------
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _round_to(x, fmt):
-    if fmt == FP16:
-        return _round_fp16(x)
-    return _round_bf16(x)
-
-
 @numba.njit(cache=True, nogil=True)
 def step_scale(c, fmt, steps):
     """The positive value representable in ``fmt`` that is ``steps`` ulps from representable c >= 0."""
@@ -148,7 +141,7 @@ def _count_exact(qf, vals, gs, cand, fmt):
 def _choose_group(qf, vals, gs, lsq, fmt):
     """(scale in fmt, values reproduced exactly): the rounded least-squares scale or the best of
     its +-2 ulp neighbours, first one wins ties."""
-    c0 = _round_to(lsq, fmt)
+    c0 = _round_fp16(lsq) if fmt == FP16 else _round_bf16(lsq)
     if c0 <= 0.0:
         c0 = step_scale(np.float32(0.0), fmt, 1)  # underflow: the smallest positive scale
     best = c0

@@ -95,10 +95,6 @@ def _corrupt(shard: str, what: str) -> Gemma4T4Error:
     return Gemma4T4Error(f"{shard}: {what}", fix="the file is corrupt or not a safetensors file; re-download it")
 
 
-def _is_int(x: object) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
 def tensors_from_header(header: dict, data_start: int, shard: str, file_size: int | None) -> dict[str, TensorInfo]:
     """The tensor table of one shard, validated as the safetensors format requires: every entry an
     object with a known dtype, a shape of non-negative integers and ``data_offsets`` [begin, end]
@@ -117,9 +113,9 @@ def tensors_from_header(header: dict, data_start: int, shard: str, file_size: in
         dtype, shape, offsets = meta.get("dtype"), meta.get("shape"), meta.get("data_offsets")
         if not isinstance(dtype, str) or dtype not in DTYPES:
             raise Gemma4T4Error(f"{shard}: tensor {name} has unsupported dtype {dtype}", fix="re-export the checkpoint")
-        if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
+        if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):  # not bool
             raise _corrupt(shard, f"tensor {name!r} has an invalid shape {shape!r}")
-        if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_int(o) for o in offsets)):
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int for o in offsets)):
             raise _corrupt(shard, f"tensor {name!r} has invalid data_offsets {offsets!r} (need [begin, end])")
         begin, end = offsets
         expected = math.prod(shape) * DTYPES[dtype].itemsize  # Python ints: no overflow on absurd shapes
@@ -153,7 +149,7 @@ def safe_shard_name(name: object, source: str) -> str:
         raise Gemma4T4Error(f"{source}: {INDEX_NAME} names an invalid shard {name!r}", fix="re-download the index file")
     # an empty part is a leading, doubled or trailing slash (absolute paths and "://" URLs included)
     parts = name.replace("\\", "/").split("/")
-    if "" in parts or ".." in parts or (len(name) > 1 and name[1] == ":"):
+    if "" in parts or ".." in parts or name[1:2] == ":":
         raise Gemma4T4Error(
             f"{source}: {INDEX_NAME} names the shard {name!r}, which is outside the checkpoint folder",
             fix="shard paths must be file names inside the folder; re-download the index from a source you trust",
