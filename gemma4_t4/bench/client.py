@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 Api = Literal["completions", "chat"]
 
-ENDPOINTS: dict[str, str] = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
 
 @dataclass
@@ -304,27 +304,24 @@ async def open_loop(
     loop: the load does not slow down when the server does). At most ``max_in_flight`` run at once;
     a request that finds the cap full waits (its record's ``send_s`` - ``scheduled_s`` says how long)."""
     gate = asyncio.Semaphore(max(1, max_in_flight))
-    clock = time.perf_counter
-    start = clock()
-    results: list[RequestRecord | None] = [None] * len(specs)
+    start = time.perf_counter()
 
-    async def one(index: int, spec: RequestSpec, at: float) -> None:
+    async def one(spec: RequestSpec, at: float) -> RequestRecord:
         async with gate:
             record = await send(spec)
         record.scheduled_s = at
-        results[index] = record
         if on_record:
             on_record(record)
+        return record
 
     tasks = []
-    for index, (spec, offset) in enumerate(zip(specs, offsets, strict=True)):
+    for spec, offset in zip(specs, offsets, strict=True):
         at = start + offset
-        delay = at - clock()
+        delay = at - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(one(index, spec, at)))
-    await asyncio.gather(*tasks)
-    return [r for r in results if r is not None]
+        tasks.append(asyncio.create_task(one(spec, at)))
+    return list(await asyncio.gather(*tasks))  # in the order sent
 
 
 ARRIVALS = ("poisson", "constant")

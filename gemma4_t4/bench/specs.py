@@ -50,23 +50,12 @@ class Served(Protocol):
     """What a spec runs on: an OpenAI-compatible server (``http://``) or a SageMaker endpoint
     (``sagemaker://REGION/NAME``), the model name it serves, and what the results should record."""
 
-    @property
-    def url(self) -> str: ...
-
-    @property
-    def served_name(self) -> str: ...
-
-    @property
-    def tokenizer(self) -> str | None: ...  # a local tokenizer (an endpoint has no /tokenize)
-
-    @property
-    def gpu(self) -> str | None: ...  # the hardware key for roofline and cost (t4, l4), if known
-
-    @property
-    def api_key(self) -> str | None: ...
-
-    @property
-    def max_num_seqs(self) -> int | None: ...
+    url: str
+    served_name: str
+    tokenizer: str | None  # a local tokenizer (an endpoint has no /tokenize)
+    gpu: str | None  # the hardware key for roofline and cost (t4, l4), if known
+    api_key: str | None
+    max_num_seqs: int | None
 
 
 # ---------------------------------------------------------------- the workloads
