@@ -302,9 +302,8 @@ def _read_whole(parser: StreamParser, payload: bytes, now: float) -> None:
     if text:
         parser.texts.append(text)
     record.finish_reason = choice.get("finish_reason")
-    usage = data.get("usage") or {}
-    if usage:
-        apply_usage(record, usage)
+    if data.get("usage"):
+        apply_usage(record, data["usage"])
 
 
 def _classify_client_error(record: RequestRecord, exc: Exception) -> None:

@@ -61,7 +61,7 @@ class ServerTokenizer:
                 f"POST {path} on {self.base_url} returned HTTP {exc.code}",
                 fix="use a vLLM server (it serves /tokenize) or pass a local tokenizer (--tokenizer PATH)",
             ) from None
-        except (urllib.error.URLError, OSError) as exc:
+        except OSError as exc:  # URLError included
             raise Gemma4T4Error(
                 f"cannot reach {self.base_url}{path}: {exc}",
                 fix="check --base-url and that the server is running",

@@ -12,8 +12,6 @@ import re
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -76,7 +74,7 @@ def scrape(base_url: str, api_key: str | None = None, timeout: float = 10.0) -> 
     """One ``/metrics`` scrape, or None if the server exposes none (the run goes on without)."""
     try:
         status, body = http_get(base_url.rstrip("/") + "/metrics", timeout=timeout, api_key=api_key)
-    except (urllib.error.URLError, OSError):
+    except OSError:  # URLError included
         return None
     if status != 200:
         return None
@@ -142,7 +140,7 @@ def check_reachable(base_url: str, model: str | None = None, api_key: str | None
     url = base_url.rstrip("/")
     try:
         status, body = http_get(url + "/v1/models", timeout=10.0, api_key=api_key)
-    except (urllib.error.URLError, OSError) as exc:
+    except OSError as exc:  # URLError included
         raise Gemma4T4Error(
             f"cannot reach the server at {base_url}: {exc}",
             fix="start it (gemma4-t4 serve ...) or correct --base-url",
@@ -187,7 +185,7 @@ def server_version(base_url: str, api_key: str | None = None) -> str | None:
     try:
         status, body = http_get(base_url.rstrip("/") + "/version", timeout=5.0, api_key=api_key)
         return json.loads(body).get("version") if status == 200 else None
-    except (urllib.error.URLError, OSError, ValueError):
+    except (OSError, ValueError):
         return None
 
 
