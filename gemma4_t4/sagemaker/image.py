@@ -188,10 +188,7 @@ def image_cuda(image_uri: str) -> tuple[int, int] | None:
     ``server-sagemaker-cuda-v*`` tag what AWS publishes for it (:data:`AL2023_TAG_CUDA`); None when
     neither says."""
     tag = image_tag(image_uri)
-    parsed = parse_tag(tag)
-    if parsed:
-        return parsed.cuda
-    match = re.search(r"cu(\d{3})", tag)
+    match = re.search(r"cu(\d{3})", tag)  # a pinned tag's -cu130- too: nothing before it reads cuNNN
     if match:
         return (int(match[1][:-1]), int(match[1][-1]))
     revision = al2023_revision(tag)
@@ -250,8 +247,8 @@ def check_ami_for_image(ami_version: str | None, image_uri: str, instance_type: 
         raise Gemma4T4Error(
             f"image {image_tag(image_uri)} needs a newer GPU driver than {instance_type}'s default",
             fix=f"set inference_ami_version={needed!r} (or leave it on 'auto')")
-    cuda = image_cuda(image_uri)
-    if cuda is not None and not ami_runs_cuda(ami_version, cuda):
+    cuda = image_cuda(image_uri)  # known: an image of unknown CUDA needs no AMI (needed is None) or was refused
+    if not ami_runs_cuda(ami_version, cuda):
         raise Gemma4T4Error(
             f"{ami_version} (driver {AMI_DRIVERS[ami_version][0]}) cannot run image "
             f"{image_tag(image_uri)}: the container would fail with CannotStartContainerError",

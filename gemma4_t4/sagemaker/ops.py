@@ -434,12 +434,6 @@ def describe(sm: Any, kind: str, name: str) -> JSONObject | None:
         raise aws_error(exc, f"{api_name} {name}") from exc
 
 
-def _ours(sm: Any, kind: str, resource: str) -> bool | None:
-    """Whether ``resource`` carries this project's tag (None: it does not exist)."""
-    desc = describe(sm, kind, resource)
-    return None if desc is None else is_ours(_tags(sm, desc.get(_DESCRIBE[kind][2])))
-
-
 def plan_delete(sm: Any, name: str, not_ours: bool = False) -> DeletePlan:
     """(kind, name) to delete, endpoint first, names from the live chain when it exists.
 
@@ -470,7 +464,8 @@ def plan_delete(sm: Any, name: str, not_ours: bool = False) -> DeletePlan:
         ("endpoint-config", config_name, used_configs.get(config_name)),
         *[("model", m, used_models.get(m)) for m in models],
     ):
-        ours = _ours(sm, kind, resource)
+        desc = describe(sm, kind, resource)  # whether it carries this project's tag (None: it does not exist)
+        ours = None if desc is None else is_ours(_tags(sm, desc.get(_DESCRIBE[kind][2])))
         if users:
             plan.kept.append(f"{kind}:{resource} (still used by endpoint {', '.join(sorted(users))})")
         elif ours is False and not not_ours:
