@@ -331,17 +331,16 @@ def add_setting_flags(parser: argparse.ArgumentParser, model: type[BaseModel] | 
     (a benchmark's run options and workload fields): a flag not given parses as None, leaving its field to the
     model that takes it (the help shows that model's default); a required field's flag is required, but for a
     field with a note (the workloads that take it, ending its help), whose workload's rules decide."""
-    later = isinstance(model, Mapping)
+    later, notes = isinstance(model, Mapping), notes or {}
     for name, field in (model if later else user_settings(model)).items():
         meta = declared(field)
-        switches = meta.get("switches", {})
         if name in skip:
             continue
-        for flag, (value, text) in switches.items():  # a tri-state: a flag for each value
-            parser.add_argument(flag, dest=name, action="append_const", const=value, help=text)
-        if switches:
+        if "switches" in meta:  # a tri-state: a flag for each value
+            for flag, (value, text) in meta["switches"].items():
+                parser.add_argument(flag, dest=name, action="append_const", const=value, help=text)
             continue
-        kind, note, dashed = value_type(field.annotation), (notes or {}).get(name, ""), name.replace("_", "-")
+        kind, note, dashed = value_type(field.annotation), notes.get(name, ""), name.replace("_", "-")
         default = None if later else (defaults or {}).get(name, offered_default(field))
         text = str(field.description) if later else help_for(model, name, default)  # type: ignore[arg-type]
         if kind is bool:  # a switch; a setting on by default is turned off
@@ -376,7 +375,7 @@ def add_setting_flags(parser: argparse.ArgumentParser, model: type[BaseModel] | 
                 cli.setdefault("metavar", _ITEMS.get(kind, ("", None))[1] or name.upper())
             cli.setdefault("type", str if kind is SecretStr or "choices" in cli else kind)
             parser.add_argument(flag, dest=name, default=default, help=text, **cli,
-                                required=later and field.is_required() and name not in (notes or {}))
+                                required=later and field.is_required() and name not in notes)
 
 
 def value_type(annotation: Any) -> Any:

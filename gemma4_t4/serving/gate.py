@@ -9,7 +9,7 @@ The machine is judged once, by the doctor (:func:`gemma4_t4.host.env.judge` over
 only facts about the host): its errors refuse a launch in its words, as do its "no GPU" and "no torch"
 warnings on a GPU target. The gate adds only what depends on the launch: the Turing fix (active, and
 proven offline), RAM + swap for this checkpoint's load peak, tensor parallelism, the GPU fit with the
-drafter, disk for a download, and on the CPU target the int4 kernel (:func:`check_cpu_start`).
+drafter, disk for a download, and on the CPU target the int4 kernel (:func:`judge_cpu`).
 :func:`judge` is pure (:class:`LaunchFacts` in, :class:`GateReason` list out; an unknown finding counts
 against starting); :func:`collect_facts` gathers the facts through :class:`GateProbes`, injectable.
 ``force=True`` launches anyway and says loudly what it overrode.
@@ -530,25 +530,21 @@ def collect_facts(config: ServerConfig, probes: GateProbes | None = None) -> Lau
     return facts
 
 
-def check_cpu_start(config: ServerConfig, force: bool = False, probes: GateProbes | None = None) -> GateResult:
-    """Gate a launch on the CPU target (only :func:`judge_cpu`'s checks); see :func:`check_start`."""
-    facts = LaunchFacts(None, config.target, str(config.model))
-    # a probe that fails leaves the build unknown, and an unknown build never refuses (judge_cpu)
-    facts.cpu = _ask(facts, "cpu_int4", (probes or GateProbes()).cpu_build, config)
-    return _decide(judge_cpu(facts), facts, force)
-
-
-def _decide(reasons: list[GateReason], facts: LaunchFacts, force: bool) -> GateResult:
+def check_start(
+    config: ServerConfig, force: bool = False, probes: GateProbes | None = None, facts: LaunchFacts | None = None
+) -> GateResult:
+    """Gate a launch of ``config`` (on the CPU target only :func:`judge_cpu`'s checks). Raises
+    :class:`GateRefused` unless every check passes or ``force``."""
+    if config.target == "cpu":
+        facts = LaunchFacts(None, config.target, str(config.model))
+        # a probe that fails leaves the build unknown, and an unknown build never refuses (judge_cpu)
+        facts.cpu = _ask(facts, "cpu_int4", (probes or GateProbes()).cpu_build, config)
+        reasons = judge_cpu(facts)
+    else:
+        facts = facts or collect_facts(config, probes)
+        facts.tensor_parallel_size = config.tensor_parallel_size
+        reasons = judge(facts)
     result = GateResult(ok=not reasons, forced=bool(force and reasons), reasons=reasons, facts=facts)
     if reasons and not force:
         raise GateRefused(result)
     return result
-
-
-def check_start(
-    config: ServerConfig, force: bool = False, probes: GateProbes | None = None, facts: LaunchFacts | None = None
-) -> GateResult:
-    """Gate a launch of ``config``. Raises :class:`GateRefused` unless every check passes or ``force``."""
-    facts = facts or collect_facts(config, probes)
-    facts.tensor_parallel_size = config.tensor_parallel_size
-    return _decide(judge(facts), facts, force)

@@ -27,7 +27,7 @@ from gemma4_t4.foundation import secrets
 from gemma4_t4.foundation.atomic import atomic_write_json
 from gemma4_t4.foundation.jsonable import to_jsonable
 from gemma4_t4.foundation.launch_record import DEFAULT_WORK_DIR, LaunchRecord, ProcessInfo
-from gemma4_t4.serving.gate import check_cpu_start, check_start
+from gemma4_t4.serving.gate import check_start
 from gemma4_t4.serving.server_config import LaunchPlan, ServerConfig, plan_launch, server_tmp_dir
 from gemma4_t4.serving.server_state import (
     LockOwner,
@@ -455,8 +455,7 @@ def start_server(
     config.validate()  # a bad port or length is refused before the gate probes anything
     result = None
     if gate:
-        gate_check = check_cpu_start if config.target == "cpu" else check_start
-        result = gate_check(config, force=force, probes=probes)
+        result = check_start(config, force=force, probes=probes)
         if result.forced:
             warnings.warn(result.override_warning(), stacklevel=2)
     server = VLLMServer(config)

@@ -392,14 +392,12 @@ def launch_plan(settings: VLLMSettings, model: str, max_num_batched_tokens: int,
         )
         return DraftPlan("self", "draft_model", model, num, why)
     if draft == "auto":
-        fit_on_t4 = None
-        if settings.gpu == "t4":
-            fit_on_t4 = partial(
-                models.fit, gpu="t4", context_len=settings.max_model_len, num_gpus=tensor_parallel_size,
-                gpu_memory_utilization=settings.gpu_memory_utilization, max_num_seqs=settings.max_num_seqs,
-                max_num_batched_tokens=max_num_batched_tokens, text_only=text_only,
-            )
-        return _auto(model, num, fit_on_t4)
+        fit_on_t4 = partial(
+            models.fit, gpu="t4", context_len=settings.max_model_len, num_gpus=tensor_parallel_size,
+            gpu_memory_utilization=settings.gpu_memory_utilization, max_num_seqs=settings.max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens, text_only=text_only,
+        )
+        return _auto(model, num, fit_on_t4 if settings.gpu == "t4" else None)
     method: DraftMethod = draft_method or "mtp"
     checked = check_pair(model, draft, method)
     if method == "draft_model":

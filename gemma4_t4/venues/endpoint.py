@@ -131,8 +131,7 @@ def reap_orphans(*, sagemaker_client: object = None) -> list[Reaped]:
         if _owner_alive(record):
             continue
         try:
-            local = record.venue == "local"
-            action = _reap_local(record) if local else _reap_sagemaker(record, sagemaker_client)
+            action = _reap_local(record) if record.venue == "local" else _reap_sagemaker(record, sagemaker_client)
         except Gemma4T4Error as exc:
             action = f"failed: {exc.message}"
         except Exception as exc:  # noqa: BLE001 - named in the result; the record stays for next time

@@ -487,10 +487,9 @@ def test_cpu_start_of_an_int4_model_is_refused_on_a_simulated_avx2_host(tmp_path
     avx512 = GateProbes(
         cpu_build=_cpu_build_probe({"avx2", "avx512f", "avx512vl", "avx512bw", "avx512dq"}, package)
     )
-    from gemma4_t4.serving.gate import check_cpu_start
 
-    assert check_cpu_start(config, probes=avx512).ok  # the AVX-512 build has the kernel
-    forced = check_cpu_start(config, force=True, probes=probes)
+    assert check_start(config, probes=avx512).ok  # the AVX-512 build has the kernel
+    forced = check_start(config, force=True, probes=probes)
     assert forced.forced and forced.reasons[0].check == "cpu_int4"
 
 

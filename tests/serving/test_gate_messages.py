@@ -1,7 +1,7 @@
 """What the start gate tells a user, word for word: every reason's problem and fix, the report and
 the override warning, the refusal's error; and which facts decide between them (the doctor's words for
 the host, swap size rounding, the Turing limit's wording). Pure: LaunchFacts in, reasons out, or
-check_start / check_cpu_start with stand-in probes."""
+check_start with stand-in probes."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from gemma4_t4.serving.gate import (
     GateRefused,
     GateResult,
     LaunchFacts,
-    check_cpu_start,
     check_start,
     host_reasons,
     judge,
@@ -308,7 +307,7 @@ def _cpu_probes(answer):
 def test_cpu_gate_refuses_int4_without_the_kernel_word_for_word():
     config = Config(model="google/gemma-4-E2B-it-qat-w4a16-ct", target="cpu")
     with pytest.raises(GateRefused) as refused:
-        check_cpu_start(config, probes=_cpu_probes(_build(False)))
+        check_start(config, probes=_cpu_probes(_build(False)))
     result = refused.value.result
     assert result.facts.target == "cpu" and result.facts.model == config.model
     assert only(result.reasons) == (
@@ -318,7 +317,7 @@ def test_cpu_gate_refuses_int4_without_the_kernel_word_for_word():
         cpuisa.INT4_FIX,
     )
     detail = _build(False, "the AVX2 build has no int4 kernel")
-    forced = check_cpu_start(config, force=True, probes=_cpu_probes(detail))
+    forced = check_start(config, force=True, probes=_cpu_probes(detail))
     assert (forced.ok, forced.forced) == (False, True)
     assert forced.reasons[0].problem.endswith("checkpoint, but the AVX2 build has no int4 kernel")
 
@@ -332,7 +331,7 @@ def test_cpu_gate_refuses_int4_without_the_kernel_word_for_word():
     ],
 )
 def test_cpu_gate_passes_unless_int4_meets_a_build_known_to_lack_the_kernel(answer):
-    result = check_cpu_start(Config(target="cpu"), probes=_cpu_probes(answer))
+    result = check_start(Config(target="cpu"), probes=_cpu_probes(answer))
     assert (result.ok, result.forced, result.reasons) == (True, False, [])
 
 
@@ -348,7 +347,7 @@ def test_a_failing_cpu_probe_leaves_the_facts_unknown_and_passes():
 
     probes = Recording()
     probes.cpu_build = broken
-    result = check_cpu_start(Config(target="cpu"), probes=probes)
+    result = check_start(Config(target="cpu"), probes=probes)
     assert result.ok and result.facts.notes == ["cpu_int4: OSError: lscpu missing"]
 
 
@@ -418,11 +417,11 @@ def test_gib_text():
 
 
 def test_cpu_gate_never_calls_a_passing_start_forced():
-    passing = check_cpu_start(Config(target="cpu"), force=True,
+    passing = check_start(Config(target="cpu"), force=True,
                               probes=_cpu_probes(None))
     assert (passing.ok, passing.forced) == (True, False)
     with pytest.raises(GateRefused) as refused:
-        check_cpu_start(Config(target="cpu"), probes=_cpu_probes(_build(False)))
+        check_start(Config(target="cpu"), probes=_cpu_probes(_build(False)))
     assert refused.value.result.forced is False and refused.value.result.ok is False
 
 
