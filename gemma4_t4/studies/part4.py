@@ -167,8 +167,7 @@ class Study(PartStudy):
         ttft_lens: Sequence[int],
     ) -> Results:
         """The main path's results read and checked: refused, naming the figure, where one is missing or impossible."""
-        fits = self.fits()
-        results = Results(self, decode, ttft, prefix, answers, headline, cost, fits, endpoint)
+        results = Results(self, decode, ttft, prefix, answers, headline, cost, self.fits(), endpoint)
         results.check(concurrency, ttft_lens)
         return results
 

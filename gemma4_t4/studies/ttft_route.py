@@ -72,8 +72,7 @@ def ttft_route_on_off(
     routes: dict[str, list[str]] = {}  # mode -> the route's actions in its server's log
     for mode, value in MODES:
         cfg = config.replaced(extra_env={**config.extra_env, prefill.ENV_SWITCH: value})
-        server = server_factory(cfg)
-        with server:
+        with server_factory(cfg) as server:
             served = ServedAt(server.base_url, cfg.resolved_name())
             result = run(served, spec, out / mode, label=f"TTFT, tensor-core prefill {mode}", progress=progress)
             log = Path(server.log_path)

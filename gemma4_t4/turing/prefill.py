@@ -178,10 +178,7 @@ def host_lengths(attn_metadata: Any) -> tuple[list[int], list[int]]:
     both = torch.cat([starts.to(torch.int64), attn_metadata.seq_lens[:num_seqs].to(torch.int64)]).tolist()
     cu, seq_lens = both[: num_seqs + 1], both[num_seqs + 1 :]
     result = ([end - start for start, end in itertools.pairwise(cu)], seq_lens)
-    try:
-        setattr(attn_metadata, HOST_LENGTHS_ATTR, result)
-    except AttributeError:
-        pass
+    setattr(attn_metadata, HOST_LENGTHS_ATTR, result)  # vLLM's metadata: a plain dataclass, no __slots__
     return result
 
 
