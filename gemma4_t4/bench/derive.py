@@ -56,7 +56,7 @@ def cost(
     if not output_tok_s or output_tok_s <= 0:
         return {}
     if price_keys:
-        keys = list(price_keys)
+        keys = price_keys
         unknown = [k for k in keys if k not in PRICES]
         if unknown:
             raise Gemma4T4Error(f"no price for {', '.join(unknown)}", fix=f"use one of: {', '.join(PRICES)}")

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from gemma4_t4.bench.compare import RunComparison, compare_runs
+from gemma4_t4.bench.published import QatVsBf16
 from gemma4_t4.bench.results import PLOT_FILES, BenchRun, DecodeSpeed, load_run
 from gemma4_t4.foundation.figures import check_plot_path, pyplot, save_figure
 
@@ -213,8 +214,7 @@ def plot_compare(
 
 
 def plot_qat_vs_bf16(
-    what: str,
-    curves: dict[str, dict[int, float | None]],
+    figures: QatVsBf16,
     ceilings: dict[str, float],
     published: dict[str, float],
     gpu: str,
@@ -224,6 +224,7 @@ def plot_qat_vs_bf16(
     """Part 2's figure (returned, not saved: the notebook shows and saves it): the measured decode
     curves per build on the left; on the right each build's decode ceiling on ``gpu`` with the
     series' published T4 per-stream figure on it."""
+    what, curves = figures.decode_curves()
     fig, (left, right) = pyplot().subplots(1, 2, figsize=(11, 4))
     for label, curve in curves.items():
         points = [(c, v) for c, v in sorted(curve.items()) if v is not None]

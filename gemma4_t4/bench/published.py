@@ -155,14 +155,13 @@ def gce_t4(build: str, input_len: int = 512, concurrency: int = 1) -> PublishedR
 
 @dataclass(frozen=True)
 class PublishedRatio:
-    """A headline speed-up of the series: two published figures under the same conditions."""
+    """A headline speed-up of the series: two published figures under the same conditions (what
+    each claims and in which unit is said where it is declared, below)."""
 
-    claim: str
     gpu: str
     model: str
     baseline: str  # build the ratio divides by
     build: str
-    metric: str
     baseline_value: float
     value: float
     conditions: str
@@ -174,26 +173,25 @@ class PublishedRatio:
         return self.value / self.baseline_value
 
 
-def _ratio(claim: str, gpu: str, metric: str, conditions: str, base: PublishedResult | PublishedSageMaker,
+def _ratio(gpu: str, conditions: str, base: PublishedResult | PublishedSageMaker,
            top: PublishedResult | PublishedSageMaker, attr: str) -> PublishedRatio:
-    return PublishedRatio(claim, gpu, base.model, base.build, top.build, metric, getattr(base, attr),
-                          getattr(top, attr), conditions, base.source)
+    return PublishedRatio(gpu, base.model, base.build, top.build, getattr(base, attr), getattr(top, attr),
+                          conditions, base.source)
 
 
-# Part 2: Google's QAT int4 decodes 2.05x faster than bf16 on one L4 (SageMaker ml.g6.xlarge).
-PART2_L4_QAT_VS_BF16 = _ratio("Part 2: QAT int4 vs bf16, single-stream decode on an L4", "l4", "decode tok/s",
-                              "SageMaker ml.g6.xlarge, c=1", published_decode("gemma-4-E2B", "bf16"),
+# Part 2: Google's QAT int4 decodes 2.05x faster than bf16 on one L4 (SageMaker ml.g6.xlarge):
+# single-stream decode tok/s.
+PART2_L4_QAT_VS_BF16 = _ratio("l4", "SageMaker ml.g6.xlarge, c=1", published_decode("gemma-4-E2B", "bf16"),
                               published_decode("gemma-4-E2B", "qat"), "l4_tok_s")
-# Part 3: the repack with 4-bit embeddings adds 1.39x on an L4 - measured on the 26B-A4B.
-PART3_L4_EMB4_VS_QAT = _ratio("Part 3: emb4 repack vs the QAT build, single-stream decode on an L4", "l4",
-                              "decode tok/s", "SageMaker ml.g6.xlarge, c=1, gemma-4-26B-A4B",
+# Part 3: the repack with 4-bit embeddings (emb4) adds 1.39x over the QAT build on an L4 - measured on the
+# 26B-A4B: single-stream decode tok/s.
+PART3_L4_EMB4_VS_QAT = _ratio("l4", "SageMaker ml.g6.xlarge, c=1, gemma-4-26B-A4B",
                               published_decode("gemma-4-26B-A4B", "qat-text"),
                               published_decode("gemma-4-26B-A4B", "emb4"), "l4_tok_s")
-# The GCE T4 pair: per stream at c=1 (1.79x) and all streams at c=8 (164.62 -> 215.91 tok/s, 1.31x).
-T4_QAT_VS_BF16_C1 = _ratio("QAT int4 vs bf16 on a T4, per stream at c=1", "t4", "per-stream decode tok/s",
-                           "GCE T4, 512 in / 128 out, c=1", gce_t4("bf16"), gce_t4("qat"), "per_stream_tok_s")
-T4_QAT_VS_BF16_C8 = _ratio("QAT int4 vs bf16 on a T4, all streams at c=8", "t4", "output tok/s (all streams)",
-                           "GCE T4, 512 in / 128 out, c=8", gce_t4("bf16", concurrency=8),
+# The GCE T4 pair, QAT int4 vs bf16: per-stream decode tok/s at c=1 (1.79x) and output tok/s of all
+# streams at c=8 (164.62 -> 215.91 tok/s, 1.31x).
+T4_QAT_VS_BF16_C1 = _ratio("t4", "GCE T4, 512 in / 128 out, c=1", gce_t4("bf16"), gce_t4("qat"), "per_stream_tok_s")
+T4_QAT_VS_BF16_C8 = _ratio("t4", "GCE T4, 512 in / 128 out, c=8", gce_t4("bf16", concurrency=8),
                            gce_t4("qat", concurrency=8), "output_throughput_tok_s")
 
 

@@ -362,11 +362,17 @@ class SummaryFile(BenchModel):
     cells: list[CellSummary] = Field(default_factory=list)
 
 
-def check_schema(found: Any, where: str) -> None:
-    """Refuse a file of another results format, or of an older/newer version of this one."""
-    if found == SCHEMA:
-        return
-    if isinstance(found, str) and found.startswith(SCHEMA_FAMILY):
+def parse_file(model: type[BenchModel], text: str, where: str) -> Any:
+    """Parse and validate one results file, with a one-line error naming the file; a file of another
+    results format, or of an older/newer version of this one, is refused."""
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise Gemma4T4Error(f"{where} is not valid JSON: {exc}", fix="re-run the benchmark") from None
+    if not isinstance(data, dict):
+        raise Gemma4T4Error(f"{where} is not a JSON object", fix="re-run the benchmark")
+    found = data.get("schema")
+    if isinstance(found, str) and found.startswith(SCHEMA_FAMILY) and found != SCHEMA:
         version = found.removeprefix(SCHEMA_FAMILY)
         newer = version.isdigit() and int(version) > SCHEMA_VERSION
         raise Gemma4T4Error(
@@ -375,21 +381,11 @@ def check_schema(found: Any, where: str) -> None:
             if newer
             else "re-run the benchmark with this version of gemma4-t4",
         )
-    raise Gemma4T4Error(
-        f"{where} has schema {found!r}, expected {SCHEMA!r}",
-        fix="pass a directory written by gemma4-t4 bench run (or re-run the benchmark)",
-    )
-
-
-def parse_file(model: type[BenchModel], text: str, where: str) -> Any:
-    """Parse and validate one results file, with a one-line error naming the file."""
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise Gemma4T4Error(f"{where} is not valid JSON: {exc}", fix="re-run the benchmark") from None
-    if not isinstance(data, dict):
-        raise Gemma4T4Error(f"{where} is not a JSON object", fix="re-run the benchmark")
-    check_schema(data.get("schema"), where)
+    if found != SCHEMA:
+        raise Gemma4T4Error(
+            f"{where} has schema {found!r}, expected {SCHEMA!r}",
+            fix="pass a directory written by gemma4-t4 bench run (or re-run the benchmark)",
+        )
     try:
         return model.model_validate(data)
     except ValidationError as exc:

@@ -226,12 +226,10 @@ class Comparison(Displayable):
 
     def plot(self) -> Any:
         """The decode curves and the ceilings with the published T4 points (a figure to show and save)."""
-        what, curves = self.figures.decode_curves()
         ceilings = {fmt: self.ceilings.ceiling(fmt).tok_s_spec for fmt in SERVED.values()}
         published = {"bf16": T4_QAT_VS_BF16_C1.baseline_value, "qat-w4a16": T4_QAT_VS_BF16_C1.value}
         return plot_qat_vs_bf16(
-            what,
-            curves,
+            self.figures,
             ceilings,
             published,
             self.ceilings.gpu,

@@ -1429,8 +1429,7 @@ def test_the_published_rows_are_built_from_the_series_figures_as_printed():
     rows = published._gce("qat", [(512, 8, 215.91, 37.83, 1301), (512, 16, 213.79, 34.69, 5903)])
     assert rows == [published.gce_t4("qat", 512, 8), published.gce_t4("qat", 512, 16)]
     assert [r.note for r in rows] == ["", "queueing (c > max-num-seqs 8)"]  # above vLLM's 8 sequences
-    ratio = published._ratio("QAT int4 vs bf16 on a T4, per stream at c=1", "t4", "per-stream decode tok/s",
-                             "GCE T4, 512 in / 128 out, c=1", published.gce_t4("bf16"), published.gce_t4("qat"),
+    ratio = published._ratio("t4", "GCE T4, 512 in / 128 out, c=1", published.gce_t4("bf16"), published.gce_t4("qat"),
                              "per_stream_tok_s")  # fmt: skip
     assert ratio == published.T4_QAT_VS_BF16_C1 and (ratio.baseline_value, ratio.value) == (40.44, 72.31)
     assert (ratio.model, ratio.baseline, ratio.build, ratio.source) == (
