@@ -12,7 +12,7 @@ import numpy as np
 
 from gemma4_t4.quant import lattice
 
-_SHIFTS = (np.arange(8, dtype=np.uint32) * 4).astype(np.uint32)
+_SHIFTS = np.arange(8, dtype=np.uint32) * 4
 
 
 def pack_int4(levels: np.ndarray, use_numba: bool | None = None) -> np.ndarray:
@@ -25,8 +25,9 @@ def pack_int4(levels: np.ndarray, use_numba: bool | None = None) -> np.ndarray:
         out = np.empty((rows, cols // 8), np.uint32)
         lattice.kernels.pack_kernel(levels, out)
         return out.view(np.int32)
-    nibbles = ((levels.astype(np.int16) + 8) & 0xF).astype(np.uint32).reshape(rows, cols // 8, 8)
-    return np.bitwise_or.reduce(nibbles << _SHIFTS, axis=-1).astype(np.uint32).view(np.int32)
+    nibbles = (levels + np.int8(8)).view(np.uint8) & np.uint8(0xF)
+    # two nibbles a byte, the even element low; four bytes a word, read little-endian
+    return (nibbles[:, 0::2] | nibbles[:, 1::2] << np.uint8(4)).view(np.int32)
 
 
 def unpack_int4(packed: np.ndarray, cols: int) -> np.ndarray:
