@@ -154,11 +154,10 @@ def param_breakdown(variant: str | Gemma4Variant) -> ParamBreakdown:
     embed = v.vocab_size * v.hidden_size
     ple = v.vocab_size * v.num_layers * v.ple_dim_per_layer
     text = body + embed + ple
-    published_total = round(v.published.total * 1e9)
     if v.published.vision is not None or v.published.audio is not None:
         towers = round(((v.published.vision or 0) + (v.published.audio or 0)) * 1e9)
     else:
-        towers = max(0, published_total - text)
+        towers = max(0, round(v.published.total * 1e9) - text)
     return ParamBreakdown(body=body, embed=embed, ple=ple, towers=towers, total=text + towers,
                           active_per_token=lin.read_per_token + norms + embed, published=v.published)
 

@@ -163,7 +163,7 @@ def _groups(w: np.ndarray, group_size: int) -> np.ndarray:
     return w.reshape(w.shape[0], w.shape[1] // group_size, group_size)
 
 
-def fit_lattice_numpy(w: np.ndarray, group_size: int = DEFAULT_GROUP, tol: float = DEFAULT_TOL) -> LatticeFit:
+def fit_lattice_numpy(w: np.ndarray, group_size: int, tol: float) -> LatticeFit:
     g = _groups(np.asarray(w, dtype=np.float32), group_size)
     rows, ngroups, _ = g.shape
     finite = np.isfinite(g).all(axis=-1)
