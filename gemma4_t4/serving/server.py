@@ -453,14 +453,12 @@ def start_server(
     ``force=True`` launches past a refusal, warning; ``probes`` replaces the gate's fact collectors;
     ``owner`` (e.g. the MCP server that started it) is recorded in the state file."""
     config.validate()  # a bad port or length is refused before the gate probes anything
-    result = None
+    server = VLLMServer(config)
+    server.owner = owner
     if gate:
-        result = check_start(config, force=force, probes=probes)
+        server.gate_result = result = check_start(config, force=force, probes=probes)
         if result.forced:
             warnings.warn(result.override_warning(), stacklevel=2)
-    server = VLLMServer(config)
-    server.gate_result = result
-    server.owner = owner
     return server.start(wait=wait, timeout=timeout)
 
 

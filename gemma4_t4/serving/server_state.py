@@ -72,7 +72,7 @@ class UnreadableState(Gemma4T4Error):
     processes the server's supervisor recorded as running are named first: nothing else finds them."""
 
     def __init__(self, path: Path, why: str):
-        self.path, self.why = Path(path), why
+        self.path = Path(path)
         found = re.fullmatch(r"server-(\d+)\.json", self.path.name)
         self.port = int(found.group(1)) if found else None
         alive = recorded_alive(self.path.with_suffix(".super.json"))

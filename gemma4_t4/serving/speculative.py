@@ -406,23 +406,22 @@ def launch_plan(settings: VLLMSettings, model: str, max_num_batched_tokens: int,
 
 
 def _auto(model: str, num: int, fit_on_t4: Callable[..., models.FitResult] | None) -> DraftPlan:
+    def off(why: str) -> DraftPlan:
+        return DraftPlan("auto", None, None, num, f"off: {why}")
+
     build = target_build(model)
     if build is None:
-        why = (f"off: {model} is not in the catalog, so no Google assistant is known for it "
-               "(pass --draft MODEL)")
-        return DraftPlan("auto", None, None, num, why)
+        return off(f"{model} is not in the catalog, so no Google assistant is known for it (pass --draft MODEL)")
     key, fmt, kind = build
     assistant, why = assistants.assistant_for(key, kind)
     if assistant is None:
-        return DraftPlan("auto", None, None, num, f"off: {why}")
+        return off(why)
     if assistant.vllm_gap:  # never a drafter vLLM may not load: the user can still name it
-        why = f"off: {assistant.hub_id} is not picked: {assistant.vllm_gap}; pass --draft {assistant.hub_id} to try it"
-        return DraftPlan("auto", None, None, num, why)
+        return off(f"{assistant.hub_id} is not picked: {assistant.vllm_gap}; pass --draft {assistant.hub_id} to try it")
     if fit_on_t4 is not None:
         with_drafter = fit_on_t4(key, fmt, draft_weights_bytes=assistant.weights_bytes)
         if not with_drafter.fits:
-            why = f"off: {assistant.hub_id} would not fit with the target ({with_drafter.verdict})"
-            return DraftPlan("auto", None, None, num, why)
+            return off(f"{assistant.hub_id} would not fit with the target ({with_drafter.verdict})")
         why += f"; fit calculator with the drafter: {with_drafter.verdict}"
     return DraftPlan("auto", "mtp", assistant.hub_id, num, why)
 
