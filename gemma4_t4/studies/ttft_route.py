@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import NotRequired
 
 from pydantic import BaseModel
 
@@ -32,7 +31,7 @@ class TtftRow(TypedDict):
     input_len: int
     ttft_ms_route_off: float | None
     ttft_ms_route_on: float | None
-    speedup: NotRequired[float | None]
+    speedup: float | None
 
 
 class TtftOnOffReport(Displayable, BaseModel):
