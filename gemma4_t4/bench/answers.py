@@ -106,7 +106,7 @@ def _answers_of(side: str, source: AnswerSource) -> tuple[list[Answer], str | No
     if isinstance(source, BenchRun):
         if source.not_measured:
             return [], f"{side}: {source.not_measured}"
-        answers = list(source.answers())
+        answers = source.answers()
     else:
         answers = list(source)
     if not answers:

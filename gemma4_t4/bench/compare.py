@@ -222,10 +222,10 @@ class Headline(Displayable):
     def table_rows(self) -> list[dict[str, object]]:
         """Decode, TTFT and $/Mtok, A beside B, then the published row (T4 as A, L4 as B)."""
         ratio = "A/B [95 % interval]"
-        decode = _ratio(self.decode_ratio, self.decode_ci_low, self.decode_ci_high)
         rows = [
             {"figure": f"decode tok/s ({self.decode_method or '-'})", "A": self.decode_a, "B": self.decode_b,
-             ratio: decode or "; ".join(self.decode_not_measured) or "not measured on both sides"},
+             ratio: _ratio(self.decode_ratio, self.decode_ci_low, self.decode_ci_high)
+             or "; ".join(self.decode_not_measured) or "not measured on both sides"},
             {"figure": "TTFT ms (median)", "A": self.ttft_a_ms, "B": self.ttft_b_ms,
              ratio: _ratio(self.ttft_ratio)},
             {"figure": "$/Mtok (at the best output tok/s)", "A": _usd(self.usd_per_mtok_a, self.unpriced_a),

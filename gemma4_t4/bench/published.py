@@ -398,12 +398,11 @@ class QatVsBf16(Displayable):
         if c_max == 8:  # the published all-streams figures are at c=8
             rows += [("output tok/s bf16, c=8", self.bf16.output_tok_s[8], c8.baseline_value, c8),
                      ("output tok/s qat, c=8", self.qat.output_tok_s[8], c8.value, c8)]
-        out = [beside(label, m, p, r.source, r.conditions, measured_on=self.measured_on,
-                      published_on=published_kind(r)) for label, m, p, r in rows]
-        unpublished = [("QAT/bf16 output tok/s, c=1", self.ratio_output_c1),
-                       *((f"E2EL ms {b}, c=1", s.e2el_ms[1]) for b, s in self.speeds.items())]
-        return out + [beside(label, m, None, c1.source, "measured here (not published)", measured_on=self.measured_on)
-                      for label, m in unpublished]
+        # figures the series did not publish: no published value, so no ratio and no comparison of kinds
+        rows += [("QAT/bf16 output tok/s, c=1", self.ratio_output_c1, None, c1),
+                 *((f"E2EL ms {b}, c=1", s.e2el_ms[1], None, c1) for b, s in self.speeds.items())]
+        return [beside(label, m, p, r.source, r.conditions if p is not None else "measured here (not published)",
+                       measured_on=self.measured_on, published_on=published_kind(r)) for label, m, p, r in rows]
 
 
 def qat_vs_bf16(bf16_run: BenchRun, qat_run: BenchRun, venue: str) -> QatVsBf16:
