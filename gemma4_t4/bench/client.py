@@ -90,7 +90,7 @@ def apply_usage(record: RequestRecord, usage: object) -> bool:
     }
     counts: dict[str, int | None] = {}
     for name, value in fields.items():
-        counts[name] = None if value is None else _token_count(value)
+        counts[name] = _token_count(value)  # (None: not sent)
         if value is not None and counts[name] is None:
             record.error = "bad_usage"
             record.error_detail = f"the server sent usage.{name} = {json.dumps(value)[:80]}, not a token count"
@@ -124,7 +124,7 @@ def _error_class(exc: BaseException) -> str:
     if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError | aiohttp.ClientOSError
                   | ConnectionResetError):
         return "disconnected"
-    if isinstance(exc, asyncio.TimeoutError | TimeoutError | aiohttp.ServerTimeoutError):
+    if isinstance(exc, TimeoutError):  # asyncio's and aiohttp's ServerTimeoutError included
         return "timeout"
     if isinstance(exc, aiohttp.ClientError):
         return "client_error"
@@ -169,10 +169,7 @@ class StreamParser:
             return False
         if choices:
             self._choice(choices[0], now)
-        usage = event.get("usage")
-        if usage:
-            return apply_usage(record, usage)
-        return True
+        return apply_usage(record, event["usage"]) if event.get("usage") else True
 
     def _choice(self, choice: RawJSON, now: float) -> None:
         record = self.record

@@ -262,7 +262,7 @@ def spec_error(spec: type[WorkloadSpec], exc: ValidationError) -> SpecRefused:
         )
     bound = _BOUNDS.get(first["type"], "").format(**first.get("ctx", {}))
     if bound:  # a value outside its Field limits: say the limit, not pydantic's sentence
-        where = field.split(".")[0] if "." not in field else f"each of {field.split('.')[0]}"
+        where = field if "." not in field else f"each of {field.split('.')[0]}"
         return SpecRefused(f"{what}.{field} = {first['input']!r} must be {bound}", fix=f"give {where} {bound}")
     return SpecRefused(f"{what}.{field}: {first['msg']}", fix=f"give {field} as the type {what} declares")
 

@@ -177,8 +177,9 @@ def check_reachable(base_url: str, model: str | None = None, api_key: str | None
             fix=f"use --model {ids[0]}",
         )
     entry = next((m for m in models if m.get("id") == model), models[0])
-    length = entry.get("max_model_len")
-    return ServerInfo(models=ids, max_model_len=length, root=entry.get("root"), backend="openai-http")
+    return ServerInfo(
+        models=ids, max_model_len=entry.get("max_model_len"), root=entry.get("root"), backend="openai-http"
+    )
 
 
 def server_version(base_url: str, api_key: str | None = None) -> str | None:
