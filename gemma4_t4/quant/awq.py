@@ -19,8 +19,7 @@ from gemma4_t4.quant.repack import BlockResult, RepackReport, build_quantized
 AWQ_GROUP = 128
 
 
-def awq_levels(w: np.ndarray, group_size: int = AWQ_GROUP, scale_dtype: str = "fp16"
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def awq_levels(w: np.ndarray, group_size: int, scale_dtype: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Asymmetric min/max RTN: returns levels (int8, -8..7), scales (in ``scale_dtype``, as float32)
     and zero points (int8, -8..7) in compressed-tensors' signed convention:
     value = (q - z) * s."""

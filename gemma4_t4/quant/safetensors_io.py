@@ -18,7 +18,7 @@ import struct
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -388,9 +388,8 @@ HEAD_BYTES = 256 * 1024  # one ranged GET per shard fetches the header (Gemma 4 
 HUB_HOSTS = ("huggingface.co", "hf.co")
 
 
-def hub_headers(url: str, env: dict[str, str] | None = None) -> dict[str, str]:
+def hub_headers(url: str, env: Mapping[str, str] = os.environ) -> dict[str, str]:
     """``Authorization`` for gated Hub repositories: HF_TOKEN, sent to Hugging Face hosts only."""
-    env = os.environ if env is None else env
     token = env.get("HF_TOKEN") or env.get("HUGGING_FACE_HUB_TOKEN")
     host = urllib.parse.urlsplit(url).hostname or ""  # lower case, as urllib gives it
     if token and any(host == h or host.endswith("." + h) for h in HUB_HOSTS):
