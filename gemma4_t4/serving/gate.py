@@ -145,12 +145,13 @@ _BLOCK_A_GPU_LAUNCH = frozenset({"no-gpu", "no-torch"})
 
 def judge(facts: LaunchFacts) -> list[GateReason]:
     """Every reason the launch would fail, each with its fix. Empty list: go."""
-    assert facts.host is not None  # the GPU target always probes the host
+    host = facts.host
+    assert host is not None  # the GPU target always probes the host
     return [
-        *host_reasons(facts.host),
-        *_judge_turing(facts),
-        *_judge_host_memory(facts),
-        *_judge_tensor_parallel(facts),
+        *host_reasons(host),
+        *_judge_turing(facts, host),
+        *_judge_host_memory(facts, host),
+        *_judge_tensor_parallel(facts, host),
         *_judge_gpu_memory(facts),
         *_judge_disk(facts),
     ]
@@ -172,12 +173,11 @@ def judge_cpu(facts: LaunchFacts) -> list[GateReason]:
     return [GateReason("cpu_int4", problem, cpuisa.INT4_FIX)]
 
 
-def _judge_turing(facts: LaunchFacts) -> list[GateReason]:
+def _judge_turing(facts: LaunchFacts, host: env.Facts) -> list[GateReason]:
     """2. the Turing attention fix, where the device's shared memory is below the kernel's need."""
     # proven offline for the installed vLLM + Triton (a kernel that merely looks known is not
     # enough), and not known to be inactive (a proven fix that is not installed still crashes)
-    found, host = facts.turing, facts.host
-    assert host is not None
+    found = facts.turing
     fix_ok = found.proven is True and found.active is not False
     if fix_ok or not env.needs_turing_fix(host.smem_per_block_optin, host.compute_capability, facts.target):
         return []
@@ -208,10 +208,9 @@ def _bytes(gib: float | None) -> int | None:
     return None if gib is None else round(gib * GIB)
 
 
-def _judge_host_memory(facts: LaunchFacts) -> list[GateReason]:
+def _judge_host_memory(facts: LaunchFacts, host: env.Facts) -> list[GateReason]:
     """3. host RAM + swap must hold the weight-load peak."""
-    assert facts.host is not None
-    ram, swap = _bytes(facts.host.ram_available_gib), _bytes(facts.host.swap_free_gib)
+    ram, swap = _bytes(host.ram_available_gib), _bytes(host.swap_free_gib)
     peak = facts.checkpoint.load_peak_bytes
     if peak is None or ram is None or swap is None:
         return [GateReason(
@@ -222,7 +221,7 @@ def _judge_host_memory(facts: LaunchFacts) -> list[GateReason]:
     have = ram + swap
     if have >= peak:
         return []
-    if facts.host.platform == "colab":
+    if host.platform == "colab":
         fix = "Colab cannot add swap: use the QAT w4a16 checkpoint (smaller load), a smaller model, or a High-RAM runtime"
     else:
         swap_gib = max(16, int(-(-(peak - have) // GIB)) + 2)
@@ -236,11 +235,10 @@ def _judge_host_memory(facts: LaunchFacts) -> list[GateReason]:
     )]
 
 
-def _judge_tensor_parallel(facts: LaunchFacts) -> list[GateReason]:
+def _judge_tensor_parallel(facts: LaunchFacts, host: env.Facts) -> list[GateReason]:
     """3b. tensor parallelism needs as many GPUs as it names, visible to CUDA (the memory check divides
     the model over them, so it cannot see this itself). No GPU is the doctor's refusal, not this one."""
-    assert facts.host is not None
-    tp, count, gpu = facts.tensor_parallel_size, facts.host.cuda_gpu_count, facts.host.gpu
+    tp, count, gpu = facts.tensor_parallel_size, host.cuda_gpu_count, host.gpu
     if tp <= 1 or not count or gpu is None or tp <= count:
         return []
     return [GateReason(

@@ -387,10 +387,8 @@ def launch_plan(settings: VLLMSettings, model: str, max_num_batched_tokens: int,
                 fix="leave --draft-method out with --draft self",
             )
         check_one_kv_cache_group(model)
-        why = (
-            "the target as its own draft model (greedy: accepts nearly every draft; a check, not a speed-up)"
-        )
-        return DraftPlan("self", "draft_model", model, num, why)
+        return DraftPlan("self", "draft_model", model, num,
+                         "the target as its own draft model (greedy: accepts nearly every draft; a check, not a speed-up)")
     if draft == "auto":
         fit_on_t4 = partial(
             models.fit, gpu="t4", context_len=settings.max_model_len, num_gpus=tensor_parallel_size,
