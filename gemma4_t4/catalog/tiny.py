@@ -206,7 +206,7 @@ def build_tiny_gemma4(out_dir: str | os.PathLike, variant: Variant = "bf16", spe
     return TinyModelInfo(
         path=out, variant=variant, spec=asdict(spec), vocab_size=vocab,
         num_parameters=sum(p.numel() for p in model.parameters()),
-        files=sorted(p.name for p in out.iterdir() if not p.name.startswith(".")), cleanup=cleanup.lines(),
+        files=sorted(p.name for p in out.iterdir() if not p.name.startswith(".")), cleanup=cleanup,
     )
 
 

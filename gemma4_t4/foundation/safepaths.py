@@ -20,7 +20,6 @@ import socket
 import tempfile
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from gemma4_t4 import __version__
@@ -295,36 +294,20 @@ def _owner_alive(folder: Path) -> bool:
     return _alive(owner["pid"], start if isinstance(start, str) else None)
 
 
-@dataclass
-class Cleanup:
-    """What :func:`clean_stale` did, as lines for the command's output."""
-
-    removed: list[str] = field(default_factory=list)  # partial builds
-    backups_removed: list[str] = field(default_factory=list)
-    restored: list[str] = field(default_factory=list)
-
-    def lines(self) -> list[str]:
-        return (
-            [f"removed stale partial output {p} (left by an interrupted run)" for p in self.removed]
-            + [
-                f"removed stale backup {p} (left by a run interrupted while replacing its target)"
-                for p in self.backups_removed
-            ]
-            + [f"restored {p} (a run was killed while replacing it)" for p in self.restored]
-        )
-
-
-def clean_stale(target: str | os.PathLike, legacy_names: Iterable[str] = ()) -> Cleanup:
+def clean_stale(target: str | os.PathLike, legacy_names: Iterable[str] = ()) -> list[str]:
     """Remove ``.DST.partial-*`` folders whose owning process is gone, and settle ``.DST.old-*``
     backups left by a run killed while swapping in a new build (restored when DST is missing,
-    removed when DST is there)."""
+    removed when DST is there). Returns what it did, as lines for the command's output: removed
+    partials, then removed backups, then the restored one."""
     target = Path(target)
     legacy = tuple(legacy_names)
-    done = Cleanup()
+    removed: list[str] = []
+    backups_removed: list[str] = []
+    restored: list[str] = []
     try:
         entries = sorted(target.parent.iterdir())
     except OSError:  # no such folder (yet), or not a folder
-        return done
+        return []
     for entry in entries:
         if (
             entry.name.startswith(partial_prefix(target))
@@ -334,7 +317,7 @@ def clean_stale(target: str | os.PathLike, legacy_names: Iterable[str] = ()) -> 
         ):
             shutil.rmtree(entry, ignore_errors=True)
             if not entry.exists():
-                done.removed.append(str(entry))
+                removed.append(f"removed stale partial output {entry} (left by an interrupted run)")
     backups = [
         e for e in entries if e.name.startswith(backup_prefix(target)) and e.is_dir() and not e.is_symlink()
     ]
@@ -343,12 +326,14 @@ def clean_stale(target: str | os.PathLike, legacy_names: Iterable[str] = ()) -> 
             continue
         if not target.exists():
             entry.rename(target)
-            done.restored.append(f"{target} from {entry.name}")
+            restored.append(f"restored {target} from {entry.name} (a run was killed while replacing it)")
         else:
             shutil.rmtree(entry, ignore_errors=True)
             if not entry.exists():
-                done.backups_removed.append(str(entry))
-    return done
+                backups_removed.append(
+                    f"removed stale backup {entry} (left by a run interrupted while replacing its target)"
+                )
+    return removed + backups_removed + restored
 
 
 @contextlib.contextmanager

@@ -264,7 +264,7 @@ def build_quantized(
             return _write_build(tmp, files, reader.root, config, rows, t0, reader.nbytes, src=str(src),
                                 dst=str(dst_path), method=method, emb4=emb4, scale_dtype=scale_dtype,
                                 group_size=group_size, symmetric=symmetric, ignore=qcfg["ignore"],
-                                cleanup=cleanup.lines())
+                                cleanup=cleanup)
 
 
 def _scan(reader: LocalCheckpoint, writer: ShardedWriter, roles: dict[str, qconfig.TensorRole], quantizer: Quantizer,
