@@ -75,9 +75,9 @@ class AwsVenue:
             "\n".join(build.build_plan(region)[:3]), "\n..."
         )  # all of it: gemma4-t4 sagemaker build-image --dry-run
         image = build.ensure_t4_image(
-            region, on_build_succeeded=self.local.seed_fixed_image_for if self.local else None
+            region, on_build_succeeded=self.local.seed_fixed_image if self.local else None
         )
-        print(("built: " if image.built else "found: ") + image.image_uri, image.digest)
+        print(("built: " if image.build is not None else "found: ") + image.image_uri, image.digest)
         if image.build is not None:
             print(
                 "created:", ", ".join(image.build.created), "| reused:", ", ".join(image.build.reused) or "-"

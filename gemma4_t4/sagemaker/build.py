@@ -443,11 +443,11 @@ def _already_building(region: str, path: Path) -> Gemma4T4Error:
 def build_t4_image(region: str, base_tag: str = images.DEFAULT_VLLM_TAG, *, force: bool = False,
                    session: Any = None, clients: ClientFactory | None = None,
                    poll_s: float = 15.0, progress: bool = True,
-                   on_build_succeeded: Callable[[BuildTarget], None] | None = None,
+                   on_build_succeeded: Callable[[str, str], object] | None = None,
                    sleep: Sleep = time.sleep,
                    monotonic: Clock = time.monotonic) -> BuildResult:
     """Create/reuse the stack, run the build, verify the image in ECR and return its digest.
-    ``on_build_succeeded`` is for offline runs: moto's CodeBuild runs no Docker, so
+    ``on_build_succeeded(region, tag)`` is for offline runs: moto's CodeBuild runs no Docker, so
     :meth:`LocalAWS.seed_fixed_image` stands in for the push there."""
     images.validate_region(region)
     images.fixed_image_tag(base_tag)  # a base tag that is not pinned is refused before any AWS call
@@ -482,7 +482,7 @@ def build_t4_image(region: str, base_tag: str = images.DEFAULT_VLLM_TAG, *, forc
                 result.log_tail = log_tail(make("logs", region), build)
                 raise BuildFailed(result, f"CodeBuild status {result.status}")
             if on_build_succeeded:
-                on_build_succeeded(target)
+                on_build_succeeded(target.region, target.tag)
             result.digest = existing_image(ecr, target.tag)
             if not result.digest:
                 result.status = "FAILED"
@@ -533,7 +533,7 @@ def build_record(result: BuildResult) -> BuildRecord:
 
 
 def ensure_t4_image(region: str, base_tag: str = images.DEFAULT_VLLM_TAG, *, progress: bool = True,
-                    on_build_succeeded: Callable[[BuildTarget], None] | None = None,
+                    on_build_succeeded: Callable[[str, str], object] | None = None,
                     **kwargs: Any) -> images.FixedImage:
     """The newest fixed image in ``region``'s ECR, else build one (its cost is printed first)."""
     try:

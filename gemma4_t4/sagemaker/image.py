@@ -427,10 +427,6 @@ class FixedImage:
     digest: str | None
     build: Any = None
 
-    @property
-    def built(self) -> bool:
-        return self.build is not None
-
 
 def fixed_images(ecr: Any) -> list[JSONObject]:
     """Every tagged image (ECR's ``imageDetails[]``: registryId, imageDigest, imageTags) of the fixed-image

@@ -114,13 +114,9 @@ class LocalAWS:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def seed_fixed_image_for(self, target: Any) -> str:
-        """``build_t4_image(on_build_succeeded=...)`` hook: the stand-in push for that build's target."""
-        return self.seed_fixed_image(target.region, target.tag)
-
     def seed_fixed_image(self, region: str | None = None, tag: str | None = None) -> str:
         """STAND-IN for a finished ``build-image`` run: put the image manifest its ``docker push`` would
-        have written into moto's ECR. Returns the image URI."""
+        have written into moto's ECR (``build_t4_image``'s ``on_build_succeeded`` hook). Returns the image URI."""
         region = region or self.region
         tag = tag or fixed_image_tag()
         ecr = client_factory()("ecr", region)  # moto's, through the environment start() set

@@ -2114,7 +2114,6 @@ def test_part1_finds_the_dlc_image_off_a_t4_and_the_fixed_image_on_one(monkeypat
         return SimpleNamespace(
             image_uri=f"fixed@{region}",
             digest="sha256:abc",
-            built=len(built) > 1,
             build=SimpleNamespace(created=["repo", "project"], reused=["role", "bucket"])
             if len(built) > 1
             else None,
@@ -2128,9 +2127,9 @@ def test_part1_finds_the_dlc_image_off_a_t4_and_the_fixed_image_on_one(monkeypat
     out = capsys.readouterr().out
     assert out.startswith("step 1 in us-west-2\nstep 2\nstep 3 \n...\n") and "step 4" not in out
     assert "found: fixed@us-west-2 sha256:abc" in out
-    local = SimpleNamespace(seed_fixed_image_for=lambda target: None)
+    local = SimpleNamespace(seed_fixed_image=lambda region, tag: None)
     part1.AwsVenue("cpu", local).image_uri("ml.g4dn.xlarge", "us-east-2")
-    assert built[1][1] == local.seed_fixed_image_for  # moto gets the image the build made
+    assert built[1][1] == local.seed_fixed_image  # moto gets the image the build made
     out = capsys.readouterr().out
     assert (
         "built: fixed@us-east-2 sha256:abc" in out and "created: repo, project | reused: role, bucket" in out

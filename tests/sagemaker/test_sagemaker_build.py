@@ -115,7 +115,7 @@ def test_build_creates_a_tagged_least_privilege_stack_then_reuses_it(local_aws):
         REGION,
         poll_s=0,
         progress=False,
-        on_build_succeeded=lambda t: local_aws.seed_fixed_image(t.region, t.tag),
+        on_build_succeeded=local_aws.seed_fixed_image,
     )
     assert result.status == "SUCCEEDED" and result.digest.startswith("sha256:")
     assert result.tag == fixed_image_tag() and result.image_uri.endswith(
@@ -167,7 +167,7 @@ def test_half_created_stack_is_completed_on_retry_never_duplicated(local_aws):  
         REGION,
         poll_s=0,
         progress=False,
-        on_build_succeeded=lambda t: local_aws.seed_fixed_image(t.region, t.tag),
+        on_build_succeeded=local_aws.seed_fixed_image,
     )
     assert result.status == "SUCCEEDED"
     assert [r.split(":", 1)[0] for r in result.created] == ["codebuild"]  # the rest was reused
@@ -329,11 +329,11 @@ def test_a_second_forced_build_while_one_runs_is_refused_naming_it(local_aws, tm
     ) else 0
     refusals: list[Gemma4T4Error] = []
 
-    def meanwhile(target) -> None:  # runs while the first build is under way (its wait has ended)
+    def meanwhile(region, tag) -> None:  # runs while the first build is under way (its wait has ended)
         with pytest.raises(Gemma4T4Error) as info:
             build_t4_image(REGION, force=True, poll_s=0, progress=False)
         refusals.append(info.value)
-        local_aws.seed_fixed_image_for(target)
+        local_aws.seed_fixed_image(region, tag)
 
     first = build_t4_image(REGION, force=True, poll_s=0, progress=False, on_build_succeeded=meanwhile)
 

@@ -97,12 +97,12 @@ def test_forced_rebuild_of_an_existing_tag_pushes_a_new_tag_never_the_immutable_
     ecr = boto3.client("ecr", region_name=REGION)
     before = ecr.describe_images(repositoryName="gemma4-t4-vllm")["imageDetails"]
     first = build_t4_image(
-        REGION, force=True, poll_s=0, progress=False, on_build_succeeded=local_aws.seed_fixed_image_for
+        REGION, force=True, poll_s=0, progress=False, on_build_succeeded=local_aws.seed_fixed_image
     )
     assert first.status == "SUCCEEDED" and first.build_id
     assert first.tag == f"{existing}-r2" and first.image_uri.endswith(f":{existing}-r2")
     second = build_t4_image(
-        REGION, force=True, poll_s=0, progress=False, on_build_succeeded=local_aws.seed_fixed_image_for
+        REGION, force=True, poll_s=0, progress=False, on_build_succeeded=local_aws.seed_fixed_image
     )
     assert second.tag == f"{existing}-r3"
     tags = {
