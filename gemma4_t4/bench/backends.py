@@ -34,6 +34,7 @@ from gemma4_t4.bench.prompts import HFTokenizer, ServerTokenizer, Tokenizer
 from gemma4_t4.bench.registry import MAX_STREAMS
 from gemma4_t4.bench.schemas import RequestRecord, ServerInfo
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.foundation.jsonable import JSONObject
 from gemma4_t4.foundation.launch_record import LaunchRecord
 
 SAGEMAKER_SCHEME = "sagemaker://"
@@ -106,10 +107,10 @@ class OpenAIHTTPBackend:
     def tokenizer(self, model: str, local: str | None) -> Tokenizer:
         return HFTokenizer(local) if local else ServerTokenizer(self.url, model, self.api_key)
 
-    def environment(self, model: str, launch: LaunchRecord | None) -> telemetry.EnvironmentRecord:
+    def environment(self, model: str, launch: LaunchRecord | None) -> JSONObject:
         """Client host, server version and config, GPUs: stored in every result."""
         snap = self.scrape()
-        server: telemetry.ServerFacts = {
+        server = {
             "base_url": self.url, "model": model, "version": telemetry.server_version(self.url, self.api_key),
             "cache_config": telemetry.cache_config(snap), "launch": launch,
         }
@@ -193,8 +194,8 @@ class SageMakerBackend:
             )
         return HFTokenizer(local)
 
-    def environment(self, model: str, launch: LaunchRecord | None) -> telemetry.EnvironmentRecord:
-        server: telemetry.ServerFacts = {"backend": self.kind, "region": self.region, "endpoint": self.endpoint,
+    def environment(self, model: str, launch: LaunchRecord | None) -> JSONObject:
+        server = {"backend": self.kind, "region": self.region, "endpoint": self.endpoint,
                                          "model": model, "launch": launch}
         return telemetry.environment_record(server, [])  # the endpoint's GPUs are not this host's
 

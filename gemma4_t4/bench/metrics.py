@@ -281,8 +281,11 @@ def ratio_ci(a: Sequence[float], b: Sequence[float]) -> tuple[float | None, floa
     b = [v for v in b if v is not None]
     if not a or not b:
         return (None, None, None)
-    base = median(a)
-    point = median(b) / base if base else None
+
+    def ratio(sa: Sequence[float], sb: Sequence[float]) -> float | None:
+        base = median(sa)
+        return median(sb) / base if base else None
+
     if len(a) < 2 or len(b) < 2:
-        return (point, None, None)
-    return (point, *_bootstrap(lambda ra, rb: median(rb) / median(ra) if median(ra) else None, a, b))
+        return (ratio(a, b), None, None)
+    return (ratio(a, b), *_bootstrap(ratio, a, b))

@@ -18,8 +18,7 @@ from typing import Any
 
 from gemma4_t4.bench.schemas import GPUTelemetry, PrefixCache, ServerInfo, ServerLoad, SpecDecode
 from gemma4_t4.errors import Gemma4T4Error
-from gemma4_t4.foundation.jsonable import TypedDict
-from gemma4_t4.foundation.launch_record import LaunchRecord
+from gemma4_t4.foundation.jsonable import JSONObject
 from gemma4_t4.foundation.net import http_get
 from gemma4_t4.foundation.runner import subprocess_runner
 from gemma4_t4.foundation.versions import package_version
@@ -190,49 +189,19 @@ def server_version(base_url: str, api_key: str | None = None) -> str | None:
         return None
 
 
-class GPURecord(TypedDict):
-    """One GPU as a result records it (from ``smi.GPUInfo``)."""
-
-    name: str
-    driver: str | None
-    memory_mib: int | None
-    max_sm_clock_mhz: float | None
-    power_limit_w: float | None
-    compute_cap: str | None  # "7.5"
-
-
-class ServerFacts(TypedDict, total=False):
-    """The server side of a result's environment: an OpenAI-compatible server or a SageMaker endpoint."""
-
-    base_url: str
-    model: str
-    version: str | None
-    cache_config: dict[str, str]
-    launch: LaunchRecord | None  # how the server was started, when this package started it
-    backend: str  # SageMaker: the backend kind, region and endpoint
-    region: str | None
-    endpoint: str
-
-
-class EnvironmentRecord(TypedDict):
-    """What a run stores as ``environment``: client host, server, GPUs (secrets masked)."""
-
-    captured_at: str
-    client: dict[str, str | None]
-    server: ServerFacts
-    gpus: list[GPURecord]
-
-
-def gpu_inventory() -> list[GPURecord]:
-    """GPUs on this machine (none: empty), from the nvidia-smi probe the host model uses too."""
+def gpu_inventory() -> list[JSONObject]:
+    """GPUs on this machine (none: empty), from the nvidia-smi probe the host model uses too: each its
+    name, driver, memory_mib, max_sm_clock_mhz, power_limit_w and compute_cap ("7.5")."""
     gpus = smi.probe_gpu_state(smi.HostCommands()).gpus
     return [{"name": g.name, "driver": g.driver_version, "memory_mib": g.memory_mib,
              "max_sm_clock_mhz": g.max_sm_clock_mhz, "power_limit_w": g.power_limit_w,
              "compute_cap": g.compute_capability} for g in gpus]
 
 
-def environment_record(server: ServerFacts, gpus: list[GPURecord]) -> EnvironmentRecord:
-    """What every result stores as its environment: this client host, the server, the GPUs."""
+def environment_record(server: JSONObject, gpus: list[JSONObject]) -> JSONObject:
+    """What every result stores as its environment: captured_at, this client host (Python, platform,
+    package versions), the server (an OpenAI-compatible server's base_url, model, version, cache_config
+    and launch record, or a SageMaker endpoint's backend, region, endpoint, model and launch) and the GPUs."""
     versions = {name.replace("-", "_"): package_version(name) for name in ("gemma4-t4", "aiohttp", "boto3")}
     client = {"python": sys.version.split()[0], "platform": platform.platform(), "machine": platform.machine()}
     return {"captured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "client": client | versions, "server": server,
