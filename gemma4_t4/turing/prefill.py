@@ -577,8 +577,7 @@ def _install(device: DeviceInfo | None, version: str, module: Any) -> tuple[str,
             import importlib
 
             module = importlib.import_module(BACKEND_MODULE)
-        source = tilecap.read_source(module)
-        problem = "cannot read triton_attn.py" if source is None else structure_problem(source)
+        problem = tilecap.source_problem(module, structure_problem, "cannot read triton_attn.py")
     if problem:
         return "refused", f"{problem}; the route stays off"
     install_on(getattr(module, IMPL_CLASS), PrefillRoute())

@@ -127,16 +127,18 @@ def structure_problem(source):
     return None
 
 
-def read_source(module):
-    """The text of ``module``'s file, or None."""
+def source_problem(module, check, unreadable):
+    """What ``check`` finds in the text of ``module``'s file, ``unreadable`` where that file
+    cannot be read; None when nothing differs. The tile cap and the prefill route both check this way."""
     path = getattr(module, "__file__", None)
     if not path:
-        return None
+        return unreadable
     try:
         with open(path, encoding="utf-8") as handle:
-            return handle.read()
+            source = handle.read()
     except OSError:
-        return None
+        return unreadable
+    return check(source)
 
 
 def arch_name(capability):
@@ -313,10 +315,8 @@ def install(module=None, origin="plugin", device=None, vllm_version=None, platfo
                            reason=f"the tile cap was already installed (via {previous.get('origin', 'unknown')})",
                            clamps=getattr(current, MARK)["clamps"])
             return _finish(module, outcome, log)
-        problem = version_problem(version)
-        if problem is None:
-            source = read_source(module)
-            problem = "cannot read the kernel module's source" if source is None else structure_problem(source)
+        problem = version_problem(version) or source_problem(
+            module, structure_problem, "cannot read the kernel module's source")
         if problem is None and not callable(current):
             problem = f"{TILE_FUNCTION} is not callable"
         if problem:
