@@ -202,7 +202,7 @@ def test_check_start_counts_the_visible_gpus_for_a_31b_launch_with_tp_4():
     from gemma4_t4.serving.server_config import ServerConfig
     from tests.serving.test_gate_judge import GOOD
 
-    config = ServerConfig(model="google/gemma-4-31B-it-qat-w4a16-ct", tensor_parallel_size=4)
+    config = ServerConfig(model="google/gemma-4-31B-it-qat-w4a16-ct", tensor_parallel_size=4, target="t4")
     with pytest.raises(gate.GateRefused) as refused:
         gate.check_start(config, facts=GOOD)
     assert "needs 4 GPUs, but CUDA sees 1 Tesla T4 GPU" in str(refused.value)
