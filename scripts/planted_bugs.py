@@ -294,8 +294,8 @@ BUGS: tuple[Bug, ...] = (
     Bug(
         "A notebook parameter left None takes the venue's value (the CPU's short prompts on a CPU)",
         "gemma4_t4/bench/registry.py",
-        "**{k: v for k, v in given.items() if v is not None}})",
-        "**given})",
+        "| {k: v for k, v in given.items() if v is not None})",
+        "| given)",
         ("tests/bench/test_bench_args.py::test_papermill_parameters_are_read_as_they_plainly_mean",),
     ),
     Bug(

@@ -167,16 +167,13 @@ class WorkloadSpec(BaseModel):
         return []
 
     @classmethod
-    def venue_defaults(cls, venue: str) -> Values:
-        """The values this workload takes on ``venue`` (t4, cpu, sagemaker) for a field left out."""
+    def for_venue(cls: type[S], venue: str, **given: object) -> S:
+        """This workload with ``given`` (``None``: the venue's value, else its default) on ``venue``
+        (t4, cpu, sagemaker) — what a notebook builds."""
         if venue not in VENUES:
             raise Gemma4T4Error(f"unknown venue {venue!r}", fix=f"use one of: {', '.join(VENUES)}")
-        return {**cls.defaults, **cls.venues.get(venue, {})}
-
-    @classmethod
-    def for_venue(cls: type[S], venue: str, **given: object) -> S:
-        """This workload with ``given`` (``None``: the venue's value) — what a notebook builds."""
-        return cls(**{**cls.venue_defaults(venue), **{k: v for k, v in given.items() if v is not None}})
+        # a field neither names is filled from ``defaults`` by _fill_defaults, as for any spec
+        return cls(**cls.venues.get(venue, {}) | {k: v for k, v in given.items() if v is not None})
 
     def streams(self) -> list[int]:
         return list(getattr(self, "concurrency", None) or [1])

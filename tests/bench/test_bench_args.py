@@ -502,11 +502,11 @@ def test_papermill_parameters_that_mean_no_list_are_refused_with_the_forms(given
     assert '-p TTFT_INPUT_LENS "[512, 1024, 2048, 4096]"' in err.value.fix
 
 
-def test_venue_defaults_come_from_the_classes_and_an_unknown_venue_is_named():
+def test_venue_values_come_from_the_classes_and_an_unknown_venue_is_named():
     from gemma4_t4.bench.specs import DecodeSpec, TTFTSpec
 
     assert DecodeSpec.for_venue("cpu") == DecodeSpec(concurrency=[1, 8], input_len=128, output_len=32, num_prompts=8)
-    assert DecodeSpec.venue_defaults("sagemaker") == DecodeSpec.venue_defaults("t4")
+    assert DecodeSpec.for_venue("sagemaker") == DecodeSpec.for_venue("t4")
     assert TTFTSpec.for_venue("t4").input_lens == [512, 1024, 2048, 4096]
     with pytest.raises(Gemma4T4Error, match="unknown venue 'l4'") as err:
         DecodeSpec.for_venue("l4")

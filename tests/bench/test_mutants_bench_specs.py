@@ -180,9 +180,7 @@ def test_a_workload_with_no_defaults_of_its_own_takes_the_shared_field_values():
         assert (spec.output_len, spec.num_prompts, spec.warmup, spec.concurrency) == (None, None, 2, None)
         assert spec.streams() == [1] and spec.prompt_lens() == [] and spec.longest_output() == 0
         assert spec.pace() == []
-        assert (
-            ToyPlainSpec.venue_defaults("t4") == {} and ToyPlainSpec.for_venue("cpu", output_len=None) == spec
-        )
+        assert ToyPlainSpec.for_venue("t4") == spec and ToyPlainSpec.for_venue("cpu", output_len=None) == spec
         assert spec.follow(_Run(), None, []) == ([], {}) and spec.finish([], {}) == {}
         # its help, its name in errors and tracebacks: the class as written, with its kind added
         assert ToyPlainSpec.__doc__ == "A stand-in workload: closed-loop streams, nothing else of its own."
@@ -220,14 +218,11 @@ def test_each_venue_has_its_own_values_and_a_given_value_wins():
     assert (cpu.concurrency, cpu.input_len, cpu.output_len, cpu.num_prompts) == ([1, 8], 128, 8, 8)
     assert TTFTSpec.for_venue("cpu").input_lens == [64, 128, 256, 512, 1024]
     assert TTFTSpec.for_venue("sagemaker").input_lens == [512, 1024, 2048, 4096]
-    assert TTFTSpec.venue_defaults("t4") == {
-        "input_lens": [512, 1024, 2048, 4096],
-        "output_len": 16,
-        "num_prompts": 16,
-    }
+    ttft = TTFTSpec.for_venue("t4")
+    assert (ttft.input_lens, ttft.output_len, ttft.num_prompts) == ([512, 1024, 2048, 4096], 16, 16)
     assert LoadSpec.for_venue("t4") == LoadSpec()  # a workload without venue values: its defaults everywhere
     with pytest.raises(Gemma4T4Error, match="unknown venue 'T4'") as err:
-        LoadSpec.venue_defaults("T4")
+        LoadSpec.for_venue("T4")
     assert err.value.fix == "use one of: t4, cpu, sagemaker"
 
 
