@@ -303,7 +303,10 @@ def _decode_samples(runs: list[BenchRun]) -> tuple[str | None, list[float], str 
                 flushed = buffered_delivery(run.measured(c.cell))
                 if flushed:
                     return "per-stream c=1", [], f"{flushed.reason} ({run.dir}, cell {c.cell})"
-                return "per-stream c=1", _per_request(run, c.cell, "per_stream_tok_s"), None
+                samples = _per_request(run, c.cell, "per_stream_tok_s")
+                # no sample (no request streamed two timed tokens): named, as a flush is, not shown as a blank
+                why = None if samples else f"not measured: no request streamed tokens to time ({run.dir}, cell {c.cell})"
+                return "per-stream c=1", samples, why
     return None, [], None
 
 

@@ -241,13 +241,14 @@ def test_two_local_endpoints_match_http_on_the_same_server(vllm_server, tiny_mod
         assert compare_runs(http["answers"], a).answers.identical == 20
         headline = compare_suites(tmp_path / side, tmp_path / "http").headlines[0]
         assert headline.answers.identical == headline.answers.total == 20
-        # a per-stream ratio where the server streamed its tokens; else named not measured (one flush)
+        # a per-stream ratio where the server streamed its tokens; else named not measured (one flush, or
+        # a random tiny model's three c=1 answers with no two timed tokens)
         assert (headline.decode_ratio is not None) != bool(headline.decode_not_measured), str(headline)
     assert with_text > 0  # some of the 12 sagemaker:// decode requests carried text, each with its TTFT
     (headline,) = compare_suites(tmp_path / "tiny-a", tmp_path / "tiny-b").headlines
     assert headline.answers.identical == headline.answers.total == 20
     assert "identical answers: 20/20" in printed
     if headline.decode_not_measured:
-        assert headline.decode_ratio is None and "tokens in one flush" in printed
+        assert headline.decode_ratio is None and "not measured: " in printed
     else:
         assert headline.decode_ratio > 0 and "decode tok/s (per-stream c=1)" in printed

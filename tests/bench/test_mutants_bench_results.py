@@ -775,6 +775,21 @@ def test_a_flushed_side_names_the_flush_where_the_decode_ratio_would_be(tmp_path
     assert both.table_rows()[0]["A/B [95 % interval]"] == f"A: {flush}; B: {flush}"
 
 
+def test_a_side_with_no_timed_stream_names_it_where_the_decode_ratio_would_be(tmp_path):
+    """A c=1 cell whose requests each streamed one token has no per-stream speed (a tiny random model
+    can answer so): the headline names why, as it names a flush, instead of showing a blank."""
+    from gemma4_t4.bench.compare import compare_suites
+
+    _suite_run(tmp_path / "a" / "r")
+    records = [_record(i, n=1) for i in range(4)]
+    one_token = _write(tmp_path / "b" / "r", [(_cell("decode-c1", records), records)], model="google/gemma-4-E2B-it",
+                       base_url="http://10.0.0.5:8000", config={"gpu": "l4"})
+    (h,) = compare_suites(tmp_path / "a", tmp_path / "b").headlines
+    why = f"not measured: no request streamed tokens to time ({one_token.dir}, cell decode-c1)"
+    assert h.decode_not_measured == [f"B: {why}"] and h.decode_method is None and h.decode_ratio is None
+    assert (h.decode_a, h.decode_b) == (None, None) and h.table_rows()[0]["A/B [95 % interval]"] == f"B: {why}"
+
+
 def test_an_incomplete_run_in_a_suite_is_named_and_never_averaged_in(tmp_path):
     from gemma4_t4.bench.compare import compare_suites
 
