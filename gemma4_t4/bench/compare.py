@@ -353,10 +353,10 @@ def compare_suites(a: str | os.PathLike, b: str | os.PathLike) -> SuiteCompariso
         ]
         # figures come from complete runs only; a stopped run is named, never averaged in
         ra, rb = ([r for r in runs if r.ok] for runs in (every_a, every_b))
-        method_a, da, flush_a = _decode_samples(ra)
-        method_b, db, flush_b = _decode_samples(rb)
-        flushed = [f"{side}: {why}" for side, why in (("A", flush_a), ("B", flush_b)) if why]
-        method = method_a if method_a == method_b and not flushed else None
+        method_a, da, unmeasured_a = _decode_samples(ra)
+        method_b, db, unmeasured_b = _decode_samples(rb)
+        unmeasured = [f"{side}: {why}" for side, why in (("A", unmeasured_a), ("B", unmeasured_b)) if why]
+        method = method_a if method_a == method_b and not unmeasured else None
         point, low, high = ratio_ci(db, da) if method else (None, None, None)  # A/B
         answers_a, answers_b = (
             next((r for r in runs if r.answers() or r.run.workload == "answers"), None) for runs in (every_a, every_b)
@@ -371,7 +371,7 @@ def compare_suites(a: str | os.PathLike, b: str | os.PathLike) -> SuiteCompariso
                 decode_ci_high=high, ttft_a_ms=ma, ttft_b_ms=mb, ttft_ratio=(ma / mb) if ma and mb else None,
                 answers=compare_answers(answers_a, answers_b) if answers_a and answers_b else None,
                 usd_per_mtok_a=prices_a, usd_per_mtok_b=prices_b, unpriced_a=unpriced_a,
-                unpriced_b=unpriced_b, decode_not_measured=flushed, published=published_decode(model, build),
+                unpriced_b=unpriced_b, decode_not_measured=unmeasured, published=published_decode(model, build),
                 not_measured=incomplete, kind_a=measured_kind(ra[0]) if ra else None,
                 kind_b=measured_kind(rb[0]) if rb else None,
             )
