@@ -36,7 +36,8 @@ def test_serve_cli_across_processes(tiny_model_dir, tmp_path):
                        timeout=timeout + 60)
     pid = started.get("status", {}).get("pid")
     try:
-        assert rc == 0, started
+        # the whole message (its log tail says why vLLM died), not pytest's shortened repr of the dict
+        assert rc == 0, f"{started.get('message')}\nfix: {started.get('fix')}"
         assert started["status"]["state"] == "running"
         assert started["launch_record"]["versions"]["vllm"]
         # the starting process has exited; the server lives on, detached
