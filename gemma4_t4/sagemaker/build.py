@@ -88,7 +88,6 @@ class BuildTarget:
 
     region: str
     account: str
-    base_tag: str
     tag: str
     base_image: str
     image_uri: str
@@ -102,7 +101,7 @@ def build_target(region: str, account: str, base_tag: str = images.DEFAULT_VLLM_
     key = f"build/{tag}/source-{(bundle_sha256 or '<SHA256>')[:16]}.zip"
     bucket = (f"gemma4-t4-build-{account}-{region}".lower() if account != images.ACCOUNT_PLACEHOLDER
               else f"gemma4-t4-build-<account>-{region}")
-    return BuildTarget(region, account, base_tag, tag, images.vllm_image_uri(region, base_tag),
+    return BuildTarget(region, account, tag, images.vllm_image_uri(region, base_tag),
                        images.t4_image_uri(account, region, tag), bucket, key)
 
 
@@ -112,11 +111,6 @@ def _tags_kv(key: str = "key", value: str = "value") -> list[dict[str, str]]:
 
 
 # The IAM policies and CodeBuild parameters below are sent to AWS as built, never read back: plain JSON.
-def role_trust_policy() -> JSONObject:
-    statement = {"Effect": "Allow", "Principal": {"Service": "codebuild.amazonaws.com"}, "Action": "sts:AssumeRole"}
-    return {"Version": "2012-10-17", "Statement": [statement]}
-
-
 def role_policy(target: BuildTarget) -> JSONObject:
     """Least privilege: its own logs, its source object, pulling the DLC, pushing one repository."""
     region, account = target.region, target.account
@@ -199,7 +193,8 @@ def _storage_calls(target: BuildTarget, bundle_size: int | None) -> list[ApiCall
 
 def _role_calls(target: BuildTarget) -> list[ApiCall]:
     """CodeBuild's service role and its least-privilege policy (IAM is global: no region)."""
-    role = {"RoleName": ROLE_NAME, "AssumeRolePolicyDocument": json.dumps(role_trust_policy()),
+    trust = {"Effect": "Allow", "Principal": {"Service": "codebuild.amazonaws.com"}, "Action": "sts:AssumeRole"}
+    role = {"RoleName": ROLE_NAME, "AssumeRolePolicyDocument": json.dumps({"Version": "2012-10-17", "Statement": [trust]}),
             "Tags": _tags_kv("Key", "Value")}
     policy = {"RoleName": ROLE_NAME, "PolicyName": "gemma4-t4-build",
               "PolicyDocument": json.dumps(role_policy(target))}
@@ -478,17 +473,17 @@ def build_t4_image(region: str, base_tag: str = images.DEFAULT_VLLM_TAG, *, forc
             build = _run_build(make("codebuild", region), target, result, record, poll_s, progress, sleep,
                                monotonic)
             result.status = build.get("buildStatus", "?")
-            if result.status != "SUCCEEDED":
-                result.log_tail = log_tail(make("logs", region), build)
-                raise BuildFailed(result, f"CodeBuild status {result.status}")
-            if on_build_succeeded:
-                on_build_succeeded(target.region, target.tag)
-            result.digest = existing_image(ecr, target.tag)
-            if not result.digest:
+            reason = f"CodeBuild status {result.status}"
+            if result.status == "SUCCEEDED":
+                if on_build_succeeded:
+                    on_build_succeeded(target.region, target.tag)
+                result.digest = existing_image(ecr, target.tag)
+                if result.digest:
+                    return result
                 result.status = "FAILED"
-                result.log_tail = log_tail(make("logs", region), build)
-                raise BuildFailed(result, f"the build reported SUCCEEDED but {target.image_uri} is not in ECR")
-            return result
+                reason = f"the build reported SUCCEEDED but {target.image_uri} is not in ECR"
+            result.log_tail = log_tail(make("logs", region), build)
+            raise BuildFailed(result, reason)
     finally:
         result.elapsed_s = round(monotonic() - t0, 2)
 
@@ -532,14 +527,12 @@ def build_record(result: BuildResult) -> BuildRecord:
                        recorded_at=dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
 
 
-def ensure_t4_image(region: str, base_tag: str = images.DEFAULT_VLLM_TAG, *, progress: bool = True,
-                    on_build_succeeded: Callable[[str, str], object] | None = None,
-                    **kwargs: Any) -> images.FixedImage:
+def ensure_t4_image(region: str, on_build_succeeded: Callable[[str, str], object] | None = None
+                    ) -> images.FixedImage:
     """The newest fixed image in ``region``'s ECR, else build one (its cost is printed first)."""
     try:
         return images.find_fixed_image(region)
     except Gemma4T4Error as missing:
         print(f"{missing.message}\nbuilding it: {build_cost().line()}")
-    result = build_t4_image(region, base_tag, progress=progress, on_build_succeeded=on_build_succeeded,
-                            **kwargs)
+    result = build_t4_image(region, on_build_succeeded=on_build_succeeded)
     return images.FixedImage(result.image_uri, result.tag, result.digest, build=result)

@@ -169,21 +169,17 @@ def deployment_plan(config: DeployConfig) -> list[str]:
 
 
 class _Timeline:
-    """Records a deploy's events on its result, timed from when the deploy began (and hands each on)."""
+    """Records a deploy's events on its result, timed from when the deploy began."""
 
-    def __init__(self, result: DeployResult, monotonic: Clock,
-                 on_event: Callable[[TimelineEvent], None] | None = None):
-        self.result, self.monotonic, self.on_event = result, monotonic, on_event
+    def __init__(self, result: DeployResult, monotonic: Clock):
+        self.result, self.monotonic = result, monotonic
         self.start = monotonic()
 
     def elapsed(self) -> float:
         return round(self.monotonic() - self.start, 2)
 
-    def __call__(self, stage: str, detail: str = "") -> None:
-        item = TimelineEvent(self.elapsed(), stage, detail)
-        self.result.timeline.append(item)
-        if self.on_event:
-            self.on_event(item)
+    def __call__(self, stage: str, detail: str) -> None:
+        self.result.timeline.append(TimelineEvent(self.elapsed(), stage, detail))
 
 
 def rollback(sm: Any, created: list[str], created_at: dict[str, float] | None = None,
@@ -264,7 +260,6 @@ def register_autoscaling(config: DeployConfig, aas: Any, result: DeployResult, e
 
 def deploy(config: DeployConfig, *, client: Any = None, session: Any = None, wait: bool = True,
            timeout_s: float | None = None, poll_s: float = 15.0, progress: bool = True,
-           on_event: Callable[[TimelineEvent], None] | None = None,
            sleep: Sleep = time.sleep,
            monotonic: Clock = time.monotonic, ecr_client: Any = None,
            autoscaling_client: Any = None, s3_client: Any = None) -> DeployResult:
@@ -277,7 +272,7 @@ def deploy(config: DeployConfig, *, client: Any = None, session: Any = None, wai
     cost = deploy_cost(config)
     result = DeployResult(config.name, config.region, "Error", False, usd_per_hour=cost.usd_per_hour,
                           cost_line=cost.line())
-    event = _Timeline(result, monotonic, on_event)
+    event = _Timeline(result, monotonic)
 
     make = client_factory(session)
     sm = client or make("sagemaker", config.region)
@@ -344,7 +339,7 @@ def _create(sm: Any, create_calls: list, name: str, result: DeployResult, event:
             result.failure_reason = f"{error_code(exc)}: {error_message(exc)}"
             event("error", f"{call.operation}: {result.failure_reason}")
             raise _Failure(aws_error(exc, call.operation).fix) from exc
-        kind = _KIND_OF[call.operation]
+        kind = call.operation.removeprefix("create_").replace("_", "-")  # as rollback names it
         result.created.append(f"{kind}:{name}")
         try:  # the identity every automatic delete checks; unreadable: the rollback falls back to the name
             when = created_at(sm, kind, name)
@@ -353,10 +348,6 @@ def _create(sm: Any, create_calls: list, name: str, result: DeployResult, event:
         except Gemma4T4Error:
             pass
         event(call.operation, name)
-
-
-# what each create call makes, as rollback names it
-_KIND_OF = {"create_model": "model", "create_endpoint_config": "endpoint-config", "create_endpoint": "endpoint"}
 
 
 def _refuse_existing(sm: Any, config: DeployConfig) -> None:
@@ -528,16 +519,12 @@ class DeploymentWatcher:
         threading.Thread(target=self._run, name=f"watch-{self.result.name}", daemon=True).start()
         return self
 
-    def _autoscaling(self) -> Any:
-        self.autoscaling_client = (self.autoscaling_client
-                                   or client_factory()("application-autoscaling", self.result.region))
-        return self.autoscaling_client
-
     def _run(self) -> None:
         """The blocking deploy's wait, scaling and rollback, in this thread and without a bar."""
         try:
-            _wait_and_scale(self.sm, self.config, self.result, self._timeline, self._autoscaling, self.timeout_s,
-                            self.poll_s, False, time.sleep)
+            # an autoscaled config comes with its client (deploy_in_background makes it)
+            _wait_and_scale(self.sm, self.config, self.result, self._timeline, lambda: self.autoscaling_client,
+                            self.timeout_s, self.poll_s, False, time.sleep)
             self.result.success = True
         except Exception as exc:  # noqa: BLE001 - reported on the result, then rolled back
             self.result.success = False

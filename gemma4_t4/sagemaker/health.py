@@ -7,7 +7,7 @@ probe must contain its expected answer and the reply must not be repetitive or g
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -70,10 +70,10 @@ def assess(probe: Probe, reply: str) -> ProbeResult:
     return ProbeResult(probe.label, probe.prompt, reply[:500], not reasons, reasons)
 
 
-def check_health(ask: Callable[[str], str], probes: Sequence[Probe] = PROBES) -> HealthReport:
-    """Send each probe through ``ask`` (prompt -> reply text) and judge the replies."""
+def check_health(ask: Callable[[str], str]) -> HealthReport:
+    """Send each of :data:`PROBES` through ``ask`` (prompt -> reply text) and judge the replies."""
     results = []
-    for probe in probes:
+    for probe in PROBES:
         try:
             reply = ask(probe.prompt)
         except Exception as exc:  # noqa: BLE001 - a failed request is an unhealthy probe, not a crash

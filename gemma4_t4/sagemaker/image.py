@@ -119,7 +119,6 @@ class ImageTag:
 
     tag: str
     vllm_version: tuple[int, int, int]
-    cuda: tuple[int, int]
     sagemaker_revision: tuple[int, ...]
 
     @property
@@ -132,10 +131,8 @@ def parse_tag(tag: str) -> ImageTag | None:
     match = _TAG.match(tag)
     if not match:
         return None
-    cuda = match["cuda"]
     version = tuple(int(p) for p in match["version"].split("."))
     return ImageTag(tag=tag, vllm_version=version,  # type: ignore[arg-type]
-                    cuda=(int(cuda[:-1]), int(cuda[-1])),
                     sagemaker_revision=tuple(int(p) for p in match["sm"].split(".")))
 
 
@@ -256,9 +253,9 @@ def check_ami_for_image(ami_version: str | None, image_uri: str, instance_type: 
         )
 
 
-def list_vllm_tags(region: str, ecr_client: Any = None) -> list[str]:
+def list_vllm_tags(region: str) -> list[str]:
     """Every tag in the regional vLLM DLC repository (needs ECR read permission on it)."""
-    ecr = ecr_client or client_factory()("ecr", region)
+    ecr = client_factory()("ecr", region)
     tags: list[str] = []
     pages = ecr.get_paginator("list_images").paginate(
         registryId=dlc_account(region), repositoryName=DLC_REPOSITORY, filter={"tagStatus": "TAGGED"})
@@ -285,7 +282,7 @@ class ResolvedTag:
         return f"{self.tag} (given)"
 
 
-def resolve_dlc_tag(region: str, tag: str | None = None, *, ecr_client: Any = None) -> ResolvedTag:
+def resolve_dlc_tag(region: str, tag: str | None = None) -> ResolvedTag:
     """The newest pinned ``...-sagemaker-vN.M`` tag (numeric order) of vLLM :data:`DEFAULT_VLLM_RELEASE` in
     ``region``'s DLC registry; an explicit ``tag`` wins. When the registry cannot be read or holds no tag for the
     release, the recorded :data:`DEFAULT_VLLM_TAG` is used, labelled as a fallback with the reason."""
@@ -294,7 +291,7 @@ def resolve_dlc_tag(region: str, tag: str | None = None, *, ecr_client: Any = No
         return ResolvedTag(tag, "override")
     validate_region(region)
     try:
-        tags = list_vllm_tags(region, ecr_client)
+        tags = list_vllm_tags(region)
     except aws_exceptions() as exc:
         code = error_code(exc) or type(exc).__name__
         return ResolvedTag(DEFAULT_VLLM_TAG, "fallback", f"{code}: {error_message(exc)}")
@@ -329,15 +326,14 @@ def validate_tag(tag: str) -> None:
                             "or leave it out for the newest pinned one")
 
 
-def find_vllm_image(region: str, tag: str | None = None, query_registry: bool = False,
-                    ecr_client: Any = None) -> ImageChoice:
+def find_vllm_image(region: str, tag: str | None = None, query_registry: bool = False) -> ImageChoice:
     """The vLLM image for ``region``: an explicit tag, the newest in the registry, or the default."""
     count = 0
     if tag:
         validate_tag(tag)
         source = "override"
     elif query_registry:
-        tags = list_vllm_tags(region, ecr_client)
+        tags = list_vllm_tags(region)
         tag, source, count = select_latest_tag(tags), "registry", len(tags)
     else:
         tag, source = DEFAULT_VLLM_TAG, "default"

@@ -34,7 +34,7 @@ LOG_MILESTONES = ("Model loading took", "KV cache", "Maximum concurrency", "CUDA
                   "Application startup complete", "Traceback", "Error", "error:")
 
 
-def _client(client: Any, service: str, region: str) -> Any:
+def _client(service: str, region: str, client: Any = None) -> Any:
     validate_region(region)
     return client or client_factory()(service, region)
 
@@ -83,13 +83,12 @@ class EndpointStatus(Displayable):
         return [f"{self.status}: {price}{expiry}."]
 
 
-def endpoint_status(name: str, region: str, client: Any = None,
-                    now: dt.datetime | None = None) -> EndpointStatus:
-    sm = _client(client, "sagemaker", region)
+def endpoint_status(name: str, region: str) -> EndpointStatus:
+    sm = _client("sagemaker", region)
     desc = describe(sm, "endpoint", name)
     if desc is None:
         return EndpointStatus(name, region, False, advice="no such endpoint in this region")
-    now = now or dt.datetime.now(dt.UTC)
+    now = dt.datetime.now(dt.UTC)
     status = EndpointStatus(name, region, True, desc.get("EndpointStatus"), desc.get("FailureReason"),
                             desc.get("EndpointConfigName"))
     created = _aware(desc.get("CreationTime"))
@@ -164,9 +163,9 @@ class EndpointSummary(BaseModel):
 
 
 def list_endpoints(regions: Sequence[str] = US_REGIONS, *, clients: ClientFactory | None = None,
-                   project_only: bool = False, session: Any = None) -> list[EndpointSummary]:
+                   project_only: bool = False) -> list[EndpointSummary]:
     """Endpoints in each region (sequentially); ``project_only`` keeps this project's tagged ones."""
-    make = clients or client_factory(session)
+    make = clients or client_factory()
     out: list[EndpointSummary] = []
     for region in regions:
         validate_region(region)
@@ -200,9 +199,9 @@ def log_group(name: str) -> str:
     return f"/aws/sagemaker/Endpoints/{name}"
 
 
-def endpoint_logs(name: str, region: str, lines: int = 50, client: Any = None) -> LogsResult:
+def endpoint_logs(name: str, region: str, lines: int = 50) -> LogsResult:
     """The newest ``lines`` of the endpoint's CloudWatch logs, plus startup milestones."""
-    logs = _client(client, "logs", region)
+    logs = _client("logs", region)
     group = log_group(name)
     result = LogsResult(name, region, group, True)
     try:
@@ -299,10 +298,9 @@ def invoke_plan(name: str, region: str, payload: JSONObject) -> ApiCall:
 
 
 def invoke(name: str, region: str, prompt: str | None = None, *, messages: list[ChatMessage] | None = None,
-           max_tokens: int = 256, temperature: float = 0.0, client: Any = None,
-           **extra: JSONValue) -> InvokeResult:
+           max_tokens: int = 256, temperature: float = 0.0, **extra: JSONValue) -> InvokeResult:
     """One non-streaming OpenAI-style chat request to the endpoint."""
-    runtime = _client(client, "sagemaker-runtime", region)
+    runtime = _client("sagemaker-runtime", region)
     payload = chat_payload(prompt, messages, max_tokens, temperature, **extra)
     start = time.perf_counter()
     with aws_call(f"InvokeEndpoint {name}"):  # the call the dry run shows, accepting JSON
@@ -345,10 +343,9 @@ class StreamResult:
 
 def invoke_stream(name: str, region: str, prompt: str | None = None, *,
                   messages: list[ChatMessage] | None = None, max_tokens: int = 256, temperature: float = 0.0,
-                  client: Any = None, on_text: Any = None,
-                  **extra: JSONValue) -> StreamResult:
+                  on_text: Any = None, **extra: JSONValue) -> StreamResult:
     """Streaming chat via InvokeEndpointWithResponseStream; measures time to first token."""
-    runtime = _client(client, "sagemaker-runtime", region)
+    runtime = _client("sagemaker-runtime", region)
     payload = chat_payload(prompt, messages, max_tokens, temperature, stream=True, **extra)
     start = time.perf_counter()
     with aws_call(f"InvokeEndpointWithResponseStream {name}"):
@@ -475,23 +472,15 @@ def plan_delete(sm: Any, name: str, not_ours: bool = False) -> DeletePlan:
     return plan
 
 
-_DELETE = {
-    "autoscaling": ("deregister_scalable_target", "ResourceId"),
-    "endpoint": ("delete_endpoint", "EndpointName"),
-    "endpoint-config": ("delete_endpoint_config", "EndpointConfigName"),
-    "model": ("delete_model", "ModelName"),
-}
-
-
 SCALABLE = {"ServiceNamespace": "sagemaker", "ScalableDimension": "sagemaker:variant:DesiredInstanceCount"}
 
 
 def _delete_call(kind: str, res: str, region: str | None) -> ApiCall:
-    operation, key = _DELETE[kind]
     if kind == "autoscaling":
-        return ApiCall("application-autoscaling", operation, {**SCALABLE, key: res}, region,
-                       note="also removes the target-tracking policy")
-    return ApiCall("sagemaker", operation, {key: res}, region)
+        return ApiCall("application-autoscaling", "deregister_scalable_target", {**SCALABLE, "ResourceId": res},
+                       region, note="also removes the target-tracking policy")
+    operation, key, _ = _DESCRIBE[kind]  # delete_endpoint takes what describe_endpoint does
+    return ApiCall("sagemaker", operation.replace("describe_", "delete_"), {key: res}, region)
 
 
 def delete_plan(resources: list[tuple[str, str]], region: str) -> list[ApiCall]:
@@ -525,7 +514,7 @@ def delete_endpoint(name: str, region: str, *, client: Any = None, dry_run: bool
     endpoint's CreationTime as recorded when it was seen (an automatic delete: the reaper, a rollback);
     an endpoint of that name created at another time is someone else's and is refused, not deleted."""
     result = DeleteResult(name, region, dry_run=dry_run)
-    sm = _client(client, "sagemaker", region)
+    sm = _client("sagemaker", region, client)
     if created_at is not None:
         check_identity(sm, "endpoint", name, created_at)
     plan = plan_delete(sm, name, not_ours=not_ours)

@@ -96,12 +96,12 @@ def region_quotas(region: str, instance_types: Sequence[str], client: Any) -> li
 
 
 def check_quotas(instance_types: Sequence[str] = ("ml.g4dn.xlarge",), regions: Sequence[str] = US_REGIONS,
-                 clients: ClientFactory | None = None, session: Any = None) -> QuotaReport:
+                 clients: ClientFactory | None = None) -> QuotaReport:
     """Endpoint quotas for each instance type in each region, queried sequentially."""
     for region in regions:
         validate_region(region)
     check_instance_types(instance_types)
-    make = clients or client_factory(session)
+    make = clients or client_factory()
     report = QuotaReport()
     for region in regions:
         report.rows += region_quotas(region, instance_types, make("service-quotas", region))

@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from gemma4_t4.sagemaker.aws import ClientFactory, client_factory
 from gemma4_t4.sagemaker.cost import hours_between, parse_expiry
@@ -49,7 +48,6 @@ def reap(
     dry_run: bool = False,
     now: dt.datetime | None = None,
     clients: ClientFactory | None = None,
-    session: Any = None,
 ) -> ReapResult:
     """Delete (endpoint, config, model of) every project endpoint past its expiry tag.
 
@@ -58,7 +56,7 @@ def reap(
     lifetime was meant to be enforced, and keeping it would bill with no end).
     """
     now = now or dt.datetime.now(dt.UTC)
-    make = clients or client_factory(session)
+    make = clients or client_factory()
     result = ReapResult(dry_run)
     for endpoint in list_endpoints(regions, clients=make, project_only=True):
         expires = parse_expiry(endpoint.tags)

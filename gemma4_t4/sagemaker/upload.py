@@ -119,12 +119,10 @@ def default_bucket(account: str, region: str) -> str:
     return f"gemma4-t4-models-{account}-{region}"
 
 
-def upload_plan(folder: str | Path, bucket: str, prefix: str | None = None,
-                region: str | None = None) -> tuple[str, list[str]]:
+def upload_plan(folder: str | Path, bucket: str, region: str | None = None) -> tuple[str, list[str]]:
     """Dry run: the S3 URI and one ``aws s3 cp`` per file (shell-quoted); nothing is called."""
     files = scan_folder(folder)
-    prefix = prefix or default_prefix(folder, files)
-    s3_uri = f"s3://{bucket}/{prefix}"
+    s3_uri = f"s3://{bucket}/{default_prefix(folder, files)}"
     region_arg = f" --region {shlex.quote(region)}" if region else ""
     commands = [
         f"# {comment_line(f'{f.name}: {f.size} bytes, sha256 {f.sha256}')}\n"
@@ -213,8 +211,7 @@ def interrupted_upload_note(bucket: str, key: str, upload_id: str, parts_done: i
     )
 
 
-def upload_model_folder(folder: str | Path, region: str, *, bucket: str | None = None,
-                        prefix: str | None = None, s3_client: Any = None, session: Any = None,
+def upload_model_folder(folder: str | Path, region: str, *, bucket: str | None = None, s3_client: Any = None,
                         part_size: int = PART_SIZE, progress: bool = True) -> UploadResult:
     """Upload ``folder`` to ``s3://bucket/prefix/``; files already there (same sha256) are skipped."""
     from tqdm.auto import tqdm
@@ -224,14 +221,12 @@ def upload_model_folder(folder: str | Path, region: str, *, bucket: str | None =
         raise Gemma4T4Error(f"part size {part_size} is below S3's 5 MiB minimum",
                             fix="use the default (64 MiB)")
     files = scan_folder(folder)
-    make = client_factory(session)
+    make = client_factory()
     s3 = s3_client or make("s3", region)
     with aws_call(f"upload of {folder} to S3"):
         if bucket is None:
             bucket = default_bucket(make("sts", region).get_caller_identity()["Account"], region)
-        prefix = prefix or default_prefix(folder, files)
-        if not prefix.endswith("/"):
-            prefix += "/"
+        prefix = default_prefix(folder, files)
         ensure_bucket(s3, bucket, region)
         total = sum(f.size for f in files)
         result = UploadResult(f"s3://{bucket}/{prefix}", bucket, prefix, total_bytes=total)

@@ -52,11 +52,11 @@ def payload_part(data: bytes) -> bytes:
         data)
 
 
-def model_stream_error(message: str, code: str = "ModelStreamError") -> bytes:
-    """An in-stream error event (the runtime's ModelStreamError / InternalStreamFailure)."""
+def model_stream_error(message: str) -> bytes:
+    """An in-stream error event (the runtime's ModelStreamError)."""
     return event_message(
-        {":exception-type": code, ":content-type": "application/json", ":message-type": "exception"},
-        json.dumps({"Message": message, "ErrorCode": code}).encode(),
+        {":exception-type": "ModelStreamError", ":content-type": "application/json", ":message-type": "exception"},
+        json.dumps({"Message": message, "ErrorCode": "ModelStreamError"}).encode(),
     )
 
 
@@ -139,7 +139,7 @@ class _Handler(StandInHandler):
             # waiting to fill a block, so each event is framed and flushed as it is produced
             while chunk := response.read1(65536):
                 self._send_chunk(payload_part(chunk))
-                self.server.standin.part_sent(time.perf_counter())
+                self.server.standin.part_times.append(time.perf_counter())
         except OSError as exc:  # the backend died mid-stream: tell the client in-band, as SageMaker does
             try:
                 self._send_chunk(model_stream_error(f"the model container stopped streaming: {exc}"))
@@ -178,15 +178,15 @@ class RuntimeStandIn(StandInServer):
                                     fix="pass the server's base URL, e.g. http://127.0.0.1:8000")
         self.control_plane_url = control_plane_url
         self.region = region
-        self.parts_sent = 0
         # when each PayloadPart left (perf_counter, the clock the fake server logs its writes with):
         # what the timing-fidelity test holds against the backend's own write times
         self.part_times: deque[float] = deque(maxlen=100_000)
         self._sagemaker: Any = None
 
-    def part_sent(self, at: float) -> None:
-        self.parts_sent += 1
-        self.part_times.append(at)
+    @property
+    def parts_sent(self) -> int:
+        """PayloadParts sent (the last 100,000 counted)."""
+        return len(self.part_times)
 
     def backend_for(self, name: str) -> str:
         """The endpoint's backend; only asked after :meth:`endpoint_problem` found it (by name or ``*``)."""
