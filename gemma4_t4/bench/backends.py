@@ -233,17 +233,20 @@ class SageMakerBackend:
         from botocore.exceptions import BotoCoreError, ClientError
 
         clock = time.perf_counter
-
         client = self._runtime
+        # a non-streamed reply is asked for as one JSON body
+        invoke = (
+            client.invoke_endpoint_with_response_stream
+            if stream
+            else partial(client.invoke_endpoint, Accept="application/json")
+        )
         body = json.dumps(spec.payload(model, stream=stream))
         parser = StreamParser(spec, clock())
         record = parser.record
         try:
+            response = invoke(EndpointName=self.endpoint, Body=body, ContentType="application/json")
+            record.http_status = _http_status(response)
             if stream:
-                response = client.invoke_endpoint_with_response_stream(
-                    EndpointName=self.endpoint, Body=body, ContentType="application/json"
-                )
-                record.http_status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
                 buffer = b""
                 for event in response["Body"]:
                     part = event.get("PayloadPart")
@@ -257,19 +260,16 @@ class SageMakerBackend:
                 if buffer and not parser.done and record.error is None:
                     parser.feed(buffer, clock())
             else:
-                response = client.invoke_endpoint(
-                    EndpointName=self.endpoint, Body=body, ContentType="application/json",
-                    Accept="application/json",
-                )
-                record.http_status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
                 _read_whole(parser, response["Body"].read(), clock())
-        except ClientError as exc:
-            _classify_client_error(record, exc)
-        except BotoCoreError as exc:
-            record.error = _botocore_class(exc)
-            record.error_detail = f"{type(exc).__name__}: {exc}"[:300]
         except Exception as exc:  # noqa: BLE001 - every fault becomes a counted, classified failure
-            record.error, record.error_detail = type(exc).__name__, f"{type(exc).__name__}: {exc}"[:300]
+            name = type(exc).__name__
+            if isinstance(exc, ClientError):
+                record.error, detail = _client_error(record, exc)
+            elif isinstance(exc, BotoCoreError):  # named as the HTTP client names the same fault
+                record.error, detail = _BOTOCORE_CLASSES.get(name) or _snake(name), f"{name}: {exc}"
+            else:
+                record.error, detail = name, f"{name}: {exc}"
+            record.error_detail = detail[:300]
         record.streamed = stream
         if record.error:
             record.end_s = clock()
@@ -283,6 +283,10 @@ _FIXES = {
     "connect_error": "check the region, your network, and AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME if set",
     "timeout": "raise --request-timeout, or check the endpoint's logs",
 }
+
+
+def _http_status(response: dict) -> int | None:
+    return (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
 
 
 def _read_whole(parser: StreamParser, payload: bytes, now: float) -> None:
@@ -307,26 +311,26 @@ def _read_whole(parser: StreamParser, payload: bytes, now: float) -> None:
         apply_usage(record, data["usage"])
 
 
-def _classify_client_error(record: RequestRecord, exc: Exception) -> None:
-    """The error class, detail and HTTP status of a botocore ClientError."""
+def _client_error(record: RequestRecord, exc: Exception) -> tuple[str, str]:
+    """The error class and detail of a botocore ClientError; sets the record's HTTP status."""
     response = getattr(exc, "response", None) or {}
     error = response.get("Error") or {}
     code, message = str(error.get("Code") or type(exc).__name__), str(error.get("Message") or exc)
-    record.http_status = status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+    record.http_status = _http_status(response)
+    lowered = message.lower()
     if code == "ModelError":
         original = response.get("OriginalStatusCode")
-        detail = response.get("OriginalMessage") or message
-        record.http_status = original or status
-        record.error = ("retryable:" if original in RETRYABLE_MODEL_STATUS else "") + "model_error"
-        record.error_detail = f"ModelError (container status {original}): {detail}"[:300]
-    elif code in RETRYABLE:
-        record.error, record.error_detail = f"retryable:{_snake(code)}", f"{code}: {message}"[:300]
-    elif code == "ValidationError" and "stream" in message.lower() and "support" in message.lower():
-        record.error, record.error_detail = "stream_unsupported", message[:300]
-    elif code == "ValidationError" and "not found" in message.lower():
-        record.error, record.error_detail = "endpoint_not_found", message[:300]
-    else:  # ModelStreamError, InternalStreamFailure, ...: the code names it
-        record.error, record.error_detail = _snake(code), f"{code}: {message}"[:300]
+        record.http_status = original or record.http_status
+        detail = f"ModelError (container status {original}): {response.get('OriginalMessage') or message}"
+        return ("retryable:" if original in RETRYABLE_MODEL_STATUS else "") + "model_error", detail
+    if code in RETRYABLE:
+        return f"retryable:{_snake(code)}", f"{code}: {message}"
+    if code == "ValidationError" and "stream" in lowered and "support" in lowered:
+        return "stream_unsupported", message
+    if code == "ValidationError" and "not found" in lowered:
+        return "endpoint_not_found", message
+    # ModelStreamError, InternalStreamFailure, ...: the code names it
+    return _snake(code), f"{code}: {message}"
 
 
 # botocore's exceptions -> the error classes the HTTP client records too
@@ -336,11 +340,6 @@ _BOTOCORE_CLASSES = {
     "ConnectionClosedError": "disconnected", "ResponseStreamingError": "disconnected",
     "IncompleteReadError": "disconnected",
 }  # fmt: skip
-
-
-def _botocore_class(exc: Exception) -> str:
-    name = type(exc).__name__
-    return _BOTOCORE_CLASSES.get(name) or _snake(name)
 
 
 def _snake(name: str) -> str:

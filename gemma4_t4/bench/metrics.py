@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import random
 import statistics
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -50,13 +51,10 @@ def percentile(values: Sequence[float], q: float) -> float:
     if not values:
         raise ValueError("percentile of an empty sequence")
     ordered = sorted(values)
-    if len(ordered) == 1:
-        return float(ordered[0])
     rank = (len(ordered) - 1) * q / 100.0
     low = math.floor(rank)
-    high = min(low + 1, len(ordered) - 1)
-    frac = rank - low
-    return float(ordered[low] + (ordered[high] - ordered[low]) * frac)
+    high = min(low + 1, len(ordered) - 1)  # one value: its own neighbour
+    return float(ordered[low] + (ordered[high] - ordered[low]) * (rank - low))
 
 
 def median(values: Sequence[float]) -> float:
@@ -71,7 +69,10 @@ def _bootstrap(
     statistic: Callable[..., float | None], *samples: Sequence[float]
 ) -> tuple[float | None, float | None]:
     """95 % percentile-bootstrap interval of ``statistic`` over ``samples``, each resampled in turn
-    (resamples where it is None are left out; no interval where none is left)."""
+    (resamples where it is None are left out; no interval where none is left, or where a sample
+    has fewer than two values to resample)."""
+    if any(len(data) < 2 for data in samples):
+        return (None, None)
     rng = random.Random(0)
     estimates = []
     for _ in range(RESAMPLES):
@@ -84,18 +85,13 @@ def _bootstrap(
     return (percentile(estimates, 2.5), percentile(estimates, 97.5))
 
 
-def bootstrap_ci(values: Sequence[float]) -> tuple[float | None, float | None]:
-    """95 % percentile-bootstrap interval of the median."""
-    return _bootstrap(median, list(values)) if len(values) >= 2 else (None, None)
-
-
 def summarize(values: Iterable[float | None], ci: bool = True) -> LatencyStats:
     data = [float(v) for v in values if v is not None and math.isfinite(v)]
     if not data:
         return LatencyStats()
     mean = sum(data) / len(data)
     std = statistics.stdev(data) if len(data) > 1 else 0.0
-    low, high = bootstrap_ci(data) if ci else (None, None)
+    low, high = _bootstrap(median, data) if ci else (None, None)
     return LatencyStats(
         n=len(data), mean=mean, median=median(data), p90=percentile(data, 90), p99=percentile(data, 99),
         std=std, min=min(data), max=max(data), ci_low=low, ci_high=high,
@@ -141,22 +137,22 @@ def delivered_in_one_flush(r: RequestRecord) -> bool:
 
 def request_metrics(r: RequestRecord) -> RequestMetrics:
     """Derive one request's metrics from its raw record (see ``schemas.RequestRecord``)."""
-    send = r.send_s
     ok = r.error is None
     n = r.completion_tokens
-    ttft = (r.first_content_s - send) * 1000.0 if r.first_content_s is not None else None
-    ttft_chunk = (r.first_chunk_s - send) * 1000.0 if r.first_chunk_s is not None else None
-    e2el = (r.last_choice_s - send) * 1000.0 if r.last_choice_s is not None else None
+
+    def since_send(at: float | None) -> float | None:  # ms; a failed request has no latencies
+        return (at - r.send_s) * 1000.0 if ok and at is not None else None
+
+    ttft, e2el = since_send(r.first_content_s), since_send(r.last_choice_s)
     flushed = delivered_in_one_flush(r)
     corrupt = ok and out_of_order(r)
     tpot = None
-    if ok and not flushed and not corrupt and ttft is not None and e2el is not None and n is not None and n > 1:
+    if not flushed and not corrupt and ttft is not None and e2el is not None and n is not None and n > 1:
         tpot = (e2el - ttft) / (n - 1)
     chunk_times = r.chunk_times_s
     gaps = [(b - a) * 1000.0 for a, b in zip(chunk_times, chunk_times[1:], strict=False)]
     return RequestMetrics(
-        ok=ok, ttft_ms=ttft if ok else None, ttft_first_chunk_ms=ttft_chunk if ok else None,
-        e2el_ms=e2el if ok else None, tpot_ms=tpot,
+        ok=ok, ttft_ms=ttft, ttft_first_chunk_ms=since_send(r.first_chunk_s), e2el_ms=e2el, tpot_ms=tpot,
         per_stream_tok_s=(1000.0 / tpot) if tpot and tpot > 0 else None,
         itl_ms=gaps if ok and not (flushed or corrupt) else [], chunks=len(chunk_times), completion_tokens=n,
         prompt_tokens=r.prompt_tokens, cached_tokens=r.cached_tokens, flushed=flushed, corrupt=corrupt,
@@ -182,12 +178,9 @@ def buffered_delivery(records: Sequence[RequestRecord]) -> BufferedDelivery | No
 def aggregate(records: Sequence[RequestRecord]) -> CellStats:
     """Summary of one measured cell: latency distributions, throughput over an explicit window."""
     ok = [(r, m) for r in records if (m := request_metrics(r)).ok]
-    errors: dict[str, int] = {}
-    examples: dict[str, str] = {}
-    for r in records:
-        if r.error:
-            errors[r.error] = errors.get(r.error, 0) + 1
-            examples.setdefault(r.error, r.error_detail or "")
+    errors = Counter(r.error for r in records if r.error)
+    # each error class's first message
+    examples = {e: next(r.error_detail or "" for r in records if r.error == e) for e in errors}
     window = None
     if records:
         start = min(r.send_s for r in records)
@@ -270,8 +263,7 @@ def series_decode(
 
     out.wall_short_ms, out.wall_long_ms, out.decode_tok_s = median(ws), median(wl), speed(ws, wl)
     out.samples = [s for s in (speed([a], [b]) for a, b in zip(ws, wl, strict=False)) if s is not None]
-    if len(ws) > 1 and len(wl) > 1:
-        out.ci_low, out.ci_high = _bootstrap(speed, ws, wl)
+    out.ci_low, out.ci_high = _bootstrap(speed, ws, wl)
     return out
 
 
@@ -286,6 +278,4 @@ def ratio_ci(a: Sequence[float], b: Sequence[float]) -> tuple[float | None, floa
         base = median(sa)
         return median(sb) / base if base else None
 
-    if len(a) < 2 or len(b) < 2:
-        return (ratio(a, b), None, None)
     return (ratio(a, b), *_bootstrap(ratio, a, b))

@@ -21,23 +21,17 @@ def _title(run: BenchRun, what: str) -> str:
     return title
 
 
-def _axes() -> tuple[Any, Any]:
-    """A figure of the size every run plot has, and its axes."""
-    return pyplot().subplots(figsize=(7, 4.2))
-
-
 def _note(ax: Any, text: str, xy: tuple[Any, Any], dy: int = 8, **style: str) -> None:
     ax.annotate(text, xy, textcoords="offset points", xytext=(0, dy), ha="center", fontsize=8, **style)
 
 
-def plot_throughput(run: BenchRun, path: Path) -> Path | None:
+def _throughput(run: BenchRun, ax: Any) -> bool:
     cells = sorted(
         (c for c in run.cells if c.workload == "decode" and c.completed and c.concurrency is not None),
         key=lambda c: c.concurrency,
     )
     if not cells:
-        return None
-    fig, ax = _axes()
+        return False
     xs = [c.concurrency for c in cells]
     ax.plot(xs, [c.output_throughput_tok_s for c in cells], "o-", label="system output tok/s")
     buffered = next((c.buffered for c in cells if c.buffered), None)
@@ -59,18 +53,17 @@ def plot_throughput(run: BenchRun, path: Path) -> Path | None:
     )
     ax.grid(alpha=0.3)
     ax.legend()
-    return save_figure(fig, path)
+    return True
 
 
-def plot_ttft(run: BenchRun, path: Path) -> Path | None:
+def _ttft(run: BenchRun, ax: Any) -> bool:
     # a cell whose replies were all empty text has no TTFT (tiny random models do that): not plotted
     cells = sorted(
         (c for c in run.cells if c.workload == "ttft" and c.completed and c.ttft_ms.median is not None),
         key=lambda c: (c.concurrency or 0, c.input_len or 0),
     )
     if not cells:
-        return None
-    fig, ax = _axes()
+        return False
     for conc in sorted({c.concurrency or 0 for c in cells}):
         group = [c for c in cells if (c.concurrency or 0) == conc]
         xs = [c.input_len for c in group]
@@ -88,14 +81,13 @@ def plot_ttft(run: BenchRun, path: Path) -> Path | None:
     )
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
-    return save_figure(fig, path)
+    return True
 
 
-def plot_prefix(run: BenchRun, path: Path) -> Path | None:
+def _prefix(run: BenchRun, ax: Any) -> bool:
     cells = [c for c in run.cells if c.workload == "prefix" and c.completed]
     if not cells:
-        return None
-    fig, ax = _axes()
+        return False
     labels, values, colors = [], [], []
     for c in sorted(cells, key=lambda c: (c.concurrency or 0, c.variant or "")):
         hit = c.prefix_cache.hit_rate
@@ -107,18 +99,17 @@ def plot_prefix(run: BenchRun, path: Path) -> Path | None:
     ax.set_xticks(range(len(values)), labels, fontsize=8)
     ax.set(ylabel="median TTFT (ms)", title=_title(run, "Prefix cache: shared prefixes vs unique prompts"))
     ax.grid(alpha=0.3, axis="y")
-    return save_figure(fig, path)
+    return True
 
 
-def plot_roofline(run: BenchRun, path: Path) -> Path | None:
+def _roofline(run: BenchRun, ax: Any) -> bool:
     # a cell with no per-stream speed (answers that came in one flush) has nothing to place under the roof
     cells = [
         c for c in run.cells if c.derived.roofline and c.derived.roofline.per_stream_tok_s and not c.buffered
     ]
     if not cells:
-        return None
+        return False
     roofs = [c.derived.roofline for c in cells]
-    fig, ax = _axes()
     roof = roofs[0]
     xs = list(range(len(cells)))
     ax.bar(xs, [r.per_stream_tok_s or 0 for r in roofs], label="measured per stream")
@@ -143,18 +134,17 @@ def plot_roofline(run: BenchRun, path: Path) -> Path | None:
     )
     ax.set(ylabel="decode tokens / s per stream", title=_title(run, f"Roofline on {roof.gpu}"))
     ax.legend(fontsize=8)
-    return save_figure(fig, path)
+    return True
 
 
-def plot_rate(run: BenchRun, path: Path) -> Path | None:
+def _rate(run: BenchRun, ax: Any) -> bool:
     """Open-loop cells: TTFT (median, p90) and delivered output tok/s against the offered request rate."""
     cells = sorted(
         (c for c in run.cells if c.open_loop and c.completed), key=lambda c: c.open_loop.offered_rate_rps
     )
     if not cells:
-        return None
+        return False
     loops = [c.open_loop for c in cells]
-    fig, ax = _axes()
     xs = [loop.offered_rate_rps for loop in loops]
     ax.plot(xs, [c.ttft_ms.median for c in cells], "o-", label="TTFT median")
     ax.plot(xs, [c.ttft_ms.p90 for c in cells], "s--", label="TTFT p90")
@@ -171,15 +161,22 @@ def plot_rate(run: BenchRun, path: Path) -> Path | None:
     more = right.get_legend_handles_labels()
     ax.legend(lines[0] + more[0], lines[1] + more[1], fontsize=8, loc="upper left")
     ax.set_title(_title(run, f"Open loop: in {cells[0].input_len} / out {cells[0].output_len}"))
-    return save_figure(fig, path)
+    return True
 
 
 def plot_run(out_dir: str | os.PathLike | BenchRun) -> list[Path]:
-    """Every plot that the run's cells support, written next to its results."""
+    """Every plot that the run's cells support, written next to its results. Each drawing function
+    draws on the axes it is given, or says False when the run has no cell it draws."""
     run = load_run(out_dir)
-    plots = (plot_throughput, plot_rate, plot_ttft, plot_prefix, plot_roofline)  # in PLOT_FILES' order
-    made = [plot(run, run.dir / name) for plot, name in zip(plots, PLOT_FILES, strict=True)]
-    return [p for p in made if p is not None]
+    made = []
+    drawings = (_throughput, _rate, _ttft, _prefix, _roofline)  # in PLOT_FILES' order
+    for draw, name in zip(drawings, PLOT_FILES, strict=True):
+        fig, ax = pyplot().subplots(figsize=(7, 4.2))  # every run plot's size
+        if draw(run, ax):
+            made.append(save_figure(fig, run.dir / name))
+        else:
+            pyplot().close(fig)
+    return made
 
 
 def plot_compare(

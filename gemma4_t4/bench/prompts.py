@@ -68,10 +68,12 @@ class ServerTokenizer:
             ) from None
 
     def count(self, text: str, chat: bool = False) -> int:
-        if chat:
-            messages = [{"role": "user", "content": text}]
-            return int(self._post("/tokenize", messages=messages, add_generation_prompt=True)["count"])
-        return int(self._post("/tokenize", prompt=text)["count"])
+        asked = (
+            {"messages": [{"role": "user", "content": text}], "add_generation_prompt": True}
+            if chat
+            else {"prompt": text}
+        )
+        return int(self._post("/tokenize", **asked)["count"])
 
     def encode(self, text: str) -> list[int]:
         return list(self._post("/tokenize", prompt=text, add_special_tokens=False)["tokens"])

@@ -344,6 +344,13 @@ def summarize_gpu_samples(samples: list[GPUSample]) -> GPUTelemetry:
     )
 
 
+# each ServerLoad peak, and the gauge of /metrics it is the highest sample of
+LOAD_GAUGES = {
+    "max_running": "vllm:num_requests_running", "max_waiting": "vllm:num_requests_waiting",
+    "max_kv_cache_usage": "vllm:kv_cache_usage_perc",
+}
+
+
 class MetricsSampler(_Poller):
     """Polls ``/metrics`` in a thread during a cell, once a second: running/waiting requests, KV usage."""
 
@@ -356,16 +363,11 @@ class MetricsSampler(_Poller):
             snap = scrape(self.base_url, self.api_key, timeout=self.interval_s * 2)
             if snap is None:
                 continue
-            self.samples.append({
-                "running": snap.get("vllm:num_requests_running") or 0.0,
-                "waiting": snap.get("vllm:num_requests_waiting") or 0.0,
-                "kv_cache_usage": snap.get("vllm:kv_cache_usage_perc") or 0.0,
-            })
+            self.samples.append({peak: snap.get(gauge) or 0.0 for peak, gauge in LOAD_GAUGES.items()})
 
     def stop(self) -> ServerLoad:
         self._join()
         if not self.samples:
             return ServerLoad()
-        top = {key: max(s[key] for s in self.samples) for key in ("running", "waiting", "kv_cache_usage")}
-        return ServerLoad(samples=len(self.samples), max_running=top["running"], max_waiting=top["waiting"],
-                          max_kv_cache_usage=top["kv_cache_usage"])
+        peaks = {peak: max(s[peak] for s in self.samples) for peak in LOAD_GAUGES}
+        return ServerLoad(samples=len(self.samples), **peaks)
