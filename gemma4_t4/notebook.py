@@ -263,8 +263,8 @@ class PartResults(Displayable):
         return measured + [{"figure": k, "value": v, "from": "published"} for k, v in self.published.items()]
 
     def summary(self) -> dict[str, Any]:
-        """:func:`save_summary`'s keyword arguments."""
-        return {"part": self.part, "results": self.results, "published": self.published, "tables": self.tables}
+        """:func:`save_summary`'s keyword arguments: the fields."""
+        return dict(vars(self))
 
 
 class TableIn(TypedDict):

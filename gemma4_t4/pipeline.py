@@ -22,6 +22,7 @@ from typing import Any, Literal
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.atomic import atomic_write_text
 from gemma4_t4.foundation.jsonable import JSONObject, JSONValue
+from gemma4_t4.foundation.safepaths import existing_ancestor
 from gemma4_t4.foundation.table import format_value, table_cells
 from gemma4_t4.host import env
 from gemma4_t4.notebook import SUMMARY_FILE
@@ -157,12 +158,10 @@ def check_out_dir(out: str | Path, notebooks_dir: Path) -> Path:
             f"--out {out} would write the executed notebooks over the source notebooks in {source}",
             fix="pass an output folder outside the notebooks, e.g. --out build",
         )
-    for parent in (path, *path.parents):
-        if parent.exists():
-            if not parent.is_dir():
-                raise Gemma4T4Error(f"--out {out}: {parent} is a file, not a folder",
-                                    fix="pass a folder path (it is created if missing), e.g. --out build")
-            break
+    parent = existing_ancestor(path)
+    if not parent.is_dir():
+        raise Gemma4T4Error(f"--out {out}: {parent} is a file, not a folder",
+                            fix="pass a folder path (it is created if missing), e.g. --out build")
     return path
 
 

@@ -10,9 +10,8 @@ import argparse
 import functools
 import sys
 import time
-from collections.abc import Callable
 
-from gemma4_t4.cli import Output, add_command, add_group, stopping_in_order
+from gemma4_t4.cli import Handler, Output, add_command, add_group, stopping_in_order
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.atomic import atomic_write_json
 from gemma4_t4.foundation.launch_record import add_setting_flags, read_setting_flags
@@ -49,9 +48,7 @@ from gemma4_t4.sagemaker.reaper import reap
 from gemma4_t4.sagemaker.upload import default_bucket, upload_model_folder, upload_plan
 
 
-def _owns_aws_resources(
-    handler: Callable[[argparse.Namespace], Output],
-) -> Callable[[argparse.Namespace], Output]:
+def _owns_aws_resources(handler: Handler) -> Handler:
     """SIGTERM and SIGHUP unwind like Ctrl-C while the command owns an endpoint, a build or an upload:
     the deploy rolls back, the matrix deletes its endpoint, the build is stopped (gemma4_t4.foundation.signals).
     The last line before the process ends says what was deleted or stopped, and after how long."""

@@ -138,7 +138,7 @@ def check_target(
         raise Gemma4T4Error(
             f"{what} {path} is a file, not a folder", fix=f"choose a new folder path for {what}"
         )
-    parent = _existing_ancestor(path.parent)
+    parent = existing_ancestor(path.parent)
     if not parent.is_dir():
         raise Gemma4T4Error(f"{parent} (a parent of {what}) is a file", fix=f"choose a {what} in a folder")
     if path.exists():
@@ -158,7 +158,8 @@ def check_target(
     return path
 
 
-def _existing_ancestor(path: Path) -> Path:
+def existing_ancestor(path: Path) -> Path:
+    """``path`` itself or the nearest folder above it that exists (``/`` at worst)."""
     path = path.absolute()
     for candidate in (path, *path.parents):
         if candidate.exists():
@@ -167,7 +168,7 @@ def _existing_ancestor(path: Path) -> Path:
 
 
 def free_bytes(path: str | os.PathLike) -> int:
-    return shutil.disk_usage(_existing_ancestor(Path(path))).free
+    return shutil.disk_usage(existing_ancestor(Path(path))).free
 
 
 def ensure_free_space(
@@ -176,7 +177,7 @@ def ensure_free_space(
     """Refuse to start when the filesystem of ``path`` has less than ``need_bytes`` (+ margin) free."""
     free, margin = free_bytes(path), FREE_SPACE_MARGIN
     if free < need_bytes + margin:
-        where = _existing_ancestor(Path(path))
+        where = existing_ancestor(Path(path))
         raise Gemma4T4Error(
             f"not enough free space for {what}: needs {(need_bytes + margin) / 1e9:,.2f} GB, "
             f"{free / 1e9:,.2f} GB free on the filesystem of {where}",

@@ -94,19 +94,17 @@ class RamVerdict(Displayable):
 
     def table_rows(self) -> list[dict[str, object]]:
         host = None if self.ram_gib is None else self.ram_gib + (self.swap_gib or 0.0)
-        rows = []
-        for build, fmt in SERVED.items():
-            need = load_ram(self.model_size, fmt, host)
-            rows.append(
-                {
-                    "build": build,
-                    "checkpoint GiB": need.checkpoint_gib,
-                    "load peak GiB": need.peak_ram_gib,
-                    "this host: RAM + swap GiB": host,
-                    "verdict": need.advice,
-                }
-            )
-        return rows
+        needs = {build: load_ram(self.model_size, fmt, host) for build, fmt in SERVED.items()}
+        return [
+            {
+                "build": build,
+                "checkpoint GiB": need.checkpoint_gib,
+                "load peak GiB": need.peak_ram_gib,
+                "this host: RAM + swap GiB": host,
+                "verdict": need.advice,
+            }
+            for build, need in needs.items()
+        ]
 
     def caption(self) -> str:
         return f"Gemma 4 {self.model_size.upper()}: host RAM needed to load each build"

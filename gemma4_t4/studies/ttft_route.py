@@ -62,7 +62,6 @@ def ttft_route_on_off(
     spec: TTFTSpec,
     out_dir: str | Path,
     server_factory: Callable[[ServerConfig], VLLMServer] = VLLMServer,
-    progress: bool = True,
 ) -> TtftOnOffReport:
     """TTFT vs input length with the route off, then on (``config.max_model_len`` must fit the longest
     input + output); returns medians per length and the plot path."""
@@ -73,7 +72,7 @@ def ttft_route_on_off(
         cfg = config.replaced(extra_env={**config.extra_env, prefill.ENV_SWITCH: value})
         with server_factory(cfg) as server:
             served = ServedAt(server.base_url, cfg.resolved_name())
-            result = run(served, spec, out / mode, label=f"TTFT, tensor-core prefill {mode}", progress=progress)
+            result = run(served, spec, out / mode, label=f"TTFT, tensor-core prefill {mode}")
             log = Path(server.log_path)
             log_text = log.read_text(errors="replace") if log.exists() else ""
         medians[mode], routes[mode] = dict(result.ttft_by_input_len()), route_actions(log_text)
@@ -102,9 +101,8 @@ def plot_on_off(rows: list[TtftRow], path: Path, active: bool) -> Path:
     ax.plot(xs, [r["ttft_ms_route_on"] for r in rows], "s-", label=on_label)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    ax.set_xlabel("input length (tokens)")
-    ax.set_ylabel("median time to first token (ms)")
-    ax.set_title("TTFT with the tensor-core prefill route off and on")
+    ax.set(xlabel="input length (tokens)", ylabel="median time to first token (ms)",
+           title="TTFT with the tensor-core prefill route off and on")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
     path.parent.mkdir(parents=True, exist_ok=True)

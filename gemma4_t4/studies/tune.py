@@ -124,11 +124,11 @@ def plan(
         drafter=drafter if enabled else f"no drafter, decode is not measured: {drafter}",
         prefill="bench-prefill's cached verdict for this GPU and versions (measured now if absent)",
     )
+    need = int(the_plan.estimated_s // 60) + 1  # whole minutes, rounded up
     if not math.isfinite(minutes) or minutes <= 0:
         raise Gemma4T4Error(f"--minutes {minutes!r} must be a positive number of minutes",
-                            fix=f"pass --minutes {int(the_plan.estimated_s // 60) + 1} (the plan's estimate)")
+                            fix=f"pass --minutes {need} (the plan's estimate)")
     if the_plan.estimated_s > minutes * 60:
-        need = int(the_plan.estimated_s // 60) + 1
         raise Gemma4T4Error(
             f"the tune plan needs about {need} minutes, more than --minutes {minutes:g}",
             fix=f"pass --minutes {need} (or more)",
@@ -142,9 +142,9 @@ def plan_text(the_plan: TunePlan) -> str:
          c.num_prompts, c.estimated_s]
         for c in the_plan.cells
     ]
+    key = the_plan.key
     lines = [
-        f"tune plan for {the_plan.key.model} on {the_plan.key.gpu} (vLLM {the_plan.key.vllm}, torch "
-        f"{the_plan.key.torch}, fix {the_plan.key.fix}); nothing started",
+        f"tune plan for {key.model} on {key.gpu} (vLLM {key.vllm}, torch {key.torch}, fix {key.fix}); nothing started",
         f"drafter: {the_plan.drafter}",
     ]
     if rows:
