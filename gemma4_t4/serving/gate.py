@@ -409,8 +409,9 @@ def drafter_memory(config: ServerConfig, target_weights: int | None) -> DrafterM
 
 
 def _gpu_fit(config: ServerConfig, entry: tuple[str, str] | None, weights: int | None, host: env.Facts) -> ModelFound:
-    """The fit calculator for a catalog model on a table GPU; else the weights against vLLM's share of
-    the memory the host reports (an unknown GPU is never judged as another). The drafter counts too."""
+    """The fit calculator for a catalog model on a table GPU; else weights + drafter + 1 GiB runtime against
+    vLLM's share of the GPU's memory (the host's figure, else the table's; no KV cache estimate), so an
+    unknown GPU is never judged as another. The drafter counts too."""
     if host.gpu is not None:
         gpu = identify_gpu(host.gpu.name)
     else:  # no GPU seen (CUDA not working, or a check before the machine has one): the GPU --target t4 is for
@@ -431,8 +432,22 @@ def _gpu_fit(config: ServerConfig, entry: tuple[str, str] | None, weights: int |
     with_drafter = f" + {drafter.detail}" if drafter.weights_bytes or drafter.own_kv else ""
     if entry is not None and gpu is not None:
         return _catalog_fit(config, entry, gpu.key, drafter, with_drafter)
-    return _memory_fit(config, entry, target_weights, host, gpu.usable_memory_gib if gpu else None,
-                       drafter, with_drafter)
+    memory = host.gpu.memory_mib * 2**20 if host.gpu and host.gpu.memory_mib else None
+    if memory is None and gpu is not None:
+        memory = int(gpu.usable_memory_gib * GIB)
+    if target_weights is None or memory is None:
+        return ModelFound()
+    usable = memory * config.gpu_memory_utilization * max(1, config.tensor_parallel_size)
+    if entry is None:
+        why = "not a catalog model, so KV cache is not estimated"
+    else:
+        why = (f"{host.gpu.name if host.gpu else None} is not in the hardware table: judged by the {_gib(memory)} the host "
+               "reports, KV cache not estimated")
+    return ModelFound(
+        gpu_fit_ok=target_weights + drafter.weights_bytes + GIB < usable,
+        gpu_fit_detail=f"weights {_gib(target_weights)}{with_drafter} + 1 GiB runtime vs {_gib(int(usable))} vLLM may "
+        f"use (gpu_memory_utilization {config.gpu_memory_utilization}; {why})",
+    )
 
 
 def _catalog_fit(
@@ -464,37 +479,6 @@ def _catalog_fit(
         gpu_fit_ok=result.fits,
         gpu_fit_detail=f"{entry[0]} {entry[1]}{with_drafter} on {gpu}: {result.verdict}",
         gpu_fit_fix=fix,
-    )
-
-
-def _memory_fit(
-    config: ServerConfig,
-    entry: tuple[str, str] | None,
-    weights: int | None,
-    host: env.Facts,
-    table_gib: float | None,
-    drafter: DrafterMemory,
-    with_drafter: str,
-) -> ModelFound:
-    """Weights + drafter + 1 GiB runtime against vLLM's share of the GPU's memory (the host's figure,
-    else the table's); no KV cache estimate."""
-    memory = host.gpu.memory_mib * 2**20 if host.gpu and host.gpu.memory_mib else None
-    if memory is None and table_gib is not None:
-        memory = int(table_gib * GIB)
-    if weights is None or memory is None:
-        return ModelFound()
-    assert drafter.weights_bytes is not None  # _gpu_fit returned earlier for a drafter of unknown size
-    usable = memory * config.gpu_memory_utilization * max(1, config.tensor_parallel_size)
-    fits = weights + drafter.weights_bytes + GIB < usable
-    if entry is None:
-        why = "not a catalog model, so KV cache is not estimated"
-    else:
-        why = (f"{host.gpu.name if host.gpu else None} is not in the hardware table: judged by the {_gib(memory)} the host "
-               "reports, KV cache not estimated")
-    return ModelFound(
-        gpu_fit_ok=fits,
-        gpu_fit_detail=f"weights {_gib(weights)}{with_drafter} + 1 GiB runtime vs {_gib(int(usable))} vLLM may "
-        f"use (gpu_memory_utilization {config.gpu_memory_utilization}; {why})",
     )
 
 

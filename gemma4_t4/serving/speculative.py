@@ -216,12 +216,17 @@ def untuned_num_draft_tokens(
     )
 
 
-_ASSISTANT_AS_DRAFT_MODEL_FIX = "leave --draft-method out (assistants run as vLLM's gemma4_mtp)"
-
-
 def check_pair(target: str, drafter: str, method: DraftMethod) -> str:
     """Refuse a drafter that cannot draft for ``target``; returns what was checked."""
     target_shape, draft_shape = read_shape(target), read_shape(drafter)
+    # an assistant, local (its config says so) or Google's (known by id), never runs as a whole model
+    if method == "draft_model" and (draft_shape.is_assistant if draft_shape else assistants.assistant_by_id(drafter)):
+        model_type = f" ({draft_shape.model_type})" if draft_shape else ""
+        raise Gemma4T4Error(
+            f"{drafter} is an assistant{model_type}: it drafts from the target's hidden states and cannot run as a "
+            "standalone draft model",
+            fix="leave --draft-method out (assistants run as vLLM's gemma4_mtp)",
+        )
     if draft_shape is None:
         _check_hub_drafter(target, drafter, method)
         return f"{drafter}: a hub id, checked by vLLM at load"
@@ -242,12 +247,6 @@ def _check_hub_drafter(target: str, drafter: str, method: DraftMethod) -> None:
     """A drafter named by hub id: Google's assistants are known by id, anything else is left to vLLM."""
     known = assistants.assistant_by_id(drafter)
     built = target_build(target)
-    if known is not None and method == "draft_model":
-        raise Gemma4T4Error(
-            f"{drafter} is an assistant: it drafts from the target's hidden states and cannot run as a "
-            "standalone draft model",
-            fix=_ASSISTANT_AS_DRAFT_MODEL_FIX,
-        )
     if known is not None and built is not None and known.variant != built[0]:
         raise Gemma4T4Error(
             f"{drafter} is Google's assistant for {models.get_variant(known.variant).size}, but the target is "
@@ -271,12 +270,6 @@ def _check_drafter_kind(drafter: str, draft_shape: ModelShape, method: DraftMeth
             f"{drafter} is {kind} (model_type {draft_shape.model_type!r}), not a Gemma 4 assistant "
             f"({' / '.join(ASSISTANT_MODEL_TYPES)})",
             fix="pass an assistant checkpoint, or --draft-method draft_model to draft with this whole model",
-        )
-    if method == "draft_model" and draft_shape.is_assistant:
-        raise Gemma4T4Error(
-            f"{drafter} is an assistant ({draft_shape.model_type}): it drafts from the target's hidden states "
-            "and cannot run as a standalone draft model",
-            fix=_ASSISTANT_AS_DRAFT_MODEL_FIX,
         )
     if method == "draft_model" and draft_shape.model_type not in TARGET_MODEL_TYPES:
         raise Gemma4T4Error(

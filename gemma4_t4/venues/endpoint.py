@@ -312,7 +312,10 @@ class Endpoint:
         self.tokenizer = tokenizer
         self.gpu = gpu  # the hardware table's key (roofline, cost); None: no GPU, or one the table lacks
         self.usd_per_hour = usd_per_hour  # what this package bills for it (nothing for a local machine)
-        self._price = price
+        # the hourly price its throughput is priced at: the SageMaker instance's, else what a cloud charges
+        # for one of its GPU (catalog.hardware.price_of_gpu); None on a CPU or a GPU the table prices
+        # nowhere: its throughput is then not priced as another GPU's
+        self.price = price if price is not None else price_of_gpu(gpu)
         self.max_num_seqs = max_num_seqs
         self.api_key = api_key
         self.exposes_metrics = exposes_metrics  # /metrics (the prefix cache's hit rate): a local vLLM only
@@ -331,13 +334,6 @@ class Endpoint:
     def __repr__(self) -> str:
         state = "stopped" if self.stopped else "running"
         return f"Endpoint({self.venue}, {self.url}, serving {self.served_name!r}, {state})"
-
-    @property
-    def price(self) -> InstancePrice | None:
-        """The hourly price its throughput is priced at: the SageMaker instance's, else what a cloud
-        charges for one of its GPU (:func:`gemma4_t4.catalog.hardware.price_of_gpu`). None on a CPU or a GPU
-        the table prices nowhere: its throughput is then not priced as another GPU's."""
-        return self._price if self._price is not None else price_of_gpu(self.gpu)
 
     @property
     def can_restart(self) -> bool:

@@ -15,14 +15,6 @@ from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.venues.endpoint import MAX_BUDGET_USD
 from gemma4_t4.venues.runtime import AUTO
 
-# The workload parameters each notebook declares. What a parameter left at None takes on each
-# target, and how a given value is read, belong to the workload class that declares it
-# (gemma4_t4.bench.specs: DecodeSpec.venues, TTFTSpec.venues); params/t4.yaml repeats the T4 values
-# for `gemma4-t4 run` (a test keeps them equal).
-PARAMETERS: dict[int, tuple[str, ...]] = {
-    2: ("CONCURRENCY", "INPUT_LEN", "OUTPUT_LEN", "NUM_PROMPTS"),
-    4: ("CONCURRENCY", "TTFT_INPUT_LENS", "INPUT_LEN", "OUTPUT_LEN", "NUM_PROMPTS"),
-}
 # Parts 2 and 4 report their figures at one stream (Part 2's QAT/bf16 ratio is per stream at c=1, as
 # published): a CONCURRENCY without 1 gets it added, so `-p CONCURRENCY 4` measures [1, 4].
 NEEDS_ONE_STREAM = (2, 4)
@@ -68,6 +60,12 @@ PART_PARAMS: dict[int, dict[str, Param]] = {  # every parameter of each part's p
                TTFT_INPUT_LENS=Param("workload", '"[512, 1024, 2048, 4096]"', f"a list of prompt lengths, each {_WHOLE}"),
                REFERENCE_ANSWERS=Param("answers", '""', 'empty (""), or the folder of an earlier answers run')),
 }
+
+# The workload parameters Parts 2 and 4 declare (their "workload" rules above). What a parameter left at None
+# takes on each target, and how a given value is read, belong to the workload class that declares it
+# (gemma4_t4.bench.specs: DecodeSpec.venues, TTFTSpec.venues); params/t4.yaml repeats the T4 values
+# for `gemma4-t4 run` (a test keeps them equal).
+PARAMETERS = {part: tuple(name for name, rule in PART_PARAMS[part].items() if rule.kind == "workload") for part in (2, 4)}
 
 
 def size_key(value: str) -> str | None:
