@@ -18,7 +18,7 @@ FORMATS: tuple[str, ...] = ("bf16", "qat-w4a16", "emb4")
 
 
 _FORMAT_ALIASES = {"bf16": "bf16", "fp16": "bf16", "float16": "bf16", "bfloat16": "bf16", "base": "bf16",
-                   "q4_0-unquantized": "bf16", "qat-q4_0-unquantized": "bf16",
+                   "q4-0-unquantized": "bf16", "qat-q4-0-unquantized": "bf16",
                    "qat-w4a16": "qat-w4a16", "qat": "qat-w4a16", "w4a16": "qat-w4a16", "ct": "qat-w4a16",
                    "qat-w4a16-ct": "qat-w4a16", "int4": "qat-w4a16",
                    "emb4": "emb4", "text-emb4": "emb4", "w4a16-emb4": "emb4"}
@@ -26,8 +26,7 @@ _FORMAT_ALIASES = {"bf16": "bf16", "fp16": "bf16", "float16": "bf16", "bfloat16"
 
 def normalize_format(name: str) -> str:
     """``'QAT'`` -> ``'qat-w4a16'``; raise a :class:`Gemma4T4Error` listing the formats."""
-    key = str(name).strip().lower().replace("_", "-") if name is not None else ""
-    key = key.replace("q4-0", "q4_0")
+    key = str(name).strip().lower().replace("_", "-") if name is not None else ""  # q4_0 -> q4-0 too
     if key in _FORMAT_ALIASES:
         return _FORMAT_ALIASES[key]
     raise Gemma4T4Error(
@@ -171,15 +170,6 @@ VARIANTS: dict[str, Gemma4Variant] = {
 
 
 
-def _name_key(name: str) -> str:
-    key = str(name).strip().lower()
-    key = re.sub(r"^(google|xbill9)/", "", key)
-    key = re.sub(r"^gemma[-_ ]?4[-_ ]?", "", key)
-    # Drop a hub suffix such as "-it", "-it-qat-w4a16-ct".
-    key = re.sub(r"[-_](it|pt)([-_].*)?$", "", key)
-    return key.replace("_", "-").replace(" ", "-")
-
-
 _NAME_ALIASES = {"26b": "26b-a4b", "26ba4b": "26b-a4b", "a4b": "26b-a4b", "moe": "26b-a4b"}
 
 
@@ -187,7 +177,10 @@ def get_variant(name: str | Gemma4Variant) -> Gemma4Variant:
     """Look a size up by a flexible name: ``e2b``, ``E2B``, ``gemma-4-e2b``, a hub id..."""
     if isinstance(name, Gemma4Variant):
         return name
-    key = _name_key(name or "")
+    key = re.sub(r"^(google|xbill9)/", "", str(name or "").strip().lower())
+    key = re.sub(r"^gemma[-_ ]?4[-_ ]?", "", key)
+    # Drop a hub suffix such as "-it", "-it-qat-w4a16-ct".
+    key = re.sub(r"[-_](it|pt)([-_].*)?$", "", key).replace("_", "-").replace(" ", "-")
     key = _NAME_ALIASES.get(key, key)
     if key in VARIANTS:
         return VARIANTS[key]

@@ -129,7 +129,7 @@ def price_of_gpu(gpu: str | None) -> InstancePrice | None:
     Run; None for no GPU or one the table prices nowhere (it is then not priced as another GPU)."""
     for platform in ("gce", "ec2", "sagemaker", "cloudrun"):
         for price in PRICES.values():
-            if gpu and price.gpu == gpu and price.platform == platform and price.gpus == 1:
+            if price.gpu == gpu and price.platform == platform and price.gpus == 1:  # no gpu: none matches
                 return price
     return None
 

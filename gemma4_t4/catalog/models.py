@@ -258,8 +258,7 @@ class Roofline(Displayable):
                  "roofline tok/s (measured bandwidth)": self.tok_s_measured}]
 
 
-def decode_roofline(variant: str | Gemma4Variant, fmt: str = "bf16", gpu: str = "t4", context_len: int = 0,
-                    bandwidth_gb_s: float | None = None) -> Roofline:
+def decode_roofline(variant: str | Gemma4Variant, fmt: str = "bf16", gpu: str = "t4", context_len: int = 0) -> Roofline:
     """Per-stream decode ceiling on ``gpu`` (T4: bf16 69.6, qat-w4a16 171.9 tok/s at 320 GB/s).
 
     Ignores fixed per-step cost, so real runs land well below it (the series measured 40 and
@@ -267,8 +266,7 @@ def decode_roofline(variant: str | Gemma4Variant, fmt: str = "bf16", gpu: str = 
     """
     g = get_gpu(gpu)
     b = decode_bytes_per_token(variant, fmt, context_len)
-    spec = bandwidth_gb_s or g.bandwidth_gb_s
-    measured = None if bandwidth_gb_s else g.measured_bandwidth_gb_s
+    spec, measured = g.bandwidth_gb_s, g.measured_bandwidth_gb_s
     return Roofline(
         model=b.model, format=b.format, gpu=g.key, bytes_per_token=b.total_bytes, spec_bandwidth_gb_s=spec,
         tok_s_spec=spec * GB / b.total_bytes, measured_bandwidth_gb_s=measured,
@@ -426,6 +424,7 @@ def fit(variant: str | Gemma4Variant, fmt: str = "qat-w4a16", gpu: str = "t4", c
     seq_bytes, concurrency, max_ctx = _kv_fit(v, context_len, num_gpus, max_num_batched_tokens,
                                               2 if draft_own_kv else 1, kv_budget)
     fits = weights_fit and concurrency >= 1.0 and context_len <= v.max_position_embeddings
+    kv_tokens, sequences = int(concurrency * context_len), min(max_num_seqs, int(concurrency))
     google_build = not (fmt == "qat-w4a16" and v.hub.qat_w4a16_ct is None) and fmt != "emb4"
     where = f"{num_gpus}x {g.key.upper()}" if num_gpus > 1 else g.key.upper()
     if not weights_fit:
@@ -437,8 +436,7 @@ def fit(variant: str | Gemma4Variant, fmt: str = "qat-w4a16", gpu: str = "t4", c
         verdict = (f"weights fit, but one {context_len}-token sequence needs {seq_bytes / GiB:.2f} GiB of KV "
                    f"cache and {max(0.0, kv_budget):.2f} GiB is left; max context {max_ctx}")
     else:
-        verdict = (f"fits on {where}: {int(concurrency * context_len):,} KV tokens, "
-                   f"{min(max_num_seqs, int(concurrency))} x {context_len}-token sequences at once")
+        verdict = f"fits on {where}: {kv_tokens:,} KV tokens, {sequences} x {context_len}-token sequences at once"
     return FitResult(
         model=v.key, format=fmt, gpu=g.key, num_gpus=num_gpus, context_len=context_len,
         gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
@@ -446,8 +444,8 @@ def fit(variant: str | Gemma4Variant, fmt: str = "qat-w4a16", gpu: str = "t4", c
         usable_gib=round(usable, 3), budget_gib=round(budget, 3), weights_gib=round(weights_gib, 3),
         overhead_gib=overhead_gib, kv_budget_gib=round(kv_budget, 3),
         kv_gib_per_sequence=round(seq_bytes / GiB, 4),
-        kv_token_capacity=int(concurrency * context_len) if weights_fit else 0,
-        max_concurrency=round(concurrency, 3), concurrent_sequences=min(max_num_seqs, int(concurrency)),
+        kv_token_capacity=kv_tokens if weights_fit else 0,
+        max_concurrency=round(concurrency, 3), concurrent_sequences=sequences,
         max_context_fits=max_ctx, weights_fit=weights_fit, fits=fits, google_build=google_build,
         verdict=verdict, notes=_fit_notes(v, fmt, g.key, fits, concurrency, context_len, max_num_seqs,
                                           draft_weights_bytes, draft_own_kv),
@@ -531,10 +529,8 @@ class FitTable(Displayable, list[FitResult]):
     def table_rows(self) -> list[FitResult]:
         return list(self)
 
-    def caption(self) -> str | None:
-        if not self:
-            return None
-        first = self[0]
+    def caption(self) -> str:
+        first = self[0]  # never empty: every caller asks for known models and formats
         return f"{first.num_gpus} x {first.gpu}, {first.context_len:,} context: what fits"
 
 

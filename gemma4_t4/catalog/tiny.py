@@ -94,7 +94,7 @@ class TinyModelInfo:
     cleanup: list[str] = field(default_factory=list)  # stale partial builds this run removed or restored
 
 
-def build_tokenizer(vocab_size: int = 512):
+def build_tokenizer(vocab_size: int):
     """Train a byte-fallback BPE tokenizer offline and wrap it as a transformers tokenizer."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -157,7 +157,7 @@ def save_model(model, folder: Path) -> None:
     model.save_pretrained(folder, safe_serialization=True)
 
 
-def build_tiny_gemma4(out_dir: str | os.PathLike, variant: Variant = "bf16", spec: TinySpec | None = None,
+def build_tiny_gemma4(out_dir: str | os.PathLike, variant: Variant = "bf16", spec: TinySpec = TinySpec(),
                       overwrite: bool = False, save: SaveModel = save_model) -> TinyModelInfo:
     """Build the tiny Gemma 4 checkpoint + tokenizer into ``out_dir``, deterministic per ``spec.seed``;
     written to a partial sibling and renamed, so an interrupted build leaves nothing half-written.
@@ -167,7 +167,6 @@ def build_tiny_gemma4(out_dir: str | os.PathLike, variant: Variant = "bf16", spe
 
     if variant not in VARIANTS:
         raise Gemma4T4Error(f"unknown tiny variant {variant!r}", fix=f"use one of: {', '.join(VARIANTS)}")
-    spec = spec or TinySpec()
     out = Path(out_dir)
     # as every output folder: --overwrite replaces only a folder this package wrote (older tiny
     # builds carry tiny_gemma4.json), never a symlink or a user's folder

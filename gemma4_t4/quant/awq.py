@@ -24,7 +24,7 @@ def awq_levels(w: np.ndarray, group_size: int, scale_dtype: str) -> tuple[np.nda
     and zero points (int8, -8..7) in compressed-tensors' signed convention:
     value = (q - z) * s."""
     rows, cols = w.shape
-    g = np.asarray(w, np.float32).reshape(rows, cols // group_size, group_size)
+    g = w.reshape(rows, cols // group_size, group_size)  # float32, as lattice.as_values gives it
     wmax = np.maximum(g.max(axis=-1), 0.0)
     wmin = np.minimum(g.min(axis=-1), 0.0)
     scale = np.maximum((wmax - wmin) / 15.0, 1e-5)
@@ -35,7 +35,10 @@ def awq_levels(w: np.ndarray, group_size: int, scale_dtype: str) -> tuple[np.nda
     return levels, scale.astype(np.float32), (zero - 8).astype(np.int8)
 
 
-def awq_quantizer(group_size: int, scale_dtype: str) -> Callable[[np.ndarray], BlockResult]:
+def awq_requantize(src: str | Path, dst: str | Path, group_size: int = AWQ_GROUP, scale_dtype: str = "fp16",
+                   overwrite: bool = False, progress: bool | Callable[[str], None] = False) -> RepackReport:
+    """Write the AWQ-style (asymmetric, zero point, ``group_size``) pack-quantized build of SRC's linears."""
+
     def quantize(block: np.ndarray) -> BlockResult:
         w = lattice.as_values(block)
         levels, scale, zero = awq_levels(w, group_size, scale_dtype)
@@ -43,12 +46,6 @@ def awq_quantizer(group_size: int, scale_dtype: str) -> Callable[[np.ndarray], B
         exact = int((deq == w).sum())
         return BlockResult(levels, scale, zero, exact={scale_dtype: exact})
 
-    return quantize
-
-
-def awq_requantize(src: str | Path, dst: str | Path, group_size: int = AWQ_GROUP, scale_dtype: str = "fp16",
-                   overwrite: bool = False, progress: bool | Callable[[str], None] = False) -> RepackReport:
-    """Write the AWQ-style (asymmetric, zero point, ``group_size``) pack-quantized build of SRC's linears."""
-    return build_quantized(src, dst, awq_quantizer(group_size, scale_dtype), method="awq-rtn",
+    return build_quantized(src, dst, quantize, method="awq-rtn",
                            group_size=group_size, scale_dtype=scale_dtype, symmetric=False,
                            overwrite=overwrite, progress=progress)

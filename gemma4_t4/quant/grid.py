@@ -102,7 +102,11 @@ class GridReport(Displayable):
             reading = (f"{bad} of {self.tensors_checked} tensors are off the grid ({self.groups_off_grid:,} of "
                        f"{self.groups_total:,} groups): those weights are not 4-bit numbers, so any int4 build "
                        "must move them, and the repack refuses them.")
-        return [reading, *named, *tiny_model_note(self.weights_total)]
+        if self.weights_total < TINY_WEIGHTS:  # on the CPU default: what the tiny random model shows, and what it cannot
+            named.append(f"{self.weights_total:,} weights is the tiny random test model, snapped to the grid the way "
+                         "Google's QAT weights are: it shows the check and the repack at work, not that Google's "
+                         "checkpoints are on the grid (TARGET='t4' checks the real one).")
+        return [reading, *named]
 
     @property
     def on_grid(self) -> bool:
@@ -112,15 +116,6 @@ class GridReport(Displayable):
 
 # Below this a checkpoint is the tiny random test model, not a Gemma 4 (E2B alone has ~5 billion weights).
 TINY_WEIGHTS = 100_000_000
-
-
-def tiny_model_note(weights: int) -> list[str]:
-    """On the CPU default: what the tiny random model shows, and what it cannot."""
-    if weights >= TINY_WEIGHTS:
-        return []
-    return [f"{weights:,} weights is the tiny random test model, snapped to the grid the way Google's QAT weights "
-            "are: it shows the check and the repack at work, not that Google's checkpoints are on the grid "
-            "(TARGET='t4' checks the real one)."]
 
 
 def pct(part: float, whole: float) -> float:
@@ -375,7 +370,7 @@ def finest_step(levels: np.ndarray, scale: np.ndarray, group_size: int) -> np.nd
 
 
 def compare_module(ref_reader: CheckpointReader, other_reader: CheckpointReader, ref: ModuleWeight,
-                   other: ModuleWeight, group_size: int, tol: float = lattice.DEFAULT_TOL) -> TensorCompare:
+                   other: ModuleWeight, group_size: int) -> TensorCompare:
     rows, cols = ref.shape
     gs = ref.group_size if ref.packed else group_size
     rows_per_block = max(8, BLOCK_BYTES // (cols * 4))
@@ -390,7 +385,7 @@ def compare_module(ref_reader: CheckpointReader, other_reader: CheckpointReader,
         if ref.packed and ref.symmetric:
             step, on = finest_step(rb.levels, rb.scale, gs), np.ones(rb.scale.shape, bool)
         elif not ref.packed and cols % gs == 0:
-            fit = lattice.fit_lattice(v_ref, gs, tol)
+            fit = lattice.fit_lattice(v_ref, gs)
             step, on = finest_step(fit.levels, fit.scale, gs), fit.on_grid
         else:
             step, on = None, None

@@ -107,6 +107,10 @@ def _widen_impl(x):
 # -- per-group helpers -----------------------------------------------------------------------------
 
 
+# the per-group helpers' compile options: each is compiled into the kernel that calls it (and cached)
+_inlined = numba.njit(cache=True, nogil=True, inline="always")
+
+
 @numba.njit(cache=True, nogil=True)
 def step_scale(c, fmt, steps):
     """The positive value representable in ``fmt`` that is ``steps`` ulps from representable c >= 0."""
@@ -123,7 +127,7 @@ def step_scale(c, fmt, steps):
     return y
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@_inlined
 def _count_exact(qf, vals, gs, cand, fmt):
     """How many round_bf16(round_fmt(q * cand)) equal the source values, as a bf16 model loads them
     (q * cand is exact in float32); one loop per format, so each vectorises."""
@@ -137,7 +141,7 @@ def _count_exact(qf, vals, gs, cand, fmt):
     return n
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@_inlined
 def _choose_group(qf, vals, gs, lsq, fmt):
     """(scale in fmt, values reproduced exactly): the rounded least-squares scale or the best of
     its +-2 ulp neighbours, first one wins ties."""
@@ -160,7 +164,7 @@ def _choose_group(qf, vals, gs, lsq, fmt):
 # -- kernels ---------------------------------------------------------------------------------------
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@_inlined
 def _mark_off_grid(levels, lsq, peak, deviation, scales, exact, r, g, base, gs, nd, dev):
     """A group with no lattice (off grid, or holding inf/nan): zero levels, no scale, ``dev``."""
     for j in range(gs):
@@ -173,7 +177,7 @@ def _mark_off_grid(levels, lsq, peak, deviation, scales, exact, r, g, base, gs, 
         exact[d, r, g] = -1
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@_inlined
 def _find_peak(unit, qf, gs, tol, over8):
     """The first peak level k in _PEAK_TRIALS whose lattice holds every value within ``tol`` (0: none),
     with its worst rounding distance (as bits) and the OR of its levels; the levels land in ``qf``."""
@@ -202,7 +206,7 @@ def _find_peak(unit, qf, gs, tol, over8):
     return chosen, worst, odd
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@_inlined
 def _best_deviation(unit, gs, over8):
     """An off-grid group's smallest worst rounding distance (as bits) over the in-range peaks."""
     best = np.uint32(0x7F800000)
@@ -218,7 +222,7 @@ def _best_deviation(unit, gs, over8):
     return best
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@_inlined
 def _coarsest_divisor(qf, gs, chosen, odd):
     """Coarsest lattice: the levels' gcd, a divisor of the peak ``chosen`` (the peak is a level);
     even divisors are skipped at once when some level is odd."""
@@ -234,7 +238,7 @@ def _coarsest_divisor(qf, gs, chosen, odd):
     return 1
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@_inlined
 def _store_levels_lsq(levels, r, base, qf, vals, gs):
     """Store a group's levels ``qf`` in row ``r`` of ``levels`` and return its least-squares scale
     sum(q*w) / sum(q^2).

@@ -122,13 +122,6 @@ def round_to_dtype(x: np.ndarray, dtype: str) -> np.ndarray:
     raise ValueError(f"unknown dtype {dtype!r}")
 
 
-def scale_to_bits(scale_f32: np.ndarray, dtype: str) -> np.ndarray:
-    """Scales (already representable in ``dtype``) as the stored array: float16 or bf16 bits."""
-    if dtype == "fp16":
-        return scale_f32.astype(np.float16)
-    return f32_to_bf16_bits(scale_f32)
-
-
 # -- results ---------------------------------------------------------------------------------------
 
 
@@ -164,7 +157,7 @@ def _groups(w: np.ndarray, group_size: int) -> np.ndarray:
 
 
 def fit_lattice_numpy(w: np.ndarray, group_size: int, tol: float) -> LatticeFit:
-    g = _groups(np.asarray(w, dtype=np.float32), group_size)
+    g = _groups(w, group_size)  # float32, as analyze gives it
     rows, ngroups, _ = g.shape
     finite = np.isfinite(g).all(axis=-1)
     absmax = np.where(finite, np.abs(g).max(axis=-1), 0).astype(np.float32)
@@ -181,10 +174,9 @@ def fit_lattice_numpy(w: np.ndarray, group_size: int, tol: float) -> LatticeFit:
         q = np.rint(r)
         dev = np.abs(r - q).max(axis=-1)
         in_range = (q.min(axis=-1) >= LEVEL_MIN) & (q.max(axis=-1) <= LEVEL_MAX)
-        fits = (dev <= tol) & in_range
-        idx = np.nonzero(todo)
-        chosen[idx[0][fits], idx[1][fits]] = k
-        chosen_dev[idx[0][fits], idx[1][fits]] = dev[fits]
+        fits = (dev <= tol) & in_range  # the groups still to do hold 0 in chosen and chosen_dev
+        chosen[todo] = np.where(fits, k, 0)
+        chosen_dev[todo] = np.where(fits, dev, 0)
         keep = best_dev[todo]
         best_dev[todo] = np.where(in_range, np.minimum(keep, dev), keep)
     on = chosen > 0
@@ -280,9 +272,6 @@ def analyze(block: np.ndarray, group_size: int = DEFAULT_GROUP, tol: float = DEF
     ``block`` is [rows, cols] as read from a checkpoint: uint16 bf16 bit patterns or floats.
     Same results as :func:`fit_lattice` followed by :func:`choose_scale` per dtype.
     """
-    for dt in scale_dtypes:
-        if dt not in SCALE_DTYPES:
-            raise ValueError(f"scale dtype must be one of {SCALE_DTYPES}, got {dt!r}")
     _groups(block, group_size)  # refuses a shape the groups do not tile
     if not numba_enabled(use_numba, block.size):
         w = as_values(block)

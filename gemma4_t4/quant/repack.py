@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +25,7 @@ from gemma4_t4.foundation.jsonable import to_jsonable
 from gemma4_t4.foundation.table import Displayable
 from gemma4_t4.quant import config as qconfig
 from gemma4_t4.quant import lattice, pack
-from gemma4_t4.quant.grid import pct, progress_bar, throughput_mb_s
+from gemma4_t4.quant.grid import BLOCK_BYTES, MAX_LISTED, pct, progress_bar, throughput_mb_s
 from gemma4_t4.quant.safetensors_io import (
     INDEX_NAME,
     PICKLE_SUFFIXES,
@@ -34,10 +35,8 @@ from gemma4_t4.quant.safetensors_io import (
     TensorInfo,
 )
 
-BLOCK_BYTES = 32 * 2**20
 SHARD_BYTES = 4 * 10**9
 REPORT_NAME = "gemma4_t4_repack.json"
-MAX_LISTED = 20
 
 
 @dataclass
@@ -50,7 +49,7 @@ class TensorRepack:
     groups_off_grid: int = 0
     groups_requantized: int = 0
     levels_changed: int = 0  # weights of requantized groups that moved to another level
-    values_bit_identical: dict[str, int] = field(default_factory=dict)
+    values_bit_identical: Counter[str] = field(default_factory=Counter)  # per scale dtype
     off_grid_examples: list[list[int]] = field(default_factory=list)  # [row, group], at most 3
     non_finite: int = 0  # NaN / Inf source values: the build is refused
 
@@ -152,45 +151,12 @@ class BlockResult:
 Quantizer = Callable[[np.ndarray], BlockResult]
 
 
-def lattice_quantizer(group_size: int, scale_dtype: str, allow_requant: bool, report_dtypes: tuple[str, ...]) -> Quantizer:
-    dtypes = tuple(dict.fromkeys((scale_dtype, *report_dtypes)))  # the written one first
-
-    def quantize(block: np.ndarray) -> BlockResult:
-        fit, choices = lattice.analyze(block, group_size, lattice.DEFAULT_TOL, dtypes)
-        off_mask = ~fit.on_grid
-        off = int(off_mask.sum())
-        examples = np.argwhere(off_mask)[:3].tolist()  # [row, group]
-        requant = changed = 0
-        if off and allow_requant:  # rare: fit the off-grid groups with plain RTN and choose their scales
-            w = lattice.as_values(block)
-            requant = lattice.requantize_off_grid(w, fit, choices)
-            deq = lattice.dequantize(fit.levels, fit.scale, group_size, "fp32")
-            changed = int((np.abs(deq - w) > 0.5 * np.repeat(fit.scale, group_size, axis=1)).sum())
-        exact = {dt: int(np.maximum(choices[dt].exact, 0).sum()) for dt in report_dtypes}
-        chosen = choices[scale_dtype]
-        if not np.all(np.isfinite(chosen.scale)):
-            raise Gemma4T4Error(f"a scale overflows {scale_dtype}", fix="use --scale-dtype bf16")
-        return BlockResult(fit.levels, chosen.scale, None, off, requant, examples, exact, changed)
-
-    return quantize
-
-
 def _side_items(src: Path) -> list[Path]:
     """The source's files and folders a build carries over as they are (tokenizer, configs, ...)."""
     # pickle weights are never carried over (and would duplicate the model)
     return [item for item in sorted(src.iterdir())
             if not (item.name.endswith(".safetensors") or item.name in (INDEX_NAME, REPORT_NAME)
                     or item.name.startswith(".") or item.name.lower().endswith(PICKLE_SUFFIXES))]
-
-
-def _copy_side_files(src: Path, dst: Path) -> list[str]:
-    items = _side_items(src)
-    for item in items:
-        if item.is_dir():
-            shutil.copytree(item, dst / item.name)
-        else:
-            shutil.copy2(item, dst / item.name)
-    return [item.name for item in items]
 
 
 def _build_config(source_text: str | None, where: str, qcfg: dict, untie: bool) -> dict:
@@ -380,22 +346,26 @@ def _refuse_damaged(rows: list[TensorRepack]) -> None:
 def _write_build(tmp: Path, files: list[str], src_root: Path, config: dict, rows: list[TensorRepack], t0: float,
                  bytes_read: int, **fields: object) -> RepackReport:
     """Finish the partial build ``tmp``: side files, the build's config and the report of the scan's ``rows``."""
-    side = _copy_side_files(src_root, tmp)
+    side = _side_items(src_root)
+    for item in side:
+        if item.is_dir():
+            shutil.copytree(item, tmp / item.name)
+        else:
+            shutil.copy2(item, tmp / item.name)
     (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     packed = [r for r in rows if r.action == "int4"]
     weights = sum(r.shape[0] * r.shape[1] for r in packed)
-    exact: dict[str, int] = {}
+    exact: Counter[str] = Counter()
     for r in packed:
-        for k, v in r.values_bit_identical.items():
-            exact[k] = exact.get(k, 0) + v
+        exact.update(r.values_bit_identical)
     seconds = time.perf_counter() - t0
     report = RepackReport(
-        **fields, files=sorted({*files, *side, "config.json"}), tensors_quantized=len(packed),
+        **fields, files=sorted({*files, *(item.name for item in side), "config.json"}), tensors_quantized=len(packed),
         tensors_copied=len(rows) - len(packed), weights_quantized=weights, groups_total=sum(r.groups for r in packed),
         groups_off_grid=sum(r.groups_off_grid for r in packed),
         groups_requantized=sum(r.groups_requantized for r in packed),
         levels_changed=sum(r.levels_changed for r in packed) if fields["method"] == "lattice" else None,
-        values_bit_identical=exact, values_bit_identical_pct={k: pct(v, weights) for k, v in exact.items()},
+        values_bit_identical=dict(exact), values_bit_identical_pct={k: pct(v, weights) for k, v in exact.items()},
         bytes_read=bytes_read, bytes_written=sum((tmp / f).stat().st_size for f in files),
         seconds=round(seconds, 3), mb_per_s=throughput_mb_s(bytes_read, seconds), tensors=rows,
     )
@@ -439,14 +409,13 @@ def _quantize_tensor(reader: LocalCheckpoint, writer: ShardedWriter, info: Tenso
         row.levels_changed += res.levels_changed
         room = 3 - len(row.off_grid_examples)
         row.off_grid_examples += [[r + start, g] for r, g in res.off_grid_examples[:room]]
-        for k, v in res.exact.items():
-            row.values_bit_identical[k] = row.values_bit_identical.get(k, 0) + v
+        row.values_bit_identical.update(res.exact)
         if res.off_grid and not res.requantized:
             write = False  # refusing anyway: keep scanning to name every off-grid tensor
         if write:
             packed = pack.pack_int4(res.levels)
-            scale = lattice.scale_to_bits(res.scale, "fp16" if writer.tensors[f"{module}.weight_scale"].dtype == "F16"
-                                          else "bf16")
+            scale = res.scale.astype(np.float16) if writer.tensors[f"{module}.weight_scale"].dtype == "F16" \
+                else lattice.f32_to_bf16_bits(res.scale)  # the stored scale dtype
             for t in targets:
                 writer.write_rows(f"{t}.weight_packed", start, packed)
                 writer.write_rows(f"{t}.weight_scale", start, scale)
@@ -476,7 +445,25 @@ def repack(
     reports both).
     """
     report_dtypes = lattice.SCALE_DTYPES if compare_scale_dtypes else (scale_dtype,)
-    quantizer = lattice_quantizer(group_size, scale_dtype, allow_requant, report_dtypes)
-    return build_quantized(src, dst, quantizer, method="lattice", group_size=group_size, scale_dtype=scale_dtype,
+    dtypes = tuple(dict.fromkeys((scale_dtype, *report_dtypes)))  # the written one first
+
+    def quantize(block: np.ndarray) -> BlockResult:
+        fit, choices = lattice.analyze(block, group_size, lattice.DEFAULT_TOL, dtypes)
+        off_mask = ~fit.on_grid
+        off = int(off_mask.sum())
+        examples = np.argwhere(off_mask)[:3].tolist()  # [row, group]
+        requant = changed = 0
+        if off and allow_requant:  # rare: fit the off-grid groups with plain RTN and choose their scales
+            w = lattice.as_values(block)
+            requant = lattice.requantize_off_grid(w, fit, choices)
+            deq = lattice.dequantize(fit.levels, fit.scale, group_size, "fp32")
+            changed = int((np.abs(deq - w) > 0.5 * np.repeat(fit.scale, group_size, axis=1)).sum())
+        exact = {dt: int(np.maximum(choices[dt].exact, 0).sum()) for dt in report_dtypes}
+        chosen = choices[scale_dtype]
+        if not np.all(np.isfinite(chosen.scale)):
+            raise Gemma4T4Error(f"a scale overflows {scale_dtype}", fix="use --scale-dtype bf16")
+        return BlockResult(fit.levels, chosen.scale, None, off, requant, examples, exact, changed)
+
+    return build_quantized(src, dst, quantize, method="lattice", group_size=group_size, scale_dtype=scale_dtype,
                            symmetric=True, emb4=emb4, overwrite=overwrite, shard_bytes=shard_bytes,
                            progress=progress)

@@ -28,12 +28,11 @@ from gemma4_t4.errors import Gemma4T4Error
 
 # safetensors dtype -> the numpy dtype that holds its raw bytes (its itemsize: bytes per element).
 # BF16 and FP8 have no numpy dtype: they are carried as unsigned-integer bit patterns.
-_NUMPY_CODES = {
+DTYPES: dict[str, np.dtype] = {name: np.dtype(code) for name, code in {
     "BF16": "<u2", "F16": "<f2", "F32": "<f4", "F64": "<f8", "I8": "i1", "U8": "u1", "I16": "<i2",
     "U16": "<u2", "I32": "<i4", "U32": "<u4", "I64": "<i8", "U64": "<u8", "BOOL": "?", "F8_E4M3": "u1",
     "F8_E5M2": "u1",
-}
-DTYPES: dict[str, np.dtype] = {name: np.dtype(code) for name, code in _NUMPY_CODES.items()}
+}.items()}
 
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
@@ -61,14 +60,6 @@ class TensorInfo:
     def row_bytes(self) -> int:
         """Bytes per index of the first dimension."""
         return self.nbytes // self.shape[0] if self.shape and self.shape[0] else self.nbytes
-
-    def row_span(self, row_start: int, row_stop: int | None) -> tuple[int, int, tuple[int, ...]]:
-        """(absolute start, byte length, shape) of rows ``row_start:row_stop`` (a scalar: all of it)."""
-        if not self.shape:
-            return self.start, self.nbytes, ()
-        row_stop = self.shape[0] if row_stop is None else min(row_stop, self.shape[0])
-        shape = (row_stop - row_start, *self.shape[1:])
-        return self.start + row_start * self.row_bytes, shape[0] * self.row_bytes, shape
 
 
 def refuse_pickle(path: str) -> None:
@@ -189,10 +180,6 @@ class CheckpointReader:
     def nbytes(self) -> int:  # every tensor's bytes: what a full read reads
         return sum(t.nbytes for t in self.tensors.values())
 
-    def _shard_label(self, shard: str) -> str:
-        # a single file given by its own path is named as given, a shard of a folder as folder/shard
-        return self.source if self.source.endswith("/" + shard) or self.source == shard else f"{self.source}/{shard}"
-
     def _load_folder(self) -> bool:
         """Load the folder's index, else its ``model.safetensors``; False when it has neither."""
         index_text = self.read_text(INDEX_NAME)
@@ -244,7 +231,9 @@ class CheckpointReader:
 
     def _read_shard_header(self, shard: str) -> dict[str, TensorInfo]:
         """The shard's tensor table from its validated header (``_read`` gives all bytes asked or raises)."""
-        size, source = self._size(shard), self._shard_label(shard)
+        size = self._size(shard)
+        # a single file given by its own path is named as given, a shard of a folder as folder/shard
+        source = self.source if self.source.endswith("/" + shard) or self.source == shard else f"{self.source}/{shard}"
         (header_len,) = struct.unpack("<Q", self._read(shard, 0, 8))
         if header_len == 0 or header_len > MAX_HEADER_BYTES or (size is not None and 8 + header_len > size):
             raise Gemma4T4Error(
@@ -272,9 +261,12 @@ class CheckpointReader:
     def read_rows(self, name: str, row_start: int = 0, row_stop: int | None = None) -> np.ndarray:
         """Rows ``row_start:row_stop`` (first dimension) as a numpy array (BF16 as uint16 bits)."""
         info = self.info(name)
-        start, length, shape = info.row_span(row_start, row_stop)
-        buf = np.empty(length, np.uint8)
-        self._read_into(info.shard, start, memoryview(buf))
+        shape = info.shape  # a scalar is read whole
+        if shape:
+            row_stop = shape[0] if row_stop is None else min(row_stop, shape[0])
+            shape = (row_stop - row_start, *shape[1:])
+        buf = np.empty(math.prod(shape) * DTYPES[info.dtype].itemsize, np.uint8)
+        self._read_into(info.shard, info.start + row_start * info.row_bytes, memoryview(buf))
         return buf.view(DTYPES[info.dtype]).reshape(shape)
 
     def row_blocks(self, name: str, max_bytes: int, multiple: int = 1) -> Iterator[tuple[int, int]]:
@@ -353,17 +345,14 @@ class LocalCheckpoint(CheckpointReader):
     def _size(self, shard: str) -> int | None:
         return (self.root / shard).stat().st_size
 
-    def _fd(self, shard: str) -> int:
+    def _read_into(self, shard: str, start: int, view: memoryview) -> None:
         fd = self._fds.get(shard)
         if fd is None:
             fd = self._fds[shard] = os.open(self.root / shard, os.O_RDONLY)
-        return fd
-
-    def _read_into(self, shard: str, start: int, view: memoryview) -> None:
         # preadv may return short counts: loop
         done = 0
         while done < len(view):
-            n = os.preadv(self._fd(shard), [view[done:]], start + done)
+            n = os.preadv(fd, [view[done:]], start + done)
             if n <= 0:
                 raise Gemma4T4Error(f"{self.root / shard} ended at byte {start + done}, before the data its "
                                     "header describes", fix="the file is truncated; re-download it")
