@@ -578,7 +578,7 @@ def test_grid_check_still_works_on_a_valid_single_file(tiny_qat_model_dir):
 def test_the_free_space_need_counts_only_the_side_files_a_build_copies(tmp_path):
     """Pickle weights, the index and the report are never copied, so they never count towards the
     space a build needs (a folder with both .safetensors and pytorch_model.bin was refused)."""
-    from gemma4_t4.quant.repack import _copy_side_files, _side_bytes
+    from gemma4_t4.quant.repack import _side_bytes, _side_items
 
     src, dst = tmp_path / "src", tmp_path / "dst"
     src.mkdir()
@@ -588,4 +588,4 @@ def test_the_free_space_need_counts_only_the_side_files_a_build_copies(tmp_path)
         f.truncate(2**30)
     (src / "model.safetensors.index.json").write_text("{}")
     assert _side_bytes(src) == 10
-    assert _copy_side_files(src, dst) == ["tokenizer.json"]
+    assert [item.name for item in _side_items(src)] == ["tokenizer.json"]  # what the build copies
