@@ -286,16 +286,14 @@ def save_summary(out_dir: str | Path, part: int, results: Mapping[str, SummaryVa
     if mixed:
         raise Gemma4T4Error(f"published figures among the measured results: {mixed}",
                             fix="pass them as published={...}")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     # a notebook's summary.json: what it measured, the published figures (labelled as such) it compares with
     # (atomic_write_json makes every value JSON: rows of dataclasses or pydantic models included)
     payload = {"part": part, "results": dict(results), "published": dict(published or {}),
                "tables": [{"title": t.caption() or "", "rows": list(t.table_rows())}
                           if isinstance(t, Displayable) else t for t in tables],
                "notes": list(notes)}
-    path = out / SUMMARY_FILE
-    atomic_write_json(path, payload)
+    path = Path(out_dir) / SUMMARY_FILE
+    atomic_write_json(path, payload)  # makes the folder
     print(f"summary written to {path}")
 
 

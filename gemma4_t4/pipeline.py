@@ -124,10 +124,8 @@ def parameters_for(notebook: Path, target: str, out_dir: Path, work_dir: Path,
                    params: dict[str, JSONObject]) -> JSONObject:
     """The parameters injected into one notebook: shared, per notebook, then the paths; a params file
     whose TARGET differs from the one asked for is refused, never obeyed."""
-    values: JSONObject = {}
-    values.update(params.get("all", {}))
-    values.update(params.get(notebook.name[:2], {}))
-    values.update(params.get(notebook.stem, {}))
+    values: JSONObject = {**params.get("all", {}), **params.get(notebook.name[:2], {}),
+                          **params.get(notebook.stem, {})}
     values.pop(SKIP_KEY, None)
     declared = values.get("TARGET", target)
     if str(declared).strip().lower() != target:
