@@ -343,8 +343,7 @@ def _median(values: list[float]) -> float | None:
 def compare_suites(a: str | os.PathLike, b: str | os.PathLike) -> SuiteComparison:
     """Per model: decode A/B with an interval, TTFT A/B, identical answers, $/Mtok, published row."""
     runs_a, runs_b = load_suite(a), load_suite(b)
-    models_a = {r.run.model or "?" for r in runs_a}
-    models_b = {r.run.model or "?" for r in runs_b}
+    models_a, models_b = ({r.run.model or "?" for r in runs} for runs in (runs_a, runs_b))
     headlines = []
     for model in sorted(models_a & models_b):
         every_a, every_b = ([r for r in runs if (r.run.model or "?") == model] for runs in (runs_a, runs_b))

@@ -175,9 +175,6 @@ class WorkloadSpec(BaseModel):
         # a field neither names is filled from ``defaults`` by _fill_defaults, as for any spec
         return cls(**cls.venues.get(venue, {}) | {k: v for k, v in given.items() if v is not None})
 
-    def streams(self) -> list[int]:
-        return list(getattr(self, "concurrency", None) or [1])
-
     def prompt_lens(self) -> list[int]:
         """The prompt lengths this workload sends (checked against the server's max_model_len)."""
         length = getattr(self, "input_len", None)

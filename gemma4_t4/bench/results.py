@@ -90,12 +90,11 @@ def cells_to_csv(cells: Sequence[CellSummary]) -> str:
     writer = csv.writer(buffer)
     writer.writerow(list(CSV_SCALARS) + [f"{k}_{s}" for k in LATENCY_KEYS for s in CSV_STATS])
     for cell in cells:
-        nested = {
+        values = cell.model_dump() | {
             "prefix_cache_hit_rate": cell.prefix_cache.hit_rate,
             "offered_rate_rps": cell.open_loop.offered_rate_rps if cell.open_loop else None,
         }
-        row = [nested[k] if k in nested else getattr(cell, k) for k in CSV_SCALARS]
-        row += [getattr(getattr(cell, key), s) for key in LATENCY_KEYS for s in CSV_STATS]
+        row = [values[k] for k in CSV_SCALARS] + [values[key][s] for key in LATENCY_KEYS for s in CSV_STATS]
         writer.writerow(["" if v is None else v for v in row])
     return buffer.getvalue()
 
@@ -179,8 +178,8 @@ class BenchRun(Displayable, BaseModel):
             raise Gemma4T4Error(
                 f"{path} holds no {SUMMARY_FILE}", fix="pass a directory written by gemma4-t4 bench run"
             )
-        summary = parse_file(SummaryFile, summary_path.read_text(), str(summary_path))
-        run = (parse_file(RunInfo, run_path.read_text(), str(run_path)) if run_path.is_file()
+        summary = parse_file(SummaryFile, summary_path)
+        run = (parse_file(RunInfo, run_path) if run_path.is_file()
                else RunInfo.model_validate(summary.run))  # older results: the digest summary.json holds
         return cls(dir=path, run=run, cells=summary.cells)
 

@@ -10,6 +10,7 @@ in ``model_extra``. ``to_json()`` is what goes to disk.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -362,9 +363,10 @@ class SummaryFile(BenchModel):
     cells: list[CellSummary] = Field(default_factory=list)
 
 
-def parse_file(model: type[BenchModel], text: str, where: str) -> Any:
+def parse_file(model: type[BenchModel], where: Path) -> Any:
     """Parse and validate one results file, with a one-line error naming the file; a file of another
     results format, or of an older/newer version of this one, is refused."""
+    text = where.read_text()
     try:
         data = json.loads(text)
     except ValueError as exc:

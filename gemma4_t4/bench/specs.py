@@ -215,10 +215,9 @@ class SeriesDecodeSpec(PromptLen, WorkloadSpec):
         ]
 
     def finish(self, cells: list[Cell], measured: dict[str, list[RequestRecord]]) -> dict[str, BenchModel]:
-        short, long = self.series_lens
         by_variant = {c.variant: measured.get(c.cell, []) for c in cells}
-        figure = series_decode(by_variant.get("series_short", []), by_variant.get("series_long", []), short, long)
-        return {"series_decode": figure}
+        short, long = by_variant.get("series_short", []), by_variant.get("series_long", [])
+        return {"series_decode": series_decode(short, long, *self.series_lens)}
 
 
 @workload("ttft")
@@ -242,8 +241,7 @@ class TTFTSpec(WorkloadSpec):
 
     def cells(self, run: RunOptions, factory: PromptFactory | None) -> list[Cell]:
         return [
-            self.unique_cell(run, factory, f"ttft-c{c}-in{n}-out{self.output_len}", "ttft", c, self.num_prompts, length=n)
-            for c in self.streams()
+            self.unique_cell(run, factory, f"ttft-c1-in{n}-out{self.output_len}", "ttft", 1, self.num_prompts, length=n)
             for n in self.input_lens
         ]
 
@@ -278,24 +276,21 @@ class PrefixSpec(PromptLen, WorkloadSpec):
         return self
 
     def cells(self, run: RunOptions, factory: PromptFactory | None) -> list[Cell]:
-        cells = []
+        """One stream: the shared-prefix cell, then as many unique prompts (the control)."""
         per_group = self.num_prompts // self.groups
         out, length = self.output_len, self.input_len
-        for c in self.streams():
-            base = f"prefix-c{c}-in{length}-p{self.prefix_len}-out{out}"
-            groups = factory.shared_prefix(f"{base}-shared", self.groups, per_group, self.prefix_len, length)
-            shared = [p for group in groups for p in group]  # group-major: the first of each group fills
-            meta: dict[str, int | bool | str] = {
-                "prefix_len": self.prefix_len, "groups": self.groups, "per_group": per_group
-            }
-            warm_prompts = factory.unique(f"w-{base}", warm_count(self.warmup, c), length)
-            warm = request_specs(warm_prompts, f"w-{base}", run.api, out)
-            shared_specs = request_specs(shared, f"{base}-shared", run.api, out)
-            cells.append(Cell(f"{base}-shared", "prefix", "shared_prefix", c, length, out, shared_specs, warm, meta))
-            control_meta = meta | {"control": True}  # the same count of unique prompts, not warmed again
-            cells.append(self.unique_cell(run, factory, f"{base}-unique", "unique_prompts", c, len(shared), warm=0,
-                                          meta=control_meta))
-        return cells
+        base = f"prefix-c1-in{length}-p{self.prefix_len}-out{out}"
+        groups = factory.shared_prefix(f"{base}-shared", self.groups, per_group, self.prefix_len, length)
+        shared = [p for group in groups for p in group]  # group-major: the first of each group fills
+        meta: dict[str, int | bool | str] = {"prefix_len": self.prefix_len, "groups": self.groups, "per_group": per_group}
+        warm_prompts = factory.unique(f"w-{base}", warm_count(self.warmup, 1), length)
+        warm = request_specs(warm_prompts, f"w-{base}", run.api, out)
+        shared_specs = request_specs(shared, f"{base}-shared", run.api, out)
+        control_meta = meta | {"control": True}  # the same count of unique prompts, not warmed again
+        return [
+            Cell(f"{base}-shared", "prefix", "shared_prefix", 1, length, out, shared_specs, warm, meta),
+            self.unique_cell(run, factory, f"{base}-unique", "unique_prompts", 1, len(shared), warm=0, meta=control_meta),
+        ]
 
 
 @workload("answers")

@@ -37,7 +37,6 @@ from gemma4_t4.bench.schemas import (
     PromptInfo,
     RequestRecord,
     RunInfo,
-    ServerInfo,
     ServerLoad,
 )
 from gemma4_t4.errors import Gemma4T4Error
@@ -202,7 +201,16 @@ def _run(args: BenchArgs, say: Callable[[str], None] = _say) -> BenchRun:
         tok = backend.tokenizer(args.model, args.tokenizer)
         factory = PromptFactory(tok, seed=spec.seed, nonce=spec.nonce, chat=args.api == "chat")
     cells = spec.cells(args, factory)
-    writer = _open_writer(args, out, server, environment, factory)
+    # the results folder, with run.json saying what is measured, where, and with which prompts
+    nonce, tokenizer = (factory.nonce, factory.tokenizer.source) if factory else (None, None)
+    hidden = args.secret_values()
+    info = RunInfo(
+        run_id=uuid.uuid4().hex[:12], workload=args.workload, model=args.model, base_url=args.base_url,
+        label=secrets.mask(args.label, hidden), started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        config=args.record(), prompts=PromptInfo(seed=spec.seed, nonce=nonce, tokenizer=tokenizer),
+        server=server, environment=secrets.mask(environment, hidden), definitions="docs/benchmarks.md#metric-definitions",
+    )
+    writer = ResultsWriter(out, info, overwrite=args.overwrite)
     outcome = _Outcome()
     try:
         with signals.orderly_stop(redeliver=False):
@@ -212,8 +220,7 @@ def _run(args: BenchArgs, say: Callable[[str], None] = _say) -> BenchRun:
         raise
     except Exception as exc:  # whatever stopped the run, run.json must not call it complete
         if outcome.status == "complete":
-            error = secrets.mask_text(str(exc), args.secret_values())[:300]
-            outcome.status, outcome.error = f"aborted: {type(exc).__name__}", error
+            outcome.status, outcome.error = f"aborted: {type(exc).__name__}", secrets.mask_text(str(exc), hidden)[:300]
         raise
     finally:
         writer.update_run(status=outcome.status, error=outcome.error,
@@ -230,24 +237,9 @@ class _Outcome:
     error: str | None = None
 
 
-def _open_writer(
-    args: BenchArgs, out: Path, server: ServerInfo, environment: object, factory: PromptFactory | None
-) -> ResultsWriter:
-    """The results folder, with run.json saying what is measured, where, and with which prompts."""
-    nonce, tokenizer = (factory.nonce, factory.tokenizer.source) if factory else (None, None)
-    hidden = args.secret_values()
-    info = RunInfo(
-        run_id=uuid.uuid4().hex[:12], workload=args.workload, model=args.model, base_url=args.base_url,
-        label=secrets.mask(args.label, hidden), started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        config=args.record(), prompts=PromptInfo(seed=args.spec.seed, nonce=nonce, tokenizer=tokenizer),
-        server=server, environment=secrets.mask(environment, hidden), definitions="docs/benchmarks.md#metric-definitions",
-    )
-    return ResultsWriter(out, info, overwrite=args.overwrite)
-
-
 def _run_cells(
     args: BenchArgs, backend: Backend, cells: list[Cell], factory: PromptFactory | None,
-    writer: ResultsWriter, outcome: _Outcome, say: Callable[[str], None] = _say,
+    writer: ResultsWriter, outcome: _Outcome, say: Callable[[str], None],
 ) -> None:
     """Run the cells in order (a sweep adds more as it learns the load range, saying so where they take
     long), stopping early where the server became unreachable; ``outcome`` says how it ended."""
@@ -270,13 +262,13 @@ def _run_cells(
             outcome.status, outcome.error = "aborted: no load range to sweep", exc.message
             raise
         if fields:
-            writer.update_run(**{k: v.to_json() for k, v in fields.items()})
+            writer.update_run(**fields)
         pace = [(len(c.specs), c.rate) for c in more if c.rate]
         args = _announce(args, f"the rest of this {spec.kind} run", pace, say)  # rates known only now
         pending += more
     figures = spec.finish(cells, measured)
     if figures:
-        writer.update_run(**{k: v.to_json() for k, v in figures.items()})
+        writer.update_run(**figures)
     if outcome.status == "complete" and any(c.failed for c in writer.cells):
         outcome.status = "complete with failures"
 
@@ -341,7 +333,7 @@ def _summarize_cell(
         prefix_cache=prefix_cache, spec_decode=telemetry.spec_decode_delta(before, after), server_load=load,
         queueing_observed=True if load.max_waiting else None, gpu_telemetry=gpu or None, meta=dict(cell.meta),
         input_len_exact=all(n == cell.input_len for n in input_lens) if input_lens and cell.input_len else None,
-        answers=answers, correct=None if answers is None else sum(1 for a in answers if a.correct),
+        answers=answers, correct=None if answers is None else sum(a.correct for a in answers),
     )
     summary.derived = derive_cell(summary, args.gpu, args.bytes_per_token, args.price_keys, cell.rate is not None)
     return summary

@@ -178,7 +178,7 @@ def test_a_workload_with_no_defaults_of_its_own_takes_the_shared_field_values():
     try:
         spec = ToyPlainSpec()
         assert (spec.output_len, spec.num_prompts, spec.warmup, spec.concurrency) == (None, None, 2, None)
-        assert spec.streams() == [1] and spec.prompt_lens() == [] and spec.longest_output() == 0
+        assert spec.prompt_lens() == [] and spec.longest_output() == 0
         assert spec.pace() == []
         assert ToyPlainSpec.for_venue("t4") == spec and ToyPlainSpec.for_venue("cpu", output_len=None) == spec
         assert spec.follow(_Run(), None, []) == ([], {}) and spec.finish([], {}) == {}
@@ -186,7 +186,7 @@ def test_a_workload_with_no_defaults_of_its_own_takes_the_shared_field_values():
         assert ToyPlainSpec.__doc__ == "A stand-in workload: closed-loop streams, nothing else of its own."
         assert (ToyPlainSpec.__module__, ToyPlainSpec.__name__) == (__name__, "ToyPlainSpec")
         assert ToyPlainSpec.__qualname__.endswith("<locals>.ToyPlainSpec")
-        assert ToyPlainSpec(concurrency=[3, 5]).streams() == [3, 5]
+        assert ToyPlainSpec(concurrency=[3, 5]).concurrency == [3, 5]
         cell = spec.unique_cell(_Run(), _Factory(), "toy", "v", 1, 2)  # no prompt length of its own
         assert (cell.input_len, cell.output_len, len(cell.specs)) == (None, None, 2)
         with pytest.raises(NotImplementedError, match="ToyPlainSpec builds no cells"):
