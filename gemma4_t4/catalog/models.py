@@ -107,10 +107,8 @@ def linear_counts(variant: str | Gemma4Variant) -> LinearCounts:
             experts += v.moe.num_experts * per_expert
             experts_active += v.moe.top_k * per_expert
             router += h * v.moe.num_experts
-        if v.ple_dim_per_layer:
-            ple += 2 * h * v.ple_dim_per_layer  # per_layer_input_gate, per_layer_projection
-    if v.ple_dim_per_layer:
-        ple += h * v.num_layers * v.ple_dim_per_layer  # per_layer_model_projection
+        ple += 2 * h * v.ple_dim_per_layer  # per_layer_input_gate, per_layer_projection (0 without PLE)
+    ple += h * v.num_layers * v.ple_dim_per_layer  # per_layer_model_projection
     return LinearCounts(attention, mlp, experts, experts_active, router, ple, shared_kv, dup)
 
 
@@ -128,9 +126,7 @@ def norm_params(variant: str | Gemma4Variant) -> int:
             total += h  # post_per_layer_input_norm
         if v.moe:
             total += 3 * h + h + v.moe.num_experts  # extra norms, router scale, per-expert scale
-    if v.ple_dim_per_layer:
-        total += v.ple_dim_per_layer
-    return total
+    return total + v.ple_dim_per_layer  # the PLE projection norm (0 without PLE)
 
 
 @dataclass(frozen=True)
@@ -504,10 +500,10 @@ def _kv_fit(v: Gemma4Variant, context_len: int, num_gpus: int, max_num_batched_t
 
     seq_bytes = per_seq(context_len)
     kv_budget_bytes = max(0.0, kv_budget_gib) * GiB
-    lo, hi = 0, v.max_position_embeddings  # per_seq is non-decreasing in the context
-    if kv_budget_gib > 0 and per_seq(hi) <= kv_budget_bytes:
+    lo, hi = 0, v.max_position_embeddings  # per_seq is non-decreasing in the context, and positive
+    if per_seq(hi) <= kv_budget_bytes:
         return seq_bytes, kv_budget_bytes / seq_bytes, hi
-    while kv_budget_gib > 0 and hi - lo > KV_BLOCK_SIZE:
+    while hi - lo > KV_BLOCK_SIZE:  # no budget: lo stays 0
         mid = (lo + hi) // 2
         if per_seq(mid) <= kv_budget_bytes:
             lo = mid
@@ -626,10 +622,9 @@ def model_info(variant: str | Gemma4Variant) -> ModelInfo:
         mlp = str(v.intermediate_size)
     ple = (f"{v.vocab_size} x {v.num_layers * v.ple_dim_per_layer} ({v.ple_dim_per_layer}/layer)"
            if v.ple_dim_per_layer else "none")
-    ratio = v.full_attention_every - 1
     return ModelInfo(
         key=v.key, name=v.name, model_type=v.model_type, layers=v.num_layers,
-        full_attention_layers=v.num_full_layers, layer_pattern=f"{ratio} sliding : 1 full",
+        full_attention_layers=v.num_full_layers, layer_pattern=f"{v.full_attention_every - 1} sliding : 1 full",
         hidden_size=v.hidden_size, q_heads=v.num_q_heads, kv_heads_sliding=v.num_kv_heads_sliding,
         kv_heads_global=v.num_kv_heads_global, head_dim=v.head_dim, global_head_dim=v.global_head_dim,
         sliding_window=v.sliding_window, mlp=mlp, kv_shared_layers=v.num_kv_shared_layers, ple=ple,
