@@ -332,13 +332,14 @@ def rebuild_tag(ecr: Any, tag: str) -> str:
 # CodeBuild's BatchGetBuilds ``builds[]`` entry, as AWS answers it: the build reads its id, buildStatus
 # (IN_PROGRESS, SUCCEEDED, FAILED, STOPPED, ...), currentPhase, phases (phaseType, phaseStatus) and logs
 # (groupName, streamName).
-def log_tail(logs: Any, build: JSONObject, lines: int = 40) -> list[str]:
+def log_tail(logs: Any, build: JSONObject) -> list[str]:
+    """The build log's last 40 lines (none where CloudWatch has none)."""
     info = build.get("logs") or {}
     group, stream = info.get("groupName"), info.get("streamName")
     if not group or not stream:
         return []
     try:
-        events = logs.get_log_events(logGroupName=group, logStreamName=stream, limit=lines,
+        events = logs.get_log_events(logGroupName=group, logStreamName=stream, limit=40,
                                      startFromHead=False).get("events", [])
     except aws_exceptions():
         return []

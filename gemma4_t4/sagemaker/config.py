@@ -259,7 +259,7 @@ class DeployConfig(VLLMSettings):
 
     @property
     def turing_instance_types(self) -> list[str]:
-        return [t for t in self.instance_types if SAGEMAKER_INSTANCES.get(t, ("",))[0] == "t4"]
+        return [t for t in self.instance_types if SAGEMAKER_INSTANCES[t][0] == "t4"]  # each checked known first
 
     @property
     def needs_fixed_image(self) -> bool:

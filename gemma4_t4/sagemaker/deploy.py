@@ -456,10 +456,10 @@ def is_capacity_failure(reason: str | None) -> bool:
 
 
 def deploy_with_failover(config: DeployConfig, regions: Sequence[str] = US_REGIONS, *,
-                         clients: ClientFactory | None = None, session: Any = None, check_quota: bool = True,
+                         clients: ClientFactory | None = None, check_quota: bool = True,
                          **deploy_kwargs: Any) -> FailoverResult:
     """Try ``regions`` in order; move on after no quota or a capacity failure, stop on others."""
-    make = clients or client_factory(session)
+    make = clients or client_factory()
     attempts = [config.replaced(region=region) for region in regions]  # each checked when built, before any call
     config.check_role()
     outcome = FailoverResult(False, None)

@@ -242,11 +242,6 @@ class ChatUsage(TypedDict, total=False):
     prompt_tokens_details: JSONObject | None  # {"cached_tokens": N} when prefix caching counts them
 
 
-class ChatMessage(TypedDict):
-    role: str
-    content: str
-
-
 class InvokeResult(BaseModel):
     """One chat reply: its text, why it finished, the usage block and how long it took."""
 
@@ -256,15 +251,14 @@ class InvokeResult(BaseModel):
     usage: ChatUsage | None = None
 
 
-def chat_payload(prompt: str | None = None, messages: list[ChatMessage] | None = None, max_tokens: int = 256,
-                 temperature: float = 0.0, stream: bool = False, **extra: JSONValue) -> JSONObject:
-    """The body of one OpenAI-style chat request (SageMaker passes it to vLLM as is). Extra request fields a
-    caller adds (``top_p``, ``stop``, ``seed``) ride along as JSON."""
-    if not messages:
-        if not prompt:
-            raise Gemma4T4Error("nothing to send", fix="pass prompt='...' or messages=[...]")
-        messages = [{"role": "user", "content": prompt}]
-    payload: JSONObject = {"messages": messages, "max_tokens": max_tokens, "temperature": temperature}
+def chat_payload(prompt: str | None, max_tokens: int = 256, temperature: float = 0.0, stream: bool = False,
+                 **extra: JSONValue) -> JSONObject:
+    """The body of one OpenAI-style chat request, the prompt as the user's message (SageMaker passes it to vLLM
+    as is). Extra request fields a caller adds (``top_p``, ``stop``, ``seed``) ride along as JSON."""
+    if not prompt:
+        raise Gemma4T4Error("nothing to send", fix="pass prompt='...'")
+    payload: JSONObject = {"messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
+                           "temperature": temperature}
     if stream:
         payload["stream"] = True
         payload["stream_options"] = {"include_usage": True}
@@ -297,11 +291,11 @@ def invoke_plan(name: str, region: str, payload: JSONObject) -> ApiCall:
                    region, note="add --cli-binary-format raw-in-base64-out and an output file: /dev/stdout")
 
 
-def invoke(name: str, region: str, prompt: str | None = None, *, messages: list[ChatMessage] | None = None,
-           max_tokens: int = 256, temperature: float = 0.0, **extra: JSONValue) -> InvokeResult:
+def invoke(name: str, region: str, prompt: str | None = None, *, max_tokens: int = 256, temperature: float = 0.0,
+           **extra: JSONValue) -> InvokeResult:
     """One non-streaming OpenAI-style chat request to the endpoint."""
     runtime = _client("sagemaker-runtime", region)
-    payload = chat_payload(prompt, messages, max_tokens, temperature, **extra)
+    payload = chat_payload(prompt, max_tokens, temperature, **extra)
     start = time.perf_counter()
     with aws_call(f"InvokeEndpoint {name}"):  # the call the dry run shows, accepting JSON
         response = runtime.invoke_endpoint(**invoke_plan(name, region, payload).params, Accept="application/json")
@@ -341,12 +335,11 @@ class StreamResult:
     usage: ChatUsage | None
 
 
-def invoke_stream(name: str, region: str, prompt: str | None = None, *,
-                  messages: list[ChatMessage] | None = None, max_tokens: int = 256, temperature: float = 0.0,
-                  on_text: Any = None, **extra: JSONValue) -> StreamResult:
+def invoke_stream(name: str, region: str, prompt: str | None = None, *, max_tokens: int = 256,
+                  temperature: float = 0.0, on_text: Any = None, **extra: JSONValue) -> StreamResult:
     """Streaming chat via InvokeEndpointWithResponseStream; measures time to first token."""
     runtime = _client("sagemaker-runtime", region)
-    payload = chat_payload(prompt, messages, max_tokens, temperature, stream=True, **extra)
+    payload = chat_payload(prompt, max_tokens, temperature, stream=True, **extra)
     start = time.perf_counter()
     with aws_call(f"InvokeEndpointWithResponseStream {name}"):
         response = runtime.invoke_endpoint_with_response_stream(**invoke_plan(name, region, payload).params)

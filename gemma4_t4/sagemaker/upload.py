@@ -133,17 +133,16 @@ def upload_plan(folder: str | Path, bucket: str, region: str | None = None) -> t
     return s3_uri, commands
 
 
-def ensure_bucket(s3: Any, bucket: str, region: str) -> bool:
-    """Create the (private, tagged) bucket if missing; True when it was created."""
+def ensure_bucket(s3: Any, bucket: str, region: str) -> None:
+    """Create the (private, tagged) bucket if missing."""
     try:
         s3.create_bucket(**create_bucket_params(bucket, region))
     except aws_exceptions() as exc:
-        if error_code(exc) in ("BucketAlreadyOwnedByYou",):
-            return False
+        if error_code(exc) == "BucketAlreadyOwnedByYou":
+            return
         raise aws_error(exc, f"CreateBucket {bucket}") from exc
     s3.put_public_access_block(Bucket=bucket, PublicAccessBlockConfiguration=PUBLIC_ACCESS_BLOCK)
     s3.put_bucket_tagging(Bucket=bucket, Tagging={"TagSet": [{"Key": PROJECT_TAG, "Value": PROJECT_VALUE}]})
-    return True
 
 
 def remote_sha256(s3: Any, bucket: str, key: str, size: int) -> str | None:

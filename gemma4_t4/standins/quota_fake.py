@@ -36,8 +36,8 @@ class FakeServiceQuotas(StandInServer):
     handler = _Handler
     thread_name = "fake-service-quotas"
 
-    def __init__(self, quotas: dict[str, dict[str, float]] | None = None):
-        self.quotas: dict[str, dict[str, float]] = quotas or {}  # changed between calls, never during one
+    def __init__(self, quotas: dict[str, dict[str, float]]):
+        self.quotas = quotas  # changed between calls, never during one
 
     def quota_list(self, region: str) -> list[JSONObject]:
         """The region's quotas as ListServiceQuotas answers them (the fields the fake fills)."""

@@ -86,7 +86,7 @@ class _Handler(StandInHandler):
         if problem:
             self._error(400, "ValidationError", problem)
             return
-        backend = self.server.standin.backend_for(name)
+        backend = self.server.standin.backend
         content_type = self.headers.get("Content-Type", "application/json")
         conn = self._backend(backend)
         try:
@@ -115,19 +115,16 @@ class _Handler(StandInHandler):
                 conn.close()
 
     def _backend(self, backend: str) -> http.client.HTTPConnection:
-        """One kept-alive connection per backend for this client connection (as an HTTP client
+        """One kept-alive connection to the backend for this client connection (as an HTTP client
         keeps one to vLLM): a new TCP connection per request would add to every TTFT."""
-        if not hasattr(self, "_backends"):
-            self._backends: dict[str, http.client.HTTPConnection] = {}
-        if backend not in self._backends:
+        if not hasattr(self, "_conn"):
             url = urllib.parse.urlparse(backend)
-            self._backends[backend] = http.client.HTTPConnection(url.hostname, url.port or 80,
-                                                                 timeout=BACKEND_TIMEOUT_S)
-        return self._backends[backend]
+            self._conn = http.client.HTTPConnection(url.hostname, url.port or 80, timeout=BACKEND_TIMEOUT_S)
+        return self._conn
 
     def finish(self) -> None:
-        for conn in getattr(self, "_backends", {}).values():
-            conn.close()
+        if hasattr(self, "_conn"):
+            self._conn.close()
         super().finish()
 
     def _stream(self, response: http.client.HTTPResponse) -> None:
@@ -163,19 +160,17 @@ def _forward(conn: http.client.HTTPConnection, backend: str, body: bytes,
 
 
 class RuntimeStandIn(StandInServer):
-    """STAND-IN SageMaker runtime on 127.0.0.1 in front of real vLLM server(s). ``backend``: one base
-    URL for every endpoint, or ``{endpoint name: base URL}``."""
+    """STAND-IN SageMaker runtime on 127.0.0.1 in front of a real vLLM server: ``backend``, the base URL
+    every endpoint's invocations go to."""
 
     handler = _Handler
     thread_name = "runtime stand-in"
 
-    def __init__(self, backend: str | dict[str, str], *, control_plane_url: str | None = None,
-                 region: str = "us-east-2"):
-        self.backends = backend if isinstance(backend, dict) else {"*": backend}
-        for url in self.backends.values():
-            if urllib.parse.urlparse(url).scheme != "http":
-                raise Gemma4T4Error(f"backend {url!r} is not an http:// URL of a vLLM server",
-                                    fix="pass the server's base URL, e.g. http://127.0.0.1:8000")
+    def __init__(self, backend: str, *, control_plane_url: str | None = None, region: str = "us-east-2"):
+        if urllib.parse.urlparse(backend).scheme != "http":
+            raise Gemma4T4Error(f"backend {backend!r} is not an http:// URL of a vLLM server",
+                                fix="pass the server's base URL, e.g. http://127.0.0.1:8000")
+        self.backend = backend
         self.control_plane_url = control_plane_url
         self.region = region
         # when each PayloadPart left (perf_counter, the clock the fake server logs its writes with):
@@ -188,14 +183,9 @@ class RuntimeStandIn(StandInServer):
         """PayloadParts sent (the last 100,000 counted)."""
         return len(self.part_times)
 
-    def backend_for(self, name: str) -> str:
-        """The endpoint's backend; only asked after :meth:`endpoint_problem` found it (by name or ``*``)."""
-        return self.backends.get(name) or self.backends["*"]
-
     def endpoint_problem(self, name: str) -> str | None:
-        """Like the real runtime: an endpoint that is missing or not InService is refused."""
-        if name not in self.backends and "*" not in self.backends:
-            return f"Endpoint {name} of account 123456789012 not found."
+        """Like the real runtime: an endpoint that is missing or not InService is refused (without a
+        control plane to ask, every name is served)."""
         if not self.control_plane_url:
             return None
         if self._sagemaker is None:

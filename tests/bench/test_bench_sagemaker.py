@@ -50,8 +50,8 @@ def standin(fake, monkeypatch):
 
 @pytest.fixture
 def healthy(fake, monkeypatch):
-    """The package's stand-in: two healthy endpoints in front of the fake server."""
-    with RuntimeStandIn({"gemma-t4": fake.base_url, "gemma-l4": fake.base_url}) as server:
+    """The package's stand-in: every endpoint (gemma-t4, gemma-l4) healthy, in front of the fake server."""
+    with RuntimeStandIn(fake.base_url) as server:
         aws_env(monkeypatch, server.url)
         yield server
 

@@ -1885,14 +1885,6 @@ def test_an_interrupt_before_anything_was_created_deletes_nothing_and_says_nothi
 
 def test_failover_deploys_in_the_region_it_tries_with_that_regions_clients():
     """A config made for us-east-2 that fails over to us-west-2 is created there, named there."""
-
-    class Session:
-        def get_credentials(self):
-            return object()
-
-        def client(self, service, region_name, config):
-            return clients(service, region_name)
-
     clients = Regions({"us-west-2": FakeSageMaker()}, quotas={"us-west-2": 1.0, "eu-west-1": 1.0})
     config = DeployConfig(
         name=NAME,
@@ -1901,7 +1893,7 @@ def test_failover_deploys_in_the_region_it_tries_with_that_regions_clients():
         instance_type="ml.g6.xlarge",
         fallback_instance_types=["ml.g5.xlarge"],
     )
-    outcome = deploy_with_failover(config, ["us-west-2"], session=Session(), progress=False, wait=False)
+    outcome = deploy_with_failover(config, ["us-west-2"], clients=clients, progress=False, wait=False)
     assert outcome.success is True and outcome.region == "us-west-2"
     assert outcome.attempts[0].outcome == "Creating"  # the deploy's own arguments reach it
     assert outcome.deployment.region == "us-west-2" and outcome.deployment.name == NAME
