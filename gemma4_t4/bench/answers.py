@@ -101,32 +101,27 @@ def first_difference(a: str, b: str) -> int:
 AnswerSource = BenchRun | Sequence[Answer]
 
 
-def _answers_of(side: str, source: AnswerSource) -> tuple[list[Answer], str | None]:
-    """(answers, why they are not a result or None)."""
-    if isinstance(source, BenchRun):
-        if source.not_measured:
-            return [], f"{side}: {source.not_measured}"
-        answers = source.answers()
-    else:
-        answers = list(source)
+def _answers_of(side: str, source: AnswerSource) -> dict[int, Answer] | str:
+    """The answers by question index, or (a string) why they are not a result."""
+    if isinstance(source, BenchRun) and source.not_measured:
+        return f"{side}: {source.not_measured}"
+    answers = source.answers() if isinstance(source, BenchRun) else list(source)
     if not answers:
-        return [], f"{side} holds no answers"
+        return f"{side} holds no answers"
     failed = [r for r in answers if r.error is not None]
     if failed:
-        return answers, (f"{side}: {len(failed)} of {len(answers)} answers failed (first: {failed[0].error})")
-    return answers, None
+        return f"{side}: {len(failed)} of {len(answers)} answers failed (first: {failed[0].error})"
+    return {r.index: r for r in answers}
 
 
 def compare_answers(a: AnswerSource, b: AnswerSource) -> AnswerComparison:
     """Compare two answer sets by question index: a :class:`BenchRun` of the answers workload, or
     its answers (:class:`Answer`: index, question, text, correct, error). A run that
     did not complete, or an answer that errored, makes the comparison not measured (never "0/20")."""
-    answers_a, why_a = _answers_of("A", a)
-    answers_b, why_b = _answers_of("B", b)
-    if why_a or why_b:
-        return AnswerComparison.not_measured("; ".join(w for w in (why_a, why_b) if w))
-    by_a = {r.index: r for r in answers_a}
-    by_b = {r.index: r for r in answers_b}
+    by_a, by_b = _answers_of("A", a), _answers_of("B", b)
+    whys = [side for side in (by_a, by_b) if isinstance(side, str)]
+    if whys:
+        return AnswerComparison.not_measured("; ".join(whys))
     shared = sorted(set(by_a) & set(by_b))
     if not shared:
         return AnswerComparison.not_measured("A and B answered no question in common")

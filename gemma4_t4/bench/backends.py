@@ -56,8 +56,7 @@ def parse_base_url(url: str) -> tuple[str, str, str]:
             fix="remove the spaces, e.g. --base-url http://127.0.0.1:8000",
         )
     if url.startswith(SAGEMAKER_SCHEME):
-        rest = url.removeprefix(SAGEMAKER_SCHEME).strip("/")
-        parts = rest.split("/")
+        parts = url.removeprefix(SAGEMAKER_SCHEME).strip("/").split("/")
         if (
             len(parts) != 2
             or not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d", parts[0])
@@ -109,10 +108,9 @@ class OpenAIHTTPBackend:
 
     def environment(self, model: str, launch: LaunchRecord | None) -> JSONObject:
         """Client host, server version and config, GPUs: stored in every result."""
-        snap = self.scrape()
         server = {
             "base_url": self.url, "model": model, "version": telemetry.server_version(self.url, self.api_key),
-            "cache_config": telemetry.cache_config(snap), "launch": launch,
+            "cache_config": telemetry.cache_config(self.scrape()), "launch": launch,
         }
         return telemetry.environment_record(server, telemetry.gpu_inventory())
 
@@ -274,7 +272,7 @@ class SageMakerBackend:
         if record.error:
             record.end_s = clock()
             return parser.flush()
-        return parser.finish(keep_text, clock(), streamed=stream)
+        return parser.finish(keep_text, clock())
 
 
 _FIXES = {

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -43,13 +42,12 @@ class RequestSpec:
     max_tokens: int
     api: Api = "completions"
     ignore_eos: bool = True
-    temperature: float = 0.0
     input_len: int | None = None
     extra_body: RawJSON = field(default_factory=dict)  # merged into the request body as is
 
     def payload(self, model: str, stream: bool = True) -> RawJSON:
         body: RawJSON = {
-            "model": model, "max_tokens": self.max_tokens, "temperature": self.temperature, "stream": stream
+            "model": model, "max_tokens": self.max_tokens, "temperature": 0.0, "stream": stream  # greedy
         }
         if stream:
             body["stream_options"] = {"include_usage": True}
@@ -65,13 +63,9 @@ class RequestSpec:
 
 def _token_count(value: object) -> int | None:
     """A token count as a server should send it: a whole number >= 0 (12.0 counts as 12)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value if value >= 0 else None
-    if isinstance(value, float) and math.isfinite(value) and value >= 0 and value.is_integer():
-        return int(value)
-    return None
+    if isinstance(value, float) and value.is_integer():  # (NaN and infinity are not integers)
+        value = int(value)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def apply_usage(record: RequestRecord, usage: object) -> bool:
@@ -200,12 +194,13 @@ class StreamParser:
             self.record.last_choice_s = self.last_choice_s
         return self.record
 
-    def finish(self, keep_text: bool, now: float, streamed: bool = True) -> RequestRecord:
-        """Close the record: end time, text, token-count fallback, the no-output check."""
+    def finish(self, keep_text: bool, now: float) -> RequestRecord:
+        """Close the record: end time, text, token-count fallback, the no-output check (and, for a
+        record that was streamed, the check that the stream ended with [DONE])."""
         record = self.flush()
         if record.end_s is None:
             record.end_s = now
-        if streamed and record.error is None and not self.done:
+        if record.streamed and record.error is None and not self.done:
             record.error, record.error_detail = "truncated_stream", "the stream ended without [DONE]"
         text = "".join(self.texts)
         record.output_chars = len(text)
@@ -263,8 +258,8 @@ async def send_request(
 def make_session(concurrency: int, timeout_s: float | None = 600.0) -> aiohttp.ClientSession:
     """One pooled session for a run: enough connections for the concurrency, no total timeout."""
     aiohttp = _aiohttp()
-    connector = aiohttp.TCPConnector(limit=max(1, concurrency), force_close=False, enable_cleanup_closed=True)
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0, sock_read=timeout_s)
+    connector = aiohttp.TCPConnector(limit=max(1, concurrency), enable_cleanup_closed=True)
+    timeout = aiohttp.ClientTimeout(sock_connect=10.0, sock_read=timeout_s)
     return aiohttp.ClientSession(connector=connector, timeout=timeout, read_bufsize=2**16)
 
 
@@ -321,9 +316,6 @@ async def open_loop(
     return list(await asyncio.gather(*tasks))  # in the order sent
 
 
-ARRIVALS = ("poisson", "constant")
-
-
 def arrival_offsets(n: int, rate: float, arrival: str = "poisson", seed: int = 0) -> list[float]:
     """Send times, in seconds from the start, of ``n`` requests offered at ``rate`` per second:
     a Poisson process (exponential gaps from ``seed``, like real independent users) or evenly spaced."""
@@ -332,7 +324,7 @@ def arrival_offsets(n: int, rate: float, arrival: str = "poisson", seed: int = 0
     if arrival == "constant":
         return [i / rate for i in range(n)]
     if arrival != "poisson":
-        raise ValueError(f"arrival must be one of {ARRIVALS}, got {arrival!r}")
+        raise ValueError(f"arrival must be one of ('poisson', 'constant'), got {arrival!r}")
     rng = random.Random(seed)
     offsets, t = [], 0.0
     for _ in range(n):

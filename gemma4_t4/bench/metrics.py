@@ -23,6 +23,7 @@ why). Output tok/s and E2EL, which time the whole generation, are still measured
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import statistics
@@ -100,7 +101,7 @@ def summarize(values: Iterable[float | None], ci: bool = True) -> LatencyStats:
 
 @dataclass
 class RequestMetrics:
-    """Latencies of one request in milliseconds (None where undefined)."""
+    """Latencies of one request in milliseconds (None where undefined); its counts stay on the record."""
 
     ok: bool
     ttft_ms: float | None
@@ -109,12 +110,7 @@ class RequestMetrics:
     tpot_ms: float | None
     per_stream_tok_s: float | None
     itl_ms: list[float]
-    chunks: int
-    completion_tokens: int | None
-    prompt_tokens: int | None
-    cached_tokens: int | None
     flushed: bool = False  # its tokens came in one flush: no TPOT, ITL or per-stream speed
-    decode_span_ms: float | None = None  # first to last output chunk
     corrupt: bool = False  # its chunk times go backwards: a damaged record times nothing
 
 
@@ -154,9 +150,7 @@ def request_metrics(r: RequestRecord) -> RequestMetrics:
     return RequestMetrics(
         ok=ok, ttft_ms=ttft, ttft_first_chunk_ms=since_send(r.first_chunk_s), e2el_ms=e2el, tpot_ms=tpot,
         per_stream_tok_s=(1000.0 / tpot) if tpot and tpot > 0 else None,
-        itl_ms=gaps if ok and not (flushed or corrupt) else [], chunks=len(chunk_times), completion_tokens=n,
-        prompt_tokens=r.prompt_tokens, cached_tokens=r.cached_tokens, flushed=flushed, corrupt=corrupt,
-        decode_span_ms=(chunk_times[-1] - chunk_times[0]) * 1000.0 if chunk_times else None,
+        itl_ms=gaps if ok and not (flushed or corrupt) else [], flushed=flushed, corrupt=corrupt,
     )
 
 
@@ -164,14 +158,16 @@ def buffered_delivery(records: Sequence[RequestRecord]) -> BufferedDelivery | No
     """Why a cell's decode figures are not measured (its completed requests that came in one
     flush, or whose records are corrupt), or None when every completed request streamed its
     tokens as they were made."""
-    done = [request_metrics(r) for r in records if r.error is None]
-    flushed = [m for m in done if m.flushed]
-    corrupt = sum(1 for m in done if m.corrupt)
+    done = [r for r in records if r.error is None]
+    flushed = [r for r in done if delivered_in_one_flush(r)]
+    corrupt = sum(1 for r in done if out_of_order(r))
     if not flushed and not corrupt:
         return None
+    # a flushed request has output chunks: its span is first to last of them
+    spans = ((r.chunk_times_s[-1] - r.chunk_times_s[0]) * 1000.0 for r in flushed)
     return BufferedDelivery(
-        requests=len(flushed), completed=len(done), tokens=max((m.completion_tokens or 0 for m in flushed), default=0),
-        span_ms=max((m.decode_span_ms or 0.0 for m in flushed), default=0.0), corrupt=corrupt,
+        requests=len(flushed), completed=len(done), tokens=max((r.completion_tokens or 0 for r in flushed), default=0),
+        span_ms=max(spans, default=0.0), corrupt=corrupt,
     )
 
 
@@ -186,11 +182,11 @@ def aggregate(records: Sequence[RequestRecord]) -> CellStats:
         start = min(r.send_s for r in records)
         end = max((r.end_s or r.send_s) for r in records)
         window = Window(start_s=start, end_s=end, duration_s=end - start)
-    out_tokens = sum(m.completion_tokens or 0 for _, m in ok)
-    in_tokens = sum(m.prompt_tokens or 0 for _, m in ok)
+    out_tokens = sum(r.completion_tokens or 0 for r, _ in ok)
+    in_tokens = sum(r.prompt_tokens or 0 for r, _ in ok)
     duration = window.duration_s if window else 0.0
-    chunks = sum(m.chunks for _, m in ok)
-    cached = [m.cached_tokens for _, m in ok if m.cached_tokens is not None]
+    chunks = sum(len(r.chunk_times_s) for r, _ in ok)
+    cached = [r.cached_tokens for r, _ in ok if r.cached_tokens is not None]
     # one flushed request makes the cell's decode figures unmeasured: the rest came in bursts too
     buffered = buffered_delivery(records)
     decoded = [] if buffered else ok
@@ -217,11 +213,8 @@ def aggregate(records: Sequence[RequestRecord]) -> CellStats:
 def peak_in_flight(records: Sequence[RequestRecord]) -> int:
     """Most requests open at the same moment (a request is open from send to end of stream)."""
     events = sorted([(r.send_s, 1) for r in records] + [(r.end_s or r.send_s, -1) for r in records])
-    running = peak = 0
-    for _, step in events:  # at equal times an end (-1) sorts before a send (+1)
-        running += step
-        peak = max(peak, running)
-    return peak
+    # requests open after each event (at equal times an end (-1) sorts before a send (+1)); the last is 0
+    return max(itertools.accumulate(step for _, step in events), default=0)
 
 
 def open_loop_stats(
@@ -232,14 +225,15 @@ def open_loop_stats(
     ``send_lag_ms``: sent minus scheduled; it grows when the client's in-flight cap is full, and
     then the offered load was not really offered (``cap_reached``).
     """
-    scheduled = [r for r in records if r.scheduled_s is not None]
     sends = sorted(r.send_s for r in records)
-    span = sends[-1] - sends[0] if len(sends) > 1 else 0.0
+    span = sends[-1] - sends[0] if sends else 0.0
     peak = peak_in_flight(records)
     return OpenLoopInfo(
         offered_rate_rps=rate, arrival=arrival,
         achieved_send_rate_rps=(len(sends) - 1) / span if span > 0 else None,
-        send_lag_ms=summarize(((r.send_s - r.scheduled_s) * 1000 for r in scheduled), ci=False),
+        send_lag_ms=summarize(
+            ((r.send_s - r.scheduled_s) * 1000 for r in records if r.scheduled_s is not None), ci=False
+        ),
         max_in_flight=max_in_flight, peak_in_flight=peak, cap_reached=peak >= max_in_flight,
     )
 

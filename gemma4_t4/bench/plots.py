@@ -3,6 +3,7 @@ cache on/off, roofline, and A/B bars with ratios. Headless (Agg) unless a notebo
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 from typing import Any
@@ -64,8 +65,8 @@ def _ttft(run: BenchRun, ax: Any) -> bool:
     )
     if not cells:
         return False
-    for conc in sorted({c.concurrency or 0 for c in cells}):
-        group = [c for c in cells if (c.concurrency or 0) == conc]
+    for conc, same_conc in itertools.groupby(cells, lambda c: c.concurrency or 0):  # cells are in that order
+        group = list(same_conc)
         xs = [c.input_len for c in group]
         med = [c.ttft_ms.median or 0.0 for c in group]  # not None: the cells were chosen for it
         low = [m - (c.ttft_ms.ci_low or m) for m, c in zip(med, group, strict=True)]
@@ -144,18 +145,17 @@ def _rate(run: BenchRun, ax: Any) -> bool:
     )
     if not cells:
         return False
-    loops = [c.open_loop for c in cells]
-    xs = [loop.offered_rate_rps for loop in loops]
+    xs = [c.open_loop.offered_rate_rps for c in cells]
     ax.plot(xs, [c.ttft_ms.median for c in cells], "o-", label="TTFT median")
     ax.plot(xs, [c.ttft_ms.p90 for c in cells], "s--", label="TTFT p90")
-    ax.set(xlabel=f"offered load (requests / s, {loops[0].arrival} arrivals)", ylabel="TTFT (ms)")
+    ax.set(xlabel=f"offered load (requests / s, {cells[0].open_loop.arrival} arrivals)", ylabel="TTFT (ms)")
     ax.grid(alpha=0.3)
     right = ax.twinx()
     tok_s = [c.output_throughput_tok_s for c in cells]
     right.plot(xs, tok_s, "^:", color="tab:green", label="output tok/s (right)")
     right.set_ylabel("output tokens / s")
-    for c, loop, x in zip(cells, loops, xs, strict=True):
-        if loop.cap_reached:
+    for c, x in zip(cells, xs, strict=True):
+        if c.open_loop.cap_reached:
             _note(ax, "in-flight cap", (x, c.ttft_ms.median or 0), color="tab:red")
     lines = ax.get_legend_handles_labels()
     more = right.get_legend_handles_labels()
@@ -229,14 +229,13 @@ def plot_qat_vs_bf16(
     left.set(xlabel="concurrent streams", ylabel="tok/s", title=f"Decode speed: {what}")
     left.grid(alpha=0.3)
     left.legend()
-    formats = list(ceilings)
     right.bar(
-        formats, [ceilings[f] for f in formats], color="#bbb", label=f"{gpu.upper()} ceiling (spec bandwidth)"
+        list(ceilings), list(ceilings.values()), color="#bbb", label=f"{gpu.upper()} ceiling (spec bandwidth)"
     )
-    shown = [f for f in formats if f in published]
+    shown = [f for f in ceilings if f in published]
     right.scatter(shown, [published[f] for f in shown], color="C3", zorder=3, label="published GCE T4, c=1")
-    for f in formats:
-        _note(right, f"{ceilings[f]:.0f}", (f, ceilings[f]), dy=3)
+    for f, ceiling in ceilings.items():
+        _note(right, f"{ceiling:.0f}", (f, ceiling), dy=3)
     right.set(ylabel="tok/s per stream", title=f"{model} on {gpu.upper()}: ceiling vs published T4")
     right.margins(y=0.15)
     right.legend()
@@ -254,11 +253,11 @@ def plot_t4_part(
     """Part 4's figure (returned, not saved): decode per stream and all streams, TTFT against the
     published curve of the same build, and what fits one GPU (weights against its budget)."""
     fig, (dec, ttft, fit) = pyplot().subplots(1, 3, figsize=(15, 4))
-    if speed.per_stream:
-        dec.plot(list(speed.per_stream), list(speed.per_stream.values()), "o-", label="per stream")
-    else:  # answers came in one flush: no per-stream speed to draw, and the legend says so
-        why = " (answers came in one flush)" if speed.not_measured else ""
-        dec.plot([], [], "o-", label=f"per stream: not measured{why}")
+    # no per-stream speed (answers that came in one flush): an empty line whose legend says so
+    per_stream = speed.per_stream or {}
+    why = " (answers came in one flush)" if speed.not_measured else ""
+    label = "per stream" if per_stream else f"per stream: not measured{why}"
+    dec.plot(list(per_stream), list(per_stream.values()), "o-", label=label)
     dec.plot(list(speed.output_tok_s), list(speed.output_tok_s.values()), "s-", label="all streams")
     dec.set(xlabel="concurrent streams", ylabel="output tok/s", title=f"Decode ({venue}, measured)")
     dec.legend(fontsize=8, loc="upper left")

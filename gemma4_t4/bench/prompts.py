@@ -138,7 +138,8 @@ class PromptFactory:
         return " ".join(rng.choice(WORDS) for _ in range(max(8, 2 * tokens)))
 
     def header(self, tag: str, index: int) -> str:
-        return f"[{self.nonce} {tag} {index}]"
+        """What a prompt (or a group's prefix) starts with, a space after it."""
+        return f"[{self.nonce} {tag} {index}] "
 
     def fit(self, lead: str, body: str, target: int, chat: bool | None = None) -> Prompt:
         """``lead`` + the longest start of ``body`` whose tokenized length is exactly ``target``
@@ -176,7 +177,7 @@ class PromptFactory:
     def unique(self, tag: str, count: int, length: int) -> list[Prompt]:
         """``count`` prompts of ``length`` tokens, no two sharing a first KV block."""
         return [
-            self.fit(self.header(tag, i) + " ", self._words(f"{tag}:{i}", length), length) for i in range(count)
+            self.fit(self.header(tag, i), self._words(f"{tag}:{i}", length), length) for i in range(count)
         ]
 
     def shared_prefix(
@@ -193,11 +194,11 @@ class PromptFactory:
         for g in range(groups):
             # the prefix is raw text; the template wraps the whole prompt later
             prefix = self.fit(
-                self.header(f"{tag}-g", g) + " ", self._words(f"{tag}:g{g}", prefix_len), prefix_len, chat=False
+                self.header(f"{tag}-g", g), self._words(f"{tag}:g{g}", prefix_len), prefix_len, chat=False
             )
             group = []
             for i in range(per_group):
-                lead = prefix.text + " " + self.header(f"{tag}-g{g}", i) + " "
+                lead = prefix.text + " " + self.header(f"{tag}-g{g}", i)
                 group.append(self.fit(lead, self._words(f"{tag}:g{g}:{i}", length), length))
             out.append(group)
         return out

@@ -75,9 +75,7 @@ def scrape(base_url: str, api_key: str | None = None, timeout: float = 10.0) -> 
         status, body = http_get(base_url.rstrip("/") + "/metrics", timeout=timeout, api_key=api_key)
     except OSError:  # URLError included
         return None
-    if status != 200:
-        return None
-    return snapshot_from_text(body.decode("utf-8", "replace"))
+    return snapshot_from_text(body.decode("utf-8", "replace")) if status == 200 else None
 
 
 PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
@@ -111,14 +109,14 @@ def spec_decode_delta(before: MetricsSnapshot | None, after: MetricsSnapshot | N
     drafts, draft_tokens, accepted = delta(SPEC_DRAFTS), delta(SPEC_DRAFT_TOKENS), delta(SPEC_ACCEPTED)
     positions, earlier = after.per_position, before.per_position
     per_position = [
-        (positions[pos] - earlier.get(pos, 0.0)) / drafts if drafts else 0.0
+        (positions[pos] - earlier.get(pos, 0.0)) / drafts
         for pos in sorted(positions, key=lambda p: int(p) if p.isdigit() else 0)
-    ]
+    ] if drafts else []
     return SpecDecode(
         drafts=drafts, draft_tokens=draft_tokens, accepted_tokens=accepted, source="/metrics",
         acceptance_rate=accepted / draft_tokens if draft_tokens else None,
         mean_accepted_length=1.0 + accepted / drafts if drafts else None,
-        per_position_acceptance=per_position if drafts else [],
+        per_position_acceptance=per_position,
     )
 
 
@@ -136,9 +134,8 @@ def cache_config(snapshot: MetricsSnapshot | None) -> dict[str, str]:
 
 def check_reachable(base_url: str, model: str | None = None, api_key: str | None = None) -> ServerInfo:
     """Fail before the run if the server is unreachable or does not serve ``model``."""
-    url = base_url.rstrip("/")
     try:
-        status, body = http_get(url + "/v1/models", timeout=10.0, api_key=api_key)
+        status, body = http_get(base_url.rstrip("/") + "/v1/models", timeout=10.0, api_key=api_key)
     except OSError as exc:  # URLError included
         raise Gemma4T4Error(
             f"cannot reach the server at {base_url}: {exc}",

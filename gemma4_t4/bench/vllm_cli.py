@@ -37,7 +37,7 @@ def main() -> None:
     patch_vllm_version()
     from vllm.entrypoints.cli.main import main as vllm_main
 
-    sys.argv = ["vllm", *sys.argv[1:]]
+    sys.argv[0] = "vllm"
     vllm_main()
 
 

@@ -279,7 +279,7 @@ def test_bogus_usage_in_a_whole_sagemaker_reply_fails_the_request_too():
     parser = StreamParser(spec, 0.0)
     body = b'{"choices": [{"text": "ab", "finish_reason": "length"}], "usage": {"completion_tokens": NaN}}'
     _read_whole(parser, body, 0.5)
-    record = parser.finish(keep_text=False, now=0.5, streamed=False)
+    record = parser.finish(keep_text=False, now=0.5)
     assert record.error == "bad_usage" and "usage.completion_tokens = NaN" in record.error_detail
     assert aggregate([record]).completed == 0
 

@@ -702,7 +702,7 @@ def test_answers_are_the_fixed_questions_greedy_at_each_concurrency():
     ]  # fmt: skip
     first = cells[0].specs[0]
     assert len(cells[0].specs) == len(QUESTIONS) and first.prompt == QUESTIONS[0][0]
-    assert (first.request_id, first.max_tokens, first.api, first.ignore_eos, first.temperature) == (
+    assert (first.request_id, first.max_tokens, first.api, first.ignore_eos, first.payload("m")["temperature"]) == (
         "answers-0",
         16,
         "chat",
