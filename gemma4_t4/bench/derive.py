@@ -55,15 +55,10 @@ def cost(
     (all instances with ``gpu_key`` when no keys are given). Assumes 100 % utilisation."""
     if not output_tok_s or output_tok_s <= 0:
         return {}
-    if price_keys:
-        keys = price_keys
-        unknown = [k for k in keys if k not in PRICES]
-        if unknown:
-            raise Gemma4T4Error(f"no price for {', '.join(unknown)}", fix=f"use one of: {', '.join(PRICES)}")
-    elif gpu_key:
-        keys = [k for k, p in PRICES.items() if p.gpu == gpu_key]
-    else:
-        return {}
+    unknown = [k for k in price_keys or [] if k not in PRICES]
+    if unknown:
+        raise Gemma4T4Error(f"no price for {', '.join(unknown)}", fix=f"use one of: {', '.join(PRICES)}")
+    keys = price_keys or [k for k, p in PRICES.items() if p.gpu == gpu_key]
     return {k: usd_per_million_tokens(PRICES[k].usd_per_hour, output_tok_s) for k in keys}
 
 
@@ -83,9 +78,5 @@ def derive_cell(
     prices = cost(cell.output_throughput_tok_s, price_keys, gpu_key)
     if prices:
         out.usd_per_million_output_tokens = prices
-        out.cost_assumes = (
-            "100 % utilisation at this cell's offered rate"
-            if open_loop
-            else "100 % utilisation at this cell's concurrency"
-        )
+        out.cost_assumes = f"100 % utilisation at this cell's {'offered rate' if open_loop else 'concurrency'}"
     return out

@@ -69,6 +69,8 @@ def workload(kind: str) -> Callable[[type[S]], type[S]]:
             kind=(Literal[kind], kind),  # type: ignore[valid-type]
         )
         registered.__qualname__ = cls.__qualname__
+        if "workload" not in vars(cls):  # what the results call it: its kind, unless the class names another
+            registered.workload = kind
         REGISTRY[kind] = registered
         return registered
 
@@ -116,7 +118,7 @@ class WorkloadSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: str  # set by @workload: the registry entry, the discriminator of AnySpec
-    workload: ClassVar[str]  # what the results call it (open loop and sweep are decode runs)
+    workload: ClassVar[str]  # what the results call it: its kind unless declared (open loop and sweep are decode runs)
     api: ClassVar[str] = "completions"  # the API it speaks unless the run chooses
     prompts: ClassVar[bool] = True  # needs exact-length prompts (a tokenizer)
     defaults: ClassVar[Values] = {}  # the value of a field left out
@@ -305,8 +307,7 @@ def spec_from_options(workload: str, method: str | None = None, **fields: object
     elif workload == "decode" and "rates" in given:
         workload = "open_loop"
     if workload == "ttft" and "input_len" in given:
-        length = given.pop("input_len")
-        given.setdefault("input_lens", [length])
+        given.setdefault("input_lens", [given.pop("input_len")])
     return spec_for(workload, **given)
 
 

@@ -22,7 +22,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from gemma4_t4.bench.schemas import (
     SCHEMA,
@@ -164,8 +164,6 @@ class BenchRun(Displayable, BaseModel):
     """A results directory: the run info and its measured cells, with the accessors notebooks use.
     ``run_benchmark`` returns it in memory; :meth:`load` reads (and validates) one from disk."""
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
     dir: Path = Field(description="the results directory")
     run: RunInfo = Field(description="run.json")
     cells: list[CellSummary] = Field(default_factory=list, description="summary.json's cells, in run order")
@@ -263,12 +261,11 @@ class BenchRun(Displayable, BaseModel):
     def decode_speed(self) -> DecodeSpeed:
         """The decode figures of a complete run (refused, naming why, for one that did not
         complete), per-stream only where tokens were streamed."""
-        done = self.require_complete("decode speed")
-        why = done.decode_not_measured
+        why = self.require_complete("decode speed").decode_not_measured
         return DecodeSpeed(
-            per_stream=None if why else done.per_stream_by_concurrency(),
-            output_tok_s=done.throughput_by_concurrency(),
-            e2el_ms=done._decode_medians("e2el_ms"),
+            per_stream=None if why else self.per_stream_by_concurrency(),
+            output_tok_s=self.throughput_by_concurrency(),
+            e2el_ms=self._decode_medians("e2el_ms"),
             not_measured=why,
         )
 
@@ -328,7 +325,7 @@ class BenchRun(Displayable, BaseModel):
             flags = [name for name, on in (("queueing", c.queueing), ("partial", c.partial),
                                            ("in-flight cap reached", c.open_loop and c.open_loop.cap_reached)) if on]
             spec = c.spec_decode
-            if spec is not None and spec.acceptance_rate is not None and spec.mean_accepted_length is not None:
+            if spec and spec.acceptance_rate is not None and spec.mean_accepted_length is not None:
                 flags.append(f"drafts accepted {spec.acceptance_rate:.0%}, "
                              f"mean accepted length {spec.mean_accepted_length:.2f}")
             if flags:

@@ -71,7 +71,6 @@ _TTFT_T4: Values = {"input_lens": [512, 1024, 2048, 4096]}
 class DecodeSpec(Streams, PromptLen, WorkloadSpec):
     """Closed-loop decode: ``concurrency`` streams at once, unique prompts of ``input_len`` tokens."""
 
-    workload: ClassVar[str] = "decode"
     defaults: ClassVar[Values] = {"concurrency": [1, 2, 4, 8, 16], "input_len": 512, "output_len": 128}
     # the series' T4 conditions (a SageMaker endpoint is a T4 too); on cpu the method on the tiny model
     venues: ClassVar[dict[str, Values]] = {
@@ -173,10 +172,9 @@ class SweepSpec(Arrivals, PromptLen, WorkloadSpec):
         if not done or done[-1].variant != "sweep_throughput":
             return [], {}
         ends = {c.variant: c.request_throughput_req_s or 0.0 for c in done}
-        rates = sweep_rates(ends["sweep_synchronous"], ends["sweep_throughput"], self.sweep)
-        info = SweepInfo(
-            synchronous_rps=ends["sweep_synchronous"], throughput_rps=ends["sweep_throughput"], rates=rates
-        )
+        sync, through = ends["sweep_synchronous"], ends["sweep_throughput"]
+        rates = sweep_rates(sync, through, self.sweep)
+        info = SweepInfo(synchronous_rps=sync, throughput_rps=through, rates=rates)
         return rate_cells(self, run, factory, rates, variant="sweep_rate"), {"sweep": info}
 
 
@@ -224,7 +222,6 @@ class SeriesDecodeSpec(PromptLen, WorkloadSpec):
 class TTFTSpec(WorkloadSpec):
     """Time to first token as the prompt grows (one stream)."""
 
-    workload: ClassVar[str] = "ttft"
     defaults: ClassVar[Values] = {"input_lens": [256, 512, 1024, 2048, 4096], "output_len": 16, "num_prompts": 16}
     venues: ClassVar[dict[str, Values]] = {
         "t4": _TTFT_T4,
@@ -251,7 +248,6 @@ class PrefixSpec(PromptLen, WorkloadSpec):
     """Prompts sharing ``groups`` prefixes of ``prefix_len`` tokens vs unique prompts; the prefix
     cache's hit rate where the server exposes /metrics."""
 
-    workload: ClassVar[str] = "prefix"
     defaults: ClassVar[Values] = {"input_len": 1024, "output_len": 32, "num_prompts": 32, "groups": 4}
     prefix_len: int | None = Field(
         None, ge=1, le=MAX_TOKENS, description="prefix workload: shared tokens (default 3/4 of input)"
@@ -297,7 +293,6 @@ class PrefixSpec(PromptLen, WorkloadSpec):
 class AnswersSpec(Streams, WorkloadSpec):
     """Fixed questions, greedy: what two servers' answers are compared on."""
 
-    workload: ClassVar[str] = "answers"
     api: ClassVar[str] = "chat"
     prompts: ClassVar[bool] = False
     defaults: ClassVar[Values] = {"concurrency": [1], "output_len": 32}
@@ -314,8 +309,7 @@ class AnswersSpec(Streams, WorkloadSpec):
             RequestSpec(f"w-answers-{i}", f"Say the word number {i}.", 8, api=run.api, ignore_eos=False)
             for i in range(warm_count(self.warmup, min(max(self.concurrency), len(specs))))
         ]
-        out = self.output_len
-        return [Cell(f"answers-c{c}", "answers", "answers", c, None, out, specs, warm) for c in self.concurrency]
+        return [Cell(f"answers-c{c}", "answers", "answers", c, None, self.output_len, specs, warm) for c in self.concurrency]
 
 
 @workload("load")
@@ -323,7 +317,6 @@ class LoadSpec(Streams, PromptLen, WorkloadSpec):
     """The series' load test: ``c`` concurrent requests of one shared prompt (as published: the
     prompt is the same for all, so prefix caching serves its prefill), c = 1..16."""
 
-    workload: ClassVar[str] = "load"
     defaults: ClassVar[Values] = {"concurrency": [1, 2, 4, 8, 16], "input_len": 512, "output_len": 256}
 
     def cells(self, run: RunOptions, factory: PromptFactory | None) -> list[Cell]:
