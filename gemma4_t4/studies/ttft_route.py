@@ -62,6 +62,7 @@ def ttft_route_on_off(
     spec: TTFTSpec,
     out_dir: str | Path,
     server_factory: Callable[[ServerConfig], VLLMServer] = VLLMServer,
+    progress: bool = True,
 ) -> TtftOnOffReport:
     """TTFT vs input length with the route off, then on (``config.max_model_len`` must fit the longest
     input + output); returns medians per length and the plot path."""
@@ -72,7 +73,7 @@ def ttft_route_on_off(
         cfg = config.replaced(extra_env={**config.extra_env, prefill.ENV_SWITCH: value})
         with server_factory(cfg) as server:
             served = ServedAt(server.base_url, cfg.resolved_name())
-            result = run(served, spec, out / mode, label=f"TTFT, tensor-core prefill {mode}")
+            result = run(served, spec, out / mode, label=f"TTFT, tensor-core prefill {mode}", progress=progress)
             log = Path(server.log_path)
             log_text = log.read_text(errors="replace") if log.exists() else ""
         medians[mode], routes[mode] = dict(result.ttft_by_input_len()), route_actions(log_text)
