@@ -437,19 +437,17 @@ def _already_building(region: str, path: Path) -> Gemma4T4Error:
 
 
 def build_t4_image(region: str, base_tag: str = images.DEFAULT_VLLM_TAG, *, force: bool = False,
-                   session: Any = None, clients: ClientFactory | None = None,
-                   poll_s: float = 15.0, progress: bool = True,
+                   clients: ClientFactory | None = None, poll_s: float = 15.0, progress: bool = True,
                    on_build_succeeded: Callable[[str, str], object] | None = None,
-                   sleep: Sleep = time.sleep,
-                   monotonic: Clock = time.monotonic) -> BuildResult:
+                   sleep: Sleep = time.sleep) -> BuildResult:
     """Create/reuse the stack, run the build, verify the image in ECR and return its digest.
     ``on_build_succeeded(region, tag)`` is for offline runs: moto's CodeBuild runs no Docker, so
     :meth:`LocalAWS.seed_fixed_image` stands in for the push there."""
     images.validate_region(region)
     images.fixed_image_tag(base_tag)  # a base tag that is not pinned is refused before any AWS call
     bundle = source_bundle()
-    make = clients or client_factory(session)
-    t0 = monotonic()
+    make = clients or client_factory()
+    t0 = time.monotonic()
     with aws_call("GetCallerIdentity"):
         account = make("sts", region).get_caller_identity()["Account"]
     bundle_sha = hashlib.sha256(bundle).hexdigest()
@@ -471,8 +469,7 @@ def build_t4_image(region: str, base_tag: str = images.DEFAULT_VLLM_TAG, *, forc
                       file=sys.stderr)
             record(tag=target.tag)
             ensure_stack(target, bundle, make, result, sleep)
-            build = _run_build(make("codebuild", region), target, result, record, poll_s, progress, sleep,
-                               monotonic)
+            build = _run_build(make("codebuild", region), target, result, record, poll_s, progress, sleep)
             result.status = build.get("buildStatus", "?")
             reason = f"CodeBuild status {result.status}"
             if result.status == "SUCCEEDED":
@@ -486,18 +483,17 @@ def build_t4_image(region: str, base_tag: str = images.DEFAULT_VLLM_TAG, *, forc
             result.log_tail = log_tail(make("logs", region), build)
             raise BuildFailed(result, reason)
     finally:
-        result.elapsed_s = round(monotonic() - t0, 2)
+        result.elapsed_s = round(time.monotonic() - t0, 2)
 
 
 def _run_build(cb: Any, target: BuildTarget, result: BuildResult, record: Callable[..., None], poll_s: float,
-               progress: bool, sleep: Sleep, monotonic: Clock) -> Any:
+               progress: bool, sleep: Sleep) -> Any:
     """Start the CodeBuild build and wait for it; interrupted, the build is stopped (never left running)."""
     started = cb.start_build(**start_build_params(target))["build"]
     result.build_id, result.status = started["id"], "IN_PROGRESS"
     record(build_id=result.build_id)
     try:
-        return wait_for_build(cb, result.build_id, result, poll_s=poll_s, progress=progress, sleep=sleep,
-                              monotonic=monotonic)
+        return wait_for_build(cb, result.build_id, result, poll_s=poll_s, progress=progress, sleep=sleep)
     except KeyboardInterrupt as exc:  # interrupted before the wait took over: the build must not run on
         if result.status != "STOPPED":
             cb.stop_build(id=result.build_id)

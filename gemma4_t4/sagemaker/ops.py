@@ -498,8 +498,7 @@ def delete_resources(sm: Any, resources: list[tuple[str, str]], result: DeleteRe
                 raise aws_error(exc, f"{operation} {res}") from exc
 
 
-def delete_endpoint(name: str, region: str, *, client: Any = None, dry_run: bool = False,
-                    autoscaling_client: Any = None, not_ours: bool = False,
+def delete_endpoint(name: str, region: str, *, client: Any = None, dry_run: bool = False, not_ours: bool = False,
                     created_at: float | None = None) -> DeleteResult:
     """Delete autoscaling, endpoint, endpoint config and model(s). Safe to repeat: missing parts are
     reported. A config or model another endpoint uses is kept (``kept`` says why). The dry run reads
@@ -515,7 +514,7 @@ def delete_endpoint(name: str, region: str, *, client: Any = None, dry_run: bool
     result.kept = plan.kept
     if dry_run:
         return result
-    delete_resources(sm, plan.resources, result, autoscaling_client)
+    delete_resources(sm, plan.resources, result)
     return result
 
 
