@@ -124,10 +124,6 @@ class PublishedDrafter:
     source: str = DRAFTER_SOURCE
     published: bool = True
 
-    @property
-    def speedup(self) -> float:
-        return self.ms_per_token_off / self.ms_per_token_on
-
 
 # the reference implementation's emb4 repack (int4 embeddings and lm_head) with Google's assistant
 T4_DRAFTER = PublishedDrafter("gemma-4-E2B", "emb4", 3, 109.7, 135.0, 9.9, 7.4, 0.38, "3/20")
@@ -314,9 +310,7 @@ def beside(
     """One display row: a measured figure (or why it is not measured, e.g. one flush) next to the published one,
     their ratio only where both are the same known kind (model size and GPU class); elsewhere the
     published figure stands alone, labelled, and the row says what was measured on."""
-    comparable = (
-        measured_on is not None and published_on is not None and measured_on.known and measured_on == published_on
-    )
+    comparable = measured_on is not None and measured_on.known and measured_on == published_on
     number = isinstance(measured, int | float) and not isinstance(measured, bool)
     ratio = measured / published if comparable and number and published else None  # type: ignore[operator]
     return {

@@ -148,7 +148,7 @@ class WorkloadSpec(BaseModel):
         if not isinstance(data, dict):
             return data
         given = {k: v for k, v in data.items() if v is not None}
-        return cls.derived({**cls.defaults, **given})
+        return cls.derived(cls.defaults | given)
 
     # papermill's forms of every list field (each declared by the workloads that take it), read once here
     @field_validator("concurrency", "input_lens", "series_lens", "rates", mode="before", check_fields=False)

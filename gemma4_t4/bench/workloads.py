@@ -131,8 +131,8 @@ def build_args(base_url: str, model: str, workload: str, out_dir: str | Path, **
 def _check_lengths(args: BenchArgs, max_model_len: int | None) -> None:
     if not max_model_len:
         return
-    lengths, longest = args.spec.prompt_lens(), args.spec.longest_output()
-    too_long = [n for n in lengths if n + longest > max_model_len]
+    longest = args.spec.longest_output()
+    too_long = [n for n in args.spec.prompt_lens() if n + longest > max_model_len]
     if too_long:
         raise Gemma4T4Error(
             f"input {too_long[0]} + output {longest} tokens exceed the server's max_model_len {max_model_len}",
