@@ -265,7 +265,7 @@ class BuildFailed(Gemma4T4Error):
 
 
 def ensure_stack(target: BuildTarget, bundle: bytes, clients: ClientFactory, result: BuildResult,
-                 sleep: Sleep = time.sleep) -> None:
+                 sleep: Sleep) -> None:
     """Create what is missing (ECR, S3 + bundle, role, project); record created vs reused."""
     calls = {c.operation: c for c in stack_calls(target, len(bundle))}
     region = target.region

@@ -27,15 +27,15 @@ _DISTRIBUTION = "gemma4-t4"
 _ZIP_TIME = (2020, 1, 1, 0, 0, 0)  # fixed timestamps: the same package gives the same bytes
 
 
-def _package_files(package_dir: Path) -> Iterator[tuple[str, Path]]:
+def _package_files() -> Iterator[tuple[str, Path]]:
     """(path in the wheel, file) for every file of the installed package; compiled caches left out.
     os.walk follows links: a checkout links data/notebooks to its notebooks/ folder."""
-    for folder, dirs, files in os.walk(package_dir, followlinks=True):
+    for folder, dirs, files in os.walk(PACKAGE_DIR, followlinks=True):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
         for name in sorted(files):
             path = Path(folder) / name
             if path.suffix not in (".pyc", ".pyo") and path.is_file():  # a dangling link is no file
-                yield f"{package_dir.name}/{path.relative_to(package_dir).as_posix()}", path
+                yield f"{PACKAGE_DIR.name}/{path.relative_to(PACKAGE_DIR).as_posix()}", path
 
 
 def _zip(entries: Iterable[tuple[str, bytes, int]]) -> bytes:
@@ -62,7 +62,7 @@ def package_wheel() -> tuple[str, bytes]:
             fix="install the package (pip install gemma4-t4, or pip install -e . in a checkout)") from None
     version = dist.version
     info_dir = f"gemma4_t4-{version}.dist-info"
-    files = [(name, path.read_bytes()) for name, path in _package_files(PACKAGE_DIR)]
+    files = [(name, path.read_bytes()) for name, path in _package_files()]
     # an installed wheel has METADATA; a checkout's own egg-info (found first from its root) PKG-INFO
     about = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or f"Metadata-Version: 2.1\nName: {_DISTRIBUTION}\n"
     files += [(f"{info_dir}/METADATA", about.encode()),

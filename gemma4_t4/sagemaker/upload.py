@@ -191,23 +191,16 @@ def _multipart(s3: Any, bucket: str, key: str, f: LocalFile, part_size: int,
                 completed.append({"PartNumber": number, "ETag": etag, "ChecksumSHA256": sha})
                 advance(len(chunk))
     except BaseException as exc:  # Ctrl-C, SIGTERM/SIGHUP (signals.orderly_stop) or a failure mid-file
-        print(interrupted_upload_note(bucket, key, upload_id, len(completed), exc), file=sys.stderr)
+        # what it leaves, and the two ways out: resume, or abort (no parts billed)
+        why = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"failed ({type(exc).__name__})"
+        print(f"upload of s3://{bucket}/{key} {why} after {len(completed)} part(s); the parts stay in S3 (billed as "
+              "storage) so that re-running the same command resumes from them. To drop them instead: "
+              f"aws s3api abort-multipart-upload --bucket {shlex.quote(bucket)} --key {shlex.quote(key)} "
+              f"--upload-id {shlex.quote(upload_id)}", file=sys.stderr)
         raise
     s3.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id,
                                  MultipartUpload={"Parts": completed})
     return status, len(completed), sent
-
-
-def interrupted_upload_note(bucket: str, key: str, upload_id: str, parts_done: int,
-                            exc: BaseException) -> str:
-    """What an interrupted multipart upload leaves, and the two ways out: resume, or abort (no parts billed)."""
-    why = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"failed ({type(exc).__name__})"
-    return (
-        f"upload of s3://{bucket}/{key} {why} after {parts_done} part(s); the parts stay in S3 (billed as "
-        "storage) so that re-running the same command resumes from them. To drop them instead: "
-        f"aws s3api abort-multipart-upload --bucket {shlex.quote(bucket)} --key {shlex.quote(key)} "
-        f"--upload-id {shlex.quote(upload_id)}"
-    )
 
 
 def upload_model_folder(folder: str | Path, region: str, *, bucket: str | None = None, s3_client: Any = None,
