@@ -331,8 +331,8 @@ BUGS: tuple[Bug, ...] = (
     Bug(
         "The doctor names a host setup refuses in setup's words (the message without the fix folded in)",
         "gemma4_t4/host/env.py",
-        'add(Problem("error", refusal[0], refusal[1].message, refusal[1].fix))',
-        'add(Problem("error", refusal[0], str(refusal[1]), refusal[1].fix))',
+        'yield Problem("error", refusal[0], refusal[1].message, refusal[1].fix)',
+        'yield Problem("error", refusal[0], str(refusal[1]), refusal[1].fix)',
         ("tests/host/test_verdicts_agree.py::test_doctor_setup_fix_torch_and_the_gate_agree[t4-driver-470]",),
     ),
     # a check that the bugged copy is what runs: every secret is shown masked as ***

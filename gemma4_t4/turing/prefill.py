@@ -271,7 +271,7 @@ class PrefillRoute:
         self.layer_decisions: dict[tuple, tuple[bool, int, str]] = {}
         self.logged: set[str] = set()
         self.broken: set[tuple] = set()  # layer configurations whose route raised: Triton from then on
-        self.counts = {"routed_steps": 0, "routed_sequences": 0, "triton_steps": 0, "fallback_steps": 0}
+        self.counts = {"routed_sequences": 0, "fallback_steps": 0}
 
     def _once(self, key: str, message: str, level: int = logging.INFO) -> None:
         if key not in self.logged:
@@ -307,7 +307,6 @@ class PrefillRoute:
         """TritonAttentionImpl.forward with new prompts routed; the rest goes to ``original``."""
 
         def triton() -> Any:
-            self.counts["triton_steps"] += 1
             return original(
                 impl, layer, query, key, value, kv_cache, attn_metadata, output, output_scale,
                 output_block_scale,
@@ -328,7 +327,6 @@ class PrefillRoute:
         except Exception as exc:
             self._failed(exc, impl, layer_key)
             return triton()
-        self.counts["routed_steps"] += 1
         self.counts["routed_sequences"] += len(routed)
         return output
 
@@ -527,10 +525,9 @@ class VerdictPolicy:
 
 def install_on(impl_cls: Any, route: PrefillRoute) -> Any:
     """Replace ``impl_cls.forward`` with the routing wrapper (idempotent); returns the wrapper."""
-    current = impl_cls.forward
-    if getattr(current, MARK, None) is not None:
-        return current
-    original = current
+    original = impl_cls.forward
+    if getattr(original, MARK, None) is not None:  # already installed: this is the wrapper
+        return original
 
     @functools.wraps(original)
     def forward(self, *args, **kwargs):  # vLLM's own parameters (FORWARD_PARAMS), as vLLM passes them

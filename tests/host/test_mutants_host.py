@@ -484,7 +484,7 @@ def test_sagemakers_metadata_file_marks_a_sagemaker_host():
 
 def test_torchs_build_is_read_from_the_installed_package_on_disk():
     """This machine's torch: its folder holds the version.py the doctor reads, and CUDA is unreachable."""
-    folder = env._torch_dir()
+    folder = env.Probes().torch_dir()
     assert folder is not None and (Path(folder) / "version.py").is_file()
     assert env._cuda_device() == {"error": "torch.cuda.is_available() is False"}
 
