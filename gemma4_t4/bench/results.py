@@ -128,7 +128,7 @@ class ResultsWriter:
         write_summary(self.dir, self.run_info, self.cells)
 
     def update_run(self, **fields: Any) -> None:
-        self.run_info = RunInfo.model_validate(self.run_info.to_json() | fields)
+        self.run_info = self.run_info.model_copy(update=fields)
         atomic_write_json(self.dir / RUN_FILE, self.run_info.to_json())
         write_summary(self.dir, self.run_info, self.cells)
 
@@ -246,7 +246,7 @@ class BenchRun(Displayable, BaseModel):
         """``None`` when every measured cell streamed its tokens; else why TPOT, ITL and per-stream
         tok/s are not measured (the first cell whose answers came in one flush, named)."""
         buffered = next((c for c in self.cells if c.buffered), None)
-        return f"{buffered.buffered.reason} in cell {buffered.cell}" if buffered and buffered.buffered else None
+        return f"{buffered.buffered.reason} in cell {buffered.cell}" if buffered else None
 
     def require_streamed(self, what: str = "a per-stream decode speed") -> BenchRun:
         """This run, or an error naming the flush that leaves it without ``what``."""
