@@ -266,11 +266,12 @@ class Query(Displayable):
         ]
 
 
-def query(aws: AwsVenue, name: str, region: str, question: str, max_tokens: int = 32) -> Query:
-    """Ask ``question`` (a canned stand-in reply is queued where moto answers alone), then stream it."""
+def query(aws: AwsVenue, name: str, region: str, question: str) -> Query:
+    """Ask ``question`` (a canned stand-in reply is queued where moto answers alone), then stream it: 32 tokens
+    each way."""
     aws.canned(CANNED.get(question, "No canned reply for this question."))
-    reply = sagemaker.invoke(name, region, question, max_tokens=max_tokens)
-    streamed = aws.invoke_stream(name, region, question, max_tokens=max_tokens)
+    reply = sagemaker.invoke(name, region, question, max_tokens=32)
+    streamed = aws.invoke_stream(name, region, question)
     return Query(question, reply, streamed, aws.replies_from, aws.generated)
 
 

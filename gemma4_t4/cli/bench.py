@@ -37,7 +37,7 @@ def option_flags(parser: argparse.ArgumentParser) -> None:
         "--method series series_decode); the [list] after a flag's help names the workloads that take it",
     )
     parser.add_argument(
-        "--method", choices=list(METHODS), default=None,
+        "--method", choices=list(METHODS),
         help="decode: 'series' = the series' method, (L-S)/(wall_L - wall_S), 8 prompts at c=1",
     )
     fields = workload_fields()
@@ -75,7 +75,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     compare.add_argument("a", help="results directory (or a folder of them), e.g. the T4 run")
     compare.add_argument("b", help="results directory (or a folder of them), e.g. the L4 run")
-    compare.add_argument("--plot", default=None, metavar="PNG", help="also write A/B bars to this file")
+    compare.add_argument("--plot", metavar="PNG", help="also write A/B bars to this file")
 
     plot = add_command(sub, "plot", _plot, help="write the PNG plots of a results directory")
     plot.add_argument("dir")

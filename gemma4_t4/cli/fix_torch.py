@@ -29,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "names (the same plan as gemma4-t4 setup)")
     p.add_argument("--apply", action="store_true",
                    help="run the pip command (refused where vLLM must change too: then run gemma4-t4 setup)")
-    p.add_argument("--vllm", default=None,
+    p.add_argument("--vllm",
                    help=f"plan for this vLLM release: one of {', '.join(known_vllm_versions())} (default: the "
                         "installed one where the driver runs it, else the best the driver runs)")
-    p.add_argument("--python", default=None, help="interpreter whose torch to fix (default: this one)")
+    p.add_argument("--python", help="interpreter whose torch to fix (default: this one)")

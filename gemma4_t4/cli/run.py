@@ -29,12 +29,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--only", action="append", metavar="PART",
                         help="run only this part number, e.g. --only 02 (repeatable)")
     parser.add_argument(
-        "--notebooks", default=None, metavar="DIR",
+        "--notebooks", metavar="DIR",
         help="folder holding the NN_*.ipynb notebooks and params/ (default: the notebooks installed with "
         "the package)",
     )
     parser.add_argument("--no-html", action="store_true", help="skip the HTML export")
-    parser.add_argument("--cell-timeout", type=float, default=None, help="seconds allowed per cell")
+    parser.add_argument("--cell-timeout", type=float, help="seconds allowed per cell")
 
 
 def _run(args: argparse.Namespace) -> Output:

@@ -69,7 +69,7 @@ def _regions(value: str | None) -> list[str]:
 
 def _common(parser: argparse.ArgumentParser, region: bool = True) -> None:
     if region:
-        parser.add_argument("--region", default=None, help="AWS region (default: $AWS_REGION or us-east-2)")
+        parser.add_argument("--region", help="AWS region (default: $AWS_REGION or us-east-2)")
     parser.add_argument(
         "--dry-run", action="store_true", help="print the equivalent aws CLI commands; call nothing"
     )
@@ -320,11 +320,11 @@ def _register_image_commands(sub: argparse._SubParsersAction) -> None:
     """quotas, image, build-image: what a deploy needs before it starts."""
     p = add_command(sub, "quotas", _quotas, "endpoint quotas by name across regions; picks a region")
     p.add_argument("--instance-types", default=DEFAULT_INSTANCE, help="comma-separated")
-    p.add_argument("--regions", default=None, help="comma-separated (default: the US regions)")
+    p.add_argument("--regions", help="comma-separated (default: the US regions)")
     _common(p, region=False)
 
     p = add_command(sub, "image", _image, "the AWS vLLM container image and the driver it needs")
-    p.add_argument("--tag", default=None, help=f"pin a tag (default {DEFAULT_VLLM_TAG})")
+    p.add_argument("--tag", help=f"pin a tag (default {DEFAULT_VLLM_TAG})")
     p.add_argument("--latest", action="store_true", help="look up the newest pinned tag in the registry")
     p.add_argument("--instance-type", default=DEFAULT_INSTANCE)
     _common(p)
@@ -332,12 +332,12 @@ def _register_image_commands(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "build-image", _build_image,
                     "build the fixed T4 image in AWS CodeBuild and push it to your ECR (no local docker)")
     p.add_argument(
-        "--base-tag", default=None,
+        "--base-tag",
         help="the AWS vLLM DLC tag to build FROM (default: the newest in the region's registry, "
         f"else {DEFAULT_VLLM_TAG} labelled as a fallback)",
     )
     p.add_argument("--force", action="store_true", help="build again even if the tag is already in ECR")
-    p.add_argument("--record", default=None, metavar="FILE", help="write the image URI and digest as JSON")
+    p.add_argument("--record", metavar="FILE", help="write the image URI and digest as JSON")
     _common(p)
 
 
@@ -348,17 +348,17 @@ def _register_deploy_commands(sub: argparse._SubParsersAction) -> None:
     )
     add_setting_flags(p, DeployConfig)
     p.add_argument(
-        "--model-dir", default=None, metavar="DIR",
+        "--model-dir", metavar="DIR",
         help="a local model folder: uploaded to S3 (resumable, checksummed) and served from there",
     )
     p.add_argument(
-        "--model-bucket", default=None,
+        "--model-bucket",
         help="S3 bucket for --model-dir (default gemma4-t4-models-ACCOUNT-REGION)",
     )
-    p.add_argument("--timeout", type=float, default=None, help="how long to wait for InService, s")
+    p.add_argument("--timeout", type=float, help="how long to wait for InService, s")
     p.add_argument("--no-wait", action="store_true", help="return once the endpoint is Creating")
     p.add_argument(
-        "--failover", default=None, metavar="REGIONS",
+        "--failover", metavar="REGIONS",
         help="comma-separated regions to try in order (skips those without quota)",
     )
     _common(p, region=False)  # --region is a deploy setting
@@ -386,7 +386,7 @@ def _register_deploy_commands(sub: argparse._SubParsersAction) -> None:
 def _register_endpoint_commands(sub: argparse._SubParsersAction) -> None:
     """list, status, logs, invoke, delete, reap: day-2 operations on existing endpoints."""
     p = add_command(sub, "list", _list, "this project's endpoints across regions")
-    p.add_argument("--regions", default=None)
+    p.add_argument("--regions")
     p.add_argument("--all", action="store_true", help="include endpoints without the project tag")
     _common(p, region=False)
 
@@ -413,6 +413,6 @@ def _register_endpoint_commands(sub: argparse._SubParsersAction) -> None:
             )
 
     p = add_command(sub, "reap", _reap, "delete project endpoints past their lifetime tag")
-    p.add_argument("--regions", default=None)
+    p.add_argument("--regions")
     p.add_argument("--yes", action="store_true", help="really delete (otherwise only report)")
     _common(p, region=False)

@@ -115,7 +115,7 @@ def _logs(args: argparse.Namespace) -> Output:
 
 
 def _where(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--port", type=int, default=None, help="which server (default: the only one recorded)")
+    parser.add_argument("--port", type=int, help="which server (default: the only one recorded)")
     parser.add_argument(
         "--work-dir", default=DEFAULT_WORK_DIR, help="where servers are recorded (default %(default)s)"
     )

@@ -59,11 +59,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--dry-run", action="store_true", help="print the plan and its pip commands; install nothing"
     )
-    p.add_argument("--vllm", default=None,
+    p.add_argument("--vllm",
                    help=f"vLLM release to install: one of {', '.join(known_vllm_versions())} "
                    "(default: the best the driver runs)")
     p.add_argument(
         "--undo", action="store_true",
         help="revert what this Python's latest setup install changed (with --dry-run: print the pip commands)",
     )
-    p.add_argument("--record", default=None, metavar="PATH", help="with --undo: the setup record to restore")
+    p.add_argument("--record", metavar="PATH", help="with --undo: the setup record to restore")

@@ -30,17 +30,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     verify = add_command(commands, "verify", _verify,
                          help="compile every Gemma 4 attention launch for a GPU target; check it fits")
     verify.add_argument("--arch", default="sm_75", help="target: sm_75 (T4, default), sm_80, sm_86, sm_89")
-    verify.add_argument("--limit-bytes", type=int, default=None,
+    verify.add_argument("--limit-bytes", type=int,
                         help="per-block shared-memory limit (default: the architecture's opt-in maximum)")
-    verify.add_argument("--vllm-root", default=None, help="vLLM package folder (default: the installed vLLM)")
-    verify.add_argument("--jobs", type=int, default=None, help="parallel compile processes (default: CPUs)")
+    verify.add_argument("--vllm-root", help="vLLM package folder (default: the installed vLLM)")
+    verify.add_argument("--jobs", type=int, help="parallel compile processes (default: CPUs)")
 
     bench = add_command(commands, "bench-prefill", _bench_prefill,
                         help="time the tensor-core prefill route vs vLLM's Triton kernel on this GPU; cache the verdict")
     bench.add_argument("--lengths", default="512,1024,2048,4096", help="prompt lengths (comma list)")
     bench.add_argument("--models", default="e2b,e4b,12b", help="head configurations from these sizes")
     bench.add_argument("--out", default="bench_prefill", help="folder for bench_prefill.json and .png")
-    bench.add_argument("--vllm-root", default=None, help="vLLM package folder (default: the installed vLLM)")
+    bench.add_argument("--vllm-root", help="vLLM package folder (default: the installed vLLM)")
     bench.add_argument("--no-save-verdict", action="store_true", help="do not cache the verdict for the route")
 
     for name, handler, text in (
@@ -48,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ("revert", _revert, "restore vLLM's original kernel file from the backup (checksum-verified)"),
     ):
         command = add_command(commands, name, handler, help=text)
-        command.add_argument("--path", default=None,
+        command.add_argument("--path",
                              help="the triton_unified_attention.py to change (default: the installed vLLM's)")
 
 
