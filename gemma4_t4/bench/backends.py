@@ -48,7 +48,7 @@ RETRYABLE_MODEL_STATUS = frozenset({429, 503})
 
 def parse_base_url(url: str) -> tuple[str, str, str]:
     """(kind, a, b): ("http", root URL, "") or ("sagemaker", region, endpoint). One-line errors."""
-    if not isinstance(url, str) or not url.strip():
+    if not url.strip():
         raise Gemma4T4Error("--base-url is empty", fix="pass e.g. --base-url http://127.0.0.1:8000")
     if any(c.isspace() for c in url):
         raise Gemma4T4Error(

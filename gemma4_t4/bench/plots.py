@@ -210,6 +210,11 @@ def plot_compare(
     return save_figure(fig, path)
 
 
+def _curve(ax: Any, points: dict[Any, Any], style: str, **options: Any) -> None:
+    """One line through ``points`` (x: y, in the dict's order)."""
+    ax.plot(list(points), list(points.values()), style, **options)
+
+
 def plot_qat_vs_bf16(
     figures: QatVsBf16,
     ceilings: dict[str, float],
@@ -224,8 +229,8 @@ def plot_qat_vs_bf16(
     what, curves = figures.decode_curves()
     fig, (left, right) = pyplot().subplots(1, 2, figsize=(11, 4))
     for label, curve in curves.items():
-        points = [(c, v) for c, v in sorted(curve.items()) if v is not None]
-        left.plot([c for c, _ in points], [v for _, v in points], "o-", label=f"{label} (measured, {venue})")
+        measured = {c: v for c, v in sorted(curve.items()) if v is not None}
+        _curve(left, measured, "o-", label=f"{label} (measured, {venue})")
     left.set(xlabel="concurrent streams", ylabel="tok/s", title=f"Decode speed: {what}")
     left.grid(alpha=0.3)
     left.legend()
@@ -257,18 +262,12 @@ def plot_t4_part(
     per_stream = speed.per_stream or {}
     why = " (answers came in one flush)" if speed.not_measured else ""
     label = "per stream" if per_stream else f"per stream: not measured{why}"
-    dec.plot(list(per_stream), list(per_stream.values()), "o-", label=label)
-    dec.plot(list(speed.output_tok_s), list(speed.output_tok_s.values()), "s-", label="all streams")
+    _curve(dec, per_stream, "o-", label=label)
+    _curve(dec, speed.output_tok_s, "s-", label="all streams")
     dec.set(xlabel="concurrent streams", ylabel="output tok/s", title=f"Decode ({venue}, measured)")
     dec.legend(fontsize=8, loc="upper left")
-    ttft.plot(list(ttft_ms), list(ttft_ms.values()), "o-", label=f"measured ({venue})")
-    ttft.plot(
-        list(published_ttft),
-        list(published_ttft.values()),
-        "x--",
-        color="C3",
-        label="published GCE T4, E2B QAT",
-    )
+    _curve(ttft, ttft_ms, "o-", label=f"measured ({venue})")
+    _curve(ttft, published_ttft, "x--", color="C3", label="published GCE T4, E2B QAT")
     ttft.set(
         xlabel="input tokens",
         ylabel="median TTFT ms",
