@@ -86,10 +86,10 @@ def select_extension(flags: Iterable[str], machine: str | None = None) -> tuple[
     return "avx2", "_C_AVX2"
 
 
-def library_has_op(library: Path, op: str = INT4_OP) -> bool:
-    """Is ``op``'s name in the shared library (its registration schema is a string in the file)?"""
+def library_has_op(library: Path) -> bool:
+    """Is the int4 op's name in the shared library (its registration schema is a string in the file)?"""
     with open(library, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
-        return data.find(op.encode()) >= 0
+        return data.find(INT4_OP.encode()) >= 0
 
 
 def vllm_package_dir(python: str | None = None, runner: Runner = probe_runner) -> Path | None:
@@ -148,7 +148,6 @@ def cpu_build(flags: Iterable[str] | None = None, machine: str | None = None, pa
     verdict = _scan(isa, extension, package, version)
     verdict.seconds = round(time.monotonic() - started, 3)
     if verdict.int4 is not None:  # a missing vLLM says nothing about the CPU: never cached
-        path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_json(path, {k: v for k, v in asdict(verdict).items() if k != "cached"})
     return verdict
 

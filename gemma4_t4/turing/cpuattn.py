@@ -152,8 +152,7 @@ def choose(python: str | None = None, refresh: bool = False, prober: Prober | No
     path = cache_dir() / f"cpu-attention-{key}.json"
     if prober is None and not refresh:
         try:
-            cached = Choice.model_validate_json(path.read_bytes())
-            return cached.model_copy(update={"cached": True})
+            return Choice.model_validate_json(path.read_bytes()).model_copy(update={"cached": True})
         except (OSError, ValueError):  # none yet, or unreadable (pydantic's ValidationError is one): probe again
             pass
     run = prober or (lambda candidate: probe(candidate, python))

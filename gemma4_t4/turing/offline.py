@@ -249,9 +249,7 @@ def load_kernel_module(
     stubs = _stub_modules(vllm_root, capability)
     finder = _VllmFilesFinder(vllm_root, version)
     with _LOAD_LOCK:
-        hidden = {k: v for k, v in sys.modules.items() if k == "vllm" or k.startswith("vllm.")}
-        for name in hidden:
-            del sys.modules[name]
+        hidden = _pop_vllm_modules()
         sys.modules.update(stubs)
         sys.meta_path.insert(0, finder)
         # Triton reads TRITON_INTERPRET when the module's kernels are decorated: set for this import only
@@ -270,11 +268,15 @@ def load_kernel_module(
             if interpret_env is not None:
                 os.environ["TRITON_INTERPRET"] = interpret_env
             sys.meta_path.remove(finder)
-            for name in [k for k in sys.modules if k == "vllm" or k.startswith("vllm.")]:
-                del sys.modules[name]
+            _pop_vllm_modules()  # the private load's
             sys.modules.update(hidden)
     kernel_file = vllm_root / KERNEL_RELPATH
     return KernelModule(module, kernel_file, version, sha256_file(kernel_file))
+
+
+def _pop_vllm_modules() -> dict[str, types.ModuleType]:
+    """Take ``vllm`` and ``vllm.*`` out of ``sys.modules``; returns what was taken."""
+    return {name: sys.modules.pop(name) for name in [k for k in sys.modules if k.partition(".")[0] == "vllm"]}
 
 
 @contextmanager

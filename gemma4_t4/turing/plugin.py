@@ -38,17 +38,16 @@ class TileCapOutcome(prefill.RouteOutcome, total=False):
 
 
 _outcome: TileCapOutcome | None = None
-_prefill_outcome: prefill.RouteOutcome | None = None
 
 
 def register() -> None:
     """vLLM's hook: install the tile cap and the prefill route where this device needs them. Never raises."""
 
-    global _outcome, _prefill_outcome
+    global _outcome
     if _outcome is not None:  # vLLM may load plugins more than once per process
         return
     _outcome = tilecap.install(origin="plugin")
-    _prefill_outcome = prefill.install(origin="plugin")
+    prefill.install(origin="plugin")  # its outcome is logged (one line per process)
     cpuattn.install_from_env()  # CPU servers: the attention set-up the start probe chose (no-op unset)
 
 

@@ -107,8 +107,8 @@ def structure_problem(source: str) -> str | None:
         return f"{IMPL_CLASS}.forward calls unified_attention {len(launches)} times, expected once"
     given = {k.arg: ast.unparse(k.value) for k in launches[0].keywords if k.arg}
     for name, expected in LAUNCH_KEYWORDS.items():
-        if name not in given or (expected is not None and given[name] != expected):
-            got = given.get(name, "<missing>")
+        got = given.get(name, "<missing>")
+        if name not in given or expected not in (None, got):
             return f"unified_attention is called with {name}={got}, expected {expected}"
     return None
 
@@ -458,7 +458,7 @@ class DeviceInfo(TypedDict, total=False):
 
 
 class RouteOutcome(TypedDict):
-    """What :func:`install` did in one process (the plugin keeps it; ``turing status`` shows it)."""
+    """What :func:`install` did in one process (logged as one line; the tile cap's extends it)."""
 
     action: str  # routed / no-change / disabled / refused
     reason: str
@@ -513,8 +513,7 @@ class VerdictPolicy:
     def __call__(self, impl: Any) -> tuple[bool, int, str]:
         if switch() == "force":
             return True, 0, f"{ENV_SWITCH}=1"
-        verdict = self.verdict
-        entry = (verdict or {}).get("heads", {}).get(str(impl.head_size))
+        entry = (self.verdict or {}).get("heads", {}).get(str(impl.head_size))
         if entry is None:
             return False, 0, (
                 "no bench-prefill verdict for this GPU and versions yet: off until measured; "

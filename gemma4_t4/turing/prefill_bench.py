@@ -155,27 +155,24 @@ def run_path(step: Step, forward: Any, route: prefill.PrefillRoute | None) -> An
     return output
 
 
-def time_ms(fn: Any, warmup: int = 3, reps: int = 10, batches: int = 5) -> float:
-    """Median milliseconds per eager call, CUDA events around ``reps`` back-to-back calls."""
+def time_ms(fn: Any) -> float:
+    """Median milliseconds per eager call: 3 warm-up calls, then CUDA events around each of 5 batches of
+    10 back-to-back calls."""
     import torch
 
-    for _ in range(warmup):
+    for _ in range(3):
         fn()
     torch.cuda.synchronize()
     samples = []
-    for _ in range(batches):
+    for _ in range(5):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        for _ in range(reps):
+        for _ in range(10):
             fn()
         end.record()
         torch.cuda.synchronize()
-        samples.append(start.elapsed_time(end) / reps)
+        samples.append(start.elapsed_time(end) / 10)
     return statistics.median(samples)
-
-
-def always_route(impl: Any) -> tuple[bool, int, str]:
-    return True, 0, "benchmark"
 
 
 def require_cuda() -> Any:
@@ -266,7 +263,8 @@ def measure(
     results: dict[str, PathMeasure] = {}
     outputs = {}
     for path in paths:
-        route = prefill.PrefillRoute(policy=always_route, log=lambda *a: None) if path == "route" else None
+        route = prefill.PrefillRoute(policy=lambda impl: (True, 0, "benchmark"), log=lambda *a: None) \
+            if path == "route" else None
         out = run_path(step, forward, route)
         torch.cuda.synchronize()
         outputs[path] = out.float()
@@ -355,7 +353,6 @@ def bench_prefill(
     report = PrefillBenchReport(key=key, tile_cap=cap_outcome["action"], kernel_sha256=kernel.sha256,
                                 heads=verdict, rows=rows)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / "bench_prefill.json", report.model_dump(exclude={"plot", "verdict_path"}))
     report.plot = str(plot(rows, out / "bench_prefill.png", key))
     if save_verdict:

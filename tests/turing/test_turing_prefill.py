@@ -601,16 +601,23 @@ def test_install_refuses_an_unknown_structure_with_one_log_line(tmp_path, monkey
     assert module.TritonAttentionImpl.forward is original
 
 
-def test_plugin_reports_the_prefill_outcome_on_cpu(monkeypatch):
+def test_plugin_reports_the_prefill_outcome_on_cpu(monkeypatch, caplog):
     from gemma4_t4.turing import tilecap
 
     monkeypatch.setattr(plugin, "_outcome", None)
-    monkeypatch.setattr(plugin, "_prefill_outcome", None)
     cpu = {"platform": "cpu", "capability": None, "limit": None}
     monkeypatch.setattr(tilecap, "current_device", lambda platform=None: dict(cpu))
-    plugin.register()
+    logger = logging.getLogger("vllm.gemma4_t4.turing")
+    handler = logging.NullHandler()
+    logger.addHandler(handler)
+    try:
+        with caplog.at_level(logging.INFO, logger="vllm.gemma4_t4.turing"):
+            plugin.register()
+    finally:
+        logger.removeHandler(handler)
     assert plugin.outcome()["action"] == "no-change"
-    assert plugin._prefill_outcome["action"] == "no-change"
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith(prefill.LOG_PREFIX)]
+    assert len(lines) == 1 and lines[0].startswith(f"{prefill.LOG_PREFIX}: no-change"), lines
 
 
 def test_bench_prefill_on_a_cpu_machine_says_it_needs_a_gpu(capsys):
