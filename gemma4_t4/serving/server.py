@@ -77,12 +77,6 @@ class VLLMServer(RecordedServer):
             "work_dir": str(Path(config.work_dir).resolve()),
         }
 
-    def _pass_locks(self) -> None:
-        """The locks pass to the supervisor now running the server (a new one after an adopt)."""
-        owner = self._lock_owner(self.pid, self.pid_create_time)
-        for lock in self._locks:
-            atomic_write_json(lock.path, owner)
-
     def _spawn_supervisor(
         self, log: IO[bytes], command: list[str] | None = None, env: dict[str, str] | None = None, **more: Any
     ) -> subprocess.Popen:
@@ -90,7 +84,8 @@ class VLLMServer(RecordedServer):
         it runs vLLM's ``command`` (or, without one, adopts the processes ``more`` names), records its
         processes, watches the engine and records its exit, so a server that dies is reported as dead
         with its code and reason even by another process (serve status). Its spec says where its records
-        go, and ``more``: its restarts, the owner it watches, the processes it adopts."""
+        go, and ``more``: its restarts, the owner it watches, the processes it adopts. The supervisor is
+        then the server (its pid, and the holder of its locks)."""
         spec: SupervisorSpec = {
             "super_path": str(self.super_path),
             "exit_path": str(self.exit_path),
@@ -104,7 +99,7 @@ class VLLMServer(RecordedServer):
         with contextlib.suppress(FileNotFoundError):
             self.exit_path.unlink()
         args = [str(spec_path), "--", *command] if command else ["--adopt", str(spec_path)]
-        return subprocess.Popen(
+        process = subprocess.Popen(
             [sys.executable, "-m", "gemma4_t4.serving.supervisor", *args],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -112,6 +107,12 @@ class VLLMServer(RecordedServer):
             env=env,
             start_new_session=True,
         )
+        self.pid, self.pid_create_time = process.pid, process_create_time(process.pid)
+        self._stopped = False
+        owner = self._lock_owner(self.pid, self.pid_create_time)  # the locks pass to it (a new one after an adopt)
+        for lock in self._locks:
+            atomic_write_json(lock.path, owner)
+        return process
 
     def start(self, wait: bool = True, timeout: float = 600.0) -> VLLMServer:
         config = self.config
@@ -190,10 +191,6 @@ class VLLMServer(RecordedServer):
         self.process = self._spawn_supervisor(
             self._log_file, command, env, restart_on_crash=config.restart_on_crash, **watched
         )
-        self.pid = self.process.pid
-        self.pid_create_time = process_create_time(self.pid)
-        self._stopped = False
-        self._pass_locks()
         self.launch_record = self._launch_record(plan)
         self._write_state("starting")
 
@@ -362,18 +359,13 @@ class VLLMServer(RecordedServer):
                 fix=f"{self._serve('stop')} reaps what is left",
             )
         with open(self.log_path, "ab") as log:
-            process = self._spawn_supervisor(
-                log, children=left, api_pid=api[0]["pid"], api_create_time=api[0]["create_time"]
-            )
+            self._spawn_supervisor(log, children=left, api_pid=api[0]["pid"], api_create_time=api[0]["create_time"])
         self.process = None  # not waited on here: the new supervisor is detached like the first
-        self.pid, self.pid_create_time = process.pid, process_create_time(process.pid)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and self._supervisor_record().get("supervisor_pid") != self.pid:
             time.sleep(0.1)
-        self._pass_locks()  # the dead supervisor's locks pass to the new one
         if self.launch_record is not None:
             self.launch_record["adopted_at"] = time.time()
-        self._stopped = False
         self._write_state("running", adopted=True)
         return self
 

@@ -368,9 +368,8 @@ def launch_plan(settings: VLLMSettings, model: str, max_num_batched_tokens: int,
         )
     if draft_method not in (None, "mtp", "draft_model"):
         raise Gemma4T4Error(f"unknown draft method {draft_method!r}", fix="use mtp or draft_model")
-    num = settings.num_draft_tokens  # 1..16, held by the setting's own limits
-    if num is None:
-        num = untuned_num_draft_tokens(model, settings.draft, draft_method)[0]
+    # 1..16, held by the setting's own limits; unset: the untuned N
+    num = settings.num_draft_tokens or untuned_num_draft_tokens(model, settings.draft, draft_method)[0]
     if draft == "off":
         return DraftPlan("off", None, None, num, "off (--draft off)")
     if draft == "self":

@@ -13,7 +13,7 @@ from gemma4_t4.bench.registry import notebook_params
 from gemma4_t4.catalog.models import VARIANTS, get_variant
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.venues.endpoint import MAX_BUDGET_USD
-from gemma4_t4.venues.runtime import AUTO
+from gemma4_t4.venues.runtime import AUTO, TARGETS
 
 # Parts 2 and 4 report their figures at one stream (Part 2's QAT/bf16 ratio is per stream at c=1, as
 # published): a CONCURRENCY without 1 gets it added, so `-p CONCURRENCY 4` measures [1, 4].
@@ -32,8 +32,8 @@ class Param:
     field: str = ""  # "aws": the DeployConfig field whose rule it follows
 
 
-def _params(part: int, targets: tuple[str, ...], sizes: tuple[str, ...], **extra: Param) -> dict[str, Param]:
-    folder, built = Param("path", "gemma4_t4_work", "a folder name"), " with a QAT int4 build" if part != 3 else ""
+def _params(targets: tuple[str, ...], sizes: tuple[str, ...], **extra: Param) -> dict[str, Param]:
+    folder, built = Param("path", "gemma4_t4_work", "a folder name"), " with a QAT int4 build" if sizes == _QAT_SIZES else ""
     return {"TARGET": Param("target", targets[0], f"one of {', '.join((AUTO, *targets))}", (AUTO, *targets)),
             "OUT_DIR": folder, "WORK_DIR": folder, "CLEANUP": Param("flag", "True", "True or False (papermill's bools)"),
             **({"MODEL_SIZE": Param("size", sizes[0], f"a size{built}: {', '.join(sizes)}", sizes)} if sizes else {}),
@@ -47,16 +47,15 @@ _WORKLOAD = {"CONCURRENCY": Param("workload", '"[1, 8]"', f"a list of concurrent
              "INPUT_LEN": Param("workload", "512", _WHOLE), "OUTPUT_LEN": Param("workload", "128", _WHOLE),
              "NUM_PROMPTS": Param("workload", "8", _WHOLE)}
 _QAT_SIZES = tuple(k for k, v in VARIANTS.items() if v.hub.qat_w4a16_ct)  # Parts 2 and 4 serve the QAT build
-_GPU_TARGETS = ("cpu", "t4", "sagemaker")
 PART_PARAMS: dict[int, dict[str, Param]] = {  # every parameter of each part's parameters cell, checked first
-    1: _params(1, ("cpu", "sagemaker", "t4"), (), PREFERRED_REGION=_REGION,
+    1: _params(("cpu", "sagemaker", "t4"), (), PREFERRED_REGION=_REGION,
                ENDPOINT_NAME=Param("aws", "gemma4-t4-part1", "a SageMaker endpoint name", field="name"),
                MODEL_ID=Param("aws", "google/gemma-4-E2B-it", "a Hugging Face model id", field="model_id"),
                INSTANCE_TYPE=Param("aws", "ml.g4dn.xlarge", "a SageMaker GPU instance type", field="instance_type"),
                TTL_HOURS=Param("aws", "2.0", "a lifetime in hours, above 0 and at most 168", field="ttl_hours")),
-    2: _params(2, _GPU_TARGETS, _QAT_SIZES, **_WORKLOAD, **_AWS),
-    3: _params(3, _GPU_TARGETS, tuple(VARIANTS), **_AWS, SCALE_DTYPE=Param("choice", "fp16", "fp16 or bf16", ("fp16", "bf16"))),
-    4: _params(4, _GPU_TARGETS, _QAT_SIZES, **_WORKLOAD, **_AWS,
+    2: _params(TARGETS, _QAT_SIZES, **_WORKLOAD, **_AWS),
+    3: _params(TARGETS, tuple(VARIANTS), **_AWS, SCALE_DTYPE=Param("choice", "fp16", "fp16 or bf16", ("fp16", "bf16"))),
+    4: _params(TARGETS, _QAT_SIZES, **_WORKLOAD, **_AWS,
                TTFT_INPUT_LENS=Param("workload", '"[512, 1024, 2048, 4096]"', f"a list of prompt lengths, each {_WHOLE}"),
                REFERENCE_ANSWERS=Param("answers", '""', 'empty (""), or the folder of an earlier answers run')),
 }
