@@ -439,7 +439,7 @@ def verify_model_health(endpoint_name: str | None = None, region: Region = None,
     _target(endpoint_name, base_url)  # query_model resolves the region
 
     def ask(prompt: str) -> str:
-        return query_model(prompt, endpoint_name, region, base_url, max_tokens=32, temperature=0.0).text
+        return query_model(prompt, endpoint_name, region, base_url, max_tokens=32).text
 
     return check_health(ask)
 

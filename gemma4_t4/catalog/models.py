@@ -635,7 +635,3 @@ def model_info(variant: str | Gemma4Variant) -> ModelInfo:
         t4_roofline_tok_s={f: round(decode_roofline(v, f).tok_s_spec, 1) for f in FORMATS},
         notes=v.notes,
     )
-
-
-def all_models() -> list[ModelInfo]:
-    return [model_info(k) for k in VARIANTS]

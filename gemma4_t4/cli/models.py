@@ -19,7 +19,7 @@ def _models(args: argparse.Namespace) -> Output:
     if args.name:
         info = m.model_info(args.name)
         return Output(info, _model_text(info))
-    infos = m.all_models()
+    infos = [m.model_info(k) for k in m.VARIANTS]
     rows = [
         [i.name, f"{i.params.published.total:.2f}", f"{i.layers} ({i.full_attention_layers})", i.hidden_size,
          f"{i.q_heads}/{i.kv_heads_sliding}/{i.kv_heads_global}", i.sliding_window, i.kv_shared_layers,

@@ -109,6 +109,8 @@ def _widen_impl(x):
 
 # the per-group helpers' compile options: each is compiled into the kernel that calls it (and cached)
 _inlined = numba.njit(cache=True, nogil=True, inline="always")
+# the row-parallel kernels' options (each row's groups are independent)
+_row_parallel = numba.njit(cache=True, nogil=True, parallel=True)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -257,7 +259,7 @@ def _store_levels_lsq(levels, r, base, qf, vals, gs):
     return np.float32(qw / np.float64(qq))
 
 
-@numba.njit(cache=True, nogil=True, parallel=True)
+@_row_parallel
 def analyze_kernel(w, gs, tol, fmts, nd, levels, lsq, peak, deviation, scales, exact):
     """Lattice fit of every group plus, for the first ``nd`` scale formats in ``fmts``, the chosen
     scale and its exact-value count. ``tol`` is float32 (the reference compares in float32).
@@ -314,7 +316,7 @@ def analyze_kernel(w, gs, tol, fmts, nd, levels, lsq, peak, deviation, scales, e
                 exact[d, r, g] = n
 
 
-@numba.njit(cache=True, nogil=True, parallel=True)
+@_row_parallel
 def pack_kernel(levels, out):
     """int8 levels -> little-endian biased nibbles in uint32 words (see pack.py)."""
     rows, cols = levels.shape

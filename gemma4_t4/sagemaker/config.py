@@ -271,8 +271,8 @@ class DeployConfig(VLLMSettings):
         replaces it with the newest fixed image in the region's ECR), else the stock DLC."""
         if self.image_uri:
             return self.image_uri
-        if self.needs_fixed_image:
-            return images.planned_t4_image_uri(self.region, self.image_tag)
+        if self.needs_fixed_image:  # what a dry run names: the tag build-image writes, in <ACCOUNT>
+            return images.t4_image_uri(images.ACCOUNT_PLACEHOLDER, self.region, images.fixed_image_tag(self.image_tag))
         return images.vllm_image_uri(self.region, self.image_tag)
 
     def resolved_tensor_parallel_size(self) -> int:

@@ -408,12 +408,6 @@ def t4_image_uri(account: str, region: str, tag: str | None = None) -> str:
     return f"{account}.dkr.ecr.{region}.{ecr_domain(region)}/{T4_IMAGE_REPOSITORY}:{tag or fixed_image_tag()}"
 
 
-def planned_t4_image_uri(region: str, base_tag: str) -> str:
-    """What a dry run names for a T4 deploy without --image-uri: the tag build-image writes, in
-    your account (shown as <ACCOUNT>). A real deploy looks up the newest fixed image in ECR."""
-    return t4_image_uri(ACCOUNT_PLACEHOLDER, region, fixed_image_tag(base_tag))
-
-
 @dataclass
 class FixedImage:
     """The fixed image a T4 deploy uses: found in ECR, or built now (``build``, a ``build.BuildResult``)."""

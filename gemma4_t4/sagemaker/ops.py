@@ -336,10 +336,10 @@ class StreamResult:
 
 
 def invoke_stream(name: str, region: str, prompt: str | None = None, *, max_tokens: int = 256,
-                  temperature: float = 0.0, on_text: Any = None, **extra: JSONValue) -> StreamResult:
+                  on_text: Any = None, **extra: JSONValue) -> StreamResult:
     """Streaming chat via InvokeEndpointWithResponseStream; measures time to first token."""
     runtime = _client("sagemaker-runtime", region)
-    payload = chat_payload(prompt, max_tokens, temperature, stream=True, **extra)
+    payload = chat_payload(prompt, max_tokens, stream=True, **extra)
     start = time.perf_counter()
     with aws_call(f"InvokeEndpointWithResponseStream {name}"):
         response = runtime.invoke_endpoint_with_response_stream(**invoke_plan(name, region, payload).params)

