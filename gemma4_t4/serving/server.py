@@ -57,7 +57,7 @@ STOP_GRACE_S = 30.0
 
 
 class VLLMServer(RecordedServer):
-    """A vLLM server subprocess: start()/stop() (Endpoint.local owns one for a with block). ``attach(port, work_dir)``
+    """A vLLM server subprocess: a context manager, or start()/stop(). ``attach(port, work_dir)``
     rebuilds one from its state file in another process (the CLI's ``serve stop|status|logs``)."""
 
     gate_result: Any = None  # set by start_server: what the start gate decided
@@ -368,6 +368,15 @@ class VLLMServer(RecordedServer):
             self.launch_record["adopted_at"] = time.time()
         self._write_state("running", adopted=True)
         return self
+
+    # a with block owns the server: the studies' default factories (tune, the TTFT route) rely on it
+    def __enter__(self) -> VLLMServer:
+        if self.pid is None:
+            self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
 
     @classmethod
     def attach(cls, port: int | None = None, work_dir: str | Path = DEFAULT_WORK_DIR) -> VLLMServer:

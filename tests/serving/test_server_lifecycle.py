@@ -113,6 +113,18 @@ def test_stop_from_another_process_state_and_lock(fake_vllm, model_dir, tmp_path
         server.stop(grace=2)
 
 
+def test_a_with_block_starts_the_server_and_stops_it_on_leaving(fake_vllm, model_dir, tmp_path):
+    """The studies' default factories (the TTFT route's VLLMServer, tune's start_server) hand their server
+    to a with block: entering starts one not yet started, leaving stops it, an exception included."""
+    work = tmp_path / "work"
+    with pytest.raises(RuntimeError, match="inside the block"), VLLMServer(
+        _config(fake_vllm, model_dir, work, target="cpu")
+    ) as server:
+        assert server.status().state == "running" and server.healthy()
+        raise RuntimeError("inside the block")
+    assert server.status().state == "stopped" and not server.survivors()
+
+
 def test_gpu_lock_refuses_a_second_server_and_stale_lock_is_taken_over(fake_vllm, model_dir, tmp_path):
     work = tmp_path / "work"
     first = _config(fake_vllm, model_dir, work, target="t4", extra_args=[])
