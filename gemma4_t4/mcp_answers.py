@@ -16,7 +16,6 @@ from gemma4_t4.host.smi import GPUInfo
 from gemma4_t4.sagemaker.build import BuildRecord, BuildResult
 from gemma4_t4.sagemaker.config import ConfigSummary
 from gemma4_t4.sagemaker.deploy import DeployResult
-from gemma4_t4.sagemaker.image import ImageChoice
 from gemma4_t4.sagemaker.ops import EndpointStatus, EndpointSummary, InvokeResult, parse_chat_response
 from gemma4_t4.sagemaker.quotas import QuotaRow
 from gemma4_t4.serving.server import ServerStatus
@@ -90,14 +89,6 @@ class ServerToolResult(Refusable):
     refused: bool = False  # only stop_vllm_server is ever refused
     servers: list[ServerStatus] = []
     summary: str = ""
-
-
-class ImageResult(ImageChoice):
-    """The vLLM container for a region (``sagemaker.image.ImageChoice``), and the InferenceAmiVersion
-    whose driver runs its CUDA on an instance type."""
-
-    instance_type: str
-    inference_ami_version: str | None = None
 
 
 class GpuArchResult(BaseModel):

@@ -43,7 +43,6 @@ from gemma4_t4.mcp_answers import (
     EndpointsResult,
     GpuArchResult,
     HelpResult,
-    ImageResult,
     QueryResult,
     QuotaResult,
     ServerToolResult,
@@ -83,11 +82,7 @@ from gemma4_t4.sagemaker.build import build_t4_image as build
 from gemma4_t4.sagemaker.config import DeployConfig, default_region, validate_name
 from gemma4_t4.sagemaker.deploy import deploy_cost, deployment_plan, rollback, run_deploy
 from gemma4_t4.sagemaker.health import HealthReport, check_health
-from gemma4_t4.sagemaker.image import (
-    US_REGIONS,
-    required_ami_version,
-    resolve_dlc_tag,
-)
+from gemma4_t4.sagemaker.image import US_REGIONS, ImageResult, resolve_dlc_tag
 from gemma4_t4.sagemaker.image import find_vllm_image as find
 from gemma4_t4.sagemaker.ops import (
     LogsResult,
@@ -306,9 +301,8 @@ def find_vllm_image(region: Region = None, tag: str | None = None, latest: bool 
     """The AWS vLLM container image for a region (pinned tag or newest in the registry) and its AMI.
     Refuses a tag that is not a pinned AWS vLLM tag (latest, a path)."""
     region = default_region(region)
-    choice = find(region, tag, query_registry=latest)  # a tag that is not a pinned AWS vLLM tag is refused
-    return ImageResult(**choice.model_dump(), instance_type=instance_type,
-                       inference_ami_version=required_ami_version(choice.image_uri, instance_type))
+    # a tag that is not a pinned AWS vLLM tag is refused
+    return find(region, tag, query_registry=latest, instance_type=instance_type)
 
 
 @tool(LOCAL_READ_ONLY)

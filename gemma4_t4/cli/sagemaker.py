@@ -29,7 +29,6 @@ from gemma4_t4.sagemaker.image import (
     US_REGIONS,
     dlc_account,
     find_vllm_image,
-    required_ami_version,
     resolve_dlc_tag,
 )
 from gemma4_t4.sagemaker.ops import (
@@ -107,12 +106,10 @@ def _image(args: argparse.Namespace) -> Output:
             region,
         )
         return _dry_run([call.cli()])
-    choice = find_vllm_image(region, args.tag, query_registry=args.latest)
-    ami = required_ami_version(choice.image_uri, args.instance_type)
-    data = {**choice.__dict__, "instance_type": args.instance_type, "inference_ami_version": ami}
+    choice = find_vllm_image(region, args.tag, query_registry=args.latest, instance_type=args.instance_type)
     text = (f"{choice.image_uri}\n  source: {choice.source}; CUDA {choice.cuda}; on {args.instance_type} "
-            f"needs InferenceAmiVersion={ami or '(instance default)'}")
-    return Output(data, text)
+            f"needs InferenceAmiVersion={choice.inference_ami_version or '(instance default)'}")
+    return Output(choice, text)
 
 
 @_owns_aws_resources

@@ -305,8 +305,9 @@ def resolve_dlc_tag(region: str, tag: str | None = None) -> ResolvedTag:
     return ResolvedTag(select_latest_tag(wanted), "registry", candidates=len(tags))
 
 
-class ImageChoice(BaseModel):
-    """The vLLM container chosen for a region: its URI and tag, how it was chosen, its CUDA."""
+class ImageResult(BaseModel):
+    """The vLLM container for a region (its URI and tag, how it was chosen, its CUDA), and the
+    InferenceAmiVersion whose driver runs its CUDA on an instance type."""
 
     region: str
     image_uri: str
@@ -314,6 +315,8 @@ class ImageChoice(BaseModel):
     source: str = Field(description="default | registry | override")
     cuda: str | None = None
     candidates: int = 0
+    instance_type: str
+    inference_ami_version: str | None = None
 
 
 def validate_tag(tag: str) -> None:
@@ -326,8 +329,10 @@ def validate_tag(tag: str) -> None:
                             "or leave it out for the newest pinned one")
 
 
-def find_vllm_image(region: str, tag: str | None = None, query_registry: bool = False) -> ImageChoice:
-    """The vLLM image for ``region``: an explicit tag, the newest in the registry, or the default."""
+def find_vllm_image(region: str, tag: str | None = None, query_registry: bool = False,
+                    instance_type: str = "ml.g4dn.xlarge") -> ImageResult:
+    """The vLLM image for ``region``: an explicit tag, the newest in the registry, or the default; and
+    the AMI ``instance_type`` needs for it."""
     count = 0
     if tag:
         validate_tag(tag)
@@ -339,8 +344,9 @@ def find_vllm_image(region: str, tag: str | None = None, query_registry: bool = 
         tag, source = DEFAULT_VLLM_TAG, "default"
     uri = vllm_image_uri(region, tag)
     cuda = image_cuda(uri)
-    return ImageChoice(region=region, image_uri=uri, tag=tag, source=source,
-                       cuda=f"{cuda[0]}.{cuda[1]}" if cuda else None, candidates=count)
+    return ImageResult(region=region, image_uri=uri, tag=tag, source=source,
+                       cuda=f"{cuda[0]}.{cuda[1]}" if cuda else None, candidates=count, instance_type=instance_type,
+                       inference_ami_version=required_ami_version(uri, instance_type))
 
 
 # The derived T4 image: the DLC plus this package (the Turing fix loads as a vLLM plugin).
