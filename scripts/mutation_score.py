@@ -102,10 +102,8 @@ MODULES: dict[str, Target] = {
         ("tests/sagemaker/test_sagemaker_moto.py", "tests/sagemaker/test_sagemaker_scale.py", "tests/sagemaker/test_sagemaker_checks.py",
          "tests/sagemaker/test_sagemaker_ownership.py"),
         functions=(
-            "_endpoint_config_name",
             "_config_models",
             "_other_endpoints_uses",
-            "_ours",
             "plan_delete",
             "_delete_call",
             "delete_plan",

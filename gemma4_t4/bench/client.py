@@ -200,7 +200,7 @@ class StreamParser:
         record = self.flush()
         if record.end_s is None:
             record.end_s = now
-        if record.streamed and record.error is None and not self.done:
+        if record.streamed is not False and record.error is None and not self.done:  # unset: checked
             record.error, record.error_detail = "truncated_stream", "the stream ended without [DONE]"
         text = "".join(self.texts)
         record.output_chars = len(text)

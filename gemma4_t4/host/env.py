@@ -27,7 +27,7 @@ from gemma4_t4.catalog.models import load_ram
 from gemma4_t4.errors import Gemma4T4Error
 from gemma4_t4.foundation import safepaths
 from gemma4_t4.foundation.jsonable import JSONObject, to_jsonable
-from gemma4_t4.foundation.versions import package_version
+from gemma4_t4.foundation.versions import package_dir, package_version
 from gemma4_t4.host import setup_plan
 from gemma4_t4.host.hostfacts import (  # noqa: F401 - choose_gpu, needs_turing_fix: the host model's names
     DiskInfo,
@@ -36,7 +36,6 @@ from gemma4_t4.host.hostfacts import (  # noqa: F401 - choose_gpu, needs_turing_
     needs_turing_fix,
 )
 from gemma4_t4.host.smi import HostCommands, parse_capability, probe_gpu_state
-from gemma4_t4.turing.offline import package_dir
 
 GiB = 2**30
 

@@ -272,6 +272,9 @@ def analyze(block: np.ndarray, group_size: int = DEFAULT_GROUP, tol: float = DEF
     ``block`` is [rows, cols] as read from a checkpoint: uint16 bf16 bit patterns or floats.
     Same results as :func:`fit_lattice` followed by :func:`choose_scale` per dtype.
     """
+    for dt in scale_dtypes:
+        if dt not in SCALE_DTYPES:
+            raise ValueError(f"scale dtype must be one of {SCALE_DTYPES}, got {dt!r}")
     _groups(block, group_size)  # refuses a shape the groups do not tile
     if not numba_enabled(use_numba, block.size):
         w = as_values(block)

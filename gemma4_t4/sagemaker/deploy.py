@@ -514,6 +514,9 @@ class DeploymentWatcher:
     def __post_init__(self) -> None:
         self.done = threading.Event()
         self._timeline = _Timeline(self.result, time.monotonic)
+        if self.autoscaling_client is None and self.config and self.config.autoscaling:
+            # made here, not on first use: the rollback deregisters with the client the scaling used
+            self.autoscaling_client = client_factory()("application-autoscaling", self.result.region)
 
     def start(self) -> DeploymentWatcher:
         threading.Thread(target=self._run, name=f"watch-{self.result.name}", daemon=True).start()
@@ -522,7 +525,6 @@ class DeploymentWatcher:
     def _run(self) -> None:
         """The blocking deploy's wait, scaling and rollback, in this thread and without a bar."""
         try:
-            # an autoscaled config comes with its client (deploy_in_background makes it)
             _wait_and_scale(self.sm, self.config, self.result, self._timeline, lambda: self.autoscaling_client,
                             self.timeout_s, self.poll_s, False, time.sleep)
             self.result.success = True

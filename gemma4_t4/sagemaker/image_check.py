@@ -13,12 +13,12 @@ point installs the Turing attention fix in every vLLM process. The build fails u
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from gemma4_t4.foundation.versions import package_dir
 from gemma4_t4.turing import tilecap
 
 KERNEL_FILE = Path("v1/attention/ops/triton_unified_attention.py")
@@ -50,10 +50,10 @@ def kernel_supported() -> Check:
     problem = tilecap.version_problem(version)
     if problem:
         return Check("vllm", False, problem)
-    spec = importlib.util.find_spec("vllm")  # top-level lookup only: nothing is imported
-    if spec is None or not spec.submodule_search_locations:
+    root = package_dir("vllm")  # top-level lookup only: nothing is imported
+    if root is None:
         return Check("vllm", False, "vLLM is not installed in this image")
-    kernel = Path(list(spec.submodule_search_locations)[0]) / KERNEL_FILE
+    kernel = root / KERNEL_FILE
     if not kernel.exists():
         return Check("vllm", False, f"{kernel} is missing")
     problem = tilecap.structure_problem(kernel.read_text(encoding="utf-8"))

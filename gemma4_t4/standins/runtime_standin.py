@@ -88,7 +88,7 @@ class _Handler(StandInHandler):
             return
         backend = self.server.standin.backend
         content_type = self.headers.get("Content-Type", "application/json")
-        conn = self._backend(backend)
+        conn = self._backend()
         try:
             try:
                 response = _forward(conn, backend, body, content_type)
@@ -114,11 +114,11 @@ class _Handler(StandInHandler):
             if not response.isclosed():  # not read to its end: the connection cannot carry another
                 conn.close()
 
-    def _backend(self, backend: str) -> http.client.HTTPConnection:
+    def _backend(self) -> http.client.HTTPConnection:
         """One kept-alive connection to the backend for this client connection (as an HTTP client
         keeps one to vLLM): a new TCP connection per request would add to every TTFT."""
         if not hasattr(self, "_conn"):
-            url = urllib.parse.urlparse(backend)
+            url = urllib.parse.urlparse(self.server.standin.backend)
             self._conn = http.client.HTTPConnection(url.hostname, url.port or 80, timeout=BACKEND_TIMEOUT_S)
         return self._conn
 

